@@ -1,0 +1,48 @@
+"""Exceptions and the documented exit codes.
+
+Exit codes (all commands):
+    0  OK: no finding at or above --fail-on (check: go)
+    1  findings at or above --fail-on (check: no-go, will not fit)
+    2  bad usage or unreadable input (file missing, not JSON/HJSON, duplicate keys, ...)
+    3  check --strict only: the environment could not be probed
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_PROBE = 3
+
+
+class AdvisorError(Exception):
+    """Base class: an input problem reported as one clear line, exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigLoadError(AdvisorError):
+    """A config (or model / hardware spec) file cannot be read or parsed.
+
+    ``str(err)`` is one line naming the file, the place and the problem.
+    """
+
+    def __init__(self, source: str, problem: str, line: int | None = None, column: int | None = None):
+        self.source = source
+        self.problem = problem
+        self.line = line
+        self.column = column
+        where = source
+        if line is not None:
+            where += f":{line}"
+            if column is not None:
+                where += f":{column}"
+        super().__init__(f"{where}: {problem}")
+
+
+class ModelSpecError(AdvisorError):
+    """An unknown model preset, or an unreadable model spec / inventory file."""
+
+
+class HardwareSpecError(AdvisorError):
+    """An unknown hardware preset, or an unreadable hardware spec."""

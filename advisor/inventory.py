@@ -1,0 +1,154 @@
+"""Model tensor inventory: every parameter tensor, in ``model.parameters()`` order.
+
+The ledger works from this list, not from a parameter count, because DeepSpeed's partitioning
+is per tensor (ZeRO-3 pads each parameter to a multiple of the world size; ZeRO-1/2 flatten
+each optimizer param group and a tensor straddling two ranks' slices belongs to both).
+
+Sources of an inventory:
+* a model preset or a Hugging Face ``config.json`` (``advisor.models``);
+* ``--params N``: one synthetic param group made of a single tensor of N elements
+  (:func:`from_param_count`) — exact for per-rank model-state totals up to the placement of
+  tensor boundaries, which a bare count cannot know;
+* an inventory JSON file (``schemas/inventory.schema.json``), e.g. exported from a live model
+  with :func:`from_module` (the only function here that touches torch, imported lazily).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from advisor.errors import ModelSpecError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One parameter tensor.
+
+    ``group`` is the optimizer param group index (ZeRO pads each group separately; HF Trainer
+    uses two: with and without weight decay). ``dtype`` is the tensor's dtype *before*
+    DeepSpeed casts it (DeepSpeed casts every floating parameter to the training dtype).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    trainable: bool = True
+    group: int = 0
+    dtype: str | None = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) if self.shape else 1
+
+
+@dataclass
+class Inventory:
+    """An ordered list of parameter tensors, plus where it came from."""
+
+    name: str
+    tensors: list[TensorSpec] = field(default_factory=list)
+    #: Free-form provenance (preset name, file path, "--params").
+    source: str = ""
+    #: Architecture facts other views need (hidden_size, layers, vocab...), when known.
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def numel(self) -> int:
+        """All parameters, trainable or frozen (elements)."""
+        return sum(t.numel for t in self.tensors)
+
+    @property
+    def trainable_numel(self) -> int:
+        return sum(t.numel for t in self.tensors if t.trainable)
+
+    def groups(self, trainable_only: bool = True) -> list[list[TensorSpec]]:
+        """Tensors split by optimizer param group, groups in index order, each in model order."""
+        by: dict[int, list[TensorSpec]] = {}
+        for t in self.tensors:
+            if trainable_only and not t.trainable:
+                continue
+            by.setdefault(t.group, []).append(t)
+        return [by[k] for k in sorted(by)]
+
+    def largest(self, trainable_only: bool = False) -> TensorSpec | None:
+        ts = [t for t in self.tensors if t.trainable or not trainable_only]
+        return max(ts, key=lambda t: t.numel, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "meta": self.meta,
+            "tensors": [
+                {"name": t.name, "shape": list(t.shape), "trainable": t.trainable, "group": t.group,
+                 **({"dtype": t.dtype} if t.dtype else {})}
+                for t in self.tensors
+            ],
+        }
+
+
+def from_param_count(n: int, name: str | None = None) -> Inventory:
+    """A one-tensor inventory of ``n`` trainable elements (``--params N``).
+
+    Raises ModelSpecError for n < 1.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ModelSpecError(f"--params must be a positive integer, got {n!r}")
+    return Inventory(name=name or f"{n} parameters", tensors=[TensorSpec("params", (n,))], source="--params")
+
+
+def from_dict(d: Any, source: str) -> Inventory:
+    """Build an inventory from its JSON form; raises ModelSpecError naming ``source`` and the
+    offending tensor on any malformed entry."""
+    if not isinstance(d, dict) or not isinstance(d.get("tensors"), list) or not d["tensors"]:
+        raise ModelSpecError(f"{source}: an inventory needs a non-empty 'tensors' list")
+    out: list[TensorSpec] = []
+    for i, t in enumerate(d["tensors"]):
+        where = f"{source}: /tensors/{i}"
+        if not isinstance(t, dict):
+            raise ModelSpecError(f"{where}: expected an object")
+        shape = t.get("shape")
+        if (not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in shape)):
+            raise ModelSpecError(f"{where}/shape: expected a list of positive integers, got {shape!r}")
+        trainable = t.get("trainable", True)
+        group = t.get("group", 0)
+        if not isinstance(trainable, bool):
+            raise ModelSpecError(f"{where}/trainable: expected true or false")
+        if not isinstance(group, int) or isinstance(group, bool) or group < 0:
+            raise ModelSpecError(f"{where}/group: expected a non-negative integer")
+        out.append(TensorSpec(str(t.get("name", f"t{i}")), tuple(shape), trainable, group, t.get("dtype")))
+    return Inventory(name=str(d.get("name", os.path.basename(source))), tensors=out, source=source,
+                     meta=d.get("meta") if isinstance(d.get("meta"), dict) else {})
+
+
+def load_inventory(path: str) -> Inventory:
+    """Read an inventory JSON file. Raises ModelSpecError (one line) when unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(64 * 1024 * 1024)
+        d = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelSpecError(f"{path}: cannot read inventory: {e}")
+    return from_dict(d, path)
+
+
+def from_module(module: Any, name: str | None = None, param_groups: Iterable[Iterable[Any]] | None = None) -> Inventory:
+    """Export the inventory of a live ``torch.nn.Module`` (the documented one-call API).
+
+    ``param_groups``: optionally the optimizer's param groups (lists of parameters) so that
+    group indices match what DeepSpeed will see; default: one group. Frozen parameters
+    (``requires_grad=False``) are recorded as not trainable.
+    """
+    group_of: dict[int, int] = {}
+    if param_groups is not None:
+        for gi, g in enumerate(param_groups):
+            for p in g:
+                group_of[id(p)] = gi
+    tensors = []
+    for pname, p in module.named_parameters():
+        tensors.append(TensorSpec(pname, tuple(int(x) for x in p.shape), bool(p.requires_grad),
+                                  group_of.get(id(p), 0), str(p.dtype).replace("torch.", "")))
+    return Inventory(name=name or type(module).__name__, tensors=tensors, source="from_module")

@@ -1,0 +1,83 @@
+"""Lint rule registry.
+
+One rule per module in this package; the module's docstring is the rule's long explanation
+(shown by ``ds-advisor explain CODE``). Each module defines a subclass of :class:`Rule` and
+decorates it with :func:`register`. Rules read a :class:`LintContext` and yield Findings; they
+never import torch or deepspeed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Iterable
+
+from advisor.findings import Finding, Severity
+
+if TYPE_CHECKING:
+    from advisor.effective import EffectiveConfig
+    from advisor.inventory import Inventory
+    from advisor.loading import LoadedConfig
+
+
+@dataclass
+class LintContext:
+    """Everything a rule may look at."""
+
+    loaded: "LoadedConfig"
+    effective: "EffectiveConfig"
+    #: Total ranks (None when neither --world-size nor the launcher's environment gives it).
+    world_size: int | None = None
+    #: Where world_size came from ("--world-size", "WORLD_SIZE", ...), for messages.
+    world_size_source: str | None = None
+    #: Data-parallel world size (world_size / (tp x pp x sp)), None when unknown.
+    dp_world_size: int | None = None
+    inventory: "Inventory | None" = None
+    #: True when the config is used through the HF Trainer / accelerate ("auto" is filled in).
+    hf: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def raw(self) -> dict:
+        return self.loaded.data
+
+
+class Rule:
+    """Base class. Subclasses set ``code``, ``name``, ``severity`` and implement ``check``."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity] = "warning"
+    #: True when the rule needs a model inventory (run only with --model/--params).
+    needs_model: ClassVar[bool] = False
+
+    def check(self, ctx: LintContext) -> Iterable[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def finding(self, ptr: str, message: str, fix: str = "", severity: Severity | None = None, **data) -> Finding:
+        return Finding(code=self.code, severity=severity or self.severity, pointer=ptr, message=message, fix=fix,
+                       data=data)
+
+    @classmethod
+    def explanation(cls) -> str:
+        import sys
+        return (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip()
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    if cls.code in _REGISTRY:
+        raise RuntimeError(f"duplicate rule code {cls.code}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def all_rules() -> dict[str, type[Rule]]:
+    """Import every rule module once and return code -> rule class."""
+    if not _REGISTRY:
+        for m in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{m.name}")
+    return dict(sorted(_REGISTRY.items()))
