@@ -1,0 +1,218 @@
+"""The ``ds-advisor`` command line. Thin: it turns flags into calls of the library.
+
+Exit codes (every command; see advisor.errors): 0 ok, 1 findings at or above --fail-on
+(check: no-go), 2 bad usage or unreadable input, 3 environment could not be probed
+(check --strict).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from advisor import DEEPSPEED_VERSION, __version__
+from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AdvisorError
+
+CONFIG_SUFFIXES = (".json", ".hjson", ".conf", ".jsonc")
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+def _fail(message: str) -> "click.exceptions.Exit":
+    click.echo(f"ds-advisor: {message}", err=True)
+    return click.exceptions.Exit(EXIT_USAGE)
+
+
+def _expand_paths(paths: tuple[str, ...]) -> list[str]:
+    """Files as given; folders expand to the config files directly inside them, sorted."""
+    out: list[str] = []
+    for p in paths:
+        if p != "-" and os.path.isdir(p):
+            kids = sorted(str(c) for c in Path(p).iterdir() if c.is_file() and c.suffix.lower() in CONFIG_SUFFIXES)
+            out.extend(kids)
+        else:
+            out.append(p)
+    return out
+
+
+def _inventory(model: str | None, params: int | None):
+    """--model (preset, HF config.json or inventory JSON) or --params N -> Inventory, or None."""
+    if model and params:
+        raise click.UsageError("give --model or --params, not both")
+    if params is not None:
+        from advisor.inventory import from_param_count
+        return from_param_count(params)
+    if model:
+        from advisor.models import resolve_model
+        return resolve_model(model)
+    return None
+
+
+def _world(world_size: int | None) -> tuple[int | None, str | None]:
+    if world_size is not None:
+        return world_size, "--world-size"
+    from advisor.launch import world_size_from_env
+    f = world_size_from_env()
+    return (f.value, f.source) if f else (None, None)
+
+
+_size_opt = click.option
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name=f"ds-advisor (DeepSpeed {DEEPSPEED_VERSION} accounting)")
+def main() -> None:
+    """Lint DeepSpeed configs and account for every byte of training state per rank.
+
+    Exit codes: 0 ok; 1 findings at or above --fail-on (check: no-go); 2 bad usage or
+    unreadable input; 3 environment could not be probed (check --strict).
+    """
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--world-size", type=click.IntRange(min=1), help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS).")
+@click.option("--model", help="Model preset, HF config.json or inventory JSON: enables model-dependent rules.")
+@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer/accelerate ("auto" is filled in).')
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
+              help="Exit 1 when a finding at or above this severity exists.")
+@click.option("--select", help="Comma-separated rule codes to run (default: all).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def lint(paths, world_size, model, params, hf, fail_on, select, fmt):
+    """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
+    from advisor.errors import ConfigLoadError
+    from advisor.findings import SEVERITY_RANK, worst
+    from advisor.lint import lint_config
+    from advisor.loading import load_config
+    from advisor.report import FileResult, lint_json, lint_text
+
+    try:
+        inv = _inventory(model, params)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    ws, ws_src = _world(world_size)
+    codes = {c.strip().upper() for c in select.split(",") if c.strip()} if select else None
+    results: list[FileResult] = []
+    for p in _expand_paths(paths):
+        try:
+            loaded = load_config(p)
+        except ConfigLoadError as e:
+            results.append(FileResult(file=p, error=str(e)))
+            continue
+        results.append(FileResult(file=loaded.source, findings=lint_config(
+            loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf, select=codes)))
+    click.echo(lint_json(results) if fmt == "json" else lint_text(results))
+    if any(r.error for r in results):
+        sys.exit(EXIT_USAGE)
+    threshold = 99 if fail_on == "never" else SEVERITY_RANK[fail_on]
+    sys.exit(EXIT_FINDINGS if worst(f for r in results for f in r.findings) >= threshold else EXIT_OK)
+
+
+@main.command()
+@click.argument("code", required=False)
+def explain(code):
+    """Explain a rule code (or list all codes)."""
+    from advisor.rules import all_rules
+
+    rules = all_rules()
+    if not code:
+        for c, r in rules.items():
+            click.echo(f"{c}  {r.severity:<7}  {r.name}")
+        return
+    r = rules.get(code.upper())
+    if r is None:
+        import difflib
+        near = difflib.get_close_matches(code.upper(), list(rules), n=3)
+        raise _fail(f"unknown rule code {code!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    click.echo(f"{r.code} ({r.name}, {r.severity})\n")
+    click.echo(r.explanation())
+
+
+@main.command()
+@click.argument("config")
+@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
+@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
+              help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
+@click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")
+@click.option("--host-memory", help="Host memory per node, e.g. 512GB.")
+@click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
+@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
+@click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def estimate(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, nvme_capacity, hf,
+             explain_, fmt):
+    """Per-rank training state by class and tier for CONFIG on a model and cluster."""
+    import json
+
+    from advisor.estimate import Capacity
+    from advisor.estimate import estimate as run_estimate
+    from advisor.ledger import Cluster
+    from advisor.lint import lint_config
+    from advisor.loading import load_config
+    from advisor.report import estimate_text
+    from advisor.units import parse_size
+
+    if not model and params is None:
+        raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+    try:
+        cap = Capacity(*(parse_size(v) if v else None for v in (gpu_memory, host_memory, nvme_capacity)))
+    except ValueError as e:
+        raise click.UsageError(str(e))
+    try:
+        inv = _inventory(model, params)
+        loaded = load_config(config)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    ws, ws_src = _world(world_size)
+    ws = ws or 1
+    if gpus_per_node is None:
+        from advisor.launch import gpus_per_node_from_env
+        g = gpus_per_node_from_env()
+        gpus_per_node = g.value if g else None
+    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1", inventory=inv, hf=hf)
+    result = run_estimate(loaded, inv, Cluster(world_size=ws, gpus_per_node=gpus_per_node), cap, findings)
+    click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
+    sys.exit(EXIT_FINDINGS if any(f.code == "M100" for f in result.findings) else EXIT_OK)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def models(fmt):
+    """List built-in model presets with their exact parameter counts."""
+    import json
+
+    from advisor.models import list_presets
+
+    rows = list_presets()
+    if fmt == "json":
+        click.echo(json.dumps([{"name": r[0], "parameters": r[1], "family": r[2], "description": r[3]} for r in rows],
+                              indent=2))
+        return
+    for name, n, fam, desc in rows:
+        click.echo(f"{name:<18} {n:>18,}  {fam:<10} {desc}")
+
+
+def run() -> None:
+    """Console-script entry: ``main`` with a last guard so no input ever ends in a traceback.
+
+    AdvisorError (bad input) -> its one-line message, exit 2. Anything unexpected -> one line
+    naming the exception, exit 2; set DS_ADVISOR_DEBUG=1 to see the traceback.
+    """
+    try:
+        main(standalone_mode=True)
+    except SystemExit:
+        raise
+    except AdvisorError as e:
+        click.echo(f"ds-advisor: {e}", err=True)
+        sys.exit(e.exit_code)
+    except Exception as e:  # noqa: BLE001 - the contract is: no traceback for any input
+        if os.environ.get("DS_ADVISOR_DEBUG"):
+            raise
+        click.echo(f"ds-advisor: internal error: {type(e).__name__}: {e} (set DS_ADVISOR_DEBUG=1 for details)",
+                   err=True)
+        sys.exit(EXIT_USAGE)
