@@ -95,8 +95,11 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt):
         raise _fail(str(e))
     ws, ws_src = _world(world_size)
     codes = {c.strip().upper() for c in select.split(",") if c.strip()} if select else None
+    files = _expand_paths(paths)
+    if not files:
+        raise _fail(f"no config files ({', '.join(CONFIG_SUFFIXES)}) in {', '.join(paths)}")
     results: list[FileResult] = []
-    for p in _expand_paths(paths):
+    for p in files:
         try:
             loaded = load_config(p)
         except ConfigLoadError as e:
