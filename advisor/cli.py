@@ -16,7 +16,7 @@ import click
 from advisor import DEEPSPEED_VERSION, __version__
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AdvisorError
 
-CONFIG_SUFFIXES = (".json", ".hjson", ".conf", ".jsonc")
+CONFIG_SUFFIXES = (".json", ".hjson", ".conf", ".jsonc", ".yml", ".yaml")
 FAIL_ON = ("error", "warning", "info", "never")
 
 
