@@ -322,9 +322,8 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     z = ec.zero
     zraw = raw.get("zero_optimization")
     if isinstance(zraw, bool):
-        z.stage = 1 if zraw else 0
         notes.append(Note("/zero_optimization", "legacy boolean form: true means stage 1", "deprecated-alias"))
-        zraw = {}
+        zraw = {"stage": 1 if zraw else 0}
     elif not isinstance(zraw, dict):
         zraw = {}
     zr = _Reader(notes, zraw, "/zero_optimization", True)

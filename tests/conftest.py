@@ -1,0 +1,46 @@
+"""Shared test fixtures: paths to the repo, the shared corpus and cases, and a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = (ROOT / ".." / "shared").resolve()
+CASES = SHARED / "cases"
+CORPUS = SHARED / "corpus" / "real_configs"
+SAMPLES = ROOT / "sample_configs"
+
+
+def run_cli(args: list[str], cwd: str | Path | None = None, env: dict | None = None,
+            stdin: str | bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``ds-advisor ARGS`` as a real process (python -m advisor), capturing text output."""
+    e = dict(os.environ)
+    e.pop("WORLD_SIZE", None)
+    e.pop("SLURM_NTASKS", None)
+    if env:
+        e.update(env)
+    inp = stdin.encode() if isinstance(stdin, str) else stdin
+    p = subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, env=e, input=inp,
+                       capture_output=True, timeout=timeout)
+    p.stdout = p.stdout.decode("utf-8", "replace")  # type: ignore[assignment]
+    p.stderr = p.stderr.decode("utf-8", "replace")  # type: ignore[assignment]
+    return p
+
+
+def run_json(args: list[str], **kw) -> tuple[int, dict]:
+    p = run_cli(args, **kw)
+    try:
+        return p.returncode, json.loads(p.stdout)
+    except ValueError:
+        raise AssertionError(f"not JSON (rc={p.returncode}): {p.stdout[:500]} {p.stderr[:500]}")
+
+
+@pytest.fixture
+def cli():
+    return run_cli
