@@ -1,14 +1,330 @@
 """Schema validation of a DeepSpeed config against schemas/deepspeed-config.schema.json.
 
-(Stub: replaced by the schema work.) ``validate_config`` returns Findings.
+The schema is generated from DeepSpeed 0.19.8's own config models by ``advisor/_schemagen.py``
+(see there for its custom ``x-`` annotations). ``validate_config`` runs jsonschema's
+Draft 2020-12 validator and maps each error to a Finding in the S family:
+
+=====  ========  =================================================================================
+S001   error     unknown key in a section DeepSpeed validates strictly (pydantic, extra="forbid"),
+                 or a field given under both its name and its stage3_* alias
+S002   warning   unknown key where DeepSpeed reads a plain dict and silently ignores what it does
+                 not know (the top level, aio, activation_checkpointing, ...); info for
+                 comment-style keys ("_comment")
+S003   error     wrong type (warning where DeepSpeed's pydantic parsing coerces it, e.g. "True")
+S004   error     out of range, or not one of the allowed values
+S005   error     a key DeepSpeed 0.19.8 refuses outright (amp, mics_shard_size, ...)
+S006   error     a known key at the wrong level (offload_optimizer at the top level, loss_scale in
+                 bf16, aio inside zero_optimization, ...)
+=====  ========  =================================================================================
+
+"auto": the schema allows it where the HF Trainer / accelerate fill it in. Elsewhere inside a
+pydantic section DeepSpeed drops "auto" and uses its default; that is not a schema error here
+(the "auto" lint rule explains it). In a plain-dict section an "auto" nobody fills is a type error.
+
+Nothing here imports torch or deepspeed; jsonschema is imported on the first validation.
 """
 
 from __future__ import annotations
 
-from advisor.findings import Finding
-from advisor.loading import LoadedConfig
+import json
+import math
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from advisor.findings import Finding, pointer
+
+if TYPE_CHECKING:
+    from advisor.keys import KeyTable
+    from advisor.loading import LoadedConfig
+
+SCHEMA_NAME = "deepspeed-config.schema.json"
+
+_state: dict[str, Any] = {}
+
+_BOOL_STRINGS = {"0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
+                 "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True}
+_INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
-def validate_config(loaded: LoadedConfig, hf: bool = False) -> list[Finding]:
-    """Schema findings for ``loaded`` (unknown keys, types, ranges, removed and misplaced keys)."""
-    return []
+def schema_path() -> Path:
+    """Where the schema file is: ``schemas/`` next to the package (repo checkout / editable
+    install), else ``advisor/schemas/`` (a wheel that ships it as package data)."""
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "schemas" / SCHEMA_NAME, here / "schemas" / SCHEMA_NAME):
+        if cand.is_file():
+            return cand
+    raise FileNotFoundError(f"{SCHEMA_NAME} not found next to {here}")
+
+
+def load_schema() -> dict[str, Any]:
+    """The schema as a dict (read once per process)."""
+    if "schema" not in _state:
+        _state["schema"] = json.loads(schema_path().read_text(encoding="utf-8"))
+    return _state["schema"]
+
+
+def _validator():
+    if "validator" not in _state:
+        from jsonschema import Draft202012Validator  # deferred: ~50 ms of imports
+
+        _state["validator"] = Draft202012Validator(load_schema())
+    return _state["validator"]
+
+
+def key_table() -> "KeyTable":
+    """The key -> section table built from the schema (built on first use)."""
+    if "table" not in _state:
+        from advisor.keys import KeyTable
+
+        _state["table"] = KeyTable(load_schema())
+    return _state["table"]
+
+
+# ------------------------------------------------------------------------------------------
+
+def validate_config(loaded: "LoadedConfig", hf: bool = False) -> list[Finding]:
+    """Schema findings for ``loaded`` (unknown keys, types, ranges, removed and misplaced keys).
+
+    ``hf``: the config goes through the HF Trainer / accelerate. "auto" is allowed by the schema
+    exactly where they fill it, whatever ``hf`` is (the "auto" lint rule judges it), so ``hf``
+    only changes wording. Findings are not located (lint_config adds line/column).
+    """
+    data = loaded.data
+    out: list[Finding] = []
+    for err in _validator().iter_errors(data):
+        out.extend(_map_error(err, hf))
+    seen: set[tuple[str, str]] = set()
+    uniq = []
+    for f in out:
+        if (f.code, f.pointer) not in seen:
+            seen.add((f.code, f.pointer))
+            uniq.append(f)
+    return uniq
+
+
+def _section_of(path: list[Any]) -> tuple[str, ...] | None:
+    """The section tuple for a path of object keys (None if it goes through an array)."""
+    if any(not isinstance(p, str) for p in path):
+        return None
+    return tuple(path)
+
+
+def _context(path: list[Any]) -> str:
+    """How DeepSpeed reads the object holding the value at ``path``: pydantic | dict | open | ""."""
+    from advisor.keys import object_schema
+
+    sec = _section_of(path[:-1])
+    if sec is None:
+        return ""
+    node = object_schema(load_schema(), sec)
+    return (node or {}).get("x-ds-read", "")
+
+
+def _where(path: list[Any]) -> str:
+    return ".".join(str(p) for p in path) if path else "the top level"
+
+
+def _describe(s: dict[str, Any]) -> str:
+    """Short description of what a (sub)schema accepts."""
+    if "const" in s:
+        return json.dumps(s["const"])
+    if "enum" in s:
+        return "one of " + ", ".join(json.dumps(v) for v in s["enum"])
+    if "anyOf" in s:
+        return " or ".join(_describe(x) for x in s["anyOf"])
+    t = s.get("type")
+    if isinstance(t, list):
+        desc = " or ".join(_TYPE_WORDS.get(x, x) for x in t)
+    elif t:
+        desc = _TYPE_WORDS.get(t, t)
+    elif "$ref" in s:
+        desc = "an object"
+    else:
+        desc = "a value"
+    bounds = []
+    if "minimum" in s:
+        bounds.append(f">= {s['minimum']}")
+    if "exclusiveMinimum" in s:
+        bounds.append(f"> {s['exclusiveMinimum']}")
+    if "maximum" in s:
+        bounds.append(f"<= {s['maximum']}")
+    if "exclusiveMaximum" in s:
+        bounds.append(f"< {s['exclusiveMaximum']}")
+    return desc + (" " + " and ".join(bounds) if bounds else "")
+
+
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true/false", "string": "a string",
+               "object": "an object", "array": "a list", "null": "null"}
+
+
+def _lax(value: Any, expected: Any) -> tuple[bool, Any]:
+    """Would pydantic (lax mode) coerce ``value`` to the JSON type(s) ``expected``? -> (ok, result)."""
+    types = expected if isinstance(expected, list) else [expected]
+    for t in types:
+        if t == "boolean":
+            if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
+                return True, _BOOL_STRINGS[value.strip().lower()]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
+                return True, bool(value)
+        elif t == "integer":
+            if isinstance(value, bool):
+                return True, int(value)
+            if isinstance(value, str) and _INT_RE.match(value):
+                return True, int(value)
+        elif t == "number":
+            if isinstance(value, bool):
+                return True, float(value)
+            if isinstance(value, str):
+                try:
+                    f = float(value)
+                except ValueError:
+                    continue
+                if math.isfinite(f):
+                    return True, f
+    return False, None
+
+
+def _map_error(err, hf: bool) -> list[Finding]:
+    path = list(err.absolute_path)
+    ptr = pointer(*path)
+    v = err.validator
+    sch = err.schema if isinstance(err.schema, dict) else {}
+    inst = err.instance
+
+    if v == "additionalProperties":
+        sec = _section_of(path)
+        if sec is None or not isinstance(inst, dict):
+            return [Finding("S002", "warning", ptr, f"unexpected keys at {_where(path)}", "")]
+        props = sch.get("properties") or {}
+        return [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict")) for k in inst if k not in props]
+
+    if v == "not":
+        removed = sch.get("x-ds-removed")
+        if removed:
+            key = str(path[-1]) if path else ""
+            repl = removed.get("replacement")
+            msg = (f"'{key}' was removed: DeepSpeed 0.19.8 refuses the config (DeepSpeedConfigError: "
+                   f"{removed['message'].split(' See ')[0]})")
+            fix = f"remove '{key}'" + (f"; use {repl} instead" if repl else " (nothing replaces it)")
+            return [Finding("S005", "error", ptr, msg, fix, data={"replacement": repl})]
+        conflict = sch.get("x-ds-alias-conflict")
+        if conflict:
+            alias, name = conflict
+            return [Finding("S001", "error", pointer(*path, name),
+                            f"'{name}' and its alias '{alias}' are both given in {_where(path)}: DeepSpeed accepts "
+                            f"one spelling and rejects the other as an extra input",
+                            f"keep only one of '{alias}' and '{name}'")]
+        return [Finding("S004", "error", ptr, f"{_where(path)}: value not allowed", "")]
+
+    key = str(path[-1]) if path else "config"
+    where = _where(path)
+    ctx = _context(path)
+
+    if inst == "auto":
+        if ctx == "pydantic":
+            return []  # DeepSpeed drops "auto" here and uses its default: the "auto" rule reports it
+        return [Finding("S003", "error", ptr,
+                        f'{where} is "auto", which neither the HF Trainer nor accelerate fill in for this key; '
+                        f"DeepSpeed reads the string as is",
+                        f"set {key} to {_describe(_value_schema(sch, v))}")]
+
+    if v == "anyOf":
+        # HF-"auto" wrapper or a small union: report the first branch's failure when it is specific
+        first = [e for e in (err.context or []) if e.relative_schema_path and e.relative_schema_path[0] == 0]
+        if sch.get("x-hf-auto") and first:
+            out: list[Finding] = []
+            for e in first:
+                out.extend(_map_error(e, hf))
+            if out:
+                return out
+        return [Finding("S003", "error", ptr, f"{where} is {json.dumps(inst)}; expected {_describe(sch)}",
+                        f"set {key} to {_describe(sch)}")]
+
+    if v == "type":
+        expected = err.validator_value
+        if ctx == "pydantic":
+            ok, coerced = _lax(inst, expected)
+            if ok:
+                return [Finding("S003", "warning", ptr,
+                                f"{where} is {json.dumps(inst)}, not {_describe({'type': expected})}; DeepSpeed's "
+                                f"config parser coerces it to {json.dumps(coerced)}",
+                                f"write {json.dumps(coerced)}")]
+            consequence = "DeepSpeed 0.19.8 rejects it at deepspeed.initialize (pydantic ValidationError)"
+        elif ctx in ("dict", ""):
+            consequence = "DeepSpeed uses the value as is and fails or misbehaves later"
+            if isinstance(inst, str) and "boolean" in (expected if isinstance(expected, list) else [expected]):
+                consequence = "DeepSpeed uses the string as is, and any non-empty string counts as true"
+        else:
+            consequence = ""
+        if isinstance(inst, str) and inst.rstrip().endswith(",") and len(inst) > 1:
+            consequence += " (an unquoted HJSON value runs to the end of the line, trailing comma included)"
+        return [Finding("S003", "error", ptr,
+                        f"{where} is {json.dumps(inst)}, expected {_describe({'type': expected})}"
+                        + (f": {consequence}" if consequence else ""),
+                        f"set {key} to {_describe(sch)}")]
+
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "pattern",
+             "minItems", "maxItems", "minLength"):
+        consequence = ("DeepSpeed 0.19.8 rejects it at deepspeed.initialize" if ctx == "pydantic"
+                       else "DeepSpeed does not accept it")
+        return [Finding("S004", "error", ptr,
+                        f"{where} is {json.dumps(inst)}, expected {_describe(sch)}: {consequence}",
+                        f"set {key} to {_describe(sch)}")]
+
+    return [Finding("S003", "error", ptr, f"{where}: {err.message}", "")]
+
+
+def _value_schema(sch: dict[str, Any], validator: str) -> dict[str, Any]:
+    """The schema without its "auto" branch, for fix hints."""
+    if "anyOf" in sch:
+        subs = [s for s in sch["anyOf"] if s.get("const") != "auto"]
+        if len(subs) == 1:
+            return subs[0]
+    return sch
+
+
+def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Finding:
+    from advisor.keys import note_for, section_name
+
+    table = key_table()
+    ptr = pointer(*sec, key)
+    here = section_name(sec)
+    homes = table.home_of(key, sec)
+    if homes and sec and key == sec[-1]:
+        return Finding("S006", "error", ptr,
+                       f"'{key}' inside {here} is nested one level too deep: {here} has no key '{key}'; "
+                       f"DeepSpeed {'0.19.8 rejects it' if read == 'pydantic' else 'silently ignores it'}",
+                       f"remove the inner '{key}' and put its settings directly in {here}"
+                       + (" ('enabled' switches it on)" if "enabled" in table.keys_of.get(sec, []) else ""),
+                       data={"belongs_in": [""]})
+    if homes:
+        names = " or ".join(section_name(h) for h in homes)
+        place = "is a top-level key" if homes == [()] else f"belongs under {names}"
+        effect = ("DeepSpeed 0.19.8 rejects it here" if read == "pydantic"
+                  else "DeepSpeed silently ignores it here")
+        note = note_for(sec, key)
+        msg = f"'{key}' is not a key of {here}: it {place}; {effect}" + (f" ({note})" if note else "")
+        if note and "loss scaling exists only for fp16" in note:
+            fix = f"remove '{key}' from {here} (bf16 needs no loss scaling), or set it in fp16 if you train in fp16"
+        else:
+            target = "the top level" if homes == [()] else section_name(homes[0])
+            fix = f"move '{key}' into {target}"
+        return Finding("S006", "error", ptr, msg, fix, data={"belongs_in": [".".join(h) for h in homes]})
+
+    suggestion = table.suggest(key, sec)
+    dym = f"; did you mean '{suggestion}'?" if suggestion else ""
+    fix = f"rename it to '{suggestion}'" if suggestion else f"remove '{key}'"
+    data = {"suggestion": suggestion} if suggestion else {}
+    if read == "pydantic":
+        return Finding("S001", "error", ptr,
+                       f"unknown key '{key}' in {here}: DeepSpeed 0.19.8 rejects it at deepspeed.initialize "
+                       f"(pydantic: extra inputs are not permitted){dym}", fix, data=data)
+    if key.startswith(("_", "#", "//")) or key.lower().startswith("comment"):
+        return Finding("S002", "info", ptr, f"'{key}' looks like a comment key; DeepSpeed ignores it", "", data=data)
+    msg = f"unknown key '{key}' in {here}: DeepSpeed silently ignores it{dym}"
+    inner = table.known_top_level_inside(value) if not sec else []
+    if inner:
+        msg += f" (it contains {', '.join(inner)}, which DeepSpeed reads only at the top level)"
+        fix = f"move {', '.join(inner)} to the top level and remove '{key}'"
+    return Finding("S002", "warning", ptr, msg, fix, data=data)
