@@ -1,0 +1,51 @@
+"""D002 deprecated-with-replacement: a deprecated key given together with its replacement.
+
+What DeepSpeed does: ``DeepSpeedConfigModel._process_deprecated_field``
+(``runtime/config_utils.py``) translates a deprecated field into its replacement, and asserts
+that the replacement was not also given: ``AssertionError: Cannot provide deprecated parameter
+'cpu_offload' and replacing parameter 'offload_optimizer' together``. The value does not matter:
+``"cpu_offload": false`` next to an ``offload_optimizer`` block fails too (verified on 0.19.8).
+Pairs: ``cpu_offload`` / ``offload_optimizer``, ``cpu_offload_param`` / ``offload_param``,
+``stage3_gather_fp16_weights_on_model_save`` / ``stage3_gather_16bit_weights_on_model_save``
+(or its unprefixed name ``gather_16bit_weights_on_model_save``).
+
+Anti-pattern::
+
+    "zero_optimization": {"stage": 2, "cpu_offload": false, "offload_optimizer": {"device": "cpu"}}
+
+Fix: delete the deprecated key::
+
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._util import first_key, is_auto, zero_raw, zptr
+
+PAIRS = (
+    ("cpu_offload", ("offload_optimizer",)),
+    ("cpu_offload_param", ("offload_param",)),
+    ("stage3_gather_fp16_weights_on_model_save",
+     ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save")),
+)
+
+
+@register
+class DeprecatedWithReplacement(Rule):
+    code = "D002"
+    name = "deprecated-with-replacement"
+    severity = "error"
+
+    def check(self, ctx: LintContext):
+        zr = zero_raw(ctx.raw)
+        for old, new in PAIRS:
+            if old not in zr or is_auto(zr[old]):
+                continue  # "auto" is dropped before the check
+            nk = first_key(zr, *new)
+            if nk is None or is_auto(zr[nk]):
+                continue
+            yield self.finding(zptr(old), f"deprecated {old} and its replacement {nk} are both given: "
+                                          "deepspeed.initialize asserts 'Cannot provide deprecated parameter and "
+                                          "replacing parameter together'",
+                               f"remove zero_optimization.{old} (keep {nk})")

@@ -1,0 +1,47 @@
+"""O003 nvme-without-path: NVMe offload with no nvme_path.
+
+What DeepSpeed does: ``offload_param``/``offload_optimizer`` with ``device: "nvme"`` need
+``nvme_path``, the directory where the swap files go. The config classes do not check it
+(``nvme_path`` defaults to None); the swappers later build the folder with
+``os.path.join(nvme_path, "zero_stage_3", ...)`` and fail with ``TypeError`` deep inside
+``deepspeed.initialize`` (``swap_tensor/partitioned_param_swapper.py``,
+``zero/stage3.py`` ``_configure_tensor_swapping``), after the model has been built.
+
+Reported where NVMe is actually used: ZeRO stage 3 (at stages 1-2 optimizer "nvme" is plain CPU
+offload, see O004; offload_param below stage 3 is ignored, see O001).
+
+Anti-pattern::
+
+    "offload_optimizer": {"device": "nvme"}
+
+Fix: point it at a local NVMe mount with room for the swap files::
+
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._util import zero_raw, zptr
+
+
+@register
+class NvmeWithoutPath(Rule):
+    code = "O003"
+    name = "nvme-without-path"
+    severity = "error"
+
+    def check(self, ctx: LintContext):
+        z = ctx.effective.zero
+        if z.stage != 3:
+            return
+        zr = zero_raw(ctx.raw)
+        for block, cfg in (("offload_param", z.offload_param), ("offload_optimizer", z.offload_optimizer)):
+            if cfg.device != "nvme" or (isinstance(cfg.nvme_path, str) and cfg.nvme_path.strip()):
+                continue
+            b = zr.get(block) if isinstance(zr.get(block), dict) else {}
+            ptr = zptr(block, "nvme_path") if "nvme_path" in b else zptr(block, "device")
+            yield self.finding(ptr, f"{block}.device is nvme but nvme_path is not set: deepspeed.initialize fails "
+                                    "(TypeError joining a None path) when it creates the swap folder",
+                               f'add "nvme_path": "/local_nvme" (a local NVMe mount) to zero_optimization.{block}, '
+                               'or use "device": "cpu"')

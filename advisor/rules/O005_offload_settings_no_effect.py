@@ -1,0 +1,78 @@
+"""O005 offload-settings-no-effect: offload and aio settings that cannot take effect.
+
+What DeepSpeed does (0.19.8, ``runtime/zero/offload_config.py``, ``zero/stage3.py``
+``_configure_offloading``/``_configure_tensor_swapping``, ``swap_tensor/*``):
+
+* ``device: "none"`` (the default): the block is parsed and nothing else in it is read
+  (``pin_memory``, ``buffer_count``, ``nvme_path``... have no effect);
+* ``device: "cpu"``: only ``pin_memory`` (and for the optimizer ``ratio``, ``super_offload``,
+  ``cpuadam_cores_perc``) matter. ``nvme_path``, ``buffer_count``, ``buffer_size``,
+  ``max_in_cpu``, ``pipeline_read``/``pipeline_write`` and ``fast_init`` belong to NVMe
+  swapping and are not read. ``nvme_path`` with ``device: "cpu"`` is a warning: it usually means
+  the user believes state goes to NVMe while it fills host memory;
+* the top-level ``aio`` section is read only by the NVMe swappers (ZeRO-3 with a ``device:
+  "nvme"`` block, or DeepNVMe checkpointing); without them it has no effect.
+
+Blocks that are ignored as a whole are reported by O001 (offload_param below stage 3) and O002
+(offload_optimizer at stage 0) instead.
+
+Anti-pattern::
+
+    "offload_optimizer": {"device": "cpu", "nvme_path": "/local_nvme", "buffer_count": 4}
+
+Fix: either switch to NVMe (ZeRO-3) or delete the NVMe-only keys::
+
+    "offload_optimizer": {"device": "cpu", "pin_memory": true}
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._util import is_auto, zero_raw, zptr
+
+NVME_ONLY = {
+    "offload_param": ("nvme_path", "buffer_count", "buffer_size", "max_in_cpu"),
+    "offload_optimizer": ("nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "pipeline", "fast_init"),
+}
+
+
+@register
+class OffloadSettingsNoEffect(Rule):
+    code = "O005"
+    name = "offload-settings-no-effect"
+    severity = "info"
+
+    def check(self, ctx: LintContext):
+        ec = ctx.effective
+        z = ec.zero
+        zr = zero_raw(ctx.raw)
+        live = {"offload_param": z.stage == 3, "offload_optimizer": z.stage == 3 or
+                (z.stage in (1, 2) and z.offload_optimizer.device != "nvme")}
+        for block, cfg in (("offload_param", z.offload_param), ("offload_optimizer", z.offload_optimizer)):
+            b = zr.get(block)
+            if not isinstance(b, dict) or not live[block]:
+                continue
+            dev = cfg.device
+            for k, v in b.items():
+                if k == "device" or is_auto(v):
+                    continue
+                if dev == "none":
+                    yield self.finding(zptr(block, k), f"{block}.{k} has no effect: {block}.device is \"none\" "
+                                                       "(nothing is offloaded)",
+                                       f"remove {block}.{k}, or set {block}.device to \"cpu\" if you meant to offload")
+                elif dev == "cpu" and k in NVME_ONLY[block]:
+                    if k == "nvme_path":
+                        yield self.finding(zptr(block, k), f"{block}.nvme_path is set but device is \"cpu\": the "
+                                                           "state goes to host memory, not to NVMe",
+                                           f"remove {block}.nvme_path, or set {block}.device to \"nvme\""
+                                           + ("" if z.stage == 3 else " and zero_optimization.stage to 3"),
+                                           severity="warning")
+                    else:
+                        yield self.finding(zptr(block, k), f"{block}.{k} only applies to NVMe offload; device is "
+                                                           "\"cpu\"", f"remove {block}.{k}")
+        if isinstance(ctx.raw.get("aio"), dict) and ctx.raw["aio"]:
+            nvme = z.stage == 3 and "nvme" in (z.offload_param.device, z.offload_optimizer.device)
+            if not nvme:
+                yield self.finding("/aio", "the aio section is only used by ZeRO-3 NVMe offload; this config does "
+                                           "not offload to NVMe, so it has no effect",
+                                   "remove the aio section (or keep it only if you use DeepNVMe checkpointing)")

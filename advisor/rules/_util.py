@@ -1,0 +1,67 @@
+"""Helpers shared by the rule modules (no rule here; imported by the registry like any module).
+
+Reading the *raw* config: rules point at the key the user wrote, so they look at ``ctx.raw``
+for presence and spelling and at ``ctx.effective`` for what DeepSpeed 0.19.8 will do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.findings import pointer
+
+AUTO = "auto"
+
+
+def is_auto(v: Any) -> bool:
+    return isinstance(v, str) and v == AUTO
+
+
+def section(raw: dict, *path: str) -> dict:
+    """The dict at ``path`` in ``raw`` ({} when absent or not a dict)."""
+    cur: Any = raw
+    for p in path:
+        if not isinstance(cur, dict):
+            return {}
+        cur = cur.get(p)
+    return cur if isinstance(cur, dict) else {}
+
+
+def zero_raw(raw: dict) -> dict:
+    """The raw ``zero_optimization`` dict ({} for absent, or for the legacy boolean form)."""
+    return section(raw, "zero_optimization")
+
+
+def zptr(*tokens: str) -> str:
+    return pointer("zero_optimization", *tokens)
+
+
+def first_key(d: dict, *names: str) -> str | None:
+    """The first of ``names`` present in ``d``."""
+    for n in names:
+        if n in d:
+            return n
+    return None
+
+
+def fmt_int(n: int) -> str:
+    """12345678 -> '12,345,678'."""
+    return f"{n:,}"
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes with a decimal unit for reading, the exact count first: '2,000,000,000 bytes (2.00 GB)'."""
+    if n >= 10**9:
+        h = f"{n / 1e9:.2f} GB"
+    elif n >= 10**6:
+        h = f"{n / 1e6:.2f} MB"
+    else:
+        return f"{n:,} bytes"
+    return f"{n:,} bytes ({h})"
+
+
+#: DeepSpeed's own optimizer names (``runtime/config.py`` DEEPSPEED_OPTIMIZERS), compared lower-cased.
+DEEPSPEED_OPTIMIZERS = ("adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon")
+#: ``torch.optim`` optimizer classes (torch 2.13), matched exactly (``getattr(torch.optim, name)``).
+TORCH_OPTIMIZERS = ("ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "LBFGS", "Muon", "NAdam",
+                    "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam")
