@@ -1,0 +1,44 @@
+"""S002 ignored-key: a key DeepSpeed silently ignores.
+
+What DeepSpeed does: the top level of the config, and the sections it reads as plain dicts
+(``optimizer``, ``scheduler``, ``aio``, ``activation_checkpointing``, ``flops_profiler``,
+``checkpoint``, ``data_types``, ``pipeline``, ``autotuning``, ``data_efficiency``,
+``expert_parallel``, ``torch_autocast``, ``timers``), are read with ``dict.get`` for the keys
+DeepSpeed knows. Anything else is never looked at: no error, no warning, and the setting the
+user meant does not happen. A typo such as ``train_micro_batch_size_per_gpus`` or an invented
+block such as ``"log": {"steps_per_print": 10}`` or ``"monitor_config": {...}`` silently leaves
+the default in place.
+
+The message suggests the closest known key when there is one, and says when an unknown block
+contains keys DeepSpeed reads only at the top level. Keys that look like comments
+(``_comment``, ``comment...``) are reported at info level.
+
+Anti-pattern::
+
+    "cuda_visible_devices": "0,1,2,3",
+    "log": {"steps_per_print": 50}
+
+Fix: remove what DeepSpeed does not read (set devices with the launcher's ``--include`` or
+``CUDA_VISIBLE_DEVICES``), and lift known keys to where DeepSpeed reads them::
+
+    "steps_per_print": 50
+
+A known key at the wrong level is S006 (an error: it was meant to do something).
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+
+
+@register
+class IgnoredKey(Rule):
+    """Explanation and registry entry for S002; the findings come from ``advisor.schema``."""
+
+    code = "S002"
+    name = "ignored-key"
+    severity = "warning"
+
+    def check(self, ctx: LintContext):
+        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S002."""
+        return iter(())
