@@ -1,0 +1,459 @@
+"""Per-rank worker of ``advisor.measure`` (run by ``python -m torch.distributed.run``).
+
+Each rank reads a job file (JSON: a list of cells, each a DeepSpeed config, an inventory and a
+step count), and for every cell builds a proxy model made of ``nn.Parameter``s with exactly the
+inventory's shapes, initialises the real DeepSpeed engine, runs K training steps and takes
+censuses of the engine's live tensors:
+
+* ``bwd``: after the last ``engine.backward``, before ``engine.step`` (plus the ZeRO-1/2 ipg
+  bucket as allocated inside that backward, recorded by wrapping ``setup_buckets``);
+* ``in_step``: inside the basic optimizer's ``step`` (the census with the most bytes, i.e. the
+  largest ZeRO-3 sub-group);
+* ``steady``: after the last ``engine.step``.
+
+A census walks the engine's own structures (``engine.optimizer`` and the basic optimizer) and
+attributes each tensor *storage* (de-duplicated by data pointer) to the first item that
+references it; the item names are the vocabulary of ``advisor.ledger``. Tiers: ``host_pinned``
+when DeepSpeed page-locked it (every tensor returned by ``get_accelerator().pin_memory`` or by
+an aio handle's ``new_cpu_locked_tensor`` is recorded, since on a CPU accelerator pinning is a
+no-op that ``tensor.is_pinned()`` cannot see), ``accelerator`` for tensors on a non-CPU device,
+and on a CPU accelerator ``unpinned`` (accelerator or pageable host: indistinguishable there).
+NVMe swap files under the cell's nvme path are listed per rank and attributed by file name.
+
+This module imports torch and deepspeed; nothing else in ``advisor`` may (besides measure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+# ---------------------------------------------------------------------------------------------
+# pinned-memory tracking
+
+_PINNED: dict[int, int] = {}  # storage data_ptr -> nbytes
+
+
+def _storage_key(t):
+    st = t.untyped_storage()
+    return st.data_ptr(), st.nbytes()
+
+
+def _record_pinned(t):
+    try:
+        ptr, nb = _storage_key(t)
+        if ptr:
+            _PINNED[ptr] = nb
+    except Exception:  # pragma: no cover - defensive
+        pass
+    return t
+
+
+def _install_patches():
+    import torch  # noqa: F401
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    cls = type(acc)
+    if acc.device_name() == "cpu":
+        # torch runs fp16 math on CPU; DeepSpeed's CPU accelerator reports fp16 unsupported
+        # when mkldnn lacks fp16. Memory accounting is unaffected (this process only).
+        cls.is_fp16_supported = lambda self: True
+    orig_pin = cls.pin_memory
+
+    def pin_memory(self, tensor, *a, **k):
+        return _record_pinned(orig_pin(self, tensor, *a, **k))
+
+    cls.pin_memory = pin_memory
+
+    try:
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+    except Exception:  # pragma: no cover
+        return
+    orig_load = AsyncIOBuilder.load
+
+    class _HandleProxy:
+        def __init__(self, h):
+            object.__setattr__(self, "_h", h)
+
+        def __getattr__(self, name):
+            return getattr(self._h, name)
+
+        def new_cpu_locked_tensor(self, *a, **k):
+            return _record_pinned(self._h.new_cpu_locked_tensor(*a, **k))
+
+    class _ModProxy:
+        def __init__(self, mod):
+            self._mod = mod
+
+        def __getattr__(self, name):
+            attr = getattr(self._mod, name)
+            if name == "aio_handle":
+                return lambda *a, **k: _HandleProxy(attr(*a, **k))
+            return attr
+
+    def load(self, *a, **k):
+        return _ModProxy(orig_load(self, *a, **k))
+
+    AsyncIOBuilder.load = load
+
+
+# ---------------------------------------------------------------------------------------------
+# census
+
+
+class Census:
+    """Bytes per item per tier, each storage counted once (first item that claims it)."""
+
+    def __init__(self, cpu_accel: bool):
+        self.seen: set[int] = set()
+        self.items: dict[str, dict[str, int]] = {}
+        self.cpu_accel = cpu_accel
+
+    def tier(self, t) -> str:
+        ptr, nb = _storage_key(t)
+        if _PINNED.get(ptr) == nb or (t.device.type == "cpu" and t.is_pinned()):
+            return "host_pinned"
+        if t.device.type != "cpu":
+            return "accelerator"
+        return "unpinned" if self.cpu_accel else "host_pageable"
+
+    def add(self, item: str, t) -> None:
+        import torch
+        if t is None or not isinstance(t, torch.Tensor):
+            return
+        try:
+            ptr, nb = _storage_key(t)
+        except Exception:
+            return
+        if ptr == 0 or nb == 0 or ptr in self.seen:
+            self.items.setdefault(item, {})
+            return
+        self.seen.add(ptr)
+        d = self.items.setdefault(item, {})
+        tier = self.tier(t)
+        d[tier] = d.get(tier, 0) + nb
+
+    def add_all(self, item: str, obj) -> None:
+        import torch
+        if obj is None:
+            return
+        if isinstance(obj, torch.Tensor):
+            self.add(item, obj)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                self.add_all(item, v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                self.add_all(item, v)
+
+    def result(self) -> dict[str, dict[str, int]]:
+        return {k: v for k, v in self.items.items()}
+
+
+def _basic_optimizer(engine):
+    opt = engine.optimizer
+    inner = getattr(opt, "optimizer", None)
+    import torch
+    if isinstance(inner, torch.optim.Optimizer):
+        return inner
+    return opt
+
+
+def _walk(engine, c: Census, extra: dict | None = None) -> None:
+    """Attribute the engine's tensors to ledger items (order = attribution priority)."""
+    opt = engine.optimizer
+    basic = _basic_optimizer(engine)
+    module = engine.module
+    name = type(opt).__name__
+
+    # ---- parameters
+    if hasattr(opt, "bit16_groups_flat"):
+        c.add_all("lp_params_flat", opt.bit16_groups_flat)
+    if hasattr(opt, "bf16_groups_flat"):
+        c.add_all("lp_params_flat", opt.bf16_groups_flat)
+    if hasattr(opt, "fp16_groups_flat"):
+        c.add_all("lp_params_flat", opt.fp16_groups_flat)
+    stage3 = hasattr(opt, "fp16_partitioned_groups_flat")
+    if stage3:
+        for g in opt.fp16_groups:
+            for p in g:
+                c.add("lp_param_partitions", p.ds_tensor)
+        for p in module.parameters():
+            if getattr(p, "ds_tensor", None) is not None and p.requires_grad:
+                c.add("lp_param_partitions", p.ds_tensor)
+        c.add_all("max_in_cpu_buffer", getattr(opt, "param_groups_fp16_flat_cpu_memory", None))
+        for p in module.parameters():
+            if p.requires_grad and p.data.numel() > 0:
+                c.add("lp_params_gathered", p.data)
+    elif name in ("FP16_UnfusedOptimizer",):
+        c.add_all("lp_params_flat", [[p.data for p in g] for g in opt.fp16_groups])
+    # frozen parameters (stage 3: their partitions / gathered copies)
+    for p in module.parameters():
+        if not p.requires_grad:
+            c.add("frozen_params", getattr(p, "ds_tensor", None))
+            if p.data.numel() > 0:
+                c.add("frozen_params", p.data)
+    for p in module.parameters():
+        if p.requires_grad and not stage3:
+            c.add("lp_params_flat", p.data)
+
+    # ---- master weights and their fp32 grads
+    masters = []
+    for attr in ("single_partition_of_fp32_groups", "fp32_groups_flat_partition", "fp32_groups_flat",
+                 "fp32_partitioned_groups_flat"):
+        if hasattr(opt, attr):
+            masters.extend(getattr(opt, attr))
+    if name == "FP16_UnfusedOptimizer":
+        for g in opt.fp32_groups:
+            masters.extend(g)
+    for m in masters:
+        c.add("fp32_master", m)
+    if name == "BF16_Optimizer":
+        c.add_all("fp32_grad_accum", getattr(opt, "fp32_groups_gradients_flat", None))
+    for m in masters:
+        c.add("fp32_grad", m.grad)
+
+    # ---- optimizer state
+    for p, st in basic.state.items():
+        for k, v in st.items():
+            item = k if k in ("exp_avg", "exp_avg_sq", "step") else f"optim_{k}"
+            c.add_all(item, v)
+
+    # ---- gradients
+    c.add_all("grad_partitions_flat_buffer", getattr(opt, "grad_partitions_flat_buffer", None))
+    c.add_all("averaged_gradients", getattr(opt, "averaged_gradients", None))
+    c.add_all("averaged_gradients", getattr(opt, "grads_in_partition", None))
+    c.add_all("offload_accumulated_grads_cpu", getattr(opt, "accumulated_grads_in_cpu", None))
+    swapper = getattr(opt, "optimizer_swapper", None)
+    if swapper is not None:
+        for info in getattr(swapper, "swap_params_info", {}).values():
+            c.add_all("opt_unswapped_grad_tails", getattr(info, "unswapped_gradients", None))
+    for p in module.parameters():
+        c.add("lp_grads", p.grad)
+        c.add("fp32_grad_accum", getattr(p, "grad_accum", None))
+
+    # ---- workspace
+    buckets = getattr(opt, "ipg_buckets", None)
+    if isinstance(buckets, dict):
+        for b in buckets.values():
+            c.add_all("ipg_bucket", getattr(b, "buffer", None))
+    c.add_all("offload_bit16_param_buffer", getattr(opt, "param_buffer_of_bit16_for_cpu_offload_groups", None))
+    c.add_all("offload_temp_grad_cpu", getattr(opt, "temp_grad_buffer_for_cpu_offload", None))
+    c.add_all("offload_temp_grad_accel", getattr(opt, "temp_grad_buffer_for_gpu_offload", None))
+    if swapper is not None:
+        mgr = getattr(swapper, "swap_buffer_manager", None)
+        c.add_all("opt_swap_buffers", getattr(mgr, "all_buffers", None))
+    pswap = None
+    for p in module.parameters():
+        pswap = getattr(p, "nvme_swapper", None)
+        if pswap is not None:
+            break
+    if pswap is not None:
+        c.add_all("param_swap_buffers", getattr(pswap, "buffers", None))
+        c.add_all("param_partitioned_swap_buffer", getattr(pswap, "partitioned_swap_buffer", None))
+    if extra:
+        for item, ts in extra.items():
+            c.add_all(item, ts)
+
+
+def _nvme_files(nvme_path: str | None, rank: int) -> dict[str, dict[str, int]]:
+    """Swap files this rank wrote under ``nvme_path`` (``zero_stage_3/*/rank{r}``), by item."""
+    out: dict[str, dict[str, int]] = {}
+    if not nvme_path:
+        return out
+    base = os.path.join(nvme_path, "zero_stage_3")
+    if not os.path.isdir(base):
+        return out
+    for kind in os.listdir(base):
+        d = os.path.join(base, kind, f"rank{rank}")
+        if not os.path.isdir(d):
+            continue
+        for fn in os.listdir(d):
+            size = os.path.getsize(os.path.join(d, fn))
+            if kind.endswith("params"):
+                item = "lp_param_partitions"
+            elif fn.startswith("exp_avg_sq-"):
+                item = "exp_avg_sq"
+            elif fn.startswith("exp_avg-"):
+                item = "exp_avg"
+            elif "_gradient_" in fn:
+                item = "fp32_grad"
+            else:
+                item = "fp32_master"
+            e = out.setdefault(item, {})
+            e["nvme"] = e.get("nvme", 0) + size
+            out.setdefault("_files", {})
+            out["_files"]["count"] = out["_files"].get("count", 0) + 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# proxy model
+
+
+def _build_model(inventory: dict):
+    import torch
+    import torch.nn as nn
+
+    class Proxy(nn.Module):
+        """Parameters with exactly the inventory's shapes, in order; forward touches each."""
+
+        def __init__(self, tensors):
+            super().__init__()
+            self._names = []
+            g = torch.Generator().manual_seed(0)
+            for i, t in enumerate(tensors):
+                name = f"p{i}"
+                p = nn.Parameter(torch.randn(*t["shape"], generator=g) * 0.02,
+                                 requires_grad=bool(t.get("trainable", True)))
+                self.register_parameter(name, p)
+                self._names.append(name)
+
+        def forward(self, x):
+            s = x.float().mean()
+            for n in self._names:
+                p = getattr(self, n)
+                s = s + (p.float() * p.float()).mean()
+            return s
+
+    tensors = inventory["tensors"]
+    model = Proxy(tensors)
+    groups: dict[int, list] = {}
+    for i, t in enumerate(tensors):
+        if t.get("trainable", True):
+            groups.setdefault(int(t.get("group", 0)), []).append(getattr(model, f"p{i}"))
+    param_groups = [{"params": groups[k]} for k in sorted(groups)]
+    return model, param_groups
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
+    import torch
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    config = cell["config"]
+    steps = int(cell.get("steps", 2))
+    nvme_path = cell.get("nvme_path")
+    _PINNED.clear()
+    model, groups = _build_model(cell["inventory"])
+    t0 = time.time()
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
+    opt = engine.optimizer
+    basic = _basic_optimizer(engine)
+    dev = get_accelerator().current_device_name()
+    dtype = next(engine.module.parameters()).dtype
+    if get_accelerator().device_name() != "cpu":
+        torch.cuda.reset_peak_memory_stats()
+
+    snaps: dict[str, dict] = {}
+    captured: dict[str, list] = {"ipg": []}
+    if hasattr(opt, "setup_buckets") and not hasattr(opt, "fp16_partitioned_groups_flat"):
+        orig_setup = opt.setup_buckets
+
+        def setup_buckets(*a, **k):
+            r = orig_setup(*a, **k)
+            for b in opt.ipg_buckets.values():
+                for buf in b.buffer:
+                    captured["ipg"].append(buf)
+            return r
+
+        opt.setup_buckets = setup_buckets
+
+    in_step_best: list = [None, -1]
+    orig_step = basic.step
+    state = {"last": False}
+
+    def step(*a, **k):
+        if state["last"]:
+            c = Census(cpu_accel)
+            _walk(engine, c)
+            tot = sum(sum(v.values()) for v in c.items.values())
+            if tot > in_step_best[1]:
+                in_step_best[0], in_step_best[1] = c.result(), tot
+        return orig_step(*a, **k)
+
+    basic.step = step
+
+    x = torch.ones(2, 4, device=dev, dtype=dtype)
+    for s in range(steps):
+        state["last"] = s == steps - 1
+        captured["ipg"] = []
+        loss = engine(x)
+        engine.backward(loss)
+        if state["last"]:
+            c = Census(cpu_accel)
+            _walk(engine, c, extra={"ipg_bucket": captured["ipg"]})
+            snaps["bwd"] = c.result()
+        engine.step()
+        del loss
+    c = Census(cpu_accel)
+    _walk(engine, c)
+    snaps["steady"] = c.result()
+    snaps["in_step"] = in_step_best[0] or {}
+    files = _nvme_files(nvme_path, rank)
+    nfiles = files.pop("_files", {}).get("count", 0)
+    for item, tiers in files.items():
+        snaps["steady"].setdefault(item, {}).update(tiers)
+    out = {
+        "snapshots": snaps,
+        "wrapper": type(opt).__name__,
+        "basic_optimizer": type(basic).__name__,
+        "nvme_files": nfiles,
+        "seconds": round(time.time() - t0, 3),
+        "accelerator": get_accelerator().device_name(),
+    }
+    if get_accelerator().device_name() != "cpu":
+        out["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
+    # release the engine before the next cell
+    try:
+        if hasattr(opt, "destroy"):
+            opt.destroy()
+    except Exception:
+        pass
+    del engine, optimizer, opt, basic, model
+    import gc
+    gc.collect()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    job_path, out_dir = argv[0], argv[1]
+    with open(job_path) as fh:
+        job = json.load(fh)
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import torch.distributed as tdist
+    from deepspeed.accelerator import get_accelerator
+
+    cpu_accel = get_accelerator().device_name() == "cpu"
+    _install_patches()
+    deepspeed.init_distributed(dist_backend="gloo" if cpu_accel else None)
+    rank = tdist.get_rank()
+    out_path = os.path.join(out_dir, f"rank{rank}.jsonl")
+    with open(out_path, "w") as out:
+        for cell in job["cells"]:
+            rec = {"id": cell["id"], "rank": rank}
+            try:
+                rec.update(_run_cell(cell, rank, cpu_accel))
+            except Exception as e:  # a rejected config: every rank raises the same way
+                rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+                rec["traceback"] = traceback.format_exc()[-2000:]
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            try:
+                tdist.barrier()
+            except Exception:
+                break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

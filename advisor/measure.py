@@ -1,0 +1,168 @@
+"""``ds-advisor measure``: run the real DeepSpeed engine and census its live tensors.
+
+:func:`run_measure` launches ``python -m torch.distributed.run`` (torch's own launcher; no
+hand-written process launcher) with ``advisor._measure_worker`` on every rank. Without a GPU
+it sets ``DS_ACCELERATOR=cpu`` and DeepSpeed uses gloo. Each rank builds a proxy model made of
+``nn.Parameter``s with the inventory's exact shapes, runs K steps and reports, per snapshot
+(``bwd``, ``in_step``, ``steady``), the bytes of each ledger item per tier (see the worker's
+docstring for how tensors are attributed and how pinned memory is detected). Swap files under
+the nvme path are counted into the ``nvme`` tier of the ``steady`` snapshot.
+
+Temporary files (job file, per-rank results, NVMe swap folders) live under a fresh folder
+inside ``workdir`` (or the system temp dir) and are removed afterwards. When a rank fails,
+torch.distributed.run stops the others; the failure is reported with each rank's error.
+
+This module and the worker are the only parts of ``advisor`` that use torch and deepspeed, and
+they import them only inside the worker process (this module itself only spawns it).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.inventory import Inventory
+
+
+class MeasureError(RuntimeError):
+    """The launch failed as a whole (launcher error, timeout, a rank crashed)."""
+
+
+@dataclass
+class CellResult:
+    """One config measured on every rank.
+
+    ``ranks[r]`` is ``{"snapshots": {snapshot: {item: {tier: bytes}}}, "wrapper": ...,
+    "basic_optimizer": ..., "nvme_files": int}``, or ``{"error": "..."}`` when DeepSpeed
+    rejected the config on that rank. Tiers: ``accelerator``, ``host_pinned``,
+    ``host_pageable``, ``nvme``, and on a CPU accelerator ``unpinned`` (device memory and
+    pageable host memory are the same RAM there).
+    """
+
+    id: str
+    ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def error(self) -> str | None:
+        errs = {r["error"] for r in self.ranks.values() if "error" in r}
+        return "; ".join(sorted(errs)) if errs else None
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _gpu_available() -> bool:
+    return shutil.which("nvidia-smi") is not None and os.environ.get("DS_ACCELERATOR", "") in ("", "cuda")
+
+
+def _prepare_config(config: dict[str, Any], nvme_dir: str) -> dict[str, Any]:
+    """A copy of ``config`` with offload nvme paths redirected to ``nvme_dir`` and a micro
+    batch size set when none is given (the proxy model takes a batch of 2)."""
+    cfg = copy.deepcopy(config)
+    if "train_batch_size" not in cfg and "train_micro_batch_size_per_gpu" not in cfg:
+        cfg["train_micro_batch_size_per_gpu"] = 1
+    z = cfg.get("zero_optimization")
+    if isinstance(z, dict):
+        for k in ("offload_optimizer", "offload_param"):
+            o = z.get(k)
+            if isinstance(o, dict) and o.get("device") == "nvme":
+                o["nvme_path"] = nvme_dir
+    return cfg
+
+
+def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str | None = None,
+                     timeout_s: float = 600.0, keep: bool = False) -> list[CellResult]:
+    """Measure several cells in one launch of ``world_size`` ranks (one DeepSpeed import per
+    rank; engines are built one after another in the same process group).
+
+    ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
+    (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2).
+    Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout).
+    """
+    base = tempfile.mkdtemp(prefix="ds-advisor-measure-", dir=workdir)
+    try:
+        job_cells = []
+        for c in cells:
+            inv = c["inventory"]
+            inv_d = inv.to_dict() if isinstance(inv, Inventory) else inv
+            nvme_dir = os.path.join(base, "nvme", str(c["id"]).replace("/", "_"))
+            os.makedirs(nvme_dir, exist_ok=True)
+            job_cells.append({"id": c["id"], "config": _prepare_config(c["config"], nvme_dir),
+                              "inventory": inv_d, "steps": int(c.get("steps", 2)), "nvme_path": nvme_dir})
+        job_path = os.path.join(base, "job.json")
+        with open(job_path, "w") as fh:
+            json.dump({"cells": job_cells}, fh)
+        out_dir = os.path.join(base, "out")
+        os.makedirs(out_dir)
+        env = dict(os.environ)
+        if not _gpu_available():
+            env["DS_ACCELERATOR"] = "cpu"
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONWARNINGS"] = "ignore"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world_size),
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               "-m", "advisor._measure_worker", job_path, out_dir]
+        log_path = os.path.join(base, "launch.log")
+        with open(log_path, "w") as log:
+            try:
+                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
+                                      start_new_session=True)
+                rc = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        results: dict[str, CellResult] = {c["id"]: CellResult(c["id"]) for c in job_cells}
+        for r in range(world_size):
+            p = os.path.join(out_dir, f"rank{r}.jsonl")
+            if not os.path.exists(p):
+                continue
+            with open(p) as fh:
+                for line in fh:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    rec = json.loads(line)
+                    results[rec["id"]].ranks[rec["rank"]] = rec
+        incomplete = [cid for cid, cr in results.items() if len(cr.ranks) != world_size]
+        if rc != 0 or incomplete:
+            with open(log_path, errors="replace") as fh:
+                tail = fh.read()[-4000:]
+            why = "timed out" if rc is None else f"exit status {rc}"
+            raise MeasureError(f"measure launch ({world_size} ranks) {why}; cells without results on every rank: "
+                               f"{incomplete[:5]}\n{tail}")
+        return [results[c["id"]] for c in job_cells]
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory | dict[str, Any],
+                world_size: int, steps: int = 2, workdir: str | None = None,
+                timeout_s: float = 600.0) -> dict[int, dict[str, Any]]:
+    """Run the real DeepSpeed engine on ``world_size`` ranks for ``steps`` steps and return,
+    per rank, ``{"snapshots": {snapshot: {item: {tier: bytes}}}, "wrapper", "basic_optimizer",
+    "nvme_files"}`` (bytes, not elements), or ``{"error": ...}`` for a rank where DeepSpeed
+    rejected the config. A config path is read with the project's loader (hjson, like
+    DeepSpeed). Raises :class:`MeasureError` when the launch fails.
+    """
+    if isinstance(config_path_or_dict, dict):
+        config = config_path_or_dict
+    else:
+        from advisor.loading import load_config
+        config = load_config(config_path_or_dict).data
+    res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps}],
+                           world_size, workdir=workdir, timeout_s=timeout_s)
+    return res[0].ranks
