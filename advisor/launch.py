@@ -1,24 +1,27 @@
 """The launch shape as the launchers set it in the environment.
 
-torchrun and the deepspeed launcher set WORLD_SIZE, RANK, LOCAL_WORLD_SIZE; Slurm sets
-SLURM_NTASKS, SLURM_JOB_NUM_NODES, SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE. Flags beat the
-environment; every value says where it came from.
+torchrun and the deepspeed launcher set WORLD_SIZE, RANK, LOCAL_WORLD_SIZE (and GROUP_RANK,
+the node index); Slurm sets SLURM_NTASKS, SLURM_JOB_NUM_NODES, SLURM_NODEID,
+SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE; the device plugins set CUDA_VISIBLE_DEVICES /
+ROCR_VISIBLE_DEVICES. Flags beat the environment; every value says where it came from.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
 class Found:
+    """One discovered value and where it came from (a variable name, a flag, or a derivation)."""
+
     value: int
     source: str
 
 
-def _int(env: Mapping[str, str], name: str) -> Found | None:
+def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> Found | None:
     v = env.get(name)
     if v is None:
         return None
@@ -26,7 +29,18 @@ def _int(env: Mapping[str, str], name: str) -> Found | None:
         n = int(str(v).split("(")[0].strip())
     except ValueError:
         return None
-    return Found(n, name) if n > 0 else None
+    return Found(n, name) if n >= minimum else None
+
+
+def _slurm_gpus(v: str | None) -> int | None:
+    """Slurm GPU counts: "8", "gpu:8", "h100:8", "8(x2)", "gpu:h100:4"; None when not a count."""
+    if not v:
+        return None
+    try:
+        n = int(v.split(",")[0].split(":")[-1].split("(")[0].strip())
+    except ValueError:
+        return None
+    return n if n > 0 else None
 
 
 def world_size_from_env(env: Mapping[str, str] | None = None) -> Found | None:
@@ -35,24 +49,133 @@ def world_size_from_env(env: Mapping[str, str] | None = None) -> Found | None:
     return _int(env, "WORLD_SIZE") or _int(env, "SLURM_NTASKS")
 
 
+def visible_devices_from_env(env: Mapping[str, str] | None = None) -> tuple[list[str], str] | None:
+    """The device list a process on this node may use: CUDA_VISIBLE_DEVICES, else
+    ROCR_VISIBLE_DEVICES, else HIP_VISIBLE_DEVICES, as (ids, variable). An empty or unset
+    variable is skipped; entries may be indices, UUIDs or MIG ids, returned as written."""
+    env = os.environ if env is None else env
+    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        v = env.get(name)
+        if v is None:
+            continue
+        ids = [x.strip() for x in v.split(",") if x.strip()]
+        if ids:
+            return ids, name
+    return None
+
+
 def gpus_per_node_from_env(env: Mapping[str, str] | None = None) -> Found | None:
     """Ranks per node: LOCAL_WORLD_SIZE, else SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
     (Slurm may write "gpu:8" or "8(x2)"), else the count in CUDA_VISIBLE_DEVICES /
     ROCR_VISIBLE_DEVICES."""
     env = os.environ if env is None else env
-    f = _int(env, "LOCAL_WORLD_SIZE") or _int(env, "SLURM_GPUS_ON_NODE")
+    f = _int(env, "LOCAL_WORLD_SIZE")
     if f:
         return f
-    v = env.get("SLURM_GPUS_PER_NODE")
-    if v:
-        try:
-            return Found(int(v.split(":")[-1].split("(")[0]), "SLURM_GPUS_PER_NODE")
-        except ValueError:
-            pass
-    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
-        v = env.get(name)
-        if v:
-            ids = [x for x in v.split(",") if x.strip()]
-            if ids:
-                return Found(len(ids), name)
+    for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        n = _slurm_gpus(env.get(name))
+        if n:
+            return Found(n, name)
+    vis = visible_devices_from_env(env)
+    if vis:
+        return Found(len(vis[0]), vis[1])
     return None
+
+
+@dataclass
+class LaunchShape:
+    """The launch shape for one node, every value with its source.
+
+    ``world_size``: total ranks; ``gpus_per_node``: ranks per node; ``num_nodes``;
+    ``node_rank``: this node's index (ranks node_rank*gpus_per_node ... on it); ``rank``: this
+    process's global rank when a launcher set one; ``visible_devices``: the device ids this
+    node's ranks may use, as written in the variable named by ``visible_source``.
+    ``notes``: how derived values were obtained and what disagrees.
+    """
+
+    world_size: Found | None = None
+    gpus_per_node: Found | None = None
+    num_nodes: Found | None = None
+    node_rank: Found | None = None
+    rank: Found | None = None
+    visible_devices: list[str] | None = None
+    visible_source: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def node_ranks(self) -> list[int]:
+        """Global ranks on this node (contiguous placement, as torchrun and Slurm's block
+        distribution use): node_rank*g ... node_rank*g + g - 1, clipped to the world size."""
+        ws = self.world_size.value if self.world_size else 1
+        g = self.gpus_per_node.value if self.gpus_per_node else ws
+        node = self.node_rank.value if self.node_rank else 0
+        return [r for r in range(node * g, node * g + g) if r < ws] or list(range(min(g, ws)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape: each value as {"value", "source"} or null."""
+        def f(x: Found | None) -> dict[str, Any] | None:
+            return None if x is None else {"value": x.value, "source": x.source}
+        return {"world_size": f(self.world_size), "gpus_per_node": f(self.gpus_per_node),
+                "num_nodes": f(self.num_nodes), "node_rank": f(self.node_rank), "rank": f(self.rank),
+                "visible_devices": ({"value": self.visible_devices, "source": self.visible_source}
+                                    if self.visible_devices is not None else None),
+                "node_ranks": self.node_ranks(), "notes": list(self.notes)}
+
+
+def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | None = None,
+                    gpus_per_node: int | None = None) -> LaunchShape:
+    """The launch shape from flags (``world_size``, ``gpus_per_node``: they win) and the
+    environment ``env`` (default ``os.environ``).
+
+    Rules, in order: world size = --world-size, WORLD_SIZE, else SLURM_NTASKS -- except that
+    when SLURM_NTASKS equals SLURM_JOB_NUM_NODES and a node has more than one GPU (one task
+    per node that runs a per-node launcher such as torchrun), the world size is nodes x GPUs
+    per node. Ranks per node = --gpus-per-node, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE,
+    SLURM_GPUS_PER_NODE, else the count of visible devices. Nodes = SLURM_JOB_NUM_NODES
+    (SLURM_NNODES), else world size / ranks per node. This node's index = GROUP_RANK
+    (torchrun), SLURM_NODEID, else RANK // ranks per node, else 0.
+    """
+    env = os.environ if env is None else env
+    shape = LaunchShape()
+    vis = visible_devices_from_env(env)
+    if vis:
+        shape.visible_devices, shape.visible_source = vis
+    shape.rank = _int(env, "RANK", minimum=0)
+
+    if gpus_per_node is not None:
+        shape.gpus_per_node = Found(gpus_per_node, "--gpus-per-node")
+    else:
+        shape.gpus_per_node = gpus_per_node_from_env(env)
+    nodes = _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES")
+    g = shape.gpus_per_node.value if shape.gpus_per_node else None
+
+    if world_size is not None:
+        shape.world_size = Found(world_size, "--world-size")
+    else:
+        ws = _int(env, "WORLD_SIZE")
+        if ws is None:
+            nt = _int(env, "SLURM_NTASKS")
+            if nt and nodes and nt.value == nodes.value and g and g > 1:
+                ws = Found(nodes.value * g, f"{nodes.source} x {shape.gpus_per_node.source}"
+                                            f" (SLURM_NTASKS={nt.value}: one launcher task per node)")
+            else:
+                ws = nt
+        shape.world_size = ws
+
+    if nodes:
+        shape.num_nodes = nodes
+    elif shape.world_size and g:
+        shape.num_nodes = Found(max(1, -(-shape.world_size.value // g)),
+                                f"{shape.world_size.source} / {shape.gpus_per_node.source}")
+
+    node = _int(env, "GROUP_RANK", minimum=0) or _int(env, "SLURM_NODEID", minimum=0)
+    if node is None and shape.rank is not None and g:
+        node = Found(shape.rank.value // g, f"RANK // {shape.gpus_per_node.source}")
+    shape.node_rank = node
+
+    ws_v = shape.world_size.value if shape.world_size else None
+    if ws_v and g and ws_v % g and ws_v > g:
+        shape.notes.append(f"world size {ws_v} is not a multiple of {g} ranks per node")
+    if ws_v and g and shape.num_nodes and shape.num_nodes.value * g < ws_v:
+        shape.notes.append(f"{shape.num_nodes.value} node(s) x {g} ranks per node = {shape.num_nodes.value * g} "
+                           f"< world size {ws_v}")
+    return shape

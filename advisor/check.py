@@ -1,0 +1,705 @@
+"""The pre-launch gate: will this config fit on the node it is about to run on?
+
+``ds-advisor check`` runs as the first line of an sbatch or torchrun script, on each node. It
+
+1. discovers the launch shape from flags and the launcher's environment
+   (:func:`advisor.launch.discover_launch`), each value with its source;
+2. probes this node: accelerator memory (``nvidia-smi``'s CSV query, else ``rocm-smi --json``,
+   else torch *only if the caller already imported it*: this module never imports torch or
+   deepspeed), host memory (``/proc/meminfo`` MemAvailable), and every ``nvme_path`` that
+   ZeRO-3 will swap to (exists, writable, free space against the swap files of this node's
+   ranks, libaio loadable);
+3. runs lint and the estimate (the ledger) against what it found, and gives a go / no-go
+   verdict per tier with the headroom.
+
+Capacities, in order of precedence: a flag (``--gpu-memory``, ``--host-memory``), the probe,
+then a hardware spec. Exit codes (:data:`EXIT_OK` ...): 0 go; 1 no-go (a tier does not fit,
+or an error-level finding); 2 bad usage or unreadable input (raised by the caller); 3 with
+``strict`` only: a probe failed (without ``strict`` that is a warning and the flags / spec
+are used; a tier with no capacity at all is reported "unknown" and does not block).
+
+Test-only hooks (documented so that nobody uses them in production):
+
+* ``DS_ADVISOR_TEST_DISK_FREE``: a JSON object ``{"<nvme_path>": bytes or "10GB", ...}`` that
+  replaces the free space :func:`shutil.disk_usage` reports for those paths (same as the
+  ``disk_free`` parameter of :func:`probe_nvme_paths` / :func:`run_check`);
+* ``DS_ADVISOR_TEST_LIBAIO``: ``0`` or ``1`` forces libaio to be reported missing or present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE
+from advisor.findings import Finding, sort_findings
+from advisor.launch import Found, LaunchShape, discover_launch
+from advisor.units import gb, gib
+
+if TYPE_CHECKING:  # imported lazily at run time
+    from advisor.estimate import EstimateResult
+    from advisor.inventory import Inventory
+    from advisor.loading import LoadedConfig
+
+CHECK_SCHEMA_VERSION = 1
+#: Seconds an accelerator tool (nvidia-smi, rocm-smi) may take before the probe gives up.
+PROBE_TIMEOUT_S = 10.0
+NVIDIA_SMI_QUERY = ["--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
+ROCM_SMI_QUERY = ["--showmeminfo", "vram", "--json"]
+MIB = 1 << 20
+
+
+# --- accelerators ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator as the probe saw it (bytes)."""
+
+    index: str
+    name: str
+    total: int
+    used: int
+
+    @property
+    def free(self) -> int:
+        return max(0, self.total - self.used)
+
+
+@dataclass
+class AcceleratorProbe:
+    """The accelerators this node's ranks may use, or why they could not be found.
+
+    ``devices`` is already filtered by CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES when the ids
+    are indices the tool reported. ``source`` names the tool (with its path) or "torch".
+    """
+
+    devices: list[Device] = field(default_factory=list)
+    source: str | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.devices)
+
+    def per_rank_capacity(self) -> int | None:
+        """The smallest free memory among the devices (a rank may land on any of them)."""
+        return min((d.free for d in self.devices), default=None)
+
+
+def parse_nvidia_smi_csv(text: str) -> list[Device]:
+    """Parse ``nvidia-smi --query-gpu=index,name,memory.total,memory.used
+    --format=csv,noheader,nounits`` output (memory in MiB), e.g.
+    ``0, NVIDIA H100 80GB HBM3, 81559, 0``. Raises ValueError on a malformed line; a line whose
+    memory reads ``[N/A]`` / ``[Not Supported]`` raises too (MIG or a broken driver)."""
+    out: list[Device] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            raise ValueError(f"unexpected nvidia-smi line: {line.strip()!r}")
+        index, name, total, used = parts[0], ", ".join(parts[1:-2]), parts[-2], parts[-1]
+        try:
+            out.append(Device(index, name, int(float(total)) * MIB, int(float(used)) * MIB))
+        except ValueError:
+            raise ValueError(f"nvidia-smi reports no memory size for GPU {index} ({name}): {total!r}") from None
+    return out
+
+
+def parse_rocm_smi_json(text: str) -> list[Device]:
+    """Parse ``rocm-smi --showmeminfo vram --json``: ``{"card0": {"VRAM Total Memory (B)":
+    "68702699520", "VRAM Total Used Memory (B)": "10960896", ...}, ...}``."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("rocm-smi JSON is not an object")
+    out: list[Device] = []
+    for card, info in data.items():
+        if not (isinstance(card, str) and card.lower().startswith("card") and isinstance(info, dict)):
+            continue
+        total = used = None
+        for k, v in info.items():
+            kl = k.lower()
+            if "total memory" in kl and "used" not in kl:
+                total = int(v)
+            elif "used" in kl:
+                used = int(v)
+        if total is None:
+            raise ValueError(f"rocm-smi reports no VRAM total for {card}")
+        out.append(Device(card[4:], str(info.get("Card series", info.get("Card SKU", "AMD GPU"))), total, used or 0))
+    return sorted(out, key=lambda d: int(d.index) if d.index.isdigit() else 0)
+
+
+def _run_tool(path: str, args: list[str], timeout: float) -> str:
+    """Run ``path args`` and return stdout; raise RuntimeError with one line on any failure."""
+    try:
+        cp = subprocess.run([path, *args], capture_output=True, text=True, timeout=timeout, check=False,
+                            stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{path} did not answer within {timeout:g} s") from None
+    except OSError as e:
+        raise RuntimeError(f"{path}: {e.strerror or e}") from None
+    if cp.returncode != 0:
+        msg = (cp.stderr.strip() or cp.stdout.strip() or "").splitlines()
+        raise RuntimeError(f"{path} exited {cp.returncode}" + (f": {msg[0]}" if msg else ""))
+    return cp.stdout
+
+
+def _filter_visible(devices: list[Device], visible: list[str] | None, var: str | None,
+                    notes: list[str]) -> list[Device]:
+    if not visible:
+        return devices
+    by_index = {d.index: d for d in devices}
+    if all(v.isdigit() for v in visible) and all(v in by_index for v in visible):
+        return [by_index[v] for v in visible]
+    notes.append(f"{var}={','.join(visible)} does not name indices the tool reported "
+                 f"({','.join(by_index)}); all {len(devices)} reported devices are considered")
+    return devices
+
+
+def probe_accelerators(env: Mapping[str, str] | None = None, visible: list[str] | None = None,
+                       visible_source: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> AcceleratorProbe:
+    """Find this node's accelerators: nvidia-smi on PATH (from ``env``), else rocm-smi, else
+    torch when it is already in ``sys.modules`` (never imported here).
+
+    ``visible``: device ids from CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES; the tools list
+    every device on the node, so the result is filtered to these.
+    """
+    env = os.environ if env is None else env
+    path_var = env.get("PATH", os.defpath)
+    errors: list[str] = []
+    for tool, args, parse in (("nvidia-smi", NVIDIA_SMI_QUERY, parse_nvidia_smi_csv),
+                              ("rocm-smi", ROCM_SMI_QUERY, parse_rocm_smi_json)):
+        exe = shutil.which(tool, path=path_var)
+        if exe is None:
+            continue
+        try:
+            devices = parse(_run_tool(exe, args, timeout))
+        except (RuntimeError, ValueError) as e:
+            errors.append(str(e))
+            continue
+        if not devices:
+            errors.append(f"{exe} lists no devices")
+            continue
+        probe = AcceleratorProbe(source=f"{tool} ({exe})")
+        probe.devices = _filter_visible(devices, visible, visible_source, probe.notes)
+        return probe
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            cuda = torch.cuda
+            if cuda.is_available():
+                devs = []
+                for i in range(cuda.device_count()):
+                    p = cuda.get_device_properties(i)
+                    devs.append(Device(str(i), str(p.name), int(p.total_memory), int(cuda.memory_reserved(i))))
+                if devs:
+                    return AcceleratorProbe(devices=devs, source="torch.cuda (already imported by the caller)")
+            errors.append("torch is imported but sees no accelerator")
+        except Exception as e:  # noqa: BLE001 - a probe never crashes the gate
+            errors.append(f"torch.cuda: {type(e).__name__}: {e}")
+    if not errors:
+        errors.append("neither nvidia-smi nor rocm-smi is on PATH (and torch is not imported)")
+    return AcceleratorProbe(error="; ".join(errors))
+
+
+# --- host memory -------------------------------------------------------------------------
+
+@dataclass
+class HostProbe:
+    """Host memory of this node (bytes): MemAvailable is what a new job can get."""
+
+    available: int | None = None
+    total: int | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+def probe_host(meminfo_path: str = "/proc/meminfo") -> HostProbe:
+    """Read MemAvailable and MemTotal (kB = KiB) from ``meminfo_path``."""
+    try:
+        with open(meminfo_path, encoding="ascii", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except OSError as e:
+        return HostProbe(error=f"{meminfo_path}: {e.strerror or e}")
+    vals: dict[str, int] = {}
+    for line in text.splitlines():
+        k, _, rest = line.partition(":")
+        f = rest.split()
+        if f and f[0].isdigit():
+            vals[k.strip()] = int(f[0]) * (1024 if len(f) > 1 and f[1].lower() == "kb" else 1)
+    if "MemAvailable" not in vals:
+        return HostProbe(total=vals.get("MemTotal"), error=f"{meminfo_path} has no MemAvailable line")
+    return HostProbe(available=vals["MemAvailable"], total=vals.get("MemTotal"), source=meminfo_path)
+
+
+# --- NVMe ----------------------------------------------------------------------------------
+
+@dataclass
+class LibaioProbe:
+    """Whether libaio (what DeepSpeed's async_io op links against) can be loaded."""
+
+    found: bool
+    detail: str
+
+
+def probe_libaio(env: Mapping[str, str] | None = None) -> LibaioProbe:
+    """dlopen libaio.so.1, else look for it with ctypes.util.find_library("aio")."""
+    env = os.environ if env is None else env
+    forced = env.get("DS_ADVISOR_TEST_LIBAIO")
+    if forced in ("0", "1"):
+        return LibaioProbe(forced == "1", f"DS_ADVISOR_TEST_LIBAIO={forced} (test hook)")
+    import ctypes
+
+    try:
+        ctypes.CDLL("libaio.so.1")
+        return LibaioProbe(True, "libaio.so.1 loads")
+    except OSError as e:
+        err = str(e)
+    import ctypes.util
+
+    name = ctypes.util.find_library("aio")
+    if name:
+        try:
+            ctypes.CDLL(name)
+            return LibaioProbe(True, f"{name} loads")
+        except OSError as e:
+            err = str(e)
+    return LibaioProbe(False, f"libaio not loadable ({err}); install libaio1 / libaio (e.g. apt install libaio1t64)")
+
+
+@dataclass
+class NvmePath:
+    """One ``nvme_path`` from the config and what the probe found there."""
+
+    path: str
+    #: "offload_optimizer" and/or "offload_param".
+    roles: list[str]
+    pointers: list[str]
+    exists: bool = False
+    is_dir: bool = False
+    writable: bool = False
+    write_error: str | None = None
+    free: int | None = None
+    free_source: str | None = None
+    #: Filesystem id (st_dev) so that paths on one filesystem share its free space.
+    device: int | None = None
+    #: Swap-file bytes this node's ranks will write under this path (from the ledger).
+    need: int = 0
+
+
+def _test_disk_free(env: Mapping[str, str]) -> dict[str, int]:
+    raw = env.get("DS_ADVISOR_TEST_DISK_FREE")
+    if not raw:
+        return {}
+    from advisor.units import parse_size
+
+    d = json.loads(raw)
+    return {os.path.normpath(k): (int(v) if isinstance(v, int) else parse_size(str(v))) for k, v in d.items()}
+
+
+def probe_nvme_path(p: NvmePath, disk_free: Mapping[str, int] | None = None) -> NvmePath:
+    """Fill in exists / writable (os.access and actually creating a temporary file) / free
+    space for ``p`` in place and return it. ``disk_free``: test hook, path -> free bytes."""
+    path = p.path
+    p.exists = os.path.exists(path)
+    p.is_dir = os.path.isdir(path)
+    if not p.is_dir:
+        return p
+    try:
+        p.device = os.stat(path).st_dev
+    except OSError:
+        p.device = None
+    if not os.access(path, os.W_OK | os.X_OK):
+        p.write_error = "no write permission (os.access)"
+    else:
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".ds-advisor-check-") as fh:
+                fh.write(b"\0")
+                fh.flush()
+            p.writable = True
+        except OSError as e:
+            p.write_error = f"cannot create a file: {e.strerror or e}"
+    override = (disk_free or {}).get(os.path.normpath(path))
+    if override is not None:
+        p.free, p.free_source = override, "test hook (DS_ADVISOR_TEST_DISK_FREE / disk_free)"
+    else:
+        try:
+            p.free, p.free_source = shutil.disk_usage(path).free, "statvfs"
+        except OSError as e:
+            p.write_error = p.write_error or f"cannot stat the filesystem: {e.strerror or e}"
+    return p
+
+
+def nvme_paths_of(loaded_data: dict[str, Any], ec: Any) -> tuple[list[NvmePath], list[Finding]]:
+    """The nvme_paths ZeRO will really swap to (offload device ``nvme`` *effective*, i.e. stage 3),
+    merged when both blocks name the same folder, plus an error for a missing nvme_path."""
+    paths: dict[str, NvmePath] = {}
+    findings: list[Finding] = []
+    for role, eff, block in (("offload_optimizer", ec.offload_optimizer_effective, ec.zero.offload_optimizer),
+                             ("offload_param", ec.offload_param_effective, ec.zero.offload_param)):
+        if eff != "nvme":
+            continue
+        ptr = f"/zero_optimization/{role}"
+        if not block.nvme_path:
+            findings.append(Finding("K101", "error", ptr + "/device",
+                                    f"{role}.device is nvme but no nvme_path is given: DeepSpeed fails when it "
+                                    "creates the swapper", fix=f'set "{role}": {{"nvme_path": "/local_nvme"}}'))
+            continue
+        key = os.path.normpath(block.nvme_path)
+        if key not in paths:
+            paths[key] = NvmePath(path=block.nvme_path, roles=[], pointers=[])
+        paths[key].roles.append(role)
+        paths[key].pointers.append(ptr + "/nvme_path")
+    return list(paths.values()), findings
+
+
+# --- verdict -------------------------------------------------------------------------------
+
+@dataclass
+class TierVerdict:
+    """One row of the verdict: a tier (accelerator, host, or nvme:<path>) on this node."""
+
+    tier: str
+    scope: str
+    need: int
+    capacity: int | None
+    capacity_source: str | None
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.need
+
+    @property
+    def verdict(self) -> str:
+        """"go", "no-go", or "unknown" (no capacity known)."""
+        if self.capacity is None:
+            return "unknown"
+        return "go" if self.need <= self.capacity else "no-go"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tier": self.tier, "scope": self.scope, "need": self.need, "capacity": self.capacity,
+                "capacity_source": self.capacity_source, "headroom": self.headroom, "verdict": self.verdict}
+
+
+@dataclass
+class CheckResult:
+    """Everything check found, and the verdict. ``exit_code`` follows the contract above."""
+
+    source: str
+    model: str
+    parameters: int
+    launch: LaunchShape
+    accelerators: AcceleratorProbe
+    host: HostProbe
+    nvme: list[NvmePath]
+    libaio: LibaioProbe | None
+    tiers: list[TierVerdict]
+    findings: list[Finding]
+    warnings: list[str]
+    excluded: list[str]
+    probe_failed: bool
+    strict: bool
+
+    @property
+    def verdict(self) -> str:
+        """"go" or "no-go" (any tier that does not fit, or any error-level finding)."""
+        if any(t.verdict == "no-go" for t in self.tiers) or any(f.severity == "error" for f in self.findings):
+            return "no-go"
+        return "go"
+
+    @property
+    def exit_code(self) -> int:
+        if self.strict and self.probe_failed:
+            return EXIT_PROBE
+        return EXIT_FINDINGS if self.verdict == "no-go" else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``check --format json`` (versioned by ``schema_version``)."""
+        from advisor import DEEPSPEED_VERSION, __version__
+
+        acc = self.accelerators
+        return {
+            "schema_version": CHECK_SCHEMA_VERSION,
+            "tool": f"ds-advisor {__version__}",
+            "deepspeed": DEEPSPEED_VERSION,
+            "config": self.source,
+            "model": {"name": self.model, "parameters": self.parameters},
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "probe_failed": self.probe_failed,
+            "launch": self.launch.to_dict(),
+            "resources": {
+                "accelerators": {"source": acc.source, "error": acc.error, "notes": acc.notes,
+                                 "devices": [{"index": d.index, "name": d.name, "total": d.total, "used": d.used,
+                                              "free": d.free} for d in acc.devices]},
+                "host": {"available": self.host.available, "total": self.host.total, "source": self.host.source,
+                         "error": self.host.error},
+                "nvme": [{"path": p.path, "roles": p.roles, "exists": p.exists, "writable": p.writable,
+                          "write_error": p.write_error, "free": p.free, "free_source": p.free_source,
+                          "need": p.need} for p in self.nvme],
+                "libaio": None if self.libaio is None else {"found": self.libaio.found, "detail": self.libaio.detail},
+            },
+            "tiers": [t.to_dict() for t in self.tiers],
+            "findings": [f.to_dict() for f in self.findings],
+            "warnings": list(self.warnings),
+            "excluded": list(self.excluded),
+        }
+
+
+def _nvme_need_by_path(result: "EstimateResult", paths: list[NvmePath], node_ranks: list[int]) -> None:
+    """Swap-file bytes per nvme_path for this node's ranks: parameter files go to
+    offload_param.nvme_path, everything else (fp32 master, moments, gradients) to
+    offload_optimizer.nvme_path."""
+    on_node = set(node_ranks)
+    by_role = {"offload_param": 0, "offload_optimizer": 0}
+    ranks = [rl for rl in result.ledger.ranks if rl.rank in on_node] or result.ledger.ranks[:len(node_ranks)]
+    for rl in ranks:
+        for e in rl.entries:
+            if e.tier == "nvme":
+                by_role["offload_param" if e.cls == "parameters" else "offload_optimizer"] += e.bytes
+    # With tensor/pipeline parallelism the ledger's ranks are data-parallel ranks.
+    scale = max(1, len(node_ranks) // max(1, len(ranks)))
+    for p in paths:
+        p.need = sum(by_role[r] for r in p.roles) * scale
+
+
+def _nvme_tiers(paths: list[NvmePath]) -> list[TierVerdict]:
+    """One row per filesystem: paths on the same device share its free space."""
+    groups: dict[Any, list[NvmePath]] = {}
+    for p in paths:
+        if p.free is None:
+            continue
+        groups.setdefault(p.device if p.device is not None else p.path, []).append(p)
+    rows = []
+    for ps in groups.values():
+        frees = [p.free for p in ps if p.free is not None]
+        rows.append(TierVerdict(tier="nvme " + ", ".join(p.path for p in ps), scope="per node (this node's ranks)",
+                                need=sum(p.need for p in ps), capacity=min(frees),
+                                capacity_source=f"free space ({ps[0].free_source})"))
+    return rows
+
+
+def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: LibaioProbe | None) -> list[Finding]:
+    out: list[Finding] = []
+    for p in paths:
+        ptr = p.pointers[0]
+        if not p.exists:
+            parent = os.path.dirname(os.path.abspath(p.path))
+            out.append(Finding("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node "
+                               f"(DeepSpeed would create it on {parent}'s filesystem, which is probably not the NVMe "
+                               "drive)", fix="mount the NVMe drive there, or point nvme_path at its mount point"))
+        elif not p.is_dir:
+            out.append(Finding("K102", "error", ptr, f"nvme_path {p.path} is not a directory",
+                               fix="point nvme_path at a directory on the NVMe drive"))
+        elif not p.writable:
+            out.append(Finding("K103", "error", ptr, f"nvme_path {p.path} is not writable: {p.write_error}",
+                               fix="fix the mount (read-only?) or the permissions for the job's user"))
+    for r in rows:
+        if r.verdict == "no-go":
+            out.append(Finding("K104", "error", paths[0].pointers[0] if paths else "/zero_optimization",
+                               f"{r.tier}: swap files of this node's ranks need {gb(r.need)} ({gib(r.need)}) but only "
+                               f"{gb(r.capacity or 0)} is free: over by {gb(r.need - (r.capacity or 0))}",
+                               fix="free space on the drive, use a larger drive, or spread ranks over more nodes",
+                               data={"need": r.need, "free": r.capacity}))
+    if paths and libaio is not None and not libaio.found:
+        out.append(Finding("K105", "error", paths[0].pointers[0], f"NVMe offload needs libaio: {libaio.detail}",
+                           fix="install libaio on every node (DeepSpeed's async_io op loads libaio.so.1)"))
+    return out
+
+
+def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[str, str] | None = None,
+              world_size: int | None = None, gpus_per_node: int | None = None, gpu_memory: int | None = None,
+              host_memory: int | None = None, hardware: Any = None, hf: bool = False, strict: bool = False,
+              disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
+              timeout: float = PROBE_TIMEOUT_S) -> CheckResult:
+    """Probe this node, run lint and the estimate, and judge every tier.
+
+    ``env``: the environment to read launcher variables and PATH from (default os.environ).
+    ``world_size`` / ``gpus_per_node`` / ``gpu_memory`` (bytes per rank) / ``host_memory``
+    (bytes per node): flags, which beat the environment and the probes. ``hardware``: an
+    optional spec with ``gpu_memory`` / ``host_memory`` (bytes) used when neither a flag nor
+    a probe gives the value. ``disk_free``: test hook, nvme_path -> free bytes (also read from
+    DS_ADVISOR_TEST_DISK_FREE). ``strict``: a failed probe makes the exit code 3.
+    """
+    from advisor.effective import effective_config
+    from advisor.estimate import Capacity, estimate
+    from advisor.ledger import Cluster
+    from advisor.lint import lint_config
+
+    env = os.environ if env is None else env
+    warnings: list[str] = []
+    probe_failed = False
+    launch = discover_launch(env, world_size=world_size, gpus_per_node=gpus_per_node)
+
+    acc = probe_accelerators(env, launch.visible_devices, launch.visible_source, timeout)
+    if not acc.ok:
+        probe_failed = True
+        warnings.append(f"accelerators could not be probed: {acc.error}")
+    warnings.extend(acc.notes)
+    if launch.gpus_per_node is None and acc.ok:
+        launch.gpus_per_node = Found(len(acc.devices), f"{acc.source.split(' ')[0]} (visible devices)")
+    if launch.world_size is None:
+        g = launch.gpus_per_node
+        launch.world_size = Found(g.value, f"{g.source} (one node assumed)") if g else Found(1, "default 1")
+        launch.notes.append(f"no launcher variables: world size {launch.world_size.value} ({launch.world_size.source})")
+    if launch.num_nodes is None and launch.gpus_per_node:
+        launch.num_nodes = Found(max(1, -(-launch.world_size.value // launch.gpus_per_node.value)),
+                                 f"{launch.world_size.source} / {launch.gpus_per_node.source}")
+    ws = launch.world_size.value
+    gpn = launch.gpus_per_node.value if launch.gpus_per_node else None
+
+    host = probe_host(meminfo_path)
+    if host.error:
+        probe_failed = True
+        warnings.append(f"host memory could not be probed: {host.error}")
+
+    # Capacities: flag > probe > hardware spec.
+    hw_gpu = getattr(hardware, "gpu_memory", None) if hardware is not None else None
+    hw_host = getattr(hardware, "host_memory", None) if hardware is not None else None
+    hw_name = getattr(hardware, "name", "hardware spec") if hardware is not None else None
+    if gpu_memory is not None:
+        acc_cap, acc_src = gpu_memory, "--gpu-memory"
+    elif acc.ok:
+        worst = min(acc.devices, key=lambda d: d.free)
+        acc_cap, acc_src = worst.free, f"{acc.source}: GPU {worst.index} free (total - used)"
+    elif hw_gpu:
+        acc_cap, acc_src = int(hw_gpu), f"--hardware {hw_name}"
+    else:
+        acc_cap, acc_src = None, None
+    if host_memory is not None:
+        host_cap, host_src = host_memory, "--host-memory"
+    elif host.available is not None:
+        host_cap, host_src = host.available, f"{host.source} MemAvailable"
+    elif hw_host:
+        host_cap, host_src = int(hw_host), f"--hardware {hw_name}"
+    else:
+        host_cap, host_src = None, None
+
+    ec = effective_config(loaded.data)
+    findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source, inventory=inventory,
+                           hf=hf)
+    result = estimate(loaded, inventory, Cluster(world_size=ws, gpus_per_node=gpn),
+                      Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, effective=ec)
+    tiers: list[TierVerdict] = []
+    for r in result.fit:
+        if r.tier == "nvme":
+            continue
+        src = acc_src if r.tier == "accelerator" else host_src
+        tiers.append(TierVerdict(r.tier, r.scope, r.need, r.capacity, src))
+
+    # Launch shape against the devices found.
+    if acc.ok and gpn and gpn > len(acc.devices):
+        findings_extra = [Finding("K110", "error", "", f"{gpn} ranks per node ({launch.gpus_per_node.source}) but only "
+                                  f"{len(acc.devices)} accelerator(s) visible on this node ({acc.source})",
+                                  fix="request as many GPUs per node as ranks per node, or lower the rank count")]
+    else:
+        findings_extra = []
+    for n in launch.notes:
+        if "not a multiple" in n or "< world size" in n:
+            findings_extra.append(Finding("K111", "warning", "", f"launch shape: {n}"))
+
+    # NVMe: only the paths ZeRO-3 really swaps to.
+    paths, nv_findings = nvme_paths_of(loaded.data, ec)
+    libaio = None
+    if paths or nv_findings:
+        free_hook = dict(_test_disk_free(env))
+        free_hook.update({os.path.normpath(k): v for k, v in (disk_free or {}).items()})
+        for p in paths:
+            probe_nvme_path(p, free_hook)
+        _nvme_need_by_path(result, paths, launch.node_ranks())
+        libaio = probe_libaio(env)
+        nv_rows = _nvme_tiers(paths)
+        tiers.extend(nv_rows)
+        nv_findings += _nvme_findings(paths, nv_rows, libaio)
+    for t in tiers:
+        if t.capacity is None:
+            warnings.append(f"{t.tier} capacity unknown: not checked (give "
+                            + ("--gpu-memory" if t.tier == "accelerator" else "--host-memory") + " or --hardware)")
+
+    extra = [f.located(loaded.positions, loaded.source) for f in findings_extra + nv_findings]
+    all_findings = sort_findings(list(result.findings) + extra)
+    return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,
+                       accelerators=acc, host=host, nvme=paths, libaio=libaio, tiers=tiers, findings=all_findings,
+                       warnings=warnings, excluded=list(result.ledger.excluded), probe_failed=probe_failed,
+                       strict=strict)
+
+
+# --- text ----------------------------------------------------------------------------------
+
+def _val(f: Found | None) -> str:
+    return "unknown" if f is None else f"{f.value:<6} from {f.source}"
+
+
+def check_text(r: CheckResult) -> str:
+    """The human report: launch shape and resources with their sources, the verdict per tier,
+    findings, warnings, and a last line ``GO`` / ``NO-GO`` with the exit code."""
+    L: list[str] = [f"ds-advisor check: {r.source}, model {r.model} ({r.parameters:,} parameters)", "launch shape"]
+    ls = r.launch
+    L.append(f"  world size       {_val(ls.world_size)}")
+    L.append(f"  ranks per node   {_val(ls.gpus_per_node)}")
+    L.append(f"  nodes            {_val(ls.num_nodes)}")
+    L.append(f"  this node        {_val(ls.node_rank) if ls.node_rank else '0      (default)'}  "
+             f"ranks {ls.node_ranks()[0]}-{ls.node_ranks()[-1]}")
+    if ls.rank is not None:
+        L.append(f"  this rank        {_val(ls.rank)}")
+    if ls.visible_devices is not None:
+        L.append(f"  visible devices  {','.join(ls.visible_devices)} from {ls.visible_source}")
+    L.append("this node")
+    a = r.accelerators
+    if a.ok:
+        names = sorted({d.name for d in a.devices})
+        L.append(f"  accelerators     {len(a.devices)} x {' / '.join(names)} from {a.source}")
+        groups: dict[tuple[int, int], list[str]] = {}
+        for d in a.devices:
+            groups.setdefault((d.total, d.used), []).append(d.index)
+        for (total, used), idx in groups.items():
+            L.append(f"    GPU {','.join(idx)}: {gb(total)} total, {gb(used)} used, {gb(max(0, total - used))} free"
+                     + (" each" if len(idx) > 1 else ""))
+    else:
+        L.append(f"  accelerators     not probed: {a.error}")
+    h = r.host
+    if h.available is not None:
+        L.append(f"  host memory      {gb(h.available)} available of {gb(h.total or 0)} from {h.source}")
+    else:
+        L.append(f"  host memory      not probed: {h.error}")
+    for p in r.nvme:
+        state = ("missing" if not p.exists else "not a directory" if not p.is_dir else
+                 "writable" if p.writable else f"NOT writable ({p.write_error})")
+        free = "" if p.free is None else f", {gb(p.free)} free ({p.free_source})"
+        L.append(f"  nvme_path        {p.path} ({'+'.join(p.roles)}): {state}{free}; swap files {gb(p.need)}")
+    if r.libaio is not None:
+        L.append(f"  libaio           {'found' if r.libaio.found else 'MISSING'}: {r.libaio.detail}")
+    L.append("verdict per tier")
+    for t in r.tiers:
+        cap = "unknown" if t.capacity is None else gb(t.capacity)
+        head = "" if t.headroom is None else f", headroom {gb(t.headroom)}"
+        L.append(f"  {t.verdict.upper():<7} {t.tier} [{t.scope}]: need {gb(t.need)} of {cap}{head}"
+                 + (f"  [capacity from {t.capacity_source}]" if t.capacity_source else ""))
+    for x in r.excluded:
+        L.append(f"  not counted: {x}")
+    if r.findings:
+        L.append("findings")
+        for f in r.findings:
+            loc = f"{f.file}:{f.line}: " if f.line else ""
+            L.append(f"  {loc}{f.severity} {f.code} {f.pointer or '/'}: {f.message}")
+            if f.fix:
+                L.append(f"      fix: {f.fix}")
+    for w in r.warnings:
+        L.append(f"warning: {w}")
+    if r.exit_code == EXIT_PROBE:
+        L.append(f"NO-GO: the environment could not be probed (--strict) (exit {r.exit_code})")
+    else:
+        L.append(f"{r.verdict.upper()} (exit {r.exit_code})")
+    return "\n".join(L)
+
+
+def check_json(r: CheckResult) -> str:
+    """``--format json``: :meth:`CheckResult.to_dict` as indented JSON."""
+    return json.dumps(r.to_dict(), indent=2)
