@@ -219,3 +219,61 @@ def run() -> None:
         click.echo(f"ds-advisor: internal error: {type(e).__name__}: {e} (set DS_ADVISOR_DEBUG=1 for details)",
                    err=True)
         sys.exit(EXIT_USAGE)
+
+
+@main.command()
+@click.argument("config")
+@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
+@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
+              help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1, max=1 << 10),
+              help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs).")
+@click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe).")
+@click.option("--host-memory", help="Host memory per node, e.g. 512GB (beats /proc/meminfo MemAvailable).")
+@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
+@click.option("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
+              "use the flags).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
+def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hf, strict, fmt, quiet):
+    """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
+
+    \b
+    Reads the launch shape from flags, else the launcher's environment (WORLD_SIZE, RANK,
+    LOCAL_WORLD_SIZE, GROUP_RANK; SLURM_NTASKS, SLURM_JOB_NUM_NODES, SLURM_NODEID,
+    SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE; CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES),
+    probes GPU memory (nvidia-smi, rocm-smi), host memory (/proc/meminfo) and every NVMe
+    nvme_path ZeRO-3 swaps to (exists, writable, free space, libaio), then runs lint and the
+    estimate and prints a go / no-go verdict per tier with the headroom.
+
+    \b
+    Exit codes:
+      0  go: every tier fits and no error finding
+      1  no-go: a tier does not fit, or an error finding (e.g. nvme_path missing)
+      2  bad usage or unreadable input (config, model)
+      3  --strict only: the environment could not be probed (without --strict: a
+         warning, and --gpu-memory / --host-memory are used)
+    """
+    from advisor.check import check_json, check_text, run_check
+    from advisor.loading import load_config
+    from advisor.units import parse_size
+
+    if not model and params is None:
+        raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+    try:
+        gpu_b = parse_size(gpu_memory) if gpu_memory else None
+        host_b = parse_size(host_memory) if host_memory else None
+    except ValueError as e:
+        raise click.UsageError(str(e))
+    try:
+        inv = _inventory(model, params)
+        loaded = load_config(config)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
+                       host_memory=host_b, hf=hf, strict=strict)
+    code = result.exit_code
+    if not (quiet and code == EXIT_OK):
+        click.echo(check_json(result) if fmt == "json" else check_text(result))
+    sys.exit(code)
