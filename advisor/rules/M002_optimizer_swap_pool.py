@@ -1,0 +1,66 @@
+"""M002 optimizer-swap-pool: the NVMe optimizer swap pool is as large as what it swaps.
+
+What DeepSpeed does: with ZeRO-3 and ``offload_optimizer.device: "nvme"`` the optimizer state
+(fp32 master, exp_avg, exp_avg_sq) of each *sub-group* lives in swap files and is swapped in
+and out every step through a pool of ``offload_optimizer.buffer_count`` pinned buffers, each
+sized to the **largest** sub-group: buffer_count x A_256(max_k S_k) x 4 bytes
+(``swap_tensor/optimizer_utils.py:184-189``, reference 5.2). Sub-groups are built per rank by
+appending ZeRO-3 partitions (ceil(numel / W)) until ``sub_group_size`` is reached, so with the
+default 1e9 and a model of up to a billion partition elements per rank there is a single
+sub-group, and the pool (4 x the whole partition x 4 B) is *larger* than the optimizer state on
+NVMe (3 x partition x 4 B): NVMe offload then saves no host memory at all compared with
+``device: "cpu"``, and the pinned pool may not fit in RAM.
+
+Anti-pattern (1.3B model, one GPU)::
+
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}, "sub_group_size": 1e9
+
+Fix: a sub_group_size well below the per-rank partition, so the pool holds a few slices::
+
+    "sub_group_size": 100000000
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._bytes import align_up, io_alignment_elems, swap_threshold_bytes, two_sig_floor, zero3_sub_groups
+from advisor.rules._util import fmt_bytes, zptr
+
+
+@register
+class OptimizerSwapPool(Rule):
+    code = "M002"
+    name = "optimizer-swap-pool"
+    severity = "warning"
+    needs_model = True
+
+    def check(self, ctx: LintContext):
+        ec = ctx.effective
+        if ec.offload_optimizer_effective != "nvme" or ctx.inventory is None or ctx.dp_world_size is None:
+            return
+        w = ctx.dp_world_size
+        z = ec.zero
+        groups = zero3_sub_groups(ctx.inventory, w, z.sub_group_size)
+        if not groups:
+            return
+        m = 4  # fp32 master / moments (reference: M = 4)
+        k = io_alignment_elems(ec, m)
+        thr = swap_threshold_bytes(ec)
+        swapped = [s for s in groups if s * m >= thr]
+        if not swapped:
+            return
+        pool = z.offload_optimizer.buffer_count * align_up(max(groups), k) * m
+        on_nvme = sum(3 * align_up(s, k) * m for s in swapped)
+        if pool < on_nvme:
+            return
+        p3 = sum(groups)
+        bc = max(1, z.offload_optimizer.buffer_count)
+        suggest = max(two_sig_floor(3 * p3 // (4 * bc)), thr // m)
+        new_pool = bc * align_up(min(suggest, max(groups)), k) * m
+        yield self.finding(
+            zptr("sub_group_size"),
+            f"the pinned optimizer swap pool ({bc} x {max(groups)} elements x 4 B = {fmt_bytes(pool)}) is at least "
+            f"the optimizer state it swaps to NVMe ({fmt_bytes(on_nvme)}): sub_group_size {z.sub_group_size} makes "
+            f"{len(groups)} sub-group(s) per rank at world size {w}",
+            f"set zero_optimization.sub_group_size to {suggest} (pool about {fmt_bytes(new_pool)})",
+            pool_bytes=pool, nvme_state_bytes=on_nvme, sub_groups=len(groups))
