@@ -1,0 +1,411 @@
+"""Hardware: accelerators, nodes, links and storage tiers, from built-in presets or a spec file.
+
+Shape and units are those of ``schemas/hardware.schema.json``: bytes (GB = 1e9, as data sheets
+count), bytes per second **per direction**, FLOP/s **dense** (data sheets often print the 2:4
+sparsity figure, twice as large). The built-in presets live in
+``advisor/data/hardware_presets.json``; every entry there names the data sheet it comes from and
+marks values that are assumptions (e.g. the internal drives of DGX systems, whose data sheets
+give capacity but neither bandwidth nor endurance).
+
+* :func:`resolve_hardware` takes a preset name (``dgx-h100``, ``h100-sxm-80gb``), optionally
+  with a node count (``dgx-h100:4``), or a JSON spec file path.
+* :func:`load_hardware` reads a spec file; any problem is a :class:`HardwareSpecError` whose
+  message is one line naming the file and the key (``spec.json: /storage/0/access: ...``).
+* :meth:`Hardware.tier_for_path` maps a config's ``nvme_path`` to its storage tier by the
+  longest mount-point prefix (path-component aware: ``/raid2`` is not under ``/raid``).
+* :meth:`StorageTier.rated_write_bytes`: TBW x 1e12, or DWPD x capacity x 365 x warranty years
+  (the JEDEC JESD218 endurance rating as drive vendors state it).
+
+No torch import.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import posixpath
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any
+
+from advisor.errors import HardwareSpecError
+
+ACCESS_CLASSES = ("read-write", "read-oriented")
+_PRESET_FILE = "hardware_presets.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator. Bytes, bytes/s per direction, dense FLOP/s; None = unknown."""
+
+    name: str
+    memory_bytes: int
+    peak_bf16_flops: float | None = None
+    peak_fp16_flops: float | None = None
+    memory_bandwidth_bytes_per_s: float | None = None
+    #: Host-accelerator link (PCIe) bandwidth, bytes/s per direction.
+    host_link_bytes_per_s: float | None = None
+    host_link_name: str | None = None
+    #: Accelerator-to-accelerator bandwidth in a node (NVLink/xGMI), bytes/s per direction.
+    peer_bytes_per_s: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Endurance:
+    """Rated write endurance: ``tbw`` terabytes written (1 TB = 1e12 bytes), or ``dwpd`` drive
+    writes per day over ``warranty_years``."""
+
+    tbw: float | None = None
+    dwpd: float | None = None
+    warranty_years: float | None = None
+
+    def rated_bytes(self, capacity_bytes: float) -> float | None:
+        """Bytes the drive is rated to absorb: TBW x 1e12, else DWPD x capacity x 365 x years."""
+        if self.tbw is not None:
+            return float(self.tbw) * 1e12
+        if self.dwpd is not None and self.warranty_years is not None:
+            return float(self.dwpd) * float(capacity_bytes) * 365.0 * float(self.warranty_years)
+        return None
+
+    def describe(self) -> str:
+        if self.tbw is not None:
+            return f"{self.tbw:,.0f} TBW" + (f" ({self.warranty_years:g}-year warranty)" if self.warranty_years else "")
+        if self.dwpd is not None:
+            return f"{self.dwpd:g} DWPD x {self.warranty_years:g} years"
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class StorageTier:
+    """A storage tier of a node (a drive or an array), identified by its mount points."""
+
+    name: str
+    mounts: tuple[str, ...]
+    capacity_bytes: int
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    access: str = "read-write"
+    endurance: Endurance | None = None
+    source: str = ""
+
+    @property
+    def read_oriented(self) -> bool:
+        return self.access == "read-oriented"
+
+    @property
+    def rated_write_bytes(self) -> float | None:
+        """Rated endurance in bytes (None when the spec gives none)."""
+        return self.endurance.rated_bytes(self.capacity_bytes) if self.endurance else None
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A cluster of identical nodes."""
+
+    name: str
+    nodes: int = 1
+    accelerators_per_node: int = 1
+    accelerator: Accelerator | None = None
+    host_memory_bytes: int | None = None
+    #: Host-accelerator link bandwidth per accelerator, bytes/s per direction.
+    host_link_bytes_per_s: float | None = None
+    host_link_name: str | None = None
+    peer_bytes_per_s: float | None = None
+    #: Inter-node bandwidth per node, bytes/s per direction (0 / None = none or unknown).
+    network_bytes_per_s: float | None = None
+    storage: tuple[StorageTier, ...] = ()
+    source: str = ""
+    description: str = ""
+    #: "preset" or the spec file path.
+    origin: str = "preset"
+
+    @property
+    def total_accelerators(self) -> int:
+        return self.nodes * self.accelerators_per_node
+
+    def tier_for_path(self, path: str | None) -> StorageTier | None:
+        """The storage tier holding ``path``: the tier with the longest mount point that is
+        ``path`` itself or a parent folder of it (component-wise; ``/`` matches everything).
+        None when no tier's mount point contains the path, or path is None/relative."""
+        if not path or not isinstance(path, str):
+            return None
+        p = posixpath.normpath(path)
+        if not p.startswith("/"):
+            return None
+        best: tuple[int, StorageTier] | None = None
+        for t in self.storage:
+            for m in t.mounts:
+                mm = posixpath.normpath(m)
+                if mm == "/" or p == mm or p.startswith(mm + "/"):
+                    if best is None or len(mm) > best[0]:
+                        best = (len(mm), t)
+        return best[1] if best else None
+
+    def capacity(self, nvme_path: str | None = None):
+        """An :class:`advisor.estimate.Capacity` (per-rank accelerator memory, per-node host
+        memory, and the capacity of the tier holding ``nvme_path``), bytes; None when unknown."""
+        from advisor.estimate import Capacity
+
+        t = self.tier_for_path(nvme_path)
+        return Capacity(accelerator=self.accelerator.memory_bytes if self.accelerator else None,
+                        host=self.host_memory_bytes, nvme=t.capacity_bytes if t else None)
+
+    def summary(self) -> str:
+        a = self.accelerator
+        parts = [f"{self.nodes} node(s) x {self.accelerators_per_node} x {a.name if a else 'no accelerator'}"]
+        if self.host_memory_bytes:
+            parts.append(f"{self.host_memory_bytes / 1e9:,.0f} GB host memory per node")
+        for t in self.storage:
+            parts.append(f"{t.name} ({', '.join(t.mounts)}, {t.access})")
+        return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing (one-line errors naming the file and the key)
+
+
+class _P:
+    def __init__(self, source: str):
+        self.source = source
+
+    def err(self, ptr: str, problem: str) -> HardwareSpecError:
+        return HardwareSpecError(f"{self.source}: {ptr or '/'}: {problem}")
+
+    def num(self, d: dict, key: str, ptr: str, required: bool = False, allow_zero: bool = False) -> float | None:
+        if key not in d:
+            if required:
+                raise self.err(ptr, f"missing required key '{key}'")
+            return None
+        v = d[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+            raise self.err(f"{ptr}/{key}", f"expected a number, got {v!r}")
+        if v < 0 or (v == 0 and not allow_zero):
+            raise self.err(f"{ptr}/{key}", f"expected a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+        return v
+
+    def int_(self, d: dict, key: str, ptr: str, minimum: int) -> int | None:
+        if key not in d:
+            return None
+        v = d[key]
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self.err(f"{ptr}/{key}", f"expected an integer >= {minimum}, got {v!r}")
+        return v
+
+    def str_(self, d: dict, key: str, ptr: str, required: bool = False) -> str | None:
+        if key not in d:
+            if required:
+                raise self.err(ptr, f"missing required key '{key}'")
+            return None
+        v = d[key]
+        if not isinstance(v, str) or not v:
+            raise self.err(f"{ptr}/{key}", f"expected a non-empty string, got {v!r}")
+        return v
+
+    def keys(self, d: Any, allowed: set[str], ptr: str) -> dict:
+        if not isinstance(d, dict):
+            raise self.err(ptr, f"expected an object, got {type(d).__name__}")
+        extra = sorted(set(d) - allowed)
+        if extra:
+            import difflib
+            near = difflib.get_close_matches(extra[0], sorted(allowed), n=1)
+            raise self.err(f"{ptr}/{extra[0]}", "unknown key" + (f"; did you mean '{near[0]}'?" if near else
+                                                                 f" (allowed: {', '.join(sorted(allowed))})"))
+        return d
+
+    def link(self, d: Any, ptr: str) -> tuple[float, str | None]:
+        self.keys(d, {"name", "bytes_per_s"}, ptr)
+        return self.num(d, "bytes_per_s", ptr, required=True), self.str_(d, "name", ptr)
+
+    def accelerator(self, d: Any, ptr: str) -> Accelerator:
+        if isinstance(d, str):
+            acc = _presets()["accelerators"].get(d)
+            if acc is None:
+                raise self.err(ptr, f"unknown accelerator preset {d!r} (known: {', '.join(sorted(_presets()['accelerators']))})")
+            return _P(f"preset {d}").accelerator(acc, "")
+        self.keys(d, {"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops", "memory_bandwidth_bytes_per_s",
+                      "host_link", "peer_bytes_per_s", "source"}, ptr)
+        hl, hn = self.link(d["host_link"], f"{ptr}/host_link") if "host_link" in d else (None, None)
+        return Accelerator(
+            name=self.str_(d, "name", ptr, required=True),
+            memory_bytes=int(self.num(d, "memory_bytes", ptr, required=True)),
+            peak_bf16_flops=self.num(d, "peak_bf16_flops", ptr),
+            peak_fp16_flops=self.num(d, "peak_fp16_flops", ptr),
+            memory_bandwidth_bytes_per_s=self.num(d, "memory_bandwidth_bytes_per_s", ptr),
+            host_link_bytes_per_s=hl, host_link_name=hn,
+            peer_bytes_per_s=self.num(d, "peer_bytes_per_s", ptr),
+            source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
+        )
+
+    def endurance(self, d: Any, ptr: str) -> Endurance:
+        self.keys(d, {"tbw", "dwpd", "warranty_years"}, ptr)
+        tbw, dwpd, yrs = self.num(d, "tbw", ptr), self.num(d, "dwpd", ptr), self.num(d, "warranty_years", ptr)
+        if tbw is not None and dwpd is not None:
+            raise self.err(ptr, "give either 'tbw' or 'dwpd' with 'warranty_years', not both")
+        if tbw is None and dwpd is None:
+            raise self.err(ptr, "missing 'tbw' (terabytes written) or 'dwpd' with 'warranty_years'")
+        if dwpd is not None and yrs is None:
+            raise self.err(ptr, "'dwpd' needs 'warranty_years'")
+        return Endurance(tbw=tbw, dwpd=dwpd, warranty_years=yrs)
+
+    def tier(self, d: Any, ptr: str) -> StorageTier:
+        self.keys(d, {"name", "mounts", "capacity_bytes", "read_bytes_per_s", "write_bytes_per_s", "endurance",
+                      "access", "source"}, ptr)
+        mounts = d.get("mounts")
+        if not isinstance(mounts, list) or not mounts:
+            raise self.err(f"{ptr}/mounts", f"expected a non-empty list of absolute paths, got {mounts!r}")
+        for i, m in enumerate(mounts):
+            if not isinstance(m, str) or not m.startswith("/"):
+                raise self.err(f"{ptr}/mounts/{i}", f"expected an absolute path, got {m!r}")
+        access = d.get("access")
+        if access not in ACCESS_CLASSES:
+            raise self.err(f"{ptr}/access", f"expected one of {', '.join(ACCESS_CLASSES)}, got {access!r}")
+        return StorageTier(
+            name=self.str_(d, "name", ptr, required=True),
+            mounts=tuple(mounts),
+            capacity_bytes=int(self.num(d, "capacity_bytes", ptr, required=True)),
+            read_bytes_per_s=self.num(d, "read_bytes_per_s", ptr, required=True),
+            write_bytes_per_s=self.num(d, "write_bytes_per_s", ptr, required=True),
+            access=access,
+            endurance=self.endurance(d["endurance"], f"{ptr}/endurance") if "endurance" in d else None,
+            source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
+        )
+
+    def hardware(self, d: Any, origin: str, default_name: str) -> Hardware:
+        allowed = {"name", "description", "base", "nodes", "accelerators_per_node", "accelerator", "host_memory_bytes",
+                   "host_link", "peer_bytes_per_s", "network_bytes_per_s", "storage", "source"}
+        self.keys(d, allowed, "")
+        if "base" in d:
+            base_name = self.str_(d, "base", "")
+            base = _presets()["systems"].get(base_name)
+            if base is None:
+                raise self.err("/base", f"unknown preset {base_name!r} (known: {', '.join(sorted(_presets()['systems']))})")
+            merged = copy.deepcopy(base)
+            merged.update({k: v for k, v in d.items() if k != "base"})
+            d = merged
+        for k in ("nodes", "accelerators_per_node", "accelerator"):
+            if k not in d:
+                raise self.err("", f"missing required key '{k}' (or start from a preset with 'base')")
+        acc = self.accelerator(d["accelerator"], "/accelerator")
+        hl, hn = acc.host_link_bytes_per_s, acc.host_link_name
+        if "host_link" in d:
+            hl, hn = self.link(d["host_link"], "/host_link")
+        storage = d.get("storage", [])
+        if not isinstance(storage, list):
+            raise self.err("/storage", f"expected a list of storage tiers, got {type(storage).__name__}")
+        tiers = tuple(self.tier(t, f"/storage/{i}") for i, t in enumerate(storage))
+        names = [t.name for t in tiers]
+        if len(set(names)) != len(names):
+            raise self.err("/storage", f"duplicate tier names in {names}")
+        hm = self.num(d, "host_memory_bytes", "")
+        peer = self.num(d, "peer_bytes_per_s", "")
+        return Hardware(
+            name=self.str_(d, "name", "") or default_name,
+            nodes=self.int_(d, "nodes", "", 1),
+            accelerators_per_node=self.int_(d, "accelerators_per_node", "", 0),
+            accelerator=acc,
+            host_memory_bytes=int(hm) if hm is not None else None,
+            host_link_bytes_per_s=hl, host_link_name=hn,
+            peer_bytes_per_s=peer if peer is not None else acc.peer_bytes_per_s,
+            network_bytes_per_s=self.num(d, "network_bytes_per_s", "", allow_zero=True),
+            storage=tiers,
+            source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
+            description=d.get("description", "") if isinstance(d.get("description", ""), str) else "",
+            origin=origin,
+        )
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _presets() -> dict[str, Any]:
+    """The preset file, parsed once."""
+    if "p" not in _CACHE:
+        text = resources.files("advisor").joinpath("data", _PRESET_FILE).read_text(encoding="utf-8")
+        _CACHE["p"] = json.loads(text)
+    return _CACHE["p"]
+
+
+def from_dict(d: Any, source: str = "<hardware>") -> Hardware:
+    """Build a :class:`Hardware` from its JSON form; raises HardwareSpecError naming ``source``
+    and the JSON pointer of the offending key."""
+    return _P(source).hardware(d, origin=source, default_name=os.path.basename(source))
+
+
+def load_hardware(path: str) -> Hardware:
+    """Read a hardware spec JSON file (``schemas/hardware.schema.json``).
+
+    Raises HardwareSpecError (one line: file, key, problem) when the file is missing, is not
+    JSON, or has a bad value.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(16 * 1024 * 1024)
+    except OSError as e:
+        raise HardwareSpecError(f"{path}: cannot read hardware spec: {e.strerror or e}")
+    try:
+        d = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise HardwareSpecError(f"{path}: not UTF-8 text")
+    except ValueError as e:
+        raise HardwareSpecError(f"{path}:{getattr(e, 'lineno', '?')}:{getattr(e, 'colno', '?')}: not JSON: "
+                                f"{getattr(e, 'msg', e)}")
+    return from_dict(d, path)
+
+
+def _accelerator_only(key: str) -> Hardware:
+    acc = _P(f"preset {key}").accelerator(key, "")
+    return Hardware(name=key, nodes=1, accelerators_per_node=1, accelerator=acc,
+                    host_link_bytes_per_s=acc.host_link_bytes_per_s, host_link_name=acc.host_link_name,
+                    peer_bytes_per_s=acc.peer_bytes_per_s, source=acc.source,
+                    description=f"one {acc.name} (host, network and storage unknown)")
+
+
+def resolve_hardware(spec: str) -> Hardware:
+    """``--hardware`` value -> Hardware: an existing file path (JSON spec), else a preset name
+    (case-insensitive) optionally followed by ``:N`` for N nodes (``dgx-h100:4``). An
+    accelerator preset alone (``h100-sxm-80gb``) is one accelerator with unknown host, network
+    and storage. Raises HardwareSpecError with close matches for an unknown name."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise HardwareSpecError("--hardware: expected a preset name or a spec file")
+    if os.path.exists(spec) or spec.endswith(".json"):
+        return load_hardware(spec)
+    name, _, count = spec.strip().lower().partition(":")
+    nodes = None
+    if count:
+        if not count.isdigit() or int(count) < 1:
+            raise HardwareSpecError(f"--hardware {spec}: the node count after ':' must be a positive integer")
+        nodes = int(count)
+    p = _presets()
+    if name in p["systems"]:
+        hw = _P(f"preset {name}").hardware(copy.deepcopy(p["systems"][name]), origin="preset", default_name=name)
+        hw = replace(hw, name=name, description=hw.name)
+    elif name in p["accelerators"]:
+        hw = _accelerator_only(name)
+    else:
+        import difflib
+        known = sorted(p["systems"]) + sorted(p["accelerators"])
+        near = difflib.get_close_matches(name, known, n=3)
+        raise HardwareSpecError(f"unknown hardware {spec!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
+                                + " (see `ds-advisor hardware`, or give a JSON spec file)")
+    if nodes is not None:
+        hw = replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}")
+    return hw
+
+
+def list_hardware() -> list[Hardware]:
+    """Every built-in preset: node shapes first, then single accelerators, each sorted by name."""
+    p = _presets()
+    return [resolve_hardware(k) for k in sorted(p["systems"])] + [resolve_hardware(k) for k in sorted(p["accelerators"])]
+
+
+def preset_data() -> dict[str, Any]:
+    """The raw preset file (a deep copy), e.g. for schema validation."""
+    return copy.deepcopy(_presets())
