@@ -29,6 +29,7 @@ Only this module imports deepspeed; nothing imported by ``ds-advisor lint`` impo
 from __future__ import annotations
 
 import ast
+import copy
 import enum
 import inspect
 import json
@@ -266,7 +267,7 @@ class _Gen:
                 props[field.alias] = alias_s
                 props[fname] = dict(s, **{"x-ds-alias": field.alias})
         conflicts = [
-            {"not": {"required": [s["x-ds-alias"], fname]}, "x-ds-alias-conflict": [s["x-ds-alias"], fname]}
+            {"not": {"type": "object", "required": [s["x-ds-alias"], fname]}, "x-ds-alias-conflict": [s["x-ds-alias"], fname]}
             for fname, s in props.items() if "x-ds-alias" in s
         ]
         self.defs[name] = {  # no "type" here: the referring site says object (or object|boolean|null)
@@ -532,8 +533,11 @@ def build_schema() -> dict[str, Any]:
     }
     props["fp16"] = ref(DeepSpeedFP16Config)
     props["bf16"] = ref(DeepSpeedBF16Config)
-    props["bfloat16"] = ref(DeepSpeedBF16Config, deprecated=True, **{"x-ds-replacement": "bf16",
-                            "description": "Legacy alias of bf16 (read only when bf16 is absent)."})
+    # bfloat16 gets its own copy of the bf16 model: the HF Trainer fills "auto" in bf16 only
+    g.defs["DeepSpeedBF16ConfigLegacyKey"] = copy.deepcopy(g.defs[g.model(DeepSpeedBF16Config)])
+    props["bfloat16"] = {"type": "object", "$ref": "#/$defs/DeepSpeedBF16ConfigLegacyKey", "deprecated": True,
+                         "x-ds-replacement": "bf16",
+                         "description": "Legacy alias of bf16 (read only when bf16 is absent)."}
     props["comms_logger"] = ref(CommsLoggerConfig)
     props["tensorboard"] = ref(TensorBoardConfig)
     props["wandb"] = ref(WandbConfig)
