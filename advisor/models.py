@@ -577,6 +577,14 @@ _PRESETS: tuple[_Preset, ...] = (
     _Preset("llama-3.1-405b", "meta-llama/Llama-3.1-405B", "Llama 3.1 405B (GQA, 128k context)",
             _llama(16384, 53248, 126, 128, 8, 128256, 131072, rope_theta=500000.0),
             ("llama3.1-405b", "meta-llama-3.1-405b")),
+    # https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json
+    _Preset("llama-3.2-1b", "meta-llama/Llama-3.2-1B", "Llama 3.2 1B (GQA, tied embeddings)",
+            _llama(2048, 8192, 16, 32, 8, 128256, 131072, head_dim=64, tie_word_embeddings=True,
+                   rope_theta=500000.0), ("llama3.2-1b",)),
+    # https://huggingface.co/meta-llama/Llama-3.2-3B/blob/main/config.json
+    _Preset("llama-3.2-3b", "meta-llama/Llama-3.2-3B", "Llama 3.2 3B (GQA, tied embeddings)",
+            _llama(3072, 8192, 28, 24, 8, 128256, 131072, head_dim=128, tie_word_embeddings=True,
+                   rope_theta=500000.0), ("llama3.2-3b",)),
     # https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json
     _Preset("mistral-7b", "mistralai/Mistral-7B-v0.1", "Mistral 7B v0.1 (GQA, sliding window 4096)",
             {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -601,6 +609,11 @@ _PRESETS: tuple[_Preset, ...] = (
             {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
              "max_position_embeddings": 40960, "attention_bias": False, "tie_word_embeddings": False}),
+    # https://huggingface.co/google/gemma-7b/blob/main/config.json (tied: the GemmaConfig default)
+    _Preset("gemma-7b", "google/gemma-7b", "Gemma 7B (MHA, head_dim 256, tied embeddings)",
+            {"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+             "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "hidden_activation": "gelu_pytorch_tanh"}),
     # https://huggingface.co/google/gemma-2-9b/blob/main/config.json (tie_word_embeddings: the
     # Gemma2Config default, true; head_dim 256 != hidden_size / heads)
     _Preset("gemma-2-9b", "google/gemma-2-9b", "Gemma 2 9B (tied embeddings, 4 norms per layer)",

@@ -43,6 +43,9 @@ PUBLISHED = {
     "llama-3.1-8b": 8_030_261_248,     # meta-llama/Llama-3.1-8B (same shapes as 3-8B; longer RoPE)
     "llama-3.1-70b": 70_553_706_496,   # meta-llama/Llama-3.1-70B
     "llama-3.1-405b": 405_853_388_800,  # meta-llama/Llama-3.1-405B (406B)
+    "llama-3.2-1b": 1_235_814_400,     # meta-llama/Llama-3.2-1B (1.24B; tied embeddings)
+    "llama-3.2-3b": 3_212_749_824,     # meta-llama/Llama-3.2-3B (3.21B; tied embeddings)
+    "gemma-7b": 8_537_680_896,         # google/gemma-7b (8.54B: "7B" excludes the 256k embedding)
     "mistral-7b": 7_241_732_096,       # mistralai/Mistral-7B-v0.1 (7.24B)
     "mixtral-8x7b": 46_702_792_704,    # mistralai/Mixtral-8x7B-v0.1 (46.7B; Mistral: "46.7B total")
     "qwen2.5-7b": 7_615_616_512,       # Qwen/Qwen2.5-7B (card: 7.61B, 6.53B non-embedding)
@@ -68,6 +71,9 @@ OFFICIAL_CONFIG = {
     "llama-3.1-8b": dict(h=4096, L=32, q=32, kv=8, I=14336, V=128256, tied=False),
     "llama-3.1-70b": dict(h=8192, L=80, q=64, kv=8, I=28672, V=128256, tied=False),
     "llama-3.1-405b": dict(h=16384, L=126, q=128, kv=8, I=53248, V=128256, tied=False),
+    "llama-3.2-1b": dict(h=2048, L=16, q=32, kv=8, d=64, I=8192, V=128256, tied=True),
+    "llama-3.2-3b": dict(h=3072, L=28, q=24, kv=8, d=128, I=8192, V=128256, tied=True),
+    "gemma-7b": dict(h=3072, L=28, q=16, kv=16, d=256, I=24576, V=256000, tied=True),
     "mistral-7b": dict(h=4096, L=32, q=32, kv=8, I=14336, V=32000, tied=False),
     "mixtral-8x7b": dict(h=4096, L=32, q=32, kv=8, I=14336, V=32000, tied=False, E=8),
     "qwen2.5-7b": dict(h=3584, L=28, q=28, kv=4, I=18944, V=152064, tied=False, qkv_bias=True),
@@ -146,6 +152,13 @@ def test_non_embedding_counts_match_qwen_cards():
         inv = expand(get_preset(name))
         emb = sum(t.numel for t in inv.tensors if t.name in ("model.embed_tokens.weight", "lm_head.weight"))
         assert round((inv.numel - emb) / 1e9, digits) == non_emb_billions
+
+
+def test_gemma_7b_non_embedding_matches_tech_report():
+    # Gemma technical report (2024), Table 2: Gemma 7B has 7,751,248,896 non-embedding parameters
+    # (its embedding row count there, 786,825,216 = 256,128 x 3072, uses the padded tokenizer size).
+    inv = expand(get_preset("gemma-7b"))
+    assert inv.numel - 256000 * 3072 == 7_751_248_896
 
 
 def test_moe_active_parameters():
