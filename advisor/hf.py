@@ -1,0 +1,793 @@
+"""Hugging Face Trainer and accelerate: the DeepSpeed config they actually hand to DeepSpeed.
+
+Most DeepSpeed users reach it through ``transformers.Trainer`` or ``accelerate launch``, whose
+configs say ``"auto"`` wherever the Trainer (or accelerate) should fill a value in. This module
+replays, step by step and without importing transformers, accelerate, torch or deepspeed, what
+those libraries do to the config dict before ``deepspeed.initialize`` sees it. Sources
+(transformers 5.24.0, accelerate 1.15.0):
+
+1. ``transformers/integrations/deepspeed.py`` ``HfTrainerDeepSpeedConfig.trainer_config_process``
+   (run in ``TrainingArguments.__post_init__``): ``fill_match`` / ``fill_only`` of the batch
+   triple, clipping, optimizer and scheduler params and fp16/bf16 from the Trainer arguments;
+   an explicit value that disagrees is collected as a *mismatch*;
+2. ``accelerate/utils/dataclasses.py`` ``DeepSpeedPlugin.__post_init__``: a missing
+   ``gradient_accumulation_steps`` becomes 1, ``zero_optimization`` is required, remaining
+   "auto" in the plugin keys (``zero_optimization.stage`` -> 2, offload devices -> "none", ...)
+   are filled from the plugin (i.e. from the ``ACCELERATE_*`` launch environment), and
+   ``steps_per_print`` is set to infinity;
+3. ``DeepSpeedPlugin.set_mixed_precision`` (from ``AcceleratorState``): missing fp16/bf16
+   sections are added, a precision conflicting with the config is an error;
+4. ``HfTrainerDeepSpeedConfig.trainer_config_finalize`` (in ``deepspeed_init``): the
+   hidden-size-derived bucket sizes, scheduler steps, and the mismatch ``ValueError``;
+5. ``deepspeed_optim_sched``: no ``optimizer`` section -> ``zero_allow_untested_optimizer: true``;
+6. ``accelerate/accelerator.py`` ``Accelerator._prepare_deepspeed``: the last fills
+   (``deepspeed_config_process(must_match=False, ...)``), which raise for any "auto" left.
+
+The accelerate launcher path (an accelerate config YAML with ``distributed_type: DEEPSPEED``)
+starts at step 2 with the plugin built from the YAML (``accelerate/commands/launch.py``
+``_validate_launch_command`` and ``accelerate/utils/launch.py`` ``prepare_deepspeed_cmd_env``),
+then the Trainer runs step 1 on it (``propagate_args_to_deepspeed``) and steps 4-6.
+
+Everything a step would raise at launch becomes a Finding (code family H) instead of stopping.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable, Mapping
+
+from advisor.errors import AdvisorError
+from advisor.findings import Finding, pointer
+
+AUTO = "auto"
+
+#: ``zero_optimization`` keys the Trainer and accelerate derive from the model's hidden size.
+HIDDEN_SIZE_KEYS = (
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+)
+
+
+def _ptr(key: str) -> str:
+    return pointer(*key.split("."))
+
+
+def _is_auto(v: Any) -> bool:
+    return isinstance(v, str) and v == AUTO
+
+
+@dataclass
+class TrainerArgs:
+    """The ``transformers.TrainingArguments`` fields that feed DeepSpeed "auto" values.
+
+    Defaults are TrainingArguments' own (transformers 5.24.0 ``training_args.py``).
+    ``warmup_steps``: an int number of steps, or a float in [0, 1) read as a ratio of the
+    training steps (``TrainingArguments.get_warmup_steps``). ``max_steps``: the number of
+    optimizer steps (``num_training_steps`` in ``trainer_config_finalize``); None = unknown.
+    ``world_size``: ``TrainingArguments.world_size`` (number of processes).
+    """
+
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    warmup_steps: float = 0
+    max_steps: int | None = None
+    bf16: bool = False
+    fp16: bool = False
+    bf16_full_eval: bool = False
+    fp16_full_eval: bool = False
+    save_on_each_node: bool = False
+    auto_find_batch_size: bool = False
+    world_size: int = 1
+    #: ``ACCELERATE_MIXED_PRECISION`` (what ``accelerate launch`` exports); TrainingArguments
+    #: starts from it and overrides it with fp16/bf16.
+    env_mixed_precision: str = "no"
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """``TrainingArguments.get_warmup_steps``: int steps, or ceil(ratio x steps) below 1."""
+        w = self.warmup_steps
+        return int(w) if w >= 1 else math.ceil(num_training_steps * w)
+
+    @property
+    def mixed_precision(self) -> str:
+        """``TrainingArguments.__post_init__`` section 5: env, then fp16, then bf16."""
+        if self.fp16:
+            return "fp16"
+        if self.bf16:
+            return "bf16"
+        return self.env_mixed_precision
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any]) -> "TrainerArgs":
+        """Build from a dict (unknown keys ignored; ``num_training_steps``/``num_train_steps`` and
+        ``warmup_ratio`` accepted as aliases of ``max_steps`` and a fractional ``warmup_steps``)."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names and v is not None}
+        for alias in ("num_training_steps", "num_train_steps"):
+            if d.get(alias) is not None and "max_steps" not in kw:
+                kw["max_steps"] = d[alias]
+        if d.get("warmup_ratio") is not None and not kw.get("warmup_steps"):
+            kw["warmup_steps"] = float(d["warmup_ratio"])
+        return cls(**kw)
+
+
+@dataclass
+class PluginSettings:
+    """``accelerate.utils.DeepSpeedPlugin`` fields as ``__post_init__`` reads them from the
+    ``ACCELERATE_*`` environment that ``accelerate launch`` exports (defaults: no launcher)."""
+
+    zero_stage: int = 2
+    gradient_accumulation_steps: int | str = AUTO
+    gradient_clipping: float | str = AUTO
+    offload_optimizer_device: str = "none"
+    offload_param_device: str = "none"
+    offload_optimizer_nvme_path: str = "none"
+    offload_param_nvme_path: str = "none"
+    zero3_save_16bit_model: bool = False
+    #: None: ACCELERATE_DEEPSPEED_ZERO3_INIT unset (then it follows is_zero3()).
+    zero3_init_flag: bool | None = None
+    #: ``ACCELERATE_CONFIG_DS_FIELDS``: the deepspeed_config keys the YAML set (+ mixed_precision).
+    ds_fields: tuple[str, ...] = ()
+
+    def mapping(self) -> dict[str, Any]:
+        """``plugin_to_config_mapping`` as config key -> plugin value."""
+        return {
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "gradient_clipping": self.gradient_clipping,
+            "zero_optimization.stage": self.zero_stage,
+            "zero_optimization.offload_optimizer.device": self.offload_optimizer_device,
+            "zero_optimization.offload_param.device": self.offload_param_device,
+            "zero_optimization.offload_param.nvme_path": self.offload_param_nvme_path,
+            "zero_optimization.offload_optimizer.nvme_path": self.offload_optimizer_nvme_path,
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save": self.zero3_save_16bit_model,
+        }
+
+
+@dataclass
+class AccelerateLaunch:
+    """An accelerate config YAML with ``distributed_type: DEEPSPEED``, as the launcher reads it."""
+
+    source: str
+    data: dict[str, Any]
+    plugin: PluginSettings
+    mixed_precision: str
+    #: Total processes (``num_processes``; all machines), None when the YAML leaves it to the CLI.
+    num_processes: int | None
+    num_machines: int
+    #: ``deepspeed_config.deepspeed_config_file``, resolved against the YAML's folder when relative.
+    deepspeed_config_file: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class Resolution:
+    """What DeepSpeed receives, and what the Trainer/accelerate would say on the way."""
+
+    #: The resolved config dict (``deepspeed.initialize(config_params=...)``).
+    config: dict[str, Any]
+    findings: list[Finding]
+    world_size: int | None
+    hidden_size: int | None
+    #: key (dotted) -> (written value, value DeepSpeed receives, who filled it).
+    filled: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
+    zero3_init: bool | None = None
+
+    @property
+    def unresolved(self) -> list[str]:
+        """Dotted keys still "auto" (the launch would fail on them, or an input was missing)."""
+        return [k for k, _ in _walk_autos(self.config)]
+
+
+def _walk_autos(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """Every (dotted key, value) equal to "auto" in nested dicts (like accelerate's
+    ``deepspeed_config_process``, which recurses into dicts only)."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                yield from _walk_autos(v, f"{prefix}{k}.")
+            elif _is_auto(v):
+                yield f"{prefix}{k}", v
+
+
+def hidden_size_of(model_config: Mapping[str, Any] | None, *, text_config: bool = True) -> int | None:
+    """The hidden size the Trainer uses (``trainer_config_finalize``): ``hidden_size``, else
+    ``max(hidden_sizes)``, else the same in ``text_config``. accelerate's ``_prepare_deepspeed``
+    looks only at the first two (``text_config=False``)."""
+    if not isinstance(model_config, Mapping):
+        return None
+    if isinstance(model_config.get("hidden_size"), int):
+        return model_config["hidden_size"]
+    if isinstance(model_config.get("hidden_sizes"), list) and model_config["hidden_sizes"]:
+        return max(model_config["hidden_sizes"])
+    if text_config and isinstance(model_config.get("text_config"), Mapping):
+        return hidden_size_of(model_config["text_config"], text_config=False)
+    return None
+
+
+class _Config:
+    """``accelerate.utils.deepspeed.HfDeepSpeedConfig`` over a dict: find_config_node, get_value,
+    is_true, set_stage_and_offload, is_zero3, is_offload (same semantics)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.set_stage_and_offload()
+
+    def find_config_node(self, key: str) -> tuple[dict | None, str]:
+        cfg: Any = self.config
+        *nodes, last = key.split(".")
+        for n in nodes:
+            cfg = cfg.get(n) if isinstance(cfg, dict) else None
+            if cfg is None:
+                return None, last
+        return (cfg if isinstance(cfg, dict) else None), last
+
+    def get_value(self, key: str, default: Any = None) -> Any:
+        node, k = self.find_config_node(key)
+        return default if node is None else node.get(k, default)
+
+    def is_true(self, key: str) -> bool:
+        v = self.get_value(key)
+        return False if v is None else bool(v)
+
+    def set_stage_and_offload(self) -> None:
+        self._stage = self.get_value("zero_optimization.stage", -1)
+        self._offload = False
+        if self._stage in (2, 3):
+            devs = {self.get_value("zero_optimization.offload_optimizer.device"),
+                    self.get_value("zero_optimization.offload_param.device")}
+            self._offload = bool(devs & {"cpu", "nvme"})
+
+    def is_zero3(self) -> bool:
+        return self._stage == 3
+
+    def is_offload(self) -> bool:
+        return self._offload
+
+
+class _Resolver:
+    """One launch replayed: the config, the mismatches and the findings collected on the way."""
+
+    def __init__(self, raw: dict, args: TrainerArgs):
+        self.cfg = _Config(copy.deepcopy(raw))
+        self.original = raw
+        self.args = args
+        self.mismatches: list[tuple[str, Any, str, Any]] = []
+        self.findings: list[Finding] = []
+        self.filled: dict[str, tuple[Any, Any, str]] = {}
+        #: "auto" keys left for want of an input (hidden size, step count): reported once (H002/H003).
+        self.skipped: set[str] = set()
+
+    # -- transformers HfTrainerDeepSpeedConfig.fill_match / fill_only ------------------------
+    def fill_match(self, key: str, hf_val: Any, hf_key: str | None = None, must_match: bool = True,
+                   who: str = "Trainer") -> None:
+        node, k = self.cfg.find_config_node(key)
+        if node is None:
+            return
+        if _is_auto(node.get(k)):
+            node[k] = hf_val
+            self.filled[key] = (AUTO, hf_val, f"{who} {hf_key}" if hf_key else who)
+            return
+        if not must_match:
+            return
+        ds_val = node.get(k)
+        if ds_val is not None and ds_val != hf_val:
+            self.mismatches.append((key, ds_val, hf_key or key, hf_val))
+
+    def fill_only(self, key: str, hf_val: Any, who: str = "Trainer") -> None:
+        self.fill_match(key, hf_val, must_match=False, who=who)
+
+    # -- step 1 -------------------------------------------------------------------------------
+    def trainer_config_process(self) -> None:
+        """``HfTrainerDeepSpeedConfig.trainer_config_process`` (transformers 5.24.0)."""
+        a = self.args
+        afb = a.auto_find_batch_size
+        tbs = a.world_size * a.per_device_train_batch_size * a.gradient_accumulation_steps
+        self.fill_match("train_micro_batch_size_per_gpu", a.per_device_train_batch_size,
+                        "per_device_train_batch_size", not afb)
+        self.fill_match("gradient_accumulation_steps", a.gradient_accumulation_steps, "gradient_accumulation_steps")
+        self.fill_match("train_batch_size", tbs, "train_batch_size (calculated)", not afb)
+        self.fill_match("gradient_clipping", a.max_grad_norm, "max_grad_norm")
+        self.fill_match("optimizer.params.lr", a.learning_rate, "learning_rate")
+        self.fill_match("optimizer.params.betas", [a.adam_beta1, a.adam_beta2], "adam_beta1+adam_beta2")
+        self.fill_match("optimizer.params.eps", a.adam_epsilon, "adam_epsilon")
+        self.fill_match("optimizer.params.weight_decay", a.weight_decay, "weight_decay")
+        self.fill_only("scheduler.params.warmup_min_lr", 0)
+        self.fill_match("scheduler.params.warmup_max_lr", a.learning_rate, "learning_rate")
+        if a.save_on_each_node:
+            ck = self.cfg.config.get("checkpoint", {})
+            self.cfg.config["checkpoint"] = ck
+            ck["use_node_local_storage"] = a.save_on_each_node
+        self.fill_match("fp16.enabled", a.fp16 or a.fp16_full_eval, "fp16|fp16_full_eval")
+        self.fill_match("bf16.enabled", a.bf16 or a.bf16_full_eval, "bf16|bf16_full_eval")
+
+    # -- step 2 -------------------------------------------------------------------------------
+    def plugin_post_init(self, plugin: PluginSettings, from_file: bool) -> None:
+        """``DeepSpeedPlugin.__post_init__`` with ``hf_ds_config`` given (accelerate 1.15.0). Where
+        it raises (no ``zero_optimization``; YAML keys next to a config file) an H004 error is
+        recorded and the replay goes on, so the rest of the config is still resolved."""
+        c = self.cfg.config
+        if "gradient_accumulation_steps" not in c:
+            c["gradient_accumulation_steps"] = 1
+            self.filled["gradient_accumulation_steps"] = (None, 1, "accelerate DeepSpeedPlugin (absent -> 1)")
+            if self.args.gradient_accumulation_steps != 1:
+                self.findings.append(Finding(
+                    "H005", "warning", "",
+                    f"gradient_accumulation_steps is absent: accelerate's DeepSpeedPlugin sets it to 1 although "
+                    f"the Trainer's gradient_accumulation_steps is {self.args.gradient_accumulation_steps}",
+                    'add "gradient_accumulation_steps": "auto"',
+                    data={"trainer": self.args.gradient_accumulation_steps}))
+        if "zero_optimization" not in c:
+            self.findings.append(Finding(
+                "H004", "error", "",
+                "no zero_optimization section: accelerate's DeepSpeedPlugin raises 'Please specify the ZeRO "
+                "optimization config in the DeepSpeed config.'",
+                'add "zero_optimization": {"stage": 0} (or the stage you want)', data={"kind": "no-zero-section"}))
+        if from_file:
+            ignored = ["gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+                       "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                       "zero3_save_16bit_model", "mixed_precision"]
+            clash = [n for n in plugin.ds_fields if n in ignored]
+            if clash:
+                self.findings.append(Finding(
+                    "H004", "error", "",
+                    f"the accelerate config sets {', '.join(clash)} next to deepspeed_config_file: accelerate's "
+                    "DeepSpeedPlugin raises 'When using `deepspeed_config_file`, the following accelerate config "
+                    "variables will be ignored'",
+                    "remove those keys from the accelerate YAML and set them in the DeepSpeed config file",
+                    data={"kind": "config-file-with-fields", "fields": clash}))
+        for key, val in plugin.mapping().items():
+            if val is not None:
+                self.fill_only(key, val, who="accelerate DeepSpeedPlugin")
+        self.cfg.set_stage_and_offload()
+        c["steps_per_print"] = float("inf")
+
+    # -- step 3 -------------------------------------------------------------------------------
+    def set_mixed_precision(self, mp: str) -> None:
+        """``DeepSpeedPlugin.set_mixed_precision`` (accelerate 1.15.0; the MS-AMP and ROCm branches
+        are not replayed)."""
+        c = self.cfg.config
+        kwargs = {"fp16.enabled": mp == "fp16", "bf16.enabled": mp in ("bf16", "fp8")}
+        if mp == "fp16":
+            if "fp16" not in c:
+                c["fp16"] = {"enabled": True, "auto_cast": True}
+        elif mp in ("bf16", "fp8"):
+            if "bf16" not in c:
+                c["bf16"] = {"enabled": True}
+        if mp != "no":
+            diff = "bf16" if mp == "fp16" else "fp16"
+            sec = c.get(diff, {})
+            if isinstance(sec, dict) and str(sec.get("enabled", "False")).lower() == "true":
+                self.findings.append(Finding(
+                    "H004", "error", _ptr(f"{diff}.enabled"),
+                    f"mixed precision is {mp} but the config enables {diff}: accelerate raises '`--mixed_precision` "
+                    f"arg cannot be set to `{mp}` when `{diff}` is set in the DeepSpeed config file.'",
+                    f'set "{diff}": {{"enabled": "auto"}}, or launch with mixed precision {diff}',
+                    data={"kind": "mixed-precision-conflict", "mixed_precision": mp}))
+        for dt in ("fp16", "bf16"):
+            if dt not in c:
+                c[dt] = {"enabled": False}
+        for key in ("fp16.enabled", "bf16.enabled"):
+            self.fill_only(key, kwargs[key], who=f"accelerate mixed_precision={mp}")
+
+    # -- step 4 -------------------------------------------------------------------------------
+    def trainer_config_finalize(self, model_config: Mapping[str, Any] | None, hidden_size: int | None,
+                                num_training_steps: int | None) -> None:
+        """``HfTrainerDeepSpeedConfig.trainer_config_finalize`` (transformers 5.24.0), minus the
+        raise: mismatches become H001 findings. An unknown hidden size or step count (no
+        --model / --max-steps given to us) leaves those values "auto" with an H003 note."""
+        auto_keys = [k for k in HIDDEN_SIZE_KEYS if _is_auto(self.cfg.get_value(k))]
+        if auto_keys:
+            h = hidden_size if hidden_size is not None else hidden_size_of(model_config)
+            if h is None and model_config is not None:
+                self.skipped.update(auto_keys)
+                self.findings.append(Finding(
+                    "H002", "error", _ptr(auto_keys[0]),
+                    "the model's config has neither hidden_size nor hidden_sizes: the Trainer raises 'it's not "
+                    f"possible to automatically fill out the following `auto` entries ...: {auto_keys}'",
+                    "replace these \"auto\" values with integers", data={"keys": auto_keys}))
+            elif h is None:
+                self.skipped.update(auto_keys)
+                self.findings.append(Finding(
+                    "H003", "info", _ptr(auto_keys[0]),
+                    f"{', '.join(auto_keys)} are \"auto\" and derive from the model's hidden size: not resolved",
+                    "pass --model (a preset or the model's config.json) or --hidden-size", data={"keys": auto_keys}))
+            else:
+                self.fill_only("zero_optimization.reduce_bucket_size", h * h, who=f"Trainer hidden_size {h}")
+                if self.cfg.is_zero3():
+                    self.fill_only("zero_optimization.stage3_prefetch_bucket_size", int(0.9 * h * h),
+                                   who=f"Trainer hidden_size {h}")
+                    self.fill_only("zero_optimization.stage3_param_persistence_threshold", 10 * h,
+                                   who=f"Trainer hidden_size {h}")
+        n = num_training_steps
+        if n is not None:
+            self.fill_match("scheduler.params.total_num_steps", n, "num_training_steps (calculated)")
+        elif _is_auto(self.cfg.get_value("scheduler.params.total_num_steps")):
+            self.skipped.add("scheduler.params.total_num_steps")
+        w = self.args.warmup_steps
+        if n is not None or w >= 1 or w == 0:  # a ratio alone needs the step count
+            self.fill_match("scheduler.params.warmup_num_steps", max(1, self.args.get_warmup_steps(n or 0)),
+                            "warmup_steps")
+        elif self.cfg.get_value("scheduler.params.warmup_num_steps") is not None:
+            self.skipped.add("scheduler.params.warmup_num_steps")
+        if n is None and any(_is_auto(self.cfg.get_value(k)) for k in self.skipped if k.startswith("scheduler")):
+            k = next(k for k in sorted(self.skipped) if k.startswith("scheduler"))
+            self.findings.append(Finding(
+                "H003", "info", _ptr(k),
+                "the scheduler's step counts come from the number of training steps, which depends on the "
+                "dataset: not resolved", "pass --max-steps N"))
+        for key, ds_val, hf_key, hf_val in self.mismatches:
+            self.findings.append(Finding(
+                "H001", "error", _ptr(key),
+                f"ds {key}={ds_val} vs hf {hf_key}={hf_val}: the HF Trainer raises 'Please correct the following "
+                "DeepSpeed config values that mismatch TrainingArguments values' at launch",
+                f'set "{key.rsplit(".", 1)[-1]}" to "auto" (or to {json.dumps(hf_val)}), or change the Trainer '
+                f"argument {hf_key.split(' ')[0]}",
+                data={"key": key, "config": ds_val, "trainer_arg": hf_key, "trainer": hf_val}))
+        self.mismatches = []
+
+    # -- step 5 -------------------------------------------------------------------------------
+    def optim_sched(self) -> None:
+        """``deepspeed_optim_sched``: the Trainer's own optimizer when the config has none."""
+        if "optimizer" not in self.cfg.config:
+            self.cfg.config["zero_allow_untested_optimizer"] = True
+
+    # -- step 6 -------------------------------------------------------------------------------
+    def prepare_deepspeed(self, model_config: Mapping[str, Any] | None, hidden_size: int | None,
+                          num_processes: int) -> None:
+        """``Accelerator._prepare_deepspeed`` as the Trainer calls it (model and optimizer, no
+        dataloader; a DummyScheduler when the config has a scheduler): the final
+        ``deepspeed_config_process(must_match=False, **config_kwargs)``; any "auto" it has no value
+        for raises ``ValueError: `key` not found in kwargs`` (H002)."""
+        c = self.cfg.config
+        kw: dict[str, Any] = {"gradient_clipping": 1.0,
+                              "zero_optimization.stage3_gather_16bit_weights_on_model_save": False}
+        mb = self.cfg.get_value("train_micro_batch_size_per_gpu")
+        if _is_auto(mb):  # only with no Trainer pass before (not reached in the Trainer flows)
+            mb = self.args.per_device_train_batch_size
+        if mb is not None:
+            kw["train_micro_batch_size_per_gpu"] = mb
+            gas = self.cfg.get_value("gradient_accumulation_steps")
+            if isinstance(mb, int) and isinstance(gas, int):
+                kw["train_batch_size"] = mb * gas * num_processes
+        auto_hidden = [k for k in HIDDEN_SIZE_KEYS if _is_auto(self.cfg.get_value(k))]
+        if auto_hidden:
+            h = hidden_size if hidden_size is not None else hidden_size_of(model_config, text_config=False)
+            if h is not None:
+                kw.update({HIDDEN_SIZE_KEYS[0]: h * h, HIDDEN_SIZE_KEYS[1]: int(0.9 * h * h),
+                           HIDDEN_SIZE_KEYS[2]: 10 * h})
+        if "optimizer" in c:  # DummyOptim(params) defaults: lr=0.001, weight_decay=0
+            kw.update({"optimizer.params.lr": 0.001, "optimizer.params.weight_decay": 0})
+        if "scheduler" in c:  # DummyScheduler(optimizer) without a callable
+            max_lr = 0.001 if "optimizer" in c else self.args.learning_rate
+            kw.update({"scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": max_lr,
+                       "scheduler.params.warmup_num_steps": 1})
+        for key, _ in list(_walk_autos(c)):
+            if key in self.skipped:
+                continue  # already reported as needing --model / --max-steps (H003) or as H002
+            if key in kw:
+                self.fill_only(key, kw[key], who="accelerate _prepare_deepspeed")
+            else:
+                self.findings.append(Finding(
+                    "H002", "error", _ptr(key),
+                    f"{key} is \"auto\" but neither the Trainer nor accelerate fills it: accelerate raises "
+                    f"'`{key}` not found in kwargs' in _prepare_deepspeed",
+                    f"replace \"auto\" at {key} by a value", data={"key": key}))
+
+
+def _hidden_from_inventory(inventory: Any) -> tuple[int | None, Mapping[str, Any] | None]:
+    meta = getattr(inventory, "meta", None)
+    if not isinstance(meta, Mapping):
+        return None, None
+    return hidden_size_of(meta), meta
+
+
+def resolve_trainer(raw: dict, args: TrainerArgs, *, hidden_size: int | None = None,
+                    model_config: Mapping[str, Any] | None = None, plugin: PluginSettings | None = None
+                    ) -> Resolution:
+    """The config the HF Trainer hands DeepSpeed for ``TrainingArguments(deepspeed=raw, ...)``.
+
+    Replays, in order: ``HfTrainerDeepSpeedConfig.trainer_config_process``,
+    ``DeepSpeedPlugin.__post_init__`` (``plugin``: the ACCELERATE_* environment; default none),
+    ``DeepSpeedPlugin.set_mixed_precision``, ``trainer_config_finalize`` (num_training_steps =
+    ``args.max_steps``), ``deepspeed_optim_sched`` and ``Accelerator._prepare_deepspeed``
+    (transformers 5.24.0 ``integrations/deepspeed.py``, ``training_args.py``; accelerate 1.15.0
+    ``utils/dataclasses.py``, ``accelerator.py``). ``hidden_size`` overrides ``model_config``
+    (a HF config.json dict). ``raw`` is not modified.
+    """
+    r = _Resolver(raw, args)
+    r.trainer_config_process()
+    return _finish(r, args, plugin or PluginSettings(), hidden_size, model_config, from_file=True,
+                   world_size=args.world_size)
+
+
+def _finish(r: _Resolver, args: TrainerArgs, plugin: PluginSettings, hidden_size, model_config, *, from_file: bool,
+            world_size: int | None, after_plugin=None) -> Resolution:
+    r.plugin_post_init(plugin, from_file)
+    r.set_mixed_precision(args.mixed_precision)
+    if after_plugin:
+        after_plugin(r)
+    r.trainer_config_finalize(model_config, hidden_size, args.max_steps)
+    r.optim_sched()
+    r.prepare_deepspeed(model_config, hidden_size, args.world_size)
+    h = hidden_size if hidden_size is not None else hidden_size_of(model_config)
+    z3 = plugin.zero3_init_flag if plugin.zero3_init_flag is not None else r.cfg.is_zero3()
+    return Resolution(config=r.cfg.config, findings=r.findings, world_size=world_size, hidden_size=h,
+                      filled=r.filled, zero3_init=bool(z3 and r.cfg.is_zero3()))
+
+
+def trainer_fill(raw: dict, args: TrainerArgs, *, hidden_size: int | None = None,
+                 model_config: Mapping[str, Any] | None = None) -> tuple[dict, list[Finding]]:
+    """Only ``HfTrainerDeepSpeedConfig.trainer_config_process`` then ``trainer_config_finalize``
+    (what transformers' class does on its own, without accelerate's plugin around it).
+    Returns (config, findings); H001 findings stand for the ValueError finalize raises."""
+    r = _Resolver(raw, args)
+    r.trainer_config_process()
+    r.trainer_config_finalize(model_config, hidden_size, args.max_steps)
+    return r.cfg.config, r.findings
+
+
+# -- accelerate config YAML ----------------------------------------------------------------------
+
+def is_accelerate_config(text: str) -> bool:
+    """True when ``text`` looks like an accelerate config (a top-level ``distributed_type`` key)."""
+    for line in text.splitlines():
+        s = line.split("#", 1)[0].rstrip()
+        if s.startswith("distributed_type:") or s.startswith('"distributed_type"') or s.startswith("'distributed_type'"):
+            return True
+    return False
+
+
+def _bool_env(v: Any) -> bool:
+    # accelerate writes str(value).lower() into the environment and reads it back with str_to_bool
+    return str(v).lower() in ("y", "yes", "t", "true", "on", "1")
+
+
+def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLaunch:
+    """Read an accelerate config YAML (or JSON) file as ``accelerate launch`` does.
+
+    Follows ``accelerate/commands/config/config_args.py`` (``BaseConfig.process_config``) and
+    ``accelerate/commands/launch.py`` ``_validate_launch_command`` (deepspeed_config keys copied
+    onto the launch arguments for ``compute_environment: LOCAL_MACHINE``) and
+    ``accelerate/utils/launch.py`` ``prepare_deepspeed_cmd_env`` (the ACCELERATE_* variables the
+    plugin reads). Raises AdvisorError when the file is not a DeepSpeed accelerate config.
+    """
+    if text is None:
+        try:
+            with open(source, encoding="utf-8") as fh:
+                text = fh.read(8 * 1024 * 1024)
+        except (OSError, UnicodeDecodeError) as e:
+            raise AdvisorError(f"{source}: cannot read: {e}")
+    try:
+        import yaml  # lazily: only accelerate configs need it
+    except ImportError:  # pragma: no cover - dependency
+        raise AdvisorError(f"{source}: reading accelerate configs needs PyYAML (pip install pyyaml)")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise AdvisorError(f"{source}: not valid YAML: {e}")
+    if not isinstance(data, dict) or "distributed_type" not in data:
+        raise AdvisorError(f"{source}: not an accelerate config (no distributed_type)")
+    dt = str(data["distributed_type"]).upper().replace("DISTRIBUTEDTYPE.", "")
+    if dt != "DEEPSPEED":
+        raise AdvisorError(f"{source}: accelerate config with distributed_type {data['distributed_type']}, "
+                           "not DEEPSPEED: DeepSpeed is not used")
+    findings: list[Finding] = []
+    ds = data.get("deepspeed_config") or {}
+    if not isinstance(ds, dict):
+        raise AdvisorError(f"{source}: deepspeed_config must be a mapping")
+    env = str(data.get("compute_environment", "LOCAL_MACHINE")).upper().replace("COMPUTEENVIRONMENT.", "")
+    local = env == "LOCAL_MACHINE"
+    if not local:
+        findings.append(Finding("H006", "info", "/compute_environment",
+                                f"compute_environment {env}: accelerate copies deepspeed_config onto the launch only "
+                                "for LOCAL_MACHINE; the values below are read as if it were", ""))
+        ds_eff: dict = {}
+    else:
+        ds_eff = ds
+    p = PluginSettings()
+    if ds_eff.get("zero_stage") is not None:
+        p.zero_stage = int(ds_eff["zero_stage"])
+    if ds_eff.get("gradient_accumulation_steps") is not None:
+        g = str(ds_eff["gradient_accumulation_steps"])
+        p.gradient_accumulation_steps = int(g) if g.isdigit() else g
+    if ds_eff.get("gradient_clipping") is not None:
+        g = str(ds_eff["gradient_clipping"]).lower()
+        p.gradient_clipping = g if g == AUTO else float(g)
+    for k in ("offload_optimizer_device", "offload_param_device"):
+        if ds_eff.get(k) is not None:
+            setattr(p, k, str(ds_eff[k]).lower())
+    for k in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
+        if ds_eff.get(k) is not None:
+            setattr(p, k, str(ds_eff[k]))
+    if ds_eff.get("zero3_save_16bit_model") is not None:
+        p.zero3_save_16bit_model = _bool_env(ds_eff["zero3_save_16bit_model"])
+    if ds_eff.get("zero3_init_flag") is not None:
+        p.zero3_init_flag = _bool_env(ds_eff["zero3_init_flag"])
+    mp_raw = data.get("mixed_precision")
+    if mp_raw is None and data.get("fp16"):
+        mp_raw = "fp16"  # process_config: legacy fp16: true
+    mp = "no" if mp_raw is None else str(mp_raw).lower().replace("precisiontype.", "")
+    p.ds_fields = tuple(ds_eff.keys()) + (("mixed_precision",) if mp_raw is not None else ())
+    cfg_file = ds_eff.get("deepspeed_config_file")
+    if cfg_file is not None:
+        cfg_file = str(cfg_file)
+        if not os.path.isabs(cfg_file) and not os.path.exists(cfg_file):
+            near = os.path.join(os.path.dirname(os.path.abspath(source)), cfg_file)
+            if os.path.exists(near):
+                cfg_file = near
+    nproc = data.get("num_processes")
+    nproc = nproc if isinstance(nproc, int) and nproc > 0 else None
+    nmach = data.get("num_machines", 1)
+    return AccelerateLaunch(source=source, data=data, plugin=p, mixed_precision=mp, num_processes=nproc,
+                            num_machines=nmach if isinstance(nmach, int) else 1, deepspeed_config_file=cfg_file,
+                            findings=findings)
+
+
+def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
+    """The config ``DeepSpeedPlugin.__post_init__`` starts from: the deepspeed_config_file's dict
+    (read with ``json.load``, as ``HfDeepSpeedConfig`` does), or, without a file, the dict it
+    builds from the plugin fields. Returns (config, from_file)."""
+    p = launch.plugin
+    if launch.deepspeed_config_file:
+        try:
+            with open(launch.deepspeed_config_file, encoding="utf-8") as fh:
+                return json.load(fh), True
+        except OSError as e:
+            raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file}: {e.strerror or e}")
+        except ValueError as e:
+            raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file} is not strict "
+                               f"JSON ({e}); accelerate reads it with json.load")
+    cfg: dict[str, Any] = {
+        "train_batch_size": AUTO,
+        "train_micro_batch_size_per_gpu": AUTO,
+        "gradient_accumulation_steps": p.gradient_accumulation_steps,
+        "zero_optimization": {
+            "stage": p.zero_stage,
+            "offload_optimizer": {"device": p.offload_optimizer_device,
+                                  "nvme_path": p.offload_optimizer_nvme_path if p.offload_optimizer_device == "nvme"
+                                  else None},
+            "offload_param": {"device": p.offload_param_device,
+                              "nvme_path": p.offload_param_nvme_path if p.offload_param_device == "nvme" else None},
+            "stage3_gather_16bit_weights_on_model_save": p.zero3_save_16bit_model,
+        },
+    }
+    if p.gradient_clipping:
+        cfg["gradient_clipping"] = p.gradient_clipping
+    return cfg, False
+
+
+def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None, *, hidden_size: int | None = None,
+                       model_config: Mapping[str, Any] | None = None, world_size: int | None = None) -> Resolution:
+    """The config DeepSpeed receives when a Trainer script runs under ``accelerate launch`` with
+    this YAML: ``DeepSpeedPlugin.__post_init__`` from the launch environment, ``set_mixed_precision``,
+    then ``propagate_args_to_deepspeed`` (``trainer_config_process``), ``trainer_config_finalize``,
+    ``deepspeed_optim_sched``, ``_prepare_deepspeed``. World size: ``world_size`` if given, else
+    the YAML's ``num_processes`` (``accelerate launch`` runs that many processes in total).
+    ``args.world_size`` and ``env_mixed_precision`` are overridden from the launch."""
+    args = copy.copy(args) if args is not None else TrainerArgs()
+    ws = world_size or launch.num_processes
+    args.world_size = ws or 1
+    args.env_mixed_precision = launch.mixed_precision
+    base, from_file = accelerate_base_config(launch)
+    r = _Resolver(base, args)
+    r.findings.extend(launch.findings)
+    if ws is None:
+        r.findings.append(Finding("H006", "info", "/num_processes",
+                                  "num_processes is not in the accelerate config (accelerate launch then needs "
+                                  "--num_processes): world size 1 assumed", "pass --world-size N"))
+
+    def pre_finalize(res: _Resolver) -> None:
+        res.trainer_config_process()
+
+    res = _finish(r, args, launch.plugin, hidden_size, model_config, from_file=from_file, world_size=ws,
+                  after_plugin=pre_finalize)
+    return res
+
+
+def resolve_for_estimate(raw: dict, trainer_args: TrainerArgs | Mapping[str, Any] | None, inventory: Any = None,
+                         world_size: int | None = None, *, hidden_size: int | None = None
+                         ) -> tuple[dict, list[Finding]]:
+    """Integration entry for lint/estimate ``--hf``: the resolved raw config and the H findings.
+
+    ``trainer_args``: a TrainerArgs, a dict of its fields (e.g. the click options of
+    :data:`trainer_options`), or None for TrainingArguments' defaults. ``inventory``: its
+    ``meta`` supplies hidden_size (or hidden_sizes / text_config) for the bucket sizes.
+    ``world_size``: total ranks (the Trainer's ``args.world_size``), default 1.
+    """
+    args = trainer_args if isinstance(trainer_args, TrainerArgs) else TrainerArgs.from_mapping(trainer_args or {})
+    if world_size is not None:
+        args = copy.copy(args)
+        args.world_size = world_size
+    h, meta = _hidden_from_inventory(inventory)
+    res = resolve_trainer(raw, args, hidden_size=hidden_size if hidden_size is not None else h,
+                          model_config=meta if h is not None else None)
+    return res.config, res.findings
+
+
+# -- click option bundle for lint / estimate / resolve --------------------------------------------
+
+_TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
+    ("--per-device-train-batch-size", "per_device_train_batch_size", int, "Trainer per_device_train_batch_size (default 8)."),
+    ("--gradient-accumulation-steps", "gradient_accumulation_steps", int, "Trainer gradient_accumulation_steps (default 1)."),
+    ("--learning-rate", "learning_rate", float, "Trainer learning_rate (default 5e-5)."),
+    ("--weight-decay", "weight_decay", float, "Trainer weight_decay (default 0)."),
+    ("--adam-beta1", "adam_beta1", float, "Trainer adam_beta1 (default 0.9)."),
+    ("--adam-beta2", "adam_beta2", float, "Trainer adam_beta2 (default 0.999)."),
+    ("--adam-epsilon", "adam_epsilon", float, "Trainer adam_epsilon (default 1e-8)."),
+    ("--max-grad-norm", "max_grad_norm", float, "Trainer max_grad_norm (default 1.0)."),
+    ("--warmup-steps", "warmup_steps", float, "Trainer warmup_steps: steps, or a ratio below 1 (default 0)."),
+    ("--warmup-ratio", "warmup_ratio", float, "Older Trainer warmup_ratio (a fraction of the steps)."),
+    ("--max-steps", "max_steps", int, "Optimizer steps (num_training_steps) for the scheduler's \"auto\"."),
+]
+
+
+def trainer_options(f):
+    """Click decorator adding the Trainer-argument options (``--per-device-train-batch-size``,
+    ``--gradient-accumulation-steps``, ``--learning-rate``, ``--weight-decay``, ``--adam-beta1/2``,
+    ``--adam-epsilon``, ``--max-grad-norm``, ``--warmup-steps``, ``--warmup-ratio``,
+    ``--max-steps``/``--num-train-steps``, ``--bf16``, ``--fp16``, ``--hidden-size``) to a command.
+    The command receives them as one keyword argument ``trainer_args``: a dict for
+    :meth:`TrainerArgs.from_mapping` (None values = not given), plus ``hidden_size``."""
+    import functools
+
+    import click
+
+    names = [n for _, n, _, _ in _TRAINER_OPTS] + ["bf16", "fp16"]
+
+    @functools.wraps(f)
+    def wrapper(*a, **kw):
+        targs = {n: kw.pop(n, None) for n in names}
+        targs = {k: v for k, v in targs.items() if v not in (None, False)}
+        kw["trainer_args"] = targs
+        return f(*a, **kw)
+
+    deco = wrapper
+    deco = click.option("--hidden-size", type=click.IntRange(min=1),
+                        help="Model hidden size for the bucket-size \"auto\" values (default: from --model).")(deco)
+    deco = click.option("--fp16", is_flag=True, help="Trainer --fp16.")(deco)
+    deco = click.option("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
+    for opt, name, typ, hlp in reversed(_TRAINER_OPTS):
+        decls = [opt, name] + (["--num-train-steps", "--num-training-steps"] if name == "max_steps" else [])
+        deco = click.option(*decls, type=typ, default=None, help=hlp)(deco)
+    return deco
+
+
+# -- lint integration -------------------------------------------------------------------------------
+
+def findings_for_context(ctx: Any) -> list[Finding]:
+    """The H findings for a lint context, computed once per context (cached in ``ctx.extra``).
+
+    ``ctx.hf`` may be ``True`` (the config goes through the HF Trainer; its arguments are
+    unknown) or a mapping of Trainer arguments (fields of :class:`TrainerArgs`, plus optional
+    ``world_size`` and ``hidden_size``); ``ctx.extra["trainer_args"]`` is read the same way.
+    With arguments: every H finding of the replay. Without: only those that hold whatever
+    the arguments are (H002 "auto" nobody fills, H004 no zero_optimization section).
+    """
+    hf = getattr(ctx, "hf", False)
+    if not hf:
+        return []
+    extra = ctx.extra
+    if "hf_findings" in extra:
+        return extra["hf_findings"]
+    targs = extra.get("trainer_args")
+    if targs is None and isinstance(hf, Mapping):
+        targs = hf
+    given = targs is not None
+    targs = dict(targs or {})
+    ws = targs.pop("world_size", None) or ctx.world_size
+    hidden = targs.pop("hidden_size", None) or extra.get("hidden_size")
+    _, found = resolve_for_estimate(ctx.raw, targs, ctx.inventory, ws, hidden_size=hidden)
+    if not given:
+        found = [f for f in found if f.code == "H002" or f.data.get("kind") == "no-zero-section"]
+    extra["hf_findings"] = found
+    return found

@@ -1,0 +1,34 @@
+"""H004 accelerate-launch-error: accelerate refuses the DeepSpeed setup at start-up.
+
+accelerate 1.15.0 (``utils/dataclasses.py`` ``DeepSpeedPlugin``) raises when:
+
+* the DeepSpeed config has no ``zero_optimization`` section ("Please specify the ZeRO
+  optimization config in the DeepSpeed config.");
+* an accelerate YAML names a ``deepspeed_config_file`` *and* sets any of gradient_accumulation_steps,
+  gradient_clipping, zero_stage, offload_*_device, offload_*_nvme_path, zero3_save_16bit_model or
+  mixed_precision (they "will be ignored"; accelerate makes it an error);
+* the launch's mixed precision (``--bf16``/``--fp16`` or the YAML's ``mixed_precision``) is one
+  dtype while the config enables the other (``set_mixed_precision``).
+
+Anti-pattern (launched with ``--bf16``)::
+
+    {"fp16": {"enabled": true}, "zero_optimization": {"stage": 2}}
+
+Fix: add the ``zero_optimization`` section; move the YAML's DeepSpeed fields into the config
+file; use ``"enabled": "auto"`` for both fp16 and bf16 so the launch decides.
+"""
+
+from __future__ import annotations
+
+from advisor.hf import findings_for_context
+from advisor.rules import LintContext, Rule, register
+
+
+@register
+class AccelerateLaunchError(Rule):
+    code = "H004"
+    name = "accelerate-launch-error"
+    severity = "error"
+
+    def check(self, ctx: LintContext):
+        return [f for f in findings_for_context(ctx) if f.code == self.code]
