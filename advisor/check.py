@@ -13,7 +13,7 @@
    verdict per tier with the headroom.
 
 Capacities, in order of precedence: a flag (``--gpu-memory``, ``--host-memory``), the probe,
-then a hardware spec. Exit codes (:data:`EXIT_OK` ...): 0 go; 1 no-go (a tier does not fit,
+then the ``--hardware`` spec (:func:`advisor.hardware.resolve_hardware`). Exit codes (:data:`EXIT_OK` ...): 0 go; 1 no-go (a tier does not fit,
 or an error-level finding); 2 bad usage or unreadable input (raised by the caller); 3 with
 ``strict`` only: a probe failed (without ``strict`` that is a warning and the flags / spec
 are used; a tier with no capacity at all is reported "unknown" and does not block).
@@ -44,6 +44,7 @@ from advisor.units import gb, gib
 
 if TYPE_CHECKING:  # imported lazily at run time
     from advisor.estimate import EstimateResult
+    from advisor.hardware import Hardware
     from advisor.inventory import Inventory
     from advisor.loading import LoadedConfig
 
@@ -516,7 +517,7 @@ def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: Libai
 
 def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[str, str] | None = None,
               world_size: int | None = None, gpus_per_node: int | None = None, gpu_memory: int | None = None,
-              host_memory: int | None = None, hardware: Any = None, hf: bool = False, strict: bool = False,
+              host_memory: int | None = None, hardware: "Hardware | None" = None, hf: bool = False, strict: bool = False,
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
               timeout: float = PROBE_TIMEOUT_S) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
@@ -524,8 +525,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     ``env``: the environment to read launcher variables and PATH from (default os.environ).
     ``world_size`` / ``gpus_per_node`` / ``gpu_memory`` (bytes per rank) / ``host_memory``
     (bytes per node): flags, which beat the environment and the probes. ``hardware``: an
-    optional spec with ``gpu_memory`` / ``host_memory`` (bytes) used when neither a flag nor
-    a probe gives the value. ``disk_free``: test hook, nvme_path -> free bytes (also read from
+    :class:`advisor.hardware.Hardware` (``--hardware``), last in line for accelerator and host
+    memory (after flags and probes), ranks per node and, without launcher variables, the world
+    size (nodes x accelerators per node); a warning when it disagrees with the probed GPUs. ``disk_free``: test hook, nvme_path -> free bytes (also read from
     DS_ADVISOR_TEST_DISK_FREE). ``strict``: a failed probe makes the exit code 3.
     """
     from advisor.effective import effective_config
@@ -543,11 +545,20 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         probe_failed = True
         warnings.append(f"accelerators could not be probed: {acc.error}")
     warnings.extend(acc.notes)
+    hw_name = f"--hardware {hardware.name}" if hardware is not None else None
     if launch.gpus_per_node is None and acc.ok:
         launch.gpus_per_node = Found(len(acc.devices), f"{acc.source.split(' ')[0]} (visible devices)")
+    if launch.gpus_per_node is None and hardware is not None:
+        launch.gpus_per_node = Found(hardware.accelerators_per_node, hw_name)
     if launch.world_size is None:
         g = launch.gpus_per_node
-        launch.world_size = Found(g.value, f"{g.source} (one node assumed)") if g else Found(1, "default 1")
+        if hardware is not None:
+            launch.world_size = Found(hardware.nodes * (g.value if g else hardware.accelerators_per_node),
+                                      f"{hw_name}: {hardware.nodes} node(s) x {g.source if g else 'its GPUs'}")
+        elif g:
+            launch.world_size = Found(g.value, f"{g.source} (one node assumed)")
+        else:
+            launch.world_size = Found(1, "default 1")
         launch.notes.append(f"no launcher variables: world size {launch.world_size.value} ({launch.world_size.source})")
     if launch.num_nodes is None and launch.gpus_per_node:
         launch.num_nodes = Found(max(1, -(-launch.world_size.value // launch.gpus_per_node.value)),
@@ -561,16 +572,20 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         warnings.append(f"host memory could not be probed: {host.error}")
 
     # Capacities: flag > probe > hardware spec.
-    hw_gpu = getattr(hardware, "gpu_memory", None) if hardware is not None else None
-    hw_host = getattr(hardware, "host_memory", None) if hardware is not None else None
-    hw_name = getattr(hardware, "name", "hardware spec") if hardware is not None else None
+    hw_gpu = hardware.accelerator.memory_bytes if hardware is not None and hardware.accelerator else None
+    hw_host = hardware.host_memory_bytes if hardware is not None else None
+    if hw_gpu and acc.ok:
+        smallest = min(d.total for d in acc.devices)
+        if abs(smallest - hw_gpu) > 0.1 * hw_gpu:
+            warnings.append(f"{hw_name} says {gb(hw_gpu)} per accelerator but this node's smallest has {gb(smallest)} "
+                            f"({acc.source}): the probe is used")
     if gpu_memory is not None:
         acc_cap, acc_src = gpu_memory, "--gpu-memory"
     elif acc.ok:
         worst = min(acc.devices, key=lambda d: d.free)
         acc_cap, acc_src = worst.free, f"{acc.source}: GPU {worst.index} free (total - used)"
     elif hw_gpu:
-        acc_cap, acc_src = int(hw_gpu), f"--hardware {hw_name}"
+        acc_cap, acc_src = int(hw_gpu), hw_name
     else:
         acc_cap, acc_src = None, None
     if host_memory is not None:
@@ -578,7 +593,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     elif host.available is not None:
         host_cap, host_src = host.available, f"{host.source} MemAvailable"
     elif hw_host:
-        host_cap, host_src = int(hw_host), f"--hardware {hw_name}"
+        host_cap, host_src = int(hw_host), hw_name
     else:
         host_cap, host_src = None, None
 

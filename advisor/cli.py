@@ -231,12 +231,15 @@ def run() -> None:
               help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs).")
 @click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe).")
 @click.option("--host-memory", help="Host memory per node, e.g. 512GB (beats /proc/meminfo MemAvailable).")
+@click.option("--hardware", "hardware_", help="Hardware preset (dgx-h100, dgx-h100:4) or JSON spec: used where "
+              "flags, the environment and the probes say nothing.")
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
 @click.option("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
-def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hf, strict, fmt, quiet):
+def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hardware_, hf, strict, fmt,
+          quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -253,7 +256,7 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
       1  no-go: a tier does not fit, or an error finding (e.g. nvme_path missing)
       2  bad usage or unreadable input (config, model)
       3  --strict only: the environment could not be probed (without --strict: a
-         warning, and --gpu-memory / --host-memory are used)
+         warning, and --gpu-memory / --host-memory / --hardware are used)
     """
     from advisor.check import check_json, check_text, run_check
     from advisor.loading import load_config
@@ -269,11 +272,76 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
     try:
         inv = _inventory(model, params)
         loaded = load_config(config)
+        hw = None
+        if hardware_:
+            from advisor.hardware import resolve_hardware
+            hw = resolve_hardware(hardware_)
     except AdvisorError as e:
         raise _fail(str(e))
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
-                       host_memory=host_b, hf=hf, strict=strict)
+                       host_memory=host_b, hardware=hw, hf=hf, strict=strict)
     code = result.exit_code
     if not (quiet and code == EXIT_OK):
         click.echo(check_json(result) if fmt == "json" else check_text(result))
     sys.exit(code)
+
+
+def _trainer_options(f):
+    from advisor.hf import trainer_options
+    return trainer_options(f)
+
+
+@main.command()
+@click.argument("config")
+@click.option("--hf", is_flag=True, help="Resolve as the HF Trainer does (implied for an accelerate config YAML).")
+@_trainer_options
+@click.option("--model", help="Model preset, HF config.json or inventory JSON: hidden_size for the bucket sizes.")
+@click.option("--world-size", type=click.IntRange(min=1),
+              help="Total ranks (default: the accelerate YAML's num_processes, WORLD_SIZE, else 1).")
+@click.option("--show-filled", is_flag=True, help="Also list every filled key with its source, on stderr.")
+def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_filled):
+    """Print the DeepSpeed config the HF Trainer / accelerate hand to DeepSpeed, "auto" resolved.
+
+    CONFIG is a DeepSpeed JSON/HJSON config (with --hf) or an accelerate config YAML
+    (distributed_type: DEEPSPEED). The resolved JSON goes to stdout (steps_per_print is
+    Infinity, as accelerate sets it); what the Trainer or accelerate would report at launch
+    goes to stderr. Exit 1 when the launch would fail (an error finding).
+    """
+    import json
+
+    from advisor import hf as hfmod
+    from advisor.findings import sort_findings
+
+    try:
+        text = None
+        if config != "-" and os.path.isfile(config):
+            with open(config, "rb") as fh:
+                text = fh.read(8 * 1024 * 1024).decode("utf-8", errors="replace")
+        inv = _inventory(model, None) if model else None
+        h, meta = hfmod._hidden_from_inventory(inv)
+        args = hfmod.TrainerArgs.from_mapping(trainer_args)
+        if text is not None and hfmod.is_accelerate_config(text):
+            launch = hfmod.read_accelerate_config(config, text)
+            res = hfmod.resolve_accelerate(launch, args, hidden_size=hidden_size or h,
+                                           model_config=meta if h else None, world_size=world_size)
+        else:
+            if not hf:
+                raise click.UsageError("give --hf to resolve a DeepSpeed config as the HF Trainer does "
+                                       "(an accelerate config YAML needs no flag)")
+            from advisor.loading import load_config
+            loaded = load_config(config)
+            ws, _ = _world(world_size)
+            args.world_size = ws or 1
+            res = hfmod.resolve_trainer(loaded.data, args, hidden_size=hidden_size or h,
+                                        model_config=meta if h else None)
+            res.findings = [f.located(loaded.positions, loaded.source) for f in res.findings]
+    except AdvisorError as e:
+        raise _fail(str(e))
+    click.echo(json.dumps(res.config, indent=2))
+    for f in sort_findings(res.findings):
+        where = f"{f.file}:{f.line}" if f.file and f.line else (f.pointer or "/")
+        click.echo(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""), err=True)
+    if show_filled:
+        for k, (old, new, who) in res.filled.items():
+            click.echo(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})", err=True)
+    sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in res.findings) else EXIT_OK)

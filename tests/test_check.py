@@ -448,3 +448,26 @@ def test_check_never_imports_torch_or_deepspeed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env=base_env(bin_, TORCHRUN_8)).stdout
     assert out.strip() == "0 []"
+
+
+@needs_ledger
+def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
+    cfg = json.loads(C06.read_text())
+    cfg["zero_optimization"]["stage"] = 3
+    z3 = tmp_path / "c06_zero3.json"
+    z3.write_text(json.dumps(cfg))
+    # No nvidia-smi, no launcher variables: the preset gives the shape and the GPU memory.
+    rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], {})
+    assert d["launch"]["world_size"]["value"] == 8 and d["launch"]["world_size"]["source"].startswith("--hardware")
+    t = tier(d, "accelerator")
+    assert (t["capacity"], t["capacity_source"]) == (141 * 10**9, "--hardware dgx-h200")
+    assert rc == 0 and t["verdict"] == "go" and d["probe_failed"] is True
+    rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200", "--strict"], {})
+    assert rc == 3
+    # The probe beats the preset, with a warning when they disagree.
+    bin_ = fake_smi(tmp_path, gpus(H100, 8))
+    rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], TORCHRUN_8, bin_)
+    assert tier(d, "accelerator")["capacity"] == 81559 * MIB
+    assert any("--hardware dgx-h200 says 141.00 GB" in w for w in d["warnings"])
+    rc, _, err = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h900"], {})
+    assert rc == 2 and "dgx-h" in err
