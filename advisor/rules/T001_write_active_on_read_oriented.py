@@ -1,0 +1,116 @@
+"""T001 write-active-on-read-oriented: state rewritten every step placed on a read-oriented tier.
+
+What DeepSpeed does: with ZeRO-3 ``offload_optimizer.device: nvme`` every optimizer step swaps
+the fp32 master weights and both Adam moments of each sub-group in from ``nvme_path`` and back
+out, and writes the fp32 gradient pieces once: about 16 bytes written (and 16 read) per
+partition element per step (reference section 5.4, measured byte-exactly). With
+``offload_param.device: nvme`` the trained 16-bit partitions that do not fit ``max_in_cpu`` are
+written back after every step. A tier marked ``read-oriented`` in the hardware spec (QLC
+flash, read-optimised arrays, high-bandwidth flash meant for weights) has neither the write
+bandwidth nor the write endurance for that: a 6.7B-parameter model writes ~107 GB per step, and
+at 30 s per step a 1,200 TBW drive is worn out in about 4 days.
+
+The finding gives the bytes written per step (summed over the node's ranks), per day at the
+step time (``--step-time``), and the projected days until the drive's rated endurance (TBW,
+or DWPD x capacity x 365 x warranty years) is used.
+
+Frozen parameters (PEFT base weights, inference) on such a tier are fine: DeepSpeed only reads
+them (they are never placed in the ``max_in_cpu`` buffer and never swapped out, since no
+optimizer updates them), so the rule reports them as ``info``. Trainable parameters that all fit
+``max_in_cpu`` are also only written once at initialisation (``info``).
+
+Needs ``--hardware`` (a spec whose storage tier holds the ``nvme_path``) and a model.
+
+Anti-pattern (hardware spec marks ``/mnt/qlc`` read-oriented)::
+
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/mnt/qlc/ds"}
+
+Fix: point ``nvme_path`` at a read-write tier with enough endurance, or offload the optimizer
+to host memory (``device: cpu``); keep read-oriented flash for frozen weights.
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._util import fmt_bytes, zero_raw, zptr
+
+_WRITE_ACTIVE = {"gradients": "gradients", "optimizer_states": "optimizer moments",
+                 "master_weights": "fp32 master weights", "parameters": "trained parameters"}
+
+
+def _days(d: float | None) -> str:
+    if d is None:
+        return "unknown"
+    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
+
+
+@register
+class WriteActiveOnReadOriented(Rule):
+    code = "T001"
+    name = "write-active-on-read-oriented"
+    severity = "error"
+    needs_model = True
+
+    def check(self, ctx: LintContext):
+        hw = ctx.extra.get("hardware")
+        if hw is None or ctx.inventory is None or not getattr(hw, "storage", None):
+            return
+        from advisor.ledger import Cluster, Plan
+        from advisor.traffic import endurance_report, movement_for
+
+        ec = ctx.effective
+        if ec.zero.stage != 3:
+            return  # NVMe swapping exists only in ZeRO-3 (stage 1/2 "nvme" is CPU offload)
+        step_s = ctx.extra.get("step_seconds")
+        ws = ctx.dp_world_size or ctx.world_size or 1
+        plan = Plan(config=ec, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
+        moves = movement_for(plan, hw)
+        lines = endurance_report(moves, hw, step_s)
+        zr = zero_raw(ctx.raw)
+        sections = []
+        if ec.offload_optimizer_effective == "nvme":
+            sections.append("offload_optimizer")
+        if ec.offload_param_effective == "nvme":
+            sections.append("offload_param")
+        for sec in sections:
+            path = getattr(ec.zero, sec).nvme_path
+            tier = hw.tier_for_path(path)
+            if tier is None or not tier.read_oriented:
+                continue
+            raw_sec = zr.get(sec) if isinstance(zr.get(sec), dict) else {}
+            ptr = zptr(sec, "nvme_path") if "nvme_path" in raw_sec else zptr(sec, "device")
+            mine = [m for m in moves if m.link == "nvme" and m.path == path and m.rank == 0]
+            writes = {m.cls for m in mine if m.direction == "write" and m.bytes > 0}
+            line = next((ln for ln in lines if ln.tier == tier.name), None)
+            where = f"read-oriented tier '{tier.name}' ({', '.join(tier.mounts)})"
+            if writes & set(_WRITE_ACTIVE):
+                per_step = line.write_bytes_per_step if line else sum(m.bytes for m in mine if m.direction == "write")
+                what = ", ".join(_WRITE_ACTIVE[c] for c in ("master_weights", "optimizer_states", "gradients",
+                                                            "parameters") if c in writes)
+                msg = (f"{sec} places write-active state ({what}) on {where}: {fmt_bytes(per_step)} written per "
+                       f"optimizer step on each node")
+                data = {"tier": tier.name, "path": path, "bytes_written_per_step": per_step,
+                        "classes": sorted(writes), "rated_write_bytes": tier.rated_write_bytes}
+                if step_s and line is not None:
+                    msg += (f"; at {step_s:g} s per step ({line.steps_per_day:,.0f} steps/day) that is "
+                            f"{line.write_bytes_per_day / 1e12:,.1f} TB written per day")
+                    data.update(step_seconds=step_s, steps_per_day=line.steps_per_day,
+                                bytes_written_per_day=line.write_bytes_per_day, days_of_life=line.days_of_life)
+                    if tier.rated_write_bytes:
+                        msg += (f", and the drive's rated endurance ({tier.endurance.describe()}) is used up in "
+                                f"{_days(line.days_of_life)}")
+                else:
+                    msg += " (give --step-time for bytes per day and the drive's projected life)"
+                yield self.finding(
+                    ptr, msg,
+                    "point nvme_path at a read-write tier with the endurance for it, or offload to host memory "
+                    "(device: cpu); keep read-oriented flash for frozen weights",
+                    **data)
+            elif sec == "offload_param":
+                frozen = any(m.item == "frozen_params" and m.bytes > 0 for m in mine)
+                why = ("only frozen parameters are swapped from it: DeepSpeed reads them on each fetch and never "
+                       "writes them back (no optimizer updates them)" if frozen else
+                       "every trained parameter partition fits offload_param.max_in_cpu, so DeepSpeed writes the "
+                       "files once at initialisation and keeps the partitions in host memory")
+                yield self.finding(ptr, f"offload_param uses {where}: fine, {why}", "", severity="info",
+                                   tier=tier.name, path=path, bytes_written_per_step=0)

@@ -1,0 +1,612 @@
+"""The movement ledger: bytes each rank moves per optimizer step, by link, direction and state class.
+
+Where :mod:`advisor.ledger` says how many bytes *live* on each tier, this module says how many
+bytes *move* every optimizer step (one optimizer step = ``gradient_accumulation_steps``
+micro-steps), and, given a :class:`advisor.hardware.Hardware`, how long each movement takes at
+the stated bandwidths and whether DeepSpeed can overlap it with compute.
+
+Links: ``pcie`` (host <-> accelerator; directions ``to_host`` and ``to_accelerator``), ``nvme``
+(directions ``write`` and ``read``, with the config's ``nvme_path`` and, with a hardware spec,
+its storage tier) and ``network`` (collectives between data-parallel ranks; direction ``send``,
+which equals what a rank receives in a ring collective).
+
+Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = the project's
+``deepspeed-0.19.8-state-accounting.md``):
+
+* NVMe optimizer swap (ZeRO-3, ``offload_optimizer.device: nvme``), reference section 5.4,
+  measured there byte-exactly: per swappable sub-group k, the fp32 master and both Adam
+  moments are read and written once per step, each ``A_k(S_k) * 4`` bytes with
+  ``A_k`` = round up to ``1024 * aio.intra_op_parallelism / 4`` elements
+  (``swap_tensor/optimizer_utils.py`` ``_io_aligned_numel``); a sub-group is swappable iff
+  ``S_k * 4 >= max(1 MiB, aio.block_size)`` (``stage3.py`` ``_swappable_optimizer_subgroup``);
+  every parameter's fp32 gradient piece with ``r_i * 4 >= max(1 MiB, block_size)`` is written in
+  backward and read at the step, its aligned part ``floor(r_i / k) * k * 4`` only
+  (``optimizer_utils.py`` ``_adjust_for_misaligned_lengths``, ``_swap_out_gradients``). The
+  first step reads no moments (they do not exist yet).
+* NVMe parameter swap (``offload_param.device: nvme``), reference 5.1/5.4: only the partitions of
+  trainable sub-groups that do not fit ``max_in_cpu`` (``stage3.py``
+  ``_create_param_groups_fp16_flat_cpu_memory``, ``_move_to_flat_buffer``) and are at least
+  ``max(1 MiB, block_size)`` (``partitioned_param_swapper.py`` ``swappable_tensor``) stay on
+  NVMe: written after each step (``_partitioned_params_swap_out``), ``A'(p_i) * D`` bytes with
+  ``A'`` = round up to ``1024 / D`` elements, and read on every fetch. Frozen parameters are never
+  moved into the ``max_in_cpu`` buffer (it is built from the trainable groups only): on NVMe
+  they are read, never written [S].
+* ZeRO-Offload PCIe traffic [S]: stage 1/2 copies each gradient partition to host as fp32
+  (``stage_1_and_2.py`` ``async_inplace_copy_grad_to_fp32_buffer_from_gpu``) and the updated
+  16-bit partition back (``param_buffer_of_bit16_for_cpu_offload_groups``); stage 3 copies the
+  reduced gradient partition into the pinned host buffer and back (``stage3.py``
+  ``partition_grads``), then the fp32 gradient at the boundary
+  (``_offload_grad_partition_at_boundary``), and the updated 16-bit partition back to the
+  accelerator unless parameters are offloaded too; offloaded parameters cross PCIe on every
+  fetch.
+* Collectives: the ZeRO paper's volumes (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+  Training Trillion Parameter Models", SC'20, section 7): stages 0-2 move ~2 x Psi per step
+  (reduce-scatter + all-gather, or all-reduce), stage 3 ~3 x Psi (forward all-gather, backward
+  all-gather, gradient reduce-scatter); with ring collectives each rank sends (W-1)/W of the
+  buffer. Stage 2 and 3 reduce on every micro-step; stage 3 skips the backward all-gather when
+  parameters stay gathered between forward and backward (``stage3_max_reuse_distance`` >= about
+  twice the non-persistent parameter count, reference 4.5).
+* Activation checkpoints moved to host (``activation_checkpointing.cpu_checkpointing``) need
+  activation shapes the inventory does not have: reported in :func:`not_modelled`, not counted.
+
+Partition helpers here (:func:`zero3_partition_numel`, :func:`zero3_rank_numel`,
+:func:`zero3_sub_groups`, :func:`zero12_partition`) follow the reference section 3; they
+duplicate what the ledger computes and can be replaced by the ledger's once it exposes them.
+
+Endurance (:func:`endurance`, :func:`endurance_report`): bytes written per day = bytes per step
+x 86,400 / step seconds; rated bytes = TBW x 1e12, or DWPD x capacity x 365 x warranty years;
+projected life in days = rated bytes / bytes written per day.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable
+
+from advisor.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
+from advisor.inventory import Inventory
+
+if TYPE_CHECKING:
+    from advisor.hardware import Hardware, StorageTier
+    from advisor.ledger import Ledger, Plan
+
+PCIE, NVME, NETWORK = "pcie", "nvme", "network"
+LINKS = (PCIE, NVME, NETWORK)
+MIN_AIO_BYTES = 1024 ** 2  # swap_tensor/utils.py MIN_AIO_BYTES
+AIO_ALIGNED_BYTES = 1024  # swap_tensor/utils.py AIO_ALIGNED_BYTES
+SECONDS_PER_DAY = 86_400
+
+
+@dataclass(frozen=True)
+class Movement:
+    """Bytes one rank moves over one link per optimizer step.
+
+    ``bytes`` is the steady-state figure; ``first_step_bytes`` is set when the first step
+    differs. ``seconds`` (with a hardware spec) = bytes / the rank's share of the link's
+    bandwidth. ``overlap``: DeepSpeed issues it asynchronously alongside compute.
+    """
+
+    rank: int
+    link: str
+    direction: str
+    cls: str
+    item: str
+    bytes: int
+    phase: str
+    overlap: bool
+    formula: str = ""
+    source: str = ""
+    path: str | None = None
+    tier: str | None = None
+    seconds: float | None = None
+    first_step_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# partition helpers (reference section 3)
+
+
+def align_up(n: int, k: int) -> int:
+    """``n`` rounded up to a multiple of ``k`` (A_k(n) in the reference)."""
+    return n if k <= 1 or n % k == 0 else n + k - n % k
+
+
+def zero3_partition_numel(n: int, world: int) -> int:
+    """ZeRO-3 partition of one parameter, elements: p_i = ceil(n_i / W)
+    (``partition_parameters.py`` padding; reference 3.2)."""
+    return -(-n // world)
+
+
+def zero3_rank_numel(n: int, world: int, rank: int) -> int:
+    """Real (non-padding) elements of parameter i on ``rank``: max(0, min(p_i, n_i - r*p_i))."""
+    p = zero3_partition_numel(n, world)
+    return max(0, min(p, n - rank * p))
+
+
+@dataclass(frozen=True)
+class SubGroup:
+    """A ZeRO-3 sub-group: indices into the inventory's tensors, and S_k = sum p_i (elements)."""
+
+    group: int
+    tensors: tuple[int, ...]
+    numel: int
+
+
+def zero3_sub_groups(inventory: Inventory, world: int, sub_group_size: int) -> list[SubGroup]:
+    """ZeRO-3 sub-groups of the trainable parameters (``stage3.py`` ``_create_fp16_sub_groups``):
+    per optimizer param group, parameters are appended in order until the running sum of
+    partitions p_i reaches ``sub_group_size`` (elements); a group not larger than
+    ``sub_group_size`` is one sub-group."""
+    by: dict[int, list[int]] = {}
+    for i, t in enumerate(inventory.tensors):
+        if t.trainable:
+            by.setdefault(t.group, []).append(i)
+    out: list[SubGroup] = []
+    for g in sorted(by):
+        idx = by[g]
+        parts = [zero3_partition_numel(inventory.tensors[i].numel, world) for i in idx]
+        if sub_group_size is None or sub_group_size >= sum(parts):
+            out.append(SubGroup(g, tuple(idx), sum(parts)))
+            continue
+        cur: list[int] = []
+        size = 0
+        for j, (i, p) in enumerate(zip(idx, parts)):
+            cur.append(i)
+            size += p
+            if size >= sub_group_size or j == len(idx) - 1:
+                out.append(SubGroup(g, tuple(cur), size))
+                cur, size = [], 0
+    return out
+
+
+def zero12_partition(numels: list[int], world: int, rank: int) -> tuple[int, int, int]:
+    """ZeRO-1/2 flat partition of one param group (reference 3.1, default alignment):
+    returns (P, Cov_r, I_r) in elements: P = A_{2W}(N) / W, Cov_r = elements of rank r's slice
+    covered by parameters, I_r = full numel of the parameters touching r's slice."""
+    n = sum(numels)
+    p = align_up(n, 2 * world) // world
+    lo, hi = rank * p, (rank + 1) * p
+    cov = max(0, min(hi, n) - lo)
+    i_r, off = 0, 0
+    for x in numels:
+        if off < hi and off + x > lo:
+            i_r += x
+        off += x
+    return p, cov, i_r
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _optimizer_state_count(ec: EffectiveConfig) -> tuple[int, str]:
+    """Number of fp32 state tensors per parameter swapped with the master (Adam: 2)."""
+    fam = ec.optimizer.family
+    if fam in ("lion", "adagrad"):
+        return 1, fam
+    if ec.optimizer.is_adam or fam == "none":
+        return 2, "Adam" if fam != "none" else "Adam (assumed: no optimizer section)"
+    return 2, f"{ec.optimizer.type} (Adam-like 2 states assumed)"
+
+
+def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
+    _, _, ga, err = derive_batch(ec, dp)
+    if err or not ga:
+        return max(1, ec.gradient_accumulation_steps or 1)
+    return ga
+
+
+def _persistent(inv: Inventory, ec: EffectiveConfig) -> set[int]:
+    """Stage-3 persistent parameters (reference 3.2): n_i <= param_persistence_threshold while the
+    cumulative persistent numel stays <= model_persistence_threshold (elements)."""
+    out, tot = set(), 0
+    for i, t in enumerate(inv.tensors):
+        if t.numel <= ec.zero.param_persistence_threshold and tot + t.numel <= ec.zero.model_persistence_threshold:
+            out.add(i)
+            tot += t.numel
+    return out
+
+
+def _stays_gathered(inv: Inventory, ec: EffectiveConfig, persistent: set[int]) -> bool:
+    """True when ZeRO-3 keeps every parameter gathered from its forward to its backward use, so
+    the backward pass fetches nothing again (reference 4.5: reuse distance >= ~2 x the
+    non-persistent parameter numel)."""
+    non_persist = sum(t.numel for i, t in enumerate(inv.tensors) if i not in persistent)
+    return ec.zero.max_reuse_distance >= 2 * non_persist
+
+
+def not_modelled(plan: "Plan") -> list[str]:
+    """Movements this module does not count for ``plan``, in words."""
+    ec = plan.config
+    out = []
+    ac = ec.activation_checkpointing or {}
+    if ac.get("cpu_checkpointing") is True:
+        out.append("activation checkpoints copied to host (cpu_checkpointing): needs activation shapes, not counted")
+    out.append("input batches, logits and loss scalars; NCCL protocol overheads; first-iteration fetches")
+    if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, plan.cluster.dp_world_size) > 1:
+        out.append("ZeRO-1/2 offload with gradient accumulation: per-micro-step host accumulation copies are "
+                   "approximated (source reading only)")
+    return out
+
+
+def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None) -> list[Movement]:
+    """Per-rank movements per optimizer step for a :class:`advisor.ledger.Plan` (or a Ledger,
+    whose ``plan`` is used), one list over all data-parallel ranks. Bytes are bytes. With
+    ``hardware``, each movement's ``seconds`` is filled and NVMe rows name their storage tier
+    (``Hardware.tier_for_path`` of the config's ``nvme_path``)."""
+    plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
+    ec: EffectiveConfig = plan.config
+    inv: Inventory = plan.inventory
+    world = plan.cluster.dp_world_size
+    out: list[Movement] = []
+    for r in range(world):
+        out.extend(_rank_movements(plan, r))
+    if hardware is not None:
+        out = timed(out, hardware, ranks_per_node=_ranks_per_node(plan, hardware))
+    return out
+
+
+def _ranks_per_node(plan: "Plan", hardware: "Hardware | None" = None) -> int:
+    cl = plan.cluster
+    if cl.gpus_per_node:
+        return max(1, min(cl.gpus_per_node, cl.world_size))
+    if hardware is not None and hardware.accelerators_per_node:
+        return max(1, min(hardware.accelerators_per_node, cl.world_size))
+    return max(1, min(cl.world_size, 8))
+
+
+def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
+    ec: EffectiveConfig = plan.config
+    inv: Inventory = plan.inventory
+    W = plan.cluster.dp_world_size
+    z = ec.zero
+    st = z.stage
+    D = DTYPE_BYTES[ec.model_dtype]
+    G = DTYPE_BYTES[ec.grad_dtype]
+    C = DTYPE_BYTES[ec.comm_dtype]
+    M = 4
+    ga = _grad_accum(ec, W)
+    oo = ec.offload_optimizer_effective
+    op = ec.offload_param_effective
+    rows: list[Movement] = []
+
+    def add(link, direction, cls, item, nbytes, phase, overlap, formula, source, **kw):
+        if nbytes > 0:
+            rows.append(Movement(r, link, direction, cls, item, int(nbytes), phase, overlap, formula, source, **kw))
+
+    trainable = [i for i, t in enumerate(inv.tensors) if t.trainable]
+    persistent = _persistent(inv, ec) if st == 3 else set()
+    gathered = _stays_gathered(inv, ec, persistent) if st == 3 else True
+    fetches = 1 if gathered else 2  # stage 3: forward, plus backward unless still gathered
+    fetch_words = "forward" if gathered else "forward and backward"
+    f = (W - 1) / W
+
+    # ---- collectives ---------------------------------------------------------------------------
+    if W > 1:
+        groups = inv.groups(trainable_only=True)
+        n_pad = sum(align_up(sum(t.numel for t in g), 2 * W) for g in groups)
+        if st == 0:
+            add(NETWORK, "send", "gradients", "grad_allreduce", 2 * f * sum(t.numel for g in groups for t in g) * C,
+                "backward", False, "all-reduce of all gradients: 2 x (W-1)/W x N x C",
+                "ZeRO paper s.7 (data parallel baseline 2 Psi); engine.allreduce_gradients")
+        elif st in (1, 2):
+            times = ga if st == 2 else 1
+            add(NETWORK, "send", "gradients", "grad_reduce_scatter", times * f * n_pad * C, "backward",
+                bool(z.overlap_comm),
+                f"reduce-scatter of gradients: {'GA x ' if st == 2 else ''}(W-1)/W x N_pad x C "
+                f"({'every micro-step' if st == 2 else 'at the boundary'})",
+                "ZeRO paper s.7.1 (P_os+g: Psi reduce-scatter); stage_1_and_2.py average_tensor / reduce_ipg_grads")
+            add(NETWORK, "send", "parameters", "param_allgather", f * n_pad * D, "after_step", False,
+                "all-gather of updated 16-bit partitions: (W-1)/W x N_pad x D",
+                "ZeRO paper s.7.1 (Psi all-gather); stage_1_and_2.py all_gather_dp_groups")
+        else:
+            p3_all = sum(zero3_partition_numel(t.numel, W) for t in inv.tensors)
+            p3_t = sum(zero3_partition_numel(inv.tensors[i].numel, W) for i in trainable)
+            prefetch = z.prefetch_bucket_size > 0
+            add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * D, "forward", prefetch,
+                "forward all-gather: GA x (W-1)/W x sum(p_i) x W x D", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per pass); "
+                "partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch")
+            if not gathered:
+                add(NETWORK, "send", "parameters", "param_allgather_bwd", ga * f * p3_all * W * D, "backward", prefetch,
+                    "backward all-gather: GA x (W-1)/W x sum(p_i) x W x D (parameters released after forward: "
+                    "stage3_max_reuse_distance < 2 x non-persistent numel)", "ZeRO paper s.7.2.2; reference 4.5")
+            add(NETWORK, "send", "gradients", "grad_reduce_scatter", ga * f * p3_t * W * C, "backward",
+                bool(z.overlap_comm), "gradient reduce-scatter every micro-step: GA x (W-1)/W x sum(p_i) x W x C",
+                "ZeRO paper s.7.2.2; stage3.py reduce_ipg_grads, coalesced_collectives.reduce_scatter_coalesced")
+
+    # ---- ZeRO-Offload over PCIe ----------------------------------------------------------------
+    if st in (1, 2) and oo == "cpu":
+        cov = i_r = p12 = 0
+        for g in inv.groups(trainable_only=True):
+            p, c, i = zero12_partition([t.numel for t in g], W, r)
+            p12, cov, i_r = p12 + p, cov + c, i_r + i
+        add(PCIE, "to_host", "gradients", "fp32_grad", cov * M, "backward", True,
+            "gradient partition converted to fp32 on the accelerator and copied to host: Cov_r x 4",
+            "stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu")
+        if ga > 1:
+            add(PCIE, "to_host", "gradients", "offload_accumulated_grads_cpu", (ga - 1) * i_r * D, "backward", True,
+                "non-boundary micro-steps: accumulated 16-bit grads of the partition's params to host: (GA-1) x I_r x D",
+                "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]")
+            add(PCIE, "to_accelerator", "gradients", "offload_accumulated_grads_cpu", (ga - 1) * i_r * D, "backward",
+                True, "accumulated grads brought back for the next micro-step: (GA-1) x I_r x D",
+                "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]")
+        add(PCIE, "to_accelerator", "parameters", "offload_bit16_param_buffer", p12 * D, "after_step", False,
+            "updated 16-bit partition copied back: P x D", "stage_1_and_2.py step (param_buffer_of_bit16_for_cpu_offload_groups)")
+
+    if st == 3:
+        p3_t = sum(zero3_partition_numel(inv.tensors[i].numel, W) for i in trainable)
+        p3_all = sum(zero3_partition_numel(t.numel, W) for t in inv.tensors)
+        if oo in ("cpu", "nvme"):
+            add(PCIE, "to_host", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", True,
+                "reduced gradient partition into the pinned host buffer, every micro-step: GA x P3 x G",
+                "stage3.py partition_grads (grad_buffer.copy_)")
+            add(PCIE, "to_accelerator", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", True,
+                "host gradient buffer copied back to the accelerator to accumulate / convert: GA x P3 x G",
+                "stage3.py partition_grads (grad_buffer.to(device))")
+            add(PCIE, "to_host", "gradients", "fp32_grad", p3_t * M, "backward", True,
+                "fp32 gradient partition to host at the boundary: P3 x 4",
+                "stage3.py _offload_grad_partition_at_boundary")
+            if op == "none":
+                add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", p3_t * D, "after_step", False,
+                    "updated 16-bit partitions copied to the accelerator: P3 x D", "stage3.py _optimizer_step / "
+                    "_reassign_or_swap_out_partitioned_parameters")
+        elif op != "none":
+            add(PCIE, "to_host", "parameters", "lp_param_partitions", p3_t * D, "after_step", False,
+                "parameters offloaded, optimizer on the accelerator: updated partitions back to host: P3 x D",
+                "stage3.py _reassign_or_swap_out_partitioned_parameters [S]")
+        if op != "none":
+            add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", ga * fetches * p3_all * D, "forward",
+                z.prefetch_bucket_size > 0,
+                f"offloaded partitions fetched for every {fetch_words} pass: GA x {fetches} x sum(p_i) x D",
+                "partition_parameters.py all-gather from host partitions; reference 4.5")
+
+    # ---- NVMe ----------------------------------------------------------------------------------
+    if st == 3 and oo == "nvme":
+        path = z.offload_optimizer.nvme_path
+        min_aio = max(MIN_AIO_BYTES, ec.aio.block_size)
+        k = AIO_ALIGNED_BYTES * max(1, ec.aio.intra_op_parallelism) // M
+        nstate, opt_name = _optimizer_state_count(ec)
+        pipelined = bool(z.offload_optimizer.pipeline_read or z.offload_optimizer.pipeline_write)
+        src = ("reference 5.4 (measured); swap_tensor/partitioned_optimizer_swapper.py swap_in/swap_out_optimizer_state, "
+               "optimizer_utils.py _io_aligned_numel")
+        master = grads = 0
+        for sg in zero3_sub_groups(inv, W, z.sub_group_size):
+            if sg.numel * M < min_aio:
+                continue
+            master += align_up(sg.numel, k) * M
+            for i in sg.tensors:
+                ri = zero3_rank_numel(inv.tensors[i].numel, W, r)
+                if ri * M < min_aio:
+                    continue
+                aligned = (ri // k) * k
+                if aligned * M >= min_aio:
+                    grads += aligned * M
+        sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
+        for direction in ("read", "write"):
+            add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined,
+                f"fp32 master {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src, path=path)
+            for item in ("exp_avg", "exp_avg_sq")[:nstate] if nstate == 2 else ("optimizer_state",):
+                add(NVME, direction, "optimizer_states", item, master, "step", pipelined,
+                    f"{opt_name} {item} {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src,
+                    path=path, first_step_bytes=0 if direction == "read" else None)
+        gsrc = "reference 5.4; optimizer_utils.py _swap_out_gradients, _adjust_for_misaligned_lengths"
+        gwords = (f"fp32 gradient pieces with r_i x 4 >= {min_aio:,} B, aligned part floor(r_i/{k}) x {k} x 4 "
+                  f"(the unaligned tail stays in memory)")
+        add(NVME, "write", "gradients", "fp32_grad", grads, "backward", True, "written at the boundary: " + gwords, gsrc,
+            path=path)
+        add(NVME, "read", "gradients", "fp32_grad", grads, "step", pipelined, "read back for the step: " + gwords, gsrc,
+            path=path)
+
+    if st == 3 and op == "nvme":
+        path = z.offload_param.nvme_path
+        min_aio = max(MIN_AIO_BYTES, ec.aio.block_size)
+        kp = AIO_ALIGNED_BYTES * max(1, ec.aio.intra_op_parallelism) // D
+        # which trainable sub-groups fit in the max_in_cpu flat buffer (stage3.py:888-911, 975-1005)
+        on_nvme_trainable: list[int] = []
+        agg = 0
+        sgs = zero3_sub_groups(inv, W, z.sub_group_size)
+        for g in sorted({s.group for s in sgs}):
+            mine = [s for s in sgs if s.group == g]
+            in_group = sum(s.numel for s in mine)
+            flat = in_group if agg + in_group <= z.offload_param.max_in_cpu else max(0, z.offload_param.max_in_cpu - agg)
+            agg += in_group
+            flat = flat if flat > 0 else 1  # torch.empty(1) placeholder
+            off = 0
+            for s in mine:
+                if off + s.numel > flat:
+                    on_nvme_trainable.extend(i for i in s.tensors
+                                             if zero3_partition_numel(inv.tensors[i].numel, W) * D >= min_aio)
+                off += s.numel
+        frozen_on_nvme = [i for i, t in enumerate(inv.tensors)
+                          if not t.trainable and zero3_partition_numel(t.numel, W) * D >= min_aio]
+        wbytes = sum(align_up(zero3_partition_numel(inv.tensors[i].numel, W), kp) * D for i in on_nvme_trainable)
+        fbytes = sum(align_up(zero3_partition_numel(inv.tensors[i].numel, W), kp) * D for i in frozen_on_nvme)
+        psrc = "reference 5.1/5.4 (measured N2); stage3.py _partitioned_params_swap_out, partitioned_param_swapper.py"
+        add(NVME, "write", "parameters", "lp_param_partitions", wbytes, "after_step", False,
+            f"trainable partitions beyond max_in_cpu ({z.offload_param.max_in_cpu:,} elements) written after every "
+            f"step: sum A_{kp}(p_i) x D", psrc, path=path)
+        add(NVME, "read", "parameters", "lp_param_partitions", ga * fetches * wbytes, "forward",
+            z.prefetch_bucket_size > 0,
+            f"trainable NVMe partitions read on every {fetch_words} fetch: GA x {fetches} x sum A_{kp}(p_i) x D",
+            psrc, path=path)
+        add(NVME, "read", "parameters", "frozen_params", ga * fetches * fbytes, "forward", z.prefetch_bucket_size > 0,
+            f"frozen partitions (never put in the max_in_cpu buffer) read on every {fetch_words} fetch, never written: "
+            f"GA x {fetches} x sum A_{kp}(p_i) x D", psrc + " [S for frozen]", path=path)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# time at the hardware's bandwidths
+
+
+def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi_node: bool) -> float | None:
+    """The bandwidth one rank gets for movement ``m``, bytes/s: PCIe = the accelerator's host
+    link; NVMe = the tier's read or write bandwidth shared by the node's ranks; network = the
+    node's NIC bandwidth shared by its ranks when the job spans nodes, else the intra-node peer
+    link (NVLink/xGMI), else PCIe."""
+    if m.link == PCIE:
+        return hardware.host_link_bytes_per_s
+    if m.link == NVME:
+        t = hardware.tier_for_path(m.path)
+        if t is None:
+            return None
+        bw = t.write_bytes_per_s if m.direction == "write" else t.read_bytes_per_s
+        return bw / max(1, ranks_per_node)
+    if multi_node:
+        return (hardware.network_bytes_per_s / max(1, ranks_per_node)) if hardware.network_bytes_per_s else None
+    return hardware.peer_bytes_per_s or hardware.host_link_bytes_per_s
+
+
+def timed(movements: list[Movement], hardware: "Hardware", ranks_per_node: int = 1,
+          world_size: int | None = None) -> list[Movement]:
+    """Copies of ``movements`` with ``seconds`` (bytes / :func:`link_bandwidth`) and NVMe
+    ``tier`` names filled from ``hardware``."""
+    ranks = {m.rank for m in movements}
+    ws = world_size or (max(ranks) + 1 if ranks else 1)
+    multi = ws > ranks_per_node
+    out = []
+    for m in movements:
+        bw = link_bandwidth(m, hardware, ranks_per_node, multi)
+        tier = hardware.tier_for_path(m.path) if m.link == NVME else None
+        out.append(replace(m, seconds=(m.bytes / bw) if bw else None, tier=tier.name if tier else m.tier))
+    return out
+
+
+def totals(movements: Iterable[Movement], rank: int = 0) -> dict[str, dict[str, Any]]:
+    """Per ``link/direction`` for one rank: bytes per step, seconds (None when a bandwidth is
+    unknown) and the seconds that cannot overlap compute."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in movements:
+        if m.rank != rank:
+            continue
+        d = out.setdefault(f"{m.link}/{m.direction}", {"bytes": 0, "seconds": 0.0, "exposed_seconds": 0.0})
+        d["bytes"] += m.bytes
+        if m.seconds is None or d["seconds"] is None:
+            d["seconds"] = None
+            d["exposed_seconds"] = None
+        else:
+            d["seconds"] += m.seconds
+            if not m.overlap:
+                d["exposed_seconds"] += m.seconds
+    return out
+
+
+def nvme_bytes_per_step(movements: Iterable[Movement], direction: str = "write", rank: int | None = 0,
+                        path: str | None = None) -> int:
+    """NVMe bytes per steady-state optimizer step (``write`` or ``read``), for one rank (default
+    0) or all ranks (``rank=None``), optionally only those under ``path``."""
+    return sum(m.bytes for m in movements if m.link == NVME and m.direction == direction
+               and (rank is None or m.rank == rank) and (path is None or m.path == path))
+
+
+# ---------------------------------------------------------------------------------------------
+# endurance
+
+
+def endurance(bytes_written_per_step: float, step_seconds: float, rated_write_bytes: float | None
+              ) -> tuple[float, float, float | None]:
+    """(steps per day, bytes written per day, projected days of life).
+
+    steps/day = 86,400 / step_seconds; bytes/day = bytes per step x steps/day; days =
+    rated bytes / bytes per day (None without a rating; inf when nothing is written).
+    Example (case C10): 1.072e11 B/step at 30 s -> 2,880 steps, 3.087e14 B/day; 1,200 TBW
+    (1.2e15 B) lasts 3.89 days."""
+    if step_seconds <= 0:
+        raise ValueError("step_seconds must be positive")
+    spd = SECONDS_PER_DAY / step_seconds
+    per_day = bytes_written_per_step * spd
+    if rated_write_bytes is None:
+        return spd, per_day, None
+    return spd, per_day, (rated_write_bytes / per_day) if per_day > 0 else math.inf
+
+
+@dataclass
+class EnduranceLine:
+    """Write volume and endurance of one storage tier on one node (bytes; days).
+
+    ``write_bytes_per_step`` sums the node's ranks (ranks 0..ranks_per_node-1) over every
+    nvme_path on the tier; per-day figures need ``step_seconds``."""
+
+    tier: str | None
+    access: str | None
+    paths: list[str]
+    ranks_per_node: int
+    write_bytes_per_step: int
+    read_bytes_per_step: int
+    capacity_bytes: int | None = None
+    rated_write_bytes: float | None = None
+    endurance: str | None = None
+    step_seconds: float | None = None
+    steps_per_day: float | None = None
+    write_bytes_per_day: float | None = None
+    drive_writes_per_day: float | None = None
+    endurance_used_per_day: float | None = None
+    days_of_life: float | None = None
+    write_seconds_per_step: float | None = None
+    read_seconds_per_step: float | None = None
+    #: write-active state classes written per step (not frozen parameters)
+    write_classes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["days_of_life"] == math.inf:
+            d["days_of_life"] = None
+        return d
+
+
+def endurance_report(movements: list[Movement], hardware: "Hardware | None" = None,
+                     step_seconds: float | None = None, ranks_per_node: int | None = None) -> list[EnduranceLine]:
+    """One :class:`EnduranceLine` per storage tier of ``hardware`` (every tier, also those
+    written nothing) plus one per nvme_path no tier holds (or every path when no hardware).
+    ``ranks_per_node`` defaults to the hardware's accelerators per node, capped by the ranks
+    present."""
+    ranks = sorted({m.rank for m in movements})
+    rpn = ranks_per_node or (hardware.accelerators_per_node if hardware and hardware.accelerators_per_node else 1)
+    rpn = max(1, min(rpn, len(ranks) or 1))
+    node = set(ranks[:rpn])
+    nv = [m for m in movements if m.link == NVME and m.rank in node]
+    lines: dict[str, EnduranceLine] = {}
+    order: list[str] = []
+
+    def line_for(key: str, tier: "StorageTier | None") -> EnduranceLine:
+        if key not in lines:
+            lines[key] = EnduranceLine(
+                tier=tier.name if tier else None, access=tier.access if tier else None, paths=[], ranks_per_node=rpn,
+                write_bytes_per_step=0, read_bytes_per_step=0,
+                capacity_bytes=tier.capacity_bytes if tier else None,
+                rated_write_bytes=tier.rated_write_bytes if tier else None,
+                endurance=tier.endurance.describe() if tier and tier.endurance else None)
+            order.append(key)
+        return lines[key]
+
+    if hardware is not None:
+        for t in hardware.storage:
+            line_for("tier:" + t.name, t)
+    for m in nv:
+        t = hardware.tier_for_path(m.path) if hardware is not None else None
+        ln = line_for("tier:" + t.name if t else f"path:{m.path}", t)
+        if m.path and m.path not in ln.paths:
+            ln.paths.append(m.path)
+        if m.direction == "write":
+            ln.write_bytes_per_step += m.bytes
+            if m.cls not in ln.write_classes:
+                ln.write_classes.append(m.cls)
+        else:
+            ln.read_bytes_per_step += m.bytes
+    for key in order:
+        ln = lines[key]
+        t = next((x for x in hardware.storage if x.name == ln.tier), None) if hardware is not None else None
+        if t is not None:
+            ln.write_seconds_per_step = ln.write_bytes_per_step / t.write_bytes_per_s
+            ln.read_seconds_per_step = ln.read_bytes_per_step / t.read_bytes_per_s
+        if step_seconds:
+            spd, per_day, days = endurance(ln.write_bytes_per_step, step_seconds, ln.rated_write_bytes)
+            ln.step_seconds, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = step_seconds, spd, per_day, days
+            if ln.capacity_bytes:
+                ln.drive_writes_per_day = per_day / ln.capacity_bytes
+            if ln.rated_write_bytes:
+                ln.endurance_used_per_day = per_day / ln.rated_write_bytes
+    return [lines[k] for k in order]
