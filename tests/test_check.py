@@ -193,6 +193,39 @@ def test_nvme_path_probe_under_proc_is_not_writable():
     assert p.exists and not p.writable and p.write_error
 
 
+def test_rocm_smi_is_used_when_there_is_no_nvidia_smi_and_filtered_by_rocr_visible_devices(tmp_path):
+    from advisor.check import probe_accelerators
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    cards = {f"card{i}": {"VRAM Total Memory (B)": "206141652992", "VRAM Total Used Memory (B)": str(i * 10**9)}
+             for i in range(8)}
+    (bin_ / "rocm-smi").write_text("#!/bin/sh\n[ \"$*\" = \"--showmeminfo vram --json\" ] || exit 5\n"
+                                   f"echo '{json.dumps(cards)}'\n")
+    (bin_ / "rocm-smi").chmod(0o755)
+    p = probe_accelerators({"PATH": f"{bin_}:/usr/bin:/bin"}, ["2", "3"], "ROCR_VISIBLE_DEVICES")
+    assert p.ok and p.source == f"rocm-smi ({bin_}/rocm-smi)"
+    assert [(d.index, d.free) for d in p.devices] == [("2", 206141652992 - 2 * 10**9), ("3", 206141652992 - 3 * 10**9)]
+    assert p.per_rank_capacity() == 206141652992 - 3 * 10**9
+
+
+def test_torch_is_asked_only_when_the_caller_already_imported_it(tmp_path, monkeypatch):
+    import types
+
+    from advisor.check import probe_accelerators
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    p = probe_accelerators({"PATH": str(tmp_path)})
+    assert not p.ok and "torch is not imported" in p.error and "torch" not in sys.modules
+    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=85_520_809_984)
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2,
+                                 get_device_properties=lambda i: props, memory_reserved=lambda i: 2**30 * i)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    p = probe_accelerators({"PATH": str(tmp_path)})
+    assert p.ok and p.source.startswith("torch.cuda")
+    assert [d.free for d in p.devices] == [85_520_809_984, 85_520_809_984 - 2**30]
+
+
 # --- import hygiene ----------------------------------------------------------------------------
 
 def test_import_leaves_torch_and_deepspeed_out():
