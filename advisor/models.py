@@ -719,6 +719,8 @@ def resolve_model(spec: str) -> Inventory:
     path = spec
     if os.path.isdir(path):
         cand = os.path.join(path, "config.json")
+        if not os.path.isfile(cand) and _norm_key(spec) in _index():
+            return expand(get_preset(spec))  # a folder that happens to share a preset's name
         if not os.path.isfile(cand):
             raise ModelSpecError(f"{path}: a folder given as --model must hold a config.json")
         path = cand

@@ -311,6 +311,14 @@ def test_missing_and_bad_files(tmp_path):
         resolve_model(str(other))
     with pytest.raises(ModelSpecError, match="config.json"):
         resolve_model(str(tmp_path))  # a folder without config.json
+    # A folder named like a preset but holding no config.json does not hide the preset.
+    (tmp_path / "gpt2").mkdir()
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert resolve_model("gpt2").numel == PUBLISHED["gpt2"]
+    finally:
+        os.chdir(cwd)
 
 
 def test_invalid_spec_rejected():
