@@ -130,7 +130,7 @@ def explain(code):
         import difflib
         near = difflib.get_close_matches(code.upper(), list(rules), n=3)
         raise _fail(f"unknown rule code {code!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    click.echo(f"{r.code} ({r.name}, {r.severity})\n")
+    click.echo(f"[{r.code} | {r.name} | severity: {r.severity}]")
     click.echo(r.explanation())
 
 

@@ -26,19 +26,21 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                       world_size_source=world_size_source,
                       dp_world_size=dp_world_size if dp_world_size is not None else world_size,
                       inventory=inventory, hf=hf)
-    findings: list[Finding] = list(validate_config(loaded, hf=hf))
+    findings: list[Finding] = [f for f in validate_config(loaded, hf=hf) if select is None or f.code in select]
     for code, rule_cls in all_rules().items():
         if select is not None and code not in select:
             continue
         if rule_cls.needs_model and inventory is None:
             continue
         findings.extend(rule_cls().check(ctx))
-    # One finding per (code, pointer): rules and schema may both see a fault.
+    # One finding per (code, pointer). A generic unknown-key finding (S001/S002) gives way to a
+    # rule that says more about the same key (e.g. D001 naming a deprecated key's replacement).
+    specific = {f.pointer for f in findings if not f.code.startswith("S")}
     seen: set[tuple[str, str]] = set()
     out: list[Finding] = []
     for f in findings:
         k = (f.code, f.pointer)
-        if k in seen:
+        if k in seen or (f.code in ("S001", "S002") and f.pointer in specific):
             continue
         seen.add(k)
         out.append(f.located(loaded.positions, loaded.source))
