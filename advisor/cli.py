@@ -197,7 +197,7 @@ def models(fmt):
                               indent=2))
         return
     for name, n, fam, desc in rows:
-        click.echo(f"{name:<18} {n:>18,}  {fam:<10} {desc}")
+        click.echo(f"{name:<18} {n:>18,}  {fam:<12} {desc}")
 
 
 def run() -> None:
