@@ -43,6 +43,7 @@ from advisor.launch import Found, LaunchShape, discover_launch
 from advisor.units import gb, gib
 
 if TYPE_CHECKING:  # imported lazily at run time
+    from advisor.effective import EffectiveConfig
     from advisor.estimate import EstimateResult
     from advisor.hardware import Hardware
     from advisor.inventory import Inventory
@@ -69,6 +70,7 @@ class Device:
 
     @property
     def free(self) -> int:
+        """Total minus used: what a new process can still allocate."""
         return max(0, self.total - self.used)
 
 
@@ -87,6 +89,7 @@ class AcceleratorProbe:
 
     @property
     def ok(self) -> bool:
+        """True when at least one device was found and no tool failed."""
         return self.error is None and bool(self.devices)
 
     def per_rank_capacity(self) -> int | None:
@@ -338,7 +341,7 @@ def probe_nvme_path(p: NvmePath, disk_free: Mapping[str, int] | None = None) -> 
     return p
 
 
-def nvme_paths_of(loaded_data: dict[str, Any], ec: Any) -> tuple[list[NvmePath], list[Finding]]:
+def nvme_paths_of(ec: "EffectiveConfig") -> tuple[list[NvmePath], list[Finding]]:
     """The nvme_paths ZeRO will really swap to (offload device ``nvme`` *effective*, i.e. stage 3),
     merged when both blocks name the same folder, plus an error for a missing nvme_path."""
     paths: dict[str, NvmePath] = {}
@@ -372,9 +375,12 @@ class TierVerdict:
     need: int
     capacity: int | None
     capacity_source: str | None
+    #: Where in the config this tier comes from (nvme rows: the first nvme_path's pointer).
+    pointer: str = "/zero_optimization"
 
     @property
     def headroom(self) -> int | None:
+        """Capacity minus need (negative: over by that much); None when the capacity is unknown."""
         return None if self.capacity is None else self.capacity - self.need
 
     @property
@@ -385,6 +391,7 @@ class TierVerdict:
         return "go" if self.need <= self.capacity else "no-go"
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of one verdict row."""
         return {"tier": self.tier, "scope": self.scope, "need": self.need, "capacity": self.capacity,
                 "capacity_source": self.capacity_source, "headroom": self.headroom, "verdict": self.verdict}
 
@@ -417,6 +424,7 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
+        """3 (strict and a probe failed), else 1 for no-go, else 0."""
         if self.strict and self.probe_failed:
             return EXIT_PROBE
         return EXIT_FINDINGS if self.verdict == "no-go" else EXIT_OK
@@ -483,7 +491,7 @@ def _nvme_tiers(paths: list[NvmePath]) -> list[TierVerdict]:
         frees = [p.free for p in ps if p.free is not None]
         rows.append(TierVerdict(tier="nvme " + ", ".join(p.path for p in ps), scope="per node (this node's ranks)",
                                 need=sum(p.need for p in ps), capacity=min(frees),
-                                capacity_source=f"free space ({ps[0].free_source})"))
+                                capacity_source=f"free space ({ps[0].free_source})", pointer=ps[0].pointers[0]))
     return rows
 
 
@@ -504,7 +512,7 @@ def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: Libai
                                fix="fix the mount (read-only?) or the permissions for the job's user"))
     for r in rows:
         if r.verdict == "no-go":
-            out.append(Finding("K104", "error", paths[0].pointers[0] if paths else "/zero_optimization",
+            out.append(Finding("K104", "error", r.pointer,
                                f"{r.tier}: swap files of this node's ranks need {gb(r.need)} ({gib(r.need)}) but only "
                                f"{gb(r.capacity or 0)} is free: over by {gb(r.need - (r.capacity or 0))}",
                                fix="free space on the drive, use a larger drive, or spread ranks over more nodes",
@@ -621,7 +629,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
             findings_extra.append(Finding("K111", "warning", "", f"launch shape: {n}"))
 
     # NVMe: only the paths ZeRO-3 really swaps to.
-    paths, nv_findings = nvme_paths_of(loaded.data, ec)
+    paths, nv_findings = nvme_paths_of(ec)
     libaio = None
     if paths or nv_findings:
         free_hook = dict(_test_disk_free(env))
