@@ -305,8 +305,9 @@ class _Resolver:
         self.fill_match("scheduler.params.warmup_max_lr", a.learning_rate, "learning_rate")
         if a.save_on_each_node:
             ck = self.cfg.config.get("checkpoint", {})
-            self.cfg.config["checkpoint"] = ck
-            ck["use_node_local_storage"] = a.save_on_each_node
+            if isinstance(ck, dict):  # transformers itself fails (TypeError) on a non-object checkpoint
+                self.cfg.config["checkpoint"] = ck
+                ck["use_node_local_storage"] = a.save_on_each_node
         self.fill_match("fp16.enabled", a.fp16 or a.fp16_full_eval, "fp16|fp16_full_eval")
         self.fill_match("bf16.enabled", a.bf16 or a.bf16_full_eval, "bf16|bf16_full_eval")
 

@@ -1,0 +1,362 @@
+"""advisor.hf against transformers' and accelerate's own code (run on CPU, no model loaded).
+
+The expected configs are computed by transformers' ``HfTrainerDeepSpeedConfig`` and accelerate's
+``DeepSpeedPlugin`` themselves, fed a stand-in TrainingArguments (SimpleNamespace carrying the
+fields they read, with TrainingArguments' real ``get_warmup_steps`` bound to it) and a stand-in
+model whose ``config`` has ``hidden_size``. Skipped where transformers/accelerate are missing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+from advisor import hf
+from advisor.effective import effective_config
+from advisor.inventory import from_param_count
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
+CORPUS = SHARED / "corpus" / "real_configs"
+
+ARGS = dict(world_size=16, per_device_train_batch_size=2, gradient_accumulation_steps=8, max_grad_norm=0.7,
+            learning_rate=3e-5, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-6, weight_decay=0.1,
+            warmup_steps=0.03, max_steps=1200, bf16=True, fp16=False)
+HIDDEN = 5120  # llama-2-13b
+
+
+def _json_auto_configs():
+    """Corpus configs with "auto" that transformers can read (it uses json.load)."""
+    out = []
+    for p in sorted(CORPUS.glob("*")):
+        if p.suffix not in (".json", ".conf"):
+            continue
+        try:
+            d = json.loads(p.read_text())
+        except ValueError:
+            continue
+        if isinstance(d, dict) and '"auto"' in json.dumps(d):
+            out.append(p)
+    return out
+
+
+CONFIGS = _json_auto_configs()
+
+
+def _ns(**over):
+    """A stand-in TrainingArguments with the fields trainer_config_process/finalize read."""
+    from transformers import TrainingArguments
+
+    a = dict(ARGS, **over)
+    ns = types.SimpleNamespace(fp16_full_eval=False, bf16_full_eval=False, save_on_each_node=False,
+                               **{k: v for k, v in a.items() if k != "max_steps"})
+    ns.get_warmup_steps = types.MethodType(TrainingArguments.get_warmup_steps, ns)
+    return ns, a.get("max_steps")
+
+
+def _model(hidden=HIDDEN):
+    return types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=hidden))
+
+
+def _tf_fill(raw, **over):
+    """transformers' own HfTrainerDeepSpeedConfig: process then finalize. (config, mismatch lines)."""
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    ns, steps = _ns(**over)
+    c = HfTrainerDeepSpeedConfig(copy.deepcopy(raw))
+    c.trainer_config_process(ns)
+    try:
+        c.trainer_config_finalize(ns, _model(), steps)
+    except ValueError as e:
+        return c.config, re.findall(r"^- (ds .*)$", str(e), re.M)
+    return c.config, []
+
+
+def test_corpus_has_hf_configs():
+    names = {p.name for p in CONFIGS}
+    for n in ("huggingface__transformers__tests__deepspeed__ds_config_zero2.json",
+              "huggingface__transformers__tests__deepspeed__ds_config_zero3.json",
+              "hiyouga__LLaMA-Factory__examples__deepspeed__ds_z3_offload_config.json",
+              "tatsu-lab__stanford_alpaca__configs__default_offload_opt_param.json"):
+        assert n in names
+    assert len(CONFIGS) >= 30
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name[:70])
+def test_trainer_fill_equals_transformers(path):
+    pytest.importorskip("transformers")
+    raw = json.loads(path.read_text())
+    want, want_mismatch = _tf_fill(raw)
+    got, findings = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping(ARGS), hidden_size=HIDDEN)
+    assert got == want
+    got_mismatch = [f.message.split(": the HF Trainer raises")[0] for f in findings if f.code == "H001"]
+    assert got_mismatch == want_mismatch
+    assert all(f.severity == "error" for f in findings if f.code == "H001")
+
+
+def _real_pipeline(raw, mixed_precision, monkeypatch, **over):
+    """transformers + accelerate, in the Trainer's order: process, DeepSpeedPlugin, set_mixed_precision,
+    finalize (steps 1-4 of advisor.hf); returns (config, error lines or None)."""
+    from accelerate.utils import DeepSpeedPlugin
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    for k in ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+              "ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_CONFIG_DS_FIELDS", "ACCELERATE_MIXED_PRECISION"):
+        monkeypatch.delenv(k, raising=False)
+    ns, steps = _ns(**over)
+    c = HfTrainerDeepSpeedConfig(copy.deepcopy(raw))
+    c.trainer_config_process(ns)
+    plugin = DeepSpeedPlugin(hf_ds_config=c)
+    plugin.set_mixed_precision(mixed_precision)
+    try:
+        c.trainer_config_finalize(ns, _model(), steps)
+    except ValueError as e:
+        return plugin.deepspeed_config, str(e)
+    return plugin.deepspeed_config, None
+
+
+@pytest.mark.parametrize("name", [
+    "huggingface__transformers__tests__deepspeed__ds_config_zero2.json",
+    "huggingface__transformers__tests__deepspeed__ds_config_zero3.json",
+    "hiyouga__LLaMA-Factory__examples__deepspeed__ds_z3_offload_config.json",
+    "hiyouga__LLaMA-Factory__examples__deepspeed__ds_z2_offload_config.json",
+    "tatsu-lab__stanford_alpaca__configs__default_offload_opt_param.json",
+    "lm-sys__FastChat__playground__deepspeed_config_s2.json",
+    "NVlabs__VILA__scripts__zero2.json",
+])
+def test_full_resolution_equals_transformers_and_accelerate(name, monkeypatch):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    raw = json.loads((CORPUS / name).read_text())
+    want, err = _real_pipeline(raw, "bf16", monkeypatch)
+    assert err is None
+    res = hf.resolve_trainer(raw, hf.TrainerArgs.from_mapping(ARGS), hidden_size=HIDDEN)
+    got = res.config
+    # Step 5 (deepspeed_optim_sched) adds this key when the Trainer creates the optimizer:
+    if "optimizer" not in raw:
+        assert got["zero_allow_untested_optimizer"] is True
+        if "zero_allow_untested_optimizer" not in raw:
+            del got["zero_allow_untested_optimizer"]
+    # Step 6 (_prepare_deepspeed) fills what is still "auto" after finalize: the stage-3 sizes of
+    # a non-stage-3 config (accelerate computes them from hidden_size regardless of stage).
+    left = dict(hf._walk_autos(want))
+    for key in left:
+        node, k = hf._Config(got).find_config_node(key)
+        expect = {"zero_optimization.stage3_prefetch_bucket_size": int(0.9 * HIDDEN * HIDDEN),
+                  "zero_optimization.stage3_param_persistence_threshold": 10 * HIDDEN}[key]
+        assert node[k] == expect
+        node[k] = "auto"
+    assert got == want
+    assert not res.unresolved and not [f for f in res.findings if f.severity == "error"]
+
+
+def test_accelerate_fills_stage3_sizes_in_stage2_config():
+    """hiyouga's stage-2 offload config has stage3_* keys? the VILA stage-2 one has reduce only;
+    the numbers here are hand-computed: hidden 5120 -> 26214400, 23592960, 51200."""
+    raw = {"train_micro_batch_size_per_gpu": "auto",
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                 "stage3_param_persistence_threshold": "auto"}}
+    res = hf.resolve_trainer(raw, hf.TrainerArgs(), hidden_size=5120)
+    z = res.config["zero_optimization"]
+    assert (z["reduce_bucket_size"], z["stage3_prefetch_bucket_size"], z["stage3_param_persistence_threshold"]) == \
+           (26_214_400, 23_592_960, 51_200)
+    assert res.filled["zero_optimization.reduce_bucket_size"][2].startswith("Trainer")
+    assert res.filled["zero_optimization.stage3_prefetch_bucket_size"][2].startswith("accelerate")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in CORPUS.glob("*") if p.suffix != ".tsv" and "\"auto\"" in p.read_text()),
+                         ids=lambda p: p.name[:70])
+def test_every_auto_config_resolves_and_estimates(path):
+    from advisor.estimate import estimate
+    from advisor.inventory import Inventory, TensorSpec
+    from advisor.ledger import Cluster
+    from advisor.loading import load_config
+
+    loaded = load_config(str(path))
+    inv = Inventory(name="h5120", tensors=[TensorSpec("w", (5120, 5120)), TensorSpec("b", (5120,), group=1)],
+                    meta={"hidden_size": HIDDEN})
+    raw, findings = hf.resolve_for_estimate(loaded.data, ARGS, inv, world_size=16)
+    left = dict(hf._walk_autos(raw))
+    errors = {f.pointer for f in findings if f.code == "H002"}
+    # Every "auto" left is one the real launch fails on, and says so.
+    assert {hf._ptr(k) for k in left} <= errors, (left, [f.to_dict() for f in findings])
+    assert all("\n" not in f.message and f.fix for f in findings)
+    ec = effective_config(raw)
+    if "zero_optimization" in raw:
+        assert ec.zero.stage == raw["zero_optimization"]["stage"]
+    if isinstance(loaded.data.get("train_batch_size"), str):
+        assert ec.train_batch_size == raw["train_batch_size"] == 2 * 8 * 16
+    loaded.data = raw
+    try:
+        result = estimate(loaded, inv, Cluster(world_size=16))
+    except NotImplementedError:
+        pytest.skip("ledger not implemented in this checkout")
+    assert result.roles and result.roles[0].ledger.total("accelerator") > 0
+
+
+def test_mismatch_is_h001_error_naming_both_values():
+    raw = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto",
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": "auto"}},
+           "zero_optimization": {"stage": 2}}
+    args = hf.TrainerArgs.from_mapping(ARGS)
+    _, findings = hf.resolve_for_estimate(raw, args, None, world_size=16)
+    h = {f.pointer: f for f in findings if f.code == "H001"}
+    assert set(h) == {"/train_micro_batch_size_per_gpu", "/optimizer/params/lr"}
+    f = h["/train_micro_batch_size_per_gpu"]
+    assert f.severity == "error"
+    assert "train_micro_batch_size_per_gpu=4" in f.message and "per_device_train_batch_size=2" in f.message
+    assert "lr=0.0001" in h["/optimizer/params/lr"].message and "learning_rate=3e-05" in h["/optimizer/params/lr"].message
+    assert f.data["config"] == 4 and f.data["trainer"] == 2
+    if pytest.importorskip("transformers"):
+        _, lines = _tf_fill(raw)
+        assert lines == ["ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=2",
+                         "ds optimizer.params.lr=0.0001 vs hf learning_rate=3e-05"]
+
+
+def test_plain_hf_lint_reports_only_argument_independent_findings():
+    from advisor.lint import lint_config
+    from advisor.loading import parse_text
+
+    cfg = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3, "stage3_max_live_parameters": "auto"}}
+    loaded = parse_text(json.dumps(cfg, indent=1), "x.json")
+    codes = {f.code for f in lint_config(loaded, hf=True) if f.code.startswith("H")}
+    assert codes == {"H002"}
+    got = [f for f in lint_config(loaded, hf={"per_device_train_batch_size": 8}) if f.code == "H001"]
+    assert len(got) == 1 and got[0].line == 2
+
+
+YAML = """\
+compute_environment: LOCAL_MACHINE
+debug: false
+deepspeed_config:
+  gradient_accumulation_steps: 8
+  gradient_clipping: 0.7
+  offload_optimizer_device: cpu
+  offload_param_device: cpu
+  zero3_init_flag: true
+  zero3_save_16bit_model: true
+  zero_stage: 3
+distributed_type: DEEPSPEED
+machine_rank: 0
+main_training_function: main
+mixed_precision: bf16
+num_machines: 2
+num_processes: 16
+rdzv_backend: static
+same_network: true
+use_cpu: false
+"""
+
+
+def test_accelerate_yaml_equals_accelerate(tmp_path, monkeypatch):
+    pytest.importorskip("yaml")
+    p = tmp_path / "accel.yaml"
+    p.write_text(YAML)
+    launch = hf.read_accelerate_config(str(p))
+    assert launch.num_processes == 16 and launch.mixed_precision == "bf16" and launch.plugin.zero_stage == 3
+    res = hf.resolve_accelerate(launch, hf.TrainerArgs.from_mapping(ARGS), hidden_size=HIDDEN)
+    assert res.world_size == 16 and res.zero3_init is True
+    assert not [f for f in res.findings if f.severity == "error"], [f.to_dict() for f in res.findings]
+    z = res.config["zero_optimization"]
+    assert z["stage"] == 3 and z["offload_optimizer"]["device"] == "cpu" and z["offload_param"]["device"] == "cpu"
+    assert res.config["train_batch_size"] == 2 * 8 * 16 and res.config["bf16"] == {"enabled": True}
+    assert not res.unresolved
+
+    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
+    from accelerate.utils import DeepSpeedPlugin
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    # What accelerate/utils/launch.py prepare_deepspeed_cmd_env exports for this YAML.
+    for k in ("ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
+              "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    env = {"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_DEEPSPEED": "true",
+           "ACCELERATE_CONFIG_DS_FIELDS": "gradient_accumulation_steps,gradient_clipping,offload_optimizer_device,"
+                                          "offload_param_device,zero3_init_flag,zero3_save_16bit_model,zero_stage,"
+                                          "mixed_precision",
+           "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "8",
+           "ACCELERATE_GRADIENT_CLIPPING": "0.7", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu",
+           "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "cpu", "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
+           "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    plugin = DeepSpeedPlugin()
+    plugin.set_mixed_precision("bf16")
+    c = HfTrainerDeepSpeedConfig(plugin.deepspeed_config)  # propagate_args_to_deepspeed
+    ns, steps = _ns()
+    c.trainer_config_process(ns)
+    c.trainer_config_finalize(ns, _model(), steps)
+    want = c.config
+    got = copy.deepcopy(res.config)
+    assert got.pop("zero_allow_untested_optimizer") is True  # no optimizer section: the Trainer's own
+    assert got == want
+    assert plugin.zero3_init_flag is True
+
+
+def test_accelerate_yaml_with_config_file_and_fields_is_h004(tmp_path, monkeypatch):
+    pytest.importorskip("yaml")
+    ds = tmp_path / "ds.json"
+    ds.write_text((CORPUS / "huggingface__transformers__tests__deepspeed__ds_config_zero3.json").read_text())
+    p = tmp_path / "accel.yaml"
+    p.write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: bf16\n"
+                 "deepspeed_config:\n  deepspeed_config_file: ds.json\n  zero_stage: 3\n")
+    launch = hf.read_accelerate_config(str(p))
+    assert launch.deepspeed_config_file == str(ds)
+    res = hf.resolve_accelerate(launch, hf.TrainerArgs.from_mapping(ARGS), hidden_size=HIDDEN)
+    h4 = [f for f in res.findings if f.code == "H004"]
+    assert h4 and h4[0].data["fields"] == ["zero_stage", "mixed_precision"]
+    assert res.world_size == 8 and res.config["train_batch_size"] == 8 * 2 * 8
+
+    pytest.importorskip("accelerate")
+    from accelerate.utils import DeepSpeedPlugin
+
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(ds))
+    monkeypatch.setenv("ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero_stage,mixed_precision")
+    with pytest.raises(ValueError, match="will be ignored"):
+        DeepSpeedPlugin()
+
+
+def test_cli_resolve_detects_accelerate_yaml(tmp_path):
+    pytest.importorskip("yaml")
+    from click.testing import CliRunner
+
+    from advisor.cli import main
+
+    p = tmp_path / "accel.yaml"
+    p.write_text(YAML)
+    r = CliRunner().invoke(main, ["resolve", str(p), "--per-device-train-batch-size", "2", "--hidden-size", "5120",
+                                  "--gradient-accumulation-steps", "8", "--max-steps", "100", "--bf16"])
+    # The YAML's gradient_clipping 0.7 against the Trainer's default max_grad_norm 1.0: H001, exit 1.
+    assert r.exit_code == 1 and "H001" in r.stderr and "gradient_clipping=0.7" in r.stderr
+    r = CliRunner().invoke(main, ["resolve", str(p), "--per-device-train-batch-size", "2", "--hidden-size", "5120",
+                                  "--gradient-accumulation-steps", "8", "--max-steps", "100", "--bf16",
+                                  "--max-grad-norm", "0.7"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["train_batch_size"] == 256 and out["zero_optimization"]["stage"] == 3
+    assert out["steps_per_print"] == math.inf
+    # A DeepSpeed JSON needs --hf.
+    j = CORPUS / "huggingface__transformers__tests__deepspeed__ds_config_zero3.json"
+    assert CliRunner().invoke(main, ["resolve", str(j)]).exit_code == 2
+    r = CliRunner().invoke(main, ["resolve", str(j), "--hf", "--per-device-train-batch-size", "3", "--world-size",
+                                  "4", "--hidden-size", "1024", "--max-steps", "10"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    z = out["zero_optimization"]
+    assert out["train_batch_size"] == 12 and z["reduce_bucket_size"] == 1024 * 1024
+    assert z["stage3_prefetch_bucket_size"] == 943718 and z["stage3_param_persistence_threshold"] == 10240
+
+
+def test_auto_without_hf_keeps_deepspeed_meaning():
+    """Without --hf nothing is resolved: effective_config drops "auto" in bf16 (bf16 off)."""
+    ec = effective_config({"bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": 1})
+    assert ec.bf16_enabled is False
+    raw, _ = hf.resolve_for_estimate({"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0},
+                                      "train_micro_batch_size_per_gpu": 1}, {"bf16": True}, from_param_count(10))
+    assert effective_config(raw).bf16_enabled is True
