@@ -141,18 +141,34 @@ def explain(code):
 @click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
               help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
+@click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pipeline-parallel", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--sequence-parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Sequence-parallel degree (Megatron-style; shards norm/residual activations by TP).")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")
+@click.option("--micro-batch", type=click.IntRange(min=1),
+              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")
+@click.option("--checkpointing", type=click.Choice(["none", "full"]), default="none", show_default=True,
+              help="Activation checkpointing (recompute; not a durable checkpoint).")
+@click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash", show_default=True)
 @click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")
 @click.option("--host-memory", help="Host memory per node, e.g. 512GB.")
 @click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
+@click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="Allocator fragmentation margin added to the accelerator peak before the fit check.")
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
 @click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def estimate(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, nvme_capacity, hf,
-             explain_, fmt):
-    """Per-rank training state by class and tier for CONFIG on a model and cluster."""
+def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
+             sequence_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
+             nvme_capacity, fragmentation, hf, explain_, fmt):
+    """Per-rank training state by class and tier for CONFIG on a model and cluster.
+
+    Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
+    """
     import json
 
-    from advisor.estimate import Capacity
+    from advisor.estimate import Capacity, Workload
     from advisor.estimate import estimate as run_estimate
     from advisor.ledger import Cluster
     from advisor.lint import lint_config
@@ -173,12 +189,20 @@ def estimate(config, model, params, world_size, gpus_per_node, gpu_memory, host_
         raise _fail(str(e))
     ws, ws_src = _world(world_size)
     ws = ws or 1
+    model_par = tensor_parallel * pipeline_parallel * sequence_parallel
+    if ws % model_par:
+        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
     if gpus_per_node is None:
         from advisor.launch import gpus_per_node_from_env
         g = gpus_per_node_from_env()
         gpus_per_node = g.value if g else None
-    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1", inventory=inv, hf=hf)
-    result = run_estimate(loaded, inv, Cluster(world_size=ws, gpus_per_node=gpus_per_node), cap, findings)
+    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=tensor_parallel,
+                      pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel)
+    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
+                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf)
+    result = run_estimate(loaded, inv, cluster, cap, findings,
+                          workload=Workload(seq_len, micro_batch, checkpointing, attention),
+                          fragmentation=fragmentation)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
     sys.exit(EXIT_FINDINGS if any(f.code == "M100" for f in result.findings) else EXIT_OK)
 

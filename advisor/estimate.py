@@ -1,8 +1,19 @@
-"""Estimate: the ledger summarised per rank role, with fit against capacities and findings.
+"""Estimate: the ledger summarised per rank role, with activations, peak per tier, fit
+against capacities and findings.
 
-This is a view over :func:`advisor.ledger.compute_ledger`; it holds no formulas of its own.
-Ranks whose bytes are identical in every (tier, class) are grouped into one *role* so that
-a 1024-rank job prints a few rows, not 1024.
+This is a view over :func:`advisor.ledger.compute_ledger` (model states and buffers) and
+:func:`advisor.activations.estimate_activations` (live activations); it holds no formulas
+of its own beyond adding up what is live in the same phase of the step.
+
+Ranks whose bytes are identical in every (tier, class, item) are grouped into one *role* so
+that a 1024-rank job prints a few rows, not 1024.
+
+Phases (what is live at once, per tier):
+  forward  = persistent + activations saved at the end of forward + the loss spike
+  backward = persistent + backward-lived buffers (gradients, ipg buckets) + activations
+             (the kept checkpoints plus one recomputed layer with full checkpointing)
+  step     = persistent + backward-lived + step transients (activations are freed)
+The peak of a tier is its largest phase, not the sum of each class's maximum.
 """
 
 from __future__ import annotations
@@ -11,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor import DEEPSPEED_VERSION, __version__
-from advisor.effective import EffectiveConfig, effective_config
+from advisor.activations import ActivationEstimate, ActivationInputs, estimate_activations
+from advisor.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.findings import Finding
 from advisor.inventory import Inventory
 from advisor.ledger import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger
@@ -21,6 +33,11 @@ from advisor.units import gb, gib
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 REPORT_TIERS = ("accelerator", "host", "nvme")
 _TIER_OF = {"accelerator": "accelerator", "host_pinned": "host", "host_pageable": "host", "nvme": "nvme"}
+PHASES = ("forward", "backward", "step")
+
+#: Named assumption: allocator fragmentation / caching slack added to the accelerator peak
+#: before comparing with capacity (PyTorch's caching allocator typically keeps 5-10% more).
+DEFAULT_FRAGMENTATION = 0.05
 
 
 @dataclass
@@ -33,23 +50,66 @@ class Capacity:
 
 
 @dataclass
+class Workload:
+    """What one step processes on a rank: sequence length, micro-batch, checkpointing, attention."""
+
+    seq_len: int | None = None
+    micro_batch: int | None = None
+    checkpointing: str = "none"
+    attention: str = "flash"
+
+
+@dataclass
 class Role:
-    """A set of ranks with identical ledgers."""
+    """A set of ranks with identical ledgers (and the same activations)."""
 
     ranks: list[int]
     ledger: RankLedger
+    activations: ActivationEstimate | None = None
 
     def tiers(self) -> dict[str, dict[str, int]]:
-        """tier -> class -> bytes (all lifetimes: persistent plus backward/step transients), with "total"."""
+        """tier -> class -> bytes (every allocation of the step, transients included), with "total"."""
         out: dict[str, dict[str, int]] = {t: {c: 0 for c in CLASSES} for t in REPORT_TIERS}
         for e in self.ledger.entries:
             out[_TIER_OF[e.tier]][e.cls] += e.bytes
+        if self.activations is not None:
+            out["accelerator"]["activations"] += self.activations.peak_accelerator
+            out["host"]["activations"] += self.activations.saved_host
         for t in out:
             out[t]["total"] = sum(v for k, v in out[t].items() if k != "total")
         return out
 
     def host_split(self) -> dict[str, int]:
         return {"pinned": self.ledger.total("host_pinned"), "pageable": self.ledger.total("host_pageable")}
+
+    def phases(self) -> dict[str, dict[str, int]]:
+        """tier -> phase -> bytes live at once in that phase (see the module docstring)."""
+        out: dict[str, dict[str, int]] = {}
+        a = self.activations
+        for t in REPORT_TIERS:
+            tiers = [k for k, v in _TIER_OF.items() if v == t]
+
+            def live(*lives: str) -> int:
+                return sum(self.ledger.total(x, lives=lives) for x in tiers)
+
+            pers, bwd, step = live("persistent", "init"), live("backward"), live("step")
+            act_fwd = act_bwd = 0
+            if a is not None:
+                if t == "accelerator":
+                    act_fwd = a.saved_accelerator + a.loss_spike
+                    act_bwd = a.saved_accelerator + a.recompute_layer
+                elif t == "host":
+                    act_fwd = act_bwd = a.saved_host
+            out[t] = {"forward": pers + act_fwd, "backward": pers + bwd + act_bwd, "step": pers + bwd + step}
+        return out
+
+    def peak(self) -> dict[str, dict[str, Any]]:
+        """tier -> {"bytes": peak bytes, "phase": the phase that peaks}."""
+        res = {}
+        for t, ph in self.phases().items():
+            phase = max(PHASES, key=lambda p: ph[p])
+            res[t] = {"bytes": ph[phase], "phase": phase}
+        return res
 
 
 @dataclass
@@ -58,6 +118,7 @@ class FitRow:
     need: int
     capacity: int | None
     scope: str  # "per rank" or "per node"
+    phase: str = ""
 
     @property
     def fits(self) -> bool | None:
@@ -76,10 +137,20 @@ class EstimateResult:
     roles: list[Role]
     fit: list[FitRow]
     findings: list[Finding] = field(default_factory=list)
+    workload: Workload = field(default_factory=Workload)
+    activations_note: str = ""
+    fragmentation: float = DEFAULT_FRAGMENTATION
+    #: Extra JSON sections contributed by other views (checkpoint, movement, ...).
+    sections: dict[str, Any] = field(default_factory=dict)
 
     def assumptions(self) -> dict[str, Any]:
         ec = self.plan.config
         z = ec.zero
+        w = self.workload
+        excluded = list(self.ledger.excluded)
+        if self.activations_note:
+            excluded.append(self.activations_note)
+        excluded.append("CUDA context, NCCL/communication workspaces and kernel temporaries")
         return {
             "zero_stage": z.stage,
             "precision": {"model": ec.model_dtype, "grad_accum": ec.grad_dtype, "communication": ec.comm_dtype,
@@ -90,14 +161,17 @@ class EstimateResult:
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
             "sharding": (f"ZeRO-{z.stage} over a data-parallel group of {self.plan.cluster.dp_world_size} ranks"
                          if z.stage else "none (every rank holds full model states)"),
-            "excluded": list(self.ledger.excluded),
+            "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch, "checkpointing": w.checkpointing,
+                         "attention": w.attention},
+            "fragmentation_margin": self.fragmentation,
+            "excluded": excluded,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
         }
 
     def to_dict(self) -> dict[str, Any]:
         inv = self.plan.inventory
         cl = self.plan.cluster
-        return {
+        d: dict[str, Any] = {
             "schema_version": 1,
             "tool": f"ds-advisor {__version__}",
             "deepspeed": DEEPSPEED_VERSION,
@@ -105,13 +179,26 @@ class EstimateResult:
             "model": {"name": inv.name, "source": inv.source, "parameters": inv.numel,
                       "trainable_parameters": inv.trainable_numel, "tensors": len(inv.tensors)},
             "cluster": {"world_size": cl.world_size, "dp_world_size": cl.dp_world_size,
-                        "gpus_per_node": cl.gpus_per_node},
+                        "gpus_per_node": cl.gpus_per_node, "tensor_parallel": cl.tensor_parallel,
+                        "pipeline_parallel": cl.pipeline_parallel, "sequence_parallel": cl.sequence_parallel},
             "assumptions": self.assumptions(),
             "ranks": [
                 {
                     "ranks": r.ranks,
                     "tiers": r.tiers(),
                     "host_split": r.host_split(),
+                    "phases": r.phases(),
+                    "peak": r.peak(),
+                    "activations": None if r.activations is None else {
+                        "per_layer": r.activations.per_layer,
+                        "layers_on_rank": r.activations.layers_on_rank,
+                        "saved_accelerator": r.activations.saved_accelerator,
+                        "saved_host": r.activations.saved_host,
+                        "recompute_layer": r.activations.recompute_layer,
+                        "loss_head": r.activations.loss_head,
+                        "loss_spike": r.activations.loss_spike,
+                        "recompute_flops_fraction": r.activations.recompute_flops_fraction,
+                    },
                     "items": [
                         {"tier": e.tier, "class": e.cls, "item": e.item, "bytes": e.bytes, "life": e.life,
                          "formula": e.formula, "source": e.source}
@@ -121,12 +208,14 @@ class EstimateResult:
                 for r in self.roles
             ],
             "fit": [{"tier": f.tier, "scope": f.scope, "need": f.need, "capacity": f.capacity,
-                     "headroom": f.headroom, "fits": f.fits} for f in self.fit],
+                     "headroom": f.headroom, "fits": f.fits, "phase": f.phase} for f in self.fit],
             "findings": [f.to_dict() for f in self.findings],
         }
+        d.update(self.sections)
+        return d
 
 
-def group_roles(ledger: Ledger) -> list[Role]:
+def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None) -> list[Role]:
     """Group ranks whose (tier, class, item, life) -> bytes maps are identical."""
     roles: dict[tuple, Role] = {}
     for rl in ledger.ranks:
@@ -134,25 +223,30 @@ def group_roles(ledger: Ledger) -> list[Role]:
         if key in roles:
             roles[key].ranks.append(rl.rank)
         else:
-            roles[key] = Role(ranks=[rl.rank], ledger=rl)
+            roles[key] = Role(ranks=[rl.rank], ledger=rl, activations=activations)
     return list(roles.values())
 
 
-def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity) -> list[FitRow]:
-    """Accelerator: worst rank against per-rank capacity. Host and NVMe: summed over the ranks
-    of the fullest node (ranks 0..gpus_per_node-1) against the per-node capacity."""
+def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
+             fragmentation: float = DEFAULT_FRAGMENTATION) -> list[FitRow]:
+    """Accelerator: the worst rank's peak (plus the fragmentation margin) against per-rank
+    capacity. Host and NVMe: peaks summed over the ranks of one node (gpus_per_node, default
+    min(world size, 8)) against the per-node capacity."""
     cl = ledger.plan.cluster
     per_node = cl.gpus_per_node or min(cl.world_size, 8)
-    worst_acc = max(r.ledger.total("accelerator") for r in roles) if roles else 0
-    node_ranks = [rl for rl in ledger.ranks if rl.rank < per_node]
-    # Ranks are data-parallel ranks here; with tp/pp > 1 a node holds several of each.
-    scale = max(1, per_node // max(1, len(node_ranks))) if node_ranks else 1
-    host = sum(rl.total("host_pinned") + rl.total("host_pageable") for rl in node_ranks) * scale
-    nvme = sum(rl.total("nvme") for rl in node_ranks) * scale
-    rows = [FitRow("accelerator", worst_acc, capacity.accelerator, "per rank"),
-            FitRow("host", host, capacity.host, f"per node ({per_node} ranks)")]
+    by_rank = {r: role for role in roles for r in role.ranks}
+    worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"]) if roles else None
+    acc = int(worst.peak()["accelerator"]["bytes"] * (1 + fragmentation)) if worst else 0
+    acc_phase = worst.peak()["accelerator"]["phase"] if worst else ""
+    node = [by_rank[r] for r in sorted(by_rank)[:per_node]]
+    scale = max(1, per_node // max(1, len(node)))  # tp/pp ranks on a node beyond the dp ranks listed
+    host = sum(r.peak()["host"]["bytes"] for r in node) * scale
+    nvme = sum(r.peak()["nvme"]["bytes"] for r in node) * scale
+    rows = [FitRow("accelerator", acc, capacity.accelerator, "per rank", acc_phase),
+            FitRow("host", host, capacity.host, f"per node ({per_node} ranks)",
+                   node[0].peak()["host"]["phase"] if node else "")]
     if nvme or capacity.nvme:
-        rows.append(FitRow("nvme", nvme, capacity.nvme, f"per node ({per_node} ranks)"))
+        rows.append(FitRow("nvme", nvme, capacity.nvme, f"per node ({per_node} ranks)", "files"))
     return rows
 
 
@@ -164,19 +258,45 @@ def fit_findings(rows: list[FitRow]) -> list[Finding]:
             over = r.need - (r.capacity or 0)
             out.append(Finding(
                 code="M100", severity="error", pointer="/zero_optimization",
-                message=(f"{r.tier} {r.scope}: model states need {gb(r.need)} ({gib(r.need)}) but only "
-                         f"{gb(r.capacity or 0)} is available: over by {gb(over)}"),
-                fix=("shard more (higher ZeRO stage or more ranks), offload to host/NVMe, or shrink buffers"
+                message=(f"{r.tier} {r.scope}: the step needs {gb(r.need)} ({gib(r.need)}) at its peak"
+                         f"{' (' + r.phase + ')' if r.phase else ''} but only {gb(r.capacity or 0)} is available: "
+                         f"over by {gb(over)}"),
+                fix=("shard more (higher ZeRO stage or more ranks), offload to host/NVMe, activation "
+                     "checkpointing or a smaller micro-batch, or shrink buffers"
                      if r.tier == "accelerator" else
                      "smaller offload buffers (buffer_size, buffer_count, sub_group_size), pin_memory false, "
-                     "or more host memory"),
+                     "or more host memory" if r.tier == "host" else "more NVMe space per node"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": over}))
     return out
 
 
+def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
+                    workload: Workload) -> tuple[ActivationEstimate | None, str]:
+    """Activations for the plan, or (None, why not) when the model has no architecture
+    (``--params``) or no sequence length is known."""
+    meta = inventory.meta or {}
+    needed = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
+    if not all(k in meta for k in needed):
+        return None, "activations: not estimated (give --model with an architecture: a preset or config.json)"
+    seq = workload.seq_len or meta.get("max_seq_len")
+    mb = workload.micro_batch or ec.train_micro_batch_size_per_gpu or 1
+    if not seq:
+        return None, "activations: not estimated (give --seq-len)"
+    workload.seq_len, workload.micro_batch = int(seq), int(mb)
+    ac = ec.activation_checkpointing
+    x = ActivationInputs(
+        seq_len=int(seq), micro_batch=int(mb), dtype_bytes=DTYPE_BYTES[ec.model_dtype],
+        checkpointing=workload.checkpointing, attention=workload.attention,  # type: ignore[arg-type]
+        tensor_parallel=cluster.tensor_parallel, sequence_parallel=cluster.sequence_parallel > 1,
+        pipeline_parallel=cluster.pipeline_parallel,
+        partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")))
+    return estimate_activations(meta, x), ""
+
+
 def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capacity: Capacity | None = None,
-             findings: list[Finding] | None = None, effective: EffectiveConfig | None = None) -> EstimateResult:
-    """Run the ledger for one config and summarise it.
+             findings: list[Finding] | None = None, effective: EffectiveConfig | None = None,
+             workload: Workload | None = None, fragmentation: float = DEFAULT_FRAGMENTATION) -> EstimateResult:
+    """Run the ledger (and activations) for one config and summarise it.
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit.
@@ -184,7 +304,11 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     ec = effective or effective_config(loaded.data)
     plan = Plan(config=ec, inventory=inventory, cluster=cluster)
     ledger = compute_ledger(plan)
-    roles = group_roles(ledger)
-    rows = fit_rows(ledger, roles, capacity or Capacity())
+    workload = workload or Workload()
+    acts, note = activations_for(ec, inventory, cluster, workload)
+    roles = group_roles(ledger, acts)
+    rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
     all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
-    return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows, findings=all_findings)
+    return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
+                          findings=all_findings, workload=workload, activations_note=note,
+                          fragmentation=fragmentation)

@@ -113,13 +113,24 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 t.add_column(tier + (" (pinned+pageable)" if tier == "host" else ""), justify="right")
             for cls, label in _CLASS_LABEL.items():
                 vals = [role["tiers"][tier][cls] for tier in ("accelerator", "host", "nvme")]
-                if cls == "activations":
-                    t.add_row(label, "not yet estimated", "", "")
+                if cls == "activations" and role.get("activations") is None:
+                    t.add_row(label, "not estimated", "", "")
                     continue
                 t.add_row(label, *map(_fmt, vals))
             t.add_row("[bold]total[/bold]", *(f"[bold]{_fmt(role['tiers'][x]['total'])}[/bold]"
                                                for x in ("accelerator", "host", "nvme")))
             console.print(t)
+            pk = role["peak"]
+            console.print("  peak live at once: " + "; ".join(
+                f"{tier} {_fmt(pk[tier]['bytes'])} GiB ({pk[tier]['phase']})" for tier in ("accelerator", "host", "nvme")
+                if pk[tier]["bytes"]))
+            if role.get("activations"):
+                ac = role["activations"]
+                console.print(f"  activations: {_fmt(ac['per_layer'])} GiB per layer x {ac['layers_on_rank']} layers"
+                              f" (no checkpointing); loss head {_fmt(ac['loss_head'])} GiB + fp32 logits spike "
+                              f"{_fmt(ac['loss_spike'])} GiB"
+                              + (f"; recomputation adds {ac['recompute_flops_fraction']:.0%} of the step's FLOPs"
+                                 if ac["recompute_flops_fraction"] else ""))
             hs = role["host_split"]
             if hs["pinned"] or hs["pageable"]:
                 console.print(f"  host memory: {_fmt(hs['pinned'])} GiB pinned (page-locked), "
@@ -134,11 +145,11 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(et)
         if d["fit"]:
             ft = Table(title="Fit", title_justify="left")
-            for c in ("tier", "scope", "need", "capacity", "headroom", "verdict"):
-                ft.add_column(c, justify="right" if c in ("need", "capacity", "headroom") else "left")
+            for c in ("tier", "scope", "peak need", "capacity", "headroom", "verdict"):
+                ft.add_column(c, justify="right" if c in ("peak need", "capacity", "headroom") else "left")
             for f in d["fit"]:
                 cap = f["capacity"]
-                ft.add_row(f["tier"], f["scope"], f"{f['need'] / 1e9:,.2f} GB",
+                ft.add_row(f["tier"], f["scope"], f"{f['need'] / 1e9:,.2f} GB" + (f" ({f['phase']})" if f["phase"] else ""),
                            "unknown" if cap is None else f"{cap / 1e9:,.2f} GB",
                            "" if cap is None else f"{f['headroom'] / 1e9:,.2f} GB",
                            "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "[bold]DOES NOT FIT[/bold]"))
@@ -154,6 +165,11 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
                       f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
                       f"(effective: {a['offload_param']['effective']})")
+        w = a["workload"]
+        if w["seq_len"]:
+            console.print(f"  workload: sequence {w['seq_len']}, micro-batch {w['micro_batch']}, checkpointing "
+                          f"{w['checkpointing']}, attention {w['attention']}; fragmentation margin "
+                          f"{a['fragmentation_margin']:.0%} on the accelerator peak")
         for n in a["notes"]:
             console.print(f"  note {n['pointer']}: {n['message']}")
         for x in a["excluded"]:
