@@ -50,6 +50,14 @@ def _inventory(model: str | None, params: int | None):
     return None
 
 
+def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
+    """Trainer arguments given on the command line (None when none were: "auto" is then
+    accepted but not resolved)."""
+    if not trainer_args and hidden_size is None:
+        return None
+    return {**(trainer_args or {}), **({"hidden_size": hidden_size} if hidden_size else {})}
+
+
 def _world(world_size: int | None) -> tuple[int | None, str | None]:
     if world_size is not None:
         return world_size, "--world-size"
@@ -58,7 +66,11 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
     return (f.value, f.source) if f else (None, None)
 
 
-_size_opt = click.option
+def _trainer_options(f):
+    from advisor.hf import trainer_options
+    return trainer_options(f)
+
+
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -81,7 +93,8 @@ def main() -> None:
               help="Exit 1 when a finding at or above this severity exists.")
 @click.option("--select", help="Comma-separated rule codes to run (default: all).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def lint(paths, world_size, model, params, hf, fail_on, select, fmt):
+@_trainer_options
+def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_args, hidden_size):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
     from advisor.errors import ConfigLoadError
     from advisor.findings import SEVERITY_RANK, worst
@@ -106,7 +119,8 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt):
             results.append(FileResult(file=p, error=str(e)))
             continue
         results.append(FileResult(file=loaded.source, findings=lint_config(
-            loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf, select=codes)))
+            loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf or bool(trainer_args),
+            select=codes, trainer_args=_targs(trainer_args, hidden_size))))
     click.echo(lint_json(results) if fmt == "json" else lint_text(results))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
@@ -159,9 +173,10 @@ def explain(code):
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
 @click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_trainer_options
 def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
              sequence_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-             nvme_capacity, fragmentation, hf, explain_, fmt):
+             nvme_capacity, fragmentation, hf, explain_, fmt, trainer_args, hidden_size):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
     Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
@@ -198,9 +213,18 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
         gpus_per_node = g.value if g else None
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=tensor_parallel,
                       pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel)
+    targs = _targs(trainer_args, hidden_size)
+    hf = hf or targs is not None
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
-                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf)
-    result = run_estimate(loaded, inv, cluster, cap, findings,
+                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs)
+    effective = None
+    if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
+        from advisor.effective import effective_config
+        from advisor.hf import resolve_for_estimate
+        t = dict(targs or {})
+        resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
+        effective = effective_config(resolved)
+    result = run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
                           workload=Workload(seq_len, micro_batch, checkpointing, attention),
                           fragmentation=fragmentation)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
@@ -308,11 +332,6 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
     if not (quiet and code == EXIT_OK):
         click.echo(check_json(result) if fmt == "json" else check_text(result))
     sys.exit(code)
-
-
-def _trainer_options(f):
-    from advisor.hf import trainer_options
-    return trainer_options(f)
 
 
 @main.command()
