@@ -1,0 +1,202 @@
+"""The parity matrix: cells (config x model x world size) and the ledger-vs-engine comparison.
+
+Shared by tests/engine/test_parity.py and benchmarks/parity_matrix.py. Imports no torch: the
+engine runs in subprocesses (advisor.measure).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from advisor.effective import effective_config
+from advisor.inventory import from_dict
+from advisor.ledger import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes, unsupported_reason
+
+#: The reference's odd-sized MLP: Linear(64,301) -> Linear(301,77) -> Linear(77,5).
+TINY = {"name": "tiny-mlp", "tensors": [
+    {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+    {"name": "l2.weight", "shape": [77, 301]}, {"name": "l2.bias", "shape": [77]},
+    {"name": "l3.weight", "shape": [5, 77]}, {"name": "l3.bias", "shape": [5]}]}
+#: 2.1M parameters (1024 -> 1031 -> 1029): partitions >= 1 MiB, so NVMe swapping happens.
+BIG = {"name": "mlp-2.1m", "tensors": [
+    {"name": "l1.weight", "shape": [1031, 1024]}, {"name": "l1.bias", "shape": [1031]},
+    {"name": "l2.weight", "shape": [1029, 1031]}, {"name": "l2.bias", "shape": [1029]}]}
+#: TINY with the middle layer frozen and the last layer in a second param group.
+TINY_FROZEN_GROUPS = {"name": "tiny-frozen-groups", "tensors": [
+    {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+    {"name": "l2.weight", "shape": [77, 301], "trainable": False}, {"name": "l2.bias", "shape": [77], "trainable": False},
+    {"name": "l3.weight", "shape": [5, 77], "group": 1}, {"name": "l3.bias", "shape": [5], "group": 1}]}
+
+DTYPES = ("fp16", "bf16", "fp32")
+DEVICES = ("none", "cpu", "nvme")
+WORLD_SIZES = (1, 2, 4)
+
+
+def make_config(stage: int, dtype: str, oo: str = "none", op: str = "none", **zero: Any) -> dict[str, Any]:
+    """A small-bucket config for one matrix cell (nvme paths are set by advisor.measure)."""
+    z: dict[str, Any] = {"stage": stage, "reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 100}
+    if oo != "none":
+        z["offload_optimizer"] = {"device": oo, **({"nvme_path": "/unused"} if oo == "nvme" else {})}
+    if op != "none":
+        z["offload_param"] = {"device": op, **({"nvme_path": "/unused"} if op == "nvme" else {})}
+    extra_top = zero.pop("_top", {})
+    z.update(zero)
+    cfg: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1,
+                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                           "zero_optimization": z}
+    if dtype != "fp32":
+        cfg[dtype] = {"enabled": True}
+    cfg.update(extra_top)
+    return cfg
+
+
+def matrix_cells() -> list[dict[str, Any]]:
+    """Every cell: {id, config, inventory, world_size}."""
+    cells = []
+    for W in WORLD_SIZES:
+        for stage, dt, oo in itertools.product((0, 1, 2, 3), DTYPES, DEVICES):
+            ops = DEVICES if stage == 3 else ("none",)
+            for op in ops:
+                cells.append({"id": f"z{stage}-{dt}-oo_{oo}-op_{op}-w{W}", "config": make_config(stage, dt, oo, op),
+                              "inventory": TINY, "world_size": W})
+    # NVMe with real swapping (partitions >= 1 MiB), sub-groups, small max_in_cpu
+    for W in (1, 2):
+        cells.append({"id": f"big-z3-bf16-oo_nvme-op_none-w{W}", "config": make_config(3, "bf16", "nvme"),
+                      "inventory": BIG, "world_size": W})
+        cells.append({"id": f"big-z3-bf16-oo_nvme-op_nvme-maxincpu1000-w{W}",
+                      "config": make_config(3, "bf16", "nvme", "nvme"), "inventory": BIG, "world_size": W})
+        cells[-1]["config"]["zero_optimization"]["offload_param"].update(
+            {"buffer_size": 2000000, "buffer_count": 5, "max_in_cpu": 1000})
+    cells.append({"id": "big-z3-bf16-oo_nvme-subgroups-w1", "config": make_config(3, "bf16", "nvme", sub_group_size=600000),
+                  "inventory": BIG, "world_size": 1})
+    cells.append({"id": "big-z3-fp16-op_nvme-default-maxincpu-w1", "config": make_config(3, "fp16", "none", "nvme"),
+                  "inventory": BIG, "world_size": 1})
+    # other paths: torch_adam, BF16_Optimizer, GA>1 with offload, overlap_comm, alignment,
+    # frozen tensors and two param groups, ZeRO-3 sub-groups, fp32 comm dtype, pin_memory false
+    for W in (2,):
+        def c(id_, cfg, inv=TINY):
+            cells.append({"id": f"{id_}-w{W}", "config": cfg, "inventory": inv, "world_size": W})
+        for st in (0, 1, 2, 3):
+            cfg = make_config(st, "bf16")
+            cfg["optimizer"]["params"]["torch_adam"] = True
+            c(f"z{st}-bf16-torch_adam", cfg)
+            c(f"z{st}-bf16-frozen-groups", make_config(st, "bf16"), TINY_FROZEN_GROUPS)
+        c("z1-bf16-gaccfp32-bf16opt", make_config(1, "bf16", _top={"data_types": {"grad_accum_dtype": "fp32"}}))
+        c("z1-bf16-gaccfp32-oo_nvme-bf16opt", make_config(1, "bf16", "nvme", _top={"data_types": {"grad_accum_dtype": "fp32"}}))
+        c("z2-bf16-gaccfp32", make_config(2, "bf16", _top={"data_types": {"grad_accum_dtype": "fp32"}}))
+        c("z3-bf16-gaccfp32", make_config(3, "bf16", _top={"data_types": {"grad_accum_dtype": "fp32"}}))
+        c("z2-bf16-oo_cpu-ga2", make_config(2, "bf16", "cpu", _top={"gradient_accumulation_steps": 2}))
+        c("z2-fp16-overlap", make_config(2, "fp16", overlap_comm=True))
+        c("z2-bf16-palign", make_config(2, "bf16", parameter_alignment=True))
+        c("z3-bf16-subgroup10000", make_config(3, "bf16", sub_group_size=10000))
+        c("z3-bf16-commfp32", make_config(3, "bf16", _top={"communication_data_type": "fp32"}))
+        cfg = make_config(2, "bf16", "cpu")
+        cfg["zero_optimization"]["offload_optimizer"]["pin_memory"] = False
+        c("z2-bf16-oo_cpu-nopin", cfg)
+        cfg = make_config(3, "bf16", "cpu", "cpu")
+        cfg["zero_optimization"]["offload_optimizer"]["pin_memory"] = False
+        cfg["zero_optimization"]["offload_param"]["pin_memory"] = False
+        c("z3-bf16-oo_cpu-op_cpu-nopin", cfg)
+        c("z0-bf16-gaccfp32-rejected", make_config(0, "bf16", _top={"data_types": {"grad_accum_dtype": "fp32"}}))
+    return cells
+
+
+def expected(cell: dict[str, Any]) -> dict[str, Any]:
+    """The ledger's prediction for a cell: {"error": reason} or
+    {"wrapper", "basic_optimizer", "ranks": {r: {"steady"|"bwd"|"in_step": {item: {tier: bytes}}}}}
+    folded for a CPU accelerator."""
+    ec = effective_config(cell["config"])
+    W = cell["world_size"]
+    why = unsupported_reason(ec, W)
+    if why:
+        return {"error": why}
+    inv = from_dict(cell["inventory"], cell["inventory"]["name"])
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=W)))
+    ranks = {}
+    for rl in led.ranks:
+        ranks[rl.rank] = {"steady": fold_for_cpu(model_state_bytes(rl, ("persistent",))),
+                          "bwd": fold_for_cpu(model_state_bytes(rl, ("backward",))),
+                          "in_step": fold_for_cpu(model_state_bytes(rl, ("step",)))}
+    return {"wrapper": led.wrapper, "basic_optimizer": led.basic_optimizer, "ranks": ranks}
+
+
+def _clean(items: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {k: {t: b for t, b in v.items() if b} for k, v in items.items() if any(v.values())}
+
+
+def compare(cell: dict[str, Any], measured: dict[int, dict[str, Any]]) -> list[str]:
+    """Discrepancies between the ledger and the engine for one cell (empty list = byte parity).
+
+    steady: every persistent item, both ways (nothing measured that the ledger lacks);
+    bwd / in_step: every item the ledger says lives from backward to the step / inside the step,
+    plus any item that appears there which the ledger does not know at all.
+    """
+    exp = expected(cell)
+    out: list[str] = []
+    errors = {r: d.get("error") for r, d in measured.items()}
+    if "error" in exp:
+        if not all(errors.values()):
+            out.append(f"ledger says DeepSpeed rejects this ({exp['error']}) but the engine accepted it")
+        return out
+    if any(errors.values()):
+        return [f"engine rejected a config the ledger accepts: {sorted(set(e for e in errors.values() if e))}"]
+    for r, m in sorted(measured.items()):
+        er = exp["ranks"][r]
+        if m["wrapper"] != exp["wrapper"] or m["basic_optimizer"] != exp["basic_optimizer"]:
+            out.append(f"r{r}: objects {m['wrapper']}/{m['basic_optimizer']} != ledger {exp['wrapper']}/{exp['basic_optimizer']}")
+        snaps = {k: _clean(v) for k, v in m["snapshots"].items()}
+        known = set(er["steady"]) | set(er["bwd"]) | set(er["in_step"])
+        st = snaps.get("steady", {})
+        for item in sorted(set(st) | set(er["steady"])):
+            if st.get(item, {}) != er["steady"].get(item, {}):
+                out.append(f"r{r} steady {item}: engine {st.get(item, {})} != ledger {er['steady'].get(item, {})}")
+        for snap in ("bwd", "in_step"):
+            ms = snaps.get(snap, {})
+            for item in sorted(er[snap]):
+                if ms.get(item, {}) != er[snap][item]:
+                    out.append(f"r{r} {snap} {item}: engine {ms.get(item, {})} != ledger {er[snap][item]}")
+            for item in sorted(set(ms) - known - set(st)):
+                out.append(f"r{r} {snap} {item}: engine {ms[item]} not in the ledger")
+    return out
+
+
+def run_matrix(cells: list[dict[str, Any]] | None = None, workdir: str | None = None, parallel: int = 2,
+               timeout_s: float = 1500.0) -> dict[str, Any]:
+    """Run every cell through the real engine, one torch.distributed.run launch per batch of
+    cells with the same world size (``parallel`` launches at a time). Returns
+    {"results": {cell id: {rank: record}}, "launch_errors": [...], "seconds": wall time}."""
+    from advisor.measure import MeasureError, run_measure_many
+    cells = matrix_cells() if cells is None else cells
+    t0 = time.time()
+    batches: list[tuple[int, list]] = []
+    by_w: dict[int, list] = {}
+    for c in cells:
+        by_w.setdefault(c["world_size"], []).append(c)
+    # balance: split each world size's cells into chunks whose cost (cells x ranks) is similar
+    for W, cs in sorted(by_w.items()):
+        nchunks = max(1, round(len(cs) * W / 60))
+        for i in range(nchunks):
+            batches.append((W, cs[i::nchunks]))
+    batches.sort(key=lambda b: -len(b[1]) * b[0])
+    results: dict[str, Any] = {}
+    errors: list[str] = []
+
+    def go(batch):
+        W, cs = batch
+        try:
+            return run_measure_many(cs, W, workdir=workdir, timeout_s=timeout_s), None
+        except MeasureError as e:
+            return [], f"W={W} ({len(cs)} cells): {e}"
+
+    with ThreadPoolExecutor(max_workers=parallel) as ex:
+        for res, err in ex.map(go, batches):
+            if err:
+                errors.append(err)
+            for cr in res:
+                results[cr.id] = cr.ranks
+    return {"results": results, "launch_errors": errors, "seconds": time.time() - t0}
