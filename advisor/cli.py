@@ -92,7 +92,8 @@ def main() -> None:
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
               help="Exit 1 when a finding at or above this severity exists.")
 @click.option("--select", help="Comma-separated rule codes to run (default: all).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
+              show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: Actions annotations.")
 @_trainer_options
 def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_args, hidden_size):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
@@ -121,7 +122,14 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
         results.append(FileResult(file=loaded.source, findings=lint_config(
             loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf or bool(trainer_args),
             select=codes, trainer_args=_targs(trainer_args, hidden_size))))
-    click.echo(lint_json(results) if fmt == "json" else lint_text(results))
+    if fmt == "sarif":
+        from advisor.sarif import sarif_json
+        click.echo(sarif_json(results))
+    elif fmt == "github":
+        from advisor.github import github_annotations
+        click.echo(github_annotations(results))
+    else:
+        click.echo(lint_json(results) if fmt == "json" else lint_text(results))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
     threshold = 99 if fail_on == "never" else SEVERITY_RANK[fail_on]

@@ -1,0 +1,71 @@
+"""``--format github``: GitHub Actions workflow commands, so findings show as annotations on the PR.
+
+One line per finding::
+
+    ::error file=configs/ds.json,line=7,col=5,title=B001 batch-triple::/train_batch_size: ... %0Afix: ...
+
+Severity -> command: ``error`` -> ``::error``, ``warning`` -> ``::warning``, ``info`` -> ``::notice``.
+Escaping follows GitHub's runner (actions/toolkit ``command.ts``): in the message, ``%`` ->
+``%25``, CR -> ``%0D``, LF -> ``%0A``; in property values (file, title) additionally ``:`` ->
+``%3A`` and ``,`` -> ``%2C``. A file that could not be read becomes one ``::error`` naming it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from advisor.findings import Finding
+
+if TYPE_CHECKING:
+    from advisor.report import FileResult
+
+COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def escape_data(s: str) -> str:
+    """Escape a workflow command's message: ``%``, CR and LF."""
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(s: str) -> str:
+    """Escape a workflow command's property value: as :func:`escape_data`, plus ``:`` and ``,``."""
+    return escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(kind: str, message: str, **props: str | int | None) -> str:
+    """``::kind k=v,...::message`` with both parts escaped; None-valued properties are left out."""
+    p = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items() if v is not None)
+    return f"::{kind}{' ' + p if p else ''}::{escape_data(message)}"
+
+
+def annotation(f: Finding, default_file: str | None = None, rule_names: dict[str, str] | None = None) -> str:
+    """The workflow command for one finding."""
+    file = f.file or default_file
+    if file in ("-", "") or (file or "").startswith("<"):
+        file = None
+    title = f.code + (f" {rule_names[f.code]}" if rule_names and f.code in rule_names else "")
+    msg = f"{f.pointer or '/'}: {f.message}" + (f"\nfix: {f.fix}" if f.fix else "")
+    return command(COMMANDS[f.severity], msg, file=file, line=f.line if file else None,
+                   col=f.column if file and f.line else None, title=title)
+
+
+def github_annotations(results: "Iterable[FileResult]") -> str:
+    """All lint results as workflow commands, then a plain summary line."""
+    from advisor.rules import all_rules
+
+    names = {c: r.name for c, r in all_rules().items()}
+    lines: list[str] = []
+    n = {"error": 0, "warning": 0, "info": 0}
+    results = list(results)
+    for r in results:
+        if r.error:
+            lines.append(command("error", r.error, file=None if r.file in ("-", "") else r.file,
+                                 title="unreadable config"))
+            continue
+        for f in r.findings:
+            n[f.severity] += 1
+            lines.append(annotation(f, r.file, names))
+    unreadable = sum(1 for r in results if r.error)
+    lines.append(f"ds-advisor: {len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), "
+                 f"{n['info']} info" + (f", {unreadable} unreadable" if unreadable else ""))
+    return "\n".join(lines)

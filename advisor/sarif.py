@@ -1,0 +1,199 @@
+"""SARIF 2.1.0 rendering of lint (and check) findings, for GitHub code scanning and other CI viewers.
+
+One run per invocation. ``tool.driver.rules`` carries the metadata of every registered lint rule
+(:func:`advisor.rules.all_rules`): ``id`` (the code), ``name``, ``shortDescription`` (the first
+line of the rule's explanation), ``fullDescription`` and ``help`` (the whole explanation, as
+``ds-advisor explain CODE`` prints it) and ``defaultConfiguration.level`` from the rule's
+severity, plus descriptors for the codes that estimate and check add outside the registry
+(``M100``, ``K1xx``). Each result has ``ruleId``/``ruleIndex``, ``level``, ``message`` (the
+message, then the fix), a location (``artifactLocation.uri`` relative to the working directory
+when the file lies under it, with ``uriBaseId`` ``%SRCROOT%``; ``region.startLine`` and
+``startColumn`` when the finding has a position), the JSON pointer as a logical location and
+in ``properties.pointer``, and a ``partialFingerprints`` entry that does not depend on the line.
+Files that could not be read become ``toolExecutionNotifications``.
+
+Severity -> SARIF level: ``error`` -> ``error``, ``warning`` -> ``warning``, ``info`` -> ``note``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Iterable
+from urllib.parse import quote
+
+from advisor import DEEPSPEED_VERSION, __version__
+from advisor.findings import Finding
+
+if TYPE_CHECKING:
+    from advisor.report import FileResult
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+SRCROOT = "%SRCROOT%"
+LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+
+#: Codes reported outside the lint-rule registry: (name, severity, description).
+EXTRA_RULES: dict[str, tuple[str, str, str]] = {
+    "M100": ("tier-does-not-fit", "error",
+             "A memory tier does not fit: the training state the estimate puts on the accelerator (per rank), "
+             "host or NVMe (per node) exceeds the capacity given or probed."),
+    "K101": ("nvme-without-path", "error",
+             "check: an offload device is nvme but no nvme_path is given; DeepSpeed fails creating the swapper."),
+    "K102": ("nvme-path-missing", "error",
+             "check: an nvme_path does not exist on this node, or is not a directory."),
+    "K103": ("nvme-path-not-writable", "error", "check: an nvme_path is not writable by the job's user."),
+    "K104": ("nvme-space-short", "error",
+             "check: the swap files of this node's ranks need more space than the filesystem holding nvme_path "
+             "has free."),
+    "K105": ("libaio-missing", "error", "check: NVMe offload needs libaio (DeepSpeed's async_io op), not found."),
+    "K110": ("too-few-accelerators", "error",
+             "check: more ranks per node than accelerators visible on this node."),
+    "K111": ("launch-shape", "warning", "check: the launch shape is inconsistent (world size versus ranks per node)."),
+}
+
+
+def _short(code: str, name: str, explanation: str) -> str:
+    first = explanation.strip().splitlines()[0].strip() if explanation.strip() else name
+    for prefix in (f"{code} {name}:", f"{code}:"):
+        if first.startswith(prefix):
+            first = first[len(prefix):].strip()
+    return first or name
+
+
+def rule_descriptors() -> list[dict[str, Any]]:
+    """SARIF ``reportingDescriptor`` objects for every registered rule and every extra code, by id."""
+    from advisor.rules import all_rules
+
+    out: list[dict[str, Any]] = []
+    for code, rule in all_rules().items():
+        text = rule.explanation() or rule.name
+        out.append({
+            "id": code,
+            "name": rule.name,
+            "shortDescription": {"text": _short(code, rule.name, text)},
+            "fullDescription": {"text": text},
+            "help": {"text": text},
+            "defaultConfiguration": {"level": LEVELS[rule.severity]},
+            "properties": {"tags": ["deepspeed", "config"], "needsModel": bool(rule.needs_model)},
+        })
+    for code, (name, sev, desc) in EXTRA_RULES.items():
+        out.append({
+            "id": code,
+            "name": name,
+            "shortDescription": {"text": desc},
+            "fullDescription": {"text": desc},
+            "help": {"text": desc},
+            "defaultConfiguration": {"level": LEVELS[sev]},
+            "properties": {"tags": ["deepspeed", "capacity"]},
+        })
+    return sorted(out, key=lambda d: d["id"])
+
+
+def artifact_uri(path: str, cwd: str | None = None) -> tuple[str, str | None] | None:
+    """(uri, uriBaseId) for a config path (relative paths taken against ``cwd``, default the
+    working directory): relative to ``cwd`` (percent-encoded, ``/`` separators,
+    base ``%SRCROOT%``) when the file lies under it, else an absolute ``file://`` URI (no base).
+    None for stdin (``-``) and inline base64 sources, which have no file."""
+    if not path or path == "-" or path.startswith("<"):
+        return None
+    cwd = os.path.abspath(cwd or os.getcwd())
+    absolute = os.path.normpath(os.path.join(cwd, path))  # relative paths are relative to cwd
+    try:
+        rel = os.path.relpath(absolute, cwd)
+    except ValueError:  # another drive (Windows)
+        rel = None
+    if rel is not None and not rel.startswith(os.pardir):
+        return quote(PurePosixPath(*Path(rel).parts).as_posix()), SRCROOT
+    return Path(absolute).as_uri(), None
+
+
+def _fingerprint(f: Finding, uri: str | None) -> str:
+    key = "\0".join((f.code, uri or "", f.pointer))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def sarif_result(f: Finding, rule_index: dict[str, int], default_file: str | None = None,
+                 cwd: str | None = None) -> dict[str, Any]:
+    """One SARIF ``result`` for a finding."""
+    text = f.message + (f" Fix: {f.fix}" if f.fix else "")
+    res: dict[str, Any] = {"ruleId": f.code, "level": LEVELS[f.severity], "message": {"text": text}}
+    if f.code in rule_index:
+        res["ruleIndex"] = rule_index[f.code]
+    loc: dict[str, Any] = {}
+    art = artifact_uri(f.file or default_file or "", cwd)
+    if art is not None:
+        al: dict[str, Any] = {"uri": art[0]}
+        if art[1]:
+            al["uriBaseId"] = art[1]
+        phys: dict[str, Any] = {"artifactLocation": al}
+        if f.line is not None and f.line >= 1:
+            region: dict[str, Any] = {"startLine": f.line}
+            if f.column is not None and f.column >= 1:
+                region["startColumn"] = f.column
+            phys["region"] = region
+        loc["physicalLocation"] = phys
+    loc["logicalLocations"] = [{"fullyQualifiedName": f.pointer or "/", "kind": "member"}]
+    res["locations"] = [loc]
+    res["partialFingerprints"] = {"dsAdvisorFinding/v1": _fingerprint(f, art[0] if art else f.file)}
+    props: dict[str, Any] = {"pointer": f.pointer, "severity": f.severity}
+    if f.fix:
+        props["fix"] = f.fix
+    if f.data:
+        props["data"] = f.data
+    res["properties"] = props
+    return res
+
+
+def to_sarif(results: "Iterable[FileResult]", cwd: str | None = None) -> dict[str, Any]:
+    """The SARIF log (a dict) for lint results: one run, rule metadata, one result per finding,
+    one error notification per unreadable file."""
+    results = list(results)
+    rules = rule_descriptors()
+    index = {r["id"]: i for i, r in enumerate(rules)}
+    out_results: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    for r in results:
+        if r.error:
+            n: dict[str, Any] = {"level": "error", "message": {"text": r.error}}
+            art = artifact_uri(r.file, cwd)
+            if art is not None:
+                al = {"uri": art[0], **({"uriBaseId": art[1]} if art[1] else {})}
+                n["locations"] = [{"physicalLocation": {"artifactLocation": al}}]
+            notes.append(n)
+            continue
+        for f in r.findings:
+            out_results.append(sarif_result(f, index, r.file, cwd))
+    base = Path(os.path.abspath(cwd or os.getcwd())).as_uri().rstrip("/") + "/"
+    invocation: dict[str, Any] = {"executionSuccessful": not notes}
+    if notes:
+        invocation["toolExecutionNotifications"] = notes
+    run = {
+        "tool": {"driver": {
+            "name": "ds-advisor",
+            "version": __version__,
+            "semanticVersion": __version__,
+            "informationUri": "https://pypi.org/project/deepspeed-advisor/",
+            "rules": rules,
+            "properties": {"deepspeed": DEEPSPEED_VERSION},
+        }},
+        "originalUriBaseIds": {SRCROOT: {"uri": base}},
+        "invocations": [invocation],
+        "results": out_results,
+        "columnKind": "unicodeCodePoints",
+    }
+    return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION, "runs": [run]}
+
+
+def findings_sarif(findings: Iterable[Finding], file: str | None = None, cwd: str | None = None) -> dict[str, Any]:
+    """SARIF for one config's findings (e.g. ``check``'s), with ``file`` as their default artifact."""
+    from advisor.report import FileResult
+
+    return to_sarif([FileResult(file=file or "", findings=list(findings))], cwd=cwd)
+
+
+def sarif_json(results: "Iterable[FileResult]", cwd: str | None = None) -> str:
+    """:func:`to_sarif` as indented JSON text."""
+    return json.dumps(to_sarif(results, cwd=cwd), indent=2)

@@ -1,0 +1,180 @@
+"""Reports tools consume: SARIF 2.1.0 (validated against the official OASIS schema), GitHub
+Actions annotations (escaping), and the JSON outputs against schemas/*-output.schema.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from advisor.findings import Finding
+from advisor.github import annotation, command, escape_data, escape_property, github_annotations
+from advisor.report import FileResult
+from advisor.rules import all_rules
+from advisor.sarif import artifact_uri, to_sarif
+from tests.conftest import CASES, ROOT, SAMPLES, run_cli
+
+SARIF_SCHEMA = ROOT / "tests" / "fixtures" / "sarif" / "sarif-schema-2.1.0.json"
+SARIF_SCHEMA_SHA256 = "c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e"
+
+
+@pytest.fixture(scope="module")
+def sarif_validator() -> jsonschema.Draft4Validator:
+    schema = json.loads(SARIF_SCHEMA.read_text())
+    jsonschema.Draft4Validator.check_schema(schema)
+    return jsonschema.Draft4Validator(schema)
+
+
+def _errors(validator, doc) -> list[str]:
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+# --- SARIF --------------------------------------------------------------------------------------
+
+def test_sarif_fixture_is_the_official_file():
+    data = SARIF_SCHEMA.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == SARIF_SCHEMA_SHA256
+    s = json.loads(data)
+    assert s["id"] == "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+    assert s["properties"]["version"]["enum"] == ["2.1.0"]
+
+
+def test_sarif_schema_rejects_a_broken_log(sarif_validator):
+    """The validator is not vacuous: a result without a message, and a bad level, are refused."""
+    bad = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}},
+                                         "results": [{"ruleId": "B001", "level": "fatal"}]}]}
+    errs = _errors(sarif_validator, bad)
+    assert any("message" in e for e in errs) and any("fatal" in e for e in errs)
+
+
+def test_lint_sarif_cli_validates_and_locates(sarif_validator):
+    cfgs = sorted(str(p.relative_to(ROOT)) for p in SAMPLES.glob("*.json"))
+    case_cfgs = sorted(str(p) for p in CASES.glob("*/config.json"))
+    p = run_cli(["lint", *cfgs, *case_cfgs, "--format", "sarif"], cwd=ROOT)
+    assert p.returncode == 1, p.stderr  # the samples include an "auto" config: A001 errors
+    log = json.loads(p.stdout)
+    assert _errors(sarif_validator, log) == []
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    ids = [r["id"] for r in rules]
+    assert set(all_rules()) <= set(ids) and "M100" in ids and ids == sorted(ids)
+    by_id = {r["id"]: r for r in rules}
+    b001 = all_rules()["B001"]
+    assert by_id["B001"]["name"] == "batch-triple"
+    assert by_id["B001"]["fullDescription"]["text"] == b001.explanation()
+    assert by_id["B001"]["defaultConfiguration"]["level"] == "error"
+    assert by_id["B001"]["shortDescription"]["text"].startswith("train_batch_size = micro-batch")
+    levels = {c: ("note" if r.severity == "info" else r.severity) for c, r in all_rules().items()}
+    assert all(by_id[c]["defaultConfiguration"]["level"] == lv for c, lv in levels.items())
+
+    # Same findings as --format json, one result each, with positions and pointers.
+    pj = run_cli(["lint", *cfgs, *case_cfgs, "--format", "json"], cwd=ROOT)
+    findings = [f for fr in json.loads(pj.stdout)["files"] for f in fr["findings"]]
+    assert len(run["results"]) == len(findings) > 5
+    for res, f in zip(run["results"], findings):
+        assert res["ruleId"] == f["code"]
+        assert rules[res["ruleIndex"]]["id"] == f["code"]
+        assert res["level"] == {"info": "note"}.get(f["severity"], f["severity"])
+        assert res["message"]["text"].startswith(f["message"])
+        assert res["properties"]["pointer"] == f["pointer"]
+        phys = res["locations"][0]["physicalLocation"]
+        if f["file"].startswith("sample_configs/"):
+            assert phys["artifactLocation"] == {"uri": f["file"], "uriBaseId": "%SRCROOT%"}
+        else:  # ../shared lies outside the working directory: absolute file URI
+            assert phys["artifactLocation"]["uri"] == Path(f["file"]).resolve().as_uri()
+        assert phys["region"] == {"startLine": f["line"], "startColumn": f["column"]}
+    a001 = next(r for r in run["results"] if r["ruleId"] == "A001")
+    assert a001["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
+        "sample_configs/hf_trainer_zero3_auto.json"
+    assert a001["locations"][0]["physicalLocation"]["region"] == {"startLine": 2, "startColumn": 4}
+    assert run["invocations"] == [{"executionSuccessful": True}]
+
+
+def test_sarif_unreadable_file_is_a_notification(sarif_validator, tmp_path):
+    bad = tmp_path / "ds_config.json"
+    bad.write_text('{"train_batch_size": ')
+    p = run_cli(["lint", str(bad), "--format", "sarif"], cwd=tmp_path)
+    assert p.returncode == 2
+    log = json.loads(p.stdout)
+    assert _errors(sarif_validator, log) == []
+    inv = log["runs"][0]["invocations"][0]
+    assert inv["executionSuccessful"] is False
+    (n,) = inv["toolExecutionNotifications"]
+    assert n["level"] == "error" and "ds_config.json" in n["message"]["text"]
+    assert n["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "ds_config.json",
+                                                                          "uriBaseId": "%SRCROOT%"}
+    assert log["runs"][0]["results"] == []
+
+
+def test_sarif_odd_paths_and_no_position(sarif_validator, tmp_path):
+    fs = [Finding("M100", "error", "/zero_optimization", "accelerator per rank: over by 3 GB", file="a b/c%d.json",
+                  data={"over": 3_000_000_000}),
+          Finding("Z001", "info", "", "note without a file", file="-")]
+    log = to_sarif([FileResult(file="a b/c%d.json", findings=fs[:1]), FileResult(file="-", findings=fs[1:])],
+                   cwd=str(tmp_path))
+    assert _errors(sarif_validator, log) == []
+    r0, r1 = log["runs"][0]["results"]
+    assert r0["locations"][0]["physicalLocation"] == {"artifactLocation": {"uri": "a%20b/c%25d.json",
+                                                                           "uriBaseId": "%SRCROOT%"}}
+    assert r0["properties"]["data"] == {"over": 3_000_000_000}
+    assert "physicalLocation" not in r1["locations"][0] and r1["level"] == "note"
+    assert r1["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == "/"
+    assert artifact_uri("/etc/x.json", cwd=str(tmp_path)) == ("file:///etc/x.json", None)
+    assert log["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.as_uri() + "/"
+
+
+def test_sarif_fingerprint_survives_a_moved_line():
+    f = Finding("B001", "error", "/train_batch_size", "m", line=2, column=4, file="x.json")
+    g = Finding("B001", "error", "/train_batch_size", "m", line=9, column=4, file="x.json")
+    h = Finding("B001", "error", "/gradient_accumulation_steps", "m", line=2, column=4, file="x.json")
+    fp = [to_sarif([FileResult("x.json", [x])])["runs"][0]["results"][0]["partialFingerprints"] for x in (f, g, h)]
+    assert fp[0] == fp[1] != fp[2]
+
+
+# --- GitHub workflow commands ------------------------------------------------------------------
+
+def test_github_escaping():
+    assert escape_data("50% done\r\nnext, a:b") == "50%25 done%0D%0Anext, a:b"
+    assert escape_property("dir,a/b:c%d\n") == "dir%2Ca/b%3Ac%25d%0A"
+    assert command("warning", "x", file="a,b.json", line=3, col=None, title="T") == \
+        "::warning file=a%2Cb.json,line=3,title=T::x"
+    assert command("notice", "bare") == "::notice::bare"
+
+
+def test_github_annotation_of_a_finding():
+    f = Finding("P002", "info", "/fp16/loss_scale", "loss_scale is 100% ignored, with bf16: fp16 is off",
+                fix="remove it\nor enable fp16", line=7, column=5, file="cfg, v2:final.json")
+    assert annotation(f) == ("::notice file=cfg%2C v2%3Afinal.json,line=7,col=5,title=P002::/fp16/loss_scale: "
+                             "loss_scale is 100%25 ignored, with bf16: fp16 is off%0Afix: remove it%0Aor enable fp16")
+    nofile = Finding("K110", "error", "", "8 ranks per node but 4 GPUs")
+    assert annotation(nofile, "-") == "::error title=K110::/: 8 ranks per node but 4 GPUs"
+
+
+def test_lint_github_cli(tmp_path):
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text('{\n  "train_batch_size": "auto",\n  "gradient_accumulation_steps": 1\n}\n')
+    bad = tmp_path / "broken.json"
+    bad.write_text("{")
+    p = run_cli(["lint", "ds_config.json", "broken.json", "--format", "github"], cwd=tmp_path)
+    assert p.returncode == 2  # one unreadable file
+    lines = p.stdout.splitlines()
+    a001 = [ln for ln in lines if "title=A001" in ln]
+    assert len(a001) == 1
+    assert a001[0].startswith("::error file=ds_config.json,line=2,col=")
+    assert "::/train_batch_size: train_batch_size is \"auto\"" in a001[0] and "%0Afix: " in a001[0]
+    assert any(ln.startswith("::error file=broken.json,title=unreadable config::") for ln in lines)
+    assert all("\r" not in ln for ln in lines)
+    assert lines[-1].startswith("ds-advisor: 2 file(s): ") and lines[-1].endswith(", 1 unreadable")
+
+
+def test_github_annotations_counts():
+    rs = [FileResult("a.json", [Finding("B001", "error", "/x", "m1", line=1, column=1),
+                                Finding("Z001", "warning", "/y", "m2")])]
+    out = github_annotations(rs).splitlines()
+    assert out[0] == "::error file=a.json,line=1,col=1,title=B001 batch-triple::/x: m1"
+    assert out[1].startswith("::warning file=a.json,title=Z001 ") and out[1].endswith("::/y: m2")
+    assert out[2] == "ds-advisor: 1 file(s): 1 error(s), 1 warning(s), 0 info"
