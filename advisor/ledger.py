@@ -209,6 +209,14 @@ def _host(pin: bool) -> str:
     return "host_pinned" if pin else "host_pageable"
 
 
+def _opt_src(basic: str) -> str:
+    """Where the basic optimizer creates its state (file:function)."""
+    return {"FusedAdam": "ops/adam/fused_adam.py:FusedAdam.step",
+            "DeepSpeedCPUAdam": "ops/adam/cpu_adam.py:DeepSpeedCPUAdam.step",
+            "AdamW": "torch/optim/adamw.py:AdamW._init_group",
+            "Adam": "torch/optim/adam.py:Adam._init_group"}.get(basic, "engine.py:DeepSpeedEngine._configure_basic_optimizer")
+
+
 def _moment_items(basic: str, family: str) -> tuple[str, ...]:
     if family in ("lion",):
         return ("exp_avg",)
@@ -259,14 +267,14 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     for m in _moment_items(basic, ec.optimizer.family):
         b.add("accelerator", "optimizer_states", m, N * 4, "persistent",
               f"N x 4 = {N} x 4 (fp32 moments; created at init by the wrapper's dummy step for 16-bit)",
-              "ops/adam (FusedAdam/DeepSpeedCPUAdam/torch AdamW).step: state zeros_like(param)")
+              _opt_src(basic) + " (state zeros_like(param))")
     step_b = 4 * ntensors if basic in ("AdamW", "Adam") else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {ntensors} param tensors (torch Adam keeps a 0-dim fp32 CPU step)" if step_b else
-          "0 (step is a python int)", "torch/optim/adamw.py:_init_group" if step_b else "ops/adam")
+          "0 (step is a python int)", _opt_src(basic))
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
-          "torch autograd; engine.py:DeepSpeedEngine.backward")
+          "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
     if ec.model_dtype != "fp32":
         b.add("accelerator", "gradients", "fp32_grad", N * 4, "step", f"N x 4 = {N} x 4 (fp32 copy of the grads)",
               src_s.replace("__init__", "step"))
@@ -308,10 +316,10 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wr
     for m in _moment_items(basic, ec.optimizer.family):
         b.add(mom_tier, "optimizer_states", m, p_t * 4, "persistent",
               f"P x 4 = {p_t} x 4" + (" (DeepSpeedCPUAdam zeros_like: never pinned)" if off else ""),
-              "ops/adam/cpu_adam.py:DeepSpeedCPUAdam.step" if off else "ops/adam/fused_adam.py:FusedAdam.step")
+              _opt_src(basic))
     step_b = 4 * ng if basic in ("AdamW", "Adam") else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
-          f"4 B x {ng} flat fp32 partitions" if step_b else "0 (python int)", "torch/optim/adamw.py:_init_group")
+          f"4 B x {ng} flat fp32 partitions" if step_b else "0 (python int)", _opt_src(basic))
     if wrapper == "BF16_Optimizer":
         b.add("accelerator", "gradients", "fp32_grad_accum", npad_t * 4, "persistent",
               f"N_pad x 4 = {npad_t} x 4 (full model, NOT partitioned)", f"{S}._setup_for_real_optimizer")
@@ -401,16 +409,13 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
         pmin = max(MIN_AIO_BYTES, ec.aio.block_size)
         nvme_bytes = 0
         resident_small = 0
+        unused_flat = 0
         for gi, g in enumerate(parts):
             pg = sum(p for _, p in g)
             size = pg
             if nvme and agg + pg > z.offload_param.max_in_cpu:
                 size = max(0, z.offload_param.max_in_cpu - agg)
             agg += pg
-            if size > 0:
-                pinned_bytes += size * D
-            else:
-                pageable += 1 * D
             off = 0
             used = False
             for si in sub_group_of_group[gi]:
@@ -426,12 +431,22 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
                             resident_small += p * D
                 off += tot
             used_any.append(used)
+            if size > 0 and used:
+                pinned_bytes += size * D
+            elif size > 0:
+                unused_flat += size * D
+            else:
+                pageable += 1 * D
         item = "lp_param_partitions"
         b.add("host_pinned", "parameters", item, pinned_bytes + resident_small, "persistent",
               "sum_groups P3_g x D in one pinned flat buffer per group (capped at offload_param.max_in_cpu "
               "elements for nvme; pinned whatever pin_memory says)" + (
                   f" + {resident_small} B of partitions below the aio swap size" if resident_small else ""),
               f"{S}._create_param_groups_fp16_flat_cpu_memory")
+        if unused_flat:
+            b.add("host_pinned", "parameters", "max_in_cpu_buffer", unused_flat, "persistent",
+                  "min(P3_g, max_in_cpu) x D pinned flat buffer that no sub-group fits in (allocated anyway)",
+                  f"{S}._create_param_groups_fp16_flat_cpu_memory")
         if pageable:
             b.add("host_pageable", "parameters", "max_in_cpu_buffer", pageable, "persistent",
                   "torch.empty(1) placeholder per group without a flat buffer", f"{S}._create_param_groups_fp16_flat_cpu_memory")
@@ -492,18 +507,18 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
           f"{S}._create_fp32_partitions")
     for m in moments:
         b.add(tier, "optimizer_states", m, ram * 4, "persistent", f"sum_k S_k x 4 = {ram} x 4",
-              "ops/adam: state zeros_like(fp32 partition)")
+              _opt_src(basic) + " (state zeros_like(fp32 partition))")
     if files:
         b.add("nvme", "master_weights", "fp32_master", files * M, "persistent",
-              f"sum over swappable sub-groups of A_{al}(S_k) x 4", "runtime/swap_tensor/partitioned_optimizer_swapper.py")
+              f"sum over swappable sub-groups of A_{al}(S_k) x 4", "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
         for m in moments:
             b.add("nvme", "optimizer_states", m, files * 4, "persistent",
                   f"sum over swappable sub-groups of A_{al}(S_k) x 4 ({m}-*.tensor.swp)",
-                  "runtime/swap_tensor/partitioned_optimizer_swapper.py")
+                  "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
     nsub = len(subs)
     step_b = 4 * nsub if basic in ("AdamW", "Adam") else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
-          f"4 B x {nsub} sub-groups" if step_b else "0 (python int)", "torch/optim/adamw.py:_init_group")
+          f"4 B x {nsub} sub-groups" if step_b else "0 (python int)", _opt_src(basic))
     if oo == "none":
         b.add("accelerator", "gradients", "fp32_grad", max(Sk) * 4, "step",
               f"max_k S_k x 4 = {max(Sk)} x 4 (current sub-group only)", f"{S}._prepare_fp32_grad_for_sub_group")

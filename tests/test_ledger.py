@@ -1,0 +1,314 @@
+"""Unit tests of advisor.ledger against hand arithmetic from cited formulas.
+
+Figures come from ../shared/reference/deepspeed-0.19.8-state-accounting.md (section numbers
+below), whose measured examples (N = 43 209 tiny MLP; 2.1 M MLP) were also reproduced by
+tests/engine against the real engine, and from the shared cases C05, C06 and C08.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from advisor.effective import effective_config
+from advisor.inventory import Inventory, TensorSpec, from_dict, from_param_count
+from advisor.ledger import (Cluster, Plan, compute_ledger, model_state_bytes, select_optimizer,
+                            unsupported_reason)
+from advisor.loading import load_config
+
+CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cases")
+if not os.path.isdir(CASES):
+    CASES = "/work/shared/cases"
+
+TINY = from_dict({"tensors": [{"shape": [301, 64]}, {"shape": [301]}, {"shape": [77, 301]}, {"shape": [77]},
+                              {"shape": [5, 77]}, {"shape": [5]}]}, "tiny")
+BIG = from_dict({"tensors": [{"shape": [1031, 1024]}, {"shape": [1031]}, {"shape": [1029, 1031]}, {"shape": [1029]}]},
+                "big")
+
+
+def cfg(stage, dtype="bf16", oo="none", op="none", top=None, **zero):
+    z = {"stage": stage, "reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 100, **zero}
+    if oo != "none":
+        z["offload_optimizer"] = {"device": oo, "nvme_path": "/x"}
+    if op != "none":
+        z["offload_param"] = {"device": op, "nvme_path": "/x", **zero.pop("_op", {})}
+    c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {}}, "zero_optimization": z}
+    if dtype != "fp32":
+        c[dtype] = {"enabled": True}
+    c.update(top or {})
+    return c
+
+
+def ledger(config, inv, W):
+    return compute_ledger(Plan(effective_config(config), inv, Cluster(world_size=W)))
+
+
+def items(led, r, tier=None):
+    out = {}
+    for e in led.ranks[r].entries:
+        if tier is None or e.tier == tier:
+            out[e.item] = out.get(e.item, 0) + e.bytes
+    return out
+
+
+def case(name):
+    d = os.path.join(CASES, name)
+    with open(os.path.join(d, "expect.json")) as fh:
+        exp = json.load(fh)
+    return load_config(os.path.join(d, "config.json")).data, exp
+
+
+# ---- shared cases -----------------------------------------------------------------------------
+
+def test_C05_zero2_bucket_pair():
+    """C05-zero2-bucket-pair: ipg bucket RBS x D x (1 + overlap_comm) (§4.2, stage_1_and_2.py
+    setup_buckets): 500,000,000 x 2 B x 2 = 2,000,000,000 bytes per rank during backward."""
+    config, exp = case("C05-zero2-bucket-pair")
+    led = ledger(config, from_param_count(340_000_000), 8)
+    want = next(f["value"] for f in exp["figures"] if "ipg bucket" in f["name"])
+    for r in (0, 7):
+        (e,) = led.ranks[r].by_item("ipg_bucket")
+        assert (e.tier, e.cls, e.life) == ("accelerator", "workspace", "backward")
+        assert e.bytes == want == 500_000_000 * 2 * 2
+        assert "setup_buckets" in e.source
+    # the pair is larger than all of the model's 16-bit gradients (340e6 x 2 B)
+    assert want > 340_000_000 * 2
+
+
+def test_C05_zero2_bucket_pair_overlap_off():
+    """C05-zero2-bucket-pair, same config with overlap_comm false: 1,000,000,000 bytes."""
+    config, _ = case("C05-zero2-bucket-pair")
+    config["zero_optimization"]["overlap_comm"] = False
+    led = ledger(config, from_param_count(340_000_000), 8)
+    assert items(led, 3)["ipg_bucket"] == 1_000_000_000
+
+
+def test_C06_zero2_32b_8gpu():
+    """C06-zero2-32b-8gpu: bf16 ZeRO-2, W = 8, N = 32,763,876,352 (a multiple of 2W, no padding):
+    parameters N x 2, master P x 4, moments 2 x P x 4 with P = N / 8 (§4.2)."""
+    config, exp = case("C06-zero2-32b-8gpu")
+    N = 32_763_876_352
+    led = ledger(config, from_param_count(N), 8)
+    P = N // 8
+    assert P == 4_095_484_544
+    want = {f["name"]: f["value"] for f in exp["figures"]}
+    for r in range(8):
+        rl = led.ranks[r]
+        assert rl.total("accelerator", "parameters") == N * 2 == want["accelerator parameters"] == 65_527_752_704
+        assert rl.total("accelerator", "master_weights") == P * 4 == want["accelerator master_weights"] == 16_381_938_176
+        assert (rl.total("accelerator", "optimizer_states") == 2 * P * 4 == want["accelerator optimizer_states"]
+                == 32_763_876_352)
+        assert items(led, r)["ipg_bucket"] == 500_000_000 * 2  # overlap_comm false
+        # at least the bf16 partition kept for the step, plus the fp32 partition in the step
+        assert items(led, r)["averaged_gradients"] >= P * 2 == 8_190_969_088
+        assert items(led, r)["fp32_grad"] == P * 4 == 16_381_938_176
+    assert led.wrapper == "DeepSpeedZeroOptimizer" and led.basic_optimizer == "FusedAdam"
+
+
+def _llama_like_6_7b() -> Inventory:
+    """A LLaMA-7B-shaped inventory (hidden 4096, 32 layers, MLP 11008, vocab 32000)."""
+    h, f, v = 4096, 11008, 32000
+    ts = [TensorSpec("embed", (v, h))]
+    for i in range(32):
+        ts += [TensorSpec(f"l{i}.{n}", (h, h)) for n in ("q", "k", "v", "o")]
+        ts += [TensorSpec(f"l{i}.gate", (f, h)), TensorSpec(f"l{i}.up", (f, h)), TensorSpec(f"l{i}.down", (h, f))]
+        ts += [TensorSpec(f"l{i}.ln1", (h,)), TensorSpec(f"l{i}.ln2", (h,))]
+    ts += [TensorSpec("norm", (h,)), TensorSpec("lm_head", (v, h))]
+    return Inventory("llama-like-6.7b", ts)
+
+
+def test_C08_pinned_buffers_exceed_host_params():
+    """C08-pinned-buffers-exceed-host with --params 6.7e9 (one tensor): the itemised pinned
+    buffers of the case, and a pinned total of at least 41.4e9 (§5.2)."""
+    config, exp = case("C08-pinned-buffers-exceed-host")
+    floor = next(f for f in exp["figures"] if "host total" in f["name"])
+    led = ledger(config, from_param_count(6_700_000_000), 1)
+    it = items(led, 0, "host_pinned")
+    # 5 x A_512(1e9) x 2 B (partitioned_param_swapper.py _configure_aio)
+    assert it["param_swap_buffers"] == 5 * 1_000_000_000 * 2 == 10_000_000_000
+    # P3 x G with G = 2 (fp16 grad partition buffer, pinned: stage3.py __init__)
+    assert it["grad_partitions_flat_buffer"] == 6_700_000_000 * 2 == 13_400_000_000
+    # min(P3, max_in_cpu) x D: no sub-group fits it, allocated anyway (stage3.py)
+    assert it["max_in_cpu_buffer"] == 1_000_000_000 * 2
+    # 4 x A_256(largest sub-group) x 4 B; the one sub-group is the whole 6.7e9-element tensor
+    assert it["opt_swap_buffers"] == 4 * 6_700_000_000 * 4 >= 16_000_000_000
+    total = led.ranks[0].total("host_pinned")
+    assert total >= floor["value"] * (1 - floor["rel_tol"])
+    assert total >= 41_400_000_000
+
+
+def test_C08_pinned_buffers_exceed_host_real_shapes():
+    """C08-pinned-buffers-exceed-host with a 6.7B model of real tensor shapes: sub-groups of
+    ~1e9 elements, so the pinned total is the case's figure within its tolerance."""
+    config, exp = case("C08-pinned-buffers-exceed-host")
+    floor = next(f for f in exp["figures"] if "host total" in f["name"])
+    inv = _llama_like_6_7b()
+    assert abs(inv.numel - 6.7e9) / 6.7e9 < 0.01
+    led = ledger(config, inv, 1)
+    total = led.ranks[0].total("host_pinned")
+    assert total >= floor["value"]
+    assert abs(total - floor["value"]) <= floor["rel_tol"] * floor["value"]
+
+
+# ---- §3.1 ZeRO-1/2 padding and straddling (measured example N = 43,209, W = 2) ----------------
+
+def test_zero2_padding_and_straddling_w2():
+    """N_pad = A_4(43,209) = 43,212, P = 21,606; I_0 = 42,742, I_1 = 23,644; kept grads
+    (I_r + P - Cov_r) x 2 = 85,484 / 47,294 (§3.1, §4.2 stage_1_and_2.py)."""
+    led = ledger(cfg(2, "bf16"), TINY, 2)
+    for r in (0, 1):
+        it = items(led, r)
+        assert it["lp_params_flat"] == 43_212 * 2
+        assert it["fp32_master"] == it["exp_avg"] == it["exp_avg_sq"] == 21_606 * 4
+        assert it["ipg_bucket"] == 50_000 * 2
+    assert items(led, 0)["averaged_gradients"] == (42_742 + 0) * 2 == 85_484
+    # rank 1 covers 21,603 real elements of its 21,606 (3 padding)
+    assert items(led, 1)["averaged_gradients"] == (23_644 + 3) * 2 == 47_294
+
+
+def test_zero2_fp16_w4_kept_grads():
+    """W = 4: N_pad = A_8(43,209) = 43,216, P = 10,804 (§3.1); reference D_z2_fp16_ws4 kept
+    grads 38,528 / 85,484 / 46,354 / 47,302 bytes."""
+    led = ledger(cfg(2, "fp16"), TINY, 4)
+    assert [items(led, r)["averaged_gradients"] for r in range(4)] == [38_528, 85_484, 46_354, 47_302]
+    assert items(led, 0)["fp32_master"] == 10_804 * 4
+
+
+def test_zero2_cpu_offload_buffers():
+    """§4.2 offload column: master and fp32 grad partitions pinned, moments pageable,
+    bit16 staging P x D pinned, temp grad buffers max_i n_i x D (23,177 x 2)."""
+    led = ledger(cfg(2, "bf16", "cpu"), TINY, 2)
+    pinned = items(led, 0, "host_pinned")
+    assert pinned == {"fp32_master": 86_424, "fp32_grad": 86_424, "offload_bit16_param_buffer": 43_212,
+                      "offload_temp_grad_cpu": 46_354}
+    assert items(led, 0, "host_pageable")["exp_avg"] == 86_424
+    assert items(led, 0, "accelerator")["offload_temp_grad_accel"] == 46_354
+    assert led.basic_optimizer == "DeepSpeedCPUAdam"
+
+
+def test_zero1_nvme_is_cpu_offload():
+    """offload_optimizer nvme at stage 1/2 allocates exactly the cpu-offload state (§2.2)."""
+    a = ledger(cfg(1, "bf16", "nvme"), TINY, 2)
+    b = ledger(cfg(1, "bf16", "cpu"), TINY, 2)
+    assert model_state_bytes(a.ranks[1]) == model_state_bytes(b.ranks[1])
+    assert a.ranks[0].total("nvme") == 0
+
+
+def test_bf16_optimizer_full_fp32_grad_accumulator():
+    """Stage 1 + bf16 + grad_accum_dtype fp32 -> BF16_Optimizer with an unpartitioned
+    N_pad x 4 fp32 accumulator (§4.3): 43,212 x 4 = 172,848."""
+    led = ledger(cfg(1, "bf16", top={"data_types": {"grad_accum_dtype": "fp32"}}), TINY, 2)
+    assert led.wrapper == "BF16_Optimizer"
+    assert items(led, 1)["fp32_grad_accum"] == 172_848
+
+
+# ---- §3.2 / §4.4 ZeRO-3 ----------------------------------------------------------------------
+
+def test_zero3_partitions_and_persistence():
+    """P3 = sum ceil(n_i / W): 21,607 (W = 2), 10,806 (W = 4); persistent params (threshold
+    100: 77 and 5) gathered as (78 + 6) x 2 = 168 bytes at W = 2 (§3.2, §4.4)."""
+    led = ledger(cfg(3, "bf16"), TINY, 2)
+    it = items(led, 1)
+    assert it["lp_param_partitions"] == 21_607 * 2
+    assert it["grad_partitions_flat_buffer"] == 21_607 * 2
+    assert it["fp32_master"] == it["exp_avg"] == 21_607 * 4
+    assert it["lp_params_gathered"] == 168
+    assert it["ipg_bucket"] == 50_000 * 2
+    led4 = ledger(cfg(3, "bf16"), TINY, 4)
+    assert items(led4, 0)["lp_param_partitions"] == 10_806 * 2
+    assert items(led4, 0)["lp_params_gathered"] == (80 + 8) * 2
+    # W = 1: the gathered tensor is the partition itself
+    assert items(ledger(cfg(3, "bf16"), TINY, 1), 0)["lp_params_gathered"] == 0
+
+
+def test_zero3_sub_groups():
+    """sub_group_size 10,000, W = 2 -> S = [21,372, 235] (stage3.py _create_fp16_sub_groups):
+    in-step fp32 grad = max S_k x 4; torch Adam keeps one 4-byte step per sub-group."""
+    c = cfg(3, "bf16", sub_group_size=10_000)
+    c["optimizer"]["params"]["torch_adam"] = True
+    led = ledger(c, TINY, 2)
+    (g,) = led.ranks[0].by_item("fp32_grad")
+    assert g.bytes == 21_372 * 4 and g.life == "step"
+    assert items(led, 0)["step"] == 8
+
+
+def test_zero3_fp32_keeps_two_fp32_copies():
+    """fp32 training at stage 3 keeps a separate fp32 master (stage3.py device compare, §4.4)."""
+    led = ledger(cfg(3, "fp32"), TINY, 2)
+    it = items(led, 0)
+    assert it["lp_param_partitions"] == it["fp32_master"] == 21_607 * 4
+    assert it["ipg_bucket"] == 50_000 * 4
+
+
+def test_zero3_nvme_pool_and_files():
+    """2.1M MLP, W = 1, bf16, optimizer on NVMe: S = 2,118,703 -> pool 4 x A_256(S) x 4 =
+    33,902,592 (measured, §5.2); files A_256(S) x 4 for master and each moment (§5.3)."""
+    led = ledger(cfg(3, "bf16", "nvme"), BIG, 1)
+    it = items(led, 0, "host_pinned")
+    assert it["opt_swap_buffers"] == 4 * 2_118_912 * 4 == 33_902_592
+    nv = items(led, 0, "nvme")
+    assert nv["fp32_master"] == nv["exp_avg"] == nv["exp_avg_sq"] == 2_118_912 * 4
+    # gradient files: floor(r_i / 256) x 256 x 4 for r_i x 4 >= 1 MiB: 1,055,744 and 1,060,864 elements
+    assert nv["fp32_grad"] == (1_055_744 + 1_060_864) * 4
+    assert items(led, 0, "host_pageable").get("fp32_master", 0) == 0
+
+
+def test_zero3_param_swap_buffers():
+    """offload_param nvme with buffer_size 2e6, bf16: 5 x A_512(2,000,000) x 2 = 20,003,840."""
+    c = cfg(3, "bf16", "nvme", "nvme")
+    c["zero_optimization"]["offload_param"].update({"buffer_size": 2_000_000, "max_in_cpu": 1000})
+    led = ledger(c, BIG, 2)
+    assert items(led, 0, "host_pinned")["param_swap_buffers"] == 20_003_840
+
+
+def test_frozen_tensors_have_no_grads_or_state():
+    """A frozen tensor costs only its 16-bit copy (no gradient, master or moments)."""
+    inv = Inventory("x", [TensorSpec("a", (100, 10)), TensorSpec("b", (1000,), trainable=False)])
+    led = ledger(cfg(0, "bf16"), inv, 1)
+    it = items(led, 0)
+    assert it["frozen_params"] == 1000 * 2
+    assert it["lp_params_flat"] == 1000 * 2 and it["fp32_master"] == 1000 * 4 and it["lp_grads"] == 1000 * 2
+
+
+def test_param_groups_padded_separately():
+    """Each ZeRO-1/2 param group is aligned to 2W on its own (§1, §3.1): 3 + 5 elements at W = 2
+    -> A_4(3) + A_4(5) = 4 + 8 = 12, not A_4(8) = 8."""
+    inv = Inventory("g", [TensorSpec("a", (3,), group=0), TensorSpec("b", (5,), group=1)])
+    led = ledger(cfg(2, "bf16"), inv, 2)
+    assert items(led, 0)["lp_params_flat"] == 12 * 2
+    assert items(led, 0)["fp32_master"] == (2 + 4) * 4
+
+
+# ---- optimizer selection and rejected combinations -------------------------------------------
+
+@pytest.mark.parametrize("stage,dtype,oo,torch_adam,want", [
+    (0, "fp32", "none", False, ("FusedAdam", "FusedAdam")),
+    (0, "bf16", "none", False, ("FP16_Optimizer", "FusedAdam")),
+    (0, "fp16", "cpu", False, ("FP16_UnfusedOptimizer", "DeepSpeedCPUAdam")),
+    (0, "bf16", "none", True, ("FP16_UnfusedOptimizer", "AdamW")),
+    (2, "bf16", "nvme", False, ("DeepSpeedZeroOptimizer", "DeepSpeedCPUAdam")),
+    (3, "fp16", "none", True, ("DeepSpeedZeroOptimizer_Stage3", "AdamW")),
+])
+def test_select_optimizer(stage, dtype, oo, torch_adam, want):
+    """engine.py _configure_basic_optimizer / _configure_optimizer (§2.1, §2.2)."""
+    c = cfg(stage, dtype, oo)
+    c["optimizer"]["params"]["torch_adam"] = torch_adam
+    assert select_optimizer(effective_config(c)) == want
+
+
+def test_unsupported_bf16_fp32_accum_stage0():
+    """bf16 + grad_accum_dtype fp32 at stage 0 raises NotImplementedError in DeepSpeed (§2.2)."""
+    ec = effective_config(cfg(0, "bf16", top={"data_types": {"grad_accum_dtype": "fp32"}}))
+    assert "NotImplementedError" in unsupported_reason(ec)
+    with pytest.raises(ValueError):
+        compute_ledger(Plan(ec, TINY, Cluster(2)))
+    assert unsupported_reason(effective_config(cfg(1, "bf16", top={"data_types": {"grad_accum_dtype": "fp32"}}))) is None
+
+
+def test_entries_cite_formula_and_source():
+    for st, oo, op in ((0, "none", "none"), (2, "cpu", "none"), (3, "nvme", "nvme")):
+        led = ledger(cfg(st, "bf16", oo, op), BIG, 2)
+        for e in led.ranks[0].entries:
+            assert e.formula and e.source and (".py" in e.source), e
