@@ -237,3 +237,60 @@ def test_estimate_json_validates_against_its_schema(config):
     for role in out["ranks"]:
         for tier, classes in role["tiers"].items():
             assert classes["total"] == sum(b for c, b in classes.items() if c != "total")
+
+
+# --- pre-commit hook and progress helper --------------------------------------------------------
+
+def test_pre_commit_hook_definition():
+    import re
+
+    import yaml
+
+    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "ds-advisor-lint" and hook["entry"] == "ds-advisor lint" and hook["language"] == "python"
+    rx = re.compile(hook["files"])
+    for name in ("ds_config.json", "train/ds_config_zero3.json", "deepspeed.hjson", "configs/zero2.json",
+                 "zero_infinity_nvme.json"):
+        assert rx.search(name), name
+    for name in ("package.json", "my_ds_config.json", "ds_config.yaml", "zero/README.md", "tsconfig.json"):
+        assert not rx.search(name), name
+
+
+class _FakeTTY:
+    def __init__(self, tty: bool):
+        import io
+        self._tty, self.buf = tty, io.StringIO()
+
+    def isatty(self) -> bool:
+        return self._tty
+
+    def write(self, s: str) -> int:
+        return self.buf.write(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_progress_silent_off_a_terminal(monkeypatch):
+    from advisor.progress import enabled, progress, track
+
+    monkeypatch.delenv("DS_ADVISOR_NO_PROGRESS", raising=False)
+    s = _FakeTTY(False)
+    with progress("work", total=3, stream=s) as bar:
+        bar.advance()
+        bar.update(completed=3)
+    assert s.buf.getvalue() == "" and not enabled(s)
+    assert list(track([1, 2, 3], "t", stream=s)) == [1, 2, 3] and s.buf.getvalue() == ""
+    t = _FakeTTY(True)
+    assert enabled(t)
+    monkeypatch.setenv("DS_ADVISOR_NO_PROGRESS", "1")
+    assert not enabled(t)
+
+
+def test_progress_draws_on_a_terminal(monkeypatch):
+    from advisor.progress import track
+
+    monkeypatch.delenv("DS_ADVISOR_NO_PROGRESS", raising=False)
+    t = _FakeTTY(True)
+    assert sum(track(range(5), "summing", stream=t)) == 10
+    assert "summing" in t.buf.getvalue()
