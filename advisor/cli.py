@@ -396,3 +396,84 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
         for k, (old, new, who) in res.filled.items():
             click.echo(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})", err=True)
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in res.findings) else EXIT_OK)
+
+
+@main.command()
+@click.option("--model", required=True, help="Model preset (see `ds-advisor models`) or HF config.json.")
+@click.option("--hardware", "hardware_", required=True,
+              help="Hardware preset (dgx-h100, see `ds-advisor hardware`) or JSON spec; --nodes and --gpus-per-node "
+                   "set the shape.")
+@click.option("--nodes", type=click.IntRange(min=1, max=1 << 16), required=True, help="Number of nodes.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1, max=1 << 10), required=True, help="Ranks per node.")
+@click.option("--global-batch", type=click.IntRange(min=1), required=True,
+              help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
+@click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence.")
+@click.option("--output", "-o", help="Write the best config here (default: stdout; the table then goes to stderr).")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+@click.option("--hf", is_flag=True, help='Write "auto" where the HF Trainer fills values in.')
+@click.option("--margin", default="10%", show_default=True, help="Share of every tier's capacity kept free.")
+@click.option("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
+             precision, top, fmt):
+    """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
+    fit, rank them by estimated step time and write the best as a DeepSpeed config.
+
+    \b
+    Exit codes: 0 a config was chosen (and written); 1 nothing fits (the smallest change that
+    would is printed); 2 bad usage, unreadable input, or --output exists without --force.
+    """
+    import json
+    from dataclasses import replace
+
+    from advisor import generate as gen
+    from advisor.hardware import resolve_hardware
+
+    try:
+        m = gen.parse_margin(margin)
+    except ValueError as e:
+        raise click.UsageError(str(e))
+    if output and not force and os.path.lexists(output):
+        raise _fail(f"{output} exists (use --force to overwrite)")
+    try:
+        inv = _inventory(model, None)
+        hw = resolve_hardware(hardware_)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    hw = replace(hw, nodes=nodes, accelerators_per_node=gpus_per_node)
+    if hw.accelerator is None:
+        raise _fail(f"--hardware {hardware_}: no accelerator in the spec")
+    req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
+                      margin=m, optimizer=optimizer, precision=precision, hf=hf)
+    try:
+        res = gen.run(inv, hw, req, top=top)
+    except gen.NothingFits as e:
+        res = e.result
+        if fmt == "json":
+            click.echo(json.dumps(gen.result_json(res, top), indent=2))
+        else:
+            click.echo(gen.table_text(res, top), err=True)
+            click.echo(f"ds-advisor: {e}", err=True)
+        sys.exit(EXIT_FINDINGS)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    text = gen.config_text(res.best.config)
+    if output:
+        try:
+            gen.write_atomic(output, text, force=force)
+        except FileExistsError as e:
+            raise _fail(str(e))
+        except OSError as e:
+            raise _fail(f"{output}: cannot write: {e.strerror or e}")
+    if fmt == "json":
+        click.echo(json.dumps(gen.result_json(res, top), indent=2))
+    else:
+        report = gen.table_text(res, top) + (f"\nwrote {output}" if output else "")
+        if output:
+            click.echo(report)
+        else:
+            click.echo(report, err=True)
+            click.echo(text, nl=False)
+    sys.exit(EXIT_OK)
