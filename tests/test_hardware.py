@@ -1,0 +1,209 @@
+"""Hardware specs: presets against the schema, the loader's one-line errors, nvme_path -> tier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from advisor.errors import HardwareSpecError
+from advisor.hardware import (Endurance, from_dict, list_hardware, load_hardware, preset_data,
+                              resolve_hardware)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "schemas" / "hardware.schema.json").read_text())
+
+
+def _validator(defn: str | None = None):
+    s = SCHEMA if defn is None else {**SCHEMA["$defs"][defn], "$defs": SCHEMA["$defs"]}
+    return jsonschema.Draft202012Validator(s)
+
+
+def test_schema_is_valid_2020_12():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("name", sorted(preset_data()["systems"]))
+def test_system_presets_validate_against_the_schema(name):
+    errs = [e.message for e in _validator().iter_errors(preset_data()["systems"][name])]
+    assert not errs
+
+
+@pytest.mark.parametrize("name", sorted(preset_data()["accelerators"]))
+def test_accelerator_presets_validate_and_cite_a_data_sheet(name):
+    a = preset_data()["accelerators"][name]
+    assert not [e.message for e in _validator("accelerator").iter_errors(a)]
+    assert "data sheet" in a["source"] or "whitepaper" in a["source"]
+
+
+def test_every_storage_tier_says_where_its_numbers_come_from():
+    for name, s in preset_data()["systems"].items():
+        for t in s.get("storage", []):
+            assert t.get("source"), (name, t["name"])
+
+
+@pytest.mark.parametrize("preset,total_gpu_memory", [
+    # totals as NVIDIA's DGX BasePOD reference architecture states them (independent of the
+    # per-GPU figures in the preset file): 640 GB (H100), 1,128 GB (H200), 1,440 GB ("1.4TB", B200)
+    ("dgx-h100", 640e9), ("dgx-h200", 1128e9), ("dgx-b200", 1440e9)])
+def test_node_gpu_memory_matches_the_system_data_sheet_total(preset, total_gpu_memory):
+    hw = resolve_hardware(preset)
+    assert hw.accelerators_per_node * hw.accelerator.memory_bytes == total_gpu_memory
+
+
+def test_dense_flops_are_half_the_sparsity_figure_where_the_sheet_prints_sparsity():
+    # H100 SXM data sheet: BF16 1,979 TFLOPS "with sparsity"; MI300X: 2,614.9 with sparsity.
+    assert resolve_hardware("h100-sxm-80gb").accelerator.peak_bf16_flops == pytest.approx(1979e12 / 2, rel=1e-3)
+    assert resolve_hardware("mi300x").accelerator.peak_bf16_flops == pytest.approx(2614.9e12 / 2, rel=1e-3)
+
+
+def test_list_and_resolve_every_preset():
+    names = [h.name for h in list_hardware()]
+    for needed in ("a100-40gb", "a100-80gb", "h100-sxm-80gb", "h200", "b200", "mi300x", "l40s", "rtx-4090",
+                   "dgx-h100", "workstation-4090"):
+        assert needed in names
+    hw = resolve_hardware("DGX-H100:4")
+    assert (hw.nodes, hw.accelerators_per_node, hw.total_accelerators) == (4, 8, 32)
+    only = resolve_hardware("h200")
+    assert only.storage == () and only.host_memory_bytes is None and only.accelerator.memory_bytes == 141e9
+
+
+def test_unknown_preset_suggests_close_names():
+    with pytest.raises(HardwareSpecError, match="did you mean dgx-h100"):
+        resolve_hardware("dgx-h10")
+    with pytest.raises(HardwareSpecError, match="node count"):
+        resolve_hardware("dgx-h100:0")
+
+
+# ---------------------------------------------------------------------------------------------
+# nvme_path -> storage tier
+
+
+def _tiers_hw():
+    return from_dict({
+        "nodes": 1, "accelerators_per_node": 8, "accelerator": "h100-sxm-80gb",
+        "storage": [
+            {"name": "root", "mounts": ["/"], "capacity_bytes": 1e12, "read_bytes_per_s": 1e9,
+             "write_bytes_per_s": 1e9, "access": "read-write"},
+            {"name": "raid", "mounts": ["/raid"], "capacity_bytes": 3e13, "read_bytes_per_s": 5e10,
+             "write_bytes_per_s": 3e10, "access": "read-write"},
+            {"name": "qlc", "mounts": ["/raid/qlc", "/mnt/flash"], "capacity_bytes": 6e13, "read_bytes_per_s": 7e9,
+             "write_bytes_per_s": 3e9, "access": "read-oriented", "endurance": {"dwpd": 0.5, "warranty_years": 5}},
+        ]}, "t.json")
+
+
+@pytest.mark.parametrize("path,tier", [
+    ("/raid/ds_swap", "raid"),
+    ("/raid", "raid"),
+    ("/raid/", "raid"),
+    ("/raid/qlc/swap", "qlc"),      # longest mount wins
+    ("/raid/qlcx/swap", "raid"),    # component-wise: /raid/qlcx is not under /raid/qlc
+    ("/raid2/swap", "root"),        # nor is /raid2 under /raid
+    ("/mnt/flash/x", "qlc"),        # second mount point of the same tier
+    ("/raid/qlc/../swap", "raid"),  # normalised
+    ("/home/u", "root"),
+])
+def test_nvme_path_maps_to_the_longest_mount_prefix(path, tier):
+    assert _tiers_hw().tier_for_path(path).name == tier
+
+
+def test_no_tier_for_relative_or_missing_paths():
+    hw = _tiers_hw()
+    assert hw.tier_for_path(None) is None and hw.tier_for_path("relative/dir") is None
+    no_root = from_dict({"base": "dgx-h200"})
+    assert no_root.tier_for_path("/scratch/x") is None
+
+
+def test_capacity_for_estimate_from_a_spec_with_base_override():
+    # C08's workstation: a 24 GB GPU with 31 GB of host memory
+    hw = from_dict({"base": "workstation-4090", "host_memory_bytes": 31e9})
+    cap = hw.capacity("/mnt/nvme0/ds_swap")
+    assert (cap.accelerator, cap.host, cap.nvme) == (24e9, 31e9, 2e12)
+
+
+# ---------------------------------------------------------------------------------------------
+# endurance rating, by hand
+
+
+def test_rated_write_bytes_by_hand():
+    # 1,200 TBW = 1.2e15 bytes
+    assert Endurance(tbw=1200).rated_bytes(2e12) == 1.2e15
+    # 1 DWPD for 5 years on 3.84 TB: 3.84e12 x 365 x 5 = 7.008e15 bytes
+    assert Endurance(dwpd=1, warranty_years=5).rated_bytes(3.84e12) == pytest.approx(7.008e15)
+    assert _tiers_hw().storage[2].rated_write_bytes == pytest.approx(0.5 * 6e13 * 365 * 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# spec files: one-line errors naming the file and the key; the schema agrees
+
+
+BAD = [
+    ({"nodes": 1, "accelerators_per_node": 1, "accelerator": "h100-sxm-80gb", "hostmemory_bytes": 1}, "/hostmemory_bytes"),
+    ({"nodes": 0, "accelerators_per_node": 1, "accelerator": "h100-sxm-80gb"}, "/nodes"),
+    ({"nodes": 1, "accelerators_per_node": 1, "accelerator": "h100-pcie"}, "/accelerator"),
+    ({"nodes": 1, "accelerators_per_node": 1, "accelerator": {"name": "x"}}, "/accelerator"),
+    ({"base": "workstation-4090", "storage": [{"name": "s", "mounts": ["/"], "capacity_bytes": 1,
+                                               "read_bytes_per_s": 1, "write_bytes_per_s": 1,
+                                               "access": "write-mostly"}]}, "/storage/0/access"),
+    ({"base": "workstation-4090", "storage": [{"name": "s", "mounts": ["scratch"], "capacity_bytes": 1,
+                                               "read_bytes_per_s": 1, "write_bytes_per_s": 1,
+                                               "access": "read-write"}]}, "/storage/0/mounts/0"),
+    ({"base": "workstation-4090", "storage": [{"name": "s", "mounts": ["/"], "capacity_bytes": 1,
+                                               "read_bytes_per_s": 1, "write_bytes_per_s": -1,
+                                               "access": "read-write"}]}, "/storage/0/write_bytes_per_s"),
+    ({"base": "workstation-4090", "storage": [{"name": "s", "mounts": ["/"], "capacity_bytes": 1,
+                                               "read_bytes_per_s": 1, "write_bytes_per_s": 1,
+                                               "access": "read-write",
+                                               "endurance": {"tbw": 600, "dwpd": 1}}]}, "/storage/0/endurance"),
+    ({"base": "workstation-4090", "storage": [{"name": "s", "mounts": ["/"], "capacity_bytes": 1,
+                                               "read_bytes_per_s": 1, "write_bytes_per_s": 1,
+                                               "access": "read-write", "endurance": {"dwpd": 1}}]},
+     "/storage/0/endurance"),
+]
+
+
+@pytest.mark.parametrize("spec,pointer", BAD)
+def test_bad_specs_fail_in_loader_and_schema(tmp_path, spec, pointer):
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(spec))
+    with pytest.raises(HardwareSpecError) as ei:
+        load_hardware(str(f))
+    msg = str(ei.value)
+    assert "\n" not in msg and msg.startswith(str(f)) and pointer in msg
+    if spec.get("accelerator") != "h100-pcie":  # an unknown preset name is only the loader's business
+        assert list(_validator().iter_errors(spec)), f"schema accepts {spec}"
+
+
+def test_unknown_key_gets_a_did_you_mean(tmp_path):
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps({"base": "dgx-h100", "network_byte_per_s": 1}))
+    with pytest.raises(HardwareSpecError, match="did you mean 'network_bytes_per_s'"):
+        load_hardware(str(f))
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(HardwareSpecError, match="cannot read"):
+        load_hardware(str(tmp_path / "missing.json"))
+    f = tmp_path / "bad.json"
+    f.write_text('{"nodes": 1,,}')
+    with pytest.raises(HardwareSpecError, match=r"bad\.json:1:\d+: not JSON"):
+        load_hardware(str(f))
+
+
+def test_good_spec_file_round_trip(tmp_path):
+    spec = {"name": "lab", "nodes": 2, "accelerators_per_node": 4,
+            "accelerator": {"name": "X1", "memory_bytes": 64e9, "peak_bf16_flops": 4e14,
+                            "host_link": {"name": "PCIe Gen5 x16", "bytes_per_s": 6.4e10}},
+            "host_memory_bytes": 1e12, "network_bytes_per_s": 1e11,
+            "storage": [{"name": "scratch", "mounts": ["/scratch"], "capacity_bytes": 7.68e12,
+                         "read_bytes_per_s": 1.4e10, "write_bytes_per_s": 6e9, "access": "read-oriented",
+                         "endurance": {"tbw": 14000}}]}
+    assert not list(_validator().iter_errors(spec))
+    f = tmp_path / "lab.json"
+    f.write_text(json.dumps(spec))
+    hw = resolve_hardware(str(f))
+    assert (hw.name, hw.total_accelerators, hw.host_link_bytes_per_s) == ("lab", 8, 6.4e10)
+    t = hw.tier_for_path("/scratch/ds")
+    assert t.read_oriented and t.rated_write_bytes == 1.4e16
