@@ -1,0 +1,556 @@
+"""Durable checkpoints: what ``engine.save_checkpoint`` writes, how long it takes, what a failure costs.
+
+Not to be confused with *activation* checkpointing (recompute in backward): this module is about
+the files a DeepSpeed 0.19.8 job writes so that it can restart after a failure.
+
+Three parts, each a pure function of its inputs (no torch, no deepspeed):
+
+1. :func:`checkpoint_files` — the files ``DeepSpeedEngine.save_checkpoint`` writes for an effective
+   config, an inventory and a cluster: their names exactly as DeepSpeed builds them, the rank that
+   writes each and the bytes of tensor payload in each. Source: ``runtime/engine.py``
+   ``save_checkpoint`` (:4869), ``_get_ckpt_name`` (:4336), ``_get_rank_zero_ckpt_name`` (:4322),
+   ``_configure_checkpointing`` (:1900, who writes), ``_save_checkpoint`` (:5377),
+   ``_save_zero_checkpoint`` (:5549), ``_copy_recovery_script`` (:5530); optimizer ``state_dict``
+   of ``runtime/zero/stage_1_and_2.py`` (:3358), ``runtime/bf16_optimizer.py``,
+   ``runtime/zero/stage3.py`` ``_rigid_state_dict`` (:3431), ``runtime/fp16/*_optimizer.py``;
+   reference ../shared/reference/deepspeed-0.19.8-state-accounting.md section 6.
+2. :func:`save_16bit_model_plan` — ``engine.save_16bit_model`` (:5707): the consolidated 16-bit
+   ``pytorch_model.bin`` and the memory spike while ZeRO-3 gathers it (:5631).
+3. Timing and resilience: write/read time at a storage bandwidth, the recovery cost of a failure,
+   the Young/Daly save interval and the expected fraction of time lost.
+
+**Sizes are tensor payload.** ``bytes`` of a ``.pt`` file is the bytes of the tensor *storages*
+``torch.save`` serialises (a view into a larger buffer writes that whole buffer: ZeRO-1/2 module
+weights are views of the padded flat buffer, the un-padded fp32 partition is a view of the padded
+one). Real ``.pt`` files are larger by the pickle/zip overhead (headers, the pickled config,
+``param_shapes``, slice mappings): a few KB per file plus ~64 B per tensor record, measured
+3-4 KB on a 43 k-parameter model; negligible (< 0.01 %) for billion-parameter models, dominant
+for tiny ones. Swap-file copies (stage-3 NVMe ``offloaded_tensors/``) are raw and exact.
+
+Every byte size is in bytes (int); every time in seconds (float); bandwidths in bytes/second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.inventory import Inventory, TensorSpec
+from advisor.ledger import Cluster, select_optimizer, unsupported_reason
+
+#: ``runtime/swap_tensor/constants.py`` MIN_AIO_BYTES; optimizer swap alignment 1024 B (§5.1).
+_MIN_AIO_BYTES = 1024 ** 2
+
+#: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
+#: installed package: ``deepspeed/utils/zero_to_fp32.py``, ``zero_to_torch.py``).
+RECOVERY_SCRIPTS: dict[str, int] = {"zero_to_fp32.py": 38_580, "zero_to_torch.py": 2_490}
+
+#: Default tag DeepSpeed uses when ``save_checkpoint(tag=None)``: ``f"global_step{global_steps}"``.
+DEFAULT_TAG = "global_step{N}"
+
+PICKLE_NOTE = ("sizes are tensor payload (the storages torch.save serialises); the real .pt files add "
+               "pickle/zip overhead of a few KB per file (measured 3-4 KB at 43 k parameters), negligible at "
+               "billions of parameters")
+
+
+# ------------------------------------------------------------------------------------------------
+# partition helpers (§3). Small duplicates of the ledger's private helpers; see the report.
+
+def _align(v: int, a: int) -> int:
+    """v rounded up to a multiple of a (elements)."""
+    return v if a <= 1 or v % a == 0 else v + a - v % a
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def zero12_group_layout(group: list[TensorSpec], W: int, D: int, parameter_alignment: bool) -> tuple[int, int, int]:
+    """(N, N_pad, P) of one ZeRO-1/2 (or BF16_Optimizer) param group, in elements.
+
+    §3.1: optional per-param alignment a = 16 / gcd(16, D) after every param but the last
+    (``stage_1_and_2.py`` round_robin/alignment, ``parameter_alignment``), then the whole group to
+    A_{2W} (``nccl_start_alignment_factor`` 2 x W, ``runtime/utils.py`` align_dense_tensors);
+    P = N_pad / W. N is the plain sum of numels.
+    """
+    a = 16 // math.gcd(16, D) if parameter_alignment else 1
+    off = 0
+    for j, t in enumerate(group):
+        off += t.numel
+        if parameter_alignment and j < len(group) - 1:
+            off += (-off) % a
+    n = sum(t.numel for t in group)
+    n_pad = _align(off, 2 * W)
+    return n, n_pad, n_pad // W
+
+
+def zero3_sub_groups(group: list[TensorSpec], W: int, sub_group_size: int) -> list[list[int]]:
+    """ZeRO-3 sub-groups of one param group as lists of tensor indices (into ``group``).
+
+    §3.2 (``stage3.py`` _create_fp16_sub_groups): per-param partition p_i = ceil(n_i / W); params
+    are appended in order until the running sum of p_i >= sub_group_size; one sub-group when
+    sub_group_size >= sum p_i.
+    """
+    ps = [_ceil_div(t.numel, W) for t in group]
+    if sub_group_size >= sum(ps):
+        return [list(range(len(group)))]
+    out, cur, acc = [], [], 0
+    for j, p in enumerate(ps):
+        cur.append(j)
+        acc += p
+        if acc >= sub_group_size or j == len(ps) - 1:
+            out.append(cur)
+            cur, acc = [], 0
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# files
+
+@dataclass
+class CkptFile:
+    """One file a save writes.
+
+    ``path`` is relative to ``save_dir`` with ``{tag}`` standing for the checkpoint tag;
+    ``name`` is the file name as DeepSpeed writes it; ``rank`` the global rank that writes it;
+    ``bytes`` the tensor payload (see the module docstring; exact for raw swap copies, scripts and
+    ``latest``); ``parts`` the payload by content; ``readers`` how many ranks read it on a
+    restart at the same world size.
+    """
+
+    path: str
+    rank: int
+    bytes: int
+    kind: str  # model_states | optim_states | offloaded_tensors | latest | script
+    parts: dict[str, int] = field(default_factory=dict)
+    readers: int = 1
+    formula: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "rank": self.rank, "bytes": self.bytes, "kind": self.kind,
+                "parts": dict(self.parts), "readers": self.readers, "formula": self.formula}
+
+
+@dataclass
+class FilesResult:
+    files: list[CkptFile]
+    wrapper: str
+    basic_optimizer: str
+    notes: list[str] = field(default_factory=list)
+    unsupported: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes read on a restart at the same world size: each file times its readers."""
+        return sum(f.bytes * f.readers for f in self.files)
+
+    def per_rank_bytes(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for f in self.files:
+            out[f.rank] = out.get(f.rank, 0) + f.bytes
+        return out
+
+
+def _step_bytes(basic: str) -> int:
+    """Bytes of the Adam ``step`` entry per optimized flat tensor: torch Adam/AdamW keep a 0-dim fp32
+    tensor (4 B, ``torch/optim/adamw.py`` _init_group); FusedAdam and DeepSpeedCPUAdam a python int."""
+    return 4 if basic in ("AdamW", "Adam") else 0
+
+
+def _n_states(ec: EffectiveConfig) -> int:
+    """fp32 optimizer tensors per master element: 2 for Adam family (exp_avg, exp_avg_sq), 1 for Lion."""
+    return 1 if ec.optimizer.family == "lion" else 2
+
+
+def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag: str = "{tag}",
+                     save_latest: bool = True) -> FilesResult:
+    """The files ``engine.save_checkpoint(save_dir, tag)`` writes, per stage/precision (§6).
+
+    Formulas (D = model dtype bytes, N = trainable elements, W = data-parallel size, P / P3 the
+    ZeRO-1/2 / ZeRO-3 per-rank partition of §3, k = optimizer moments (2 for Adam), s = 4 B per
+    optimized flat tensor for torch Adam, else 0):
+
+    * stage 0, fp32: ``mp_rank_00_model_states.pt`` (dp rank 0): module N_all x 4 + optimizer
+      state k x N x 4 + s per param tensor.
+    * stage 0, fp16/bf16 (FP16_Optimizer / FP16_UnfusedOptimizer): same file: module N_all x D +
+      fp32 master N x 4 + k x N x 4 + steps. No optim file, no scripts (the wrappers have no
+      ``dp_process_group``, ``engine.py:1918``).
+    * stages 1/2 (and BF16_Optimizer): ``mp_rank_00_model_states.pt`` by dp rank 0 = module as the
+      views of the padded flat 16-bit buffer, N_pad x D per group (+ frozen params n x D; at stage 2
+      ``frozen_param_fragments`` adds a CPU copy of each frozen param on a GPU node), read by every
+      rank on load; ``{bf16_}zero_pp_rank_{r}_mp_rank_00_optim_states.pt`` by every dp rank r =
+      fp32 partition P x 4 (saved as an un-padded view, so the padded storage is written) + k x P x 4
+      moments + s per group.
+    * stage 3: every rank r writes ``zero_pp_rank_{r}_mp_rank_00_model_states.pt`` (0 tensor bytes:
+      parameters are partitioned placeholders; + frozen partitions p_i x D) and
+      ``{bf16_}zero_pp_rank_{r}_mp_rank_00_optim_states.pt`` = per sub-group S_k x 4 fp32 flat +
+      k x S_k x 4 moments + s. With ``offload_optimizer: nvme`` each swappable sub-group
+      (S_k x 4 >= max(1 MiB, aio.block_size)) is not in the .pt but copied as
+      ``offloaded_tensors/rank{r:02d}/{first}_{last}.tensor.swp``, ``exp_avg-…``, ``exp_avg_sq-…``
+      of A_256(S_k) x 4 bytes each (gradient swap files excluded); ids are the parameters'
+      ``ds_id`` = index in ``model.parameters()`` order in a fresh process.
+    * any ZeRO stage: global rank 0 copies ``zero_to_fp32.py`` and ``zero_to_torch.py`` into save_dir;
+      every stage: global rank 0 writes ``latest`` (the tag) when ``save_latest``.
+    """
+    wrapper, basic = select_optimizer(ec)
+    W = cluster.dp_world_size
+    D = DTYPE_BYTES[ec.model_dtype]
+    z = ec.zero
+    k = _n_states(ec)
+    s = _step_bytes(basic)
+    notes: list[str] = [PICKLE_NOTE]
+    res = FilesResult(files=[], wrapper=wrapper, basic_optimizer=basic, notes=notes)
+    why = unsupported_reason(ec, W)
+    if why:
+        res.unsupported = why
+        notes.append(f"DeepSpeed refuses this config at initialize(), so nothing is saved: {why}")
+        return res
+    if cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1:
+        notes.append("tensor/pipeline parallelism: only the mp_rank_00 files of the first model-parallel group are "
+                     "listed; each model-parallel rank writes its own mp_rank_NN set")
+    if not (ec.optimizer.is_adam or ec.optimizer.family in ("none", "lion")):
+        notes.append(f"optimizer {ec.optimizer.type!r}: its state is assumed to be 2 fp32 tensors per element, "
+                     "like Adam")
+    groups = inv.groups(trainable_only=True)
+    frozen = [t for t in inv.tensors if not t.trainable]
+    N = sum(t.numel for g in groups for t in g)
+    n_frozen = sum(t.numel for t in frozen)
+    ntensors = sum(len(g) for g in groups)
+    pfx = "bf16_" if ec.bf16_enabled else ""
+    d = tag
+    files = res.files
+
+    if z.stage == 0:
+        if ec.model_dtype == "fp32":
+            parts = {"module": (N + n_frozen) * 4, "optimizer_state": k * N * 4, "step": s * ntensors}
+            formula = (f"module N_all x 4 + optimizer {k} x N x 4 + step = {N + n_frozen} x 4 + {k} x {N} x 4 "
+                       f"+ {s} x {ntensors}")
+        else:
+            fused = wrapper == "FP16_Optimizer"
+            nsteps = len(groups) if fused else ntensors
+            parts = {"module": (N + n_frozen) * D, "fp32_groups": N * 4, "optimizer_state": k * N * 4,
+                     "step": s * nsteps}
+            formula = (f"module N_all x D + fp32 master N x 4 + {k} x N x 4 (+ step) "
+                       f"= {N + n_frozen} x {D} + {N} x 4 + {k} x {N} x 4 + {s} x {nsteps} ({wrapper})")
+        files.append(CkptFile(f"{d}/mp_rank_00_model_states.pt", 0, sum(parts.values()), "model_states", parts,
+                              readers=cluster.world_size, formula=formula))
+    elif z.stage in (1, 2):
+        npad_total = 0
+        Ps = []
+        for g in groups:
+            _, n_pad, P = zero12_group_layout(g, W, D, z.parameter_alignment and wrapper != "BF16_Optimizer")
+            npad_total += n_pad
+            Ps.append((P, n_pad - sum(t.numel for t in g)))
+        parts = {"module": npad_total * D + n_frozen * D}
+        formula = f"module = flat 16-bit buffer N_pad x D = {npad_total} x {D}"
+        if n_frozen:
+            formula += f" + frozen {n_frozen} x {D}"
+            if z.stage == 2:
+                parts["frozen_param_fragments"] = n_frozen * D
+                formula += " + frozen_param_fragments (a CPU copy on GPU nodes; aliases the module on CPU)"
+        files.append(CkptFile(f"{d}/mp_rank_00_model_states.pt", 0, sum(parts.values()), "model_states", parts,
+                              readers=cluster.world_size, formula=formula))
+        for r in range(W):
+            P_sum = sum(P for P, _ in Ps)
+            oparts = {"fp32_partition": P_sum * 4, "optimizer_state": k * P_sum * 4, "step": s * len(Ps)}
+            files.append(CkptFile(
+                f"{d}/{pfx}zero_pp_rank_{r}_mp_rank_00_optim_states.pt", r * _mp(cluster), sum(oparts.values()),
+                "optim_states", oparts,
+                formula=(f"fp32 partition P x 4 + {k} x P x 4 moments + step; P = N_pad / W = {P_sum} "
+                         f"(written padded: the un-padded fp32 view keeps its whole storage)")))
+    else:  # stage 3
+        oo_nvme = ec.offload_optimizer_effective == "nvme"
+        swap_min = max(_MIN_AIO_BYTES, ec.aio.block_size)
+        ids = {id(t): i for i, t in enumerate(inv.tensors)}
+        frozen_part = sum(_ceil_div(t.numel, W) for t in frozen) * D
+        for r in range(W):
+            rank = r * _mp(cluster)
+            mparts = {"module": 0}
+            if frozen_part:
+                mparts["frozen_param_fragments"] = frozen_part
+            files.append(CkptFile(f"{d}/zero_pp_rank_{r}_mp_rank_00_model_states.pt", rank, sum(mparts.values()),
+                                  "model_states", mparts,
+                                  formula="module state_dict of partitioned placeholders: 0 tensor bytes"
+                                  + (" + frozen partitions p_i x D" if frozen_part else "")))
+            in_pt = 0
+            nsub_pt = 0
+            swapped: list[CkptFile] = []
+            for g in groups:
+                for sub in zero3_sub_groups(g, W, z.sub_group_size):
+                    S = sum(_ceil_div(g[j].numel, W) for j in sub)
+                    if oo_nvme and S * 4 >= swap_min:
+                        first, last = ids[id(g[sub[0]])], ids[id(g[sub[-1]])]
+                        a = _align(S, 1024 * ec.aio.intra_op_parallelism // 4) * 4
+                        for nm in (f"{first}_{last}", f"exp_avg-{first}_{last}", f"exp_avg_sq-{first}_{last}"):
+                            swapped.append(CkptFile(f"{d}/offloaded_tensors/rank{rank:02d}/{nm}.tensor.swp", rank, a,
+                                                    "offloaded_tensors", {"swap_file": a},
+                                                    formula=f"A_256(S_k) x 4 = A_256({S}) x 4 (copy of the swap file)"))
+                    else:
+                        in_pt += S
+                        nsub_pt += 1
+            oparts = {"fp32_flat_groups": in_pt * 4, "optimizer_state": k * in_pt * 4, "step": s * nsub_pt}
+            files.append(CkptFile(f"{d}/{pfx}zero_pp_rank_{r}_mp_rank_00_optim_states.pt", rank, sum(oparts.values()),
+                                  "optim_states", oparts,
+                                  formula=(f"per sub-group S_k x 4 fp32 flat + {k} x S_k x 4 moments + step, "
+                                           f"sum S_k = {in_pt}" + (" (swapped sub-groups are in offloaded_tensors/)"
+                                                                   if swapped else ""))))
+            files.extend(swapped)
+        if oo_nvme:
+            notes.append("stage-3 NVMe optimizer: the state is the copied swap folder offloaded_tensors/; "
+                         "a restart reads it back through the same folder")
+    if z.stage in (1, 2, 3):
+        for nm, size in RECOVERY_SCRIPTS.items():
+            files.append(CkptFile(nm, 0, size, "script", {"script": size},
+                                  formula="copied from deepspeed/utils by global rank 0 (_copy_recovery_script)"))
+    if save_latest:
+        files.append(CkptFile("latest", 0, len(tag), "latest", {"tag": len(tag)},
+                              formula="the tag, written by global rank 0"))
+    return res
+
+
+def _mp(cluster: Cluster) -> int:
+    """Global-rank stride between consecutive data-parallel ranks (tp x pp x sp; 1 without model parallelism)."""
+    return max(1, cluster.tensor_parallel * cluster.pipeline_parallel * cluster.sequence_parallel)
+
+
+# ------------------------------------------------------------------------------------------------
+# 16-bit consolidated weights
+
+@dataclass
+class Save16:
+    """``engine.save_16bit_model(save_dir)``: rank 0 writes ``pytorch_model.bin``."""
+
+    writes: bool
+    bytes: int
+    gather_accelerator_bytes: int  # extra accelerator memory on every rank while one module is gathered
+    host_bytes_rank0: int  # host memory of the consolidated state dict (or its staging) on rank 0
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": "pytorch_model.bin", "writes": self.writes, "bytes": self.bytes, "rank": 0,
+                "gather_accelerator_bytes": self.gather_accelerator_bytes,
+                "host_bytes_rank0": self.host_bytes_rank0, "note": self.note}
+
+
+def _module_of(t: TensorSpec) -> str:
+    return t.name.rsplit(".", 1)[0] if "." in t.name else ""
+
+
+def save_16bit_model_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster) -> Save16:
+    """What ``engine.save_16bit_model`` (``engine.py:5707``) writes and the memory it needs.
+
+    * Stage 3 with ``stage3_gather_16bit_weights_on_model_save`` false: logs and returns False,
+      writes nothing. With it true, ``_zero3_consolidated_16bit_state_dict`` (``:5631``) gathers the
+      parameters of one module at a time (``GatheredParameters(modifier_rank=0)`` on every rank:
+      sum over the module's params of p_i x W x D accelerator bytes, the largest module is the spike)
+      and rank 0 copies each into a CPU state dict that grows to N_all x D host bytes; the file
+      holds N_all x D (exact on GPU nodes, where ``.cpu()`` copies only the view). Modules are
+      taken from tensor names (``a.b.weight`` -> module ``a.b``).
+    * Stages 0-2: rank 0 writes the module state_dict (stage 1/2: the padded flat buffer N_pad x D,
+      as in the model-states file); host staging on rank 0 up to the largest storage (torch.save
+      copies one storage at a time to host).
+    """
+    D = DTYPE_BYTES[ec.model_dtype]
+    W = cluster.dp_world_size
+    n_all = inv.numel
+    if ec.zero.stage == 3:
+        if not ec.zero.gather_16bit_weights_on_model_save:
+            return Save16(False, 0, 0, 0, "stage 3 without stage3_gather_16bit_weights_on_model_save: "
+                          "save_16bit_model writes nothing (use zero_to_fp32.py on the checkpoint)")
+        mods: dict[str, int] = {}
+        for t in inv.tensors:
+            mods[_module_of(t)] = mods.get(_module_of(t), 0) + _ceil_div(t.numel, W) * W * D
+        spike = max(mods.values(), default=0)
+        return Save16(True, n_all * D, spike, n_all * D,
+                      "gathered module by module; rank 0 holds the whole 16-bit model in host memory before writing")
+    if ec.zero.stage in (1, 2):
+        wrapper, _ = select_optimizer(ec)
+        flats = [zero12_group_layout(g, W, D, ec.zero.parameter_alignment and wrapper != "BF16_Optimizer")[1]
+                 for g in inv.groups()]
+        frozen = [t.numel for t in inv.tensors if not t.trainable]
+        size = (sum(flats) + sum(frozen)) * D
+        return Save16(True, size, 0, max(flats + frozen, default=0) * D,
+                      "module state_dict from rank 0 (views of the padded flat 16-bit buffer)")
+    size = n_all * DTYPE_BYTES[ec.model_dtype]
+    return Save16(True, size, 0, max((t.numel for t in inv.tensors), default=0) * D,
+                  "module state_dict from rank 0")
+
+
+# ------------------------------------------------------------------------------------------------
+# timing and resilience (first-order formulas)
+
+def transfer_time(nbytes: int, bandwidth: float) -> float:
+    """Seconds to move ``nbytes`` at ``bandwidth`` bytes/s (aggregate of the checkpoint storage as
+    seen by all writers together): t = bytes / bandwidth."""
+    if bandwidth <= 0:
+        raise ValueError("bandwidth must be positive")
+    return nbytes / bandwidth
+
+
+def cluster_mtbf(node_mtbf_s: float, nodes: int) -> float:
+    """Mean time between failures of the whole job (seconds): per-node MTBF / nodes (independent
+    nodes with exponential failure times: the minimum of n exponentials has rate n / MTBF)."""
+    if node_mtbf_s <= 0 or nodes < 1:
+        raise ValueError("node MTBF must be positive and nodes >= 1")
+    return node_mtbf_s / nodes
+
+
+def young_daly_interval(save_s: float, mtbf_s: float) -> float:
+    """Optimal time between checkpoints, first order (Young 1974, Daly 2006):
+    tau = sqrt(2 x save time x MTBF), seconds."""
+    return math.sqrt(2.0 * save_s * mtbf_s)
+
+
+def lost_fraction(interval_s: float, save_s: float, mtbf_s: float, restart_s: float) -> dict[str, float]:
+    """Expected fraction of wall time not spent on useful training, first order (valid when
+    save_s, interval_s << MTBF):
+
+    saving = save_s / interval_s; rework = interval_s / (2 x MTBF) (on average half an interval of
+    work is lost per failure); restart = restart_s / MTBF (restart_s includes reloading the
+    checkpoint); total = their sum.
+    """
+    if interval_s <= 0:
+        raise ValueError("interval must be positive")
+    parts = {"saving": save_s / interval_s, "rework": interval_s / (2.0 * mtbf_s), "restart": restart_s / mtbf_s}
+    parts["total"] = parts["saving"] + parts["rework"] + parts["restart"]
+    return parts
+
+
+def recovery_cost(restart_s: float, load_s: float, interval_s: float) -> dict[str, float]:
+    """Seconds one failure costs: restart (scheduler, process start, ``initialize``) + reload of the
+    checkpoint + the work lost since the last save (expected interval / 2, worst case interval)."""
+    return {"restart": restart_s, "reload": load_s, "lost_work_expected": interval_s / 2.0,
+            "lost_work_worst": interval_s,
+            "expected_total": restart_s + load_s + interval_s / 2.0,
+            "worst_total": restart_s + load_s + interval_s}
+
+
+# ------------------------------------------------------------------------------------------------
+# the plan (CLI and estimate view)
+
+@dataclass
+class CheckpointPlan:
+    files: FilesResult
+    save16: Save16
+    keep: int
+    world_size: int
+    dp_world_size: int
+    zero_stage: int
+    write_bandwidth: float | None = None
+    read_bandwidth: float | None = None
+    nodes: int | None = None
+    node_mtbf_s: float | None = None
+    step_time_s: float | None = None
+    restart_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    # derived --------------------------------------------------------------------------------
+    @property
+    def per_save_bytes(self) -> int:
+        return self.files.total_bytes
+
+    @property
+    def kept_bytes(self) -> int:
+        return self.per_save_bytes * self.keep
+
+    @property
+    def save_s(self) -> float | None:
+        return transfer_time(self.per_save_bytes, self.write_bandwidth) if self.write_bandwidth else None
+
+    @property
+    def load_s(self) -> float | None:
+        return transfer_time(self.files.read_bytes, self.read_bandwidth) if self.read_bandwidth else None
+
+    @property
+    def mtbf_s(self) -> float | None:
+        if self.node_mtbf_s and self.nodes:
+            return cluster_mtbf(self.node_mtbf_s, self.nodes)
+        return None
+
+    def resilience(self) -> dict[str, Any] | None:
+        save, mtbf = self.save_s, self.mtbf_s
+        if save is None or mtbf is None:
+            return None
+        tau = young_daly_interval(save, mtbf)
+        restart_total = self.restart_s + (self.load_s or 0.0)
+        out: dict[str, Any] = {
+            "cluster_mtbf_s": mtbf,
+            "interval_s": tau,
+            "interval_formula": "sqrt(2 x save_s x cluster_mtbf_s) (Young/Daly, first order)",
+            "lost_fraction": lost_fraction(tau, save, mtbf, restart_total),
+            "recovery_s": recovery_cost(self.restart_s, self.load_s or 0.0, tau),
+        }
+        if self.step_time_s:
+            out["interval_steps"] = max(1, round(tau / self.step_time_s))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.files
+        return {
+            "zero_stage": self.zero_stage,
+            "wrapper": f.wrapper,
+            "basic_optimizer": f.basic_optimizer,
+            "world_size": self.world_size,
+            "dp_world_size": self.dp_world_size,
+            "unsupported": f.unsupported,
+            "files": [x.to_dict() for x in f.files],
+            "per_rank_bytes": {str(k): v for k, v in sorted(f.per_rank_bytes().items())},
+            "per_save_bytes": self.per_save_bytes,
+            "keep": self.keep,
+            "kept_bytes": self.kept_bytes,
+            "read_bytes": f.read_bytes,
+            "payload": "tensor bytes (storages torch.save serialises); .pt files add pickle overhead",
+            "save_16bit_model": self.save16.to_dict(),
+            "write_bandwidth": self.write_bandwidth,
+            "read_bandwidth": self.read_bandwidth,
+            "save_s": self.save_s,
+            "load_s": self.load_s,
+            "restart_s": self.restart_s,
+            "nodes": self.nodes,
+            "node_mtbf_s": self.node_mtbf_s,
+            "step_time_s": self.step_time_s,
+            "resilience": self.resilience(),
+            "notes": list(f.notes) + list(self.notes),
+        }
+
+
+def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, keep: int = 1,
+                    write_bandwidth: float | None = None, read_bandwidth: float | None = None,
+                    nodes: int | None = None, node_mtbf_hours: float | None = None,
+                    step_time_s: float | None = None, restart_s: float = 300.0, tag: str = "{tag}") -> CheckpointPlan:
+    """Everything about durable checkpoints for one config (bytes, seconds, bytes/second).
+
+    ``nodes`` defaults to ceil(world_size / gpus_per_node) (gpus_per_node default 8, capped at the
+    world size); ``read_bandwidth`` defaults to ``write_bandwidth``; ``restart_s`` is the time from a
+    failure to the job running again before the reload (scheduler, process start, initialize).
+    """
+    if keep < 1:
+        raise ValueError("keep must be >= 1")
+    files = checkpoint_files(ec, inv, cluster, tag=tag)
+    if nodes is None:
+        per_node = cluster.gpus_per_node or min(cluster.world_size, 8)
+        nodes = _ceil_div(cluster.world_size, per_node)
+    notes: list[str] = []
+    if ec.zero.stage >= 1:
+        notes.append(f"ZeRO-{ec.zero.stage} optimizer state is partitioned over {cluster.dp_world_size} data-parallel "
+                     "ranks: resuming at another data-parallel world size needs DeepSpeed's universal checkpoint "
+                     "(python -m deepspeed.checkpoint.ds_to_universal, then \"checkpoint\": {\"load_universal\": "
+                     "true}); zero_to_fp32.py recovers the weights only")
+    else:
+        notes.append("stage 0: every rank holds the full state, so a restart at another world size loads the same "
+                     "file (no conversion needed)")
+    return CheckpointPlan(files=files, save16=save_16bit_model_plan(ec, inv, cluster), keep=keep,
+                          world_size=cluster.world_size, dp_world_size=cluster.dp_world_size, zero_stage=ec.zero.stage,
+                          write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
+                          nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
+                          step_time_s=step_time_s, restart_s=restart_s, notes=notes)
