@@ -477,3 +477,76 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
             click.echo(report, err=True)
             click.echo(text, nl=False)
     sys.exit(EXIT_OK)
+
+
+@main.command()
+@click.argument("config")
+@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
+@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
+              help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
+@click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB: drawn as the accelerator's capacity.")
+@click.option("--host-memory", help="Host memory per node, e.g. 512GB.")
+@click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
+@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
+@click.option("-o", "--output", required=True, help="The HTML file to write (e.g. report.html).")
+@click.option("--force", is_flag=True, help="Overwrite --output when it exists.")
+def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, nvme_capacity, hf, output,
+           force):
+    """Write a self-contained HTML report for CONFIG: state per tier (chart), movement per step,
+    findings, fit, assumptions and checkpoint. No network needed to view it.
+
+    Exit 0 when written (whatever the findings), 2 on bad input or when --output exists
+    without --force.
+    """
+    from advisor.estimate import Capacity
+    from advisor.estimate import estimate as run_estimate
+    from advisor.ledger import Cluster
+    from advisor.lint import lint_config
+    from advisor.loading import load_config
+    from advisor.units import parse_size
+
+    if not model and params is None:
+        raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+    if os.path.exists(output) and not force:
+        raise _fail(f"{output} exists; give --force to overwrite it")
+    try:
+        cap = Capacity(*(parse_size(v) if v else None for v in (gpu_memory, host_memory, nvme_capacity)))
+    except ValueError as e:
+        raise click.UsageError(str(e))
+    try:
+        inv = _inventory(model, params)
+        loaded = load_config(config)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise _fail("the HTML report needs matplotlib: pip install 'deepspeed-advisor[report]'")
+    from advisor.html_report import render_html, write_atomic
+
+    ws, ws_src = _world(world_size)
+    ws = ws or 1
+    if gpus_per_node is None:
+        from advisor.launch import gpus_per_node_from_env
+        g = gpus_per_node_from_env()
+        gpus_per_node = g.value if g else None
+    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node)
+    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
+                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf)
+    effective = None
+    if hf:  # what DeepSpeed receives after the HF Trainer fills in "auto"
+        from advisor.effective import effective_config
+        from advisor.hf import resolve_for_estimate
+        resolved, _ = resolve_for_estimate(loaded.data, {}, inv, ws, hidden_size=None)
+        effective = effective_config(resolved)
+    result = run_estimate(loaded, inv, cluster, cap, findings, effective=effective)
+    try:
+        write_atomic(output, render_html(result), force=force)
+    except FileExistsError:
+        raise _fail(f"{output} exists; give --force to overwrite it")
+    except OSError as e:
+        raise _fail(f"{output}: cannot write: {e.strerror or e}")
+    click.echo(f"wrote {output}", err=True)
+    sys.exit(EXIT_OK)
