@@ -395,7 +395,8 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
         gsrc = "reference 5.4; optimizer_utils.py _swap_out_gradients, _adjust_for_misaligned_lengths"
         gwords = (f"fp32 gradient pieces with r_i x 4 >= {min_aio:,} B, aligned part floor(r_i/{k}) x {k} x 4 "
                   f"(the unaligned tail stays in memory)")
-        add(NVME, "write", "gradients", "fp32_grad", grads, "backward", True, "written at the boundary: " + gwords, gsrc,
+        add(NVME, "write", "gradients", "fp32_grad", grads, "step", False,
+            "written when the boundary's gradient reduction completes (measured inside engine.step): " + gwords, gsrc,
             path=path)
         add(NVME, "read", "gradients", "fp32_grad", grads, "step", pipelined, "read back for the step: " + gwords, gsrc,
             path=path)
@@ -428,13 +429,17 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
         add(NVME, "write", "parameters", "lp_param_partitions", wbytes, "after_step", False,
             f"trainable partitions beyond max_in_cpu ({z.offload_param.max_in_cpu:,} elements) written after every "
             f"step: sum A_{kp}(p_i) x D", psrc, path=path)
+        # The first micro-step has no trace yet: parameters are released after forward and fetched
+        # again in backward (measured N2: both in iteration 1, only forward afterwards).
+        first = (ga * fetches + 1) if gathered else None
         add(NVME, "read", "parameters", "lp_param_partitions", ga * fetches * wbytes, "forward",
             z.prefetch_bucket_size > 0,
             f"trainable NVMe partitions read on every {fetch_words} fetch: GA x {fetches} x sum A_{kp}(p_i) x D",
-            psrc, path=path)
+            psrc, path=path, first_step_bytes=first * wbytes if first else None)
         add(NVME, "read", "parameters", "frozen_params", ga * fetches * fbytes, "forward", z.prefetch_bucket_size > 0,
             f"frozen partitions (never put in the max_in_cpu buffer) read on every {fetch_words} fetch, never written: "
-            f"GA x {fetches} x sum A_{kp}(p_i) x D", psrc + " [S for frozen]", path=path)
+            f"GA x {fetches} x sum A_{kp}(p_i) x D", psrc + " [S for frozen]", path=path,
+            first_step_bytes=first * fbytes if first else None)
     return rows
 
 

@@ -1,0 +1,274 @@
+"""The movement ledger and the endurance arithmetic, against hand computations and the
+reference's measured NVMe traffic (deepspeed-0.19.8-state-accounting.md section 5.4)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from advisor.effective import effective_config
+from advisor.hardware import from_dict
+from advisor.inventory import Inventory, TensorSpec, from_param_count
+from advisor.ledger import Cluster, Plan
+from advisor.loading import load_config
+from advisor.rules import LintContext, all_rules
+from advisor.traffic import (NETWORK, NVME, PCIE, endurance, endurance_report, movement_for,
+                             nvme_bytes_per_step, totals, zero3_sub_groups, zero12_partition)
+
+from conftest import CASES
+
+C10 = CASES / "C10-nvme-writes-per-step"
+
+# The reference's NVMe model: MLP 1024 -> 1031 -> 1029 (model.parameters() order)
+MLP = [((1031, 1024), True), ((1031,), True), ((1029, 1031), True), ((1029,), True)]
+# The reference's odd model: Linear(64,301) -> Linear(301,77) -> Linear(77,5), N = 43,209
+ODD = [19264, 301, 23177, 77, 385, 5]
+
+
+def _inv(shapes=MLP) -> Inventory:
+    return Inventory("t", [TensorSpec(f"t{i}", s, trainable=tr) for i, (s, tr) in enumerate(shapes)])
+
+
+def _plan(zero: dict, inv: Inventory, world: int = 1, **top) -> Plan:
+    raw = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": zero, **top}
+    return Plan(effective_config(raw), inv, Cluster(world_size=world))
+
+
+def _nvme_opt(**extra) -> dict:
+    return {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}, **extra}
+
+
+# ---------------------------------------------------------------------------------------------
+# endurance arithmetic, a worked example by hand
+
+
+def test_endurance_worked_example_by_hand():
+    # 50 GB written per step, 12 s per step: 86,400 / 12 = 7,200 steps a day,
+    # 7,200 x 5e10 = 3.6e14 bytes (360 TB) a day. A 3.84 TB drive rated 1 DWPD for 5 years
+    # absorbs 3.84e12 x 365 x 5 = 7.008e15 bytes: 7.008e15 / 3.6e14 = 19.4666... days.
+    spd, per_day, days = endurance(5e10, 12, 7.008e15)
+    assert spd == 7200
+    assert per_day == 3.6e14
+    assert days == pytest.approx(19.46667, rel=1e-5)
+    assert endurance(0, 12, 7.008e15)[2] == math.inf
+    assert endurance(5e10, 12, None)[2] is None
+    with pytest.raises(ValueError):
+        endurance(1, 0, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# case C10: the folder's config, --params 6700000000, world size 1
+
+
+def _c10_hw(access: str):
+    return from_dict({"base": "workstation-4090", "storage": [
+        {"name": "nvme0", "mounts": ["/scratch"], "capacity_bytes": 2e12, "read_bytes_per_s": 7.45e9,
+         "write_bytes_per_s": 6.9e9, "endurance": {"tbw": 1200}, "access": access}]}, "c10-hw.json")
+
+
+def _c10_plan() -> Plan:
+    raw = load_config(str(C10 / "config.json")).data
+    return Plan(effective_config(raw), from_param_count(6_700_000_000), Cluster(world_size=1))
+
+
+def test_C10_nvme_writes_per_step():
+    expect = json.loads((C10 / "expect.json").read_text())
+    fig = next(f for f in expect["figures"] if f["name"] == "nvme bytes written per step")
+    ms = movement_for(_c10_plan())
+    written = nvme_bytes_per_step(ms, "write")
+    # case.md: 16 B per partition element (3 x 4 B master + moments, 4 B fp32 gradient)
+    assert abs(written - fig["value"]) <= fig["rel_tol"] * fig["value"]
+    assert abs(written - 16 * 6_700_000_000) <= 0.03 * 16 * 6_700_000_000
+    assert nvme_bytes_per_step(ms, "read") == written  # "and as much read"
+    # which classes: master weights, both moments, gradients; no parameters (offload_param: cpu)
+    assert {m.cls for m in ms if m.link == NVME} == {"master_weights", "optimizer_states", "gradients"}
+
+
+def test_C10_endurance_at_30_s_per_step():
+    hw = _c10_hw("read-write")
+    lines = endurance_report(movement_for(_c10_plan(), hw), hw, step_seconds=30)
+    (ln,) = lines
+    assert ln.tier == "nvme0" and ln.paths == ["/scratch/nvme"]
+    assert ln.steps_per_day == 2880  # 86,400 / 30
+    assert ln.write_bytes_per_day == pytest.approx(308.7e12, rel=0.03)  # case.md: about 308.7 TB a day
+    assert ln.days_of_life == pytest.approx(3.9, abs=0.1)  # 1,200 TBW last about 3.9 days
+    assert ln.endurance_used_per_day == pytest.approx(ln.write_bytes_per_day / 1.2e15)
+    # time at the drive's 6.9 GB/s write bandwidth
+    assert ln.write_seconds_per_step == pytest.approx(ln.write_bytes_per_step / 6.9e9)
+
+
+def _t001(plan: Plan, hw, step_seconds=30, raw=None):
+    loaded = load_config(str(C10 / "config.json")) if raw is None else raw
+    ctx = LintContext(loaded=loaded, effective=plan.config, world_size=plan.cluster.world_size,
+                      dp_world_size=plan.cluster.dp_world_size, inventory=plan.inventory,
+                      extra={"hardware": hw, "step_seconds": step_seconds})
+    return list(all_rules()["T001"]().check(ctx))
+
+
+def test_C10_read_oriented_drive_is_a_T001_error_with_the_figures():
+    (f,) = _t001(_c10_plan(), _c10_hw("read-oriented"))
+    assert f.severity == "error" and f.pointer == "/zero_optimization/offload_optimizer/nvme_path"
+    assert abs(f.data["bytes_written_per_step"] - 107_200_000_000) <= 0.03 * 107_200_000_000
+    assert f.data["steps_per_day"] == 2880
+    assert f.data["days_of_life"] == pytest.approx(3.9, abs=0.1)
+    for word in ("read-oriented", "optimizer moments", "master weights", "TB written per day", "3.9 days"):
+        assert word in f.message
+
+
+def test_C10_read_write_drive_is_not_a_T001_finding_but_still_reports_endurance():
+    assert _t001(_c10_plan(), _c10_hw("read-write")) == []
+
+
+def test_T001_needs_hardware_and_says_to_give_a_step_time():
+    p = _c10_plan()
+    ctx = LintContext(loaded=load_config(str(C10 / "config.json")), effective=p.config, world_size=1,
+                      dp_world_size=1, inventory=p.inventory)
+    assert list(all_rules()["T001"]().check(ctx)) == []
+    (f,) = _t001(p, _c10_hw("read-oriented"), step_seconds=None)
+    assert "--step-time" in f.message and "days_of_life" not in f.data
+
+
+def test_T001_frozen_parameters_on_a_read_oriented_tier_are_fine(tmp_path):
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/scratch/w"}}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    inv = _inv([((4096, 4096), False), ((4096,), False), ((64, 4096), True)])  # a frozen base + a small adapter
+    plan = Plan(effective_config(cfg), inv, Cluster(world_size=1))
+    (f,) = _t001(plan, _c10_hw("read-oriented"), raw=load_config(str(path)))
+    assert f.severity == "info" and "frozen" in f.message and "never" in f.message
+    rows = [m for m in movement_for(plan) if m.link == NVME]
+    assert {(m.direction, m.item) for m in rows} == {("read", "frozen_params")}
+    # the frozen 4096x4096 weight: A_512(16,777,216) x 2 B read once per step (stays gathered to backward)
+    assert sum(m.bytes for m in rows) == 16_777_216 * 2
+
+
+def test_T001_trained_parameters_on_nvme_beyond_max_in_cpu_are_an_error(tmp_path):
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/scratch/w",
+                                                               "max_in_cpu": 1000}}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    plan = Plan(effective_config(cfg), _inv(), Cluster(world_size=1))
+    (f,) = _t001(plan, _c10_hw("read-oriented"), raw=load_config(str(path)))
+    assert f.severity == "error" and "trained parameters" in f.message
+    assert f.pointer == "/zero_optimization/offload_param/nvme_path"
+
+
+# ---------------------------------------------------------------------------------------------
+# partitions and sub-groups (reference section 3), measured examples
+
+
+def test_sub_groups_reference_example():
+    # reference 3.2: sub_group_size = 10,000, W = 2 -> S = [21,372, 235] [M]
+    inv = _inv([((n,), True) for n in ODD])
+    assert [s.numel for s in zero3_sub_groups(inv, 2, 10_000)] == [21_372, 235]
+    assert [s.numel for s in zero3_sub_groups(inv, 2, 10**9)] == [21_607]  # P3 for W = 2
+
+
+def test_zero12_partition_reference_example():
+    # reference 3.1: N = 43,209, W = 2: N_pad = 43,212, P = 21,606, I_0 = 42,742, I_1 = 23,644 [M]
+    assert zero12_partition(ODD, 2, 0) == (21_606, 21_606, 42_742)
+    assert zero12_partition(ODD, 2, 1) == (21_606, 43_209 - 21_606, 23_644)
+
+
+# ---------------------------------------------------------------------------------------------
+# NVMe bytes per step: the reference's measured runs (section 5.4 table)
+
+
+@pytest.mark.parametrize("name,zero,world,write,read", [
+    ("N1 W=1 opt=nvme", _nvme_opt(), 1, 33_893_376, 33_893_376),
+    ("N3 W=2 opt=nvme", _nvme_opt(), 2, 16_948_224, 16_948_224),
+    ("N5 sub_group_size=6e5", _nvme_opt(sub_group_size=600_000), 1, 33_881_088, 33_881_088),
+    ("N2 W=2 opt+param nvme, max_in_cpu=1000",
+     _nvme_opt(offload_param={"device": "nvme", "nvme_path": "/nvme", "buffer_size": 2_000_000,
+                              "max_in_cpu": 1000}), 2, 16_948_224 + 2_117_632, 16_948_224 + 2_117_632),
+    ("N4 W=1 param nvme, default max_in_cpu",
+     {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}, 1, 0, 0),
+])
+def test_reference_measured_nvme_traffic(name, zero, world, write, read):
+    ms = movement_for(_plan(zero, _inv(), world))
+    for r in range(world):
+        assert nvme_bytes_per_step(ms, "write", rank=r) == write, (name, r)
+        assert nvme_bytes_per_step(ms, "read", rank=r) == read, (name, r)
+
+
+def test_first_step_reads_no_moments():
+    # reference 5.4: "The very first step reads only the master (+ grads)"
+    ms = [m for m in movement_for(_plan(_nvme_opt(), _inv())) if m.link == NVME and m.direction == "read"]
+    first = sum(m.bytes if m.first_step_bytes is None else m.first_step_bytes for m in ms)
+    assert first == 2_118_912 * 4 + (1_055_744 + 1_060_864) * 4
+
+
+def test_nvme_below_stage_3_is_cpu_offload_and_moves_nothing_to_disk():
+    ms = movement_for(_plan({"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}, _inv(), 2))
+    assert not [m for m in ms if m.link == NVME]
+    assert [m for m in ms if m.link == PCIE]  # but it is ZeRO-Offload: PCIe traffic
+
+
+# ---------------------------------------------------------------------------------------------
+# ZeRO-Offload PCIe and collectives
+
+
+def test_zero2_offload_pcie_by_hand():
+    # W = 2, N = 43,209 (bf16): rank 1 covers 43,209 - 21,606 = 21,603 real elements:
+    # fp32 gradients to host 21,603 x 4, updated bf16 partition back 21,606 x 2.
+    ms = movement_for(_plan({"stage": 2, "offload_optimizer": {"device": "cpu"}}, _inv([((n,), True) for n in ODD]), 2))
+    t = totals(ms, rank=1)
+    assert t["pcie/to_host"]["bytes"] == 21_603 * 4
+    assert t["pcie/to_accelerator"]["bytes"] == 21_606 * 2
+
+
+def test_collective_volumes_follow_the_zero_paper():
+    # ZeRO paper s.7: stages 1/2 move 2 Psi per step, stage 3 3 Psi (1.5x) when parameters are
+    # gathered again in backward; ring collectives: (W-1)/W of the buffer per rank.
+    inv = _inv([((8192, 8192), True)])  # divisible by 2W: no padding
+    psi = 8192 * 8192
+    w = 8
+
+    def net(zero):
+        return sum(m.bytes for m in movement_for(_plan(zero, inv, w)) if m.link == NETWORK and m.rank == 0)
+
+    z2 = net({"stage": 2})
+    z3_regather = net({"stage": 3, "stage3_max_reuse_distance": 0})
+    z3_kept = net({"stage": 3})  # default reuse distance 1e9 >= 2 x 67M: no backward all-gather
+    assert z2 == 2 * psi * 2 * (w - 1) // w  # 2 Psi elements x 2 B x 7/8
+    assert z3_regather == pytest.approx(1.5 * z2)
+    assert z3_kept == pytest.approx(z2)
+    assert net({"stage": 0}) == z2  # all-reduce = reduce-scatter + all-gather
+    assert movement_for(_plan({"stage": 3}, inv, 1)) == []  # one rank: nothing moves
+
+
+def test_gradient_accumulation_multiplies_stage_3_collectives_not_the_swap():
+    inv = _inv()
+    one = movement_for(_plan(_nvme_opt(), inv, 2))
+    four = movement_for(_plan(_nvme_opt(), inv, 2, gradient_accumulation_steps=4))
+    assert nvme_bytes_per_step(four, "write") == nvme_bytes_per_step(one, "write")
+    assert totals(four, 0)["network/send"]["bytes"] == 4 * totals(one, 0)["network/send"]["bytes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# time at the hardware's bandwidths
+
+
+def test_seconds_use_the_rank_share_of_each_link():
+    hw = from_dict({"base": "dgx-h100"})  # /raid: 30.4 GB/s write, PCIe Gen5 64 GB/s per direction
+    plan = Plan(effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                  "zero_optimization": _nvme_opt(offload_optimizer={"device": "nvme",
+                                                                                     "nvme_path": "/raid/ds"})}),
+                _inv(), Cluster(world_size=8, gpus_per_node=8))
+    ms = movement_for(plan, hw)
+    w = next(m for m in ms if m.link == NVME and m.direction == "write" and m.item == "fp32_master")
+    assert w.tier == "raid"
+    assert w.seconds == pytest.approx(w.bytes / (30.4e9 / 8))  # 8 ranks share the array
+    p = next(m for m in ms if m.link == PCIE)
+    assert p.seconds == pytest.approx(p.bytes / 64e9)
+    n = next(m for m in ms if m.link == NETWORK)
+    assert n.seconds == pytest.approx(n.bytes / 450e9)  # one node: NVLink, 900 GB/s bidirectional
+    lines = endurance_report(ms, hw, step_seconds=10)
+    raid = next(ln for ln in lines if ln.tier == "raid")
+    os_ = next(ln for ln in lines if ln.tier == "os")
+    assert raid.write_bytes_per_step == 8 * nvme_bytes_per_step(ms, "write", rank=0)  # the node's 8 ranks
+    assert os_.write_bytes_per_step == 0 and os_.days_of_life == math.inf  # every tier reported
