@@ -113,7 +113,8 @@ def zero3_sub_groups(group: list[TensorSpec], W: int, sub_group_size: int) -> li
 class CkptFile:
     """One file a save writes.
 
-    ``path`` is relative to ``save_dir`` with ``{tag}`` standing for the checkpoint tag;
+    ``path`` is relative to ``save_dir``; its first component is the tag (DeepSpeed's default
+    ``global_step{N}``, N = the engine's global step);
     ``name`` is the file name as DeepSpeed writes it; ``rank`` the global rank that writes it;
     ``bytes`` the tensor payload (see the module docstring; exact for raw swap copies, scripts and
     ``latest``); ``parts`` the payload by content; ``readers`` how many ranks read it on a
@@ -172,7 +173,7 @@ def _n_states(ec: EffectiveConfig) -> int:
     return 1 if ec.optimizer.family == "lion" else 2
 
 
-def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag: str = "{tag}",
+def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag: str = DEFAULT_TAG,
                      save_latest: bool = True) -> FilesResult:
     """The files ``engine.save_checkpoint(save_dir, tag)`` writes, per stage/precision (§6).
 
@@ -313,7 +314,8 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
             files.append(CkptFile(nm, 0, size, "script", {"script": size},
                                   formula="copied from deepspeed/utils by global rank 0 (_copy_recovery_script)"))
     if save_latest:
-        files.append(CkptFile("latest", 0, len(tag), "latest", {"tag": len(tag)},
+        n = len(tag) if "{" not in tag else len("global_step") + 5
+        files.append(CkptFile("latest", 0, n, "latest", {"tag": n},
                               formula="the tag, written by global rank 0"))
     return res
 
@@ -461,7 +463,10 @@ class CheckpointPlan:
 
     @property
     def kept_bytes(self) -> int:
-        return self.per_save_bytes * self.keep
+        """Files under the tag folder times ``keep``, plus the files directly in save_dir once
+        (``latest``, the recovery scripts: overwritten by every save)."""
+        tagged = sum(x.bytes for x in self.files.files if "/" in x.path)
+        return tagged * self.keep + (self.per_save_bytes - tagged)
 
     @property
     def save_s(self) -> float | None:
@@ -527,7 +532,7 @@ class CheckpointPlan:
 def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, keep: int = 1,
                     write_bandwidth: float | None = None, read_bandwidth: float | None = None,
                     nodes: int | None = None, node_mtbf_hours: float | None = None,
-                    step_time_s: float | None = None, restart_s: float = 300.0, tag: str = "{tag}") -> CheckpointPlan:
+                    step_time_s: float | None = None, restart_s: float = 300.0, tag: str = DEFAULT_TAG) -> CheckpointPlan:
     """Everything about durable checkpoints for one config (bytes, seconds, bytes/second).
 
     ``nodes`` defaults to ceil(world_size / gpus_per_node) (gpus_per_node default 8, capped at the
@@ -554,3 +559,75 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
                           write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
                           step_time_s=step_time_s, restart_s=restart_s, notes=notes)
+
+
+# ------------------------------------------------------------------------------------------------
+# text view
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "n/a"
+    if s < 120:
+        return f"{s:,.1f} s"
+    if s < 7200:
+        return f"{s / 60:,.1f} min"
+    return f"{s / 3600:,.2f} h"
+
+
+def _size(n: int) -> str:
+    from advisor.units import gb, gib
+    return f"{n:,} B" if n < 10**6 else f"{gb(n)} ({gib(n)})"
+
+
+def checkpoint_text(plan: CheckpointPlan) -> str:
+    """Human-readable report; files that differ only in the rank are folded into one row."""
+    import re
+
+    f = plan.files
+    lines = [f"Checkpoint: engine.save_checkpoint (DeepSpeed 0.19.8), ZeRO-{plan.zero_stage}, {f.wrapper} + "
+             f"{f.basic_optimizer}, world size {plan.world_size} (data-parallel {plan.dp_world_size})"]
+    if f.unsupported:
+        lines.append(f"  not saved: {f.unsupported}")
+        return "\n".join(lines)
+    rows: dict[tuple, list] = {}
+    for x in f.files:
+        pat = re.sub(r"zero_pp_rank_\d+", "zero_pp_rank_{r}", x.path)
+        pat = re.sub(r"/rank\d+/", "/rank{r:02d}/", pat)
+        key = (pat if pat != x.path else x.path, x.bytes)
+        rows.setdefault(key, []).append(x)
+    lines.append(f"  {'file (under save_dir)':<64} {'written by':<14} tensor bytes")
+    for (pat, nbytes), xs in rows.items():
+        who = f"rank {xs[0].rank}" if len(xs) == 1 else f"{len(xs)} ranks"
+        shown = xs[0].path if len(xs) == 1 else pat
+        lines.append(f"  {shown:<64} {who:<14} {_size(nbytes)}" + (" each" if len(xs) > 1 else ""))
+    lines.append(f"  per save: {_size(plan.per_save_bytes)}; kept x{plan.keep}: {_size(plan.kept_bytes)}")
+    lines.append(f"  (sizes are tensor payload; .pt files add pickle overhead of a few KB each)")
+    s16 = plan.save16
+    lines.append(f"  save_16bit_model: " + (f"pytorch_model.bin {_size(s16.bytes)} by rank 0" if s16.writes
+                                          else "writes nothing") + f"; {s16.note}")
+    if s16.gather_accelerator_bytes:
+        lines.append(f"    gather spike: {_size(s16.gather_accelerator_bytes)} accelerator on every rank (largest "
+                     f"module), {_size(s16.host_bytes_rank0)} host on rank 0")
+    if plan.write_bandwidth:
+        lines.append(f"  write at {plan.write_bandwidth / 1e9:,.2f} GB/s: {_fmt_s(plan.save_s)}; "
+                     f"restart reads {_size(f.read_bytes)} at {(plan.read_bandwidth or 0) / 1e9:,.2f} GB/s: "
+                     f"{_fmt_s(plan.load_s)}")
+    res = plan.resilience()
+    if res:
+        lf = res["lost_fraction"]
+        rc = res["recovery_s"]
+        lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} ({plan.nodes} nodes x "
+                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / node)")
+        lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
+                     (f" (~{res['interval_steps']} steps)" if "interval_steps" in res else "") +
+                     "  [Young/Daly: sqrt(2 x save time x MTBF)]")
+        lines.append(f"  time lost: {lf['total']:.2%} (saving {lf['saving']:.2%}, rework {lf['rework']:.2%}, "
+                     f"restart {lf['restart']:.2%})")
+        lines.append(f"  one failure costs {_fmt_s(rc['expected_total'])} expected (restart {_fmt_s(rc['restart'])} "
+                     f"+ reload {_fmt_s(rc['reload'])} + lost work {_fmt_s(rc['lost_work_expected'])}), "
+                     f"{_fmt_s(rc['worst_total'])} worst")
+    elif plan.write_bandwidth is None:
+        lines.append("  give --write-bandwidth (and --node-mtbf-hours) for save time and the save interval")
+    for n in f.notes[1:] + plan.notes:
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)

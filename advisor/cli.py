@@ -550,3 +550,57 @@ def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_me
         raise _fail(f"{output}: cannot write: {e.strerror or e}")
     click.echo(f"wrote {output}", err=True)
     sys.exit(EXIT_OK)
+
+
+@main.command()
+@click.argument("config")
+@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
+@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
+              help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (default 8, at most world size).")
+@click.option("--nodes", type=click.IntRange(min=1), help="Nodes in the job (default: world size / gpus per node).")
+@click.option("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
+@click.option("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
+@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True),
+              help="Mean time between failures of one node, hours (enables the Young/Daly interval).")
+@click.option("--restart-seconds", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Time from a failure to the job running again, before reloading the checkpoint.")
+@click.option("--step-time", type=click.FloatRange(min=0, min_open=True), help="Seconds per optimizer step.")
+@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
+               node_mtbf_hours, restart_seconds, step_time, keep, fmt):
+    """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval."""
+    import json
+
+    from advisor.checkpoint import checkpoint_plan, checkpoint_text
+    from advisor.effective import effective_config
+    from advisor.ledger import Cluster
+    from advisor.loading import load_config
+    from advisor.units import parse_size
+
+    if not model and params is None:
+        raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+
+    def _bw(v, opt):
+        if not v:
+            return None
+        try:
+            return float(parse_size(v[:-2] if v.lower().endswith("/s") else v))
+        except ValueError as e:
+            raise click.UsageError(f"{opt}: {e}")
+
+    wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
+    try:
+        inv = _inventory(model, params)
+        loaded = load_config(config)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    ws, _ = _world(world_size)
+    plan = checkpoint_plan(effective_config(loaded.data), inv,
+                           Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,
+                           write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
+                           step_time_s=step_time, restart_s=restart_seconds)
+    click.echo(json.dumps(plan.to_dict(), indent=2) if fmt == "json" else checkpoint_text(plan))
+    sys.exit(EXIT_OK)
