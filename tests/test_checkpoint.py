@@ -1,0 +1,242 @@
+"""Durable checkpoints (advisor.checkpoint): file names, tensor bytes, timing and interval arithmetic.
+
+Expected values are worked out by hand from the cited formulas (reference
+../shared/reference/deepspeed-0.19.8-state-accounting.md section 3 and 6, the Young/Daly first-order
+interval), or are engine measurements quoted from section 6; the engine itself is exercised in
+tests/engine/test_checkpoint_engine.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.checkpoint import (RECOVERY_SCRIPTS, checkpoint_files, checkpoint_plan, cluster_mtbf, lost_fraction,
+                                recovery_cost, save_16bit_model_plan, transfer_time, young_daly_interval,
+                                zero3_sub_groups, zero12_group_layout)
+from advisor.cli import main
+from advisor.effective import effective_config
+from advisor.inventory import Inventory, TensorSpec, from_param_count
+from advisor.ledger import Cluster
+
+CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cases")
+C09 = os.path.join(CASES, "C09-checkpoint-size-8b")
+
+
+def mlp(widths=(64, 301, 77, 5)) -> Inventory:
+    """The reference's odd-sized MLP (n = [19264, 301, 23177, 77, 385, 5], N = 43 209)."""
+    ts = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        ts += [TensorSpec(f"{2 * i}.weight", (b, a)), TensorSpec(f"{2 * i}.bias", (b,))]
+    return Inventory("mlp", ts)
+
+
+def files_of(cfg, inv, world_size, tag="ckpt"):
+    return {f.path: f.bytes for f in checkpoint_files(effective_config(cfg), inv, Cluster(world_size=world_size),
+                                                        tag=tag).files}
+
+
+# ------------------------------------------------------------------------------------------------
+# interval arithmetic, by hand
+
+def test_cluster_mtbf_is_node_mtbf_over_nodes():
+    # 10,000 h per node, 16 nodes -> 625 h = 2,250,000 s
+    assert cluster_mtbf(10_000 * 3600, 16) == pytest.approx(2_250_000.0)
+
+
+def test_young_daly_interval_by_hand():
+    # save 100 s, MTBF 2,250,000 s: sqrt(2 * 100 * 2.25e6) = sqrt(4.5e8) = 21,213.203 s
+    assert young_daly_interval(100.0, 2_250_000.0) == pytest.approx(21_213.2034, abs=1e-4)
+
+
+def test_lost_fraction_by_hand_and_balanced_at_the_optimum():
+    tau = 21_213.2034356
+    lf = lost_fraction(tau, 100.0, 2_250_000.0, 600.0)
+    assert lf["saving"] == pytest.approx(100 / 21_213.2034356)        # 0.4714 %
+    assert lf["rework"] == pytest.approx(21_213.2034356 / 4_500_000)  # 0.4714 %
+    assert lf["restart"] == pytest.approx(600 / 2_250_000)            # 0.0267 %
+    assert lf["total"] == pytest.approx(0.0047140 + 0.0047140 + 0.00026667, rel=1e-4)
+    # at the Young/Daly optimum the saving and rework terms are equal (d/dtau of their sum = 0)
+    assert lf["saving"] == pytest.approx(lf["rework"])
+    # any other interval loses more
+    assert lost_fraction(tau / 2, 100.0, 2_250_000.0, 600.0)["total"] > lf["total"]
+    assert lost_fraction(tau * 2, 100.0, 2_250_000.0, 600.0)["total"] > lf["total"]
+
+
+def test_recovery_cost_by_hand():
+    rc = recovery_cost(restart_s=300.0, load_s=56.0, interval_s=3600.0)
+    assert rc["expected_total"] == 300 + 56 + 1800
+    assert rc["worst_total"] == 300 + 56 + 3600
+
+
+def test_transfer_time():
+    assert transfer_time(112_423_657_472, 2e9) == pytest.approx(56.211828736)
+    with pytest.raises(ValueError):
+        transfer_time(1, 0)
+
+
+def test_plan_resilience_chain_by_hand():
+    # stage 0 fp32, 1e6 params -> one 12 MB model file
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1})
+    plan = checkpoint_plan(ec, from_param_count(1_000_000), Cluster(world_size=16, gpus_per_node=8),
+                           write_bandwidth=1e6, node_mtbf_hours=1000, restart_s=60, step_time_s=2.0, keep=2)
+    # file: module 4 MB + 2 moments 8 MB = 12,000,000 B (+ latest 16 B) -> 12.000016 s at 1 MB/s
+    assert plan.per_save_bytes == 12_000_000 + 16
+    assert plan.nodes == 2
+    res = plan.resilience()
+    mtbf = 1000 * 3600 / 2
+    assert res["cluster_mtbf_s"] == mtbf
+    tau = math.sqrt(2 * 12.000016 * mtbf)
+    assert res["interval_s"] == pytest.approx(tau)
+    assert res["interval_steps"] == round(tau / 2.0)
+    # reload: stage 0 model file is read by all 16 ranks (engine._load_checkpoint on every rank)
+    assert plan.load_s == pytest.approx((12_000_000 * 16 + 16) / 1e6)
+    assert res["lost_fraction"]["restart"] == pytest.approx((60 + plan.load_s) / mtbf)
+    # kept: the tag folder twice, `latest` once
+    assert plan.kept_bytes == 2 * 12_000_000 + 16
+
+
+# ------------------------------------------------------------------------------------------------
+# partition helpers (§3)
+
+def test_zero12_layout_reference_example():
+    # §3.1: N = 43 209, W = 2 -> N_pad = 43 212, P = 21 606
+    g = mlp().groups()[0]
+    assert zero12_group_layout(g, 2, 2, False) == (43_209, 43_212, 21_606)
+
+
+def test_zero3_sub_groups_reference_example():
+    # §3.2: sub_group_size = 10 000, W = 2 -> S = [21 372, 235]
+    g = mlp().groups()[0]
+    subs = zero3_sub_groups(g, 2, 10_000)
+    sizes = [sum(-(-g[j].numel // 2) for j in s) for s in subs]
+    assert sizes == [21_372, 235]
+
+
+# ------------------------------------------------------------------------------------------------
+# files per stage (by hand from §6; the W = 2 figures are engine measurements of §6 / tests/engine)
+
+ADAM = {"type": "AdamW", "params": {"lr": 1e-3}}
+
+
+def test_stage0_fp32_single_file():
+    # module 43 209 x 4 + exp_avg/exp_avg_sq 2 x 43 209 x 4 = 518 508; FusedAdam step is a python int
+    assert files_of({"optimizer": ADAM}, mlp(), 2) == {"ckpt/mp_rank_00_model_states.pt": 518_508, "latest": 4}
+
+
+def test_stage0_bf16_unfused_torch_adam_step_tensors():
+    # 14 x 43 209 = 604 926 + 6 param tensors x 4 B step = 604 950
+    cfg = {"bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}
+    assert files_of(cfg, mlp(), 1)["ckpt/mp_rank_00_model_states.pt"] == 604_950
+
+
+def test_stage2_bf16_names_and_bytes():
+    f = files_of({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "optimizer": ADAM}, mlp(), 2)
+    assert f == {
+        "ckpt/mp_rank_00_model_states.pt": 43_212 * 2,  # the padded flat buffer: 86 424
+        "ckpt/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt": 12 * 21_606,  # 259 272
+        "ckpt/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt": 12 * 21_606,
+        "zero_to_fp32.py": RECOVERY_SCRIPTS["zero_to_fp32.py"], "zero_to_torch.py": RECOVERY_SCRIPTS["zero_to_torch.py"],
+        "latest": 4,
+    }
+
+
+def test_stage1_fp16_torch_adam_has_step_and_no_bf16_prefix():
+    f = files_of({"fp16": {"enabled": True}, "zero_optimization": {"stage": 1},
+                  "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}, mlp(), 2)
+    assert f["ckpt/zero_pp_rank_1_mp_rank_00_optim_states.pt"] == 12 * 21_606 + 4
+
+
+def test_stage3_names_bytes_and_writers():
+    ec = effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}, "optimizer": ADAM})
+    res = checkpoint_files(ec, mlp(), Cluster(world_size=2), tag="ckpt")
+    by = {f.path: f for f in res.files}
+    # P3 = sum ceil(n_i / 2) = 21 607; 12 x P3 = 259 284
+    for r in (0, 1):
+        assert by[f"ckpt/zero_pp_rank_{r}_mp_rank_00_model_states.pt"].bytes == 0
+        assert by[f"ckpt/zero_pp_rank_{r}_mp_rank_00_model_states.pt"].rank == r
+        assert by[f"ckpt/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"].bytes == 259_284
+
+
+def test_stage3_nvme_offloaded_tensors():
+    inv = mlp((1024, 1031, 1029))
+    cfg = {"bf16": {"enabled": True}, "optimizer": ADAM,
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}
+    f = files_of(cfg, inv, 2)
+    # S = 527 872 + 516 + 530 450 + 515 = 1 059 353 -> A_256 = 1 059 584 -> x 4 = 4 238 336 (§6 measured)
+    for r in ("00", "01"):
+        for nm in ("0_3", "exp_avg-0_3", "exp_avg_sq-0_3"):
+            assert f[f"ckpt/offloaded_tensors/rank{r}/{nm}.tensor.swp"] == 4_238_336
+    assert f["ckpt/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"] == 0
+
+
+def test_unsupported_config_saves_nothing():
+    ec = effective_config({"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}})
+    res = checkpoint_files(ec, mlp(), Cluster(world_size=1))
+    assert res.files == [] and res.unsupported
+
+
+def test_save_16bit_model_stage3():
+    cl = Cluster(world_size=2)
+    off = save_16bit_model_plan(effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}),
+                                mlp(), cl)
+    assert off.writes is False and off.bytes == 0
+    on = save_16bit_model_plan(effective_config({"bf16": {"enabled": True}, "zero_optimization": {
+        "stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}), mlp(), cl)
+    assert on.writes and on.bytes == 43_209 * 2
+    # largest module gathered: layer "2" = 77 x 301 + 77 -> (11 589 + 39) x 2 ranks x 2 B = 46 512
+    assert on.gather_accelerator_bytes == (11_589 + 39) * 2 * 2
+    assert on.host_bytes_rank0 == 43_209 * 2
+
+
+def test_world_size_change_note():
+    z2 = checkpoint_plan(effective_config({"zero_optimization": {"stage": 2}}), mlp(), Cluster(world_size=4))
+    assert any("universal" in n for n in z2.to_dict()["notes"])
+    z0 = checkpoint_plan(effective_config({}), mlp(), Cluster(world_size=4))
+    assert not any("ds_to_universal" in n for n in z0.to_dict()["notes"])
+
+
+# ------------------------------------------------------------------------------------------------
+# C09-checkpoint-size-8b
+
+def _c09_figures():
+    with open(os.path.join(C09, "expect.json")) as fh:
+        return {f["name"]: f for f in json.load(fh)["figures"]}
+
+
+@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
+def test_case_C09_checkpoint_size_8b():
+    """8,030,261,248 params, W = 1, ZeRO-2 bf16 CPU offload: 2 B/param model file, 12 B/param optim file."""
+    fig = _c09_figures()
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "1", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    files = {f["name"]: f["bytes"] for f in d["files"]}
+    model = files["mp_rank_00_model_states.pt"]
+    optim = files["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+    assert model == pytest.approx(16_060_522_496, rel=0.02)
+    assert optim == pytest.approx(96_363_134_976, rel=0.02)
+    assert model == pytest.approx(fig["model-states file bytes"]["value"], rel=fig["model-states file bytes"]["rel_tol"])
+    assert optim == pytest.approx(fig["optimizer-states file bytes"]["value"],
+                                  rel=fig["optimizer-states file bytes"]["rel_tol"])
+    # total per save about 112.4 GB (104.7 GiB)
+    assert d["per_save_bytes"] == pytest.approx(112.4e9, rel=0.001)
+    assert sorted(files) == sorted(["mp_rank_00_model_states.pt", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                    "zero_to_fp32.py", "zero_to_torch.py", "latest"])
+
+
+def test_checkpoint_cli_text_and_bad_bandwidth():
+    cfg = os.path.join(C09, "config.json") if os.path.isdir(C09) else None
+    if cfg is None:
+        pytest.skip("C09 not present")
+    r = CliRunner().invoke(main, ["checkpoint", cfg, "--params", "1000000", "--write-bandwidth", "2GB/s",
+                                  "--node-mtbf-hours", "20000", "--world-size", "8"])
+    assert r.exit_code == 0, r.output
+    assert "Young/Daly" in r.output and "bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt" in r.output
+    r = CliRunner().invoke(main, ["checkpoint", cfg, "--params", "10", "--write-bandwidth", "fast"])
+    assert r.exit_code == 2
