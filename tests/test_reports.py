@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -294,3 +297,174 @@ def test_progress_draws_on_a_terminal(monkeypatch):
     t = _FakeTTY(True)
     assert sum(track(range(5), "summing", stream=t)) == 10
     assert "summing" in t.buf.getvalue()
+
+
+# --- HTML report: content, atomic writes, real headless Chromium --------------------------------
+
+NVME_SAMPLE = SAMPLES / "zero_infinity_nvme.json"
+REPORT_ARGS = ["--model", "llama-3.2-1b", "--world-size", "8", "--gpus-per-node", "8", "--gpu-memory", "80GB",
+               "--host-memory", "512GB"]
+
+
+def _report(out: Path, *extra: str, cfg: Path = NVME_SAMPLE):
+    p = run_cli(["report", str(cfg), *REPORT_ARGS, "-o", str(out), *extra])
+    if "NotImplementedError" in p.stderr:
+        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+    return p
+
+
+def _estimate_nvme():
+    from advisor.estimate import Capacity, estimate
+    from advisor.ledger import Cluster
+    from advisor.loading import load_config
+    from advisor.models import resolve_model
+
+    try:
+        return estimate(load_config(str(NVME_SAMPLE)), resolve_model("llama-3.2-1b"), Cluster(8, 8),
+                        Capacity(80 * 10**9, 512 * 10**9, None))
+    except NotImplementedError:
+        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+
+
+def test_tier_bars_match_the_estimate():
+    pytest.importorskip("matplotlib")
+    from advisor.html_report import tier_bars
+
+    r = _estimate_nvme()
+    bars = tier_bars(r)
+    assert [b.tier for b in bars] == ["accelerator", "host", "nvme"]
+    acc, host, nvme = bars
+    (role,) = r.roles  # ZeRO-3 with 8 equal ranks: one role
+    assert role.ranks == list(range(8))
+    assert acc.classes == {c: v for c, v in role.tiers()["accelerator"].items() if c != "total"}
+    # host and NVMe are one node's 8 ranks, as the fit rows count them
+    assert host.classes["gradients"] == 8 * role.tiers()["host"]["gradients"]
+    assert nvme.total == 8 * role.tiers()["nvme"]["total"] == next(f.need for f in r.fit if f.tier == "nvme")
+    assert nvme.classes["parameters"] == 0 and nvme.classes["optimizer_states"] > 0
+    assert acc.capacity == 80 * 10**9 and host.capacity == 512 * 10**9 and nvme.capacity is None
+
+
+def test_report_html_is_self_contained(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.html"
+    p = _report(out)
+    assert p.returncode == 0, p.stderr
+    text = out.read_text()
+    # No network: no scripts, and every src/href is a fragment or a data: URI.
+    assert "<script" not in text.lower()
+    refs = re.findall(r"""(?:src|href|xlink:href)\s*=\s*["']?([^"' >]+)""", text, re.I)
+    assert all(x.startswith(("#", "data:")) for x in refs), [x for x in refs if not x.startswith(("#", "data:"))]
+    assert "@import" not in text and "url(http" not in text and "@font-face" not in text
+    assert len(re.findall(r'id="tier-bar-(accelerator|host|nvme)"', text)) == 3
+    assert 'id="capacity-accelerator"' in text and 'id="capacity-host"' in text and 'id="capacity-nvme"' not in text
+    assert 'id="movement-chart"' in text or "id=movement-chart" in text
+    assert "M100" in text and "DOES NOT FIT" in text  # 418 GB needed per rank against 80 GB
+    assert "DeepSpeedZeroOptimizer_Stage3" in text  # assumptions section
+    assert "id=checkpoint" in text
+
+
+def test_report_refuses_to_overwrite_without_force(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.html"
+    out.write_text("keep me")
+    p = _report(out)
+    assert p.returncode == 2 and "exists; give --force" in p.stderr
+    assert out.read_text() == "keep me"
+    p = _report(out, "--force")
+    assert p.returncode == 0, p.stderr
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert [x.name for x in tmp_path.iterdir()] == ["report.html"]  # no temporary file left behind
+
+
+def test_write_atomic(tmp_path, monkeypatch):
+    from advisor import html_report
+    from advisor.html_report import write_atomic
+
+    target = tmp_path / "r.html"
+    write_atomic(str(target), "one")
+    assert target.read_text() == "one"
+    with pytest.raises(FileExistsError):
+        write_atomic(str(target), "two")
+    assert target.read_text() == "one"
+    write_atomic(str(target), "three", force=True)
+    assert target.read_text() == "three"
+
+    # A failure while writing leaves the old file whole and no temporary file.
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(html_report.os, "fsync", boom)
+    with pytest.raises(OSError):
+        write_atomic(str(target), "four" * 1000, force=True)
+    assert target.read_text() == "three"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["r.html"]
+
+
+def test_report_cli_needs_a_model(tmp_path):
+    p = run_cli(["report", str(NVME_SAMPLE), "-o", str(tmp_path / "x.html")])
+    assert p.returncode == 2 and "--model" in p.stderr
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_lint_and_estimate_do_not_import_matplotlib():
+    code = ("import sys, runpy; sys.argv=['ds-advisor','lint',%r,'--format','sarif'];"
+            "from advisor.cli import main\ntry: main()\nexcept SystemExit: pass\n"
+            "bad=[m for m in ('matplotlib','torch','deepspeed') if m in sys.modules]; print('IMPORTED', bad)")
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", code % str(NVME_SAMPLE)], capture_output=True, text=True, cwd=ROOT)
+    assert "IMPORTED []" in p.stdout, p.stdout[-500:] + p.stderr[-2000:]
+
+
+CHROMIUM = next((c for c in ("chromium", "chromium-browser") if shutil.which(c)), None)
+
+
+def _chromium(args: list[str], timeout: float = 120):
+    import subprocess
+
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+            "--hide-scrollbars", "--enable-logging=stderr", "--v=0", "--user-data-dir=" + tempfile.mkdtemp()]
+    return subprocess.run(base + args, capture_output=True, text=True, timeout=timeout)
+
+
+def _console_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
+def test_report_in_headless_chromium(tmp_path, tmp_path_factory, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.html"
+    p = _report(out)
+    assert p.returncode == 0, p.stderr
+    url = out.as_uri()
+
+    # Control: the log scan sees a console error when a page has one.
+    ctl = tmp_path / "control.html"
+    ctl.write_text("<!DOCTYPE html><link rel=icon href='data:,'><script>console.error('ds-advisor-control')"
+                   "</script><p>x")
+    c = _chromium(["--dump-dom", ctl.as_uri()])
+    assert any("ds-advisor-control" in ln for ln in _console_lines(c.stderr)), c.stderr[-3000:]
+
+    d = _chromium(["--dump-dom", url])
+    assert d.returncode == 0, d.stderr[-3000:]
+    assert _console_lines(d.stderr) == []
+    dom = d.stdout
+    bars = re.findall(r'<g id="tier-bar-([a-z]+)"', dom)
+    assert sorted(bars) == ["accelerator", "host", "nvme"]  # one bar per tier, in the rendered DOM
+    segs = set(re.findall(r'<g id="seg-(nvme-[a-z_]+)"', dom))
+    assert segs == {"nvme-gradients", "nvme-master_weights", "nvme-optimizer_states"}
+    assert re.search(r'<g id="capacity-accelerator"', dom) and not re.search(r'<g id="capacity-nvme"', dom)
+
+    art = Path(os.environ.get("DS_ADVISOR_ARTIFACTS") or tmp_path_factory.mktemp("artifacts"))
+    art.mkdir(parents=True, exist_ok=True)
+    shot = art / "report.png"
+    s = _chromium(["--window-size=1280,2400", f"--screenshot={shot}", url])
+    assert s.returncode == 0, s.stderr[-3000:]
+    assert _console_lines(s.stderr) == []
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (w, h) == (1280, 2400) and len(png) > 50_000  # a rendered page, not a blank one
+    with capsys.disabled():
+        print(f"\n[ci-artifact] HTML report screenshot: {shot}\n[ci-artifact] HTML report: {out}")
