@@ -6,9 +6,11 @@ each optimizer param group and a tensor straddling two ranks' slices belongs to 
 
 Sources of an inventory:
 * a model preset or a Hugging Face ``config.json`` (``advisor.models``);
-* ``--params N``: one synthetic param group made of a single tensor of N elements
-  (:func:`from_param_count`) — exact for per-rank model-state totals up to the placement of
-  tensor boundaries, which a bare count cannot know;
+* ``--params N``: one param group of synthetic tensors of at most PARAM_CHUNK elements
+  (:func:`from_param_count`), the size of a 4096 x 4096 projection. A bare count cannot know
+  where tensor boundaries fall; this split gives what a transformer of that size gets (ZeRO-1/2
+  keep the gradients of each tensor touching a rank's slice, so one giant tensor would mean
+  every rank keeps all gradients; ZeRO-3 sub-groups and NVMe buffers are sized by tensors);
 * an inventory JSON file (``schemas/inventory.schema.json``), e.g. exported from a live model
   with :func:`from_module` (the only function here that touches torch, imported lazily).
 """
@@ -90,14 +92,25 @@ class Inventory:
         }
 
 
-def from_param_count(n: int, name: str | None = None) -> Inventory:
-    """A one-tensor inventory of ``n`` trainable elements (``--params N``).
+#: Largest synthetic tensor for ``--params`` (elements): a 4096 x 4096 projection. A power
+#: of two, so ZeRO-3's per-tensor padding to the world size is zero for power-of-two worlds.
+PARAM_CHUNK = 1 << 24
+
+
+def from_param_count(n: int, name: str | None = None, chunk: int = PARAM_CHUNK) -> Inventory:
+    """An inventory of ``n`` trainable elements (``--params N``) in one param group: tensors of
+    ``chunk`` elements and one remainder tensor (see the module docstring for why).
 
     Raises ModelSpecError for n < 1.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ModelSpecError(f"--params must be a positive integer, got {n!r}")
-    return Inventory(name=name or f"{n} parameters", tensors=[TensorSpec("params", (n,))], source="--params")
+    full, rest = divmod(n, chunk)
+    tensors = [TensorSpec(f"params.{i}", (chunk,)) for i in range(full)]
+    if rest:
+        tensors.append(TensorSpec(f"params.{full}", (rest,)))
+    return Inventory(name=name or f"{n:,} parameters", tensors=tensors, source="--params",
+                     meta={"params": n, "chunk": chunk})
 
 
 def from_dict(d: Any, source: str) -> Inventory:

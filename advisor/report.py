@@ -96,7 +96,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
     console = Console(file=stream, no_color=not _use_color(stream), force_terminal=False,
                       width=max(100, getattr(stream, "columns", 0) or 100), highlight=False)
     d = result.to_dict()
-    with console.capture() as cap:
+    with console.capture() as captured:
         m = d["model"]
         cl = d["cluster"]
         console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({m['parameters']:,} parameters, "
@@ -180,4 +180,4 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(f"  {f['severity']} {f['code']} {f['pointer']}: {f['message']}")
                 if f["fix"]:
                     console.print(f"      fix: {f['fix']}")
-    return cap.get().rstrip("\n")
+    return captured.get().rstrip("\n")

@@ -124,7 +124,7 @@ def test_C08_pinned_buffers_exceed_host_params():
     buffers of the case, and a pinned total of at least 41.4e9 (§5.2)."""
     config, exp = case("C08-pinned-buffers-exceed-host")
     floor = next(f for f in exp["figures"] if "host total" in f["name"])
-    led = ledger(config, from_param_count(6_700_000_000), 1)
+    led = ledger(config, Inventory("one tensor", [TensorSpec("params", (6_700_000_000,))]), 1)
     it = items(led, 0, "host_pinned")
     # 5 x A_512(1e9) x 2 B (partitioned_param_swapper.py _configure_aio)
     assert it["param_swap_buffers"] == 5 * 1_000_000_000 * 2 == 10_000_000_000
