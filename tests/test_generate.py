@@ -1,0 +1,305 @@
+"""ds-advisor generate: choices that follow from hand arithmetic, lint-clean and DeepSpeed-parsable
+configs, no overwrite without --force, atomic writes, exit 1 with a suggestion when nothing fits.
+
+Byte counts per parameter (reference ../shared/reference/deepspeed-0.19.8-state-accounting.md
+section 9, bf16 + Adam): stage 0 = 2 (params) + 4 (fp32 master) + 8 (moments) + 2 (grads) + 4
+(fp32 grads in the step) = 20 B; ZeRO-1 = 2 + 2 (full grads until the boundary reduce) + 16/W
+(+ kept grads ~2/W); ZeRO-2 = 2 + 2/W (kept grads) + 16/W; ZeRO-3 = 18/W. Published parameter
+counts: Llama-3.2-1B 1,235,814,400; Llama-3.1-8B 8,030,261,248; Llama-3.1-70B 70,553,706,496.
+Usable memory = capacity x (1 - 10 % margin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from advisor import generate as gen
+from advisor.effective import effective_config
+from advisor.hardware import from_dict, resolve_hardware
+from advisor.ledger import Cluster, Plan, compute_ledger
+from advisor.lint import lint_config
+from advisor.loading import parse_text
+from advisor.models import resolve_model
+from tests.conftest import run_cli
+
+N_1B = 1_235_814_400
+N_8B = 8_030_261_248
+N_70B = 70_553_706_496
+
+
+def _hw(spec: dict | str, nodes: int, g: int):
+    hw = resolve_hardware(spec) if isinstance(spec, str) else from_dict(spec, "<test>")
+    return replace(hw, nodes=nodes, accelerators_per_node=g)
+
+
+def _search(model: str, hw, nodes: int, g: int, batch: int, seq: int, **kw):
+    inv = resolve_model(model)
+    req = gen.Request(global_batch=batch, seq_len=seq, nodes=nodes, gpus_per_node=g, **kw)
+    return inv, req, gen.search(inv, hw, req)
+
+
+# ---------------------------------------------------------------------------------------------
+# choices from arithmetic
+
+
+def test_fits_unsharded_picks_stage_0_or_1():
+    # 1B on one H100 node: stage 0 model states 20 B x 1,235,814,400 = 24.7 GB (+1 GB all-reduce bucket)
+    # against 80 GB x 0.9 = 72 GB usable: fits unsharded with room for a micro-batch of 1024 tokens.
+    assert 20 * N_1B + 1e9 < 72e9
+    inv, req, res = _search("llama-3.2-1b", _hw("dgx-h100", 1, 8), 1, 8, 64, 1024)
+    assert inv.numel == N_1B
+    assert res.best.combo.stage in (0, 1)
+    assert any(c.combo.stage == 0 for c in res.ranked)
+
+
+def test_needs_sharding_picks_stage_2_or_3():
+    # 8B on 8 x L40S (48 GB -> 43.2 GB usable): stage 0 needs 20 x 8.03e9 = 160.6 GB; ZeRO-1 needs at
+    # least (2 + 2 + 16/8) x 8.03e9 = 48.2 GB > 43.2 GB; ZeRO-2 needs about (2 + 2/8 + 16/8) x 8.03e9
+    # = 34.1 GB; ZeRO-3 18/8 x 8.03e9 = 18.1 GB. No host memory in the preset: no offload.
+    assert (2 + 2 + 16 / 8) * N_8B > 48e9 * 0.9 > (2 + 2 / 8 + 16 / 8) * N_8B
+    inv, req, res = _search("llama-3.1-8b", _hw("l40s", 1, 8), 1, 8, 8, 512)
+    assert inv.numel == N_8B
+    assert res.best.combo.stage in (2, 3)
+    assert {c.combo.stage for c in res.ranked} <= {2, 3}
+    stage1 = [c for c in res.rejected if c.combo.stage == 1]
+    assert stage1 and all(c.rejection.tier == "accelerator" and c.rejection.need > 48.2e9 for c in stage1)
+
+
+def test_too_large_for_all_accelerators_picks_offload():
+    # 70B on one node of 8 x H100: model states without offload are at least 16 B x 70.55e9 = 1,129 GB
+    # (2 params + 2 grads + 12 optimizer, ZeRO-3 sharded over 8) > 8 x 72 GB = 576 GB usable in total.
+    assert 16 * N_70B > 8 * 80e9 * 0.9
+    inv, req, res = _search("llama-3.1-70b", _hw("dgx-h100", 1, 8), 1, 8, 8, 1024)
+    assert inv.numel == N_70B
+    assert res.best.combo.stage == 3 and res.best.combo.offload_optimizer != "none"
+    assert all(c.combo.offload_optimizer != "none" for c in res.ranked)
+
+
+READ_ORIENTED = {"name": "qlc", "mounts": ["/mnt/qlc"], "capacity_bytes": 200_000_000_000_000,
+                 "read_bytes_per_s": 50_000_000_000, "write_bytes_per_s": 40_000_000_000, "access": "read-oriented"}
+READ_WRITE = {"name": "tlc", "mounts": ["/mnt/tlc"], "capacity_bytes": 30_000_000_000_000,
+              "read_bytes_per_s": 7_000_000_000, "write_bytes_per_s": 3_800_000_000, "access": "read-write"}
+
+
+def test_read_oriented_tier_never_holds_optimizer_state():
+    # Host 400 GB (360 GB usable): optimizer on CPU needs 12 B x 70.55e9 = 847 GB of host memory per
+    # node, so the optimizer must go to NVMe; the read-oriented tier is larger and faster, but only
+    # the read-write one may take the write-active swap files.
+    assert 12 * N_70B > 400e9 * 0.9
+    spec = {"base": "dgx-h100", "host_memory_bytes": 400_000_000_000, "storage": [READ_ORIENTED, READ_WRITE]}
+    inv, req, res = _search("llama-3.1-70b", _hw(spec, 1, 8), 1, 8, 8, 1024)
+    assert res.best.combo.offload_optimizer == "nvme"
+    assert res.nvme_path.startswith("/mnt/tlc/")
+    for c in res.ranked:
+        for sect in ("offload_optimizer", "offload_param"):
+            path = c.config["zero_optimization"].get(sect, {}).get("nvme_path")
+            assert path is None or not path.startswith("/mnt/qlc")
+
+
+def test_only_read_oriented_storage_means_no_nvme_plan():
+    spec = {"base": "dgx-h100", "storage": [READ_ORIENTED]}
+    inv, req, res = _search("llama-3.1-70b", _hw(spec, 1, 8), 1, 8, 8, 1024)
+    assert all("nvme" not in (c.combo.offload_optimizer, c.combo.offload_param) for c in res.ranked)
+    assert any("read-oriented" in n for n in res.notes)
+
+
+def test_global_batch_is_reached_exactly():
+    inv, req, res = _search("llama-3.2-1b", _hw("dgx-h100", 2, 8), 2, 8, 96, 1024)
+    for c in res.ranked:
+        assert c.micro * c.ga * 16 == 96
+        assert c.config["train_batch_size"] == 96
+
+
+def test_hidden_size_scaled_buckets():
+    # HF integration: reduce_bucket_size = h^2, prefetch = int(0.9 h^2), persistence = 10 h (h = 8192)
+    inv, req, res = _search("llama-3.1-70b", _hw("dgx-h100", 1, 8), 1, 8, 8, 1024)
+    z = res.best.config["zero_optimization"]
+    assert z["reduce_bucket_size"] == 67_108_864
+    assert z["stage3_prefetch_bucket_size"] == 60_397_977
+    assert z["stage3_param_persistence_threshold"] == 81_920
+
+
+# ---------------------------------------------------------------------------------------------
+# the closed-form states agree with the ledger where both count the same items
+
+
+@pytest.mark.parametrize("combo", [gen.Combo(0), gen.Combo(1), gen.Combo(1, "cpu"), gen.Combo(2), gen.Combo(2, "cpu"),
+                                   gen.Combo(3), gen.Combo(3, "cpu"), gen.Combo(3, "cpu", "cpu"),
+                                   gen.Combo(3, "none", "cpu")])
+@pytest.mark.parametrize("w", [3, 8])
+def test_closed_form_matches_ledger(combo, w):
+    inv = resolve_model("llama-3.2-1b")
+    req = gen.Request(global_batch=4 * w, seq_len=512, nodes=1, gpus_per_node=w)
+    ec = effective_config(gen.build_config(combo, 2, 2, w, "none", inv, req, None))
+    mine = gen.model_states(ec, inv, w)
+    led = compute_ledger(Plan(ec, inv, Cluster(w, w)))
+    for tier in ("accelerator", "host_pinned", "host_pageable", "nvme"):
+        excluded = sum(b for t, item, b in mine.items if t == tier and (
+            item in gen.LEDGER_EXCLUDED or (item == "lp_grads" and combo.stage == 1)))
+        assert getattr(mine, tier) - excluded == max(rl.total(tier) for rl in led.ranks), tier
+
+
+# ---------------------------------------------------------------------------------------------
+# configs: lint clean, accepted by DeepSpeed
+
+
+SCENARIOS = [
+    ("llama-3.2-1b", "dgx-h100", 1, 8, 64, 1024),
+    ("llama-3.1-8b", "l40s", 1, 8, 8, 512),
+    ("llama-3.1-70b", "dgx-h100", 1, 8, 8, 1024),
+    ("llama-3.1-70b", {"base": "dgx-h100", "host_memory_bytes": 400_000_000_000,
+                       "storage": [READ_ORIENTED, READ_WRITE]}, 1, 8, 8, 1024),
+]
+
+
+def _configs():
+    out = []
+    for model, spec, n, g, b, s in SCENARIOS:
+        inv, req, res = _search(model, _hw(spec, n, g), n, g, b, s)
+        for c in res.ranked[:5]:
+            out.append((inv, n * g, c.config, gen.build_config(c.combo, c.micro, c.ga, n * g, c.checkpointing, inv,
+                                                                replace(req, hf=True), res.nvme_path, hf=True), c))
+    return out
+
+
+@pytest.fixture(scope="module")
+def configs():
+    return _configs()
+
+
+def test_configs_lint_clean(configs):
+    stages = set()
+    for inv, w, cfg, hf_cfg, c in configs:
+        stages.add((c.combo.stage, c.combo.offload_optimizer, c.combo.offload_param))
+        for data, hf in ((cfg, False), (hf_cfg, True)):
+            loaded = parse_text(json.dumps(data, indent=2), "<generated>")
+            bad = [f for f in lint_config(loaded, world_size=w, inventory=inv, hf=hf)
+                   if f.severity in ("warning", "error")]
+            assert not bad, (c.combo, hf, [(f.code, f.message) for f in bad])
+    assert len({s[0] for s in stages}) >= 3  # several stages and offload kinds covered
+    assert any(s[1] == "nvme" for s in stages)
+
+
+def test_hf_auto_resolves_to_the_concrete_config(configs):
+    from advisor.hf import TrainerArgs, trainer_fill
+
+    for inv, w, cfg, hf_cfg, c in configs[:8]:
+        args = TrainerArgs(per_device_train_batch_size=c.micro, gradient_accumulation_steps=c.ga, bf16=True,
+                           world_size=w, learning_rate=1e-3, weight_decay=0.01, max_grad_norm=1.0)
+        filled, findings = trainer_fill(json.loads(json.dumps(hf_cfg)), args,
+                                        hidden_size=inv.meta["hidden_size"])
+        assert not [f for f in findings if f.severity == "error"]
+        for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                  "gradient_clipping", "bf16"):
+            assert filled[k] == cfg[k], k
+        for k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"):
+            assert filled["zero_optimization"].get(k) == cfg["zero_optimization"].get(k), k
+
+
+def test_deepspeed_parser_accepts(configs, monkeypatch):
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime import config as ds_config
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    # no process group here: DeepSpeedConfig falls back to world size 1 when dist.get_rank() raises;
+    # a rank and an mpu with the data-parallel size make it check the batch triple at the real size.
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+
+    class _Mpu:
+        def __init__(self, w):
+            self.w = w
+
+        def get_data_parallel_world_size(self):
+            return self.w
+
+        def get_sequence_parallel_world_size(self):
+            return 1
+
+        def get_model_parallel_world_size(self):
+            return 1
+
+    for inv, w, cfg, hf_cfg, c in configs:
+        ds = DeepSpeedConfig(json.loads(json.dumps(cfg)), mpu=_Mpu(w))
+        assert ds.zero_optimization_stage == c.combo.stage
+        assert ds.train_batch_size == c.micro * c.ga * w
+        assert ds.gradient_accumulation_steps == c.ga
+        assert ds.bfloat16_config.enabled
+        if c.combo.stage == 3 and c.combo.offload_optimizer != "none":
+            assert ds.zero_config.offload_optimizer.device == c.combo.offload_optimizer
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: output, overwrite, atomic write, nothing fits
+
+
+ARGS = ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+        "--global-batch", "64", "--seq-len", "1024"]
+
+
+def test_cli_stdout_is_the_config_and_table_on_stderr():
+    p = run_cli(ARGS)
+    assert p.returncode == 0, p.stderr
+    cfg = json.loads(p.stdout)
+    assert cfg["zero_optimization"]["stage"] in (0, 1)
+    assert "step s" in p.stderr and "why" in p.stderr
+
+
+def test_cli_no_overwrite_without_force(tmp_path):
+    out = tmp_path / "ds.json"
+    out.write_text("keep me")
+    p = run_cli(ARGS + ["--output", str(out)])
+    assert p.returncode == 2 and "exists" in p.stderr
+    assert out.read_text() == "keep me"
+    p = run_cli(ARGS + ["--output", str(out), "--force"])
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["train_batch_size"] == 64
+    assert sorted(os.listdir(tmp_path)) == ["ds.json"]  # no temporary file left behind
+
+
+def test_write_atomic_uses_a_temp_file_in_the_same_folder(tmp_path, monkeypatch):
+    seen = []
+    real_link, real_replace = os.link, os.replace
+
+    def link(src, dst):
+        seen.append((os.path.dirname(src), open(src).read()))
+        return real_link(src, dst)
+
+    def rep(src, dst):
+        seen.append((os.path.dirname(src), open(src).read()))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", rep)
+    dest = tmp_path / "c.json"
+    gen.write_atomic(str(dest), "{}\n")
+    with pytest.raises(FileExistsError):
+        gen.write_atomic(str(dest), "{\"x\": 1}\n")
+    assert dest.read_text() == "{}\n"
+    gen.write_atomic(str(dest), "{\"x\": 1}\n", force=True)
+    assert dest.read_text() == "{\"x\": 1}\n"
+    assert seen == [(str(tmp_path), "{}\n"), (str(tmp_path), "{\"x\": 1}\n")]
+    assert os.listdir(tmp_path) == ["c.json"]
+
+
+def test_cli_nothing_fits_exit_1_with_suggestion(tmp_path):
+    # 405B on one node, no storage tier: even all offloaded to host, ZeRO-3 needs (2 params + 2 grad buffer
+    # + 4 fp32 grads + 12 master/moments) x 405.85e9 = 8.1 TB of host memory > 2 TB x 0.9.
+    assert 20 * 405_853_388_800 > 2e12 * 0.9
+    spec = tmp_path / "hw.json"
+    spec.write_text(json.dumps({"base": "dgx-h100", "storage": []}))
+    out = tmp_path / "ds.json"
+    p = run_cli(["generate", "--model", "llama-3.1-405b", "--hardware", str(spec), "--nodes", "1",
+                 "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "2048", "--output", str(out)])
+    assert p.returncode == 1, p.stderr
+    assert "suggestion: more GPUs" in p.stderr
+    assert "suggestion: an NVMe tier" in p.stderr
+    assert not out.exists()
+
+
+def test_cli_bad_global_batch_is_usage_error():
+    p = run_cli(ARGS[:-4] + ["--global-batch", "60", "--seq-len", "1024"])
+    assert p.returncode == 2 and "multiple of the data-parallel size 8" in p.stderr
