@@ -482,6 +482,16 @@ class CheckpointPlan:
             return cluster_mtbf(self.node_mtbf_s, self.nodes)
         return None
 
+    def largest_writer(self) -> dict[str, Any]:
+        """The rank that writes the most bytes per save. ``save_s`` divides the whole save by the
+        storage's aggregate bandwidth; when one rank writes most of it (ZeRO-0/1/2: rank 0 alone
+        writes the 16-bit model file), a single client's bandwidth may bound the save instead."""
+        pr = self.files.per_rank_bytes()
+        if not pr:
+            return {"rank": None, "bytes": 0, "share": 0.0}
+        r = max(pr, key=lambda k: pr[k])
+        return {"rank": r, "bytes": pr[r], "share": pr[r] / max(1, self.per_save_bytes)}
+
     def resilience(self) -> dict[str, Any] | None:
         save, mtbf = self.save_s, self.mtbf_s
         if save is None or mtbf is None:
@@ -510,6 +520,7 @@ class CheckpointPlan:
             "unsupported": f.unsupported,
             "files": [x.to_dict() for x in f.files],
             "per_rank_bytes": {str(k): v for k, v in sorted(f.per_rank_bytes().items())},
+            "largest_writer": self.largest_writer(),
             "per_save_bytes": self.per_save_bytes,
             "keep": self.keep,
             "kept_bytes": self.kept_bytes,
@@ -561,6 +572,12 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
                           step_time_s=step_time_s, restart_s=restart_s, notes=notes)
 
 
+def checkpoint_for(plan: Any) -> CheckpointPlan:
+    """``checkpoint_plan`` for an ``advisor.ledger.Plan`` (sizes only: no bandwidth or MTBF), the
+    entry point the HTML report and the estimate view look for."""
+    return checkpoint_plan(plan.config, plan.inventory, plan.cluster)
+
+
 # ------------------------------------------------------------------------------------------------
 # text view
 
@@ -608,6 +625,10 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
     if s16.gather_accelerator_bytes:
         lines.append(f"    gather spike: {_size(s16.gather_accelerator_bytes)} accelerator on every rank (largest "
                      f"module), {_size(s16.host_bytes_rank0)} host on rank 0")
+    lw = plan.largest_writer()
+    if plan.world_size > 1 and lw["share"] > 2.0 / plan.world_size:
+        lines.append(f"  rank {lw['rank']} writes {_size(lw['bytes'])} ({lw['share']:.0%} of the save) by itself: "
+                     "one client's bandwidth may bound the save time below")
     if plan.write_bandwidth:
         lines.append(f"  write at {plan.write_bandwidth / 1e9:,.2f} GB/s: {_fmt_s(plan.save_s)}; "
                      f"restart reads {_size(f.read_bytes)} at {(plan.read_bandwidth or 0) / 1e9:,.2f} GB/s: "

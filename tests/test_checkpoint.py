@@ -240,3 +240,17 @@ def test_checkpoint_cli_text_and_bad_bandwidth():
     assert "Young/Daly" in r.output and "bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt" in r.output
     r = CliRunner().invoke(main, ["checkpoint", cfg, "--params", "10", "--write-bandwidth", "fast"])
     assert r.exit_code == 2
+
+
+def test_largest_writer_and_plan_entry_point_by_hand():
+    from advisor.checkpoint import checkpoint_for
+    from advisor.ledger import Plan
+
+    ec = effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "optimizer": ADAM})
+    d = checkpoint_for(Plan(ec, mlp(), Cluster(world_size=4))).to_dict()
+    # W = 4: N_pad = A_8(43 209) = 43 216, P = 10 804. Rank 0: model 43 216 x 2 = 86 432, its optim file
+    # 12 x 10 804 = 129 648, the two scripts 38 580 + 2 490 and `latest` (len("global_step") + 5 = 16).
+    assert d["largest_writer"]["rank"] == 0
+    assert d["largest_writer"]["bytes"] == 86_432 + 129_648 + 38_580 + 2_490 + 16
+    assert d["per_rank_bytes"]["3"] == 129_648
+    assert d["per_save_bytes"] == 86_432 + 4 * 129_648 + 38_580 + 2_490 + 16
