@@ -30,7 +30,7 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   NVMe: written after each step (``_partitioned_params_swap_out``), ``A'(p_i) * D`` bytes with
   ``A'`` = round up to ``1024 / D`` elements, and read on every fetch. Frozen parameters are never
   moved into the ``max_in_cpu`` buffer (it is built from the trainable groups only): on NVMe
-  they are read, never written [S].
+  they are read, never written (measured in tests/engine).
 * ZeRO-Offload PCIe traffic [S]: stage 1/2 copies each gradient partition to host as fp32
   (``stage_1_and_2.py`` ``async_inplace_copy_grad_to_fp32_buffer_from_gpu``) and the updated
   16-bit partition back (``param_buffer_of_bit16_for_cpu_offload_groups``); stage 3 copies the
@@ -436,10 +436,13 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
             z.prefetch_bucket_size > 0,
             f"trainable NVMe partitions read on every {fetch_words} fetch: GA x {fetches} x sum A_{kp}(p_i) x D",
             psrc, path=path, first_step_bytes=first * wbytes if first else None)
+        # Frozen: the first-step backward re-fetch happens only where a gradient flows through the
+        # layer (not for leading frozen layers such as embeddings); the inventory has no graph, so
+        # the first step is counted like the others (measured: a frozen first layer, no re-fetch).
         add(NVME, "read", "parameters", "frozen_params", ga * fetches * fbytes, "forward", z.prefetch_bucket_size > 0,
             f"frozen partitions (never put in the max_in_cpu buffer) read on every {fetch_words} fetch, never written: "
-            f"GA x {fetches} x sum A_{kp}(p_i) x D", psrc + " [S for frozen]", path=path,
-            first_step_bytes=first * fbytes if first else None)
+            f"GA x {fetches} x sum A_{kp}(p_i) x D", psrc + "; tests/engine/test_nvme_traffic.py (frozen layer)",
+            path=path)
     return rows
 
 
