@@ -604,3 +604,61 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
                            step_time_s=step_time, restart_s=restart_seconds)
     click.echo(json.dumps(plan.to_dict(), indent=2) if fmt == "json" else checkpoint_text(plan))
     sys.exit(EXIT_OK)
+
+
+@main.command()
+@click.argument("spec", required=False)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def hardware(spec, fmt):
+    """List built-in hardware presets, or show one preset / JSON spec file (SPEC) in full."""
+    import json
+    from dataclasses import asdict
+
+    from advisor.hardware import list_hardware, resolve_hardware
+
+    try:
+        hws = [resolve_hardware(spec)] if spec else list_hardware()
+    except AdvisorError as e:
+        raise _fail(str(e))
+
+    def row(h):
+        d = asdict(h)
+        d["storage"] = [{**asdict(t), "rated_write_bytes": t.rated_write_bytes} for t in h.storage]
+        return d
+
+    if fmt == "json":
+        click.echo(json.dumps([row(h) for h in hws] if not spec else row(hws[0]), indent=2))
+        return
+    if not spec:
+        for h in hws:
+            a = h.accelerator
+            mem = f"{a.memory_bytes / 1e9:,.0f} GB" if a else "-"
+            host = f"{h.host_memory_bytes / 1e9:,.0f} GB host" if h.host_memory_bytes else "host ?"
+            tiers = ", ".join(f"{t.name}:{t.mounts[0]}" for t in h.storage) or "storage ?"
+            click.echo(f"{h.name:<18} {h.accelerators_per_node:>2} x {a.name if a else '-':<28} {mem:>7}  {host:<14} {tiers}")
+        click.echo("\nGive a name (or a JSON spec file, schemas/hardware.schema.json) for details; "
+                   "NAME:N for N nodes.")
+        return
+    h = hws[0]
+    a = h.accelerator
+    click.echo(f"{h.name}: {h.description or h.summary()}")
+    click.echo(f"  nodes {h.nodes} x {h.accelerators_per_node} accelerators")
+    if a:
+        flops = f"{a.peak_bf16_flops / 1e12:,.1f} TFLOP/s bf16 dense" if a.peak_bf16_flops else "FLOP/s ?"
+        bw = f"{a.memory_bandwidth_bytes_per_s / 1e12:,.2f} TB/s" if a.memory_bandwidth_bytes_per_s else "?"
+        click.echo(f"  accelerator {a.name}: {a.memory_bytes / 1e9:,.0f} GB, {bw} memory bandwidth, {flops}")
+    if h.host_link_bytes_per_s:
+        click.echo(f"  host link {h.host_link_name or ''} {h.host_link_bytes_per_s / 1e9:,.0f} GB/s per direction")
+    if h.peer_bytes_per_s:
+        click.echo(f"  accelerator peer link {h.peer_bytes_per_s / 1e9:,.0f} GB/s per direction")
+    click.echo(f"  host memory {h.host_memory_bytes / 1e9:,.0f} GB per node" if h.host_memory_bytes
+               else "  host memory unknown")
+    if h.network_bytes_per_s is not None:
+        click.echo(f"  network {h.network_bytes_per_s / 1e9:,.0f} GB/s per node per direction")
+    for t in h.storage:
+        rated = f", rated {t.rated_write_bytes / 1e12:,.0f} TB written ({t.endurance.describe()})" \
+            if t.rated_write_bytes else ", endurance unknown"
+        click.echo(f"  storage {t.name} [{t.access}] at {', '.join(t.mounts)}: {t.capacity_bytes / 1e12:,.2f} TB, "
+                   f"read {t.read_bytes_per_s / 1e9:,.1f} GB/s, write {t.write_bytes_per_s / 1e9:,.1f} GB/s{rated}")
+    if h.source:
+        click.echo(f"  source: {h.source}")

@@ -207,3 +207,25 @@ def test_good_spec_file_round_trip(tmp_path):
     assert (hw.name, hw.total_accelerators, hw.host_link_bytes_per_s) == ("lab", 8, 6.4e10)
     t = hw.tier_for_path("/scratch/ds")
     assert t.read_oriented and t.rated_write_bytes == 1.4e16
+
+
+# ---------------------------------------------------------------------------------------------
+# the `hardware` command
+
+
+def test_hardware_command_lists_and_shows_presets(tmp_path):
+    from conftest import run_cli
+
+    p = run_cli(["hardware"])
+    assert p.returncode == 0
+    for name in ("dgx-h100", "workstation-4090", "mi300x", "rtx-4090"):
+        assert name in p.stdout
+    p = run_cli(["hardware", "workstation-4090", "--format", "json"])
+    d = json.loads(p.stdout)
+    assert d["storage"][0]["rated_write_bytes"] == 1.2e15  # 1,200 TBW
+    p = run_cli(["hardware", "dgx-h10"])
+    assert p.returncode == 2 and "did you mean dgx-h100" in p.stderr and p.stderr.count("\n") == 1
+    f = tmp_path / "bad.json"
+    f.write_text('{"base": "dgx-h100", "storage": [{"name": "x"}]}')
+    p = run_cli(["hardware", str(f)])
+    assert p.returncode == 2 and "bad.json: /storage/0" in p.stderr
