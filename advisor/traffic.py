@@ -618,3 +618,62 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
             if ln.rated_write_bytes:
                 ln.endurance_used_per_day = per_day / ln.rated_write_bytes
     return [lines[k] for k in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# views (for estimate: JSON section and text lines)
+
+
+def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
+                     step_seconds: float | None = None) -> dict[str, Any]:
+    """Everything ``estimate`` shows about data movement, JSON-ready (bytes, seconds, days):
+
+    ``{"movements": [...rank 0's Movement dicts...], "totals": totals(rank 0),
+    "endurance": [EnduranceLine dicts], "not_modelled": [...], "step_seconds": ...,
+    "hardware": name or None}``. Rank 0 stands for every rank (ranks differ only by a few
+    alignment elements); :func:`movement_for` has them all."""
+    plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
+    ms = movement_for(plan, hardware)
+    rpn = _ranks_per_node(plan, hardware)
+    return {
+        "hardware": hardware.name if hardware is not None else None,
+        "step_seconds": step_seconds,
+        "ranks_per_node": rpn,
+        "movements": [m.to_dict() for m in ms if m.rank == 0],
+        "totals": totals(ms, 0),
+        "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_seconds, ranks_per_node=rpn)],
+        "not_modelled": not_modelled(plan),
+    }
+
+
+def _b(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB"
+
+
+def movement_lines(section: dict[str, Any]) -> list[str]:
+    """Text lines for :func:`movement_section`: a table of rank 0's movements per step, then
+    one endurance line per storage tier."""
+    out = ["Data movement per optimizer step (rank 0; GB = 1e9 bytes):",
+           f"  {'link':<8} {'direction':<15} {'class':<17} {'item':<28} {'bytes':>12} {'time':>9}  overlap"]
+    for m in section["movements"]:
+        t = f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?"
+        out.append(f"  {m['link']:<8} {m['direction']:<15} {m['cls']:<17} {m['item']:<28} {_b(m['bytes']):>12} "
+                   f"{t:>9}  {'yes' if m['overlap'] else 'no'}")
+    if not section["movements"]:
+        out.append("  (nothing crosses PCIe, NVMe or the network)")
+    for ln in section["endurance"]:
+        name = ln["tier"] or ", ".join(ln["paths"]) or "?"
+        s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
+        s += f": {_b(ln['write_bytes_per_step'])} written per step per node"
+        if ln["write_bytes_per_day"] is not None:
+            s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_seconds']:g} s/step"
+            if ln["endurance_used_per_day"] is not None:
+                s += f", {100 * ln['endurance_used_per_day']:.3g}% of rated endurance per day"
+            if ln["days_of_life"] is not None:
+                s += f", projected life {ln['days_of_life']:,.1f} days"
+            elif ln["write_bytes_per_step"] == 0:
+                s += ", no wear"
+        else:
+            s += " (give a step time for per-day figures)"
+        out.append(s)
+    return out
