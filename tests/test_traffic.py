@@ -272,3 +272,19 @@ def test_seconds_use_the_rank_share_of_each_link():
     os_ = next(ln for ln in lines if ln.tier == "os")
     assert raid.write_bytes_per_step == 8 * nvme_bytes_per_step(ms, "write", rank=0)  # the node's 8 ranks
     assert os_.write_bytes_per_step == 0 and os_.days_of_life == math.inf  # every tier reported
+
+
+def test_T002_read_write_consumer_drive_worn_out_in_days():
+    ctx_hw = _c10_hw("read-write")
+    p = _c10_plan()
+    ctx = LintContext(loaded=load_config(str(C10 / "config.json")), effective=p.config, world_size=1,
+                      dp_world_size=1, inventory=p.inventory, extra={"hardware": ctx_hw, "step_seconds": 30})
+    (f,) = list(all_rules()["T002"]().check(ctx))
+    assert f.severity == "warning" and f.pointer == "/zero_optimization/offload_optimizer/nvme_path"
+    assert f.data["days_of_life"] == pytest.approx(3.9, abs=0.1)
+    # at one step every 12 hours the same drive lasts 1.2e15 / (2 x 1.072e11) = 5,597 days: no finding
+    ctx.extra["step_seconds"] = 43_200
+    assert list(all_rules()["T002"]().check(ctx)) == []
+    # read-oriented drives are T001's, not T002's
+    ctx.extra.update(hardware=_c10_hw("read-oriented"), step_seconds=30)
+    assert list(all_rules()["T002"]().check(ctx)) == []

@@ -112,5 +112,7 @@ class WriteActiveOnReadOriented(Rule):
                        "writes them back (no optimizer updates them)" if frozen else
                        "every trained parameter partition fits offload_param.max_in_cpu, so DeepSpeed writes the "
                        "files once at initialisation and keeps the partitions in host memory")
-                yield self.finding(ptr, f"offload_param uses {where}: fine, {why}", "", severity="info",
+                yield self.finding(ptr, f"offload_param uses {where}: fine, {why}",
+                                   "nothing to change; train these parameters and they become write-active (an error)",
+                                   severity="info",
                                    tier=tier.name, path=path, bytes_written_per_step=0)

@@ -1,0 +1,71 @@
+"""T002 drive-wear: the NVMe swap wears out a drive's rated endurance within a year.
+
+What DeepSpeed does: ZeRO-3 NVMe offload rewrites the optimizer state (fp32 master weights and
+Adam moments) and the fp32 gradients on every optimizer step, about 16 bytes per partition
+element written (and as many read; reference section 5.4). That is fine for a drive rated for
+it and ruinous for a consumer SSD: 6.7B parameters write ~107 GB per step, which at 30 s per step
+is ~309 TB a day, and a 2 TB drive rated for 1,200 TBW is worn out in about 4 days. DeepSpeed
+0.19.8 itself only logs a generic warning about heavy write traffic.
+
+This rule needs ``--hardware`` (with the drive's endurance: TBW, or DWPD with warranty years)
+and ``--step-time``; it reports a read-write tier whose rated endurance would be used up in
+under a year at that step rate, with bytes written per step and per day and the projected
+life. (A read-oriented tier is T001's business.) Writes of all the node's ranks to the tier
+are summed.
+
+Anti-pattern (a 2 TB consumer drive rated 1,200 TBW, 30 s per step, 6.7B parameters)::
+
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/scratch/nvme"}
+
+Fix: a drive with more endurance (enterprise, 1-3 DWPD), several drives in RAID 0 (each takes
+a share of the writes), ``offload_optimizer.device: cpu`` when host memory allows, or more
+ranks (ZeRO-3 divides the state, so each drive takes less).
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._util import fmt_bytes, zero_raw, zptr
+
+WEAR_DAYS = 365
+
+
+@register
+class DriveWear(Rule):
+    code = "T002"
+    name = "drive-wear"
+    severity = "warning"
+    needs_model = True
+
+    def check(self, ctx: LintContext):
+        hw = ctx.extra.get("hardware")
+        step_s = ctx.extra.get("step_seconds")
+        if hw is None or not step_s or ctx.inventory is None or ctx.effective.zero.stage != 3:
+            return
+        from advisor.ledger import Cluster, Plan
+        from advisor.traffic import endurance_report, movement_for
+
+        ws = ctx.dp_world_size or ctx.world_size or 1
+        plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
+        for ln in endurance_report(movement_for(plan, hw), hw, step_s):
+            if ln.tier is None or ln.access != "read-write" or not ln.write_bytes_per_step:
+                continue
+            if ln.days_of_life is None or ln.days_of_life >= WEAR_DAYS:
+                continue
+            zr = zero_raw(ctx.raw)
+            sec = next((s for s in ("offload_optimizer", "offload_param")
+                        if getattr(ctx.effective.zero, s).nvme_path in ln.paths), "offload_optimizer")
+            raw_sec = zr.get(sec) if isinstance(zr.get(sec), dict) else {}
+            ptr = zptr(sec, "nvme_path") if "nvme_path" in raw_sec else zptr(sec)
+            tier = next(t for t in hw.storage if t.name == ln.tier)
+            yield self.finding(
+                ptr,
+                f"NVMe swap on tier '{ln.tier}' ({', '.join(tier.mounts)}) writes {fmt_bytes(ln.write_bytes_per_step)} "
+                f"per optimizer step per node: at {step_s:g} s per step that is "
+                f"{ln.write_bytes_per_day / 1e12:,.1f} TB a day, and the drive's rated endurance "
+                f"({tier.endurance.describe()}) is used up in {ln.days_of_life:,.1f} days",
+                "a drive rated for the writes (enterprise 1-3 DWPD) or several in RAID 0, more ranks, or "
+                "offload_optimizer.device cpu when host memory allows",
+                tier=ln.tier, bytes_written_per_step=ln.write_bytes_per_step,
+                bytes_written_per_day=ln.write_bytes_per_day, days_of_life=ln.days_of_life,
+                rated_write_bytes=ln.rated_write_bytes, step_seconds=step_s)
