@@ -236,7 +236,7 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
                           workload=Workload(seq_len, micro_batch, checkpointing, attention),
                           fragmentation=fragmentation)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
-    sys.exit(EXIT_FINDINGS if any(f.code == "M100" for f in result.findings) else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if any(f.code in ("M100", "M090") for f in result.findings) else EXIT_OK)
 
 
 @main.command()

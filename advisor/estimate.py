@@ -26,7 +26,7 @@ from advisor.activations import ActivationEstimate, ActivationInputs, estimate_a
 from advisor.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.findings import Finding
 from advisor.inventory import Inventory
-from advisor.ledger import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger
+from advisor.ledger import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger, unsupported_reason
 from advisor.loading import LoadedConfig
 from advisor.units import gb, gib
 
@@ -147,10 +147,10 @@ class EstimateResult:
         ec = self.plan.config
         z = ec.zero
         w = self.workload
-        excluded = list(self.ledger.excluded)
+        have_acts = any(r.activations is not None for r in self.roles)
+        excluded = [x for x in self.ledger.excluded if not (have_acts and x.startswith("activations"))]
         if self.activations_note:
-            excluded.append(self.activations_note)
-        excluded.append("CUDA context, NCCL/communication workspaces and kernel temporaries")
+            excluded = [x for x in excluded if not x.startswith("activations")] + [self.activations_note]
         return {
             "zero_stage": z.stage,
             "precision": {"model": ec.model_dtype, "grad_accum": ec.grad_dtype, "communication": ec.comm_dtype,
@@ -303,12 +303,24 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     """
     ec = effective or effective_config(loaded.data)
     plan = Plan(config=ec, inventory=inventory, cluster=cluster)
-    ledger = compute_ledger(plan)
     workload = workload or Workload()
+    why = unsupported_reason(ec, cluster.dp_world_size)
+    if why is not None:
+        # DeepSpeed refuses this combination at initialize(): there is nothing to account for.
+        refused = Finding(code="M090", severity="error", pointer="",
+                          message=f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}",
+                          fix="fix the configuration first; no memory estimate is possible for it")
+        return EstimateResult(source=loaded.source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
+                              fit=[], findings=list(findings or []) + [refused.located(loaded.positions, loaded.source)],
+                              workload=workload, activations_note="", fragmentation=fragmentation,
+                              sections={"unsupported": why})
+    ledger = compute_ledger(plan)
     acts, note = activations_for(ec, inventory, cluster, workload)
     roles = group_roles(ledger, acts)
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
     all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
+    from advisor.checkpoint import checkpoint_plan
+    sections = {"checkpoint": checkpoint_plan(ec, inventory, cluster).to_dict()}
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
-                          fragmentation=fragmentation)
+                          fragmentation=fragmentation, sections=sections)

@@ -154,6 +154,21 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                            "" if cap is None else f"{f['headroom'] / 1e9:,.2f} GB",
                            "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "[bold]DOES NOT FIT[/bold]"))
             console.print(ft)
+        ck = d.get("checkpoint")
+        if ck and ck.get("files"):
+            ct = Table(title="Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
+                       title_justify="left")
+            for c in ("file", "written by", "bytes", "GiB"):
+                ct.add_column(c, justify="right" if c in ("bytes", "GiB") else "left")
+            big = [f for f in ck["files"] if f["bytes"] >= 2**20]
+            for f in big[:8]:
+                ct.add_row(f.get("path") or f["name"], f"rank {f['rank']}", f"{f['bytes']:,}", _fmt(f["bytes"]))
+            if len(big) > 8:
+                ct.add_row(f"... {len(big) - 8} more files of the same kind", "", "", "")
+            console.print(ct)
+            console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({_fmt(ck['per_save_bytes'])} GiB) of tensor "
+                          f"payload; .pt files add a few KB of pickle overhead each. `ds-advisor checkpoint` gives "
+                          f"save/restore times and the save interval.")
         a = d["assumptions"]
         console.print("[bold]Assumptions[/bold]")
         console.print(f"  ZeRO stage {a['zero_stage']}: {a['sharding']}")
