@@ -1,0 +1,100 @@
+"""Shared cases whose expectations are estimate figures (C05, C06, C08, C09, C10).
+
+Each case runs the exact command of its ``expect.json`` through the real CLI (cwd = the case
+folder) and checks every listed figure against the JSON output, with the case's tolerance,
+plus any expected findings. Figure names map to places in estimate's JSON below; a figure
+name this table does not know fails the test, so a new case cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import CASES, run_cli
+
+
+def _items(d, tier_prefix, item):
+    return sum(it["bytes"] for it in d["ranks"][0]["items"] if it["tier"].startswith(tier_prefix) and it["item"] == item)
+
+
+def _file(d, name):
+    return next(f["bytes"] for f in d["checkpoint"]["files"] if f["name"] == name)
+
+
+FIGURES = {
+    "accelerator workspace: ipg bucket pair": lambda d: _items(d, "accelerator", "ipg_bucket"),
+    "accelerator parameters": lambda d: d["ranks"][0]["tiers"]["accelerator"]["parameters"],
+    "accelerator master_weights": lambda d: d["ranks"][0]["tiers"]["accelerator"]["master_weights"],
+    "accelerator optimizer_states": lambda d: d["ranks"][0]["tiers"]["accelerator"]["optimizer_states"],
+    "host total at least": lambda d: d["ranks"][0]["tiers"]["host"]["total"],
+    "optimizer-states file bytes": lambda d: _file(d, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+    "model-states file bytes": lambda d: _file(d, "mp_rank_00_model_states.pt"),
+    "nvme bytes written per step": lambda d: d["movement"]["ranks"][0]["nvme"]["write_bytes"],
+}
+
+ESTIMATE_CASES = sorted(p.name for p in CASES.iterdir()
+                        if (p / "expect.json").is_file()
+                        and json.loads((p / "expect.json").read_text())["command"][0] == "estimate")
+
+
+def test_estimate_cases_present():
+    assert {"C05-zero2-bucket-pair", "C06-zero2-32b-8gpu", "C08-pinned-buffers-exceed-host",
+            "C09-checkpoint-size-8b", "C10-nvme-writes-per-step"} <= set(ESTIMATE_CASES)
+
+
+@pytest.mark.parametrize("case", ESTIMATE_CASES)
+def test_estimate_case(case):
+    folder = CASES / case
+    exp = json.loads((folder / "expect.json").read_text())
+    p = run_cli(exp["command"], cwd=folder)
+    assert "Traceback" not in p.stderr
+    if exp.get("exit_code") is not None:
+        assert p.returncode == exp["exit_code"], p.stderr
+    d = json.loads(p.stdout)
+    for fig in exp.get("figures", []):
+        assert fig["name"] in FIGURES, f"{case}: no extractor for figure {fig['name']!r}"
+        got = FIGURES[fig["name"]](d)
+        tol = fig.get("rel_tol", 0.0)
+        assert abs(got - fig["value"]) <= tol * fig["value"], (case, fig, got)
+    for want in exp.get("findings", []):
+        hits = [f for f in d["findings"] if f["pointer"] == want["pointer"] and f["severity"] == want["severity"]]
+        assert hits, (case, want, [(f["code"], f["pointer"], f["severity"]) for f in d["findings"]])
+        for word in want.get("mentions", []):
+            assert any(word in f["message"] + f["fix"] for f in hits), (case, word)
+
+
+def test_C05_zero2_bucket_pair_without_overlap(tmp_path):
+    """C05-zero2-bucket-pair: the same config with overlap_comm false costs one bucket,
+    500,000,000 elements x 2 B = 1,000,000,000 bytes."""
+    cfg = json.loads((CASES / "C05-zero2-bucket-pair" / "config.json").read_text())
+    cfg["zero_optimization"]["overlap_comm"] = False
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(cfg))
+    p = run_cli(["estimate", str(f), "--params", "340000000", "--world-size", "8", "--format", "json"])
+    assert _items(json.loads(p.stdout), "accelerator", "ipg_bucket") == 1_000_000_000
+
+
+def test_C06_zero2_32b_8gpu_does_not_fit_141GB():
+    """C06-zero2-32b-8gpu: with 141 GB per GPU the estimate says it does not fit, and by how much."""
+    folder = CASES / "C06-zero2-32b-8gpu"
+    p = run_cli(["estimate", "config.json", "--model", "qwen2.5-32b", "--world-size", "8", "--gpu-memory", "141GB",
+                 "--format", "json", "--seq-len", "4096"], cwd=folder)
+    d = json.loads(p.stdout)
+    acc = next(f for f in d["fit"] if f["tier"] == "accelerator")
+    assert p.returncode == 1 and acc["fits"] is False and acc["headroom"] < 0
+    # model states alone at the step: 65.5 + 16.4 + 32.8 + 8.2 + 16.4 GB (case.md) ~ 139.2 GB
+    states = sum(d["ranks"][0]["tiers"]["accelerator"][c] for c in ("parameters", "master_weights", "optimizer_states"))
+    assert states == 65_527_752_704 + 16_381_938_176 + 32_763_876_352
+    assert any(f["code"] == "M100" and "over by" in f["message"] for f in d["findings"])
+
+
+def test_C08_pinned_buffers_exceed_host_31GB():
+    """C08-pinned-buffers-exceed-host: with the host's 31 GB the host tier does not fit."""
+    folder = CASES / "C08-pinned-buffers-exceed-host"
+    p = run_cli(["estimate", "config.json", "--params", "6700000000", "--world-size", "1", "--host-memory", "31GB",
+                 "--format", "json"], cwd=folder)
+    d = json.loads(p.stdout)
+    host = next(f for f in d["fit"] if f["tier"] == "host")
+    assert p.returncode == 1 and host["fits"] is False and host["need"] > 31e9
