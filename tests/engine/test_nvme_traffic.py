@@ -7,8 +7,9 @@ optimizer step, the bytes DeepSpeed reads and writes under nvme_path two ways: a
 per-process accounting (/proc/self/io read_bytes / write_bytes). The ledger
 (advisor.traffic.movement_for) must be within 5% of both, for optimizer-only offload,
 optimizer + parameter offload (max_in_cpu small, so parameters live on NVMe), and a partly
-frozen model with parameter offload (frozen partitions only read). Measured on 0.19.8: all
-three match byte for byte, in steady steps and in the first step.
+frozen model with parameter offload (frozen partitions only read), on one rank, and
+optimizer + parameter offload on two ranks. Measured on 0.19.8: all match byte for byte, in
+steady steps and in the first step.
 
 Skips when torch, deepspeed or a working libaio (async_io op) are missing.
 """
@@ -64,10 +65,40 @@ def _inventory(frozen_layers: tuple[int, ...] = ()) -> Inventory:
 
 
 CELLS = {
-    "opt": {"param": None, "frozen": ()},
-    "opt_param": {"param": {"buffer_size": 2_000_000, "buffer_count": 5, "max_in_cpu": 1000}, "frozen": ()},
-    "frozen_param": {"param": {"buffer_size": 2_000_000, "buffer_count": 5}, "frozen": (0,)},
+    "opt": {"param": None, "frozen": (), "world": 1},
+    "opt_param": {"param": {"buffer_size": 2_000_000, "buffer_count": 5, "max_in_cpu": 1000}, "frozen": (), "world": 1},
+    "frozen_param": {"param": {"buffer_size": 2_000_000, "buffer_count": 5}, "frozen": (0,), "world": 1},
+    # two ranks: per-rank partitions p_i = ceil(n_i / 2) and each rank's own gradient pieces
+    "opt_param_w2": {"param": {"buffer_size": 2_000_000, "buffer_count": 5, "max_in_cpu": 1000}, "frozen": (),
+                     "world": 2},
 }
+
+
+def _launch(world: int, cells: list[dict], base: Path) -> dict:
+    job = base / f"job_w{world}.json"
+    job.write_text(json.dumps({"cells": cells}))
+    out = base / f"out_w{world}"
+    out.mkdir()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world),
+           "--master_addr", "127.0.0.1", "--master_port", str(port), str(HERE / "nvme_traffic_worker.py"), str(job),
+           str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    res = {}
+    for c in cells:
+        ranks = {}
+        for r in range(world):
+            f = out / f"{c['id']}.rank{r}.json"
+            assert f.exists(), f"no result for {c['id']} rank {r} (rc={p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            d = json.loads(f.read_text())
+            assert "error" not in d, f"{c['id']}: {d['error']}\n{d.get('traceback')}"
+            ranks[r] = d
+        res[c["id"]] = (ranks, c)
+    return res
 
 
 @pytest.fixture(scope="module")
@@ -75,40 +106,24 @@ def measured(tmp_path_factory):
     if not _aio_ok():
         pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
     base = tmp_path_factory.mktemp("nvme_traffic")
-    cells = []
+    by_world: dict[int, list[dict]] = {}
     for cid, c in CELLS.items():
         nv = str(base / f"nvme_{cid}")
         os.makedirs(nv)
-        cells.append({"id": cid, "nvme_path": nv, "steps": 3, "widths": WIDTHS, "frozen": list(c["frozen"]),
-                      "config": _config(nv, c["param"])})
-    job = base / "job.json"
-    job.write_text(json.dumps({"cells": cells}))
-    out = base / "out"
-    out.mkdir()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "1",
-           "--master_addr", "127.0.0.1", "--master_port", str(port), str(HERE / "nvme_traffic_worker.py"), str(job),
-           str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        by_world.setdefault(c["world"], []).append(
+            {"id": cid, "nvme_path": nv, "steps": 3, "widths": WIDTHS, "frozen": list(c["frozen"]),
+             "config": _config(nv, c["param"])})
     res = {}
-    for cid in CELLS:
-        f = out / f"{cid}.rank0.json"
-        assert f.exists(), f"no result for {cid} (rc={p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-        d = json.loads(f.read_text())
-        assert "error" not in d, f"{cid}: {d['error']}\n{d.get('traceback')}"
-        res[cid] = (d, cells[list(CELLS).index(cid)])
+    for world, cells in sorted(by_world.items()):
+        res.update(_launch(world, cells, base))
     return res
 
 
-def _predicted(cell: dict, cid: str) -> tuple[dict, dict]:
-    """(steady, first step) NVMe bytes per direction for rank 0, from the ledger."""
+def _predicted(cell: dict, cid: str, rank: int = 0) -> tuple[dict, dict]:
+    """(steady, first step) NVMe bytes per direction for ``rank``, from the ledger."""
     plan = Plan(config=effective_config(cell["config"]), inventory=_inventory(CELLS[cid]["frozen"]),
-                cluster=Cluster(world_size=1))
-    ms = [m for m in movement_for(plan) if m.link == NVME and m.rank == 0]
+                cluster=Cluster(world_size=CELLS[cid]["world"]))
+    ms = [m for m in movement_for(plan) if m.link == NVME and m.rank == rank]
     steady = {d: sum(m.bytes for m in ms if m.direction == d) for d in ("read", "write")}
     first = {d: sum(m.bytes if m.first_step_bytes is None else m.first_step_bytes for m in ms if m.direction == d)
              for d in ("read", "write")}
@@ -123,26 +138,42 @@ def _close(measured_bytes: int, predicted: int) -> bool:
 
 @pytest.mark.parametrize("cid", list(CELLS))
 def test_steady_step_nvme_bytes_match_the_ledger(measured, cid):
-    d, cell = measured[cid]
-    steady, _ = _predicted(cell, cid)
-    assert steady["write"] > 0 and steady["read"] > 0
-    for i, step in enumerate(d["steps"][1:], start=2):
-        tot = step["total"]
-        for direction in ("read", "write"):
-            for how in ("aio", "proc"):
-                got = tot[f"{how}_{direction}"]
-                assert _close(got, steady[direction]), (
-                    f"{cid} step {i} {direction} ({how}): measured {got:,} B, ledger {steady[direction]:,} B")
+    ranks, cell = measured[cid]
+    for rank, d in ranks.items():
+        steady, _ = _predicted(cell, cid, rank)
+        assert steady["write"] > 0 and steady["read"] > 0
+        for i, step in enumerate(d["steps"][1:], start=2):
+            tot = step["total"]
+            for direction in ("read", "write"):
+                for how in ("aio", "proc"):
+                    got = tot[f"{how}_{direction}"]
+                    assert _close(got, steady[direction]), (
+                        f"{cid} rank {rank} step {i} {direction} ({how}): measured {got:,} B, "
+                        f"ledger {steady[direction]:,} B")
 
 
 @pytest.mark.parametrize("cid", list(CELLS))
 def test_first_step_nvme_bytes_match_the_ledger(measured, cid):
-    d, cell = measured[cid]
-    _, first = _predicted(cell, cid)
-    tot = d["steps"][0]["total"]
-    for direction in ("read", "write"):
-        got = tot[f"aio_{direction}"]
-        assert _close(got, first[direction]), f"{cid} step 1 {direction}: measured {got:,} B, ledger {first[direction]:,} B"
+    ranks, cell = measured[cid]
+    for rank, d in ranks.items():
+        _, first = _predicted(cell, cid, rank)
+        tot = d["steps"][0]["total"]
+        for direction in ("read", "write"):
+            got = tot[f"aio_{direction}"]
+            assert _close(got, first[direction]), (
+                f"{cid} rank {rank} step 1 {direction}: measured {got:,} B, ledger {first[direction]:,} B")
+
+
+def test_two_ranks_by_hand(measured):
+    """W = 2 (the reference's N2): per rank one sub-group S = 527,872 + 516 + 530,450 + 515 =
+    1,059,353 elements, 3 x A_256(S) x 4 = 3 x 4,238,336 B, gradient pieces (527,872 + 530,432) x 4,
+    and the two weight partitions on NVMe A_512(527,872) x 2 + A_512(530,450) x 2 =
+    1,055,744 + 1,061,888 B written after each step: 19,065,856 B written per rank per step."""
+    ranks, _ = measured["opt_param_w2"]
+    by_hand = 3 * 4_238_336 + (527_872 + 530_432) * 4 + 1_055_744 + 1_061_888
+    assert by_hand == 19_065_856
+    for d in ranks.values():
+        assert d["steps"][-1]["total"]["aio_write"] == by_hand
 
 
 def test_optimizer_swap_is_sixteen_bytes_per_element(measured):
@@ -150,7 +181,7 @@ def test_optimizer_swap_is_sixteen_bytes_per_element(measured):
     3 x A_256(S) x 4 = 3 x 2,118,912 x 4 = 25,426,944 for master and moments, plus the aligned
     gradient pieces of the two weights (1,055,744 and floor(1,060,899 / 256) x 256 = 1,060,864
     elements) x 4 = 8,466,432: 33,893,376 bytes each way, ~16 B per element."""
-    d, _ = measured["opt"]
+    d = measured["opt"][0][0]
     by_hand = 3 * 2_118_912 * 4 + (1_055_744 + 1_060_864) * 4
     assert by_hand == 33_893_376
     assert d["steps"][-1]["total"]["aio_write"] == by_hand
@@ -165,7 +196,7 @@ def test_frozen_partitions_are_read_never_written(measured):
 
     (Freezing the *last* layer instead crashes DeepSpeed 0.19.8 in step 2: "param N already
     assigned swap buffer id" in partitioned_param_coordinator.__prefetch_nvme_param_partitions.)"""
-    d, _ = measured["frozen_param"]
+    d = measured["frozen_param"][0][0]
     for step in d["steps"]:
         assert step["forward"]["aio_read"] == 2_111_488
         assert step["backward"]["aio_read"] == 0
