@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,9 @@ from advisor.rules import LintContext, all_rules
 from advisor.traffic import (NETWORK, NVME, PCIE, endurance, endurance_report, movement_for,
                              nvme_bytes_per_step, totals, zero3_sub_groups, zero12_partition)
 
-from conftest import CASES
 
+# the shared cases folder (../shared/cases next to the repository)
+CASES = (Path(__file__).resolve().parents[1] / ".." / "shared" / "cases").resolve()
 C10 = CASES / "C10-nvme-writes-per-step"
 
 # The reference's NVMe model: MLP 1024 -> 1031 -> 1029 (model.parameters() order)
