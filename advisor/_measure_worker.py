@@ -215,6 +215,9 @@ def _walk(engine, c: Census, extra: dict | None = None) -> None:
         c.add("fp32_master", m)
     if name == "BF16_Optimizer":
         c.add_all("fp32_grad_accum", getattr(opt, "fp32_groups_gradients_flat", None))
+    # kept 16-bit/fp32 grads first: an fp32 model's fp32 grad can be a view of them
+    c.add_all("averaged_gradients", getattr(opt, "averaged_gradients", None))
+    c.add_all("averaged_gradients", getattr(opt, "grads_in_partition", None))
     for m in masters:
         c.add("fp32_grad", m.grad)
 
@@ -441,11 +444,13 @@ def main(argv: list[str]) -> int:
     with open(out_path, "w") as out:
         for cell in job["cells"]:
             rec = {"id": cell["id"], "rank": rank}
+            t_cell = time.time()
             try:
                 rec.update(_run_cell(cell, rank, cpu_accel))
             except Exception as e:  # a rejected config: every rank raises the same way
                 rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
                 rec["traceback"] = traceback.format_exc()[-2000:]
+            rec["wall"] = round(time.time() - t_cell, 3)
             out.write(json.dumps(rec) + "\n")
             out.flush()
             try:

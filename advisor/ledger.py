@@ -298,9 +298,14 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wr
     for g in groups:
         ts, n_pad, P = _zero12_layout(g, W, D, align)
         inter, cov = _zero12_rank(ts, P, r)
+        lo, hi = r * P, (r + 1) * P
+        single = cov == P and sum(1 for t in ts if t.start < hi and t.start + t.numel > lo) == 1
+        # step: flatten(averaged_gradients[i]).to(fp32); for an fp32 model whose slice is one
+        # tensor with no pad, flatten and .to() return views: no new bytes (stage_1_and_2.py step)
+        if not (D == 4 and single):
+            p_max = max(p_max, P)
         npad_t += n_pad
         p_t += P
-        p_max = max(p_max, P)
         n_t += sum(t.numel for t in g)
         inter_t += inter
         cov_t += cov
@@ -341,7 +346,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wr
                   f"{S}.async_accumulate_grad_in_cpu_via_gpu")
     else:
         b.add("accelerator", "gradients", "fp32_grad", p_max * 4, "step",
-              f"P x 4 = {p_max} x 4 (one param group at a time)", f"{S}.step")
+              f"P x 4 = {p_max} x 4 (one param group at a time; 0 when an fp32 model's slice is a view of one "
+              "tensor's kept grad)", f"{S}.step")
         compact = (z.stage == 2 and ec.grad_dtype == "fp32" and ec.model_dtype != "fp32")
         if compact:
             b.add("accelerator", "gradients", "averaged_gradients", p_t * 4, "backward",
@@ -451,6 +457,9 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
             b.add("host_pageable", "parameters", "max_in_cpu_buffer", pageable, "persistent",
                   "torch.empty(1) placeholder per group without a flat buffer", f"{S}._create_param_groups_fp16_flat_cpu_memory")
         if nvme_bytes:
+            b.add("host_pageable", "parameters", "lp_param_partitions", 2, "persistent",
+                  "2 B: the shared one-element fp16 invalid_buffer that swapped-out partitions point to",
+                  "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.__init__")
             b.add("nvme", "parameters", "lp_param_partitions", nvme_bytes, "persistent",
                   "sum over NVMe-resident partitions of A_{1024/D}(p_i) x D ({ds_id}_param.tensor.swp)",
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.swap_out")
@@ -469,15 +478,16 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
                       "runtime/swap_tensor/partitioned_param_swapper.py:reserve_partitioned_swap_space")
 
     # ---- persistent (always gathered) parameters
-    persist = 0
+    persist = persist_frozen = 0
     tot = 0
-    for t in inv.tensors:  # mark_persistent_parameters walks module.named_parameters()
-        if not t.trainable:
-            continue
+    for t in inv.tensors:  # mark_persistent_parameters walks module.named_parameters(), frozen too
         if t.numel + tot > z.model_persistence_threshold:
             continue
         if t.numel <= z.param_persistence_threshold:
-            persist += _ceil_div(t.numel, W) * W
+            if t.trainable:
+                persist += _ceil_div(t.numel, W) * W
+            else:
+                persist_frozen += _ceil_div(t.numel, W) * W
             tot += t.numel
     aliased = W == 1 and op == "none"
     b.add("accelerator", "parameters", "lp_params_gathered", 0 if aliased else persist * D, "persistent",
@@ -553,6 +563,10 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
               "r_i x 4 for every partition of a swappable sub-group smaller than the aio size or not aligned "
               "(the fp32 copy stays alive until the step)",
               "runtime/swap_tensor/optimizer_utils.py:OptimizerSwapper._swap_out_gradients")
+    if persist_frozen and not aliased:
+        b.add("accelerator", "parameters", "frozen_params", persist_frozen * D, "persistent",
+              f"persistent frozen params gathered: sum ceil(n_i/W) x W x D = {persist_frozen} x {D}",
+              "runtime/zero/parameter_offload.py:mark_persistent_parameters")
     return {"P3": P3, "S": Sk}
 
 

@@ -85,13 +85,15 @@ def _prepare_config(config: dict[str, Any], nvme_dir: str) -> dict[str, Any]:
 
 
 def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str | None = None,
-                     timeout_s: float = 600.0, keep: bool = False) -> list[CellResult]:
+                     timeout_s: float = 600.0, keep: bool = False, partial_ok: bool = False) -> list[CellResult]:
     """Measure several cells in one launch of ``world_size`` ranks (one DeepSpeed import per
     rank; engines are built one after another in the same process group).
 
     ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2).
-    Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout).
+    Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
+    with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
+    being ``{"error": "launch failed: ..."}``.
     """
     base = tempfile.mkdtemp(prefix="ds-advisor-measure-", dir=workdir)
     try:
@@ -141,6 +143,13 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             with open(log_path, errors="replace") as fh:
                 tail = fh.read()[-4000:]
             why = "timed out" if rc is None else f"exit status {rc}"
+            if partial_ok:
+                last = [ln for ln in tail.splitlines() if "error" in ln.lower() or "exitcode" in ln]
+                for cid in incomplete:
+                    for r in range(world_size):
+                        results[cid].ranks.setdefault(r, {"error": f"launch failed ({why}): "
+                                                          + (last[-1][:300] if last else "")})
+                return [results[c["id"]] for c in job_cells]
             raise MeasureError(f"measure launch ({world_size} ranks) {why}; cells without results on every rank: "
                                f"{incomplete[:5]}\n{tail}")
         return [results[c["id"]] for c in job_cells]

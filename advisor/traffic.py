@@ -624,23 +624,61 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
 # views (for estimate: JSON section and text lines)
 
 
+def _link_summary(ms: list[Movement]) -> dict[str, Any]:
+    """Bytes and seconds per link and direction for one rank's movements."""
+    out: dict[str, Any] = {
+        PCIE: {"to_host_bytes": 0, "to_accelerator_bytes": 0, "to_host_seconds": 0.0, "to_accelerator_seconds": 0.0},
+        NVME: {"write_bytes": 0, "read_bytes": 0, "write_seconds": 0.0, "read_seconds": 0.0},
+        NETWORK: {"send_bytes": 0, "send_seconds": 0.0},
+    }
+    exposed: float | None = 0.0
+    for m in ms:
+        d = out[m.link]
+        d[f"{m.direction}_bytes"] += m.bytes
+        key = f"{m.direction}_seconds"
+        if m.seconds is None or d[key] is None:
+            d[key] = None
+        else:
+            d[key] += m.seconds
+        if not m.overlap:
+            exposed = None if (exposed is None or m.seconds is None) else exposed + m.seconds
+    out["exposed_seconds"] = exposed
+    return out
+
+
 def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
                      step_seconds: float | None = None) -> dict[str, Any]:
-    """Everything ``estimate`` shows about data movement, JSON-ready (bytes, seconds, days):
+    """Everything ``estimate`` shows about data movement per optimizer step, JSON-ready
+    (bytes, seconds, days)::
 
-    ``{"movements": [...rank 0's Movement dicts...], "totals": totals(rank 0),
-    "endurance": [EnduranceLine dicts], "not_modelled": [...], "step_seconds": ...,
-    "hardware": name or None}``. Rank 0 stands for every rank (ranks differ only by a few
-    alignment elements); :func:`movement_for` has them all."""
+        {"hardware": name | None, "step_seconds": s | None, "ranks_per_node": n,
+         "ranks": [{"ranks": [0, 1, ...],                       # ranks with identical movements
+                    "pcie": {"to_host_bytes", "to_accelerator_bytes", "*_seconds"},
+                    "nvme": {"write_bytes", "read_bytes", "*_seconds"},
+                    "network": {"send_bytes", "send_seconds"},
+                    "exposed_seconds": not-overlapped seconds (None when a bandwidth is unknown),
+                    "movements": [Movement dicts]}],
+         "endurance": [EnduranceLine dicts, one per storage tier / unmapped nvme_path],
+         "not_modelled": [what is left out, in words]}
+
+    Seconds are None without a hardware spec."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
     ms = movement_for(plan, hardware)
     rpn = _ranks_per_node(plan, hardware)
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in range(plan.cluster.dp_world_size):
+        mine = [m for m in ms if m.rank == r]
+        key = tuple((m.link, m.direction, m.item, m.bytes, m.first_step_bytes) for m in mine)
+        if key in groups:
+            groups[key]["ranks"].append(r)
+        else:
+            groups[key] = {"ranks": [r], **_link_summary(mine),
+                           "movements": [{k: v for k, v in m.to_dict().items() if k != "rank"} for m in mine]}
     return {
         "hardware": hardware.name if hardware is not None else None,
         "step_seconds": step_seconds,
         "ranks_per_node": rpn,
-        "movements": [m.to_dict() for m in ms if m.rank == 0],
-        "totals": totals(ms, 0),
+        "ranks": list(groups.values()),
         "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_seconds, ranks_per_node=rpn)],
         "not_modelled": not_modelled(plan),
     }
@@ -653,13 +691,15 @@ def _b(n: float) -> str:
 def movement_lines(section: dict[str, Any]) -> list[str]:
     """Text lines for :func:`movement_section`: a table of rank 0's movements per step, then
     one endurance line per storage tier."""
-    out = ["Data movement per optimizer step (rank 0; GB = 1e9 bytes):",
+    role = section["ranks"][0] if section["ranks"] else {"ranks": [0], "movements": []}
+    who = f"rank {role['ranks'][0]}" + (f" (and {len(role['ranks']) - 1} more alike)" if len(role["ranks"]) > 1 else "")
+    out = [f"Data movement per optimizer step ({who}; GB = 1e9 bytes):",
            f"  {'link':<8} {'direction':<15} {'class':<17} {'item':<28} {'bytes':>12} {'time':>9}  overlap"]
-    for m in section["movements"]:
+    for m in role["movements"]:
         t = f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?"
         out.append(f"  {m['link']:<8} {m['direction']:<15} {m['cls']:<17} {m['item']:<28} {_b(m['bytes']):>12} "
                    f"{t:>9}  {'yes' if m['overlap'] else 'no'}")
-    if not section["movements"]:
+    if not role["movements"]:
         out.append("  (nothing crosses PCIe, NVMe or the network)")
     for ln in section["endurance"]:
         name = ln["tier"] or ", ".join(ln["paths"]) or "?"
