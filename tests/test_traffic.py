@@ -290,3 +290,21 @@ def test_T002_read_write_consumer_drive_worn_out_in_days():
     # read-oriented drives are T001's, not T002's
     ctx.extra.update(hardware=_c10_hw("read-oriented"), step_seconds=30)
     assert list(all_rules()["T002"]().check(ctx)) == []
+
+
+def test_movement_section_shape_for_estimate():
+    from advisor.traffic import movement_lines, movement_section
+
+    hw = _c10_hw("read-write")
+    s = movement_section(_c10_plan(), hw, step_seconds=30)
+    json.dumps(s)
+    role = s["ranks"][0]
+    assert role["ranks"] == [0]
+    assert role["nvme"]["write_bytes"] == role["nvme"]["read_bytes"] == 16 * 6_700_000_000
+    assert role["nvme"]["write_seconds"] == pytest.approx(16 * 6.7e9 / 6.9e9)
+    assert s["endurance"][0]["days_of_life"] == pytest.approx(3.887, abs=0.01)
+    text = "\n".join(movement_lines(s))
+    assert "projected life 3.9 days" in text and "fp32_master" in text
+    # two ranks with the same movements are one role
+    two = movement_section(_plan({"stage": 2}, _inv([((1024, 1024), True)]), 2))
+    assert [r["ranks"] for r in two["ranks"]] == [[0, 1]] and two["ranks"][0]["pcie"]["to_host_bytes"] == 0
