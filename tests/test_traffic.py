@@ -308,3 +308,32 @@ def test_movement_section_shape_for_estimate():
     # two ranks with the same movements are one role
     two = movement_section(_plan({"stage": 2}, _inv([((1024, 1024), True)]), 2))
     assert [r["ranks"] for r in two["ranks"]] == [[0, 1]] and two["ranks"][0]["pcie"]["to_host_bytes"] == 0
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("sub_group_size", [10**9, 600_000, 10_000])
+def test_every_swap_file_is_rewritten_once_per_step(world, sub_group_size):
+    """Cross-check with the state ledger (advisor.ledger, written independently from the same
+    reference): with parameters beyond max_in_cpu, each NVMe swap file the ledger places on a rank
+    (fp32 master, both moments, gradient pieces, parameter partitions) is written exactly once
+    and read once per steady step, so the movement bytes equal the ledger's nvme bytes per item."""
+    from advisor.ledger import compute_ledger
+
+    inv = _inv(MLP + [((300, 1029), True), ((7,), True)])
+    zero = _nvme_opt(sub_group_size=sub_group_size,
+                     offload_param={"device": "nvme", "nvme_path": "/nvme", "max_in_cpu": 1000,
+                                    "buffer_size": 2_000_000})
+    plan = _plan(zero, inv, world)
+    ledger = compute_ledger(plan)
+    ms = movement_for(plan)
+    for rl in ledger.ranks:
+        files: dict[str, int] = {}
+        for e in rl.entries:
+            if e.tier == "nvme":
+                files[e.item] = files.get(e.item, 0) + e.bytes
+        for direction in ("write", "read"):
+            moved: dict[str, int] = {}
+            for m in ms:
+                if m.rank == rl.rank and m.link == NVME and m.direction == direction:
+                    moved[m.item] = moved.get(m.item, 0) + m.bytes
+            assert moved == files, (rl.rank, direction)
