@@ -142,14 +142,17 @@ def test_steady_step_nvme_bytes_match_the_ledger(measured, cid):
     for rank, d in ranks.items():
         steady, _ = _predicted(cell, cid, rank)
         assert steady["write"] > 0 and steady["read"] > 0
-        for i, step in enumerate(d["steps"][1:], start=2):
-            tot = step["total"]
-            for direction in ("read", "write"):
-                for how in ("aio", "proc"):
-                    got = tot[f"{how}_{direction}"]
-                    assert _close(got, steady[direction]), (
-                        f"{cid} rank {rank} step {i} {direction} ({how}): measured {got:,} B, "
-                        f"ledger {steady[direction]:,} B")
+        for direction in ("read", "write"):
+            # at DeepSpeed's aio handles: every steady step
+            for i, step in enumerate(d["steps"][1:], start=2):
+                got = step["total"][f"aio_{direction}"]
+                assert _close(got, steady[direction]), (
+                    f"{cid} rank {rank} step {i} {direction} (aio): measured {got:,} B, ledger {steady[direction]:,} B")
+            # in the kernel's accounting, which also sees any unrelated I/O of the process (a lazily
+            # imported library read from disk): the quietest steady step
+            got = min(step["total"][f"proc_{direction}"] for step in d["steps"][1:])
+            assert _close(got, steady[direction]), (
+                f"{cid} rank {rank} {direction} (/proc/self/io): measured {got:,} B, ledger {steady[direction]:,} B")
 
 
 @pytest.mark.parametrize("cid", list(CELLS))
