@@ -48,11 +48,11 @@ def _aio_ok() -> bool:
         return False
 
 
-def _config(nvme: str, param_nvme: dict | None = None) -> dict:
+def _config(nvme: str, param_nvme: dict | None = None, ga: int = 1) -> dict:
     z: dict = {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": nvme}}
     if param_nvme is not None:
         z["offload_param"] = {"device": "nvme", "nvme_path": nvme, **param_nvme}
-    return {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": ga, "bf16": {"enabled": True},
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": z}
 
 
@@ -68,6 +68,10 @@ CELLS = {
     "opt": {"param": None, "frozen": (), "world": 1},
     "opt_param": {"param": {"buffer_size": 2_000_000, "buffer_count": 5, "max_in_cpu": 1000}, "frozen": (), "world": 1},
     "frozen_param": {"param": {"buffer_size": 2_000_000, "buffer_count": 5}, "frozen": (0,), "world": 1},
+    # gradient accumulation 2: the optimizer state is swapped once per optimizer step, the
+    # parameters are read on every micro-step's forward
+    "opt_param_ga2": {"param": {"buffer_size": 2_000_000, "buffer_count": 5, "max_in_cpu": 1000}, "frozen": (),
+                      "world": 1, "ga": 2},
     # two ranks: per-rank partitions p_i = ceil(n_i / 2) and each rank's own gradient pieces
     "opt_param_w2": {"param": {"buffer_size": 2_000_000, "buffer_count": 5, "max_in_cpu": 1000}, "frozen": (),
                      "world": 2},
@@ -111,8 +115,8 @@ def measured(tmp_path_factory):
         nv = str(base / f"nvme_{cid}")
         os.makedirs(nv)
         by_world.setdefault(c["world"], []).append(
-            {"id": cid, "nvme_path": nv, "steps": 3, "widths": WIDTHS, "frozen": list(c["frozen"]),
-             "config": _config(nv, c["param"])})
+            {"id": cid, "nvme_path": nv, "steps": 3 * c.get("ga", 1), "widths": WIDTHS, "frozen": list(c["frozen"]),
+             "config": _config(nv, c["param"], c.get("ga", 1))})
     res = {}
     for world, cells in sorted(by_world.items()):
         res.update(_launch(world, cells, base))
@@ -130,6 +134,16 @@ def _predicted(cell: dict, cid: str, rank: int = 0) -> tuple[dict, dict]:
     return steady, first
 
 
+def _optimizer_steps(d: dict, cid: str) -> list[dict]:
+    """The worker records micro-steps; sum them per optimizer step (GA micro-steps each)."""
+    ga = CELLS[cid].get("ga", 1)
+    out = []
+    for i in range(0, len(d["steps"]), ga):
+        chunk = d["steps"][i:i + ga]
+        out.append({"total": {k: sum(c["total"][k] for c in chunk) for k in chunk[0]["total"]}})
+    return out
+
+
 def _close(measured_bytes: int, predicted: int) -> bool:
     if predicted == 0:
         return measured_bytes == 0
@@ -144,13 +158,14 @@ def test_steady_step_nvme_bytes_match_the_ledger(measured, cid):
         assert steady["write"] > 0 and steady["read"] > 0
         for direction in ("read", "write"):
             # at DeepSpeed's aio handles: every steady step
-            for i, step in enumerate(d["steps"][1:], start=2):
+            steps = _optimizer_steps(d, cid)
+            for i, step in enumerate(steps[1:], start=2):
                 got = step["total"][f"aio_{direction}"]
                 assert _close(got, steady[direction]), (
                     f"{cid} rank {rank} step {i} {direction} (aio): measured {got:,} B, ledger {steady[direction]:,} B")
             # in the kernel's accounting, which also sees any unrelated I/O of the process (a lazily
             # imported library read from disk): the quietest steady step
-            got = min(step["total"][f"proc_{direction}"] for step in d["steps"][1:])
+            got = min(step["total"][f"proc_{direction}"] for step in steps[1:])
             assert _close(got, steady[direction]), (
                 f"{cid} rank {rank} {direction} (/proc/self/io): measured {got:,} B, ledger {steady[direction]:,} B")
 
@@ -160,7 +175,7 @@ def test_first_step_nvme_bytes_match_the_ledger(measured, cid):
     ranks, cell = measured[cid]
     for rank, d in ranks.items():
         _, first = _predicted(cell, cid, rank)
-        tot = d["steps"][0]["total"]
+        tot = _optimizer_steps(d, cid)[0]["total"]
         for direction in ("read", "write"):
             got = tot[f"aio_{direction}"]
             assert _close(got, first[direction]), (
