@@ -245,7 +245,7 @@ def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = 
     for r in range(world):
         out.extend(_rank_movements(plan, r))
     if hardware is not None:
-        out = timed(out, hardware, ranks_per_node=_ranks_per_node(plan, hardware))
+        out = timed(out, hardware, ranks_per_node=_ranks_per_node(plan, hardware), world_size=plan.cluster.world_size)
     return out
 
 

@@ -337,3 +337,13 @@ def test_every_swap_file_is_rewritten_once_per_step(world, sub_group_size):
                 if m.rank == rl.rank and m.link == NVME and m.direction == direction:
                     moved[m.item] = moved.get(m.item, 0) + m.bytes
             assert moved == files, (rl.rank, direction)
+
+
+def test_network_time_across_nodes_uses_the_nics_share():
+    # 16 ranks on 2 DGX H100 nodes: a rank gets 400 GB/s / 8 ranks = 50 GB/s of inter-node bandwidth
+    hw = from_dict({"base": "dgx-h100", "nodes": 2})
+    plan = Plan(effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                  "zero_optimization": {"stage": 2}}),
+                _inv([((4096, 4096), True)]), Cluster(world_size=16, gpus_per_node=8))
+    n = next(m for m in movement_for(plan, hw) if m.link == NETWORK)
+    assert n.seconds == pytest.approx(n.bytes / 50e9)
