@@ -176,6 +176,10 @@ def explain(code):
 @click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")
 @click.option("--host-memory", help="Host memory per node, e.g. 512GB.")
 @click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
+@click.option("--hardware", "hardware_", help="Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or "
+              "spec file: capacities, bandwidths and storage tiers (flags above win).")
+@click.option("--step-time", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per optimizer step, for bytes written per day and drive endurance.")
 @click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
               help="Allocator fragmentation margin added to the accelerator peak before the fit check.")
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
@@ -184,7 +188,7 @@ def explain(code):
 @_trainer_options
 def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
              sequence_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-             nvme_capacity, fragmentation, hf, explain_, fmt, trainer_args, hidden_size):
+             nvme_capacity, hardware_, step_time, fragmentation, hf, explain_, fmt, trainer_args, hidden_size):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
     Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
@@ -208,10 +212,24 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
     try:
         inv = _inventory(model, params)
         loaded = load_config(config)
+        hw = None
+        if hardware_:
+            from advisor.hardware import resolve_hardware
+            hw = resolve_hardware(hardware_)
     except AdvisorError as e:
         raise _fail(str(e))
     ws, ws_src = _world(world_size)
+    if ws is None and hw is not None:
+        ws, ws_src = hw.nodes * hw.accelerators_per_node, f"--hardware {hardware_}"
     ws = ws or 1
+    if hw is not None:
+        from advisor.effective import effective_config as _eff
+        z = _eff(loaded.data).zero
+        nvme_path = z.offload_optimizer.nvme_path or z.offload_param.nvme_path
+        hcap = hw.capacity(nvme_path)
+        cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
+        if gpus_per_node is None:
+            gpus_per_node = hw.accelerators_per_node
     model_par = tensor_parallel * pipeline_parallel * sequence_parallel
     if ws % model_par:
         raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
@@ -223,8 +241,10 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
                       pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel)
     targs = _targs(trainer_args, hidden_size)
     hf = hf or targs is not None
+    extra = {"hardware": hw, "step_seconds": step_time} if hw is not None else None
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
-                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs)
+                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
+                           extra=extra)
     effective = None
     if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
         from advisor.effective import effective_config
@@ -234,7 +254,7 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
         effective = effective_config(resolved)
     result = run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
                           workload=Workload(seq_len, micro_batch, checkpointing, attention),
-                          fragmentation=fragmentation)
+                          fragmentation=fragmentation, hardware=hw, step_seconds=step_time)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
     sys.exit(EXIT_FINDINGS if any(f.code in ("M100", "M090") for f in result.findings) else EXIT_OK)
 

@@ -295,8 +295,12 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
 
 def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capacity: Capacity | None = None,
              findings: list[Finding] | None = None, effective: EffectiveConfig | None = None,
-             workload: Workload | None = None, fragmentation: float = DEFAULT_FRAGMENTATION) -> EstimateResult:
+             workload: Workload | None = None, fragmentation: float = DEFAULT_FRAGMENTATION,
+             hardware: Any = None, step_seconds: float | None = None) -> EstimateResult:
     """Run the ledger (and activations) for one config and summarise it.
+
+    ``hardware`` (advisor.hardware.Hardware) and ``step_seconds`` give the movement section
+    its times, storage tiers and drive endurance (advisor.traffic).
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit.
@@ -320,7 +324,9 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
     all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
     from advisor.checkpoint import checkpoint_plan
-    sections = {"checkpoint": checkpoint_plan(ec, inventory, cluster).to_dict()}
+    from advisor.traffic import movement_section
+    sections = {"movement": movement_section(ledger, hardware, step_seconds),
+                "checkpoint": checkpoint_plan(ec, inventory, cluster).to_dict()}
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
                           fragmentation=fragmentation, sections=sections)

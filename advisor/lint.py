@@ -15,7 +15,8 @@ from advisor.schema import validate_config
 
 def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_size_source: str | None = None,
                 dp_world_size: int | None = None, inventory: Inventory | None = None, hf: bool = False,
-                select: set[str] | None = None, trainer_args: dict | None = None) -> list[Finding]:
+                select: set[str] | None = None, trainer_args: dict | None = None,
+                extra: dict | None = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it.
@@ -23,6 +24,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     the HF Trainer/accelerate, which fills in "auto". ``select``: only these rule codes.
     ``trainer_args``: the HF Trainer arguments (advisor.hf.TrainerArgs fields, plus optional
     hidden_size), enabling the Trainer's own checks (its "mismatch" error and friends).
+    ``extra``: inputs some rules need, e.g. {"hardware": Hardware, "step_seconds": float} for
+    the storage-tier rules (T family).
     """
     ctx = LintContext(loaded=loaded, effective=effective_config(loaded.data), world_size=world_size,
                       world_size_source=world_size_source,
@@ -30,6 +33,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                       inventory=inventory, hf=hf)
     if hf and trainer_args is not None:
         ctx.extra["trainer_args"] = dict(trainer_args)
+    if extra:
+        ctx.extra.update(extra)
     findings: list[Finding] = [f for f in validate_config(loaded, hf=hf) if select is None or f.code in select]
     for code, rule_cls in all_rules().items():
         if select is not None and code not in select:

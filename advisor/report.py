@@ -94,7 +94,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
 
     stream = stream or sys.stdout
     console = Console(file=stream, no_color=not _use_color(stream), force_terminal=False,
-                      width=max(100, getattr(stream, "columns", 0) or 100), highlight=False)
+                      width=max(100, getattr(stream, "columns", 0) or 100), highlight=False, soft_wrap=True)
     d = result.to_dict()
     with console.capture() as captured:
         m = d["model"]
@@ -154,6 +154,11 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                            "" if cap is None else f"{f['headroom'] / 1e9:,.2f} GB",
                            "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "[bold]DOES NOT FIT[/bold]"))
             console.print(ft)
+        mv = d.get("movement")
+        if mv and any(r["movements"] for r in mv["ranks"]):
+            from advisor.traffic import movement_lines
+            for line in movement_lines(mv):
+                console.print(line, markup=False)
         ck = d.get("checkpoint")
         if ck and ck.get("files"):
             ct = Table(title="Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
