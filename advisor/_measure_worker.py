@@ -216,6 +216,7 @@ def _walk(engine, c: Census, extra: dict | None = None) -> None:
     if name == "BF16_Optimizer":
         c.add_all("fp32_grad_accum", getattr(opt, "fp32_groups_gradients_flat", None))
     # kept 16-bit/fp32 grads first: an fp32 model's fp32 grad can be a view of them
+    c.add_all("grad_partitions_flat_buffer", getattr(opt, "grad_partitions_flat_buffer", None))
     c.add_all("averaged_gradients", getattr(opt, "averaged_gradients", None))
     c.add_all("averaged_gradients", getattr(opt, "grads_in_partition", None))
     for m in masters:

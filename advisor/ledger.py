@@ -302,8 +302,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wr
         single = cov == P and sum(1 for t in ts if t.start < hi and t.start + t.numel > lo) == 1
         # step: flatten(averaged_gradients[i]).to(fp32); for an fp32 model whose slice is one
         # tensor with no pad, flatten and .to() return views: no new bytes (stage_1_and_2.py step)
-        if not (D == 4 and single):
-            p_max = max(p_max, P)
+        # ... then the fp32 grad is a view of grads_in_partition (the kept grads, same storage)
+        p_max = max(p_max, (inter + P - cov) if (D == 4 and single) else P)
         npad_t += n_pad
         p_t += P
         n_t += sum(t.numel for t in g)
@@ -346,8 +346,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wr
                   f"{S}.async_accumulate_grad_in_cpu_via_gpu")
     else:
         b.add("accelerator", "gradients", "fp32_grad", p_max * 4, "step",
-              f"P x 4 = {p_max} x 4 (one param group at a time; 0 when an fp32 model's slice is a view of one "
-              "tensor's kept grad)", f"{S}.step")
+              f"P x 4 = {p_max} x 4 (one param group at a time; for an fp32 model whose slice lies in one "
+              "tensor it is a view of the kept grads: (I_r + P - Cov_r) x 4, the averaged_gradients storage, "
+              "not an extra allocation)", f"{S}.step")
         compact = (z.stage == 2 and ec.grad_dtype == "fp32" and ec.model_dtype != "fp32")
         if compact:
             b.add("accelerator", "gradients", "averaged_gradients", p_t * 4, "backward",
@@ -431,12 +432,12 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
                 else:
                     flat_of_sub[si] = False
                     for n, p in subs[si]:
-                        if p * D >= pmin:
-                            nvme_bytes += _align(p, AIO_ALIGNED_BYTES // D) * D
-                        else:
+                        if p * D < pmin:
                             resident_small += p * D
                 off += tot
             used_any.append(used)
+            if nvme:  # every swappable partition is written to NVMe at init, even if kept in RAM
+                nvme_bytes += sum(_align(p, AIO_ALIGNED_BYTES // D) * D for _, p in g if p * D >= pmin)
             if size > 0 and used:
                 pinned_bytes += size * D
             elif size > 0:
@@ -456,12 +457,13 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
         if pageable:
             b.add("host_pageable", "parameters", "max_in_cpu_buffer", pageable, "persistent",
                   "torch.empty(1) placeholder per group without a flat buffer", f"{S}._create_param_groups_fp16_flat_cpu_memory")
-        if nvme_bytes:
+        if not all(flat_of_sub) and nvme_bytes:
             b.add("host_pageable", "parameters", "lp_param_partitions", 2, "persistent",
                   "2 B: the shared one-element fp16 invalid_buffer that swapped-out partitions point to",
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.__init__")
             b.add("nvme", "parameters", "lp_param_partitions", nvme_bytes, "persistent",
-                  "sum over NVMe-resident partitions of A_{1024/D}(p_i) x D ({ds_id}_param.tensor.swp)",
+                  "sum over partitions with p_i x D >= max(1 MiB, aio.block_size) of A_{1024/D}(p_i) x D "
+                  "({ds_id}_param.tensor.swp; written at init even when max_in_cpu keeps them in RAM)",
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.swap_out")
         if nvme:
             ob = z.offload_param
@@ -489,7 +491,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
             else:
                 persist_frozen += _ceil_div(t.numel, W) * W
             tot += t.numel
-    aliased = W == 1 and op == "none"
+    aliased = W == 1  # the gathered tensor is the partition itself (any offload_param)
     b.add("accelerator", "parameters", "lp_params_gathered", 0 if aliased else persist * D, "persistent",
           "0 (W = 1: the gathered tensor is the partition)" if aliased else
           f"sum over params with n_i <= stage3_param_persistence_threshold of ceil(n_i/W) x W x D = {persist} x {D}",
