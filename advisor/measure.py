@@ -175,3 +175,40 @@ def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory 
     res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps}],
                            world_size, workdir=workdir, timeout_s=timeout_s)
     return res[0].ranks
+
+
+def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: int,
+                      measured: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows putting the engine's bytes beside the ledger's, for ``ds-advisor measure``.
+
+    One row per (rank, snapshot, item, tier): ``measured`` and ``ledger`` bytes and ``diff``
+    (measured - ledger). Snapshots compare the ledger's lifetimes: ``steady`` = persistent,
+    ``bwd`` = backward, ``in_step`` = step. On a CPU accelerator the ledger's ``accelerator``
+    and ``host_pageable`` tiers are folded into ``unpinned`` as the measurement sees them.
+    A rank that failed gives one row with its ``error``.
+    """
+    from advisor.effective import effective_config
+    from advisor.ledger import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes
+
+    led = compute_ledger(Plan(effective_config(config), inventory, Cluster(world_size=world_size)))
+    rows: list[dict[str, Any]] = []
+    lives = {"steady": ("persistent",), "bwd": ("backward",), "in_step": ("step",)}
+    for r, rec in sorted(measured.items()):
+        if "error" in rec:
+            rows.append({"rank": r, "error": rec["error"]})
+            continue
+        cpu = rec.get("accelerator") == "cpu"
+        for snap, lv in lives.items():
+            exp = model_state_bytes(led.ranks[r], lv)
+            if cpu:
+                exp = fold_for_cpu(exp)
+            got = rec["snapshots"].get(snap, {})
+            names = set(exp) | (set(got) if snap == "steady" else set())
+            for item in sorted(names):
+                for tier in sorted(set(exp.get(item, {})) | set(got.get(item, {}))):
+                    m = got.get(item, {}).get(tier, 0)
+                    e = exp.get(item, {}).get(tier, 0)
+                    if m or e:
+                        rows.append({"rank": r, "snapshot": snap, "item": item, "tier": tier,
+                                     "measured": m, "ledger": e, "diff": m - e})
+    return rows
