@@ -461,6 +461,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
             b.add("host_pageable", "parameters", "lp_param_partitions", 2, "persistent",
                   "2 B: the shared one-element fp16 invalid_buffer that swapped-out partitions point to",
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.__init__")
+        if nvme_bytes:
             b.add("nvme", "parameters", "lp_param_partitions", nvme_bytes, "persistent",
                   "sum over partitions with p_i x D >= max(1 MiB, aio.block_size) of A_{1024/D}(p_i) x D "
                   "({ds_id}_param.tensor.swp; written at init even when max_in_cpu keeps them in RAM)",
