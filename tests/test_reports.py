@@ -340,7 +340,10 @@ def test_tier_bars_match_the_estimate():
     # host and NVMe are one node's 8 ranks, as the fit rows count them
     assert host.classes["gradients"] == 8 * role.tiers()["host"]["gradients"]
     assert nvme.total == 8 * role.tiers()["nvme"]["total"] == next(f.need for f in r.fit if f.tier == "nvme")
-    assert nvme.classes["parameters"] == 0 and nvme.classes["optimizer_states"] > 0
+    # offload_param nvme writes a swap file at init for every partition >= 1 MiB even when the
+    # default max_in_cpu keeps them all in RAM (measured: tests/engine parity cell
+    # big-z3-fp16-op_nvme-default-maxincpu-w1), so the NVMe bar has a parameters segment too.
+    assert nvme.classes["parameters"] > 0 and nvme.classes["optimizer_states"] > 0
     assert acc.capacity == 80 * 10**9 and host.capacity == 512 * 10**9 and nvme.capacity is None
 
 
