@@ -184,11 +184,14 @@ def explain(code):
               help="Allocator fragmentation margin added to the accelerator peak before the fit check.")
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
 @click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
+@click.option("--compare-deepspeed", is_flag=True,
+              help="Also show DeepSpeed's own estimate_zero2/zero3 figures (imports deepspeed: slow).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @_trainer_options
 def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
              sequence_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-             nvme_capacity, hardware_, step_time, fragmentation, hf, explain_, fmt, trainer_args, hidden_size):
+             nvme_capacity, hardware_, step_time, fragmentation, hf, explain_, compare_deepspeed, fmt, trainer_args,
+             hidden_size):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
     Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
@@ -255,6 +258,9 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
     result = run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
                           workload=Workload(seq_len, micro_batch, checkpointing, attention),
                           fragmentation=fragmentation, hardware=hw, step_seconds=step_time)
+    if compare_deepspeed and result.roles:
+        from advisor.compare_deepspeed import deepspeed_estimate
+        result.sections["deepspeed_estimate"] = deepspeed_estimate(result.plan)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
     sys.exit(EXIT_FINDINGS if any(f.code in ("M100", "M090") for f in result.findings) else EXIT_OK)
 
@@ -274,6 +280,69 @@ def models(fmt):
         return
     for name, n, fam, desc in rows:
         click.echo(f"{name:<18} {n:>18,}  {fam:<12} {desc}")
+
+
+#: measure builds a proxy with the inventory's real shapes; beyond this it needs a big machine.
+MEASURE_MAX_PARAMS = 200_000_000
+
+
+@main.command()
+@click.argument("config")
+@click.option("--model", help="Model preset, HF config.json or inventory JSON (its real tensor shapes are built).")
+@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--world-size", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+              help="Ranks to launch on this machine (torch.distributed.run).")
+@click.option("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600, show_default=True,
+              help="Seconds before the launch is stopped.")
+@click.option("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def measure(config, model, params, world_size, steps, timeout_s, allow_large, fmt):
+    """Run the real DeepSpeed engine on CONFIG and put its bytes beside the ledger's.
+
+    Launches WORLD_SIZE ranks with torch's own launcher (DS_ACCELERATOR=cpu and gloo when no GPU
+    is present), builds a model with the inventory's tensor shapes, runs --steps training steps
+    and takes censuses of the engine's tensors after backward, inside the optimizer step and
+    after the last step. Needs the [engine] extra (torch, deepspeed). Exit 0 when every item
+    matches to the byte, 1 when one differs or a rank failed, 2 on bad input.
+    """
+    import json
+
+    from advisor.loading import load_config
+
+    if not model and params is None:
+        raise click.UsageError("give --model or --params")
+    try:
+        inv = _inventory(model, params)
+        loaded = load_config(config)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    if inv.numel > MEASURE_MAX_PARAMS and not allow_large:
+        raise _fail(f"{inv.name} has {inv.numel:,} parameters: measuring builds them for real on this machine; "
+                    f"use a smaller model or --allow-large")
+    try:
+        from advisor.measure import MeasureError, measure_vs_ledger, run_measure
+    except ImportError as e:
+        raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && pip install -e '.[engine]'): {e}")
+    try:
+        ranks = run_measure(loaded.data, inv, world_size, steps=steps, timeout_s=timeout_s)
+    except MeasureError as e:
+        raise _fail(f"the engine run failed: {e}")
+    rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
+    bad = [r for r in rows if "error" in r or r["diff"] != 0]
+    if fmt == "json":
+        click.echo(json.dumps({"config": loaded.source, "model": inv.name, "world_size": world_size, "steps": steps,
+                               "rows": rows, "matches": not bad}, indent=2))
+    else:
+        click.echo(f"{'rank':>4} {'snapshot':<8} {'item':<34} {'tier':<14} {'measured':>16} {'ledger':>16} {'diff':>10}")
+        for r in rows:
+            if "error" in r:
+                click.echo(f"{r['rank']:>4} error: {r['error']}")
+                continue
+            click.echo(f"{r['rank']:>4} {r['snapshot']:<8} {r['item']:<34} {r['tier']:<14} {r['measured']:>16,} "
+                       f"{r['ledger']:>16,} {r['diff']:>10,}")
+        click.echo(f"{len(rows) - len(bad)} of {len(rows)} rows match to the byte")
+    sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 
 
 def run() -> None:

@@ -174,6 +174,18 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({_fmt(ck['per_save_bytes'])} GiB) of tensor "
                           f"payload; .pt files add a few KB of pickle overhead each. `ds-advisor checkpoint` gives "
                           f"save/restore times and the save interval.")
+        de = d.get("deepspeed_estimate")
+        if de:
+            if "error" in de:
+                console.print(f"DeepSpeed's own estimate: {de['error']}", markup=False)
+            else:
+                worst = max(r["tiers"]["accelerator"]["total"] - r["tiers"]["accelerator"]["activations"]
+                            for r in d["ranks"])
+                console.print(f"DeepSpeed's own estimate ({de['function'].rsplit('.', 1)[-1]}, 1.5x buffer factor on "
+                              f"host): {de['gpu_bytes_per_rank'] / 2**30:,.2f} GiB per GPU, "
+                              f"{de['cpu_bytes_per_node'] / 2**30:,.2f} GiB host per node; this ledger: "
+                              f"{worst / 2**30:,.2f} GiB of model states and buffers per rank on the accelerator",
+                              markup=False)
         a = d["assumptions"]
         console.print("[bold]Assumptions[/bold]")
         console.print(f"  ZeRO stage {a['zero_stage']}: {a['sharding']}")
