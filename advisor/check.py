@@ -468,7 +468,10 @@ def _nvme_need_by_path(result: "EstimateResult", paths: list[NvmePath], node_ran
     offload_optimizer.nvme_path."""
     on_node = set(node_ranks)
     by_role = {"offload_param": 0, "offload_optimizer": 0}
-    ranks = [rl for rl in result.ledger.ranks if rl.rank in on_node] or result.ledger.ranks[:len(node_ranks)]
+    led = result.ledger
+    dp = led.world_size
+    ranks = ([led.rank(r) for r in sorted(on_node) if r < dp]
+             or [led.rank(r) for r in range(min(len(node_ranks), dp))])
     for rl in ranks:
         for e in rl.entries:
             if e.tier == "nvme":

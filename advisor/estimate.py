@@ -9,10 +9,13 @@ Ranks whose bytes are identical in every (tier, class, item) are grouped into on
 that a 1024-rank job prints a few rows, not 1024.
 
 Phases (what is live at once, per tier):
-  forward  = persistent + activations saved at the end of forward + the loss spike
-  backward = persistent + backward-lived buffers (gradients, ipg buckets) + activations
-             (the kept checkpoints plus one recomputed layer with full checkpointing)
-  step     = persistent + backward-lived + step transients (activations are freed)
+  forward  = persistent + forward/backward workspace (ZeRO-3 gathered parameters) + activations
+             saved at the end of forward + the loss spike
+  backward = persistent + backward-lived buffers (gradients, ipg buckets) + forward/backward
+             workspace + activations (the kept checkpoints plus one recomputed layer with full
+             checkpointing)
+  step     = persistent + backward-lived + step transients (activations and gathered
+             parameters are freed)
 The peak of a tier is its largest phase, not the sum of each class's maximum.
 """
 
@@ -93,6 +96,7 @@ class Role:
                 return sum(self.ledger.total(x, lives=lives) for x in tiers)
 
             pers, bwd, step = live("persistent", "init"), live("backward"), live("step")
+            fwd_bwd = live("forward_backward")  # e.g. ZeRO-3 gathered parameters: not in the step
             act_fwd = act_bwd = 0
             if a is not None:
                 if t == "accelerator":
@@ -100,7 +104,8 @@ class Role:
                     act_bwd = a.saved_accelerator + a.recompute_layer
                 elif t == "host":
                     act_fwd = act_bwd = a.saved_host
-            out[t] = {"forward": pers + act_fwd, "backward": pers + bwd + act_bwd, "step": pers + bwd + step}
+            out[t] = {"forward": pers + fwd_bwd + act_fwd, "backward": pers + bwd + fwd_bwd + act_bwd,
+                      "step": pers + bwd + step}
         return out
 
     def peak(self) -> dict[str, dict[str, Any]]:
@@ -216,15 +221,23 @@ class EstimateResult:
 
 
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None) -> list[Role]:
-    """Group ranks whose (tier, class, item, life) -> bytes maps are identical."""
+    """Group ranks whose (tier, class, item, life) -> bytes maps are identical.
+
+    The ledger already comes as one :class:`RankLedger` per role (ranks with identical entries,
+    formulas included); roles that differ only in formula text are merged here. O(roles), plus
+    the rank lists."""
     roles: dict[tuple, Role] = {}
     for rl in ledger.ranks:
         key = tuple(sorted((e.tier, e.cls, e.item, e.life, e.bytes) for e in rl.entries))
         if key in roles:
-            roles[key].ranks.append(rl.rank)
+            roles[key].ranks.extend(rl.ranks)
         else:
-            roles[key] = Role(ranks=[rl.rank], ledger=rl, activations=activations)
-    return list(roles.values())
+            roles[key] = Role(ranks=list(rl.ranks), ledger=rl, activations=activations)
+    out = list(roles.values())
+    for role in out:
+        role.ranks.sort()
+    out.sort(key=lambda role: role.ranks[0] if role.ranks else 0)
+    return out
 
 
 def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
@@ -234,11 +247,12 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     min(world size, 8)) against the per-node capacity."""
     cl = ledger.plan.cluster
     per_node = cl.gpus_per_node or min(cl.world_size, 8)
-    by_rank = {r: role for role in roles for r in role.ranks}
     worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"]) if roles else None
     acc = int(worst.peak()["accelerator"]["bytes"] * (1 + fragmentation)) if worst else 0
     acc_phase = worst.peak()["accelerator"]["phase"] if worst else ""
-    node = [by_rank[r] for r in sorted(by_rank)[:per_node]]
+    # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
+    first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
+    node = [roles[i] for _, i in first]
     scale = max(1, per_node // max(1, len(node)))  # tp/pp ranks on a node beyond the dp ranks listed
     host = sum(r.peak()["host"]["bytes"] for r in node) * scale
     nvme = sum(r.peak()["nvme"]["bytes"] for r in node) * scale

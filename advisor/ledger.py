@@ -34,7 +34,7 @@ verified by tests/engine parity runs against the real engine.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from advisor.effective import DTYPE_BYTES, EffectiveConfig
@@ -42,7 +42,7 @@ from advisor.inventory import Inventory
 
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
-Life = Literal["persistent", "backward", "step", "init", "in_backward"]
+Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward"]
 
 TIERS: tuple[str, ...] = ("accelerator", "host_pinned", "host_pageable", "nvme")
 CLASSES: tuple[str, ...] = ("parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace")
@@ -85,8 +85,17 @@ class Entry:
 
 @dataclass
 class RankLedger:
+    """The entries of one rank *role*: ``ranks`` (ascending) are every data-parallel rank whose
+    entries are exactly these (same tier, class, item, bytes, lifetime, formula and source);
+    ``rank`` is the first of them and the ``rank`` of every entry."""
+
     rank: int
     entries: list[Entry] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.ranks:
+            self.ranks = [self.rank]
 
     def total(self, tier: str | None = None, cls: str | None = None, lives: tuple[str, ...] | None = None) -> int:
         """Sum of entry bytes filtered by tier, class and lifetime (None = all)."""
@@ -100,6 +109,11 @@ class RankLedger:
 
 @dataclass
 class Ledger:
+    """The state ledger of a plan. ``ranks`` holds one :class:`RankLedger` per distinct rank
+    role (ascending first rank; their ``ranks`` lists partition 0..W-1), so a 65,536-rank job is
+    a handful of entries, not 65,536 copies. :meth:`rank` gives any single rank's ledger,
+    :meth:`expanded` every rank's."""
+
     plan: Plan
     ranks: list[RankLedger]
     #: Which DeepSpeed objects this plan gets (wrapper, basic optimizer), for the assumptions.
@@ -109,6 +123,36 @@ class Ledger:
     excluded: list[str] = field(default_factory=list)
     #: Per-step data movement (filled by the tiers/traffic work).
     movement: list = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel ranks the roles stand for."""
+        return sum(len(rl.ranks) for rl in self.ranks)
+
+    def role_of(self, r: int) -> RankLedger:
+        """The role (shared :class:`RankLedger`) rank ``r`` belongs to; IndexError if none."""
+        idx = self.__dict__.get("_role_index")
+        if idx is None:
+            idx = {}
+            for rl in self.ranks:
+                for x in rl.ranks:
+                    idx[x] = rl
+            self.__dict__["_role_index"] = idx
+        try:
+            return idx[r]
+        except KeyError:
+            raise IndexError(f"rank {r} is not in this ledger (data-parallel ranks 0..{self.world_size - 1})")
+
+    def rank(self, r: int) -> RankLedger:
+        """Rank ``r``'s own ledger: its role's entries with ``rank`` = r."""
+        rl = self.role_of(r)
+        if rl.rank == r and len(rl.ranks) == 1:
+            return rl
+        return RankLedger(r, [replace(e, rank=r) for e in rl.entries], [r])
+
+    def expanded(self) -> list[RankLedger]:
+        """One :class:`RankLedger` per rank, in rank order (O(W x entries): for small W)."""
+        return [self.rank(r) for r in range(self.world_size)]
 
 
 # =============================================================================================
@@ -125,13 +169,308 @@ MIN_AIO_BYTES = 1024 ** 2
 AIO_ALIGNED_BYTES = 1024
 
 
-def _align(v: int, a: int) -> int:
-    """v rounded up to a multiple of a (elements)."""
+# =============================================================================================
+# Shared building blocks (public). Every other module that needs a partition, padding,
+# sub-group, persistence, swap or bucket figure imports it from here: the formulas live once.
+# Sizes are elements unless the name says bytes.
+
+
+def align_up(v: int, a: int) -> int:
+    """A_a(v): ``v`` rounded up to a multiple of ``a`` (elements; ``a <= 1`` leaves v as is)."""
     return v if a <= 1 or v % a == 0 else v + a - v % a
 
 
-def _ceil_div(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) for non-negative integers."""
     return -(-a // b)
+
+
+_align = align_up
+_ceil_div = ceil_div
+
+
+def zero12_param_alignment(dtype_bytes: int, parameter_alignment: bool) -> int:
+    """Per-parameter alignment a (elements) inside a ZeRO-1/2 flat group: 16 / gcd(16, D) with
+    ``zero_optimization.parameter_alignment`` (8 for 16-bit, 4 for fp32), else 1 (§3.1 step 1;
+    ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.__init__, padding after every param but the last)."""
+    return 16 // math.gcd(16, dtype_bytes) if parameter_alignment else 1
+
+
+@dataclass(frozen=True)
+class Zero12Layout:
+    """Flat layout of one ZeRO-1/2 (or BF16_Optimizer) param group, elements (§3.1).
+
+    ``starts[j]`` is tensor j's flat offset (parameter_alignment padding included), ``numels[j]``
+    its numel; ``n`` = sum of numels (no padding); ``n_pad`` = A_{2W}(end of the last tensor);
+    ``P`` = n_pad / W, the slice every rank owns: rank r owns flat elements [r P, (r+1) P)."""
+
+    starts: tuple[int, ...]
+    numels: tuple[int, ...]
+    n: int
+    n_pad: int
+    P: int
+
+
+def zero12_group_layout(numels: "list[int] | tuple[int, ...]", W: int, dtype_bytes: int,
+                        parameter_alignment: bool) -> Zero12Layout:
+    """The :class:`Zero12Layout` of a param group with tensor numels ``numels`` (model order) on
+    ``W`` data-parallel ranks (§3.1; ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.__init__ with
+    ``nccl_start_alignment_factor`` 2 x W, ``runtime/utils.py`` align_dense_tensors;
+    ``bf16_optimizer.py`` _setup_for_real_optimizer, which never pads per parameter: pass
+    ``parameter_alignment=False`` for BF16_Optimizer). Example (§3.1): N = 43,209, W = 2 ->
+    N_pad = 43,212, P = 21,606."""
+    a = zero12_param_alignment(dtype_bytes, parameter_alignment)
+    starts = []
+    off = 0
+    last = len(numels) - 1
+    for j, n in enumerate(numels):
+        starts.append(off)
+        off += n
+        if a > 1 and j < last:
+            off += (-off) % a
+    n_pad = align_up(off, 2 * W)
+    return Zero12Layout(tuple(starts), tuple(numels), sum(numels), n_pad, n_pad // W)
+
+
+def zero12_rank_coverage(layout: Zero12Layout, r: int) -> tuple[int, int, int]:
+    """(I_r, Cov_r, K_r) of rank ``r`` in one group, elements (§3.1 step 4; ``stage_1_and_2.py``
+    get_partition_info / get_data_parallel_partitions): I_r = full numel of every parameter whose
+    flat range meets r's slice [r P, (r+1) P) (a straddling parameter counts for both ranks),
+    Cov_r = elements of the slice covered by parameters, K_r = how many parameters meet it.
+    O(tensors); :func:`zero12_all_ranks` gives every rank in O(tensors + W)."""
+    lo, hi = r * layout.P, (r + 1) * layout.P
+    inter = cov = k = 0
+    for a, n in zip(layout.starts, layout.numels):
+        b = a + n
+        if a < hi and b > lo:
+            inter += n
+            cov += min(b, hi) - max(a, lo)
+            k += 1
+    return inter, cov, k
+
+
+def zero12_all_ranks(layout: Zero12Layout, W: int) -> tuple[list[int], list[int], list[int]]:
+    """(I, Cov, K): :func:`zero12_rank_coverage` for every rank 0..W-1 at once, in O(tensors + W).
+
+    The parameters meeting rank r's slice are a contiguous run j in [lo_r, hi_r) of the
+    model-ordered tensors (starts and ends never decrease): lo_r = first j with end_j > r P,
+    hi_r = first j with start_j >= (r+1) P; both only move forward as r grows (two pointers).
+    I_r is a difference of prefix sums of numels over the run; Cov_r is I_r minus the parts of
+    the first and last parameter that stick out of the slice."""
+    starts, numels, P = layout.starts, layout.numels, layout.P
+    T = len(numels)
+    ends = [s + n for s, n in zip(starts, numels)]
+    pre = [0] * (T + 1)
+    for j, n in enumerate(numels):
+        pre[j + 1] = pre[j] + n
+    I: list[int] = [0] * W
+    Cov: list[int] = [0] * W
+    K: list[int] = [0] * W
+    jl = jh = 0
+    for r in range(W):
+        lo, hi = r * P, (r + 1) * P
+        while jl < T and ends[jl] <= lo:
+            jl += 1
+        while jh < T and starts[jh] < hi:
+            jh += 1
+        if jh > jl:
+            inter = pre[jh] - pre[jl]
+            I[r] = inter
+            Cov[r] = inter - max(0, lo - starts[jl]) - max(0, ends[jh - 1] - hi)
+            K[r] = jh - jl
+    return I, Cov, K
+
+
+def zero3_partition_numel(n: int, W: int) -> int:
+    """ZeRO-3 partition of one parameter, elements: p_i = ceil(n_i / W), identical on every rank
+    (§3.2; ``partition_parameters.py`` _partition_param, padding (W - n_i mod W) mod W)."""
+    return -(-n // W)
+
+
+def zero3_rank_numel(n: int, W: int, r: int) -> int:
+    """Real (non-padding) elements of a parameter of n elements on rank r: r_i = max(0, min(p_i,
+    n_i - r p_i)) (§3.2). Ranks below floor(n_i / p_i) hold p_i, that rank holds n_i mod p_i, the
+    ranks after it only padding."""
+    p = zero3_partition_numel(n, W)
+    return max(0, min(p, n - r * p))
+
+
+@dataclass(frozen=True)
+class SubGroup:
+    """A ZeRO-3 sub-group: its optimizer param group, indices into ``Inventory.tensors`` (model
+    order) and S_k = sum of their partitions p_i (elements)."""
+
+    group: int
+    tensors: tuple[int, ...]
+    numel: int
+
+
+def zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -> list[SubGroup]:
+    """ZeRO-3 sub-groups of the trainable parameters (§3.2; ``stage3.py``
+    _create_fp16_sub_groups): per optimizer param group (index order), parameters are appended in
+    model order until the running sum of p_i reaches ``sub_group_size`` (elements), so a
+    sub-group can exceed it by up to one partition; a group whose sum of p_i is at most
+    ``sub_group_size`` (or ``None``) is one sub-group. Example (§3.2, measured): the 43,209-element
+    MLP, W = 2, sub_group_size 10,000 -> S = [21,372, 235]."""
+    by: dict[int, list[int]] = {}
+    for i, t in enumerate(inventory.tensors):
+        if t.trainable:
+            by.setdefault(t.group, []).append(i)
+    out: list[SubGroup] = []
+    for g in sorted(by):
+        idx = by[g]
+        parts = [zero3_partition_numel(inventory.tensors[i].numel, W) for i in idx]
+        if sub_group_size is None or sub_group_size >= sum(parts):
+            out.append(SubGroup(g, tuple(idx), sum(parts)))
+            continue
+        cur: list[int] = []
+        size = 0
+        for j, (i, p) in enumerate(zip(idx, parts)):
+            cur.append(i)
+            size += p
+            if size >= sub_group_size or j == len(idx) - 1:
+                out.append(SubGroup(g, tuple(cur), size))
+                cur, size = [], 0
+    return out
+
+
+def zero3_persistent(inventory: Inventory, zero) -> list[bool]:
+    """Which parameters ZeRO-3 keeps gathered on every rank (per tensor, model order), frozen ones
+    too (§3.2; ``parameter_offload.py`` mark_persistent_parameters walks module.named_parameters()):
+    n_i <= ``stage3_param_persistence_threshold`` while the running persistent numel stays <=
+    ``stage3_model_persistence_threshold`` (elements)."""
+    out = []
+    tot = 0
+    for t in inventory.tensors:
+        n = t.numel
+        keep = n <= zero.param_persistence_threshold and tot + n <= zero.model_persistence_threshold
+        out.append(keep)
+        if keep:
+            tot += n
+    return out
+
+
+def zero3_stays_gathered(inventory: Inventory, zero, persistent: "list[bool] | None" = None) -> bool:
+    """True when ZeRO-3 keeps every parameter gathered from its forward use to its backward use,
+    so backward fetches nothing again: ``stage3_max_reuse_distance`` >= 2 x the non-persistent
+    numel (§4.5 advisor rule 1, measured G1/G6/G7; ``partitioned_param_coordinator.py``
+    __params_to_release: forward->backward reuse distance of a layer ~ 2 x the params after it)."""
+    persistent = zero3_persistent(inventory, zero) if persistent is None else persistent
+    non_persist = sum(t.numel for t, p in zip(inventory.tensors, persistent) if not p)
+    return zero.max_reuse_distance >= 2 * non_persist
+
+
+def module_of(name: str) -> str:
+    """The module a parameter belongs to, i.e. the unit ZeRO-3 fetches together: its name
+    without the last dotted component (``model.layers.0.mlp.up_proj.weight`` ->
+    ``model.layers.0.mlp.up_proj``). A numeric last component (the synthetic ``params.3``
+    tensors of ``--params N``) names a tensor of its own, not one shared module."""
+    if "." not in name:
+        return name
+    head, last = name.rsplit(".", 1)
+    return name if last.isdigit() else head
+
+
+def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
+                                persistent: "list[bool] | None" = None) -> tuple[int, str]:
+    """(elements, rule in words): ZeRO-3 non-persistent parameters gathered at once during
+    forward/backward, per rank, on top of the persistent ones (§4.5 advisor rule; each fetch
+    all-gathers a module's parameters into one buffer of sum p_i x W elements,
+    ``partition_parameters.py`` all_gather_coalesced; what stays alive is decided by
+    ``partitioned_param_coordinator.py``):
+
+    1. ``stage3_max_reuse_distance`` >= 2 x non-persistent numel -> the whole padded model,
+       sum p_i x W (max_live_parameters does not bound it; measured G1, G6, G7);
+    2. else with ``stage3_prefetch_bucket_size`` > 0 -> min(sum p_i x W, max(largest fetch,
+       ``stage3_max_live_parameters``)) (G3, G4);
+    3. else the largest module fetch (G2, G8).
+
+    A fetch is one module's directly owned parameters (:func:`module_of`), sum p_i x W."""
+    persistent = zero3_persistent(inventory, zero) if persistent is None else persistent
+    whole = 0
+    non_persist = 0
+    mods: dict[str, int] = {}
+    for t, p in zip(inventory.tensors, persistent):
+        if p:
+            continue
+        n = t.numel
+        padded = zero3_partition_numel(n, W) * W
+        non_persist += n
+        whole += padded
+        m = module_of(t.name)
+        mods[m] = mods.get(m, 0) + padded
+    if not mods:
+        return 0, "every parameter is persistent: nothing is gathered beyond lp_params_gathered"
+    largest = max(mods.values())
+    if zero.max_reuse_distance >= 2 * non_persist:
+        return whole, (f"stage3_max_reuse_distance {zero.max_reuse_distance:,} >= 2 x non-persistent numel "
+                       f"{non_persist:,}: the whole padded model stays gathered, sum p_i x W = {whole:,}")
+    if zero.prefetch_bucket_size > 0:
+        v = min(whole, max(largest, zero.max_live_parameters))
+        return v, (f"prefetch on: min(sum p_i x W, max(largest module fetch, stage3_max_live_parameters)) = "
+                   f"min({whole:,}, max({largest:,}, {zero.max_live_parameters:,})) = {v:,}")
+    return largest, f"no prefetch, short reuse distance: the largest module fetch sum p_i x W = {largest:,}"
+
+
+def swap_threshold_bytes(ec: EffectiveConfig) -> int:
+    """A tensor is swapped to NVMe iff its bytes >= max(1 MiB, ``aio.block_size``) (§5.1;
+    ``swap_tensor/utils.py`` swappable_tensor, MIN_AIO_BYTES; ``stage3.py``
+    _swappable_optimizer_subgroup for sub-groups, ``optimizer_utils.py`` is_swappable_tensor)."""
+    return max(MIN_AIO_BYTES, ec.aio.block_size)
+
+
+def aio_alignment_elems(ec: EffectiveConfig, elem_bytes: int) -> int:
+    """Swap alignment k in elements: 1024 B x ``aio.intra_op_parallelism`` / element bytes (§5.1;
+    ``optimizer_utils.py`` _io_aligned_numel, ``partitioned_param_swapper.py`` numel_alignment:
+    AIO_ALIGNED_BYTES x intra_op_parallelism). Swap files and swap buffers are padded to A_k."""
+    return AIO_ALIGNED_BYTES * max(1, ec.aio.intra_op_parallelism) // elem_bytes
+
+
+def zero3_grad_swap_bytes(r_i: int, min_bytes: int, k: int) -> tuple[int, int]:
+    """(bytes written to NVMe, bytes kept on the accelerator) for one parameter's fp32 gradient
+    piece of r_i real elements in a swappable sub-group (§5.4; ``optimizer_utils.py``
+    _swap_out_gradients, _adjust_for_misaligned_lengths): a piece below ``min_bytes`` stays whole;
+    otherwise its aligned part floor(r_i / k) x k is written if that is itself >= ``min_bytes``
+    and the unaligned tail (a view that keeps the whole r_i x 4 copy alive until the step)
+    stays."""
+    b = r_i * 4
+    if b < min_bytes:
+        return 0, b
+    whole = r_i // k * k
+    if whole * 4 < min_bytes:
+        return 0, b
+    return whole * 4, (b if whole != r_i else 0)
+
+
+def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
+    """(bytes, formula in words, lifetime) of the gradient reduce (ipg) bucket(s), or None when
+    DeepSpeed allocates none.
+
+    ZeRO-1/2 (§4.2; ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.setup_buckets): RBS x B x
+    (1 + overlap_comm), allocated at full size on every backward when ``contiguous_gradients``
+    or the optimizer is offloaded; B = model dtype bytes, 4 at stage 1 with grad_accum_dtype fp32;
+    none under BF16_Optimizer (:func:`select_optimizer`). ZeRO-3 (§4.4; ``stage3.py``
+    DeepSpeedZeroOptimizer_Stage3.__init__, ipg_buckets[dtype].buffer): RBS x C (comm dtype) when
+    ``contiguous_gradients``, allocated at initialize and kept. RBS is elements."""
+    z = ec.zero
+    if z.stage in (1, 2):
+        wrapper, _ = select_optimizer(ec)
+        if wrapper == "BF16_Optimizer":
+            return None
+        off = ec.offload_optimizer_effective != "none"
+        if not (z.contiguous_gradients or off):
+            return None
+        B = 4 if (z.stage == 1 and ec.grad_dtype == "fp32") else DTYPE_BYTES[ec.model_dtype]
+        mult = 2 if z.overlap_comm else 1
+        return (z.reduce_bucket_size * B * mult,
+                f"reduce_bucket_size x B x (1 + overlap_comm) = {z.reduce_bucket_size} x {B} x {mult} "
+                "(elements x bytes; allocated at full size each backward)", "backward")
+    if z.stage == 3 and z.contiguous_gradients:
+        C = DTYPE_BYTES[ec.comm_dtype]
+        return (z.reduce_bucket_size * C,
+                f"reduce_bucket_size x C = {z.reduce_bucket_size} x {C} (allocated at initialize, kept)",
+                "persistent")
+    return None
 
 
 def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
@@ -189,13 +528,6 @@ def unsupported_reason(ec: EffectiveConfig, dp_world_size: int | None = None) ->
     return None
 
 
-@dataclass(frozen=True)
-class _T:
-    """A trainable tensor in flat order within its param group."""
-    numel: int
-    start: int  # flat offset (elements), including parameter_alignment padding
-
-
 class _Builder:
     def __init__(self, rank: int):
         self.rank = rank
@@ -221,35 +553,6 @@ def _moment_items(basic: str, family: str) -> tuple[str, ...]:
     if family in ("lion",):
         return ("exp_avg",)
     return ("exp_avg", "exp_avg_sq")
-
-
-def _zero12_layout(group, W: int, D: int, align_params: bool):
-    """Flat layout of one ZeRO-1/2 param group (§3.1; ``stage_1_and_2.py`` __init__,
-    ``runtime/utils.py`` align_dense_tensors): per-param alignment padding, N_pad = A_{2W}(.),
-    P = N_pad / W. Returns (tensors with flat offsets, N_pad, P)."""
-    a = 16 // math.gcd(16, D) if align_params else 1
-    out = []
-    off = 0
-    for j, t in enumerate(group):
-        out.append(_T(t.numel, off))
-        off += t.numel
-        if align_params and j < len(group) - 1:
-            off += (-off) % a
-    n_pad = _align(off, 2 * W)
-    return out, n_pad, n_pad // W
-
-
-def _zero12_rank(ts, P: int, r: int) -> tuple[int, int]:
-    """(I_r, Cov_r): full numel of params intersecting rank r's slice, and elements of the
-    slice covered by params (``stage_1_and_2.py`` get_partition_info)."""
-    lo, hi = r * P, (r + 1) * P
-    inter = cov = 0
-    for t in ts:
-        a, b = t.start, t.start + t.numel
-        if a < hi and b > lo:
-            inter += t.numel
-            cov += min(b, hi) - max(a, lo)
-    return inter, cov
 
 
 def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basic: str) -> None:
@@ -280,37 +583,55 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
               src_s.replace("__init__", "step"))
 
 
-def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wrapper: str, basic: str,
-            ga: int) -> None:
+def zero12_layouts(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None = None) -> list[Zero12Layout]:
+    """One :class:`Zero12Layout` per trainable param group (index order) for ZeRO-1/2, with the
+    per-parameter alignment the wrapper uses (``parameter_alignment``, never under
+    BF16_Optimizer; ``wrapper`` defaults to :func:`select_optimizer`'s)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    wrapper = wrapper or select_optimizer(ec)[0]
+    align = ec.zero.parameter_alignment and wrapper != "BF16_Optimizer"
+    return [zero12_group_layout([t.numel for t in g], W, D, align) for g in inv.groups()]
+
+
+def zero12_rank_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> list[tuple[int, int, int]]:
+    """Per rank (I_r, Cov_r, P_max,r) summed over groups, every rank in O(tensors + W).
+
+    P_max,r is the in-step fp32 gradient of the largest group: P, except for an fp32 model whose
+    slice lies inside one tensor (Cov = P, K = 1): flatten and .to() then return views of the kept
+    grads, I_r + P - Cov_r elements (``stage_1_and_2.py`` step)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    inter = [0] * W
+    cov = [0] * W
+    pmax = [0] * W
+    for lay in layouts:
+        I, C, K = zero12_all_ranks(lay, W)
+        P = lay.P
+        for r in range(W):
+            inter[r] += I[r]
+            cov[r] += C[r]
+            v = (I[r] + P - C[r]) if (D == 4 and K[r] == 1 and C[r] == P) else P
+            if v > pmax[r]:
+                pmax[r] = v
+    return list(zip(inter, cov, pmax))
+
+
+def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
+            ga: int, layouts: list[Zero12Layout], terms: tuple[int, int, int]) -> None:
+    """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r) are ``terms``."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
     off = ec.offload_optimizer_effective != "none" and wrapper != "BF16_Optimizer"
     pin = z.offload_optimizer.pin_memory
-    align = z.parameter_alignment and wrapper != "BF16_Optimizer"
     S = "runtime/zero/stage_1_and_2.py:DeepSpeedZeroOptimizer"
     if wrapper == "BF16_Optimizer":
         S = "runtime/bf16_optimizer.py:BF16_Optimizer"
-    groups = inv.groups()
-    npad_t = p_t = n_t = inter_t = cov_t = 0
-    p_max = 0
-    largest = 0
-    for g in groups:
-        ts, n_pad, P = _zero12_layout(g, W, D, align)
-        inter, cov = _zero12_rank(ts, P, r)
-        lo, hi = r * P, (r + 1) * P
-        single = cov == P and sum(1 for t in ts if t.start < hi and t.start + t.numel > lo) == 1
-        # step: flatten(averaged_gradients[i]).to(fp32); for an fp32 model whose slice is one
-        # tensor with no pad, flatten and .to() return views: no new bytes (stage_1_and_2.py step)
-        # ... then the fp32 grad is a view of grads_in_partition (the kept grads, same storage)
-        p_max = max(p_max, (inter + P - cov) if (D == 4 and single) else P)
-        npad_t += n_pad
-        p_t += P
-        n_t += sum(t.numel for t in g)
-        inter_t += inter
-        cov_t += cov
-        largest = max([largest] + [t.numel for t in g])
-    ng = len(groups)
+    npad_t = sum(lay.n_pad for lay in layouts)
+    p_t = sum(lay.P for lay in layouts)
+    n_t = sum(lay.n for lay in layouts)
+    largest = max((n for lay in layouts for n in lay.numels), default=0)
+    inter_t, cov_t, p_max = terms
+    ng = len(layouts)
     b.add("accelerator", "parameters", "lp_params_flat", npad_t * D, "persistent",
           f"N_pad x D = {npad_t} x {D}; N_pad = A_2W(N) per group (full 16-bit copy on every rank)",
           f"{S}.__init__ (flatten_dense_tensors_aligned)")
@@ -358,15 +679,15 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, wr
             b.add("accelerator", "gradients", "averaged_gradients", kept * D, "backward",
                   f"(I_r + P - Cov_r) x D = ({inter_t} + {p_t} - {cov_t}) x {D} (grads_in_partition + pads)",
                   f"{S}.copy_grads_in_partition / get_flat_partition")
-    if z.contiguous_gradients or off:
-        B = 4 if (z.stage == 1 and ec.grad_dtype == "fp32") else D
-        mult = 2 if z.overlap_comm else 1
-        b.add("accelerator", "workspace", "ipg_bucket", z.reduce_bucket_size * B * mult, "backward",
-              f"reduce_bucket_size x B x (1 + overlap_comm) = {z.reduce_bucket_size} x {B} x {mult} "
-              "(elements x bytes; allocated at full size each backward)", f"{S}.setup_buckets")
+    ipg = ipg_bucket_bytes(ec)
+    if ipg is not None:
+        b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
 
 
-def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, basic: str) -> dict:
+def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str,
+            grad_terms: tuple[int, int] = (0, 0)) -> dict:
+    """ZeRO-3 entries of one rank; ``grad_terms`` = that rank's (NVMe gradient file bytes, kept
+    gradient tail bytes) from :func:`zero3_grad_swap_by_rank` (the only rank-dependent figures)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     G = DTYPE_BYTES[ec.grad_dtype]
@@ -376,29 +697,16 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
     oo = ec.offload_optimizer_effective
     op = ec.offload_param_effective
     oo_pin = z.offload_optimizer.pin_memory
-    groups = inv.groups()
-    # per-param partitions (§3.2, partition_parameters.py:_partition_param)
-    parts = [[(t.numel, _ceil_div(t.numel, W)) for t in g] for g in groups]
-    P3 = sum(p for g in parts for _, p in g)
-    # sub-groups (stage3.py:_create_fp16_sub_groups)
+    # per-param partitions p_i (§3.2, partition_parameters.py:_partition_param) and the
+    # sub-groups of the trainable ones (stage3.py:_create_fp16_sub_groups)
+    sgs = zero3_sub_groups(inv, W, z.sub_group_size)
     subs: list[list[tuple[int, int]]] = []
-    sub_group_of_group: list[list[int]] = []
-    for g in parts:
-        idx = []
-        total = sum(p for _, p in g)
-        if z.sub_group_size >= total:
-            idx.append(len(subs))
-            subs.append(list(g))
-        else:
-            cur, acc = [], 0
-            for j, (n, p) in enumerate(g):
-                cur.append((n, p))
-                acc += p
-                if acc >= z.sub_group_size or j == len(g) - 1:
-                    idx.append(len(subs))
-                    subs.append(cur)
-                    cur, acc = [], 0
-        sub_group_of_group.append(idx)
+    for sg in sgs:
+        subs.append([(n, _ceil_div(n, W)) for n in (inv.tensors[i].numel for i in sg.tensors)])
+    gids = sorted({sg.group for sg in sgs})
+    sub_group_of_group = [[k for k, sg in enumerate(sgs) if sg.group == g] for g in gids]
+    parts = [[x for k in idx for x in subs[k]] for idx in sub_group_of_group]
+    P3 = sum(p for g in parts for _, p in g)
     Sk = [sum(p for _, p in s) for s in subs]
 
     # ---- 16-bit parameter partitions
@@ -413,7 +721,8 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
         pinned_bytes = 0
         pageable = 0
         used_any = []
-        pmin = max(MIN_AIO_BYTES, ec.aio.block_size)
+        pmin = swap_threshold_bytes(ec)
+        kp = aio_alignment_elems(ec, D)
         nvme_bytes = 0
         resident_small = 0
         unused_flat = 0
@@ -437,7 +746,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
                 off += tot
             used_any.append(used)
             if nvme:  # every swappable partition is written to NVMe at init, even if kept in RAM
-                nvme_bytes += sum(_align(p, AIO_ALIGNED_BYTES // D) * D for _, p in g if p * D >= pmin)
+                nvme_bytes += sum(_align(p, kp) * D for _, p in g if p * D >= pmin)
             if size > 0 and used:
                 pinned_bytes += size * D
             elif size > 0:
@@ -463,12 +772,13 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.__init__")
         if nvme_bytes:
             b.add("nvme", "parameters", "lp_param_partitions", nvme_bytes, "persistent",
-                  "sum over partitions with p_i x D >= max(1 MiB, aio.block_size) of A_{1024/D}(p_i) x D "
+                  "sum over partitions with p_i x D >= max(1 MiB, aio.block_size) of "
+                  + ("A_{1024/D}" if kp == AIO_ALIGNED_BYTES // D else f"A_{kp}") + "(p_i) x D "
                   "({ds_id}_param.tensor.swp; written at init even when max_in_cpu keeps them in RAM)",
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.swap_out")
         if nvme:
             ob = z.offload_param
-            al = AIO_ALIGNED_BYTES * ec.aio.intra_op_parallelism // D
+            al = aio_alignment_elems(ec, D)
             b.add("host_pinned", "workspace", "param_swap_buffers", ob.buffer_count * _align(ob.buffer_size, al) * D,
                   "persistent", f"buffer_count x A_{al}(buffer_size) x D = {ob.buffer_count} x "
                   f"{_align(ob.buffer_size, al)} x {D} (aio-locked)",
@@ -482,34 +792,38 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
 
     # ---- persistent (always gathered) parameters
     persist = persist_frozen = 0
-    tot = 0
-    for t in inv.tensors:  # mark_persistent_parameters walks module.named_parameters(), frozen too
-        if t.numel + tot > z.model_persistence_threshold:
-            continue
-        if t.numel <= z.param_persistence_threshold:
+    for t, keep in zip(inv.tensors, zero3_persistent(inv, z)):
+        if keep:
             if t.trainable:
                 persist += _ceil_div(t.numel, W) * W
             else:
                 persist_frozen += _ceil_div(t.numel, W) * W
-            tot += t.numel
     aliased = W == 1  # the gathered tensor is the partition itself (any offload_param)
     b.add("accelerator", "parameters", "lp_params_gathered", 0 if aliased else persist * D, "persistent",
           "0 (W = 1: the gathered tensor is the partition)" if aliased else
           f"sum over params with n_i <= stage3_param_persistence_threshold of ceil(n_i/W) x W x D = {persist} x {D}",
           "runtime/zero/parameter_offload.py:mark_persistent_parameters; stage3.py:_post_step")
+    g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
+    g_alias = W == 1 and op == "none"
+    b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
+          "0 (W = 1, parameters on the accelerator: the gathered tensor is the partition itself)" if g_alias else
+          f"{g_words}; x D = {g_numel} x {D} (non-persistent parameters gathered during forward/backward; "
+          "reference section 4.5 advisor rule)",
+          "runtime/zero/partition_parameters.py:all_gather_coalesced (NoGatherHandle at W = 1); "
+          "runtime/zero/partitioned_param_coordinator.py:PartitionedParameterCoordinator.fetch_sub_module / "
+          "__params_to_release")
 
     # ---- gradient partition buffer and ipg bucket
     g_tier = _host(oo_pin) if oo != "none" else "accelerator"
     b.add(g_tier, "gradients", "grad_partitions_flat_buffer", P3 * G, "persistent",
           f"P3 x G = {P3} x {G} (grad_accum_dtype, default the model dtype)", f"{S}.__init__ (grad_partitions_flat_buffer)")
-    if z.contiguous_gradients:
-        b.add("accelerator", "workspace", "ipg_bucket", z.reduce_bucket_size * C, "persistent",
-              f"reduce_bucket_size x C = {z.reduce_bucket_size} x {C} (allocated at initialize, kept)",
-              f"{S}.__init__ (ipg_buckets[dtype].buffer)")
+    ipg = ipg_bucket_bytes(ec)
+    if ipg is not None:
+        b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.__init__ (ipg_buckets[dtype].buffer)")
 
     # ---- master, moments, fp32 grads per sub-group
-    smin = max(MIN_AIO_BYTES, ec.aio.block_size)
-    al = AIO_ALIGNED_BYTES * ec.aio.intra_op_parallelism // M
+    smin = swap_threshold_bytes(ec)
+    al = aio_alignment_elems(ec, M)
     swappable = [oo == "nvme" and s * M >= smin for s in Sk]
     moments = _moment_items(basic, ec.optimizer.family)
     ram = sum(s for s, sw in zip(Sk, swappable) if not sw)
@@ -545,19 +859,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
               f"buffer_count x A_{al}(max_k S_k) x 4 = {bc} x {big} x 4 (aio-locked)",
               "runtime/swap_tensor/optimizer_utils.py:OptimizerSwapper.__init__ (SwapBufferManager)")
         # gradient swap files and unswapped tails (optimizer_utils.py:_swap_out_gradients)
-        gfiles = tails = 0
-        for s, sw in zip(subs, swappable):
-            if not sw:
-                continue
-            for n, p in s:
-                ri = max(0, min(p, n - r * p))
-                if ri * 4 >= smin:
-                    whole = ri // al * al
-                    gfiles += whole * 4
-                    if whole != ri:
-                        tails += ri * 4
-                elif ri:
-                    tails += ri * 4
+        gfiles, tails = grad_terms
         if gfiles:
             b.add("nvme", "gradients", "fp32_grad", gfiles, "persistent",
                   f"per param partition with r_i x 4 >= {smin}: floor(r_i / {al}) x {al} x 4",
@@ -573,22 +875,113 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, r: int, ba
     return {"P3": P3, "S": Sk}
 
 
-def _frozen(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int) -> None:
+def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None:
+    """Frozen (trainable=False) parameters; ``frozen`` = their numels."""
     D = DTYPE_BYTES[ec.model_dtype]
-    fr = [t for t in inv.tensors if not t.trainable]
-    if not fr:
+    if not frozen:
         return
     if ec.zero.stage == 3:
-        n = sum(_ceil_div(t.numel, W) for t in fr)
+        n = sum(_ceil_div(x, W) for x in frozen)
         tier = "accelerator" if ec.offload_param_effective == "none" else "host_pinned"
         b.add(tier, "parameters", "frozen_params", n * D, "persistent",
               f"sum_frozen ceil(n_i / W) x D = {n} x {D} (partitioned, no grads or optimizer state)",
               "runtime/zero/partition_parameters.py:_partition_param")
     else:
-        n = sum(t.numel for t in fr)
+        n = sum(frozen)
         b.add("accelerator", "parameters", "frozen_params", n * D, "persistent",
               f"sum_frozen n_i x D = {n} x {D} (no grads or optimizer state)",
               "engine.py:DeepSpeedEngine._configure_distributed_model")
+
+
+def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int) -> list[tuple[int, int]] | None:
+    """Per rank (NVMe fp32 gradient file bytes, kept gradient tail bytes) with
+    ``offload_optimizer: nvme`` at ZeRO-3 (:func:`zero3_grad_swap_bytes` over every parameter of a
+    swappable sub-group), every rank in O(tensors + W); None when there is no optimizer swap.
+
+    r_i depends on the rank only through q_i = floor(n_i / p_i): ranks below q_i hold p_i real
+    elements, rank q_i (if < W) holds n_i mod p_i, later ranks none (§3.2). So each parameter adds
+    its p_i figure on [0, q_i) and its remainder figure at q_i: a difference array over ranks."""
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective != "nvme":
+        return None
+    smin = swap_threshold_bytes(ec)
+    al = aio_alignment_elems(ec, 4)
+    dg = [0] * (W + 1)
+    dt = [0] * (W + 1)
+    for sg in zero3_sub_groups(inv, W, ec.zero.sub_group_size):
+        if sg.numel * 4 < smin:
+            continue
+        for i in sg.tensors:
+            n = inv.tensors[i].numel
+            p = _ceil_div(n, W)
+            q = min(n // p, W) if p else W
+            f, t = zero3_grad_swap_bytes(p, smin, al)
+            dg[0] += f
+            dg[q] -= f
+            dt[0] += t
+            dt[q] -= t
+            if q < W:
+                f, t = zero3_grad_swap_bytes(n - q * p, smin, al)
+                dg[q] += f
+                dg[q + 1] -= f
+                dt[q] += t
+                dt[q + 1] -= t
+    out = []
+    g = t = 0
+    for r in range(W):
+        g += dg[r]
+        t += dt[r]
+        out.append((g, t))
+    return out
+
+
+def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str, ga: int) -> list[RankLedger]:
+    """One :class:`RankLedger` per distinct set of entries, with the ranks it stands for.
+
+    Ranks differ only through a few per-rank figures: ZeRO-1/2 (I_r, Cov_r, P_max,r), ZeRO-3 with
+    NVMe optimizer swap the gradient files and tails; stage 0 and every other ZeRO-3 entry are the
+    same on every rank. Those figures come for every rank in O(tensors + W)
+    (:func:`zero12_all_ranks`, :func:`zero3_grad_swap_by_rank`); the entries are then built once per
+    distinct figure and ranks whose entries coincide are merged."""
+    st = ec.zero.stage
+    has_groups = bool(inv.groups())
+    frozen = [t.numel for t in inv.tensors if not t.trainable]
+    if not has_groups:
+        terms: list = [None] * W
+    elif st in (1, 2):
+        layouts = zero12_layouts(ec, inv, W, wrapper)
+        terms = zero12_rank_terms(ec, layouts, W)
+    elif st == 3:
+        terms = zero3_grad_swap_by_rank(ec, inv, W) or [(0, 0)] * W
+    else:
+        terms = [None] * W
+    by_terms: dict = {}
+    for r, k in enumerate(terms):
+        lst = by_terms.get(k)
+        if lst is None:
+            by_terms[k] = [r]
+        else:
+            lst.append(r)
+    roles: dict[tuple, RankLedger] = {}
+    for k, rs in by_terms.items():
+        b = _Builder(rs[0])
+        if not has_groups:
+            pass
+        elif st == 0:
+            _stage0(b, ec, inv, wrapper, basic)
+        elif st in (1, 2):
+            _zero12(b, ec, inv, W, wrapper, basic, ga, layouts, k)
+        else:
+            _stage3(b, ec, inv, W, basic, k)
+        _frozen(b, ec, frozen, W)
+        key = tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source) for e in b.entries)
+        if key in roles:
+            roles[key].ranks.extend(rs)
+        else:
+            roles[key] = RankLedger(rs[0], b.entries, list(rs))
+    out = list(roles.values())
+    for rl in out:
+        rl.ranks.sort()
+    return out
 
 
 def compute_ledger(plan: Plan) -> Ledger:
@@ -609,23 +1002,10 @@ def compute_ledger(plan: Plan) -> Ledger:
     wrapper, basic = select_optimizer(ec)
     from advisor.effective import derive_batch
     ga = derive_batch(ec, W)[2] or 1
-    ranks = []
-    for r in range(W):
-        b = _Builder(r)
-        if not inv.groups():
-            pass
-        elif ec.zero.stage == 0:
-            _stage0(b, ec, inv, wrapper, basic)
-        elif ec.zero.stage in (1, 2):
-            _zero12(b, ec, inv, W, r, wrapper, basic, ga)
-        else:
-            _stage3(b, ec, inv, W, r, basic)
-        _frozen(b, ec, inv, W)
-        ranks.append(RankLedger(r, b.entries))
+    ranks = _roles(ec, inv, W, wrapper, basic, ga)
     excluded = [
         "activations (depend on the model's forward, not on the config)",
         "CUDA context, NCCL workspaces, caching-allocator fragmentation, optimizer-kernel temporaries",
-        "ZeRO-3 gathered non-persistent parameters during forward/backward (see the reference section 4.5)",
         "transient copies inside backward (ZeRO-1 full 16-bit grads until the boundary reduce, "
         "reduce-scatter staging) and inside the step (flatten/cast temporaries)",
     ]

@@ -49,9 +49,10 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
 * Activation checkpoints moved to host (``activation_checkpointing.cpu_checkpointing``) need
   activation shapes the inventory does not have: reported in :func:`not_modelled`, not counted.
 
-Partition helpers here (:func:`zero3_partition_numel`, :func:`zero3_rank_numel`,
-:func:`zero3_sub_groups`, :func:`zero12_partition`) follow the reference section 3; they
-duplicate what the ledger computes and can be replaced by the ledger's once it exposes them.
+Partition, padding, sub-group, persistence and swap formulas come from :mod:`advisor.ledger`
+(reference sections 3-5), where they live once. Ranks differ only in a few per-rank figures
+(ZeRO-1/2 Cov_r and I_r, ZeRO-3 gradient swap pieces r_i): :func:`movement_roles` computes them
+for every rank at once and the movements once per distinct figure.
 
 Endurance (:func:`endurance`, :func:`endurance_report`): bytes written per day = bytes per step
 x 86,400 / step seconds; rated bytes = TBW x 1e12, or DWPD x capacity x 365 x warranty years;
@@ -66,6 +67,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from advisor.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.inventory import Inventory
+from advisor.ledger import (aio_alignment_elems, align_up, swap_threshold_bytes, zero3_grad_swap_by_rank,
+                            zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero3_sub_groups,
+                            zero12_layouts, zero12_rank_coverage, zero12_rank_terms)
 
 if TYPE_CHECKING:
     from advisor.hardware import Hardware, StorageTier
@@ -73,8 +77,6 @@ if TYPE_CHECKING:
 
 PCIE, NVME, NETWORK = "pcie", "nvme", "network"
 LINKS = (PCIE, NVME, NETWORK)
-MIN_AIO_BYTES = 1024 ** 2  # swap_tensor/utils.py MIN_AIO_BYTES
-AIO_ALIGNED_BYTES = 1024  # swap_tensor/utils.py AIO_ALIGNED_BYTES
 SECONDS_PER_DAY = 86_400
 
 
@@ -106,82 +108,6 @@ class Movement:
         return asdict(self)
 
 
-# ---------------------------------------------------------------------------------------------
-# partition helpers (reference section 3)
-
-
-def align_up(n: int, k: int) -> int:
-    """``n`` rounded up to a multiple of ``k`` (A_k(n) in the reference)."""
-    return n if k <= 1 or n % k == 0 else n + k - n % k
-
-
-def zero3_partition_numel(n: int, world: int) -> int:
-    """ZeRO-3 partition of one parameter, elements: p_i = ceil(n_i / W)
-    (``partition_parameters.py`` padding; reference 3.2)."""
-    return -(-n // world)
-
-
-def zero3_rank_numel(n: int, world: int, rank: int) -> int:
-    """Real (non-padding) elements of parameter i on ``rank``: max(0, min(p_i, n_i - r*p_i))."""
-    p = zero3_partition_numel(n, world)
-    return max(0, min(p, n - rank * p))
-
-
-@dataclass(frozen=True)
-class SubGroup:
-    """A ZeRO-3 sub-group: indices into the inventory's tensors, and S_k = sum p_i (elements)."""
-
-    group: int
-    tensors: tuple[int, ...]
-    numel: int
-
-
-def zero3_sub_groups(inventory: Inventory, world: int, sub_group_size: int) -> list[SubGroup]:
-    """ZeRO-3 sub-groups of the trainable parameters (``stage3.py`` ``_create_fp16_sub_groups``):
-    per optimizer param group, parameters are appended in order until the running sum of
-    partitions p_i reaches ``sub_group_size`` (elements); a group not larger than
-    ``sub_group_size`` is one sub-group."""
-    by: dict[int, list[int]] = {}
-    for i, t in enumerate(inventory.tensors):
-        if t.trainable:
-            by.setdefault(t.group, []).append(i)
-    out: list[SubGroup] = []
-    for g in sorted(by):
-        idx = by[g]
-        parts = [zero3_partition_numel(inventory.tensors[i].numel, world) for i in idx]
-        if sub_group_size is None or sub_group_size >= sum(parts):
-            out.append(SubGroup(g, tuple(idx), sum(parts)))
-            continue
-        cur: list[int] = []
-        size = 0
-        for j, (i, p) in enumerate(zip(idx, parts)):
-            cur.append(i)
-            size += p
-            if size >= sub_group_size or j == len(idx) - 1:
-                out.append(SubGroup(g, tuple(cur), size))
-                cur, size = [], 0
-    return out
-
-
-def zero12_partition(numels: list[int], world: int, rank: int) -> tuple[int, int, int]:
-    """ZeRO-1/2 flat partition of one param group (reference 3.1, default alignment):
-    returns (P, Cov_r, I_r) in elements: P = A_{2W}(N) / W, Cov_r = elements of rank r's slice
-    covered by parameters, I_r = full numel of the parameters touching r's slice."""
-    n = sum(numels)
-    p = align_up(n, 2 * world) // world
-    lo, hi = rank * p, (rank + 1) * p
-    cov = max(0, min(hi, n) - lo)
-    i_r, off = 0, 0
-    for x in numels:
-        if off < hi and off + x > lo:
-            i_r += x
-        off += x
-    return p, cov, i_r
-
-
-# ---------------------------------------------------------------------------------------------
-
-
 def _optimizer_state_count(ec: EffectiveConfig) -> tuple[int, str]:
     """Number of fp32 state tensors per parameter swapped with the master (Adam: 2)."""
     fam = ec.optimizer.family
@@ -199,25 +125,6 @@ def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
     return ga
 
 
-def _persistent(inv: Inventory, ec: EffectiveConfig) -> set[int]:
-    """Stage-3 persistent parameters (reference 3.2): n_i <= param_persistence_threshold while the
-    cumulative persistent numel stays <= model_persistence_threshold (elements)."""
-    out, tot = set(), 0
-    for i, t in enumerate(inv.tensors):
-        if t.numel <= ec.zero.param_persistence_threshold and tot + t.numel <= ec.zero.model_persistence_threshold:
-            out.add(i)
-            tot += t.numel
-    return out
-
-
-def _stays_gathered(inv: Inventory, ec: EffectiveConfig, persistent: set[int]) -> bool:
-    """True when ZeRO-3 keeps every parameter gathered from its forward to its backward use, so
-    the backward pass fetches nothing again (reference 4.5: reuse distance >= ~2 x the
-    non-persistent parameter numel)."""
-    non_persist = sum(t.numel for i, t in enumerate(inv.tensors) if i not in persistent)
-    return ec.zero.max_reuse_distance >= 2 * non_persist
-
-
 def not_modelled(plan: "Plan") -> list[str]:
     """Movements this module does not count for ``plan``, in words."""
     ec = plan.config
@@ -232,21 +139,66 @@ def not_modelled(plan: "Plan") -> list[str]:
     return out
 
 
-def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None) -> list[Movement]:
-    """Per-rank movements per optimizer step for a :class:`advisor.ledger.Plan` (or a Ledger,
-    whose ``plan`` is used), one list over all data-parallel ranks. Bytes are bytes. With
-    ``hardware``, each movement's ``seconds`` is filled and NVMe rows name their storage tier
-    (``Hardware.tier_for_path`` of the config's ``nvme_path``)."""
-    plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
+def _rank_terms(plan: "Plan") -> list:
+    """Per data-parallel rank, the only figures its movements depend on: ZeRO-1/2 with CPU
+    offload (Cov_r, I_r) summed over groups (:func:`advisor.ledger.zero12_rank_terms`), ZeRO-3
+    with NVMe optimizer swap the gradient bytes written (:func:`advisor.ledger.zero3_grad_swap_by_rank`),
+    else None. O(tensors + W)."""
     ec: EffectiveConfig = plan.config
-    inv: Inventory = plan.inventory
-    world = plan.cluster.dp_world_size
-    out: list[Movement] = []
-    for r in range(world):
-        out.extend(_rank_movements(plan, r))
-    if hardware is not None:
-        out = timed(out, hardware, ranks_per_node=_ranks_per_node(plan, hardware), world_size=plan.cluster.world_size)
+    W = plan.cluster.dp_world_size
+    st = ec.zero.stage
+    oo = ec.offload_optimizer_effective
+    if st in (1, 2) and oo == "cpu" and plan.inventory.groups():
+        return [(c, i) for i, c, _ in zero12_rank_terms(ec, zero12_layouts(ec, plan.inventory, W), W)]
+    if st == 3 and oo == "nvme":
+        return [g for g, _ in zero3_grad_swap_by_rank(ec, plan.inventory, W)]
+    return [None] * W
+
+
+def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None
+                   ) -> list[tuple[list[int], list[Movement]]]:
+    """Movements per optimizer step grouped by rank role: [(ranks, movements of ranks[0])], the
+    ranks of each role ascending, roles by first rank. Every rank in a role moves exactly the
+    same bytes (only ``rank`` differs). O(tensors + W) plus O(tensors) per role. With
+    ``hardware`` the movements are :func:`timed`."""
+    plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
+    terms = _rank_terms(plan)
+    by: dict = {}
+    for r, k in enumerate(terms):
+        by.setdefault(k, []).append(r)
+    rpn = _ranks_per_node(plan, hardware)
+    out = []
+    for k, ranks in by.items():
+        ms = _rank_movements(plan, ranks[0], k)
+        if hardware is not None:
+            ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size)
+        out.append((ranks, ms))
     return out
+
+
+def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
+                 ranks: "Iterable[int] | None" = None) -> list[Movement]:
+    """Per-rank movements per optimizer step for a :class:`advisor.ledger.Plan` (or a Ledger,
+    whose ``plan`` is used), one list over all data-parallel ranks (or only ``ranks``), in rank
+    order. Bytes are bytes. With ``hardware``, each movement's ``seconds`` is filled and NVMe rows
+    name their storage tier (``Hardware.tier_for_path`` of the config's ``nvme_path``). Built
+    from :func:`movement_roles`; prefer that for large worlds (this list has W x rows)."""
+    roles = movement_roles(plan_or_ledger, hardware)
+    owner = {}
+    for rs, ms in roles:
+        for r in rs:
+            owner[r] = ms
+    want = sorted(owner) if ranks is None else [r for r in ranks if r in owner]
+    out: list[Movement] = []
+    for r in want:
+        ms = owner[r]
+        out.extend(ms if (ms and ms[0].rank == r) else [replace(m, rank=r) for m in ms])
+    return out
+
+
+def rank_movements(plan: "Plan", r: int) -> list[Movement]:
+    """Rank ``r``'s movements per optimizer step (untimed)."""
+    return _rank_movements(plan, r)
 
 
 def _ranks_per_node(plan: "Plan", hardware: "Hardware | None" = None) -> int:
@@ -258,7 +210,8 @@ def _ranks_per_node(plan: "Plan", hardware: "Hardware | None" = None) -> int:
     return max(1, min(cl.world_size, 8))
 
 
-def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
+def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
+    """Rank ``r``'s movements; ``terms`` = its entry of :func:`_rank_terms` (computed when None)."""
     ec: EffectiveConfig = plan.config
     inv: Inventory = plan.inventory
     W = plan.cluster.dp_world_size
@@ -278,8 +231,7 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
             rows.append(Movement(r, link, direction, cls, item, int(nbytes), phase, overlap, formula, source, **kw))
 
     trainable = [i for i, t in enumerate(inv.tensors) if t.trainable]
-    persistent = _persistent(inv, ec) if st == 3 else set()
-    gathered = _stays_gathered(inv, ec, persistent) if st == 3 else True
+    gathered = zero3_stays_gathered(inv, z, zero3_persistent(inv, z)) if st == 3 else True
     fetches = 1 if gathered else 2  # stage 3: forward, plus backward unless still gathered
     fetch_words = "forward" if gathered else "forward and backward"
     f = (W - 1) / W
@@ -287,7 +239,7 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
     # ---- collectives ---------------------------------------------------------------------------
     if W > 1:
         groups = inv.groups(trainable_only=True)
-        n_pad = sum(align_up(sum(t.numel for t in g), 2 * W) for g in groups)
+        n_pad = sum(lay.n_pad for lay in zero12_layouts(ec, inv, W)) if st in (1, 2) else 0
         if st == 0:
             add(NETWORK, "send", "gradients", "grad_allreduce", 2 * f * sum(t.numel for g in groups for t in g) * C,
                 "backward", False, "all-reduce of all gradients: 2 x (W-1)/W x N x C",
@@ -319,10 +271,12 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
 
     # ---- ZeRO-Offload over PCIe ----------------------------------------------------------------
     if st in (1, 2) and oo == "cpu":
-        cov = i_r = p12 = 0
-        for g in inv.groups(trainable_only=True):
-            p, c, i = zero12_partition([t.numel for t in g], W, r)
-            p12, cov, i_r = p12 + p, cov + c, i_r + i
+        layouts = zero12_layouts(ec, inv, W)
+        p12 = sum(lay.P for lay in layouts)
+        if terms is None:  # this rank alone, O(tensors)
+            terms = (sum(zero12_rank_coverage(lay, r)[1] for lay in layouts),
+                     sum(zero12_rank_coverage(lay, r)[0] for lay in layouts))
+        cov, i_r = terms
         add(PCIE, "to_host", "gradients", "fp32_grad", cov * M, "backward", True,
             "gradient partition converted to fp32 on the accelerator and copied to host: Cov_r x 4",
             "stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu")
@@ -366,24 +320,18 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
     # ---- NVMe ----------------------------------------------------------------------------------
     if st == 3 and oo == "nvme":
         path = z.offload_optimizer.nvme_path
-        min_aio = max(MIN_AIO_BYTES, ec.aio.block_size)
-        k = AIO_ALIGNED_BYTES * max(1, ec.aio.intra_op_parallelism) // M
+        min_aio = swap_threshold_bytes(ec)
+        k = aio_alignment_elems(ec, M)
         nstate, opt_name = _optimizer_state_count(ec)
         pipelined = bool(z.offload_optimizer.pipeline_read or z.offload_optimizer.pipeline_write)
         src = ("reference 5.4 (measured); swap_tensor/partitioned_optimizer_swapper.py swap_in/swap_out_optimizer_state, "
                "optimizer_utils.py _io_aligned_numel")
-        master = grads = 0
+        master = 0
         for sg in zero3_sub_groups(inv, W, z.sub_group_size):
-            if sg.numel * M < min_aio:
-                continue
-            master += align_up(sg.numel, k) * M
-            for i in sg.tensors:
-                ri = zero3_rank_numel(inv.tensors[i].numel, W, r)
-                if ri * M < min_aio:
-                    continue
-                aligned = (ri // k) * k
-                if aligned * M >= min_aio:
-                    grads += aligned * M
+            if sg.numel * M >= min_aio:
+                master += align_up(sg.numel, k) * M
+        # this rank's gradient pieces: advisor.ledger.zero3_grad_swap_bytes over r_i
+        grads = terms if terms is not None else zero3_grad_swap_by_rank(ec, inv, W)[r][0]
         sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
         for direction in ("read", "write"):
             add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined,
@@ -403,8 +351,8 @@ def _rank_movements(plan: "Plan", r: int) -> list[Movement]:
 
     if st == 3 and op == "nvme":
         path = z.offload_param.nvme_path
-        min_aio = max(MIN_AIO_BYTES, ec.aio.block_size)
-        kp = AIO_ALIGNED_BYTES * max(1, ec.aio.intra_op_parallelism) // D
+        min_aio = swap_threshold_bytes(ec)
+        kp = aio_alignment_elems(ec, D)
         # which trainable sub-groups fit in the max_in_cpu flat buffer (stage3.py:888-911, 975-1005)
         on_nvme_trainable: list[int] = []
         agg = 0
@@ -663,17 +611,25 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
 
     Seconds are None without a hardware spec."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
-    ms = movement_for(plan, hardware)
+    roles = movement_roles(plan, hardware)
     rpn = _ranks_per_node(plan, hardware)
     groups: dict[tuple, dict[str, Any]] = {}
-    for r in range(plan.cluster.dp_world_size):
-        mine = [m for m in ms if m.rank == r]
+    for ranks, mine in roles:
         key = tuple((m.link, m.direction, m.item, m.bytes, m.first_step_bytes) for m in mine)
         if key in groups:
-            groups[key]["ranks"].append(r)
+            groups[key]["ranks"].extend(ranks)
         else:
-            groups[key] = {"ranks": [r], **_link_summary(mine),
+            groups[key] = {"ranks": list(ranks), **_link_summary(mine),
                            "movements": [{k: v for k, v in m.to_dict().items() if k != "rank"} for m in mine]}
+    for g in groups.values():
+        g["ranks"].sort()
+    # the node's ranks (0..rpn-1) for the endurance lines
+    node: list[Movement] = []
+    for ranks, mine in roles:
+        for r in ranks[:rpn]:
+            if r < rpn:
+                node.extend(mine if (mine and mine[0].rank == r) else [replace(m, rank=r) for m in mine])
+    ms = sorted(node, key=lambda m: m.rank)
     return {
         "hardware": hardware.name if hardware is not None else None,
         "step_seconds": step_seconds,

@@ -47,7 +47,7 @@ def ledger(config, inv, W):
 
 def items(led, r, tier=None):
     out = {}
-    for e in led.ranks[r].entries:
+    for e in led.rank(r).entries:
         if tier is None or e.tier == tier:
             out[e.item] = out.get(e.item, 0) + e.bytes
     return out
@@ -69,7 +69,7 @@ def test_C05_zero2_bucket_pair():
     led = ledger(config, from_param_count(340_000_000), 8)
     want = next(f["value"] for f in exp["figures"] if "ipg bucket" in f["name"])
     for r in (0, 7):
-        (e,) = led.ranks[r].by_item("ipg_bucket")
+        (e,) = led.rank(r).by_item("ipg_bucket")
         assert (e.tier, e.cls, e.life) == ("accelerator", "workspace", "backward")
         assert e.bytes == want == 500_000_000 * 2 * 2
         assert "setup_buckets" in e.source
@@ -95,7 +95,7 @@ def test_C06_zero2_32b_8gpu():
     assert P == 4_095_484_544
     want = {f["name"]: f["value"] for f in exp["figures"]}
     for r in range(8):
-        rl = led.ranks[r]
+        rl = led.rank(r)
         assert rl.total("accelerator", "parameters") == N * 2 == want["accelerator parameters"] == 65_527_752_704
         assert rl.total("accelerator", "master_weights") == P * 4 == want["accelerator master_weights"] == 16_381_938_176
         assert (rl.total("accelerator", "optimizer_states") == 2 * P * 4 == want["accelerator optimizer_states"]
@@ -134,7 +134,7 @@ def test_C08_pinned_buffers_exceed_host_params():
     assert it["max_in_cpu_buffer"] == 1_000_000_000 * 2
     # 4 x A_256(largest sub-group) x 4 B; the one sub-group is the whole 6.7e9-element tensor
     assert it["opt_swap_buffers"] == 4 * 6_700_000_000 * 4 >= 16_000_000_000
-    total = led.ranks[0].total("host_pinned")
+    total = led.rank(0).total("host_pinned")
     assert total >= floor["value"] * (1 - floor["rel_tol"])
     assert total >= 41_400_000_000
 
@@ -147,7 +147,7 @@ def test_C08_pinned_buffers_exceed_host_real_shapes():
     inv = _llama_like_6_7b()
     assert abs(inv.numel - 6.7e9) / 6.7e9 < 0.01
     led = ledger(config, inv, 1)
-    total = led.ranks[0].total("host_pinned")
+    total = led.rank(0).total("host_pinned")
     assert total >= floor["value"]
     assert abs(total - floor["value"]) <= floor["rel_tol"] * floor["value"]
 
@@ -192,8 +192,8 @@ def test_zero1_nvme_is_cpu_offload():
     """offload_optimizer nvme at stage 1/2 allocates exactly the cpu-offload state (§2.2)."""
     a = ledger(cfg(1, "bf16", "nvme"), TINY, 2)
     b = ledger(cfg(1, "bf16", "cpu"), TINY, 2)
-    assert model_state_bytes(a.ranks[1]) == model_state_bytes(b.ranks[1])
-    assert a.ranks[0].total("nvme") == 0
+    assert model_state_bytes(a.rank(1)) == model_state_bytes(b.rank(1))
+    assert a.rank(0).total("nvme") == 0
 
 
 def test_bf16_optimizer_full_fp32_grad_accumulator():
@@ -229,7 +229,7 @@ def test_zero3_sub_groups():
     c = cfg(3, "bf16", sub_group_size=10_000)
     c["optimizer"]["params"]["torch_adam"] = True
     led = ledger(c, TINY, 2)
-    (g,) = led.ranks[0].by_item("fp32_grad")
+    (g,) = led.rank(0).by_item("fp32_grad")
     assert g.bytes == 21_372 * 4 and g.life == "step"
     assert items(led, 0)["step"] == 8
 
@@ -310,5 +310,5 @@ def test_unsupported_bf16_fp32_accum_stage0():
 def test_entries_cite_formula_and_source():
     for st, oo, op in ((0, "none", "none"), (2, "cpu", "none"), (3, "nvme", "nvme")):
         led = ledger(cfg(st, "bf16", oo, op), BIG, 2)
-        for e in led.ranks[0].entries:
+        for e in led.rank(0).entries:
             assert e.formula and e.source and (".py" in e.source), e

@@ -12,11 +12,11 @@ import pytest
 from advisor.effective import effective_config
 from advisor.hardware import from_dict
 from advisor.inventory import Inventory, TensorSpec, from_param_count
-from advisor.ledger import Cluster, Plan
+from advisor.ledger import Cluster, Plan, zero3_sub_groups, zero12_group_layout, zero12_rank_coverage
 from advisor.loading import load_config
 from advisor.rules import LintContext, all_rules
 from advisor.traffic import (NETWORK, NVME, PCIE, endurance, endurance_report, movement_for,
-                             nvme_bytes_per_step, totals, zero3_sub_groups, zero12_partition)
+                             movement_roles, nvme_bytes_per_step, totals)
 
 
 # the shared cases folder (../shared/cases next to the repository)
@@ -172,8 +172,10 @@ def test_sub_groups_reference_example():
 
 def test_zero12_partition_reference_example():
     # reference 3.1: N = 43,209, W = 2: N_pad = 43,212, P = 21,606, I_0 = 42,742, I_1 = 23,644 [M]
-    assert zero12_partition(ODD, 2, 0) == (21_606, 21_606, 42_742)
-    assert zero12_partition(ODD, 2, 1) == (21_606, 43_209 - 21_606, 23_644)
+    lay = zero12_group_layout(ODD, 2, 2, False)
+    assert lay.P == 21_606
+    assert zero12_rank_coverage(lay, 0)[:2] == (42_742, 21_606)  # (I_r, Cov_r)
+    assert zero12_rank_coverage(lay, 1)[:2] == (23_644, 43_209 - 21_606)
 
 
 # ---------------------------------------------------------------------------------------------
