@@ -38,10 +38,8 @@ from typing import Any
 
 from advisor.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.inventory import Inventory, TensorSpec
-from advisor.ledger import Cluster, select_optimizer, unsupported_reason
-
-#: ``runtime/swap_tensor/constants.py`` MIN_AIO_BYTES; optimizer swap alignment 1024 B (§5.1).
-_MIN_AIO_BYTES = 1024 ** 2
+from advisor.ledger import (Cluster, aio_alignment_elems, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
+                            unsupported_reason, zero3_partition_numel, zero3_sub_groups, zero12_group_layout)
 
 #: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
 #: installed package: ``deepspeed/utils/zero_to_fp32.py``, ``zero_to_torch.py``).
@@ -53,57 +51,6 @@ DEFAULT_TAG = "global_step{N}"
 PICKLE_NOTE = ("sizes are tensor payload (the storages torch.save serialises); the real .pt files add "
                "pickle/zip overhead of a few KB per file (measured 3-4 KB at 43 k parameters), negligible at "
                "billions of parameters")
-
-
-# ------------------------------------------------------------------------------------------------
-# partition helpers (§3). Small duplicates of the ledger's private helpers; see the report.
-
-def _align(v: int, a: int) -> int:
-    """v rounded up to a multiple of a (elements)."""
-    return v if a <= 1 or v % a == 0 else v + a - v % a
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def zero12_group_layout(group: list[TensorSpec], W: int, D: int, parameter_alignment: bool) -> tuple[int, int, int]:
-    """(N, N_pad, P) of one ZeRO-1/2 (or BF16_Optimizer) param group, in elements.
-
-    §3.1: optional per-param alignment a = 16 / gcd(16, D) after every param but the last
-    (``stage_1_and_2.py`` round_robin/alignment, ``parameter_alignment``), then the whole group to
-    A_{2W} (``nccl_start_alignment_factor`` 2 x W, ``runtime/utils.py`` align_dense_tensors);
-    P = N_pad / W. N is the plain sum of numels.
-    """
-    a = 16 // math.gcd(16, D) if parameter_alignment else 1
-    off = 0
-    for j, t in enumerate(group):
-        off += t.numel
-        if parameter_alignment and j < len(group) - 1:
-            off += (-off) % a
-    n = sum(t.numel for t in group)
-    n_pad = _align(off, 2 * W)
-    return n, n_pad, n_pad // W
-
-
-def zero3_sub_groups(group: list[TensorSpec], W: int, sub_group_size: int) -> list[list[int]]:
-    """ZeRO-3 sub-groups of one param group as lists of tensor indices (into ``group``).
-
-    §3.2 (``stage3.py`` _create_fp16_sub_groups): per-param partition p_i = ceil(n_i / W); params
-    are appended in order until the running sum of p_i >= sub_group_size; one sub-group when
-    sub_group_size >= sum p_i.
-    """
-    ps = [_ceil_div(t.numel, W) for t in group]
-    if sub_group_size >= sum(ps):
-        return [list(range(len(group)))]
-    out, cur, acc = [], [], 0
-    for j, p in enumerate(ps):
-        cur.append(j)
-        acc += p
-        if acc >= sub_group_size or j == len(ps) - 1:
-            out.append(cur)
-            cur, acc = [], 0
-    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,7 +196,8 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
         npad_total = 0
         Ps = []
         for g in groups:
-            _, n_pad, P = zero12_group_layout(g, W, D, z.parameter_alignment and wrapper != "BF16_Optimizer")
+            lay = zero12_group_layout([t.numel for t in g], W, D, z.parameter_alignment and wrapper != "BF16_Optimizer")
+            n_pad, P = lay.n_pad, lay.P
             npad_total += n_pad
             Ps.append((P, n_pad - sum(t.numel for t in g)))
         parts = {"module": npad_total * D + n_frozen * D}
@@ -271,9 +219,10 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
                          f"(written padded: the un-padded fp32 view keeps its whole storage)")))
     else:  # stage 3
         oo_nvme = ec.offload_optimizer_effective == "nvme"
-        swap_min = max(_MIN_AIO_BYTES, ec.aio.block_size)
-        ids = {id(t): i for i, t in enumerate(inv.tensors)}
-        frozen_part = sum(_ceil_div(t.numel, W) for t in frozen) * D
+        swap_min = swap_threshold_bytes(ec)
+        k_al = aio_alignment_elems(ec, 4)
+        sgs = zero3_sub_groups(inv, W, z.sub_group_size)
+        frozen_part = sum(zero3_partition_numel(t.numel, W) for t in frozen) * D
         for r in range(W):
             rank = r * _mp(cluster)
             mparts = {"module": 0}
@@ -286,19 +235,18 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
             in_pt = 0
             nsub_pt = 0
             swapped: list[CkptFile] = []
-            for g in groups:
-                for sub in zero3_sub_groups(g, W, z.sub_group_size):
-                    S = sum(_ceil_div(g[j].numel, W) for j in sub)
-                    if oo_nvme and S * 4 >= swap_min:
-                        first, last = ids[id(g[sub[0]])], ids[id(g[sub[-1]])]
-                        a = _align(S, 1024 * ec.aio.intra_op_parallelism // 4) * 4
-                        for nm in (f"{first}_{last}", f"exp_avg-{first}_{last}", f"exp_avg_sq-{first}_{last}"):
-                            swapped.append(CkptFile(f"{d}/offloaded_tensors/rank{rank:02d}/{nm}.tensor.swp", rank, a,
-                                                    "offloaded_tensors", {"swap_file": a},
-                                                    formula=f"A_256(S_k) x 4 = A_256({S}) x 4 (copy of the swap file)"))
-                    else:
-                        in_pt += S
-                        nsub_pt += 1
+            for sg in sgs:
+                S = sg.numel
+                if oo_nvme and S * 4 >= swap_min:
+                    first, last = sg.tensors[0], sg.tensors[-1]
+                    a = align_up(S, k_al) * 4
+                    for nm in (f"{first}_{last}", f"exp_avg-{first}_{last}", f"exp_avg_sq-{first}_{last}"):
+                        swapped.append(CkptFile(f"{d}/offloaded_tensors/rank{rank:02d}/{nm}.tensor.swp", rank, a,
+                                                "offloaded_tensors", {"swap_file": a},
+                                                formula=f"A_{k_al}(S_k) x 4 = A_{k_al}({S}) x 4 (copy of the swap file)"))
+                else:
+                    in_pt += S
+                    nsub_pt += 1
             oparts = {"fp32_flat_groups": in_pt * 4, "optimizer_state": k * in_pt * 4, "step": s * nsub_pt}
             files.append(CkptFile(f"{d}/{pfx}zero_pp_rank_{r}_mp_rank_00_optim_states.pt", rank, sum(oparts.values()),
                                   "optim_states", oparts,
@@ -371,13 +319,14 @@ def save_16bit_model_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster)
                           "save_16bit_model writes nothing (use zero_to_fp32.py on the checkpoint)")
         mods: dict[str, int] = {}
         for t in inv.tensors:
-            mods[_module_of(t)] = mods.get(_module_of(t), 0) + _ceil_div(t.numel, W) * W * D
+            mods[_module_of(t)] = mods.get(_module_of(t), 0) + zero3_partition_numel(t.numel, W) * W * D
         spike = max(mods.values(), default=0)
         return Save16(True, n_all * D, spike, n_all * D,
                       "gathered module by module; rank 0 holds the whole 16-bit model in host memory before writing")
     if ec.zero.stage in (1, 2):
         wrapper, _ = select_optimizer(ec)
-        flats = [zero12_group_layout(g, W, D, ec.zero.parameter_alignment and wrapper != "BF16_Optimizer")[1]
+        flats = [zero12_group_layout([t.numel for t in g], W, D,
+                                     ec.zero.parameter_alignment and wrapper != "BF16_Optimizer").n_pad
                  for g in inv.groups()]
         frozen = [t.numel for t in inv.tensors if not t.trainable]
         size = (sum(flats) + sum(frozen)) * D
@@ -555,7 +504,7 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
     files = checkpoint_files(ec, inv, cluster, tag=tag)
     if nodes is None:
         per_node = cluster.gpus_per_node or min(cluster.world_size, 8)
-        nodes = _ceil_div(cluster.world_size, per_node)
+        nodes = ceil_div(cluster.world_size, per_node)
     notes: list[str] = []
     if ec.zero.stage >= 1:
         notes.append(f"ZeRO-{ec.zero.stage} optimizer state is partitioned over {cluster.dp_world_size} data-parallel "

@@ -16,12 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.checkpoint import (RECOVERY_SCRIPTS, checkpoint_files, checkpoint_plan, cluster_mtbf, lost_fraction,
-                                recovery_cost, save_16bit_model_plan, transfer_time, young_daly_interval,
-                                zero3_sub_groups, zero12_group_layout)
+                                recovery_cost, save_16bit_model_plan, transfer_time, young_daly_interval)
 from advisor.cli import main
 from advisor.effective import effective_config
 from advisor.inventory import Inventory, TensorSpec, from_param_count
-from advisor.ledger import Cluster
+from advisor.ledger import Cluster, zero3_sub_groups, zero12_group_layout
 
 CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cases")
 C09 = os.path.join(CASES, "C09-checkpoint-size-8b")
@@ -106,15 +105,16 @@ def test_plan_resilience_chain_by_hand():
 def test_zero12_layout_reference_example():
     # §3.1: N = 43 209, W = 2 -> N_pad = 43 212, P = 21 606
     g = mlp().groups()[0]
-    assert zero12_group_layout(g, 2, 2, False) == (43_209, 43_212, 21_606)
+    lay = zero12_group_layout([t.numel for t in g], 2, 2, False)
+    assert (lay.n, lay.n_pad, lay.P) == (43_209, 43_212, 21_606)
 
 
 def test_zero3_sub_groups_reference_example():
     # §3.2: sub_group_size = 10 000, W = 2 -> S = [21 372, 235]
-    g = mlp().groups()[0]
-    subs = zero3_sub_groups(g, 2, 10_000)
-    sizes = [sum(-(-g[j].numel // 2) for j in s) for s in subs]
-    assert sizes == [21_372, 235]
+    inv = mlp()
+    subs = zero3_sub_groups(inv, 2, 10_000)
+    sizes = [sum(-(-inv.tensors[i].numel // 2) for i in s.tensors) for s in subs]
+    assert sizes == [21_372, 235] == [s.numel for s in subs]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class OptimizerSwapPool(Rule):
             return
         w = ctx.dp_world_size
         z = ec.zero
-        groups = zero3_sub_groups(ctx.inventory, w, z.sub_group_size)
+        groups = [sg.numel for sg in zero3_sub_groups(ctx.inventory, w, z.sub_group_size)]  # S_k
         if not groups:
             return
         m = 4  # fp32 master / moments (reference: M = 4)

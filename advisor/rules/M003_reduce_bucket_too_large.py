@@ -51,7 +51,7 @@ class ReduceBucketTooLarge(Rule):
         b = ipg_bucket_bytes(ec)
         if b is None:
             return
-        cost, words = b
+        cost, words, _life = b
         per = cost // rbs
         grads = n * DTYPE_BYTES[ec.grad_dtype]
         suggest = two_sig_floor(n)
