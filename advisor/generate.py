@@ -13,13 +13,10 @@ int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h`` (elements).
 Per plan, memory per tier (bytes) is the model states of the worst rank plus the activations of
 one micro-batch (:func:`advisor.activations.estimate_activations`):
 
-* model states come from :func:`model_states`, a closed-form, per-rank aggregate of the ledger's
-  formulas (../shared/reference/deepspeed-0.19.8-state-accounting.md sections 3-5 and the
-  cheat-sheet in section 9), evaluated for the ranks that can differ (rank 0 and the last rank;
-  ZeRO-1/2 ``I_r`` for every rank through prefix sums), O(tensors + W) per (stage, offload) and
-  cached, because ``compute_ledger`` walks every tensor on every rank (seconds for 405B x 1024
-  ranks). Where the per-tensor ledger is available and cheap (W x tensors <= ``LEDGER_BUDGET``),
-  the top plans are re-checked with it (:func:`ledger_states`) and its figures win;
+* model states come from :func:`model_states`: the state ledger
+  (:func:`advisor.ledger.compute_ledger`, every formula with its DeepSpeed source, O(tensors + W)
+  per plan through its rank roles), worst role per tier, every lifetime summed (ZeRO-3's gathered
+  parameters included), cached per (stage, offload, GA > 1);
 * accelerator: per rank, against the accelerator's memory; host: the ranks of one node summed,
   against the node's host memory; NVMe: the node's ranks summed, against the chosen tier;
 * every tier keeps ``margin`` (default 10 %) of its capacity free for what the ledger leaves out
@@ -46,7 +43,6 @@ No torch or deepspeed import.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
@@ -59,7 +55,8 @@ from advisor.activations import ActivationInputs, estimate_activations
 from advisor.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.errors import AdvisorError
 from advisor.inventory import Inventory
-from advisor.ledger import Cluster, Plan
+from advisor.ledger import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, compute_ledger,
+                            zero3_partition_numel)
 
 #: Model FLOPs utilisation assumed for the compute term (named in every output).
 MFU = 0.4
@@ -68,8 +65,6 @@ MFU = 0.4
 #: compute kernels for SMs and memory bandwidth, and the first fetch of a pass has nothing to
 #: hide behind; perfect overlap (1.0) would make ZeRO-3's 1.5x collective volume look free.
 OVERLAP_EFFICIENCY = 0.5
-#: The ledger is consulted only when W x tensors is at most this (it is per tensor and per rank).
-LEDGER_BUDGET = 200_000
 #: Stage-3 knobs written explicitly (DeepSpeed's defaults; elements).
 MAX_LIVE = 1_000_000_000
 MAX_REUSE = 1_000_000_000
@@ -78,7 +73,6 @@ PARAM_BUFFER_COUNT = 5
 PARAM_BUFFER_SIZE = 100_000_000
 PARAM_MAX_IN_CPU = 1_000_000_000
 OPT_BUFFER_COUNT = 4
-MIN_AIO_BYTES = 1024 ** 2
 OFFLOAD_DIR = "deepspeed_offload"
 
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
@@ -197,7 +191,7 @@ def sub_group_size_for(inv: Inventory, w: int, combo: Combo) -> int:
     swap threshold / 4 B); otherwise DeepSpeed's default 1e9."""
     if combo.offload_optimizer != "nvme":
         return SUB_GROUP_DEFAULT
-    p3 = sum(-(-t.numel // w) for t in inv.tensors if t.trainable)
+    p3 = sum(zero3_partition_numel(t.numel, w) for t in inv.tensors if t.trainable)
     target = max(MIN_AIO_BYTES // 4, p3 // 8)
     digits = len(str(target)) - 2
     target = (target // 10 ** digits) * 10 ** digits if digits > 0 else target
@@ -207,9 +201,9 @@ def sub_group_size_for(inv: Inventory, w: int, combo: Combo) -> int:
 def param_buffer_size_for(inv: Inventory, w: int, dtype_bytes: int) -> int:
     """``offload_param.buffer_size`` (elements): at least the largest ZeRO-3 partition p_i that
     goes to NVMe (rule M001), DeepSpeed's 1e8 otherwise; rounded up to a multiple of 1e6."""
-    largest = max((-(-t.numel // w) for t in inv.tensors), default=0)
+    largest = max((zero3_partition_numel(t.numel, w) for t in inv.tensors), default=0)
     need = max(PARAM_BUFFER_SIZE, largest)
-    return -(-need // 1_000_000) * 1_000_000
+    return ceil_div(need, 1_000_000) * 1_000_000
 
 
 def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str, inv: Inventory,
@@ -292,223 +286,40 @@ class States:
         return self.host_pinned + self.host_pageable
 
 
-def _align(n: int, k: int) -> int:
-    return n if k <= 1 or n % k == 0 else n + k - n % k
+def _worst_role_entries(led: Ledger, tier: str) -> list[tuple[str, str, int]]:
+    """(tier, item, bytes) of the role with the most bytes on ``tier`` (every lifetime)."""
+    if not led.ranks:
+        return []
+    worst = max(led.ranks, key=lambda rl: rl.total(tier))
+    return [(e.tier, e.item, e.bytes) for e in worst.entries if e.tier == tier and e.bytes]
 
 
-def _zero12_kept_grads(numels: list[int], w: int) -> tuple[int, int]:
-    """ZeRO-1/2 flat partition of one param group (reference 3.1): (P, max_r (I_r + P - Cov_r))
-    where P = A_{2W}(N)/W, I_r = full numel of the parameters whose flat range meets rank r's
-    slice [rP, (r+1)P) and Cov_r the slice's elements covered by parameters (the gradients kept
-    for the step, reference 4.2); all ranks in O(W log T) with prefix sums."""
-    n = sum(numels)
-    p = _align(n, 2 * w) // w
-    starts, prefix, off = [], [0], 0
-    for x in numels:
-        starts.append(off)
-        off += x
-        prefix.append(off)
-    best = 0
-    for r in range(w):
-        lo, hi = r * p, min((r + 1) * p, n)
-        if lo >= n:
-            break
-        a = bisect.bisect_right(starts, lo) - 1           # tensor holding element lo
-        b = bisect.bisect_left(starts, hi) - 1            # last tensor starting before hi
-        best = max(best, prefix[b + 1] - prefix[a] + p - (hi - lo))
-    return p, best
-
-
-def _gathered_bytes(ec: EffectiveConfig, inv: Inventory, w: int, D: int, persistent: set[int]) -> int:
-    """ZeRO-3 parameters gathered during forward/backward (reference 4.5 advisor rule):
-    reuse distance >= 2 x non-persistent numel -> the whole padded model; else with prefetch
-    min(sum p_i W, max(largest fetch, max_live)) x D; else the largest fetch. The largest fetch
-    is taken as the largest tensor (a module's parameters are fetched together; in these models
-    the largest module holds one large weight)."""
-    z = ec.zero
-    non_persist = [t.numel for i, t in enumerate(inv.tensors) if i not in persistent]
-    if not non_persist:
-        return 0
-    whole = sum(-(-n // w) * w for n in non_persist)
-    largest = -(-max(non_persist) // w) * w
-    if z.max_reuse_distance >= 2 * sum(non_persist):
-        return whole * D
-    if z.prefetch_bucket_size > 0:
-        return min(whole, max(largest, z.max_live_parameters)) * D
-    return largest * D
+#: Transients inside backward the ledger lists under ``excluded`` (not measured by its parity
+#: harness) that the search still budgets for, with their reference rows: ZeRO-1's full 16-bit
+#: ``param.grad`` until the boundary reduction (reference section 4.2 table, N x D,
+#: ``stage_1_and_2.py`` reduce_gradients) and stage 0's all-reduce bucket (min(N, 5e8) x G,
+#: ``engine.py`` allreduce_gradients, bucket 5e8 elements).
+LEDGER_EXCLUDED = ("lp_grads", "allreduce_bucket")
 
 
 def model_states(ec: EffectiveConfig, inv: Inventory, w: int) -> States:
-    """Worst-rank model-state bytes by tier for an Adam-family optimizer, every lifetime summed
-    (persistent, backward and step transients: the ledger's all-lifetimes total).
-
-    Formulas: reference (../shared/reference/deepspeed-0.19.8-state-accounting.md) section 4.1
-    (stage 0), 4.2 (ZeRO-1/2, with and without CPU offload), 4.4/4.5 (ZeRO-3 and its gathered
-    parameters), 5.1/5.2 (NVMe swap pools and files); symbols as its section 1 (N trainable
-    elements, D model dtype bytes, G gradient-accumulation dtype bytes, C communication dtype
-    bytes, M = 4 master bytes, RBS reduce bucket elements, P / P3 partitions, S_k sub-groups).
-    """
-    s = States()
-    D, G, C, M = DTYPE_BYTES[ec.model_dtype], DTYPE_BYTES[ec.grad_dtype], DTYPE_BYTES[ec.comm_dtype], 4
-    z = ec.zero
-    st = z.stage
-    oo, op = ec.offload_optimizer_effective, ec.offload_param_effective
-    train = [t for t in inv.tensors if t.trainable]
-    frozen_n = sum(t.numel for t in inv.tensors if not t.trainable)
-    N = sum(t.numel for t in train)
-    max_n = max((t.numel for t in train), default=0)
-    rbs = z.reduce_bucket_size
-    acc = "accelerator"
-    if st == 0:
-        s.add(acc, "lp_params_flat", (N + frozen_n) * D)
-        if D != 4:
-            s.add(acc, "fp32_master", N * M)
-            s.add(acc, "fp32_grad", N * 4)  # step transient (fused_optimizer.py)
-        s.add(acc, "exp_avg+exp_avg_sq", 2 * N * 4)
-        s.add(acc, "lp_grads", N * D)
-        s.add(acc, "allreduce_bucket", min(N, 500_000_000) * G)
-        return s
-    if st in (1, 2):
-        P = Ir = 0  # Ir: the worst rank's I_r + P - Cov_r
-        for g in inv.groups(trainable_only=True):
-            p, ir = _zero12_kept_grads([t.numel for t in g], w)
-            P, Ir = P + p, Ir + ir
-        n_pad = P * w
-        s.add(acc, "lp_params_flat", n_pad * D + frozen_n * D)
-        s.add(acc, "ipg_bucket", rbs * D * (2 if z.overlap_comm else 1))
-        if st == 1:
-            s.add(acc, "lp_grads", N * D)  # full param.grad until the boundary reduction
-        if oo == "none":
-            s.add(acc, "fp32_master", P * M)
-            s.add(acc, "exp_avg+exp_avg_sq", 2 * P * 4)
-            s.add(acc, "fp32_grad", P * 4)
-            s.add(acc, "averaged_gradients", Ir * D)
-        else:
-            s.add("host_pinned", "fp32_master", P * M)
-            s.add("host_pageable", "exp_avg+exp_avg_sq", 2 * P * 4)
-            s.add("host_pinned", "fp32_grad", P * 4)
-            s.add("host_pinned", "offload_bit16_param_buffer", P * D)
-            s.add("host_pinned", "offload_temp_grad_cpu", max_n * D)
-            s.add(acc, "offload_temp_grad_accel", max_n * D)
-            if (ec.gradient_accumulation_steps or 1) > 1:
-                s.add("host_pinned", "offload_accumulated_grads_cpu", Ir * D)
-        return s
-    # ---- stage 3 -------------------------------------------------------------------------------
-    part = [-(-t.numel // w) for t in inv.tensors]
-    p3_all = sum(part)
-    p3_t = sum(p for p, t in zip(part, inv.tensors) if t.trainable)
-    persistent: set[int] = set()
-    tot = 0
-    for i, t in enumerate(inv.tensors):
-        if t.numel <= z.param_persistence_threshold and tot + t.numel <= z.model_persistence_threshold:
-            persistent.add(i)
-            tot += t.numel
-    # sub-groups S_k of the trainable partitions (reference 3.2)
-    subs: list[list[int]] = []
-    for g in sorted({t.group for t in train}):
-        idx = [i for i, t in enumerate(inv.tensors) if t.trainable and t.group == g]
-        if z.sub_group_size >= sum(part[i] for i in idx):
-            subs.append(idx)
-            continue
-        cur, size = [], 0
-        for j, i in enumerate(idx):
-            cur.append(i)
-            size += part[i]
-            if size >= z.sub_group_size or j == len(idx) - 1:
-                subs.append(cur)
-                cur, size = [], 0
-    sk = [sum(part[i] for i in sg) for sg in subs]
-    s_max = max(sk, default=0)
-    # parameters
-    if op == "none":
-        s.add(acc, "lp_param_partitions", p3_all * D)
-    elif op == "cpu":
-        s.add("host_pinned", "lp_param_partitions", p3_all * D)
-    else:
-        thr = max(MIN_AIO_BYTES, ec.aio.block_size)
-        kp = 1024 * max(1, ec.aio.intra_op_parallelism) // D
-        flat = min(p3_t, z.offload_param.max_in_cpu)
-        s.add("host_pinned", "max_in_cpu_buffer", max(flat, 1) * D)
-        small = sum(p for p in part if p * D < thr)
-        s.add("host_pinned", "lp_param_partitions(small)", small * D)
-        s.add("host_pinned", "param_swap_buffers",
-              z.offload_param.buffer_count * _align(z.offload_param.buffer_size, kp) * D)
-        s.add("nvme", "lp_param_partitions", sum(_align(p, kp) * D for p in part if p * D >= thr))
-        if p3_t > z.offload_param.max_in_cpu:  # some sub-group does not fit max_in_cpu (reference 5.2)
-            biggest = max(subs, key=lambda sg: sum(part[i] for i in sg), default=[])
-            s.add("host_pinned", "param_partitioned_swap_buffer",
-                  sum(_align(inv.tensors[i].numel, kp) for i in biggest) * D)
-    s.add(acc, "lp_params_gathered(persistent)", sum(part[i] * w for i in persistent) * D)
-    s.add(acc, "lp_params_gathered", _gathered_bytes(ec, inv, w, D, persistent))
-    s.add(acc, "ipg_bucket", rbs * C)
-    if oo == "none":
-        s.add(acc, "grad_partitions_flat_buffer", p3_t * G)
-        s.add(acc, "fp32_master", p3_t * M * (2 if D == 4 else 1))
-        s.add(acc, "exp_avg+exp_avg_sq", 2 * p3_t * 4)
-        s.add(acc, "fp32_grad", s_max * 4)
-    elif oo == "cpu":
-        s.add("host_pinned", "grad_partitions_flat_buffer", p3_t * G)
-        s.add("host_pageable", "fp32_master", p3_t * M)
-        s.add("host_pageable", "exp_avg+exp_avg_sq", 2 * p3_t * 4)
-        s.add("host_pinned", "fp32_grad", p3_t * 4)
-    else:
-        s.add("host_pinned", "grad_partitions_flat_buffer", p3_t * G)
-        thr = max(MIN_AIO_BYTES, ec.aio.block_size)
-        k = 1024 * max(1, ec.aio.intra_op_parallelism) // M
-        s.add("host_pinned", "opt_swap_buffers", z.offload_optimizer.buffer_count * _align(s_max, k) * M)
-        files = tails = unswapped = 0
-        for sg, size in zip(subs, sk):
-            if size * M < thr:
-                unswapped += size
-                continue
-            files += 3 * _align(size, k) * M
-            for i in sg:
-                n_i = inv.tensors[i].numel
-                # rank 0 holds p_i real elements, the last rank n_i - (W-1) p_i; take the larger tail
-                worst_tail = 0
-                for r_i in (min(part[i], n_i), max(0, n_i - (w - 1) * part[i])):
-                    if r_i * M >= thr:
-                        files += (r_i // k) * k * M if r_i == min(part[i], n_i) else 0
-                    if r_i * M < thr or r_i % k:
-                        worst_tail = max(worst_tail, r_i * M)
-                tails += worst_tail
-        s.add("nvme", "optimizer_swap_files", files)
-        s.add(acc, "opt_unswapped_grad_tails", tails)
-        if unswapped:
-            s.add("host_pageable", "fp32_master+moments(unswapped)", unswapped * 12)
-            s.add("host_pinned", "fp32_grad(unswapped)", unswapped * 4)
-    return s
-
-
-#: Closed-form items the ledger leaves out on purpose (its ``excluded``): ZeRO-3 gathered
-#: parameters, ZeRO-1's full 16-bit grads until the boundary reduce, stage 0's all-reduce
-#: bucket; and swap files it does not list (param files written at init, gradient swap files).
-LEDGER_EXCLUDED = ("lp_params_gathered", "allreduce_bucket")
-
-
-def ledger_states(plan: Plan, closed: States) -> States | None:
-    """Worst-rank states from :func:`advisor.ledger.compute_ledger` per tier (maximum over
-    ranks) plus the closed-form items it excludes (``LEDGER_EXCLUDED``), each tier at least the
-    closed form's; None when the ledger is not available or the plan is too large for its
-    per-tensor, per-rank walk (W x tensors > ``LEDGER_BUDGET``)."""
-    if plan.cluster.dp_world_size * len(plan.inventory.tensors) > LEDGER_BUDGET:
-        return None
-    try:
-        from advisor.ledger import compute_ledger
-        led = compute_ledger(plan)
-    except (NotImplementedError, ValueError):
-        return None
-    st = plan.config.zero.stage
-    out = States(source="ledger + excluded transients")
+    """Worst-rank model-state bytes by tier, every lifetime summed (persistent, backward, step and
+    forward/backward transients such as ZeRO-3's gathered parameters), from
+    :func:`advisor.ledger.compute_ledger` on ``w`` data-parallel ranks: per tier the role with the
+    most bytes there (its rank lists come from the ledger's O(tensors + W) role grouping). Adds the
+    two backward transients the ledger leaves out (``LEDGER_EXCLUDED``). Raises ValueError for a
+    configuration DeepSpeed refuses."""
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=w)))
+    s = States(source="ledger (advisor.ledger.compute_ledger, worst role per tier)")
     for tier in ("accelerator", "host_pinned", "host_pageable", "nvme"):
-        worst = max((rl.total(tier) for rl in led.ranks), default=0)
-        extra = sum(b for t, item, b in closed.items if t == tier and (
-            item in LEDGER_EXCLUDED or (item == "lp_grads" and st == 1)))
-        if tier == "nvme":
-            extra = 0
-        setattr(out, tier, max(worst + extra, getattr(closed, tier)))
-        out.items.append((tier, "ledger worst rank", worst))
-    return out
+        for t, item, nbytes in _worst_role_entries(led, tier):
+            s.add(t, item, nbytes)
+    N = inv.trainable_numel
+    if ec.zero.stage == 1 and led.wrapper != "BF16_Optimizer":
+        s.add("accelerator", "lp_grads", N * DTYPE_BYTES[ec.model_dtype])
+    if ec.zero.stage == 0:
+        s.add("accelerator", "allreduce_bucket", min(N, 500_000_000) * DTYPE_BYTES[ec.grad_dtype])
+    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -682,7 +493,8 @@ def _fit(c: Candidate, caps: dict[str, int | None], g: int) -> Rejection | None:
 
 
 def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bool = True) -> SearchResult:
-    """Enumerate, fit and rank (see the module docstring). ``hardware``: an
+    """Enumerate, fit and rank (see the module docstring). ``verify`` is kept for callers and has
+    no effect: the states are the ledger's already. ``hardware``: an
     :class:`advisor.hardware.Hardware` whose shape is the request's (``nodes`` x
     ``gpus_per_node``). Raises AdvisorError for requests no plan can express (global batch not a
     multiple of DP, a model without architecture facts). The result's ``ranked`` is best first."""
@@ -756,8 +568,6 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
                 cand.parts = parts
                 ranked.append(cand)
     ranked = rank(ranked, req.tie_tolerance)
-    if verify:
-        ranked = _verify_with_ledger(ranked, inv, cluster, caps, req, top)
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated)
     _explain_ranks(result)
     if req.hf and ranked:
@@ -783,29 +593,6 @@ def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
     tied = sorted((c for c in cands if c.step_s <= fastest * (1 + tolerance)), key=simplicity)
     rest = sorted((c for c in cands if c.step_s > fastest * (1 + tolerance)), key=lambda c: (c.step_s, simplicity(c)))
     return tied + rest
-
-
-def _verify_with_ledger(ranked: list[Candidate], inv: Inventory, cluster: Cluster, caps: dict[str, int | None],
-                        req: Request, top: int) -> list[Candidate]:
-    """Re-check the leading plans with the per-tensor ledger where it is available and cheap
-    (:func:`ledger_states`); plans that then do not fit are dropped."""
-    out: list[Candidate] = []
-    for c in ranked:
-        if len(out) >= top or c.config is None:
-            out.append(c)
-            continue
-        ec = effective_config(c.config)
-        ls = ledger_states(Plan(ec, inv, cluster), model_states(ec, inv, cluster.dp_world_size))
-        if ls is not None:
-            g = req.gpus_per_node
-            c.accelerator = ls.accelerator + c.activations
-            c.host = ls.host * g
-            c.nvme = ls.nvme * g
-            c.states_source = ls.source
-            if _fit(c, caps, g) is not None:
-                continue
-        out.append(c)
-    return out
 
 
 def _explain_ranks(res: SearchResult) -> None:
