@@ -312,3 +312,136 @@ def test_entries_cite_formula_and_source():
         led = ledger(cfg(st, "bf16", oo, op), BIG, 2)
         for e in led.rank(0).entries:
             assert e.formula and e.source and (".py" in e.source), e
+
+
+# ---- the fast per-role path against a brute-force walk over every element of every rank ---------
+
+ODD_INVS = [
+    [1031, 7, 1029 * 3, 1, 4097, 33],
+    [5, 301 * 64, 301, 77 * 301, 77, 5 * 77, 5],
+    [262_147, 3, 600_001, 1000],
+]
+
+
+def _brute_zero12(numels, W, align):
+    """(I_r, Cov_r) per rank by walking the flat buffer element by element (§3.1): parameter j
+    occupies [start_j, start_j + n_j) with start_{j+1} = A_align(start_j + n_j), the group is padded
+    to A_2W, rank r owns [r P, (r+1) P)."""
+    owner = []
+    for j, n in enumerate(numels):
+        owner += [j] * n
+        if j < len(numels) - 1:
+            owner += [None] * ((-len(owner)) % align)
+    owner += [None] * ((-len(owner)) % (2 * W))
+    P = len(owner) // W
+    out = []
+    for r in range(W):
+        sl = owner[r * P:(r + 1) * P]
+        touched = {j for j in sl if j is not None}
+        out.append((sum(numels[j] for j in touched), sum(1 for j in sl if j is not None), P))
+    return out
+
+
+@pytest.mark.parametrize("numels", ODD_INVS)
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 7, 8])
+@pytest.mark.parametrize("palign", [False, True])
+def test_fast_zero2_equals_brute_force(numels, W, palign):
+    inv = Inventory("odd", [TensorSpec(f"m{i}.w", (n,)) for i, n in enumerate(numels)])
+    led = ledger(cfg(2, "fp16", parameter_alignment=palign), inv, W)
+    assert sorted(r for rl in led.ranks for r in rl.ranks) == list(range(W))
+    brute = _brute_zero12(numels, W, 8 if palign else 1)
+    for r, (I, cov, P) in enumerate(brute):
+        (e,) = led.rank(r).by_item("averaged_gradients")
+        assert e.bytes == (I + P - cov) * 2, (r, W)  # (I_r + P - Cov_r) x D, §4.2
+        assert e.rank == r
+    # roles hold ranks whose entries are identical, and distinct roles differ
+    keys = [tuple((e.tier, e.item, e.bytes, e.formula) for e in rl.entries) for rl in led.ranks]
+    assert len(set(keys)) == len(keys)
+
+
+@pytest.mark.parametrize("numels", ODD_INVS)
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 7, 8])
+def test_fast_zero1_offload_accumulation_equals_brute_force(numels, W):
+    inv = Inventory("odd", [TensorSpec(f"m{i}.w", (n,)) for i, n in enumerate(numels)])
+    c = cfg(1, "bf16", oo="cpu", top={"gradient_accumulation_steps": 2, "train_batch_size": 2 * W})
+    led = ledger(c, inv, W)
+    for r, (I, _, _) in enumerate(_brute_zero12(numels, W, 1)):
+        (e,) = led.rank(r).by_item("offload_accumulated_grads_cpu")
+        assert e.bytes == I * 2  # I_r x D
+
+
+@pytest.mark.parametrize("numels", ODD_INVS)
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 7, 8])
+def test_fast_zero3_nvme_grad_files_equal_brute_force(numels, W):
+    """§5.4: per parameter of a swappable sub-group, rank r's real elements r_i (counted element by
+    element: slot [r p_i, (r+1) p_i) of the padded parameter) go to NVMe as floor(r_i/256) x 256 x 4
+    when r_i x 4 >= 1 MiB and that aligned part is >= 1 MiB; otherwise, or for the unaligned tail,
+    r_i x 4 stays on the accelerator."""
+    inv = Inventory("odd", [TensorSpec(f"m{i}.w", (n,)) for i, n in enumerate(numels)])
+    led = ledger(cfg(3, "bf16", oo="nvme", sub_group_size=10 ** 9), inv, W)
+    S = sum(-(-n // W) for n in numels)
+    for r in range(W):
+        files = tails = 0
+        if S * 4 >= 1024 ** 2:
+            for n in numels:
+                p = -(-n // W)
+                ri = sum(1 for x in range(r * p, (r + 1) * p) if x < n)
+                if ri * 4 >= 1024 ** 2 and ri // 256 * 256 * 4 >= 1024 ** 2:
+                    files += ri // 256 * 256 * 4
+                    tails += ri * 4 if ri % 256 else 0
+                else:
+                    tails += ri * 4
+        rl = led.rank(r)
+        assert sum(e.bytes for e in rl.by_item("fp32_grad") if e.tier == "nvme") == files, (r, W)
+        assert sum(e.bytes for e in rl.by_item("opt_unswapped_grad_tails")) == (tails if S * 4 >= 1024 ** 2 else 0)
+
+
+def test_expanded_matches_rank_and_roles():
+    inv = Inventory("odd", [TensorSpec(f"m{i}.w", (n,)) for i, n in enumerate(ODD_INVS[0])])
+    led = ledger(cfg(2, "bf16"), inv, 7)
+    exp = led.expanded()
+    assert [rl.rank for rl in exp] == list(range(7))
+    for rl in exp:
+        role = led.role_of(rl.rank)
+        assert rl.rank in role.ranks
+        assert [(e.item, e.bytes) for e in rl.entries] == [(e.item, e.bytes) for e in role.entries]
+        assert all(e.rank == rl.rank for e in rl.entries)
+    with pytest.raises(IndexError):
+        led.rank(7)
+
+
+def test_405b_at_65536_ranks_is_a_few_roles():
+    from advisor.models import resolve_model
+    inv = resolve_model("llama-3.1-405b")
+    c = cfg(3, "bf16", oo="nvme", stage3_param_persistence_threshold=100_000)
+    led = ledger(c, inv, 65_536)
+    assert led.world_size == 65_536
+    assert 1 <= len(led.ranks) <= 8
+    r0 = led.rank(0)
+    # P3 = sum ceil(n_i / 65,536) over the trainable tensors; lp_param_partitions = P3 x 2 B
+    p3 = sum(-(-t.numel // 65_536) for t in inv.tensors)
+    (lp,) = r0.by_item("lp_param_partitions")
+    assert lp.bytes == p3 * 2
+    last = led.rank(65_535)
+    assert last.rank == 65_535
+    # gathered parameters (§4.5 rule 2): min(whole, max(largest module fetch, 1e9)) x 2 B; the largest
+    # fetch is an embedding, 128,256 x 16,384 = 2,101,346,304 elements (divisible by 65,536: no padding)
+    (g,) = r0.by_item("zero3_gathered_params")
+    assert (g.bytes, g.life, g.cls, g.tier) == (2_101_346_304 * 2, "forward_backward", "workspace", "accelerator")
+
+
+def test_gathered_params_rules_of_reference_4_5():
+    """§4.5 measured table: 7 equal layers of 65,792 params at W = 2, persistence off."""
+    inv = Inventory("seven", [t for i in range(7) for t in (TensorSpec(f"l{i}.weight", (256, 256)),
+                                                              TensorSpec(f"l{i}.bias", (256,)))])
+    base = {"stage3_param_persistence_threshold": 0}
+    def g(**z):
+        (e,) = ledger(cfg(3, "fp16", **{**base, **z}), inv, 2).rank(0).by_item("zero3_gathered_params")
+        return e.bytes
+    assert g() == 921_088  # G1: defaults, the whole model
+    assert g(stage3_max_reuse_distance=0, stage3_prefetch_bucket_size=0) == 131_584  # G2: one layer
+    assert g(stage3_max_reuse_distance=0, stage3_max_live_parameters=197_376) == 394_752  # G4: 3 layers
+    assert g(stage3_max_live_parameters=197_376) == 921_088  # G7: max_live does not bound rule 1
+    # W = 1 without parameter offload: the gathered tensor is the partition itself
+    (e,) = ledger(cfg(3, "fp16", **base), inv, 1).rank(0).by_item("zero3_gathered_params")
+    assert e.bytes == 0
