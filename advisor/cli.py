@@ -381,7 +381,7 @@ def run() -> None:
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
 @click.option("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hardware_, hf, strict, fmt,
           quiet):
@@ -427,7 +427,13 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict)
     code = result.exit_code
     if not (quiet and code == EXIT_OK):
-        click.echo(check_json(result) if fmt == "json" else check_text(result))
+        if fmt == "sarif":
+            import json
+
+            from advisor.sarif import findings_sarif
+            click.echo(json.dumps(findings_sarif(result.findings, file=result.source), indent=2))
+        else:
+            click.echo(check_json(result) if fmt == "json" else check_text(result))
     sys.exit(code)
 
 

@@ -472,3 +472,20 @@ def test_report_in_headless_chromium(tmp_path, tmp_path_factory, capsys):
     assert (w, h) == (1280, 2400) and len(png) > 50_000  # a rendered page, not a blank one
     with capsys.disabled():
         print(f"\n[ci-artifact] HTML report screenshot: {shot}\n[ci-artifact] HTML report: {out}")
+
+
+def test_check_sarif_validates_against_the_official_schema(tmp_path):
+    """check --format sarif: a no-go check (32B ZeRO-2 on 80 GB GPUs) gives an M100 result that
+    validates against the official SARIF 2.1.0 schema."""
+    import jsonschema
+
+    from tests.conftest import CASES, run_cli
+
+    schema = json.loads((Path(__file__).parent / "fixtures" / "sarif" / "sarif-schema-2.1.0.json").read_text())
+    p = run_cli(["check", str(CASES / "C06-zero2-32b-8gpu" / "config.json"), "--params", "32763876352",
+                 "--world-size", "8", "--gpus-per-node", "8", "--gpu-memory", "80GB", "--host-memory", "2TB",
+                 "--format", "sarif"], env={"PATH": "/nonexistent"})
+    assert p.returncode == 1, p.stderr
+    log = json.loads(p.stdout)
+    jsonschema.validate(log, schema)
+    assert any(r["ruleId"] == "M100" and r["level"] == "error" for r in log["runs"][0]["results"])
