@@ -436,3 +436,50 @@ def test_generated_config_lints_clean_and_fits(tmp_path, model, hw, nodes, gpn, 
     for row in doc["fit"]:
         if row["capacity"] is not None:
             assert row["need"] <= 0.9 * row["capacity"] * 1.0000001, row
+
+
+# --- the exceptions, measured on the real engine ---------------------------------------------------------
+
+def _have_engine() -> bool:
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "deepspeed"))
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not _have_engine(), reason="torch and deepspeed are not importable (pip install -e '.[engine]')")
+def test_engine_shows_the_stage_3_exceptions():
+    """DeepSpeed itself (advisor.measure, W = 2, CPU accelerator, a 19 565-parameter bf16 model):
+    at stage 3 the steady state holds an ipg bucket of reduce_bucket_size x 2 bytes from
+    initialize and the gradient partition buffer, neither of which stage 2 keeps after the step,
+    so the tiny model's steady state is larger at stage 3 than at stage 2; with the default
+    persistence threshold both tensors are also gathered in full on every rank. The ledger
+    agrees with the engine on each of these items."""
+    from advisor.ledger import fold_for_cpu, model_state_bytes
+    from advisor.measure import run_measure_many
+
+    inv = Inventory("tiny", [TensorSpec("w", (64, 301)), TensorSpec("b", (301,))])
+    rbs = 200_000
+    base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}
+    cells = {
+        "z2": {**base, "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs}},
+        "z3": {**base, "zero_optimization": {"stage": 3, "reduce_bucket_size": rbs,
+                                             "stage3_param_persistence_threshold": 0}},
+        "z3p": {**base, "zero_optimization": {"stage": 3, "reduce_bucket_size": rbs}},
+    }
+    res = {c.id: c for c in run_measure_many([{"id": k, "config": v, "inventory": inv, "steps": 1}
+                                              for k, v in cells.items()], world_size=2, timeout_s=420)}
+    steady = {k: res[k].ranks[0]["snapshots"]["steady"] for k in cells}
+    total = {k: sum(sum(t.values()) for t in steady[k].values()) for k in cells}
+    assert sum(steady["z3"]["ipg_bucket"].values()) == rbs * 2
+    assert "ipg_bucket" not in steady["z2"] or sum(steady["z2"]["ipg_bucket"].values()) == 0
+    assert sum(steady["z3"]["grad_partitions_flat_buffer"].values()) > 0
+    assert total["z3"] > total["z2"]
+    assert sum(steady["z3p"].get("lp_params_gathered", {}).values()) > 0
+    assert sum(steady["z3"].get("lp_params_gathered", {}).values()) == 0
+    for k, cfg in cells.items():
+        led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(2)))
+        want = fold_for_cpu(model_state_bytes(led.role_of(0), lives=("persistent", "init")))
+        for item in ("ipg_bucket", "grad_partitions_flat_buffer", "lp_params_gathered", "lp_param_partitions"):
+            got = {t: b for t, b in steady[k].get(item, {}).items() if b}
+            assert got == want.get(item, {}), (k, item, got, want.get(item))
