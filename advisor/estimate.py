@@ -96,6 +96,7 @@ class Role:
                 return sum(self.ledger.total(x, lives=lives) for x in tiers)
 
             pers, bwd, step = live("persistent", "init"), live("backward"), live("step")
+            in_bwd = live("in_backward")  # transient inside backward only (ZeRO-1's full 16-bit grads)
             fwd_bwd = live("forward_backward")  # e.g. ZeRO-3 gathered parameters: not in the step
             act_fwd = act_bwd = 0
             if a is not None:
@@ -104,7 +105,7 @@ class Role:
                     act_bwd = a.saved_accelerator + a.recompute_layer
                 elif t == "host":
                     act_fwd = act_bwd = a.saved_host
-            out[t] = {"forward": pers + fwd_bwd + act_fwd, "backward": pers + bwd + fwd_bwd + act_bwd,
+            out[t] = {"forward": pers + fwd_bwd + act_fwd, "backward": pers + bwd + in_bwd + fwd_bwd + act_bwd,
                       "step": pers + bwd + step}
         return out
 

@@ -679,6 +679,13 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             b.add("accelerator", "gradients", "averaged_gradients", kept * D, "backward",
                   f"(I_r + P - Cov_r) x D = ({inter_t} + {p_t} - {cov_t}) x {D} (grads_in_partition + pads)",
                   f"{S}.copy_grads_in_partition / get_flat_partition")
+    if z.stage == 1 and not off:
+        # ZeRO-1 reduces at the accumulation boundary (reduce_gradients), so every 16-bit
+        # param.grad is alive until then (reference section 4.5 / 10.12, measured snapshot
+        # "pre_reduce"). Not in the parity snapshots (bwd is taken after the reduce).
+        b.add("accelerator", "gradients", "lp_grads", n_t * D, "in_backward",
+              f"N x D = {n_t} x {D} (every param.grad until the boundary reduce)",
+              f"{S}.reduce_gradients (stage 1: no reduction in the backward hooks)")
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
