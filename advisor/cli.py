@@ -58,6 +58,23 @@ def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
     return {**(trainer_args or {}), **({"hidden_size": hidden_size} if hidden_size else {})}
 
 
+def _load_inputs(config: str, model: str | None, params: int | None, hardware: str | None = None):
+    """The config, the model inventory and the hardware spec a command needs, or exit 2 with
+    one line naming the file/preset and the problem. Returns (loaded, inventory, hardware)."""
+    from advisor.loading import load_config
+
+    try:
+        inv = _inventory(model, params)
+        loaded = load_config(config)
+        hw = None
+        if hardware:
+            from advisor.hardware import resolve_hardware
+            hw = resolve_hardware(hardware)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    return loaded, inv, hw
+
+
 def _world(world_size: int | None) -> tuple[int | None, str | None]:
     if world_size is not None:
         return world_size, "--world-size"
@@ -202,7 +219,6 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
     from advisor.estimate import estimate as run_estimate
     from advisor.ledger import Cluster
     from advisor.lint import lint_config
-    from advisor.loading import load_config
     from advisor.report import estimate_text
     from advisor.units import parse_size
 
@@ -212,15 +228,7 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
         cap = Capacity(*(parse_size(v) if v else None for v in (gpu_memory, host_memory, nvme_capacity)))
     except ValueError as e:
         raise click.UsageError(str(e))
-    try:
-        inv = _inventory(model, params)
-        loaded = load_config(config)
-        hw = None
-        if hardware_:
-            from advisor.hardware import resolve_hardware
-            hw = resolve_hardware(hardware_)
-    except AdvisorError as e:
-        raise _fail(str(e))
+    loaded, inv, hw = _load_inputs(config, model, params, hardware_)
     ws, ws_src = _world(world_size)
     if ws is None and hw is not None:
         ws, ws_src = hw.nodes * hw.accelerators_per_node, f"--hardware {hardware_}"
@@ -308,15 +316,10 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     """
     import json
 
-    from advisor.loading import load_config
 
     if not model and params is None:
         raise click.UsageError("give --model or --params")
-    try:
-        inv = _inventory(model, params)
-        loaded = load_config(config)
-    except AdvisorError as e:
-        raise _fail(str(e))
+    loaded, inv, _ = _load_inputs(config, model, params)
     if inv.numel > MEASURE_MAX_PARAMS and not allow_large:
         raise _fail(f"{inv.name} has {inv.numel:,} parameters: measuring builds them for real on this machine; "
                     f"use a smaller model or --allow-large")
@@ -404,7 +407,6 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
          warning, and --gpu-memory / --host-memory / --hardware are used)
     """
     from advisor.check import check_json, check_text, run_check
-    from advisor.loading import load_config
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -414,15 +416,7 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
         host_b = parse_size(host_memory) if host_memory else None
     except ValueError as e:
         raise click.UsageError(str(e))
-    try:
-        inv = _inventory(model, params)
-        loaded = load_config(config)
-        hw = None
-        if hardware_:
-            from advisor.hardware import resolve_hardware
-            hw = resolve_hardware(hardware_)
-    except AdvisorError as e:
-        raise _fail(str(e))
+    loaded, inv, hw = _load_inputs(config, model, params, hardware_)
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict)
     code = result.exit_code
@@ -599,7 +593,6 @@ def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_me
     from advisor.estimate import estimate as run_estimate
     from advisor.ledger import Cluster
     from advisor.lint import lint_config
-    from advisor.loading import load_config
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -610,11 +603,7 @@ def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_me
         cap = Capacity(*(parse_size(v) if v else None for v in (gpu_memory, host_memory, nvme_capacity)))
     except ValueError as e:
         raise click.UsageError(str(e))
-    try:
-        inv = _inventory(model, params)
-        loaded = load_config(config)
-    except AdvisorError as e:
-        raise _fail(str(e))
+    loaded, inv, _ = _load_inputs(config, model, params)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -672,7 +661,6 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     from advisor.checkpoint import checkpoint_plan, checkpoint_text
     from advisor.effective import effective_config
     from advisor.ledger import Cluster
-    from advisor.loading import load_config
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -687,11 +675,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
             raise click.UsageError(f"{opt}: {e}")
 
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
-    try:
-        inv = _inventory(model, params)
-        loaded = load_config(config)
-    except AdvisorError as e:
-        raise _fail(str(e))
+    loaded, inv, _ = _load_inputs(config, model, params)
     ws, _ = _world(world_size)
     plan = checkpoint_plan(effective_config(loaded.data), inv,
                            Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,

@@ -47,11 +47,11 @@ import json
 import math
 import os
 import posixpath
-import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.activations import ActivationInputs, estimate_activations
+from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.errors import AdvisorError
 from advisor.inventory import Inventory
@@ -774,32 +774,3 @@ def config_text(cfg: dict[str, Any]) -> str:
     return json.dumps(cfg, indent=2) + "\n"
 
 
-def write_atomic(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, flushed and
-    fsynced, then ``os.replace`` (with ``force``) or ``os.link`` (without: fails if ``path``
-    exists, so a file created meanwhile is never overwritten). Raises FileExistsError without
-    ``force`` when ``path`` exists, OSError on I/O problems; the temporary file is removed."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not force and os.path.lexists(path):
-        raise FileExistsError(f"{path} exists (use --force to overwrite)")
-    fd, tmp = tempfile.mkstemp(prefix=".ds-advisor-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        if force:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise FileExistsError(f"{path} exists (use --force to overwrite)")
-            except OSError:  # filesystems without hard links: check-then-replace
-                if os.path.lexists(path):
-                    raise FileExistsError(f"{path} exists (use --force to overwrite)")
-                os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

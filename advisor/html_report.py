@@ -30,11 +30,11 @@ import io
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor import DEEPSPEED_VERSION, __version__
+from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 
 if TYPE_CHECKING:
     from advisor.estimate import EstimateResult
@@ -360,34 +360,3 @@ def render_html(result: "EstimateResult") -> str:
             f"<body>\n{body}\n</body>\n</html>\n")
 
 
-def write_atomic(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and
-    :func:`os.replace`, so that readers never see a half-written file. Raises
-    :class:`FileExistsError` when ``path`` exists and ``force`` is false (nothing is written)."""
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not force:
-        raise FileExistsError(path)
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        if not force:  # re-check just before the rename: another writer may have created it meanwhile
-            try:
-                os.link(tmp, path)  # atomic create-if-absent
-            except FileExistsError:
-                raise
-            except OSError:  # filesystems without hard links: fall back to replace
-                if os.path.exists(path):
-                    raise FileExistsError(path) from None
-                os.replace(tmp, path)
-                return
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
