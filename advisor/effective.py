@@ -433,6 +433,11 @@ def derive_batch(ec: EffectiveConfig, dp_world_size: int) -> tuple[int | None, i
     """
     tb, mb, ga = ec.train_batch_size, ec.train_micro_batch_size_per_gpu, ec.gradient_accumulation_steps
     w = dp_world_size
+    given = {"train_batch_size": tb, "train_micro_batch_size_per_gpu": mb, "gradient_accumulation_steps": ga}
+    bad = [f"{k}={v}" for k, v in given.items() if v is not None and v <= 0]
+    if bad or w <= 0:
+        # DeepSpeed asserts all > 0 (runtime/config.py _batch_assertion); derive nothing from them
+        return tb, mb, ga, "batch sizes must be positive: " + ", ".join(bad or [f"world size {w}"])
     if tb is not None and mb is not None and ga is not None:
         pass
     elif tb is not None and mb is not None:

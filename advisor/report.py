@@ -39,6 +39,16 @@ def lint_json(results: list[FileResult]) -> str:
     }, indent=2)
 
 
+_UNSAFE = {c: f"\\x{c:02x}" for c in list(range(0, 32)) + [127] if c not in (9, 10)}
+
+
+def safe_text(text: str) -> str:
+    """Text that is safe to print on any terminal: control characters (ANSI escape sequences
+    a config key could carry) shown escaped, and lone surrogates (which hjson, like DeepSpeed,
+    accepts in keys) as \\udXXXX instead of failing to encode."""
+    return text.translate(_UNSAFE).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _use_color(stream: IO[str]) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ
 
@@ -54,7 +64,7 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None) -> str:
     n = {"error": 0, "warning": 0, "info": 0}
     for r in results:
         if r.error:
-            lines.append(f"{r.error}")
+            lines.append(safe_text(r.error))
             continue
         for f in r.findings:
             n[f.severity] += 1
@@ -64,9 +74,9 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None) -> str:
             sev = f.severity
             if color:
                 sev = f"{_SEV_COLOR[sev]}{sev}\033[0m"
-            lines.append(f"{loc}: {sev} {f.code} {f.pointer or '/'}: {f.message}")
+            lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {f.message}"))
             if f.fix:
-                lines.append(f"    fix: {f.fix}")
+                lines.append(safe_text(f"    fix: {f.fix}"))
     unreadable = sum(1 for r in results if r.error)
     lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
                  + (f", {unreadable} unreadable" if unreadable else ""))

@@ -359,10 +359,6 @@ def test_lint_folder_of_mutants_text(mutants):
     assert p.stdout.splitlines()[-1].startswith(f"{len(json.loads(pj.stdout)['files'])} file(s):")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lint's text output crashes (UnicodeEncodeError, reported as 'internal "
-                   "error', exit 2) when a key holds a lone UTF-16 surrogate escape such as \"\\ud800\": hjson (and "
-                   "so DeepSpeed) loads the file, lint_text echoes the key into the finding and stdout cannot "
-                   "encode it. --format json is fine (ensure_ascii).")
 def test_lint_text_lone_surrogate_key(tmp_path):
     cfg = tmp_path / "sur.json"
     cfg.write_text('{"\\ud800x": 1, "train_batch_size": 8}', encoding="ascii")
@@ -429,9 +425,7 @@ def _subset(mutants: list[Mutant]) -> list[Mutant]:
 #: each with the xfail test that reproduces it minimally. The bulk runs below report any *other*
 #: crash; once a bug is fixed its xfail test passes (strict: it then fails, asking to remove the
 #: entry here).
-KNOWN_BUGS: dict[tuple[str, str, str], str] = {
-    ("ZeroDivisionError", "effective.py", "derive_batch"): "test_bug_zero_micro_batch_or_accumulation",
-}
+KNOWN_BUGS: dict[tuple[str, str, str], str] = {}
 
 
 def _signature(exc: BaseException) -> tuple[str, str, str]:
@@ -486,10 +480,6 @@ def test_check_every_mutant_in_process(mutants, tmp_path):
 
 
 @needs_ledger
-@pytest.mark.xfail(strict=True, reason="BUG: effective.derive_batch divides by train_micro_batch_size_per_gpu or "
-                   "gradient_accumulation_steps when either is 0 (ZeroDivisionError from ledger.compute_ledger; the "
-                   "console script prints 'internal error', exit 2). lint reports S004 for the same file, so it is "
-                   "readable: estimate/check should report and exit 0/1, or refuse in one plain line.")
 @pytest.mark.parametrize("cfg", [{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 0},
                                  {"train_batch_size": 8, "gradient_accumulation_steps": 0}])
 @pytest.mark.parametrize("cmd", ["estimate", "check"])
