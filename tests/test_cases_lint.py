@@ -12,7 +12,7 @@ import json
 from advisor.inventory import Inventory, TensorSpec
 from advisor.lint import lint_config
 from advisor.loading import load_config
-from conftest import CASES, run_json
+from tests.conftest import CASES, run_json
 
 
 def _findings(out: dict) -> list[dict]:

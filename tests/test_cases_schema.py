@@ -13,7 +13,7 @@ import pytest
 
 from advisor.loading import load_config
 from advisor.schema import validate_config
-from conftest import CASES, CORPUS, run_cli, run_json
+from tests.conftest import CASES, CORPUS, run_cli, run_json
 
 #: case folder -> the S code every expected finding must carry
 SCHEMA_CASES = {

@@ -12,7 +12,7 @@ import pytest
 from advisor.errors import ConfigLoadError
 from advisor.lint import lint_config
 from advisor.loading import load_config
-from conftest import CORPUS, run_json
+from tests.conftest import CORPUS, run_json
 
 FILES = sorted(p for p in CORPUS.iterdir() if p.name != "MANIFEST.tsv")
 

@@ -12,7 +12,7 @@ import pytest
 
 from advisor.loading import LoadedConfig, load_config
 from advisor.schema import load_schema, schema_path, validate_config
-from conftest import CASES, ROOT, SAMPLES
+from tests.conftest import CASES, ROOT, SAMPLES
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed")
