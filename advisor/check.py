@@ -653,7 +653,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     all_findings = sort_findings(list(result.findings) + extra)
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,
                        accelerators=acc, host=host, nvme=paths, libaio=libaio, tiers=tiers, findings=all_findings,
-                       warnings=warnings, excluded=list(result.ledger.excluded), probe_failed=probe_failed,
+                       warnings=warnings, excluded=list(result.assumptions()["excluded"]), probe_failed=probe_failed,
                        strict=strict)
 
 

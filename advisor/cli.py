@@ -50,6 +50,14 @@ def _inventory(model: str | None, params: int | None):
     return None
 
 
+def _finite(value, param):
+    """Click callback: refuse NaN (FloatRange lets it through)."""
+    import math
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number", param=param)
+    return value
+
+
 def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
     """Trainer arguments given on the command line (None when none were: "auto" is then
     accepted but not resolved)."""
@@ -104,7 +112,7 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--world-size", type=click.IntRange(min=1), help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS).")
 @click.option("--model", help="Model preset, HF config.json or inventory JSON: enables model-dependent rules.")
-@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
 @click.option("--hf", is_flag=True, help='Config is used through the HF Trainer/accelerate ("auto" is filled in).')
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
               help="Exit 1 when a finding at or above this severity exists.")
@@ -126,6 +134,11 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
         raise _fail(str(e))
     ws, ws_src = _world(world_size)
     codes = {c.strip().upper() for c in select.split(",") if c.strip()} if select else None
+    if codes:
+        from advisor.rules import all_rules
+        unknown = sorted(c for c in codes if c not in all_rules())
+        if unknown:
+            raise click.UsageError(f"--select: unknown rule code(s) {', '.join(unknown)} (see `ds-advisor explain`)")
     files = _expand_paths(paths)
     if not files:
         raise _fail(f"no config files ({', '.join(CONFIG_SUFFIXES)}) in {', '.join(paths)}")
@@ -176,7 +189,7 @@ def explain(code):
 @main.command()
 @click.argument("config")
 @click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
 @click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
               help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
@@ -195,7 +208,7 @@ def explain(code):
 @click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
 @click.option("--hardware", "hardware_", help="Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or "
               "spec file: capacities, bandwidths and storage tiers (flags above win).")
-@click.option("--step-time", type=click.FloatRange(min=0, min_open=True),
+@click.option("--step-time", type=click.FloatRange(min=0, min_open=True, max=1e9), callback=lambda c, p, v: _finite(v, p),
               help="Seconds per optimizer step, for bytes written per day and drive endurance.")
 @click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
               help="Allocator fragmentation margin added to the accelerator peak before the fit check.")
@@ -270,7 +283,8 @@ def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, 
         from advisor.compare_deepspeed import deepspeed_estimate
         result.sections["deepspeed_estimate"] = deepspeed_estimate(result.plan)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
-    sys.exit(EXIT_FINDINGS if any(f.code in ("M100", "M090") for f in result.findings) else EXIT_OK)
+    # 1: a tier does not fit, DeepSpeed would refuse the config, or any other error finding
+    sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in result.findings) else EXIT_OK)
 
 
 @main.command()
@@ -297,7 +311,7 @@ MEASURE_MAX_PARAMS = 200_000_000
 @main.command()
 @click.argument("config")
 @click.option("--model", help="Model preset, HF config.json or inventory JSON (its real tensor shapes are built).")
-@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
 @click.option("--world-size", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Ranks to launch on this machine (torch.distributed.run).")
 @click.option("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
@@ -323,6 +337,13 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     if inv.numel > MEASURE_MAX_PARAMS and not allow_large:
         raise _fail(f"{inv.name} has {inv.numel:,} parameters: measuring builds them for real on this machine; "
                     f"use a smaller model or --allow-large")
+    from advisor.lint import lint_config
+    errors = [f for f in lint_config(loaded, world_size=world_size, world_size_source="--world-size", inventory=inv)
+              if f.severity == "error"]
+    if errors:  # DeepSpeed would refuse or crash: say so now rather than after a minute of launching
+        for f in errors:
+            click.echo(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}", err=True)
+        raise _fail(f"not launching the engine: {len(errors)} error finding(s) above (see `ds-advisor lint`)")
     try:
         from advisor.measure import MeasureError, measure_vs_ledger, run_measure
     except ImportError as e:
@@ -372,7 +393,7 @@ def run() -> None:
 @main.command()
 @click.argument("config")
 @click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
 @click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
               help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1, max=1 << 10),
@@ -444,7 +465,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
     CONFIG is a DeepSpeed JSON/HJSON config (with --hf) or an accelerate config YAML
     (distributed_type: DEEPSPEED). The resolved JSON goes to stdout (steps_per_print is
-    Infinity, as accelerate sets it); what the Trainer or accelerate would report at launch
+    infinite, as accelerate sets it, written 1e999); what the Trainer or accelerate would report at launch
     goes to stderr. Exit 1 when the launch would fail (an error finding).
     """
     import json
@@ -477,7 +498,9 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
             res.findings = [f.located(loaded.positions, loaded.source) for f in res.findings]
     except AdvisorError as e:
         raise _fail(str(e))
-    click.echo(json.dumps(res.config, indent=2))
+    # JSON has no Infinity: write accelerate's steps_per_print=inf as 1e999, which every JSON
+    # reader (hjson and Python's json included, hence DeepSpeed) reads back as inf.
+    click.echo(json.dumps(res.config, indent=2).replace(": Infinity", ": 1e999").replace(": -Infinity", ": -1e999"))
     for f in sort_findings(res.findings):
         where = f"{f.file}:{f.line}" if f.file and f.line else (f.pointer or "/")
         click.echo(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""), err=True)
@@ -571,7 +594,7 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
 @main.command()
 @click.argument("config")
 @click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
 @click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
               help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
@@ -639,7 +662,7 @@ def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_me
 @main.command()
 @click.argument("config")
 @click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1), help="Model size in parameters, instead of --model.")
+@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
 @click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
               help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (default 8, at most world size).")

@@ -95,6 +95,11 @@ class Inventory:
 #: Largest synthetic tensor for ``--params`` (elements): a 4096 x 4096 projection. A power
 #: of two, so ZeRO-3's per-tensor padding to the world size is zero for power-of-two worlds.
 PARAM_CHUNK = 1 << 24
+#: At most this many synthetic tensors: beyond 2^16 x 2^24 (1.1e12) elements the chunk
+#: doubles instead, so --params 1e15 stays a few thousand tensors.
+MAX_PARAM_CHUNKS = 1 << 16
+#: --params upper bound (elements): 10^16, four orders of magnitude over today's largest models.
+MAX_PARAMS = 10**16
 
 
 def from_param_count(n: int, name: str | None = None, chunk: int = PARAM_CHUNK) -> Inventory:
@@ -105,11 +110,15 @@ def from_param_count(n: int, name: str | None = None, chunk: int = PARAM_CHUNK) 
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ModelSpecError(f"--params must be a positive integer, got {n!r}")
+    if n > MAX_PARAMS:
+        raise ModelSpecError(f"--params {n} is over the {MAX_PARAMS:.0e}-parameter limit")
+    while n // chunk > MAX_PARAM_CHUNKS:
+        chunk *= 2
     full, rest = divmod(n, chunk)
     tensors = [TensorSpec(f"params.{i}", (chunk,)) for i in range(full)]
     if rest:
         tensors.append(TensorSpec(f"params.{full}", (rest,)))
-    return Inventory(name=name or f"{n:,} parameters", tensors=tensors, source="--params",
+    return Inventory(name=name or f"--params {n:,}", tensors=tensors, source="--params",
                      meta={"params": n, "chunk": chunk})
 
 

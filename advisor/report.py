@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -104,7 +105,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
 
     stream = stream or sys.stdout
     console = Console(file=stream, no_color=not _use_color(stream), force_terminal=False,
-                      width=max(100, getattr(stream, "columns", 0) or 100), highlight=False, soft_wrap=True)
+                      width=(shutil.get_terminal_size((120, 40)).columns if stream.isatty() else 180),
+                      highlight=False, soft_wrap=True)
     d = result.to_dict()
     with console.capture() as captured:
         m = d["model"]
@@ -112,7 +114,16 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({m['parameters']:,} parameters, "
                       f"{m['trainable_parameters']:,} trainable), world size {cl['world_size']} "
                       f"(data-parallel {cl['dp_world_size']}); DeepSpeed {d['deepspeed']} accounting")
-        for role in d["ranks"]:
+        shown = d["ranks"]
+        if len(shown) > 2:
+            # Ranks of ZeRO-1/2 differ by the gradients of tensors straddling their slices: show
+            # the rank with the largest accelerator peak and say how far the others are from it.
+            worst = max(shown, key=lambda r: r["peak"]["accelerator"]["bytes"])
+            spread = max(abs(r["tiers"][t]["total"] - worst["tiers"][t]["total"]) for r in shown
+                         for t in ("accelerator", "host", "nvme"))
+            n_other = sum(len(r["ranks"]) for r in shown if r is not worst)
+            shown = [worst]
+        for role in shown:
             ranks = role["ranks"]
             title = (f"rank {ranks[0]}" if len(ranks) == 1 else
                      f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else
@@ -130,14 +141,18 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             t.add_row("[bold]total[/bold]", *(f"[bold]{_fmt(role['tiers'][x]['total'])}[/bold]"
                                                for x in ("accelerator", "host", "nvme")))
             console.print(t)
+            a_w = d["assumptions"]["workload"]
             pk = role["peak"]
             console.print("  peak live at once: " + "; ".join(
                 f"{tier} {_fmt(pk[tier]['bytes'])} GiB ({pk[tier]['phase']})" for tier in ("accelerator", "host", "nvme")
                 if pk[tier]["bytes"]))
             if role.get("activations"):
                 ac = role["activations"]
-                console.print(f"  activations: {_fmt(ac['per_layer'])} GiB per layer x {ac['layers_on_rank']} layers"
-                              f" (no checkpointing); loss head {_fmt(ac['loss_head'])} GiB + fp32 logits spike "
+                ck_full = a_w["checkpointing"] == "full"
+                console.print(f"  activations: one layer saves {_fmt(ac['per_layer'])} GiB x {ac['layers_on_rank']} layers"
+                              + (" (full checkpointing keeps only each layer's input and recomputes one layer at a "
+                                 "time in backward)" if ck_full else " (no checkpointing: every layer's tensors kept)")
+                              + f"; loss head {_fmt(ac['loss_head'])} GiB + fp32 logits spike "
                               f"{_fmt(ac['loss_spike'])} GiB"
                               + (f"; recomputation adds {ac['recompute_flops_fraction']:.0%} of the step's FLOPs"
                                  if ac["recompute_flops_fraction"] else ""))
@@ -153,6 +168,10 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     et.add_row(it["tier"], it["class"], it["item"], f"{it['bytes']:,}", it["life"], it["formula"],
                                it["source"])
                 console.print(et)
+        if len(d["ranks"]) > 2:
+            console.print(f"  ({n_other} other ranks in {len(d['ranks']) - 1} groups differ from this one by at most "
+                          f"{spread / 2**30:,.2f} GiB in any tier: each keeps the gradients of the tensors touching "
+                          f"its partition; --format json lists every rank)")
         if d["fit"]:
             ft = Table(title="Fit", title_justify="left")
             for c in ("tier", "scope", "peak need", "capacity", "headroom", "verdict"):
@@ -181,9 +200,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             if len(big) > 8:
                 ct.add_row(f"... {len(big) - 8} more files of the same kind", "", "", "")
             console.print(ct)
-            console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({_fmt(ck['per_save_bytes'])} GiB) of tensor "
-                          f"payload; .pt files add a few KB of pickle overhead each. `ds-advisor checkpoint` gives "
-                          f"save/restore times and the save interval.")
+            console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({_fmt(ck['per_save_bytes'])} GiB): tensor "
+                          f"payload plus the small `latest` and recovery scripts; each .pt file adds a few KB of "
+                          f"pickle overhead. `ds-advisor checkpoint` gives save/restore times and the save interval.")
         de = d.get("deepspeed_estimate")
         if de:
             if "error" in de:

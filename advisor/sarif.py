@@ -35,26 +35,6 @@ SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 
-#: Codes reported outside the lint-rule registry: (name, severity, description).
-EXTRA_RULES: dict[str, tuple[str, str, str]] = {
-    "M100": ("tier-does-not-fit", "error",
-             "A memory tier does not fit: the training state the estimate puts on the accelerator (per rank), "
-             "host or NVMe (per node) exceeds the capacity given or probed."),
-    "K101": ("nvme-without-path", "error",
-             "check: an offload device is nvme but no nvme_path is given; DeepSpeed fails creating the swapper."),
-    "K102": ("nvme-path-missing", "error",
-             "check: an nvme_path does not exist on this node, or is not a directory."),
-    "K103": ("nvme-path-not-writable", "error", "check: an nvme_path is not writable by the job's user."),
-    "K104": ("nvme-space-short", "error",
-             "check: the swap files of this node's ranks need more space than the filesystem holding nvme_path "
-             "has free."),
-    "K105": ("libaio-missing", "error", "check: NVMe offload needs libaio (DeepSpeed's async_io op), not found."),
-    "K110": ("too-few-accelerators", "error",
-             "check: more ranks per node than accelerators visible on this node."),
-    "K111": ("launch-shape", "warning", "check: the launch shape is inconsistent (world size versus ranks per node)."),
-}
-
-
 def _short(code: str, name: str, explanation: str) -> str:
     first = explanation.strip().splitlines()[0].strip() if explanation.strip() else name
     for prefix in (f"{code} {name}:", f"{code}:"):
@@ -64,7 +44,7 @@ def _short(code: str, name: str, explanation: str) -> str:
 
 
 def rule_descriptors() -> list[dict[str, Any]]:
-    """SARIF ``reportingDescriptor`` objects for every registered rule and every extra code, by id."""
+    """SARIF ``reportingDescriptor`` objects for every registered rule (lint, estimate and check codes), by id."""
     from advisor.rules import all_rules
 
     out: list[dict[str, Any]] = []
@@ -78,16 +58,6 @@ def rule_descriptors() -> list[dict[str, Any]]:
             "help": {"text": text},
             "defaultConfiguration": {"level": LEVELS[rule.severity]},
             "properties": {"tags": ["deepspeed", "config"], "needsModel": bool(rule.needs_model)},
-        })
-    for code, (name, sev, desc) in EXTRA_RULES.items():
-        out.append({
-            "id": code,
-            "name": name,
-            "shortDescription": {"text": desc},
-            "fullDescription": {"text": desc},
-            "help": {"text": desc},
-            "defaultConfiguration": {"level": LEVELS[sev]},
-            "properties": {"tags": ["deepspeed", "capacity"]},
         })
     return sorted(out, key=lambda d: d["id"])
 

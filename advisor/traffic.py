@@ -658,13 +658,15 @@ def movement_lines(section: dict[str, Any]) -> list[str]:
     if not role["movements"]:
         out.append("  (nothing crosses PCIe, NVMe or the network)")
     for ln in section["endurance"]:
+        if not ln["write_bytes_per_step"] and not ln["paths"]:
+            continue  # a tier nothing is offloaded to: no line
         name = ln["tier"] or ", ".join(ln["paths"]) or "?"
         s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
         s += f": {_b(ln['write_bytes_per_step'])} written per step per node"
         if ln["write_bytes_per_day"] is not None:
             s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_seconds']:g} s/step"
             if ln["endurance_used_per_day"] is not None:
-                s += f", {100 * ln['endurance_used_per_day']:.3g}% of rated endurance per day"
+                s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
             if ln["days_of_life"] is not None:
                 s += f", projected life {ln['days_of_life']:,.1f} days"
             elif ln["write_bytes_per_step"] == 0:

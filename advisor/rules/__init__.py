@@ -51,6 +51,9 @@ class Rule:
     severity: ClassVar[Severity] = "warning"
     #: True when the rule needs a model inventory (run only with --model/--params).
     needs_model: ClassVar[bool] = False
+    #: Set when another view produces the findings (schema validation, estimate, check) and the
+    #: class only registers the code and its explanation for ``explain`` and SARIF.
+    produced_by: ClassVar[str | None] = None
 
     def check(self, ctx: LintContext) -> Iterable[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
