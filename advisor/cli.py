@@ -464,8 +464,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
     """Print the DeepSpeed config the HF Trainer / accelerate hand to DeepSpeed, "auto" resolved.
 
     CONFIG is a DeepSpeed JSON/HJSON config (with --hf) or an accelerate config YAML
-    (distributed_type: DEEPSPEED). The resolved JSON goes to stdout (steps_per_print is
-    infinite, as accelerate sets it, written 1e999); what the Trainer or accelerate would report at launch
+    (distributed_type: DEEPSPEED). The resolved JSON goes to stdout (accelerate's infinite
+    steps_per_print is written as 2^63-1, which DeepSpeed reads back); what the Trainer or accelerate would report at launch
     goes to stderr. Exit 1 when the launch would fail (an error finding).
     """
     import json
@@ -498,9 +498,17 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
             res.findings = [f.located(loaded.positions, loaded.source) for f in res.findings]
     except AdvisorError as e:
         raise _fail(str(e))
-    # JSON has no Infinity: write accelerate's steps_per_print=inf as 1e999, which every JSON
-    # reader (hjson and Python's json included, hence DeepSpeed) reads back as inf.
-    click.echo(json.dumps(res.config, indent=2).replace(": Infinity", ": 1e999").replace(": -Infinity", ": -1e999"))
+    # JSON has no Infinity and hjson (DeepSpeed's loader) cannot read 1e999 back: accelerate's
+    # in-memory steps_per_print=inf ("never print") is written as the largest int64 instead.
+    def finite(v):
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [finite(x) for x in v]
+        if isinstance(v, float) and v in (float("inf"), float("-inf")):
+            return (1 << 63) - 1 if v > 0 else -((1 << 63) - 1)
+        return v
+    click.echo(json.dumps(finite(res.config), indent=2))
     for f in sort_findings(res.findings):
         where = f"{f.file}:{f.line}" if f.file and f.line else (f.pointer or "/")
         click.echo(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""), err=True)

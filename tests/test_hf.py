@@ -346,7 +346,7 @@ def test_cli_resolve_detects_accelerate_yaml(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["train_batch_size"] == 256 and out["zero_optimization"]["stage"] == 3
-    assert out["steps_per_print"] == math.inf
+    assert out["steps_per_print"] == (1 << 63) - 1  # accelerate's inf, written so hjson (DeepSpeed) reads it back
     # A DeepSpeed JSON needs --hf.
     j = CORPUS / "huggingface__transformers__tests__deepspeed__ds_config_zero3.json"
     assert CliRunner().invoke(main, ["resolve", str(j)]).exit_code == 2
@@ -366,3 +366,18 @@ def test_auto_without_hf_keeps_deepspeed_meaning():
     raw, _ = hf.resolve_for_estimate({"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0},
                                       "train_micro_batch_size_per_gpu": 1}, {"bf16": True}, from_param_count(10))
     assert effective_config(raw).bf16_enabled is True
+
+
+def test_resolve_output_lints_clean_round_trip(tmp_path):
+    """resolve's output is a file DeepSpeed (hjson) can read back and our own lint accepts:
+    accelerate's in-memory steps_per_print=inf must not become a string or an unreadable 1e999."""
+    from tests.conftest import SAMPLES, run_cli
+
+    p = run_cli(["resolve", str(SAMPLES / "hf_trainer_zero3_auto.json"), "--hf", "--per-device-train-batch-size", "4",
+                 "--bf16", "--max-steps", "100", "--world-size", "8", "--model", "llama-3-8b"])
+    out = tmp_path / "resolved.json"
+    out.write_text(p.stdout)
+    import hjson
+    assert hjson.loads(p.stdout)["steps_per_print"] == (1 << 63) - 1
+    q = run_cli(["lint", str(out), "--world-size", "8", "--format", "json"])
+    assert q.returncode == 0, q.stdout
