@@ -404,6 +404,16 @@ class CheckpointPlan:
     step_time_s: float | None = None
     restart_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: Where the checkpoints go (``save_checkpoint(save_dir)``) and, with a hardware spec, the
+    #: storage tier holding it (``Hardware.tier_for_path``); None when unknown.
+    save_dir: str | None = None
+    tier: Any = None
+    #: Save interval given by the user (seconds); None = the Young/Daly recommendation.
+    save_interval_s: float | None = None
+    #: Ranks per node, for the bytes the busiest node writes to its drive per save.
+    ranks_per_node: int = 1
+    #: Findings about the checkpoint storage (T003), Finding objects.
+    findings: list = field(default_factory=list)
 
     # derived --------------------------------------------------------------------------------
     @property
@@ -458,6 +468,61 @@ class CheckpointPlan:
             out["interval_steps"] = max(1, round(tau / self.step_time_s))
         return out
 
+    def node_bytes_per_save(self) -> int:
+        """Bytes the busiest node writes per save: the files of its ranks (rank r on node
+        r // ranks_per_node) summed; a node-local tier takes these."""
+        per_node: dict[int, int] = {}
+        for r, b in self.files.per_rank_bytes().items():
+            n = r // max(1, self.ranks_per_node)
+            per_node[n] = per_node.get(n, 0) + b
+        return max(per_node.values(), default=0)
+
+    def interval(self) -> tuple[float | None, str | None]:
+        """(seconds between saves, where it comes from): the given interval, else Young/Daly."""
+        if self.save_interval_s:
+            return self.save_interval_s, "--save-interval"
+        res = self.resilience()
+        if res:
+            return res["interval_s"], "Young/Daly"
+        return None, None
+
+    def storage(self) -> dict[str, Any] | None:
+        """The checkpoint storage tier and its wear per day (bytes; seconds; days), or None when
+        neither a save dir nor a tier is known. Per-day figures come from
+        :func:`advisor.traffic.endurance` with one save as the "step" and the save interval as
+        its duration: saves/day = 86,400 / interval, bytes/day = node bytes per save x saves/day,
+        days of life = rated bytes / bytes per day; endurance used per day = bytes/day / rated."""
+        t = self.tier
+        if self.save_dir is None and t is None:
+            return None
+        from advisor.traffic import endurance
+
+        out: dict[str, Any] = {"save_dir": self.save_dir, "tier": t.name if t else None,
+                               "access": t.access if t else None, "mounts": list(t.mounts) if t else [],
+                               "write_bytes_per_s": t.write_bytes_per_s if t else None,
+                               "read_bytes_per_s": t.read_bytes_per_s if t else None,
+                               "capacity_bytes": t.capacity_bytes if t else None,
+                               "rated_write_bytes": t.rated_write_bytes if t else None,
+                               "endurance": t.endurance.describe() if t and t.endurance else None,
+                               "warranty_days": (t.endurance.warranty_years * 365.0
+                                                 if t and t.endurance and t.endurance.warranty_years else None),
+                               "ranks_per_node": self.ranks_per_node,
+                               "bytes_written_per_save": self.node_bytes_per_save(),
+                               "save_interval_s": None, "interval_source": None, "saves_per_day": None,
+                               "bytes_written_per_day": None, "drive_writes_per_day": None,
+                               "endurance_used_per_day": None, "days_of_life": None}
+        iv, src = self.interval()
+        if iv:
+            rated = out["rated_write_bytes"]
+            spd, per_day, days = endurance(out["bytes_written_per_save"], iv, rated)
+            out.update(save_interval_s=iv, interval_source=src, saves_per_day=spd, bytes_written_per_day=per_day,
+                       days_of_life=None if days == math.inf else days)
+            if t is not None and t.capacity_bytes:
+                out["drive_writes_per_day"] = per_day / t.capacity_bytes
+            if rated:
+                out["endurance_used_per_day"] = per_day / rated
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         f = self.files
         return {
@@ -485,6 +550,8 @@ class CheckpointPlan:
             "node_mtbf_s": self.node_mtbf_s,
             "step_time_s": self.step_time_s,
             "resilience": self.resilience(),
+            "storage": self.storage(),
+            "findings": [x.to_dict() for x in self.findings],
             "notes": list(f.notes) + list(self.notes),
         }
 
@@ -492,20 +559,50 @@ class CheckpointPlan:
 def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, keep: int = 1,
                     write_bandwidth: float | None = None, read_bandwidth: float | None = None,
                     nodes: int | None = None, node_mtbf_hours: float | None = None,
-                    step_time_s: float | None = None, restart_s: float = 300.0, tag: str = DEFAULT_TAG) -> CheckpointPlan:
+                    step_time_s: float | None = None, restart_s: float = 300.0, tag: str = DEFAULT_TAG,
+                    hardware: Any = None, save_dir: str | None = None,
+                    save_interval_s: float | None = None) -> CheckpointPlan:
     """Everything about durable checkpoints for one config (bytes, seconds, bytes/second).
 
-    ``nodes`` defaults to ceil(world_size / gpus_per_node) (gpus_per_node default 8, capped at the
-    world size); ``read_bandwidth`` defaults to ``write_bandwidth``; ``restart_s`` is the time from a
-    failure to the job running again before the reload (scheduler, process start, initialize).
+    ``nodes`` defaults to the hardware spec's node count, else ceil(world_size / gpus_per_node)
+    (gpus_per_node default: the spec's accelerators per node, else 8, capped at the world size);
+    ``restart_s`` is the time from a failure to the job running again before the reload
+    (scheduler, process start, initialize).
+
+    With ``hardware`` (:class:`advisor.hardware.Hardware`) and ``save_dir``, the storage tier
+    holding ``save_dir`` supplies the defaults of ``write_bandwidth`` and ``read_bandwidth`` (given
+    values win), the plan reports the tier's wear per day at the save interval (``save_interval_s``
+    when given, else Young/Daly), and a read-oriented tier yields a T003 finding. Without a tier,
+    ``read_bandwidth`` defaults to ``write_bandwidth``.
     """
     if keep < 1:
         raise ValueError("keep must be >= 1")
+    if save_interval_s is not None and not save_interval_s > 0:
+        raise ValueError("save interval must be positive")
     files = checkpoint_files(ec, inv, cluster, tag=tag)
+    per_node = cluster.gpus_per_node or (hardware.accelerators_per_node if hardware is not None
+                                         and hardware.accelerators_per_node else None) or 8
+    per_node = max(1, min(per_node, cluster.world_size))
     if nodes is None:
-        per_node = cluster.gpus_per_node or min(cluster.world_size, 8)
-        nodes = ceil_div(cluster.world_size, per_node)
+        nodes = hardware.nodes if hardware is not None else ceil_div(cluster.world_size, per_node)
     notes: list[str] = []
+    tier = hardware.tier_for_path(save_dir) if hardware is not None and save_dir else None
+    if save_dir and hardware is None:
+        notes.append("--save-dir without --hardware: no storage tier known, so no bandwidth defaults or wear figures")
+    elif save_dir and tier is None:
+        notes.append(f"no storage tier of {hardware.name} holds {save_dir!r}" +
+                     ("" if save_dir.startswith("/") else " (give an absolute path)") +
+                     ": give --write-bandwidth for the save time")
+    if tier is not None:
+        if write_bandwidth is None:
+            write_bandwidth = float(tier.write_bytes_per_s)
+        if read_bandwidth is None:
+            read_bandwidth = float(tier.read_bytes_per_s)
+        n_writing = ceil_div(cluster.world_size, per_node)
+        if n_writing > 1:
+            notes.append(f"the save time uses one {tier.name} drive's bandwidth for the whole save; on a node-local "
+                         f"tier the {n_writing} nodes write in parallel, each its own ranks' files (the busiest "
+                         "node's bytes per save are in the storage line)")
     if ec.zero.stage >= 1:
         notes.append(f"ZeRO-{ec.zero.stage} optimizer state is partitioned over {cluster.dp_world_size} data-parallel "
                      "ranks: resuming at another data-parallel world size needs DeepSpeed's universal checkpoint "
@@ -514,11 +611,16 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
     else:
         notes.append("stage 0: every rank holds the full state, so a restart at another world size loads the same "
                      "file (no conversion needed)")
-    return CheckpointPlan(files=files, save16=save_16bit_model_plan(ec, inv, cluster), keep=keep,
+    plan = CheckpointPlan(files=files, save16=save_16bit_model_plan(ec, inv, cluster), keep=keep,
                           world_size=cluster.world_size, dp_world_size=cluster.dp_world_size, zero_stage=ec.zero.stage,
                           write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
-                          step_time_s=step_time_s, restart_s=restart_s, notes=notes)
+                          step_time_s=step_time_s, restart_s=restart_s, notes=notes, save_dir=save_dir, tier=tier,
+                          save_interval_s=save_interval_s, ranks_per_node=per_node)
+    if tier is not None and not files.unsupported:
+        from advisor.rules import all_rules
+        plan.findings = list(all_rules()["T003"].from_plan(plan))
+    return plan
 
 
 def checkpoint_for(plan: Any) -> CheckpointPlan:
@@ -598,6 +700,31 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
                      f"{_fmt_s(rc['worst_total'])} worst")
     elif plan.write_bandwidth is None:
         lines.append("  give --write-bandwidth (and --node-mtbf-hours) for save time and the save interval")
+    st = plan.storage()
+    if st and st["tier"]:
+        t = plan.tier
+        lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
+                     f"write {t.write_bytes_per_s / 1e9:,.2f} GB/s, read {t.read_bytes_per_s / 1e9:,.2f} GB/s; "
+                     f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
+                     f"on the busiest node")
+        if st["bytes_written_per_day"] is not None:
+            s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
+                 f"{st['saves_per_day']:,.2f} saves/day, {st['bytes_written_per_day'] / 1e12:,.3f} TB written per day")
+            if st["endurance_used_per_day"] is not None:
+                s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
+                      f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None
+                                            else "unlimited"))
+                if st["warranty_days"]:
+                    s += f" (warranty {st['warranty_days']:,.0f} days)"
+            else:
+                s += " (endurance unknown)"
+            lines.append(s)
+        else:
+            lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
+    for x in plan.findings:
+        lines.append(f"  {x.severity} {x.code}: {x.message}")
+        if x.fix:
+            lines.append(f"    fix: {x.fix}")
     for n in f.notes[1:] + plan.notes:
         lines.append(f"  note: {n}")
     return "\n".join(lines)

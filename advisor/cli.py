@@ -683,10 +683,18 @@ def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_me
               help="Time from a failure to the job running again, before reloading the checkpoint.")
 @click.option("--step-time", type=click.FloatRange(min=0, min_open=True), help="Seconds per optimizer step.")
 @click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
+@click.option("--hardware", "hardware_", help="Hardware preset (dgx-h100:4) or JSON spec: with --save-dir, the tier "
+              "holding it gives the bandwidth defaults and its wear; its node count is the --nodes default.")
+@click.option("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
+@click.option("--save-interval", type=click.FloatRange(min=0, min_open=True), callback=lambda c, p, v: _finite(v, p),
+              help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
-               node_mtbf_hours, restart_seconds, step_time, keep, fmt):
-    """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval."""
+               node_mtbf_hours, restart_seconds, step_time, keep, hardware_, save_dir, save_interval, fmt):
+    """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
+
+    With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
+    and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
     import json
 
     from advisor.checkpoint import checkpoint_plan, checkpoint_text
@@ -706,14 +714,15 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
             raise click.UsageError(f"{opt}: {e}")
 
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
-    loaded, inv, _ = _load_inputs(config, model, params)
+    loaded, inv, hw = _load_inputs(config, model, params, hardware_)
     ws, _ = _world(world_size)
     plan = checkpoint_plan(effective_config(loaded.data), inv,
                            Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,
                            write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
-                           step_time_s=step_time, restart_s=restart_seconds)
+                           step_time_s=step_time, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
+                           save_interval_s=save_interval)
     click.echo(json.dumps(plan.to_dict(), indent=2) if fmt == "json" else checkpoint_text(plan))
-    sys.exit(EXIT_OK)
+    sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in plan.findings) else EXIT_OK)
 
 
 @main.command()

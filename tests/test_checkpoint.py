@@ -254,3 +254,165 @@ def test_largest_writer_and_plan_entry_point_by_hand():
     assert d["largest_writer"]["bytes"] == 86_432 + 129_648 + 38_580 + 2_490 + 16
     assert d["per_rank_bytes"]["3"] == 129_648
     assert d["per_save_bytes"] == 86_432 + 4 * 129_648 + 38_580 + 2_490 + 16
+
+
+# ------------------------------------------------------------------------------------------------
+# the save dir's storage tier (--hardware --save-dir): bandwidth defaults, wear per day, T003
+
+#: Bytes per save of C09 (8,030,261,248 params, ZeRO-2 bf16, W = 1): model-states 16,060,522,496 +
+#: optim-states 96,363,134,976 + zero_to_fp32.py 38,580 + zero_to_torch.py 2,490 + latest 16.
+C09_PER_SAVE = 16_060_522_496 + 96_363_134_976 + 38_580 + 2_490 + 16
+
+
+def _ckpt_hw(tmp_path, nodes=1):
+    """One read-oriented tier (30.72 TB, 0.5 DWPD x 5 years, write 3 GB/s, read 7 GB/s) and one
+    read-write tier (3.84 TB, 7,008 TBW over 5 years, write 6 GB/s, read 12 GB/s)."""
+    spec = {"name": "ckpt-test", "nodes": nodes, "accelerators_per_node": 8, "accelerator": "h100-sxm-80gb",
+            "storage": [
+                {"name": "qlc", "mounts": ["/mnt/qlc"], "capacity_bytes": 30.72e12, "read_bytes_per_s": 7e9,
+                 "write_bytes_per_s": 3e9, "access": "read-oriented",
+                 "endurance": {"dwpd": 0.5, "warranty_years": 5}},
+                {"name": "raid", "mounts": ["/raid"], "capacity_bytes": 3.84e12, "read_bytes_per_s": 12e9,
+                 "write_bytes_per_s": 6e9, "access": "read-write", "endurance": {"tbw": 7008, "warranty_years": 5}}]}
+    p = tmp_path / "hw.json"
+    p.write_text(json.dumps(spec))
+    return str(p)
+
+
+def _c09_ckpt(*extra):
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "1", "--format", "json", *extra])
+    return r.exit_code, (json.loads(r.output) if r.output.startswith("{") else r.output)
+
+
+@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
+def test_c09_save_dir_on_read_oriented_tier_is_T003_error_within_warranty(tmp_path):
+    hw = _ckpt_hw(tmp_path)
+    rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/mnt/qlc/ckpt", "--save-interval", "600")
+    assert d["per_save_bytes"] == C09_PER_SAVE == 112_423_698_558
+    # bandwidths from the tier: 112,423,698,558 / 3e9 = 37.4745661860 s; read 1 reader x the same / 7e9
+    assert d["write_bandwidth"] == 3e9 and d["read_bandwidth"] == 7e9
+    assert d["save_s"] == pytest.approx(37.474566186, rel=1e-9)
+    assert d["load_s"] == pytest.approx(16.060528365, rel=1e-9)
+    # 600 s interval: 86,400 / 600 = 144 saves/day x 112,423,698,558 = 16,189,012,592,352 B/day;
+    # rated 0.5 DWPD x 30.72e12 x 365 x 5 = 2.8032e16 B -> 2.8032e16 / 16,189,012,592,352 = 1,731.54 days,
+    # under the 5 x 365 = 1,825-day warranty: an error, exit 1.
+    st = d["storage"]
+    assert st["tier"] == "qlc" and st["access"] == "read-oriented"
+    assert st["bytes_written_per_save"] == 112_423_698_558
+    assert st["saves_per_day"] == 144
+    assert st["bytes_written_per_day"] == pytest.approx(16_189_012_592_352, rel=1e-12)
+    assert st["rated_write_bytes"] == pytest.approx(2.8032e16)
+    assert st["days_of_life"] == pytest.approx(1731.54, abs=0.01)
+    assert st["endurance_used_per_day"] == pytest.approx(16_189_012_592_352 / 2.8032e16)  # 0.0578 % a day
+    assert st["warranty_days"] == 1825
+    t3 = [f for f in d["findings"] if f["code"] == "T003"]
+    assert len(t3) == 1 and t3[0]["severity"] == "error"
+    assert set(t3[0]) >= {"code", "severity", "pointer", "line", "column", "message", "fix"}
+    assert t3[0]["data"]["bytes_written_per_save"] == 112_423_698_558
+    assert "112,423,698,558 bytes" in t3[0]["message"] and "1,731.5 days" in t3[0]["message"]
+    assert "read-write tier" in t3[0]["fix"] and "weights and datasets" in t3[0]["fix"]
+    assert rc == 1
+
+
+@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
+def test_c09_read_oriented_at_young_daly_interval_is_a_warning(tmp_path):
+    hw = _ckpt_hw(tmp_path)
+    rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/mnt/qlc/ckpt", "--node-mtbf-hours", "1000")
+    # save 37.4745661860 s at 3 GB/s; 1 node x 1,000 h -> MTBF 3.6e6 s;
+    # interval sqrt(2 x 37.4745661860 x 3.6e6) = sqrt(269,816,876.5) = 16,426.1 s -> 86,400 / 16,426.1 =
+    # 5.2599 saves/day -> 5.9134e11 B/day; 2.8032e16 / 5.9134e11 = 47,404 days, beyond the 1,825-day
+    # warranty: a warning, exit 0.
+    tau = math.sqrt(2 * (112_423_698_558 / 3e9) * 3.6e6)
+    assert tau == pytest.approx(16_426.1, abs=0.1)
+    st = d["storage"]
+    assert st["interval_source"] == "Young/Daly" and st["save_interval_s"] == pytest.approx(tau)
+    assert st["bytes_written_per_day"] == pytest.approx(112_423_698_558 * 86_400 / tau)
+    assert st["days_of_life"] == pytest.approx(2.8032e16 / (112_423_698_558 * 86_400 / tau))
+    assert st["days_of_life"] == pytest.approx(47_404.2, abs=0.5)
+    t3 = [f for f in d["findings"] if f["code"] == "T003"]
+    assert len(t3) == 1 and t3[0]["severity"] == "warning"
+    assert rc == 0
+
+
+@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
+def test_c09_save_dir_on_read_write_tier_takes_its_bandwidth_and_has_no_T003(tmp_path):
+    hw = _ckpt_hw(tmp_path)
+    rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/raid/ckpt", "--save-interval", "600")
+    assert rc == 0 and d["findings"] == []
+    # 112,423,698,558 / 6e9 = 18.737283093 s; restart reads the same bytes at 12e9: 9.3686415465 s
+    assert d["write_bandwidth"] == 6e9 and d["read_bandwidth"] == 12e9
+    assert d["save_s"] == pytest.approx(18.737283093, rel=1e-9)
+    assert d["load_s"] == pytest.approx(9.3686415465, rel=1e-9)
+    # wear is still reported: 16,189,012,592,352 B/day against 7,008 TBW = 7.008e15 B -> 432.886 days,
+    # 0.231 % of the rating a day, 16,189,012,592,352 / 3.84e12 = 4.216 drive writes a day
+    st = d["storage"]
+    assert st["tier"] == "raid" and st["access"] == "read-write"
+    assert st["days_of_life"] == pytest.approx(432.886, abs=0.001)
+    assert st["endurance_used_per_day"] == pytest.approx(0.0023101, abs=1e-7)
+    assert st["drive_writes_per_day"] == pytest.approx(4.2159, abs=1e-4)
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "1", "--hardware", hw, "--save-dir", "/raid/ckpt",
+                                  "--save-interval", "600"])
+    assert r.exit_code == 0 and "T003" not in r.output
+    assert "tier 'raid' [read-write]" in r.output and "16.189 TB written per day" in r.output
+    assert "0.231% of the drive's rated endurance per day" in r.output
+
+
+@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
+def test_write_bandwidth_flag_beats_the_tier(tmp_path):
+    hw = _ckpt_hw(tmp_path)
+    rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/mnt/qlc/ckpt", "--write-bandwidth", "2GB/s")
+    # 112,423,698,558 / 2e9 = 56.211849279 s, not the tier's 3 GB/s; read still from the tier (7e9)
+    assert d["write_bandwidth"] == 2e9 and d["read_bandwidth"] == 7e9
+    assert d["save_s"] == pytest.approx(56.211849279, rel=1e-9)
+    # no interval (no --save-interval, no MTBF): T003 still fires, without per-day figures, as a warning
+    t3 = [f for f in d["findings"] if f["code"] == "T003"]
+    assert len(t3) == 1 and t3[0]["severity"] == "warning" and "--save-interval" in t3[0]["message"]
+    assert d["storage"]["bytes_written_per_day"] is None and rc == 0
+    rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/raid/ckpt", "--read-bandwidth", "1GB/s")
+    assert d["write_bandwidth"] == 6e9 and d["read_bandwidth"] == 1e9
+
+
+@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
+def test_hardware_node_count_is_the_nodes_default(tmp_path):
+    hw = _ckpt_hw(tmp_path, nodes=2)
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "16", "--format", "json", "--hardware", hw,
+                                  "--save-dir", "/raid/ckpt", "--node-mtbf-hours", "1000"])
+    d = json.loads(r.output)
+    assert d["nodes"] == 2 and d["resilience"]["cluster_mtbf_s"] == 1.8e6  # 3.6e6 s / 2 nodes
+    assert d["storage"]["ranks_per_node"] == 8
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "16", "--format", "json", "--hardware", hw, "--nodes", "4",
+                                  "--save-dir", "/raid/ckpt", "--node-mtbf-hours", "1000"])
+    assert json.loads(r.output)["resilience"]["cluster_mtbf_s"] == 9e5  # --nodes wins: 3.6e6 / 4
+
+
+def test_busiest_node_bytes_by_hand():
+    ec = effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "optimizer": ADAM})
+    from advisor.hardware import from_dict
+    hw = from_dict({"nodes": 2, "accelerators_per_node": 2, "accelerator": "h100-sxm-80gb",
+                    "storage": [{"name": "nv", "mounts": ["/nv"], "capacity_bytes": 1e12, "read_bytes_per_s": 2e9,
+                                 "write_bytes_per_s": 1e9, "access": "read-write"}]})
+    plan = checkpoint_plan(ec, mlp(), Cluster(world_size=4), hardware=hw, save_dir="/nv/ck")
+    # W = 4 (see test_largest_writer...): node 0 = ranks 0, 1: model 86 432 + 2 x 129 648 + scripts
+    # 38 580 + 2 490 + latest 16; node 1 = ranks 2, 3: 2 x 129 648.
+    assert plan.node_bytes_per_save() == 86_432 + 2 * 129_648 + 38_580 + 2_490 + 16
+    assert plan.storage()["endurance_used_per_day"] is None and plan.findings == []
+    assert any("2 nodes write in parallel" in n for n in plan.notes)
+
+
+def test_save_dir_on_no_tier_is_a_note_not_a_finding(tmp_path):
+    from advisor.hardware import load_hardware
+    plan = checkpoint_plan(effective_config({"zero_optimization": {"stage": 1}, "optimizer": ADAM}), mlp(),
+                           Cluster(world_size=1), hardware=load_hardware(_ckpt_hw(tmp_path)), save_dir="/home/ck")
+    assert plan.findings == [] and plan.write_bandwidth is None
+    assert any("no storage tier" in n for n in plan.notes)
+
+
+def test_explain_T003():
+    r = CliRunner().invoke(main, ["explain", "T003"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("[T003 | checkpoint-on-read-oriented | severity: error]")
+    assert "Anti-pattern" in r.output and "Fix" in r.output and "read-oriented" in r.output
