@@ -15,8 +15,17 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
 2. **Movement per step** — bytes rank 0 moves per optimizer step by link and direction
    (:func:`advisor.traffic.movement_for`), one stacked bar per link/direction with segments per
    state class (ids ``move-<link>-<direction>``); skipped with a note when the module is absent.
-3. **Findings**, 4. **Fit**, 5. **Assumptions**, 6. **Checkpoint** (from ``advisor.checkpoint``
-   when that module is present; otherwise a note).
+3. **Findings**, 4. **Fit** (the need cell of each tier has ``id=fit-need-<tier>`` and its exact
+   bytes in ``data-bytes``; the worst rank's accelerator peak before the fragmentation margin is
+   ``id=peak-accelerator``, the same number as ``estimate --format json``'s largest
+   ``ranks[].peak.accelerator.bytes``), 5. **Assumptions**, 6. **Checkpoint** (from
+   ``advisor.checkpoint`` when that module is present; otherwise a note): tables, the files that
+   differ only in the writing rank folded into one row (``zero_pp_rank_0..7_... x 8, N bytes
+   each``, placeholders in ``<var>``), the per-save total, save/load seconds and the save
+   interval when the plan has them, the 16-bit export, storage, findings and notes.
+
+Values are written as page text, never as Python or JSON reprs: None is a dash or left out.
+A config DeepSpeed refuses (M090) gets a note instead of the charts.
 
 matplotlib is imported only here, and only inside the functions that draw.
 """
@@ -27,7 +36,6 @@ import html
 import importlib
 import importlib.util
 import io
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -254,6 +262,7 @@ text-align:left;vertical-align:top}th{background:#f4f4f4}td.num{text-align:right
 code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.85em}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}dd{margin:0}
 pre{background:#f6f6f6;padding:.6rem;overflow:auto;font-size:.8rem}
+var{font-style:italic;color:#8a3b00}table+table{margin-top:.8rem}
 """
 
 
@@ -265,24 +274,274 @@ def _gb(n: int | None) -> str:
     return "unknown" if n is None else f"{n / 1e9:,.2f} GB ({n / GIB:,.2f} GiB)"
 
 
+_APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
+_JSON_FRAGMENT = re.compile(r"\{[^{}]*\}")
+
+
+def _prose(text: Any) -> str:
+    """Escaped prose: apostrophes inside words become typographic ones (so a straight quote on the
+    page only ever comes from data), and JSON fragments quoted in a note (``{"load_universal":
+    true}``) are set as code."""
+    out, last = [], 0
+    s = str(text)
+    for m in _JSON_FRAGMENT.finditer(s):
+        out.append(_e(_APOSTROPHE.sub("\u2019", s[last:m.start()])))
+        out.append(f"<code>{_e(m.group(0))}</code>")
+        last = m.end()
+    out.append(_e(_APOSTROPHE.sub("\u2019", s[last:])))
+    return "".join(out)
+
+
+def _value(v: Any) -> str:
+    """One scalar as page text: None as a dash, booleans as yes/no, ints with separators."""
+    if v is None:
+        return "\u2014"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    return _prose(v)
+
+
 def _dl(d: dict[str, Any]) -> str:
+    """A nested definition list for a dict: no reprs (None is a dash, a list of dicts is a list of
+    definition lists, a dict of {pointer, message} is one line)."""
     rows = []
     for k, v in d.items():
         if isinstance(v, dict):
-            val = _dl(v) if v else "—"
+            val = _dl(v) if v else "\u2014"
         elif isinstance(v, list):
-            val = ("<ul>" + "".join(f"<li>{_e(json.dumps(i) if isinstance(i, dict) else i)}</li>" for i in v)
-                   + "</ul>") if v else "—"
+            val = ("<ul>" + "".join(f"<li>{_item(i)}</li>" for i in v) + "</ul>") if v else "\u2014"
         else:
-            val = _e(v)
+            val = _value(v)
         rows.append(f"<dt>{_e(k)}</dt><dd>{val}</dd>")
     return "<dl>" + "".join(rows) + "</dl>"
+
+
+def _item(i: Any) -> str:
+    if isinstance(i, dict):
+        if set(i) == {"pointer", "message"}:
+            return f"<code>{_e(i['pointer'] or '/')}</code>: {_prose(i['message'])}"
+        return _dl(i)
+    return _value(i)
+
+
+def _bytes(n: int | None) -> str:
+    """Exact bytes, with GB/GiB once it is large enough to matter."""
+    if n is None:
+        return "\u2014"
+    return f"{n:,} bytes" + (f" ({n / 1e9:,.2f} GB, {n / GIB:,.2f} GiB)" if n >= 10**6 else "")
+
+
+def _secs(s: float | None) -> str:
+    if s is None:
+        return "\u2014"
+    if s < 120:
+        return f"{s:,.1f} s"
+    if s < 7200:
+        return f"{s / 60:,.1f} min"
+    return f"{s / 3600:,.2f} h"
+
+
+def _bandwidth(b: float | None) -> str:
+    return "\u2014" if b is None else f"{b / 1e9:,.2f} GB/s"
+
+
+# --- checkpoint section -------------------------------------------------------------------------
+
+#: Where a rank number appears in a checkpoint path (DeepSpeed 0.19.8 names): the ZeRO shard files
+#: and the per-rank copies of the NVMe swap folder.
+_RANK_IN_PATH = re.compile(r"(zero_pp_rank_|/rank)(\d+)(?=[_/])")
+_TAG_VAR = re.compile(r"\{(\w+)\}")
+
+
+def _rank_span(ranks: list[int], width: int) -> str:
+    """``0..7`` for a contiguous run of ranks, else the list (the first 8, then an ellipsis)."""
+    rs = sorted(ranks)
+    fmt = (lambda r: f"{r:0{width}d}") if width else str
+    if len(rs) > 1 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"{fmt(rs[0])}..{fmt(rs[-1])}"
+    return ",".join(fmt(r) for r in rs[:8]) + (",\u2026" if len(rs) > 8 else "")
+
+
+def group_checkpoint_files(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Files that differ only in the writing rank's number (and have the same size and kind)
+    folded into one row: ``{"path", "ranks", "rank_width", "bytes", "kind", "parts", "readers",
+    "formula"}``, in first-seen order. ``path`` holds ``\x00`` where the rank number was."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for f in files:
+        path, width = f["path"], 0
+        m = next((m for m in _RANK_IN_PATH.finditer(path) if int(m.group(2)) == f.get("rank")), None)
+        if m is not None:
+            digits = m.group(2)
+            width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+            path = path[:m.start(2)] + "\x00" + path[m.end(2):]
+        key = (path, width, f["bytes"], f.get("kind"), f.get("readers"))
+        row = rows.get(key)
+        if row is None or m is None:
+            key = key if m is not None else (f["path"], id(f))
+            rows[key] = {"path": path if m is not None else f["path"], "ranks": [f.get("rank")], "rank_width": width,
+                         "bytes": f["bytes"], "kind": f.get("kind", ""), "parts": dict(f.get("parts") or {}),
+                         "readers": f.get("readers"), "formula": f.get("formula", "")}
+        else:
+            row["ranks"].append(f.get("rank"))
+    return list(rows.values())
+
+
+def _path_html(row: dict[str, Any]) -> str:
+    """A grouped path as HTML: placeholders (the tag's ``{N}``, the rank span) in <var>."""
+    span = _rank_span(row["ranks"], row["rank_width"]) if "\x00" in row["path"] else ""
+    out = []
+    for piece in re.split(r"(\x00|\{\w+\})", row["path"]):
+        if piece == "\x00":
+            out.append(f"<var>{_e(span)}</var>")
+        elif _TAG_VAR.fullmatch(piece):
+            out.append(f"<var>{_e(piece[1:-1])}</var>")
+        else:
+            out.append(_e(piece))
+    return "<code>" + "".join(out) + "</code>"
+
+
+def checkpoint_html(ck: dict[str, Any]) -> str:
+    """The checkpoint section from ``CheckpointPlan.to_dict()``: a summary table, the files
+    (grouped per rank), the 16-bit export, storage, findings and notes. Keys that are absent or
+    None are left out; nothing is printed as a Python or JSON value."""
+    parts: list[str] = []
+    opt = " + ".join(x for x in (ck.get("wrapper"), ck.get("basic_optimizer")) if x)
+    parts.append(f"<p id=checkpoint-summary>What <code>engine.save_checkpoint</code> writes (DeepSpeed "
+                 f"{_e(DEEPSPEED_VERSION)}): ZeRO-{_value(ck.get('zero_stage'))}"
+                 + (f", {_e(opt)}" if opt else "")
+                 + (f", world size {ck['world_size']:,} (data-parallel {ck['dp_world_size']:,})"
+                    if ck.get("world_size") is not None and ck.get("dp_world_size") is not None else "") + ".</p>")
+    if ck.get("unsupported"):
+        parts.append(f"<p class=note id=checkpoint-unsupported>Not saved: {_prose(ck['unsupported'])}</p>")
+        return "\n".join(parts)
+
+    files = ck.get("files") or []
+    if files:
+        rows = []
+        for r in group_checkpoint_files(files):
+            n = len(r["ranks"])
+            who = (f"rank {r['ranks'][0]}" if n == 1 else f"ranks {_e(_rank_span(r['ranks'], 0))}")
+            content = "; ".join(f"{_e(k.replace('_', ' '))} {_bytes(v)}" for k, v in r["parts"].items()
+                                if isinstance(v, int)) if len(r["parts"]) > 1 else ""
+            rows.append(f"<tr title='{_e(r['formula'])}'><td>{_path_html(r)}</td><td>{_e(r['kind'])}</td>"
+                        f"<td>{who}</td><td class=num>\u00d7 {n:,}</td><td class=num>{_bytes(r['bytes'])}"
+                        f"{' each' if n > 1 else ''}</td><td class=num>{_bytes(r['bytes'] * n)}</td>"
+                        f"<td>{content or chr(0x2014)}</td></tr>")
+        parts.append("<table id=checkpoint-files><tr><th>file (under save_dir)</th><th>kind</th><th>written by</th>"
+                     "<th>files</th><th>tensor bytes</th><th>total</th><th>contents</th></tr>"
+                     + "".join(rows) + "</table>")
+
+    summary: list[tuple[str, str, str]] = []  # (id, label, html)
+
+    def add(key: str, label: str, html_: str | None) -> None:
+        if html_ is not None:
+            summary.append((key, label, html_))
+
+    add("per-save", "per save", _bytes(ck["per_save_bytes"]) if ck.get("per_save_bytes") is not None else None)
+    if ck.get("kept_bytes") is not None:
+        add("kept", f"on disk, {ck.get('keep', 1):,} kept", _bytes(ck["kept_bytes"]))
+    add("read", "read on a restart (same world size)",
+        _bytes(ck["read_bytes"]) if ck.get("read_bytes") is not None else None)
+    lw = ck.get("largest_writer") or {}
+    if lw.get("rank") is not None and (ck.get("world_size") or 1) > 1:
+        add("largest-writer", "largest writer", f"rank {lw['rank']}: {_bytes(lw['bytes'])} "
+            f"({lw.get('share', 0):.0%} of the save)")
+    if ck.get("save_s") is not None:
+        add("save-time", "save time", f"{_secs(ck['save_s'])} at {_bandwidth(ck.get('write_bandwidth'))}")
+    if ck.get("load_s") is not None:
+        add("load-time", "load time", f"{_secs(ck['load_s'])} at {_bandwidth(ck.get('read_bandwidth'))}")
+    res = ck.get("resilience") or {}
+    if res.get("interval_s") is not None:
+        steps = f" (about {res['interval_steps']:,} steps)" if res.get("interval_steps") else ""
+        add("interval", "save interval", f"{_secs(res['interval_s'])}{steps}; "
+            f"{_e(res.get('interval_formula', 'Young/Daly'))}")
+        if res.get("cluster_mtbf_s") is not None:
+            add("mtbf", "cluster MTBF", f"{_secs(res['cluster_mtbf_s'])} ({ck.get('nodes') or 1:,} nodes)")
+        lf = res.get("lost_fraction") or {}
+        if lf.get("total") is not None:
+            add("lost", "time lost to failures", f"{lf['total']:.2%}" + "".join(
+                f", {k} {lf[k]:.2%}" for k in ("saving", "rework", "restart") if lf.get(k) is not None))
+        rc = res.get("recovery_s") or {}
+        if rc.get("expected_total") is not None:
+            add("recovery", "one failure costs", f"{_secs(rc['expected_total'])} expected, "
+                f"{_secs(rc.get('worst_total'))} worst (restart {_secs(rc.get('restart'))}, reload "
+                f"{_secs(rc.get('reload'))}, lost work {_secs(rc.get('lost_work_expected'))})")
+    elif ck.get("save_s") is None:
+        add("timing", "save time", "give the storage bandwidth (<code>ds-advisor checkpoint --write-bandwidth"
+            "</code>, with <code>--node-mtbf-hours</code> for the save interval)")
+    s16 = ck.get("save_16bit_model")
+    if isinstance(s16, dict):
+        if s16.get("writes"):
+            line = (f"<code>{_e(s16.get('file', 'pytorch_model.bin'))}</code>, {_bytes(s16.get('bytes'))}, "
+                    f"written by rank {_e(s16.get('rank', 0))}")
+            if s16.get("gather_accelerator_bytes"):
+                line += (f"; gathering it needs {_bytes(s16['gather_accelerator_bytes'])} accelerator memory on "
+                         f"every rank (largest module) and {_bytes(s16.get('host_bytes_rank0'))} host memory on "
+                         "rank 0")
+        else:
+            line = "writes nothing"
+        if s16.get("note"):
+            line += f"; {_prose(s16['note'])}"
+        add("save16", "16-bit export (save_16bit_model)", line)
+    if summary:
+        parts.append("<table id=checkpoint-summary-table>" + "".join(
+            f"<tr id=ckpt-{k}><th>{_e(label)}</th><td>{v}</td></tr>" for k, label, v in summary) + "</table>")
+
+    st = ck.get("storage")
+    if isinstance(st, dict):
+        labels = {"save_dir": "save_dir", "tier": "storage tier", "access": "access", "mounts": "mounts",
+                  "write_bytes_per_s": "write bandwidth", "read_bytes_per_s": "read bandwidth",
+                  "capacity_bytes": "capacity", "rated_write_bytes": "rated writes", "endurance": "endurance",
+                  "warranty_days": "warranty", "ranks_per_node": "ranks per node",
+                  "bytes_written_per_save": "written per save (busiest node)", "save_interval_s": "save interval",
+                  "interval_source": "interval from", "saves_per_day": "saves per day",
+                  "bytes_written_per_day": "written per day (busiest node)",
+                  "drive_writes_per_day": "drive writes per day", "endurance_used_per_day": "endurance used per day",
+                  "days_of_life": "days until the rated writes are used"}
+        rows = []
+        for k, v in st.items():
+            if v is None or v == []:
+                continue
+            if k.endswith("bytes_per_s"):
+                val = _bandwidth(v)
+            elif k.endswith("_bytes") or k.startswith("bytes_"):
+                val = _bytes(int(v))
+            elif k.endswith("_s"):
+                val = _secs(v)
+            elif k == "mounts":
+                val = ", ".join(f"<code>{_e(x)}</code>" for x in v)
+            elif k == "endurance_used_per_day":
+                val = f"{v:.4%}"
+            elif isinstance(v, float):
+                val = f"{v:,.2f}"
+            elif isinstance(v, (list, dict)):
+                val = _dl(v) if isinstance(v, dict) else ", ".join(_value(x) for x in v)
+            else:
+                val = _value(v)
+            rows.append(f"<tr><th>{_e(labels.get(k, k.replace('_', ' ')))}</th><td>{val}</td></tr>")
+        if rows:
+            parts.append("<h3>Checkpoint storage</h3><table id=checkpoint-storage>" + "".join(rows) + "</table>")
+
+    fs = [f for f in ck.get("findings") or [] if isinstance(f, dict)]
+    if fs:
+        parts.append("<ul id=checkpoint-findings>" + "".join(
+            f"<li><code>{_e(f.get('code', ''))}</code> <span class='sev-{_e(f.get('severity', ''))}'>"
+            f"{_e(f.get('severity', ''))}</span>: {_prose(f.get('message', ''))}"
+            + (f" (fix: {_prose(f['fix'])})" if f.get("fix") else "") + "</li>" for f in fs) + "</ul>")
+    notes = [n for n in ck.get("notes") or [] if n]
+    if notes:
+        parts.append("<ul id=checkpoint-notes>" + "".join(f"<li>{_prose(n)}</li>" for n in notes) + "</ul>")
+    return "\n".join(parts)
 
 
 def render_html(result: "EstimateResult") -> str:
     """The whole report page for ``result`` (a string of HTML, self-contained)."""
     d = result.to_dict()
-    bars = tier_bars(result)
+    bars = tier_bars(result) if result.roles else []
     parts: list[str] = []
     m, cl = d["model"], d["cluster"]
     parts.append(f"<h1>ds-advisor report: {_e(d['config'])}</h1>")
@@ -292,26 +551,40 @@ def render_html(result: "EstimateResult") -> str:
                  f"{_e(d['tool'])}</p>")
 
     parts.append("<h2 id=tiers>Training state per tier</h2>")
-    parts.append("<p>One bar per tier, one segment per state class (every lifetime counted). Dotted line: the "
-                 "peak the fit check compares; dashed red line: the tier's capacity, when known.</p>")
-    parts.append(f"<div class=chart id=tier-chart>{tier_chart_svg(bars)}</div>")
-    rows = "".join(
-        f"<tr><td>{_e(b.tier)}</td><td>{_e(b.scope)}</td>"
-        + "".join(f"<td class=num>{b.classes.get(c, 0) / GIB:,.2f}</td>" for c in CLASS_COLORS)
-        + f"<td class=num><b>{b.total / GIB:,.2f}</b></td></tr>" for b in bars)
-    parts.append("<table id=tier-table><tr><th>tier</th><th>scope</th>"
-                 + "".join(f"<th>{_e(CLASS_LABELS[c])} (GiB)</th>" for c in CLASS_COLORS)
-                 + f"<th>total (GiB)</th></tr>{rows}</table>")
+    if not bars:  # DeepSpeed refuses the config (M090): nothing to account for
+        why = d.get("unsupported") or "no rank holds any state"
+        parts.append(f"<p class=note id=unsupported>No estimate: {_prose(why)}. See the findings below.</p>")
+    else:
+        parts.append("<p>One bar per tier, one segment per state class (every lifetime counted). Dotted line: the "
+                     "peak the fit check compares; dashed red line: the tier's capacity, when known.</p>")
+        parts.append(f"<div class=chart id=tier-chart>{tier_chart_svg(bars)}</div>")
+        rows = "".join(
+            f"<tr><td>{_e(b.tier)}</td><td>{_e(b.scope)}</td>"
+            + "".join(f"<td class=num>{b.classes.get(c, 0) / GIB:,.2f}</td>" for c in CLASS_COLORS)
+            + f"<td class=num><b>{b.total / GIB:,.2f}</b></td></tr>" for b in bars)
+        parts.append("<table id=tier-table><tr><th>tier</th><th>scope</th>"
+                     + "".join(f"<th>{_e(CLASS_LABELS[c])} (GiB)</th>" for c in CLASS_COLORS)
+                     + f"<th>total (GiB)</th></tr>{rows}</table>")
 
     parts.append("<h2 id=fit>Fit</h2><table><tr><th>tier</th><th>scope</th><th>need (peak)</th><th>phase</th>"
                  "<th>capacity</th><th>headroom</th><th>verdict</th></tr>")
     for f in d["fit"]:
+        tier = _e(f["tier"])
         verdict = ("<span class=meta>give a capacity</span>" if f["fits"] is None else
                    "<span class=ok>fits</span>" if f["fits"] else "<span class=bad>DOES NOT FIT</span>")
-        parts.append(f"<tr><td>{_e(f['tier'])}</td><td>{_e(f['scope'])}</td><td class=num>{_gb(f['need'])}</td>"
-                     f"<td>{_e(f.get('phase', ''))}</td><td class=num>{_gb(f['capacity'])}</td>"
+        parts.append(f"<tr id=fit-{tier}><td>{tier}</td><td>{_e(f['scope'])}</td>"
+                     f"<td class=num id=fit-need-{tier} data-bytes={int(f['need'])}>{_gb(f['need'])}</td>"
+                     f"<td>{_e(f.get('phase') or '')}</td><td class=num>{_gb(f['capacity'])}</td>"
                      f"<td class=num>{'' if f['headroom'] is None else _gb(f['headroom'])}</td><td>{verdict}</td></tr>")
     parts.append("</table>")
+    if d["ranks"]:
+        worst = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
+        pk = worst["peak"]["accelerator"]
+        rk = worst["ranks"]
+        who = f"rank {rk[0]}" if len(rk) == 1 else f"ranks {_rank_span(rk, 0)}"
+        parts.append(f"<p>Accelerator peak of the worst rank ({_e(who)}, {_e(pk['phase'])} phase), before the "
+                     f"{d['assumptions']['fragmentation_margin']:.0%} fragmentation margin: "
+                     f"<span id=peak-accelerator data-bytes={int(pk['bytes'])}>{_bytes(pk['bytes'])}</span>.</p>")
 
     parts.append("<h2 id=movement>Data movement per optimizer step</h2>")
     movements, note = movement_section(result)
@@ -348,9 +621,10 @@ def render_html(result: "EstimateResult") -> str:
     if note:
         parts.append(f"<p class=note id=checkpoint-note>{_e(note)}</p>")
     elif isinstance(ck, dict):
-        parts.append(_dl(ck))
+        parts.append(checkpoint_html(ck))
     else:
-        parts.append(f"<pre>{_e(json.dumps(ck, indent=2, default=str))}</pre>")
+        parts.append(f"<p class=note id=checkpoint-note>The checkpoint estimate has an unexpected shape "
+                     f"({_e(type(ck).__name__)}): section skipped.</p>")
 
     body = "\n".join(parts)
     return ("<!DOCTYPE html>\n<html lang=en>\n<head>\n<meta charset=utf-8>\n"
