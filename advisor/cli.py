@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -94,6 +95,139 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
 def _trainer_options(f):
     from advisor.hf import trainer_options
     return trainer_options(f)
+
+
+@dataclass
+class EstimateArgs:
+    """The model, cluster, workload and capacity options ``estimate`` and ``report`` share
+    (:func:`_estimate_options`); :func:`_build_estimate` turns them into an estimate."""
+
+    model: str | None
+    params: int | None
+    world_size: int | None
+    gpus_per_node: int | None
+    tensor_parallel: int
+    pipeline_parallel: int
+    sequence_parallel: int
+    seq_len: int | None
+    micro_batch: int | None
+    checkpointing: str
+    attention: str
+    gpu_memory: str | None
+    host_memory: str | None
+    nvme_capacity: str | None
+    hardware: str | None
+    step_time: float | None
+    fragmentation: float
+    hf: bool
+    trainer_args: dict | None
+    hidden_size: int | None
+
+
+def _estimate_options(f):
+    """Click decorator: the options of :class:`EstimateArgs` (plus the Trainer arguments). The
+    command receives them as one keyword argument ``est`` (an EstimateArgs); its own options
+    (written below this decorator) come after these in --help."""
+    import functools
+    from dataclasses import fields
+
+    names = [x.name for x in fields(EstimateArgs)]
+
+    @functools.wraps(f)
+    def collect(*a, **kw):
+        kw["est"] = EstimateArgs(**{n: kw.pop(n) for n in names})
+        return f(*a, **kw)
+
+    options = [
+        click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON."),
+        click.option("--params", type=click.IntRange(min=1, max=10**16),
+                     help="Model size in parameters, instead of --model."),
+        click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
+                     help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1)."),
+        click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node)."),
+        click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--pipeline-parallel", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--sequence-parallel", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Sequence-parallel degree (Megatron-style; shards norm/residual activations by TP)."),
+        click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the model's maximum)."),
+        click.option("--micro-batch", type=click.IntRange(min=1),
+                     help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1)."),
+        click.option("--checkpointing", type=click.Choice(["none", "full"]), default="none", show_default=True,
+                     help="Activation checkpointing (recompute; not a durable checkpoint)."),
+        click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash", show_default=True),
+        click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes)."),
+        click.option("--host-memory", help="Host memory per node, e.g. 512GB."),
+        click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB."),
+        click.option("--hardware", "hardware", help="Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) "
+                     "or spec file: capacities, bandwidths and storage tiers (flags above win)."),
+        click.option("--step-time", type=click.FloatRange(min=0, min_open=True, max=1e9),
+                     callback=lambda c, p, v: _finite(v, p),
+                     help="Seconds per optimizer step, for bytes written per day and drive endurance."),
+        click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+                     help="Allocator fragmentation margin added to the accelerator peak before the fit check."),
+        click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).'),
+    ]
+    deco = _trainer_options(collect)  # the Trainer arguments after the options above in --help
+    for opt in reversed(options):
+        deco = opt(deco)
+    return deco
+
+
+def _build_estimate(config: str, a: EstimateArgs):
+    """The estimate for CONFIG and the shared options: lint findings, the HF Trainer's resolution
+    of "auto" (with --hf or Trainer arguments), capacities from the flags and --hardware. The one
+    code path of ``estimate`` and ``report``. Raises click errors (exit 2) on bad input."""
+    from advisor.estimate import Capacity, Workload
+    from advisor.estimate import estimate as run_estimate
+    from advisor.ledger import Cluster
+    from advisor.lint import lint_config
+    from advisor.units import parse_size
+
+    if not a.model and a.params is None:
+        raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+    try:
+        cap = Capacity(*(parse_size(v) if v else None for v in (a.gpu_memory, a.host_memory, a.nvme_capacity)))
+    except ValueError as e:
+        raise click.UsageError(str(e))
+    loaded, inv, hw = _load_inputs(config, a.model, a.params, a.hardware)
+    gpus_per_node = a.gpus_per_node
+    ws, ws_src = _world(a.world_size)
+    if ws is None and hw is not None:
+        ws, ws_src = hw.nodes * hw.accelerators_per_node, f"--hardware {a.hardware}"
+    ws = ws or 1
+    if hw is not None:
+        from advisor.effective import effective_config as _eff
+        z = _eff(loaded.data).zero
+        nvme_path = z.offload_optimizer.nvme_path or z.offload_param.nvme_path
+        hcap = hw.capacity(nvme_path)
+        cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
+        if gpus_per_node is None:
+            gpus_per_node = hw.accelerators_per_node
+    model_par = a.tensor_parallel * a.pipeline_parallel * a.sequence_parallel
+    if ws % model_par:
+        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
+    if gpus_per_node is None:
+        from advisor.launch import gpus_per_node_from_env
+        g = gpus_per_node_from_env()
+        gpus_per_node = g.value if g else None
+    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=a.tensor_parallel,
+                      pipeline_parallel=a.pipeline_parallel, sequence_parallel=a.sequence_parallel)
+    targs = _targs(a.trainer_args, a.hidden_size)
+    hf = a.hf or targs is not None
+    extra = {"hardware": hw, "step_seconds": a.step_time} if hw is not None else None
+    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
+                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
+                           extra=extra)
+    effective = None
+    if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
+        from advisor.effective import effective_config
+        from advisor.hf import resolve_for_estimate
+        t = dict(targs or {})
+        resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
+        effective = effective_config(resolved)
+    return run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
+                        workload=Workload(a.seq_len, a.micro_batch, a.checkpointing, a.attention),
+                        fragmentation=a.fragmentation, hardware=hw, step_seconds=a.step_time)
 
 
 
@@ -188,97 +322,21 @@ def explain(code):
 
 @main.command()
 @click.argument("config")
-@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
-@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
-              help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
-@click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--pipeline-parallel", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--sequence-parallel", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Sequence-parallel degree (Megatron-style; shards norm/residual activations by TP).")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")
-@click.option("--micro-batch", type=click.IntRange(min=1),
-              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")
-@click.option("--checkpointing", type=click.Choice(["none", "full"]), default="none", show_default=True,
-              help="Activation checkpointing (recompute; not a durable checkpoint).")
-@click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash", show_default=True)
-@click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")
-@click.option("--host-memory", help="Host memory per node, e.g. 512GB.")
-@click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
-@click.option("--hardware", "hardware_", help="Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or "
-              "spec file: capacities, bandwidths and storage tiers (flags above win).")
-@click.option("--step-time", type=click.FloatRange(min=0, min_open=True, max=1e9), callback=lambda c, p, v: _finite(v, p),
-              help="Seconds per optimizer step, for bytes written per day and drive endurance.")
-@click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-              help="Allocator fragmentation margin added to the accelerator peak before the fit check.")
-@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
+@_estimate_options
 @click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
 @click.option("--compare-deepspeed", is_flag=True,
               help="Also show DeepSpeed's own estimate_zero2/zero3 figures (imports deepspeed: slow).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@_trainer_options
-def estimate(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
-             sequence_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-             nvme_capacity, hardware_, step_time, fragmentation, hf, explain_, compare_deepspeed, fmt, trainer_args,
-             hidden_size):
+def estimate(config, est, explain_, compare_deepspeed, fmt):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
     Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
     """
     import json
 
-    from advisor.estimate import Capacity, Workload
-    from advisor.estimate import estimate as run_estimate
-    from advisor.ledger import Cluster
-    from advisor.lint import lint_config
     from advisor.report import estimate_text
-    from advisor.units import parse_size
 
-    if not model and params is None:
-        raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
-    try:
-        cap = Capacity(*(parse_size(v) if v else None for v in (gpu_memory, host_memory, nvme_capacity)))
-    except ValueError as e:
-        raise click.UsageError(str(e))
-    loaded, inv, hw = _load_inputs(config, model, params, hardware_)
-    ws, ws_src = _world(world_size)
-    if ws is None and hw is not None:
-        ws, ws_src = hw.nodes * hw.accelerators_per_node, f"--hardware {hardware_}"
-    ws = ws or 1
-    if hw is not None:
-        from advisor.effective import effective_config as _eff
-        z = _eff(loaded.data).zero
-        nvme_path = z.offload_optimizer.nvme_path or z.offload_param.nvme_path
-        hcap = hw.capacity(nvme_path)
-        cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
-        if gpus_per_node is None:
-            gpus_per_node = hw.accelerators_per_node
-    model_par = tensor_parallel * pipeline_parallel * sequence_parallel
-    if ws % model_par:
-        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
-    if gpus_per_node is None:
-        from advisor.launch import gpus_per_node_from_env
-        g = gpus_per_node_from_env()
-        gpus_per_node = g.value if g else None
-    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=tensor_parallel,
-                      pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel)
-    targs = _targs(trainer_args, hidden_size)
-    hf = hf or targs is not None
-    extra = {"hardware": hw, "step_seconds": step_time} if hw is not None else None
-    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
-                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
-                           extra=extra)
-    effective = None
-    if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
-        from advisor.effective import effective_config
-        from advisor.hf import resolve_for_estimate
-        t = dict(targs or {})
-        resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
-        effective = effective_config(resolved)
-    result = run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
-                          workload=Workload(seq_len, micro_batch, checkpointing, attention),
-                          fragmentation=fragmentation, hardware=hw, step_seconds=step_time)
+    result = _build_estimate(config, est)
     if compare_deepspeed and result.roles:
         from advisor.compare_deepspeed import deepspeed_estimate
         result.sections["deepspeed_estimate"] = deepspeed_estimate(result.plan)
@@ -601,62 +659,28 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
 
 @main.command()
 @click.argument("config")
-@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
-@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
-              help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node).")
-@click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB: drawn as the accelerator's capacity.")
-@click.option("--host-memory", help="Host memory per node, e.g. 512GB.")
-@click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB.")
-@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
+@_estimate_options
 @click.option("-o", "--output", required=True, help="The HTML file to write (e.g. report.html).")
 @click.option("--force", is_flag=True, help="Overwrite --output when it exists.")
-def report(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, nvme_capacity, hf, output,
-           force):
+def report(config, est, output, force):
     """Write a self-contained HTML report for CONFIG: state per tier (chart), movement per step,
-    findings, fit, assumptions and checkpoint. No network needed to view it.
+    findings, fit, assumptions and checkpoint. No network needed to view it. Takes the options
+    of `estimate` and draws exactly what it computes for them.
 
     Exit 0 when written (whatever the findings), 2 on bad input or when --output exists
     without --force.
     """
-    from advisor.estimate import Capacity
-    from advisor.estimate import estimate as run_estimate
-    from advisor.ledger import Cluster
-    from advisor.lint import lint_config
-    from advisor.units import parse_size
-
-    if not model and params is None:
+    if not est.model and est.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     if os.path.exists(output) and not force:
         raise _fail(f"{output} exists; give --force to overwrite it")
-    try:
-        cap = Capacity(*(parse_size(v) if v else None for v in (gpu_memory, host_memory, nvme_capacity)))
-    except ValueError as e:
-        raise click.UsageError(str(e))
-    loaded, inv, _ = _load_inputs(config, model, params)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise _fail("the HTML report needs matplotlib: pip install 'deepspeed-advisor[report]'")
     from advisor.html_report import render_html, write_atomic
 
-    ws, ws_src = _world(world_size)
-    ws = ws or 1
-    if gpus_per_node is None:
-        from advisor.launch import gpus_per_node_from_env
-        g = gpus_per_node_from_env()
-        gpus_per_node = g.value if g else None
-    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node)
-    findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
-                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf)
-    effective = None
-    if hf:  # what DeepSpeed receives after the HF Trainer fills in "auto"
-        from advisor.effective import effective_config
-        from advisor.hf import resolve_for_estimate
-        resolved, _ = resolve_for_estimate(loaded.data, {}, inv, ws, hidden_size=None)
-        effective = effective_config(resolved)
-    result = run_estimate(loaded, inv, cluster, cap, findings, effective=effective)
+    result = _build_estimate(config, est)
     try:
         write_atomic(output, render_html(result), force=force)
     except FileExistsError:
