@@ -489,3 +489,202 @@ def test_check_sarif_validates_against_the_official_schema(tmp_path):
     log = json.loads(p.stdout)
     jsonschema.validate(log, schema)
     assert any(r["ruleId"] == "M100" and r["level"] == "error" for r in log["runs"][0]["results"])
+
+
+# --- HTML report: same options and numbers as estimate; checkpoint as tables -------------------
+
+def _section_html(page: str, section_id: str) -> str:
+    """The HTML of one report section: from its <h2 id=...> to the next <h2 or </body>."""
+    start = page.index(f"<h2 id={section_id}>")
+    end = min(i for i in (page.find("<h2", start + 4), page.find("</body>", start)) if i != -1)
+    return page[start:end]
+
+
+def _visible_text(fragment: str) -> str:
+    """What a reader sees: tags (with their attributes) dropped, entities decoded."""
+    import html as _html
+
+    inline = re.sub(r"</?(?:var|code|span|b)\b[^>]*>", "", fragment)
+    return _html.unescape(re.sub(r"<[^>]*>", " ", inline))
+
+
+def _peak_bytes(page: str) -> int:
+    m = re.search(r"<span id=peak-accelerator data-bytes=(\d+)>([\d,]+) bytes", page)
+    assert m, "no accelerator peak element in the report"
+    assert int(m.group(2).replace(",", "")) == int(m.group(1))  # the shown number is the attribute's
+    return int(m.group(1))
+
+
+def _need_bytes(page: str) -> int:
+    m = re.search(r"id=fit-need-accelerator data-bytes=(\d+)>", page)
+    assert m, "no accelerator need cell in the report's fit table"
+    return int(m.group(1))
+
+
+def test_report_takes_estimate_options_and_shows_its_peak(tmp_path):
+    """report with --seq-len/--checkpointing full/--micro-batch draws exactly what estimate
+    computes for the same arguments; the options change the numbers (they are not ignored)."""
+    pytest.importorskip("matplotlib")
+    cfg = SAMPLES / "zero2.json"
+    shared = ["--model", "llama-3.2-1b", "--world-size", "8", "--gpus-per-node", "8", "--gpu-memory", "80GB"]
+    opts = ["--seq-len", "2048", "--checkpointing", "full", "--micro-batch", "2", "--fragmentation", "0.1"]
+    pe = run_cli(["estimate", str(cfg), *shared, *opts, "--format", "json"])
+    if "NotImplementedError" in pe.stderr:
+        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+    assert pe.returncode in (0, 1), pe.stderr
+    est = json.loads(pe.stdout)
+    assert est["assumptions"]["workload"] == {"seq_len": 2048, "micro_batch": 2, "checkpointing": "full",
+                                              "attention": "flash"}
+    peak = max(r["peak"]["accelerator"]["bytes"] for r in est["ranks"])
+    need = next(f["need"] for f in est["fit"] if f["tier"] == "accelerator")
+    assert need == int(peak * 1.1)
+
+    out = tmp_path / "report.html"
+    p = run_cli(["report", str(cfg), *shared, *opts, "-o", str(out)])
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    assert _peak_bytes(page) == peak and _need_bytes(page) == need
+    assert "seq_len 2,048" in re.sub(r"\s+", " ", _visible_text(_section_html(page, "assumptions")))
+
+    # Without the workload options both commands fall back to the model's 131,072 tokens, and
+    # the page follows: a larger peak than with 2,048 tokens and full checkpointing.
+    default = tmp_path / "default.html"
+    p = run_cli(["report", str(cfg), *shared, "-o", str(default)])
+    assert p.returncode == 0, p.stderr
+    pd = run_cli(["estimate", str(cfg), *shared, "--format", "json"])
+    est_d = json.loads(pd.stdout)
+    assert _peak_bytes(default.read_text()) == max(r["peak"]["accelerator"]["bytes"] for r in est_d["ranks"]) > peak
+
+
+def test_report_takes_hardware_and_trainer_options(tmp_path):
+    """--hardware supplies capacities and --hf with Trainer arguments resolves "auto", in the
+    report as in estimate."""
+    pytest.importorskip("matplotlib")
+    cfg = SAMPLES / "hf_trainer_zero3_auto.json"
+    args = ["--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--hf", "--per-device-train-batch-size", "2",
+            "--seq-len", "1024"]
+    pe = run_cli(["estimate", str(cfg), *args, "--format", "json"])
+    if "NotImplementedError" in pe.stderr:
+        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+    est = json.loads(pe.stdout)
+    assert est["assumptions"]["workload"]["micro_batch"] == 2  # from --per-device-train-batch-size
+    acc = next(f for f in est["fit"] if f["tier"] == "accelerator")
+    assert acc["capacity"] == 80 * 10**9 and est["cluster"]["world_size"] == 8  # from the dgx-h100 preset
+    out = tmp_path / "r.html"
+    p = run_cli(["report", str(cfg), *args, "-o", str(out)])
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    assert _need_bytes(page) == acc["need"]
+    assert _peak_bytes(page) == max(r["peak"]["accelerator"]["bytes"] for r in est["ranks"])
+    assert 'id="capacity-accelerator"' in page and "world size 8 " in page
+
+
+@pytest.mark.parametrize("config", ["zero2.json", "zero_infinity_nvme.json"])
+def test_report_checkpoint_section_is_tables_not_dicts(tmp_path, config):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.html"
+    p = _report(out, cfg=SAMPLES / config)
+    assert p.returncode == 0, p.stderr
+    sec = _section_html(out.read_text(), "checkpoint")
+    assert "<table id=checkpoint-files>" in sec and "<table id=checkpoint-summary-table>" in sec
+    text = _visible_text(sec)
+    # No Python reprs and no raw dicts: the only braces are JSON quoted from a note, set as code
+    # (and that JSON parses); outside <code> there are none at all.
+    assert "None" not in text and "'" not in text and "True" not in text
+    for code in re.findall(r"<code>(.*?)</code>", sec, re.S):
+        c = _visible_text(code)
+        if "{" in c:
+            json.loads(c)
+    outside = _visible_text(re.sub(r"<code>.*?</code>", " ", sec, flags=re.S))
+    assert "{" not in outside and "}" not in outside
+
+    ck = _estimate_checkpoint(config)
+    flat = re.sub(r"\s+", " ", text)
+    per_save = ck["per_save_bytes"]
+    assert f"per save {per_save:,} bytes" in flat
+    optim = [f for f in ck["files"] if f["kind"] == "optim_states"]
+    assert len(optim) == 8 and len({f["bytes"] for f in optim}) == 1
+    # The 8 identical per-rank optimizer files are one row: rank span, count, bytes each.
+    rows = re.findall(r"<tr[^>]*><td><code>(?:(?!</td>).)*zero_pp_rank_<var>0\.\.7</var>_mp_rank_00_optim_states\.pt</code></td>"
+                      r"(.*?)</tr>", sec)
+    assert len(rows) == 1, sec[:2000]
+    row = re.sub(r"\s+", " ", _visible_text(rows[0]))
+    assert f"× 8 {optim[0]['bytes']:,} bytes" in row and "each" in row
+    assert f"{optim[0]['bytes'] * 8:,} bytes" in row
+    # The 16-bit export line, with the real figures.
+    s16 = ck["save_16bit_model"]
+    if s16["writes"]:
+        assert f"pytorch_model.bin, {s16['bytes']:,} bytes" in flat
+    else:
+        assert "16-bit export (save_16bit_model) writes nothing" in flat
+    assert "ds_to_universal" in flat  # the notes
+    # Assumptions: no reprs either (None and the list of note dicts were printed raw before).
+    assm = _visible_text(_section_html(out.read_text(), "assumptions"))
+    assert "None" not in assm and "{" not in assm and "'" not in assm
+
+
+def _estimate_checkpoint(config: str) -> dict:
+    from advisor.estimate import estimate
+    from advisor.ledger import Cluster
+    from advisor.loading import load_config
+    from advisor.models import resolve_model
+
+    r = estimate(load_config(str(SAMPLES / config)), resolve_model("llama-3.2-1b"), Cluster(8, 8))
+    return r.sections["checkpoint"]
+
+
+def test_checkpoint_html_groups_by_rank_and_shows_timing():
+    """The renderer alone: files differing only in the rank fold into one row per size, zero-padded
+    rank folders keep their width, a rank whose file differs stays alone; seconds and the interval
+    appear when the plan has them; absent values are left out, not printed as None."""
+    from advisor.html_report import checkpoint_html, group_checkpoint_files
+
+    files = [{"path": f"global_step{{N}}/zero_pp_rank_{r}_mp_rank_00_optim_states.pt", "rank": r,
+              "bytes": 12_045_391_872, "kind": "optim_states", "parts": {"a": 1, "b": 2}} for r in range(8)]
+    files += [{"path": f"global_step{{N}}/offloaded_tensors/rank{r:02d}/0_3.tensor.swp", "rank": r,
+               "bytes": 100 if r < 4 else 200, "kind": "offloaded_tensors", "parts": {}} for r in range(8)]
+    files += [{"path": "latest", "rank": 0, "bytes": 16, "kind": "latest", "parts": {}}]
+    rows = group_checkpoint_files(files)
+    assert [(r["ranks"], r["bytes"]) for r in rows] == [
+        (list(range(8)), 12_045_391_872), ([0, 1, 2, 3], 100), ([4, 5, 6, 7], 200), ([0], 16)]
+    assert rows[1]["rank_width"] == 2 and rows[0]["rank_width"] == 0
+
+    ck = {"zero_stage": 2, "wrapper": "DeepSpeedZeroOptimizer", "basic_optimizer": "FusedAdam", "world_size": 8,
+          "dp_world_size": 8, "unsupported": None, "files": files, "per_save_bytes": 96_363_136_000,
+          "keep": 2, "kept_bytes": 192_726_272_000, "read_bytes": 96_363_136_000,
+          "largest_writer": {"rank": 0, "bytes": 12_045_392_000, "share": 0.125},
+          "save_16bit_model": {"file": "pytorch_model.bin", "writes": True, "bytes": 2_471_628_800, "rank": 0,
+                               "gather_accelerator_bytes": 0, "host_bytes_rank0": 0, "note": "module state_dict"},
+          "write_bandwidth": 2e9, "read_bandwidth": 4e9, "save_s": 48.18, "load_s": 24.09, "nodes": 2,
+          "resilience": {"cluster_mtbf_s": 1_800_000.0, "interval_s": 13_170.0, "interval_steps": 6585,
+                         "interval_formula": "sqrt(2 x save_s x cluster_mtbf_s) (Young/Daly, first order)",
+                         "lost_fraction": {"total": 0.0073}, "recovery_s": {"expected_total": 7000.0}},
+          "storage": None, "findings": [], "notes": ["a note"]}
+    h = checkpoint_html(ck)
+    text = re.sub(r"\s+", " ", _visible_text(h))
+    assert "zero_pp_rank_0..7_mp_rank_00_optim_states.pt optim_states ranks 0..7 × 8 12,045,391,872 bytes" in text
+    assert "offloaded_tensors/rank00..03/0_3.tensor.swp" in text and "rank04..07/0_3.tensor.swp" in text
+    assert "save time 48.2 s at 2.00 GB/s" in text and "load time 24.1 s at 4.00 GB/s" in text
+    assert "save interval 3.66 h (about 6,585 steps)" in text
+    assert "on disk, 2 kept 192,726,272,000 bytes" in text
+    assert "None" not in text and "{" not in text and "'" not in text
+    # Without bandwidth: no seconds, a pointer to the option instead.
+    bare = {k: v for k, v in ck.items() if k not in ("save_s", "load_s", "resilience")}
+    t2 = re.sub(r"\s+", " ", _visible_text(checkpoint_html(bare)))
+    assert "save time give the storage bandwidth" in t2 and "3.66 h" not in t2 and "48.2 s" not in t2
+
+
+def test_report_of_a_config_deepspeed_refuses(tmp_path):
+    """fp16 and bf16 together: no ranks to draw (M090); the page says why instead of failing."""
+    pytest.importorskip("matplotlib")
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true}, "bf16": {"enabled": true},'
+                   ' "zero_optimization": {"stage": 2}}')
+    out = tmp_path / "r.html"
+    p = run_cli(["report", str(cfg), "--model", "llama-3.2-1b", "-o", str(out)])
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    note = _visible_text(re.search(r"<p class=note id=unsupported>.*?</p>", page).group(0))
+    assert "fp16 and bf16 cannot both be enabled" in note
+    assert "M090" in _visible_text(_section_html(page, "findings")) and "tier-bar-" not in page
+    assert "None" not in _visible_text(_section_html(page, "assumptions"))
