@@ -199,7 +199,7 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
             continue
         cpu = rec.get("accelerator") == "cpu"
         for snap, lv in lives.items():
-            exp = model_state_bytes(led.ranks[r], lv)
+            exp = model_state_bytes(led.rank(r), lv)
             if cpu:
                 exp = fold_for_cpu(exp)
             got = rec["snapshots"].get(snap, {})
