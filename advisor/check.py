@@ -343,7 +343,8 @@ def probe_nvme_path(p: NvmePath, disk_free: Mapping[str, int] | None = None) -> 
 
 def nvme_paths_of(ec: "EffectiveConfig") -> tuple[list[NvmePath], list[Finding]]:
     """The nvme_paths ZeRO will really swap to (offload device ``nvme`` *effective*, i.e. stage 3),
-    merged when both blocks name the same folder, plus an error for a missing nvme_path."""
+    merged when both blocks name the same folder. A missing nvme_path is lint's O003 (check runs
+    lint), so it is not reported again here; the second value stays for callers (always empty)."""
     paths: dict[str, NvmePath] = {}
     findings: list[Finding] = []
     for role, eff, block in (("offload_optimizer", ec.offload_optimizer_effective, ec.zero.offload_optimizer),
@@ -352,9 +353,6 @@ def nvme_paths_of(ec: "EffectiveConfig") -> tuple[list[NvmePath], list[Finding]]
             continue
         ptr = f"/zero_optimization/{role}"
         if not block.nvme_path:
-            findings.append(Finding("K101", "error", ptr + "/device",
-                                    f"{role}.device is nvme but no nvme_path is given: DeepSpeed fails when it "
-                                    "creates the swapper", fix=f'set "{role}": {{"nvme_path": "/local_nvme"}}'))
             continue
         key = os.path.normpath(block.nvme_path)
         if key not in paths:

@@ -504,3 +504,18 @@ def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
     assert any("--hardware dgx-h200 says 141.00 GB" in w for w in d["warnings"])
     rc, _, err = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h900"], {})
     assert rc == 2 and "dgx-h" in err
+
+
+def test_nvme_without_path_reported_once(tmp_path):
+    from tests.conftest import run_cli
+
+    """A ZeRO-3 NVMe block with no nvme_path is one finding (lint's O003), not a second check code."""
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}))
+    p = run_cli(["check", str(cfg), "--params", "1000000", "--world-size", "1", "--gpus-per-node", "1",
+                 "--gpu-memory", "80GB", "--host-memory", "64GB", "--format", "json"], env={"PATH": "/nonexistent"})
+    d = json.loads(p.stdout)
+    at = [f["code"] for f in d["findings"] if f["pointer"].startswith("/zero_optimization/offload_optimizer")]
+    assert at.count("O003") == 1 and "K101" not in at, at
+    assert p.returncode == 1
