@@ -32,7 +32,7 @@ to host memory (``device: cpu``); keep read-oriented flash for frozen weights.
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zero_raw, zptr
+from advisor.rules._util import movements_and_endurance, fmt_bytes, zero_raw, zptr
 
 _WRITE_ACTIVE = {"gradients": "gradients", "optimizer_states": "optimizer moments",
                  "master_weights": "fp32 master weights", "parameters": "trained parameters"}
@@ -55,17 +55,11 @@ class WriteActiveOnReadOriented(Rule):
         hw = ctx.extra.get("hardware")
         if hw is None or ctx.inventory is None or not getattr(hw, "storage", None):
             return
-        from advisor.ledger import Cluster, Plan
-        from advisor.traffic import endurance_report, movement_for
-
         ec = ctx.effective
         if ec.zero.stage != 3:
             return  # NVMe swapping exists only in ZeRO-3 (stage 1/2 "nvme" is CPU offload)
         step_s = ctx.extra.get("step_seconds")
-        ws = ctx.dp_world_size or ctx.world_size or 1
-        plan = Plan(config=ec, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
-        moves = movement_for(plan, hw)
-        lines = endurance_report(moves, hw, step_s)
+        moves, lines = movements_and_endurance(ctx)
         zr = zero_raw(ctx.raw)
         sections = []
         if ec.offload_optimizer_effective == "nvme":

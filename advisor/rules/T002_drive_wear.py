@@ -25,7 +25,7 @@ ranks (ZeRO-3 divides the state, so each drive takes less).
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zero_raw, zptr
+from advisor.rules._util import movements_and_endurance, fmt_bytes, zero_raw, zptr
 
 WEAR_DAYS = 365
 
@@ -42,12 +42,7 @@ class DriveWear(Rule):
         step_s = ctx.extra.get("step_seconds")
         if hw is None or not step_s or ctx.inventory is None or ctx.effective.zero.stage != 3:
             return
-        from advisor.ledger import Cluster, Plan
-        from advisor.traffic import endurance_report, movement_for
-
-        ws = ctx.dp_world_size or ctx.world_size or 1
-        plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
-        for ln in endurance_report(movement_for(plan, hw), hw, step_s):
+        for ln in movements_and_endurance(ctx)[1]:
             if ln.tier is None or ln.access != "read-write" or not ln.write_bytes_per_step:
                 continue
             if ln.days_of_life is None or ln.days_of_life >= WEAR_DAYS:

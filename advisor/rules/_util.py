@@ -65,3 +65,23 @@ DEEPSPEED_OPTIMIZERS = ("adagrad", "adam", "adamw", "lamb", "muadam", "muadamw",
 #: ``torch.optim`` optimizer classes (torch 2.13), matched exactly (``getattr(torch.optim, name)``).
 TORCH_OPTIMIZERS = ("ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "LBFGS", "Muon", "NAdam",
                     "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam")
+
+
+def movements_and_endurance(ctx: Any) -> tuple[list, list]:
+    """(per-rank movements per step, per-storage-tier endurance lines) for the context's plan
+    and hardware (``advisor.traffic.movement_for`` / ``endurance_report``), computed once per
+    lint run and shared by the T rules through ``ctx.extra``. Needs ctx.extra["hardware"] and
+    an inventory."""
+    key = (id(ctx.extra["hardware"]), ctx.extra.get("step_seconds"))
+    cached = ctx.extra.get("_t_rules_movement")
+    if cached is None or cached[0] != key:
+        from advisor.ledger import Cluster, Plan
+        from advisor.traffic import endurance_report, movement_for
+
+        hw = ctx.extra["hardware"]
+        ws = ctx.dp_world_size or ctx.world_size or 1
+        plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
+        moves = movement_for(plan, hw)
+        cached = (key, moves, endurance_report(moves, hw, ctx.extra.get("step_seconds")))
+        ctx.extra["_t_rules_movement"] = cached
+    return cached[1], cached[2]
