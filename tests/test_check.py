@@ -25,7 +25,8 @@ from advisor.launch import discover_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_configs"
-C06 = (ROOT / ".." / "shared" / "cases" / "C06-zero2-32b-8gpu" / "config.json").resolve()
+from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+C06 = _CASES / "C06-zero2-32b-8gpu" / "config.json"
 MIB = 1 << 20
 H100 = ("NVIDIA H100 80GB HBM3", 81559)
 H200 = ("NVIDIA H200", 143771)

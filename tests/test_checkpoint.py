@@ -22,7 +22,8 @@ from advisor.effective import effective_config
 from advisor.inventory import Inventory, TensorSpec, from_param_count
 from advisor.ledger import Cluster, zero3_sub_groups, zero12_group_layout
 
-CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cases")
+from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+CASES = str(_CASES)
 C09 = os.path.join(CASES, "C09-checkpoint-size-8b")
 
 

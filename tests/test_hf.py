@@ -21,7 +21,7 @@ from advisor import hf
 from advisor.effective import effective_config
 from advisor.inventory import from_param_count
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
+from tests.conftest import SHARED  # noqa: E402
 CORPUS = SHARED / "corpus" / "real_configs"
 
 ARGS = dict(world_size=16, per_device_train_batch_size=2, gradient_accumulation_steps=8, max_grad_norm=0.7,

@@ -18,9 +18,8 @@ from advisor.ledger import (Cluster, Plan, compute_ledger, model_state_bytes, se
                             unsupported_reason)
 from advisor.loading import load_config
 
-CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cases")
-if not os.path.isdir(CASES):
-    CASES = "/work/shared/cases"
+from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+CASES = str(_CASES)
 
 TINY = from_dict({"tensors": [{"shape": [301, 64]}, {"shape": [301]}, {"shape": [77, 301]}, {"shape": [77]},
                               {"shape": [5, 77]}, {"shape": [5]}]}, "tiny")

@@ -20,7 +20,8 @@ from advisor.traffic import (NETWORK, NVME, PCIE, endurance, endurance_report, m
 
 
 # the shared cases folder (../shared/cases next to the repository)
-CASES = (Path(__file__).resolve().parents[1] / ".." / "shared" / "cases").resolve()
+from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+CASES = _CASES
 C10 = CASES / "C10-nvme-writes-per-step"
 
 # The reference's NVMe model: MLP 1024 -> 1031 -> 1029 (model.parameters() order)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = (ROOT / ".." / "shared" / "corpus" / "real_configs").resolve()
+from tests.conftest import CORPUS  # noqa: E402  (one place locates ../shared)
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 #: Random variants of each mutation per corpus config (the fuzzer's own knob, by profile).
