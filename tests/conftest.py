@@ -19,10 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DS_ADVISOR_SHARED") or (ROOT / ".." / "shared")).resolve()
 HAVE_SHARED = (SHARED / "cases").is_dir() and (SHARED / "corpus" / "real_configs").is_dir()
 if not HAVE_SHARED:  # empty stand-ins, so modules that list the corpus at import still load
+    # A fixed path: pytest loads this file as ``conftest`` and tests import it as
+    # ``tests.conftest``; both must name the same stand-in for the skip below to match.
     import tempfile
-    SHARED = Path(tempfile.mkdtemp(prefix="ds-advisor-no-shared-"))
-    (SHARED / "cases").mkdir()
-    (SHARED / "corpus" / "real_configs").mkdir(parents=True)
+    SHARED = Path(tempfile.gettempdir()) / "ds-advisor-no-shared"
+    (SHARED / "cases").mkdir(parents=True, exist_ok=True)
+    (SHARED / "corpus" / "real_configs").mkdir(parents=True, exist_ok=True)
 CASES = SHARED / "cases"
 CORPUS = SHARED / "corpus" / "real_configs"
 SAMPLES = ROOT / "sample_configs"
