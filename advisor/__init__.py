@@ -9,7 +9,7 @@ Data flows one way:
       -> views (lint findings, estimate tables, check verdicts, reports)
 
 Nothing in this package imports torch or deepspeed at module import time; only
-``advisor.measure`` and ``advisor.inventory.from_module`` touch them, lazily.
+``advisor.engine.measure`` and ``advisor.model.inventory.from_module`` touch them, lazily.
 """
 
 __version__ = "0.1.0"

@@ -43,10 +43,10 @@ def _inventory(model: str | None, params: int | None):
     if model and params:
         raise click.UsageError("give --model or --params, not both")
     if params is not None:
-        from advisor.inventory import from_param_count
+        from advisor.model.inventory import from_param_count
         return from_param_count(params)
     if model:
-        from advisor.models import resolve_model
+        from advisor.model.specs import resolve_model
         return resolve_model(model)
     return None
 
@@ -70,14 +70,14 @@ def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
 def _load_inputs(config: str, model: str | None, params: int | None, hardware: str | None = None):
     """The config, the model inventory and the hardware spec a command needs, or exit 2 with
     one line naming the file/preset and the problem. Returns (loaded, inventory, hardware)."""
-    from advisor.loading import load_config
+    from advisor.config.loading import load_config
 
     try:
         inv = _inventory(model, params)
         loaded = load_config(config)
         hw = None
         if hardware:
-            from advisor.hardware import resolve_hardware
+            from advisor.cluster.hardware import resolve_hardware
             hw = resolve_hardware(hardware)
     except AdvisorError as e:
         raise _fail(str(e))
@@ -87,14 +87,40 @@ def _load_inputs(config: str, model: str | None, params: int | None, hardware: s
 def _world(world_size: int | None) -> tuple[int | None, str | None]:
     if world_size is not None:
         return world_size, "--world-size"
-    from advisor.launch import world_size_from_env
+    from advisor.cluster.launch import world_size_from_env
     f = world_size_from_env()
     return (f.value, f.source) if f else (None, None)
 
 
 def _trainer_options(f):
-    from advisor.hf import trainer_options
-    return trainer_options(f)
+    """Click decorator adding the Trainer-argument options (``--per-device-train-batch-size``,
+    ``--gradient-accumulation-steps``, ``--learning-rate``, ``--weight-decay``, ``--adam-beta1/2``,
+    ``--adam-epsilon``, ``--max-grad-norm``, ``--warmup-steps``, ``--warmup-ratio``,
+    ``--max-steps``/``--num-train-steps``, ``--bf16``, ``--fp16``, ``--hidden-size``) to a command.
+    The command receives them as one keyword argument ``trainer_args``: a dict for
+    :meth:`TrainerArgs.from_mapping` (None values = not given), plus ``hidden_size``."""
+    import functools
+
+    from advisor.config.hf import TRAINER_OPTS
+
+    names = [n for _, n, _, _ in TRAINER_OPTS] + ["bf16", "fp16"]
+
+    @functools.wraps(f)
+    def wrapper(*a, **kw):
+        targs = {n: kw.pop(n, None) for n in names}
+        targs = {k: v for k, v in targs.items() if v not in (None, False)}
+        kw["trainer_args"] = targs
+        return f(*a, **kw)
+
+    deco = wrapper
+    deco = click.option("--hidden-size", type=click.IntRange(min=1),
+                        help="Model hidden size for the bucket-size \"auto\" values (default: from --model).")(deco)
+    deco = click.option("--fp16", is_flag=True, help="Trainer --fp16.")(deco)
+    deco = click.option("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
+    for opt, name, typ, hlp in reversed(TRAINER_OPTS):
+        decls = [opt, name] + (["--num-train-steps", "--num-training-steps"] if name == "max_steps" else [])
+        deco = click.option(*decls, type=typ, default=None, help=hlp)(deco)
+    return deco
 
 
 @dataclass
@@ -177,10 +203,11 @@ def _build_estimate(config: str, a: EstimateArgs):
     """The estimate for CONFIG and the shared options: lint findings, the HF Trainer's resolution
     of "auto" (with --hf or Trainer arguments), capacities from the flags and --hardware. The one
     code path of ``estimate`` and ``report``. Raises click errors (exit 2) on bad input."""
-    from advisor.estimate import Capacity, Workload
-    from advisor.estimate import estimate as run_estimate
-    from advisor.ledger import Cluster
-    from advisor.lint import lint_config
+    from advisor.cluster.hardware import Capacity
+    from advisor.views.estimate import Workload
+    from advisor.views.estimate import estimate as run_estimate
+    from advisor.ledger.state import Cluster
+    from advisor.views.lint import lint_config
     from advisor.units import parse_size
 
     if not a.model and a.params is None:
@@ -196,7 +223,7 @@ def _build_estimate(config: str, a: EstimateArgs):
         ws, ws_src = hw.nodes * hw.accelerators_per_node, f"--hardware {a.hardware}"
     ws = ws or 1
     if hw is not None:
-        from advisor.effective import effective_config as _eff
+        from advisor.config.effective import effective_config as _eff
         z = _eff(loaded.data).zero
         nvme_path = z.offload_optimizer.nvme_path or z.offload_param.nvme_path
         hcap = hw.capacity(nvme_path)
@@ -207,7 +234,7 @@ def _build_estimate(config: str, a: EstimateArgs):
     if ws % model_par:
         raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
     if gpus_per_node is None:
-        from advisor.launch import gpus_per_node_from_env
+        from advisor.cluster.launch import gpus_per_node_from_env
         g = gpus_per_node_from_env()
         gpus_per_node = g.value if g else None
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=a.tensor_parallel,
@@ -220,8 +247,8 @@ def _build_estimate(config: str, a: EstimateArgs):
                            extra=extra)
     effective = None
     if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
-        from advisor.effective import effective_config
-        from advisor.hf import resolve_for_estimate
+        from advisor.config.effective import effective_config
+        from advisor.config.hf import resolve_for_estimate
         t = dict(targs or {})
         resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
         effective = effective_config(resolved)
@@ -258,9 +285,9 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
     from advisor.errors import ConfigLoadError
     from advisor.findings import SEVERITY_RANK, worst
-    from advisor.lint import lint_config
-    from advisor.loading import load_config
-    from advisor.report import FileResult, lint_json, lint_text
+    from advisor.views.lint import lint_config
+    from advisor.config.loading import load_config
+    from advisor.render.text import FileResult, lint_json, lint_text
 
     try:
         inv = _inventory(model, params)
@@ -287,10 +314,10 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
             loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf or bool(trainer_args),
             select=codes, trainer_args=_targs(trainer_args, hidden_size))))
     if fmt == "sarif":
-        from advisor.sarif import sarif_json
+        from advisor.render.sarif import sarif_json
         click.echo(sarif_json(results))
     elif fmt == "github":
-        from advisor.github import github_annotations
+        from advisor.render.github import github_annotations
         click.echo(github_annotations(results))
     else:
         click.echo(lint_json(results) if fmt == "json" else lint_text(results))
@@ -334,11 +361,11 @@ def estimate(config, est, explain_, compare_deepspeed, fmt):
     """
     import json
 
-    from advisor.report import estimate_text
+    from advisor.render.text import estimate_text
 
     result = _build_estimate(config, est)
     if compare_deepspeed and result.roles:
-        from advisor.compare_deepspeed import deepspeed_estimate
+        from advisor.engine.compare import deepspeed_estimate
         result.sections["deepspeed_estimate"] = deepspeed_estimate(result.plan)
     click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
     # 1: a tier does not fit, DeepSpeed would refuse the config, or any other error finding
@@ -351,7 +378,7 @@ def models(fmt):
     """List built-in model presets with their exact parameter counts."""
     import json
 
-    from advisor.models import list_presets
+    from advisor.model.specs import list_presets
 
     rows = list_presets()
     if fmt == "json":
@@ -395,7 +422,7 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     if inv.numel > MEASURE_MAX_PARAMS and not allow_large:
         raise _fail(f"{inv.name} has {inv.numel:,} parameters: measuring builds them for real on this machine; "
                     f"use a smaller model or --allow-large")
-    from advisor.lint import lint_config
+    from advisor.views.lint import lint_config
     errors = [f for f in lint_config(loaded, world_size=world_size, world_size_source="--world-size", inventory=inv)
               if f.severity == "error"]
     if errors:  # DeepSpeed would refuse or crash: say so now rather than after a minute of launching
@@ -403,7 +430,7 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
             click.echo(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}", err=True)
         raise _fail(f"not launching the engine: {len(errors)} error finding(s) above (see `ds-advisor lint`)")
     try:
-        from advisor.measure import MeasureError, measure_vs_ledger, run_measure
+        from advisor.engine.measure import MeasureError, measure_vs_ledger, run_measure
     except ImportError as e:
         raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && pip install -e '.[engine]'): {e}")
     try:
@@ -485,7 +512,8 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
       3  --strict only: the environment could not be probed (without --strict: a
          warning, and --gpu-memory / --host-memory / --hardware are used)
     """
-    from advisor.check import check_json, check_text, run_check
+    from advisor.render.text import check_json, check_text
+    from advisor.views.check import run_check
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -503,7 +531,7 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
         if fmt == "sarif":
             import json
 
-            from advisor.sarif import findings_sarif
+            from advisor.render.sarif import findings_sarif
             click.echo(json.dumps(findings_sarif(result.findings, file=result.source), indent=2))
         else:
             click.echo(check_json(result) if fmt == "json" else check_text(result))
@@ -528,7 +556,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
     """
     import json
 
-    from advisor import hf as hfmod
+    from advisor.config import hf as hfmod
     from advisor.findings import sort_findings
 
     try:
@@ -547,7 +575,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
             if not hf:
                 raise click.UsageError("give --hf to resolve a DeepSpeed config as the HF Trainer does "
                                        "(an accelerate config YAML needs no flag)")
-            from advisor.loading import load_config
+            from advisor.config.loading import load_config
             loaded = load_config(config)
             ws, _ = _world(world_size)
             args.world_size = ws or 1
@@ -606,8 +634,8 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
     import json
     from dataclasses import replace
 
-    from advisor import generate as gen
-    from advisor.hardware import resolve_hardware
+    from advisor.views import generate as gen
+    from advisor.cluster.hardware import resolve_hardware
 
     try:
         m = gen.parse_margin(margin)
@@ -678,7 +706,7 @@ def report(config, est, output, force):
         import matplotlib  # noqa: F401
     except ImportError:
         raise _fail("the HTML report needs matplotlib: pip install 'deepspeed-advisor[report]'")
-    from advisor.html_report import render_html, write_atomic
+    from advisor.render.html import render_html, write_atomic
 
     result = _build_estimate(config, est)
     try:
@@ -721,9 +749,10 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
     import json
 
-    from advisor.checkpoint import checkpoint_plan, checkpoint_text
-    from advisor.effective import effective_config
-    from advisor.ledger import Cluster
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.render.text import checkpoint_text
+    from advisor.config.effective import effective_config
+    from advisor.ledger.state import Cluster
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -757,7 +786,7 @@ def hardware(spec, fmt):
     import json
     from dataclasses import asdict
 
-    from advisor.hardware import list_hardware, resolve_hardware
+    from advisor.cluster.hardware import list_hardware, resolve_hardware
 
     try:
         hws = [resolve_hardware(spec)] if spec else list_hardware()

@@ -2,7 +2,7 @@
 H100 80GB), against baselines measured in the same run on the same machine.
 
 Prints absolute seconds and ratios (median of --repeat runs):
-* search: ``advisor.generate.search`` alone (model already expanded);
+* search: ``advisor.views.generate.search`` alone (model already expanded);
 * end to end: ``python -m advisor generate ...`` as a process (what the issue's 2-second budget
   is about), against ``python -c pass``;
 * one plan: a single model-state + activation estimate of one ZeRO-3 plan, so the search reads
@@ -35,11 +35,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    from advisor import generate as gen
-    from advisor.activations import ActivationInputs, estimate_activations
-    from advisor.effective import effective_config
-    from advisor.hardware import resolve_hardware
-    from advisor.models import resolve_model
+    from advisor.views import generate as gen
+    from advisor.model.activations import ActivationInputs, estimate_activations
+    from advisor.config.effective import effective_config
+    from advisor.cluster.hardware import resolve_hardware
+    from advisor.model.specs import resolve_model
 
     inv = resolve_model("llama-3.1-405b")
     hw = replace(resolve_hardware("dgx-h100"), nodes=128, accelerators_per_node=8)

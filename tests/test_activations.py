@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.activations import ActivationInputs, estimate_activations, layer_terms
+from advisor.model.activations import ActivationInputs, estimate_activations, layer_terms
 
 META = dict(hidden_size=256, num_heads=8, num_kv_heads=2, intermediate_size=688, vocab_size=2000, num_layers=3)
 
@@ -54,7 +54,7 @@ def test_cpu_checkpointing_moves_kept_inputs_to_host():
 @pytest.mark.parametrize("checkpointing", ["none", "full"])
 def test_estimate_within_5_percent_of_autograd_saved_bytes(attention, checkpointing):
     pytest.importorskip("torch")
-    from advisor.measure_activations import measure_saved_bytes
+    from advisor.engine.proxy_activations import measure_saved_bytes
 
     m = measure_saved_bytes(META, 128, 2, attention, checkpointing)
     e = estimate_activations(META, ActivationInputs(128, 2, 2, checkpointing, attention))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from advisor.inventory import Inventory, TensorSpec
-from advisor.lint import lint_config
-from advisor.loading import load_config
+from advisor.model.inventory import Inventory, TensorSpec
+from advisor.views.lint import lint_config
+from advisor.config.loading import load_config
 from tests.conftest import CASES, run_json
 
 
@@ -83,7 +83,7 @@ def test_C07_nvme_param_buffer_too_small():
 
 
 def test_C07_with_hand_built_llama3_8b_inventory():
-    """Independent of advisor.models: Llama-3-8B's real tensor shapes (vocab 128256, hidden 4096, 32 layers,
+    """Independent of advisor.model.specs: Llama-3-8B's real tensor shapes (vocab 128256, hidden 4096, 32 layers,
     intermediate 14336, 8 KV heads x 128, untied embeddings)."""
     h, v, inter, kv = 4096, 128256, 14336, 8 * 128
     ts = [TensorSpec("embed", (v, h))]

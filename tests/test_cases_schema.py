@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from advisor.loading import load_config
-from advisor.schema import validate_config
+from advisor.config.loading import load_config
+from advisor.config.schema import validate_config
 from tests.conftest import CASES, CORPUS, run_cli, run_json
 
 #: case folder -> the S code every expected finding must carry

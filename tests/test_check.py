@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.check import parse_nvidia_smi_csv, parse_rocm_smi_json, probe_host, probe_nvme_path, NvmePath
-from advisor.launch import discover_launch
+from advisor.views.check import parse_nvidia_smi_csv, parse_rocm_smi_json, probe_host, probe_nvme_path, NvmePath
+from advisor.cluster.launch import discover_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_configs"
@@ -34,9 +34,9 @@ P32B = 32763876352
 
 
 def _ledger_ready() -> bool:
-    from advisor.effective import effective_config
-    from advisor.inventory import from_param_count
-    from advisor.ledger import Cluster, Plan, compute_ledger
+    from advisor.config.effective import effective_config
+    from advisor.model.inventory import from_param_count
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
 
     try:
         compute_ledger(Plan(effective_config({"zero_optimization": {"stage": 2}}), from_param_count(1024), Cluster(2)))
@@ -45,7 +45,7 @@ def _ledger_ready() -> bool:
     return True
 
 
-needs_ledger = pytest.mark.skipif(not _ledger_ready(), reason="advisor.ledger.compute_ledger not implemented yet")
+needs_ledger = pytest.mark.skipif(not _ledger_ready(), reason="advisor.ledger.state.compute_ledger not implemented yet")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_nvme_path_probe_under_proc_is_not_writable():
 
 
 def test_rocm_smi_is_used_when_there_is_no_nvidia_smi_and_filtered_by_rocr_visible_devices(tmp_path):
-    from advisor.check import probe_accelerators
+    from advisor.views.check import probe_accelerators
 
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -213,7 +213,7 @@ def test_rocm_smi_is_used_when_there_is_no_nvidia_smi_and_filtered_by_rocr_visib
 def test_torch_is_asked_only_when_the_caller_already_imported_it(tmp_path, monkeypatch):
     import types
 
-    from advisor.check import probe_accelerators
+    from advisor.views.check import probe_accelerators
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     p = probe_accelerators({"PATH": str(tmp_path)})
@@ -230,7 +230,7 @@ def test_torch_is_asked_only_when_the_caller_already_imported_it(tmp_path, monke
 # --- import hygiene ----------------------------------------------------------------------------
 
 def test_import_leaves_torch_and_deepspeed_out():
-    code = ("import sys, advisor.check, advisor.cli, advisor.launch; "
+    code = ("import sys, advisor.views.check, advisor.cli, advisor.cluster.launch; "
             "print(sorted(m for m in ('torch', 'deepspeed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Durable checkpoints (advisor.checkpoint): file names, tensor bytes, timing and interval arithmetic.
+"""Durable checkpoints (advisor.ledger.checkpoint): file names, tensor bytes, timing and interval arithmetic.
 
 Expected values are worked out by hand from the cited formulas (reference
 ../shared/reference/deepspeed-0.19.8-state-accounting.md section 3 and 6, the Young/Daly first-order
@@ -15,12 +15,12 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from advisor.checkpoint import (RECOVERY_SCRIPTS, checkpoint_files, checkpoint_plan, cluster_mtbf, lost_fraction,
+from advisor.ledger.checkpoint import (RECOVERY_SCRIPTS, checkpoint_files, checkpoint_plan, cluster_mtbf, lost_fraction,
                                 recovery_cost, save_16bit_model_plan, transfer_time, young_daly_interval)
 from advisor.cli import main
-from advisor.effective import effective_config
-from advisor.inventory import Inventory, TensorSpec, from_param_count
-from advisor.ledger import Cluster, zero3_sub_groups, zero12_group_layout
+from advisor.config.effective import effective_config
+from advisor.model.inventory import Inventory, TensorSpec, from_param_count
+from advisor.ledger.state import Cluster, zero3_sub_groups, zero12_group_layout
 
 from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
 CASES = str(_CASES)
@@ -244,8 +244,8 @@ def test_checkpoint_cli_text_and_bad_bandwidth():
 
 
 def test_largest_writer_and_plan_entry_point_by_hand():
-    from advisor.checkpoint import checkpoint_for
-    from advisor.ledger import Plan
+    from advisor.ledger.checkpoint import checkpoint_for
+    from advisor.ledger.state import Plan
 
     ec = effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "optimizer": ADAM})
     d = checkpoint_for(Plan(ec, mlp(), Cluster(world_size=4))).to_dict()
@@ -392,7 +392,7 @@ def test_hardware_node_count_is_the_nodes_default(tmp_path):
 
 def test_busiest_node_bytes_by_hand():
     ec = effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "optimizer": ADAM})
-    from advisor.hardware import from_dict
+    from advisor.cluster.hardware import from_dict
     hw = from_dict({"nodes": 2, "accelerators_per_node": 2, "accelerator": "h100-sxm-80gb",
                     "storage": [{"name": "nv", "mounts": ["/nv"], "capacity_bytes": 1e12, "read_bytes_per_s": 2e9,
                                  "write_bytes_per_s": 1e9, "access": "read-write"}]})
@@ -405,7 +405,7 @@ def test_busiest_node_bytes_by_hand():
 
 
 def test_save_dir_on_no_tier_is_a_note_not_a_finding(tmp_path):
-    from advisor.hardware import load_hardware
+    from advisor.cluster.hardware import load_hardware
     plan = checkpoint_plan(effective_config({"zero_optimization": {"stage": 1}, "optimizer": ADAM}), mlp(),
                            Cluster(world_size=1), hardware=load_hardware(_ckpt_hw(tmp_path)), save_dir="/home/ck")
     assert plan.findings == [] and plan.write_bandwidth is None

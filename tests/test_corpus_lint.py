@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from advisor.errors import ConfigLoadError
-from advisor.lint import lint_config
-from advisor.loading import load_config
+from advisor.views.lint import lint_config
+from advisor.config.loading import load_config
 from tests.conftest import CORPUS, run_json
 
 FILES = sorted(p for p in CORPUS.iterdir() if p.name != "MANIFEST.tsv")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.effective import derive_batch, effective_config
-from advisor.loading import load_config
+from advisor.config.effective import derive_batch, effective_config
+from advisor.config.loading import load_config
 from tests.conftest import CORPUS
 
 CORPUS_FILES = [f for f in sorted(CORPUS.iterdir()) if f.suffix not in (".tsv", ".md")]

@@ -17,13 +17,13 @@ from dataclasses import replace
 
 import pytest
 
-from advisor import generate as gen
-from advisor.effective import effective_config
-from advisor.hardware import from_dict, resolve_hardware
-from advisor.ledger import Cluster, Plan, compute_ledger
-from advisor.lint import lint_config
-from advisor.loading import parse_text
-from advisor.models import resolve_model
+from advisor.views import generate as gen
+from advisor.config.effective import effective_config
+from advisor.cluster.hardware import from_dict, resolve_hardware
+from advisor.ledger.state import Cluster, Plan, compute_ledger
+from advisor.views.lint import lint_config
+from advisor.config.loading import parse_text
+from advisor.model.specs import resolve_model
 from tests.conftest import run_cli
 
 N_1B = 1_235_814_400
@@ -192,7 +192,7 @@ def test_configs_lint_clean(configs):
 
 
 def test_hf_auto_resolves_to_the_concrete_config(configs):
-    from advisor.hf import TrainerArgs, trainer_fill
+    from advisor.config.hf import TrainerArgs, trainer_fill
 
     for inv, w, cfg, hf_cfg, c in configs[:8]:
         args = TrainerArgs(per_device_train_batch_size=c.micro, gradient_accumulation_steps=c.ga, bf16=True,

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from advisor.errors import HardwareSpecError
-from advisor.hardware import (Endurance, from_dict, list_hardware, load_hardware, preset_data,
+from advisor.cluster.hardware import (Endurance, from_dict, list_hardware, load_hardware, preset_data,
                               resolve_hardware)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""advisor.hf against transformers' and accelerate's own code (run on CPU, no model loaded).
+"""advisor.config.hf against transformers' and accelerate's own code (run on CPU, no model loaded).
 
 The expected configs are computed by transformers' ``HfTrainerDeepSpeedConfig`` and accelerate's
 ``DeepSpeedPlugin`` themselves, fed a stand-in TrainingArguments (SimpleNamespace carrying the
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor import hf
-from advisor.effective import effective_config
-from advisor.inventory import from_param_count
+from advisor.config import hf
+from advisor.config.effective import effective_config
+from advisor.model.inventory import from_param_count
 
 from tests.conftest import SHARED  # noqa: E402
 CORPUS = SHARED / "corpus" / "real_configs"
@@ -101,7 +101,7 @@ def test_trainer_fill_equals_transformers(path):
 
 def _real_pipeline(raw, mixed_precision, monkeypatch, **over):
     """transformers + accelerate, in the Trainer's order: process, DeepSpeedPlugin, set_mixed_precision,
-    finalize (steps 1-4 of advisor.hf); returns (config, error lines or None)."""
+    finalize (steps 1-4 of advisor.config.hf); returns (config, error lines or None)."""
     from accelerate.utils import DeepSpeedPlugin
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
@@ -172,10 +172,10 @@ def test_accelerate_fills_stage3_sizes_in_stage2_config():
 @pytest.mark.parametrize("path", sorted(p for p in CORPUS.glob("*") if p.suffix != ".tsv" and "\"auto\"" in p.read_text()),
                          ids=lambda p: p.name[:70])
 def test_every_auto_config_resolves_and_estimates(path):
-    from advisor.estimate import estimate
-    from advisor.inventory import Inventory, TensorSpec
-    from advisor.ledger import Cluster
-    from advisor.loading import load_config
+    from advisor.views.estimate import estimate
+    from advisor.model.inventory import Inventory, TensorSpec
+    from advisor.ledger.state import Cluster
+    from advisor.config.loading import load_config
 
     loaded = load_config(str(path))
     inv = Inventory(name="h5120", tensors=[TensorSpec("w", (5120, 5120)), TensorSpec("b", (5120,), group=1)],
@@ -225,8 +225,8 @@ def test_mismatch_is_h001_error_naming_both_values():
 
 
 def test_plain_hf_lint_reports_only_argument_independent_findings():
-    from advisor.lint import lint_config
-    from advisor.loading import parse_text
+    from advisor.views.lint import lint_config
+    from advisor.config.loading import parse_text
 
     cfg = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3, "stage3_max_live_parameters": "auto"}}
     loaded = parse_text(json.dumps(cfg, indent=1), "x.json")

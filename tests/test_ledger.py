@@ -1,4 +1,4 @@
-"""Unit tests of advisor.ledger against hand arithmetic from cited formulas.
+"""Unit tests of advisor.ledger.state against hand arithmetic from cited formulas.
 
 Figures come from ../shared/reference/deepspeed-0.19.8-state-accounting.md (section numbers
 below), whose measured examples (N = 43 209 tiny MLP; 2.1 M MLP) were also reproduced by
@@ -12,11 +12,11 @@ import os
 
 import pytest
 
-from advisor.effective import effective_config
-from advisor.inventory import Inventory, TensorSpec, from_dict, from_param_count
-from advisor.ledger import (Cluster, Plan, compute_ledger, model_state_bytes, select_optimizer,
+from advisor.config.effective import effective_config
+from advisor.model.inventory import Inventory, TensorSpec, from_dict, from_param_count
+from advisor.ledger.state import (Cluster, Plan, compute_ledger, model_state_bytes, select_optimizer,
                             unsupported_reason)
-from advisor.loading import load_config
+from advisor.config.loading import load_config
 
 from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
 CASES = str(_CASES)
@@ -410,7 +410,7 @@ def test_expanded_matches_rank_and_roles():
 
 
 def test_405b_at_65536_ranks_is_a_few_roles():
-    from advisor.models import resolve_model
+    from advisor.model.specs import resolve_model
     inv = resolve_model("llama-3.1-405b")
     c = cfg(3, "bf16", oo="nvme", stage3_param_persistence_threshold=100_000)
     led = ledger(c, inv, 65_536)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from advisor.errors import ConfigLoadError
-from advisor.loading import MAX_CONFIG_BYTES, load_config, parse_text
+from advisor.config.loading import MAX_CONFIG_BYTES, load_config, parse_text
 from tests.conftest import CORPUS, run_cli
 
 

@@ -21,8 +21,8 @@ import jsonschema
 import pytest
 
 from advisor.errors import ModelSpecError
-from advisor.inventory import Inventory, load_inventory
-from advisor.models import (
+from advisor.model.inventory import Inventory, load_inventory
+from advisor.model.specs import (
     FAMILIES, ModelSpec, active_param_count, expand, get_preset, list_presets, preset_names, resolve_model,
     spec_from_hf_config,
 )
@@ -60,7 +60,7 @@ PUBLISHED = {
 
 # The shape-relevant values of each repo's official config.json
 # (https://huggingface.co/<repo>/blob/main/config.json), written out again here, independently of
-# advisor/models.py: h hidden_size, L num_hidden_layers, q num_attention_heads, kv
+# advisor/model/specs.py: h hidden_size, L num_hidden_layers, q num_attention_heads, kv
 # num_key_value_heads, d head_dim, I intermediate_size, V vocab_size.
 OFFICIAL_CONFIG = {
     "llama-2-7b": dict(h=4096, L=32, q=32, kv=32, I=11008, V=32000, tied=False),
@@ -360,7 +360,7 @@ def test_models_cli_json():
 def test_models_module_is_light():
     import subprocess
     import sys
-    code = ("import sys, advisor.models as m; m.resolve_model('deepseek-v3'); "
+    code = ("import sys, advisor.model.specs as m; m.resolve_model('deepseek-v3'); "
             "print(any(k in sys.modules for k in ('torch', 'deepspeed', 'transformers')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -419,11 +419,11 @@ TINY = ModelSpec(name="tiny-llama", family="llama", num_layers=3, hidden_size=48
 
 def test_tiny_llama_torch_module_matches_expand():
     """A Llama-style decoder written in plain torch (no transformers) has the inventory expand()
-    predicts, read through advisor.inventory.from_module."""
+    predicts, read through advisor.model.inventory.from_module."""
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from advisor.inventory import from_module
+    from advisor.model.inventory import from_module
 
     class RMSNorm(nn.Module):
         def __init__(self, n):
@@ -501,7 +501,7 @@ def _ours(inv):
 @pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers not installed (test extra)")
 @pytest.mark.parametrize("name", preset_names())
 def test_presets_match_transformers(name):
-    from advisor.models import _PRESETS
+    from advisor.model.specs import _PRESETS
     p = next(x for x in _PRESETS if x.name == name)
     cfg = {k: v for k, v in p.config.items() if k != "model_type"}
     hf = _hf_inventory(p.config["model_type"], cfg)

@@ -15,10 +15,10 @@ import jsonschema
 import pytest
 
 from advisor.findings import Finding
-from advisor.github import annotation, command, escape_data, escape_property, github_annotations
-from advisor.report import FileResult
+from advisor.render.github import annotation, command, escape_data, escape_property, github_annotations
+from advisor.render.text import FileResult
 from advisor.rules import all_rules
-from advisor.sarif import artifact_uri, to_sarif
+from advisor.render.sarif import artifact_uri, to_sarif
 from tests.conftest import CASES, ROOT, SAMPLES, run_cli
 
 SARIF_SCHEMA = ROOT / "tests" / "fixtures" / "sarif" / "sarif-schema-2.1.0.json"
@@ -228,7 +228,7 @@ def test_estimate_json_validates_against_its_schema(config):
         args.append("--hf")
     p = run_cli(args)
     if "NotImplementedError" in p.stderr:
-        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     assert p.returncode in (0, 1), p.stderr
     out = json.loads(p.stdout)
     assert _errors(v, out) == []
@@ -309,26 +309,27 @@ REPORT_ARGS = ["--model", "llama-3.2-1b", "--world-size", "8", "--gpus-per-node"
 def _report(out: Path, *extra: str, cfg: Path = NVME_SAMPLE):
     p = run_cli(["report", str(cfg), *REPORT_ARGS, "-o", str(out), *extra])
     if "NotImplementedError" in p.stderr:
-        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     return p
 
 
 def _estimate_nvme():
-    from advisor.estimate import Capacity, estimate
-    from advisor.ledger import Cluster
-    from advisor.loading import load_config
-    from advisor.models import resolve_model
+    from advisor.cluster.hardware import Capacity
+    from advisor.views.estimate import estimate
+    from advisor.ledger.state import Cluster
+    from advisor.config.loading import load_config
+    from advisor.model.specs import resolve_model
 
     try:
         return estimate(load_config(str(NVME_SAMPLE)), resolve_model("llama-3.2-1b"), Cluster(8, 8),
                         Capacity(80 * 10**9, 512 * 10**9, None))
     except NotImplementedError:
-        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
 
 
 def test_tier_bars_match_the_estimate():
     pytest.importorskip("matplotlib")
-    from advisor.html_report import tier_bars
+    from advisor.render.html import tier_bars
 
     r = _estimate_nvme()
     bars = tier_bars(r)
@@ -380,8 +381,8 @@ def test_report_refuses_to_overwrite_without_force(tmp_path):
 
 
 def test_write_atomic(tmp_path, monkeypatch):
-    from advisor import html_report
-    from advisor.html_report import write_atomic
+    from advisor.render import html as html_report
+    from advisor.render.html import write_atomic
 
     target = tmp_path / "r.html"
     write_atomic(str(target), "one")
@@ -530,7 +531,7 @@ def test_report_takes_estimate_options_and_shows_its_peak(tmp_path):
     opts = ["--seq-len", "2048", "--checkpointing", "full", "--micro-batch", "2", "--fragmentation", "0.1"]
     pe = run_cli(["estimate", str(cfg), *shared, *opts, "--format", "json"])
     if "NotImplementedError" in pe.stderr:
-        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     assert pe.returncode in (0, 1), pe.stderr
     est = json.loads(pe.stdout)
     assert est["assumptions"]["workload"] == {"seq_len": 2048, "micro_batch": 2, "checkpointing": "full",
@@ -565,7 +566,7 @@ def test_report_takes_hardware_and_trainer_options(tmp_path):
             "--seq-len", "1024"]
     pe = run_cli(["estimate", str(cfg), *args, "--format", "json"])
     if "NotImplementedError" in pe.stderr:
-        pytest.skip("advisor.ledger.compute_ledger is not implemented yet")
+        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     est = json.loads(pe.stdout)
     assert est["assumptions"]["workload"]["micro_batch"] == 2  # from --per-device-train-batch-size
     acc = next(f for f in est["fit"] if f["tier"] == "accelerator")
@@ -624,10 +625,10 @@ def test_report_checkpoint_section_is_tables_not_dicts(tmp_path, config):
 
 
 def _estimate_checkpoint(config: str) -> dict:
-    from advisor.estimate import estimate
-    from advisor.ledger import Cluster
-    from advisor.loading import load_config
-    from advisor.models import resolve_model
+    from advisor.views.estimate import estimate
+    from advisor.ledger.state import Cluster
+    from advisor.config.loading import load_config
+    from advisor.model.specs import resolve_model
 
     r = estimate(load_config(str(SAMPLES / config)), resolve_model("llama-3.2-1b"), Cluster(8, 8))
     return r.sections["checkpoint"]
@@ -637,7 +638,7 @@ def test_checkpoint_html_groups_by_rank_and_shows_timing():
     """The renderer alone: files differing only in the rank fold into one row per size, zero-padded
     rank folders keep their width, a rank whose file differs stays alone; seconds and the interval
     appear when the plan has them; absent values are left out, not printed as None."""
-    from advisor.html_report import checkpoint_html, group_checkpoint_files
+    from advisor.render.html import checkpoint_html, group_checkpoint_files
 
     files = [{"path": f"global_step{{N}}/zero_pp_rank_{r}_mp_rank_00_optim_states.pt", "rank": r,
               "bytes": 12_045_391_872, "kind": "optim_states", "parts": {"a": 1, "b": 2}} for r in range(8)]

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from advisor.loading import LoadedConfig, load_config
-from advisor.schema import load_schema, schema_path, validate_config
+from advisor.config.loading import LoadedConfig, load_config
+from advisor.config.schema import load_schema, schema_path, validate_config
 from tests.conftest import CASES, ROOT, SAMPLES
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
@@ -218,10 +218,10 @@ def test_sample_configs_have_no_schema_findings():
 
 def test_lint_path_imports_neither_torch_nor_deepspeed_and_jsonschema_lazily():
     code = (
-        "import sys, advisor.lint, advisor.schema\n"
+        "import sys, advisor.views.lint, advisor.config.schema\n"
         "print('jsonschema' in sys.modules)\n"
-        "from advisor.loading import LoadedConfig\n"
-        "fs = advisor.schema.validate_config(LoadedConfig('x', {'offload_optimizer': {}}))\n"
+        "from advisor.config.loading import LoadedConfig\n"
+        "fs = advisor.config.schema.validate_config(LoadedConfig('x', {'offload_optimizer': {}}))\n"
         "print([f.code for f in fs], 'torch' in sys.modules, 'deepspeed' in sys.modules, 'pydantic' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
@@ -291,7 +291,7 @@ def _walk_model(path, model):
 
 @needs_deepspeed
 def test_drift_pydantic_sections_match_the_schema():
-    from advisor.keys import object_schema
+    from advisor.config.keys import object_schema
 
     s = load_schema()
     problems = []
@@ -306,7 +306,7 @@ def test_drift_pydantic_sections_match_the_schema():
             if ours - ds_keys:
                 problems.append(f"{'.'.join(path)}: schema keys DeepSpeed dropped: {sorted(ours - ds_keys)}")
             assert node.get("additionalProperties") is False and node.get("x-ds-read") == "pydantic", path
-    assert not problems, "\n".join(problems) + "\nregenerate: python -m advisor._schemagen"
+    assert not problems, "\n".join(problems) + "\nregenerate: python -m advisor.config._schemagen"
 
 
 @needs_deepspeed
@@ -375,7 +375,7 @@ NOT_PROBED = {
 def test_drift_plain_dict_sections_match_what_deepspeed_reads():
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    from advisor.keys import object_schema
+    from advisor.config.keys import object_schema
 
     _Recording.log = []
     cfg = _Recording({"train_batch_size": 1, **{k: _Recording({}, path=(k,)) for k in PROBED_SECTIONS},
@@ -404,7 +404,7 @@ def test_drift_plain_dict_sections_match_what_deepspeed_reads():
 
 @needs_deepspeed
 def test_committed_schema_is_what_the_generator_produces():
-    from advisor._schemagen import build_schema, render
+    from advisor.config._schemagen import build_schema, render
 
     assert render(build_schema()) == schema_path().read_text(encoding="utf-8"), \
-        "schemas/deepspeed-config.schema.json is stale: run python -m advisor._schemagen"
+        "schemas/deepspeed-config.schema.json is stale: run python -m advisor.config._schemagen"

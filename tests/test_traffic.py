@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from advisor.effective import effective_config
-from advisor.hardware import from_dict
-from advisor.inventory import Inventory, TensorSpec, from_param_count
-from advisor.ledger import Cluster, Plan, zero3_sub_groups, zero12_group_layout, zero12_rank_coverage
-from advisor.loading import load_config
+from advisor.config.effective import effective_config
+from advisor.cluster.hardware import from_dict
+from advisor.model.inventory import Inventory, TensorSpec, from_param_count
+from advisor.ledger.state import Cluster, Plan, zero3_sub_groups, zero12_group_layout, zero12_rank_coverage
+from advisor.config.loading import load_config
 from advisor.rules import LintContext, all_rules
-from advisor.traffic import (NETWORK, NVME, PCIE, endurance, endurance_report, movement_for,
+from advisor.ledger.movement import (NETWORK, NVME, PCIE, endurance, endurance_report, movement_for,
                              movement_roles, nvme_bytes_per_step, totals)
 
 
@@ -296,7 +296,8 @@ def test_T002_read_write_consumer_drive_worn_out_in_days():
 
 
 def test_movement_section_shape_for_estimate():
-    from advisor.traffic import movement_lines, movement_section
+    from advisor.ledger.movement import movement_section
+    from advisor.render.text import movement_lines
 
     hw = _c10_hw("read-write")
     s = movement_section(_c10_plan(), hw, step_seconds=30)
@@ -316,11 +317,11 @@ def test_movement_section_shape_for_estimate():
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("sub_group_size", [10**9, 600_000, 10_000])
 def test_every_swap_file_is_rewritten_once_per_step(world, sub_group_size):
-    """Cross-check with the state ledger (advisor.ledger, written independently from the same
+    """Cross-check with the state ledger (advisor.ledger.state, written independently from the same
     reference): with parameters beyond max_in_cpu, each NVMe swap file the ledger places on a rank
     (fp32 master, both moments, gradient pieces, parameter partitions) is written exactly once
     and read once per steady step, so the movement bytes equal the ledger's nvme bytes per item."""
-    from advisor.ledger import compute_ledger
+    from advisor.ledger.state import compute_ledger
 
     inv = _inv(MLP + [((300, 1029), True), ((7,), True)])
     zero = _nvme_opt(sub_group_size=sub_group_size,

@@ -37,7 +37,7 @@ checks only values that are not "auto".
 
 from __future__ import annotations
 
-from advisor.effective import derive_batch
+from advisor.config.effective import derive_batch
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import is_auto
 

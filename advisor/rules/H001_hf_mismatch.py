@@ -23,13 +23,13 @@ Anti-pattern (Trainer run with ``--per_device_train_batch_size 8``)::
     {"train_micro_batch_size_per_gpu": 4}
 
 Runs with ``--hf`` and the Trainer arguments (``--per-device-train-batch-size`` ...); the values
-come from ``advisor.hf`` (a replay of the Trainer's code). Fix: set the key to ``"auto"``, or
+come from ``advisor.config.hf`` (a replay of the Trainer's code). Fix: set the key to ``"auto"``, or
 make the value equal to the Trainer argument.
 """
 
 from __future__ import annotations
 
-from advisor.hf import findings_for_context
+from advisor.config.hf import findings_for_context
 from advisor.rules import LintContext, Rule, register
 
 

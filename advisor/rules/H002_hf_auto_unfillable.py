@@ -13,7 +13,7 @@ Anti-pattern: ``"stage3_max_live_parameters": "auto"``. Fix: an integer (DeepSpe
 
 from __future__ import annotations
 
-from advisor.hf import findings_for_context
+from advisor.config.hf import findings_for_context
 from advisor.rules import LintContext, Rule, register
 
 

@@ -14,7 +14,7 @@ default is then used by estimate.
 
 from __future__ import annotations
 
-from advisor.hf import findings_for_context
+from advisor.config.hf import findings_for_context
 from advisor.rules import LintContext, Rule, register
 
 

@@ -20,7 +20,7 @@ file; use ``"enabled": "auto"`` for both fp16 and bf16 so the launch decides.
 
 from __future__ import annotations
 
-from advisor.hf import findings_for_context
+from advisor.config.hf import findings_for_context
 from advisor.rules import LintContext, Rule, register
 
 

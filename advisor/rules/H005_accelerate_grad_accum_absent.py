@@ -13,7 +13,7 @@ Fix: ``"gradient_accumulation_steps": "auto"``.
 
 from __future__ import annotations
 
-from advisor.hf import findings_for_context
+from advisor.config.hf import findings_for_context
 from advisor.rules import LintContext, Rule, register
 
 

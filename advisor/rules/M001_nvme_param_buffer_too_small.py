@@ -25,7 +25,7 @@ too much)::
 
 from __future__ import annotations
 
-from advisor.effective import DTYPE_BYTES
+from advisor.config.effective import DTYPE_BYTES
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._bytes import align_up, io_alignment_elems, largest_nvme_param_partition
 from advisor.rules._util import fmt_bytes, zptr

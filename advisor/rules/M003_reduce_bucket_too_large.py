@@ -27,7 +27,7 @@ common)::
 
 from __future__ import annotations
 
-from advisor.effective import DTYPE_BYTES
+from advisor.config.effective import DTYPE_BYTES
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._bytes import ipg_bucket_bytes, two_sig_floor
 from advisor.rules._util import fmt_bytes, zptr

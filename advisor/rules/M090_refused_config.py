@@ -5,7 +5,7 @@ enabled (``runtime/config.py`` ``_do_error_check``), bf16 with ``data_types.grad
 fp32`` at stage 0 (``engine.py`` ``_do_optimizer_sanity_check`` raises NotImplementedError),
 NVMe offload without ``nvme_path`` at stage 3 (the swapper fails). There is nothing to account
 for, so ``estimate`` and ``check`` report this instead of tables and exit 1
-(``advisor.ledger.unsupported_reason`` lists the cases, each found by running the engine).
+(``advisor.ledger.state.unsupported_reason`` lists the cases, each found by running the engine).
 
 Anti-pattern::
 

@@ -25,7 +25,7 @@ picks one; outside the HF Trainer A002 reports the "auto" itself).
 
 from __future__ import annotations
 
-from advisor.effective import _as_bool
+from advisor.config.effective import _as_bool
 from advisor.findings import pointer
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import is_auto, section

@@ -16,7 +16,7 @@ Fix: enable the matching precision section, or drop ``param_dtype``::
 
 from __future__ import annotations
 
-from advisor.effective import _dtype
+from advisor.config.effective import _dtype
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import section
 

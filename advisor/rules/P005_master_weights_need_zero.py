@@ -23,7 +23,7 @@ Fix: use ZeRO (with CPU offload, where these flags are meant) and set both flags
 
 from __future__ import annotations
 
-from advisor.effective import _as_bool
+from advisor.config.effective import _as_bool
 from advisor.findings import pointer
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import section

@@ -17,7 +17,7 @@ Fix: dynamic loss scaling (0, the default)::
 
 from __future__ import annotations
 
-from advisor.effective import _as_float
+from advisor.config.effective import _as_float
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import section
 

@@ -34,12 +34,12 @@ from advisor.rules import LintContext, Rule, register
 
 @register
 class UnknownKey(Rule):
-    """Explanation and registry entry for S001; the findings come from ``advisor.schema``."""
+    """Explanation and registry entry for S001; the findings come from ``advisor.config.schema``."""
 
     code = "S001"
     name = "unknown-key"
     severity = "error"
 
     def check(self, ctx: LintContext):
-        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S001."""
+        """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S001."""
         return iter(())

@@ -33,12 +33,12 @@ from advisor.rules import LintContext, Rule, register
 
 @register
 class IgnoredKey(Rule):
-    """Explanation and registry entry for S002; the findings come from ``advisor.schema``."""
+    """Explanation and registry entry for S002; the findings come from ``advisor.config.schema``."""
 
     code = "S002"
     name = "ignored-key"
     severity = "warning"
 
     def check(self, ctx: LintContext):
-        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S002."""
+        """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S002."""
         return iter(())

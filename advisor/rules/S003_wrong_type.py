@@ -36,12 +36,12 @@ from advisor.rules import LintContext, Rule, register
 
 @register
 class WrongType(Rule):
-    """Explanation and registry entry for S003; the findings come from ``advisor.schema``."""
+    """Explanation and registry entry for S003; the findings come from ``advisor.config.schema``."""
 
     code = "S003"
     name = "wrong-type"
     severity = "error"
 
     def check(self, ctx: LintContext):
-        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S003."""
+        """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S003."""
         return iter(())

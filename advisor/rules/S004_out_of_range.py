@@ -24,12 +24,12 @@ from advisor.rules import LintContext, Rule, register
 
 @register
 class OutOfRange(Rule):
-    """Explanation and registry entry for S004; the findings come from ``advisor.schema``."""
+    """Explanation and registry entry for S004; the findings come from ``advisor.config.schema``."""
 
     code = "S004"
     name = "out-of-range"
     severity = "error"
 
     def check(self, ctx: LintContext):
-        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S004."""
+        """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S004."""
         return iter(())

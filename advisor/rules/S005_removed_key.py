@@ -31,12 +31,12 @@ from advisor.rules import LintContext, Rule, register
 
 @register
 class RemovedKey(Rule):
-    """Explanation and registry entry for S005; the findings come from ``advisor.schema``."""
+    """Explanation and registry entry for S005; the findings come from ``advisor.config.schema``."""
 
     code = "S005"
     name = "removed-key"
     severity = "error"
 
     def check(self, ctx: LintContext):
-        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S005."""
+        """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S005."""
         return iter(())

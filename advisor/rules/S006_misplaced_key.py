@@ -14,7 +14,7 @@ pydantic section). Either way the setting the user wrote does not take effect. T
   loss scaling exists only for fp16, bf16 needs none;
 * a section nested inside itself (``"fp16": {"fp16": true}``).
 
-The table of where each key belongs is built from the schema (``advisor/keys.py``); keys too
+The table of where each key belongs is built from the schema (``advisor/config/keys.py``); keys too
 generic to place (``enabled``, ``type``, ...) are reported as S001/S002 instead.
 
 Anti-pattern::
@@ -34,12 +34,12 @@ from advisor.rules import LintContext, Rule, register
 
 @register
 class MisplacedKey(Rule):
-    """Explanation and registry entry for S006; the findings come from ``advisor.schema``."""
+    """Explanation and registry entry for S006; the findings come from ``advisor.config.schema``."""
 
     code = "S006"
     name = "misplaced-key"
     severity = "error"
 
     def check(self, ctx: LintContext):
-        """Yield nothing: schema validation (``advisor.schema.validate_config``) reports S006."""
+        """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S006."""
         return iter(())

@@ -48,7 +48,7 @@ def _days(d: float | None) -> str:
 @register
 class CheckpointOnReadOriented(Rule):
     """Explanation and registry entry for T003; the findings come from the checkpoint view
-    (:meth:`from_plan`, called by ``advisor.checkpoint.checkpoint_plan``)."""
+    (:meth:`from_plan`, called by ``advisor.ledger.checkpoint.checkpoint_plan``)."""
 
     code = "T003"
     name = "checkpoint-on-read-oriented"
@@ -60,7 +60,7 @@ class CheckpointOnReadOriented(Rule):
 
     @classmethod
     def from_plan(cls, plan: Any) -> Iterable[Finding]:
-        """T003 for an ``advisor.checkpoint.CheckpointPlan`` whose save dir is on a read-oriented
+        """T003 for an ``advisor.ledger.checkpoint.CheckpointPlan`` whose save dir is on a read-oriented
         tier: error when the projected life at the save interval is under the warranty period,
         else a warning."""
         tier = plan.tier

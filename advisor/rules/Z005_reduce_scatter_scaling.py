@@ -19,7 +19,7 @@ Fix: remove both (DeepSpeed averages after the reduction), or set
 
 from __future__ import annotations
 
-from advisor.effective import _as_bool, _as_float
+from advisor.config.effective import _as_bool, _as_float
 from advisor.rules import LintContext, Rule, register
 
 

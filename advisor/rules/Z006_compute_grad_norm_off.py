@@ -23,7 +23,7 @@ Fix::
 
 from __future__ import annotations
 
-from advisor.effective import _as_bool
+from advisor.config.effective import _as_bool
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import zero_raw, zptr
 

@@ -18,7 +18,7 @@ if summed gradients were intended.
 
 from __future__ import annotations
 
-from advisor.effective import _as_bool
+from advisor.config.effective import _as_bool
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import section, zero_raw
 

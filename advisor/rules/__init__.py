@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, ClassVar, Iterable
 from advisor.findings import Finding, Severity
 
 if TYPE_CHECKING:
-    from advisor.effective import EffectiveConfig
-    from advisor.inventory import Inventory
-    from advisor.loading import LoadedConfig
+    from advisor.config.effective import EffectiveConfig
+    from advisor.model.inventory import Inventory
+    from advisor.config.loading import LoadedConfig
 
 
 @dataclass

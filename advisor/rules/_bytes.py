@@ -1,6 +1,6 @@
 """Byte and partition figures the model-dependent M rules need (no rule here).
 
-The formulas themselves live once, in :mod:`advisor.ledger` (each with its DeepSpeed 0.19.8
+The formulas themselves live once, in :mod:`advisor.ledger.state` (each with its DeepSpeed 0.19.8
 source and its section of ../shared/reference/deepspeed-0.19.8-state-accounting.md); this module
 re-exports the ones the rules use and adds two rule-side helpers: which partition is the largest
 one swapped to NVMe, and a readable rounding for suggestions.
@@ -11,21 +11,21 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from advisor.effective import DTYPE_BYTES
-from advisor.ledger import (AIO_ALIGNED_BYTES, MIN_AIO_BYTES, aio_alignment_elems, align_up,  # noqa: F401
+from advisor.config.effective import DTYPE_BYTES
+from advisor.ledger.state import (AIO_ALIGNED_BYTES, MIN_AIO_BYTES, aio_alignment_elems, align_up,  # noqa: F401
                             ipg_bucket_bytes, swap_threshold_bytes, zero3_partition_numel, zero3_sub_groups)
 
 if TYPE_CHECKING:
-    from advisor.effective import EffectiveConfig
-    from advisor.inventory import Inventory
+    from advisor.config.effective import EffectiveConfig
+    from advisor.model.inventory import Inventory
 
-#: The rules' historical name for :func:`advisor.ledger.aio_alignment_elems`.
+#: The rules' historical name for :func:`advisor.ledger.state.aio_alignment_elems`.
 io_alignment_elems = aio_alignment_elems
 
 
 def largest_nvme_param_partition(ec: "EffectiveConfig", inv: "Inventory", w: int) -> tuple[int, str] | None:
     """(p_i, tensor name) of the largest ZeRO-3 partition that goes to NVMe (p_i x D >=
-    :func:`advisor.ledger.swap_threshold_bytes`), or None; p_i = :func:`advisor.ledger.zero3_partition_numel`.
+    :func:`advisor.ledger.state.swap_threshold_bytes`), or None; p_i = :func:`advisor.ledger.state.zero3_partition_numel`.
 
     Every parameter, trainable or frozen, is partitioned (``partition_parameters.py:1816-1858``)."""
     d = DTYPE_BYTES[ec.model_dtype]

@@ -69,14 +69,14 @@ TORCH_OPTIMIZERS = ("ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW",
 
 def movements_and_endurance(ctx: Any) -> tuple[list, list]:
     """(per-rank movements per step, per-storage-tier endurance lines) for the context's plan
-    and hardware (``advisor.traffic.movement_for`` / ``endurance_report``), computed once per
+    and hardware (``advisor.ledger.movement.movement_for`` / ``endurance_report``), computed once per
     lint run and shared by the T rules through ``ctx.extra``. Needs ctx.extra["hardware"] and
     an inventory."""
     key = (id(ctx.extra["hardware"]), ctx.extra.get("step_seconds"))
     cached = ctx.extra.get("_t_rules_movement")
     if cached is None or cached[0] != key:
-        from advisor.ledger import Cluster, Plan
-        from advisor.traffic import endurance_report, movement_for
+        from advisor.ledger.state import Cluster, Plan
+        from advisor.ledger.movement import endurance_report, movement_for
 
         hw = ctx.extra["hardware"]
         ws = ctx.dp_world_size or ctx.world_size or 1

@@ -1,4 +1,4 @@
-"""Engine tests: they run the real DeepSpeed engine (advisor.measure) in subprocesses.
+"""Engine tests: they run the real DeepSpeed engine (advisor.engine.measure) in subprocesses.
 
 Skipped cleanly when torch or deepspeed is not installed. The whole parity matrix runs once per
 session (one torch.distributed.run launch per batch of same-world-size cells, two launches at a

@@ -1,7 +1,7 @@
 """The parity matrix: cells (config x model x world size) and the ledger-vs-engine comparison.
 
 Shared by tests/engine/test_parity.py and benchmarks/parity_matrix.py. Imports no torch: the
-engine runs in subprocesses (advisor.measure).
+engine runs in subprocesses (advisor.engine.measure).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from advisor.effective import effective_config
-from advisor.inventory import from_dict
-from advisor.ledger import Cluster, Plan, RankLedger, compute_ledger, fold_for_cpu, model_state_bytes, unsupported_reason
+from advisor.config.effective import effective_config
+from advisor.model.inventory import from_dict
+from advisor.ledger.state import Cluster, Plan, RankLedger, compute_ledger, fold_for_cpu, model_state_bytes, unsupported_reason
 
 #: The reference's odd-sized MLP: Linear(64,301) -> Linear(301,77) -> Linear(77,5).
 TINY = {"name": "tiny-mlp", "tensors": [
@@ -38,7 +38,7 @@ WORLD_SIZES = (1, 2, 4)
 
 
 def make_config(stage: int, dtype: str, oo: str = "none", op: str = "none", **zero: Any) -> dict[str, Any]:
-    """A small-bucket config for one matrix cell (nvme paths are set by advisor.measure)."""
+    """A small-bucket config for one matrix cell (nvme paths are set by advisor.engine.measure)."""
     z: dict[str, Any] = {"stage": stage, "reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 100}
     if oo != "none":
         z["offload_optimizer"] = {"device": oo, **({"nvme_path": "/unused"} if oo == "nvme" else {})}
@@ -175,7 +175,7 @@ def run_matrix(cells: list[dict[str, Any]] | None = None, workdir: str | None = 
     """Run every cell through the real engine, one torch.distributed.run launch per batch of
     cells with the same world size (``parallel`` launches at a time). Returns
     {"results": {cell id: {rank: record}}, "launch_errors": [...], "seconds": wall time}."""
-    from advisor.measure import MeasureError, run_measure_many
+    from advisor.engine.measure import MeasureError, run_measure_many
     cells = matrix_cells() if cells is None else cells
     t0 = time.time()
     by_w: dict[int, list] = {}

@@ -1,4 +1,4 @@
-"""Checkpoint parity: advisor.checkpoint against files the real DeepSpeed 0.19.8 engine writes.
+"""Checkpoint parity: advisor.ledger.checkpoint against files the real DeepSpeed 0.19.8 engine writes.
 
 For each cell (ZeRO stages 0-3, fp32/fp16/bf16, CPU and NVMe optimizer offload) the worker
 ``ckpt_worker.py`` trains a small MLP with odd sizes (Linear(64,301) -> Linear(301,77) ->
@@ -33,10 +33,10 @@ import sys
 
 import pytest
 
-from advisor.checkpoint import checkpoint_files, save_16bit_model_plan
-from advisor.effective import effective_config
-from advisor.inventory import Inventory, TensorSpec
-from advisor.ledger import Cluster
+from advisor.ledger.checkpoint import checkpoint_files, save_16bit_model_plan
+from advisor.config.effective import effective_config
+from advisor.model.inventory import Inventory, TensorSpec
+from advisor.ledger.state import Cluster
 
 pytestmark = pytest.mark.engine
 

@@ -5,7 +5,7 @@ model (MLP 1024 -> 1031 -> 1029, 2,118,703 parameters, bf16) for three steps and
 optimizer step, the bytes DeepSpeed reads and writes under nvme_path two ways: at its aio handles
 (every async_pread / async_pwrite, tests/engine/nvme_traffic_worker.py) and in the kernel's
 per-process accounting (/proc/self/io read_bytes / write_bytes). The ledger
-(advisor.traffic.movement_for) must be within 5% of both, for optimizer-only offload,
+(advisor.ledger.movement.movement_for) must be within 5% of both, for optimizer-only offload,
 optimizer + parameter offload (max_in_cpu small, so parameters live on NVMe), and a partly
 frozen model with parameter offload (frozen partitions only read), on one rank, and
 optimizer + parameter offload on two ranks. Measured on 0.19.8: all match byte for byte, in
@@ -30,10 +30,10 @@ pytestmark = pytest.mark.engine
 torch = pytest.importorskip("torch")
 deepspeed = pytest.importorskip("deepspeed")
 
-from advisor.effective import effective_config  # noqa: E402
-from advisor.inventory import Inventory, TensorSpec  # noqa: E402
-from advisor.ledger import Cluster, Plan  # noqa: E402
-from advisor.traffic import NVME, movement_for  # noqa: E402
+from advisor.config.effective import effective_config  # noqa: E402
+from advisor.model.inventory import Inventory, TensorSpec  # noqa: E402
+from advisor.ledger.state import Cluster, Plan  # noqa: E402
+from advisor.ledger.movement import NVME, movement_for  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 WIDTHS = [1024, 1031, 1029]

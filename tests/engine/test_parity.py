@@ -3,9 +3,9 @@
 For every cell of stages 0-3 x fp16/bf16/fp32 x offload_optimizer none/cpu/nvme x
 offload_param none/cpu/nvme (stage 3; ignored below) x world size 1/2/4 on the odd-sized tiny
 MLP, plus NVMe cells on a 2.1M-parameter MLP and other code paths (parity.matrix_cells), each
-rank's census of live engine tensors (advisor.measure) must equal the ledger per item and tier
+rank's census of live engine tensors (advisor.engine.measure) must equal the ledger per item and tier
 (accelerator and pageable host fold together on a CPU accelerator). Combinations DeepSpeed
-rejects must be the ones advisor.ledger.unsupported_reason predicts.
+rejects must be the ones advisor.ledger.state.unsupported_reason predicts.
 """
 
 from __future__ import annotations

@@ -45,11 +45,11 @@ def run_cli(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Pa
 
 
 def ledger_ready() -> bool:
-    """True once advisor.ledger.compute_ledger is implemented (it raised NotImplementedError
+    """True once advisor.ledger.state.compute_ledger is implemented (it raised NotImplementedError
     while another engineer was writing it)."""
-    from advisor.effective import effective_config
-    from advisor.inventory import from_param_count
-    from advisor.ledger import Cluster, Plan, compute_ledger
+    from advisor.config.effective import effective_config
+    from advisor.model.inventory import from_param_count
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
 
     try:
         compute_ledger(Plan(effective_config({"zero_optimization": {"stage": 2}}), from_param_count(1024), Cluster(2)))
@@ -70,4 +70,4 @@ def cli_commands() -> set[str]:
     return _COMMANDS
 
 
-needs_ledger = pytest.mark.skipif(not ledger_ready(), reason="advisor.ledger.compute_ledger not implemented yet")
+needs_ledger = pytest.mark.skipif(not ledger_ready(), reason="advisor.ledger.state.compute_ledger not implemented yet")

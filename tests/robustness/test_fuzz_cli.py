@@ -35,7 +35,7 @@ from typing import Any, Callable
 import pytest
 from click.testing import CliRunner
 
-from advisor.loading import MAX_CONFIG_BYTES, MAX_DEPTH, load_config
+from advisor.config.loading import MAX_CONFIG_BYTES, MAX_DEPTH, load_config
 
 from robust_helpers import FUZZ_ROUNDS, PROFILE, clean_env, cli_commands, corpus_configs, ledger_ready, needs_ledger, run_cli
 

@@ -34,13 +34,13 @@ import pytest
 from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
-from advisor.effective import DTYPE_BYTES, effective_config
-from advisor.inventory import Inventory, TensorSpec
-from advisor.ledger import Cluster, Plan, compute_ledger, unsupported_reason
+from advisor.config.effective import DTYPE_BYTES, effective_config
+from advisor.model.inventory import Inventory, TensorSpec
+from advisor.ledger.state import Cluster, Plan, compute_ledger, unsupported_reason
 
 from robust_helpers import cli_commands, clean_env, ledger_ready, run_cli
 
-pytestmark = pytest.mark.skipif(not ledger_ready(), reason="advisor.ledger.compute_ledger not implemented yet")
+pytestmark = pytest.mark.skipif(not ledger_ready(), reason="advisor.ledger.state.compute_ledger not implemented yet")
 
 MS = ("parameters", "gradients", "master_weights", "optimizer_states")
 PERSISTENT = ("persistent", "init")
@@ -455,14 +455,14 @@ def _have_engine() -> bool:
 @pytest.mark.engine
 @pytest.mark.skipif(not _have_engine(), reason="torch and deepspeed are not importable (pip install -e '.[engine]')")
 def test_engine_shows_the_stage_3_exceptions():
-    """DeepSpeed itself (advisor.measure, W = 2, CPU accelerator, a 19 565-parameter bf16 model):
+    """DeepSpeed itself (advisor.engine.measure, W = 2, CPU accelerator, a 19 565-parameter bf16 model):
     at stage 3 the steady state holds an ipg bucket of reduce_bucket_size x 2 bytes from
     initialize and the gradient partition buffer, neither of which stage 2 keeps after the step,
     so the tiny model's steady state is larger at stage 3 than at stage 2; with the default
     persistence threshold both tensors are also gathered in full on every rank. The ledger
     agrees with the engine on each of these items."""
-    from advisor.ledger import fold_for_cpu, model_state_bytes
-    from advisor.measure import run_measure_many
+    from advisor.ledger.state import fold_for_cpu, model_state_bytes
+    from advisor.engine.measure import run_measure_many
 
     inv = Inventory("tiny", [TensorSpec("w", (64, 301)), TensorSpec("b", (301,))])
     rbs = 200_000

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.inventory import Inventory, TensorSpec, from_param_count
-from advisor.lint import lint_config
-from advisor.loading import parse_text
+from advisor.model.inventory import Inventory, TensorSpec, from_param_count
+from advisor.views.lint import lint_config
+from advisor.config.loading import parse_text
 from advisor.rules import all_rules
 
 FIX = Path(__file__).resolve().parent / "fixtures"

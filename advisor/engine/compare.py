@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from advisor.ledger import Plan
+from advisor.ledger.state import Plan
 
 
 def deepspeed_estimate(plan: Plan, largest_layer_params: int | None = None) -> dict[str, Any]:

@@ -32,7 +32,7 @@ everything by t. Pipeline parallelism p: a stage holds L/p layers and, with 1F1B
 micro-batches in flight on the first stage (Korthikanti section 4.2.3).
 
 Verified against autograd's saved tensors on a plain-torch Llama proxy
-(``advisor.measure_activations``, tests/engine/test_activations_engine.py).
+(``advisor.engine.proxy_activations``, tests/engine/test_activations_engine.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``ds-advisor measure``: run the real DeepSpeed engine and census its live tensors.
 
 :func:`run_measure` launches ``python -m torch.distributed.run`` (torch's own launcher; no
-hand-written process launcher) with ``advisor._measure_worker`` on every rank. Without a GPU
+hand-written process launcher) with ``advisor.engine.worker`` on every rank. Without a GPU
 it sets ``DS_ACCELERATOR=cpu`` and DeepSpeed uses gloo. Each rank builds a proxy model made of
 ``nn.Parameter``s with the inventory's exact shapes, runs K steps and reports, per snapshot
 (``bwd``, ``in_step``, ``steady``), the bytes of each ledger item per tier (see the worker's
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.inventory import Inventory
+from advisor.model.inventory import Inventory
 
 
 class MeasureError(RuntimeError):
@@ -117,7 +117,7 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
         env["PYTHONWARNINGS"] = "ignore"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world_size),
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               "-m", "advisor._measure_worker", job_path, out_dir]
+               "-m", "advisor.engine.worker", job_path, out_dir]
         log_path = os.path.join(base, "launch.log")
         with open(log_path, "w") as log:
             try:
@@ -170,7 +170,7 @@ def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory 
     if isinstance(config_path_or_dict, dict):
         config = config_path_or_dict
     else:
-        from advisor.loading import load_config
+        from advisor.config.loading import load_config
         config = load_config(config_path_or_dict).data
     res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps}],
                            world_size, workdir=workdir, timeout_s=timeout_s)
@@ -187,8 +187,8 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
     and ``host_pageable`` tiers are folded into ``unpinned`` as the measurement sees them.
     A rank that failed gives one row with its ``error``.
     """
-    from advisor.effective import effective_config
-    from advisor.ledger import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes
+    from advisor.config.effective import effective_config
+    from advisor.ledger.state import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes
 
     led = compute_ledger(Plan(effective_config(config), inventory, Cluster(world_size=world_size)))
     rows: list[dict[str, Any]] = []

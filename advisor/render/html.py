@@ -13,13 +13,13 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
    ``gid``) are stable: ``tier-bar-<tier>`` (the bar's outline), ``seg-<tier>-<class>``,
    ``need-<tier>``, ``capacity-<tier>``.
 2. **Movement per step** — bytes rank 0 moves per optimizer step by link and direction
-   (:func:`advisor.traffic.movement_for`), one stacked bar per link/direction with segments per
+   (:func:`advisor.ledger.movement.movement_for`), one stacked bar per link/direction with segments per
    state class (ids ``move-<link>-<direction>``); skipped with a note when the module is absent.
 3. **Findings**, 4. **Fit** (the need cell of each tier has ``id=fit-need-<tier>`` and its exact
    bytes in ``data-bytes``; the worst rank's accelerator peak before the fragmentation margin is
    ``id=peak-accelerator``, the same number as ``estimate --format json``'s largest
    ``ranks[].peak.accelerator.bytes``), 5. **Assumptions**, 6. **Checkpoint** (from
-   ``advisor.checkpoint`` when that module is present; otherwise a note): tables, the files that
+   ``advisor.ledger.checkpoint`` when that module is present; otherwise a note): tables, the files that
    differ only in the writing rank folded into one row (``zero_pp_rank_0..7_... x 8, N bytes
    each``, placeholders in ``<var>``), the per-save total, save/load seconds and the save
    interval when the plan has them, the 16-bit export, storage, findings and notes.
@@ -45,7 +45,7 @@ from advisor import DEEPSPEED_VERSION, __version__
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 
 if TYPE_CHECKING:
-    from advisor.estimate import EstimateResult
+    from advisor.views.estimate import EstimateResult
 
 TIERS = ("accelerator", "host", "nvme")
 GIB = 2 ** 30
@@ -86,7 +86,7 @@ class TierBar:
 
 def tier_bars(result: "EstimateResult") -> list[TierBar]:
     """The three bars of the tier chart: accelerator for the worst rank; host and NVMe summed
-    over one node's ranks (the same node :func:`advisor.estimate.fit_rows` uses)."""
+    over one node's ranks (the same node :func:`advisor.views.estimate.fit_rows` uses)."""
     cl = result.plan.cluster
     per_node = cl.gpus_per_node or min(cl.world_size, 8)
     by_rank = {r: role for role in result.roles for r in role.ranks}
@@ -211,13 +211,13 @@ def movement_chart_svg(movements: list, rank: int = 0) -> str | None:
 # --- optional sections from other modules --------------------------------------------------------
 
 def movement_section(result: "EstimateResult") -> tuple[list | None, str | None]:
-    """(movements, note): movements from :mod:`advisor.traffic` when present, else a note why not."""
-    if importlib.util.find_spec("advisor.traffic") is None:
-        return None, "The movement ledger (advisor.traffic) is not part of this build: chart skipped."
-    traffic = importlib.import_module("advisor.traffic")
+    """(movements, note): movements from :mod:`advisor.ledger.movement` when present, else a note why not."""
+    if importlib.util.find_spec("advisor.ledger.movement") is None:
+        return None, "The movement ledger (advisor.ledger.movement) is not part of this build: chart skipped."
+    traffic = importlib.import_module("advisor.ledger.movement")
     fn = getattr(traffic, "movement_for", None)
     if fn is None:
-        return None, "advisor.traffic has no movement_for(): chart skipped."
+        return None, "advisor.ledger.movement has no movement_for(): chart skipped."
     try:
         return list(fn(result.ledger)), None
     except NotImplementedError:
@@ -228,14 +228,14 @@ _CHECKPOINT_FUNCS = ("checkpoint_for", "checkpoint_report", "estimate_checkpoint
 
 
 def checkpoint_section(result: "EstimateResult") -> tuple[Any, str | None]:
-    """(data, note): the checkpoint estimate from ``advisor.checkpoint`` when it is present and
+    """(data, note): the checkpoint estimate from ``advisor.ledger.checkpoint`` when it is present and
     has one of the functions in ``_CHECKPOINT_FUNCS`` taking the plan (or a ``checkpoint``
     section already in the estimate), as a dict; else a note."""
     if "checkpoint" in result.sections:
         return result.sections["checkpoint"], None
-    if importlib.util.find_spec("advisor.checkpoint") is None:
-        return None, "Checkpoint sizes (advisor.checkpoint) are not part of this build: section skipped."
-    mod = importlib.import_module("advisor.checkpoint")
+    if importlib.util.find_spec("advisor.ledger.checkpoint") is None:
+        return None, "Checkpoint sizes (advisor.ledger.checkpoint) are not part of this build: section skipped."
+    mod = importlib.import_module("advisor.ledger.checkpoint")
     for name in _CHECKPOINT_FUNCS:
         fn = getattr(mod, name, None)
         if fn is None:
@@ -245,7 +245,7 @@ def checkpoint_section(result: "EstimateResult") -> tuple[Any, str | None]:
         except NotImplementedError:
             return None, "The checkpoint estimate is not implemented yet: section skipped."
         return (data.to_dict() if hasattr(data, "to_dict") else data), None
-    return None, "advisor.checkpoint offers none of " + ", ".join(_CHECKPOINT_FUNCS) + ": section skipped."
+    return None, "advisor.ledger.checkpoint offers none of " + ", ".join(_CHECKPOINT_FUNCS) + ": section skipped."
 
 
 # --- HTML ---------------------------------------------------------------------------------------

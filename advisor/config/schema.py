@@ -1,6 +1,6 @@
 """Schema validation of a DeepSpeed config against schemas/deepspeed-config.schema.json.
 
-The schema is generated from DeepSpeed 0.19.8's own config models by ``advisor/_schemagen.py``
+The schema is generated from DeepSpeed 0.19.8's own config models by ``advisor/config/_schemagen.py``
 (see there for its custom ``x-`` annotations). ``validate_config`` runs jsonschema's
 Draft 2020-12 validator and maps each error to a Finding in the S family:
 
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from advisor.findings import Finding, pointer
 
 if TYPE_CHECKING:
-    from advisor.keys import KeyTable
-    from advisor.loading import LoadedConfig
+    from advisor.config.keys import KeyTable
+    from advisor.config.loading import LoadedConfig
 
 SCHEMA_NAME = "deepspeed-config.schema.json"
 
@@ -50,7 +50,7 @@ _INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
 def schema_path() -> Path:
     """Where the schema file is: ``schemas/`` next to the package (repo checkout / editable
     install), else ``advisor/schemas/`` (a wheel that ships it as package data)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the advisor package
     for cand in (here.parent / "schemas" / SCHEMA_NAME, here / "schemas" / SCHEMA_NAME):
         if cand.is_file():
             return cand
@@ -75,7 +75,7 @@ def _validator():
 def key_table() -> "KeyTable":
     """The key -> section table built from the schema (built on first use)."""
     if "table" not in _state:
-        from advisor.keys import KeyTable
+        from advisor.config.keys import KeyTable
 
         _state["table"] = KeyTable(load_schema())
     return _state["table"]
@@ -112,7 +112,7 @@ def _section_of(path: list[Any]) -> tuple[str, ...] | None:
 
 def _context(path: list[Any]) -> str:
     """How DeepSpeed reads the object holding the value at ``path``: pydantic | dict | open | ""."""
-    from advisor.keys import object_schema
+    from advisor.config.keys import object_schema
 
     sec = _section_of(path[:-1])
     if sec is None:
@@ -285,7 +285,7 @@ def _value_schema(sch: dict[str, Any], validator: str) -> dict[str, Any]:
 
 
 def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Finding:
-    from advisor.keys import note_for, section_name
+    from advisor.config.keys import note_for, section_name
 
     table = key_table()
     ptr = pointer(*sec, key)

@@ -1,8 +1,8 @@
 """The movement ledger: bytes each rank moves per optimizer step, by link, direction and state class.
 
-Where :mod:`advisor.ledger` says how many bytes *live* on each tier, this module says how many
+Where :mod:`advisor.ledger.state` says how many bytes *live* on each tier, this module says how many
 bytes *move* every optimizer step (one optimizer step = ``gradient_accumulation_steps``
-micro-steps), and, given a :class:`advisor.hardware.Hardware`, how long each movement takes at
+micro-steps), and, given a :class:`advisor.cluster.hardware.Hardware`, how long each movement takes at
 the stated bandwidths and whether DeepSpeed can overlap it with compute.
 
 Links: ``pcie`` (host <-> accelerator; directions ``to_host`` and ``to_accelerator``), ``nvme``
@@ -49,7 +49,7 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
 * Activation checkpoints moved to host (``activation_checkpointing.cpu_checkpointing``) need
   activation shapes the inventory does not have: reported in :func:`not_modelled`, not counted.
 
-Partition, padding, sub-group, persistence and swap formulas come from :mod:`advisor.ledger`
+Partition, padding, sub-group, persistence and swap formulas come from :mod:`advisor.ledger.state`
 (reference sections 3-5), where they live once. Ranks differ only in a few per-rank figures
 (ZeRO-1/2 Cov_r and I_r, ZeRO-3 gradient swap pieces r_i): :func:`movement_roles` computes them
 for every rank at once and the movements once per distinct figure.
@@ -65,15 +65,15 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
-from advisor.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
-from advisor.inventory import Inventory
-from advisor.ledger import (aio_alignment_elems, align_up, swap_threshold_bytes, zero3_grad_swap_by_rank,
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
+from advisor.model.inventory import Inventory
+from advisor.ledger.state import (aio_alignment_elems, align_up, swap_threshold_bytes, zero3_grad_swap_by_rank,
                             zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero3_sub_groups,
                             zero12_layouts, zero12_rank_coverage, zero12_rank_terms)
 
 if TYPE_CHECKING:
-    from advisor.hardware import Hardware, StorageTier
-    from advisor.ledger import Ledger, Plan
+    from advisor.cluster.hardware import Hardware, StorageTier
+    from advisor.ledger.state import Ledger, Plan
 
 PCIE, NVME, NETWORK = "pcie", "nvme", "network"
 LINKS = (PCIE, NVME, NETWORK)
@@ -141,8 +141,8 @@ def not_modelled(plan: "Plan") -> list[str]:
 
 def _rank_terms(plan: "Plan") -> list:
     """Per data-parallel rank, the only figures its movements depend on: ZeRO-1/2 with CPU
-    offload (Cov_r, I_r) summed over groups (:func:`advisor.ledger.zero12_rank_terms`), ZeRO-3
-    with NVMe optimizer swap the gradient bytes written (:func:`advisor.ledger.zero3_grad_swap_by_rank`),
+    offload (Cov_r, I_r) summed over groups (:func:`advisor.ledger.state.zero12_rank_terms`), ZeRO-3
+    with NVMe optimizer swap the gradient bytes written (:func:`advisor.ledger.state.zero3_grad_swap_by_rank`),
     else None. O(tensors + W)."""
     ec: EffectiveConfig = plan.config
     W = plan.cluster.dp_world_size
@@ -178,7 +178,7 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
 
 def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
                  ranks: "Iterable[int] | None" = None) -> list[Movement]:
-    """Per-rank movements per optimizer step for a :class:`advisor.ledger.Plan` (or a Ledger,
+    """Per-rank movements per optimizer step for a :class:`advisor.ledger.state.Plan` (or a Ledger,
     whose ``plan`` is used), one list over all data-parallel ranks (or only ``ranks``), in rank
     order. Bytes are bytes. With ``hardware``, each movement's ``seconds`` is filled and NVMe rows
     name their storage tier (``Hardware.tier_for_path`` of the config's ``nvme_path``). Built
@@ -330,7 +330,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
         for sg in zero3_sub_groups(inv, W, z.sub_group_size):
             if sg.numel * M >= min_aio:
                 master += align_up(sg.numel, k) * M
-        # this rank's gradient pieces: advisor.ledger.zero3_grad_swap_bytes over r_i
+        # this rank's gradient pieces: advisor.ledger.state.zero3_grad_swap_bytes over r_i
         grads = terms if terms is not None else zero3_grad_swap_by_rank(ec, inv, W)[r][0]
         sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
         for direction in ("read", "write"):
@@ -640,38 +640,3 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
     }
 
 
-def _b(n: float) -> str:
-    return f"{n / 1e9:,.2f} GB"
-
-
-def movement_lines(section: dict[str, Any]) -> list[str]:
-    """Text lines for :func:`movement_section`: a table of rank 0's movements per step, then
-    one endurance line per storage tier."""
-    role = section["ranks"][0] if section["ranks"] else {"ranks": [0], "movements": []}
-    who = f"rank {role['ranks'][0]}" + (f" (and {len(role['ranks']) - 1} more alike)" if len(role["ranks"]) > 1 else "")
-    out = [f"Data movement per optimizer step ({who}; GB = 1e9 bytes):",
-           f"  {'link':<8} {'direction':<15} {'class':<17} {'item':<28} {'bytes':>12} {'time':>9}  overlap"]
-    for m in role["movements"]:
-        t = f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?"
-        out.append(f"  {m['link']:<8} {m['direction']:<15} {m['cls']:<17} {m['item']:<28} {_b(m['bytes']):>12} "
-                   f"{t:>9}  {'yes' if m['overlap'] else 'no'}")
-    if not role["movements"]:
-        out.append("  (nothing crosses PCIe, NVMe or the network)")
-    for ln in section["endurance"]:
-        if not ln["write_bytes_per_step"] and not ln["paths"]:
-            continue  # a tier nothing is offloaded to: no line
-        name = ln["tier"] or ", ".join(ln["paths"]) or "?"
-        s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
-        s += f": {_b(ln['write_bytes_per_step'])} written per step per node"
-        if ln["write_bytes_per_day"] is not None:
-            s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_seconds']:g} s/step"
-            if ln["endurance_used_per_day"] is not None:
-                s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
-            if ln["days_of_life"] is not None:
-                s += f", projected life {ln['days_of_life']:,.1f} days"
-            elif ln["write_bytes_per_step"] == 0:
-                s += ", no wear"
-        else:
-            s += " (give a step time for per-day figures)"
-        out.append(s)
-    return out

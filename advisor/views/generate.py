@@ -11,10 +11,10 @@ DeepSpeed integration sets them (``transformers/integrations/deepspeed.py``
 int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h`` (elements).
 
 Per plan, memory per tier (bytes) is the model states of the worst rank plus the activations of
-one micro-batch (:func:`advisor.activations.estimate_activations`):
+one micro-batch (:func:`advisor.model.activations.estimate_activations`):
 
 * model states come from :func:`model_states`: the state ledger
-  (:func:`advisor.ledger.compute_ledger`, every formula with its DeepSpeed source, O(tensors + W)
+  (:func:`advisor.ledger.state.compute_ledger`, every formula with its DeepSpeed source, O(tensors + W)
   per plan through its rank roles), worst role per tier, every lifetime summed (ZeRO-3's gathered
   parameters included), cached per (stage, offload, GA > 1);
 * accelerator: per rank, against the accelerator's memory; host: the ranks of one node summed,
@@ -29,7 +29,7 @@ Step time (seconds per optimizer step), the ranking key (:func:`step_time`):
   Language Models", section 2.1: C ~ 6 N per token for forward + backward), peak = the
   accelerator's dense 16-bit FLOP/s, ``MFU`` = 0.4 (an assumption, named in the output); the
   recompute fraction is the activations estimate's (one extra forward of the layers);
-* data movement per link from :mod:`advisor.traffic` (ZeRO paper volumes for collectives, PCIe
+* data movement per link from :mod:`advisor.ledger.movement` (ZeRO paper volumes for collectives, PCIe
   offload copies, NVMe swaps) at the hardware's bandwidths: movements DeepSpeed issues
   synchronously count in full; of the overlapped ones ``OVERLAP_EFFICIENCY`` (0.5, an
   assumption) hides behind compute, at most the compute time; links are summed (no assumption
@@ -50,12 +50,12 @@ import posixpath
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from advisor.activations import ActivationInputs, estimate_activations
+from advisor.model.activations import ActivationInputs, estimate_activations
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
-from advisor.effective import DTYPE_BYTES, EffectiveConfig, effective_config
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.errors import AdvisorError
-from advisor.inventory import Inventory
-from advisor.ledger import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, compute_ledger,
+from advisor.model.inventory import Inventory
+from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, compute_ledger,
                             zero3_partition_numel)
 
 #: Model FLOPs utilisation assumed for the compute term (named in every output).
@@ -305,12 +305,12 @@ LEDGER_EXCLUDED = ("lp_grads", "allreduce_bucket")
 def model_states(ec: EffectiveConfig, inv: Inventory, w: int) -> States:
     """Worst-rank model-state bytes by tier, every lifetime summed (persistent, backward, step and
     forward/backward transients such as ZeRO-3's gathered parameters), from
-    :func:`advisor.ledger.compute_ledger` on ``w`` data-parallel ranks: per tier the role with the
+    :func:`advisor.ledger.state.compute_ledger` on ``w`` data-parallel ranks: per tier the role with the
     most bytes there (its rank lists come from the ledger's O(tensors + W) role grouping). Adds the
     two backward transients the ledger leaves out (``LEDGER_EXCLUDED``). Raises ValueError for a
     configuration DeepSpeed refuses."""
     led = compute_ledger(Plan(ec, inv, Cluster(world_size=w)))
-    s = States(source="ledger (advisor.ledger.compute_ledger, worst role per tier)")
+    s = States(source="ledger (advisor.ledger.state.compute_ledger, worst role per tier)")
     for tier in ("accelerator", "host_pinned", "host_pageable", "nvme"):
         for t, item, nbytes in _worst_role_entries(led, tier):
             s.add(t, item, nbytes)
@@ -401,7 +401,7 @@ class SearchResult:
             "margin": self.request.margin,
             "overlap": (f"synchronous movements count in full; overlapped ones hide "
                         f"{self.request.overlap_efficiency:.0%} of their time behind compute, at most the compute time"),
-            "activations": "flash attention, dropout off (advisor.activations)",
+            "activations": "flash attention, dropout off (advisor.model.activations)",
             "nvme_path": self.nvme_path,
             "accelerator": acc.name if acc else None,
             "excluded": "CUDA context, NCCL buffers, allocator fragmentation: covered by the margin; "
@@ -439,11 +439,11 @@ def _nvme_path(tier: Any) -> str | None:
 
 def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float) -> dict[str, float]:
     """Seconds per optimizer step by part: compute (see the module docstring), then per link
-    (network, pcie, nvme) the exposed movement time from :mod:`advisor.traffic` for rank 0 (ranks
+    (network, pcie, nvme) the exposed movement time from :mod:`advisor.ledger.movement` for rank 0 (ranks
     move equal volumes up to padding): synchronous movements + overlapped ones - min(overlapped x
     ``overlap_efficiency``, compute). ``total`` = compute + every link's exposed time. Unknown bandwidths count as 0 and
     are listed under ``unknown``."""
-    from advisor import traffic
+    from advisor.ledger import movement as traffic
 
     inv = plan.inventory
     dp = plan.cluster.dp_world_size
@@ -495,7 +495,7 @@ def _fit(c: Candidate, caps: dict[str, int | None], g: int) -> Rejection | None:
 def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bool = True) -> SearchResult:
     """Enumerate, fit and rank (see the module docstring). ``verify`` is kept for callers and has
     no effect: the states are the ledger's already. ``hardware``: an
-    :class:`advisor.hardware.Hardware` whose shape is the request's (``nodes`` x
+    :class:`advisor.cluster.hardware.Hardware` whose shape is the request's (``nodes`` x
     ``gpus_per_node``). Raises AdvisorError for requests no plan can express (global batch not a
     multiple of DP, a model without architecture facts). The result's ``ranked`` is best first."""
     meta = inv.meta or {}
@@ -652,7 +652,7 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
                        f"checkpointing {b.checkpointing}: {b.accelerator / 1e9:,.1f} GB per GPU")
             break
     if choose_nvme_tier(hardware) is None and hardware.host_memory_bytes:
-        from advisor.hardware import StorageTier
+        from advisor.cluster.hardware import StorageTier
         big = StorageTier(name="hypothetical-nvme", mounts=("/local_nvme",), capacity_bytes=10 ** 18,
                           read_bytes_per_s=7e9, write_bytes_per_s=3.8e9, access="read-write")
         res = search(inv, replace(hardware, storage=tuple(hardware.storage) + (big,)), req, top=1, verify=False)

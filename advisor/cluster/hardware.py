@@ -39,6 +39,15 @@ _PRESET_FILE = "hardware_presets.json"
 # data
 
 
+@dataclass
+class Capacity:
+    """Per-rank accelerator memory, per-node host memory, per-node NVMe space (bytes; None = unknown)."""
+
+    accelerator: int | None = None
+    host: int | None = None
+    nvme: int | None = None
+
+
 @dataclass(frozen=True)
 class Accelerator:
     """One accelerator. Bytes, bytes/s per direction, dense FLOP/s; None = unknown."""
@@ -148,9 +157,8 @@ class Hardware:
         return best[1] if best else None
 
     def capacity(self, nvme_path: str | None = None):
-        """An :class:`advisor.estimate.Capacity` (per-rank accelerator memory, per-node host
+        """A :class:`Capacity` (per-rank accelerator memory, per-node host
         memory, and the capacity of the tier holding ``nvme_path``), bytes; None when unknown."""
-        from advisor.estimate import Capacity
 
         t = self.tier_for_path(nvme_path)
         return Capacity(accelerator=self.accelerator.memory_bytes if self.accelerator else None,

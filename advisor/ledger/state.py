@@ -5,7 +5,7 @@ INTERFACE (stable; views depend on it):
 * :class:`Plan` — the effective config x the model inventory x the cluster shape.
 * :func:`compute_ledger(plan) -> Ledger` — one :class:`RankLedger` per data-parallel rank.
 * Each :class:`Entry` is one allocation DeepSpeed makes: which rank, tier, state class, the
-  fine-grained item name (the vocabulary below, shared with ``advisor.measure``), bytes,
+  fine-grained item name (the vocabulary below, shared with ``advisor.engine.measure``), bytes,
   lifetime, the formula in words and the DeepSpeed source it comes from.
 
 Tiers: ``accelerator``, ``host_pinned``, ``host_pageable``, ``nvme``.
@@ -37,8 +37,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from advisor.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.inventory import Inventory
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.model.inventory import Inventory
 
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
@@ -159,7 +159,7 @@ class Ledger:
 # Implementation. Section numbers (§) refer to
 # ../shared/reference/deepspeed-0.19.8-state-accounting.md; file:function citations are relative
 # to the installed deepspeed 0.19.8 package. Every formula here is checked byte for byte
-# against the real engine by tests/engine (advisor.measure).
+# against the real engine by tests/engine (advisor.engine.measure).
 
 #: Items that are model state (as opposed to config-driven workspace buffers).
 MODEL_STATE_CLASSES: tuple[str, ...] = ("parameters", "gradients", "master_weights", "optimizer_states")
@@ -1007,7 +1007,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     if why:
         raise ValueError(f"DeepSpeed 0.19.8 rejects this configuration: {why}")
     wrapper, basic = select_optimizer(ec)
-    from advisor.effective import derive_batch
+    from advisor.config.effective import derive_batch
     ga = derive_batch(ec, W)[2] or 1
     ranks = _roles(ec, inv, W, wrapper, basic, ga)
     excluded = [

@@ -3,7 +3,7 @@
 ``ds-advisor check`` runs as the first line of an sbatch or torchrun script, on each node. It
 
 1. discovers the launch shape from flags and the launcher's environment
-   (:func:`advisor.launch.discover_launch`), each value with its source;
+   (:func:`advisor.cluster.launch.discover_launch`), each value with its source;
 2. probes this node: accelerator memory (``nvidia-smi``'s CSV query, else ``rocm-smi --json``,
    else torch *only if the caller already imported it*: this module never imports torch or
    deepspeed), host memory (``/proc/meminfo`` MemAvailable), and every ``nvme_path`` that
@@ -13,7 +13,7 @@
    verdict per tier with the headroom.
 
 Capacities, in order of precedence: a flag (``--gpu-memory``, ``--host-memory``), the probe,
-then the ``--hardware`` spec (:func:`advisor.hardware.resolve_hardware`). Exit codes (:data:`EXIT_OK` ...): 0 go; 1 no-go (a tier does not fit,
+then the ``--hardware`` spec (:func:`advisor.cluster.hardware.resolve_hardware`). Exit codes (:data:`EXIT_OK` ...): 0 go; 1 no-go (a tier does not fit,
 or an error-level finding); 2 bad usage or unreadable input (raised by the caller); 3 with
 ``strict`` only: a probe failed (without ``strict`` that is a warning and the flags / spec
 are used; a tier with no capacity at all is reported "unknown" and does not block).
@@ -39,15 +39,15 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE
 from advisor.findings import Finding, sort_findings
-from advisor.launch import Found, LaunchShape, discover_launch
+from advisor.cluster.launch import Found, LaunchShape, discover_launch
 from advisor.units import gb, gib
 
 if TYPE_CHECKING:  # imported lazily at run time
-    from advisor.effective import EffectiveConfig
-    from advisor.estimate import EstimateResult
-    from advisor.hardware import Hardware
-    from advisor.inventory import Inventory
-    from advisor.loading import LoadedConfig
+    from advisor.config.effective import EffectiveConfig
+    from advisor.views.estimate import EstimateResult
+    from advisor.cluster.hardware import Hardware
+    from advisor.model.inventory import Inventory
+    from advisor.config.loading import LoadedConfig
 
 CHECK_SCHEMA_VERSION = 1
 #: Seconds an accelerator tool (nvidia-smi, rocm-smi) may take before the probe gives up.
@@ -534,15 +534,16 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     ``env``: the environment to read launcher variables and PATH from (default os.environ).
     ``world_size`` / ``gpus_per_node`` / ``gpu_memory`` (bytes per rank) / ``host_memory``
     (bytes per node): flags, which beat the environment and the probes. ``hardware``: an
-    :class:`advisor.hardware.Hardware` (``--hardware``), last in line for accelerator and host
+    :class:`advisor.cluster.hardware.Hardware` (``--hardware``), last in line for accelerator and host
     memory (after flags and probes), ranks per node and, without launcher variables, the world
     size (nodes x accelerators per node); a warning when it disagrees with the probed GPUs. ``disk_free``: test hook, nvme_path -> free bytes (also read from
     DS_ADVISOR_TEST_DISK_FREE). ``strict``: a failed probe makes the exit code 3.
     """
-    from advisor.effective import effective_config
-    from advisor.estimate import Capacity, estimate
-    from advisor.ledger import Cluster
-    from advisor.lint import lint_config
+    from advisor.config.effective import effective_config
+    from advisor.cluster.hardware import Capacity
+    from advisor.views.estimate import estimate
+    from advisor.ledger.state import Cluster
+    from advisor.views.lint import lint_config
 
     env = os.environ if env is None else env
     warnings: list[str] = []
@@ -657,73 +658,3 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
 
 # --- text ----------------------------------------------------------------------------------
 
-def _val(f: Found | None) -> str:
-    return "unknown" if f is None else f"{f.value:<6} from {f.source}"
-
-
-def check_text(r: CheckResult) -> str:
-    """The human report: launch shape and resources with their sources, the verdict per tier,
-    findings, warnings, and a last line ``GO`` / ``NO-GO`` with the exit code."""
-    L: list[str] = [f"ds-advisor check: {r.source}, model {r.model} ({r.parameters:,} parameters)", "launch shape"]
-    ls = r.launch
-    L.append(f"  world size       {_val(ls.world_size)}")
-    L.append(f"  ranks per node   {_val(ls.gpus_per_node)}")
-    L.append(f"  nodes            {_val(ls.num_nodes)}")
-    L.append(f"  this node        {_val(ls.node_rank) if ls.node_rank else '0      (default)'}  "
-             f"ranks {ls.node_ranks()[0]}-{ls.node_ranks()[-1]}")
-    if ls.rank is not None:
-        L.append(f"  this rank        {_val(ls.rank)}")
-    if ls.visible_devices is not None:
-        L.append(f"  visible devices  {','.join(ls.visible_devices)} from {ls.visible_source}")
-    L.append("this node")
-    a = r.accelerators
-    if a.ok:
-        names = sorted({d.name for d in a.devices})
-        L.append(f"  accelerators     {len(a.devices)} x {' / '.join(names)} from {a.source}")
-        groups: dict[tuple[int, int], list[str]] = {}
-        for d in a.devices:
-            groups.setdefault((d.total, d.used), []).append(d.index)
-        for (total, used), idx in groups.items():
-            L.append(f"    GPU {','.join(idx)}: {gb(total)} total, {gb(used)} used, {gb(max(0, total - used))} free"
-                     + (" each" if len(idx) > 1 else ""))
-    else:
-        L.append(f"  accelerators     not probed: {a.error}")
-    h = r.host
-    if h.available is not None:
-        L.append(f"  host memory      {gb(h.available)} available of {gb(h.total or 0)} from {h.source}")
-    else:
-        L.append(f"  host memory      not probed: {h.error}")
-    for p in r.nvme:
-        state = ("missing" if not p.exists else "not a directory" if not p.is_dir else
-                 "writable" if p.writable else f"NOT writable ({p.write_error})")
-        free = "" if p.free is None else f", {gb(p.free)} free ({p.free_source})"
-        L.append(f"  nvme_path        {p.path} ({'+'.join(p.roles)}): {state}{free}; swap files {gb(p.need)}")
-    if r.libaio is not None:
-        L.append(f"  libaio           {'found' if r.libaio.found else 'MISSING'}: {r.libaio.detail}")
-    L.append("verdict per tier")
-    for t in r.tiers:
-        cap = "unknown" if t.capacity is None else gb(t.capacity)
-        head = "" if t.headroom is None else f", headroom {gb(t.headroom)}"
-        L.append(f"  {t.verdict.upper():<7} {t.tier} [{t.scope}]: need {gb(t.need)} of {cap}{head}"
-                 + (f"  [capacity from {t.capacity_source}]" if t.capacity_source else ""))
-    for x in r.excluded:
-        L.append(f"  not counted: {x}")
-    if r.findings:
-        L.append("findings")
-        for f in r.findings:
-            loc = f"{f.file}:{f.line}: " if f.line else ""
-            L.append(f"  {loc}{f.severity} {f.code} {f.pointer or '/'}: {f.message}")
-            if f.fix:
-                L.append(f"      fix: {f.fix}")
-    for w in r.warnings:
-        L.append(f"warning: {w}")
-    if r.exit_code == EXIT_PROBE:
-        L.append(f"NO-GO: the environment could not be probed (--strict) (exit {r.exit_code})")
-    else:
-        L.append(f"{r.verdict.upper()} (exit {r.exit_code})")
-    return "\n".join(L)
-
-
-def check_json(r: CheckResult) -> str:
-    """``--format json``: :meth:`CheckResult.to_dict` as indented JSON."""
-    return json.dumps(r.to_dict(), indent=2)

@@ -2,7 +2,7 @@
 tensor inventory the state ledger uses.
 
 A :class:`ModelSpec` describes a decoder-only transformer by its architecture. :func:`expand`
-turns it into an :class:`~advisor.inventory.Inventory` whose tensors have the same names, shapes
+turns it into an :class:`~advisor.model.inventory.Inventory` whose tensors have the same names, shapes
 and order as ``model.named_parameters()`` of the Hugging Face transformers model for that
 architecture (transformers 5.x module layout; shared/tied tensors appear once, as
 ``named_parameters`` deduplicates them). Counts are elements, never bytes.
@@ -20,7 +20,7 @@ Hugging Face repository, copied verbatim (the repo is named next to each preset)
 same reader a user's ``config.json`` goes through. Parameter counts therefore follow from the
 architecture; ``tests/test_models.py`` checks them against the published counts.
 
-Import cost: standard library and ``advisor.inventory`` only. Nothing here imports torch,
+Import cost: standard library and ``advisor.model.inventory`` only. Nothing here imports torch,
 deepspeed or transformers.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from advisor.errors import ModelSpecError
-from advisor.inventory import Inventory, TensorSpec, from_dict
+from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
 #: Families :func:`expand` knows, keyed by Hugging Face ``model_type``.
 FAMILIES: tuple[str, ...] = (

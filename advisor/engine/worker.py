@@ -1,4 +1,4 @@
-"""Per-rank worker of ``advisor.measure`` (run by ``python -m torch.distributed.run``).
+"""Per-rank worker of ``advisor.engine.measure`` (run by ``python -m torch.distributed.run``).
 
 Each rank reads a job file (JSON: a list of cells, each a DeepSpeed config, an inventory and a
 step count), and for every cell builds a proxy model made of ``nn.Parameter``s with exactly the
@@ -13,7 +13,7 @@ censuses of the engine's live tensors:
 
 A census walks the engine's own structures (``engine.optimizer`` and the basic optimizer) and
 attributes each tensor *storage* (de-duplicated by data pointer) to the first item that
-references it; the item names are the vocabulary of ``advisor.ledger``. Tiers: ``host_pinned``
+references it; the item names are the vocabulary of ``advisor.ledger.state``. Tiers: ``host_pinned``
 when DeepSpeed page-locked it (every tensor returned by ``get_accelerator().pin_memory`` or by
 an aio handle's ``new_cpu_locked_tensor`` is recorded, since on a CPU accelerator pinning is a
 no-op that ``tensor.is_pinned()`` cannot see), ``accelerator`` for tensors on a non-CPU device,

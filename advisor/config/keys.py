@@ -3,7 +3,7 @@
 The table is derived from the generated schema (``schemas/deepspeed-config.schema.json``), so
 it follows the DeepSpeed release the schema was generated from: for every key name, the
 sections (as tuples of keys from the top level; ``()`` is the top level) where DeepSpeed reads
-it. ``advisor.schema`` uses it for two things:
+it. ``advisor.config.schema`` uses it for two things:
 
 * S006: a key unknown where it is written but known elsewhere is *misplaced*
   (``offload_optimizer`` at the top level belongs under ``zero_optimization``; ``loss_scale``

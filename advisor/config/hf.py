@@ -701,7 +701,7 @@ def resolve_for_estimate(raw: dict, trainer_args: TrainerArgs | Mapping[str, Any
     """Integration entry for lint/estimate ``--hf``: the resolved raw config and the H findings.
 
     ``trainer_args``: a TrainerArgs, a dict of its fields (e.g. the click options of
-    :data:`trainer_options`), or None for TrainingArguments' defaults. ``inventory``: its
+    the CLI's Trainer options), or None for TrainingArguments' defaults. ``inventory``: its
     ``meta`` supplies hidden_size (or hidden_sizes / text_config) for the bucket sizes.
     ``world_size``: total ranks (the Trainer's ``args.world_size``), default 1.
     """
@@ -717,7 +717,7 @@ def resolve_for_estimate(raw: dict, trainer_args: TrainerArgs | Mapping[str, Any
 
 # -- click option bundle for lint / estimate / resolve --------------------------------------------
 
-_TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
+TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
     ("--per-device-train-batch-size", "per_device_train_batch_size", int, "Trainer per_device_train_batch_size (default 8)."),
     ("--gradient-accumulation-steps", "gradient_accumulation_steps", int, "Trainer gradient_accumulation_steps (default 1)."),
     ("--learning-rate", "learning_rate", float, "Trainer learning_rate (default 5e-5)."),
@@ -730,37 +730,6 @@ _TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
     ("--warmup-ratio", "warmup_ratio", float, "Older Trainer warmup_ratio (a fraction of the steps)."),
     ("--max-steps", "max_steps", int, "Optimizer steps (num_training_steps) for the scheduler's \"auto\"."),
 ]
-
-
-def trainer_options(f):
-    """Click decorator adding the Trainer-argument options (``--per-device-train-batch-size``,
-    ``--gradient-accumulation-steps``, ``--learning-rate``, ``--weight-decay``, ``--adam-beta1/2``,
-    ``--adam-epsilon``, ``--max-grad-norm``, ``--warmup-steps``, ``--warmup-ratio``,
-    ``--max-steps``/``--num-train-steps``, ``--bf16``, ``--fp16``, ``--hidden-size``) to a command.
-    The command receives them as one keyword argument ``trainer_args``: a dict for
-    :meth:`TrainerArgs.from_mapping` (None values = not given), plus ``hidden_size``."""
-    import functools
-
-    import click
-
-    names = [n for _, n, _, _ in _TRAINER_OPTS] + ["bf16", "fp16"]
-
-    @functools.wraps(f)
-    def wrapper(*a, **kw):
-        targs = {n: kw.pop(n, None) for n in names}
-        targs = {k: v for k, v in targs.items() if v not in (None, False)}
-        kw["trainer_args"] = targs
-        return f(*a, **kw)
-
-    deco = wrapper
-    deco = click.option("--hidden-size", type=click.IntRange(min=1),
-                        help="Model hidden size for the bucket-size \"auto\" values (default: from --model).")(deco)
-    deco = click.option("--fp16", is_flag=True, help="Trainer --fp16.")(deco)
-    deco = click.option("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
-    for opt, name, typ, hlp in reversed(_TRAINER_OPTS):
-        decls = [opt, name] + (["--num-train-steps", "--num-training-steps"] if name == "max_steps" else [])
-        deco = click.option(*decls, type=typ, default=None, help=hlp)(deco)
-    return deco
 
 
 # -- lint integration -------------------------------------------------------------------------------

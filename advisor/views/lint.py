@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from advisor.effective import effective_config
+from advisor.config.effective import effective_config
 from advisor.findings import Finding, sort_findings
-from advisor.inventory import Inventory
-from advisor.loading import LoadedConfig
+from advisor.model.inventory import Inventory
+from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
-from advisor.schema import validate_config
+from advisor.config.schema import validate_config
 
 
 def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_size_source: str | None = None,
@@ -22,7 +22,7 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it.
     ``inventory``: the model, enabling rules that need one. ``hf``: the config goes through
     the HF Trainer/accelerate, which fills in "auto". ``select``: only these rule codes.
-    ``trainer_args``: the HF Trainer arguments (advisor.hf.TrainerArgs fields, plus optional
+    ``trainer_args``: the HF Trainer arguments (advisor.config.hf.TrainerArgs fields, plus optional
     hidden_size), enabling the Trainer's own checks (its "mismatch" error and friends).
     ``extra``: inputs some rules need, e.g. {"hardware": Hardware, "step_seconds": float} for
     the storage-tier rules (T family).

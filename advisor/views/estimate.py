@@ -1,8 +1,8 @@
 """Estimate: the ledger summarised per rank role, with activations, peak per tier, fit
 against capacities and findings.
 
-This is a view over :func:`advisor.ledger.compute_ledger` (model states and buffers) and
-:func:`advisor.activations.estimate_activations` (live activations); it holds no formulas
+This is a view over :func:`advisor.ledger.state.compute_ledger` (model states and buffers) and
+:func:`advisor.model.activations.estimate_activations` (live activations); it holds no formulas
 of its own beyond adding up what is live in the same phase of the step.
 
 Ranks whose bytes are identical in every (tier, class, item) are grouped into one *role* so
@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor import DEEPSPEED_VERSION, __version__
-from advisor.activations import ActivationEstimate, ActivationInputs, estimate_activations
-from advisor.effective import DTYPE_BYTES, EffectiveConfig, effective_config
+from advisor.model.activations import ActivationEstimate, ActivationInputs, estimate_activations
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
+from advisor.cluster.hardware import Capacity
 from advisor.findings import Finding
-from advisor.inventory import Inventory
-from advisor.ledger import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger, unsupported_reason
-from advisor.loading import LoadedConfig
+from advisor.model.inventory import Inventory
+from advisor.ledger.state import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger, unsupported_reason
+from advisor.config.loading import LoadedConfig
 from advisor.units import gb, gib
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
@@ -41,15 +42,6 @@ PHASES = ("forward", "backward", "step")
 #: Named assumption: allocator fragmentation / caching slack added to the accelerator peak
 #: before comparing with capacity (PyTorch's caching allocator typically keeps 5-10% more).
 DEFAULT_FRAGMENTATION = 0.05
-
-
-@dataclass
-class Capacity:
-    """Per-rank accelerator memory, per-node host memory, per-node NVMe space (bytes; None = unknown)."""
-
-    accelerator: int | None = None
-    host: int | None = None
-    nvme: int | None = None
 
 
 @dataclass
@@ -314,8 +306,8 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
              hardware: Any = None, step_seconds: float | None = None) -> EstimateResult:
     """Run the ledger (and activations) for one config and summarise it.
 
-    ``hardware`` (advisor.hardware.Hardware) and ``step_seconds`` give the movement section
-    its times, storage tiers and drive endurance (advisor.traffic).
+    ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_seconds`` give the movement section
+    its times, storage tiers and drive endurance (advisor.ledger.movement).
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit.
@@ -338,8 +330,8 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     roles = group_roles(ledger, acts)
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
     all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
-    from advisor.checkpoint import checkpoint_plan
-    from advisor.traffic import movement_section
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.ledger.movement import movement_section
     sections = {"movement": movement_section(ledger, hardware, step_seconds),
                 "checkpoint": checkpoint_plan(ec, inventory, cluster).to_dict()}
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,

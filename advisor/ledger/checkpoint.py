@@ -36,9 +36,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.inventory import Inventory, TensorSpec
-from advisor.ledger import (Cluster, aio_alignment_elems, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.model.inventory import Inventory, TensorSpec
+from advisor.ledger.state import (Cluster, aio_alignment_elems, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
                             unsupported_reason, zero3_partition_numel, zero3_sub_groups, zero12_group_layout)
 
 #: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
@@ -489,13 +489,13 @@ class CheckpointPlan:
     def storage(self) -> dict[str, Any] | None:
         """The checkpoint storage tier and its wear per day (bytes; seconds; days), or None when
         neither a save dir nor a tier is known. Per-day figures come from
-        :func:`advisor.traffic.endurance` with one save as the "step" and the save interval as
+        :func:`advisor.ledger.movement.endurance` with one save as the "step" and the save interval as
         its duration: saves/day = 86,400 / interval, bytes/day = node bytes per save x saves/day,
         days of life = rated bytes / bytes per day; endurance used per day = bytes/day / rated."""
         t = self.tier
         if self.save_dir is None and t is None:
             return None
-        from advisor.traffic import endurance
+        from advisor.ledger.movement import endurance
 
         out: dict[str, Any] = {"save_dir": self.save_dir, "tier": t.name if t else None,
                                "access": t.access if t else None, "mounts": list(t.mounts) if t else [],
@@ -569,7 +569,7 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
     ``restart_s`` is the time from a failure to the job running again before the reload
     (scheduler, process start, initialize).
 
-    With ``hardware`` (:class:`advisor.hardware.Hardware`) and ``save_dir``, the storage tier
+    With ``hardware`` (:class:`advisor.cluster.hardware.Hardware`) and ``save_dir``, the storage tier
     holding ``save_dir`` supplies the defaults of ``write_bandwidth`` and ``read_bandwidth`` (given
     values win), the plan reports the tier's wear per day at the save interval (``save_interval_s``
     when given, else Young/Daly), and a read-oriented tier yields a T003 finding. Without a tier,
@@ -624,7 +624,7 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
 
 
 def checkpoint_for(plan: Any) -> CheckpointPlan:
-    """``checkpoint_plan`` for an ``advisor.ledger.Plan`` (sizes only: no bandwidth or MTBF), the
+    """``checkpoint_plan`` for an ``advisor.ledger.state.Plan`` (sizes only: no bandwidth or MTBF), the
     entry point the HTML report and the estimate view look for."""
     return checkpoint_plan(plan.config, plan.inventory, plan.cluster)
 
@@ -632,99 +632,3 @@ def checkpoint_for(plan: Any) -> CheckpointPlan:
 # ------------------------------------------------------------------------------------------------
 # text view
 
-def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "n/a"
-    if s < 120:
-        return f"{s:,.1f} s"
-    if s < 7200:
-        return f"{s / 60:,.1f} min"
-    return f"{s / 3600:,.2f} h"
-
-
-def _size(n: int) -> str:
-    from advisor.units import gb, gib
-    return f"{n:,} B" if n < 10**6 else f"{gb(n)} ({gib(n)})"
-
-
-def checkpoint_text(plan: CheckpointPlan) -> str:
-    """Human-readable report; files that differ only in the rank are folded into one row."""
-    import re
-
-    f = plan.files
-    lines = [f"Checkpoint: engine.save_checkpoint (DeepSpeed 0.19.8), ZeRO-{plan.zero_stage}, {f.wrapper} + "
-             f"{f.basic_optimizer}, world size {plan.world_size} (data-parallel {plan.dp_world_size})"]
-    if f.unsupported:
-        lines.append(f"  not saved: {f.unsupported}")
-        return "\n".join(lines)
-    rows: dict[tuple, list] = {}
-    for x in f.files:
-        pat = re.sub(r"zero_pp_rank_\d+", "zero_pp_rank_{r}", x.path)
-        pat = re.sub(r"/rank\d+/", "/rank{r:02d}/", pat)
-        key = (pat if pat != x.path else x.path, x.bytes)
-        rows.setdefault(key, []).append(x)
-    lines.append(f"  {'file (under save_dir)':<64} {'written by':<14} tensor bytes")
-    for (pat, nbytes), xs in rows.items():
-        who = f"rank {xs[0].rank}" if len(xs) == 1 else f"{len(xs)} ranks"
-        shown = xs[0].path if len(xs) == 1 else pat
-        lines.append(f"  {shown:<64} {who:<14} {_size(nbytes)}" + (" each" if len(xs) > 1 else ""))
-    lines.append(f"  per save: {_size(plan.per_save_bytes)}; kept x{plan.keep}: {_size(plan.kept_bytes)}")
-    lines.append(f"  (sizes are tensor payload; .pt files add pickle overhead of a few KB each)")
-    s16 = plan.save16
-    lines.append(f"  save_16bit_model: " + (f"pytorch_model.bin {_size(s16.bytes)} by rank 0" if s16.writes
-                                          else "writes nothing") + f"; {s16.note}")
-    if s16.gather_accelerator_bytes:
-        lines.append(f"    gather spike: {_size(s16.gather_accelerator_bytes)} accelerator on every rank (largest "
-                     f"module), {_size(s16.host_bytes_rank0)} host on rank 0")
-    lw = plan.largest_writer()
-    if plan.world_size > 1 and lw["share"] > 2.0 / plan.world_size:
-        lines.append(f"  rank {lw['rank']} writes {_size(lw['bytes'])} ({lw['share']:.0%} of the save) by itself: "
-                     "one client's bandwidth may bound the save time below")
-    if plan.write_bandwidth:
-        lines.append(f"  write at {plan.write_bandwidth / 1e9:,.2f} GB/s: {_fmt_s(plan.save_s)}; "
-                     f"restart reads {_size(f.read_bytes)} at {(plan.read_bandwidth or 0) / 1e9:,.2f} GB/s: "
-                     f"{_fmt_s(plan.load_s)}")
-    res = plan.resilience()
-    if res:
-        lf = res["lost_fraction"]
-        rc = res["recovery_s"]
-        lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} ({plan.nodes} nodes x "
-                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / node)")
-        lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
-                     (f" (~{res['interval_steps']} steps)" if "interval_steps" in res else "") +
-                     "  [Young/Daly: sqrt(2 x save time x MTBF)]")
-        lines.append(f"  time lost: {lf['total']:.2%} (saving {lf['saving']:.2%}, rework {lf['rework']:.2%}, "
-                     f"restart {lf['restart']:.2%})")
-        lines.append(f"  one failure costs {_fmt_s(rc['expected_total'])} expected (restart {_fmt_s(rc['restart'])} "
-                     f"+ reload {_fmt_s(rc['reload'])} + lost work {_fmt_s(rc['lost_work_expected'])}), "
-                     f"{_fmt_s(rc['worst_total'])} worst")
-    elif plan.write_bandwidth is None:
-        lines.append("  give --write-bandwidth (and --node-mtbf-hours) for save time and the save interval")
-    st = plan.storage()
-    if st and st["tier"]:
-        t = plan.tier
-        lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
-                     f"write {t.write_bytes_per_s / 1e9:,.2f} GB/s, read {t.read_bytes_per_s / 1e9:,.2f} GB/s; "
-                     f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
-                     f"on the busiest node")
-        if st["bytes_written_per_day"] is not None:
-            s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
-                 f"{st['saves_per_day']:,.2f} saves/day, {st['bytes_written_per_day'] / 1e12:,.3f} TB written per day")
-            if st["endurance_used_per_day"] is not None:
-                s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
-                      f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None
-                                            else "unlimited"))
-                if st["warranty_days"]:
-                    s += f" (warranty {st['warranty_days']:,.0f} days)"
-            else:
-                s += " (endurance unknown)"
-            lines.append(s)
-        else:
-            lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
-    for x in plan.findings:
-        lines.append(f"  {x.severity} {x.code}: {x.message}")
-        if x.fix:
-            lines.append(f"    fix: {x.fix}")
-    for n in f.notes[1:] + plan.notes:
-        lines.append(f"  note: {n}")
-    return "\n".join(lines)

@@ -11,9 +11,16 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from advisor.errors import EXIT_PROBE
 from advisor.findings import Finding
+from advisor.units import gb, gib
+
+if TYPE_CHECKING:
+    from advisor.cluster.launch import Found
+    from advisor.ledger.checkpoint import CheckpointPlan
+    from advisor.views.check import CheckResult
 
 LINT_SCHEMA_VERSION = 1
 
@@ -185,7 +192,6 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             console.print(ft)
         mv = d.get("movement")
         if mv and any(r["movements"] for r in mv["ranks"]):
-            from advisor.traffic import movement_lines
             for line in movement_lines(mv):
                 console.print(line, markup=False)
         ck = d.get("checkpoint")
@@ -242,3 +248,209 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 if f["fix"]:
                     console.print(f"      fix: {f['fix']}")
     return captured.get().rstrip("\n")
+
+
+def _b(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB"
+
+
+def movement_lines(section: dict[str, Any]) -> list[str]:
+    """Text lines for :func:`movement_section`: a table of rank 0's movements per step, then
+    one endurance line per storage tier."""
+    role = section["ranks"][0] if section["ranks"] else {"ranks": [0], "movements": []}
+    who = f"rank {role['ranks'][0]}" + (f" (and {len(role['ranks']) - 1} more alike)" if len(role["ranks"]) > 1 else "")
+    out = [f"Data movement per optimizer step ({who}; GB = 1e9 bytes):",
+           f"  {'link':<8} {'direction':<15} {'class':<17} {'item':<28} {'bytes':>12} {'time':>9}  overlap"]
+    for m in role["movements"]:
+        t = f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?"
+        out.append(f"  {m['link']:<8} {m['direction']:<15} {m['cls']:<17} {m['item']:<28} {_b(m['bytes']):>12} "
+                   f"{t:>9}  {'yes' if m['overlap'] else 'no'}")
+    if not role["movements"]:
+        out.append("  (nothing crosses PCIe, NVMe or the network)")
+    for ln in section["endurance"]:
+        if not ln["write_bytes_per_step"] and not ln["paths"]:
+            continue  # a tier nothing is offloaded to: no line
+        name = ln["tier"] or ", ".join(ln["paths"]) or "?"
+        s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
+        s += f": {_b(ln['write_bytes_per_step'])} written per step per node"
+        if ln["write_bytes_per_day"] is not None:
+            s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_seconds']:g} s/step"
+            if ln["endurance_used_per_day"] is not None:
+                s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
+            if ln["days_of_life"] is not None:
+                s += f", projected life {ln['days_of_life']:,.1f} days"
+            elif ln["write_bytes_per_step"] == 0:
+                s += ", no wear"
+        else:
+            s += " (give a step time for per-day figures)"
+        out.append(s)
+    return out
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "n/a"
+    if s < 120:
+        return f"{s:,.1f} s"
+    if s < 7200:
+        return f"{s / 60:,.1f} min"
+    return f"{s / 3600:,.2f} h"
+
+
+def _size(n: int) -> str:
+    return f"{n:,} B" if n < 10**6 else f"{gb(n)} ({gib(n)})"
+
+
+def checkpoint_text(plan: CheckpointPlan) -> str:
+    """Human-readable report; files that differ only in the rank are folded into one row."""
+    import re
+
+    f = plan.files
+    lines = [f"Checkpoint: engine.save_checkpoint (DeepSpeed 0.19.8), ZeRO-{plan.zero_stage}, {f.wrapper} + "
+             f"{f.basic_optimizer}, world size {plan.world_size} (data-parallel {plan.dp_world_size})"]
+    if f.unsupported:
+        lines.append(f"  not saved: {f.unsupported}")
+        return "\n".join(lines)
+    rows: dict[tuple, list] = {}
+    for x in f.files:
+        pat = re.sub(r"zero_pp_rank_\d+", "zero_pp_rank_{r}", x.path)
+        pat = re.sub(r"/rank\d+/", "/rank{r:02d}/", pat)
+        key = (pat if pat != x.path else x.path, x.bytes)
+        rows.setdefault(key, []).append(x)
+    lines.append(f"  {'file (under save_dir)':<64} {'written by':<14} tensor bytes")
+    for (pat, nbytes), xs in rows.items():
+        who = f"rank {xs[0].rank}" if len(xs) == 1 else f"{len(xs)} ranks"
+        shown = xs[0].path if len(xs) == 1 else pat
+        lines.append(f"  {shown:<64} {who:<14} {_size(nbytes)}" + (" each" if len(xs) > 1 else ""))
+    lines.append(f"  per save: {_size(plan.per_save_bytes)}; kept x{plan.keep}: {_size(plan.kept_bytes)}")
+    lines.append(f"  (sizes are tensor payload; .pt files add pickle overhead of a few KB each)")
+    s16 = plan.save16
+    lines.append(f"  save_16bit_model: " + (f"pytorch_model.bin {_size(s16.bytes)} by rank 0" if s16.writes
+                                          else "writes nothing") + f"; {s16.note}")
+    if s16.gather_accelerator_bytes:
+        lines.append(f"    gather spike: {_size(s16.gather_accelerator_bytes)} accelerator on every rank (largest "
+                     f"module), {_size(s16.host_bytes_rank0)} host on rank 0")
+    lw = plan.largest_writer()
+    if plan.world_size > 1 and lw["share"] > 2.0 / plan.world_size:
+        lines.append(f"  rank {lw['rank']} writes {_size(lw['bytes'])} ({lw['share']:.0%} of the save) by itself: "
+                     "one client's bandwidth may bound the save time below")
+    if plan.write_bandwidth:
+        lines.append(f"  write at {plan.write_bandwidth / 1e9:,.2f} GB/s: {_fmt_s(plan.save_s)}; "
+                     f"restart reads {_size(f.read_bytes)} at {(plan.read_bandwidth or 0) / 1e9:,.2f} GB/s: "
+                     f"{_fmt_s(plan.load_s)}")
+    res = plan.resilience()
+    if res:
+        lf = res["lost_fraction"]
+        rc = res["recovery_s"]
+        lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} ({plan.nodes} nodes x "
+                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / node)")
+        lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
+                     (f" (~{res['interval_steps']} steps)" if "interval_steps" in res else "") +
+                     "  [Young/Daly: sqrt(2 x save time x MTBF)]")
+        lines.append(f"  time lost: {lf['total']:.2%} (saving {lf['saving']:.2%}, rework {lf['rework']:.2%}, "
+                     f"restart {lf['restart']:.2%})")
+        lines.append(f"  one failure costs {_fmt_s(rc['expected_total'])} expected (restart {_fmt_s(rc['restart'])} "
+                     f"+ reload {_fmt_s(rc['reload'])} + lost work {_fmt_s(rc['lost_work_expected'])}), "
+                     f"{_fmt_s(rc['worst_total'])} worst")
+    elif plan.write_bandwidth is None:
+        lines.append("  give --write-bandwidth (and --node-mtbf-hours) for save time and the save interval")
+    st = plan.storage()
+    if st and st["tier"]:
+        t = plan.tier
+        lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
+                     f"write {t.write_bytes_per_s / 1e9:,.2f} GB/s, read {t.read_bytes_per_s / 1e9:,.2f} GB/s; "
+                     f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
+                     f"on the busiest node")
+        if st["bytes_written_per_day"] is not None:
+            s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
+                 f"{st['saves_per_day']:,.2f} saves/day, {st['bytes_written_per_day'] / 1e12:,.3f} TB written per day")
+            if st["endurance_used_per_day"] is not None:
+                s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
+                      f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None
+                                            else "unlimited"))
+                if st["warranty_days"]:
+                    s += f" (warranty {st['warranty_days']:,.0f} days)"
+            else:
+                s += " (endurance unknown)"
+            lines.append(s)
+        else:
+            lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
+    for x in plan.findings:
+        lines.append(f"  {x.severity} {x.code}: {x.message}")
+        if x.fix:
+            lines.append(f"    fix: {x.fix}")
+    for n in f.notes[1:] + plan.notes:
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)
+
+
+def _val(f: Found | None) -> str:
+    return "unknown" if f is None else f"{f.value:<6} from {f.source}"
+
+
+def check_text(r: CheckResult) -> str:
+    """The human report: launch shape and resources with their sources, the verdict per tier,
+    findings, warnings, and a last line ``GO`` / ``NO-GO`` with the exit code."""
+    L: list[str] = [f"ds-advisor check: {r.source}, model {r.model} ({r.parameters:,} parameters)", "launch shape"]
+    ls = r.launch
+    L.append(f"  world size       {_val(ls.world_size)}")
+    L.append(f"  ranks per node   {_val(ls.gpus_per_node)}")
+    L.append(f"  nodes            {_val(ls.num_nodes)}")
+    L.append(f"  this node        {_val(ls.node_rank) if ls.node_rank else '0      (default)'}  "
+             f"ranks {ls.node_ranks()[0]}-{ls.node_ranks()[-1]}")
+    if ls.rank is not None:
+        L.append(f"  this rank        {_val(ls.rank)}")
+    if ls.visible_devices is not None:
+        L.append(f"  visible devices  {','.join(ls.visible_devices)} from {ls.visible_source}")
+    L.append("this node")
+    a = r.accelerators
+    if a.ok:
+        names = sorted({d.name for d in a.devices})
+        L.append(f"  accelerators     {len(a.devices)} x {' / '.join(names)} from {a.source}")
+        groups: dict[tuple[int, int], list[str]] = {}
+        for d in a.devices:
+            groups.setdefault((d.total, d.used), []).append(d.index)
+        for (total, used), idx in groups.items():
+            L.append(f"    GPU {','.join(idx)}: {gb(total)} total, {gb(used)} used, {gb(max(0, total - used))} free"
+                     + (" each" if len(idx) > 1 else ""))
+    else:
+        L.append(f"  accelerators     not probed: {a.error}")
+    h = r.host
+    if h.available is not None:
+        L.append(f"  host memory      {gb(h.available)} available of {gb(h.total or 0)} from {h.source}")
+    else:
+        L.append(f"  host memory      not probed: {h.error}")
+    for p in r.nvme:
+        state = ("missing" if not p.exists else "not a directory" if not p.is_dir else
+                 "writable" if p.writable else f"NOT writable ({p.write_error})")
+        free = "" if p.free is None else f", {gb(p.free)} free ({p.free_source})"
+        L.append(f"  nvme_path        {p.path} ({'+'.join(p.roles)}): {state}{free}; swap files {gb(p.need)}")
+    if r.libaio is not None:
+        L.append(f"  libaio           {'found' if r.libaio.found else 'MISSING'}: {r.libaio.detail}")
+    L.append("verdict per tier")
+    for t in r.tiers:
+        cap = "unknown" if t.capacity is None else gb(t.capacity)
+        head = "" if t.headroom is None else f", headroom {gb(t.headroom)}"
+        L.append(f"  {t.verdict.upper():<7} {t.tier} [{t.scope}]: need {gb(t.need)} of {cap}{head}"
+                 + (f"  [capacity from {t.capacity_source}]" if t.capacity_source else ""))
+    for x in r.excluded:
+        L.append(f"  not counted: {x}")
+    if r.findings:
+        L.append("findings")
+        for f in r.findings:
+            loc = f"{f.file}:{f.line}: " if f.line else ""
+            L.append(f"  {loc}{f.severity} {f.code} {f.pointer or '/'}: {f.message}")
+            if f.fix:
+                L.append(f"      fix: {f.fix}")
+    for w in r.warnings:
+        L.append(f"warning: {w}")
+    if r.exit_code == EXIT_PROBE:
+        L.append(f"NO-GO: the environment could not be probed (--strict) (exit {r.exit_code})")
+    else:
+        L.append(f"{r.verdict.upper()} (exit {r.exit_code})")
+    return "\n".join(L)
+
+
+def check_json(r: CheckResult) -> str:
+    """``--format json``: :meth:`CheckResult.to_dict` as indented JSON."""
+    return json.dumps(r.to_dict(), indent=2)

@@ -5,7 +5,7 @@ is per tensor (ZeRO-3 pads each parameter to a multiple of the world size; ZeRO-
 each optimizer param group and a tensor straddling two ranks' slices belongs to both).
 
 Sources of an inventory:
-* a model preset or a Hugging Face ``config.json`` (``advisor.models``);
+* a model preset or a Hugging Face ``config.json`` (``advisor.model.specs``);
 * ``--params N``: one param group of synthetic tensors of at most PARAM_CHUNK elements
   (:func:`from_param_count`), the size of a 4096 x 4096 projection. A bare count cannot know
   where tensor boundaries fall; this split gives what a transformer of that size gets (ZeRO-1/2

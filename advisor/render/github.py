@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterable
 from advisor.findings import Finding
 
 if TYPE_CHECKING:
-    from advisor.report import FileResult
+    from advisor.render.text import FileResult
 
 COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
 
