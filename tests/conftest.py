@@ -1,8 +1,15 @@
-"""Shared test fixtures: paths to the repo, the shared corpus and cases, and a CLI runner.
+"""Shared test fixtures: paths to the repo, the corpus and the cases, and a CLI runner.
 
-The shared corpus and cases live in ``../shared`` beside the checkout (where CI puts them), or
-wherever ``DS_ADVISOR_SHARED`` points. Without them, every test module that reads them is
-skipped with that reason (the others still run), instead of failing at collection.
+The test data lives in the repository, so a plain clone runs the whole suite:
+
+- ``tests/data/corpus/``: real DeepSpeed configs from public repositories, one file each, with
+  ``MANIFEST.tsv`` giving the repository, path, commit and license of every file and a note on
+  the mistakes it holds;
+- ``tests/data/cases/``: the user-report cases (``CNN-name/`` with ``case.md`` and
+  ``expect.json``; ``tests/data/cases/README.md`` describes the format).
+
+Both were copied from the project's shared folder (``../shared/corpus/real_configs`` and
+``../shared/cases``); the in-repo copy is the one the tests read.
 """
 
 from __future__ import annotations
@@ -16,33 +23,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("DS_ADVISOR_SHARED") or (ROOT / ".." / "shared")).resolve()
-HAVE_SHARED = (SHARED / "cases").is_dir() and (SHARED / "corpus" / "real_configs").is_dir()
-if not HAVE_SHARED:  # empty stand-ins, so modules that list the corpus at import still load
-    # A fixed path: pytest loads this file as ``conftest`` and tests import it as
-    # ``tests.conftest``; both must name the same stand-in for the skip below to match.
-    import tempfile
-    SHARED = Path(tempfile.gettempdir()) / "ds-advisor-no-shared"
-    (SHARED / "cases").mkdir(parents=True, exist_ok=True)
-    (SHARED / "corpus" / "real_configs").mkdir(parents=True, exist_ok=True)
-CASES = SHARED / "cases"
-CORPUS = SHARED / "corpus" / "real_configs"
+DATA = ROOT / "tests" / "data"
+CASES = DATA / "cases"
+CORPUS = DATA / "corpus"
 SAMPLES = ROOT / "sample_configs"
-
-
-def _uses_shared(module) -> bool:
-    return any(isinstance(v, (str, Path)) and str(v).startswith(str(SHARED)) for v in vars(module).values())
-
-
-def pytest_collection_modifyitems(config, items):
-    if HAVE_SHARED:
-        return
-    skip = pytest.mark.skip(reason="../shared (corpus and cases) not found beside the checkout; "
-                                   "set DS_ADVISOR_SHARED to its folder")
-    for item in items:
-        mod = getattr(item, "module", None)
-        if mod is not None and _uses_shared(mod):
-            item.add_marker(skip)
 
 
 def run_cli(args: list[str], cwd: str | Path | None = None, env: dict | None = None,

@@ -1,4 +1,4 @@
-"""Cases C04, C05 (the finding) and C07 (../shared/cases) through the CLI: each test names its folder.
+"""Cases C04, C05 (the finding) and C07 (tests/data/cases) through the CLI: each test names its folder.
 
 Runs ``ds-advisor`` with the case's expect.json command in the case folder, checks the exit code and
 that every expected finding (pointer, severity, mentions in message or fix) is present, from the

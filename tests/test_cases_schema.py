@@ -1,4 +1,4 @@
-"""Cases C01-C03 (../shared/cases) and the real-config corpus, through the CLI and schema validation.
+"""Cases C01-C03 (tests/data/cases) and the real-config corpus, through the CLI and schema validation.
 
 Each case test names its folder, runs the command from its expect.json in that folder, and checks
 the exit code and every expected finding (pointer, severity, words in message or fix), plus the

@@ -25,7 +25,7 @@ from advisor.cluster.launch import discover_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_configs"
-from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+from tests.conftest import CASES as _CASES  # noqa: E402  (tests/data/cases)
 C06 = _CASES / "C06-zero2-32b-8gpu" / "config.json"
 MIB = 1 << 20
 H100 = ("NVIDIA H100 80GB HBM3", 81559)

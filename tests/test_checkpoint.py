@@ -22,7 +22,7 @@ from advisor.config.effective import effective_config
 from advisor.model.inventory import Inventory, TensorSpec, from_param_count
 from advisor.ledger.state import Cluster, zero3_sub_groups, zero12_group_layout
 
-from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+from tests.conftest import CASES as _CASES  # noqa: E402  (tests/data/cases)
 CASES = str(_CASES)
 C09 = os.path.join(CASES, "C09-checkpoint-size-8b")
 
@@ -209,7 +209,6 @@ def _c09_figures():
         return {f["name"]: f for f in json.load(fh)["figures"]}
 
 
-@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
 def test_case_C09_checkpoint_size_8b():
     """8,030,261,248 params, W = 1, ZeRO-2 bf16 CPU offload: 2 B/param model file, 12 B/param optim file."""
     fig = _c09_figures()
@@ -286,7 +285,6 @@ def _c09_ckpt(*extra):
     return r.exit_code, (json.loads(r.output) if r.output.startswith("{") else r.output)
 
 
-@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
 def test_c09_save_dir_on_read_oriented_tier_is_T003_error_within_warranty(tmp_path):
     hw = _ckpt_hw(tmp_path)
     rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/mnt/qlc/ckpt", "--save-interval", "600")
@@ -316,7 +314,6 @@ def test_c09_save_dir_on_read_oriented_tier_is_T003_error_within_warranty(tmp_pa
     assert rc == 1
 
 
-@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
 def test_c09_read_oriented_at_young_daly_interval_is_a_warning(tmp_path):
     hw = _ckpt_hw(tmp_path)
     rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/mnt/qlc/ckpt", "--node-mtbf-hours", "1000")
@@ -336,7 +333,6 @@ def test_c09_read_oriented_at_young_daly_interval_is_a_warning(tmp_path):
     assert rc == 0
 
 
-@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
 def test_c09_save_dir_on_read_write_tier_takes_its_bandwidth_and_has_no_T003(tmp_path):
     hw = _ckpt_hw(tmp_path)
     rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/raid/ckpt", "--save-interval", "600")
@@ -360,7 +356,6 @@ def test_c09_save_dir_on_read_write_tier_takes_its_bandwidth_and_has_no_T003(tmp
     assert "0.231% of the drive's rated endurance per day" in r.output
 
 
-@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
 def test_write_bandwidth_flag_beats_the_tier(tmp_path):
     hw = _ckpt_hw(tmp_path)
     rc, d = _c09_ckpt("--hardware", hw, "--save-dir", "/mnt/qlc/ckpt", "--write-bandwidth", "2GB/s")
@@ -375,7 +370,6 @@ def test_write_bandwidth_flag_beats_the_tier(tmp_path):
     assert d["write_bandwidth"] == 6e9 and d["read_bandwidth"] == 1e9
 
 
-@pytest.mark.skipif(not os.path.isdir(C09), reason="shared case C09-checkpoint-size-8b not present")
 def test_hardware_node_count_is_the_nodes_default(tmp_path):
     hw = _ckpt_hw(tmp_path, nodes=2)
     r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",

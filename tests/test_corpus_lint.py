@@ -1,4 +1,4 @@
-"""Lint rules over every real config in ../shared/corpus/real_configs (MANIFEST.tsv gives provenance).
+"""Lint rules over every real config in tests/data/corpus (MANIFEST.tsv gives provenance).
 
 Every file is linted, without exception, and no rule may raise; the mistakes MANIFEST.tsv notes in the
 lint-rule families (B, P, O, D, A, Z) must be found at the pointer the user has to change.

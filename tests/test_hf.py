@@ -21,8 +21,7 @@ from advisor.config import hf
 from advisor.config.effective import effective_config
 from advisor.model.inventory import from_param_count
 
-from tests.conftest import SHARED  # noqa: E402
-CORPUS = SHARED / "corpus" / "real_configs"
+from tests.conftest import CORPUS  # noqa: E402  (tests/data/corpus)
 
 ARGS = dict(world_size=16, per_device_train_batch_size=2, gradient_accumulation_steps=8, max_grad_norm=0.7,
             learning_rate=3e-5, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-6, weight_decay=0.1,

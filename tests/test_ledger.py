@@ -18,7 +18,7 @@ from advisor.ledger.state import (Cluster, Plan, compute_ledger, model_state_byt
                             unsupported_reason)
 from advisor.config.loading import load_config
 
-from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+from tests.conftest import CASES as _CASES  # noqa: E402  (tests/data/cases)
 CASES = str(_CASES)
 
 TINY = from_dict({"tensors": [{"shape": [301, 64]}, {"shape": [301]}, {"shape": [77, 301]}, {"shape": [77]},

@@ -54,9 +54,13 @@ def test_sarif_schema_rejects_a_broken_log(sarif_validator):
     assert any("message" in e for e in errs) and any("fatal" in e for e in errs)
 
 
-def test_lint_sarif_cli_validates_and_locates(sarif_validator):
+def test_lint_sarif_cli_validates_and_locates(sarif_validator, tmp_path):
     cfgs = sorted(str(p.relative_to(ROOT)) for p in SAMPLES.glob("*.json"))
-    case_cfgs = sorted(str(p) for p in CASES.glob("*/config.json"))
+    # The cases lie inside the working directory (relative URIs); one copy lies outside it
+    # (an absolute file URI).
+    outside = tmp_path / "outside.json"
+    outside.write_text((CASES / "C01-misplaced-offload" / "config.json").read_text())
+    case_cfgs = sorted(str(p.relative_to(ROOT)) for p in CASES.glob("*/config.json")) + [str(outside)]
     p = run_cli(["lint", *cfgs, *case_cfgs, "--format", "sarif"], cwd=ROOT)
     assert p.returncode == 1, p.stderr  # the samples include an "auto" config: A001 errors
     log = json.loads(p.stdout)
@@ -85,10 +89,11 @@ def test_lint_sarif_cli_validates_and_locates(sarif_validator):
         assert res["message"]["text"].startswith(f["message"])
         assert res["properties"]["pointer"] == f["pointer"]
         phys = res["locations"][0]["physicalLocation"]
-        if f["file"].startswith("sample_configs/"):
+        if f["file"] == str(outside):  # outside the working directory: absolute file URI
+            assert phys["artifactLocation"] == {"uri": outside.resolve().as_uri()}
+        else:
+            assert f["file"].startswith(("sample_configs/", "tests/data/cases/")), f["file"]
             assert phys["artifactLocation"] == {"uri": f["file"], "uriBaseId": "%SRCROOT%"}
-        else:  # ../shared lies outside the working directory: absolute file URI
-            assert phys["artifactLocation"]["uri"] == Path(f["file"]).resolve().as_uri()
         assert phys["region"] == {"startLine": f["line"], "startColumn": f["column"]}
     a001 = next(r for r in run["results"] if r["ruleId"] == "A001")
     assert a001["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \

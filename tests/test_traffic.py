@@ -19,8 +19,7 @@ from advisor.ledger.movement import (NETWORK, NVME, PCIE, endurance, endurance_r
                              movement_roles, nvme_bytes_per_step, totals)
 
 
-# the shared cases folder (../shared/cases next to the repository)
-from tests.conftest import CASES as _CASES  # noqa: E402  (one place locates ../shared)
+from tests.conftest import CASES as _CASES  # noqa: E402  (tests/data/cases)
 CASES = _CASES
 C10 = CASES / "C10-nvme-writes-per-step"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-from tests.conftest import CORPUS  # noqa: E402  (one place locates ../shared)
+from tests.conftest import CORPUS  # noqa: E402  (tests/data/corpus, in the repo)
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 #: Random variants of each mutation per corpus config (the fuzzer's own knob, by profile).
@@ -18,10 +18,10 @@ FUZZ_ROUNDS = {"ci": 1, "long": 12}.get(PROFILE, 1)
 
 
 def corpus_configs() -> list[Path]:
-    """Every config in the shared corpus (not the MANIFEST)."""
-    if not CORPUS.is_dir():
-        return []
-    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "MANIFEST.tsv")
+    """Every config in the corpus, tests/data/corpus (not the MANIFEST)."""
+    files = sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "MANIFEST.tsv")
+    assert files, f"no corpus configs in {CORPUS}"
+    return files
 
 
 def clean_env(**extra: str) -> dict[str, str]:

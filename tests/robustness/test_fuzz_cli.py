@@ -5,7 +5,7 @@ config, and exits 2 with a one-line reason for unreadable input (not JSON/HJSON,
 not UTF-8, over the size limit, nested too deeply, not an object). No input ever produces a
 Python traceback, and no config value is ever executed, imported or fetched.
 
-Every config of ../shared/corpus/real_configs is mutated by each operator below (wrong types,
+Every config of tests/data/corpus is mutated by each operator below (wrong types,
 removed keys, deep nesting, huge and negative numbers, NaN/Infinity literals, non-UTF-8 bytes,
 duplicate keys, truncation, ...). To keep the run short, mutated files are written into one
 folder and linted by a single real ``ds-advisor lint`` process per output format; estimate and
@@ -40,7 +40,6 @@ from advisor.config.loading import MAX_CONFIG_BYTES, MAX_DEPTH, load_config
 from robust_helpers import FUZZ_ROUNDS, PROFILE, clean_env, cli_commands, corpus_configs, ledger_ready, needs_ledger, run_cli
 
 CORPUS_FILES = corpus_configs()
-pytestmark = pytest.mark.skipif(not CORPUS_FILES, reason="../shared/corpus/real_configs is not present")
 
 #: Outcome a mutation must have: "ok" = DeepSpeed would load it, so we must too (findings, not
 #: an error); "unreadable" = DeepSpeed's loader refuses it, so must we (exit 2, one line);
