@@ -92,6 +92,88 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
     return (f.value, f.source) if f else (None, None)
 
 
+# --- options shared by several commands: declared once here -----------------------------------
+
+#: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
+#: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
+MAX_WORLD_SIZE = 1 << 20
+MAX_GPUS_PER_NODE = 1 << 10
+MAX_PARAMS = 10**16
+
+MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
+HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or JSON spec "
+                 "(schemas/hardware.schema.json).")
+
+
+def _finite_cb(ctx, param, value):
+    return _finite(value, param)
+
+
+#: name -> (declarations, click.option keywords). :func:`option` adds one, with per-command
+#: overrides of its help (where a command's default differs) or ``required``.
+OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
+    "model": (("--model",), dict(help=MODEL_HELP)),
+    "params": (("--params",), dict(type=click.IntRange(min=1, max=MAX_PARAMS),
+                                   help="Model size in parameters, instead of --model.")),
+    "world_size": (("--world-size",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE),
+                                           help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")),
+    "gpus_per_node": (("--gpus-per-node",), dict(type=click.IntRange(min=1, max=MAX_GPUS_PER_NODE),
+                                                 help="Ranks per node (host memory is per node).")),
+    "hardware": (("--hardware", "hardware"), dict(help=HARDWARE_HELP)),
+    "hf": (("--hf",), dict(is_flag=True, help='Config is used through the HF Trainer/accelerate ("auto" is filled in).')),
+    "tensor_parallel": (("--tensor-parallel",), dict(type=click.IntRange(min=1), default=1, show_default=True)),
+    "pipeline_parallel": (("--pipeline-parallel",), dict(type=click.IntRange(min=1), default=1, show_default=True)),
+    "sequence_parallel": (("--sequence-parallel",), dict(
+        type=click.IntRange(min=1), default=1, show_default=True,
+        help="Sequence-parallel degree (Megatron-style; shards norm/residual activations by TP).")),
+    "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")),
+    "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1),
+                                             help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
+    "checkpointing": (("--checkpointing",), dict(type=click.Choice(["none", "full"]), default="none", show_default=True,
+                                                 help="Activation checkpointing (recompute; not a durable checkpoint).")),
+    "attention": (("--attention",), dict(type=click.Choice(["flash", "eager"]), default="flash", show_default=True)),
+    "gpu_memory": (("--gpu-memory",), dict(help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")),
+    "host_memory": (("--host-memory",), dict(help="Host memory per node, e.g. 512GB.")),
+    "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
+    "step_time": (("--step-time",), dict(type=click.FloatRange(min=0, min_open=True, max=1e9), callback=_finite_cb,
+                                         help="Seconds per optimizer step.")),
+    "output": (("-o", "--output"), dict(help="The file to write.")),
+    "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
+}
+
+
+def option(name: str, **overrides):
+    """The shared option ``name`` (:data:`OPTIONS`), with ``overrides`` (help, required, ...)."""
+    decls, kw = OPTIONS[name]
+    return click.option(*decls, **{**kw, **overrides})
+
+
+def options(*names: str, **overrides_by_name: dict):
+    """Decorator adding the shared options ``names`` in this order in --help;
+    ``overrides_by_name[name]`` are that option's overrides."""
+    def deco(f):
+        for n in reversed(names):
+            f = option(n, **overrides_by_name.get(n, {}))(f)
+        return f
+    return deco
+
+
+#: Option groups: the model, the cluster's shape, model parallelism, the workload, capacities.
+MODEL_OPTIONS = ("model", "params")
+PARALLEL_OPTIONS = ("tensor_parallel", "pipeline_parallel", "sequence_parallel")
+WORKLOAD_OPTIONS = ("seq_len", "micro_batch", "checkpointing", "attention")
+CAPACITY_OPTIONS = ("gpu_memory", "host_memory", "nvme_capacity")
+
+
+def format_option(view: str):
+    """``--format`` with exactly the formats :mod:`advisor.render` registers for ``view``."""
+    from advisor.render import FORMAT_HELP, formats
+
+    choices = formats(view)
+    return click.option("--format", "fmt", type=click.Choice(choices), default="text", show_default=True,
+                        help="; ".join(f"{c}: {FORMAT_HELP[c]}" for c in choices) + ".")
+
+
 def _trainer_options(f):
     """Click decorator adding the Trainer-argument options (``--per-device-train-batch-size``,
     ``--gradient-accumulation-steps``, ``--learning-rate``, ``--weight-decay``, ``--adam-beta1/2``,
@@ -164,39 +246,16 @@ def _estimate_options(f):
         kw["est"] = EstimateArgs(**{n: kw.pop(n) for n in names})
         return f(*a, **kw)
 
-    options = [
-        click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON."),
-        click.option("--params", type=click.IntRange(min=1, max=10**16),
-                     help="Model size in parameters, instead of --model."),
-        click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
-                     help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1)."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (host memory is per node)."),
-        click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--pipeline-parallel", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--sequence-parallel", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Sequence-parallel degree (Megatron-style; shards norm/residual activations by TP)."),
-        click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the model's maximum)."),
-        click.option("--micro-batch", type=click.IntRange(min=1),
-                     help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1)."),
-        click.option("--checkpointing", type=click.Choice(["none", "full"]), default="none", show_default=True,
-                     help="Activation checkpointing (recompute; not a durable checkpoint)."),
-        click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash", show_default=True),
-        click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes)."),
-        click.option("--host-memory", help="Host memory per node, e.g. 512GB."),
-        click.option("--nvme-capacity", help="NVMe space per node for swap files, e.g. 3.84TB."),
-        click.option("--hardware", "hardware", help="Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) "
-                     "or spec file: capacities, bandwidths and storage tiers (flags above win)."),
-        click.option("--step-time", type=click.FloatRange(min=0, min_open=True, max=1e9),
-                     callback=lambda c, p, v: _finite(v, p),
-                     help="Seconds per optimizer step, for bytes written per day and drive endurance."),
-        click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-                     help="Allocator fragmentation margin added to the accelerator peak before the fit check."),
-        click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).'),
-    ]
-    deco = _trainer_options(collect)  # the Trainer arguments after the options above in --help
-    for opt in reversed(options):
-        deco = opt(deco)
-    return deco
+    deco = _trainer_options(collect)  # the Trainer arguments last in --help
+    deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
+    deco = click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+                        help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
+    return options(
+        *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, *CAPACITY_OPTIONS,
+        "hardware", "step_time",
+        hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
+        step_time=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
+    )(deco)
 
 
 def _build_estimate(config: str, a: EstimateArgs):
@@ -271,15 +330,13 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--world-size", type=click.IntRange(min=1), help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS).")
-@click.option("--model", help="Model preset, HF config.json or inventory JSON: enables model-dependent rules.")
-@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
-@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer/accelerate ("auto" is filled in).')
+@options("world_size", *MODEL_OPTIONS, "hf",
+         world_size=dict(help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS): enables the batch-size check."),
+         model=dict(help=MODEL_HELP + " Enables model-dependent rules."))
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
               help="Exit 1 when a finding at or above this severity exists.")
 @click.option("--select", help="Comma-separated rule codes to run (default: all).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
-              show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: Actions annotations.")
+@format_option("lint")
 @_trainer_options
 def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_args, hidden_size):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
@@ -287,7 +344,8 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
     from advisor.findings import SEVERITY_RANK, worst
     from advisor.views.lint import lint_config
     from advisor.config.loading import load_config
-    from advisor.render.text import FileResult, lint_json, lint_text
+    from advisor.render import render
+    from advisor.render.text import FileResult
 
     try:
         inv = _inventory(model, params)
@@ -313,14 +371,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
         results.append(FileResult(file=loaded.source, findings=lint_config(
             loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf or bool(trainer_args),
             select=codes, trainer_args=_targs(trainer_args, hidden_size))))
-    if fmt == "sarif":
-        from advisor.render.sarif import sarif_json
-        click.echo(sarif_json(results))
-    elif fmt == "github":
-        from advisor.render.github import github_annotations
-        click.echo(github_annotations(results))
-    else:
-        click.echo(lint_json(results) if fmt == "json" else lint_text(results))
+    click.echo(render("lint", fmt, results))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
     threshold = 99 if fail_on == "never" else SEVERITY_RANK[fail_on]
@@ -353,57 +404,50 @@ def explain(code):
 @click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
 @click.option("--compare-deepspeed", is_flag=True,
               help="Also show DeepSpeed's own estimate_zero2/zero3 figures (imports deepspeed: slow).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("estimate")
 def estimate(config, est, explain_, compare_deepspeed, fmt):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
     Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
     """
-    import json
-
-    from advisor.render.text import estimate_text
+    from advisor.render import render
 
     result = _build_estimate(config, est)
     if compare_deepspeed and result.roles:
         from advisor.engine.compare import deepspeed_estimate
         result.sections["deepspeed_estimate"] = deepspeed_estimate(result.plan)
-    click.echo(json.dumps(result.to_dict(), indent=2) if fmt == "json" else estimate_text(result, explain=explain_))
+    click.echo(render("estimate", fmt, result, explain=explain_))
     # 1: a tier does not fit, DeepSpeed would refuse the config, or any other error finding
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in result.findings) else EXIT_OK)
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("models")
 def models(fmt):
     """List built-in model presets with their exact parameter counts."""
-    import json
-
     from advisor.model.specs import list_presets
+    from advisor.render import render
 
-    rows = list_presets()
-    if fmt == "json":
-        click.echo(json.dumps([{"name": r[0], "parameters": r[1], "family": r[2], "description": r[3]} for r in rows],
-                              indent=2))
-        return
-    for name, n, fam, desc in rows:
-        click.echo(f"{name:<18} {n:>18,}  {fam:<12} {desc}")
+    click.echo(render("models", fmt, list_presets()))
 
 
 #: measure builds a proxy with the inventory's real shapes; beyond this it needs a big machine.
 MEASURE_MAX_PARAMS = 200_000_000
+#: measure launches every rank as a process on this machine.
+MEASURE_MAX_RANKS = 64
 
 
 @main.command()
 @click.argument("config")
-@click.option("--model", help="Model preset, HF config.json or inventory JSON (its real tensor shapes are built).")
-@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
-@click.option("--world-size", type=click.IntRange(min=1, max=64), default=1, show_default=True,
-              help="Ranks to launch on this machine (torch.distributed.run).")
+@options(*MODEL_OPTIONS, "world_size",
+         model=dict(help=MODEL_HELP + " Its real tensor shapes are built."),
+         world_size=dict(type=click.IntRange(min=1, max=MEASURE_MAX_RANKS), default=1, show_default=True,
+                         help="Ranks to launch on this machine (torch.distributed.run)."))
 @click.option("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600, show_default=True,
               help="Seconds before the launch is stopped.")
 @click.option("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("measure")
 def measure(config, model, params, world_size, steps, timeout_s, allow_large, fmt):
     """Run the real DeepSpeed engine on CONFIG and put its bytes beside the ledger's.
 
@@ -413,9 +457,6 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     after the last step. Needs the [engine] extra (torch, deepspeed). Exit 0 when every item
     matches to the byte, 1 when one differs or a rank failed, 2 on bad input.
     """
-    import json
-
-
     if not model and params is None:
         raise click.UsageError("give --model or --params")
     loaded, inv, _ = _load_inputs(config, model, params)
@@ -439,18 +480,9 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
         raise _fail(f"the engine run failed: {e}")
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
     bad = [r for r in rows if "error" in r or r["diff"] != 0]
-    if fmt == "json":
-        click.echo(json.dumps({"config": loaded.source, "model": inv.name, "world_size": world_size, "steps": steps,
-                               "rows": rows, "matches": not bad}, indent=2))
-    else:
-        click.echo(f"{'rank':>4} {'snapshot':<8} {'item':<34} {'tier':<14} {'measured':>16} {'ledger':>16} {'diff':>10}")
-        for r in rows:
-            if "error" in r:
-                click.echo(f"{r['rank']:>4} error: {r['error']}")
-                continue
-            click.echo(f"{r['rank']:>4} {r['snapshot']:<8} {r['item']:<34} {r['tier']:<14} {r['measured']:>16,} "
-                       f"{r['ledger']:>16,} {r['diff']:>10,}")
-        click.echo(f"{len(rows) - len(bad)} of {len(rows)} rows match to the byte")
+    from advisor.render import render
+    click.echo(render("measure", fmt, {"config": loaded.source, "model": inv.name, "world_size": world_size,
+                                       "steps": steps, "rows": rows, "matches": not bad}))
     sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 
 
@@ -477,22 +509,18 @@ def run() -> None:
 
 @main.command()
 @click.argument("config")
-@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
-@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
-              help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1, max=1 << 10),
-              help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs).")
-@click.option("--gpu-memory", help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe).")
-@click.option("--host-memory", help="Host memory per node, e.g. 512GB (beats /proc/meminfo MemAvailable).")
-@click.option("--hardware", "hardware_", help="Hardware preset (dgx-h100, dgx-h100:4) or JSON spec: used where "
-              "flags, the environment and the probes say nothing.")
-@click.option("--hf", is_flag=True, help='Config is used through the HF Trainer ("auto" is filled in).')
+@options(*MODEL_OPTIONS, "world_size", "gpus_per_node", "gpu_memory", "host_memory", "hardware", "hf",
+         world_size=dict(help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs)."),
+         gpus_per_node=dict(help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs)."),
+         gpu_memory=dict(help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe)."),
+         host_memory=dict(help="Host memory per node, e.g. 512GB (beats /proc/meminfo MemAvailable)."),
+         hardware=dict(help=HARDWARE_HELP + " Used where flags, the environment and the probes say nothing."),
+         hf=dict(help='Config is used through the HF Trainer ("auto" is filled in).'))
 @click.option("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True)
+@format_option("check")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
-def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hardware_, hf, strict, fmt,
+def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hardware, hf, strict, fmt,
           quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
@@ -512,7 +540,7 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
       3  --strict only: the environment could not be probed (without --strict: a
          warning, and --gpu-memory / --host-memory / --hardware are used)
     """
-    from advisor.render.text import check_json, check_text
+    from advisor.render import render
     from advisor.views.check import run_check
     from advisor.units import parse_size
 
@@ -523,28 +551,22 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
         host_b = parse_size(host_memory) if host_memory else None
     except ValueError as e:
         raise click.UsageError(str(e))
-    loaded, inv, hw = _load_inputs(config, model, params, hardware_)
+    loaded, inv, hw = _load_inputs(config, model, params, hardware)
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict)
     code = result.exit_code
     if not (quiet and code == EXIT_OK):
-        if fmt == "sarif":
-            import json
-
-            from advisor.render.sarif import findings_sarif
-            click.echo(json.dumps(findings_sarif(result.findings, file=result.source), indent=2))
-        else:
-            click.echo(check_json(result) if fmt == "json" else check_text(result))
+        click.echo(render("check", fmt, result))
     sys.exit(code)
 
 
 @main.command()
 @click.argument("config")
-@click.option("--hf", is_flag=True, help="Resolve as the HF Trainer does (implied for an accelerate config YAML).")
+@option("hf", help="Resolve as the HF Trainer does (implied for an accelerate config YAML).")
 @_trainer_options
-@click.option("--model", help="Model preset, HF config.json or inventory JSON: hidden_size for the bucket sizes.")
-@click.option("--world-size", type=click.IntRange(min=1),
-              help="Total ranks (default: the accelerate YAML's num_processes, WORLD_SIZE, else 1).")
+@options("model", "world_size",
+         model=dict(help=MODEL_HELP + " Gives hidden_size for the bucket sizes."),
+         world_size=dict(help="Total ranks (default: the accelerate YAML's num_processes, WORLD_SIZE, else 1)."))
 @click.option("--show-filled", is_flag=True, help="Also list every filled key with its source, on stderr.")
 def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_filled):
     """Print the DeepSpeed config the HF Trainer / accelerate hand to DeepSpeed, "auto" resolved.
@@ -605,24 +627,23 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
 
 @main.command()
-@click.option("--model", required=True, help="Model preset (see `ds-advisor models`) or HF config.json.")
-@click.option("--hardware", "hardware_", required=True,
-              help="Hardware preset (dgx-h100, see `ds-advisor hardware`) or JSON spec; --nodes and --gpus-per-node "
-                   "set the shape.")
+@options("model", "hardware",
+         model=dict(required=True),
+         hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
 @click.option("--nodes", type=click.IntRange(min=1, max=1 << 16), required=True, help="Number of nodes.")
-@click.option("--gpus-per-node", type=click.IntRange(min=1, max=1 << 10), required=True, help="Ranks per node.")
+@options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
 @click.option("--global-batch", type=click.IntRange(min=1), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
-@click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence.")
-@click.option("--output", "-o", help="Write the best config here (default: stdout; the table then goes to stderr).")
-@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
-@click.option("--hf", is_flag=True, help='Write "auto" where the HF Trainer fills values in.')
+@options("seq_len", "output", "force", "hf",
+         seq_len=dict(required=True, help="Tokens per sequence."),
+         output=dict(help="Write the best config here (default: stdout; the table then goes to stderr)."),
+         hf=dict(help='Write "auto" where the HF Trainer fills values in.'))
 @click.option("--margin", default="10%", show_default=True, help="Share of every tier's capacity kept free.")
 @click.option("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
+@format_option("generate")
+def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
              precision, top, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
     fit, rank them by estimated step time and write the best as a DeepSpeed config.
@@ -631,11 +652,11 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
     Exit codes: 0 a config was chosen (and written); 1 nothing fits (the smallest change that
     would is printed); 2 bad usage, unreadable input, or --output exists without --force.
     """
-    import json
     from dataclasses import replace
 
-    from advisor.views import generate as gen
     from advisor.cluster.hardware import resolve_hardware
+    from advisor.render import render
+    from advisor.views import generate as gen
 
     try:
         m = gen.parse_margin(margin)
@@ -645,23 +666,23 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
         raise _fail(f"{output} exists (use --force to overwrite)")
     try:
         inv = _inventory(model, None)
-        hw = resolve_hardware(hardware_)
+        hw = resolve_hardware(hardware)
     except AdvisorError as e:
         raise _fail(str(e))
     hw = replace(hw, nodes=nodes, accelerators_per_node=gpus_per_node)
     if hw.accelerator is None:
-        raise _fail(f"--hardware {hardware_}: no accelerator in the spec")
+        raise _fail(f"--hardware {hardware}: no accelerator in the spec")
     req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
                       margin=m, optimizer=optimizer, precision=precision, hf=hf)
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:
         res = e.result
-        if fmt == "json":
-            click.echo(json.dumps(gen.result_json(res, top), indent=2))
-        else:
-            click.echo(gen.table_text(res, top), err=True)
+        if fmt == "text":
+            click.echo(render("generate", fmt, res, top=top), err=True)
             click.echo(f"ds-advisor: {e}", err=True)
+        else:
+            click.echo(render("generate", fmt, res, top=top))
         sys.exit(EXIT_FINDINGS)
     except AdvisorError as e:
         raise _fail(str(e))
@@ -673,10 +694,10 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
             raise _fail(str(e))
         except OSError as e:
             raise _fail(f"{output}: cannot write: {e.strerror or e}")
-    if fmt == "json":
-        click.echo(json.dumps(gen.result_json(res, top), indent=2))
+    if fmt != "text":
+        click.echo(render("generate", fmt, res, top=top))
     else:
-        report = gen.table_text(res, top) + (f"\nwrote {output}" if output else "")
+        report = render("generate", fmt, res, top=top) + (f"\nwrote {output}" if output else "")
         if output:
             click.echo(report)
         else:
@@ -688,8 +709,8 @@ def generate(model, hardware_, nodes, gpus_per_node, global_batch, seq_len, outp
 @main.command()
 @click.argument("config")
 @_estimate_options
-@click.option("-o", "--output", required=True, help="The HTML file to write (e.g. report.html).")
-@click.option("--force", is_flag=True, help="Overwrite --output when it exists.")
+@options("output", "force", output=dict(required=True, help="The HTML file to write (e.g. report.html)."),
+         force=dict(help="Overwrite --output when it exists."))
 def report(config, est, output, force):
     """Write a self-contained HTML report for CONFIG: state per tier (chart), movement per step,
     findings, fit, assumptions and checkpoint. No network needed to view it. Takes the options
@@ -721,11 +742,8 @@ def report(config, est, output, force):
 
 @main.command()
 @click.argument("config")
-@click.option("--model", help="Model preset (see `ds-advisor models`), HF config.json or inventory JSON.")
-@click.option("--params", type=click.IntRange(min=1, max=10**16), help="Model size in parameters, instead of --model.")
-@click.option("--world-size", type=click.IntRange(min=1, max=1 << 20),
-              help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), help="Ranks per node (default 8, at most world size).")
+@options(*MODEL_OPTIONS, "world_size", "gpus_per_node",
+         gpus_per_node=dict(help="Ranks per node (default 8, at most world size)."))
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes in the job (default: world size / gpus per node).")
 @click.option("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
 @click.option("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
@@ -733,24 +751,22 @@ def report(config, est, output, force):
               help="Mean time between failures of one node, hours (enables the Young/Daly interval).")
 @click.option("--restart-seconds", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Time from a failure to the job running again, before reloading the checkpoint.")
-@click.option("--step-time", type=click.FloatRange(min=0, min_open=True), help="Seconds per optimizer step.")
+@option("step_time")
 @click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
-@click.option("--hardware", "hardware_", help="Hardware preset (dgx-h100:4) or JSON spec: with --save-dir, the tier "
-              "holding it gives the bandwidth defaults and its wear; its node count is the --nodes default.")
+@option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
+        "its wear; its node count is the --nodes default.")
 @click.option("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
-@click.option("--save-interval", type=click.FloatRange(min=0, min_open=True), callback=lambda c, p, v: _finite(v, p),
+@click.option("--save-interval", type=click.FloatRange(min=0, min_open=True), callback=_finite_cb,
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("checkpoint")
 def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
-               node_mtbf_hours, restart_seconds, step_time, keep, hardware_, save_dir, save_interval, fmt):
+               node_mtbf_hours, restart_seconds, step_time, keep, hardware, save_dir, save_interval, fmt):
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
     and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
-    import json
-
     from advisor.ledger.checkpoint import checkpoint_plan
-    from advisor.render.text import checkpoint_text
+    from advisor.render import render
     from advisor.config.effective import effective_config
     from advisor.ledger.state import Cluster
     from advisor.units import parse_size
@@ -767,70 +783,27 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
             raise click.UsageError(f"{opt}: {e}")
 
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
-    loaded, inv, hw = _load_inputs(config, model, params, hardware_)
+    loaded, inv, hw = _load_inputs(config, model, params, hardware)
     ws, _ = _world(world_size)
     plan = checkpoint_plan(effective_config(loaded.data), inv,
                            Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,
                            write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)
-    click.echo(json.dumps(plan.to_dict(), indent=2) if fmt == "json" else checkpoint_text(plan))
+    click.echo(render("checkpoint", fmt, plan, source=loaded.source))
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in plan.findings) else EXIT_OK)
 
 
 @main.command()
 @click.argument("spec", required=False)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("hardware")
 def hardware(spec, fmt):
     """List built-in hardware presets, or show one preset / JSON spec file (SPEC) in full."""
-    import json
-    from dataclasses import asdict
-
     from advisor.cluster.hardware import list_hardware, resolve_hardware
+    from advisor.render import render
 
     try:
         hws = [resolve_hardware(spec)] if spec else list_hardware()
     except AdvisorError as e:
         raise _fail(str(e))
-
-    def row(h):
-        d = asdict(h)
-        d["storage"] = [{**asdict(t), "rated_write_bytes": t.rated_write_bytes} for t in h.storage]
-        return d
-
-    if fmt == "json":
-        click.echo(json.dumps([row(h) for h in hws] if not spec else row(hws[0]), indent=2))
-        return
-    if not spec:
-        for h in hws:
-            a = h.accelerator
-            mem = f"{a.memory_bytes / 1e9:,.0f} GB" if a else "-"
-            host = f"{h.host_memory_bytes / 1e9:,.0f} GB host" if h.host_memory_bytes else "host ?"
-            tiers = ", ".join(f"{t.name}:{t.mounts[0]}" for t in h.storage) or "storage ?"
-            click.echo(f"{h.name:<18} {h.accelerators_per_node:>2} x {a.name if a else '-':<28} {mem:>7}  {host:<14} {tiers}")
-        click.echo("\nGive a name (or a JSON spec file, schemas/hardware.schema.json) for details; "
-                   "NAME:N for N nodes.")
-        return
-    h = hws[0]
-    a = h.accelerator
-    click.echo(f"{h.name}: {h.description or h.summary()}")
-    click.echo(f"  nodes {h.nodes} x {h.accelerators_per_node} accelerators")
-    if a:
-        flops = f"{a.peak_bf16_flops / 1e12:,.1f} TFLOP/s bf16 dense" if a.peak_bf16_flops else "FLOP/s ?"
-        bw = f"{a.memory_bandwidth_bytes_per_s / 1e12:,.2f} TB/s" if a.memory_bandwidth_bytes_per_s else "?"
-        click.echo(f"  accelerator {a.name}: {a.memory_bytes / 1e9:,.0f} GB, {bw} memory bandwidth, {flops}")
-    if h.host_link_bytes_per_s:
-        click.echo(f"  host link {h.host_link_name or ''} {h.host_link_bytes_per_s / 1e9:,.0f} GB/s per direction")
-    if h.peer_bytes_per_s:
-        click.echo(f"  accelerator peer link {h.peer_bytes_per_s / 1e9:,.0f} GB/s per direction")
-    click.echo(f"  host memory {h.host_memory_bytes / 1e9:,.0f} GB per node" if h.host_memory_bytes
-               else "  host memory unknown")
-    if h.network_bytes_per_s is not None:
-        click.echo(f"  network {h.network_bytes_per_s / 1e9:,.0f} GB/s per node per direction")
-    for t in h.storage:
-        rated = f", rated {t.rated_write_bytes / 1e12:,.0f} TB written ({t.endurance.describe()})" \
-            if t.rated_write_bytes else ", endurance unknown"
-        click.echo(f"  storage {t.name} [{t.access}] at {', '.join(t.mounts)}: {t.capacity_bytes / 1e12:,.2f} TB, "
-                   f"read {t.read_bytes_per_s / 1e9:,.1f} GB/s, write {t.write_bytes_per_s / 1e9:,.1f} GB/s{rated}")
-    if h.source:
-        click.echo(f"  source: {h.source}")
+    click.echo(render("hardware", fmt, hws, one=bool(spec)))

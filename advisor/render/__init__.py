@@ -1,1 +1,103 @@
-"""render"""
+"""Renderers, and the reporter registry every command's ``--format`` reads.
+
+:data:`REPORTERS` maps a view (the command whose result is rendered: ``lint``, ``check``,
+``estimate``, ``checkpoint``, ``generate``, ``models``, ``hardware``, ``measure``) to its
+formats, each a ``"module:function"`` reference imported only when that format is printed
+(so ``lint --format text`` never imports the SARIF writer or rich's tables for estimate).
+The keys of a view's table are exactly its ``--format`` choices (``advisor.cli`` builds the
+option from :func:`formats`), so one format name means one thing in every command:
+
+- ``text``: the human report (``advisor.render.text``);
+- ``json``: the result's stable JSON shape (``to_dict`` / ``schemas/*-output.schema.json``);
+- ``sarif``: SARIF 2.1.0 of the result's findings (``advisor.render.sarif``), for code scanning;
+- ``github``: GitHub Actions annotations of the result's findings (``advisor.render.github``).
+
+``sarif`` and ``github`` exist for every view whose result carries findings about a config
+(lint, check, estimate, checkpoint). A reporter takes the view's result (lint: the list of
+:class:`advisor.render.text.FileResult`) plus the keyword options it names, and returns the
+text to print.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+#: view -> format -> "module:function". Order = the order ``--format`` lists the choices.
+REPORTERS: dict[str, dict[str, str]] = {
+    "lint": {
+        "text": "advisor.render.text:lint_text",
+        "json": "advisor.render.text:lint_json",
+        "sarif": "advisor.render.sarif:sarif_json",
+        "github": "advisor.render.github:github_annotations",
+    },
+    "check": {
+        "text": "advisor.render.text:check_text",
+        "json": "advisor.render.text:check_json",
+        "sarif": "advisor.render.sarif:result_sarif_json",
+        "github": "advisor.render.github:result_annotations",
+    },
+    "estimate": {
+        "text": "advisor.render.text:estimate_text",
+        "json": "advisor.render.text:estimate_json",
+        "sarif": "advisor.render.sarif:result_sarif_json",
+        "github": "advisor.render.github:result_annotations",
+    },
+    "checkpoint": {
+        "text": "advisor.render.text:checkpoint_text",
+        "json": "advisor.render.text:checkpoint_json",
+        "sarif": "advisor.render.sarif:result_sarif_json",
+        "github": "advisor.render.github:result_annotations",
+    },
+    "generate": {
+        "text": "advisor.render.text:generate_text",
+        "json": "advisor.render.text:generate_json",
+    },
+    "models": {
+        "text": "advisor.render.text:models_text",
+        "json": "advisor.render.text:models_json",
+    },
+    "hardware": {
+        "text": "advisor.render.text:hardware_text",
+        "json": "advisor.render.text:hardware_json",
+    },
+    "measure": {
+        "text": "advisor.render.text:measure_text",
+        "json": "advisor.render.text:measure_json",
+    },
+}
+
+#: One line per format for ``--format``'s help (the same words in every command).
+FORMAT_HELP: dict[str, str] = {
+    "text": "human report",
+    "json": "stable JSON",
+    "sarif": "SARIF 2.1.0 for code scanning",
+    "github": "GitHub Actions annotations",
+}
+
+
+def formats(view: str) -> list[str]:
+    """The ``--format`` choices of ``view``, in display order. Raises KeyError for an unknown view."""
+    return list(REPORTERS[view])
+
+
+def reporter(view: str, fmt: str) -> Callable[..., str]:
+    """The function rendering ``view``'s result as ``fmt`` (imported now).
+
+    Raises KeyError when ``view`` has no such format (the CLI's Choice prevents that)."""
+    module, func = REPORTERS[view][fmt].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def render(view: str, fmt: str, result: Any, **options: Any) -> str:
+    """``reporter(view, fmt)(result, **options)``: the text to print.
+
+    A command passes every option any of its formats uses (estimate: ``explain``; generate:
+    ``top``; checkpoint: ``source``); each reporter receives those its signature names."""
+    import inspect
+
+    fn = reporter(view, fmt)
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        options = {k: v for k, v in options.items() if k in params}
+    return fn(result, **options)

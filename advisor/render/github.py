@@ -12,7 +12,7 @@ Escaping follows GitHub's runner (actions/toolkit ``command.ts``): in the messag
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from advisor.findings import Finding
 
@@ -69,3 +69,12 @@ def github_annotations(results: "Iterable[FileResult]") -> str:
     lines.append(f"ds-advisor: {len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), "
                  f"{n['info']} info" + (f", {unreadable} unreadable" if unreadable else ""))
     return "\n".join(lines)
+
+
+def result_annotations(result: Any, source: str | None = None) -> str:
+    """GitHub annotations for one view result carrying ``findings`` about one config (check,
+    estimate, checkpoint), with the result's ``source`` (or ``source``) as the default file."""
+    from advisor.render.text import FileResult
+
+    return github_annotations([FileResult(file=getattr(result, "source", None) or source or "",
+                                          findings=list(result.findings))])

@@ -167,3 +167,10 @@ def findings_sarif(findings: Iterable[Finding], file: str | None = None, cwd: st
 def sarif_json(results: "Iterable[FileResult]", cwd: str | None = None) -> str:
     """:func:`to_sarif` as indented JSON text."""
     return json.dumps(to_sarif(results, cwd=cwd), indent=2)
+
+
+def result_sarif_json(result: Any, source: str | None = None, cwd: str | None = None) -> str:
+    """SARIF for one view result carrying ``findings`` about one config (check, estimate,
+    checkpoint): :func:`findings_sarif` with the result's ``source`` (or ``source``) as artifact."""
+    return json.dumps(findings_sarif(result.findings, file=getattr(result, "source", None) or source, cwd=cwd),
+                      indent=2)

@@ -454,3 +454,111 @@ def check_text(r: CheckResult) -> str:
 def check_json(r: CheckResult) -> str:
     """``--format json``: :meth:`CheckResult.to_dict` as indented JSON."""
     return json.dumps(r.to_dict(), indent=2)
+
+
+def estimate_json(result: Any) -> str:
+    """``estimate --format json``: :meth:`EstimateResult.to_dict` as indented JSON
+    (``schemas/estimate-output.schema.json``)."""
+    return json.dumps(result.to_dict(), indent=2)
+
+
+def checkpoint_json(plan: CheckpointPlan) -> str:
+    """``checkpoint --format json``: :meth:`CheckpointPlan.to_dict` as indented JSON."""
+    return json.dumps(plan.to_dict(), indent=2)
+
+
+def generate_text(res: Any, top: int = 5) -> str:
+    """``generate``'s table of the top plans (:func:`advisor.views.generate.table_text`)."""
+    from advisor.views.generate import table_text
+
+    return table_text(res, top)
+
+
+def generate_json(res: Any, top: int = 5) -> str:
+    """``generate --format json``: :func:`advisor.views.generate.result_json` as indented JSON."""
+    from advisor.views.generate import result_json
+
+    return json.dumps(result_json(res, top), indent=2)
+
+
+def models_json(rows: list[tuple[str, int, str, str]]) -> str:
+    """``models --format json``: one object per preset (name, exact parameter count, family, description)."""
+    return json.dumps([{"name": r[0], "parameters": r[1], "family": r[2], "description": r[3]} for r in rows],
+                      indent=2)
+
+
+def models_text(rows: list[tuple[str, int, str, str]]) -> str:
+    """``models``: one line per preset (name, parameters, family, description)."""
+    return "\n".join(f"{name:<18} {n:>18,}  {fam:<12} {desc}" for name, n, fam, desc in rows)
+
+
+def _hardware_row(h: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    d = asdict(h)
+    d["storage"] = [{**asdict(t), "rated_write_bytes": t.rated_write_bytes} for t in h.storage]
+    return d
+
+
+def hardware_json(hws: list[Any], one: bool = False) -> str:
+    """``hardware --format json``: the list of presets, or (``one``) the single spec asked for."""
+    return json.dumps(_hardware_row(hws[0]) if one else [_hardware_row(h) for h in hws], indent=2)
+
+
+def hardware_text(hws: list[Any], one: bool = False) -> str:
+    """``hardware``: one line per preset, or (``one``) every field of one spec
+    (GB/TB = 1e9/1e12 bytes, bandwidths per direction)."""
+    L: list[str] = []
+    if not one:
+        for h in hws:
+            a = h.accelerator
+            mem = f"{a.memory_bytes / 1e9:,.0f} GB" if a else "-"
+            host = f"{h.host_memory_bytes / 1e9:,.0f} GB host" if h.host_memory_bytes else "host ?"
+            tiers = ", ".join(f"{t.name}:{t.mounts[0]}" for t in h.storage) or "storage ?"
+            L.append(f"{h.name:<18} {h.accelerators_per_node:>2} x {a.name if a else '-':<28} {mem:>7}  {host:<14} {tiers}")
+        L.append("\nGive a name (or a JSON spec file, schemas/hardware.schema.json) for details; NAME:N for N nodes.")
+        return "\n".join(L)
+    h = hws[0]
+    a = h.accelerator
+    L.append(f"{h.name}: {h.description or h.summary()}")
+    L.append(f"  nodes {h.nodes} x {h.accelerators_per_node} accelerators")
+    if a:
+        flops = f"{a.peak_bf16_flops / 1e12:,.1f} TFLOP/s bf16 dense" if a.peak_bf16_flops else "FLOP/s ?"
+        bw = f"{a.memory_bandwidth_bytes_per_s / 1e12:,.2f} TB/s" if a.memory_bandwidth_bytes_per_s else "?"
+        L.append(f"  accelerator {a.name}: {a.memory_bytes / 1e9:,.0f} GB, {bw} memory bandwidth, {flops}")
+    if h.host_link_bytes_per_s:
+        L.append(f"  host link {h.host_link_name or ''} {h.host_link_bytes_per_s / 1e9:,.0f} GB/s per direction")
+    if h.peer_bytes_per_s:
+        L.append(f"  accelerator peer link {h.peer_bytes_per_s / 1e9:,.0f} GB/s per direction")
+    L.append(f"  host memory {h.host_memory_bytes / 1e9:,.0f} GB per node" if h.host_memory_bytes
+             else "  host memory unknown")
+    if h.network_bytes_per_s is not None:
+        L.append(f"  network {h.network_bytes_per_s / 1e9:,.0f} GB/s per node per direction")
+    for t in h.storage:
+        rated = f", rated {t.rated_write_bytes / 1e12:,.0f} TB written ({t.endurance.describe()})" \
+            if t.rated_write_bytes else ", endurance unknown"
+        L.append(f"  storage {t.name} [{t.access}] at {', '.join(t.mounts)}: {t.capacity_bytes / 1e12:,.2f} TB, "
+                 f"read {t.read_bytes_per_s / 1e9:,.1f} GB/s, write {t.write_bytes_per_s / 1e9:,.1f} GB/s{rated}")
+    if h.source:
+        L.append(f"  source: {h.source}")
+    return "\n".join(L)
+
+
+def measure_json(m: dict[str, Any]) -> str:
+    """``measure --format json``: config, model, world size, steps, the rows and whether all match."""
+    return json.dumps(m, indent=2)
+
+
+def measure_text(m: dict[str, Any]) -> str:
+    """``measure``: one row per (rank, snapshot, item, tier): measured bytes, the ledger's, the difference."""
+    rows = m["rows"]
+    L = [f"{'rank':>4} {'snapshot':<8} {'item':<34} {'tier':<14} {'measured':>16} {'ledger':>16} {'diff':>10}"]
+    for r in rows:
+        if "error" in r:
+            L.append(f"{r['rank']:>4} error: {r['error']}")
+            continue
+        L.append(f"{r['rank']:>4} {r['snapshot']:<8} {r['item']:<34} {r['tier']:<14} {r['measured']:>16,} "
+                 f"{r['ledger']:>16,} {r['diff']:>10,}")
+    bad = sum(1 for r in rows if "error" in r or r["diff"] != 0)
+    L.append(f"{len(rows) - bad} of {len(rows)} rows match to the byte")
+    return "\n".join(L)
