@@ -380,3 +380,16 @@ def test_resolve_output_lints_clean_round_trip(tmp_path):
     assert hjson.loads(p.stdout)["steps_per_print"] == (1 << 63) - 1
     q = run_cli(["lint", str(out), "--world-size", "8", "--format", "json"])
     assert q.returncode == 0, q.stdout
+
+
+@pytest.mark.parametrize("warmup,written", [(0, "auto"), (5, "auto"), (0.1, "auto"), (0, 0), (0, 1)])
+def test_warmup_fill_equals_transformers(warmup, written):
+    """warmup_num_steps as transformers 5.24.0 fills it: max(1, get_warmup_steps(n)) for "auto"
+    (so a Trainer run with no warmup gets 1, which DeepSpeed accepts), a mismatch for a written 0."""
+    pytest.importorskip("transformers")
+    raw = {"train_micro_batch_size_per_gpu": "auto", "scheduler": {"type": "WarmupDecayLR", "params": {
+        "total_num_steps": "auto", "warmup_num_steps": written, "warmup_max_lr": "auto"}}}
+    want, want_mismatch = _tf_fill(raw, warmup_steps=warmup)
+    got, findings = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping(dict(ARGS, warmup_steps=warmup)), hidden_size=HIDDEN)
+    assert got == want
+    assert [f.message.split(": the HF Trainer raises")[0] for f in findings if f.code == "H001"] == want_mismatch

@@ -378,13 +378,12 @@ def dict_sections() -> dict[str, Any]:
         nullable=True)
     top[C.SCHEDULER] = _dict_section({
         C.TYPE: {"type": "string", "description": f"One of {', '.join(VALID_LR_SCHEDULES)} or a torch.optim.lr_scheduler class name."},
+        # Keyword arguments of the scheduler's constructor, which depend on the type: judged per
+        # type by advisor.config.scheduler (rules L001/L002), not here.
         C.SCHEDULER_PARAMS: {"type": ["object", "null"], "x-ds-read": "open",
-                             "properties": {
-                                 "warmup_min_lr": {"type": "number", "minimum": 0},
-                                 "warmup_max_lr": {"type": "number", "minimum": 0},
-                                 "warmup_num_steps": {"type": "integer", "minimum": 1},
-                                 "total_num_steps": {"type": "integer", "minimum": 1},
-                             }},
+                             "description": "Keyword arguments of the scheduler constructor (per type).",
+                             "properties": {k: {"description": "Judged per scheduler type (L001)."} for k in (
+                                 "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")}},
     }, "LR scheduler built by DeepSpeed (plain dict).", nullable=True)
     top[A.AIO] = _dict_section({
         A.AIO_BLOCK_SIZE: _i(A.AIO_BLOCK_SIZE_DEFAULT, 1, doc="Bytes per I/O request."),

@@ -82,6 +82,9 @@ class TrainerArgs:
     max_grad_norm: float = 1.0
     warmup_steps: float = 0
     max_steps: int | None = None
+    #: ``lr_scheduler_type`` (default "linear"); unused when the DeepSpeed config has a
+    #: ``scheduler`` block (``deepspeed_optim_sched`` then hands DeepSpeed a DummyScheduler).
+    lr_scheduler_type: str = "linear"
     bf16: bool = False
     fp16: bool = False
     bf16_full_eval: bool = False
@@ -729,6 +732,8 @@ TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
     ("--warmup-steps", "warmup_steps", float, "Trainer warmup_steps: steps, or a ratio below 1 (default 0)."),
     ("--warmup-ratio", "warmup_ratio", float, "Older Trainer warmup_ratio (a fraction of the steps)."),
     ("--max-steps", "max_steps", int, "Optimizer steps (num_training_steps) for the scheduler's \"auto\"."),
+    ("--lr-scheduler-type", "lr_scheduler_type", str, "Trainer lr_scheduler_type (default linear; a DeepSpeed "
+                                                      "scheduler block replaces it)."),
 ]
 
 

@@ -22,7 +22,7 @@ from advisor.rules import all_rules
 FIX = Path(__file__).resolve().parent / "fixtures"
 FILES = sorted(FIX.glob("*.json"))
 #: Rule families with fixtures here (S: schema, tested in test_schema.py; others own their checks).
-MINE = set("BPODAZM")
+MINE = set("BPODAZML")
 
 
 def _cases():
