@@ -318,6 +318,24 @@ def _build_estimate(config: str, a: EstimateArgs):
 
 
 
+def _release_option(f):
+    """``--deepspeed-version``: the command receives ``release`` (advisor.config.versions.Release)."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*a, **kw):
+        from advisor.config.versions import target_release
+        try:
+            kw["release"] = target_release(kw.pop("deepspeed_version", None))
+        except AdvisorError as e:
+            raise _fail(str(e))
+        return f(*a, **kw)
+
+    return click.option("--deepspeed-version", "deepspeed_version", metavar="X.Y.Z",
+                        help="DeepSpeed release the job runs (default: the installed deepspeed, read from package "
+                             "metadata; else 0.19.8). Findings name the release.")(wrapper)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name=f"ds-advisor (DeepSpeed {DEEPSPEED_VERSION} accounting)")
 def main() -> None:
@@ -337,8 +355,9 @@ def main() -> None:
               help="Exit 1 when a finding at or above this severity exists.")
 @click.option("--select", help="Comma-separated rule codes to run (default: all).")
 @format_option("lint")
+@_release_option
 @_trainer_options
-def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_args, hidden_size):
+def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
     from advisor.errors import ConfigLoadError
     from advisor.findings import SEVERITY_RANK, worst
@@ -370,8 +389,8 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, trainer_arg
             continue
         results.append(FileResult(file=loaded.source, findings=lint_config(
             loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf or bool(trainer_args),
-            select=codes, trainer_args=_targs(trainer_args, hidden_size))))
-    click.echo(render("lint", fmt, results))
+            select=codes, trainer_args=_targs(trainer_args, hidden_size), release=release)))
+    click.echo(render("lint", fmt, results, release=release))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
     threshold = 99 if fail_on == "never" else SEVERITY_RANK[fail_on]

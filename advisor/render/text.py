@@ -19,6 +19,7 @@ from advisor.units import gb, gib
 
 if TYPE_CHECKING:
     from advisor.cluster.launch import Found
+    from advisor.config.versions import Release
     from advisor.ledger.checkpoint import CheckpointPlan
     from advisor.views.check import CheckResult
 
@@ -34,7 +35,9 @@ class FileResult:
     error: str | None = None
 
 
-def lint_json(results: list[FileResult]) -> str:
+def lint_json(results: list[FileResult], release: "Release | None" = None) -> str:
+    """The lint report as JSON (schemas/lint-output.schema.json); ``release`` names the DeepSpeed
+    release the findings are about."""
     counts = {"error": 0, "warning": 0, "info": 0}
     for r in results:
         for f in r.findings:
@@ -44,6 +47,8 @@ def lint_json(results: list[FileResult]) -> str:
         "files": [{"file": r.file, "findings": [f.to_dict() for f in r.findings],
                    **({"error": r.error} if r.error else {})} for r in results],
         "summary": {"files": len(results), "unreadable": sum(1 for r in results if r.error), **counts},
+        **({"deepspeed_release": {"requested": release.requested, "checked": release.checked,
+                                  "origin": release.origin}} if release else {}),
     }, indent=2)
 
 
@@ -64,8 +69,9 @@ def _use_color(stream: IO[str]) -> bool:
 _SEV_COLOR = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 
 
-def lint_text(results: list[FileResult], stream: IO[str] | None = None) -> str:
-    """One line per finding, ``file:line:col: severity CODE message``, then an indented fix."""
+def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None) -> str:
+    """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
+    summary line names the DeepSpeed release checked against when ``release`` is given."""
     stream = stream or sys.stdout
     color = _use_color(stream)
     lines: list[str] = []
@@ -87,7 +93,8 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None) -> str:
                 lines.append(safe_text(f"    fix: {f.fix}"))
     unreadable = sum(1 for r in results if r.error)
     lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
-                 + (f", {unreadable} unreadable" if unreadable else ""))
+                 + (f", {unreadable} unreadable" if unreadable else "")
+                 + (f" (checked against {release.note})" if release else ""))
     return "\n".join(lines)
 
 

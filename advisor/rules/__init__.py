@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from advisor.config.effective import EffectiveConfig
     from advisor.model.inventory import Inventory
     from advisor.config.loading import LoadedConfig
+    from advisor.config.versions import Release
 
 
 @dataclass
@@ -36,6 +37,8 @@ class LintContext:
     inventory: "Inventory | None" = None
     #: True when the config is used through the HF Trainer / accelerate ("auto" is filled in).
     hf: bool = False
+    #: The DeepSpeed release the job runs (advisor.config.versions.Release); None = 0.19.8.
+    release: "Release | None" = None
     extra: dict = field(default_factory=dict)
 
     @property

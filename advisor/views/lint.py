@@ -11,12 +11,23 @@ from advisor.model.inventory import Inventory
 from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
 from advisor.config.schema import validate_config
+from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, key_status
+
+
+def _defined_in_release(f: Finding, release: str) -> bool:
+    """True for a 0.19.8 schema finding that does not hold in ``release``: an unknown or removed
+    key that release defines, or a removed feature that release does not refuse yet."""
+    if release == DEFAULT_RELEASE or f.code not in ("S001", "S005"):
+        return False
+    if f.code == "S005" and not behaviour("removed-features-refused", release):
+        return True
+    return key_status(f.pointer, release).state == "present"
 
 
 def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_size_source: str | None = None,
                 dp_world_size: int | None = None, inventory: Inventory | None = None, hf: bool = False,
                 select: set[str] | None = None, trainer_args: dict | None = None,
-                extra: dict | None = None) -> list[Finding]:
+                extra: dict | None = None, release: "Release | None" = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it.
@@ -25,17 +36,22 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     ``trainer_args``: the HF Trainer arguments (advisor.config.hf.TrainerArgs fields, plus optional
     hidden_size), enabling the Trainer's own checks (its "mismatch" error and friends).
     ``extra``: inputs some rules need, e.g. {"hardware": Hardware, "step_seconds": float} for
-    the storage-tier rules (T family).
+    the storage-tier rules (T family). ``release``: the DeepSpeed release the job runs
+    (:func:`advisor.config.versions.target_release`); None means 0.19.8. The schema is 0.19.8's:
+    for another release, its unknown-key (S001) and removed-key (S005) findings on keys that
+    release defines are dropped, and the V rules say what that release refuses instead.
     """
     ctx = LintContext(loaded=loaded, effective=effective_config(loaded.data), world_size=world_size,
                       world_size_source=world_size_source,
                       dp_world_size=dp_world_size if dp_world_size is not None else world_size,
-                      inventory=inventory, hf=hf)
+                      inventory=inventory, hf=hf, release=release)
     if hf and trainer_args is not None:
         ctx.extra["trainer_args"] = dict(trainer_args)
     if extra:
         ctx.extra.update(extra)
     findings: list[Finding] = [f for f in validate_config(loaded, hf=hf) if select is None or f.code in select]
+    if release is not None:
+        findings = [f for f in findings if not _defined_in_release(f, release.checked)]
     for code, rule_cls in all_rules().items():
         if select is not None and code not in select:
             continue

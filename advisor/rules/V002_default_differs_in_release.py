@@ -1,0 +1,64 @@
+"""V002 default-differs-in-release: a key left at its default, where the target release's default
+is not 0.19.8's.
+
+What DeepSpeed does: each release's pydantic config models carry their own defaults, e.g.
+``offload_optimizer.pin_memory`` / ``offload_param.pin_memory`` default to false up to 0.19.3 and
+to true in 0.19.8 (deepspeed/runtime/zero/offload_config.py), which changes where the offloaded
+state lives (pinned or pageable host memory). The advisor's accounting is 0.19.8's, so a job on
+another release that relies on such a default differs from the estimate. The defaults per
+release are in ``advisor/data/deepspeed_versions.json`` (generated from the sdists).
+
+Anti-pattern (with ``--deepspeed-version 0.17.6``)::
+
+    "offload_optimizer": {"device": "cpu"}
+
+Fix: set the key explicitly, so every release does the same.
+"""
+
+from __future__ import annotations
+
+import json
+
+from advisor.config.versions import DEFAULT_RELEASE, default_in, table
+from advisor.findings import split_pointer
+from advisor.rules import LintContext, Rule, register
+from advisor.rules.V001_key_not_in_release import strict_keys
+
+
+@register
+class DefaultDiffersInRelease(Rule):
+    code = "V002"
+    name = "default-differs-in-release"
+    severity = "info"
+
+    def check(self, ctx: LintContext):
+        rel = ctx.release
+        if rel is None or rel.checked == DEFAULT_RELEASE:
+            return
+        keys = table()["keys"]
+        written = {ptr for ptr, _ in strict_keys(ctx.raw, rel.checked)}
+        for path, row in keys.items():
+            if "field" in row or len(row.get("defaults", [])) < 2:
+                continue  # an alias row (its field's row decides), or a default that never changed
+            parent, key = path.rsplit("/", 1)
+            spellings = {path} | {p for p, r in keys.items() if r.get("field") == key and p.rsplit("/", 1)[0] == parent}
+            if spellings & written or not _wrote(ctx.raw, parent):
+                continue
+            old, new = default_in(path, rel.checked), default_in(path, DEFAULT_RELEASE)
+            if old is None or old == new:
+                continue
+            shown = json.dumps(old) if not isinstance(old, str) or not old.startswith("=") else old[1:]
+            yield self.finding(parent, f"{key} is not set: DeepSpeed {rel.checked} defaults it to {shown}, 0.19.8 "
+                                       f"(whose accounting the estimate uses) to {json.dumps(new)}",
+                               fix=f"set \"{key}\" explicitly, so the job and the estimate agree",
+                               key=key, release=rel.checked, default=old, default_0198=new)
+
+
+def _wrote(raw: dict, ptr: str) -> bool:
+    """True when the section at ``ptr`` is in the config as an object."""
+    cur = raw
+    for part in split_pointer(ptr):
+        if not isinstance(cur, dict) or part not in cur:
+            return False
+        cur = cur[part]
+    return isinstance(cur, dict)

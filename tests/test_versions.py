@@ -1,0 +1,191 @@
+"""Version-aware lint, checked against the DeepSpeed releases' own sources.
+
+The truth here is each release's sdist (fetched with pip into ``DS_ADVISOR_SDISTS``, default
+``~/.cache/ds-advisor-sdists``), read as text, never the advisor's table compared with itself:
+a key is in a release when its config model's source file names it as a field or alias. One
+older release (0.14.5) is installed in a test and its own DeepSpeedZeroConfig refuses what lint
+says it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from advisor.config import _versiongen as gen
+from advisor.config import versions
+from tests.conftest import ROOT, run_cli
+
+SDISTS = Path(os.environ.get("DS_ADVISOR_SDISTS") or Path.home() / ".cache" / "ds-advisor-sdists")
+
+
+def _fetch(release: str) -> Path:
+    try:
+        return gen.fetch(release, SDISTS)
+    except (subprocess.SubprocessError, OSError) as e:  # no registry: a missing package, not a pass
+        pytest.skip(f"cannot fetch the deepspeed {release} sdist with pip ({e}); set DS_ADVISOR_SDISTS")
+
+
+ZERO_FILE = "deepspeed/runtime/zero/config.py"
+
+
+def _zero_source_defines(release: str, key: str) -> bool:
+    """Independent reading: the release's DeepSpeedZeroConfig source has ``key:`` as a field or
+    ``alias="key"``."""
+    text = (_fetch(release) / ZERO_FILE).read_text(encoding="utf-8")
+    body = text[text.index("class DeepSpeedZeroConfig"):]
+    return bool(re.search(rf"^\s+{re.escape(key)}\s*:", body, re.M) or re.search(rf"alias=[\"']{re.escape(key)}[\"']", body))
+
+
+CASES = [("zero_hpz_partition_size", 8), ("zero_quantized_weights", True), ("zenflow", {}),
+         ("module_granularity_threshold", 0), ("leaf_module", {}), ("mics_shard_size", 8),
+         ("stage3_use_all_reduce_for_fetch_params", False)]
+
+
+def _lint(cfg: dict, release: str) -> set[tuple[str, str]]:
+    """(code, pointer) of lint's findings for ``cfg`` at ``release`` (in-process: the CLI path is
+    covered by the JSON tests below)."""
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    return {(f.code, f.pointer) for f in lint_config(parse_text(json.dumps(cfg), "ds.json"),
+                                                      release=versions.target_release(release))}
+
+
+@pytest.mark.parametrize("release", ["0.9.5", "0.10.3", "0.14.5", "0.17.6", "0.19.3"])
+@pytest.mark.parametrize("key,value", CASES)
+def test_v001_matches_the_release_source(release, key, value):
+    codes = _lint({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, key: value}}, release)
+    ptr = f"/zero_optimization/{key}"
+    defined = _zero_source_defines(release, key)
+    assert ((("V001", ptr) in codes) == (not defined)), (release, key, codes)
+    assert ("S001", ptr) not in codes and ("S005", ptr) not in codes  # 0.19.8's verdicts are not this release's
+
+
+def test_cli_names_the_release_in_json_and_text(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zenflow": {}}}))
+    p = run_cli(["lint", str(cfg), "--deepspeed-version", "0.14.5", "--format", "json"])
+    out = json.loads(p.stdout)
+    assert out["deepspeed_release"] == {"requested": "0.14.5", "checked": "0.14.5", "origin": "--deepspeed-version"}
+    assert [f["code"] for f in out["files"][0]["findings"]] == ["V001"] and p.returncode == 1
+    p = run_cli(["lint", str(cfg), "--deepspeed-version", "0.14.5"])
+    assert "DeepSpeed 0.14.5" in p.stdout.splitlines()[-1]
+
+
+def test_at_0198_the_schema_speaks_and_v_rules_are_silent(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "mics_shard_size": 8}}))
+    out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", "0.19.8", "--format", "json"]).stdout)
+    codes = {f["code"] for f in out["files"][0]["findings"]}
+    assert "S005" in codes and not any(c.startswith("V") for c in codes)
+    assert not _zero_source_defines("0.19.8", "mics_shard_size")
+
+
+def test_v002_pin_memory_default_from_the_release_source(tmp_path):
+    """0.17.6's offload config defaults pin_memory to False, 0.19.8's to True (read from the sources)."""
+    src = {r: (_fetch(r) / "deepspeed/runtime/zero/offload_config.py").read_text() for r in ("0.17.6", "0.19.8")}
+    pin = {r: re.findall(r"pin_memory: bool = (\w+)", t) for r, t in src.items()}
+    assert pin["0.17.6"] and set(pin["0.17.6"]) == {"False"} and set(pin["0.19.8"]) == {"True"}
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
+                               "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", "0.17.6", "--format", "json"]).stdout)
+    v2 = [f for f in out["files"][0]["findings"] if f["code"] == "V002"]
+    assert [f["pointer"] for f in v2] == ["/zero_optimization/offload_optimizer"] and "false" in v2[0]["message"]
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}}))
+    out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", "0.17.6", "--format", "json"]).stdout)
+    assert not [f for f in out["files"][0]["findings"] if f["code"] == "V002"]
+
+
+@pytest.mark.parametrize("b", versions.BEHAVIOUR, ids=lambda b: b["id"])
+def test_behaviour_markers_are_in_the_release_named_and_not_before(b):
+    rels = list(gen.RELEASES)
+    i = rels.index(b["since"])
+    assert b["marker"] in (_fetch(b["since"]) / b["file"]).read_text(encoding="utf-8")
+    assert i > 0 and b["marker"] not in (_fetch(rels[i - 1]) / b["file"]).read_text(encoding="utf-8")
+
+
+def test_release_selection():
+    assert versions.target_release("0.14.5").checked == "0.14.5"
+    r = versions.target_release("0.19.5")  # between two checked patches: the one at or below it
+    assert (r.requested, r.checked) == ("0.19.5", "0.19.3") and "0.19.3" in r.note
+    assert versions.target_release("v0.12.6+cu121").checked == "0.12.6"
+    for bad in ("0.8.3", "1.0.0", "x", ""):
+        if bad:
+            with pytest.raises(versions.UnsupportedRelease):
+                versions.target_release(bad)
+    from importlib.metadata import version
+    assert versions.target_release(None).requested == version("deepspeed")  # installed, from metadata
+
+
+def test_unsupported_release_is_a_one_line_usage_error(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text("{}")
+    p = run_cli(["lint", str(cfg), "--deepspeed-version", "0.8.3"])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "0.8.3" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_lint_does_not_import_deepspeed_to_find_the_version(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text("{}")
+    code = ("import sys; from advisor.cli import run; sys.argv=['ds-advisor','lint',%r]\n"
+            "try:\n    run()\nexcept SystemExit:\n    pass\n"
+            "print('LEAK' if 'deepspeed' in sys.modules or 'torch' in sys.modules else 'CLEAN')") % str(cfg)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.strip().endswith("CLEAN")
+
+
+def test_drift_the_table_is_what_the_sdists_give():
+    """Regenerate the table from the sdists and compare it with the checked-in one."""
+    for r in gen.RELEASES:
+        _fetch(r)
+    fresh = json.dumps(gen.build(SDISTS), indent=1, sort_keys=True) + "\n"
+    assert gen.TABLE_PATH.read_text(encoding="utf-8") == fresh, "run: python -m advisor.config._versiongen"
+
+
+OLD = "0.14.5"
+
+
+@pytest.fixture(scope="module")
+def old_deepspeed(tmp_path_factory):
+    """DeepSpeed 0.14.5 installed into its own folder (no ops built), importable beside torch 2.13."""
+    target = Path(os.environ.get("DS_ADVISOR_OLD_DS") or tmp_path_factory.mktemp("ds0145"))
+    if not (target / "deepspeed").is_dir():
+        tgz = _fetch(OLD).parent / f"deepspeed-{OLD}.tar.gz"
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                            "--target", str(target), str(tgz)], capture_output=True, text=True, timeout=900,
+                           env={**os.environ, "DS_BUILD_OPS": "0"})
+        assert r.returncode == 0, r.stderr[-2000:]
+    return target
+
+
+def _old_accepts(target: Path, zero: dict) -> tuple[bool, str]:
+    code = ("import json, sys\nsys.path.insert(0, %r)\nfrom deepspeed.runtime.zero.config import DeepSpeedZeroConfig\n"
+            "import deepspeed\nassert deepspeed.__version__.startswith(%r), deepspeed.__version__\n"
+            "try:\n    DeepSpeedZeroConfig(**json.loads(%r))\n    print('ACCEPTED')\n"
+            "except Exception as e:\n    print('REFUSED', type(e).__name__)\n") % (str(target), OLD, json.dumps(zero))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": ""}, cwd="/")
+    assert "ACCEPTED" in p.stdout or "REFUSED" in p.stdout, p.stderr[-3000:]
+    return "ACCEPTED" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("key,value", [("zenflow", {}), ("module_granularity_threshold", 0), ("mics_shard_size", 8),
+                                       ("zero_hpz_partition_size", 8), ("leaf_module", {})])
+def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_deepspeed, key, value):
+    zero = {"stage": 3, key: value}
+    accepted, why = _old_accepts(old_deepspeed, zero)
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": zero}))
+    out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", OLD, "--format", "json"]).stdout)
+    flagged = any(f["code"] == "V001" and f["pointer"] == f"/zero_optimization/{key}"
+                  for f in out["files"][0]["findings"])
+    assert flagged == (not accepted), (key, why, out["files"][0]["findings"])
