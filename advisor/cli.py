@@ -124,8 +124,16 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "tensor_parallel": (("--tensor-parallel",), dict(type=click.IntRange(min=1), default=1, show_default=True)),
     "pipeline_parallel": (("--pipeline-parallel",), dict(type=click.IntRange(min=1), default=1, show_default=True)),
     "sequence_parallel": (("--sequence-parallel",), dict(
+        type=click.IntRange(min=1), default=None,
+        help="DeepSpeed-Ulysses sequence_parallel_size: its own ranks, ZeRO partitions over DP x SP "
+             "(default: the config's sequence_parallel_size, else 1).")),
+    "megatron_sp": (("--megatron-sp", "megatron_sp"), dict(
+        is_flag=True, help="Megatron sequence parallelism: reuses the tensor-parallel ranks and shards the "
+                           "norm/residual activations by TP.")),
+    "expert_parallel": (("--expert-parallel",), dict(
         type=click.IntRange(min=1), default=1, show_default=True,
-        help="Sequence-parallel degree (Megatron-style; shards norm/residual activations by TP).")),
+        help="MoE expert parallelism (DeepSpeed ep_size): experts split over it, their ZeRO over the "
+             "expert-data-parallel group.")),
     "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")),
     "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1),
                                              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
@@ -160,7 +168,7 @@ def options(*names: str, **overrides_by_name: dict):
 
 #: Option groups: the model, the cluster's shape, model parallelism, the workload, capacities.
 MODEL_OPTIONS = ("model", "params")
-PARALLEL_OPTIONS = ("tensor_parallel", "pipeline_parallel", "sequence_parallel")
+PARALLEL_OPTIONS = ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "megatron_sp", "expert_parallel")
 WORKLOAD_OPTIONS = ("seq_len", "micro_batch", "checkpointing", "attention")
 CAPACITY_OPTIONS = ("gpu_memory", "host_memory", "nvme_capacity")
 
@@ -216,7 +224,9 @@ class EstimateArgs:
     gpus_per_node: int | None
     tensor_parallel: int
     pipeline_parallel: int
-    sequence_parallel: int
+    sequence_parallel: int | None
+    megatron_sp: bool
+    expert_parallel: int
     seq_len: int | None
     micro_batch: int | None
     checkpointing: str
@@ -289,7 +299,11 @@ def _build_estimate(config: str, a: EstimateArgs):
         cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
         if gpus_per_node is None:
             gpus_per_node = hw.accelerators_per_node
-    model_par = a.tensor_parallel * a.pipeline_parallel * a.sequence_parallel
+    sp = a.sequence_parallel
+    if sp is None:
+        v = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
+        sp = v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+    model_par = a.tensor_parallel * a.pipeline_parallel * sp
     if ws % model_par:
         raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
     if gpus_per_node is None:
@@ -297,7 +311,8 @@ def _build_estimate(config: str, a: EstimateArgs):
         g = gpus_per_node_from_env()
         gpus_per_node = g.value if g else None
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=a.tensor_parallel,
-                      pipeline_parallel=a.pipeline_parallel, sequence_parallel=a.sequence_parallel)
+                      pipeline_parallel=a.pipeline_parallel, sequence_parallel=sp,
+                      expert_parallel=a.expert_parallel, megatron_sequence_parallel=a.megatron_sp)
     targs = _targs(a.trainer_args, a.hidden_size)
     hf = a.hf or targs is not None
     extra = {"hardware": hw, "step_seconds": a.step_time} if hw is not None else None

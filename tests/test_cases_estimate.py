@@ -1,4 +1,4 @@
-"""Shared cases whose expectations are estimate figures (C05, C06, C08, C09, C10).
+"""Shared cases whose expectations are estimate figures (C05, C06, C08, C09, C10, C12).
 
 Each case runs the exact command of its ``expect.json`` through the real CLI (cwd = the case
 folder) and checks every listed figure against the JSON output, with the case's tolerance,
@@ -32,6 +32,11 @@ FIGURES = {
     "optimizer-states file bytes": lambda d: _file(d, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"),
     "model-states file bytes": lambda d: _file(d, "mp_rank_00_model_states.pt"),
     "nvme bytes written per step": lambda d: d["movement"]["ranks"][0]["nvme"]["write_bytes"],
+    # C12: rank 0's role (stage 0, tensor-parallel rank 0), accelerator tier
+    "16-bit parameters per rank (TP shard, ZeRO-1 keeps it whole)":
+        lambda d: d["ranks"][0]["tiers"]["accelerator"]["parameters"],
+    "fp32 master weights per rank (over TP x DP)": lambda d: d["ranks"][0]["tiers"]["accelerator"]["master_weights"],
+    "Adam moments per rank": lambda d: d["ranks"][0]["tiers"]["accelerator"]["optimizer_states"],
 }
 
 ESTIMATE_CASES = sorted(p.name for p in CASES.iterdir()

@@ -151,7 +151,7 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
       every stage: global rank 0 writes ``latest`` (the tag) when ``save_latest``.
     """
     wrapper, basic = select_optimizer(ec)
-    W = cluster.dp_world_size
+    W = cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
     z = ec.zero
     k = _n_states(ec)
@@ -311,7 +311,7 @@ def save_16bit_model_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster)
       copies one storage at a time to host).
     """
     D = DTYPE_BYTES[ec.model_dtype]
-    W = cluster.dp_world_size
+    W = cluster.zero_world_size
     n_all = inv.numel
     if ec.zero.stage == 3:
         if not ec.zero.gather_16bit_weights_on_model_save:

@@ -145,7 +145,7 @@ def _rank_terms(plan: "Plan") -> list:
     with NVMe optimizer swap the gradient bytes written (:func:`advisor.ledger.state.zero3_grad_swap_by_rank`),
     else None. O(tensors + W)."""
     ec: EffectiveConfig = plan.config
-    W = plan.cluster.dp_world_size
+    W = plan.cluster.zero_world_size
     st = ec.zero.stage
     oo = ec.offload_optimizer_effective
     if st in (1, 2) and oo == "cpu" and plan.inventory.groups():
@@ -214,7 +214,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
     """Rank ``r``'s movements; ``terms`` = its entry of :func:`_rank_terms` (computed when None)."""
     ec: EffectiveConfig = plan.config
     inv: Inventory = plan.inventory
-    W = plan.cluster.dp_world_size
+    W = plan.cluster.zero_world_size
     z = ec.zero
     st = z.stage
     D = DTYPE_BYTES[ec.model_dtype]

@@ -51,17 +51,45 @@ CLASSES: tuple[str, ...] = ("parameters", "gradients", "master_weights", "optimi
 @dataclass(frozen=True)
 class Cluster:
     """The launch shape. ``world_size`` is the total number of ranks; the data-parallel
-    world size (which ZeRO partitions over) is world_size / (tp x pp x sp)."""
+    world size (the batch's replicas) is world_size / (tp x pp x sp).
+
+    ``tensor_parallel``: Megatron-style tensor parallelism (weights split, see
+    ``advisor.model.parallel``); ``pipeline_parallel``: pipeline stages; ``sequence_parallel``:
+    DeepSpeed-Ulysses ``sequence_parallel_size`` (its own ranks; ZeRO partitions over DP x SP,
+    ``engine.py`` seq_data_parallel_group); ``megatron_sequence_parallel``: Megatron sequence
+    parallelism, which reuses the tensor-parallel group (activations only); ``expert_parallel``:
+    DeepSpeed MoE ``ep_size`` (experts split over it; their ZeRO over the expert-data-parallel
+    group of zero_world_size / ep ranks).
+
+    Global rank order (DeepSpeed ``runtime/pipe/topology.py:PipeModelDataParallelTopology``,
+    axes pipe, data, model; the Ulysses axis inside data): rank = ((stage x DP + d) x SP + q) x TP + m."""
 
     world_size: int = 1
     gpus_per_node: int | None = None
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     sequence_parallel: int = 1
+    expert_parallel: int = 1
+    megatron_sequence_parallel: bool = False
 
     @property
     def dp_world_size(self) -> int:
         return max(1, self.world_size // (self.tensor_parallel * self.pipeline_parallel * self.sequence_parallel))
+
+    @property
+    def zero_world_size(self) -> int:
+        """Ranks ZeRO partitions dense parameters over: DP x SP (Ulysses ranks join the ZeRO group)."""
+        return self.dp_world_size * max(1, self.sequence_parallel)
+
+    @property
+    def model_parallel(self) -> bool:
+        """True when the ledger needs per-stage / per-TP-shard roles."""
+        return self.tensor_parallel > 1 or self.pipeline_parallel > 1 or self.expert_parallel > 1
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pipeline stage, ZeRO rank in DP x SP, tensor-parallel rank) of global ``rank``."""
+        tp, wz = self.tensor_parallel, self.zero_world_size
+        return rank // (wz * tp), (rank // tp) % wz, rank % tp
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,8 @@ class RankLedger:
     rank: int
     entries: list[Entry] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
+    #: Pipeline stages whose ranks this role covers (empty without pipeline parallelism).
+    stages: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -126,7 +156,8 @@ class Ledger:
 
     @property
     def world_size(self) -> int:
-        """Data-parallel ranks the roles stand for."""
+        """Ranks the roles stand for: the ZeRO group (DP x SP) without model parallelism, every
+        global rank with tensor / pipeline / expert parallelism (:meth:`Cluster.coords`)."""
         return sum(len(rl.ranks) for rl in self.ranks)
 
     def role_of(self, r: int) -> RankLedger:
@@ -141,7 +172,7 @@ class Ledger:
         try:
             return idx[r]
         except KeyError:
-            raise IndexError(f"rank {r} is not in this ledger (data-parallel ranks 0..{self.world_size - 1})")
+            raise IndexError(f"rank {r} is not in this ledger (ranks 0..{self.world_size - 1})")
 
     def rank(self, r: int) -> RankLedger:
         """Rank ``r``'s own ledger: its role's entries with ``rank`` = r."""
@@ -991,6 +1022,72 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     return out
 
 
+def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
+                          ga: int) -> list[RankLedger]:
+    """Roles under tensor / pipeline / expert parallelism: for each pipeline stage, the tensors
+    one tensor-parallel rank holds (:func:`advisor.model.parallel.shard`, from the model's
+    structure), accounted by :func:`_roles` over the ZeRO group (DP x SP ranks: ZeRO never
+    partitions over the tensor- or pipeline-parallel ranks; ``runtime/pipe/engine.py`` and
+    ``stage_1_and_2.py`` take ``dp_process_group`` = the data-parallel group of the grid).
+    With ``expert_parallel`` e > 1 the routed-expert tensors (num_experts / e per rank) form their
+    own param groups partitioned over the expert-data-parallel group of W / e ranks
+    (``moe/utils.py:split_params_into_different_moe_groups_for_optimizer``, ``utils/groups.py:
+    _create_expert_and_data_parallel``: ZeRO rank z is expert-data-parallel rank z // e); their
+    entries are added to the dense ones with the same item names.
+
+    Every tensor-parallel rank of a stage holds the same shapes, so it shares its ZeRO rank's
+    role; stages whose entries coincide (equal layer counts in the middle) share a role too.
+    Ranks are global (:meth:`Cluster.coords`)."""
+    from advisor.model.parallel import shard, split_experts
+    tp, pp, ep = cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel
+    Wz = cl.zero_world_size
+    if ep > 1 and Wz % ep:
+        raise ValueError(f"ep_size {ep} does not divide the data-parallel size {Wz}")
+    roles: dict[tuple, RankLedger] = {}
+    for sh in shard(inv, tp, pp, ep):
+        s = sh.stage
+        if ep > 1:
+            dense, experts = split_experts(sh.inventory)
+        else:
+            dense, experts = sh.inventory, None
+        d_roles = _roles(ec, dense, Wz, wrapper, basic, ga)
+        d_of = {z: i for i, rl in enumerate(d_roles) for z in rl.ranks}
+        e_roles: list[RankLedger] = []
+        e_of: dict[int, int] = {}
+        if experts is not None and experts.tensors:
+            e_roles = _roles(ec, experts, Wz // ep, wrapper, basic, ga)
+            e_of = {z: i for i, rl in enumerate(e_roles) for z in rl.ranks}
+        combos: dict[tuple[int, int], list[int]] = {}
+        for z in range(Wz):
+            combos.setdefault((d_of[z], e_of.get(z // ep, -1)), []).append(z)
+        for (di, ei), zs in combos.items():
+            entries = list(d_roles[di].entries)
+            if ei >= 0:
+                entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts) "
+                                    f"over the expert-data-parallel group of {Wz // ep}: {e.formula}",
+                                    source=e.source + "; moe/utils.py:split_params_into_different_moe_groups_for_optimizer")
+                            for e in e_roles[ei].entries]
+            if pp > 1 or tp > 1:
+                what = (f"1/{tp} tensor-parallel shard" if tp > 1 else "") + (
+                    (" of " if tp > 1 else "") + f"a pipeline stage of {sh.layers[1] - sh.layers[0]} layers" if pp > 1 else "")
+                entries = [replace(e, formula=e.formula + f" [{what}: {sh.inventory.numel:,} parameters]")
+                           for e in entries]
+            granks = [(s * Wz + z) * tp + m for z in zs for m in range(tp)]
+            key = tuple((e.tier, e.cls, e.item, e.bytes, e.life) for e in entries)
+            if key in roles:
+                roles[key].ranks.extend(granks)
+                if s not in roles[key].stages:
+                    roles[key].stages.append(s)
+            else:
+                roles[key] = RankLedger(granks[0], entries, granks, [s] if pp > 1 else [])
+    out = sorted(roles.values(), key=lambda rl: min(rl.ranks))
+    for rl in out:
+        rl.ranks.sort()
+        rl.rank = rl.ranks[0]
+        rl.entries = [replace(e, rank=rl.rank) for e in rl.entries]
+    return out
+
+
 def compute_ledger(plan: Plan) -> Ledger:
     """Per-rank bytes by tier x class x item for ``plan`` (bytes; config sizes are elements).
 
@@ -1002,14 +1099,17 @@ def compute_ledger(plan: Plan) -> Ledger:
     """
     ec = plan.config
     inv = plan.inventory
-    W = plan.cluster.dp_world_size
-    why = unsupported_reason(ec, W)
+    cl = plan.cluster
+    why = unsupported_reason(ec, cl.dp_world_size)
     if why:
         raise ValueError(f"DeepSpeed 0.19.8 rejects this configuration: {why}")
     wrapper, basic = select_optimizer(ec)
     from advisor.config.effective import derive_batch
-    ga = derive_batch(ec, W)[2] or 1
-    ranks = _roles(ec, inv, W, wrapper, basic, ga)
+    ga = derive_batch(ec, cl.dp_world_size)[2] or 1
+    if cl.model_parallel:
+        ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga)
+    else:
+        ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga)
     excluded = [
         "activations (depend on the model's forward, not on the config)",
         "CUDA context, NCCL workspaces, caching-allocator fragmentation, optimizer-kernel temporaries",

@@ -29,7 +29,12 @@ over the tensor-parallel group; ``cpu_checkpointing`` moves them to host memory.
 Tensor parallelism t shards the attention and MLP internals by t; norm and residual regions
 are sharded only with sequence parallelism (Korthikanti section 4.2.2), which then shards
 everything by t. Pipeline parallelism p: a stage holds L/p layers and, with 1F1B, up to p
-micro-batches in flight on the first stage (Korthikanti section 4.2.3).
+micro-batches in flight on the first stage (Korthikanti section 4.2.3). Given a ``stage``, the
+stage's own layers (``runtime/utils.py:partition_uniform``) and its own in-flight count,
+min(p - stage, micro-batches) (DeepSpeed ``runtime/pipe/schedule.py:TrainSchedule.num_pipe_buffers``);
+only the last stage holds the loss head. DeepSpeed-Ulysses (``sequence_parallel_size`` u; Jacobs
+et al. 2023, arXiv:2309.14509): each rank holds s / u tokens outside attention and a / u heads of
+the full sequence inside it, the same bytes as s / u tokens with all heads, so s becomes s / u.
 
 Verified against autograd's saved tensors on a plain-torch Llama proxy
 (``advisor.engine.proxy_activations``, tests/engine/test_activations_engine.py).
@@ -59,6 +64,15 @@ class ActivationInputs:
     pipeline_parallel: int = 1
     partition_activations: bool = False
     cpu_checkpointing: bool = False
+    #: Pipeline stage this rank is on (None: the worst case, the first stage's in-flight
+    #: micro-batches together with the last stage's loss head).
+    stage: int | None = None
+    #: Micro-batches per optimizer step (gradient accumulation): 1F1B keeps at most this many
+    #: in flight.
+    micro_batches: int | None = None
+    #: DeepSpeed-Ulysses sequence_parallel_size: each rank holds s / sp of the sequence outside
+    #: attention and a / sp of the heads inside it (all-to-all), so every term divides by sp.
+    ulysses: int = 1
 
 
 @dataclass
@@ -152,6 +166,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     Raises KeyError when a required architecture field is missing.
     """
     s, b, D, t = x.seq_len, x.micro_batch, x.dtype_bytes, x.tensor_parallel
+    if x.ulysses > 1:  # DeepSpeed-Ulysses (arXiv:2309.14509 section 3): the local sequence is s / sp
+        s = -(-s // x.ulysses)
     h = int(meta["hidden_size"])
     L = int(meta["num_layers"])
     V = int(meta["vocab_size"])
@@ -166,16 +182,27 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     else:
         per_moe, n_dense, n_moe = 0, L, 0
     p = max(1, x.pipeline_parallel)
-    layers_on_rank = math.ceil(L / p)
+    if x.stage is None:
+        layers_on_rank = math.ceil(L / p)
+        in_flight = p  # 1F1B: the first stage holds p micro-batches' activations
+        last = True
+    else:
+        from advisor.model.parallel import partition_uniform
+        bounds = partition_uniform(L, p)
+        layers_on_rank = bounds[x.stage + 1] - bounds[x.stage]
+        # runtime/pipe/schedule.py:TrainSchedule.num_pipe_buffers: min(stages - stage_id, micro_batches)
+        in_flight = min(p - x.stage, x.micro_batches or p)
+        last = x.stage == p - 1
     frac = layers_on_rank / L
     all_layers = int((n_dense * per_dense + n_moe * per_moe) * frac)
-    largest_layer = max(per_dense if n_dense else 0, per_moe if n_moe else 0)
-    in_flight = p  # 1F1B: the first stage holds p micro-batches' activations
+    largest_layer = max(per_dense if n_dense else 0, per_moe if n_moe else 0) if layers_on_rank else 0
     rs = t if x.sequence_parallel else 1
     norm = _m(meta, "norm", default="rmsnorm")
     head_norm = (4 * s * b * h + 4 * s * b + D * s * b * h) if norm == "rmsnorm" else (D * s * b * h + 8 * s * b)
     loss_saved = head_norm // rs + D * s * b * h // rs + 4 * s * b * V // t + D * s * b * V // t + 8 * s * b
     loss_spike = 4 * s * b * V // t
+    if not last:  # only the last pipeline stage runs the head and the loss
+        loss_saved = loss_spike = 0
     saved_host = 0
     if x.checkpointing == "full":
         kept = D * s * b * h // rs * layers_on_rank

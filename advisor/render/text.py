@@ -127,9 +127,29 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         cl = d["cluster"]
         console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({m['parameters']:,} parameters, "
                       f"{m['trainable_parameters']:,} trainable), world size {cl['world_size']} "
-                      f"(data-parallel {cl['dp_world_size']}); DeepSpeed {d['deepspeed']} accounting")
+                      f"(data-parallel {cl['dp_world_size']}"
+                      + "".join(f", {w} {cl[k]}" for k, w in (("tensor_parallel", "tensor-parallel"),
+                                                            ("pipeline_parallel", "pipeline stages"),
+                                                            ("sequence_parallel", "Ulysses sequence-parallel"),
+                                                            ("expert_parallel", "expert-parallel"))
+                                if (cl.get(k) or 1) > 1)
+                      + f"); DeepSpeed {d['deepspeed']} accounting")
         shown = d["ranks"]
-        if len(shown) > 2:
+        staged = any("stages" in r for r in shown)
+        if staged:
+            # Pipeline stages hold different layers: show the worst role of each distinct set of
+            # stages, and say which is the worst overall.
+            best: dict = {}
+            for r in shown:
+                k = tuple(r["stages"])
+                if k not in best or r["peak"]["accelerator"]["bytes"] > best[k]["peak"]["accelerator"]["bytes"]:
+                    best[k] = r
+            worst_all = max(best.values(), key=lambda r: r["peak"]["accelerator"]["bytes"])
+            n_other = sum(len(r["ranks"]) for r in shown if r not in best.values())
+            spread = max((abs(r["tiers"][t]["total"] - best[tuple(r["stages"])]["tiers"][t]["total"]) for r in shown
+                          for t in ("accelerator", "host", "nvme")), default=0)
+            shown = sorted(best.values(), key=lambda r: r["stages"][0])
+        elif len(shown) > 2:
             # Ranks of ZeRO-1/2 differ by the gradients of tensors straddling their slices: show
             # the rank with the largest accelerator peak and say how far the others are from it.
             worst = max(shown, key=lambda r: r["peak"]["accelerator"]["bytes"])
@@ -142,6 +162,10 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             title = (f"rank {ranks[0]}" if len(ranks) == 1 else
                      f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else
                      f"ranks {', '.join(map(str, ranks))}")
+            if "stages" in role:
+                st = role["stages"]
+                title = (f"pipeline stage{'s' if len(st) > 1 else ''} {', '.join(map(str, st))}: {title}"
+                         + (" (the worst)" if staged and role is worst_all and len(shown) > 1 else ""))
             t = Table(title=f"Per-rank training state, {title} (GiB = 2^30 bytes)", title_justify="left")
             t.add_column("state class")
             for tier in ("accelerator", "host", "nvme"):
@@ -182,7 +206,10 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     et.add_row(it["tier"], it["class"], it["item"], f"{it['bytes']:,}", it["life"], it["formula"],
                                it["source"])
                 console.print(et)
-        if len(d["ranks"]) > 2:
+        if staged and n_other:
+            console.print(f"  ({n_other} other ranks differ from their stage's row above by at most "
+                          f"{spread / 2**30:,.2f} GiB in any tier; --format json lists every rank)")
+        elif not staged and len(d["ranks"]) > 2:
             console.print(f"  ({n_other} other ranks in {len(d['ranks']) - 1} groups differ from this one by at most "
                           f"{spread / 2**30:,.2f} GiB in any tier: each keeps the gradients of the tensors touching "
                           f"its partition; --format json lists every rank)")

@@ -157,8 +157,7 @@ class EstimateResult:
                           "basic": self.ledger.basic_optimizer, "wrapper": self.ledger.wrapper},
             "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective},
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
-            "sharding": (f"ZeRO-{z.stage} over a data-parallel group of {self.plan.cluster.dp_world_size} ranks"
-                         if z.stage else "none (every rank holds full model states)"),
+            "sharding": _sharding_words(self.plan.cluster, z.stage),
             "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch, "checkpointing": w.checkpointing,
                          "attention": w.attention},
             "fragmentation_margin": self.fragmentation,
@@ -178,11 +177,15 @@ class EstimateResult:
                       "trainable_parameters": inv.trainable_numel, "tensors": len(inv.tensors)},
             "cluster": {"world_size": cl.world_size, "dp_world_size": cl.dp_world_size,
                         "gpus_per_node": cl.gpus_per_node, "tensor_parallel": cl.tensor_parallel,
-                        "pipeline_parallel": cl.pipeline_parallel, "sequence_parallel": cl.sequence_parallel},
+                        "pipeline_parallel": cl.pipeline_parallel, "sequence_parallel": cl.sequence_parallel,
+                        "expert_parallel": cl.expert_parallel,
+                        "megatron_sequence_parallel": cl.megatron_sequence_parallel,
+                        "zero_world_size": cl.zero_world_size},
             "assumptions": self.assumptions(),
             "ranks": [
                 {
                     "ranks": r.ranks,
+                    **({"stages": sorted({stage_of(cl, x) for x in r.ranks})} if cl.pipeline_parallel > 1 else {}),
                     "tiers": r.tiers(),
                     "host_split": r.host_split(),
                     "phases": r.phases(),
@@ -211,6 +214,24 @@ class EstimateResult:
         }
         d.update(self.sections)
         return d
+
+
+def _sharding_words(cl: Cluster, stage: int) -> str:
+    """The assumptions' one-line description of how model states are split."""
+    parts = []
+    if cl.tensor_parallel > 1:
+        parts.append(f"tensor parallelism {cl.tensor_parallel} (Megatron column/row-parallel linears and "
+                     "vocab-parallel embedding/head split, norms and row-parallel biases replicated)")
+    if cl.pipeline_parallel > 1:
+        parts.append(f"{cl.pipeline_parallel} pipeline stages (layers by partition_uniform; embeddings on the "
+                     "first, the head on the last)")
+    if cl.expert_parallel > 1:
+        parts.append(f"expert parallelism {cl.expert_parallel} (experts over the EP group, their ZeRO over "
+                     f"{cl.zero_world_size // cl.expert_parallel} expert-data-parallel ranks)")
+    zero = (f"ZeRO-{stage} over a data-parallel group of {cl.zero_world_size} ranks"
+            + (f" (DP {cl.dp_world_size} x Ulysses SP {cl.sequence_parallel})" if cl.sequence_parallel > 1 else "")
+            if stage else "no ZeRO (every data-parallel rank holds its full model states)")
+    return "; ".join(parts + [zero]) if parts else (zero if stage else "none (every rank holds full model states)")
 
 
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None) -> list[Role]:
@@ -278,7 +299,7 @@ def fit_findings(rows: list[FitRow]) -> list[Finding]:
 
 
 def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
-                    workload: Workload) -> tuple[ActivationEstimate | None, str]:
+                    workload: Workload, stage: int | None = None) -> tuple[ActivationEstimate | None, str]:
     """Activations for the plan, or (None, why not) when the model has no architecture
     (``--params``) or no sequence length is known."""
     meta = inventory.meta or {}
@@ -294,10 +315,44 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
     x = ActivationInputs(
         seq_len=int(seq), micro_batch=int(mb), dtype_bytes=DTYPE_BYTES[ec.model_dtype],
         checkpointing=workload.checkpointing, attention=workload.attention,  # type: ignore[arg-type]
-        tensor_parallel=cluster.tensor_parallel, sequence_parallel=cluster.sequence_parallel > 1,
-        pipeline_parallel=cluster.pipeline_parallel,
+        tensor_parallel=cluster.tensor_parallel, sequence_parallel=cluster.megatron_sequence_parallel,
+        pipeline_parallel=cluster.pipeline_parallel, ulysses=cluster.sequence_parallel,
+        stage=stage, micro_batches=_micro_batches(ec, cluster),
         partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")))
     return estimate_activations(meta, x), ""
+
+
+def _micro_batches(ec: EffectiveConfig, cluster: Cluster) -> int | None:
+    """Gradient accumulation steps (the pipeline's micro-batches per step), None when unknown."""
+    from advisor.config.effective import derive_batch
+    return derive_batch(ec, cluster.dp_world_size)[2]
+
+
+def stage_of(cluster: Cluster, rank: int) -> int:
+    """Pipeline stage of global ``rank`` (0 without pipeline parallelism)."""
+    return cluster.coords(rank)[0] if cluster.model_parallel else 0
+
+
+def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, ActivationEstimate | None]) -> list[Role]:
+    """Roles whose ranks span pipeline stages with different activations, split per stage (the
+    ledger merges stages with equal model states; 1F1B keeps a different number of micro-batches
+    in flight on each)."""
+    out: list[Role] = []
+    for r in roles:
+        by: dict[int, list[int]] = {}
+        for x in r.ranks:
+            by.setdefault(stage_of(cluster, x), []).append(x)
+        groups: dict[Any, Role] = {}
+        for st, rs in sorted(by.items()):
+            a = acts.get(st)
+            key = None if a is None else (a.saved_accelerator, a.saved_host, a.recompute_layer, a.loss_spike)
+            if key in groups:
+                groups[key].ranks.extend(rs)
+            else:
+                groups[key] = Role(ranks=rs, ledger=r.ledger, activations=a)
+        out.extend(groups.values())
+    out.sort(key=lambda role: role.ranks[0] if role.ranks else 0)
+    return out
 
 
 def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capacity: Capacity | None = None,
@@ -328,12 +383,24 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     ledger = compute_ledger(plan)
     acts, note = activations_for(ec, inventory, cluster, workload)
     roles = group_roles(ledger, acts)
+    if cluster.pipeline_parallel > 1 and acts is not None:
+        per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s)[0]
+                     for s in range(cluster.pipeline_parallel)}
+        roles = split_by_stage(roles, cluster, per_stage)
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
     all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
     from advisor.ledger.checkpoint import checkpoint_plan
     from advisor.ledger.movement import movement_section
-    sections = {"movement": movement_section(ledger, hardware, step_seconds),
-                "checkpoint": checkpoint_plan(ec, inventory, cluster).to_dict()}
+    mv_ledger, ck_inv = ledger, inventory
+    if cluster.model_parallel:
+        # Movement and checkpoint files of the first stage's first tensor-parallel rank: the tensors
+        # it holds (advisor.model.parallel.shard), over its ZeRO group.
+        from dataclasses import replace as _replace
+        from advisor.model.parallel import shard
+        ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
+        mv_ledger = _replace(ledger, plan=Plan(config=ec, inventory=ck_inv, cluster=cluster))
+    sections = {"movement": movement_section(mv_ledger, hardware, step_seconds),
+                "checkpoint": checkpoint_plan(ec, ck_inv, cluster).to_dict()}
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
                           fragmentation=fragmentation, sections=sections)

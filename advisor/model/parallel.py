@@ -1,0 +1,251 @@
+"""Model parallelism: which tensors a tensor-, pipeline- and expert-parallel rank holds.
+
+The ledger (``advisor.ledger.state``) accounts ZeRO over the *data-parallel* group of one rank
+role; this module turns the whole-model inventory into the inventory one role holds, from the
+model's structure (Hugging Face tensor names, as :func:`advisor.model.specs.expand` and
+:func:`advisor.model.inventory.from_module` produce them). Sizes are elements, never bytes.
+
+Tensor parallelism t (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053 section 3;
+``megatron/core/tensor_parallel/layers.py``):
+
+* column-parallel linears (``ColumnParallelLinear``: q/k/v, fused qkv, MLP gate/up, fc1) split
+  their *output* features by t, and so does their bias;
+* row-parallel linears (``RowParallelLinear``: attention output, MLP down, fc2) split their
+  *input* features by t; their bias is added after the all-reduce and is replicated;
+* the token embedding (``VocabParallelEmbedding``) and the output layer (column-parallel over
+  the vocabulary) split the vocabulary by t: ceil(V / t) rows per rank (Megatron pads V to a
+  multiple of ``make_vocab_size_divisible_by`` x t, 128 x t by default; a Hugging Face model
+  keeps its own V, so the padding here is only to a multiple of t);
+* norms, position embeddings, MoE routers and every tensor this rule does not recognise are
+  replicated on every tensor-parallel rank (:func:`tp_rule` says which rule applied);
+* GPT-2's ``Conv1D`` stores weights (in, out), so its column/row split dimensions swap.
+* Megatron requires the attention heads, the key/value heads and the MLP width to divide by t
+  (``megatron/core/utils.py:divide`` asserts ``numerator % denominator == 0``);
+  :class:`ParallelismError` says which one does not.
+* MLA (DeepSeek): the low-rank down projections (``q_a_proj``, ``kv_a_proj_with_mqa``) and their
+  norms are replicated, ``q_b_proj`` / ``kv_b_proj`` are column-parallel, ``o_proj`` row-parallel
+  (Megatron-core ``transformer/multi_latent_attention.py``: the up projections are
+  ColumnParallelLinear, the down projections are not split).
+
+Expert parallelism e (DeepSpeed MoE, ``deepspeed/moe/layer.py:MoE``, ``moe/experts.py``,
+``utils/groups.py:_create_expert_and_data_parallel``): each expert-parallel rank holds
+num_experts / e experts of every MoE layer; routed experts are *not* split by tensor
+parallelism (DeepSpeed's default ``enable_expert_tensor_parallelism=False``). Expert tensors are
+the ones under ``.experts.`` (fused ``experts.gate_up_proj`` (E, 2m, h) or per-expert modules
+``experts.{i}.``); shared experts are dense.
+
+Pipeline parallelism p (DeepSpeed ``runtime/pipe/module.py:PipelineModule``, Megatron-DeepSpeed
+``GPTModelPipe`` with ``partition_method='type:transformer'``): the transformer layers are split
+into p contiguous stages by ``runtime/utils.py:partition_uniform`` (the first L mod p stages get
+one layer more); the first stage also holds everything before the first layer (embeddings), the
+last stage everything after the last one (final norm, output head, MTP modules). A tied
+embedding (``tie_word_embeddings``) is a ``TiedLayerSpec``: the first and the last stage each
+hold a copy (``PipelineModule._index_tied_modules``), its gradients all-reduced between them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from advisor.errors import AdvisorError
+from advisor.model.inventory import Inventory, TensorSpec
+
+
+class ParallelismError(AdvisorError):
+    """The model cannot be split this way (a size that Megatron requires to divide does not)."""
+
+
+#: Output (dim 0 of an (out, in) weight) split: Megatron ColumnParallelLinear.
+_COLUMN = ("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "gate_proj", "up_proj",
+           "gate_up_proj", "dense_h_to_4h", "w1", "w3", "q_b_proj", "kv_b_proj", "c_attn", "c_fc", "fc1")
+#: Input (dim 1) split: Megatron RowParallelLinear (bias replicated).
+_ROW = ("o_proj", "down_proj", "dense", "dense_4h_to_h", "w2", "c_proj", "fc2", "out_proj")
+_VOCAB = ("embed_tokens", "wte", "word_embeddings", "lm_head")
+_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+_EXPERT_RE = re.compile(r"(?:^|\.)experts\.(?:(\d+)\.)?")
+
+
+def tp_rule(t: TensorSpec) -> tuple[str, int | None]:
+    """Which tensor-parallel rule applies to ``t``: (kind, split dimension or None).
+
+    kind is ``vocab`` (dim 0), ``column`` (output features; bias too), ``row`` (input features;
+    a row-parallel bias is replicated: dim None), ``expert`` (split by expert parallelism, not
+    TP) or ``replicated``. Decided from the Hugging Face module name (see the module docstring)."""
+    name = t.name
+    parts = name.split(".")
+    leaf = parts[-1]
+    mod = parts[-2] if len(parts) >= 2 else ""
+    if _EXPERT_RE.search(name):
+        return "expert", None
+    conv1d = mod in ("c_attn", "c_fc", "c_proj")  # GPT-2 Conv1D: weight (in, out)
+    if mod in _VOCAB and leaf == "weight" and len(t.shape) == 2:
+        return "vocab", 0
+    if mod in _COLUMN and len(t.shape) >= 1:
+        if leaf == "bias":
+            return "column", 0
+        if len(t.shape) == 2:
+            return "column", 1 if conv1d else 0
+    if mod in _ROW and len(t.shape) >= 1:
+        if leaf == "bias":
+            return "row", None
+        if len(t.shape) == 2:
+            return "row", 0 if conv1d else 1
+    return "replicated", None
+
+
+def _split(shape: tuple[int, ...], dim: int, n: int, what: str, name: str, exact: bool) -> tuple[int, ...]:
+    if exact and shape[dim] % n:
+        raise ParallelismError(f"{name}: {what} {shape[dim]} is not divisible by {n} "
+                               "(megatron/core/utils.py:divide asserts numerator % denominator == 0)")
+    s = list(shape)
+    s[dim] = -(-shape[dim] // n)
+    return tuple(s)
+
+
+def check_tp_divisibility(meta: dict, tp: int) -> None:
+    """Raise ParallelismError when Megatron cannot split this architecture over ``tp`` ranks:
+    attention heads, key/value heads (``num_query_groups``) and the MLP width must divide by tp
+    (``megatron/core/transformer/attention.py`` divide(num_attention_heads, world_size),
+    divide(num_query_groups, world_size); ``mlp.py`` ffn_hidden_size)."""
+    if tp <= 1:
+        return
+    for key, what in (("num_heads", "num_attention_heads"), ("num_kv_heads", "num_key_value_heads"),
+                      ("intermediate_size", "intermediate_size")):
+        v = meta.get(key)
+        if isinstance(v, int) and v % tp:
+            raise ParallelismError(f"--tensor-parallel {tp}: {what} {v} is not divisible by {tp} "
+                                   "(Megatron: megatron/core/utils.py:divide asserts numerator % denominator == 0)")
+
+
+def shard_tensor(t: TensorSpec, tp: int, ep: int = 1, num_experts: int | None = None) -> TensorSpec | None:
+    """``t`` as one tensor- and expert-parallel rank holds it (the first of its group; every rank
+    of the group holds the same shape, vocab-parallel tensors padded to a multiple of tp), or None
+    when the rank holds none of it (a per-expert module of another expert-parallel rank)."""
+    kind, dim = tp_rule(t)
+    if kind == "expert":
+        if ep <= 1:
+            return t
+        m = _EXPERT_RE.search(t.name)
+        if m and m.group(1) is not None:  # per-expert module: keep this rank's experts
+            if num_experts and num_experts % ep:
+                raise ParallelismError(f"num_experts {num_experts} is not divisible by ep_size {ep} "
+                                       "(deepspeed/moe/layer.py: MoE asserts num_experts % ep_size == 0)")
+            per = (num_experts or ep) // ep
+            return t if int(m.group(1)) < per else None
+        if t.shape[0] % ep:
+            raise ParallelismError(f"{t.name}: {t.shape[0]} experts are not divisible by ep_size {ep} "
+                                   "(deepspeed/moe/layer.py: MoE asserts num_experts % ep_size == 0)")
+        return TensorSpec(t.name, (t.shape[0] // ep, *t.shape[1:]), t.trainable, t.group, t.dtype)
+    if tp <= 1 or dim is None:
+        return t
+    shape = _split(t.shape, dim, tp, "the vocabulary" if kind == "vocab" else "the split dimension", t.name,
+                   exact=kind != "vocab")
+    return TensorSpec(t.name, shape, t.trainable, t.group, t.dtype)
+
+
+def is_expert(t: TensorSpec) -> bool:
+    """True for a routed-expert tensor (sharded by expert parallelism; ZeRO over the
+    expert-data-parallel group)."""
+    return _EXPERT_RE.search(t.name) is not None
+
+
+def partition_uniform(num_items: int, num_parts: int) -> list[int]:
+    """Stage boundaries: part i holds items [parts[i], parts[i+1]). A copy of DeepSpeed
+    ``runtime/utils.py:partition_uniform`` (the first ``num_items mod num_parts`` parts get one
+    more item; with fewer items than parts the last parts are empty)."""
+    if num_items <= num_parts:
+        return [min(p, num_items) for p in range(num_parts + 1)]
+    chunk, residual = divmod(num_items, num_parts)
+    parts = [i * chunk for i in range(num_parts + 1)]
+    for i in range(residual):
+        for j in range(i + 1, num_parts + 1):
+            parts[j] += 1
+    return parts
+
+
+def layer_of(t: TensorSpec) -> int | None:
+    """Transformer-layer index of a tensor (``...layers.{i}.`` / ``h.{i}.``), None outside layers."""
+    m = _LAYER_RE.search(t.name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class StageShard:
+    """The tensors one pipeline stage x tensor-parallel rank x expert-parallel rank holds."""
+
+    stage: int
+    layers: tuple[int, int]  # [first, last) transformer layer index
+    inventory: Inventory
+    #: Names of tensors the tensor-parallel rule left replicated although tp > 1 (norms etc.).
+    replicated: int = 0
+
+
+def shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> list[StageShard]:
+    """One :class:`StageShard` per pipeline stage (stage order) for tensor parallelism ``tp``,
+    pipeline parallelism ``pp`` and expert parallelism ``ep`` (see the module docstring).
+
+    An inventory without layer names (``--params``: synthetic chunks) has no structure to split
+    by: its tensors are split by tp along dim 0 (every tensor treated as a matrix sharded by TP)
+    and dealt to stages by partition_uniform over the tensors. Raises ParallelismError when a
+    dimension Megatron requires to divide does not."""
+    meta = inv.meta or {}
+    structured = any(layer_of(t) is not None for t in inv.tensors)
+    if structured:
+        check_tp_divisibility(meta, tp)
+    L = int(meta.get("num_layers") or 0)
+    idx = [layer_of(t) for t in inv.tensors]
+    if structured and not L:
+        L = max(i for i in idx if i is not None) + 1
+    first_layer_pos = next((k for k, i in enumerate(idx) if i is not None), len(idx))
+    tied = bool(meta.get("tie_word_embeddings"))
+    n_exp = meta.get("num_experts") or None
+    out: list[StageShard] = []
+    if structured:
+        bounds = partition_uniform(L, pp)
+    else:
+        bounds = partition_uniform(len(inv.tensors), pp)
+    for s in range(pp):
+        lo, hi = bounds[s], bounds[s + 1]
+        tensors: list[TensorSpec] = []
+        rep = 0
+        for k, t in enumerate(inv.tensors):
+            if structured:
+                i = idx[k]
+                if i is None:
+                    pre = k < first_layer_pos
+                    keep = (s == 0) if pre else (s == pp - 1)
+                    if not keep and pre and tied and s == pp - 1 and tp_rule(t)[0] == "vocab":
+                        keep = True  # TiedLayerSpec: the last stage holds its own copy
+                elif i >= L:  # MTP modules after the main layers
+                    keep = s == pp - 1
+                else:
+                    keep = lo <= i < hi
+                if not keep:
+                    continue
+                st = shard_tensor(t, tp, ep, n_exp)
+                if st is None:
+                    continue
+                if tp > 1 and st is t and tp_rule(t)[0] in ("replicated", "row"):
+                    rep += 1
+                tensors.append(st)
+            else:
+                if not (lo <= k < hi):
+                    continue
+                tensors.append(TensorSpec(t.name, (-(-t.shape[0] // tp), *t.shape[1:]), t.trainable, t.group, t.dtype)
+                               if tp > 1 else t)
+        m = dict(meta)
+        m.update(tensor_parallel=tp, pipeline_parallel=pp, expert_parallel=ep, stage=s)
+        name = inv.name + (f" [stage {s} of {pp}]" if pp > 1 else "") + (f" [1/{tp} TP shard]" if tp > 1 else "")
+        out.append(StageShard(s, (lo, hi), Inventory(name=name, tensors=tensors, source=inv.source, meta=m), rep))
+    return out
+
+
+def split_experts(inv: Inventory) -> tuple[Inventory, Inventory]:
+    """(dense tensors, routed-expert tensors) of ``inv``: DeepSpeed puts expert parameters in
+    their own optimizer param groups (``moe/utils.py:split_params_into_different_moe_groups_for_optimizer``),
+    each partitioned over its expert-data-parallel group."""
+    dense = [t for t in inv.tensors if not is_expert(t)]
+    exp = [t for t in inv.tensors if is_expert(t)]
+    return (Inventory(inv.name, dense, inv.source, dict(inv.meta)),
+            Inventory(inv.name + " (experts)", exp, inv.source, dict(inv.meta)))

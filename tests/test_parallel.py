@@ -1,0 +1,181 @@
+"""Tensor, pipeline, sequence and expert parallelism in the ledger and the activations.
+
+Every expected figure is built here by hand from the model's published dimensions (the
+Megatron per-rank parameter shapes: column-parallel output features / t, row-parallel input
+features / t, vocabulary / t, norms whole), never from advisor.model.parallel itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger.state import Cluster, Plan, compute_ledger
+from advisor.model.activations import ActivationInputs, estimate_activations
+from advisor.model.parallel import ParallelismError, partition_uniform, shard
+from advisor.model.specs import resolve_model
+from tests.conftest import run_cli
+
+Z1 = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
+      "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1}}
+
+
+def _llama_rank_params(h, f, L, V, heads, kv, t, layers=None, embed=True, head=True):
+    """Megatron per-TP-rank parameters of a Llama (RMSNorm, SwiGLU, untied) by hand."""
+    d = h // heads
+    per_layer = (h // t * h            # q: column-parallel (heads / t)
+                 + 2 * (kv * d // t) * h  # k, v: column-parallel (kv heads / t)
+                 + h * (h // t)           # o: row-parallel (input / t)
+                 + 2 * (f // t) * h       # gate, up: column-parallel
+                 + h * (f // t)           # down: row-parallel
+                 + 2 * h)                 # two RMSNorms, replicated
+    n = per_layer * (L if layers is None else layers)
+    if embed:
+        n += V // t * h                # vocab-parallel embedding
+    if head:
+        n += V // t * h + h            # vocab-parallel head + final norm
+    return n
+
+
+def _ledger(cfg, model, **cl):
+    return compute_ledger(Plan(effective_config(cfg), resolve_model(model), Cluster(**cl)))
+
+
+def _acc(rl, cls):
+    return rl.total("accelerator", cls)
+
+
+def test_tp4_llama2_13b_per_rank_shapes_match_megatron_by_hand():
+    """C12's arithmetic: 3,254,277,120 parameters per TP rank; ZeRO-1 keeps the whole shard in
+    16 bits and partitions fp32 master and moments over the 8 data-parallel ranks only."""
+    n = _llama_rank_params(5120, 13824, 40, 32000, 40, 40, 4)
+    assert n == 3_254_277_120
+    (sh,) = shard(resolve_model("llama-2-13b"), tp=4)
+    assert sh.inventory.numel == n
+    led = _ledger(Z1, "llama-2-13b", world_size=32, tensor_parallel=4)
+    assert led.world_size == 32
+    for rl in led.ranks:
+        assert _acc(rl, "parameters") == 2 * n
+        assert 0 <= _acc(rl, "master_weights") - 4 * n // 8 < 4 * 2 * 8 * 8  # ZeRO's 2W-alignment padding
+        assert _acc(rl, "optimizer_states") == 2 * _acc(rl, "master_weights")
+
+
+def test_tp8_gqa_llama3_70b_splits_kv_heads():
+    """8 KV heads over TP 8: one KV head (128 features) per rank in k_proj and v_proj."""
+    (sh,) = shard(resolve_model("llama-3-70b"), tp=8)
+    k = next(t for t in sh.inventory.tensors if t.name == "model.layers.0.self_attn.k_proj.weight")
+    o = next(t for t in sh.inventory.tensors if t.name == "model.layers.0.self_attn.o_proj.weight")
+    norm = next(t for t in sh.inventory.tensors if t.name == "model.layers.0.input_layernorm.weight")
+    assert k.shape == (128, 8192) and o.shape == (8192, 1024) and norm.shape == (8192,)
+    assert sh.inventory.numel == _llama_rank_params(8192, 28672, 80, 128256, 64, 8, 8)
+
+
+def test_tp_refuses_heads_that_do_not_divide():
+    with pytest.raises(ParallelismError, match="num_key_value_heads 8 is not divisible by 16"):
+        shard(resolve_model("llama-3-70b"), tp=16)
+
+
+def test_gpt2_conv1d_splits_the_other_dimension_and_keeps_row_bias():
+    """GPT-2 Conv1D weights are (in, out): c_attn (768, 2304) splits to (768, 1152), its bias to
+    1152; c_proj (768, 768) splits its input rows to (384, 768), its bias stays 768."""
+    (sh,) = shard(resolve_model("gpt2"), tp=2)
+    by = {t.name: t.shape for t in sh.inventory.tensors}
+    assert by["transformer.h.0.attn.c_attn.weight"] == (768, 1152)
+    assert by["transformer.h.0.attn.c_attn.bias"] == (1152,)
+    assert by["transformer.h.0.attn.c_proj.weight"] == (384, 768)
+    assert by["transformer.h.0.attn.c_proj.bias"] == (768,)
+    assert by["transformer.h.0.mlp.c_fc.weight"] == (768, 1536)
+    assert by["transformer.wpe.weight"] == (1024, 768)        # position table replicated
+    assert by["transformer.wte.weight"] == (25129, 768)       # ceil(50257 / 2)
+
+
+def test_pipeline_stages_first_holds_embedding_last_the_head():
+    """Llama-2-13B over 4 stages: 10 layers each (40 / 4); stage 0 adds the embedding, stage 3
+    the final norm and the head; ZeRO-1 per stage over its own data-parallel group."""
+    h, f, V = 5120, 13824, 32000
+    stages = shard(resolve_model("llama-2-13b"), tp=1, pp=4)
+    want = [_llama_rank_params(h, f, 40, V, 40, 40, 1, layers=10, embed=s == 0, head=s == 3) for s in range(4)]
+    assert [s.inventory.numel for s in stages] == want
+    led = _ledger(Z1, "llama-2-13b", world_size=32, pipeline_parallel=4)
+    assert led.world_size == 32
+    # global rank = stage x DP + d (no TP): ranks 0-7 stage 0, 24-31 stage 3
+    for r, s in ((0, 0), (9, 1), (20, 2), (31, 3)):
+        assert _acc(led.role_of(r), "parameters") == 2 * want[s], r
+    # the two middle stages hold the same tensors and share a role
+    assert led.role_of(8) is led.role_of(16) or _acc(led.role_of(8), "parameters") == _acc(led.role_of(16), "parameters")
+
+
+def test_tied_embedding_copied_to_the_last_stage():
+    """GPT-2 (tied): PipelineModule's TiedLayerSpec gives the first and the last stage a copy."""
+    stages = shard(resolve_model("gpt2"), pp=2)
+    wte = 50257 * 768
+    assert "transformer.wte.weight" in [t.name for t in stages[1].inventory.tensors]
+    assert stages[0].inventory.numel + stages[1].inventory.numel == resolve_model("gpt2").numel + wte
+
+
+def test_partition_uniform_matches_deepspeed():
+    ds = pytest.importorskip("deepspeed.runtime.utils")
+    for n, p in ((40, 4), (126, 16), (61, 8), (3, 4), (80, 3)):
+        assert partition_uniform(n, p) == list(ds.partition_uniform(n, p)), (n, p)
+
+
+def test_ulysses_zero_over_dp_times_sp():
+    """Ulysses SP 2 on 8 ranks: DP 4, but ZeRO partitions over DP x SP = 8 ranks."""
+    led = _ledger(Z1, "llama-2-7b", world_size=8, sequence_parallel=2)
+    n = resolve_model("llama-2-7b").numel
+    assert led.world_size == 8
+    m = _acc(led.ranks[0], "master_weights")
+    assert 0 <= m - 4 * n // 8 < 4 * 16 * 8
+
+
+def test_expert_parallel_zero_over_expert_data_parallel_group():
+    """Mixtral 8x7B, EP 4 on 8 data-parallel ranks: each rank keeps 2 of 8 experts per layer;
+    their fp32 master over the expert-data-parallel group of 2, the dense rest over 8."""
+    inv = resolve_model("mixtral-8x7b")
+    h, m, L = 4096, 14336, 32
+    expert_all = L * 8 * 3 * h * m
+    dense = inv.numel - expert_all
+    led = _ledger(Z1, "mixtral-8x7b", world_size=8, expert_parallel=4)
+    want = 4 * dense / 8 + 4 * (expert_all / 4) / 2
+    got = _acc(led.ranks[0], "master_weights")
+    assert abs(got - want) / want < 1e-6
+    assert _acc(led.ranks[0], "parameters") == 2 * (dense + expert_all // 4)
+
+
+def test_pipeline_activations_in_flight_per_stage():
+    """1F1B: stage s keeps min(p - s, micro-batches) micro-batches (schedule.py
+    TrainSchedule.num_pipe_buffers); only the last stage has the loss head."""
+    meta = resolve_model("llama-2-7b").meta
+    base = dict(seq_len=1024, micro_batch=1, checkpointing="full", pipeline_parallel=4, micro_batches=8)
+    kept_per_layer = 2 * 1024 * 4096  # full checkpointing keeps each layer's 16-bit input
+    for s in range(4):
+        a = estimate_activations(meta, ActivationInputs(**base, stage=s))
+        assert a.layers_on_rank == 8
+        assert a.saved_accelerator - a.loss_head == kept_per_layer * 8 * (4 - s)
+        assert (a.loss_head > 0) == (s == 3)
+    few = estimate_activations(meta, ActivationInputs(**{**base, "micro_batches": 2}, stage=0))
+    assert few.saved_accelerator == kept_per_layer * 8 * 2
+
+
+def test_ulysses_activations_are_the_local_sequence():
+    meta = resolve_model("llama-2-7b").meta
+    full = estimate_activations(meta, ActivationInputs(seq_len=4096, micro_batch=1))
+    sp = estimate_activations(meta, ActivationInputs(seq_len=4096, micro_batch=1, ulysses=4))
+    local = estimate_activations(meta, ActivationInputs(seq_len=1024, micro_batch=1))
+    assert sp.saved_accelerator == local.saved_accelerator < full.saved_accelerator
+
+
+def test_estimate_cli_shows_every_stage_and_the_worst(tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(Z1))
+    p = run_cli(["estimate", str(f), "--model", "llama-2-13b", "--world-size", "32", "--tensor-parallel", "4",
+                 "--pipeline-parallel", "2", "--seq-len", "4096", "--checkpointing", "full"])
+    assert p.returncode == 0, p.stderr
+    assert "pipeline stage 0" in p.stdout and "pipeline stage 1" in p.stdout and "(the worst)" in p.stdout
+    j = run_cli(["estimate", str(f), "--model", "llama-2-13b", "--world-size", "32", "--tensor-parallel", "4",
+                 "--pipeline-parallel", "2", "--seq-len", "4096", "--format", "json"])
+    d = json.loads(j.stdout)
+    assert sorted({s for r in d["ranks"] for s in r["stages"]}) == [0, 1]
+    assert sum(len(r["ranks"]) for r in d["ranks"]) == 32
