@@ -51,12 +51,19 @@ def _inventory(model: str | None, params: int | None):
     return None
 
 
-def _finite(value, param):
-    """Click callback: refuse NaN (FloatRange lets it through)."""
-    import math
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value!r} is not a finite number", param=param)
-    return value
+class FiniteFloat(click.FloatRange):
+    """click's FloatRange, plus the one validation layer's finiteness: NaN and infinities are
+    refused (FloatRange lets them through) by :func:`advisor.config.validation.as_float`."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        from advisor.config.validation import InputValueError, as_float
+        try:
+            as_float(value, "x")
+        except InputValueError:
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
@@ -85,10 +92,15 @@ def _load_inputs(config: str, model: str | None, params: int | None, hardware: s
 
 
 def _world(world_size: int | None) -> tuple[int | None, str | None]:
+    """(world size, its source): the flag, else WORLD_SIZE / SLURM_NTASKS (bounded by
+    MAX_WORLD_SIZE; a malformed variable is exit 2 naming it), else (None, None)."""
     if world_size is not None:
         return world_size, "--world-size"
     from advisor.cluster.launch import world_size_from_env
-    f = world_size_from_env()
+    try:
+        f = world_size_from_env()
+    except AdvisorError as e:
+        raise _fail(str(e))
     return (f.value, f.source) if f else (None, None)
 
 
@@ -96,17 +108,12 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
 
 #: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
 #: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
-MAX_WORLD_SIZE = 1 << 20
-MAX_GPUS_PER_NODE = 1 << 10
+from advisor.config.validation import MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE  # noqa: E402
 MAX_PARAMS = 10**16
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
 HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or JSON spec "
                  "(schemas/hardware.schema.json).")
-
-
-def _finite_cb(ctx, param, value):
-    return _finite(value, param)
 
 
 #: name -> (declarations, click.option keywords). :func:`option` adds one, with per-command
@@ -121,8 +128,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                                  help="Ranks per node (host memory is per node).")),
     "hardware": (("--hardware", "hardware"), dict(help=HARDWARE_HELP)),
     "hf": (("--hf",), dict(is_flag=True, help='Config is used through the HF Trainer/accelerate ("auto" is filled in).')),
-    "tensor_parallel": (("--tensor-parallel",), dict(type=click.IntRange(min=1), default=1, show_default=True)),
-    "pipeline_parallel": (("--pipeline-parallel",), dict(type=click.IntRange(min=1), default=1, show_default=True)),
+    "tensor_parallel": (("--tensor-parallel",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
+    "pipeline_parallel": (("--pipeline-parallel",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
     "sequence_parallel": (("--sequence-parallel",), dict(
         type=click.IntRange(min=1), default=None,
         help="DeepSpeed-Ulysses sequence_parallel_size: its own ranks, ZeRO partitions over DP x SP "
@@ -143,7 +150,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "gpu_memory": (("--gpu-memory",), dict(help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")),
     "host_memory": (("--host-memory",), dict(help="Host memory per node, e.g. 512GB.")),
     "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
-    "step_time": (("--step-time",), dict(type=click.FloatRange(min=0, min_open=True, max=1e9), callback=_finite_cb,
+    "step_time": (("--step-time",), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
                                          help="Seconds per optimizer step.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
@@ -209,7 +216,7 @@ def _trainer_options(f):
     deco = click.option("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
     for opt, name, typ, hlp in reversed(TRAINER_OPTS):
         decls = [opt, name] + (["--num-train-steps", "--num-training-steps"] if name == "max_steps" else [])
-        deco = click.option(*decls, type=typ, default=None, help=hlp)(deco)
+        deco = click.option(*decls, type=FiniteFloat() if typ is float else typ, default=None, help=hlp)(deco)
     return deco
 
 
@@ -258,7 +265,7 @@ def _estimate_options(f):
 
     deco = _trainer_options(collect)  # the Trainer arguments last in --help
     deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
-    deco = click.option("--fragmentation", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+    deco = click.option("--fragmentation", type=FiniteFloat(0, 1), default=0.05, show_default=True,
                         help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, *CAPACITY_OPTIONS,
@@ -289,7 +296,12 @@ def _build_estimate(config: str, a: EstimateArgs):
     gpus_per_node = a.gpus_per_node
     ws, ws_src = _world(a.world_size)
     if ws is None and hw is not None:
-        ws, ws_src = hw.nodes * hw.accelerators_per_node, f"--hardware {a.hardware}"
+        from advisor.config.validation import world_size as bounded_world_size
+        ws_src = f"--hardware {a.hardware} ({hw.nodes} node(s) x {hw.accelerators_per_node})"
+        try:
+            ws = bounded_world_size(hw.nodes * hw.accelerators_per_node, ws_src)
+        except AdvisorError as e:
+            raise _fail(str(e))
     ws = ws or 1
     if hw is not None:
         from advisor.config.effective import effective_config as _eff
@@ -308,7 +320,10 @@ def _build_estimate(config: str, a: EstimateArgs):
         raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
     if gpus_per_node is None:
         from advisor.cluster.launch import gpus_per_node_from_env
-        g = gpus_per_node_from_env()
+        try:
+            g = gpus_per_node_from_env()
+        except AdvisorError as e:
+            raise _fail(str(e))
         gpus_per_node = g.value if g else None
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=a.tensor_parallel,
                       pipeline_parallel=a.pipeline_parallel, sequence_parallel=sp,
@@ -478,7 +493,7 @@ MEASURE_MAX_RANKS = 64
          world_size=dict(type=click.IntRange(min=1, max=MEASURE_MAX_RANKS), default=1, show_default=True,
                          help="Ranks to launch on this machine (torch.distributed.run)."))
 @click.option("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=600, show_default=True,
               help="Seconds before the launch is stopped.")
 @click.option("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
 @format_option("measure")
@@ -617,9 +632,9 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
     try:
         text = None
-        if config != "-" and os.path.isfile(config):
-            with open(config, "rb") as fh:
-                text = fh.read(8 * 1024 * 1024).decode("utf-8", errors="replace")
+        if config != "-" and os.path.lexists(config):  # the guarded reader: regular files only, bounded
+            from advisor.config.readers import MAX_CONFIG_BYTES, read_text
+            text = read_text(config, limit=MAX_CONFIG_BYTES, what="config")
         inv = _inventory(model, None) if model else None
         h, meta = hfmod._hidden_from_inventory(inv)
         args = hfmod.TrainerArgs.from_mapping(trainer_args)
@@ -664,7 +679,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @options("model", "hardware",
          model=dict(required=True),
          hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
-@click.option("--nodes", type=click.IntRange(min=1, max=1 << 16), required=True, help="Number of nodes.")
+@click.option("--nodes", type=click.IntRange(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
 @options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
 @click.option("--global-batch", type=click.IntRange(min=1), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
@@ -696,8 +711,11 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
         m = gen.parse_margin(margin)
     except ValueError as e:
         raise click.UsageError(str(e))
-    if output and not force and os.path.lexists(output):
-        raise _fail(f"{output} exists (use --force to overwrite)")
+    from advisor.files import output_problem
+    if output == "-":  # -o - is standard output, as without -o
+        output = None
+    if output_problem(output, force):
+        raise _fail(output_problem(output, force))
     try:
         inv = _inventory(model, None)
         hw = resolve_hardware(hardware)
@@ -727,7 +745,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
         except FileExistsError as e:
             raise _fail(str(e))
         except OSError as e:
-            raise _fail(f"{output}: cannot write: {e.strerror or e}")
+            raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
     if fmt != "text":
         click.echo(render("generate", fmt, res, top=top))
     else:
@@ -755,8 +773,9 @@ def report(config, est, output, force):
     """
     if not est.model and est.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
-    if os.path.exists(output) and not force:
-        raise _fail(f"{output} exists; give --force to overwrite it")
+    from advisor.files import output_problem
+    if output_problem(output, force):
+        raise _fail(output_problem(output, force))
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -766,11 +785,12 @@ def report(config, est, output, force):
     result = _build_estimate(config, est)
     try:
         write_atomic(output, render_html(result), force=force)
-    except FileExistsError:
-        raise _fail(f"{output} exists; give --force to overwrite it")
+    except FileExistsError as e:
+        raise _fail(str(e))
     except OSError as e:
-        raise _fail(f"{output}: cannot write: {e.strerror or e}")
-    click.echo(f"wrote {output}", err=True)
+        raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
+    if output != "-":
+        click.echo(f"wrote {output}", err=True)
     sys.exit(EXIT_OK)
 
 
@@ -778,19 +798,19 @@ def report(config, est, output, force):
 @click.argument("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node",
          gpus_per_node=dict(help="Ranks per node (default 8, at most world size)."))
-@click.option("--nodes", type=click.IntRange(min=1), help="Nodes in the job (default: world size / gpus per node).")
+@click.option("--nodes", type=click.IntRange(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
 @click.option("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
 @click.option("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
-@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True),
+@click.option("--node-mtbf-hours", type=FiniteFloat(min=0, min_open=True),
               help="Mean time between failures of one node, hours (enables the Young/Daly interval).")
-@click.option("--restart-seconds", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--restart-seconds", type=FiniteFloat(min=0), default=300.0, show_default=True,
               help="Time from a failure to the job running again, before reloading the checkpoint.")
 @option("step_time")
 @click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
 @option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
         "its wear; its node count is the --nodes default.")
 @click.option("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
-@click.option("--save-interval", type=click.FloatRange(min=0, min_open=True), callback=_finite_cb,
+@click.option("--save-interval", type=FiniteFloat(min=0, min_open=True),
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @format_option("checkpoint")
 def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,

@@ -188,7 +188,7 @@ def test_unreadable_files(tmp_path):
         load_hardware(str(tmp_path / "missing.json"))
     f = tmp_path / "bad.json"
     f.write_text('{"nodes": 1,,}')
-    with pytest.raises(HardwareSpecError, match=r"bad\.json:1:\d+: not JSON"):
+    with pytest.raises(HardwareSpecError, match=r"bad\.json:1:\d+: not valid JSON"):
         load_hardware(str(f))
 
 

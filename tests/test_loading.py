@@ -48,7 +48,7 @@ def test_base64_config_is_accepted_like_deepspeed():
     (b"\x00\x01\x02\xff\xfe", "binary"),
     (b"\xff\xfe{\"a\": 1}", "not UTF-8"),
     (b'{"a": 1', "not valid JSON/HJSON"),
-    (b'[1, 2, 3]', "top level is a list"),
+    (b'[1, 2, 3]', "top level is an array"),
     (b'"just a string"', "top level is a str"),
     (b"[" * 5000 + b"]" * 5000, "nesting deeper"),
 ])

@@ -377,7 +377,7 @@ def test_report_refuses_to_overwrite_without_force(tmp_path):
     out = tmp_path / "report.html"
     out.write_text("keep me")
     p = _report(out)
-    assert p.returncode == 2 and "exists; give --force" in p.stderr
+    assert p.returncode == 2 and "exists (use --force" in p.stderr
     assert out.read_text() == "keep me"
     p = _report(out, "--force")
     assert p.returncode == 0, p.stderr

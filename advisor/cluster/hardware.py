@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
+from advisor.config.validation import MAX_GPUS_PER_NODE, MAX_NODES, shown, type_name
 from advisor.errors import HardwareSpecError
 
 ACCESS_CLASSES = ("read-write", "read-oriented")
@@ -192,19 +193,19 @@ class _P:
             return None
         v = d[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-            raise self.err(f"{ptr}/{key}", f"expected a number, got {v!r}")
+            raise self.err(f"{ptr}/{key}", f"expected a number, got {shown(v)}")
         if v < 0 or (v == 0 and not allow_zero):
-            raise self.err(f"{ptr}/{key}", f"expected a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+            raise self.err(f"{ptr}/{key}", f"expected a {'non-negative' if allow_zero else 'positive'} number, got {shown(v)}")
         return v
 
-    def int_(self, d: dict, key: str, ptr: str, minimum: int) -> int | None:
+    def int_(self, d: dict, key: str, ptr: str, minimum: int, maximum: int) -> int | None:
         if key not in d:
             return None
         v = d[key]
         if isinstance(v, float) and v.is_integer():
             v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise self.err(f"{ptr}/{key}", f"expected an integer >= {minimum}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
+            raise self.err(f"{ptr}/{key}", f"expected an integer from {minimum} to {maximum}, got {shown(v)}")
         return v
 
     def str_(self, d: dict, key: str, ptr: str, required: bool = False) -> str | None:
@@ -214,12 +215,12 @@ class _P:
             return None
         v = d[key]
         if not isinstance(v, str) or not v:
-            raise self.err(f"{ptr}/{key}", f"expected a non-empty string, got {v!r}")
+            raise self.err(f"{ptr}/{key}", f"expected a non-empty string, got {shown(v)}")
         return v
 
     def keys(self, d: Any, allowed: set[str], ptr: str) -> dict:
         if not isinstance(d, dict):
-            raise self.err(ptr, f"expected an object, got {type(d).__name__}")
+            raise self.err(ptr, f"expected an object, got {type_name(d)}")
         extra = sorted(set(d) - allowed)
         if extra:
             import difflib
@@ -268,13 +269,13 @@ class _P:
                       "access", "source"}, ptr)
         mounts = d.get("mounts")
         if not isinstance(mounts, list) or not mounts:
-            raise self.err(f"{ptr}/mounts", f"expected a non-empty list of absolute paths, got {mounts!r}")
+            raise self.err(f"{ptr}/mounts", f"expected a non-empty list of absolute paths, got {shown(mounts)}")
         for i, m in enumerate(mounts):
             if not isinstance(m, str) or not m.startswith("/"):
-                raise self.err(f"{ptr}/mounts/{i}", f"expected an absolute path, got {m!r}")
+                raise self.err(f"{ptr}/mounts/{i}", f"expected an absolute path, got {shown(m)}")
         access = d.get("access")
         if access not in ACCESS_CLASSES:
-            raise self.err(f"{ptr}/access", f"expected one of {', '.join(ACCESS_CLASSES)}, got {access!r}")
+            raise self.err(f"{ptr}/access", f"expected one of {', '.join(ACCESS_CLASSES)}, got {shown(access)}")
         return StorageTier(
             name=self.str_(d, "name", ptr, required=True),
             mounts=tuple(mounts),
@@ -307,7 +308,7 @@ class _P:
             hl, hn = self.link(d["host_link"], "/host_link")
         storage = d.get("storage", [])
         if not isinstance(storage, list):
-            raise self.err("/storage", f"expected a list of storage tiers, got {type(storage).__name__}")
+            raise self.err("/storage", f"expected a list of storage tiers, got {type_name(storage)}")
         tiers = tuple(self.tier(t, f"/storage/{i}") for i, t in enumerate(storage))
         names = [t.name for t in tiers]
         if len(set(names)) != len(names):
@@ -316,8 +317,8 @@ class _P:
         peer = self.num(d, "peer_bytes_per_s", "")
         return Hardware(
             name=self.str_(d, "name", "") or default_name,
-            nodes=self.int_(d, "nodes", "", 1),
-            accelerators_per_node=self.int_(d, "accelerators_per_node", "", 0),
+            nodes=self.int_(d, "nodes", "", 1, MAX_NODES),
+            accelerators_per_node=self.int_(d, "accelerators_per_node", "", 0, MAX_GPUS_PER_NODE),
             accelerator=acc,
             host_memory_bytes=int(hm) if hm is not None else None,
             host_link_bytes_per_s=hl, host_link_name=hn,
@@ -353,18 +354,8 @@ def load_hardware(path: str) -> Hardware:
     Raises HardwareSpecError (one line: file, key, problem) when the file is missing, is not
     JSON, or has a bad value.
     """
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(16 * 1024 * 1024)
-    except OSError as e:
-        raise HardwareSpecError(f"{path}: cannot read hardware spec: {e.strerror or e}")
-    try:
-        d = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise HardwareSpecError(f"{path}: not UTF-8 text")
-    except ValueError as e:
-        raise HardwareSpecError(f"{path}:{getattr(e, 'lineno', '?')}:{getattr(e, 'colno', '?')}: not JSON: "
-                                f"{getattr(e, 'msg', e)}")
+    from advisor.config.readers import MAX_HARDWARE_BYTES, error_as, read_json_file
+    d = read_json_file(path, limit=MAX_HARDWARE_BYTES, what="hardware spec", error=error_as(HardwareSpecError))
     return from_dict(d, path)
 
 
@@ -388,8 +379,9 @@ def resolve_hardware(spec: str) -> Hardware:
     name, _, count = spec.strip().lower().partition(":")
     nodes = None
     if count:
-        if not count.isdigit() or int(count) < 1:
-            raise HardwareSpecError(f"--hardware {spec}: the node count after ':' must be a positive integer")
+        if not count.isdigit() or len(count) > 7 or not 1 <= int(count) <= MAX_NODES:
+            raise HardwareSpecError(f"--hardware {shown(spec)}: the node count after ':' must be an integer from 1 "
+                                    f"to {MAX_NODES}")
         nodes = int(count)
     p = _presets()
     if name in p["systems"]:
@@ -401,7 +393,7 @@ def resolve_hardware(spec: str) -> Hardware:
         import difflib
         known = sorted(p["systems"]) + sorted(p["accelerators"])
         near = difflib.get_close_matches(name, known, n=3)
-        raise HardwareSpecError(f"unknown hardware {spec!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
+        raise HardwareSpecError(f"unknown hardware {shown(spec)}" + (f"; did you mean {', '.join(near)}?" if near else "")
                                 + " (see `ds-advisor hardware`, or give a JSON spec file)")
     if nodes is not None:
         hw = replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}")

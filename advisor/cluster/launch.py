@@ -12,6 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from advisor.config.validation import (MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE, InputValueError, env_int,
+                                       shown)
+
 
 @dataclass(frozen=True)
 class Found:
@@ -21,30 +24,52 @@ class Found:
     source: str
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> Found | None:
+#: Bounds of each launcher variable (inclusive): counts start at 1, indices at 0.
+_BOUNDS: dict[str, tuple[int, int]] = {
+    "WORLD_SIZE": (1, MAX_WORLD_SIZE), "SLURM_NTASKS": (1, MAX_WORLD_SIZE), "RANK": (0, MAX_WORLD_SIZE - 1),
+    "LOCAL_WORLD_SIZE": (1, MAX_GPUS_PER_NODE), "SLURM_JOB_NUM_NODES": (1, MAX_NODES), "SLURM_NNODES": (1, MAX_NODES),
+    "GROUP_RANK": (0, MAX_NODES - 1), "SLURM_NODEID": (0, MAX_NODES - 1),
+}
+
+
+def _int(env: Mapping[str, str], name: str, problems: list[str] | None = None) -> Found | None:
+    """The launcher variable ``name`` as a bounded int (:data:`_BOUNDS`), None when unset.
+
+    A malformed or out-of-bounds value raises InputValueError naming the variable, or, with
+    ``problems``, is recorded there (one line) and treated as unset."""
+    lo, hi = _BOUNDS[name]
+    try:
+        n = env_int(env, name, lo=lo, hi=hi)
+    except InputValueError as e:
+        if problems is None:
+            raise
+        problems.append(str(e))
+        return None
+    return None if n is None else Found(n, name)
+
+
+def _slurm_gpus(env: Mapping[str, str], name: str, problems: list[str] | None = None) -> int | None:
+    """Slurm GPU counts: "8", "gpu:8", "h100:8", "8(x2)", "gpu:h100:4"; None when unset.
+    Anything else is malformed (raised, or recorded in ``problems``)."""
     v = env.get(name)
-    if v is None:
+    if v is None or not str(v).strip():
         return None
+    count = str(v).split(",")[0].split(":")[-1].split("(")[0].strip()
     try:
-        n = int(str(v).split("(")[0].strip())
-    except ValueError:
+        return env_int({name: count}, name, lo=1, hi=MAX_GPUS_PER_NODE)
+    except InputValueError:
+        err = InputValueError(f"environment variable {name}={shown(v)}",
+                              f"expected a GPU count (8, gpu:8, h100:8, 8(x2)) from 1 to {MAX_GPUS_PER_NODE}")
+        if problems is None:
+            raise err from None
+        problems.append(str(err))
         return None
-    return Found(n, name) if n >= minimum else None
-
-
-def _slurm_gpus(v: str | None) -> int | None:
-    """Slurm GPU counts: "8", "gpu:8", "h100:8", "8(x2)", "gpu:h100:4"; None when not a count."""
-    if not v:
-        return None
-    try:
-        n = int(v.split(",")[0].split(":")[-1].split("(")[0].strip())
-    except ValueError:
-        return None
-    return n if n > 0 else None
 
 
 def world_size_from_env(env: Mapping[str, str] | None = None) -> Found | None:
-    """Total ranks: WORLD_SIZE (torchrun, deepspeed launcher), else SLURM_NTASKS."""
+    """Total ranks: WORLD_SIZE (torchrun, deepspeed launcher), else SLURM_NTASKS. Raises
+    InputValueError naming the variable when it is set but not an integer from 1 to
+    MAX_WORLD_SIZE (never a silent fallback to the other variable or to 1)."""
     env = os.environ if env is None else env
     return _int(env, "WORLD_SIZE") or _int(env, "SLURM_NTASKS")
 
@@ -64,20 +89,28 @@ def visible_devices_from_env(env: Mapping[str, str] | None = None) -> tuple[list
     return None
 
 
-def gpus_per_node_from_env(env: Mapping[str, str] | None = None) -> Found | None:
+def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Found | None:
     """Ranks per node: LOCAL_WORLD_SIZE, else SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
     (Slurm may write "gpu:8" or "8(x2)"), else the count in CUDA_VISIBLE_DEVICES /
-    ROCR_VISIBLE_DEVICES."""
+    ROCR_VISIBLE_DEVICES (at most MAX_GPUS_PER_NODE). A malformed variable raises
+    InputValueError, or with ``problems`` is recorded there and skipped."""
     env = os.environ if env is None else env
-    f = _int(env, "LOCAL_WORLD_SIZE")
+    f = _int(env, "LOCAL_WORLD_SIZE", problems)
     if f:
         return f
     for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
-        n = _slurm_gpus(env.get(name))
+        n = _slurm_gpus(env, name, problems)
         if n:
             return Found(n, name)
     vis = visible_devices_from_env(env)
     if vis:
+        if len(vis[0]) > MAX_GPUS_PER_NODE:
+            err = InputValueError(f"environment variable {vis[1]}",
+                                  f"lists {len(vis[0])} devices, over the limit {MAX_GPUS_PER_NODE}")
+            if problems is None:
+                raise err
+            problems.append(str(err))
+            return None
         return Found(len(vis[0]), vis[1])
     return None
 
@@ -101,6 +134,9 @@ class LaunchShape:
     visible_devices: list[str] | None = None
     visible_source: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: Launcher variables that are set but malformed or out of bounds (one line each, naming
+    #: the variable); they were ignored, and check reports each as a K112 warning.
+    invalid: list[str] = field(default_factory=list)
 
     def node_ranks(self) -> list[int]:
         """Global ranks on this node (contiguous placement, as torchrun and Slurm's block
@@ -118,7 +154,7 @@ class LaunchShape:
                 "num_nodes": f(self.num_nodes), "node_rank": f(self.node_rank), "rank": f(self.rank),
                 "visible_devices": ({"value": self.visible_devices, "source": self.visible_source}
                                     if self.visible_devices is not None else None),
-                "node_ranks": self.node_ranks(), "notes": list(self.notes)}
+                "node_ranks": self.node_ranks(), "notes": list(self.notes), "invalid": list(self.invalid)}
 
 
 def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | None = None,
@@ -136,25 +172,26 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     """
     env = os.environ if env is None else env
     shape = LaunchShape()
+    bad = shape.invalid
     vis = visible_devices_from_env(env)
     if vis:
         shape.visible_devices, shape.visible_source = vis
-    shape.rank = _int(env, "RANK", minimum=0)
+    shape.rank = _int(env, "RANK", bad)
 
     if gpus_per_node is not None:
         shape.gpus_per_node = Found(gpus_per_node, "--gpus-per-node")
     else:
-        shape.gpus_per_node = gpus_per_node_from_env(env)
-    nodes = _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES")
+        shape.gpus_per_node = gpus_per_node_from_env(env, bad)
+    nodes = _int(env, "SLURM_JOB_NUM_NODES", bad) or _int(env, "SLURM_NNODES", bad)
     g = shape.gpus_per_node.value if shape.gpus_per_node else None
 
     if world_size is not None:
         shape.world_size = Found(world_size, "--world-size")
     else:
-        ws = _int(env, "WORLD_SIZE")
+        ws = _int(env, "WORLD_SIZE", bad)
         if ws is None:
-            nt = _int(env, "SLURM_NTASKS")
-            if nt and nodes and nt.value == nodes.value and g and g > 1:
+            nt = _int(env, "SLURM_NTASKS", bad)
+            if nt and nodes and nt.value == nodes.value and g and g > 1 and nodes.value * g <= MAX_WORLD_SIZE:
                 ws = Found(nodes.value * g, f"{nodes.source} x {shape.gpus_per_node.source}"
                                             f" (SLURM_NTASKS={nt.value}: one launcher task per node)")
             else:
@@ -167,7 +204,9 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
         shape.num_nodes = Found(max(1, -(-shape.world_size.value // g)),
                                 f"{shape.world_size.source} / {shape.gpus_per_node.source}")
 
-    node = _int(env, "GROUP_RANK", minimum=0) or _int(env, "SLURM_NODEID", minimum=0)
+    node = _int(env, "GROUP_RANK", bad)
+    if node is None:
+        node = _int(env, "SLURM_NODEID", bad)
     if node is None and shape.rank is not None and g:
         node = Found(shape.rank.value // g, f"RANK // {shape.gpus_per_node.source}")
     shape.node_rank = node

@@ -40,6 +40,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
+from advisor.config.validation import MAX_NODES, as_float, as_int, as_str, shown, type_name, world_size
 from advisor.errors import AdvisorError
 from advisor.findings import Finding, pointer
 
@@ -565,25 +566,16 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     ``accelerate/utils/launch.py`` ``prepare_deepspeed_cmd_env`` (the ACCELERATE_* variables the
     plugin reads). Raises AdvisorError when the file is not a DeepSpeed accelerate config.
     """
+    from advisor.config.readers import MAX_YAML_BYTES, parse_yaml, read_text
+
     if text is None:
-        try:
-            with open(source, encoding="utf-8") as fh:
-                text = fh.read(8 * 1024 * 1024)
-        except (OSError, UnicodeDecodeError) as e:
-            raise AdvisorError(f"{source}: cannot read: {e}")
-    try:
-        import yaml  # lazily: only accelerate configs need it
-    except ImportError:  # pragma: no cover - dependency
-        raise AdvisorError(f"{source}: reading accelerate configs needs PyYAML (pip install pyyaml)")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise AdvisorError(f"{source}: not valid YAML: {e}")
+        text = read_text(source, limit=MAX_YAML_BYTES, what="accelerate config")
+    data = parse_yaml(text, source, what="accelerate config")
     if not isinstance(data, dict) or "distributed_type" not in data:
         raise AdvisorError(f"{source}: not an accelerate config (no distributed_type)")
     dt = str(data["distributed_type"]).upper().replace("DISTRIBUTEDTYPE.", "")
     if dt != "DEEPSPEED":
-        raise AdvisorError(f"{source}: accelerate config with distributed_type {data['distributed_type']}, "
+        raise AdvisorError(f"{source}: accelerate config with distributed_type {shown(data['distributed_type'])}, "
                            "not DEEPSPEED: DeepSpeed is not used")
     findings: list[Finding] = []
     ds = data.get("deepspeed_config") or {}
@@ -599,20 +591,26 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     else:
         ds_eff = ds
     p = PluginSettings()
+
+    def field(key: str) -> str:  # names the YAML key in a refusal
+        return f"{source}: deepspeed_config.{key}"
+
     if ds_eff.get("zero_stage") is not None:
-        p.zero_stage = int(ds_eff["zero_stage"])
+        p.zero_stage = as_int(ds_eff["zero_stage"], field("zero_stage"), lo=0, hi=3)
     if ds_eff.get("gradient_accumulation_steps") is not None:
-        g = str(ds_eff["gradient_accumulation_steps"])
-        p.gradient_accumulation_steps = int(g) if g.isdigit() else g
+        g = ds_eff["gradient_accumulation_steps"]
+        p.gradient_accumulation_steps = (AUTO if isinstance(g, str) and g.strip().lower() == AUTO else
+                                         as_int(g, field("gradient_accumulation_steps"), lo=1, hi=1 << 31))
     if ds_eff.get("gradient_clipping") is not None:
-        g = str(ds_eff["gradient_clipping"]).lower()
-        p.gradient_clipping = g if g == AUTO else float(g)
+        g = ds_eff["gradient_clipping"]
+        p.gradient_clipping = (AUTO if isinstance(g, str) and g.strip().lower() == AUTO else
+                               as_float(g, field("gradient_clipping"), lo=0))
     for k in ("offload_optimizer_device", "offload_param_device"):
         if ds_eff.get(k) is not None:
-            setattr(p, k, str(ds_eff[k]).lower())
+            setattr(p, k, as_str(ds_eff[k], field(k), lower=True, choices=("none", "cpu", "nvme")))
     for k in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
         if ds_eff.get(k) is not None:
-            setattr(p, k, str(ds_eff[k]))
+            setattr(p, k, as_str(ds_eff[k], field(k)))
     if ds_eff.get("zero3_save_16bit_model") is not None:
         p.zero3_save_16bit_model = _bool_env(ds_eff["zero3_save_16bit_model"])
     if ds_eff.get("zero3_init_flag") is not None:
@@ -624,16 +622,17 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     p.ds_fields = tuple(ds_eff.keys()) + (("mixed_precision",) if mp_raw is not None else ())
     cfg_file = ds_eff.get("deepspeed_config_file")
     if cfg_file is not None:
-        cfg_file = str(cfg_file)
+        cfg_file = as_str(cfg_file, field("deepspeed_config_file"))
         if not os.path.isabs(cfg_file) and not os.path.exists(cfg_file):
             near = os.path.join(os.path.dirname(os.path.abspath(source)), cfg_file)
             if os.path.exists(near):
                 cfg_file = near
     nproc = data.get("num_processes")
-    nproc = nproc if isinstance(nproc, int) and nproc > 0 else None
+    nproc = None if nproc is None else world_size(nproc, f"{source}: num_processes")
     nmach = data.get("num_machines", 1)
+    nmach = 1 if nmach is None else as_int(nmach, f"{source}: num_machines", lo=1, hi=MAX_NODES)
     return AccelerateLaunch(source=source, data=data, plugin=p, mixed_precision=mp, num_processes=nproc,
-                            num_machines=nmach if isinstance(nmach, int) else 1, deepspeed_config_file=cfg_file,
+                            num_machines=nmach, deepspeed_config_file=cfg_file,
                             findings=findings)
 
 
@@ -643,14 +642,13 @@ def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
     builds from the plugin fields. Returns (config, from_file)."""
     p = launch.plugin
     if launch.deepspeed_config_file:
-        try:
-            with open(launch.deepspeed_config_file, encoding="utf-8") as fh:
-                return json.load(fh), True
-        except OSError as e:
-            raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file}: {e.strerror or e}")
-        except ValueError as e:
-            raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file} is not strict "
-                               f"JSON ({e}); accelerate reads it with json.load")
+        from advisor.config.readers import MAX_CONFIG_BYTES, read_json_file
+        d = read_json_file(launch.deepspeed_config_file, limit=MAX_CONFIG_BYTES,
+                           what="deepspeed_config_file")  # strict JSON, as json.load reads it
+        if not isinstance(d, dict):
+            raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file}: top level is "
+                               f"{type_name(d)}, expected a JSON object")
+        return d, True
     cfg: dict[str, Any] = {
         "train_batch_size": AUTO,
         "train_micro_batch_size_per_gpu": AUTO,

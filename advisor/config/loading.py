@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +30,11 @@ from hjson.decoder import HjsonDecodeError, HjsonDecoder, JSONObject, make_scann
 from advisor.errors import ConfigLoadError
 from advisor.findings import escape_token
 
-#: Files larger than this are refused before parsing (a DeepSpeed config is a few KiB).
-MAX_CONFIG_BYTES = 8 * 1024 * 1024
-#: Deeper nesting than this is refused (DeepSpeed configs nest 3-4 levels).
-MAX_DEPTH = 64
+from advisor.config.validation import type_name
+from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok, non_finite_path, read_bytes
+
+#: A base64 argument is echoed in messages at most this long (it can be megabytes).
+MAX_ECHO_CHARS = 60
 
 
 @dataclass
@@ -100,22 +100,9 @@ class _PositionDecoder(HjsonDecoder):
         self.scan_once, self.scan_object_once = make_scanner(self)
 
 
-def _line_col(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return line, col
-
-
-def _depth_ok(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        if ch in "{[":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return False
-        elif ch in "}]":
-            depth -= 1
-    return True
+def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """``text`` for a message: at most ``limit`` characters, with how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def parse_text(text: str, source: str) -> LoadedConfig:
@@ -126,23 +113,26 @@ def parse_text(text: str, source: str) -> LoadedConfig:
     """
     if text.strip() == "":
         raise ConfigLoadError(source, "empty file: DeepSpeed needs a JSON object with at least a batch size")
-    if not _depth_ok(text):
+    if not depth_ok(text):
         raise ConfigLoadError(source, f"nesting deeper than {MAX_DEPTH} levels; not a DeepSpeed config")
     dec = _PositionDecoder()
     try:
         data = dec.decode(text)
     except _DuplicateKey as e:
-        line, col = _line_col(text, e.offset) if e.offset is not None else (None, None)
+        line, col = LineIndex(text).line_col(e.offset) if e.offset is not None else (None, None)
         raise ConfigLoadError(source, f"duplicate key {e.key!r} (DeepSpeed refuses duplicate keys)", line, col)
     except HjsonDecodeError as e:
         raise ConfigLoadError(source, f"not valid JSON/HJSON: {e.msg}", e.lineno, e.colno)
     except RecursionError:
         raise ConfigLoadError(source, "nesting too deep to parse")
+    except IndexError:  # hjson on an unterminated /* comment (and other truncated input)
+        raise ConfigLoadError(source, "not valid JSON/HJSON: unexpected end of input (unterminated comment or value)")
     except (ValueError, TypeError, OverflowError) as e:  # hjson number conversion edge cases
         raise ConfigLoadError(source, f"not valid JSON/HJSON: {e}")
     if not isinstance(data, dict):
-        raise ConfigLoadError(source, f"top level is a {type(data).__name__}, expected a JSON object")
+        raise ConfigLoadError(source, f"top level is {type_name(data)}, expected a JSON object")
 
+    lines = LineIndex(text)
     positions: dict[str, tuple[int, int]] = {"": (1, 1)}
 
     def walk(obj: Any, ptr: str) -> None:
@@ -151,25 +141,25 @@ def parse_text(text: str, source: str) -> LoadedConfig:
             for k, v in obj.items():
                 p = ptr + "/" + escape_token(k)
                 if k in offs:
-                    # Point at the key itself: the last occurrence of its text before the value.
-                    at = text.rfind(k, 0, offs[k]) if k else -1
-                    positions[p] = _line_col(text, at if at >= 0 else offs[k])
+                    # Point at the key itself: the last occurrence of its text before the value
+                    # (searched in a window before it, so a wide config maps in linear time).
+                    off = offs[k]
+                    at = text.rfind(k, max(0, off - 6 * len(k) - 256), off) if k else -1
+                    positions[p] = lines.line_col(at if at >= 0 else off)
                 walk(v, p)
         elif isinstance(obj, list):
             for i, v in enumerate(obj):
                 walk(v, f"{ptr}/{i}")
 
     walk(data, "")
+    bad = non_finite_path(data)
+    if bad is not None:  # NaN / Infinity / 1e999: no JSON or SARIF output could carry it
+        at = bad
+        while at not in positions and at:
+            at = at.rsplit("/", 1)[0]
+        line, col = positions.get(at, (None, None))
+        raise ConfigLoadError(source, f"{bad}: non-finite number (NaN or Infinity); give a finite value", line, col)
     return LoadedConfig(source=source, data=data, positions=positions, text=text)
-
-
-def _decode_bytes(raw: bytes, source: str) -> str:
-    if b"\x00" in raw:
-        raise ConfigLoadError(source, "binary file (contains NUL bytes), not a JSON/HJSON config")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigLoadError(source, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})")
 
 
 def load_config(source: str) -> LoadedConfig:
@@ -178,31 +168,20 @@ def load_config(source: str) -> LoadedConfig:
     Raises ConfigLoadError (one line: source, place, problem) for anything DeepSpeed would
     refuse to load, and for directories, unreadable files and files over MAX_CONFIG_BYTES.
     """
-    if source == "-":
-        raw = sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)
-        name = "<stdin>"
-    elif os.path.isdir(source):
-        raise ConfigLoadError(source, "is a directory, expected a config file")
-    elif os.path.exists(source):
-        name = source
-        try:
-            size = os.path.getsize(source)
-            if size > MAX_CONFIG_BYTES:
-                raise ConfigLoadError(source, f"file is {size} bytes, over the {MAX_CONFIG_BYTES}-byte limit for a config")
-            with open(source, "rb") as fh:
-                raw = fh.read(MAX_CONFIG_BYTES + 1)
-        except OSError as e:
-            raise ConfigLoadError(source, f"cannot read: {e.strerror or e}")
-    else:
-        # DeepSpeed tries any non-path string as base64 of a JSON/HJSON document.
-        try:
-            raw = base64.urlsafe_b64decode(source.encode("ascii"))
-            text = raw.decode("utf-8")
-        except (binascii.Error, UnicodeError, ValueError):
-            raise ConfigLoadError(source, "no such file (and not a base64-encoded config either)")
-        if not text.lstrip().startswith("{"):
-            raise ConfigLoadError(source, "no such file (and not a base64-encoded config either)")
-        return parse_text(text, "<base64>")
+    if source == "-" or os.path.lexists(source):
+        name = "<stdin>" if source == "-" else source
+        raw = read_bytes(source, limit=MAX_CONFIG_BYTES, what="config")
+        return parse_text(decode_text(raw, name, what="JSON/HJSON config"), name)
+    # DeepSpeed tries any non-path string as base64 of a JSON/HJSON document.
+    # A path is named whole (up to PATH_MAX); anything else may be megabytes of base64: cut.
+    shown = source if ("/" in source or "." in source) and len(source) <= 4096 else cut(source)
+    try:
+        raw = base64.urlsafe_b64decode(source.encode("ascii"))
+        text = raw.decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        raise ConfigLoadError(shown, "no such file (and not a base64-encoded config either)")
+    if not text.lstrip().startswith("{"):
+        raise ConfigLoadError(shown, "no such file (and not a base64-encoded config either)")
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigLoadError(name, f"over the {MAX_CONFIG_BYTES}-byte limit for a config")
-    return parse_text(_decode_bytes(raw, name), name)
+        raise ConfigLoadError("<base64>", f"over the {MAX_CONFIG_BYTES}-byte limit for a config")
+    return parse_text(text, "<base64>")

@@ -17,7 +17,6 @@ Sources of an inventory:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -148,12 +147,8 @@ def from_dict(d: Any, source: str) -> Inventory:
 
 def load_inventory(path: str) -> Inventory:
     """Read an inventory JSON file. Raises ModelSpecError (one line) when unreadable."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(64 * 1024 * 1024)
-        d = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelSpecError(f"{path}: cannot read inventory: {e}")
+    from advisor.config.readers import MAX_MODEL_BYTES, error_as, read_json_file
+    d = read_json_file(path, limit=MAX_MODEL_BYTES, what="inventory", error=error_as(ModelSpecError))
     return from_dict(d, path)
 
 

@@ -27,7 +27,6 @@ deepspeed or transformers.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -700,12 +699,10 @@ def list_presets() -> list[tuple[str, int, str, str]]:
 # --------------------------------------------------------------------------------------------
 
 def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(64 * 1024 * 1024)
-        return json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelSpecError(f"{path}: cannot read model file: {e}") from None
+    """A model file through the guarded reader (regular files only, size and depth bounded,
+    finite numbers); ModelSpecError with one line ``file:line:col: problem``."""
+    from advisor.config.readers import MAX_MODEL_BYTES, error_as, read_json_file
+    return read_json_file(path, limit=MAX_MODEL_BYTES, what="model file", error=error_as(ModelSpecError))
 
 
 def resolve_model(spec: str) -> Inventory:
@@ -724,7 +721,7 @@ def resolve_model(spec: str) -> Inventory:
         if not os.path.isfile(cand):
             raise ModelSpecError(f"{path}: a folder given as --model must hold a config.json")
         path = cand
-    if os.path.isfile(path):
+    if os.path.lexists(path) and not os.path.isdir(path):
         d = _read_json(path)
         if isinstance(d, dict) and "tensors" in d:
             return from_dict(d, path)

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE
 from advisor.findings import Finding, sort_findings
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
+from advisor.config.validation import as_float, as_int
+from advisor.config.validation import world_size as world_size_bound
 from advisor.units import gb, gib
 
 if TYPE_CHECKING:  # imported lazily at run time
@@ -55,6 +57,13 @@ PROBE_TIMEOUT_S = 10.0
 NVIDIA_SMI_QUERY = ["--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
 ROCM_SMI_QUERY = ["--showmeminfo", "vram", "--json"]
 MIB = 1 << 20
+#: Largest accelerator memory a probe may report, MiB (1 PiB: any more is a broken tool or driver).
+MAX_DEVICE_MIB = 1 << 30
+
+
+def _probe_error(source: str, problem: str, line: int | None = None, column: int | None = None) -> Exception:
+    where = source + (f":{line}:{column}" if line is not None else "")
+    return ValueError(f"{where}: {problem}")
 
 
 # --- accelerators ------------------------------------------------------------------------
@@ -111,16 +120,19 @@ def parse_nvidia_smi_csv(text: str) -> list[Device]:
             raise ValueError(f"unexpected nvidia-smi line: {line.strip()!r}")
         index, name, total, used = parts[0], ", ".join(parts[1:-2]), parts[-2], parts[-1]
         try:
-            out.append(Device(index, name, int(float(total)) * MIB, int(float(used)) * MIB))
-        except ValueError:
-            raise ValueError(f"nvidia-smi reports no memory size for GPU {index} ({name}): {total!r}") from None
+            t = as_float(total, f"nvidia-smi memory.total of GPU {index}", lo=0, hi=MAX_DEVICE_MIB)
+            u = as_float(used, f"nvidia-smi memory.used of GPU {index}", lo=0, hi=MAX_DEVICE_MIB)
+        except ValueError as e:
+            raise ValueError(f"nvidia-smi reports no memory size for GPU {index} ({name}): {e}") from None
+        out.append(Device(index, name, int(t) * MIB, int(u) * MIB))
     return out
 
 
 def parse_rocm_smi_json(text: str) -> list[Device]:
     """Parse ``rocm-smi --showmeminfo vram --json``: ``{"card0": {"VRAM Total Memory (B)":
     "68702699520", "VRAM Total Used Memory (B)": "10960896", ...}, ...}``."""
-    data = json.loads(text)
+    from advisor.config.readers import parse_json
+    data = parse_json(text, "rocm-smi --json output", what="rocm-smi JSON", error=_probe_error)
     if not isinstance(data, dict):
         raise ValueError("rocm-smi JSON is not an object")
     out: list[Device] = []
@@ -131,9 +143,9 @@ def parse_rocm_smi_json(text: str) -> list[Device]:
         for k, v in info.items():
             kl = k.lower()
             if "total memory" in kl and "used" not in kl:
-                total = int(v)
+                total = as_int(v, f"rocm-smi {card} {k!r}", lo=0, hi=MAX_DEVICE_MIB * MIB)
             elif "used" in kl:
-                used = int(v)
+                used = as_int(v, f"rocm-smi {card} {k!r}", lo=0, hi=MAX_DEVICE_MIB * MIB)
         if total is None:
             raise ValueError(f"rocm-smi reports no VRAM total for {card}")
         out.append(Device(card[4:], str(info.get("Card series", info.get("Card SKU", "AMD GPU"))), total, used or 0))
@@ -563,8 +575,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if launch.world_size is None:
         g = launch.gpus_per_node
         if hardware is not None:
-            launch.world_size = Found(hardware.nodes * (g.value if g else hardware.accelerators_per_node),
-                                      f"{hw_name}: {hardware.nodes} node(s) x {g.source if g else 'its GPUs'}")
+            src = f"{hw_name}: {hardware.nodes} node(s) x {g.source if g else 'its GPUs'}"
+            launch.world_size = Found(world_size_bound(hardware.nodes * (g.value if g else hardware.accelerators_per_node),
+                                                       src), src)
         elif g:
             launch.world_size = Found(g.value, f"{g.source} (one node assumed)")
         else:
@@ -629,6 +642,10 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     for n in launch.notes:
         if "not a multiple" in n or "< world size" in n:
             findings_extra.append(Finding("K111", "warning", "", f"launch shape: {n}"))
+    for n in launch.invalid:
+        findings_extra.append(Finding("K112", "warning", "", f"{n}: ignored; the launch shape comes from the next "
+                                      "source in line", fix="fix or unset the variable, or pass --world-size / "
+                                      "--gpus-per-node"))
 
     # NVMe: only the paths ZeRO-3 really swaps to.
     paths, nv_findings = nvme_paths_of(ec)

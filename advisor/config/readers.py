@@ -1,0 +1,329 @@
+"""The one guarded reader for every file the tool reads.
+
+The DeepSpeed CONFIG, ``--model`` (HF ``config.json``, inventory or model-spec JSON),
+``--hardware`` JSON, an accelerate config YAML and its ``deepspeed_config_file`` all come
+through :func:`read_bytes` / :func:`read_text` and then :func:`parse_json` or
+:func:`parse_yaml`. The guards, the same for every file:
+
+* only a regular file (or ``-``, standard input) is read: a FIFO, a character or block device
+  (``/dev/zero``), a socket or a directory is refused from ``stat`` before it is opened, and
+  the file is opened with ``O_NONBLOCK`` and checked again with ``fstat`` (so a file swapped
+  for a FIFO in between cannot block the run);
+* at most ``limit + 1`` bytes are read: a larger input is refused with its size, never cut
+  short silently (a cut YAML or JSON would lose its later keys);
+* nesting deeper than :data:`MAX_DEPTH` is refused before parsing;
+* JSON numbers must be finite: ``NaN``, ``Infinity`` and literals that overflow a float
+  (``1e999``) are refused at input, so no JSON or SARIF output can ever carry them;
+* YAML is loaded with PyYAML's safe loader, and alias expansion is bounded: the document's
+  node graph is composed first (linear in the text), the size it would have once every alias is
+  expanded is counted (memoised, so linear in the graph), and a document over
+  :data:`MAX_YAML_NODES` nodes, or one whose aliases form a cycle, is refused before any
+  Python object is built;
+* every parser error is one line, ``file:line:column: problem`` (:class:`ConfigLoadError`).
+
+Callers choose the exception class their layer documents (``ModelSpecError`` for a model file,
+``HardwareSpecError`` for a hardware spec) with ``error=``; the message is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import sys
+from typing import Any, Callable
+
+from advisor.errors import AdvisorError, ConfigLoadError
+
+#: Files larger than this are refused before parsing (a DeepSpeed config is a few KiB).
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
+#: Model files (HF config.json, inventory JSON with one entry per tensor) may be larger.
+MAX_MODEL_BYTES = 64 * 1024 * 1024
+#: A hardware spec (a few KiB in practice).
+MAX_HARDWARE_BYTES = 16 * 1024 * 1024
+#: An accelerate config YAML (a few hundred bytes in practice).
+MAX_YAML_BYTES = 8 * 1024 * 1024
+#: Deeper nesting than this is refused (DeepSpeed configs nest 3-4 levels).
+MAX_DEPTH = 64
+#: Nodes a YAML document may have once every alias is expanded (an accelerate config has ~30).
+MAX_YAML_NODES = 100_000
+
+#: Builds the exception a caller raises: (source, problem, line, column) -> exception.
+ErrorFactory = Callable[[str, str, "int | None", "int | None"], Exception]
+
+
+def config_error(source: str, problem: str, line: int | None = None, column: int | None = None) -> Exception:
+    """The default :data:`ErrorFactory`: a :class:`ConfigLoadError`."""
+    return ConfigLoadError(source, problem, line, column)
+
+
+def error_as(cls: type[AdvisorError]) -> ErrorFactory:
+    """An :data:`ErrorFactory` raising ``cls`` (one-argument AdvisorError subclasses) with the
+    same one-line ``file:line:column: problem`` message as :class:`ConfigLoadError`."""
+    def make(source: str, problem: str, line: int | None = None, column: int | None = None) -> Exception:
+        return cls(str(ConfigLoadError(source, problem, line, column)))
+    return make
+
+
+def _kind(mode: int) -> str | None:
+    """A's/an's name for a file that is not regular (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_bytes(path: str, *, limit: int, what: str = "file", error: ErrorFactory = config_error,
+               stdin_ok: bool = True) -> bytes:
+    """The bytes of ``path`` (``-``: standard input when ``stdin_ok``), at most ``limit`` of them.
+
+    Raises (through ``error``) with one line naming ``path`` when it does not exist, is not a
+    regular file (directory, FIFO, device, socket: refused from ``stat`` without opening it),
+    cannot be read, or holds more than ``limit`` bytes (refused, never truncated). ``what``
+    names the file in messages ("config", "hardware spec", ...).
+    """
+    if path == "-" and stdin_ok:
+        raw = sys.stdin.buffer.read(limit + 1)
+        if len(raw) > limit:
+            raise error("<stdin>", f"over the {limit}-byte limit for a {what}", None, None)
+        return raw
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise error(path, f"cannot read {what}: no such file", None, None) from None
+    except OSError as e:
+        raise error(path, f"cannot read {what}: {e.strerror or e}", None, None) from None
+    kind = _kind(st.st_mode)
+    if kind is not None:
+        raise error(path, f"is {kind}, expected a {what} (a regular file)", None, None)
+    if st.st_size > limit:
+        raise error(path, f"{what} is {st.st_size} bytes, over the {limit}-byte limit", None, None)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise error(path, f"cannot read {what}: {e.strerror or e}", None, None) from None
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:  # replaced between stat and open
+            raise error(path, f"is {kind}, expected a {what} (a regular file)", None, None)
+        chunks: list[bytes] = []
+        n = 0
+        while n <= limit:
+            try:
+                b = os.read(fd, min(1 << 20, limit + 1 - n))
+            except BlockingIOError:
+                raise error(path, f"would block; expected a {what} (a regular file)", None, None) from None
+            except OSError as e:
+                raise error(path, f"cannot read {what}: {e.strerror or e}", None, None) from None
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+    finally:
+        os.close(fd)
+    if n > limit:
+        raise error(path, f"{what} grew over the {limit}-byte limit while being read", None, None)
+    return b"".join(chunks)
+
+
+def decode_text(raw: bytes, source: str, *, what: str = "file", error: ErrorFactory = config_error,
+                nul_ok: bool = False) -> str:
+    """UTF-8 text of ``raw`` (a leading BOM is kept: the parsers decide). Raises through
+    ``error`` on a NUL byte (a binary file) unless ``nul_ok``, and on invalid UTF-8, naming the
+    offset."""
+    if not nul_ok and b"\x00" in raw:
+        raise error(source, f"binary file (contains NUL bytes), not a {what}", None, None)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(source, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", None, None) from None
+
+
+def read_text(path: str, *, limit: int, what: str = "file", error: ErrorFactory = config_error,
+              stdin_ok: bool = True) -> str:
+    """:func:`read_bytes` then :func:`decode_text`."""
+    raw = read_bytes(path, limit=limit, what=what, error=error, stdin_ok=stdin_ok)
+    return decode_text(raw, "<stdin>" if path == "-" and stdin_ok else path, what=what, error=error)
+
+
+def depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
+    """True when ``text`` never opens more than ``max_depth`` brackets (``{`` / ``[``) at once
+    (brackets inside strings count too: a cheap, conservative pre-parse bound)."""
+    depth = 0
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+            if depth > max_depth:
+                return False
+        elif ch in "}]":
+            depth -= 1
+    return True
+
+
+class LineIndex:
+    """Offset -> (line, column), 1-based, in O(log lines) per lookup (a bisect over the
+    offsets where lines start): mapping every key of a wide config stays linear."""
+
+    def __init__(self, text: str):
+        starts = [0]
+        i = text.find("\n")
+        while i >= 0:
+            starts.append(i + 1)
+            i = text.find("\n", i + 1)
+        self._starts = starts
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        import bisect
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return i + 1, offset - self._starts[i] + 1
+
+
+def _finite_float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise _NonFinite(s)
+    return v
+
+
+class _NonFinite(ValueError):
+    def __init__(self, literal: str):
+        self.literal = literal
+        super().__init__(literal)
+
+
+def _refuse_constant(s: str) -> float:
+    raise _NonFinite(s)
+
+
+def parse_json(text: str, source: str, *, what: str = "JSON file", error: ErrorFactory = config_error) -> Any:
+    """Strict JSON (``json.loads``) with the guards of this module: nesting bounded, numbers
+    finite (``NaN``, ``Infinity``, ``1e999`` refused), every error one line with its position."""
+    if not depth_ok(text):
+        raise error(source, f"nesting deeper than {MAX_DEPTH} levels; not a {what}", None, None)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as e:
+        at = text.find(e.literal)
+        line, col = LineIndex(text).line_col(at) if at >= 0 else (None, None)
+        raise error(source, f"non-finite number {e.literal} (NaN and Infinity are refused)", line, col) from None
+    except json.JSONDecodeError as e:
+        raise error(source, f"not valid JSON: {e.msg}", e.lineno, e.colno) from None
+    except RecursionError:
+        raise error(source, "nesting too deep to parse", None, None) from None
+    except ValueError as e:  # int literals over Python's digit limit
+        raise error(source, f"not valid JSON: {e}", None, None) from None
+
+
+def non_finite_path(obj: Any, path: str = "") -> str | None:
+    """JSON pointer of the first float in ``obj`` that is NaN or infinite, else None."""
+    from advisor.findings import escape_token
+    stack = [(obj, path)]
+    while stack:
+        o, p = stack.pop()
+        if isinstance(o, float):
+            if not math.isfinite(o):
+                return p or "/"
+        elif isinstance(o, dict):
+            stack.extend((v, f"{p}/{escape_token(str(k))}") for k, v in o.items())
+        elif isinstance(o, list):
+            stack.extend((v, f"{p}/{i}") for i, v in enumerate(o))
+    return None
+
+
+def parse_yaml(text: str, source: str, *, what: str = "YAML file", error: ErrorFactory = config_error,
+               max_nodes: int = MAX_YAML_NODES) -> Any:
+    """One YAML document, loaded with PyYAML's ``SafeLoader`` (plain data only: no Python
+    objects), with alias expansion bounded by ``max_nodes`` (see the module docstring).
+    Raises through ``error``: one line with the problem's line and column."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - dependency
+        raise error(source, f"reading a {what} needs PyYAML (pip install pyyaml)", None, None) from None
+    if not depth_ok(text):
+        raise error(source, f"nesting deeper than {MAX_DEPTH} levels; not a {what}", None, None)
+    Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _bound_yaml(node, source, max_nodes, error)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        problem = " ".join(x for x in (e.context, e.problem) if x) or "invalid YAML"
+        raise error(source, f"not valid YAML: {problem}", mark.line + 1 if mark else None,
+                    mark.column + 1 if mark else None) from None
+    except yaml.YAMLError as e:
+        raise error(source, f"not valid YAML: {' '.join(str(e).split())}", None, None) from None
+    except RecursionError:
+        raise error(source, "nesting too deep to parse", None, None) from None
+    except (ValueError, TypeError, OverflowError) as e:  # a constructor's conversion (timestamps, ints)
+        raise error(source, f"not valid YAML: {e}", None, None) from None
+    finally:
+        loader.dispose()
+
+
+def _bound_yaml(root: Any, source: str, max_nodes: int, error: ErrorFactory) -> None:
+    """Refuse a node graph whose alias-expanded size exceeds ``max_nodes`` or that has a cycle.
+    Iterative post-order walk, each node's expanded size memoised by identity."""
+    import yaml
+
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        nid = id(node)
+        if done:
+            on_path.discard(nid)
+            if isinstance(node, yaml.MappingNode):
+                kids = [n for kv in node.value for n in kv]
+            else:
+                kids = node.value
+            total = 1 + sum(size[id(k)] for k in kids)
+            if total > max_nodes:
+                m = node.start_mark
+                raise error(source, f"YAML expands to more than {max_nodes} nodes (alias expansion bounded)",
+                            m.line + 1, m.column + 1)
+            size[nid] = total
+            continue
+        if nid in size:
+            continue
+        if nid in on_path:
+            m = node.start_mark
+            raise error(source, "recursive YAML alias (a node contains itself)", m.line + 1, m.column + 1)
+        if isinstance(node, yaml.ScalarNode):
+            size[nid] = 1
+            continue
+        on_path.add(nid)
+        stack.append((node, True))
+        kids = [n for kv in node.value for n in kv] if isinstance(node, yaml.MappingNode) else node.value
+        for k in kids:
+            if id(k) not in size:
+                if id(k) in on_path:
+                    m = k.start_mark
+                    raise error(source, "recursive YAML alias (a node contains itself)", m.line + 1, m.column + 1)
+                stack.append((k, False))
+
+
+def read_json_file(path: str, *, limit: int, what: str, error: ErrorFactory = config_error) -> Any:
+    """:func:`read_text` then :func:`parse_json`: the guarded way to load any JSON file."""
+    text = read_text(path, limit=limit, what=what, error=error)
+    return parse_json(text, "<stdin>" if path == "-" else path, what=what, error=error)
+
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_MODEL_BYTES", "MAX_HARDWARE_BYTES", "MAX_YAML_BYTES", "MAX_DEPTH",
+           "MAX_YAML_NODES", "read_bytes", "read_text", "decode_text", "parse_json", "parse_yaml",
+           "read_json_file", "non_finite_path", "LineIndex", "depth_ok", "error_as", "config_error"]

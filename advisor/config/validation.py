@@ -1,0 +1,158 @@
+"""One validation layer for values that come from outside the DeepSpeed config.
+
+Environment variables (``WORLD_SIZE``, ``SLURM_NTASKS``, ...), the output of probe tools
+(``nvidia-smi``, ``rocm-smi``), fields of an accelerate config YAML and numeric command-line
+flags are parsed here into typed, bounded values. Every refusal is an
+:class:`InputValueError`: one line naming the source (the variable, the flag, the file and
+key) and the value, cut to a readable length. It is both an :class:`AdvisorError` (exit 2,
+one line) and a ``ValueError`` (so a probe parser's ``except ValueError`` records it as a
+probe failure instead of crashing).
+
+The bounds on the launch shape are the documented limits of every command: at most
+:data:`MAX_WORLD_SIZE` ranks, :data:`MAX_NODES` nodes and :data:`MAX_GPUS_PER_NODE` ranks per
+node, wherever the number comes from (a flag, the environment, a ``--hardware`` spec).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from advisor.errors import AdvisorError
+
+#: Most ranks any command accepts (``--world-size``, WORLD_SIZE, SLURM_NTASKS, --hardware nodes x GPUs).
+MAX_WORLD_SIZE = 1 << 20
+#: Most nodes (``--nodes``, ``--hardware NAME:N``, a spec's ``nodes``).
+MAX_NODES = 1 << 16
+#: Most ranks per node (``--gpus-per-node``, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE, a spec).
+MAX_GPUS_PER_NODE = 1 << 10
+#: Longest echo of a bad value in a message.
+MAX_ECHO = 60
+
+
+class InputValueError(AdvisorError, ValueError):
+    """A value from outside the config (environment, probe, YAML field, flag) is malformed or
+    out of bounds. ``str(err)`` is one line: ``source: problem``."""
+
+    def __init__(self, source: str, problem: str):
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: {problem}")
+
+
+def shown(value: Any, limit: int = MAX_ECHO) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (surrogates escaped)."""
+    r = repr(value) if not isinstance(value, str) else repr(value.encode("utf-8", "backslashreplace").decode())
+    return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"
+
+
+#: The JSON name of a Python value's type, for messages ("got an array").
+JSON_TYPE = {"dict": "object", "list": "array", "tuple": "array", "str": "string", "int": "integer",
+             "float": "number", "bool": "boolean", "NoneType": "null"}
+
+
+def article(noun: str) -> str:
+    """``noun`` with "a" or "an" before it: ``article("integer")`` -> "an integer"."""
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def type_name(value: Any) -> str:
+    """What ``value`` is, in JSON's words with its article: "an object", "a string", "null"."""
+    t = JSON_TYPE.get(type(value).__name__, type(value).__name__)
+    return t if t == "null" else article(t)
+
+
+_INT_RE = re.compile(r"^[+-]?\d{1,30}$")
+
+
+def as_int(value: Any, source: str, *, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as an int: an int (not a bool), an integral finite float, or a decimal string
+    (``"8"``, ``" 8 "``). Raises InputValueError naming ``source`` when it is anything else or
+    outside ``lo`` .. ``hi`` (inclusive)."""
+    n: int | None = None
+    if isinstance(value, bool):
+        n = None
+    elif isinstance(value, int):
+        n = value
+    elif isinstance(value, float):
+        n = int(value) if math.isfinite(value) and value.is_integer() else None
+    elif isinstance(value, str) and _INT_RE.match(value.strip()):
+        n = int(value.strip())
+    if n is None:
+        raise InputValueError(source, f"expected an integer, got {shown(value)}")
+    if lo is not None and n < lo:
+        raise InputValueError(source, f"{n} is below the minimum {lo}")
+    if hi is not None and n > hi:
+        raise InputValueError(source, f"{n} is over the limit {hi}")
+    return n
+
+
+def as_float(value: Any, source: str, *, lo: float | None = None, hi: float | None = None,
+             lo_open: bool = False) -> float:
+    """``value`` as a finite float (an int, a float or a numeric string). NaN, infinities,
+    booleans, other types and values outside ``lo`` .. ``hi`` (``lo`` excluded when
+    ``lo_open``) raise InputValueError naming ``source``."""
+    f: float | None = None
+    if isinstance(value, bool):
+        f = None
+    elif isinstance(value, (int, float)):
+        try:
+            f = float(value)
+        except OverflowError:
+            f = math.inf
+    elif isinstance(value, str):
+        try:
+            f = float(value.strip())
+        except ValueError:
+            f = None
+    if f is None:
+        raise InputValueError(source, f"expected a number, got {shown(value)}")
+    if not math.isfinite(f):
+        raise InputValueError(source, f"{shown(value)} is not a finite number")
+    if lo is not None and (f < lo or (lo_open and f == lo)):
+        raise InputValueError(source, f"{f:g} is {'at or ' if lo_open else ''}below the minimum {lo:g}")
+    if hi is not None and f > hi:
+        raise InputValueError(source, f"{f:g} is over the limit {hi:g}")
+    return f
+
+
+def as_bool(value: Any, source: str) -> bool:
+    """A boolean: true/false, or the strings accelerate's ``str_to_bool`` accepts
+    (y/yes/t/true/on/1 and n/no/f/false/off/0). Anything else raises InputValueError."""
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    if s in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if s in ("n", "no", "f", "false", "off", "0"):
+        return False
+    raise InputValueError(source, f"expected true or false, got {shown(value)}")
+
+
+def as_str(value: Any, source: str, *, choices: tuple[str, ...] | None = None, lower: bool = False) -> str:
+    """A string (ints allowed and written as text); with ``choices`` one of them. Containers,
+    None and floats raise InputValueError."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputValueError(source, f"expected a string, got {shown(value)}")
+    s = str(value)
+    if lower:
+        s = s.lower()
+    if choices is not None and s not in choices:
+        raise InputValueError(source, f"expected one of {', '.join(choices)}, got {shown(value)}")
+    return s
+
+
+def world_size(value: Any, source: str) -> int:
+    """A world size from any source, bounded by :data:`MAX_WORLD_SIZE`."""
+    return as_int(value, source, lo=1, hi=MAX_WORLD_SIZE)
+
+
+def env_int(env: Any, name: str, *, lo: int = 1, hi: int = MAX_WORLD_SIZE) -> int | None:
+    """The integer in environment variable ``name`` (None when unset or empty). Slurm's
+    ``8(x2)`` repetition suffix is read as 8. Raises InputValueError naming the variable when
+    it is set but not an integer in ``lo`` .. ``hi``."""
+    v = env.get(name)
+    if v is None or not str(v).strip():
+        return None
+    return as_int(str(v).split("(")[0].strip(), f"environment variable {name}={shown(v)}", lo=lo, hi=hi)
