@@ -33,19 +33,6 @@ H200 = ("NVIDIA H200", 143771)
 P32B = 32763876352
 
 
-def _ledger_ready() -> bool:
-    from advisor.config.effective import effective_config
-    from advisor.model.inventory import from_param_count
-    from advisor.ledger.state import Cluster, Plan, compute_ledger
-
-    try:
-        compute_ledger(Plan(effective_config({"zero_optimization": {"stage": 2}}), from_param_count(1024), Cluster(2)))
-    except NotImplementedError:
-        return False
-    return True
-
-
-needs_ledger = pytest.mark.skipif(not _ledger_ready(), reason="advisor.ledger.state.compute_ledger not implemented yet")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -255,7 +242,6 @@ def test_bad_usage_is_exit_2(tmp_path):
 
 # --- whole runs (need the ledger) --------------------------------------------------------------
 
-@needs_ledger
 def test_tiny_model_on_8_h100_is_go(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     rc, d, err = check([str(SAMPLES / "zero2.json"), "--params", "1000000"], TORCHRUN_8, bin_)
@@ -272,7 +258,6 @@ def test_tiny_model_on_8_h100_is_go(tmp_path):
     assert tier(d, "host")["capacity_source"] == "/proc/meminfo MemAvailable"
 
 
-@needs_ledger
 def test_quiet_success_prints_nothing_and_no_go_prints_the_verdict(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     assert check([str(SAMPLES / "zero2.json"), "--params", "1000000", "-q"], TORCHRUN_8, bin_,
@@ -281,7 +266,6 @@ def test_quiet_success_prints_nothing_and_no_go_prints_the_verdict(tmp_path):
     assert rc == 1 and out.rstrip().endswith("NO-GO (exit 1)") and "M100" in out
 
 
-@needs_ledger
 def test_32b_zero2_does_not_fit_8_h100(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     rc, d, _ = check([str(C06), "--params", str(P32B)], TORCHRUN_8, bin_)
@@ -293,7 +277,6 @@ def test_32b_zero2_does_not_fit_8_h100(tmp_path):
     assert "M100" in codes(d)
 
 
-@needs_ledger
 def test_32b_zero2_on_141gb_is_within_a_few_gb_and_zero3_fits(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H200, 8))
     rc, d, _ = check([str(C06), "--params", str(P32B), "--gpu-memory", "141GB"], TORCHRUN_8, bin_)
@@ -312,7 +295,6 @@ def test_32b_zero2_on_141gb_is_within_a_few_gb_and_zero3_fits(tmp_path):
     assert 73.7e9 <= t["need"] < 100e9
 
 
-@needs_ledger
 def test_busy_gpu_sets_the_capacity_and_too_few_visible_gpus_is_no_go(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 7) + [(H100[0], H100[1], 40000)])
     rc, d, _ = check([str(SAMPLES / "zero2.json"), "--params", "1000000"], TORCHRUN_8, bin_)
@@ -325,7 +307,6 @@ def test_busy_gpu_sets_the_capacity_and_too_few_visible_gpus_is_no_go(tmp_path):
     assert [x["index"] for x in d["resources"]["accelerators"]["devices"]] == ["0", "1", "2", "3"]
 
 
-@needs_ledger
 def test_no_nvidia_smi_warns_and_uses_flags_but_strict_exits_3(tmp_path):
     args = [str(SAMPLES / "zero2.json"), "--params", "1000000", "--gpu-memory", "80GB"]
     rc, d, _ = check(args, TORCHRUN_8)
@@ -344,7 +325,6 @@ def test_no_nvidia_smi_warns_and_uses_flags_but_strict_exits_3(tmp_path):
     assert rc == 3 and "exited 9: NVIDIA-SMI has failed" in out
 
 
-@needs_ledger
 def test_slurm_environment_is_reported_with_sources(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     env = {"SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "4", "SLURM_NODEID": "1",
@@ -368,7 +348,6 @@ def test_slurm_environment_is_reported_with_sources(tmp_path):
 NVME_ARGS = ["--params", "100000000", "--host-memory", "2TB"]
 
 
-@needs_ledger
 def test_nvme_path_that_fits_is_go(tmp_path):
     nv = tmp_path / "nvme"
     nv.mkdir()
@@ -385,7 +364,6 @@ def test_nvme_path_that_fits_is_go(tmp_path):
     assert list(nv.iterdir()) == []
 
 
-@needs_ledger
 def test_nvme_path_missing_is_no_go(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     missing = tmp_path / "not-mounted"
@@ -396,7 +374,6 @@ def test_nvme_path_missing_is_no_go(tmp_path):
     assert not missing.exists()  # check never creates it
 
 
-@needs_ledger
 def test_nvme_path_read_only_is_no_go(tmp_path):
     """A read-only bind mount of a real temporary directory (root ignores chmod); /proc when
     mounting is not allowed here."""
@@ -420,7 +397,6 @@ def test_nvme_path_read_only_is_no_go(tmp_path):
     assert "K103" in codes(d)
 
 
-@needs_ledger
 def test_nvme_too_small_by_test_hook_is_no_go(tmp_path):
     nv = tmp_path / "nvme"
     nv.mkdir()
@@ -433,7 +409,6 @@ def test_nvme_too_small_by_test_hook_is_no_go(tmp_path):
     assert "K104" in codes(d)
 
 
-@needs_ledger
 def test_nvme_too_small_on_a_real_tmpfs_is_no_go(tmp_path):
     small = tmp_path / "small"
     small.mkdir()
@@ -450,7 +425,6 @@ def test_nvme_too_small_on_a_real_tmpfs_is_no_go(tmp_path):
     assert rc == 1 and t["verdict"] == "no-go" and "K104" in codes(d)
 
 
-@needs_ledger
 def test_nvme_without_libaio_is_no_go(tmp_path):
     nv = tmp_path / "nvme"
     nv.mkdir()
@@ -460,7 +434,6 @@ def test_nvme_without_libaio_is_no_go(tmp_path):
     assert rc == 1 and "K105" in codes(d) and d["resources"]["libaio"]["found"] is False
 
 
-@needs_ledger
 def test_nvme_at_stage_2_is_cpu_offload_and_no_path_is_probed(tmp_path):
     cfg = json.loads((SAMPLES / "zero2.json").read_text())
     cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": str(tmp_path / "absent")}
@@ -472,7 +445,6 @@ def test_nvme_at_stage_2_is_cpu_offload_and_no_path_is_probed(tmp_path):
     assert rc == 0
 
 
-@needs_ledger
 def test_check_never_imports_torch_or_deepspeed(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     code = ("import sys\nfrom advisor.cli import main\n"
@@ -484,7 +456,6 @@ def test_check_never_imports_torch_or_deepspeed(tmp_path):
     assert out.strip() == "0 []"
 
 
-@needs_ledger
 def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
     cfg = json.loads(C06.read_text())
     cfg["zero_optimization"]["stage"] = 3

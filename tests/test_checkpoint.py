@@ -231,9 +231,7 @@ def test_case_C09_checkpoint_size_8b():
 
 
 def test_checkpoint_cli_text_and_bad_bandwidth():
-    cfg = os.path.join(C09, "config.json") if os.path.isdir(C09) else None
-    if cfg is None:
-        pytest.skip("C09 not present")
+    cfg = os.path.join(C09, "config.json")
     r = CliRunner().invoke(main, ["checkpoint", cfg, "--params", "1000000", "--write-bandwidth", "2GB/s",
                                   "--node-mtbf-hours", "20000", "--world-size", "8"])
     assert r.exit_code == 0, r.output

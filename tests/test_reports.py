@@ -232,8 +232,6 @@ def test_estimate_json_validates_against_its_schema(config):
     if "hf_trainer" in config:
         args.append("--hf")
     p = run_cli(args)
-    if "NotImplementedError" in p.stderr:
-        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     assert p.returncode in (0, 1), p.stderr
     out = json.loads(p.stdout)
     assert _errors(v, out) == []
@@ -313,8 +311,6 @@ REPORT_ARGS = ["--model", "llama-3.2-1b", "--world-size", "8", "--gpus-per-node"
 
 def _report(out: Path, *extra: str, cfg: Path = NVME_SAMPLE):
     p = run_cli(["report", str(cfg), *REPORT_ARGS, "-o", str(out), *extra])
-    if "NotImplementedError" in p.stderr:
-        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     return p
 
 
@@ -325,11 +321,8 @@ def _estimate_nvme():
     from advisor.config.loading import load_config
     from advisor.model.specs import resolve_model
 
-    try:
-        return estimate(load_config(str(NVME_SAMPLE)), resolve_model("llama-3.2-1b"), Cluster(8, 8),
-                        Capacity(80 * 10**9, 512 * 10**9, None))
-    except NotImplementedError:
-        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
+    return estimate(load_config(str(NVME_SAMPLE)), resolve_model("llama-3.2-1b"), Cluster(8, 8),
+                    Capacity(80 * 10**9, 512 * 10**9, None))
 
 
 def test_tier_bars_match_the_estimate():
@@ -535,8 +528,6 @@ def test_report_takes_estimate_options_and_shows_its_peak(tmp_path):
     shared = ["--model", "llama-3.2-1b", "--world-size", "8", "--gpus-per-node", "8", "--gpu-memory", "80GB"]
     opts = ["--seq-len", "2048", "--checkpointing", "full", "--micro-batch", "2", "--fragmentation", "0.1"]
     pe = run_cli(["estimate", str(cfg), *shared, *opts, "--format", "json"])
-    if "NotImplementedError" in pe.stderr:
-        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     assert pe.returncode in (0, 1), pe.stderr
     est = json.loads(pe.stdout)
     assert est["assumptions"]["workload"] == {"seq_len": 2048, "micro_batch": 2, "checkpointing": "full",
@@ -570,8 +561,6 @@ def test_report_takes_hardware_and_trainer_options(tmp_path):
     args = ["--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--hf", "--per-device-train-batch-size", "2",
             "--seq-len", "1024"]
     pe = run_cli(["estimate", str(cfg), *args, "--format", "json"])
-    if "NotImplementedError" in pe.stderr:
-        pytest.skip("advisor.ledger.state.compute_ledger is not implemented yet")
     est = json.loads(pe.stdout)
     assert est["assumptions"]["workload"]["micro_batch"] == 2  # from --per-device-train-batch-size
     acc = next(f for f in est["fit"] if f["tier"] == "accelerator")

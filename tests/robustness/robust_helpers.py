@@ -44,30 +44,3 @@ def run_cli(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Pa
     return p
 
 
-def ledger_ready() -> bool:
-    """True once advisor.ledger.state.compute_ledger is implemented (it raised NotImplementedError
-    while another engineer was writing it)."""
-    from advisor.config.effective import effective_config
-    from advisor.model.inventory import from_param_count
-    from advisor.ledger.state import Cluster, Plan, compute_ledger
-
-    try:
-        compute_ledger(Plan(effective_config({"zero_optimization": {"stage": 2}}), from_param_count(1024), Cluster(2)))
-    except NotImplementedError:
-        return False
-    return True
-
-
-_COMMANDS: set[str] | None = None
-
-
-def cli_commands() -> set[str]:
-    """The subcommands ``ds-advisor --help`` lists (so tests of commands still being built skip)."""
-    global _COMMANDS
-    if _COMMANDS is None:
-        from advisor.cli import main
-        _COMMANDS = set(main.commands)
-    return _COMMANDS
-
-
-needs_ledger = pytest.mark.skipif(not ledger_ready(), reason="advisor.ledger.state.compute_ledger not implemented yet")

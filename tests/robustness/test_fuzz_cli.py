@@ -37,7 +37,7 @@ from click.testing import CliRunner
 
 from advisor.config.loading import MAX_CONFIG_BYTES, MAX_DEPTH, load_config
 
-from robust_helpers import FUZZ_ROUNDS, PROFILE, clean_env, cli_commands, corpus_configs, ledger_ready, needs_ledger, run_cli
+from robust_helpers import FUZZ_ROUNDS, PROFILE, clean_env, corpus_configs, run_cli
 
 CORPUS_FILES = corpus_configs()
 
@@ -465,20 +465,17 @@ def _run_bulk(cases: list[tuple[Mutant, list[str]]], env: dict[str, str]) -> Non
     assert not problems, f"{len(problems)} failure(s); first ones:\n" + "\n\n".join(problems[:5])
 
 
-@needs_ledger
 def test_estimate_every_mutant_in_process(mutants, tmp_path):
     _run_bulk([(m, ["estimate", str(m.path), "--params", "1000000", "--world-size", "2", "--format", fmt])
                for m in _subset(mutants) for fmt in ("json", "text")], _env_no_probes(tmp_path))
 
 
-@needs_ledger
 def test_check_every_mutant_in_process(mutants, tmp_path):
     _run_bulk([(m, ["check", str(m.path), "--params", "1000000", "--world-size", "2", "--gpus-per-node", "2",
                     "--gpu-memory", "80GB", "--host-memory", "512GB", "--format", fmt])
                for m in _subset(mutants) for fmt in ("json", "text")], _env_no_probes(tmp_path))
 
 
-@needs_ledger
 @pytest.mark.parametrize("cfg", [{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 0},
                                  {"train_batch_size": 8, "gradient_accumulation_steps": 0}])
 @pytest.mark.parametrize("cmd", ["estimate", "check"])
@@ -486,7 +483,6 @@ def test_bug_zero_micro_batch_or_accumulation(tmp_path, cfg, cmd):
     _repro(tmp_path, cfg, cmd)
 
 
-@needs_ledger
 @pytest.mark.parametrize("cmd", ["estimate", "check"])
 def test_unsupported_combination_is_a_finding(tmp_path, cmd):
     """A combination DeepSpeed refuses at initialize (bf16 + fp32 accumulation at stage 0) is
@@ -522,7 +518,6 @@ def test_estimate_and_check_refuse_unreadable_mutants_in_process(mutants, tmp_pa
 
 # --- a handful of real processes ----------------------------------------------------------------
 
-@needs_ledger
 def test_real_processes_on_a_few_mutants(mutants, tmp_path):
     rng = random.Random(7)
     picks = rng.sample(mutants, 4)
@@ -549,7 +544,6 @@ EDGE_CONFIGS = {
 }
 
 
-@needs_ledger
 @pytest.mark.parametrize("name", sorted(EDGE_CONFIGS))
 @pytest.mark.parametrize("params,world", [(1, 1), (1, 65536), (10 ** 13, 1), (10 ** 13, 65536)])
 def test_estimate_edges(tmp_path, name, params, world):
@@ -581,7 +575,6 @@ def test_estimate_edges(tmp_path, name, params, world):
         assert acc["need"] < 8 * 10 ** 9
 
 
-@needs_ledger
 def test_estimate_world_size_above_limit_is_usage_error(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(EDGE_CONFIGS["z2_fp16"]))
@@ -734,8 +727,6 @@ def test_config_values_are_data(tmp_path, command):
                   "--host-memory", "512GB"],
         "resolve": ["resolve", "--hf", str(cfg)],
     }[command]
-    if command not in ("lint", "lint-hf") and args[0] not in cli_commands():
-        pytest.skip(f"no {args[0]} command")
     env = clean_env(PATH=str(tmp_path / "nobin"), PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                     NO_COLOR="1", HF_HUB_OFFLINE="1")
     import subprocess
@@ -746,8 +737,6 @@ def test_config_values_are_data(tmp_path, command):
     events = json.loads(events_file.read_text())
     assert events == [], events
     assert "Traceback (most recent call last)" not in out, out[-3000:]
-    if command in ("estimate", "check") and not ledger_ready():
-        return  # the ledger is not there yet: exit status says nothing
     assert p.returncode in (0, 1), out[-2000:]
 
 
@@ -784,8 +773,6 @@ def _file_command_args(cmd: str, tmp: Path) -> list[str]:
 
 
 def _require(cmd: str) -> None:
-    if cmd not in cli_commands():
-        pytest.skip(f"`ds-advisor {cmd}` does not exist yet (issue {'6' if cmd == 'generate' else '9'})")
     from advisor.cli import main
     opts = {o for p in main.commands[cmd].params for o in getattr(p, "opts", [])}
     needed = {"--output", "--force"}
