@@ -284,14 +284,11 @@ def _build_estimate(config: str, a: EstimateArgs):
     from advisor.views.estimate import estimate as run_estimate
     from advisor.ledger.state import Cluster
     from advisor.views.lint import lint_config
-    from advisor.units import parse_size
 
     if not a.model and a.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
-    try:
-        cap = Capacity(*(parse_size(v) if v else None for v in (a.gpu_memory, a.host_memory, a.nvme_capacity)))
-    except ValueError as e:
-        raise click.UsageError(str(e))
+    cap = Capacity(*(_size_flag(f, v) for f, v in (("--gpu-memory", a.gpu_memory), ("--host-memory", a.host_memory),
+                                                   ("--nvme-capacity", a.nvme_capacity))))
     loaded, inv, hw = _load_inputs(config, a.model, a.params, a.hardware)
     gpus_per_node = a.gpus_per_node
     ws, ws_src = _world(a.world_size)
@@ -346,6 +343,18 @@ def _build_estimate(config: str, a: EstimateArgs):
                         fragmentation=a.fragmentation, hardware=hw, step_seconds=a.step_time)
 
 
+
+
+def _size_flag(flag: str, value: str | None) -> int | None:
+    """A memory flag's value in bytes (None when not given); a bare number or a bad size is a
+    one-line usage error naming the flag (exit 2)."""
+    from advisor.units import parse_size
+    if not value:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise _fail(f"{flag}: {e}")
 
 
 def _release_option(f):
@@ -591,15 +600,10 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
     """
     from advisor.render import render
     from advisor.views.check import run_check
-    from advisor.units import parse_size
 
     if not model and params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
-    try:
-        gpu_b = parse_size(gpu_memory) if gpu_memory else None
-        host_b = parse_size(host_memory) if host_memory else None
-    except ValueError as e:
-        raise click.UsageError(str(e))
+    gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
     loaded, inv, hw = _load_inputs(config, model, params, hardware)
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict)

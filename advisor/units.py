@@ -17,14 +17,22 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text: str) -> int:
-    """Parse "80GB", "141 GiB", "31e9", "512MiB" into bytes.
+def parse_size(text: str, *, bare_bytes: bool = False) -> int:
+    """Parse "80GB", "141 GiB", "31e9B", "512MiB" into bytes.
+
+    A bare number ("80", "31e9") has no unit and is refused (ValueError naming the forms):
+    ``--gpu-memory 80`` meant 80 GB, and reading it as 80 bytes would make every job "not fit"
+    silently. ``bare_bytes=True`` reads a bare number as bytes, for machine-written values
+    (test fixtures, probe output that is documented to be bytes).
 
     Raises ValueError with the accepted forms when ``text`` is not a size.
     """
     m = _SIZE.match(str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (use e.g. 80GB, 141GiB, 31e9)")
+        raise ValueError(f"not a size: {text!r} (use e.g. 80GB, 141GiB, 31e9B)")
+    if not m.group(2) and not bare_bytes:
+        raise ValueError(f"{text!r} has no unit: write {m.group(1)}GB (10^9 bytes), {m.group(1)}GiB (2^30 bytes) "
+                         f"or {m.group(1)}B (bytes)")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0 or value > 1e21:
         raise ValueError(f"size out of range: {text!r}")

@@ -46,11 +46,25 @@ def test_every_storage_tier_says_where_its_numbers_come_from():
 
 @pytest.mark.parametrize("preset,total_gpu_memory", [
     # totals as NVIDIA's DGX BasePOD reference architecture states them (independent of the
-    # per-GPU figures in the preset file): 640 GB (H100), 1,128 GB (H200), 1,440 GB ("1.4TB", B200)
-    ("dgx-h100", 640e9), ("dgx-h200", 1128e9), ("dgx-b200", 1440e9)])
+    # per-GPU figures in the preset file): 1,128 GB (H200), 1,440 GB ("1.4TB", B200). These presets
+    # have no public driver-reported total, so they keep the data sheet's GB.
+    ("dgx-h200", 1128e9), ("dgx-b200", 1440e9)])
 def test_node_gpu_memory_matches_the_system_data_sheet_total(preset, total_gpu_memory):
     hw = resolve_hardware(preset)
     assert hw.accelerators_per_node * hw.accelerator.memory_bytes == total_gpu_memory
+
+
+@pytest.mark.parametrize("preset,smi_mib", [
+    # nvidia-smi's memory.total as users' public reports print it (not the data sheet's GB):
+    # H100 80GB HBM3 81559MiB (NVIDIA/nccl#1264), A100 80GB 81920MiB and 40GB 40960MiB and
+    # L40S 46068MiB (modal-labs/modal-client#2797), RTX 4090 24564MiB (RLinf/RLinf#255)
+    ("h100-sxm-80gb", 81559), ("a100-80gb", 81920), ("a100-40gb", 40960), ("l40s", 46068), ("rtx-4090", 24564)])
+def test_capacity_is_what_the_driver_reports(preset, smi_mib):
+    acc = resolve_hardware(preset).accelerator
+    assert acc.memory_bytes == smi_mib * 2**20 and f"{smi_mib}MiB" in acc.source
+    # the H100 data sheet's "80GB" is 80e9 bytes, 6.9% less than what check reads on the node
+    if preset == "h100-sxm-80gb":
+        assert acc.memory_bytes / 80e9 - 1 == pytest.approx(0.069, abs=0.001)
 
 
 def test_dense_flops_are_half_the_sparsity_figure_where_the_sheet_prints_sparsity():
@@ -120,7 +134,7 @@ def test_capacity_for_estimate_from_a_spec_with_base_override():
     # C08's workstation: a 24 GB GPU with 31 GB of host memory
     hw = from_dict({"base": "workstation-4090", "host_memory_bytes": 31e9})
     cap = hw.capacity("/mnt/nvme0/ds_swap")
-    assert (cap.accelerator, cap.host, cap.nvme) == (24e9, 31e9, 2e12)
+    assert (cap.accelerator, cap.host, cap.nvme) == (24564 * 2**20, 31e9, 2e12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,3 +250,19 @@ def test_hardware_command_lists_and_shows_presets(tmp_path):
     f.write_text('{"base": "dgx-h100", "storage": [{"name": "x"}]}')
     p = run_cli(["hardware", str(f)])
     assert p.returncode == 2 and "bad.json: /storage/0" in p.stderr
+
+
+@pytest.mark.parametrize("text,expect", [("80GB", 80e9), ("80 GiB", 80 * 2**30), ("31e9B", 31e9), ("512MiB", 2**29)])
+def test_sizes_with_units(text, expect):
+    from advisor.units import parse_size
+    assert parse_size(text) == expect
+
+
+@pytest.mark.parametrize("flag", ["--gpu-memory", "--host-memory"])
+def test_a_bare_number_for_a_memory_flag_is_refused_not_read_as_bytes(tmp_path, flag):
+    from tests.conftest import run_cli
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1}')
+    p = run_cli(["estimate", str(cfg), "--params", "1000000", flag, "80"])
+    assert p.returncode == 2 and "no unit" in p.stderr and "80GB" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -564,7 +564,7 @@ def test_report_takes_hardware_and_trainer_options(tmp_path):
     est = json.loads(pe.stdout)
     assert est["assumptions"]["workload"]["micro_batch"] == 2  # from --per-device-train-batch-size
     acc = next(f for f in est["fit"] if f["tier"] == "accelerator")
-    assert acc["capacity"] == 80 * 10**9 and est["cluster"]["world_size"] == 8  # from the dgx-h100 preset
+    assert acc["capacity"] == 81559 * 2**20 and est["cluster"]["world_size"] == 8  # dgx-h100: nvidia-smi 81559MiB
     out = tmp_path / "r.html"
     p = run_cli(["report", str(cfg), *args, "-o", str(out)])
     assert p.returncode == 0, p.stderr

@@ -317,7 +317,7 @@ def _test_disk_free(env: Mapping[str, str]) -> dict[str, int]:
     from advisor.units import parse_size
 
     d = json.loads(raw)
-    return {os.path.normpath(k): (int(v) if isinstance(v, int) else parse_size(str(v))) for k, v in d.items()}
+    return {os.path.normpath(k): (int(v) if isinstance(v, int) else parse_size(str(v), bare_bytes=True)) for k, v in d.items()}
 
 
 def probe_nvme_path(p: NvmePath, disk_free: Mapping[str, int] | None = None) -> NvmePath:
