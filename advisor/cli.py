@@ -314,7 +314,9 @@ def _build_estimate(config: str, a: EstimateArgs):
         sp = v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
     model_par = a.tensor_parallel * a.pipeline_parallel * sp
     if ws % model_par:
-        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = {model_par}")
+        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = "
+                               f"{model_par}: DeepSpeed asserts \"{ws} is not divisible by {model_par}\" "
+                               "(utils/groups.py:_ensure_divisibility; rule G002)")
     if gpus_per_node is None:
         from advisor.cluster.launch import gpus_per_node_from_env
         try:
@@ -327,7 +329,8 @@ def _build_estimate(config: str, a: EstimateArgs):
                       expert_parallel=a.expert_parallel, megatron_sequence_parallel=a.megatron_sp)
     targs = _targs(a.trainer_args, a.hidden_size)
     hf = a.hf or targs is not None
-    extra = {"hardware": hw, "step_seconds": a.step_time} if hw is not None else None
+    extra = {"hardware": hw, "step_seconds": a.step_time} if hw is not None else {}
+    extra["cluster"] = cluster  # the G rules (topology constraints) read the parallel sizes
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
                            extra=extra)

@@ -39,6 +39,9 @@ REPORT_TIERS = ("accelerator", "host", "nvme")
 _TIER_OF = {"accelerator": "accelerator", "host_pinned": "host", "host_pageable": "host", "nvme": "nvme"}
 PHASES = ("forward", "backward", "step")
 
+#: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape.
+TOPOLOGY_CODES = ("G001", "G002", "G003", "G004")
+
 #: Named assumption: allocator fragmentation / caching slack added to the accelerator peak
 #: before comparing with capacity (PyTorch's caching allocator typically keeps 5-10% more).
 DEFAULT_FRAGMENTATION = 0.05
@@ -380,6 +383,12 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
                               fit=[], findings=list(findings or []) + [refused.located(loaded.positions, loaded.source)],
                               workload=workload, activations_note="", fragmentation=fragmentation,
                               sections={"unsupported": why})
+    topo = [f for f in (findings or []) if f.code in TOPOLOGY_CODES and f.severity == "error"]
+    if topo:
+        # DeepSpeed refuses this launch shape (the G rules quote its assertion): nothing to account for.
+        return EstimateResult(source=loaded.source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
+                              fit=[], findings=list(findings or []), workload=workload, activations_note="",
+                              fragmentation=fragmentation, sections={"unsupported": topo[0].message})
     ledger = compute_ledger(plan)
     acts, note = activations_for(ec, inventory, cluster, workload)
     roles = group_roles(ledger, acts)

@@ -1,0 +1,48 @@
+"""G003 hpz-partition-size: ZeRO++ hpZ ``zero_hpz_partition_size`` that does not fit the launch.
+
+What DeepSpeed does: ZeRO-3 with ``zero_hpz_partition_size`` h > 1 builds a secondary
+parameter partition within groups of h consecutive ranks
+(``utils/groups.py:_create_zero_param_parallel_group``, called from ``runtime/zero/stage3.py``),
+asserting ``_ensure_divisibility(world_size, h)``: "{world} is not divisible by {h}" (an error).
+The groups are meant to be the ranks of one node (Wang et al. 2023, ZeRO++ arXiv:2306.10209
+section 3.2: the secondary copy is gathered over intra-node links); when h does not divide the
+ranks per node, a group straddles two nodes and the backward all-gather goes over the
+inter-node network, which is what hpZ exists to avoid (a warning).
+
+Anti-pattern: ``"zero_hpz_partition_size": 16`` with 8 GPUs per node.
+
+Fix: ``zero_hpz_partition_size`` = the GPUs per node (or a divisor of it).
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+
+
+@register
+class HpzPartitionSize(Rule):
+    code = "G003"
+    name = "hpz-partition-size"
+    severity = "error"
+
+    def check(self, ctx: LintContext):
+        z = ctx.effective.zero
+        h = z.zero_hpz_partition_size
+        if z.stage != 3 or not h or h <= 1:
+            return
+        ptr = "/zero_optimization/zero_hpz_partition_size"
+        ws = ctx.world_size
+        if ws and ws % min(h, ws):
+            yield self.finding(ptr, f"zero_hpz_partition_size {h} does not divide the world size {ws}: DeepSpeed "
+                                    f"asserts \"{ws} is not divisible by {h}\" (utils/groups.py:"
+                                    "_create_zero_param_parallel_group)",
+                               "set zero_hpz_partition_size to the GPUs per node", hpz=h, world_size=ws)
+            return
+        cl = ctx.extra.get("cluster")
+        g = getattr(cl, "gpus_per_node", None)
+        if g and g % h:
+            yield self.finding(ptr, f"zero_hpz_partition_size {h} does not divide the {g} ranks per node: hpZ's "
+                                    "secondary partition groups straddle nodes, so its all-gather crosses the "
+                                    "network (ZeRO++ section 3.2)",
+                               f"set zero_hpz_partition_size to {g} or a divisor of it", severity="warning",
+                               hpz=h, gpus_per_node=g)

@@ -1,0 +1,42 @@
+"""G004 ep-size-divides-dp: MoE ``ep_size`` that does not divide the data-parallel size.
+
+What DeepSpeed does (``utils/groups.py:_create_expert_and_data_parallel``, from
+``moe/layer.py:MoE``): expert-parallel groups of ep_size consecutive ranks are carved out of
+each pipeline stage's ranks, asserting ``_ensure_divisibility(world_size // pp_size, ep_size)``:
+"{n} is not divisible by {ep_size}". The expert-data-parallel group (over which ZeRO partitions
+the expert parameters) then has data-parallel size / ep_size ranks; ``MoE`` also asserts
+``num_experts % ep_size == 0`` ("Number of experts ({num_experts}) should be divisible by expert
+parallel size ({ep_size})", ``moe/layer.py:MoE.__init__``).
+
+Anti-pattern: ``--expert-parallel 3`` with 8 data-parallel ranks.
+
+Fix: an ep_size that divides both the data-parallel size and the number of experts.
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+
+
+@register
+class EpSizeDividesDp(Rule):
+    code = "G004"
+    name = "ep-size-divides-dp"
+    severity = "error"
+
+    def check(self, ctx: LintContext):
+        cl = ctx.extra.get("cluster")
+        ep = getattr(cl, "expert_parallel", 1) or 1
+        if ep <= 1:
+            return
+        w = cl.zero_world_size
+        if w % ep:
+            yield self.finding("", f"ep_size {ep} does not divide the data-parallel size {w}: DeepSpeed asserts "
+                                   f"\"{w} is not divisible by {ep}\" (utils/groups.py:_create_expert_and_data_parallel)",
+                               "choose --expert-parallel (MoE ep_size) dividing the data-parallel size",
+                               ep_size=ep, dp=w)
+        e = (ctx.inventory.meta or {}).get("num_experts") if ctx.inventory is not None else None
+        if e and e % ep:
+            yield self.finding("", f"ep_size {ep} does not divide the {e} experts: DeepSpeed asserts \"Number of experts "
+                                   f"({e}) should be divisible by expert parallel size ({ep})\" (moe/layer.py:MoE.__init__)",
+                               "choose an ep_size that divides the number of experts", ep_size=ep, experts=e)

@@ -1,0 +1,108 @@
+"""G001-G004: DeepSpeed's topology constraints as errors, each quoting DeepSpeed's own assertion
+(checked here against DeepSpeed itself where that is cheap on CPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import run_cli
+
+Z = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+     "optimizer": {"type": "Adam"}}
+
+
+def _est(tmp_path, cfg, *args, model="llama-2-7b"):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(cfg))
+    p = run_cli(["estimate", str(f), "--model", model, "--seq-len", "1024", "--format", "json", *args])
+    assert "Traceback" not in p.stderr
+    return p, (json.loads(p.stdout) if p.stdout.strip() else None)
+
+
+def _codes(d):
+    return {(f["code"], f["severity"]) for f in d["findings"]}
+
+
+def test_G001_pipeline_with_zero3_is_refused(tmp_path):
+    p, d = _est(tmp_path, {**Z, "zero_optimization": {"stage": 3}}, "--world-size", "8", "--pipeline-parallel", "2")
+    assert p.returncode == 1 and ("G001", "error") in _codes(d)
+    assert d["ranks"] == [] and "incompatible with pipeline parallelism" in d["unsupported"]
+    p, d = _est(tmp_path, {**Z, "zero_optimization": {"stage": 1}}, "--world-size", "8", "--pipeline-parallel", "2")
+    assert p.returncode == 0 and not any(c.startswith("G") for c, _ in _codes(d))
+
+
+@pytest.mark.engine
+def test_G001_message_is_deepspeeds_own():
+    """PipelineEngine itself, one gloo rank on CPU, ZeRO-2: the assertion text G001 quotes."""
+    pytest.importorskip("deepspeed")
+    code = textwrap.dedent("""
+        import os, torch, deepspeed
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("PORT", "29533"), RANK="0",
+                          WORLD_SIZE="1", LOCAL_RANK="0")
+        deepspeed.init_distributed("gloo")
+        from deepspeed.pipe import PipelineModule
+        m = PipelineModule([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)], num_stages=1,
+                           loss_fn=torch.nn.MSELoss())
+        cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+               "zero_optimization": {"stage": 2}}
+        try:
+            deepspeed.initialize(model=m, model_parameters=m.parameters(), config=cfg)
+        except AssertionError as e:
+            print("ASSERT:", e)
+    """)
+    import os
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PORT": str(port)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert "ASSERT: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in p.stdout, p.stderr[-2000:]
+    from advisor.rules import all_rules
+    assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in all_rules()["G001"].explanation()
+
+
+def test_G002_ulysses_size_not_dividing_world(tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({**Z, "sequence_parallel_size": 3, "zero_optimization": {"stage": 1}}))
+    p = run_cli(["lint", str(f), "--world-size", "8", "--format", "json"])
+    d = json.loads(p.stdout)
+    hits = [x for r in d["files"] for x in r["findings"] if x["code"] == "G002"] if "files" in d else \
+        [x for x in d[0]["findings"] if x["code"] == "G002"]
+    assert hits and "8 is not divisible by 3" in hits[0]["message"]
+    groups = pytest.importorskip("deepspeed.utils.groups")
+    with pytest.raises(AssertionError, match="^8 is not divisible by 3$"):
+        groups._ensure_divisibility(8, 3)
+
+
+def test_G003_hpz_must_divide_world_and_should_divide_node(tmp_path):
+    cfg = {**Z, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 16}}
+    p, d = _est(tmp_path, cfg, "--world-size", "32", "--gpus-per-node", "8")
+    assert ("G003", "warning") in _codes(d)
+    cfg["zero_optimization"]["zero_hpz_partition_size"] = 3
+    p, d = _est(tmp_path, cfg, "--world-size", "32", "--gpus-per-node", "8")
+    assert p.returncode == 1 and ("G003", "error") in _codes(d)
+    cfg["zero_optimization"]["zero_hpz_partition_size"] = 8
+    p, d = _est(tmp_path, cfg, "--world-size", "32", "--gpus-per-node", "8")
+    assert not any(c == "G003" for c, _ in _codes(d))
+
+
+def test_G004_ep_size_must_divide_dp_and_experts(tmp_path):
+    cfg = {**Z, "zero_optimization": {"stage": 1}}
+    p, d = _est(tmp_path, cfg, "--world-size", "6", "--expert-parallel", "4", model="mixtral-8x7b")
+    assert p.returncode == 1 and ("G004", "error") in _codes(d)
+    assert any("6 is not divisible by 4" in f["message"] for f in d["findings"])
+    p, d = _est(tmp_path, cfg, "--world-size", "8", "--expert-parallel", "4", model="mixtral-8x7b")
+    assert p.returncode == 0 and d["ranks"], p.stderr
+
+
+def test_G_rules_are_explained():
+    for code in ("G001", "G002", "G003", "G004"):
+        p = run_cli(["explain", code])
+        assert p.returncode == 0 and code in p.stdout
