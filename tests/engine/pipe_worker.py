@@ -1,0 +1,84 @@
+"""Per-rank worker of tests/engine/test_pipeline_engine.py (run by torch.distributed.run).
+
+Builds a small Llama-shaped ``PipelineModule`` (embedding, L blocks of RMSNorm weight + MLP
+up/down projections, final norm + head) split into ``num_stages`` stages by DeepSpeed's
+``partition_method="type:Block"``, initialises the real ``PipelineEngine``, runs one
+``train_batch`` and takes a census of the engine's tensors with ``advisor.engine.worker``'s
+census (the same attribution ``ds-advisor measure`` uses). Writes ``rank{r}.json`` with the
+stage id, the parameter names/shapes this stage holds and the census.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int) -> int:
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import torch
+    import torch.nn as nn
+    import deepspeed
+    import torch.distributed as tdist
+    from deepspeed.pipe import LayerSpec, PipelineModule
+    from advisor.engine.worker import Census, _install_patches, _walk
+
+    _install_patches()
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = tdist.get_rank()
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(V, h)
+
+        def forward(self, ids):
+            return self.embed_tokens(ids)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up_proj = nn.Linear(h, f, bias=False)
+            self.down_proj = nn.Linear(f, h, bias=False)
+            self.input_layernorm = nn.Parameter(torch.ones(h))
+
+        def forward(self, x):
+            return x + self.down_proj(torch.relu(self.up_proj(x * self.input_layernorm)))
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.Parameter(torch.ones(h))
+            self.lm_head = nn.Linear(h, V, bias=False)
+
+        def forward(self, x):
+            return self.lm_head(x * self.norm)
+
+    def loss_fn(logits, labels):
+        return nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+
+    layers = [LayerSpec(Embed)] + [LayerSpec(Block) for _ in range(L)] + [LayerSpec(Head)]
+    model = PipelineModule(layers, num_stages=stages, loss_fn=loss_fn, partition_method="type:Block")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
+           "steps_per_print": 10**9}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
+                                           config=cfg)
+    g = torch.Generator().manual_seed(0)
+    batch = [(torch.randint(0, V, (1, 8), generator=g), torch.randint(0, V, (1, 8), generator=g)) for _ in range(2)]
+    engine.train_batch(data_iter=iter(batch))
+    c = Census(True)
+    _walk(engine, c)
+    out = {"rank": rank, "stage": engine.stage_id, "parts": [int(x) for x in model.parts],
+           "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+           "census": c.result(), "wrapper": type(engine.optimizer).__name__}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
+        json.dump(out, fh)
+    tdist.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    sys.exit(main(a[0], *map(int, a[1:6])))

@@ -1,0 +1,68 @@
+"""A real DeepSpeed PipelineModule on CPU (gloo, torch.distributed.run, 2 stages): the census of
+each stage's model states against the ledger's role for that stage.
+
+The model (tests/engine/pipe_worker.py) is Llama-shaped: embedding, 4 blocks (norm weight, MLP
+up/down), final norm and head, split by DeepSpeed's own ``partition_method="type:Block"``. The
+inventory the ledger gets is written here by hand, in Hugging Face names, for the whole model;
+the ledger must split it into the same stages (embedding on the first, head on the last) and
+account ZeRO-1 over each stage's data-parallel group (1 rank here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger.state import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes
+from advisor.model.inventory import Inventory, TensorSpec
+
+pytestmark = pytest.mark.engine
+
+V, H, F, L = 96, 32, 80, 4
+CFG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+       "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
+
+
+def _inventory() -> Inventory:
+    ts = [TensorSpec("model.embed_tokens.weight", (V, H))]
+    for i in range(L):
+        ts += [TensorSpec(f"model.layers.{i}.input_layernorm.weight", (H,)),
+               TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
+               TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
+    ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
+    return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+
+
+def test_two_stage_pipeline_census_matches_the_ledger(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipe_worker.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(port), worker, str(tmp_path),
+           str(V), str(H), str(F), str(L), "2"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    got = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+    assert [got[r]["stage"] for r in (0, 1)] == [0, 1]
+    assert got[0]["parts"] == [0, 3, 6]  # embedding + 2 blocks | 2 blocks + head
+
+    led = compute_ledger(Plan(effective_config(CFG), _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
+    assert led.world_size == 2 and led.role_of(0) is not led.role_of(1)
+    for r in (0, 1):
+        want = fold_for_cpu(model_state_bytes(led.rank(r), ("persistent",)))
+        census = got[r]["census"]
+        for item in ("lp_params_flat", "fp32_master", "exp_avg", "exp_avg_sq"):
+            assert census[item] == want[item], (r, item, census[item], want[item])
+    # by hand: stage 0 = embedding + 2 x (norm + up + down); stage 1 = 2 blocks + norm + head
+    block = H + 2 * F * H
+    assert got[0]["census"]["lp_params_flat"]["unpinned"] == 4 * (V * H + 2 * block)
+    assert got[1]["census"]["lp_params_flat"]["unpinned"] == 4 * (2 * block + H + V * H)
