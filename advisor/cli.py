@@ -173,6 +173,14 @@ def options(*names: str, **overrides_by_name: dict):
     return deco
 
 
+#: Overrides for commands that read the workload sidecar (advisor.views.workload): "not given"
+#: must be visible, so the defaults move to the resolution (flag > sidecar > default).
+UNSET_WORKLOAD = {n: dict(default=None, show_default=False) for n in
+                  ("tensor_parallel", "pipeline_parallel", "expert_parallel", "checkpointing", "attention")}
+for _n, _d in (("checkpointing", "none"), ("attention", "flash")):
+    UNSET_WORKLOAD[_n]["help"] = (OPTIONS[_n][1].get("help", "") + f" Default: the config's workload sidecar, "
+                                  f"else {_d}.").strip()
+
 #: Option groups: the model, the cluster's shape, model parallelism, the workload, capacities.
 MODEL_OPTIONS = ("model", "params")
 PARALLEL_OPTIONS = ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "megatron_sp", "expert_parallel")
@@ -272,7 +280,28 @@ def _estimate_options(f):
         "hardware", "step_time",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
         step_time=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
+        **UNSET_WORKLOAD,
     )(deco)
+
+
+def _workload(config: str, a) -> "ResolvedWorkload":  # noqa: F821 (advisor.views.workload)
+    """The workload for CONFIG: each flag, else the sidecar generate wrote next to it
+    (advisor.views.workload), else the default. Raises click errors (exit 2) on a bad sidecar."""
+    from advisor.views.workload import FIELDS, resolve
+
+    try:
+        return resolve(config, {k: getattr(a, k, None) for k in FIELDS})
+    except AdvisorError as e:
+        raise _fail(str(e))
+
+
+def _seq_len_warning(wl, inv) -> str | None:
+    """The loud line when activations fall back to the model's maximum context."""
+    mx = (inv.meta or {}).get("max_seq_len")
+    if wl.values.get("seq_len") is None and mx:
+        return (f"no --seq-len (and no workload sidecar): activations are for the model's maximum "
+                f"context, {mx:,} tokens (max_position_embeddings); give --seq-len for the sequence you train on")
+    return None
 
 
 def _build_estimate(config: str, a: EstimateArgs):
@@ -290,6 +319,11 @@ def _build_estimate(config: str, a: EstimateArgs):
     cap = Capacity(*(_size_flag(f, v) for f, v in (("--gpu-memory", a.gpu_memory), ("--host-memory", a.host_memory),
                                                    ("--nvme-capacity", a.nvme_capacity))))
     loaded, inv, hw = _load_inputs(config, a.model, a.params, a.hardware)
+    wl = _workload(config, a)
+    v = wl.values
+    warn = _seq_len_warning(wl, inv)
+    if warn:
+        click.echo(f"ds-advisor: warning: {warn}", err=True)
     gpus_per_node = a.gpus_per_node
     ws, ws_src = _world(a.world_size)
     if ws is None and hw is not None:
@@ -308,11 +342,11 @@ def _build_estimate(config: str, a: EstimateArgs):
         cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
         if gpus_per_node is None:
             gpus_per_node = hw.accelerators_per_node
-    sp = a.sequence_parallel
+    sp = v["sequence_parallel"]
     if sp is None:
-        v = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
-        sp = v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
-    model_par = a.tensor_parallel * a.pipeline_parallel * sp
+        raw_sp = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
+        sp = raw_sp if isinstance(raw_sp, int) and not isinstance(raw_sp, bool) and raw_sp >= 1 else 1
+    model_par = v["tensor_parallel"] * v["pipeline_parallel"] * sp
     if ws % model_par:
         raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = "
                                f"{model_par}: DeepSpeed asserts \"{ws} is not divisible by {model_par}\" "
@@ -324,9 +358,9 @@ def _build_estimate(config: str, a: EstimateArgs):
         except AdvisorError as e:
             raise _fail(str(e))
         gpus_per_node = g.value if g else None
-    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=a.tensor_parallel,
-                      pipeline_parallel=a.pipeline_parallel, sequence_parallel=sp,
-                      expert_parallel=a.expert_parallel, megatron_sequence_parallel=a.megatron_sp)
+    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
+                      pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
+                      expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
     targs = _targs(a.trainer_args, a.hidden_size)
     hf = a.hf or targs is not None
     extra = {"hardware": hw, "step_seconds": a.step_time} if hw is not None else {}
@@ -342,7 +376,7 @@ def _build_estimate(config: str, a: EstimateArgs):
         resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
         effective = effective_config(resolved)
     return run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
-                        workload=Workload(a.seq_len, a.micro_batch, a.checkpointing, a.attention),
+                        workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]),
                         fragmentation=a.fragmentation, hardware=hw, step_seconds=a.step_time)
 
 
@@ -570,7 +604,8 @@ def run() -> None:
 
 @main.command()
 @click.argument("config")
-@options(*MODEL_OPTIONS, "world_size", "gpus_per_node", "gpu_memory", "host_memory", "hardware", "hf",
+@options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS,
+         "gpu_memory", "host_memory", "hardware", "hf", **UNSET_WORKLOAD,
          world_size=dict(help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs)."),
          gpus_per_node=dict(help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs)."),
          gpu_memory=dict(help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe)."),
@@ -581,8 +616,9 @@ def run() -> None:
               "use the flags).")
 @format_option("check")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
-def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_memory, hardware, hf, strict, fmt,
-          quiet):
+def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
+          megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
+          hardware, hf, strict, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -592,6 +628,11 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
     probes GPU memory (nvidia-smi, rocm-smi), host memory (/proc/meminfo) and every NVMe
     nvme_path ZeRO-3 swaps to (exists, writable, free space, libaio), then runs lint and the
     estimate and prints a go / no-go verdict per tier with the headroom.
+
+    \b
+    The workload (--seq-len, --micro-batch, --checkpointing, --attention, the parallel sizes)
+    comes from the flags, else from CONFIG's sidecar CONFIG.workload.json that `generate`
+    writes, else the defaults; the verdict lists every value it assumed.
 
     \b
     Exit codes:
@@ -608,8 +649,16 @@ def check(config, model, params, world_size, gpus_per_node, gpu_memory, host_mem
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
     loaded, inv, hw = _load_inputs(config, model, params, hardware)
+    from types import SimpleNamespace
+    wl = _workload(config, SimpleNamespace(
+        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
+        megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
+        checkpointing=checkpointing, attention=attention))
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
-                       host_memory=host_b, hardware=hw, hf=hf, strict=strict)
+                       host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl)
+    warn = _seq_len_warning(wl, inv)
+    if warn:
+        result.warnings.insert(0, warn)
     code = result.exit_code
     if not (quiet and code == EXIT_OK):
         click.echo(render("check", fmt, result))
@@ -749,6 +798,12 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if output:
         try:
             gen.write_atomic(output, text, force=force)
+            from advisor.views.workload import write_sidecar
+            b = res.best
+            # what the plan assumed, for check / estimate to read back (advisor.views.workload)
+            side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
+                                          "attention": "flash", "tensor_parallel": 1, "pipeline_parallel": 1,
+                                          "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": False})
         except FileExistsError as e:
             raise _fail(str(e))
         except OSError as e:
@@ -756,7 +811,8 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if fmt != "text":
         click.echo(render("generate", fmt, res, top=top))
     else:
-        report = render("generate", fmt, res, top=top) + (f"\nwrote {output}" if output else "")
+        report = render("generate", fmt, res, top=top) + (
+            f"\nwrote {output} and its workload sidecar {side} (check and estimate read it back)" if output else "")
         if output:
             click.echo(report)
         else:

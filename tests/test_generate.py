@@ -264,7 +264,8 @@ def test_cli_no_overwrite_without_force(tmp_path):
     p = run_cli(ARGS + ["--output", str(out), "--force"])
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["train_batch_size"] == 64
-    assert sorted(os.listdir(tmp_path)) == ["ds.json"]  # no temporary file left behind
+    # no temporary file left behind; the workload sidecar (advisor.views.workload) beside the config
+    assert sorted(os.listdir(tmp_path)) == ["ds.json", "ds.workload.json"]
 
 
 def test_write_atomic_uses_a_temp_file_in_the_same_folder(tmp_path, monkeypatch):

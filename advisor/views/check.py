@@ -44,7 +44,8 @@ from advisor.config.validation import as_float, as_int
 from advisor.config.validation import world_size as world_size_bound
 from advisor.units import gb, gib
 
-if TYPE_CHECKING:  # imported lazily at run time
+if TYPE_CHECKING:
+    from advisor.views.workload import ResolvedWorkload  # imported lazily at run time
     from advisor.config.effective import EffectiveConfig
     from advisor.views.estimate import EstimateResult
     from advisor.cluster.hardware import Hardware
@@ -540,7 +541,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               world_size: int | None = None, gpus_per_node: int | None = None, gpu_memory: int | None = None,
               host_memory: int | None = None, hardware: "Hardware | None" = None, hf: bool = False, strict: bool = False,
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
-              timeout: float = PROBE_TIMEOUT_S) -> CheckResult:
+              timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``env``: the environment to read launcher variables and PATH from (default os.environ).
@@ -550,6 +551,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     memory (after flags and probes), ranks per node and, without launcher variables, the world
     size (nodes x accelerators per node); a warning when it disagrees with the probed GPUs. ``disk_free``: test hook, nvme_path -> free bytes (also read from
     DS_ADVISOR_TEST_DISK_FREE). ``strict``: a failed probe makes the exit code 3.
+    ``workload``: the sequence length, micro-batch, checkpointing, attention and parallel sizes
+    (:func:`advisor.views.workload.resolve`: flags, the sidecar generate wrote, defaults); every
+    value not given as a flag is listed in the result's warnings as an assumption.
     """
     from advisor.config.effective import effective_config
     from advisor.cluster.hardware import Capacity
@@ -621,10 +625,31 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         host_cap, host_src = None, None
 
     ec = effective_config(loaded.data)
+    from advisor.views.estimate import Workload
+    from advisor.views.workload import resolve as resolve_workload
+    wl = workload or resolve_workload(None, {})
+    v = wl.values
+    sp = v["sequence_parallel"]
+    if sp is None:
+        raw_sp = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
+        sp = raw_sp if isinstance(raw_sp, int) and not isinstance(raw_sp, bool) and raw_sp >= 1 else 1
+    cluster = Cluster(world_size=ws, gpus_per_node=gpn, tensor_parallel=v["tensor_parallel"],
+                      pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
+                      expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
+    if ws % (cluster.tensor_parallel * cluster.pipeline_parallel * sp):
+        cluster = Cluster(world_size=ws, gpus_per_node=gpn)  # G002 reports it; estimate refuses the shape
+        cluster_extra = {"cluster": Cluster(world_size=ws, gpus_per_node=gpn, tensor_parallel=v["tensor_parallel"],
+                                            pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp)}
+    else:
+        cluster_extra = {"cluster": cluster}
+    assumed = wl.assumed()
+    if assumed:
+        warnings.append("workload assumed (not given as flags): " + "; ".join(assumed))
     findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source, inventory=inventory,
-                           hf=hf)
-    result = estimate(loaded, inventory, Cluster(world_size=ws, gpus_per_node=gpn),
-                      Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, effective=ec)
+                           hf=hf, extra=cluster_extra)
+    result = estimate(loaded, inventory, cluster,
+                      Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, effective=ec,
+                      workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]))
     tiers: list[TierVerdict] = []
     for r in result.fit:
         if r.tier == "nvme":
