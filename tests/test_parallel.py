@@ -179,3 +179,22 @@ def test_estimate_cli_shows_every_stage_and_the_worst(tmp_path):
     d = json.loads(j.stdout)
     assert sorted({s for r in d["ranks"] for s in r["stages"]}) == [0, 1]
     assert sum(len(r["ranks"]) for r in d["ranks"]) == 32
+
+
+def test_hpz_secondary_partition_by_hand():
+    """ZeRO++ hpZ h = 8 on 32 ranks: every parameter also keeps a 16-bit secondary partition of
+    A_W(n_i) / h elements (partition_parameters.py _partition_param_sec)."""
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "Adam"},
+           "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}
+    inv = resolve_model("llama-2-7b")
+    led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
+    W, h = 32, 8
+    want = 2 * sum(-(-t.numel // W) * W // h for t in inv.tensors)
+    (e,) = led.ranks[0].by_item("lp_param_secondary")
+    assert e.bytes == want and e.tier == "accelerator"
+    cfg["zero_optimization"]["zero_hpz_partition_size"] = 1
+    plain = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
+    assert plain.ranks[0].by_item("lp_param_secondary") == []
+    cfg["zero_optimization"].update(zero_hpz_partition_size=1, zero_quantized_weights=True)
+    q = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
+    assert any("qwZ" in x for x in q.excluded)

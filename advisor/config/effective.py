@@ -109,6 +109,9 @@ class Zero:
     round_robin_gradients: bool = False
     parameter_alignment: bool = False
     zero_hpz_partition_size: int = 1
+    #: ZeRO++ qwZ / qgZ (runtime/zero/config.py zero_quantized_weights / zero_quantized_gradients).
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
     allgather_sequential: bool = False
     offload_param: OffloadParam = field(default_factory=OffloadParam)
     offload_optimizer: OffloadOptimizer = field(default_factory=OffloadOptimizer)
@@ -350,6 +353,8 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     z.round_robin_gradients = zr.get(_as_bool, False, "round_robin_gradients")
     z.parameter_alignment = zr.get(_as_bool, False, "parameter_alignment")
     z.zero_hpz_partition_size = zr.get(_as_int, 1, "zero_hpz_partition_size")
+    z.zero_quantized_weights = zr.get(_as_bool, False, "zero_quantized_weights")
+    z.zero_quantized_gradients = zr.get(_as_bool, False, "zero_quantized_gradients")
     z.allgather_sequential = zr.get(_as_bool, False, "stage3_allgather_sequential", "allgather_sequential")
     if z.allgather_sequential:
         z.prefetch_bucket_size = 1

@@ -17,7 +17,8 @@ until the optimizer step consumes it), ``step`` (transient inside ``optimizer.st
 when ``engine.backward`` returns).
 
 Items (the census names used by the engine harness; see the reference section 8):
-  parameters:        lp_params_flat, lp_param_partitions, lp_params_gathered,
+  parameters:        lp_params_flat, lp_param_partitions, lp_params_gathered, lp_param_secondary (added:
+                     ZeRO++ hpZ secondary partition),
                      offload_bit16_param_buffer, max_in_cpu_buffer, frozen_params (added:
                      trainable=False tensors)
   gradients:         lp_grads, averaged_gradients, grad_partitions_flat_buffer, fp32_grad,
@@ -850,6 +851,16 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
           "runtime/zero/partition_parameters.py:all_gather_coalesced (NoGatherHandle at W = 1); "
           "runtime/zero/partitioned_param_coordinator.py:PartitionedParameterCoordinator.fetch_sub_module / "
           "__params_to_release")
+    hpz = z.zero_hpz_partition_size or 1
+    if hpz > 1 and W > 1:
+        # ZeRO++ hpZ: a secondary 16-bit partition of every parameter over the hpZ group (within the node)
+        sec = sum(_ceil_div(t.numel, W) * W // min(hpz, W) for t in inv.tensors)
+        b.add("accelerator" if op == "none" else _host(z.offload_param.pin_memory), "parameters", "lp_param_secondary",
+              sec * D, "persistent",
+              f"sum_i A_W(n_i) / h x D = {sec} x {D} (hpZ secondary partition, h = zero_hpz_partition_size "
+              f"{min(hpz, W)}: the backward all-gather reads it within the node)",
+              "runtime/zero/partition_parameters.py:Init._partition_param_sec (secondary_partition_size = "
+              "_aligned_size(param) // num_ranks_in_param_group)")
 
     # ---- gradient partition buffer and ipg bucket
     g_tier = _host(oo_pin) if oo != "none" else "accelerator"
@@ -1116,6 +1127,11 @@ def compute_ledger(plan: Plan) -> Ledger:
         "transient copies inside backward (ZeRO-1 full 16-bit grads until the boundary reduce, "
         "reduce-scatter staging) and inside the step (flatten/cast temporaries)",
     ]
+    z = ec.zero
+    if z.stage == 3 and (z.zero_quantized_weights or z.zero_quantized_gradients):
+        excluded.append("ZeRO++ qwZ/qgZ: the int8/int4 quantized all-gather and reduce-scatter buffers (transient, "
+                        "inside each collective; runtime/comm/coalesced_collectives.py all_to_all_quant_reduce, "
+                        "partition_parameters.py CUDAQuantizer) are not modelled; they cut the bytes communicated")
     if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer":
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not ec.optimizer.is_adam and ec.optimizer.family != "none":
