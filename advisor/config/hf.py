@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping
 
 from advisor.config.validation import MAX_NODES, as_float, as_int, as_str, shown, type_name, world_size
 from advisor.errors import AdvisorError
+from advisor.rules import emit
 from advisor.findings import Finding, pointer
 
 AUTO = "auto"
@@ -325,14 +326,14 @@ class _Resolver:
             c["gradient_accumulation_steps"] = 1
             self.filled["gradient_accumulation_steps"] = (None, 1, "accelerate DeepSpeedPlugin (absent -> 1)")
             if self.args.gradient_accumulation_steps != 1:
-                self.findings.append(Finding(
+                self.findings.append(emit(
                     "H005", "warning", "",
                     f"gradient_accumulation_steps is absent: accelerate's DeepSpeedPlugin sets it to 1 although "
                     f"the Trainer's gradient_accumulation_steps is {self.args.gradient_accumulation_steps}",
                     'add "gradient_accumulation_steps": "auto"',
                     data={"trainer": self.args.gradient_accumulation_steps}))
         if "zero_optimization" not in c:
-            self.findings.append(Finding(
+            self.findings.append(emit(
                 "H004", "error", "",
                 "no zero_optimization section: accelerate's DeepSpeedPlugin raises 'Please specify the ZeRO "
                 "optimization config in the DeepSpeed config.'",
@@ -343,7 +344,7 @@ class _Resolver:
                        "zero3_save_16bit_model", "mixed_precision"]
             clash = [n for n in plugin.ds_fields if n in ignored]
             if clash:
-                self.findings.append(Finding(
+                self.findings.append(emit(
                     "H004", "error", "",
                     f"the accelerate config sets {', '.join(clash)} next to deepspeed_config_file: accelerate's "
                     "DeepSpeedPlugin raises 'When using `deepspeed_config_file`, the following accelerate config "
@@ -372,7 +373,7 @@ class _Resolver:
             diff = "bf16" if mp == "fp16" else "fp16"
             sec = c.get(diff, {})
             if isinstance(sec, dict) and str(sec.get("enabled", "False")).lower() == "true":
-                self.findings.append(Finding(
+                self.findings.append(emit(
                     "H004", "error", _ptr(f"{diff}.enabled"),
                     f"mixed precision is {mp} but the config enables {diff}: accelerate raises '`--mixed_precision` "
                     f"arg cannot be set to `{mp}` when `{diff}` is set in the DeepSpeed config file.'",
@@ -395,14 +396,14 @@ class _Resolver:
             h = hidden_size if hidden_size is not None else hidden_size_of(model_config)
             if h is None and model_config is not None:
                 self.skipped.update(auto_keys)
-                self.findings.append(Finding(
+                self.findings.append(emit(
                     "H002", "error", _ptr(auto_keys[0]),
                     "the model's config has neither hidden_size nor hidden_sizes: the Trainer raises 'it's not "
                     f"possible to automatically fill out the following `auto` entries ...: {auto_keys}'",
                     "replace these \"auto\" values with integers", data={"keys": auto_keys}))
             elif h is None:
                 self.skipped.update(auto_keys)
-                self.findings.append(Finding(
+                self.findings.append(emit(
                     "H003", "info", _ptr(auto_keys[0]),
                     f"{', '.join(auto_keys)} are \"auto\" and derive from the model's hidden size: not resolved",
                     "pass --model (a preset or the model's config.json) or --hidden-size", data={"keys": auto_keys}))
@@ -426,12 +427,12 @@ class _Resolver:
             self.skipped.add("scheduler.params.warmup_num_steps")
         if n is None and any(_is_auto(self.cfg.get_value(k)) for k in self.skipped if k.startswith("scheduler")):
             k = next(k for k in sorted(self.skipped) if k.startswith("scheduler"))
-            self.findings.append(Finding(
+            self.findings.append(emit(
                 "H003", "info", _ptr(k),
                 "the scheduler's step counts come from the number of training steps, which depends on the "
                 "dataset: not resolved", "pass --max-steps N"))
         for key, ds_val, hf_key, hf_val in self.mismatches:
-            self.findings.append(Finding(
+            self.findings.append(emit(
                 "H001", "error", _ptr(key),
                 f"ds {key}={ds_val} vs hf {hf_key}={hf_val}: the HF Trainer raises 'Please correct the following "
                 "DeepSpeed config values that mismatch TrainingArguments values' at launch",
@@ -482,7 +483,7 @@ class _Resolver:
             if key in kw:
                 self.fill_only(key, kw[key], who="accelerate _prepare_deepspeed")
             else:
-                self.findings.append(Finding(
+                self.findings.append(emit(
                     "H002", "error", _ptr(key),
                     f"{key} is \"auto\" but neither the Trainer nor accelerate fills it: accelerate raises "
                     f"'`{key}` not found in kwargs' in _prepare_deepspeed",
@@ -584,7 +585,7 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     env = str(data.get("compute_environment", "LOCAL_MACHINE")).upper().replace("COMPUTEENVIRONMENT.", "")
     local = env == "LOCAL_MACHINE"
     if not local:
-        findings.append(Finding("H006", "info", "/compute_environment",
+        findings.append(emit("H006", "info", "/compute_environment",
                                 f"compute_environment {env}: accelerate copies deepspeed_config onto the launch only "
                                 "for LOCAL_MACHINE; the values below are read as if it were", ""))
         ds_eff: dict = {}
@@ -684,7 +685,7 @@ def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None
     r = _Resolver(base, args)
     r.findings.extend(launch.findings)
     if ws is None:
-        r.findings.append(Finding("H006", "info", "/num_processes",
+        r.findings.append(emit("H006", "info", "/num_processes",
                                   "num_processes is not in the accelerate config (accelerate launch then needs "
                                   "--num_processes): world size 1 assumed", "pass --world-size N"))
 

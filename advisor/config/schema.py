@@ -32,6 +32,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from advisor.rules import emit
 from advisor.findings import Finding, pointer
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
     if v == "additionalProperties":
         sec = _section_of(path)
         if sec is None or not isinstance(inst, dict):
-            return [Finding("S002", "warning", ptr, f"unexpected keys at {_where(path)}", "")]
+            return [emit("S002", "warning", ptr, f"unexpected keys at {_where(path)}", "")]
         props = sch.get("properties") or {}
         return [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict")) for k in inst if k not in props]
 
@@ -207,15 +208,15 @@ def _map_error(err, hf: bool) -> list[Finding]:
             msg = (f"'{key}' was removed: DeepSpeed 0.19.8 refuses the config (DeepSpeedConfigError: "
                    f"{removed['message'].split(' See ')[0]})")
             fix = f"remove '{key}'" + (f"; use {repl} instead" if repl else " (nothing replaces it)")
-            return [Finding("S005", "error", ptr, msg, fix, data={"replacement": repl})]
+            return [emit("S005", "error", ptr, msg, fix, data={"replacement": repl})]
         conflict = sch.get("x-ds-alias-conflict")
         if conflict:
             alias, name = conflict
-            return [Finding("S001", "error", pointer(*path, name),
+            return [emit("S001", "error", pointer(*path, name),
                             f"'{name}' and its alias '{alias}' are both given in {_where(path)}: DeepSpeed accepts "
                             f"one spelling and rejects the other as an extra input",
                             f"keep only one of '{alias}' and '{name}'")]
-        return [Finding("S004", "error", ptr, f"{_where(path)}: value not allowed", "")]
+        return [emit("S004", "error", ptr, f"{_where(path)}: value not allowed", "")]
 
     key = str(path[-1]) if path else "config"
     where = _where(path)
@@ -224,7 +225,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
     if inst == "auto":
         if ctx == "pydantic":
             return []  # DeepSpeed drops "auto" here and uses its default: the "auto" rule reports it
-        return [Finding("S003", "error", ptr,
+        return [emit("S003", "error", ptr,
                         f'{where} is "auto", which neither the HF Trainer nor accelerate fill in for this key; '
                         f"DeepSpeed reads the string as is",
                         f"set {key} to {_describe(_value_schema(sch, v))}")]
@@ -238,7 +239,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
                 out.extend(_map_error(e, hf))
             if out:
                 return out
-        return [Finding("S003", "error", ptr, f"{where} is {json.dumps(inst)}; expected {_describe(sch)}",
+        return [emit("S003", "error", ptr, f"{where} is {json.dumps(inst)}; expected {_describe(sch)}",
                         f"set {key} to {_describe(sch)}")]
 
     if v == "type":
@@ -246,7 +247,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
         if ctx == "pydantic":
             ok, coerced = _lax(inst, expected)
             if ok:
-                return [Finding("S003", "warning", ptr,
+                return [emit("S003", "warning", ptr,
                                 f"{where} is {json.dumps(inst)}, not {_describe({'type': expected})}; DeepSpeed's "
                                 f"config parser coerces it to {json.dumps(coerced)}",
                                 f"write {json.dumps(coerced)}")]
@@ -259,7 +260,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
             consequence = ""
         if isinstance(inst, str) and inst.rstrip().endswith(",") and len(inst) > 1:
             consequence += " (an unquoted HJSON value runs to the end of the line, trailing comma included)"
-        return [Finding("S003", "error", ptr,
+        return [emit("S003", "error", ptr,
                         f"{where} is {json.dumps(inst)}, expected {_describe({'type': expected})}"
                         + (f": {consequence}" if consequence else ""),
                         f"set {key} to {_describe(sch)}")]
@@ -268,11 +269,11 @@ def _map_error(err, hf: bool) -> list[Finding]:
              "minItems", "maxItems", "minLength"):
         consequence = ("DeepSpeed 0.19.8 rejects it at deepspeed.initialize" if ctx == "pydantic"
                        else "DeepSpeed does not accept it")
-        return [Finding("S004", "error", ptr,
+        return [emit("S004", "error", ptr,
                         f"{where} is {json.dumps(inst)}, expected {_describe(sch)}: {consequence}",
                         f"set {key} to {_describe(sch)}")]
 
-    return [Finding("S003", "error", ptr, f"{where}: {err.message}", "")]
+    return [emit("S003", "error", ptr, f"{where}: {err.message}", "")]
 
 
 def _value_schema(sch: dict[str, Any], validator: str) -> dict[str, Any]:
@@ -292,7 +293,7 @@ def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Findi
     here = section_name(sec)
     homes = table.home_of(key, sec)
     if homes and sec and key == sec[-1]:
-        return Finding("S006", "error", ptr,
+        return emit("S006", "error", ptr,
                        f"'{key}' inside {here} is nested one level too deep: {here} has no key '{key}'; "
                        f"DeepSpeed {'0.19.8 rejects it' if read == 'pydantic' else 'silently ignores it'}",
                        f"remove the inner '{key}' and put its settings directly in {here}"
@@ -310,21 +311,21 @@ def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Findi
         else:
             target = "the top level" if homes == [()] else section_name(homes[0])
             fix = f"move '{key}' into {target}"
-        return Finding("S006", "error", ptr, msg, fix, data={"belongs_in": [".".join(h) for h in homes]})
+        return emit("S006", "error", ptr, msg, fix, data={"belongs_in": [".".join(h) for h in homes]})
 
     suggestion = table.suggest(key, sec)
     dym = f"; did you mean '{suggestion}'?" if suggestion else ""
     fix = f"rename it to '{suggestion}'" if suggestion else f"remove '{key}'"
     data = {"suggestion": suggestion} if suggestion else {}
     if read == "pydantic":
-        return Finding("S001", "error", ptr,
+        return emit("S001", "error", ptr,
                        f"unknown key '{key}' in {here}: DeepSpeed 0.19.8 rejects it at deepspeed.initialize "
                        f"(pydantic: extra inputs are not permitted){dym}", fix, data=data)
     if key.startswith(("_", "#", "//")) or key.lower().startswith("comment"):
-        return Finding("S002", "info", ptr, f"'{key}' looks like a comment key; DeepSpeed ignores it", "", data=data)
+        return emit("S002", "info", ptr, f"'{key}' looks like a comment key; DeepSpeed ignores it", "", data=data)
     msg = f"unknown key '{key}' in {here}: DeepSpeed silently ignores it{dym}"
     inner = table.known_top_level_inside(value) if not sec else []
     if inner:
         msg += f" (it contains {', '.join(inner)}, which DeepSpeed reads only at the top level)"
         fix = f"move {', '.join(inner)} to the top level and remove '{key}'"
-    return Finding("S002", "warning", ptr, msg, fix, data=data)
+    return emit("S002", "warning", ptr, msg, fix, data=data)

@@ -62,8 +62,8 @@ class Rule:
         raise NotImplementedError
 
     def finding(self, ptr: str, message: str, fix: str = "", severity: Severity | None = None, **data) -> Finding:
-        return Finding(code=self.code, severity=severity or self.severity, pointer=ptr, message=message, fix=fix,
-                       data=data)
+        """A finding of this rule (``severity`` defaults to the rule's); ``data``: its numbers."""
+        return emit(self.code, severity or self.severity, ptr, message, fix, data=data)
 
     @classmethod
     def explanation(cls) -> str:
@@ -79,6 +79,19 @@ def register(cls: type[Rule]) -> type[Rule]:
         raise RuntimeError(f"duplicate rule code {cls.code}")
     _REGISTRY[cls.code] = cls
     return cls
+
+
+def emit(code: str, severity: Severity, pointer: str, message: str, fix: str = "", *,
+         data: dict | None = None) -> Finding:
+    """The one way a finding is made, by every part of the advisor (rules, schema validation,
+    HF resolution, estimate's fit, check's probes): a :class:`Finding` of a *registered* rule
+    code, so ``ds-advisor explain CODE`` and SARIF's rule metadata exist for everything printed.
+
+    Raises KeyError when ``code`` has no rule module in this package (a programming error;
+    tests/test_findings_registered.py finds every call site)."""
+    if code not in all_rules():
+        raise KeyError(f"finding code {code} is not a registered rule (add advisor/rules/{code}_*.py)")
+    return Finding(code=code, severity=severity, pointer=pointer, message=message, fix=fix, data=data or {})
 
 
 def all_rules() -> dict[str, type[Rule]]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE
+from advisor.rules import emit
 from advisor.findings import Finding, sort_findings
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
 from advisor.config.validation import as_float, as_int
@@ -515,24 +516,24 @@ def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: Libai
         ptr = p.pointers[0]
         if not p.exists:
             parent = os.path.dirname(os.path.abspath(p.path))
-            out.append(Finding("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node "
+            out.append(emit("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node "
                                f"(DeepSpeed would create it on {parent}'s filesystem, which is probably not the NVMe "
                                "drive)", fix="mount the NVMe drive there, or point nvme_path at its mount point"))
         elif not p.is_dir:
-            out.append(Finding("K102", "error", ptr, f"nvme_path {p.path} is not a directory",
+            out.append(emit("K102", "error", ptr, f"nvme_path {p.path} is not a directory",
                                fix="point nvme_path at a directory on the NVMe drive"))
         elif not p.writable:
-            out.append(Finding("K103", "error", ptr, f"nvme_path {p.path} is not writable: {p.write_error}",
+            out.append(emit("K103", "error", ptr, f"nvme_path {p.path} is not writable: {p.write_error}",
                                fix="fix the mount (read-only?) or the permissions for the job's user"))
     for r in rows:
         if r.verdict == "no-go":
-            out.append(Finding("K104", "error", r.pointer,
+            out.append(emit("K104", "error", r.pointer,
                                f"{r.tier}: swap files of this node's ranks need {gb(r.need)} ({gib(r.need)}) but only "
                                f"{gb(r.capacity or 0)} is free: over by {gb(r.need - (r.capacity or 0))}",
                                fix="free space on the drive, use a larger drive, or spread ranks over more nodes",
                                data={"need": r.need, "free": r.capacity}))
     if paths and libaio is not None and not libaio.found:
-        out.append(Finding("K105", "error", paths[0].pointers[0], f"NVMe offload needs libaio: {libaio.detail}",
+        out.append(emit("K105", "error", paths[0].pointers[0], f"NVMe offload needs libaio: {libaio.detail}",
                            fix="install libaio on every node (DeepSpeed's async_io op loads libaio.so.1)"))
     return out
 
@@ -659,16 +660,16 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
 
     # Launch shape against the devices found.
     if acc.ok and gpn and gpn > len(acc.devices):
-        findings_extra = [Finding("K110", "error", "", f"{gpn} ranks per node ({launch.gpus_per_node.source}) but only "
+        findings_extra = [emit("K110", "error", "", f"{gpn} ranks per node ({launch.gpus_per_node.source}) but only "
                                   f"{len(acc.devices)} accelerator(s) visible on this node ({acc.source})",
                                   fix="request as many GPUs per node as ranks per node, or lower the rank count")]
     else:
         findings_extra = []
     for n in launch.notes:
         if "not a multiple" in n or "< world size" in n:
-            findings_extra.append(Finding("K111", "warning", "", f"launch shape: {n}"))
+            findings_extra.append(emit("K111", "warning", "", f"launch shape: {n}"))
     for n in launch.invalid:
-        findings_extra.append(Finding("K112", "warning", "", f"{n}: ignored; the launch shape comes from the next "
+        findings_extra.append(emit("K112", "warning", "", f"{n}: ignored; the launch shape comes from the next "
                                       "source in line", fix="fix or unset the variable, or pass --world-size / "
                                       "--gpus-per-node"))
 

@@ -28,6 +28,7 @@ from advisor import DEEPSPEED_VERSION, __version__
 from advisor.model.activations import ActivationEstimate, ActivationInputs, estimate_activations
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.cluster.hardware import Capacity
+from advisor.rules import emit
 from advisor.findings import Finding
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger, unsupported_reason
@@ -287,7 +288,7 @@ def fit_findings(rows: list[FitRow]) -> list[Finding]:
     for r in rows:
         if r.fits is False:
             over = r.need - (r.capacity or 0)
-            out.append(Finding(
+            out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
                 message=(f"{r.tier} {r.scope}: the step needs {gb(r.need)} ({gib(r.need)}) at its peak"
                          f"{' (' + r.phase + ')' if r.phase else ''} but only {gb(r.capacity or 0)} is available: "
@@ -376,7 +377,7 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     why = unsupported_reason(ec, cluster.dp_world_size)
     if why is not None:
         # DeepSpeed refuses this combination at initialize(): there is nothing to account for.
-        refused = Finding(code="M090", severity="error", pointer="",
+        refused = emit(code="M090", severity="error", pointer="",
                           message=f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}",
                           fix="fix the configuration first; no memory estimate is possible for it")
         return EstimateResult(source=loaded.source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
