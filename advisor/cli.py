@@ -882,8 +882,8 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
     and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
-    from advisor.ledger.checkpoint import checkpoint_plan
     from advisor.render import render
+    from advisor.views.checkpoint import checkpoint_view
     from advisor.config.effective import effective_config
     from advisor.ledger.state import Cluster
     from advisor.units import parse_size
@@ -902,7 +902,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
     loaded, inv, hw = _load_inputs(config, model, params, hardware)
     ws, _ = _world(world_size)
-    plan = checkpoint_plan(effective_config(loaded.data), inv,
+    plan = checkpoint_view(effective_config(loaded.data), inv,
                            Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,
                            write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,

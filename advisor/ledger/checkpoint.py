@@ -412,7 +412,7 @@ class CheckpointPlan:
     save_interval_s: float | None = None
     #: Ranks per node, for the bytes the busiest node writes to its drive per save.
     ranks_per_node: int = 1
-    #: Findings about the checkpoint storage (T003), Finding objects.
+    #: Findings about the checkpoint storage (T003), set by advisor.views.checkpoint; empty here.
     findings: list = field(default_factory=list)
 
     # derived --------------------------------------------------------------------------------
@@ -571,8 +571,9 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
 
     With ``hardware`` (:class:`advisor.cluster.hardware.Hardware`) and ``save_dir``, the storage tier
     holding ``save_dir`` supplies the defaults of ``write_bandwidth`` and ``read_bandwidth`` (given
-    values win), the plan reports the tier's wear per day at the save interval (``save_interval_s``
-    when given, else Young/Daly), and a read-oriented tier yields a T003 finding. Without a tier,
+    values win) and the plan reports the tier's wear per day at the save interval (``save_interval_s``
+    when given, else Young/Daly); the findings about the tier (T003) are the view's
+    (:func:`advisor.views.checkpoint.checkpoint_view`), not computed here. Without a tier,
     ``read_bandwidth`` defaults to ``write_bandwidth``.
     """
     if keep < 1:
@@ -617,9 +618,6 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
                           step_time_s=step_time_s, restart_s=restart_s, notes=notes, save_dir=save_dir, tier=tier,
                           save_interval_s=save_interval_s, ranks_per_node=per_node)
-    if tier is not None and not files.unsupported:
-        from advisor.rules import all_rules
-        plan.findings = list(all_rules()["T003"].from_plan(plan))
     return plan
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
@@ -45,8 +45,9 @@ Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward"]
 
-TIERS: tuple[str, ...] = ("accelerator", "host_pinned", "host_pageable", "nvme")
-CLASSES: tuple[str, ...] = ("parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace")
+TIERS: tuple[Tier, ...] = get_args(Tier)
+CLASSES: tuple[StateClass, ...] = get_args(StateClass)
+LIVES: tuple[Life, ...] = get_args(Life)
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,23 @@ class Plan:
 
 @dataclass(frozen=True)
 class Entry:
+    """One item of per-rank state: ``bytes`` of state class ``cls`` on ``tier`` for ``life``, with
+    the formula in words and its DeepSpeed source. Raises ValueError for a tier, class or lifetime
+    outside :data:`Tier`, :data:`StateClass`, :data:`Life`."""
+
     rank: int
-    tier: str
-    cls: str
+    tier: Tier
+    cls: StateClass
     item: str
     bytes: int
-    life: str = "persistent"
+    life: Life = "persistent"
     formula: str = ""
     source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS or self.cls not in CLASSES or self.life not in LIVES:
+            raise ValueError(f"ledger entry {self.item!r}: tier {self.tier!r}, class {self.cls!r}, "
+                             f"life {self.life!r} (allowed: {TIERS}, {CLASSES}, {LIVES})")
 
 
 @dataclass
@@ -128,7 +138,8 @@ class RankLedger:
         if not self.ranks:
             self.ranks = [self.rank]
 
-    def total(self, tier: str | None = None, cls: str | None = None, lives: tuple[str, ...] | None = None) -> int:
+    def total(self, tier: Tier | None = None, cls: StateClass | None = None,
+              lives: tuple[Life, ...] | None = None) -> int:
         """Sum of entry bytes filtered by tier, class and lifetime (None = all)."""
         return sum(e.bytes for e in self.entries
                    if (tier is None or e.tier == tier) and (cls is None or e.cls == cls)

@@ -48,7 +48,7 @@ def _days(d: float | None) -> str:
 @register
 class CheckpointOnReadOriented(Rule):
     """Explanation and registry entry for T003; the findings come from the checkpoint view
-    (:meth:`from_plan`, called by ``advisor.ledger.checkpoint.checkpoint_plan``)."""
+    (:meth:`from_plan`, called by ``advisor.views.checkpoint.checkpoint_view``)."""
 
     code = "T003"
     name = "checkpoint-on-read-oriented"
