@@ -399,7 +399,7 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
         roles = split_by_stage(roles, cluster, per_stage)
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
     all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
-    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
     mv_ledger, ck_inv = ledger, inventory
     if cluster.model_parallel:
@@ -410,7 +410,7 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
         ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
         mv_ledger = _replace(ledger, plan=Plan(config=ec, inventory=ck_inv, cluster=cluster))
     sections = {"movement": movement_section(mv_ledger, hardware, step_seconds),
-                "checkpoint": checkpoint_plan(ec, ck_inv, cluster).to_dict()}
+                "checkpoint": checkpoint_view(ec, ck_inv, cluster).to_dict()}
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
                           fragmentation=fragmentation, sections=sections)
