@@ -1,0 +1,118 @@
+"""Trace mode (advisor.engine.trace) against autograd on transformers' own models.
+
+The trace runs on fake tensors under MemTracker. Here the same small model (built in code from
+a config dict, no downloads) runs for real on the CPU, and what autograd saves for backward is
+counted with ``torch.autograd.graph.saved_tensors_hooks``: distinct storages counted once,
+parameters, buffers and the integer input ids excluded. Alive at the end of forward, besides the saved
+tensors, are only the returned logits and the loss scalar; so the trace's ``end_of_forward``
+must equal saved + logits + loss, to the byte. A middle layer's bytes must equal the tensors
+first saved inside it (with three layers, layer 1 has a layer on each side)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hf_small import SMALL, with_layers  # noqa: E402
+
+from advisor.engine.trace import TraceUnavailable, build_config, trace_activations  # noqa: E402
+
+
+def autograd_saved(cfg_dict: dict, seq: int, batch: int, attention: str, dropout: float) -> dict:
+    """Run the real model once (bf16, CPU, train mode) and count saved tensors by storage."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = build_config(cfg_dict, dropout=dropout)
+    kw = {"experts_implementation": "grouped_mm"} if any(
+        getattr(cfg, k, None) for k in ("num_local_experts", "num_experts", "n_routed_experts")) else {}
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attention, **kw).train()
+    blocks = [m for m in model.modules() if type(m).__name__ in set(model._no_split_modules)]
+    where = ["outside"]
+    for i, blk in enumerate(blocks):
+        blk.register_forward_pre_hook(lambda m, a, i=i: where.__setitem__(0, i))
+        blk.register_forward_hook(lambda m, a, o: where.__setitem__(0, "outside"))
+    params = {p.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())}
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+    skip = params | {ids.untyped_storage().data_ptr()}
+    seen: dict[int, tuple] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip and st.data_ptr() not in seen:
+            seen[st.data_ptr()] = (where[0], st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+    per_block: dict = {}
+    for w, n in seen.values():
+        per_block[w] = per_block.get(w, 0) + n
+    return {"saved": sum(n for _, n in seen.values()), "per_block": per_block,
+            "logits": out.logits.untyped_storage().nbytes(), "loss": out.loss.untyped_storage().nbytes()}
+
+
+@pytest.mark.parametrize("family,attention,dropout", [
+    ("llama", "sdpa", 0.0), ("llama", "eager", 0.0), ("gpt2", "sdpa", 0.0), ("gpt2", "eager", 0.1),
+    ("qwen3", "sdpa", 0.0), ("mixtral", "sdpa", 0.0), ("phi3", "eager", 0.1), ("gemma2", "eager", 0.0),
+])
+def test_trace_equals_autograd_saved_tensors(family, attention, dropout):
+    cfg = with_layers(SMALL[family], 3)
+    real = autograd_saved(cfg, 64, 2, attention, dropout)
+    tr = trace_activations(cfg, 64, 2, attention=attention, dropout=dropout)
+    assert not tr.extrapolated and tr.layers_traced == 3
+    assert tr.end_of_forward == real["saved"] + real["logits"] + real["loss"], (tr, real)
+    assert tr.per_layer[1] == real["per_block"][1], (tr.per_layer, real["per_block"])
+
+
+def test_dropout_masks_are_saved():
+    off = trace_activations(SMALL["gpt2"], 64, 2, attention="eager", dropout=0.0)
+    on = trace_activations(SMALL["gpt2"], 64, 2, attention="eager", dropout=0.1)
+    s, b, h, a, D = 64, 2, 64, 4, 2
+    # per layer, as the CPU kernel stores them (aten _dropout_impl: input * noise, the noise in
+    # the input dtype; CUDA's fused native_dropout keeps a bool mask instead): a mask per
+    # residual dropout (2 x sbh) and per attention probability (b a s^2), plus the dropped
+    # probabilities (D b a s^2) the next matmul saves beside the softmax output
+    assert on.per_layer[1] - off.per_layer[1] == 2 * D * s * b * h + (D + D) * b * a * s * s
+
+
+def test_full_checkpointing_keeps_layer_inputs_and_recomputes_one_layer():
+    cfg = with_layers(SMALL["llama"], 3)
+    none = trace_activations(cfg, 64, 2)
+    full = trace_activations(cfg, 64, 2, checkpointing="full")
+    s, b, h = 64, 2, 64
+    assert full.per_layer[1] == 2 * s * b * h  # the bf16 layer input only
+    assert none.backward_peak > full.backward_peak
+
+
+def test_k_of_l_extrapolates_kept_and_full_layers():
+    cfg = with_layers(SMALL["llama"], 8)
+    none = trace_activations(cfg, 64, 2, max_layers=8)
+    full = trace_activations(cfg, 64, 2, max_layers=8, checkpointing="full")
+    part = trace_activations(cfg, 64, 2, max_layers=3, checkpointing=5)
+    assert part.extrapolated and part.layers_traced == 3
+    kept, whole = full.per_layer[3], none.per_layer[3]
+    assert part.end_of_forward == pytest.approx(none.end_of_forward - 5 * (whole - kept), abs=4 * kept)
+
+
+def test_extrapolation_adds_identical_layers():
+    cfg8 = with_layers(SMALL["llama"], 8)
+    whole = trace_activations(cfg8, 64, 2, max_layers=8)
+    cut = trace_activations(cfg8, 64, 2, max_layers=3)
+    assert cut.extrapolated and cut.notes
+    assert cut.end_of_forward == whole.end_of_forward
+    assert cut.backward_peak == whole.backward_peak
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_every_supported_family_traces(family):
+    tr = trace_activations(SMALL[family], 32, 1)
+    assert tr.model_type == family and all(x > 0 for x in tr.per_layer)
+    assert tr.loss_spike > 0 and tr.backward_peak > tr.end_of_forward
+
+
+def test_unknown_model_type_is_one_line():
+    with pytest.raises(TraceUnavailable, match="model_type 'no_such_model'"):
+        trace_activations({"model_type": "no_such_model"}, 8, 1)
