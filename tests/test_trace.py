@@ -106,8 +106,9 @@ def test_extrapolation_adds_identical_layers():
     assert cut.backward_peak == whole.backward_peak
 
 
-@pytest.mark.parametrize("family", sorted(SMALL))
-def test_every_supported_family_traces(family):
+# every other family is traced in tests/test_activations.py (against the formulas)
+@pytest.mark.parametrize("family", ["deepseek_v3"])
+def test_a_family_without_formula_traces(family):
     tr = trace_activations(SMALL[family], 32, 1)
     assert tr.model_type == family and all(x > 0 for x in tr.per_layer)
     assert tr.loss_spike > 0 and tr.backward_peak > tr.end_of_forward

@@ -3,23 +3,35 @@
 Per-layer bytes follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models" (arXiv:2205.05198, section 4: sbh(34 + 5as/h) for a GPT layer with
 16-bit activations and dropout), re-derived op by op for the blocks that open models actually
-use, as Hugging Face transformers implements them (``modeling_llama.py`` and friends):
+use, as Hugging Face transformers implements them (``modeling_llama.py`` and friends), and
+checked term by term against the trace of transformers' own models
+(:mod:`advisor.engine.trace`, tests/test_activations.py):
 
-* RMSNorm (``LlamaRMSNorm``): ``x.to(float32)`` is saved by ``pow`` (4 sbh), ``rsqrt`` saves its
-  fp32 output (4 sb), ``weight * x_normed.to(dtype)`` saves the normalised tensor (D sbh);
-  LayerNorm (gpt2, bloom) saves its input (D sbh) and mean/rstd (8 sb).
+* Norms (:func:`norm_bytes`): LlamaRMSNorm 4 sbh (fp32 input) + 4 sb (rsqrt) + D sbh
+  (normalised); GemmaRMSNorm 8 sbh + 4 sb (fp32 input and fp32 normalised, no 16-bit copy);
+  LayerNorm (gpt2, bloom) its input (D sbh) and mean/rstd (fp32 on CUDA: 8 sb). Gemma 2 has
+  four norms per layer; Qwen3 adds a per-head RMSNorm on q and k.
 * Linear layers save their input (D x input numel); the q/k/v projections share one input.
+  Phi-3's fused ``qkv_proj``: v is a view of its output, so all of it stays alive.
 * Attention, SDPA / FlashAttention-style (``attention="flash"``): q and k after RoPE, v, the
-  output (D each at their head counts) and the fp32 log-sum-exp (4 b a s); no s^2 term.
-  Eager (``modeling_llama.eager_attention_forward``): q, k and v repeated to all heads
-  (``repeat_kv``), the fp32 softmax output (4 b a s^2) and its 16-bit copy (D b a s^2).
-* Gated MLP (SwiGLU): gate output, SiLU output, up output and their product (4 D s b f);
-  plain MLP (GELU): 2 D s b f. MoE: each token's k routed experts (k x (D sbh + 4 D sb f_e))
-  plus the fp32 router softmax (4 sb E) and shared experts.
+  output (D each at their head counts) and the fp32 log-sum-exp (4 b a s); no s^2 term, and
+  attention dropout is regenerated from the RNG state inside the kernel. Eager
+  (``eager_attention_forward``): q, k and v repeated to all heads (``repeat_kv``), the fp32
+  softmax output (4 b a s^2) and its 16-bit copy (D b a s^2); GPT-2's softmax stays in the
+  model dtype (D b a s^2 only); Gemma 2's logit soft-capping keeps its tanh (D b a s^2).
+* MLP: a gated MLP (SwiGLU/GeGLU) saves gate, up, product and the activation's tensors; a plain
+  MLP (GPT-2, BLOOM) the activation's tensors and the second linear's input. SiLU/GELU save one
+  tensor, GPT-2's ``gelu_new`` four (:data:`ACTIVATION_SAVED`). MoE: transformers' grouped_mm
+  experts: each token's k routed copies (D sbk h), their MLPs, their outputs, the router's fp32
+  softmax (4 sb E) and index/weight tensors, plus shared experts.
+* Dropout (probabilities from config.json: GPT-2 ``attn_pdrop``/``resid_pdrop``/``embd_pdrop``
+  default 0.1): a mask per residual dropout (2 per layer) and on the embedding, 1 byte per
+  element (CUDA ``native_dropout``: bool); eager attention dropout keeps its mask (b a s^2).
 * Loss head: final norm, lm_head input (D sbh), the log-softmax output in fp32 (4 sbV,
   ``ForCausalLMLoss`` upcasts logits), plus the 16-bit logits the model returns (D sbV); at the
-  loss the fp32 copy of the logits (4 sbV) exists as well: the transient spike.
-Dropout is assumed off (p = 0, as in current LLM training configs).
+  loss the fp32 copy of the logits (4 sbV) exists as well: the forward spike. In backward the
+  fp32 gradients of the log-probabilities and of the logits (8 sbV) are live together with
+  the saved log-probabilities: the backward spike, usually the step's activation peak.
 
 Checkpointing "full" (DeepSpeed ``activation_checkpointing`` / HF gradient checkpointing):
 each layer keeps only its input (D sbh); backward recomputes one layer at a time, so one
@@ -36,8 +48,7 @@ only the last stage holds the loss head. DeepSpeed-Ulysses (``sequence_parallel_
 et al. 2023, arXiv:2309.14509): each rank holds s / u tokens outside attention and a / u heads of
 the full sequence inside it, the same bytes as s / u tokens with all heads, so s becomes s / u.
 
-Verified against autograd's saved tensors on a plain-torch Llama proxy
-(``advisor.engine.proxy_activations``, tests/engine/test_activations_engine.py).
+Not covered: multi-head latent attention (DeepSeek-V3, :func:`formula_gap`): use the trace.
 """
 
 from __future__ import annotations
@@ -73,6 +84,10 @@ class ActivationInputs:
     #: DeepSpeed-Ulysses sequence_parallel_size: each rank holds s / sp of the sequence outside
     #: attention and a / sp of the heads inside it (all-to-all), so every term divides by sp.
     ulysses: int = 1
+    #: Kernel conventions: bytes per dropout-mask element (CUDA native_dropout: bool, 1; the
+    #: CPU kernel: the model dtype) and per LayerNorm mean/rstd element (CUDA: fp32, 4).
+    dropout_mask_bytes: int = 1
+    norm_stat_bytes: int = 4
 
 
 @dataclass
@@ -91,15 +106,20 @@ class ActivationEstimate:
     loss_head: int
     #: Transient fp32 logits copy at the loss (bytes), on top of saved_accelerator.
     loss_spike: int
+    #: Transient at the loss in backward (bytes), on top of saved_accelerator: the fp32
+    #: gradients of the log-probabilities and of the logits (nll_loss and log_softmax backward),
+    #: alive together with the saved log-probabilities. 0 when the rank has no loss head.
+    loss_backward_spike: int = 0
     #: Extra forward FLOPs from recomputation as a fraction of the step's FLOPs without it.
-    recompute_flops_fraction: float
+    recompute_flops_fraction: float = 0.0
     breakdown: dict[str, int] = field(default_factory=dict)
 
     @property
     def peak_accelerator(self) -> int:
-        """Largest activation footprint on the accelerator during the step (bytes): the end of
-        forward plus the loss spike, or (checkpointing) the kept inputs plus one recomputed layer."""
-        return self.saved_accelerator + max(self.loss_spike, self.recompute_layer)
+        """Largest activation footprint on the accelerator during the step (bytes): what the end
+        of forward keeps plus the largest transient -- the loss spike in forward, the loss
+        gradients in backward, or (checkpointing) one recomputed layer."""
+        return self.saved_accelerator + max(self.loss_spike, self.loss_backward_spike, self.recompute_layer)
 
 
 def _m(meta: dict[str, Any], *names: str, default: Any = None) -> Any:
@@ -109,13 +129,56 @@ def _m(meta: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+#: Tensors an activation function saves for backward, per element of its input, as
+#: transformers implements it (``activations.py``): SiLU, GELU (``F.gelu``, also with
+#: ``approximate="tanh"``: ``gelu_pytorch_tanh``) and ReLU save one tensor; ``gelu_new``
+#: (NewGELUActivation, written out in Python: 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))))
+#: saves four (its input, the tanh output, 1 + tanh, 0.5 x).
+ACTIVATION_SAVED = {"silu": 1, "swish": 1, "gelu": 1, "gelu_pytorch_tanh": 1, "relu": 1, "gelu_new": 4,
+                    "gelu_fast": 4}
+#: Families whose RMSNorm computes in fp32 and scales by (1 + weight) in fp32 (GemmaRMSNorm):
+#: it saves the fp32 input and the fp32 normalised tensor, no 16-bit copy.
+_GEMMA_NORM = frozenset({"gemma", "gemma2"})
+#: Families whose eager softmax runs in the model dtype (GPT-2 ``eager_attention_forward``:
+#: ``softmax(attn_weights, dim=-1)``); the others upcast to fp32 and copy back.
+_SOFTMAX_MODEL_DTYPE = frozenset({"gpt2"})
+#: Families with one fused q/k/v projection whose v is a view of its output, so saving v keeps
+#: the whole q/k/v output alive (Phi-3 ``qkv_proj``; GPT-2/BLOOM have no RoPE, q and k are views too).
+_FUSED_QKV_ROPE = frozenset({"phi3"})
+
+
+def formula_gap(meta: dict[str, Any]) -> str | None:
+    """Why the formulas do not cover this architecture (None when they do): multi-head latent
+    attention (DeepSeek-V3: low-rank q/kv projections and their norms) has no formula; the
+    trace (``--activations trace``) measures it."""
+    if meta.get("kv_lora_rank") is not None:
+        return "multi-head latent attention (deepseek_v3) has no activation formula; use --activations trace"
+    return None
+
+
+def norm_bytes(meta: dict[str, Any], n: int, rows: int, D: int, stat_bytes: int = 4) -> int:
+    """Bytes one norm saves for ``n`` elements in ``rows`` rows: LlamaRMSNorm 4n (fp32 input,
+    saved by pow) + 4 rows (fp32 rsqrt) + D n (normalised, saved by the weight multiply);
+    GemmaRMSNorm 8n + 4 rows (fp32 input and fp32 normalised) + 4h (fp32 1 + weight); LayerNorm D n + 2 stat_bytes
+    rows (input, mean and rstd: fp32 on CUDA, ``layer_norm_kernel.cu``)."""
+    if _m(meta, "norm", default="rmsnorm") == "layernorm":
+        return D * n + 2 * stat_bytes * rows
+    if meta.get("family") in _GEMMA_NORM:
+        return 8 * n + 4 * rows + 4 * int(meta["hidden_size"])  # + the fp32 (1 + weight)
+    return 4 * n + 4 * rows + D * n
+
+
 def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attention, t: int = 1,
-                sp: bool = False, moe: bool | None = None) -> dict[str, int]:
+                sp: bool = False, moe: bool | None = None, mask_bytes: int = 1,
+                stat_bytes: int = 4) -> dict[str, int]:
     """Saved-activation bytes of one transformer layer by term (see module docstring).
 
     ``meta``: architecture (hidden_size, num_heads, num_kv_heads, head_dim, intermediate_size,
-    norm, mlp, num_experts, experts_per_token, moe_intermediate_size, num_shared_experts,
-    shared_expert_intermediate_size). ``t``: tensor-parallel size; ``sp``: sequence parallel.
+    norm, mlp, activation, family, qk_norm, sandwich_norm, num_experts, experts_per_token,
+    moe_intermediate_size, num_shared_experts, shared_expert_intermediate_size,
+    attention_dropout, residual_dropout). ``t``: tensor-parallel size; ``sp``: sequence parallel.
+    ``mask_bytes``: bytes per element of a dropout mask (CUDA ``native_dropout``: bool, 1; the
+    CPU kernel keeps it in the model dtype). ``stat_bytes``: LayerNorm mean/rstd element (CUDA 4).
     Raises KeyError naming the missing architecture field.
     """
     h = int(meta["hidden_size"])
@@ -124,35 +187,63 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     d = int(_m(meta, "head_dim", default=h // a))
     v_d = int(_m(meta, "v_head_dim", default=d))
     f = int(meta["intermediate_size"])
-    norm = _m(meta, "norm", default="rmsnorm")
+    fam = meta.get("family")
     gated = _m(meta, "mlp", default="gated") == "gated"
+    act_saved = ACTIVATION_SAVED.get(str(_m(meta, "activation", default="silu")), 1)
+    p_attn = float(_m(meta, "attention_dropout", default=0.0) or 0.0)
+    p_res = float(_m(meta, "residual_dropout", default=0.0) or 0.0)
     n_sh = s * b * h
     rs = t if sp else 1  # norm/residual regions: sharded only with sequence parallelism
     terms: dict[str, int] = {}
-    if norm == "rmsnorm":
-        one_norm = 4 * n_sh + 4 * s * b + D * n_sh
-    else:  # layernorm: input + mean and rstd in fp32
-        one_norm = D * n_sh + 8 * s * b
-    terms["norms"] = 2 * one_norm // rs
+    n_norms = 4 if _m(meta, "sandwich_norm", default=False) else 2
+    terms["norms"] = n_norms * norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs
     terms["linear_inputs"] = 2 * D * n_sh // rs  # q/k/v input and MLP input (norm outputs)
     a_t, kv_t = max(1, a // t), max(1, kv // t)
     if attention == "flash":
-        terms["attention"] = (D * s * b * a_t * d + D * s * b * kv_t * d + D * s * b * kv_t * v_d
-                              + D * s * b * a_t * v_d + 4 * b * a_t * s)
+        # q and k after RoPE, v, the output and the fp32 log-sum-exp; k/v at their own heads
+        # (transformers passes enable_gqa to sdpa when there is no mask); dropout inside the
+        # kernel regenerates its mask from the RNG state: nothing saved for it
+        att = (D * s * b * a_t * d + D * s * b * kv_t * d + D * s * b * kv_t * v_d
+               + D * s * b * a_t * v_d + 4 * b * a_t * s)
     else:
-        terms["attention"] = (D * s * b * a_t * d + D * s * b * a_t * d + D * s * b * a_t * v_d
-                              + D * s * b * a_t * v_d + (4 + D) * b * a_t * s * s)
+        # eager: k and v repeated to all heads (repeat_kv), the softmax output in fp32 and its
+        # 16-bit copy (GPT-2: one softmax output in the model dtype)
+        sm = D if fam in _SOFTMAX_MODEL_DTYPE else 4 + D
+        att = (D * s * b * a_t * d + D * s * b * a_t * d + D * s * b * a_t * v_d
+               + D * s * b * a_t * v_d + sm * b * a_t * s * s)
+        if fam == "gemma2":  # attn_logit_softcapping: tanh(scores / cap) saves its output
+            att += D * b * a_t * s * s
+        if p_attn > 0:
+            # the dropout's mask; the matmul then saves the dropped probabilities instead of the
+            # 16-bit copy, so that costs more only where softmax saves its own 16-bit output (GPT-2)
+            att += (mask_bytes + (D if fam in _SOFTMAX_MODEL_DTYPE else 0)) * b * a_t * s * s
+    if fam in _FUSED_QKV_ROPE and (attention == "flash" or kv_t == a_t):
+        # v is a view of the fused q/k/v output and is saved as such (eager with GQA saves the
+        # repeat_kv copy instead): all of the q/k/v output stays alive
+        att += D * s * b * (a_t + kv_t) * d
+    if _m(meta, "qk_norm", default=False):  # Qwen3: RMSNorm per head on q and k
+        qk = (a_t + kv_t) * d
+        att += 4 * s * b * qk + 4 * s * b * (a_t + kv_t) + D * s * b * qk
+    terms["attention"] = att
+    if p_res > 0:
+        terms["dropout"] = 2 * mask_bytes * n_sh // rs
     experts = int(_m(meta, "num_experts", default=0) or 0)
     use_moe = (experts > 0) if moe is None else moe
-    per_f = 4 if gated else 2
+    per_f = (3 + act_saved) if gated else (1 + act_saved)  # gate/up/product + activation | activation + fc2 input
     if use_moe:
         k = int(_m(meta, "experts_per_token", default=1))
         fe = int(_m(meta, "moe_intermediate_size", default=f))
-        terms["mlp"] = k * (D * n_sh + per_f * D * s * b * fe) // t + 4 * s * b * experts
+        tk = s * b * k
+        # transformers' grouped_mm experts (integrations/moe.py): the routed copies of the
+        # tokens, each expert's MLP, its output (saved for the routing-weight multiply); the
+        # router: fp32 softmax over experts, top-k weights and indices, sort permutation
+        terms["mlp"] = (D * tk * (2 * h + per_f * fe)) // t + 4 * s * b * experts + 4 * s * b + 40 * tk + 4 * experts
         n_shared = int(_m(meta, "num_shared_experts", default=0) or 0)
         if n_shared:
             fs = int(_m(meta, "shared_expert_intermediate_size", default=fe * n_shared))
             terms["mlp_shared"] = per_f * D * s * b * fs // t
+            if fam == "qwen2_moe":  # sigmoid gate on the shared expert: its output and the expert's
+                terms["mlp_shared"] += D * n_sh // t + D * s * b
     else:
         terms["mlp"] = per_f * D * s * b * f // t
     return terms
@@ -173,10 +264,11 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     V = int(meta["vocab_size"])
     dense_first = int(_m(meta, "first_dense_layers", default=0) or 0)
     moe = int(_m(meta, "num_experts", default=0) or 0) > 0
-    dense = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False)
+    kern = {"mask_bytes": x.dropout_mask_bytes, "stat_bytes": x.norm_stat_bytes}
+    dense = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False, **kern)
     per_dense = sum(dense.values())
     if moe:
-        mt = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=True)
+        mt = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=True, **kern)
         per_moe = sum(mt.values())
         n_dense, n_moe = dense_first, L - dense_first
     else:
@@ -197,12 +289,16 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     all_layers = int((n_dense * per_dense + n_moe * per_moe) * frac)
     largest_layer = max(per_dense if n_dense else 0, per_moe if n_moe else 0) if layers_on_rank else 0
     rs = t if x.sequence_parallel else 1
-    norm = _m(meta, "norm", default="rmsnorm")
-    head_norm = (4 * s * b * h + 4 * s * b + D * s * b * h) if norm == "rmsnorm" else (D * s * b * h + 8 * s * b)
+    head_norm = norm_bytes(meta, s * b * h, s * b, D, x.norm_stat_bytes)
     loss_saved = head_norm // rs + D * s * b * h // rs + 4 * s * b * V // t + D * s * b * V // t + 8 * s * b
+    if meta.get("family") == "gemma2":  # final_logit_softcapping: tanh(logits / cap) saves its output
+        loss_saved += D * s * b * V // t
+    if float(_m(meta, "embedding_dropout", default=0.0) or 0.0) > 0:  # the embedding dropout's mask
+        loss_saved += x.dropout_mask_bytes * s * b * h // rs
     loss_spike = 4 * s * b * V // t
+    loss_backward_spike = 8 * s * b * V // t
     if not last:  # only the last pipeline stage runs the head and the loss
-        loss_saved = loss_spike = 0
+        loss_saved = loss_spike = loss_backward_spike = 0
     saved_host = 0
     if x.checkpointing == "full":
         kept = D * s * b * h // rs * layers_on_rank
@@ -224,4 +320,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     breakdown["loss_head"] = loss_saved
     return ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
                               saved_host=saved_host, recompute_layer=recompute, loss_head=loss_saved,
-                              loss_spike=loss_spike, recompute_flops_fraction=frac_flops, breakdown=breakdown)
+                              loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
+                              recompute_flops_fraction=frac_flops, breakdown=breakdown)

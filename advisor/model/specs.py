@@ -107,6 +107,14 @@ class ModelSpec:
     qk_nope_head_dim: int | None = None
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
+    # --- dropout probabilities from config.json (activations only: each keeps a mask) ---
+    #: On the attention probabilities (GPT-2 ``attn_pdrop``; ``attention_dropout`` elsewhere).
+    attention_dropout: float = 0.0
+    #: On each residual branch's output, twice per layer (GPT-2/Phi-3 ``resid_pdrop``, BLOOM
+    #: ``hidden_dropout``).
+    residual_dropout: float = 0.0
+    #: On the embedding output (GPT-2/Phi-3 ``embd_pdrop``).
+    embedding_dropout: float = 0.0
     #: Multi-token-prediction modules appended after the main layers (DeepSeek-V3
     #: ``num_nextn_predict_layers``). transformers does not build them, so 0 unless asked.
     mtp_layers: int = 0
@@ -177,6 +185,10 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
         v = getattr(spec, k)
         if v is not None and not _posint(v):
             raise bad(f"{k} must be a positive integer or absent, got {v!r}")
+    for k in ("attention_dropout", "residual_dropout", "embedding_dropout"):
+        v = getattr(spec, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise bad(f"{k} must be a probability in [0, 1), got {v!r}")
     for k in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers"):
         v = getattr(spec, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -460,7 +472,11 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
                          max_seq_len=g("n_positions", "max_position_embeddings", default=1024),
                          tie_word_embeddings=g("tie_word_embeddings", default=True), norm="layernorm",
                          attention_qkv_bias=True, attention_out_bias=True, mlp_bias=True, mlp="plain",
-                         activation=g("activation_function", default="gelu_new"), position_embedding="learned")
+                         activation=g("activation_function", default="gelu_new"), position_embedding="learned",
+                         # GPT2Config defaults: 0.1 each (transformers configuration_gpt2.py)
+                         attention_dropout=float(g("attn_pdrop", default=0.1)),
+                         residual_dropout=float(g("resid_pdrop", default=0.1)),
+                         embedding_dropout=float(g("embd_pdrop", default=0.1)))
     if mt == "bloom":
         h = g("hidden_size", "n_embed", default=64)
         return ModelSpec(**common, num_layers=g("n_layer", "num_hidden_layers", default=2), hidden_size=h,
@@ -470,7 +486,9 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
                          max_seq_len=g("seq_length", "max_position_embeddings", default=2048),
                          tie_word_embeddings=g("tie_word_embeddings", default=True), norm="layernorm",
                          attention_qkv_bias=True, attention_out_bias=True, mlp_bias=True, mlp="plain",
-                         activation="gelu", position_embedding="alibi", embedding_norm=True)
+                         activation="gelu", position_embedding="alibi", embedding_norm=True,
+                         attention_dropout=float(g("attention_dropout", default=0.0)),
+                         residual_dropout=float(g("hidden_dropout", default=0.0)))
 
     heads = g("num_attention_heads")
     base: dict[str, Any] = dict(
@@ -482,7 +500,11 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
         activation=g("hidden_activation", "hidden_act", default="silu"),
         head_dim=g("head_dim", default=None),
         tie_word_embeddings=g("tie_word_embeddings", default=mt in ("gemma", "gemma2")),
+        attention_dropout=float(g("attention_dropout", default=0.0)),
     )
+    if mt == "phi3":
+        base.update(residual_dropout=float(g("resid_pdrop", default=0.0)),
+                    embedding_dropout=float(g("embd_pdrop", default=0.0)))
     attn_bias = bool(g("attention_bias", default=False))
     if mt in ("llama", "gemma", "gemma2", "qwen3", "qwen3_moe"):
         base.update(attention_qkv_bias=attn_bias, attention_out_bias=attn_bias)

@@ -98,7 +98,7 @@ class Role:
             if a is not None:
                 if t == "accelerator":
                     act_fwd = a.saved_accelerator + a.loss_spike
-                    act_bwd = a.saved_accelerator + a.recompute_layer
+                    act_bwd = a.saved_accelerator + max(a.recompute_layer, a.loss_backward_spike)
                 elif t == "host":
                     act_fwd = act_bwd = a.saved_host
             out[t] = {"forward": pers + fwd_bwd + act_fwd, "backward": pers + bwd + in_bwd + fwd_bwd + act_bwd,
@@ -202,6 +202,7 @@ class EstimateResult:
                         "recompute_layer": r.activations.recompute_layer,
                         "loss_head": r.activations.loss_head,
                         "loss_spike": r.activations.loss_spike,
+                        "loss_backward_spike": r.activations.loss_backward_spike,
                         "recompute_flops_fraction": r.activations.recompute_flops_fraction,
                     },
                     "items": [
@@ -310,6 +311,11 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
     needed = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
     if not all(k in meta for k in needed):
         return None, "activations: not estimated (give --model with an architecture: a preset or config.json)"
+    from advisor.model.activations import formula_gap
+
+    gap = formula_gap(meta)
+    if gap:
+        return None, f"activations: not estimated ({gap})"
     seq = workload.seq_len or meta.get("max_seq_len")
     mb = workload.micro_batch or ec.train_micro_batch_size_per_gpu or 1
     if not seq:
