@@ -150,7 +150,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "gpu_memory": (("--gpu-memory",), dict(help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")),
     "host_memory": (("--host-memory",), dict(help="Host memory per node, e.g. 512GB.")),
     "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
-    "step_time": (("--step-time",), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
+    "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
                                          help="Seconds per optimizer step.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
@@ -250,7 +250,7 @@ class EstimateArgs:
     host_memory: str | None
     nvme_capacity: str | None
     hardware: str | None
-    step_time: float | None
+    step_time_s: float | None
     fragmentation: float
     hf: bool
     trainer_args: dict | None
@@ -277,9 +277,9 @@ def _estimate_options(f):
                         help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, *CAPACITY_OPTIONS,
-        "hardware", "step_time",
+        "hardware", "step_time_s",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
-        step_time=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
+        step_time_s=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
         **UNSET_WORKLOAD,
     )(deco)
 
@@ -363,11 +363,9 @@ def _build_estimate(config: str, a: EstimateArgs):
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
     targs = _targs(a.trainer_args, a.hidden_size)
     hf = a.hf or targs is not None
-    extra = {"hardware": hw, "step_seconds": a.step_time} if hw is not None else {}
-    extra["cluster"] = cluster  # the G rules (topology constraints) read the parallel sizes
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
-                           extra=extra)
+                           hardware=hw, step_time_s=a.step_time_s if hw is not None else None, cluster=cluster)
     effective = None
     if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
         from advisor.config.effective import effective_config
@@ -377,7 +375,7 @@ def _build_estimate(config: str, a: EstimateArgs):
         effective = effective_config(resolved)
     return run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
                         workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]),
-                        fragmentation=a.fragmentation, hardware=hw, step_seconds=a.step_time)
+                        fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
 
 
 
@@ -868,7 +866,7 @@ def report(config, est, output, force):
               help="Mean time between failures of one node, hours (enables the Young/Daly interval).")
 @click.option("--restart-seconds", type=FiniteFloat(min=0), default=300.0, show_default=True,
               help="Time from a failure to the job running again, before reloading the checkpoint.")
-@option("step_time")
+@option("step_time_s")
 @click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
 @option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
         "its wear; its node count is the --nodes default.")
@@ -877,7 +875,7 @@ def report(config, est, output, force):
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @format_option("checkpoint")
 def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
-               node_mtbf_hours, restart_seconds, step_time, keep, hardware, save_dir, save_interval, fmt):
+               node_mtbf_hours, restart_seconds, step_time_s, keep, hardware, save_dir, save_interval, fmt):
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
@@ -905,7 +903,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     plan = checkpoint_view(effective_config(loaded.data), inv,
                            Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,
                            write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
-                           step_time_s=step_time, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
+                           step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)
     click.echo(render("checkpoint", fmt, plan, source=loaded.source))
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in plan.findings) else EXIT_OK)

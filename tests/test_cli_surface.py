@@ -107,3 +107,20 @@ def test_checkpoint_sarif_names_the_config(tmp_path):
     jsonschema.Draft4Validator(json.loads(SARIF_SCHEMA.read_text())).validate(log)
     assert log["runs"][0]["results"] == []
     assert "T003" in {r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]}
+
+
+def test_step_time_has_one_spelling_and_the_rule_context_no_untyped_bag():
+    """Seconds per optimizer step is ``step_time_s`` in every module (parameters, fields, JSON
+    keys); the rule context carries typed fields and a typed cache, not a free-form dict."""
+    import re
+    from dataclasses import fields
+
+    from advisor.rules import LintCache, LintContext
+
+    other = re.compile(r"\b(step_seconds|seconds_per_step|step_s|step_secs)\b")
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "advisor").rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if other.search(line)]
+    assert not hits, hits
+    names = {f.name for f in fields(LintContext)}
+    assert "extra" not in names and {"hardware", "step_time_s", "cluster", "trainer_args", "cache"} <= names
+    assert all(f.type != "dict" for f in fields(LintCache))

@@ -90,7 +90,7 @@ def test_C10_nvme_writes_per_step():
 
 def test_C10_endurance_at_30_s_per_step():
     hw = _c10_hw("read-write")
-    lines = endurance_report(movement_for(_c10_plan(), hw), hw, step_seconds=30)
+    lines = endurance_report(movement_for(_c10_plan(), hw), hw, step_time_s=30)
     (ln,) = lines
     assert ln.tier == "nvme0" and ln.paths == ["/scratch/nvme"]
     assert ln.steps_per_day == 2880  # 86,400 / 30
@@ -101,11 +101,11 @@ def test_C10_endurance_at_30_s_per_step():
     assert ln.write_seconds_per_step == pytest.approx(ln.write_bytes_per_step / 6.9e9)
 
 
-def _t001(plan: Plan, hw, step_seconds=30, raw=None):
+def _t001(plan: Plan, hw, step_time_s=30, raw=None):
     loaded = load_config(str(C10 / "config.json")) if raw is None else raw
     ctx = LintContext(loaded=loaded, effective=plan.config, world_size=plan.cluster.world_size,
                       dp_world_size=plan.cluster.dp_world_size, inventory=plan.inventory,
-                      extra={"hardware": hw, "step_seconds": step_seconds})
+                      hardware=hw, step_time_s=step_time_s)
     return list(all_rules()["T001"]().check(ctx))
 
 
@@ -128,7 +128,7 @@ def test_T001_needs_hardware_and_says_to_give_a_step_time():
     ctx = LintContext(loaded=load_config(str(C10 / "config.json")), effective=p.config, world_size=1,
                       dp_world_size=1, inventory=p.inventory)
     assert list(all_rules()["T001"]().check(ctx)) == []
-    (f,) = _t001(p, _c10_hw("read-oriented"), step_seconds=None)
+    (f,) = _t001(p, _c10_hw("read-oriented"), step_time_s=None)
     assert "--step-time" in f.message and "days_of_life" not in f.data
 
 
@@ -271,7 +271,7 @@ def test_seconds_use_the_rank_share_of_each_link():
     assert p.seconds == pytest.approx(p.bytes / 64e9)
     n = next(m for m in ms if m.link == NETWORK)
     assert n.seconds == pytest.approx(n.bytes / 450e9)  # one node: NVLink, 900 GB/s bidirectional
-    lines = endurance_report(ms, hw, step_seconds=10)
+    lines = endurance_report(ms, hw, step_time_s=10)
     raid = next(ln for ln in lines if ln.tier == "raid")
     os_ = next(ln for ln in lines if ln.tier == "os")
     assert raid.write_bytes_per_step == 8 * nvme_bytes_per_step(ms, "write", rank=0)  # the node's 8 ranks
@@ -282,15 +282,15 @@ def test_T002_read_write_consumer_drive_worn_out_in_days():
     ctx_hw = _c10_hw("read-write")
     p = _c10_plan()
     ctx = LintContext(loaded=load_config(str(C10 / "config.json")), effective=p.config, world_size=1,
-                      dp_world_size=1, inventory=p.inventory, extra={"hardware": ctx_hw, "step_seconds": 30})
+                      dp_world_size=1, inventory=p.inventory, hardware=ctx_hw, step_time_s=30)
     (f,) = list(all_rules()["T002"]().check(ctx))
     assert f.severity == "warning" and f.pointer == "/zero_optimization/offload_optimizer/nvme_path"
     assert f.data["days_of_life"] == pytest.approx(3.9, abs=0.1)
     # at one step every 12 hours the same drive lasts 1.2e15 / (2 x 1.072e11) = 5,597 days: no finding
-    ctx.extra["step_seconds"] = 43_200
+    ctx.step_time_s = 43_200
     assert list(all_rules()["T002"]().check(ctx)) == []
     # read-oriented drives are T001's, not T002's
-    ctx.extra.update(hardware=_c10_hw("read-oriented"), step_seconds=30)
+    ctx.hardware, ctx.step_time_s = _c10_hw("read-oriented"), 30
     assert list(all_rules()["T002"]().check(ctx)) == []
 
 
@@ -299,7 +299,7 @@ def test_movement_section_shape_for_estimate():
     from advisor.render.text import movement_lines
 
     hw = _c10_hw("read-write")
-    s = movement_section(_c10_plan(), hw, step_seconds=30)
+    s = movement_section(_c10_plan(), hw, step_time_s=30)
     json.dumps(s)
     role = s["ranks"][0]
     assert role["ranks"] == [0]

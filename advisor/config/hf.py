@@ -739,29 +739,28 @@ TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
 # -- lint integration -------------------------------------------------------------------------------
 
 def findings_for_context(ctx: Any) -> list[Finding]:
-    """The H findings for a lint context, computed once per context (cached in ``ctx.extra``).
+    """The H findings for a lint context, computed once per context (cached in ``ctx.cache``).
 
     ``ctx.hf`` may be ``True`` (the config goes through the HF Trainer; its arguments are
     unknown) or a mapping of Trainer arguments (fields of :class:`TrainerArgs`, plus optional
-    ``world_size`` and ``hidden_size``); ``ctx.extra["trainer_args"]`` is read the same way.
+    ``world_size`` and ``hidden_size``); ``ctx.trainer_args`` is read the same way.
     With arguments: every H finding of the replay. Without: only those that hold whatever
     the arguments are (H002 "auto" nobody fills, H004 no zero_optimization section).
     """
     hf = getattr(ctx, "hf", False)
     if not hf:
         return []
-    extra = ctx.extra
-    if "hf_findings" in extra:
-        return extra["hf_findings"]
-    targs = extra.get("trainer_args")
+    if ctx.cache.hf_findings is not None:
+        return ctx.cache.hf_findings
+    targs = ctx.trainer_args
     if targs is None and isinstance(hf, Mapping):
         targs = hf
     given = targs is not None
     targs = dict(targs or {})
     ws = targs.pop("world_size", None) or ctx.world_size
-    hidden = targs.pop("hidden_size", None) or extra.get("hidden_size")
+    hidden = targs.pop("hidden_size", None)
     _, found = resolve_for_estimate(ctx.raw, targs, ctx.inventory, ws, hidden_size=hidden)
     if not given:
         found = [f for f in found if f.code == "H002" or f.data.get("kind") == "no-zero-section"]
-    extra["hf_findings"] = found
+    ctx.cache.hf_findings = found
     return found

@@ -462,17 +462,17 @@ def nvme_bytes_per_step(movements: Iterable[Movement], direction: str = "write",
 # endurance
 
 
-def endurance(bytes_written_per_step: float, step_seconds: float, rated_write_bytes: float | None
+def endurance(bytes_written_per_step: float, step_time_s: float, rated_write_bytes: float | None
               ) -> tuple[float, float, float | None]:
     """(steps per day, bytes written per day, projected days of life).
 
-    steps/day = 86,400 / step_seconds; bytes/day = bytes per step x steps/day; days =
+    steps/day = 86,400 / step_time_s; bytes/day = bytes per step x steps/day; days =
     rated bytes / bytes per day (None without a rating; inf when nothing is written).
     Example (case C10): 1.072e11 B/step at 30 s -> 2,880 steps, 3.087e14 B/day; 1,200 TBW
     (1.2e15 B) lasts 3.89 days."""
-    if step_seconds <= 0:
-        raise ValueError("step_seconds must be positive")
-    spd = SECONDS_PER_DAY / step_seconds
+    if step_time_s <= 0:
+        raise ValueError("step_time_s must be positive")
+    spd = SECONDS_PER_DAY / step_time_s
     per_day = bytes_written_per_step * spd
     if rated_write_bytes is None:
         return spd, per_day, None
@@ -484,7 +484,7 @@ class EnduranceLine:
     """Write volume and endurance of one storage tier on one node (bytes; days).
 
     ``write_bytes_per_step`` sums the node's ranks (ranks 0..ranks_per_node-1) over every
-    nvme_path on the tier; per-day figures need ``step_seconds``."""
+    nvme_path on the tier; per-day figures need ``step_time_s``."""
 
     tier: str | None
     access: str | None
@@ -495,7 +495,7 @@ class EnduranceLine:
     capacity_bytes: int | None = None
     rated_write_bytes: float | None = None
     endurance: str | None = None
-    step_seconds: float | None = None
+    step_time_s: float | None = None
     steps_per_day: float | None = None
     write_bytes_per_day: float | None = None
     drive_writes_per_day: float | None = None
@@ -514,7 +514,7 @@ class EnduranceLine:
 
 
 def endurance_report(movements: list[Movement], hardware: "Hardware | None" = None,
-                     step_seconds: float | None = None, ranks_per_node: int | None = None) -> list[EnduranceLine]:
+                     step_time_s: float | None = None, ranks_per_node: int | None = None) -> list[EnduranceLine]:
     """One :class:`EnduranceLine` per storage tier of ``hardware`` (every tier, also those
     written nothing) plus one per nvme_path no tier holds (or every path when no hardware).
     ``ranks_per_node`` defaults to the hardware's accelerators per node, capped by the ranks
@@ -558,9 +558,9 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
         if t is not None:
             ln.write_seconds_per_step = ln.write_bytes_per_step / t.write_bytes_per_s
             ln.read_seconds_per_step = ln.read_bytes_per_step / t.read_bytes_per_s
-        if step_seconds:
-            spd, per_day, days = endurance(ln.write_bytes_per_step, step_seconds, ln.rated_write_bytes)
-            ln.step_seconds, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = step_seconds, spd, per_day, days
+        if step_time_s:
+            spd, per_day, days = endurance(ln.write_bytes_per_step, step_time_s, ln.rated_write_bytes)
+            ln.step_time_s, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = step_time_s, spd, per_day, days
             if ln.capacity_bytes:
                 ln.drive_writes_per_day = per_day / ln.capacity_bytes
             if ln.rated_write_bytes:
@@ -595,11 +595,11 @@ def _link_summary(ms: list[Movement]) -> dict[str, Any]:
 
 
 def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
-                     step_seconds: float | None = None) -> dict[str, Any]:
+                     step_time_s: float | None = None) -> dict[str, Any]:
     """Everything ``estimate`` shows about data movement per optimizer step, JSON-ready
     (bytes, seconds, days)::
 
-        {"hardware": name | None, "step_seconds": s | None, "ranks_per_node": n,
+        {"hardware": name | None, "step_time_s": s | None, "ranks_per_node": n,
          "ranks": [{"ranks": [0, 1, ...],                       # ranks with identical movements
                     "pcie": {"to_host_bytes", "to_accelerator_bytes", "*_seconds"},
                     "nvme": {"write_bytes", "read_bytes", "*_seconds"},
@@ -632,10 +632,10 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
     ms = sorted(node, key=lambda m: m.rank)
     return {
         "hardware": hardware.name if hardware is not None else None,
-        "step_seconds": step_seconds,
+        "step_time_s": step_time_s,
         "ranks_per_node": rpn,
         "ranks": list(groups.values()),
-        "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_seconds, ranks_per_node=rpn)],
+        "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_time_s, ranks_per_node=rpn)],
         "not_modelled": not_modelled(plan),
     }
 

@@ -308,7 +308,7 @@ def movement_lines(section: dict[str, Any]) -> list[str]:
         s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
         s += f": {_b(ln['write_bytes_per_step'])} written per step per node"
         if ln["write_bytes_per_day"] is not None:
-            s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_seconds']:g} s/step"
+            s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_time_s']:g} s/step"
             if ln["endurance_used_per_day"] is not None:
                 s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
             if ln["days_of_life"] is not None:

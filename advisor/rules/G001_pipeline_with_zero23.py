@@ -29,7 +29,7 @@ class PipelineWithZero23(Rule):
     severity = "error"
 
     def check(self, ctx: LintContext):
-        cl = ctx.extra.get("cluster")
+        cl = ctx.cluster
         pp = getattr(cl, "pipeline_parallel", 1) or 1
         st = ctx.effective.zero.stage
         if pp > 1 and st >= 2:

@@ -29,7 +29,7 @@ class WorldNotDivisible(Rule):
         ws = ctx.world_size
         if not ws:
             return
-        cl = ctx.extra.get("cluster")
+        cl = ctx.cluster
         tp = getattr(cl, "tensor_parallel", 1) or 1
         pp = getattr(cl, "pipeline_parallel", 1) or 1
         sp = getattr(cl, "sequence_parallel", None)

@@ -38,7 +38,7 @@ class HpzPartitionSize(Rule):
                                     "_create_zero_param_parallel_group)",
                                "set zero_hpz_partition_size to the GPUs per node", hpz=h, world_size=ws)
             return
-        cl = ctx.extra.get("cluster")
+        cl = ctx.cluster
         g = getattr(cl, "gpus_per_node", None)
         if g and g % h:
             yield self.finding(ptr, f"zero_hpz_partition_size {h} does not divide the {g} ranks per node: hpZ's "

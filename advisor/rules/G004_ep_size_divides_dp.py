@@ -25,7 +25,7 @@ class EpSizeDividesDp(Rule):
     severity = "error"
 
     def check(self, ctx: LintContext):
-        cl = ctx.extra.get("cluster")
+        cl = ctx.cluster
         ep = getattr(cl, "expert_parallel", 1) or 1
         if ep <= 1:
             return

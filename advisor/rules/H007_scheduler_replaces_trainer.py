@@ -24,7 +24,7 @@ from advisor.rules import LintContext, Rule, register
 
 
 def _trainer_args(ctx: LintContext) -> dict:
-    t = ctx.extra.get("trainer_args")
+    t = ctx.trainer_args
     if t is None and isinstance(ctx.hf, dict):
         t = ctx.hf
     return dict(t or {})

@@ -40,7 +40,7 @@ from advisor.rules._util import is_auto
 
 def scheduler_problems(ctx: LintContext):
     """(scheduler dict, problems) for the context's raw config, computed once per lint run."""
-    cached = ctx.extra.get("_scheduler_problems")
+    cached = ctx.cache.scheduler_problems
     if cached is not None:
         return cached
     from advisor.config.scheduler import check_params
@@ -55,7 +55,7 @@ def scheduler_problems(ctx: LintContext):
             if isinstance(params, dict) else frozenset()
         probs = check_params(s["type"], params, skip=skip, optimizer_lr=_optimizer_lr(ctx), float_literals=floats,
                              json_loaded=bool(ctx.hf))
-    ctx.extra["_scheduler_problems"] = (s, probs)
+    ctx.cache.scheduler_problems = (s, probs)
     return s, probs
 
 
@@ -80,7 +80,7 @@ def _optimizer_lr(ctx: LintContext) -> float | None:
     o = ctx.raw.get("optimizer")
     lr = o.get("params", {}).get("lr") if isinstance(o, dict) and isinstance(o.get("params"), dict) else None
     if is_auto(lr):
-        targs = ctx.extra.get("trainer_args") or (ctx.hf if isinstance(ctx.hf, dict) else None)
+        targs = ctx.trainer_args or (ctx.hf if isinstance(ctx.hf, dict) else None)
         lr = (targs or {}).get("learning_rate", 5e-5) if ctx.hf else None  # TrainingArguments default 5e-5
     return float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None
 

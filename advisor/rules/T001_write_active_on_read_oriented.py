@@ -52,13 +52,13 @@ class WriteActiveOnReadOriented(Rule):
     needs_model = True
 
     def check(self, ctx: LintContext):
-        hw = ctx.extra.get("hardware")
+        hw = ctx.hardware
         if hw is None or ctx.inventory is None or not getattr(hw, "storage", None):
             return
         ec = ctx.effective
         if ec.zero.stage != 3:
             return  # NVMe swapping exists only in ZeRO-3 (stage 1/2 "nvme" is CPU offload)
-        step_s = ctx.extra.get("step_seconds")
+        step_time_s = ctx.step_time_s
         moves, lines = movements_and_endurance(ctx)
         zr = zero_raw(ctx.raw)
         sections = []
@@ -85,10 +85,10 @@ class WriteActiveOnReadOriented(Rule):
                        f"optimizer step on each node")
                 data = {"tier": tier.name, "path": path, "bytes_written_per_step": per_step,
                         "classes": sorted(writes), "rated_write_bytes": tier.rated_write_bytes}
-                if step_s and line is not None:
-                    msg += (f"; at {step_s:g} s per step ({line.steps_per_day:,.0f} steps/day) that is "
+                if step_time_s and line is not None:
+                    msg += (f"; at {step_time_s:g} s per step ({line.steps_per_day:,.0f} steps/day) that is "
                             f"{line.write_bytes_per_day / 1e12:,.1f} TB written per day")
-                    data.update(step_seconds=step_s, steps_per_day=line.steps_per_day,
+                    data.update(step_time_seconds=step_time_s, steps_per_day=line.steps_per_day,
                                 bytes_written_per_day=line.write_bytes_per_day, days_of_life=line.days_of_life)
                     if tier.rated_write_bytes:
                         msg += (f", and the drive's rated endurance ({tier.endurance.describe()}) is used up in "

@@ -38,9 +38,9 @@ class DriveWear(Rule):
     needs_model = True
 
     def check(self, ctx: LintContext):
-        hw = ctx.extra.get("hardware")
-        step_s = ctx.extra.get("step_seconds")
-        if hw is None or not step_s or ctx.inventory is None or ctx.effective.zero.stage != 3:
+        hw = ctx.hardware
+        step_time_s = ctx.step_time_s
+        if hw is None or not step_time_s or ctx.inventory is None or ctx.effective.zero.stage != 3:
             return
         for ln in movements_and_endurance(ctx)[1]:
             if ln.tier is None or ln.access != "read-write" or not ln.write_bytes_per_step:
@@ -56,11 +56,11 @@ class DriveWear(Rule):
             yield self.finding(
                 ptr,
                 f"NVMe swap on tier '{ln.tier}' ({', '.join(tier.mounts)}) writes {fmt_bytes(ln.write_bytes_per_step)} "
-                f"per optimizer step per node: at {step_s:g} s per step that is "
+                f"per optimizer step per node: at {step_time_s:g} s per step that is "
                 f"{ln.write_bytes_per_day / 1e12:,.1f} TB a day, and the drive's rated endurance "
                 f"({tier.endurance.describe()}) is used up in {ln.days_of_life:,.1f} days",
                 "a drive rated for the writes (enterprise 1-3 DWPD) or several in RAID 0, more ranks, or "
                 "offload_optimizer.device cpu when host memory allows",
                 tier=ln.tier, bytes_written_per_step=ln.write_bytes_per_step,
                 bytes_written_per_day=ln.write_bytes_per_day, days_of_life=ln.days_of_life,
-                rated_write_bytes=ln.rated_write_bytes, step_seconds=step_s)
+                rated_write_bytes=ln.rated_write_bytes, step_time_seconds=step_time_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from advisor.findings import Finding, Severity
 
@@ -20,6 +20,23 @@ if TYPE_CHECKING:
     from advisor.model.inventory import Inventory
     from advisor.config.loading import LoadedConfig
     from advisor.config.versions import Release
+    from advisor.cluster.hardware import Hardware
+    from advisor.ledger.state import Cluster
+
+
+@dataclass
+class LintCache:
+    """What rules compute once per lint run and share (typed, so no rule reads another's guess).
+
+    ``hf_findings``: the H findings of the HF Trainer / accelerate replay
+    (:func:`advisor.config.hf.findings_for_context`). ``movements``: (key, per-rank movements per
+    step, per-storage-tier endurance lines) for the T rules (:func:`advisor.rules._util.movements_and_endurance`),
+    key = (id(hardware), step_time_s). ``scheduler_problems``: (scheduler section, problems) for
+    the L rules."""
+
+    hf_findings: "list[Finding] | None" = None
+    movements: tuple[Any, list, list] | None = None
+    scheduler_problems: tuple[Any, list] | None = None
 
 
 @dataclass
@@ -39,7 +56,17 @@ class LintContext:
     hf: bool = False
     #: The DeepSpeed release the job runs (advisor.config.versions.Release); None = 0.19.8.
     release: "Release | None" = None
-    extra: dict = field(default_factory=dict)
+    #: The HF Trainer arguments given (advisor.config.hf.TrainerArgs field names, plus optional
+    #: ``hidden_size`` and ``world_size``); None when none were (``hf`` alone).
+    trainer_args: "dict[str, Any] | None" = None
+    #: The hardware spec (--hardware): storage tiers for the T rules. None when not given.
+    hardware: "Hardware | None" = None
+    #: Seconds per optimizer step (--step-time), for bytes written per day. None when unknown.
+    step_time_s: float | None = None
+    #: The parallel layout (tensor/pipeline/sequence/expert degrees) for the G rules; None = pure
+    #: data parallelism over world_size.
+    cluster: "Cluster | None" = None
+    cache: LintCache = field(default_factory=LintCache)
 
     @property
     def raw(self) -> dict:

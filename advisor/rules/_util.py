@@ -70,18 +70,18 @@ TORCH_OPTIMIZERS = ("ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW",
 def movements_and_endurance(ctx: Any) -> tuple[list, list]:
     """(per-rank movements per step, per-storage-tier endurance lines) for the context's plan
     and hardware (``advisor.ledger.movement.movement_for`` / ``endurance_report``), computed once per
-    lint run and shared by the T rules through ``ctx.extra``. Needs ctx.extra["hardware"] and
-    an inventory."""
-    key = (id(ctx.extra["hardware"]), ctx.extra.get("step_seconds"))
-    cached = ctx.extra.get("_t_rules_movement")
+    lint run and shared by the T rules through ``ctx.cache.movements``. Needs ``ctx.hardware``
+    and an inventory."""
+    key = (id(ctx.hardware), ctx.step_time_s)
+    cached = ctx.cache.movements
     if cached is None or cached[0] != key:
         from advisor.ledger.state import Cluster, Plan
         from advisor.ledger.movement import endurance_report, movement_for
 
-        hw = ctx.extra["hardware"]
+        hw = ctx.hardware
         ws = ctx.dp_world_size or ctx.world_size or 1
         plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
         moves = movement_for(plan, hw)
-        cached = (key, moves, endurance_report(moves, hw, ctx.extra.get("step_seconds")))
-        ctx.extra["_t_rules_movement"] = cached
+        cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s))
+        ctx.cache.movements = cached
     return cached[1], cached[2]

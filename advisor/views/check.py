@@ -639,15 +639,15 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
     if ws % (cluster.tensor_parallel * cluster.pipeline_parallel * sp):
         cluster = Cluster(world_size=ws, gpus_per_node=gpn)  # G002 reports it; estimate refuses the shape
-        cluster_extra = {"cluster": Cluster(world_size=ws, gpus_per_node=gpn, tensor_parallel=v["tensor_parallel"],
-                                            pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp)}
+        lint_cluster = Cluster(world_size=ws, gpus_per_node=gpn, tensor_parallel=v["tensor_parallel"],
+                               pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp)
     else:
-        cluster_extra = {"cluster": cluster}
+        lint_cluster = cluster
     assumed = wl.assumed()
     if assumed:
         warnings.append("workload assumed (not given as flags): " + "; ".join(assumed))
     findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source, inventory=inventory,
-                           hf=hf, extra=cluster_extra)
+                           hf=hf, cluster=lint_cluster)
     result = estimate(loaded, inventory, cluster,
                       Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, effective=ec,
                       workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]))

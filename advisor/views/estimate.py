@@ -368,10 +368,10 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
 def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capacity: Capacity | None = None,
              findings: list[Finding] | None = None, effective: EffectiveConfig | None = None,
              workload: Workload | None = None, fragmentation: float = DEFAULT_FRAGMENTATION,
-             hardware: Any = None, step_seconds: float | None = None) -> EstimateResult:
+             hardware: Any = None, step_time_s: float | None = None) -> EstimateResult:
     """Run the ledger (and activations) for one config and summarise it.
 
-    ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_seconds`` give the movement section
+    ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_time_s`` give the movement section
     its times, storage tiers and drive endurance (advisor.ledger.movement).
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
@@ -415,7 +415,7 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
         from advisor.model.parallel import shard
         ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
         mv_ledger = _replace(ledger, plan=Plan(config=ec, inventory=ck_inv, cluster=cluster))
-    sections = {"movement": movement_section(mv_ledger, hardware, step_seconds),
+    sections = {"movement": movement_section(mv_ledger, hardware, step_time_s),
                 "checkpoint": checkpoint_view(ec, ck_inv, cluster).to_dict()}
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,

@@ -359,7 +359,7 @@ class Candidate:
     nvme: int
     activations: int
     states_source: str
-    step_s: float = 0.0
+    step_time_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
     why: str = ""
     rejection: Rejection | None = None
@@ -371,7 +371,7 @@ class Candidate:
                 "gradient_accumulation": self.ga, "checkpointing": self.checkpointing,
                 "accelerator_bytes_per_rank": self.accelerator, "host_bytes_per_node": self.host,
                 "nvme_bytes_per_node": self.nvme, "activation_bytes_per_rank": self.activations,
-                "step_seconds": self.step_s, "parts_seconds": self.parts, "why": self.why,
+                "step_time_s": self.step_time_s, "parts_seconds": self.parts, "why": self.why,
                 "states_source": self.states_source}
 
 
@@ -564,7 +564,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
                 cand.config = build_config(combo, cand.micro, cand.ga, dp, ck, inv, req, nvme_path)
                 plan = Plan(effective_config(cand.config), inv, cluster)
                 parts = step_time(plan, hardware, req, acts(cand.micro, ck).recompute_flops_fraction)
-                cand.step_s = parts.pop("total")
+                cand.step_time_s = parts.pop("total")
                 cand.parts = parts
                 ranked.append(cand)
     ranked = rank(ranked, req.tie_tolerance)
@@ -589,9 +589,9 @@ def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
     assumption) and go first, simplest first (:func:`simplicity`); the rest follow by step time."""
     if not cands:
         return []
-    fastest = min(c.step_s for c in cands)
-    tied = sorted((c for c in cands if c.step_s <= fastest * (1 + tolerance)), key=simplicity)
-    rest = sorted((c for c in cands if c.step_s > fastest * (1 + tolerance)), key=lambda c: (c.step_s, simplicity(c)))
+    fastest = min(c.step_time_s for c in cands)
+    tied = sorted((c for c in cands if c.step_time_s <= fastest * (1 + tolerance)), key=simplicity)
+    rest = sorted((c for c in cands if c.step_time_s > fastest * (1 + tolerance)), key=lambda c: (c.step_time_s, simplicity(c)))
     return tied + rest
 
 
@@ -603,12 +603,12 @@ def _explain_ranks(res: SearchResult) -> None:
     best = res.ranked[0]
     names = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap"}
     tol = res.request.tie_tolerance
-    fastest = min(c.step_s for c in res.ranked)
+    fastest = min(c.step_time_s for c in res.ranked)
     bound = max(("compute", "network", "pcie", "nvme"), key=lambda k: best.parts.get(k, 0))
-    best.why = (f"{'fastest' if best.step_s == fastest else f'within {tol:.0%} of the fastest and simplest'}; "
-                f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_s:,.2f} s")
+    best.why = (f"{'fastest' if best.step_time_s == fastest else f'within {tol:.0%} of the fastest and simplest'}; "
+                f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s")
     for c in res.ranked[1:]:
-        if c.step_s <= fastest * (1 + tol):
+        if c.step_time_s <= fastest * (1 + tol):
             a, b = simplicity(c), simplicity(best)
             if a[0] > b[0]:
                 c.why = "tie; offloads more (CPU optimizer step not modelled)"
@@ -710,7 +710,7 @@ def table_text(res: SearchResult, top: int = 5) -> str:
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
-                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_s:,.2f}", c.why))
+                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", c.why))
     if rows:
         w = [max(len(cols[j]), *(len(r[j]) for r in rows)) for j in range(len(cols))]
         lines.append("  ".join(cols[j].ljust(w[j]) for j in range(len(cols))).rstrip())

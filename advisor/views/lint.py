@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from advisor.config.effective import effective_config
 from advisor.findings import Finding, sort_findings
 from advisor.model.inventory import Inventory
@@ -12,6 +14,10 @@ from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
 from advisor.config.schema import validate_config
 from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, key_status
+
+if TYPE_CHECKING:
+    from advisor.cluster.hardware import Hardware
+    from advisor.ledger.state import Cluster
 
 
 def _defined_in_release(f: Finding, release: str) -> bool:
@@ -27,7 +33,8 @@ def _defined_in_release(f: Finding, release: str) -> bool:
 def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_size_source: str | None = None,
                 dp_world_size: int | None = None, inventory: Inventory | None = None, hf: bool = False,
                 select: set[str] | None = None, trainer_args: dict | None = None,
-                extra: dict | None = None, release: "Release | None" = None) -> list[Finding]:
+                hardware: "Hardware | None" = None, step_time_s: float | None = None,
+                cluster: "Cluster | None" = None, release: "Release | None" = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it.
@@ -35,8 +42,9 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     the HF Trainer/accelerate, which fills in "auto". ``select``: only these rule codes.
     ``trainer_args``: the HF Trainer arguments (advisor.config.hf.TrainerArgs fields, plus optional
     hidden_size), enabling the Trainer's own checks (its "mismatch" error and friends).
-    ``extra``: inputs some rules need, e.g. {"hardware": Hardware, "step_seconds": float} for
-    the storage-tier rules (T family). ``release``: the DeepSpeed release the job runs
+    ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_time_s`` (seconds per optimizer
+    step): the storage tiers and step time the T rules need. ``cluster``: the parallel layout
+    the G rules check (advisor.ledger.state.Cluster). ``release``: the DeepSpeed release the job runs
     (:func:`advisor.config.versions.target_release`); None means 0.19.8. The schema is 0.19.8's:
     for another release, its unknown-key (S001) and removed-key (S005) findings on keys that
     release defines are dropped, and the V rules say what that release refuses instead.
@@ -44,11 +52,9 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     ctx = LintContext(loaded=loaded, effective=effective_config(loaded.data), world_size=world_size,
                       world_size_source=world_size_source,
                       dp_world_size=dp_world_size if dp_world_size is not None else world_size,
-                      inventory=inventory, hf=hf, release=release)
-    if hf and trainer_args is not None:
-        ctx.extra["trainer_args"] = dict(trainer_args)
-    if extra:
-        ctx.extra.update(extra)
+                      inventory=inventory, hf=hf, release=release,
+                      trainer_args=dict(trainer_args) if hf and trainer_args is not None else None,
+                      hardware=hardware, step_time_s=step_time_s, cluster=cluster)
     findings: list[Finding] = [f for f in validate_config(loaded, hf=hf) if select is None or f.code in select]
     if release is not None:
         findings = [f for f in findings if not _defined_in_release(f, release.checked)]
