@@ -197,6 +197,25 @@ def format_option(view: str):
                         help="; ".join(f"{c}: {FORMAT_HELP[c]}" for c in choices) + ".")
 
 
+#: The HF Trainer arguments every command with --hf takes: (option, TrainerArgs field, type, help).
+#: Declared here, not in advisor.config.hf, so building the CLI does not import the HF replay.
+TRAINER_OPTS: list[tuple[str, str, type, str]] = [
+    ("--per-device-train-batch-size", "per_device_train_batch_size", int, "Trainer per_device_train_batch_size (default 8)."),
+    ("--gradient-accumulation-steps", "gradient_accumulation_steps", int, "Trainer gradient_accumulation_steps (default 1)."),
+    ("--learning-rate", "learning_rate", float, "Trainer learning_rate (default 5e-5)."),
+    ("--weight-decay", "weight_decay", float, "Trainer weight_decay (default 0)."),
+    ("--adam-beta1", "adam_beta1", float, "Trainer adam_beta1 (default 0.9)."),
+    ("--adam-beta2", "adam_beta2", float, "Trainer adam_beta2 (default 0.999)."),
+    ("--adam-epsilon", "adam_epsilon", float, "Trainer adam_epsilon (default 1e-8)."),
+    ("--max-grad-norm", "max_grad_norm", float, "Trainer max_grad_norm (default 1.0)."),
+    ("--warmup-steps", "warmup_steps", float, "Trainer warmup_steps: steps, or a ratio below 1 (default 0)."),
+    ("--warmup-ratio", "warmup_ratio", float, "Older Trainer warmup_ratio (a fraction of the steps)."),
+    ("--max-steps", "max_steps", int, "Optimizer steps (num_training_steps) for the scheduler's \"auto\"."),
+    ("--lr-scheduler-type", "lr_scheduler_type", str, "Trainer lr_scheduler_type (default linear; a DeepSpeed "
+                                                      "scheduler block replaces it)."),
+]
+
+
 def _trainer_options(f):
     """Click decorator adding the Trainer-argument options (``--per-device-train-batch-size``,
     ``--gradient-accumulation-steps``, ``--learning-rate``, ``--weight-decay``, ``--adam-beta1/2``,
@@ -205,8 +224,6 @@ def _trainer_options(f):
     The command receives them as one keyword argument ``trainer_args``: a dict for
     :meth:`TrainerArgs.from_mapping` (None values = not given), plus ``hidden_size``."""
     import functools
-
-    from advisor.config.hf import TRAINER_OPTS
 
     names = [n for _, n, _, _ in TRAINER_OPTS] + ["bf16", "fp16"]
 
@@ -438,7 +455,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
     from advisor.views.lint import lint_config
     from advisor.config.loading import load_config
     from advisor.render import render
-    from advisor.render.text import FileResult
+    from advisor.render.lint import FileResult
 
     try:
         inv = _inventory(model, params)

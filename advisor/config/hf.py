@@ -717,25 +717,6 @@ def resolve_for_estimate(raw: dict, trainer_args: TrainerArgs | Mapping[str, Any
     return res.config, res.findings
 
 
-# -- click option bundle for lint / estimate / resolve --------------------------------------------
-
-TRAINER_OPTS: list[tuple[str, str, Any, str]] = [
-    ("--per-device-train-batch-size", "per_device_train_batch_size", int, "Trainer per_device_train_batch_size (default 8)."),
-    ("--gradient-accumulation-steps", "gradient_accumulation_steps", int, "Trainer gradient_accumulation_steps (default 1)."),
-    ("--learning-rate", "learning_rate", float, "Trainer learning_rate (default 5e-5)."),
-    ("--weight-decay", "weight_decay", float, "Trainer weight_decay (default 0)."),
-    ("--adam-beta1", "adam_beta1", float, "Trainer adam_beta1 (default 0.9)."),
-    ("--adam-beta2", "adam_beta2", float, "Trainer adam_beta2 (default 0.999)."),
-    ("--adam-epsilon", "adam_epsilon", float, "Trainer adam_epsilon (default 1e-8)."),
-    ("--max-grad-norm", "max_grad_norm", float, "Trainer max_grad_norm (default 1.0)."),
-    ("--warmup-steps", "warmup_steps", float, "Trainer warmup_steps: steps, or a ratio below 1 (default 0)."),
-    ("--warmup-ratio", "warmup_ratio", float, "Older Trainer warmup_ratio (a fraction of the steps)."),
-    ("--max-steps", "max_steps", int, "Optimizer steps (num_training_steps) for the scheduler's \"auto\"."),
-    ("--lr-scheduler-type", "lr_scheduler_type", str, "Trainer lr_scheduler_type (default linear; a DeepSpeed "
-                                                      "scheduler block replaces it)."),
-]
-
-
 # -- lint integration -------------------------------------------------------------------------------
 
 def findings_for_context(ctx: Any) -> list[Finding]:

@@ -26,8 +26,8 @@ from typing import Any, Callable
 #: view -> format -> "module:function". Order = the order ``--format`` lists the choices.
 REPORTERS: dict[str, dict[str, str]] = {
     "lint": {
-        "text": "advisor.render.text:lint_text",
-        "json": "advisor.render.text:lint_json",
+        "text": "advisor.render.lint:lint_text",
+        "json": "advisor.render.lint:lint_json",
         "sarif": "advisor.render.sarif:sarif_json",
         "github": "advisor.render.github:github_annotations",
     },

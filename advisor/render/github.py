@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from advisor.findings import Finding
 
 if TYPE_CHECKING:
-    from advisor.render.text import FileResult
+    from advisor.render.lint import FileResult
 
 COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
 
@@ -74,7 +74,7 @@ def github_annotations(results: "Iterable[FileResult]") -> str:
 def result_annotations(result: Any, source: str | None = None) -> str:
     """GitHub annotations for one view result carrying ``findings`` about one config (check,
     estimate, checkpoint), with the result's ``source`` (or ``source``) as the default file."""
-    from advisor.render.text import FileResult
+    from advisor.render.lint import FileResult
 
     return github_annotations([FileResult(file=getattr(result, "source", None) or source or "",
                                           findings=list(result.findings))])

@@ -28,7 +28,7 @@ from advisor import DEEPSPEED_VERSION, __version__
 from advisor.findings import Finding
 
 if TYPE_CHECKING:
-    from advisor.render.text import FileResult
+    from advisor.render.lint import FileResult
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -159,7 +159,7 @@ def to_sarif(results: "Iterable[FileResult]", cwd: str | None = None) -> dict[st
 
 def findings_sarif(findings: Iterable[Finding], file: str | None = None, cwd: str | None = None) -> dict[str, Any]:
     """SARIF for one config's findings (e.g. ``check``'s), with ``file`` as their default artifact."""
-    from advisor.render.text import FileResult
+    from advisor.render.lint import FileResult
 
     return to_sarif([FileResult(file=file or "", findings=list(findings))], cwd=cwd)
 

@@ -29,7 +29,7 @@ make the value equal to the Trainer argument.
 
 from __future__ import annotations
 
-from advisor.config.hf import findings_for_context
+from advisor.rules._util import hf_findings
 from advisor.rules import LintContext, Rule, register
 
 
@@ -40,4 +40,4 @@ class HfMismatch(Rule):
     severity = "error"
 
     def check(self, ctx: LintContext):
-        return [f for f in findings_for_context(ctx) if f.code == self.code]
+        return [f for f in hf_findings(ctx) if f.code == self.code]

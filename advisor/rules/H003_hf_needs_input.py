@@ -14,7 +14,7 @@ default is then used by estimate.
 
 from __future__ import annotations
 
-from advisor.config.hf import findings_for_context
+from advisor.rules._util import hf_findings
 from advisor.rules import LintContext, Rule, register
 
 
@@ -25,4 +25,4 @@ class HfNeedsInput(Rule):
     severity = "info"
 
     def check(self, ctx: LintContext):
-        return [f for f in findings_for_context(ctx) if f.code == self.code]
+        return [f for f in hf_findings(ctx) if f.code == self.code]

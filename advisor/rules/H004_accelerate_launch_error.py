@@ -20,7 +20,7 @@ file; use ``"enabled": "auto"`` for both fp16 and bf16 so the launch decides.
 
 from __future__ import annotations
 
-from advisor.config.hf import findings_for_context
+from advisor.rules._util import hf_findings
 from advisor.rules import LintContext, Rule, register
 
 
@@ -31,4 +31,4 @@ class AccelerateLaunchError(Rule):
     severity = "error"
 
     def check(self, ctx: LintContext):
-        return [f for f in findings_for_context(ctx) if f.code == self.code]
+        return [f for f in hf_findings(ctx) if f.code == self.code]

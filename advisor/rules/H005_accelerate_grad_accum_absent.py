@@ -13,7 +13,7 @@ Fix: ``"gradient_accumulation_steps": "auto"``.
 
 from __future__ import annotations
 
-from advisor.config.hf import findings_for_context
+from advisor.rules._util import hf_findings
 from advisor.rules import LintContext, Rule, register
 
 
@@ -24,4 +24,4 @@ class AccelerateGradAccumAbsent(Rule):
     severity = "warning"
 
     def check(self, ctx: LintContext):
-        return [f for f in findings_for_context(ctx) if f.code == self.code]
+        return [f for f in hf_findings(ctx) if f.code == self.code]

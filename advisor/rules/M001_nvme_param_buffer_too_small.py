@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from advisor.config.effective import DTYPE_BYTES
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._bytes import align_up, io_alignment_elems, largest_nvme_param_partition
 from advisor.rules._util import fmt_bytes, zptr
 
 
@@ -39,6 +38,8 @@ class NvmeParamBufferTooSmall(Rule):
     needs_model = True
 
     def check(self, ctx: LintContext):
+        # imported here, not at module import: lint without a model never loads the ledger
+        from advisor.rules._bytes import align_up, io_alignment_elems, largest_nvme_param_partition
         ec = ctx.effective
         if ec.offload_param_effective != "nvme" or ctx.inventory is None:
             return

@@ -23,7 +23,6 @@ Fix: a sub_group_size well below the per-rank partition, so the pool holds a few
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._bytes import align_up, io_alignment_elems, swap_threshold_bytes, two_sig_floor, zero3_sub_groups
 from advisor.rules._util import fmt_bytes, zptr
 
 
@@ -35,6 +34,8 @@ class OptimizerSwapPool(Rule):
     needs_model = True
 
     def check(self, ctx: LintContext):
+        # imported here, not at module import: lint without a model never loads the ledger
+        from advisor.rules._bytes import align_up, io_alignment_elems, swap_threshold_bytes, two_sig_floor, zero3_sub_groups
         ec = ctx.effective
         if ec.offload_optimizer_effective != "nvme" or ctx.inventory is None or ctx.dp_world_size is None:
             return

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from advisor.config.effective import DTYPE_BYTES
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._bytes import ipg_bucket_bytes, two_sig_floor
 from advisor.rules._util import fmt_bytes, zptr
 
 
@@ -41,6 +40,8 @@ class ReduceBucketTooLarge(Rule):
     needs_model = True
 
     def check(self, ctx: LintContext):
+        # imported here, not at module import: lint without a model never loads the ledger
+        from advisor.rules._bytes import ipg_bucket_bytes, two_sig_floor
         ec = ctx.effective
         if ctx.inventory is None:
             return

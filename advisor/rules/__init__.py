@@ -125,5 +125,6 @@ def all_rules() -> dict[str, type[Rule]]:
     """Import every rule module once and return code -> rule class."""
     if not _REGISTRY:
         for m in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{m.name}")
+            if not m.name.startswith("_"):  # helpers (_util, _bytes) load with the rules that use them
+                importlib.import_module(f"{__name__}.{m.name}")
     return dict(sorted(_REGISTRY.items()))

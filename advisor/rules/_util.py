@@ -85,3 +85,14 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
         cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s))
         ctx.cache.movements = cached
     return cached[1], cached[2]
+
+
+def hf_findings(ctx: Any) -> list:
+    """The H findings of the HF Trainer / accelerate replay for this lint run
+    (:func:`advisor.config.hf.findings_for_context`, cached in ``ctx.cache``); [] without ``--hf``,
+    and then the replay is not even imported (lint's start-up)."""
+    if not ctx.hf:
+        return []
+    from advisor.config.hf import findings_for_context
+
+    return findings_for_context(ctx)

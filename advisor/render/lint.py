@@ -1,0 +1,92 @@
+"""lint's renderers: text (one line per finding) and JSON (``schemas/lint-output.schema.json``).
+
+Kept apart from :mod:`advisor.render.text` (estimate, check, checkpoint tables) so that
+``ds-advisor lint`` imports only what it prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+from advisor.findings import Finding
+
+if TYPE_CHECKING:
+    from advisor.config.versions import Release
+
+LINT_SCHEMA_VERSION = 1
+
+
+@dataclass
+class FileResult:
+    """Lint outcome for one input: findings, or an error line when it could not be read."""
+
+    file: str
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+
+
+def lint_json(results: list[FileResult], release: "Release | None" = None) -> str:
+    """The lint report as JSON (schemas/lint-output.schema.json); ``release`` names the DeepSpeed
+    release the findings are about."""
+    counts = {"error": 0, "warning": 0, "info": 0}
+    for r in results:
+        for f in r.findings:
+            counts[f.severity] += 1
+    return json.dumps({
+        "schema_version": LINT_SCHEMA_VERSION,
+        "files": [{"file": r.file, "findings": [f.to_dict() for f in r.findings],
+                   **({"error": r.error} if r.error else {})} for r in results],
+        "summary": {"files": len(results), "unreadable": sum(1 for r in results if r.error), **counts},
+        **({"deepspeed_release": {"requested": release.requested, "checked": release.checked,
+                                  "origin": release.origin}} if release else {}),
+    }, indent=2)
+
+
+_UNSAFE = {c: f"\\x{c:02x}" for c in list(range(0, 32)) + [127] if c not in (9, 10)}
+
+
+def safe_text(text: str) -> str:
+    """Text that is safe to print on any terminal: control characters (ANSI escape sequences
+    a config key could carry) shown escaped, and lone surrogates (which hjson, like DeepSpeed,
+    accepts in keys) as \\udXXXX instead of failing to encode."""
+    return text.translate(_UNSAFE).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _use_color(stream: IO[str]) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+_SEV_COLOR = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
+
+
+def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None) -> str:
+    """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
+    summary line names the DeepSpeed release checked against when ``release`` is given."""
+    stream = stream or sys.stdout
+    color = _use_color(stream)
+    lines: list[str] = []
+    n = {"error": 0, "warning": 0, "info": 0}
+    for r in results:
+        if r.error:
+            lines.append(safe_text(r.error))
+            continue
+        for f in r.findings:
+            n[f.severity] += 1
+            loc = f.file or r.file
+            if f.line is not None:
+                loc += f":{f.line}:{f.column or 1}"
+            sev = f.severity
+            if color:
+                sev = f"{_SEV_COLOR[sev]}{sev}\033[0m"
+            lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {f.message}"))
+            if f.fix:
+                lines.append(safe_text(f"    fix: {f.fix}"))
+    unreadable = sum(1 for r in results if r.error)
+    lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
+                 + (f", {unreadable} unreadable" if unreadable else "")
+                 + (f" (checked against {release.note})" if release else ""))
+    return "\n".join(lines)
