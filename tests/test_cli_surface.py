@@ -124,3 +124,20 @@ def test_step_time_has_one_spelling_and_the_rule_context_no_untyped_bag():
     names = {f.name for f in fields(LintContext)}
     assert "extra" not in names and {"hardware", "step_time_s", "cluster", "trainer_args", "cache"} <= names
     assert all(f.type != "dict" for f in fields(LintCache))
+
+
+def test_lint_imports_only_what_lint_needs():
+    """lint of one config without --hf or a model never loads the HF replay, the ledger, the
+    estimate/check renderers, torch or deepspeed."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom advisor.cli import main\n"
+            f"try:\n    main(['lint', {str(ROOT / 'sample_configs' / 'zero3.json')!r}])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('advisor', 'torch', 'deepspeed')))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    loaded = set(p.stdout.split()[-1000:])
+    for m in ("advisor.config.hf", "advisor.ledger.state", "advisor.render.text", "advisor.views.estimate",
+              "torch", "deepspeed"):
+        assert m not in loaded, m
+    assert "advisor.render.lint" in loaded and "advisor.views.lint" in loaded
