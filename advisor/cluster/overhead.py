@@ -1,0 +1,196 @@
+"""Per-process runtime overhead on the accelerator: what a training process holds beyond the
+training state the ledger itemises.
+
+Each :class:`OverheadTerm` has a default, an uncertainty band (``low``..``high``), the formula
+and the source of its numbers. None of the defaults is calibrated on a GPU by this project yet
+(no GPU was available where it was written; ``benchmarks/gpu_peak.py`` is the prepared
+calibration run): they are the public figures cited, and the band says how far real runs are
+reported to stray. A fit verdict is "tight" when the headroom is smaller than the band's upper
+excess (:func:`verdict`), so an uncalibrated term never hides behind a confident "fits".
+
+Terms (bytes per process, i.e. per rank):
+
+* ``cuda_context``: the CUDA context with its loaded kernels. About 300-400 MiB since CUDA 11.7
+  loads kernels lazily (``CUDA_MODULE_LOADING=LAZY``, PyTorch's default), over 1,000 MiB when
+  every kernel is loaded at start (``CUDA_MODULE_LOADING=EAGER``). Sources: pytorch/pytorch
+  issue #107667 (maintainer: "~300MB ... before CUDA 11.7 ... >1000MB") and #109888 ("around
+  400MB if CUDA >= 11.7 is used and lazy module loading enabled").
+* ``nccl``: NCCL's communication buffers, per communicator (process group): for each channel,
+  a send and a receive buffer of ``NCCL_BUFFSIZE`` bytes (default 4 MiB) per ring neighbour, for
+  the Simple and LL128 protocols: ``2 x channels x NCCL_BUFFSIZE x 2`` per communicator.
+  Channels: ``NCCL_MAX_NCHANNELS`` when set, else 16 (band 4-32: NCCL picks them by topology).
+  Communicators: the data-parallel group, plus the tensor- and pipeline-parallel groups when
+  those degrees exceed 1. Source: NCCL User Guide, Environment Variables (NCCL_BUFFSIZE default
+  4194304; NCCL_MIN/MAX_NCHANNELS); the per-communicator formula is this module's reading of
+  those documented sizes, not a measurement.
+* ``allocator``: the caching allocator's reserve beyond what is allocated (fragmentation:
+  ``torch.cuda.max_memory_reserved - max_memory_allocated``), as a fraction of the peak: 10%
+  (band 3-25%), or 3% (band 1-10%) when ``PYTORCH_CUDA_ALLOC_CONF`` enables
+  ``expandable_segments``, which maps segments that grow instead of caching fixed blocks.
+  Source: PyTorch docs, "CUDA semantics - Memory management" (caching allocator,
+  expandable_segments); the fractions are assumptions to be replaced by gpu_peak.py's figures.
+* ``deepspeed``: DeepSpeed's own extras beyond the ledger. 0: the ledger already itemises
+  DeepSpeed's buffers (ipg buckets, gathered parameters, swap buffers, reduce buffers) from
+  deepspeed/runtime/zero/*.py; the open-world engine check (``measure``) reports anything it
+  allocates that the ledger does not name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+MIB = 1 << 20
+GIB = 1 << 30
+NCCL_BUFFSIZE_DEFAULT = 4 * MIB
+NCCL_CHANNELS_DEFAULT, NCCL_CHANNELS_LOW, NCCL_CHANNELS_HIGH = 16, 4, 32
+#: Simple and LL128 buffers (LL's is 16x smaller and left in the band).
+NCCL_PROTOCOL_BUFFERS = 2
+
+
+@dataclass(frozen=True)
+class OverheadTerm:
+    """One row of the fit table: ``bytes`` (default) with its band ``low``..``high`` (bytes)."""
+
+    key: str
+    name: str
+    bytes: int
+    low: int
+    high: int
+    formula: str
+    source: str
+    overridden: bool = False
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name, "bytes": self.bytes, "low": self.low, "high": self.high,
+                "formula": self.formula, "source": self.source, "overridden": self.overridden}
+
+
+class OverheadError(ValueError):
+    """An environment variable or override that does not parse (message names it)."""
+
+
+def _env_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+    v = env.get(name)
+    if v is None or str(v).strip() == "":
+        return None
+    try:
+        n = int(str(v).strip(), 0)
+    except ValueError:
+        raise OverheadError(f"{name}={v!r} is not an integer") from None
+    if not lo <= n <= hi:
+        raise OverheadError(f"{name}={v!r} is outside {lo}..{hi}")
+    return n
+
+
+def communicators(world_size: int, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> int:
+    """Process groups a rank joins that NCCL builds buffers for: 0 on one rank; else the
+    data-parallel group, plus TP and PP groups when their degree exceeds 1."""
+    if world_size <= 1:
+        return 0
+    return 1 + (tensor_parallel > 1) + (pipeline_parallel > 1)
+
+
+def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1, pipeline_parallel: int = 1,
+                     env: Mapping[str, str] | None = None,
+                     overrides: Mapping[str, int] | None = None) -> list[OverheadTerm]:
+    """The overhead rows for one rank whose tracked accelerator peak is ``peak_bytes``.
+
+    ``env``: the environment to read NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, CUDA_MODULE_LOADING and
+    PYTORCH_CUDA_ALLOC_CONF from (default os.environ). ``overrides``: key -> bytes, replacing a
+    term's default (its band collapses to it: the user measured it). Raises
+    :class:`OverheadError` for an unparseable variable or an unknown override key."""
+    env = os.environ if env is None else env
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - {"cuda_context", "nccl", "allocator", "deepspeed"}
+    if unknown:
+        raise OverheadError(f"unknown overhead term(s) {', '.join(sorted(unknown))}: use cuda_context, nccl, "
+                            "allocator, deepspeed")
+    terms: list[OverheadTerm] = []
+
+    eager = str(env.get("CUDA_MODULE_LOADING", "")).strip().upper() == "EAGER"
+    ctx = (1200 * MIB, 1000 * MIB, 2 * GIB) if eager else (400 * MIB, 256 * MIB, 1 * GIB)
+    terms.append(OverheadTerm(
+        "cuda_context", "CUDA context and loaded kernels", *ctx,
+        formula=("CUDA_MODULE_LOADING=EAGER: every kernel loaded at start" if eager else
+                 "lazy kernel loading (CUDA >= 11.7, PyTorch's default)"),
+        source="pytorch/pytorch issues #107667 and #109888 (~300-400 MB lazy, >1000 MB eager)"))
+
+    n_comm = communicators(world_size, tensor_parallel, pipeline_parallel)
+    buffsize = _env_int(env, "NCCL_BUFFSIZE", 1 << 12, 1 << 32) or NCCL_BUFFSIZE_DEFAULT
+    ch_env = _env_int(env, "NCCL_MAX_NCHANNELS", 1, 64)
+    ch, ch_lo, ch_hi = (ch_env, ch_env, ch_env) if ch_env else (NCCL_CHANNELS_DEFAULT, NCCL_CHANNELS_LOW,
+                                                                 NCCL_CHANNELS_HIGH)
+    per = 2 * buffsize * NCCL_PROTOCOL_BUFFERS
+    terms.append(OverheadTerm(
+        "nccl", "NCCL communicator buffers", n_comm * per * ch, n_comm * 2 * buffsize * ch_lo,
+        n_comm * per * ch_hi,
+        formula=(f"{n_comm} communicator(s) x {ch} channels x 2 (send, recv) x NCCL_BUFFSIZE "
+                 f"{buffsize // MIB if buffsize >= MIB else buffsize} {'MiB' if buffsize >= MIB else 'B'} x "
+                 f"{NCCL_PROTOCOL_BUFFERS} protocols" + (" (NCCL_BUFFSIZE from the environment)"
+                                                          if env.get("NCCL_BUFFSIZE") else "")),
+        source="NCCL User Guide, Environment Variables: NCCL_BUFFSIZE (default 4194304), NCCL_MAX_NCHANNELS"))
+
+    expandable = "expandable_segments:true" in str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")).replace(" ", "").lower()
+    f, f_lo, f_hi = (0.03, 0.01, 0.10) if expandable else (0.10, 0.03, 0.25)
+    terms.append(OverheadTerm(
+        "allocator", "allocator reserve and fragmentation", math.ceil(peak_bytes * f), math.ceil(peak_bytes * f_lo),
+        math.ceil(peak_bytes * f_hi),
+        formula=f"{f:.0%} of the tracked peak (band {f_lo:.0%}-{f_hi:.0%})"
+                + ("; expandable_segments on" if expandable else ""),
+        source="PyTorch docs, CUDA semantics - memory management (caching allocator, expandable_segments); "
+               "fractions assumed, not yet calibrated on a GPU"))
+
+    terms.append(OverheadTerm(
+        "deepspeed", "DeepSpeed extras beyond the ledger", 0, 0, 0,
+        formula="none known: the ledger itemises DeepSpeed's buffers",
+        source="deepspeed/runtime/zero/*.py (the ledger's workspace items)"))
+
+    out = []
+    for t in terms:
+        if t.key in overrides:
+            b = int(overrides[t.key])
+            t = OverheadTerm(t.key, t.name, b, b, b, f"given: {b:,} bytes", "--runtime-overhead", overridden=True)
+        out.append(t)
+    return out
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    """``--runtime-overhead`` value: ``TERM=SIZE[,TERM=SIZE...]`` (e.g. ``cuda_context=600MiB,nccl=1GiB``)
+    or one SIZE for the whole overhead (put on ``cuda_context``, the others set to 0).
+    Raises :class:`OverheadError` naming the bad part."""
+    from advisor.units import parse_size
+
+    text = (text or "").strip()
+    if not text:
+        raise OverheadError("--runtime-overhead: empty value")
+    try:
+        if "=" not in text:
+            total = parse_size(text)
+            return {"cuda_context": total, "nccl": 0, "allocator": 0, "deepspeed": 0}
+        out = {}
+        for part in text.split(","):
+            k, _, v = part.partition("=")
+            out[k.strip()] = parse_size(v.strip())
+        return out
+    except ValueError as e:
+        raise OverheadError(f"--runtime-overhead: {e}") from None
+
+
+Verdict = str  # "fits" | "tight" | "does not fit" | "unknown"
+
+
+def verdict(capacity: int | None, tracked_peak: int, terms: list[OverheadTerm]) -> tuple[Verdict, int | None, int]:
+    """(verdict, headroom, uncertainty) for one accelerator.
+
+    need = tracked peak + the terms' defaults; headroom = capacity - need; uncertainty = the
+    terms' upper excess (sum of high - default). "does not fit" when headroom < 0, "tight" when
+    0 <= headroom < uncertainty, else "fits"; "unknown" without a capacity."""
+    need = tracked_peak + sum(t.bytes for t in terms)
+    unc = sum(t.high - t.bytes for t in terms)
+    if capacity is None:
+        return "unknown", None, unc
+    head = capacity - need
+    return ("does not fit" if head < 0 else "tight" if head < unc else "fits"), head, unc

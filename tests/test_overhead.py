@@ -1,0 +1,72 @@
+"""The runtime-overhead model against the figures it cites (advisor/cluster/overhead.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.cluster.overhead import (MIB, OverheadError, communicators, parse_overrides, runtime_overhead,
+                                      verdict)
+
+
+def _t(terms, key):
+    return next(t for t in terms if t.key == key)
+
+
+def test_cuda_context_band_holds_the_cited_figures():
+    # pytorch/pytorch#107667: ~300 MB with lazy loading (CUDA >= 11.7); #109888: ~400 MB; eager: >1000 MB
+    lazy = _t(runtime_overhead(0, env={}), "cuda_context")
+    assert lazy.low <= 300e6 and 400e6 <= lazy.high and lazy.low <= lazy.bytes <= lazy.high
+    eager = _t(runtime_overhead(0, env={"CUDA_MODULE_LOADING": "EAGER"}), "cuda_context")
+    assert eager.bytes >= 1000 * MIB and eager.bytes > lazy.high - 1
+
+
+def test_nccl_buffers_by_hand():
+    # NCCL_BUFFSIZE default 4 MiB; 16 channels; send+recv; Simple+LL128: 2*16*4MiB*2 = 256 MiB per communicator
+    one = _t(runtime_overhead(0, world_size=8, env={}), "nccl")
+    assert one.bytes == 2 * 16 * 4 * MIB * 2 == 256 * MIB
+    three = _t(runtime_overhead(0, world_size=64, tensor_parallel=8, pipeline_parallel=2, env={}), "nccl")
+    assert three.bytes == 3 * 256 * MIB
+    assert _t(runtime_overhead(0, world_size=1, env={}), "nccl").bytes == 0  # no communicator on one rank
+    env = {"NCCL_BUFFSIZE": str(8 * MIB), "NCCL_MAX_NCHANNELS": "8"}
+    set_ = _t(runtime_overhead(0, world_size=8, env=env), "nccl")
+    assert set_.bytes == 2 * 8 * 8 * MIB * 2 and "environment" in set_.formula
+
+
+def test_communicators():
+    assert [communicators(1), communicators(8), communicators(16, 2), communicators(16, 2, 2)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("env,frac", [({}, 0.10), ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, 0.03)])
+def test_allocator_fraction(env, frac):
+    a = _t(runtime_overhead(10**10, env=env), "allocator")
+    assert a.bytes == int(10**10 * frac) and a.low < a.bytes < a.high
+
+
+def test_bad_environment_is_named():
+    with pytest.raises(OverheadError, match="NCCL_BUFFSIZE"):
+        runtime_overhead(0, world_size=2, env={"NCCL_BUFFSIZE": "lots"})
+    with pytest.raises(OverheadError, match="NCCL_MAX_NCHANNELS"):
+        runtime_overhead(0, world_size=2, env={"NCCL_MAX_NCHANNELS": "0"})
+
+
+def test_overrides():
+    assert parse_overrides("cuda_context=600MiB,nccl=1GiB") == {"cuda_context": 600 * MIB, "nccl": 1 << 30}
+    assert sum(parse_overrides("2GiB").values()) == 2 << 30
+    terms = runtime_overhead(10**9, world_size=8, env={}, overrides={"nccl": 1 << 30})
+    n = _t(terms, "nccl")
+    assert (n.bytes, n.low, n.high, n.overridden) == (1 << 30, 1 << 30, 1 << 30, True)
+    with pytest.raises(OverheadError):
+        parse_overrides("nccl=80")  # no unit
+    with pytest.raises(OverheadError):
+        runtime_overhead(0, overrides={"cudnn": 1})
+
+
+def test_verdict_levels():
+    terms = runtime_overhead(10 * 10**9, world_size=8, env={})
+    need = 10 * 10**9 + sum(t.bytes for t in terms)
+    unc = sum(t.high - t.bytes for t in terms)
+    assert verdict(need - 1, 10 * 10**9, terms)[0] == "does not fit"
+    assert verdict(need, 10 * 10**9, terms)[0] == "tight"
+    assert verdict(need + unc - 1, 10 * 10**9, terms)[0] == "tight"
+    assert verdict(need + unc, 10 * 10**9, terms)[0] == "fits"
+    assert verdict(None, 1, terms)[0] == "unknown"
