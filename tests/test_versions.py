@@ -143,6 +143,7 @@ def test_lint_does_not_import_deepspeed_to_find_the_version(tmp_path):
     assert out.strip().endswith("CLEAN")
 
 
+@pytest.mark.engine  # slow (parses 15 releases); runs in the full suite with the engine tests
 def test_drift_the_table_is_what_the_sdists_give():
     """Regenerate the table from the sdists and compare it with the checked-in one."""
     for r in gen.RELEASES:
@@ -157,7 +158,7 @@ OLD = "0.14.5"
 @pytest.fixture(scope="module")
 def old_deepspeed(tmp_path_factory):
     """DeepSpeed 0.14.5 installed into its own folder (no ops built), importable beside torch 2.13."""
-    target = Path(os.environ.get("DS_ADVISOR_OLD_DS") or tmp_path_factory.mktemp("ds0145"))
+    target = Path(os.environ.get("DS_ADVISOR_OLD_DS") or SDISTS / f"installed-{OLD}")  # kept: installs once
     if not (target / "deepspeed").is_dir():
         tgz = _fetch(OLD).parent / f"deepspeed-{OLD}.tar.gz"
         r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -178,6 +179,7 @@ def _old_accepts(target: Path, zero: dict) -> tuple[bool, str]:
     return "ACCEPTED" in p.stdout, p.stdout
 
 
+@pytest.mark.engine  # imports a real (older) DeepSpeed
 @pytest.mark.parametrize("key,value", [("zenflow", {}), ("module_granularity_threshold", 0), ("mics_shard_size", 8),
                                        ("zero_hpz_partition_size", 8), ("leaf_module", {})])
 def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_deepspeed, key, value):
