@@ -22,7 +22,8 @@ FAIL_ON = ("error", "warning", "info", "never")
 
 
 def _fail(message: str) -> "click.exceptions.Exit":
-    click.echo(f"ds-advisor: {message}", err=True)
+    from advisor.render.escape import safe_text
+    click.echo(safe_text(f"ds-advisor: {message}"), err=True)
     return click.exceptions.Exit(EXIT_USAGE)
 
 
@@ -607,13 +608,12 @@ def run() -> None:
     except SystemExit:
         raise
     except AdvisorError as e:
-        click.echo(f"ds-advisor: {e}", err=True)
+        _fail(str(e))
         sys.exit(e.exit_code)
     except Exception as e:  # noqa: BLE001 - the contract is: no traceback for any input
         if os.environ.get("DS_ADVISOR_DEBUG"):
             raise
-        click.echo(f"ds-advisor: internal error: {type(e).__name__}: {e} (set DS_ADVISOR_DEBUG=1 for details)",
-                   err=True)
+        _fail(f"internal error: {type(e).__name__}: {e} (set DS_ADVISOR_DEBUG=1 for details)")
         sys.exit(EXIT_USAGE)
 
 
@@ -700,6 +700,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
     from advisor.config import hf as hfmod
     from advisor.findings import sort_findings
+    from advisor.render.escape import safe_text
 
     try:
         text = None
@@ -739,7 +740,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
     click.echo(json.dumps(finite(res.config), indent=2))
     for f in sort_findings(res.findings):
         where = f"{f.file}:{f.line}" if f.file and f.line else (f.pointer or "/")
-        click.echo(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""), err=True)
+        click.echo(safe_text(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")),
+                   err=True)
     if show_filled:
         for k, (old, new, who) in res.filled.items():
             click.echo(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})", err=True)

@@ -136,8 +136,9 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
     with _sigterm_raises():
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{base}.ds-advisor-{os.getpid()}.", suffix=".tmp", dir=folder)
+            from advisor.render.escape import escape_surrogates
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
+                fh.write(escape_surrogates(text))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o644)

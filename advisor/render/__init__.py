@@ -100,4 +100,5 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     params = inspect.signature(fn).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         options = {k: v for k, v in options.items() if k in params}
-    return fn(result, **options)
+    from advisor.render.escape import escape_surrogates
+    return escape_surrogates(fn(result, **options))  # a key's lone surrogate never fails to print

@@ -46,14 +46,7 @@ def lint_json(results: list[FileResult], release: "Release | None" = None) -> st
     }, indent=2)
 
 
-_UNSAFE = {c: f"\\x{c:02x}" for c in list(range(0, 32)) + [127] if c not in (9, 10)}
-
-
-def safe_text(text: str) -> str:
-    """Text that is safe to print on any terminal: control characters (ANSI escape sequences
-    a config key could carry) shown escaped, and lone surrogates (which hjson, like DeepSpeed,
-    accepts in keys) as \\udXXXX instead of failing to encode."""
-    return text.translate(_UNSAFE).encode("utf-8", "backslashreplace").decode("utf-8")
+from advisor.render.escape import safe_text  # noqa: E402,F401  (the one escaping helper)
 
 
 def _use_color(stream: IO[str]) -> bool:

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from advisor import DEEPSPEED_VERSION, __version__
 from advisor.findings import Finding
+from advisor.render.escape import escape_surrogates
 
 if TYPE_CHECKING:
     from advisor.render.lint import FileResult
@@ -82,7 +83,7 @@ def artifact_uri(path: str, cwd: str | None = None) -> tuple[str, str | None] | 
 
 def _fingerprint(f: Finding, uri: str | None) -> str:
     key = "\0".join((f.code, uri or "", f.pointer))
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(escape_surrogates(key).encode("utf-8")).hexdigest()[:32]
 
 
 def sarif_result(f: Finding, rule_index: dict[str, int], default_file: str | None = None,
