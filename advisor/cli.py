@@ -32,7 +32,8 @@ def _expand_paths(paths: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     for p in paths:
         if p != "-" and os.path.isdir(p):
-            kids = sorted(str(c) for c in Path(p).iterdir() if c.is_file() and c.suffix.lower() in CONFIG_SUFFIXES)
+            kids = sorted(str(c) for c in Path(p).iterdir()  # special files too: each gets its error line
+                          if not c.is_dir() and c.suffix.lower() in CONFIG_SUFFIXES)
             out.extend(kids)
         else:
             out.append(p)
@@ -451,10 +452,8 @@ def main() -> None:
 @_trainer_options
 def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
-    from advisor.errors import ConfigLoadError
     from advisor.findings import SEVERITY_RANK, worst
-    from advisor.views.lint import lint_config
-    from advisor.config.loading import load_config
+    from advisor.views.lint import lint_path
     from advisor.render import render
     from advisor.render.lint import FileResult
 
@@ -473,15 +472,11 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
     if not files:
         raise _fail(f"no config files ({', '.join(CONFIG_SUFFIXES)}) in {', '.join(paths)}")
     results: list[FileResult] = []
-    for p in files:
-        try:
-            loaded = load_config(p)
-        except ConfigLoadError as e:
-            results.append(FileResult(file=p, error=str(e)))
-            continue
-        results.append(FileResult(file=loaded.source, findings=lint_config(
-            loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=hf or bool(trainer_args),
-            select=codes, trainer_args=_targs(trainer_args, hidden_size), release=release)))
+    for p in files:  # one bad file is an error line or an X001 finding; the others' results are kept
+        source, found, error = lint_path(p, world_size=ws, world_size_source=ws_src, inventory=inv,
+                                         hf=hf or bool(trainer_args), select=codes,
+                                         trainer_args=_targs(trainer_args, hidden_size), release=release)
+        results.append(FileResult(file=source, error=error) if error else FileResult(file=source, findings=found))
     click.echo(render("lint", fmt, results, release=release))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)

@@ -126,6 +126,13 @@ def _where(path: list[Any]) -> str:
     return ".".join(str(p) for p in path) if path else "the top level"
 
 
+def _shown(value) -> str:
+    """A config value for a message: its JSON, cut to 60 characters (an array of a million
+    elements is not echoed whole)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else f"{text[:60]}... ({len(text)} characters)"
+
+
 def _describe(s: dict[str, Any]) -> str:
     """Short description of what a (sub)schema accepts."""
     if "const" in s:
@@ -239,7 +246,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
                 out.extend(_map_error(e, hf))
             if out:
                 return out
-        return [emit("S003", "error", ptr, f"{where} is {json.dumps(inst)}; expected {_describe(sch)}",
+        return [emit("S003", "error", ptr, f"{where} is {_shown(inst)}; expected {_describe(sch)}",
                         f"set {key} to {_describe(sch)}")]
 
     if v == "type":
@@ -248,7 +255,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
             ok, coerced = _lax(inst, expected)
             if ok:
                 return [emit("S003", "warning", ptr,
-                                f"{where} is {json.dumps(inst)}, not {_describe({'type': expected})}; DeepSpeed's "
+                                f"{where} is {_shown(inst)}, not {_describe({'type': expected})}; DeepSpeed's "
                                 f"config parser coerces it to {json.dumps(coerced)}",
                                 f"write {json.dumps(coerced)}")]
             consequence = "DeepSpeed 0.19.8 rejects it at deepspeed.initialize (pydantic ValidationError)"
@@ -261,7 +268,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
         if isinstance(inst, str) and inst.rstrip().endswith(",") and len(inst) > 1:
             consequence += " (an unquoted HJSON value runs to the end of the line, trailing comma included)"
         return [emit("S003", "error", ptr,
-                        f"{where} is {json.dumps(inst)}, expected {_describe({'type': expected})}"
+                        f"{where} is {_shown(inst)}, expected {_describe({'type': expected})}"
                         + (f": {consequence}" if consequence else ""),
                         f"set {key} to {_describe(sch)}")]
 
@@ -270,7 +277,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
         consequence = ("DeepSpeed 0.19.8 rejects it at deepspeed.initialize" if ctx == "pydantic"
                        else "DeepSpeed does not accept it")
         return [emit("S004", "error", ptr,
-                        f"{where} is {json.dumps(inst)}, expected {_describe(sch)}: {consequence}",
+                        f"{where} is {_shown(inst)}, expected {_describe(sch)}: {consequence}",
                         f"set {key} to {_describe(sch)}")]
 
     return [emit("S003", "error", ptr, f"{where}: {err.message}", "")]

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import TYPE_CHECKING
 
 from advisor.config.effective import effective_config
@@ -74,5 +76,59 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
         if k in seen or (f.code in ("S001", "S002") and f.pointer in specific):
             continue
         seen.add(k)
-        out.append(f.located(loaded.positions, loaded.source))
-    return sort_findings(out)
+        out.append(f)
+    return sort_findings(f.located(loaded.positions, loaded.source) for f in fold_array_findings(out))
+
+
+#: Findings of one rule about elements of one array, kept one by one; the rest are folded.
+MAX_PER_ARRAY = 5
+_ELEMENT = re.compile(r"^(?P<parent>.*)/(?P<index>\d+)(?P<rest>(/.*)?)$")
+
+
+def fold_array_findings(findings: list[Finding], keep: int = MAX_PER_ARRAY) -> list[Finding]:
+    """At most ``keep`` findings per (rule, array, path inside the element): a large array with
+    the same problem in every element gives ``keep`` findings and one more saying how many
+    elements were left out (pointing at the array), not one finding per element."""
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    out: list[Finding] = []
+    for f in findings:
+        m = _ELEMENT.match(f.pointer)
+        if m is None:
+            out.append(f)
+            continue
+        groups.setdefault((f.code, m.group("parent"), m.group("rest")), []).append(f)
+    for (code, parent, rest), fs in groups.items():
+        out.extend(fs[:keep])
+        if len(fs) > keep:
+            first = fs[0]
+            out.append(Finding(code, first.severity, parent,
+                               f"{len(fs) - keep} more element(s) of {parent or '/'} have the same problem "
+                               f"(at .../{'N' + rest}); the first {keep} are listed", fix=first.fix,
+                               data={"folded": len(fs) - keep}))
+    return out
+
+
+def lint_path(path: str, **kwargs) -> tuple[str, list[Finding], str | None]:
+    """Load and lint one input of a batch: (source, findings, error).
+
+    ``error`` is the one-line load error (the file is unreadable: no findings). An exception
+    inside a rule does not end the batch: it becomes an X001 error finding for this file
+    (with DS_ADVISOR_DEBUG set it is raised instead). ``kwargs`` go to :func:`lint_config`."""
+    from advisor.config.loading import load_config
+    from advisor.config.validation import shown
+    from advisor.errors import AdvisorError
+
+    try:
+        loaded = load_config(path)
+    except AdvisorError as e:
+        return path, [], str(e)
+    try:
+        return loaded.source, lint_config(loaded, **kwargs), None
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - one bad file must not lose the batch
+        if os.environ.get("DS_ADVISOR_DEBUG"):
+            raise
+        msg = f"internal error while linting this file: {type(e).__name__}: {shown(str(e))[1:-1]}"
+        return loaded.source, [Finding("X001", "error", "", msg, fix="report this file to ds-advisor "
+                                       "(DS_ADVISOR_DEBUG=1 shows the traceback)", file=loaded.source)], None
