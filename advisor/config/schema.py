@@ -193,6 +193,10 @@ def _lax(value: Any, expected: Any) -> tuple[bool, Any]:
     return False, None
 
 
+#: Unknown keys of one object reported one by one (each with a did-you-mean); the rest are folded.
+MAX_UNKNOWN_KEYS = 50
+
+
 def _map_error(err, hf: bool) -> list[Finding]:
     path = list(err.absolute_path)
     ptr = pointer(*path)
@@ -205,7 +209,15 @@ def _map_error(err, hf: bool) -> list[Finding]:
         if sec is None or not isinstance(inst, dict):
             return [emit("S002", "warning", ptr, f"unexpected keys at {_where(path)}", "")]
         props = sch.get("properties") or {}
-        return [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict")) for k in inst if k not in props]
+        unknown = [k for k in inst if k not in props]
+        out = [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict")) for k in unknown[:MAX_UNKNOWN_KEYS]]
+        if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: did-you-mean costs one search per key
+            rest = len(unknown) - MAX_UNKNOWN_KEYS
+            first = out[0]
+            out.append(Finding(first.code, first.severity, ptr, f"{rest} more unknown key(s) at {_where(path)} "
+                               f"(the first {MAX_UNKNOWN_KEYS} are listed)", "remove the keys DeepSpeed does not read",
+                               data={"folded": rest}))
+        return out
 
     if v == "not":
         removed = sch.get("x-ds-removed")

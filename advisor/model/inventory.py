@@ -17,11 +17,18 @@ Sources of an inventory:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from advisor.config.validation import shown
+
+#: Largest tensor an inventory may list (elements): 2^48, far above any real parameter.
+MAX_TENSOR_NUMEL = 1 << 48
+#: Most tensors an inventory may list (bounded work).
+MAX_TENSORS = 2_000_000
 from advisor.errors import ModelSpecError
 
 
@@ -40,8 +47,9 @@ class TensorSpec:
     group: int = 0
     dtype: str | None = None
 
-    @property
+    @functools.cached_property
     def numel(self) -> int:
+        """Elements (the product of the shape; computed once: the ledger asks for it often)."""
         return math.prod(self.shape) if self.shape else 1
 
 
@@ -127,13 +135,18 @@ def from_dict(d: Any, source: str) -> Inventory:
     if not isinstance(d, dict) or not isinstance(d.get("tensors"), list) or not d["tensors"]:
         raise ModelSpecError(f"{source}: an inventory needs a non-empty 'tensors' list")
     out: list[TensorSpec] = []
+    if len(d["tensors"]) > MAX_TENSORS:
+        raise ModelSpecError(f"{source}: /tensors: {len(d['tensors'])} tensors, over the limit {MAX_TENSORS}")
     for i, t in enumerate(d["tensors"]):
         where = f"{source}: /tensors/{i}"
         if not isinstance(t, dict):
             raise ModelSpecError(f"{where}: expected an object")
         shape = t.get("shape")
-        if (not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in shape)):
-            raise ModelSpecError(f"{where}/shape: expected a list of positive integers, got {shape!r}")
+        if (not isinstance(shape, list) or len(shape) > 8
+                or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TENSOR_NUMEL for x in shape)
+                or math.prod(shape) > MAX_TENSOR_NUMEL):
+            raise ModelSpecError(f"{where}/shape: expected a list of at most 8 positive integers with a product of at "
+                                 f"most {MAX_TENSOR_NUMEL}, got {shown(shape)}")
         trainable = t.get("trainable", True)
         group = t.get("group", 0)
         if not isinstance(trainable, bool):

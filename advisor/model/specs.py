@@ -31,6 +31,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from advisor.config.validation import shown
 from advisor.errors import ModelSpecError
 from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
@@ -166,6 +167,17 @@ def _posint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
+#: Documented limits of a model spec (bounded work: the inventory has one entry per tensor).
+MAX_LAYERS = 100_000
+#: Largest width (hidden, intermediate, vocab, heads, head_dim, ...) and sequence length.
+MAX_DIM = 1 << 24
+MAX_SEQ_LEN = 1 << 26
+#: Most routed experts per layer.
+MAX_EXPERTS = 1 << 12
+#: Most layer x expert blocks (per-expert layouts have tensors per expert per layer).
+MAX_LAYER_EXPERTS = 1 << 20
+
+
 def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
     """Raise ModelSpecError (one line naming ``source`` or the spec's name) when the
     architecture is inconsistent: unknown family, non-positive sizes, heads not dividing,
@@ -176,15 +188,28 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
         return ModelSpecError(f"{where}: {msg}")
 
     if spec.family not in FAMILIES:
-        raise bad(f"unsupported family {spec.family!r}; supported: {', '.join(FAMILIES)}")
+        raise bad(f"unsupported family {shown(spec.family)}; supported: {', '.join(FAMILIES)}")
     for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size", "max_seq_len"):
         if not _posint(getattr(spec, k)):
-            raise bad(f"{k} must be a positive integer, got {getattr(spec, k)!r}")
+            raise bad(f"{k} must be a positive integer, got {shown(getattr(spec, k))}")
+    for k, hi in (("num_layers", MAX_LAYERS), ("hidden_size", MAX_DIM), ("num_heads", MAX_DIM),
+                  ("intermediate_size", MAX_DIM), ("vocab_size", MAX_DIM), ("max_seq_len", MAX_SEQ_LEN),
+                  ("num_kv_heads", MAX_DIM), ("head_dim", MAX_DIM), ("moe_intermediate_size", MAX_DIM),
+                  ("shared_expert_intermediate_size", MAX_DIM), ("q_lora_rank", MAX_DIM), ("kv_lora_rank", MAX_DIM),
+                  ("qk_nope_head_dim", MAX_DIM), ("qk_rope_head_dim", MAX_DIM), ("v_head_dim", MAX_DIM),
+                  ("num_experts", MAX_EXPERTS), ("experts_per_token", MAX_EXPERTS),
+                  ("num_shared_experts", MAX_EXPERTS), ("mtp_layers", MAX_LAYERS)):
+        v = getattr(spec, k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > hi:
+            raise bad(f"{k} is {v}, over the limit {hi} (refused: the inventory would not be bounded)")
+    if spec.num_layers * (1 + spec.num_experts) > MAX_LAYER_EXPERTS:
+        raise bad(f"num_layers x num_experts = {spec.num_layers * spec.num_experts} is over the limit "
+                  f"{MAX_LAYER_EXPERTS}")
     for k in ("num_kv_heads", "head_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
               "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         v = getattr(spec, k)
         if v is not None and not _posint(v):
-            raise bad(f"{k} must be a positive integer or absent, got {v!r}")
+            raise bad(f"{k} must be a positive integer or absent, got {shown(v)}")
     for k in ("attention_dropout", "residual_dropout", "embedding_dropout"):
         v = getattr(spec, k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
@@ -192,7 +217,7 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
     for k in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers"):
         v = getattr(spec, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise bad(f"{k} must be a non-negative integer, got {v!r}")
+            raise bad(f"{k} must be a non-negative integer, got {shown(v)}")
     for k, allowed in (("norm", ("rmsnorm", "layernorm")), ("mlp", ("gated", "plain")),
                        ("position_embedding", ("rope", "learned", "alibi")),
                        ("expert_layout", ("fused", "per_expert"))):
