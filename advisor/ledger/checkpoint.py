@@ -75,14 +75,23 @@ class CkptFile:
     parts: dict[str, int] = field(default_factory=dict)
     readers: int = 1
     formula: str = ""
+    #: Ranks writing one such file each: ``rank``, ``rank + stride``, ... (``count`` of them). Above
+    #: :data:`LIST_RANKS_UP_TO` data-parallel ranks the per-rank files are one entry with
+    #: ``count`` > 1 and ``{r}`` in ``path`` for the data-parallel rank (bounded work: O(roles),
+    #: not O(ranks)); ``bytes`` is then per file.
+    count: int = 1
+    stride: int = 1
 
     @property
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "rank": self.rank, "bytes": self.bytes, "kind": self.kind,
-                "parts": dict(self.parts), "readers": self.readers, "formula": self.formula}
+        d = {"name": self.name, "path": self.path, "rank": self.rank, "bytes": self.bytes, "kind": self.kind,
+             "parts": dict(self.parts), "readers": self.readers, "formula": self.formula}
+        if self.count > 1:
+            d.update(count=self.count, rank_stride=self.stride)
+        return d
 
 
 @dataclass
@@ -95,18 +104,41 @@ class FilesResult:
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.bytes for f in self.files)
+        return sum(f.bytes * f.count for f in self.files)
 
     @property
     def read_bytes(self) -> int:
         """Bytes read on a restart at the same world size: each file times its readers."""
-        return sum(f.bytes * f.readers for f in self.files)
+        return sum(f.bytes * f.readers * f.count for f in self.files)
+
+    @property
+    def each_rank_bytes(self) -> int:
+        """Bytes every data-parallel rank writes through the grouped (``count`` > 1) entries; they
+        all cover the same ranks, by construction of :func:`checkpoint_files`."""
+        return sum(f.bytes for f in self.files if f.count > 1)
 
     def per_rank_bytes(self) -> dict[int, int]:
+        """Bytes per writing rank. With grouped entries (more than LIST_RANKS_UP_TO ranks), only
+        the ranks that also write a file of their own are keys; every other rank writes
+        :attr:`each_rank_bytes`."""
         out: dict[int, int] = {}
         for f in self.files:
-            out[f.rank] = out.get(f.rank, 0) + f.bytes
+            if f.count == 1:
+                out[f.rank] = out.get(f.rank, 0) + f.bytes
+        g = self.each_rank_bytes
+        if g:
+            out = {r: b + g for r, b in out.items()}
+            first = next(f for f in self.files if f.count > 1)
+            for r in (first.rank, first.rank + first.stride):  # a representative plain rank
+                if r not in out:
+                    out[r] = g
+                    break
         return out
+
+
+#: Up to this many data-parallel ranks every per-rank file is listed; above, one entry per kind
+#: stands for all ranks (``CkptFile.count``), so a million ranks cost what eight do.
+LIST_RANKS_UP_TO = 256
 
 
 def _step_bytes(basic: str) -> int:
@@ -209,29 +241,35 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
                 formula += " + frozen_param_fragments (a CPU copy on GPU nodes; aliases the module on CPU)"
         files.append(CkptFile(f"{d}/mp_rank_00_model_states.pt", 0, sum(parts.values()), "model_states", parts,
                               readers=cluster.world_size, formula=formula))
-        for r in range(W):
+        grouped = W > LIST_RANKS_UP_TO
+        for r in range(1 if grouped else W):
             P_sum = sum(P for P, _ in Ps)
             oparts = {"fp32_partition": P_sum * 4, "optimizer_state": k * P_sum * 4, "step": s * len(Ps)}
             files.append(CkptFile(
-                f"{d}/{pfx}zero_pp_rank_{r}_mp_rank_00_optim_states.pt", r * _mp(cluster), sum(oparts.values()),
-                "optim_states", oparts,
+                f"{d}/{pfx}zero_pp_rank_{'{r}' if grouped else r}_mp_rank_00_optim_states.pt", r * _mp(cluster),
+                sum(oparts.values()), "optim_states", oparts,
                 formula=(f"fp32 partition P x 4 + {k} x P x 4 moments + step; P = N_pad / W = {P_sum} "
-                         f"(written padded: the un-padded fp32 view keeps its whole storage)")))
+                         f"(written padded: the un-padded fp32 view keeps its whole storage)"),
+                count=W if grouped else 1, stride=_mp(cluster)))
     else:  # stage 3
         oo_nvme = ec.offload_optimizer_effective == "nvme"
         swap_min = swap_threshold_bytes(ec)
         k_al = aio_alignment_elems(ec, 4)
         sgs = zero3_sub_groups(inv, W, z.sub_group_size)
         frozen_part = sum(zero3_partition_numel(t.numel, W) for t in frozen) * D
-        for r in range(W):
+        grouped = W > LIST_RANKS_UP_TO
+        n_of, stride = (W, _mp(cluster)) if grouped else (1, 1)
+        for r in range(1 if grouped else W):
             rank = r * _mp(cluster)
+            rid = "{r}" if grouped else str(r)
+            rdir = "rank{r:02d}" if grouped else f"rank{rank:02d}"
             mparts = {"module": 0}
             if frozen_part:
                 mparts["frozen_param_fragments"] = frozen_part
-            files.append(CkptFile(f"{d}/zero_pp_rank_{r}_mp_rank_00_model_states.pt", rank, sum(mparts.values()),
+            files.append(CkptFile(f"{d}/zero_pp_rank_{rid}_mp_rank_00_model_states.pt", rank, sum(mparts.values()),
                                   "model_states", mparts,
                                   formula="module state_dict of partitioned placeholders: 0 tensor bytes"
-                                  + (" + frozen partitions p_i x D" if frozen_part else "")))
+                                  + (" + frozen partitions p_i x D" if frozen_part else ""), count=n_of, stride=stride))
             in_pt = 0
             nsub_pt = 0
             swapped: list[CkptFile] = []
@@ -241,15 +279,16 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
                     first, last = sg.tensors[0], sg.tensors[-1]
                     a = align_up(S, k_al) * 4
                     for nm in (f"{first}_{last}", f"exp_avg-{first}_{last}", f"exp_avg_sq-{first}_{last}"):
-                        swapped.append(CkptFile(f"{d}/offloaded_tensors/rank{rank:02d}/{nm}.tensor.swp", rank, a,
+                        swapped.append(CkptFile(f"{d}/offloaded_tensors/{rdir}/{nm}.tensor.swp", rank, a,
                                                 "offloaded_tensors", {"swap_file": a},
-                                                formula=f"A_{k_al}(S_k) x 4 = A_{k_al}({S}) x 4 (copy of the swap file)"))
+                                                formula=f"A_{k_al}(S_k) x 4 = A_{k_al}({S}) x 4 (copy of the swap file)",
+                                                count=n_of, stride=stride))
                 else:
                     in_pt += S
                     nsub_pt += 1
             oparts = {"fp32_flat_groups": in_pt * 4, "optimizer_state": k * in_pt * 4, "step": s * nsub_pt}
-            files.append(CkptFile(f"{d}/{pfx}zero_pp_rank_{r}_mp_rank_00_optim_states.pt", rank, sum(oparts.values()),
-                                  "optim_states", oparts,
+            files.append(CkptFile(f"{d}/{pfx}zero_pp_rank_{rid}_mp_rank_00_optim_states.pt", rank, sum(oparts.values()),
+                                  "optim_states", oparts, count=n_of, stride=stride,
                                   formula=(f"per sub-group S_k x 4 fp32 flat + {k} x S_k x 4 moments + step, "
                                            f"sum S_k = {in_pt}" + (" (swapped sub-groups are in offloaded_tensors/)"
                                                                    if swapped else ""))))
@@ -424,7 +463,7 @@ class CheckpointPlan:
     def kept_bytes(self) -> int:
         """Files under the tag folder times ``keep``, plus the files directly in save_dir once
         (``latest``, the recovery scripts: overwritten by every save)."""
-        tagged = sum(x.bytes for x in self.files.files if "/" in x.path)
+        tagged = sum(x.bytes * x.count for x in self.files.files if "/" in x.path)
         return tagged * self.keep + (self.per_save_bytes - tagged)
 
     @property
@@ -471,10 +510,20 @@ class CheckpointPlan:
     def node_bytes_per_save(self) -> int:
         """Bytes the busiest node writes per save: the files of its ranks (rank r on node
         r // ranks_per_node) summed; a node-local tier takes these."""
+        rpn = max(1, self.ranks_per_node)
         per_node: dict[int, int] = {}
-        for r, b in self.files.per_rank_bytes().items():
-            n = r // max(1, self.ranks_per_node)
-            per_node[n] = per_node.get(n, 0) + b
+        for f in self.files.files:
+            if f.count == 1:
+                per_node[f.rank // rpn] = per_node.get(f.rank // rpn, 0) + f.bytes
+                continue
+            # grouped: ranks rank + i x stride, i < count; how many land on each node, in O(nodes touched)
+            first_node, last_node = f.rank // rpn, (f.rank + (f.count - 1) * f.stride) // rpn
+            for n in {first_node, first_node + 1, last_node} | set(per_node):
+                lo, hi = max(n * rpn, f.rank), min((n + 1) * rpn, f.rank + f.count * f.stride) - 1
+                if hi >= lo:
+                    k = (hi - f.rank) // f.stride - -(-(lo - f.rank) // f.stride) + 1
+                    if k > 0:
+                        per_node[n] = per_node.get(n, 0) + k * f.bytes
         return max(per_node.values(), default=0)
 
     def interval(self) -> tuple[float | None, str | None]:

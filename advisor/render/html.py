@@ -387,6 +387,8 @@ def group_checkpoint_files(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "readers": f.get("readers"), "formula": f.get("formula", "")}
         else:
             row["ranks"].append(f.get("rank"))
+        if f.get("count", 1) > 1:  # one entry standing for many ranks (checkpoint.LIST_RANKS_UP_TO)
+            rows[key]["span"] = f"{f['count']} ranks ({f['rank']}, {f['rank'] + f.get('rank_stride', 1)}, ...)"
     return list(rows.values())
 
 
@@ -424,7 +426,8 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
         rows = []
         for r in group_checkpoint_files(files):
             n = len(r["ranks"])
-            who = (f"rank {r['ranks'][0]}" if n == 1 else f"ranks {_e(_rank_span(r['ranks'], 0))}")
+            who = (_e(r["span"]) if "span" in r else f"rank {r['ranks'][0]}" if n == 1
+                   else f"ranks {_e(_rank_span(r['ranks'], 0))}")
             content = "; ".join(f"{_e(k.replace('_', ' '))} {_bytes(v)}" for k, v in r["parts"].items()
                                 if isinstance(v, int)) if len(r["parts"]) > 1 else ""
             rows.append(f"<tr title='{_e(r['formula'])}'><td>{_path_html(r)}</td><td>{_e(r['kind'])}</td>"

@@ -164,7 +164,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 ct.add_column(c, justify="right" if c in ("bytes", "GiB") else "left")
             big = [f for f in ck["files"] if f["bytes"] >= 2**20]
             for f in big[:8]:
-                ct.add_row(f.get("path") or f["name"], f"rank {f['rank']}", f"{f['bytes']:,}", _fmt(f["bytes"]))
+                who = f"{f['count']} ranks, each" if f.get("count", 1) > 1 else f"rank {f['rank']}"
+                ct.add_row(f.get("path") or f["name"], who, f"{f['bytes']:,}", _fmt(f["bytes"]))
             if len(big) > 8:
                 ct.add_row(f"... {len(big) - 8} more files of the same kind", "", "", "")
             console.print(ct)
@@ -281,9 +282,10 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
         rows.setdefault(key, []).append(x)
     lines.append(f"  {'file (under save_dir)':<64} {'written by':<14} tensor bytes")
     for (pat, nbytes), xs in rows.items():
-        who = f"rank {xs[0].rank}" if len(xs) == 1 else f"{len(xs)} ranks"
+        n = sum(x.count for x in xs)
+        who = f"rank {xs[0].rank}" if n == 1 else f"{n} ranks"
         shown = xs[0].path if len(xs) == 1 else pat
-        lines.append(f"  {shown:<64} {who:<14} {_size(nbytes)}" + (" each" if len(xs) > 1 else ""))
+        lines.append(f"  {shown:<64} {who:<14} {_size(nbytes)}" + (" each" if n > 1 else ""))
     lines.append(f"  per save: {_size(plan.per_save_bytes)}; kept x{plan.keep}: {_size(plan.kept_bytes)}")
     lines.append(f"  (sizes are tensor payload; .pt files add pickle overhead of a few KB each)")
     s16 = plan.save16

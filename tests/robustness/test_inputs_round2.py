@@ -471,3 +471,30 @@ def test_temp_file_cleaned_on_signals_and_found_after_sigkill(tmp_path, sig):
     from advisor.files import write_atomic
     write_atomic(str(out), "y", force=True)  # the next run finds the orphan and removes it
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out.json"]
+
+
+@pytest.mark.parametrize("stage,device", [(1, "none"), (2, "cpu"), (3, "none"), (3, "nvme")])
+def test_checkpoint_files_grouped_above_the_listing_limit_match_the_listed_ones(monkeypatch, stage, device):
+    """Above LIST_RANKS_UP_TO ranks one entry stands for every rank's file (O(roles)); its totals,
+    largest writer and busiest node equal those of the per-rank listing (the path every
+    checkpoint test and the engine parity test check)."""
+    from advisor.config.effective import effective_config
+    from advisor.ledger import checkpoint as ck
+    from advisor.ledger.state import Cluster
+    from advisor.model.specs import resolve_model
+
+    ec = effective_config({"train_batch_size": 4096, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": stage, "offload_optimizer": {"device": device,
+                                                                                     "nvme_path": "/nvme"}}})
+    inv = resolve_model("gpt2")
+    W = ck.LIST_RANKS_UP_TO + 8
+    grouped = ck.checkpoint_plan(ec, inv, Cluster(world_size=W, gpus_per_node=8), write_bandwidth=1e9)
+    monkeypatch.setattr(ck, "LIST_RANKS_UP_TO", 1 << 30)
+    listed = ck.checkpoint_plan(ec, inv, Cluster(world_size=W, gpus_per_node=8), write_bandwidth=1e9)
+    assert len(grouped.files.files) < 20 < len(listed.files.files)
+    for attr in ("per_save_bytes", "kept_bytes"):
+        assert getattr(grouped, attr) == getattr(listed, attr)
+    assert grouped.files.read_bytes == listed.files.read_bytes
+    assert grouped.node_bytes_per_save() == listed.node_bytes_per_save()
+    lg, ll = grouped.largest_writer(), listed.largest_writer()
+    assert (lg["bytes"], lg["share"]) == (ll["bytes"], ll["share"])
