@@ -1,0 +1,103 @@
+"""Work bounds (issue 21): every command at the documented limits, in seconds and MB.
+
+Each case runs ``python -m advisor`` as a whole process and is printed next to a baseline of
+the same command on a small input measured in the same run, with the ratio, so the numbers
+mean something on a loaded machine too:
+
+* estimate, check and checkpoint at the maximum world size (2^20 ranks; ZeRO-1 and ZeRO-3)
+  vs the same at 8 ranks;
+* lint of a 100k-key config vs a 10-key one (key positions were mapped in quadratic time,
+  unknown keys searched for a did-you-mean one by one);
+* estimate of a 1e5-layer model (the most layers a model spec may have) vs 32 layers;
+* refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
+  455-byte YAML alias bomb), which must answer at once.
+
+Run: python benchmarks/bounds.py. Prints wall seconds, peak RSS (MB) and exit codes; asserts
+nothing (it is not a timed test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+#: The child reports its own peak RSS (KiB on Linux) on stderr at exit.
+CHILD = ("import atexit, resource, runpy, sys\n"
+         "atexit.register(lambda: print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))\n"
+         "sys.argv = ['ds-advisor'] + sys.argv[1:]\n"
+         "runpy.run_module('advisor', run_name='__main__')\n")
+
+
+def run(args: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MB, exit code) of ``python -m advisor ARGS``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for k in ("WORLD_SIZE", "SLURM_NTASKS", "LOCAL_WORLD_SIZE"):
+        env.pop(k, None)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", CHILD, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       env=env, check=False, text=True, errors="replace")
+    wall = time.perf_counter() - t0
+    rss = [int(x.split()[1]) for x in p.stderr.splitlines() if x.startswith("MAXRSS ")]
+    return wall, (rss[-1] / 1024 if rss else float("nan")), p.returncode
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="ds-advisor-bounds-"))
+    z1 = tmp / "z1.json"
+    z1.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": 1}}))
+    z3 = ROOT / "sample_configs" / "zero3_cpu_offload.json"
+    wide = tmp / "wide.json"
+    wide.write_text(json.dumps({"train_batch_size": 8, **{f"key_{i}": i for i in range(100_000)}}, indent=1))
+    narrow = tmp / "narrow.json"
+    narrow.write_text(json.dumps({"train_batch_size": 8, **{f"key_{i}": i for i in range(10)}}, indent=1))
+    hf = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+          "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 128}
+    deep, shallow, deeper = tmp / "deep.json", tmp / "shallow.json", tmp / "deeper.json"
+    deep.write_text(json.dumps({**hf, "num_hidden_layers": 100_000}))
+    shallow.write_text(json.dumps({**hf, "num_hidden_layers": 32}))
+    deeper.write_text(json.dumps({**hf, "num_hidden_layers": 1_000_000}))
+    rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    rows += [f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi")]
+    bomb = tmp / "bomb.yaml"
+    bomb.write_text("distributed_type: DEEPSPEED\n" + "\n".join(rows) + "\n")
+    cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
+    M = str(1 << 20)
+    cases = [
+        ("estimate ZeRO-3, 2^20 ranks", ["estimate", str(z3), "--model", "llama-3-8b", "--world-size", M],
+         ["estimate", str(z3), "--model", "llama-3-8b", "--world-size", "8"]),
+        ("estimate ZeRO-1, 2^20 ranks", ["estimate", str(z1), "--model", "llama-3-8b", "--world-size", M],
+         ["estimate", str(z1), "--model", "llama-3-8b", "--world-size", "8"]),
+        ("check ZeRO-3, 2^20 ranks", ["check", str(z3), "--model", "llama-3-8b", "--world-size", M, *cap],
+         ["check", str(z3), "--model", "llama-3-8b", "--world-size", "8", *cap]),
+        ("checkpoint ZeRO-3, 2^20 ranks", ["checkpoint", str(z3), "--model", "llama-3-8b", "--world-size", M],
+         ["checkpoint", str(z3), "--model", "llama-3-8b", "--world-size", "8"]),
+        ("checkpoint ZeRO-1, 2^20 ranks", ["checkpoint", str(z1), "--model", "llama-3-8b", "--world-size", M],
+         ["checkpoint", str(z1), "--model", "llama-3-8b", "--world-size", "8"]),
+        ("lint, 100k keys", ["lint", str(wide)], ["lint", str(narrow)]),
+        ("estimate, 1e5 layers", ["estimate", str(z3), "--model", str(deep)],
+         ["estimate", str(z3), "--model", str(shallow)]),
+        ("refuse 1e6 layers", ["estimate", str(z3), "--model", str(deeper)],
+         ["estimate", str(z3), "--model", str(shallow)]),
+        ("refuse dgx-h100:999999999", ["estimate", str(z3), "--model", "gpt2", "--hardware", "dgx-h100:999999999"],
+         ["estimate", str(z3), "--model", "gpt2", "--hardware", "dgx-h100:1"]),
+        ("refuse YAML alias bomb", ["resolve", str(bomb)], ["resolve", str(ROOT / "sample_configs" /
+                                                                     "zero3_cpu_offload.json"), "--hf"]),
+    ]
+    print(f"{'case':<32} {'s':>7} {'MB':>7} {'rc':>3}   {'baseline s':>10} {'MB':>7}   {'ratio':>6}")
+    for name, args, base in cases:
+        bs, bm, _ = run(base)
+        s, m, rc = run(args)
+        print(f"{name:<32} {s:7.2f} {m:7.0f} {rc:3d}   {bs:10.2f} {bm:7.0f}   {s / bs:6.1f}x")
+
+
+if __name__ == "__main__":
+    main()
