@@ -110,7 +110,7 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
 
 #: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
 #: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
-from advisor.config.validation import MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE  # noqa: E402
+from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE  # noqa: E402
 MAX_PARAMS = 10**16
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
@@ -749,7 +749,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
          hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
 @click.option("--nodes", type=click.IntRange(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
 @options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
-@click.option("--global-batch", type=click.IntRange(min=1), required=True,
+@click.option("--global-batch", type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
 @options("seq_len", "output", "force", "hf",
          seq_len=dict(required=True, help="Tokens per sequence."),

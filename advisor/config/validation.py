@@ -27,6 +27,8 @@ MAX_WORLD_SIZE = 1 << 20
 MAX_NODES = 1 << 16
 #: Most ranks per node (``--gpus-per-node``, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE, a spec).
 MAX_GPUS_PER_NODE = 1 << 10
+#: Largest --global-batch (sequences per step; generate factors it, in O(sqrt) time).
+MAX_GLOBAL_BATCH = 1 << 40
 #: Longest echo of a bad value in a message.
 MAX_ECHO = 60
 

@@ -500,3 +500,12 @@ def test_checkpoint_files_grouped_above_the_listing_limit_match_the_listed_ones(
     assert grouped.node_bytes_per_save() == listed.node_bytes_per_save()
     lg, ll = grouped.largest_writer(), listed.largest_writer()
     assert (lg["bytes"], lg["share"]) == (ll["bytes"], ll["share"])
+
+
+def test_generate_refuses_a_global_batch_over_the_limit():
+    """--global-batch 1e18 factored for minutes (O(sqrt) divisor search); the limit is 2^40."""
+    t0 = time.monotonic()
+    res = invoke(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                  "--global-batch", str(10 ** 18), "--seq-len", "512"])
+    assert res.exit_code == 2 and "global-batch" in res.output
+    assert time.monotonic() - t0 < 10
