@@ -26,6 +26,7 @@ Nothing here imports torch or deepspeed; jsonschema is imported on the first val
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -214,9 +215,9 @@ def _map_error(err, hf: bool) -> list[Finding]:
         if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: did-you-mean costs one search per key
             rest = len(unknown) - MAX_UNKNOWN_KEYS
             first = out[0]
-            out.append(Finding(first.code, first.severity, ptr, f"{rest} more unknown key(s) at {_where(path)} "
-                               f"(the first {MAX_UNKNOWN_KEYS} are listed)", "remove the keys DeepSpeed does not read",
-                               data={"folded": rest}))
+            out.append(dataclasses.replace(first, pointer=ptr, message=f"{rest} more unknown key(s) at "
+                                           f"{_where(path)} (the first {MAX_UNKNOWN_KEYS} are listed)",
+                                           fix="remove the keys DeepSpeed does not read", data={"folded": rest}))
         return out
 
     if v == "not":

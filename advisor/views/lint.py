@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from advisor.config.effective import effective_config
@@ -101,9 +102,9 @@ def fold_array_findings(findings: list[Finding], keep: int = MAX_PER_ARRAY) -> l
         out.extend(fs[:keep])
         if len(fs) > keep:
             first = fs[0]
-            out.append(Finding(code, first.severity, parent,
-                               f"{len(fs) - keep} more element(s) of {parent or '/'} have the same problem "
-                               f"(at .../{'N' + rest}); the first {keep} are listed", fix=first.fix,
+            out.append(replace(first, pointer=parent, line=None, column=None,
+                               message=f"{len(fs) - keep} more element(s) of {parent or '/'} have the same problem "
+                                       f"(at .../{'N' + rest}); the first {keep} are listed",
                                data={"folded": len(fs) - keep}))
     return out
 
@@ -130,5 +131,6 @@ def lint_path(path: str, **kwargs) -> tuple[str, list[Finding], str | None]:
         if os.environ.get("DS_ADVISOR_DEBUG"):
             raise
         msg = f"internal error while linting this file: {type(e).__name__}: {shown(str(e))[1:-1]}"
-        return loaded.source, [Finding("X001", "error", "", msg, fix="report this file to ds-advisor "
-                                       "(DS_ADVISOR_DEBUG=1 shows the traceback)", file=loaded.source)], None
+        from advisor.rules import emit
+        x = emit("X001", "error", "", msg, "report this file to ds-advisor (DS_ADVISOR_DEBUG=1 shows the traceback)")
+        return loaded.source, [x.located(loaded.positions, loaded.source)], None
