@@ -191,3 +191,23 @@ def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_deepspe
     flagged = any(f["code"] == "V001" and f["pointer"] == f"/zero_optimization/{key}"
                   for f in out["files"][0]["findings"])
     assert flagged == (not accepted), (key, why, out["files"][0]["findings"])
+
+
+def test_v003_and_gated_rules_follow_the_release_sources():
+    """Scheduler/optimizer names and the 0.19.3 warmup check, against the sdists' own text."""
+    src = {r: (_fetch(r) / "deepspeed/runtime/lr_schedules.py").read_text() for r in ("0.11.2", "0.12.6", "0.19.2")}
+    assert "WarmupCosineLR" not in src["0.11.2"] and "WarmupCosineLR" in src["0.12.6"]
+    cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+           "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "warmup_num_steps": 0}}}
+    assert ("V003", "/scheduler/type") in _lint(cfg, "0.11.2")
+    assert ("V003", "/scheduler/type") not in _lint(cfg, "0.12.6")
+    # warmup_num_steps 0 is refused from 0.19.3 on (L001), accepted by 0.19.2's constructor
+    assert "must be a positive integer" not in src["0.19.2"]
+    assert ("L001", "/scheduler/params/warmup_num_steps") in _lint(cfg, "0.19.3")
+    assert ("L001", "/scheduler/params/warmup_num_steps") not in _lint(cfg, "0.19.2")
+    onebit = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "OneBitAdam", "params": {"lr": 1e-4}}}
+    cfg_src = {r: (_fetch(r) / "deepspeed/runtime/config.py").read_text() for r in ("0.19.3", "0.19.8")}
+    assert "ONEBIT_ADAM_OPTIMIZER" in cfg_src["0.19.3"].split("DEEPSPEED_OPTIMIZERS = [")[1].split("]")[0]
+    assert "ONEBIT_ADAM_OPTIMIZER" not in cfg_src["0.19.8"].split("DEEPSPEED_OPTIMIZERS = [")[1].split("]")[0]
+    assert not {c for c, _ in _lint(onebit, "0.19.3")} & {"D003", "V003"}
+    assert ("D003", "/optimizer/type") in _lint(onebit, "0.19.8")

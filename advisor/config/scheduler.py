@@ -101,7 +101,7 @@ def _floatable(v: Any) -> float | None:
 
 def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
                  optimizer_lr: float | None = None, float_literals: frozenset[str] = frozenset(),
-                 json_loaded: bool = False) -> list[Problem]:
+                 json_loaded: bool = False, positive_int_check: bool = True) -> list[Problem]:
     """What ``cls(optimizer, **params)`` does for ``scheduler.type`` ``stype`` (DeepSpeed 0.19.8).
 
     ``skip``: param names not to judge (e.g. "auto" values the HF Trainer fills). ``optimizer_lr``:
@@ -110,6 +110,8 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
     int. DeepSpeed reads a config *path* with hjson, which makes them ints (accepted); the HF Trainer
     and accelerate read the file with ``json.load`` (``HfDeepSpeedConfig``), which makes them floats
     (refused): ``json_loaded`` says which one happens.
+    ``positive_int_check``: whether the release raises on a warmup_num_steps that is not a positive
+    int (True from 0.19.3: :func:`advisor.config.versions.behaviour` ``"warmup-positive-int"``).
     Returns the problems, errors first; [] for torch schedulers (their arguments are torch's).
     """
     if not isinstance(stype, str):
@@ -153,7 +155,7 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
                            + (" (the number of optimizer steps in the run)" if "total_num_steps" in missing else ""),
                            data={"missing": missing}))
     present = {k: v for k, v in params.items() if k in sig and k not in skip}
-    for k in POSITIVE_INT.get(stype, ()):
+    for k in POSITIVE_INT.get(stype, ()) if positive_int_check else ():
         if k in present:
             v = present[k]
             if not isinstance(v, int) or v <= 0:  # bool is an int in Python, as in DeepSpeed's check
@@ -165,7 +167,7 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
                                    f"set {k} to an integer >= 1"
                                    + (" (1 means no warmup in effect)" if k == "warmup_num_steps" else "")
                                    + ", or remove the scheduler block", data={"value": v}))
-    for k in POSITIVE_INT.get(stype, ()):
+    for k in POSITIVE_INT.get(stype, ()) if positive_int_check else ():
         v = present.get(k)
         if k in float_literals and isinstance(v, int) and v > 0:
             if json_loaded:

@@ -53,8 +53,11 @@ def scheduler_problems(ctx: LintContext):
         floats = frozenset(k for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)
                            and _float_literal(ctx, pointer("scheduler", "params", k))) \
             if isinstance(params, dict) else frozenset()
+        from advisor.config.versions import behaviour
         probs = check_params(s["type"], params, skip=skip, optimizer_lr=_optimizer_lr(ctx), float_literals=floats,
-                             json_loaded=bool(ctx.hf))
+                             json_loaded=bool(ctx.hf),
+                             positive_int_check=ctx.release is None or behaviour("warmup-positive-int",
+                                                                                 ctx.release.checked))
     ctx.cache.scheduler_problems = (s, probs)
     return s, probs
 

@@ -17,12 +17,13 @@ import pytest
 from advisor.model.inventory import Inventory, TensorSpec, from_param_count
 from advisor.views.lint import lint_config
 from advisor.config.loading import parse_text
+from advisor.config.versions import target_release
 from advisor.rules import all_rules
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 FILES = sorted(FIX.glob("*.json"))
 #: Rule families with fixtures here (S: schema, tested in test_schema.py; others own their checks).
-MINE = set("BPODAZML")
+MINE = set("BPODAZMLV")
 
 
 def _cases():
@@ -46,7 +47,8 @@ def test_rule_fixture(code, case):
     loaded = parse_text(json.dumps(case["config"]), "fixture.json")
     ws = case.get("world_size")
     got = lint_config(loaded, world_size=ws, world_size_source="--world-size" if ws else None,
-                      inventory=_inventory(case), hf=case.get("hf", False), select={code})
+                      inventory=_inventory(case), hf=case.get("hf", False), select={code},
+                      release=target_release(case["release"]) if "release" in case else None)
     got = [f for f in got if f.code == code]  # schema findings are not subject to select
     if not case["expect"]:
         assert got == [], [f.to_dict() for f in got]
