@@ -63,6 +63,8 @@ class Accelerator:
     host_link_name: str | None = None
     #: Accelerator-to-accelerator bandwidth in a node (NVLink/xGMI), bytes/s per direction.
     peer_bytes_per_s: float | None = None
+    #: Model FLOPs utilisation the step-time model assumes (None: advisor.ledger.steptime.MFU).
+    assumed_mfu: float | None = None
     source: str = ""
 
 
@@ -123,6 +125,8 @@ class Hardware:
     accelerators_per_node: int = 1
     accelerator: Accelerator | None = None
     host_memory_bytes: int | None = None
+    #: Host memory bandwidth per node, read + write bytes/s (STREAM's count); None = unknown.
+    host_memory_bandwidth_bytes_per_s: float | None = None
     #: Host-accelerator link bandwidth per accelerator, bytes/s per direction.
     host_link_bytes_per_s: float | None = None
     host_link_name: str | None = None
@@ -240,7 +244,7 @@ class _P:
                 raise self.err(ptr, f"unknown accelerator preset {d!r} (known: {', '.join(sorted(_presets()['accelerators']))})")
             return _P(f"preset {d}").accelerator(acc, "")
         self.keys(d, {"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops", "memory_bandwidth_bytes_per_s",
-                      "host_link", "peer_bytes_per_s", "source"}, ptr)
+                      "host_link", "peer_bytes_per_s", "assumed_mfu", "source"}, ptr)
         hl, hn = self.link(d["host_link"], f"{ptr}/host_link") if "host_link" in d else (None, None)
         return Accelerator(
             name=self.str_(d, "name", ptr, required=True),
@@ -250,8 +254,15 @@ class _P:
             memory_bandwidth_bytes_per_s=self.num(d, "memory_bandwidth_bytes_per_s", ptr),
             host_link_bytes_per_s=hl, host_link_name=hn,
             peer_bytes_per_s=self.num(d, "peer_bytes_per_s", ptr),
+            assumed_mfu=self._mfu(d, ptr),
             source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
         )
+
+    def _mfu(self, d: dict, ptr: str) -> float | None:
+        v = self.num(d, "assumed_mfu", ptr)
+        if v is not None and v > 1:
+            raise self.err(f"{ptr}/assumed_mfu", f"expected a fraction from 0 to 1, got {shown(v)}")
+        return v
 
     def endurance(self, d: Any, ptr: str) -> Endurance:
         self.keys(d, {"tbw", "dwpd", "warranty_years"}, ptr)
@@ -289,7 +300,7 @@ class _P:
 
     def hardware(self, d: Any, origin: str, default_name: str) -> Hardware:
         allowed = {"name", "description", "base", "nodes", "accelerators_per_node", "accelerator", "host_memory_bytes",
-                   "host_link", "peer_bytes_per_s", "network_bytes_per_s", "storage", "source"}
+                   "host_memory_bandwidth_bytes_per_s", "host_link", "peer_bytes_per_s", "network_bytes_per_s", "storage", "source"}
         self.keys(d, allowed, "")
         if "base" in d:
             base_name = self.str_(d, "base", "")
@@ -321,6 +332,7 @@ class _P:
             accelerators_per_node=self.int_(d, "accelerators_per_node", "", 0, MAX_GPUS_PER_NODE),
             accelerator=acc,
             host_memory_bytes=int(hm) if hm is not None else None,
+            host_memory_bandwidth_bytes_per_s=self.num(d, "host_memory_bandwidth_bytes_per_s", ""),
             host_link_bytes_per_s=hl, host_link_name=hn,
             peer_bytes_per_s=peer if peer is not None else acc.peer_bytes_per_s,
             network_bytes_per_s=self.num(d, "network_bytes_per_s", "", allow_zero=True),

@@ -152,6 +152,12 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                            "" if cap is None else f"{f['headroom'] / 1e9:,.2f} GB",
                            "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "[bold]DOES NOT FIT[/bold]"))
             console.print(ft)
+        stt = d.get("step_time")
+        if stt:
+            for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
+                console.print(line, markup=False)
+            if stt.get("per_day_figures_use") == "--step-time":
+                console.print("  per-day NVMe figures below use --step-time (measured), not the model", markup=False)
         mv = d.get("movement")
         if mv and any(r["movements"] for r in mv["ranks"]):
             for line in movement_lines(mv):

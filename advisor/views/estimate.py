@@ -415,8 +415,35 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
         from advisor.model.parallel import shard
         ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
         mv_ledger = _replace(ledger, plan=Plan(config=ec, inventory=ck_inv, cluster=cluster))
+    st_section = None
+    if hardware is not None:
+        st_section = step_time_section(mv_ledger.plan, hardware, workload, acts)
+        st_section["per_day_figures_use"] = "--step-time" if step_time_s is not None else (
+            "model" if st_section.get("step_seconds") else None)
+        if step_time_s is None and st_section.get("step_seconds"):
+            step_time_s = st_section["step_seconds"]  # the model's; --step-time (a measured run) wins
     sections = {"movement": movement_section(mv_ledger, hardware, step_time_s),
                 "checkpoint": checkpoint_view(ec, ck_inv, cluster).to_dict()}
+    if st_section is not None:
+        sections["step_time"] = st_section
     return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
                           fragmentation=fragmentation, sections=sections)
+
+
+def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) -> dict[str, Any]:
+    """The step-time model's figures for estimate (:func:`advisor.ledger.steptime.step_time`),
+    JSON-ready: step seconds, the breakdown by resource (busy and exposed), every term, and the
+    text lines. ``{"step_seconds": None, "why": ...}`` when the sequence length is unknown."""
+    from advisor.ledger import steptime as stm
+    seq = workload.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
+    if not seq:
+        return {"step_seconds": None, "source": None, "why": "no sequence length (give --seq-len)"}
+    st = stm.step_time(plan, hardware, seq_len=int(seq),
+                       recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0)
+    d = st.to_dict()
+    d.update(source="model", seq_len=int(seq), lines=stm.breakdown_lines(st))
+    if plan.cluster.model_parallel:
+        d["note"] = ("tensor/pipeline parallelism: the step is the first stage's first tensor-parallel rank's; "
+                     "their own collectives and pipeline bubbles are not in it")
+    return d

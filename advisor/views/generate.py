@@ -22,18 +22,12 @@ one micro-batch (:func:`advisor.model.activations.estimate_activations`):
 * every tier keeps ``margin`` (default 10 %) of its capacity free for what the ledger leaves out
   (CUDA context, NCCL buffers, allocator fragmentation, the OS).
 
-Step time (seconds per optimizer step), the ranking key (:func:`step_time`):
+Step time (seconds per optimizer step), the ranking key (:func:`step_time`): the one step-time
+model, :mod:`advisor.ledger.steptime` (compute at 6 x N_active x tokens / (peak x MFU) plus
+recomputation, ring collectives, PCIe copies and NVMe swaps from the movement ledger, the CPU
+optimizer step over the node's host memory bandwidth, and DeepSpeed's overlap: the step is the
+critical path, each plan's output names the resource that costs it most);
 
-* compute = 6 x N_active x T / (peak x MFU) x (1 + recompute fraction), T = global batch x
-  sequence length / DP tokens per rank per step (Kaplan et al. 2020, "Scaling Laws for Neural
-  Language Models", section 2.1: C ~ 6 N per token for forward + backward), peak = the
-  accelerator's dense 16-bit FLOP/s, ``MFU`` = 0.4 (an assumption, named in the output); the
-  recompute fraction is the activations estimate's (one extra forward of the layers);
-* data movement per link from :mod:`advisor.ledger.movement` (ZeRO paper volumes for collectives, PCIe
-  offload copies, NVMe swaps) at the hardware's bandwidths: movements DeepSpeed issues
-  synchronously count in full; of the overlapped ones ``OVERLAP_EFFICIENCY`` (0.5, an
-  assumption) hides behind compute, at most the compute time; links are summed (no assumption
-  that two links hide each other);
 * plans within ``tie_tolerance`` (3 %) of the fastest are ties, broken towards the simplest
   (fewest offloads, lowest stage, no recomputation, largest micro-batch): the cost model cannot
   resolve finer differences.
@@ -55,16 +49,13 @@ from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.errors import AdvisorError
 from advisor.model.inventory import Inventory
+from advisor.ledger import steptime as _steptime
 from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, compute_ledger,
                             zero3_partition_numel)
 
-#: Model FLOPs utilisation assumed for the compute term (named in every output).
-MFU = 0.4
-#: Fraction of an overlapped transfer that actually hides behind compute. DeepSpeed issues
-#: these collectives and copies on side streams of the same GPU, where they contend with the
-#: compute kernels for SMs and memory bandwidth, and the first fetch of a pass has nothing to
-#: hide behind; perfect overlap (1.0) would make ZeRO-3's 1.5x collective volume look free.
-OVERLAP_EFFICIENCY = 0.5
+#: Model FLOPs utilisation assumed for the compute term (named in every output): the step-time
+#: model's (advisor.ledger.steptime.MFU).
+MFU = _steptime.MFU
 #: Stage-3 knobs written explicitly (DeepSpeed's defaults; elements).
 MAX_LIVE = 1_000_000_000
 MAX_REUSE = 1_000_000_000
@@ -107,8 +98,8 @@ class Request:
     precision: str = "bf16"
     hf: bool = False
     mfu: float = MFU
-    overlap_efficiency: float = OVERLAP_EFFICIENCY
-    #: Step times within this fraction of the fastest are ties, broken by simplicity.
+    #: Step times within this fraction of the fastest are ties, broken by simplicity: the model
+    #: leaves out hook, launch and latency overheads, which grow with the ZeRO stage.
     tie_tolerance: float = 0.03
 
     @property
@@ -362,6 +353,8 @@ class Candidate:
     step_time_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
     why: str = ""
+    #: The CPU optimizer step's bytes per rank and bytes/s per rank (offloaded optimizer only).
+    cpu_optimizer: dict[str, float] = field(default_factory=dict)
     rejection: Rejection | None = None
     config: dict[str, Any] | None = None
 
@@ -372,6 +365,7 @@ class Candidate:
                 "accelerator_bytes_per_rank": self.accelerator, "host_bytes_per_node": self.host,
                 "nvme_bytes_per_node": self.nvme, "activation_bytes_per_rank": self.activations,
                 "step_time_s": self.step_time_s, "parts_seconds": self.parts, "why": self.why,
+                "cpu_optimizer": self.cpu_optimizer or None,
                 "states_source": self.states_source}
 
 
@@ -399,26 +393,23 @@ class SearchResult:
                        "x (1 + recompute fraction) with checkpointing",
             "peak_flops": _peak(self.hardware, self.request.precision),
             "margin": self.request.margin,
-            "overlap": (f"synchronous movements count in full; overlapped ones hide "
-                        f"{self.request.overlap_efficiency:.0%} of their time behind compute, at most the compute time"),
+            "overlap": ("critical path (advisor.ledger.steptime): overlapped collectives and copies hide behind the "
+                        "forward/backward compute of their window, synchronous ones and the CPU optimizer step count "
+                        "in full, a pipelined NVMe optimizer swap overlaps the CPU step"),
+            "cpu_optimizer": "DeepSpeedCPUAdam over the node's host memory bandwidth: partition elements x "
+                             "(28 + 4 + D) B x ranks per node / host_memory_bandwidth_bytes_per_s",
+            "host_memory_bandwidth_bytes_per_s": getattr(self.hardware, "host_memory_bandwidth_bytes_per_s", None),
             "activations": "flash attention, dropout off (advisor.model.activations)",
             "nvme_path": self.nvme_path,
             "accelerator": acc.name if acc else None,
             "excluded": "CUDA context, NCCL buffers, allocator fragmentation: covered by the margin; "
-                        "CPU optimizer step time not modelled",
+                        "collective latency, first-iteration fetches, kernel launch and hook overheads",
             "tie_tolerance": self.request.tie_tolerance,
         }
 
 
 def _peak(hw: Any, precision: str) -> float | None:
-    a = hw.accelerator
-    if a is None:
-        return None
-    if precision == "fp16":
-        return a.peak_fp16_flops or a.peak_bf16_flops
-    if precision == "bf16":
-        return a.peak_bf16_flops
-    return (a.peak_bf16_flops or 0) / 2 or None  # fp32 trains on TF32 at half the 16-bit peak (assumption)
+    return _steptime.peak_flops(hw, precision)
 
 
 def choose_nvme_tier(hardware: Any):
@@ -438,40 +429,25 @@ def _nvme_path(tier: Any) -> str | None:
 
 
 def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float) -> dict[str, float]:
-    """Seconds per optimizer step by part: compute (see the module docstring), then per link
-    (network, pcie, nvme) the exposed movement time from :mod:`advisor.ledger.movement` for rank 0 (ranks
-    move equal volumes up to padding): synchronous movements + overlapped ones - min(overlapped x
-    ``overlap_efficiency``, compute). ``total`` = compute + every link's exposed time. Unknown bandwidths count as 0 and
-    are listed under ``unknown``."""
-    from advisor.ledger import movement as traffic
+    """Seconds per optimizer step by resource, from the one step-time model
+    (:func:`advisor.ledger.steptime.step_time`, the critical path with DeepSpeed's overlap):
+    ``compute`` (with recomputation), ``network``, ``pcie``, ``nvme`` and ``cpu_optimizer`` are
+    each resource's EXPOSED seconds (on the critical path); ``total`` the step. ``unknown``
+    counts terms whose rate the hardware spec lacks (counted as 0)."""
+    from advisor.ledger import steptime as stm
 
-    inv = plan.inventory
-    dp = plan.cluster.dp_world_size
-    n_active = int(inv.meta.get("active_params") or inv.numel)
-    tokens = req.global_batch * req.seq_len / dp
-    peak = _peak(hardware, req.precision) or 1e12
-    compute = 6 * n_active * tokens / (peak * req.mfu) * (1 + recompute_fraction)
-    moves = traffic._rank_movements(plan, 0)
-    moves = traffic.timed(moves, hardware, ranks_per_node=req.gpus_per_node, world_size=dp)
-    out: dict[str, float] = {"compute": compute}
-    unknown = 0.0
-    for link in ("network", "pcie", "nvme"):
-        sync = over = 0.0
-        for m in moves:
-            if m.link != link:
-                continue
-            if m.seconds is None:
-                unknown += 1
-                continue
-            if m.overlap:
-                over += m.seconds
-            else:
-                sync += m.seconds
-        hidden = min(over * req.overlap_efficiency, compute)
-        out[link] = sync + over - hidden
-    out["total"] = compute + out["network"] + out["pcie"] + out["nvme"]
-    if unknown:
-        out["unknown"] = unknown
+    st = stm.step_time(plan, hardware, seq_len=req.seq_len, global_batch=req.global_batch,
+                       recompute_fraction=recompute_fraction, precision=req.precision, mfu=req.mfu)
+    exp = st.by_resource()
+    out: dict[str, float] = {"compute": exp.get("compute", 0.0), "network": exp.get("network", 0.0),
+                             "pcie": exp.get("pcie", 0.0), "nvme": exp.get("nvme", 0.0),
+                             "cpu_optimizer": exp.get("host_memory", 0.0), "total": st.total}
+    if st.unknown:
+        out["unknown"] = float(len(st.unknown))
+    cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
+    if cpu is not None:
+        out["cpu_optimizer_bytes_per_rank"] = float(cpu.amount)
+        out["cpu_optimizer_bytes_per_s_per_rank"] = float(cpu.rate or 0.0)
     return out
 
 
@@ -565,6 +541,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
                 plan = Plan(effective_config(cand.config), inv, cluster)
                 parts = step_time(plan, hardware, req, acts(cand.micro, ck).recompute_flops_fraction)
                 cand.step_time_s = parts.pop("total")
+                cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
+                                                                  "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
                 cand.parts = parts
                 ranked.append(cand)
     ranked = rank(ranked, req.tie_tolerance)
@@ -577,16 +555,16 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
 
 
 def simplicity(c: Candidate) -> tuple:
-    """Tie-break key, simplest first: fewer offloads (the CPU optimizer step is not in the cost
-    model), lower ZeRO stage (fewer collectives and hooks), no recomputation, larger micro-batch."""
+    """Tie-break key, simplest first: fewer offloads (each adds host and link load the model only
+    approximates), lower ZeRO stage (fewer collectives and hooks), no recomputation, larger micro-batch."""
     offloads = (c.combo.offload_optimizer != "none") + (c.combo.offload_param != "none")
     return (offloads, c.combo.stage, c.checkpointing != "none", -c.micro)
 
 
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
     """Best first. Plans within ``tolerance`` (a fraction, default 3 %) of the fastest step time
-    are a tie (finer differences are below the cost model's resolution: MFU alone is an
-    assumption) and go first, simplest first (:func:`simplicity`); the rest follow by step time."""
+    are a tie (finer differences are below the cost model's resolution: it leaves latency and
+    kernel overheads out) and go first, simplest first (:func:`simplicity`); the rest follow by step time."""
     if not cands:
         return []
     fastest = min(c.step_time_s for c in cands)
@@ -601,17 +579,26 @@ def _explain_ranks(res: SearchResult) -> None:
     if not res.ranked:
         return
     best = res.ranked[0]
-    names = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap"}
+    names = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap",
+             "cpu_optimizer": "CPU optimizer step"}
     tol = res.request.tie_tolerance
     fastest = min(c.step_time_s for c in res.ranked)
-    bound = max(("compute", "network", "pcie", "nvme"), key=lambda k: best.parts.get(k, 0))
+    bound = max(names, key=lambda k: best.parts.get(k, 0))
     best.why = (f"{'fastest' if best.step_time_s == fastest else f'within {tol:.0%} of the fastest and simplest'}; "
                 f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s")
     for c in res.ranked[1:]:
         if c.step_time_s <= fastest * (1 + tol):
             a, b = simplicity(c), simplicity(best)
-            if a[0] > b[0]:
-                c.why = "tie; offloads more (CPU optimizer step not modelled)"
+            deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
+            k = max(deltas, key=lambda x: deltas[x])
+            if deltas[k] > 0.005 and c.step_time_s > best.step_time_s:
+                co = c.cpu_optimizer
+                detail = (f" ({co['cpu_optimizer_bytes_per_rank'] / 1e9:,.1f} GB per rank at "
+                          f"{co['cpu_optimizer_bytes_per_s_per_rank'] / 1e9:,.1f} GB/s host memory per rank)"
+                          if k == "cpu_optimizer" and co else "")
+                c.why = f"+{deltas[k]:,.2f} s {names[k]}{detail}; within {tol:.0%} of the fastest"
+            elif a[0] > b[0]:
+                c.why = "tie; offloads more"
             elif a[1] > b[1]:
                 c.why = f"tie; shards more (ZeRO-{c.combo.stage})"
             elif a[2] > b[2]:
@@ -621,7 +608,11 @@ def _explain_ranks(res: SearchResult) -> None:
             continue
         deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
         k = max(deltas, key=lambda x: deltas[x])
-        if k == "compute" and c.checkpointing == "full":
+        if k == "cpu_optimizer" and c.cpu_optimizer:
+            co = c.cpu_optimizer
+            c.why = (f"+{deltas[k]:,.2f} s CPU optimizer step ({co['cpu_optimizer_bytes_per_rank'] / 1e9:,.1f} GB per "
+                     f"rank at {co['cpu_optimizer_bytes_per_s_per_rank'] / 1e9:,.1f} GB/s host memory per rank)")
+        elif k == "compute" and c.checkpointing == "full":
             c.why = f"+{deltas[k]:,.2f} s recomputation (checkpointing)"
         elif k == "network" and c.ga > best.ga and c.combo.stage >= 2:
             c.why = f"+{deltas[k]:,.2f} s collectives (GA {c.ga}: a reduction per micro-step)"
@@ -693,6 +684,15 @@ def run(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResu
 # output
 
 
+SPENT_NAMES = (("compute", "compute"), ("network", "net"), ("pcie", "pcie"), ("nvme", "nvme"),
+               ("cpu_optimizer", "cpu-opt"))
+
+
+def spent_text(c: "Candidate") -> str:
+    """What a plan's step spends its time on: each resource's exposed seconds (those > 0)."""
+    return " ".join(f"{short} {c.parts[k]:,.2f}" for k, short in SPENT_NAMES if c.parts.get(k, 0) > 0.005)
+
+
 def _gb(n: int) -> str:
     return f"{n / 1e9:,.1f}" if n else "-"
 
@@ -706,11 +706,11 @@ def table_text(res: SearchResult, top: int = 5) -> str:
             f"margin {req.margin:.0%}; {res.evaluated} plans evaluated, {len(res.ranked)} fit")
     lines = [head]
     cols = ("#", "stage", "offload", "micro", "GA", "ckpt", "accel GB/rank", "host GB/node", "nvme GB/node",
-            "step s", "why")
+            "step s", "spent on (exposed s)", "why")
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
-                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", c.why))
+                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c), c.why))
     if rows:
         w = [max(len(cols[j]), *(len(r[j]) for r in rows)) for j in range(len(cols))]
         lines.append("  ".join(cols[j].ljust(w[j]) for j in range(len(cols))).rstrip())

@@ -1,0 +1,403 @@
+"""The step-time model: seconds per optimizer step as a critical path over compute, collectives,
+PCIe copies, NVMe swaps and the CPU optimizer step, every term from a ledger figure over a
+bandwidth or FLOP rate of the hardware spec.
+
+One optimizer step = ``gradient_accumulation_steps`` micro-steps; every figure here is per
+optimizer step and per rank (ranks of one role move equal bytes, :mod:`advisor.ledger.movement`).
+
+Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
+
+* **compute** = 6 x N_active x T / (peak x MFU), T = tokens per rank per step (Kaplan et al.
+  2020, "Scaling Laws for Neural Language Models", s.2.1: C ~ 6 N per token for forward +
+  backward, 2 N forward and 4 N backward), peak = the accelerator's dense 16-bit FLOP/s
+  (fp32 at half of it, TF32), MFU = :data:`MFU` unless the accelerator preset names its own
+  (``assumed_mfu``). **recompute** = the activations estimate's fraction x that (one extra
+  forward of the checkpointed layers), in the backward window.
+* **collectives**: bytes each rank sends (:mod:`advisor.ledger.movement`, the ZeRO paper's
+  volumes) over a flat **ring**: a ring all-gather or reduce-scatter of an S-byte buffer over W
+  ranks sends (W-1)/W x S per rank and takes (W-1)/W x S / B; an all-reduce is a
+  reduce-scatter plus an all-gather, 2 (W-1)/W x S / B (NCCL's cost model: nccl-tests
+  doc/PERFORMANCE.md, "bus bandwidth"). B is the ring's slowest hop per rank: within one node
+  the peer link (NVLink/xGMI) per direction; across nodes the node's network bandwidth shared
+  by its ranks (``network_bytes_per_s / ranks_per_node``: one NIC rail per GPU on DGX systems).
+  Latency (alpha) terms are left out: at ZeRO bucket sizes (>= 10^7 elements) they are
+  microseconds against milliseconds.
+* **PCIe** copies and **NVMe** reads/writes: the movement ledger's bytes over the accelerator's
+  host link, or the storage tier's read/write bandwidth shared by the node's ranks
+  (:func:`advisor.ledger.movement.link_bandwidth`). Read and write on one tier share the drive:
+  they are added, not overlapped with each other.
+* **cpu_optimizer**: DeepSpeedCPUAdam is memory-bandwidth bound. Its AVX kernel
+  (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``) loads the fp32 gradient, both
+  moments and the fp32 parameter (16 B) and stores the parameter and both moments (12 B) per
+  element: :data:`CPU_ADAM_KERNEL_BYTES` = 28 B. The updated 16-bit copy is made on the host
+  from the fp32 master (read 4 B, write D B: ``stage_1_and_2.py`` ``step``
+  ``param_buffer_of_bit16_for_cpu_offload_groups``, ``stage3.py``
+  ``_reassign_or_swap_out_partitioned_parameters``). Per rank: partition elements x
+  (28 + 4 + D) B; the ranks of one node run it at the same time over the node's host memory:
+  t = bytes per rank x ranks per node / host memory bandwidth (the system preset's
+  ``host_memory_bandwidth_bytes_per_s``, a STREAM-style figure: read + write bytes per second).
+  Lion/Adagrad (one state) stream 8 B less; any other optimizer is counted like Adam.
+
+Overlap, as DeepSpeed 0.19.8 applies it (the ledger's ``overlap`` flag on each movement, and the
+phase it happens in):
+
+* forward window: compute forward (2/6 of the compute) runs alongside the prefetched ZeRO-3
+  all-gathers and parameter fetches (``stage3_prefetch_bucket_size`` > 0,
+  ``partitioned_param_coordinator.py`` prefetch);
+* backward window: compute backward (4/6) and recompute run alongside the gradient
+  reduce-scatter with ``overlap_comm`` (``stage_1_and_2.py`` / ``stage3.py``
+  ``reduce_ipg_grads`` on a side stream) and the gradient copies to host;
+* a window lasts max(compute, each link's overlapped seconds): links are separate resources;
+  what a link needs beyond the compute is **exposed**;
+* step: the CPU optimizer step; with NVMe optimizer swap and ``pipeline_read`` /
+  ``pipeline_write`` the sub-group reads and writes overlap the CPU step of the previous /
+  next sub-group (``swap_tensor/pipelined_optimizer_swapper.py``): max(CPU step, NVMe), else
+  the sum;
+* movements DeepSpeed issues synchronously (the all-gather of updated partitions, the 16-bit
+  copy back over PCIe, the NVMe gradient write at the boundary, stage 0's all-reduce) are
+  exposed in full.
+
+step seconds = forward window + backward window + step phase + synchronous movements (the
+critical path, not the sum of the terms). Left out: first-iteration fetches that nothing
+precedes, kernel launch and hook overheads, data loading, and contention between a side stream
+and the compute kernels (perfect overlap within a window is DeepSpeed's design intent, an upper
+bound on what overlap hides).
+
+No torch or deepspeed import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from advisor.config.effective import DTYPE_BYTES, derive_batch
+from advisor.ledger.movement import NETWORK, NVME, PCIE, Movement, movement_roles
+
+if TYPE_CHECKING:
+    from advisor.cluster.hardware import Hardware
+    from advisor.ledger.state import Plan
+
+#: Model FLOPs utilisation assumed for the compute term when the accelerator preset names none.
+#: An assumption, not a measurement: Megatron-LM reaches 52 % of peak on 3,072 A100s
+#: (Narayanan et al., SC'21, abstract) and PaLM 46.2 % MFU (Chowdhery et al. 2022, Table 3);
+#: ZeRO data parallelism with its extra collectives runs lower, so 0.4.
+MFU = 0.4
+#: Bytes DeepSpeedCPUAdam's kernel streams per element per step (csrc/includes/cpu_adam.h
+#: Step_AVX: loads grad, exp_avg, exp_avg_sq, param (4 x 4 B), stores param, exp_avg,
+#: exp_avg_sq (3 x 4 B)).
+CPU_ADAM_KERNEL_BYTES = 28
+#: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
+FORWARD_SHARE = 2 / 6
+
+
+@dataclass
+class Term:
+    """One part of the step: ``seconds`` it takes on its resource and the part of it that is
+    ``exposed`` (on the critical path). ``amount`` in ``unit`` (FLOP or bytes) at ``rate``
+    (FLOP/s or bytes/s); None where the hardware spec lacks the rate."""
+
+    name: str
+    resource: str
+    phase: str
+    amount: float
+    unit: str
+    rate: float | None
+    seconds: float | None
+    exposed: float | None = None
+    overlapped: bool = False
+    formula: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StepTime:
+    """Seconds per optimizer step (``total``) as the critical path over ``terms``; ``unknown``
+    names terms whose rate the hardware spec lacks (counted as 0)."""
+
+    total: float
+    terms: list[Term]
+    windows: dict[str, float]
+    unknown: list[str] = field(default_factory=list)
+    assumptions: dict[str, Any] = field(default_factory=dict)
+
+    def by_resource(self, exposed: bool = True) -> dict[str, float]:
+        """Seconds per resource (compute, network, pcie, nvme, host_memory): exposed (default)
+        or busy."""
+        out: dict[str, float] = {}
+        for t in self.terms:
+            v = t.exposed if exposed else t.seconds
+            out[t.resource] = out.get(t.resource, 0.0) + (v or 0.0)
+        return out
+
+    def bound(self) -> str:
+        """The resource with the most exposed seconds."""
+        r = self.by_resource()
+        return max(r, key=lambda k: r[k]) if r else "compute"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_seconds": self.total, "windows_seconds": self.windows,
+                "exposed_seconds_by_resource": self.by_resource(), "busy_seconds_by_resource": self.by_resource(False),
+                "terms": [t.to_dict() for t in self.terms], "unknown": self.unknown, "assumptions": self.assumptions}
+
+
+# ---------------------------------------------------------------------------------------------
+# pieces
+
+
+def ring_seconds(collective: str, buffer_bytes: float, world: int, bandwidth: float) -> float:
+    """Seconds for a ring collective of an S-byte buffer (the whole gathered / reduced tensor)
+    over ``world`` ranks at ``bandwidth`` bytes/s per rank per direction: all-gather and
+    reduce-scatter (W-1)/W x S / B, all-reduce 2 (W-1)/W x S / B (nccl-tests
+    doc/PERFORMANCE.md). Raises ValueError for an unknown collective or a non-positive
+    bandwidth or world."""
+    if world < 1 or bandwidth <= 0:
+        raise ValueError("world must be >= 1 and bandwidth positive")
+    k = {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 2}.get(collective)
+    if k is None:
+        raise ValueError(f"unknown collective {collective!r}")
+    return k * (world - 1) / world * buffer_bytes / bandwidth
+
+
+def window(compute_s: float, overlapped: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """A window in which compute runs alongside overlapped transfers on separate links: (window
+    seconds = max(compute, each link's seconds), exposed seconds per link = max(0, link -
+    compute))."""
+    longest = max([compute_s] + list(overlapped.values()))
+    return longest, {k: max(0.0, v - compute_s) for k, v in overlapped.items()}
+
+
+def peak_flops(hardware: "Hardware", precision: str) -> float | None:
+    """The accelerator's dense FLOP/s for ``precision`` (bf16/fp16; fp32 trains on TF32 at half
+    the 16-bit peak, an assumption). None when the spec lacks it."""
+    a = hardware.accelerator
+    if a is None:
+        return None
+    if precision == "fp16":
+        return a.peak_fp16_flops or a.peak_bf16_flops
+    if precision == "bf16":
+        return a.peak_bf16_flops
+    return (a.peak_bf16_flops or 0) / 2 or None
+
+
+def mfu_for(hardware: "Hardware") -> tuple[float, str]:
+    """(MFU, where it comes from): the accelerator preset's ``assumed_mfu``, else :data:`MFU`."""
+    a = hardware.accelerator
+    v = getattr(a, "assumed_mfu", None) if a is not None else None
+    if v:
+        return float(v), f"{a.name} preset's assumed_mfu"
+    return MFU, "default assumption (advisor.ledger.steptime.MFU)"
+
+
+def cpu_optimizer_elements(plan: "Plan") -> int:
+    """Elements of trainable state one rank's CPU optimizer updates per step (its fp32 master
+    partition): ZeRO-1/2 the flat partition P (``stage_1_and_2.py`` partition sizes, padded), ZeRO-3
+    the sum of the rank's trainable parameter partitions p_i (``zero3_partition_numel``).
+    0 when the optimizer is not offloaded."""
+    from advisor.ledger.state import zero12_layouts, zero3_partition_numel
+    ec = plan.config
+    if ec.offload_optimizer_effective not in ("cpu", "nvme"):
+        return 0
+    W = plan.cluster.zero_world_size
+    inv = plan.inventory
+    if ec.zero.stage in (1, 2):
+        return sum(lay.P for lay in zero12_layouts(ec, inv, W))
+    if ec.zero.stage == 3:
+        return sum(zero3_partition_numel(t.numel, W) for t in inv.tensors if t.trainable)
+    return 0
+
+
+def cpu_adam_bytes_per_element(ec: Any) -> tuple[int, str]:
+    """(host memory bytes per element per step, formula): the kernel's 28 B (8 B less for one-state
+    optimizers: Lion, Adagrad) plus the 16-bit copy from the fp32 master (4 + D)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    fam = ec.optimizer.family
+    kern = CPU_ADAM_KERNEL_BYTES - (8 if fam in ("lion", "adagrad") else 0)
+    copy = 4 + D if D < 4 else 0
+    return kern + copy, (f"{kern} B kernel (fp32 grad, param{', two moments' if kern == 28 else ', one state'} read; "
+                         f"param and state written)" + (f" + {4 + D} B 16-bit copy (read fp32 4 B, write {D} B)"
+                                                        if copy else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+
+def _tokens_per_rank(plan: "Plan", seq_len: int, global_batch: int | None) -> float:
+    dp = plan.cluster.dp_world_size
+    if global_batch is None:
+        tb, mb, ga, _ = derive_batch(plan.config, dp)
+        global_batch = tb or (mb or 1) * (ga or 1) * dp
+    return global_batch * seq_len / dp
+
+
+def _ranks_per_node(plan: "Plan", hardware: "Hardware") -> int:
+    g = plan.cluster.gpus_per_node or hardware.accelerators_per_node or 1
+    return max(1, min(g, plan.cluster.world_size))
+
+
+def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch: int | None = None,
+              recompute_fraction: float = 0.0, precision: str | None = None, mfu: float | None = None,
+              movements: list[Movement] | None = None) -> StepTime:
+    """Seconds per optimizer step for ``plan`` on ``hardware`` (see the module docstring).
+
+    ``seq_len`` tokens per sample; ``global_batch`` samples per optimizer step (default the
+    config's train batch size, DeepSpeed's batch rule); ``recompute_fraction`` the activations
+    estimate's extra forward FLOPs as a fraction of 6 N T (0 without checkpointing);
+    ``precision`` bf16/fp16/fp32 (default the config's model dtype); ``mfu`` overrides the
+    preset's. ``movements``: rank 0's timed movements when the caller has them (else computed).
+    Terms whose rate the spec lacks count 0 and are listed in ``unknown``."""
+    ec = plan.config
+    inv = plan.inventory
+    prec = precision or {2: "bf16", 4: "fp32"}.get(DTYPE_BYTES[ec.model_dtype], "bf16")
+    if prec == "bf16" and ec.model_dtype == "fp16":
+        prec = "fp16"
+    rpn = _ranks_per_node(plan, hardware)
+    n_active = int(inv.meta.get("active_params") or sum(t.numel for t in inv.tensors))
+    tokens = _tokens_per_rank(plan, seq_len, global_batch)
+    peak = peak_flops(hardware, prec)
+    m_src = "given"
+    if mfu is None:
+        mfu, m_src = mfu_for(hardware)
+    unknown: list[str] = []
+    terms: list[Term] = []
+
+    flops = 6.0 * n_active * tokens
+    rate = peak * mfu if peak else None
+    if rate is None:
+        unknown.append("compute (no peak FLOP/s in the hardware spec)")
+    c_src = "Kaplan et al. 2020 s.2.1 (C ~ 6 N per token, forward + backward)"
+    fwd = Term("compute_forward", "compute", "forward", flops * FORWARD_SHARE, "FLOP", rate,
+               flops * FORWARD_SHARE / rate if rate else None, formula="2 x N_active x T / (peak x MFU)", source=c_src)
+    bwd = Term("compute_backward", "compute", "backward", flops * (1 - FORWARD_SHARE), "FLOP", rate,
+               flops * (1 - FORWARD_SHARE) / rate if rate else None, formula="4 x N_active x T / (peak x MFU)",
+               source=c_src)
+    terms += [fwd, bwd]
+    if recompute_fraction:
+        rf = flops * recompute_fraction
+        terms.append(Term("recompute", "compute", "backward", rf, "FLOP", rate, rf / rate if rate else None,
+                          formula=f"{recompute_fraction:.3f} x 6 x N_active x T / (peak x MFU) (one extra forward of "
+                                  "the checkpointed layers)", source="advisor.model.activations recompute_flops_fraction"))
+
+    if movements is None:
+        roles = movement_roles(plan, hardware)
+        movements = roles[0][1] if roles else []
+    for m in movements:
+        if m.seconds is None:
+            unknown.append(f"{m.link} {m.item} (no {m.link} bandwidth in the hardware spec)")
+        terms.append(Term(f"{m.link}:{m.item}:{m.direction}", m.link, m.phase, m.bytes, "bytes",
+                          (m.bytes / m.seconds) if m.seconds else None, m.seconds, overlapped=m.overlap,
+                          formula=m.formula, source=m.source))
+
+    _first_fetch_exposed(plan, terms)
+
+    n_opt = cpu_optimizer_elements(plan)
+    host_bw = getattr(hardware, "host_memory_bandwidth_bytes_per_s", None)
+    if n_opt:
+        bpe, words = cpu_adam_bytes_per_element(ec)
+        nbytes = n_opt * bpe
+        share = host_bw / rpn if host_bw else None
+        if share is None:
+            unknown.append("cpu_optimizer (no host_memory_bandwidth_bytes_per_s in the hardware spec)")
+        terms.append(Term("cpu_optimizer", "host_memory", "step", nbytes, "bytes", share,
+                          nbytes / share if share else None,
+                          formula=f"{n_opt:,} elements x {bpe} B ({words}) x {rpn} ranks per node / host memory "
+                                  "bandwidth",
+                          source="csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX; ops/adam/cpu_adam.py "
+                                 "DeepSpeedCPUAdam.step"))
+
+    # ---- critical path ----------------------------------------------------------------------
+    def secs(t: Term) -> float:
+        return t.seconds or 0.0
+
+    windows: dict[str, float] = {}
+    for ph in ("forward", "backward"):
+        comp = sum(secs(t) for t in terms if t.resource == "compute" and t.phase == ph)
+        over: dict[str, float] = {}
+        for t in terms:
+            if t.phase == ph and t.overlapped and t.resource in (NETWORK, PCIE, NVME):
+                over[t.resource] = over.get(t.resource, 0.0) + secs(t)
+        w, exposed = window(comp, over)
+        windows[ph] = w
+        for t in terms:
+            if t.phase != ph:
+                continue
+            if t.resource == "compute":
+                t.exposed = secs(t)
+            elif t.overlapped:
+                # share the link's exposed seconds in proportion to each movement's time
+                tot = over.get(t.resource, 0.0)
+                t.exposed = exposed.get(t.resource, 0.0) * secs(t) / tot if tot else 0.0
+    # optimizer step: CPU step, pipelined (or not) with the NVMe optimizer swap
+    cpu = next((t for t in terms if t.name == "cpu_optimizer"), None)
+    swap = [t for t in terms if t.phase == "step" and t.resource == NVME and t.overlapped]
+    cpu_s = secs(cpu) if cpu else 0.0
+    swap_s = sum(secs(t) for t in swap)
+    step_w = max(cpu_s, swap_s)
+    windows["step"] = step_w
+    if cpu is not None:
+        cpu.exposed = cpu_s
+    for t in swap:
+        t.exposed = (max(0.0, swap_s - cpu_s) * secs(t) / swap_s) if swap_s else 0.0
+    sync = 0.0
+    for t in terms:
+        if t.exposed is None:
+            t.exposed = secs(t)  # synchronous: on the critical path in full
+            sync += t.exposed
+    windows["synchronous"] = sync
+    total = windows["forward"] + windows["backward"] + windows["step"] + sync
+    assumptions = {"mfu": mfu, "mfu_source": m_src, "peak_flops": peak, "precision": prec,
+                   "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
+                   "host_memory_bandwidth_bytes_per_s": host_bw,
+                   "collectives": "flat ring, (W-1)/W x S per rank per all-gather / reduce-scatter, latency left out",
+                   "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
+                              "pipelined NVMe optimizer swap overlaps the CPU step"}
+    return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
+
+
+def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
+    """ZeRO-3 prefetches the parameters of the modules AFTER the current one; the first module of
+    each pass is all-gathered and waited on with nothing to hide behind
+    (``partitioned_param_coordinator.py`` ``fetch_sub_module``: the current module's params are
+    gathered and ``wait``ed, ``__prefetch_nvme_param_partitions``/prefetch only for the next
+    ones). Moves that share, in proportion to the first tensor's (the embedding's) numel, out of
+    each overlapped forward/backward all-gather term into a synchronous one (in place)."""
+    inv = plan.inventory
+    if plan.config.zero.stage != 3 or not inv.tensors:
+        return
+    total = sum(t.numel for t in inv.tensors)
+    first = inv.tensors[0].numel / total if total else 0.0
+    for t in list(terms):
+        if t.resource == NETWORK and t.overlapped and t.name.startswith("network:param_allgather_"):
+            part = Term(t.name + ":first_module", NETWORK, "synchronous", t.amount * first, t.unit, t.rate,
+                        (t.seconds or 0.0) * first if t.seconds is not None else None, overlapped=False,
+                        formula=f"the first module's share ({inv.tensors[0].name}: {first:.3f} of the parameters) "
+                                "of the all-gather, waited on before compute starts",
+                        source="partitioned_param_coordinator.py fetch_sub_module (prefetch covers the next modules)")
+            t.amount -= part.amount
+            if t.seconds is not None:
+                t.seconds -= part.seconds or 0.0
+            terms.append(part)
+
+
+def breakdown_lines(st: StepTime) -> list[str]:
+    """Text lines: the step seconds, what each resource is busy for and what of it is exposed."""
+    busy, exp = st.by_resource(False), st.by_resource(True)
+    names = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
+             "host_memory": "CPU optimizer step"}
+    out = [f"step time: {st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
+           f"{st.assumptions.get('mfu_source')})"]
+    for k in ("compute", NETWORK, PCIE, NVME, "host_memory"):
+        if k in busy:
+            out.append(f"  {names[k]:<20} busy {busy[k]:>9,.3f} s   exposed {exp.get(k, 0.0):>9,.3f} s")
+    cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
+    if cpu is not None:
+        out.append(f"  CPU optimizer: {cpu.amount / 1e9:,.1f} GB per rank per step"
+                   + (f" at {cpu.rate / 1e9:,.1f} GB/s per rank (host memory bandwidth / ranks per node)"
+                      if cpu.rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
+    for u in st.unknown[:3]:
+        out.append(f"  unknown: {u}")
+    return out
