@@ -409,3 +409,31 @@ def test_explain_T003():
     assert r.exit_code == 0, r.output
     assert r.output.startswith("[T003 | checkpoint-on-read-oriented | severity: error]")
     assert "Anti-pattern" in r.output and "Fix" in r.output and "read-oriented" in r.output
+
+
+def _agg_hw(scope: str, **kw):
+    from advisor.cluster.hardware import from_dict as _fd
+    tier = {"name": "t", "mounts": ["/ck"], "capacity_bytes": 1e13, "read_bytes_per_s": 20e9,
+            "write_bytes_per_s": 10e9, "access": "read-write", "scope": scope, **kw}
+    return _fd({"nodes": 2, "accelerators_per_node": 8, "accelerator": "h100-sxm-80gb", "storage": [tier]})
+
+
+def test_save_time_node_local_tier_stripes_over_nodes_shared_tier_caps_per_client():
+    # ZeRO-3 on 2 nodes x 8 ranks: each node writes its 8 ranks' files to its own tier in parallel.
+    # The busiest node's bytes / 10 GB/s is the save time, i.e. the save runs at 10 GB/s x total /
+    # busiest node (about 2x: the shares are equal up to rank 0's extra small files).
+    from advisor.config.effective import effective_config as _ec
+    from advisor.model.inventory import from_param_count as _fpc
+    from advisor.ledger.state import Cluster as _Cl
+    ec = _ec({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}})
+    inv, cl = _fpc(1_000_000_000), _Cl(world_size=16, gpus_per_node=8)
+    p = checkpoint_plan(ec, inv, cl, hardware=_agg_hw("node-local"), save_dir="/ck/run")
+    per_node = {}
+    for r, b in p.files.per_rank_bytes().items():
+        per_node[r // 8] = per_node.get(r // 8, 0) + b
+    assert p.save_s == pytest.approx(max(per_node.values()) / 10e9, rel=1e-9)
+    assert 1.9 < p.write_bandwidth / 10e9 <= 2.0
+    # shared: 10 GB/s aggregate, 2 GB/s per client: 2 clients -> min(10, 2 x 2) = 4 GB/s
+    p = checkpoint_plan(ec, inv, cl, hardware=_agg_hw("shared", per_client_write_bytes_per_s=2e9), save_dir="/ck/r")
+    assert p.write_bandwidth == 4e9 and p.read_bandwidth == 20e9
+    assert p.save_s == pytest.approx(p.per_save_bytes / 4e9)

@@ -104,6 +104,12 @@ class StorageTier:
     write_bytes_per_s: float
     access: str = "read-write"
     endurance: Endurance | None = None
+    #: "node-local" (each node has its own, the default: bandwidths are per node) or "shared"
+    #: (one filesystem for the cluster: bandwidths are its aggregate).
+    scope: str = "node-local"
+    #: A shared filesystem's limit per client node, bytes/s (None = no limit stated).
+    per_client_write_bytes_per_s: float | None = None
+    per_client_read_bytes_per_s: float | None = None
     source: str = ""
 
     @property
@@ -277,7 +283,10 @@ class _P:
 
     def tier(self, d: Any, ptr: str) -> StorageTier:
         self.keys(d, {"name", "mounts", "capacity_bytes", "read_bytes_per_s", "write_bytes_per_s", "endurance",
-                      "access", "source"}, ptr)
+                      "access", "scope", "per_client_write_bytes_per_s", "per_client_read_bytes_per_s", "source"}, ptr)
+        scope = d.get("scope", "node-local")
+        if scope not in ("node-local", "shared"):
+            raise self.err(f"{ptr}/scope", f"expected node-local or shared, got {shown(scope)}")
         mounts = d.get("mounts")
         if not isinstance(mounts, list) or not mounts:
             raise self.err(f"{ptr}/mounts", f"expected a non-empty list of absolute paths, got {shown(mounts)}")
@@ -295,6 +304,9 @@ class _P:
             write_bytes_per_s=self.num(d, "write_bytes_per_s", ptr, required=True),
             access=access,
             endurance=self.endurance(d["endurance"], f"{ptr}/endurance") if "endurance" in d else None,
+            scope=scope,
+            per_client_write_bytes_per_s=self.num(d, "per_client_write_bytes_per_s", ptr),
+            per_client_read_bytes_per_s=self.num(d, "per_client_read_bytes_per_s", ptr),
             source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
         )
 

@@ -387,6 +387,35 @@ def transfer_time(nbytes: int, bandwidth: float) -> float:
     return nbytes / bandwidth
 
 
+def aggregate_bandwidth(tier: Any, nodes: int, files: Any, ranks_per_node: int) -> tuple[float, float, str]:
+    """(write, read bandwidth of the whole save, bytes/s; how) for a save over ``nodes`` nodes.
+
+    * node-local tier (``scope`` "node-local", the default): each node writes its own ranks' files
+      to its own drive (or array: an 8-drive RAID 0 is one tier with 8x the bandwidth) in
+      parallel, so the save takes the busiest node's bytes / the tier's bandwidth; as an aggregate
+      over the whole save: tier bandwidth x total bytes / busiest node's bytes (= x nodes when the
+      nodes write equal shares);
+    * shared tier: the filesystem's aggregate, capped by nodes x its per-client limit when stated.
+    """
+    if getattr(tier, "scope", "node-local") == "shared":
+        w, r = float(tier.write_bytes_per_s), float(tier.read_bytes_per_s)
+        if tier.per_client_write_bytes_per_s:
+            w = min(w, nodes * tier.per_client_write_bytes_per_s)
+        if tier.per_client_read_bytes_per_s:
+            r = min(r, nodes * tier.per_client_read_bytes_per_s)
+        return w, r, (f"shared tier {tier.name}: {nodes} client nodes at min(aggregate, nodes x per-client limit) = "
+                      f"{w / 1e9:,.1f} GB/s write, {r / 1e9:,.1f} GB/s read")
+    per_node: dict[int, int] = {}
+    for rk, b in files.per_rank_bytes().items():
+        per_node[rk // max(1, ranks_per_node)] = per_node.get(rk // max(1, ranks_per_node), 0) + b
+    busiest = max(per_node.values(), default=0)
+    factor = files.total_bytes / busiest if busiest else 1.0
+    return (float(tier.write_bytes_per_s) * factor, float(tier.read_bytes_per_s) * factor,
+            f"node-local tier {tier.name}: the {nodes} nodes write their own ranks' files in parallel; the busiest "
+            f"node writes {busiest / 1e9:,.1f} GB of {files.total_bytes / 1e9:,.1f} GB, so the save runs at "
+            f"{factor:,.2f} x one node's {tier.write_bytes_per_s / 1e9:,.1f} GB/s")
+
+
 def cluster_mtbf(node_mtbf_s: float, nodes: int) -> float:
     """Mean time between failures of the whole job (seconds): per-node MTBF / nodes (independent
     nodes with exponential failure times: the minimum of n exponentials has rate n / MTBF)."""
@@ -644,15 +673,14 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
                      ("" if save_dir.startswith("/") else " (give an absolute path)") +
                      ": give --write-bandwidth for the save time")
     if tier is not None:
-        if write_bandwidth is None:
-            write_bandwidth = float(tier.write_bytes_per_s)
-        if read_bandwidth is None:
-            read_bandwidth = float(tier.read_bytes_per_s)
         n_writing = ceil_div(cluster.world_size, per_node)
+        w_agg, r_agg, how = aggregate_bandwidth(tier, n_writing, files, per_node)
+        if write_bandwidth is None:
+            write_bandwidth = w_agg
+        if read_bandwidth is None:
+            read_bandwidth = r_agg
         if n_writing > 1:
-            notes.append(f"the save time uses one {tier.name} drive's bandwidth for the whole save; on a node-local "
-                         f"tier the {n_writing} nodes write in parallel, each its own ranks' files (the busiest "
-                         "node's bytes per save are in the storage line)")
+            notes.append(how)
     if ec.zero.stage >= 1:
         notes.append(f"ZeRO-{ec.zero.stage} optimizer state is partitioned over {cluster.dp_world_size} data-parallel "
                      "ranks: resuming at another data-parallel world size needs DeepSpeed's universal checkpoint "
