@@ -393,7 +393,9 @@ def test_busiest_node_bytes_by_hand():
     # 38 580 + 2 490 + latest 16; node 1 = ranks 2, 3: 2 x 129 648.
     assert plan.node_bytes_per_save() == 86_432 + 2 * 129_648 + 38_580 + 2_490 + 16
     assert plan.storage()["endurance_used_per_day"] is None and plan.findings == []
-    assert any("2 nodes write in parallel" in n for n in plan.notes)
+    assert any("2 nodes write their own ranks' files in parallel" in n for n in plan.notes)
+    # the save takes the busiest node's bytes over its own 1 GB/s tier, not the whole save over one
+    assert plan.save_s == pytest.approx((86_432 + 2 * 129_648 + 38_580 + 2_490 + 16) / 1e9, rel=1e-9)
 
 
 def test_save_dir_on_no_tier_is_a_note_not_a_finding(tmp_path):
