@@ -139,7 +139,7 @@ class StepTime:
         return max(r, key=lambda k: r[k]) if r else "compute"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step_seconds": self.total, "windows_seconds": self.windows,
+        return {"step_time_s": self.total, "windows_seconds": self.windows,
                 "exposed_seconds_by_resource": self.by_resource(), "busy_seconds_by_resource": self.by_resource(False),
                 "terms": [t.to_dict() for t in self.terms], "unknown": self.unknown, "assumptions": self.assumptions}
 

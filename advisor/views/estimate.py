@@ -419,9 +419,9 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
     if hardware is not None:
         st_section = step_time_section(mv_ledger.plan, hardware, workload, acts)
         st_section["per_day_figures_use"] = "--step-time" if step_time_s is not None else (
-            "model" if st_section.get("step_seconds") else None)
-        if step_time_s is None and st_section.get("step_seconds"):
-            step_time_s = st_section["step_seconds"]  # the model's; --step-time (a measured run) wins
+            "model" if st_section.get("step_time_s") else None)
+        if step_time_s is None and st_section.get("step_time_s"):
+            step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
     sections = {"movement": movement_section(mv_ledger, hardware, step_time_s),
                 "checkpoint": checkpoint_view(ec, ck_inv, cluster).to_dict()}
     if st_section is not None:
@@ -434,11 +434,11 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
 def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) -> dict[str, Any]:
     """The step-time model's figures for estimate (:func:`advisor.ledger.steptime.step_time`),
     JSON-ready: step seconds, the breakdown by resource (busy and exposed), every term, and the
-    text lines. ``{"step_seconds": None, "why": ...}`` when the sequence length is unknown."""
+    text lines. ``{"step_time_s": None, "why": ...}`` when the sequence length is unknown."""
     from advisor.ledger import steptime as stm
     seq = workload.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
     if not seq:
-        return {"step_seconds": None, "source": None, "why": "no sequence length (give --seq-len)"}
+        return {"step_time_s": None, "source": None, "why": "no sequence length (give --seq-len)"}
     st = stm.step_time(plan, hardware, seq_len=int(seq),
                        recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0)
     d = st.to_dict()
