@@ -149,6 +149,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "checkpointing": (("--checkpointing",), dict(type=click.Choice(["none", "full"]), default="none", show_default=True,
                                                  help="Activation checkpointing (recompute; not a durable checkpoint).")),
     "attention": (("--attention",), dict(type=click.Choice(["flash", "eager"]), default="flash", show_default=True)),
+    "activations": (("--activations",), dict(
+        type=click.Choice(["formula", "trace"]), default="formula", show_default=True,
+        help="formula: per-op formulas (no torch); trace: run transformers' own model for one forward and "
+             "backward on fake tensors (no weights, no memory; needs the trace extra: torch + transformers).")),
     "gpu_memory": (("--gpu-memory",), dict(help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")),
     "host_memory": (("--host-memory",), dict(help="Host memory per node, e.g. 512GB.")),
     "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
@@ -265,6 +269,7 @@ class EstimateArgs:
     micro_batch: int | None
     checkpointing: str
     attention: str
+    activations: str
     gpu_memory: str | None
     host_memory: str | None
     nvme_capacity: str | None
@@ -295,8 +300,8 @@ def _estimate_options(f):
     deco = click.option("--fragmentation", type=FiniteFloat(0, 1), default=0.05, show_default=True,
                         help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
     return options(
-        *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, *CAPACITY_OPTIONS,
-        "hardware", "step_time_s",
+        *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
+        *CAPACITY_OPTIONS, "hardware", "step_time_s",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
         step_time_s=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
         **UNSET_WORKLOAD,
@@ -393,7 +398,8 @@ def _build_estimate(config: str, a: EstimateArgs):
         resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
         effective = effective_config(resolved)
     return run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
-                        workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]),
+                        workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
+                                          activations=a.activations),
                         fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
 
 

@@ -117,3 +117,34 @@ def test_a_family_without_formula_traces(family):
 def test_unknown_model_type_is_one_line():
     with pytest.raises(TraceUnavailable, match="model_type 'no_such_model'"):
         trace_activations({"model_type": "no_such_model"}, 8, 1)
+
+
+def test_estimate_activations_trace_agrees_with_formula(tmp_path):
+    """estimate --activations trace on a config.json: the JSON's activations are the trace's,
+    and for llama (formula exact per layer) within 1% of the formula's."""
+    import json
+
+    from conftest import run_json
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(with_layers(SMALL["llama"], 3)))
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}}))
+    args = ["estimate", str(ds), "--model", str(cfg), "--seq-len", "64", "--format", "json"]
+    rc_t, tr = run_json(args + ["--activations", "trace"])
+    rc_f, fo = run_json(args)
+    assert rc_t == rc_f == 0
+    at, af = tr["ranks"][0]["activations"], fo["ranks"][0]["activations"]
+    direct = trace_activations(with_layers(SMALL["llama"], 3), 64, 2)
+    assert at["saved_accelerator"] == direct.end_of_forward
+    assert abs(at["saved_accelerator"] - af["saved_accelerator"]) <= 0.01 * af["saved_accelerator"]
+
+
+def test_estimate_activations_trace_without_a_config_is_one_line(tmp_path, cli):
+    import json
+
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+    p = cli(["estimate", str(ds), "--model", "llama-3-8b", "--seq-len", "64", "--tensor-parallel", "2",
+             "--world-size", "2", "--activations", "trace"])
+    assert p.returncode == 2 and "use --activations formula" in p.stderr and "Traceback" not in p.stderr

@@ -413,3 +413,46 @@ def _after_last_layer(model, layers):
             if m is not model:
                 handles.append(m.register_forward_pre_hook(pre))
     return found, handles
+
+
+def traced_estimate(inventory, x, meta: dict[str, Any]):
+    """The estimate view's activations from a trace instead of the formulas.
+
+    ``inventory``: an advisor Inventory carrying ``hf_config`` (presets and config.json files);
+    ``x``: advisor.model.activations.ActivationInputs. Returns (ActivationEstimate, note): the
+    note says what was traced and what was extrapolated. Raises TraceUnavailable (one line)
+    without torch/transformers, without a config.json to build from, or with tensor/pipeline/
+    sequence parallelism (the trace measures one whole-model rank)."""
+    from advisor.model.activations import ActivationEstimate, estimate_activations
+
+    if getattr(inventory, "hf_config", None) is None:
+        raise TraceUnavailable("--activations trace needs --model as a preset or a Hugging Face config.json "
+                               "(an inventory or model spec file has no config to build the model from)")
+    if x.tensor_parallel > 1 or x.pipeline_parallel > 1 or x.sequence_parallel or getattr(x, "ulysses", 1) > 1:
+        raise TraceUnavailable("--activations trace measures one rank of the whole model: no tensor, pipeline or "
+                               "sequence parallelism; use --activations formula")
+    dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
+    tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
+                           checkpointing=x.checkpointing)
+    saved, host = tr.end_of_forward, 0
+    if x.checkpointing == "full" and x.cpu_checkpointing:  # the kept layer inputs go to host memory
+        host = tr.per_layer[-1] * tr.layers_total
+        saved -= host
+    try:
+        frac = estimate_activations(meta, x).recompute_flops_fraction
+    except (KeyError, ValueError, TypeError):
+        frac = 0.0
+    import transformers
+
+    est = ActivationEstimate(
+        per_layer=tr.per_layer[-1], layers_on_rank=tr.layers_total, saved_accelerator=saved, saved_host=host,
+        recompute_layer=0, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
+        loss_backward_spike=tr.backward_extra, recompute_flops_fraction=frac,
+        breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers})
+    what = f"{tr.layers_traced} of {tr.layers_total} layers, the rest extrapolated" if tr.extrapolated \
+        else f"all {tr.layers_total} layers"
+    note = (f"activations: traced on transformers {transformers.__version__}'s {tr.model_type} ({what}; "
+            f"{tr.attention} attention; backward peak at {tr.backward_peak_module}; {tr.seconds:.1f} s)")
+    if tr.notes:
+        note += "; " + "; ".join(tr.notes)
+    return est, note

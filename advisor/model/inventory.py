@@ -63,6 +63,9 @@ class Inventory:
     source: str = ""
     #: Architecture facts other views need (hidden_size, layers, vocab...), when known.
     meta: dict[str, Any] = field(default_factory=dict)
+    #: The parsed Hugging Face config.json the inventory was built from (presets and
+    #: config.json files), for ``--activations trace``; not part of the JSON form.
+    hf_config: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def numel(self) -> int:

@@ -731,6 +731,13 @@ def get_preset(name: str) -> ModelSpec:
     return replace(spec, description=p.description)
 
 
+def preset_inventory(name: str) -> Inventory:
+    """The inventory of a preset, carrying its config.json fields (for the trace)."""
+    inv = expand(get_preset(name))
+    inv.hf_config = dict(_index()[_norm_key(name)].config)
+    return inv
+
+
 def list_presets() -> list[tuple[str, int, str, str]]:
     """``(name, parameters, family, description)`` for every preset; parameters in elements
     (all ``named_parameters`` of the HF model, embedding counted once when tied)."""
@@ -764,7 +771,7 @@ def resolve_model(spec: str) -> Inventory:
     if os.path.isdir(path):
         cand = os.path.join(path, "config.json")
         if not os.path.isfile(cand) and _norm_key(spec) in _index():
-            return expand(get_preset(spec))  # a folder that happens to share a preset's name
+            return preset_inventory(spec)  # a folder that happens to share a preset's name
         if not os.path.isfile(cand):
             raise ModelSpecError(f"{path}: a folder given as --model must hold a config.json")
         path = cand
@@ -774,13 +781,15 @@ def resolve_model(spec: str) -> Inventory:
             return from_dict(d, path)
         if isinstance(d, dict) and "model_type" in d:
             s = spec_from_hf_config(d, source=path)
-            return expand(s)
+            inv = expand(s)
+            inv.hf_config = dict(d)
+            return inv
         if isinstance(d, dict) and "family" in d:
             return expand(ModelSpec.from_dict(d, source=path))
         raise ModelSpecError(f"{path}: not a Hugging Face config.json (no model_type), an inventory "
                              "(no tensors) or a model spec (no family)")
     if _norm_key(spec) in _index():
-        return expand(get_preset(spec))
+        return preset_inventory(spec)
     if os.sep in spec or spec.lower().endswith(".json"):
         raise ModelSpecError(f"{spec}: no such file (and not a model preset)")
-    return expand(get_preset(spec))
+    return preset_inventory(spec)

@@ -56,6 +56,9 @@ class Workload:
     micro_batch: int | None = None
     checkpointing: str = "none"
     attention: str = "flash"
+    #: ``formula`` (advisor.model.activations, no torch) or ``trace`` (advisor.engine.trace:
+    #: transformers' own model on fake tensors; needs torch and transformers).
+    activations: str = "formula"
 
 
 @dataclass
@@ -313,7 +316,7 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         return None, "activations: not estimated (give --model with an architecture: a preset or config.json)"
     from advisor.model.activations import formula_gap
 
-    gap = formula_gap(meta)
+    gap = formula_gap(meta) if workload.activations == "formula" else None
     if gap:
         return None, f"activations: not estimated ({gap})"
     seq = workload.seq_len or meta.get("max_seq_len")
@@ -329,6 +332,10 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         pipeline_parallel=cluster.pipeline_parallel, ulysses=cluster.sequence_parallel,
         stage=stage, micro_batches=_micro_batches(ec, cluster),
         partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")))
+    if workload.activations == "trace":
+        from advisor.engine.trace import traced_estimate  # torch + transformers: only when asked
+
+        return traced_estimate(inventory, x, meta)
     return estimate_activations(meta, x), ""
 
 
