@@ -78,12 +78,22 @@ def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
 
 def _load_inputs(config: str, model: str | None, params: int | None, hardware: str | None = None):
     """The config, the model inventory and the hardware spec a command needs, or exit 2 with
-    one line naming the file/preset and the problem. Returns (loaded, inventory, hardware)."""
-    from advisor.config.loading import load_config
+    one line naming the file/preset and the problem. Returns (loaded, inventory, hardware);
+    for an accelerate config file, ``loaded`` is the DeepSpeed config accelerate builds from it
+    (:func:`_load_config_input` gives the launch too)."""
+    inp, inv, hw = _load_config_input(config, model, params, hardware)
+    return inp.loaded, inv, hw
+
+
+def _load_config_input(config: str, model: str | None, params: int | None, hardware: str | None = None, *,
+                       trainer_args: dict | None = None, world_size: int | None = None):
+    """:func:`_load_inputs` with the config read by its content (advisor.config.inputs): returns
+    (ConfigInput, inventory, hardware)."""
+    from advisor.config.inputs import read_input
 
     try:
         inv = _inventory(model, params)
-        loaded = load_config(config)
+        loaded = read_input(config, trainer_args=trainer_args, world_size=world_size, inventory=inv)
         hw = None
         if hardware:
             from advisor.cluster.hardware import resolve_hardware
@@ -342,7 +352,10 @@ def _build_estimate(config: str, a: EstimateArgs):
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     cap = Capacity(*(_size_flag(f, v) for f, v in (("--gpu-memory", a.gpu_memory), ("--host-memory", a.host_memory),
                                                    ("--nvme-capacity", a.nvme_capacity))))
-    loaded, inv, hw = _load_inputs(config, a.model, a.params, a.hardware)
+    targs = _targs(a.trainer_args, a.hidden_size)
+    inp, inv, hw = _load_config_input(config, a.model, a.params, a.hardware, trainer_args=targs,
+                                      world_size=a.world_size)
+    loaded = inp.loaded
     wl = _workload(config, a)
     v = wl.values
     warn = _seq_len_warning(wl, inv)
@@ -350,6 +363,8 @@ def _build_estimate(config: str, a: EstimateArgs):
         click.echo(f"ds-advisor: warning: {warn}", err=True)
     gpus_per_node = a.gpus_per_node
     ws, ws_src = _world(a.world_size)
+    if inp.launch is not None and a.world_size is None and inp.launch.num_processes:
+        ws, ws_src = inp.launch.num_processes, f"num_processes in {loaded.source}"
     if ws is None and hw is not None:
         from advisor.config.validation import world_size as bounded_world_size
         ws_src = f"--hardware {a.hardware} ({hw.nodes} node(s) x {hw.accelerators_per_node})"
@@ -385,8 +400,14 @@ def _build_estimate(config: str, a: EstimateArgs):
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
-    targs = _targs(a.trainer_args, a.hidden_size)
     hf = a.hf or targs is not None
+    if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
+        from advisor.config.effective import effective_config
+        from advisor.views.lint import lint_accelerate
+        findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv)
+        return run_estimate(loaded, inv, cluster, cap, findings, effective=effective_config(loaded.data),
+                            workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]),
+                            fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
                            hardware=hw, step_time_s=a.step_time_s if hw is not None else None, cluster=cluster)
@@ -459,7 +480,7 @@ def main() -> None:
 def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
     from advisor.findings import SEVERITY_RANK, worst
-    from advisor.views.lint import lint_path
+    from advisor.views.lint import internal_error, lint_accelerate, lint_guarded
     from advisor.render import render
     from advisor.render.lint import FileResult
 
@@ -477,12 +498,56 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
     files = _expand_paths(paths)
     if not files:
         raise _fail(f"no config files ({', '.join(CONFIG_SUFFIXES)}) in {', '.join(paths)}")
-    results: list[FileResult] = []
+    from advisor.config.inputs import NotAConfig, deepspeed_keys, read_input
+
+    in_folder = set(files) - set(paths)
+    targs = _targs(trainer_args, hidden_size)
+    read: list[tuple[str, object]] = []  # (path, ConfigInput | FileResult)
+
+    def read_one(p: str, **kw):
+        """ConfigInput, or the FileResult of a file that is skipped, unreadable or broke the reader
+        (X001: one bad file must not lose the batch)."""
+        try:
+            return read_input(p, **kw)
+        except NotAConfig as e:
+            return FileResult(file=p, skipped=e.reason) if p in in_folder else FileResult(file=p, error=str(e))
+        except AdvisorError as e:
+            return FileResult(file=p, error=str(e))
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001
+            if os.environ.get("DS_ADVISOR_DEBUG"):
+                raise
+            return FileResult(file=p, findings=[internal_error(e).located({}, p)])
+
     for p in files:  # one bad file is an error line or an X001 finding; the others' results are kept
-        source, found, error = lint_path(p, world_size=ws, world_size_source=ws_src, inventory=inv,
-                                         hf=hf or bool(trainer_args), select=codes,
-                                         trainer_args=_targs(trainer_args, hidden_size), release=release)
-        results.append(FileResult(file=source, error=error) if error else FileResult(file=source, findings=found))
+        read.append((p, read_one(p, trainer_args=targs, world_size=world_size, inventory=inv)))
+    # A deepspeed_config_file an accelerate config names goes through accelerate: linted as --hf,
+    # and linted even when it is not among the paths given.
+    named = {os.path.realpath(i.launch.deepspeed_config_file): i.launch.deepspeed_config_file
+             for _, i in read if not isinstance(i, FileResult) and i.launch is not None
+             and i.launch.deepspeed_config_file and os.path.isfile(i.launch.deepspeed_config_file)}
+    given = {os.path.realpath(p) for p in files}
+    for real, path in named.items():
+        if real not in given:
+            read.append((path, read_one(path)))
+    results: list[FileResult] = []
+    for p, inp in read:
+        if isinstance(inp, FileResult):
+            results.append(inp)
+        elif inp.launch is not None:
+            results.append(FileResult(file=inp.loaded.source, kind="accelerate", findings=lint_accelerate(
+                inp, trainer_args_given=targs is not None, select=codes, world_size=inp.resolution.world_size,
+                inventory=inv)))
+        elif p in in_folder and isinstance(inp.loaded.data, dict) and not deepspeed_keys(inp.loaded.data):
+            keys = ", ".join(list(inp.loaded.data)[:4]) or "none"
+            results.append(FileResult(file=p, skipped=f"no DeepSpeed key at the top level (keys: {keys}): "
+                                                      "not a DeepSpeed config"))
+        else:
+            results.append(FileResult(file=inp.loaded.source, findings=lint_guarded(
+                inp.loaded, world_size=ws, world_size_source=ws_src, inventory=inv,
+                hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=targs,
+                release=release)))
     click.echo(render("lint", fmt, results, release=release))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
@@ -664,14 +729,16 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     if not model and params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
-    loaded, inv, hw = _load_inputs(config, model, params, hardware)
+    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
+    loaded = inp.loaded
     from types import SimpleNamespace
     wl = _workload(config, SimpleNamespace(
         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
         megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
         checkpointing=checkpointing, attention=attention))
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
-                       host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl)
+                       host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
+                       config_input=inp)
     warn = _seq_len_warning(wl, inv)
     if warn:
         result.warnings.insert(0, warn)

@@ -36,8 +36,6 @@ PENDING = {
     "C11-load-time-host-zero2": "issue 15: the load-time host peak (each rank builds the whole model "
                                 "before deepspeed.initialize under ZeRO-1/2) is not estimated yet "
                                 "(no finding at /zero_optimization/stage, no extractor for the figure)",
-    "C14-accelerate-json": "issue 19: an accelerate config file in JSON form is linted and "
-                           "estimated as a DeepSpeed config",
 }
 
 

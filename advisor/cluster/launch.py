@@ -158,9 +158,10 @@ class LaunchShape:
 
 
 def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | None = None,
-                    gpus_per_node: int | None = None) -> LaunchShape:
+                    gpus_per_node: int | None = None, world_size_source: str = "--world-size") -> LaunchShape:
     """The launch shape from flags (``world_size``, ``gpus_per_node``: they win) and the
-    environment ``env`` (default ``os.environ``).
+    environment ``env`` (default ``os.environ``). ``world_size_source`` labels a given
+    ``world_size`` (default the flag; e.g. an accelerate config's ``num_processes``).
 
     Rules, in order: world size = --world-size, WORLD_SIZE, else SLURM_NTASKS -- except that
     when SLURM_NTASKS equals SLURM_JOB_NUM_NODES and a node has more than one GPU (one task
@@ -186,7 +187,7 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     g = shape.gpus_per_node.value if shape.gpus_per_node else None
 
     if world_size is not None:
-        shape.world_size = Found(world_size, "--world-size")
+        shape.world_size = Found(world_size, world_size_source)
     else:
         ws = _int(env, "WORLD_SIZE", bad)
         if ws is None:

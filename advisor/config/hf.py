@@ -545,7 +545,14 @@ def trainer_fill(raw: dict, args: TrainerArgs, *, hidden_size: int | None = None
 # -- accelerate config YAML ----------------------------------------------------------------------
 
 def is_accelerate_config(text: str) -> bool:
-    """True when ``text`` looks like an accelerate config (a top-level ``distributed_type`` key)."""
+    """True when ``text`` looks like an accelerate config (a top-level ``distributed_type`` key),
+    in YAML or in JSON form (``accelerate launch --config_file`` reads both)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        return "distributed_type" in data
     for line in text.splitlines():
         s = line.split("#", 1)[0].rstrip()
         if s.startswith("distributed_type:") or s.startswith('"distributed_type"') or s.startswith("'distributed_type'"):

@@ -27,6 +27,10 @@ class FileResult:
     file: str
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
+    #: "deepspeed" or "accelerate" (what the file is, by its content).
+    kind: str = "deepspeed"
+    #: Set when a folder lint skipped the file: why it is not a config of either kind.
+    skipped: str | None = None
 
 
 def lint_json(results: list[FileResult], release: "Release | None" = None) -> str:
@@ -39,8 +43,11 @@ def lint_json(results: list[FileResult], release: "Release | None" = None) -> st
     return json.dumps({
         "schema_version": LINT_SCHEMA_VERSION,
         "files": [{"file": r.file, "findings": [f.to_dict() for f in r.findings],
-                   **({"error": r.error} if r.error else {})} for r in results],
-        "summary": {"files": len(results), "unreadable": sum(1 for r in results if r.error), **counts},
+                   **({"error": r.error} if r.error else {}),
+                   **({"kind": r.kind} if r.kind != "deepspeed" else {}),
+                   **({"skipped": r.skipped} if r.skipped else {})} for r in results],
+        "summary": {"files": len(results), "unreadable": sum(1 for r in results if r.error),
+                    "skipped": sum(1 for r in results if r.skipped), **counts},
         **({"deepspeed_release": {"requested": release.requested, "checked": release.checked,
                                   "origin": release.origin}} if release else {}),
     }, indent=2)
@@ -67,6 +74,11 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
         if r.error:
             lines.append(safe_text(r.error))
             continue
+        if r.skipped:
+            lines.append(safe_text(f"{r.file}: skipped: {r.skipped}"))
+            continue
+        if r.kind == "accelerate":
+            lines.append(safe_text(f"{r.file}: accelerate config (read as accelerate launch reads it)"))
         for f in r.findings:
             n[f.severity] += 1
             loc = f.file or r.file
@@ -79,7 +91,9 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
             if f.fix:
                 lines.append(safe_text(f"    fix: {f.fix}"))
     unreadable = sum(1 for r in results if r.error)
+    skipped = sum(1 for r in results if r.skipped)
     lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
                  + (f", {unreadable} unreadable" if unreadable else "")
+                 + (f", {skipped} skipped (not DeepSpeed or accelerate configs)" if skipped else "")
                  + (f" (checked against {release.note})" if release else ""))
     return "\n".join(lines)

@@ -542,8 +542,13 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               world_size: int | None = None, gpus_per_node: int | None = None, gpu_memory: int | None = None,
               host_memory: int | None = None, hardware: "Hardware | None" = None, hf: bool = False, strict: bool = False,
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
-              timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None) -> CheckResult:
+              timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None,
+              config_input: Any = None) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
+
+    ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
+    file (``loaded`` is then the DeepSpeed config accelerate builds): its launch findings replace
+    lint's, and its ``num_processes`` is the world size when no flag gives one.
 
     ``env``: the environment to read launcher variables and PATH from (default os.environ).
     ``world_size`` / ``gpus_per_node`` / ``gpu_memory`` (bytes per rank) / ``host_memory``
@@ -565,7 +570,12 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     env = os.environ if env is None else env
     warnings: list[str] = []
     probe_failed = False
-    launch = discover_launch(env, world_size=world_size, gpus_per_node=gpus_per_node)
+    ws_given, ws_label = world_size, "--world-size"
+    if world_size is None and config_input is not None and config_input.launch is not None \
+            and config_input.launch.num_processes:
+        # accelerate launch starts num_processes ranks in total (accelerate/commands/launch.py)
+        ws_given, ws_label = config_input.launch.num_processes, f"num_processes in {loaded.source}"
+    launch = discover_launch(env, world_size=ws_given, gpus_per_node=gpus_per_node, world_size_source=ws_label)
 
     acc = probe_accelerators(env, launch.visible_devices, launch.visible_source, timeout)
     if not acc.ok:
@@ -646,8 +656,12 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     assumed = wl.assumed()
     if assumed:
         warnings.append("workload assumed (not given as flags): " + "; ".join(assumed))
-    findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source, inventory=inventory,
-                           hf=hf, cluster=lint_cluster)
+    if config_input is not None and config_input.launch is not None:
+        from advisor.views.lint import lint_accelerate
+        findings = lint_accelerate(config_input, trainer_args_given=False, world_size=ws, inventory=inventory)
+    else:
+        findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
+                               inventory=inventory, hf=hf, cluster=lint_cluster)
     result = estimate(loaded, inventory, cluster,
                       Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, effective=ec,
                       workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]))

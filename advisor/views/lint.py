@@ -114,23 +114,59 @@ def lint_path(path: str, **kwargs) -> tuple[str, list[Finding], str | None]:
 
     ``error`` is the one-line load error (the file is unreadable: no findings). An exception
     inside a rule does not end the batch: it becomes an X001 error finding for this file
-    (with DS_ADVISOR_DEBUG set it is raised instead). ``kwargs`` go to :func:`lint_config`."""
+    (:func:`lint_guarded`). ``kwargs`` go to :func:`lint_config`."""
     from advisor.config.loading import load_config
-    from advisor.config.validation import shown
     from advisor.errors import AdvisorError
 
     try:
         loaded = load_config(path)
     except AdvisorError as e:
         return path, [], str(e)
+    return loaded.source, lint_guarded(loaded, **kwargs), None
+
+
+def lint_guarded(loaded: LoadedConfig, **kwargs) -> list[Finding]:
+    """:func:`lint_config` for one file of a batch: an exception inside a rule becomes one X001
+    error finding for this file instead of ending the batch (with DS_ADVISOR_DEBUG set it is
+    raised instead)."""
     try:
-        return loaded.source, lint_config(loaded, **kwargs), None
+        return lint_config(loaded, **kwargs)
     except (KeyboardInterrupt, SystemExit, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - one bad file must not lose the batch
         if os.environ.get("DS_ADVISOR_DEBUG"):
             raise
-        msg = f"internal error while linting this file: {type(e).__name__}: {shown(str(e))[1:-1]}"
-        from advisor.rules import emit
-        x = emit("X001", "error", "", msg, "report this file to ds-advisor (DS_ADVISOR_DEBUG=1 shows the traceback)")
-        return loaded.source, [x.located(loaded.positions, loaded.source)], None
+        return [internal_error(e).located(loaded.positions, loaded.source)]
+
+
+def internal_error(e: BaseException) -> Finding:
+    """The X001 finding for an exception raised while reading or linting one file of a batch."""
+    from advisor.config.validation import shown
+    from advisor.rules import emit
+
+    msg = f"internal error while linting this file: {type(e).__name__}: {shown(str(e))[1:-1]}"
+    return emit("X001", "error", "", msg, "report this file to ds-advisor (DS_ADVISOR_DEBUG=1 shows the traceback)")
+
+
+#: H findings that hold whatever the Trainer's arguments are (reported without them).
+_ARGLESS_H = ("H002", "H004", "H006")
+
+
+def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = None,
+                    world_size: int | None = None, inventory: Inventory | None = None) -> list[Finding]:
+    """Findings for an accelerate config file (``advisor.config.inputs.ConfigInput`` with a
+    launch): what ``accelerate launch`` and the DeepSpeed plugin say about it (H004 launch errors,
+    H006 assumptions, H002 "auto" nobody fills; with Trainer arguments every H finding of the
+    Trainer's replay). The file's own keys are accelerate's, so no DeepSpeed schema rule runs on
+    it; the DeepSpeed config accelerate builds from its fields is accelerate's work. A
+    ``deepspeed_config_file`` it names is linted on its own (the caller lints it with hf=True)."""
+    res = inp.resolution
+    found = [f for f in res.findings if trainer_args_given or f.code in _ARGLESS_H
+             or f.data.get("kind") == "no-zero-section"]
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for f in found:
+        if (select is None or f.code in select) and (f.code, f.pointer, f.message) not in seen:
+            seen.add((f.code, f.pointer, f.message))
+            out.append(f.located(inp.file_positions, inp.loaded.source) if inp.file_positions else f)
+    return sort_findings(out)

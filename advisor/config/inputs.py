@@ -1,0 +1,104 @@
+"""What a config file given to any command is, told by its content: a DeepSpeed config, an
+accelerate config (YAML or JSON; ``accelerate launch --config_file`` takes both), or neither.
+
+Every command reads its CONFIG through :func:`read_input`: a DeepSpeed file loads as DeepSpeed
+loads it (``advisor.config.loading``); an accelerate file is read as ``accelerate launch`` reads it
+(``advisor.config.hf.read_accelerate_config``) and stands for the DeepSpeed config accelerate
+builds from it (``resolve_accelerate``), with the launch's world size (``num_processes``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.config.loading import LoadedConfig, load_config
+from advisor.errors import AdvisorError, ConfigLoadError
+
+YAML_SUFFIXES = (".yml", ".yaml")
+
+
+class NotAConfig(ConfigLoadError):
+    """The file is readable but is neither a DeepSpeed nor an accelerate config (or is an
+    accelerate config that does not use DeepSpeed). ``reason`` says which."""
+
+    def __init__(self, source: str, reason: str):
+        super().__init__(source, reason)
+        self.reason = reason
+
+
+@dataclass
+class ConfigInput:
+    """One CONFIG argument, read. ``loaded``: the DeepSpeed config DeepSpeed receives (for an
+    accelerate file, the dict accelerate builds, without positions). ``launch``: the accelerate
+    launch when the file is an accelerate config, else None."""
+
+    loaded: LoadedConfig
+    launch: Any = None
+    #: accelerate's resolution (advisor.config.hf.Resolution) for an accelerate file.
+    resolution: Any = None
+    #: Positions and text of the file itself (an accelerate JSON file), for locating findings.
+    file_positions: dict = field(default_factory=dict)
+    file_text: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "accelerate" if self.launch is not None else "deepspeed"
+
+
+def _is_accelerate(data: Any) -> bool:
+    """accelerate's ``load_config_from_file`` needs ``compute_environment`` or reads
+    ``distributed_type``; a DeepSpeed config has neither key."""
+    return isinstance(data, dict) and "distributed_type" in data
+
+
+def deepspeed_keys(data: dict) -> list[str]:
+    """The top-level keys of ``data`` that DeepSpeed 0.19.8's config defines (our schema's
+    properties): none means the file is not a DeepSpeed config (a folder lint skips it)."""
+    from advisor.config.schema import load_schema
+
+    props = load_schema().get("properties", {})
+    return [k for k in data if k in props]
+
+
+def read_input(source: str, *, trainer_args: Any = None, world_size: int | None = None,
+               hidden_size: int | None = None, inventory: Any = None) -> ConfigInput:
+    """Read CONFIG by its content. Raises ConfigLoadError (unreadable or invalid), NotAConfig
+    (a YAML file that is not an accelerate config; an accelerate config without DeepSpeed) or
+    AdvisorError (an accelerate file accelerate itself would refuse to read)."""
+    is_file = source != "-" and os.path.isfile(source)
+    if is_file and source.lower().endswith(YAML_SUFFIXES):
+        from advisor.config.readers import MAX_YAML_BYTES, parse_yaml, read_text
+
+        text = read_text(source, limit=MAX_YAML_BYTES, what="YAML file")
+        data = parse_yaml(text, source, what="YAML file")
+        if not _is_accelerate(data):
+            raise NotAConfig(source, "a YAML file without distributed_type: not an accelerate config, and DeepSpeed "
+                                     "reads only JSON/HJSON")
+        return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory)
+    loaded = load_config(source)
+    if _is_accelerate(loaded.data):
+        inp = _accelerate(loaded.source, loaded.text, trainer_args, world_size, hidden_size, inventory)
+        inp.file_positions, inp.file_text = loaded.positions, loaded.text
+        return inp
+    return ConfigInput(loaded=loaded)
+
+
+def _accelerate(source, text, trainer_args, world_size, hidden_size, inventory) -> ConfigInput:
+    from advisor.config import hf
+
+    try:
+        launch = hf.read_accelerate_config(source, text)
+    except AdvisorError as e:
+        msg = str(e)
+        if "not DEEPSPEED" in msg:
+            raise NotAConfig(source, msg.split(": ", 1)[-1])
+        raise
+    args = trainer_args if isinstance(trainer_args, hf.TrainerArgs) else hf.TrainerArgs.from_mapping(trainer_args or {})
+    h, meta = hf._hidden_from_inventory(inventory)
+    res = hf.resolve_accelerate(launch, args, hidden_size=hidden_size if hidden_size is not None else h,
+                                model_config=meta if h is not None else None, world_size=world_size)
+    loaded = LoadedConfig(source=source, data=res.config, positions={}, text="")
+    return ConfigInput(loaded=loaded, launch=launch, resolution=res)
+
