@@ -98,3 +98,13 @@ def test_check_takes_world_size_from_num_processes_and_says_so():
     _, out4 = run_json(["check", "accelerate.json", "--params", "7000000000", "--world-size", "4", "--host-memory",
                         "1TB", "--gpu-memory", "80GB", "--format", "json"], cwd=C14)
     assert out4["launch"]["world_size"] == {"value": 4, "source": "--world-size"}
+
+
+def test_folder_lint_output_matches_the_published_schema(tmp_path):
+    import jsonschema
+    from pathlib import Path
+    shutil.copy(C14 / "accelerate.json", tmp_path)
+    (tmp_path / "package.json").write_text('{"name": "x"}')
+    _, out = run_json(["lint", str(tmp_path), "--format", "json"])
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "lint-output.schema.json").read_text())
+    jsonschema.validate(out, schema)
