@@ -214,6 +214,19 @@ def _as_int(v: Any) -> int | None:
     return None
 
 
+def _as_stage(v: Any) -> int | None:
+    """``DeepSpeedZeroConfig.stage`` (a ZeroStageEnum, pydantic lax): ints, integral floats and
+    strings such as "3" or "3.0" become the member (checked against DeepSpeedZeroConfig itself in
+    tests/test_stage_values.py)."""
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+        return int(f) if math.isfinite(f) and f.is_integer() else None
+    return _as_int(v)
+
+
 def _as_bool(v: Any) -> bool | None:
     """pydantic lax bool: true/false, 0/1, and the strings it accepts."""
     if isinstance(v, bool):
@@ -330,7 +343,7 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     elif not isinstance(zraw, dict):
         zraw = {}
     zr = _Reader(notes, zraw, "/zero_optimization", True)
-    stage = zr.get(_as_int, 0, "stage")
+    stage = zr.get(_as_stage, 0, "stage")
     z.stage = stage if stage in (0, 1, 2, 3) else 0
     z.contiguous_gradients = zr.get(_as_bool, True, "contiguous_gradients")
     z.reduce_scatter = zr.get(_as_bool, True, "reduce_scatter")

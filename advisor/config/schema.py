@@ -285,6 +285,30 @@ def _map_error(err, hf: bool) -> list[Finding]:
                         + (f": {consequence}" if consequence else ""),
                         f"set {key} to {_describe(sch)}")]
 
+    if v == "enum" and ctx == "pydantic" and not isinstance(inst, bool):
+        # pydantic (lax mode) coerces "3", 3.0 and "3.0" to the int member 3 (DeepSpeedZeroConfig
+        # stage is a ZeroStageEnum): DeepSpeed accepts them. Say what happens instead of "rejects".
+        coerced = None
+        if isinstance(inst, float) and inst.is_integer():
+            coerced = int(inst)
+        elif isinstance(inst, str):
+            try:
+                f = float(inst)
+                coerced = int(f) if math.isfinite(f) and f.is_integer() else None
+            except ValueError:
+                coerced = None
+        if coerced is not None and coerced in (err.validator_value or []):
+            extra = ""
+            if path == ["zero_optimization", "stage"]:
+                extra = ("; but the HF Trainer and accelerate read the stage as written (HfDeepSpeedConfig."
+                         f"is_zero3: {json.dumps(inst)} == 3 is false), so they treat the config as not ZeRO-"
+                         f"{coerced}: from_pretrained skips zero.Init and the Trainer does not fill the stage3 "
+                         '"auto" values' if coerced == 3 else
+                         f"; but the HF Trainer and accelerate read the stage as written ({json.dumps(inst)} is not "
+                         f"{coerced}) when they test for ZeRO-2/3")
+            return [emit("S003", "warning", ptr,
+                         f"{where} is {json.dumps(inst)}, not an integer; DeepSpeed 0.19.8's config parser coerces it "
+                         f"to {coerced} and accepts it{extra}", f"write {coerced}")]
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "pattern",
              "minItems", "maxItems", "minLength"):
         consequence = ("DeepSpeed 0.19.8 rejects it at deepspeed.initialize" if ctx == "pydantic"

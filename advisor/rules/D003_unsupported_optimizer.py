@@ -32,6 +32,7 @@ ONEBIT = {"onebitadam": "OneBitAdam", "zerooneadam": "ZeroOneAdam (0/1 Adam)", "
 @register
 class UnsupportedOptimizer(Rule):
     code = "D003"
+    reads_stage = True
     name = "unsupported-optimizer"
     severity = "error"
 

@@ -25,6 +25,7 @@ from advisor.rules import LintContext, Rule, register
 @register
 class PipelineWithZero23(Rule):
     code = "G001"
+    reads_stage = True
     name = "pipeline-with-zero23"
     severity = "error"
 

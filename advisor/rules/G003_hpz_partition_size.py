@@ -22,6 +22,7 @@ from advisor.rules import LintContext, Rule, register
 @register
 class HpzPartitionSize(Rule):
     code = "G003"
+    reads_stage = True
     name = "hpz-partition-size"
     severity = "error"
 

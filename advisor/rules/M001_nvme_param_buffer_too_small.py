@@ -33,6 +33,7 @@ from advisor.rules._util import fmt_bytes, zptr
 @register
 class NvmeParamBufferTooSmall(Rule):
     code = "M001"
+    reads_stage = True
     name = "nvme-param-buffer-too-small"
     severity = "error"
     needs_model = True

@@ -29,6 +29,7 @@ from advisor.rules._util import fmt_bytes, zptr
 @register
 class OptimizerSwapPool(Rule):
     code = "M002"
+    reads_stage = True
     name = "optimizer-swap-pool"
     severity = "warning"
     needs_model = True

@@ -35,6 +35,7 @@ from advisor.rules._util import fmt_bytes, zptr
 @register
 class ReduceBucketTooLarge(Rule):
     code = "M003"
+    reads_stage = True
     name = "reduce-bucket-too-large"
     severity = "warning"
     needs_model = True

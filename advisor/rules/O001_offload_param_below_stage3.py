@@ -26,6 +26,7 @@ from advisor.rules._util import zero_raw, zptr
 @register
 class OffloadParamBelowStage3(Rule):
     code = "O001"
+    reads_stage = True
     name = "offload-param-below-stage3"
     severity = "warning"
 

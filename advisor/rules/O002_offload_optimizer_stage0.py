@@ -28,6 +28,7 @@ from advisor.rules._util import zero_raw, zptr
 @register
 class OffloadOptimizerStage0(Rule):
     code = "O002"
+    reads_stage = True
     name = "offload-optimizer-stage0"
     severity = "warning"
 

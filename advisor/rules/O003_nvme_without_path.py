@@ -28,6 +28,7 @@ from advisor.rules._util import zero_raw, zptr
 @register
 class NvmeWithoutPath(Rule):
     code = "O003"
+    reads_stage = True
     name = "nvme-without-path"
     severity = "error"
 

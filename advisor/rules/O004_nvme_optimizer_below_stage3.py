@@ -30,6 +30,7 @@ from advisor.rules._util import zptr
 @register
 class NvmeOptimizerBelowStage3(Rule):
     code = "O004"
+    reads_stage = True
     name = "nvme-optimizer-below-stage3"
     severity = "warning"
 

@@ -39,6 +39,7 @@ NVME_ONLY = {
 @register
 class OffloadSettingsNoEffect(Rule):
     code = "O005"
+    reads_stage = True
     name = "offload-settings-no-effect"
     severity = "info"
 

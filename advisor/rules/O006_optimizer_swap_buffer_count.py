@@ -32,6 +32,7 @@ STATES = {"adam": 2, "adamw": 2, "adagrad": 1, "lion": 1}
 @register
 class OptimizerSwapBufferCount(Rule):
     code = "O006"
+    reads_stage = True
     name = "optimizer-swap-buffer-count"
     severity = "error"
 

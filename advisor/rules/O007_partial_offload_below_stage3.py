@@ -24,6 +24,7 @@ from advisor.rules._util import zero_raw, zptr
 @register
 class PartialOffloadBelowStage3(Rule):
     code = "O007"
+    reads_stage = True
     name = "partial-offload-below-stage3"
     severity = "error"
 

@@ -28,6 +28,7 @@ from advisor.rules import LintContext, Rule, register
 @register
 class AccumDtypeStage0(Rule):
     code = "P003"
+    reads_stage = True
     name = "accum-dtype-stage0"
     severity = "error"
 

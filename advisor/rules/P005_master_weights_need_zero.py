@@ -32,6 +32,7 @@ from advisor.rules._util import section
 @register
 class MasterWeightsNeedZero(Rule):
     code = "P005"
+    reads_stage = True
     name = "master-weights-need-zero"
     severity = "error"
 

@@ -47,6 +47,7 @@ def _days(d: float | None) -> str:
 @register
 class WriteActiveOnReadOriented(Rule):
     code = "T001"
+    reads_stage = True
     name = "write-active-on-read-oriented"
     severity = "error"
     needs_model = True

@@ -33,6 +33,7 @@ WEAR_DAYS = 365
 @register
 class DriveWear(Rule):
     code = "T002"
+    reads_stage = True
     name = "drive-wear"
     severity = "warning"
     needs_model = True

@@ -42,6 +42,7 @@ STAGE3_ONLY = (
 @register
 class Stage3KeysBelowStage3(Rule):
     code = "Z001"
+    reads_stage = True
     name = "stage3-keys-below-stage3"
     severity = "warning"
 

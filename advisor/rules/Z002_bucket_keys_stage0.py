@@ -31,6 +31,7 @@ ZERO_COMM_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
 @register
 class BucketKeysStage0(Rule):
     code = "Z002"
+    reads_stage = True
     name = "bucket-keys-stage0"
     severity = "info"
 

@@ -24,6 +24,7 @@ from advisor.rules._util import is_auto, zero_raw, zptr
 @register
 class SubGroupSizeBelowStage3(Rule):
     code = "Z003"
+    reads_stage = True
     name = "sub-group-size-below-stage3"
     severity = "warning"
 

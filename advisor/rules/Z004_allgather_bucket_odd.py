@@ -21,6 +21,7 @@ from advisor.rules._util import zero_raw, zptr
 @register
 class AllgatherBucketOdd(Rule):
     code = "Z004"
+    reads_stage = True
     name = "allgather-bucket-odd"
     severity = "error"
 

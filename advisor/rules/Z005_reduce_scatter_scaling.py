@@ -26,6 +26,7 @@ from advisor.rules import LintContext, Rule, register
 @register
 class ReduceScatterScaling(Rule):
     code = "Z005"
+    reads_stage = True
     name = "reduce-scatter-scaling"
     severity = "error"
 

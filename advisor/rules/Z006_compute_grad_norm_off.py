@@ -31,6 +31,7 @@ from advisor.rules._util import zero_raw, zptr
 @register
 class ComputeGradNormOff(Rule):
     code = "Z006"
+    reads_stage = True
     name = "compute-grad-norm-off"
     severity = "error"
 

@@ -26,6 +26,7 @@ from advisor.rules._util import section, zero_raw
 @register
 class AllreduceSumUnsupported(Rule):
     code = "Z007"
+    reads_stage = True
     name = "allreduce-sum-unsupported"
     severity = "error"
 

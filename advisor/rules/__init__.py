@@ -81,6 +81,9 @@ class Rule:
     severity: ClassVar[Severity] = "warning"
     #: True when the rule needs a model inventory (run only with --model/--params).
     needs_model: ClassVar[bool] = False
+    #: True when the rule judges by the ZeRO stage: not run when the stage itself is invalid
+    #: (DeepSpeed refuses the config; the effective stage 0 would be a guess).
+    reads_stage: ClassVar[bool] = False
     #: Set when another view produces the findings (schema validation, estimate, check) and the
     #: class only registers the code and its explanation for ``explain`` and SARIF.
     produced_by: ClassVar[str | None] = None
