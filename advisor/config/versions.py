@@ -212,3 +212,14 @@ def name_in(kind: str, name: str, release: str) -> bool | None:
     if key not in rows:
         return None
     return release in rows[key]
+
+
+def accounting_note(release: Release | None) -> str:
+    """What an estimate may claim for ``release``: the byte accounting is 0.19.8's, proven against
+    that engine on CPU (tests/engine); for any other release it is not verified."""
+    if release is None or release.checked == DEFAULT_RELEASE:
+        return (f"accounting: DeepSpeed {DEFAULT_RELEASE} (byte-exact against that engine on CPU in the parity tests; "
+                "the accelerator/host split is not proven on CPU)")
+    return (f"accounting: DeepSpeed {DEFAULT_RELEASE}'s, not verified for {release.checked} (the job's release: "
+            f"{release.note}); where {release.checked}'s defaults differ (lint's V002), the job places state "
+            "differently from these figures")
