@@ -439,16 +439,24 @@ def _size_flag(flag: str, value: str | None) -> int | None:
 
 
 def _release_option(f):
-    """``--deepspeed-version``: the command receives ``release`` (advisor.config.versions.Release)."""
+    """``--deepspeed-version``: resolves the release once (advisor.config.versions.target_release),
+    makes it the command's release (``use_release``: every view reads it) and passes it as
+    ``release`` to commands that take that argument."""
     import functools
+    import inspect
+
+    takes = "release" in inspect.signature(f).parameters
 
     @functools.wraps(f)
     def wrapper(*a, **kw):
-        from advisor.config.versions import target_release
+        from advisor.config.versions import target_release, use_release
         try:
-            kw["release"] = target_release(kw.pop("deepspeed_version", None))
+            rel = target_release(kw.pop("deepspeed_version", None))
         except AdvisorError as e:
             raise _fail(str(e))
+        use_release(rel)
+        if takes:
+            kw["release"] = rel
         return f(*a, **kw)
 
     return click.option("--deepspeed-version", "deepspeed_version", metavar="X.Y.Z",
@@ -582,6 +590,7 @@ def explain(code):
 @click.option("--compare-deepspeed", is_flag=True,
               help="Also show DeepSpeed's own estimate_zero2/zero3 figures (imports deepspeed: slow).")
 @format_option("estimate")
+@_release_option
 def estimate(config, est, explain_, compare_deepspeed, fmt):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
@@ -697,6 +706,7 @@ def run() -> None:
               "use the flags).")
 @format_option("check")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
+@_release_option
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
           hardware, hf, strict, fmt, quiet):
@@ -756,6 +766,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
          model=dict(help=MODEL_HELP + " Gives hidden_size for the bucket sizes."),
          world_size=dict(help="Total ranks (default: the accelerate YAML's num_processes, WORLD_SIZE, else 1)."))
 @click.option("--show-filled", is_flag=True, help="Also list every filled key with its source, on stderr.")
+@_release_option
 def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_filled):
     """Print the DeepSpeed config the HF Trainer / accelerate hand to DeepSpeed, "auto" resolved.
 
@@ -833,6 +844,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
 @format_option("generate")
+@_release_option
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
              precision, top, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
@@ -911,6 +923,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
 @_estimate_options
 @options("output", "force", output=dict(required=True, help="The HTML file to write (e.g. report.html)."),
          force=dict(help="Overwrite --output when it exists."))
+@_release_option
 def report(config, est, output, force):
     """Write a self-contained HTML report for CONFIG: state per tier (chart), movement per step,
     findings, fit, assumptions and checkpoint. No network needed to view it. Takes the options
@@ -961,6 +974,7 @@ def report(config, est, output, force):
 @click.option("--save-interval", type=FiniteFloat(min=0, min_open=True),
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @format_option("checkpoint")
+@_release_option
 def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
                node_mtbf_hours, restart_seconds, step_time_s, keep, hardware, save_dir, save_interval, fmt):
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.

@@ -211,3 +211,32 @@ def test_v003_and_gated_rules_follow_the_release_sources():
     assert "ONEBIT_ADAM_OPTIMIZER" not in cfg_src["0.19.8"].split("DEEPSPEED_OPTIMIZERS = [")[1].split("]")[0]
     assert not {c for c, _ in _lint(onebit, "0.19.3")} & {"D003", "V003"}
     assert ("D003", "/optimizer/type") in _lint(onebit, "0.19.8")
+
+
+@pytest.mark.parametrize("cmd", [["estimate", "{cfg}", "--params", "1000000"], ["checkpoint", "{cfg}", "--params", "1000000"],
+                                 ["check", "{cfg}", "--params", "1000000", "--world-size", "1"],
+                                 ["resolve", "{cfg}", "--hf"], ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--global-batch", "64", "--seq-len", "1024", "--nodes", "1", "--gpus-per-node", "8"]])
+def test_every_command_takes_the_release_and_refuses_an_unknown_one(tmp_path, cmd):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    args = [a.replace("{cfg}", str(cfg)) for a in cmd]
+    bad = run_cli(args + ["--deepspeed-version", "0.8.3"])
+    assert bad.returncode == 2 and "0.8.3" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    ok = run_cli(args + ["--deepspeed-version", "0.17.6"])
+    assert ok.returncode in (0, 1, 3), ok.stderr
+    assert "Traceback" not in ok.stderr
+
+
+def test_estimate_names_its_accounting_and_the_jobs_release(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    d = json.loads(run_cli(["estimate", str(cfg), "--params", "1000000", "--deepspeed-version", "0.17.6",
+                            "--format", "json"]).stdout)
+    assert d["deepspeed_release"]["checked"] == "0.17.6" and "not verified for 0.17.6" in d["accounting"]
+    assert any(f["code"] == "V002" for f in d["findings"])  # pin_memory's default differs there
+    d = json.loads(run_cli(["estimate", str(cfg), "--params", "1000000", "--deepspeed-version", "0.19.8",
+                            "--format", "json"]).stdout)
+    assert "byte-exact" in d["accounting"] and not any(f["code"].startswith("V") for f in d["findings"])
+    text = run_cli(["estimate", str(cfg), "--params", "1000000", "--deepspeed-version", "0.17.6"]).stdout
+    assert "not verified for 0.17.6" in text

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -71,6 +72,26 @@ class Release:
 
 
 _state: dict[str, Any] = {}
+
+#: The release the running command checks against (set once by the CLI's --deepspeed-version
+#: handling; None = 0.19.8). Views read it through :func:`current_release`.
+_CURRENT: ContextVar["Release | None"] = ContextVar("ds_advisor_release", default=None)
+
+
+def use_release(release: "Release | None") -> None:
+    """Make ``release`` the one every view of this command checks against."""
+    _CURRENT.set(release)
+
+
+def current_release() -> "Release | None":
+    """The release set by :func:`use_release` (None: 0.19.8)."""
+    return _CURRENT.get()
+
+
+def release_dict(release: "Release | None") -> dict[str, str]:
+    """``{"requested", "checked", "origin"}`` for JSON outputs (0.19.8 by default)."""
+    r = release or Release(DEFAULT_RELEASE, DEFAULT_RELEASE, "default")
+    return {"requested": r.requested, "checked": r.checked, "origin": r.origin}
 
 
 def table() -> dict[str, Any]:

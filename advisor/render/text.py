@@ -62,6 +62,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                                                             ("expert_parallel", "expert-parallel"))
                                 if (cl.get(k) or 1) > 1)
                       + f"); DeepSpeed {d['deepspeed']} accounting")
+        rel = d.get("deepspeed_release") or {}
+        if rel.get("checked") and rel["checked"] != d["deepspeed"]:
+            console.print(f"[yellow]{d['accounting']}[/yellow]")
         shown = d["ranks"]
         staged = any("stages" in r for r in shown)
         if staged:

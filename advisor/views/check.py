@@ -28,6 +28,8 @@ Test-only hooks (documented so that nobody uses them in production):
 
 from __future__ import annotations
 
+from advisor.config.versions import accounting_note, current_release, release_dict
+
 import json
 import os
 import shutil
@@ -450,6 +452,8 @@ class CheckResult:
             "schema_version": CHECK_SCHEMA_VERSION,
             "tool": f"ds-advisor {__version__}",
             "deepspeed": DEEPSPEED_VERSION,
+            "deepspeed_release": release_dict(current_release()),
+            "accounting": accounting_note(current_release()),
             "config": self.source,
             "model": {"name": self.model, "parameters": self.parameters},
             "verdict": self.verdict,

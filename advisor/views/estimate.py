@@ -21,6 +21,8 @@ The peak of a tier is its largest phase, not the sum of each class's maximum.
 
 from __future__ import annotations
 
+from advisor.config.versions import accounting_note, current_release, release_dict
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +181,8 @@ class EstimateResult:
             "schema_version": 1,
             "tool": f"ds-advisor {__version__}",
             "deepspeed": DEEPSPEED_VERSION,
+            "deepspeed_release": release_dict(current_release()),
+            "accounting": accounting_note(current_release()),
             "config": self.source,
             "model": {"name": inv.name, "source": inv.source, "parameters": inv.numel,
                       "trainable_parameters": inv.trainable_numel, "tensors": len(inv.tensors)},

@@ -16,7 +16,7 @@ from advisor.model.inventory import Inventory
 from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
 from advisor.config.schema import validate_config
-from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, key_status
+from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, current_release, key_status
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware
@@ -52,6 +52,7 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     for another release, its unknown-key (S001) and removed-key (S005) findings on keys that
     release defines are dropped, and the V rules say what that release refuses instead.
     """
+    release = release if release is not None else current_release()
     ctx = LintContext(loaded=loaded, effective=effective_config(loaded.data), world_size=world_size,
                       world_size_source=world_size_source,
                       dp_world_size=dp_world_size if dp_world_size is not None else world_size,
