@@ -547,7 +547,8 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
             results.append(FileResult(file=inp.loaded.source, kind="accelerate", findings=lint_accelerate(
                 inp, trainer_args_given=targs is not None, select=codes, world_size=inp.resolution.world_size,
                 inventory=inv)))
-        elif p in in_folder and isinstance(inp.loaded.data, dict) and not deepspeed_keys(inp.loaded.data):
+        elif p in in_folder and isinstance(inp.loaded.data, dict) and inp.loaded.data \
+                and not deepspeed_keys(inp.loaded.data):
             keys = ", ".join(list(inp.loaded.data)[:4]) or "none"
             results.append(FileResult(file=p, skipped=f"no DeepSpeed key at the top level (keys: {keys}): "
                                                       "not a DeepSpeed config"))

@@ -80,9 +80,12 @@ def test_folder_lint_skips_files_that_are_not_configs(tmp_path):
     assert "DeepSpeed" in by["multi_gpu.yaml"]["skipped"]
     assert by["accelerate.json"]["kind"] == "accelerate" and not by["accelerate.json"].get("skipped")
     assert out["summary"]["skipped"] == 3
-    # named explicitly, a file that is not a config is bad input (exit 2), not silently skipped
-    rc2, _ = run_json(["lint", str(tmp_path / "ci.yml"), "--format", "json"])
-    assert rc2 == 2
+    # named explicitly, ci.yml is read as DeepSpeed reads any file (HJSON: {"name": "ci", "on": "push"}),
+    # so its keys are unknown-key errors (exit 1); a non-DeepSpeed accelerate config is bad input (exit 2)
+    rc2, out2 = run_json(["lint", str(tmp_path / "ci.yml"), "--format", "json"])
+    assert rc2 == 1 and {"/name", "/on"} <= {f["pointer"] for f in _findings(out2)}, out2
+    rc3, _ = run_json(["lint", str(tmp_path / "multi_gpu.yaml"), "--format", "json"])
+    assert rc3 == 2
 
 
 def test_check_takes_world_size_from_num_processes_and_says_so():

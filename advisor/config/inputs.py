@@ -55,7 +55,8 @@ def _is_accelerate(data: Any) -> bool:
 
 def deepspeed_keys(data: dict) -> list[str]:
     """The top-level keys of ``data`` that DeepSpeed 0.19.8's config defines (our schema's
-    properties): none means the file is not a DeepSpeed config (a folder lint skips it)."""
+    properties): none, in a non-empty object, means the file is not a DeepSpeed config (a folder
+    lint skips it; an empty config is DeepSpeed's defaults)."""
     from advisor.config.schema import load_schema
 
     props = load_schema().get("properties", {})
@@ -64,19 +65,23 @@ def deepspeed_keys(data: dict) -> list[str]:
 
 def read_input(source: str, *, trainer_args: Any = None, world_size: int | None = None,
                hidden_size: int | None = None, inventory: Any = None) -> ConfigInput:
-    """Read CONFIG by its content. Raises ConfigLoadError (unreadable or invalid), NotAConfig
-    (a YAML file that is not an accelerate config; an accelerate config without DeepSpeed) or
-    AdvisorError (an accelerate file accelerate itself would refuse to read)."""
+    """Read CONFIG by its content. Raises ConfigLoadError (unreadable or invalid as DeepSpeed
+    reads it), NotAConfig (an accelerate config without DeepSpeed) or AdvisorError (an accelerate file accelerate itself
+    would refuse to read). A YAML file that is not an accelerate config is read as DeepSpeed
+    reads every config, as JSON/HJSON (``deepspeed/runtime/config.py`` DeepSpeedConfig)."""
     is_file = source != "-" and os.path.isfile(source)
-    if is_file and source.lower().endswith(YAML_SUFFIXES):
+    yaml_file = is_file and source.lower().endswith(YAML_SUFFIXES)
+    if yaml_file:
         from advisor.config.readers import MAX_YAML_BYTES, parse_yaml, read_text
 
-        text = read_text(source, limit=MAX_YAML_BYTES, what="YAML file")
-        data = parse_yaml(text, source, what="YAML file")
-        if not _is_accelerate(data):
-            raise NotAConfig(source, "a YAML file without distributed_type: not an accelerate config, and DeepSpeed "
-                                     "reads only JSON/HJSON")
-        return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory)
+        try:
+            text = read_text(source, limit=MAX_YAML_BYTES, what="YAML file")
+            data = parse_yaml(text, source, what="YAML file")
+        except ConfigLoadError:
+            data = None  # not YAML accelerate reads; DeepSpeed's own reading decides below
+        if _is_accelerate(data):
+            return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory)
+    # DeepSpeed reads any file as JSON/HJSON whatever its suffix (a GPT-NeoX .yml config is one).
     loaded = load_config(source)
     if _is_accelerate(loaded.data):
         inp = _accelerate(loaded.source, loaded.text, trainer_args, world_size, hidden_size, inventory)
