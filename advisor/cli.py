@@ -343,9 +343,8 @@ def _build_estimate(config: str, a: EstimateArgs):
     of "auto" (with --hf or Trainer arguments), capacities from the flags and --hardware. The one
     code path of ``estimate`` and ``report``. Raises click errors (exit 2) on bad input."""
     from advisor.cluster.hardware import Capacity
-    from advisor.views.estimate import Workload
+    from advisor.plan import Cluster, Workload, build_plan
     from advisor.views.estimate import estimate as run_estimate
-    from advisor.ledger.state import Cluster
     from advisor.views.lint import lint_config
 
     if not a.model and a.params is None:
@@ -373,14 +372,8 @@ def _build_estimate(config: str, a: EstimateArgs):
         except AdvisorError as e:
             raise _fail(str(e))
     ws = ws or 1
-    if hw is not None:
-        from advisor.config.effective import effective_config as _eff
-        z = _eff(loaded.data).zero
-        nvme_path = z.offload_optimizer.nvme_path or z.offload_param.nvme_path
-        hcap = hw.capacity(nvme_path)
-        cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
-        if gpus_per_node is None:
-            gpus_per_node = hw.accelerators_per_node
+    if hw is not None and gpus_per_node is None:
+        gpus_per_node = hw.accelerators_per_node
     sp = v["sequence_parallel"]
     if sp is None:
         raw_sp = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
@@ -400,28 +393,23 @@ def _build_estimate(config: str, a: EstimateArgs):
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
-    hf = a.hf or targs is not None
+    workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations)
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
-        from advisor.config.effective import effective_config
         from advisor.views.lint import lint_accelerate
         findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv)
-        return run_estimate(loaded, inv, cluster, cap, findings, effective=effective_config(loaded.data),
-                            workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]),
+        return run_estimate(build_plan(loaded, inv, cluster, workload=workload), cap, findings,
                             fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
+    # the one plan of this command: effective config, HF resolution, cluster, workload
+    plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=targs, workload=workload)
+    if hw is not None:
+        z = plan.config.zero
+        hcap = hw.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path)
+        cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
-                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=hf, trainer_args=targs,
-                           hardware=hw, step_time_s=a.step_time_s if hw is not None else None, cluster=cluster)
-    effective = None
-    if hf:  # what DeepSpeed receives after the HF Trainer / accelerate fill in "auto"
-        from advisor.config.effective import effective_config
-        from advisor.config.hf import resolve_for_estimate
-        t = dict(targs or {})
-        resolved, _ = resolve_for_estimate(loaded.data, t, inv, ws, hidden_size=t.pop("hidden_size", None))
-        effective = effective_config(resolved)
-    return run_estimate(loaded, inv, cluster, cap, findings, effective=effective,
-                        workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
-                                          activations=a.activations),
-                        fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
+                           dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
+                           trainer_args=targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
+                           cluster=cluster, plan=plan)
+    return run_estimate(plan, cap, findings, fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
 
 
 
@@ -982,10 +970,9 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
     and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
+    from advisor.plan import Cluster, build_plan
     from advisor.render import render
     from advisor.views.checkpoint import checkpoint_view
-    from advisor.config.effective import effective_config
-    from advisor.ledger.state import Cluster
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -1002,8 +989,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
     loaded, inv, hw = _load_inputs(config, model, params, hardware)
     ws, _ = _world(world_size)
-    plan = checkpoint_view(effective_config(loaded.data), inv,
-                           Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node), keep=keep,
+    plan = checkpoint_view(build_plan(loaded, inv, Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node)), keep=keep,
                            write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)

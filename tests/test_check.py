@@ -491,3 +491,43 @@ def test_nvme_without_path_reported_once(tmp_path):
     at = [f["code"] for f in d["findings"] if f["pointer"].startswith("/zero_optimization/offload_optimizer")]
     assert at.count("O003") == 1 and "K101" not in at, at
     assert p.returncode == 1
+
+
+def test_check_hf_resolves_auto_like_estimate_hf(tmp_path):
+    """check --hf applies the HF Trainer's resolution of "auto" exactly as estimate --hf does
+    (one advisor.plan.build_plan), and both equal the estimate of the config resolved by hand
+    from the Trainer's rules (transformers integrations/deepspeed.py trainer_config_process /
+    trainer_config_finalize with TrainingArguments' defaults: per_device_train_batch_size 8,
+    gradient_accumulation_steps 1, no bf16/fp16 flag -> bf16 off; hidden size h = 2048 for
+    llama-3.2-1b: reduce_bucket_size h^2, stage3_prefetch_bucket_size int(0.9 h^2),
+    stage3_param_persistence_threshold 10 h)."""
+    auto = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "train_batch_size": "auto", "bf16": {"enabled": "auto"},
+            "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+            "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                  "stage3_param_persistence_threshold": "auto"}}
+    h = 2048
+    by_hand = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "train_batch_size": 8 * 8,
+               "bf16": {"enabled": False}, "optimizer": {"type": "AdamW", "params": {"lr": 5e-5}},
+               "zero_optimization": {"stage": 3, "reduce_bucket_size": h * h,
+                                     "stage3_prefetch_bucket_size": int(0.9 * h * h),
+                                     "stage3_param_persistence_threshold": 10 * h}}
+    (tmp_path / "auto.json").write_text(json.dumps(auto))
+    (tmp_path / "hand.json").write_text(json.dumps(by_hand))
+    common = ["--model", "llama-3.2-1b", "--world-size", "8", "--gpus-per-node", "8", "--gpu-memory", "80GB",
+              "--host-memory", "1TB"]
+
+    def est(cfg, *extra):
+        p = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(tmp_path / cfg), *common, *extra,
+                            "--format", "json"], env=base_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert "Traceback" not in p.stderr, p.stderr
+        return {r["tier"]: r["need"] for r in json.loads(p.stdout)["fit"]}
+
+    hand = est("hand.json")
+    assert est("auto.json", "--hf") == hand
+    code, d, err = check([str(tmp_path / "auto.json"), *common, "--hf"])
+    assert "Traceback" not in err, err
+    assert {t["tier"]: t["need"] for t in d["tiers"]} == {k: v for k, v in hand.items() if k != "nvme"}
+    # and without --hf the "auto" values are dropped (bf16 off, buckets at DeepSpeed's defaults): different bytes
+    code, d2, err = check([str(tmp_path / "auto.json"), *common])
+    assert {t["tier"]: t["need"] for t in d2["tiers"]}["accelerator"] != hand["accelerator"]

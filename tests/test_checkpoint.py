@@ -20,7 +20,7 @@ from advisor.ledger.checkpoint import (RECOVERY_SCRIPTS, checkpoint_files, check
 from advisor.cli import main
 from advisor.config.effective import effective_config
 from advisor.model.inventory import Inventory, TensorSpec, from_param_count
-from advisor.ledger.state import Cluster, zero3_sub_groups, zero12_group_layout
+from advisor.ledger.state import Cluster, Plan, zero3_sub_groups, zero12_group_layout
 
 from tests.conftest import CASES as _CASES  # noqa: E402  (tests/data/cases)
 CASES = str(_CASES)
@@ -36,8 +36,7 @@ def mlp(widths=(64, 301, 77, 5)) -> Inventory:
 
 
 def files_of(cfg, inv, world_size, tag="ckpt"):
-    return {f.path: f.bytes for f in checkpoint_files(effective_config(cfg), inv, Cluster(world_size=world_size),
-                                                        tag=tag).files}
+    return {f.path: f.bytes for f in checkpoint_files(Plan(effective_config(cfg), inv, Cluster(world_size=world_size)), tag=tag).files}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -82,7 +81,7 @@ def test_transfer_time():
 def test_plan_resilience_chain_by_hand():
     # stage 0 fp32, 1e6 params -> one 12 MB model file
     ec = effective_config({"train_micro_batch_size_per_gpu": 1})
-    plan = checkpoint_plan(ec, from_param_count(1_000_000), Cluster(world_size=16, gpus_per_node=8),
+    plan = checkpoint_plan(Plan(ec, from_param_count(1_000_000), Cluster(world_size=16, gpus_per_node=8)),
                            write_bandwidth=1e6, node_mtbf_hours=1000, restart_s=60, step_time_s=2.0, keep=2)
     # file: module 4 MB + 2 moments 8 MB = 12,000,000 B (+ latest 16 B) -> 12.000016 s at 1 MB/s
     assert plan.per_save_bytes == 12_000_000 + 16
@@ -154,7 +153,7 @@ def test_stage1_fp16_torch_adam_has_step_and_no_bf16_prefix():
 
 def test_stage3_names_bytes_and_writers():
     ec = effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}, "optimizer": ADAM})
-    res = checkpoint_files(ec, mlp(), Cluster(world_size=2), tag="ckpt")
+    res = checkpoint_files(Plan(ec, mlp(), Cluster(world_size=2)), tag="ckpt")
     by = {f.path: f for f in res.files}
     # P3 = sum ceil(n_i / 2) = 21 607; 12 x P3 = 259 284
     for r in (0, 1):
@@ -177,17 +176,17 @@ def test_stage3_nvme_offloaded_tensors():
 
 def test_unsupported_config_saves_nothing():
     ec = effective_config({"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}})
-    res = checkpoint_files(ec, mlp(), Cluster(world_size=1))
+    res = checkpoint_files(Plan(ec, mlp(), Cluster(world_size=1)))
     assert res.files == [] and res.unsupported
 
 
 def test_save_16bit_model_stage3():
     cl = Cluster(world_size=2)
-    off = save_16bit_model_plan(effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}),
-                                mlp(), cl)
+    off = save_16bit_model_plan(Plan(effective_config({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}),
+                                     mlp(), cl))
     assert off.writes is False and off.bytes == 0
-    on = save_16bit_model_plan(effective_config({"bf16": {"enabled": True}, "zero_optimization": {
-        "stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}), mlp(), cl)
+    on = save_16bit_model_plan(Plan(effective_config({"bf16": {"enabled": True}, "zero_optimization": {
+        "stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}), mlp(), cl))
     assert on.writes and on.bytes == 43_209 * 2
     # largest module gathered: layer "2" = 77 x 301 + 77 -> (11 589 + 39) x 2 ranks x 2 B = 46 512
     assert on.gather_accelerator_bytes == (11_589 + 39) * 2 * 2
@@ -195,9 +194,9 @@ def test_save_16bit_model_stage3():
 
 
 def test_world_size_change_note():
-    z2 = checkpoint_plan(effective_config({"zero_optimization": {"stage": 2}}), mlp(), Cluster(world_size=4))
+    z2 = checkpoint_plan(Plan(effective_config({"zero_optimization": {"stage": 2}}), mlp(), Cluster(world_size=4)))
     assert any("universal" in n for n in z2.to_dict()["notes"])
-    z0 = checkpoint_plan(effective_config({}), mlp(), Cluster(world_size=4))
+    z0 = checkpoint_plan(Plan(effective_config({}), mlp(), Cluster(world_size=4)))
     assert not any("ds_to_universal" in n for n in z0.to_dict()["notes"])
 
 
@@ -388,7 +387,7 @@ def test_busiest_node_bytes_by_hand():
     hw = from_dict({"nodes": 2, "accelerators_per_node": 2, "accelerator": "h100-sxm-80gb",
                     "storage": [{"name": "nv", "mounts": ["/nv"], "capacity_bytes": 1e12, "read_bytes_per_s": 2e9,
                                  "write_bytes_per_s": 1e9, "access": "read-write"}]})
-    plan = checkpoint_plan(ec, mlp(), Cluster(world_size=4), hardware=hw, save_dir="/nv/ck")
+    plan = checkpoint_plan(Plan(ec, mlp(), Cluster(world_size=4)), hardware=hw, save_dir="/nv/ck")
     # W = 4 (see test_largest_writer...): node 0 = ranks 0, 1: model 86 432 + 2 x 129 648 + scripts
     # 38 580 + 2 490 + latest 16; node 1 = ranks 2, 3: 2 x 129 648.
     assert plan.node_bytes_per_save() == 86_432 + 2 * 129_648 + 38_580 + 2_490 + 16
@@ -400,8 +399,8 @@ def test_busiest_node_bytes_by_hand():
 
 def test_save_dir_on_no_tier_is_a_note_not_a_finding(tmp_path):
     from advisor.cluster.hardware import load_hardware
-    plan = checkpoint_plan(effective_config({"zero_optimization": {"stage": 1}, "optimizer": ADAM}), mlp(),
-                           Cluster(world_size=1), hardware=load_hardware(_ckpt_hw(tmp_path)), save_dir="/home/ck")
+    plan = checkpoint_plan(Plan(effective_config({"zero_optimization": {"stage": 1}, "optimizer": ADAM}), mlp(),
+                                Cluster(world_size=1)), hardware=load_hardware(_ckpt_hw(tmp_path)), save_dir="/home/ck")
     assert plan.findings == [] and plan.write_bandwidth is None
     assert any("no storage tier" in n for n in plan.notes)
 

@@ -173,7 +173,7 @@ def test_accelerate_fills_stage3_sizes_in_stage2_config():
 def test_every_auto_config_resolves_and_estimates(path):
     from advisor.views.estimate import estimate
     from advisor.model.inventory import Inventory, TensorSpec
-    from advisor.ledger.state import Cluster
+    from advisor.ledger.state import Cluster, Plan
     from advisor.config.loading import load_config
 
     loaded = load_config(str(path))
@@ -191,7 +191,7 @@ def test_every_auto_config_resolves_and_estimates(path):
     if isinstance(loaded.data.get("train_batch_size"), str):
         assert ec.train_batch_size == raw["train_batch_size"] == 2 * 8 * 16
     loaded.data = raw
-    result = estimate(loaded, inv, Cluster(world_size=16))
+    result = estimate(Plan(effective_config(raw), inv, Cluster(world_size=16), loaded=loaded))
     if "unsupported" in result.sections:
         # The Trainer's arguments make the launch fail (e.g. --bf16 against an explicit
         # fp16 true): the replay says so with an error, and estimate refuses the config.

@@ -317,11 +317,11 @@ def _report(out: Path, *extra: str, cfg: Path = NVME_SAMPLE):
 def _estimate_nvme():
     from advisor.cluster.hardware import Capacity
     from advisor.views.estimate import estimate
-    from advisor.ledger.state import Cluster
+    from advisor.plan import Cluster, build_plan
     from advisor.config.loading import load_config
     from advisor.model.specs import resolve_model
 
-    return estimate(load_config(str(NVME_SAMPLE)), resolve_model("llama-3.2-1b"), Cluster(8, 8),
+    return estimate(build_plan(load_config(str(NVME_SAMPLE)), resolve_model("llama-3.2-1b"), Cluster(8, 8)),
                     Capacity(80 * 10**9, 512 * 10**9, None))
 
 
@@ -620,11 +620,11 @@ def test_report_checkpoint_section_is_tables_not_dicts(tmp_path, config):
 
 def _estimate_checkpoint(config: str) -> dict:
     from advisor.views.estimate import estimate
-    from advisor.ledger.state import Cluster
+    from advisor.plan import Cluster, build_plan
     from advisor.config.loading import load_config
     from advisor.model.specs import resolve_model
 
-    r = estimate(load_config(str(SAMPLES / config)), resolve_model("llama-3.2-1b"), Cluster(8, 8))
+    r = estimate(build_plan(load_config(str(SAMPLES / config)), resolve_model("llama-3.2-1b"), Cluster(8, 8)))
     return r.sections["checkpoint"]
 
 

@@ -747,7 +747,11 @@ def findings_for_context(ctx: Any) -> list[Finding]:
     targs = dict(targs or {})
     ws = targs.pop("world_size", None) or ctx.world_size
     hidden = targs.pop("hidden_size", None)
-    _, found = resolve_for_estimate(ctx.raw, targs, ctx.inventory, ws, hidden_size=hidden)
+    res = ctx.plan.hf if ctx.plan is not None else None  # the command's plan resolved it already (advisor.plan.build_plan)
+    if res is not None:
+        found = list(res.findings)
+    else:
+        _, found = resolve_for_estimate(ctx.raw, targs, ctx.inventory, ws, hidden_size=hidden)
     if not given:
         found = [f for f in found if f.code == "H002" or f.data.get("kind") == "no-zero-section"]
     ctx.cache.hf_findings = found

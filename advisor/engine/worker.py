@@ -225,7 +225,7 @@ def _walk(engine, c: Census, extra: dict | None = None) -> None:
     # ---- optimizer state
     for p, st in basic.state.items():
         for k, v in st.items():
-            item = k if k in ("exp_avg", "exp_avg_sq", "step") else f"optim_{k}"
+            item = k if k in ("exp_avg", "exp_avg_sq", "sum", "step") else f"optim_{k}"
             c.add_all(item, v)
 
     # ---- gradients
@@ -265,8 +265,12 @@ def _walk(engine, c: Census, extra: dict | None = None) -> None:
             c.add_all(item, ts)
 
 
-def _nvme_files(nvme_path: str | None, rank: int) -> dict[str, dict[str, int]]:
-    """Swap files this rank wrote under ``nvme_path`` (``zero_stage_3/*/rank{r}``), by item."""
+def _nvme_files(nvme_path: str | None, rank: int, frozen_ids: "set[int] | None" = None) -> dict[str, dict[str, int]]:
+    """Swap files this rank wrote under ``nvme_path`` (``zero_stage_3/*/rank{r}``), by item.
+
+    A parameter swap file is ``{ds_id}_param.tensor.swp`` (``partitioned_param_swapper.py``
+    _get_swap_paths); those of parameters in ``frozen_ids`` (trainable=False) are
+    ``frozen_params``, the others ``lp_param_partitions``."""
     out: dict[str, dict[str, int]] = {}
     if not nvme_path:
         return out
@@ -280,7 +284,9 @@ def _nvme_files(nvme_path: str | None, rank: int) -> dict[str, dict[str, int]]:
         for fn in os.listdir(d):
             size = os.path.getsize(os.path.join(d, fn))
             if kind.endswith("params"):
-                item = "lp_param_partitions"
+                head = fn.split("_", 1)[0]
+                frozen = frozen_ids is not None and head.isdigit() and int(head) in frozen_ids
+                item = "frozen_params" if frozen else "lp_param_partitions"
             elif fn.startswith("exp_avg_sq-"):
                 item = "exp_avg_sq"
             elif fn.startswith("exp_avg-"):
@@ -402,7 +408,8 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
     _walk(engine, c)
     snaps["steady"] = c.result()
     snaps["in_step"] = in_step_best[0] or {}
-    files = _nvme_files(nvme_path, rank)
+    frozen_ids = {int(p.ds_id) for p in engine.module.parameters() if not p.requires_grad and hasattr(p, "ds_id")}
+    files = _nvme_files(nvme_path, rank, frozen_ids)
     nfiles = files.pop("_files", {}).get("count", 0)
     for item, tiers in files.items():
         snaps["steady"].setdefault(item, {}).update(tiers)

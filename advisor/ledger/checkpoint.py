@@ -38,7 +38,8 @@ from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory, TensorSpec
-from advisor.ledger.state import (Cluster, aio_alignment_elems, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
+from advisor.plan import Cluster, Plan
+from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
                             unsupported_reason, zero3_partition_numel, zero3_sub_groups, zero12_group_layout)
 
 #: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
@@ -152,8 +153,7 @@ def _n_states(ec: EffectiveConfig) -> int:
     return 1 if ec.optimizer.family == "lion" else 2
 
 
-def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag: str = DEFAULT_TAG,
-                     save_latest: bool = True) -> FilesResult:
+def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = True) -> FilesResult:
     """The files ``engine.save_checkpoint(save_dir, tag)`` writes, per stage/precision (§6).
 
     Formulas (D = model dtype bytes, N = trainable elements, W = data-parallel size, P / P3 the
@@ -182,6 +182,7 @@ def checkpoint_files(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, tag:
     * any ZeRO stage: global rank 0 copies ``zero_to_fp32.py`` and ``zero_to_torch.py`` into save_dir;
       every stage: global rank 0 writes ``latest`` (the tag) when ``save_latest``.
     """
+    ec, inv, cluster = plan.config, plan.inventory, plan.cluster
     wrapper, basic = select_optimizer(ec)
     W = cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
@@ -335,7 +336,7 @@ def _module_of(t: TensorSpec) -> str:
     return t.name.rsplit(".", 1)[0] if "." in t.name else ""
 
 
-def save_16bit_model_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster) -> Save16:
+def save_16bit_model_plan(plan: Plan) -> Save16:
     """What ``engine.save_16bit_model`` (``engine.py:5707``) writes and the memory it needs.
 
     * Stage 3 with ``stage3_gather_16bit_weights_on_model_save`` false: logs and returns False,
@@ -349,8 +350,9 @@ def save_16bit_model_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster)
       as in the model-states file); host staging on rank 0 up to the largest storage (torch.save
       copies one storage at a time to host).
     """
+    ec, inv = plan.config, plan.inventory
     D = DTYPE_BYTES[ec.model_dtype]
-    W = cluster.zero_world_size
+    W = plan.cluster.zero_world_size
     n_all = inv.numel
     if ec.zero.stage == 3:
         if not ec.zero.gather_16bit_weights_on_model_save:
@@ -634,7 +636,7 @@ class CheckpointPlan:
         }
 
 
-def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, keep: int = 1,
+def checkpoint_plan(plan: Plan, *, keep: int = 1,
                     write_bandwidth: float | None = None, read_bandwidth: float | None = None,
                     nodes: int | None = None, node_mtbf_hours: float | None = None,
                     step_time_s: float | None = None, restart_s: float = 300.0, tag: str = DEFAULT_TAG,
@@ -658,7 +660,8 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
         raise ValueError("keep must be >= 1")
     if save_interval_s is not None and not save_interval_s > 0:
         raise ValueError("save interval must be positive")
-    files = checkpoint_files(ec, inv, cluster, tag=tag)
+    ec, cluster = plan.config, plan.cluster
+    files = checkpoint_files(plan, tag=tag)
     per_node = cluster.gpus_per_node or (hardware.accelerators_per_node if hardware is not None
                                          and hardware.accelerators_per_node else None) or 8
     per_node = max(1, min(per_node, cluster.world_size))
@@ -689,19 +692,19 @@ def checkpoint_plan(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, *, ke
     else:
         notes.append("stage 0: every rank holds the full state, so a restart at another world size loads the same "
                      "file (no conversion needed)")
-    plan = CheckpointPlan(files=files, save16=save_16bit_model_plan(ec, inv, cluster), keep=keep,
+    cp = CheckpointPlan(files=files, save16=save_16bit_model_plan(plan), keep=keep,
                           world_size=cluster.world_size, dp_world_size=cluster.dp_world_size, zero_stage=ec.zero.stage,
                           write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
                           step_time_s=step_time_s, restart_s=restart_s, notes=notes, save_dir=save_dir, tier=tier,
                           save_interval_s=save_interval_s, ranks_per_node=per_node)
-    return plan
+    return cp
 
 
-def checkpoint_for(plan: Any) -> CheckpointPlan:
-    """``checkpoint_plan`` for an ``advisor.ledger.state.Plan`` (sizes only: no bandwidth or MTBF), the
+def checkpoint_for(plan: Plan) -> CheckpointPlan:
+    """``checkpoint_plan`` for an :class:`advisor.plan.Plan` (sizes only: no bandwidth or MTBF), the
     entry point the HTML report and the estimate view look for."""
-    return checkpoint_plan(plan.config, plan.inventory, plan.cluster)
+    return checkpoint_plan(plan)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -162,6 +162,10 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     same bytes (only ``rank`` differs). O(tensors + W) plus O(tensors) per role. With
     ``hardware`` the movements are :func:`timed`."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
+    memo = plan.derived.setdefault("movement_roles", [])
+    for hw, roles in memo:  # once per plan and hardware: lint's T rules and estimate share them
+        if hw is hardware:
+            return roles
     terms = _rank_terms(plan)
     by: dict = {}
     for r, k in enumerate(terms):
@@ -173,6 +177,7 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
         if hardware is not None:
             ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size)
         out.append((ranks, ms))
+    memo.append((hardware, out))
     return out
 
 

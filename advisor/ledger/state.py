@@ -2,7 +2,8 @@
 
 INTERFACE (stable; views depend on it):
 
-* :class:`Plan` — the effective config x the model inventory x the cluster shape.
+* :class:`advisor.plan.Plan` — the effective config x the model inventory x the cluster shape
+  (built once per command by :func:`advisor.plan.build_plan`; re-exported here).
 * :func:`compute_ledger(plan) -> Ledger` — one :class:`RankLedger` per data-parallel rank.
 * Each :class:`Entry` is one allocation DeepSpeed makes: which rank, tier, state class, the
   fine-grained item name (the vocabulary below, shared with ``advisor.engine.measure``), bytes,
@@ -40,6 +41,7 @@ from typing import Literal, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
+from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-exported for callers)
 
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
@@ -48,57 +50,6 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
 LIVES: tuple[Life, ...] = get_args(Life)
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The launch shape. ``world_size`` is the total number of ranks; the data-parallel
-    world size (the batch's replicas) is world_size / (tp x pp x sp).
-
-    ``tensor_parallel``: Megatron-style tensor parallelism (weights split, see
-    ``advisor.model.parallel``); ``pipeline_parallel``: pipeline stages; ``sequence_parallel``:
-    DeepSpeed-Ulysses ``sequence_parallel_size`` (its own ranks; ZeRO partitions over DP x SP,
-    ``engine.py`` seq_data_parallel_group); ``megatron_sequence_parallel``: Megatron sequence
-    parallelism, which reuses the tensor-parallel group (activations only); ``expert_parallel``:
-    DeepSpeed MoE ``ep_size`` (experts split over it; their ZeRO over the expert-data-parallel
-    group of zero_world_size / ep ranks).
-
-    Global rank order (DeepSpeed ``runtime/pipe/topology.py:PipeModelDataParallelTopology``,
-    axes pipe, data, model; the Ulysses axis inside data): rank = ((stage x DP + d) x SP + q) x TP + m."""
-
-    world_size: int = 1
-    gpus_per_node: int | None = None
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    sequence_parallel: int = 1
-    expert_parallel: int = 1
-    megatron_sequence_parallel: bool = False
-
-    @property
-    def dp_world_size(self) -> int:
-        return max(1, self.world_size // (self.tensor_parallel * self.pipeline_parallel * self.sequence_parallel))
-
-    @property
-    def zero_world_size(self) -> int:
-        """Ranks ZeRO partitions dense parameters over: DP x SP (Ulysses ranks join the ZeRO group)."""
-        return self.dp_world_size * max(1, self.sequence_parallel)
-
-    @property
-    def model_parallel(self) -> bool:
-        """True when the ledger needs per-stage / per-TP-shard roles."""
-        return self.tensor_parallel > 1 or self.pipeline_parallel > 1 or self.expert_parallel > 1
-
-    def coords(self, rank: int) -> tuple[int, int, int]:
-        """(pipeline stage, ZeRO rank in DP x SP, tensor-parallel rank) of global ``rank``."""
-        tp, wz = self.tensor_parallel, self.zero_world_size
-        return rank // (wz * tp), (rank // tp) % wz, rank % tp
-
-
-@dataclass(frozen=True)
-class Plan:
-    config: EffectiveConfig
-    inventory: Inventory
-    cluster: Cluster
 
 
 @dataclass(frozen=True)
@@ -163,8 +114,6 @@ class Ledger:
     basic_optimizer: str = ""
     #: What the ledger leaves out, in words.
     excluded: list[str] = field(default_factory=list)
-    #: Per-step data movement (filled by the tiers/traffic work).
-    movement: list = field(default_factory=list)
 
     @property
     def world_size(self) -> int:
@@ -1148,6 +1097,15 @@ def compute_ledger(plan: Plan) -> Ledger:
     if not ec.optimizer.is_adam and ec.optimizer.family != "none":
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")
     return Ledger(plan=plan, ranks=ranks, wrapper=wrapper, basic_optimizer=basic, excluded=excluded)
+
+
+def ledger_of(plan: Plan) -> Ledger:
+    """:func:`compute_ledger` of ``plan``, computed once per plan and shared by every view of
+    the command (kept in ``plan.derived``). Raises ValueError like :func:`compute_ledger`."""
+    led = plan.derived.get("ledger")
+    if led is None:
+        led = plan.derived["ledger"] = compute_ledger(plan)
+    return led
 
 
 def model_state_bytes(rank_ledger: RankLedger, lives: tuple[str, ...] | None = None) -> dict[str, dict[str, int]]:

@@ -75,12 +75,14 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
     key = (id(ctx.hardware), ctx.step_time_s)
     cached = ctx.cache.movements
     if cached is None or cached[0] != key:
-        from advisor.ledger.state import Cluster, Plan
         from advisor.ledger.movement import endurance_report, movement_for
+        from advisor.plan import Cluster, Plan
 
         hw = ctx.hardware
-        ws = ctx.dp_world_size or ctx.world_size or 1
-        plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
+        plan = ctx.plan  # the command's plan: its movements are computed once, shared with estimate
+        if plan is None:
+            ws = ctx.dp_world_size or ctx.world_size or 1
+            plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
         moves = movement_for(plan, hw)
         cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s))
         ctx.cache.movements = cached

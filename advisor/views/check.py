@@ -547,7 +547,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               host_memory: int | None = None, hardware: "Hardware | None" = None, hf: bool = False, strict: bool = False,
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
               timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None,
-              config_input: Any = None) -> CheckResult:
+              config_input: Any = None, trainer_args: dict | None = None) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
@@ -564,11 +564,12 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     ``workload``: the sequence length, micro-batch, checkpointing, attention and parallel sizes
     (:func:`advisor.views.workload.resolve`: flags, the sidecar generate wrote, defaults); every
     value not given as a flag is listed in the result's warnings as an assumption.
+    ``hf`` / ``trainer_args``: the config goes through the HF Trainer; "auto" is resolved exactly
+    as ``estimate --hf`` resolves it (:func:`advisor.plan.build_plan`), so both give the same bytes.
     """
-    from advisor.config.effective import effective_config
     from advisor.cluster.hardware import Capacity
+    from advisor.plan import Cluster, build_plan
     from advisor.views.estimate import estimate
-    from advisor.ledger.state import Cluster
     from advisor.views.lint import lint_config
 
     env = os.environ if env is None else env
@@ -639,8 +640,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     else:
         host_cap, host_src = None, None
 
-    ec = effective_config(loaded.data)
-    from advisor.views.estimate import Workload
+    from advisor.plan import Workload
     from advisor.views.workload import resolve as resolve_workload
     wl = workload or resolve_workload(None, {})
     v = wl.values
@@ -660,15 +660,19 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     assumed = wl.assumed()
     if assumed:
         warnings.append("workload assumed (not given as flags): " + "; ".join(assumed))
-    if config_input is not None and config_input.launch is not None:
+    # the one plan of this command (with hf: the same HF Trainer resolution as estimate --hf)
+    accelerate = config_input is not None and config_input.launch is not None
+    plan = build_plan(loaded, inventory, cluster, hf=hf and not accelerate, trainer_args=None if accelerate else trainer_args,
+                      workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]))
+    ec = plan.config
+    if accelerate:
         from advisor.views.lint import lint_accelerate
         findings = lint_accelerate(config_input, trainer_args_given=False, world_size=ws, inventory=inventory)
     else:
         findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
-                               inventory=inventory, hf=hf, cluster=lint_cluster)
-    result = estimate(loaded, inventory, cluster,
-                      Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, effective=ec,
-                      workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]))
+                               inventory=inventory, hf=plan.hf is not None, trainer_args=trainer_args,
+                               cluster=lint_cluster, plan=plan)
+    result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings)
     tiers: list[TierVerdict] = []
     for r in result.fit:
         if r.tier == "nvme":

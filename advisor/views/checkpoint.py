@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.config.effective import EffectiveConfig
 from advisor.ledger.checkpoint import CheckpointPlan, checkpoint_plan
-from advisor.ledger.state import Cluster
-from advisor.model.inventory import Inventory
+from advisor.plan import Plan
 
 
-def checkpoint_view(ec: EffectiveConfig, inv: Inventory, cluster: Cluster, **options: Any) -> CheckpointPlan:
-    """:func:`advisor.ledger.checkpoint.checkpoint_plan` (same keyword ``options``: keep,
-    bandwidths in bytes/s, nodes, node_mtbf_hours, step_time_s, restart_s, hardware, save_dir,
-    save_interval_s), with ``findings`` set: T003 when the save dir lies on a read-oriented
-    storage tier of the hardware spec. Raises ValueError as checkpoint_plan does."""
+def checkpoint_view(plan: Plan, **options: Any) -> CheckpointPlan:
+    """:func:`advisor.ledger.checkpoint.checkpoint_plan` of the command's ``plan``
+    (:func:`advisor.plan.build_plan`; same keyword ``options``: keep, bandwidths in bytes/s,
+    nodes, node_mtbf_hours, step_time_s, restart_s, hardware, save_dir, save_interval_s), with
+    ``findings`` set: T003 when the save dir lies on a read-oriented storage tier of the hardware
+    spec. Raises ValueError as checkpoint_plan does."""
     from advisor.rules.T003_checkpoint_on_read_oriented import CheckpointOnReadOriented
 
-    plan = checkpoint_plan(ec, inv, cluster, **options)
-    if plan.tier is not None and not plan.files.unsupported:
-        plan.findings = list(CheckpointOnReadOriented.from_plan(plan))
-    return plan
+    cp = checkpoint_plan(plan, **options)
+    if cp.tier is not None and not cp.files.unsupported:
+        cp.findings = list(CheckpointOnReadOriented.from_plan(cp))
+    return cp

@@ -28,13 +28,13 @@ from typing import Any
 
 from advisor import DEEPSPEED_VERSION, __version__
 from advisor.model.activations import ActivationEstimate, ActivationInputs, estimate_activations
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.cluster.hardware import Capacity
 from advisor.rules import emit
 from advisor.findings import Finding
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import CLASSES, Cluster, Ledger, Plan, RankLedger, compute_ledger, unsupported_reason
-from advisor.config.loading import LoadedConfig
+from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
+from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.units import gb, gib
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
@@ -51,18 +51,6 @@ DEFAULT_FRAGMENTATION = 0.05
 
 
 @dataclass
-class Workload:
-    """What one step processes on a rank: sequence length, micro-batch, checkpointing, attention."""
-
-    seq_len: int | None = None
-    micro_batch: int | None = None
-    checkpointing: str = "none"
-    attention: str = "flash"
-    #: ``formula`` (advisor.model.activations, no torch) or ``trace`` (advisor.engine.trace:
-    #: transformers' own model on fake tensors; needs torch and transformers).
-    activations: str = "formula"
-
-
 @dataclass
 class Role:
     """A set of ranks with identical ledgers (and the same activations)."""
@@ -376,38 +364,42 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
     return out
 
 
-def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capacity: Capacity | None = None,
-             findings: list[Finding] | None = None, effective: EffectiveConfig | None = None,
-             workload: Workload | None = None, fragmentation: float = DEFAULT_FRAGMENTATION,
-             hardware: Any = None, step_time_s: float | None = None) -> EstimateResult:
-    """Run the ledger (and activations) for one config and summarise it.
+def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,
+             fragmentation: float = DEFAULT_FRAGMENTATION, hardware: Any = None,
+             step_time_s: float | None = None) -> EstimateResult:
+    """Run the ledger (and activations) for ``plan`` (:func:`advisor.plan.build_plan`) and
+    summarise it: roles, fit against ``capacity`` (bytes), movement and checkpoint sections.
 
     ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_time_s`` give the movement section
     its times, storage tiers and drive endurance (advisor.ledger.movement).
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
-    (M100) are appended when a capacity is given and a tier does not fit.
+    (M100) are appended when a capacity is given and a tier does not fit; a config DeepSpeed
+    refuses gives M090 and no ledger.
     """
-    ec = effective or effective_config(loaded.data)
-    plan = Plan(config=ec, inventory=inventory, cluster=cluster)
-    workload = workload or Workload()
+    ec = plan.config
+    cluster = plan.cluster
+    inventory = plan.inventory
+    workload = plan.workload
+    positions = plan.loaded.positions if plan.loaded is not None else {}
+    source = plan.source
     why = unsupported_reason(ec, cluster.dp_world_size)
     if why is not None:
         # DeepSpeed refuses this combination at initialize(): there is nothing to account for.
         refused = emit(code="M090", severity="error", pointer="",
                           message=f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}",
                           fix="fix the configuration first; no memory estimate is possible for it")
-        return EstimateResult(source=loaded.source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
-                              fit=[], findings=list(findings or []) + [refused.located(loaded.positions, loaded.source)],
+        return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
+                              fit=[], findings=list(findings or []) + [refused.located(positions, source)],
                               workload=workload, activations_note="", fragmentation=fragmentation,
                               sections={"unsupported": why})
     topo = [f for f in (findings or []) if f.code in TOPOLOGY_CODES and f.severity == "error"]
     if topo:
         # DeepSpeed refuses this launch shape (the G rules quote its assertion): nothing to account for.
-        return EstimateResult(source=loaded.source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
+        return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
                               fragmentation=fragmentation, sections={"unsupported": topo[0].message})
-    ledger = compute_ledger(plan)
+    ledger = ledger_of(plan)
     acts, note = activations_for(ec, inventory, cluster, workload)
     roles = group_roles(ledger, acts)
     if cluster.pipeline_parallel > 1 and acts is not None:
@@ -415,29 +407,28 @@ def estimate(loaded: LoadedConfig, inventory: Inventory, cluster: Cluster, capac
                      for s in range(cluster.pipeline_parallel)}
         roles = split_by_stage(roles, cluster, per_stage)
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
-    all_findings = list(findings or []) + [f.located(loaded.positions, loaded.source) for f in fit_findings(rows)]
+    all_findings = list(findings or []) + [f.located(positions, source) for f in fit_findings(rows)]
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
-    mv_ledger, ck_inv = ledger, inventory
+    mv_plan = plan
     if cluster.model_parallel:
         # Movement and checkpoint files of the first stage's first tensor-parallel rank: the tensors
         # it holds (advisor.model.parallel.shard), over its ZeRO group.
-        from dataclasses import replace as _replace
         from advisor.model.parallel import shard
         ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
-        mv_ledger = _replace(ledger, plan=Plan(config=ec, inventory=ck_inv, cluster=cluster))
+        mv_plan = Plan(config=ec, inventory=ck_inv, cluster=cluster, workload=workload, loaded=plan.loaded)
     st_section = None
     if hardware is not None:
-        st_section = step_time_section(mv_ledger.plan, hardware, workload, acts)
+        st_section = step_time_section(mv_plan, hardware, workload, acts)
         st_section["per_day_figures_use"] = "--step-time" if step_time_s is not None else (
             "model" if st_section.get("step_time_s") else None)
         if step_time_s is None and st_section.get("step_time_s"):
             step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
-    sections = {"movement": movement_section(mv_ledger, hardware, step_time_s),
-                "checkpoint": checkpoint_view(ec, ck_inv, cluster).to_dict()}
+    sections = {"movement": movement_section(mv_plan, hardware, step_time_s),
+                "checkpoint": checkpoint_view(mv_plan).to_dict()}
     if st_section is not None:
         sections["step_time"] = st_section
-    return EstimateResult(source=loaded.source, plan=plan, ledger=ledger, roles=roles, fit=rows,
+    return EstimateResult(source=source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
                           fragmentation=fragmentation, sections=sections)
 

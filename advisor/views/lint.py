@@ -20,7 +20,7 @@ from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, current
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware
-    from advisor.ledger.state import Cluster
+    from advisor.plan import Cluster, Plan
 
 
 def _defined_in_release(f: Finding, release: str) -> bool:
@@ -37,7 +37,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                 dp_world_size: int | None = None, inventory: Inventory | None = None, hf: bool = False,
                 select: set[str] | None = None, trainer_args: dict | None = None,
                 hardware: "Hardware | None" = None, step_time_s: float | None = None,
-                cluster: "Cluster | None" = None, release: "Release | None" = None) -> list[Finding]:
+                cluster: "Cluster | None" = None, release: "Release | None" = None,
+                plan: "Plan | None" = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it.
@@ -47,18 +48,22 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     hidden_size), enabling the Trainer's own checks (its "mismatch" error and friends).
     ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_time_s`` (seconds per optimizer
     step): the storage tiers and step time the T rules need. ``cluster``: the parallel layout
-    the G rules check (advisor.ledger.state.Cluster). ``release``: the DeepSpeed release the job runs
+    the G rules check (advisor.plan.Cluster). ``release``: the DeepSpeed release the job runs
     (:func:`advisor.config.versions.target_release`); None means 0.19.8. The schema is 0.19.8's:
     for another release, its unknown-key (S001) and removed-key (S005) findings on keys that
     release defines are dropped, and the V rules say what that release refuses instead.
+    ``plan``: the command's :class:`advisor.plan.Plan` when it has one (estimate, check,
+    report): its effective config (as written), HF resolution and derived facts (movements) are
+    used instead of being computed again.
     """
     release = release if release is not None else current_release()
-    ctx = LintContext(loaded=loaded, effective=effective_config(loaded.data), world_size=world_size,
+    effective = plan.as_written if plan is not None else effective_config(loaded.data)
+    ctx = LintContext(loaded=loaded, effective=effective, world_size=world_size,
                       world_size_source=world_size_source,
                       dp_world_size=dp_world_size if dp_world_size is not None else world_size,
                       inventory=inventory, hf=hf, release=release,
                       trainer_args=dict(trainer_args) if hf and trainer_args is not None else None,
-                      hardware=hardware, step_time_s=step_time_s, cluster=cluster)
+                      hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan)
     schema = validate_config(loaded, hf=hf)
     findings: list[Finding] = [f for f in schema if select is None or f.code in select]
     if release is not None:

@@ -36,7 +36,7 @@ import pytest
 from advisor.ledger.checkpoint import checkpoint_files, save_16bit_model_plan
 from advisor.config.effective import effective_config
 from advisor.model.inventory import Inventory, TensorSpec
-from advisor.ledger.state import Cluster
+from advisor.ledger.state import Cluster, Plan
 
 pytestmark = pytest.mark.engine
 
@@ -181,7 +181,7 @@ def test_checkpoint_files_match_engine(ckpt_runs, world_size, cell_id, aio_avail
     ec = effective_config(cell["config"])
     inv = mlp(cell.get("widths", [64, 301, 77, 5]))
     cluster = Cluster(world_size=world_size)
-    pred = {f.path: f for f in checkpoint_files(ec, inv, cluster, tag="ckpt").files}
+    pred = {f.path: f for f in checkpoint_files(Plan(ec, inv, cluster), tag="ckpt").files}
     real = _real_files(cell["save_dir"])
     assert sorted(pred) == sorted(real)
     overheads = []
@@ -196,7 +196,7 @@ def test_checkpoint_files_match_engine(ckpt_runs, world_size, cell_id, aio_avail
             assert f.bytes == size, f"{path}: predicted {f.bytes} B, file has {size} B"
     print(f"\n[{cell_id} W={world_size}] " + "; ".join(overheads))
 
-    s16 = save_16bit_model_plan(ec, inv, cluster)
+    s16 = save_16bit_model_plan(Plan(ec, inv, cluster))
     if cell.get("save_16bit_dir"):
         real16 = _real_files(cell["save_16bit_dir"])
         assert sorted(real16) == (["pytorch_model.bin"] if s16.writes else [])

@@ -1,0 +1,165 @@
+"""The plan: every fact one command needs about one training job, computed once.
+
+Flow: load (:mod:`advisor.config.loading`) -> effective config (:mod:`advisor.config.effective`;
+with ``--hf`` first the HF Trainer / accelerate resolution of ``"auto"``,
+:func:`advisor.config.hf.resolve_for_estimate`) -> :class:`Plan` -> ledger
+(:func:`advisor.ledger.state.compute_ledger`) -> views (lint, estimate, check, checkpoint,
+report, generate).
+
+:func:`build_plan` is called once per command; every view reads the same :class:`Plan` and
+never re-derives the effective config, the HF resolution or the cluster shape. The plan is
+pure data: this module imports neither the ledger nor the views (nor torch, deepspeed, click).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from advisor import DEEPSPEED_VERSION
+from advisor.config.effective import EffectiveConfig, effective_config
+from advisor.model.inventory import Inventory
+
+if TYPE_CHECKING:
+    from advisor.config.loading import LoadedConfig
+    from advisor.findings import Finding
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The launch shape. ``world_size`` is the total number of ranks; the data-parallel
+    world size (the batch's replicas) is world_size / (tp x pp x sp).
+
+    ``tensor_parallel``: Megatron-style tensor parallelism (weights split, see
+    ``advisor.model.parallel``); ``pipeline_parallel``: pipeline stages; ``sequence_parallel``:
+    DeepSpeed-Ulysses ``sequence_parallel_size`` (its own ranks; ZeRO partitions over DP x SP,
+    ``engine.py`` seq_data_parallel_group); ``megatron_sequence_parallel``: Megatron sequence
+    parallelism, which reuses the tensor-parallel group (activations only); ``expert_parallel``:
+    DeepSpeed MoE ``ep_size`` (experts split over it; their ZeRO over the expert-data-parallel
+    group of zero_world_size / ep ranks).
+
+    Global rank order (DeepSpeed ``runtime/pipe/topology.py:PipeModelDataParallelTopology``,
+    axes pipe, data, model; the Ulysses axis inside data): rank = ((stage x DP + d) x SP + q) x TP + m."""
+
+    world_size: int = 1
+    gpus_per_node: int | None = None
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    sequence_parallel: int = 1
+    expert_parallel: int = 1
+    megatron_sequence_parallel: bool = False
+
+    @property
+    def dp_world_size(self) -> int:
+        return max(1, self.world_size // (self.tensor_parallel * self.pipeline_parallel * self.sequence_parallel))
+
+    @property
+    def zero_world_size(self) -> int:
+        """Ranks ZeRO partitions dense parameters over: DP x SP (Ulysses ranks join the ZeRO group)."""
+        return self.dp_world_size * max(1, self.sequence_parallel)
+
+    @property
+    def model_parallel(self) -> bool:
+        """True when the ledger needs per-stage / per-TP-shard roles."""
+        return self.tensor_parallel > 1 or self.pipeline_parallel > 1 or self.expert_parallel > 1
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pipeline stage, ZeRO rank in DP x SP, tensor-parallel rank) of global ``rank``."""
+        tp, wz = self.tensor_parallel, self.zero_world_size
+        return rank // (wz * tp), (rank // tp) % wz, rank % tp
+
+
+@dataclass
+class Workload:
+    """What one step processes on a rank: sequence length (tokens), micro-batch (sequences),
+    activation checkpointing (``none``/``full``), attention kernel (``flash``/``eager``).
+    None = not given (the estimate fills the model's maximum length and the config's
+    micro-batch in when it computes activations)."""
+
+    seq_len: int | None = None
+    micro_batch: int | None = None
+    checkpointing: str = "none"
+    attention: str = "flash"
+    #: ``formula`` (advisor.model.activations, no torch) or ``trace`` (advisor.engine.trace:
+    #: transformers' own model on fake tensors; needs torch and transformers).
+    activations: str = "formula"
+
+
+@dataclass(frozen=True)
+class HFResolution:
+    """What the HF Trainer / accelerate hand DeepSpeed: ``config`` (the raw dict with "auto"
+    filled in) and the Trainer's own findings (H codes). ``trainer_args_given``: False when
+    the Trainer's arguments are TrainingArguments' defaults (lint then keeps only the findings
+    that hold whatever the arguments are)."""
+
+    config: dict[str, Any]
+    findings: list["Finding"]
+    trainer_args_given: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One job: the effective config DeepSpeed will use x the model inventory x the cluster.
+
+    ``config`` is what DeepSpeed receives (after the HF resolution when ``hf`` is set);
+    ``written`` the effective config of the file as written (what lint judges; the same object
+    as ``config`` without ``--hf``). ``loaded`` is the config file (source and line positions),
+    None for a plan built from a dict (generate's candidates, tests)."""
+
+    config: EffectiveConfig
+    inventory: Inventory
+    cluster: Cluster = field(default_factory=Cluster)
+    workload: Workload = field(default_factory=Workload)
+    deepspeed_version: str = DEEPSPEED_VERSION
+    written: EffectiveConfig | None = None
+    hf: HFResolution | None = None
+    loaded: "LoadedConfig | None" = None
+    #: Facts derived from this plan, computed once and shared by every view (the ledger, the
+    #: movements per hardware): filled by :func:`advisor.ledger.state.ledger_of` and
+    #: :func:`advisor.ledger.movement.movement_roles`. Not part of the plan's identity.
+    derived: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    @property
+    def as_written(self) -> EffectiveConfig:
+        """The effective config of the file as written (lint's view)."""
+        return self.written if self.written is not None else self.config
+
+    @property
+    def source(self) -> str:
+        return self.loaded.source if self.loaded is not None else ""
+
+
+def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | None = None, *,
+               workload: Workload | None = None, hf: bool = False, trainer_args: dict | None = None,
+               hidden_size: int | None = None) -> Plan:
+    """The :class:`Plan` of ``loaded`` on ``inventory`` and ``cluster`` (default one rank).
+
+    With ``hf`` (or any ``trainer_args``: :class:`advisor.config.hf.TrainerArgs` fields) the
+    config is first resolved as the HF Trainer does it, once
+    (:func:`advisor.config.hf.resolve_for_estimate`: "auto" batch sizes, precision, bucket
+    sizes from the model's hidden size or ``hidden_size``); ``Plan.config`` is then the
+    effective config of the resolved dict, ``Plan.written`` that of the file. Never raises on
+    bad values (they fall back to DeepSpeed's defaults with a note, see
+    :func:`advisor.config.effective.effective_config`)."""
+    cluster = cluster or Cluster()
+    written = effective_config(loaded.data)
+    resolution = None
+    config = written
+    if hf or trainer_args:
+        from advisor.config.hf import resolve_for_estimate
+
+        t = dict(trainer_args or {})
+        h = t.pop("hidden_size", None) or hidden_size
+        resolved, found = resolve_for_estimate(loaded.data, t, inventory, cluster.world_size, hidden_size=h)
+        resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None)
+        config = effective_config(resolved)
+    return Plan(config=config, inventory=inventory, cluster=cluster, workload=workload or Workload(),
+                written=written if resolution is not None else None, hf=resolution, loaded=loaded)
+
+
+def plan_of(config: "dict[str, Any] | EffectiveConfig", inventory: Inventory, cluster: Cluster | None = None,
+            workload: Workload | None = None) -> Plan:
+    """A plan for a config given as a dict or an :class:`EffectiveConfig` (no file: generate's
+    candidates, the engine harness, tests). A dict's effective config is computed here, once."""
+    ec = config if isinstance(config, EffectiveConfig) else effective_config(config)
+    return Plan(config=ec, inventory=inventory, cluster=cluster or Cluster(), workload=workload or Workload())
