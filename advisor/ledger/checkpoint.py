@@ -39,7 +39,7 @@ from typing import Any
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory, TensorSpec
 from advisor.plan import Cluster, Plan
-from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
+from advisor.ledger.state import (aio_alignment_elems, optimizer_states, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
                             unsupported_reason, zero3_partition_numel, zero3_sub_groups, zero12_group_layout)
 
 #: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
@@ -142,17 +142,6 @@ class FilesResult:
 LIST_RANKS_UP_TO = 256
 
 
-def _step_bytes(basic: str) -> int:
-    """Bytes of the Adam ``step`` entry per optimized flat tensor: torch Adam/AdamW keep a 0-dim fp32
-    tensor (4 B, ``torch/optim/adamw.py`` _init_group); FusedAdam and DeepSpeedCPUAdam a python int."""
-    return 4 if basic in ("AdamW", "Adam") else 0
-
-
-def _n_states(ec: EffectiveConfig) -> int:
-    """fp32 optimizer tensors per master element: 2 for Adam family (exp_avg, exp_avg_sq), 1 for Lion."""
-    return 1 if ec.optimizer.family == "lion" else 2
-
-
 def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = True) -> FilesResult:
     """The files ``engine.save_checkpoint(save_dir, tag)`` writes, per stage/precision (§6).
 
@@ -187,8 +176,9 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
     W = cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
     z = ec.zero
-    k = _n_states(ec)
-    s = _step_bytes(basic)
+    opt = optimizer_states(ec)  # the ledger's fact: state tensors per element, step bytes
+    k = len(opt.items)
+    s = opt.step_bytes
     notes: list[str] = [PICKLE_NOTE]
     res = FilesResult(files=[], wrapper=wrapper, basic_optimizer=basic, notes=notes)
     why = unsupported_reason(ec, W)
@@ -199,7 +189,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
     if cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1:
         notes.append("tensor/pipeline parallelism: only the mp_rank_00 files of the first model-parallel group are "
                      "listed; each model-parallel rank writes its own mp_rank_NN set")
-    if not (ec.optimizer.is_adam or ec.optimizer.family in ("none", "lion")):
+    if not opt.known:
         notes.append(f"optimizer {ec.optimizer.type!r}: its state is assumed to be 2 fp32 tensors per element, "
                      "like Adam")
     groups = inv.groups(trainable_only=True)
@@ -279,7 +269,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                 if oo_nvme and S * 4 >= swap_min:
                     first, last = sg.tensors[0], sg.tensors[-1]
                     a = align_up(S, k_al) * 4
-                    for nm in (f"{first}_{last}", f"exp_avg-{first}_{last}", f"exp_avg_sq-{first}_{last}"):
+                    for nm in (f"{first}_{last}", *(f"{m}-{first}_{last}" for m in opt.items)):
                         swapped.append(CkptFile(f"{d}/offloaded_tensors/{rdir}/{nm}.tensor.swp", rank, a,
                                                 "offloaded_tensors", {"swap_file": a},
                                                 formula=f"A_{k_al}(S_k) x 4 = A_{k_al}({S}) x 4 (copy of the swap file)",

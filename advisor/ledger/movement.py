@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import (aio_alignment_elems, align_up, swap_threshold_bytes, zero3_grad_swap_by_rank,
+from advisor.ledger.state import (aio_alignment_elems, optimizer_states, align_up, swap_threshold_bytes, zero3_grad_swap_by_rank,
                             zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero3_sub_groups,
                             zero12_layouts, zero12_rank_coverage, zero12_rank_terms)
 
@@ -106,16 +106,6 @@ class Movement:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _optimizer_state_count(ec: EffectiveConfig) -> tuple[int, str]:
-    """Number of fp32 state tensors per parameter swapped with the master (Adam: 2)."""
-    fam = ec.optimizer.family
-    if fam in ("lion", "adagrad"):
-        return 1, fam
-    if ec.optimizer.is_adam or fam == "none":
-        return 2, "Adam" if fam != "none" else "Adam (assumed: no optimizer section)"
-    return 2, f"{ec.optimizer.type} (Adam-like 2 states assumed)"
 
 
 def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
@@ -327,7 +317,8 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
         path = z.offload_optimizer.nvme_path
         min_aio = swap_threshold_bytes(ec)
         k = aio_alignment_elems(ec, M)
-        nstate, opt_name = _optimizer_state_count(ec)
+        opt = optimizer_states(ec)  # the ledger's fact (one state tensor for Adagrad, two for Adam)
+        opt_name = opt.basic + ("" if opt.known else " (Adam-like state assumed)")
         pipelined = bool(z.offload_optimizer.pipeline_read or z.offload_optimizer.pipeline_write)
         src = ("reference 5.4 (measured); swap_tensor/partitioned_optimizer_swapper.py swap_in/swap_out_optimizer_state, "
                "optimizer_utils.py _io_aligned_numel")
@@ -341,7 +332,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
         for direction in ("read", "write"):
             add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined,
                 f"fp32 master {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src, path=path)
-            for item in ("exp_avg", "exp_avg_sq")[:nstate] if nstate == 2 else ("optimizer_state",):
+            for item in opt.items:
                 add(NVME, direction, "optimizer_states", item, master, "step", pipelined,
                     f"{opt_name} {item} {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src,
                     path=path, first_step_bytes=0 if direction == "read" else None)

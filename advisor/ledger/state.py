@@ -471,6 +471,8 @@ def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
     Basic (``engine.py`` ``_configure_basic_optimizer``): ``torch_adam`` -> torch.optim.AdamW
     (Adam when ``adam_w_mode: false``); else ``offload_optimizer.device`` cpu or nvme as written,
     at any stage (``engine.zero_use_cpu_optimizer``) -> DeepSpeedCPUAdam; else FusedAdam.
+    Adagrad -> DeepSpeedCPUAdagrad with that offload, else torch.optim.Adagrad; Lion ->
+    DeepSpeedCPULion, else FusedLion.
     Wrapper (``engine._configure_optimizer`` / ``_do_optimizer_sanity_check``): stage 3 ->
     DeepSpeedZeroOptimizer_Stage3; stage 1 + bf16 + fp32 grad accumulation without
     ``device: cpu`` -> BF16_Optimizer; stages 1/2 -> DeepSpeedZeroOptimizer; stage 0 16-bit ->
@@ -486,6 +488,10 @@ def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
             basic = "DeepSpeedCPUAdam"
         else:
             basic = "FusedAdam"
+    elif fam == "adagrad":
+        basic = "DeepSpeedCPUAdagrad" if written in ("cpu", "nvme") else "Adagrad"
+    elif fam == "lion":
+        basic = "DeepSpeedCPULion" if written in ("cpu", "nvme") else "FusedLion"
     else:
         basic = o.type or "client optimizer"
     st = ec.zero.stage
@@ -535,16 +541,59 @@ def _host(pin: bool) -> str:
 
 def _opt_src(basic: str) -> str:
     """Where the basic optimizer creates its state (file:function)."""
-    return {"FusedAdam": "ops/adam/fused_adam.py:FusedAdam.step",
-            "DeepSpeedCPUAdam": "ops/adam/cpu_adam.py:DeepSpeedCPUAdam.step",
-            "AdamW": "torch/optim/adamw.py:AdamW._init_group",
-            "Adam": "torch/optim/adam.py:Adam._init_group"}.get(basic, "engine.py:DeepSpeedEngine._configure_basic_optimizer")
+    fact = _OPTIMIZER_STATES.get(basic)
+    return fact[2] if fact else "engine.py:DeepSpeedEngine._configure_basic_optimizer"
 
 
-def _moment_items(basic: str, family: str) -> tuple[str, ...]:
-    if family in ("lion",):
-        return ("exp_avg",)
-    return ("exp_avg", "exp_avg_sq")
+@dataclass(frozen=True)
+class OptimizerStates:
+    """What the basic optimizer keeps per optimized tensor (the one place this fact lives; the
+    ledger, the checkpoint files, the NVMe movements and rule O006 read it).
+
+    ``items``: the fp32 state tensors, each as large as the optimized (fp32 master) tensor,
+    named by the optimizer's own state keys (also the NVMe swap-file prefixes,
+    ``swap_tensor/optimizer_utils.py`` ``{key}-{ids}.tensor.swp``); ``step_bytes``: bytes of the
+    ``step`` entry per optimized tensor (0 for a python int); ``known``: False when the
+    optimizer is not one DeepSpeed builds itself and the state is assumed Adam-like."""
+
+    basic: str
+    items: tuple[str, ...]
+    step_bytes: int
+    source: str
+    known: bool = True
+
+
+#: basic optimizer -> (state keys, step bytes, source). Measured by tests/engine (parity cells
+#: *-adagrad, *-torch_adam) against the installed 0.19.8 / torch 2.13.
+_OPTIMIZER_STATES: dict[str, tuple[tuple[str, ...], int, str]] = {
+    "FusedAdam": (("exp_avg", "exp_avg_sq"), 0, "ops/adam/fused_adam.py:FusedAdam.step (step: python int)"),
+    "DeepSpeedCPUAdam": (("exp_avg", "exp_avg_sq"), 0, "ops/adam/cpu_adam.py:DeepSpeedCPUAdam.step"),
+    "AdamW": (("exp_avg", "exp_avg_sq"), 4, "torch/optim/adamw.py:AdamW._init_group (0-dim fp32 step tensor)"),
+    "Adam": (("exp_avg", "exp_avg_sq"), 4, "torch/optim/adam.py:Adam._init_group (0-dim fp32 step tensor)"),
+    "Adagrad": (("sum",), 4, "torch/optim/adagrad.py:Adagrad.__init__ (state 'sum' full_like(param), "
+                "0-dim fp32 step tensor, made at construction)"),
+    "DeepSpeedCPUAdagrad": (("exp_avg_sq",), 0, "ops/adagrad/cpu_adagrad.py:DeepSpeedCPUAdagrad.step "
+                            "(state 'exp_avg_sq' zeros_like(param) on cpu; step: python int)"),
+    "FusedLion": (("exp_avg",), 0, "ops/lion/fused_lion.py:FusedLion.step"),
+    "DeepSpeedCPULion": (("exp_avg",), 0, "ops/lion/cpu_lion.py:DeepSpeedCPULion.step"),
+}
+
+
+def optimizer_states(ec: EffectiveConfig) -> OptimizerStates:
+    """The :class:`OptimizerStates` of the basic optimizer DeepSpeed 0.19.8 builds for ``ec``
+    (:func:`select_optimizer`). Adam/AdamW: exp_avg and exp_avg_sq; Adagrad: ONE tensor
+    (torch's 'sum', DeepSpeedCPUAdagrad's 'exp_avg_sq'); Lion: exp_avg. Any other optimizer:
+    assumed Adam-like (``known`` False)."""
+    basic = select_optimizer(ec)[1]
+    fact = _OPTIMIZER_STATES.get(basic)
+    if fact is None:
+        return OptimizerStates(basic, ("exp_avg", "exp_avg_sq"), 0,
+                               "engine.py:DeepSpeedEngine._configure_basic_optimizer (assumed Adam-like)", False)
+    return OptimizerStates(basic, *fact)
+
+
+def _moment_items(ec: EffectiveConfig) -> tuple[str, ...]:
+    return optimizer_states(ec).items
 
 
 def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basic: str) -> None:
@@ -559,11 +608,21 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
           "engine.py:DeepSpeedEngine._configure_distributed_model" if ec.model_dtype == "fp32" else src_s)
     if ec.model_dtype != "fp32":
         b.add("accelerator", "master_weights", "fp32_master", N * 4, "persistent", f"N x 4 = {N} x 4", src_s)
-    for m in _moment_items(basic, ec.optimizer.family):
+    for m in _moment_items(ec):
         b.add("accelerator", "optimizer_states", m, N * 4, "persistent",
               f"N x 4 = {N} x 4 (fp32 moments; created at init by the wrapper's dummy step for 16-bit)",
               _opt_src(basic) + " (state zeros_like(param))")
-    step_b = 4 * ntensors if basic in ("AdamW", "Adam") else 0
+    if wrapper == "FP16_UnfusedOptimizer" and basic == "Adagrad":
+        # torch.optim.Adagrad makes its state at construction, for the 16-bit params it is given;
+        # the wrapper then rebinds param_groups to fp32 copies, whose state the dummy step adds:
+        # the 16-bit params' state stays in optimizer.state (measured, parity cell z0-bf16-adagrad)
+        b.add("accelerator", "optimizer_states", "sum", N * D, "persistent",
+              f"N x D = {N} x {D} (state of the 16-bit params, kept after the wrapper swaps in fp32 copies)",
+              "runtime/fp16/unfused_optimizer.py:FP16_UnfusedOptimizer.__init__; torch/optim/adagrad.py:Adagrad.__init__")
+        b.add("host_pageable", "optimizer_states", "step", 4 * ntensors, "persistent",
+              f"4 B x {ntensors} step tensors of the 16-bit params (kept, as above)",
+              "torch/optim/adagrad.py:Adagrad.__init__")
+    step_b = optimizer_states(ec).step_bytes * ntensors if optimizer_states(ec).step_bytes else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {ntensors} param tensors (torch Adam keeps a 0-dim fp32 CPU step)" if step_b else
           "0 (step is a python int)", _opt_src(basic))
@@ -631,11 +690,11 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     b.add(m_tier, "master_weights", "fp32_master", p_t * M, "persistent",
           f"P x 4 = {p_t} x 4 (P = N_pad / W)", f"{S}.__init__ (single_partition_of_fp32_groups)")
     mom_tier = "host_pageable" if off else "accelerator"
-    for m in _moment_items(basic, ec.optimizer.family):
+    for m in _moment_items(ec):
         b.add(mom_tier, "optimizer_states", m, p_t * 4, "persistent",
               f"P x 4 = {p_t} x 4" + (" (DeepSpeedCPUAdam zeros_like: never pinned)" if off else ""),
               _opt_src(basic))
-    step_b = 4 * ng if basic in ("AdamW", "Adam") else 0
+    step_b = optimizer_states(ec).step_bytes * ng if optimizer_states(ec).step_bytes else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {ng} flat fp32 partitions" if step_b else "0 (python int)", _opt_src(basic))
     if wrapper == "BF16_Optimizer":
@@ -834,7 +893,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     smin = swap_threshold_bytes(ec)
     al = aio_alignment_elems(ec, M)
     swappable = [oo == "nvme" and s * M >= smin for s in Sk]
-    moments = _moment_items(basic, ec.optimizer.family)
+    moments = _moment_items(ec)
     ram = sum(s for s, sw in zip(Sk, swappable) if not sw)
     files = sum(_align(s, al) for s, sw in zip(Sk, swappable) if sw)
     tier = "accelerator" if oo == "none" else "host_pageable"
@@ -852,7 +911,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                   f"sum over swappable sub-groups of A_{al}(S_k) x 4 ({m}-*.tensor.swp)",
                   "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
     nsub = len(subs)
-    step_b = 4 * nsub if basic in ("AdamW", "Adam") else 0
+    step_b = optimizer_states(ec).step_bytes * nsub if optimizer_states(ec).step_bytes else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {nsub} sub-groups" if step_b else "0 (python int)", _opt_src(basic))
     if oo == "none":
@@ -885,16 +944,46 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
 
 
 def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None:
-    """Frozen (trainable=False) parameters; ``frozen`` = their numels."""
+    """Frozen (trainable=False) parameters; ``frozen`` = their numels.
+
+    ZeRO-3 partitions them like every parameter (``partition_parameters.py`` _partition_param)
+    but never moves them into the trainable flat buffers: with ``offload_param`` none the
+    partition stays on the accelerator; cpu -> host (page-locked when ``offload_param.pin_memory``);
+    nvme -> a partition of p_i x D >= max(1 MiB, aio.block_size) (``swappable_tensor``) is swapped
+    out to its own ``{ds_id}_param.tensor.swp`` of A_k(p_i) x D bytes and released (its tensor then
+    points to the swapper's 2-byte invalid_buffer), a smaller one stays in host memory as with cpu
+    (measured: parity cell big-z3-bf16-op_nvme-frozen)."""
     D = DTYPE_BYTES[ec.model_dtype]
     if not frozen:
         return
     if ec.zero.stage == 3:
-        n = sum(_ceil_div(x, W) for x in frozen)
-        tier = "accelerator" if ec.offload_param_effective == "none" else "host_pinned"
-        b.add(tier, "parameters", "frozen_params", n * D, "persistent",
-              f"sum_frozen ceil(n_i / W) x D = {n} x {D} (partitioned, no grads or optimizer state)",
-              "runtime/zero/partition_parameters.py:_partition_param")
+        op = ec.offload_param_effective
+        src = "runtime/zero/partition_parameters.py:_partition_param"
+        if op == "none":
+            n = sum(_ceil_div(x, W) for x in frozen)
+            b.add("accelerator", "parameters", "frozen_params", n * D, "persistent",
+                  f"sum_frozen ceil(n_i / W) x D = {n} x {D} (partitioned, no grads or optimizer state)", src)
+            return
+        host = _host(ec.zero.offload_param.pin_memory)
+        parts = [_ceil_div(x, W) for x in frozen]
+        pmin = swap_threshold_bytes(ec) if op == "nvme" else None
+        kp = aio_alignment_elems(ec, D)
+        swapped = [p for p in parts if pmin is not None and p * D >= pmin]
+        kept = sum(parts) - sum(swapped)
+        b.add(host, "parameters", "frozen_params", kept * D, "persistent",
+              f"sum_frozen ceil(n_i / W) x D = {kept} x {D} (host partitions"
+              + (f", those below the {pmin:,} B aio swap size)" if pmin is not None else ")"),
+              src + (" (pin_memory: page-locked)" if host == "host_pinned" else ""))
+        if swapped:
+            files = sum(_align(p, kp) for p in swapped)
+            b.add("nvme", "parameters", "frozen_params", files * D, "persistent",
+                  f"sum over frozen partitions with p_i x D >= {pmin:,} B of A_{kp}(p_i) x D = {files} x {D} "
+                  "({ds_id}_param.tensor.swp, read on every fetch, never written after init)",
+                  src + "; runtime/swap_tensor/partitioned_param_swapper.py:swap_out_and_release")
+            if not any(e.item == "lp_param_partitions" and e.bytes == 2 for e in b.entries):
+                b.add("host_pageable", "parameters", "frozen_params", 2, "persistent",
+                      "2 B: the shared one-element invalid_buffer the swapped-out frozen partitions point to",
+                      "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.__init__")
     else:
         n = sum(frozen)
         b.add("accelerator", "parameters", "frozen_params", n * D, "persistent",
@@ -1094,7 +1183,7 @@ def compute_ledger(plan: Plan) -> Ledger:
                         "partition_parameters.py CUDAQuantizer) are not modelled; they cut the bytes communicated")
     if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer":
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
-    if not ec.optimizer.is_adam and ec.optimizer.family != "none":
+    if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")
     return Ledger(plan=plan, ranks=ranks, wrapper=wrapper, basic_optimizer=basic, excluded=excluded)
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import zero_raw, zptr
 
-STATES = {"adam": 2, "adamw": 2, "adagrad": 1, "lion": 1}
-
 
 @register
 class OptimizerSwapBufferCount(Rule):
@@ -41,9 +39,12 @@ class OptimizerSwapBufferCount(Rule):
         z = ec.zero
         if z.stage != 3 or z.offload_optimizer.device != "nvme":
             return
-        n = STATES.get(ec.optimizer.family)
-        if n is None:
+        from advisor.ledger.state import optimizer_states  # lazily: lint of other configs never loads the ledger
+
+        opt = optimizer_states(ec)  # the ledger's fact (advisor.ledger.state.optimizer_states)
+        if not opt.known:
             return  # client optimizer or other: number of states unknown
+        n = len(opt.items)
         need = 2 + n
         b = zero_raw(ctx.raw).get("offload_optimizer")
         if z.offload_optimizer.buffer_count >= need or not isinstance(b, dict) or "buffer_count" not in b:

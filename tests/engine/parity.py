@@ -32,6 +32,12 @@ TINY_FROZEN_GROUPS = {"name": "tiny-frozen-groups", "tensors": [
     {"name": "l2.weight", "shape": [77, 301], "trainable": False}, {"name": "l2.bias", "shape": [77], "trainable": False},
     {"name": "l3.weight", "shape": [5, 77], "group": 1}, {"name": "l3.bias", "shape": [5], "group": 1}]}
 
+#: BIG with its first layer frozen (a 2.1 MB frozen partition: swappable to NVMe).
+BIG_FROZEN = {"name": "mlp-2.1m-frozen", "tensors": [
+    {"name": "l1.weight", "shape": [1031, 1024], "trainable": False},
+    {"name": "l1.bias", "shape": [1031], "trainable": False},
+    {"name": "l2.weight", "shape": [1029, 1031]}, {"name": "l2.bias", "shape": [1029]}]}
+
 DTYPES = ("fp16", "bf16", "fp32")
 DEVICES = ("none", "cpu", "nvme")
 WORLD_SIZES = (1, 2, 4)
@@ -78,6 +84,25 @@ def matrix_cells() -> list[dict[str, Any]]:
                   "inventory": BIG, "world_size": 1})
     cells.append({"id": "big-z3-fp16-op_nvme-default-maxincpu-w1", "config": make_config(3, "fp16", "none", "nvme"),
                   "inventory": BIG, "world_size": 1})
+    # Adagrad: ONE state tensor per parameter (torch.optim.Adagrad 'sum', DeepSpeedCPUAdagrad
+    # 'exp_avg_sq'), at stage 0 (stale 16-bit state kept), ZeRO-2 with and without CPU offload,
+    # ZeRO-3, and ZeRO-3 NVMe swap (3 swap buffers suffice: master + 1 state + gradients)
+    def adagrad(cfg, **oo):
+        cfg["optimizer"] = {"type": "Adagrad", "params": {"lr": 1e-2}}
+        if oo:
+            cfg["zero_optimization"]["offload_optimizer"].update(oo)
+        return cfg
+    for st, oo in ((0, "none"), (2, "none"), (2, "cpu"), (3, "none")):
+        cells.append({"id": f"z{st}-bf16-oo_{oo}-adagrad-w1", "config": adagrad(make_config(st, "bf16", oo)),
+                      "inventory": TINY, "world_size": 1})
+    cells.append({"id": "big-z3-bf16-oo_nvme-adagrad-w1", "config": adagrad(make_config(3, "bf16", "nvme"), buffer_count=3),
+                  "inventory": BIG, "world_size": 1})
+    # frozen parameters under offload_param nvme: a frozen partition >= 1 MiB gets its own swap
+    # file on NVMe, a smaller one stays in pinned host memory (never in the trainable flat buffer)
+    cells.append({"id": "big-z3-bf16-op_nvme-frozen-w1", "config": make_config(3, "bf16", "none", "nvme"),
+                  "inventory": BIG_FROZEN, "world_size": 1})
+    cells.append({"id": "z3-bf16-op_cpu-frozen-groups-w1", "config": make_config(3, "bf16", "none", "cpu"),
+                  "inventory": TINY_FROZEN_GROUPS, "world_size": 1})
     # other paths: torch_adam, BF16_Optimizer, GA>1 with offload, overlap_comm, alignment,
     # frozen tensors and two param groups, ZeRO-3 sub-groups, fp32 comm dtype, pin_memory false
     for W in (2,):
