@@ -285,12 +285,10 @@ def _worst_role_entries(led: Ledger, tier: str) -> list[tuple[str, str, int]]:
     return [(e.tier, e.item, e.bytes) for e in worst.entries if e.tier == tier and e.bytes]
 
 
-#: Transients inside backward the ledger lists under ``excluded`` (not measured by its parity
-#: harness) that the search still budgets for, with their reference rows: ZeRO-1's full 16-bit
-#: ``param.grad`` until the boundary reduction (reference section 4.2 table, N x D,
-#: ``stage_1_and_2.py`` reduce_gradients) and stage 0's all-reduce bucket (min(N, 5e8) x G,
-#: ``engine.py`` allreduce_gradients, bucket 5e8 elements).
-LEDGER_EXCLUDED = ("lp_grads", "allreduce_bucket")
+#: The transient inside backward the ledger does not list that the search still budgets for:
+#: stage 0's all-reduce bucket (min(N, 5e8) x G, ``engine.py`` allreduce_gradients, bucket 5e8
+#: elements).
+LEDGER_EXCLUDED = ("allreduce_bucket",)
 
 
 def model_states(ec: EffectiveConfig, inv: Inventory, w: int) -> States:
@@ -306,8 +304,8 @@ def model_states(ec: EffectiveConfig, inv: Inventory, w: int) -> States:
         for t, item, nbytes in _worst_role_entries(led, tier):
             s.add(t, item, nbytes)
     N = inv.trainable_numel
-    if ec.zero.stage == 1 and led.wrapper != "BF16_Optimizer":
-        s.add("accelerator", "lp_grads", N * DTYPE_BYTES[ec.model_dtype])
+    # ZeRO-1's full 16-bit param.grad until the boundary reduce is the ledger's own lp_grads
+    # entry (life in_backward), already summed above: not added again.
     if ec.zero.stage == 0:
         s.add("accelerator", "allreduce_bucket", min(N, 500_000_000) * DTYPE_BYTES[ec.grad_dtype])
     return s
