@@ -482,17 +482,17 @@ def test_checkpoint_files_grouped_above_the_listing_limit_match_the_listed_ones(
     checkpoint test and the engine parity test check)."""
     from advisor.config.effective import effective_config
     from advisor.ledger import checkpoint as ck
-    from advisor.ledger.state import Cluster
     from advisor.model.specs import resolve_model
+    from advisor.plan import Cluster, Plan
 
     ec = effective_config({"train_batch_size": 4096, "bf16": {"enabled": True},
                            "zero_optimization": {"stage": stage, "offload_optimizer": {"device": device,
                                                                                      "nvme_path": "/nvme"}}})
     inv = resolve_model("gpt2")
     W = ck.LIST_RANKS_UP_TO + 8
-    grouped = ck.checkpoint_plan(ec, inv, Cluster(world_size=W, gpus_per_node=8), write_bandwidth=1e9)
+    grouped = ck.checkpoint_plan(Plan(ec, inv, Cluster(world_size=W, gpus_per_node=8)), write_bandwidth=1e9)
     monkeypatch.setattr(ck, "LIST_RANKS_UP_TO", 1 << 30)
-    listed = ck.checkpoint_plan(ec, inv, Cluster(world_size=W, gpus_per_node=8), write_bandwidth=1e9)
+    listed = ck.checkpoint_plan(Plan(ec, inv, Cluster(world_size=W, gpus_per_node=8)), write_bandwidth=1e9)
     assert len(grouped.files.files) < 20 < len(listed.files.files)
     for attr in ("per_save_bytes", "kept_bytes"):
         assert getattr(grouped, attr) == getattr(listed, attr)
