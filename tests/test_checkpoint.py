@@ -428,13 +428,13 @@ def test_save_time_node_local_tier_stripes_over_nodes_shared_tier_caps_per_clien
     from advisor.ledger.state import Cluster as _Cl
     ec = _ec({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}})
     inv, cl = _fpc(1_000_000_000), _Cl(world_size=16, gpus_per_node=8)
-    p = checkpoint_plan(ec, inv, cl, hardware=_agg_hw("node-local"), save_dir="/ck/run")
+    p = checkpoint_plan(Plan(ec, inv, cl), hardware=_agg_hw("node-local"), save_dir="/ck/run")
     per_node = {}
     for r, b in p.files.per_rank_bytes().items():
         per_node[r // 8] = per_node.get(r // 8, 0) + b
     assert p.save_s == pytest.approx(max(per_node.values()) / 10e9, rel=1e-9)
     assert 1.9 < p.write_bandwidth / 10e9 <= 2.0
     # shared: 10 GB/s aggregate, 2 GB/s per client: 2 clients -> min(10, 2 x 2) = 4 GB/s
-    p = checkpoint_plan(ec, inv, cl, hardware=_agg_hw("shared", per_client_write_bytes_per_s=2e9), save_dir="/ck/r")
+    p = checkpoint_plan(Plan(ec, inv, cl), hardware=_agg_hw("shared", per_client_write_bytes_per_s=2e9), save_dir="/ck/r")
     assert p.write_bandwidth == 4e9 and p.read_bandwidth == 20e9
     assert p.save_s == pytest.approx(p.per_save_bytes / 4e9)
