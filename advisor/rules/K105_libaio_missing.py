@@ -1,7 +1,9 @@
 """K105 libaio-missing: NVMe offload needs libaio, and it cannot be loaded on this node.
 
 DeepSpeed's async I/O op (``async_io``) is built against libaio; without it the swapper
-cannot be created. Install the distribution's package (Debian/Ubuntu: ``libaio-dev``; RHEL:
+cannot be created.
+
+Fix: install the distribution's package (Debian/Ubuntu: ``libaio-dev``; RHEL:
 ``libaio-devel``) on every node, or use CPU offload instead.
 """
 

@@ -1,10 +1,13 @@
 """Generic fixture-driven runner for the lint rules (tests/rules/fixtures/<CODE>.json).
 
 Each fixture file: {"code": "B001", "cases": [{"name", "config", "world_size"?, "hf"?,
-"params"?, "inventory"?, "expect": [{"pointer", "severity"?, "mentions"?}], "absent"?: [pointer...]}]}.
-``expect: []`` is a pass case: the rule reports nothing. Only the file's rule is run (``select``),
-so other rules cannot make a case pass (schema findings are filtered out). Expected numbers in "mentions" are worked
-out by hand in each case's "why".
+"params"?, "inventory"?, "release"?, "via"?, ..., "expect": [{"pointer", "severity"?, "mentions"?}]}]}.
+``expect: []`` is a pass case: the rule reports nothing. Every registered rule has a file, with
+a pass and a fail case. ``via`` names the code's producer (lint by default; estimate, check with
+stand-in probes, checkpoint, accelerate: see :func:`_produce` for each one's inputs); only
+findings of the file's code count, so other rules (and schema findings, which ``select`` does
+not filter) cannot make a case pass. ``release`` (a DeepSpeed version) is lint's target release.
+Expected numbers in "mentions" are worked out by hand in each case's "why".
 """
 
 from __future__ import annotations
@@ -42,17 +45,105 @@ def _inventory(c):
     return None
 
 
-@pytest.mark.parametrize("code,case", list(_cases()))
-def test_rule_fixture(code, case):
-    loaded = parse_text(json.dumps(case["config"]), "fixture.json")
+def _hardware(c):
+    if "hardware" not in c:
+        return None
+    from advisor.cluster.hardware import from_dict
+    return from_dict(c["hardware"], "fixture-hardware.json")
+
+
+def _subst(obj, tmp: str):
+    """``{tmp}`` in any string of ``obj`` -> the test's temporary folder."""
+    if isinstance(obj, str):
+        return obj.replace("{tmp}", tmp)
+    if isinstance(obj, list):
+        return [_subst(v, tmp) for v in obj]
+    if isinstance(obj, dict):
+        return {_subst(k, tmp): _subst(v, tmp) for k, v in obj.items()}
+    return obj
+
+
+def _fake_smi(tmp_path: Path, gpus: list) -> str:
+    """A bin/ folder whose nvidia-smi answers check's query for ``gpus`` ([name, total MiB, used MiB])."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    lines = "\n".join(f"{i}, {n}, {t}, {u}" for i, (n, t, u) in enumerate(gpus))
+    smi = bin_ / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   'if [ "$1" = "--query-gpu=index,name,memory.total,memory.used" ] && '
+                   '[ "$2" = "--format=csv,noheader,nounits" ]; then\n'
+                   f"cat <<'EOF'\n{lines}\nEOF\nexit 0\nfi\nexit 6\n")
+    smi.chmod(0o755)
+    return str(bin_)
+
+
+def _produce(code: str, case: dict, tmp_path: Path) -> list:
+    """Run the producer of ``code`` on the case, as the fixture's ``via`` names it:
+
+    - ``lint`` (default): :func:`advisor.views.lint.lint_config` with only this rule selected;
+      ``hardware`` (an advisor.cluster.hardware spec dict) and ``step_seconds`` feed the T rules,
+      ``release`` (a DeepSpeed version) the V rules;
+    - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier);
+    - ``check``: :func:`advisor.views.check.run_check` against stand-in probes: ``gpus`` for a
+      fake nvidia-smi on PATH, ``env`` (launcher variables; DS_ADVISOR_TEST_LIBAIO), ``meminfo_kb``
+      for a /proc/meminfo, ``mkdirs`` and ``disk_free`` for nvme_paths (``{tmp}`` = a temporary folder);
+    - ``checkpoint``: :func:`advisor.ledger.checkpoint.checkpoint_plan` with ``hardware`` and ``save_dir``;
+    - ``accelerate``: :func:`advisor.config.hf.read_accelerate_config` then ``resolve_accelerate``
+      on the case's ``accelerate`` file (a dict written as JSON).
+    """
+    tmp = str(tmp_path)
+    case = _subst(case, tmp)
+    via = case.get("via", "lint")
     ws = case.get("world_size")
-    got = lint_config(loaded, world_size=ws, world_size_source="--world-size" if ws else None,
-                      inventory=_inventory(case), hf=case.get("hf", False), select={code},
-                      release=target_release(case["release"]) if "release" in case else None)
-    got = [f for f in got if f.code == code]  # schema findings are not subject to select
+    if via == "accelerate":
+        from advisor.config.hf import read_accelerate_config, resolve_accelerate
+        f = tmp_path / "accelerate.json"
+        f.write_text(json.dumps(case["accelerate"]))
+        launch = read_accelerate_config(str(f))
+        out = list(launch.findings)
+        out += [x for x in resolve_accelerate(launch, world_size=ws).findings if x not in out]
+        return out
+    loaded = parse_text(json.dumps(case["config"]), "fixture.json")
+    inv = _inventory(case)
+    if via == "lint":
+        extra = {}
+        if "hardware" in case:
+            extra = {"hardware": _hardware(case), "step_seconds": case.get("step_seconds")}
+        release = target_release(case["release"]) if "release" in case else None
+        return lint_config(loaded, world_size=ws, world_size_source="--world-size" if ws else None,
+                           inventory=inv, hf=case.get("hf", False), select={code}, extra=extra or None,
+                           release=release)
+    from advisor.ledger.state import Cluster
+    if via == "estimate":
+        from advisor.cluster.hardware import Capacity
+        from advisor.views.estimate import estimate
+        cap = case.get("capacity", {})
+        return estimate(loaded, inv, Cluster(world_size=ws or 1),
+                        Capacity(accelerator=cap.get("accelerator"), host=cap.get("host"), nvme=None)).findings
+    if via == "checkpoint":
+        from advisor.config.effective import effective_config
+        from advisor.ledger.checkpoint import checkpoint_plan
+        return checkpoint_plan(effective_config(loaded.data), inv, Cluster(world_size=ws or 1),
+                               hardware=_hardware(case), save_dir=case.get("save_dir")).findings
+    if via == "check":
+        from advisor.views.check import run_check
+        for d in case.get("mkdirs", []):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        meminfo = tmp_path / "meminfo"
+        meminfo.write_text(f"MemTotal: {case.get('meminfo_kb', 1 << 30)} kB\n"
+                           f"MemAvailable: {case.get('meminfo_kb', 1 << 30)} kB\n")
+        env = {"PATH": _fake_smi(tmp_path, case.get("gpus", [])) + ":/usr/bin:/bin", **case.get("env", {})}
+        return run_check(loaded, inv, env=env, world_size=ws, disk_free=case.get("disk_free"),
+                         meminfo_path=str(meminfo)).findings
+    raise AssertionError(f"unknown via {via!r}")
+
+
+@pytest.mark.parametrize("code,case", list(_cases()))
+def test_rule_fixture(code, case, tmp_path):
+    got = [f for f in _produce(code, case, tmp_path) if f.code == code]  # only the file's rule
     if not case["expect"]:
         assert got == [], [f.to_dict() for f in got]
-    for e in case["expect"]:
+    for e in _subst(case["expect"], str(tmp_path)):
         hits = [f for f in got if f.pointer == e["pointer"]]
         assert hits, f"no {code} finding at {e['pointer']}; got {[f.to_dict() for f in got]}"
         f = hits[0]
@@ -60,20 +151,30 @@ def test_rule_fixture(code, case):
             assert f.severity == e["severity"], f.to_dict()
         for m in e.get("mentions", []):
             assert m in f.message or m in f.fix, (m, f.to_dict())
-        assert f.message and "\n" not in f.message and f.fix, f.to_dict()
+        assert f.message and "\n" not in f.message, f.to_dict()
+        if not e.get("no_fix"):
+            assert f.fix, f.to_dict()
     assert len(got) == len(case["expect"]) or case.get("at_least"), [f.to_dict() for f in got]
 
 
-def test_every_rule_has_fixtures_and_explanation():
+def test_every_registered_rule_has_a_fixture_file():
+    """Every code ``advisor.rules.all_rules()`` registers has tests/rules/fixtures/CODE.json,
+    with a case that finds it and a case that does not (test_fixtures_have_pass_and_fail_cases)."""
     codes = {json.loads(f.read_text())["code"] for f in FILES}
-    mine = {c for c, r in all_rules().items() if c[0] in MINE and r.produced_by is None}
-    assert mine <= codes, f"rules without fixtures: {sorted(mine - codes)}"
+    missing = sorted(set(all_rules()) - codes)
+    assert not missing, f"registered rules without a fixture: {missing}"
+    assert not codes - set(all_rules()), f"fixtures for unregistered codes: {sorted(codes - set(all_rules()))}"
+
+
+def test_every_rule_has_an_explanation():
+    """`explain CODE` text for every code: it names the code and says how to fix it; a config
+    rule also shows the anti-pattern (the K rules judge the node, not the config)."""
     for code, cls in all_rules().items():
-        if code[0] not in MINE:
-            continue
         text = cls.explanation()
         assert text.startswith(code), code
-        assert "Anti-pattern" in text and "Fix" in text, code
+        assert "Fix" in text or "fix" in text, code
+        if cls.produced_by != "check":
+            assert "Anti-pattern" in text, code
         assert cls.severity in ("error", "warning", "info") and cls.name
 
 
