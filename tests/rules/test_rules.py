@@ -22,6 +22,7 @@ from advisor.views.lint import lint_config
 from advisor.config.loading import parse_text
 from advisor.config.versions import target_release
 from advisor.rules import all_rules
+from advisor.ledger.state import Cluster
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 FILES = sorted(FIX.glob("*.json"))
@@ -81,15 +82,18 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
     """Run the producer of ``code`` on the case, as the fixture's ``via`` names it:
 
     - ``lint`` (default): :func:`advisor.views.lint.lint_config` with only this rule selected;
-      ``hardware`` (an advisor.cluster.hardware spec dict) and ``step_seconds`` feed the T rules,
-      ``release`` (a DeepSpeed version) the V rules;
+      ``hardware`` (an advisor.cluster.hardware spec dict) and ``step_time_s`` feed the T rules,
+      ``release`` (a DeepSpeed version) the V rules, ``cluster`` (Cluster fields: parallel sizes,
+      GPUs per node) the G rules;
     - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier);
     - ``check``: :func:`advisor.views.check.run_check` against stand-in probes: ``gpus`` for a
       fake nvidia-smi on PATH, ``env`` (launcher variables; DS_ADVISOR_TEST_LIBAIO), ``meminfo_kb``
       for a /proc/meminfo, ``mkdirs`` and ``disk_free`` for nvme_paths (``{tmp}`` = a temporary folder);
-    - ``checkpoint``: :func:`advisor.ledger.checkpoint.checkpoint_plan` with ``hardware`` and ``save_dir``;
+    - ``checkpoint``: :func:`advisor.views.checkpoint.checkpoint_view` with ``hardware`` and ``save_dir``;
     - ``accelerate``: :func:`advisor.config.hf.read_accelerate_config` then ``resolve_accelerate``
-      on the case's ``accelerate`` file (a dict written as JSON).
+      on the case's ``accelerate`` file (a dict written as JSON);
+    - ``lint_path``: :func:`advisor.views.lint.lint_path` on the config written to a file, as a
+      folder lint runs each file; ``raise_in`` names a rule whose check is made to raise (X001).
     """
     tmp = str(tmp_path)
     case = _subst(case, tmp)
@@ -103,17 +107,28 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
         out = list(launch.findings)
         out += [x for x in resolve_accelerate(launch, world_size=ws).findings if x not in out]
         return out
+    if via == "lint_path":
+        from contextlib import nullcontext
+        from unittest import mock
+        from advisor.views.lint import lint_path
+        f = tmp_path / "fixture.json"
+        f.write_text(json.dumps(case["config"]))
+        boom = mock.patch.object(all_rules()[case["raise_in"]], "check", side_effect=RuntimeError("boom")) \
+            if "raise_in" in case else nullcontext()
+        with boom:
+            source, findings, error = lint_path(str(f), select={code, case.get("raise_in", code)})
+        assert error is None, error
+        return findings
     loaded = parse_text(json.dumps(case["config"]), "fixture.json")
     inv = _inventory(case)
     if via == "lint":
-        extra = {}
-        if "hardware" in case:
-            extra = {"hardware": _hardware(case), "step_seconds": case.get("step_seconds")}
+        cluster = Cluster(**case["cluster"]) if "cluster" in case else None  # the launch shape: the G rules
+        ws = ws or (cluster.world_size if cluster else None)
         release = target_release(case["release"]) if "release" in case else None
         return lint_config(loaded, world_size=ws, world_size_source="--world-size" if ws else None,
-                           inventory=inv, hf=case.get("hf", False), select={code}, extra=extra or None,
-                           release=release)
-    from advisor.ledger.state import Cluster
+                           inventory=inv, hf=case.get("hf", False), select={code},
+                           hardware=_hardware(case), step_time_s=case.get("step_time_s"),
+                           cluster=cluster, release=release)
     if via == "estimate":
         from advisor.cluster.hardware import Capacity
         from advisor.views.estimate import estimate
@@ -122,8 +137,8 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
                         Capacity(accelerator=cap.get("accelerator"), host=cap.get("host"), nvme=None)).findings
     if via == "checkpoint":
         from advisor.config.effective import effective_config
-        from advisor.ledger.checkpoint import checkpoint_plan
-        return checkpoint_plan(effective_config(loaded.data), inv, Cluster(world_size=ws or 1),
+        from advisor.views.checkpoint import checkpoint_view
+        return checkpoint_view(effective_config(loaded.data), inv, Cluster(world_size=ws or 1),
                                hardware=_hardware(case), save_dir=case.get("save_dir")).findings
     if via == "check":
         from advisor.views.check import run_check
@@ -168,12 +183,13 @@ def test_every_registered_rule_has_a_fixture_file():
 
 def test_every_rule_has_an_explanation():
     """`explain CODE` text for every code: it names the code and says how to fix it; a config
-    rule also shows the anti-pattern (the K rules judge the node, not the config)."""
+    rule also shows the anti-pattern (the K rules judge the node, X001 reports ds-advisor's own
+    failure, neither is about the config)."""
     for code, cls in all_rules().items():
         text = cls.explanation()
         assert text.startswith(code), code
         assert "Fix" in text or "fix" in text, code
-        if cls.produced_by != "check":
+        if cls.produced_by != "check" and code[0] != "X":  # X: ds-advisor's own failure
             assert "Anti-pattern" in text, code
         assert cls.severity in ("error", "warning", "info") and cls.name
 
