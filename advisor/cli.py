@@ -287,6 +287,9 @@ class EstimateArgs:
     step_time_s: float | None
     fragmentation: float
     hf: bool
+    zero_init: bool | None
+    load_dtype: str | None
+    low_cpu_mem_usage: bool | None
     trainer_args: dict | None
     hidden_size: int | None
 
@@ -306,6 +309,15 @@ def _estimate_options(f):
         return f(*a, **kw)
 
     deco = _trainer_options(collect)  # the Trainer arguments last in --help
+    deco = click.option("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
+                        help="Load phase: one copy of the weights while loading (default yes; no = a random-init "
+                             "model plus the loaded state dict, twice the bytes).")(deco)
+    deco = click.option("--load-dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
+                        help="Load phase: dtype the weights are built/loaded in (checkpoint dtype / HF torch_dtype). "
+                             "Default fp32 (torch's default dtype).")(deco)
+    deco = click.option("--zero-init/--no-zero-init", "zero_init", default=None,
+                        help="Load phase: the model is built under deepspeed.zero.Init (ZeRO-3 only). Default: "
+                             "yes at ZeRO-3 (what the HF Trainer does), else no.")(deco)
     deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
     deco = click.option("--fragmentation", type=FiniteFloat(0, 1), default=0.05, show_default=True,
                         help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
@@ -396,9 +408,14 @@ def _build_estimate(config: str, a: EstimateArgs):
     workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations)
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
         from advisor.views.lint import lint_accelerate
+        from advisor.ledger.timeline import resolve_load
         findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv)
-        return run_estimate(build_plan(loaded, inv, cluster, workload=workload), cap, findings,
-                            fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
+        aplan = build_plan(loaded, inv, cluster, workload=workload)
+        z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
+        load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
+                            a.low_cpu_mem_usage, hf=True)
+        return run_estimate(aplan, cap, findings, fragmentation=a.fragmentation, hardware=hw,
+                            step_time_s=a.step_time_s, load=load)
     # the one plan of this command: effective config, HF resolution, cluster, workload
     plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=targs, workload=workload)
     if hw is not None:
@@ -409,7 +426,10 @@ def _build_estimate(config: str, a: EstimateArgs):
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
                            cluster=cluster, plan=plan)
-    return run_estimate(plan, cap, findings, fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s)
+    from advisor.ledger.timeline import resolve_load
+    load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None)
+    return run_estimate(plan, cap, findings, fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s,
+                        load=load)
 
 
 

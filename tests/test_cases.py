@@ -33,9 +33,6 @@ CASE_DIRS = sorted(p.name for p in CASES.iterdir() if p.is_dir() and not p.name.
 
 #: case folder -> why it cannot pass yet (the issue that builds the feature)
 PENDING = {
-    "C11-load-time-host-zero2": "issue 15: the load-time host peak (each rank builds the whole model "
-                                "before deepspeed.initialize under ZeRO-1/2) is not estimated yet "
-                                "(no finding at /zero_optimization/stage, no extractor for the figure)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Shared cases whose expectations are estimate figures (C05, C06, C08, C09, C10, C12, C14).
+"""Shared cases whose expectations are estimate figures (C05, C06, C08, C09, C10, C11, C12, C14).
 
 ``FIGURES`` maps each figure name an expect.json uses to its place in estimate's JSON;
 tests/test_cases.py runs every case's command by name and reads the figures through it (a
@@ -38,6 +38,7 @@ FIGURES = {
     # C14 (the estimate of an accelerate file: ZeRO-2, offload_optimizer cpu)
     "fp32 master partition on the host per rank": lambda d: d["ranks"][0]["tiers"]["host"]["master_weights"],
     "Adam moments on the host per rank": lambda d: d["ranks"][0]["tiers"]["host"]["optimizer_states"],
+    "load-time host peak per node (4 ranks x 4 B x 20e9, fp32 build)": lambda d: d["load"]["host_per_node"],
 }
 
 def test_C05_zero2_bucket_pair_without_overlap(tmp_path):

@@ -69,7 +69,7 @@ def test_C05_zero2_bucket_pair():
     want = next(f["value"] for f in exp["figures"] if "ipg bucket" in f["name"])
     for r in (0, 7):
         (e,) = led.rank(r).by_item("ipg_bucket")
-        assert (e.tier, e.cls, e.life) == ("accelerator", "workspace", "backward")
+        assert (e.tier, e.cls, e.life) == ("accelerator", "workspace", "in_backward")  # freed by the backward epilogue
         assert e.bytes == want == 500_000_000 * 2 * 2
         assert "setup_buckets" in e.source
     # the pair is larger than all of the model's 16-bit gradients (340e6 x 2 B)

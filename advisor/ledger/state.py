@@ -14,8 +14,13 @@ Classes: ``parameters``, ``gradients``, ``master_weights``, ``optimizer_states``
 ``activations``, ``workspace``.
 Lifetimes: ``persistent`` (from init or the first step, kept), ``backward`` (from backward
 until the optimizer step consumes it), ``step`` (transient inside ``optimizer.step``),
-``init`` (initialisation only), ``in_backward`` (added: transient inside backward, gone
-when ``engine.backward`` returns).
+``init`` (initialisation only), ``in_backward`` (transient inside backward, gone when
+``engine.backward`` returns: ZeRO-1/2 ipg buckets, ZeRO-1's full 16-bit grads until the boundary
+reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``step_prep`` (inside the step,
+while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
+first optimizer step). Where each lifetime sits on the step timeline (and which persistent
+items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
+``alias_of`` set is a view of that item's storage: it costs nothing while that item is live.
 
 Items (the census names used by the engine harness; see the reference section 8):
   parameters:        lp_params_flat, lp_param_partitions, lp_params_gathered, lp_param_secondary (added:
@@ -45,7 +50,8 @@ from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-ex
 
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
-Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward"]
+Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
+               "first_step"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -66,6 +72,8 @@ class Entry:
     life: Life = "persistent"
     formula: str = ""
     source: str = ""
+    #: The item whose storage this entry is a view of (costs nothing while that item is live).
+    alias_of: str = ""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS or self.cls not in CLASSES or self.life not in LIVES:
@@ -440,7 +448,8 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
 
     ZeRO-1/2 (§4.2; ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.setup_buckets): RBS x B x
     (1 + overlap_comm), allocated at full size on every backward when ``contiguous_gradients``
-    or the optimizer is offloaded; B = model dtype bytes, 4 at stage 1 with grad_accum_dtype fp32;
+    or the optimizer is offloaded and released at the end of it (``_release_ipg_buffers`` from
+    ``independent_gradient_partition_epilogue``: lifetime ``in_backward``, not in the step); B = model dtype bytes, 4 at stage 1 with grad_accum_dtype fp32;
     none under BF16_Optimizer (:func:`select_optimizer`). ZeRO-3 (§4.4; ``stage3.py``
     DeepSpeedZeroOptimizer_Stage3.__init__, ipg_buckets[dtype].buffer): RBS x C (comm dtype) when
     ``contiguous_gradients``, allocated at initialize and kept. RBS is elements."""
@@ -456,7 +465,8 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
         mult = 2 if z.overlap_comm else 1
         return (z.reduce_bucket_size * B * mult,
                 f"reduce_bucket_size x B x (1 + overlap_comm) = {z.reduce_bucket_size} x {B} x {mult} "
-                "(elements x bytes; allocated at full size each backward)", "backward")
+                "(elements x bytes; allocated at full size each backward, released by the backward epilogue "
+                "_release_ipg_buffers)", "in_backward")
     if z.stage == 3 and z.contiguous_gradients:
         C = DTYPE_BYTES[ec.comm_dtype]
         return (z.reduce_bucket_size * C,
@@ -531,8 +541,9 @@ class _Builder:
         self.rank = rank
         self.entries: list[Entry] = []
 
-    def add(self, tier: str, cls: str, item: str, nbytes: int, life: str, formula: str, source: str) -> None:
-        self.entries.append(Entry(self.rank, tier, cls, item, int(nbytes), life, formula, source))
+    def add(self, tier: str, cls: str, item: str, nbytes: int, life: str, formula: str, source: str,
+            alias_of: str = "") -> None:
+        self.entries.append(Entry(self.rank, tier, cls, item, int(nbytes), life, formula, source, alias_of))
 
 
 def _host(pin: bool) -> str:
@@ -666,9 +677,29 @@ def zero12_rank_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) 
     return list(zip(inter, cov, pmax))
 
 
+def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> list[tuple[int, bool]]:
+    """Per rank (F_r, single_r): F_r = elements of the largest flat gradient copy the ZeRO-1/2 step
+    makes (``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step: ``flatten(averaged_gradients[i])``,
+    a new tensor of P elements unless the rank's slice is one tensor's view: torch
+    ``_flatten_dense_tensors`` returns the single tensor itself); single_r = every group's slice
+    lies inside one tensor (K_r = 1 and Cov_r = P), so the flattened grad is a view of the kept
+    ``averaged_gradients`` storage. Every rank in O(tensors + W)."""
+    flat = [0] * W
+    single = [True] * W
+    for lay in layouts:
+        _, C, K = zero12_all_ranks(lay, W)
+        for r in range(W):
+            one = K[r] == 1 and C[r] == lay.P
+            single[r] = single[r] and one
+            if not one and lay.P > flat[r]:
+                flat[r] = lay.P
+    return list(zip(flat, single))
+
+
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
-            ga: int, layouts: list[Zero12Layout], terms: tuple[int, int, int]) -> None:
-    """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r) are ``terms``."""
+            ga: int, layouts: list[Zero12Layout], terms: tuple) -> None:
+    """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
+    are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -681,7 +712,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     p_t = sum(lay.P for lay in layouts)
     n_t = sum(lay.n for lay in layouts)
     largest = max((n for lay in layouts for n in lay.numels), default=0)
-    inter_t, cov_t, p_max = terms
+    inter_t, cov_t, p_max = terms[:3]
+    flat_max, single = terms[3:] if len(terms) > 3 else (p_t, False)
     ng = len(layouts)
     b.add("accelerator", "parameters", "lp_params_flat", npad_t * D, "persistent",
           f"N_pad x D = {npad_t} x {D}; N_pad = A_2W(N) per group (full 16-bit copy on every rank)",
@@ -717,11 +749,18 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"I_r x D = {inter_t} x {D} (full numel of every param touching the partition)",
                   f"{S}.async_accumulate_grad_in_cpu_via_gpu")
     else:
+        # stage-2 16-bit model with fp32 accumulation: averaged_gradients is one compact fp32
+        # buffer per group and the step's flat fp32 grad is a view of it (_get_preflattened_grad_partition)
+        compact = (z.stage == 2 and ec.grad_dtype == "fp32" and ec.model_dtype != "fp32")
         b.add("accelerator", "gradients", "fp32_grad", p_max * 4, "step",
               f"P x 4 = {p_max} x 4 (one param group at a time; for an fp32 model whose slice lies in one "
               "tensor it is a view of the kept grads: (I_r + P - Cov_r) x 4, the averaged_gradients storage, "
-              "not an extra allocation)", f"{S}.step")
-        compact = (z.stage == 2 and ec.grad_dtype == "fp32" and ec.model_dtype != "fp32")
+              "not an extra allocation)", f"{S}.step",
+              alias_of="averaged_gradients" if ((D == 4 and single) or compact) else "")
+        if D != 4 and flat_max and not compact:
+            b.add("accelerator", "gradients", "flat_grad_partition", flat_max * D, "step_prep",
+                  f"P x D = {flat_max} x {D} (flatten(averaged_gradients) of one group, cast to fp32 and "
+                  "deleted before the update; none when the slice is one tensor's view)", f"{S}.step")
         if compact:
             b.add("accelerator", "gradients", "averaged_gradients", p_t * 4, "backward",
                   f"P x 4 = {p_t} x 4 (compact fp32 partition)", f"{S}._build_compact_grad_partition_buffer")
@@ -910,6 +949,17 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
             b.add("nvme", "optimizer_states", m, files * 4, "persistent",
                   f"sum over swappable sub-groups of A_{al}(S_k) x 4 ({m}-*.tensor.swp)",
                   "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
+    swapped = [s for s, sw in zip(Sk, swappable) if sw]
+    if swapped:
+        # first step: the moments of a swapped sub-group do not exist yet, so the basic optimizer
+        # creates them as ordinary host tensors (zeros_like of the fp32 partition in the swap
+        # buffer) before the sub-group is swapped out; later steps swap them into the pool.
+        big_sw = max(swapped)
+        b.add("host_pageable", "optimizer_states", "first_step_moments", len(moments) * big_sw * 4, "first_step",
+              f"{len(moments)} x max over swappable sub-groups S_k x 4 = {len(moments)} x {big_sw} x 4 "
+              "(created in step 1, swapped out to NVMe and freed)",
+              _opt_src(basic) + " (state zeros_like on the host at the first step); "
+              f"{S}._optimizer_states_and_gradient_swap_out")
     nsub = len(subs)
     step_b = optimizer_states(ec).step_bytes * nsub if optimizer_states(ec).step_bytes else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
@@ -1047,7 +1097,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         terms: list = [None] * W
     elif st in (1, 2):
         layouts = zero12_layouts(ec, inv, W, wrapper)
-        terms = zero12_rank_terms(ec, layouts, W)
+        terms = [t + f for t, f in zip(zero12_rank_terms(ec, layouts, W), zero12_flat_copy(layouts, W))]
     elif st == 3:
         terms = zero3_grad_swap_by_rank(ec, inv, W) or [(0, 0)] * W
     else:
@@ -1071,7 +1121,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         else:
             _stage3(b, ec, inv, W, basic, k)
         _frozen(b, ec, frozen, W)
-        key = tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source) for e in b.entries)
+        key = tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries)
         if key in roles:
             roles[key].ranks.extend(rs)
         else:
@@ -1173,8 +1223,9 @@ def compute_ledger(plan: Plan) -> Ledger:
     excluded = [
         "activations (depend on the model's forward, not on the config)",
         "CUDA context, NCCL workspaces, caching-allocator fragmentation, optimizer-kernel temporaries",
-        "transient copies inside backward (ZeRO-1 full 16-bit grads until the boundary reduce, "
-        "reduce-scatter staging) and inside the step (flatten/cast temporaries)",
+        "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
+        "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)",
+        "initialize-time transients (the module cast and flattened while the original copy is alive)",
     ]
     z = ec.zero
     if z.stage == 3 and (z.zero_quantized_weights or z.zero_quantized_gradients):

@@ -113,8 +113,24 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             a_w = d["assumptions"]["workload"]
             pk = role["peak"]
             console.print("  peak live at once: " + "; ".join(
-                f"{tier} {_fmt(pk[tier]['bytes'])} GiB ({pk[tier]['phase']})" for tier in ("accelerator", "host", "nvme")
-                if pk[tier]["bytes"]))
+                f"{tier} {_fmt(pk[tier]['bytes'])} GiB at {pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
+                if pk[tier]["bytes"]), markup=False)
+            for tier in ("accelerator", "host"):
+                if pk[tier]["bytes"] and pk[tier].get("top"):
+                    console.print(f"    {tier} at its peak: " + ", ".join(
+                        f"{c['item']} {_fmt(c['bytes'])}" for c in pk[tier]["top"]), markup=False)
+            if role.get("timeline"):
+                tt = Table(title=f"Step timeline, {title}: live bytes at each instant (GiB)", title_justify="left")
+                tt.add_column("instant")
+                for tier in ("accelerator", "host", "nvme"):
+                    tt.add_column(tier, justify="right")
+                for row in role["timeline"]:
+                    marks = [("*" if pk[x]["bytes"] and pk[x]["instant"] == row["instant"] else "") for x in
+                             ("accelerator", "host", "nvme")]
+                    tt.add_row(row["label"], *(f"{_fmt(row[x])}{m}" for x, m in zip(("accelerator", "host", "nvme"),
+                                                                                     marks)))
+                console.print(tt)
+                console.print("  (* = the tier's peak instant)")
             if role.get("activations"):
                 ac = role["activations"]
                 ck_full = a_w["checkpointing"] == "full"
@@ -204,6 +220,13 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
                       f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
                       f"(effective: {a['offload_param']['effective']})")
+        ld = d.get("load")
+        if ld:
+            console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
+                          f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
+                          f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: host {ld['host_per_rank'] / 1e9:,.2f} GB per "
+                          f"rank x {ld['ranks_per_node']} ranks = {ld['host_per_node'] / 1e9:,.2f} GB per node",
+                          markup=False)
         w = a["workload"]
         if w["seq_len"]:
             console.print(f"  workload: sequence {w['seq_len']}, micro-batch {w['micro_batch']}, checkpointing "

@@ -672,7 +672,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
                                inventory=inventory, hf=plan.hf is not None, trainer_args=trainer_args,
                                cluster=lint_cluster, plan=plan)
-    result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings)
+    result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None)
     tiers: list[TierVerdict] = []
     for r in result.fit:
         if r.tier == "nvme":

@@ -8,15 +8,12 @@ of its own beyond adding up what is live in the same phase of the step.
 Ranks whose bytes are identical in every (tier, class, item) are grouped into one *role* so
 that a 1024-rank job prints a few rows, not 1024.
 
-Phases (what is live at once, per tier):
-  forward  = persistent + forward/backward workspace (ZeRO-3 gathered parameters) + activations
-             saved at the end of forward + the loss spike
-  backward = persistent + backward-lived buffers (gradients, ipg buckets) + forward/backward
-             workspace + activations (the kept checkpoints plus one recomputed layer with full
-             checkpointing)
-  step     = persistent + backward-lived + step transients (activations and gathered
-             parameters are freed)
-The peak of a tier is its largest phase, not the sum of each class's maximum.
+The peak (what decides an OOM) comes from the step timeline of
+:mod:`advisor.ledger.timeline`: every ledger entry (and the activations, the load-phase model
+copy and the save-time gather) is placed on the instants of the step, and the peak of a tier is
+the maximum over the instants of the bytes live together, naming the instant and its largest
+contributors. ``phases`` reports the largest instant of each event (load, initialize, forward,
+backward, reduce, first_step, steady_step, save).
 """
 
 from __future__ import annotations
@@ -35,12 +32,18 @@ from advisor.findings import Finding
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
+from advisor.ledger.timeline import LoadAssumption, Timeline, resolve_load, role_timeline
 from advisor.units import gb, gib
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 REPORT_TIERS = ("accelerator", "host", "nvme")
 _TIER_OF = {"accelerator": "accelerator", "host_pinned": "host", "host_pageable": "host", "nvme": "nvme"}
-PHASES = ("forward", "backward", "step")
+PHASES = ("load", "initialize", "forward", "backward", "reduce", "first_step", "steady_step", "save")
+#: Ledger tiers behind each report tier.
+TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pageable"), "nvme": ("nvme",)}
+#: One-off lifetimes (the load-phase copy, the save-time gather, first-step-only transients): left
+#: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
+OUTSIDE_STEP = ("load", "save", "first_step")
 
 #: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape.
 TOPOLOGY_CODES = ("G001", "G002", "G003", "G004")
@@ -53,17 +56,23 @@ DEFAULT_FRAGMENTATION = 0.05
 @dataclass
 @dataclass
 class Role:
-    """A set of ranks with identical ledgers (and the same activations)."""
+    """A set of ranks with identical ledgers (and the same activations), with its timeline
+    (:func:`advisor.ledger.timeline.role_timeline`, for the role's first rank)."""
 
     ranks: list[int]
     ledger: RankLedger
     activations: ActivationEstimate | None = None
+    timeline: Timeline | None = None
+    load: LoadAssumption | None = None
 
     def tiers(self) -> dict[str, dict[str, int]]:
-        """tier -> class -> bytes (every allocation of the step, transients included), with "total"."""
+        """tier -> class -> bytes (every allocation of a training step, transients included; the
+        one-off load-phase copy, save-time gather and first-step transients are on the timeline
+        only), with "total"."""
         out: dict[str, dict[str, int]] = {t: {c: 0 for c in CLASSES} for t in REPORT_TIERS}
         for e in self.ledger.entries:
-            out[_TIER_OF[e.tier]][e.cls] += e.bytes
+            if e.life not in OUTSIDE_STEP:
+                out[_TIER_OF[e.tier]][e.cls] += e.bytes
         if self.activations is not None:
             out["accelerator"]["activations"] += self.activations.peak_accelerator
             out["host"]["activations"] += self.activations.saved_host
@@ -75,36 +84,41 @@ class Role:
         return {"pinned": self.ledger.total("host_pinned"), "pageable": self.ledger.total("host_pageable")}
 
     def phases(self) -> dict[str, dict[str, int]]:
-        """tier -> phase -> bytes live at once in that phase (see the module docstring)."""
+        """tier -> event -> the largest live bytes over that event's instants."""
+        tl = self.timeline
         out: dict[str, dict[str, int]] = {}
-        a = self.activations
         for t in REPORT_TIERS:
-            tiers = [k for k, v in _TIER_OF.items() if v == t]
-
-            def live(*lives: str) -> int:
-                return sum(self.ledger.total(x, lives=lives) for x in tiers)
-
-            pers, bwd, step = live("persistent", "init"), live("backward"), live("step")
-            in_bwd = live("in_backward")  # transient inside backward only (ZeRO-1's full 16-bit grads)
-            fwd_bwd = live("forward_backward")  # e.g. ZeRO-3 gathered parameters: not in the step
-            act_fwd = act_bwd = 0
-            if a is not None:
-                if t == "accelerator":
-                    act_fwd = a.saved_accelerator + a.loss_spike
-                    act_bwd = a.saved_accelerator + max(a.recompute_layer, a.loss_backward_spike)
-                elif t == "host":
-                    act_fwd = act_bwd = a.saved_host
-            out[t] = {"forward": pers + fwd_bwd + act_fwd, "backward": pers + bwd + in_bwd + fwd_bwd + act_bwd,
-                      "step": pers + bwd + step}
+            s = tl.series(TIER_SET[t]) if tl else []
+            d = {p: 0 for p in PHASES}
+            for x, v in zip(tl.instants if tl else [], s):
+                d[x.phase] = max(d[x.phase], v)
+            out[t] = d
         return out
 
-    def peak(self) -> dict[str, dict[str, Any]]:
-        """tier -> {"bytes": peak bytes, "phase": the phase that peaks}."""
+    def peak(self, exclude_phases: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+        """tier -> {"bytes", "phase" (event), "instant" (key), "label" (words), "top" (the
+        largest live entries there)} at the tier's peak over the timeline."""
         res = {}
-        for t, ph in self.phases().items():
-            phase = max(PHASES, key=lambda p: ph[p])
-            res[t] = {"bytes": ph[phase], "phase": phase}
+        tl = self.timeline
+        for t in REPORT_TIERS:
+            if tl is None:
+                res[t] = {"bytes": 0, "phase": "", "instant": "", "label": "", "top": []}
+                continue
+            b, i = tl.peak(TIER_SET[t], exclude_phases)
+            x = tl.instants[i]
+            res[t] = ({"bytes": b, "phase": x.phase, "instant": x.key, "label": x.label,
+                       "top": tl.contributors(i, TIER_SET[t])} if b else
+                      {"bytes": 0, "phase": "", "instant": "", "label": "", "top": []})
         return res
+
+    def timeline_dict(self) -> list[dict[str, Any]]:
+        """The timeline as JSON rows: instant key, phase, label and live bytes per report tier."""
+        tl = self.timeline
+        if tl is None:
+            return []
+        ser = {t: tl.series(TIER_SET[t]) for t in REPORT_TIERS}
+        return [{"instant": x.key, "phase": x.phase, "label": x.label, **{t: ser[t][i] for t in REPORT_TIERS}}
+                for i, x in enumerate(tl.instants)]
 
 
 @dataclass
@@ -114,6 +128,14 @@ class FitRow:
     capacity: int | None
     scope: str  # "per rank" or "per node"
     phase: str = ""
+    #: The peak instant (timeline key) and its words.
+    instant: str = ""
+    label: str = ""
+    #: The peak without the load phase (the training step and save), and its instant label.
+    steady_need: int | None = None
+    steady_label: str = ""
+    #: Ranks summed for a per-node row.
+    ranks: int = 1
 
     @property
     def fits(self) -> bool | None:
@@ -137,6 +159,8 @@ class EstimateResult:
     fragmentation: float = DEFAULT_FRAGMENTATION
     #: Extra JSON sections contributed by other views (checkpoint, movement, ...).
     sections: dict[str, Any] = field(default_factory=dict)
+    #: How the model is materialised before deepspeed.initialize (the timeline's load phase).
+    load: LoadAssumption | None = None
 
     def assumptions(self) -> dict[str, Any]:
         ec = self.plan.config
@@ -158,6 +182,7 @@ class EstimateResult:
             "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch, "checkpointing": w.checkpointing,
                          "attention": w.attention},
             "fragmentation_margin": self.fragmentation,
+            "load": self.load.to_dict() if self.load else None,
             "excluded": excluded,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
         }
@@ -189,6 +214,7 @@ class EstimateResult:
                     "host_split": r.host_split(),
                     "phases": r.phases(),
                     "peak": r.peak(),
+                    "timeline": r.timeline_dict(),
                     "activations": None if r.activations is None else {
                         "per_layer": r.activations.per_layer,
                         "layers_on_rank": r.activations.layers_on_rank,
@@ -202,18 +228,34 @@ class EstimateResult:
                     },
                     "items": [
                         {"tier": e.tier, "class": e.cls, "item": e.item, "bytes": e.bytes, "life": e.life,
-                         "formula": e.formula, "source": e.source}
+                         "formula": e.formula, "source": e.source, "alias_of": e.alias_of}
                         for e in r.ledger.entries
                     ],
                 }
                 for r in self.roles
             ],
             "fit": [{"tier": f.tier, "scope": f.scope, "need": f.need, "capacity": f.capacity,
-                     "headroom": f.headroom, "fits": f.fits, "phase": f.phase} for f in self.fit],
+                     "headroom": f.headroom, "fits": f.fits, "phase": f.phase, "instant": f.instant,
+                     "label": f.label, "steady_need": f.steady_need} for f in self.fit],
             "findings": [f.to_dict() for f in self.findings],
         }
+        if self.load is not None and self.roles:
+            d["load"] = self.load_section()
         d.update(self.sections)
         return d
+
+
+    def load_section(self) -> dict[str, Any]:
+        """The load phase: the assumption, host bytes per rank (worst role) and per node (ranks per
+        node x per rank, the node's ranks as in :func:`fit_rows`)."""
+        per_rank = max((r.phases()["host"]["load"] for r in self.roles), default=0)
+        host = next((f for f in self.fit if f.tier == "host"), None)
+        cl = self.plan.cluster
+        per_node = cl.gpus_per_node or min(cl.world_size, 8)
+        return {**(self.load.to_dict() if self.load else {}), "host_per_rank": per_rank,
+                "ranks_per_node": per_node, "host_per_node": per_rank * per_node,
+                "capacity": host.capacity if host else None,
+                "fits": None if host is None or host.capacity is None else per_rank * per_node <= host.capacity}
 
 
 def _sharding_words(cl: Cluster, stage: int) -> str:
@@ -234,7 +276,8 @@ def _sharding_words(cl: Cluster, stage: int) -> str:
     return "; ".join(parts + [zero]) if parts else (zero if stage else "none (every rank holds full model states)")
 
 
-def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None) -> list[Role]:
+def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
+                load: LoadAssumption | None = None) -> list[Role]:
     """Group ranks whose (tier, class, item, life) -> bytes maps are identical.
 
     The ledger already comes as one :class:`RankLedger` per role (ranks with identical entries,
@@ -248,53 +291,109 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None) -
         else:
             roles[key] = Role(ranks=list(rl.ranks), ledger=rl, activations=activations)
     out = list(roles.values())
+    load = load or resolve_load(ledger.plan.config)
     for role in out:
         role.ranks.sort()
+        role.load = load
+        role.timeline = role_timeline(ledger, role.ledger, load, activations, rank=role.ranks[0])
     out.sort(key=lambda role: role.ranks[0] if role.ranks else 0)
     return out
 
 
 def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
              fragmentation: float = DEFAULT_FRAGMENTATION) -> list[FitRow]:
-    """Accelerator: the worst rank's peak (plus the fragmentation margin) against per-rank
-    capacity. Host and NVMe: peaks summed over the ranks of one node (gpus_per_node, default
-    min(world size, 8)) against the per-node capacity."""
+    """Accelerator: the worst rank's timeline peak (plus the fragmentation margin) against
+    per-rank capacity. Host and NVMe: the maximum over the instants of the bytes live on one
+    node's ranks together (gpus_per_node, default min(world size, 8)) against the per-node
+    capacity. Each row names its peak instant, and carries the peak without the load phase."""
     cl = ledger.plan.cluster
     per_node = cl.gpus_per_node or min(cl.world_size, 8)
-    worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"]) if roles else None
-    acc = int(worst.peak()["accelerator"]["bytes"] * (1 + fragmentation)) if worst else 0
-    acc_phase = worst.peak()["accelerator"]["phase"] if worst else ""
+    rows: list[FitRow] = []
+    if not roles:
+        return [FitRow("accelerator", 0, capacity.accelerator, "per rank"),
+                FitRow("host", 0, capacity.host, f"per node ({per_node} ranks)")]
+    worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
+    pk = worst.peak()["accelerator"]
+    st = worst.peak(("load",))["accelerator"]
+    rows.append(FitRow("accelerator", int(pk["bytes"] * (1 + fragmentation)), capacity.accelerator, "per rank",
+                       pk["phase"], pk["instant"], pk["label"], int(st["bytes"] * (1 + fragmentation)), st["label"]))
     # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
     scale = max(1, per_node // max(1, len(node)))  # tp/pp ranks on a node beyond the dp ranks listed
-    host = sum(r.peak()["host"]["bytes"] for r in node) * scale
-    nvme = sum(r.peak()["nvme"]["bytes"] for r in node) * scale
-    rows = [FitRow("accelerator", acc, capacity.accelerator, "per rank", acc_phase),
-            FitRow("host", host, capacity.host, f"per node ({per_node} ranks)",
-                   node[0].peak()["host"]["phase"] if node else "")]
-    if nvme or capacity.nvme:
-        rows.append(FitRow("nvme", nvme, capacity.nvme, f"per node ({per_node} ranks)", "files"))
+    # the role's timeline is its first rank's (rank 0 carries the save-time gather): other ranks
+    # of that role use the same timeline without rank 0's save entries
+    cache: dict[int, Timeline] = {}
+
+    def tl_of(role: Role, rank: int) -> Timeline:
+        if role.timeline is not None and (rank == role.ranks[0] or role.ranks[0] != 0):
+            return role.timeline
+        if id(role) not in cache:
+            cache[id(role)] = role_timeline(ledger, role.ledger, role.load or resolve_load(ledger.plan.config),
+                                            role.activations, rank=rank)
+        return cache[id(role)]
+
+    tls = [tl_of(roles[i], r) for r, i in first]
+    inst = tls[0].instants
+    for tier, ts in (("host", TIER_SET["host"]), ("nvme", TIER_SET["nvme"])):
+        sums = [0] * len(inst)
+        for tl in tls:
+            for j, v in enumerate(tl.series(ts)):
+                sums[j] += v * scale
+        j = max(range(len(inst)), key=lambda k: (sums[k], -k))
+        js = [k for k in range(len(inst)) if inst[k].phase != "load"]
+        jst = max(js, key=lambda k: (sums[k], -k))
+        if tier == "nvme" and not (sums[j] or capacity.nvme):
+            continue
+        rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme,
+                           f"per node ({per_node} ranks)", inst[j].phase if tier == "host" else "files",
+                           inst[j].key, inst[j].label, sums[jst], inst[jst].label, per_node))
     return rows
 
 
-def fit_findings(rows: list[FitRow]) -> list[Finding]:
-    """One error per tier that does not fit (code M100)."""
+def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list[Finding]:
+    """One error per tier that does not fit: M101 when it is the load phase that does not fit
+    (the whole model on every rank before deepspeed.initialize), M100 when the training step does."""
     out = []
     for r in rows:
-        if r.fits is False:
-            over = r.need - (r.capacity or 0)
+        if r.fits is not False:
+            continue
+        cap = r.capacity or 0
+        load_over = r.phase == "load"
+        steady = r.steady_need if r.steady_need is not None else r.need
+        if load_over:
+            ld = load or LoadAssumption()
+            per_rank = r.need // max(1, r.ranks)
+            out.append(emit(
+                code="M101", severity="error", pointer="/zero_optimization/stage",
+                message=(f"{r.tier} {r.scope}: loading the model needs {gb(r.need)} ({r.ranks} ranks x "
+                         f"{gb(per_rank)}: every rank builds the whole model in {ld.dtype} in host memory "
+                         f"before deepspeed.initialize, without deepspeed.zero.Init) but only {gb(cap)} is "
+                         f"available: over by {gb(r.need - cap)}; the training step itself needs "
+                         f"{gb(steady)} ({r.steady_label})"),
+                fix=("build the model under deepspeed.zero.Init so each rank only materialises its partition: "
+                     "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
+                     "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
+                     "TrainingArguments(deepspeed=...) exists before from_pretrained. Other ways out: load in "
+                     "16-bit (torch_dtype=torch.bfloat16 halves it; --load-dtype bf16), low_cpu_mem_usage=True, "
+                     "fewer ranks per node, or more host memory"),
+                data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": r.need - cap,
+                      "per_rank": per_rank, "ranks": r.ranks, "steady_need": steady}))
+        if not load_over or steady > cap:
+            need = steady if load_over else r.need
+            label = r.steady_label if load_over else r.label
+            over = need - cap
             out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
-                message=(f"{r.tier} {r.scope}: the step needs {gb(r.need)} ({gib(r.need)}) at its peak"
-                         f"{' (' + r.phase + ')' if r.phase else ''} but only {gb(r.capacity or 0)} is available: "
+                message=(f"{r.tier} {r.scope}: the step needs {gb(need)} ({gib(need)}) at its peak"
+                         f"{' (' + label + ')' if label else ''} but only {gb(cap)} is available: "
                          f"over by {gb(over)}"),
                 fix=("shard more (higher ZeRO stage or more ranks), offload to host/NVMe, activation "
                      "checkpointing or a smaller micro-batch, or shrink buffers"
                      if r.tier == "accelerator" else
                      "smaller offload buffers (buffer_size, buffer_count, sub_group_size), pin_memory false, "
                      "or more host memory" if r.tier == "host" else "more NVMe space per node"),
-                data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": over}))
+                data={"tier": r.tier, "need": need, "capacity": r.capacity, "over": over}))
     return out
 
 
@@ -366,7 +465,8 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
 
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,
              fragmentation: float = DEFAULT_FRAGMENTATION, hardware: Any = None,
-             step_time_s: float | None = None) -> EstimateResult:
+             step_time_s: float | None = None, load: LoadAssumption | None = None,
+             hf: bool = False) -> EstimateResult:
     """Run the ledger (and activations) for ``plan`` (:func:`advisor.plan.build_plan`) and
     summarise it: roles, fit against ``capacity`` (bytes), movement and checkpoint sections.
 
@@ -376,6 +476,9 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit; a config DeepSpeed
     refuses gives M090 and no ledger.
+    ``load``: how the model is materialised before initialize (default
+    :func:`advisor.ledger.timeline.resolve_load` with ``hf``: the HF Trainer's zero.Init choice);
+    M101 when the load phase does not fit.
     """
     ec = plan.config
     cluster = plan.cluster
@@ -401,13 +504,17 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                               fragmentation=fragmentation, sections={"unsupported": topo[0].message})
     ledger = ledger_of(plan)
     acts, note = activations_for(ec, inventory, cluster, workload)
-    roles = group_roles(ledger, acts)
+    load = load or resolve_load(ec, hf=hf or plan.hf is not None)
+    roles = group_roles(ledger, acts, load)
     if cluster.pipeline_parallel > 1 and acts is not None:
         per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s)[0]
                      for s in range(cluster.pipeline_parallel)}
         roles = split_by_stage(roles, cluster, per_stage)
+        for role in roles:  # each stage's own activations on its timeline
+            role.load = load
+            role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
     rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
-    all_findings = list(findings or []) + [f.located(positions, source) for f in fit_findings(rows)]
+    all_findings = list(findings or []) + [f.located(positions, source) for f in fit_findings(rows, load)]
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
     mv_plan = plan
@@ -430,7 +537,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         sections["step_time"] = st_section
     return EstimateResult(source=source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
-                          fragmentation=fragmentation, sections=sections)
+                          fragmentation=fragmentation, sections=sections, load=load)
 
 
 def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) -> dict[str, Any]:

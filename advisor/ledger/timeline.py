@@ -1,0 +1,322 @@
+"""The step timeline: when each ledger entry is live, and the peak per tier with its instant.
+
+A rank's memory decides an OOM at its *peak*: the largest sum of what is live together, not the
+sum of each lifetime's total. This module puts every :class:`advisor.ledger.state.Entry` on a
+timeline of instants and takes, per tier, the maximum over the instants of the live bytes.
+
+Instants (in order; ``phase`` is the event, ``label`` names the instant for a reader):
+
+1. ``load``          the model is materialised before ``deepspeed.initialize`` (see below);
+2. ``initialize``    after ``deepspeed.initialize``;
+3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
+   boundary, when GA > 1) of the first iteration;
+4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
+5. ``first_step:prep`` / ``first_step:update``  the first optimizer step: gradients flattened and
+   cast, then the update of the largest (sub-)group (named);
+6. ``steady:forward``, ``steady:backward``, ``steady:reduce``, ``steady_step:prep`` /
+   ``steady_step:update``: the boundary micro-step and step of every later iteration;
+7. ``save``          checkpoint save.
+
+Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
+
+* ``persistent``: from ``initialize`` on. Optimizer state (``optimizer_states`` items) is created
+  lazily by torch, FusedAdam and DeepSpeedCPUAdam at the first update (``torch/optim/adamw.py``
+  _init_group, ``ops/adam/cpu_adam.py`` step: ``zeros_like`` when the state is empty), so it is
+  live from ``first_step:update`` on; the stage-0 16-bit wrappers run a dummy step in their
+  constructor (``fp16/fused_optimizer.py``, ``fp16/unfused_optimizer.py`` __init__), so there it is
+  live from ``initialize``.
+* ``backward``: from backward to the step; ZeRO-1/2 ``averaged_gradients`` is released before the
+  update of its group (``stage_1_and_2.py`` step: ``self.averaged_gradients[i] = None`` before
+  ``_optimizer_step(i)``), so it is live at ``prep`` but not at ``update``.
+* ``in_backward``: backward and reduce only (ipg buckets: ``_release_ipg_buffers``).
+* ``forward_backward``: forward and backward (ZeRO-3 gathered parameters).
+* ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
+* ``init``: ``initialize`` only.
+* An entry with ``alias_of`` is a view of that item: it costs 0 while that item is live.
+
+Activations (when estimated) are live in forward (saved + loss spike) and backward (saved +
+one recomputed layer); host-offloaded checkpoints in both.
+
+Load phase (:class:`LoadAssumption`, per rank, host pageable memory): without
+``deepspeed.zero.Init`` every rank builds the whole model in host memory before
+``deepspeed.initialize`` moves and partitions it: N x load-dtype bytes (torch's default dtype
+fp32 for a plain ``nn.Module``; the checkpoint's dtype / HF ``torch_dtype`` when given), twice
+that with ``low_cpu_mem_usage`` false (a randomly initialised model plus the loaded state dict;
+transformers 5 always initialises on the meta device). Under ``zero.Init`` (only possible at
+ZeRO-3; ``runtime/zero/partition_parameters.py`` Init) each parameter is partitioned as it is
+created: no full copy. The HF Trainer builds the model under zero.Init exactly when ZeRO-3 is
+enabled (``transformers.integrations.deepspeed.is_deepspeed_zero3_enabled`` in
+``from_pretrained``). A reading checkpoint shard is not counted.
+
+Save (``save``): with ``stage3_gather_16bit_weights_on_model_save`` at ZeRO-3,
+``engine._zero3_consolidated_16bit_state_dict`` gathers module by module and rank 0 keeps a CPU
+copy of every 16-bit tensor: N x D on rank 0's host, plus one gathered module on its accelerator.
+
+No torch or deepspeed import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.ledger.state import TIERS, Entry, Ledger, RankLedger, module_of, zero3_partition_numel, zero3_sub_groups
+
+#: Lazy-state optimizers create their state at the first update; these wrappers already hold it.
+_EAGER_STATE_WRAPPERS = ("FP16_Optimizer", "FP16_UnfusedOptimizer")
+#: Items a ZeRO-1/2 step releases before the update of their group.
+_CONSUMED_BEFORE_UPDATE = ("averaged_gradients",)
+
+LOAD_DTYPES = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Instant:
+    """One point of the timeline: ``key`` (stable id), ``phase`` (event) and ``label`` (words)."""
+
+    key: str
+    phase: str
+    label: str
+
+
+@dataclass(frozen=True)
+class LoadAssumption:
+    """How the model is materialised before ``deepspeed.initialize`` (see the module docstring).
+
+    ``zero_init``: built under ``deepspeed.zero.Init``; ``dtype``: the dtype the weights are
+    built/loaded in (fp32, fp16, bf16); ``low_cpu_mem_usage``: no second full copy while
+    loading; ``*_source``: why (a flag, the HF Trainer's behaviour, or the default assumed)."""
+
+    zero_init: bool = False
+    zero_init_source: str = "assumed: the model is built before deepspeed.initialize without deepspeed.zero.Init"
+    dtype: str = "fp32"
+    dtype_source: str = "assumed: torch's default dtype (fp32) for a model built without torch_dtype"
+    low_cpu_mem_usage: bool = True
+    low_cpu_mem_usage_source: str = "assumed: one copy of the weights while loading (transformers >= 5 always)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"zero_init": self.zero_init, "zero_init_source": self.zero_init_source, "dtype": self.dtype,
+                "dtype_source": self.dtype_source, "low_cpu_mem_usage": self.low_cpu_mem_usage,
+                "low_cpu_mem_usage_source": self.low_cpu_mem_usage_source}
+
+
+def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str | None = None,
+                 low_cpu_mem_usage: bool | None = None, hf: bool = False) -> LoadAssumption:
+    """The :class:`LoadAssumption` for a plan: flags win; with ``hf`` the HF Trainer's behaviour
+    (zero.Init exactly at ZeRO-3); otherwise the same choice, stated as assumed (a plain script
+    may build the model before initialize at ZeRO-3: ``--no-zero-init``); fp32, one copy.
+    zero.Init below ZeRO-3 is not possible (``zero.Init`` partitions for stage 3 only), so it is
+    ignored there with the reason. Raises ValueError for an unknown ``dtype``."""
+    st = ec.zero.stage
+    if zero_init is not None:
+        if zero_init and st != 3:
+            zi, zs = False, f"--zero-init ignored: deepspeed.zero.Init partitions for ZeRO-3 only (stage {st})"
+        else:
+            zi, zs = bool(zero_init), "--zero-init" if zero_init else "--no-zero-init"
+    elif hf:
+        zi = st == 3
+        zs = ("HF Trainer: from_pretrained runs under deepspeed.zero.Init at ZeRO-3" if zi else
+              f"HF Trainer: no deepspeed.zero.Init below ZeRO-3 (stage {st}): every rank loads the whole model")
+    elif st == 3:
+        zi, zs = True, ("assumed: the model is built under deepspeed.zero.Init at ZeRO-3, as the HF Trainer and "
+                        "accelerate do (pass --no-zero-init if it is built before deepspeed.initialize)")
+    else:
+        zi, zs = False, (f"assumed: the model is built before deepspeed.initialize (deepspeed.zero.Init "
+                         f"partitions for ZeRO-3 only; stage {st})")
+    if dtype is not None:
+        if dtype not in LOAD_DTYPES:
+            raise ValueError(f"load dtype {dtype!r}: expected one of {', '.join(LOAD_DTYPES)}")
+        dt, ds = dtype, f"--load-dtype {dtype}"
+    else:
+        dt, ds = "fp32", LoadAssumption.dtype_source + " (pass --load-dtype bf16 for torch_dtype=bfloat16)"
+    if low_cpu_mem_usage is not None:
+        lc, ls = bool(low_cpu_mem_usage), ("--low-cpu-mem-usage" if low_cpu_mem_usage else "--no-low-cpu-mem-usage")
+    else:
+        lc, ls = True, LoadAssumption.low_cpu_mem_usage_source
+    return LoadAssumption(zi, zs, dt, ds, lc, ls)
+
+
+def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
+    """Entries (life ``load``) of the load phase on one rank: the full host copy without zero.Init
+    (N x load-dtype bytes, twice with low_cpu_mem_usage false); nothing under zero.Init."""
+    inv = ledger.plan.inventory
+    if load.zero_init:
+        return []
+    N = inv.numel
+    Dl = DTYPE_BYTES[load.dtype]
+    copies = 1 if load.low_cpu_mem_usage else 2
+    return [Entry(rank, "host_pageable", "parameters", "load_model_copy", N * Dl * copies, "load",
+                  f"{'' if copies == 1 else '2 x '}N x {Dl} = {N} x {Dl}{'' if copies == 1 else ' x 2'} "
+                  f"(whole model in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
+                  "engine.py:DeepSpeedEngine._configure_distributed_model (the module is built before "
+                  "initialize); runtime/zero/partition_parameters.py:Init is what avoids it")]
+
+
+def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
+    """Entries (life ``save``) of a checkpoint save on one rank: with
+    ``stage3_gather_16bit_weights_on_model_save`` at ZeRO-3, rank 0 holds every 16-bit tensor on
+    the host (N x D) and one gathered module (sum p_i x W x D) on the accelerator."""
+    z = ec.zero
+    if z.stage != 3 or not z.gather_16bit_weights_on_model_save or rank != 0:
+        return []
+    inv = ledger.plan.inventory
+    W = ledger.plan.cluster.zero_world_size
+    D = DTYPE_BYTES[ec.model_dtype]
+    mods: dict[str, int] = {}
+    for t in inv.tensors:
+        m = module_of(t.name)
+        mods[m] = mods.get(m, 0) + zero3_partition_numel(t.numel, W) * W
+    big = max(mods.values(), default=0)
+    src = "engine.py:DeepSpeedEngine._zero3_consolidated_16bit_state_dict (GatheredParameters, modifier_rank=0)"
+    return [Entry(rank, "host_pageable", "parameters", "save_16bit_state_dict", inv.numel * D, "save",
+                  f"N x D = {inv.numel} x {D} (rank 0 copies every gathered 16-bit tensor to the CPU)", src),
+            Entry(rank, "accelerator", "parameters", "save_gathered_module", big * D, "save",
+                  f"largest module sum p_i x W x D = {big} x {D} (gathered one module at a time)", src)]
+
+
+def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
+    """The timeline of one plan (see the module docstring). The step instants name the
+    (sub-)group whose update is largest: ZeRO-3 sub-group k (``stage3.py`` step loops over
+    sub-groups), ZeRO-1/2 param group g."""
+    st = ec.zero.stage
+    inv = ledger.plan.inventory
+    W = ledger.plan.cluster.zero_world_size
+    where = ""
+    if st == 3 and inv.groups():
+        sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
+        if sgs:
+            k = max(range(len(sgs)), key=lambda i: (sgs[i].numel, -i))
+            where = f", sub-group {k}" + (f" of {len(sgs)}" if len(sgs) > 1 else "")
+    elif st in (1, 2):
+        groups = inv.groups()
+        if len(groups) > 1:
+            g = max(range(len(groups)), key=lambda i: (sum(t.numel for t in groups[i]), -i))
+            where = f", param group {g}"
+    out = [Instant("load", "load", "load: model built before deepspeed.initialize"),
+           Instant("initialize", "initialize", "after deepspeed.initialize")]
+    micro = [1] if ga <= 1 else [1, ga]
+    for k in micro:
+        tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
+        out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {tag}"))
+        out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}"))
+    out.append(Instant("reduce", "reduce", "first iteration, gradient reduce at the accumulation boundary"))
+    out.append(Instant("first_step:prep", "first_step", f"first optimizer step{where}: gradients flattened and cast"))
+    out.append(Instant("first_step:update", "first_step", f"first optimizer step{where}: update"))
+    tag = f"micro-step {ga}" + (" (accumulation boundary)" if ga > 1 else "")
+    out.append(Instant("steady:forward", "forward", f"steady iteration, forward of {tag}"))
+    out.append(Instant("steady:backward", "backward", f"steady iteration, backward of {tag}"))
+    out.append(Instant("steady:reduce", "reduce", "steady iteration, gradient reduce at the accumulation boundary"))
+    out.append(Instant("steady_step:prep", "steady_step", f"steady optimizer step{where}: gradients flattened and cast"))
+    out.append(Instant("steady_step:update", "steady_step", f"steady optimizer step{where}: update"))
+    out.append(Instant("save", "save", "checkpoint save"))
+    return out
+
+
+def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool) -> bool:
+    k, ph = inst.key, inst.phase
+    life = e.life
+    if life == "load":
+        return ph == "load"
+    if life == "save":
+        return ph == "save"
+    if ph == "load":
+        return False
+    if life == "persistent":
+        if lazy_state and e.cls == "optimizer_states":
+            # created at the first update: absent before it (initialize and the first iteration)
+            return not (k == "initialize" or k == "first_step:prep" or
+                        (ph in ("forward", "backward", "reduce") and not k.startswith("steady")))
+        return True
+    if life == "init":
+        return ph == "initialize"
+    if life == "backward":
+        if ph in ("backward", "reduce"):
+            return True
+        if ph in ("first_step", "steady_step"):
+            return not (consumed and e.item in _CONSUMED_BEFORE_UPDATE and k.endswith(":update"))
+        return False
+    if life == "in_backward":
+        return ph in ("backward", "reduce")
+    if life == "forward_backward":
+        return ph in ("forward", "backward")
+    if life == "step":
+        return ph in ("first_step", "steady_step")
+    if life == "step_prep":
+        return k in ("first_step:prep", "steady_step:prep")
+    if life == "first_step":
+        return k == "first_step:update"
+    return False
+
+
+@dataclass
+class Timeline:
+    """Live bytes per ledger tier at every instant, with the entries behind them.
+
+    ``live[i][tier]`` = bytes live at ``instants[i]``; ``entries[i]`` = (item, tier, class, bytes)
+    of what is live there (aliases that cost nothing left out)."""
+
+    instants: list[Instant]
+    live: list[dict[str, int]]
+    entries: list[list[tuple[str, str, str, int]]] = field(default_factory=list)
+
+    def series(self, tiers: tuple[str, ...]) -> list[int]:
+        """Live bytes of the union of ``tiers`` at every instant."""
+        return [sum(d.get(t, 0) for t in tiers) for d in self.live]
+
+    def peak(self, tiers: tuple[str, ...], exclude_phases: tuple[str, ...] = ()) -> tuple[int, int]:
+        """(bytes, index of the first instant reaching them) over the instants (minus
+        ``exclude_phases``) for the union of ``tiers``."""
+        s = self.series(tiers)
+        idx = [i for i, x in enumerate(self.instants) if x.phase not in exclude_phases]
+        if not idx:
+            return 0, 0
+        best = max(idx, key=lambda i: (s[i], -i))
+        return s[best], best
+
+    def contributors(self, i: int, tiers: tuple[str, ...], top: int = 5) -> list[dict[str, Any]]:
+        """The ``top`` largest live entries at instant ``i`` in ``tiers`` (bytes descending)."""
+        rows = [e for e in self.entries[i] if e[1] in tiers and e[3] > 0]
+        rows.sort(key=lambda e: -e[3])
+        return [{"item": a, "tier": b, "class": c, "bytes": n} for a, b, c, n in rows[:top]]
+
+
+def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activations: Any = None,
+                  ga: int | None = None, rank: int | None = None) -> Timeline:
+    """The :class:`Timeline` of one rank role ``rl`` (bytes per ledger tier, plus the pseudo-tier
+    entries of activations on ``accelerator`` / ``host_pageable``). ``rank`` = the rank the
+    rank-specific transients are for (default the role's first rank: rank 0's save copy belongs
+    to the role holding rank 0). ``ga`` = gradient accumulation steps (default from the config)."""
+    ec = ledger.plan.config
+    if ga is None:
+        from advisor.config.effective import derive_batch
+        ga = derive_batch(ec, ledger.plan.cluster.dp_world_size)[2] or 1
+    r = rl.rank if rank is None else rank
+    ins = instants(ec, ledger, ga)
+    lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
+    consumed = ec.zero.stage in (1, 2)
+    ents = list(rl.entries) + load_entries(ec, ledger, load, r) + save_entries(ec, ledger, r)
+    live: list[dict[str, int]] = []
+    rows: list[list[tuple[str, str, str, int]]] = []
+    for inst in ins:
+        on = [e for e in ents if _live(e, inst, lazy, consumed)]
+        items_on = {e.item for e in on}
+        d = {t: 0 for t in TIERS}
+        here = []
+        for e in on:
+            if e.alias_of and e.alias_of in items_on:
+                continue
+            d[e.tier] += e.bytes
+            here.append((e.item, e.tier, e.cls, e.bytes))
+        a = activations
+        if a is not None and inst.phase in ("forward", "backward"):
+            acc = a.saved_accelerator + (a.loss_spike if inst.phase == "forward" else
+                                         max(a.recompute_layer, getattr(a, "loss_backward_spike", 0)))
+            d["accelerator"] += acc
+            here.append(("activations", "accelerator", "activations", acc))
+            if a.saved_host:
+                d["host_pageable"] += a.saved_host
+                here.append(("activations (host checkpoints)", "host_pageable", "activations", a.saved_host))
+        live.append(d)
+        rows.append(here)
+    return Timeline(ins, live, rows)

@@ -1,0 +1,36 @@
+"""M101 load-does-not-fit: The host runs out while the model loads: every rank builds the whole model before deepspeed.initialize.
+
+Without ``deepspeed.zero.Init``, each rank materialises the complete model in host memory
+before ``deepspeed.initialize`` moves it to the accelerator and partitions it: N x the load dtype
+per rank (fp32 = 4 B for a model built in torch's default dtype), times the ranks of a node. The
+HF Trainer builds the model under zero.Init only at ZeRO-3. estimate's timeline carries this as
+its ``load`` instant (``--zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage`` change the
+assumption; the JSON's ``load`` section states it); the finding is raised when that instant, not
+the training step, is what does not fit the node's host memory.
+
+Anti-pattern: a 20B model at ZeRO-2 on a 4-GPU node with 256 GB of RAM: 4 ranks x 4 B x 20e9 =
+320 GB at load, while the steady state keeps nothing on the host.
+
+Fix: ZeRO-3 with the model built under ``deepspeed.zero.Init`` (``with
+deepspeed.zero.Init(config_dict_or_path=ds_config): model = MyModel()``; with the HF Trainer,
+create ``TrainingArguments(deepspeed=...)`` before ``from_pretrained`` and it does so itself), or
+load in 16-bit (``torch_dtype=torch.bfloat16`` halves it), ``low_cpu_mem_usage=True``, fewer ranks
+per node or more host memory.
+"""
+
+from __future__ import annotations
+
+from advisor.rules import Rule, register
+
+
+@register
+class LoadDoesNotFit(Rule):
+    """Explanation and registry entry for M101; the findings come from estimate / check."""
+
+    code = "M101"
+    name = "load-does-not-fit"
+    produced_by = "estimate"
+    severity = "error"
+
+    def check(self, ctx):
+        return ()

@@ -1,0 +1,133 @@
+"""The step timeline (advisor.ledger.timeline): peaks are maxima over instants of what is live
+together. Expected figures are computed here by hand from the reference's partition rules
+(../shared/reference/deepspeed-0.19.8-state-accounting.md sections 3.1, 4.2, 5) and DeepSpeed's
+code order in ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step / ``_release_ipg_buffers``."""
+
+from __future__ import annotations
+
+import json
+
+from advisor.config.effective import effective_config
+from advisor.ledger.state import Cluster, Plan, compute_ledger
+from advisor.ledger.timeline import resolve_load, role_timeline
+from advisor.model.inventory import Inventory, TensorSpec, from_param_count
+from tests.conftest import run_cli
+
+#: The reference's odd-sized MLP (section 0): n = [19264, 301, 23177, 77, 385, 5], N = 43,209.
+MLP = Inventory(name="mlp", tensors=[TensorSpec(f"l{i}.w", (n,)) for i, n in
+                                     enumerate([19264, 301, 23177, 77, 385, 5])], source="test")
+ACC = ("accelerator",)
+HOST = ("host_pinned", "host_pageable")
+
+
+def _tl(cfg, inv, W, rank=0, **load):
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=W)))
+    return role_timeline(led, led.rank(rank), resolve_load(ec, **load), ga=1, rank=rank)
+
+
+def _at(tl, key, tiers=ACC):
+    i = [x.key for x in tl.instants].index(key)
+    return tl.series(tiers)[i]
+
+
+def test_zero2_bf16_step_does_not_count_the_freed_ipg_bucket():
+    # W = 4: N_pad = A_8(43209) = 43216, P = 10804. Rank 1's slice [10804, 21608) meets tensors
+    # 0, 1, 2: I_1 = 19264 + 301 + 23177 = 42742, Cov_1 = P, so averaged_gradients = 42742 x 2 B.
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False,
+                                 "contiguous_gradients": True}}
+    tl = _tl(cfg, MLP, 4, rank=1)
+    P, params, kept = 10804, 43216 * 2, 42742 * 2
+    states = params + P * 4 + 2 * P * 4          # 16-bit flat + fp32 master + exp_avg + exp_avg_sq
+    ipg = 50000 * 2                               # one bucket (overlap_comm false), freed by the epilogue
+    assert _at(tl, "steady:backward") == states + kept + ipg
+    # step: flatten(averaged) (P x 2, a new tensor: three tensors meet the slice) cast to fp32 (P x 4)
+    assert _at(tl, "steady_step:prep") == states + kept + P * 2 + P * 4
+    # update: averaged_gradients released before _optimizer_step, the flat copy deleted
+    assert _at(tl, "steady_step:update") == states + P * 4
+    b, i = tl.peak(ACC)
+    assert b == states + kept + ipg and tl.instants[i].key == "steady:backward"
+    # lazily created moments: not live in the first iteration
+    assert _at(tl, "backward:1") == params + P * 4 + kept + ipg
+
+
+def test_zero2_fp32_flattened_grad_is_the_kept_storage():
+    # fp32, W = 4: rank 0's slice [0, 10804) lies inside tensor 0, so flatten returns the kept
+    # averaged_gradients view ((I + P - Cov) x 4 = 19264 x 4) and .to(fp32) is a no-op: one storage.
+    cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False}}
+    tl = _tl(cfg, MLP, 4, rank=0)
+    P = 10804
+    states = 43216 * 4 + P * 4 + 2 * P * 4
+    assert _at(tl, "steady_step:prep") == states + 19264 * 4
+    assert _at(tl, "steady_step:update") == states + 19264 * 4
+
+
+def test_nvme_first_step_creates_the_moments_on_the_host():
+    # ZeRO-3, optimizer on NVMe, W = 1, one sub-group of S = 2,000,000 elements (8 MB >= 1 MiB: swapped):
+    # DeepSpeedCPUAdam creates exp_avg and exp_avg_sq (2 x S x 4 B) in step 1 only.
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp/x"}}}
+    inv = Inventory(name="one", tensors=[TensorSpec("w", (2000, 1000))], source="test")
+    tl = _tl(cfg, inv, 1)
+    extra = _at(tl, "first_step:update", HOST) - _at(tl, "steady_step:update", HOST)
+    assert extra == 2 * 2_000_000 * 4
+
+
+def test_save_gathers_the_16bit_model_on_rank_0_only():
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
+    t0, t1 = _tl(cfg, MLP, 2, rank=0), _tl(cfg, MLP, 2, rank=1)
+    assert _at(t0, "save", HOST) - _at(t0, "steady_step:update", HOST) == 43209 * 2
+    assert _at(t1, "save", HOST) == _at(t1, "steady_step:update", HOST)
+
+
+def test_load_phase_options():
+    ec2 = effective_config({"zero_optimization": {"stage": 2}})
+    ec3 = effective_config({"zero_optimization": {"stage": 3}})
+    assert not resolve_load(ec2, hf=True).zero_init and resolve_load(ec3, hf=True).zero_init
+    assert not resolve_load(ec2, zero_init=True).zero_init  # zero.Init partitions for ZeRO-3 only
+    assert not resolve_load(ec3, zero_init=False).zero_init
+    inv = from_param_count(1_000_000)
+    tl = _tl({"zero_optimization": {"stage": 2}}, inv, 1, dtype="bf16", low_cpu_mem_usage=False)
+    assert _at(tl, "load", HOST) == 2 * 1_000_000 * 2  # random-init model + loaded state dict, bf16
+    tl = _tl({"zero_optimization": {"stage": 3}}, inv, 1)
+    assert _at(tl, "load", HOST) == 0
+
+
+#: The config of case C11-load-time-host-zero2 (20B, ZeRO-2, bf16, AdamW; 4 GPUs and 256 GB per node).
+C11 = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16, "bf16": {"enabled": True},
+       "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.1}},
+       "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+                             "reduce_bucket_size": 200000000, "allgather_bucket_size": 200000000}}
+
+
+def _c11(tmp_path, *extra):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(C11))
+    p = run_cli(["estimate", str(f), "--params", "20000000000", "--world-size", "4", "--gpus-per-node", "4",
+                 "--host-memory", "256GB", "--format", "json", *extra])
+    return p, json.loads(p.stdout)
+
+
+def test_C11_load_fits_in_bf16_and_the_finding_names_zero_init(tmp_path):
+    p, d = _c11(tmp_path)
+    assert p.returncode == 1 and d["load"]["host_per_node"] == 4 * 4 * 20_000_000_000
+    (m101,) = [f for f in d["findings"] if f["code"] == "M101"]
+    assert m101["pointer"] == "/zero_optimization/stage" and "zero.Init" in m101["fix"]
+    host = next(f for f in d["fit"] if f["tier"] == "host")
+    assert host["instant"] == "load" and host["steady_need"] == 0
+    p, d = _c11(tmp_path, "--load-dtype", "bf16")  # 4 ranks x 2 B x 20e9 = 160 GB < 256 GB
+    assert p.returncode == 0 and d["load"]["host_per_node"] == 160_000_000_000
+    assert not [f for f in d["findings"] if f["code"] in ("M100", "M101")]
+    # ZeRO-3 under zero.Init (the default at stage 3, as the HF Trainer does): no full copy at load
+    C11["zero_optimization"]["stage"] = 3
+    try:
+        p, d = _c11(tmp_path)
+    finally:
+        C11["zero_optimization"]["stage"] = 2
+    assert d["load"]["zero_init"] and d["load"]["host_per_node"] == 0
