@@ -200,6 +200,9 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
         cpu = rec.get("accelerator") == "cpu"
         for snap, lv in lives.items():
             exp = model_state_bytes(led.rank(r), lv)
+            if snap == "bwd":  # the census adds the ipg bucket as allocated inside that backward
+                exp.update({k: v for k, v in model_state_bytes(led.rank(r), ("in_backward",)).items()
+                            if k == "ipg_bucket"})
             if cpu:
                 exp = fold_for_cpu(exp)
             got = rec["snapshots"].get(snap, {})
