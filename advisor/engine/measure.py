@@ -69,6 +69,92 @@ def _gpu_available() -> bool:
     return shutil.which("nvidia-smi") is not None and os.environ.get("DS_ACCELERATOR", "") in ("", "cuda")
 
 
+#: A torch-extensions build lock older than this is taken as stale (a cpu_adam / async_io build
+#: takes 1-3 minutes; torch's FileBaton waits forever while the lock file exists).
+STALE_LOCK_S = 600.0
+
+
+def extensions_root(env: dict[str, str] | None = None) -> str:
+    """Where torch builds DeepSpeed's ops: ``TORCH_EXTENSIONS_DIR``, else torch's default
+    ``~/.cache/torch_extensions`` (``torch/utils/cpp_extension.py`` _get_build_directory)."""
+    env = os.environ if env is None else env
+    return env.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_extensions")
+
+
+def stale_build_locks(env: dict[str, str] | None = None, max_age_s: float = STALE_LOCK_S,
+                      now: float | None = None) -> list[tuple[str, float]]:
+    """(path, age in seconds) of every torch-extensions ``lock`` file older than ``max_age_s``
+    under :func:`extensions_root` (``<root>/<python_tag>/<op>/lock`` or ``<root>/<op>/lock``):
+    an interrupted build leaves it behind and every later build of that op waits on it forever
+    (``torch/utils/file_baton.py`` FileBaton.wait)."""
+    root = extensions_root(env)
+    now = time.time() if now is None else now
+    out = []
+    if not os.path.isdir(root):
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath[len(root):].count(os.sep) > 2:
+            dirnames[:] = []
+            continue
+        if "lock" in filenames:
+            p = os.path.join(dirpath, "lock")
+            try:
+                age = now - os.path.getmtime(p)
+            except OSError:
+                continue
+            if age > max_age_s:
+                out.append((p, age))
+    return sorted(out)
+
+
+def stale_lock_message(locks: list[tuple[str, float]]) -> str:
+    """One line naming the stale locks and the two ways out."""
+    return ("stale torch-extensions build lock(s) "
+            + ", ".join(f"{p} ({a / 60:.0f} min old)" for p, a in locks)
+            + ": an interrupted build left them and DeepSpeed's op build would wait forever; remove them "
+              "(rm), or set TORCH_EXTENSIONS_DIR to a fresh folder")
+
+
+def run_process_group(cmd: list[str], timeout_s: float, **kw) -> int | None:
+    """Run ``cmd`` in a new session (its own process group) and wait up to ``timeout_s``. On
+    timeout return None; on timeout or Ctrl-C (KeyboardInterrupt, re-raised) end the whole group
+    (SIGTERM, then SIGKILL after 5 s), so no rank or launcher is left behind."""
+    import signal
+    proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+
+    def end_group() -> None:
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            try:
+                proc.wait(timeout=wait)
+                # the leader is gone; its children may not be: one more pass kills stragglers
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        end_group()
+        return None
+    except BaseException:
+        end_group()
+        raise
+    finally:
+        try:  # children of a leader that exited on its own
+            os.killpg(proc.pid, 0)
+            end_group()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _prepare_config(config: dict[str, Any], nvme_dir: str) -> dict[str, Any]:
     """A copy of ``config`` with offload nvme paths redirected to ``nvme_dir`` and a micro
     batch size set when none is given (the proxy model takes a batch of 2)."""
@@ -104,7 +190,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             nvme_dir = os.path.join(base, "nvme", str(c["id"]).replace("/", "_"))
             os.makedirs(nvme_dir, exist_ok=True)
             job_cells.append({"id": c["id"], "config": _prepare_config(c["config"], nvme_dir),
-                              "inventory": inv_d, "steps": int(c.get("steps", 2)), "nvme_path": nvme_dir})
+                              "inventory": inv_d, "steps": int(c.get("steps", 2)), "nvme_path": nvme_dir,
+                              "track": bool(c.get("track")), "zero_init": bool(c.get("zero_init"))})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)
@@ -119,13 +206,11 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
                "-m", "advisor.engine.worker", job_path, out_dir]
         log_path = os.path.join(base, "launch.log")
+        locks = stale_build_locks(env)
+        if locks:
+            raise MeasureError(stale_lock_message(locks))
         with open(log_path, "w") as log:
-            try:
-                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
-                                      start_new_session=True)
-                rc = proc.returncode
-            except subprocess.TimeoutExpired:
-                rc = None
+            rc = run_process_group(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
         results: dict[str, CellResult] = {c["id"]: CellResult(c["id"]) for c in job_cells}
         for r in range(world_size):
             p = os.path.join(out_dir, f"rank{r}.jsonl")
@@ -143,6 +228,10 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             with open(log_path, errors="replace") as fh:
                 tail = fh.read()[-4000:]
             why = "timed out" if rc is None else f"exit status {rc}"
+            if rc is None:
+                fresh = stale_build_locks(env, max_age_s=0)
+                if fresh:
+                    why += " while " + stale_lock_message(fresh).replace("stale ", "", 1)
             if partial_ok:
                 last = [ln for ln in tail.splitlines() if "error" in ln.lower() or "exitcode" in ln]
                 for cid in incomplete:
@@ -215,3 +304,64 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
                         rows.append({"rank": r, "snapshot": snap, "item": item, "tier": tier,
                                      "measured": m, "ledger": e, "diff": m - e})
     return rows
+
+
+#: Tracker phase -> the ledger timeline instants it spans (GA = 1; see advisor.ledger.timeline).
+PHASE_INSTANTS = {
+    "load": ("load",), "initialize": ("initialize",),
+    "forward:1": ("forward:1",), "backward:1": ("backward:1", "reduce"),
+    "step:1": ("first_step:prep", "first_step:update"),
+    "forward:2": ("steady:forward",), "backward:2": ("steady:backward", "steady:reduce"),
+    "step:2": ("steady_step:prep", "steady_step:update"),
+}
+
+
+def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
+                measured: dict[int, dict[str, Any]], zero_init: bool = False) -> list[dict[str, Any]]:
+    """Per rank and tracker phase: the engine's high-water mark of live bytes (every storage the
+    allocation tracker saw created and not yet freed) beside the ledger timeline's largest
+    instant in that phase, and the relative difference; plus the tracker's unattributed storages.
+
+    Open world: the engine side counts *every* storage, not only those the census knows, so a
+    buffer neither side names shows up as a difference. On a CPU accelerator the accelerator and
+    pageable host tiers are the same RAM, so both sides are totals over every tier except nvme:
+    the tier split is not proven by a CPU run. The ``initialize`` phase compares the bytes live at
+    its end (initialize-time transients are outside the ledger). Phases beyond the second step
+    are not compared; GA must be 1."""
+    from advisor.config.effective import effective_config
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+
+    ec = effective_config(config)
+    led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
+    load = resolve_load(ec, zero_init=zero_init)
+    tiers = ("accelerator", "host_pinned", "host_pageable")
+    rows = []
+    for r, rec in sorted(measured.items()):
+        if "error" in rec or "tracker" not in rec:
+            rows.append({"rank": r, "error": rec.get("error", "no tracker record")})
+            continue
+        tl = role_timeline(led, led.rank(r), load, ga=1, rank=r)
+        keys = [x.key for x in tl.instants]
+        ser = tl.series(tiers)
+        for ph in rec["tracker"]:
+            want = PHASE_INSTANTS.get(ph["phase"])
+            if not want:
+                continue
+            idx = [keys.index(k) for k in want]
+            best = max(idx, key=lambda i: ser[i])
+            got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]
+            exp = ser[best]
+            rows.append({"rank": r, "phase": ph["phase"], "measured": got, "ledger": exp,
+                         "ledger_instant": keys[best], "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0),
+                         "unattributed": ph["unattributed"]})
+    return rows
+
+
+def peak_instant(rows: list[dict[str, Any]], rank: int = 0) -> tuple[str, str]:
+    """(phase where the engine peaked, phase where the ledger peaks) for one rank, over the
+    training phases (load and initialize excluded)."""
+    rr = [x for x in rows if x.get("rank") == rank and "phase" in x and x["phase"] not in ("load", "initialize")]
+    if not rr:
+        return "", ""
+    return max(rr, key=lambda x: x["measured"])["phase"], max(rr, key=lambda x: x["ledger"])["phase"]

@@ -43,7 +43,13 @@ def _storage_key(t):
     return st.data_ptr(), st.nbytes()
 
 
+_TRACKER: list = []  # the active StorageTracker, if any
+_CLAIMED: dict[int, str] = {}  # data_ptr -> ledger item, from every census of the cell
+
+
 def _record_pinned(t):
+    if _TRACKER:
+        _TRACKER[0].track(t)
     try:
         ptr, nb = _storage_key(t)
         if ptr:
@@ -103,6 +109,131 @@ def _install_patches():
 
 
 # ---------------------------------------------------------------------------------------------
+# allocation tracker (every storage created and freed, per timeline phase)
+
+
+class StorageTracker:
+    """Every tensor storage created while active, freed when its last reference goes, with the
+    high-water mark of live bytes per phase (``set_phase``) and what was live at that mark.
+
+    Built on ``torch.utils._python_dispatch.TorchDispatchMode`` (every aten op's outputs, factory
+    functions and ops called from C++ extensions included) plus explicit :meth:`track` calls for
+    memory no aten op returns (aio ``new_cpu_locked_tensor``). A storage is freed when its
+    ``UntypedStorage`` object dies (torch preserves one Python object per StorageImpl, the same
+    mechanism ``torch.distributed._tools.mem_tracker`` relies on). The site of each allocation is
+    the innermost stack frame in deepspeed or advisor (else the innermost outside torch)."""
+
+    def __init__(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.live: dict[int, tuple[int, int, str]] = {}   # storage key -> (bytes, data_ptr, site)
+        self.total = 0
+        self.phase = "start"
+        self.peaks: dict[str, dict] = {}
+        self.order: list[str] = []
+        tracker = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in torch.utils._pytree.tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor):
+                        tracker.track(t)
+                return out
+
+        self.mode = _Mode()
+
+    @staticmethod
+    def _site() -> str:
+        import traceback
+        frames = traceback.extract_stack()[:-3]
+        pick = None
+        for f in reversed(frames):
+            fn = f.filename.replace("\\", "/")
+            if "/deepspeed/" in fn or "/advisor/" in fn:
+                pick = f
+                break
+            if pick is None and "/torch/" not in fn:
+                pick = f
+        if pick is None:
+            return "?"
+        fn = pick.filename.replace("\\", "/")
+        for root in ("/deepspeed/", "/advisor/", "/torch/"):
+            if root in fn:
+                fn = root.strip("/") + "/" + fn.split(root, 1)[1]
+                break
+        return f"{fn}:{pick.name}:{pick.lineno}"
+
+    def track(self, t) -> None:
+        import weakref
+        try:
+            st = t.untyped_storage()
+        except Exception:
+            return
+        nb = st.nbytes()
+        if nb == 0 or st.device.type == "meta":  # meta tensors own no memory
+            return
+        key = st._cdata
+        if key in self.live:
+            return
+        self.live[key] = (nb, st.data_ptr(), self._site())
+        self.total += nb
+        weakref.finalize(st, self._free, key)
+        pk = self.peaks.get(self.phase)
+        if pk is not None and self.total > pk["bytes"]:
+            self._mark(pk)
+
+    def _free(self, key) -> None:
+        e = self.live.pop(key, None)
+        if e is not None:
+            self.total -= e[0]
+
+    def _mark(self, pk: dict) -> None:
+        pk["bytes"] = self.total
+        pk["live"] = dict(self.live)
+
+    def set_phase(self, phase: str) -> None:
+        """Start a phase: its high-water mark starts at what is live now."""
+        import gc
+        gc.collect()
+        self.phase = phase
+        if phase not in self.peaks:
+            self.order.append(phase)
+            self.peaks[phase] = {"bytes": -1}
+        self._mark(self.peaks[phase])
+
+    def end_phase(self) -> None:
+        import gc
+        gc.collect()
+        pk = self.peaks.get(self.phase)
+        if pk is not None:
+            pk["end"] = self.total
+            pk["end_live"] = dict(self.live)
+
+    def report(self, claimed: dict[int, str]) -> list[dict]:
+        """Per phase (in order): peak and end bytes, the peak's live bytes by ledger item
+        (``claimed``: data_ptr -> item from the censuses) and, for storages no census claims, by
+        allocation site (the unattributed ones, with their sizes)."""
+        out = []
+        for ph in self.order:
+            pk = self.peaks[ph]
+            by_item: dict[str, int] = {}
+            unattributed: dict[str, int] = {}
+            for nb, ptr, site in pk.get("live", {}).values():
+                item = claimed.get(ptr)
+                if item:
+                    by_item[item] = by_item.get(item, 0) + nb
+                else:
+                    unattributed[site] = unattributed.get(site, 0) + nb
+            out.append({"phase": ph, "peak": pk["bytes"], "end": pk.get("end", pk["bytes"]),
+                        "by_item": by_item,
+                        "unattributed": sorted(({"site": k, "bytes": v} for k, v in unattributed.items()),
+                                               key=lambda r: -r["bytes"])[:12]})
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
 # census
 
 
@@ -111,6 +242,7 @@ class Census:
 
     def __init__(self, cpu_accel: bool):
         self.seen: set[int] = set()
+        self.claimed: dict[int, str] = {}
         self.items: dict[str, dict[str, int]] = {}
         self.cpu_accel = cpu_accel
 
@@ -134,6 +266,8 @@ class Census:
             self.items.setdefault(item, {})
             return
         self.seen.add(ptr)
+        self.claimed[ptr] = item
+        _CLAIMED.setdefault(ptr, item)
         d = self.items.setdefault(item, {})
         tier = self.tier(t)
         d[tier] = d.get(tier, 0) + nb
@@ -319,16 +453,18 @@ def _build_model(inventory: dict):
             g = torch.Generator().manual_seed(0)
             for i, t in enumerate(tensors):
                 name = f"p{i}"
-                p = nn.Parameter(torch.randn(*t["shape"], generator=g) * 0.02,
+                # built in place: no temporary at construction (the load phase is exactly N x 4 B)
+                p = nn.Parameter(torch.empty(*t["shape"]).normal_(0.0, 0.02, generator=g),
                                  requires_grad=bool(t.get("trainable", True)))
                 self.register_parameter(name, p)
                 self._names.append(name)
 
         def forward(self, x):
+            # p.mean() saves no activation and allocates only a scalar, so what is live in
+            # forward/backward is the engine's own state (the grad of a mean is 1/n: no overflow)
             s = x.float().mean()
             for n in self._names:
-                p = getattr(self, n)
-                s = s + (p.float() * p.float()).mean()
+                s = s + getattr(self, n).mean().float()
             return s
 
     tensors = inventory["tensors"]
@@ -353,9 +489,50 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
     steps = int(cell.get("steps", 2))
     nvme_path = cell.get("nvme_path")
     _PINNED.clear()
-    model, groups = _build_model(cell["inventory"])
+    _CLAIMED.clear()
+    tracker = StorageTracker() if cell.get("track") else None
+    if tracker is not None:
+        _TRACKER[:] = [tracker]
+        tracker.mode.__enter__()
+    try:
+        return _run_cell_tracked(cell, rank, cpu_accel, tracker)
+    finally:
+        if tracker is not None:
+            tracker.mode.__exit__(None, None, None)
+            _TRACKER.clear()
+
+
+def _phase(tracker, name: str | None) -> None:
+    """End the tracker's current phase and start ``name`` (None: just end it)."""
+    if tracker is None:
+        return
+    tracker.end_phase()
+    if name:
+        tracker.set_phase(name)
+
+
+def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
+    """The body of :func:`_run_cell`; ``tracker`` (a :class:`StorageTracker` or None) is told
+    the phases: load (model construction, under ``deepspeed.zero.Init`` when the cell says
+    ``zero_init``), initialize, and forward/backward/step of every step k as ``forward:k`` ..."""
+    import torch
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    config = cell["config"]
+    steps = int(cell.get("steps", 2))
+    nvme_path = cell.get("nvme_path")
+    if tracker is not None:
+        tracker.set_phase("load")
+    if cell.get("zero_init"):
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model, groups = _build_model(cell["inventory"])
+    else:
+        model, groups = _build_model(cell["inventory"])
+    _phase(tracker, "initialize")
     t0 = time.time()
     engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
+    _phase(tracker, None)
     opt = engine.optimizer
     basic = _basic_optimizer(engine)
     dev = get_accelerator().current_device_name()
@@ -396,13 +573,20 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
     for s in range(steps):
         state["last"] = s == steps - 1
         captured["ipg"] = []
+        if tracker is not None:
+            tracker.set_phase(f"forward:{s + 1}")
         loss = engine(x)
+        _phase(tracker, f"backward:{s + 1}")
         engine.backward(loss)
+        _phase(tracker, None)
         if state["last"]:
             c = Census(cpu_accel)
             _walk(engine, c, extra={"ipg_bucket": captured["ipg"]})
             snaps["bwd"] = c.result()
+        if tracker is not None:
+            tracker.set_phase(f"step:{s + 1}")
         engine.step()
+        _phase(tracker, None)
         del loss
     c = Census(cpu_accel)
     _walk(engine, c)
@@ -423,6 +607,8 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
     }
     if get_accelerator().device_name() != "cpu":
         out["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
+    if tracker is not None:
+        out["tracker"] = tracker.report(_CLAIMED)
     # release the engine before the next cell
     try:
         if hasattr(opt, "destroy"):

@@ -164,6 +164,9 @@ class Ledger:
 #: Items that are model state (as opposed to config-driven workspace buffers).
 MODEL_STATE_CLASSES: tuple[str, ...] = ("parameters", "gradients", "master_weights", "optimizer_states")
 
+#: ``engine.py`` MEMORY_OPT_ALLREDUCE_SIZE: elements per stage-0 gradient all-reduce bucket.
+MEMORY_OPT_ALLREDUCE_SIZE = 500_000_000
+
 #: aio constants (``runtime/swap_tensor/constants.py``): MIN_AIO_BYTES, AIO_ALIGNED_BYTES.
 MIN_AIO_BYTES = 1024 ** 2
 AIO_ALIGNED_BYTES = 1024
@@ -640,6 +643,19 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
           "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
+    # the boundary all-reduce flattens the grads bucket by bucket: a bucket takes tensors (module
+    # order) until its numel exceeds MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (found by the peak
+    # tracker: the census never sees this copy, it is freed before backward returns)
+    big = cur = 0
+    for g in groups:
+        for t in g:
+            cur += t.numel
+            if cur > MEMORY_OPT_ALLREDUCE_SIZE:
+                big, cur = max(big, cur), 0
+    big = max(big, cur)
+    b.add("accelerator", "workspace", "allreduce_bucket_flat", big * gD, "in_backward",
+          f"largest all-reduce bucket x D = {big} x {gD} (tensors until numel > {MEMORY_OPT_ALLREDUCE_SIZE:,})",
+          "engine.py:DeepSpeedEngine.allreduce_no_retain / allreduce_bucket (self.flatten(bucket))")
     if ec.model_dtype != "fp32":
         b.add("accelerator", "gradients", "fp32_grad", N * 4, "step", f"N x 4 = {N} x 4 (fp32 copy of the grads)",
               src_s.replace("__init__", "step"))

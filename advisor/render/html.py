@@ -208,6 +208,35 @@ def movement_chart_svg(movements: list, rank: int = 0) -> str | None:
     return _svg_text(fig)
 
 
+def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any]) -> str | None:
+    """Inline SVG: live bytes per tier (GiB) at every instant of the step timeline
+    (``estimate --format json``'s ``ranks[].timeline``), one line per tier that holds anything,
+    each tier's peak instant marked. None when the timeline is empty."""
+    if not timeline:
+        return None
+    colors = {"accelerator": "#0072B2", "host": "#E69F00", "nvme": "#009E73"}
+    fig, (ax,) = _figure(10.5, 3.8)
+    xs = list(range(len(timeline)))
+    for tier, color in colors.items():
+        ys = [row[tier] / GIB for row in timeline]
+        if not any(ys):
+            continue
+        (ln,) = ax.plot(xs, ys, marker="o", markersize=3, color=color, label=tier)
+        ln.set_gid(f"timeline-{tier}")
+        pk = peaks.get(tier) or {}
+        keys = [row["instant"] for row in timeline]
+        if pk.get("bytes") and pk.get("instant") in keys:
+            i = keys.index(pk["instant"])
+            (mk,) = ax.plot([i], [ys[i]], marker="*", markersize=12, color=color)
+            mk.set_gid(f"timeline-peak-{tier}")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([row["instant"] for row in timeline], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("GiB live")
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.95, bottom=0.38)
+    return _svg_text(fig)
+
+
 # --- optional sections from other modules --------------------------------------------------------
 
 def movement_section(result: "EstimateResult") -> tuple[list | None, str | None]:
@@ -588,6 +617,22 @@ def render_html(result: "EstimateResult") -> str:
         parts.append(f"<p>Accelerator peak of the worst rank ({_e(who)}, {_e(pk['phase'])} phase), before the "
                      f"{d['assumptions']['fragmentation_margin']:.0%} fragmentation margin: "
                      f"<span id=peak-accelerator data-bytes={int(pk['bytes'])}>{_bytes(pk['bytes'])}</span>.</p>")
+
+    if d["ranks"]:
+        worst = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
+        svg = timeline_chart_svg(worst.get("timeline") or [], worst["peak"])
+        if svg:
+            rk = worst["ranks"]
+            who = f"rank {rk[0]}" if len(rk) == 1 else f"ranks {_rank_span(rk, 0)}"
+            tops = "; ".join(
+                f"{_e(t)} at {_e(worst['peak'][t]['label'])}: " + ", ".join(
+                    f"{_e(c['item'])} {_bytes(c['bytes'])}" for c in worst["peak"][t].get("top", []))
+                for t in ("accelerator", "host", "nvme") if worst["peak"][t]["bytes"])
+            parts.append(f"<h2 id=timeline>Live bytes over the step ({_e(who)})</h2>"
+                         "<p>What is live together at each instant of the step timeline (load, initialize, "
+                         "forward/backward, reduce, first and steady optimizer step, save); a star marks each "
+                         f"tier's peak. Largest contributors at the peak: {tops}.</p>"
+                         f"<div class=chart id=timeline-chart>{svg}</div>")
 
     parts.append("<h2 id=movement>Data movement per optimizer step</h2>")
     movements, note = movement_section(result)

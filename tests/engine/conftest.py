@@ -44,13 +44,24 @@ def aio_available() -> tuple[bool, str]:
     """(True, "") when DeepSpeed's async_io op builds here (needs libaio, Debian libaio-dev)."""
     if not HAVE_ENGINE:
         return False, "torch/deepspeed missing"
+    from advisor.engine.measure import run_process_group, stale_build_locks, stale_lock_message
+
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
-    try:
-        p = subprocess.run([sys.executable, "-c", _AIO_PROBE], capture_output=True, text=True, timeout=600, env=env)
-    except subprocess.TimeoutExpired:
-        return False, "building the async_io op timed out"
-    if p.returncode != 0 or "ok" not in p.stdout:
-        return False, "DeepSpeed async_io op cannot be built: " + (p.stderr.strip().splitlines() or ["?"])[-1]
+    locks = stale_build_locks(env)
+    if locks:  # the build would wait on it forever (a stale async_io lock hung these tests 15 min)
+        pytest.fail(stale_lock_message(locks))
+    import tempfile
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        # its own process group, ended on timeout or Ctrl-C: no build left running behind the tests
+        rc = run_process_group([sys.executable, "-c", _AIO_PROBE], 600, stdout=out, stderr=err, env=env)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if rc is None:
+        held = stale_build_locks(env, max_age_s=0)
+        return False, "building the async_io op timed out" + (f" ({stale_lock_message(held)})" if held else "")
+    if rc != 0 or "ok" not in stdout:
+        return False, "DeepSpeed async_io op cannot be built: " + (stderr.strip().splitlines() or ["?"])[-1]
     return True, ""
 
 

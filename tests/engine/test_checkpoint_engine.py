@@ -101,11 +101,11 @@ def _launch(world_size: int, cells: list[dict], base: str) -> dict:
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world_size),
            "--master_addr", "127.0.0.1", "--master_port", str(_port()), WORKER, job_path, base]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
-        log = p.stdout[-4000:] + p.stderr[-4000:]
-    except subprocess.TimeoutExpired:
-        log = f"timed out after {TIMEOUT_S} s"
+    from advisor.engine.measure import run_process_group
+    log_path = os.path.join(base, "launch.log")
+    with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
+        rc = run_process_group(cmd, TIMEOUT_S, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    log = open(log_path, errors="replace").read()[-8000:] if rc is not None else f"timed out after {TIMEOUT_S} s"
     out = {}
     for c in job:
         errs = [os.path.join(base, f) for f in os.listdir(base) if f.startswith(c["id"] + ".rank")]

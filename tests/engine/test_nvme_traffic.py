@@ -91,13 +91,17 @@ def _launch(world: int, cells: list[dict], base: Path) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world),
            "--master_addr", "127.0.0.1", "--master_port", str(port), str(HERE / "nvme_traffic_worker.py"), str(job),
            str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    from advisor.engine.measure import run_process_group
+    log_path = out / "launch.log"
+    with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
+        rc = run_process_group(cmd, 900, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    log = log_path.read_text(errors="replace")[-6000:] if rc is not None else "timed out after 900 s"
     res = {}
     for c in cells:
         ranks = {}
         for r in range(world):
             f = out / f"{c['id']}.rank{r}.json"
-            assert f.exists(), f"no result for {c['id']} rank {r} (rc={p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            assert f.exists(), f"no result for {c['id']} rank {r} (rc={rc}):\n{log}"
             d = json.loads(f.read_text())
             assert "error" not in d, f"{c['id']}: {d['error']}\n{d.get('traceback')}"
             ranks[r] = d

@@ -1,0 +1,58 @@
+"""measure leaves no process behind and does not hang on a stale torch-extensions build lock
+(advisor.engine.measure.run_process_group, stale_build_locks). No torch or deepspeed needed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from advisor.engine.measure import run_process_group, stale_build_locks, stale_lock_message
+
+
+def test_stale_build_lock_is_found_and_a_fresh_one_is_not(tmp_path):
+    old = tmp_path / "py311_cpu" / "async_io" / "lock"
+    old.parent.mkdir(parents=True)
+    old.write_text("")
+    t = time.time() - 20 * 60
+    os.utime(old, (t, t))
+    fresh = tmp_path / "py311_cpu" / "cpu_adam" / "lock"
+    fresh.parent.mkdir(parents=True)
+    fresh.write_text("")
+    locks = stale_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path)})
+    assert [p for p, _ in locks] == [str(old)]
+    msg = stale_lock_message(locks)
+    assert str(old) in msg and "TORCH_EXTENSIONS_DIR" in msg
+    assert stale_build_locks({"TORCH_EXTENSIONS_DIR": str(tmp_path / "none")}) == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_timeout_ends_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time\n"
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+              "time.sleep(120)\n")
+    t0 = time.time()
+    rc = run_process_group([sys.executable, "-c", script], 3.0)
+    assert rc is None and time.time() - t0 < 30
+    child = int(pidfile.read_text())
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the launcher's child survived the timeout"
+
+
+def test_normal_exit_returns_the_status():
+    assert run_process_group([sys.executable, "-c", "raise SystemExit(3)"], 30) == 3
