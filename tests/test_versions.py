@@ -240,3 +240,13 @@ def test_estimate_names_its_accounting_and_the_jobs_release(tmp_path):
     assert "byte-exact" in d["accounting"] and not any(f["code"].startswith("V") for f in d["findings"])
     text = run_cli(["estimate", str(cfg), "--params", "1000000", "--deepspeed-version", "0.17.6"]).stdout
     assert "not verified for 0.17.6" in text
+
+
+@pytest.mark.parametrize("cmd", [["checkpoint", "{cfg}", "--params", "1000000"],
+                                 ["check", "{cfg}", "--params", "1000000", "--world-size", "1"]])
+def test_text_reports_name_a_release_other_than_0198(tmp_path, cmd):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    args = [a.replace("{cfg}", str(cfg)) for a in cmd]
+    assert "release: DeepSpeed 0.17.6" in run_cli(args + ["--deepspeed-version", "0.17.6"]).stdout
+    assert "release: DeepSpeed" not in run_cli(args + ["--deepspeed-version", "0.19.8"]).stdout

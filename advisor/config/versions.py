@@ -244,3 +244,13 @@ def accounting_note(release: Release | None) -> str:
     return (f"accounting: DeepSpeed {DEFAULT_RELEASE}'s, not verified for {release.checked} (the job's release: "
             f"{release.note}); where {release.checked}'s defaults differ (lint's V002), the job places state "
             "differently from these figures")
+
+
+def release_lines() -> list[str]:
+    """For text reports: one line naming the DeepSpeed release the command checked against and
+    what the figures claim for it, when that release is not 0.19.8 (at 0.19.8 the reports'
+    "DeepSpeed 0.19.8" says it); [] otherwise."""
+    r = current_release()
+    if r is None or r.checked == DEFAULT_RELEASE:
+        return []
+    return [f"release: {r.note}; {accounting_note(r)}"]

@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 from advisor.errors import EXIT_PROBE
 from advisor.findings import Finding
 from advisor.units import gb, gib
+from advisor.config.versions import release_lines
 
 if TYPE_CHECKING:
     from advisor.cluster.launch import Found
@@ -377,7 +378,7 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
             lines.append(f"    fix: {x.fix}")
     for n in f.notes[1:] + plan.notes:
         lines.append(f"  note: {n}")
-    return "\n".join(lines)
+    return "\n".join(lines + release_lines())
 
 
 def _val(f: Found | None) -> str:
@@ -444,7 +445,7 @@ def check_text(r: CheckResult) -> str:
         L.append(f"NO-GO: the environment could not be probed (--strict) (exit {r.exit_code})")
     else:
         L.append(f"{r.verdict.upper()} (exit {r.exit_code})")
-    return "\n".join(L)
+    return "\n".join(L + release_lines())
 
 
 def check_json(r: CheckResult) -> str:

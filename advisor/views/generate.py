@@ -741,7 +741,8 @@ def table_text(res: SearchResult, top: int = 5) -> str:
                      if not req.hf else "optimizer params come from the Trainer (\"auto\")")
     for s in res.suggestions:
         lines.append(f"suggestion: {s}")
-    return "\n".join(lines)
+    from advisor.config.versions import release_lines
+    return "\n".join(lines + release_lines())
 
 
 def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
