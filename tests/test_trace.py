@@ -124,7 +124,7 @@ def test_estimate_activations_trace_agrees_with_formula(tmp_path):
     and for llama (formula exact per layer) within 1% of the formula's."""
     import json
 
-    from conftest import run_json
+    from tests.conftest import run_json
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(with_layers(SMALL["llama"], 3)))
