@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -350,10 +350,12 @@ def _seq_len_warning(wl, inv) -> str | None:
     return None
 
 
-def _build_estimate(config: str, a: EstimateArgs):
+def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = None):
     """The estimate for CONFIG and the shared options: lint findings, the HF Trainer's resolution
     of "auto" (with --hf or Trainer arguments), capacities from the flags and --hardware. The one
-    code path of ``estimate`` and ``report``. Raises click errors (exit 2) on bad input."""
+    code path of ``estimate`` and ``report``. Raises click errors (exit 2) on bad input.
+    Warnings go to stderr at once, or into ``warnings`` when given (``report`` prints them only
+    once its file is written, so a failed write is one line)."""
     from advisor.cluster.hardware import Capacity
     from advisor.plan import Cluster, Workload, build_plan
     from advisor.views.estimate import estimate as run_estimate
@@ -370,7 +372,9 @@ def _build_estimate(config: str, a: EstimateArgs):
     wl = _workload(config, a)
     v = wl.values
     warn = _seq_len_warning(wl, inv)
-    if warn:
+    if warn and warnings is not None:
+        warnings.append(warn)
+    elif warn:
         click.echo(f"ds-advisor: warning: {warn}", err=True)
     gpus_per_node = a.gpus_per_node
     ws, ws_src = _world(a.world_size)
@@ -386,15 +390,22 @@ def _build_estimate(config: str, a: EstimateArgs):
     ws = ws or 1
     if hw is not None and gpus_per_node is None:
         gpus_per_node = hw.accelerators_per_node
+    # The parallel sizes given as flags (or in the sidecar) must divide the world size: a usage
+    # error. The config's own sequence_parallel_size is input, not usage: when it is what does
+    # not divide, G002 reports it (exit 1) and the estimate falls back to SP = 1 (as check does).
     sp = v["sequence_parallel"]
-    if sp is None:
-        raw_sp = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
-        sp = raw_sp if isinstance(raw_sp, int) and not isinstance(raw_sp, bool) and raw_sp >= 1 else 1
-    model_par = v["tensor_parallel"] * v["pipeline_parallel"] * sp
-    if ws % model_par:
+    sp_from_config = sp is None
+    if sp_from_config:
+        from advisor.config.effective import config_sequence_parallel
+        sp = config_sequence_parallel(loaded.data)
+    given_par = v["tensor_parallel"] * v["pipeline_parallel"] * (1 if sp_from_config else sp)
+    if ws % given_par:
         raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = "
-                               f"{model_par}: DeepSpeed asserts \"{ws} is not divisible by {model_par}\" "
+                               f"{given_par}: DeepSpeed asserts \"{ws} is not divisible by {given_par}\" "
                                "(utils/groups.py:_ensure_divisibility; rule G002)")
+    lint_sp = sp
+    if ws % (given_par * sp):  # only the config's sequence_parallel_size is left to blame
+        sp = 1
     if gpus_per_node is None:
         from advisor.cluster.launch import gpus_per_node_from_env
         try:
@@ -406,6 +417,7 @@ def _build_estimate(config: str, a: EstimateArgs):
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
     workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations)
+    lint_cluster = cluster if lint_sp == sp else replace(cluster, sequence_parallel=lint_sp)
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
         from advisor.views.lint import lint_accelerate
         from advisor.ledger.timeline import resolve_load
@@ -425,7 +437,7 @@ def _build_estimate(config: str, a: EstimateArgs):
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
-                           cluster=cluster, plan=plan)
+                           cluster=lint_cluster, plan=plan)
     from advisor.ledger.timeline import resolve_load
     load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None)
     return run_estimate(plan, cap, findings, fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s,
@@ -876,8 +888,10 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     from advisor.files import output_problem
     if output == "-":  # -o - is standard output, as without -o
         output = None
-    if output_problem(output, force):
-        raise _fail(output_problem(output, force))
+    from advisor.views.workload import sidecar_path
+    for path in (output, sidecar_path(output) if output else None):  # the sidecar obeys --force too
+        if output_problem(path, force):
+            raise _fail(output_problem(path, force))
     try:
         inv = _inventory(model, None)
         hw = resolve_hardware(hardware)
@@ -909,7 +923,8 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
             # what the plan assumed, for check / estimate to read back (advisor.views.workload)
             side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
                                           "attention": "flash", "tensor_parallel": 1, "pipeline_parallel": 1,
-                                          "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": False})
+                                          "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": False},
+                                 force=force)
         except FileExistsError as e:
             raise _fail(str(e))
         except OSError as e:
@@ -952,13 +967,16 @@ def report(config, est, output, force):
         raise _fail("the HTML report needs matplotlib: pip install 'deepspeed-advisor[report]'")
     from advisor.render.html import render_html, write_atomic
 
-    result = _build_estimate(config, est)
+    warnings: list[str] = []
+    result = _build_estimate(config, est, warnings)
     try:
         write_atomic(output, render_html(result), force=force)
     except FileExistsError as e:
         raise _fail(str(e))
     except OSError as e:
         raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
+    for w in warnings:
+        click.echo(f"ds-advisor: warning: {w}", err=True)
     if output != "-":
         click.echo(f"wrote {output}", err=True)
     sys.exit(EXIT_OK)

@@ -479,3 +479,16 @@ def derive_batch(ec: EffectiveConfig, dp_world_size: int) -> tuple[int | None, i
         return tb, mb, ga, (f"train_batch_size {tb} != {mb} (micro-batch) x {ga} (gradient accumulation) x {w} "
                             f"(data-parallel world size) = {mb * ga * w}")
     return tb, mb, ga, None
+
+
+def config_sequence_parallel(raw: Any) -> int:
+    """The config's DeepSpeed-Ulysses ``sequence_parallel_size`` as a rank count (DeepSpeed
+    0.19.8 ``runtime/config.py`` ``DeepSpeedConfig._initialize_params``:
+    ``get_scalar_param(param_dict, SEQUENCE_PARALLEL_SIZE, 1)``; default 1).
+
+    An int >= 1 (not a bool) is returned as written, however large: whether it divides the
+    world size is rule G002's finding, never an input error (the config was readable). Any
+    other value (missing, a bool, a string, a float, zero, negative) is 1 here; the schema
+    rules (S003 wrong type, S004 out of range) report it. Never raises."""
+    v = raw.get("sequence_parallel_size") if isinstance(raw, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1

@@ -35,9 +35,12 @@ class WorldNotDivisible(Rule):
         sp = getattr(cl, "sequence_parallel", None)
         ptr = ""
         if sp is None or cl is None:
-            v = ctx.raw.get("sequence_parallel_size") if isinstance(ctx.raw, dict) else None
-            sp = v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+            from advisor.config.effective import config_sequence_parallel
+            sp = config_sequence_parallel(ctx.raw)
             ptr = "/sequence_parallel_size" if sp > 1 else ""
+        if not ptr and sp > 1:
+            from advisor.config.effective import config_sequence_parallel
+            ptr = "/sequence_parallel_size" if sp == config_sequence_parallel(ctx.raw) else ""
         n = tp * pp * sp
         if n > 1 and ws % n:
             yield self.finding(ptr, f"world size {ws} ({ctx.world_size_source or 'given'}) is not divisible by "

@@ -646,8 +646,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     v = wl.values
     sp = v["sequence_parallel"]
     if sp is None:
-        raw_sp = loaded.data.get("sequence_parallel_size") if isinstance(loaded.data, dict) else None
-        sp = raw_sp if isinstance(raw_sp, int) and not isinstance(raw_sp, bool) and raw_sp >= 1 else 1
+        from advisor.config.effective import config_sequence_parallel
+        sp = config_sequence_parallel(loaded.data)
     cluster = Cluster(world_size=ws, gpus_per_node=gpn, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
