@@ -160,9 +160,13 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
 
 def output_problem(path: str | None, force: bool) -> str | None:
     """Why writing to ``path`` would be refused before any work is done (one line), or None:
-    it exists without ``force``, or it is (or links to) a special file. ``-`` and None: never."""
+    its folder does not exist, it exists without ``force``, or it is (or links to) a special
+    file. ``-`` and None: never."""
     if not path or path == "-":
         return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{path}: cannot write: no folder {folder}"
     try:
         target = _resolve_target(path)
         st = os.stat(target)

@@ -84,16 +84,15 @@ def read_sidecar(path: str) -> dict[str, Any]:
     return out
 
 
-def write_sidecar(config_path: str, values: dict[str, Any], written_by: str = "ds-advisor generate") -> str:
+def write_sidecar(config_path: str, values: dict[str, Any], written_by: str = "ds-advisor generate",
+                  force: bool = False) -> str:
     """Write ``values`` (FIELDS keys) next to ``config_path``; returns the sidecar's path.
-    Raises OSError when it cannot be written."""
+    Written by :func:`advisor.files.write_atomic` (never partial, never over an existing file
+    without ``force``). Raises FileExistsError, or OSError when it cannot be written."""
+    from advisor.files import write_atomic
     path = sidecar_path(config_path)
     d = {"written_by": written_by, **{k: values[k] for k in FIELDS if k in values}}
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(d, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(d, indent=2) + "\n", force=force)
     return path
 
 

@@ -808,7 +808,24 @@ def test_output_never_overwritten_without_force(tmp_path, cmd):
             json.loads(body)
         else:
             assert body.rstrip().endswith("</html>")
-    assert _dir_listing(out_dir) == [target.name], "no temporary file left behind"
+    # generate -o X also writes its documented workload sidecar X.workload.json (README, "generate");
+    # anything else in the folder is a leftover temporary file
+    written = [target.name] + (["ds_config.workload.json"] if cmd == "generate" and q.returncode == 0 else [])
+    assert _dir_listing(out_dir) == sorted(written), "no temporary file left behind"
+
+
+def test_generate_sidecar_never_overwritten_without_force(tmp_path):
+    """The sidecar generate writes beside -o obeys the same rule as -o: a file of the user's
+    at CONFIG.workload.json is refused without --force (before any work) and left intact."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    side = out_dir / "ds_config.workload.json"
+    side.write_text("SENTINEL\n")
+    base = _file_command_args("generate", tmp_path)
+    p = run_cli([*base, "--output", str(out_dir / "ds_config.json")], env=clean_env(PATH=str(tmp_path / "nobin")))
+    _no_traceback(p.stdout, p.stderr)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--force" in p.stderr, p.stderr
+    assert side.read_text() == "SENTINEL\n" and _dir_listing(out_dir) == [side.name]
 
 
 @pytest.mark.parametrize("cmd", ["generate", "report"])
