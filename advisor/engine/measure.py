@@ -286,6 +286,10 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
         if "error" in rec:
             rows.append({"rank": r, "error": rec["error"]})
             continue
+        if rec.get("skipped_steps"):  # an overflowed fp16 step makes no optimizer state
+            rows.append({"rank": r, "error": f"the engine skipped {rec['skipped_steps']} step(s) on "
+                         "fp16 overflow, so no step's state was measured"})
+            continue
         cpu = rec.get("accelerator") == "cpu"
         for snap, lv in lives.items():
             exp = model_state_bytes(led.rank(r), lv)

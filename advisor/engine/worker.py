@@ -440,6 +440,9 @@ def _nvme_files(nvme_path: str | None, rank: int, frozen_ids: "set[int] | None" 
 # proxy model
 
 
+_GRAD_FACTOR = 2.0 ** -8
+
+
 def _build_model(inventory: dict):
     import torch
     import torch.nn as nn
@@ -461,10 +464,13 @@ def _build_model(inventory: dict):
 
         def forward(self, x):
             # p.mean() saves no activation and allocates only a scalar, so what is live in
-            # forward/backward is the engine's own state (the grad of a mean is 1/n: no overflow)
+            # forward/backward is the engine's own state. The fp32 factor 2**-8 keeps fp16 finite:
+            # the gradient reaching the 16-bit mean is loss_scale x factor, and fp16's initial
+            # loss scale 2**16 is itself past fp16's largest value (65,504), so without it every
+            # fp16 step overflows, is skipped, and no optimizer state is ever created.
             s = x.float().mean()
             for n in self._names:
-                s = s + getattr(self, n).mean().float()
+                s = s + getattr(self, n).mean().float() * _GRAD_FACTOR
             return s
 
     tensors = inventory["tensors"]
@@ -604,6 +610,8 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
         "nvme_files": nfiles,
         "seconds": round(time.time() - t0, 3),
         "accelerator": get_accelerator().device_name(),
+        # fp16 steps skipped on overflow: no optimizer step ran, so the census is not of a step
+        "skipped_steps": int(getattr(engine, "skipped_steps", 0) or 0),
     }
     if get_accelerator().device_name() != "cpu":
         out["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
