@@ -74,6 +74,15 @@ def _gpu_available() -> bool:
 STALE_LOCK_S = 600.0
 
 
+def package_path(env: dict[str, str] | None = None) -> str:
+    """PYTHONPATH for a launched rank: the folder holding this ``advisor`` package first, so every
+    rank runs the same code as the caller (not whatever copy is pip-installed, if any)."""
+    env = os.environ if env is None else env
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rest = env.get("PYTHONPATH", "")
+    return root + (os.pathsep + rest if rest else "")
+
+
 def extensions_root(env: dict[str, str] | None = None) -> str:
     """Where torch builds DeepSpeed's ops: ``TORCH_EXTENSIONS_DIR``, else torch's default
     ``~/.cache/torch_extensions`` (``torch/utils/cpp_extension.py`` _get_build_directory)."""
@@ -202,6 +211,7 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             env["DS_ACCELERATOR"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONWARNINGS"] = "ignore"
+        env["PYTHONPATH"] = package_path(env)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world_size),
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
                "-m", "advisor.engine.worker", job_path, out_dir]

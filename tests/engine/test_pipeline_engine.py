@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from advisor.config.effective import effective_config
+from advisor.engine.measure import package_path
 from advisor.ledger.state import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes
 from advisor.model.inventory import Inventory, TensorSpec
 
@@ -44,7 +45,8 @@ def test_two_stage_pipeline_census_matches_the_ledger(tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": package_path()}
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipe_worker.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(port), worker, str(tmp_path),
