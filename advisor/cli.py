@@ -213,22 +213,27 @@ def format_option(view: str):
                         help="; ".join(f"{c}: {FORMAT_HELP[c]}" for c in choices) + ".")
 
 
-#: The HF Trainer arguments every command with --hf takes: (option, TrainerArgs field, type, help).
+#: The HF Trainer arguments every command with --hf takes: (option, TrainerArgs field, type, help);
+#: the ranges are what torch.optim's AdamW / torch's DataLoader refuse at startup (a negative
+#: batch size, lr, weight decay or epsilon; betas outside [0, 1)), refused here as exit 2.
 #: Declared here, not in advisor.config.hf, so building the CLI does not import the HF replay.
 TRAINER_OPTS: list[tuple[str, str, type, str]] = [
-    ("--per-device-train-batch-size", "per_device_train_batch_size", int, "Trainer per_device_train_batch_size (default 8)."),
-    ("--gradient-accumulation-steps", "gradient_accumulation_steps", int, "Trainer gradient_accumulation_steps (default 1)."),
-    ("--learning-rate", "learning_rate", float, "Trainer learning_rate (default 5e-5)."),
-    ("--weight-decay", "weight_decay", float, "Trainer weight_decay (default 0)."),
-    ("--adam-beta1", "adam_beta1", float, "Trainer adam_beta1 (default 0.9)."),
-    ("--adam-beta2", "adam_beta2", float, "Trainer adam_beta2 (default 0.999)."),
-    ("--adam-epsilon", "adam_epsilon", float, "Trainer adam_epsilon (default 1e-8)."),
+    ("--per-device-train-batch-size", "per_device_train_batch_size", click.IntRange(min=1), "Trainer per_device_train_batch_size (default 8)."),
+    ("--gradient-accumulation-steps", "gradient_accumulation_steps", click.IntRange(min=1), "Trainer gradient_accumulation_steps (default 1)."),
+    ("--learning-rate", "learning_rate", FiniteFloat(min=0), "Trainer learning_rate (default 5e-5)."),
+    ("--weight-decay", "weight_decay", FiniteFloat(min=0), "Trainer weight_decay (default 0)."),
+    ("--adam-beta1", "adam_beta1", FiniteFloat(min=0, max=1, max_open=True), "Trainer adam_beta1 (default 0.9)."),
+    ("--adam-beta2", "adam_beta2", FiniteFloat(min=0, max=1, max_open=True), "Trainer adam_beta2 (default 0.999)."),
+    ("--adam-epsilon", "adam_epsilon", FiniteFloat(min=0), "Trainer adam_epsilon (default 1e-8)."),
     ("--max-grad-norm", "max_grad_norm", float, "Trainer max_grad_norm (default 1.0)."),
-    ("--warmup-steps", "warmup_steps", float, "Trainer warmup_steps: steps, or a ratio below 1 (default 0)."),
-    ("--warmup-ratio", "warmup_ratio", float, "Older Trainer warmup_ratio (a fraction of the steps)."),
+    ("--warmup-steps", "warmup_steps", FiniteFloat(min=0), "Trainer warmup_steps: steps, or a ratio below 1 (default 0)."),
+    ("--warmup-ratio", "warmup_ratio", FiniteFloat(min=0, max=1), "Older Trainer warmup_ratio (a fraction of the steps)."),
     ("--max-steps", "max_steps", int, "Optimizer steps (num_training_steps) for the scheduler's \"auto\"."),
     ("--lr-scheduler-type", "lr_scheduler_type", str, "Trainer lr_scheduler_type (default linear; a DeepSpeed "
                                                       "scheduler block replaces it)."),
+    ("--resume-from-checkpoint", "resume_from_checkpoint", click.Path(exists=True, file_okay=False),
+     "Trainer resume_from_checkpoint: the checkpoint folder (output_dir/checkpoint-N) the run resumes from; "
+     "lint compares its saved ZeRO stage and world size with this run's (rule H009)."),
 ]
 
 

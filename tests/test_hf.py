@@ -227,7 +227,8 @@ def test_plain_hf_lint_reports_only_argument_independent_findings():
     cfg = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3, "stage3_max_live_parameters": "auto"}}
     loaded = parse_text(json.dumps(cfg, indent=1), "x.json")
     codes = {f.code for f in lint_config(loaded, hf=True) if f.code.startswith("H")}
-    assert codes == {"H002"}
+    # H008 (ZeRO-3 save_model without the 16-bit gather) holds whatever the Trainer arguments are
+    assert codes == {"H002", "H008"}
     got = [f for f in lint_config(loaded, hf={"per_device_train_batch_size": 8}) if f.code == "H001"]
     assert len(got) == 1 and got[0].line == 2
 

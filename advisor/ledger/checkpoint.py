@@ -197,7 +197,6 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
     N = sum(t.numel for g in groups for t in g)
     n_frozen = sum(t.numel for t in frozen)
     ntensors = sum(len(g) for g in groups)
-    pfx = "bf16_" if ec.bf16_enabled else ""
     d = tag
     files = res.files
 
@@ -213,7 +212,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                      "step": s * nsteps}
             formula = (f"module N_all x D + fp32 master N x 4 + {k} x N x 4 (+ step) "
                        f"= {N + n_frozen} x {D} + {N} x 4 + {k} x {N} x 4 + {s} x {nsteps} ({wrapper})")
-        files.append(CkptFile(f"{d}/mp_rank_00_model_states.pt", 0, sum(parts.values()), "model_states", parts,
+        files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
                               readers=cluster.world_size, formula=formula))
     elif z.stage in (1, 2):
         npad_total = 0
@@ -230,14 +229,14 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
             if z.stage == 2:
                 parts["frozen_param_fragments"] = n_frozen * D
                 formula += " + frozen_param_fragments (a CPU copy on GPU nodes; aliases the module on CPU)"
-        files.append(CkptFile(f"{d}/mp_rank_00_model_states.pt", 0, sum(parts.values()), "model_states", parts,
+        files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
                               readers=cluster.world_size, formula=formula))
         grouped = W > LIST_RANKS_UP_TO
         for r in range(1 if grouped else W):
             P_sum = sum(P for P, _ in Ps)
             oparts = {"fp32_partition": P_sum * 4, "optimizer_state": k * P_sum * 4, "step": s * len(Ps)}
             files.append(CkptFile(
-                f"{d}/{pfx}zero_pp_rank_{'{r}' if grouped else r}_mp_rank_00_optim_states.pt", r * _mp(cluster),
+                f"{d}/{optim_states_name('{r}' if grouped else r, ec.bf16_enabled)}", r * _mp(cluster),
                 sum(oparts.values()), "optim_states", oparts,
                 formula=(f"fp32 partition P x 4 + {k} x P x 4 moments + step; P = N_pad / W = {P_sum} "
                          f"(written padded: the un-padded fp32 view keeps its whole storage)"),
@@ -257,7 +256,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
             mparts = {"module": 0}
             if frozen_part:
                 mparts["frozen_param_fragments"] = frozen_part
-            files.append(CkptFile(f"{d}/zero_pp_rank_{rid}_mp_rank_00_model_states.pt", rank, sum(mparts.values()),
+            files.append(CkptFile(f"{d}/{model_states_name_stage3(rid)}", rank, sum(mparts.values()),
                                   "model_states", mparts,
                                   formula="module state_dict of partitioned placeholders: 0 tensor bytes"
                                   + (" + frozen partitions p_i x D" if frozen_part else ""), count=n_of, stride=stride))
@@ -278,7 +277,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                     in_pt += S
                     nsub_pt += 1
             oparts = {"fp32_flat_groups": in_pt * 4, "optimizer_state": k * in_pt * 4, "step": s * nsub_pt}
-            files.append(CkptFile(f"{d}/{pfx}zero_pp_rank_{rid}_mp_rank_00_optim_states.pt", rank, sum(oparts.values()),
+            files.append(CkptFile(f"{d}/{optim_states_name(rid, ec.bf16_enabled)}", rank, sum(oparts.values()),
                                   "optim_states", oparts, count=n_of, stride=stride,
                                   formula=(f"per sub-group S_k x 4 fp32 flat + {k} x S_k x 4 moments + step, "
                                            f"sum S_k = {in_pt}" + (" (swapped sub-groups are in offloaded_tensors/)"
@@ -296,6 +295,84 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
         files.append(CkptFile("latest", 0, n, "latest", {"tag": n},
                               formula="the tag, written by global rank 0"))
     return res
+
+
+# ------------------------------------------------------------------------------------------------
+# file names (engine.py ``_get_ckpt_name`` :4336 and ``_get_rank_zero_ckpt_name`` :4322), shared
+# by the writer above and the reader of a saved checkpoint below
+
+#: The model-states file below stage 3 (one per model-parallel rank; mp rank 00 here).
+MODEL_STATES_NAME = "mp_rank_00_model_states.pt"
+
+
+def model_states_name_stage3(dp_rank: int | str) -> str:
+    """Stage 3 (``zero_optimization_partition_weights``): every data-parallel rank's own file."""
+    return f"zero_pp_rank_{dp_rank}_mp_rank_00_model_states.pt"
+
+
+def optim_states_name(dp_rank: int | str, bf16: bool) -> str:
+    """``{bf16_}zero_pp_rank_{r}_mp_rank_00_optim_states.pt`` (``_get_zero_ckpt_prefix``: bf16_ when
+    the engine runs bf16)."""
+    return f"{'bf16_' if bf16 else ''}zero_pp_rank_{dp_rank}_mp_rank_00_optim_states.pt"
+
+
+@dataclass
+class SavedCheckpoint:
+    """What a saved DeepSpeed checkpoint folder says about the run that wrote it, read from its
+    file names only (no torch): ``folder`` (the ``load_dir``, e.g. the Trainer's
+    ``output_dir/checkpoint-500``), ``tag`` (the content of ``latest``; None when there is no
+    ``latest`` file), ``tags`` (the ``global_step*`` folders present), and in the tag's folder:
+    ``stage3_model_ranks`` (data-parallel ranks with a stage-3 model-states file),
+    ``has_model_states`` (the below-stage-3 ``mp_rank_00_model_states.pt``), ``zero_ranks``
+    (data-parallel ranks with an optimizer-states file, = the saved ZeRO world size, which
+    ``_load_zero_checkpoint`` compares: engine.py ``dp_world_size`` in the model states) and
+    ``bf16`` (the optimizer files carry the bf16_ prefix)."""
+
+    folder: str
+    tag: str | None
+    tags: list[str]
+    stage3_model_ranks: int = 0
+    has_model_states: bool = False
+    zero_ranks: int = 0
+    bf16: bool = False
+
+    @property
+    def stage_family(self) -> str | None:
+        """"3" (partitioned weights, stage-3 file names), "0-2", or None (no model states)."""
+        if self.stage3_model_ranks:
+            return "3"
+        return "0-2" if self.has_model_states else None
+
+
+def read_saved_checkpoint(folder: str) -> SavedCheckpoint:
+    """The :class:`SavedCheckpoint` of ``folder`` (names as :func:`checkpoint_files` writes them).
+    Raises OSError when ``folder`` cannot be listed."""
+    import os
+    import re
+
+    names = os.listdir(folder)
+    tags = sorted(n for n in names if n.startswith("global_step") and os.path.isdir(os.path.join(folder, n)))
+    tag = None
+    latest = os.path.join(folder, "latest")
+    if os.path.isfile(latest):
+        with open(latest, encoding="utf-8", errors="replace") as fh:
+            tag = fh.read().strip()
+    sc = SavedCheckpoint(folder=folder, tag=tag, tags=tags)
+    tdir = os.path.join(folder, tag) if tag else None
+    if tdir is None or not os.path.isdir(tdir):
+        return sc
+    files = set(os.listdir(tdir))
+    sc.has_model_states = MODEL_STATES_NAME in files
+    # the rank field of the shared name formats, as a pattern
+    m3 = re.compile(re.escape(model_states_name_stage3("@")).replace("@", r"(\d+)") + "$")
+    opt = {b: re.compile(re.escape(optim_states_name("@", b)).replace("@", r"(\d+)") + "$") for b in (True, False)}
+    sc.stage3_model_ranks = len({m.group(1) for f in files if (m := m3.match(f))})
+    for b in (True, False):
+        ranks = {m.group(1) for f in files if (m := opt[b].match(f))}
+        if ranks:
+            sc.zero_ranks, sc.bf16 = len(ranks), b
+            break
+    return sc
 
 
 def _mp(cluster: Cluster) -> int:
@@ -326,6 +403,15 @@ def _module_of(t: TensorSpec) -> str:
     return t.name.rsplit(".", 1)[0] if "." in t.name else ""
 
 
+def saves_16bit_weights(ec: EffectiveConfig) -> bool:
+    """False when ``engine.save_16bit_model`` (``engine.py:5707``) writes nothing: at ZeRO stage 3
+    without ``stage3_gather_16bit_weights_on_model_save`` it logs and returns False (the weights
+    exist only as partitions). accelerate's ``Accelerator.get_state_dict`` raises ValueError on the
+    same condition (``zero_gather_16bit_weights_on_model_save()`` false), which is what the HF
+    Trainer's ``save_model`` catches (rule H008)."""
+    return not (ec.zero.stage == 3 and not ec.zero.gather_16bit_weights_on_model_save)
+
+
 def save_16bit_model_plan(plan: Plan) -> Save16:
     """What ``engine.save_16bit_model`` (``engine.py:5707``) writes and the memory it needs.
 
@@ -345,7 +431,7 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
     W = plan.cluster.zero_world_size
     n_all = inv.numel
     if ec.zero.stage == 3:
-        if not ec.zero.gather_16bit_weights_on_model_save:
+        if not saves_16bit_weights(ec):
             return Save16(False, 0, 0, 0, "stage 3 without stage3_gather_16bit_weights_on_model_save: "
                           "save_16bit_model writes nothing (use zero_to_fp32.py on the checkpoint)")
         mods: dict[str, int] = {}

@@ -84,7 +84,8 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
     - ``lint`` (default): :func:`advisor.views.lint.lint_config` with only this rule selected;
       ``hardware`` (an advisor.cluster.hardware spec dict) and ``step_time_s`` feed the T rules,
       ``release`` (a DeepSpeed version) the V rules, ``cluster`` (Cluster fields: parallel sizes,
-      GPUs per node) the G rules;
+      GPUs per node) the G rules; ``files`` ({relative path: text}) are written under the test's
+      temporary folder first (``hf`` may be a dict of Trainer arguments, e.g. resume_from_checkpoint);
     - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier);
     - ``check``: :func:`advisor.views.check.run_check` against stand-in probes: ``gpus`` for a
       fake nvidia-smi on PATH, ``env`` (launcher variables; DS_ADVISOR_TEST_LIBAIO), ``meminfo_kb``
@@ -119,6 +120,10 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
             source, findings, error = lint_path(str(f), select={code, case.get("raise_in", code)})
         assert error is None, error
         return findings
+    for rel, text in case.get("files", {}).items():  # a folder on disk the rule reads (H009's checkpoint)
+        f = tmp_path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
     loaded = parse_text(json.dumps(case["config"]), "fixture.json")
     inv = _inventory(case)
     if via == "lint":
