@@ -4,9 +4,11 @@ What DeepSpeed does: with ZeRO-3 and ``offload_param.device: "nvme"`` every para
 large enough to be swapped (p_i x D >= max(1 MiB, aio.block_size)) is staged through one of
 ``buffer_count`` pinned buffers of ``buffer_size`` *elements* when it is first partitioned and on
 every swap. ``AsyncPartitionedParameterSwapper.get_buffer``
-(``swap_tensor/partitioned_param_swapper.py``) asserts ``More elements {numel} than buffer size
-{buffer_size}`` on the first partition that does not fit, during ``deepspeed.initialize``
-(``zero.Init``), whatever ``max_in_cpu`` says. At ZeRO-3 a parameter's partition is
+(``swap_tensor/partitioned_param_swapper.py:357``) asserts ``More elements {numel} than buffer
+size {buffer_size}`` on the first partition that does not fit, in parameter order (called from
+``partition_parameters.py`` ``_partition_param``), during ``deepspeed.initialize`` (or
+``zero.Init``), whatever ``max_in_cpu`` says; the fix must cover the largest one. Proven on the
+real engine (CPU, libaio): tests/engine/test_nvme_param_buffer.py. At ZeRO-3 a parameter's partition is
 p_i = ceil(n_i / W) elements (W = data-parallel world size), so at W = 1 it is the whole tensor:
 a Llama-3-8B embedding is 128,256 x 4,096 = 525,336,576 elements against the default 1e8.
 
@@ -40,7 +42,8 @@ class NvmeParamBufferTooSmall(Rule):
 
     def check(self, ctx: LintContext):
         # imported here, not at module import: lint without a model never loads the ledger
-        from advisor.rules._bytes import align_up, io_alignment_elems, largest_nvme_param_partition
+        from advisor.rules._bytes import (align_up, first_nvme_param_partition_over, io_alignment_elems,
+                                          largest_nvme_param_partition)
         ec = ctx.effective
         if ec.offload_param_effective != "nvme" or ctx.inventory is None:
             return
@@ -59,6 +62,7 @@ class NvmeParamBufferTooSmall(Rule):
         if big is None or big[0] <= op.buffer_size:
             return
         p, name = big
+        first, first_name = first_nvme_param_partition_over(ec, ctx.inventory, w, op.buffer_size)
         d = DTYPE_BYTES[ec.model_dtype]
         a = align_up(p, io_alignment_elems(ec, d))
         cost = op.buffer_count * a * d
@@ -67,7 +71,8 @@ class NvmeParamBufferTooSmall(Rule):
             ptr,
             f"offload_param.buffer_size {op.buffer_size} elements is smaller than the largest NVMe-resident parameter "
             f"partition, {p} elements ({name} at data-parallel world size {w}): deepspeed.initialize asserts "
-            f"'More elements {p} than buffer size {op.buffer_size}'",
+            f"'More elements {first} than buffer size {op.buffer_size}'"
+            + (f" on the first one that does not fit ({first_name})" if first_name != name else ""),
             f"set offload_param.buffer_size to {a}; pinned host memory for the buffers: {op.buffer_count} x {p} x {d} B "
             f"= {fmt_bytes(exact)}" + (f", {fmt_bytes(cost)} with aio alignment" if a != p else ""),
-            largest_partition=p, tensor=name, suggested_buffer_size=a, pinned_bytes=cost)
+            largest_partition=p, tensor=name, first_refused=first, suggested_buffer_size=a, pinned_bytes=cost)

@@ -38,6 +38,20 @@ def largest_nvme_param_partition(ec: "EffectiveConfig", inv: "Inventory", w: int
     return best
 
 
+def first_nvme_param_partition_over(ec: "EffectiveConfig", inv: "Inventory", w: int,
+                                    limit: int) -> tuple[int, str] | None:
+    """(p_i, tensor name) of the first NVMe-swapped ZeRO-3 partition (in parameter order, the order
+    ``_partition_param`` takes them) with more than ``limit`` elements, or None: the one
+    ``AsyncPartitionedParameterSwapper.get_buffer``'s assertion names."""
+    d = DTYPE_BYTES[ec.model_dtype]
+    thr = swap_threshold_bytes(ec)
+    for t in inv.tensors:
+        p = zero3_partition_numel(t.numel, w)
+        if p * d >= thr and p > limit:
+            return p, t.name
+    return None
+
+
 def two_sig_floor(v: int) -> int:
     """Round down to two significant digits (a readable suggestion that does not exceed v)."""
     if v < 100:

@@ -1,0 +1,138 @@
+"""Engine proof of rule M001 (NVMe parameter swap buffer smaller than a partition).
+
+DeepSpeed 0.19.8 ``runtime/swap_tensor/partitioned_param_swapper.py``
+``AsyncPartitionedParameterSwapper.get_buffer`` asserts ``numel <= self.elements_per_buffer``
+("More elements {numel} than buffer size {elements_per_buffer}") when ZeRO-3 partitions a
+parameter whose partition is large enough to swap (``swappable_tensor``: numel x D >=
+max(1 MiB, aio.block_size)) with ``offload_param.device: nvme``; ``elements_per_buffer`` is
+``offload_param.buffer_size``. It runs inside ``deepspeed.initialize``.
+
+The model is the reference's NVMe MLP (1024 -> 1031 -> 1029, bf16): its largest tensor is the
+second weight, 1029 x 1031 = 1,060,899 elements (2,121,798 B, above the 1 MiB threshold), at
+world size 1 its whole partition; the first one over 1,000,000 in parameter order is the first
+weight, 1031 x 1024 = 1,055,744. With ``buffer_size`` 1,000,000 the real engine must refuse the
+config with the assertion naming 1,055,744 (measured: it does) and M001 must flag it, naming the
+same number; with the buffer size M001 computes, the engine
+must initialise and train a step and M001 must be silent.
+
+Skips when torch, deepspeed or a working libaio (async_io op) are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+torch = pytest.importorskip("torch")
+deepspeed = pytest.importorskip("deepspeed")
+
+from advisor.config.loading import parse_text  # noqa: E402
+from advisor.model.inventory import Inventory, TensorSpec  # noqa: E402
+from advisor.views.lint import lint_config  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WIDTHS = [1024, 1031, 1029]
+#: by hand: nn.Linear(1024, 1031).weight is (1031, 1024), the first parameter and the first
+#: partition get_buffer refuses; nn.Linear(1031, 1029).weight (1029, 1031) is the largest, which
+#: the fix must hold
+FIRST = 1031 * 1024
+LARGEST = 1029 * 1031
+TOO_SMALL = 1_000_000
+
+
+def _aio_ok() -> bool:
+    try:
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+        return bool(AsyncIOBuilder().is_compatible(verbose=False))
+    except Exception:
+        return False
+
+
+def _config(nvme: str, buffer_size: int) -> dict:
+    return {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": nvme,
+                                                               "buffer_count": 5, "buffer_size": buffer_size}}}
+
+
+def _inventory() -> Inventory:
+    ts = []
+    for li, (a, b) in enumerate(zip(WIDTHS[:-1], WIDTHS[1:])):
+        ts += [TensorSpec(f"{2 * li}.weight", (b, a)), TensorSpec(f"{2 * li}.bias", (b,))]
+    return Inventory(name="mlp-1024-1031-1029", tensors=ts)
+
+
+def _m001(cfg: dict) -> list:
+    loaded = parse_text(json.dumps(cfg), "m001.json")
+    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_inventory(),
+                       select={"M001"})
+
+
+def _launch(cell: dict, base: Path) -> dict:
+    """One cell in its own single-rank torch.distributed.run launch (a refused initialize leaves
+    nothing behind for the other cell); the worker's record for rank 0."""
+    job = base / f"{cell['id']}.job.json"
+    job.write_text(json.dumps({"cells": [cell]}))
+    out = base / f"out_{cell['id']}"
+    out.mkdir()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "1",
+           "--master_addr", "127.0.0.1", "--master_port", str(port), str(HERE / "nvme_traffic_worker.py"), str(job),
+           str(out)]
+    from advisor.engine.measure import run_process_group
+    log_path = out / "launch.log"
+    with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
+        rc = run_process_group(cmd, 900, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    f = out / f"{cell['id']}.rank0.json"
+    log = log_path.read_text(errors="replace")[-6000:] if rc is not None else "timed out after 900 s"
+    assert f.exists(), f"no result for {cell['id']} (rc={rc}):\n{log}"
+    return json.loads(f.read_text())
+
+
+@pytest.fixture(scope="module")
+def fix_value() -> int:
+    bad = _m001(_config("/nvme", TOO_SMALL))
+    assert [f.pointer for f in bad] == ["/zero_optimization/offload_param/buffer_size"], [f.to_dict() for f in bad]
+    assert bad[0].data["largest_partition"] == LARGEST and bad[0].data["first_refused"] == FIRST
+    assert f"'More elements {FIRST} than buffer size {TOO_SMALL}'" in bad[0].message
+    return bad[0].data["suggested_buffer_size"]
+
+
+@pytest.fixture(scope="module")
+def engine_runs(tmp_path_factory, fix_value):
+    if not _aio_ok():
+        pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
+    base = tmp_path_factory.mktemp("nvme_param_buffer")
+    res = {}
+    for cid, size in (("too_small", TOO_SMALL), ("fixed", fix_value)):
+        nv = base / f"nvme_{cid}"
+        nv.mkdir()
+        res[cid] = _launch({"id": cid, "nvme_path": str(nv), "steps": 1, "widths": WIDTHS,
+                            "config": _config(str(nv), size)}, base)
+    return res
+
+
+def test_engine_refuses_what_m001_flags(engine_runs):
+    d = engine_runs["too_small"]
+    assert "error" in d, "DeepSpeed initialised a buffer_size M001 says it refuses"
+    assert f"More elements {FIRST} than buffer size {TOO_SMALL}" in d["error"], d.get("traceback")
+
+
+def test_engine_accepts_m001s_computed_fix(engine_runs, fix_value):
+    assert fix_value >= LARGEST
+    d = engine_runs["fixed"]
+    assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
+    assert len(d["steps"]) == 1
+    assert _m001(_config("/nvme", fix_value)) == []
