@@ -86,14 +86,16 @@ def _load_inputs(config: str, model: str | None, params: int | None, hardware: s
 
 
 def _load_config_input(config: str, model: str | None, params: int | None, hardware: str | None = None, *,
-                       trainer_args: dict | None = None, world_size: int | None = None):
+                       trainer_args: dict | None = None, world_size: int | None = None,
+                       overrides: tuple[str, ...] = ()):
     """:func:`_load_inputs` with the config read by its content (advisor.config.inputs): returns
     (ConfigInput, inventory, hardware)."""
     from advisor.config.inputs import read_input
 
     try:
         inv = _inventory(model, params)
-        loaded = read_input(config, trainer_args=trainer_args, world_size=world_size, inventory=inv)
+        loaded = read_input(config, trainer_args=trainer_args, world_size=world_size, inventory=inv,
+                            overrides=overrides)
         hw = None
         if hardware:
             from advisor.cluster.hardware import resolve_hardware
@@ -126,6 +128,17 @@ MAX_PARAMS = 10**16
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
 HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or JSON spec "
                  "(schemas/hardware.schema.json).")
+
+
+def _check_sets(ctx, param, value):
+    """--set: each KEY.PATH=VALUE well-formed (advisor.config.overrides.parse_override), else exit 2."""
+    from advisor.config.overrides import parse_override
+    for v in value:
+        try:
+            parse_override(v)
+        except AdvisorError as e:
+            raise click.BadParameter(e.problem if hasattr(e, "problem") else str(e), ctx, param)
+    return value
 
 
 #: name -> (declarations, click.option keywords). :func:`option` adds one, with per-command
@@ -168,6 +181,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
     "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
                                          help="Seconds per optimizer step.")),
+    "set": (("--set", "overrides"), dict(
+        multiple=True, metavar="KEY.PATH=VALUE", callback=_check_sets,
+        help="Override a config value before it is read, without editing the file (repeatable; VALUE is JSON, "
+             "else a string), e.g. --set zero_optimization.stage=3 to try a finding's fix.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
 }
@@ -297,6 +314,7 @@ class EstimateArgs:
     low_cpu_mem_usage: bool | None
     trainer_args: dict | None
     hidden_size: int | None
+    overrides: tuple[str, ...] = ()
 
 
 def _estimate_options(f):
@@ -328,7 +346,7 @@ def _estimate_options(f):
                         help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
-        *CAPACITY_OPTIONS, "hardware", "step_time_s",
+        *CAPACITY_OPTIONS, "hardware", "step_time_s", "set",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
         step_time_s=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
         **UNSET_WORKLOAD,
@@ -372,7 +390,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                                                    ("--nvme-capacity", a.nvme_capacity))))
     targs = _targs(a.trainer_args, a.hidden_size)
     inp, inv, hw = _load_config_input(config, a.model, a.params, a.hardware, trainer_args=targs,
-                                      world_size=a.world_size)
+                                      world_size=a.world_size, overrides=a.overrides)
     loaded = inp.loaded
     wl = _workload(config, a)
     v = wl.values
@@ -501,7 +519,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@options("world_size", *MODEL_OPTIONS, "hf",
+@options("world_size", *MODEL_OPTIONS, "hf", "set",
          world_size=dict(help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS): enables the batch-size check."),
          model=dict(help=MODEL_HELP + " Enables model-dependent rules."))
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
@@ -510,7 +528,7 @@ def main() -> None:
 @format_option("lint")
 @_release_option
 @_trainer_options
-def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size):
+def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size, overrides):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
     from advisor.findings import SEVERITY_RANK, worst
     from advisor.views.lint import internal_error, lint_accelerate, lint_guarded
@@ -554,7 +572,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
             return FileResult(file=p, findings=[internal_error(e).located({}, p)])
 
     for p in files:  # one bad file is an error line or an X001 finding; the others' results are kept
-        read.append((p, read_one(p, trainer_args=targs, world_size=world_size, inventory=inv)))
+        read.append((p, read_one(p, trainer_args=targs, world_size=world_size, inventory=inv, overrides=overrides)))
     # A deepspeed_config_file an accelerate config names goes through accelerate: linted as --hf,
     # and linted even when it is not among the paths given.
     named = {os.path.realpath(i.launch.deepspeed_config_file): i.launch.deepspeed_config_file
@@ -563,7 +581,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
     given = {os.path.realpath(p) for p in files}
     for real, path in named.items():
         if real not in given:
-            read.append((path, read_one(path)))
+            read.append((path, read_one(path, overrides=overrides)))
     results: list[FileResult] = []
     for p, inp in read:
         if isinstance(inp, FileResult):

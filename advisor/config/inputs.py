@@ -9,6 +9,7 @@ builds from it (``resolve_accelerate``), with the launch's world size (``num_pro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,11 +65,22 @@ def deepspeed_keys(data: dict) -> list[str]:
 
 
 def read_input(source: str, *, trainer_args: Any = None, world_size: int | None = None,
-               hidden_size: int | None = None, inventory: Any = None) -> ConfigInput:
+               hidden_size: int | None = None, inventory: Any = None,
+               overrides: "list[str] | tuple[str, ...]" = ()) -> ConfigInput:
     """Read CONFIG by its content. Raises ConfigLoadError (unreadable or invalid as DeepSpeed
     reads it), NotAConfig (an accelerate config without DeepSpeed) or AdvisorError (an accelerate file accelerate itself
-    would refuse to read). A YAML file that is not an accelerate config is read as DeepSpeed
-    reads every config, as JSON/HJSON (``deepspeed/runtime/config.py`` DeepSpeedConfig)."""
+    would refuse to read, or a malformed ``overrides`` entry). A YAML file that is not an accelerate config is read as DeepSpeed
+    reads every config, as JSON/HJSON (``deepspeed/runtime/config.py`` DeepSpeedConfig).
+    ``overrides``: ``--set KEY.PATH=VALUE`` strings (:mod:`advisor.config.overrides`), applied to
+    the DeepSpeed config (for an accelerate file: the one accelerate builds) before it is read."""
+    inp = _read_input(source, trainer_args, world_size, hidden_size, inventory)
+    if overrides:
+        from advisor.config.overrides import apply_overrides
+        inp.loaded = dataclasses.replace(inp.loaded, data=apply_overrides(inp.loaded.data, overrides))
+    return inp
+
+
+def _read_input(source, trainer_args, world_size, hidden_size, inventory) -> ConfigInput:
     is_file = source != "-" and os.path.isfile(source)
     yaml_file = is_file and source.lower().endswith(YAML_SUFFIXES)
     if yaml_file:

@@ -85,21 +85,26 @@ class BatchTriple(Rule):
             msg = f"{TB} {tb} != {mb} x {ga} x {w} = {mb * ga * w} {where}"
             fix = (f"set {TB} to {mb * ga * w}, or remove it and let DeepSpeed derive it from the micro-batch "
                    f"and {GA}")
+            new_tb = mb * ga * w
         elif given == [TB, MB]:
             unit = mb * w
             msg = (f"{TB} {tb} is not a multiple of micro-batch {mb} x {w} ranks = {unit} {where}: DeepSpeed "
                    f"derives {GA} = {tb} // {mb} // {w} = {dga} and then fails ({dmb} x {dga} x {w} = {dmb * dga * w} != {tb})")
-            fix = f"set {TB} to a multiple of {unit} (e.g. {max(1, round(tb / unit)) * unit}), or replace it by {GA}"
+            new_tb = max(1, round(tb / unit)) * unit
+            fix = f"set {TB} to a multiple of {unit} (e.g. {new_tb}), or replace it by {GA}"
         elif given == [TB, GA]:
             unit = ga * w
             msg = (f"{TB} {tb} is not a multiple of {GA} {ga} x {w} ranks = {unit} {where}: DeepSpeed derives "
                    f"the micro-batch {tb} // {w} // {ga} = {dmb} and then fails")
-            fix = f"set {TB} to a multiple of {unit} (e.g. {max(1, round(tb / unit)) * unit})"
+            new_tb = max(1, round(tb / unit)) * unit
+            fix = f"set {TB} to a multiple of {unit} (e.g. {new_tb})"
         else:  # train_batch_size alone
             msg = (f"{TB} {tb} is not a multiple of the {w} ranks {where}: DeepSpeed derives micro-batch "
                    f"{tb} // {w} = {dmb} with 1 accumulation step and then fails")
-            fix = f"set {TB} to a multiple of {w} (e.g. {max(1, round(tb / w)) * w}), or give {MB} instead"
-        yield self.finding(f"/{TB}", msg, fix, tb=dtb, micro=dmb, grad_accum=dga, dp_world_size=w)
+            new_tb = max(1, round(tb / w)) * w
+            fix = f"set {TB} to a multiple of {w} (e.g. {new_tb}), or give {MB} instead"
+        yield self.finding(f"/{TB}", msg, fix, tb=dtb, micro=dmb, grad_accum=dga, dp_world_size=w,
+                           set=[f"{TB}={new_tb}"])
 
     def _without_world(self, tb, mb, ga):
         how = ("pass --world-size N (total ranks; data-parallel = ranks / (tensor x pipeline x sequence "

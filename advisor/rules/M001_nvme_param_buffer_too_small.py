@@ -75,4 +75,5 @@ class NvmeParamBufferTooSmall(Rule):
             + (f" on the first one that does not fit ({first_name})" if first_name != name else ""),
             f"set offload_param.buffer_size to {a}; pinned host memory for the buffers: {op.buffer_count} x {p} x {d} B "
             f"= {fmt_bytes(exact)}" + (f", {fmt_bytes(cost)} with aio alignment" if a != p else ""),
-            largest_partition=p, tensor=name, first_refused=first, suggested_buffer_size=a, pinned_bytes=cost)
+            largest_partition=p, tensor=name, first_refused=first, suggested_buffer_size=a, pinned_bytes=cost,
+            set=[f"zero_optimization.offload_param.buffer_size={a}"])

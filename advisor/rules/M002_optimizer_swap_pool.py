@@ -65,4 +65,5 @@ class OptimizerSwapPool(Rule):
             f"the optimizer state it swaps to NVMe ({fmt_bytes(on_nvme)}): sub_group_size {z.sub_group_size} makes "
             f"{len(groups)} sub-group(s) per rank at world size {w}",
             f"set zero_optimization.sub_group_size to {suggest} (pool about {fmt_bytes(new_pool)})",
-            pool_bytes=pool, nvme_state_bytes=on_nvme, sub_groups=len(groups))
+            pool_bytes=pool, nvme_state_bytes=on_nvme, sub_groups=len(groups),
+            set=[f"zero_optimization.sub_group_size={suggest}"])

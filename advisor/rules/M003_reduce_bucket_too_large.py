@@ -62,4 +62,4 @@ class ReduceBucketTooLarge(Rule):
             f"reduce_bucket_size {rbs} elements exceeds the model's {n} gradient elements: the bucket costs "
             f"{fmt_bytes(cost)} of GPU memory ({words}), more than all the model's gradients ({fmt_bytes(grads)})",
             f"set zero_optimization.reduce_bucket_size to at most {suggest} (saves {fmt_bytes(cost - suggest * per)})",
-            bucket_bytes=cost, gradient_elements=n)
+            bucket_bytes=cost, gradient_elements=n, set=[f"zero_optimization.reduce_bucket_size={suggest}"])

@@ -53,4 +53,5 @@ class OptimizerSwapBufferCount(Rule):
                            f"offload_optimizer.buffer_count {z.offload_optimizer.buffer_count} is too small for "
                            f"{ec.optimizer.type}: each swap needs {need} buffers (fp32 master + {n} state tensor(s) + "
                            "gradients); the first optimizer step fails an assertion",
-                           f"set offload_optimizer.buffer_count to {need} (lower sub_group_size to save pinned memory)")
+                           f"set offload_optimizer.buffer_count to {need} (lower sub_group_size to save pinned memory)",
+                           set=[f"zero_optimization.offload_optimizer.buffer_count={need}"])
