@@ -32,16 +32,12 @@ to host memory (``device: cpu``); keep read-oriented flash for frozen weights.
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import movements_and_endurance, fmt_bytes, zero_raw, zptr
+from advisor.rules._util import fmt_bytes, movements_and_endurance, per_day_text, zero_raw, zptr
 
 _WRITE_ACTIVE = {"gradients": "gradients", "optimizer_states": "optimizer moments",
                  "master_weights": "fp32 master weights", "parameters": "trained parameters"}
-
-
-def _days(d: float | None) -> str:
-    if d is None:
-        return "unknown"
-    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
+#: The state classes each offload section swaps to its own nvme_path (advisor.ledger.movement).
+_OWN = {"offload_optimizer": {"master_weights", "optimizer_states", "gradients"}, "offload_param": {"parameters"}}
 
 
 @register
@@ -67,47 +63,52 @@ class WriteActiveOnReadOriented(Rule):
             sections.append("offload_optimizer")
         if ec.offload_param_effective == "nvme":
             sections.append("offload_param")
+        # one finding per read-oriented tier (the fault is the tier), whichever sections and
+        # nvme_paths put state on it; each section counts only the classes it swaps itself
+        by_tier: dict[str, tuple] = {}
         for sec in sections:
-            path = getattr(ec.zero, sec).nvme_path
-            tier = hw.tier_for_path(path)
-            if tier is None or not tier.read_oriented:
-                continue
+            tier = hw.tier_for_path(getattr(ec.zero, sec).nvme_path)
+            if tier is not None and tier.read_oriented:
+                by_tier.setdefault(tier.name, (tier, []))[1].append(sec)
+
+        def ptr_of(sec: str) -> str:
             raw_sec = zr.get(sec) if isinstance(zr.get(sec), dict) else {}
-            ptr = zptr(sec, "nvme_path") if "nvme_path" in raw_sec else zptr(sec, "device")
-            mine = [m for m in moves if m.link == "nvme" and m.path == path and m.rank == 0]
-            writes = {m.cls for m in mine if m.direction == "write" and m.bytes > 0}
+            return zptr(sec, "nvme_path") if "nvme_path" in raw_sec else zptr(sec, "device")
+
+        for tier, secs in by_tier.values():
+            paths = {getattr(ec.zero, s).nvme_path for s in secs}
+            mine = [m for m in moves if m.link == "nvme" and m.path in paths and m.rank == 0]
+            written = {m.cls for m in mine if m.direction == "write" and m.bytes > 0}
+            active = [s for s in secs if written & _OWN[s]]
+            writes = written & set().union(*(_OWN[s] for s in active)) if active else set()
             line = next((ln for ln in lines if ln.tier == tier.name), None)
             where = f"read-oriented tier '{tier.name}' ({', '.join(tier.mounts)})"
-            if writes & set(_WRITE_ACTIVE):
+            path = getattr(ec.zero, (active or secs)[0]).nvme_path
+            if active:
                 per_step = line.write_bytes_per_step if line else sum(m.bytes for m in mine if m.direction == "write")
                 what = ", ".join(_WRITE_ACTIVE[c] for c in ("master_weights", "optimizer_states", "gradients",
                                                             "parameters") if c in writes)
-                msg = (f"{sec} places write-active state ({what}) on {where}: {fmt_bytes(per_step)} written per "
+                who = " and ".join(active) + (" place" if len(active) > 1 else " places")
+                msg = (f"{who} write-active state ({what}) on {where}: {fmt_bytes(per_step)} written per "
                        f"optimizer step on each node")
                 data = {"tier": tier.name, "path": path, "bytes_written_per_step": per_step,
-                        "classes": sorted(writes), "rated_write_bytes": tier.rated_write_bytes}
+                        "classes": sorted(writes), "sections": active, "rated_write_bytes": tier.rated_write_bytes}
                 if step_time_s and line is not None:
-                    msg += (f"; at {step_time_s:g} s per step ({line.steps_per_day:,.0f} steps/day) that is "
-                            f"{line.write_bytes_per_day / 1e12:,.1f} TB written per day")
-                    data.update(step_time_seconds=step_time_s, steps_per_day=line.steps_per_day,
-                                bytes_written_per_day=line.write_bytes_per_day, days_of_life=line.days_of_life)
-                    if tier.rated_write_bytes:
-                        msg += (f", and the drive's rated endurance ({tier.endurance.describe()}) is used up in "
-                                f"{_days(line.days_of_life)}")
+                    msg += "; " + per_day_text(line, step_time_s, tier, data)
                 else:
                     msg += " (give --step-time for bytes per day and the drive's projected life)"
                 yield self.finding(
-                    ptr, msg,
+                    ptr_of(active[0]), msg,
                     "point nvme_path at a read-write tier with the endurance for it, or offload to host memory "
                     "(device: cpu); keep read-oriented flash for frozen weights",
                     **data)
-            elif sec == "offload_param":
+            elif "offload_param" in secs:
                 frozen = any(m.item == "frozen_params" and m.bytes > 0 for m in mine)
                 why = ("only frozen parameters are swapped from it: DeepSpeed reads them on each fetch and never "
                        "writes them back (no optimizer updates them)" if frozen else
                        "every trained parameter partition fits offload_param.max_in_cpu, so DeepSpeed writes the "
                        "files once at initialisation and keeps the partitions in host memory")
-                yield self.finding(ptr, f"offload_param uses {where}: fine, {why}",
+                yield self.finding(ptr_of("offload_param"), f"offload_param uses {where}: fine, {why}",
                                    "nothing to change; train these parameters and they become write-active (an error)",
                                    severity="info",
                                    tier=tier.name, path=path, bytes_written_per_step=0)

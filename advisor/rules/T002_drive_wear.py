@@ -11,7 +11,10 @@ This rule needs ``--hardware`` (with the drive's endurance: TBW, or DWPD with wa
 and ``--step-time``; it reports a read-write tier whose rated endurance would be used up in
 under a year at that step rate, with bytes written per step and per day and the projected
 life. (A read-oriented tier is T001's business.) Writes of all the node's ranks to the tier
-are summed.
+are summed. A step time shorter than the drive needs to move one step's NVMe traffic (its writes
+at the rated write bandwidth plus its reads at the read bandwidth) would give writes per day the
+drive cannot physically do: the finding then says so and gives the figures at the step time
+that traffic implies (``data.implied_step_time_seconds``), as T001 does.
 
 Anti-pattern (a 2 TB consumer drive rated 1,200 TBW, 30 s per step, 6.7B parameters)::
 
@@ -25,7 +28,7 @@ ranks (ZeRO-3 divides the state, so each drive takes less).
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import movements_and_endurance, fmt_bytes, zero_raw, zptr
+from advisor.rules._util import fmt_bytes, movements_and_endurance, per_day_text, zero_raw, zptr
 
 WEAR_DAYS = 365
 
@@ -46,22 +49,20 @@ class DriveWear(Rule):
         for ln in movements_and_endurance(ctx)[1]:
             if ln.tier is None or ln.access != "read-write" or not ln.write_bytes_per_step:
                 continue
-            if ln.days_of_life is None or ln.days_of_life >= WEAR_DAYS:
+            tier = next(t for t in hw.storage if t.name == ln.tier)
+            data = {"tier": ln.tier, "bytes_written_per_step": ln.write_bytes_per_step,
+                    "rated_write_bytes": ln.rated_write_bytes}
+            when = per_day_text(ln, step_time_s, tier, data)  # at the step time the traffic allows
+            if data["days_of_life"] is None or data["days_of_life"] >= WEAR_DAYS:
                 continue
             zr = zero_raw(ctx.raw)
             sec = next((s for s in ("offload_optimizer", "offload_param")
                         if getattr(ctx.effective.zero, s).nvme_path in ln.paths), "offload_optimizer")
             raw_sec = zr.get(sec) if isinstance(zr.get(sec), dict) else {}
             ptr = zptr(sec, "nvme_path") if "nvme_path" in raw_sec else zptr(sec)
-            tier = next(t for t in hw.storage if t.name == ln.tier)
             yield self.finding(
                 ptr,
                 f"NVMe swap on tier '{ln.tier}' ({', '.join(tier.mounts)}) writes {fmt_bytes(ln.write_bytes_per_step)} "
-                f"per optimizer step per node: at {step_time_s:g} s per step that is "
-                f"{ln.write_bytes_per_day / 1e12:,.1f} TB a day, and the drive's rated endurance "
-                f"({tier.endurance.describe()}) is used up in {ln.days_of_life:,.1f} days",
+                f"per optimizer step per node: {when}",
                 "a drive rated for the writes (enterprise 1-3 DWPD) or several in RAID 0, more ranks, or "
-                "offload_optimizer.device cpu when host memory allows",
-                tier=ln.tier, bytes_written_per_step=ln.write_bytes_per_step,
-                bytes_written_per_day=ln.write_bytes_per_day, days_of_life=ln.days_of_life,
-                rated_write_bytes=ln.rated_write_bytes, step_time_seconds=step_time_s)
+                "offload_optimizer.device cpu when host memory allows", **data)

@@ -98,3 +98,49 @@ def hf_findings(ctx: Any) -> list:
     from advisor.config.hf import findings_for_context
 
     return findings_for_context(ctx)
+
+
+def _days(d: float | None) -> str:
+    if d is None:
+        return "unknown"
+    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
+
+
+def implied_step_time(line: Any) -> float | None:
+    """Seconds per step the tier's NVMe traffic alone takes on one node: its writes at the drive's
+    write bandwidth plus its reads at its read bandwidth (one drive serves both;
+    ``EnduranceLine.write/read_seconds_per_step``), or None without the bandwidths."""
+    w, r = line.write_seconds_per_step, line.read_seconds_per_step
+    if w is None and r is None:
+        return None
+    return (w or 0.0) + (r or 0.0)
+
+
+def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict) -> str:
+    """The per-day clause of an NVMe wear finding (T001, T002) for an EnduranceLine at
+    ``step_time_s``, adding its figures to ``data``. When the drive cannot move a step's traffic
+    in ``step_time_s`` (write + read seconds at its bandwidths exceed it), the per-day figures at
+    that step time are physically impossible: the clause says so and gives them at the step time
+    the traffic implies instead (``data["implied_step_time_seconds"]``)."""
+    t = step_time_s
+    io = implied_step_time(line)
+    out = ""
+    if io is not None and io > step_time_s:
+        t = io
+        out = (f"at {step_time_s:g} s per step the drive would have to write "
+               f"{line.write_bytes_per_step / step_time_s / 1e9:,.2f} GB/s, but moving one step's NVMe traffic "
+               f"takes it at least {io:,.1f} s ({line.write_seconds_per_step or 0:,.1f} s writing + "
+               f"{line.read_seconds_per_step or 0:,.1f} s reading at its rated bandwidths), so steps take at least "
+               f"that long; ")
+        data["implied_step_time_seconds"] = io
+    spd = 86400 / t
+    per_day = line.write_bytes_per_step * spd
+    out += f"at {t:,.1f} s per step ({spd:,.0f} steps/day) that is {per_day / 1e12:,.1f} TB written per day" \
+        if t != step_time_s else \
+        f"at {t:g} s per step ({spd:,.0f} steps/day) that is {per_day / 1e12:,.1f} TB written per day"
+    days = tier.rated_write_bytes / per_day if tier.rated_write_bytes and per_day else None
+    data.update(step_time_seconds=step_time_s, steps_per_day=spd, bytes_written_per_day=per_day,
+                days_of_life=days if days is not None else line.days_of_life)
+    if tier.rated_write_bytes:
+        out += f", and the drive's rated endurance ({tier.endurance.describe()}) is used up in {_days(days)}"
+    return out
