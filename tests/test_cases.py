@@ -89,7 +89,7 @@ def test_every_case_folder_is_run():
             "C05-zero2-bucket-pair", "C06-zero2-32b-8gpu", "C07-nvme-param-buffer-too-small",
             "C08-pinned-buffers-exceed-host", "C09-checkpoint-size-8b", "C10-nvme-writes-per-step",
             "C11-load-time-host-zero2", "C12-tensor-parallel-zero1", "C13-scheduler-zero-warmup",
-            "C14-accelerate-json"} <= set(CASE_DIRS)
+            "C14-accelerate-json", "C15-trainer-zero3-resume-fewer-gpus"} <= set(CASE_DIRS)
     for c in CASE_DIRS:
         assert (CASES / c / "case.md").is_file() and (CASES / c / "expect.json").is_file(), c
         assert json.loads((CASES / c / "expect.json").read_text())["command"][0] in ("lint", "estimate"), c

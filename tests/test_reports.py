@@ -670,7 +670,7 @@ def test_checkpoint_html_groups_by_rank_and_shows_timing():
 
 
 def test_report_of_a_config_deepspeed_refuses(tmp_path):
-    """fp16 and bf16 together: no ranks to draw (M090); the page says why instead of failing."""
+    """fp16 and bf16 together: no ranks to draw (P001); the page says why instead of failing."""
     pytest.importorskip("matplotlib")
     cfg = tmp_path / "ds_config.json"
     cfg.write_text('{"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true}, "bf16": {"enabled": true},'
@@ -681,5 +681,7 @@ def test_report_of_a_config_deepspeed_refuses(tmp_path):
     page = out.read_text()
     note = _visible_text(re.search(r"<p class=note id=unsupported>.*?</p>", page).group(0))
     assert "fp16 and bf16 cannot both be enabled" in note
-    assert "M090" in _visible_text(_section_html(page, "findings")) and "tier-bar-" not in page
+    # one finding for the fault: lint's P001 (M090 stands in only when no lint rule reports it)
+    shown = _visible_text(_section_html(page, "findings"))
+    assert "P001" in shown and "M090" not in shown and "tier-bar-" not in page
     assert "None" not in _visible_text(_section_html(page, "assumptions"))

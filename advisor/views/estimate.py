@@ -300,6 +300,12 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
     return out
 
 
+#: Lint rules that report the refusals :func:`advisor.ledger.state.unsupported_reason` knows
+#: (fp16 + bf16: P001; bf16 with fp32 accumulation at stage 0: P003; NVMe without nvme_path:
+#: O003): when one of them is among estimate's findings, it is the finding, and M090 is not added.
+REFUSAL_RULES = ("P001", "P003", "O003")
+
+
 def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
              fragmentation: float = DEFAULT_FRAGMENTATION) -> list[FitRow]:
     """Accelerator: the worst rank's timeline peak (plus the fragmentation margin) against
@@ -489,11 +495,14 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     why = unsupported_reason(ec, cluster.dp_world_size)
     if why is not None:
         # DeepSpeed refuses this combination at initialize(): there is nothing to account for.
-        refused = emit(code="M090", severity="error", pointer="",
-                          message=f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}",
-                          fix="fix the configuration first; no memory estimate is possible for it")
+        # One finding per fault: a lint rule that already reports this refusal stands for it.
+        said = any(f.code in REFUSAL_RULES and f.severity == "error" for f in (findings or []))
+        refused = [] if said else [emit(code="M090", severity="error", pointer="",
+                                        message=f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}",
+                                        fix="fix the configuration first; no memory estimate is possible for it"
+                                        ).located(positions, source)]
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
-                              fit=[], findings=list(findings or []) + [refused.located(positions, source)],
+                              fit=[], findings=list(findings or []) + refused,
                               workload=workload, activations_note="", fragmentation=fragmentation,
                               sections={"unsupported": why})
     topo = [f for f in (findings or []) if f.code in TOPOLOGY_CODES and f.severity == "error"]
