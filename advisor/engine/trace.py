@@ -65,6 +65,10 @@ class TraceUnavailable(AdvisorError):
     """torch or transformers is not installed, or transformers cannot build the model type."""
 
 
+class _NoSelective(Exception):
+    """Internal: the model never called the selective-recompute attention wrapper."""
+
+
 @dataclass
 class TraceResult:
     """Activation bytes of one micro-batch on one rank (no tensor/pipeline parallelism),
@@ -171,6 +175,11 @@ def _decoder_layers(model) -> list:
     return list(max(lists, key=len)) if lists else []
 
 
+#: Calls of the selective-recompute attention wrapper (a model whose attention does not go
+#: through transformers' AttentionInterface, BLOOM's ALiBi, never calls it).
+_SELECTIVE_CALLS = [0]
+
+
 def _selective_attention(attn_impl: str):
     """Register (once) an attention implementation that wraps transformers' own ``attn_impl``
     function in ``torch.utils.checkpoint``: Megatron's selective recompute (the attention core
@@ -189,6 +198,7 @@ def _selective_attention(attn_impl: str):
         inner = ALL_ATTENTION_FUNCTIONS[attn_impl]
 
     def fn(module, query, key, value, attention_mask, **kw):
+        _SELECTIVE_CALLS[0] += 1
         f = inner
         if f is None:
             import sys
@@ -317,8 +327,14 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         with mode, mt, _real_mask_skip(), warnings.catch_warnings():
             # MemTracker warns on every None gradient slot; the model's outputs are what we read
             warnings.simplefilter("ignore", UserWarning)
+            calls = _SELECTIVE_CALLS[0]
             out = model(input_ids=ids, labels=ids, use_cache=False)
+            if checkpointing == "selective" and _SELECTIVE_CALLS[0] == calls:
+                raise _NoSelective()
             out.loss.backward()
+    except _NoSelective:
+        raise TraceUnavailable(f"{cfg.model_type}'s attention does not go through transformers' attention "
+                               "interface: selective recompute cannot be traced for it") from None
     except Exception as e:  # a model whose forward cannot run on fake tensors
         raise TraceUnavailable(f"tracing {cfg.model_type} on fake tensors failed: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
@@ -431,12 +447,19 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
     if x.tensor_parallel > 1 or x.pipeline_parallel > 1 or x.sequence_parallel or getattr(x, "ulysses", 1) > 1:
         raise TraceUnavailable("--activations trace measures one rank of the whole model: no tensor, pipeline or "
                                "sequence parallelism; use --activations formula")
+    from advisor.model.activations import parse_checkpointing
+
     dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
+    mode, k = parse_checkpointing(x.checkpointing, int(meta.get("num_layers") or 0) or None)
+    ck: str | int = k if mode == "layers" else mode
     tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
-                           checkpointing=x.checkpointing)
+                           checkpointing=ck)
     saved, host = tr.end_of_forward, 0
-    if x.checkpointing == "full" and x.cpu_checkpointing:  # the kept layer inputs go to host memory
-        host = tr.per_layer[-1] * tr.layers_total
+    if mode == "full" and x.cpu_checkpointing and x.deepspeed_checkpointing:
+        # the kept layer inputs go to host memory (the async offload engine keeps the newest:
+        # advisor.model.activations' docstring, DeepSpeed checkpointing.py:_get_cpu_offload_engine)
+        n = tr.layers_total - (1 if x.offload_keeps_newest and not x.partition_activations else 0)
+        host = tr.per_layer[-1] * n
         saved -= host
     try:
         frac = estimate_activations(meta, x).recompute_flops_fraction

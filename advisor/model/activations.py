@@ -33,10 +33,47 @@ checked term by term against the trace of transformers' own models
   fp32 gradients of the log-probabilities and of the logits (8 sbV) are live together with
   the saved log-probabilities: the backward spike, usually the step's activation peak.
 
-Checkpointing "full" (DeepSpeed ``activation_checkpointing`` / HF gradient checkpointing):
-each layer keeps only its input (D sbh); backward recomputes one layer at a time, so one
-layer's full activations are live on top. ``partition_activations`` splits the kept inputs
-over the tensor-parallel group; ``cpu_checkpointing`` moves them to host memory.
+Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkpointing`):
+
+* ``full``: every layer is checkpointed (HF ``gradient_checkpointing_enable()``, Megatron
+  ``--recompute-granularity full``, ``deepspeed.checkpointing.checkpoint`` per layer): each
+  layer keeps only its input (D sbh); backward recomputes one layer at a time, so one layer's
+  activations are live on top. Cost: one extra forward of the layers.
+* ``k`` (an integer, 0 < k < layers): the first k layers of each pipeline stage are
+  checkpointed and the rest keep everything (Megatron ``--recompute-method block
+  --recompute-num-layers k``; HF: ``gradient_checkpointing`` set on k decoder layers). Cost: k
+  layers' extra forward.
+* ``selective``: Megatron's selective recompute (Korthikanti section 5, ``--recompute-granularity
+  selective``): only the attention core (scores, softmax, dropout, weighted sum of v) is
+  recomputed; its inputs q, k, v (k and v at their own heads: ``repeat_kv`` is inside) are kept.
+  It removes the eager s^2 tensors; with flash attention only the fp32 log-sum-exp (4 b a s)
+  goes. Cost: the core's forward, 4 s h FLOPs per token and layer.
+
+DeepSpeed's ``activation_checkpointing`` section applies to layers checkpointed through
+``deepspeed.checkpointing.checkpoint`` (Megatron-DeepSpeed; read only by
+``deepspeed.checkpointing.configure(mpu, deepspeed_config=...)``,
+``runtime/activation_checkpointing/checkpointing.py:configure`` / ``_configure_using_config_file``;
+the engine never reads it, and HF gradient checkpointing, ``torch.utils.checkpoint``, ignores it),
+as DeepSpeed 0.19.8 implements it (checkpointing.py, line numbers of 0.19.8):
+
+* ``partition_activations``: each floating-point checkpoint input is cut to numel / mp_size on
+  this rank (``partition_activations`` :387-401, ``get_partition_size`` :268-273: mp_size is the
+  tensor-model-parallel world size from the mpu, ``configure`` :1230-1238); the full tensor is
+  freed (``get_partitioned_activations_for_backward`` :456) and gathered again into a full-size
+  buffer on the accelerator before the layer is recomputed (``gather_partitioned_activations``
+  :276-313): one layer input on top of the recompute.
+* ``cpu_checkpointing``: with partitioning, the partitions go to host memory (:403, :436);
+  without, on an accelerator with streams, the async offload engine keeps the newest checkpoint
+  on the accelerator and moves the others (``_get_cpu_offload_engine`` :498-511, 
+  ``_ActivationOffloadEngine(keep_last_count=1)``, ``offload_activations.py:offload_input``);
+  on a synchronized device, all of them (``copy_to_device(..., cpu)`` :613-614). Before a
+  recompute the input comes back to the accelerator (one layer input on top).
+* ``contiguous_memory_optimization`` (needs ``partition_activations`` and ``number_checkpoints``,
+  asserted in ``configure`` :1225-1228): at the first checkpoint, ``number_checkpoints`` buffers
+  of one partition each are allocated per input (``partition_activations`` :404-417), on the host
+  with ``cpu_checkpointing``: the kept bytes are number_checkpoints partitions, however many layers
+  are checkpointed (fewer buffers than checkpointed layers: DeepSpeed's index runs past the list).
+* ``number_checkpoints`` has no other use (:1131).
 
 Tensor parallelism t shards the attention and MLP internals by t; norm and residual regions
 are sharded only with sequence parallelism (Korthikanti section 4.2.2), which then shards
@@ -57,8 +94,35 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Checkpointing = Literal["none", "full"]
+Checkpointing = str  # "none" | "full" | "selective" | "<k>": see parse_checkpointing
 Attention = Literal["flash", "eager"]
+
+#: Recompute settings from the cheapest to the most expensive in extra FLOPs (what generate tries
+#: in this order; "layers" stands for k of L).
+RECOMPUTE_ORDER = ("none", "selective", "layers", "full")
+
+
+def parse_checkpointing(value: str | int | None, layers: int | None = None) -> tuple[str, int]:
+    """``--checkpointing`` to (mode, k): ``none`` -> ("none", 0), ``full`` -> ("full", layers),
+    ``selective`` -> ("selective", 0), an integer k (or its digits) -> ("layers", k) -- k
+    checkpointed layers per pipeline stage; given ``layers`` (the stage's), k == 0 is "none" and
+    k >= layers is "full". Raises ValueError naming the accepted values."""
+    if value is None:
+        return "none", 0
+    if isinstance(value, bool):
+        raise ValueError(f"checkpointing: {value!r} is not one of none, full, selective or a layer count")
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        k = int(value)
+        if layers is not None:
+            if k <= 0:
+                return "none", 0
+            if k >= layers:
+                return "full", layers
+        return "layers", k
+    v = str(value).strip().lower()
+    if v in ("none", "full", "selective"):
+        return v, (layers or 0) if v == "full" else 0
+    raise ValueError(f"checkpointing: {value!r} is not one of none, full, selective or a number of layers")
 
 
 @dataclass(frozen=True)
@@ -73,8 +137,17 @@ class ActivationInputs:
     tensor_parallel: int = 1
     sequence_parallel: bool = False
     pipeline_parallel: int = 1
+    #: DeepSpeed activation_checkpointing (see the module docstring); they act only where the
+    #: model checkpoints through deepspeed.checkpointing (``deepspeed_checkpointing``; HF
+    #: gradient checkpointing is torch.utils.checkpoint and ignores them).
     partition_activations: bool = False
     cpu_checkpointing: bool = False
+    contiguous_memory_optimization: bool = False
+    number_checkpoints: int | None = None
+    deepspeed_checkpointing: bool = True
+    #: Accelerator with side streams (CUDA, ROCm): cpu_checkpointing without partitioning goes
+    #: through the async offload engine, which keeps the newest checkpoint on the accelerator.
+    offload_keeps_newest: bool = True
     #: Pipeline stage this rank is on (None: the worst case, the first stage's in-flight
     #: micro-batches together with the last stage's loss head).
     stage: int | None = None
@@ -100,7 +173,9 @@ class ActivationEstimate:
     saved_accelerator: int
     #: Checkpointed layer inputs moved to host by cpu_checkpointing (bytes).
     saved_host: int
-    #: Extra live during backward: one recomputed layer (full checkpointing), else 0.
+    #: Extra live during backward on top of saved_accelerator: one recomputed layer (with the
+    #: input gathered back from its partitions or the host), net of the un-checkpointed layers
+    #: freed before it (k of L); selective: one layer's attention core; else 0.
     recompute_layer: int
     #: Loss head: saved log-softmax output + 16-bit logits (bytes), included in saved_accelerator.
     loss_head: int
@@ -113,6 +188,12 @@ class ActivationEstimate:
     #: Extra forward FLOPs from recomputation as a fraction of the step's FLOPs without it.
     recompute_flops_fraction: float = 0.0
     breakdown: dict[str, int] = field(default_factory=dict)
+    #: The recompute setting as resolved for this rank: none, selective, layers (k of L), full.
+    recompute: str = "none"
+    #: Layers checkpointed on this rank (k; all for full, 0 for none/selective).
+    checkpointed_layers: int = 0
+    #: What the estimate could not follow (e.g. a DeepSpeed setting that would fail).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def peak_accelerator(self) -> int:
@@ -170,7 +251,7 @@ def norm_bytes(meta: dict[str, Any], n: int, rows: int, D: int, stat_bytes: int 
 
 def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attention, t: int = 1,
                 sp: bool = False, moe: bool | None = None, mask_bytes: int = 1,
-                stat_bytes: int = 4) -> dict[str, int]:
+                stat_bytes: int = 4, selective: bool = False) -> dict[str, int]:
     """Saved-activation bytes of one transformer layer by term (see module docstring).
 
     ``meta``: architecture (hidden_size, num_heads, num_kv_heads, head_dim, intermediate_size,
@@ -179,6 +260,8 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     attention_dropout, residual_dropout). ``t``: tensor-parallel size; ``sp``: sequence parallel.
     ``mask_bytes``: bytes per element of a dropout mask (CUDA ``native_dropout``: bool, 1; the
     CPU kernel keeps it in the model dtype). ``stat_bytes``: LayerNorm mean/rstd element (CUDA 4).
+    ``selective``: Megatron's selective recompute -- the attention core keeps only its inputs
+    q, k, v (at their own heads) and hands its output on; its internals are recomputed.
     Raises KeyError naming the missing architecture field.
     """
     h = int(meta["hidden_size"])
@@ -199,7 +282,12 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     terms["norms"] = n_norms * norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs
     terms["linear_inputs"] = 2 * D * n_sh // rs  # q/k/v input and MLP input (norm outputs)
     a_t, kv_t = max(1, a // t), max(1, kv // t)
-    if attention == "flash":
+    if selective:
+        # the checkpointed core keeps its inputs q, k (after RoPE), v at their own heads; its
+        # output is saved by o_proj (the linear's input); scores, softmax, dropout mask, the
+        # repeat_kv copies and flash's log-sum-exp are recomputed in backward
+        att = (D * s * b * a_t * d + D * s * b * kv_t * d + D * s * b * kv_t * v_d + D * s * b * a_t * v_d)
+    elif attention == "flash":
         # q and k after RoPE, v, the output and the fp32 log-sum-exp; k/v at their own heads
         # (transformers passes enable_gqa to sdpa when there is no mask); dropout inside the
         # kernel regenerates its mask from the RNG state: nothing saved for it
@@ -217,7 +305,7 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
             # the dropout's mask; the matmul then saves the dropped probabilities instead of the
             # 16-bit copy, so that costs more only where softmax saves its own 16-bit output (GPT-2)
             att += (mask_bytes + (D if fam in _SOFTMAX_MODEL_DTYPE else 0)) * b * a_t * s * s
-    if fam in _FUSED_QKV_ROPE and (attention == "flash" or kv_t == a_t):
+    if fam in _FUSED_QKV_ROPE and (attention == "flash" or kv_t == a_t or selective):
         # v is a view of the fused q/k/v output and is saved as such (eager with GQA saves the
         # repeat_kv copy instead): all of the q/k/v output stays alive
         att += D * s * b * (a_t + kv_t) * d
@@ -274,12 +362,12 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     else:
         per_moe, n_dense, n_moe = 0, L, 0
     p = max(1, x.pipeline_parallel)
+    from advisor.model.parallel import partition_uniform
     if x.stage is None:
         layers_on_rank = math.ceil(L / p)
         in_flight = p  # 1F1B: the first stage holds p micro-batches' activations
         last = True
     else:
-        from advisor.model.parallel import partition_uniform
         bounds = partition_uniform(L, p)
         layers_on_rank = bounds[x.stage + 1] - bounds[x.stage]
         # runtime/pipe/schedule.py:TrainSchedule.num_pipe_buffers: min(stages - stage_id, micro_batches)
@@ -299,19 +387,56 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     loss_backward_spike = 8 * s * b * V // t
     if not last:  # only the last pipeline stage runs the head and the loss
         loss_saved = loss_spike = loss_backward_spike = 0
+    mode, k = parse_checkpointing(x.checkpointing, layers_on_rank)
+    notes: list[str] = []
+    # recompute adds forward FLOPs: F_fwd(recomputed) / (3 x F_fwd(all)), per token (rough,
+    # Narayanan et al. 2021: 24 h^2 + 4 s h per layer, the 4 s h being the attention core)
+    layer_flops = 24 * h * h + 4 * s * h
+    step_flops = 3 * (L * layer_flops + 2 * h * V)
     saved_host = 0
-    if x.checkpointing == "full":
-        kept = D * s * b * h // rs * layers_on_rank
-        if x.partition_activations and t > 1 and not x.sequence_parallel:
-            kept //= t
-        if x.cpu_checkpointing:
-            saved_host, kept = kept, 0
-        saved_acc = kept * in_flight + loss_saved
-        recompute = largest_layer
-        # recompute adds one forward of the layers: F_fwd(layers) / (3 x F_fwd(all))
-        layer_flops = 24 * h * h + 4 * s * h  # per token, forward, rough (Narayanan et al. 2021)
-        head_flops = 2 * h * V
-        frac_flops = (L * layer_flops) / (3 * (L * layer_flops + head_flops))
+    if mode == "selective":
+        sel = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False, selective=True, **kern)
+        cut = dense["attention"] - sel["attention"]  # what the core no longer keeps, per layer
+        saved_acc = (all_layers - cut * layers_on_rank) * in_flight + loss_saved
+        recompute = cut  # one layer's core, recomputed in its backward
+        frac_flops = L * 4 * s * h / step_flops
+        largest_layer -= cut
+    elif mode in ("full", "layers"):
+        inp = D * s * b * h // rs  # one layer's kept input
+        lo = 0 if x.stage is None else partition_uniform(L, p)[x.stage]
+        ckpt_layers = range(lo, lo + k)  # Megatron's block method: the stage's first k layers
+        replaced = all_layers if mode == "full" else sum(
+            per_dense if i < dense_first or not moe else per_moe for i in ckpt_layers)
+        kept, acc_keep, gathered = inp * k, None, 0
+        ds = x.deepspeed_checkpointing
+        if ds and x.partition_activations and t > 1:
+            # checkpointing.py:get_partition_size: numel / mp_size of each checkpoint input
+            kept = -(-inp // t) * k
+            gathered = inp  # gather_partitioned_activations: a full-size buffer before recompute
+        if ds and x.contiguous_memory_optimization and x.partition_activations:
+            n_buf = x.number_checkpoints if x.number_checkpoints else k
+            if n_buf < k:
+                notes.append(f"activation_checkpointing.number_checkpoints {n_buf} < {k} checkpointed layers: "
+                             "DeepSpeed's contiguous buffers run out (IndexError at checkpoint "
+                             f"{n_buf + 1}, checkpointing.py:partition_activations)")
+            kept = kept // max(k, 1) * n_buf  # number_checkpoints partitions, allocated at once
+        if ds and x.cpu_checkpointing:
+            gathered = inp
+            if x.partition_activations or not x.offload_keeps_newest:
+                saved_host, kept = kept, 0
+            else:  # the async offload engine keeps the newest checkpoint on the accelerator
+                acc_keep = min(kept, inp)
+                saved_host, kept = kept - acc_keep, acc_keep
+        if x.attention == "eager":
+            # transformers hands the checkpointed layers its 4-D attention mask (model dtype, b x
+            # 1 x s x s, one tensor shared by all layers): the checkpoint keeps it alive; Gemma 2
+            # alternates sliding-window and full layers, two masks
+            kept += D * b * s * s * (2 if meta.get("family") == "gemma2" and k >= 2 else 1)
+        saved_acc = (all_layers - replaced + kept) * in_flight + loss_saved
+        # backward runs from the last layer: the un-checkpointed ones are freed before the first
+        # checkpointed layer is recomputed, so only what exceeds them adds to the peak
+        recompute = max(0, largest_layer + gathered - (all_layers - replaced))
+        frac_flops = (L * layer_flops) / step_flops * (k / layers_on_rank if layers_on_rank else 0)
     else:
         saved_acc = all_layers * in_flight + loss_saved
         recompute = 0
@@ -321,4 +446,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     return ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
                               saved_host=saved_host, recompute_layer=recompute, loss_head=loss_saved,
                               loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
-                              recompute_flops_fraction=frac_flops, breakdown=breakdown)
+                              recompute_flops_fraction=frac_flops, breakdown=breakdown, recompute=mode,
+                              checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes)
