@@ -53,6 +53,29 @@ def _inventory(model: str | None, params: int | None):
     return None
 
 
+class CheckpointingType(click.ParamType):
+    """``--checkpointing``: none, full, selective or a number of layers k (the first k layers of
+    each pipeline stage checkpointed), as :func:`advisor.model.activations.parse_checkpointing`
+    reads it. The value stays a string ("none", "full", "selective" or k's digits)."""
+
+    name = "none|full|selective|K"
+
+    def convert(self, value, param, ctx):
+        from advisor.model.activations import parse_checkpointing
+
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        try:
+            mode, k = parse_checkpointing(value)
+        except ValueError:
+            self.fail(f"{value!r} is not none, full, selective or a number of layers (e.g. 16)", param, ctx)
+        if mode == "layers":
+            if k < 0:
+                self.fail(f"{value!r}: a number of layers is at least 0", param, ctx)
+            return "none" if k == 0 else str(k)
+        return mode
+
+
 class FiniteFloat(click.FloatRange):
     """click's FloatRange, plus the one validation layer's finiteness: NaN and infinities are
     refused (FloatRange lets them through) by :func:`advisor.config.validation.as_float`."""
@@ -169,8 +192,12 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")),
     "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1),
                                              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
-    "checkpointing": (("--checkpointing",), dict(type=click.Choice(["none", "full"]), default="none", show_default=True,
-                                                 help="Activation checkpointing (recompute; not a durable checkpoint).")),
+    "checkpointing": (("--checkpointing",), dict(
+        type=CheckpointingType(), default="none", show_default=True,
+        help="Activation checkpointing (recompute; not a durable checkpoint): none; full (every layer, HF "
+             "gradient_checkpointing / Megatron --recompute-granularity full); K (the first K layers of each "
+             "pipeline stage, Megatron --recompute-method block --recompute-num-layers K); selective (the "
+             "attention core only, Megatron --recompute-granularity selective).")),
     "attention": (("--attention",), dict(type=click.Choice(["flash", "eager"]), default="flash", show_default=True)),
     "activations": (("--activations",), dict(
         type=click.Choice(["formula", "trace"]), default="formula", show_default=True,

@@ -72,7 +72,7 @@ class Cluster:
 @dataclass
 class Workload:
     """What one step processes on a rank: sequence length (tokens), micro-batch (sequences),
-    activation checkpointing (``none``/``full``), attention kernel (``flash``/``eager``).
+    activation checkpointing (``none``/``full``/``selective``/k layers), attention kernel (``flash``/``eager``).
     None = not given (the estimate fills the model's maximum length and the config's
     micro-batch in when it computes activations)."""
 

@@ -247,3 +247,39 @@ def test_mla_has_no_formula():
     from advisor.model.specs import expand, get_preset
 
     assert "trace" in formula_gap(expand(get_preset("deepseek-v3")).meta)
+
+
+# --- on the command line ------------------------------------------------------------------
+
+
+def _acts_json(cli, tmp_path, cfg: dict, *args: str) -> dict:
+    import json
+
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": 1}, **cfg}))
+    p = cli(["estimate", str(ds), "--model", "llama-3-8b", "--seq-len", "1024", "--world-size", "8",
+             "--format", "json", *args])
+    assert p.returncode in (0, 1), p.stderr
+    return json.loads(p.stdout)["ranks"][0]["activations"]
+
+
+def test_cli_checkpointing_takes_k_layers_and_selective(cli, tmp_path):
+    from advisor.model.specs import expand, get_preset
+
+    meta = expand(get_preset("llama-3-8b")).meta
+    for flag, mode in (("8", "layers"), ("selective", "selective"), ("32", "full")):
+        got = _acts_json(cli, tmp_path, {}, "--checkpointing", flag)
+        want = estimate_activations(meta, ActivationInputs(1024, 1, checkpointing=flag))
+        assert (got["recompute"], got["saved_accelerator"]) == (mode, want.saved_accelerator)
+    bad = cli(["estimate", "x.json", "--model", "llama-3-8b", "--checkpointing", "half"])
+    assert bad.returncode == 2 and "number of layers" in bad.stderr
+
+
+def test_cli_deepspeed_section_counts_unless_hf(cli, tmp_path):
+    section = {"activation_checkpointing": {"cpu_checkpointing": True}}
+    ds = _acts_json(cli, tmp_path, section, "--checkpointing", "full")
+    inp = 2 * 1024 * 4096  # one Llama-3-8B layer input, bf16, s 1024, b 1
+    assert ds["saved_host"] == 31 * inp  # 32 layers, the newest kept on the accelerator
+    hf = _acts_json(cli, tmp_path, section, "--checkpointing", "full", "--hf")
+    assert hf["saved_host"] == 0

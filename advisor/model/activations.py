@@ -58,7 +58,7 @@ as DeepSpeed 0.19.8 implements it (checkpointing.py, line numbers of 0.19.8):
 
 * ``partition_activations``: each floating-point checkpoint input is cut to numel / mp_size on
   this rank (``partition_activations`` :387-401, ``get_partition_size`` :268-273: mp_size is the
-  tensor-model-parallel world size from the mpu, ``configure`` :1230-1238); the full tensor is
+  tensor-model-parallel world size from the mpu, ``configure`` :1236-1242); the full tensor is
   freed (``get_partitioned_activations_for_backward`` :456) and gathered again into a full-size
   buffer on the accelerator before the layer is recomputed (``gather_partitioned_activations``
   :276-313): one layer input on top of the recompute.
@@ -69,11 +69,11 @@ as DeepSpeed 0.19.8 implements it (checkpointing.py, line numbers of 0.19.8):
   on a synchronized device, all of them (``copy_to_device(..., cpu)`` :613-614). Before a
   recompute the input comes back to the accelerator (one layer input on top).
 * ``contiguous_memory_optimization`` (needs ``partition_activations`` and ``number_checkpoints``,
-  asserted in ``configure`` :1225-1228): at the first checkpoint, ``number_checkpoints`` buffers
+  asserted in ``configure`` :1228-1231): at the first checkpoint, ``number_checkpoints`` buffers
   of one partition each are allocated per input (``partition_activations`` :404-417), on the host
   with ``cpu_checkpointing``: the kept bytes are number_checkpoints partitions, however many layers
   are checkpointed (fewer buffers than checkpointed layers: DeepSpeed's index runs past the list).
-* ``number_checkpoints`` has no other use (:1131).
+* ``number_checkpoints`` (read at :1130) has no other use.
 
 Tensor parallelism t shards the attention and MLP internals by t; norm and residual regions
 are sharded only with sequence parallelism (Korthikanti section 4.2.2), which then shards
@@ -194,6 +194,9 @@ class ActivationEstimate:
     checkpointed_layers: int = 0
     #: What the estimate could not follow (e.g. a DeepSpeed setting that would fail).
     notes: list[str] = field(default_factory=list)
+    #: Accelerator activation peak of the same rank without recomputation (bytes): what the
+    #: recompute setting saves is this minus peak_accelerator (0 when not computed).
+    peak_without_recompute: int = 0
 
     @property
     def peak_accelerator(self) -> int:
@@ -441,10 +444,18 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         saved_acc = all_layers * in_flight + loss_saved
         recompute = 0
         frac_flops = 0.0
+    if mode != "none":
+        from dataclasses import replace as _replace
+
+        base = estimate_activations(meta, _replace(x, checkpointing="none", cpu_checkpointing=False))
+        peak_none = base.peak_accelerator
+    else:
+        peak_none = saved_acc + max(loss_spike, loss_backward_spike)
     breakdown = {f"layer.{k}": v for k, v in dense.items()}
     breakdown["loss_head"] = loss_saved
     return ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
                               saved_host=saved_host, recompute_layer=recompute, loss_head=loss_saved,
                               loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
                               recompute_flops_fraction=frac_flops, breakdown=breakdown, recompute=mode,
-                              checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes)
+                              checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes,
+                              peak_without_recompute=peak_none)

@@ -134,13 +134,20 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print("  (* = the tier's peak instant)")
             if role.get("activations"):
                 ac = role["activations"]
-                ck_full = a_w["checkpointing"] == "full"
+                mode = ac.get("recompute") or ("full" if a_w["checkpointing"] == "full" else "none")
+                how = {"full": " (full checkpointing keeps only each layer's input and recomputes one layer at a "
+                               "time in backward)",
+                       "layers": f" ({ac.get('checkpointed_layers')} of them checkpointed: they keep only their "
+                                 "input and are recomputed in backward)",
+                       "selective": " (selective recompute: the attention core is recomputed, its q, k, v kept)",
+                       }.get(mode, " (no checkpointing: every layer's tensors kept)")
+                saves = (ac.get("peak_without_recompute") or 0) - (ac["saved_accelerator"] + max(
+                    ac["loss_spike"], ac.get("loss_backward_spike") or 0, ac["recompute_layer"]))
                 console.print(f"  activations: one layer saves {_fmt(ac['per_layer'])} GiB x {ac['layers_on_rank']} layers"
-                              + (" (full checkpointing keeps only each layer's input and recomputes one layer at a "
-                                 "time in backward)" if ck_full else " (no checkpointing: every layer's tensors kept)")
-                              + f"; loss head {_fmt(ac['loss_head'])} GiB + fp32 logits spike "
+                              + how + f"; loss head {_fmt(ac['loss_head'])} GiB + fp32 logits spike "
                               f"{_fmt(ac['loss_spike'])} GiB"
-                              + (f"; recomputation adds {ac['recompute_flops_fraction']:.0%} of the step's FLOPs"
+                              + (f"; recomputation saves {_fmt(saves)} GiB at the peak and adds "
+                                 f"{ac['recompute_flops_fraction']:.0%} of the step's FLOPs"
                                  if ac["recompute_flops_fraction"] else ""))
             hs = role["host_split"]
             if hs["pinned"] or hs["pageable"]:

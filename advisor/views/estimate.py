@@ -225,6 +225,9 @@ class EstimateResult:
                         "loss_spike": r.activations.loss_spike,
                         "loss_backward_spike": r.activations.loss_backward_spike,
                         "recompute_flops_fraction": r.activations.recompute_flops_fraction,
+                        "recompute": r.activations.recompute,
+                        "checkpointed_layers": r.activations.checkpointed_layers,
+                        "peak_without_recompute": r.activations.peak_without_recompute or None,
                     },
                     "items": [
                         {"tier": e.tier, "class": e.cls, "item": e.item, "bytes": e.bytes, "life": e.life,
@@ -404,9 +407,12 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
 
 
 def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
-                    workload: Workload, stage: int | None = None) -> tuple[ActivationEstimate | None, str]:
+                    workload: Workload, stage: int | None = None,
+                    hf: bool = False) -> tuple[ActivationEstimate | None, str]:
     """Activations for the plan, or (None, why not) when the model has no architecture
-    (``--params``) or no sequence length is known."""
+    (``--params``) or no sequence length is known. The config's ``activation_checkpointing``
+    section counts unless ``hf`` (the HF Trainer checkpoints with torch.utils.checkpoint, which
+    never reads it; see advisor.model.activations)."""
     meta = inventory.meta or {}
     needed = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
     if not all(k in meta for k in needed):
@@ -428,12 +434,25 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         tensor_parallel=cluster.tensor_parallel, sequence_parallel=cluster.megatron_sequence_parallel,
         pipeline_parallel=cluster.pipeline_parallel, ulysses=cluster.sequence_parallel,
         stage=stage, micro_batches=_micro_batches(ec, cluster),
-        partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")))
+        partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")),
+        contiguous_memory_optimization=bool(ac.get("contiguous_memory_optimization")),
+        number_checkpoints=_int_or_none(ac.get("number_checkpoints")), deepspeed_checkpointing=not hf)
+    notes = []
+    if workload.checkpointing != "none" and ac and hf:
+        notes.append("activation_checkpointing section not applied: HF gradient checkpointing (torch.utils.checkpoint) "
+                     "ignores it; it acts only through deepspeed.checkpointing")
     if workload.activations == "trace":
         from advisor.engine.trace import traced_estimate  # torch + transformers: only when asked
 
-        return traced_estimate(inventory, x, meta)
-    return estimate_activations(meta, x), ""
+        est, tnote = traced_estimate(inventory, x, meta)
+        return est, "; ".join([tnote] + notes)
+    est = estimate_activations(meta, x)
+    notes += est.notes
+    return est, "; ".join(notes)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def _micro_batches(ec: EffectiveConfig, cluster: Cluster) -> int | None:
@@ -512,11 +531,12 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
                               fragmentation=fragmentation, sections={"unsupported": topo[0].message})
     ledger = ledger_of(plan)
-    acts, note = activations_for(ec, inventory, cluster, workload)
-    load = load or resolve_load(ec, hf=hf or plan.hf is not None)
+    via_hf = hf or plan.hf is not None
+    acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
+    load = load or resolve_load(ec, hf=via_hf)
     roles = group_roles(ledger, acts, load)
     if cluster.pipeline_parallel > 1 and acts is not None:
-        per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s)[0]
+        per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s, hf=via_hf)[0]
                      for s in range(cluster.pipeline_parallel)}
         roles = split_by_stage(roles, cluster, per_stage)
         for role in roles:  # each stage's own activations on its timeline

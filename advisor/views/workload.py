@@ -30,7 +30,7 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "tensor_parallel": (int, 1), "pipeline_parallel": (int, 1), "sequence_parallel": (int, None),
     "expert_parallel": (int, 1), "megatron_sp": (bool, False),
 }
-_CHOICES = {"checkpointing": ("none", "full"), "attention": ("flash", "eager")}
+_CHOICES = {"checkpointing": ("none", "full", "selective"), "attention": ("flash", "eager")}
 
 
 def sidecar_path(config_path: str) -> str:
@@ -77,9 +77,14 @@ def read_sidecar(path: str) -> dict[str, Any]:
             continue
         v = d[k]
         ok = isinstance(v, typ) and (typ is bool or not isinstance(v, bool))
+        if k == "checkpointing" and ok and v.isdigit() and int(v) > 0:
+            out[k] = str(int(v))  # k of L layers checkpointed (advisor.model.activations.parse_checkpointing)
+            continue
         if not ok or (typ is int and v < 1) or (k in _CHOICES and v not in _CHOICES[k]):
             raise ConfigLoadError(path, f"/{k}: invalid value {v!r}"
-                                  + (f" (one of {', '.join(_CHOICES[k])})" if k in _CHOICES else ""))
+                                  + (f" (one of {', '.join(_CHOICES[k])}"
+                                     + (" or a number of layers" if k == "checkpointing" else "") + ")"
+                                     if k in _CHOICES else ""))
         out[k] = v
     return out
 
