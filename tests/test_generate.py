@@ -316,3 +316,40 @@ def test_cli_nothing_fits_exit_1_with_suggestion(tmp_path):
 def test_cli_bad_global_batch_is_usage_error():
     p = run_cli(ARGS[:-4] + ["--global-batch", "60", "--seq-len", "1024"])
     assert p.returncode == 2 and "multiple of the data-parallel size 8" in p.stderr
+
+
+# --- recompute: the cheapest setting that fits -----------------------------------------------
+
+
+def test_generate_checkpoints_the_fewest_layers_that_fit():
+    """Llama-3-8B at 8192 tokens on 8 x H100 80GB: no plan fits without recompute at ZeRO-3
+    without offload; generate checkpoints k of the 32 layers, and k - 1 would not fit (computed
+    here from the formulas and the plan's model states, against the 90% of 80 GB it may use)."""
+    from advisor.model.activations import ActivationInputs, estimate_activations
+
+    _, _, res = _search("llama-3-8b", _hw("dgx-h100", 1, 8), 1, 8, 64, 8192)
+    meta = res.inventory.meta
+    cap = int(res.hardware.accelerator.memory_bytes * (1 - res.request.margin))
+    ks = [c for c in res.ranked if c.checkpointing.isdigit()]
+    assert ks, [c.checkpointing for c in res.ranked]
+    for c in ks:
+        k = int(c.checkpointing)
+        assert 0 < k < 32
+        states = c.accelerator - c.activations
+        fewer = estimate_activations(meta, ActivationInputs(8192, c.micro, 2, checkpointing=str(k - 1)))
+        # nothing cheaper fits: k - 1 layers (and so none, and selective unless it fit below k)
+        assert states + fewer.peak_accelerator > cap, (c.combo, k)
+        assert states + estimate_activations(meta, ActivationInputs(8192, c.micro, 2, checkpointing="selective")
+                                             ).peak_accelerator > cap
+        assert c.accelerator <= cap
+    # the same (stage, offload, micro) never appears twice: one recompute setting each
+    keys = [(c.combo, c.micro) for c in res.ranked]
+    assert len(keys) == len(set(keys))
+
+
+def test_generate_recompute_order_and_hf():
+    assert gen.recompute_settings(32) == ("none", "selective", "layers", "full")
+    assert gen.recompute_settings(32, hf=True) == ("none", "full")  # HF gradient_checkpointing: all layers
+    assert [gen.recompute_rank(c) for c in ("none", "selective", "4", "full")] == [0, 1, 2, 3]
+    _, _, res = _search("llama-3-8b", _hw("dgx-h100", 1, 8), 1, 8, 64, 8192, hf=True)
+    assert {c.checkpointing for c in res.ranked} <= {"none", "full"}

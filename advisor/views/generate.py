@@ -5,7 +5,11 @@ The search space (``enumerate_combos``): ZeRO stage 0-3 x ``offload_optimizer`` 
 NVMe optimizer swapping only in ZeRO-3: at stages 1/2 DeepSpeed turns ``nvme`` into CPU offload,
 reference section 2.2; nothing write-active goes to a storage tier marked read-oriented) x
 micro-batch b x gradient accumulation GA with ``global = b x GA x DP`` exactly x activation
-checkpointing none/full. Bucket and prefetch sizes scale with the hidden size h as the Hugging Face
+checkpointing: per (stage, offload, b) the cheapest recompute setting that fits, in the order of
+their extra FLOPs (:data:`advisor.model.activations.RECOMPUTE_ORDER`): none, selective (attention
+core), the fewest checkpointed layers k of L that fit (binary search: memory falls as k grows),
+full; the HF Trainer (``--hf``) checkpoints every layer or none (``gradient_checkpointing``), so
+there only none and full. Bucket and prefetch sizes scale with the hidden size h as the Hugging Face
 DeepSpeed integration sets them (``transformers/integrations/deepspeed.py``
 ``trainer_config_finalize``): ``reduce_bucket_size = h^2``, ``stage3_prefetch_bucket_size =
 int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h`` (elements).
@@ -243,7 +247,7 @@ def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str,
                           max_in_cpu=PARAM_MAX_IN_CPU)
             z["offload_param"] = op
     cfg["zero_optimization"] = z
-    if checkpointing == "full":
+    if checkpointing != "none":
         cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                            "contiguous_memory_optimization": False,
                                            "synchronize_checkpoint_boundary": False}
@@ -510,39 +514,63 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
     rejected: list[Candidate] = []
     evaluated = 0
     micros = divisors(per_rank)
+    L = int(meta["num_layers"])
     for combo in combos:
         # states depend on GA only through ZeRO-1/2 offload's host accumulation buffers: two cases
         state_cache: dict[bool, States] = {}
-        for ck in ("none", "full"):
-            fitting: list[Candidate] = []
-            for b in reversed(micros):  # largest micro-batch first: memory falls with b
-                ga = per_rank // b
+        fitting: list[Candidate] = []
+        for b in reversed(micros):  # largest micro-batch first: memory falls with b
+            ga = per_rank // b
+            key = ga > 1
+            if key not in state_cache:
+                ec0 = effective_config(build_config(combo, b, ga, dp, "none", inv, req, nvme_path))
+                state_cache[key] = model_states(ec0, inv, dp)
+            stt = state_cache[key]
+            g = req.gpus_per_node
+
+            def candidate(ck: str) -> Candidate:
+                nonlocal evaluated
                 evaluated += 1
-                key = ga > 1
-                if key not in state_cache:
-                    ec0 = effective_config(build_config(combo, b, ga, dp, ck, inv, req, nvme_path))
-                    state_cache[key] = model_states(ec0, inv, dp)
-                stt = state_cache[key]
                 a = acts(b, ck)
-                g = req.gpus_per_node
                 cand = Candidate(combo, b, ga, ck, accelerator=stt.accelerator + a.peak_accelerator,
                                  host=(stt.host + a.saved_host) * g, nvme=stt.nvme * g, activations=a.peak_accelerator,
                                  states_source=stt.source)
-                rej = _fit(cand, caps, g)
-                if rej is not None:
-                    cand.rejection = rej
-                    rejected.append(cand)
+                cand.rejection = _fit(cand, caps, g)
+                return cand
+
+            chosen = None
+            for ck in recompute_settings(L, req.hf):
+                if ck == "layers":  # the fewest checkpointed layers that fit
+                    lo, hi, best_k = 1, L - 1, None
+                    while lo <= hi:
+                        mid = (lo + hi) // 2
+                        c = candidate(str(mid))
+                        if c.rejection is None:
+                            best_k, hi = c, mid - 1
+                        else:
+                            lo = mid + 1
+                    if best_k is not None:
+                        chosen = best_k
+                        break
                     continue
-                fitting.append(cand)
-            for cand in fitting:
-                cand.config = build_config(combo, cand.micro, cand.ga, dp, ck, inv, req, nvme_path)
-                plan = Plan(effective_config(cand.config), inv, cluster)
-                parts = step_time(plan, hardware, req, acts(cand.micro, ck).recompute_flops_fraction)
-                cand.step_time_s = parts.pop("total")
-                cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
-                                                                  "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
-                cand.parts = parts
-                ranked.append(cand)
+                c = candidate(ck)
+                if c.rejection is None:
+                    chosen = c
+                    break
+                if ck in ("none", "full"):
+                    rejected.append(c)
+            if chosen is not None:
+                fitting.append(chosen)
+        for cand in fitting:
+            ck = cand.checkpointing
+            cand.config = build_config(combo, cand.micro, cand.ga, dp, ck, inv, req, nvme_path)
+            plan = Plan(effective_config(cand.config), inv, cluster)
+            parts = step_time(plan, hardware, req, acts(cand.micro, ck).recompute_flops_fraction)
+            cand.step_time_s = parts.pop("total")
+            cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
+                                                              "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
+            cand.parts = parts
+            ranked.append(cand)
     ranked = rank(ranked, req.tie_tolerance)
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated)
     _explain_ranks(result)
@@ -552,11 +580,27 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
     return result
 
 
+def recompute_settings(layers: int, hf: bool = False) -> tuple[str, ...]:
+    """Recompute settings generate tries, cheapest first (extra FLOPs:
+    :data:`advisor.model.activations.RECOMPUTE_ORDER`); ``layers`` stands for the k-of-L
+    search. The HF Trainer's ``gradient_checkpointing`` checkpoints every layer: none and full."""
+    if hf:
+        return ("none", "full")
+    return tuple(m for m in ("none", "selective", "layers", "full") if m != "layers" or layers >= 2)
+
+
+def recompute_rank(checkpointing: str) -> int:
+    """0 none, 1 selective, 2 k of L, 3 full: the tie-break order (cheapest recompute first)."""
+    from advisor.model.activations import RECOMPUTE_ORDER, parse_checkpointing
+
+    return RECOMPUTE_ORDER.index(parse_checkpointing(checkpointing)[0])
+
+
 def simplicity(c: Candidate) -> tuple:
     """Tie-break key, simplest first: fewer offloads (each adds host and link load the model only
     approximates), lower ZeRO stage (fewer collectives and hooks), no recomputation, larger micro-batch."""
     offloads = (c.combo.offload_optimizer != "none") + (c.combo.offload_param != "none")
-    return (offloads, c.combo.stage, c.checkpointing != "none", -c.micro)
+    return (offloads, c.combo.stage, recompute_rank(c.checkpointing), -c.micro)
 
 
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
@@ -610,7 +654,7 @@ def _explain_ranks(res: SearchResult) -> None:
             co = c.cpu_optimizer
             c.why = (f"+{deltas[k]:,.2f} s CPU optimizer step ({co['cpu_optimizer_bytes_per_rank'] / 1e9:,.1f} GB per "
                      f"rank at {co['cpu_optimizer_bytes_per_s_per_rank'] / 1e9:,.1f} GB/s host memory per rank)")
-        elif k == "compute" and c.checkpointing == "full":
+        elif k == "compute" and c.checkpointing != "none":
             c.why = f"+{deltas[k]:,.2f} s recomputation (checkpointing)"
         elif k == "network" and c.ga > best.ga and c.combo.stage >= 2:
             c.why = f"+{deltas[k]:,.2f} s collectives (GA {c.ga}: a reduction per micro-step)"
@@ -733,6 +777,13 @@ def table_text(res: SearchResult, top: int = 5) -> str:
         if b.checkpointing == "full":
             lines.append("note: the best plan needs activation checkpointing in the model "
                          "(HF: gradient_checkpointing=True; Megatron-style: deepspeed.checkpointing)")
+        elif b.checkpointing == "selective":
+            lines.append("note: the best plan needs selective recompute of the attention core "
+                         "(Megatron: --recompute-granularity selective)")
+        elif b.checkpointing != "none":
+            lines.append(f"note: the best plan checkpoints the first {b.checkpointing} layers of each stage "
+                         f"(Megatron: --recompute-granularity full --recompute-method block --recompute-num-layers "
+                         f"{b.checkpointing}; HF: gradient_checkpointing on those decoder layers only)")
         if req.hf:
             lines.append(f"HF Trainer: per_device_train_batch_size={b.micro}, gradient_accumulation_steps={b.ga}"
                          + (f", {req.precision}=True" if req.precision != "fp32" else "")
