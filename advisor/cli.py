@@ -40,8 +40,10 @@ def _expand_paths(paths: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _inventory(model: str | None, params: int | None):
-    """--model (preset, HF config.json or inventory JSON) or --params N -> Inventory, or None."""
+def _inventory(model: str | None, params: int | None, activations: str | None = None):
+    """--model (preset, HF config.json or inventory JSON) or --params N -> Inventory, or None.
+    With ``activations == "trace"``, a config.json of a model type without a built-in
+    architecture is built by transformers on fake tensors (advisor.engine.trace)."""
     if model and params:
         raise click.UsageError("give --model or --params, not both")
     if params is not None:
@@ -49,7 +51,12 @@ def _inventory(model: str | None, params: int | None):
         return from_param_count(params)
     if model:
         from advisor.model.specs import resolve_model
-        return resolve_model(model)
+        build = None
+        if activations == "trace":
+            def build(d, path):
+                from advisor.engine.trace import inventory_from_hf_config  # torch: only when asked
+                return inventory_from_hf_config(d, path)
+        return resolve_model(model, build_unknown=build)
     return None
 
 
@@ -110,13 +117,13 @@ def _load_inputs(config: str, model: str | None, params: int | None, hardware: s
 
 def _load_config_input(config: str, model: str | None, params: int | None, hardware: str | None = None, *,
                        trainer_args: dict | None = None, world_size: int | None = None,
-                       overrides: tuple[str, ...] = ()):
+                       overrides: tuple[str, ...] = (), activations: str | None = None):
     """:func:`_load_inputs` with the config read by its content (advisor.config.inputs): returns
     (ConfigInput, inventory, hardware)."""
     from advisor.config.inputs import read_input
 
     try:
-        inv = _inventory(model, params)
+        inv = _inventory(model, params, activations)
         loaded = read_input(config, trainer_args=trainer_args, world_size=world_size, inventory=inv,
                             overrides=overrides)
         hw = None
@@ -417,7 +424,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                                                    ("--nvme-capacity", a.nvme_capacity))))
     targs = _targs(a.trainer_args, a.hidden_size)
     inp, inv, hw = _load_config_input(config, a.model, a.params, a.hardware, trainer_args=targs,
-                                      world_size=a.world_size, overrides=a.overrides)
+                                      world_size=a.world_size, overrides=a.overrides, activations=a.activations)
     loaded = inp.loaded
     wl = _workload(config, a)
     v = wl.values
@@ -679,12 +686,21 @@ def estimate(config, est, explain_, compare_deepspeed, fmt):
 
 
 @main.command()
+@click.option("--types", "types", is_flag=True,
+              help="List the built-in model types (config.json model_type) and which have activation formulas.")
 @format_option("models")
-def models(fmt):
-    """List built-in model presets with their exact parameter counts."""
+def models(types, fmt):
+    """List built-in model presets with their exact parameter counts (--types: the model types
+    the formulas cover; any other type needs --activations trace or --params)."""
     from advisor.model.specs import list_presets
     from advisor.render import render
 
+    if types:
+        from advisor.model.activations import coverage
+        from advisor.model.specs import FAMILIES
+
+        click.echo(render("model_types", fmt, coverage(FAMILIES)))
+        return
     click.echo(render("models", fmt, list_presets()))
 
 

@@ -549,3 +549,24 @@ def test_tiny_configs_match_transformers(model_type, tmp_path):
     assert sorted(hf) == sorted(ours)
     key = lambda xs: [x for x in xs if not x[0].endswith("e_score_correction_bias")]  # noqa: E731
     assert key(hf) == key(ours)
+
+
+def test_models_types_lists_formula_coverage():
+    """Every built-in model type is listed; those marked with a formula get an estimate from the
+    formulas (no gap), the one without (DeepSeek-V3's latent attention) is the one formula_gap
+    refuses; the text points every other type to --activations trace or --params."""
+    import json
+
+    from click.testing import CliRunner
+
+    from advisor.cli import main
+    from advisor.model.activations import formula_gap
+    from advisor.model.specs import FAMILIES, expand, list_presets, get_preset
+
+    rows = json.loads(CliRunner().invoke(main, ["models", "--types", "--format", "json"]).output)
+    assert [r["model_type"] for r in rows] == list(FAMILIES)
+    by_type = {r["model_type"]: r for r in rows}
+    for name, _, fam, _ in list_presets():
+        assert by_type[fam]["activation_formula"] == (formula_gap(expand(get_preset(name)).meta) is None), name
+    text = CliRunner().invoke(main, ["models", "--types"]).output
+    assert "--activations trace" in text and "--params N" in text

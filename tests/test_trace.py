@@ -148,3 +148,30 @@ def test_estimate_activations_trace_without_a_config_is_one_line(tmp_path, cli):
     p = cli(["estimate", str(ds), "--model", "llama-3-8b", "--seq-len", "64", "--tensor-parallel", "2",
              "--world-size", "2", "--activations", "trace"])
     assert p.returncode == 2 and "use --activations formula" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_model_type_without_builtin_architecture_is_built_by_transformers(tmp_path, cli):
+    """OLMo 2 has no built-in architecture: without the trace, estimate stops with one line that
+    names the ways on; with --activations trace, transformers builds it and its parameter count
+    is the real model's (built here on the CPU, every parameter once)."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from advisor.engine.trace import inventory_from_hf_config
+
+    cfg = dict(SMALL["llama"], model_type="olmo2")
+    real = AutoModelForCausalLM.from_config(build_config(cfg))
+    inv = inventory_from_hf_config(cfg)
+    assert inv.numel == sum(p.numel() for p in real.parameters())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))
+    args = ["estimate", str(ds), "--model", str(tmp_path / "config.json"), "--seq-len", "64"]
+    p = cli(args)
+    assert p.returncode == 2 and "--activations trace" in p.stderr and "--params N" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    p = cli(args + ["--activations", "trace", "--format", "json"])
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["ranks"][0]["activations"]["saved_accelerator"] > 0

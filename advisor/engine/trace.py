@@ -431,6 +431,40 @@ def _after_last_layer(model, layers):
     return found, handles
 
 
+def inventory_from_hf_config(hf_config: dict[str, Any], source: str = "config.json"):
+    """The advisor Inventory of the model transformers builds from ``hf_config`` (a parsed
+    config.json), for a model type without a built-in architecture: built on fake tensors (no
+    memory), its parameters exported with :func:`advisor.model.inventory.from_module` (shared
+    tensors once, as ``named_parameters``), the architecture sizes the estimate needs read from
+    transformers' config (``get_text_config()``). Raises TraceUnavailable (torch/transformers
+    missing, a type transformers cannot build)."""
+    torch = _imports()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForCausalLM
+
+    from advisor.model.inventory import from_module
+
+    cfg = build_config(hf_config)
+    try:
+        with FakeTensorMode():
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TraceUnavailable(f"{source}: transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
+                               f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    inv = from_module(model, name=str(hf_config.get("_name_or_path") or cfg.model_type))
+    inv.source = source
+    tc = cfg.get_text_config()
+    h = int(tc.hidden_size)
+    inv.meta = {"hidden_size": h, "num_layers": int(tc.num_hidden_layers), "num_heads": int(tc.num_attention_heads),
+                "intermediate_size": int(getattr(tc, "intermediate_size", None) or 4 * h),
+                "vocab_size": int(tc.vocab_size), "family": str(cfg.model_type), "built_by": "transformers"}
+    mpe = getattr(tc, "max_position_embeddings", None)
+    if mpe:
+        inv.meta["max_seq_len"] = int(mpe)
+    inv.hf_config = dict(hf_config)
+    return inv
+
+
 def traced_estimate(inventory, x, meta: dict[str, Any]):
     """The estimate view's activations from a trace instead of the formulas.
 

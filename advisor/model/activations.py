@@ -231,6 +231,19 @@ _SOFTMAX_MODEL_DTYPE = frozenset({"gpt2"})
 _FUSED_QKV_ROPE = frozenset({"phi3"})
 
 
+#: Built-in model types without an activation formula, and why (the trace measures them).
+FORMULA_GAPS = {"deepseek_v3": "multi-head latent attention: no formula; --activations trace"}
+#: Built-in model types whose formulas are not checked against the trace for one setting.
+FORMULA_UNTRACED = {"bloom": "selective recompute not traced (its attention is not transformers' attention interface)"}
+
+
+def coverage(families: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per built-in model type: whether the activation formulas cover it, and a note (what has no
+    formula, what the trace could not check). Every type transformers can build is traced."""
+    return [{"model_type": f, "parameters": True, "activation_formula": f not in FORMULA_GAPS,
+             "note": FORMULA_GAPS.get(f) or FORMULA_UNTRACED.get(f) or ""} for f in families]
+
+
 def formula_gap(meta: dict[str, Any]) -> str | None:
     """Why the formulas do not cover this architecture (None when they do): multi-head latent
     attention (DeepSeek-V3: low-rank q/kv projections and their norms) has no formula; the

@@ -476,6 +476,16 @@ def _get(cfg: dict, source: str, *keys: str, default: Any = _MISSING) -> Any:
     return default
 
 
+def unsupported_model_type(source: str, model_type: Any) -> str:
+    """The one message for a config.json whose ``model_type`` has no built-in architecture:
+    it names the built-in types (``ds-advisor models --types``) and the two ways on --
+    ``--activations trace`` (transformers builds the model on fake tensors: parameters and
+    activations measured) and ``--params N`` (model states only)."""
+    return (f"{source}: unsupported model_type {model_type!r} (built in: {', '.join(FAMILIES)}; see "
+            "`ds-advisor models --types`): give --activations trace to build it with transformers "
+            "(needs the trace extra), or --params N for the model states only")
+
+
 def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed Hugging Face ``config.json`` dict, using transformers' own
     defaults for keys the file leaves out. Raises ModelSpecError (naming ``source``) for an
@@ -484,7 +494,7 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
         raise ModelSpecError(f"{source}: config.json must be a JSON object")
     mt = cfg.get("model_type")
     if mt not in FAMILIES:
-        raise ModelSpecError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(FAMILIES)}")
+        raise ModelSpecError(unsupported_model_type(source, mt))
     g = lambda *keys, default=_MISSING: _get(cfg, source, *keys, default=default)  # noqa: E731
     nm = name or cfg.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(source))) or mt
     common: dict[str, Any] = dict(name=str(nm), family=mt, source=source)
@@ -759,9 +769,11 @@ def _read_json(path: str) -> Any:
     return read_json_file(path, limit=MAX_MODEL_BYTES, what="model file", error=error_as(ModelSpecError))
 
 
-def resolve_model(spec: str) -> Inventory:
+def resolve_model(spec: str, build_unknown: Any = None) -> Inventory:
     """``--model``: a preset name, a local HF ``config.json`` (or a folder holding one), an
     inventory JSON (has ``tensors``) or a model spec JSON (has ``family``) -> Inventory.
+    ``build_unknown(config_dict, path)``: called for a config.json whose model_type is not
+    built in (``--activations trace``: :func:`advisor.engine.trace.inventory_from_hf_config`).
 
     Files are told apart by content, not by name. Raises ModelSpecError (one line naming the
     file or preset and the problem)."""
@@ -780,6 +792,8 @@ def resolve_model(spec: str) -> Inventory:
         if isinstance(d, dict) and "tensors" in d:
             return from_dict(d, path)
         if isinstance(d, dict) and "model_type" in d:
+            if build_unknown is not None and d.get("model_type") not in FAMILIES:
+                return build_unknown(d, path)
             s = spec_from_hf_config(d, source=path)
             inv = expand(s)
             inv.hf_config = dict(d)

@@ -57,6 +57,10 @@ REPORTERS: dict[str, dict[str, str]] = {
         "text": "advisor.render.text:models_text",
         "json": "advisor.render.text:models_json",
     },
+    "model_types": {
+        "text": "advisor.render.text:model_types_text",
+        "json": "advisor.render.text:model_types_json",
+    },
     "hardware": {
         "text": "advisor.render.text:hardware_text",
         "json": "advisor.render.text:hardware_json",

@@ -496,6 +496,21 @@ def models_text(rows: list[tuple[str, int, str, str]]) -> str:
     return "\n".join(f"{name:<18} {n:>18,}  {fam:<12} {desc}" for name, n, fam, desc in rows)
 
 
+def model_types_json(rows: list[dict[str, Any]]) -> str:
+    """``models --types --format json``: per built-in model type, activation formula yes/no and a note."""
+    return json.dumps(rows, indent=2)
+
+
+def model_types_text(rows: list[dict[str, Any]]) -> str:
+    """``models --types``: one line per built-in model type, then what to do for any other."""
+    out = [f"{'model_type':<12} {'parameters':<10} {'activation formula':<18} note"]
+    for r in rows:
+        out.append(f"{r['model_type']:<12} {'yes':<10} {'yes' if r['activation_formula'] else 'no':<18} {r['note']}".rstrip())
+    out.append("any other model_type transformers builds: --activations trace (parameters and activations from "
+               "transformers' model on fake tensors; the trace extra), or --params N (model states only)")
+    return "\n".join(out)
+
+
 def _hardware_row(h: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
