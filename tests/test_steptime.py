@@ -103,15 +103,17 @@ def test_70b_on_4_nodes_optimizer_offload_pays_its_cpu_step():
     want = inv.numel / 32 * 34 * 8 / 614.4e9
     for c in off:
         assert c.parts["cpu_optimizer"] == pytest.approx(want, rel=2e-3)
-    # the fastest offloaded plan is no "tie": its why names the CPU step, its bytes and bandwidth
+    # the CPU step is exposed: it adds to the step beside the compute (recompute included)
     first = next(c for c in res.ranked if c.combo.offload_optimizer == "cpu" and c.combo.offload_param == "none")
-    assert "tie" not in first.why and "CPU optimizer step" in first.why and "GB/s host memory" in first.why
-    # same micro-batch and checkpointing: the offloaded plan is slower by at least its CPU step
+    assert first.step_time_s >= first.parts["compute"] + 0.9 * want
+    # same micro-batch and parameter placement: outside compute, the offloaded plan is slower by at
+    # least its CPU step (its compute may be smaller: the memory the offload frees lets generate
+    # checkpoint fewer layers, so it recomputes less)
     for c in off:
-        twin = [d for d in none if (d.micro, d.checkpointing, d.combo.offload_param) ==
-                (c.micro, c.checkpointing, c.combo.offload_param)]
+        twin = [d for d in none if (d.micro, d.combo.offload_param) == (c.micro, c.combo.offload_param)]
         for d in twin:
-            assert c.step_time_s >= d.step_time_s + 0.9 * want
+            assert c.step_time_s - c.parts["compute"] >= d.step_time_s - d.parts["compute"] + 0.9 * want
+            assert c.parts["compute"] <= d.parts["compute"]
 
 
 def test_70b_on_2_nodes_step_includes_cpu_optimizer():
