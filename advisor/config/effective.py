@@ -15,10 +15,10 @@ This is the one place that knows DeepSpeed's defaults and how it reads each sect
 * settings DeepSpeed parses and then ignores are recorded as notes (``offload_param`` below
   stage 3, ``offload_optimizer`` at stage 0, ``offload_optimizer.device: nvme`` at stages 1/2).
 
-Defaults are those of 0.19.8 (``runtime/constants.py``, ``runtime/zero/config.py``,
-``runtime/zero/offload_config.py``, ``runtime/precision_config.py``,
-``runtime/swap_tensor/constants.py``); see ../shared/reference/deepspeed-0.19.8-state-accounting.md
-section 7. Values of the wrong type are left to schema validation: here they fall back to the
+Defaults, aliases and deprecated spellings are those of 0.19.8, read from the one table
+:mod:`advisor.config.defaults` (each section with its DeepSpeed source; checked against the
+installed DeepSpeed's pydantic models by tests/test_defaults.py); see
+../shared/reference/deepspeed-0.19.8-state-accounting.md section 7. Values of the wrong type are left to schema validation: here they fall back to the
 default and a note says so, so that estimate never crashes on a bad config.
 """
 
@@ -27,6 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from advisor.config.defaults import (AIO, BF16, FP16, LEGACY_SECTIONS, OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, TOP, ZERO,
+                                     Default, SectionDefaults)
 
 Dtype = Literal["fp16", "bf16", "fp32"]
 Device = Literal["none", "cpu", "nvme"]
@@ -53,66 +56,66 @@ class Note:
 class OffloadParam:
     """``zero_optimization.offload_param`` (``offload_config.py`` DeepSpeedZeroOffloadParamConfig)."""
 
-    device: Device = "none"
-    nvme_path: str | None = None
-    buffer_count: int = 5
-    buffer_size: int = 100_000_000  # elements
-    max_in_cpu: int = 1_000_000_000  # elements
-    pin_memory: bool = True  # 0.19.8 default (older releases: false)
+    device: Device = OFFLOAD_PARAM.value("device")
+    nvme_path: str | None = OFFLOAD_PARAM.value("nvme_path")
+    buffer_count: int = OFFLOAD_PARAM.value("buffer_count")
+    buffer_size: int = OFFLOAD_PARAM.value("buffer_size")  # elements
+    max_in_cpu: int = OFFLOAD_PARAM.value("max_in_cpu")  # elements
+    pin_memory: bool = OFFLOAD_PARAM.value("pin_memory")  # 0.19.8 default (older releases: false)
 
 
 @dataclass
 class OffloadOptimizer:
     """``zero_optimization.offload_optimizer`` (DeepSpeedZeroOffloadOptimizerConfig)."""
 
-    device: Device = "none"
-    nvme_path: str | None = None
-    buffer_count: int = 4
-    pin_memory: bool = True
-    pipeline_read: bool = False
-    pipeline_write: bool = False
-    fast_init: bool = False
-    ratio: float = 1.0
-    super_offload: bool = False
+    device: Device = OFFLOAD_OPTIMIZER.value("device")
+    nvme_path: str | None = OFFLOAD_OPTIMIZER.value("nvme_path")
+    buffer_count: int = OFFLOAD_OPTIMIZER.value("buffer_count")
+    pin_memory: bool = OFFLOAD_OPTIMIZER.value("pin_memory")
+    pipeline_read: bool = OFFLOAD_OPTIMIZER.value("pipeline_read")
+    pipeline_write: bool = OFFLOAD_OPTIMIZER.value("pipeline_write")
+    fast_init: bool = OFFLOAD_OPTIMIZER.value("fast_init")
+    ratio: float = OFFLOAD_OPTIMIZER.value("ratio")
+    super_offload: bool = OFFLOAD_OPTIMIZER.value("super_offload")
 
 
 @dataclass
 class Aio:
     """``aio`` (``runtime/swap_tensor/constants.py``)."""
 
-    block_size: int = 1_048_576  # bytes
-    queue_depth: int = 8
-    intra_op_parallelism: int = 1
-    single_submit: bool = False
-    overlap_events: bool = True
-    use_gds: bool = False
+    block_size: int = AIO.value("block_size")  # bytes
+    queue_depth: int = AIO.value("queue_depth")
+    intra_op_parallelism: int = AIO.value("intra_op_parallelism")
+    single_submit: bool = AIO.value("single_submit")
+    overlap_events: bool = AIO.value("overlap_events")
+    use_gds: bool = AIO.value("use_gds")
 
 
 @dataclass
 class Zero:
     """``zero_optimization`` (``runtime/zero/config.py`` DeepSpeedZeroConfig). Sizes in elements."""
 
-    stage: int = 0
-    contiguous_gradients: bool = True
-    reduce_scatter: bool = True
-    reduce_bucket_size: int = 500_000_000
-    allgather_partitions: bool = True
-    allgather_bucket_size: int = 500_000_000
+    stage: int = ZERO.value("stage")
+    contiguous_gradients: bool = ZERO.value("contiguous_gradients")
+    reduce_scatter: bool = ZERO.value("reduce_scatter")
+    reduce_bucket_size: int = ZERO.value("reduce_bucket_size")
+    allgather_partitions: bool = ZERO.value("allgather_partitions")
+    allgather_bucket_size: int = ZERO.value("allgather_bucket_size")
     overlap_comm: bool = False  # None in DeepSpeed -> True for stage 3, else False
-    sub_group_size: int = 1_000_000_000
-    prefetch_bucket_size: int = 50_000_000
-    param_persistence_threshold: int = 100_000
-    model_persistence_threshold: int = 9_223_372_036_854_775_807  # sys.maxsize
-    max_live_parameters: int = 1_000_000_000
-    max_reuse_distance: int = 1_000_000_000
-    gather_16bit_weights_on_model_save: bool = False
-    round_robin_gradients: bool = False
-    parameter_alignment: bool = False
-    zero_hpz_partition_size: int = 1
+    sub_group_size: int = ZERO.value("sub_group_size")
+    prefetch_bucket_size: int = ZERO.value("prefetch_bucket_size")
+    param_persistence_threshold: int = ZERO.value("param_persistence_threshold")
+    model_persistence_threshold: int = ZERO.value("model_persistence_threshold")  # sys.maxsize
+    max_live_parameters: int = ZERO.value("max_live_parameters")
+    max_reuse_distance: int = ZERO.value("max_reuse_distance")
+    gather_16bit_weights_on_model_save: bool = ZERO.value("gather_16bit_weights_on_model_save")
+    round_robin_gradients: bool = ZERO.value("round_robin_gradients")
+    parameter_alignment: bool = ZERO.value("parameter_alignment")
+    zero_hpz_partition_size: int = ZERO.value("zero_hpz_partition_size")
     #: ZeRO++ qwZ / qgZ (runtime/zero/config.py zero_quantized_weights / zero_quantized_gradients).
-    zero_quantized_weights: bool = False
-    zero_quantized_gradients: bool = False
-    allgather_sequential: bool = False
+    zero_quantized_weights: bool = ZERO.value("zero_quantized_weights")
+    zero_quantized_gradients: bool = ZERO.value("zero_quantized_gradients")
+    allgather_sequential: bool = ZERO.value("allgather_sequential")
     offload_param: OffloadParam = field(default_factory=OffloadParam)
     offload_optimizer: OffloadOptimizer = field(default_factory=OffloadOptimizer)
 
@@ -143,9 +146,9 @@ class EffectiveConfig:
     train_batch_size: int | None = None
     train_micro_batch_size_per_gpu: int | None = None
     gradient_accumulation_steps: int | None = None
-    gradient_clipping: float = 1.0  # 0.19.8 default (older releases: 0.0)
-    fp16_enabled: bool = False
-    bf16_enabled: bool = False
+    gradient_clipping: float = TOP.value("gradient_clipping")  # 0.19.8 default (older releases: 0.0)
+    fp16_enabled: bool = FP16.value("enabled")
+    bf16_enabled: bool = BF16.value("enabled")
     #: data_types.grad_accum_dtype; None = the model dtype.
     grad_accum_dtype: Dtype | None = None
     #: communication_data_type; None = the model dtype.
@@ -265,6 +268,12 @@ class _Reader:
                 return n, self.section[n]
         return None, None
 
+    def setting(self, conv, table: SectionDefaults, key: str, *also: str):
+        """The value of ``table``'s setting ``key``, read under any of its spellings (then ``also``,
+        deprecated spellings), with its DeepSpeed default (advisor.config.defaults)."""
+        d: Default = table[key]
+        return self.get(conv, d.value, *d.spellings, *also)
+
     def get(self, conv, default, *names: str):
         key, v = self._raw(*names)
         if key is None:
@@ -289,6 +298,20 @@ def _dtype(v: Any) -> Dtype | None:
     if isinstance(v, str):
         return _DTYPE_ALIASES.get(v.strip().lower())  # type: ignore[return-value]
     return None
+
+
+def _path(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def bf16_section_key(raw: Any) -> str | None:
+    """The top-level key DeepSpeed reads bf16 settings from: ``bf16``, else the legacy
+    ``bfloat16`` (``runtime/precision_config.py:get_bfloat16_config``), else None."""
+    if not isinstance(raw, dict):
+        return None
+    if "bf16" in raw:
+        return "bf16"
+    return next((old for old, new in LEGACY_SECTIONS.items() if new == "bf16" and old in raw), None)
 
 
 def _device(v: Any) -> Device | None:
@@ -317,19 +340,20 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
             if iv is None:
                 notes.append(Note(f"/{name}", f"{v!r} is not an integer", "bad-value"))
     gc = raw.get("gradient_clipping")
-    if gc is not None and gc != "auto":
+    if gc is not None and gc != "auto":  # TOP["gradient_clipping"] otherwise
         f = _as_float(gc)
         if f is not None:
             ec.gradient_clipping = f
 
     # precision -------------------------------------------------------------------------
     fp16 = _section(raw, "fp16")
-    ec.fp16_enabled = bool(_Reader(notes, fp16, "/fp16", True).get(_as_bool, False, "enabled"))
-    bf16_key = "bf16" if "bf16" in raw else ("bfloat16" if "bfloat16" in raw else None)
+    ec.fp16_enabled = bool(_Reader(notes, fp16, "/fp16", True).setting(_as_bool, FP16, "enabled"))
+    bf16_key = bf16_section_key(raw)
     if bf16_key:
-        if bf16_key == "bfloat16":
-            notes.append(Note("/bfloat16", "legacy alias of bf16", "deprecated-alias"))
-        ec.bf16_enabled = bool(_Reader(notes, _section(raw, bf16_key), f"/{bf16_key}", True).get(_as_bool, False, "enabled"))
+        if bf16_key != "bf16":
+            notes.append(Note(f"/{bf16_key}", "legacy alias of bf16", "deprecated-alias"))
+        ec.bf16_enabled = bool(_Reader(notes, _section(raw, bf16_key), f"/{bf16_key}", True).setting(
+            _as_bool, BF16, "enabled"))
     dt = _section(raw, "data_types")
     ec.grad_accum_dtype = _dtype(dt.get("grad_accum_dtype"))
     ec.communication_data_type = _dtype(raw.get("communication_data_type"))
@@ -343,32 +367,23 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     elif not isinstance(zraw, dict):
         zraw = {}
     zr = _Reader(notes, zraw, "/zero_optimization", True)
-    stage = zr.get(_as_stage, 0, "stage")
-    z.stage = stage if stage in (0, 1, 2, 3) else 0
-    z.contiguous_gradients = zr.get(_as_bool, True, "contiguous_gradients")
-    z.reduce_scatter = zr.get(_as_bool, True, "reduce_scatter")
-    z.reduce_bucket_size = zr.get(_as_int, z.reduce_bucket_size, "reduce_bucket_size")
-    z.allgather_partitions = zr.get(_as_bool, True, "allgather_partitions")
-    z.allgather_bucket_size = zr.get(_as_int, z.allgather_bucket_size, "allgather_bucket_size")
-    oc = zr.get(_as_bool, None, "overlap_comm")
-    z.overlap_comm = (z.stage == 3) if oc is None else oc
-    z.sub_group_size = zr.get(_as_int, z.sub_group_size, "sub_group_size")
-    z.prefetch_bucket_size = zr.get(_as_int, z.prefetch_bucket_size, "stage3_prefetch_bucket_size", "prefetch_bucket_size")
-    z.param_persistence_threshold = zr.get(_as_int, z.param_persistence_threshold,
-                                           "stage3_param_persistence_threshold", "param_persistence_threshold")
-    z.model_persistence_threshold = zr.get(_as_int, z.model_persistence_threshold,
-                                           "stage3_model_persistence_threshold", "model_persistence_threshold")
-    z.max_live_parameters = zr.get(_as_int, z.max_live_parameters, "stage3_max_live_parameters", "max_live_parameters")
-    z.max_reuse_distance = zr.get(_as_int, z.max_reuse_distance, "stage3_max_reuse_distance", "max_reuse_distance")
-    z.gather_16bit_weights_on_model_save = zr.get(
-        _as_bool, False, "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-        "stage3_gather_fp16_weights_on_model_save")
-    z.round_robin_gradients = zr.get(_as_bool, False, "round_robin_gradients")
-    z.parameter_alignment = zr.get(_as_bool, False, "parameter_alignment")
-    z.zero_hpz_partition_size = zr.get(_as_int, 1, "zero_hpz_partition_size")
-    z.zero_quantized_weights = zr.get(_as_bool, False, "zero_quantized_weights")
-    z.zero_quantized_gradients = zr.get(_as_bool, False, "zero_quantized_gradients")
-    z.allgather_sequential = zr.get(_as_bool, False, "stage3_allgather_sequential", "allgather_sequential")
+    stage = zr.setting(_as_stage, ZERO, "stage")
+    z.stage = stage if stage in (0, 1, 2, 3) else ZERO.value("stage")
+    # read in this order (the notes follow it); the defaults and spellings are the table's
+    for name, conv in (("contiguous_gradients", _as_bool), ("reduce_scatter", _as_bool),
+                       ("reduce_bucket_size", _as_int), ("allgather_partitions", _as_bool),
+                       ("allgather_bucket_size", _as_int), ("overlap_comm", _as_bool), ("sub_group_size", _as_int),
+                       ("prefetch_bucket_size", _as_int), ("param_persistence_threshold", _as_int),
+                       ("model_persistence_threshold", _as_int), ("max_live_parameters", _as_int),
+                       ("max_reuse_distance", _as_int), ("gather_16bit_weights_on_model_save", _as_bool),
+                       ("round_robin_gradients", _as_bool), ("parameter_alignment", _as_bool),
+                       ("zero_hpz_partition_size", _as_int), ("zero_quantized_weights", _as_bool),
+                       ("zero_quantized_gradients", _as_bool), ("allgather_sequential", _as_bool)):
+        # a deprecated field translated to this one is read after its spellings
+        old = tuple(d.field for d in ZERO.deprecated() if d.replaced_by == name)
+        setattr(z, name, zr.setting(conv, ZERO, name, *old))
+    if z.overlap_comm is None:  # DeepSpeedZeroConfig.overlap_comm_valid: True at stage 3, else False
+        z.overlap_comm = z.stage == 3
     if z.allgather_sequential:
         z.prefetch_bucket_size = 1
 
@@ -376,12 +391,12 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     if isinstance(op, dict):
         r = _Reader(notes, op, "/zero_optimization/offload_param", True)
         z.offload_param = OffloadParam(
-            device=r.get(_device, "none", "device"),
-            nvme_path=r.get(lambda v: v if isinstance(v, str) else None, None, "nvme_path"),
-            buffer_count=r.get(_as_int, 5, "buffer_count"),
-            buffer_size=r.get(_as_int, 100_000_000, "buffer_size"),
-            max_in_cpu=r.get(_as_int, 1_000_000_000, "max_in_cpu"),
-            pin_memory=r.get(_as_bool, True, "pin_memory"),
+            device=r.setting(_device, OFFLOAD_PARAM, "device"),
+            nvme_path=r.setting(_path, OFFLOAD_PARAM, "nvme_path"),
+            buffer_count=r.setting(_as_int, OFFLOAD_PARAM, "buffer_count"),
+            buffer_size=r.setting(_as_int, OFFLOAD_PARAM, "buffer_size"),
+            max_in_cpu=r.setting(_as_int, OFFLOAD_PARAM, "max_in_cpu"),
+            pin_memory=r.setting(_as_bool, OFFLOAD_PARAM, "pin_memory"),
         )
     elif _as_bool(zraw.get("cpu_offload_param")):
         z.offload_param = OffloadParam(device="cpu")
@@ -390,15 +405,15 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     if isinstance(oo, dict):
         r = _Reader(notes, oo, "/zero_optimization/offload_optimizer", True)
         z.offload_optimizer = OffloadOptimizer(
-            device=r.get(_device, "none", "device"),
-            nvme_path=r.get(lambda v: v if isinstance(v, str) else None, None, "nvme_path"),
-            buffer_count=r.get(_as_int, 4, "buffer_count"),
-            pin_memory=r.get(_as_bool, True, "pin_memory"),
-            pipeline_read=r.get(_as_bool, False, "pipeline_read"),
-            pipeline_write=r.get(_as_bool, False, "pipeline_write"),
-            fast_init=r.get(_as_bool, False, "fast_init"),
-            ratio=r.get(_as_float, 1.0, "ratio"),
-            super_offload=r.get(_as_bool, False, "super_offload"),
+            device=r.setting(_device, OFFLOAD_OPTIMIZER, "device"),
+            nvme_path=r.setting(_path, OFFLOAD_OPTIMIZER, "nvme_path"),
+            buffer_count=r.setting(_as_int, OFFLOAD_OPTIMIZER, "buffer_count"),
+            pin_memory=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "pin_memory"),
+            pipeline_read=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "pipeline_read"),
+            pipeline_write=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "pipeline_write"),
+            fast_init=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "fast_init"),
+            ratio=r.setting(_as_float, OFFLOAD_OPTIMIZER, "ratio"),
+            super_offload=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "super_offload"),
         )
     elif _as_bool(zraw.get("cpu_offload")):
         z.offload_optimizer = OffloadOptimizer(device="cpu")
@@ -432,12 +447,12 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     a = _section(raw, "aio")
     ar = _Reader(notes, a, "/aio", False)
     ec.aio = Aio(
-        block_size=ar.get(_as_int, 1_048_576, "block_size"),
-        queue_depth=ar.get(_as_int, 8, "queue_depth"),
-        intra_op_parallelism=ar.get(_as_int, 1, "intra_op_parallelism"),
-        single_submit=ar.get(_as_bool, False, "single_submit"),
-        overlap_events=ar.get(_as_bool, True, "overlap_events"),
-        use_gds=ar.get(_as_bool, False, "use_gds"),
+        block_size=ar.setting(_as_int, AIO, "block_size"),
+        queue_depth=ar.setting(_as_int, AIO, "queue_depth"),
+        intra_op_parallelism=ar.setting(_as_int, AIO, "intra_op_parallelism"),
+        single_submit=ar.setting(_as_bool, AIO, "single_submit"),
+        overlap_events=ar.setting(_as_bool, AIO, "overlap_events"),
+        use_gds=ar.setting(_as_bool, AIO, "use_gds"),
     )
     ec.activation_checkpointing = dict(_section(raw, "activation_checkpointing"))
     return ec

@@ -42,17 +42,12 @@ from typing import Any, Iterable, Mapping
 
 from advisor.config.validation import MAX_NODES, as_float, as_int, as_str, shown, type_name, world_size
 from advisor.errors import AdvisorError
+from advisor.config.defaults import HIDDEN_SIZE_KEYS, hidden_size_values
 from advisor.rules import emit
 from advisor.findings import Finding, pointer
 
 AUTO = "auto"
 
-#: ``zero_optimization`` keys the Trainer and accelerate derive from the model's hidden size.
-HIDDEN_SIZE_KEYS = (
-    "zero_optimization.reduce_bucket_size",
-    "zero_optimization.stage3_prefetch_bucket_size",
-    "zero_optimization.stage3_param_persistence_threshold",
-)
 
 
 def _ptr(key: str) -> str:
@@ -408,12 +403,9 @@ class _Resolver:
                     f"{', '.join(auto_keys)} are \"auto\" and derive from the model's hidden size: not resolved",
                     "pass --model (a preset or the model's config.json) or --hidden-size", data={"keys": auto_keys}))
             else:
-                self.fill_only("zero_optimization.reduce_bucket_size", h * h, who=f"Trainer hidden_size {h}")
-                if self.cfg.is_zero3():
-                    self.fill_only("zero_optimization.stage3_prefetch_bucket_size", int(0.9 * h * h),
-                                   who=f"Trainer hidden_size {h}")
-                    self.fill_only("zero_optimization.stage3_param_persistence_threshold", 10 * h,
-                                   who=f"Trainer hidden_size {h}")
+                # the Trainer fills the two stage-3 keys only at stage 3
+                for key in HIDDEN_SIZE_KEYS if self.cfg.is_zero3() else HIDDEN_SIZE_KEYS[:1]:
+                    self.fill_only(key, hidden_size_values(h)[key], who=f"Trainer hidden_size {h}")
         n = num_training_steps
         if n is not None:
             self.fill_match("scheduler.params.total_num_steps", n, "num_training_steps (calculated)")
@@ -469,8 +461,7 @@ class _Resolver:
         if auto_hidden:
             h = hidden_size if hidden_size is not None else hidden_size_of(model_config, text_config=False)
             if h is not None:
-                kw.update({HIDDEN_SIZE_KEYS[0]: h * h, HIDDEN_SIZE_KEYS[1]: int(0.9 * h * h),
-                           HIDDEN_SIZE_KEYS[2]: 10 * h})
+                kw.update(hidden_size_values(h))
         if "optimizer" in c:  # DummyOptim(params) defaults: lr=0.001, weight_decay=0
             kw.update({"optimizer.params.lr": 0.001, "optimizer.params.weight_decay": 0})
         if "scheduler" in c:  # DummyScheduler(optimizer) without a callable

@@ -20,15 +20,13 @@ Fix: delete the deprecated key::
 
 from __future__ import annotations
 
+from advisor.config.defaults import ZERO, replacement_spellings
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import first_key, is_auto, zero_raw, zptr
 
-PAIRS = (
-    ("cpu_offload", ("offload_optimizer",)),
-    ("cpu_offload_param", ("offload_param",)),
-    ("stage3_gather_fp16_weights_on_model_save",
-     ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save")),
-)
+#: (deprecated key, the keys of the field it is translated to): DeepSpeedZeroConfig's deprecated
+#: fields with a one-field ``new_param`` (advisor.config.defaults.ZERO).
+PAIRS = tuple((d.field, replacement_spellings(ZERO, d)) for d in ZERO.deprecated() if replacement_spellings(ZERO, d))
 
 
 @register

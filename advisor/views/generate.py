@@ -50,6 +50,7 @@ from typing import Any
 
 from advisor.model.activations import ActivationInputs, estimate_activations
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
+from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidden_size_values
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.errors import AdvisorError
 from advisor.model.inventory import Inventory
@@ -60,14 +61,14 @@ from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div
 #: Model FLOPs utilisation assumed for the compute term (named in every output): the step-time
 #: model's (advisor.ledger.steptime.MFU).
 MFU = _steptime.MFU
-#: Stage-3 knobs written explicitly (DeepSpeed's defaults; elements).
-MAX_LIVE = 1_000_000_000
-MAX_REUSE = 1_000_000_000
-SUB_GROUP_DEFAULT = 1_000_000_000
-PARAM_BUFFER_COUNT = 5
-PARAM_BUFFER_SIZE = 100_000_000
-PARAM_MAX_IN_CPU = 1_000_000_000
-OPT_BUFFER_COUNT = 4
+#: Stage-3 knobs written explicitly (DeepSpeed's defaults, advisor.config.defaults; elements).
+MAX_LIVE = ZERO.value("stage3_max_live_parameters")
+MAX_REUSE = ZERO.value("stage3_max_reuse_distance")
+SUB_GROUP_DEFAULT = ZERO.value("sub_group_size")
+PARAM_BUFFER_COUNT = OFFLOAD_PARAM.value("buffer_count")
+PARAM_BUFFER_SIZE = OFFLOAD_PARAM.value("buffer_size")
+PARAM_MAX_IN_CPU = OFFLOAD_PARAM.value("max_in_cpu")
+OPT_BUFFER_COUNT = OFFLOAD_OPTIMIZER.value("buffer_count")
 OFFLOAD_DIR = "deepspeed_offload"
 
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
@@ -172,11 +173,10 @@ def divisors(n: int) -> list[int]:
 
 
 def hidden_sizes(h: int) -> dict[str, int]:
-    """HF integration's hidden-size based values (elements): ``reduce_bucket_size = h^2``,
-    ``stage3_prefetch_bucket_size = int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h``
-    (``transformers/integrations/deepspeed.py`` ``trainer_config_finalize``)."""
-    return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h),
-            "stage3_param_persistence_threshold": 10 * h}
+    """The HF integration's hidden-size based values (elements), by ``zero_optimization`` key:
+    :func:`advisor.config.defaults.hidden_size_values` (its docstring has the formulas and their
+    transformers/accelerate source)."""
+    return {k.rsplit(".", 1)[1]: v for k, v in hidden_size_values(h).items()}
 
 
 def sub_group_size_for(inv: Inventory, w: int, combo: Combo) -> int:
