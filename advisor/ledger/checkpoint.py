@@ -36,11 +36,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.model.inventory import Inventory, TensorSpec
+from advisor.config.effective import DTYPE_BYTES
+from advisor.model.inventory import TensorSpec
 from advisor.plan import Cluster, Plan
-from advisor.ledger.state import (aio_alignment_elems, optimizer_states, align_up, ceil_div, select_optimizer, swap_threshold_bytes,
-                            unsupported_reason, zero3_partition_numel, zero3_sub_groups, zero12_group_layout)
+from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, optimizer_states, placement_of,
+                                  select_optimizer, unsupported_reason, zero3_partition_numel)
 
 #: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
 #: installed package: ``deepspeed/utils/zero_to_fp32.py``, ``zero_to_torch.py``).
@@ -217,11 +217,9 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
     elif z.stage in (1, 2):
         npad_total = 0
         Ps = []
-        for g in groups:
-            lay = zero12_group_layout([t.numel for t in g], W, D, z.parameter_alignment and wrapper != "BF16_Optimizer")
-            n_pad, P = lay.n_pad, lay.P
-            npad_total += n_pad
-            Ps.append((P, n_pad - sum(t.numel for t in g)))
+        for lay in placement_of(plan).zero12:  # the ledger's layouts (padding, partition P per group)
+            npad_total += lay.n_pad
+            Ps.append((lay.P, lay.n_pad - lay.n))
         parts = {"module": npad_total * D + n_frozen * D}
         formula = f"module = flat 16-bit buffer N_pad x D = {npad_total} x {D}"
         if n_frozen:
@@ -243,9 +241,8 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                 count=W if grouped else 1, stride=_mp(cluster)))
     else:  # stage 3
         oo_nvme = ec.offload_optimizer_effective == "nvme"
-        swap_min = swap_threshold_bytes(ec)
         k_al = aio_alignment_elems(ec, 4)
-        sgs = zero3_sub_groups(inv, W, z.sub_group_size)
+        pl = placement_of(plan)  # the ledger's sub-groups and which of them are swapped to NVMe
         frozen_part = sum(zero3_partition_numel(t.numel, W) for t in frozen) * D
         grouped = W > LIST_RANKS_UP_TO
         n_of, stride = (W, _mp(cluster)) if grouped else (1, 1)
@@ -263,9 +260,9 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
             in_pt = 0
             nsub_pt = 0
             swapped: list[CkptFile] = []
-            for sg in sgs:
+            for sg, on_nvme in zip(pl.sub_groups, pl.opt_swapped):
                 S = sg.numel
-                if oo_nvme and S * 4 >= swap_min:
+                if on_nvme:
                     first, last = sg.tensors[0], sg.tensors[-1]
                     a = align_up(S, k_al) * 4
                     for nm in (f"{first}_{last}", *(f"{m}-{first}_{last}" for m in opt.items)):
@@ -441,10 +438,7 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
         return Save16(True, n_all * D, spike, n_all * D,
                       "gathered module by module; rank 0 holds the whole 16-bit model in host memory before writing")
     if ec.zero.stage in (1, 2):
-        wrapper, _ = select_optimizer(ec)
-        flats = [zero12_group_layout([t.numel for t in g], W, D,
-                                     ec.zero.parameter_alignment and wrapper != "BF16_Optimizer").n_pad
-                 for g in inv.groups()]
+        flats = [lay.n_pad for lay in placement_of(plan).zero12]  # the ledger's padded flat buffers
         frozen = [t.numel for t in inv.tensors if not t.trainable]
         size = (sum(flats) + sum(frozen)) * D
         return Save16(True, size, 0, max(flats + frozen, default=0) * D,

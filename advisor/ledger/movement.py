@@ -67,9 +67,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import (aio_alignment_elems, optimizer_states, align_up, swap_threshold_bytes, zero3_grad_swap_by_rank,
-                            zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero3_sub_groups,
-                            zero12_layouts, zero12_rank_coverage, zero12_rank_terms)
+from advisor.ledger.state import (aio_alignment_elems, optimizer_states, placement_of, swap_threshold_bytes,
+                                  zero3_param_swap_bytes, zero3_partition_numel, zero3_persistent,
+                                  zero3_stays_gathered, zero12_rank_coverage)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware, StorageTier
@@ -130,18 +130,19 @@ def not_modelled(plan: "Plan") -> list[str]:
 
 
 def _rank_terms(plan: "Plan") -> list:
-    """Per data-parallel rank, the only figures its movements depend on: ZeRO-1/2 with CPU
-    offload (Cov_r, I_r) summed over groups (:func:`advisor.ledger.state.zero12_rank_terms`), ZeRO-3
-    with NVMe optimizer swap the gradient bytes written (:func:`advisor.ledger.state.zero3_grad_swap_by_rank`),
-    else None. O(tensors + W)."""
+    """Per data-parallel rank, the only figures its movements depend on, read from the ledger's
+    :class:`advisor.ledger.state.Placement` (``terms``, computed once per plan): ZeRO-1/2 with CPU
+    offload (Cov_r, I_r) summed over groups, ZeRO-3 with NVMe optimizer swap the gradient bytes
+    written, else None."""
     ec: EffectiveConfig = plan.config
     W = plan.cluster.zero_world_size
     st = ec.zero.stage
     oo = ec.offload_optimizer_effective
-    if st in (1, 2) and oo == "cpu" and plan.inventory.groups():
-        return [(c, i) for i, c, _ in zero12_rank_terms(ec, zero12_layouts(ec, plan.inventory, W), W)]
+    pl = placement_of(plan)
+    if st in (1, 2) and oo == "cpu" and pl.zero12:
+        return [(t[1], t[0]) for t in pl.terms]
     if st == 3 and oo == "nvme":
-        return [g for g, _ in zero3_grad_swap_by_rank(ec, plan.inventory, W)]
+        return [t[0] for t in pl.terms]
     return [None] * W
 
 
@@ -210,6 +211,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
     ec: EffectiveConfig = plan.config
     inv: Inventory = plan.inventory
     W = plan.cluster.zero_world_size
+    pl = placement_of(plan)  # the ledger's layouts, sub-groups and placements
     z = ec.zero
     st = z.stage
     D = DTYPE_BYTES[ec.model_dtype]
@@ -234,7 +236,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
     # ---- collectives ---------------------------------------------------------------------------
     if W > 1:
         groups = inv.groups(trainable_only=True)
-        n_pad = sum(lay.n_pad for lay in zero12_layouts(ec, inv, W)) if st in (1, 2) else 0
+        n_pad = sum(lay.n_pad for lay in pl.zero12) if st in (1, 2) else 0
         if st == 0:
             add(NETWORK, "send", "gradients", "grad_allreduce", 2 * f * sum(t.numel for g in groups for t in g) * C,
                 "backward", False, "all-reduce of all gradients: 2 x (W-1)/W x N x C",
@@ -266,7 +268,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
 
     # ---- ZeRO-Offload over PCIe ----------------------------------------------------------------
     if st in (1, 2) and oo == "cpu":
-        layouts = zero12_layouts(ec, inv, W)
+        layouts = pl.zero12
         p12 = sum(lay.P for lay in layouts)
         if terms is None:  # this rank alone, O(tensors)
             terms = (sum(zero12_rank_coverage(lay, r)[1] for lay in layouts),
@@ -322,12 +324,9 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
         pipelined = bool(z.offload_optimizer.pipeline_read or z.offload_optimizer.pipeline_write)
         src = ("reference 5.4 (measured); swap_tensor/partitioned_optimizer_swapper.py swap_in/swap_out_optimizer_state, "
                "optimizer_utils.py _io_aligned_numel")
-        master = 0
-        for sg in zero3_sub_groups(inv, W, z.sub_group_size):
-            if sg.numel * M >= min_aio:
-                master += align_up(sg.numel, k) * M
+        master = pl.opt_swap_numel(ec) * M  # the ledger's NVMe fp32_master (and each moment) files
         # this rank's gradient pieces: advisor.ledger.state.zero3_grad_swap_bytes over r_i
-        grads = terms if terms is not None else zero3_grad_swap_by_rank(ec, inv, W)[r][0]
+        grads = terms if terms is not None else pl.terms[r][0]
         sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
         for direction in ("read", "write"):
             add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined,
@@ -347,28 +346,13 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
 
     if st == 3 and op == "nvme":
         path = z.offload_param.nvme_path
-        min_aio = swap_threshold_bytes(ec)
         kp = aio_alignment_elems(ec, D)
-        # which trainable sub-groups fit in the max_in_cpu flat buffer (stage3.py:888-911, 975-1005)
-        on_nvme_trainable: list[int] = []
-        agg = 0
-        sgs = zero3_sub_groups(inv, W, z.sub_group_size)
-        for g in sorted({s.group for s in sgs}):
-            mine = [s for s in sgs if s.group == g]
-            in_group = sum(s.numel for s in mine)
-            flat = in_group if agg + in_group <= z.offload_param.max_in_cpu else max(0, z.offload_param.max_in_cpu - agg)
-            agg += in_group
-            flat = flat if flat > 0 else 1  # torch.empty(1) placeholder
-            off = 0
-            for s in mine:
-                if off + s.numel > flat:
-                    on_nvme_trainable.extend(i for i in s.tensors
-                                             if zero3_partition_numel(inv.tensors[i].numel, W) * D >= min_aio)
-                off += s.numel
-        frozen_on_nvme = [i for i, t in enumerate(inv.tensors)
-                          if not t.trainable and zero3_partition_numel(t.numel, W) * D >= min_aio]
-        wbytes = sum(align_up(zero3_partition_numel(inv.tensors[i].numel, W), kp) * D for i in on_nvme_trainable)
-        fbytes = sum(align_up(zero3_partition_numel(inv.tensors[i].numel, W), kp) * D for i in frozen_on_nvme)
+        # trainable sub-groups outside the max_in_cpu flat buffer (the ledger's Placement.in_flat)
+        # are swapped after every step; frozen partitions never enter the buffer
+        wbytes = zero3_param_swap_bytes(ec, (zero3_partition_numel(inv.tensors[i].numel, W)
+                                             for sg, flat in zip(pl.sub_groups, pl.in_flat) if not flat
+                                             for i in sg.tensors))
+        fbytes = zero3_param_swap_bytes(ec, (zero3_partition_numel(t.numel, W) for t in inv.tensors if not t.trainable))
         psrc = "reference 5.1/5.4 (measured N2); stage3.py _partitioned_params_swap_out, partitioned_param_swapper.py"
         add(NVME, "write", "parameters", "lp_param_partitions", wbytes, "after_step", False,
             f"trainable partitions beyond max_in_cpu ({z.offload_param.max_in_cpu:,} elements) written after every "

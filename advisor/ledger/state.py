@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import Iterable, Literal, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
@@ -797,14 +797,15 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
 
 
-def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str,
+def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str, pl: Placement,
             grad_terms: tuple[int, int] = (0, 0)) -> dict:
-    """ZeRO-3 entries of one rank; ``grad_terms`` = that rank's (NVMe gradient file bytes, kept
-    gradient tail bytes) from :func:`zero3_grad_swap_by_rank` (the only rank-dependent figures)."""
+    """ZeRO-3 entries of one rank; ``pl`` the group's :class:`Placement` (sub-groups, which are
+    swapped, which sit in the max_in_cpu buffer); ``grad_terms`` = that rank's (NVMe gradient file
+    bytes, kept gradient tail bytes) from :func:`zero3_grad_swap_by_rank` (the only rank-dependent
+    figures)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     G = DTYPE_BYTES[ec.grad_dtype]
-    C = DTYPE_BYTES[ec.comm_dtype]
     M = 4
     S = "runtime/zero/stage3.py:DeepSpeedZeroOptimizer_Stage3"
     oo = ec.offload_optimizer_effective
@@ -812,7 +813,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     oo_pin = z.offload_optimizer.pin_memory
     # per-param partitions p_i (§3.2, partition_parameters.py:_partition_param) and the
     # sub-groups of the trainable ones (stage3.py:_create_fp16_sub_groups)
-    sgs = zero3_sub_groups(inv, W, z.sub_group_size)
+    sgs = pl.sub_groups
     subs: list[list[tuple[int, int]]] = []
     for sg in sgs:
         subs.append([(n, _ceil_div(n, W)) for n in (inv.tensors[i].numel for i in sg.tensors)])
@@ -845,21 +846,18 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
             if nvme and agg + pg > z.offload_param.max_in_cpu:
                 size = max(0, z.offload_param.max_in_cpu - agg)
             agg += pg
-            off = 0
             used = False
             for si in sub_group_of_group[gi]:
-                tot = Sk[si]
-                if not nvme or off + tot <= size:
+                if pl.in_flat[si]:
                     used = True
                 else:
                     flat_of_sub[si] = False
                     for n, p in subs[si]:
                         if p * D < pmin:
                             resident_small += p * D
-                off += tot
             used_any.append(used)
             if nvme:  # every swappable partition is written to NVMe at init, even if kept in RAM
-                nvme_bytes += sum(_align(p, kp) * D for _, p in g if p * D >= pmin)
+                nvme_bytes += zero3_param_swap_bytes(ec, (p for _, p in g))
             if size > 0 and used:
                 pinned_bytes += size * D
             elif size > 0:
@@ -947,10 +945,10 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     # ---- master, moments, fp32 grads per sub-group
     smin = swap_threshold_bytes(ec)
     al = aio_alignment_elems(ec, M)
-    swappable = [oo == "nvme" and s * M >= smin for s in Sk]
+    swappable = pl.opt_swapped
     moments = _moment_items(ec)
     ram = sum(s for s, sw in zip(Sk, swappable) if not sw)
-    files = sum(_align(s, al) for s, sw in zip(Sk, swappable) if sw)
+    files = pl.opt_swap_numel(ec)
     tier = "accelerator" if oo == "none" else "host_pageable"
     b.add(tier, "master_weights", "fp32_master", ram * M, "persistent",
           f"sum_k S_k x 4 = {ram} x 4" + (" (separate copy even for fp32 models)" if ec.model_dtype == "fp32" else ""),
@@ -1036,13 +1034,14 @@ def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None
         kp = aio_alignment_elems(ec, D)
         swapped = [p for p in parts if pmin is not None and p * D >= pmin]
         kept = sum(parts) - sum(swapped)
+        files_bytes = zero3_param_swap_bytes(ec, swapped) if swapped else 0
         b.add(host, "parameters", "frozen_params", kept * D, "persistent",
               f"sum_frozen ceil(n_i / W) x D = {kept} x {D} (host partitions"
               + (f", those below the {pmin:,} B aio swap size)" if pmin is not None else ")"),
               src + (" (pin_memory: page-locked)" if host == "host_pinned" else ""))
         if swapped:
-            files = sum(_align(p, kp) for p in swapped)
-            b.add("nvme", "parameters", "frozen_params", files * D, "persistent",
+            files = files_bytes // D
+            b.add("nvme", "parameters", "frozen_params", files_bytes, "persistent",
                   f"sum over frozen partitions with p_i x D >= {pmin:,} B of A_{kp}(p_i) x D = {files} x {D} "
                   "({ds_id}_param.tensor.swp, read on every fetch, never written after init)",
                   src + "; runtime/swap_tensor/partitioned_param_swapper.py:swap_out_and_release")
@@ -1057,7 +1056,8 @@ def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None
               "engine.py:DeepSpeedEngine._configure_distributed_model")
 
 
-def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int) -> list[tuple[int, int]] | None:
+def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int,
+                            sub_groups: "list[SubGroup] | None" = None) -> list[tuple[int, int]] | None:
     """Per rank (NVMe fp32 gradient file bytes, kept gradient tail bytes) with
     ``offload_optimizer: nvme`` at ZeRO-3 (:func:`zero3_grad_swap_bytes` over every parameter of a
     swappable sub-group), every rank in O(tensors + W); None when there is no optimizer swap.
@@ -1071,7 +1071,7 @@ def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int) -> list
     al = aio_alignment_elems(ec, 4)
     dg = [0] * (W + 1)
     dt = [0] * (W + 1)
-    for sg in zero3_sub_groups(inv, W, ec.zero.sub_group_size):
+    for sg in sub_groups if sub_groups is not None else zero3_sub_groups(inv, W, ec.zero.sub_group_size):
         if sg.numel * 4 < smin:
             continue
         for i in sg.tensors:
@@ -1098,26 +1098,122 @@ def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int) -> list
     return out
 
 
-def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str, ga: int) -> list[RankLedger]:
+@dataclass
+class Placement:
+    """How DeepSpeed lays out and places one ZeRO group's partitions: the facts the ledger's
+    entries are built from, which movement and checkpoint files read instead of deriving them
+    again. Computed once per plan by :func:`placement_of` (for a model-parallel shard, by
+    :func:`placement` inside the ledger). Sizes are elements.
+
+    * ``zero12``: ZeRO-1/2 (and BF16_Optimizer) per trainable param group, its
+      :class:`Zero12Layout` (padding, partition P); empty at other stages.
+    * ``terms``: per data-parallel rank, the only figures its entries depend on: ZeRO-1/2
+      (I_r, Cov_r, P_max,r, F_r, single_r) (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`),
+      ZeRO-3 (NVMe fp32 gradient file bytes, kept tail bytes) (:func:`zero3_grad_swap_by_rank`;
+      (0, 0) without optimizer swap), else None. O(tensors + W), computed once.
+    * ``sub_groups``: ZeRO-3 sub-groups (:func:`zero3_sub_groups`); empty at other stages.
+    * ``opt_swapped``: per sub-group, its fp32 master and moments live in NVMe swap files
+      (``offload_optimizer: nvme`` and S_k x 4 >= max(1 MiB, aio.block_size):
+      ``stage3.py:_swappable_optimizer_subgroup``).
+    * ``in_flat``: per sub-group, its 16-bit partitions live in the pinned per-group flat buffer
+      (``offload_param: nvme`` caps the buffers at ``max_in_cpu`` elements over the groups in
+      order: ``stage3.py:_create_param_groups_fp16_flat_cpu_memory``, ``_move_to_flat_buffer``);
+      all True unless parameters go to NVMe.
+    """
+
+    W: int
+    zero12: list[Zero12Layout]
+    terms: list
+    sub_groups: list[SubGroup]
+    opt_swapped: list[bool]
+    in_flat: list[bool]
+
+    def opt_swap_numel(self, ec: EffectiveConfig) -> int:
+        """Elements of each NVMe swap file set (fp32 master, and each moment alike): the sum over
+        swapped sub-groups of A_k(S_k), k = :func:`aio_alignment_elems` for 4-byte elements
+        (``swap_tensor/optimizer_utils.py:_io_aligned_numel``)."""
+        al = aio_alignment_elems(ec, 4)
+        return sum(_align(sg.numel, al) for sg, sw in zip(self.sub_groups, self.opt_swapped) if sw)
+
+
+def zero3_param_swap_bytes(ec: EffectiveConfig, partitions: "Iterable[int]") -> int:
+    """NVMe bytes of 16-bit parameter partitions ``partitions`` (elements p_i) swapped out by
+    ``offload_param: nvme``: the sum over p_i x D >= max(1 MiB, aio.block_size) of A_k(p_i) x D,
+    k = 1024 x intra_op_parallelism / D (``partitioned_param_swapper.py:swappable_tensor``,
+    ``_io_aligned_numel``)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    pmin = swap_threshold_bytes(ec)
+    kp = aio_alignment_elems(ec, D)
+    return sum(_align(p, kp) * D for p in partitions if p * D >= pmin)
+
+
+def _zero3_in_flat(ec: EffectiveConfig, sgs: list[SubGroup]) -> list[bool]:
+    """Per sub-group: its partitions are in the max_in_cpu flat buffer (see :class:`Placement`)."""
+    out = [True] * len(sgs)
+    if ec.offload_param_effective != "nvme":
+        return out
+    cap = ec.zero.offload_param.max_in_cpu
+    agg = 0
+    for g in sorted({sg.group for sg in sgs}):
+        idx = [k for k, sg in enumerate(sgs) if sg.group == g]
+        pg = sum(sgs[k].numel for k in idx)
+        size = pg if agg + pg <= cap else max(0, cap - agg)
+        agg += pg
+        off = 0
+        for k in idx:
+            out[k] = off + sgs[k].numel <= size
+            off += sgs[k].numel
+    return out
+
+
+def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None = None) -> Placement:
+    """The :class:`Placement` of ``inv`` over a ZeRO group of ``W`` ranks (``wrapper`` defaults
+    to :func:`select_optimizer`'s). O(tensors + W)."""
+    st = ec.zero.stage
+    wrapper = wrapper or select_optimizer(ec)[0]
+    has_groups = bool(inv.groups())
+    zero12: list[Zero12Layout] = []
+    sgs: list[SubGroup] = []
+    if not has_groups:
+        terms: list = [None] * W
+    elif st in (1, 2):
+        zero12 = zero12_layouts(ec, inv, W, wrapper)
+        terms = [t + f for t, f in zip(zero12_rank_terms(ec, zero12, W), zero12_flat_copy(zero12, W))]
+    elif st == 3:
+        sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
+        terms = zero3_grad_swap_by_rank(ec, inv, W, sgs) or [(0, 0)] * W
+    else:
+        terms = [None] * W
+    smin = swap_threshold_bytes(ec)
+    swapped = [ec.offload_optimizer_effective == "nvme" and sg.numel * 4 >= smin for sg in sgs]
+    return Placement(W, zero12, terms, sgs, swapped, _zero3_in_flat(ec, sgs))
+
+
+def placement_of(plan: Plan) -> Placement:
+    """:func:`placement` of the plan's whole inventory over its ZeRO group, once per plan (kept
+    in ``plan.derived``): what the ledger (without model parallelism), movement and checkpoint
+    files all read. Never raises for a config DeepSpeed refuses (the ledger does)."""
+    pl = plan.derived.get("placement")
+    if pl is None:
+        pl = plan.derived["placement"] = placement(plan.config, plan.inventory, plan.cluster.zero_world_size)
+    return pl
+
+
+def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str, ga: int,
+           pl: Placement | None = None) -> list[RankLedger]:
     """One :class:`RankLedger` per distinct set of entries, with the ranks it stands for.
 
     Ranks differ only through a few per-rank figures: ZeRO-1/2 (I_r, Cov_r, P_max,r), ZeRO-3 with
     NVMe optimizer swap the gradient files and tails; stage 0 and every other ZeRO-3 entry are the
     same on every rank. Those figures come for every rank in O(tensors + W)
     (:func:`zero12_all_ranks`, :func:`zero3_grad_swap_by_rank`); the entries are then built once per
-    distinct figure and ranks whose entries coincide are merged."""
+    distinct figure and ranks whose entries coincide are merged. ``pl``: the :class:`Placement`
+    of ``inv`` over ``W`` (computed when None)."""
     st = ec.zero.stage
     has_groups = bool(inv.groups())
     frozen = [t.numel for t in inv.tensors if not t.trainable]
-    if not has_groups:
-        terms: list = [None] * W
-    elif st in (1, 2):
-        layouts = zero12_layouts(ec, inv, W, wrapper)
-        terms = [t + f for t, f in zip(zero12_rank_terms(ec, layouts, W), zero12_flat_copy(layouts, W))]
-    elif st == 3:
-        terms = zero3_grad_swap_by_rank(ec, inv, W) or [(0, 0)] * W
-    else:
-        terms = [None] * W
+    pl = pl or placement(ec, inv, W, wrapper)
+    terms = pl.terms
     by_terms: dict = {}
     for r, k in enumerate(terms):
         lst = by_terms.get(k)
@@ -1133,9 +1229,9 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         elif st == 0:
             _stage0(b, ec, inv, wrapper, basic)
         elif st in (1, 2):
-            _zero12(b, ec, inv, W, wrapper, basic, ga, layouts, k)
+            _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k)
         else:
-            _stage3(b, ec, inv, W, basic, k)
+            _stage3(b, ec, inv, W, basic, pl, k)
         _frozen(b, ec, frozen, W)
         key = tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries)
         if key in roles:
@@ -1235,7 +1331,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     if cl.model_parallel:
         ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga)
     else:
-        ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga)
+        ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
     excluded = [
         "activations (depend on the model's forward, not on the config)",
         "CUDA context, NCCL workspaces, caching-allocator fragmentation, optimizer-kernel temporaries",
