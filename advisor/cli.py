@@ -227,7 +227,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
 def option(name: str, **overrides):
     """The shared option ``name`` (:data:`OPTIONS`), with ``overrides`` (help, required, ...)."""
     decls, kw = OPTIONS[name]
-    return click.option(*decls, **{**kw, **overrides})
+    return _opt(*decls, **{**kw, **overrides})
 
 
 def options(*names: str, **overrides_by_name: dict):
@@ -260,7 +260,7 @@ def format_option(view: str):
     from advisor.render import FORMAT_HELP, formats
 
     choices = formats(view)
-    return click.option("--format", "fmt", type=click.Choice(choices), default="text", show_default=True,
+    return _opt("--format", "fmt", type=click.Choice(choices), default="text", show_default=True,
                         help="; ".join(f"{c}: {FORMAT_HELP[c]}" for c in choices) + ".")
 
 
@@ -307,13 +307,13 @@ def _trainer_options(f):
         return f(*a, **kw)
 
     deco = wrapper
-    deco = click.option("--hidden-size", type=click.IntRange(min=1),
+    deco = _opt("--hidden-size", type=click.IntRange(min=1),
                         help="Model hidden size for the bucket-size \"auto\" values (default: from --model).")(deco)
-    deco = click.option("--fp16", is_flag=True, help="Trainer --fp16.")(deco)
-    deco = click.option("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
+    deco = _opt("--fp16", is_flag=True, help="Trainer --fp16.")(deco)
+    deco = _opt("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
     for opt, name, typ, hlp in reversed(TRAINER_OPTS):
         decls = [opt, name] + (["--num-train-steps", "--num-training-steps"] if name == "max_steps" else [])
-        deco = click.option(*decls, type=FiniteFloat() if typ is float else typ, default=None, help=hlp)(deco)
+        deco = _opt(*decls, type=FiniteFloat() if typ is float else typ, default=None, help=hlp)(deco)
     return deco
 
 
@@ -366,17 +366,17 @@ def _estimate_options(f):
         return f(*a, **kw)
 
     deco = _trainer_options(collect)  # the Trainer arguments last in --help
-    deco = click.option("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
+    deco = _opt("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
                         help="Load phase: one copy of the weights while loading (default yes; no = a random-init "
                              "model plus the loaded state dict, twice the bytes).")(deco)
-    deco = click.option("--load-dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
+    deco = _opt("--load-dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
                         help="Load phase: dtype the weights are built/loaded in (checkpoint dtype / HF torch_dtype). "
                              "Default fp32 (torch's default dtype).")(deco)
-    deco = click.option("--zero-init/--no-zero-init", "zero_init", default=None,
+    deco = _opt("--zero-init/--no-zero-init", "zero_init", default=None,
                         help="Load phase: the model is built under deepspeed.zero.Init (ZeRO-3 only). Default: "
                              "yes at ZeRO-3 (what the HF Trainer does), else no.")(deco)
     deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
-    deco = click.option("--fragmentation", type=FiniteFloat(0, 1), default=0.05, show_default=True,
+    deco = _opt("--fragmentation", type=FiniteFloat(0, 1), default=0.05, show_default=True,
                         help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
@@ -536,12 +536,99 @@ def _release_option(f):
             kw["release"] = rel
         return f(*a, **kw)
 
-    return click.option("--deepspeed-version", "deepspeed_version", metavar="X.Y.Z",
+    return _opt("--deepspeed-version", "deepspeed_version", metavar="X.Y.Z",
                         help="DeepSpeed release the job runs (default: the installed deepspeed, read from package "
                              "metadata; else 0.19.8). Findings name the release.")(wrapper)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# ---------------------------------------------------------------------------------------------
+# Lazy commands: a command's click objects (one Option per flag, ~190 in all) are built only when
+# the command is invoked (or --help lists them), so `lint` does not pay for the other ten.
+
+
+def _opt(*decls, **attrs):
+    """``click.option``, recorded on the function and built when its command is first used."""
+    def deco(f):
+        f.__dict__.setdefault("__lazy_params__", []).append((attrs.pop("cls", click.Option), decls, attrs))
+        return f
+    return deco
+
+
+def _arg(*decls, **attrs):
+    """``click.argument``, recorded like :func:`_opt`."""
+    def deco(f):
+        f.__dict__.setdefault("__lazy_params__", []).append((attrs.pop("cls", click.Argument), decls, attrs))
+        return f
+    return deco
+
+
+class _LazyCommands(dict):
+    """``Group.commands``: name -> click.Command, each built on first access from the function and
+    the parameters :func:`_opt` / :func:`_arg` recorded (in the order click would have built them)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.pending: dict[str, tuple] = {}
+
+    def _build(self, name: str) -> None:
+        f, kwargs = self.pending.pop(name)
+        f.__click_params__ = [cls(decls, **attrs) for cls, decls, attrs in f.__dict__.pop("__lazy_params__", [])]
+        super().__setitem__(name, click.command(name, **kwargs)(f))
+
+    def _build_all(self) -> None:
+        for name in list(self.pending):
+            self._build(name)
+
+    def __getitem__(self, name):
+        if name in self.pending:
+            self._build(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        if name in self.pending:
+            self._build(name)
+        return super().get(name, default)
+
+    def __contains__(self, name) -> bool:
+        return name in self.pending or super().__contains__(name)
+
+    def __iter__(self):
+        self._build_all()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        return super().__len__() + len(self.pending)
+
+    def keys(self):
+        self._build_all()
+        return super().keys()
+
+    def items(self):
+        self._build_all()
+        return super().items()
+
+    def values(self):
+        self._build_all()
+        return super().values()
+
+
+class _LazyGroup(click.Group):
+    """A click group whose ``@group.command()`` defers building the command (see above)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.commands = _LazyCommands(self.commands)
+
+    def command(self, *args, **kwargs):  # type: ignore[override]
+        def deco(f):
+            name = args[0] if args and isinstance(args[0], str) else kwargs.pop("name", None)
+            name = name or f.__name__.lower().replace("_", "-")
+            self.commands.pending[name] = (f, kwargs)
+            return f
+        return deco
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name=f"ds-advisor (DeepSpeed {DEEPSPEED_VERSION} accounting)")
 def main() -> None:
     """Lint DeepSpeed configs and account for every byte of training state per rank.
@@ -552,13 +639,13 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True)
+@_arg("paths", nargs=-1, required=True)
 @options("world_size", *MODEL_OPTIONS, "hf", "set",
          world_size=dict(help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS): enables the batch-size check."),
          model=dict(help=MODEL_HELP + " Enables model-dependent rules."))
-@click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
+@_opt("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
               help="Exit 1 when a finding at or above this severity exists.")
-@click.option("--select", help="Comma-separated rule codes to run (default: all).")
+@_opt("--select", help="Comma-separated rule codes to run (default: all).")
 @format_option("lint")
 @_release_option
 @_trainer_options
@@ -642,7 +729,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
 
 
 @main.command()
-@click.argument("code", required=False)
+@_arg("code", required=False)
 def explain(code):
     """Explain a rule code (or list all codes)."""
     from advisor.rules import all_rules
@@ -662,10 +749,10 @@ def explain(code):
 
 
 @main.command()
-@click.argument("config")
+@_arg("config")
 @_estimate_options
-@click.option("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
-@click.option("--compare-deepspeed", is_flag=True,
+@_opt("--explain", "explain_", is_flag=True, help="Show every item with its formula and DeepSpeed source.")
+@_opt("--compare-deepspeed", is_flag=True,
               help="Also show DeepSpeed's own estimate_zero2/zero3 figures (imports deepspeed: slow).")
 @format_option("estimate")
 @_release_option
@@ -711,15 +798,15 @@ MEASURE_MAX_RANKS = 64
 
 
 @main.command()
-@click.argument("config")
+@_arg("config")
 @options(*MODEL_OPTIONS, "world_size",
          model=dict(help=MODEL_HELP + " Its real tensor shapes are built."),
          world_size=dict(type=click.IntRange(min=1, max=MEASURE_MAX_RANKS), default=1, show_default=True,
                          help="Ranks to launch on this machine (torch.distributed.run)."))
-@click.option("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=600, show_default=True,
+@_opt("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
+@_opt("--timeout", "timeout_s", type=FiniteFloat(min=1), default=600, show_default=True,
               help="Seconds before the launch is stopped.")
-@click.option("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
+@_opt("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
 @format_option("measure")
 def measure(config, model, params, world_size, steps, timeout_s, allow_large, fmt):
     """Run the real DeepSpeed engine on CONFIG and put its bytes beside the ledger's.
@@ -780,7 +867,7 @@ def run() -> None:
 
 
 @main.command()
-@click.argument("config")
+@_arg("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS,
          "gpu_memory", "host_memory", "hardware", "hf", **UNSET_WORKLOAD,
          world_size=dict(help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs)."),
@@ -789,10 +876,10 @@ def run() -> None:
          host_memory=dict(help="Host memory per node, e.g. 512GB (beats /proc/meminfo MemAvailable)."),
          hardware=dict(help=HARDWARE_HELP + " Used where flags, the environment and the probes say nothing."),
          hf=dict(help='Config is used through the HF Trainer ("auto" is filled in).'))
-@click.option("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
+@_opt("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
 @format_option("check")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
+@_opt("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 @_release_option
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
@@ -846,13 +933,13 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
 
 
 @main.command()
-@click.argument("config")
+@_arg("config")
 @option("hf", help="Resolve as the HF Trainer does (implied for an accelerate config YAML).")
 @_trainer_options
 @options("model", "world_size",
          model=dict(help=MODEL_HELP + " Gives hidden_size for the bucket sizes."),
          world_size=dict(help="Total ranks (default: the accelerate YAML's num_processes, WORLD_SIZE, else 1)."))
-@click.option("--show-filled", is_flag=True, help="Also list every filled key with its source, on stderr.")
+@_opt("--show-filled", is_flag=True, help="Also list every filled key with its source, on stderr.")
 @_release_option
 def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_filled):
     """Print the DeepSpeed config the HF Trainer / accelerate hand to DeepSpeed, "auto" resolved.
@@ -918,18 +1005,18 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @options("model", "hardware",
          model=dict(required=True),
          hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
-@click.option("--nodes", type=click.IntRange(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
+@_opt("--nodes", type=click.IntRange(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
 @options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
-@click.option("--global-batch", type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH), required=True,
+@_opt("--global-batch", type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
 @options("seq_len", "output", "force", "hf",
          seq_len=dict(required=True, help="Tokens per sequence."),
          output=dict(help="Write the best config here (default: stdout; the table then goes to stderr)."),
          hf=dict(help='Write "auto" where the HF Trainer fills values in.'))
-@click.option("--margin", default="10%", show_default=True, help="Share of every tier's capacity kept free.")
-@click.option("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
-@click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
+@_opt("--margin", default="10%", show_default=True, help="Share of every tier's capacity kept free.")
+@_opt("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
+@_opt("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
 @format_option("generate")
 @_release_option
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
@@ -1009,7 +1096,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
 
 
 @main.command()
-@click.argument("config")
+@_arg("config")
 @_estimate_options
 @options("output", "force", output=dict(required=True, help="The HTML file to write (e.g. report.html)."),
          force=dict(help="Overwrite --output when it exists."))
@@ -1049,22 +1136,22 @@ def report(config, est, output, force):
 
 
 @main.command()
-@click.argument("config")
+@_arg("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node",
          gpus_per_node=dict(help="Ranks per node (default 8, at most world size)."))
-@click.option("--nodes", type=click.IntRange(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
-@click.option("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
-@click.option("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
-@click.option("--node-mtbf-hours", type=FiniteFloat(min=0, min_open=True),
+@_opt("--nodes", type=click.IntRange(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
+@_opt("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
+@_opt("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
+@_opt("--node-mtbf-hours", type=FiniteFloat(min=0, min_open=True),
               help="Mean time between failures of one node, hours (enables the Young/Daly interval).")
-@click.option("--restart-seconds", type=FiniteFloat(min=0), default=300.0, show_default=True,
+@_opt("--restart-seconds", type=FiniteFloat(min=0), default=300.0, show_default=True,
               help="Time from a failure to the job running again, before reloading the checkpoint.")
 @option("step_time_s")
-@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
+@_opt("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
 @option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
         "its wear; its node count is the --nodes default.")
-@click.option("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
-@click.option("--save-interval", type=FiniteFloat(min=0, min_open=True),
+@_opt("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
+@_opt("--save-interval", type=FiniteFloat(min=0, min_open=True),
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @format_option("checkpoint")
 @_release_option
@@ -1102,7 +1189,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 
 
 @main.command()
-@click.argument("spec", required=False)
+@_arg("spec", required=False)
 @format_option("hardware")
 def hardware(spec, fmt):
     """List built-in hardware presets, or show one preset / JSON spec file (SPEC) in full."""

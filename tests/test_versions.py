@@ -250,3 +250,31 @@ def test_text_reports_name_a_release_other_than_0198(tmp_path, cmd):
     args = [a.replace("{cfg}", str(cfg)) for a in cmd]
     assert "release: DeepSpeed 0.17.6" in run_cli(args + ["--deepspeed-version", "0.17.6"]).stdout
     assert "release: DeepSpeed" not in run_cli(args + ["--deepspeed-version", "0.19.8"]).stdout
+
+
+def test_installed_release_reads_what_importlib_metadata_reads():
+    """The direct dist-info read (lint does not import importlib.metadata) against the standard
+    library's own lookup of the installed deepspeed."""
+    import importlib.metadata as md
+
+    from advisor.config.versions import installed_release
+    try:
+        expected = md.version("deepspeed")
+    except md.PackageNotFoundError:
+        expected = None
+    assert installed_release() == expected
+
+
+def test_installed_release_first_dist_info_on_sys_path(tmp_path, monkeypatch):
+    import importlib.metadata as md
+
+    from advisor.config.versions import installed_release
+    for sub, ver in (("a", "0.14.5"), ("b", "0.19.8")):
+        d = tmp_path / sub / f"deepspeed-{ver}.dist-info"
+        d.mkdir(parents=True)
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {ver}\n\nbody Version: 9\n")
+    (tmp_path / "a" / "deepspeed_advisor-0.1.0.dist-info").mkdir()
+    monkeypatch.setattr("sys.path", [str(tmp_path / "none"), str(tmp_path / "a"), str(tmp_path / "b")])
+    assert installed_release() == "0.14.5" == md.version("deepspeed")
+    monkeypatch.setattr("sys.path", [str(tmp_path / "none")])
+    assert installed_release() is None
