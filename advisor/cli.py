@@ -414,7 +414,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     Warnings go to stderr at once, or into ``warnings`` when given (``report`` prints them only
     once its file is written, so a failed write is one line)."""
     from advisor.cluster.hardware import Capacity
-    from advisor.plan import Cluster, Workload, build_plan
+    from advisor.plan import Cluster, Workload
+    from advisor.planning import build_plan
     from advisor.views.estimate import estimate as run_estimate
     from advisor.views.lint import lint_config
 
@@ -1161,7 +1162,8 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
     and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
-    from advisor.plan import Cluster, build_plan
+    from advisor.plan import Cluster
+    from advisor.planning import build_plan
     from advisor.render import render
     from advisor.views.checkpoint import checkpoint_view
     from advisor.units import parse_size

@@ -6,7 +6,7 @@ with ``--hf`` first the HF Trainer / accelerate resolution of ``"auto"``,
 (:func:`advisor.ledger.state.compute_ledger`) -> views (lint, estimate, check, checkpoint,
 report, generate).
 
-:func:`build_plan` is called once per command; every view reads the same :class:`Plan` and
+:func:`advisor.planning.build_plan` is called once per command; every view reads the same :class:`Plan` and
 never re-derives the effective config, the HF resolution or the cluster shape. The plan is
 pure data: this module imports neither the ledger nor the views (nor torch, deepspeed, click).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from advisor import DEEPSPEED_VERSION
 from advisor.config.effective import EffectiveConfig, effective_config
+from advisor.config.versions import DEFAULT_RELEASE, current_release
 from advisor.model.inventory import Inventory
 
 if TYPE_CHECKING:
@@ -110,7 +110,6 @@ class Plan:
     inventory: Inventory
     cluster: Cluster = field(default_factory=Cluster)
     workload: Workload = field(default_factory=Workload)
-    deepspeed_version: str = DEEPSPEED_VERSION
     written: EffectiveConfig | None = None
     hf: HFResolution | None = None
     loaded: "LoadedConfig | None" = None
@@ -120,6 +119,14 @@ class Plan:
     derived: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
+    def deepspeed_version(self) -> str:
+        """The DeepSpeed release the job runs, as the command selected it
+        (:func:`advisor.config.versions.current_release`: ``--deepspeed-version``, else the
+        installed deepspeed), 0.19.8 when none is set."""
+        r = current_release()
+        return r.requested if r is not None else DEFAULT_RELEASE
+
+    @property
     def as_written(self) -> EffectiveConfig:
         """The effective config of the file as written (lint's view)."""
         return self.written if self.written is not None else self.config
@@ -127,34 +134,6 @@ class Plan:
     @property
     def source(self) -> str:
         return self.loaded.source if self.loaded is not None else ""
-
-
-def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | None = None, *,
-               workload: Workload | None = None, hf: bool = False, trainer_args: dict | None = None,
-               hidden_size: int | None = None) -> Plan:
-    """The :class:`Plan` of ``loaded`` on ``inventory`` and ``cluster`` (default one rank).
-
-    With ``hf`` (or any ``trainer_args``: :class:`advisor.config.hf.TrainerArgs` fields) the
-    config is first resolved as the HF Trainer does it, once
-    (:func:`advisor.config.hf.resolve_for_estimate`: "auto" batch sizes, precision, bucket
-    sizes from the model's hidden size or ``hidden_size``); ``Plan.config`` is then the
-    effective config of the resolved dict, ``Plan.written`` that of the file. Never raises on
-    bad values (they fall back to DeepSpeed's defaults with a note, see
-    :func:`advisor.config.effective.effective_config`)."""
-    cluster = cluster or Cluster()
-    written = effective_config(loaded.data)
-    resolution = None
-    config = written
-    if hf or trainer_args:
-        from advisor.config.hf import resolve_for_estimate
-
-        t = dict(trainer_args or {})
-        h = t.pop("hidden_size", None) or hidden_size
-        resolved, found = resolve_for_estimate(loaded.data, t, inventory, cluster.world_size, hidden_size=h)
-        resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None)
-        config = effective_config(resolved)
-    return Plan(config=config, inventory=inventory, cluster=cluster, workload=workload or Workload(),
-                written=written if resolution is not None else None, hf=resolution, loaded=loaded)
 
 
 def plan_of(config: "dict[str, Any] | EffectiveConfig", inventory: Inventory, cluster: Cluster | None = None,

@@ -56,3 +56,23 @@ def human(n: int | float) -> str:
         if abs(n) >= size:
             return f"{n / size:,.2f} {unit}"
     return f"{int(n)} B"
+
+
+def duration_text(s: float | None, none: str = "n/a") -> str:
+    """A duration in seconds as people read it: ``12.3 s`` below 2 minutes, ``4.5 min`` below 2
+    hours, else ``1.25 h``; ``none`` for None."""
+    if s is None:
+        return none
+    if s < 120:
+        return f"{s:,.1f} s"
+    if s < 7200:
+        return f"{s / 60:,.1f} min"
+    return f"{s / 3600:,.2f} h"
+
+
+def days_text(d: float | None, none: str = "unknown") -> str:
+    """A span in days: ``123.4 days`` below ten years, else ``27 years`` (365-day years); ``none``
+    for None."""
+    if d is None:
+        return none
+    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"

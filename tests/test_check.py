@@ -495,7 +495,7 @@ def test_nvme_without_path_reported_once(tmp_path):
 
 def test_check_hf_resolves_auto_like_estimate_hf(tmp_path):
     """check --hf applies the HF Trainer's resolution of "auto" exactly as estimate --hf does
-    (one advisor.plan.build_plan), and both equal the estimate of the config resolved by hand
+    (one advisor.planning.build_plan), and both equal the estimate of the config resolved by hand
     from the Trainer's rules (transformers integrations/deepspeed.py trainer_config_process /
     trainer_config_finalize with TrainingArguments' defaults: per_device_train_batch_size 8,
     gradient_accumulation_steps 1, no bf16/fp16 flag -> bf16 off; hidden size h = 2048 for

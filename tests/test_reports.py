@@ -317,7 +317,8 @@ def _report(out: Path, *extra: str, cfg: Path = NVME_SAMPLE):
 def _estimate_nvme():
     from advisor.cluster.hardware import Capacity
     from advisor.views.estimate import estimate
-    from advisor.plan import Cluster, build_plan
+    from advisor.plan import Cluster
+    from advisor.planning import build_plan
     from advisor.config.loading import load_config
     from advisor.model.specs import resolve_model
 
@@ -620,7 +621,8 @@ def test_report_checkpoint_section_is_tables_not_dicts(tmp_path, config):
 
 def _estimate_checkpoint(config: str) -> dict:
     from advisor.views.estimate import estimate
-    from advisor.plan import Cluster, build_plan
+    from advisor.plan import Cluster
+    from advisor.planning import build_plan
     from advisor.config.loading import load_config
     from advisor.model.specs import resolve_model
 

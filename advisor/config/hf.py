@@ -738,7 +738,7 @@ def findings_for_context(ctx: Any) -> list[Finding]:
     targs = dict(targs or {})
     ws = targs.pop("world_size", None) or ctx.world_size
     hidden = targs.pop("hidden_size", None)
-    res = ctx.plan.hf if ctx.plan is not None else None  # the command's plan resolved it already (advisor.plan.build_plan)
+    res = ctx.plan.hf if ctx.plan is not None else None  # the command's plan resolved it already (advisor.planning.build_plan)
     if res is not None:
         found = list(res.findings)
     else:

@@ -28,7 +28,7 @@ from typing import Any
 
 from advisor.errors import AdvisorError
 
-DEFAULT_RELEASE = "0.19.8"
+from advisor import DEEPSPEED_VERSION as DEFAULT_RELEASE  # noqa: E402  (the one constant)
 
 #: Code-path changes between releases, each with the source that shows it. ``marker`` is text
 #: that the file ``file`` contains from release ``since`` on (and not in the checked release

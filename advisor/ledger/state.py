@@ -3,7 +3,7 @@
 INTERFACE (stable; views depend on it):
 
 * :class:`advisor.plan.Plan` — the effective config x the model inventory x the cluster shape
-  (built once per command by :func:`advisor.plan.build_plan`; re-exported here).
+  (built once per command by :func:`advisor.planning.build_plan`; re-exported here).
 * :func:`compute_ledger(plan) -> Ledger` — one :class:`RankLedger` per data-parallel rank.
 * Each :class:`Entry` is one allocation DeepSpeed makes: which rank, tier, state class, the
   fine-grained item name (the vocabulary below, shared with ``advisor.engine.measure``), bytes,
@@ -580,14 +580,14 @@ class OptimizerStates:
 #: basic optimizer -> (state keys, step bytes, source). Measured by tests/engine (parity cells
 #: *-adagrad, *-torch_adam) against the installed 0.19.8 / torch 2.13.
 _OPTIMIZER_STATES: dict[str, tuple[tuple[str, ...], int, str]] = {
-    "FusedAdam": (("exp_avg", "exp_avg_sq"), 0, "ops/adam/fused_adam.py:FusedAdam.step (step: python int)"),
+    "FusedAdam": (("exp_avg", "exp_avg_sq"), 0, "ops/adam/fused_adam.py:FusedAdam.step"),
     "DeepSpeedCPUAdam": (("exp_avg", "exp_avg_sq"), 0, "ops/adam/cpu_adam.py:DeepSpeedCPUAdam.step"),
     "AdamW": (("exp_avg", "exp_avg_sq"), 4, "torch/optim/adamw.py:AdamW._init_group (0-dim fp32 step tensor)"),
     "Adam": (("exp_avg", "exp_avg_sq"), 4, "torch/optim/adam.py:Adam._init_group (0-dim fp32 step tensor)"),
     "Adagrad": (("sum",), 4, "torch/optim/adagrad.py:Adagrad.__init__ (state 'sum' full_like(param), "
                 "0-dim fp32 step tensor, made at construction)"),
     "DeepSpeedCPUAdagrad": (("exp_avg_sq",), 0, "ops/adagrad/cpu_adagrad.py:DeepSpeedCPUAdagrad.step "
-                            "(state 'exp_avg_sq' zeros_like(param) on cpu; step: python int)"),
+                            "(state 'exp_avg_sq' zeros_like(param) on cpu)"),
     "FusedLion": (("exp_avg",), 0, "ops/lion/fused_lion.py:FusedLion.step"),
     "DeepSpeedCPULion": (("exp_avg",), 0, "ops/lion/cpu_lion.py:DeepSpeedCPULion.step"),
 }

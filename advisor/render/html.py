@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor import DEEPSPEED_VERSION, __version__
+from advisor.units import duration_text
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 
 if TYPE_CHECKING:
@@ -365,13 +366,7 @@ def _bytes(n: int | None) -> str:
 
 
 def _secs(s: float | None) -> str:
-    if s is None:
-        return "\u2014"
-    if s < 120:
-        return f"{s:,.1f} s"
-    if s < 7200:
-        return f"{s / 60:,.1f} min"
-    return f"{s / 3600:,.2f} h"
+    return duration_text(s, "\u2014")
 
 
 def _bandwidth(b: float | None) -> str:

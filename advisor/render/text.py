@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from advisor.errors import EXIT_PROBE
 from advisor.findings import Finding
-from advisor.units import gb, gib
+from advisor.units import duration_text, gb, gib
 from advisor.config.versions import release_lines
 
 if TYPE_CHECKING:
@@ -291,13 +291,7 @@ def movement_lines(section: dict[str, Any]) -> list[str]:
 
 
 def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "n/a"
-    if s < 120:
-        return f"{s:,.1f} s"
-    if s < 7200:
-        return f"{s / 60:,.1f} min"
-    return f"{s / 3600:,.2f} h"
+    return duration_text(s)
 
 
 def _size(n: int) -> str:

@@ -37,12 +37,7 @@ from typing import Any, Iterable
 from advisor.findings import Finding
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import fmt_bytes
-
-
-def _days(d: float | None) -> str:
-    if d is None:
-        return "unlimited"
-    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
+from advisor.units import days_text
 
 
 @register
@@ -87,7 +82,7 @@ class CheckpointOnReadOriented(Rule):
             if st["rated_write_bytes"]:
                 days = st["days_of_life"]
                 msg += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance "
-                        f"({tier.endurance.describe()}) per day, used up in {_days(days)}")
+                        f"({tier.endurance.describe()}) per day, used up in {days_text(days, 'unlimited')}")
                 wd = st["warranty_days"]
                 if wd is not None and days is not None and days < wd:
                     severity = "error"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from advisor.config.loading import LoadedConfig
     from advisor.config.versions import Release
     from advisor.cluster.hardware import Hardware
+    from advisor.plan import Cluster, Plan
 
 
 @dataclass
@@ -63,13 +64,11 @@ class LintContext:
     #: Seconds per optimizer step (--step-time), for bytes written per day. None when unknown.
     step_time_s: float | None = None
     #: The parallel layout (tensor/pipeline/sequence/expert degrees) for the G rules; None = pure
-    #: data parallelism over world_size. An :class:`advisor.plan.Cluster` (typed Any here: rules
-    #: may not import advisor.plan, which imports the HF replay, which emits through this module).
-    cluster: Any = None
-    #: The command's plan (:func:`advisor.plan.build_plan`) when it has one (estimate, check,
+    #: data parallelism over world_size.
+    cluster: "Cluster | None" = None
+    #: The command's plan (:func:`advisor.planning.build_plan`) when it has one (estimate, check,
     #: report): its HF resolution and derived facts (movements) are read, not computed again.
-    #: An :class:`advisor.plan.Plan` or None (typed Any for the reason given at ``cluster``).
-    plan: Any = None
+    plan: "Plan | None" = None
     cache: LintCache = field(default_factory=LintCache)
 
     @property

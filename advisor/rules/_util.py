@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.findings import pointer
+from advisor.units import days_text
 
 AUTO = "auto"
 
@@ -100,12 +101,6 @@ def hf_findings(ctx: Any) -> list:
     return findings_for_context(ctx)
 
 
-def _days(d: float | None) -> str:
-    if d is None:
-        return "unknown"
-    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
-
-
 def implied_step_time(line: Any) -> float | None:
     """Seconds per step the tier's NVMe traffic alone takes on one node: its writes at the drive's
     write bandwidth plus its reads at its read bandwidth (one drive serves both;
@@ -142,5 +137,5 @@ def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict) -> str:
     data.update(step_time_seconds=step_time_s, steps_per_day=spd, bytes_written_per_day=per_day,
                 days_of_life=days if days is not None else line.days_of_life)
     if tier.rated_write_bytes:
-        out += f", and the drive's rated endurance ({tier.endurance.describe()}) is used up in {_days(days)}"
+        out += f", and the drive's rated endurance ({tier.endurance.describe()}) is used up in {days_text(days)}"
     return out

@@ -565,10 +565,11 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     (:func:`advisor.views.workload.resolve`: flags, the sidecar generate wrote, defaults); every
     value not given as a flag is listed in the result's warnings as an assumption.
     ``hf`` / ``trainer_args``: the config goes through the HF Trainer; "auto" is resolved exactly
-    as ``estimate --hf`` resolves it (:func:`advisor.plan.build_plan`), so both give the same bytes.
+    as ``estimate --hf`` resolves it (:func:`advisor.planning.build_plan`), so both give the same bytes.
     """
     from advisor.cluster.hardware import Capacity
-    from advisor.plan import Cluster, build_plan
+    from advisor.plan import Cluster
+    from advisor.planning import build_plan
     from advisor.views.estimate import estimate
     from advisor.views.lint import lint_config
 

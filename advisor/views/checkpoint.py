@@ -14,7 +14,7 @@ from advisor.plan import Plan
 
 def checkpoint_view(plan: Plan, **options: Any) -> CheckpointPlan:
     """:func:`advisor.ledger.checkpoint.checkpoint_plan` of the command's ``plan``
-    (:func:`advisor.plan.build_plan`; same keyword ``options``: keep, bandwidths in bytes/s,
+    (:func:`advisor.planning.build_plan`; same keyword ``options``: keep, bandwidths in bytes/s,
     nodes, node_mtbf_hours, step_time_s, restart_s, hardware, save_dir, save_interval_s), with
     ``findings`` set: T003 when the save dir lies on a read-oriented storage tier of the hardware
     spec. Raises ValueError as checkpoint_plan does."""

@@ -492,7 +492,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
              fragmentation: float = DEFAULT_FRAGMENTATION, hardware: Any = None,
              step_time_s: float | None = None, load: LoadAssumption | None = None,
              hf: bool = False) -> EstimateResult:
-    """Run the ledger (and activations) for ``plan`` (:func:`advisor.plan.build_plan`) and
+    """Run the ledger (and activations) for ``plan`` (:func:`advisor.planning.build_plan`) and
     summarise it: roles, fit against ``capacity`` (bytes), movement and checkpoint sections.
 
     ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_time_s`` give the movement section

@@ -138,11 +138,11 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
         from advisor.cluster.hardware import Capacity
         from advisor.views.estimate import estimate
         cap = case.get("capacity", {})
-        from advisor.plan import build_plan
+        from advisor.planning import build_plan
         return estimate(build_plan(loaded, inv, Cluster(world_size=ws or 1)),
                         Capacity(accelerator=cap.get("accelerator"), host=cap.get("host"), nvme=None)).findings
     if via == "checkpoint":
-        from advisor.plan import build_plan
+        from advisor.planning import build_plan
         from advisor.views.checkpoint import checkpoint_view
         return checkpoint_view(build_plan(loaded, inv, Cluster(world_size=ws or 1)),
                                hardware=_hardware(case), save_dir=case.get("save_dir")).findings

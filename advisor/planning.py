@@ -1,0 +1,45 @@
+"""build_plan: the one :class:`advisor.plan.Plan` of a command, from the loaded config.
+
+Kept apart from :mod:`advisor.plan` (the plan's data types) because it runs the HF Trainer /
+accelerate resolution (:mod:`advisor.config.hf`), which emits findings through the rules
+registry: the rules can then name the plan's types without an import cycle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from advisor.config.effective import effective_config
+from advisor.model.inventory import Inventory
+from advisor.plan import Cluster, HFResolution, Plan, Workload
+
+if TYPE_CHECKING:
+    from advisor.config.loading import LoadedConfig
+
+
+def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | None = None, *,
+               workload: Workload | None = None, hf: bool = False, trainer_args: dict | None = None,
+               hidden_size: int | None = None) -> Plan:
+    """The :class:`Plan` of ``loaded`` on ``inventory`` and ``cluster`` (default one rank).
+
+    With ``hf`` (or any ``trainer_args``: :class:`advisor.config.hf.TrainerArgs` fields) the
+    config is first resolved as the HF Trainer does it, once
+    (:func:`advisor.config.hf.resolve_for_estimate`: "auto" batch sizes, precision, bucket
+    sizes from the model's hidden size or ``hidden_size``); ``Plan.config`` is then the
+    effective config of the resolved dict, ``Plan.written`` that of the file. Never raises on
+    bad values (they fall back to DeepSpeed's defaults with a note, see
+    :func:`advisor.config.effective.effective_config`)."""
+    cluster = cluster or Cluster()
+    written = effective_config(loaded.data)
+    resolution = None
+    config = written
+    if hf or trainer_args:
+        from advisor.config.hf import resolve_for_estimate
+
+        t = dict(trainer_args or {})
+        h = t.pop("hidden_size", None) or hidden_size
+        resolved, found = resolve_for_estimate(loaded.data, t, inventory, cluster.world_size, hidden_size=h)
+        resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None)
+        config = effective_config(resolved)
+    return Plan(config=config, inventory=inventory, cluster=cluster, workload=workload or Workload(),
+                written=written if resolution is not None else None, hf=resolution, loaded=loaded)
