@@ -136,3 +136,66 @@ def test_engine_accepts_m001s_computed_fix(engine_runs, fix_value):
     assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
     assert len(d["steps"]) == 1
     assert _m001(_config("/nvme", fix_value)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# M004: a module whose own NVMe-resident partitions outnumber offload_param.buffer_count
+
+TWO_NUMEL = 1031 * 1024  # each of the module's two weights (2,111,488 B in bf16 >= 1 MiB: swapped)
+
+
+def _m004_config(nvme: str, buffer_count: int) -> dict:
+    return {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 3, "offload_param": {
+                "device": "nvme", "nvme_path": nvme, "buffer_count": buffer_count, "buffer_size": 1_100_000}}}
+
+
+def _m004_inventory() -> Inventory:
+    return Inventory(name="two-frozen", tensors=[TensorSpec("m.a", (1031, 1024), trainable=False),
+                                                 TensorSpec("m.b", (1031, 1024), trainable=False),
+                                                 TensorSpec("head.weight", (8, 1031)), TensorSpec("head.bias", (8,))])
+
+
+def _m004(cfg: dict) -> list:
+    loaded = parse_text(json.dumps(cfg), "m004.json")
+    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_m004_inventory(),
+                       select={"M004"})
+
+
+@pytest.fixture(scope="module")
+def m004_runs(tmp_path_factory):
+    if not _aio_ok():
+        pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
+    from advisor.engine.measure import run_process_group
+    base = tmp_path_factory.mktemp("m004")
+    bad = _m004(_m004_config("/nvme", 1))
+    assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
+    fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
+    res = {"fix": fix}
+    for cid, bc in (("one_buffer", 1), ("fixed", fix)):
+        nv = base / f"nvme_{cid}"
+        nv.mkdir()
+        job, out = base / f"{cid}.json", base / f"{cid}.out.json"
+        job.write_text(json.dumps({"config": _m004_config(str(nv), bc), "steps": 1, "frozen": True}))
+        env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        with open(base / f"{cid}.log", "w") as fh:
+            rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(job), str(out)], 900,
+                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
+        assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
+        res[cid] = json.loads(out.read_text())
+    return res
+
+
+def test_engine_refuses_a_module_with_more_nvme_partitions_than_buffers(m004_runs):
+    d = m004_runs["one_buffer"]
+    assert "error" in d, "DeepSpeed ran a module with 2 NVMe partitions on 1 swap buffer"
+    # swap_in (partitioned_param_swapper.py): both frozen weights of module m are swapped in together
+    assert "Not enough buffers 1 for swapping 2" in d["error"], d.get("traceback")
+
+
+def test_engine_accepts_m004s_buffer_count(m004_runs):
+    assert m004_runs["fix"] == 2
+    d = m004_runs["fixed"]
+    assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
+    assert _m004(_m004_config("/nvme", 2)) == []
