@@ -322,6 +322,16 @@ def _device(v: Any) -> Device | None:
     return None
 
 
+#: (field, converter) of each section read by name from the defaults table, in reading order.
+_OFFLOAD_PARAM_READ = (("device", _device), ("nvme_path", _path), ("buffer_count", _as_int),
+                       ("buffer_size", _as_int), ("max_in_cpu", _as_int), ("pin_memory", _as_bool))
+_OFFLOAD_OPTIMIZER_READ = (("device", _device), ("nvme_path", _path), ("buffer_count", _as_int),
+                           ("pin_memory", _as_bool), ("pipeline_read", _as_bool), ("pipeline_write", _as_bool),
+                           ("fast_init", _as_bool), ("ratio", _as_float), ("super_offload", _as_bool))
+_AIO_READ = (("block_size", _as_int), ("queue_depth", _as_int), ("intra_op_parallelism", _as_int),
+             ("single_submit", _as_bool), ("overlap_events", _as_bool), ("use_gds", _as_bool))
+
+
 def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     """Build the EffectiveConfig DeepSpeed 0.19.8 would use for the raw config dict.
 
@@ -330,7 +340,6 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     """
     notes: list[Note] = []
     ec = EffectiveConfig(notes=notes)
-    top = _Reader(notes, raw, "", pydantic=False)
 
     for name in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
         v = raw.get(name)
@@ -387,37 +396,18 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     if z.allgather_sequential:
         z.prefetch_bucket_size = 1
 
-    op = zraw.get("offload_param")
-    if isinstance(op, dict):
-        r = _Reader(notes, op, "/zero_optimization/offload_param", True)
-        z.offload_param = OffloadParam(
-            device=r.setting(_device, OFFLOAD_PARAM, "device"),
-            nvme_path=r.setting(_path, OFFLOAD_PARAM, "nvme_path"),
-            buffer_count=r.setting(_as_int, OFFLOAD_PARAM, "buffer_count"),
-            buffer_size=r.setting(_as_int, OFFLOAD_PARAM, "buffer_size"),
-            max_in_cpu=r.setting(_as_int, OFFLOAD_PARAM, "max_in_cpu"),
-            pin_memory=r.setting(_as_bool, OFFLOAD_PARAM, "pin_memory"),
-        )
-    elif _as_bool(zraw.get("cpu_offload_param")):
-        z.offload_param = OffloadParam(device="cpu")
-        notes.append(Note("/zero_optimization/cpu_offload_param", "deprecated: means offload_param.device cpu", "deprecated-alias"))
-    oo = zraw.get("offload_optimizer")
-    if isinstance(oo, dict):
-        r = _Reader(notes, oo, "/zero_optimization/offload_optimizer", True)
-        z.offload_optimizer = OffloadOptimizer(
-            device=r.setting(_device, OFFLOAD_OPTIMIZER, "device"),
-            nvme_path=r.setting(_path, OFFLOAD_OPTIMIZER, "nvme_path"),
-            buffer_count=r.setting(_as_int, OFFLOAD_OPTIMIZER, "buffer_count"),
-            pin_memory=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "pin_memory"),
-            pipeline_read=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "pipeline_read"),
-            pipeline_write=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "pipeline_write"),
-            fast_init=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "fast_init"),
-            ratio=r.setting(_as_float, OFFLOAD_OPTIMIZER, "ratio"),
-            super_offload=r.setting(_as_bool, OFFLOAD_OPTIMIZER, "super_offload"),
-        )
-    elif _as_bool(zraw.get("cpu_offload")):
-        z.offload_optimizer = OffloadOptimizer(device="cpu")
-        notes.append(Note("/zero_optimization/cpu_offload", "deprecated: means offload_optimizer.device cpu", "deprecated-alias"))
+    # offload blocks, else their deprecated boolean spellings (cpu_offload_param, cpu_offload: the
+    # table's deprecated fields replaced by them)
+    for key, cls, table, convs in (("offload_param", OffloadParam, OFFLOAD_PARAM, _OFFLOAD_PARAM_READ),
+                                   ("offload_optimizer", OffloadOptimizer, OFFLOAD_OPTIMIZER, _OFFLOAD_OPTIMIZER_READ)):
+        sec = zraw.get(key)
+        old = next(d.field for d in ZERO.deprecated() if d.replaced_by == key)
+        if isinstance(sec, dict):
+            r = _Reader(notes, sec, f"/zero_optimization/{key}", True)
+            setattr(z, key, cls(**{name: r.setting(conv, table, name) for name, conv in convs}))
+        elif _as_bool(zraw.get(old)):
+            setattr(z, key, cls(device="cpu"))
+            notes.append(Note(f"/zero_optimization/{old}", f"deprecated: means {key}.device cpu", "deprecated-alias"))
 
     if z.stage < 3 and z.offload_param.device != "none":
         notes.append(Note("/zero_optimization/offload_param", f"ignored at stage {z.stage}: only ZeRO-3 offloads parameters"))
@@ -446,14 +436,7 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     # aio -------------------------------------------------------------------------------
     a = _section(raw, "aio")
     ar = _Reader(notes, a, "/aio", False)
-    ec.aio = Aio(
-        block_size=ar.setting(_as_int, AIO, "block_size"),
-        queue_depth=ar.setting(_as_int, AIO, "queue_depth"),
-        intra_op_parallelism=ar.setting(_as_int, AIO, "intra_op_parallelism"),
-        single_submit=ar.setting(_as_bool, AIO, "single_submit"),
-        overlap_events=ar.setting(_as_bool, AIO, "overlap_events"),
-        use_gds=ar.setting(_as_bool, AIO, "use_gds"),
-    )
+    ec.aio = Aio(**{name: ar.setting(conv, AIO, name) for name, conv in _AIO_READ})
     ec.activation_checkpointing = dict(_section(raw, "activation_checkpointing"))
     return ec
 
