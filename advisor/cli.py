@@ -573,7 +573,9 @@ class _LazyCommands(dict):
 
     def _build(self, name: str) -> None:
         f, kwargs = self.pending.pop(name)
-        f.__click_params__ = [cls(decls, **attrs) for cls, decls, attrs in f.__dict__.pop("__lazy_params__", [])]
+        # a plain @click.option on a lazy command still counts (never silently dropped)
+        f.__click_params__ = [*f.__dict__.get("__click_params__", []),
+                              *(cls(decls, **attrs) for cls, decls, attrs in f.__dict__.pop("__lazy_params__", []))]
         super().__setitem__(name, click.command(name, **kwargs)(f))
 
     def _build_all(self) -> None:
