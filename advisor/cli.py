@@ -219,6 +219,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         multiple=True, metavar="KEY.PATH=VALUE", callback=_check_sets,
         help="Override a config value before it is read, without editing the file (repeatable; VALUE is JSON, "
              "else a string), e.g. --set zero_optimization.stage=3 to try a finding's fix.")),
+    "units": (("--units",), dict(type=click.Choice(["GiB", "GB"], case_sensitive=False), default="GiB",
+                                 show_default=True, help="Unit of every byte figure in the text report: GiB = 2^30 "
+                                                         "bytes (what PyTorch and nvidia-smi count), GB = 1e9 bytes.")),
+    "color": (("--color",), dict(type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+                                 help="Colour severities and verdicts: auto = on a terminal unless NO_COLOR is set.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
 }
@@ -238,6 +243,38 @@ def options(*names: str, **overrides_by_name: dict):
             f = option(n, **overrides_by_name.get(n, {}))(f)
         return f
     return deco
+
+
+def display_options(*names: str):
+    """Decorator adding the shared display options ``names`` ("units", "color"); the command
+    does not receive them: :func:`_render` passes them to the renderer (click's context keeps them)."""
+    import functools
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*a, **kw):
+            click.get_current_context().meta["ds_advisor.display"] = {n: kw.pop(n) for n in names}
+            return f(*a, **kw)
+        return options(*names)(wrapper)
+    return deco
+
+
+def _display() -> dict:
+    """The running command's display options (:func:`display_options`): {"units": ..., "color": ...}."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get("ds_advisor.display", {})) if ctx else {}
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """click.echo, keeping the colour codes when --color always (click strips them off a pipe)."""
+    click.echo(text, err=err, color=True if _display().get("color") == "always" else None)
+
+
+def _render(view: str, fmt: str, result, **kw) -> str:
+    """:func:`advisor.render.render` with the command's --units / --color (:func:`display_options`)."""
+    from advisor.render import render
+
+    return render(view, fmt, result, **{**_display(), **kw})
 
 
 #: Overrides for commands that read the workload sidecar (advisor.views.workload): "not given"
@@ -652,11 +689,11 @@ def main() -> None:
 @format_option("lint")
 @_release_option
 @_trainer_options
+@display_options("color")
 def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size, overrides):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
     from advisor.findings import SEVERITY_RANK, worst
     from advisor.views.lint import internal_error, lint_accelerate, lint_guarded
-    from advisor.render import render
     from advisor.render.lint import FileResult
 
     try:
@@ -724,7 +761,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
                 inp.loaded, world_size=ws, world_size_source=ws_src, inventory=inv,
                 hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=targs,
                 release=release)))
-    click.echo(render("lint", fmt, results, release=release))
+    _echo(_render("lint", fmt, results, release=release))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
     threshold = 99 if fail_on == "never" else SEVERITY_RANK[fail_on]
@@ -759,18 +796,18 @@ def explain(code):
               help="Also show DeepSpeed's own estimate_zero2/zero3 figures (imports deepspeed: slow).")
 @format_option("estimate")
 @_release_option
+@display_options("units", "color")
 def estimate(config, est, explain_, compare_deepspeed, fmt):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
     Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
     """
-    from advisor.render import render
 
     result = _build_estimate(config, est)
     if compare_deepspeed and result.roles:
         from advisor.engine.compare import deepspeed_estimate
         result.sections["deepspeed_estimate"] = deepspeed_estimate(result.plan)
-    click.echo(render("estimate", fmt, result, explain=explain_))
+    _echo(_render("estimate", fmt, result, explain=explain_))
     # 1: a tier does not fit, DeepSpeed would refuse the config, or any other error finding
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in result.findings) else EXIT_OK)
 
@@ -783,15 +820,14 @@ def models(types, fmt):
     """List built-in model presets with their exact parameter counts (--types: the model types
     the formulas cover; any other type needs --activations trace or --params)."""
     from advisor.model.specs import list_presets
-    from advisor.render import render
 
     if types:
         from advisor.model.activations import coverage
         from advisor.model.specs import FAMILIES
 
-        click.echo(render("model_types", fmt, coverage(FAMILIES)))
+        _echo(_render("model_types", fmt, coverage(FAMILIES)))
         return
-    click.echo(render("models", fmt, list_presets()))
+    _echo(_render("models", fmt, list_presets()))
 
 
 #: measure builds a proxy with the inventory's real shapes; beyond this it needs a big machine.
@@ -843,8 +879,7 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
         raise _fail(f"the engine run failed: {e}")
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
     bad = [r for r in rows if "error" in r or r["diff"] != 0]
-    from advisor.render import render
-    click.echo(render("measure", fmt, {"config": loaded.source, "model": inv.name, "world_size": world_size,
+    _echo(_render("measure", fmt, {"config": loaded.source, "model": inv.name, "world_size": world_size,
                                        "steps": steps, "rows": rows, "matches": not bad}))
     sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 
@@ -884,6 +919,7 @@ def run() -> None:
 @format_option("check")
 @_opt("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 @_release_option
+@display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
           hardware, hf, strict, fmt, quiet):
@@ -910,7 +946,6 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
       3  --strict only: the environment could not be probed (without --strict: a
          warning, and --gpu-memory / --host-memory / --hardware are used)
     """
-    from advisor.render import render
     from advisor.views.check import run_check
 
     if not model and params is None:
@@ -931,7 +966,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
         result.warnings.insert(0, warn)
     code = result.exit_code
     if not (quiet and code == EXIT_OK):
-        click.echo(render("check", fmt, result))
+        _echo(_render("check", fmt, result))
     sys.exit(code)
 
 
@@ -1022,6 +1057,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
 @format_option("generate")
 @_release_option
+@display_options("units", "color")
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
              precision, top, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
@@ -1034,7 +1070,6 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     from dataclasses import replace
 
     from advisor.cluster.hardware import resolve_hardware
-    from advisor.render import render
     from advisor.views import generate as gen
 
     try:
@@ -1063,10 +1098,10 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     except gen.NothingFits as e:
         res = e.result
         if fmt == "text":
-            click.echo(render("generate", fmt, res, top=top), err=True)
+            _echo(_render("generate", fmt, res, top=top, stream=sys.stderr), err=True)
             click.echo(f"ds-advisor: {e}", err=True)
         else:
-            click.echo(render("generate", fmt, res, top=top))
+            _echo(_render("generate", fmt, res, top=top))
         sys.exit(EXIT_FINDINGS)
     except AdvisorError as e:
         raise _fail(str(e))
@@ -1086,9 +1121,9 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
         except OSError as e:
             raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
     if fmt != "text":
-        click.echo(render("generate", fmt, res, top=top))
+        _echo(_render("generate", fmt, res, top=top))
     else:
-        report = render("generate", fmt, res, top=top) + (
+        report = _render("generate", fmt, res, top=top) + (
             f"\nwrote {output} and its workload sidecar {side} (check and estimate read it back)" if output else "")
         if output:
             click.echo(report)
@@ -1104,6 +1139,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
 @options("output", "force", output=dict(required=True, help="The HTML file to write (e.g. report.html)."),
          force=dict(help="Overwrite --output when it exists."))
 @_release_option
+@display_options("units")
 def report(config, est, output, force):
     """Write a self-contained HTML report for CONFIG: state per tier (chart), movement per step,
     findings, fit, assumptions and checkpoint. No network needed to view it. Takes the options
@@ -1126,7 +1162,7 @@ def report(config, est, output, force):
     warnings: list[str] = []
     result = _build_estimate(config, est, warnings)
     try:
-        write_atomic(output, render_html(result), force=force)
+        write_atomic(output, render_html(result, units=_display().get("units", "GiB")), force=force)
     except FileExistsError as e:
         raise _fail(str(e))
     except OSError as e:
@@ -1158,6 +1194,7 @@ def report(config, est, output, force):
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @format_option("checkpoint")
 @_release_option
+@display_options("units", "color")
 def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
                node_mtbf_hours, restart_seconds, step_time_s, keep, hardware, save_dir, save_interval, fmt):
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
@@ -1188,7 +1225,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
                            write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)
-    click.echo(render("checkpoint", fmt, plan, source=loaded.source))
+    _echo(_render("checkpoint", fmt, plan, source=loaded.source))
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in plan.findings) else EXIT_OK)
 
 
@@ -1198,10 +1235,9 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 def hardware(spec, fmt):
     """List built-in hardware presets, or show one preset / JSON spec file (SPEC) in full."""
     from advisor.cluster.hardware import list_hardware, resolve_hardware
-    from advisor.render import render
 
     try:
         hws = [resolve_hardware(spec)] if spec else list_hardware()
     except AdvisorError as e:
         raise _fail(str(e))
-    click.echo(render("hardware", fmt, hws, one=bool(spec)))
+    _echo(_render("hardware", fmt, hws, one=bool(spec)))

@@ -39,9 +39,9 @@ def parse_size(text: str, *, bare_bytes: bool = False) -> int:
     return int(round(value))
 
 
-def gib(n: int | float) -> str:
+def gib(n: int | float, digits: int = 2) -> str:
     """Bytes as GiB with the unit, e.g. "12.50 GiB"."""
-    return f"{n / 2**30:,.2f} GiB"
+    return f"{n / 2**30:,.{digits}f} GiB"
 
 
 def gb(n: int | float) -> str:
@@ -76,3 +76,54 @@ def days_text(d: float | None, none: str = "unknown") -> str:
     if d is None:
         return none
     return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
+
+
+# --- the report's unit system (``--units``) ------------------------------------------------------
+
+#: The unit systems every report can print bytes in (``--units``), and their base sizes.
+UNITS: dict[str, int] = {"GiB": 2**30, "GB": 10**9}
+#: The default: GiB, what ``torch.cuda.memory_allocated`` / ``nvidia-smi`` MiB and the OOM
+#: message ("Tried to allocate 2.00 GiB") count in.
+DEFAULT_UNITS = "GiB"
+_PREFIX = {"GiB": {"M": ("MiB", 2**20), "G": ("GiB", 2**30), "T": ("TiB", 2**40)},
+           "GB": {"M": ("MB", 10**6), "G": ("GB", 10**9), "T": ("TB", 10**12)}}
+
+
+def check_units(units: str) -> str:
+    """``units`` spelled as :data:`UNITS` does ("gib" -> "GiB"). Raises ValueError naming the choices."""
+    for u in UNITS:
+        if str(units).lower() == u.lower():
+            return u
+    raise ValueError(f"unknown units {units!r} (use {' or '.join(UNITS)})")
+
+
+def unit_name(units: str = DEFAULT_UNITS, prefix: str = "G") -> str:
+    """The unit's symbol in ``units``' system: prefix "G" -> "GiB" / "GB", "T" -> "TiB" / "TB"."""
+    return _PREFIX[check_units(units)][prefix][0]
+
+
+def unit_note(units: str = DEFAULT_UNITS) -> str:
+    """What the unit means, for a table title: "GiB = 2^30 bytes" / "GB = 1e9 bytes"."""
+    return "GiB = 2^30 bytes" if check_units(units) == "GiB" else "GB = 1e9 bytes"
+
+
+def size(n: int | float | None, units: str = DEFAULT_UNITS, *, suffix: bool = True, prefix: str = "G",
+         digits: int = 2, zero: str | None = None, none: str = "unknown") -> str:
+    """Bytes in the report's unit system, the one formatting every renderer uses.
+
+    ``size(2**31)`` -> "2.00 GiB"; ``size(2e9, "GB")`` -> "2.00 GB"; ``suffix=False`` gives the
+    bare number for a column whose heading names the unit; ``prefix`` "M"/"T" picks MiB/TiB (MB/TB);
+    ``zero`` is what 0 prints as (e.g. "-" in a table), ``none`` what None prints as.
+    Raises ValueError for an unknown ``units``."""
+    if n is None:
+        return none
+    if n == 0 and zero is not None:
+        return zero
+    name, base = _PREFIX[check_units(units)][prefix]
+    text = f"{n / base:,.{digits}f}"
+    return f"{text} {name}" if suffix else text
+
+
+def rate(n: int | float | None, units: str = DEFAULT_UNITS, digits: int = 2) -> str:
+    """Bytes per second in the report's unit system: "1.86 GiB/s" / "2.00 GB/s"."""
+    return "unknown" if n is None else size(n, units, digits=digits) + "/s"

@@ -347,9 +347,14 @@ def test_c09_save_dir_on_read_write_tier_takes_its_bandwidth_and_has_no_T003(tmp
     assert st["drive_writes_per_day"] == pytest.approx(4.2159, abs=1e-4)
     r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
                                   "--world-size", "1", "--hardware", hw, "--save-dir", "/raid/ckpt",
-                                  "--save-interval", "600"])
+                                  "--save-interval", "600", "--units", "GB"], env={"COLUMNS": "400"})
     assert r.exit_code == 0 and "T003" not in r.output
     assert "tier 'raid' [read-write]" in r.output and "16.189 TB written per day" in r.output
+    # the default unit system: 16,189,012,592,352 B / 2^40 = 14.724 TiB
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "1", "--hardware", hw, "--save-dir", "/raid/ckpt",
+                                  "--save-interval", "600"], env={"COLUMNS": "400"})
+    assert "14.724 TiB written per day" in r.output and " TB " not in r.output
     assert "0.231% of the drive's rated endurance per day" in r.output
 
 

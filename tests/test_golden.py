@@ -93,13 +93,16 @@ def _env(tmp_path: Path, gpus: int | None) -> dict[str, str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
            "PYTHONPATH": os.pathsep.join(pp), "NO_COLOR": "1", "COLUMNS": "120", "TERM": "dumb"}
     if gpus is not None:
+        # check names the stand-in nvidia-smi by its path under tmp_path, whose length varies:
+        # lines wide enough that where they wrap does not depend on it
+        env["COLUMNS"] = "300"
         env["PATH"] = f"{_fake_smi(tmp_path, gpus)}:{env['PATH']}"
         env.update(TORCHRUN_8)
     return env
 
 
 #: check's probe of this machine's /proc/meminfo (no test hook on the CLI): its figures vary
-_MEMINFO = re.compile(r"(host memory +)[0-9.]+ GB available of [0-9.]+ GB( from /proc/meminfo)")
+_MEMINFO = re.compile(r"(host memory +)[0-9.,]+ GiB available of [0-9.,]+ GiB( from /proc/meminfo)")
 
 
 def _scrub(text: str, tmp_path: Path) -> str:

@@ -459,6 +459,12 @@ def test_report_in_headless_chromium(tmp_path, tmp_path_factory, capsys):
     # parameters too: offload_param nvme writes its swap files at init (see test_tier_bars_match_the_estimate)
     assert segs == {"nvme-gradients", "nvme-master_weights", "nvme-optimizer_states", "nvme-parameters"}
     assert re.search(r'<g id="capacity-accelerator"', dom) and not re.search(r'<g id="capacity-nvme"', dom)
+    # One unit system on the rendered page (issue 22): every size in GiB, in the tables and in the
+    # charts' own text (SVG text kept as text), none in GB (a vendor's "80GB" in a name is no size).
+    shown = re.sub(r"<[^>]+>", " ", re.sub(r"<style.*?</style>", " ", dom, flags=re.S))
+    assert re.search(r"[0-9] GiB\b", shown) and re.search(r"\bGiB per optimizer step\b", shown)
+    assert not re.findall(r"[0-9] (?:GB|TB|MB)\b(?!/s)", shown), re.findall(r".{40}[0-9] (?:GB|TB|MB)\b.{20}", shown)
+    assert not re.findall(r"[0-9] GB/s", shown)
 
     art = Path(os.environ.get("DS_ADVISOR_ARTIFACTS") or tmp_path_factory.mktemp("artifacts"))
     art.mkdir(parents=True, exist_ok=True)
@@ -661,7 +667,8 @@ def test_checkpoint_html_groups_by_rank_and_shows_timing():
     text = re.sub(r"\s+", " ", _visible_text(h))
     assert "zero_pp_rank_0..7_mp_rank_00_optim_states.pt optim_states ranks 0..7 × 8 12,045,391,872 bytes" in text
     assert "offloaded_tensors/rank00..03/0_3.tensor.swp" in text and "rank04..07/0_3.tensor.swp" in text
-    assert "save time 48.2 s at 2.00 GB/s" in text and "load time 24.1 s at 4.00 GB/s" in text
+    # 2e9 B/s / 2^30 = 1.86 GiB/s, 4e9 / 2^30 = 3.73 GiB/s: the page's one unit system (GiB by default)
+    assert "save time 48.2 s at 1.86 GiB/s" in text and "load time 24.1 s at 3.73 GiB/s" in text
     assert "save interval 3.66 h (about 6,585 steps)" in text
     assert "on disk, 2 kept 192,726,272,000 bytes" in text
     assert "None" not in text and "{" not in text and "'" not in text

@@ -97,11 +97,21 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     """``reporter(view, fmt)(result, **options)``: the text to print.
 
     A command passes every option any of its formats uses (estimate: ``explain``; generate:
-    ``top``; checkpoint: ``source``); each reporter receives those its signature names."""
+    ``top``; checkpoint: ``source``; every text report: ``units`` "GiB"/"GB" and ``color``
+    "auto"/"always"/"never", resolved here to a bool for the stream ``stream``, default stdout);
+    each reporter receives those its signature names."""
     import inspect
 
     fn = reporter(view, fmt)
     params = inspect.signature(fn).parameters
+    if "units" in options:
+        from advisor.units import check_units
+        options["units"] = check_units(options["units"])
+    if "color" in options and not isinstance(options["color"], bool):
+        import sys
+
+        from advisor.render.style import use_color
+        options["color"] = use_color(options.pop("stream", None) or sys.stdout, options["color"])
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         options = {k: v for k, v in options.items() if k in params}
     from advisor.render.escape import escape_surrogates

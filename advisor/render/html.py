@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from advisor import DEEPSPEED_VERSION, __version__
 from advisor.units import duration_text
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
+from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
 
 if TYPE_CHECKING:
     from advisor.views.estimate import EstimateResult
@@ -137,8 +138,9 @@ def _figure(width: float, height: float, ncols: int = 1):
     return fig, axes
 
 
-def tier_chart_svg(bars: list[TierBar]) -> str:
-    """Inline SVG: one stacked bar per tier, segments per class (GiB), need and capacity lines."""
+def tier_chart_svg(bars: list[TierBar], units: str = DEFAULT_UNITS) -> str:
+    """Inline SVG: one stacked bar per tier, segments per class (in ``units``), need and capacity lines."""
+    GIB = UNITS[units]
     fig, axes = _figure(10.5, 4.2, len(bars))
     for ax, b in zip(axes, bars):
         bottom = 0.0
@@ -165,7 +167,7 @@ def tier_chart_svg(bars: list[TierBar]) -> str:
         ax.set_xticks([0])
         ax.set_xticklabels([b.tier])
         ax.set_title(f"{b.tier}\n{b.scope}", fontsize=9)
-        ax.set_ylabel("GiB" if ax is axes[0] else "")
+        ax.set_ylabel(unit_name(units) if ax is axes[0] else "")
         ax.text(0, b.total / GIB, f"{b.total / GIB:,.2f}", ha="center", va="bottom", fontsize=8)
     handles: dict[str, Any] = {}
     for ax in axes:
@@ -176,9 +178,10 @@ def tier_chart_svg(bars: list[TierBar]) -> str:
     return _svg_text(fig)
 
 
-def movement_chart_svg(movements: list, rank: int = 0) -> str | None:
+def movement_chart_svg(movements: list, rank: int = 0, units: str = DEFAULT_UNITS) -> str | None:
     """Inline SVG: bytes ``rank`` moves per optimizer step, one horizontal stacked bar per
-    link/direction, segments per state class (GiB). None when nothing moves."""
+    link/direction, segments per state class (in ``units``). None when nothing moves."""
+    GIB = UNITS[units]
     agg: dict[str, dict[str, int]] = {}
     for m in movements:
         if m.rank != rank or m.bytes <= 0:
@@ -200,7 +203,7 @@ def movement_chart_svg(movements: list, rank: int = 0) -> str | None:
         ax.text(left, y, f" {left:,.2f}", va="center", fontsize=8)
     ax.set_yticks(range(len(keys)))
     ax.set_yticklabels(keys)
-    ax.set_xlabel(f"GiB per optimizer step, rank {rank}")
+    ax.set_xlabel(f"{unit_name(units)} per optimizer step, rank {rank}")
     handles: dict[str, Any] = {}
     for h, lab in zip(*ax.get_legend_handles_labels()):
         handles.setdefault(lab, h)
@@ -209,12 +212,13 @@ def movement_chart_svg(movements: list, rank: int = 0) -> str | None:
     return _svg_text(fig)
 
 
-def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any]) -> str | None:
+def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any], units: str = DEFAULT_UNITS) -> str | None:
     """Inline SVG: live bytes per tier (GiB) at every instant of the step timeline
     (``estimate --format json``'s ``ranks[].timeline``), one line per tier that holds anything,
     each tier's peak instant marked. None when the timeline is empty."""
     if not timeline:
         return None
+    GIB = UNITS[units]
     colors = {"accelerator": "#0072B2", "host": "#E69F00", "nvme": "#009E73"}
     fig, (ax,) = _figure(10.5, 3.8)
     xs = list(range(len(timeline)))
@@ -232,7 +236,7 @@ def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any]) ->
             mk.set_gid(f"timeline-peak-{tier}")
     ax.set_xticks(xs)
     ax.set_xticklabels([row["instant"] for row in timeline], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("GiB live")
+    ax.set_ylabel(f"{unit_name(units)} live")
     ax.legend(loc="upper left", fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.07, right=0.98, top=0.95, bottom=0.38)
     return _svg_text(fig)
@@ -300,8 +304,12 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+#: The page's unit system, set by :func:`render_html` for the helpers below (one page, one unit).
+_UNITS = [DEFAULT_UNITS]
+
+
 def _gb(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / 1e9:,.2f} GB ({n / GIB:,.2f} GiB)"
+    return size(n, _UNITS[0])
 
 
 _APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
@@ -362,7 +370,7 @@ def _bytes(n: int | None) -> str:
     """Exact bytes, with GB/GiB once it is large enough to matter."""
     if n is None:
         return "\u2014"
-    return f"{n:,} bytes" + (f" ({n / 1e9:,.2f} GB, {n / GIB:,.2f} GiB)" if n >= 10**6 else "")
+    return f"{n:,} bytes" + (f" ({size(n, _UNITS[0])})" if n >= 10**6 else "")
 
 
 def _secs(s: float | None) -> str:
@@ -370,7 +378,7 @@ def _secs(s: float | None) -> str:
 
 
 def _bandwidth(b: float | None) -> str:
-    return "\u2014" if b is None else f"{b / 1e9:,.2f} GB/s"
+    return "\u2014" if b is None else rate(b, _UNITS[0])
 
 
 # --- checkpoint section -------------------------------------------------------------------------
@@ -565,8 +573,12 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def render_html(result: "EstimateResult") -> str:
-    """The whole report page for ``result`` (a string of HTML, self-contained)."""
+def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
+    """The whole report page for ``result`` (a string of HTML, self-contained), every byte figure
+    in ``units`` (GiB or GB; exact byte counts alongside)."""
+    _UNITS[0] = units
+    GIB = UNITS[units]
+    U = unit_name(units)
     d = result.to_dict()
     bars = tier_bars(result) if result.roles else []
     parts: list[str] = []
@@ -575,7 +587,7 @@ def render_html(result: "EstimateResult") -> str:
     parts.append(f"<p class=meta>{_e(m['name'])}: {m['parameters']:,} parameters ({m['trainable_parameters']:,} "
                  f"trainable); world size {cl['world_size']} (data-parallel {cl['dp_world_size']}, "
                  f"{cl['gpus_per_node'] or 'unknown'} per node); DeepSpeed {_e(DEEPSPEED_VERSION)} accounting; "
-                 f"{_e(d['tool'])}</p>")
+                 f"{_e(d['tool'])}; sizes in {_e(U)} ({_e(unit_note(units))})</p>")
 
     parts.append("<h2 id=tiers>Training state per tier</h2>")
     if not bars:  # DeepSpeed refuses the config (M090): nothing to account for
@@ -584,24 +596,33 @@ def render_html(result: "EstimateResult") -> str:
     else:
         parts.append("<p>One bar per tier, one segment per state class (every lifetime counted). Dotted line: the "
                      "peak the fit check compares; dashed red line: the tier's capacity, when known.</p>")
-        parts.append(f"<div class=chart id=tier-chart>{tier_chart_svg(bars)}</div>")
+        parts.append(f"<div class=chart id=tier-chart>{tier_chart_svg(bars, units)}</div>")
         rows = "".join(
             f"<tr><td>{_e(b.tier)}</td><td>{_e(b.scope)}</td>"
             + "".join(f"<td class=num>{b.classes.get(c, 0) / GIB:,.2f}</td>" for c in CLASS_COLORS)
             + f"<td class=num><b>{b.total / GIB:,.2f}</b></td></tr>" for b in bars)
         parts.append("<table id=tier-table><tr><th>tier</th><th>scope</th>"
-                     + "".join(f"<th>{_e(CLASS_LABELS[c])} (GiB)</th>" for c in CLASS_COLORS)
-                     + f"<th>total (GiB)</th></tr>{rows}</table>")
+                     + "".join(f"<th>{_e(CLASS_LABELS[c])} ({U})</th>" for c in CLASS_COLORS)
+                     + f"<th>total ({U})</th></tr>{rows}</table>")
 
-    parts.append("<h2 id=fit>Fit</h2><table><tr><th>tier</th><th>scope</th><th>need (peak)</th><th>phase</th>"
-                 "<th>capacity</th><th>headroom</th><th>verdict</th></tr>")
+    parts.append(f"<h2 id=fit>Fit</h2><p>Per tier: the bytes live together at the peak instant, each margin the need "
+                 f"adds on top of them, and the need against the capacity ({_e(unit_note(units))}).</p>"
+                 "<table id=fit-table><tr><th>tier</th><th>scope</th><th></th><th>phase</th>"
+                 "<th>bytes</th><th>capacity</th><th>headroom</th><th>verdict</th></tr>")
     for f in d["fit"]:
         tier = _e(f["tier"])
         verdict = ("<span class=meta>give a capacity</span>" if f["fits"] is None else
                    "<span class=ok>fits</span>" if f["fits"] else "<span class=bad>DOES NOT FIT</span>")
-        parts.append(f"<tr id=fit-{tier}><td>{tier}</td><td>{_e(f['scope'])}</td>"
-                     f"<td class=num id=fit-need-{tier} data-bytes={int(f['need'])}>{_gb(f['need'])}</td>"
-                     f"<td>{_e(f.get('phase') or '')}</td><td class=num>{_gb(f['capacity'])}</td>"
+        peak = f.get("peak", f["need"])
+        parts.append(f"<tr id=fit-peak-{tier}><td>{tier}</td><td>{_e(f['scope'])}</td><td>peak live</td>"
+                     f"<td>{_e(f.get('phase') or '')}</td><td class=num data-bytes={int(peak)}>{_gb(peak)}</td>"
+                     "<td></td><td></td><td></td></tr>")
+        for p in f.get("parts") or []:
+            parts.append(f"<tr class=fit-part><td></td><td></td><td>+ {_e(p['label'])}</td><td></td>"
+                         f"<td class=num data-bytes={int(p['bytes'])}>{_gb(p['bytes'])}</td><td></td><td></td><td></td></tr>")
+        parts.append(f"<tr id=fit-{tier}><td></td><td></td><td><b>= need</b></td><td></td>"
+                     f"<td class=num id=fit-need-{tier} data-bytes={int(f['need'])}><b>{_gb(f['need'])}</b></td>"
+                     f"<td class=num>{_gb(f['capacity'])}</td>"
                      f"<td class=num>{'' if f['headroom'] is None else _gb(f['headroom'])}</td><td>{verdict}</td></tr>")
     parts.append("</table>")
     if d["ranks"]:
@@ -615,7 +636,7 @@ def render_html(result: "EstimateResult") -> str:
 
     if d["ranks"]:
         worst = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
-        svg = timeline_chart_svg(worst.get("timeline") or [], worst["peak"])
+        svg = timeline_chart_svg(worst.get("timeline") or [], worst["peak"], units)
         if svg:
             rk = worst["ranks"]
             who = f"rank {rk[0]}" if len(rk) == 1 else f"ranks {_rank_span(rk, 0)}"
@@ -631,7 +652,7 @@ def render_html(result: "EstimateResult") -> str:
 
     parts.append("<h2 id=movement>Data movement per optimizer step</h2>")
     movements, note = movement_section(result)
-    svg = movement_chart_svg(movements) if movements is not None else None
+    svg = movement_chart_svg(movements, units=units) if movements is not None else None
     if note:
         parts.append(f"<p class=note id=movement-note>{_e(note)}</p>")
     elif svg is None:

@@ -57,17 +57,17 @@ from advisor.render.escape import safe_text  # noqa: E402,F401  (the one escapin
 
 
 def _use_color(stream: IO[str]) -> bool:
-    return stream.isatty() and "NO_COLOR" not in os.environ
+    from advisor.render.style import use_color
+    return use_color(stream)
 
 
-_SEV_COLOR = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
-
-
-def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None) -> str:
+def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None,
+              color: bool | None = None) -> str:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
-    summary line names the DeepSpeed release checked against when ``release`` is given."""
+    summary line names the DeepSpeed release checked against when ``release`` is given.
+    ``color``: colour the severities (None: on a terminal without NO_COLOR)."""
     stream = stream or sys.stdout
-    color = _use_color(stream)
+    color = _use_color(stream) if color is None else color
     lines: list[str] = []
     n = {"error": 0, "warning": 0, "info": 0}
     for r in results:
@@ -86,7 +86,8 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
                 loc += f":{f.line}:{f.column or 1}"
             sev = f.severity
             if color:
-                sev = f"{_SEV_COLOR[sev]}{sev}\033[0m"
+                from advisor.render.style import paint
+                sev = paint(sev, color)
             lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {f.message}"))
             if f.fix:
                 lines.append(safe_text(f"    fix: {f.fix}"))
@@ -96,4 +97,5 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
                  + (f", {unreadable} unreadable" if unreadable else "")
                  + (f", {skipped} skipped (not DeepSpeed or accelerate configs)" if skipped else "")
                  + (f" (checked against {release.note})" if release else ""))
-    return "\n".join(lines)
+    from advisor.render.style import width, wrap
+    return wrap("\n".join(lines), width(stream))

@@ -13,7 +13,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from advisor.errors import EXIT_PROBE
 from advisor.findings import Finding
-from advisor.units import duration_text, gb, gib
+from advisor.render.style import STYLE, paint, use_color, width, wrap
+from advisor.units import DEFAULT_UNITS, duration_text, gb, gib, rate, size, unit_name, unit_note
 from advisor.config.versions import release_lines
 
 if TYPE_CHECKING:
@@ -37,19 +38,86 @@ _CLASS_LABEL = {
 }
 
 
-def _fmt(n: int) -> str:
-    return "-" if n == 0 else f"{n / 2**30:,.2f}"
 
 
-def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = None) -> str:
-    """Per-role tables (rows = state classes, columns = tiers, GiB) then fit, assumptions, findings."""
+def optimizer_words(o: dict[str, Any]) -> str:
+    """"AdamW -> FusedAdam wrapped by DeepSpeedZeroOptimizer", or only the named optimizer when
+    DeepSpeed would not build one (a refused config has no ledger)."""
+    if not o.get("basic"):
+        return f"{o['type']} (not built: DeepSpeed refuses this config, see the findings)"
+    return f"{o['type']} -> {o['basic']}" + (f" wrapped by {o['wrapper']}" if o.get("wrapper") else "")
+
+
+def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS) -> Any:
+    """The fit table (a rich Table): per tier, the peak live bytes, each part the need adds on
+    top of it (the fragmentation margin, runtime overheads) as its own row, then the need
+    against the capacity with the headroom and the verdict, all in ``units``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    U = unit_name(units)
+    ft = Table(title=f"Fit: each tier's peak live bytes, what the need adds, the need ({unit_note(units)})",
+               title_justify="left")
+    for c in ("tier", "", U, f"capacity\n{U}", f"headroom\n{U}", "verdict"):
+        ft.add_column(c, justify="right" if U in c else "left")
+    for f in fit:
+        cap = f["capacity"]
+        peak = f.get("peak", f["need"])
+        verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
+        ft.add_row(f["tier"], "peak live" + (f" ({f['phase']})" if f.get("phase") else ""),
+                   size(peak, units, suffix=False), "", "", "")
+        for p in f.get("parts") or []:
+            ft.add_row("", "+ " + p["label"], size(p["bytes"], units, suffix=False), "", "", "")
+        ft.add_row(f["scope"], "= need", size(f["need"], units, suffix=False),
+                   "unknown" if cap is None else size(cap, units, suffix=False),
+                   "" if cap is None else size(f["headroom"], units, suffix=False),
+                   Text(verdict, style=STYLE.get(verdict, "")), end_section=True)
+    return ft
+
+
+def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS) -> str:
+    """The activations line's words, so a product is only printed where it is the total.
+
+    ``mode``: the recompute (``ranks[].activations.recompute``: "none", "full", "layers" (k of L
+    checkpointed), "selective"; True/False for full/none). Without recompute "80 layers x 1.52 GiB
+    each = 121.60 GiB kept for backward"; with it, what is saved for backward, and the one-layer
+    figure only as what a layer would keep without recompute."""
+    mode = {True: "full", False: "none"}.get(mode, mode)  # type: ignore[arg-type]
+    n = ac["layers_on_rank"]
+    if mode in (None, "", "none"):
+        return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each = "
+                f"{size(n * ac['per_layer'], units)} kept for backward")
+    how = {"full": f"full checkpointing: the {n} layers keep only their inputs",
+           "layers": f"{ac.get('checkpointed_layers')} of the {n} layers checkpointed (they keep only their input and "
+                     "are recomputed in backward)",
+           "selective": f"selective recompute in the {n} layers (the attention core is recomputed, its q, k, v kept)",
+           }.get(mode, f"recompute {mode}")
+    return (how + f"; saved for backward {size(ac['saved_accelerator'], units)} on the accelerator"
+            + (f", {size(ac['saved_host'], units)} on the host" if ac.get("saved_host") else "")
+            + " (loss head included)"
+            + (f"; backward recomputes one layer at a time (+{size(ac['recompute_layer'], units)})"
+               if ac.get("recompute_layer") else "")
+            + f"; without recompute each layer would keep {size(ac['per_layer'], units)}")
+
+
+def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = None,
+                  units: str = DEFAULT_UNITS, color: bool | None = None) -> str:
+    """Per-role tables (rows = state classes, columns = tiers, in ``units``: GiB or GB) then fit,
+    assumptions, findings. ``color``: None = on a terminal without NO_COLOR."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     stream = stream or sys.stdout
-    console = Console(file=stream, no_color=not _use_color(stream), force_terminal=False,
-                      width=(shutil.get_terminal_size((120, 40)).columns if stream.isatty() else 180),
-                      highlight=False, soft_wrap=True)
+    U = unit_name(units)
+
+    def _fmt(n: int) -> str:
+        return size(n, units, suffix=False, zero="-")
+
+    color = use_color(stream) if color is None else color
+    cols = width(stream)
+    console = Console(file=stream, no_color=not color, force_terminal=color, color_system="standard" if color else None,
+                      width=cols, highlight=False, soft_wrap=True)
     d = result.to_dict()
     with console.capture() as captured:
         m = d["model"]
@@ -98,7 +166,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 st = role["stages"]
                 title = (f"pipeline stage{'s' if len(st) > 1 else ''} {', '.join(map(str, st))}: {title}"
                          + (" (the worst)" if staged and role is worst_all and len(shown) > 1 else ""))
-            t = Table(title=f"Per-rank training state, {title} (GiB = 2^30 bytes)", title_justify="left")
+            t = Table(title=f"Per-rank training state, {title} ({unit_note(units)})", title_justify="left")
             t.add_column("state class")
             for tier in ("accelerator", "host", "nvme"):
                 t.add_column(tier + (" (pinned+pageable)" if tier == "host" else ""), justify="right")
@@ -114,14 +182,14 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             a_w = d["assumptions"]["workload"]
             pk = role["peak"]
             console.print("  peak live at once: " + "; ".join(
-                f"{tier} {_fmt(pk[tier]['bytes'])} GiB at {pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
+                f"{tier} {size(pk[tier]['bytes'], units)} at {pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
                 if pk[tier]["bytes"]), markup=False)
             for tier in ("accelerator", "host"):
                 if pk[tier]["bytes"] and pk[tier].get("top"):
-                    console.print(f"    {tier} at its peak: " + ", ".join(
+                    console.print(f"    {tier} at its peak ({U}): " + ", ".join(
                         f"{c['item']} {_fmt(c['bytes'])}" for c in pk[tier]["top"]), markup=False)
             if role.get("timeline"):
-                tt = Table(title=f"Step timeline, {title}: live bytes at each instant (GiB)", title_justify="left")
+                tt = Table(title=f"Step timeline, {title}: live bytes at each instant ({U})", title_justify="left")
                 tt.add_column("instant")
                 for tier in ("accelerator", "host", "nvme"):
                     tt.add_column(tier, justify="right")
@@ -135,50 +203,34 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             if role.get("activations"):
                 ac = role["activations"]
                 mode = ac.get("recompute") or ("full" if a_w["checkpointing"] == "full" else "none")
-                how = {"full": " (full checkpointing keeps only each layer's input and recomputes one layer at a "
-                               "time in backward)",
-                       "layers": f" ({ac.get('checkpointed_layers')} of them checkpointed: they keep only their "
-                                 "input and are recomputed in backward)",
-                       "selective": " (selective recompute: the attention core is recomputed, its q, k, v kept)",
-                       }.get(mode, " (no checkpointing: every layer's tensors kept)")
                 saves = (ac.get("peak_without_recompute") or 0) - (ac["saved_accelerator"] + max(
                     ac["loss_spike"], ac.get("loss_backward_spike") or 0, ac["recompute_layer"]))
-                console.print(f"  activations: one layer saves {_fmt(ac['per_layer'])} GiB x {ac['layers_on_rank']} layers"
-                              + how + f"; loss head {_fmt(ac['loss_head'])} GiB + fp32 logits spike "
-                              f"{_fmt(ac['loss_spike'])} GiB"
-                              + (f"; recomputation saves {_fmt(saves)} GiB at the peak and adds "
+                console.print("  activations: " + activation_words(ac, mode, units)
+                              + f"; loss head {size(ac['loss_head'], units)} + fp32 logits spike "
+                              f"{size(ac['loss_spike'], units)}"
+                              + (f"; recomputation saves {size(saves, units)} at the peak and adds "
                                  f"{ac['recompute_flops_fraction']:.0%} of the step's FLOPs"
                                  if ac["recompute_flops_fraction"] else ""))
             hs = role["host_split"]
             if hs["pinned"] or hs["pageable"]:
-                console.print(f"  host memory: {_fmt(hs['pinned'])} GiB pinned (page-locked), "
-                              f"{_fmt(hs['pageable'])} GiB pageable")
-            if explain:
-                et = Table(title="How each figure is obtained", title_justify="left")
-                for c in ("tier", "class", "item", "bytes", "life", "formula", "source"):
-                    et.add_column(c, overflow="fold")
+                console.print(f"  host memory: {size(hs['pinned'], units)} pinned (page-locked), "
+                              f"{size(hs['pageable'], units)} pageable")
+            if explain:  # one block per item: formula and source are prose, too long for table cells
+                console.print("How each figure is obtained (bytes; deepspeed/ file:function)", markup=False)
                 for it in role["items"]:
-                    et.add_row(it["tier"], it["class"], it["item"], f"{it['bytes']:,}", it["life"], it["formula"],
-                               it["source"])
-                console.print(et)
+                    console.print(f"  {it['tier']} {it['class']} {it['item']}: {it['bytes']:,} bytes "
+                                  f"({size(it['bytes'], units)}), life {it['life']}", markup=False)
+                    console.print(f"      formula: {it['formula']}", markup=False)
+                    console.print(f"      source: {it['source']}", markup=False)
         if staged and n_other:
             console.print(f"  ({n_other} other ranks differ from their stage's row above by at most "
-                          f"{spread / 2**30:,.2f} GiB in any tier; --format json lists every rank)")
+                          f"{size(spread, units)} in any tier; --format json lists every rank)")
         elif not staged and len(d["ranks"]) > 2:
             console.print(f"  ({n_other} other ranks in {len(d['ranks']) - 1} groups differ from this one by at most "
-                          f"{spread / 2**30:,.2f} GiB in any tier: each keeps the gradients of the tensors touching "
+                          f"{size(spread, units)} in any tier: each keeps the gradients of the tensors touching "
                           f"its partition; --format json lists every rank)")
         if d["fit"]:
-            ft = Table(title="Fit", title_justify="left")
-            for c in ("tier", "scope", "peak need", "capacity", "headroom", "verdict"):
-                ft.add_column(c, justify="right" if c in ("peak need", "capacity", "headroom") else "left")
-            for f in d["fit"]:
-                cap = f["capacity"]
-                ft.add_row(f["tier"], f["scope"], f"{f['need'] / 1e9:,.2f} GB" + (f" ({f['phase']})" if f["phase"] else ""),
-                           "unknown" if cap is None else f"{cap / 1e9:,.2f} GB",
-                           "" if cap is None else f"{f['headroom'] / 1e9:,.2f} GB",
-                           "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "[bold]DOES NOT FIT[/bold]"))
-            console.print(ft)
+            console.print(fit_table(d["fit"], units))
         stt = d.get("step_time")
         if stt:
             for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
@@ -187,14 +239,15 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print("  per-day NVMe figures below use --step-time (measured), not the model", markup=False)
         mv = d.get("movement")
         if mv and any(r["movements"] for r in mv["ranks"]):
-            for line in movement_lines(mv):
+            for line in movement_lines(mv, units):
                 console.print(line, markup=False)
         ck = d.get("checkpoint")
         if ck and ck.get("files"):
             ct = Table(title="Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
                        title_justify="left")
-            for c in ("file", "written by", "bytes", "GiB"):
-                ct.add_column(c, justify="right" if c in ("bytes", "GiB") else "left")
+            for c in ("file", "written by", "bytes", U):
+                ct.add_column(c, justify="right" if c in ("bytes", U) else "left",
+                              overflow="fold" if c == "file" else "ellipsis")
             big = [f for f in ck["files"] if f["bytes"] >= 2**20]
             for f in big[:8]:
                 who = f"{f['count']} ranks, each" if f.get("count", 1) > 1 else f"rank {f['rank']}"
@@ -202,7 +255,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             if len(big) > 8:
                 ct.add_row(f"... {len(big) - 8} more files of the same kind", "", "", "")
             console.print(ct)
-            console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({_fmt(ck['per_save_bytes'])} GiB): tensor "
+            console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({size(ck['per_save_bytes'], units)}): tensor "
                           f"payload plus the small `latest` and recovery scripts; each .pt file adds a few KB of "
                           f"pickle overhead. `ds-advisor checkpoint` gives save/restore times and the save interval.")
         de = d.get("deepspeed_estimate")
@@ -213,9 +266,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 worst = max(r["tiers"]["accelerator"]["total"] - r["tiers"]["accelerator"]["activations"]
                             for r in d["ranks"])
                 console.print(f"DeepSpeed's own estimate ({de['function'].rsplit('.', 1)[-1]}, 1.5x buffer factor on "
-                              f"host): {de['gpu_bytes_per_rank'] / 2**30:,.2f} GiB per GPU, "
-                              f"{de['cpu_bytes_per_node'] / 2**30:,.2f} GiB host per node; this ledger: "
-                              f"{worst / 2**30:,.2f} GiB of model states and buffers per rank on the accelerator",
+                              f"host): {size(de['gpu_bytes_per_rank'], units)} per GPU, "
+                              f"{size(de['cpu_bytes_per_node'], units)} host per node; this ledger: "
+                              f"{size(worst, units)} of model states and buffers per rank on the accelerator",
                               markup=False)
         a = d["assumptions"]
         console.print("[bold]Assumptions[/bold]")
@@ -223,8 +276,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         console.print(f"  precision: model {a['precision']['model']}, gradient accumulation "
                       f"{a['precision']['grad_accum']}, communication {a['precision']['communication']}, "
                       f"master weights {a['precision']['master_weights']}")
-        console.print(f"  optimizer: {a['optimizer']['type']} -> {a['optimizer']['basic']} "
-                      f"wrapped by {a['optimizer']['wrapper']}")
+        console.print("  optimizer: " + optimizer_words(a["optimizer"]), markup=False)
         console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
                       f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
                       f"(effective: {a['offload_param']['effective']})")
@@ -232,8 +284,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         if ld:
             console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
                           f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
-                          f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: host {ld['host_per_rank'] / 1e9:,.2f} GB per "
-                          f"rank x {ld['ranks_per_node']} ranks = {ld['host_per_node'] / 1e9:,.2f} GB per node",
+                          f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: host {size(ld['host_per_rank'], units)} per "
+                          f"rank x {ld['ranks_per_node']} ranks = {size(ld['host_per_node'], units)} per node",
                           markup=False)
         w = a["workload"]
         if w["seq_len"]:
@@ -247,27 +299,29 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
             for f in d["findings"]:
-                console.print(f"  {f['severity']} {f['code']} {f['pointer']}: {f['message']}")
+                line = Text("  ")
+                line.append(f["severity"], style=STYLE.get(f["severity"], ""))
+                line.append(f" {f['code']} {f['pointer'] or '/'}: {f['message']}")
+                console.print(line)
                 if f["fix"]:
-                    console.print(f"      fix: {f['fix']}")
-    return captured.get().rstrip("\n")
+                    console.print(f"      fix: {f['fix']}", markup=False)
+    return wrap(captured.get().rstrip("\n"), cols)
 
 
-def _b(n: float) -> str:
-    return f"{n / 1e9:,.2f} GB"
-
-
-def movement_lines(section: dict[str, Any]) -> list[str]:
-    """Text lines for :func:`movement_section`: a table of rank 0's movements per step, then
-    one endurance line per storage tier."""
+def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS) -> list[str]:
+    """Text lines for :func:`movement_section`: a table of rank 0's movements per step (bytes in
+    ``units``), then one endurance line per storage tier."""
+    U = unit_name(units)
     role = section["ranks"][0] if section["ranks"] else {"ranks": [0], "movements": []}
     who = f"rank {role['ranks'][0]}" + (f" (and {len(role['ranks']) - 1} more alike)" if len(role["ranks"]) > 1 else "")
-    out = [f"Data movement per optimizer step ({who}; GB = 1e9 bytes):",
-           f"  {'link':<8} {'direction':<15} {'class':<17} {'item':<28} {'bytes':>12} {'time':>9}  overlap"]
-    for m in role["movements"]:
-        t = f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?"
-        out.append(f"  {m['link']:<8} {m['direction']:<15} {m['cls']:<17} {m['item']:<28} {_b(m['bytes']):>12} "
-                   f"{t:>9}  {'yes' if m['overlap'] else 'no'}")
+    head = ("link", "direction", "class", "item", U, "time", "overlap")
+    rows = [(m["link"], m["direction"], m["cls"], m["item"], size(m["bytes"], units, suffix=False),
+             f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?", "yes" if m["overlap"] else "no")
+            for m in role["movements"]]
+    w = [max(len(head[j]), *(len(r[j]) for r in rows)) if rows else len(head[j]) for j in range(len(head))]
+    out = [f"Data movement per optimizer step ({who}; {unit_note(units)}):"]
+    for r in [head, *rows]:  # text left, numbers right
+        out.append("  " + "  ".join(x.rjust(w[j]) if j in (4, 5) else x.ljust(w[j]) for j, x in enumerate(r)).rstrip())
     if not role["movements"]:
         out.append("  (nothing crosses PCIe, NVMe or the network)")
     for ln in section["endurance"]:
@@ -275,9 +329,9 @@ def movement_lines(section: dict[str, Any]) -> list[str]:
             continue  # a tier nothing is offloaded to: no line
         name = ln["tier"] or ", ".join(ln["paths"]) or "?"
         s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
-        s += f": {_b(ln['write_bytes_per_step'])} written per step per node"
+        s += f": {size(ln['write_bytes_per_step'], units)} written per step per node"
         if ln["write_bytes_per_day"] is not None:
-            s += f", {ln['write_bytes_per_day'] / 1e12:,.2f} TB/day at {ln['step_time_s']:g} s/step"
+            s += f", {size(ln['write_bytes_per_day'], units, prefix='T')}/day at {ln['step_time_s']:g} s/step"
             if ln["endurance_used_per_day"] is not None:
                 s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
             if ln["days_of_life"] is not None:
@@ -294,13 +348,13 @@ def _fmt_s(s: float | None) -> str:
     return duration_text(s)
 
 
-def _size(n: int) -> str:
-    return f"{n:,} B" if n < 10**6 else f"{gb(n)} ({gib(n)})"
-
-
-def checkpoint_text(plan: CheckpointPlan) -> str:
-    """Human-readable report; files that differ only in the rank are folded into one row."""
+def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: bool = False) -> str:
+    """Human-readable report (sizes in ``units``); files that differ only in the rank are folded
+    into one row."""
     import re
+
+    def _size(n: int) -> str:
+        return f"{n:,} B" if n < 10**6 else size(n, units)
 
     f = plan.files
     lines = [f"Checkpoint: engine.save_checkpoint (DeepSpeed 0.19.8), ZeRO-{plan.zero_stage}, {f.wrapper} + "
@@ -333,15 +387,15 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
         lines.append(f"  rank {lw['rank']} writes {_size(lw['bytes'])} ({lw['share']:.0%} of the save) by itself: "
                      "one client's bandwidth may bound the save time below")
     if plan.write_bandwidth:
-        lines.append(f"  write at {plan.write_bandwidth / 1e9:,.2f} GB/s: {_fmt_s(plan.save_s)}; "
-                     f"restart reads {_size(f.read_bytes)} at {(plan.read_bandwidth or 0) / 1e9:,.2f} GB/s: "
+        lines.append(f"  write at {rate(plan.write_bandwidth, units)}: {_fmt_s(plan.save_s)}; "
+                     f"restart reads {_size(f.read_bytes)} at {rate(plan.read_bandwidth or 0, units)}: "
                      f"{_fmt_s(plan.load_s)}")
     res = plan.resilience()
     if res:
         lf = res["lost_fraction"]
         rc = res["recovery_s"]
-        lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} ({plan.nodes} nodes x "
-                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / node)")
+        lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} (node MTBF "
+                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / {plan.nodes} nodes)")
         lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
                      (f" (~{res['interval_steps']} steps)" if "interval_steps" in res else "") +
                      "  [Young/Daly: sqrt(2 x save time x MTBF)]")
@@ -356,12 +410,13 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
     if st and st["tier"]:
         t = plan.tier
         lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
-                     f"write {t.write_bytes_per_s / 1e9:,.2f} GB/s, read {t.read_bytes_per_s / 1e9:,.2f} GB/s; "
+                     f"write {rate(t.write_bytes_per_s, units)}, read {rate(t.read_bytes_per_s, units)}; "
                      f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
                      f"on the busiest node")
         if st["bytes_written_per_day"] is not None:
             s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
-                 f"{st['saves_per_day']:,.2f} saves/day, {st['bytes_written_per_day'] / 1e12:,.3f} TB written per day")
+                 f"{st['saves_per_day']:,.2f} saves/day, {size(st['bytes_written_per_day'], units, prefix='T', digits=3)} "
+                 "written per day")
             if st["endurance_used_per_day"] is not None:
                 s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
                       f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None
@@ -374,21 +429,25 @@ def checkpoint_text(plan: CheckpointPlan) -> str:
         else:
             lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
     for x in plan.findings:
-        lines.append(f"  {x.severity} {x.code}: {x.message}")
+        lines.append(f"  {paint(x.severity, color)} {x.code}: {x.message}")
         if x.fix:
             lines.append(f"    fix: {x.fix}")
     for n in f.notes[1:] + plan.notes:
         lines.append(f"  note: {n}")
-    return "\n".join(lines + release_lines())
+    return wrap("\n".join(lines + release_lines()), width(sys.stdout))
 
 
 def _val(f: Found | None) -> str:
     return "unknown" if f is None else f"{f.value:<6} from {f.source}"
 
 
-def check_text(r: CheckResult) -> str:
-    """The human report: launch shape and resources with their sources, the verdict per tier,
-    findings, warnings, and a last line ``GO`` / ``NO-GO`` with the exit code."""
+def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) -> str:
+    """The human report (sizes in ``units``): launch shape and resources with their sources, the
+    verdict per tier, findings, warnings, and a last line ``GO`` / ``NO-GO`` with the exit code."""
+
+    def gb(n: int | float) -> str:
+        return size(n, units)
+
     L: list[str] = [f"ds-advisor check: {r.source}, model {r.model} ({r.parameters:,} parameters)", "launch shape"]
     ls = r.launch
     L.append(f"  world size       {_val(ls.world_size)}")
@@ -429,7 +488,8 @@ def check_text(r: CheckResult) -> str:
     for t in r.tiers:
         cap = "unknown" if t.capacity is None else gb(t.capacity)
         head = "" if t.headroom is None else f", headroom {gb(t.headroom)}"
-        L.append(f"  {t.verdict.upper():<7} {t.tier} [{t.scope}]: need {gb(t.need)} of {cap}{head}"
+        L.append(f"  {paint(t.verdict.upper(), color)}{' ' * (7 - len(t.verdict))} {t.tier} [{t.scope}]: "
+                 f"need {gb(t.need)} of {cap}{head}"
                  + (f"  [capacity from {t.capacity_source}]" if t.capacity_source else ""))
     for x in r.excluded:
         L.append(f"  not counted: {x}")
@@ -437,16 +497,16 @@ def check_text(r: CheckResult) -> str:
         L.append("findings")
         for f in r.findings:
             loc = f"{f.file}:{f.line}: " if f.line else ""
-            L.append(f"  {loc}{f.severity} {f.code} {f.pointer or '/'}: {f.message}")
+            L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.pointer or '/'}: {f.message}")
             if f.fix:
                 L.append(f"      fix: {f.fix}")
     for w in r.warnings:
         L.append(f"warning: {w}")
     if r.exit_code == EXIT_PROBE:
-        L.append(f"NO-GO: the environment could not be probed (--strict) (exit {r.exit_code})")
+        L.append(f"{paint('NO-GO', color)}: the environment could not be probed (--strict) (exit {r.exit_code})")
     else:
-        L.append(f"{r.verdict.upper()} (exit {r.exit_code})")
-    return "\n".join(L + release_lines())
+        L.append(f"{paint(r.verdict.upper(), color)} (exit {r.exit_code})")
+    return wrap("\n".join(L + release_lines()), width(sys.stdout))
 
 
 def check_json(r: CheckResult) -> str:
@@ -465,11 +525,11 @@ def checkpoint_json(plan: CheckpointPlan) -> str:
     return json.dumps(plan.to_dict(), indent=2)
 
 
-def generate_text(res: Any, top: int = 5) -> str:
-    """``generate``'s table of the top plans (:func:`advisor.views.generate.table_text`)."""
+def generate_text(res: Any, top: int = 5, units: str = DEFAULT_UNITS) -> str:
+    """``generate``'s table of the top plans (:func:`advisor.views.generate.table_text`), sizes in ``units``."""
     from advisor.views.generate import table_text
 
-    return table_text(res, top)
+    return table_text(res, top, units)
 
 
 def generate_json(res: Any, top: int = 5) -> str:

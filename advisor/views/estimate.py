@@ -33,7 +33,7 @@ from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import LoadAssumption, Timeline, resolve_load, role_timeline
-from advisor.units import gb, gib
+from advisor.units import gib
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 REPORT_TIERS = ("accelerator", "host", "nvme")
@@ -136,6 +136,11 @@ class FitRow:
     steady_label: str = ""
     #: Ranks summed for a per-node row.
     ranks: int = 1
+    #: The bytes live at the peak instant (before any margin; bytes), None = ``need``.
+    peak: int | None = None
+    #: What ``need`` adds on top of ``peak``, each named: [(words, bytes)], e.g. the allocator
+    #: fragmentation margin. ``need == peak + sum(parts)``; renderers show each as its own row.
+    parts: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def fits(self) -> bool | None:
@@ -239,7 +244,9 @@ class EstimateResult:
             ],
             "fit": [{"tier": f.tier, "scope": f.scope, "need": f.need, "capacity": f.capacity,
                      "headroom": f.headroom, "fits": f.fits, "phase": f.phase, "instant": f.instant,
-                     "label": f.label, "steady_need": f.steady_need} for f in self.fit],
+                     "label": f.label, "steady_need": f.steady_need,
+                     "peak": f.need if f.peak is None else f.peak,
+                     "parts": [{"label": w, "bytes": b} for w, b in f.parts]} for f in self.fit],
             "findings": [f.to_dict() for f in self.findings],
         }
         if self.load is not None and self.roles:
@@ -324,8 +331,12 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
     pk = worst.peak()["accelerator"]
     st = worst.peak(("load",))["accelerator"]
-    rows.append(FitRow("accelerator", int(pk["bytes"] * (1 + fragmentation)), capacity.accelerator, "per rank",
-                       pk["phase"], pk["instant"], pk["label"], int(st["bytes"] * (1 + fragmentation)), st["label"]))
+    need = int(pk["bytes"] * (1 + fragmentation))
+    rows.append(FitRow("accelerator", need, capacity.accelerator, "per rank",
+                       pk["phase"], pk["instant"], pk["label"], int(st["bytes"] * (1 + fragmentation)), st["label"],
+                       peak=pk["bytes"],
+                       parts=[(f"allocator margin {fragmentation:.0%}",
+                               need - pk["bytes"])] if fragmentation else []))
     # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
@@ -375,11 +386,11 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
             per_rank = r.need // max(1, r.ranks)
             out.append(emit(
                 code="M101", severity="error", pointer="/zero_optimization/stage",
-                message=(f"{r.tier} {r.scope}: loading the model needs {gb(r.need)} ({r.ranks} ranks x "
-                         f"{gb(per_rank)}: every rank builds the whole model in {ld.dtype} in host memory "
-                         f"before deepspeed.initialize, without deepspeed.zero.Init) but only {gb(cap)} is "
-                         f"available: over by {gb(r.need - cap)}; the training step itself needs "
-                         f"{gb(steady)} ({r.steady_label})"),
+                message=(f"{r.tier} {r.scope}: loading the model needs {gib(r.need)} ({r.ranks} ranks x "
+                         f"{gib(per_rank)}: every rank builds the whole model in {ld.dtype} in host memory "
+                         f"before deepspeed.initialize, without deepspeed.zero.Init) but only {gib(cap)} is "
+                         f"available: over by {gib(r.need - cap)}; the training step itself needs "
+                         f"{gib(steady)} ({r.steady_label})"),
                 fix=("build the model under deepspeed.zero.Init so each rank only materialises its partition: "
                      "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
                      "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
@@ -394,9 +405,9 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
             over = need - cap
             out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
-                message=(f"{r.tier} {r.scope}: the step needs {gb(need)} ({gib(need)}) at its peak"
-                         f"{' (' + label + ')' if label else ''} but only {gb(cap)} is available: "
-                         f"over by {gb(over)}"),
+                message=(f"{r.tier} {r.scope}: the step needs {gib(need)} at its peak"
+                         f"{' (' + label + ')' if label else ''} but only {gib(cap)} is available: "
+                         f"over by {gib(over)}"),
                 fix=("shard more (higher ZeRO stage or more ranks), offload to host/NVMe, activation "
                      "checkpointing or a smaller micro-batch, or shrink buffers"
                      if r.tier == "accelerator" else

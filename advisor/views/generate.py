@@ -54,6 +54,7 @@ from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidd
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
 from advisor.errors import AdvisorError
 from advisor.model.inventory import Inventory
+from advisor.units import gib
 from advisor.ledger import steptime as _steptime
 from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, compute_ledger,
                             zero3_partition_numel)
@@ -332,11 +333,13 @@ class Rejection:
     def over(self) -> int | None:
         return None if self.usable is None else self.need - self.usable
 
-    def describe(self) -> str:
+    def describe(self, units: str = "GiB") -> str:
+        """E.g. "accelerator per rank: needs 90.1 GiB, 67.1 GiB usable, over by 23.0 GiB" (``units``: GiB or GB)."""
+        from advisor.units import size
         if self.usable is None:
-            return f"{self.tier} {self.scope}: needs {self.need / 1e9:,.1f} GB, capacity unknown"
-        return (f"{self.tier} {self.scope}: needs {self.need / 1e9:,.1f} GB, {self.usable / 1e9:,.1f} GB usable, "
-                f"over by {self.over / 1e9:,.1f} GB")
+            return f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, capacity unknown"
+        return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, "
+                f"{size(self.usable, units, digits=1)} usable, over by {size(self.over, units, digits=1)}")
 
 
 @dataclass
@@ -635,8 +638,8 @@ def _explain_ranks(res: SearchResult) -> None:
             k = max(deltas, key=lambda x: deltas[x])
             if deltas[k] > 0.005 and c.step_time_s > best.step_time_s:
                 co = c.cpu_optimizer
-                detail = (f" ({co['cpu_optimizer_bytes_per_rank'] / 1e9:,.1f} GB per rank at "
-                          f"{co['cpu_optimizer_bytes_per_s_per_rank'] / 1e9:,.1f} GB/s host memory per rank)"
+                detail = (f" ({gib(co['cpu_optimizer_bytes_per_rank'], 1)} per rank at "
+                          f"{gib(co['cpu_optimizer_bytes_per_s_per_rank'], 1)}/s host memory per rank)"
                           if k == "cpu_optimizer" and co else "")
                 c.why = f"+{deltas[k]:,.2f} s {names[k]}{detail}; within {tol:.0%} of the fastest"
             elif a[0] > b[0]:
@@ -652,8 +655,8 @@ def _explain_ranks(res: SearchResult) -> None:
         k = max(deltas, key=lambda x: deltas[x])
         if k == "cpu_optimizer" and c.cpu_optimizer:
             co = c.cpu_optimizer
-            c.why = (f"+{deltas[k]:,.2f} s CPU optimizer step ({co['cpu_optimizer_bytes_per_rank'] / 1e9:,.1f} GB per "
-                     f"rank at {co['cpu_optimizer_bytes_per_s_per_rank'] / 1e9:,.1f} GB/s host memory per rank)")
+            c.why = (f"+{deltas[k]:,.2f} s CPU optimizer step ({gib(co['cpu_optimizer_bytes_per_rank'], 1)} per "
+                     f"rank at {gib(co['cpu_optimizer_bytes_per_s_per_rank'], 1)}/s host memory per rank)")
         elif k == "compute" and c.checkpointing != "none":
             c.why = f"+{deltas[k]:,.2f} s recomputation (checkpointing)"
         elif k == "network" and c.ga > best.ga and c.combo.stage >= 2:
@@ -682,7 +685,7 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
             b = res.best
             out.append(f"more GPUs: {n} nodes x {g} GPUs ({n * g} ranks, +{(n - req.nodes) * g}) fit with ZeRO-"
                        f"{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
-                       f"checkpointing {b.checkpointing}: {b.accelerator / 1e9:,.1f} GB per GPU")
+                       f"checkpointing {b.checkpointing}: {gib(b.accelerator, 1)} per GPU")
             break
     if choose_nvme_tier(hardware) is None and hardware.host_memory_bytes:
         from advisor.cluster.hardware import StorageTier
@@ -735,19 +738,23 @@ def spent_text(c: "Candidate") -> str:
     return " ".join(f"{short} {c.parts[k]:,.2f}" for k, short in SPENT_NAMES if c.parts.get(k, 0) > 0.005)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:,.1f}" if n else "-"
+def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
+    """The top plans as a fixed-width table (sizes in ``units``, GiB or GB, via
+    :func:`advisor.units.size`; host and NVMe per node)."""
+    from advisor.units import size, unit_name
 
+    U = unit_name(units)
 
-def table_text(res: SearchResult, top: int = 5) -> str:
-    """The top plans as a fixed-width table (GB = 1e9 bytes; host and NVMe per node)."""
+    def _gb(n: int) -> str:
+        return size(n, units, suffix=False, digits=1) if n else "-"
+
     req = res.request
     acc = res.hardware.accelerator
     head = (f"{res.inventory.name} on {req.nodes} node(s) x {req.gpus_per_node} {acc.name if acc else '?'}; "
             f"global batch {req.global_batch}, sequence {req.seq_len}, {req.precision}, "
             f"margin {req.margin:.0%}; {res.evaluated} plans evaluated, {len(res.ranked)} fit")
     lines = [head]
-    cols = ("#", "stage", "offload", "micro", "GA", "ckpt", "accel GB/rank", "host GB/node", "nvme GB/node",
+    cols = ("#", "stage", "offload", "micro", "GA", "ckpt", f"accel {U}/rank", f"host {U}/node", f"nvme {U}/node",
             "step s", "spent on (exposed s)", "why")
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
@@ -766,7 +773,7 @@ def table_text(res: SearchResult, top: int = 5) -> str:
         lines.append(f"rejected: {len(res.rejected)} ("
                      + ", ".join(f"{n} on {t}" for t, n in sorted(by_tier.items()))
                      + f"); closest: ZeRO-{closest.combo.stage} {closest.combo.label()} micro {closest.micro} "
-                       f"ckpt {closest.checkpointing}: {closest.rejection.describe()}")
+                       f"ckpt {closest.checkpointing}: {closest.rejection.describe(units)}")
     a = res.assumptions()
     lines.append(f"assumptions: MFU {a['mfu']}, peak {(a['peak_flops'] or 0) / 1e12:,.1f} TFLOP/s dense; "
                  f"{a['overlap']}; {a['activations']}; {a['excluded']}")
@@ -793,7 +800,11 @@ def table_text(res: SearchResult, top: int = 5) -> str:
     for s in res.suggestions:
         lines.append(f"suggestion: {s}")
     from advisor.config.versions import release_lines
-    return "\n".join(lines + release_lines())
+    import sys
+
+    from advisor.render.style import width, wrap
+    table = set(range(1, len(rows) + 2)) if rows else set()  # the plan table keeps its columns
+    return "\n".join(x if i in table else wrap(x, width(sys.stderr)) for i, x in enumerate(lines + release_lines()))
 
 
 def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""What a reader sees at a glance (issue 22): one unit system per output, --units, the fit
+table's margin row, colour (--color, NO_COLOR) and piped line width.
+
+Numbers are computed here by hand from the byte counts (GiB = 2^30 B, GB = 1e9 B); the byte
+counts themselves are asserted against DeepSpeed elsewhere (tests/test_cases*.py, test_ledger.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from advisor.render.style import paint, use_color, wrap
+from advisor.units import check_units, rate, size, unit_name
+
+from tests.conftest import CASES, SAMPLES, run_cli
+
+C06 = CASES / "C06-zero2-32b-8gpu"
+C06_ARGS = ["estimate", "config.json", "--params", "32763876352", "--world-size", "8", "--gpu-memory", "141GB"]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_size_formats_in_one_unit_system():
+    assert size(3 * 2**30) == "3.00 GiB" and size(3 * 2**30, suffix=False) == "3.00"
+    assert size(2_500_000_000, "GB") == "2.50 GB" and size(2_500_000_000, "gb") == "2.50 GB"
+    assert size(2**40, prefix="T") == "1.00 TiB" and size(10**12, "GB", prefix="T") == "1.00 TB"
+    assert size(0, zero="-") == "-" and size(None) == "unknown"
+    assert rate(2e9) == "1.86 GiB/s" and rate(2e9, "GB") == "2.00 GB/s"  # 2e9 / 2^30 = 1.8626
+    assert unit_name("GB") == "GB" and check_units("gib") == "GiB"
+    with pytest.raises(ValueError, match="GiB or GB"):
+        check_units("MB")
+
+
+def _fit_rows(text: str) -> list[str]:
+    start = text.index("Fit:")
+    return text[start:text.index("└", start)].splitlines()
+
+
+def test_estimate_is_in_gib_by_default_and_in_gb_with_units_gb():
+    """C06 (32B ZeRO-2 on 8 x 141 GB): the accelerator peak from --format json, by hand in each unit."""
+    d = json.loads(run_cli(C06_ARGS + ["--format", "json"], cwd=C06).stdout)
+    acc = next(f for f in d["fit"] if f["tier"] == "accelerator")
+    peak, need, cap = acc["peak"], acc["need"], acc["capacity"]
+    # the margin is its own row: need = peak + the 5% fragmentation margin, nothing else here
+    assert [p["bytes"] for p in acc["parts"]] == [need - peak] and need == int(peak * 1.05)
+    gib = run_cli(C06_ARGS, cwd=C06, env={"COLUMNS": "120"}).stdout
+    gb = run_cli(C06_ARGS + ["--units", "GB"], cwd=C06, env={"COLUMNS": "120"}).stdout
+    rows = "\n".join(_fit_rows(gib))
+    assert f"{peak / 2**30:,.2f}" in rows and f"{(need - peak) / 2**30:,.2f}" in rows
+    assert f"{need / 2**30:,.2f}" in rows and f"{cap / 2**30:,.2f}" in rows and "allocator margin 5%" in rows
+    assert f"{need / 1e9:,.2f}" in "\n".join(_fit_rows(gb)) and f"{cap / 1e9:,.2f}" in "\n".join(_fit_rows(gb))
+    # one unit system per output: no GB figure in the GiB report, no GiB figure in the GB one
+    assert not re.search(r"[0-9] GB\b", gib), re.findall(r".{30}[0-9] GB\b", gib)
+    # (findings' messages are fixed text, in GiB whatever --units says: shared with JSON and SARIF)
+    body = gb[:gb.index("Findings")]
+    assert not re.search(r"[0-9] GiB\b", body), re.findall(r".{30}[0-9] GiB\b", body)
+    assert "GiB = 2^30 bytes" in gib and "GB = 1e9 bytes" in gb
+
+
+def test_units_is_offered_by_every_command_printing_bytes():
+    for cmd in ("estimate", "check", "checkpoint", "generate", "report"):
+        p = run_cli([cmd, "--help"])
+        assert "--units [gib|gb]" in p.stdout.lower(), (cmd, p.stdout[-800:])
+
+
+def test_verdict_coloured_like_severities_and_no_color_honoured():
+    always = run_cli(C06_ARGS + ["--color", "always"], cwd=C06).stdout
+    # "DOES NOT FIT" in the same style as the error severity (bold red)
+    m = re.search(r"(\x1b\[[0-9;]*m)DOES NOT FIT", always)
+    e = re.search(r"(\x1b\[[0-9;]*m)error\x1b\[0m M100", always)
+    assert m and e and m.group(1) == e.group(1), always[-1500:]
+    never = run_cli(C06_ARGS + ["--color", "never"], cwd=C06).stdout
+    assert not ANSI.search(never) and "DOES NOT FIT" in never
+    piped = run_cli(C06_ARGS, cwd=C06).stdout  # auto: not a terminal
+    assert not ANSI.search(piped)
+    assert use_color(open("/dev/null", "w"), "auto") is False
+    assert paint("error", True) != "error" and paint("error", False) == "error"
+
+
+def test_no_color_env_beats_auto(monkeypatch):
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_color(Tty(), "auto") is True
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert use_color(Tty(), "auto") is False and use_color(Tty(), "always") is True
+
+
+def test_piped_output_has_no_overlong_lines():
+    """Piped (not a terminal, no COLUMNS): at most 100 columns; wrapped lines keep a hanging indent."""
+    for args, cwd in ((C06_ARGS, C06), (["lint", str(CASES / "C04-auto-outside-hf" / "config.json")], None),
+                      (["checkpoint", str(SAMPLES / "zero2.json"), "--params", "8030261248", "--world-size", "8",
+                        "--write-bandwidth", "2GB/s", "--node-mtbf-hours", "20000"], None)):
+        p = run_cli(args, cwd=cwd, env={"COLUMNS": ""})
+        assert p.stdout and max(len(x) for x in p.stdout.splitlines()) <= 100, \
+            max(p.stdout.splitlines(), key=len)
+    assert wrap("  " + "word " * 30, 40).splitlines()[1].startswith("      word")
+
+
+def test_mtbf_and_activations_wording():
+    ck = run_cli(["checkpoint", str(SAMPLES / "zero2.json"), "--params", "8030261248", "--world-size", "16",
+                  "--gpus-per-node", "8", "--write-bandwidth", "2GB/s", "--node-mtbf-hours", "50000"]).stdout
+    # 2 nodes: 50,000 h / 2 = 25,000 h; written as a division, never "2 nodes x 50,000 h"
+    assert "cluster MTBF 25,000.00 h (node MTBF 50,000 h / 2 nodes)" in " ".join(ck.split())
+    from advisor.render.text import activation_words
+    ac = {"layers_on_rank": 80, "per_layer": 2**30, "saved_accelerator": 3 * 2**30, "saved_host": 0,
+          "recompute_layer": 2**30}
+    full = activation_words(ac, True)
+    assert "80 layers x" not in full and "keep only their inputs" in full and "3.00 GiB" in full
+    assert activation_words(ac, False) == "no checkpointing: 80 layers x 1.00 GiB each = 80.00 GiB kept for backward"
