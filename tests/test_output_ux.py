@@ -112,3 +112,48 @@ def test_mtbf_and_activations_wording():
     full = activation_words(ac, True)
     assert "80 layers x" not in full and "keep only their inputs" in full and "3.00 GiB" in full
     assert activation_words(ac, False) == "no checkpointing: 80 layers x 1.00 GiB each = 80.00 GiB kept for backward"
+
+
+@pytest.mark.parametrize("text,literal,col", [('{"train_batch_size": NaN}', "NaN", 22),
+                                              ('{"train_batch_size": 8, "x": 1e400}', "1e400", 30),
+                                              ('{"zero_optimization": {"reduce_bucket_size": -Infinity}}',
+                                               "-Infinity", 46)])
+def test_non_finite_numbers_are_named_not_the_parser_words(tmp_path, text, literal, col):
+    """hjson (DeepSpeed's loader) says "Bad key name (eof)" for NaN and "cannot convert float
+    infinity to integer" for 1e400; the advisor names the literal and where it is."""
+    p = tmp_path / "c.json"
+    p.write_text(text)
+    assert text[col - 1:].startswith(literal)
+    r = run_cli(["lint", str(p)], env={"COLUMNS": "300"})
+    assert r.returncode == 2
+    assert f"c.json:1:{col}: non-finite number {literal}: JSON has no NaN or infinity" in r.stdout
+    assert "Bad key name" not in r.stdout and "cannot convert" not in r.stdout
+    r = run_cli(["estimate", str(p), "--params", "1000000"], env={"COLUMNS": "300"})
+    assert r.returncode == 2 and f"non-finite number {literal}" in r.stderr
+
+
+def test_hf_config_named_by_its_architecture_not_its_folder(tmp_path):
+    from tests.conftest import ROOT
+    src = ROOT / "tests" / "fixtures" / "hf" / "Meta-Llama-3-8B" / "config.json"
+    d = json.loads(src.read_text())
+    assert "_name_or_path" not in d and d["architectures"] == ["LlamaForCausalLM"]
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "config.json").write_text(json.dumps(d))
+    r = run_cli(["estimate", str(SAMPLES / "zero2.json"), "--model", "models/config.json", "--format", "json"],
+                cwd=tmp_path)
+    assert json.loads(r.stdout)["model"]["name"] == "LlamaForCausalLM (models/config.json)"
+    (tmp_path / "models" / "config.json").write_text(json.dumps({**d, "_name_or_path": "meta-llama/Meta-Llama-3-8B"}))
+    r = run_cli(["estimate", str(SAMPLES / "zero2.json"), "--model", "models/config.json", "--format", "json"],
+                cwd=tmp_path)
+    assert json.loads(r.stdout)["model"]["name"] == "meta-llama/Meta-Llama-3-8B"
+    (tmp_path / "models" / "config.json").write_text(json.dumps({**d, "model_type": "falcon"}))
+    r = run_cli(["estimate", str(SAMPLES / "zero2.json"), "--model", "models/config.json"], cwd=tmp_path)
+    assert r.returncode == 2 and "unsupported model_type 'falcon'" in r.stderr and "--params N" in r.stderr
+
+
+def test_refused_config_names_the_optimizer_and_points_at_the_root():
+    from advisor.render.text import optimizer_words
+    assert optimizer_words({"type": "AdamW", "basic": "", "wrapper": ""}) == \
+        "AdamW (not built: DeepSpeed refuses this config, see the findings)"
+    assert optimizer_words({"type": "AdamW", "basic": "FusedAdam", "wrapper": "DeepSpeedZeroOptimizer"}) == \
+        "AdamW -> FusedAdam wrapped by DeepSpeedZeroOptimizer"

@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import re
+
 import hjson
 from hjson.decoder import HjsonDecodeError, HjsonDecoder, JSONObject, make_scanner
 
@@ -105,6 +107,34 @@ def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+_NUMBER_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\b(?:NaN|Infinity)\b|-?\d+(?:\.\d+)?[eE][+-]?\d+)')
+
+
+def non_finite_literal(text: str) -> tuple[str, int] | None:
+    """The first ``NaN``/``Infinity`` or number too large for a float (``1e400``) outside strings
+    in ``text``, with its offset; None when there is none. JSON has no such numbers and DeepSpeed's
+    hjson loader fails on them with its own words ("Bad key name (eof)", "cannot convert float
+    infinity to integer"), so the advisor names the literal instead."""
+    import math
+
+    for m in _NUMBER_OR_CONSTANT.finditer(text):
+        lit = m.group(1)
+        if lit is None:
+            continue  # a quoted string
+        if "NaN" in lit or "Infinity" in lit or not math.isfinite(float(lit)):
+            return lit, m.start(1)
+    return None
+
+
+def _non_finite_error(text: str, source: str) -> ConfigLoadError | None:
+    hit = non_finite_literal(text)
+    if hit is None:
+        return None
+    line, col = LineIndex(text).line_col(hit[1])
+    return ConfigLoadError(source, f"non-finite number {cut(hit[0], 40)}: JSON has no NaN or infinity and DeepSpeed "
+                                   "cannot load it; write a finite number", line, col)
+
+
 def parse_text(text: str, source: str) -> LoadedConfig:
     """Parse JSON/HJSON ``text`` as DeepSpeed would; ``source`` names it in errors.
 
@@ -122,13 +152,14 @@ def parse_text(text: str, source: str) -> LoadedConfig:
         line, col = LineIndex(text).line_col(e.offset) if e.offset is not None else (None, None)
         raise ConfigLoadError(source, f"duplicate key {e.key!r} (DeepSpeed refuses duplicate keys)", line, col)
     except HjsonDecodeError as e:
-        raise ConfigLoadError(source, f"not valid JSON/HJSON: {e.msg}", e.lineno, e.colno)
+        raise _non_finite_error(text, source) or ConfigLoadError(source, f"not valid JSON/HJSON: {e.msg}", e.lineno,
+                                                                 e.colno)
     except RecursionError:
         raise ConfigLoadError(source, "nesting too deep to parse")
     except IndexError:  # hjson on an unterminated /* comment (and other truncated input)
         raise ConfigLoadError(source, "not valid JSON/HJSON: unexpected end of input (unterminated comment or value)")
     except (ValueError, TypeError, OverflowError) as e:  # hjson number conversion edge cases
-        raise ConfigLoadError(source, f"not valid JSON/HJSON: {e}")
+        raise _non_finite_error(text, source) or ConfigLoadError(source, f"not valid JSON/HJSON: {e}")
     if not isinstance(data, dict):
         raise ConfigLoadError(source, f"top level is {type_name(data)}, expected a JSON object")
 

@@ -496,7 +496,11 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
     if mt not in FAMILIES:
         raise ModelSpecError(unsupported_model_type(source, mt))
     g = lambda *keys, default=_MISSING: _get(cfg, source, *keys, default=default)  # noqa: E731
-    nm = name or cfg.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(source))) or mt
+    # named by what the file says (its hub id, else its architecture), else by the file itself:
+    # the folder holding it is often just "models" or "config"
+    arch = cfg.get("architectures")
+    arch = ", ".join(map(str, arch)) if isinstance(arch, list) and arch else None
+    nm = name or cfg.get("_name_or_path") or (f"{arch} ({source})" if arch else None) or source
     common: dict[str, Any] = dict(name=str(nm), family=mt, source=source)
 
     if mt == "gpt2":
