@@ -683,30 +683,45 @@ def main() -> None:
 @options("world_size", *MODEL_OPTIONS, "hf", "set",
          world_size=dict(help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS): enables the batch-size check."),
          model=dict(help=MODEL_HELP + " Enables model-dependent rules."))
-@_opt("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
-              help="Exit 1 when a finding at or above this severity exists.")
-@_opt("--select", help="Comma-separated rule codes to run (default: all).")
+@_opt("--fail-on", type=click.Choice(FAIL_ON), default=None,
+              help="Exit 1 when a finding at or above this severity exists (default: the settings file's "
+                   "fail-on, else error).")
+@_opt("--select", help="Comma-separated rule codes or names to run (default: all), e.g. B001,auto-top-level.")
+@_opt("--ignore", help="Comma-separated rule codes or names not to run.")
+@_opt("-q", "--quiet", is_flag=True, help="Print the findings only (no summary line).")
 @format_option("lint")
 @_release_option
 @_trainer_options
 @display_options("color")
-def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, trainer_args, hidden_size, overrides):
-    """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them."""
+def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, fmt, release, trainer_args,
+         hidden_size, overrides):
+    """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them.
+
+    \b
+    Settings: the closest [tool.ds-advisor] table in a pyproject.toml, or .ds-advisor.toml,
+    above each file gives select, ignore, world-size, model/params and fail-on; flags win.
+    """
     from advisor.findings import SEVERITY_RANK, worst
-    from advisor.views.lint import internal_error, lint_accelerate, lint_guarded
+    from advisor.rules import rule_codes
+    from advisor.views.lint import internal_error, lint_accelerate, lint_guarded, lint_options
     from advisor.render.lint import FileResult
 
+    if model and params:
+        raise click.UsageError("give --model or --params, not both")
     try:
-        inv = _inventory(model, params)
-    except AdvisorError as e:
-        raise _fail(str(e))
-    ws, ws_src = _world(world_size)
-    codes = {c.strip().upper() for c in select.split(",") if c.strip()} if select else None
-    if codes:
-        from advisor.rules import all_rules
-        unknown = sorted(c for c in codes if c not in all_rules())
-        if unknown:
-            raise click.UsageError(f"--select: unknown rule code(s) {', '.join(unknown)} (see `ds-advisor explain`)")
+        sel = rule_codes(select, "--select") if select else None
+        ign = rule_codes(ignore, "--ignore") if ignore else None
+    except ValueError as e:
+        raise click.UsageError(str(e))
+    env_world = _world(None) if world_size is None else (None, None)
+    inventories: dict = {}
+
+    def opts(p: str):
+        try:
+            return lint_options(p, select=sel, ignore=ign, model=model, params=params, world_size=world_size,
+                                env_world=env_world, fail_on=fail_on, inventories=inventories)
+        except AdvisorError as e:
+            raise _fail(str(e))
     files = _expand_paths(paths)
     if not files:
         raise _fail(f"no config files ({', '.join(CONFIG_SUFFIXES)}) in {', '.join(paths)}")
@@ -732,8 +747,10 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
                 raise
             return FileResult(file=p, findings=[internal_error(e).located({}, p)])
 
+    per_file = {p: opts(p) for p in files}
     for p in files:  # one bad file is an error line or an X001 finding; the others' results are kept
-        read.append((p, read_one(p, trainer_args=targs, world_size=world_size, inventory=inv, overrides=overrides)))
+        read.append((p, read_one(p, trainer_args=targs, world_size=per_file[p].world_size,
+                                 inventory=per_file[p].inventory, overrides=overrides)))
     # A deepspeed_config_file an accelerate config names goes through accelerate: linted as --hf,
     # and linted even when it is not among the paths given.
     named = {os.path.realpath(i.launch.deepspeed_config_file): i.launch.deepspeed_config_file
@@ -742,9 +759,13 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
     given = {os.path.realpath(p) for p in files}
     for real, path in named.items():
         if real not in given:
+            per_file[path] = opts(path)
             read.append((path, read_one(path, overrides=overrides)))
     results: list[FileResult] = []
+    thresholds: list[tuple[FileResult, str]] = []
     for p, inp in read:
+        o = per_file[p]
+        codes, inv, ws, ws_src = o.codes, o.inventory, o.world_size, o.world_size_source
         if isinstance(inp, FileResult):
             results.append(inp)
         elif inp.launch is not None:
@@ -761,31 +782,37 @@ def lint(paths, world_size, model, params, hf, fail_on, select, fmt, release, tr
                 inp.loaded, world_size=ws, world_size_source=ws_src, inventory=inv,
                 hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=targs,
                 release=release)))
-    _echo(_render("lint", fmt, results, release=release))
+        thresholds.append((results[-1], o.fail_on))
+    _echo(_render("lint", fmt, results, release=release, quiet=quiet))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
-    threshold = 99 if fail_on == "never" else SEVERITY_RANK[fail_on]
-    sys.exit(EXIT_FINDINGS if worst(f for r in results for f in r.findings) >= threshold else EXIT_OK)
+    failed = any(worst(r.findings) >= (99 if fo == "never" else SEVERITY_RANK[fo]) for r, fo in thresholds)
+    sys.exit(EXIT_FINDINGS if failed else EXIT_OK)
 
 
 @main.command()
 @_arg("code", required=False)
+@display_options("color")
 def explain(code):
-    """Explain a rule code (or list all codes)."""
-    from advisor.rules import all_rules
+    """Explain a rule, by code or name (explain B001, explain batch-triple), or list all rules."""
+    from advisor.rules import all_rules, find_rule, rule_codes
 
     rules = all_rules()
     if not code:
         for c, r in rules.items():
             click.echo(f"{c}  {r.severity:<7}  {r.name}")
         return
-    r = rules.get(code.upper())
+    r = find_rule(code)
     if r is None:
-        import difflib
-        near = difflib.get_close_matches(code.upper(), list(rules), n=3)
-        raise _fail(f"unknown rule code {code!r}" + (f"; did you mean {', '.join(near)}?" if near else ""))
-    click.echo(f"[{r.code} | {r.name} | severity: {r.severity}]")
-    click.echo(r.explanation())
+        try:
+            rule_codes(code, "explain")
+        except ValueError as e:
+            raise _fail(str(e).replace("explain: unknown rule code(s) or name(s)", "unknown rule"))
+    from advisor.render.explain import rst_text
+    from advisor.render.style import use_color
+
+    color = use_color(sys.stdout, _display().get("color", "auto"))
+    _echo(f"[{r.code} | {r.name} | severity: {r.severity}]\n" + rst_text(r.explanation(), color))
 
 
 @main.command()

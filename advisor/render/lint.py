@@ -62,7 +62,7 @@ def _use_color(stream: IO[str]) -> bool:
 
 
 def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None,
-              color: bool | None = None) -> str:
+              color: bool | None = None, quiet: bool = False) -> str:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
     summary line names the DeepSpeed release checked against when ``release`` is given.
     ``color``: colour the severities (None: on a terminal without NO_COLOR)."""
@@ -93,7 +93,10 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
                 lines.append(safe_text(f"    fix: {f.fix}"))
     unreadable = sum(1 for r in results if r.error)
     skipped = sum(1 for r in results if r.skipped)
-    lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
+    if quiet:  # -q: the findings (and unreadable files) only
+        lines = [x for x in lines if ": skipped: " not in x]
+    else:
+        lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
                  + (f", {unreadable} unreadable" if unreadable else "")
                  + (f", {skipped} skipped (not DeepSpeed or accelerate configs)" if skipped else "")
                  + (f" (checked against {release.note})" if release else ""))

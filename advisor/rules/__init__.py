@@ -134,3 +134,38 @@ def all_rules() -> dict[str, type[Rule]]:
             if not m.name.startswith("_"):  # helpers (_util, _bytes) load with the rules that use them
                 importlib.import_module(f"{__name__}.{m.name}")
     return dict(sorted(_REGISTRY.items()))
+
+
+def find_rule(code_or_name: str) -> type[Rule] | None:
+    """The rule a user named, by code (``B001``, any case) or by name (``batch-triple``);
+    None when neither matches."""
+    rules = all_rules()
+    key = code_or_name.strip()
+    if key.upper() in rules:
+        return rules[key.upper()]
+    return next((r for r in rules.values() if r.name.lower() == key.lower()), None)
+
+
+def rule_codes(text: str, option: str = "--select") -> set[str]:
+    """The codes of a comma-separated list of rule codes and names (``B001,auto-top-level``),
+    as ``--select`` / ``--ignore`` and the settings file take them. Raises ValueError naming the
+    option, the entries that are no rule, and the closest codes or names."""
+    import difflib
+
+    out, unknown = set(), []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        r = find_rule(item)
+        if r is None:
+            unknown.append(item)
+        else:
+            out.add(r.code)
+    if unknown:
+        rules = all_rules()
+        near = sorted({m for u in unknown for m in difflib.get_close_matches(
+            u.upper() if u[:1].isalpha() and u[1:].isdigit() else u.lower(),
+            list(rules) + [r.name for r in rules.values()], n=2)})
+        raise ValueError(f"{option}: unknown rule code(s) or name(s) {', '.join(unknown)}"
+                         + (f"; did you mean {', '.join(near)}?" if near else "") + " (see `ds-advisor explain`)")
+    return out

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from advisor.config.effective import effective_config
 from advisor.findings import Finding, sort_findings
@@ -182,3 +182,59 @@ def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = 
             seen.add((f.code, f.pointer, f.message))
             out.append(f.located(inp.file_positions, inp.loaded.source) if inp.file_positions else f)
     return sort_findings(out)
+
+
+@dataclass
+class LintOptions:
+    """What applies to one linted file: the flags, else its settings file
+    (:mod:`advisor.config.settings`), else the defaults."""
+
+    #: Rule codes to run (None: all).
+    codes: set[str] | None
+    inventory: Any
+    world_size: int | None
+    world_size_source: str | None
+    fail_on: str
+    #: The settings file used, or None.
+    settings: str | None = None
+
+
+def lint_options(path: str, *, select: set[str] | None, ignore: set[str] | None, model: str | None,
+                 params: int | None, world_size: int | None, env_world: tuple[int | None, str | None],
+                 fail_on: str | None, inventories: dict | None = None) -> LintOptions:
+    """Resolve the options of one file: each flag given (``select``/``ignore`` codes, ``model`` /
+    ``params``, ``world_size``, ``fail_on``; None = not given) beats the environment's world size
+    (``env_world``: (ranks, source)) which beats the settings file found by walking up from
+    ``path`` (the working directory for stdin), which beats the defaults.
+    ``inventories`` caches resolved models between files. Raises AdvisorError (exit 2) for a bad
+    settings file or model."""
+    import os
+
+    from advisor.config.settings import load_settings
+    from advisor.rules import all_rules
+
+    s = load_settings(os.getcwd() if path == "-" else path)
+    sel = select if select is not None else (s.select if s else None)
+    ign = ignore if ignore is not None else (s.ignore if s else set())
+    codes = sel
+    if ign:
+        codes = (set(all_rules()) if sel is None else set(sel)) - set(ign)
+    if model is None and params is None and s is not None:
+        model, params = s.model, s.params
+    cache = inventories if inventories is not None else {}
+    key = (model, params)
+    if key not in cache:
+        if params is not None:
+            from advisor.model.inventory import from_param_count
+            cache[key] = from_param_count(params)
+        elif model:
+            from advisor.model.specs import resolve_model
+            cache[key] = resolve_model(model)
+        else:
+            cache[key] = None
+    ws, src = (world_size, "--world-size") if world_size is not None else env_world
+    if ws is None and s is not None and s.world_size is not None:
+        ws, src = s.world_size, f"world-size in {s.source}"
+    return LintOptions(codes=codes, inventory=cache[key], world_size=ws, world_size_source=src,
+                       fail_on=fail_on or (s.fail_on if s and s.fail_on else "error"),
+                       settings=s.source if s else None)

@@ -1,0 +1,135 @@
+"""Project settings for ``ds-advisor lint``: a ``[tool.ds-advisor]`` table in ``pyproject.toml``
+or a ``.ds-advisor.toml`` file, found by walking up from the linted file like ruff does.
+
+The closest directory holding either file wins (``.ds-advisor.toml`` before ``pyproject.toml``
+in the same directory; a ``pyproject.toml`` without the table is passed over). Keys::
+
+    [tool.ds-advisor]          # or the top level of .ds-advisor.toml
+    select = ["B001", "auto-top-level"]   # rule codes or names (a comma-separated string too)
+    ignore = ["S001"]
+    world-size = 8             # ranks, for the batch-size check
+    model = "llama-3-8b"       # preset, HF config.json (relative to the settings file) or inventory JSON
+    params = 8030261248        # instead of model
+    fail-on = "warning"
+
+Flags override every key (``--select``, ``--ignore``, ``--world-size``, ``--model``/``--params``,
+``--fail-on``); the environment's WORLD_SIZE / SLURM_NTASKS beats the file's world-size (the
+launcher's shape is the job's). Read with :mod:`tomllib` (standard library from Python 3.11).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import AdvisorError
+
+SETTINGS_FILE = ".ds-advisor.toml"
+KEYS = ("select", "ignore", "world-size", "model", "params", "fail-on")
+
+
+class SettingsError(AdvisorError):
+    """A settings file that cannot be read or has a bad key or value (exit 2)."""
+
+
+@dataclass
+class Settings:
+    """The settings that apply to one linted file; ``source`` is the file they come from."""
+
+    source: str
+    select: set[str] | None = None
+    ignore: set[str] = field(default_factory=set)
+    world_size: int | None = None
+    model: str | None = None
+    params: int | None = None
+    fail_on: str | None = None
+
+
+def _table(path: Path) -> dict[str, Any] | None:
+    """The ds-advisor table of ``path`` (None when a pyproject.toml has none)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise SettingsError(f"{path}: cannot read: {e.strerror or e}")
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"{path}: not valid TOML: {e}")
+    if path.name == "pyproject.toml":
+        tool = data.get("tool")
+        t = tool.get("ds-advisor") if isinstance(tool, dict) else None
+        if t is None:
+            return None
+        if not isinstance(t, dict):
+            raise SettingsError(f"{path}: [tool.ds-advisor] must be a table")
+        return t
+    return data
+
+
+def find_settings_file(start: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """(file, table) of the closest settings above ``start`` (a file or a directory), or None."""
+    p = Path(os.path.abspath(start))
+    d = p if p.is_dir() else p.parent
+    for folder in (d, *d.parents):
+        for name in (SETTINGS_FILE, "pyproject.toml"):
+            f = folder / name
+            if f.is_file():
+                t = _table(f)
+                if t is not None:
+                    return f, t
+    return None
+
+
+def _codes(value: Any, where: str) -> set[str]:
+    from advisor.rules import rule_codes
+
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list) and all(isinstance(x, str) for x in value):
+        text = ",".join(value)
+    else:
+        raise SettingsError(f"{where}: a list of rule codes or names, e.g. [\"B001\", \"auto-top-level\"]")
+    try:
+        return rule_codes(text, where)
+    except ValueError as e:
+        raise SettingsError(str(e))
+
+
+def load_settings(start: str | os.PathLike) -> Settings | None:
+    """The settings for a file at ``start`` (walking up), or None when there is no settings file.
+
+    Raises SettingsError naming the file and key for an unknown key or a bad value."""
+    found = find_settings_file(start)
+    if found is None:
+        return None
+    path, t = found
+    unknown = sorted(set(t) - set(KEYS))
+    if unknown:
+        raise SettingsError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
+    s = Settings(source=str(path))
+    if "select" in t:
+        s.select = _codes(t["select"], f"{path}: select")
+    if "ignore" in t:
+        s.ignore = _codes(t["ignore"], f"{path}: ignore")
+    for key, attr in (("world-size", "world_size"), ("params", "params")):
+        if key in t:
+            v = t[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SettingsError(f"{path}: {key} must be a positive integer, not {v!r}")
+            setattr(s, attr, v)
+    if "model" in t:
+        if not isinstance(t["model"], str) or not t["model"]:
+            raise SettingsError(f"{path}: model must be a preset name or a path")
+        m = t["model"]
+        rel = path.parent / m
+        s.model = str(rel) if not os.path.isabs(m) and rel.exists() else m  # a path is relative to the file
+    if s.model and s.params:
+        raise SettingsError(f"{path}: give model or params, not both")
+    if "fail-on" in t:
+        if t["fail-on"] not in ("error", "warning", "info", "never"):
+            raise SettingsError(f"{path}: fail-on must be error, warning, info or never, not {t['fail-on']!r}")
+        s.fail_on = t["fail-on"]
+    return s
