@@ -1183,7 +1183,8 @@ def report(config, est, output, force):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise _fail("the HTML report needs matplotlib: pip install 'deepspeed-advisor[report]'")
+        from advisor.install import extra_command
+        raise _fail(f"the HTML report needs matplotlib: {extra_command('report')}")
     from advisor.render.html import render_html, write_atomic
 
     warnings: list[str] = []

@@ -157,3 +157,27 @@ def test_refused_config_names_the_optimizer_and_points_at_the_root():
         "AdamW (not built: DeepSpeed refuses this config, see the findings)"
     assert optimizer_words({"type": "AdamW", "basic": "FusedAdam", "wrapper": "DeepSpeedZeroOptimizer"}) == \
         "AdamW -> FusedAdam wrapped by DeepSpeedZeroOptimizer"
+
+
+def test_hf_trainer_config_without_hf_is_one_hint_in_text_every_finding_in_json():
+    cfg = str(SAMPLES / "hf_trainer_zero3_auto.json")
+    d = json.loads(run_cli(["lint", cfg, "--format", "json"]).stdout)
+    autos = [f for f in d["files"][0]["findings"] if f["code"] in ("A001", "A002", "A003")]
+    n = json.dumps(json.loads((SAMPLES / "hf_trainer_zero3_auto.json").read_text())).count('"auto"')
+    assert len(autos) == n == 17  # one finding per "auto" value of the file
+    p = run_cli(["lint", cfg], env={"COLUMNS": "300"})
+    assert p.returncode == 1
+    body = p.stdout.splitlines()
+    assert sum("this looks like an HF Trainer config" in x for x in body) == 1
+    assert '17 values are "auto"' in p.stdout and "--hf" in p.stdout
+    assert not any(" A003 /optimizer/params/lr" in x for x in body)  # folded into the hint
+    assert "12 error(s), 5 warning(s)" in p.stdout  # the summary still counts each
+
+
+def test_missing_extra_message_fits_the_install(monkeypatch, tmp_path):
+    import advisor.install as inst
+    from tests.conftest import ROOT
+    assert inst.source_checkout() == ROOT  # the tests run from a checkout
+    assert inst.extra_command("report") == f"pip install -e '{ROOT}[report]'"
+    monkeypatch.setattr(inst, "source_checkout", lambda: None)  # an installed wheel
+    assert inst.extra_command("report") == "pip install 'deepspeed-advisor[report]'"

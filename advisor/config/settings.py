@@ -49,7 +49,13 @@ class Settings:
 
 def _table(path: Path) -> dict[str, Any] | None:
     """The ds-advisor table of ``path`` (None when a pyproject.toml has none)."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the same parser as the tomli package
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise SettingsError(f"{path}: reading it needs Python 3.11 (tomllib) or the tomli package") from None
 
     try:
         with open(path, "rb") as f:

@@ -115,12 +115,14 @@ class TraceResult:
 
 
 def _imports():
+    from advisor.install import extra_command
+
     try:
         import torch
         import transformers  # noqa: F401
     except ImportError as e:
         raise TraceUnavailable(f"--activations trace needs torch and transformers ({e.name} is missing): "
-                               f"pip install '{EXTRA}'") from None
+                               f"{extra_command('trace')}") from None
     return torch
 
 

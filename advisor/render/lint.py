@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from advisor.findings import Finding
+from advisor.render.style import paint
 
 if TYPE_CHECKING:
     from advisor.config.versions import Release
@@ -61,6 +62,27 @@ def _use_color(stream: IO[str]) -> bool:
     return use_color(stream)
 
 
+#: The "auto" rules (advisor/rules/A00x) and the batch keys only the HF Trainer can fill in:
+#: DeepSpeed alone cannot even derive the batch triple when one of them is "auto".
+AUTO_CODES = ("A001", "A002", "A003")
+HF_BATCH_POINTERS = ("/train_batch_size", "/train_micro_batch_size_per_gpu", "/gradient_accumulation_steps")
+
+
+def hf_trainer_hint(findings: list[Finding]) -> tuple[str, list[Finding]] | None:
+    """(one hint line, the "auto" findings it stands for) when the findings say the file is an HF
+    Trainer config linted without --hf: a batch key is "auto" (A001). None otherwise.
+    The text report prints the hint instead of one finding per "auto" value; JSON, SARIF and
+    GitHub annotations keep every finding."""
+    autos = [f for f in findings if f.code in AUTO_CODES]
+    if not any(f.code == "A001" and f.pointer in HF_BATCH_POINTERS for f in autos):
+        return None
+    keys = [f.pointer.lstrip("/") for f in autos]
+    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    return (f'this looks like an HF Trainer config: {len(autos)} values are "auto" ({shown}), which only the HF '
+            f'Trainer or accelerate fills in ({len(autos)} {"/".join(sorted({f.code for f in autos}))} findings '
+            "folded here; --format json lists each)", autos)
+
+
 def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None,
               color: bool | None = None, quiet: bool = False) -> str:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
@@ -79,14 +101,25 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
             continue
         if r.kind == "accelerate":
             lines.append(safe_text(f"{r.file}: accelerate config (read as accelerate launch reads it)"))
+        hint = hf_trainer_hint(r.findings)
+        folded = {id(f) for f in hint[1]} if hint else set()
+        if hint:
+            sev = paint("error", color) if color else "error"
+            for f in hint[1]:
+                n[f.severity] += 1
+            lines.append(safe_text(f"{hint[1][0].file or r.file}: ") + sev + safe_text(f" A001 /: {hint[0]}"))
+            lines.append(safe_text(f"    fix: lint it as the Trainer runs it: ds-advisor lint {r.file} --hf (with the Trainer's arguments "
+                                   "for the values it derives), or replace each \"auto\" to launch it with DeepSpeed "
+                                   "alone"))
         for f in r.findings:
+            if id(f) in folded:
+                continue
             n[f.severity] += 1
             loc = f.file or r.file
             if f.line is not None:
                 loc += f":{f.line}:{f.column or 1}"
             sev = f.severity
             if color:
-                from advisor.render.style import paint
                 sev = paint(sev, color)
             lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {f.message}"))
             if f.fix:
