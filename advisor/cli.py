@@ -899,9 +899,11 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     try:
         from advisor.engine.measure import MeasureError, measure_vs_ledger, run_measure
     except ImportError as e:
-        raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && pip install -e '.[engine]'): {e}")
+        from advisor.install import extra_command
+        raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && {extra_command('engine')}): {e}")
     try:
-        ranks = run_measure(loaded.data, inv, world_size, steps=steps, timeout_s=timeout_s)
+        ranks = run_measure(loaded.data, inv, world_size, steps=steps, timeout_s=timeout_s,
+                            progress=lambda words: click.echo(f"ds-advisor: measure: {words}", err=True))
     except MeasureError as e:
         raise _fail(f"the engine run failed: {e}")
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)

@@ -181,3 +181,29 @@ def test_missing_extra_message_fits_the_install(monkeypatch, tmp_path):
     assert inst.extra_command("report") == f"pip install -e '{ROOT}[report]'"
     monkeypatch.setattr(inst, "source_checkout", lambda: None)  # an installed wheel
     assert inst.extra_command("report") == "pip install 'deepspeed-advisor[report]'"
+
+
+def test_measure_reports_op_builds_from_the_launch_log(tmp_path):
+    """The words torch.utils.cpp_extension / DeepSpeed's OpBuilder print while building an op
+    become progress lines (measure was silent for minutes while cpu_adam compiled)."""
+    import threading
+    import time
+
+    from advisor.engine.measure import _watch_log
+
+    log = tmp_path / "launch.log"
+    log.write_text("Using /root/.cache/torch_extensions/py311_cpu as PyTorch extensions root...\n"
+                   "Building extension module cpu_adam...\n")
+    got: list[str] = []
+    stop = threading.Event()
+    t = threading.Thread(target=_watch_log, args=(str(log), got.append, stop, 0.2), daemon=True)
+    t.start()
+    time.sleep(1.0)
+    with open(log, "a") as fh:
+        fh.write("Loading extension module cpu_adam...\nTime to load cpu_adam op: 171.2 seconds\n")
+    time.sleep(1.0)
+    stop.set()
+    t.join(5)
+    assert got[0].startswith("building DeepSpeed op cpu_adam (the first build takes minutes")
+    assert "loaded DeepSpeed op cpu_adam" in got and "op cpu_adam ready after 171.2 s" in got
+    assert any(x.startswith("still running (") for x in got)

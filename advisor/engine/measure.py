@@ -23,12 +23,14 @@ import json
 import os
 import shutil
 import socket
+import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from advisor.model.inventory import Inventory
 
@@ -179,8 +181,43 @@ def _prepare_config(config: dict[str, Any], nvme_dir: str) -> dict[str, Any]:
     return cfg
 
 
+#: What the launch log says while DeepSpeed builds or loads an op (torch.utils.cpp_extension and
+#: deepspeed/ops/op_builder/builder.py:OpBuilder.jit_load print these), as (pattern, words).
+_LOG_MILESTONES = (
+    (re.compile(r"Building extension module (\w+)"), "building DeepSpeed op {0} (the first build takes minutes; "
+                                                    "it is cached under TORCH_EXTENSIONS_DIR)"),
+    (re.compile(r"Loading extension module (\w+)"), "loaded DeepSpeed op {0}"),
+    (re.compile(r"Time to load (\w+) op: ([0-9.]+) seconds"), "op {0} ready after {1} s"),
+)
+
+
+def _watch_log(path: str, progress: Callable[[str], None], stop: threading.Event, every_s: float = 30.0) -> None:
+    """Report ``path``'s op-build milestones through ``progress`` until ``stop``, and a line every
+    ``every_s`` seconds that the launch is still running (reads the log only)."""
+    start = last = time.monotonic()
+    pos = 0
+    while not stop.wait(0.5):
+        try:
+            with open(path, errors="replace") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+                pos = fh.tell()
+        except OSError:
+            chunk = ""
+        for line in chunk.splitlines():
+            for pat, words in _LOG_MILESTONES:
+                m = pat.search(line)
+                if m:
+                    progress(words.format(*m.groups()))
+                    last = time.monotonic()
+        if time.monotonic() - last >= every_s:
+            progress(f"still running ({time.monotonic() - start:,.0f} s)")
+            last = time.monotonic()
+
+
 def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str | None = None,
-                     timeout_s: float = 600.0, keep: bool = False, partial_ok: bool = False) -> list[CellResult]:
+                     timeout_s: float = 600.0, keep: bool = False, partial_ok: bool = False,
+                     progress: Callable[[str], None] | None = None) -> list[CellResult]:
     """Measure several cells in one launch of ``world_size`` ranks (one DeepSpeed import per
     rank; engines are built one after another in the same process group).
 
@@ -188,7 +225,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
-    being ``{"error": "launch failed: ..."}``.
+    being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told when the
+    launch starts, when DeepSpeed builds or loads an op, and every 30 s while it runs.
     """
     base = tempfile.mkdtemp(prefix="ds-advisor-measure-", dir=workdir)
     try:
@@ -220,7 +258,18 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
         if locks:
             raise MeasureError(stale_lock_message(locks))
         with open(log_path, "w") as log:
-            rc = run_process_group(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
+            stop = threading.Event()
+            watcher = None
+            if progress is not None:
+                progress(f"launching {world_size} rank(s) of DeepSpeed ({len(job_cells)} config(s))")
+                watcher = threading.Thread(target=_watch_log, args=(log_path, progress, stop), daemon=True)
+                watcher.start()
+            try:
+                rc = run_process_group(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
+            finally:
+                stop.set()
+                if watcher is not None:
+                    watcher.join(timeout=5)
         results: dict[str, CellResult] = {c["id"]: CellResult(c["id"]) for c in job_cells}
         for r in range(world_size):
             p = os.path.join(out_dir, f"rank{r}.jsonl")
@@ -259,7 +308,7 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
 
 def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory | dict[str, Any],
                 world_size: int, steps: int = 2, workdir: str | None = None,
-                timeout_s: float = 600.0) -> dict[int, dict[str, Any]]:
+                timeout_s: float = 600.0, progress: Callable[[str], None] | None = None) -> dict[int, dict[str, Any]]:
     """Run the real DeepSpeed engine on ``world_size`` ranks for ``steps`` steps and return,
     per rank, ``{"snapshots": {snapshot: {item: {tier: bytes}}}, "wrapper", "basic_optimizer",
     "nvme_files"}`` (bytes, not elements), or ``{"error": ...}`` for a rank where DeepSpeed
@@ -272,7 +321,7 @@ def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory 
         from advisor.config.loading import load_config
         config = load_config(config_path_or_dict).data
     res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps}],
-                           world_size, workdir=workdir, timeout_s=timeout_s)
+                           world_size, workdir=workdir, timeout_s=timeout_s, progress=progress)
     return res[0].ranks
 
 
