@@ -2,7 +2,7 @@
 
 Exit codes (every command; see advisor.errors): 0 ok, 1 findings at or above --fail-on
 (check: no-go), 2 bad usage or unreadable input, 3 environment could not be probed
-(check --strict).
+(check --strict), 4 check only: tight (see --allow-tight).
 """
 
 from __future__ import annotations
@@ -224,6 +224,12 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                                          "bytes (what PyTorch and nvidia-smi count), GB = 1e9 bytes.")),
     "color": (("--color",), dict(type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
                                  help="Colour severities and verdicts: auto = on a terminal unless NO_COLOR is set.")),
+    "runtime_overhead": (("--runtime-overhead", "runtime_overhead"), dict(
+        metavar="SIZE|TERM=SIZE,...",
+        help="Per-rank runtime overhead on the accelerator, replacing the cited defaults: one SIZE for all of it "
+             "(e.g. 3GiB), or per term cuda_context=, nccl=, allocator=, deepspeed= (e.g. "
+             "cuda_context=600MiB,nccl=512MiB); a term given has no band left. NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, "
+             "CUDA_MODULE_LOADING and PYTORCH_CUDA_ALLOC_CONF are read when set.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
 }
@@ -378,7 +384,8 @@ class EstimateArgs:
     nvme_capacity: str | None
     hardware: str | None
     step_time_s: float | None
-    fragmentation: float
+    fragmentation: float | None
+    runtime_overhead: str | None
     hf: bool
     zero_init: bool | None
     load_dtype: str | None
@@ -413,11 +420,13 @@ def _estimate_options(f):
                         help="Load phase: the model is built under deepspeed.zero.Init (ZeRO-3 only). Default: "
                              "yes at ZeRO-3 (what the HF Trainer does), else no.")(deco)
     deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
-    deco = _opt("--fragmentation", type=FiniteFloat(0, 1), default=0.05, show_default=True,
-                        help="Allocator fragmentation margin added to the accelerator peak before the fit check.")(deco)
+    deco = _opt("--fragmentation", type=FiniteFloat(0, 1), default=None,
+                        help="Deprecated: the allocator reserve is now its own overhead row (10% of the peak, "
+                             "band 3-25%). A fraction given here replaces that row (with a warning); prefer "
+                             "--runtime-overhead allocator=SIZE.")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
-        *CAPACITY_OPTIONS, "hardware", "step_time_s", "set",
+        *CAPACITY_OPTIONS, "runtime_overhead", "hardware", "step_time_s", "set",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
         step_time_s=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
         **UNSET_WORKLOAD,
@@ -460,6 +469,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     cap = Capacity(*(_size_flag(f, v) for f, v in (("--gpu-memory", a.gpu_memory), ("--host-memory", a.host_memory),
                                                    ("--nvme-capacity", a.nvme_capacity))))
+    ovh = _overhead(a.runtime_overhead, a.fragmentation, warnings)
     targs = _targs(a.trainer_args, a.hidden_size)
     inp, inv, hw = _load_config_input(config, a.model, a.params, a.hardware, trainer_args=targs,
                                       world_size=a.world_size, overrides=a.overrides, activations=a.activations)
@@ -521,7 +531,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
         load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
                             a.low_cpu_mem_usage, hf=True)
-        return run_estimate(aplan, cap, findings, fragmentation=a.fragmentation, hardware=hw,
+        return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load)
     # the one plan of this command: effective config, HF resolution, cluster, workload
     plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=targs, workload=workload)
@@ -535,10 +545,40 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            cluster=lint_cluster, plan=plan)
     from advisor.ledger.timeline import resolve_load
     load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None)
-    return run_estimate(plan, cap, findings, fragmentation=a.fragmentation, hardware=hw, step_time_s=a.step_time_s,
+    return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load)
 
 
+
+
+def _overhead(runtime_overhead: str | None, fragmentation: float | None = None, warnings: list[str] | None = None):
+    """The :class:`advisor.cluster.overhead.OverheadSettings` of ``--runtime-overhead`` (and the
+    deprecated ``--fragmentation``), the environment read for the terms' variables. A value
+    that does not parse, or a malformed NCCL_BUFFSIZE / NCCL_MAX_NCHANNELS, is exit 2 naming it."""
+    from advisor.cluster.overhead import OverheadError, OverheadSettings
+    try:
+        ov = parse_overrides_or_none(runtime_overhead)
+        settings = OverheadSettings(env=os.environ, overrides=ov, allocator_fraction=fragmentation)
+        settings.terms(0, world_size=2)  # the environment's variables parse
+    except OverheadError as e:
+        raise _fail(str(e))
+    if fragmentation is not None:
+        msg = ("--fragmentation is deprecated: the allocator's reserve is now its own row of the fit table "
+               "(10% of the peak by default); " + ("ignored: --runtime-overhead gives the allocator term"
+                                                   if ov and "allocator" in ov else
+                                                   f"{fragmentation:.0%} of the peak is used for it") +
+               "; use --runtime-overhead allocator=SIZE")
+        if warnings is not None:
+            warnings.append(msg)
+        else:
+            click.echo(f"ds-advisor: warning: {msg}", err=True)
+    return settings
+
+
+def parse_overrides_or_none(text: str | None):
+    """``--runtime-overhead``'s value parsed (None when not given)."""
+    from advisor.cluster.overhead import parse_overrides
+    return None if text is None else parse_overrides(text)
 
 
 def _size_flag(flag: str, value: str | None) -> int | None:
@@ -674,7 +714,8 @@ def main() -> None:
     """Lint DeepSpeed configs and account for every byte of training state per rank.
 
     Exit codes: 0 ok; 1 findings at or above --fail-on (check: no-go); 2 bad usage or
-    unreadable input; 3 environment could not be probed (check --strict).
+    unreadable input; 3 environment could not be probed (check --strict); 4 check: tight
+    (fits only inside the runtime overhead's uncertainty; --allow-tight: 0).
     """
 
 
@@ -936,7 +977,7 @@ def run() -> None:
 @main.command()
 @_arg("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS,
-         "gpu_memory", "host_memory", "hardware", "hf", **UNSET_WORKLOAD,
+         "gpu_memory", "host_memory", "runtime_overhead", "hardware", "hf", **UNSET_WORKLOAD,
          world_size=dict(help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs)."),
          gpus_per_node=dict(help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs)."),
          gpu_memory=dict(help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe)."),
@@ -945,13 +986,14 @@ def run() -> None:
          hf=dict(help='Config is used through the HF Trainer ("auto" is filled in).'))
 @_opt("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
+@click.option("--allow-tight", is_flag=True, help="Exit 0 (with a warning) instead of 4 when the verdict is tight.")
 @format_option("check")
 @_opt("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 @_release_option
 @display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-          hardware, hf, strict, fmt, quiet):
+          runtime_overhead, hardware, hf, strict, allow_tight, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -974,12 +1016,21 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
       2  bad usage or unreadable input (config, model)
       3  --strict only: the environment could not be probed (without --strict: a
          warning, and --gpu-memory / --host-memory / --hardware are used)
+      4  tight: a tier fits only inside the uncertainty of the runtime overhead
+         (CUDA context, NCCL buffers, allocator reserve; rule M102); --allow-tight
+         makes it a warning with exit 0
+
+    \b
+    The accelerator need is the tracked peak plus the runtime overhead rows, each
+    with its cited default and band; --runtime-overhead replaces them with what
+    you measured on the node (e.g. cuda_context=520MiB,nccl=300MiB).
     """
     from advisor.views.check import run_check
 
     if not model and params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
+    ovh = _overhead(runtime_overhead)
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
     loaded = inp.loaded
     from types import SimpleNamespace
@@ -989,12 +1040,14 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
         checkpointing=checkpointing, attention=attention))
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
-                       config_input=inp)
+                       config_input=inp, overhead=ovh, allow_tight=allow_tight)
     warn = _seq_len_warning(wl, inv)
     if warn:
         result.warnings.insert(0, warn)
+    if result.verdict == "tight" and allow_tight:
+        result.warnings.append("verdict tight: exit 0 because of --allow-tight (4 without it)")
     code = result.exit_code
-    if not (quiet and code == EXIT_OK):
+    if not (quiet and code == EXIT_OK and result.verdict == "go"):
         _echo(_render("check", fmt, result))
     sys.exit(code)
 

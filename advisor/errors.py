@@ -5,6 +5,8 @@ Exit codes (all commands):
     1  findings at or above --fail-on (check: no-go, will not fit)
     2  bad usage or unreadable input (file missing, not JSON/HJSON, duplicate keys, ...)
     3  check --strict only: the environment could not be probed
+    4  check only: tight (a tier fits only inside the runtime overhead's uncertainty; rule M102);
+       ``check --allow-tight`` makes it a warning with exit 0
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_PROBE = 3
+EXIT_TIGHT = 4
 
 
 class AdvisorError(Exception):

@@ -48,6 +48,8 @@ NCCL_BUFFSIZE_DEFAULT = 4 * MIB
 NCCL_CHANNELS_DEFAULT, NCCL_CHANNELS_LOW, NCCL_CHANNELS_HIGH = 16, 4, 32
 #: Simple and LL128 buffers (LL's is 16x smaller and left in the band).
 NCCL_PROTOCOL_BUFFERS = 2
+#: The overhead terms, in the fit table's order.
+TERMS = ("cuda_context", "nccl", "allocator", "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,15 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
     return out
 
 
+def _size_or_zero(v: str, parse_size) -> int:
+    """A term's size: ``0`` (with or without a unit) is a valid overhead (the term is absent);
+    anything else goes through :func:`advisor.units.parse_size` (a unit is required)."""
+    import re
+    if re.fullmatch(r"0+(\.0*)?\s*(B|[kKMGT]i?B)?", v):
+        return 0
+    return parse_size(v)
+
+
 def parse_overrides(text: str) -> dict[str, int]:
     """``--runtime-overhead`` value: ``TERM=SIZE[,TERM=SIZE...]`` (e.g. ``cuda_context=600MiB,nccl=1GiB``)
     or one SIZE for the whole overhead (put on ``cuda_context``, the others set to 0).
@@ -168,15 +179,65 @@ def parse_overrides(text: str) -> dict[str, int]:
         raise OverheadError("--runtime-overhead: empty value")
     try:
         if "=" not in text:
-            total = parse_size(text)
+            total = _size_or_zero(text, parse_size)
             return {"cuda_context": total, "nccl": 0, "allocator": 0, "deepspeed": 0}
         out = {}
         for part in text.split(","):
             k, _, v = part.partition("=")
-            out[k.strip()] = parse_size(v.strip())
+            if k.strip() not in TERMS:
+                raise ValueError(f"unknown overhead term {k.strip()!r}: use {', '.join(TERMS)}")
+            out[k.strip()] = _size_or_zero(v.strip(), parse_size)
         return out
     except ValueError as e:
         raise OverheadError(f"--runtime-overhead: {e}") from None
+
+
+@dataclass(frozen=True)
+class OverheadSettings:
+    """How the fit table's overhead rows are made: ``env`` (None: os.environ, read at
+    :meth:`terms` time), ``overrides`` (term key -> bytes, from ``--runtime-overhead``) and
+    ``allocator_fraction`` (the deprecated ``--fragmentation``: the allocator term as that
+    fraction of the tracked peak, its band collapsed to it). ``exclude`` names terms already
+    inside the capacity (the in-process preflight reads free memory after the CUDA context exists,
+    so ``cuda_context`` is 0 there)."""
+
+    env: Mapping[str, str] | None = None
+    overrides: Mapping[str, int] | None = None
+    allocator_fraction: float | None = None
+    exclude: tuple[str, ...] = ()
+    source_of_overrides: str = "--runtime-overhead"
+
+    def terms(self, peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1,
+              pipeline_parallel: int = 1) -> list[OverheadTerm]:
+        """:func:`runtime_overhead` for one rank whose tracked accelerator peak is ``peak_bytes``,
+        with these settings applied. Raises :class:`OverheadError` (bad env or override)."""
+        ov = dict(self.overrides or {})
+        if self.allocator_fraction is not None and "allocator" not in ov:
+            ov["allocator"] = math.ceil(peak_bytes * self.allocator_fraction)
+        for k in self.exclude:
+            ov[k] = 0
+        out = []
+        for t in runtime_overhead(peak_bytes, world_size=world_size, tensor_parallel=tensor_parallel,
+                                  pipeline_parallel=pipeline_parallel, env=self.env, overrides=ov):
+            if t.key in self.exclude:
+                t = OverheadTerm(t.key, t.name, 0, 0, 0, "already inside the free memory read", "measured free memory",
+                                 overridden=True)
+            elif t.overridden and t.key == "allocator" and self.allocator_fraction is not None \
+                    and "allocator" not in (self.overrides or {}):
+                t = OverheadTerm(t.key, t.name, t.bytes, t.bytes, t.bytes,
+                                 f"{self.allocator_fraction:.0%} of the tracked peak (--fragmentation, deprecated)",
+                                 "--fragmentation", overridden=True)
+            elif t.overridden:
+                t = OverheadTerm(t.key, t.name, t.bytes, t.low, t.high, t.formula, self.source_of_overrides,
+                                 overridden=True)
+            out.append(t)
+        return out
+
+
+def uncertain_terms(terms: list[OverheadTerm]) -> list[OverheadTerm]:
+    """The terms whose band reaches above their default (largest excess first): what a "tight"
+    verdict names."""
+    return sorted((t for t in terms if t.high > t.bytes), key=lambda t: t.bytes - t.high)
 
 
 Verdict = str  # "fits" | "tight" | "does not fit" | "unknown"

@@ -1334,7 +1334,8 @@ def compute_ledger(plan: Plan) -> Ledger:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
     excluded = [
         "activations (depend on the model's forward, not on the config)",
-        "CUDA context, NCCL workspaces, caching-allocator fragmentation, optimizer-kernel temporaries",
+        "optimizer-kernel temporaries (the CUDA context, NCCL buffers and the caching allocator's reserve are "
+        "the fit table's runtime-overhead rows)",
         "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
         "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)",
         "initialize-time transients (the module cast and flattened while the original copy is alive)",

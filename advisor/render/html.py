@@ -8,7 +8,7 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
    accelerator peak), per rank; the host and NVMe bars are summed over the ranks of one node
    (``gpus_per_node``, default min(world size, 8)), as the estimate's fit rows are. Segments
    count every lifetime (persistent, backward and step transients), so a bar can exceed the
-   peak; a dotted line marks the fit row's need (the peak, plus the fragmentation margin on the
+   peak; a dotted line marks the fit row's need (the peak, plus the runtime overhead on the
    accelerator) and a dashed red line the tier's capacity when one is known. SVG ids (matplotlib
    ``gid``) are stable: ``tier-bar-<tier>`` (the bar's outline), ``seg-<tier>-<class>``,
    ``need-<tier>``, ``capacity-<tier>``.
@@ -16,7 +16,7 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
    (:func:`advisor.ledger.movement.movement_for`), one stacked bar per link/direction with segments per
    state class (ids ``move-<link>-<direction>``); skipped with a note when the module is absent.
 3. **Findings**, 4. **Fit** (the need cell of each tier has ``id=fit-need-<tier>`` and its exact
-   bytes in ``data-bytes``; the worst rank's accelerator peak before the fragmentation margin is
+   bytes in ``data-bytes``; the worst rank's accelerator peak before the runtime overhead is
    ``id=peak-accelerator``, the same number as ``estimate --format json``'s largest
    ``ranks[].peak.accelerator.bytes``), 5. **Assumptions**, 6. **Checkpoint** (from
    ``advisor.ledger.checkpoint`` when that module is present; otherwise a note): tables, the files that
@@ -612,6 +612,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     for f in d["fit"]:
         tier = _e(f["tier"])
         verdict = ("<span class=meta>give a capacity</span>" if f["fits"] is None else
+                   "<span class=bad>TIGHT</span>" if f.get("verdict") == "tight" else
                    "<span class=ok>fits</span>" if f["fits"] else "<span class=bad>DOES NOT FIT</span>")
         peak = f.get("peak", f["need"])
         parts.append(f"<tr id=fit-peak-{tier}><td>{tier}</td><td>{_e(f['scope'])}</td><td>peak live</td>"
@@ -631,7 +632,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         rk = worst["ranks"]
         who = f"rank {rk[0]}" if len(rk) == 1 else f"ranks {_rank_span(rk, 0)}"
         parts.append(f"<p>Accelerator peak of the worst rank ({_e(who)}, {_e(pk['phase'])} phase), before the "
-                     f"{d['assumptions']['fragmentation_margin']:.0%} fragmentation margin: "
+                     f"runtime overhead rows: "
                      f"<span id=peak-accelerator data-bytes={int(pk['bytes'])}>{_bytes(pk['bytes'])}</span>.</p>")
 
     if d["ranks"]:

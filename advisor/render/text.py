@@ -64,6 +64,8 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS) -> Any:
         cap = f["capacity"]
         peak = f.get("peak", f["need"])
         verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
+        if f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
+            verdict = f"TIGHT (within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])})"
         ft.add_row(f["tier"], "peak live" + (f" ({f['phase']})" if f.get("phase") else ""),
                    size(peak, units, suffix=False), "", "", "")
         for p in f.get("parts") or []:
@@ -231,6 +233,10 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                           f"its partition; --format json lists every rank)")
         if d["fit"]:
             console.print(fit_table(d["fit"], units))
+            for f in d["fit"]:  # where each runtime overhead row comes from
+                for t in f.get("overhead") or []:
+                    band = "" if t["low"] == t["high"] else f" (band {size(t['low'], units)}-{size(t['high'], units)})"
+                    console.print(f"  + {t['name']}{band}: {t['formula']} [{t['source']}]", markup=False)
         stt = d.get("step_time")
         if stt:
             for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
@@ -290,8 +296,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         w = a["workload"]
         if w["seq_len"]:
             console.print(f"  workload: sequence {w['seq_len']}, micro-batch {w['micro_batch']}, checkpointing "
-                          f"{w['checkpointing']}, attention {w['attention']}; fragmentation margin "
-                          f"{a['fragmentation_margin']:.0%} on the accelerator peak")
+                          f"{w['checkpointing']}, attention {w['attention']}")
         for n in a["notes"]:
             console.print(f"  note {n['pointer']}: {n['message']}")
         for x in a["excluded"]:
@@ -491,6 +496,15 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         L.append(f"  {paint(t.verdict.upper(), color)}{' ' * (7 - len(t.verdict))} {t.tier} [{t.scope}]: "
                  f"need {gb(t.need)} of {cap}{head}"
                  + (f"  [capacity from {t.capacity_source}]" if t.capacity_source else ""))
+        fr = t.fit
+        if fr is not None and fr.overhead:  # the runtime overhead rows inside that need
+            L.append(f"          tracked peak {gb(fr.tracked or 0)}, plus runtime overhead per rank:")
+            for o in fr.overhead:
+                band = "" if o.low == o.high else f" (band {gb(o.low)}-{gb(o.high)})"
+                L.append(f"          + {o.name} {gb(o.bytes)}{band}: {o.formula} [{o.source}]")
+            if t.verdict == "tight":
+                L.append(f"          tight: headroom {gb(t.headroom or 0)} < {gb(fr.uncertainty)} the overhead may "
+                         f"exceed its defaults by ({', '.join(fr.uncertain)})")
     for x in r.excluded:
         L.append(f"  not counted: {x}")
     if r.findings:

@@ -1,9 +1,10 @@
 """M100 tier-does-not-fit: A memory tier does not fit: the step's peak is larger than the capacity given.
 
 The accelerator need is the worst rank's peak over the phases of a step (forward, backward,
-optimizer step: what is live at once, not the sum of each class's maximum) plus the allocator
-fragmentation margin (``--fragmentation``, default 5%), against ``--gpu-memory`` or the
-``--hardware`` spec. Host memory and NVMe are summed over one node's ranks against the per-node
+optimizer step: what is live at once, not the sum of each class's maximum) plus the per-rank
+runtime overhead rows (CUDA context, NCCL buffers, the caching allocator's reserve, DeepSpeed
+extras: advisor/cluster/overhead.py, each with its source; ``--runtime-overhead`` overrides
+them), against ``--gpu-memory`` or the ``--hardware`` spec. Host memory and NVMe are summed over one node's ranks against the per-node
 capacity (pinned buffers count: DeepSpeed page-locks offload and swap buffers).
 
 Anti-pattern: ZeRO-2 for a 32B model on 8 x 141 GB GPUs: every rank keeps a full bf16 copy of

@@ -16,7 +16,9 @@ Capacities, in order of precedence: a flag (``--gpu-memory``, ``--host-memory``)
 then the ``--hardware`` spec (:func:`advisor.cluster.hardware.resolve_hardware`). Exit codes (:data:`EXIT_OK` ...): 0 go; 1 no-go (a tier does not fit,
 or an error-level finding); 2 bad usage or unreadable input (raised by the caller); 3 with
 ``strict`` only: a probe failed (without ``strict`` that is a warning and the flags / spec
-are used; a tier with no capacity at all is reported "unknown" and does not block).
+are used; a tier with no capacity at all is reported "unknown" and does not block); 4 tight:
+a tier fits only inside the uncertainty of the runtime overhead terms (the estimate's
+fits / tight / does not fit verdict, rule M102); with ``allow_tight`` that is a warning and 0.
 
 Test-only hooks (documented so that nobody uses them in production):
 
@@ -39,7 +41,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE
+from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
 from advisor.findings import Finding, sort_findings
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
@@ -391,6 +393,9 @@ class TierVerdict:
     capacity_source: str | None
     #: Where in the config this tier comes from (nvme rows: the first nvme_path's pointer).
     pointer: str = "/zero_optimization"
+    #: The estimate's fit row (advisor.views.estimate.FitRow) for accelerator and host: its
+    #: runtime overhead terms and their uncertainty decide "tight".
+    fit: Any = None
 
     @property
     def headroom(self) -> int | None:
@@ -399,15 +404,22 @@ class TierVerdict:
 
     @property
     def verdict(self) -> str:
-        """"go", "no-go", or "unknown" (no capacity known)."""
+        """"go", "tight" (the estimate's verdict: fits only inside the overhead's uncertainty),
+        "no-go", or "unknown" (no capacity known)."""
         if self.capacity is None:
             return "unknown"
-        return "go" if self.need <= self.capacity else "no-go"
+        if self.need > self.capacity:
+            return "no-go"
+        return "tight" if self.fit is not None and self.fit.verdict == "tight" else "go"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of one verdict row."""
-        return {"tier": self.tier, "scope": self.scope, "need": self.need, "capacity": self.capacity,
-                "capacity_source": self.capacity_source, "headroom": self.headroom, "verdict": self.verdict}
+        """The JSON shape of one verdict row (accelerator: with its overhead terms)."""
+        d = {"tier": self.tier, "scope": self.scope, "need": self.need, "capacity": self.capacity,
+             "capacity_source": self.capacity_source, "headroom": self.headroom, "verdict": self.verdict}
+        if self.fit is not None and self.fit.overhead:
+            d.update(tracked=self.fit.tracked, overhead=[t.to_dict() for t in self.fit.overhead],
+                     uncertainty=self.fit.uncertainty, uncertain_terms=self.fit.uncertain)
+        return d
 
 
 @dataclass
@@ -428,20 +440,24 @@ class CheckResult:
     excluded: list[str]
     probe_failed: bool
     strict: bool
+    #: A tight verdict exits 0 (a warning) instead of 4.
+    allow_tight: bool = False
 
     @property
     def verdict(self) -> str:
-        """"go" or "no-go" (any tier that does not fit, or any error-level finding)."""
+        """"no-go" (any tier that does not fit, or any error-level finding), else "tight" (a tier
+        fits only inside the runtime overhead's uncertainty), else "go"."""
         if any(t.verdict == "no-go" for t in self.tiers) or any(f.severity == "error" for f in self.findings):
             return "no-go"
-        return "go"
+        return "tight" if any(t.verdict == "tight" for t in self.tiers) else "go"
 
     @property
     def exit_code(self) -> int:
-        """3 (strict and a probe failed), else 1 for no-go, else 0."""
+        """3 (strict and a probe failed), else 1 for no-go, 4 for tight (0 with ``allow_tight``), else 0."""
         if self.strict and self.probe_failed:
             return EXIT_PROBE
-        return EXIT_FINDINGS if self.verdict == "no-go" else EXIT_OK
+        v = self.verdict
+        return EXIT_FINDINGS if v == "no-go" else EXIT_TIGHT if v == "tight" and not self.allow_tight else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``check --format json`` (versioned by ``schema_version``)."""
@@ -547,7 +563,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               host_memory: int | None = None, hardware: "Hardware | None" = None, hf: bool = False, strict: bool = False,
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
               timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None,
-              config_input: Any = None, trainer_args: dict | None = None) -> CheckResult:
+              config_input: Any = None, trainer_args: dict | None = None, overhead: Any = None,
+              allow_tight: bool = False) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
@@ -566,6 +583,10 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     value not given as a flag is listed in the result's warnings as an assumption.
     ``hf`` / ``trainer_args``: the config goes through the HF Trainer; "auto" is resolved exactly
     as ``estimate --hf`` resolves it (:func:`advisor.planning.build_plan`), so both give the same bytes.
+    ``overhead``: the :class:`advisor.cluster.overhead.OverheadSettings` of the accelerator row's
+    runtime overhead terms (default: the cited defaults, ``env``'s NCCL/CUDA variables read).
+    The probe's free memory (total - used) is read before the job starts, so every overhead term
+    applies. ``allow_tight``: a "tight" verdict exits 0 with a warning instead of 4.
     """
     from advisor.cluster.hardware import Capacity
     from advisor.plan import Cluster
@@ -673,13 +694,16 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
                                inventory=inventory, hf=plan.hf is not None, trainer_args=trainer_args,
                                cluster=lint_cluster, plan=plan)
-    result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None)
+    from advisor.cluster.overhead import OverheadSettings
+    ovh = overhead if overhead is not None else OverheadSettings(env=env)
+    result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None,
+                      overhead=ovh)
     tiers: list[TierVerdict] = []
     for r in result.fit:
         if r.tier == "nvme":
             continue
         src = acc_src if r.tier == "accelerator" else host_src
-        tiers.append(TierVerdict(r.tier, r.scope, r.need, r.capacity, src))
+        tiers.append(TierVerdict(r.tier, r.scope, r.need, r.capacity, src, fit=r))
 
     # Launch shape against the devices found.
     if acc.ok and gpn and gpn > len(acc.devices):
@@ -719,7 +743,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,
                        accelerators=acc, host=host, nvme=paths, libaio=libaio, tiers=tiers, findings=all_findings,
                        warnings=warnings, excluded=list(result.assumptions()["excluded"]), probe_failed=probe_failed,
-                       strict=strict)
+                       strict=strict, allow_tight=allow_tight)
 
 
 # --- text ----------------------------------------------------------------------------------

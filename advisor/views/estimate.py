@@ -27,6 +27,7 @@ from advisor import DEEPSPEED_VERSION, __version__
 from advisor.model.activations import ActivationEstimate, ActivationInputs, estimate_activations
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.cluster.hardware import Capacity
+from advisor.cluster.overhead import OverheadSettings, OverheadTerm, uncertain_terms
 from advisor.rules import emit
 from advisor.findings import Finding
 from advisor.model.inventory import Inventory
@@ -48,12 +49,12 @@ OUTSIDE_STEP = ("load", "save", "first_step")
 #: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape.
 TOPOLOGY_CODES = ("G001", "G002", "G003", "G004")
 
-#: Named assumption: allocator fragmentation / caching slack added to the accelerator peak
-#: before comparing with capacity (PyTorch's caching allocator typically keeps 5-10% more).
-DEFAULT_FRAGMENTATION = 0.05
+#: The accelerator row's runtime overhead (CUDA context, NCCL buffers, the caching allocator's
+#: reserve, DeepSpeed extras) comes from advisor.cluster.overhead, each term its own row with its
+#: source; it replaced the flat 5% fragmentation margin of earlier versions.
+DEFAULT_OVERHEAD = OverheadSettings()
 
 
-@dataclass
 @dataclass
 class Role:
     """A set of ranks with identical ledgers (and the same activations), with its timeline
@@ -136,19 +137,48 @@ class FitRow:
     steady_label: str = ""
     #: Ranks summed for a per-node row.
     ranks: int = 1
-    #: The bytes live at the peak instant (before any margin; bytes), None = ``need``.
-    peak: int | None = None
-    #: What ``need`` adds on top of ``peak``, each named: [(words, bytes)], e.g. the allocator
-    #: fragmentation margin. ``need == peak + sum(parts)``; renderers show each as its own row.
-    parts: list[tuple[str, int]] = field(default_factory=list)
+    #: Accelerator row: the tracked peak (the timeline's, before overhead) and the runtime
+    #: overhead terms (advisor.cluster.overhead) that ``need`` adds to it.
+    tracked: int | None = None
+    overhead: list[OverheadTerm] = field(default_factory=list)
 
     @property
     def fits(self) -> bool | None:
+        """need <= capacity (a "tight" row fits); None without a capacity."""
         return None if self.capacity is None else self.need <= self.capacity
 
     @property
     def headroom(self) -> int | None:
         return None if self.capacity is None else self.capacity - self.need
+
+    @property
+    def uncertainty(self) -> int:
+        """Bytes the overhead terms may exceed their defaults by (sum of high - default)."""
+        return sum(t.high - t.bytes for t in self.overhead)
+
+    @property
+    def verdict(self) -> str:
+        """"fits", "tight" (0 <= headroom < the overhead's uncertainty: the terms'
+        :func:`advisor.cluster.overhead.verdict` rule), "does not fit", or "unknown" (no capacity)."""
+        if self.capacity is None:
+            return "unknown"
+        h = self.capacity - self.need
+        return "does not fit" if h < 0 else "tight" if h < self.uncertainty else "fits"
+
+    @property
+    def uncertain(self) -> list[str]:
+        """Names of the overhead terms whose band reaches above their default, largest first."""
+        return [t.name for t in uncertain_terms(self.overhead)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of one fit row (estimate's ``fit`` array)."""
+        return {"tier": self.tier, "scope": self.scope, "need": self.need, "capacity": self.capacity,
+                "headroom": self.headroom, "fits": self.fits, "verdict": self.verdict, "phase": self.phase,
+                "instant": self.instant, "label": self.label, "steady_need": self.steady_need,
+                "tracked": self.tracked, "overhead": [t.to_dict() for t in self.overhead],
+                "peak": self.need if self.tracked is None else self.tracked,
+                "parts": [{"label": t.name, "bytes": t.bytes} for t in self.overhead],
+                "uncertainty": self.uncertainty, "uncertain_terms": self.uncertain}
 
 
 @dataclass
@@ -161,7 +191,7 @@ class EstimateResult:
     findings: list[Finding] = field(default_factory=list)
     workload: Workload = field(default_factory=Workload)
     activations_note: str = ""
-    fragmentation: float = DEFAULT_FRAGMENTATION
+    overhead: OverheadSettings = DEFAULT_OVERHEAD
     #: Extra JSON sections contributed by other views (checkpoint, movement, ...).
     sections: dict[str, Any] = field(default_factory=dict)
     #: How the model is materialised before deepspeed.initialize (the timeline's load phase).
@@ -186,7 +216,9 @@ class EstimateResult:
             "sharding": _sharding_words(self.plan.cluster, z.stage),
             "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch, "checkpointing": w.checkpointing,
                          "attention": w.attention},
-            "fragmentation_margin": self.fragmentation,
+            "runtime_overhead": ("the accelerator fit row adds per-rank runtime overhead terms (fit[].overhead: "
+                                 "CUDA context, NCCL buffers, allocator reserve, DeepSpeed extras), each with its "
+                                 "source and band; \"tight\" when the headroom is inside their band"),
             "load": self.load.to_dict() if self.load else None,
             "excluded": excluded,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
@@ -242,11 +274,7 @@ class EstimateResult:
                 }
                 for r in self.roles
             ],
-            "fit": [{"tier": f.tier, "scope": f.scope, "need": f.need, "capacity": f.capacity,
-                     "headroom": f.headroom, "fits": f.fits, "phase": f.phase, "instant": f.instant,
-                     "label": f.label, "steady_need": f.steady_need,
-                     "peak": f.need if f.peak is None else f.peak,
-                     "parts": [{"label": w, "bytes": b} for w, b in f.parts]} for f in self.fit],
+            "fit": [f.to_dict() for f in self.fit],
             "findings": [f.to_dict() for f in self.findings],
         }
         if self.load is not None and self.roles:
@@ -317,9 +345,12 @@ REFUSAL_RULES = ("P001", "P003", "O003")
 
 
 def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
-             fragmentation: float = DEFAULT_FRAGMENTATION) -> list[FitRow]:
-    """Accelerator: the worst rank's timeline peak (plus the fragmentation margin) against
-    per-rank capacity. Host and NVMe: the maximum over the instants of the bytes live on one
+             overhead: OverheadSettings = DEFAULT_OVERHEAD) -> list[FitRow]:
+    """Accelerator: the worst rank's timeline peak plus the runtime overhead terms
+    (:meth:`advisor.cluster.overhead.OverheadSettings.terms`: CUDA context, NCCL buffers for the
+    rank's process groups, the allocator's reserve as a fraction of that peak, DeepSpeed extras)
+    against per-rank capacity; the row's ``verdict`` is fits / tight / does not fit. Raises
+    :class:`advisor.cluster.overhead.OverheadError` for an unreadable overhead variable. Host and NVMe: the maximum over the instants of the bytes live on one
     node's ranks together (gpus_per_node, default min(world size, 8)) against the per-node
     capacity. Each row names its peak instant, and carries the peak without the load phase."""
     cl = ledger.plan.cluster
@@ -331,12 +362,12 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
     pk = worst.peak()["accelerator"]
     st = worst.peak(("load",))["accelerator"]
-    need = int(pk["bytes"] * (1 + fragmentation))
-    rows.append(FitRow("accelerator", need, capacity.accelerator, "per rank",
-                       pk["phase"], pk["instant"], pk["label"], int(st["bytes"] * (1 + fragmentation)), st["label"],
-                       peak=pk["bytes"],
-                       parts=[(f"allocator margin {fragmentation:.0%}",
-                               need - pk["bytes"])] if fragmentation else []))
+    shape = dict(world_size=cl.world_size, tensor_parallel=cl.tensor_parallel, pipeline_parallel=cl.pipeline_parallel)
+    terms = overhead.terms(pk["bytes"], **shape)
+    st_terms = overhead.terms(st["bytes"], **shape)
+    rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
+                       pk["phase"], pk["instant"], pk["label"], st["bytes"] + sum(t.bytes for t in st_terms),
+                       st["label"], tracked=pk["bytes"], overhead=terms))
     # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
@@ -373,9 +404,21 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
 
 def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list[Finding]:
     """One error per tier that does not fit: M101 when it is the load phase that does not fit
-    (the whole model on every rank before deepspeed.initialize), M100 when the training step does."""
+    (the whole model on every rank before deepspeed.initialize), M100 when the training step does;
+    one warning (M102) per tier whose verdict is "tight", naming the uncertain overhead terms."""
     out = []
     for r in rows:
+        if r.verdict == "tight":
+            out.append(emit(
+                code="M102", severity="warning", pointer="/zero_optimization",
+                message=(f"{r.tier} {r.scope}: tight: {gib(r.need)} needed of {gib(r.capacity or 0)} leaves "
+                         f"{gib(r.headroom or 0)}, less than the {gib(r.uncertainty)} the runtime overhead may exceed "
+                         f"its defaults by ({', '.join(r.uncertain)})"),
+                fix=("measure the overhead on the node and give it (--runtime-overhead TERM=SIZE), or make room: "
+                     "smaller micro-batch, activation checkpointing, offload, more ranks, "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+                data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "headroom": r.headroom,
+                      "uncertainty": r.uncertainty, "terms": r.uncertain}))
         if r.fits is not False:
             continue
         cap = r.capacity or 0
@@ -500,7 +543,7 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
 
 
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,
-             fragmentation: float = DEFAULT_FRAGMENTATION, hardware: Any = None,
+             overhead: OverheadSettings = DEFAULT_OVERHEAD, hardware: Any = None,
              step_time_s: float | None = None, load: LoadAssumption | None = None,
              hf: bool = False) -> EstimateResult:
     """Run the ledger (and activations) for ``plan`` (:func:`advisor.planning.build_plan`) and
@@ -512,6 +555,9 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit; a config DeepSpeed
     refuses gives M090 and no ledger.
+    ``overhead``: how the accelerator row's runtime overhead terms are made
+    (:class:`advisor.cluster.overhead.OverheadSettings`: environment, ``--runtime-overhead``
+    overrides); raises :class:`advisor.cluster.overhead.OverheadError` when one does not parse.
     ``load``: how the model is materialised before initialize (default
     :func:`advisor.ledger.timeline.resolve_load` with ``hf``: the HF Trainer's zero.Init choice);
     M101 when the load phase does not fit.
@@ -533,14 +579,14 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                                         ).located(positions, source)]
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []) + refused,
-                              workload=workload, activations_note="", fragmentation=fragmentation,
+                              workload=workload, activations_note="", overhead=overhead,
                               sections={"unsupported": why})
     topo = [f for f in (findings or []) if f.code in TOPOLOGY_CODES and f.severity == "error"]
     if topo:
         # DeepSpeed refuses this launch shape (the G rules quote its assertion): nothing to account for.
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
-                              fragmentation=fragmentation, sections={"unsupported": topo[0].message})
+                              overhead=overhead, sections={"unsupported": topo[0].message})
     ledger = ledger_of(plan)
     via_hf = hf or plan.hf is not None
     acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
@@ -553,7 +599,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         for role in roles:  # each stage's own activations on its timeline
             role.load = load
             role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
-    rows = fit_rows(ledger, roles, capacity or Capacity(), fragmentation)
+    rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
     all_findings = list(findings or []) + [f.located(positions, source) for f in fit_findings(rows, load)]
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
@@ -577,7 +623,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         sections["step_time"] = st_section
     return EstimateResult(source=source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
-                          fragmentation=fragmentation, sections=sections, load=load)
+                          overhead=overhead, sections=sections, load=load)
 
 
 def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) -> dict[str, Any]:
