@@ -1133,17 +1133,21 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
          seq_len=dict(required=True, help="Tokens per sequence."),
          output=dict(help="Write the best config here (default: stdout; the table then goes to stderr)."),
          hf=dict(help='Write "auto" where the HF Trainer fills values in.'))
-@_opt("--margin", default="10%", show_default=True, help="Share of every tier's capacity kept free.")
+@_opt("--margin", default=None, help="Deprecated and ignored: generate uses estimate's fit (the timeline "
+     "peak plus the runtime overhead rows; only plans that fit, not tight ones); use --runtime-overhead.")
+@options("runtime_overhead")
 @_opt("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
 @_opt("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
 @format_option("generate")
 @_release_option
 @display_options("units", "color")
-def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin, optimizer,
-             precision, top, fmt):
+def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin,
+             runtime_overhead, optimizer, precision, top, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
-    fit, rank them by estimated step time and write the best as a DeepSpeed config.
+    fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
+    when `estimate` says "fits" for it (the timeline peak plus the runtime overhead rows; "tight"
+    plans are rejected), so the config written is one estimate and check accept.
 
     \b
     Exit codes: 0 a config was chosen (and written); 1 nothing fits (the smallest change that
@@ -1154,10 +1158,11 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     from advisor.cluster.hardware import resolve_hardware
     from advisor.views import generate as gen
 
-    try:
-        m = gen.parse_margin(margin)
-    except ValueError as e:
-        raise click.UsageError(str(e))
+    if margin is not None:
+        click.echo("ds-advisor: warning: --margin is deprecated and ignored: a plan is kept when estimate's fit says "
+                   "it fits (tracked peak + runtime overhead rows, not tight); give measured overhead with "
+                   "--runtime-overhead", err=True)
+    ovh = _overhead(runtime_overhead)
     from advisor.files import output_problem
     if output == "-":  # -o - is standard output, as without -o
         output = None
@@ -1174,7 +1179,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if hw.accelerator is None:
         raise _fail(f"--hardware {hardware}: no accelerator in the spec")
     req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
-                      margin=m, optimizer=optimizer, precision=precision, hf=hf)
+                      optimizer=optimizer, precision=precision, hf=hf, overhead=ovh)
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:

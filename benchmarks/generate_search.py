@@ -5,8 +5,9 @@ Prints absolute seconds and ratios (median of --repeat runs):
 * search: ``advisor.views.generate.search`` alone (model already expanded);
 * end to end: ``python -m advisor generate ...`` as a process (what the issue's 2-second budget
   is about), against ``python -c pass``;
-* one plan: a single model-state + activation estimate of one ZeRO-3 plan, so the search reads
-  in units of one estimate.
+* one plan: estimate's fit of one ZeRO-3 plan (advisor.views.estimate.plan_fit: ledger,
+  activations, timeline, fit rows), what the search runs per plan, so it reads in units of one
+  estimate.
 
 No assertion: timings depend on the machine (tests do not time anything).
 Usage: python benchmarks/generate_search.py [--repeat 5]
@@ -36,8 +37,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     from advisor.views import generate as gen
-    from advisor.model.activations import ActivationInputs, estimate_activations
     from advisor.config.effective import effective_config
+    from advisor.plan import Cluster, Plan, Workload
+    from advisor.views.estimate import plan_fit
     from advisor.cluster.hardware import resolve_hardware
     from advisor.model.specs import resolve_model
 
@@ -50,8 +52,8 @@ def main() -> None:
     cfg = gen.build_config(gen.Combo(3), 1, 1, 1024, "full", inv, req, None)
 
     def one_plan():
-        gen.model_states(effective_config(cfg), inv, 1024)
-        estimate_activations(inv.meta, ActivationInputs(seq_len=8192, micro_batch=1, checkpointing="full"))
+        plan_fit(Plan(effective_config(cfg), inv, Cluster(world_size=1024, gpus_per_node=8),
+                      Workload(8192, 1, "full")), gen._capacity(hw, gen.choose_nvme_tier(hw)))
 
     one_s = _median(one_plan, a.repeat)
     argv = [sys.executable, "-m", "advisor", "generate", "--model", "llama-3.1-405b", "--hardware", "dgx-h100",

@@ -70,3 +70,23 @@ def test_verdict_levels():
     assert verdict(need + unc - 1, 10 * 10**9, terms)[0] == "tight"
     assert verdict(need + unc, 10 * 10**9, terms)[0] == "fits"
     assert verdict(None, 1, terms)[0] == "unknown"
+
+
+def test_deepspeed_extras_zero0_allreduce_bucket_by_hand():
+    # deepspeed/runtime/engine.py allreduce_gradients -> buffered_allreduce_fallback(elements_per_buffer=5e8):
+    # the flattened bucket holds min(N, 5e8) gradient elements; ZeRO-1/2/3 buckets are ledger items.
+    from advisor.cluster.overhead import deepspeed_extras
+    assert deepspeed_extras(0, 10**8, 2)[0] == 2 * 10**8
+    assert deepspeed_extras(0, 8 * 10**9, 4)[0] == 4 * 500_000_000
+    assert deepspeed_extras(1, 8 * 10**9, 2)[0] == 0 and deepspeed_extras(3, 8 * 10**9, 2)[0] == 0
+    t = _t(runtime_overhead(0, env={}, deepspeed=deepspeed_extras(0, 10**8, 2)), "deepspeed")
+    assert (t.bytes, t.low, t.high) == (2 * 10**8,) * 3 and "engine.py" in t.source
+
+
+def test_settings_exclude_and_fraction():
+    from advisor.cluster.overhead import OverheadSettings
+    terms = OverheadSettings(env={}, exclude=("cuda_context",)).terms(10**9, world_size=8)
+    assert _t(terms, "cuda_context").bytes == 0 and _t(terms, "nccl").bytes == 256 * MIB
+    terms = OverheadSettings(env={}, allocator_fraction=0.2).terms(10**9)
+    a = _t(terms, "allocator")
+    assert (a.bytes, a.high, a.source) == (2 * 10**8, 2 * 10**8, "--fragmentation")

@@ -29,10 +29,13 @@ Terms (bytes per process, i.e. per rank):
   ``expandable_segments``, which maps segments that grow instead of caching fixed blocks.
   Source: PyTorch docs, "CUDA semantics - Memory management" (caching allocator,
   expandable_segments); the fractions are assumptions to be replaced by gpu_peak.py's figures.
-* ``deepspeed``: DeepSpeed's own extras beyond the ledger. 0: the ledger already itemises
+* ``deepspeed``: DeepSpeed's own extras beyond the ledger. The ledger already itemises
   DeepSpeed's buffers (ipg buckets, gathered parameters, swap buffers, reduce buffers) from
   deepspeed/runtime/zero/*.py; the open-world engine check (``measure``) reports anything it
-  allocates that the ledger does not name.
+  allocates that the ledger does not name. One transient it leaves out is counted here
+  (:func:`deepspeed_extras`): without ZeRO, the engine's gradient all-reduce flattens buckets of
+  up to 5e8 elements (deepspeed/runtime/engine.py allreduce_gradients ->
+  buffered_allreduce_fallback, elements_per_buffer=MEMORY_OPT_ALLREDUCE_SIZE = 500000000).
 """
 
 from __future__ import annotations
@@ -95,13 +98,32 @@ def communicators(world_size: int, tensor_parallel: int = 1, pipeline_parallel: 
     return 1 + (tensor_parallel > 1) + (pipeline_parallel > 1)
 
 
+#: deepspeed/runtime/constants.py MEMORY_OPT_ALLREDUCE_SIZE: elements per all-reduce bucket (ZeRO-0).
+ALLREDUCE_BUCKET_ELEMENTS = 500_000_000
+
+
+def deepspeed_extras(zero_stage: int, trainable_numel: int, grad_dtype_bytes: int) -> tuple[int, str, str]:
+    """(bytes, formula, source) of DeepSpeed's transients the ledger does not itemise: at ZeRO
+    stage 0 the flattened all-reduce bucket, min(trainable elements on the rank, 5e8) x the
+    gradient dtype's bytes; nothing at stages 1-3 (their buckets are ledger items)."""
+    if zero_stage == 0 and trainable_numel:
+        n = min(trainable_numel, ALLREDUCE_BUCKET_ELEMENTS)
+        return (n * grad_dtype_bytes, f"ZeRO-0 all-reduce bucket: min(N, 5e8) = {n:,} elements x {grad_dtype_bytes} B",
+                "deepspeed/runtime/engine.py allreduce_gradients -> buffered_allreduce_fallback "
+                "(elements_per_buffer = MEMORY_OPT_ALLREDUCE_SIZE 500000000, flattened per bucket)")
+    return (0, "none known: the ledger itemises DeepSpeed's buffers",
+            "deepspeed/runtime/zero/*.py (the ledger's workspace items)")
+
+
 def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1, pipeline_parallel: int = 1,
                      env: Mapping[str, str] | None = None,
-                     overrides: Mapping[str, int] | None = None) -> list[OverheadTerm]:
+                     overrides: Mapping[str, int] | None = None,
+                     deepspeed: tuple[int, str, str] | None = None) -> list[OverheadTerm]:
     """The overhead rows for one rank whose tracked accelerator peak is ``peak_bytes``.
 
     ``env``: the environment to read NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, CUDA_MODULE_LOADING and
-    PYTORCH_CUDA_ALLOC_CONF from (default os.environ). ``overrides``: key -> bytes, replacing a
+    PYTORCH_CUDA_ALLOC_CONF from (default os.environ). ``deepspeed``: the DeepSpeed-extras term's
+    (bytes, formula, source), :func:`deepspeed_extras` (default: none). ``overrides``: key -> bytes, replacing a
     term's default (its band collapses to it: the user measured it). Raises
     :class:`OverheadError` for an unparseable variable or an unknown override key."""
     env = os.environ if env is None else env
@@ -145,10 +167,8 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
         source="PyTorch docs, CUDA semantics - memory management (caching allocator, expandable_segments); "
                "fractions assumed, not yet calibrated on a GPU"))
 
-    terms.append(OverheadTerm(
-        "deepspeed", "DeepSpeed extras beyond the ledger", 0, 0, 0,
-        formula="none known: the ledger itemises DeepSpeed's buffers",
-        source="deepspeed/runtime/zero/*.py (the ledger's workspace items)"))
+    dsb, dsf, dss = deepspeed or deepspeed_extras(1, 0, 2)
+    terms.append(OverheadTerm("deepspeed", "DeepSpeed extras beyond the ledger", dsb, dsb, dsb, formula=dsf, source=dss))
 
     out = []
     for t in terms:
@@ -208,7 +228,7 @@ class OverheadSettings:
     source_of_overrides: str = "--runtime-overhead"
 
     def terms(self, peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1,
-              pipeline_parallel: int = 1) -> list[OverheadTerm]:
+              pipeline_parallel: int = 1, deepspeed: tuple[int, str, str] | None = None) -> list[OverheadTerm]:
         """:func:`runtime_overhead` for one rank whose tracked accelerator peak is ``peak_bytes``,
         with these settings applied. Raises :class:`OverheadError` (bad env or override)."""
         ov = dict(self.overrides or {})
@@ -218,7 +238,8 @@ class OverheadSettings:
             ov[k] = 0
         out = []
         for t in runtime_overhead(peak_bytes, world_size=world_size, tensor_parallel=tensor_parallel,
-                                  pipeline_parallel=pipeline_parallel, env=self.env, overrides=ov):
+                                  pipeline_parallel=pipeline_parallel, env=self.env, overrides=ov,
+                                  deepspeed=deepspeed):
             if t.key in self.exclude:
                 t = OverheadTerm(t.key, t.name, 0, 0, 0, "already inside the free memory read", "measured free memory",
                                  overridden=True)

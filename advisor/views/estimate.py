@@ -27,7 +27,7 @@ from advisor import DEEPSPEED_VERSION, __version__
 from advisor.model.activations import ActivationEstimate, ActivationInputs, estimate_activations
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.cluster.hardware import Capacity
-from advisor.cluster.overhead import OverheadSettings, OverheadTerm, uncertain_terms
+from advisor.cluster.overhead import OverheadSettings, OverheadTerm, deepspeed_extras, uncertain_terms
 from advisor.rules import emit
 from advisor.findings import Finding
 from advisor.model.inventory import Inventory
@@ -362,7 +362,10 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
     pk = worst.peak()["accelerator"]
     st = worst.peak(("load",))["accelerator"]
-    shape = dict(world_size=cl.world_size, tensor_parallel=cl.tensor_parallel, pipeline_parallel=cl.pipeline_parallel)
+    ec = ledger.plan.config
+    trainable = ledger.plan.inventory.trainable_numel  # whole model: an upper bound under TP/PP (capped at 5e8)
+    shape = dict(world_size=cl.world_size, tensor_parallel=cl.tensor_parallel, pipeline_parallel=cl.pipeline_parallel,
+                 deepspeed=deepspeed_extras(ec.zero.stage, trainable, DTYPE_BYTES[ec.grad_dtype]))
     terms = overhead.terms(pk["bytes"], **shape)
     st_terms = overhead.terms(st["bytes"], **shape)
     rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
@@ -542,6 +545,56 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
     return out
 
 
+@dataclass
+class PlanFit:
+    """The fit of one plan (:func:`plan_fit`): the ledger, activations, roles with their
+    timelines, the fit rows (with the runtime overhead terms) and the fit findings."""
+
+    ledger: Ledger
+    activations: ActivationEstimate | None
+    activations_note: str
+    load: LoadAssumption
+    roles: list[Role]
+    rows: list[FitRow]
+    findings: list[Finding]
+
+    @property
+    def verdict(self) -> str:
+        """The plan's worst row: "does not fit" (a row over capacity, or the load phase, M101),
+        "tight", "fits", or "unknown" when no row has a capacity."""
+        vs = [r.verdict for r in self.rows]
+        if "does not fit" in vs or any(f.code == "M101" for f in self.findings):
+            return "does not fit"
+        if "tight" in vs:
+            return "tight"
+        return "fits" if "fits" in vs else "unknown"
+
+
+def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSettings = DEFAULT_OVERHEAD,
+             load: LoadAssumption | None = None, hf: bool = False) -> PlanFit:
+    """The fit of ``plan`` against ``capacity`` (bytes): the ledger (advisor.ledger.state),
+    activations, the step timeline per role, :func:`fit_rows` with the runtime overhead terms,
+    and :func:`fit_findings` (M100, M101, M102; not yet located in the config file). The one fit
+    of estimate, check and generate. ``plan`` must be one DeepSpeed accepts (estimate checks
+    :func:`advisor.ledger.state.unsupported_reason` first). Raises
+    :class:`advisor.cluster.overhead.OverheadError` for an unreadable overhead variable."""
+    ec, inventory, cluster, workload = plan.config, plan.inventory, plan.cluster, plan.workload
+    ledger = ledger_of(plan)
+    via_hf = hf or plan.hf is not None
+    acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
+    load = load or resolve_load(ec, hf=via_hf)
+    roles = group_roles(ledger, acts, load)
+    if cluster.pipeline_parallel > 1 and acts is not None:
+        per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s, hf=via_hf)[0]
+                     for s in range(cluster.pipeline_parallel)}
+        roles = split_by_stage(roles, cluster, per_stage)
+        for role in roles:  # each stage's own activations on its timeline
+            role.load = load
+            role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
+    rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
+    return PlanFit(ledger, acts, note, load, roles, rows, fit_findings(rows, load))
+
+
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,
              overhead: OverheadSettings = DEFAULT_OVERHEAD, hardware: Any = None,
              step_time_s: float | None = None, load: LoadAssumption | None = None,
@@ -587,20 +640,9 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
                               overhead=overhead, sections={"unsupported": topo[0].message})
-    ledger = ledger_of(plan)
-    via_hf = hf or plan.hf is not None
-    acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
-    load = load or resolve_load(ec, hf=via_hf)
-    roles = group_roles(ledger, acts, load)
-    if cluster.pipeline_parallel > 1 and acts is not None:
-        per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s, hf=via_hf)[0]
-                     for s in range(cluster.pipeline_parallel)}
-        roles = split_by_stage(roles, cluster, per_stage)
-        for role in roles:  # each stage's own activations on its timeline
-            role.load = load
-            role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
-    rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
-    all_findings = list(findings or []) + [f.located(positions, source) for f in fit_findings(rows, load)]
+    pf = plan_fit(plan, capacity, overhead, load=load, hf=hf)
+    ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
+    all_findings = list(findings or []) + [f.located(positions, source) for f in pf.findings]
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
     mv_plan = plan

@@ -14,17 +14,13 @@ DeepSpeed integration sets them (``transformers/integrations/deepspeed.py``
 ``trainer_config_finalize``): ``reduce_bucket_size = h^2``, ``stage3_prefetch_bucket_size =
 int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h`` (elements).
 
-Per plan, memory per tier (bytes) is the model states of the worst rank plus the activations of
-one micro-batch (:func:`advisor.model.activations.estimate_activations`):
-
-* model states come from :func:`model_states`: the state ledger
-  (:func:`advisor.ledger.state.compute_ledger`, every formula with its DeepSpeed source, O(tensors + W)
-  per plan through its rank roles), worst role per tier, every lifetime summed (ZeRO-3's gathered
-  parameters included), cached per (stage, offload, GA > 1);
-* accelerator: per rank, against the accelerator's memory; host: the ranks of one node summed,
-  against the node's host memory; NVMe: the node's ranks summed, against the chosen tier;
-* every tier keeps ``margin`` (default 10 %) of its capacity free for what the ledger leaves out
-  (CUDA context, NCCL buffers, allocator fragmentation, the OS).
+Per plan, the fit is estimate's own (:func:`advisor.views.estimate.plan_fit`): the config is built,
+the ledger, activations and step timeline computed, and the fit rows judged against the
+hardware's capacities (accelerator per rank: the timeline peak plus the runtime overhead rows,
+CUDA context, NCCL buffers, allocator reserve, DeepSpeed extras, advisor/cluster/overhead.py;
+host and NVMe: one node's ranks summed, the load phase included). Only plans whose verdict is
+"fits" are ranked ("tight" ones are rejected and say so), so a plan generate writes is one
+``estimate`` says fits for the same model, hardware and workload sidecar.
 
 Step time (seconds per optimizer step), the ranking key (:func:`step_time`): the one step-time
 model, :mod:`advisor.ledger.steptime` (compute at 6 x N_active x tokens / (peak x MFU) plus
@@ -48,16 +44,14 @@ import posixpath
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from advisor.model.activations import ActivationInputs, estimate_activations
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidden_size_values
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, effective_config
+from advisor.config.effective import DTYPE_BYTES, effective_config
 from advisor.errors import AdvisorError
 from advisor.model.inventory import Inventory
 from advisor.units import gib
 from advisor.ledger import steptime as _steptime
-from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, compute_ledger,
-                            zero3_partition_numel)
+from advisor.ledger.state import MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel
 
 #: Model FLOPs utilisation assumed for the compute term (named in every output): the step-time
 #: model's (advisor.ledger.steptime.MFU).
@@ -93,13 +87,12 @@ class NothingFits(AdvisorError):
 
 @dataclass(frozen=True)
 class Request:
-    """What the user asks for. Sizes in elements/tokens; ``margin`` a fraction of capacity."""
+    """What the user asks for. Sizes in elements/tokens."""
 
     global_batch: int
     seq_len: int
     nodes: int
     gpus_per_node: int
-    margin: float = 0.10
     optimizer: str = "adamw"
     precision: str = "bf16"
     hf: bool = False
@@ -107,22 +100,13 @@ class Request:
     #: Step times within this fraction of the fastest are ties, broken by simplicity: the model
     #: leaves out hook, launch and latency overheads, which grow with the ZeRO stage.
     tie_tolerance: float = 0.03
+    #: The runtime overhead terms of the accelerator fit (advisor.cluster.overhead.OverheadSettings;
+    #: None: the cited defaults, the environment's NCCL/CUDA variables read).
+    overhead: Any = None
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
-
-
-def parse_margin(text: str | float) -> float:
-    """"10%" / "0.1" / 0.1 -> 0.1 (fraction of each tier's capacity kept free)."""
-    s = str(text).strip()
-    try:
-        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
-    except ValueError:
-        raise ValueError(f"--margin: not a fraction or percentage: {text!r} (e.g. 10% or 0.1)")
-    if not 0 <= v < 1:
-        raise ValueError(f"--margin must be in [0%, 100%), got {text!r}")
-    return v
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,65 +242,6 @@ def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str,
 
 
 # ---------------------------------------------------------------------------------------------
-# model states, closed form (per worst rank)
-
-
-@dataclass
-class States:
-    """Worst-rank model-state bytes per ledger tier, with the items (tier, item, bytes)."""
-
-    accelerator: int = 0
-    host_pinned: int = 0
-    host_pageable: int = 0
-    nvme: int = 0
-    items: list[tuple[str, str, int]] = field(default_factory=list)
-    source: str = "closed form (reference sections 3-5)"
-
-    def add(self, tier: str, item: str, nbytes: int) -> None:
-        if nbytes:
-            setattr(self, tier, getattr(self, tier) + int(nbytes))
-            self.items.append((tier, item, int(nbytes)))
-
-    @property
-    def host(self) -> int:
-        return self.host_pinned + self.host_pageable
-
-
-def _worst_role_entries(led: Ledger, tier: str) -> list[tuple[str, str, int]]:
-    """(tier, item, bytes) of the role with the most bytes on ``tier`` (every lifetime)."""
-    if not led.ranks:
-        return []
-    worst = max(led.ranks, key=lambda rl: rl.total(tier))
-    return [(e.tier, e.item, e.bytes) for e in worst.entries if e.tier == tier and e.bytes]
-
-
-#: The transient inside backward the ledger does not list that the search still budgets for:
-#: stage 0's all-reduce bucket (min(N, 5e8) x G, ``engine.py`` allreduce_gradients, bucket 5e8
-#: elements).
-LEDGER_EXCLUDED = ("allreduce_bucket",)
-
-
-def model_states(ec: EffectiveConfig, inv: Inventory, w: int) -> States:
-    """Worst-rank model-state bytes by tier, every lifetime summed (persistent, backward, step and
-    forward/backward transients such as ZeRO-3's gathered parameters), from
-    :func:`advisor.ledger.state.compute_ledger` on ``w`` data-parallel ranks: per tier the role with the
-    most bytes there (its rank lists come from the ledger's O(tensors + W) role grouping). Adds the
-    two backward transients the ledger leaves out (``LEDGER_EXCLUDED``). Raises ValueError for a
-    configuration DeepSpeed refuses."""
-    led = compute_ledger(Plan(ec, inv, Cluster(world_size=w)))
-    s = States(source="ledger (advisor.ledger.state.compute_ledger, worst role per tier)")
-    for tier in ("accelerator", "host_pinned", "host_pageable", "nvme"):
-        for t, item, nbytes in _worst_role_entries(led, tier):
-            s.add(t, item, nbytes)
-    N = inv.trainable_numel
-    # ZeRO-1's full 16-bit param.grad until the boundary reduce is the ledger's own lp_grads
-    # entry (life in_backward), already summed above: not added again.
-    if ec.zero.stage == 0:
-        s.add("accelerator", "allreduce_bucket", min(N, 500_000_000) * DTYPE_BYTES[ec.grad_dtype])
-    return s
-
-
-# ---------------------------------------------------------------------------------------------
 # the search
 
 
@@ -328,6 +253,11 @@ class Rejection:
     need: int
     usable: int | None
     scope: str
+    #: estimate's verdict for the row: "does not fit" or "tight" (advisor.views.estimate.FitRow).
+    verdict: str = "does not fit"
+    #: tight: the bytes the overhead may exceed its defaults by, and those terms.
+    uncertainty: int = 0
+    terms: tuple[str, ...] = ()
 
     @property
     def over(self) -> int | None:
@@ -338,8 +268,12 @@ class Rejection:
         from advisor.units import size
         if self.usable is None:
             return f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, capacity unknown"
+        if self.verdict == "tight":
+            return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)} of "
+                    f"{size(self.usable, units, digits=1)}: tight (headroom {size(-self.over, units, digits=1)} < "
+                    f"{size(self.uncertainty, units, digits=1)}: {', '.join(self.terms)})")
         return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, "
-                f"{size(self.usable, units, digits=1)} usable, over by {size(self.over, units, digits=1)}")
+                f"{size(self.usable, units, digits=1)} available, over by {size(self.over, units, digits=1)}")
 
 
 @dataclass
@@ -397,7 +331,8 @@ class SearchResult:
             "compute": "6 x active parameters x tokens per rank per step / (dense peak FLOP/s x MFU), "
                        "x (1 + recompute fraction) with checkpointing",
             "peak_flops": _peak(self.hardware, self.request.precision),
-            "margin": self.request.margin,
+            "fit": "estimate's fit (advisor.views.estimate.plan_fit): timeline peak + runtime overhead rows; "
+                   "only \"fits\" is ranked",
             "overlap": ("critical path (advisor.ledger.steptime): overlapped collectives and copies hide behind the "
                         "forward/backward compute of their window, synchronous ones and the CPU optimizer step count "
                         "in full, a pipelined NVMe optimizer swap overlaps the CPU step"),
@@ -407,8 +342,8 @@ class SearchResult:
             "activations": "flash attention, dropout off (advisor.model.activations)",
             "nvme_path": self.nvme_path,
             "accelerator": acc.name if acc else None,
-            "excluded": "CUDA context, NCCL buffers, allocator fragmentation: covered by the margin; "
-                        "collective latency, first-iteration fetches, kernel launch and hook overheads",
+            "excluded": "step time leaves out collective latency, first-iteration fetches, kernel launch and hook "
+                        "overheads",
             "tie_tolerance": self.request.tie_tolerance,
         }
 
@@ -456,26 +391,34 @@ def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float
     return out
 
 
-def _capacities(hw: Any, tier: Any, margin: float) -> dict[str, int | None]:
-    keep = 1 - margin
+def _capacity(hw: Any, tier: Any):
+    """The hardware's capacities as estimate takes them (bytes: accelerator per rank, host and
+    the NVMe tier per node)."""
+    from advisor.cluster.hardware import Capacity
     a = hw.accelerator
-    return {"accelerator": int(a.memory_bytes * keep) if a else None,
-            "host": int(hw.host_memory_bytes * keep) if hw.host_memory_bytes else None,
-            "nvme": int(tier.capacity_bytes * keep) if tier else None}
+    return Capacity(accelerator=int(a.memory_bytes) if a else None,
+                    host=int(hw.host_memory_bytes) if hw.host_memory_bytes else None,
+                    nvme=int(tier.capacity_bytes) if tier else None)
 
 
-def _fit(c: Candidate, caps: dict[str, int | None], g: int) -> Rejection | None:
-    for tier, need, scope in (("accelerator", c.accelerator, "per rank"), ("host", c.host, f"per node ({g} ranks)"),
-                              ("nvme", c.nvme, f"per node ({g} ranks)")):
-        cap = caps[tier]
-        if need and (cap is None or need > cap):
-            return Rejection(tier, need, cap, scope)
-    return None
+def _rejection(pf: Any) -> Rejection | None:
+    """None when estimate's verdict for the plan is "fits"; else the first row that does not fit
+    (or the load phase, M101), else the first tight row."""
+    if pf.verdict == "fits":
+        return None
+    rows = pf.rows
+    for want in ("does not fit", "tight", "unknown"):
+        for r in rows:
+            if r.verdict == want and (r.need or want != "unknown"):
+                return Rejection(r.tier, r.need, r.capacity, r.scope, want if want != "unknown" else "does not fit",
+                                 r.uncertainty, tuple(r.uncertain))
+    r = rows[0]
+    return Rejection(r.tier, r.need, r.capacity, r.scope)
 
 
-def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bool = True) -> SearchResult:
-    """Enumerate, fit and rank (see the module docstring). ``verify`` is kept for callers and has
-    no effect: the states are the ledger's already. ``hardware``: an
+def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResult:
+    """Enumerate, fit (estimate's :func:`advisor.views.estimate.plan_fit`) and rank (see the
+    module docstring). ``hardware``: an
     :class:`advisor.cluster.hardware.Hardware` whose shape is the request's (``nodes`` x
     ``gpus_per_node``). Raises AdvisorError for requests no plan can express (global batch not a
     multiple of DP, a model without architecture facts). The result's ``ranked`` is best first."""
@@ -492,25 +435,20 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
     per_rank = req.global_batch // dp
     tier = choose_nvme_tier(hardware)
     nvme_path = _nvme_path(tier)
-    caps = _capacities(hardware, tier, req.margin)
-    D = DTYPE_BYTES[req.precision]
+    cap = _capacity(hardware, tier)
+    from advisor.cluster.overhead import OverheadSettings
+    from advisor.plan import Workload
+    from advisor.views.estimate import plan_fit
+    overhead = req.overhead if req.overhead is not None else OverheadSettings()
     notes: list[str] = []
     if tier is None:
         ro = [t.name for t in getattr(hardware, "storage", ()) if t.read_oriented]
         notes.append("no read-write storage tier: NVMe offload not considered"
                      + (f" (read-oriented: {', '.join(ro)}; never used for write-active state)" if ro else ""))
-    if caps["host"] is None:
+    if cap.host is None:
         notes.append("host memory unknown (hardware spec without host_memory_bytes): host offload not considered")
     combos = [c for c in enumerate_combos(nvme_ok=tier is not None)
-              if caps["host"] is not None or (c.offload_optimizer == "none" and c.offload_param == "none")]
-    act_cache: dict[tuple[int, str], Any] = {}
-
-    def acts(b: int, ck: str):
-        key = (b, ck)
-        if key not in act_cache:
-            act_cache[key] = estimate_activations(meta, ActivationInputs(seq_len=req.seq_len, micro_batch=b,
-                                                                         dtype_bytes=D, checkpointing=ck))
-        return act_cache[key]
+              if cap.host is not None or (c.offload_optimizer == "none" and c.offload_param == "none")]
 
     cluster = Cluster(world_size=dp, gpus_per_node=req.gpus_per_node)
     ranked: list[Candidate] = []
@@ -518,27 +456,38 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
     evaluated = 0
     micros = divisors(per_rank)
     L = int(meta["num_layers"])
+    fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
     for combo in combos:
-        # states depend on GA only through ZeRO-1/2 offload's host accumulation buffers: two cases
-        state_cache: dict[bool, States] = {}
+        # The ledger's entries depend on the config only through the stage, offload and whether
+        # GA > 1 (advisor.ledger.state: no micro-batch or recompute term), so its roles are computed
+        # once per (combo, GA > 1) and given to each plan's own Ledger (its timeline reads that
+        # plan's GA).
+        led_cache: dict[bool, Ledger] = {}
         fitting: list[Candidate] = []
         for b in reversed(micros):  # largest micro-batch first: memory falls with b
             ga = per_rank // b
-            key = ga > 1
-            if key not in state_cache:
-                ec0 = effective_config(build_config(combo, b, ga, dp, "none", inv, req, nvme_path))
-                state_cache[key] = model_states(ec0, inv, dp)
-            stt = state_cache[key]
-            g = req.gpus_per_node
 
             def candidate(ck: str) -> Candidate:
                 nonlocal evaluated
                 evaluated += 1
-                a = acts(b, ck)
-                cand = Candidate(combo, b, ga, ck, accelerator=stt.accelerator + a.peak_accelerator,
-                                 host=(stt.host + a.saved_host) * g, nvme=stt.nvme * g, activations=a.peak_accelerator,
-                                 states_source=stt.source)
-                cand.rejection = _fit(cand, caps, g)
+                cfg = build_config(combo, b, ga, dp, ck, inv, req, nvme_path)
+                plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
+                hit = led_cache.get(ga > 1)
+                if hit is not None:
+                    plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
+                                                    list(hit.excluded))
+                pf = plan_fit(plan, cap, overhead, hf=req.hf)
+                led_cache.setdefault(ga > 1, pf.ledger)
+                rows = {r.tier: r for r in pf.rows}
+                a = pf.activations
+                cand = Candidate(combo, b, ga, ck, accelerator=rows["accelerator"].need,
+                                 host=rows["host"].need if "host" in rows else 0,
+                                 nvme=rows["nvme"].need if "nvme" in rows else 0,
+                                 activations=a.peak_accelerator if a is not None else 0,
+                                 states_source="estimate's fit (advisor.views.estimate.plan_fit)")
+                cand.rejection = _rejection(pf)
+                cand.config = cfg
+                fitted[id(cand)] = (plan, a)
                 return cand
 
             chosen = None
@@ -565,10 +514,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5, verify: bo
             if chosen is not None:
                 fitting.append(chosen)
         for cand in fitting:
-            ck = cand.checkpointing
-            cand.config = build_config(combo, cand.micro, cand.ga, dp, ck, inv, req, nvme_path)
-            plan = Plan(effective_config(cand.config), inv, cluster)
-            parts = step_time(plan, hardware, req, acts(cand.micro, ck).recompute_flops_fraction)
+            plan, a = fitted[id(cand)]
+            parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0)
             cand.step_time_s = parts.pop("total")
             cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
                                                               "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
@@ -680,7 +627,7 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
         if req.global_batch % (n * g):
             continue
         r2 = replace(req, nodes=n)
-        res = search(inv, replace(hardware, nodes=n), r2, top=1, verify=False)
+        res = search(inv, replace(hardware, nodes=n), r2, top=1)
         if res.best:
             b = res.best
             out.append(f"more GPUs: {n} nodes x {g} GPUs ({n * g} ranks, +{(n - req.nodes) * g}) fit with ZeRO-"
@@ -691,17 +638,17 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
         from advisor.cluster.hardware import StorageTier
         big = StorageTier(name="hypothetical-nvme", mounts=("/local_nvme",), capacity_bytes=10 ** 18,
                           read_bytes_per_s=7e9, write_bytes_per_s=3.8e9, access="read-write")
-        res = search(inv, replace(hardware, storage=tuple(hardware.storage) + (big,)), req, top=1, verify=False)
+        res = search(inv, replace(hardware, storage=tuple(hardware.storage) + (big,)), req, top=1)
         if res.best:
             b = res.best
-            need = b.nvme / (1 - req.margin)
+            need = b.nvme
             out.append(f"an NVMe tier: a read-write drive of at least {need / 1e12:,.2f} TB per node (mounted e.g. at "
                        f"/local_nvme) fits with ZeRO-3 {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
                        f"checkpointing {b.checkpointing} ({b.nvme / 1e12:,.2f} TB of swap files per node)")
     lo, hi, best_s = 1, req.seq_len - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
-        res = search(inv, hardware, replace(req, seq_len=mid), top=1, verify=False)
+        res = search(inv, hardware, replace(req, seq_len=mid), top=1)
         if res.best:
             best_s, lo = mid, mid + 1
         else:
@@ -752,7 +699,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
     acc = res.hardware.accelerator
     head = (f"{res.inventory.name} on {req.nodes} node(s) x {req.gpus_per_node} {acc.name if acc else '?'}; "
             f"global batch {req.global_batch}, sequence {req.seq_len}, {req.precision}, "
-            f"margin {req.margin:.0%}; {res.evaluated} plans evaluated, {len(res.ranked)} fit")
+            f"{res.evaluated} plans evaluated, {len(res.ranked)} fit (estimate's fit: peak + runtime overhead)")
     lines = [head]
     cols = ("#", "stage", "offload", "micro", "GA", "ckpt", f"accel {U}/rank", f"host {U}/node", f"nvme {U}/node",
             "step s", "spent on (exposed s)", "why")
@@ -767,7 +714,8 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
             lines.append("  ".join(r[j].ljust(w[j]) for j in range(len(cols))).rstrip())
     by_tier: dict[str, int] = {}
     for c in res.rejected:
-        by_tier[c.rejection.tier] = by_tier.get(c.rejection.tier, 0) + 1
+        k = c.rejection.tier + (" (tight)" if c.rejection.verdict == "tight" else "")
+        by_tier[k] = by_tier.get(k, 0) + 1
     if res.rejected:
         closest = min(res.rejected, key=lambda c: (c.rejection.over or 0) / max(1, c.rejection.usable or 1))
         lines.append(f"rejected: {len(res.rejected)} ("
@@ -816,7 +764,7 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
         "model": {"name": res.inventory.name, "parameters": res.inventory.numel},
         "request": {"nodes": req.nodes, "gpus_per_node": req.gpus_per_node, "global_batch": req.global_batch,
                     "seq_len": req.seq_len, "precision": req.precision, "optimizer": req.optimizer,
-                    "margin": req.margin, "hf": req.hf},
+                    "hf": req.hf},
         "assumptions": res.assumptions(),
         "evaluated": res.evaluated,
         "plans": [dict(c.row(), config=c.config) for c in res.ranked[:top]],
@@ -824,7 +772,7 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
         "rejected": [{"stage": c.combo.stage, "offload_optimizer": c.combo.offload_optimizer,
                       "offload_param": c.combo.offload_param, "micro_batch": c.micro, "checkpointing": c.checkpointing,
                       "tier": c.rejection.tier, "need": c.rejection.need, "usable": c.rejection.usable,
-                      "over": c.rejection.over} for c in res.rejected],
+                      "over": c.rejection.over, "verdict": c.rejection.verdict} for c in res.rejected],
         "notes": res.notes,
         "suggestions": res.suggestions,
         "best": res.best.config if res.best else None,
