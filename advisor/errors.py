@@ -49,3 +49,16 @@ class ModelSpecError(AdvisorError):
 
 class HardwareSpecError(AdvisorError):
     """An unknown hardware preset, or an unreadable hardware spec."""
+
+
+class PreflightError(AdvisorError):
+    """``advisor.preflight`` found that the model and config will not fit on this device (or the
+    config / an overhead value cannot be read). ``str(err)`` names each tier that does not fit,
+    with need, free memory and headroom; ``err.result`` is the
+    :class:`advisor.engine.preflight.PreflightResult` (None when the input could not be read)."""
+
+    exit_code = EXIT_FINDINGS
+
+    def __init__(self, message: str, result: object = None):
+        super().__init__(message)
+        self.result = result

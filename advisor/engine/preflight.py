@@ -1,0 +1,286 @@
+"""In-process preflight: will this training script's model and DeepSpeed config fit on the
+device it runs on? Called in train.py just before ``deepspeed.initialize``, where torch is
+already imported (``import advisor; advisor.preflight(model, ds_config)``).
+
+It builds the inventory from the live ``nn.Module`` (real or on the meta device:
+:func:`advisor.model.inventory.from_module`, plus the architecture from ``model.config`` when it
+is a Hugging Face config, for the activations), runs estimate's own fit
+(:func:`advisor.views.estimate.plan_fit`: ledger, activations, step timeline, runtime overhead
+rows) against:
+
+* the accelerator's free memory as the driver reports it now: ``torch.cuda.mem_get_info`` (free
+  bytes) when CUDA is available, after the CUDA context exists, so the ``cuda_context`` overhead
+  term is 0 here (it is already inside "used"); parameters this model already holds on that
+  device are added back (the ledger counts them);
+* the host's available memory (``psutil.virtual_memory().available``, else ``/proc/meminfo``
+  MemAvailable) against the step's host need per node without the load phase (the model is
+  already built when preflight runs).
+
+Both can be given instead (``free_accelerator_bytes``, ``free_host_bytes``: bytes, as
+``mem_get_info`` / MemAvailable would report them): what the tests do on CPU. Without CUDA and
+without ``free_accelerator_bytes`` the accelerator is "unknown" (on a CPU run accelerator and
+pageable host memory are one device; preflight claims no split).
+
+Verdicts are estimate's: fits / tight / does not fit (/ unknown). "does not fit" raises
+:class:`advisor.errors.PreflightError` (``raise_on="tight"`` raises on tight too,
+``raise_on=None`` never raises) before ``deepspeed.initialize`` allocates anything; otherwise the
+:class:`PreflightResult` is returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from advisor.errors import PreflightError
+
+RAISE_ON = ("does not fit", "tight", None)
+
+
+@dataclass
+class PreflightRow:
+    """One tier: need and capacity (bytes), headroom, verdict, where the capacity came from and
+    (accelerator) the runtime overhead terms inside the need."""
+
+    tier: str
+    scope: str
+    need: int
+    capacity: int | None
+    capacity_source: str
+    verdict: str
+    uncertainty: int = 0
+    uncertain_terms: list[str] = field(default_factory=list)
+    overhead: list[dict] = field(default_factory=list)
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.need
+
+    def line(self) -> str:
+        cap = "unknown" if self.capacity is None else f"{self.capacity / 1e9:,.2f} GB"
+        head = "" if self.capacity is None else f", headroom {self.headroom / 1e9:,.2f} GB"
+        tight = (f" (within {self.uncertainty / 1e9:,.2f} GB the overhead may exceed its defaults by: "
+                 f"{', '.join(self.uncertain_terms)})" if self.verdict == "tight" else "")
+        return (f"{self.tier} {self.scope}: need {self.need / 1e9:,.2f} GB of {cap} free{head}: "
+                f"{self.verdict}{tight} [capacity: {self.capacity_source}]")
+
+
+@dataclass
+class PreflightResult:
+    """What :func:`preflight` found: ``verdict`` (the worst row's: "does not fit", "tight",
+    "fits", or "unknown" when no capacity is known), the rows, the plan's findings (their codes
+    are registered rules: ``ds-advisor explain CODE``) and notes on what was assumed."""
+
+    verdict: str
+    rows: list[PreflightRow]
+    findings: list[Any]
+    notes: list[str]
+    model: str
+    parameters: int
+
+    @property
+    def fits(self) -> bool:
+        """True unless a tier does not fit (a tight verdict fits)."""
+        return self.verdict != "does not fit"
+
+    def summary(self) -> str:
+        """Human text: one line per tier, then the notes."""
+        head = f"ds-advisor preflight: {self.model} ({self.parameters:,} parameters): {self.verdict.upper()}"
+        return "\n".join([head] + [f"  {r.line()}" for r in self.rows] + [f"  note: {n}" for n in self.notes])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "model": self.model, "parameters": self.parameters,
+                "rows": [{"tier": r.tier, "scope": r.scope, "need": r.need, "capacity": r.capacity,
+                          "capacity_source": r.capacity_source, "headroom": r.headroom, "verdict": r.verdict,
+                          "uncertainty": r.uncertainty, "uncertain_terms": r.uncertain_terms,
+                          "overhead": r.overhead} for r in self.rows],
+                "findings": [f.to_dict() for f in self.findings], "notes": self.notes}
+
+
+def _loaded(ds_config: Any):
+    """A LoadedConfig from a dict, a path, or JSON text (what deepspeed.initialize's ``config``
+    takes). Raises :class:`advisor.errors.ConfigLoadError` (an AdvisorError) when unreadable."""
+    from advisor.config.loading import load_config, parse_text
+    if isinstance(ds_config, Mapping):
+        return parse_text(json.dumps(dict(ds_config)), "<ds_config dict>")
+    if isinstance(ds_config, (str, os.PathLike)):
+        s = os.fspath(ds_config)
+        if s.lstrip().startswith("{"):
+            return parse_text(s, "<ds_config text>")
+        return load_config(s)
+    raise PreflightError(f"ds_config must be a dict or a path to a DeepSpeed config, not {type(ds_config).__name__}")
+
+
+def _architecture(model: Any) -> dict:
+    """The architecture meta activations need, from a Hugging Face ``model.config`` (empty when
+    the model has none or its model_type is not one the advisor knows)."""
+    cfg = getattr(model, "config", None)
+    to_dict = getattr(cfg, "to_dict", None)
+    if not callable(to_dict):
+        return {}
+    from advisor.errors import AdvisorError
+    from advisor.model.specs import expand, spec_from_hf_config
+    try:
+        return dict(expand(spec_from_hf_config(to_dict(), source="model.config")).meta)
+    except AdvisorError:
+        return {}
+
+
+def _inventory(model: Any, from_module: Any):
+    """:func:`advisor.model.inventory.from_module`, with the full shapes of parameters that
+    ``deepspeed.zero.Init`` already partitioned (their ``ds_shape``: the HF Trainer builds the
+    model under zero.Init at ZeRO-3), and the architecture from ``model.config``."""
+    from dataclasses import replace
+    inv = from_module(model)
+    full = {n: tuple(int(x) for x in p.ds_shape) for n, p in model.named_parameters() if hasattr(p, "ds_shape")}
+    if full:
+        inv.tensors[:] = [replace(t, shape=full.get(t.name, t.shape)) for t in inv.tensors]
+    inv.meta.update(_architecture(model))
+    return inv
+
+
+def _held(p: Any) -> tuple[Any, int]:
+    """(device, bytes) a parameter holds now: its ZeRO-3 partition (``ds_tensor``) when
+    zero.Init partitioned it, else itself."""
+    t = getattr(p, "ds_tensor", None)
+    t = p if t is None else t
+    return t.device, t.numel() * t.element_size()
+
+
+def _world_size(world_size: int | None) -> tuple[int, str]:
+    if world_size is not None:
+        return int(world_size), "world_size="
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), "torch.distributed.get_world_size()"
+    v = os.environ.get("WORLD_SIZE")
+    if v and v.isdigit() and int(v) > 0:
+        return int(v), "WORLD_SIZE"
+    return 1, "default 1 (no torch.distributed group, no WORLD_SIZE)"
+
+
+def _free_accelerator(model: Any, given: int | None, device: Any) -> tuple[int | None, str, list[str]]:
+    """(free bytes, source, notes): the parameter, else torch.cuda.mem_get_info plus the bytes
+    of this model's parameters already on that device, else None (no CUDA)."""
+    notes: list[str] = []
+    if given is not None:
+        return int(given), "free_accelerator_bytes=", notes
+    import torch
+    if not torch.cuda.is_available():
+        notes.append("no CUDA device: accelerator not checked (on a CPU run accelerator and host memory are one "
+                     "device; give free_accelerator_bytes to judge a GPU)")
+        return None, "unknown", notes
+    dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    free, total = torch.cuda.mem_get_info(dev)
+    on_dev = sum(b for d, b in map(_held, model.parameters())
+                 if d.type == "cuda" and (d.index or 0) == (dev.index or 0))
+    src = f"torch.cuda.mem_get_info({dev}): {free:,} free of {total:,}"
+    if on_dev:
+        notes.append(f"{on_dev:,} bytes of this model's parameters are already on {dev}: added back to the free "
+                     "memory (the estimate counts them)")
+        src += f" + {on_dev:,} already held by the model"
+    return int(free) + on_dev, src, notes
+
+
+def _free_host(given: int | None) -> tuple[int | None, str]:
+    if given is not None:
+        return int(given), "free_host_bytes="
+    try:
+        import psutil  # optional
+        return int(psutil.virtual_memory().available), "psutil.virtual_memory().available"
+    except ImportError:
+        pass
+    from advisor.views.check import probe_host
+    h = probe_host()
+    return h.available, (f"{h.source} MemAvailable" if h.available is not None else f"unknown ({h.error})")
+
+
+def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus_per_node: int | None = None,
+              tensor_parallel: int = 1, pipeline_parallel: int = 1, seq_len: int | None = None,
+              micro_batch: int | None = None, checkpointing: str = "none", attention: str = "flash",
+              free_accelerator_bytes: int | None = None, free_host_bytes: int | None = None,
+              hf: bool = False, trainer_args: Any = None, runtime_overhead: str | Mapping[str, int] | None = None,
+              env: Mapping[str, str] | None = None, device: Any = None,
+              raise_on: str | None = "does not fit") -> PreflightResult:
+    """Judge ``model`` (a torch ``nn.Module``, real or on the meta device) with ``ds_config`` (a
+    dict, a path or JSON text) on this device, before ``deepspeed.initialize``.
+
+    ``world_size`` (default: torch.distributed's, else WORLD_SIZE, else 1), ``gpus_per_node``
+    (default LOCAL_WORLD_SIZE, else min(world size, 8)), the parallel degrees and the workload
+    (``seq_len`` tokens, default the model's maximum; ``micro_batch``, default the config's;
+    ``checkpointing`` "none"/"full"; ``attention`` "flash"/"eager") are estimate's.
+    ``free_accelerator_bytes`` / ``free_host_bytes``: bytes free now (default: measured, see the
+    module docstring). ``hf`` / ``trainer_args`` (a mapping or an object with ``to_dict()``, e.g.
+    TrainingArguments): resolve "auto" as the HF Trainer does. ``runtime_overhead``: as
+    ``--runtime-overhead`` (text, or term -> bytes). ``env``: where NCCL_BUFFSIZE and the other
+    overhead variables are read (default os.environ).
+
+    Returns a :class:`PreflightResult`; raises :class:`advisor.errors.PreflightError` (with
+    ``.result``) when the verdict is ``raise_on`` or worse ("does not fit" by default; "tight";
+    None: never), and for a ds_config that cannot be read or an overhead value that does not
+    parse.
+    """
+    from advisor.cluster.hardware import Capacity
+    from advisor.cluster.overhead import OverheadError, OverheadSettings, parse_overrides
+    from advisor.errors import AdvisorError
+    from advisor.model.inventory import from_module
+    from advisor.plan import Cluster, Workload, build_plan
+    from advisor.views.estimate import plan_fit
+
+    if raise_on not in RAISE_ON:
+        raise PreflightError(f"raise_on must be one of {RAISE_ON}, not {raise_on!r}")
+    if checkpointing not in ("none", "full") or attention not in ("flash", "eager"):
+        raise PreflightError(f"checkpointing must be none/full and attention flash/eager, not {checkpointing!r}/"
+                             f"{attention!r}")
+    try:
+        loaded = _loaded(ds_config)
+        overrides = parse_overrides(runtime_overhead) if isinstance(runtime_overhead, str) else runtime_overhead
+    except (AdvisorError, OverheadError) as e:
+        raise PreflightError(str(e)) from None
+    inv = _inventory(model, from_module)
+    ws, ws_src = _world_size(world_size)
+    if gpus_per_node is None:
+        lw = os.environ.get("LOCAL_WORLD_SIZE", "")
+        gpus_per_node = int(lw) if lw.isdigit() and int(lw) > 0 else None
+    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=tensor_parallel,
+                      pipeline_parallel=pipeline_parallel)
+    targs = trainer_args.to_dict() if callable(getattr(trainer_args, "to_dict", None)) else trainer_args
+    plan = build_plan(loaded, inv, cluster, hf=hf, trainer_args=dict(targs) if targs is not None else None,
+                      workload=Workload(seq_len, micro_batch, checkpointing, attention))
+    from advisor.ledger.state import unsupported_reason
+    why = unsupported_reason(plan.config, cluster.dp_world_size)
+    if why is not None:
+        raise PreflightError(f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}")
+    acc, acc_src, notes = _free_accelerator(model, free_accelerator_bytes, device)
+    host, host_src = _free_host(free_host_bytes)
+    notes.insert(0, f"world size {ws} ({ws_src})")
+    # the free memory is read with the CUDA context already in "used": that term is 0 here
+    settings = OverheadSettings(env=env, overrides=overrides, exclude=("cuda_context",))
+    try:
+        pf = plan_fit(plan, Capacity(accelerator=acc, host=host, nvme=None), settings)
+    except OverheadError as e:
+        raise PreflightError(str(e)) from None
+    if pf.activations_note:
+        notes.append(pf.activations_note)
+    rows: list[PreflightRow] = []
+    for r in pf.rows:
+        if r.tier == "nvme":
+            continue
+        if r.tier == "accelerator":
+            rows.append(PreflightRow(r.tier, r.scope, r.need, r.capacity, acc_src, r.verdict, r.uncertainty,
+                                     r.uncertain, [t.to_dict() for t in r.overhead]))
+        else:  # host: the step without the load phase (the model is built already)
+            need = r.steady_need if r.steady_need is not None else r.need
+            v = "unknown" if host is None else "fits" if need <= host else "does not fit"
+            rows.append(PreflightRow(r.tier, r.scope + " (without the load phase)", need, host, host_src, v))
+    vs = [r.verdict for r in rows]
+    verdict = ("does not fit" if "does not fit" in vs else "tight" if "tight" in vs else
+               "fits" if "fits" in vs else "unknown")
+    result = PreflightResult(verdict, rows, [f for f in pf.findings if f.code != "M101"], notes, inv.name, inv.numel)
+    if raise_on is not None and (verdict == "does not fit" or (raise_on == "tight" and verdict == "tight")):
+        bad = [r for r in rows if r.verdict in ("does not fit", "tight")]
+        raise PreflightError("ds-advisor preflight: " + "; ".join(r.line() for r in bad) + " -- see "
+                             "`ds-advisor explain M100` / `M102` for the ways out", result)
+    return result

@@ -1,0 +1,141 @@
+"""advisor.preflight on CPU with small torch models and the free memory faked through its
+parameters (advisor/engine/preflight.py). Expected bytes are computed here by hand:
+
+ZeRO-0, bf16, one rank: the tracked peak is 20 B per parameter (16-bit parameters 2 + gradients 2
++ fp32 master weights 4 + Adam moments 8 + fp32 gradients in the step 4; reference section 9),
+and the runtime overhead adds the allocator's 10% of that (2 B per parameter), the ZeRO-0
+all-reduce bucket min(N, 5e8) x 2 B (deepspeed/runtime/engine.py buffered_allreduce_fallback),
+no NCCL buffers (one rank) and no CUDA context (the free memory is read after it exists):
+need = 24 B x N; the band above the defaults is the allocator's 25% - 10% = 3 B x N.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="advisor.preflight inspects a torch nn.Module: needs torch")
+
+import advisor  # noqa: E402
+from advisor.errors import PreflightError  # noqa: E402
+
+Z0 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 0},
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+
+
+def _mlp():
+    return torch.nn.Sequential(*[torch.nn.Linear(1024, 1024, bias=False) for _ in range(4)])
+
+
+N = 4 * 1024 * 1024
+
+
+def test_fits_tight_and_does_not_fit_by_hand():
+    m = _mlp()
+    assert sum(p.numel() for p in m.parameters()) == N
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
+    acc = r.rows[0]
+    assert (acc.tier, acc.need, acc.capacity, acc.verdict) == ("accelerator", 24 * N, 27 * N, "fits")
+    assert acc.uncertainty == 3 * N
+    by_key = {o["key"]: o["bytes"] for o in acc.overhead}
+    assert by_key == {"cuda_context": 0, "nccl": 0, "allocator": 2 * N, "deepspeed": 2 * N}
+    assert r.verdict == "fits" and r.fits
+
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=25 * N, free_host_bytes=10**12)
+    assert r.verdict == "tight" and r.rows[0].headroom == N and "allocator" in r.rows[0].uncertain_terms[0]
+    with pytest.raises(PreflightError, match="tight"):
+        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=25 * N, free_host_bytes=10**12,
+                          raise_on="tight")
+
+    with pytest.raises(PreflightError) as ei:
+        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=23 * N, free_host_bytes=10**12)
+    assert "does not fit" in str(ei.value) and "accelerator" in str(ei.value)
+    assert ei.value.result.verdict == "does not fit" and ei.value.result.rows[0].headroom == -N
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=23 * N, raise_on=None)
+    assert r.verdict == "does not fit" and not r.fits
+
+
+def test_meta_device_model_gives_the_same_need():
+    with torch.device("meta"):
+        m = _mlp()
+    assert all(p.device.type == "meta" for p in m.parameters())
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
+    assert r.rows[0].need == 24 * N and r.verdict == "fits"
+
+
+def test_eight_ranks_add_nccl_and_the_context_stays_out():
+    # ZeRO-3 on 8 ranks: one data-parallel communicator, 16 channels x 2 x 4 MiB x 2 = 256 MiB
+    z3 = dict(Z0, zero_optimization={"stage": 3})
+    r = advisor.preflight(_mlp(), z3, world_size=8, free_accelerator_bytes=10**10, free_host_bytes=10**12)
+    o = {x["key"]: x for x in r.rows[0].overhead}
+    assert o["nccl"]["bytes"] == 256 << 20 and o["cuda_context"]["bytes"] == 0
+    assert "already inside" in o["cuda_context"]["formula"]
+
+
+def test_host_is_checked_without_the_load_phase():
+    r = advisor.preflight(_mlp(), Z0, world_size=1, free_accelerator_bytes=10**10, free_host_bytes=1)
+    host = next(x for x in r.rows if x.tier == "host")
+    assert host.capacity == 1 and "without the load phase" in host.scope
+
+
+def test_architecture_from_hf_config_gives_activations():
+    transformers = pytest.importorskip("transformers", reason="needs transformers for a Llama config")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, vocab_size=1000,
+                                   max_position_embeddings=1024)
+    with torch.device("meta"):
+        m = transformers.LlamaForCausalLM(cfg)
+    short = advisor.preflight(m, Z0, seq_len=128, world_size=1, free_accelerator_bytes=10**10, free_host_bytes=10**12)
+    long = advisor.preflight(m, Z0, seq_len=1024, world_size=1, free_accelerator_bytes=10**10,
+                             free_host_bytes=10**12)
+    assert not any("activations: not estimated" in n for n in short.notes)
+    assert long.rows[0].need > short.rows[0].need  # activations grow with the sequence
+
+
+def test_bad_inputs_raise_a_named_error(tmp_path):
+    with pytest.raises(PreflightError, match="absent.json"):
+        advisor.preflight(_mlp(), str(tmp_path / "absent.json"), world_size=1)
+    with pytest.raises(PreflightError, match="runtime-overhead"):
+        advisor.preflight(_mlp(), Z0, world_size=1, runtime_overhead="nccl=80")
+    with pytest.raises(PreflightError, match="ds_config"):
+        advisor.preflight(_mlp(), 42, world_size=1)
+
+
+def test_without_cuda_the_accelerator_is_unknown():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the probe would read it")
+    r = advisor.preflight(_mlp(), Z0, world_size=1, free_host_bytes=10**12)
+    assert r.rows[0].verdict == "unknown" and any("no CUDA" in n for n in r.notes)
+
+
+def test_importing_advisor_does_not_import_torch():
+    code = "import sys, advisor; advisor.PreflightError; assert 'torch' not in sys.modules, 'torch imported'"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+def test_zero_init_partitioned_parameters_count_with_their_full_shape():
+    # deepspeed.zero.Init leaves each parameter empty with its full shape in ds_shape and its
+    # partition in ds_tensor (partition_parameters.py); the HF Trainer builds the model so at ZeRO-3
+    m = _mlp()
+    for p in m.parameters():
+        p.ds_shape = p.shape
+        p.ds_tensor = torch.empty(p.numel() // 8, dtype=torch.bfloat16)
+        p.data = torch.empty(0)
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
+    assert r.parameters == N and r.rows[0].need == 24 * N
+
+
+def test_hf_auto_config_is_resolved_with_the_trainer_arguments():
+    auto = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0},
+            "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
+
+    class Args:  # what TrainingArguments offers: to_dict()
+        def to_dict(self):
+            return {"per_device_train_batch_size": 2, "bf16": True, "output_dir": "out"}
+
+    r = advisor.preflight(_mlp(), auto, hf=True, trainer_args=Args(), world_size=1, free_accelerator_bytes=27 * N,
+                          free_host_bytes=10**12)
+    assert r.rows[0].need == 24 * N and r.verdict == "fits"  # bf16 resolved: the same 20 B x N as above
