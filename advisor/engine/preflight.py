@@ -210,7 +210,7 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     ``world_size`` (default: torch.distributed's, else WORLD_SIZE, else 1), ``gpus_per_node``
     (default LOCAL_WORLD_SIZE, else min(world size, 8)), the parallel degrees and the workload
     (``seq_len`` tokens, default the model's maximum; ``micro_batch``, default the config's;
-    ``checkpointing`` "none"/"full"; ``attention`` "flash"/"eager") are estimate's.
+    ``checkpointing`` "none"/"full"/"selective"/K layers; ``attention`` "flash"/"eager") are estimate's.
     ``free_accelerator_bytes`` / ``free_host_bytes``: bytes free now (default: measured, see the
     module docstring). ``hf`` / ``trainer_args`` (a mapping or an object with ``to_dict()``, e.g.
     TrainingArguments): resolve "auto" as the HF Trainer does. ``runtime_overhead``: as
@@ -231,9 +231,11 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
 
     if raise_on not in RAISE_ON:
         raise PreflightError(f"raise_on must be one of {RAISE_ON}, not {raise_on!r}")
-    if checkpointing not in ("none", "full") or attention not in ("flash", "eager"):
-        raise PreflightError(f"checkpointing must be none/full and attention flash/eager, not {checkpointing!r}/"
-                             f"{attention!r}")
+    checkpointing = str(checkpointing)
+    if not (checkpointing in ("none", "full", "selective") or (checkpointing.isdigit() and int(checkpointing) > 0)) \
+            or attention not in ("flash", "eager"):
+        raise PreflightError(f"checkpointing must be none/full/selective/K (layers) and attention flash/eager, not "
+                             f"{checkpointing!r}/{attention!r}")
     try:
         loaded = _loaded(ds_config)
         overrides = parse_overrides(runtime_overhead) if isinstance(runtime_overhead, str) else runtime_overhead
