@@ -226,7 +226,8 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     from advisor.cluster.overhead import OverheadError, OverheadSettings, parse_overrides
     from advisor.errors import AdvisorError
     from advisor.model.inventory import from_module
-    from advisor.plan import Cluster, Workload, build_plan
+    from advisor.plan import Cluster, Workload
+    from advisor.planning import build_plan
     from advisor.views.estimate import plan_fit
 
     if raise_on not in RAISE_ON:
