@@ -497,8 +497,10 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
     _PINNED.clear()
     _CLAIMED.clear()
     tracker = StorageTracker() if cell.get("track") else None
+    restore = None
     if tracker is not None:
         _TRACKER[:] = [tracker]
+        restore = _settle_collectives()
         tracker.mode.__enter__()
     try:
         return _run_cell_tracked(cell, rank, cpu_accel, tracker)
@@ -506,6 +508,44 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
         if tracker is not None:
             tracker.mode.__exit__(None, None, None)
             _TRACKER.clear()
+            restore()
+
+
+def _settle_collectives(timeout_s: float = 0.2):
+    """While the tracker runs, make each blocking ``torch.distributed.all_reduce`` / ``reduce``
+    return only once the backend has dropped its reference to the tensor (or ``timeout_s``
+    passed); returns the function that undoes it.
+
+    gloo's worker thread holds a finished collective's tensor for a moment after the blocking
+    call has returned, so whether a DeepSpeed temporary (``stage_1_and_2.py`` allreduce_bucket's
+    flat copy) is still alive when the next buffer is allocated depends on thread timing, and the
+    tracker's peak with it. Waiting for that reference makes the measurement what DeepSpeed's own
+    code holds. Nothing is allocated or kept."""
+    import torch.distributed as tdist
+
+    saved = {}
+
+    def wrap(name):
+        orig = getattr(tdist, name)
+        saved[name] = orig
+
+        def call(tensor, *a, **k):
+            n0 = tensor._use_count()
+            out = orig(tensor, *a, **k)
+            if not k.get("async_op"):
+                end = time.monotonic() + timeout_s
+                while tensor._use_count() > n0 and time.monotonic() < end:
+                    time.sleep(0.0002)
+            return out
+        setattr(tdist, name, call)
+
+    for name in ("all_reduce", "reduce"):
+        wrap(name)
+
+    def restore():
+        for name, orig in saved.items():
+            setattr(tdist, name, orig)
+    return restore
 
 
 def _phase(tracker, name: str | None) -> None:
@@ -589,6 +629,10 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
             c = Census(cpu_accel)
             _walk(engine, c, extra={"ipg_bucket": captured["ipg"]})
             snaps["bwd"] = c.result()
+        # drop the census's hold on the ipg buckets: DeepSpeed released them in the backward
+        # epilogue (stage_1_and_2.py:_release_ipg_buffers), and a reference kept here would keep
+        # them live through the step the tracker measures next
+        captured["ipg"] = []
         if tracker is not None:
             tracker.set_phase(f"step:{s + 1}")
         engine.step()
