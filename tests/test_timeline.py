@@ -42,15 +42,52 @@ def test_zero2_bf16_step_does_not_count_the_freed_ipg_bucket():
     P, params, kept = 10804, 43216 * 2, 42742 * 2
     states = params + P * 4 + 2 * P * 4          # 16-bit flat + fp32 master + exp_avg + exp_avg_sq
     ipg = 50000 * 2                               # one bucket (overlap_comm false), freed by the epilogue
-    assert _at(tl, "steady:backward") == states + kept + ipg
+    # backward (ZeRO-2 hooks, reverse model order): one gradient at a time is moved into the
+    # bucket; the largest is tensor 2, 23177 x 2 B. All 43,209 elements fit one bucket, reduced
+    # in the epilogue: allreduce_bucket flattens its slices (several ranks: a new 43209 x 2 B
+    # tensor) before grads_in_partition (averaged_gradients) is allocated.
+    assert _at(tl, "steady:backward") == states + ipg + 23177 * 2
+    assert _at(tl, "steady:reduce") == states + ipg + 43209 * 2
+    # norm: get_grad_norm_direct casts each of rank 1's slices to fp64; the largest is the end of
+    # tensor 0, 19264 - 10804 = 8460 elements x 8 B
+    assert _at(tl, "steady_step:norm") == states + kept + 8460 * 8
     # step: flatten(averaged) (P x 2, a new tensor: three tensors meet the slice) cast to fp32 (P x 4)
     assert _at(tl, "steady_step:prep") == states + kept + P * 2 + P * 4
     # update: averaged_gradients released before _optimizer_step, the flat copy deleted
     assert _at(tl, "steady_step:update") == states + P * 4
     b, i = tl.peak(ACC)
-    assert b == states + kept + ipg and tl.instants[i].key == "steady:backward"
+    assert b == states + ipg + 43209 * 2 and tl.instants[i].key == "steady:reduce"
     # lazily created moments: not live in the first iteration
-    assert _at(tl, "backward:1") == params + P * 4 + kept + ipg
+    assert _at(tl, "reduce") == params + P * 4 + ipg + 43209 * 2
+
+
+def test_zero12_bucket_flushes_by_hand():
+    # TINY with tensors 2-3 frozen and 4-5 in group 1, bf16, W = 2, reduce_bucket_size 10,000.
+    # Group 0: [19264, 301] -> N_pad 19568, P = 9784; group 1: [385, 5] -> P = 196.
+    # Rank 0 owns tensor 0's first 9784 and group 1's first 196: I_0 = 19264 + 385 = 19649.
+    inv = Inventory(name="g", source="test", tensors=[
+        TensorSpec("a", (19264,)), TensorSpec("b", (301,)), TensorSpec("c", (23177,), trainable=False),
+        TensorSpec("d", (77,), trainable=False), TensorSpec("e", (385,), group=1), TensorSpec("f", (5,), group=1)])
+    base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    z = {"reduce_bucket_size": 10000, "overlap_comm": False, "contiguous_gradients": True}
+    ec = effective_config({**base, "zero_optimization": {"stage": 2, **z}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    got = {e.item: e.bytes for e in led.rank(0).entries}
+    # ZeRO-2 hooks f, e, b (691 elements), then a (19264 > 10,000): flush 1 of f, e, b (three
+    # merged slices r1, r0, r1: a 691 x 2 copy) while a's gradient is live; a then stays in its
+    # own storage (extra large) and is reduced by the epilogue as slices r0 + r1 (one run over
+    # 10,000: flattened, 19264 x 2), with grads_in_partition (I_0 x 2) allocated by flush 1.
+    assert got["reduce_transient"] == max(691 * 2 + 19264 * 2, 19264 * 2 + 19264 * 2 + 19649 * 2)
+    assert got["backward_transient"] == (19264 + 19649) * 2
+    assert got["grad_norm_fp64"] == 9784 * 8  # rank 0's largest slice, cast to fp64
+    ec = effective_config({**base, "zero_optimization": {"stage": 1, **z}})
+    got = {e.item: e.bytes for e in compute_ledger(Plan(ec, inv, Cluster(world_size=2))).rank(0).entries}
+    # ZeRO-1's epilogue loop a, b, e, f: a flushes the empty bucket, b flushes a (its own
+    # storage, flattened 19264 x 2) while b, e, f (691 x 2) are not yet moved; the epilogue
+    # flushes b, e, f (691 x 2) with grads_in_partition live
+    assert got["reduce_transient"] == max(19264 * 2 + 19264 * 2 + 691 * 2, 691 * 2 + 19649 * 2)
+    assert "backward_transient" not in got
 
 
 def test_zero2_fp32_flattened_grad_is_the_kept_storage():

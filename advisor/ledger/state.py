@@ -18,7 +18,9 @@ until the optimizer step consumes it), ``step`` (transient inside ``optimizer.st
 ``engine.backward`` returns: ZeRO-1/2 ipg buckets, ZeRO-1's full 16-bit grads until the boundary
 reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``step_prep`` (inside the step,
 while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
-first optimizer step). Where each lifetime sits on the step timeline (and which persistent
+first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
+``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
+(the step's fp64 norm copy). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
 ``alias_of`` set is a view of that item's storage: it costs nothing while that item is live.
 
@@ -51,7 +53,7 @@ from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-ex
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
-               "first_step", "load", "save"]
+               "first_step", "load", "save", "autograd", "reduce", "step_norm"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -712,6 +714,150 @@ def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> list[tuple[int, boo
     return list(zip(flat, single))
 
 
+def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> bool:
+    """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
+    transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
+    whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
+    off, GA = 1 (each checked against the engine's allocation tracker,
+    tests/engine/test_peak_parity.py). Other plans keep the lifetimes of the module docstring."""
+    z = ec.zero
+    return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
+            and ec.model_dtype in ("fp16", "bf16") and ec.grad_dtype == ec.model_dtype
+            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm and ga <= 1)
+
+
+def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
+                               W: int) -> list[tuple[int, int, int]]:
+    """Per rank (A_r, R_r, G_r) in bytes: the transients of a ZeRO-1/2 backward and step on top of
+    the persistent state and the ipg bucket, for a plan :func:`zero12_transients_modeled` accepts.
+
+    The reduce, replayed in DeepSpeed's order (``stage_1_and_2.py`` DeepSpeedZeroOptimizer): a
+    gradient is copied into the ipg bucket and its autograd storage freed
+    (reduce_independent_p_g_buckets_and_remove_grads: ``grad_reduc.data = bucket view``); the
+    bucket is reduced (a *flush*) when the next gradient would not fit (elements + n_i > RBS) and
+    at the end of backward (independent_gradient_partition_epilogue -> reduce_ipg_grads). ZeRO-2
+    moves each gradient in its backward hook, in the reverse of model order (autograd finishes the
+    last-used parameter first); ZeRO-1 moves every gradient in the epilogue, groups and params in
+    order (reduce_gradients), so all N x D autograd gradients are live with the bucket first.
+    A flush's average_tensor cuts the bucket into one slice per (parameter, owning rank), merging
+    neighbours owned by the same rank, and allreduce_and_scatter -> allreduce_bucket flattens each
+    run of slices up to RBS elements (``tensor = self.flatten(bucket)``): a new tensor of the run's
+    elements x D unless the run is one slice (torch returns a view). After the flush,
+    copy_grads_in_partition copies the rank's own gradients into ``grads_in_partition``
+    (I_r x D, allocated at the rank's first such flush, the averaged_gradients storage).
+
+    A_r (ZeRO-2, autograd): max over parameters p of n_p x D (p's autograd gradient, before its
+    hook moves it) + I_r x D if an earlier flush allocated grads_in_partition; 0 at ZeRO-1 (the
+    lp_grads entry is that instant).
+    R_r (the reduce): max over flushes j of copy_j + unmoved_j + (I_r x D if allocated before j),
+    with unmoved_j = the triggering gradient (ZeRO-2) or it and every later one in the epilogue
+    loop (ZeRO-1), plus a gradient over RBS elements, which is reduced in its own storage
+    (``extra_large_param_to_reduce``, not copied into the bucket); and the end of the epilogue, (I_r + P - Cov_r) x D, when get_flat_partition's
+    zero pads complete averaged_gradients before _release_ipg_buffers.
+    G_r (the step's norm): max over the rank's gradient slices of numel x 8: get_grad_norm_direct
+    casts each to fp64 (``g.data.to(get_norm_dtype())``, ``zero/utils.py`` get_norm_dtype: fp64
+    where the accelerator has it) one at a time before the flat fp32 copy exists.
+    Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x ranks)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    rbs = int(ec.zero.reduce_bucket_size)
+    st = ec.zero.stage
+    # every trainable tensor: (group, flat start, numel), groups in index order (ZeRO-1's loop)
+    params: list[tuple[int, int, int]] = []
+    for g, lay in enumerate(layouts):
+        for s0, n in zip(lay.starts, lay.numels):
+            params.append((g, s0, n))
+    # model order across groups (autograd's reverse order is ZeRO-2's hook order)
+    gid = {k: g for g, k in enumerate(sorted({t.group for t in inv.tensors if t.trainable}))}
+    pos = [0] * len(layouts)
+    base = [0] * (len(layouts) + 1)
+    for g, lay in enumerate(layouts):
+        base[g + 1] = base[g] + len(lay.numels)
+    model_order = []
+    for t in inv.tensors:
+        if t.trainable:
+            g = gid[t.group]
+            model_order.append(params[base[g] + pos[g]])
+            pos[g] += 1
+
+    def owners(p: tuple[int, int, int]) -> list[tuple[int, int]]:
+        g, s0, n = p
+        P = layouts[g].P
+        out = []
+        r = s0 // P if P else 0
+        while P and r < W and r * P < s0 + n:
+            lo, hi = max(s0, r * P), min(s0 + n, (r + 1) * P)
+            if hi > lo:
+                out.append((r, hi - lo))
+            r += 1
+        return out
+
+    order = list(reversed(model_order)) if st == 2 else list(params)
+    # flushes: (bucket params, index in order of the triggering param or None for the epilogue)
+    flushes: list[tuple[list[int], int | None]] = []
+    cur: list[int] = []
+    el = 0
+    for k, p in enumerate(order):
+        if el + p[2] > rbs:
+            flushes.append((cur, k))
+            cur, el = [], 0
+        cur.append(k)
+        el += p[2]
+    flushes.append((cur, None))
+    own = [owners(p) for p in order]
+    suffix = [0] * (len(order) + 1)
+    for k in range(len(order) - 1, -1, -1):
+        suffix[k] = suffix[k + 1] + order[k][2]
+
+    def copy_bytes(ks: list[int]) -> int:
+        runs: list[tuple[int, int]] = []  # merged slices (owner, numel)
+        for k in ks:
+            for r, n in own[k]:
+                if runs and runs[-1][0] == r:
+                    runs[-1] = (r, runs[-1][1] + n)
+                else:
+                    runs.append((r, n))
+        best = cnt = num = 0
+        for _, n in runs:
+            cnt += 1
+            num += n
+            if num > rbs:
+                best, cnt, num = max(best, num if cnt > 1 else 0), 0, 0
+        return max(best, num if cnt > 1 else 0) * D
+
+    copies = [copy_bytes(ks) for ks, _ in flushes]
+    # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
+    # bucket (extra_large_param_to_reduce): it is live through its flush
+    xl = [order[ks[0]][2] * D if len(ks) == 1 and order[ks[0]][2] > rbs else 0 for ks, _ in flushes]
+    first = [len(flushes)] * W  # the flush that allocates each rank's grads_in_partition
+    gmax = [0] * W              # each rank's largest gradient slice (the fp64 norm copy)
+    for j, (ks, _) in enumerate(flushes):
+        for k in ks:
+            for r, n in own[k]:
+                first[r] = min(first[r], j)
+                gmax[r] = max(gmax[r], n)
+    sufmax = [0] * (len(order) + 1)
+    for k in range(len(order) - 1, -1, -1):
+        sufmax[k] = max(sufmax[k + 1], order[k][2])
+    terms = zero12_rank_terms(ec, layouts, W)
+    p_t = sum(lay.P for lay in layouts)
+    out = []
+    for r in range(W):
+        inter, cov = terms[r][0], terms[r][1]
+        red = (inter + p_t - cov) * D
+        for j, (ks, trig) in enumerate(flushes):
+            unmoved = 0 if trig is None else (order[trig][2] if st == 2 else suffix[trig]) * D
+            red = max(red, copies[j] + unmoved + xl[j] + (inter * D if first[r] < j else 0))
+        auto = 0
+        if st == 2:
+            auto = sufmax[0] * D
+            # from the flush that allocated grads_in_partition on: it ran inside the hook of its
+            # triggering parameter, whose gradient is live until that hook moves it
+            if first[r] < len(flushes) and flushes[first[r]][1] is not None:
+                auto = max(auto, (sufmax[flushes[first[r]][1]] + inter) * D)
+        out.append((auto, red, gmax[r] * 8))
+    return out
+
+
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
@@ -729,7 +875,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     n_t = sum(lay.n for lay in layouts)
     largest = max((n for lay in layouts for n in lay.numels), default=0)
     inter_t, cov_t, p_max = terms[:3]
-    flat_max, single = terms[3:] if len(terms) > 3 else (p_t, False)
+    flat_max, single = terms[3:5] if len(terms) > 3 else (p_t, False)
     ng = len(layouts)
     b.add("accelerator", "parameters", "lp_params_flat", npad_t * D, "persistent",
           f"N_pad x D = {npad_t} x {D}; N_pad = A_2W(N) per group (full 16-bit copy on every rank)",
@@ -795,6 +941,21 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
+    if len(terms) > 5:  # zero12_transients_modeled: the backward and step-norm transients
+        auto, red, norm = terms[5:8]
+        if auto:
+            b.add("accelerator", "gradients", "backward_transient", auto, "autograd",
+                  "max_p n_p x D (+ I_r x D once grads_in_partition exists): the gradient a backward hook "
+                  "is moving into the ipg bucket", f"{S}.reduce_independent_p_g_buckets_and_remove_grads")
+        b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
+              "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
+              "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "
+              "(I_r + P - Cov_r) x D at the end of the epilogue (zero12_backward_transients)",
+              f"{S}.allreduce_bucket (self.flatten(bucket)) / copy_grads_in_partition / "
+              "independent_gradient_partition_epilogue")
+        b.add("accelerator", "workspace", "grad_norm_fp64", norm, "step_norm",
+              "largest gradient slice of the rank x 8 (fp64 copy, one slice at a time)",
+              f"{S}.get_grad_norm_direct (g.data.to(get_norm_dtype()))")
 
 
 def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str, pl: Placement,
@@ -1214,6 +1375,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     frozen = [t.numel for t in inv.tensors if not t.trainable]
     pl = pl or placement(ec, inv, W, wrapper)
     terms = pl.terms
+    if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga):
+        terms = [t + x for t, x in zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W))]
     by_terms: dict = {}
     for r, k in enumerate(terms):
         lst = by_terms.get(k)

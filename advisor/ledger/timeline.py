@@ -12,7 +12,8 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    boundary, when GA > 1) of the first iteration;
 4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
 5. ``first_step:prep`` / ``first_step:update``  the first optimizer step: gradients flattened and
-   cast, then the update of the largest (sub-)group (named);
+   cast, then the update of the largest (sub-)group (named); ZeRO-1/2 plans with modeled
+   transients have ``first_step:norm`` (the gradient norm) before ``prep``, likewise ``steady_step:norm``;
 6. ``steady:forward``, ``steady:backward``, ``steady:reduce``, ``steady_step:prep`` /
    ``steady_step:update``: the boundary micro-step and step of every later iteration;
 7. ``save``          checkpoint save.
@@ -33,6 +34,15 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only.
 * An entry with ``alias_of`` is a view of that item: it costs 0 while that item is live.
+* ZeRO-1/2 transients (plans ``state.zero12_transients_modeled`` accepts; computed by
+  ``state.zero12_backward_transients``): ``autograd`` at the backward instants (a gradient being
+  moved into the ipg bucket), ``reduce`` at the reduce instants (the worst bucket flush: its flat
+  copy in ``allreduce_bucket``, the gradients not yet in the bucket, grads_in_partition), and
+  ``step_norm`` at ``first_step:norm`` / ``steady_step:norm``, an instant before ``prep`` that only
+  these plans have (get_grad_norm_direct's fp64 copy of one gradient slice, with
+  averaged_gradients live and no fp32 copy yet). There ``averaged_gradients`` is not live in
+  backward or reduce (it is allocated by the reduce, inside the ``reduce`` transient) and
+  ZeRO-1's ``lp_grads`` only in backward (the reduce moves them into the bucket).
 
 Activations (when estimated) are live in forward (saved + loss spike) and backward (saved +
 one recomputed layer); host-offloaded checkpoints in both.
@@ -67,6 +77,8 @@ from advisor.ledger.state import TIERS, Entry, Ledger, RankLedger, module_of, ze
 _EAGER_STATE_WRAPPERS = ("FP16_Optimizer", "FP16_UnfusedOptimizer")
 #: Items a ZeRO-1/2 step releases before the update of their group.
 _CONSUMED_BEFORE_UPDATE = ("averaged_gradients",)
+#: Items whose backward/reduce bytes the ZeRO-1/2 transients account for (state.zero12_backward_transients).
+_IN_REDUCE_TRANSIENT = ("averaged_gradients", "lp_grads")
 
 LOAD_DTYPES = ("fp32", "fp16", "bf16")
 
@@ -200,22 +212,37 @@ def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
         tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
         out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {tag}"))
         out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}"))
+    norm = any(e.item == "grad_norm_fp64" for rl in ledger.ranks for e in rl.entries)
     out.append(Instant("reduce", "reduce", "first iteration, gradient reduce at the accumulation boundary"))
+    if norm:
+        out.append(Instant("first_step:norm", "first_step", "first optimizer step: gradient norm"))
     out.append(Instant("first_step:prep", "first_step", f"first optimizer step{where}: gradients flattened and cast"))
     out.append(Instant("first_step:update", "first_step", f"first optimizer step{where}: update"))
     tag = f"micro-step {ga}" + (" (accumulation boundary)" if ga > 1 else "")
     out.append(Instant("steady:forward", "forward", f"steady iteration, forward of {tag}"))
     out.append(Instant("steady:backward", "backward", f"steady iteration, backward of {tag}"))
     out.append(Instant("steady:reduce", "reduce", "steady iteration, gradient reduce at the accumulation boundary"))
+    if norm:
+        out.append(Instant("steady_step:norm", "steady_step", "steady optimizer step: gradient norm"))
     out.append(Instant("steady_step:prep", "steady_step", f"steady optimizer step{where}: gradients flattened and cast"))
     out.append(Instant("steady_step:update", "steady_step", f"steady optimizer step{where}: update"))
     out.append(Instant("save", "save", "checkpoint save"))
     return out
 
 
-def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool) -> bool:
+def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False) -> bool:
     k, ph = inst.key, inst.phase
     life = e.life
+    if transients and e.item in _IN_REDUCE_TRANSIENT and ph in ("backward", "reduce"):
+        # modeled by the backward/reduce transients: averaged_gradients only exists from the
+        # reduce on, and ZeRO-1's 16-bit grads are moved into the bucket by the reduce
+        return e.item == "lp_grads" and ph == "backward"
+    if life == "autograd":
+        return ph == "backward"
+    if life == "reduce":
+        return ph == "reduce"
+    if life == "step_norm":
+        return k.endswith(":norm")
     if life == "load":
         return ph == "load"
     if life == "save":
@@ -225,7 +252,7 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool) -> bool:
     if life == "persistent":
         if lazy_state and e.cls == "optimizer_states":
             # created at the first update: absent before it (initialize and the first iteration)
-            return not (k == "initialize" or k == "first_step:prep" or
+            return not (k == "initialize" or k in ("first_step:norm", "first_step:prep") or
                         (ph in ("forward", "backward", "reduce") and not k.startswith("steady")))
         return True
     if life == "init":
@@ -241,7 +268,7 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool) -> bool:
     if life == "forward_backward":
         return ph in ("forward", "backward")
     if life == "step":
-        return ph in ("first_step", "steady_step")
+        return ph in ("first_step", "steady_step") and not k.endswith(":norm")
     if life == "step_prep":
         return k in ("first_step:prep", "steady_step:prep")
     if life == "first_step":
@@ -296,10 +323,11 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
     consumed = ec.zero.stage in (1, 2)
     ents = list(rl.entries) + load_entries(ec, ledger, load, r) + save_entries(ec, ledger, r)
+    transients = any(e.life == "reduce" for e in rl.entries)
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
     for inst in ins:
-        on = [e for e in ents if _live(e, inst, lazy, consumed)]
+        on = [e for e in ents if _live(e, inst, lazy, consumed, transients)]
         items_on = {e.item for e in on}
         d = {t: 0 for t in TIERS}
         here = []

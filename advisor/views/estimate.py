@@ -44,7 +44,7 @@ PHASES = ("load", "initialize", "forward", "backward", "reduce", "first_step", "
 TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pageable"), "nvme": ("nvme",)}
 #: One-off lifetimes (the load-phase copy, the save-time gather, first-step-only transients): left
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
-OUTSIDE_STEP = ("load", "save", "first_step")
+OUTSIDE_STEP = ("load", "save", "first_step", "autograd", "reduce", "step_norm")
 
 #: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape.
 TOPOLOGY_CODES = ("G001", "G002", "G003", "G004")

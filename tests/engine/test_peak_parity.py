@@ -37,14 +37,24 @@ def _cfg(stage, dtype, **zero):
     return c
 
 
-#: (id, config, world size, zero_init). Cells that do not match yet, with what the tracker found
-#: unattributed (not in the ledger), so they are not claimed here: ZeRO-1/2 at W = 2 (a flat copy
-#: of the grads in stage_1_and_2.py:allreduce_bucket during backward, get_grad_norm_direct
-#: temporaries in the step: about N x 4 B each), and the load under zero.Init (the proxy registers
-#: every parameter on one module, so zero.Init materialises all of them before partitioning).
+#: (id, config, world size, zero_init, inventory). ZeRO-1/2 at W = 2 exercise the backward
+#: transients of advisor.ledger.state.zero12_backward_transients (the bucket flush's flat copy,
+#: grads_in_partition, ZeRO-1's autograd gradients) and the step's fp64 norm copy.
+#: Not claimed yet, with what the tracker found:
+#: - TINY_FROZEN_GROUPS (two param groups) at reduce_bucket_size 10,000, z1/z2 bf16 W = 2: every
+#:   backward and step:2 phase matches (several flushes, an extra-large gradient), but step:1 is
+#:   under by 37,762 B on rank 0 (15%): grads_in_partition is one storage for every group, so
+#:   group 1's averaged_gradients views keep it live (39,298 B) through group 0's update, while
+#:   group 1's moments (196 x 4 x 2 B) do not exist yet at that first update;
+#: - the load under zero.Init (the proxy registers every parameter on one module, so zero.Init
+#:   materialises all of them before partitioning).
 CELLS = [
-    ("z0_fp32_w1", _cfg(0, "fp32"), 1, False),
-    ("z3_bf16_w2", _cfg(3, "bf16"), 2, False),
+    ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
+    ("z3_bf16_w2", _cfg(3, "bf16"), 2, False, parity.TINY),
+    ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
+    ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
+    ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
+    ("z2_fp16_w2", _cfg(2, "fp16"), 2, False, parity.TINY),
 ]
 
 
@@ -52,9 +62,9 @@ CELLS = [
 def runs(tmp_path_factory):
     out = {}
     for W in sorted({c[2] for c in CELLS}):
-        cells = [{"id": i, "config": cfg, "inventory": parity.TINY, "steps": 2, "track": True, "zero_init": zi}
-                 for i, cfg, w, zi in CELLS if w == W]
-        for cr in run_measure_many(cells, W, workdir=str(tmp_path_factory.mktemp("peak")), timeout_s=900):
+        cells = [{"id": i, "config": cfg, "inventory": inv, "steps": 2, "track": True, "zero_init": zi}
+                 for i, cfg, w, zi, inv in CELLS if w == W]
+        for cr in run_measure_many(cells, W, workdir=str(tmp_path_factory.mktemp("peak")), timeout_s=1500):
             out[cr.id] = cr
     return out
 
@@ -62,10 +72,10 @@ def runs(tmp_path_factory):
 @pytest.mark.engine
 @pytest.mark.parametrize("cell", CELLS, ids=[c[0] for c in CELLS])
 def test_peak_parity(cell, runs):
-    cid, cfg, W, zi = cell
+    cid, cfg, W, zi, inv = cell
     cr = runs[cid]
     assert cr.error is None, cr.error
-    rows = peak_parity(cfg, from_dict(parity.TINY, "tiny"), W, cr.ranks, zero_init=zi)
+    rows = peak_parity(cfg, from_dict(inv, inv["name"]), W, cr.ranks, zero_init=zi)
     bad = [r for r in rows if "error" in r or abs(r["rel_diff"]) > 0.01]
     assert not bad, "\n".join(
         f"r{r['rank']} {r.get('phase')}: engine {r.get('measured')} ledger {r.get('ledger')} "
