@@ -209,3 +209,17 @@ def test_measure_reports_op_builds_from_the_launch_log(tmp_path):
     assert got[0].startswith("building DeepSpeed op cpu_adam (the first build takes minutes")
     assert "loaded DeepSpeed op cpu_adam" in got and "op cpu_adam ready after 171.2 s" in got
     assert any(x.startswith("still running (") for x in got)
+
+
+def test_non_finite_scan_reads_numbers_whole():
+    """The scan for non-finite literals takes each number token whole: a long digit run is one
+    finite integer (hjson keeps it an int), a long decimal past float range is named, and a digit
+    run in a string is skipped. (A pattern that required an exponent backtracked over every digit
+    run: a fuzzed 1 MB file took minutes; tests/robustness/test_fuzz_cli.py bounds the whole folder.)"""
+    from advisor.config.loading import non_finite_literal
+    digits = "7" * 5000
+    assert non_finite_literal('{"a": %s}' % digits) is None
+    assert non_finite_literal('{"a": "%se999"}' % digits) is None          # inside a string
+    big = "9" * 400 + ".5"                                                   # > 1.8e308 as a float
+    assert non_finite_literal('{"a": %s}' % big) == (big, 6)
+    assert non_finite_literal('{"a": 1.0e308, "b": 2e308}') == ("2e308", 20)

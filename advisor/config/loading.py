@@ -107,7 +107,11 @@ def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-_NUMBER_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\b(?:NaN|Infinity)\b|-?\d+(?:\.\d+)?[eE][+-]?\d+)')
+#: A quoted string (skipped), or a NaN/Infinity word or a whole number token. Every branch
+#: consumes what it matched and none can backtrack over a long run of digits (the exponent is
+#: optional, so a digit run always matches at its first digit): linear in the text. A pattern
+#: with a required exponent made a 1 MB run of digits quadratic (minutes).
+_NUMBER_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\b(?:NaN|Infinity)\b|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
 
 
 def non_finite_literal(text: str) -> tuple[str, int] | None:
@@ -121,7 +125,10 @@ def non_finite_literal(text: str) -> tuple[str, int] | None:
         lit = m.group(1)
         if lit is None:
             continue  # a quoted string
-        if "NaN" in lit or "Infinity" in lit or not math.isfinite(float(lit)):
+        if "NaN" in lit or "Infinity" in lit:
+            return lit, m.start(1)
+        # an integer stays an int in hjson (no overflow); a decimal or exponent becomes a float
+        if ("e" in lit or "E" in lit or "." in lit) and not math.isfinite(float(lit)):
             return lit, m.start(1)
     return None
 
