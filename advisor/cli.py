@@ -153,7 +153,7 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
 #: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
 #: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
 from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE  # noqa: E402
-MAX_PARAMS = 10**16
+from advisor.config.validation import MAX_PARAMS  # noqa: E402
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
 HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or JSON spec "

@@ -49,6 +49,12 @@ class Cluster:
     expert_parallel: int = 1
     megatron_sequence_parallel: bool = False
 
+    def __post_init__(self) -> None:
+        # a node holds at most the job's ranks: 2 ranks on an 8-GPU node are 2 ranks per node
+        # (host memory, the per-node load and the CPU optimizer's share are per node)
+        if self.gpus_per_node is not None and self.world_size >= 1 and self.gpus_per_node > self.world_size:
+            object.__setattr__(self, "gpus_per_node", self.world_size)
+
     @property
     def dp_world_size(self) -> int:
         return max(1, self.world_size // (self.tensor_parallel * self.pipeline_parallel * self.sequence_parallel))

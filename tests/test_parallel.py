@@ -198,3 +198,10 @@ def test_hpz_secondary_partition_by_hand():
     cfg["zero_optimization"].update(zero_hpz_partition_size=1, zero_quantized_weights=True)
     q = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
     assert any("qwZ" in x for x in q.excluded)
+
+
+def test_a_node_holds_at_most_the_jobs_ranks():
+    """2 ranks on an 8-GPU node are 2 ranks per node: host memory and the load phase are per node."""
+    from advisor.plan import Cluster
+    assert Cluster(world_size=2, gpus_per_node=8).gpus_per_node == 2
+    assert Cluster(world_size=16, gpus_per_node=8).gpus_per_node == 8

@@ -83,3 +83,20 @@ def test_quiet_prints_findings_only(tmp_path):
     loud = run_cli(["lint", str(cfg)]).stdout
     quiet = run_cli(["lint", str(cfg), "-q"]).stdout
     assert "file(s):" in loud and "file(s):" not in quiet and "error B001" in quiet
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\xff\xfe", "not UTF-8"),
+    (b"world-size = 99999999999999999999\n", "world-size must be an integer from 1 to 1,048,576"),
+    (b"params = 0\n", "params must be an integer from 1"),
+])
+def test_settings_files_outside_the_limits_are_one_line_exit_2(tmp_path, content, words):
+    """The file's values get the flags' bounds (--world-size: 2^20 ranks) and bytes that are
+    not UTF-8 are a clear error, not an internal one."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "ds.json").write_text(json.dumps({"train_batch_size": 8}))
+    (tmp_path / ".ds-advisor.toml").write_bytes(content)
+    r = run_cli(["lint", str(tmp_path / "a" / "ds.json")])
+    assert r.returncode == 2, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert words in out and "internal error" not in out and len(out.strip().splitlines()) == 1

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from advisor.config.validation import MAX_PARAMS, MAX_WORLD_SIZE
 from advisor.errors import AdvisorError
 
 SETTINGS_FILE = ".ds-advisor.toml"
@@ -64,6 +65,8 @@ def _table(path: Path) -> dict[str, Any] | None:
         raise SettingsError(f"{path}: cannot read: {e.strerror or e}")
     except tomllib.TOMLDecodeError as e:
         raise SettingsError(f"{path}: not valid TOML: {e}")
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"{path}: not valid TOML: not UTF-8 text (byte {e.start})")
     if path.name == "pyproject.toml":
         tool = data.get("tool")
         t = tool.get("ds-advisor") if isinstance(tool, dict) else None
@@ -123,8 +126,9 @@ def load_settings(start: str | os.PathLike) -> Settings | None:
     for key, attr in (("world-size", "world_size"), ("params", "params")):
         if key in t:
             v = t[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise SettingsError(f"{path}: {key} must be a positive integer, not {v!r}")
+            hi = MAX_WORLD_SIZE if key == "world-size" else MAX_PARAMS
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+                raise SettingsError(f"{path}: {key} must be an integer from 1 to {hi:,}, not {v!r}")
             setattr(s, attr, v)
     if "model" in t:
         if not isinstance(t["model"], str) or not t["model"]:

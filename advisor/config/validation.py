@@ -23,6 +23,8 @@ from advisor.errors import AdvisorError
 
 #: Most ranks any command accepts (``--world-size``, WORLD_SIZE, SLURM_NTASKS, --hardware nodes x GPUs).
 MAX_WORLD_SIZE = 1 << 20
+#: Most parameters a model may have (``--params``, settings files): 10^16, far past any model.
+MAX_PARAMS = 10**16
 #: Most nodes (``--nodes``, ``--hardware NAME:N``, a spec's ``nodes``).
 MAX_NODES = 1 << 16
 #: Most ranks per node (``--gpus-per-node``, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE, a spec).
