@@ -90,3 +90,14 @@ def test_settings_exclude_and_fraction():
     terms = OverheadSettings(env={}, allocator_fraction=0.2).terms(10**9)
     a = _t(terms, "allocator")
     assert (a.bytes, a.high, a.source) == (2 * 10**8, 2 * 10**8, "--fragmentation")
+
+
+def test_one_total_is_one_row_and_ambiguous_values_are_refused():
+    """One SIZE replaces the whole overhead as one row named for what it is (not as the CUDA
+    context); a term given twice or a SIZE mixed with TERM=SIZE parts is refused."""
+    assert parse_overrides("2GiB") == {"total": 2 << 30}
+    rows = runtime_overhead(10 << 30, overrides={"total": 2 << 30})
+    assert [(t.key, t.bytes, t.low, t.high) for t in rows] == [("total", 2 << 30, 2 << 30, 2 << 30)]
+    for bad in ("nccl=1GiB,nccl=2GiB", "2GiB,nccl=1GiB", "1GiB,2GiB"):
+        with pytest.raises(OverheadError):
+            parse_overrides(bad)

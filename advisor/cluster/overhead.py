@@ -128,6 +128,10 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
     :class:`OverheadError` for an unparseable variable or an unknown override key."""
     env = os.environ if env is None else env
     overrides = dict(overrides or {})
+    if "total" in overrides:  # one measured figure for the whole overhead: one row, named so
+        b = int(overrides["total"])
+        return [OverheadTerm("total", "runtime overhead (one figure given for all terms)", b, b, b,
+                             f"given: {b:,} bytes", "--runtime-overhead", overridden=True)]
     unknown = set(overrides) - {"cuda_context", "nccl", "allocator", "deepspeed"}
     if unknown:
         raise OverheadError(f"unknown overhead term(s) {', '.join(sorted(unknown))}: use cuda_context, nccl, "
@@ -190,7 +194,8 @@ def _size_or_zero(v: str, parse_size) -> int:
 
 def parse_overrides(text: str) -> dict[str, int]:
     """``--runtime-overhead`` value: ``TERM=SIZE[,TERM=SIZE...]`` (e.g. ``cuda_context=600MiB,nccl=1GiB``)
-    or one SIZE for the whole overhead (put on ``cuda_context``, the others set to 0).
+    or one SIZE for the whole overhead (key ``total``: one row replacing every term). A term
+    given twice, or a SIZE mixed with TERM=SIZE parts, is an error.
     Raises :class:`OverheadError` naming the bad part."""
     from advisor.units import parse_size
 
@@ -199,11 +204,17 @@ def parse_overrides(text: str) -> dict[str, int]:
         raise OverheadError("--runtime-overhead: empty value")
     try:
         if "=" not in text:
-            total = _size_or_zero(text, parse_size)
-            return {"cuda_context": total, "nccl": 0, "allocator": 0, "deepspeed": 0}
+            if "," in text:
+                raise ValueError("give one SIZE for the whole overhead or TERM=SIZE parts, not a list of sizes")
+            return {"total": _size_or_zero(text, parse_size)}
         out = {}
         for part in text.split(","):
-            k, _, v = part.partition("=")
+            k, eq, v = part.partition("=")
+            if not eq:
+                raise ValueError(f"{part.strip()!r} is not TERM=SIZE: give one SIZE for the whole overhead "
+                                 "or TERM=SIZE parts, not both")
+            if k.strip() in out:
+                raise ValueError(f"term {k.strip()!r} given twice")
             if k.strip() not in TERMS:
                 raise ValueError(f"unknown overhead term {k.strip()!r}: use {', '.join(TERMS)}")
             out[k.strip()] = _size_or_zero(v.strip(), parse_size)
