@@ -81,11 +81,18 @@ def _table(path: Path) -> dict[str, Any] | None:
 def find_settings_file(start: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
     """(file, table) of the closest settings above ``start`` (a file or a directory), or None."""
     p = Path(os.path.abspath(start))
-    d = p if p.is_dir() else p.parent
+    try:
+        d = p if p.is_dir() else p.parent
+    except OSError:  # not a usable path (a name too long: a base64 config given inline)
+        d = p.parent
     for folder in (d, *d.parents):
         for name in (SETTINGS_FILE, "pyproject.toml"):
             f = folder / name
-            if f.is_file():
+            try:
+                is_file = f.is_file()
+            except OSError:  # an unreadable folder on the way up: no settings there
+                is_file = False
+            if is_file:
                 t = _table(f)
                 if t is not None:
                     return f, t

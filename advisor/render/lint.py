@@ -134,4 +134,6 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
                  + (f", {skipped} skipped (not DeepSpeed or accelerate configs)" if skipped else "")
                  + (f" (checked against {release.note})" if release else ""))
     from advisor.render.style import width, wrap
-    return wrap("\n".join(lines), width(stream))
+    # an unreadable file's error and the tally stay one line each (scripts grep for them)
+    keep = {safe_text(r.error) for r in results if r.error} | {x for x in lines[-1:] if " file(s): " in x}
+    return wrap("\n".join(lines), width(stream), keep=keep)

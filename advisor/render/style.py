@@ -46,15 +46,16 @@ def width(stream: IO[str]) -> int:
     return int(cols) if cols.isdigit() and 40 <= int(cols) <= 400 else PIPE_WIDTH
 
 
-def wrap(text: str, columns: int, hang: int = 4) -> str:
+def wrap(text: str, columns: int, hang: int = 4, keep: frozenset[str] | set[str] = frozenset()) -> str:
     """``text`` folded at word boundaries to ``columns``, continuation lines indented by its own
     leading spaces plus ``hang`` (so a wrapped finding or assumption still reads as one item).
-    Lines already short enough, and table rows (box-drawing characters), are left alone."""
+    Lines already short enough, table rows (box-drawing characters) and the lines in ``keep``
+    (an unreadable file's one-line error, which scripts grep for) are left alone."""
     import textwrap
 
     out = []
     for line in text.split("\n"):
-        if len(line) <= columns or any(c in line for c in "│┃┏┗└┡"):
+        if len(line) <= columns or line in keep or any(c in line for c in "│┃┏┗└┡"):
             out.append(line)
             continue
         lead = len(line) - len(line.lstrip(" "))
