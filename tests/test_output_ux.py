@@ -90,6 +90,8 @@ def test_no_color_env_beats_auto(monkeypatch):
     assert use_color(Tty(), "auto") is True
     monkeypatch.setenv("NO_COLOR", "1")
     assert use_color(Tty(), "auto") is False and use_color(Tty(), "always") is True
+    monkeypatch.setenv("NO_COLOR", "")  # no-color.org: only a non-empty value turns colour off
+    assert use_color(Tty(), "auto") is True
 
 
 def test_piped_output_has_no_overlong_lines():

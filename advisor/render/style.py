@@ -34,7 +34,7 @@ def use_color(stream: IO[str], mode: str | bool | None = "auto") -> bool:
     if mode is False or mode == "never":
         return False
     isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty()) and "NO_COLOR" not in os.environ
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")  # no-color.org: set and non-empty
 
 
 def width(stream: IO[str]) -> int:
