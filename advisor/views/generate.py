@@ -318,7 +318,13 @@ class SearchResult:
     nvme_path: str | None
     notes: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
+    #: Candidates fitted (each one :func:`advisor.views.estimate.plan_fit`); they partition into
+    #: ``ranked`` (fit, the cheapest recompute setting of its stage x offload x micro-batch),
+    #: ``superseded`` (fit, but a setting with fewer extra FLOPs of the same stage x offload x
+    #: micro-batch fits too) and ``rejected`` (does not fit, or tight):
+    #: evaluated == len(ranked) + superseded + len(rejected).
     evaluated: int = 0
+    superseded: int = 0
 
     @property
     def best(self) -> Candidate | None:
@@ -454,6 +460,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     ranked: list[Candidate] = []
     rejected: list[Candidate] = []
     evaluated = 0
+    superseded = 0
     micros = divisors(per_rank)
     L = int(meta["num_layers"])
     fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
@@ -466,6 +473,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         fitting: list[Candidate] = []
         for b in reversed(micros):  # largest micro-batch first: memory falls with b
             ga = per_rank // b
+
+            tried: list[Candidate] = []  # this (combo, micro-batch)'s candidates, in order
 
             def candidate(ck: str) -> Candidate:
                 nonlocal evaluated
@@ -488,6 +497,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 cand.rejection = _rejection(pf)
                 cand.config = cfg
                 fitted[id(cand)] = (plan, a)
+                tried.append(cand)
                 return cand
 
             chosen = None
@@ -509,7 +519,12 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 if c.rejection is None:
                     chosen = c
                     break
-                if ck in ("none", "full"):
+            for c in tried:  # every candidate is counted once: ranked, superseded or rejected
+                if c is chosen:
+                    continue
+                if c.rejection is None:
+                    superseded += 1
+                else:
                     rejected.append(c)
             if chosen is not None:
                 fitting.append(chosen)
@@ -522,7 +537,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             cand.parts = parts
             ranked.append(cand)
     ranked = rank(ranked, req.tie_tolerance)
-    result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated)
+    result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
+                          superseded=superseded)
     _explain_ranks(result)
     if req.hf and ranked:
         for c in ranked[:top]:
@@ -699,7 +715,9 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
     acc = res.hardware.accelerator
     head = (f"{res.inventory.name} on {req.nodes} node(s) x {req.gpus_per_node} {acc.name if acc else '?'}; "
             f"global batch {req.global_batch}, sequence {req.seq_len}, {req.precision}, "
-            f"{res.evaluated} plans evaluated, {len(res.ranked)} fit (estimate's fit: peak + runtime overhead)")
+            f"{res.evaluated} plans evaluated = {len(res.ranked)} ranked + {res.superseded} superseded (fit, but "
+            f"less recompute fits at the same stage, offload and micro-batch) + {len(res.rejected)} rejected "
+            f"(estimate's fit: peak + runtime overhead)")
     lines = [head]
     cols = ("#", "stage", "offload", "micro", "GA", "ckpt", f"accel {U}/rank", f"host {U}/node", f"nvme {U}/node",
             "step s", "spent on (exposed s)", "why")
@@ -767,6 +785,7 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
                     "hf": req.hf},
         "assumptions": res.assumptions(),
         "evaluated": res.evaluated,
+        "superseded": res.superseded,
         "plans": [dict(c.row(), config=c.config) for c in res.ranked[:top]],
         "fitting": len(res.ranked),
         "rejected": [{"stage": c.combo.stage, "offload_optimizer": c.combo.offload_optimizer,
