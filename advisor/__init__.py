@@ -24,12 +24,9 @@ __version__ = "0.1.0"
 DEEPSPEED_VERSION = "0.19.8"
 
 
-def preflight(model, ds_config, **kwargs):
-    """Will ``model`` with ``ds_config`` fit on this device? See
-    :func:`advisor.engine.preflight.preflight` (imported on first call: importing ``advisor``
-    does not import torch). Returns a PreflightResult; raises :class:`PreflightError`."""
-    from advisor.engine.preflight import preflight as _preflight
-    return _preflight(model, ds_config, **kwargs)
+# The in-process preflight itself (its module imports torch only when called): its signature and
+# docstring, with units and the errors it raises, are what help(advisor.preflight) shows.
+from advisor.engine.preflight import PreflightResult, preflight  # noqa: E402,F401
 
 
 def __getattr__(name):

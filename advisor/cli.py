@@ -161,13 +161,15 @@ HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) o
 
 
 def _check_sets(ctx, param, value):
-    """--set: each KEY.PATH=VALUE well-formed (advisor.config.overrides.parse_override), else exit 2."""
+    """--set: each KEY.PATH=VALUE well-formed (advisor.config.overrides.parse_override), else exit 2
+    with one line naming the --set argument (the values' validation comes with the config:
+    advisor.config.overrides.check_overrides)."""
     from advisor.config.overrides import parse_override
     for v in value:
         try:
             parse_override(v)
         except AdvisorError as e:
-            raise click.BadParameter(e.problem if hasattr(e, "problem") else str(e), ctx, param)
+            raise _fail(str(e))
     return value
 
 
@@ -217,8 +219,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                          help="Seconds per optimizer step.")),
     "set": (("--set", "overrides"), dict(
         multiple=True, metavar="KEY.PATH=VALUE", callback=_check_sets,
-        help="Override a config value before it is read, without editing the file (repeatable; VALUE is JSON, "
-             "else a string), e.g. --set zero_optimization.stage=3 to try a finding's fix.")),
+        help="Override a config value before it is read, without editing the file (repeatable), e.g. --set "
+             "zero_optimization.stage=3 to try a finding's fix. VALUE is read JSON-like: numbers (3, 5e8, 0.5), "
+             "true/false/null, \"quoted strings\", {objects} and [arrays] as JSON; anything else is the string "
+             "as written (AdamW); nan/inf (any case) and 1e999 are refused. Each value is validated as the "
+             "config file's would be (types, ranges, unknown keys, limits): one that is not is exit 2.")),
     "units": (("--units",), dict(type=click.Choice(["GiB", "GB"], case_sensitive=False), default="GiB",
                                  show_default=True, help="Unit of every byte figure in the text report: GiB = 2^30 "
                                                          "bytes (what PyTorch and nvidia-smi count), GB = 1e9 bytes.")),
@@ -230,6 +235,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
              "(e.g. 3GiB), or per term cuda_context=, nccl=, allocator=, deepspeed= (e.g. "
              "cuda_context=600MiB,nccl=512MiB); a term given has no band left. NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, "
              "CUDA_MODULE_LOADING and PYTORCH_CUDA_ALLOC_CONF are read when set.")),
+    "fragmentation": (("--fragmentation",), dict(
+        type=FiniteFloat(0, 1), default=None,
+        help="Deprecated: the allocator reserve is now its own overhead row (10% of the peak, band 3-25%). A "
+             "fraction given here replaces that row (with a warning); prefer --runtime-overhead allocator=SIZE.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),
 }
@@ -420,10 +429,7 @@ def _estimate_options(f):
                         help="Load phase: the model is built under deepspeed.zero.Init (ZeRO-3 only). Default: "
                              "yes at ZeRO-3 (what the HF Trainer does), else no.")(deco)
     deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
-    deco = _opt("--fragmentation", type=FiniteFloat(0, 1), default=None,
-                        help="Deprecated: the allocator reserve is now its own overhead row (10% of the peak, "
-                             "band 3-25%). A fraction given here replaces that row (with a warning); prefer "
-                             "--runtime-overhead allocator=SIZE.")(deco)
+    deco = option("fragmentation")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
         *CAPACITY_OPTIONS, "runtime_overhead", "hardware", "step_time_s", "set",
@@ -442,6 +448,19 @@ def _workload(config: str, a) -> "ResolvedWorkload":  # noqa: F821 (advisor.view
         return resolve(config, {k: getattr(a, k, None) for k in FIELDS})
     except AdvisorError as e:
         raise _fail(str(e))
+
+
+def _check_checkpointing(wl, inv) -> None:
+    """Exit 2 (one line naming --checkpointing, or the sidecar it came from, the value and the
+    model's layer count) when K checkpointed layers exceed what a pipeline stage holds
+    (:func:`advisor.model.activations.checkpointing_problem`); it is never clamped to "full"."""
+    from advisor.model.activations import checkpointing_problem
+    v = wl.values
+    problem = checkpointing_problem(v.get("checkpointing"), inv, v.get("pipeline_parallel") or 1)
+    if problem:
+        origin = wl.origin.get("checkpointing", "flag")
+        src = "--checkpointing" if origin == "flag" else f"checkpointing ({origin})"
+        raise _fail(f"{src} {v['checkpointing']}: {problem}")
 
 
 def _seq_len_warning(wl, inv) -> str | None:
@@ -475,6 +494,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                                       world_size=a.world_size, overrides=a.overrides, activations=a.activations)
     loaded = inp.loaded
     wl = _workload(config, a)
+    _check_checkpointing(wl, inv)
     v = wl.values
     warn = _seq_len_warning(wl, inv)
     if warn and warnings is not None:
@@ -868,7 +888,9 @@ def explain(code):
 def estimate(config, est, explain_, compare_deepspeed, fmt):
     """Per-rank training state by class and tier for CONFIG on a model and cluster.
 
-    Exit 0 when every tier with a known capacity fits, 1 when one does not, 2 on bad input.
+    Exit 0 when every tier with a known capacity fits, 1 when one does not or on any error finding
+    (a config DeepSpeed would refuse before training starts, e.g. zero_optimization.stage 7, gets
+    no estimate at all: only its findings), 2 on bad input.
     """
 
     result = _build_estimate(config, est)
@@ -977,7 +999,7 @@ def run() -> None:
 @main.command()
 @_arg("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS,
-         "gpu_memory", "host_memory", "runtime_overhead", "hardware", "hf", **UNSET_WORKLOAD,
+         "gpu_memory", "host_memory", "runtime_overhead", "fragmentation", "hardware", "hf", **UNSET_WORKLOAD,
          world_size=dict(help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs)."),
          gpus_per_node=dict(help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs)."),
          gpu_memory=dict(help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe)."),
@@ -993,7 +1015,7 @@ def run() -> None:
 @display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-          runtime_overhead, hardware, hf, strict, allow_tight, fmt, quiet):
+          runtime_overhead, fragmentation, hardware, hf, strict, allow_tight, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1012,7 +1034,8 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     \b
     Exit codes:
       0  go: every tier fits and no error finding
-      1  no-go: a tier does not fit, or an error finding (e.g. nvme_path missing)
+      1  no-go: a tier does not fit, or an error finding (e.g. nvme_path missing); a
+         config DeepSpeed would refuse before training starts gets no verdict per tier
       2  bad usage or unreadable input (config, model)
       3  --strict only: the environment could not be probed (without --strict: a
          warning, and --gpu-memory / --host-memory / --hardware are used)
@@ -1030,7 +1053,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     if not model and params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
-    ovh = _overhead(runtime_overhead)
+    ovh = _overhead(runtime_overhead, fragmentation)
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
     loaded = inp.loaded
     from types import SimpleNamespace
@@ -1038,6 +1061,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
         megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
         checkpointing=checkpointing, attention=attention))
+    _check_checkpointing(wl, inv)
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
                        config_input=inp, overhead=ovh, allow_tight=allow_tight)
@@ -1135,7 +1159,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
          hf=dict(help='Write "auto" where the HF Trainer fills values in.'))
 @_opt("--margin", default=None, help="Deprecated and ignored: generate uses estimate's fit (the timeline "
      "peak plus the runtime overhead rows; only plans that fit, not tight ones); use --runtime-overhead.")
-@options("runtime_overhead")
+@options("runtime_overhead", "fragmentation")
 @_opt("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
 @_opt("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
@@ -1143,7 +1167,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @_release_option
 @display_options("units", "color")
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin,
-             runtime_overhead, optimizer, precision, top, fmt):
+             runtime_overhead, fragmentation, optimizer, precision, top, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
     fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
     when `estimate` says "fits" for it (the timeline peak plus the runtime overhead rows; "tight"
@@ -1162,7 +1186,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
         click.echo("ds-advisor: warning: --margin is deprecated and ignored: a plan is kept when estimate's fit says "
                    "it fits (tracked peak + runtime overhead rows, not tight); give measured overhead with "
                    "--runtime-overhead", err=True)
-    ovh = _overhead(runtime_overhead)
+    ovh = _overhead(runtime_overhead, fragmentation)
     from advisor.files import output_problem
     if output == "-":  # -o - is standard output, as without -o
         output = None
@@ -1232,8 +1256,9 @@ def report(config, est, output, force):
     findings, fit, assumptions and checkpoint. No network needed to view it. Takes the options
     of `estimate` and draws exactly what it computes for them.
 
-    Exit 0 when written (whatever the findings), 2 on bad input or when --output exists
-    without --force.
+    Exit 0 when written (whatever the findings); 1, nothing written, when DeepSpeed would refuse
+    CONFIG before training starts (the error findings go to stderr, as `estimate` shows them);
+    2 on bad input or when --output exists without --force.
     """
     if not est.model and est.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
@@ -1249,6 +1274,16 @@ def report(config, est, output, force):
 
     warnings: list[str] = []
     result = _build_estimate(config, est, warnings)
+    from advisor.rules import refusals
+    refused = refusals(result.findings) if not result.roles else []
+    if refused:  # nothing to draw: DeepSpeed refuses the config (estimate prints the same, exit 1)
+        from advisor.render.escape import safe_text
+        for f in refused:
+            where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or result.source)
+            click.echo(safe_text(f"{where}: error {f.code} {f.pointer or '/'}: {f.message}"), err=True)
+        click.echo(f"ds-advisor: not writing {output}: DeepSpeed would refuse this config before training starts "
+                   f"({len(refused)} error finding(s) above; see `ds-advisor lint`)", err=True)
+        sys.exit(EXIT_FINDINGS)
     try:
         write_atomic(output, render_html(result, units=_display().get("units", "GiB")), force=force)
     except FileExistsError as e:

@@ -97,7 +97,7 @@ def test_architecture_from_hf_config_gives_activations():
 def test_bad_inputs_raise_a_named_error(tmp_path):
     with pytest.raises(PreflightError, match="absent.json"):
         advisor.preflight(_mlp(), str(tmp_path / "absent.json"), world_size=1)
-    with pytest.raises(PreflightError, match="runtime-overhead"):
+    with pytest.raises(PreflightError, match="runtime_overhead="):  # the parameter, not the CLI flag
         advisor.preflight(_mlp(), Z0, world_size=1, runtime_overhead="nccl=80")
     with pytest.raises(PreflightError, match="ds_config"):
         advisor.preflight(_mlp(), 42, world_size=1)

@@ -192,16 +192,17 @@ def _size_or_zero(v: str, parse_size) -> int:
     return parse_size(v)
 
 
-def parse_overrides(text: str) -> dict[str, int]:
+def parse_overrides(text: str, source: str = "--runtime-overhead") -> dict[str, int]:
     """``--runtime-overhead`` value: ``TERM=SIZE[,TERM=SIZE...]`` (e.g. ``cuda_context=600MiB,nccl=1GiB``)
     or one SIZE for the whole overhead (key ``total``: one row replacing every term). A term
     given twice, or a SIZE mixed with TERM=SIZE parts, is an error.
-    Raises :class:`OverheadError` naming the bad part."""
+    Raises :class:`OverheadError` naming ``source`` (the flag, or the Python parameter
+    ``runtime_overhead=`` for :func:`advisor.preflight`) and the bad part."""
     from advisor.units import parse_size
 
     text = (text or "").strip()
     if not text:
-        raise OverheadError("--runtime-overhead: empty value")
+        raise OverheadError(f"{source}: empty value")
     try:
         if "=" not in text:
             if "," in text:
@@ -220,7 +221,7 @@ def parse_overrides(text: str) -> dict[str, int]:
             out[k.strip()] = _size_or_zero(v.strip(), parse_size)
         return out
     except ValueError as e:
-        raise OverheadError(f"--runtime-overhead: {e}") from None
+        raise OverheadError(f"{source}: {e}") from None
 
 
 @dataclass(frozen=True)

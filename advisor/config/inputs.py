@@ -75,7 +75,8 @@ def read_input(source: str, *, trainer_args: Any = None, world_size: int | None 
     the DeepSpeed config (for an accelerate file: the one accelerate builds) before it is read."""
     inp = _read_input(source, trainer_args, world_size, hidden_size, inventory)
     if overrides:
-        from advisor.config.overrides import apply_overrides
+        from advisor.config.overrides import apply_overrides, check_overrides
+        check_overrides(inp.loaded, overrides)  # a value a file would be reported for: exit 2 naming the --set
         inp.loaded = dataclasses.replace(inp.loaded, data=apply_overrides(inp.loaded.data, overrides))
     return inp
 

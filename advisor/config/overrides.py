@@ -1,33 +1,86 @@
 """What-if overrides: ``--set key.path=value`` applied to a loaded config before anything reads it.
 
 ``lint``, ``estimate`` and ``report`` take ``--set zero_optimization.stage=3`` (repeatable) to try
-a change, e.g. a finding's computed fix, without editing the file. The value is read as JSON
-(``3``, ``true``, ``5e8``, ``"auto"``, ``{"device": "cpu"}``); a value that is not JSON is the
-string itself (``--set optimizer.type=AdamW``). Missing objects on the path are created. The
-result goes through the same effective-config reading and validation as a written config.
+a change, e.g. a finding's computed fix, without editing the file. The value is read by one
+JSON-like rule (:func:`parse_value`): numbers, ``true``/``false``/``null``, quoted strings,
+objects and arrays as JSON; anything else is the string itself (``--set optimizer.type=AdamW``);
+non-finite numbers (``nan``, ``inf`` in any case, ``1e999``) are refused. Missing objects on the
+path are created. Each value set then goes through the config file's own validation
+(:func:`check_overrides`: the schema's types and ranges, the input limits): a value a file
+would be reported for is refused as bad usage, one line naming the ``--set`` argument.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
+import re
 from typing import Any, Iterable
 
 from advisor.config.validation import InputValueError
 
 
+#: A number as --set reads it (JSON's grammar, plus a leading "+" or "." and leading zeros).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+#: Words for a non-finite number, any case (JSON has none; DeepSpeed cannot load them).
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+
+def _non_finite(constant: str):
+    raise ValueError(constant)
+
+
+def parse_value(raw: str) -> Any:
+    """``--set``'s VALUE, by one rule (JSON-like): a number (``3``, ``5e8``, ``0.5``, ``+2``) is a
+    number -- an int when written without a fraction or exponent; ``true``/``false``/``null`` are
+    JSON's; ``"..."``, ``{...}`` and ``[...]`` are JSON; anything else is the string as written
+    (``AdamW``, ``cpu``). A non-finite number -- ``nan``, ``inf``, ``Infinity`` in any case, or one
+    that overflows a float (``1e999``), also inside an object or array -- raises ValueError."""
+    text = raw.strip()
+    if text.lower() in _NON_FINITE:
+        raise ValueError(f"{raw} is not a finite number")
+    if _NUMBER.fullmatch(text):
+        if re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+        f = float(text)
+        if not math.isfinite(f):
+            raise ValueError(f"{raw} is not a finite number (it overflows a float)")
+        return f
+    if text[:1] in ('"', "{", "[") or text in ("true", "false", "null"):
+        try:
+            value = json.loads(text, parse_constant=_non_finite)
+        except ValueError as e:
+            if str(e) in ("NaN", "Infinity", "-Infinity"):
+                raise ValueError(f"{raw} holds {e}, not a finite number") from None
+            raise ValueError(f"{raw} is not valid JSON ({e})") from None
+        if not _finite(value):
+            raise ValueError(f"{raw} holds a number that overflows a float, not a finite number")
+        return value
+    return raw
+
+
+def _finite(v: Any) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, dict):
+        return all(_finite(x) for x in v.values())
+    if isinstance(v, list):
+        return all(_finite(x) for x in v)
+    return True
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"a.b=3"`` -> (["a", "b"], 3). Raises InputValueError (one line) on a malformed one."""
+    """``"a.b=3"`` -> (["a", "b"], 3), the value read by :func:`parse_value`. Raises
+    InputValueError (one line naming the --set argument) on a malformed one."""
     key, sep, raw = text.partition("=")
     path = key.strip().split(".")
     if not sep or not key.strip() or any(not p for p in path):
         raise InputValueError(f"--set {text!r}", "expected KEY.PATH=VALUE, e.g. zero_optimization.stage=3")
     try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
-        raise InputValueError(f"--set {text!r}", f"{raw} is not a finite number")
+        value = parse_value(raw)
+    except ValueError as e:
+        raise InputValueError(f"--set {text!r}", str(e)) from None
     return path, value
 
 
@@ -49,3 +102,33 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
             cur = nxt
         cur[path[-1]] = value
     return out
+
+
+def check_overrides(original: Any, overrides: Iterable[str]) -> None:
+    """Each ``--set`` of ``original`` (a LoadedConfig, before the overrides) through the config
+    file's own validation: the input limits (:func:`advisor.config.validation.batch_limit_problem`)
+    and the schema (:func:`advisor.config.schema.validate_config`: types, ranges, unknown keys in
+    strict sections). An error the overridden config has and the file alone has not, at the
+    override's path (or at the key it created, or under the object it set), is the override's:
+    InputValueError naming the --set argument, e.g. ``--set 'zero_optimization.stage=7':
+    zero_optimization.stage is 7, expected one of 0, 1, 2, 3``. Applies them to check; returns None."""
+    import dataclasses
+
+    from advisor.config.schema import validate_config
+    from advisor.config.validation import batch_limit_problem
+    from advisor.findings import pointer
+
+    overrides = list(overrides)
+    data = apply_overrides(original.data, overrides)
+    before = {(f.code, f.pointer) for f in validate_config(original) if f.severity == "error"}
+    after = [f for f in validate_config(dataclasses.replace(original, data=data))
+             if f.severity == "error" and (f.code, f.pointer) not in before]
+    over = batch_limit_problem(data)
+    for text in overrides:
+        path, _ = parse_override(text)
+        ptr = pointer(*path)
+        if over is not None and ptr == "/" + over[0]:
+            raise InputValueError(f"--set {text!r}", over[1])
+        for f in after:
+            if f.pointer == ptr or f.pointer.startswith(ptr + "/") or ptr.startswith(f.pointer + "/"):
+                raise InputValueError(f"--set {text!r}", f.message)

@@ -31,6 +31,10 @@ MAX_NODES = 1 << 16
 MAX_GPUS_PER_NODE = 1 << 10
 #: Largest --global-batch (sequences per step; generate factors it, in O(sqrt) time).
 MAX_GLOBAL_BATCH = 1 << 40
+#: The batch-size keys of a DeepSpeed config; each is at most :data:`MAX_GLOBAL_BATCH` (a documented
+#: limit of every command, not DeepSpeed's: DeepSpeed 0.19.8 takes 1e30 as a micro-batch at
+#: config time and fails in its data loader or runs out of memory; the estimate of it is noise).
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 #: Longest echo of a bad value in a message.
 MAX_ECHO = 60
 
@@ -160,3 +164,15 @@ def env_int(env: Any, name: str, *, lo: int = 1, hi: int = MAX_WORLD_SIZE) -> in
     if v is None or not str(v).strip():
         return None
     return as_int(str(v).split("(")[0].strip(), f"environment variable {name}={shown(v)}", lo=lo, hi=hi)
+
+
+def batch_limit_problem(data: Any) -> tuple[str, str] | None:
+    """(key, problem) for the first of :data:`BATCH_KEYS` in the config ``data`` whose number is
+    over :data:`MAX_GLOBAL_BATCH`, else None (other types and "auto" are the schema's to judge)."""
+    if not isinstance(data, dict):
+        return None
+    for k in BATCH_KEYS:
+        v = data.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_GLOBAL_BATCH:
+            return k, f"{k} is {shown(v)}, over the limit {MAX_GLOBAL_BATCH:,} (2^40) sequences"
+    return None

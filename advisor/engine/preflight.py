@@ -38,6 +38,28 @@ from advisor.errors import PreflightError
 
 RAISE_ON = ("does not fit", "tight", None)
 
+#: The command-line flags estimate's texts name -> the parameter of :func:`preflight` that gives
+#: the same input: preflight's messages, notes and findings name the parameter (a Python caller
+#: has no flags). ``--load-dtype`` / ``--zero-init`` have none: the model is built already.
+API_NAMES = {
+    "--runtime-overhead": "runtime_overhead=", "--gpu-memory": "free_accelerator_bytes=",
+    "--host-memory": "free_host_bytes=", "--seq-len": "seq_len=", "--micro-batch": "micro_batch=",
+    "--checkpointing": "checkpointing=", "--attention": "attention=", "--world-size": "world_size=",
+    "--gpus-per-node": "gpus_per_node=", "--tensor-parallel": "tensor_parallel=",
+    "--pipeline-parallel": "pipeline_parallel=", "--hf": "hf=True",
+}
+
+
+def api_words(text: str) -> str:
+    """``text`` with each command-line flag of :data:`API_NAMES` replaced by its parameter."""
+    import re
+    return re.sub(r"--[a-z][a-z-]*", lambda m: API_NAMES.get(m.group(0), m.group(0)), text)
+
+
+def _api_finding(f: Any) -> Any:
+    from dataclasses import replace
+    return replace(f, message=api_words(f.message), fix=api_words(f.fix))
+
 
 @dataclass
 class PreflightRow:
@@ -70,7 +92,8 @@ class PreflightRow:
 @dataclass
 class PreflightResult:
     """What :func:`preflight` found: ``verdict`` (the worst row's: "does not fit", "tight",
-    "fits", or "unknown" when no capacity is known), the rows, the plan's findings (their codes
+    "fits", or "unknown" when no capacity is known; "refused", with no rows, on the result a
+    PreflightError carries when DeepSpeed would refuse the config), the rows, the plan's findings (their codes
     are registered rules: ``ds-advisor explain CODE``) and notes on what was assumed."""
 
     verdict: str
@@ -217,9 +240,20 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     ``--runtime-overhead`` (text, or term -> bytes). ``env``: where NCCL_BUFFSIZE and the other
     overhead variables are read (default os.environ).
 
+    Units: ``free_accelerator_bytes``, ``free_host_bytes`` and the byte figures of the result are
+    bytes (the result's text prints GB = 1e9 bytes); ``seq_len`` is tokens, ``micro_batch``
+    sequences per rank; ``runtime_overhead`` text takes sizes such as ``600MiB`` (2^20 bytes) or
+    ``1GB`` (1e9 bytes), a mapping takes bytes.
+
     Returns a :class:`PreflightResult`; raises :class:`advisor.errors.PreflightError` (with
     ``.result``) when the verdict is ``raise_on`` or worse ("does not fit" by default; "tight";
-    None: never), and for a ds_config that cannot be read or an overhead value that does not
+    None: never). Whatever ``raise_on``, PreflightError is also raised (its message names the
+    parameter, never a command-line flag) for: a ds_config that cannot be read; a config DeepSpeed
+    would refuse at ``deepspeed.initialize`` (an error finding of a rule that
+    :attr:`advisor.rules.Rule.refuses`, e.g. ``zero_optimization.stage`` 7: ``.result.verdict`` is
+    "refused", ``.result.findings`` the findings, no rows); a ``free_*_bytes`` that is negative, not
+    an integer or not finite; a world size, parallel degree, ``seq_len`` or ``micro_batch`` below 1;
+    ``checkpointing`` K over the model's layers per pipeline stage; an overhead value that does not
     parse.
     """
     from advisor.cluster.hardware import Capacity
@@ -230,8 +264,23 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     from advisor.planning import build_plan
     from advisor.views.estimate import plan_fit
 
+    from advisor.config.validation import MAX_GPUS_PER_NODE, MAX_WORLD_SIZE, InputValueError, as_int
+
     if raise_on not in RAISE_ON:
         raise PreflightError(f"raise_on must be one of {RAISE_ON}, not {raise_on!r}")
+    try:  # the bounds the CLI's flags have, named by parameter
+        free_accelerator_bytes, free_host_bytes = (
+            None if v is None else as_int(v, name, lo=0)
+            for v, name in ((free_accelerator_bytes, "free_accelerator_bytes"), (free_host_bytes, "free_host_bytes")))
+        world_size = None if world_size is None else as_int(world_size, "world_size", lo=1, hi=MAX_WORLD_SIZE)
+        gpus_per_node = None if gpus_per_node is None else as_int(gpus_per_node, "gpus_per_node", lo=1,
+                                                                  hi=MAX_GPUS_PER_NODE)
+        tensor_parallel = as_int(tensor_parallel, "tensor_parallel", lo=1, hi=MAX_WORLD_SIZE)
+        pipeline_parallel = as_int(pipeline_parallel, "pipeline_parallel", lo=1, hi=MAX_WORLD_SIZE)
+        seq_len = None if seq_len is None else as_int(seq_len, "seq_len", lo=1)
+        micro_batch = None if micro_batch is None else as_int(micro_batch, "micro_batch", lo=1)
+    except InputValueError as e:
+        raise PreflightError(f"ds-advisor preflight: {e}") from None
     checkpointing = str(checkpointing)
     if not (checkpointing in ("none", "full", "selective") or (checkpointing.isdigit() and int(checkpointing) > 0)) \
             or attention not in ("flash", "eager"):
@@ -239,7 +288,8 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
                              f"{checkpointing!r}/{attention!r}")
     try:
         loaded = _loaded(ds_config)
-        overrides = parse_overrides(runtime_overhead) if isinstance(runtime_overhead, str) else runtime_overhead
+        overrides = (parse_overrides(runtime_overhead, "runtime_overhead=") if isinstance(runtime_overhead, str)
+                     else runtime_overhead)
     except (AdvisorError, OverheadError) as e:
         raise PreflightError(str(e)) from None
     inv = _inventory(model, from_module)
@@ -252,10 +302,27 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     targs = trainer_args.to_dict() if callable(getattr(trainer_args, "to_dict", None)) else trainer_args
     plan = build_plan(loaded, inv, cluster, hf=hf, trainer_args=dict(targs) if targs is not None else None,
                       workload=Workload(seq_len, micro_batch, checkpointing, attention))
+    from advisor.model.activations import checkpointing_problem
+    problem = checkpointing_problem(checkpointing, inv, pipeline_parallel)
+    if problem:
+        raise PreflightError(f"ds-advisor preflight: checkpointing={checkpointing}: {problem}")
     from advisor.ledger.state import unsupported_reason
     why = unsupported_reason(plan.config, cluster.dp_world_size)
     if why is not None:
         raise PreflightError(f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}")
+    # What lint says DeepSpeed refuses (stage 7, a batch triple it asserts on, ...): estimate's
+    # refusal (advisor.views.estimate.estimate), so no "fits" for a config that never starts.
+    from advisor.rules import refusals
+    from advisor.views.lint import lint_config
+    findings = [_api_finding(f) for f in lint_config(
+        loaded, world_size=ws, world_size_source=ws_src, dp_world_size=cluster.dp_world_size, inventory=inv,
+        hf=plan.hf is not None, trainer_args=dict(targs) if targs is not None else None,
+        cluster=cluster, plan=plan)]
+    refused = refusals(findings)
+    if refused:
+        result = PreflightResult("refused", [], findings, [f"world size {ws} ({ws_src})"], inv.name, inv.numel)
+        raise PreflightError("ds-advisor preflight: DeepSpeed would refuse this config at deepspeed.initialize: "
+                             + "; ".join(f"{f.code} {f.pointer or '/'}: {f.message}" for f in refused), result)
     acc, acc_src, notes = _free_accelerator(model, free_accelerator_bytes, device)
     host, host_src = _free_host(free_host_bytes)
     notes.insert(0, f"world size {ws} ({ws_src})")
@@ -266,7 +333,7 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     except OverheadError as e:
         raise PreflightError(str(e)) from None
     if pf.activations_note:
-        notes.append(pf.activations_note)
+        notes.append(api_words(pf.activations_note))
     rows: list[PreflightRow] = []
     for r in pf.rows:
         if r.tier == "nvme":
@@ -281,7 +348,8 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     vs = [r.verdict for r in rows]
     verdict = ("does not fit" if "does not fit" in vs else "tight" if "tight" in vs else
                "fits" if "fits" in vs else "unknown")
-    result = PreflightResult(verdict, rows, [f for f in pf.findings if f.code != "M101"], notes, inv.name, inv.numel)
+    result = PreflightResult(verdict, rows, findings + [_api_finding(f) for f in pf.findings if f.code != "M101"],
+                             notes, inv.name, inv.numel)
     if raise_on is not None and (verdict == "does not fit" or (raise_on == "tight" and verdict == "tight")):
         bad = [r for r in rows if r.verdict in ("does not fit", "tight")]
         raise PreflightError("ds-advisor preflight: " + "; ".join(r.line() for r in bad) + " -- see "

@@ -125,6 +125,28 @@ def parse_checkpointing(value: str | int | None, layers: int | None = None) -> t
     raise ValueError(f"checkpointing: {value!r} is not one of none, full, selective or a number of layers")
 
 
+def checkpointing_problem(value: str | int | None, inventory: Any, pipeline_parallel: int = 1) -> str | None:
+    """Why a layer count K for activation checkpointing cannot be, or None: K checkpointed layers
+    per pipeline stage is at most the layers a stage holds, ceil(num_layers / pipeline_parallel)
+    (the first stage's, :func:`advisor.model.parallel.partition_uniform`). Without the
+    architecture (``--params``) or for none/full/selective there is nothing to check.
+    :func:`parse_checkpointing` would read a larger K as "full"; the callers refuse it instead."""
+    try:
+        mode, k = parse_checkpointing(value)
+    except ValueError:
+        return None
+    layers = int(((getattr(inventory, "meta", None) or {}).get("num_layers")) or 0)
+    if mode != "layers" or not layers:
+        return None
+    p = max(1, int(pipeline_parallel or 1))
+    per_stage = math.ceil(layers / p)
+    if k <= per_stage:
+        return None
+    name = getattr(inventory, "name", "the model")
+    where = f"{name} has {layers} layers" + (f", {per_stage} per pipeline stage (pipeline parallel {p})" if p > 1 else "")
+    return (f"{k} checkpointed layers, but {where}: give at most {per_stage}, or full to checkpoint every layer")
+
+
 @dataclass(frozen=True)
 class ActivationInputs:
     """Shape of the work: sequence length s, micro-batch b (per rank), activation bytes D."""

@@ -276,31 +276,35 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               f"{size(de['cpu_bytes_per_node'], units)} host per node; this ledger: "
                               f"{size(worst, units)} of model states and buffers per rank on the accelerator",
                               markup=False)
-        a = d["assumptions"]
-        console.print("[bold]Assumptions[/bold]")
-        console.print(f"  ZeRO stage {a['zero_stage']}: {a['sharding']}")
-        console.print(f"  precision: model {a['precision']['model']}, gradient accumulation "
-                      f"{a['precision']['grad_accum']}, communication {a['precision']['communication']}, "
-                      f"master weights {a['precision']['master_weights']}")
-        console.print("  optimizer: " + optimizer_words(a["optimizer"]), markup=False)
-        console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
-                      f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
-                      f"(effective: {a['offload_param']['effective']})")
-        ld = d.get("load")
-        if ld:
-            console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
-                          f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
-                          f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: host {size(ld['host_per_rank'], units)} per "
-                          f"rank x {ld['ranks_per_node']} ranks = {size(ld['host_per_node'], units)} per node",
-                          markup=False)
-        w = a["workload"]
-        if w["seq_len"]:
-            console.print(f"  workload: sequence {w['seq_len']}, micro-batch {w['micro_batch']}, checkpointing "
-                          f"{w['checkpointing']}, attention {w['attention']}")
-        for n in a["notes"]:
-            console.print(f"  note {n['pointer']}: {n['message']}")
-        for x in a["excluded"]:
-            console.print(f"  excluded: {x}")
+        if d.get("unsupported"):  # DeepSpeed refuses the config: no assumptions of an estimate
+            console.print("No estimate: DeepSpeed would refuse this config before training starts; fix the error "
+                          "finding(s) below first", markup=False)
+        else:
+            a = d["assumptions"]
+            console.print("[bold]Assumptions[/bold]")
+            console.print(f"  ZeRO stage {a['zero_stage']}: {a['sharding']}")
+            console.print(f"  precision: model {a['precision']['model']}, gradient accumulation "
+                          f"{a['precision']['grad_accum']}, communication {a['precision']['communication']}, "
+                          f"master weights {a['precision']['master_weights']}")
+            console.print("  optimizer: " + optimizer_words(a["optimizer"]), markup=False)
+            console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
+                          f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
+                          f"(effective: {a['offload_param']['effective']})")
+            ld = d.get("load")
+            if ld:
+                console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
+                              f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
+                              f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: host {size(ld['host_per_rank'], units)} per "
+                              f"rank x {ld['ranks_per_node']} ranks = {size(ld['host_per_node'], units)} per node",
+                              markup=False)
+            w = a["workload"]
+            if w["seq_len"]:
+                console.print(f"  workload: sequence {w['seq_len']}, micro-batch {w['micro_batch']}, checkpointing "
+                              f"{w['checkpointing']}, attention {w['attention']}")
+            for n in a["notes"]:
+                console.print(f"  note {n['pointer']}: {n['message']}")
+            for x in a["excluded"]:
+                console.print(f"  excluded: {x}")
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
             for f in d["findings"]:
@@ -490,6 +494,10 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
     if r.libaio is not None:
         L.append(f"  libaio           {'found' if r.libaio.found else 'MISSING'}: {r.libaio.detail}")
     L.append("verdict per tier")
+    if not r.tiers:
+        from advisor.rules import refusals
+        if refusals(r.findings):
+            L.append("  none: DeepSpeed would refuse this config before training starts (the error finding(s) below)")
     for t in r.tiers:
         cap = "unknown" if t.capacity is None else gb(t.capacity)
         head = "" if t.headroom is None else f", headroom {gb(t.headroom)}"

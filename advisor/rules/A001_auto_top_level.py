@@ -60,6 +60,7 @@ class AutoTopLevel(Rule):
     code = "A001"
     name = "auto-top-level"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         if ctx.hf:

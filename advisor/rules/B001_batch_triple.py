@@ -49,6 +49,7 @@ class BatchTriple(Rule):
     code = "B001"
     name = "batch-triple"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         raw = ctx.raw

@@ -34,6 +34,7 @@ class DeprecatedWithReplacement(Rule):
     code = "D002"
     name = "deprecated-with-replacement"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         zr = zero_raw(ctx.raw)

@@ -35,6 +35,7 @@ class UnsupportedOptimizer(Rule):
     reads_stage = True
     name = "unsupported-optimizer"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         t = section(ctx.raw, "optimizer").get("type")

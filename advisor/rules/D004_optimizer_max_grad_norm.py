@@ -26,6 +26,7 @@ class OptimizerMaxGradNorm(Rule):
     code = "D004"
     name = "optimizer-max-grad-norm"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         params = section(ctx.raw, "optimizer", "params")

@@ -28,6 +28,7 @@ class PipelineWithZero23(Rule):
     reads_stage = True
     name = "pipeline-with-zero23"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         cl = ctx.cluster

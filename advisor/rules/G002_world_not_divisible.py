@@ -24,6 +24,7 @@ class WorldNotDivisible(Rule):
     code = "G002"
     name = "world-not-divisible"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         ws = ctx.world_size

@@ -25,6 +25,7 @@ class HpzPartitionSize(Rule):
     reads_stage = True
     name = "hpz-partition-size"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         z = ctx.effective.zero

@@ -23,6 +23,7 @@ class EpSizeDividesDp(Rule):
     code = "G004"
     name = "ep-size-divides-dp"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         cl = ctx.cluster

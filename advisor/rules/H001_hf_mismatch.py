@@ -38,6 +38,7 @@ class HfMismatch(Rule):
     code = "H001"
     name = "hf-mismatch"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         return [f for f in hf_findings(ctx) if f.code == self.code]

@@ -22,6 +22,7 @@ class HfAutoUnfillable(Rule):
     code = "H002"
     name = "hf-auto-unfillable"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         return [f for f in hf_findings(ctx) if f.code == self.code]

@@ -29,6 +29,7 @@ class AccelerateLaunchError(Rule):
     code = "H004"
     name = "accelerate-launch-error"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         return [f for f in hf_findings(ctx) if f.code == self.code]

@@ -101,6 +101,7 @@ class SchedulerParamsRefused(Rule):
     code = "L001"
     name = "scheduler-params-refused"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         s, probs = scheduler_problems(ctx)

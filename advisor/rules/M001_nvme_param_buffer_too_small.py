@@ -38,6 +38,7 @@ class NvmeParamBufferTooSmall(Rule):
     reads_stage = True
     name = "nvme-param-buffer-too-small"
     severity = "error"
+    refuses = True
     needs_model = True
 
     def check(self, ctx: LintContext):

@@ -31,6 +31,7 @@ class NvmeWithoutPath(Rule):
     reads_stage = True
     name = "nvme-without-path"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         z = ctx.effective.zero

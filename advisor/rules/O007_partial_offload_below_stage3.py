@@ -27,6 +27,7 @@ class PartialOffloadBelowStage3(Rule):
     reads_stage = True
     name = "partial-offload-below-stage3"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         z = ctx.effective.zero

@@ -30,6 +30,7 @@ class Fp16AndBf16(Rule):
     code = "P001"
     name = "fp16-and-bf16"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         raw = ctx.raw

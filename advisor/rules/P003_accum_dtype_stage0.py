@@ -31,6 +31,7 @@ class AccumDtypeStage0(Rule):
     reads_stage = True
     name = "accum-dtype-stage0"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         ec = ctx.effective

@@ -26,6 +26,7 @@ class ParamDtypeMismatch(Rule):
     code = "P004"
     name = "param-dtype-mismatch"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         v = section(ctx.raw, "data_types").get("param_dtype")

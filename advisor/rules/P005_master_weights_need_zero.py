@@ -35,6 +35,7 @@ class MasterWeightsNeedZero(Rule):
     reads_stage = True
     name = "master-weights-need-zero"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         raw = ctx.raw

@@ -27,6 +27,7 @@ class LambStaticLossScale(Rule):
     code = "P006"
     name = "lamb-static-loss-scale"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         if ctx.effective.optimizer.family != "lamb":

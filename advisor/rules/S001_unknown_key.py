@@ -39,6 +39,7 @@ class UnknownKey(Rule):
     code = "S001"
     name = "unknown-key"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S001."""

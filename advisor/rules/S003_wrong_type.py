@@ -41,6 +41,7 @@ class WrongType(Rule):
     code = "S003"
     name = "wrong-type"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S003."""

@@ -29,6 +29,7 @@ class OutOfRange(Rule):
     code = "S004"
     name = "out-of-range"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S004."""

@@ -36,6 +36,7 @@ class RemovedKey(Rule):
     code = "S005"
     name = "removed-key"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S005."""

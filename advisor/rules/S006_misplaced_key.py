@@ -39,6 +39,7 @@ class MisplacedKey(Rule):
     code = "S006"
     name = "misplaced-key"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S006."""

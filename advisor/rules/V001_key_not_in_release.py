@@ -50,6 +50,7 @@ class KeyNotInRelease(Rule):
     code = "V001"
     name = "key-not-in-release"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         rel = ctx.release

@@ -29,6 +29,7 @@ class NameNotInRelease(Rule):
     code = "V003"
     name = "name-not-in-release"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         rel = ctx.release

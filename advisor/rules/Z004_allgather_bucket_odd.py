@@ -24,6 +24,7 @@ class AllgatherBucketOdd(Rule):
     reads_stage = True
     name = "allgather-bucket-odd"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         z = ctx.effective.zero

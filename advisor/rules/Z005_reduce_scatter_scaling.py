@@ -29,6 +29,7 @@ class ReduceScatterScaling(Rule):
     reads_stage = True
     name = "reduce-scatter-scaling"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         raw = ctx.raw

@@ -34,6 +34,7 @@ class ComputeGradNormOff(Rule):
     reads_stage = True
     name = "compute-grad-norm-off"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         zr = zero_raw(ctx.raw)

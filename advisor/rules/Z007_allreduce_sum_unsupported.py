@@ -29,6 +29,7 @@ class AllreduceSumUnsupported(Rule):
     reads_stage = True
     name = "allreduce-sum-unsupported"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         op = ctx.raw.get("gradient_allreduce_op")

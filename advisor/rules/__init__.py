@@ -90,6 +90,12 @@ class Rule:
     #: Set when another view produces the findings (schema validation, estimate, check) and the
     #: class only registers the code and its explanation for ``explain`` and SARIF.
     produced_by: ClassVar[str | None] = None
+    #: True when an error finding of this rule means DeepSpeed (or the HF Trainer / accelerate in
+    #: front of it) refuses the config before training starts -- at config parsing or inside
+    #: ``deepspeed.initialize`` -- or, for a value of the wrong type, that the effective value would
+    #: be a guess. estimate, check, report and preflight then give no estimate or fit verdict, only
+    #: the finding (:func:`refusals`); each such rule's docstring cites where DeepSpeed raises.
+    refuses: ClassVar[bool] = False
 
     def check(self, ctx: LintContext) -> Iterable[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -105,6 +111,15 @@ class Rule:
 
 
 _REGISTRY: dict[str, type[Rule]] = {}
+
+
+def refusals(findings: Iterable[Finding]) -> list[Finding]:
+    """The error findings among ``findings`` whose rule :attr:`Rule.refuses` (DeepSpeed would
+    refuse the config before training starts): what estimate, check, report and preflight stop on."""
+    def refuses(code: str) -> bool:
+        r = all_rules().get(code)
+        return bool(r is not None and r.refuses)
+    return [f for f in findings if f.severity == "error" and refuses(f.code)]
 
 
 def register(cls: type[Rule]) -> type[Rule]:

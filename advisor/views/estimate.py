@@ -46,7 +46,8 @@ TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pagea
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
 OUTSIDE_STEP = ("load", "save", "first_step", "autograd", "reduce", "step_norm")
 
-#: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape.
+#: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape (they
+#: are among the rules that ``refuses``: :func:`advisor.rules.refusals`).
 TOPOLOGY_CODES = ("G001", "G002", "G003", "G004")
 
 #: The accelerator row's runtime overhead (CUDA context, NCCL buffers, the caching allocator's
@@ -607,7 +608,9 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit; a config DeepSpeed
-    refuses gives M090 and no ledger.
+    refuses gives M090 and no ledger, and so does an error finding among ``findings`` whose rule
+    :attr:`advisor.rules.Rule.refuses` (:func:`advisor.rules.refusals`): no roles, no fit rows,
+    ``sections["unsupported"]`` names the first such finding.
     ``overhead``: how the accelerator row's runtime overhead terms are made
     (:class:`advisor.cluster.overhead.OverheadSettings`: environment, ``--runtime-overhead``
     overrides); raises :class:`advisor.cluster.overhead.OverheadError` when one does not parse.
@@ -634,12 +637,15 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                               fit=[], findings=list(findings or []) + refused,
                               workload=workload, activations_note="", overhead=overhead,
                               sections={"unsupported": why})
-    topo = [f for f in (findings or []) if f.code in TOPOLOGY_CODES and f.severity == "error"]
-    if topo:
-        # DeepSpeed refuses this launch shape (the G rules quote its assertion): nothing to account for.
+    from advisor.rules import refusals
+    refused = refusals(findings or [])
+    if refused:
+        # DeepSpeed refuses this config or launch shape before training starts (an invalid stage,
+        # a batch triple it asserts on, an unknown key in a strict section, the G rules' launch
+        # shapes, ...): an estimate would be of a config that never runs (stage 7 read as 0).
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
-                              overhead=overhead, sections={"unsupported": topo[0].message})
+                              overhead=overhead, sections={"unsupported": f"{refused[0].code}: {refused[0].message}"})
     pf = plan_fit(plan, capacity, overhead, load=load, hf=hf)
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
     all_findings = list(findings or []) + [f.located(positions, source) for f in pf.findings]
