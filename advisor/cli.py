@@ -1256,9 +1256,9 @@ def report(config, est, output, force):
     findings, fit, assumptions and checkpoint. No network needed to view it. Takes the options
     of `estimate` and draws exactly what it computes for them.
 
-    Exit 0 when written (whatever the findings); 1, nothing written, when DeepSpeed would refuse
-    CONFIG before training starts (the error findings go to stderr, as `estimate` shows them);
-    2 on bad input or when --output exists without --force.
+    Exit 0 when written (whatever the findings: for a config DeepSpeed would refuse before
+    training starts the page has no estimate, only why and the findings), 2 on bad input or when
+    --output exists without --force.
     """
     if not est.model and est.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
@@ -1274,16 +1274,6 @@ def report(config, est, output, force):
 
     warnings: list[str] = []
     result = _build_estimate(config, est, warnings)
-    from advisor.rules import refusals
-    refused = refusals(result.findings) if not result.roles else []
-    if refused:  # nothing to draw: DeepSpeed refuses the config (estimate prints the same, exit 1)
-        from advisor.render.escape import safe_text
-        for f in refused:
-            where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or result.source)
-            click.echo(safe_text(f"{where}: error {f.code} {f.pointer or '/'}: {f.message}"), err=True)
-        click.echo(f"ds-advisor: not writing {output}: DeepSpeed would refuse this config before training starts "
-                   f"({len(refused)} error finding(s) above; see `ds-advisor lint`)", err=True)
-        sys.exit(EXIT_FINDINGS)
     try:
         write_atomic(output, render_html(result, units=_display().get("units", "GiB")), force=force)
     except FileExistsError as e:

@@ -42,16 +42,17 @@ RAISE_ON = ("does not fit", "tight", None)
 #: the same input: preflight's messages, notes and findings name the parameter (a Python caller
 #: has no flags). ``--load-dtype`` / ``--zero-init`` have none: the model is built already.
 API_NAMES = {
-    "--runtime-overhead": "runtime_overhead=", "--gpu-memory": "free_accelerator_bytes=",
-    "--host-memory": "free_host_bytes=", "--seq-len": "seq_len=", "--micro-batch": "micro_batch=",
-    "--checkpointing": "checkpointing=", "--attention": "attention=", "--world-size": "world_size=",
-    "--gpus-per-node": "gpus_per_node=", "--tensor-parallel": "tensor_parallel=",
-    "--pipeline-parallel": "pipeline_parallel=", "--hf": "hf=True",
+    "--runtime-overhead": "runtime_overhead", "--gpu-memory": "free_accelerator_bytes",
+    "--host-memory": "free_host_bytes", "--seq-len": "seq_len", "--micro-batch": "micro_batch",
+    "--checkpointing": "checkpointing", "--attention": "attention", "--world-size": "world_size",
+    "--gpus-per-node": "gpus_per_node", "--tensor-parallel": "tensor_parallel",
+    "--pipeline-parallel": "pipeline_parallel", "--hf": "hf=True",
 }
 
 
 def api_words(text: str) -> str:
-    """``text`` with each command-line flag of :data:`API_NAMES` replaced by its parameter."""
+    """``text`` with each command-line flag of :data:`API_NAMES` replaced by its parameter
+    ("give --seq-len" -> "give seq_len")."""
     import re
     return re.sub(r"--[a-z][a-z-]*", lambda m: API_NAMES.get(m.group(0), m.group(0)), text)
 
@@ -333,14 +334,19 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     except OverheadError as e:
         raise PreflightError(str(e)) from None
     if pf.activations_note:
-        notes.append(api_words(pf.activations_note))
+        note = pf.activations_note
+        if "--model" in note:  # the CLI's way to an architecture; here it is the module's model.config
+            note = ("activations: not estimated (the model has no Hugging Face model.config of a model_type the "
+                    "advisor knows, so its architecture is unknown)")
+        notes.append(api_words(note))
     rows: list[PreflightRow] = []
     for r in pf.rows:
         if r.tier == "nvme":
             continue
         if r.tier == "accelerator":
             rows.append(PreflightRow(r.tier, r.scope, r.need, r.capacity, acc_src, r.verdict, r.uncertainty,
-                                     r.uncertain, [t.to_dict() for t in r.overhead]))
+                                     r.uncertain, [{k: api_words(v) if isinstance(v, str) else v
+                                                    for k, v in t.to_dict().items()} for t in r.overhead]))
         else:  # host: the step without the load phase (the model is built already)
             need = r.steady_need if r.steady_need is not None else r.need
             v = "unknown" if host is None else "fits" if need <= host else "does not fit"

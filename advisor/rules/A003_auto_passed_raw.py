@@ -43,6 +43,7 @@ class AutoPassedRaw(Rule):
     code = "A003"
     name = "auto-passed-raw"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         if ctx.hf:

@@ -44,6 +44,7 @@ class NvmeParamBufferCount(Rule):
     reads_stage = True
     name = "nvme-param-buffer-count"
     severity = "error"
+    refuses = True
     needs_model = True
 
     def check(self, ctx: LintContext):

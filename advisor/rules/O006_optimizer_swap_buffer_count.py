@@ -33,6 +33,7 @@ class OptimizerSwapBufferCount(Rule):
     reads_stage = True
     name = "optimizer-swap-buffer-count"
     severity = "error"
+    refuses = True
 
     def check(self, ctx: LintContext):
         ec = ctx.effective

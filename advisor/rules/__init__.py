@@ -91,9 +91,9 @@ class Rule:
     #: class only registers the code and its explanation for ``explain`` and SARIF.
     produced_by: ClassVar[str | None] = None
     #: True when an error finding of this rule means DeepSpeed (or the HF Trainer / accelerate in
-    #: front of it) refuses the config before training starts -- at config parsing or inside
-    #: ``deepspeed.initialize`` -- or, for a value of the wrong type, that the effective value would
-    #: be a guess. estimate, check, report and preflight then give no estimate or fit verdict, only
+    #: front of it) refuses the config before its first training step completes -- at config
+    #: parsing, inside ``deepspeed.initialize``, or in the first forward/step -- or, for a value of
+    #: the wrong type, that the effective value would be a guess. estimate, check, report and preflight then give no estimate or fit verdict, only
     #: the finding (:func:`refusals`); each such rule's docstring cites where DeepSpeed raises.
     refuses: ClassVar[bool] = False
 
