@@ -84,10 +84,51 @@ def test_zero12_bucket_flushes_by_hand():
     ec = effective_config({**base, "zero_optimization": {"stage": 1, **z}})
     got = {e.item: e.bytes for e in compute_ledger(Plan(ec, inv, Cluster(world_size=2))).rank(0).entries}
     # ZeRO-1's epilogue loop a, b, e, f: a flushes the empty bucket, b flushes a (its own
-    # storage, flattened 19264 x 2) while b, e, f (691 x 2) are not yet moved; the epilogue
-    # flushes b, e, f (691 x 2) with grads_in_partition live
-    assert got["reduce_transient"] == max(19264 * 2 + 19264 * 2 + 691 * 2, 691 * 2 + 19649 * 2)
+    # storage, flattened 19264 x 2) while b, e, f (691 x 2) are not yet moved; after that flush,
+    # copy_grads_in_partition allocates grads_in_partition (19649 x 2) while a's own storage is
+    # still live (the flat copy freed); the epilogue flushes b, e, f (691 x 2) with
+    # grads_in_partition live
+    assert got["reduce_transient"] == max(19264 * 2 + 19264 * 2 + 691 * 2, 691 * 2 + 19264 * 2 + 19649 * 2,
+                                          691 * 2 + 19649 * 2) == 691 * 2 + 19264 * 2 + 19649 * 2
     assert "backward_transient" not in got
+
+
+def test_zero12_steps_one_param_group_at_a_time_by_hand():
+    # The two-group model above, bf16, W = 2 (stage_1_and_2.py step: for each group i, flatten
+    # and cast, drop its views, _optimizer_step(i) with param_groups = [group i]).
+    # Group 0: P_0 = 9784, group 1: P_1 = 196. Rank 0: I = 19264 + 385 = 19649, no pads, both
+    # slices inside one tensor (no flat copy). Rank 1: group 0's slice [9784, 19568) meets a and b
+    # (I = 19565, Cov = 9781, pad 3, flat copy), group 1's [196, 392) meets e and f (I = 390,
+    # Cov = 194, pad 2, flat copy). grads_in_partition = sum I x 2, one buffer for both groups.
+    inv = Inventory(name="g", source="test", tensors=[
+        TensorSpec("a", (19264,)), TensorSpec("b", (301,)), TensorSpec("c", (23177,), trainable=False),
+        TensorSpec("d", (77,), trainable=False), TensorSpec("e", (385,), group=1), TensorSpec("f", (5,), group=1)])
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": False,
+                                 "contiguous_gradients": True}}
+    # persistent: 16-bit flat groups (19568 + 392) x 2, fp32 master (9784 + 196) x 4, the frozen
+    # tensors (23177 + 77) x 2 (not partitioned at ZeRO-1/2)
+    base = (19568 + 392) * 2 + (9784 + 196) * 4 + (23177 + 77) * 2
+    for rank, gip, pads, flats in ((0, 19649 * 2, (0, 0), (0, 0)), (1, 19955 * 2, (3, 2), (9784, 196))):
+        tl = _tl(cfg, inv, 2, rank=rank)
+        keys = [x.key for x in tl.instants]
+        assert [k for k in keys if k.startswith("first_step")] == [
+            "first_step:norm", "first_step:g0:prep", "first_step:g0:update", "first_step:g1:prep", "first_step:g1:update"]
+        # group 0 prep: no moments yet; both groups' gradients (grads_in_partition + pads), the
+        # flat copy and the fp32 gradient of group 0
+        assert _at(tl, "first_step:g0:prep") == base + gip + (pads[0] + pads[1]) * 2 + flats[0] * 2 + 9784 * 4
+        # group 0 update: its moments created (2 x P_0 x 4); group 1's views keep grads_in_partition
+        # live, with group 1's pads; group 1 has no moments yet
+        assert _at(tl, "first_step:g0:update") == base + 2 * 9784 * 4 + 9784 * 4 + gip + pads[1] * 2
+        assert _at(tl, "first_step:g1:prep") == base + 2 * 9784 * 4 + gip + pads[1] * 2 + flats[1] * 2 + 196 * 4
+        # group 1 update: its views dropped, grads_in_partition freed; every moment exists
+        assert _at(tl, "first_step:g1:update") == base + 2 * 9980 * 4 + 196 * 4
+        assert _at(tl, "steady_step:g0:update") == base + 2 * 9980 * 4 + 9784 * 4 + gip + pads[1] * 2
+        # the first step peaks at group 0's update, and its label names the group
+        first = [i for i, x in enumerate(tl.instants) if x.phase == "first_step"]
+        top = max(first, key=lambda i: tl.series(ACC)[i])
+        assert keys[top] == "first_step:g0:update" and "param group 0 of 2" in tl.instants[top].label
 
 
 def test_zero2_fp32_flattened_grad_is_the_kept_storage():

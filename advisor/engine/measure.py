@@ -377,6 +377,8 @@ PHASE_INSTANTS = {
     "forward:2": ("steady:forward",), "backward:2": ("steady:backward", "steady:reduce"),
     "step:2": ("steady_step:norm", "steady_step:prep", "steady_step:update"),
 }
+#: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too).
+STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
 
 
 def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
@@ -411,7 +413,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             want = PHASE_INSTANTS.get(ph["phase"])
             if not want:
                 continue
-            idx = [keys.index(k) for k in want if k in keys]  # the :norm instants are ZeRO-1/2 only
+            # the :norm instants are ZeRO-1/2 only; a step updating one param group at a time has
+            # a prep and an update instant per group (timeline.stepped_groups): all of the phase's
+            idx = [i for i, x in enumerate(tl.instants) if x.key in want or x.phase == STEP_PHASES.get(ph["phase"])]
             best = max(idx, key=lambda i: ser[i])
             got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]
             exp = ser[best]

@@ -714,6 +714,42 @@ def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> list[tuple[int, boo
     return list(zip(flat, single))
 
 
+def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
+    """Whether the timeline steps a ZeRO-1/2 plan one param group at a time
+    (:func:`zero12_step_groups`): DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
+    whose gradients accumulate in the model dtype (no compact fp32 partition buffer,
+    ``stage_1_and_2.py`` _use_compact_grad_partition_buffer), more than one trainable param group.
+    Checked against the engine's allocation tracker (tests/engine/test_peak_parity.py, two
+    groups); other plans keep one step instant for every group."""
+    return (ec.zero.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ngroups > 1
+            and ec.offload_optimizer_effective == "none" and ec.model_dtype in ("fp16", "bf16")
+            and ec.grad_dtype == ec.model_dtype)
+
+
+def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> list[tuple[tuple[int, int, int, int], ...]]:
+    """Per rank, per param group g (index order): (P_g, I_g, pad_g, flat_g) in elements, the terms
+    of a ZeRO-1/2 step that updates one group at a time (``stage_1_and_2.py``
+    DeepSpeedZeroOptimizer.step, the ``for i, group in enumerate(self.bit16_groups)`` loop).
+
+    P_g = the group's slice (its fp32 gradient ``single_grad_partition`` and, at its first update,
+    its moments: ``_optimizer_step`` sets ``self.optimizer.param_groups = [group i]``, so torch
+    creates state for that group only); I_g = full numel of the group's parameters meeting the
+    rank's slice: their gradients are views of ``grads_in_partition``, ONE buffer of sum_g I_g
+    elements for every group (``copy_grads_in_partition``: ``total_size`` over all
+    ``params_in_partition``), so it stays live until the last group with I_g > 0 drops its views
+    (``free_grad_in_param_list`` and ``averaged_gradients[i] = None`` before ``_optimizer_step(i)``);
+    pad_g = P_g - Cov_g, get_flat_partition's zero pads (a new tensor per group); flat_g = P_g when
+    ``flatten(averaged_gradients[i])`` is a new tensor, 0 when the slice is one tensor's view
+    (K_g = 1, Cov_g = P_g). Every rank in O((tensors + W) x groups)."""
+    per: list[list[tuple[int, int, int, int]]] = [[] for _ in range(W)]
+    for lay in layouts:
+        I, C, K = zero12_all_ranks(lay, W)
+        for r in range(W):
+            one = K[r] == 1 and C[r] == lay.P
+            per[r].append((lay.P, I[r], lay.P - C[r], 0 if one else lay.P))
+    return [tuple(x) for x in per]
+
+
 def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> bool:
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
@@ -750,6 +786,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     hook moves it) + I_r x D if an earlier flush allocated grads_in_partition; 0 at ZeRO-1 (the
     lp_grads entry is that instant).
     R_r (the reduce): max over flushes j of copy_j + unmoved_j + (I_r x D if allocated before j),
+    and, at the flush that allocates grads_in_partition, unmoved_j + xl_j + I_r x D (its flat copy
+    freed, an extra-large gradient xl_j not yet dropped: tracked on the engine at ZeRO-1, two groups),
     with unmoved_j = the triggering gradient (ZeRO-2) or it and every later one in the epilogue
     loop (ZeRO-1), plus a gradient over RBS elements, which is reduced in its own storage
     (``extra_large_param_to_reduce``, not copied into the bucket); and the end of the epilogue, (I_r + P - Cov_r) x D, when get_flat_partition's
@@ -847,6 +885,11 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         for j, (ks, trig) in enumerate(flushes):
             unmoved = 0 if trig is None else (order[trig][2] if st == 2 else suffix[trig]) * D
             red = max(red, copies[j] + unmoved + xl[j] + (inter * D if first[r] < j else 0))
+            if first[r] == j:
+                # the flush that allocates grads_in_partition: the flat copy is freed, but an
+                # extra-large gradient is still in its own storage while copy_grads_in_partition
+                # copies it (grad_reduc.data = the new view frees it after)
+                red = max(red, unmoved + xl[j] + inter * D)
         auto = 0
         if st == 2:
             auto = sufmax[0] * D
@@ -1377,15 +1420,19 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     terms = pl.terms
     if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga):
         terms = [t + x for t, x in zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W))]
+    # ranks with the same totals may still split them differently over the groups a step updates
+    # one at a time (the timeline's per-group step instants): keep those ranks apart
+    split = (zero12_step_groups(pl.zero12, W) if st in (1, 2) and has_groups
+             and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)) else [()] * W)
     by_terms: dict = {}
     for r, k in enumerate(terms):
-        lst = by_terms.get(k)
+        lst = by_terms.get((k, split[r]))
         if lst is None:
-            by_terms[k] = [r]
+            by_terms[(k, split[r])] = [r]
         else:
             lst.append(r)
     roles: dict[tuple, RankLedger] = {}
-    for k, rs in by_terms.items():
+    for (k, gk), rs in by_terms.items():
         b = _Builder(rs[0])
         if not has_groups:
             pass
@@ -1396,7 +1443,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         else:
             _stage3(b, ec, inv, W, basic, pl, k)
         _frozen(b, ec, frozen, W)
-        key = tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries)
+        key = (gk, tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries))
         if key in roles:
             roles[key].ranks.extend(rs)
         else:

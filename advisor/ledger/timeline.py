@@ -14,6 +14,8 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
 5. ``first_step:prep`` / ``first_step:update``  the first optimizer step: gradients flattened and
    cast, then the update of the largest (sub-)group (named); ZeRO-1/2 plans with modeled
    transients have ``first_step:norm`` (the gradient norm) before ``prep``, likewise ``steady_step:norm``;
+   ZeRO-1/2 plans with several param groups (:func:`stepped_groups`) have a ``prep`` and an
+   ``update`` instant per group g, ``first_step:g<g>:prep`` ... (see "Per-group step" below);
 6. ``steady:forward``, ``steady:backward``, ``steady:reduce``, ``steady_step:prep`` /
    ``steady_step:update``: the boundary micro-step and step of every later iteration;
 7. ``save``          checkpoint save.
@@ -44,6 +46,15 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   backward or reduce (it is allocated by the reduce, inside the ``reduce`` transient) and
   ZeRO-1's ``lp_grads`` only in backward (the reduce moves them into the bucket).
 
+Per-group step (ZeRO-1/2, 16-bit model, no optimizer offload, several param groups;
+``state.zero12_step_groups``; ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step loops over the
+groups, ``_optimizer_step`` hands torch one group at a time): at group g's update only groups
+0..g have moments at the first step; the group's own fp32 gradient (P_g x 4) and flat copy
+(P_g x D) are the step's; ``grads_in_partition`` is one buffer for every group
+(``copy_grads_in_partition``), so it stays live, whole, until the last group holding views of it
+is updated, with the later groups' zero pads. On a two-group model the first step's peak is
+group 0's update (15% over the one-instant step on the engine's tracker).
+
 Activations (when estimated) are live in forward (saved + loss spike) and backward (saved +
 one recomputed layer); host-offloaded checkpoints in both.
 
@@ -71,7 +82,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.ledger.state import TIERS, Entry, Ledger, RankLedger, module_of, zero3_partition_numel, zero3_sub_groups
+from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_of, placement_of, zero3_partition_numel,
+                                  zero3_sub_groups, zero12_groups_stepped_apart, zero12_step_groups)
 
 #: Lazy-state optimizers create their state at the first update; these wrappers already hold it.
 _EAGER_STATE_WRAPPERS = ("FP16_Optimizer", "FP16_UnfusedOptimizer")
@@ -90,6 +102,8 @@ class Instant:
     key: str
     phase: str
     label: str
+    #: The param group a per-group step instant updates (:func:`stepped_groups`), else -1.
+    group: int = -1
 
 
 @dataclass(frozen=True)
@@ -187,15 +201,30 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
                   f"largest module sum p_i x W x D = {big} x {D} (gathered one module at a time)", src)]
 
 
+def stepped_groups(ledger: Ledger) -> int:
+    """How many param groups the timeline steps one at a time: the ZeRO-1/2 plans
+    :func:`advisor.ledger.state.zero12_groups_stepped_apart` accepts (without model
+    parallelism, whose groups are per stage); 0 otherwise (one step instant for every group)."""
+    plan = ledger.plan
+    if plan.cluster.model_parallel or plan.config.zero.stage not in (1, 2):
+        return 0
+    ng = len(plan.inventory.groups())
+    return ng if zero12_groups_stepped_apart(plan.config, ledger.wrapper, ng) else 0
+
+
 def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
     """The timeline of one plan (see the module docstring). The step instants name the
     (sub-)group whose update is largest: ZeRO-3 sub-group k (``stage3.py`` step loops over
-    sub-groups), ZeRO-1/2 param group g."""
+    sub-groups), ZeRO-1/2 param group g; where :func:`stepped_groups` > 0 every group has its own
+    ``prep`` and ``update`` instant (keys ``first_step:g<i>:prep`` ...)."""
     st = ec.zero.stage
     inv = ledger.plan.inventory
     W = ledger.plan.cluster.zero_world_size
+    ngs = stepped_groups(ledger)
     where = ""
-    if st == 3 and inv.groups():
+    if ngs:
+        pass
+    elif st == 3 and inv.groups():
         sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
         if sgs:
             k = max(range(len(sgs)), key=lambda i: (sgs[i].numel, -i))
@@ -216,18 +245,60 @@ def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
     out.append(Instant("reduce", "reduce", "first iteration, gradient reduce at the accumulation boundary"))
     if norm:
         out.append(Instant("first_step:norm", "first_step", "first optimizer step: gradient norm"))
-    out.append(Instant("first_step:prep", "first_step", f"first optimizer step{where}: gradients flattened and cast"))
-    out.append(Instant("first_step:update", "first_step", f"first optimizer step{where}: update"))
+    out += _step_instants("first_step", "first", where, ngs)
     tag = f"micro-step {ga}" + (" (accumulation boundary)" if ga > 1 else "")
     out.append(Instant("steady:forward", "forward", f"steady iteration, forward of {tag}"))
     out.append(Instant("steady:backward", "backward", f"steady iteration, backward of {tag}"))
     out.append(Instant("steady:reduce", "reduce", "steady iteration, gradient reduce at the accumulation boundary"))
     if norm:
         out.append(Instant("steady_step:norm", "steady_step", "steady optimizer step: gradient norm"))
-    out.append(Instant("steady_step:prep", "steady_step", f"steady optimizer step{where}: gradients flattened and cast"))
-    out.append(Instant("steady_step:update", "steady_step", f"steady optimizer step{where}: update"))
+    out += _step_instants("steady_step", "steady", where, ngs)
     out.append(Instant("save", "save", "checkpoint save"))
     return out
+
+
+def _step_instants(phase: str, word: str, where: str, ngroups: int) -> list[Instant]:
+    if not ngroups:
+        return [Instant(f"{phase}:prep", phase, f"{word} optimizer step{where}: gradients flattened and cast"),
+                Instant(f"{phase}:update", phase, f"{word} optimizer step{where}: update")]
+    out = []
+    for g in range(ngroups):
+        tag = f"{word} optimizer step, param group {g} of {ngroups}"
+        out.append(Instant(f"{phase}:g{g}:prep", phase, f"{tag}: gradients flattened and cast", g))
+        out.append(Instant(f"{phase}:g{g}:update", phase, f"{tag}: update", g))
+    return out
+
+
+def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int], ...], D: int,
+                 lazy: bool) -> int | None:
+    """Bytes of ``e`` at the per-group step instant ``inst`` (group g of ``groups``, the rank's
+    :func:`advisor.ledger.state.zero12_step_groups` terms), or None when the entry does not
+    depend on the group (its generic lifetime decides). DeepSpeed order per group g
+    (``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step): ``prep`` = flatten(averaged_gradients[g])
+    cast to fp32, every later group's gradients still live; then ``free_grad_in_param_list`` and
+    ``averaged_gradients[g] = None``; ``update`` = ``_optimizer_step(g)`` (this group's moments
+    created at the first step), then ``single_partition_of_fp32_groups[g].grad = None``."""
+    g = inst.group
+    prep = inst.key.endswith(":prep")
+    P_g, _, _, flat_g = groups[g]
+    if e.cls == "optimizer_states" and e.life == "persistent" and lazy:
+        if inst.phase != "first_step":
+            return e.bytes
+        made = g if prep else g + 1        # groups whose state exists: those updated so far
+        if e.item == "step":
+            return e.bytes * made // len(groups)
+        p_t = sum(x[0] for x in groups)
+        return e.bytes * sum(x[0] for x in groups[:made]) // p_t if p_t else 0
+    if e.item == "fp32_grad" and not e.alias_of:
+        return P_g * 4
+    if e.item == "flat_grad_partition":
+        return flat_g * D if prep else 0
+    if e.item == "averaged_gradients":
+        held = groups[g:] if prep else groups[g + 1:]
+        i_t = sum(x[1] for x in groups)
+        # grads_in_partition: one storage for every group, live while any later group views it
+        return ((i_t if any(x[1] for x in held) else 0) + sum(x[2] for x in held)) * D
+    return None
 
 
 def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False) -> bool:
@@ -324,18 +395,33 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     consumed = ec.zero.stage in (1, 2)
     ents = list(rl.entries) + load_entries(ec, ledger, load, r) + save_entries(ec, ledger, r)
     transients = any(e.life == "reduce" for e in rl.entries)
+    groups: tuple = ()
+    if any(x.group >= 0 for x in ins):
+        groups = zero12_step_groups(placement_of(ledger.plan).zero12, ledger.plan.cluster.zero_world_size)[r]
+    D = DTYPE_BYTES[ec.model_dtype]
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
     for inst in ins:
-        on = [e for e in ents if _live(e, inst, lazy, consumed, transients)]
-        items_on = {e.item for e in on}
+        if inst.group >= 0:
+            generic = Instant(inst.key.replace(f":g{inst.group}:", ":"), inst.phase, inst.label)
+            sized = []
+            for e in ents:
+                nb = _group_bytes(e, inst, groups, D, lazy)
+                if nb is None:
+                    if _live(e, generic, lazy, consumed, transients):
+                        sized.append((e, e.bytes))
+                elif nb:
+                    sized.append((e, nb))
+        else:
+            sized = [(e, e.bytes) for e in ents if _live(e, inst, lazy, consumed, transients)]
+        items_on = {e.item for e, _ in sized}
         d = {t: 0 for t in TIERS}
         here = []
-        for e in on:
+        for e, nb in sized:
             if e.alias_of and e.alias_of in items_on:
                 continue
-            d[e.tier] += e.bytes
-            here.append((e.item, e.tier, e.cls, e.bytes))
+            d[e.tier] += nb
+            here.append((e.item, e.tier, e.cls, nb))
         a = activations
         if a is not None and inst.phase in ("forward", "backward"):
             acc = a.saved_accelerator + (a.loss_spike if inst.phase == "forward" else
