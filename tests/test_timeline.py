@@ -131,6 +131,22 @@ def test_zero12_steps_one_param_group_at_a_time_by_hand():
         assert keys[top] == "first_step:g0:update" and "param group 0 of 2" in tl.instants[top].label
 
 
+def test_zero12_cpu_offload_norm_copy_in_backward_by_hand():
+    # CPU offload: copy_grads_in_partition -> set_norm_for_param_grad_in_gpu casts each of the
+    # rank's gradient slices to fp64 (one at a time) during the reduce. W = 2: N_pad = 43212,
+    # P = 21606. Rank 0's slice [0, 21606): tensor 0 whole (19264), tensor 1 (301), tensor 2's
+    # first 2041; rank 1's [21606, 43212): tensor 2's rest 23177 - 2041 = 21136, then 77, 385, 5.
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False,
+                                 "offload_optimizer": {"device": "cpu"}}}
+    for rank, big in ((0, 19264), (1, 21136)):
+        tl = _tl(cfg, MLP, 2, rank=rank)
+        every = ("accelerator", "host_pinned", "host_pageable")
+        assert _at(tl, "steady:reduce", every) - _at(tl, "steady:backward", every) == big * 8
+        assert _at(tl, "steady_step:prep", every) == _at(tl, "steady_step:update", every)  # no copy in the step
+
+
 def test_zero2_fp32_flattened_grad_is_the_kept_storage():
     # fp32, W = 4: rank 0's slice [0, 10804) lies inside tensor 0, so flatten returns the kept
     # averaged_gradients view ((I + P - Cov) x 4 = 19264 x 4) and .to(fp32) is a no-op: one storage.

@@ -714,6 +714,32 @@ def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> list[tuple[int, boo
     return list(zip(flat, single))
 
 
+def zero12_largest_slices(layouts: list[Zero12Layout], W: int) -> list[int]:
+    """Per rank, elements of its largest gradient slice: max over parameters p meeting the rank's
+    slice [r P, (r+1) P) of a group of the part of p inside it (``stage_1_and_2.py`` grad_position
+    ``num_elements``). Every rank in O(tensors + W) (a parameter meets a run of ranks)."""
+    best = [0] * W
+    for lay in layouts:
+        P = lay.P
+        if not P:
+            continue
+        for a, n in zip(lay.starts, lay.numels):
+            r = a // P
+            while r < W and r * P < a + n:
+                best[r] = max(best[r], min(a + n, (r + 1) * P) - max(a, r * P))
+                r += 1
+    return best
+
+
+def zero12_offload_norm_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
+    """Whether a ZeRO-1/2 plan casts each gradient slice to fp64 inside backward: with CPU
+    optimizer offload, copy_grads_in_partition -> set_norm_for_param_grad_in_gpu
+    (``stage_1_and_2.py``: ``accumulated_grad.data.to(get_norm_dtype()).norm(2)``, fp64 where the
+    accelerator has it; the compact-buffer path does the same on its slice), one slice at a time."""
+    return (ec.zero.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer"
+            and ec.offload_optimizer_effective == "cpu")
+
+
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
     """Whether the timeline steps a ZeRO-1/2 plan one param group at a time
     (:func:`zero12_step_groups`): DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
@@ -902,9 +928,11 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
 
 
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
-            ga: int, layouts: list[Zero12Layout], terms: tuple) -> None:
+            ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
-    are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`)."""
+    are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
+    of the in-backward fp64 copy of the rank's largest gradient slice under CPU offload
+    (:func:`zero12_offload_norm_modeled`, :func:`zero12_largest_slices` x 8)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -949,6 +977,10 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               f"max_i n_i x D = {largest} x {D}", f"{S}.__init__ (temp_grad_buffer_for_cpu_offload)")
         b.add("accelerator", "workspace", "offload_temp_grad_accel", largest * D, "persistent",
               f"max_i n_i x D = {largest} x {D}", f"{S}.__init__ (temp_grad_buffer_for_gpu_offload)")
+        if offload_norm:
+            b.add("accelerator", "workspace", "offload_grad_norm_fp64", offload_norm, "reduce",
+                  "largest gradient slice of the rank x 8 (fp64 copy for its norm, one slice at a time)",
+                  f"{S}.set_norm_for_param_grad_in_gpu (accumulated_grad.data.to(get_norm_dtype()))")
         if ga > 1:
             b.add(_host(pin), "gradients", "offload_accumulated_grads_cpu", inter_t * D, "persistent",
                   f"I_r x D = {inter_t} x {D} (full numel of every param touching the partition)",
@@ -1422,8 +1454,11 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         terms = [t + x for t, x in zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W))]
     # ranks with the same totals may still split them differently over the groups a step updates
     # one at a time (the timeline's per-group step instants): keep those ranks apart
-    split = (zero12_step_groups(pl.zero12, W) if st in (1, 2) and has_groups
-             and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)) else [()] * W)
+    split: list = [()] * W
+    if st in (1, 2) and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
+        split = zero12_step_groups(pl.zero12, W)
+    elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
+        split = [(x,) for x in zero12_largest_slices(pl.zero12, W)]
     by_terms: dict = {}
     for r, k in enumerate(terms):
         lst = by_terms.get((k, split[r]))
@@ -1439,7 +1474,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         elif st == 0:
             _stage0(b, ec, inv, wrapper, basic)
         elif st in (1, 2):
-            _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k)
+            _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k,
+                    offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0)
         else:
             _stage3(b, ec, inv, W, basic, pl, k)
         _frozen(b, ec, frozen, W)

@@ -394,7 +394,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
     consumed = ec.zero.stage in (1, 2)
     ents = list(rl.entries) + load_entries(ec, ledger, load, r) + save_entries(ec, ledger, r)
-    transients = any(e.life == "reduce" for e in rl.entries)
+    transients = any(e.item == "reduce_transient" for e in rl.entries)
     groups: tuple = ()
     if any(x.group >= 0 for x in ins):
         groups = zero12_step_groups(placement_of(ledger.plan).zero12, ledger.plan.cluster.zero_world_size)[r]
