@@ -49,7 +49,11 @@ def _cfg(stage, dtype, **zero):
 #:   materialises all of them before partitioning).
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
-    ("z3_bf16_w2", _cfg(3, "bf16"), 2, False, parity.TINY),
+    # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
+    # 1e9 B bucket on both sides, beside which a 170 kB residual is 0.02% and no phase can fail
+    ("z3_bf16_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, False, parity.TINY),
+    ("z3_bf16_oo_cpu_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 2,
+     False, parity.TINY),
     ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
     ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
     ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
@@ -66,6 +70,37 @@ CELLS = [
     ("z1_fp16_oo_cpu_w2", _cfg(1, "fp16", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
     ("z2_bf16_groups_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS),
 ]
+
+
+#: Phases that do not match yet, per cell, with the residual on rank 0 (engine - ledger, bytes)
+#: and its cause from the tracker's allocation sites (DeepSpeed 0.19.8). The test checks they are
+#: still off by more than 1% (strict: a fixed phase must be taken off this list) and that every
+#: other phase matches within 1%.
+_GATHER = ("AllGatherCoalescedHandle.wait (partition_parameters.py l. 795) torch.cat's every parameter out of the "
+           "flat all-gather buffer (_all_gather_dtype l. 1343, sum p_i x W x D = 86,428 B) while that buffer is "
+           "alive: a second copy of the gathered parameters during the first fetch, not in the ledger")
+_REDUCE = ("not in the ledger; tracker sites: the gradients concatenated for the reduce-scatter (utils/nvtx.py "
+           "wrapped_fn, 86,418 B) and, in the steady backward, comm/torch.py reduce_scatter_tensor l. 437 (86,428 B, "
+           "a full-size buffer: gloo on CPU has no reduce-scatter, so this part may be CPU-only); the rest not "
+           "diagnosed yet")
+UNMATCHED = {
+    "z3_bf16_w2": {
+        # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
+        "initialize": "-86,423 B: the ledger counts the persistent parameters (lp_params_gathered) from "
+                      "initialize; the engine gathers them at the first forward",
+        "forward:1": "+86,439 B: " + _GATHER,
+        "backward:1": "+172,889 B: " + _REDUCE,
+        "step:1": "-86,379 B: the ledger is over in the first step (not diagnosed yet)",
+        "backward:2": "+172,907 B: " + _REDUCE,
+        "step:2": "-43,157 B: the ledger is over in the steady step (not diagnosed yet)",
+    },
+    "z3_bf16_oo_cpu_w2": {
+        "initialize": "-86,427 B: as z3_bf16_w2 (persistent parameters gathered at the first forward)",
+        "forward:1": "+86,435 B: " + _GATHER,
+        "backward:1": "+179,183 B: " + _REDUCE,
+        "backward:2": "+179,197 B: " + _REDUCE + "; plus stage3.py _constant_buffered_norm2 l. 1964 (92,720 B)",
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +124,10 @@ def test_peak_parity(cell, runs):
     cr = runs[cid]
     assert cr.error is None, cr.error
     rows = peak_parity(cfg, from_dict(inv, inv["name"]), W, cr.ranks, zero_init=zi)
+    off = UNMATCHED.get(cid, {})
+    fixed = [ph for ph in off if all(abs(r["rel_diff"]) <= 0.01 for r in rows if r.get("phase") == ph)]
+    assert not fixed, f"now within 1%, take off UNMATCHED[{cid!r}]: {fixed}"
+    rows = [r for r in rows if r.get("phase") not in off]
     bad = [r for r in rows if "error" in r or abs(r["rel_diff"]) > 0.01]
     assert not bad, "\n".join(
         f"r{r['rank']} {r.get('phase')}: engine {r.get('measured')} ledger {r.get('ledger')} "
