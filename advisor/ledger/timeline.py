@@ -397,7 +397,12 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     transients = any(e.item == "reduce_transient" for e in rl.entries)
     groups: tuple = ()
     if any(x.group >= 0 for x in ins):
-        groups = zero12_step_groups(placement_of(ledger.plan).zero12, ledger.plan.cluster.zero_world_size)[r]
+        plan = ledger.plan
+        per_rank = plan.derived.get("zero12_step_groups")  # every rank's, once per plan (roles may be ~W)
+        if per_rank is None:
+            per_rank = plan.derived["zero12_step_groups"] = zero12_step_groups(
+                placement_of(plan).zero12, plan.cluster.zero_world_size)
+        groups = per_rank[r]
     D = DTYPE_BYTES[ec.model_dtype]
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
