@@ -999,7 +999,7 @@ def run() -> None:
 @main.command()
 @_arg("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS,
-         "gpu_memory", "host_memory", "runtime_overhead", "fragmentation", "hardware", "hf", **UNSET_WORKLOAD,
+         "gpu_memory", "host_memory", "runtime_overhead", "fragmentation", "hardware", "hf", "set", **UNSET_WORKLOAD,
          world_size=dict(help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, or this node's visible GPUs)."),
          gpus_per_node=dict(help="Ranks per node (default: LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE/PER_NODE, visible GPUs)."),
          gpu_memory=dict(help="Accelerator memory per rank, e.g. 80GB (beats the nvidia-smi/rocm-smi probe)."),
@@ -1015,7 +1015,7 @@ def run() -> None:
 @display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-          runtime_overhead, fragmentation, hardware, hf, strict, allow_tight, fmt, quiet):
+          runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1054,7 +1054,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
     ovh = _overhead(runtime_overhead, fragmentation)
-    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
+    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides)
     loaded = inp.loaded
     from types import SimpleNamespace
     wl = _workload(config, SimpleNamespace(

@@ -566,3 +566,25 @@ def test_7b_zero3_on_24gb_cards_is_tight_exit_4_and_allow_tight_makes_it_0(tmp_p
     rc, d, _ = check(args + ["--runtime-overhead", "cuda_context=500MiB,nccl=300MiB,allocator=1GiB,deepspeed=0"],
                      TORCHRUN_8, bin_)
     assert rc == 0 and d["verdict"] == "go"
+
+
+def test_check_set_equals_the_edited_file(tmp_path):
+    """check --set KEY.PATH=VALUE goes through the same override as lint/estimate
+    (advisor.config.overrides, applied in read_input): C06 at ZeRO-2 is no-go on 8 x H200, and
+    --set zero_optimization.stage=3 gives the verdict and need of the file edited to stage 3,
+    leaving the file as it was."""
+    bin_ = fake_smi(tmp_path, gpus(H200, 8))
+    before = C06.read_text()
+    rc2, d2, _ = check([str(C06), "--params", str(P32B), "--gpu-memory", "100GB"], TORCHRUN_8, bin_)
+    assert rc2 == 1 and d2["verdict"] == "no-go"
+    rc, via_set, _ = check([str(C06), "--params", str(P32B), "--set", "zero_optimization.stage=3"], TORCHRUN_8, bin_)
+    cfg = json.loads(before)
+    cfg["zero_optimization"]["stage"] = 3
+    z3 = tmp_path / "c06_zero3.json"
+    z3.write_text(json.dumps(cfg))
+    rc3, edited, _ = check([str(z3), "--params", str(P32B)], TORCHRUN_8, bin_)
+    assert (rc, via_set["verdict"]) == (rc3, edited["verdict"]) == (0, "go")
+    assert tier(via_set, "accelerator")["need"] == tier(edited, "accelerator")["need"]
+    assert C06.read_text() == before
+    rc, _, err = check([str(C06), "--params", str(P32B), "--set", "zero_optimization"], TORCHRUN_8, bin_)
+    assert rc == 2 and "--set" in err and "Traceback" not in err
