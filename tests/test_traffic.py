@@ -350,3 +350,61 @@ def test_network_time_across_nodes_uses_the_nics_share():
                 _inv([((4096, 4096), True)]), Cluster(world_size=16, gpus_per_node=8))
     n = next(m for m in movement_for(plan, hw) if m.link == NETWORK)
     assert n.seconds == pytest.approx(n.bytes / 50e9)
+
+
+# ---------------------------------------------------------------------------------------------
+# activation checkpoints moved to host (cpu_checkpointing), from the activation ledger
+
+
+def _cpu_ckpt_movements(ac: dict):
+    """estimate's movement rows for GPT-2 (h 768, 12 layers), bf16, micro-batch 2, GA 4, seq 128,
+    every layer checkpointed through deepspeed.checkpointing with ``ac`` as its section."""
+    from advisor.model.specs import preset_inventory
+    from advisor.plan import Workload
+    from advisor.views.estimate import estimate
+
+    raw = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 1}, "activation_checkpointing": ac}
+    plan = Plan(effective_config(raw), preset_inventory("gpt2"), Cluster(world_size=1),
+                Workload(seq_len=128, micro_batch=2, checkpointing="full"))
+    res = estimate(plan)
+    (role,) = res.sections["movement"]["ranks"]
+    rows = {m["direction"]: m for m in role["movements"] if m["item"] == "activation_checkpoints"}
+    return rows, res.sections["movement"]["not_modelled"]
+
+
+def test_cpu_checkpointing_pcie_bytes_by_hand():
+    # One checkpointed layer input: D x s x b x h = 2 x 128 x 2 x 768 = 393,216 B; 12 layers,
+    # 4 micro-steps per optimizer step (train_batch_size 8 = 2 x 4 x 1 rank).
+    inp = 2 * 128 * 2 * 768
+    # Async offload engine (an accelerator with streams; checkpointing.py:_get_cpu_offload_engine,
+    # keep_last_count=1, max_fwd_stash_count=2): 11 inputs copied out in forward, the newest kept;
+    # 10 copied back, the last one copied out still held by the forward stash.
+    rows, notes = _cpu_ckpt_movements({"cpu_checkpointing": True})
+    assert rows["to_host"]["bytes"] == 4 * 11 * inp == 17_301_504
+    assert rows["to_accelerator"]["bytes"] == 4 * 10 * inp == 15_728_640
+    assert (rows["to_host"]["phase"], rows["to_accelerator"]["phase"]) == ("forward", "backward")
+    assert rows["to_host"]["overlap"] and rows["to_host"]["link"] == PCIE
+    assert not any("cpu_checkpointing" in n for n in notes)
+    # Partitioned (mp_size 1: the partition is the whole input): every input goes out with a blocking
+    # partition.cpu() (:436) and comes back into the gather buffer (gather_partitioned_activations).
+    rows, _ = _cpu_ckpt_movements({"cpu_checkpointing": True, "partition_activations": True})
+    assert rows["to_host"]["bytes"] == rows["to_accelerator"]["bytes"] == 4 * 12 * inp == 18_874_368
+    assert not rows["to_host"]["overlap"]
+    rows, _ = _cpu_ckpt_movements({"partition_activations": True})
+    assert rows == {}
+
+
+def test_cpu_checkpoint_traffic_counts():
+    from advisor.model.activations import cpu_checkpoint_traffic
+    assert cpu_checkpoint_traffic(3, 10, async_engine=False) == (30, 30)
+    assert cpu_checkpoint_traffic(3, 10, async_engine=True) == (20, 10)
+    assert cpu_checkpoint_traffic(1, 10, async_engine=True) == (0, 0)
+    assert cpu_checkpoint_traffic(0, 10, async_engine=False) == (0, 0)
+
+
+def test_movements_without_activations_say_cpu_checkpointing_is_not_counted():
+    plan = _plan({"stage": 1}, _inv(), activation_checkpointing={"cpu_checkpointing": True})
+    assert not [m for m in movement_for(plan) if m.cls == "activations"]
+    from advisor.ledger.movement import not_modelled
+    assert any("cpu_checkpointing" in n for n in not_modelled(plan))

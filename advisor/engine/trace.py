@@ -483,7 +483,7 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
     if x.tensor_parallel > 1 or x.pipeline_parallel > 1 or x.sequence_parallel or getattr(x, "ulysses", 1) > 1:
         raise TraceUnavailable("--activations trace measures one rank of the whole model: no tensor, pipeline or "
                                "sequence parallelism; use --activations formula")
-    from advisor.model.activations import parse_checkpointing
+    from advisor.model.activations import cpu_checkpoint_traffic, parse_checkpointing
 
     dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
     mode, k = parse_checkpointing(x.checkpointing, int(meta.get("num_layers") or 0) or None)
@@ -491,12 +491,15 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
     tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
                            checkpointing=ck)
     saved, host = tr.end_of_forward, 0
+    traffic, overlapped = (0, 0), False
     if mode == "full" and x.cpu_checkpointing and x.deepspeed_checkpointing:
         # the kept layer inputs go to host memory (the async offload engine keeps the newest:
         # advisor.model.activations' docstring, DeepSpeed checkpointing.py:_get_cpu_offload_engine)
-        n = tr.layers_total - (1 if x.offload_keeps_newest and not x.partition_activations else 0)
+        overlapped = x.offload_keeps_newest and not x.partition_activations
+        n = tr.layers_total - (1 if overlapped else 0)
         host = tr.per_layer[-1] * n
         saved -= host
+        traffic = cpu_checkpoint_traffic(tr.layers_total, tr.per_layer[-1], overlapped)
     try:
         frac = estimate_activations(meta, x).recompute_flops_fraction
     except (KeyError, ValueError, TypeError):
@@ -507,7 +510,8 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         per_layer=tr.per_layer[-1], layers_on_rank=tr.layers_total, saved_accelerator=saved, saved_host=host,
         recompute_layer=0, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
         loss_backward_spike=tr.backward_extra, recompute_flops_fraction=frac,
-        breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers})
+        breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers},
+        host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0)
     what = f"{tr.layers_traced} of {tr.layers_total} layers, the rest extrapolated" if tr.extrapolated \
         else f"all {tr.layers_total} layers"
     note = (f"activations: traced on transformers {transformers.__version__}'s {tr.model_type} ({what}; "

@@ -46,8 +46,14 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   buffer. Stage 2 and 3 reduce on every micro-step; stage 3 skips the backward all-gather when
   parameters stay gathered between forward and backward (``stage3_max_reuse_distance`` >= about
   twice the non-persistent parameter count, reference 4.5).
-* Activation checkpoints moved to host (``activation_checkpointing.cpu_checkpointing``) need
-  activation shapes the inventory does not have: reported in :func:`not_modelled`, not counted.
+* Activation checkpoints moved to host (``activation_checkpointing.cpu_checkpointing``, acting
+  through ``deepspeed.checkpointing.checkpoint``): from the activation ledger
+  (:class:`advisor.model.activations.ActivationEstimate` ``host_offload_bytes`` /
+  ``host_restore_bytes``, per micro-batch, :func:`advisor.model.activations.cpu_checkpoint_traffic`
+  with its DeepSpeed sources), GA x those bytes per step: device -> host in forward, host ->
+  device in backward, overlapped on the async offload engine's side stream, blocking otherwise.
+  Given only when the caller passes the activations (estimate does); else :func:`not_modelled`
+  says it is not counted.
 
 Partition, padding, sub-group, persistence and swap formulas come from :mod:`advisor.ledger.state`
 (reference sections 3-5), where they live once. Ranks differ only in a few per-rank figures
@@ -115,12 +121,13 @@ def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
     return ga
 
 
-def not_modelled(plan: "Plan") -> list[str]:
-    """Movements this module does not count for ``plan``, in words."""
+def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
+    """Movements this module does not count for ``plan`` (and ``activations``, the activation
+    ledger's estimate when the caller has one), in words."""
     ec = plan.config
     out = []
     ac = ec.activation_checkpointing or {}
-    if ac.get("cpu_checkpointing") is True:
+    if ac.get("cpu_checkpointing") is True and activations is None:
         out.append("activation checkpoints copied to host (cpu_checkpointing): needs activation shapes, not counted")
     out.append("input batches, logits and loss scalars; NCCL protocol overheads; first-iteration fetches")
     if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, plan.cluster.dp_world_size) > 1:
@@ -146,16 +153,27 @@ def _rank_terms(plan: "Plan") -> list:
     return [None] * W
 
 
-def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None
-                   ) -> list[tuple[list[int], list[Movement]]]:
+def _activation_key(activations: Any) -> tuple | None:
+    """The figures of an activation estimate that movements depend on (None: none given)."""
+    if activations is None:
+        return None
+    return (int(getattr(activations, "host_offload_bytes", 0) or 0),
+            int(getattr(activations, "host_restore_bytes", 0) or 0),
+            bool(getattr(activations, "host_offload_overlapped", False)))
+
+
+def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
+                   activations: Any = None) -> list[tuple[list[int], list[Movement]]]:
     """Movements per optimizer step grouped by rank role: [(ranks, movements of ranks[0])], the
     ranks of each role ascending, roles by first rank. Every rank in a role moves exactly the
     same bytes (only ``rank`` differs). O(tensors + W) plus O(tensors) per role. With
-    ``hardware`` the movements are :func:`timed`."""
+    ``hardware`` the movements are :func:`timed`. ``activations``
+    (:class:`advisor.model.activations.ActivationEstimate`) adds cpu_checkpointing's PCIe rows."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
     memo = plan.derived.setdefault("movement_roles", [])
-    for hw, roles in memo:  # once per plan and hardware: lint's T rules and estimate share them
-        if hw is hardware:
+    akey = _activation_key(activations)
+    for hw, ak, roles in memo:  # once per plan, hardware and activations: lint's T rules and estimate share them
+        if hw is hardware and ak == akey:
             return roles
     terms = _rank_terms(plan)
     by: dict = {}
@@ -164,22 +182,22 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     rpn = _ranks_per_node(plan, hardware)
     out = []
     for k, ranks in by.items():
-        ms = _rank_movements(plan, ranks[0], k)
+        ms = _rank_movements(plan, ranks[0], k, akey)
         if hardware is not None:
             ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size)
         out.append((ranks, ms))
-    memo.append((hardware, out))
+    memo.append((hardware, akey, out))
     return out
 
 
 def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
-                 ranks: "Iterable[int] | None" = None) -> list[Movement]:
+                 ranks: "Iterable[int] | None" = None, activations: Any = None) -> list[Movement]:
     """Per-rank movements per optimizer step for a :class:`advisor.ledger.state.Plan` (or a Ledger,
     whose ``plan`` is used), one list over all data-parallel ranks (or only ``ranks``), in rank
     order. Bytes are bytes. With ``hardware``, each movement's ``seconds`` is filled and NVMe rows
     name their storage tier (``Hardware.tier_for_path`` of the config's ``nvme_path``). Built
     from :func:`movement_roles`; prefer that for large worlds (this list has W x rows)."""
-    roles = movement_roles(plan_or_ledger, hardware)
+    roles = movement_roles(plan_or_ledger, hardware, activations)
     owner = {}
     for rs, ms in roles:
         for r in rs:
@@ -206,8 +224,9 @@ def _ranks_per_node(plan: "Plan", hardware: "Hardware | None" = None) -> int:
     return max(1, min(cl.world_size, 8))
 
 
-def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
-    """Rank ``r``'s movements; ``terms`` = its entry of :func:`_rank_terms` (computed when None)."""
+def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None) -> list[Movement]:
+    """Rank ``r``'s movements; ``terms`` = its entry of :func:`_rank_terms` (computed when None);
+    ``akey`` = :func:`_activation_key` of the activation estimate (None: not counted)."""
     ec: EffectiveConfig = plan.config
     inv: Inventory = plan.inventory
     W = plan.cluster.zero_world_size
@@ -313,6 +332,17 @@ def _rank_movements(plan: "Plan", r: int, terms=None) -> list[Movement]:
                 z.prefetch_bucket_size > 0,
                 f"offloaded partitions fetched for every {fetch_words} pass: GA x {fetches} x sum(p_i) x D",
                 "partition_parameters.py all-gather from host partitions; reference 4.5")
+
+    # ---- activation checkpoints to host (cpu_checkpointing) ------------------------------------
+    if akey is not None:
+        out_b, in_b, overlapped = akey
+        asrc = ("advisor.model.activations cpu_checkpoint_traffic (DeepSpeed checkpointing.py partition_activations / "
+                "copy_to_device / gather_partitioned_activations; offload_activations.py _ActivationOffloadEngine)")
+        how = "async offload engine, side stream" if overlapped else "blocking copies"
+        add(PCIE, "to_host", "activations", "activation_checkpoints", ga * out_b, "forward", overlapped,
+            f"checkpointed layer inputs copied to host every micro-step: GA x {out_b:,} B ({how})", asrc)
+        add(PCIE, "to_accelerator", "activations", "activation_checkpoints", ga * in_b, "backward", overlapped,
+            f"checkpointed layer inputs copied back before each recompute: GA x {in_b:,} B ({how})", asrc)
 
     # ---- NVMe ----------------------------------------------------------------------------------
     if st == 3 and oo == "nvme":
@@ -575,7 +605,7 @@ def _link_summary(ms: list[Movement]) -> dict[str, Any]:
 
 
 def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
-                     step_time_s: float | None = None) -> dict[str, Any]:
+                     step_time_s: float | None = None, activations: Any = None) -> dict[str, Any]:
     """Everything ``estimate`` shows about data movement per optimizer step, JSON-ready
     (bytes, seconds, days)::
 
@@ -591,7 +621,7 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
 
     Seconds are None without a hardware spec."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
-    roles = movement_roles(plan, hardware)
+    roles = movement_roles(plan, hardware, activations)
     rpn = _ranks_per_node(plan, hardware)
     groups: dict[tuple, dict[str, Any]] = {}
     for ranks, mine in roles:
@@ -616,7 +646,7 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
         "ranks_per_node": rpn,
         "ranks": list(groups.values()),
         "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_time_s, ranks_per_node=rpn)],
-        "not_modelled": not_modelled(plan),
+        "not_modelled": not_modelled(plan, activations),
     }
 
 

@@ -219,6 +219,13 @@ class ActivationEstimate:
     #: Accelerator activation peak of the same rank without recomputation (bytes): what the
     #: recompute setting saves is this minus peak_accelerator (0 when not computed).
     peak_without_recompute: int = 0
+    #: cpu_checkpointing's PCIe traffic per micro-batch (bytes, :func:`cpu_checkpoint_traffic`):
+    #: checkpointed layer inputs copied to host in forward, and back to the accelerator before
+    #: their recompute in backward; 0 without cpu_checkpointing (or where it does not act).
+    host_offload_bytes: int = 0
+    host_restore_bytes: int = 0
+    #: True when those copies run on DeepSpeed's async offload engine's side stream (overlapped).
+    host_offload_overlapped: bool = False
 
     @property
     def peak_accelerator(self) -> int:
@@ -375,6 +382,29 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     return terms
 
 
+def cpu_checkpoint_traffic(inputs: int, piece: int, async_engine: bool) -> tuple[int, int]:
+    """``cpu_checkpointing``'s PCIe bytes per micro-batch, (device -> host in forward, host ->
+    device in backward), for ``inputs`` checkpointed layer inputs of ``piece`` bytes each (the
+    input, or its partition of ceil(input / mp_size) with ``partition_activations``).
+
+    DeepSpeed 0.19.8, ``runtime/activation_checkpointing/checkpointing.py``: with partitioning each
+    partition is copied to host (``partition_activations`` :403, :432 / :436) and back into the
+    gather buffer before the recompute (``gather_partitioned_activations`` :290-306, device = the
+    accelerator under CPU_CHECKPOINT, ``CheckpointFunction.backward`` :706-708); without it, on a
+    synchronized device, every input is copied out (``copy_to_device(..., cpu)`` :613-614) and
+    back (``saved_data.to(t.device)`` :699-702): ``inputs x piece`` each way. On an accelerator with
+    streams the async engine (``_get_cpu_offload_engine`` :498-511, ``keep_last_count=1``;
+    ``offload_activations.py`` defaults ``max_fwd_stash_count=2``) keeps the newest input on the
+    accelerator (``offload_input`` / ``_flush_keep_last`` :212-230: inputs - 1 copied out) and the
+    last one copied out still referenced in its forward stash, restored without a copy
+    (``_reap_forward_stash`` :132-138, ``_restore_tensor`` :244-262): inputs - 2 copied back."""
+    if inputs <= 0:
+        return 0, 0
+    if async_engine:
+        return max(0, inputs - 1) * piece, max(0, inputs - 2) * piece
+    return inputs * piece, inputs * piece
+
+
 def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> ActivationEstimate:
     """Activation bytes per rank for one micro-batch (see the module docstring for formulas).
 
@@ -431,7 +461,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     # Narayanan et al. 2021: 24 h^2 + 4 s h per layer, the 4 s h being the attention core)
     layer_flops = 24 * h * h + 4 * s * h
     step_flops = 3 * (L * layer_flops + 2 * h * V)
-    saved_host = 0
+    saved_host = host_out = host_in = 0
+    async_engine = False
     if mode == "selective":
         sel = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False, selective=True, **kern)
         cut = dense["attention"] - sel["attention"]  # what the core no longer keeps, per layer
@@ -460,6 +491,9 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             kept = kept // max(k, 1) * n_buf  # number_checkpoints partitions, allocated at once
         if ds and x.cpu_checkpointing:
             gathered = inp
+            async_engine = not x.partition_activations and x.offload_keeps_newest
+            piece = -(-inp // t) if x.partition_activations and t > 1 else inp
+            host_out, host_in = cpu_checkpoint_traffic(k, piece, async_engine)
             if x.partition_activations or not x.offload_keeps_newest:
                 saved_host, kept = kept, 0
             else:  # the async offload engine keeps the newest checkpoint on the accelerator
@@ -493,4 +527,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
                               recompute_flops_fraction=frac_flops, breakdown=breakdown, recompute=mode,
                               checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes,
-                              peak_without_recompute=peak_none)
+                              peak_without_recompute=peak_none, host_offload_bytes=host_out,
+                              host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0)

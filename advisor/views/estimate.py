@@ -665,7 +665,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
             "model" if st_section.get("step_time_s") else None)
         if step_time_s is None and st_section.get("step_time_s"):
             step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
-    sections = {"movement": movement_section(mv_plan, hardware, step_time_s),
+    sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts),
                 "checkpoint": checkpoint_view(mv_plan).to_dict()}
     if st_section is not None:
         sections["step_time"] = st_section
@@ -682,8 +682,11 @@ def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) 
     seq = workload.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
     if not seq:
         return {"step_time_s": None, "source": None, "why": "no sequence length (give --seq-len)"}
+    from advisor.ledger.movement import movement_roles
+    roles = movement_roles(plan, hardware, activations=acts)  # cpu_checkpointing's PCIe rows included
     st = stm.step_time(plan, hardware, seq_len=int(seq),
-                       recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0)
+                       recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0,
+                       movements=roles[0][1] if roles else [])
     d = st.to_dict()
     d.update(source="model", seq_len=int(seq), lines=stm.breakdown_lines(st))
     if plan.cluster.model_parallel:
