@@ -199,3 +199,75 @@ def test_engine_accepts_m004s_buffer_count(m004_runs):
     d = m004_runs["fixed"]
     assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
     assert _m004(_m004_config("/nvme", 2)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# M004, partitions held across modules: stage3_max_reuse_distance keeps a module's NVMe
+# partitions in swap buffers for its reuse in backward (partitioned_param_coordinator.py
+# __params_to_release), from the second step (the first with a complete trace)
+
+CHAIN = 6  # m004_worker's chain: trainable scale 'pre', 6 x one frozen 1024 x 1024 weight, a head
+
+
+def _chain_inventory() -> Inventory:
+    return Inventory(name="chain", tensors=[TensorSpec("pre.weight", (1024,))]
+                     + [TensorSpec(f"layers.{i}.w", (1024, 1024), trainable=False) for i in range(CHAIN)]
+                     + [TensorSpec("head.weight", (8, 1024)), TensorSpec("head.bias", (8,))])
+
+
+def _chain_m004(cfg: dict) -> list:
+    loaded = parse_text(json.dumps(cfg), "chain.json")
+    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_chain_inventory(),
+                       select={"M004"})
+
+
+@pytest.fixture(scope="module")
+def chain_runs(tmp_path_factory):
+    if not _aio_ok():
+        pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
+    from advisor.engine.measure import run_process_group
+    base = tmp_path_factory.mktemp("m004_chain")
+    bad = _chain_m004(_m004_config("/nvme", 2))
+    assert [(f.severity, f.data["module"], f.data["held"], f.data["partitions"]) for f in bad] == \
+        [("error", "layers.2", 2, CHAIN)], [f.to_dict() for f in bad]
+    assert "'Not enough buffers 0 for swapping 1'" in bad[0].message
+    fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
+    res = {"fix": fix}
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    procs = {}
+    for cid, bc in (("two_buffers", 2), ("fixed", fix)):  # both at once: each waits mostly on I/O
+        nv = base / f"nvme_{cid}"
+        nv.mkdir()
+        job, out = base / f"{cid}.json", base / f"{cid}.out.json"
+        job.write_text(json.dumps({"config": _m004_config(str(nv), bc), "steps": 3, "chain": CHAIN}))
+        procs[cid] = (job, out)
+    import concurrent.futures as cf
+
+    def run(cid):
+        job, out = procs[cid]
+        with open(base / f"{cid}.log", "w") as fh:
+            rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(job), str(out)], 1500,
+                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
+        assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
+        return json.loads(out.read_text())
+
+    with cf.ThreadPoolExecutor(2) as ex:
+        for cid, rec in zip(procs, ex.map(run, procs)):
+            res[cid] = rec
+    return res
+
+
+def test_engine_runs_out_of_buffers_held_for_reuse(chain_runs):
+    d = chain_runs["two_buffers"]
+    assert "error" in d, "DeepSpeed ran 6 reused NVMe partitions through 2 swap buffers"
+    # step 1 records the trace and releases every module; step 2 keeps them for backward
+    assert d["steps_done"] == 1, d
+    assert "Not enough buffers 0 for swapping 1" in d["error"], d.get("traceback")
+
+
+def test_engine_trains_with_m004s_held_buffer_count(chain_runs):
+    assert chain_runs["fix"] == CHAIN
+    d = chain_runs["fixed"]
+    assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
+    assert d["steps_done"] == 3
+    assert _chain_m004(_m004_config("/nvme", CHAIN)) == []
