@@ -10,9 +10,17 @@ capacity (pinned buffers count: DeepSpeed page-locks offload and swap buffers).
 Anti-pattern: ZeRO-2 for a 32B model on 8 x 141 GB GPUs: every rank keeps a full bf16 copy of
 the parameters (65.5 GB) plus its share of master weights, moments and gradients (~74 GB).
 
-Fix: shard more (ZeRO-3, or more ranks), offload optimizer state or parameters to host or NVMe,
-use activation checkpointing or a smaller micro-batch, or shrink buffers (reduce_bucket_size,
-offload buffer_size/buffer_count, sub_group_size). ``ds-advisor generate`` searches these.
+Fix: computed, not generic (``advisor/views/fixes.py``). Each single change that could help the
+short tier is re-estimated with the same fit (ledger, activations, timeline, runtime overhead):
+for the accelerator, offloading only the optimizer, the optimizer to NVMe (ZeRO-3 with an
+``nvme_path``), each higher stage (never from stage 3), the parameters to host, half the
+micro-batch with twice the accumulation, activation checkpointing, another node's ranks; for
+host memory, the optimizer to NVMe, the parameters back on the accelerator or to NVMe, fewer ranks
+per node (never ``pin_memory``: pinned or not, it is host memory). The fix lists the changes that
+then fit, with their need, bytes moved per step and (with ``--hardware``) step time, says when
+activations are most of the peak, and ``data.set`` holds the first fitting config change as
+``--set`` strings; ``data.candidates`` has every one tried. ``ds-advisor generate`` searches
+combinations when no single change fits.
 """
 
 from __future__ import annotations

@@ -464,6 +464,52 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
     return out
 
 
+def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None = None) -> Finding:
+    """M100 finding ``f`` with its fix computed (:func:`advisor.views.fixes.fit_candidates`): the
+    single changes that make ``f``'s tier fit when re-estimated (another tier, e.g. the load
+    phase's host memory, has its own finding), fastest first (with a hardware spec;
+    else the fewest bytes moved), each with its need, step time and bytes moved per step; the
+    first config change's ``--set`` strings in ``data["set"]``, every candidate in
+    ``data["candidates"]``. Says when activations are most of an accelerator peak."""
+    tier, need = f.data.get("tier"), f.data.get("need") or 0
+    mine = [c for c in candidates if tier in c.verdicts]
+    fits = [c for c in mine if c.verdicts[tier] == "fits"]
+    why = ""
+    if tier == "accelerator" and acts is not None and need and acts.saved_accelerator >= 0.3 * need:
+        why = (f"activations ({gib(acts.saved_accelerator)} saved for backward) are "
+               f"{100 * acts.saved_accelerator / need:.0f}% of the peak. ")
+
+    def cost(c) -> str:
+        parts = [f"{tier} {gib(c.need[tier])}"]
+        if c.step_time_s is not None:
+            parts.append(f"step {c.step_time_s:.2f} s")
+        parts.append(f"{gib(c.moved_bytes)} moved per step")
+        return f"{c.how} ({c.change}: {', '.join(parts)})"
+
+    if fits:
+        order = "fastest modelled step first" if any(c.step_time_s is not None for c in fits) else \
+            "fewest bytes moved first; give --hardware for step times"
+        tight = [c for c in mine if c.verdicts[tier] == "tight"]
+        fix = (why + f"re-estimated, each of these fits on its own ({order}): "
+               + "; ".join(cost(c) for c in fits[:4]) + ("" if len(fits) <= 4 else f"; {len(fits) - 4} more in data")
+               + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102): "
+                  + "; ".join(cost(c) for c in tight[:2])))
+    else:
+        tight = [c for c in mine if c.verdicts[tier] == "tight"]
+        tried = ", ".join(c.change for c in mine if c.verdicts[tier] != "tight") or "no other single change applies"
+        fix = why + ("re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
+                     "with --runtime-overhead): " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
+                     f"fits (tried: {tried})" if tight else
+                     f"no single change fits when re-estimated (tried: {tried})")
+        fix += ("; `ds-advisor generate` searches combinations of stage, offload, micro-batch and checkpointing"
+                + ("" if tier != "host" else ", or add host memory"))
+    data = dict(f.data, candidates=[c.to_dict() for c in mine])
+    first_set = next((c.set for c in fits if c.set), None)
+    if first_set:
+        data["set"] = first_set
+    return emit(code="M100", severity=f.severity, pointer=f.pointer, message=f.message, fix=fix, data=data)
+
+
 def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
                     workload: Workload, stage: int | None = None,
                     hf: bool = False) -> tuple[ActivationEstimate | None, str]:
@@ -647,6 +693,13 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
                               overhead=overhead, sections={"unsupported": f"{refused[0].code}: {refused[0].message}"})
     pf = plan_fit(plan, capacity, overhead, load=load, hf=hf)
+    short = {f.data.get("tier") for f in pf.findings if f.code == "M100"} & {"accelerator", "host"}
+    if short:  # the M100 fix: candidate changes re-estimated (advisor.views.fixes)
+        from advisor.views.fixes import fit_candidates
+        cands = fit_candidates(plan, capacity or Capacity(), overhead, pf.load, short, fit=plan_fit,
+                               has_activations=pf.activations is not None, hardware=hardware, hf=hf)
+        pf.findings = [computed_fix(f, cands, pf.activations) if f.code == "M100" and f.data.get("tier") in short
+                       else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
     all_findings = list(findings or []) + [f.located(positions, source) for f in pf.findings]
     from advisor.views.checkpoint import checkpoint_view

@@ -1,0 +1,207 @@
+"""Fixes computed from the ledger for a tier that does not fit (M100): candidate changes, each
+re-estimated with the same fit as the plan (:func:`advisor.views.estimate.plan_fit`: ledger,
+activations, step timeline, runtime overhead rows), kept only when the whole plan then fits.
+
+Candidates, one change each (``ds-advisor generate`` searches combinations):
+
+* accelerator short: offload only the optimizer to host (ZeRO-1/2/3; ZeRO-2 from stage 0, where
+  DeepSpeed has no optimizer offload), the optimizer to NVMe (ZeRO-3, where the config names an
+  ``nvme_path``), each higher ZeRO stage (never from stage 3), the parameters to host (ZeRO-3),
+  half the micro-batch with twice the gradient accumulation (the global batch kept), activation
+  checkpointing of every layer (when activations are estimated and none are checkpointed), and
+  another node's worth of data-parallel ranks (``--world-size``; not at ZeRO-0, where sharding
+  nothing changes nothing);
+* host short (per node): the optimizer from host to NVMe, the parameters back on the
+  accelerator or to NVMe, half the ranks per node (``--gpus-per-node``, the same world size on
+  more nodes). Pinned-memory settings (``pin_memory``) are never offered: pinned or pageable,
+  the bytes are host memory;
+* NVMe short: none (more NVMe space per node).
+
+Each candidate carries its ``--set`` strings (config changes, the syntax of
+:mod:`advisor.config.overrides`, applied to the config DeepSpeed receives) and command-line
+flags (launch or workload changes), its per-tier need, the bytes rank 0 moves per step over
+every link (:mod:`advisor.ledger.movement`), and with a hardware spec the modelled step time
+(:mod:`advisor.ledger.steptime`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from advisor.cluster.hardware import Capacity
+    from advisor.cluster.overhead import OverheadSettings
+    from advisor.ledger.timeline import LoadAssumption
+    from advisor.plan import Plan
+
+
+@dataclass
+class FitCandidate:
+    """One re-estimated change. ``need``: tier -> bytes (accelerator per rank, host and NVMe per
+    node); ``moved_bytes``: rank 0's bytes per optimizer step over all links; ``step_time_s``:
+    modelled seconds per step (None without a hardware spec or a sequence length)."""
+
+    change: str
+    set: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    verdict: str = "unknown"
+    #: tier -> that tier's verdict (what a tier's M100 fix judges by; ``verdict`` is the plan's)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    need: dict[str, int] = field(default_factory=dict)
+    moved_bytes: int = 0
+    step_time_s: float | None = None
+
+    @property
+    def how(self) -> str:
+        """What a user types to try it: ``--set K=V`` strings and flags."""
+        return " ".join([f"--set {s}" for s in self.set] + self.flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "set": self.set, "flags": self.flags, "verdict": self.verdict,
+                "verdicts": self.verdicts, "need": self.need, "moved_bytes": self.moved_bytes, "step_time_s": self.step_time_s}
+
+
+def _base_dict(plan: "Plan") -> dict | None:
+    """The config dict DeepSpeed receives (the HF resolution's, else the file's)."""
+    if plan.hf is not None:
+        return plan.hf.config
+    return plan.loaded.data if plan.loaded is not None else None
+
+
+def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]]:
+    ec = plan.config
+    z = ec.zero
+    st = z.stage
+    oo, op = ec.offload_optimizer_effective, ec.offload_param_effective
+    nvme_path = z.offload_param.nvme_path or z.offload_optimizer.nvme_path
+    out: list[tuple[str, list[str]]] = []
+    if "accelerator" in tiers:
+        if oo == "none":
+            if st == 0:
+                out.append(("ZeRO-2 with the optimizer offloaded to host",
+                            ["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"]))
+            else:
+                out.append(("offload the optimizer to host", ["zero_optimization.offload_optimizer.device=cpu"]))
+        if st == 3 and oo != "nvme" and nvme_path:
+            out.append(("the optimizer to NVMe", ["zero_optimization.offload_optimizer.device=nvme",
+                                                  f"zero_optimization.offload_optimizer.nvme_path={nvme_path}"]))
+        for s in range(st + 1, 4):
+            out.append((f"ZeRO stage {s}", [f"zero_optimization.stage={s}"]))
+        if st == 3 and op == "none":
+            out.append(("offload the parameters to host", ["zero_optimization.offload_param.device=cpu"]))
+        mb = ec.train_micro_batch_size_per_gpu
+        if isinstance(mb, int) and mb > 1 and plan.hf is None:
+            from advisor.config.effective import derive_batch
+            ga = derive_batch(ec, plan.cluster.dp_world_size)[2] or 1
+            out.append((f"micro-batch {mb // 2} with gradient accumulation {ga * 2} (the same global batch)"
+                        if mb % 2 == 0 else f"micro-batch {mb // 2}",
+                        [f"train_micro_batch_size_per_gpu={mb // 2}"]
+                        + ([f"gradient_accumulation_steps={ga * 2}"] if mb % 2 == 0 else [])))
+    if "host" in tiers:
+        if st == 3 and oo == "cpu" and nvme_path:
+            out.append(("the optimizer from host to NVMe", ["zero_optimization.offload_optimizer.device=nvme",
+                                                            f"zero_optimization.offload_optimizer.nvme_path={nvme_path}"]))
+        if st == 3 and op == "cpu":
+            out.append(("the parameters back on the accelerator", ["zero_optimization.offload_param.device=none"]))
+            if nvme_path:
+                out.append(("the parameters to NVMe", ["zero_optimization.offload_param.device=nvme",
+                                                       f"zero_optimization.offload_param.nvme_path={nvme_path}"]))
+    return out
+
+
+def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool) -> list[tuple[str, list[str], Any, Any]]:
+    """(words, flags, cluster, workload) for changes outside the config."""
+    cl, wl = plan.cluster, plan.workload
+    out = []
+    if "accelerator" in tiers:
+        if has_activations and wl.checkpointing == "none":
+            out.append(("activation checkpointing of every layer", ["--checkpointing full"], cl,
+                        replace(wl, checkpointing="full")))
+        if plan.config.zero.stage > 0:
+            add = cl.gpus_per_node or cl.world_size
+            w = cl.world_size + add
+            from advisor.config.validation import MAX_WORLD_SIZE
+            if w <= MAX_WORLD_SIZE:
+                out.append((f"{add} more data-parallel ranks (another node)", [f"--world-size {w}"],
+                            replace(cl, world_size=w), wl))
+    if "host" in tiers and cl.gpus_per_node and cl.gpus_per_node > 1:
+        g = cl.gpus_per_node // 2
+        out.append((f"{g} ranks per node (the same ranks on more nodes)", [f"--gpus-per-node {g}"],
+                    replace(cl, gpus_per_node=g), wl))
+    return out
+
+
+def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettings", load: "LoadAssumption",
+                   tiers: set[str], fit: Callable[..., Any], has_activations: bool, hardware: Any = None,
+                   hf: bool = False) -> list[FitCandidate]:
+    """Every candidate for the short ``tiers`` ("accelerator", "host", "nvme"), re-estimated
+    (each with its plan's verdict and every tier's), fastest modelled step first with a hardware
+    spec, else the fewest bytes moved. ``fit`` is :func:`advisor.views.estimate.plan_fit` (passed
+    in: that module calls this one); ``has_activations``: the plan's activations are estimated
+    (activation checkpointing is then a candidate). A candidate DeepSpeed would refuse
+    (:func:`advisor.ledger.state.unsupported_reason`) is left out. Never raises for a plan that
+    :func:`advisor.views.estimate.plan_fit` accepted."""
+    from advisor.config.effective import effective_config
+    from advisor.config.overrides import apply_overrides
+    from advisor.ledger.state import unsupported_reason
+
+    from advisor.config.effective import derive_batch
+
+    def refused(ec, cluster) -> bool:  # DeepSpeed would not start it: not a way out
+        return (unsupported_reason(ec, cluster.dp_world_size) is not None
+                or derive_batch(ec, cluster.dp_world_size)[3] is not None)
+
+    base = _base_dict(plan)
+    trials: list[tuple[FitCandidate, "Plan"]] = []
+    if base is not None:
+        for words, sets in _config_changes(plan, tiers):
+            ec = effective_config(apply_overrides(base, sets))
+            if refused(ec, plan.cluster):
+                continue
+            # a fresh workload: activations_for fills in its micro-batch (from the config when not given)
+            mb = ec.train_micro_batch_size_per_gpu if any(x.startswith("train_micro_batch_size_per_gpu=")
+                                                          for x in sets) else plan.workload.micro_batch
+            trials.append((FitCandidate(words, set=sets),
+                           replace(plan, config=ec, written=None, derived={},
+                                   workload=replace(plan.workload, micro_batch=mb))))
+    for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations):
+        ec, sets = plan.config, []
+        tb, mb, _, err = derive_batch(ec, cl.dp_world_size)
+        if err is not None and base is not None and tb and mb and tb % (mb * cl.dp_world_size) == 0:
+            # more ranks with train_batch_size fixed: DeepSpeed needs the accumulation that keeps it
+            sets = [f"gradient_accumulation_steps={tb // (mb * cl.dp_world_size)}"]
+            ec = effective_config(apply_overrides(base, sets))
+        if refused(ec, cl):
+            continue
+        trials.append((FitCandidate(words, set=sets, flags=flags),
+                       replace(plan, config=ec, written=None if sets else plan.written, cluster=cl,
+                               workload=replace(wl), derived={})))
+    out = []
+    for cand, p in trials:
+        pf = fit(p, capacity, overhead, load=load, hf=hf)
+        cand.verdict = pf.verdict
+        cand.need = {r.tier: r.need for r in pf.rows}
+        cand.verdicts = {r.tier: r.verdict for r in pf.rows}
+        cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
+        out.append(cand)
+    out.sort(key=lambda c: (c.step_time_s if c.step_time_s is not None else float("inf"), c.moved_bytes))
+    return out
+
+
+def _costs(plan: "Plan", hardware: Any, acts: Any) -> tuple[int, float | None]:
+    """(rank 0's bytes moved per step over all links, modelled step seconds or None)."""
+    from advisor.ledger.movement import movement_roles
+
+    if plan.cluster.model_parallel:
+        return 0, None  # movement and step time are the first stage's: not compared here
+    roles = movement_roles(plan, hardware, activations=acts)
+    moved = sum(m.bytes for m in roles[0][1]) if roles else 0
+    seq = plan.workload.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
+    if hardware is None or not seq:
+        return moved, None
+    from advisor.ledger import steptime as stm
+    st = stm.step_time(plan, hardware, seq_len=int(seq),
+                       recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0,
+                       movements=roles[0][1] if roles else [])
+    return moved, st.total
