@@ -102,10 +102,12 @@ def test_partition_activations_divides_the_kept_inputs_over_tensor_parallel():
 
 def test_cpu_checkpointing_moves_kept_inputs_to_host():
     # without partitioning, the async offload engine keeps the newest checkpoint on the
-    # accelerator (_get_cpu_offload_engine, _ActivationOffloadEngine(keep_last_count=1))
+    # accelerator (_get_cpu_offload_engine, _ActivationOffloadEngine(keep_last_count=1)) and
+    # copies the other two to host; the second one's GPU tensor stays in the forward stash
+    # (max_fwd_stash_count=2: _reap_forward_stash drops ids <= newest - 2) until its backward
     e = estimate_activations(META, ActivationInputs(128, 2, checkpointing="full", cpu_checkpointing=True))
     assert e.saved_host == 2 * INP
-    assert e.saved_accelerator == INP + e.loss_head
+    assert e.saved_accelerator == 2 * INP + e.loss_head
     sync = estimate_activations(META, ActivationInputs(128, 2, checkpointing="full", cpu_checkpointing=True,
                                                       offload_keeps_newest=False))
     assert (sync.saved_host, sync.saved_accelerator) == (3 * INP, sync.loss_head)

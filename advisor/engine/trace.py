@@ -483,7 +483,7 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
     if x.tensor_parallel > 1 or x.pipeline_parallel > 1 or x.sequence_parallel or getattr(x, "ulysses", 1) > 1:
         raise TraceUnavailable("--activations trace measures one rank of the whole model: no tensor, pipeline or "
                                "sequence parallelism; use --activations formula")
-    from advisor.model.activations import cpu_checkpoint_traffic, parse_checkpointing
+    from advisor.model.activations import ASYNC_OFFLOAD_ON_ACCELERATOR, cpu_checkpoint_traffic, parse_checkpointing
 
     dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
     mode, k = parse_checkpointing(x.checkpointing, int(meta.get("num_layers") or 0) or None)
@@ -498,7 +498,8 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         overlapped = x.offload_keeps_newest and not x.partition_activations
         n = tr.layers_total - (1 if overlapped else 0)
         host = tr.per_layer[-1] * n
-        saved -= host
+        # the async engine's forward stash keeps the last input copied out on the accelerator too
+        saved -= tr.per_layer[-1] * (max(0, tr.layers_total - ASYNC_OFFLOAD_ON_ACCELERATOR) if overlapped else n)
         traffic = cpu_checkpoint_traffic(tr.layers_total, tr.per_layer[-1], overlapped)
     try:
         frac = estimate_activations(meta, x).recompute_flops_fraction

@@ -64,7 +64,8 @@ as DeepSpeed 0.19.8 implements it (checkpointing.py, line numbers of 0.19.8):
   :276-313): one layer input on top of the recompute.
 * ``cpu_checkpointing``: with partitioning, the partitions go to host memory (:403, :436);
   without, on an accelerator with streams, the async offload engine keeps the newest checkpoint
-  on the accelerator and moves the others (``_get_cpu_offload_engine`` :498-511, 
+  on the accelerator and copies the others to host, the last of them also still held on the
+  accelerator by its forward stash (``max_fwd_stash_count=2``) until its backward (``_get_cpu_offload_engine`` :498-511, 
   ``_ActivationOffloadEngine(keep_last_count=1)``, ``offload_activations.py:offload_input``);
   on a synchronized device, all of them (``copy_to_device(..., cpu)`` :613-614). Before a
   recompute the input comes back to the accelerator (one layer input on top).
@@ -382,6 +383,13 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     return terms
 
 
+#: Checkpointed inputs the async offload engine leaves on the accelerator at the end of forward:
+#: the newest (``keep_last_count=1``) and the last one copied out, still referenced by the forward
+#: stash until its backward (``max_fwd_stash_count=2``; :func:`cpu_checkpoint_traffic`). The
+#: host holds a copy of every input but the newest.
+ASYNC_OFFLOAD_ON_ACCELERATOR = 2
+
+
 def cpu_checkpoint_traffic(inputs: int, piece: int, async_engine: bool) -> tuple[int, int]:
     """``cpu_checkpointing``'s PCIe bytes per micro-batch, (device -> host in forward, host ->
     device in backward), for ``inputs`` checkpointed layer inputs of ``piece`` bytes each (the
@@ -496,9 +504,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             host_out, host_in = cpu_checkpoint_traffic(k, piece, async_engine)
             if x.partition_activations or not x.offload_keeps_newest:
                 saved_host, kept = kept, 0
-            else:  # the async offload engine keeps the newest checkpoint on the accelerator
-                acc_keep = min(kept, inp)
-                saved_host, kept = kept - acc_keep, acc_keep
+            else:  # the async offload engine: see cpu_checkpoint_traffic
+                saved_host, kept = max(0, kept - inp), min(kept, ASYNC_OFFLOAD_ON_ACCELERATOR * inp)
         if x.attention == "eager":
             # transformers hands the checkpointed layers its 4-D attention mask (model dtype, b x
             # 1 x s x s, one tensor shared by all layers): the checkpoint keeps it alive; Gemma 2
