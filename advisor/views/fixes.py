@@ -140,17 +140,18 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     spec, else the fewest bytes moved. ``fit`` is :func:`advisor.views.estimate.plan_fit` (passed
     in: that module calls this one); ``has_activations``: the plan's activations are estimated
     (activation checkpointing is then a candidate). A candidate DeepSpeed would refuse
-    (:func:`advisor.ledger.state.unsupported_reason`) is left out. Never raises for a plan that
+    (:func:`advisor.ledger.state.unsupported_reason`, or a batch triple it asserts on where the
+    plan's own is consistent) is left out. Never raises for a plan that
     :func:`advisor.views.estimate.plan_fit` accepted."""
-    from advisor.config.effective import effective_config
+    from advisor.config.effective import derive_batch, effective_config
     from advisor.config.overrides import apply_overrides
     from advisor.ledger.state import unsupported_reason
 
-    from advisor.config.effective import derive_batch
+    batch_ok = derive_batch(plan.config, plan.cluster.dp_world_size)[3] is None
 
     def refused(ec, cluster) -> bool:  # DeepSpeed would not start it: not a way out
         return (unsupported_reason(ec, cluster.dp_world_size) is not None
-                or derive_batch(ec, cluster.dp_world_size)[3] is not None)
+                or (batch_ok and derive_batch(ec, cluster.dp_world_size)[3] is not None))
 
     base = _base_dict(plan)
     trials: list[tuple[FitCandidate, "Plan"]] = []
