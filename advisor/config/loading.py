@@ -197,11 +197,6 @@ def parse_text(text: str, source: str) -> LoadedConfig:
             at = at.rsplit("/", 1)[0]
         line, col = positions.get(at, (None, None))
         raise ConfigLoadError(source, f"{bad}: non-finite number (NaN or Infinity); give a finite value", line, col)
-    from advisor.config.validation import batch_limit_problem
-    over = batch_limit_problem(data)
-    if over is not None:  # a documented input limit (advisor.config.validation.BATCH_KEYS)
-        line, col = positions.get("/" + over[0], (None, None))
-        raise ConfigLoadError(source, over[1], line, col)
     return LoadedConfig(source=source, data=data, positions=positions, text=text)
 
 

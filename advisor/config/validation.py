@@ -31,9 +31,9 @@ MAX_NODES = 1 << 16
 MAX_GPUS_PER_NODE = 1 << 10
 #: Largest --global-batch (sequences per step; generate factors it, in O(sqrt) time).
 MAX_GLOBAL_BATCH = 1 << 40
-#: The batch-size keys of a DeepSpeed config; each is at most :data:`MAX_GLOBAL_BATCH` (a documented
-#: limit of every command, not DeepSpeed's: DeepSpeed 0.19.8 takes 1e30 as a micro-batch at
-#: config time and fails in its data loader or runs out of memory; the estimate of it is noise).
+#: The batch-size keys of a DeepSpeed config; each is at most :data:`MAX_GLOBAL_BATCH` (ds-advisor's
+#: documented bound, not DeepSpeed's: 0.19.8 takes 1e30 as a micro-batch at config time and fails
+#: in its data loader; rule B002 reports it in a file, ``--set`` refuses it as exit 2).
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 #: Longest echo of a bad value in a message.
 MAX_ECHO = 60
