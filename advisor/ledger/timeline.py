@@ -206,10 +206,11 @@ def stepped_groups(ledger: Ledger) -> int:
     :func:`advisor.ledger.state.zero12_groups_stepped_apart` accepts (without model
     parallelism, whose groups are per stage); 0 otherwise (one step instant for every group)."""
     plan = ledger.plan
-    if plan.cluster.model_parallel or plan.config.zero.stage not in (1, 2):
+    # the cheap tests first: Inventory.groups() walks every tensor (generate asks for many plans)
+    if plan.cluster.model_parallel or not zero12_groups_stepped_apart(plan.config, ledger.wrapper, 2):
         return 0
-    ng = len(plan.inventory.groups())
-    return ng if zero12_groups_stepped_apart(plan.config, ledger.wrapper, ng) else 0
+    ng = len(placement_of(plan).zero12)
+    return ng if ng > 1 else 0
 
 
 def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
