@@ -198,6 +198,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         type=click.IntRange(min=1), default=1, show_default=True,
         help="MoE expert parallelism (DeepSpeed ep_size): experts split over it, their ZeRO over the "
              "expert-data-parallel group.")),
+    "moe_capacity_factor": (("--moe-capacity-factor",), dict(
+        type=FiniteFloat(min=0, min_open=True, max=1e6), default=None,
+        help="MoE through DeepSpeed's MoE layer (deepspeed.moe.layer.MoE capacity_factor): each expert gets "
+             "max(ceil(tokens / experts x factor x top-k), min_capacity 4) slots (moe/sharded_moe.py:_capacity). "
+             "Default: dropless routing, as transformers' MoE blocks do it (the config's workload sidecar, else none).")),
     "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")),
     "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1),
                                              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
@@ -303,7 +308,7 @@ for _n, _d in (("checkpointing", "none"), ("attention", "flash")):
 #: Option groups: the model, the cluster's shape, model parallelism, the workload, capacities.
 MODEL_OPTIONS = ("model", "params")
 PARALLEL_OPTIONS = ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "megatron_sp", "expert_parallel")
-WORKLOAD_OPTIONS = ("seq_len", "micro_batch", "checkpointing", "attention")
+WORKLOAD_OPTIONS = ("seq_len", "micro_batch", "checkpointing", "attention", "moe_capacity_factor")
 CAPACITY_OPTIONS = ("gpu_memory", "host_memory", "nvme_capacity")
 
 
@@ -387,6 +392,7 @@ class EstimateArgs:
     micro_batch: int | None
     checkpointing: str
     attention: str
+    moe_capacity_factor: float | None
     activations: str
     gpu_memory: str | None
     host_memory: str | None
@@ -541,7 +547,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
-    workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations)
+    workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations,
+                        moe_capacity_factor=v["moe_capacity_factor"])
     lint_cluster = cluster if lint_sp == sp else replace(cluster, sequence_parallel=lint_sp)
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
         from advisor.views.lint import lint_accelerate
@@ -1014,8 +1021,8 @@ def run() -> None:
 @_release_option
 @display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
-          megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, gpu_memory, host_memory,
-          runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, fmt, quiet):
+          megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, moe_capacity_factor, gpu_memory,
+          host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1060,7 +1067,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     wl = _workload(config, SimpleNamespace(
         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
         megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
-        checkpointing=checkpointing, attention=attention))
+        checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor))
     _check_checkpointing(wl, inv)
     result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,

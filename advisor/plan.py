@@ -89,6 +89,9 @@ class Workload:
     #: ``formula`` (advisor.model.activations, no torch) or ``trace`` (advisor.engine.trace:
     #: transformers' own model on fake tensors; needs torch and transformers).
     activations: str = "formula"
+    #: DeepSpeed MoE capacity factor (``deepspeed.moe.layer.MoE``; None: dropless routing, as
+    #: transformers does it): advisor.model.activations.moe_capacity.
+    moe_capacity_factor: float | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,20 @@ checked term by term against the trace of transformers' own models
   MLP (GPT-2, BLOOM) the activation's tensors and the second linear's input. SiLU/GELU save one
   tensor, GPT-2's ``gelu_new`` four (:data:`ACTIVATION_SAVED`). MoE: transformers' grouped_mm
   experts: each token's k routed copies (D sbk h), their MLPs, their outputs, the router's fp32
-  softmax (4 sb E) and index/weight tensors, plus shared experts.
+  softmax (4 sb E) and index/weight tensors, plus shared experts. DeepSpeed's MoE layer
+  (``deepspeed.moe.layer.MoE``, ``moe_capacity_factor`` given: :func:`moe_capacity`) instead
+  dispatches into a fixed (E, C, h) buffer of C = max(ceil(S / E x capacity_factor x k),
+  min_capacity) slots per expert, S = the rank's s b tokens (``moe/sharded_moe.py`` of 0.19.8:
+  ``_capacity`` :152-162; ``top1gating`` :232 capacity_factor, ``top2gating`` :364
+  capacity_factor x 2, ``topkgating`` :446 capacity_factor x k; ``MoE.__init__``
+  ``moe/layer.py`` :44-46 defaults capacity_factor 1.0, min_capacity 4): the experts' linears
+  save all E x C slots (padding included: ``_sparse_encode`` :185-200 fills empty slots with a
+  zero row), split over the tensor-parallel ranks by ``drop_tokens`` along C (``MOELayer.forward``
+  :698, ``mappings.py:_drop_tokens`` asserts C % tp == 0); ``_sparse_decode`` :203-213 saves
+  each route's gathered output (k s b h, model dtype) and its fp32 gate for the weighted sum;
+  the gate (``TopKGate.forward`` :566-570) saves the fp32 copy of its input (4 sbh) and its
+  softmax (4 sbE); the route slots (int64) are saved by the gathers. After the all-to-all over
+  ``ep_size`` ranks a rank runs E / ep experts on ep x C slots each: the same E x C slots.
 * Dropout (probabilities from config.json: GPT-2 ``attn_pdrop``/``resid_pdrop``/``embd_pdrop``
   default 0.1): a mask per residual dropout (2 per layer) and on the embedding, 1 byte per
   element (CUDA ``native_dropout``: bool); eager attention dropout keeps its mask (b a s^2).
@@ -180,6 +193,12 @@ class ActivationInputs:
     #: DeepSpeed-Ulysses sequence_parallel_size: each rank holds s / sp of the sequence outside
     #: attention and a / sp of the heads inside it (all-to-all), so every term divides by sp.
     ulysses: int = 1
+    #: DeepSpeed MoE (``deepspeed.moe.layer.MoE``) capacity factor: routed tokens go into a
+    #: fixed buffer of :func:`moe_capacity` slots per expert. None: dropless routing as
+    #: transformers' MoE blocks do it (each token's k routed copies).
+    moe_capacity_factor: float | None = None
+    #: DeepSpeed MoE ``min_capacity`` (moe/layer.py MoE.__init__ default 4).
+    moe_min_capacity: int = 4
     #: Kernel conventions: bytes per dropout-mask element (CUDA native_dropout: bool, 1; the
     #: CPU kernel: the model dtype) and per LayerNorm mean/rstd element (CUDA: fp32, 4).
     dropout_mask_bytes: int = 1
@@ -295,9 +314,21 @@ def norm_bytes(meta: dict[str, Any], n: int, rows: int, D: int, stat_bytes: int 
     return 4 * n + 4 * rows + D * n
 
 
+def moe_capacity(tokens: int, num_experts: int, k: int, capacity_factor: float, min_capacity: int = 4) -> int:
+    """Slots per expert in DeepSpeed's dispatch buffer (tokens): max(ceil(tokens / num_experts x
+    capacity_factor x k), min_capacity), ``deepspeed/moe/sharded_moe.py:_capacity`` (0.19.8
+    :152-162) as ``top1gating`` (:232, factor x 1), ``top2gating`` (:364, x 2) and
+    ``topkgating`` (:446, x k) call it with ``drop_tokens=True``. ``tokens``: the rank's tokens
+    entering the gate (s x b). Raises ValueError for a non-positive factor or expert count."""
+    if num_experts < 1 or k < 1 or not capacity_factor > 0:
+        raise ValueError("moe_capacity needs num_experts >= 1, k >= 1 and capacity_factor > 0")
+    return max(math.ceil((tokens / num_experts) * (capacity_factor * k)), int(min_capacity))
+
+
 def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attention, t: int = 1,
                 sp: bool = False, moe: bool | None = None, mask_bytes: int = 1,
-                stat_bytes: int = 4, selective: bool = False) -> dict[str, int]:
+                stat_bytes: int = 4, selective: bool = False, capacity_factor: float | None = None,
+                min_capacity: int = 4) -> dict[str, int]:
     """Saved-activation bytes of one transformer layer by term (see module docstring).
 
     ``meta``: architecture (hidden_size, num_heads, num_kv_heads, head_dim, intermediate_size,
@@ -308,6 +339,8 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     CPU kernel keeps it in the model dtype). ``stat_bytes``: LayerNorm mean/rstd element (CUDA 4).
     ``selective``: Megatron's selective recompute -- the attention core keeps only its inputs
     q, k, v (at their own heads) and hands its output on; its internals are recomputed.
+    ``capacity_factor`` / ``min_capacity``: DeepSpeed MoE's fixed-capacity dispatch
+    (:func:`moe_capacity`); None: dropless routing (transformers).
     Raises KeyError naming the missing architecture field.
     """
     h = int(meta["hidden_size"])
@@ -371,7 +404,15 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
         # transformers' grouped_mm experts (integrations/moe.py): the routed copies of the
         # tokens, each expert's MLP, its output (saved for the routing-weight multiply); the
         # router: fp32 softmax over experts, top-k weights and indices, sort permutation
-        terms["mlp"] = (D * tk * (2 * h + per_f * fe)) // t + 4 * s * b * experts + 4 * s * b + 40 * tk + 4 * experts
+        if capacity_factor is None:
+            terms["mlp"] = (D * tk * (2 * h + per_f * fe)) // t + 4 * s * b * experts + 4 * s * b + 40 * tk + 4 * experts
+        else:
+            # DeepSpeed MoE: E x C slots through the experts (split along C by drop_tokens under
+            # TP), each route's gathered output and fp32 gate, the gate's fp32 input and softmax,
+            # the int64 route slots (see the module docstring)
+            slots = experts * moe_capacity(s * b, experts, k, capacity_factor, min_capacity)
+            terms["mlp"] = (D * slots * (h + per_f * fe) // t + (D * h + 4 + 8) * tk // rs
+                            + 4 * n_sh // rs + 4 * s * b * experts // rs)
         n_shared = int(_m(meta, "num_shared_experts", default=0) or 0)
         if n_shared:
             fs = int(_m(meta, "shared_expert_intermediate_size", default=fe * n_shared))
@@ -429,10 +470,11 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     dense_first = int(_m(meta, "first_dense_layers", default=0) or 0)
     moe = int(_m(meta, "num_experts", default=0) or 0) > 0
     kern = {"mask_bytes": x.dropout_mask_bytes, "stat_bytes": x.norm_stat_bytes}
+    moe_kw = {"capacity_factor": x.moe_capacity_factor, "min_capacity": x.moe_min_capacity}
     dense = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False, **kern)
     per_dense = sum(dense.values())
     if moe:
-        mt = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=True, **kern)
+        mt = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=True, **kern, **moe_kw)
         per_moe = sum(mt.values())
         n_dense, n_moe = dense_first, L - dense_first
     else:
@@ -465,6 +507,14 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         loss_saved = loss_spike = loss_backward_spike = 0
     mode, k = parse_checkpointing(x.checkpointing, layers_on_rank)
     notes: list[str] = []
+    if moe and x.moe_capacity_factor is not None and t > 1:
+        n_exp = int(meta["num_experts"])
+        cap = moe_capacity(s * b, n_exp, int(_m(meta, "experts_per_token", default=1)), x.moe_capacity_factor,
+                           x.moe_min_capacity)
+        if cap % t:
+            notes.append(f"DeepSpeed MoE capacity {cap} slots per expert is not divisible by tensor parallel {t}: "
+                         f"drop_tokens asserts \"input dimension 1 ({cap}) is not divisible by tensor parallel world "
+                         "size\" (moe/mappings.py:_drop_tokens)")
     # recompute adds forward FLOPs: F_fwd(recomputed) / (3 x F_fwd(all)), per token (rough,
     # Narayanan et al. 2021: 24 h^2 + 4 s h per layer, the 4 s h being the attention core)
     layer_flops = 24 * h * h + 4 * s * h

@@ -685,7 +685,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     # the one plan of this command (with hf: the same HF Trainer resolution as estimate --hf)
     accelerate = config_input is not None and config_input.launch is not None
     plan = build_plan(loaded, inventory, cluster, hf=hf and not accelerate, trainer_args=None if accelerate else trainer_args,
-                      workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"]))
+                      workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
+                                        moe_capacity_factor=v.get("moe_capacity_factor")))
     ec = plan.config
     if accelerate:
         from advisor.views.lint import lint_accelerate

@@ -540,7 +540,8 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         stage=stage, micro_batches=_micro_batches(ec, cluster),
         partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")),
         contiguous_memory_optimization=bool(ac.get("contiguous_memory_optimization")),
-        number_checkpoints=_int_or_none(ac.get("number_checkpoints")), deepspeed_checkpointing=not hf)
+        number_checkpoints=_int_or_none(ac.get("number_checkpoints")), deepspeed_checkpointing=not hf,
+        moe_capacity_factor=workload.moe_capacity_factor)
     notes = []
     if workload.checkpointing != "none" and ac and hf:
         notes.append("activation_checkpointing section not applied: HF gradient checkpointing (torch.utils.checkpoint) "

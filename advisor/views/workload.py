@@ -28,7 +28,7 @@ from advisor.errors import ConfigLoadError
 FIELDS: dict[str, tuple[type, Any]] = {
     "seq_len": (int, None), "micro_batch": (int, None), "checkpointing": (str, "none"), "attention": (str, "flash"),
     "tensor_parallel": (int, 1), "pipeline_parallel": (int, 1), "sequence_parallel": (int, None),
-    "expert_parallel": (int, 1), "megatron_sp": (bool, False),
+    "expert_parallel": (int, 1), "megatron_sp": (bool, False), "moe_capacity_factor": (float, None),
 }
 _CHOICES = {"checkpointing": ("none", "full", "selective"), "attention": ("flash", "eager")}
 
@@ -76,7 +76,11 @@ def read_sidecar(path: str) -> dict[str, Any]:
         if k not in d or d[k] is None:
             continue
         v = d[k]
+        if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
         ok = isinstance(v, typ) and (typ is bool or not isinstance(v, bool))
+        if typ is float and ok and not (0 < v < float("inf")):
+            ok = False
         if k == "checkpointing" and ok and v.isdigit() and int(v) > 0:
             out[k] = str(int(v))  # k of L layers checkpointed (advisor.model.activations.parse_checkpointing)
             continue
