@@ -1170,11 +1170,15 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @_opt("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
 @_opt("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
+@_opt("--model-parallel", "model_parallel", is_flag=True,
+      help="Search tensor x pipeline parallel layouts too (Megatron-DeepSpeed: TP within a node dividing the "
+           "heads, KV heads and MLP width; PP dividing the layers; ZeRO-0/1 with PP; Megatron SP with TP), ranked "
+           "by the same step time (TP all-reduces, stage sends, the 1F1B bubble).")
 @format_option("generate")
 @_release_option
 @display_options("units", "color")
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin,
-             runtime_overhead, fragmentation, optimizer, precision, top, fmt):
+             runtime_overhead, fragmentation, optimizer, precision, top, model_parallel, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
     fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
     when `estimate` says "fits" for it (the timeline peak plus the runtime overhead rows; "tight"
@@ -1210,7 +1214,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if hw.accelerator is None:
         raise _fail(f"--hardware {hardware}: no accelerator in the spec")
     req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
-                      optimizer=optimizer, precision=precision, hf=hf, overhead=ovh)
+                      optimizer=optimizer, precision=precision, hf=hf, overhead=ovh, model_parallel=model_parallel)
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:
@@ -1231,8 +1235,8 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
             b = res.best
             # what the plan assumed, for check / estimate to read back (advisor.views.workload)
             side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
-                                          "attention": "flash", "tensor_parallel": 1, "pipeline_parallel": 1,
-                                          "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": False},
+                                          "attention": "flash", "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
+                                          "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": b.tp > 1},
                                  force=force)
         except FileExistsError as e:
             raise _fail(str(e))

@@ -46,6 +46,27 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   buffer. Stage 2 and 3 reduce on every micro-step; stage 3 skips the backward all-gather when
   parameters stay gathered between forward and backward (``stage3_max_reuse_distance`` >= about
   twice the non-persistent parameter count, reference 4.5).
+* Tensor parallelism t (Megatron, Shoeybi et al. 2019 section 3 Fig. 3-4; Narayanan et al.,
+  "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC'21,
+  section 2.3 / 3.2: "two all-reduce operations in the forward pass and two in the backward
+  pass" per transformer layer): each layer all-reduces an activation of b x s x h elements
+  (the attention and the MLP outputs, the g operator) in forward and their input gradients
+  (the f operator) in backward: per rank 4 x 2 (t-1)/t x b s h x D bytes per layer and
+  micro-batch on a ring. Megatron sequence parallelism replaces each all-reduce by an
+  all-gather plus a reduce-scatter of the same tensor (Korthikanti et al. 2022, arXiv:2205.05198,
+  section 4.2.2: "the same communication bandwidth"): the same bytes. A checkpointed layer runs
+  its forward again in backward: 2 more all-reduces. Within a node (Megatron places the
+  tensor-parallel ranks on one node): the peer link. The vocab-parallel embedding's and the
+  output layer's all-reduces (one each per micro-batch) are left out.
+* Pipeline parallelism (DeepSpeed ``runtime/pipe/engine.py``): each stage but the last sends its
+  output activation (b x s x h x D) per micro-batch, each but the first the input gradient
+  back (``_exec_send_activations`` / ``_exec_send_grads``, ``p2p.send``). With tensor
+  parallelism the PipelineEngine sends a 1/t partition (``pipe_partitioned`` and
+  ``grad_partitioned``, on by default: ``runtime/config.py`` :279-280, ``engine.py`` :137-138,
+  :732-745 ``PartitionedTensor``) and the receiver all-gathers it over the tensor-parallel group
+  (``runtime/utils.py`` ``PartitionedTensor.full``: ``all_gather_into_tensor``). Under the model
+  parallel movements every ZeRO collective and offload copy is the stage's tensor-parallel shard
+  (:func:`advisor.model.parallel.shard`), over the ZeRO group.
 * Activation checkpoints moved to host (``activation_checkpointing.cpu_checkpointing``, acting
   through ``deepspeed.checkpointing.checkpoint``): from the activation ledger
   (:class:`advisor.model.activations.ActivationEstimate` ``host_offload_bytes`` /
@@ -109,6 +130,12 @@ class Movement:
     tier: str | None = None
     seconds: float | None = None
     first_step_bytes: int | None = None
+    #: The process group: data_parallel (ZeRO's collectives, offload copies), tensor_parallel,
+    #: pipeline_parallel (stage-to-stage sends).
+    group: str = "data_parallel"
+    #: Network movements only: True within one node (the peer link), False across nodes (the
+    #: NIC share); None: decided from the job's shape (data-parallel collectives).
+    intra_node: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +157,15 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
     if ac.get("cpu_checkpointing") is True and activations is None:
         out.append("activation checkpoints copied to host (cpu_checkpointing): needs activation shapes, not counted")
     out.append("input batches, logits and loss scalars; NCCL protocol overheads; first-iteration fetches")
+    cl = plan.cluster
+    if cl.tensor_parallel > 1:
+        out.append("tensor parallelism: the vocab-parallel embedding's and the output layer's all-reduces (one each "
+                   "per micro-batch) and the cross-entropy's small all-reduces")
+    if (cl.tensor_parallel > 1 or cl.pipeline_parallel > 1) and not plan.workload.seq_len:
+        out.append("tensor/pipeline-parallel activation traffic: needs the sequence length (--seq-len)")
+    if cl.expert_parallel > 1:
+        out.append("expert parallelism: the MoE all-to-alls, and the expert parameters' ZeRO collectives over the "
+                   "expert-data-parallel group (counted over the whole ZeRO group)")
     if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, plan.cluster.dp_world_size) > 1:
         out.append("ZeRO-1/2 offload with gradient accumulation: per-micro-step host accumulation copies are "
                    "approximated (source reading only)")
@@ -175,6 +211,10 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     for hw, ak, roles in memo:  # once per plan, hardware and activations: lint's T rules and estimate share them
         if hw is hardware and ak == akey:
             return roles
+    if plan.cluster.tensor_parallel > 1 or plan.cluster.pipeline_parallel > 1:
+        out = _model_parallel_roles(plan, hardware, akey)
+        memo.append((hardware, akey, out))
+        return out
     terms = _rank_terms(plan)
     by: dict = {}
     for r, k in enumerate(terms):
@@ -188,6 +228,105 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
         out.append((ranks, ms))
     memo.append((hardware, akey, out))
     return out
+
+
+def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple | None = None
+                          ) -> list[tuple[list[int], list[Movement]]]:
+    """:func:`movement_roles` under tensor / pipeline parallelism: per pipeline stage, the ZeRO
+    movements of the stage's tensor-parallel shard over the ZeRO group (a plan of the shard's
+    inventory on zero_world_size ranks), plus :func:`model_parallel_movements`. Ranks are
+    global (``Cluster.coords``: rank = (stage x W_z + z) x t + m)."""
+    from advisor.model.parallel import shard
+    from advisor.plan import Cluster, Plan
+    cl = plan.cluster
+    tp, pp, wz = cl.tensor_parallel, cl.pipeline_parallel, cl.zero_world_size
+    rpn = _ranks_per_node(plan, hardware)
+    out = []
+    for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
+        sub = Plan(plan.config, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
+        extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
+        by: dict = {}
+        for z, k in enumerate(_rank_terms(sub)):
+            by.setdefault(k, []).append(z)
+        for k, zs in by.items():
+            granks = sorted((sh.stage * wz + z) * tp + m for z in zs for m in range(tp))
+            ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
+            ms += [replace(m, rank=granks[0]) for m in extra]
+            if hardware is not None:
+                ms = timed(ms, hardware, ranks_per_node=rpn, world_size=cl.world_size)
+            out.append((granks, ms))
+    out.sort(key=lambda x: x[0][0])
+    return out
+
+
+def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Movement]:
+    """Bytes one rank of pipeline ``stage`` (holding ``layers`` transformer layers) moves per
+    optimizer step for tensor and pipeline parallelism (module docstring): with S = b x s x h x D
+    (micro-batch b, sequence s / Ulysses degree, hidden size h, D the model dtype's bytes) and
+    GA micro-batches per step,
+
+    * tensor parallel t > 1: forward GA x layers x 2 x 2 (t-1)/t x S, backward GA x (layers + k)
+      x 2 x 2 (t-1)/t x S (k checkpointed layers run their forward again), not overlapped;
+    * pipeline p > 1: activations sent to the next stage GA x S / t, gradients to the previous
+      one GA x S / t; with t > 1 each received partition all-gathered, (t-1)/t x S per receive.
+
+    Empty without a sequence length (the workload's) or the model's hidden size."""
+    from advisor.model.activations import parse_checkpointing
+    ec = plan.config
+    cl = plan.cluster
+    wl = plan.workload
+    h = (plan.inventory.meta or {}).get("hidden_size")
+    if not wl.seq_len or not h:
+        return []
+    t, p = cl.tensor_parallel, cl.pipeline_parallel
+    s_loc = -(-int(wl.seq_len) // max(1, cl.sequence_parallel))
+    b = int(wl.micro_batch or ec.train_micro_batch_size_per_gpu or 1)
+    D = DTYPE_BYTES[ec.model_dtype]
+    S = b * s_loc * int(h) * D
+    ga = _grad_accum(ec, cl.dp_world_size)
+    rows: list[Movement] = []
+    msp = cl.megatron_sequence_parallel
+    tp_intra = t <= _ranks_per_node(plan)
+    if t > 1 and layers:
+        mode, k = parse_checkpointing(wl.checkpointing, layers)
+        ck = k if mode in ("full", "layers") else 0
+        f = 2 * (t - 1) / t
+        how = ("all-gather + reduce-scatter (Megatron sequence parallelism: the same bytes as an all-reduce)"
+               if msp else "all-reduce")
+        src = ("Narayanan et al. SC'21 s.2.3 (2 all-reduces forward, 2 backward per layer); "
+               + ("Korthikanti et al. 2022 s.4.2.2 (sequence parallelism: all-gather + reduce-scatter); " if msp else "")
+               + "Megatron megatron/core/tensor_parallel/mappings.py")
+        item = "tp_allgather_reducescatter" if msp else "tp_allreduce"
+        rows.append(Movement(0, NETWORK, "send", "activations", item + "_fwd", int(ga * layers * 2 * f * S), "forward",
+                             False, f"GA {ga} x {layers} layers x 2 {how}s x 2 (t-1)/t x b s h D ({S:,} B)", src,
+                             group="tensor_parallel", intra_node=tp_intra))
+        rows.append(Movement(0, NETWORK, "send", "activations", item + "_bwd", int(ga * (layers + ck) * 2 * f * S),
+                             "backward", False,
+                             f"GA {ga} x ({layers} layers + {ck} recomputed) x 2 {how}s x 2 (t-1)/t x b s h D", src,
+                             group="tensor_parallel", intra_node=tp_intra))
+    if p > 1:
+        # adjacent stages are W_z x t ranks apart: another node when that reaches a node's ranks
+        pp_intra = cl.zero_world_size * t < _ranks_per_node(plan)
+        psrc = ("runtime/pipe/engine.py _exec_send_activations / _exec_send_grads (p2p.send)"
+                + ("; pipe_partitioned / grad_partitioned (runtime/config.py :279-280): PartitionedTensor, 1/t sent"
+                   if t > 1 else ""))
+        part = S // t if t > 1 else S
+        if stage < p - 1:
+            rows.append(Movement(0, NETWORK, "send", "activations", "pp_send_activations", ga * part, "forward", False,
+                                 f"GA {ga} x b s h D{' / t' if t > 1 else ''} to stage {stage + 1}", psrc,
+                                 group="pipeline_parallel", intra_node=pp_intra))
+        if stage > 0:
+            rows.append(Movement(0, NETWORK, "send", "gradients", "pp_send_grads", ga * part, "backward", False,
+                                 f"GA {ga} x b s h D{' / t' if t > 1 else ''} to stage {stage - 1}", psrc,
+                                 group="pipeline_parallel", intra_node=pp_intra))
+        if t > 1:
+            n_recv = (stage > 0) + (stage < p - 1)
+            rows.append(Movement(0, NETWORK, "send", "activations", "pp_partition_allgather",
+                                 int(ga * n_recv * (t - 1) / t * S), "forward", False,
+                                 f"GA {ga} x {n_recv} received partition(s) all-gathered over t: (t-1)/t x b s h D",
+                                 "runtime/utils.py PartitionedTensor.full (all_gather_into_tensor)",
+                                 group="tensor_parallel", intra_node=tp_intra))
+    return rows
 
 
 def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
@@ -412,7 +551,8 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
     """The bandwidth one rank gets for movement ``m``, bytes/s: PCIe = the accelerator's host
     link; NVMe = the tier's read or write bandwidth shared by the node's ranks; network = the
     node's NIC bandwidth shared by its ranks when the job spans nodes, else the intra-node peer
-    link (NVLink/xGMI), else PCIe."""
+    link (NVLink/xGMI), else PCIe; a movement whose ``intra_node`` is set (tensor- and
+    pipeline-parallel traffic) takes the peer link when True, the NIC share when False."""
     if m.link == PCIE:
         return hardware.host_link_bytes_per_s
     if m.link == NVME:
@@ -421,6 +561,8 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
             return None
         bw = t.write_bytes_per_s if m.direction == "write" else t.read_bytes_per_s
         return bw / max(1, ranks_per_node)
+    if m.intra_node is not None:
+        multi_node = not m.intra_node
     if multi_node:
         return (hardware.network_bytes_per_s / max(1, ranks_per_node)) if hardware.network_bytes_per_s else None
     return hardware.peer_bytes_per_s or hardware.host_link_bytes_per_s

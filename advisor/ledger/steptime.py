@@ -13,6 +13,15 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   (fp32 at half of it, TF32), MFU = :data:`MFU` unless the accelerator preset names its own
   (``assumed_mfu``). **recompute** = the activations estimate's fraction x that (one extra
   forward of the checkpointed layers), in the backward window.
+* **model parallelism**: a rank of tensor parallel t, pipeline parallel p and Ulysses degree u
+  computes 1/(t p u) of those FLOPs (each holds 1/t of every layer's weights, 1/p of the layers,
+  s/u of each sequence). The 1F1B schedule leaves a **pipeline bubble** of (p-1)/m of the
+  ideal compute time for m = GA micro-batches per step: (p-1)/(m+p-1) of the pipelined step
+  (Narayanan et al., SC'21, section 2.2.1: t_pb / t_id = (p-1)/m, the same for GPipe and
+  PipeDream-Flush 1F1B), charged on the critical path. The tensor-parallel all-reduces (or
+  Megatron-SP all-gather/reduce-scatter) and the stage-to-stage sends are synchronous movements
+  (:func:`advisor.ledger.movement.model_parallel_movements`): Megatron waits on them between
+  the layer's matmuls.
 * **collectives**: bytes each rank sends (:mod:`advisor.ledger.movement`, the ZeRO paper's
   volumes) over a flat **ring**: a ring all-gather or reduce-scatter of an S-byte buffer over W
   ranks sends (W-1)/W x S per rank and takes (W-1)/W x S / B; an all-reduce is a
@@ -202,7 +211,7 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
     if ec.offload_optimizer_effective not in ("cpu", "nvme"):
         return 0
     W = plan.cluster.zero_world_size
-    inv = plan.inventory
+    inv = _rank_inventory(plan)
     if ec.zero.stage in (1, 2):
         return sum(lay.P for lay in zero12_layouts(ec, inv, W))
     if ec.zero.stage == 3:
@@ -227,11 +236,48 @@ def cpu_adam_bytes_per_element(ec: Any) -> tuple[int, str]:
 
 
 def _tokens_per_rank(plan: "Plan", seq_len: int, global_batch: int | None) -> float:
+    """Tokens of the global batch one data-parallel replica processes per step (G x s / DP)."""
     dp = plan.cluster.dp_world_size
     if global_batch is None:
         tb, mb, ga, _ = derive_batch(plan.config, dp)
         global_batch = tb or (mb or 1) * (ga or 1) * dp
     return global_batch * seq_len / dp
+
+
+def model_parallel_degree(plan: "Plan") -> int:
+    """t x p x u: the ranks one data-parallel replica's FLOPs are divided over (tensor,
+    pipeline, Ulysses sequence parallel)."""
+    cl = plan.cluster
+    return max(1, cl.tensor_parallel) * max(1, cl.pipeline_parallel) * max(1, cl.sequence_parallel)
+
+
+def bubble_fraction(pp: int, micro_batches: int) -> float:
+    """1F1B pipeline bubble as a fraction of the pipelined compute time: (p-1)/(m+p-1)
+    (Narayanan et al., SC'21, s.2.2.1: bubble / ideal = (p-1)/m). 0 for p = 1. Raises
+    ValueError for m < 1."""
+    if micro_batches < 1:
+        raise ValueError("micro_batches must be >= 1")
+    return (pp - 1) / (micro_batches + pp - 1) if pp > 1 else 0.0
+
+
+def step_movements(roles: list, pp: int = 1) -> list[Movement]:
+    """The movements that time the step from :func:`advisor.ledger.movement.movement_roles`: rank
+    0's role, or under pipeline parallelism the role with the most movement seconds (the stages
+    wait on the slowest)."""
+    if not roles:
+        return []
+    if pp > 1:
+        return max((ms for _, ms in roles), key=lambda ms: sum(m.seconds or 0.0 for m in ms))
+    return roles[0][1]
+
+
+def _rank_inventory(plan: "Plan"):
+    """The tensors one rank holds: stage 0's tensor-parallel shard under model parallelism."""
+    cl = plan.cluster
+    if cl.tensor_parallel > 1 or cl.pipeline_parallel > 1 or cl.expert_parallel > 1:
+        from advisor.model.parallel import shard
+        return shard(plan.inventory, cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel)[0].inventory
+    return plan.inventory
 
 
 def _ranks_per_node(plan: "Plan", hardware: "Hardware") -> int:
@@ -265,16 +311,18 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     unknown: list[str] = []
     terms: list[Term] = []
 
-    flops = 6.0 * n_active * tokens
+    mp = model_parallel_degree(plan)
+    flops = 6.0 * n_active * tokens / mp
     rate = peak * mfu if peak else None
     if rate is None:
         unknown.append("compute (no peak FLOP/s in the hardware spec)")
     c_src = "Kaplan et al. 2020 s.2.1 (C ~ 6 N per token, forward + backward)"
     fwd = Term("compute_forward", "compute", "forward", flops * FORWARD_SHARE, "FLOP", rate,
-               flops * FORWARD_SHARE / rate if rate else None, formula="2 x N_active x T / (peak x MFU)", source=c_src)
+               flops * FORWARD_SHARE / rate if rate else None,
+               formula="2 x N_active x T / (peak x MFU)" + (f" / {mp} (t x p x u)" if mp > 1 else ""), source=c_src)
     bwd = Term("compute_backward", "compute", "backward", flops * (1 - FORWARD_SHARE), "FLOP", rate,
-               flops * (1 - FORWARD_SHARE) / rate if rate else None, formula="4 x N_active x T / (peak x MFU)",
-               source=c_src)
+               flops * (1 - FORWARD_SHARE) / rate if rate else None,
+               formula="4 x N_active x T / (peak x MFU)" + (f" / {mp} (t x p x u)" if mp > 1 else ""), source=c_src)
     terms += [fwd, bwd]
     if recompute_fraction:
         rf = flops * recompute_fraction
@@ -282,9 +330,19 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                           formula=f"{recompute_fraction:.3f} x 6 x N_active x T / (peak x MFU) (one extra forward of "
                                   "the checkpointed layers)", source="advisor.model.activations recompute_flops_fraction"))
 
+    pp = plan.cluster.pipeline_parallel
+    if pp > 1:
+        m_b = max(1, derive_batch(ec, plan.cluster.dp_world_size)[2] or 1)  # GA: micro-batches per step
+        ideal = sum(t.amount for t in terms)
+        frac = bubble_fraction(pp, m_b)
+        bub = ideal * (pp - 1) / m_b
+        terms.append(Term("pipeline_bubble", "compute", "bubble", bub, "FLOP", rate, bub / rate if rate else None,
+                          formula=f"(p-1)/m x the stage's compute = {pp - 1}/{m_b} ({frac:.3f} of the pipelined "
+                                  "compute, (p-1)/(m+p-1), 1F1B)",
+                          source="Narayanan et al. SC'21 s.2.2.1; runtime/pipe/schedule.py TrainSchedule (1F1B)"))
+
     if movements is None:
-        roles = movement_roles(plan, hardware)
-        movements = roles[0][1] if roles else []
+        movements = step_movements(movement_roles(plan, hardware), pp)
     for m in movements:
         if m.seconds is None:
             unknown.append(f"{m.link} {m.item} (no {m.link} bandwidth in the hardware spec)")
@@ -350,6 +408,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     windows["synchronous"] = sync
     total = windows["forward"] + windows["backward"] + windows["step"] + sync
     assumptions = {"mfu": mfu, "mfu_source": m_src, "peak_flops": peak, "precision": prec,
+                   "model_parallel_degree": mp,
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
                    "host_memory_bandwidth_bytes_per_s": host_bw,
                    "collectives": "flat ring, (W-1)/W x S per rank per all-gather / reduce-scatter, latency left out",

@@ -705,13 +705,17 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     all_findings = list(findings or []) + [f.located(positions, source) for f in pf.findings]
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
-    mv_plan = plan
+    # Movement and step time shard the model themselves (advisor.ledger.movement: per stage, the
+    # tensor-parallel shard over its ZeRO group, plus the TP/PP traffic).
+    mv_plan = ck_plan = plan
     if cluster.model_parallel:
-        # Movement and checkpoint files of the first stage's first tensor-parallel rank: the tensors
-        # it holds (advisor.model.parallel.shard), over its ZeRO group.
+        # Checkpoint files of the first stage's first tensor-parallel rank: the tensors it holds
+        # (advisor.model.parallel.shard), over its ZeRO group.
         from advisor.model.parallel import shard
         ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
-        mv_plan = Plan(config=ec, inventory=ck_inv, cluster=cluster, workload=workload, loaded=plan.loaded)
+        ck_plan = Plan(config=ec, inventory=ck_inv, cluster=cluster, workload=workload, loaded=plan.loaded)
+        if cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
+            mv_plan = ck_plan  # expert parallelism alone: the rank's experts (movement shards TP/PP only)
     st_section = None
     if hardware is not None:
         st_section = step_time_section(mv_plan, hardware, workload, acts)
@@ -720,7 +724,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         if step_time_s is None and st_section.get("step_time_s"):
             step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
     sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts),
-                "checkpoint": checkpoint_view(mv_plan).to_dict()}
+                "checkpoint": checkpoint_view(ck_plan).to_dict()}
     if st_section is not None:
         sections["step_time"] = st_section
     return EstimateResult(source=source, plan=plan, ledger=ledger, roles=roles, fit=rows,
@@ -740,10 +744,13 @@ def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) 
     roles = movement_roles(plan, hardware, activations=acts)  # cpu_checkpointing's PCIe rows included
     st = stm.step_time(plan, hardware, seq_len=int(seq),
                        recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0,
-                       movements=roles[0][1] if roles else [])
+                       movements=stm.step_movements(roles, plan.cluster.pipeline_parallel))
     d = st.to_dict()
     d.update(source="model", seq_len=int(seq), lines=stm.breakdown_lines(st))
-    if plan.cluster.model_parallel:
-        d["note"] = ("tensor/pipeline parallelism: the step is the first stage's first tensor-parallel rank's; "
-                     "their own collectives and pipeline bubbles are not in it")
+    cl = plan.cluster
+    if cl.tensor_parallel > 1 or cl.pipeline_parallel > 1:
+        d["note"] = ("tensor/pipeline parallelism: compute / (t x p x u), the tensor-parallel all-reduces and stage "
+                     "sends as synchronous movements, the 1F1B bubble (p-1)/(m+p-1); the slowest stage's movements")
+    elif cl.expert_parallel > 1:
+        d["note"] = "expert parallelism: the MoE all-to-alls are not in the step"
     return d

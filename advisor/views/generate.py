@@ -100,6 +100,9 @@ class Request:
     #: Step times within this fraction of the fastest are ties, broken by simplicity: the model
     #: leaves out hook, launch and latency overheads, which grow with the ZeRO stage.
     tie_tolerance: float = 0.03
+    #: Search tensor/pipeline-parallel layouts too (:func:`model_parallel_layouts`), not only data
+    #: parallelism (``generate --model-parallel``).
+    model_parallel: bool = False
     #: The runtime overhead terms of the accelerator fit (advisor.cluster.overhead.OverheadSettings;
     #: None: the cited defaults, the environment's NCCL/CUDA variables read).
     overhead: Any = None
@@ -296,9 +299,19 @@ class Candidate:
     cpu_optimizer: dict[str, float] = field(default_factory=dict)
     rejection: Rejection | None = None
     config: dict[str, Any] | None = None
+    #: Tensor and pipeline parallel degrees (Megatron sequence parallelism with every t > 1).
+    tp: int = 1
+    pp: int = 1
+
+    def layout(self) -> str:
+        """"-" for data parallelism only, else e.g. "TP8 PP2" (+SP: Megatron sequence parallelism)."""
+        if self.tp == 1 and self.pp == 1:
+            return "-"
+        return " ".join(x for x in (f"TP{self.tp}+SP" if self.tp > 1 else "", f"PP{self.pp}" if self.pp > 1 else "") if x)
 
     def row(self) -> dict[str, Any]:
-        return {"stage": self.combo.stage, "offload_optimizer": self.combo.offload_optimizer,
+        return {"tensor_parallel": self.tp, "pipeline_parallel": self.pp, "megatron_sp": self.tp > 1,
+                "stage": self.combo.stage, "offload_optimizer": self.combo.offload_optimizer,
                 "offload_param": self.combo.offload_param, "micro_batch": self.micro,
                 "gradient_accumulation": self.ga, "checkpointing": self.checkpointing,
                 "accelerator_bytes_per_rank": self.accelerator, "host_bytes_per_node": self.host,
@@ -422,6 +435,58 @@ def _rejection(pf: Any) -> Rejection | None:
     return Rejection(r.tier, r.need, r.capacity, r.scope)
 
 
+def model_parallel_layouts(inv: Inventory, req: Request) -> list[tuple[int, int]]:
+    """(tensor parallel t, pipeline parallel p) layouts generate tries, (1, 1) first, then by
+    t x p: t divides the GPUs per node (Megatron keeps the tensor-parallel group inside a node)
+    and the attention heads, key/value heads and MLP width (``megatron/core/utils.py:divide``,
+    :func:`advisor.model.parallel.check_tp_divisibility`); p divides the layers (equal stages)
+    and p <= layers; t x p divides the world size (``utils/groups.py:_ensure_divisibility``).
+    The HF Trainer (``req.hf``) has neither, and without ``req.model_parallel``: (1, 1) only."""
+    from advisor.model.parallel import ParallelismError, check_tp_divisibility
+    if req.hf or not req.model_parallel:
+        return [(1, 1)]
+    meta = inv.meta or {}
+    tps = []
+    for t in divisors(req.gpus_per_node):
+        try:
+            check_tp_divisibility(meta, t)
+        except ParallelismError:
+            continue
+        tps.append(t)
+    L = int(meta.get("num_layers") or 1)
+    out = [(t, p) for t in tps for p in divisors(L) if req.world_size % (t * p) == 0]
+    return sorted(out, key=lambda x: (x[0] * x[1], x[1]))
+
+
+def _shard_inventory(inv: Inventory, tp: int, pp: int) -> Inventory:
+    """Stage 0's tensor-parallel shard (the sizes of the config's buckets and sub-groups)."""
+    from advisor.model.parallel import shard
+    return shard(inv, tp, pp)[0].inventory
+
+
+def layout_lower_bound(inv: Inventory, hardware: Any, req: Request, tp: int, pp: int) -> float | None:
+    """Seconds per step no plan of layout (tp, pp) can beat (the step-time model's own terms,
+    :mod:`advisor.ledger.steptime`): the compute 6 x N_active x G x s / world / (peak x MFU), with
+    the 1F1B bubble at the most micro-batches (micro-batch 1: m = G / DP), plus the tensor-parallel
+    all-reduces (4 per layer of the largest stage, 2 (t-1)/t x b s h D each, over the peer link,
+    synchronous: :func:`advisor.ledger.movement.model_parallel_movements`). None without a peak."""
+    peak = _steptime.peak_flops(hardware, req.precision)
+    if not peak:
+        return None
+    meta = inv.meta or {}
+    n_active = int(meta.get("active_params") or inv.numel)
+    comp = 6.0 * n_active * req.global_batch * req.seq_len / req.world_size / (peak * req.mfu)
+    m = req.global_batch // (req.world_size // (tp * pp))
+    comp *= 1 + (pp - 1) / m
+    tpc = 0.0
+    bw = getattr(hardware, "peer_bytes_per_s", None) or getattr(hardware, "host_link_bytes_per_s", None)
+    if tp > 1 and bw:
+        h, L = int(meta["hidden_size"]), int(meta["num_layers"])
+        per_sample = 4 * (-(-L // pp)) * 2 * (tp - 1) / tp * req.seq_len * h * DTYPE_BYTES[req.precision]
+        tpc = m * per_sample / bw
+    return comp + tpc
+
+
 def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResult:
     """Enumerate, fit (estimate's :func:`advisor.views.estimate.plan_fit`) and rank (see the
     module docstring). ``hardware``: an
@@ -456,93 +521,112 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     combos = [c for c in enumerate_combos(nvme_ok=tier is not None)
               if cap.host is not None or (c.offload_optimizer == "none" and c.offload_param == "none")]
 
-    cluster = Cluster(world_size=dp, gpus_per_node=req.gpus_per_node)
     ranked: list[Candidate] = []
     rejected: list[Candidate] = []
     evaluated = 0
     superseded = 0
-    micros = divisors(per_rank)
     L = int(meta["num_layers"])
     fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
-    for combo in combos:
-        # The ledger's entries depend on the config only through the stage, offload and whether
-        # GA > 1 (advisor.ledger.state: no micro-batch or recompute term), so its roles are computed
-        # once per (combo, GA > 1) and given to each plan's own Ledger (its timeline reads that
-        # plan's GA).
-        led_cache: dict[bool, Ledger] = {}
-        fitting: list[Candidate] = []
-        for b in reversed(micros):  # largest micro-batch first: memory falls with b
-            ga = per_rank // b
+    skipped: list[str] = []
+    for tp, pp in model_parallel_layouts(inv, req):
+        mdp = req.world_size // (tp * pp)
+        per_rank = req.global_batch // mdp
+        if ranked and tp * pp > 1:
+            best_s = min(c.step_time_s for c in ranked)
+            lb = layout_lower_bound(inv, hardware, req, tp, pp)
+            if lb is not None and lb > best_s * (1 + req.tie_tolerance):
+                skipped.append(f"TP {tp} x PP {pp} ({lb:,.2f} s)")
+                continue
+        cluster = Cluster(world_size=req.world_size, gpus_per_node=req.gpus_per_node, tensor_parallel=tp,
+                          pipeline_parallel=pp, megatron_sequence_parallel=tp > 1)
+        size_inv = inv if tp * pp == 1 else _shard_inventory(inv, tp, pp)
+        micros = divisors(per_rank)
+        Ls = -(-L // pp)  # layers of the largest stage (runtime/utils.py:partition_uniform)
+        layout_combos = combos if pp == 1 else [c for c in combos if c.stage <= 1]  # G001: PP with ZeRO-0/1 only
+        for combo in layout_combos:
+            # The ledger's entries depend on the config only through the stage, offload and whether
+            # GA > 1 (advisor.ledger.state: no micro-batch or recompute term), so its roles are computed
+            # once per (combo, GA > 1) and given to each plan's own Ledger (its timeline reads that
+            # plan's GA).
+            led_cache: dict[bool, Ledger] = {}
+            fitting: list[Candidate] = []
+            for b in reversed(micros):  # largest micro-batch first: memory falls with b
+                ga = per_rank // b
 
-            tried: list[Candidate] = []  # this (combo, micro-batch)'s candidates, in order
+                tried: list[Candidate] = []  # this (combo, micro-batch)'s candidates, in order
 
-            def candidate(ck: str) -> Candidate:
-                nonlocal evaluated
-                evaluated += 1
-                cfg = build_config(combo, b, ga, dp, ck, inv, req, nvme_path)
-                plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
-                hit = led_cache.get(ga > 1)
-                if hit is not None:
-                    plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
-                                                    list(hit.excluded))
-                pf = plan_fit(plan, cap, overhead, hf=req.hf)
-                led_cache.setdefault(ga > 1, pf.ledger)
-                rows = {r.tier: r for r in pf.rows}
-                a = pf.activations
-                cand = Candidate(combo, b, ga, ck, accelerator=rows["accelerator"].need,
-                                 host=rows["host"].need if "host" in rows else 0,
-                                 nvme=rows["nvme"].need if "nvme" in rows else 0,
-                                 activations=a.peak_accelerator if a is not None else 0,
-                                 states_source="estimate's fit (advisor.views.estimate.plan_fit)")
-                cand.rejection = _rejection(pf)
-                cand.config = cfg
-                fitted[id(cand)] = (plan, a)
-                tried.append(cand)
-                return cand
+                def candidate(ck: str) -> Candidate:
+                    nonlocal evaluated
+                    evaluated += 1
+                    cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path)
+                    plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
+                    hit = led_cache.get(ga > 1)
+                    if hit is not None:
+                        plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
+                                                        list(hit.excluded))
+                    pf = plan_fit(plan, cap, overhead, hf=req.hf)
+                    led_cache.setdefault(ga > 1, pf.ledger)
+                    rows = {r.tier: r for r in pf.rows}
+                    a = pf.activations
+                    cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, accelerator=rows["accelerator"].need,
+                                     host=rows["host"].need if "host" in rows else 0,
+                                     nvme=rows["nvme"].need if "nvme" in rows else 0,
+                                     activations=a.peak_accelerator if a is not None else 0,
+                                     states_source="estimate's fit (advisor.views.estimate.plan_fit)")
+                    cand.rejection = _rejection(pf)
+                    cand.config = cfg
+                    fitted[id(cand)] = (plan, a)
+                    tried.append(cand)
+                    return cand
 
-            chosen = None
-            for ck in recompute_settings(L, req.hf):
-                if ck == "layers":  # the fewest checkpointed layers that fit
-                    lo, hi, best_k = 1, L - 1, None
-                    while lo <= hi:
-                        mid = (lo + hi) // 2
-                        c = candidate(str(mid))
-                        if c.rejection is None:
-                            best_k, hi = c, mid - 1
-                        else:
-                            lo = mid + 1
-                    if best_k is not None:
-                        chosen = best_k
+                chosen = None
+                for ck in recompute_settings(Ls, req.hf):
+                    if ck == "layers":  # the fewest checkpointed layers (of the stage's) that fit
+                        lo, hi, best_k = 1, Ls - 1, None
+                        while lo <= hi:
+                            mid = (lo + hi) // 2
+                            c = candidate(str(mid))
+                            if c.rejection is None:
+                                best_k, hi = c, mid - 1
+                            else:
+                                lo = mid + 1
+                        if best_k is not None:
+                            chosen = best_k
+                            break
+                        continue
+                    c = candidate(ck)
+                    if c.rejection is None:
+                        chosen = c
                         break
-                    continue
-                c = candidate(ck)
-                if c.rejection is None:
-                    chosen = c
-                    break
-            for c in tried:  # every candidate is counted once: ranked, superseded or rejected
-                if c is chosen:
-                    continue
-                if c.rejection is None:
-                    superseded += 1
-                else:
-                    rejected.append(c)
-            if chosen is not None:
-                fitting.append(chosen)
-        for cand in fitting:
-            plan, a = fitted[id(cand)]
-            parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0)
-            cand.step_time_s = parts.pop("total")
-            cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
-                                                              "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
-            cand.parts = parts
-            ranked.append(cand)
+                for c in tried:  # every candidate is counted once: ranked, superseded or rejected
+                    if c is chosen:
+                        continue
+                    if c.rejection is None:
+                        superseded += 1
+                    else:
+                        rejected.append(c)
+                if chosen is not None:
+                    fitting.append(chosen)
+            for cand in fitting:
+                plan, a = fitted[id(cand)]
+                parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0)
+                cand.step_time_s = parts.pop("total")
+                cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
+                                                                  "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
+                cand.parts = parts
+                ranked.append(cand)
+    if skipped:
+        notes.append(f"{len(skipped)} tensor/pipeline-parallel layouts not evaluated: even their lower bound (compute "
+                     "/ (t x p) with the 1F1B bubble at micro-batch 1, plus the tensor-parallel all-reduces) is slower "
+                     "than the best plan: " + ", ".join(skipped))
     ranked = rank(ranked, req.tie_tolerance)
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
                           superseded=superseded)
     _explain_ranks(result)
     if req.hf and ranked:
         for c in ranked[:top]:
-            c.config = build_config(c.combo, c.micro, c.ga, dp, c.checkpointing, inv, req, nvme_path, hf=True)
+            c.config = build_config(c.combo, c.micro, c.ga, req.world_size // (c.tp * c.pp), c.checkpointing, inv, req,
+                                    nvme_path, hf=True)
     return result
 
 
@@ -563,10 +647,11 @@ def recompute_rank(checkpointing: str) -> int:
 
 
 def simplicity(c: Candidate) -> tuple:
-    """Tie-break key, simplest first: fewer offloads (each adds host and link load the model only
+    """Tie-break key, simplest first: less model parallelism (t x p: tensor and pipeline parallelism
+    need a Megatron-style model), fewer offloads (each adds host and link load the model only
     approximates), lower ZeRO stage (fewer collectives and hooks), no recomputation, larger micro-batch."""
     offloads = (c.combo.offload_optimizer != "none") + (c.combo.offload_param != "none")
-    return (offloads, c.combo.stage, recompute_rank(c.checkpointing), -c.micro)
+    return (c.tp * c.pp, offloads, c.combo.stage, recompute_rank(c.checkpointing), -c.micro)
 
 
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
@@ -606,10 +691,12 @@ def _explain_ranks(res: SearchResult) -> None:
                           if k == "cpu_optimizer" and co else "")
                 c.why = f"+{deltas[k]:,.2f} s {names[k]}{detail}; within {tol:.0%} of the fastest"
             elif a[0] > b[0]:
-                c.why = "tie; offloads more"
+                c.why = f"tie; model parallel ({c.layout()})"
             elif a[1] > b[1]:
-                c.why = f"tie; shards more (ZeRO-{c.combo.stage})"
+                c.why = "tie; offloads more"
             elif a[2] > b[2]:
+                c.why = f"tie; shards more (ZeRO-{c.combo.stage})"
+            elif a[3] > b[3]:
                 c.why = "tie; recomputes (checkpointing)"
             else:
                 c.why = f"tie; smaller micro-batch ({c.micro})"
@@ -725,6 +812,9 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
                      _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c), c.why))
+    if any(c.tp * c.pp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
+        cols = cols[:1] + ("parallel",) + cols[1:]
+        rows = [r[:1] + (c.layout(),) + r[1:] for r, c in zip(rows, res.ranked[:top])]
     if rows:
         w = [max(len(cols[j]), *(len(r[j]) for r in rows)) for j in range(len(cols))]
         lines.append("  ".join(cols[j].ljust(w[j]) for j in range(len(cols))).rstrip())
@@ -747,6 +837,11 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
         lines.append(f"note: {n}")
     b = res.best
     if b is not None:
+        if b.tp * b.pp > 1:
+            lines.append(f"note: the best plan is model parallel ({b.layout()}, data parallel "
+                         f"{req.world_size // (b.tp * b.pp)}): Megatron-DeepSpeed --tensor-model-parallel-size {b.tp} "
+                         f"--pipeline-model-parallel-size {b.pp}" + (" --sequence-parallel" if b.tp > 1 else "")
+                         + "; the workload sidecar records it for check and estimate")
         if b.checkpointing == "full":
             lines.append("note: the best plan needs activation checkpointing in the model "
                          "(HF: gradient_checkpointing=True; Megatron-style: deepspeed.checkpointing)")

@@ -52,7 +52,7 @@ class ResolvedWorkload:
         out = []
         for k, v in self.values.items():
             o = self.origin.get(k, "default")
-            if o == "flag":
+            if o == "flag" or (k == "moe_capacity_factor" and v is None):  # dropless: nothing assumed for a dense model
                 continue
             shown = "the model's maximum context" if (k == "seq_len" and v is None) else (
                 "train_micro_batch_size_per_gpu" if (k == "micro_batch" and v is None) else (

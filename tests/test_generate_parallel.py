@@ -1,0 +1,67 @@
+"""generate searches tensor and pipeline parallelism.
+
+The layouts are checked against the divisibility rules written out by hand (Megatron's
+``divide`` on heads, key/value heads and MLP width; TP inside a node; t x p dividing the world);
+the plans against DeepSpeed's batch rule and the PipelineEngine's ZeRO limit; the pruning bound
+against the step times of the plans it stands for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from advisor.cluster.hardware import resolve_hardware
+from advisor.model.specs import resolve_model
+from advisor.views import generate as gen
+
+
+def test_layouts_by_hand():
+    inv = resolve_model("llama-3-70b")  # 64 heads, 8 KV heads, MLP 28,672, 80 layers
+    req = gen.Request(global_batch=512, seq_len=4096, nodes=8, gpus_per_node=8, model_parallel=True)
+    assert gen.model_parallel_layouts(inv, dataclasses.replace(req, model_parallel=False)) == [(1, 1)]
+    got = gen.model_parallel_layouts(inv, req)
+    # t in the divisors of 8 (one node) that divide 64, 8 and 28,672: 1, 2, 4, 8; p in the
+    # divisors of 80 (1, 2, 4, 5, 8, 10, 16, 20, 40, 80) with t x p dividing 64
+    want = {(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4, 5, 8, 10, 16, 20, 40, 80) if 64 % (t * p) == 0}
+    assert set(got) == want and len(got) == 19
+    assert got[0] == (1, 1)
+    assert [t * p for t, p in got] == sorted(t * p for t, p in got)
+    # Qwen2.5-7B has 4 KV heads: TP 8 cannot split them (megatron/core/utils.py:divide)
+    q = gen.model_parallel_layouts(resolve_model("qwen2.5-7b"), gen.Request(16, 4096, 1, 8, model_parallel=True))
+    assert {t for t, _ in q} == {1, 2, 4}
+    assert gen.model_parallel_layouts(inv, dataclasses.replace(req, hf=True)) == [(1, 1)]
+
+
+@pytest.fixture(scope="module")
+def small_gpu_search():
+    """Llama-3-8B at 8k tokens on 8 GPUs of 40 GB, no host offload: ZeRO alone does not fit
+    (the 8k x 128,256 fp32 loss head alone is 4.2 GB per micro-batch, the states 16 GB)."""
+    hw = resolve_hardware("dgx-h100")
+    hw = dataclasses.replace(hw, nodes=1, accelerators_per_node=8, host_memory_bytes=None, storage=(),
+                             accelerator=dataclasses.replace(hw.accelerator, memory_bytes=int(40e9)))
+    inv = resolve_model("llama-3-8b")
+    req = gen.Request(global_batch=16, seq_len=8192, nodes=1, gpus_per_node=8, model_parallel=True)
+    return inv, hw, req, gen.search(inv, hw, req)
+
+
+def test_a_model_zero_cannot_fit_gets_a_3d_plan(small_gpu_search):
+    inv, hw, req, res = small_gpu_search
+    assert res.ranked, res.notes
+    assert all(c.tp * c.pp > 1 for c in res.ranked)  # no data-parallel-only plan fits
+    assert any(c.tp == 1 and c.pp == 1 for c in res.rejected)
+    for c in res.ranked:
+        dp = 8 // (c.tp * c.pp)
+        # DeepSpeed's batch rule over the data-parallel ranks only
+        assert c.config["train_batch_size"] == c.micro * c.ga * dp == 16
+        if c.pp > 1:  # the PipelineEngine asserts ZeRO stage < 2 (G001)
+            assert c.combo.stage <= 1
+    row = res.ranked[0].row()
+    assert row["tensor_parallel"] == res.ranked[0].tp and row["megatron_sp"] == (res.ranked[0].tp > 1)
+
+
+def test_the_pruning_bound_is_a_lower_bound(small_gpu_search):
+    inv, hw, req, res = small_gpu_search
+    for c in res.ranked:
+        assert gen.layout_lower_bound(inv, hw, req, c.tp, c.pp) <= c.step_time_s * (1 + 1e-9)

@@ -1,0 +1,92 @@
+"""Tensor- and pipeline-parallel traffic in the movement ledger and the step-time model.
+
+Expected bytes are written out by hand from the cited formulas (Narayanan et al., SC'21 s.2.3:
+two all-reduces of b x s x h forward and two backward per layer; a ring all-reduce sends
+2 (t-1)/t of the buffer per rank; DeepSpeed's PipelineEngine sends b x s x h per micro-batch,
+1/t of it with ``pipe_partitioned``; the 1F1B bubble (p-1)/(m+p-1), s.2.2.1), from Llama-3-70B's
+published dimensions (h 8192, 80 layers, vocabulary 128,256, 64 heads, 8 KV heads, MLP 28,672).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.cluster.hardware import resolve_hardware
+from advisor.config.effective import effective_config
+from advisor.ledger import steptime as stm
+from advisor.ledger.movement import movement_roles
+from advisor.ledger.state import Cluster, Plan
+from advisor.model.specs import resolve_model
+from advisor.plan import Workload
+
+H, SEQ, D = 8192, 4096, 2
+S = 1 * SEQ * H * D                     # one activation b s h D: 67,108,864 B
+Z1 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+      "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1}}
+
+
+def _plan(tp=8, pp=2, ckpt="none", msp=False, cfg=Z1):
+    return Plan(effective_config(cfg), resolve_model("llama-3-70b"),
+                Cluster(world_size=64, gpus_per_node=8, tensor_parallel=tp, pipeline_parallel=pp,
+                        megatron_sequence_parallel=msp), Workload(SEQ, 1, ckpt))
+
+
+def _items(ms):
+    return {m.item: m for m in ms}
+
+
+def test_tp_allreduces_and_pipeline_sends_by_hand():
+    roles = movement_roles(_plan())
+    assert [(r[0], len(r)) for r, _ in roles] == [(0, 32), (32, 32)]  # two stages of 4 DP x 8 TP ranks
+    ga = 64 // (1 * 4)                                 # DP = 64 / (8 x 2) = 4: GA 16
+    first, last = _items(roles[0][1]), _items(roles[1][1])
+    ring = 2 * 7 / 8                                   # ring all-reduce over t = 8
+    assert first["tp_allreduce_fwd"].bytes == int(ga * 40 * 2 * ring * S) == 150_323_855_360
+    assert first["tp_allreduce_bwd"].bytes == 150_323_855_360
+    assert first["tp_allreduce_fwd"].group == "tensor_parallel" and first["tp_allreduce_fwd"].intra_node
+    assert first["pp_send_activations"].bytes == ga * S // 8 == 134_217_728  # pipe_partitioned: 1/t
+    assert "pp_send_grads" not in first and "pp_send_activations" not in last
+    assert last["pp_send_grads"].bytes == 134_217_728
+    # one received partition per micro-batch all-gathered over t: (t-1)/t x S
+    assert first["pp_partition_allgather"].bytes == int(ga * 7 / 8 * S)
+    # ZeRO-1 over the 4 DP ranks of the stage's TP shard: stage 0 = 40 layers + embedding, by hand
+    per_layer = 8192 * 8192 // 8 * 2 + 2 * (8 * 128 // 8) * 8192 + 3 * (28672 // 8) * 8192 + 2 * 8192
+    n0 = 40 * per_layer + 128256 // 8 * 8192
+    assert n0 == 4_410_179_584
+    assert first["grad_reduce_scatter"].bytes == int(3 / 4 * n0 * D)
+
+
+def test_sequence_parallel_moves_the_same_bytes_and_recompute_adds_a_forward():
+    sp = _items(movement_roles(_plan(msp=True))[0][1])
+    assert sp["tp_allgather_reducescatter_fwd"].bytes == 150_323_855_360  # Korthikanti s.4.2.2: same volume
+    full = _items(movement_roles(_plan(ckpt="full"))[0][1])
+    assert full["tp_allreduce_bwd"].bytes == int(16 * (40 + 40) * 2 * (2 * 7 / 8) * S)
+    assert full["tp_allreduce_fwd"].bytes == 150_323_855_360
+
+
+def test_step_time_divides_compute_and_charges_the_bubble():
+    hw = resolve_hardware("dgx-h100:8")
+    plan = _plan()
+    st = stm.step_time(plan, hw, seq_len=SEQ)
+    t = {x.name: x for x in st.terms}
+    n = plan.inventory.numel
+    tokens = 64 * SEQ / 4                               # per data-parallel replica
+    assert t["compute_forward"].amount == pytest.approx(2 * n * tokens / 16)
+    # 1F1B, p = 2, m = GA = 16: bubble = (p-1)/m of the ideal, (p-1)/(m+p-1) of the pipelined compute
+    ideal = t["compute_forward"].seconds + t["compute_backward"].seconds
+    assert t["pipeline_bubble"].seconds == pytest.approx(ideal / 16)
+    assert t["pipeline_bubble"].seconds / (ideal + t["pipeline_bubble"].seconds) == pytest.approx(1 / 17)
+    assert stm.bubble_fraction(2, 16) == pytest.approx(1 / 17) and stm.bubble_fraction(1, 4) == 0
+    # the tensor-parallel all-reduce runs on the NVLink peer link and is on the critical path
+    ar = t["network:tp_allreduce_fwd:send"]
+    assert ar.seconds == pytest.approx(150_323_855_360 / hw.peer_bytes_per_s)
+    assert ar.exposed == pytest.approx(ar.seconds)
+
+
+def test_without_model_parallelism_nothing_changes():
+    plan = Plan(effective_config({**Z1, "train_batch_size": 64}), resolve_model("llama-3-70b"),
+                Cluster(world_size=64, gpus_per_node=8), Workload(SEQ, 1))
+    items = {m.item for _, ms in movement_roles(plan) for m in ms}
+    assert not any(i.startswith(("tp_", "pp_")) for i in items)
+    st = stm.step_time(plan, resolve_hardware("dgx-h100:8"), seq_len=SEQ)
+    assert not any(x.name == "pipeline_bubble" for x in st.terms)
