@@ -13,7 +13,18 @@ Three parts, each a pure function of its inputs (no torch, no deepspeed):
    ``_save_zero_checkpoint`` (:5549), ``_copy_recovery_script`` (:5530); optimizer ``state_dict``
    of ``runtime/zero/stage_1_and_2.py`` (:3358), ``runtime/bf16_optimizer.py``,
    ``runtime/zero/stage3.py`` ``_rigid_state_dict`` (:3431), ``runtime/fp16/*_optimizer.py``;
-   reference ../shared/reference/deepspeed-0.19.8-state-accounting.md section 6.
+   reference ../shared/reference/deepspeed-0.19.8-state-accounting.md section 6. Under tensor /
+   pipeline parallelism (:func:`_model_parallel_files`) each model-parallel rank writes its own
+   set: ``mp_rank_{m:02d}`` is ``engine.checkpoint_mp_rank`` = ``mpu.get_model_parallel_rank()``
+   (engine.py :2167-2169): the tensor-parallel rank with a Megatron mpu; under the
+   PipelineEngine the rank's index among the ranks of its data-parallel replica
+   (``runtime/pipe/topology.py`` ``PipelineParallelGrid.ds_model_rank`` :303-313), stage x t + m;
+   the PipelineEngine writes the module as one ``layer_{idx:02d}[-model_{m:02d}]-model_states.pt``
+   per PipelineModule layer (``runtime/pipe/module.py`` ``ckpt_layer_path`` :588-596, the
+   ``-model_XX`` part from ``get_rank_repr`` when the topology has a model axis;
+   ``save_state_dict`` :607-642: data-parallel rank 0 of the stage writes them, each tensor cloned,
+   so exact numel x D) and leaves the module out of ``mp_rank_XX_model_states.pt``
+   (``PipelineEngine.module_state_dict`` :1308-1325 returns None).
 2. :func:`save_16bit_model_plan` — ``engine.save_16bit_model`` (:5707): the consolidated 16-bit
    ``pytorch_model.bin`` and the memory spike while ZeRO-3 gathers it (:5631).
 3. Timing and resilience: write/read time at a storage bandwidth, the recovery cost of a failure,
@@ -33,11 +44,11 @@ Every byte size is in bytes (int); every time in seconds (float); bandwidths in 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES
-from advisor.model.inventory import TensorSpec
+from advisor.model.inventory import Inventory, TensorSpec
 from advisor.plan import Cluster, Plan
 from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, optimizer_states, placement_of,
                                   select_optimizer, unsupported_reason, zero3_partition_numel)
@@ -186,9 +197,8 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
         res.unsupported = why
         notes.append(f"DeepSpeed refuses this config at initialize(), so nothing is saved: {why}")
         return res
-    if cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1:
-        notes.append("tensor/pipeline parallelism: only the mp_rank_00 files of the first model-parallel group are "
-                     "listed; each model-parallel rank writes its own mp_rank_NN set")
+    if (cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1) and "stage" not in (inv.meta or {}):
+        return _model_parallel_files(plan, tag, save_latest, res)
     if not opt.known:
         notes.append(f"optimizer {ec.optimizer.type!r}: its state is assumed to be 2 fp32 tensors per element, "
                      "like Adam")
@@ -291,6 +301,72 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
         n = len(tag) if "{" not in tag else len("global_step") + 5
         files.append(CkptFile("latest", 0, n, "latest", {"tag": n},
                               formula="the tag, written by global rank 0"))
+    return res
+
+
+def pipeline_layer_indices(inv: "Inventory") -> dict[str, int]:
+    """The PipelineModule layer of each tensor (by name), for ``layer_{idx:02d}`` file names:
+    everything before the first transformer layer (the embedding) is layer 0, transformer layer
+    i is i + 1, everything after the last (final norm, head) is num_layers + 1 -- the layer list
+    ``[embedding] + blocks + [head]`` (tests/engine/pipe_worker.py; the stage split of
+    :func:`advisor.model.parallel.shard`). Megatron-DeepSpeed's GPTModelPipe puts function layers
+    (no state_dict, no file) between them, which shifts the indices."""
+    from advisor.model.parallel import layer_of
+    idx = [layer_of(t) for t in inv.tensors]
+    L = int((inv.meta or {}).get("num_layers") or (max((i for i in idx if i is not None), default=-1) + 1))
+    first = next((k for k, i in enumerate(idx) if i is not None), len(idx))
+    return {t.name: (i + 1 if i is not None and i < L else (0 if i is None and k < first else L + 1))
+            for k, (t, i) in enumerate(zip(inv.tensors, idx))}
+
+
+def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesResult) -> FilesResult:
+    """:func:`checkpoint_files` under tensor / pipeline parallelism (module docstring): per stage,
+    the files of the stage's tensor-parallel shard over its ZeRO group (the same function on the
+    shard), renamed and re-ranked for each model-parallel rank m (global rank (stage x W_z + r) x t
+    + m, ``advisor.plan.Cluster.coords``); with pipeline parallelism the module goes to the layer
+    files instead of ``mp_rank_XX_model_states.pt``."""
+    from advisor.model.parallel import shard
+    ec, cl = plan.config, plan.cluster
+    tp, pp, wz = cl.tensor_parallel, cl.pipeline_parallel, cl.zero_world_size
+    D = DTYPE_BYTES[ec.model_dtype]
+    layer_idx = pipeline_layer_indices(plan.inventory) if pp > 1 else {}
+    files = res.files
+    tail: list[CkptFile] = []
+    for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
+        sub = Plan(ec, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
+        base = checkpoint_files(sub, tag, save_latest)
+        for m in range(tp):
+            mp = sh.stage * tp + m if pp > 1 else m
+            for f in base.files:
+                if f.kind in ("script", "latest"):
+                    if sh.stage == 0 and m == 0:
+                        tail.append(f)
+                    continue
+                parts = dict(f.parts)
+                formula = f.formula
+                if pp > 1 and f.kind == "model_states" and "module" in parts:
+                    parts["module"] = 0
+                    formula = ("the module is in the layer_XX files (PipelineEngine.module_state_dict returns None): "
+                               "0 tensor bytes" + (" + frozen_param_fragments" if "frozen_param_fragments" in parts
+                                                   else ""))
+                rank = (sh.stage * wz + f.rank) * tp + m
+                files.append(replace(f, path=f.path.replace("mp_rank_00", f"mp_rank_{mp:02d}"), rank=rank,
+                                     bytes=sum(parts.values()), parts=parts, formula=formula,
+                                     stride=f.stride * tp, readers=min(f.readers, wz) if f.readers > 1 else 1))
+            if pp > 1:
+                by: dict[int, int] = {}
+                for t in sh.inventory.tensors:
+                    idx = layer_idx.get(t.name, 0)
+                    by[idx] = by.get(idx, 0) + t.numel
+                suffix = f"-model_{m:02d}" if tp > 1 else ""
+                for idx in sorted(by):
+                    files.append(CkptFile(f"{tag}/layer_{idx:02d}{suffix}-model_states.pt",
+                                          (sh.stage * wz) * tp + m, by[idx] * D, "model_states", {"module": by[idx] * D},
+                                          readers=wz, formula=f"layer {idx}'s parameters, cloned: {by[idx]:,} x {D} "
+                                          "(pipe/module.py save_state_dict, data-parallel rank 0 of the stage)"))
+    files.extend(tail)
+    res.notes.append(f"model parallelism: {tp * pp} model-parallel ranks (t {tp} x p {pp}) write their own "
+                     "mp_rank_XX files" + ("; the PipelineEngine writes the module as layer_XX files" if pp > 1 else ""))
     return res
 
 
@@ -762,7 +838,12 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
     else:
         notes.append("stage 0: every rank holds the full state, so a restart at another world size loads the same "
                      "file (no conversion needed)")
-    cp = CheckpointPlan(files=files, save16=save_16bit_model_plan(plan), keep=keep,
+    s16 = plan
+    if (cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1) and "stage" not in (plan.inventory.meta or {}):
+        from advisor.model.parallel import shard  # each model-parallel rank saves its own: the first one's
+        s16 = Plan(ec, shard(plan.inventory, cluster.tensor_parallel, cluster.pipeline_parallel,
+                             cluster.expert_parallel)[0].inventory, cluster, plan.workload)
+    cp = CheckpointPlan(files=files, save16=save_16bit_model_plan(s16), keep=keep,
                           world_size=cluster.world_size, dp_world_size=cluster.dp_world_size, zero_stage=ec.zero.stage,
                           write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,

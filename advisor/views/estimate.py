@@ -705,17 +705,15 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     all_findings = list(findings or []) + [f.located(positions, source) for f in pf.findings]
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
-    # Movement and step time shard the model themselves (advisor.ledger.movement: per stage, the
-    # tensor-parallel shard over its ZeRO group, plus the TP/PP traffic).
+    # Movement, step time and checkpoint files shard the model themselves under tensor/pipeline
+    # parallelism (advisor.ledger.movement, advisor.ledger.checkpoint: per stage, the
+    # tensor-parallel shard over its ZeRO group).
     mv_plan = ck_plan = plan
-    if cluster.model_parallel:
-        # Checkpoint files of the first stage's first tensor-parallel rank: the tensors it holds
-        # (advisor.model.parallel.shard), over its ZeRO group.
+    if cluster.model_parallel and cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
+        # expert parallelism alone: the rank's experts (advisor.model.parallel.shard)
         from advisor.model.parallel import shard
-        ck_inv = shard(inventory, cluster.tensor_parallel, cluster.pipeline_parallel, cluster.expert_parallel)[0].inventory
-        ck_plan = Plan(config=ec, inventory=ck_inv, cluster=cluster, workload=workload, loaded=plan.loaded)
-        if cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
-            mv_plan = ck_plan  # expert parallelism alone: the rank's experts (movement shards TP/PP only)
+        ck_inv = shard(inventory, 1, 1, cluster.expert_parallel)[0].inventory
+        mv_plan = ck_plan = Plan(config=ec, inventory=ck_inv, cluster=cluster, workload=workload, loaded=plan.loaded)
     st_section = None
     if hardware is not None:
         st_section = step_time_section(mv_plan, hardware, workload, acts)

@@ -5,7 +5,8 @@ up/down projections, final norm + head) split into ``num_stages`` stages by Deep
 ``partition_method="type:Block"``, initialises the real ``PipelineEngine``, runs one
 ``train_batch`` and takes a census of the engine's tensors with ``advisor.engine.worker``'s
 census (the same attribution ``ds-advisor measure`` uses). Writes ``rank{r}.json`` with the
-stage id, the parameter names/shapes this stage holds and the census.
+stage id, the parameter names/shapes this stage holds and the census, then saves a checkpoint
+(``engine.save_checkpoint(out_dir/ckpt, tag="t")``) for the checkpoint-file test.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int) -> int:
            "census": c.result(), "wrapper": type(engine.optimizer).__name__}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(out, fh)
+    tdist.barrier()
+    # the files the PipelineEngine writes (engine.save_checkpoint; the test reads them back)
+    engine.save_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
     tdist.barrier()
     return 0
 

@@ -40,7 +40,10 @@ def _inventory() -> Inventory:
     return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
 
 
-def test_two_stage_pipeline_census_matches_the_ledger(tmp_path):
+@pytest.fixture(scope="module")
+def pipe_run(tmp_path_factory):
+    """One 2-stage run of pipe_worker.py: (its output folder, {rank: its JSON})."""
+    tmp_path = tmp_path_factory.mktemp("pipe")
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -53,7 +56,11 @@ def test_two_stage_pipeline_census_matches_the_ledger(tmp_path):
            str(V), str(H), str(F), str(L), "2"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    got = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+    return tmp_path, {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+
+
+def test_two_stage_pipeline_census_matches_the_ledger(pipe_run):
+    _, got = pipe_run
     assert [got[r]["stage"] for r in (0, 1)] == [0, 1]
     assert got[0]["parts"] == [0, 3, 6]  # embedding + 2 blocks | 2 blocks + head
 
@@ -68,3 +75,33 @@ def test_two_stage_pipeline_census_matches_the_ledger(tmp_path):
     block = H + 2 * F * H
     assert got[0]["census"]["lp_params_flat"]["unpinned"] == 4 * (V * H + 2 * block)
     assert got[1]["census"]["lp_params_flat"]["unpinned"] == 4 * (2 * block + H + V * H)
+
+
+def test_pipeline_checkpoint_files_match_the_engine(pipe_run):
+    """The files the real PipelineEngine wrote (names, and tensor bytes read back with torch.load)
+    against advisor.ledger.checkpoint.checkpoint_files for the same plan: mp_rank_{stage}
+    (PipelineParallelGrid.ds_model_rank), layer_XX per PipelineModule layer, ZeRO-1 optimizer
+    partitions per stage."""
+    import torch
+
+    from advisor.ledger.checkpoint import checkpoint_files
+    from tests.engine.test_checkpoint_engine import _tensor_bytes
+
+    out, _ = pipe_run
+    real = {os.path.relpath(os.path.join(d, f), out / "ckpt"): os.path.join(d, f)
+            for d, _, fs in os.walk(out / "ckpt") for f in fs}
+    want = checkpoint_files(Plan(effective_config(CFG), _inventory(), Cluster(world_size=2, pipeline_parallel=2)),
+                            tag="t")
+    listed = {f.path: f for f in want.files}
+    assert set(real) == set(listed), (sorted(real), sorted(listed))
+    # by hand (fp32, D = 4): layer_00 = embedding V x H, layer_01..04 = one block each, layer_05 = norm + head
+    block = H + 2 * F * H
+    hand = {"t/layer_00-model_states.pt": 4 * V * H, "t/layer_05-model_states.pt": 4 * (H + V * H),
+            **{f"t/layer_0{i}-model_states.pt": 4 * block for i in range(1, 5)}}
+    for path, f in listed.items():
+        if not path.endswith(".pt"):
+            continue
+        storage, _ = _tensor_bytes(torch.load(real[path], map_location="cpu", weights_only=False))
+        assert storage == f.bytes, (path, storage, f.bytes)
+        if path in hand:
+            assert f.bytes == hand[path]

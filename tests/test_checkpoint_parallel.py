@@ -1,0 +1,50 @@
+"""Checkpoint files under tensor and pipeline parallelism: the names DeepSpeed 0.19.8 builds
+(``engine.py`` ``_get_ckpt_name`` / ``_get_rank_zero_ckpt_name`` with ``checkpoint_mp_rank`` =
+the mpu's model-parallel rank; ``pipe/module.py`` ``ckpt_layer_path``), written out here by hand,
+and the bytes from Llama-3-70B's Megatron shard shapes (h 8192, MLP 28,672, 8 KV heads of 128,
+vocabulary 128,256). The PipelineEngine's own files are checked in tests/engine/test_pipeline_engine.py.
+"""
+
+from __future__ import annotations
+
+from advisor.config.effective import effective_config
+from advisor.ledger.checkpoint import checkpoint_files
+from advisor.ledger.state import Cluster, Plan
+from advisor.model.specs import resolve_model
+
+Z1 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+      "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1}}
+PER_LAYER = 8192 * 8192 // 8 * 2 + 2 * (8 * 128 // 8) * 8192 + 3 * (28672 // 8) * 8192 + 2 * 8192  # TP8 shard
+VOCAB = 128256 // 8 * 8192
+
+
+def test_tensor_parallel_ranks_write_their_own_files():
+    plan = Plan(effective_config(Z1), resolve_model("llama-3-70b"), Cluster(world_size=64, tensor_parallel=8))
+    files = {f.path: f for f in checkpoint_files(plan, tag="t").files}
+    n = 80 * PER_LAYER + 2 * VOCAB + 8192          # one TP rank's shard: every layer, embedding, head, norm
+    for m in range(8):
+        ms = files[f"t/mp_rank_{m:02d}_model_states.pt"]
+        assert ms.rank == m                         # data-parallel rank 0 of tensor-parallel rank m
+        assert ms.bytes >= n * 2 and ms.bytes - n * 2 < 8 * 2 * 64  # N_pad x D, padded to the 8 DP ranks
+        for r in range(8):                          # ZeRO-1 over the 8 data-parallel ranks
+            f = files[f"t/bf16_zero_pp_rank_{r}_mp_rank_{m:02d}_optim_states.pt"]
+            assert f.rank == r * 8 + m              # rank = d x t + m (pipe, data, model axes)
+    assert not any("layer_" in p for p in files)
+
+
+def test_pipeline_stages_write_layer_files():
+    plan = Plan(effective_config(Z1), resolve_model("llama-3-70b"),
+                Cluster(world_size=64, tensor_parallel=8, pipeline_parallel=2))
+    files = {f.path: f for f in checkpoint_files(plan, tag="t").files}
+    # mp rank = stage x t + m (PipelineParallelGrid.ds_model_rank); the module is in the layer files
+    for stage in (0, 1):
+        for m in range(8):
+            mp = stage * 8 + m
+            assert files[f"t/mp_rank_{mp:02d}_model_states.pt"].parts["module"] == 0
+            assert f"t/bf16_zero_pp_rank_3_mp_rank_{mp:02d}_optim_states.pt" in files
+    # layer 0 = embedding, layer i+1 = transformer layer i, layer 81 = final norm + head; -model_XX
+    assert files["t/layer_00-model_03-model_states.pt"].bytes == VOCAB * 2
+    assert files["t/layer_01-model_00-model_states.pt"].bytes == PER_LAYER * 2
+    assert files["t/layer_41-model_07-model_states.pt"].rank == (1 * 4 + 0) * 8 + 7  # (stage x DP + d) x t + m
+    assert files["t/layer_81-model_00-model_states.pt"].bytes == (VOCAB + 8192) * 2
+    assert sum(1 for p in files if p.startswith("t/layer_")) == 82 * 8
