@@ -768,6 +768,13 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
     \b
     Settings: the closest [tool.ds-advisor] table in a pyproject.toml, or .ds-advisor.toml,
     above each file gives select, ignore, world-size, model/params and fail-on; flags win.
+
+    \b
+    In-config suppression: a top-level "ds_advisor": {"ignore": ["B001", "batch-triple"]}
+    in the DeepSpeed config drops those rules' findings for that file. DeepSpeed ignores
+    unknown top-level keys and the HF Trainer passes them on, so the section can stay in
+    the file you launch with (not inside zero_optimization: DeepSpeed refuses it there).
+    An entry naming no rule is an S007 finding.
     """
     from advisor.findings import SEVERITY_RANK, worst
     from advisor.rules import rule_codes

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.rules import emit
 from advisor.findings import Finding, pointer
+from advisor.config.suppress import SUPPRESS_KEY
 
 if TYPE_CHECKING:
     from advisor.config.keys import KeyTable
@@ -210,7 +211,10 @@ def _map_error(err, hf: bool) -> list[Finding]:
         if sec is None or not isinstance(inst, dict):
             return [emit("S002", "warning", ptr, f"unexpected keys at {_where(path)}", "")]
         props = sch.get("properties") or {}
-        unknown = [k for k in inst if k not in props]
+        # the advisor's own top-level suppression section (advisor.config.suppress) is not a stray key
+        unknown = [k for k in inst if k not in props and (sec or k != SUPPRESS_KEY)]
+        if not unknown:
+            return []
         out = [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict")) for k in unknown[:MAX_UNKNOWN_KEYS]]
         if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: did-you-mean costs one search per key
             rest = len(unknown) - MAX_UNKNOWN_KEYS

@@ -702,7 +702,11 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         pf.findings = [computed_fix(f, cands, pf.activations) if f.code == "M100" and f.data.get("tier") in short
                        else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
-    all_findings = list(findings or []) + [f.located(positions, source) for f in pf.findings]
+    fit_found = [f.located(positions, source) for f in pf.findings]
+    if plan.loaded is not None:  # the config's "ds_advisor" ignore list covers the fit findings too
+        from advisor.config.suppress import config_suppressions
+        fit_found = [f for f in fit_found if f.code not in config_suppressions(plan.loaded.data)[0]]
+    all_findings = list(findings or []) + fit_found
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
     # Movement, step time and checkpoint files shard the model themselves under tensor/pipeline

@@ -16,6 +16,7 @@ from advisor.model.inventory import Inventory
 from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
 from advisor.config.schema import validate_config
+from advisor.config.suppress import apply_suppressions
 from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, current_release, key_status
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     ``plan``: the command's :class:`advisor.plan.Plan` when it has one (estimate, check,
     report): its effective config (as written), HF resolution and derived facts (movements) are
     used instead of being computed again.
+    The config's top-level ``"ds_advisor": {"ignore": [...]}`` drops the findings of the rules it
+    names (:mod:`advisor.config.suppress`; a malformed entry is an S007 finding).
     """
     release = release if release is not None else current_release()
     effective = plan.as_written if plan is not None else effective_config(loaded.data)
@@ -79,6 +82,9 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
         if bad_stage and rule_cls.reads_stage:
             continue
         findings.extend(rule_cls().check(ctx))
+    # The config's own "ds_advisor": {"ignore": [...]} (advisor.config.suppress), after the flags'
+    # selection: its S007 findings about the section obey --select/--ignore like any other.
+    findings = [f for f in apply_suppressions(findings, loaded.data) if select is None or f.code in select]
     # One finding per (code, pointer). A generic unknown-key finding (S001/S002) gives way to a
     # rule that says more about the same key (e.g. D001 naming a deprecated key's replacement).
     specific = {f.pointer for f in findings if not f.code.startswith("S")}

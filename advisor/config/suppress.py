@@ -1,0 +1,85 @@
+"""In-config suppression: a top-level ``"ds_advisor": {"ignore": [...]}`` section.
+
+The section lives in the DeepSpeed config itself, so the suppression travels with the file
+(as ``# noqa`` travels with a Python file). Why this form is safe: DeepSpeed 0.19.8 reads the
+top level of its config as a plain dict and looks up only the keys it knows
+(``deepspeed/runtime/config.py``: ``DeepSpeedConfig._initialize_params`` calls
+``get_*(param_dict)`` helpers, each a ``param_dict.get(KEY, default)``), so an extra top-level
+key is ignored without a warning; the strict (pydantic, ``extra="forbid"``) sections such as
+``zero_optimization`` would refuse it, which is why the key is top-level only. The HF Trainer's
+``HfDeepSpeedConfig`` / ``HfTrainerDeepSpeedConfig`` (transformers/integrations/deepspeed.py)
+keep the dict as given and pass it on. ``tests/test_suppress.py`` constructs both objects with
+the section to prove it.
+
+Entries are rule codes or rule names (``"B001"``, ``"batch-triple"``), as ``--ignore`` takes
+them. A section that is not an object, a key other than ``ignore``, an entry that is not a
+string or names no rule is itself an S007 finding (and suppresses nothing).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable
+
+from advisor.findings import Finding, pointer
+from advisor.rules import all_rules, emit, find_rule
+
+#: The top-level key of the suppression section (DeepSpeed ignores unknown top-level keys).
+SUPPRESS_KEY = "ds_advisor"
+#: The keys the section may hold.
+SECTION_KEYS = ("ignore",)
+
+
+def _near(name: str) -> str:
+    rules = all_rules()
+    cands = list(rules) + [r.name for r in rules.values()]
+    near = difflib.get_close_matches(name.upper() if name[:1].isalpha() and name[1:].isdigit() else name.lower(),
+                                     cands, n=2)
+    return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+def config_suppressions(raw: Any) -> tuple[set[str], list[Finding]]:
+    """(rule codes the config's ``ds_advisor.ignore`` suppresses, S007 findings about the
+    section itself) for a loaded config's top-level object ``raw``. ({}, []) without a section."""
+    if not isinstance(raw, dict) or SUPPRESS_KEY not in raw:
+        return set(), []
+    sec = raw[SUPPRESS_KEY]
+    base = pointer(SUPPRESS_KEY)
+    if not isinstance(sec, dict):
+        return set(), [emit("S007", "warning", base,
+                            f"{SUPPRESS_KEY} must be an object like {{\"ignore\": [\"B001\"]}}, not "
+                            f"{type(sec).__name__ if sec is not None else 'null'}: it suppresses nothing",
+                            f'write "{SUPPRESS_KEY}": {{"ignore": ["CODE", ...]}}')]
+    out: list[Finding] = []
+    for k in sec:
+        if k not in SECTION_KEYS:
+            out.append(emit("S007", "warning", pointer(SUPPRESS_KEY, k),
+                            f"unknown key '{k}' in {SUPPRESS_KEY}: only 'ignore' (a list of rule codes or names) "
+                            "is read", f"remove '{k}'"))
+    entries = sec.get("ignore", [])
+    if isinstance(entries, str):
+        entries = [entries]
+    if not isinstance(entries, list):
+        return set(), out + [emit("S007", "warning", pointer(SUPPRESS_KEY, "ignore"),
+                                  f"{SUPPRESS_KEY}.ignore must be a list of rule codes or names: it suppresses nothing",
+                                  'write "ignore": ["B001", "batch-triple"]')]
+    codes: set[str] = set()
+    for i, e in enumerate(entries):
+        ptr = pointer(SUPPRESS_KEY, "ignore", i)
+        r = find_rule(e) if isinstance(e, str) else None
+        if r is None:
+            what = repr(e) if not isinstance(e, str) else f"'{e}'"
+            out.append(emit("S007", "warning", ptr,
+                            f"{SUPPRESS_KEY}.ignore names no rule: {what} suppresses nothing"
+                            + (_near(e.strip()) if isinstance(e, str) and e.strip() else ""),
+                            "use a rule code or name from `ds-advisor explain`"))
+        else:
+            codes.add(r.code)
+    return codes, out
+
+
+def apply_suppressions(findings: Iterable[Finding], raw: Any) -> list[Finding]:
+    """``findings`` without those whose code the config's ``ds_advisor.ignore`` names, plus the
+    S007 findings about the section (unless S007 itself is suppressed)."""
+    codes, problems = config_suppressions(raw)
+    return [f for f in list(findings) + problems if f.code not in codes]

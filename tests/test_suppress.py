@@ -1,0 +1,113 @@
+"""In-config suppression (issue 22): a top-level ``"ds_advisor": {"ignore": [...]}`` section.
+
+The lint half checks what is reported with and without the section (the same file without it
+reports the finding, so the suppression is what removes it). The engine half proves the form
+is one DeepSpeed 0.19.8 tolerates: its own ``DeepSpeedConfig`` builds the config with the
+section exactly as without it (and refuses the same section inside ``zero_optimization``, a
+strict pydantic section, which is why the advisor reads it only at the top level), and the HF
+Trainer's ``HfDeepSpeedConfig`` / ``HfTrainerDeepSpeedConfig`` pass it through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import run_cli
+
+# train_batch_size 10 is not a multiple of micro-batch 3 x 2 ranks: B001 (batch-triple) at world size 2
+BAD = {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3, "zero_optimization": {"stage": 2}}
+
+
+def _lint(tmp_path, cfg, *args):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(cfg))
+    p = run_cli(["lint", str(f), "--world-size", "2", "--format", "json", *args])
+    return p.returncode, [x for r in json.loads(p.stdout)["files"] for x in r["findings"]]
+
+
+def test_without_the_section_the_finding_is_reported(tmp_path):
+    rc, found = _lint(tmp_path, BAD)
+    assert rc == 1 and [f["code"] for f in found] == ["B001"]
+
+
+@pytest.mark.parametrize("entry", ["B001", "batch-triple", "b001"])
+def test_section_suppresses_by_code_or_name(tmp_path, entry):
+    rc, found = _lint(tmp_path, {**BAD, "ds_advisor": {"ignore": [entry]}})
+    # no B001, and the section itself is no unknown key (S001/S002) to lint's schema
+    assert rc == 0 and found == [], found
+
+
+def test_suppression_naming_no_rule_is_a_finding(tmp_path):
+    rc, found = _lint(tmp_path, {**BAD, "ds_advisor": {"ignore": ["B01", "batch-triple"], "select": ["B001"]}})
+    got = {(f["code"], f["pointer"]) for f in found}
+    assert got == {("S007", "/ds_advisor/ignore/0"), ("S007", "/ds_advisor/select")}, found
+    assert "did you mean B001" in next(f for f in found if f["pointer"] == "/ds_advisor/ignore/0")["message"]
+    rc, found = _lint(tmp_path, {**BAD, "ds_advisor": ["B001"]})  # not an object: suppresses nothing
+    assert {f["code"] for f in found} == {"B001", "S007"}
+
+
+def test_section_inside_a_strict_section_is_refused_like_deepspeed_does(tmp_path):
+    """Inside zero_optimization the key is an unknown key of a pydantic section (S001), not a suppression."""
+    cfg = {**BAD, "zero_optimization": {"stage": 2, "ds_advisor": {"ignore": ["B001"]}}}
+    rc, found = _lint(tmp_path, cfg)
+    assert {(f["code"], f["pointer"]) for f in found} == {("B001", "/train_batch_size"),
+                                                           ("S001", "/zero_optimization/ds_advisor")}
+
+
+def test_section_covers_estimates_fit_findings(tmp_path):
+    f = tmp_path / "c.json"
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}
+    args = ["estimate", str(f), "--params", "7000000000", "--world-size", "8", "--gpu-memory", "24GB",
+            "--format", "json"]
+    f.write_text(json.dumps(cfg))
+    codes = {x["code"] for x in json.loads(run_cli(args).stdout)["findings"]}
+    assert "M100" in codes  # 7B at ZeRO-0: 16 B/param = 112 GB per rank > 24 GB
+    f.write_text(json.dumps({**cfg, "ds_advisor": {"ignore": ["M100"]}}))
+    assert "M100" not in {x["code"] for x in json.loads(run_cli(args).stdout)["findings"]}
+
+
+def test_lint_help_documents_the_section():
+    out = " ".join(run_cli(["lint", "--help"]).stdout.split())
+    assert '"ds_advisor": {"ignore": [' in out
+
+
+@pytest.mark.engine
+def test_deepspeed_and_hf_tolerate_the_top_level_section():
+    pytest.importorskip("deepspeed")
+    code = textwrap.dedent("""
+        import copy, json, types
+        from deepspeed.runtime import config as dsc
+        from deepspeed.runtime.config import DeepSpeedConfig
+        dsc.dist.get_rank = lambda *a, **k: 0   # no process group: world size 1
+        base = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+                "zero_optimization": {"stage": 2, "reduce_bucket_size": 1000}}
+        sup = {**base, "ds_advisor": {"ignore": ["B001", "batch-triple"]}}
+        a, b = DeepSpeedConfig(copy.deepcopy(base)), DeepSpeedConfig(copy.deepcopy(sup))
+        keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                "zero_optimization_stage")
+        print("SAME", all(getattr(a, k) == getattr(b, k) for k in keys) and a.zero_config == b.zero_config
+              and a.bfloat16_config == b.bfloat16_config)
+        print("KEPT", b._param_dict.get("ds_advisor"))
+        try:
+            DeepSpeedConfig({**base, "zero_optimization": {"stage": 2, "ds_advisor": {"ignore": ["B001"]}}})
+            print("NESTED accepted")
+        except Exception as e:
+            print("NESTED refused", type(e).__name__, "extra_forbidden" in str(e))
+        from transformers.integrations.deepspeed import HfDeepSpeedConfig, HfTrainerDeepSpeedConfig
+        print("HF", HfDeepSpeedConfig(copy.deepcopy(sup)).config.get("ds_advisor"))
+        t = HfTrainerDeepSpeedConfig(copy.deepcopy(sup))
+        print("TRAINER", t.config.get("ds_advisor"), DeepSpeedConfig(t.config).train_batch_size)
+    """)
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    out = p.stdout
+    kept = "{'ignore': ['B001', 'batch-triple']}"
+    assert "SAME True" in out and f"KEPT {kept}" in out, (out, p.stderr[-2000:])
+    assert "NESTED refused ValidationError True" in out, out
+    assert f"HF {kept}" in out and f"TRAINER {kept} 8" in out, out
