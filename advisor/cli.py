@@ -760,7 +760,7 @@ def main() -> None:
 @format_option("lint")
 @_release_option
 @_trainer_options
-@display_options("color")
+@display_options("units", "color")
 def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, fmt, release, trainer_args,
          hidden_size, overrides):
     """Lint DeepSpeed config files (JSON/HJSON, base64, or - for stdin) and folders of them.
@@ -1363,6 +1363,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 @main.command()
 @_arg("spec", required=False)
 @format_option("hardware")
+@display_options("units")
 def hardware(spec, fmt):
     """List built-in hardware presets, or show one preset / JSON spec file (SPEC) in full."""
     from advisor.cluster.hardware import list_hardware, resolve_hardware

@@ -51,6 +51,26 @@ class Finding:
     file: str | None = None
     #: Extra machine-readable numbers (bytes, elements) behind the message.
     data: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: Byte counts the message and fix name, by placeholder (:func:`render_sized`): a text report
+    #: prints them in its ``--units``; ``message``/``fix`` hold them in the default units (GiB).
+    sizes: dict[str, int | float] = field(default_factory=dict, compare=False)
+    #: (message, fix) templates with ``{name}`` placeholders for ``sizes``; None for plain text.
+    template: tuple[str, str] | None = field(default=None, compare=False)
+
+    def text(self, units: str | None = None) -> tuple[str, str]:
+        """(message, fix) with every size in ``units`` ("GiB" / "GB"; None: as stored, the default
+        GiB): what a text report prints. JSON and SARIF keep :attr:`message` (stable) and the bytes
+        in ``data``."""
+        if self.template is None or units is None:
+            return self.message, self.fix
+        from advisor.units import DEFAULT_UNITS
+
+        msg, fix = self.template
+        if render_sized(msg, self.sizes, DEFAULT_UNITS) != self.message:  # a copy with a new message
+            msg = self.message.replace("{", "{{").replace("}", "}}")
+        if render_sized(fix, self.sizes, DEFAULT_UNITS) != self.fix:
+            fix = self.fix.replace("{", "{{").replace("}", "}}")
+        return render_sized(msg, self.sizes, units), render_sized(fix, self.sizes, units)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a finding (stable field names)."""
@@ -65,8 +85,9 @@ class Finding:
         }
         if self.file is not None:
             d["file"] = self.file
-        if self.data:
-            d["data"] = self.data
+        data = {**self.sizes, **self.data} if self.sizes else self.data  # the sizes' bytes, by name
+        if data:
+            d["data"] = data
         return d
 
     def located(self, positions: dict[str, tuple[int, int]], file: str | None) -> "Finding":
@@ -93,3 +114,57 @@ def worst(findings: Iterable[Finding]) -> int:
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Stable order for reports: by file, line, pointer, code."""
     return sorted(findings, key=lambda f: (f.file or "", f.line or 0, f.column or 0, f.pointer, f.code))
+
+
+class _SizedFormatter:
+    """``{name[:spec]}`` -> :func:`advisor.units.size` of ``sizes[name]`` bytes in ``units``.
+
+    spec: "" -> "1.86 GiB"; a digit count ("1") -> "1.9 GiB"; a prefix letter ("T", "M", with
+    optional digits: "T1") -> TiB/TB, MiB/MB; "/s" suffix -> a rate ("1.86 GiB/s"); "bytes" ->
+    the exact count first, then the readable size ("2,000,000,000 bytes (1.86 GiB)", MiB below a
+    GiB, the bare count below a MiB)."""
+
+    def __init__(self, sizes: dict, units: str):
+        self.sizes, self.units = sizes, units
+
+    def field(self, name: str, spec: str) -> str:
+        from advisor.units import size
+
+        n = self.sizes[name]
+        if spec == "bytes":
+            g, m = (2**30, 2**20) if self.units == "GiB" else (10**9, 10**6)
+            if n >= g:
+                return f"{int(n):,} bytes ({size(n, self.units)})"
+            if n >= m:
+                return f"{int(n):,} bytes ({size(n, self.units, prefix='M')})"
+            return f"{int(n):,} bytes"
+        per_s = spec.endswith("/s")
+        spec = spec[:-2] if per_s else spec
+        prefix = "G"
+        if spec[:1] in ("M", "G", "T"):
+            prefix, spec = spec[0], spec[1:]
+        digits = int(spec) if spec else 2
+        return size(n, self.units, prefix=prefix, digits=digits) + ("/s" if per_s else "")
+
+
+def literal(text: object) -> str:
+    """``text`` for a sized template (:func:`render_sized`): its braces doubled, so a path or a
+    name holding ``{`` is printed as written, not read as a placeholder."""
+    return str(text).replace("{", "{{").replace("}", "}}")
+
+
+def render_sized(template: str, sizes: dict[str, int | float], units: str) -> str:
+    """``template`` with each ``{name[:spec]}`` replaced by ``sizes[name]`` bytes in ``units``
+    ("GiB" = 2^30 or "GB" = 1e9 bytes; spec as :class:`_SizedFormatter`); ``{{``/``}}`` are
+    literal braces. Raises KeyError for a placeholder with no size (a programming error)."""
+    import string
+
+    from advisor.units import check_units
+
+    f = _SizedFormatter(sizes, check_units(units))
+    out = []
+    for lit, name, spec, _conv in string.Formatter().parse(template):
+        out.append(lit)
+        if name is not None:
+            out.append(f.field(name, spec or ""))
+    return "".join(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -266,3 +267,28 @@ def test_a_bare_number_for_a_memory_flag_is_refused_not_read_as_bytes(tmp_path, 
     p = run_cli(["estimate", str(cfg), "--params", "1000000", flag, "80"])
     assert p.returncode == 2 and "no unit" in p.stderr and "80GB" in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
+def test_hardware_listing_has_labelled_columns_in_the_chosen_units(units, base):
+    """Each row's memory and host-memory columns equal the preset's bytes (--format json) / 2^30
+    or / 1e9 by hand; the header names the unit; no figure of the other unit system is printed."""
+    presets = {h["name"]: h for h in json.loads(run_cli(["hardware", "--format", "json"]).stdout)}
+    p = run_cli(["hardware", "--units", units])
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["preset", "GPUs", "accelerator", "memory", units, "host", units, "storage",
+                                "(tier:mount)"]
+    h100 = next(x for x in lines if x.startswith("dgx-h100 "))
+    mem = presets["dgx-h100"]["accelerator"]["memory_bytes"]  # 81,559 MiB (nvidia-smi)
+    host = presets["dgx-h100"]["host_memory_bytes"]  # 2 TB
+    assert f" {mem / base:,.1f} " in h100 and f" {host / base:,.0f} " in h100, h100
+    one = run_cli(["hardware", "dgx-h100", "--units", units]).stdout
+    other = "GB" if units == "GiB" else "GiB"
+    assert f"{mem / base:,.2f} {units}," in one and f"host memory {host / base:,.2f} {units} per node" in one
+    raid = presets["dgx-h100"]["storage"][0]
+    tb = 2**40 if units == "GiB" else 1e12
+    assert f"{raid['capacity_bytes'] / tb:,.2f} {'TiB' if units == 'GiB' else 'TB'}" in one
+    assert f"write {raid['write_bytes_per_s'] / base:,.2f} {units}/s" in one
+    body = "\n".join(x for x in one.splitlines() if not x.startswith("  source:"))  # the data sheet's own words
+    assert not re.search(rf"[0-9] {other}\b", body), body

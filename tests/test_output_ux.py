@@ -55,9 +55,8 @@ def test_estimate_is_in_gib_by_default_and_in_gb_with_units_gb():
     assert f"{need / 1e9:,.2f}" in "\n".join(_fit_rows(gb)) and f"{cap / 1e9:,.2f}" in "\n".join(_fit_rows(gb))
     # one unit system per output: no GB figure in the GiB report, no GiB figure in the GB one
     assert not re.search(r"[0-9] GB\b", gib), re.findall(r".{30}[0-9] GB\b", gib)
-    # (findings' messages are fixed text, in GiB whatever --units says: shared with JSON and SARIF)
-    body = gb[:gb.index("Findings")]
-    assert not re.search(r"[0-9] GiB\b", body), re.findall(r".{30}[0-9] GiB\b", body)
+    # the findings too: their sizes are rendered in the report's units (JSON keeps the bytes)
+    assert not re.search(r"[0-9] GiB\b", gb), re.findall(r".{30}[0-9] GiB\b", gb)
     assert "GiB = 2^30 bytes" in gib and "GB = 1e9 bytes" in gb
 
 
@@ -225,3 +224,61 @@ def test_non_finite_scan_reads_numbers_whole():
     big = "9" * 400 + ".5"                                                   # > 1.8e308 as a float
     assert non_finite_literal('{"a": %s}' % big) == (big, 6)
     assert non_finite_literal('{"a": 1.0e308, "b": 2e308}') == ("2e308", 20)
+
+
+def _no_other_unit(text: str, units: str) -> None:
+    """No size of the other unit system anywhere in ``text`` (GiB/MiB/TiB vs GB/MB/TB; rates too)."""
+    other = r"(?:GB|MB|TB)" if units == "GiB" else r"(?:GiB|MiB|TiB)"
+    bad = re.findall(rf".{{40}}[0-9] {other}\b.{{0,20}}", text)
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
+def test_estimate_findings_follow_units(units, base):
+    """C06's M100 names need, capacity and what it is over by: in the text report each equals the
+    JSON's bytes (data) / 2^30 or / 1e9, and the whole report (findings included) is in one system."""
+    d = json.loads(run_cli(C06_ARGS + ["--format", "json"], cwd=C06).stdout)
+    m100 = next(f for f in d["findings"] if f["code"] == "M100")
+    need, cap, over = m100["data"]["need"], m100["data"]["capacity"], m100["data"]["over"]
+    assert over == need - cap and cap == 141 * 10**9
+    # JSON keeps bytes plus a message that does not depend on --units (the default unit system)
+    assert f"{need / 2**30:,.2f} GiB" in m100["message"]
+    args = C06_ARGS + (["--units", units] if units == "GB" else [])
+    text = run_cli(args, cwd=C06, env={"COLUMNS": "400"}).stdout
+    line = next(x for x in text.splitlines() if " M100 " in x)
+    assert (f"needs {need / base:,.2f} {units} at its peak" in line and f"only {cap / base:,.2f} {units} is available"
+            in line and f"over by {over / base:,.2f} {units}" in line), line
+    _no_other_unit(text, units)
+    assert json.loads(run_cli(C06_ARGS + ["--format", "json", "--units", "GB"], cwd=C06).stdout)["findings"] \
+        == d["findings"]  # --units changes the text only
+
+
+@pytest.mark.parametrize("units,mega", [("GiB", ("MiB", 2**20)), ("GB", ("MB", 1e6))])
+def test_lint_findings_follow_units(units, mega):
+    """M003 on sample_configs/zero2.json with a 1M-parameter model: the bucket is 200,000,000
+    elements x 2 B x 2 (overlap_comm) = 800,000,000 B (reduce_bucket_size x B x (1 + overlap_comm),
+    deepspeed/runtime/zero/stage_1_and_2.py), the gradients 1,000,000 x 2 B = 2,000,000 B."""
+    args = ["lint", str(SAMPLES / "zero2.json"), "--params", "1000000", "--world-size", "1"]
+    d = json.loads(run_cli(args + ["--format", "json"]).stdout)
+    m003 = next(f for r in d["files"] for f in r["findings"] if f["code"] == "M003")
+    assert m003["data"]["bucket_bytes"] == 200_000_000 * 2 * 2 and m003["data"]["gradient_bytes"] == 2_000_000
+    text = " ".join(run_cli(args + ["--units", units]).stdout.split())
+    name, b = mega
+    assert f"800,000,000 bytes ({800_000_000 / b:,.2f} {name})" in text, text
+    assert f"2,000,000 bytes ({2_000_000 / b:,.2f} {name})" in text, text
+    _no_other_unit(text, units)
+
+
+@pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
+def test_cpu_optimizer_line_follows_units(units, base):
+    """estimate's step-time CPU optimizer line (ZeRO-2, optimizer on the CPU, dgx-h100): its bytes
+    per rank and bytes/s per rank are the JSON term's amount and rate / 2^30 or / 1e9."""
+    args = ["estimate", str(SAMPLES / "zero2.json"), "--model", "llama-3.2-1b", "--hardware", "dgx-h100",
+            "--seq-len", "1024", "--set", "zero_optimization.offload_optimizer.device=cpu"]
+    d = json.loads(run_cli(args + ["--format", "json"]).stdout)
+    term = next(t for t in d["step_time"]["terms"] if t["name"] == "cpu_optimizer")
+    text = run_cli(args + ["--units", units], env={"COLUMNS": "400"}).stdout
+    line = next(x for x in text.splitlines() if "CPU optimizer:" in x)
+    assert f"{term['amount'] / base:,.1f} {units} per rank per step" in line, line
+    assert f"at {term['rate'] / base:,.1f} {units}/s per rank" in line, line
+    _no_other_unit(text, units)

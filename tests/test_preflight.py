@@ -139,3 +139,19 @@ def test_hf_auto_config_is_resolved_with_the_trainer_arguments():
     r = advisor.preflight(_mlp(), auto, hf=True, trainer_args=Args(), world_size=1, free_accelerator_bytes=27 * N,
                           free_host_bytes=10**12)
     assert r.rows[0].need == 24 * N and r.verdict == "fits"  # bf16 resolved: the same 20 B x N as above
+
+
+@pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
+def test_summary_names_every_size_in_one_unit_system(units, base):
+    """need 24 B x N and capacity 25 B x N (module docstring), headroom N, band 3 B x N: each printed
+    as bytes / 2^30 (GiB, the default) or / 1e9 (GB), and no figure in the other system."""
+    m = _mlp()
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=25 * N, free_host_bytes=10**12)
+    s = r.summary(units) if units != "GiB" else r.summary()
+    acc = next(x for x in s.splitlines() if "accelerator" in x)
+    assert f"need {24 * N / base:,.2f} {units} of {25 * N / base:,.2f} {units} free" in acc, acc
+    assert f"headroom {N / base:,.2f} {units}" in acc and f"within {3 * N / base:,.2f} {units}" in acc, acc
+    other = "GB" if units == "GiB" else "GiB"
+    assert f" {other}" not in s, s
+    with pytest.raises(ValueError, match="GiB or GB"):
+        r.summary("MB")

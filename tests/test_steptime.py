@@ -124,3 +124,20 @@ def test_70b_on_2_nodes_step_includes_cpu_optimizer():
     want = inv.numel / 16 * 34 * 8 / 614.4e9
     assert best.parts["cpu_optimizer"] == pytest.approx(want, rel=2e-3)
     assert best.step_time_s >= best.parts["compute"] + want
+
+
+@pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
+def test_generate_why_names_the_cpu_step_in_the_tables_units(units, base):
+    """A plan slower by its CPU optimizer step says how much it streams: the candidate's bytes per
+    rank and bytes/s per rank (cpu_optimizer, by hand above) / 2^30 or / 1e9, as the table's units."""
+    from advisor.views.generate import table_text
+    inv, res = _search(4)
+    text = table_text(res, top=len(res.ranked), units=units)
+    shown = [c for c in res.ranked if c.why.startswith("+") and "CPU optimizer step (" in c.why]
+    assert shown, [c.why for c in res.ranked]
+    for c in shown:
+        co = c.cpu_optimizer
+        want = (f"{co['cpu_optimizer_bytes_per_rank'] / base:,.1f} {units} per rank at "
+                f"{co['cpu_optimizer_bytes_per_s_per_rank'] / base:,.1f} {units}/s host memory per rank")
+        assert want in text, (want, text)
+    assert ("GB/s" if units == "GiB" else "GiB/s") not in text

@@ -175,11 +175,15 @@ class Hardware:
         return Capacity(accelerator=self.accelerator.memory_bytes if self.accelerator else None,
                         host=self.host_memory_bytes, nvme=t.capacity_bytes if t else None)
 
-    def summary(self) -> str:
+    def summary(self, units: str = "GiB") -> str:
+        """One line: nodes x accelerators, host memory per node (in ``units``: GiB = 2^30 or
+        GB = 1e9 bytes, :func:`advisor.units.size`) and the storage tiers."""
+        from advisor.units import size
+
         a = self.accelerator
         parts = [f"{self.nodes} node(s) x {self.accelerators_per_node} x {a.name if a else 'no accelerator'}"]
         if self.host_memory_bytes:
-            parts.append(f"{self.host_memory_bytes / 1e9:,.0f} GB host memory per node")
+            parts.append(f"{size(self.host_memory_bytes, units, digits=0)} host memory per node")
         for t in self.storage:
             parts.append(f"{t.name} ({', '.join(t.mounts)}, {t.access})")
         return "; ".join(parts)

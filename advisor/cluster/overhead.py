@@ -144,7 +144,7 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
         "cuda_context", "CUDA context and loaded kernels", *ctx,
         formula=("CUDA_MODULE_LOADING=EAGER: every kernel loaded at start" if eager else
                  "lazy kernel loading (CUDA >= 11.7, PyTorch's default)"),
-        source="pytorch/pytorch issues #107667 and #109888 (~300-400 MB lazy, >1000 MB eager)"))
+        source="pytorch/pytorch issues #107667 and #109888 (the maintainers' figures for lazy and eager loading)"))
 
     n_comm = communicators(world_size, tensor_parallel, pipeline_parallel)
     buffsize = _env_int(env, "NCCL_BUFFSIZE", 1 << 12, 1 << 32) or NCCL_BUFFSIZE_DEFAULT
@@ -156,7 +156,7 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
         "nccl", "NCCL communicator buffers", n_comm * per * ch, n_comm * 2 * buffsize * ch_lo,
         n_comm * per * ch_hi,
         formula=(f"{n_comm} communicator(s) x {ch} channels x 2 (send, recv) x NCCL_BUFFSIZE "
-                 f"{buffsize // MIB if buffsize >= MIB else buffsize} {'MiB' if buffsize >= MIB else 'B'} x "
+                 f"{buffsize:,} B x "  # bytes, as NCCL reads the variable: no unit system to mix in
                  f"{NCCL_PROTOCOL_BUFFERS} protocols" + (" (NCCL_BUFFSIZE from the environment)"
                                                           if env.get("NCCL_BUFFSIZE") else "")),
         source="NCCL User Guide, Environment Variables: NCCL_BUFFSIZE (default 4194304), NCCL_MAX_NCHANNELS"))

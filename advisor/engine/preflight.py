@@ -81,12 +81,16 @@ class PreflightRow:
     def headroom(self) -> int | None:
         return None if self.capacity is None else self.capacity - self.need
 
-    def line(self) -> str:
-        cap = "unknown" if self.capacity is None else f"{self.capacity / 1e9:,.2f} GB"
-        head = "" if self.capacity is None else f", headroom {self.headroom / 1e9:,.2f} GB"
-        tight = (f" (within {self.uncertainty / 1e9:,.2f} GB the overhead may exceed its defaults by: "
+    def line(self, units: str = "GiB") -> str:
+        """One line: need of capacity, headroom and verdict, sizes in ``units`` (GiB = 2^30 or
+        GB = 1e9 bytes, :func:`advisor.units.size`). Raises ValueError for another ``units``."""
+        from advisor.units import size
+
+        cap = "unknown" if self.capacity is None else size(self.capacity, units)
+        head = "" if self.capacity is None else f", headroom {size(self.headroom, units)}"
+        tight = (f" (within {size(self.uncertainty, units)} the overhead may exceed its defaults by: "
                  f"{', '.join(self.uncertain_terms)})" if self.verdict == "tight" else "")
-        return (f"{self.tier} {self.scope}: need {self.need / 1e9:,.2f} GB of {cap} free{head}: "
+        return (f"{self.tier} {self.scope}: need {size(self.need, units)} of {cap} free{head}: "
                 f"{self.verdict}{tight} [capacity: {self.capacity_source}]")
 
 
@@ -109,10 +113,15 @@ class PreflightResult:
         """True unless a tier does not fit (a tight verdict fits)."""
         return self.verdict != "does not fit"
 
-    def summary(self) -> str:
-        """Human text: one line per tier, then the notes."""
+    def summary(self, units: str = "GiB") -> str:
+        """Human text: one line per tier (sizes in ``units``: "GiB" = 2^30 bytes, the default, as
+        every ds-advisor report, or "GB" = 1e9 bytes), then the notes. Raises ValueError for
+        another ``units``."""
+        from advisor.units import check_units
+
+        units = check_units(units)
         head = f"ds-advisor preflight: {self.model} ({self.parameters:,} parameters): {self.verdict.upper()}"
-        return "\n".join([head] + [f"  {r.line()}" for r in self.rows] + [f"  note: {n}" for n in self.notes])
+        return "\n".join([head] + [f"  {r.line(units)}" for r in self.rows] + [f"  note: {n}" for n in self.notes])
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "model": self.model, "parameters": self.parameters,

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES
+from advisor.findings import literal, render_sized
+from advisor.units import DEFAULT_UNITS
 from advisor.model.inventory import Inventory, TensorSpec
 from advisor.plan import Cluster, Plan
 from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, optimizer_states, placement_of,
@@ -535,7 +537,7 @@ def transfer_time(nbytes: int, bandwidth: float) -> float:
     return nbytes / bandwidth
 
 
-def aggregate_bandwidth(tier: Any, nodes: int, files: Any, ranks_per_node: int) -> tuple[float, float, str]:
+def aggregate_bandwidth(tier: Any, nodes: int, files: Any, ranks_per_node: int) -> tuple[float, float, tuple[str, dict]]:
     """(write, read bandwidth of the whole save, bytes/s; how) for a save over ``nodes`` nodes.
 
     * node-local tier (``scope`` "node-local", the default): each node writes its own ranks' files
@@ -551,17 +553,18 @@ def aggregate_bandwidth(tier: Any, nodes: int, files: Any, ranks_per_node: int) 
             w = min(w, nodes * tier.per_client_write_bytes_per_s)
         if tier.per_client_read_bytes_per_s:
             r = min(r, nodes * tier.per_client_read_bytes_per_s)
-        return w, r, (f"shared tier {tier.name}: {nodes} client nodes at min(aggregate, nodes x per-client limit) = "
-                      f"{w / 1e9:,.1f} GB/s write, {r / 1e9:,.1f} GB/s read")
+        return w, r, (literal(f"shared tier {tier.name}") + f": {nodes} client nodes at min(aggregate, nodes x "
+                      "per-client limit) = {w:1/s} write, {r:1/s} read", {"w": w, "r": r})
     per_node: dict[int, int] = {}
     for rk, b in files.per_rank_bytes().items():
         per_node[rk // max(1, ranks_per_node)] = per_node.get(rk // max(1, ranks_per_node), 0) + b
     busiest = max(per_node.values(), default=0)
     factor = files.total_bytes / busiest if busiest else 1.0
     return (float(tier.write_bytes_per_s) * factor, float(tier.read_bytes_per_s) * factor,
-            f"node-local tier {tier.name}: the {nodes} nodes write their own ranks' files in parallel; the busiest "
-            f"node writes {busiest / 1e9:,.1f} GB of {files.total_bytes / 1e9:,.1f} GB, so the save runs at "
-            f"{factor:,.2f} x one node's {tier.write_bytes_per_s / 1e9:,.1f} GB/s")
+            (literal(f"node-local tier {tier.name}") + f": the {nodes} nodes write their own ranks' files in parallel; "
+             "the busiest node writes {busiest:1} of {total:1}, so the save runs at "
+             f"{factor:,.2f} x one node's " + "{write:1/s}",
+             {"busiest": busiest, "total": files.total_bytes, "write": float(tier.write_bytes_per_s)}))
 
 
 def cluster_mtbf(node_mtbf_s: float, nodes: int) -> float:
@@ -630,6 +633,10 @@ class CheckpointPlan:
     ranks_per_node: int = 1
     #: Findings about the checkpoint storage (T003), set by advisor.views.checkpoint; empty here.
     findings: list = field(default_factory=list)
+    #: index in ``notes`` -> (template, sizes) for a note naming sizes
+    #: (:func:`advisor.findings.render_sized`): printed in the report's ``--units``; ``notes``
+    #: holds it in the default units (GiB).
+    notes_sized: dict[int, tuple[str, dict]] = field(default_factory=dict)
 
     # derived --------------------------------------------------------------------------------
     @property
@@ -814,6 +821,7 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
     if nodes is None:
         nodes = hardware.nodes if hardware is not None else ceil_div(cluster.world_size, per_node)
     notes: list[str] = []
+    notes_sized: dict[int, tuple[str, dict]] = {}
     tier = hardware.tier_for_path(save_dir) if hardware is not None and save_dir else None
     if save_dir and hardware is None:
         notes.append("--save-dir without --hardware: no storage tier known, so no bandwidth defaults or wear figures")
@@ -829,7 +837,8 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
         if read_bandwidth is None:
             read_bandwidth = r_agg
         if n_writing > 1:
-            notes.append(how)
+            notes_sized[len(notes)] = how
+            notes.append(render_sized(*how, DEFAULT_UNITS))
     if ec.zero.stage >= 1:
         notes.append(f"ZeRO-{ec.zero.stage} optimizer state is partitioned over {cluster.dp_world_size} data-parallel "
                      "ranks: resuming at another data-parallel world size needs DeepSpeed's universal checkpoint "
@@ -848,7 +857,7 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
                           write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
                           step_time_s=step_time_s, restart_s=restart_s, notes=notes, save_dir=save_dir, tier=tier,
-                          save_interval_s=save_interval_s, ranks_per_node=per_node)
+                          save_interval_s=save_interval_s, ranks_per_node=per_node, notes_sized=notes_sized)
     return cp
 
 

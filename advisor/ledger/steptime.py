@@ -442,8 +442,19 @@ def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
             terms.append(part)
 
 
-def breakdown_lines(st: StepTime) -> list[str]:
-    """Text lines: the step seconds, what each resource is busy for and what of it is exposed."""
+def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB") -> str:
+    """The CPU optimizer step's text line: ``amount`` bytes of host memory traffic per rank per
+    step at ``rate`` bytes/s per rank (None: unknown), in ``units`` (GiB = 2^30 or GB = 1e9 bytes)."""
+    from advisor.units import rate as rate_text, size
+
+    return (f"  CPU optimizer: {size(amount, units, digits=1)} per rank per step"
+            + (f" at {rate_text(rate, units, digits=1)} per rank (host memory bandwidth / ranks per node)"
+               if rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
+
+
+def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
+    """Text lines: the step seconds, what each resource is busy for and what of it is exposed
+    (sizes in ``units``, :func:`cpu_optimizer_line`)."""
     busy, exp = st.by_resource(False), st.by_resource(True)
     names = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
              "host_memory": "CPU optimizer step"}
@@ -454,9 +465,7 @@ def breakdown_lines(st: StepTime) -> list[str]:
             out.append(f"  {names[k]:<20} busy {busy[k]:>9,.3f} s   exposed {exp.get(k, 0.0):>9,.3f} s")
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
-        out.append(f"  CPU optimizer: {cpu.amount / 1e9:,.1f} GB per rank per step"
-                   + (f" at {cpu.rate / 1e9:,.1f} GB/s per rank (host memory bandwidth / ranks per node)"
-                      if cpu.rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
+        out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units))
     for u in st.unknown[:3]:
         out.append(f"  unknown: {u}")
     return out

@@ -667,13 +667,14 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     if d["findings"]:
         parts.append("<table id=findings-table><tr><th>code</th><th>severity</th><th>where</th><th>message</th>"
                      "<th>fix</th></tr>")
-        for f in d["findings"]:
+        for fo, f in zip(result.findings, d["findings"]):
             where = f["pointer"] or "/"
             if f.get("line"):
                 where += f" (line {f['line']})"
+            msg, fix = fo.text(units)  # sizes in the report's units
             parts.append(f"<tr><td><code>{_e(f['code'])}</code></td><td class='sev-{_e(f['severity'])}'>"
-                         f"{_e(f['severity'])}</td><td><code>{_e(where)}</code></td><td>{_e(f['message'])}</td>"
-                         f"<td>{_e(f['fix'])}</td></tr>")
+                         f"{_e(f['severity'])}</td><td><code>{_e(where)}</code></td><td>{_e(msg)}</td>"
+                         f"<td>{_e(fix)}</td></tr>")
         parts.append("</table>")
     else:
         parts.append("<p>No findings.</p>")

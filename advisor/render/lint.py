@@ -84,10 +84,11 @@ def hf_trainer_hint(findings: list[Finding]) -> tuple[str, list[Finding]] | None
 
 
 def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None,
-              color: bool | None = None, quiet: bool = False) -> str:
+              color: bool | None = None, quiet: bool = False, units: str | None = None) -> str:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
     summary line names the DeepSpeed release checked against when ``release`` is given.
-    ``color``: colour the severities (None: on a terminal without NO_COLOR)."""
+    ``color``: colour the severities (None: on a terminal without NO_COLOR). ``units``: "GiB" /
+    "GB" for the sizes findings name (None: the default, GiB)."""
     stream = stream or sys.stdout
     color = _use_color(stream) if color is None else color
     lines: list[str] = []
@@ -121,9 +122,10 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
             sev = f.severity
             if color:
                 sev = paint(sev, color)
-            lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {f.message}"))
-            if f.fix:
-                lines.append(safe_text(f"    fix: {f.fix}"))
+            msg, fix = f.text(units)
+            lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {msg}"))
+            if fix:
+                lines.append(safe_text(f"    fix: {fix}"))
     unreadable = sum(1 for r in results if r.error)
     skipped = sum(1 for r in results if r.skipped)
     if quiet:  # -q: the findings (and unreadable files) only

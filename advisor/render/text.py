@@ -12,7 +12,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 from advisor.errors import EXIT_PROBE
-from advisor.findings import Finding
+from advisor.findings import Finding, render_sized
 from advisor.render.style import STYLE, paint, use_color, width, wrap
 from advisor.units import DEFAULT_UNITS, duration_text, gb, gib, rate, size, unit_name, unit_note
 from advisor.config.versions import release_lines
@@ -239,7 +239,11 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     console.print(f"  + {t['name']}{band}: {t['formula']} [{t['source']}]", markup=False)
         stt = d.get("step_time")
         if stt:
+            cpu = next((t for t in stt.get("terms") or [] if t.get("name") == "cpu_optimizer"), None)
             for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
+                if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
+                    from advisor.ledger.steptime import cpu_optimizer_line
+                    line = cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units)
                 console.print(line, markup=False)
             if stt.get("per_day_figures_use") == "--step-time":
                 console.print("  per-day NVMe figures below use --step-time (measured), not the model", markup=False)
@@ -307,13 +311,14 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(f"  excluded: {x}")
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
-            for f in d["findings"]:
+            for f in result.findings:  # the Findings behind d["findings"], sizes in ``units``
+                msg, fix = f.text(units)
                 line = Text("  ")
-                line.append(f["severity"], style=STYLE.get(f["severity"], ""))
-                line.append(f" {f['code']} {f['pointer'] or '/'}: {f['message']}")
+                line.append(f.severity, style=STYLE.get(f.severity, ""))
+                line.append(f" {f.code} {f.pointer or '/'}: {msg}")
                 console.print(line)
-                if f["fix"]:
-                    console.print(f"      fix: {f['fix']}", markup=False)
+                if fix:
+                    console.print(f"      fix: {fix}", markup=False)
     return wrap(captured.get().rstrip("\n"), cols)
 
 
@@ -438,11 +443,15 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
         else:
             lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
     for x in plan.findings:
-        lines.append(f"  {paint(x.severity, color)} {x.code}: {x.message}")
-        if x.fix:
-            lines.append(f"    fix: {x.fix}")
-    for n in f.notes[1:] + plan.notes:
+        msg, fix = x.text(units)
+        lines.append(f"  {paint(x.severity, color)} {x.code}: {msg}")
+        if fix:
+            lines.append(f"    fix: {fix}")
+    for n in f.notes[1:]:
         lines.append(f"  note: {n}")
+    for i, n in enumerate(plan.notes):
+        sized = plan.notes_sized.get(i)  # a note naming sizes: in ``units``
+        lines.append(f"  note: {render_sized(*sized, units) if sized else n}")
     return wrap("\n".join(lines + release_lines()), width(sys.stdout))
 
 
@@ -519,11 +528,13 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         L.append("findings")
         for f in r.findings:
             loc = f"{f.file}:{f.line}: " if f.line else ""
-            L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.pointer or '/'}: {f.message}")
-            if f.fix:
-                L.append(f"      fix: {f.fix}")
-    for w in r.warnings:
-        L.append(f"warning: {w}")
+            msg, fix = f.text(units)
+            L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.pointer or '/'}: {msg}")
+            if fix:
+                L.append(f"      fix: {fix}")
+    for i, w in enumerate(r.warnings):
+        t = r.warning_sizes.get(i)  # a warning naming sizes: in ``units`` too
+        L.append(f"warning: {render_sized(t[0], t[1], units) if t else w}")
     if r.exit_code == EXIT_PROBE:
         L.append(f"{paint('NO-GO', color)}: the environment could not be probed (--strict) (exit {r.exit_code})")
     else:
@@ -600,40 +611,51 @@ def hardware_json(hws: list[Any], one: bool = False) -> str:
     return json.dumps(_hardware_row(hws[0]) if one else [_hardware_row(h) for h in hws], indent=2)
 
 
-def hardware_text(hws: list[Any], one: bool = False) -> str:
-    """``hardware``: one line per preset, or (``one``) every field of one spec
-    (GB/TB = 1e9/1e12 bytes, bandwidths per direction)."""
+def hardware_text(hws: list[Any], one: bool = False, units: str = "GiB") -> str:
+    """``hardware``: a table with one row per preset (labelled columns, sizes in ``units``: GiB =
+    2^30 or GB = 1e9 bytes), or (``one``) every field of one spec, every size and bandwidth
+    (per direction) in ``units`` too (TiB/TB for the larger ones)."""
+    from advisor.units import rate, size, unit_name, unit_note
+
+    G = unit_name(units)
     L: list[str] = []
     if not one:
+        head = ("preset", "GPUs", "accelerator", f"memory {G}", f"host {G}", "storage (tier:mount)")
+        rows = []
         for h in hws:
             a = h.accelerator
-            mem = f"{a.memory_bytes / 1e9:,.0f} GB" if a else "-"
-            host = f"{h.host_memory_bytes / 1e9:,.0f} GB host" if h.host_memory_bytes else "host ?"
-            tiers = ", ".join(f"{t.name}:{t.mounts[0]}" for t in h.storage) or "storage ?"
-            L.append(f"{h.name:<18} {h.accelerators_per_node:>2} x {a.name if a else '-':<28} {mem:>7}  {host:<14} {tiers}")
-        L.append("\nGive a name (or a JSON spec file, schemas/hardware.schema.json) for details; NAME:N for N nodes.")
+            rows.append((h.name, str(h.accelerators_per_node), a.name if a else "-",
+                         size(a.memory_bytes, units, suffix=False, digits=1) if a else "-",
+                         size(h.host_memory_bytes, units, suffix=False, digits=0) if h.host_memory_bytes else "?",
+                         ", ".join(f"{t.name}:{t.mounts[0]}" for t in h.storage) or "?"))
+        w = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        right = (False, True, False, True, True, False)
+        for r in [head, *rows]:
+            L.append("  ".join(c.rjust(w[i]) if right[i] else c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+        L.append(f"\nMemory per accelerator and host memory per node, in {unit_note(units)}. Give a name (or a JSON "
+                 "spec file, schemas/hardware.schema.json) for details; NAME:N for N nodes.")
         return "\n".join(L)
     h = hws[0]
     a = h.accelerator
-    L.append(f"{h.name}: {h.description or h.summary()}")
-    L.append(f"  nodes {h.nodes} x {h.accelerators_per_node} accelerators")
+    L.append(f"{h.name}: {h.description or h.summary(units)}")
+    L.append(f"  nodes {h.nodes} x {h.accelerators_per_node} accelerators (sizes in {unit_note(units)})")
     if a:
         flops = f"{a.peak_bf16_flops / 1e12:,.1f} TFLOP/s bf16 dense" if a.peak_bf16_flops else "FLOP/s ?"
-        bw = f"{a.memory_bandwidth_bytes_per_s / 1e12:,.2f} TB/s" if a.memory_bandwidth_bytes_per_s else "?"
-        L.append(f"  accelerator {a.name}: {a.memory_bytes / 1e9:,.0f} GB, {bw} memory bandwidth, {flops}")
+        bw = size(a.memory_bandwidth_bytes_per_s, units, prefix="T") + "/s" if a.memory_bandwidth_bytes_per_s else "?"
+        L.append(f"  accelerator {a.name}: {size(a.memory_bytes, units)}, {bw} memory bandwidth, {flops}")
     if h.host_link_bytes_per_s:
-        L.append(f"  host link {h.host_link_name or ''} {h.host_link_bytes_per_s / 1e9:,.0f} GB/s per direction")
+        L.append(f"  host link {h.host_link_name or ''} {rate(h.host_link_bytes_per_s, units)} per direction")
     if h.peer_bytes_per_s:
-        L.append(f"  accelerator peer link {h.peer_bytes_per_s / 1e9:,.0f} GB/s per direction")
-    L.append(f"  host memory {h.host_memory_bytes / 1e9:,.0f} GB per node" if h.host_memory_bytes
+        L.append(f"  accelerator peer link {rate(h.peer_bytes_per_s, units)} per direction")
+    L.append(f"  host memory {size(h.host_memory_bytes, units)} per node" if h.host_memory_bytes
              else "  host memory unknown")
     if h.network_bytes_per_s is not None:
-        L.append(f"  network {h.network_bytes_per_s / 1e9:,.0f} GB/s per node per direction")
+        L.append(f"  network {rate(h.network_bytes_per_s, units)} per node per direction")
     for t in h.storage:
-        rated = f", rated {t.rated_write_bytes / 1e12:,.0f} TB written ({t.endurance.describe()})" \
+        rated = f", rated {size(t.rated_write_bytes, units, prefix='T', digits=0)} written ({t.endurance.describe()})" \
             if t.rated_write_bytes else ", endurance unknown"
-        L.append(f"  storage {t.name} [{t.access}] at {', '.join(t.mounts)}: {t.capacity_bytes / 1e12:,.2f} TB, "
-                 f"read {t.read_bytes_per_s / 1e9:,.1f} GB/s, write {t.write_bytes_per_s / 1e9:,.1f} GB/s{rated}")
+        L.append(f"  storage {t.name} [{t.access}] at {', '.join(t.mounts)}: {size(t.capacity_bytes, units, prefix='T')}, "
+                 f"read {rate(t.read_bytes_per_s, units)}, write {rate(t.write_bytes_per_s, units)}{rated}")
     if h.source:
         L.append(f"  source: {h.source}")
     return "\n".join(L)

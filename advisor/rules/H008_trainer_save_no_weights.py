@@ -27,7 +27,7 @@ while it writes: N x D bytes, given with --model), or keep it off and run
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zptr
+from advisor.rules._util import zptr
 
 
 @register
@@ -50,7 +50,7 @@ class TrainerSaveNoWeights(Rule):
         if ctx.inventory is not None:
             from advisor.config.effective import DTYPE_BYTES
             n = ctx.inventory.numel * DTYPE_BYTES[ec.model_dtype]
-            cost = f" (rank 0 then holds the whole 16-bit model in host memory while saving: {fmt_bytes(n)})"
+            cost = " (rank 0 then holds the whole 16-bit model in host memory while saving: {rank0_host_bytes:bytes})"
             data["rank0_host_bytes"] = n
         ptr = zptr("stage3_gather_16bit_weights_on_model_save") \
             if any(k in (ctx.raw.get("zero_optimization") or {}) for k in (
@@ -61,4 +61,4 @@ class TrainerSaveNoWeights(Rule):
                  "no model weights (accelerate's get_state_dict raises ValueError, the Trainer deletes the weights "
                  "file and saves a DeepSpeed checkpoint instead); from_pretrained(output_dir) will find none",
             'set "stage3_gather_16bit_weights_on_model_save": true' + cost
-            + ", or recover the weights after training with zero_to_fp32.py", **data)
+            + ", or recover the weights after training with zero_to_fp32.py", sizes=dict(data), **data)

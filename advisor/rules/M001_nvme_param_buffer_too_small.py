@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from advisor.config.effective import DTYPE_BYTES
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zptr
+from advisor.findings import literal
+from advisor.rules._util import zptr
 
 
 @register
@@ -71,10 +72,10 @@ class NvmeParamBufferTooSmall(Rule):
         yield self.finding(
             ptr,
             f"offload_param.buffer_size {op.buffer_size} elements is smaller than the largest NVMe-resident parameter "
-            f"partition, {p} elements ({name} at data-parallel world size {w}): deepspeed.initialize asserts "
+            f"partition, {p} elements ({literal(name)} at data-parallel world size {w}): deepspeed.initialize asserts "
             f"'More elements {first} than buffer size {op.buffer_size}'"
-            + (f" on the first one that does not fit ({first_name})" if first_name != name else ""),
+            + (f" on the first one that does not fit ({literal(first_name)})" if first_name != name else ""),
             f"set offload_param.buffer_size to {a}; pinned host memory for the buffers: {op.buffer_count} x {p} x {d} B "
-            f"= {fmt_bytes(exact)}" + (f", {fmt_bytes(cost)} with aio alignment" if a != p else ""),
-            largest_partition=p, tensor=name, first_refused=first, suggested_buffer_size=a, pinned_bytes=cost,
+            "= {exact_bytes:bytes}" + (", {pinned_bytes:bytes} with aio alignment" if a != p else ""),
+            sizes=dict(exact_bytes=exact, pinned_bytes=cost), largest_partition=p, tensor=name, first_refused=first, suggested_buffer_size=a, pinned_bytes=cost,
             set=[f"zero_optimization.offload_param.buffer_size={a}"])

@@ -23,7 +23,8 @@ Fix: a sub_group_size well below the per-rank partition, so the pool holds a few
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zptr
+from advisor.findings import literal
+from advisor.rules._util import zptr
 
 
 @register
@@ -61,9 +62,9 @@ class OptimizerSwapPool(Rule):
         new_pool = bc * align_up(min(suggest, max(groups)), k) * m
         yield self.finding(
             zptr("sub_group_size"),
-            f"the pinned optimizer swap pool ({bc} x {max(groups)} elements x 4 B = {fmt_bytes(pool)}) is at least "
-            f"the optimizer state it swaps to NVMe ({fmt_bytes(on_nvme)}): sub_group_size {z.sub_group_size} makes "
-            f"{len(groups)} sub-group(s) per rank at world size {w}",
-            f"set zero_optimization.sub_group_size to {suggest} (pool about {fmt_bytes(new_pool)})",
-            pool_bytes=pool, nvme_state_bytes=on_nvme, sub_groups=len(groups),
+            f"the pinned optimizer swap pool ({bc} x {max(groups)} elements x 4 B = {{pool_bytes:bytes}}) is at least "
+            f"the optimizer state it swaps to NVMe ({{nvme_state_bytes:bytes}}): sub_group_size {z.sub_group_size} "
+            f"makes {len(groups)} sub-group(s) per rank at world size {w}",
+            f"set zero_optimization.sub_group_size to {suggest} (pool about {{new_pool_bytes:bytes}})",
+            sizes=dict(pool_bytes=pool, nvme_state_bytes=on_nvme, new_pool_bytes=new_pool), pool_bytes=pool, nvme_state_bytes=on_nvme, sub_groups=len(groups),
             set=[f"zero_optimization.sub_group_size={suggest}"])

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from advisor.config.effective import DTYPE_BYTES
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zptr
+from advisor.findings import literal
+from advisor.rules._util import zptr
 
 
 @register
@@ -60,6 +61,7 @@ class ReduceBucketTooLarge(Rule):
         yield self.finding(
             zptr("reduce_bucket_size"),
             f"reduce_bucket_size {rbs} elements exceeds the model's {n} gradient elements: the bucket costs "
-            f"{fmt_bytes(cost)} of GPU memory ({words}), more than all the model's gradients ({fmt_bytes(grads)})",
-            f"set zero_optimization.reduce_bucket_size to at most {suggest} (saves {fmt_bytes(cost - suggest * per)})",
-            bucket_bytes=cost, gradient_elements=n, set=[f"zero_optimization.reduce_bucket_size={suggest}"])
+            f"{{bucket_bytes:bytes}} of GPU memory ({literal(words)}), more than all the model's gradients "
+            f"({{gradient_bytes:bytes}})",
+            f"set zero_optimization.reduce_bucket_size to at most {suggest} (saves {{saved_bytes:bytes}})",
+            sizes=dict(bucket_bytes=cost, gradient_bytes=grads, saved_bytes=cost - suggest * per), bucket_bytes=cost, gradient_elements=n, set=[f"zero_optimization.reduce_bucket_size={suggest}"])

@@ -50,7 +50,8 @@ Fix: ``buffer_count`` at least the largest number of NVMe-resident partitions on
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, zptr
+from advisor.findings import literal
+from advisor.rules._util import zptr
 
 
 def _module(name: str) -> str:
@@ -149,11 +150,11 @@ class NvmeParamBufferCount(Rule):
                f"{op.max_in_cpu:,}, so some stay on NVMe")
         yield self.finding(
             ptr,
-            f"module '{mod or '(root)'}' holds {n} NVMe-resident parameter partitions ({names}; {why}) but "
+            f"module '{literal(mod or '(root)')}' holds {n} NVMe-resident parameter partitions ({literal(names)}; {why}) but "
             f"offload_param.buffer_count is {bc}: fetching the module swaps them in together and DeepSpeed "
             f"{'asserts' if certain else 'may assert'} 'Not enough buffers {bc} for swapping {n}' in the first forward",
-            f"set offload_param.buffer_count to {n} (pinned swap buffers: {n} x {per:,} B = {fmt_bytes(n * per)})",
-            severity="error" if certain else "warning", module=mod, partitions=n, buffer_count=bc,
+            f"set offload_param.buffer_count to {n} (pinned swap buffers: {n} x {per:,} B = {{pinned_bytes:bytes}})",
+            sizes=dict(pinned_bytes=n * per), severity="error" if certain else "warning", module=mod, partitions=n, buffer_count=bc,
             pinned_bytes=n * per, set=[f"zero_optimization.offload_param.buffer_count={n}"])
 
     def _held_by_reuse(self, ctx: LintContext, mods: dict[str, list], trainable_may: bool, d: int, op):

@@ -32,7 +32,8 @@ to host memory (``device: cpu``); keep read-oriented flash for frozen weights.
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, movements_and_endurance, per_day_text, zero_raw, zptr
+from advisor.findings import literal
+from advisor.rules._util import movements_and_endurance, per_day_text, zero_raw, zptr
 
 _WRITE_ACTIVE = {"gradients": "gradients", "optimizer_states": "optimizer moments",
                  "master_weights": "fp32 master weights", "parameters": "trained parameters"}
@@ -82,26 +83,27 @@ class WriteActiveOnReadOriented(Rule):
             active = [s for s in secs if written & _OWN[s]]
             writes = written & set().union(*(_OWN[s] for s in active)) if active else set()
             line = next((ln for ln in lines if ln.tier == tier.name), None)
-            where = f"read-oriented tier '{tier.name}' ({', '.join(tier.mounts)})"
+            where = literal(f"read-oriented tier '{tier.name}' ({', '.join(tier.mounts)})")
             path = getattr(ec.zero, (active or secs)[0]).nvme_path
             if active:
                 per_step = line.write_bytes_per_step if line else sum(m.bytes for m in mine if m.direction == "write")
                 what = ", ".join(_WRITE_ACTIVE[c] for c in ("master_weights", "optimizer_states", "gradients",
                                                             "parameters") if c in writes)
                 who = " and ".join(active) + (" place" if len(active) > 1 else " places")
-                msg = (f"{who} write-active state ({what}) on {where}: {fmt_bytes(per_step)} written per "
+                msg = (f"{who} write-active state ({what}) on {where}: {{bytes_written_per_step:bytes}} written per "
                        f"optimizer step on each node")
                 data = {"tier": tier.name, "path": path, "bytes_written_per_step": per_step,
                         "classes": sorted(writes), "sections": active, "rated_write_bytes": tier.rated_write_bytes}
+                sizes = {"bytes_written_per_step": per_step}
                 if step_time_s and line is not None:
-                    msg += "; " + per_day_text(line, step_time_s, tier, data)
+                    msg += "; " + per_day_text(line, step_time_s, tier, data, sizes)
                 else:
                     msg += " (give --step-time for bytes per day and the drive's projected life)"
                 yield self.finding(
                     ptr_of(active[0]), msg,
                     "point nvme_path at a read-write tier with the endurance for it, or offload to host memory "
                     "(device: cpu); keep read-oriented flash for frozen weights",
-                    **data)
+                    sizes=sizes, **data)
             elif "offload_param" in secs:
                 frozen = any(m.item == "frozen_params" and m.bytes > 0 for m in mine)
                 why = ("only frozen parameters are swapped from it: DeepSpeed reads them on each fetch and never "

@@ -28,7 +28,8 @@ ranks (ZeRO-3 divides the state, so each drive takes less).
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes, movements_and_endurance, per_day_text, zero_raw, zptr
+from advisor.findings import literal
+from advisor.rules._util import movements_and_endurance, per_day_text, zero_raw, zptr
 
 WEAR_DAYS = 365
 
@@ -52,7 +53,8 @@ class DriveWear(Rule):
             tier = next(t for t in hw.storage if t.name == ln.tier)
             data = {"tier": ln.tier, "bytes_written_per_step": ln.write_bytes_per_step,
                     "rated_write_bytes": ln.rated_write_bytes}
-            when = per_day_text(ln, step_time_s, tier, data)  # at the step time the traffic allows
+            sizes = {"bytes_written_per_step": ln.write_bytes_per_step}
+            when = per_day_text(ln, step_time_s, tier, data, sizes)  # at the step time the traffic allows
             if data["days_of_life"] is None or data["days_of_life"] >= WEAR_DAYS:
                 continue
             zr = zero_raw(ctx.raw)
@@ -62,7 +64,7 @@ class DriveWear(Rule):
             ptr = zptr(sec, "nvme_path") if "nvme_path" in raw_sec else zptr(sec)
             yield self.finding(
                 ptr,
-                f"NVMe swap on tier '{ln.tier}' ({', '.join(tier.mounts)}) writes {fmt_bytes(ln.write_bytes_per_step)} "
+                literal(f"NVMe swap on tier '{ln.tier}' ({', '.join(tier.mounts)})") + " writes {bytes_written_per_step:bytes} "
                 f"per optimizer step per node: {when}",
                 "a drive rated for the writes (enterprise 1-3 DWPD) or several in RAID 0, more ranks, or "
-                "offload_optimizer.device cpu when host memory allows", **data)
+                "offload_optimizer.device cpu when host memory allows", sizes=sizes, **data)

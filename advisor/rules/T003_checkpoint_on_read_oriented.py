@@ -34,9 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from advisor.findings import Finding
+from advisor.findings import Finding, literal
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import fmt_bytes
 from advisor.units import days_text
 
 
@@ -64,7 +63,7 @@ class CheckpointOnReadOriented(Rule):
         st = plan.storage()
         per_save = st["bytes_written_per_save"]
         where = f"read-oriented tier '{tier.name}' ({', '.join(tier.mounts)})"
-        msg = (f"checkpoint save_dir {plan.save_dir} is on {where}: every save writes {fmt_bytes(per_save)} "
+        msg = (literal(f"checkpoint save_dir {plan.save_dir} is on {where}") + ": every save writes {bytes_written_per_save:bytes} "
                f"on the busiest node")
         data = {"tier": tier.name, "save_dir": plan.save_dir, "bytes_written_per_save": per_save,
                 "rated_write_bytes": st["rated_write_bytes"], "warranty_days": st["warranty_days"],
@@ -77,8 +76,7 @@ class CheckpointOnReadOriented(Rule):
                    "and the drive's projected life)"
         else:
             msg += (f"; at one save every {st['save_interval_s']:,.0f} s ({st['interval_source']}, "
-                    f"{st['saves_per_day']:,.2f} saves/day) that is {st['bytes_written_per_day'] / 1e12:,.3f} TB "
-                    f"written per day")
+                    f"{st['saves_per_day']:,.2f} saves/day) that is {{bytes_written_per_day:T3}} written per day")
             if st["rated_write_bytes"]:
                 days = st["days_of_life"]
                 msg += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance "
@@ -97,4 +95,5 @@ class CheckpointOnReadOriented(Rule):
             "", msg,
             "save checkpoints to a read-write tier (--save-dir on an enterprise 1-3 DWPD drive or a parallel file "
             "system); keep read-oriented flash for weights and datasets",
-            severity=severity, **data)
+            severity=severity, sizes={k: data[k] for k in ("bytes_written_per_save", "bytes_written_per_day")
+                                      if data[k] is not None}, **data)

@@ -100,9 +100,11 @@ class Rule:
     def check(self, ctx: LintContext) -> Iterable[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def finding(self, ptr: str, message: str, fix: str = "", severity: Severity | None = None, **data) -> Finding:
-        """A finding of this rule (``severity`` defaults to the rule's); ``data``: its numbers."""
-        return emit(self.code, severity or self.severity, ptr, message, fix, data=data)
+    def finding(self, ptr: str, message: str, fix: str = "", severity: Severity | None = None,
+                sizes: dict | None = None, **data) -> Finding:
+        """A finding of this rule (``severity`` defaults to the rule's); ``data``: its numbers;
+        ``sizes``: bytes named by ``{name}`` placeholders in ``message``/``fix`` (:func:`emit`)."""
+        return emit(self.code, severity or self.severity, ptr, message, fix, data=data, sizes=sizes)
 
     @classmethod
     def explanation(cls) -> str:
@@ -111,6 +113,8 @@ class Rule:
 
 
 _REGISTRY: dict[str, type[Rule]] = {}
+#: Non-empty once every rule module is imported (:func:`all_rules`).
+_LOADED: list[bool] = []
 
 
 def refusals(findings: Iterable[Finding]) -> list[Finding]:
@@ -130,24 +134,40 @@ def register(cls: type[Rule]) -> type[Rule]:
 
 
 def emit(code: str, severity: Severity, pointer: str, message: str, fix: str = "", *,
-         data: dict | None = None) -> Finding:
+         data: dict | None = None, sizes: dict | None = None) -> Finding:
     """The one way a finding is made, by every part of the advisor (rules, schema validation,
     HF resolution, estimate's fit, check's probes): a :class:`Finding` of a *registered* rule
     code, so ``ds-advisor explain CODE`` and SARIF's rule metadata exist for everything printed.
 
+    ``sizes``: byte counts the text names, as ``{name}`` / ``{name:spec}`` placeholders in
+    ``message`` and ``fix`` (:func:`advisor.findings.render_sized`; ``{{`` for a literal brace):
+    the finding's ``message``/``fix`` are then rendered in the default units (GiB) for JSON and
+    SARIF, and a text report renders them again in its ``--units`` (:meth:`Finding.text`); the
+    bytes go into the JSON ``data`` under the same names.
+
     Raises KeyError when ``code`` has no rule module in this package (a programming error;
-    tests/test_findings_registered.py finds every call site)."""
+    tests/test_findings_registered.py finds every call site), or a placeholder has no size."""
     if code not in all_rules():
         raise KeyError(f"finding code {code} is not a registered rule (add advisor/rules/{code}_*.py)")
+    if sizes is not None:
+        from advisor.findings import render_sized
+        from advisor.units import DEFAULT_UNITS
+
+        return Finding(code=code, severity=severity, pointer=pointer, message=render_sized(message, sizes, DEFAULT_UNITS),
+                       fix=render_sized(fix, sizes, DEFAULT_UNITS), data=data or {}, sizes=dict(sizes),
+                       template=(message, fix))
     return Finding(code=code, severity=severity, pointer=pointer, message=message, fix=fix, data=data or {})
 
 
 def all_rules() -> dict[str, type[Rule]]:
-    """Import every rule module once and return code -> rule class."""
-    if not _REGISTRY:
+    """Import every rule module once and return code -> rule class. (A rule module imported on
+    its own, e.g. T003 by the checkpoint view, registers only itself: the registry is loaded
+    whole on the first call here all the same.)"""
+    if not _LOADED:
         for m in pkgutil.iter_modules(__path__):
             if not m.name.startswith("_"):  # helpers (_util, _bytes) load with the rules that use them
                 importlib.import_module(f"{__name__}.{m.name}")
+        _LOADED.append(True)
     return dict(sorted(_REGISTRY.items()))
 
 

@@ -50,17 +50,6 @@ def fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
-def fmt_bytes(n: int) -> str:
-    """Bytes with a decimal unit for reading, the exact count first: '2,000,000,000 bytes (2.00 GB)'."""
-    if n >= 10**9:
-        h = f"{n / 1e9:.2f} GB"
-    elif n >= 10**6:
-        h = f"{n / 1e6:.2f} MB"
-    else:
-        return f"{n:,} bytes"
-    return f"{n:,} bytes ({h})"
-
-
 #: DeepSpeed's own optimizer names (``runtime/config.py`` DEEPSPEED_OPTIMIZERS), compared lower-cased.
 DEEPSPEED_OPTIMIZERS = ("adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon")
 #: ``torch.optim`` optimizer classes (torch 2.13), matched exactly (``getattr(torch.optim, name)``).
@@ -111,28 +100,31 @@ def implied_step_time(line: Any) -> float | None:
     return (w or 0.0) + (r or 0.0)
 
 
-def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict) -> str:
+def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict, sizes: dict) -> str:
     """The per-day clause of an NVMe wear finding (T001, T002) for an EnduranceLine at
     ``step_time_s``, adding its figures to ``data``. When the drive cannot move a step's traffic
     in ``step_time_s`` (write + read seconds at its bandwidths exceed it), the per-day figures at
     that step time are physically impossible: the clause says so and gives them at the step time
-    the traffic implies instead (``data["implied_step_time_seconds"]``)."""
+    the traffic implies instead (``data["implied_step_time_seconds"]``). The clause is a sized
+    template (:func:`advisor.findings.render_sized`): its byte figures are added to ``sizes``."""
     t = step_time_s
     io = implied_step_time(line)
     out = ""
     if io is not None and io > step_time_s:
         t = io
         out = (f"at {step_time_s:g} s per step the drive would have to write "
-               f"{line.write_bytes_per_step / step_time_s / 1e9:,.2f} GB/s, but moving one step's NVMe traffic "
+               "{write_bytes_per_s:/s}, but moving one step's NVMe traffic "
                f"takes it at least {io:,.1f} s ({line.write_seconds_per_step or 0:,.1f} s writing + "
                f"{line.read_seconds_per_step or 0:,.1f} s reading at its rated bandwidths), so steps take at least "
                f"that long; ")
         data["implied_step_time_seconds"] = io
+        sizes["write_bytes_per_s"] = line.write_bytes_per_step / step_time_s
     spd = 86400 / t
     per_day = line.write_bytes_per_step * spd
-    out += f"at {t:,.1f} s per step ({spd:,.0f} steps/day) that is {per_day / 1e12:,.1f} TB written per day" \
+    out += f"at {t:,.1f} s per step ({spd:,.0f} steps/day) that is {{bytes_written_per_day:T1}} written per day" \
         if t != step_time_s else \
-        f"at {t:g} s per step ({spd:,.0f} steps/day) that is {per_day / 1e12:,.1f} TB written per day"
+        f"at {t:g} s per step ({spd:,.0f} steps/day) that is {{bytes_written_per_day:T1}} written per day"
+    sizes["bytes_written_per_day"] = per_day
     days = tier.rated_write_bytes / per_day if tier.rated_write_bytes and per_day else None
     data.update(step_time_seconds=step_time_s, steps_per_day=spd, bytes_written_per_day=per_day,
                 days_of_life=days if days is not None else line.days_of_life)

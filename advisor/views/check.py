@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
-from advisor.findings import Finding, sort_findings
+from advisor.findings import Finding, literal, render_sized, sort_findings
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
 from advisor.config.validation import as_float, as_int
 from advisor.config.validation import world_size as world_size_bound
-from advisor.units import gb, gib
+from advisor.units import DEFAULT_UNITS
 
 if TYPE_CHECKING:
     from advisor.views.workload import ResolvedWorkload  # imported lazily at run time
@@ -442,6 +442,10 @@ class CheckResult:
     strict: bool
     #: A tight verdict exits 0 (a warning) instead of 4.
     allow_tight: bool = False
+    #: index in ``warnings`` -> (template, sizes) for a warning naming sizes
+    #: (:func:`advisor.findings.render_sized`): the text report prints it in its ``--units``;
+    #: ``warnings`` holds it in the default units (GiB).
+    warning_sizes: dict[int, tuple[str, dict]] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -548,10 +552,11 @@ def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: Libai
     for r in rows:
         if r.verdict == "no-go":
             out.append(emit("K104", "error", r.pointer,
-                               f"{r.tier}: swap files of this node's ranks need {gb(r.need)} ({gib(r.need)}) but only "
-                               f"{gb(r.capacity or 0)} is free: over by {gb(r.need - (r.capacity or 0))}",
+                               literal(f"{r.tier}") + ": swap files of this node's ranks need {need} but only "
+                               "{free} is free: over by {over}",
                                fix="free space on the drive, use a larger drive, or spread ranks over more nodes",
-                               data={"need": r.need, "free": r.capacity}))
+                               data={"need": r.need, "free": r.capacity},
+                               sizes={"need": r.need, "free": r.capacity or 0, "over": r.need - (r.capacity or 0)}))
     if paths and libaio is not None and not libaio.found:
         out.append(emit("K105", "error", paths[0].pointers[0], f"NVMe offload needs libaio: {libaio.detail}",
                            fix="install libaio on every node (DeepSpeed's async_io op loads libaio.so.1)"))
@@ -596,6 +601,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
 
     env = os.environ if env is None else env
     warnings: list[str] = []
+    warning_sizes: dict[int, tuple[str, dict]] = {}
     probe_failed = False
     ws_given, ws_label = world_size, "--world-size"
     if world_size is None and config_input is not None and config_input.launch is not None \
@@ -642,8 +648,10 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if hw_gpu and acc.ok:
         smallest = min(d.total for d in acc.devices)
         if abs(smallest - hw_gpu) > 0.1 * hw_gpu:
-            warnings.append(f"{hw_name} says {gb(hw_gpu)} per accelerator but this node's smallest has {gb(smallest)} "
-                            f"({acc.source}): the probe is used")
+            warning_sizes[len(warnings)] = t = (
+                literal(hw_name) + " says {hw_gpu} per accelerator but this node's smallest has {smallest} "
+                + literal(f"({acc.source}): the probe is used"), {"hw_gpu": hw_gpu, "smallest": smallest})
+            warnings.append(render_sized(*t, DEFAULT_UNITS))
     if gpu_memory is not None:
         acc_cap, acc_src = gpu_memory, "--gpu-memory"
     elif acc.ok:
@@ -744,7 +752,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,
                        accelerators=acc, host=host, nvme=paths, libaio=libaio, tiers=tiers, findings=all_findings,
                        warnings=warnings, excluded=list(result.assumptions()["excluded"]), probe_failed=probe_failed,
-                       strict=strict, allow_tight=allow_tight)
+                       strict=strict, allow_tight=allow_tight, warning_sizes=warning_sizes)
 
 
 # --- text ----------------------------------------------------------------------------------

@@ -29,12 +29,11 @@ from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.cluster.hardware import Capacity
 from advisor.cluster.overhead import OverheadSettings, OverheadTerm, deepspeed_extras, uncertain_terms
 from advisor.rules import emit
-from advisor.findings import Finding
+from advisor.findings import Finding, literal
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import LoadAssumption, Timeline, resolve_load, role_timeline
-from advisor.units import gib
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 REPORT_TIERS = ("accelerator", "host", "nvme")
@@ -415,9 +414,11 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
         if r.verdict == "tight":
             out.append(emit(
                 code="M102", severity="warning", pointer="/zero_optimization",
-                message=(f"{r.tier} {r.scope}: tight: {gib(r.need)} needed of {gib(r.capacity or 0)} leaves "
-                         f"{gib(r.headroom or 0)}, less than the {gib(r.uncertainty)} the runtime overhead may exceed "
-                         f"its defaults by ({', '.join(r.uncertain)})"),
+                message=(literal(f"{r.tier} {r.scope}") + ": tight: {need} needed of {capacity} leaves "
+                         "{headroom}, less than the {uncertainty} the runtime overhead may exceed "
+                         f"its defaults by ({literal(', '.join(r.uncertain))})"),
+                sizes={"need": r.need, "capacity": r.capacity or 0, "headroom": r.headroom or 0,
+                       "uncertainty": r.uncertainty},
                 fix=("measure the overhead on the node and give it (--runtime-overhead TERM=SIZE), or make room: "
                      "smaller micro-batch, activation checkpointing, offload, more ranks, "
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
@@ -433,11 +434,13 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
             per_rank = r.need // max(1, r.ranks)
             out.append(emit(
                 code="M101", severity="error", pointer="/zero_optimization/stage",
-                message=(f"{r.tier} {r.scope}: loading the model needs {gib(r.need)} ({r.ranks} ranks x "
-                         f"{gib(per_rank)}: every rank builds the whole model in {ld.dtype} in host memory "
-                         f"before deepspeed.initialize, without deepspeed.zero.Init) but only {gib(cap)} is "
-                         f"available: over by {gib(r.need - cap)}; the training step itself needs "
-                         f"{gib(steady)} ({r.steady_label})"),
+                message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} ({r.ranks} ranks x "
+                         f"{{per_rank}}: every rank builds the whole model in {literal(ld.dtype)} in host memory "
+                         "before deepspeed.initialize, without deepspeed.zero.Init) but only {capacity} is "
+                         "available: over by {over}; the training step itself needs "
+                         f"{{steady_need}} ({literal(r.steady_label)})"),
+                sizes={"need": r.need, "per_rank": per_rank, "capacity": cap, "over": r.need - cap,
+                       "steady_need": steady},
                 fix=("build the model under deepspeed.zero.Init so each rank only materialises its partition: "
                      "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
                      "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
@@ -452,9 +455,10 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
             over = need - cap
             out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
-                message=(f"{r.tier} {r.scope}: the step needs {gib(need)} at its peak"
-                         f"{' (' + label + ')' if label else ''} but only {gib(cap)} is available: "
-                         f"over by {gib(over)}"),
+                message=(literal(f"{r.tier} {r.scope}") + ": the step needs {need} at its peak"
+                         + literal(f"{' (' + label + ')' if label else ''}") + " but only {capacity} is available: "
+                         "over by {over}"),
+                sizes={"need": need, "capacity": cap, "over": over},
                 fix=("shard more (higher ZeRO stage or more ranks), offload to host/NVMe, activation "
                      "checkpointing or a smaller micro-batch, or shrink buffers"
                      if r.tier == "accelerator" else

@@ -49,7 +49,6 @@ from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidd
 from advisor.config.effective import DTYPE_BYTES, effective_config
 from advisor.errors import AdvisorError
 from advisor.model.inventory import Inventory
-from advisor.units import gib
 from advisor.ledger import steptime as _steptime
 from advisor.ledger.state import MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel
 
@@ -295,6 +294,9 @@ class Candidate:
     step_time_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
     why: str = ""
+    #: (template, sizes) when ``why`` names sizes (:func:`advisor.findings.render_sized`): the
+    #: table prints it in its ``--units``; ``why`` holds it in the default units (GiB).
+    why_sized: tuple[str, dict] | None = None
     #: The CPU optimizer step's bytes per rank and bytes/s per rank (offloaded optimizer only).
     cpu_optimizer: dict[str, float] = field(default_factory=dict)
     rejection: Rejection | None = None
@@ -331,6 +333,9 @@ class SearchResult:
     nvme_path: str | None
     notes: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
+    #: (template, sizes) per suggestion (:func:`advisor.findings.render_sized`): the text prints
+    #: them in its ``--units``; ``suggestions`` holds them in the default units (GiB).
+    suggestions_sized: list[tuple[str, dict]] = field(default_factory=list)
     #: Candidates fitted (each one :func:`advisor.views.estimate.plan_fit`); they partition into
     #: ``ranked`` (fit, the cheapest recompute setting of its stage x offload x micro-batch),
     #: ``superseded`` (fit, but a setting with fewer extra FLOPs of the same stage x offload x
@@ -686,10 +691,9 @@ def _explain_ranks(res: SearchResult) -> None:
             k = max(deltas, key=lambda x: deltas[x])
             if deltas[k] > 0.005 and c.step_time_s > best.step_time_s:
                 co = c.cpu_optimizer
-                detail = (f" ({gib(co['cpu_optimizer_bytes_per_rank'], 1)} per rank at "
-                          f"{gib(co['cpu_optimizer_bytes_per_s_per_rank'], 1)}/s host memory per rank)"
+                detail = (" ({amount:1} per rank at {rate:1/s} host memory per rank)"
                           if k == "cpu_optimizer" and co else "")
-                c.why = f"+{deltas[k]:,.2f} s {names[k]}{detail}; within {tol:.0%} of the fastest"
+                _why(c, f"+{deltas[k]:,.2f} s {names[k]}" + detail + f"; within {tol:.0%} of the fastest", co)
             elif a[0] > b[0]:
                 c.why = f"tie; model parallel ({c.layout()})"
             elif a[1] > b[1]:
@@ -704,9 +708,8 @@ def _explain_ranks(res: SearchResult) -> None:
         deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
         k = max(deltas, key=lambda x: deltas[x])
         if k == "cpu_optimizer" and c.cpu_optimizer:
-            co = c.cpu_optimizer
-            c.why = (f"+{deltas[k]:,.2f} s CPU optimizer step ({gib(co['cpu_optimizer_bytes_per_rank'], 1)} per "
-                     f"rank at {gib(co['cpu_optimizer_bytes_per_s_per_rank'], 1)}/s host memory per rank)")
+            _why(c, f"+{deltas[k]:,.2f} s CPU optimizer step" + " ({amount:1} per rank at {rate:1/s} host memory "
+                 "per rank)", c.cpu_optimizer)
         elif k == "compute" and c.checkpointing != "none":
             c.why = f"+{deltas[k]:,.2f} s recomputation (checkpointing)"
         elif k == "network" and c.ga > best.ga and c.combo.stage >= 2:
@@ -719,12 +722,24 @@ def _explain_ranks(res: SearchResult) -> None:
 # nothing fits: the smallest change that would
 
 
-def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
+def _why(c: "Candidate", template: str, co: dict | None) -> None:
+    """Set ``c.why`` from a sized template naming the CPU optimizer step's bytes per rank
+    (``{amount}``) and bytes/s per rank (``{rate}``), kept for the table's ``--units``."""
+    from advisor.findings import render_sized
+    from advisor.units import DEFAULT_UNITS
+
+    sizes = {"amount": co["cpu_optimizer_bytes_per_rank"], "rate": co["cpu_optimizer_bytes_per_s_per_rank"]} \
+        if co else {}
+    c.why, c.why_sized = render_sized(template, sizes, DEFAULT_UNITS), (template, sizes)
+
+
+def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict]]:
     """When nothing fits: (1) the fewest nodes (same GPUs per node, same global batch, so the
     batch must split evenly) up to 64x the request; (2) a read-write NVMe tier of the size the
     best NVMe plan needs per node, when the hardware has none; (3) the longest sequence length
-    (a multiple of 128, or any length below 128) that fits. Each with numbers."""
-    out: list[str] = []
+    (a multiple of 128, or any length below 128) that fits. Each with numbers: (text, sizes), the
+    text a sized template (:func:`advisor.findings.render_sized`) naming ``sizes`` in bytes."""
+    out: list[tuple[str, dict]] = []
     g = req.gpus_per_node
     for n in range(req.nodes + 1, req.nodes * 64 + 1):
         if req.global_batch % (n * g):
@@ -733,9 +748,9 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
         res = search(inv, replace(hardware, nodes=n), r2, top=1)
         if res.best:
             b = res.best
-            out.append(f"more GPUs: {n} nodes x {g} GPUs ({n * g} ranks, +{(n - req.nodes) * g}) fit with ZeRO-"
-                       f"{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
-                       f"checkpointing {b.checkpointing}: {gib(b.accelerator, 1)} per GPU")
+            out.append((f"more GPUs: {n} nodes x {g} GPUs ({n * g} ranks, +{(n - req.nodes) * g}) fit with ZeRO-"
+                        f"{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
+                        f"checkpointing {b.checkpointing}: " + "{accelerator:1} per GPU", {"accelerator": b.accelerator}))
             break
     if choose_nvme_tier(hardware) is None and hardware.host_memory_bytes:
         from advisor.cluster.hardware import StorageTier
@@ -745,9 +760,9 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
         if res.best:
             b = res.best
             need = b.nvme
-            out.append(f"an NVMe tier: a read-write drive of at least {need / 1e12:,.2f} TB per node (mounted e.g. at "
-                       f"/local_nvme) fits with ZeRO-3 {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
-                       f"checkpointing {b.checkpointing} ({b.nvme / 1e12:,.2f} TB of swap files per node)")
+            out.append(("an NVMe tier: a read-write drive of at least {nvme:T} per node (mounted e.g. at "
+                        f"/local_nvme) fits with ZeRO-3 {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
+                        f"checkpointing {b.checkpointing} " + "({nvme:T} of swap files per node)", {"nvme": need}))
     lo, hi, best_s = 1, req.seq_len - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -758,10 +773,10 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[str]:
             hi = mid - 1
     if best_s:
         s = best_s if best_s < 128 else best_s // 128 * 128
-        out.append(f"shorter sequence: --seq-len {s} (from {req.seq_len}) fits")
+        out.append((f"shorter sequence: --seq-len {s} (from {req.seq_len}) fits", {}))
     if not out:
-        out.append("no single change up to 64x the nodes, an NVMe tier or a shorter sequence fits: "
-                   "use tensor/pipeline parallelism or a smaller model")
+        out.append(("no single change up to 64x the nodes, an NVMe tier or a shorter sequence fits: "
+                    "use tensor/pipeline parallelism or a smaller model", {}))
     return out
 
 
@@ -769,7 +784,11 @@ def run(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResu
     """:func:`search`, plus :func:`suggest` when nothing fits (then raises :class:`NothingFits`)."""
     res = search(inv, hardware, req, top=top)
     if res.best is None:
-        res.suggestions = suggest(inv, hardware, req)
+        from advisor.findings import render_sized
+        from advisor.units import DEFAULT_UNITS
+
+        res.suggestions_sized = suggest(inv, hardware, req)
+        res.suggestions = [render_sized(t, s, DEFAULT_UNITS) for t, s in res.suggestions_sized]
         raise NothingFits("no plan fits " + f"{inv.name} on {req.nodes} x {req.gpus_per_node} "
                           f"{hardware.accelerator.name if hardware.accelerator else 'accelerators'}", res)
     return res
@@ -791,6 +810,7 @@ def spent_text(c: "Candidate") -> str:
 def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
     """The top plans as a fixed-width table (sizes in ``units``, GiB or GB, via
     :func:`advisor.units.size`; host and NVMe per node)."""
+    from advisor.findings import render_sized
     from advisor.units import size, unit_name
 
     U = unit_name(units)
@@ -811,7 +831,8 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
-                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c), c.why))
+                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c),
+                     render_sized(*c.why_sized, units) if c.why_sized else c.why))
     if any(c.tp * c.pp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
         cols = cols[:1] + ("parallel",) + cols[1:]
         rows = [r[:1] + (c.layout(),) + r[1:] for r, c in zip(rows, res.ranked[:top])]
@@ -858,8 +879,9 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
                          + (", gradient_checkpointing=True" if b.checkpointing == "full" else ""))
         lines.append("optimizer params are torch.optim.AdamW's defaults: set your own learning rate"
                      if not req.hf else "optimizer params come from the Trainer (\"auto\")")
-    for s in res.suggestions:
-        lines.append(f"suggestion: {s}")
+    for i, s in enumerate(res.suggestions):
+        sized = res.suggestions_sized[i] if i < len(res.suggestions_sized) else None
+        lines.append(f"suggestion: {render_sized(*sized, units) if sized else s}")
     from advisor.config.versions import release_lines
     import sys
 
