@@ -115,8 +115,9 @@ def test_C10_read_oriented_drive_is_a_T001_error_with_the_figures():
     assert abs(f.data["bytes_written_per_step"] - 107_200_000_000) <= 0.03 * 107_200_000_000
     assert f.data["steps_per_day"] == 2880
     assert f.data["days_of_life"] == pytest.approx(3.9, abs=0.1)
-    for word in ("read-oriented", "optimizer moments", "master weights", "TB written per day", "3.9 days"):
-        assert word in f.message
+    for word in ("read-oriented", "optimizer moments", "master weights", "TiB written per day", "3.9 days"):
+        assert word in f.message  # the message is in the default unit system, GiB (TiB = 2^40 B)
+    assert f"{f.data['bytes_written_per_day'] / 2**40:,.1f} TiB written per day" in f.message
 
 
 def test_C10_read_write_drive_is_not_a_T001_finding_but_still_reports_endurance():
