@@ -479,16 +479,23 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     mine = [c for c in candidates if tier in c.verdicts]
     fits = [c for c in mine if c.verdicts[tier] == "fits"]
     why = ""
+    sizes = dict(f.sizes)  # the fix is a sized template too: its bytes print in the report's --units
+
+    def sized(n: int | float) -> str:
+        key = f"fix_{len(sizes)}"
+        sizes[key] = n
+        return "{" + key + "}"
+
     if tier == "accelerator" and acts is not None and need and acts.saved_accelerator >= 0.3 * need:
-        why = (f"activations ({gib(acts.saved_accelerator)} saved for backward) are "
+        why = (f"activations ({sized(acts.saved_accelerator)} saved for backward) are "
                f"{100 * acts.saved_accelerator / need:.0f}% of the peak. ")
 
     def cost(c) -> str:
-        parts = [f"{tier} {gib(c.need[tier])}"]
+        parts = [f"{literal(tier)} {sized(c.need[tier])}"]
         if c.step_time_s is not None:
             parts.append(f"step {c.step_time_s:.2f} s")
-        parts.append(f"{gib(c.moved_bytes)} moved per step")
-        return f"{c.how} ({c.change}: {', '.join(parts)})"
+        parts.append(f"{sized(c.moved_bytes)} moved per step")
+        return f"{literal(c.how)} ({literal(c.change)}: {', '.join(parts)})"
 
     if fits:
         order = "fastest modelled step first" if any(c.step_time_s is not None for c in fits) else \
@@ -500,7 +507,7 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
                   + "; ".join(cost(c) for c in tight[:2])))
     else:
         tight = [c for c in mine if c.verdicts[tier] == "tight"]
-        tried = ", ".join(c.change for c in mine if c.verdicts[tier] != "tight") or "no other single change applies"
+        tried = literal(", ".join(c.change for c in mine if c.verdicts[tier] != "tight") or "no other single change applies")
         fix = why + ("re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
                      "with --runtime-overhead): " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
                      f"fits (tried: {tried})" if tight else
@@ -511,7 +518,8 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     first_set = next((c.set for c in fits if c.set), None)
     if first_set:
         data["set"] = first_set
-    return emit(code="M100", severity=f.severity, pointer=f.pointer, message=f.message, fix=fix, data=data)
+    return emit(code="M100", severity=f.severity, pointer=f.pointer,
+                message=f.template[0] if f.template else literal(f.message), fix=fix, data=data, sizes=sizes)
 
 
 def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
