@@ -183,13 +183,13 @@ class NvmeParamBufferCount(Rule):
         yield self.finding(
             zptr("offload_param", "buffer_count"),
             f"{earlier} NVMe-resident parameter partitions of earlier modules stay in swap buffers for their reuse "
-            f"in backward (stage3_max_reuse_distance {z.max_reuse_distance:,}) when module '{at or '(root)'}' is "
+            f"in backward (stage3_max_reuse_distance {z.max_reuse_distance:,}) when module '{literal(at or '(root)')}' is "
             f"fetched, {earlier + own} of them with its own, up to {peak} later, but offload_param.buffer_count is {bc}: "
             f"from the second step (the first with a complete trace) DeepSpeed "
             f"{'asserts' if frozen_only else 'may assert'} 'Not enough buffers {max(0, bc - earlier)} for swapping "
             f"{own}' in forward",
             f"set offload_param.buffer_count to {peak} (pinned swap buffers: {peak} x {per:,} B = "
-            f"{fmt_bytes(peak * per)}){alt}",
-            severity="error" if frozen_only else "warning", module=at, partitions=peak, held=earlier,
+            "{pinned_bytes:bytes})" + alt,
+            sizes=dict(pinned_bytes=peak * per), severity="error" if frozen_only else "warning", module=at, partitions=peak, held=earlier,
             buffer_count=bc, pinned_bytes=peak * per, reuse_distance_fit=lo,
             set=[f"zero_optimization.offload_param.buffer_count={peak}"])
