@@ -175,11 +175,38 @@ def _names_list(src: pathlib.Path, rel: str, var: str) -> list[str]:
     return []
 
 
+def _zero_refused(src: pathlib.Path) -> list[str]:
+    """Optimizer names whose branch of ``DeepSpeedEngine._configure_basic_optimizer``
+    (runtime/engine.py) asserts ``not self.zero_optimization()`` (true whenever ZeRO stage >= 1:
+    runtime/config.py ``zero_enabled = zero_optimization_stage > 0``): the 1-bit optimizers up
+    to 0.19.3. The ``optimizer_name() == CONST`` constants are resolved from runtime/config.py."""
+    eng, cfg = src / "deepspeed/runtime/engine.py", src / "deepspeed/runtime/config.py"
+    if not eng.is_file() or not cfg.is_file():
+        return []
+    consts = {t.id: n.value.value for n in ast.parse(cfg.read_text(encoding="utf-8", errors="replace")).body
+              if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+              for t in n.targets if isinstance(t, ast.Name)}
+    out: list[str] = []
+    for node in ast.walk(ast.parse(eng.read_text(encoding="utf-8", errors="replace"))):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.comparators) == 1
+                and isinstance(node.test.ops[0], ast.Eq) and "optimizer_name()" in ast.unparse(node.test.left)):
+            continue
+        refuses = any(isinstance(s, ast.Assert) and ast.unparse(s.test) == "not self.zero_optimization()"
+                      for s in node.body)
+        const = node.test.comparators[0]
+        name = consts.get(const.id) if isinstance(const, ast.Name) else getattr(const, "value", None)
+        if refuses and isinstance(name, str) and name not in out:
+            out.append(name)
+    return sorted(out)
+
+
 def release_names(src: pathlib.Path) -> dict[str, list[str]]:
-    """Scheduler types (runtime/lr_schedules.py VALID_LR_SCHEDULES) and the optimizer names
-    DeepSpeed builds itself (runtime/config.py DEEPSPEED_OPTIMIZERS)."""
+    """Scheduler types (runtime/lr_schedules.py VALID_LR_SCHEDULES), the optimizer names
+    DeepSpeed builds itself (runtime/config.py DEEPSPEED_OPTIMIZERS) and those of them it
+    refuses with ZeRO (:func:`_zero_refused`)."""
     return {"scheduler_types": _names_list(src, "deepspeed/runtime/lr_schedules.py", "VALID_LR_SCHEDULES"),
-            "optimizer_types": _names_list(src, "deepspeed/runtime/config.py", "DEEPSPEED_OPTIMIZERS")}
+            "optimizer_types": _names_list(src, "deepspeed/runtime/config.py", "DEEPSPEED_OPTIMIZERS"),
+            "zero_refused_optimizers": _zero_refused(src)}
 
 
 def compress(per_release: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -232,7 +259,7 @@ def build(folder: pathlib.Path) -> dict[str, Any]:
         per_release[r] = release_keys(src)
         names[r] = release_names(src)
     name_rows: dict[str, dict[str, list[str]]] = {}
-    for kind in ("scheduler_types", "optimizer_types"):
+    for kind in ("scheduler_types", "optimizer_types", "zero_refused_optimizers"):
         every = sorted({n for r in RELEASES for n in names[r][kind]})
         name_rows[kind] = {n: [r for r in RELEASES if n in names[r][kind]] for n in every}
     return {"generated_by": "python -m advisor.config._versiongen (AST of each release's sdist; nothing imported)",

@@ -6,8 +6,9 @@ optimizers (adam, adamw, lamb, adagrad, lion, muon, muadam, muadamw, musgd), els
 ``deepspeed.initialize`` with ``AssertionError: <type> is not a supported DeepSpeed Optimizer``.
 
 The 1-bit family (``OneBitAdam``, ``ZeroOneAdam`` (0/1 Adam), ``OneBitLamb``) was removed from
-0.19.8 (no ``runtime/fp16/onebit`` module); in the releases that had it, it was also
-incompatible with ZeRO ("0/1 Adam is not compatible with ZeRO", stage >= 2 rejected). A
+0.19.8 (no ``runtime/fp16/onebit`` module); in the releases that had it (up to 0.19.3), it was
+also incompatible with ZeRO: the engine asserts ``not self.zero_optimization()`` ("0/1 Adam is not
+compatible with ZeRO"), true for every stage >= 1 (V004 flags it at those releases). A
 lower-case torch name (``"sgd"``) is not found either: torch classes are matched exactly.
 
 Anti-pattern::
@@ -49,7 +50,7 @@ class UnsupportedOptimizer(Rule):
         if t.lower() in ONEBIT:
             msg = (f"{ONEBIT[t.lower()]} was removed from DeepSpeed 0.19.8: deepspeed.initialize asserts "
                    f"'{t} is not a supported DeepSpeed Optimizer'")
-            if stage >= 2:
+            if stage >= 1:
                 msg += f" (and 1-bit optimizers never supported ZeRO stage {stage})"
             fix = 'set optimizer.type to "AdamW" (or "Lamb" for LAMB)'
         else:
