@@ -101,7 +101,8 @@ def _floatable(v: Any) -> float | None:
 
 def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
                  optimizer_lr: float | None = None, float_literals: frozenset[str] = frozenset(),
-                 json_loaded: bool = False, positive_int_check: bool = True) -> list[Problem]:
+                 json_loaded: bool = False, positive_int_check: bool = True,
+                 warmuplr_max_lr_from_optimizer: bool = True) -> list[Problem]:
     """What ``cls(optimizer, **params)`` does for ``scheduler.type`` ``stype`` (DeepSpeed 0.19.8).
 
     ``skip``: param names not to judge (e.g. "auto" values the HF Trainer fills). ``optimizer_lr``:
@@ -112,6 +113,9 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
     (refused): ``json_loaded`` says which one happens.
     ``positive_int_check``: whether the release raises on a warmup_num_steps that is not a positive
     int (True from 0.19.3: :func:`advisor.config.versions.behaviour` ``"warmup-positive-int"``).
+    ``warmuplr_max_lr_from_optimizer``: whether WarmupLR's missing ``warmup_max_lr`` is the
+    optimizer's lr (True from 0.17.2, ``"warmuplr-max-lr-from-optimizer"``); before, its signature
+    default is 0.001 (0.17.1 lr_schedules.py ``WarmupLR.__init__``), like WarmupDecayLR's.
     Returns the problems, errors first; [] for torch schedulers (their arguments are torch's).
     """
     if not isinstance(stype, str):
@@ -223,11 +227,14 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
                                f"{w}{dflt}: DeepSpeed logs a warning; the run ends inside the warmup and the learning "
                                f"rate never reaches its peak, or {then}",
                                "set warmup_num_steps below total_num_steps", data={"total": t, "warmup": w}))
-    if stype == "WarmupDecayLR" and "warmup_max_lr" not in params and "warmup_max_lr" not in skip:
+    fixed_peak = stype == "WarmupDecayLR" or (stype == "WarmupLR" and not warmuplr_max_lr_from_optimizer)
+    if fixed_peak and "warmup_max_lr" not in params and "warmup_max_lr" not in skip:
         lr = f" (the optimizer's lr is {optimizer_lr:g})" if optimizer_lr is not None else ""
+        when = "" if stype == "WarmupDecayLR" else " in DeepSpeed releases before 0.17.2 (from 0.17.2 on: to the optimizer's lr)"
         if optimizer_lr is None or not math.isclose(optimizer_lr, 0.001):
-            out.append(Problem(None, False, f"WarmupDecayLR without warmup_max_lr warms up to 0.001 whatever the "
-                               f"optimizer's lr{lr}: the schedule overwrites the optimizer's learning rate every step",
+            out.append(Problem(None, False, f"{stype} without warmup_max_lr warms up to 0.001 whatever the "
+                               f"optimizer's lr{lr}{when}: the schedule overwrites the optimizer's learning rate "
+                               "every step",
                                'set "warmup_max_lr" to your peak learning rate (with the HF Trainer: "auto")',
                                data={"default": 0.001}))
     out.sort(key=lambda p: not p.error)

@@ -57,7 +57,9 @@ def scheduler_problems(ctx: LintContext):
         probs = check_params(s["type"], params, skip=skip, optimizer_lr=_optimizer_lr(ctx), float_literals=floats,
                              json_loaded=bool(ctx.hf),
                              positive_int_check=ctx.release is None or behaviour("warmup-positive-int",
-                                                                                 ctx.release.checked))
+                                                                                 ctx.release.checked),
+                             warmuplr_max_lr_from_optimizer=ctx.release is None or behaviour(
+                                 "warmuplr-max-lr-from-optimizer", ctx.release.checked))
     ctx.cache.scheduler_problems = (s, probs)
     return s, probs
 

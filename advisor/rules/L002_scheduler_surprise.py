@@ -6,6 +6,9 @@ What DeepSpeed 0.19.8 does (``deepspeed/runtime/lr_schedules.py``):
   default is the optimizer's lr; WarmupDecayLR passes its own 0.001 to WarmupLR). The scheduler
   writes its value into every param group at each step, so ``optimizer.params.lr`` (or the
   Trainer's ``--learning-rate``) is not the peak: a fine-tune meant for 2e-5 runs at 1e-3.
+  Before DeepSpeed 0.17.2 WarmupLR did the same (its signature default was 0.001: 0.17.1
+  lr_schedules.py ``WarmupLR.__init__``), so with ``--deepspeed-version`` below 0.17.2 a WarmupLR
+  without ``warmup_max_lr`` is flagged too.
 * ``total_num_steps`` below ``warmup_num_steps`` (default 1000): DeepSpeed only logs a warning;
   the run ends before the warmup does.
 * a ``warmup_type`` other than "log" or "linear": a logged warning, then "log".
