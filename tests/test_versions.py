@@ -278,3 +278,49 @@ def test_installed_release_first_dist_info_on_sys_path(tmp_path, monkeypatch):
     assert installed_release() == "0.14.5" == md.version("deepspeed")
     monkeypatch.setattr("sys.path", [str(tmp_path / "none")])
     assert installed_release() is None
+
+
+def _onebit_zero_asserts(release: str) -> dict[str, str]:
+    """Independent reading of engine.py/config.py as text: optimizer name -> the assertion message of
+    the ``optimizer_name() == CONST:`` branch that asserts ``not self.zero_optimization()``, and
+    that ``zero_optimization()`` is true for every stage > 0 in that release."""
+    root = _fetch(release) / "deepspeed/runtime"
+    eng, cfg = (root / "engine.py").read_text(encoding="utf-8"), (root / "config.py").read_text(encoding="utf-8")
+    assert "self.zero_enabled = self.zero_optimization_stage > 0" in cfg
+    assert re.search(r"def zero_optimization\(self\):\s*\n\s*return self\._config\.zero_enabled", eng)
+    consts = dict(re.findall(r"^(\w+_OPTIMIZER) = '(\w+)'", cfg, re.M))
+    return {consts[c]: msg for c, msg in re.findall(
+        r"optimizer_name\(\) == (\w+):\s*\n\s*assert not self\.zero_optimization\(\), \"([^\"]+)\"", eng)}
+
+
+@pytest.mark.parametrize("release", ["0.9.5", "0.14.5", "0.19.3", "0.19.8"])
+@pytest.mark.parametrize("opt", ["OneBitAdam", "ZeroOneAdam", "OneBitLamb"])
+def test_onebit_optimizers_with_zero_follow_the_release_engine(release, opt):
+    """Issue 20 item 1: lint flags a 1-bit optimizer with ZeRO exactly at the stages and releases
+    whose engine asserts against it (every stage >= 1, up to 0.19.3; 0.19.8 has none: D003)."""
+    refused = _onebit_zero_asserts(release)
+    if release == "0.14.5":
+        assert refused.get("zerooneadam") == "0/1 Adam is not compatible with ZeRO"
+    for stage in (0, 1, 2, 3):
+        cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": opt, "params": {"lr": 1e-4}},
+               "zero_optimization": {"stage": stage}}
+        codes = _lint(cfg, release)
+        assert (("V004", "/optimizer/type") in codes) == (opt.lower() in refused and stage > 0), (release, stage, codes)
+    if release == "0.19.8":
+        assert not refused and ("D003", "/optimizer/type") in codes
+
+
+@pytest.mark.parametrize("release", ["0.16.9", "0.17.1", "0.17.2", "0.19.8"])
+def test_warmuplr_peak_default_follows_the_release_signature(release):
+    """Issue 20 item 2: L002 flags a WarmupLR without warmup_max_lr exactly where the release's
+    WarmupLR.__init__ signature defaults it to 0.001 (not to the optimizer's lr)."""
+    text = (_fetch(release) / "deepspeed/runtime/lr_schedules.py").read_text(encoding="utf-8")
+    init = text[text.index("class WarmupLR"):]
+    init = init[init.index("def __init__"):init.index("):", init.index("def __init__"))]
+    default = re.search(r"warmup_max_lr: float = ([\w.]+)", init).group(1)
+    assert default in ("0.001", "None")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 3e-5}},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 100}}}
+    assert (("L002", "/scheduler/params") in _lint(cfg, release)) == (default == "0.001"), (release, default)
+    cfg["scheduler"]["params"]["warmup_max_lr"] = 3e-5
+    assert ("L002", "/scheduler/params") not in _lint(cfg, release)
