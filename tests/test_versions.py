@@ -324,3 +324,33 @@ def test_warmuplr_peak_default_follows_the_release_signature(release):
     assert (("L002", "/scheduler/params") in _lint(cfg, release)) == (default == "0.001"), (release, default)
     cfg["scheduler"]["params"]["warmup_max_lr"] = 3e-5
     assert ("L002", "/scheduler/params") not in _lint(cfg, release)
+
+
+def _strict_in_source(release: str, cls: str) -> bool:
+    """Independent reading: some module of the release defines ``class cls(DeepSpeedConfigModel)``."""
+    pat = re.compile(rf"^class {cls}\(DeepSpeedConfigModel\)", re.M)
+    return any(pat.search(p.read_text(encoding="utf-8", errors="replace"))
+               for p in (_fetch(release) / "deepspeed").rglob("*.py") if "inference" not in p.parts)
+
+
+@pytest.mark.parametrize("release", ["0.14.5", "0.16.9", "0.17.1"])
+@pytest.mark.parametrize("section,cls,body,code", [
+    ("fp16", "DeepSpeedFP16Config", {"enabled": True, "foo": 1}, "S001"),
+    ("bf16", "DeepSpeedBF16Config", {"enabled": True, "loss_scale": 0}, "S006"),
+    ("compile", "CompileConfig", {"deepcompile": False, "foo": True}, "S001")])
+def test_schema_verdicts_only_where_the_release_validates_the_section(release, section, cls, body, code):
+    """Issue 20 item 3: 0.19.8's schema error on a section stands only in a release whose source
+    makes that section a DeepSpeedConfigModel; elsewhere it is a V005 warning naming the release."""
+    bad = next(k for k in body if k in ("foo", "loss_scale"))
+    ptr = f"/{section}/{bad}"
+    cfg = {"train_micro_batch_size_per_gpu": 1, section: body}
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    found = {(f.code, f.pointer): f for f in lint_config(parse_text(json.dumps(cfg), "ds.json"),
+                                                          release=versions.target_release(release))}
+    if _strict_in_source(release, cls):
+        assert (code, ptr) in found and ("V005", ptr) not in found
+    else:
+        assert (code, ptr) not in found and found[("V005", ptr)].severity == "warning"
+        assert f"DeepSpeed {release} does not validate {section}" in found[("V005", ptr)].message
+    assert (code, ptr) in _lint(cfg, "0.19.8") and _strict_in_source("0.19.8", cls)

@@ -52,7 +52,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     the G rules check (advisor.plan.Cluster). ``release``: the DeepSpeed release the job runs
     (:func:`advisor.config.versions.target_release`); None means 0.19.8. The schema is 0.19.8's:
     for another release, its unknown-key (S001) and removed-key (S005) findings on keys that
-    release defines are dropped, and the V rules say what that release refuses instead.
+    release defines are dropped, its verdicts on sections that release does not validate become
+    V005 warnings, and the V rules say what that release refuses instead.
     ``plan``: the command's :class:`advisor.plan.Plan` when it has one (estimate, check,
     report): its effective config (as written), HF resolution and derived facts (movements) are
     used instead of being computed again.
@@ -68,9 +69,11 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                       trainer_args=dict(trainer_args) if hf and trainer_args is not None else None,
                       hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan)
     schema = validate_config(loaded, hf=hf)
-    findings: list[Finding] = [f for f in schema if select is None or f.code in select]
+    findings: list[Finding] = list(schema)
     if release is not None:
-        findings = [f for f in findings if not _defined_in_release(f, release.checked)]
+        downgrade = all_rules()["V005"]().downgrade
+        findings = [downgrade(f, release.checked) for f in findings if not _defined_in_release(f, release.checked)]
+    findings = [f for f in findings if select is None or f.code in select]
     # An invalid zero_optimization.stage ("three", 4) is refused by DeepSpeed (S004): the rules
     # that judge by the stage would judge the stage-0 stand-in, so they do not run.
     bad_stage = any(f.pointer == "/zero_optimization/stage" and f.severity == "error" for f in schema)
