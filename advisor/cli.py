@@ -636,6 +636,8 @@ def _release_option(f):
             rel = target_release(kw.pop("deepspeed_version", None))
         except AdvisorError as e:
             raise _fail(str(e))
+        if rel.warning:
+            click.echo(f"ds-advisor: warning: {rel.warning}", err=True)
         use_release(rel)
         if takes:
             kw["release"] = rel
@@ -1156,6 +1158,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
     if show_filled:
         for k, (old, new, who) in res.filled.items():
             click.echo(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})", err=True)
+    from advisor.config.versions import release_note
+    click.echo(f"ds-advisor: resolved for {release_note()}", err=True)  # stdout stays the config alone
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in res.findings) else EXIT_OK)
 
 

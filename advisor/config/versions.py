@@ -10,9 +10,15 @@ release named and not in the checked release before it).
 
 Release selection (:func:`target_release`): ``--deepspeed-version X.Y.Z`` if given, else the
 installed deepspeed's version read from its distribution metadata (as ``importlib.metadata``
-finds it; deepspeed is never imported), else 0.19.8. A release that is not in the table is checked against the checked
-release of the same minor (the table has the last patch of each minor); a minor outside the
-table is refused (:class:`UnsupportedRelease`).
+finds it; deepspeed is never imported), else 0.19.8. The flag takes a complete final release
+(``X.Y.Z``, an optional leading ``v`` and ``+local`` build suffix); an empty value, ``X.Y``, and
+pre-releases (``0.19.8rc1``, ``0.19.8.dev0``) are refused. A release that is not in the table is
+checked against the nearest checked release of the same minor *at or below* it, with a warning
+(later patches of a minor add keys, so mapping upward would accept keys the release refuses);
+when the minor has none at or below it, or the minor is outside the table, the flag is refused
+(:class:`UnsupportedRelease`, exit 2). An *installed* release the table cannot speak for is not
+an error (nobody gave the flag): the command falls back to the newest release in the table and
+says so in one warning line.
 """
 
 from __future__ import annotations
@@ -58,19 +64,24 @@ class UnsupportedRelease(AdvisorError):
 @dataclass(frozen=True)
 class Release:
     """The release a command checks against. ``requested``: what the user gave (or the installed
-    version); ``checked``: the table's release used for it; ``origin``: where it came from."""
+    version); ``checked``: the table's release used for it; ``origin``: where it came from;
+    ``warning``: one line for stderr when ``checked`` is not ``requested`` (None otherwise)."""
 
     requested: str
     checked: str
     origin: str
+    warning: str | None = None
 
     @property
     def note(self) -> str:
-        """One line for every output: which release the findings and figures are about."""
-        same = self.requested == self.checked
-        return (f"DeepSpeed {self.requested} ({self.origin})" if same else
-                f"DeepSpeed {self.requested} ({self.origin}), checked against {self.checked}, the table's release "
-                f"of the same minor")
+        """One phrase for every output: which release the findings and figures are about, e.g.
+        ``DeepSpeed 0.19.8 (installed)`` or ``DeepSpeed 0.19.3 (the table's nearest release at or
+        below 0.19.5, from --deepspeed-version)``."""
+        if self.requested == self.checked:
+            return f"DeepSpeed {self.checked} ({self.origin})"
+        if self.origin == "installed":
+            return f"DeepSpeed {self.checked} (the table's newest release; the installed {self.requested} is not in it)"
+        return f"DeepSpeed {self.checked} (the table's nearest release at or below {self.requested}, from {self.origin})"
 
 
 _state: dict[str, Any] = {}
@@ -96,6 +107,13 @@ def release_dict(release: "Release | None") -> dict[str, str]:
     return {"requested": r.requested, "checked": r.checked, "origin": r.origin}
 
 
+def release_note(release: "Release | None" = None) -> str:
+    """:attr:`Release.note` of ``release``, else of the command's (:func:`current_release`), else
+    of the default 0.19.8."""
+    r = release or current_release() or Release(DEFAULT_RELEASE, DEFAULT_RELEASE, "default")
+    return r.note
+
+
 def table() -> dict[str, Any]:
     """The generated table (read once per process)."""
     if "t" not in _state:
@@ -108,13 +126,28 @@ def _key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
 
 
-def parse_release(text: str) -> str:
-    """``X.Y.Z`` (a leading ``v`` and a local/pre-release suffix such as ``+cu121`` are dropped).
-    Raises :class:`UnsupportedRelease` on anything else."""
-    m = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:[.+\-]?[A-Za-z0-9.+\-]*)?", str(text).strip())
-    if not m:
-        raise UnsupportedRelease(f"--deepspeed-version: {text!r} is not a release number like 0.19.8")
-    return f"{int(m[1])}.{int(m[2])}.{int(m[3] or 0)}"
+_RELEASE = re.compile(r"v?(\d{1,3})\.(\d{1,3})\.(\d{1,3})(\+[A-Za-z0-9.]+)?")
+
+
+def parse_release(text: str, what: str = "--deepspeed-version") -> str:
+    """``X.Y.Z`` from a complete final release number (a leading ``v`` and a local build suffix
+    such as ``+cu121`` are dropped: the same release's code). Raises :class:`UnsupportedRelease`
+    naming ``what`` on an empty value, an incomplete one (``0.19``) or a pre-release
+    (``0.19.8rc1``, ``0.19.8.dev0``: code from before that release, which the table does not have)."""
+    t = str(text).strip()
+    if not t:
+        raise UnsupportedRelease(f"{what}: empty; give a release like {DEFAULT_RELEASE} (leave the flag out to use the "
+                                 "installed deepspeed)")
+    m = _RELEASE.fullmatch(t)
+    if m:
+        return f"{int(m[1])}.{int(m[2])}.{int(m[3])}"
+    if re.fullmatch(r"v?\d{1,3}(\.\d{1,3})?", t):
+        raise UnsupportedRelease(f"{what}: {t!r} is incomplete; give major.minor.patch, like {DEFAULT_RELEASE}")
+    pre = re.fullmatch(r"v?(\d{1,3}\.\d{1,3}\.\d{1,3})[.\-]?(a|b|rc|alpha|beta|pre|dev|post)[.\-]?\d*", t, re.I)
+    if pre:
+        raise UnsupportedRelease(f"{what}: {t!r} is a pre-release or development build, which the table does not "
+                                 f"have; give a final release ({pre[1]}, or the one before it)")
+    raise UnsupportedRelease(f"{what}: {t!r} is not a release number like {DEFAULT_RELEASE}")
 
 
 _DIST_INFO = re.compile(r"deepspeed(?:-[^-]+)?\.(?:dist|egg)-info", re.IGNORECASE)
@@ -153,29 +186,44 @@ def installed_release() -> str | None:
     return None
 
 
-def target_release(flag: str | None = None) -> Release:
-    """The release to check against (see the module docstring). Raises :class:`UnsupportedRelease`."""
-    if flag:
-        requested, origin = parse_release(flag), "--deepspeed-version"
-    else:
-        inst = installed_release()
-        if inst:
-            try:
-                requested, origin = parse_release(inst), "installed"
-            except UnsupportedRelease:
-                requested, origin = DEFAULT_RELEASE, "default"
-        else:
-            requested, origin = DEFAULT_RELEASE, "default"
+def _in_table(requested: str, origin: str) -> Release:
+    """The table's release for ``requested`` (see the module docstring); raises UnsupportedRelease."""
     rels = table()["releases"]
     if requested in rels:
         return Release(requested, requested, origin)
     minor = _key(requested)[:2]
     same = [r for r in rels if _key(r)[:2] == minor]
-    if not same:
-        raise UnsupportedRelease(f"--deepspeed-version: DeepSpeed {requested} is outside the releases this advisor knows "
-                                 f"({rels[0]} to {rels[-1]}); give a release of one of their minors")
     below = [r for r in same if _key(r) <= _key(requested)]
-    return Release(requested, below[-1] if below else same[0], origin)
+    if not below:
+        near = [r for r in rels if _key(r) < _key(requested)][-1:] + [r for r in rels if _key(r) > _key(requested)][:1]
+        where = (f"the nearest checked releases are {' and '.join(near)}" if same or near else "")
+        if not same:
+            raise UnsupportedRelease(f"{origin}: DeepSpeed {requested} is outside the releases this advisor knows "
+                                     f"({rels[0]} to {rels[-1]}); give a release of one of their minors")
+        raise UnsupportedRelease(f"{origin}: DeepSpeed {requested} is not in the table and no checked release of "
+                                 f"{minor[0]}.{minor[1]} is at or below it ({where}; a later patch accepts keys "
+                                 f"{requested} may refuse): give one of them with --deepspeed-version")
+    return Release(requested, below[-1], origin,
+                   warning=f"DeepSpeed {requested} is not in the table; checking against {below[-1]}, the nearest "
+                           f"checked release at or below it (patches in between may differ)")
+
+
+def target_release(flag: str | None = None) -> Release:
+    """The release to check against (see the module docstring). ``flag``: the
+    ``--deepspeed-version`` value (None: not given). Raises :class:`UnsupportedRelease` for a flag
+    the table cannot speak for; never for the installed release."""
+    if flag is not None:
+        return _in_table(parse_release(flag), "--deepspeed-version")
+    inst = installed_release()
+    if not inst:
+        return Release(DEFAULT_RELEASE, DEFAULT_RELEASE, "default")
+    try:
+        return _in_table(parse_release(inst, "installed deepspeed"), "installed")
+    except UnsupportedRelease:
+        newest = table()["releases"][-1]
+        return Release(inst, newest, "installed",
+                       warning=f"the installed deepspeed {inst} is not a release in the table ({table()['releases'][0]} "
+                               f"to {newest}); checking against {newest}, the newest (--deepspeed-version chooses)")
 
 
 def before(a: str, b: str) -> bool:
@@ -267,16 +315,48 @@ def accounting_note(release: Release | None) -> str:
     if release is None or release.checked == DEFAULT_RELEASE:
         return (f"accounting: DeepSpeed {DEFAULT_RELEASE} (byte-exact against that engine on CPU in the parity tests; "
                 "the accelerator/host split is not proven on CPU)")
-    return (f"accounting: DeepSpeed {DEFAULT_RELEASE}'s, not verified for {release.checked} (the job's release: "
-            f"{release.note}); where {release.checked}'s defaults differ (lint's V002), the job places state "
-            "differently from these figures")
+    return (f"accounting: DeepSpeed {DEFAULT_RELEASE}'s, not verified for {release.checked}; {release.checked}'s "
+            "offload pin_memory default is applied, its other defaults that differ (lint's V002) are not")
 
 
 def release_lines() -> list[str]:
-    """For text reports: one line naming the DeepSpeed release the command checked against and
-    what the figures claim for it, when that release is not 0.19.8 (at 0.19.8 the reports'
-    "DeepSpeed 0.19.8" says it); [] otherwise."""
+    """For text reports: one line naming the DeepSpeed release the command checked against
+    (:func:`current_release`, else the default 0.19.8) and what the figures claim for it."""
     r = current_release()
+    return [f"release: {release_note(r)}; {accounting_note(r)}"]
+
+
+#: Defaults the ledger reads that a release may set differently from 0.19.8: (EffectiveConfig
+#: ``zero`` attribute, field, JSON pointer of the key in the table). offload ``pin_memory``
+#: decides pinned or pageable host memory (deepspeed/runtime/zero/offload_config.py: false up to
+#: 0.19.3, true in 0.19.8).
+LEDGER_DEFAULTS = (("offload_optimizer", "pin_memory", "/zero_optimization/offload_optimizer/pin_memory"),
+                   ("offload_param", "pin_memory", "/zero_optimization/offload_param/pin_memory"))
+
+
+def apply_release_defaults(ec: Any, raw: Any, release: "Release | None" = None) -> list[str]:
+    """Set, in the EffectiveConfig ``ec`` (0.19.8's reading of ``raw``), the :data:`LEDGER_DEFAULTS`
+    the config leaves unset to the target release's default (``release``, else
+    :func:`current_release`), when that differs from 0.19.8's. Returns one phrase per default
+    applied (e.g. ``"offload_optimizer.pin_memory false (0.19.8: true)"``), also added to
+    ``ec.notes``; [] at 0.19.8."""
+    from advisor.config.effective import Note
+
+    r = release or current_release()
     if r is None or r.checked == DEFAULT_RELEASE:
         return []
-    return [f"release: {r.note}; {accounting_note(r)}"]
+    out = []
+    for attr, key, path in LEDGER_DEFAULTS:
+        sec = raw.get("zero_optimization") if isinstance(raw, dict) else None
+        sec = sec.get(attr) if isinstance(sec, dict) else None
+        if not isinstance(sec, dict) or key in sec:
+            continue  # not written as a section (its device is "none"), or the key is set
+        old, new = default_in(path, r.checked), default_in(path, DEFAULT_RELEASE)
+        if not isinstance(old, bool) or old == new:
+            continue
+        setattr(getattr(ec.zero, attr), key, old)
+        phrase = f"{attr}.{key} {str(old).lower()} (0.19.8: {str(new).lower()})"
+        ec.notes.append(Note(path, f"DeepSpeed {r.checked}'s default {attr}.{key}={str(old).lower()} applied "
+                                   f"(0.19.8's is {str(new).lower()})", "derived"))
+        out.append(phrase)
+    return out
