@@ -61,30 +61,30 @@ def _case(name: str) -> Path:
 #: name -> (ds-advisor arguments, cwd, number of stand-in H100s for check or None)
 GOLDENS = {
     # lint_text: a misplaced section (C01), "auto" outside the HF Trainer (C04), a clean config
-    # (--deepspeed-version: the summary line names the release, else whatever is installed)
+    # (--deepspeed-version everywhere: every report names the release, else whatever is installed)
     "lint_c01_misplaced_offload": (["lint", "config.json", *V], _case("C01-misplaced-offload"), None),
     "lint_c04_auto_outside_hf": (["lint", "config.json", *V], _case("C04-auto-outside-hf"), None),
     "lint_sample_zero2_clean": (["lint", "sample_configs/zero2.json", *V], ROOT, None),
     # estimate_text: ZeRO-2 32B on 8 x 141 GB (does not fit, C06); NVMe offload with the data
     # movement lines and the checkpoint section (C10); --explain (C05)
     "estimate_c06_zero2_32b": (["estimate", "config.json", "--params", "32763876352", "--world-size", "8",
-                                "--gpu-memory", "141GB"], _case("C06-zero2-32b-8gpu"), None),
-    "estimate_c10_nvme_movement": (["estimate", "config.json", "--params", "6700000000", "--world-size", "1"],
+                                "--gpu-memory", "141GB", *V], _case("C06-zero2-32b-8gpu"), None),
+    "estimate_c10_nvme_movement": (["estimate", "config.json", "--params", "6700000000", "--world-size", "1", *V],
                                    _case("C10-nvme-writes-per-step"), None),
     "estimate_c05_explain": (["estimate", "config.json", "--params", "340000000", "--world-size", "8",
-                              "--explain"], _case("C05-zero2-bucket-pair"), None),
+                              "--explain", *V], _case("C05-zero2-bucket-pair"), None),
     # checkpoint_text: C09's 8B model, save/restore times and the Young/Daly interval
     "checkpoint_c09": (["checkpoint", "config.json", "--params", "8030261248", "--world-size", "8",
-                        "--write-bandwidth", "2GB/s", "--node-mtbf-hours", "20000"],
+                        "--write-bandwidth", "2GB/s", "--node-mtbf-hours", "20000", *V],
                        _case("C09-checkpoint-size-8b"), None),
     # check_text: a go (1M parameters) and a no-go (C06's 32B on 80 GB H100s), 8 stand-in GPUs
     "check_go_small_model": (["check", "sample_configs/zero2.json", "--params", "1000000",
-                              "--host-memory", "512GB"], ROOT, 8),
-    "check_nogo_c06_on_h100": (["check", "config.json", "--params", "32763876352", "--host-memory", "512GB"],
+                              "--host-memory", "512GB", *V], ROOT, 8),
+    "check_nogo_c06_on_h100": (["check", "config.json", "--params", "32763876352", "--host-memory", "512GB", *V],
                                _case("C06-zero2-32b-8gpu"), 8),
     # generate's table (on stderr; the chosen config on stdout): the plans that fit a 1B model on one DGX H100
     "generate_llama1b_dgx_h100": (["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--nodes", "1",
-                                   "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "2048"], ROOT, None),
+                                   "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "2048", *V], ROOT, None),
 }
 
 

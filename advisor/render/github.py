@@ -66,8 +66,10 @@ def github_annotations(results: "Iterable[FileResult]") -> str:
             n[f.severity] += 1
             lines.append(annotation(f, r.file, names))
     unreadable = sum(1 for r in results if r.error)
+    from advisor.config.versions import release_note
     lines.append(f"ds-advisor: {len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), "
-                 f"{n['info']} info" + (f", {unreadable} unreadable" if unreadable else ""))
+                 f"{n['info']} info" + (f", {unreadable} unreadable" if unreadable else "")
+                 + f" (checked against {release_note()})")
     return "\n".join(lines)
 
 

@@ -588,6 +588,8 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                  f"trainable); world size {cl['world_size']} (data-parallel {cl['dp_world_size']}, "
                  f"{cl['gpus_per_node'] or 'unknown'} per node); DeepSpeed {_e(DEEPSPEED_VERSION)} accounting; "
                  f"{_e(d['tool'])}; sizes in {_e(U)} ({_e(unit_note(units))})</p>")
+    from advisor.config.versions import release_note
+    parts.append(f"<p class=meta id=deepspeed-release>release: {_e(release_note())}; {_e(d.get('accounting', ''))}</p>")
 
     parts.append("<h2 id=tiers>Training state per tier</h2>")
     if not bars:  # DeepSpeed refuses the config (M090): nothing to account for

@@ -138,7 +138,10 @@ def to_sarif(results: "Iterable[FileResult]", cwd: str | None = None) -> dict[st
         for f in r.findings:
             out_results.append(sarif_result(f, index, r.file, cwd))
     base = Path(os.path.abspath(cwd or os.getcwd())).as_uri().rstrip("/") + "/"
-    invocation: dict[str, Any] = {"executionSuccessful": not notes}
+    from advisor.config.versions import current_release, release_dict
+    invocation: dict[str, Any] = {"executionSuccessful": not notes,
+                                  # the DeepSpeed release these findings were checked against
+                                  "properties": {"deepspeedRelease": release_dict(current_release())}}
     if notes:
         invocation["toolExecutionNotifications"] = notes
     run = {

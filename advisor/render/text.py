@@ -134,8 +134,11 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                                 if (cl.get(k) or 1) > 1)
                       + f"); DeepSpeed {d['deepspeed']} accounting")
         rel = d.get("deepspeed_release") or {}
+        from advisor.config.versions import release_note
         if rel.get("checked") and rel["checked"] != d["deepspeed"]:
-            console.print(f"[yellow]{d['accounting']}[/yellow]")
+            console.print(f"[yellow]release: {release_note()}; {d['accounting']}[/yellow]")
+        else:
+            console.print(f"release: {release_note()}")
         shown = d["ranks"]
         staged = any("stages" in r for r in shown)
         if staged:
@@ -294,6 +297,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
                           f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
                           f"(effective: {a['offload_param']['effective']})")
+            ra = a.get("deepspeed_release")
+            if ra:
+                console.print(f"  release: {ra['release']}; {ra['accounting']}", markup=False)  # defaults: notes
             ld = d.get("load")
             if ld:
                 console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
@@ -554,8 +560,10 @@ def estimate_json(result: Any) -> str:
 
 
 def checkpoint_json(plan: CheckpointPlan) -> str:
-    """``checkpoint --format json``: :meth:`CheckpointPlan.to_dict` as indented JSON."""
-    return json.dumps(plan.to_dict(), indent=2)
+    """``checkpoint --format json``: :meth:`CheckpointPlan.to_dict` as indented JSON, with the
+    ``deepspeed_release`` the command checked against (:func:`advisor.config.versions.release_dict`)."""
+    from advisor.config.versions import current_release, release_dict
+    return json.dumps({**plan.to_dict(), "deepspeed_release": release_dict(current_release())}, indent=2)
 
 
 def generate_text(res: Any, top: int = 5, units: str = DEFAULT_UNITS) -> str:
@@ -566,10 +574,12 @@ def generate_text(res: Any, top: int = 5, units: str = DEFAULT_UNITS) -> str:
 
 
 def generate_json(res: Any, top: int = 5) -> str:
-    """``generate --format json``: :func:`advisor.views.generate.result_json` as indented JSON."""
+    """``generate --format json``: :func:`advisor.views.generate.result_json` as indented JSON, with
+    the ``deepspeed_release`` the plans were made for."""
     from advisor.views.generate import result_json
 
-    return json.dumps(result_json(res, top), indent=2)
+    from advisor.config.versions import current_release, release_dict
+    return json.dumps({**result_json(res, top), "deepspeed_release": release_dict(current_release())}, indent=2)
 
 
 def models_json(rows: list[tuple[str, int, str, str]]) -> str:

@@ -220,9 +220,19 @@ class EstimateResult:
                                  "CUDA context, NCCL buffers, allocator reserve, DeepSpeed extras), each with its "
                                  "source and band; \"tight\" when the headroom is inside their band"),
             "load": self.load.to_dict() if self.load else None,
+            "deepspeed_release": self._release_assumption(),
             "excluded": excluded,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
         }
+
+    def _release_assumption(self) -> dict[str, Any]:
+        """Which release the figures are for, what is verified for it (``accounting``), and the
+        release's own defaults applied to the ledger (:func:`advisor.config.versions.apply_release_defaults`)."""
+        from advisor.config.versions import LEDGER_DEFAULTS, release_note
+        paths = {p for *_, p in LEDGER_DEFAULTS}
+        return {"release": release_note(), "accounting": accounting_note(current_release()),
+                "defaults_applied": [n.message for n in self.plan.config.notes
+                                     if n.kind == "derived" and n.pointer in paths]}
 
     def to_dict(self) -> dict[str, Any]:
         inv = self.plan.inventory
