@@ -41,5 +41,9 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
         resolved, found = resolve_for_estimate(loaded.data, t, inventory, cluster.world_size, hidden_size=h)
         resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None)
         config = effective_config(resolved)
+    from advisor.config.versions import apply_release_defaults
+    apply_release_defaults(written, loaded.data)  # the target release's defaults the ledger reads
+    if config is not written:
+        apply_release_defaults(config, resolution.config if resolution else loaded.data)
     return Plan(config=config, inventory=inventory, cluster=cluster, workload=workload or Workload(),
                 written=written if resolution is not None else None, hf=resolution, loaded=loaded)

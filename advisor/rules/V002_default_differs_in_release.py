@@ -4,9 +4,10 @@ is not 0.19.8's.
 What DeepSpeed does: each release's pydantic config models carry their own defaults, e.g.
 ``offload_optimizer.pin_memory`` / ``offload_param.pin_memory`` default to false up to 0.19.3 and
 to true in 0.19.8 (deepspeed/runtime/zero/offload_config.py), which changes where the offloaded
-state lives (pinned or pageable host memory). The advisor's accounting is 0.19.8's, so a job on
-another release that relies on such a default differs from the estimate. The defaults per
-release are in ``advisor/data/deepspeed_versions.json`` (generated from the sdists).
+state lives (pinned or pageable host memory). The advisor's accounting is 0.19.8's; for the
+defaults the ledger reads (offload ``pin_memory``) the estimate applies the target release's
+default; for the others a job on another release that relies on such a default differs from
+the estimate. The defaults per release are in ``advisor/data/deepspeed_versions.json`` (generated from the sdists).
 
 Anti-pattern (with ``--deepspeed-version 0.17.6``)::
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from advisor.config.versions import DEFAULT_RELEASE, default_in, table
+from advisor.config.versions import DEFAULT_RELEASE, LEDGER_DEFAULTS, default_in, table
 from advisor.findings import split_pointer
 from advisor.rules import LintContext, Rule, register
 from advisor.rules.V001_key_not_in_release import strict_keys
@@ -48,9 +49,12 @@ class DefaultDiffersInRelease(Rule):
             if old is None or old == new:
                 continue
             shown = json.dumps(old) if not isinstance(old, str) or not old.startswith("=") else old[1:]
+            applied = path in {p for *_, p in LEDGER_DEFAULTS}
             yield self.finding(parent, f"{key} is not set: DeepSpeed {rel.checked} defaults it to {shown}, 0.19.8 "
-                                       f"(whose accounting the estimate uses) to {json.dumps(new)}",
-                               fix=f"set \"{key}\" explicitly, so the job and the estimate agree",
+                                       f"to {json.dumps(new)}" + (f" (the estimate applies {rel.checked}'s)" if applied
+                                                                 else " (whose accounting the estimate uses)"),
+                               fix=f"set \"{key}\" explicitly, so every release does the same" if applied else
+                               f"set \"{key}\" explicitly, so the job and the estimate agree",
                                key=key, release=rel.checked, default=old, default_0198=new)
 
 
