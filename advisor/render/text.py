@@ -541,11 +541,12 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
     for i, w in enumerate(r.warnings):
         t = r.warning_sizes.get(i)  # a warning naming sizes: in ``units`` too
         L.append(f"warning: {render_sized(t[0], t[1], units) if t else w}")
+    L += release_lines()  # before the verdict, which stays the last line
     if r.exit_code == EXIT_PROBE:
         L.append(f"{paint('NO-GO', color)}: the environment could not be probed (--strict) (exit {r.exit_code})")
     else:
         L.append(f"{paint(r.verdict.upper(), color)} (exit {r.exit_code})")
-    return wrap("\n".join(L + release_lines()), width(sys.stdout))
+    return wrap("\n".join(L), width(sys.stdout))
 
 
 def check_json(r: CheckResult) -> str:
