@@ -99,7 +99,8 @@ def test_lint_sarif_cli_validates_and_locates(sarif_validator, tmp_path):
     assert a001["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
         "sample_configs/hf_trainer_zero3_auto.json"
     assert a001["locations"][0]["physicalLocation"]["region"] == {"startLine": 2, "startColumn": 4}
-    assert run["invocations"] == [{"executionSuccessful": True}]
+    assert [i["executionSuccessful"] for i in run["invocations"]] == [True]
+    assert set(run["invocations"][0]["properties"]["deepspeedRelease"]) == {"requested", "checked", "origin"}
 
 
 def test_sarif_unreadable_file_is_a_notification(sarif_validator, tmp_path):
