@@ -5,7 +5,8 @@ the same command on a small input measured in the same run, with the ratio, so t
 mean something on a loaded machine too:
 
 * estimate, check and checkpoint at the maximum world size (2^20 ranks; ZeRO-1 and ZeRO-3)
-  vs the same at 8 ranks;
+  vs the same at 8 ranks (ZeRO-1/2 ranks differ, so their roles are ranges of ranks and their
+  per-rank figures runs: advisor.ledger.ranks);
 * lint of a 100k-key config vs a 10-key one (key positions were mapped in quadratic time,
   unknown keys searched for a did-you-mean one by one);
 * estimate of a 1e5-layer model (the most layers a model spec may have) vs 32 layers;
@@ -76,6 +77,11 @@ def main() -> None:
          ["estimate", str(z3), "--model", "llama-3-8b", "--world-size", "8"]),
         ("estimate ZeRO-1, 2^20 ranks", ["estimate", str(z1), "--model", "llama-3-8b", "--world-size", M],
          ["estimate", str(z1), "--model", "llama-3-8b", "--world-size", "8"]),
+        ("check ZeRO-1, 2^20 ranks", ["check", str(z1), "--model", "llama-3-8b", "--world-size", M, *cap],
+         ["check", str(z1), "--model", "llama-3-8b", "--world-size", "8", *cap]),
+        ("estimate ZeRO-1 JSON, 2^20 ranks", ["estimate", str(z1), "--model", "llama-3-8b", "--world-size", M,
+                                              "--format", "json"],
+         ["estimate", str(z1), "--model", "llama-3-8b", "--world-size", "8", "--format", "json"]),
         ("check ZeRO-3, 2^20 ranks", ["check", str(z3), "--model", "llama-3-8b", "--world-size", M, *cap],
          ["check", str(z3), "--model", "llama-3-8b", "--world-size", "8", *cap]),
         ("checkpoint ZeRO-3, 2^20 ranks", ["checkpoint", str(z3), "--model", "llama-3-8b", "--world-size", M],

@@ -93,6 +93,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
+from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, optimizer_states, placement_of, swap_threshold_bytes,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_persistent,
@@ -172,8 +173,8 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
     return out
 
 
-def _rank_terms(plan: "Plan") -> list:
-    """Per data-parallel rank, the only figures its movements depend on, read from the ledger's
+def _rank_terms(plan: "Plan") -> "Runs":
+    """Per data-parallel rank (a :class:`advisor.ledger.ranks.Runs`), the only figures its movements depend on, read from the ledger's
     :class:`advisor.ledger.state.Placement` (``terms``, computed once per plan): ZeRO-1/2 with CPU
     offload (Cov_r, I_r) summed over groups, ZeRO-3 with NVMe optimizer swap the gradient bytes
     written, else None."""
@@ -183,10 +184,10 @@ def _rank_terms(plan: "Plan") -> list:
     oo = ec.offload_optimizer_effective
     pl = placement_of(plan)
     if st in (1, 2) and oo == "cpu" and pl.zero12:
-        return [(t[1], t[0]) for t in pl.terms]
+        return pl.terms.map(lambda t: (t[1], t[0]))
     if st == 3 and oo == "nvme":
-        return [t[0] for t in pl.terms]
-    return [None] * W
+        return pl.terms.map(lambda t: t[0])
+    return Runs.const(W, None)
 
 
 def _activation_key(activations: Any) -> tuple | None:
@@ -199,10 +200,11 @@ def _activation_key(activations: Any) -> tuple | None:
 
 
 def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
-                   activations: Any = None) -> list[tuple[list[int], list[Movement]]]:
+                   activations: Any = None) -> list[tuple[RankSet, list[Movement]]]:
     """Movements per optimizer step grouped by rank role: [(ranks, movements of ranks[0])], the
-    ranks of each role ascending, roles by first rank. Every rank in a role moves exactly the
-    same bytes (only ``rank`` differs). O(tensors + W) plus O(tensors) per role. With
+    ranks of each role ascending (a :class:`advisor.ledger.ranks.RankSet`), roles by first rank.
+    Every rank in a role moves exactly the same bytes (only ``rank`` differs). O(tensors log
+    tensors) plus O(tensors) per role. With
     ``hardware`` the movements are :func:`timed`. ``activations``
     (:class:`advisor.model.activations.ActivationEstimate`) adds cpu_checkpointing's PCIe rows."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
@@ -215,10 +217,7 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
         out = _model_parallel_roles(plan, hardware, akey)
         memo.append((hardware, akey, out))
         return out
-    terms = _rank_terms(plan)
-    by: dict = {}
-    for r, k in enumerate(terms):
-        by.setdefault(k, []).append(r)
+    by = _rank_terms(plan).groups()
     rpn = _ranks_per_node(plan, hardware)
     out = []
     for k, ranks in by.items():
@@ -245,11 +244,8 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
     for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
         sub = Plan(plan.config, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
         extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
-        by: dict = {}
-        for z, k in enumerate(_rank_terms(sub)):
-            by.setdefault(k, []).append(z)
-        for k, zs in by.items():
-            granks = sorted((sh.stage * wz + z) * tp + m for z in zs for m in range(tp))
+        for k, zs in _rank_terms(sub).groups().items():
+            granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
             ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
             ms += [replace(m, rank=granks[0]) for m in extra]
             if hardware is not None:
@@ -752,7 +748,7 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
     (bytes, seconds, days)::
 
         {"hardware": name | None, "step_time_s": s | None, "ranks_per_node": n,
-         "ranks": [{"ranks": [0, 1, ...],                       # ranks with identical movements
+         "ranks": [{"ranks": RankSet(0..W-1),                 # ranks with identical movements (ranges)
                     "pcie": {"to_host_bytes", "to_accelerator_bytes", "*_seconds"},
                     "nvme": {"write_bytes", "read_bytes", "*_seconds"},
                     "network": {"send_bytes", "send_seconds"},
@@ -769,12 +765,10 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
     for ranks, mine in roles:
         key = tuple((m.link, m.direction, m.item, m.bytes, m.first_step_bytes) for m in mine)
         if key in groups:
-            groups[key]["ranks"].extend(ranks)
+            groups[key]["ranks"] = groups[key]["ranks"] | ranks
         else:
-            groups[key] = {"ranks": list(ranks), **_link_summary(mine),
+            groups[key] = {"ranks": ranks, **_link_summary(mine),
                            "movements": [{k: v for k, v in m.to_dict().items() if k != "rank"} for m in mine]}
-    for g in groups.values():
-        g["ranks"].sort()
     # the node's ranks (0..rpn-1) for the endurance lines
     node: list[Movement] = []
     for ranks, mine in roles:

@@ -4,7 +4,8 @@ INTERFACE (stable; views depend on it):
 
 * :class:`advisor.plan.Plan` — the effective config x the model inventory x the cluster shape
   (built once per command by :func:`advisor.planning.build_plan`; re-exported here).
-* :func:`compute_ledger(plan) -> Ledger` — one :class:`RankLedger` per data-parallel rank.
+* :func:`compute_ledger(plan) -> Ledger` — one :class:`RankLedger` per rank role (ranks with
+  identical entries, as :class:`advisor.ledger.ranks.RankSet` ranges; ``Ledger.rank(r)`` gives one rank).
 * Each :class:`Entry` is one allocation DeepSpeed makes: which rank, tier, state class, the
   fine-grained item name (the vocabulary below, shared with ``advisor.engine.measure``), bytes,
   lifetime, the formula in words and the DeepSpeed source it comes from.
@@ -48,6 +49,7 @@ from typing import Iterable, Literal, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
+from advisor.ledger.ranks import RankSet, Runs
 from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-exported for callers)
 
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
@@ -85,19 +87,22 @@ class Entry:
 
 @dataclass
 class RankLedger:
-    """The entries of one rank *role*: ``ranks`` (ascending) are every data-parallel rank whose
+    """The entries of one rank *role*: ``ranks`` (ascending ranges) are every rank whose
     entries are exactly these (same tier, class, item, bytes, lifetime, formula and source);
     ``rank`` is the first of them and the ``rank`` of every entry."""
 
     rank: int
     entries: list[Entry] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
+    #: The ranks of the role as ranges (:class:`advisor.ledger.ranks.RankSet`; a list is converted).
+    ranks: RankSet = field(default_factory=RankSet)
     #: Pipeline stages whose ranks this role covers (empty without pipeline parallelism).
     stages: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not self.ranks:
-            self.ranks = [self.rank]
+        if not isinstance(self.ranks, RankSet):
+            self.ranks = RankSet.of(self.ranks)
+        if not len(self.ranks):
+            self.ranks = RankSet.span(self.rank, self.rank + 1)
 
     def total(self, tier: Tier | None = None, cls: StateClass | None = None,
               lives: tuple[Life, ...] | None = None) -> int:
@@ -113,8 +118,8 @@ class RankLedger:
 @dataclass
 class Ledger:
     """The state ledger of a plan. ``ranks`` holds one :class:`RankLedger` per distinct rank
-    role (ascending first rank; their ``ranks`` lists partition 0..W-1), so a 65,536-rank job is
-    a handful of entries, not 65,536 copies. :meth:`rank` gives any single rank's ledger,
+    role (ascending first rank; their ``ranks`` range sets partition 0..W-1), so a 2^20-rank job
+    is a handful of entries and ranges, not 2^20 copies or rank lists. :meth:`rank` gives any single rank's ledger,
     :meth:`expanded` every rank's."""
 
     plan: Plan
@@ -133,24 +138,23 @@ class Ledger:
 
     def role_of(self, r: int) -> RankLedger:
         """The role (shared :class:`RankLedger`) rank ``r`` belongs to; IndexError if none."""
+        import bisect
+
         idx = self.__dict__.get("_role_index")
-        if idx is None:
-            idx = {}
-            for rl in self.ranks:
-                for x in rl.ranks:
-                    idx[x] = rl
+        if idx is None:  # (range start, range end, role), by start: O(ranges), never O(ranks)
+            idx = sorted((a, b, i) for i, rl in enumerate(self.ranks) for a, b in rl.ranks.ranges)
             self.__dict__["_role_index"] = idx
-        try:
-            return idx[r]
-        except KeyError:
-            raise IndexError(f"rank {r} is not in this ledger (ranks 0..{self.world_size - 1})")
+        k = bisect.bisect_right(idx, (r, float("inf"), 0)) - 1
+        if k >= 0 and idx[k][0] <= r < idx[k][1]:
+            return self.ranks[idx[k][2]]
+        raise IndexError(f"rank {r} is not in this ledger (ranks 0..{self.world_size - 1})")
 
     def rank(self, r: int) -> RankLedger:
         """Rank ``r``'s own ledger: its role's entries with ``rank`` = r."""
         rl = self.role_of(r)
         if rl.rank == r and len(rl.ranks) == 1:
             return rl
-        return RankLedger(r, [replace(e, rank=r) for e in rl.entries], [r])
+        return RankLedger(r, [replace(e, rank=r) for e in rl.entries], RankSet.span(r, r + 1))
 
     def expanded(self) -> list[RankLedger]:
         """One :class:`RankLedger` per rank, in rank order (O(W x entries): for small W)."""
@@ -254,36 +258,46 @@ def zero12_rank_coverage(layout: Zero12Layout, r: int) -> tuple[int, int, int]:
     return inter, cov, k
 
 
-def zero12_all_ranks(layout: Zero12Layout, W: int) -> tuple[list[int], list[int], list[int]]:
-    """(I, Cov, K): :func:`zero12_rank_coverage` for every rank 0..W-1 at once, in O(tensors + W).
+def zero12_all_ranks(layout: Zero12Layout, W: int) -> Runs:
+    """Runs of (I_r, Cov_r, K_r): :func:`zero12_rank_coverage` for every rank 0..W-1, in
+    O(tensors log tensors) whatever W is.
 
-    The parameters meeting rank r's slice are a contiguous run j in [lo_r, hi_r) of the
-    model-ordered tensors (starts and ends never decrease): lo_r = first j with end_j > r P,
-    hi_r = first j with start_j >= (r+1) P; both only move forward as r grows (two pointers).
-    I_r is a difference of prefix sums of numels over the run; Cov_r is I_r minus the parts of
-    the first and last parameter that stick out of the slice."""
+    The parameters meeting rank r's slice [r P, (r+1) P) are a contiguous run j in [lo_r, hi_r)
+    of the model-ordered tensors (starts and ends never decrease). The run changes only where a
+    tensor's start or end crosses a slice, and a rank whose slice holds a tensor boundary is
+    alone in its piece: between those ranks every slice lies inside one tensor (I = its numel,
+    Cov = P, K = 1) or past the last (padding: 0, 0, 0). So the candidate change ranks are, per
+    tensor j, floor(start_j / P), floor((end_j - 1) / P) and the rank after each; the figure is
+    evaluated at each piece start with forward-only pointers (I_r from prefix sums, Cov_r = I_r
+    minus what the first and last parameter stick out of the slice)."""
     starts, numels, P = layout.starts, layout.numels, layout.P
     T = len(numels)
     ends = [s + n for s, n in zip(starts, numels)]
     pre = [0] * (T + 1)
     for j, n in enumerate(numels):
         pre[j + 1] = pre[j] + n
-    I: list[int] = [0] * W
-    Cov: list[int] = [0] * W
-    K: list[int] = [0] * W
-    jl = jh = 0
-    for r in range(W):
-        lo, hi = r * P, (r + 1) * P
-        while jl < T and ends[jl] <= lo:
-            jl += 1
-        while jh < T and starts[jh] < hi:
-            jh += 1
-        if jh > jl:
-            inter = pre[jh] - pre[jl]
-            I[r] = inter
-            Cov[r] = inter - max(0, lo - starts[jl]) - max(0, ends[jh - 1] - hi)
-            K[r] = jh - jl
-    return I, Cov, K
+    if P <= 0:
+        return Runs.const(W, (0, 0, 0))
+    pts: list[int] = []
+    for a, b in zip(starts, ends):
+        last = (b - 1) // P if b > a else a // P  # a zero-numel tensor inside a slice still counts in K
+        pts += [a // P, a // P + 1, last, last + 1]
+
+    def value_at(rs: Iterable[int]):
+        jl = jh = 0
+        for r in rs:
+            lo, hi = r * P, (r + 1) * P
+            while jl < T and ends[jl] <= lo:
+                jl += 1
+            while jh < T and starts[jh] < hi:
+                jh += 1
+            if jh > jl:
+                inter = pre[jh] - pre[jl]
+                yield inter, inter - max(0, lo - starts[jl]) - max(0, ends[jh - 1] - hi), jh - jl
+            else:
+                yield 0, 0, 0
+
+    return Runs.at_points(W, pts, value_at)
 
 
 def zero3_partition_numel(n: int, W: int) -> int:
@@ -673,62 +687,64 @@ def zero12_layouts(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | N
     return [zero12_group_layout([t.numel for t in g], W, D, align) for g in inv.groups()]
 
 
-def zero12_rank_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> list[tuple[int, int, int]]:
-    """Per rank (I_r, Cov_r, P_max,r) summed over groups, every rank in O(tensors + W).
+def zero12_rank_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> Runs:
+    """Runs of (I_r, Cov_r, P_max,r) summed over groups, every rank in O(tensors log tensors).
 
     P_max,r is the in-step fp32 gradient of the largest group: P, except for an fp32 model whose
     slice lies inside one tensor (Cov = P, K = 1): flatten and .to() then return views of the kept
     grads, I_r + P - Cov_r elements (``stage_1_and_2.py`` step)."""
     D = DTYPE_BYTES[ec.model_dtype]
-    inter = [0] * W
-    cov = [0] * W
-    pmax = [0] * W
-    for lay in layouts:
-        I, C, K = zero12_all_ranks(lay, W)
+    if not layouts:
+        return Runs.const(W, (0, 0, 0))
+
+    def one(lay: Zero12Layout) -> Runs:
         P = lay.P
-        for r in range(W):
-            inter[r] += I[r]
-            cov[r] += C[r]
-            v = (I[r] + P - C[r]) if (D == 4 and K[r] == 1 and C[r] == P) else P
-            if v > pmax[r]:
-                pmax[r] = v
-    return list(zip(inter, cov, pmax))
+        return zero12_all_ranks(lay, W).map(
+            lambda t: (t[0], t[1], (t[0] + P - t[1]) if (D == 4 and t[2] == 1 and t[1] == P) else P))
+
+    return Runs.zip(*(one(lay) for lay in layouts)).map(
+        lambda row: (sum(x[0] for x in row), sum(x[1] for x in row), max(x[2] for x in row)))
 
 
-def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> list[tuple[int, bool]]:
-    """Per rank (F_r, single_r): F_r = elements of the largest flat gradient copy the ZeRO-1/2 step
+def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> Runs:
+    """Runs of (F_r, single_r): F_r = elements of the largest flat gradient copy the ZeRO-1/2 step
     makes (``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step: ``flatten(averaged_gradients[i])``,
     a new tensor of P elements unless the rank's slice is one tensor's view: torch
     ``_flatten_dense_tensors`` returns the single tensor itself); single_r = every group's slice
     lies inside one tensor (K_r = 1 and Cov_r = P), so the flattened grad is a view of the kept
-    ``averaged_gradients`` storage. Every rank in O(tensors + W)."""
-    flat = [0] * W
-    single = [True] * W
-    for lay in layouts:
-        _, C, K = zero12_all_ranks(lay, W)
-        for r in range(W):
-            one = K[r] == 1 and C[r] == lay.P
-            single[r] = single[r] and one
-            if not one and lay.P > flat[r]:
-                flat[r] = lay.P
-    return list(zip(flat, single))
+    ``averaged_gradients`` storage. Every rank in O(tensors log tensors)."""
+    if not layouts:
+        return Runs.const(W, (0, True))
+
+    def one(lay: Zero12Layout) -> Runs:
+        return zero12_all_ranks(lay, W).map(lambda t: (t[2] == 1 and t[1] == lay.P, lay.P))
+
+    return Runs.zip(*(one(lay) for lay in layouts)).map(
+        lambda row: (max([P for o, P in row if not o], default=0), all(o for o, _ in row)))
 
 
-def zero12_largest_slices(layouts: list[Zero12Layout], W: int) -> list[int]:
-    """Per rank, elements of its largest gradient slice: max over parameters p meeting the rank's
+def zero12_largest_slices(layouts: list[Zero12Layout], W: int) -> Runs:
+    """Runs of, per rank, elements of its largest gradient slice: max over parameters p meeting the rank's
     slice [r P, (r+1) P) of a group of the part of p inside it (``stage_1_and_2.py`` grad_position
-    ``num_elements``). Every rank in O(tensors + W) (a parameter meets a run of ranks)."""
-    best = [0] * W
+    ``num_elements``). Every rank in O(tensors log tensors): a parameter's owners are one range
+    (the first and last hold part of it, the ranks between a whole P)."""
+    ups = []
     for lay in layouts:
         P = lay.P
         if not P:
             continue
         for a, n in zip(lay.starts, lay.numels):
-            r = a // P
-            while r < W and r * P < a + n:
-                best[r] = max(best[r], min(a + n, (r + 1) * P) - max(a, r * P))
-                r += 1
-    return best
+            if n <= 0:
+                continue
+            r0, r1 = a // P, min((a + n - 1) // P, W - 1)
+            if r0 == r1:
+                ups.append((r0, r0 + 1, min(a + n, (r0 + 1) * P) - max(a, r0 * P)))
+            elif r0 < r1:
+                ups.append((r0, r0 + 1, (r0 + 1) * P - a))
+                if r1 > r0 + 1:
+                    ups.append((r0 + 1, r1, P))
+                ups.append((r1, r1 + 1, min(a + n, (r1 + 1) * P) - r1 * P))
+    return Runs.from_updates(W, ups, 0, "max")
 
 
 def zero12_offload_norm_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -752,8 +768,8 @@ def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int)
             and ec.grad_dtype == ec.model_dtype)
 
 
-def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> list[tuple[tuple[int, int, int, int], ...]]:
-    """Per rank, per param group g (index order): (P_g, I_g, pad_g, flat_g) in elements, the terms
+def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
+    """Runs of, per rank, per param group g (index order): (P_g, I_g, pad_g, flat_g) in elements, the terms
     of a ZeRO-1/2 step that updates one group at a time (``stage_1_and_2.py``
     DeepSpeedZeroOptimizer.step, the ``for i, group in enumerate(self.bit16_groups)`` loop).
 
@@ -766,14 +782,15 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> list[tuple[tuple[
     (``free_grad_in_param_list`` and ``averaged_gradients[i] = None`` before ``_optimizer_step(i)``);
     pad_g = P_g - Cov_g, get_flat_partition's zero pads (a new tensor per group); flat_g = P_g when
     ``flatten(averaged_gradients[i])`` is a new tensor, 0 when the slice is one tensor's view
-    (K_g = 1, Cov_g = P_g). Every rank in O((tensors + W) x groups)."""
-    per: list[list[tuple[int, int, int, int]]] = [[] for _ in range(W)]
-    for lay in layouts:
-        I, C, K = zero12_all_ranks(lay, W)
-        for r in range(W):
-            one = K[r] == 1 and C[r] == lay.P
-            per[r].append((lay.P, I[r], lay.P - C[r], 0 if one else lay.P))
-    return [tuple(x) for x in per]
+    (K_g = 1, Cov_g = P_g). Every rank in O(tensors log tensors x groups)."""
+    if not layouts:
+        return Runs.const(W, ())
+
+    def one(lay: Zero12Layout) -> Runs:
+        P = lay.P
+        return zero12_all_ranks(lay, W).map(lambda t: (P, t[0], P - t[1], 0 if (t[2] == 1 and t[1] == P) else P))
+
+    return Runs.zip(*(one(lay) for lay in layouts))
 
 
 def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> bool:
@@ -789,8 +806,8 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
 
 
 def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
-                               W: int) -> list[tuple[int, int, int]]:
-    """Per rank (A_r, R_r, G_r) in bytes: the transients of a ZeRO-1/2 backward and step on top of
+                               W: int) -> Runs:
+    """Runs of (A_r, R_r, G_r) per rank, in bytes: the transients of a ZeRO-1/2 backward and step on top of
     the persistent state and the ipg bucket, for a plan :func:`zero12_transients_modeled` accepts.
 
     The reduce, replayed in DeepSpeed's order (``stage_1_and_2.py`` DeepSpeedZeroOptimizer): a
@@ -821,7 +838,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     G_r (the step's norm): max over the rank's gradient slices of numel x 8: get_grad_norm_direct
     casts each to fp64 (``g.data.to(get_norm_dtype())``, ``zero/utils.py`` get_norm_dtype: fp64
     where the accelerator has it) one at a time before the flat fp32 copy exists.
-    Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x ranks)."""
+    Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x flushes + tensors log
+    tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
     D = DTYPE_BYTES[ec.model_dtype]
     rbs = int(ec.zero.reduce_bucket_size)
     st = ec.zero.stage
@@ -843,16 +861,22 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             model_order.append(params[base[g] + pos[g]])
             pos[g] += 1
 
-    def owners(p: tuple[int, int, int]) -> list[tuple[int, int]]:
+    def owners(p: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+        """The ranks owning a slice of p, as (first rank, end rank, slice elements per rank):
+        the first and last owner hold part of their slice, the ranks between a whole P."""
         g, s0, n = p
         P = layouts[g].P
-        out = []
-        r = s0 // P if P else 0
-        while P and r < W and r * P < s0 + n:
-            lo, hi = max(s0, r * P), min(s0 + n, (r + 1) * P)
-            if hi > lo:
-                out.append((r, hi - lo))
-            r += 1
+        if not P or n <= 0:
+            return []
+        r0, r1 = s0 // P, min((s0 + n - 1) // P, W - 1)
+        if r0 > r1:
+            return []
+        if r0 == r1:
+            return [(r0, r0 + 1, min(s0 + n, (r0 + 1) * P) - max(s0, r0 * P))]
+        out = [(r0, r0 + 1, (r0 + 1) * P - s0)]
+        if r1 > r0 + 1:
+            out.append((r0 + 1, r1, P))
+        out.append((r1, r1 + 1, min(s0 + n, (r1 + 1) * P) - r1 * P))
         return out
 
     order = list(reversed(model_order)) if st == 2 else list(params)
@@ -873,58 +897,94 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         suffix[k] = suffix[k + 1] + order[k][2]
 
     def copy_bytes(ks: list[int]) -> int:
-        runs: list[tuple[int, int]] = []  # merged slices (owner, numel)
+        # the bucket's slices in order, one per (parameter, owning rank), neighbours owned by the
+        # same rank merged: blocks of m consecutive slices of n elements each (distinct owners)
+        blocks: list[list[int]] = []  # [n, m, owner of the last slice]
         for k in ks:
-            for r, n in own[k]:
-                if runs and runs[-1][0] == r:
-                    runs[-1] = (r, runs[-1][1] + n)
+            for ra, rb, n in own[k]:
+                if blocks and blocks[-1][2] == ra:
+                    last = blocks[-1]
+                    if last[1] > 1:
+                        last[1] -= 1
+                        blocks.append([last[0] + n, 1, ra])
+                    else:
+                        last[0] += n
+                    if rb - ra > 1:
+                        blocks.append([n, rb - ra - 1, rb - 1])
                 else:
-                    runs.append((r, n))
+                    blocks.append([n, rb - ra, rb - 1])
+        # runs of slices up to RBS elements are flattened (a run of one slice is a view):
+        # for each slice cnt += 1, num += n; past RBS the run is flushed. A block of m equal
+        # slices is stepped in O(1): what completes the open run, the full runs, the rest.
         best = cnt = num = 0
-        for _, n in runs:
-            cnt += 1
-            num += n
-            if num > rbs:
-                best, cnt, num = max(best, num if cnt > 1 else 0), 0, 0
+        for n, m, _ in blocks:
+            while m > 0:
+                t = (rbs - num) // n + 1 if n > 0 else m + 1  # slices until num > RBS
+                if t <= m:
+                    cnt += t
+                    num += t * n
+                    best = max(best, num if cnt > 1 else 0)
+                    cnt = num = 0
+                    m -= t
+                    c = rbs // n + 1  # a full run from empty
+                    q = m // c
+                    if q:
+                        best = max(best, c * n if c > 1 else 0)
+                        m -= q * c
+                else:
+                    cnt += m
+                    num += m * n
+                    m = 0
         return max(best, num if cnt > 1 else 0) * D
 
     copies = [copy_bytes(ks) for ks, _ in flushes]
     # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
     # bucket (extra_large_param_to_reduce): it is live through its flush
     xl = [order[ks[0]][2] * D if len(ks) == 1 and order[ks[0]][2] > rbs else 0 for ks, _ in flushes]
-    first = [len(flushes)] * W  # the flush that allocates each rank's grads_in_partition
-    gmax = [0] * W              # each rank's largest gradient slice (the fp64 norm copy)
-    for j, (ks, _) in enumerate(flushes):
-        for k in ks:
-            for r, n in own[k]:
-                first[r] = min(first[r], j)
-                gmax[r] = max(gmax[r], n)
+    F = len(flushes)
+    # the flush that allocates each rank's grads_in_partition; each rank's largest gradient
+    # slice (the fp64 norm copy)
+    first = Runs.from_updates(W, ((ra, rb, j) for j, (ks, _) in enumerate(flushes) for k in ks
+                                  for ra, rb, _ in own[k]), F, "min")
+    gmax = Runs.from_updates(W, ((ra, rb, n) for k in range(len(order)) for ra, rb, n in own[k]), 0, "max")
     sufmax = [0] * (len(order) + 1)
     for k in range(len(order) - 1, -1, -1):
         sufmax[k] = max(sufmax[k + 1], order[k][2])
-    terms = zero12_rank_terms(ec, layouts, W)
     p_t = sum(lay.P for lay in layouts)
-    out = []
-    for r in range(W):
-        inter, cov = terms[r][0], terms[r][1]
+    # flush j's bytes without the rank's grads_in_partition, which counts only for j > first_r:
+    # red_r = max(base_r, max_{j <= first_r} A_j, max_{j > first_r} A_j + I_r D)
+    B = [(0 if trig is None else (order[trig][2] if st == 2 else suffix[trig]) * D) + xl[j]
+         for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
+    A = [copies[j] + B[j] for j in range(len(flushes))]
+    pre_max = list(A)
+    for j in range(1, F):
+        pre_max[j] = max(pre_max[j - 1], A[j])
+    suf_max = [None] * (F + 1)
+    for j in range(F - 1, -1, -1):
+        suf_max[j] = A[j] if suf_max[j + 1] is None else max(A[j], suf_max[j + 1])
+
+    def figure(row: tuple) -> tuple[int, int, int]:
+        (inter, cov, _), f, g = row
         red = (inter + p_t - cov) * D
-        for j, (ks, trig) in enumerate(flushes):
-            unmoved = 0 if trig is None else (order[trig][2] if st == 2 else suffix[trig]) * D
-            red = max(red, copies[j] + unmoved + xl[j] + (inter * D if first[r] < j else 0))
-            if first[r] == j:
-                # the flush that allocates grads_in_partition: the flat copy is freed, but an
-                # extra-large gradient is still in its own storage while copy_grads_in_partition
-                # copies it (grad_reduc.data = the new view frees it after)
-                red = max(red, unmoved + xl[j] + inter * D)
+        if F:
+            red = max(red, pre_max[min(f, F - 1)])
+        if f + 1 < F and suf_max[f + 1] is not None:
+            red = max(red, suf_max[f + 1] + inter * D)
+        if f < F:
+            # the flush that allocates grads_in_partition: the flat copy is freed, but an
+            # extra-large gradient is still in its own storage while copy_grads_in_partition
+            # copies it (grad_reduc.data = the new view frees it after)
+            red = max(red, B[f] + inter * D)
         auto = 0
         if st == 2:
             auto = sufmax[0] * D
             # from the flush that allocated grads_in_partition on: it ran inside the hook of its
             # triggering parameter, whose gradient is live until that hook moves it
-            if first[r] < len(flushes) and flushes[first[r]][1] is not None:
-                auto = max(auto, (sufmax[flushes[first[r]][1]] + inter) * D)
-        out.append((auto, red, gmax[r] * 8))
-    return out
+            if f < F and flushes[f][1] is not None:
+                auto = max(auto, (sufmax[flushes[f][1]] + inter) * D)
+        return auto, red, g * 8
+
+    return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax).map(figure)
 
 
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
@@ -1293,20 +1353,27 @@ def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None
 
 
 def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int,
-                            sub_groups: "list[SubGroup] | None" = None) -> list[tuple[int, int]] | None:
-    """Per rank (NVMe fp32 gradient file bytes, kept gradient tail bytes) with
+                            sub_groups: "list[SubGroup] | None" = None) -> Runs | None:
+    """Runs of (NVMe fp32 gradient file bytes, kept gradient tail bytes) with
     ``offload_optimizer: nvme`` at ZeRO-3 (:func:`zero3_grad_swap_bytes` over every parameter of a
-    swappable sub-group), every rank in O(tensors + W); None when there is no optimizer swap.
+    swappable sub-group), every rank in O(tensors log tensors); None when there is no optimizer swap.
 
     r_i depends on the rank only through q_i = floor(n_i / p_i): ranks below q_i hold p_i real
     elements, rank q_i (if < W) holds n_i mod p_i, later ranks none (§3.2). So each parameter adds
-    its p_i figure on [0, q_i) and its remainder figure at q_i: a difference array over ranks."""
+    its p_i figure on [0, q_i) and its remainder figure at q_i: a sparse difference array over ranks."""
     if ec.zero.stage != 3 or ec.offload_optimizer_effective != "nvme":
         return None
     smin = swap_threshold_bytes(ec)
     al = aio_alignment_elems(ec, 4)
-    dg = [0] * (W + 1)
-    dt = [0] * (W + 1)
+    dg: dict[int, int] = {}  # a difference array over ranks, kept sparse: rank -> change
+    dt: dict[int, int] = {}
+
+    def add(a: int, b: int, f: int, t: int) -> None:
+        dg[a] = dg.get(a, 0) + f
+        dg[b] = dg.get(b, 0) - f
+        dt[a] = dt.get(a, 0) + t
+        dt[b] = dt.get(b, 0) - t
+
     for sg in sub_groups if sub_groups is not None else zero3_sub_groups(inv, W, ec.zero.sub_group_size):
         if sg.numel * 4 < smin:
             continue
@@ -1314,24 +1381,18 @@ def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int,
             n = inv.tensors[i].numel
             p = _ceil_div(n, W)
             q = min(n // p, W) if p else W
-            f, t = zero3_grad_swap_bytes(p, smin, al)
-            dg[0] += f
-            dg[q] -= f
-            dt[0] += t
-            dt[q] -= t
+            add(0, q, *zero3_grad_swap_bytes(p, smin, al))
             if q < W:
-                f, t = zero3_grad_swap_bytes(n - q * p, smin, al)
-                dg[q] += f
-                dg[q + 1] -= f
-                dt[q] += t
-                dt[q + 1] -= t
-    out = []
+                add(q, q + 1, *zero3_grad_swap_bytes(n - q * p, smin, al))
+    pts = sorted(r for r in set(dg) | set(dt) if 0 < r < W)
+    starts = [0] + pts
+    vals = []
     g = t = 0
-    for r in range(W):
-        g += dg[r]
-        t += dt[r]
-        out.append((g, t))
-    return out
+    for r in starts:
+        g += dg.get(r, 0)
+        t += dt.get(r, 0)
+        vals.append((g, t))
+    return Runs(starts + [W], vals)
 
 
 @dataclass
@@ -1343,10 +1404,11 @@ class Placement:
 
     * ``zero12``: ZeRO-1/2 (and BF16_Optimizer) per trainable param group, its
       :class:`Zero12Layout` (padding, partition P); empty at other stages.
-    * ``terms``: per data-parallel rank, the only figures its entries depend on: ZeRO-1/2
+    * ``terms``: per data-parallel rank (a :class:`Runs`: pieces of ranks with equal figures),
+      the only figures its entries depend on: ZeRO-1/2
       (I_r, Cov_r, P_max,r, F_r, single_r) (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`),
       ZeRO-3 (NVMe fp32 gradient file bytes, kept tail bytes) (:func:`zero3_grad_swap_by_rank`;
-      (0, 0) without optimizer swap), else None. O(tensors + W), computed once.
+      (0, 0) without optimizer swap), else None. O(tensors log tensors), computed once.
     * ``sub_groups``: ZeRO-3 sub-groups (:func:`zero3_sub_groups`); empty at other stages.
     * ``opt_swapped``: per sub-group, its fp32 master and moments live in NVMe swap files
       (``offload_optimizer: nvme`` and S_k x 4 >= max(1 MiB, aio.block_size):
@@ -1359,7 +1421,7 @@ class Placement:
 
     W: int
     zero12: list[Zero12Layout]
-    terms: list
+    terms: Runs
     sub_groups: list[SubGroup]
     opt_swapped: list[bool]
     in_flat: list[bool]
@@ -1404,22 +1466,22 @@ def _zero3_in_flat(ec: EffectiveConfig, sgs: list[SubGroup]) -> list[bool]:
 
 def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None = None) -> Placement:
     """The :class:`Placement` of ``inv`` over a ZeRO group of ``W`` ranks (``wrapper`` defaults
-    to :func:`select_optimizer`'s). O(tensors + W)."""
+    to :func:`select_optimizer`'s). O(tensors log tensors), whatever W is."""
     st = ec.zero.stage
     wrapper = wrapper or select_optimizer(ec)[0]
     has_groups = bool(inv.groups())
     zero12: list[Zero12Layout] = []
     sgs: list[SubGroup] = []
     if not has_groups:
-        terms: list = [None] * W
+        terms = Runs.const(W, None)
     elif st in (1, 2):
         zero12 = zero12_layouts(ec, inv, W, wrapper)
-        terms = [t + f for t, f in zip(zero12_rank_terms(ec, zero12, W), zero12_flat_copy(zero12, W))]
+        terms = Runs.zip(zero12_rank_terms(ec, zero12, W), zero12_flat_copy(zero12, W)).map(lambda ab: ab[0] + ab[1])
     elif st == 3:
         sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
-        terms = zero3_grad_swap_by_rank(ec, inv, W, sgs) or [(0, 0)] * W
+        terms = zero3_grad_swap_by_rank(ec, inv, W, sgs) or Runs.const(W, (0, 0))
     else:
-        terms = [None] * W
+        terms = Runs.const(W, None)
     smin = swap_threshold_bytes(ec)
     swapped = [ec.offload_optimizer_effective == "nvme" and sg.numel * 4 >= smin for sg in sgs]
     return Placement(W, zero12, terms, sgs, swapped, _zero3_in_flat(ec, sgs))
@@ -1441,9 +1503,10 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
 
     Ranks differ only through a few per-rank figures: ZeRO-1/2 (I_r, Cov_r, P_max,r), ZeRO-3 with
     NVMe optimizer swap the gradient files and tails; stage 0 and every other ZeRO-3 entry are the
-    same on every rank. Those figures come for every rank in O(tensors + W)
-    (:func:`zero12_all_ranks`, :func:`zero3_grad_swap_by_rank`); the entries are then built once per
-    distinct figure and ranks whose entries coincide are merged. ``pl``: the :class:`Placement`
+    same on every rank. Those figures come for every rank in O(tensors log tensors)
+    as :class:`Runs` (:func:`zero12_all_ranks`, :func:`zero3_grad_swap_by_rank`); the entries are then built once per
+    distinct figure and ranks whose entries coincide are merged. Ranks are :class:`RankSet` ranges,
+    so the work is O(tensors x roles) whatever W is. ``pl``: the :class:`Placement`
     of ``inv`` over ``W`` (computed when None)."""
     st = ec.zero.stage
     has_groups = bool(inv.groups())
@@ -1451,23 +1514,16 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     pl = pl or placement(ec, inv, W, wrapper)
     terms = pl.terms
     if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga):
-        terms = [t + x for t, x in zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W))]
+        terms = Runs.zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W)).map(lambda ab: ab[0] + ab[1])
     # ranks with the same totals may still split them differently over the groups a step updates
     # one at a time (the timeline's per-group step instants): keep those ranks apart
-    split: list = [()] * W
+    split = Runs.const(W, ())
     if st in (1, 2) and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
         split = zero12_step_groups(pl.zero12, W)
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
-        split = [(x,) for x in zero12_largest_slices(pl.zero12, W)]
-    by_terms: dict = {}
-    for r, k in enumerate(terms):
-        lst = by_terms.get((k, split[r]))
-        if lst is None:
-            by_terms[(k, split[r])] = [r]
-        else:
-            lst.append(r)
+        split = zero12_largest_slices(pl.zero12, W).map(lambda x: (x,))
     roles: dict[tuple, RankLedger] = {}
-    for (k, gk), rs in by_terms.items():
+    for (k, gk), rs in Runs.zip(terms, split).groups().items():
         b = _Builder(rs[0])
         if not has_groups:
             pass
@@ -1481,13 +1537,10 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         _frozen(b, ec, frozen, W)
         key = (gk, tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries))
         if key in roles:
-            roles[key].ranks.extend(rs)
+            roles[key].ranks = roles[key].ranks | rs
         else:
-            roles[key] = RankLedger(rs[0], b.entries, list(rs))
-    out = list(roles.values())
-    for rl in out:
-        rl.ranks.sort()
-    return out
+            roles[key] = RankLedger(rs[0], b.entries, rs)
+    return list(roles.values())
 
 
 def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
@@ -1519,15 +1572,18 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
         else:
             dense, experts = sh.inventory, None
         d_roles = _roles(ec, dense, Wz, wrapper, basic, ga)
-        d_of = {z: i for i, rl in enumerate(d_roles) for z in rl.ranks}
         e_roles: list[RankLedger] = []
-        e_of: dict[int, int] = {}
         if experts is not None and experts.tensors:
             e_roles = _roles(ec, experts, Wz // ep, wrapper, basic, ga)
-            e_of = {z: i for i, rl in enumerate(e_roles) for z in rl.ranks}
-        combos: dict[tuple[int, int], list[int]] = {}
-        for z in range(Wz):
-            combos.setdefault((d_of[z], e_of.get(z // ep, -1)), []).append(z)
+        # ZeRO rank z has dense role d and expert role e when z is in d's ranks and z // ep in e's
+        combos: dict[tuple[int, int], RankSet] = {}
+        for di, d in enumerate(d_roles):
+            if not e_roles:
+                combos[(di, -1)] = d.ranks
+            for ei, e in enumerate(e_roles):
+                zs = d.ranks & e.ranks.scaled(ep)
+                if len(zs):
+                    combos[(di, ei)] = zs
         for (di, ei), zs in combos.items():
             entries = list(d_roles[di].entries)
             if ei >= 0:
@@ -1540,17 +1596,16 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                     (" of " if tp > 1 else "") + f"a pipeline stage of {sh.layers[1] - sh.layers[0]} layers" if pp > 1 else "")
                 entries = [replace(e, formula=e.formula + f" [{what}: {sh.inventory.numel:,} parameters]")
                            for e in entries]
-            granks = [(s * Wz + z) * tp + m for z in zs for m in range(tp)]
+            granks = zs.scaled(tp, s * Wz * tp)  # global ranks (s Wz + z) tp + m, m < tp
             key = tuple((e.tier, e.cls, e.item, e.bytes, e.life) for e in entries)
             if key in roles:
-                roles[key].ranks.extend(granks)
+                roles[key].ranks = roles[key].ranks | granks
                 if s not in roles[key].stages:
                     roles[key].stages.append(s)
             else:
                 roles[key] = RankLedger(granks[0], entries, granks, [s] if pp > 1 else [])
-    out = sorted(roles.values(), key=lambda rl: min(rl.ranks))
+    out = sorted(roles.values(), key=lambda rl: rl.ranks[0])
     for rl in out:
-        rl.ranks.sort()
         rl.rank = rl.ranks[0]
         rl.entries = [replace(e, rank=rl.rank) for e in rl.entries]
     return out

@@ -91,8 +91,9 @@ def tier_bars(result: "EstimateResult") -> list[TierBar]:
     over one node's ranks (the same node :func:`advisor.views.estimate.fit_rows` uses)."""
     cl = result.plan.cluster
     per_node = cl.gpus_per_node or min(cl.world_size, 8)
-    by_rank = {r: role for role in result.roles for r in role.ranks}
-    node = [by_rank[r] for r in sorted(by_rank)[:per_node]]
+    # the node's ranks: the per_node lowest ranks, each with its role (O(roles x per_node))
+    first = sorted((r, i) for i, role in enumerate(result.roles) for r in role.ranks[:per_node])[:per_node]
+    node = [result.roles[i] for _, i in first]
     scale = max(1, per_node // max(1, len(node)))
     worst = max(result.roles, key=lambda r: r.peak()["accelerator"]["bytes"])
     fit = {f.tier: f for f in result.fit}

@@ -16,6 +16,7 @@ from advisor.findings import Finding, render_sized
 from advisor.render.style import STYLE, paint, use_color, width, wrap
 from advisor.units import DEFAULT_UNITS, duration_text, gb, gib, rate, size, unit_name, unit_note
 from advisor.config.versions import release_lines
+from advisor.ledger.ranks import RankSet
 
 if TYPE_CHECKING:
     from advisor.cluster.launch import Found
@@ -120,7 +121,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
     cols = width(stream)
     console = Console(file=stream, no_color=not color, force_terminal=color, color_system="standard" if color else None,
                       width=cols, highlight=False, soft_wrap=True)
-    d = result.to_dict()
+    d = result.to_dict(rank_sets=True)  # ranks as ranges: a 2^20-rank role is one range
     with console.capture() as captured:
         m = d["model"]
         cl = d["cluster"]
@@ -163,10 +164,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             n_other = sum(len(r["ranks"]) for r in shown if r is not worst)
             shown = [worst]
         for role in shown:
-            ranks = role["ranks"]
-            title = (f"rank {ranks[0]}" if len(ranks) == 1 else
-                     f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else
-                     f"ranks {', '.join(map(str, ranks))}")
+            title = _ranks_title(role["ranks"])
             if "stages" in role:
                 st = role["stages"]
                 title = (f"pipeline stage{'s' if len(st) > 1 else ''} {', '.join(map(str, st))}: {title}"
@@ -326,6 +324,24 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 if fix:
                     console.print(f"      fix: {fix}", markup=False)
     return wrap(captured.get().rstrip("\n"), cols)
+
+
+#: Up to this many ranks a role of scattered ranks is titled by listing each; above, by its ranges.
+LIST_RANKS_IN_TITLE = 64
+
+
+def _ranks_title(ranks: Any) -> str:
+    """'rank 3', 'ranks 0-7' (consecutive), 'ranks 1, 3, 5' (scattered, up to
+    :data:`LIST_RANKS_IN_TITLE`), else 'ranks 0-3, 8-11, ... (N ranks)' from the ranges."""
+    rs = ranks if isinstance(ranks, RankSet) else RankSet.of(ranks)
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if len(rs.ranges) == 1:
+        return f"ranks {rs[0]}-{rs[-1]}"
+    if len(rs) <= LIST_RANKS_IN_TITLE:
+        return f"ranks {', '.join(map(str, rs))}"
+    spans = [f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in rs.ranges]
+    return f"ranks {', '.join(spans[:8])}{', ...' if len(spans) > 8 else ''} ({len(rs):,} ranks)"
 
 
 def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS) -> list[str]:

@@ -32,6 +32,7 @@ from advisor.rules import emit
 from advisor.findings import Finding, literal
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
+from advisor.ledger.ranks import RankSet
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import LoadAssumption, Timeline, resolve_load, role_timeline
 
@@ -60,7 +61,7 @@ class Role:
     """A set of ranks with identical ledgers (and the same activations), with its timeline
     (:func:`advisor.ledger.timeline.role_timeline`, for the role's first rank)."""
 
-    ranks: list[int]
+    ranks: RankSet
     ledger: RankLedger
     activations: ActivationEstimate | None = None
     timeline: Timeline | None = None
@@ -234,7 +235,10 @@ class EstimateResult:
                 "defaults_applied": [n.message for n in self.plan.config.notes
                                      if n.kind == "derived" and n.pointer in paths]}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, rank_sets: bool = False) -> dict[str, Any]:
+        """The estimate, JSON-ready. ``rank_sets``: each role's ``ranks`` (and the movement
+        section's) stay :class:`advisor.ledger.ranks.RankSet` ranges instead of lists of every
+        rank, for renderers that must not pay O(world size) (text); JSON output uses lists."""
         inv = self.plan.inventory
         cl = self.plan.cluster
         d: dict[str, Any] = {
@@ -255,8 +259,9 @@ class EstimateResult:
             "assumptions": self.assumptions(),
             "ranks": [
                 {
-                    "ranks": r.ranks,
-                    **({"stages": sorted({stage_of(cl, x) for x in r.ranks})} if cl.pipeline_parallel > 1 else {}),
+                    "ranks": r.ranks if rank_sets else list(r.ranks),
+                    "rank_ranges": [[a, b - 1] for a, b in r.ranks.ranges],
+                    **({"stages": stages_of(cl, r.ranks)} if cl.pipeline_parallel > 1 else {}),
                     "tiers": r.tiers(),
                     "host_split": r.host_split(),
                     "phases": r.phases(),
@@ -290,6 +295,9 @@ class EstimateResult:
         if self.load is not None and self.roles:
             d["load"] = self.load_section()
         d.update(self.sections)
+        mv = d.get("movement")
+        if not rank_sets and mv and mv.get("ranks"):
+            d["movement"] = {**mv, "ranks": [{**g, "ranks": list(g["ranks"])} for g in mv["ranks"]]}
         return d
 
 
@@ -329,19 +337,17 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
     """Group ranks whose (tier, class, item, life) -> bytes maps are identical.
 
     The ledger already comes as one :class:`RankLedger` per role (ranks with identical entries,
-    formulas included); roles that differ only in formula text are merged here. O(roles), plus
-    the rank lists."""
+    formulas included); roles that differ only in formula text are merged here. O(roles x ranges)."""
     roles: dict[tuple, Role] = {}
     for rl in ledger.ranks:
         key = tuple(sorted((e.tier, e.cls, e.item, e.life, e.bytes) for e in rl.entries))
         if key in roles:
-            roles[key].ranks.extend(rl.ranks)
+            roles[key].ranks = roles[key].ranks | rl.ranks
         else:
-            roles[key] = Role(ranks=list(rl.ranks), ledger=rl, activations=activations)
+            roles[key] = Role(ranks=rl.ranks, ledger=rl, activations=activations)
     out = list(roles.values())
     load = load or resolve_load(ledger.plan.config)
     for role in out:
-        role.ranks.sort()
         role.load = load
         role.timeline = role_timeline(ledger, role.ledger, load, activations, rank=role.ranks[0])
     out.sort(key=lambda role: role.ranks[0] if role.ranks else 0)
@@ -593,21 +599,38 @@ def stage_of(cluster: Cluster, rank: int) -> int:
     return cluster.coords(rank)[0] if cluster.model_parallel else 0
 
 
+def ranks_by_stage(cluster: Cluster, ranks: RankSet) -> list[tuple[int, RankSet]]:
+    """(pipeline stage, its ranks among ``ranks``) for every stage holding some, ascending; a stage's
+    global ranks are one block of tp x zero_world_size (:meth:`Cluster.coords`). O(stages x ranges)."""
+    if not cluster.model_parallel or cluster.pipeline_parallel <= 1:
+        return [(0, ranks)] if len(ranks) else []
+    block = cluster.tensor_parallel * cluster.zero_world_size
+    lo, hi = ranks[0] // block, ranks[-1] // block
+    out = []
+    for s in range(lo, hi + 1):
+        rs = ranks & RankSet.span(s * block, (s + 1) * block)
+        if len(rs):
+            out.append((s, rs))
+    return out
+
+
+def stages_of(cluster: Cluster, ranks: RankSet) -> list[int]:
+    """The pipeline stages ``ranks`` cover, ascending."""
+    return [s for s, _ in ranks_by_stage(cluster, ranks)]
+
+
 def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, ActivationEstimate | None]) -> list[Role]:
     """Roles whose ranks span pipeline stages with different activations, split per stage (the
     ledger merges stages with equal model states; 1F1B keeps a different number of micro-batches
     in flight on each)."""
     out: list[Role] = []
     for r in roles:
-        by: dict[int, list[int]] = {}
-        for x in r.ranks:
-            by.setdefault(stage_of(cluster, x), []).append(x)
         groups: dict[Any, Role] = {}
-        for st, rs in sorted(by.items()):
+        for st, rs in ranks_by_stage(cluster, r.ranks):
             a = acts.get(st)
             key = None if a is None else (a.saved_accelerator, a.saved_host, a.recompute_layer, a.loss_spike)
             if key in groups:
-                groups[key].ranks.extend(rs)
+                groups[key].ranks = groups[key].ranks | rs
             else:
                 groups[key] = Role(ranks=rs, ledger=r.ledger, activations=a)
         out.extend(groups.values())
