@@ -120,13 +120,19 @@ def fold_array_findings(findings: list[Finding], keep: int = MAX_PER_ARRAY) -> l
             continue
         groups.setdefault((f.code, m.group("parent"), m.group("rest")), []).append(f)
     for (code, parent, rest), fs in groups.items():
-        out.extend(fs[:keep])
-        if len(fs) > keep:
+        # a schema finding about a representative of equal elements stands for data["elements"]
+        total = sum((f.data or {}).get("elements", 1) for f in fs)
+        out.extend(replace(f, data={k: v for k, v in f.data.items() if k != "elements"})
+                   if "elements" in (f.data or {}) else f for f in fs[:keep])
+        shown = min(len(fs), keep)
+        if total > shown:
             first = fs[0]
+            which = (f"the first {shown} are listed" if total == len(fs) else
+                     f"{shown} are listed, each the first element of its value")
             out.append(replace(first, pointer=parent, line=None, column=None,
-                               message=f"{len(fs) - keep} more element(s) of {parent or '/'} have the same problem "
-                                       f"(at .../{'N' + rest}); the first {keep} are listed",
-                               data={"folded": len(fs) - keep}))
+                               message=f"{total - shown} more element(s) of {parent or '/'} have the same problem "
+                                       f"(at .../{'N' + rest}); {which}",
+                               data={"folded": total - shown}))
     return out
 
 

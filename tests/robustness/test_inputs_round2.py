@@ -509,3 +509,30 @@ def test_generate_refuses_a_global_batch_over_the_limit():
                   "--global-batch", str(10 ** 18), "--seq-len", "512"])
     assert res.exit_code == 2 and "global-batch" in res.output
     assert time.monotonic() - t0 < 10
+
+
+def test_large_arrays_are_validated_once_per_distinct_element(tmp_path):
+    """A 100,000-element array took 12 s and 390 MB of schema errors (issue 21): the schema now
+    sees the first ARRAY_HEAD elements and one representative of each distinct later value, and
+    the findings still count every element and name the first one holding each problem."""
+    from advisor.config.schema import ARRAY_HEAD, reduce_arrays
+
+    betas = [0.9] * 70 + ["x"] * 49_000 + [None] * 930 + ["x"] * 50_000
+    data = {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": betas}}}
+    red, amap = reduce_arrays(data)
+    assert len(red["optimizer"]["params"]["betas"]) == ARRAY_HEAD + 3  # 0.9, "x", None after the head
+    assert reduce_arrays({"a": [1, 2]})[1] == {}  # short arrays: nothing cut
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(data))
+    res = invoke(["lint", "--format", "json", str(cfg)])
+    fs = [f for f in json.loads(res.output)["files"][0]["findings"] if f["pointer"].startswith("/optimizer/params/betas")]
+    elems = sorted(int(f["pointer"].rsplit("/", 1)[1]) for f in fs if f["pointer"].count("/") == 4)
+    # each distinct wrong value is named at its first element: "x" at 70, None at 49,070 ...
+    assert elems == [70, 49_070]
+    folded = [f for f in fs if "folded" in f.get("data", {})]
+    wrong = 49_000 + 930 + 50_000  # every element that is not a number
+    assert sum(f["data"]["folded"] for f in folded) + len(elems) == wrong
+    assert all("elements" not in f.get("data", {}) for f in fs)
+    # ... and the array's own finding shows the real array (its length), not the reduced copy
+    own = [f for f in fs if f["pointer"] == "/optimizer/params/betas" and "folded" not in f.get("data", {})]
+    assert own and all(f"({len(json.dumps(betas))} characters)" in f["message"] for f in own)
