@@ -743,12 +743,13 @@ def _link_summary(ms: list[Movement]) -> dict[str, Any]:
 
 
 def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
-                     step_time_s: float | None = None, activations: Any = None) -> dict[str, Any]:
+                     step_time_s: float | None = None, activations: Any = None,
+                     rank_sets: bool = False) -> dict[str, Any]:
     """Everything ``estimate`` shows about data movement per optimizer step, JSON-ready
     (bytes, seconds, days)::
 
         {"hardware": name | None, "step_time_s": s | None, "ranks_per_node": n,
-         "ranks": [{"ranks": RankSet(0..W-1),                 # ranks with identical movements (ranges)
+         "ranks": [{"ranks": [0, 1, ...],                       # ranks with identical movements
                     "pcie": {"to_host_bytes", "to_accelerator_bytes", "*_seconds"},
                     "nvme": {"write_bytes", "read_bytes", "*_seconds"},
                     "network": {"send_bytes", "send_seconds"},
@@ -757,7 +758,9 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
          "endurance": [EnduranceLine dicts, one per storage tier / unmapped nvme_path],
          "not_modelled": [what is left out, in words]}
 
-    Seconds are None without a hardware spec."""
+    Seconds are None without a hardware spec. ``rank_sets``: each role's ``ranks`` stays a
+    :class:`advisor.ledger.ranks.RankSet` (ranges, O(1) in the world size) instead of a list of
+    every rank; the result is then not JSON-ready until they are listed (estimate's to_dict)."""
     plan = getattr(plan_or_ledger, "plan", plan_or_ledger)
     roles = movement_roles(plan, hardware, activations)
     rpn = _ranks_per_node(plan, hardware)
@@ -780,7 +783,7 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
         "hardware": hardware.name if hardware is not None else None,
         "step_time_s": step_time_s,
         "ranks_per_node": rpn,
-        "ranks": list(groups.values()),
+        "ranks": [g if rank_sets else {**g, "ranks": list(g["ranks"])} for g in groups.values()],
         "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_time_s, ranks_per_node=rpn)],
         "not_modelled": not_modelled(plan, activations),
     }

@@ -770,7 +770,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
             "model" if st_section.get("step_time_s") else None)
         if step_time_s is None and st_section.get("step_time_s"):
             step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
-    sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts),
+    sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts, rank_sets=True),
                 "checkpoint": checkpoint_view(ck_plan).to_dict()}
     if st_section is not None:
         sections["step_time"] = st_section
