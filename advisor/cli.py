@@ -63,19 +63,30 @@ def _inventory(model: str | None, params: int | None, activations: str | None = 
 class CheckpointingType(click.ParamType):
     """``--checkpointing``: none, full, selective or a number of layers k (the first k layers of
     each pipeline stage checkpointed), as :func:`advisor.model.activations.parse_checkpointing`
-    reads it. The value stays a string ("none", "full", "selective" or k's digits)."""
+    reads it, or ``sac[:BUDGET]`` (op-level selective checkpointing, trace mode only:
+    :func:`advisor.model.activations.parse_sac`). The value stays a string ("none", "full",
+    "selective", k's digits or "sac:BUDGET")."""
 
-    name = "none|full|selective|K"
+    name = "none|full|selective|K|sac[:BUDGET]"
 
     def convert(self, value, param, ctx):
         from advisor.model.activations import parse_checkpointing
 
+        from advisor.model.activations import parse_sac
+
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         try:
+            budget = parse_sac(value)
+        except ValueError as e:
+            self.fail(str(e).removeprefix("checkpointing: "), param, ctx)
+        if budget is not None:
+            return f"sac:{budget:g}"
+        try:
             mode, k = parse_checkpointing(value)
         except ValueError:
-            self.fail(f"{value!r} is not none, full, selective or a number of layers (e.g. 16)", param, ctx)
+            self.fail(f"{value!r} is not none, full, selective, a number of layers (e.g. 16) or sac[:BUDGET]",
+                      param, ctx)
         if mode == "layers":
             if k < 0:
                 self.fail(f"{value!r}: a number of layers is at least 0", param, ctx)
@@ -211,7 +222,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         help="Activation checkpointing (recompute; not a durable checkpoint): none; full (every layer, HF "
              "gradient_checkpointing / Megatron --recompute-granularity full); K (the first K layers of each "
              "pipeline stage, Megatron --recompute-method block --recompute-num-layers K); selective (the "
-             "attention core only, Megatron --recompute-granularity selective).")),
+             "attention core only, Megatron --recompute-granularity selective); sac[:BUDGET] (with "
+             "--activations trace: every layer checkpointed, keeping the ops torch's SACEstimator/ILP picks "
+             "within BUDGET, a fraction 0-1 of a layer's op-output bytes; default 0.5).")),
     "attention": (("--attention",), dict(type=click.Choice(["flash", "eager"]), default="flash", show_default=True)),
     "activations": (("--activations",), dict(
         type=click.Choice(["formula", "trace"]), default="formula", show_default=True,
@@ -547,6 +560,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
+    if str(v["checkpointing"]).startswith("sac") and a.activations != "trace":
+        raise click.UsageError("--checkpointing sac (op-level selective checkpointing) needs --activations trace")
     workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations,
                         moe_capacity_factor=v["moe_capacity_factor"])
     lint_cluster = cluster if lint_sp == sp else replace(cluster, sequence_parallel=lint_sp)
@@ -1068,6 +1083,9 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
 
     if not model and params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+    if str(checkpointing).startswith("sac"):
+        raise click.UsageError("--checkpointing sac needs --activations trace, which check does not run: "
+                               "use estimate --activations trace")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
     ovh = _overhead(runtime_overhead, fragmentation)
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides)

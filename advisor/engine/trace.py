@@ -239,7 +239,7 @@ def _real_mask_skip():
 
 def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int, dtype: str = "bf16",
                       attention: str = "sdpa", checkpointing: str | int = "none", max_layers: int = 4,
-                      dropout: float | None = None) -> TraceResult:
+                      dropout: float | None = None, sac=None) -> TraceResult:
     """Trace one training forward + backward of the model ``hf_config`` describes (a parsed
     ``config.json`` dict) on a fake device and measure its activations (see the module docstring).
 
@@ -249,6 +249,8 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
     Megatron's ``block`` method; needs k <= max_layers or k == all layers) or ``selective``
     (attention core only). ``dropout``: None keeps the config's probabilities; a number sets
     them all. ``max_layers``: decoder layers actually traced (the rest are extrapolated).
+    ``sac``: an :class:`advisor.engine.sac.SACPolicy` (with ``checkpointing="sac"``): every
+    layer checkpointed with that op-level selective policy.
 
     Raises TraceUnavailable (torch/transformers missing, model type unknown to transformers, or
     a model that cannot run on fake tensors) and ValueError on bad arguments.
@@ -274,6 +276,8 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
             raise ValueError(f"checkpointing: {checkpointing} layers of {L}")
         k_ckpt = checkpointing
         checkpointing = "none" if k_ckpt == 0 else "full" if k_ckpt == L else k_ckpt
+    if (checkpointing == "sac") != (sac is not None):
+        raise ValueError("checkpointing='sac' needs a SAC policy (advisor.engine.sac.sac_policy) and the reverse")
     cfg = build_config(hf_config, layers=n, dropout=dropout)
     impl = _selective_attention(attn) if checkpointing == "selective" else attn
     tdt = getattr(torch, _DTYPES[dtype])
@@ -309,7 +313,9 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
                                f"{str(e).splitlines()[0]}") from None
     model.train()
     layers = _decoder_layers(model)
-    if checkpointing not in ("none", "selective", 0):
+    if sac is not None:
+        sac.apply(model)
+    elif checkpointing not in ("none", "selective", 0):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if isinstance(checkpointing, int):
             # traced: the first j layers checkpointed, the last traced layer not (both kinds measured)
@@ -337,6 +343,8 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
     except _NoSelective:
         raise TraceUnavailable(f"{cfg.model_type}'s attention does not go through transformers' attention "
                                "interface: selective recompute cannot be traced for it") from None
+    except TraceUnavailable:  # the SAC policy's op sequence differs (advisor.engine.sac.SACMismatch)
+        raise
     except Exception as e:  # a model whose forward cannot run on fake tensors
         raise TraceUnavailable(f"tracing {cfg.model_type} on fake tensors failed: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
@@ -358,7 +366,8 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         notes.append("the backward peak falls in the first layer: the extrapolation may overstate it")
     return TraceResult(
         model_type=str(cfg.model_type), layers_total=L, layers_traced=n, extrapolated=extra_layers > 0,
-        seq_len=seq_len, micro_batch=micro_batch, dtype=dtype, attention=attn, checkpointing=str(checkpointing if k_ckpt is None else f"{k_ckpt} of {L}"),
+        seq_len=seq_len, micro_batch=micro_batch, dtype=dtype, attention=attn, checkpointing=str(f"sac:{sac.budget:g}" if sac is not None else checkpointing if k_ckpt is None
+                                                                         else f"{k_ckpt} of {L}"),
         per_layer=per_layer, end_of_forward=res["end_of_forward"] + add, outside_layers=res["outside_layers"],
         loss_spike=res["loss_spike"], backward_peak=res["backward_peak"] + add,
         backward_peak_module=res["peak_module"], backward_extra=res["backward_peak"] - res["end_of_forward"],
@@ -465,58 +474,3 @@ def inventory_from_hf_config(hf_config: dict[str, Any], source: str = "config.js
         inv.meta["max_seq_len"] = int(mpe)
     inv.hf_config = dict(hf_config)
     return inv
-
-
-def traced_estimate(inventory, x, meta: dict[str, Any]):
-    """The estimate view's activations from a trace instead of the formulas.
-
-    ``inventory``: an advisor Inventory carrying ``hf_config`` (presets and config.json files);
-    ``x``: advisor.model.activations.ActivationInputs. Returns (ActivationEstimate, note): the
-    note says what was traced and what was extrapolated. Raises TraceUnavailable (one line)
-    without torch/transformers, without a config.json to build from, or with tensor/pipeline/
-    sequence parallelism (the trace measures one whole-model rank)."""
-    from advisor.model.activations import ActivationEstimate, estimate_activations
-
-    if getattr(inventory, "hf_config", None) is None:
-        raise TraceUnavailable("--activations trace needs --model as a preset or a Hugging Face config.json "
-                               "(an inventory or model spec file has no config to build the model from)")
-    if x.tensor_parallel > 1 or x.pipeline_parallel > 1 or x.sequence_parallel or getattr(x, "ulysses", 1) > 1:
-        raise TraceUnavailable("--activations trace measures one rank of the whole model: no tensor, pipeline or "
-                               "sequence parallelism; use --activations formula")
-    from advisor.model.activations import ASYNC_OFFLOAD_ON_ACCELERATOR, cpu_checkpoint_traffic, parse_checkpointing
-
-    dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
-    mode, k = parse_checkpointing(x.checkpointing, int(meta.get("num_layers") or 0) or None)
-    ck: str | int = k if mode == "layers" else mode
-    tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
-                           checkpointing=ck)
-    saved, host = tr.end_of_forward, 0
-    traffic, overlapped = (0, 0), False
-    if mode == "full" and x.cpu_checkpointing and x.deepspeed_checkpointing:
-        # the kept layer inputs go to host memory (the async offload engine keeps the newest:
-        # advisor.model.activations' docstring, DeepSpeed checkpointing.py:_get_cpu_offload_engine)
-        overlapped = x.offload_keeps_newest and not x.partition_activations
-        n = tr.layers_total - (1 if overlapped else 0)
-        host = tr.per_layer[-1] * n
-        # the async engine's forward stash keeps the last input copied out on the accelerator too
-        saved -= tr.per_layer[-1] * (max(0, tr.layers_total - ASYNC_OFFLOAD_ON_ACCELERATOR) if overlapped else n)
-        traffic = cpu_checkpoint_traffic(tr.layers_total, tr.per_layer[-1], overlapped)
-    try:
-        frac = estimate_activations(meta, x).recompute_flops_fraction
-    except (KeyError, ValueError, TypeError):
-        frac = 0.0
-    import transformers
-
-    est = ActivationEstimate(
-        per_layer=tr.per_layer[-1], layers_on_rank=tr.layers_total, saved_accelerator=saved, saved_host=host,
-        recompute_layer=0, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
-        loss_backward_spike=tr.backward_extra, recompute_flops_fraction=frac,
-        breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers},
-        host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0)
-    what = f"{tr.layers_traced} of {tr.layers_total} layers, the rest extrapolated" if tr.extrapolated \
-        else f"all {tr.layers_total} layers"
-    note = (f"activations: traced on transformers {transformers.__version__}'s {tr.model_type} ({what}; "
-            f"{tr.attention} attention; backward peak at {tr.backward_peak_module}; {tr.seconds:.1f} s)")
-    if tr.notes:
-        note += "; " + "; ".join(tr.notes)
-    return est, note

@@ -134,6 +134,8 @@ def parse_checkpointing(value: str | int | None, layers: int | None = None) -> t
                 return "full", layers
         return "layers", k
     v = str(value).strip().lower()
+    if v == "sac" or v.startswith("sac:"):
+        raise ValueError("checkpointing: sac (op-level selective checkpointing) needs --activations trace")
     if v in ("none", "full", "selective"):
         return v, (layers or 0) if v == "full" else 0
     raise ValueError(f"checkpointing: {value!r} is not one of none, full, selective or a number of layers")
@@ -159,6 +161,29 @@ def checkpointing_problem(value: str | int | None, inventory: Any, pipeline_para
     name = getattr(inventory, "name", "the model")
     where = f"{name} has {layers} layers" + (f", {per_stage} per pipeline stage (pipeline parallel {p})" if p > 1 else "")
     return (f"{k} checkpointed layers, but {where}: give at most {per_stage}, or full to checkpoint every layer")
+
+
+#: Budget of ``--checkpointing sac`` without ``:BUDGET``.
+SAC_DEFAULT_BUDGET = 0.5
+
+
+def parse_sac(value: str | int | None) -> float | None:
+    """``--checkpointing sac[:BUDGET]`` to its budget (a fraction 0..1 of a layer's op-output
+    bytes the op-level policy may keep; ``sac`` alone: :data:`SAC_DEFAULT_BUDGET`), None for
+    any other setting. Raises ValueError on a budget that is not a number from 0 to 1."""
+    v = str(value).strip().lower() if isinstance(value, str) else ""
+    if v != "sac" and not v.startswith("sac:"):
+        return None
+    if v == "sac":
+        return SAC_DEFAULT_BUDGET
+    txt = v[4:]
+    try:
+        b = float(txt)
+    except ValueError:
+        b = float("nan")
+    if not 0.0 <= b <= 1.0:  # NaN fails too
+        raise ValueError(f"checkpointing: sac budget {txt!r} is not a fraction from 0 to 1 (e.g. sac:0.3)")
+    return b
 
 
 @dataclass(frozen=True)

@@ -575,7 +575,7 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         notes.append("activation_checkpointing section not applied: HF gradient checkpointing (torch.utils.checkpoint) "
                      "ignores it; it acts only through deepspeed.checkpointing")
     if workload.activations == "trace":
-        from advisor.engine.trace import traced_estimate  # torch + transformers: only when asked
+        from advisor.engine.traced import traced_estimate  # torch + transformers: only when asked
 
         est, tnote = traced_estimate(inventory, x, meta)
         return est, "; ".join([tnote] + notes)

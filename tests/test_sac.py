@@ -1,0 +1,200 @@
+"""Op-level selective activation checkpointing (advisor.engine.sac) against what the real model
+keeps when run with torch's selective checkpoint contexts.
+
+The policy is chosen on fake tensors (torch's SACEstimator + ILP/greedy). Here the same small
+model (built in code, no downloads) runs for real on the CPU with that policy applied through
+``torch.utils.checkpoint.create_selective_checkpoint_contexts``, and what each checkpointed
+layer keeps for backward is measured independently of the estimator: every tensor storage an
+op creates inside the layer (not a view of an input) is recorded with a weak reference
+(``torch.multiprocessing.reductions.StorageWeakRef``); the ones still alive when forward
+returns are what the layer keeps. That must be the policy's saved bytes plus the layer's
+output, to the byte.
+
+Why not count with ``saved_tensors_hooks`` alone: inside a non-reentrant checkpoint the
+checkpoint's own hooks replace every tensor autograd saves with an empty holder
+(``_checkpoint_hook.pack_hook``, torch/utils/checkpoint.py), and the ops SAC keeps live in its
+cache (``_CachingTorchDispatchMode``), not in autograd's saved tensors. An outer
+saved_tensors_hooks sees, inside the layers, only each checkpoint's saved input (the layer
+input, ``_CheckpointFrame.save_inputs``), which the test asserts too."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hf_small import SMALL, with_layers  # noqa: E402
+
+from advisor.engine import sac  # noqa: E402
+from advisor.engine.trace import _decoder_layers, build_config, trace_activations  # noqa: E402
+
+SEQ, BATCH = 32, 2
+
+
+def _has_pulp() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pulp") is not None
+
+
+def run_with_policy(cfg_dict: dict, policy: sac.SACPolicy, attention: str, dropout: float | None):
+    """The real model (fp32, CPU, train mode) with ``policy`` applied: per layer, the bytes of
+    storages born in it and alive at the end of forward, its output bytes, the tensors an
+    outer saved_tensors_hooks saw inside layers; then backward, and the parameter gradients."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = build_config(cfg_dict, dropout=dropout)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation=attention).train()
+    if policy is not None:
+        policy.apply(model)
+    where: list = [None]
+    out_bytes: dict[int, int] = {}
+    births: dict[int, tuple] = {}
+
+    class Births(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if where[0] is not None and torch.is_grad_enabled():
+                ins = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+                for o in tree_leaves(out):
+                    if isinstance(o, torch.Tensor) and o.untyped_storage().nbytes():
+                        st = o.untyped_storage()
+                        if st.data_ptr() not in ins:
+                            births[st.data_ptr()] = (where[0], st.nbytes(), StorageWeakRef(st))
+            return out
+
+    def post(m, a, o, i):
+        where[0] = None
+        t = o[0] if isinstance(o, tuple) else o
+        out_bytes[i] = t.untyped_storage().nbytes()
+
+    inputs: list[int] = []
+    arg_storages: set[int] = set()
+
+    def pre(m, a, kw, i):
+        where[0] = i
+        t = a[0] if a else kw["hidden_states"]
+        inputs.append(t.untyped_storage().data_ptr())
+        arg_storages.update(x.untyped_storage().data_ptr() for x in tree_leaves((a, kw)) if isinstance(x, torch.Tensor))
+
+    for i, blk in enumerate(_decoder_layers(model)):
+        blk.register_forward_pre_hook(lambda m, a, kw, i=i: pre(m, a, kw, i), with_kwargs=True)
+        blk.register_forward_hook(lambda m, a, o, i=i: post(m, a, o, i))
+    packed_inside: list[int] = []
+
+    def pack(t):
+        if where[0] is not None:
+            packed_inside.append(t.untyped_storage().data_ptr())
+        return t
+
+    ids = torch.randint(0, cfg.vocab_size, (BATCH, SEQ))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Births():
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+    kept: dict[int, int] = {}
+    for w, n, ref in births.values():
+        if not ref.expired():
+            kept[w] = kept.get(w, 0) + n
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return {"kept": kept, "out_bytes": out_bytes, "packed_inside": packed_inside, "inputs": inputs, "args": arg_storages, "grads": grads}
+
+
+CASES = [("llama", "sdpa", None, 0.3), ("llama", "eager", None, 0.0), ("gpt2", "eager", 0.1, 0.3),
+         ("gpt2", "sdpa", 0.0, 1.0), ("qwen3", "sdpa", None, 0.5)]
+
+
+@pytest.mark.parametrize("solver", ["greedy", pytest.param("ilp", marks=pytest.mark.skipif(
+    not _has_pulp(), reason="the ILP solver needs the optional pulp package"))])
+@pytest.mark.parametrize("family,attention,dropout,budget", CASES)
+def test_policy_saved_bytes_equal_what_the_checkpointed_layer_keeps(family, attention, dropout, budget, solver):
+    cfg = with_layers(SMALL[family], 2)
+    pol = sac.sac_policy(cfg, SEQ, BATCH, budget, dtype="fp32", attention=attention, dropout=dropout, solver=solver)
+    assert pol.solver == solver and len(pol.layers) == 2
+    real = run_with_policy(cfg, pol, attention, dropout)
+    # what autograd saves inside the layers, as an outer saved_tensors_hooks sees it: only the
+    # checkpoints' inputs (each layer's input hidden state, and its mask or position tensors);
+    # the rest is hidden
+    assert set(real["inputs"]) <= set(real["packed_inside"]) <= real["args"]
+    for i, lp in enumerate(pol.layers):
+        assert real["kept"][i] == lp.saved_bytes + real["out_bytes"][i], (i, real["kept"], lp.saved_ops())
+        # torch's budget: saved op-output bytes at most budget x the layer's (SACEstimator's accounting)
+        assert lp.saved_bytes <= budget * lp.total_bytes + 1
+    if not dropout:  # the policy changes what is recomputed, never the gradients
+        base = run_with_policy(cfg, None, attention, dropout)["grads"]
+        assert base.keys() == real["grads"].keys()
+        for n, g in base.items():
+            torch.testing.assert_close(real["grads"][n], g, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_trace_with_the_policy_measures_what_the_real_run_keeps():
+    """The trace (fake tensors, MemTracker) with the SAC policy: a middle layer's bytes are the
+    real run's kept bytes of that layer (saved ops + output; its input belongs to the layer
+    before), and fewer than without checkpointing, more than with full checkpointing."""
+    cfg = with_layers(SMALL["llama"], 3)
+    pol = sac.sac_policy(cfg, SEQ, BATCH, 0.3, dtype="fp32", attention="sdpa", solver="greedy")
+    tr = trace_activations(cfg, SEQ, BATCH, dtype="fp32", attention="sdpa", checkpointing="sac", sac=pol)
+    real = run_with_policy(cfg, pol, "sdpa", None)
+    assert tr.checkpointing == "sac:0.3" and tr.per_layer[1] == real["kept"][1]
+    none = trace_activations(cfg, SEQ, BATCH, dtype="fp32", attention="sdpa")
+    full = trace_activations(cfg, SEQ, BATCH, dtype="fp32", attention="sdpa", checkpointing="full")
+    assert full.per_layer[1] < tr.per_layer[1] < none.per_layer[1]
+
+
+def test_budget_ends():
+    """Budget 0 keeps only what torch's estimator must keep (here nothing: no in-place or
+    forced-stored ops in a Llama layer); budget 1 recomputes nothing of FLOPs."""
+    cfg = with_layers(SMALL["llama"], 2)
+    lo = sac.sac_policy(cfg, SEQ, BATCH, 0.0, dtype="fp32", solver="greedy")
+    hi = sac.sac_policy(cfg, SEQ, BATCH, 1.0, dtype="fp32", solver="greedy")
+    assert lo.layers[0].saved_bytes == 0 and lo.layers[0].recompute_flops == lo.layers[0].forward_flops > 0
+    assert hi.layers[0].recompute_flops == 0
+    # hand count of one layer's matmul FLOPs (2mnk each; torch.utils.flop_counter): q,k,v,o
+    # projections, gate/up/down, and sdpa's two (b x heads x s x s x head_dim) products
+    h, inter, heads, kv = 64, 128, 4, 2
+    d = h // heads
+    t = SEQ * BATCH
+    proj = 2 * t * h * (h + 2 * kv * d + h) + 2 * t * h * inter * 3
+    attn = 2 * 2 * BATCH * heads * SEQ * SEQ * d
+    assert lo.layers[0].forward_flops == proj + attn
+
+
+def test_bad_budget_and_solver():
+    with pytest.raises(ValueError, match="fraction"):
+        sac.sac_policy(SMALL["llama"], SEQ, BATCH, 1.5)
+    with pytest.raises(ValueError, match="solver"):
+        sac.sac_policy(SMALL["llama"], SEQ, BATCH, 0.5, solver="magic")
+
+
+def test_estimate_checkpointing_sac_in_trace_mode(tmp_path, cli):
+    """estimate --activations trace --checkpointing sac:0.3: the JSON's activations are the
+    trace's with that policy, the note names the solver and the FLOPs recomputed; without
+    trace mode, or with a bad budget, or on check: one line, exit 2."""
+    import json
+
+    from tests.conftest import run_json
+
+    cfg = with_layers(SMALL["llama"], 3)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": BATCH, "bf16": {"enabled": True}}))
+    args = ["estimate", str(ds), "--model", str(tmp_path / "config.json"), "--seq-len", str(SEQ)]
+    rc, js = run_json(args + ["--activations", "trace", "--checkpointing", "sac:0.3", "--format", "json"])
+    assert rc == 0
+    a = js["ranks"][0]["activations"]
+    pol = sac.sac_policy(cfg, SEQ, BATCH, 0.3, dtype="bf16")
+    tr = trace_activations(cfg, SEQ, BATCH, checkpointing="sac", sac=pol)
+    assert a["saved_accelerator"] == tr.end_of_forward
+    assert a["recompute_flops_fraction"] == pytest.approx(pol.recompute_flops_fraction())
+    notes = json.dumps(js)
+    assert "op-level SAC" in notes and "FLOPs" in notes
+    for bad in (args + ["--checkpointing", "sac:0.3"], args + ["--activations", "trace", "--checkpointing", "sac:2"],
+                ["check", str(ds), "--model", str(tmp_path / "config.json"), "--checkpointing", "sac",
+                 "--world-size", "1", "--gpu-memory", "80GB", "--host-memory", "100GB"]):
+        p = cli(bad)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert "sac" in p.stderr
