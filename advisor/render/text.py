@@ -87,6 +87,10 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
     figure only as what a layer would keep without recompute."""
     mode = {True: "full", False: "none"}.get(mode, mode)  # type: ignore[arg-type]
     n = ac["layers_on_rank"]
+    if mode == "sac":  # trace mode: per_layer is what a layer keeps under the op-level policy
+        return (f"op-level selective checkpointing in the {n} layers (torch's SAC policy: the ops it picks are "
+                f"kept, the rest recomputed in backward): {n} layers x {size(ac['per_layer'], units)} each; saved "
+                f"for backward {size(ac['saved_accelerator'], units)} on the accelerator (loss head included)")
     if mode in (None, "", "none"):
         return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each = "
                 f"{size(n * ac['per_layer'], units)} kept for backward")
