@@ -192,6 +192,9 @@ def test_estimate_checkpointing_sac_in_trace_mode(tmp_path, cli):
     assert a["recompute_flops_fraction"] == pytest.approx(pol.recompute_flops_fraction())
     notes = json.dumps(js)
     assert "op-level SAC" in notes and "FLOPs" in notes
+    assert a["recompute"] == "sac"
+    p = cli(args + ["--activations", "trace", "--checkpointing", "sac:0.3"])
+    assert p.returncode == 0 and "op-level selective checkpointing in the 3 layers" in " ".join(p.stdout.split())
     for bad in (args + ["--checkpointing", "sac:0.3"], args + ["--activations", "trace", "--checkpointing", "sac:2"],
                 ["check", str(ds), "--model", str(tmp_path / "config.json"), "--checkpointing", "sac",
                  "--world-size", "1", "--gpu-memory", "80GB", "--host-memory", "100GB"]):
