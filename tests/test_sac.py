@@ -183,7 +183,8 @@ def test_estimate_checkpointing_sac_in_trace_mode(tmp_path, cli):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": BATCH, "bf16": {"enabled": True}}))
     args = ["estimate", str(ds), "--model", str(tmp_path / "config.json"), "--seq-len", str(SEQ)]
-    rc, js = run_json(args + ["--activations", "trace", "--checkpointing", "sac:0.3", "--format", "json"])
+    # a trace subprocess imports torch and transformers: give it time on a loaded machine
+    rc, js = run_json(args + ["--activations", "trace", "--checkpointing", "sac:0.3", "--format", "json"], timeout=600)
     assert rc == 0
     a = js["ranks"][0]["activations"]
     pol = sac.sac_policy(cfg, SEQ, BATCH, 0.3, dtype="bf16")
@@ -193,8 +194,9 @@ def test_estimate_checkpointing_sac_in_trace_mode(tmp_path, cli):
     notes = json.dumps(js)
     assert "op-level SAC" in notes and "FLOPs" in notes
     assert a["recompute"] == "sac"
-    p = cli(args + ["--activations", "trace", "--checkpointing", "sac:0.3"])
-    assert p.returncode == 0 and "op-level selective checkpointing in the 3 layers" in " ".join(p.stdout.split())
+    from advisor.render.text import activation_words
+
+    assert activation_words(a, a["recompute"]).startswith("op-level selective checkpointing in the 3 layers")
     for bad in (args + ["--checkpointing", "sac:0.3"], args + ["--activations", "trace", "--checkpointing", "sac:2"],
                 ["check", str(ds), "--model", str(tmp_path / "config.json"), "--checkpointing", "sac",
                  "--world-size", "1", "--gpu-memory", "80GB", "--host-memory", "100GB"]):
