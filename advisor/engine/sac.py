@@ -274,13 +274,9 @@ def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget
     from torch.distributed._tools.sac_estimator import SACEstimator
     from transformers import AutoModelForCausalLM
 
-    from advisor.engine.trace import _DTYPES, _decoder_layers
+    from advisor.engine.trace import _DTYPES, _checked_dtype_attention, _decoder_layers
 
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    attn = {"flash": "sdpa"}.get(attention, attention)
-    if attn not in ("sdpa", "eager"):
-        raise ValueError(f"attention must be sdpa, flash or eager, got {attention!r}")
+    attn = _checked_dtype_attention(dtype, attention)
     t0 = time.perf_counter()
     full = build_config(hf_config, dropout=dropout)
     n = min(int(full.num_hidden_layers), max_layers)

@@ -237,6 +237,17 @@ def _real_mask_skip():
         masking_utils.find_packed_sequence_indices = orig
 
 
+def _checked_dtype_attention(dtype: str, attention: str) -> str:
+    """The attention implementation transformers is asked for ("flash" traces as "sdpa": the
+    same saved tensors on CPU). Raises ValueError on a dtype or attention the trace cannot run."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    attn = {"flash": "sdpa"}.get(attention, attention)
+    if attn not in ("sdpa", "eager"):
+        raise ValueError(f"attention must be sdpa, flash or eager, got {attention!r}")
+    return attn
+
+
 def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int, dtype: str = "bf16",
                       attention: str = "sdpa", checkpointing: str | int = "none", max_layers: int = 4,
                       dropout: float | None = None, sac=None) -> TraceResult:
@@ -260,11 +271,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
     from torch.distributed._tools.mem_tracker import MemTracker
     from transformers import AutoModelForCausalLM
 
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    attn = {"flash": "sdpa"}.get(attention, attention)
-    if attn not in ("sdpa", "eager"):
-        raise ValueError(f"attention must be sdpa, flash or eager, got {attention!r}")
+    attn = _checked_dtype_attention(dtype, attention)
     t0 = time.perf_counter()
     full_cfg = build_config(hf_config, dropout=dropout)
     L = int(full_cfg.num_hidden_layers)
