@@ -100,6 +100,11 @@ class FiniteFloat(click.FloatRange):
 
     name = "number"
 
+    def _describe_range(self) -> str:
+        """The bounds for --help ("x>=0", "0<=x<1"); "" when there are none (click would print
+        "x<=None" for an unbounded range, and --help shows no bracket for "")."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
     def convert(self, value, param, ctx):
         from advisor.config.validation import InputValueError, as_float
         try:
@@ -299,8 +304,20 @@ def _display() -> dict:
 
 
 def _echo(text: str, err: bool = False) -> None:
-    """click.echo, keeping the colour codes when --color always (click strips them off a pipe)."""
-    click.echo(text, err=err, color=True if _display().get("color") == "always" else None)
+    """click.echo of a rendered report (:func:`_render`: a text report is already folded to the
+    stream's width there), keeping the colour codes when --color always (click strips them off a
+    pipe). Empty text prints nothing (``lint -q`` with no findings is silent, not a blank line)."""
+    if text:
+        click.echo(text, err=err, color=True if _display().get("color") == "always" else None)
+
+
+def _say(message: str) -> None:
+    """A message for the user on stderr (a warning, resolve's findings, progress), folded to
+    stderr's width like every text report (:func:`advisor.render.style.wrap`). An exit-2 error
+    is one line (:func:`_fail`): scripts and tests read it whole."""
+    from advisor.render.escape import safe_text
+    from advisor.render.style import width, wrap
+    click.echo(wrap(safe_text(message), width(sys.stderr)), err=True)
 
 
 def _render(view: str, fmt: str, result, **kw) -> str:
@@ -519,7 +536,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     if warn and warnings is not None:
         warnings.append(warn)
     elif warn:
-        click.echo(f"ds-advisor: warning: {warn}", err=True)
+        _say(f"ds-advisor: warning: {warn}")
     gpus_per_node = a.gpus_per_node
     ws, ws_src = _world(a.world_size)
     if inp.launch is not None and a.world_size is None and inp.launch.num_processes:
@@ -613,7 +630,7 @@ def _overhead(runtime_overhead: str | None, fragmentation: float | None = None, 
         if warnings is not None:
             warnings.append(msg)
         else:
-            click.echo(f"ds-advisor: warning: {msg}", err=True)
+            _say(f"ds-advisor: warning: {msg}")
     return settings
 
 
@@ -652,7 +669,7 @@ def _release_option(f):
         except AdvisorError as e:
             raise _fail(str(e))
         if rel.warning:
-            click.echo(f"ds-advisor: warning: {rel.warning}", err=True)
+            _say(f"ds-advisor: warning: {rel.warning}")
         use_release(rel)
         if takes:
             kw["release"] = rel
@@ -788,10 +805,11 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
 
     \b
     In-config suppression: a top-level "ds_advisor": {"ignore": ["B001", "batch-triple"]}
-    in the DeepSpeed config drops those rules' findings for that file. DeepSpeed ignores
-    unknown top-level keys and the HF Trainer passes them on, so the section can stay in
-    the file you launch with (not inside zero_optimization: DeepSpeed refuses it there).
-    An entry naming no rule is an S007 finding.
+    in the DeepSpeed config drops those rules' findings for that file; an entry "RULE:KEY"
+    ("S002:cuda_visible_devices", "S002:aio.block_sizee") drops only that rule's findings
+    about that key. DeepSpeed ignores unknown top-level keys and the HF Trainer passes them
+    on, so the section can stay in the file you launch with (not inside zero_optimization:
+    DeepSpeed refuses it there). An entry naming no rule or no key is an S007 finding.
     """
     from advisor.findings import SEVERITY_RANK, worst
     from advisor.rules import rule_codes
@@ -891,8 +909,7 @@ def explain(code):
 
     rules = all_rules()
     if not code:
-        for c, r in rules.items():
-            click.echo(f"{c}  {r.severity:<7}  {r.name}")
+        _echo("\n".join(f"{c}  {r.severity:<7}  {r.name}" for c, r in rules.items()))
         return
     r = find_rule(code)
     if r is None:
@@ -988,7 +1005,7 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
               if f.severity == "error"]
     if errors:  # DeepSpeed would refuse or crash: say so now rather than after a minute of launching
         for f in errors:
-            click.echo(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}", err=True)
+            _say(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}")
         raise _fail(f"not launching the engine: {len(errors)} error finding(s) above (see `ds-advisor lint`)")
     try:
         from advisor.engine.measure import MeasureError, measure_vs_ledger, run_measure
@@ -997,7 +1014,7 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
         raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && {extra_command('engine')}): {e}")
     try:
         ranks = run_measure(loaded.data, inv, world_size, steps=steps, timeout_s=timeout_s,
-                            progress=lambda words: click.echo(f"ds-advisor: measure: {words}", err=True))
+                            progress=lambda words: _say(f"ds-advisor: measure: {words}"))
     except MeasureError as e:
         raise _fail(f"the engine run failed: {e}")
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
@@ -1131,7 +1148,6 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
     from advisor.config import hf as hfmod
     from advisor.findings import sort_findings
-    from advisor.render.escape import safe_text
 
     try:
         text = None
@@ -1171,13 +1187,12 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
     click.echo(json.dumps(finite(res.config), indent=2))
     for f in sort_findings(res.findings):
         where = f"{f.file}:{f.line}" if f.file and f.line else (f.pointer or "/")
-        click.echo(safe_text(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")),
-                   err=True)
+        _say(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
     if show_filled:
         for k, (old, new, who) in res.filled.items():
-            click.echo(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})", err=True)
+            _say(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})")
     from advisor.config.versions import release_note
-    click.echo(f"ds-advisor: resolved for {release_note()}", err=True)  # stdout stays the config alone
+    _say(f"ds-advisor: resolved for {release_note()}")  # stdout stays the config alone
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in res.findings) else EXIT_OK)
 
 
@@ -1223,9 +1238,9 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     from advisor.views import generate as gen
 
     if margin is not None:
-        click.echo("ds-advisor: warning: --margin is deprecated and ignored: a plan is kept when estimate's fit says "
-                   "it fits (tracked peak + runtime overhead rows, not tight); give measured overhead with "
-                   "--runtime-overhead", err=True)
+        _say("ds-advisor: warning: --margin is deprecated and ignored: a plan is kept when estimate's fit says "
+             "it fits (tracked peak + runtime overhead rows, not tight); give measured overhead with "
+             "--runtime-overhead")
     ovh = _overhead(runtime_overhead, fragmentation)
     from advisor.files import output_problem
     if output == "-":  # -o - is standard output, as without -o
@@ -1250,7 +1265,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
         res = e.result
         if fmt == "text":
             _echo(_render("generate", fmt, res, top=top, stream=sys.stderr), err=True)
-            click.echo(f"ds-advisor: {e}", err=True)
+            _say(f"ds-advisor: {e}")
         else:
             _echo(_render("generate", fmt, res, top=top))
         sys.exit(EXIT_FINDINGS)
@@ -1274,8 +1289,10 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if fmt != "text":
         _echo(_render("generate", fmt, res, top=top))
     else:
-        report = _render("generate", fmt, res, top=top) + (
-            f"\nwrote {output} and its workload sidecar {side} (check and estimate read it back)" if output else "")
+        from advisor.render.style import width, wrap
+        report = _render("generate", fmt, res, top=top, stream=sys.stdout if output else sys.stderr) + (
+            "\n" + wrap(f"wrote {output} and its workload sidecar {side} (check and estimate read it back)",
+                        width(sys.stdout)) if output else "")
         if output:
             click.echo(report)
         else:
@@ -1321,9 +1338,9 @@ def report(config, est, output, force):
     except OSError as e:
         raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
     for w in warnings:
-        click.echo(f"ds-advisor: warning: {w}", err=True)
+        _say(f"ds-advisor: warning: {w}")
     if output != "-":
-        click.echo(f"wrote {output}", err=True)
+        _say(f"wrote {output}")
     sys.exit(EXIT_OK)
 
 

@@ -72,7 +72,12 @@ def test_lint_sarif_cli_validates_and_locates(sarif_validator, tmp_path):
     by_id = {r["id"]: r for r in rules}
     b001 = all_rules()["B001"]
     assert by_id["B001"]["name"] == "batch-triple"
-    assert by_id["B001"]["fullDescription"]["text"] == b001.explanation()
+    # help.text / fullDescription: the plain text `explain B001` prints (after its header line),
+    # no RST markup; help.markdown: the same words with code spans
+    explained = run_cli(["explain", "B001"]).stdout.split("\n", 1)[1].rstrip("\n")
+    assert by_id["B001"]["fullDescription"]["text"] == by_id["B001"]["help"]["text"] == explained
+    assert all("``" not in r["help"]["text"] and ":func:`" not in r["help"]["text"] for r in rules)
+    assert "`train_batch_size: 7, train_micro_batch_size_per_gpu: 2`" in by_id["B001"]["help"]["markdown"]
     assert by_id["B001"]["defaultConfiguration"]["level"] == "error"
     assert by_id["B001"]["shortDescription"]["text"].startswith("train_batch_size = micro-batch")
     levels = {c: ("note" if r.severity == "info" else r.severity) for c, r in all_rules().items()}

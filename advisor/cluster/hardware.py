@@ -370,6 +370,44 @@ def _presets() -> dict[str, Any]:
     return _CACHE["p"]
 
 
+def _link_spec(bytes_per_s: float | None, name: str | None) -> dict[str, Any] | None:
+    if not bytes_per_s:
+        return None
+    return {**({"name": name} if name else {}), "bytes_per_s": bytes_per_s}
+
+
+def _present(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` without the keys whose value is unknown (None) or empty, as a spec file leaves them out."""
+    return {k: v for k, v in d.items() if v is not None and v != "" and v != ()}
+
+
+def to_spec(h: Hardware) -> dict[str, Any]:
+    """``h`` as a hardware spec (``schemas/hardware.schema.json``): the JSON ``hardware --format
+    json`` prints, which :func:`from_dict` / ``--hardware FILE`` read back to the same
+    :class:`Hardware` (but its ``origin``). Sizes in bytes, bandwidths in bytes/s per direction;
+    unknown values are left out, as in a spec file."""
+    a = h.accelerator
+    acc = None if a is None else _present({
+        "name": a.name, "memory_bytes": a.memory_bytes, "peak_bf16_flops": a.peak_bf16_flops,
+        "peak_fp16_flops": a.peak_fp16_flops, "memory_bandwidth_bytes_per_s": a.memory_bandwidth_bytes_per_s,
+        "host_link": _link_spec(a.host_link_bytes_per_s, a.host_link_name), "peer_bytes_per_s": a.peer_bytes_per_s,
+        "assumed_mfu": a.assumed_mfu, "source": a.source})
+    tiers = [_present({
+        "name": t.name, "mounts": list(t.mounts), "capacity_bytes": t.capacity_bytes,
+        "read_bytes_per_s": t.read_bytes_per_s, "write_bytes_per_s": t.write_bytes_per_s, "access": t.access,
+        "endurance": None if t.endurance is None else _present(
+            {"tbw": t.endurance.tbw, "dwpd": t.endurance.dwpd, "warranty_years": t.endurance.warranty_years}),
+        "scope": t.scope, "per_client_write_bytes_per_s": t.per_client_write_bytes_per_s,
+        "per_client_read_bytes_per_s": t.per_client_read_bytes_per_s, "source": t.source}) for t in h.storage]
+    return {**_present({
+        "name": h.name, "description": h.description, "nodes": h.nodes,
+        "accelerators_per_node": h.accelerators_per_node, "accelerator": acc,
+        "host_memory_bytes": h.host_memory_bytes,
+        "host_memory_bandwidth_bytes_per_s": h.host_memory_bandwidth_bytes_per_s,
+        "host_link": _link_spec(h.host_link_bytes_per_s, h.host_link_name), "peer_bytes_per_s": h.peer_bytes_per_s,
+        "network_bytes_per_s": h.network_bytes_per_s, "source": h.source}), "storage": tiers}
+
+
 def from_dict(d: Any, source: str = "<hardware>") -> Hardware:
     """Build a :class:`Hardware` from its JSON form; raises HardwareSpecError naming ``source``
     and the JSON pointer of the offending key."""

@@ -7,9 +7,9 @@ Draft 2020-12 validator and maps each error to a Finding in the S family:
 =====  ========  =================================================================================
 S001   error     unknown key in a section DeepSpeed validates strictly (pydantic, extra="forbid"),
                  or a field given under both its name and its stage3_* alias
-S002   warning   unknown key where DeepSpeed reads a plain dict and silently ignores what it does
-                 not know (the top level, aio, activation_checkpointing, ...); info for
-                 comment-style keys ("_comment")
+S002   warning   ignored key: a key DeepSpeed does not know where it reads a plain dict and
+                 silently ignores the rest (the top level, aio, activation_checkpointing, ...);
+                 info for comment-style keys ("_comment")
 S003   error     wrong type (warning where DeepSpeed's pydantic parsing coerces it, e.g. "True")
 S004   error     out of range, or not one of the allowed values
 S005   error     a key DeepSpeed 0.19.8 refuses outright (amp, mics_shard_size, ...)
@@ -313,7 +313,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
     if v == "additionalProperties":
         sec = _section_of(path)
         if sec is None or not isinstance(inst, dict):
-            return [emit("S002", "warning", ptr, f"unexpected keys at {_where(path)}", "")]
+            return [emit("S002", "warning", ptr, f"ignored keys at {_where(path)}: not keys DeepSpeed knows", "")]
         props = sch.get("properties") or {}
         # the advisor's own top-level suppression section (advisor.config.suppress) is not a stray key
         unknown = [k for k in inst if k not in props and (sec or k != SUPPRESS_KEY)]
@@ -323,7 +323,8 @@ def _map_error(err, hf: bool) -> list[Finding]:
         if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: did-you-mean costs one search per key
             rest = len(unknown) - MAX_UNKNOWN_KEYS
             first = out[0]
-            out.append(dataclasses.replace(first, pointer=ptr, message=f"{rest} more unknown key(s) at "
+            word = "ignored" if first.code == "S002" else "unknown"  # each rule's own word (S002 ignored-key)
+            out.append(dataclasses.replace(first, pointer=ptr, message=f"{rest} more {word} key(s) at "
                                            f"{_where(path)} (the first {MAX_UNKNOWN_KEYS} are listed)",
                                            fix="remove the keys DeepSpeed does not read", data={"folded": rest}))
         return out
@@ -475,7 +476,7 @@ def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Findi
                        f"(pydantic: extra inputs are not permitted){dym}", fix, data=data)
     if key.startswith(("_", "#", "//")) or key.lower().startswith("comment"):
         return emit("S002", "info", ptr, f"'{key}' looks like a comment key; DeepSpeed ignores it", "", data=data)
-    msg = f"unknown key '{key}' in {here}: DeepSpeed silently ignores it{dym}"
+    msg = f"ignored key '{key}' in {here}: DeepSpeed does not know it and silently ignores it{dym}"
     inner = table.known_top_level_inside(value) if not sec else []
     if inner:
         msg += f" (it contains {', '.join(inner)}, which DeepSpeed reads only at the top level)"

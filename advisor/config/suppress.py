@@ -12,13 +12,20 @@ keep the dict as given and pass it on. ``tests/test_suppress.py`` constructs bot
 the section to prove it.
 
 Entries are rule codes or rule names (``"B001"``, ``"batch-triple"``), as ``--ignore`` takes
-them. A section that is not an object, a key other than ``ignore``, an entry that is not a
-string or names no rule is itself an S007 finding (and suppresses nothing).
+them, which suppress every finding of that rule; or ``"RULE:KEY"`` (``"S002:log"``,
+``"ignored-key:zero_optimization.foo"``, ``"S002:/a.b/c"``), which suppresses that rule's
+findings about one key: KEY is a dotted path of keys (DeepSpeed's own way of naming one, as
+the messages print it) or, for a key with a dot in its name, a JSON pointer starting with ``/``;
+the finding's pointer is that key or lies inside it. The entry is still a string in a list, so
+DeepSpeed tolerates it exactly as it tolerates the whole-rule form. A section that is not an
+object, a key other than ``ignore``, an entry that is not a string, names no rule or no key is
+itself an S007 finding (and suppresses nothing).
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from advisor.findings import Finding, pointer
@@ -38,15 +45,42 @@ def _near(name: str) -> str:
     return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
-def config_suppressions(raw: Any) -> tuple[set[str], list[Finding]]:
-    """(rule codes the config's ``ds_advisor.ignore`` suppresses, S007 findings about the
-    section itself) for a loaded config's top-level object ``raw``. ({}, []) without a section."""
+@dataclass(frozen=True)
+class Suppressions:
+    """What a config's ``ds_advisor.ignore`` suppresses: whole rules (``codes``) and single keys
+    (``keys``: (rule code, JSON pointer of the key))."""
+
+    codes: frozenset[str] = frozenset()
+    keys: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+    def hides(self, f: Finding) -> bool:
+        """Whether finding ``f`` is suppressed: its rule is, or its pointer is a suppressed key
+        of its rule or lies inside one."""
+        return f.code in self.codes or any(
+            c == f.code and (f.pointer == p or f.pointer.startswith(p + "/")) for c, p in self.keys)
+
+
+def _key_pointer(key: str) -> str | None:
+    """KEY of a ``"RULE:KEY"`` entry as a JSON pointer: a pointer as given (``/a.b/c``), else
+    the dotted path's keys (``zero_optimization.foo`` -> ``/zero_optimization/foo``). None when
+    it names no key."""
+    key = key.strip()
+    if key.startswith("/"):
+        return key if len(key) > 1 else None
+    parts = key.split(".")
+    return pointer(*parts) if key and all(parts) else None
+
+
+def config_suppressions(raw: Any) -> tuple[Suppressions, list[Finding]]:
+    """(what the config's ``ds_advisor.ignore`` suppresses, S007 findings about the section
+    itself) for a loaded config's top-level object ``raw``; nothing without a section."""
+    none = Suppressions()
     if not isinstance(raw, dict) or SUPPRESS_KEY not in raw:
-        return set(), []
+        return none, []
     sec = raw[SUPPRESS_KEY]
     base = pointer(SUPPRESS_KEY)
     if not isinstance(sec, dict):
-        return set(), [emit("S007", "warning", base,
+        return none, [emit("S007", "warning", base,
                             f"{SUPPRESS_KEY} must be an object like {{\"ignore\": [\"B001\"]}}, not "
                             f"{type(sec).__name__ if sec is not None else 'null'}: it suppresses nothing",
                             f'write "{SUPPRESS_KEY}": {{"ignore": ["CODE", ...]}}')]
@@ -60,12 +94,22 @@ def config_suppressions(raw: Any) -> tuple[set[str], list[Finding]]:
     if isinstance(entries, str):
         entries = [entries]
     if not isinstance(entries, list):
-        return set(), out + [emit("S007", "warning", pointer(SUPPRESS_KEY, "ignore"),
+        return none, out + [emit("S007", "warning", pointer(SUPPRESS_KEY, "ignore"),
                                   f"{SUPPRESS_KEY}.ignore must be a list of rule codes or names: it suppresses nothing",
                                   'write "ignore": ["B001", "batch-triple"]')]
     codes: set[str] = set()
+    keys: set[tuple[str, str]] = set()
     for i, e in enumerate(entries):
         ptr = pointer(SUPPRESS_KEY, "ignore", i)
+        key = None
+        if isinstance(e, str) and ":" in e:  # "RULE:KEY": one key's findings of one rule
+            e, _, key_text = e.partition(":")
+            key = _key_pointer(key_text)
+            if key is None:
+                out.append(emit("S007", "warning", ptr,
+                                f"{SUPPRESS_KEY}.ignore entry '{e}:{key_text}' names no key: it suppresses nothing",
+                                f'write "{e}:section.key" (a dotted path) or "{e}:/section/key" (a JSON pointer)'))
+                continue
         r = find_rule(e) if isinstance(e, str) else None
         if r is None:
             what = repr(e) if not isinstance(e, str) else f"'{e}'"
@@ -73,13 +117,16 @@ def config_suppressions(raw: Any) -> tuple[set[str], list[Finding]]:
                             f"{SUPPRESS_KEY}.ignore names no rule: {what} suppresses nothing"
                             + (_near(e.strip()) if isinstance(e, str) and e.strip() else ""),
                             "use a rule code or name from `ds-advisor explain`"))
+        elif key is not None:
+            keys.add((r.code, key))
         else:
             codes.add(r.code)
-    return codes, out
+    return Suppressions(frozenset(codes), frozenset(keys)), out
 
 
 def apply_suppressions(findings: Iterable[Finding], raw: Any) -> list[Finding]:
-    """``findings`` without those whose code the config's ``ds_advisor.ignore`` names, plus the
-    S007 findings about the section (unless S007 itself is suppressed)."""
-    codes, problems = config_suppressions(raw)
-    return [f for f in list(findings) + problems if f.code not in codes]
+    """``findings`` without those the config's ``ds_advisor.ignore`` suppresses (whole rules,
+    or one rule's findings about one key), plus the S007 findings about the section (unless
+    S007 itself is suppressed)."""
+    sup, problems = config_suppressions(raw)
+    return [f for f in list(findings) + problems if not sup.hides(f)]

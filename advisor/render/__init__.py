@@ -99,20 +99,34 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     A command passes every option any of its formats uses (estimate: ``explain``; generate:
     ``top``; checkpoint: ``source``; every text report: ``units`` "GiB"/"GB" and ``color``
     "auto"/"always"/"never", resolved here to a bool for the stream ``stream``, default stdout);
-    each reporter receives those its signature names."""
+    each reporter receives those its signature names.
+
+    A ``text`` report is folded to the width of ``stream`` (:func:`advisor.render.style.width`:
+    the terminal's, else 100 columns, or ``COLUMNS``) by :func:`advisor.render.style.wrap`, here,
+    for every view: no piped line is longer than that unless it is one word (a path, a URL) or a
+    table row. A reporter may name lines to keep whole with a ``keep_lines(result)`` attribute
+    (lint: an unreadable file's error and the tally, which scripts grep for). ``json``, ``sarif``
+    and ``github`` are machine formats and never folded (a GitHub workflow command is one line)."""
     import inspect
+
+    import sys
 
     fn = reporter(view, fmt)
     params = inspect.signature(fn).parameters
+    stream = options.get("stream") or sys.stdout
     if "units" in options:
         from advisor.units import check_units
         options["units"] = check_units(options["units"])
     if "color" in options and not isinstance(options["color"], bool):
-        import sys
-
         from advisor.render.style import use_color
-        options["color"] = use_color(options.pop("stream", None) or sys.stdout, options["color"])
+        options.pop("stream", None)
+        options["color"] = use_color(stream, options["color"])
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         options = {k: v for k, v in options.items() if k in params}
     from advisor.render.escape import escape_surrogates
-    return escape_surrogates(fn(result, **options))  # a key's lone surrogate never fails to print
+    out = escape_surrogates(fn(result, **options))  # a key's lone surrogate never fails to print
+    if fmt == "text":  # the one place every text report is folded to the stream's width
+        from advisor.render.style import width, wrap
+        keep = getattr(fn, "keep_lines", None)
+        out = wrap(out, width(stream), keep=keep(result) if keep else frozenset())
+    return out

@@ -1,10 +1,13 @@
-"""``ds-advisor explain``: a rule's reStructuredText docstring as terminal text.
+"""A rule's reStructuredText docstring as terminal text (``ds-advisor explain``) or Markdown
+(SARIF ``help.markdown``).
 
-The docstrings are written in a small subset of RST: ``inline literals``, *emphasis*, ``*``
-bullets and literal blocks introduced by ``::``. This renders that subset (no markup characters
-left on the page): literals plain (bold cyan on a colour terminal), emphasis plain (italic), a
-paragraph's closing ``::`` as ``:``, and a lone ``::`` line dropped; everything else, indentation
-included, is kept as written.
+The docstrings are written in a small subset of RST: ``inline literals``, *emphasis*, roles
+(``:func:`name```), ``*`` bullets and literal blocks introduced by ``::``. :func:`rst_text`
+renders that subset with no markup characters left on the page: literals plain (bold cyan on a
+colour terminal), emphasis plain (italic), a paragraph's closing ``::`` as ``:``, and a lone
+``::`` line dropped; everything else, indentation included, is kept as written.
+:func:`rst_markdown` reads the same subset (one reader, :func:`_parts`) and writes Markdown:
+literals and roles as code spans, emphasis as ``*emphasis*``, literal blocks fenced.
 """
 
 from __future__ import annotations
@@ -16,18 +19,78 @@ _EMPHASIS = re.compile(r"(?<![\w*])\*(?!\s)([^*\n]+?)(?<!\s)\*(?![\w*])")
 _ROLE = re.compile(r":[a-z]+:`([^`]+)`")
 
 
-def rst_text(doc: str, color: bool = False) -> str:
-    """``doc`` (the RST subset above) as plain text; with ``color``, literals bold cyan and
-    emphasis italic (ANSI)."""
-    lit = (lambda m: f"\033[1;36m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
-    emph = (lambda m: f"\033[3m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
-    out: list[str] = []
+def _role_target(m: re.Match) -> str:
+    t = m.group(1)
+    return t.lstrip("~").rsplit(".", 1)[-1] if t.startswith("~") else t
+
+
+def _parts(doc: str) -> list[tuple[str, list[str]]]:
+    """``doc`` as runs of ("text", lines) and ("literal", lines): a literal block is the indented
+    lines after a line ending in ``::`` (RST), up to the first line indented no deeper than that
+    line's text (a bullet's text starts 2 columns in). The ``::`` itself is already rewritten: a paragraph's closing ``::`` as ``:``, a lone
+    ``::`` line dropped."""
+    parts: list[tuple[str, list[str]]] = []
+
+    def add(kind: str, line: str) -> None:
+        if parts and parts[-1][0] == kind:
+            parts[-1][1].append(line)
+        else:
+            parts.append((kind, [line]))
+
+    block_at: int | None = None  # indent of the line that opened a literal block
+    in_block = False
     for line in doc.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if block_at is not None and line.strip():
+            if indent > block_at:
+                in_block = True
+            else:
+                block_at, in_block = None, False
+        if in_block or (block_at is not None and not line.strip() and parts and parts[-1][0] == "literal"):
+            add("literal", line)
+            continue
         if line.strip() == "::":
+            block_at = indent
             continue
         if line.rstrip().endswith("::"):
             line = line.rstrip()[:-1]
-        line = _ROLE.sub(lambda m: m.group(1).lstrip("~").rsplit(".", 1)[-1] if m.group(1).startswith("~")
-                         else m.group(1), line)
-        out.append(_EMPHASIS.sub(emph, line))
-    return _LITERAL.sub(lit, "\n".join(out))
+            block_at = indent + (2 if line.lstrip().startswith("* ") else 0)  # a bullet's text is 2 in
+        add("text", line)
+    return parts
+
+
+def rst_text(doc: str, color: bool = False) -> str:
+    """``doc`` (the RST subset above) as plain text; with ``color``, literals bold cyan and
+    emphasis italic (ANSI). Literal blocks are kept verbatim."""
+    lit = (lambda m: f"\033[1;36m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
+    emph = (lambda m: f"\033[3m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
+    out: list[str] = []
+    for kind, lines in _parts(doc):
+        text = "\n".join(lines)
+        if kind == "text":
+            text = _LITERAL.sub(lit, _EMPHASIS.sub(emph, _ROLE.sub(_role_target, text)))
+        out.append(text)
+    return "\n".join(out)
+
+
+def _code_span(s: str) -> str:
+    s = " ".join(s.split())
+    return f"`` {s} ``" if "`" in s else f"`{s}`"
+
+
+def rst_markdown(doc: str) -> str:
+    """``doc`` (the RST subset above) as Markdown (CommonMark): inline literals and roles as code
+    spans, ``*emphasis*`` kept, each literal block fenced (````` ``` `````, dedented)."""
+    import textwrap
+
+    out: list[str] = []
+    for kind, lines in _parts(doc):
+        if kind == "literal":
+            while lines and not lines[-1].strip():
+                lines = lines[:-1]
+            out += ["```", textwrap.dedent("\n".join(lines)).strip("\n"), "```", ""]
+            continue
+        text = "\n".join(line.strip() if not line.lstrip().startswith("* ") else line for line in lines)
+        text = _ROLE.sub(lambda m: _code_span(_role_target(m)), text)
+        out.append(_LITERAL.sub(lambda m: _code_span(m.group(1)), text))
+    return "\n".join(out).strip("\n") + "\n"

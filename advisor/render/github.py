@@ -38,19 +38,24 @@ def command(kind: str, message: str, **props: str | int | None) -> str:
     return f"::{kind}{' ' + p if p else ''}::{escape_data(message)}"
 
 
-def annotation(f: Finding, default_file: str | None = None, rule_names: dict[str, str] | None = None) -> str:
-    """The workflow command for one finding."""
+def annotation(f: Finding, default_file: str | None = None, rule_names: dict[str, str] | None = None,
+               units: str | None = None) -> str:
+    """The workflow command for one finding, its sizes in ``units`` ("GiB" / "GB"; None: the
+    default, GiB) as the text report prints them (:meth:`Finding.text`): an annotation is read
+    by a person, like the text report."""
     file = f.file or default_file
     if file in ("-", "") or (file or "").startswith("<"):
         file = None
     title = f.code + (f" {rule_names[f.code]}" if rule_names and f.code in rule_names else "")
-    msg = f"{f.pointer or '/'}: {f.message}" + (f"\nfix: {f.fix}" if f.fix else "")
+    message, fix = f.text(units)
+    msg = f"{f.pointer or '/'}: {message}" + (f"\nfix: {fix}" if fix else "")
     return command(COMMANDS[f.severity], msg, file=file, line=f.line if file else None,
                    col=f.column if file and f.line else None, title=title)
 
 
-def github_annotations(results: "Iterable[FileResult]") -> str:
-    """All lint results as workflow commands, then a plain summary line."""
+def github_annotations(results: "Iterable[FileResult]", units: str | None = None) -> str:
+    """All lint results as workflow commands (sizes in ``units``, :func:`annotation`), then a
+    plain summary line."""
     from advisor.rules import all_rules
 
     names = {c: r.name for c, r in all_rules().items()}
@@ -64,7 +69,7 @@ def github_annotations(results: "Iterable[FileResult]") -> str:
             continue
         for f in r.findings:
             n[f.severity] += 1
-            lines.append(annotation(f, r.file, names))
+            lines.append(annotation(f, r.file, names, units))
     unreadable = sum(1 for r in results if r.error)
     from advisor.config.versions import release_note
     lines.append(f"ds-advisor: {len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), "
@@ -73,10 +78,10 @@ def github_annotations(results: "Iterable[FileResult]") -> str:
     return "\n".join(lines)
 
 
-def result_annotations(result: Any, source: str | None = None) -> str:
+def result_annotations(result: Any, source: str | None = None, units: str | None = None) -> str:
     """GitHub annotations for one view result carrying ``findings`` about one config (check,
     estimate, checkpoint), with the result's ``source`` (or ``source``) as the default file."""
     from advisor.render.lint import FileResult
 
     return github_annotations([FileResult(file=getattr(result, "source", None) or source or "",
-                                          findings=list(result.findings))])
+                                          findings=list(result.findings))], units)

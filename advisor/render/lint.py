@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
@@ -88,7 +89,12 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
     summary line names the DeepSpeed release checked against when ``release`` is given.
     ``color``: colour the severities (None: on a terminal without NO_COLOR). ``units``: "GiB" /
-    "GB" for the sizes findings name (None: the default, GiB)."""
+    "GB" for the sizes findings name (None: the default, GiB).
+
+    An HF Trainer config linted without --hf shows one hint line for its "auto" findings
+    (:func:`hf_trainer_hint`); the tally counts the lines shown, so that hint is one error (it
+    says how many findings it folds; JSON, SARIF and GitHub keep and count each). Lines are folded
+    to the stream's width by :func:`advisor.render.render`, not here."""
     stream = stream or sys.stdout
     color = _use_color(stream) if color is None else color
     lines: list[str] = []
@@ -106,8 +112,7 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
         folded = {id(f) for f in hint[1]} if hint else set()
         if hint:
             sev = paint("error", color) if color else "error"
-            for f in hint[1]:
-                n[f.severity] += 1
+            n["error"] += 1  # the tally counts the lines shown: the hint is one (it names how many it folds)
             lines.append(safe_text(f"{hint[1][0].file or r.file}: ") + sev + safe_text(f" A001 /: {hint[0]}"))
             lines.append(safe_text(f"    fix: lint it as the Trainer runs it: ds-advisor lint {r.file} --hf (with the Trainer's arguments "
                                    "for the values it derives), or replace each \"auto\" to launch it with DeepSpeed "
@@ -135,7 +140,17 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
                  + (f", {unreadable} unreadable" if unreadable else "")
                  + (f", {skipped} skipped (not DeepSpeed or accelerate configs)" if skipped else "")
                  + (f" (checked against {release.note})" if release else ""))
-    from advisor.render.style import width, wrap
-    # an unreadable file's error and the tally stay one line each (scripts grep for them)
-    keep = {safe_text(r.error) for r in results if r.error} | {x for x in lines[-1:] if " file(s): " in x}
-    return wrap("\n".join(lines), width(stream), keep=keep)
+    return "\n".join(lines)
+
+
+_TALLY = re.compile(r"^\d+ file\(s\): \d+ error\(s\), ")
+
+
+def _lint_keep_lines(results: list[FileResult]):
+    """The lines :func:`advisor.render.render` keeps whole when it folds :func:`lint_text`: an
+    unreadable file's one-line error and the tally (scripts grep for them)."""
+    errors = {safe_text(r.error) for r in results if r.error}
+    return lambda line: line in errors or bool(_TALLY.match(line))
+
+
+lint_text.keep_lines = _lint_keep_lines  # type: ignore[attr-defined]

@@ -2,8 +2,9 @@
 
 One run per invocation. ``tool.driver.rules`` carries the metadata of every registered lint rule
 (:func:`advisor.rules.all_rules`): ``id`` (the code), ``name``, ``shortDescription`` (the first
-line of the rule's explanation), ``fullDescription`` and ``help`` (the whole explanation, as
-``ds-advisor explain CODE`` prints it) and ``defaultConfiguration.level`` from the rule's
+line of the rule's explanation), ``fullDescription`` and ``help.text`` (the whole explanation
+as plain text, as ``ds-advisor explain CODE`` prints it: :func:`advisor.render.explain.rst_text`),
+``help.markdown`` (the same explanation as Markdown: :func:`advisor.render.explain.rst_markdown`) and ``defaultConfiguration.level`` from the rule's
 severity, plus descriptors for the codes that estimate and check add outside the registry
 (``M100``, ``K1xx``). Each result has ``ruleId``/``ruleIndex``, ``level``, ``message`` (the
 message, then the fix), a location (``artifactLocation.uri`` relative to the working directory
@@ -48,15 +49,18 @@ def rule_descriptors() -> list[dict[str, Any]]:
     """SARIF ``reportingDescriptor`` objects for every registered rule (lint, estimate and check codes), by id."""
     from advisor.rules import all_rules
 
+    from advisor.render.explain import rst_markdown, rst_text
+
     out: list[dict[str, Any]] = []
     for code, rule in all_rules().items():
-        text = rule.explanation() or rule.name
+        doc = rule.explanation() or rule.name
+        text = rst_text(doc)  # plain text, as `ds-advisor explain CODE` prints it (no RST markup)
         out.append({
             "id": code,
             "name": rule.name,
             "shortDescription": {"text": _short(code, rule.name, text)},
             "fullDescription": {"text": text},
-            "help": {"text": text},
+            "help": {"text": text, "markdown": rst_markdown(doc)},
             "defaultConfiguration": {"level": LEVELS[rule.severity]},
             "properties": {"tags": ["deepspeed", "config"], "needsModel": bool(rule.needs_model)},
         })

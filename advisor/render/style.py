@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import IO
+from typing import IO, Callable
 
 #: Colour choices of ``--color``.
 COLOR_CHOICES = ("auto", "always", "never")
@@ -46,22 +46,64 @@ def width(stream: IO[str]) -> int:
     return int(cols) if cols.isdigit() and 40 <= int(cols) <= 400 else PIPE_WIDTH
 
 
-def wrap(text: str, columns: int, hang: int = 4, keep: frozenset[str] | set[str] = frozenset()) -> str:
+def wrap(text: str, columns: int, hang: int = 4,
+         keep: "frozenset[str] | set[str] | Callable[[str], bool]" = frozenset()) -> str:
     """``text`` folded at word boundaries to ``columns``, continuation lines indented by its own
     leading spaces plus ``hang`` (so a wrapped finding or assumption still reads as one item).
     Lines already short enough, table rows (box-drawing characters) and the lines in ``keep``
-    (an unreadable file's one-line error, which scripts grep for) are left alone."""
+    (an unreadable file's one-line error, which scripts grep for; a set of lines or a predicate)
+    are left alone."""
     import textwrap
 
+    kept = keep if callable(keep) else keep.__contains__
     out = []
     for line in text.split("\n"):
-        if len(line) <= columns or line in keep or any(c in line for c in "│┃┏┗└┡"):
+        if len(line) <= columns or kept(line) or any(c in line for c in "│┃┏┗└┡"):
             out.append(line)
             continue
         lead = len(line) - len(line.lstrip(" "))
         out.append(textwrap.fill(line, columns, subsequent_indent=" " * (lead + hang), break_on_hyphens=False,
                                  break_long_words=False))
     return "\n".join(out)
+
+
+def columns(rows: list[tuple[str, ...]], right: tuple[bool, ...] = (), cols: int | None = None,
+            gap: int = 2) -> list[str]:
+    """``rows`` (the first is the header) laid out in aligned columns, each as wide as its widest
+    cell (``right[i]``: right-aligned). A row longer than ``cols`` has its last cell folded at word
+    boundaries, the continuation lines starting under that cell (or hanging 4 columns when the
+    cell starts past the middle); when fewer than 24 columns are left for it, the whole last cell
+    goes on the lines below the row, hanging 4. No line is longer than ``cols`` unless the other
+    cells are, or one word is."""
+    import textwrap
+
+    n = max(len(r) for r in rows)
+    w = [max(len(r[i]) for r in rows if i < len(r)) for i in range(n)]
+    out: list[str] = []
+    head_w = sum(w[:-1]) + gap * (n - 1)
+    # the last cells go below their rows (the header's too, so it stays over them) when a row is
+    # too long and fewer than 24 columns are left beside the others
+    below = cols is not None and cols - head_w < 24 and any(head_w + len(r[-1]) > cols for r in rows if len(r) == n)
+    for r in rows:
+        head = "".join((c.rjust(w[i]) if i < len(right) and right[i] else c.ljust(w[i])) + " " * gap
+                       for i, c in enumerate(r[:-1]))
+        last = r[-1] if len(r) == n else ""
+        if len(right) >= n and right[n - 1]:
+            last = last.rjust(w[n - 1])
+        line = (head + last).rstrip()
+        if cols is None or (len(line) <= cols and not below) or not last:
+            out.append(line)
+            continue
+        indent = len(head) if len(head) <= cols // 2 else 4
+        if below:
+            first, rest = "", [last.strip()]
+        else:
+            first, *rest = textwrap.wrap(last, cols - len(head), break_on_hyphens=False,
+                                         break_long_words=False) or [""]
+        out.append((head + first).rstrip())
+        out.extend(textwrap.wrap(" ".join(rest), cols, initial_indent=" " * indent, subsequent_indent=" " * indent,
+                                 break_on_hyphens=False, break_long_words=False))
+    return out
 
 
 def paint(word: str, color: bool, style: str | None = None) -> str:

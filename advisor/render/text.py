@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from advisor.errors import EXIT_PROBE
 from advisor.findings import Finding, render_sized
-from advisor.render.style import STYLE, paint, use_color, width, wrap
+from advisor.render.style import STYLE, paint, use_color, width
 from advisor.units import DEFAULT_UNITS, duration_text, gb, gib, rate, size, unit_name, unit_note
 from advisor.config.versions import release_lines
 from advisor.ledger.ranks import RankSet
@@ -327,7 +327,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(line)
                 if fix:
                     console.print(f"      fix: {fix}", markup=False)
-    return wrap(captured.get().rstrip("\n"), cols)
+    return captured.get().rstrip("\n")  # folded to the width by advisor.render.render
 
 
 #: Up to this many ranks a role of scattered ranks is titled by listing each; above, by its ranges.
@@ -478,7 +478,7 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
     for i, n in enumerate(plan.notes):
         sized = plan.notes_sized.get(i)  # a note naming sizes: in ``units``
         lines.append(f"  note: {render_sized(*sized, units) if sized else n}")
-    return wrap("\n".join(lines + release_lines()), width(sys.stdout))
+    return "\n".join(lines + release_lines())
 
 
 def _val(f: Found | None) -> str:
@@ -566,7 +566,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         L.append(f"{paint('NO-GO', color)}: the environment could not be probed (--strict) (exit {r.exit_code})")
     else:
         L.append(f"{paint(r.verdict.upper(), color)} (exit {r.exit_code})")
-    return wrap("\n".join(L), width(sys.stdout))
+    return "\n".join(L)
 
 
 def check_json(r: CheckResult) -> str:
@@ -587,11 +587,12 @@ def checkpoint_json(plan: CheckpointPlan) -> str:
     return json.dumps({**plan.to_dict(), "deepspeed_release": release_dict(current_release())}, indent=2)
 
 
-def generate_text(res: Any, top: int = 5, units: str = DEFAULT_UNITS) -> str:
-    """``generate``'s table of the top plans (:func:`advisor.views.generate.table_text`), sizes in ``units``."""
+def generate_text(res: Any, top: int = 5, units: str = DEFAULT_UNITS, stream: IO[str] | None = None) -> str:
+    """``generate``'s table of the top plans (:func:`advisor.views.generate.table_text`), sizes in
+    ``units``, laid out for ``stream`` (default stderr, where generate prints it beside the config)."""
     from advisor.views.generate import table_text
 
-    return table_text(res, top, units)
+    return table_text(res, top, units, cols=width(stream or sys.stderr))
 
 
 def generate_json(res: Any, top: int = 5) -> str:
@@ -611,7 +612,9 @@ def models_json(rows: list[tuple[str, int, str, str]]) -> str:
 
 def models_text(rows: list[tuple[str, int, str, str]]) -> str:
     """``models``: one line per preset (name, parameters, family, description)."""
-    return "\n".join(f"{name:<18} {n:>18,}  {fam:<12} {desc}" for name, n, fam, desc in rows)
+    from advisor.render.style import columns
+    return "\n".join(columns([(name, f"{n:,}", fam, desc) for name, n, fam, desc in rows], (False, True),
+                             width(sys.stdout)))
 
 
 def model_types_json(rows: list[dict[str, Any]]) -> str:
@@ -621,25 +624,22 @@ def model_types_json(rows: list[dict[str, Any]]) -> str:
 
 def model_types_text(rows: list[dict[str, Any]]) -> str:
     """``models --types``: one line per built-in model type, then what to do for any other."""
-    out = [f"{'model_type':<12} {'parameters':<10} {'activation formula':<18} note"]
-    for r in rows:
-        out.append(f"{r['model_type']:<12} {'yes':<10} {'yes' if r['activation_formula'] else 'no':<18} {r['note']}".rstrip())
+    from advisor.render.style import columns
+    out = columns([("model_type", "parameters", "activation formula", "note")]
+                  + [(r["model_type"], "yes", "yes" if r["activation_formula"] else "no", r["note"]) for r in rows],
+                  cols=width(sys.stdout))
     out.append("any other model_type transformers builds: --activations trace (parameters and activations from "
                "transformers' model on fake tensors; the trace extra), or --params N (model states only)")
     return "\n".join(out)
 
 
-def _hardware_row(h: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    d = asdict(h)
-    d["storage"] = [{**asdict(t), "rated_write_bytes": t.rated_write_bytes} for t in h.storage]
-    return d
-
-
 def hardware_json(hws: list[Any], one: bool = False) -> str:
-    """``hardware --format json``: the list of presets, or (``one``) the single spec asked for."""
-    return json.dumps(_hardware_row(hws[0]) if one else [_hardware_row(h) for h in hws], indent=2)
+    """``hardware --format json``: the list of presets, or (``one``) the single spec asked for,
+    each as a hardware spec (:func:`advisor.cluster.hardware.to_spec`): saved to a file, it is
+    a valid ``--hardware FILE`` for the same hardware."""
+    from advisor.cluster.hardware import to_spec
+
+    return json.dumps(to_spec(hws[0]) if one else [to_spec(h) for h in hws], indent=2)
 
 
 def hardware_text(hws: list[Any], one: bool = False, units: str = "GiB") -> str:
@@ -659,10 +659,8 @@ def hardware_text(hws: list[Any], one: bool = False, units: str = "GiB") -> str:
                          size(a.memory_bytes, units, suffix=False, digits=1) if a else "-",
                          size(h.host_memory_bytes, units, suffix=False, digits=0) if h.host_memory_bytes else "?",
                          ", ".join(f"{t.name}:{t.mounts[0]}" for t in h.storage) or "?"))
-        w = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        right = (False, True, False, True, True, False)
-        for r in [head, *rows]:
-            L.append("  ".join(c.rjust(w[i]) if right[i] else c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+        from advisor.render.style import columns
+        L += columns([head, *rows], (False, True, False, True, True, False), width(sys.stdout))
         L.append(f"\nMemory per accelerator and host memory per node, in {unit_note(units)}. Give a name (or a JSON "
                  "spec file, schemas/hardware.schema.json) for details; NAME:N for N nodes.")
         return "\n".join(L)
@@ -699,14 +697,22 @@ def measure_json(m: dict[str, Any]) -> str:
 
 def measure_text(m: dict[str, Any]) -> str:
     """``measure``: one row per (rank, snapshot, item, tier): measured bytes, the ledger's, the difference."""
+    from advisor.render.style import columns
     rows = m["rows"]
-    L = [f"{'rank':>4} {'snapshot':<8} {'item':<34} {'tier':<14} {'measured':>16} {'ledger':>16} {'diff':>10}"]
+    L: list[str] = []
+    # one block per (rank, snapshot): the item rows fit a piped line (no rank/snapshot columns)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
-        if "error" in r:
-            L.append(f"{r['rank']:>4} error: {r['error']}")
-            continue
-        L.append(f"{r['rank']:>4} {r['snapshot']:<8} {r['item']:<34} {r['tier']:<14} {r['measured']:>16,} "
-                 f"{r['ledger']:>16,} {r['diff']:>10,}")
+        groups.setdefault((r["rank"], r.get("snapshot")), []).append(r)
+    for (rank, snap), rs in groups.items():
+        L.append(f"rank {rank}" + (f", snapshot {snap}" if snap else "") + ":")
+        L += ["  error: " + r["error"] for r in rs if "error" in r]
+        ok = [r for r in rs if "error" not in r]
+        if ok:
+            L += ["  " + x for x in columns([("item", "tier", "measured B", "ledger B", "diff B")]
+                                           + [(r["item"], r["tier"], f"{r['measured']:,}", f"{r['ledger']:,}",
+                                               f"{r['diff']:,}") for r in ok], (False, False, True, True, True),
+                                           gap=1)]
     bad = sum(1 for r in rows if "error" in r or r["diff"] != 0)
     L.append(f"{len(rows) - bad} of {len(rows)} rows match to the byte")
     return "\n".join(L)

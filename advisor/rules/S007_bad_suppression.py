@@ -9,9 +9,16 @@ on unchanged, so the section is safe to keep in the file you launch with. Inside
 section (``zero_optimization``, ``bf16``, ...) it would be refused, so it is read only at the top
 level.
 
+An entry ``"RULE:KEY"`` suppresses one rule's findings about one key only, e.g.
+``"S002:cuda_visible_devices"`` or ``"ignored-key:aio.block_sizee"``: KEY is the key's dotted
+path (as the messages name it) or a JSON pointer (``"S002:/a.b/c"``, for a key with a dot in its
+name); a finding at that key or inside it is not reported, the rule's other findings are. The
+entry is a string in the same list, so DeepSpeed tolerates it as it does the whole-rule form.
+
 This rule reports what would otherwise fail silently: a section that is not an object, a key
-other than ``ignore``, or an entry naming no rule (a typo such as ``"B01"`` would suppress
-nothing while looking as if it did). Such an entry suppresses nothing.
+other than ``ignore``, an entry naming no rule (a typo such as ``"B01"`` would suppress
+nothing while looking as if it did) or, in the ``RULE:KEY`` form, no key. Such an entry
+suppresses nothing.
 
 Anti-pattern::
 
@@ -19,7 +26,7 @@ Anti-pattern::
 
 Fix::
 
-    "ds_advisor": {"ignore": ["B001"]}
+    "ds_advisor": {"ignore": ["B001", "S002:cuda_visible_devices"]}
 """
 
 from __future__ import annotations

@@ -750,7 +750,8 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     fit_found = [f.located(positions, source) for f in pf.findings]
     if plan.loaded is not None:  # the config's "ds_advisor" ignore list covers the fit findings too
         from advisor.config.suppress import config_suppressions
-        fit_found = [f for f in fit_found if f.code not in config_suppressions(plan.loaded.data)[0]]
+        sup = config_suppressions(plan.loaded.data)[0]
+        fit_found = [f for f in fit_found if not sup.hides(f)]
     all_findings = list(findings or []) + fit_found
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section

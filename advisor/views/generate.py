@@ -807,9 +807,11 @@ def spent_text(c: "Candidate") -> str:
     return " ".join(f"{short} {c.parts[k]:,.2f}" for k, short in SPENT_NAMES if c.parts.get(k, 0) > 0.005)
 
 
-def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
+def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | None = None) -> str:
     """The top plans as a fixed-width table (sizes in ``units``, GiB or GB, via
-    :func:`advisor.units.size`; host and NVMe per node)."""
+    :func:`advisor.units.size`; host and NVMe per node), its last column ("why") folded to fit
+    ``cols`` columns (:func:`advisor.render.style.columns`; None: not folded). The other lines
+    are folded by the caller (:func:`advisor.render.render`)."""
     from advisor.findings import render_sized
     from advisor.units import size, unit_name
 
@@ -826,21 +828,21 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
             f"less recompute fits at the same stage, offload and micro-batch) + {len(res.rejected)} rejected "
             f"(estimate's fit: peak + runtime overhead)")
     lines = [head]
-    cols = ("#", "stage", "offload", "micro", "GA", "ckpt", f"accel {U}/rank", f"host {U}/node", f"nvme {U}/node",
-            "step s", "spent on (exposed s)", "why")
+    head_row = ("#", "stage", "offload", "micro", "GA", "ckpt", f"accel {U}", f"host {U}", f"nvme {U}", "step s",
+                "exposed s", "why")
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
                      _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c),
                      render_sized(*c.why_sized, units) if c.why_sized else c.why))
     if any(c.tp * c.pp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
-        cols = cols[:1] + ("parallel",) + cols[1:]
+        head_row = head_row[:1] + ("parallel",) + head_row[1:]
         rows = [r[:1] + (c.layout(),) + r[1:] for r, c in zip(rows, res.ranked[:top])]
     if rows:
-        w = [max(len(cols[j]), *(len(r[j]) for r in rows)) for j in range(len(cols))]
-        lines.append("  ".join(cols[j].ljust(w[j]) for j in range(len(cols))).rstrip())
-        for r in rows:
-            lines.append("  ".join(r[j].ljust(w[j]) for j in range(len(cols))).rstrip())
+        from advisor.render.style import columns
+        lines += columns([head_row, *rows], cols=cols)
+        lines.append(f"accel: {U} per rank; host, nvme: {U} per node; exposed s: the seconds of each resource the "
+                     "step waits for")
     by_tier: dict[str, int] = {}
     for c in res.rejected:
         k = c.rejection.tier + (" (tight)" if c.rejection.verdict == "tight" else "")
@@ -883,11 +885,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB") -> str:
         sized = res.suggestions_sized[i] if i < len(res.suggestions_sized) else None
         lines.append(f"suggestion: {render_sized(*sized, units) if sized else s}")
     from advisor.config.versions import release_lines
-    import sys
-
-    from advisor.render.style import width, wrap
-    table = set(range(1, len(rows) + 2)) if rows else set()  # the plan table keeps its columns
-    return "\n".join(x if i in table else wrap(x, width(sys.stderr)) for i, x in enumerate(lines + release_lines()))
+    return "\n".join(lines + release_lines())
 
 
 def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
