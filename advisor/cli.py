@@ -918,10 +918,11 @@ def explain(code):
         except ValueError as e:
             raise _fail(str(e).replace("explain: unknown rule code(s) or name(s)", "unknown rule"))
     from advisor.render.explain import rst_text
-    from advisor.render.style import use_color
+    from advisor.render.style import use_color, width
 
     color = use_color(sys.stdout, _display().get("color", "auto"))
-    _echo(f"[{r.code} | {r.name} | severity: {r.severity}]\n" + rst_text(r.explanation(), color))
+    _echo(f"[{r.code} | {r.name} | severity: {r.severity}]\n"
+          + rst_text(r.explanation(), color, cols=width(sys.stdout)))  # prose folded like every text report
 
 
 @main.command()

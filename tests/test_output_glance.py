@@ -43,7 +43,7 @@ def _every_command(tmp_path) -> dict[str, list[list[str]]]:
     return {
         "hardware": [["hardware"], ["hardware", "dgx-h100"]],
         "models": [["models"], ["models", "--types"]],
-        "explain": [["explain"], ["explain", "S002"]],
+        "explain": [["explain"], ["explain", "H003"], ["explain", "G001"]],  # long prose; quoted code
         "lint": [["lint", str(SAMPLES / "hf_trainer_zero3_auto.json"), str(SAMPLES / "zero2.json"),
                   str(CASES / "C01-misplaced-offload" / "config.json")]],
         "resolve": [["resolve", "--hf", str(SAMPLES / "hf_trainer_zero3_auto.json")]],
@@ -81,6 +81,18 @@ def test_every_command_piped_has_no_line_longer_than_the_pipe_width(tmp_path):
                     json.loads(text)
                     continue
                 assert not _overlong(text), (args, stream, _overlong(text))
+
+
+def test_every_rules_explanation_fits_the_pipe_width():
+    """explain folds prose to the width and keeps literal blocks (quoted DeepSpeed code and config)
+    verbatim: every rule's text, as explain prints it piped, fits 100 columns, words intact."""
+    from advisor.render.explain import rst_text
+    from advisor.rules import all_rules
+
+    for code, rule in all_rules().items():
+        text = rst_text(rule.explanation(), cols=PIPE)
+        assert max(len(x) for x in text.splitlines()) <= PIPE, (code, max(text.splitlines(), key=len))
+        assert text.split() == rst_text(rule.explanation()).split(), code  # folding moves no word
 
 
 def test_column_tables_fold_their_last_cell_under_itself():

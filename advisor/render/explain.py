@@ -1,7 +1,8 @@
 """A rule's reStructuredText docstring as terminal text (``ds-advisor explain``) or Markdown
 (SARIF ``help.markdown``).
 
-The docstrings are written in a small subset of RST: ``inline literals``, *emphasis*, roles
+The docstrings are written in a small subset of RST: ``inline literals``, *emphasis*,
+**strong**, roles
 (``:func:`name```), ``*`` bullets and literal blocks introduced by ``::``. :func:`rst_text`
 renders that subset with no markup characters left on the page: literals plain (bold cyan on a
 colour terminal), emphasis plain (italic), a paragraph's closing ``::`` as ``:``, and a lone
@@ -17,6 +18,7 @@ import re
 _LITERAL = re.compile(r"``(.+?)``", re.S)
 _EMPHASIS = re.compile(r"(?<![\w*])\*(?!\s)([^*\n]+?)(?<!\s)\*(?![\w*])")
 _ROLE = re.compile(r":[a-z]+:`([^`]+)`")
+_STRONG = re.compile(r"(?<![\w*])\*\*(?!\s)([^*\n]+?)(?<!\s)\*\*(?![\w*])")
 
 
 def _role_target(m: re.Match) -> str:
@@ -59,16 +61,24 @@ def _parts(doc: str) -> list[tuple[str, list[str]]]:
     return parts
 
 
-def rst_text(doc: str, color: bool = False) -> str:
-    """``doc`` (the RST subset above) as plain text; with ``color``, literals bold cyan and
-    emphasis italic (ANSI). Literal blocks are kept verbatim."""
+def rst_text(doc: str, color: bool = False, cols: int | None = None) -> str:
+    """``doc`` (the RST subset above) as plain text; with ``color``, literals bold cyan, strong
+    bold and emphasis italic (ANSI). With ``cols``, prose is folded to that width (continuation
+    lines 2 columns in, under a bullet's text; :func:`advisor.render.style.wrap`); literal blocks
+    (quoted code and config) are always kept verbatim."""
+    from advisor.render.style import wrap
+
     lit = (lambda m: f"\033[1;36m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
     emph = (lambda m: f"\033[3m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
+    strong = (lambda m: f"\033[1m{m.group(1)}\033[0m") if color else (lambda m: m.group(1))
     out: list[str] = []
     for kind, lines in _parts(doc):
         text = "\n".join(lines)
         if kind == "text":
-            text = _LITERAL.sub(lit, _EMPHASIS.sub(emph, _ROLE.sub(_role_target, text)))
+            text = _ROLE.sub(_role_target, text)
+            if cols:  # fold the source, then drop the markup: no line grows past cols
+                text = wrap(text, cols, hang=2)
+            text = _LITERAL.sub(lit, _EMPHASIS.sub(emph, _STRONG.sub(strong, text)))
         out.append(text)
     return "\n".join(out)
 

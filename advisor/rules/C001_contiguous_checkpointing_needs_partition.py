@@ -13,12 +13,12 @@ checkpointing (``torch.utils.checkpoint``) never reads the section. In DeepSpeed
   ``CONTIGUOUS_CHECKPOINTING`` (:1129) and ``number_checkpoints`` into ``num_layers`` (:1130);
 * ``configure`` (:1152) then asserts, before the first step::
 
-      if CONTIGUOUS_CHECKPOINTING:
+      if CONTIGUOUS_CHECKPOINTING:                                       # :1228-1229
           assert PARTITION_ACTIVATIONS, "Contiguous Checkpointing is only available with
-              partitioned activations. Set partitioned activations to true in deepspeed config"   # :1228-1229
-      if CONTIGUOUS_CHECKPOINTING:
+              partitioned activations. Set partitioned activations to true in deepspeed config"
+      if CONTIGUOUS_CHECKPOINTING:                                       # :1230-1231
           assert num_layers is not None, "Must specify the number of layers with contiguous
-              memory checkpointing"                                                            # :1230-1231
+              memory checkpointing"
 
   (``partition_activations`` / ``num_checkpoints`` keyword arguments to ``configure`` override
   the file, :1210-1217.) The contiguous buffers exist only on the partitioned path:
@@ -40,7 +40,8 @@ Anti-pattern::
 Fix: partition the checkpointed activations and give the number of checkpointed layers per rank
 (with ``--model``, the layers of one pipeline stage are computed), or drop the option::
 
-    "activation_checkpointing": {"partition_activations": true, "contiguous_memory_optimization": true,
+    "activation_checkpointing": {"partition_activations": true,
+                                 "contiguous_memory_optimization": true,
                                  "number_checkpoints": 32}
 """
 

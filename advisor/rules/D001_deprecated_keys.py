@@ -3,18 +3,19 @@
 What DeepSpeed 0.19.8 does with each (``runtime/zero/config.py`` fields marked deprecated,
 ``runtime/config_utils.py`` ``_process_deprecated_field``, ``runtime/precision_config.py``):
 
-=================================================  ===========================================================
-deprecated                                         replacement / behaviour
-=================================================  ===========================================================
-``zero_optimization.cpu_offload: true``            ``offload_optimizer: {"device": "cpu"}`` (translated, warns)
-``zero_optimization.cpu_offload_param: true``      ``offload_param: {"device": "cpu"}`` (translated, warns)
-``zero_optimization.cpu_offload_use_pin_memory``   no effect; ``pin_memory`` inside ``offload_*`` (default true)
-``zero_optimization.stage3_gather_fp16_weights_``  ``stage3_gather_16bit_weights_on_model_save``
-``on_model_save``
-top-level ``bfloat16``                             ``bf16`` (read only when there is no ``bf16`` section)
-``"zero_optimization": true`` (boolean)            ``{"stage": 1}`` (``allgather_size`` -> ``allgather_bucket_size``)
-``zero_optimization.cpu_offload_params`` (plural)  pre-2022 spelling: now an unknown key, **rejected** (error)
-=================================================  ===========================================================
+* ``zero_optimization.cpu_offload: true`` -> ``offload_optimizer: {"device": "cpu"}``
+  (translated, warns);
+* ``zero_optimization.cpu_offload_param: true`` -> ``offload_param: {"device": "cpu"}``
+  (translated, warns);
+* ``zero_optimization.cpu_offload_use_pin_memory`` -> no effect; ``pin_memory`` inside
+  ``offload_*`` (default true);
+* ``zero_optimization.stage3_gather_fp16_weights_on_model_save`` ->
+  ``stage3_gather_16bit_weights_on_model_save``;
+* top-level ``bfloat16`` -> ``bf16`` (read only when there is no ``bf16`` section);
+* ``"zero_optimization": true`` (boolean) -> ``{"stage": 1}`` (``allgather_size`` ->
+  ``allgather_bucket_size``);
+* ``zero_optimization.cpu_offload_params`` (plural) -> pre-2022 spelling: now an unknown key,
+  **rejected** (error).
 
 Why it matters: deprecated forms still work today but hide what the config does (the boolean
 ``cpu_offload`` is easy to miss next to an ``offload_optimizer`` block; giving both is an error,

@@ -2,7 +2,7 @@
 
 What DeepSpeed does (``runtime/pipe/engine.py`` ``PipelineEngine.__init__``)::
 
-    assert self.zero_optimization_stage() < ZeroStageEnum.gradients, \
+    assert self.zero_optimization_stage() < ZeroStageEnum.gradients, \\
         "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
 
 A ``PipelineModule`` model goes through ``PipelineEngine``, which refuses ZeRO-2 and ZeRO-3:

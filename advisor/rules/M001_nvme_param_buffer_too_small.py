@@ -17,12 +17,14 @@ The buffers are pinned host memory: buffer_count x A(buffer_size) x D bytes, A =
 
 Anti-pattern (Llama-3-8B, one GPU)::
 
-    "offload_param": {"device": "nvme", "nvme_path": "/nvme", "buffer_count": 5, "buffer_size": 1e8}
+    "offload_param": {"device": "nvme", "nvme_path": "/nvme",
+                      "buffer_count": 5, "buffer_size": 1e8}
 
 Fix: raise buffer_size to the largest partition (and lower buffer_count if the pinned memory is
 too much)::
 
-    "offload_param": {"device": "nvme", "nvme_path": "/nvme", "buffer_count": 5, "buffer_size": 525336576}
+    "offload_param": {"device": "nvme", "nvme_path": "/nvme",
+                      "buffer_count": 5, "buffer_size": 525336576}
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ it is a stage-3 config whose ``stage`` was lowered.
 
 Anti-pattern::
 
-    "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9, "stage3_prefetch_bucket_size": 5e8}
+    "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9,
+                          "stage3_prefetch_bucket_size": 5e8}
 
 Fix: delete them, or set ``"stage": 3`` if parameter partitioning was intended.
 (``stage3_gather_16bit_weights_on_model_save`` is left alone: below stage 3

@@ -13,7 +13,8 @@ allows it only when nothing needs the norm:
 
 Anti-pattern::
 
-    "zero_optimization": {"stage": 2, "compute_grad_norm": false}     # gradient_clipping defaults to 1.0
+    # gradient_clipping not given: it defaults to 1.0
+    "zero_optimization": {"stage": 2, "compute_grad_norm": false}
 
 Fix::
 
