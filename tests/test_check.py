@@ -128,7 +128,7 @@ def test_torchrun_environment():
     assert (s.world_size.value, s.world_size.source) == (16, "WORLD_SIZE")
     assert (s.gpus_per_node.value, s.gpus_per_node.source) == (8, "LOCAL_WORLD_SIZE")
     assert s.node_rank.value == 1 and s.node_rank.source == "RANK // LOCAL_WORLD_SIZE"
-    assert s.node_ranks() == list(range(8, 16))
+    assert list(s.node_ranks()) == list(range(8, 16))
     assert (s.num_nodes.value, s.rank.value) == (2, 9)
 
 
@@ -143,7 +143,7 @@ def test_slurm_one_task_per_gpu():
                          "SLURM_NODEID": "1"})
     assert (s.world_size.value, s.world_size.source) == (16, "SLURM_NTASKS")
     assert (s.node_rank.value, s.node_rank.source) == (1, "SLURM_NODEID")
-    assert s.node_ranks() == list(range(8, 16))
+    assert list(s.node_ranks()) == list(range(8, 16))
 
 
 def test_slurm_one_launcher_task_per_node_means_nodes_times_gpus():
@@ -338,7 +338,7 @@ def test_slurm_environment_is_reported_with_sources(tmp_path):
     assert rc == 0, d["findings"]
     ls = d["launch"]
     assert ls["world_size"]["value"] == 8 and ls["world_size"]["source"].startswith("SLURM_JOB_NUM_NODES x")
-    assert ls["node_rank"] == {"value": 1, "source": "SLURM_NODEID"} and ls["node_ranks"] == [4, 5, 6, 7]
+    assert ls["node_rank"] == {"value": 1, "source": "SLURM_NODEID"} and ls["node_ranks"] == {"rank_count": 4, "rank_ranges": [[4, 7]]}
     assert ls["visible_devices"] == {"value": ["0", "1", "2", "3"], "source": "CUDA_VISIBLE_DEVICES"}
     rc, out, _ = check([str(p), "--params", "1000000"], env, bin_, fmt_json=False)
     assert "from SLURM_NODEID" in out and "visible devices  0,1,2,3 from CUDA_VISIBLE_DEVICES" in out

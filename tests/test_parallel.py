@@ -178,7 +178,8 @@ def test_estimate_cli_shows_every_stage_and_the_worst(tmp_path):
                  "--pipeline-parallel", "2", "--seq-len", "4096", "--format", "json"])
     d = json.loads(j.stdout)
     assert sorted({s for r in d["ranks"] for s in r["stages"]}) == [0, 1]
-    assert sum(len(r["ranks"]) for r in d["ranks"]) == 32
+    assert sum(r["rank_count"] for r in d["ranks"]) == 32
+    assert sorted(x for r in d["ranks"] for a, b in r["rank_ranges"] for x in range(a, b + 1)) == list(range(32))
 
 
 def test_hpz_secondary_partition_by_hand():

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.config.validation import (MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE, InputValueError, env_int,
                                        shown)
 
@@ -138,13 +139,14 @@ class LaunchShape:
     #: the variable); they were ignored, and check reports each as a K112 warning.
     invalid: list[str] = field(default_factory=list)
 
-    def node_ranks(self) -> list[int]:
+    def node_ranks(self) -> range:
         """Global ranks on this node (contiguous placement, as torchrun and Slurm's block
-        distribution use): node_rank*g ... node_rank*g + g - 1, clipped to the world size."""
+        distribution use): node_rank*g ... node_rank*g + g - 1, clipped to the world size. A
+        ``range`` (O(1)): with the GPUs per node unknown, the node is the whole world (2^20 ranks)."""
         ws = self.world_size.value if self.world_size else 1
         g = self.gpus_per_node.value if self.gpus_per_node else ws
         node = self.node_rank.value if self.node_rank else 0
-        return [r for r in range(node * g, node * g + g) if r < ws] or list(range(min(g, ws)))
+        return range(node * g, min(node * g + g, ws)) or range(min(g, ws))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape: each value as {"value", "source"} or null."""
@@ -154,7 +156,7 @@ class LaunchShape:
                 "num_nodes": f(self.num_nodes), "node_rank": f(self.node_rank), "rank": f(self.rank),
                 "visible_devices": ({"value": self.visible_devices, "source": self.visible_source}
                                     if self.visible_devices is not None else None),
-                "node_ranks": self.node_ranks(), "notes": list(self.notes), "invalid": list(self.invalid)}
+                "node_ranks": rank_fields(RankSet.span(self.node_ranks().start, self.node_ranks().stop)), "notes": list(self.notes), "invalid": list(self.invalid)}
 
 
 def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | None = None,

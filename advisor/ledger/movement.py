@@ -331,16 +331,20 @@ def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = 
     whose ``plan`` is used), one list over all data-parallel ranks (or only ``ranks``), in rank
     order. Bytes are bytes. With ``hardware``, each movement's ``seconds`` is filled and NVMe rows
     name their storage tier (``Hardware.tier_for_path`` of the config's ``nvme_path``). Built
-    from :func:`movement_roles`; prefer that for large worlds (this list has W x rows)."""
+    from :func:`movement_roles`; prefer that for large worlds (this list has W x rows), or pass
+    ``ranks`` (O(roles x len(ranks)): each rank's role is found in its RankSet, not by listing
+    every rank)."""
     roles = movement_roles(plan_or_ledger, hardware, activations)
-    owner = {}
-    for rs, ms in roles:
-        for r in rs:
-            owner[r] = ms
-    want = sorted(owner) if ranks is None else [r for r in ranks if r in owner]
+    if ranks is None:
+        pairs = sorted(((r, ms) for rs, ms in roles for r in rs), key=lambda p: p[0])
+    else:
+        pairs = []
+        for r in ranks:
+            ms = next((ms for rs, ms in roles if r in rs), None)
+            if ms is not None:
+                pairs.append((r, ms))
     out: list[Movement] = []
-    for r in want:
-        ms = owner[r]
+    for r, ms in pairs:
         out.extend(ms if (ms and ms[0].rank == r) else [replace(m, rank=r) for m in ms])
     return out
 

@@ -136,6 +136,14 @@ class RankSet(Sequence[int]):
         return ", ".join(f"{a}" if b == a + 1 else f"{a}..{b - 1}" for a, b in self.ranges)
 
 
+def rank_fields(ranks: "RankSet | Iterable[int]") -> dict[str, Any]:
+    """How JSON outputs name a set of ranks: ``{"rank_count": n, "rank_ranges": [[first, last],
+    ...]}`` (inclusive, ascending), O(ranges) whatever the world size. Estimate schema 2 and
+    check schema 2 use it for every role, movement group and node."""
+    rs = ranks if isinstance(ranks, RankSet) else RankSet.of(ranks)
+    return {"rank_count": len(rs), "rank_ranges": [[a, b - 1] for a, b in rs.ranges]}
+
+
 class Runs:
     """A value per rank over ``0..W-1`` as pieces: ``bounds`` b_0 = 0 < b_1 < ... < b_k = W, value
     ``values[i]`` on ranks [b_i, b_{i+1}). Neighbouring pieces never hold equal values."""

@@ -45,6 +45,7 @@ from advisor import DEEPSPEED_VERSION, __version__
 from advisor.units import duration_text
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
+from advisor.ledger.ranks import RankSet
 
 if TYPE_CHECKING:
     from advisor.views.estimate import EstimateResult
@@ -254,7 +255,7 @@ def movement_section(result: "EstimateResult") -> tuple[list | None, str | None]
     if fn is None:
         return None, "advisor.ledger.movement has no movement_for(): chart skipped."
     try:
-        return list(fn(result.ledger)), None
+        return list(fn(result.ledger, ranks=[0])), None  # the chart is rank 0's: never every rank
     except NotImplementedError:
         return None, "The movement ledger is not implemented yet: chart skipped."
 
@@ -390,13 +391,15 @@ _RANK_IN_PATH = re.compile(r"(zero_pp_rank_|/rank)(\d+)(?=[_/])")
 _TAG_VAR = re.compile(r"\{(\w+)\}")
 
 
-def _rank_span(ranks: list[int], width: int) -> str:
-    """``0..7`` for a contiguous run of ranks, else the list (the first 8, then an ellipsis)."""
-    rs = sorted(ranks)
+def _rank_span(ranks: "list[int] | RankSet", width: int) -> str:
+    """``0..7`` for a contiguous run of ranks, else the runs (the first 8, then an ellipsis and
+    the count); O(ranges) for a :class:`advisor.ledger.ranks.RankSet`."""
+    rs = ranks if isinstance(ranks, RankSet) else RankSet.of(ranks)
     fmt = (lambda r: f"{r:0{width}d}") if width else str
-    if len(rs) > 1 and rs == list(range(rs[0], rs[-1] + 1)):
-        return f"{fmt(rs[0])}..{fmt(rs[-1])}"
-    return ",".join(fmt(r) for r in rs[:8]) + (",\u2026" if len(rs) > 8 else "")
+    spans = [fmt(a) if b == a + 1 else f"{fmt(a)}..{fmt(b - 1)}" for a, b in rs.ranges]
+    if len(spans) == 1:
+        return spans[0]
+    return ",".join(spans[:8]) + (f",\u2026 ({len(rs):,} ranks)" if len(spans) > 8 else "")
 
 
 def group_checkpoint_files(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -580,7 +583,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     _UNITS[0] = units
     GIB = UNITS[units]
     U = unit_name(units)
-    d = result.to_dict()
+    d = result.to_dict(rank_sets=True)  # roles' ranks as RankSet ranges, never listed
     bars = tier_bars(result) if result.roles else []
     parts: list[str] = []
     m, cl = d["model"], d["cluster"]

@@ -73,7 +73,10 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
         if plan is None:
             ws = ctx.dp_world_size or ctx.world_size or 1
             plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
-        moves = movement_for(plan, hw)
+        # Only the first node's ranks: endurance_report counts one node's drives, T001 reads rank
+        # 0, so listing every rank (O(W x rows)) would buy nothing at 2^20 ranks.
+        node = hw.accelerators_per_node if hw is not None and hw.accelerators_per_node else 1
+        moves = movement_for(plan, hw, ranks=range(node))
         cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s))
         ctx.cache.movements = cached
     return cached[1], cached[2]

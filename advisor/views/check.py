@@ -45,6 +45,7 @@ from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
 from advisor.findings import Finding, literal, render_sized, sort_findings
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
+from advisor.ledger.ranks import RankSet
 from advisor.config.validation import as_float, as_int
 from advisor.config.validation import world_size as world_size_bound
 from advisor.units import DEFAULT_UNITS
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from advisor.model.inventory import Inventory
     from advisor.config.loading import LoadedConfig
 
-CHECK_SCHEMA_VERSION = 1
+CHECK_SCHEMA_VERSION = 2  # 2: launch.node_ranks is {rank_count, rank_ranges} (1 listed every rank)
 #: Seconds an accelerator tool (nvidia-smi, rocm-smi) may take before the probe gives up.
 PROBE_TIMEOUT_S = 10.0
 NVIDIA_SMI_QUERY = ["--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
@@ -498,22 +499,25 @@ class CheckResult:
         }
 
 
-def _nvme_need_by_path(result: "EstimateResult", paths: list[NvmePath], node_ranks: list[int]) -> None:
+def _nvme_need_by_path(result: "EstimateResult", paths: list[NvmePath], node_ranks: range) -> None:
     """Swap-file bytes per nvme_path for this node's ranks: parameter files go to
     offload_param.nvme_path, everything else (fp32 master, moments, gradients) to
-    offload_optimizer.nvme_path."""
-    on_node = set(node_ranks)
+    offload_optimizer.nvme_path. O(roles): each role counts once per rank of it on the node."""
     by_role = {"offload_param": 0, "offload_optimizer": 0}
     led = result.ledger
     dp = led.world_size
-    ranks = ([led.rank(r) for r in sorted(on_node) if r < dp]
-             or [led.rank(r) for r in range(min(len(node_ranks), dp))])
-    for rl in ranks:
+    on = RankSet.span(node_ranks.start, min(node_ranks.stop, dp))
+    if not len(on):
+        on = RankSet.span(0, min(len(node_ranks), dp))
+    n_ranks = 0
+    for rl in led.ranks:
+        k = len(rl.ranks & on)
+        n_ranks += k
         for e in rl.entries:
-            if e.tier == "nvme":
-                by_role["offload_param" if e.cls == "parameters" else "offload_optimizer"] += e.bytes
+            if e.tier == "nvme" and k:
+                by_role["offload_param" if e.cls == "parameters" else "offload_optimizer"] += e.bytes * k
     # With tensor/pipeline parallelism the ledger's ranks are data-parallel ranks.
-    scale = max(1, len(node_ranks) // max(1, len(ranks)))
+    scale = max(1, len(node_ranks) // max(1, n_ranks))
     for p in paths:
         p.need = sum(by_role[r] for r in p.roles) * scale
 

@@ -559,8 +559,12 @@ def test_estimate_edges(tmp_path, name, params, world):
     assert res.exit_code in (0, 1)
     assert elapsed < 60, f"{elapsed:.0f} s for {world} ranks"
     doc = json.loads(res.stdout)
-    ranks = sorted(r for role in doc["ranks"] for r in role["ranks"])
-    assert ranks == list(range(len(ranks))) and len(ranks) in (1, world), "roles partition the ranks"
+    spans = sorted(tuple(rr) for role in doc["ranks"] for rr in role["rank_ranges"])
+    assert all(b >= a for a, b in spans) and spans[0][0] == 0, spans[:3]
+    assert all(spans[i + 1][0] == spans[i][1] + 1 for i in range(len(spans) - 1)), "roles partition the ranks"
+    n = spans[-1][1] + 1
+    assert n in (1, world) and sum(role["rank_count"] for role in doc["ranks"]) == n
+    assert len(res.stdout) < 5_000_000, f"{len(res.stdout)} bytes of JSON for {world} ranks"
     for role in doc["ranks"]:
         for item in role["items"]:
             assert isinstance(item["bytes"], int) and item["bytes"] >= 0, item
