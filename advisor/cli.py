@@ -56,8 +56,19 @@ def _inventory(model: str | None, params: int | None, activations: str | None = 
             def build(d, path):
                 from advisor.engine.trace import inventory_from_hf_config  # torch: only when asked
                 return inventory_from_hf_config(d, path)
-        return resolve_model(model, build_unknown=build)
+        inv = resolve_model(model, build_unknown=build)
+        if len(inv.tensors) > GC_FREEZE_TENSORS:
+            # The inventory lives until the process ends and holds no cycles: keep the cyclic GC
+            # from walking its objects on every collection the ledger triggers (a 1e5-layer
+            # model's 9e5 tensors made each full collection a pass over them).
+            import gc
+            gc.freeze()
+        return inv
     return None
+
+
+#: Inventories of more tensors than this are moved out of the cyclic GC's reach (gc.freeze).
+GC_FREEZE_TENSORS = 100_000
 
 
 class CheckpointingType(click.ParamType):

@@ -9,12 +9,16 @@ mean something on a loaded machine too:
   per-rank figures runs: advisor.ledger.ranks);
 * lint of a 100k-key config vs a 10-key one (key positions were mapped in quadratic time,
   unknown keys searched for a did-you-mean one by one);
-* estimate of a 1e5-layer model (the most layers a model spec may have) vs 32 layers;
+* estimate of a 1e5-layer model (the most layers a model spec may have) vs 32 layers, ZeRO-3
+  and ZeRO-1 (ZeRO-1/2 partition per tensor: 9e5 tensors);
+* ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
+  nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
-Run: python benchmarks/bounds.py. Prints wall seconds, peak RSS (MB) and exit codes; asserts
-nothing (it is not a timed test).
+Run: python benchmarks/bounds.py [CASE-SUBSTRING ...]. Prints wall and CPU seconds, peak RSS (MB)
+and exit codes, and the CPU ratio to the baseline; asserts nothing (it is not a timed test).
+Results: benchmarks/results/bounds.txt.
 """
 
 from __future__ import annotations
@@ -37,17 +41,21 @@ CHILD = ("import atexit, resource, runpy, sys\n"
          "runpy.run_module('advisor', run_name='__main__')\n")
 
 
-def run(args: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS in MB, exit code) of ``python -m advisor ARGS``."""
+def run(args: list[str]) -> tuple[float, float, float, int]:
+    """(wall seconds, CPU seconds (user + system), peak RSS in MB, exit code) of ``python -m
+    advisor ARGS``. CPU seconds are the figure to read on a shared, loaded machine."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for k in ("WORLD_SIZE", "SLURM_NTASKS", "LOCAL_WORLD_SIZE"):
         env.pop(k, None)
     t0 = time.perf_counter()
+    c0 = os.times()
     p = subprocess.run([sys.executable, "-c", CHILD, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=env, check=False, text=True, errors="replace")
     wall = time.perf_counter() - t0
+    c1 = os.times()
+    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     rss = [int(x.split()[1]) for x in p.stderr.splitlines() if x.startswith("MAXRSS ")]
-    return wall, (rss[-1] / 1024 if rss else float("nan")), p.returncode
+    return wall, cpu, (rss[-1] / 1024 if rss else float("nan")), p.returncode
 
 
 def main() -> None:
@@ -70,6 +78,13 @@ def main() -> None:
     rows += [f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi")]
     bomb = tmp / "bomb.yaml"
     bomb.write_text("distributed_type: DEEPSPEED\n" + "\n".join(rows) + "\n")
+    nvme = tmp / "nvme.json"
+    nvme.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
+                                "zero_optimization": {"stage": 3,
+                                                      "offload_optimizer": {"device": "nvme", "nvme_path": "/raid/ds"},
+                                                      "offload_param": {"device": "nvme", "nvme_path": "/raid/ds"}}}))
+    html = str(tmp / "r.html")
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
     M = str(1 << 20)
     cases = [
@@ -91,6 +106,15 @@ def main() -> None:
         ("lint, 100k keys", ["lint", str(wide)], ["lint", str(narrow)]),
         ("estimate, 1e5 layers", ["estimate", str(z3), "--model", str(deep)],
          ["estimate", str(z3), "--model", str(shallow)]),
+        ("estimate ZeRO-1, 1e5 layers", ["estimate", str(z1), "--model", str(deep), "--seq-len", "128"],
+         ["estimate", str(z1), "--model", str(shallow), "--seq-len", "128"]),
+        ("check JSON ZeRO-1, 2^20 ranks", ["check", str(z1), "--model", "llama-3-8b", "--world-size", M, *cap,
+                                           "--format", "json"],
+         ["check", str(z1), "--model", "llama-3-8b", "--world-size", "8", *cap, "--format", "json"]),
+        ("report NVMe, dgx-h100:65536", ["report", str(nvme), "--params", "1000000000", "--hardware",
+                                         "dgx-h100:65536", "--seq-len", "128", "-o", html, "--force"],
+         ["report", str(nvme), "--params", "1000000000", "--hardware", "dgx-h100:1", "--seq-len", "128",
+          "-o", html, "--force"]),
         ("refuse 1e6 layers", ["estimate", str(z3), "--model", str(deeper)],
          ["estimate", str(z3), "--model", str(shallow)]),
         ("refuse dgx-h100:999999999", ["estimate", str(z3), "--model", "gpt2", "--hardware", "dgx-h100:999999999"],
@@ -98,12 +122,14 @@ def main() -> None:
         ("refuse YAML alias bomb", ["resolve", str(bomb)], ["resolve", str(ROOT / "sample_configs" /
                                                                      "zero3_cpu_offload.json"), "--hf"]),
     ]
-    print(f"{'case':<32} {'s':>7} {'MB':>7} {'rc':>3}   {'baseline s':>10} {'MB':>7}   {'ratio':>6}")
+    only = sys.argv[1:]  # optional: case-name substrings to run
+    print(f"{'case':<32} {'wall s':>7} {'CPU s':>6} {'MB':>6} {'rc':>3}   {'base CPU s':>10} {'MB':>6}   {'CPU ratio':>9}")
     for name, args, base in cases:
-        bs, bm, _ = run(base)
-        s, m, rc = run(args)
-        print(f"{name:<32} {s:7.2f} {m:7.0f} {rc:3d}   {bs:10.2f} {bm:7.0f}   {s / bs:6.1f}x")
-
+        if only and not any(o in name for o in only):
+            continue
+        _, bc, bm, _ = run(base)
+        w, c, m, rc = run(args)
+        print(f"{name:<32} {w:7.2f} {c:6.2f} {m:6.0f} {rc:3d}   {bc:10.2f} {bm:6.0f}   {c / bc:8.1f}x", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -27,9 +27,10 @@ deepspeed or transformers.
 from __future__ import annotations
 
 import difflib
+import gc
 import os
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, Callable
 
 from advisor.config.validation import shown
 from advisor.errors import ModelSpecError
@@ -366,6 +367,66 @@ def _llama_like_layer(out: list[TensorSpec], s: ModelSpec, p: str, i: int) -> No
         _norm(out, f"{p}.post_feedforward_layernorm", h, ln)
 
 
+def _repeat_layers(out: list[TensorSpec], build: "Callable[[list[TensorSpec], str], None]", prefixes: list[str]) -> None:
+    """The tensors of identical layers, one per prefix in ``prefixes``: ``build(out, prefix)``
+    runs once, for the first prefix, and the other layers are copies of its TensorSpecs with
+    the prefix swapped (numel already computed). A 1e5-layer model has 9e5 tensors; building
+    each through its helpers and dataclass __init__ took 14 s of CPU, copying them takes ~1 s.
+    The copies equal what ``build`` would give (same fields; TensorSpec is frozen)."""
+    if not prefixes:
+        return
+    first: list[TensorSpec] = []
+    build(first, prefixes[0])
+    p0 = prefixes[0]
+    if not all(t.name.startswith(p0 + ".") for t in first):  # pragma: no cover - every layer helper prefixes
+        for p in prefixes[1:]:
+            build(first, p)
+        out.extend(first)
+        return
+    out.extend(first)
+    tmpl = []
+    for t in first:
+        t.numel  # noqa: B018  (fills the cached_property into __dict__, copied below)
+        tmpl.append((t.name[len(p0):], t.__dict__))
+    new = object.__new__
+    append = out.append
+    # No cyclic GC while the copies are made: they hold no cycles, and each collection would
+    # walk the whole growing list (most of the time for 9e5 tensors went there).
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for p in prefixes[1:]:
+            for suffix, d in tmpl:
+                c = new(TensorSpec)
+                cd = c.__dict__
+                cd.update(d)
+                cd["name"] = p + suffix
+                append(c)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _gpt2_layer(out: list[TensorSpec], s: ModelSpec, p: str) -> None:
+    h, m = s.hidden_size, s.intermediate_size
+    _norm(out, f"{p}.ln_1", h, True)
+    out += [TensorSpec(f"{p}.attn.c_attn.weight", (h, 3 * h)), TensorSpec(f"{p}.attn.c_attn.bias", (3 * h,)),
+            TensorSpec(f"{p}.attn.c_proj.weight", (h, h)), TensorSpec(f"{p}.attn.c_proj.bias", (h,))]
+    _norm(out, f"{p}.ln_2", h, True)
+    out += [TensorSpec(f"{p}.mlp.c_fc.weight", (h, m)), TensorSpec(f"{p}.mlp.c_fc.bias", (m,)),
+            TensorSpec(f"{p}.mlp.c_proj.weight", (m, h)), TensorSpec(f"{p}.mlp.c_proj.bias", (h,))]
+
+
+def _bloom_layer(out: list[TensorSpec], s: ModelSpec, p: str) -> None:
+    h = s.hidden_size
+    _norm(out, f"{p}.input_layernorm", h, True)
+    _linear(out, f"{p}.self_attention.query_key_value", 3 * h, h, True)
+    _linear(out, f"{p}.self_attention.dense", h, h, True)
+    _norm(out, f"{p}.post_attention_layernorm", h, True)
+    _linear(out, f"{p}.mlp.dense_h_to_4h", s.intermediate_size, h, True)
+    _linear(out, f"{p}.mlp.dense_4h_to_h", h, s.intermediate_size, True)
+
+
 def _tensors(s: ModelSpec) -> list[TensorSpec]:
     h, v = s.hidden_size, s.vocab_size
     out: list[TensorSpec] = []
@@ -373,15 +434,7 @@ def _tensors(s: ModelSpec) -> list[TensorSpec]:
         # GPT-2 uses Conv1D: weights are stored (in_features, out_features).
         out.append(TensorSpec("transformer.wte.weight", (v, h)))
         out.append(TensorSpec("transformer.wpe.weight", (s.max_seq_len, h)))
-        for i in range(s.num_layers):
-            p = f"transformer.h.{i}"
-            _norm(out, f"{p}.ln_1", h, True)
-            out += [TensorSpec(f"{p}.attn.c_attn.weight", (h, 3 * h)), TensorSpec(f"{p}.attn.c_attn.bias", (3 * h,)),
-                    TensorSpec(f"{p}.attn.c_proj.weight", (h, h)), TensorSpec(f"{p}.attn.c_proj.bias", (h,))]
-            _norm(out, f"{p}.ln_2", h, True)
-            m = s.intermediate_size
-            out += [TensorSpec(f"{p}.mlp.c_fc.weight", (h, m)), TensorSpec(f"{p}.mlp.c_fc.bias", (m,)),
-                    TensorSpec(f"{p}.mlp.c_proj.weight", (m, h)), TensorSpec(f"{p}.mlp.c_proj.bias", (h,))]
+        _repeat_layers(out, lambda o, p: _gpt2_layer(o, s, p), [f"transformer.h.{i}" for i in range(s.num_layers)])
         _norm(out, "transformer.ln_f", h, True)
         if not s.tie_word_embeddings:
             out.append(TensorSpec("lm_head.weight", (v, h)))
@@ -389,14 +442,7 @@ def _tensors(s: ModelSpec) -> list[TensorSpec]:
     if s.family == "bloom":
         out.append(TensorSpec("transformer.word_embeddings.weight", (v, h)))
         _norm(out, "transformer.word_embeddings_layernorm", h, True)
-        for i in range(s.num_layers):
-            p = f"transformer.h.{i}"
-            _norm(out, f"{p}.input_layernorm", h, True)
-            _linear(out, f"{p}.self_attention.query_key_value", 3 * h, h, True)
-            _linear(out, f"{p}.self_attention.dense", h, h, True)
-            _norm(out, f"{p}.post_attention_layernorm", h, True)
-            _linear(out, f"{p}.mlp.dense_h_to_4h", s.intermediate_size, h, True)
-            _linear(out, f"{p}.mlp.dense_4h_to_h", h, s.intermediate_size, True)
+        _repeat_layers(out, lambda o, p: _bloom_layer(o, s, p), [f"transformer.h.{i}" for i in range(s.num_layers)])
         _norm(out, "transformer.ln_f", h, True)
         if not s.tie_word_embeddings:
             out.append(TensorSpec("lm_head.weight", (v, h)))
@@ -404,8 +450,12 @@ def _tensors(s: ModelSpec) -> list[TensorSpec]:
     # Llama naming scheme
     ln = s.norm == "layernorm"
     out.append(TensorSpec("model.embed_tokens.weight", (v, h)))
-    for i in range(s.num_layers):
-        _llama_like_layer(out, s, f"model.layers.{i}", i)
+    # Layers 0..first_dense_layers-1 are dense, the rest MoE (when the model is); within each
+    # run every layer has the same tensors (_llama_like_layer depends on i only through that).
+    split = min(s.first_dense_layers, s.num_layers) if s.is_moe else s.num_layers
+    for lo, hi in ((0, split), (split, s.num_layers)):
+        _repeat_layers(out, lambda o, p, i=lo: _llama_like_layer(o, s, p, i),
+                       [f"model.layers.{i}" for i in range(lo, hi)])
     _norm(out, "model.norm", h, ln)
     if not s.tie_word_embeddings:
         out.append(TensorSpec("lm_head.weight", (v, h)))

@@ -72,3 +72,25 @@ def test_report_and_t_rules_at_the_most_nodes(tmp_path: Path) -> None:
     page = out.read_text()
     assert len(page) < 2_000_000 and "524,288" in page.replace("524288", "524,288")
     assert "id=movement-chart" in page
+
+
+def test_a_1e5_layer_model_is_expanded_layer_by_layer_right() -> None:
+    """The 1e5-layer inventory (identical layers copied from the first: specs._repeat_layers)
+    against Hugging Face LlamaModel's own parameter layout: per layer q/k/v/o (h x h with as many
+    KV heads as heads), gate/up/down (i x h, h x i), two RMSNorm weights (h); embed and lm_head
+    v x h; the final norm h."""
+    from advisor.model.specs import expand, spec_from_hf_config
+
+    h, i, v, L = 64, 128, 1000, 100_000
+    inv = expand(spec_from_hf_config({"model_type": "llama", "hidden_size": h, "intermediate_size": i,
+                                      "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": v,
+                                      "max_position_embeddings": 128, "num_hidden_layers": L}))
+    per_layer = 4 * h * h + 3 * h * i + 2 * h
+    assert inv.numel == inv.meta["params"] == 2 * v * h + L * per_layer + h
+    assert len(inv.tensors) == 3 + 9 * L
+    last = inv.tensors[1 + 9 * (L - 1): 1 + 9 * L]
+    assert [t.name for t in last] == [f"model.layers.{L - 1}.{n}" for n in (
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+        "input_layernorm.weight", "post_attention_layernorm.weight")]
+    assert [t.shape for t in last] == [(h, h)] * 4 + [(i, h), (i, h), (h, i), (h,), (h,)]
