@@ -9,6 +9,7 @@ tests/engine/test_nvme_param_buffer.py.)
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,43 @@ def test_estimate_set_equals_the_edited_file(tmp_path):
 def test_bad_set_is_exit_2():
     p = run_cli(["lint", "-", "--set", "zero_optimization"], stdin="{}")
     assert p.returncode == 2 and "--set" in p.stderr and "Traceback" not in p.stderr
+
+
+def _corpus_and_case_configs():
+    from tests.conftest import CASES
+    corpus = Path(__file__).resolve().parent / "data" / "corpus"
+    for p in sorted(corpus.iterdir()) + sorted(CASES.glob("*/*.json")):
+        if p.name not in ("MANIFEST.tsv", "expect.json") and p.is_file():
+            yield p
+
+
+def test_every_computed_fix_on_the_corpus_and_cases_clears_its_finding():
+    """Property (issue 19): each computed fix (a finding's data["set"]) found on the public-corpus
+    configs and the user-report cases, applied with advisor.config.overrides, makes that rule's
+    finding at that key go away (one model with a 128,256-token embedding, world sizes 1 and 8).
+    A fix that is one short (M004 asked for 2 buffers, then 3) fails here."""
+    import dataclasses
+
+    from advisor.config.loading import load_config
+    from advisor.errors import AdvisorError
+    from advisor.model.specs import resolve_model
+    from advisor.views.lint import lint_config
+
+    inv = resolve_model("llama-3-8b")
+    tried: set[str] = set()
+    for p in _corpus_and_case_configs():
+        try:
+            loaded = load_config(str(p))
+        except AdvisorError:
+            continue  # an unreadable corpus file has no findings to fix
+        hf = '"auto"' in loaded.text
+        for ws in (1, 8):
+            for f in lint_config(loaded, world_size=ws, inventory=inv, hf=hf):
+                if not f.data.get("set"):
+                    continue
+                tried.add(f.code)
+                fixed = dataclasses.replace(loaded, data=apply_overrides(loaded.data, f.data["set"]))
+                again = [g for g in lint_config(fixed, world_size=ws, inventory=inv, hf=hf)
+                         if g.code == f.code and g.pointer == f.pointer]
+                assert again == [], (p.name, ws, f.data["set"], [g.message for g in again])
+    assert {"B001", "C001", "M001", "M002"} <= tried, tried

@@ -145,6 +145,9 @@ class NvmeParamBufferCount(Rule):
         ptr = zptr("offload_param", "buffer_count")
         names = ", ".join(t.name.rsplit(".", 1)[-1] for t in mods[mod][:4]) + (" ..." if len(mods[mod]) > 4 else "")
         per = align_up(op.buffer_size, io_alignment_elems(ec, d)) * d
+        # the fix must also cover the partitions earlier modules hold for reuse (the check below
+        # would ask for them once this one passes): every module's own, and the held peak
+        need = max(may, held_peak(inv, ec.zero, mods, ec.zero.max_reuse_distance))
         why = ("frozen, so never in the max_in_cpu host buffer" if certain else
                f"trainable; the {trainable_total:,} trainable partition elements per rank exceed max_in_cpu "
                f"{op.max_in_cpu:,}, so some stay on NVMe")
@@ -153,9 +156,11 @@ class NvmeParamBufferCount(Rule):
             f"module '{literal(mod or '(root)')}' holds {n} NVMe-resident parameter partitions ({literal(names)}; {why}) but "
             f"offload_param.buffer_count is {bc}: fetching the module swaps them in together and DeepSpeed "
             f"{'asserts' if certain else 'may assert'} 'Not enough buffers {bc} for swapping {n}' in the first forward",
-            f"set offload_param.buffer_count to {n} (pinned swap buffers: {n} x {per:,} B = {{pinned_bytes:bytes}})",
-            sizes=dict(pinned_bytes=n * per), severity="error" if certain else "warning", module=mod, partitions=n, buffer_count=bc,
-            pinned_bytes=n * per, set=[f"zero_optimization.offload_param.buffer_count={n}"])
+            f"set offload_param.buffer_count to {need} (pinned swap buffers: {need} x {per:,} B = {{pinned_bytes:bytes}})"
+            + (f"; {need} rather than {n}: earlier modules' NVMe partitions stay in swap buffers for their reuse in "
+               f"backward (stage3_max_reuse_distance {ec.zero.max_reuse_distance:,})" if need > n else ""),
+            sizes=dict(pinned_bytes=need * per), severity="error" if certain else "warning", module=mod, partitions=n,
+            buffer_count=bc, pinned_bytes=need * per, set=[f"zero_optimization.offload_param.buffer_count={need}"])
 
     def _held_by_reuse(self, ctx: LintContext, mods: dict[str, list], trainable_may: bool, d: int, op):
         """The finding for partitions held across modules by stage3_max_reuse_distance."""
