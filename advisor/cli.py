@@ -162,6 +162,17 @@ def _load_config_input(config: str, model: str | None, params: int | None, hardw
     return loaded, inv, hw
 
 
+def _job_shape(world_size, gpus_per_node, nodes, launch, hardware, hardware_label=None, default_gpus_per_node=None):
+    """:func:`advisor.cluster.launch.job_shape` (the world size, ranks per node and nodes every
+    command models), or exit 2 with its one line."""
+    from advisor.cluster.launch import job_shape
+    try:
+        return job_shape(world_size=world_size, gpus_per_node=gpus_per_node, nodes=nodes, launch=launch,
+                         hardware=hardware, hardware_label=hardware_label, default_gpus_per_node=default_gpus_per_node)
+    except AdvisorError as e:
+        raise _fail(str(e))
+
+
 def _world(world_size: int | None) -> tuple[int | None, str | None]:
     """(world size, its source): the flag, else WORLD_SIZE / SLURM_NTASKS (bounded by
     MAX_WORLD_SIZE; a malformed variable is exit 2 naming it), else (None, None)."""
@@ -548,20 +559,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         warnings.append(warn)
     elif warn:
         _say(f"ds-advisor: warning: {warn}")
-    gpus_per_node = a.gpus_per_node
-    ws, ws_src = _world(a.world_size)
-    if inp.launch is not None and a.world_size is None and inp.launch.num_processes:
-        ws, ws_src = inp.launch.num_processes, f"num_processes in {loaded.source}"
-    if ws is None and hw is not None:
-        from advisor.config.validation import world_size as bounded_world_size
-        ws_src = f"--hardware {a.hardware} ({hw.nodes} node(s) x {hw.accelerators_per_node})"
-        try:
-            ws = bounded_world_size(hw.nodes * hw.accelerators_per_node, ws_src)
-        except AdvisorError as e:
-            raise _fail(str(e))
-    ws = ws or 1
-    if hw is not None and gpus_per_node is None:
-        gpus_per_node = hw.accelerators_per_node
+    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}")
+    ws, ws_src = shape.world_size.value, shape.world_size.source
+    gpus_per_node = shape.gpus_per_node.value if shape.gpus_per_node else None
     # The parallel sizes given as flags (or in the sidecar) must divide the world size: a usage
     # error. The config's own sequence_parallel_size is input, not usage: when it is what does
     # not divide, G002 reports it (exit 1) and the estimate falls back to SP = 1 (as check does).
@@ -578,13 +578,6 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     lint_sp = sp
     if ws % (given_par * sp):  # only the config's sequence_parallel_size is left to blame
         sp = 1
-    if gpus_per_node is None:
-        from advisor.cluster.launch import gpus_per_node_from_env
-        try:
-            g = gpus_per_node_from_env()
-        except AdvisorError as e:
-            raise _fail(str(e))
-        gpus_per_node = g.value if g else None
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
                       expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
@@ -871,17 +864,29 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
     per_file = {p: opts(p) for p in files}
     for p in files:  # one bad file is an error line or an X001 finding; the others' results are kept
         read.append((p, read_one(p, trainer_args=targs, world_size=per_file[p].world_size,
-                                 inventory=per_file[p].inventory, overrides=overrides)))
+                                 inventory=per_file[p].inventory, overrides=overrides, lenient=True)))
     # A deepspeed_config_file an accelerate config names goes through accelerate: linted as --hf,
-    # and linted even when it is not among the paths given.
-    named = {os.path.realpath(i.launch.deepspeed_config_file): i.launch.deepspeed_config_file
-             for _, i in read if not isinstance(i, FileResult) and i.launch is not None
-             and i.launch.deepspeed_config_file and os.path.isfile(i.launch.deepspeed_config_file)}
+    # and linted even when it is not among the paths given; its world size is the launch's
+    # (accelerate_world: num_processes // num_machines x num_machines) unless --world-size is given.
+    named: dict[str, str] = {}
+    launch_world: dict[str, tuple[int, str]] = {}
+    for _, i in read:
+        if isinstance(i, FileResult) or i.launch is None or not i.launch.deepspeed_config_file \
+                or not os.path.isfile(i.launch.deepspeed_config_file):
+            continue
+        real = os.path.realpath(i.launch.deepspeed_config_file)
+        named.setdefault(real, i.launch.deepspeed_config_file)
+        if i.launch.world_size and real not in launch_world:
+            launch_world[real] = (i.launch.world_size, i.launch.world_size_source)
     given = {os.path.realpath(p) for p in files}
     for real, path in named.items():
         if real not in given:
             per_file[path] = opts(path)
             read.append((path, read_one(path, overrides=overrides)))
+    for p in list(per_file):
+        lw = launch_world.get(os.path.realpath(p))
+        if lw and world_size is None:
+            per_file[p] = replace(per_file[p], world_size=lw[0], world_size_source=lw[1])
     results: list[FileResult] = []
     thresholds: list[tuple[FileResult, str]] = []
     for p, inp in read:
@@ -1370,7 +1375,7 @@ def report(config, est, output, force):
 @option("step_time_s")
 @_opt("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
 @option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
-        "its wear; its node count is the --nodes default.")
+        "its wear; without --world-size its nodes x accelerators per node are the job (as estimate and check read it).")
 @_opt("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
 @_opt("--save-interval", type=FiniteFloat(min=0, min_open=True),
               help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
@@ -1401,10 +1406,12 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
             raise click.UsageError(f"{opt}: {e}")
 
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
-    loaded, inv, hw = _load_inputs(config, model, params, hardware)
-    ws, _ = _world(world_size)
-    plan = checkpoint_view(build_plan(loaded, inv, Cluster(world_size=ws or 1, gpus_per_node=gpus_per_node)), keep=keep,
-                           write_bandwidth=wbw, read_bandwidth=rbw, nodes=nodes, node_mtbf_hours=node_mtbf_hours,
+    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
+    loaded = inp.loaded
+    shape = _job_shape(world_size, gpus_per_node, nodes, inp.launch, hw, default_gpus_per_node=8)
+    cl = Cluster(world_size=shape.world_size.value, gpus_per_node=shape.gpus_per_node.value)
+    plan = checkpoint_view(build_plan(loaded, inv, cl), keep=keep, write_bandwidth=wbw, read_bandwidth=rbw,
+                           nodes=shape.nodes.value, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)
     _echo(_render("checkpoint", fmt, plan, source=loaded.source))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from tests.conftest import CASES, run_json
+from tests.conftest import CASES, run_cli, run_json
 
 C14 = CASES / "C14-accelerate-json"
 
@@ -111,3 +111,131 @@ def test_folder_lint_output_matches_the_published_schema(tmp_path):
     _, out = run_json(["lint", str(tmp_path), "--format", "json"])
     schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "lint-output.schema.json").read_text())
     jsonschema.validate(out, schema)
+
+
+# -- issue 19 follow-ups: the launch shape, accelerate's own allowed values -----------------------
+
+def _accelerate_reads(path):
+    """(num_processes, num_machines, mixed_precision, deepspeed_config) as accelerate's own
+    config loader reads the file (accelerate/commands/config/config_args.py)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    c = load_config_from_file(str(path))
+    return c.num_processes, c.num_machines, c.mixed_precision, c.deepspeed_config
+
+
+def test_lint_batch_triple_of_the_named_file_uses_the_launch_world_size(tmp_path):
+    """accelerate launch starts num_processes // num_machines per machine (accelerate/utils/launch.py
+    prepare_deepspeed_cmd_env: --num_gpus / nproc_per_node), so the named DeepSpeed file's batch triple
+    is checked at that world size: 16 = 4 x 1 x W needs W = 4, the file launches 8 (or 4 x 2)."""
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, '
+                                      '"gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2}}')
+    for name, body in (("one.yaml", "num_processes: 8\n"), ("two.yaml", "num_processes: 8\nnum_machines: 2\n")):
+        (tmp_path / name).write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"
+                                     + body)
+        nproc, nmach, _, _ = _accelerate_reads(tmp_path / name)
+        world = (nproc // nmach) * nmach
+        rc, out = run_json(["lint", name, "--format", "json"], cwd=tmp_path)
+        ds = next(f for f in out["files"] if f["file"].endswith("ds.json"))
+        b001 = [f for f in ds["findings"] if f["code"] == "B001"]
+        assert rc == 1 and b001 and b001[0]["severity"] == "error", out
+        assert f"{4 * 1 * world}" in b001[0]["message"] and name in b001[0]["message"], b001
+    # --world-size wins: at 4 the triple holds
+    rc, out = run_json(["lint", "one.yaml", "--world-size", "4", "--format", "json"], cwd=tmp_path)
+    assert not [f for f in _findings(out) if f["code"] == "B001"], out
+
+
+def test_mixed_precision_is_checked_against_accelerates_precision_types(tmp_path):
+    """accelerate launch: PrecisionType(args.mixed_precision.lower()) (utils/launch.py); a value it
+    refuses is an H004 error at /mixed_precision in lint and exit 2 (naming file, key, allowed values)
+    in estimate -- never a silent fp32 estimate."""
+    from accelerate.utils import PrecisionType
+    allowed = PrecisionType.list()
+    for value, ok in [(v, True) for v in allowed] + [("BF16", True), ("bf17", False), ("fp32", False)]:
+        try:
+            PrecisionType(value.lower())
+            accel_ok = True
+        except ValueError:
+            accel_ok = False
+        assert accel_ok == ok
+        (tmp_path / "acc.yaml").write_text(f"distributed_type: DEEPSPEED\nmixed_precision: '{value}'\nnum_processes: 2\n"
+                                           "deepspeed_config:\n  zero_stage: 2\n")
+        assert _accelerate_reads(tmp_path / "acc.yaml")[2] == value
+        rc, out = run_json(["lint", "acc.yaml", "--format", "json"], cwd=tmp_path)
+        bad = [f for f in _findings(out) if f["pointer"] == "/mixed_precision"]
+        assert (rc, bool(bad)) == ((0, False) if accel_ok else (1, True)), (value, out)
+        if not accel_ok:
+            assert bad[0]["code"] == "H004" and all(v in bad[0]["message"] for v in allowed)
+            r = run_cli(["estimate", "acc.yaml", "--params", "1000000"], cwd=tmp_path)
+            rc2, err = r.returncode, r.stderr
+            assert rc2 == 2 and "acc.yaml: mixed_precision" in err and value in err and "bf16" in err, err
+    # estimate takes bf16 from the file: 2 B per parameter on the accelerator at ZeRO-2
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nmixed_precision: BF16\nnum_processes: 2\n"
+                                       "deepspeed_config:\n  zero_stage: 2\n")
+    _, est = run_json(["estimate", "acc.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
+    assert est["ranks"][0]["tiers"]["accelerator"]["parameters"] == 2 * 1_000_000
+
+
+def test_unquoted_no_is_refused_as_accelerate_refuses_it(tmp_path):
+    """YAML reads `mixed_precision: no` as false; accelerate then calls False.lower() and fails."""
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nmixed_precision: no\nnum_processes: 2\n")
+    assert _accelerate_reads(tmp_path / "acc.yaml")[2] is False
+    rc, out = run_json(["lint", "acc.yaml", "--format", "json"], cwd=tmp_path)
+    (f,) = [f for f in _findings(out) if f["pointer"] == "/mixed_precision"]
+    assert rc == 1 and "'no'" in f["fix"], f
+
+
+def test_bad_zero_stage_names_file_key_and_allowed_values(tmp_path):
+    """DeepSpeedPlugin: zero_stage = int(os.environ["ACCELERATE_DEEPSPEED_ZERO_STAGE"]) of str(value),
+    then DeepSpeed's ZeroStageEnum (0-3). Lint: an H004 finding at the key, not "unreadable";
+    estimate: exit 2 with the file, the key, the problem and the allowed values."""
+    import os
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    allowed = sorted(int(s) for s in ZeroStageEnum)
+    for z in ("5", "three", "2.0", "-1"):
+        try:
+            stage = int(str(z))  # what DeepSpeedPlugin.__post_init__ does with the exported variable
+            refused = stage not in allowed
+        except ValueError:
+            refused = True
+        (tmp_path / "acc.yaml").write_text(f"distributed_type: DEEPSPEED\nnum_processes: 2\n"
+                                           f"deepspeed_config:\n  zero_stage: {z}\n")
+        rc, out = run_json(["lint", "acc.yaml", "--format", "json"], cwd=tmp_path)
+        assert out["summary"].get("unreadable", 0) == 0 and not out["files"][0].get("error"), out
+        hits = [f for f in _findings(out) if f["pointer"] == "/deepspeed_config/zero_stage"]
+        assert refused and rc == 1 and hits[0]["code"] == "H004", (z, out)
+        assert "0, 1, 2, 3" in hits[0]["message"]
+        r = run_cli(["estimate", "acc.yaml", "--params", "1000000"], cwd=tmp_path)
+        rc2, err = r.returncode, r.stderr
+        assert rc2 == 2 and "acc.yaml: deepspeed_config.zero_stage" in err and "0, 1, 2, 3" in err, err
+    assert os.path.exists(tmp_path / "acc.yaml")
+
+
+def test_every_command_takes_the_job_shape_from_one_place(tmp_path):
+    """One accelerate file, num_processes 8 on num_machines 2: estimate, check and checkpoint all model
+    world size 8 on 2 nodes of 4 ranks (accelerate's nproc_per_node = 8 // 2), and checkpoint's
+    cluster MTBF is the node MTBF / those 2 nodes -- with or without a larger --hardware spec
+    (a spec's node count sizes only the default world size)."""
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nnum_machines: 2\n"
+                                       "mixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 3\n")
+    nproc, nmach, _, _ = _accelerate_reads(tmp_path / "acc.yaml")
+    per, nodes = nproc // nmach, nmach
+    base = ["--params", "1000000", "--format", "json"]
+    _, est = run_json(["estimate", "acc.yaml", *base], cwd=tmp_path)
+    assert est["cluster"]["world_size"] == per * nodes
+    _, chk = run_json(["check", "acc.yaml", *base, "--host-memory", "1TB", "--gpu-memory", "80GB"], cwd=tmp_path)
+    assert (chk["launch"]["world_size"]["value"], chk["launch"]["gpus_per_node"]["value"],
+            chk["launch"]["num_nodes"]["value"]) == (per * nodes, per, nodes), chk["launch"]
+    for hw in ([], ["--hardware", "dgx-h100:8"]):
+        _, cp = run_json(["checkpoint", "acc.yaml", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
+                          *hw], cwd=tmp_path)
+        assert cp["world_size"] == per * nodes and cp["nodes"] == nodes, cp
+        assert abs(cp["resilience"]["cluster_mtbf_s"] - 1000 * 3600 / nodes) < 1e-6, cp
+    # a DeepSpeed file with the spec alone: the spec's 8 nodes x 8 GPUs are the job, MTBF / 8
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}')
+    _, cp = run_json(["checkpoint", "ds.json", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
+                      "--hardware", "dgx-h100:8"], cwd=tmp_path)
+    assert (cp["world_size"], cp["nodes"]) == (64, 8), cp
+    # ... and with --world-size 16 on it, the job's ranks occupy 2 of its nodes
+    _, cp = run_json(["checkpoint", "ds.json", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
+                      "--hardware", "dgx-h100:8", "--world-size", "16"], cwd=tmp_path)
+    assert (cp["world_size"], cp["nodes"]) == (16, 2), cp

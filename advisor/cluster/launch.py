@@ -160,7 +160,8 @@ class LaunchShape:
 
 
 def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | None = None,
-                    gpus_per_node: int | None = None, world_size_source: str = "--world-size") -> LaunchShape:
+                    gpus_per_node: int | None = None, world_size_source: str = "--world-size",
+                    gpus_per_node_source: str = "--gpus-per-node", nodes: Found | None = None) -> LaunchShape:
     """The launch shape from flags (``world_size``, ``gpus_per_node``: they win) and the
     environment ``env`` (default ``os.environ``). ``world_size_source`` labels a given
     ``world_size`` (default the flag; e.g. an accelerate config's ``num_processes``).
@@ -169,7 +170,8 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     when SLURM_NTASKS equals SLURM_JOB_NUM_NODES and a node has more than one GPU (one task
     per node that runs a per-node launcher such as torchrun), the world size is nodes x GPUs
     per node. Ranks per node = --gpus-per-node, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE,
-    SLURM_GPUS_PER_NODE, else the count of visible devices. Nodes = SLURM_JOB_NUM_NODES
+    SLURM_GPUS_PER_NODE, else the count of visible devices. Nodes = ``nodes`` (e.g. an accelerate
+    config's num_machines), SLURM_JOB_NUM_NODES
     (SLURM_NNODES), else world size / ranks per node. This node's index = GROUP_RANK
     (torchrun), SLURM_NODEID, else RANK // ranks per node, else 0.
     """
@@ -182,10 +184,10 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     shape.rank = _int(env, "RANK", bad)
 
     if gpus_per_node is not None:
-        shape.gpus_per_node = Found(gpus_per_node, "--gpus-per-node")
+        shape.gpus_per_node = Found(gpus_per_node, gpus_per_node_source)
     else:
         shape.gpus_per_node = gpus_per_node_from_env(env, bad)
-    nodes = _int(env, "SLURM_JOB_NUM_NODES", bad) or _int(env, "SLURM_NNODES", bad)
+    nodes = nodes or _int(env, "SLURM_JOB_NUM_NODES", bad) or _int(env, "SLURM_NNODES", bad)
     g = shape.gpus_per_node.value if shape.gpus_per_node else None
 
     if world_size is not None:
@@ -221,3 +223,74 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
         shape.notes.append(f"{shape.num_nodes.value} node(s) x {g} ranks per node = {shape.num_nodes.value * g} "
                            f"< world size {ws_v}")
     return shape
+
+
+@dataclass
+class JobShape:
+    """World size, ranks per node and nodes of the job one command models, each with its source
+    (:func:`job_shape`). ``gpus_per_node`` / ``nodes`` are None when nothing says them."""
+
+    world_size: Found
+    gpus_per_node: Found | None = None
+    nodes: Found | None = None
+
+
+def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None, nodes: int | None = None,
+              launch: Any = None, hardware: Any = None, hardware_label: str | None = None,
+              env: Mapping[str, str] | None = None, default_gpus_per_node: int | None = None) -> JobShape:
+    """The one place estimate, checkpoint and lint take the job's shape from (check adds its
+    probes on top, :func:`discover_launch`).
+
+    World size: ``--world-size``; else an accelerate config's launch (``launch``, an
+    :class:`advisor.config.hf.AccelerateLaunch`: num_processes // num_machines x num_machines,
+    what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS; else the hardware spec's
+    nodes x accelerators per node; else 1. Ranks per node: ``--gpus-per-node``; else the launch's
+    num_processes // num_machines; else the spec's accelerators per node; else LOCAL_WORLD_SIZE /
+    SLURM_GPUS_* / visible devices; else ``default_gpus_per_node``; capped at the world size.
+    Nodes: ``--nodes``; else the launch's num_machines; else ceil(world size / ranks per node).
+    A hardware spec's own node count only sizes the default world size: the job's nodes are the
+    ones its ranks occupy (a 1-rank job on an 8-node spec is on 1 node).
+    Raises AdvisorError (exit 2) for a malformed launcher variable, a spec too large for
+    MAX_WORLD_SIZE, or nodes x ranks per node below the world size."""
+    from advisor.config.validation import world_size as bounded_world_size
+    from advisor.errors import AdvisorError
+
+    env = os.environ if env is None else env
+    from_launch = launch is not None and launch.world_size
+    hw_label = hardware_label or (f"--hardware {hardware.name}" if hardware is not None else None)
+    if world_size is not None:
+        ws = Found(world_size, "--world-size")
+    elif from_launch:
+        ws = Found(launch.world_size, launch.world_size_source)
+    else:
+        ws = world_size_from_env(env)
+        if ws is None and hardware is not None:
+            src = f"{hw_label} ({hardware.nodes} node(s) x {hardware.accelerators_per_node})"
+            ws = Found(bounded_world_size(hardware.nodes * hardware.accelerators_per_node, src), src)
+        ws = ws or Found(1, "default 1")
+    if gpus_per_node is not None:
+        g = Found(gpus_per_node, "--gpus-per-node")
+    elif nodes is not None:
+        g = Found(-(-ws.value // nodes), f"world size {ws.value} / --nodes {nodes}")
+    elif from_launch and (launch.num_machines > 1 or world_size is None):
+        g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
+    elif hardware is not None and hardware.accelerators_per_node:
+        g = Found(hardware.accelerators_per_node, f"{hw_label} (accelerators per node)")
+    else:
+        g = gpus_per_node_from_env(env)
+        if g is None and default_gpus_per_node:
+            g = Found(default_gpus_per_node, f"default {default_gpus_per_node}")
+    if g is not None and g.value > ws.value:
+        g = Found(ws.value, f"{g.source}, capped at the world size {ws.value}")
+    if nodes is not None:
+        n = Found(nodes, "--nodes")
+        if g is not None and nodes * g.value < ws.value:
+            raise AdvisorError(f"--nodes {nodes} x {g.value} ranks per node ({g.source}) = {nodes * g.value} is below "
+                               f"the world size {ws.value} ({ws.source})")
+    elif from_launch and world_size is None and gpus_per_node is None:
+        n = Found(launch.num_machines, f"num_machines in {launch.source}")
+    elif g is not None:
+        n = Found(-(-ws.value // g.value), f"world size {ws.value} / {g.value} ranks per node")
+    else:
+        n = None
+    return JobShape(world_size=ws, gpus_per_node=g, nodes=n)

@@ -40,13 +40,20 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from advisor.config.validation import MAX_NODES, as_float, as_int, as_str, shown, type_name, world_size
+from advisor.config.validation import (MAX_NODES, InputValueError, as_float, as_int, as_str, shown, type_name,
+                                       world_size)
 from advisor.errors import AdvisorError
 from advisor.config.defaults import HIDDEN_SIZE_KEYS, hidden_size_values
 from advisor.rules import emit
 from advisor.findings import Finding, pointer
 
 AUTO = "auto"
+#: ``accelerate.utils.PrecisionType`` values (accelerate 1.15.0 ``utils/dataclasses.py``): what
+#: ``accelerate launch`` accepts as ``mixed_precision`` (case-insensitive).
+ACCELERATE_PRECISIONS = ("no", "fp8", "fp16", "bf16")
+#: ``deepspeed_config.zero_stage`` values: DeepSpeed's ZeroStageEnum (``runtime/zero/config.py``),
+#: which receives it as ``zero_optimization.stage``.
+ACCELERATE_ZERO_STAGES = (0, 1, 2, 3)
 
 
 
@@ -167,6 +174,41 @@ class AccelerateLaunch:
     #: ``deepspeed_config.deepspeed_config_file``, resolved against the YAML's folder when relative.
     deepspeed_config_file: str | None = None
     findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ranks_per_node(self) -> int | None:
+        """Processes per machine: ``num_processes // num_machines`` (``accelerate/utils/launch.py``
+        ``prepare_multi_gpu_env`` / ``prepare_deepspeed_cmd_env``: nproc_per_node, --num_gpus);
+        all of them on one machine when num_machines is 1. None without num_processes."""
+        if self.num_processes is None:
+            return None
+        return self.num_processes // self.num_machines if self.num_machines > 1 else self.num_processes
+
+    @property
+    def world_size(self) -> int | None:
+        """Ranks the launch starts: ranks per machine x machines (= num_processes when it divides)."""
+        rpn = self.ranks_per_node
+        return None if not rpn else rpn * self.num_machines
+
+    @property
+    def world_size_source(self) -> str:
+        """Where :attr:`world_size` comes from, for a message or a launch-shape line."""
+        src = f"num_processes in {self.source}"
+        if self.num_machines > 1:
+            src += f" ({self.ranks_per_node} per machine x num_machines {self.num_machines})"
+        return src
+
+    @property
+    def ranks_per_node_source(self) -> str:
+        """Where :attr:`ranks_per_node` comes from."""
+        if self.num_machines > 1:
+            return f"num_processes // num_machines in {self.source}"
+        return f"num_processes in {self.source}, all on one machine (num_machines 1)"
+
+    @property
+    def refusals(self) -> list[Finding]:
+        """The H004 findings for fields accelerate launch (or DeepSpeed) refuses."""
+        return [f for f in self.findings if f.data.get("kind") == "bad-field"]
 
 
 @dataclass
@@ -591,25 +633,62 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
         ds_eff = ds
     p = PluginSettings()
 
-    def field(key: str) -> str:  # names the YAML key in a refusal
-        return f"{source}: deepspeed_config.{key}"
+    def bad(key: str, problem: str, fix: str) -> None:
+        """A value accelerate launch (or DeepSpeed, which gets it from accelerate) refuses: an H004
+        error at the YAML key; the field keeps accelerate's default so the rest is still read."""
+        findings.append(emit("H004", "error", pointer(*key.split(".")), f"{key}: {problem}", fix,
+                             data={"kind": "bad-field", "key": key}))
+
+    def read(key: str, value: Any, conv, fix: str):
+        try:
+            return conv(value)
+        except InputValueError as e:
+            bad(key, e.problem, fix)
+            return None
 
     if ds_eff.get("zero_stage") is not None:
-        p.zero_stage = as_int(ds_eff["zero_stage"], field("zero_stage"), lo=0, hi=3)
+        # DeepSpeedPlugin: int(os.environ["ACCELERATE_DEEPSPEED_ZERO_STAGE"]) of str(value), handed to
+        # DeepSpeed as zero_optimization.stage (ZeroStageEnum: 0-3)
+        z = ds_eff["zero_stage"]
+        try:
+            stage = int(str(z))
+        except ValueError:
+            bad("deepspeed_config.zero_stage", f"{shown(z)} is not an integer: accelerate's DeepSpeedPlugin raises "
+                f"ValueError on int({str(z)!r}); allowed: {', '.join(map(str, ACCELERATE_ZERO_STAGES))}",
+                "set deepspeed_config.zero_stage to 0, 1, 2 or 3")
+        else:
+            if stage in ACCELERATE_ZERO_STAGES:
+                p.zero_stage = stage
+            else:
+                bad("deepspeed_config.zero_stage", f"{stage} is not a ZeRO stage: accelerate hands it to DeepSpeed as "
+                    f"zero_optimization.stage, which refuses it; allowed: "
+                    f"{', '.join(map(str, ACCELERATE_ZERO_STAGES))}", "set deepspeed_config.zero_stage to 0, 1, 2 or 3")
     if ds_eff.get("gradient_accumulation_steps") is not None:
         g = ds_eff["gradient_accumulation_steps"]
-        p.gradient_accumulation_steps = (AUTO if isinstance(g, str) and g.strip().lower() == AUTO else
-                                         as_int(g, field("gradient_accumulation_steps"), lo=1, hi=1 << 31))
+        v = (AUTO if isinstance(g, str) and g.strip().lower() == AUTO else
+             read("deepspeed_config.gradient_accumulation_steps", g, lambda x: as_int(x, "", lo=1, hi=1 << 31),
+                  "set deepspeed_config.gradient_accumulation_steps to a positive integer or auto"))
+        if v is not None:
+            p.gradient_accumulation_steps = v
     if ds_eff.get("gradient_clipping") is not None:
         g = ds_eff["gradient_clipping"]
-        p.gradient_clipping = (AUTO if isinstance(g, str) and g.strip().lower() == AUTO else
-                               as_float(g, field("gradient_clipping"), lo=0))
+        v = (AUTO if isinstance(g, str) and g.strip().lower() == AUTO else
+             read("deepspeed_config.gradient_clipping", g, lambda x: as_float(x, "", lo=0),
+                  "set deepspeed_config.gradient_clipping to a number >= 0 or auto"))
+        if v is not None:
+            p.gradient_clipping = v
     for k in ("offload_optimizer_device", "offload_param_device"):
         if ds_eff.get(k) is not None:
-            setattr(p, k, as_str(ds_eff[k], field(k), lower=True, choices=("none", "cpu", "nvme")))
+            v = read(f"deepspeed_config.{k}", ds_eff[k],
+                     lambda x: as_str(x, "", lower=True, choices=("none", "cpu", "nvme")),
+                     f"set deepspeed_config.{k} to none, cpu or nvme")
+            if v is not None:
+                setattr(p, k, v)
     for k in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
         if ds_eff.get(k) is not None:
-            setattr(p, k, as_str(ds_eff[k], field(k)))
+            v = read(f"deepspeed_config.{k}", ds_eff[k], lambda x: as_str(x, ""), f"set deepspeed_config.{k} to a path")
+            if v is not None:
+                setattr(p, k, v)
     if ds_eff.get("zero3_save_16bit_model") is not None:
         p.zero3_save_16bit_model = _bool_env(ds_eff["zero3_save_16bit_model"])
     if ds_eff.get("zero3_init_flag") is not None:
@@ -617,19 +696,46 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     mp_raw = data.get("mixed_precision")
     if mp_raw is None and data.get("fp16"):
         mp_raw = "fp16"  # process_config: legacy fp16: true
-    mp = "no" if mp_raw is None else str(mp_raw).lower().replace("precisiontype.", "")
+    mp = "no"
+    if mp_raw is not None:
+        # accelerate/utils/launch.py prepare_deepspeed_cmd_env: PrecisionType(args.mixed_precision.lower())
+        if not isinstance(mp_raw, str):
+            bad("mixed_precision", f"{shown(mp_raw)} is not a string: accelerate launch calls .lower() on it and "
+                "raises" + (" (YAML reads an unquoted no as false)" if mp_raw is False else "")
+                + f"; allowed: {', '.join(ACCELERATE_PRECISIONS)}",
+                "write mixed_precision: 'no' (quoted), fp16 or bf16")
+        elif mp_raw.lower() not in ACCELERATE_PRECISIONS:
+            bad("mixed_precision", f"{shown(mp_raw)} is not a precision accelerate knows: accelerate launch raises "
+                f"'Unknown mixed_precision mode: {mp_raw.lower()}. Choose between {list(ACCELERATE_PRECISIONS)}.'",
+                f"set mixed_precision to one of {', '.join(ACCELERATE_PRECISIONS)}")
+        else:
+            mp = mp_raw.lower()
     p.ds_fields = tuple(ds_eff.keys()) + (("mixed_precision",) if mp_raw is not None else ())
     cfg_file = ds_eff.get("deepspeed_config_file")
     if cfg_file is not None:
-        cfg_file = as_str(cfg_file, field("deepspeed_config_file"))
+        cfg_file = as_str(cfg_file, f"{source}: deepspeed_config.deepspeed_config_file")
         if not os.path.isabs(cfg_file) and not os.path.exists(cfg_file):
             near = os.path.join(os.path.dirname(os.path.abspath(source)), cfg_file)
             if os.path.exists(near):
                 cfg_file = near
     nproc = data.get("num_processes")
-    nproc = None if nproc is None else world_size(nproc, f"{source}: num_processes")
+    if nproc is not None:
+        nproc = read("num_processes", nproc, lambda x: world_size(x, ""),
+                     "set num_processes to the total number of processes (all machines)")
     nmach = data.get("num_machines", 1)
-    nmach = 1 if nmach is None else as_int(nmach, f"{source}: num_machines", lo=1, hi=MAX_NODES)
+    nmach = 1 if nmach is None else read("num_machines", nmach, lambda x: as_int(x, "", lo=1, hi=MAX_NODES),
+                                          "set num_machines to the number of nodes") or 1
+    if nproc is not None and nmach > 1 and nproc % nmach:
+        per = nproc // nmach
+        if per == 0:
+            bad("num_processes", f"{nproc} processes on {nmach} machines: accelerate launch starts num_processes // "
+                f"num_machines = 0 per machine", "set num_processes to a multiple of num_machines")
+        else:
+            findings.append(emit("H006", "warning", "/num_processes",
+                                 f"num_processes {nproc} is not a multiple of num_machines {nmach}: accelerate launch "
+                                 f"starts num_processes // num_machines = {per} per machine, {per * nmach} in all; "
+                                 f"world size {per * nmach} is used", "set num_processes to a multiple of num_machines",
+                                 data={"kind": "uneven-machines"}))
     return AccelerateLaunch(source=source, data=data, plugin=p, mixed_precision=mp, num_processes=nproc,
                             num_machines=nmach, deepspeed_config_file=cfg_file,
                             findings=findings)
@@ -676,7 +782,7 @@ def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None
     the YAML's ``num_processes`` (``accelerate launch`` runs that many processes in total).
     ``args.world_size`` and ``env_mixed_precision`` are overridden from the launch."""
     args = copy.copy(args) if args is not None else TrainerArgs()
-    ws = world_size or launch.num_processes
+    ws = world_size or launch.world_size
     args.world_size = ws or 1
     args.env_mixed_precision = launch.mixed_precision
     base, from_file = accelerate_base_config(launch)

@@ -66,14 +66,20 @@ def deepspeed_keys(data: dict) -> list[str]:
 
 def read_input(source: str, *, trainer_args: Any = None, world_size: int | None = None,
                hidden_size: int | None = None, inventory: Any = None,
-               overrides: "list[str] | tuple[str, ...]" = ()) -> ConfigInput:
+               overrides: "list[str] | tuple[str, ...]" = (), lenient: bool = False) -> ConfigInput:
     """Read CONFIG by its content. Raises ConfigLoadError (unreadable or invalid as DeepSpeed
     reads it), NotAConfig (an accelerate config without DeepSpeed) or AdvisorError (an accelerate file accelerate itself
     would refuse to read, or a malformed ``overrides`` entry). A YAML file that is not an accelerate config is read as DeepSpeed
     reads every config, as JSON/HJSON (``deepspeed/runtime/config.py`` DeepSpeedConfig).
     ``overrides``: ``--set KEY.PATH=VALUE`` strings (:mod:`advisor.config.overrides`), applied to
-    the DeepSpeed config (for an accelerate file: the one accelerate builds) before it is read."""
+    the DeepSpeed config (for an accelerate file: the one accelerate builds) before it is read.
+    An accelerate field that accelerate launch refuses (``mixed_precision: bf17``, ``zero_stage: 5``)
+    raises AdvisorError naming the file, the key, the problem and the allowed values; with
+    ``lenient`` (lint) it is an H004 finding of the input instead."""
     inp = _read_input(source, trainer_args, world_size, hidden_size, inventory)
+    if inp.launch is not None and inp.launch.refusals and not lenient:
+        f = inp.launch.refusals[0]
+        raise AdvisorError(f"{inp.loaded.source}: {f.message}")
     if overrides:
         from advisor.config.overrides import apply_overrides, check_overrides
         check_overrides(inp.loaded, overrides)  # a value a file would be reported for: exit 2 naming the --set

@@ -608,11 +608,17 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     warning_sizes: dict[int, tuple[str, dict]] = {}
     probe_failed = False
     ws_given, ws_label = world_size, "--world-size"
-    if world_size is None and config_input is not None and config_input.launch is not None \
-            and config_input.launch.num_processes:
-        # accelerate launch starts num_processes ranks in total (accelerate/commands/launch.py)
-        ws_given, ws_label = config_input.launch.num_processes, f"num_processes in {loaded.source}"
-    launch = discover_launch(env, world_size=ws_given, gpus_per_node=gpus_per_node, world_size_source=ws_label)
+    gpn_given, gpn_label, nodes_given = gpus_per_node, "--gpus-per-node", None
+    al = config_input.launch if config_input is not None else None
+    if world_size is None and al is not None and al.world_size:
+        # accelerate launch starts num_processes // num_machines per machine (accelerate/utils/launch.py),
+        # the same shape estimate and checkpoint read (advisor.cluster.launch.job_shape)
+        ws_given, ws_label = al.world_size, al.world_size_source
+        if gpus_per_node is None:
+            gpn_given, gpn_label = al.ranks_per_node, al.ranks_per_node_source
+            nodes_given = Found(al.num_machines, f"num_machines in {al.source}")
+    launch = discover_launch(env, world_size=ws_given, gpus_per_node=gpn_given, world_size_source=ws_label,
+                             gpus_per_node_source=gpn_label, nodes=nodes_given)
 
     acc = probe_accelerators(env, launch.visible_devices, launch.visible_source, timeout)
     if not acc.ok:
