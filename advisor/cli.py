@@ -840,6 +840,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
     if not files:
         raise _fail(f"no config files ({', '.join(CONFIG_SUFFIXES)}) in {', '.join(paths)}")
     from advisor.config.inputs import NotAConfig, deepspeed_keys, read_input
+    from advisor.errors import NotAnObjectError
 
     in_folder = set(files) - set(paths)
     targs = _targs(trainer_args, hidden_size)
@@ -852,7 +853,12 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
             return read_input(p, **kw)
         except NotAConfig as e:
             return FileResult(file=p, skipped=e.reason) if p in in_folder else FileResult(file=p, error=str(e))
+        except NotAnObjectError as e:  # in a folder, like a JSON object without DeepSpeed keys: skipped
+            return (FileResult(file=p, skipped=f"{e.problem.split(',')[0]}: not a DeepSpeed config") if p in in_folder
+                    else FileResult(file=p, error=str(e)))
         except AdvisorError as e:
+            if str(e).startswith("--set "):  # the flag's problem, not the file's: one usage line, exit 2
+                raise _fail(str(e))
             return FileResult(file=p, error=str(e))
         except (KeyboardInterrupt, SystemExit, MemoryError):
             raise

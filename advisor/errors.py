@@ -43,6 +43,11 @@ class ConfigLoadError(AdvisorError):
         super().__init__(f"{where}: {problem}")
 
 
+
+class NotAnObjectError(ConfigLoadError):
+    """The file parses, but its top level is not a JSON object (an array, a string, a number):
+    it cannot be a DeepSpeed config. A folder lint skips such a file; named alone it is bad input."""
+
 class ModelSpecError(AdvisorError):
     """An unknown model preset, or an unreadable model spec / inventory file."""
 

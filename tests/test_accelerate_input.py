@@ -239,3 +239,57 @@ def test_every_command_takes_the_job_shape_from_one_place(tmp_path):
     _, cp = run_json(["checkpoint", "ds.json", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
                       "--hardware", "dgx-h100:8", "--world-size", "16"], cwd=tmp_path)
     assert (cp["world_size"], cp["nodes"]) == (16, 2), cp
+
+
+def test_set_on_an_accelerate_file_sets_keys_of_the_deepspeed_config_it_builds(tmp_path):
+    """--set on an accelerate file names keys of the DeepSpeed config accelerate starts from (the
+    deepspeed_config_file's dict, else the one built from the YAML fields), set before "auto" is
+    filled: the same estimate as the equivalent DeepSpeed file with that --set. A key of the
+    accelerate file itself (accelerate's ClusterConfig fields) is refused, exit 2, one line."""
+    from accelerate.commands.config.config_args import ClusterConfig
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: bf16\n"
+                                       "deepspeed_config:\n  zero_stage: 2\n")
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, '
+                                      '"bf16": {"enabled": true}}')
+    s = ["--set", "zero_optimization.stage=3", "--set", "zero_optimization.offload_optimizer.device=cpu"]
+    base = ["--params", "100000000", "--format", "json"]
+    _, acc = run_json(["estimate", "acc.yaml", *base, *s], cwd=tmp_path)
+    _, ds = run_json(["estimate", "ds.json", *base, "--world-size", "8", *s], cwd=tmp_path)
+    assert acc["assumptions"]["zero_stage"] == 3 and acc["assumptions"]["offload_optimizer"]["effective"] == "cpu"
+    assert [r["tiers"] for r in acc["ranks"]] == [r["tiers"] for r in ds["ranks"]]
+    for key in ("mixed_precision", "num_processes", "deepspeed_config.zero_stage"):
+        assert key.split(".")[0] in ClusterConfig.__dataclass_fields__
+        for cmd in (["estimate", "acc.yaml", "--params", "1000000"], ["lint", "acc.yaml"]):
+            r = run_cli([*cmd, "--set", f"{key}=1"], cwd=tmp_path)
+            assert r.returncode == 2 and r.stderr.startswith("ds-advisor: --set") and "accelerate" in r.stderr, r.stderr
+            assert r.stderr.count("\n") == 1
+
+
+def test_lint_set_error_is_one_usage_line(tmp_path):
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1}')
+    r = run_cli(["lint", "ds.json", "--set", "zero_optimization.stage=9"], cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("ds-advisor: --set 'zero_optimization.stage=9'"), r
+    assert "unreadable" not in r.stdout
+
+
+def test_null_nvme_path_accelerate_writes_is_no_note(tmp_path):
+    """accelerate's DeepSpeedPlugin builds offload_*.nvme_path None for a device other than nvme;
+    DeepSpeed's nvme_path is Optional (default None): nothing to note, once or twice."""
+    from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig
+    assert DeepSpeedZeroOffloadOptimizerConfig(device="cpu", nvme_path=None).nvme_path is None
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                       "  zero_stage: 3\n  offload_optimizer_device: cpu\n")
+    _, out = run_json(["estimate", "acc.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
+    assert not [n for n in out["assumptions"]["notes"] if "nvme_path" in n["pointer"]], out["assumptions"]["notes"]
+
+
+def test_folder_lint_skips_json_that_is_not_an_object(tmp_path):
+    """A JSON array or string in a folder cannot be a DeepSpeed config (DeepSpeedConfig needs a
+    dict): skipped and said so, like package.json; named alone it stays bad input (exit 2)."""
+    shutil.copy(C14 / "equivalent_deepspeed.json", tmp_path)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "str.json").write_text('"x"')
+    rc, out = run_json(["lint", str(tmp_path), "--format", "json"])
+    by = {f["file"].rsplit("/", 1)[-1]: f for f in out["files"]}
+    assert rc == 0 and by["list.json"]["skipped"] and by["str.json"]["skipped"], out
+    assert run_cli(["lint", str(tmp_path / "list.json")]).returncode == 2

@@ -282,6 +282,8 @@ class _Reader:
         if v == "auto" and self.pydantic:
             self.notes.append(Note(p, f'"auto" is dropped by DeepSpeed outside the HF Trainer; the default {default!r} applies', "auto-dropped"))
             return default
+        if v is None and default is None:
+            return None  # null where DeepSpeed's default is None (an Optional field): the default, no note
         out = conv(v)
         if out is None:
             self.notes.append(Note(p, f"value {v!r} is not usable here; estimate assumes the default {default!r}", "bad-value"))

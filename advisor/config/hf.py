@@ -773,19 +773,65 @@ def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
     return cfg, False
 
 
+#: Top-level keys of an accelerate config file (``ClusterConfig`` / ``SageMakerConfig`` fields,
+#: accelerate/commands/config/config_args.py): a ``--set`` naming one is refused (see
+#: :func:`accelerate_overrides`); a DeepSpeed config has none of them at the top level.
+ACCELERATE_FILE_KEYS = frozenset({
+    "compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
+    "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
+    "same_network", "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config",
+    "fsdp_config", "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name",
+    "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env",
+    "dynamo_config", "ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "fp16",
+    "dynamo_backend"})
+
+
+def accelerate_overrides(launch: AccelerateLaunch, base: dict, overrides: Iterable[str]) -> dict:
+    """What ``--set KEY.PATH=VALUE`` means for an accelerate file: KEY.PATH is a key of the
+    DeepSpeed config accelerate starts from (:func:`accelerate_base_config`: its
+    ``deepspeed_config_file``'s dict, else the one it builds from the YAML's deepspeed_config
+    fields), set before accelerate and the HF Trainer fill "auto" -- the same keys as for a
+    DeepSpeed file, so a computed fix (``--set zero_optimization.offload_optimizer.device=cpu``)
+    applies to either. Returns the overridden ``base``. Raises InputValueError (exit 2) for a key
+    of the accelerate file itself (``mixed_precision``, ``num_processes``, ``deepspeed_config.*``):
+    accelerate's own fields are edited in the file (``--world-size`` overrides num_processes),
+    or for a value the DeepSpeed config's validation refuses
+    (:func:`advisor.config.overrides.check_overrides`)."""
+    from advisor.config.loading import LoadedConfig
+    from advisor.config.overrides import apply_overrides, check_overrides, parse_override
+
+    overrides = list(overrides)
+    for text in overrides:
+        path, _ = parse_override(text)
+        if path[0] in ACCELERATE_FILE_KEYS:
+            raise InputValueError(
+                f"--set {text!r}", f"{path[0]} is a key of the accelerate config {launch.source}, not of the DeepSpeed "
+                "config it launches: --set on an accelerate file sets keys of the DeepSpeed config accelerate builds "
+                "(e.g. zero_optimization.stage=3); edit the accelerate file for its own fields"
+                + (" (or pass --world-size)" if path[0] in ("num_processes", "num_machines") else ""))
+    check_overrides(LoadedConfig(source=launch.deepspeed_config_file or launch.source, data=base, positions={},
+                                 text=""), overrides)
+    return apply_overrides(base, overrides)
+
+
 def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None, *, hidden_size: int | None = None,
-                       model_config: Mapping[str, Any] | None = None, world_size: int | None = None) -> Resolution:
+                       model_config: Mapping[str, Any] | None = None, world_size: int | None = None,
+                       overrides: Iterable[str] = ()) -> Resolution:
     """The config DeepSpeed receives when a Trainer script runs under ``accelerate launch`` with
     this YAML: ``DeepSpeedPlugin.__post_init__`` from the launch environment, ``set_mixed_precision``,
     then ``propagate_args_to_deepspeed`` (``trainer_config_process``), ``trainer_config_finalize``,
     ``deepspeed_optim_sched``, ``_prepare_deepspeed``. World size: ``world_size`` if given, else
     the YAML's ``num_processes`` (``accelerate launch`` runs that many processes in total).
-    ``args.world_size`` and ``env_mixed_precision`` are overridden from the launch."""
+    ``args.world_size`` and ``env_mixed_precision`` are overridden from the launch.
+    ``overrides``: ``--set`` strings, applied to the config accelerate starts from
+    (:func:`accelerate_overrides`; raises InputValueError as it does)."""
     args = copy.copy(args) if args is not None else TrainerArgs()
     ws = world_size or launch.world_size
     args.world_size = ws or 1
     args.env_mixed_precision = launch.mixed_precision
     base, from_file = accelerate_base_config(launch)
+    if overrides:
+        base = accelerate_overrides(launch, base, overrides)
     r = _Resolver(base, args)
     r.findings.extend(launch.findings)
     if ws is None:

@@ -72,22 +72,24 @@ def read_input(source: str, *, trainer_args: Any = None, world_size: int | None 
     would refuse to read, or a malformed ``overrides`` entry). A YAML file that is not an accelerate config is read as DeepSpeed
     reads every config, as JSON/HJSON (``deepspeed/runtime/config.py`` DeepSpeedConfig).
     ``overrides``: ``--set KEY.PATH=VALUE`` strings (:mod:`advisor.config.overrides`), applied to
-    the DeepSpeed config (for an accelerate file: the one accelerate builds) before it is read.
+    the DeepSpeed config before it is read; for an accelerate file, to the DeepSpeed config
+    accelerate starts from, before "auto" is filled (:func:`advisor.config.hf.accelerate_overrides`:
+    a key of the accelerate file itself is refused).
     An accelerate field that accelerate launch refuses (``mixed_precision: bf17``, ``zero_stage: 5``)
     raises AdvisorError naming the file, the key, the problem and the allowed values; with
     ``lenient`` (lint) it is an H004 finding of the input instead."""
-    inp = _read_input(source, trainer_args, world_size, hidden_size, inventory)
+    inp = _read_input(source, trainer_args, world_size, hidden_size, inventory, overrides)
     if inp.launch is not None and inp.launch.refusals and not lenient:
         f = inp.launch.refusals[0]
         raise AdvisorError(f"{inp.loaded.source}: {f.message}")
-    if overrides:
+    if overrides and inp.launch is None:
         from advisor.config.overrides import apply_overrides, check_overrides
         check_overrides(inp.loaded, overrides)  # a value a file would be reported for: exit 2 naming the --set
         inp.loaded = dataclasses.replace(inp.loaded, data=apply_overrides(inp.loaded.data, overrides))
     return inp
 
 
-def _read_input(source, trainer_args, world_size, hidden_size, inventory) -> ConfigInput:
+def _read_input(source, trainer_args, world_size, hidden_size, inventory, overrides=()) -> ConfigInput:
     is_file = source != "-" and os.path.isfile(source)
     yaml_file = is_file and source.lower().endswith(YAML_SUFFIXES)
     if yaml_file:
@@ -99,17 +101,17 @@ def _read_input(source, trainer_args, world_size, hidden_size, inventory) -> Con
         except ConfigLoadError:
             data = None  # not YAML accelerate reads; DeepSpeed's own reading decides below
         if _is_accelerate(data):
-            return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory)
+            return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory, overrides)
     # DeepSpeed reads any file as JSON/HJSON whatever its suffix (a GPT-NeoX .yml config is one).
     loaded = load_config(source)
     if _is_accelerate(loaded.data):
-        inp = _accelerate(loaded.source, loaded.text, trainer_args, world_size, hidden_size, inventory)
+        inp = _accelerate(loaded.source, loaded.text, trainer_args, world_size, hidden_size, inventory, overrides)
         inp.file_positions, inp.file_text = loaded.positions, loaded.text
         return inp
     return ConfigInput(loaded=loaded)
 
 
-def _accelerate(source, text, trainer_args, world_size, hidden_size, inventory) -> ConfigInput:
+def _accelerate(source, text, trainer_args, world_size, hidden_size, inventory, overrides=()) -> ConfigInput:
     from advisor.config import hf
 
     try:
@@ -122,7 +124,8 @@ def _accelerate(source, text, trainer_args, world_size, hidden_size, inventory) 
     args = trainer_args if isinstance(trainer_args, hf.TrainerArgs) else hf.TrainerArgs.from_mapping(trainer_args or {})
     h, meta = hf._hidden_from_inventory(inventory)
     res = hf.resolve_accelerate(launch, args, hidden_size=hidden_size if hidden_size is not None else h,
-                                model_config=meta if h is not None else None, world_size=world_size)
+                                model_config=meta if h is not None else None, world_size=world_size,
+                                overrides=overrides)
     loaded = LoadedConfig(source=source, data=res.config, positions={}, text="")
     return ConfigInput(loaded=loaded, launch=launch, resolution=res)
 

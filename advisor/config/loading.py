@@ -29,7 +29,7 @@ import re
 import hjson
 from hjson.decoder import HjsonDecodeError, HjsonDecoder, JSONObject, make_scanner
 
-from advisor.errors import ConfigLoadError
+from advisor.errors import ConfigLoadError, NotAnObjectError
 from advisor.findings import escape_token
 
 from advisor.config.validation import type_name
@@ -168,7 +168,7 @@ def parse_text(text: str, source: str) -> LoadedConfig:
     except (ValueError, TypeError, OverflowError) as e:  # hjson number conversion edge cases
         raise _non_finite_error(text, source) or ConfigLoadError(source, f"not valid JSON/HJSON: {e}")
     if not isinstance(data, dict):
-        raise ConfigLoadError(source, f"top level is {type_name(data)}, expected a JSON object")
+        raise NotAnObjectError(source, f"top level is {type_name(data)}, expected a JSON object")
 
     lines = LineIndex(text)
     positions: dict[str, tuple[int, int]] = {"": (1, 1)}
