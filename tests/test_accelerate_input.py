@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from tests.conftest import CASES, run_cli, run_json
 
@@ -293,3 +294,29 @@ def test_folder_lint_skips_json_that_is_not_an_object(tmp_path):
     by = {f["file"].rsplit("/", 1)[-1]: f for f in out["files"]}
     assert rc == 0 and by["list.json"]["skipped"] and by["str.json"]["skipped"], out
     assert run_cli(["lint", str(tmp_path / "list.json")]).returncode == 2
+
+
+def test_storage_line_never_writes_more_per_day_than_the_drive_can(tmp_path):
+    """A step time shorter than the tier needs to move one step's NVMe traffic (case C10: ~1.07e11 B
+    written per step) would print writes per day above the drive's bandwidth x 86,400 s. The Storage
+    figures are then at the step time the traffic implies (writes at the preset's write bandwidth +
+    reads at its read bandwidth) and the line says why; a long step is computed as given."""
+    presets = json.loads((Path(__file__).resolve().parents[1] / "advisor" / "data" / "hardware_presets.json").read_text())
+    c10 = CASES / "C10-nvme-writes-per-step"
+    for st in (1e-9, 1e-3):
+        rc, out = run_json(["estimate", "config.json", "--params", "6700000000", "--world-size", "1", "--step-time",
+                            str(st), "--hardware", "dgx-h100", "--format", "json"], cwd=c10)
+        (ln,) = [x for x in out["movement"]["endurance"] if x["write_bytes_per_step"]]
+        tier = next(t for t in presets["systems"]["dgx-h100"]["storage"] if t["name"] == ln["tier"])
+        implied = ln["write_bytes_per_step"] / tier["write_bytes_per_s"] + ln["read_bytes_per_step"] / tier["read_bytes_per_s"]
+        assert ln["requested_step_time_s"] == st and abs(ln["step_time_s"] - implied) < 1e-9 * implied, ln
+        assert ln["write_bytes_per_day"] <= tier["write_bytes_per_s"] * 86400, ln
+        assert abs(ln["write_bytes_per_day"] - ln["write_bytes_per_step"] * 86400 / implied) < 1e-6 * ln["write_bytes_per_day"]
+    text = run_cli(["estimate", "config.json", "--params", "6700000000", "--world-size", "1", "--step-time", "1e-9",
+                    "--hardware", "dgx-h100"], cwd=c10).stdout
+    line = " ".join(text.split("\nStorage", 1)[1].split("\n")[:5]).replace("  ", " ")
+    assert "step time its NVMe traffic implies" in " ".join(line.split()) and "1e-09 s" in line, line
+    _, out = run_json(["estimate", "config.json", "--params", "6700000000", "--world-size", "1", "--step-time", "1e6",
+                       "--hardware", "dgx-h100", "--format", "json"], cwd=c10)
+    (ln,) = [x for x in out["movement"]["endurance"] if x["write_bytes_per_step"]]
+    assert ln["requested_step_time_s"] is None and ln["step_time_s"] == 1e6

@@ -631,6 +631,16 @@ def endurance(bytes_written_per_step: float, step_time_s: float, rated_write_byt
     return spd, per_day, (rated_write_bytes / per_day) if per_day > 0 else math.inf
 
 
+def implied_step_time(line: Any) -> float | None:
+    """Seconds per step the tier's NVMe traffic alone takes on one node: its writes at the drive's
+    write bandwidth plus its reads at its read bandwidth (one drive serves both;
+    ``EnduranceLine.write/read_seconds_per_step``), or None without the bandwidths."""
+    w, r = line.write_seconds_per_step, line.read_seconds_per_step
+    if w is None and r is None:
+        return None
+    return (w or 0.0) + (r or 0.0)
+
+
 @dataclass
 class EnduranceLine:
     """Write volume and endurance of one storage tier on one node (bytes; days).
@@ -657,6 +667,10 @@ class EnduranceLine:
     read_seconds_per_step: float | None = None
     #: write-active state classes written per step (not frozen parameters)
     write_classes: list[str] = field(default_factory=list)
+    #: the step time asked for (--step-time or the model's) when it is shorter than the tier
+    #: needs to move one step's NVMe traffic: the per-day figures are then at ``step_time_s``,
+    #: the step time that traffic implies (:func:`implied_step_time`), not at this one
+    requested_step_time_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -711,8 +725,14 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
             ln.write_seconds_per_step = ln.write_bytes_per_step / t.write_bytes_per_s
             ln.read_seconds_per_step = ln.read_bytes_per_step / t.read_bytes_per_s
         if step_time_s:
-            spd, per_day, days = endurance(ln.write_bytes_per_step, step_time_s, ln.rated_write_bytes)
-            ln.step_time_s, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = step_time_s, spd, per_day, days
+            st = step_time_s
+            io = implied_step_time(ln)
+            if io is not None and io > st:
+                # the drive cannot move one step's traffic in the step asked for: writes per day at it
+                # would exceed its bandwidth, so the figures are at the step time the traffic implies
+                ln.requested_step_time_s, st = step_time_s, io
+            spd, per_day, days = endurance(ln.write_bytes_per_step, st, ln.rated_write_bytes)
+            ln.step_time_s, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = st, spd, per_day, days
             if ln.capacity_bytes:
                 ln.drive_writes_per_day = per_day / ln.capacity_bytes
             if ln.rated_write_bytes:

@@ -371,7 +371,15 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS) -> list[
         s = f"Storage {name}" + (f" [{ln['access']}]" if ln["access"] else " (no tier in the hardware spec)")
         s += f": {size(ln['write_bytes_per_step'], units)} written per step per node"
         if ln["write_bytes_per_day"] is not None:
-            s += f", {size(ln['write_bytes_per_day'], units, prefix='T')}/day at {ln['step_time_s']:g} s/step"
+            pd = ln["write_bytes_per_day"]
+            s += f", {size(pd, units, prefix='T' if pd >= 1e12 else 'G' if pd >= 1e9 else 'M')}/day at "
+            if ln.get("requested_step_time_s") is not None:
+                s += (f"{ln['step_time_s']:,.1f} s/step, the step time its NVMe traffic implies (a step time of "
+                      f"{ln['requested_step_time_s']:g} s is shorter than the {ln['write_seconds_per_step'] or 0:,.1f} s "
+                      f"writing + {ln['read_seconds_per_step'] or 0:,.1f} s reading one step takes at the tier's rated "
+                      "bandwidths)")
+            else:
+                s += f"{ln['step_time_s']:g} s/step"
             if ln["endurance_used_per_day"] is not None:
                 s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
             if ln["days_of_life"] is not None:

@@ -93,14 +93,7 @@ def hf_findings(ctx: Any) -> list:
     return findings_for_context(ctx)
 
 
-def implied_step_time(line: Any) -> float | None:
-    """Seconds per step the tier's NVMe traffic alone takes on one node: its writes at the drive's
-    write bandwidth plus its reads at its read bandwidth (one drive serves both;
-    ``EnduranceLine.write/read_seconds_per_step``), or None without the bandwidths."""
-    w, r = line.write_seconds_per_step, line.read_seconds_per_step
-    if w is None and r is None:
-        return None
-    return (w or 0.0) + (r or 0.0)
+from advisor.ledger.movement import implied_step_time  # noqa: E402  (one definition: the Storage line uses it too)
 
 
 def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict, sizes: dict) -> str:
