@@ -494,14 +494,18 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
 
 def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None = None) -> Finding:
     """M100 finding ``f`` with its fix computed (:func:`advisor.views.fixes.fit_candidates`): the
-    single changes that make ``f``'s tier fit when re-estimated (another tier, e.g. the load
-    phase's host memory, has its own finding), fastest first (with a hardware spec;
+    single changes after which the whole plan fits when re-estimated (every tier with a known
+    capacity and the load phase: a change that fits ``f``'s tier by overflowing another is named
+    as such, not offered), fastest first (with a hardware spec;
     else the fewest bytes moved), each with its need, step time and bytes moved per step; the
     first config change's ``--set`` strings in ``data["set"]``, every candidate in
     ``data["candidates"]``. Says when activations are most of an accelerator peak."""
     tier, need = f.data.get("tier"), f.data.get("need") or 0
     mine = [c for c in candidates if tier in c.verdicts]
-    fits = [c for c in mine if c.verdicts[tier] == "fits"]
+    # "fits on its own" is the whole plan's verdict: a change that fits this tier by overflowing
+    # another (the optimizer offloaded onto a host that cannot hold it) is not a way out
+    fits = [c for c in mine if c.verdicts[tier] == "fits" and c.verdict == "fits"]
+    elsewhere = [c for c in mine if c.verdicts[tier] in ("fits", "tight") and c.verdict == "does not fit"]
     why = ""
     sizes = dict(f.sizes)  # the fix is a sized template too: its bytes print in the report's --units
 
@@ -524,20 +528,24 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     if fits:
         order = "fastest modelled step first" if any(c.step_time_s is not None for c in fits) else \
             "fewest bytes moved first; give --hardware for step times"
-        tight = [c for c in mine if c.verdicts[tier] == "tight"]
+        tight = [c for c in mine if c.verdict == "tight" and c not in elsewhere]
         fix = (why + f"re-estimated, each of these fits on its own ({order}): "
                + "; ".join(cost(c) for c in fits[:4]) + ("" if len(fits) <= 4 else f"; {len(fits) - 4} more in data")
                + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102): "
                   + "; ".join(cost(c) for c in tight[:2])))
     else:
-        tight = [c for c in mine if c.verdicts[tier] == "tight"]
-        tried = literal(", ".join(c.change for c in mine if c.verdicts[tier] != "tight") or "no other single change applies")
+        tight = [c for c in mine if c.verdict == "tight" and c not in elsewhere]
+        tried = literal(", ".join(c.change for c in mine if c not in tight) or "no other single change applies")
         fix = why + ("re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
                      "with --runtime-overhead): " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
                      f"fits (tried: {tried})" if tight else
                      f"no single change fits when re-estimated (tried: {tried})")
         fix += ("; `ds-advisor generate` searches combinations of stage, offload, micro-batch and checkpointing"
                 + ("" if tier != "host" else ", or add host memory"))
+    if elsewhere:
+        fix += ". Fit the " + literal(tier) + " but overflow another tier: " + "; ".join(
+            literal(f"{c.change} (" + ", ".join(t for t, v in c.verdicts.items() if v == "does not fit") + " then short)")
+            for c in elsewhere[:3])
     data = dict(f.data, candidates=[c.to_dict() for c in mine])
     first_set = next((c.set for c in fits if c.set), None)
     if first_set:

@@ -7,7 +7,9 @@ Candidates, one change each (``ds-advisor generate`` searches combinations):
 * accelerator short: offload only the optimizer to host (ZeRO-1/2/3; ZeRO-2 from stage 0, where
   DeepSpeed has no optimizer offload), the optimizer to NVMe (ZeRO-3, where the config names an
   ``nvme_path``), each higher ZeRO stage (never from stage 3), the parameters to host (ZeRO-3),
-  half the micro-batch with twice the gradient accumulation (the global batch kept), activation
+  half the micro-batch with twice the gradient accumulation (the global batch kept; under the HF
+  Trainer, where the config leaves them "auto", as its --per-device-train-batch-size and
+  --gradient-accumulation-steps arguments), activation
   checkpointing of every layer (when activations are estimated and none are checkpointed), and
   another node's worth of data-parallel ranks (``--world-size``; not at ZeRO-0, where sharding
   nothing changes nothing);
@@ -91,7 +93,7 @@ def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]
         if st == 3 and op == "none":
             out.append(("offload the parameters to host", ["zero_optimization.offload_param.device=cpu"]))
         mb = ec.train_micro_batch_size_per_gpu
-        if isinstance(mb, int) and mb > 1 and plan.hf is None:
+        if isinstance(mb, int) and mb > 1:
             from advisor.config.effective import derive_batch
             ga = derive_batch(ec, plan.cluster.dp_world_size)[2] or 1
             out.append((f"micro-batch {mb // 2} with gradient accumulation {ga * 2} (the same global batch)"
@@ -108,6 +110,28 @@ def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]
                 out.append(("the parameters to NVMe", ["zero_optimization.offload_param.device=nvme",
                                                        f"zero_optimization.offload_param.nvme_path={nvme_path}"]))
     return out
+
+
+#: Batch keys the HF Trainer fills from its arguments when the config says "auto"
+#: (transformers integrations/deepspeed.py trainer_config_process: fill_match).
+_TRAINER_BATCH = {"train_micro_batch_size_per_gpu": "--per-device-train-batch-size",
+                  "gradient_accumulation_steps": "--gradient-accumulation-steps"}
+
+
+def _trainer_flags(plan: "Plan", sets: list[str]) -> tuple[list[str], list[str]]:
+    """(--set strings, flags) a user types for ``sets`` (applied to the config DeepSpeed receives):
+    under the HF Trainer a batch key the written config leaves "auto" comes from a Trainer argument,
+    so it is that flag, not a --set (an explicit value would disagree with the Trainer's: H001)."""
+    if plan.hf is None or plan.loaded is None or not isinstance(plan.loaded.data, dict):
+        return list(sets), []
+    shown, flags = [], []
+    for x in sets:
+        key, _, value = x.partition("=")
+        if key in _TRAINER_BATCH and plan.loaded.data.get(key, "auto") == "auto":
+            flags.append(f"{_TRAINER_BATCH[key]} {value}")
+        else:
+            shown.append(x)
+    return shown, flags
 
 
 def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool) -> list[tuple[str, list[str], Any, Any]]:
@@ -163,19 +187,30 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             # a fresh workload: activations_for fills in its micro-batch (from the config when not given)
             mb = ec.train_micro_batch_size_per_gpu if any(x.startswith("train_micro_batch_size_per_gpu=")
                                                           for x in sets) else plan.workload.micro_batch
-            trials.append((FitCandidate(words, set=sets),
+            shown, flags = _trainer_flags(plan, sets)
+            trials.append((FitCandidate(words, set=shown, flags=flags),
                            replace(plan, config=ec, written=None, derived={},
                                    workload=replace(plan.workload, micro_batch=mb))))
     for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations):
-        ec, sets = plan.config, []
+        ec, sets, shown = plan.config, [], []
         tb, mb, _, err = derive_batch(ec, cl.dp_world_size)
-        if err is not None and base is not None and tb and mb and tb % (mb * cl.dp_world_size) == 0:
+        written_tb = plan.loaded.data.get("train_batch_size", "auto") if plan.loaded is not None and \
+            isinstance(plan.loaded.data, dict) else None
+        if err is not None and base is not None and plan.hf is not None and written_tb == "auto" and mb:
+            # the HF Trainer fills train_batch_size = micro x accumulation x world size again at the
+            # new world size (trainer_config_process): nothing for the user to set
+            ga = derive_batch(plan.config, plan.cluster.dp_world_size)[2] or 1
+            sets = [f"train_batch_size={mb * ga * cl.dp_world_size}"]
+            ec = effective_config(apply_overrides(base, sets))
+        elif err is not None and base is not None and tb and mb and tb % (mb * cl.dp_world_size) == 0:
             # more ranks with train_batch_size fixed: DeepSpeed needs the accumulation that keeps it
             sets = [f"gradient_accumulation_steps={tb // (mb * cl.dp_world_size)}"]
             ec = effective_config(apply_overrides(base, sets))
+            shown, more = _trainer_flags(plan, sets)
+            flags = flags + more
         if refused(ec, cl):
             continue
-        trials.append((FitCandidate(words, set=sets, flags=flags),
+        trials.append((FitCandidate(words, set=shown, flags=flags),
                        replace(plan, config=ec, written=None if sets else plan.written, cluster=cl,
                                workload=replace(wl), derived={})))
     out = []
