@@ -7,7 +7,10 @@ following accelerate 1.15.0 ``commands/launch.py`` ``_validate_launch_command``)
   the launch only for LOCAL_MACHINE (e.g. AMAZON_SAGEMAKER launches differently); the values are
   read as if it were local;
 * no ``num_processes``: ``accelerate launch`` then takes ``--num_processes`` from its command
-  line; the estimate assumes world size 1 unless ``--world-size`` is given.
+  line; the estimate assumes world size 1 unless ``--world-size`` is given;
+* ``num_processes`` not a multiple of ``num_machines`` (a warning): ``accelerate launch`` starts
+  ``num_processes // num_machines`` per machine (``utils/launch.py`` nproc_per_node / --num_gpus),
+  so the world size is that times ``num_machines``, not ``num_processes``.
 
 Anti-pattern::
 
