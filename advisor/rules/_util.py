@@ -93,7 +93,11 @@ def hf_findings(ctx: Any) -> list:
     return findings_for_context(ctx)
 
 
-from advisor.ledger.movement import implied_step_time  # noqa: E402  (one definition: the Storage line uses it too)
+def implied_step_time(line: Any) -> float | None:
+    """:func:`advisor.ledger.movement.implied_step_time` (one definition; imported lazily: lint
+    without a model loads no ledger)."""
+    from advisor.ledger.movement import implied_step_time as implied
+    return implied(line)
 
 
 def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict, sizes: dict) -> str:
