@@ -492,11 +492,13 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
     return out
 
 
-def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None = None) -> Finding:
+def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None = None,
+                 before: dict[str, str] | None = None) -> Finding:
     """M100 finding ``f`` with its fix computed (:func:`advisor.views.fixes.fit_candidates`): the
-    single changes after which the whole plan fits when re-estimated (every tier with a known
-    capacity and the load phase: a change that fits ``f``'s tier by overflowing another is named
-    as such, not offered), fastest first (with a hardware spec;
+    single changes that make ``f``'s tier fit without overflowing another tier that fit before
+    (``before``: tier -> the plan's verdict; a tier already short has its own finding), judged on
+    the whole re-estimated plan: a change that fits ``f``'s tier by overflowing another is named
+    as such, not offered; fastest first (with a hardware spec;
     else the fewest bytes moved), each with its need, step time and bytes moved per step; the
     first config change's ``--set`` strings in ``data["set"]``, every candidate in
     ``data["candidates"]``. Says when activations are most of an accelerator peak."""
@@ -504,8 +506,14 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     mine = [c for c in candidates if tier in c.verdicts]
     # "fits on its own" is the whole plan's verdict: a change that fits this tier by overflowing
     # another (the optimizer offloaded onto a host that cannot hold it) is not a way out
-    fits = [c for c in mine if c.verdicts[tier] == "fits" and c.verdict == "fits"]
-    elsewhere = [c for c in mine if c.verdicts[tier] in ("fits", "tight") and c.verdict == "does not fit"]
+    before = before or {}
+
+    def breaks(c) -> bool:  # another tier that was not short before is short after the change
+        return any(t != tier and v == "does not fit" and before.get(t, "unknown") != "does not fit"
+                   for t, v in c.verdicts.items())
+
+    fits = [c for c in mine if c.verdicts[tier] == "fits" and not breaks(c)]
+    elsewhere = [c for c in mine if c.verdicts[tier] in ("fits", "tight") and breaks(c)]
     why = ""
     sizes = dict(f.sizes)  # the fix is a sized template too: its bytes print in the report's --units
 
@@ -528,13 +536,13 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     if fits:
         order = "fastest modelled step first" if any(c.step_time_s is not None for c in fits) else \
             "fewest bytes moved first; give --hardware for step times"
-        tight = [c for c in mine if c.verdict == "tight" and c not in elsewhere]
+        tight = [c for c in mine if c.verdicts[tier] == "tight" and c not in elsewhere]
         fix = (why + f"re-estimated, each of these fits on its own ({order}): "
                + "; ".join(cost(c) for c in fits[:4]) + ("" if len(fits) <= 4 else f"; {len(fits) - 4} more in data")
                + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102): "
                   + "; ".join(cost(c) for c in tight[:2])))
     else:
-        tight = [c for c in mine if c.verdict == "tight" and c not in elsewhere]
+        tight = [c for c in mine if c.verdicts[tier] == "tight" and c not in elsewhere]
         tried = literal(", ".join(c.change for c in mine if c not in tight) or "no other single change applies")
         fix = why + ("re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
                      "with --runtime-overhead): " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
@@ -760,7 +768,8 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         from advisor.views.fixes import fit_candidates
         cands = fit_candidates(plan, capacity or Capacity(), overhead, pf.load, short, fit=plan_fit,
                                has_activations=pf.activations is not None, hardware=hardware, hf=hf)
-        pf.findings = [computed_fix(f, cands, pf.activations) if f.code == "M100" and f.data.get("tier") in short
+        before = {r.tier: r.verdict for r in pf.rows}
+        pf.findings = [computed_fix(f, cands, pf.activations, before) if f.code == "M100" and f.data.get("tier") in short
                        else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
     fit_found = [f.located(positions, source) for f in pf.findings]
