@@ -189,11 +189,26 @@ def test_formula_matches_trace(family, attention, dropout):
     assert _close(est.peak_accelerator + tr.layers_total * cpu_copy, tr.peak, 0.02), (est.peak_accelerator, tr.peak)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "mixtral", "qwen3"])
+#: Families transformers builds with eager attention only (BLOOM's ALiBi, Gemma 2's soft-capping).
+EAGER_ONLY = ("bloom", "gemma2")
+
+
+@pytest.mark.parametrize("family", FORMULA_FAMILIES)
 def test_formula_matches_trace_with_full_checkpointing(family):
     tr, est, _ = _compare(family, "sdpa", "full", 0.0)
     assert tr.per_layer[-1] == 2 * S * B * 64  # the kept layer input
     assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
+    if family not in EAGER_ONLY:  # the backward peak of eager recompute: the xfail below
+        assert _close(est.peak_accelerator, tr.peak, 0.02), (est.peak_accelerator, tr.peak)
+
+
+@pytest.mark.xfail(strict=True, reason="known formula gap: under full checkpointing with eager attention the backward "
+                   "peak is the recompute of one layer, which the formula takes as the saved tensors plus one whole "
+                   "layer; the trace shows the loss head already freed and the attention backward's s^2 gradients on "
+                   "top (Llama eager +11%, Gemma 2 +23%, BLOOM -6% at s 128)")
+@pytest.mark.parametrize("family", EAGER_ONLY)
+def test_formula_backward_peak_of_eager_recompute(family):
+    tr, est, _ = _compare(family, "eager", "full", 0.0)
     assert _close(est.peak_accelerator, tr.peak, 0.02), (est.peak_accelerator, tr.peak)
 
 
@@ -222,6 +237,62 @@ def test_formula_matches_trace_with_selective_and_k_of_l(family, attention, chec
         assert tr.per_layer[1] == 2 * S * B * 64  # a checkpointed layer keeps its bf16 input
     assert _close(est.saved_accelerator + extra, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
     assert _close(est.peak_accelerator + extra, tr.peak, 0.015), (est.peak_accelerator, tr.peak)
+
+
+@pytest.mark.parametrize("family,checkpointing", [("llama", "full"), ("llama", "2"), ("gpt2", "full"),
+                                                   ("mixtral", "2")])
+def test_traced_estimate_honours_full_and_k_of_l(family, checkpointing):
+    """estimate --activations trace at --checkpointing full / K (advisor.engine.traced): the
+    estimate is labelled with the recompute it traced, and its figures are the formula's for
+    the same setting (4 layers, flash/sdpa, no dropout; bounds as test_formula_matches_trace):
+    a layer without recompute (to the byte for dense layers; for full from the trace without
+    recompute), what is saved, the peak, and the peak without recompute that the saving is
+    reported against."""
+    import types
+
+    pytest.importorskip("transformers")
+    from advisor.engine.traced import traced_estimate
+    from advisor.model.specs import expand, spec_from_hf_config
+
+    cfg = with_layers(dict(SMALL[family], **{k: 0.0 for k in DROPOUT_KEYS}), 4)
+    meta = expand(spec_from_hf_config(cfg, source=family)).meta
+    x = ActivationInputs(S, B, 2, checkpointing, "flash", dropout_mask_bytes=2, norm_stat_bytes=2)
+    te, note = traced_estimate(types.SimpleNamespace(hf_config=cfg), x, meta)
+    fe = estimate_activations(meta, x)
+    k = 4 if checkpointing == "full" else 2
+    assert (te.recompute, te.checkpointed_layers) == (fe.recompute, fe.checkpointed_layers) == (
+        "full" if checkpointing == "full" else "layers", k)
+    assert "gradient checkpointing on " + ("every layer" if k == 4 else "the first 2 layers") in note
+    assert _close(te.per_layer, fe.per_layer, 0.006 if meta.get("num_experts") else 0), (te.per_layer, fe.per_layer)
+    assert _close(te.saved_accelerator, fe.saved_accelerator, 0.015), (te.saved_accelerator, fe.saved_accelerator)
+    assert _close(te.peak_accelerator, fe.peak_accelerator, 0.015), (te.peak_accelerator, fe.peak_accelerator)
+    assert _close(te.peak_without_recompute, fe.peak_without_recompute, 0.015)
+    assert te.peak_without_recompute > te.peak_accelerator
+    assert te.recompute_flops_fraction == fe.recompute_flops_fraction > 0
+
+
+def test_traced_estimate_moves_checkpoints_to_host_with_cpu_checkpointing():
+    """DeepSpeed's cpu_checkpointing on the traced checkpoints (checkpointing.py:
+    _get_cpu_offload_engine, keep_last_count=1): of k kept layer inputs (bf16, 2 s b h each) k - 1
+    go to host and the accelerator keeps two (the newest, and the last copied out, in the forward
+    stash); PCIe k - 1 inputs out, k - 2 back. 4 layers, k = 3 and full, by hand."""
+    import types
+
+    pytest.importorskip("transformers")
+    from advisor.engine.traced import traced_estimate
+    from advisor.model.specs import expand, spec_from_hf_config
+
+    cfg = with_layers(SMALL["llama"], 4)
+    meta = expand(spec_from_hf_config(cfg, source="llama")).meta
+    inp = 2 * S * B * 64
+    for ck, k in (("3", 3), ("full", 4)):
+        plain, _ = traced_estimate(types.SimpleNamespace(hf_config=cfg), ActivationInputs(S, B, 2, ck), meta)
+        off, _ = traced_estimate(types.SimpleNamespace(hf_config=cfg),
+                                 ActivationInputs(S, B, 2, ck, cpu_checkpointing=True), meta)
+        assert off.saved_host == (k - 1) * inp
+        assert plain.saved_accelerator - off.saved_accelerator == (k - 2) * inp
+        assert (off.host_offload_bytes, off.host_restore_bytes) == ((k - 1) * inp, (k - 2) * inp)
+        assert off.host_offload_overlapped
 
 
 def test_bloom_selective_is_refused_by_the_trace():

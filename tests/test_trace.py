@@ -6,7 +6,14 @@ counted with ``torch.autograd.graph.saved_tensors_hooks``: distinct storages cou
 parameters, buffers and the integer input ids excluded. Alive at the end of forward, besides the saved
 tensors, are only the returned logits and the loss scalar; so the trace's ``end_of_forward``
 must equal saved + logits + loss, to the byte. A middle layer's bytes must equal the tensors
-first saved inside it (with three layers, layer 1 has a layer on each side)."""
+first saved inside it (with three layers, layer 1 has a layer on each side).
+
+With activation checkpointing (transformers' own ``gradient_checkpointing_enable``,
+non-reentrant ``torch.utils.checkpoint``) the outer hooks see what the checkpoints save: each
+checkpointed layer's positional input (``_NoopSaveInputs``) and every op outside the
+checkpointed layers; the tensors a checkpoint's recompute closure holds (the keyword arguments
+transformers binds with ``functools.partial``: the rotary cos/sin, eager's attention mask) are
+read from the real call, distinct storages counted once with the rest."""
 
 from __future__ import annotations
 
@@ -20,8 +27,10 @@ from hf_small import SMALL, with_layers  # noqa: E402
 from advisor.engine.trace import TraceUnavailable, build_config, trace_activations  # noqa: E402
 
 
-def autograd_saved(cfg_dict: dict, seq: int, batch: int, attention: str, dropout: float) -> dict:
-    """Run the real model once (bf16, CPU, train mode) and count saved tensors by storage."""
+def autograd_saved(cfg_dict: dict, seq: int, batch: int, attention: str, dropout: float,
+                   checkpointing: str | int = "none") -> dict:
+    """Run the real model once (bf16, CPU, train mode) and count saved tensors by storage;
+    ``checkpointing``: "full" or the first k layers, through transformers' gradient checkpointing."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
@@ -30,6 +39,22 @@ def autograd_saved(cfg_dict: dict, seq: int, batch: int, attention: str, dropout
         getattr(cfg, k, None) for k in ("num_local_experts", "num_experts", "n_routed_experts")) else {}
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attention, **kw).train()
     blocks = [m for m in model.modules() if type(m).__name__ in set(model._no_split_modules)]
+    held: list = []  # tensors each checkpoint's recompute closure holds
+    if checkpointing != "none":
+        on = getattr(model, "activation_checkpointing_enable", None)  # transformers 5.x; 4.x: gradient_...
+        if on is not None:
+            on(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        for i, blk in enumerate(blocks):
+            blk.gradient_checkpointing = checkpointing == "full" or i < checkpointing
+
+            def record(fn, *args, inner=blk._gradient_checkpointing_func, **kw):
+                for v in (*args, *fn.keywords.values()):
+                    held.extend(t for t in (v if isinstance(v, tuple) else (v,)) if isinstance(t, torch.Tensor))
+                return inner(fn, *args, **kw)
+
+            blk._gradient_checkpointing_func = record
     where = ["outside"]
     for i, blk in enumerate(blocks):
         blk.register_forward_pre_hook(lambda m, a, i=i: where.__setitem__(0, i))
@@ -47,6 +72,10 @@ def autograd_saved(cfg_dict: dict, seq: int, batch: int, attention: str, dropout
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(input_ids=ids, labels=ids, use_cache=False)
+    for t in held:  # after the saved tensors: a storage both saved and held counts once, as saved
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip and st.data_ptr() not in seen:
+            seen[st.data_ptr()] = ("held", st.nbytes())
     per_block: dict = {}
     for w, n in seen.values():
         per_block[w] = per_block.get(w, 0) + n
@@ -65,6 +94,23 @@ def test_trace_equals_autograd_saved_tensors(family, attention, dropout):
     assert not tr.extrapolated and tr.layers_traced == 3
     assert tr.end_of_forward == real["saved"] + real["logits"] + real["loss"], (tr, real)
     assert tr.per_layer[1] == real["per_block"][1], (tr.per_layer, real["per_block"])
+
+
+@pytest.mark.parametrize("family,attention,dropout,checkpointing", [
+    ("llama", "sdpa", 0.0, "full"), ("llama", "eager", 0.0, 2), ("gpt2", "eager", 0.1, 2), ("mixtral", "sdpa", 0.0, "full"),
+])
+def test_checkpointed_trace_equals_autograd_saved_tensors(family, attention, dropout, checkpointing):
+    """Full and k-of-L checkpointing (3 layers; k = 2: layers 0 and 1 checkpointed, layer 2
+    not): the trace's end of forward is what the real run's checkpoints and ops keep, to the
+    byte; a checkpointed layer's bytes are its bf16 input (2 s b h), the one its checkpoint saves."""
+    cfg = with_layers(SMALL[family], 3)
+    real = autograd_saved(cfg, 64, 2, attention, dropout, checkpointing)
+    tr = trace_activations(cfg, 64, 2, attention=attention, dropout=dropout, checkpointing=checkpointing)
+    assert not tr.extrapolated
+    assert tr.end_of_forward == real["saved"] + real["logits"] + real["loss"], (tr, real)
+    assert tr.per_layer[1] == real["per_block"][1] == 2 * 64 * 2 * 64, (tr.per_layer, real["per_block"])
+    if checkpointing == 2:  # the un-checkpointed last layer keeps everything, as without checkpointing
+        assert tr.per_layer[2] > 4 * tr.per_layer[1]
 
 
 def test_dropout_masks_are_saved():
@@ -175,3 +221,22 @@ def test_a_model_type_without_builtin_architecture_is_built_by_transformers(tmp_
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["ranks"][0]["activations"]["saved_accelerator"] > 0
+
+
+def test_estimate_text_names_the_traced_checkpointing(tmp_path, cli):
+    """estimate --activations trace --checkpointing 2: the activations line names the k of L
+    layers the trace checkpointed (it said "no checkpointing"), and the memory recompute saves
+    against the trace without it is not negative."""
+    import json
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(with_layers(SMALL["llama"], 3)))
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}}))
+    p = cli(["estimate", str(ds), "--model", str(cfg), "--seq-len", "64", "--activations", "trace",
+             "--checkpointing", "2", "--units", "gb"])
+    assert p.returncode in (0, 1), p.stderr
+    out = " ".join(p.stdout.split())
+    assert "2 of the 3 layers checkpointed" in out and "no checkpointing" not in out
+    assert "gradient checkpointing on the first 2 layers" in out
+    assert "recomputation saves " in out and "recomputation saves -" not in out

@@ -101,6 +101,14 @@ class TraceResult:
     #: backward_peak minus the activations alive at the end of forward.
     backward_extra: int
     seconds: float
+    #: The largest backward instant inside a decoder layer (its recompute under checkpointing,
+    #: its activation gradients) minus end_of_forward; negative when the layers freed after
+    #: the loss outweigh it. Measured on the traced layers (as backward_extra).
+    layer_backward_extra: int = 0
+    #: The largest backward instant outside the decoder layers (the loss, the lm_head, the
+    #: embedding) minus end_of_forward. max(layer_backward_extra, outside_backward_extra) is
+    #: backward_extra.
+    outside_backward_extra: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -162,6 +170,17 @@ def build_config(hf_config: dict[str, Any], layers: int | None = None, dropout: 
                 setattr(cfg, k, float(dropout))
     cfg.use_cache = False
     return cfg
+
+
+def _checkpointing_enable(model) -> None:
+    """transformers' own activation checkpointing on every decoder layer, non-reentrant
+    ``torch.utils.checkpoint`` (``activation_checkpointing_enable``; before transformers 5.x
+    ``gradient_checkpointing_enable``, which 5.x keeps with a FutureWarning)."""
+    on = getattr(model, "activation_checkpointing_enable", None)
+    if on is not None:
+        on(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # pragma: no cover - transformers 4.x
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _decoder_layers(model) -> list:
@@ -257,8 +276,10 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
     ``attention``: ``sdpa`` (``flash`` is taken as sdpa: the fused kernel, no s^2 scores) or
     ``eager``. ``checkpointing``: ``none``, ``full`` (every layer, transformers' gradient
     checkpointing = ``torch.utils.checkpoint``, non-reentrant), an int k (the first k layers,
-    Megatron's ``block`` method; needs k <= max_layers or k == all layers) or ``selective``
-    (attention core only). ``dropout``: None keeps the config's probabilities; a number sets
+    Megatron's ``block`` method, through transformers' per-layer ``gradient_checkpointing``
+    flag; of the traced layers the first min(k, max_layers - 1) are checkpointed and the last is
+    not, so both kinds are measured, and the totals add k checkpointed and L - k whole layers)
+    or ``selective`` (attention core only). ``dropout``: None keeps the config's probabilities; a number sets
     them all. ``max_layers``: decoder layers actually traced (the rest are extrapolated).
     ``sac``: an :class:`advisor.engine.sac.SACPolicy` (with ``checkpointing="sac"``): every
     layer checkpointed with that op-level selective policy.
@@ -323,7 +344,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
     if sac is not None:
         sac.apply(model)
     elif checkpointing not in ("none", "selective", 0):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _checkpointing_enable(model)
         if isinstance(checkpointing, int):
             # traced: the first j layers checkpointed, the last traced layer not (both kinds measured)
             j = min(checkpointing, n - 1)
@@ -378,6 +399,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         per_layer=per_layer, end_of_forward=res["end_of_forward"] + add, outside_layers=res["outside_layers"],
         loss_spike=res["loss_spike"], backward_peak=res["backward_peak"] + add,
         backward_peak_module=res["peak_module"], backward_extra=res["backward_peak"] - res["end_of_forward"],
+        layer_backward_extra=res["layer_backward_extra"], outside_backward_extra=res["outside_backward_extra"],
         seconds=round(time.perf_counter() - t0, 3), notes=notes)
 
 
@@ -406,23 +428,40 @@ def _read(mt, model, layers, after_last, torch) -> dict[str, Any]:
     marks.append(act(nxt.snapshots[_ModState.PRE_FW][0]) if nxt is not None
                  else act(stats[layers[-1]].snapshots[_ModState.POST_FW][0]) if layers else 0)
     per_layer = [b - a for a, b in zip(marks, marks[1:])]
-    # the global backward peak and the innermost module holding it
+    # the global backward peak and the innermost module holding it; and the largest backward
+    # instant inside a decoder layer (a module of a layer or the layer itself) vs outside them
     best, where = 0, ""
     names = {id(m): n for n, m in model.named_modules()}
+    layer_names = [names.get(id(m), "") for m in layers]
+
+    def layer_of(nm: str) -> int | None:
+        for i, ln in enumerate(layer_names):
+            if ln and (nm == ln or nm.startswith(ln + ".")):
+                return i
+        return None
+
+    in_layer: int | None = None
+    outside: int | None = None
     for mod, st in stats.items():
         for snap in st.snapshots.get(_ModState.PEAK_BW, []):
             v = act(snap, temp=True) - pre_root
             nm = names.get(id(mod), st.mod_fqn)
             if v > best or (v == best and len(nm) > len(where)):
                 best, where = v, nm
-    where_layer = None
-    for i, m in enumerate(layers):
-        nm = names.get(id(m), "")
-        if nm and (where == nm or where.startswith(nm + ".")):
-            where_layer = i
+            if layer_of(nm) is not None:
+                in_layer = v if in_layer is None else max(in_layer, v)
+            elif mod is not model and not any(ln.startswith(nm + ".") for ln in layer_names if nm):
+                # not the root nor a module holding the layers (the decoder stack): their peaks
+                # cover the layers' backward too
+                outside = v if outside is None else max(outside, v)
+    where_layer = layer_of(where) if where else None
+    if outside is None or (in_layer is not None and best > max(in_layer, outside)):
+        outside = best  # the peak fell in no module of its own: at the loss (root level)
     return {"per_layer": per_layer, "end_of_forward": eof, "outside_layers": eof - sum(per_layer),
             "loss_spike": fwd_peak - eof, "backward_peak": best, "peak_module": where or "(the loss)",
-            "peak_module_layer": where_layer}
+            "peak_module_layer": where_layer,
+            "layer_backward_extra": (in_layer if in_layer is not None else 0) - eof,
+            "outside_backward_extra": outside - eof}
 
 
 def _after_last_layer(model, layers):

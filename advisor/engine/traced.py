@@ -17,7 +17,33 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
     ``x``: advisor.model.activations.ActivationInputs. Returns (ActivationEstimate, note): the
     note says what was traced and what was extrapolated. Raises TraceUnavailable (one line)
     without torch/transformers, without a config.json to build from, or with tensor/pipeline/
-    sequence parallelism (the trace measures one whole-model rank)."""
+    sequence parallelism (the trace measures one whole-model rank).
+
+    The trace runs at ``x.checkpointing``: ``full`` and ``K`` (k of L) enable transformers' own
+    activation checkpointing (``activation_checkpointing_enable``, formerly
+    ``gradient_checkpointing_enable``: non-reentrant ``torch.utils.checkpoint`` per decoder
+    layer; for K, the layer flag ``gradient_checkpointing`` left on the first K layers only),
+    ``selective`` wraps transformers' attention function in ``torch.utils.checkpoint``, ``sac``
+    applies torch's op-level policy -- so what autograd and the checkpoints keep is measured, not
+    assumed. The estimate's fields (bytes), as the formula's (:class:`ActivationEstimate`):
+
+    * ``saved_accelerator``: the trace's end of forward (every layer as it ran: a checkpointed
+      layer's bytes are what it leaves alive from its pre-forward to the next layer's, i.e. the
+      hidden state it hands on -- kept as the next checkpoint's input --, the tensors its
+      checkpoint holds beyond that (eager's attention mask, the rotary cos/sin) counted once
+      where they are made, outside the layers), less what ``cpu_checkpointing`` moves to host;
+    * ``per_layer``: one layer's activations without recompute (the last traced layer, not
+      checkpointed for K; for full and selective from a second trace without recompute), so
+      "without recompute each layer would keep" reads the same in both modes; for ``sac`` what
+      a layer keeps under the policy;
+    * ``recompute_layer``: the largest backward instant inside a decoder layer (the recompute of
+      one layer and its activation gradients) on top of the end of forward, net of the later
+      layers already freed (0 without recompute); ``loss_backward_spike`` the largest outside
+      the layers (the loss);
+    * ``peak_without_recompute``: the peak of the trace without recompute (the second trace),
+      so the memory recompute saves is reported beside ``recompute_flops_fraction`` (the
+      formula's FLOPs share, Narayanan et al. 2021; torch's flop counter for ``sac``).
+    """
     from advisor.model.activations import ActivationEstimate, estimate_activations
 
     if getattr(inventory, "hf_config", None) is None:
@@ -32,6 +58,7 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
     dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
     budget = parse_sac(x.checkpointing)
     policy = None
+    k = 0
     if budget is not None:
         policy = sac_policy(inventory.hf_config, x.seq_len, x.micro_batch, budget, dtype=dtype, attention=x.attention)
         mode, ck = "sac", "sac"
@@ -40,17 +67,34 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         ck = k if mode == "layers" else mode
     tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
                            checkpointing=ck, sac=policy)
+    # the same model without recompute: what recompute saves, and a layer's bytes without it
+    base = tr if mode == "none" else trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype,
+                                                       attention=x.attention)
+    if mode == "full":
+        k = tr.layers_total
     saved, host = tr.end_of_forward, 0
     traffic, overlapped = (0, 0), False
-    if mode == "full" and x.cpu_checkpointing and x.deepspeed_checkpointing:
-        # the kept layer inputs go to host memory (the async offload engine keeps the newest:
-        # advisor.model.activations' docstring, DeepSpeed checkpointing.py:_get_cpu_offload_engine)
-        overlapped = x.offload_keeps_newest and not x.partition_activations
-        n = tr.layers_total - (1 if overlapped else 0)
-        host = tr.per_layer[-1] * n
-        # the async engine's forward stash keeps the last input copied out on the accelerator too
-        saved -= tr.per_layer[-1] * (max(0, tr.layers_total - ASYNC_OFFLOAD_ON_ACCELERATOR) if overlapped else n)
-        traffic = cpu_checkpoint_traffic(tr.layers_total, tr.per_layer[-1], overlapped)
+    gathered = 0
+    if mode in ("full", "layers") and x.deepspeed_checkpointing and (
+            x.cpu_checkpointing or (x.contiguous_memory_optimization and x.partition_activations)):
+        # DeepSpeed's activation_checkpointing section on the k kept layer inputs, as the formula
+        # applies it (advisor.model.activations' docstring; one rank, mp_size 1: a partition is
+        # the whole input). inp: a checkpointed layer's kept input, as traced (layer 0 is one)
+        inp = tr.per_layer[0]
+        n_kept = k
+        if x.contiguous_memory_optimization and x.partition_activations:
+            n_kept = x.number_checkpoints or k  # number_checkpoints buffers allocated at once
+            saved += (n_kept - k) * inp
+        if x.cpu_checkpointing:
+            # the async offload engine keeps the newest on the accelerator (and the last copied
+            # out in its forward stash); with partitioning, or on a synchronized device, all go
+            # (DeepSpeed checkpointing.py:_get_cpu_offload_engine)
+            overlapped = x.offload_keeps_newest and not x.partition_activations
+            on_acc = min(n_kept, ASYNC_OFFLOAD_ON_ACCELERATOR) if overlapped else 0
+            host = max(0, n_kept - 1) * inp if overlapped else n_kept * inp
+            saved -= (n_kept - on_acc) * inp
+            traffic = cpu_checkpoint_traffic(k, inp, overlapped)
+            gathered = inp  # brought back to the accelerator before its layer's recompute
     if policy is not None:
         frac = policy.recompute_flops_fraction()
     else:
@@ -60,17 +104,28 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
             frac = 0.0
     import transformers
 
+    if mode == "none":
+        recompute, loss_bw = 0, tr.backward_extra
+    else:
+        recompute = max(0, tr.layer_backward_extra + gathered)
+        loss_bw = max(0, tr.outside_backward_extra)
     est = ActivationEstimate(
-        per_layer=tr.per_layer[-1], layers_on_rank=tr.layers_total, saved_accelerator=saved, saved_host=host,
-        recompute_layer=0, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
-        loss_backward_spike=tr.backward_extra, recompute_flops_fraction=frac,
+        per_layer=tr.per_layer[-1] if mode in ("none", "layers", "sac") else base.per_layer[-1],
+        layers_on_rank=tr.layers_total, saved_accelerator=saved, saved_host=host,
+        recompute_layer=recompute, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
+        loss_backward_spike=loss_bw, recompute_flops_fraction=frac,
         breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers},
-        host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0,
-        **({"recompute": "sac", "checkpointed_layers": tr.layers_total} if policy is not None else {}))
+        recompute=mode, checkpointed_layers=tr.layers_total if mode == "sac" else k,
+        peak_without_recompute=0 if mode == "none" else base.peak,
+        host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0)
     what = f"{tr.layers_traced} of {tr.layers_total} layers, the rest extrapolated" if tr.extrapolated \
         else f"all {tr.layers_total} layers"
+    ckw = {"none": "", "full": "; gradient checkpointing on every layer",
+           "layers": f"; gradient checkpointing on the first {k} layers", "selective": "; the attention core checkpointed",
+           "sac": ""}[mode]
     note = (f"activations: traced on transformers {transformers.__version__}'s {tr.model_type} ({what}; "
-            f"{tr.attention} attention; backward peak at {tr.backward_peak_module}; {tr.seconds:.1f} s)")
+            f"{tr.attention} attention{ckw}; backward peak at {tr.backward_peak_module}; {tr.seconds:.1f} s"
+            + (f", without recompute {base.seconds:.1f} s" if base is not tr else "") + ")")
     if policy is not None:
         from advisor.units import human
 

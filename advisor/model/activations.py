@@ -10,7 +10,9 @@ checked term by term against the trace of transformers' own models
 * Norms (:func:`norm_bytes`): LlamaRMSNorm 4 sbh (fp32 input) + 4 sb (rsqrt) + D sbh
   (normalised); GemmaRMSNorm 8 sbh + 4 sb (fp32 input and fp32 normalised, no 16-bit copy);
   LayerNorm (gpt2, bloom) its input (D sbh) and mean/rstd (fp32 on CUDA: 8 sb). Gemma 2 has
-  four norms per layer; Qwen3 adds a per-head RMSNorm on q and k.
+  four norms per layer; Qwen3 adds a per-head RMSNorm on q and k. BLOOM also normalises the
+  embedding output (``word_embeddings_layernorm``; counted with the loss head, outside the
+  layers) and its checkpointed layers keep the shared ALiBi bias (D b a s) alive.
 * Linear layers save their input (D x input numel); the q/k/v projections share one input.
   Phi-3's fused ``qkv_proj``: v is a view of its output, so all of it stays alive.
 * Attention, SDPA / FlashAttention-style (``attention="flash"``): q and k after RoPE, v, the
@@ -526,6 +528,10 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         loss_saved += D * s * b * V // t
     if float(_m(meta, "embedding_dropout", default=0.0) or 0.0) > 0:  # the embedding dropout's mask
         loss_saved += x.dropout_mask_bytes * s * b * h // rs
+    if meta.get("family") == "bloom":
+        # BloomModel.word_embeddings_layernorm: a LayerNorm on the embedding output saves its
+        # input and mean/rstd (modeling_bloom.py), outside the layers
+        loss_saved += D * s * b * h // rs + 2 * x.norm_stat_bytes * s * b // rs
     loss_spike = 4 * s * b * V // t
     loss_backward_spike = 8 * s * b * V // t
     if not last:  # only the last pipeline stage runs the head and the loss
@@ -586,6 +592,9 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             # 1 x s x s, one tensor shared by all layers): the checkpoint keeps it alive; Gemma 2
             # alternates sliding-window and full layers, two masks
             kept += D * b * s * s * (2 if meta.get("family") == "gemma2" and k >= 2 else 1)
+        if meta.get("family") == "bloom":
+            # and BLOOM its ALiBi bias (b x heads, 1, s), model dtype (modeling_bloom.py build_alibi_tensor)
+            kept += D * b * int(meta["num_heads"]) * s // t
         saved_acc = (all_layers - replaced + kept) * in_flight + loss_saved
         # backward runs from the last layer: the un-checkpointed ones are freed before the first
         # checkpointed layer is recomputed, so only what exceeds them adds to the peak
