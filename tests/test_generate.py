@@ -312,11 +312,60 @@ def test_generate_checkpoints_the_fewest_layers_that_fit():
         for cheaper in (str(k - 1) if k > 1 else "none", "selective"):
             cfg = gen.build_config(c.combo, c.micro, c.ga, 8, cheaper, inv, req, res.nvme_path)
             p = Plan(effective_config(cfg), inv, Cluster(8, 8), Workload(8192, c.micro, cheaper))
+            # selective may fit, but then it recomputes more: L x 4 s h FLOPs per token against
+            # k x (24 h^2 + 4 s h) (Narayanan et al. 2021)
+            if cheaper == "selective" and 32 * 4 * 8192 * 4096 > k * (24 * 4096 ** 2 + 4 * 8192 * 4096):
+                continue
             assert plan_fit(p, cap).verdict != "fits", (c.combo, k, cheaper)
         assert c.accelerator <= hw.accelerator.memory_bytes
     # the same (stage, offload, micro) never appears twice: one recompute setting each
     keys = [(c.combo, c.micro) for c in res.ranked]
     assert len(keys) == len(set(keys))
+
+
+def test_cheapest_recompute_by_hand():
+    """generate's choice among the recompute settings that fit (gen.cheapest_recompute), on a
+    Llama-3-8B-shaped model (h 4096, a 32, L 32) at s 8192, with memory by hand from Korthikanti
+    et al. 2022 (in units of s b h, 16-bit: a layer keeps 34 + 5 a s / h = 354, selective
+    recompute 34, a checkpointed layer its input, 2) and the extra FLOPs per token from Narayanan
+    et al. 2021 (a layer's forward 24 h^2 + 4 s h = 536,870,912; selective recomputes the
+    attention core, 4 s h per layer: 32 x 134,217,728 = 4,294,967,296, as much as 8 layers)."""
+    from types import SimpleNamespace
+
+    h, a, L, s = 4096, 32, 32, 8192
+    layer = 34 + 5 * a * s // h
+    assert layer == 354
+    mem = {"none": L * layer, "selective": L * 34, "full": 2 * L}
+    layer_flops = 24 * h * h + 4 * s * h
+    flops = {"none": 0, "selective": L * 4 * s * h, "full": L * layer_flops}
+    assert flops["selective"] == 4_294_967_296 and layer_flops == 536_870_912
+
+    def search(budget, settings=gen.recompute_settings(L)):
+        tried = []
+
+        def candidate(ck):
+            tried.append(ck)
+            m = mem[ck] if ck in mem else (L - int(ck)) * layer + 2 * int(ck)
+            f = flops[ck] if ck in flops else int(ck) * layer_flops
+            return SimpleNamespace(checkpointing=ck, rejection=None if m <= budget else "over", flops=f)
+
+        c = gen.cheapest_recompute(settings, L, candidate,
+                                   lambda c: SimpleNamespace(recompute_flops_fraction=c.flops / 1e12))
+        return (c.checkpointing if c else None), tried
+
+    assert search(20_000)[0] == "none"  # 32 x 354 = 11,328 fits
+    # budget 10,272 = 11,328 - 3 x 352: k = 3 fits (k = 2: 10,624 does not); selective (1,088)
+    # fits too but recomputes 4.29e9 against 3 x 536,870,912 = 1.61e9: k = 3 is the cheapest
+    choice, tried = search(10_272)
+    assert choice == "3" and "selective" in tried and "full" not in tried  # full costs more than any k
+    # budget 1,100: selective fits (1,088); k needs 30 layers (11,328 - 30 x 352 = 768; 29: 1,120),
+    # 30 x 536,870,912 = 1.61e10 against 4.29e9: selective
+    assert search(1_100)[0] == "selective"
+    # budget 100: selective 1,088 and k = 31 (11,328 - 31 x 352 = 416) do not fit; full (64) does
+    assert search(100) == ("full", ["none", "selective", "16", "24", "28", "30", "31", "full"])
+    assert search(50)[0] is None
+    # the HF Trainer: none or full (gradient_checkpointing on every layer)
+    assert search(10_272, gen.recompute_settings(L, hf=True))[0] == "full"
 
 
 def test_generate_recompute_order_and_hf():

@@ -5,10 +5,10 @@ The search space (``enumerate_combos``): ZeRO stage 0-3 x ``offload_optimizer`` 
 NVMe optimizer swapping only in ZeRO-3: at stages 1/2 DeepSpeed turns ``nvme`` into CPU offload,
 reference section 2.2; nothing write-active goes to a storage tier marked read-oriented) x
 micro-batch b x gradient accumulation GA with ``global = b x GA x DP`` exactly x activation
-checkpointing: per (stage, offload, b) the cheapest recompute setting that fits, in the order of
-their extra FLOPs (:data:`advisor.model.activations.RECOMPUTE_ORDER`): none, selective (attention
-core), the fewest checkpointed layers k of L that fit (binary search: memory falls as k grows),
-full; the HF Trainer (``--hf``) checkpoints every layer or none (``gradient_checkpointing``), so
+checkpointing: per (stage, offload, b) the recompute setting with the least extra FLOPs that fits
+(:func:`cheapest_recompute`): none if it fits, else the cheaper of selective (attention core) and
+the fewest checkpointed layers k of L that fit (binary search: memory falls as k grows), full
+when no k < L fits; the HF Trainer (``--hf``) checkpoints every layer or none (``gradient_checkpointing``), so
 there only none and full. Bucket and prefetch sizes scale with the hidden size h as the Hugging Face
 DeepSpeed integration sets them (``transformers/integrations/deepspeed.py``
 ``trainer_config_finalize``): ``reduce_bucket_size = h^2``, ``stage3_prefetch_bucket_size =
@@ -584,25 +584,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     tried.append(cand)
                     return cand
 
-                chosen = None
-                for ck in recompute_settings(Ls, req.hf):
-                    if ck == "layers":  # the fewest checkpointed layers (of the stage's) that fit
-                        lo, hi, best_k = 1, Ls - 1, None
-                        while lo <= hi:
-                            mid = (lo + hi) // 2
-                            c = candidate(str(mid))
-                            if c.rejection is None:
-                                best_k, hi = c, mid - 1
-                            else:
-                                lo = mid + 1
-                        if best_k is not None:
-                            chosen = best_k
-                            break
-                        continue
-                    c = candidate(ck)
-                    if c.rejection is None:
-                        chosen = c
-                        break
+                chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
+                                            lambda c: fitted[id(c)][1])
                 for c in tried:  # every candidate is counted once: ranked, superseded or rejected
                     if c is chosen:
                         continue
@@ -642,6 +625,54 @@ def recompute_settings(layers: int, hf: bool = False) -> tuple[str, ...]:
     if hf:
         return ("none", "full")
     return tuple(m for m in ("none", "selective", "layers", "full") if m != "layers" or layers >= 2)
+
+
+def cheapest_recompute(settings: tuple[str, ...], layers: int, candidate: Any, activations_of: Any) -> Any:
+    """The recompute setting with the least extra FLOPs among those that fit, or None.
+
+    ``settings``: :func:`recompute_settings`; ``layers``: the largest pipeline stage's layers
+    (K runs 1..layers-1); ``candidate(ck)`` evaluates one setting and returns a Candidate
+    (``rejection`` None when it fits); ``activations_of(c)`` its ActivationEstimate, whose
+    ``recompute_flops_fraction`` (:func:`advisor.model.activations.estimate_activations`:
+    Narayanan et al. 2021, 24 h^2 + 4 s h FLOPs per token and layer, the 4 s h being the
+    attention core) is the cost. ``none`` is tried first and wins when it fits. Otherwise
+    selective (it recomputes the attention core of every layer, L x 4 s h, which at long
+    sequences costs more than a few whole layers) and the fewest layers K that fit (binary
+    search: memory falls and FLOPs grow as K grows, so the smallest K that fits is the cheapest
+    K) are both evaluated, and full only when no K < layers fits (full recomputes more than
+    any K); of those that fit, the least FLOPs wins (a tie: the order of
+    :data:`advisor.model.activations.RECOMPUTE_ORDER`)."""
+    if "none" in settings:
+        c = candidate("none")
+        if c.rejection is None:
+            return c
+    fits = []
+    if "selective" in settings:
+        c = candidate("selective")
+        if c.rejection is None:
+            fits.append(c)
+    best_k = None
+    if "layers" in settings:
+        lo, hi = 1, layers - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            c = candidate(str(mid))
+            if c.rejection is None:
+                best_k, hi = c, mid - 1
+            else:
+                lo = mid + 1
+        if best_k is not None:
+            fits.append(best_k)
+    if "full" in settings and best_k is None:
+        c = candidate("full")
+        if c.rejection is None:
+            fits.append(c)
+
+    def cost(c: Any) -> tuple:
+        a = activations_of(c)
+        return (a.recompute_flops_fraction if a is not None else 0.0, recompute_rank(c.checkpointing))
+
+    return min(fits, key=cost) if fits else None
 
 
 def recompute_rank(checkpointing: str) -> int:
