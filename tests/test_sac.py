@@ -194,6 +194,9 @@ def test_estimate_checkpointing_sac_in_trace_mode(tmp_path, cli):
     notes = json.dumps(js)
     assert "op-level SAC" in notes and "FLOPs" in notes
     assert a["recompute"] == "sac"
+    # the policy is emitted: per traced layer, which ops are kept and which recomputed
+    assert [lp["save"] for lp in a["sac_policy"]["layers"]] == [lp.save for lp in pol.layers]
+    assert a["peak_without_recompute"] == trace_activations(cfg, SEQ, BATCH).peak
     from advisor.render.text import activation_words
 
     assert activation_words(a, a["recompute"]).startswith("op-level selective checkpointing in the 3 layers")

@@ -117,7 +117,8 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers},
         recompute=mode, checkpointed_layers=tr.layers_total if mode == "sac" else k,
         peak_without_recompute=0 if mode == "none" else base.peak,
-        host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0)
+        host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0,
+        sac_policy=policy.to_dict() if policy is not None else None)
     what = f"{tr.layers_traced} of {tr.layers_total} layers, the rest extrapolated" if tr.extrapolated \
         else f"all {tr.layers_total} layers"
     ckw = {"none": "", "full": "; gradient checkpointing on every layer",

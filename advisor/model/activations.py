@@ -273,6 +273,10 @@ class ActivationEstimate:
     host_restore_bytes: int = 0
     #: True when those copies run on DeepSpeed's async offload engine's side stream (overlapped).
     host_offload_overlapped: bool = False
+    #: ``--checkpointing sac``: the op-level policy the trace applied, JSON-ready
+    #: (:meth:`advisor.engine.sac.SACPolicy.to_dict`: per traced layer its aten ops, which are
+    #: saved (1) or recomputed (0), their output bytes and FLOPs); None otherwise.
+    sac_policy: dict[str, Any] | None = None
 
     @property
     def peak_accelerator(self) -> int:

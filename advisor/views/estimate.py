@@ -287,6 +287,7 @@ class EstimateResult:
                         "recompute": r.activations.recompute,
                         "checkpointed_layers": r.activations.checkpointed_layers,
                         "peak_without_recompute": r.activations.peak_without_recompute or None,
+                        **({"sac_policy": r.activations.sac_policy} if r.activations.sac_policy else {}),
                     },
                     "items": [
                         {"tier": e.tier, "class": e.cls, "item": e.item, "bytes": e.bytes, "life": e.life,
