@@ -32,10 +32,9 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
       hidden state it hands on -- kept as the next checkpoint's input --, the tensors its
       checkpoint holds beyond that (eager's attention mask, the rotary cos/sin) counted once
       where they are made, outside the layers), less what ``cpu_checkpointing`` moves to host;
-    * ``per_layer``: one layer's activations without recompute (the last traced layer, not
-      checkpointed for K; for full and selective from a second trace without recompute), so
-      "without recompute each layer would keep" reads the same in both modes; for ``sac`` what
-      a layer keeps under the policy;
+    * ``per_layer``: as the formula's: one layer's activations without recompute (the last
+      traced layer, not checkpointed for K; for full from the trace without recompute); for
+      ``selective`` and ``sac`` what a layer keeps under that recompute;
     * ``recompute_layer``: the largest backward instant inside a decoder layer (the recompute of
       one layer and its activation gradients) on top of the end of forward, net of the later
       layers already freed (0 without recompute); ``loss_backward_spike`` the largest outside
@@ -110,7 +109,7 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         recompute = max(0, tr.layer_backward_extra + gathered)
         loss_bw = max(0, tr.outside_backward_extra)
     est = ActivationEstimate(
-        per_layer=tr.per_layer[-1] if mode in ("none", "layers", "sac") else base.per_layer[-1],
+        per_layer=base.per_layer[-1] if mode == "full" else tr.per_layer[-1],
         layers_on_rank=tr.layers_total, saved_accelerator=saved, saved_host=host,
         recompute_layer=recompute, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
         loss_backward_spike=loss_bw, recompute_flops_fraction=frac,

@@ -234,7 +234,8 @@ class ActivationInputs:
 
 @dataclass
 class ActivationEstimate:
-    """Bytes per rank. ``per_layer`` is one layer's saved activations with no checkpointing."""
+    """Bytes per rank. ``per_layer`` is one layer's saved activations with no checkpointing
+    (``selective``: what a layer keeps under selective recompute; ``sac``: under the policy)."""
 
     per_layer: int
     layers_on_rank: int

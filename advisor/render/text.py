@@ -104,7 +104,8 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
             + " (loss head included)"
             + (f"; backward recomputes one layer at a time (+{size(ac['recompute_layer'], units)})"
                if ac.get("recompute_layer") else "")
-            + f"; without recompute each layer would keep {size(ac['per_layer'], units)}")
+            + (f"; each layer keeps {size(ac['per_layer'], units)}" if mode == "selective"
+               else f"; without recompute each layer would keep {size(ac['per_layer'], units)}"))
 
 
 def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = None,
