@@ -684,6 +684,18 @@ def _release_option(f):
                              "metadata; else 0.19.8). Findings name the release.")(wrapper)
 
 
+def _release_independent(fmt: str, what: str) -> None:
+    """For commands whose output does not depend on the release (explain, models, hardware): name
+    the command's release anyway, with ``what`` (a clause saying what does not depend on it). Text:
+    a last ``release:`` line on stdout; JSON: one line on stderr (the JSON's shape stays as it was)."""
+    from advisor.config.versions import release_note
+    line = f"release: {release_note()}; {what}"
+    if fmt == "text":
+        _echo(line)
+    else:
+        click.echo(f"ds-advisor: {line}", err=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Lazy commands: a command's click objects (one Option per flag, ~190 in all) are built only when
 # the command is invoked (or --help lists them), so `lint` does not pay for the other ten.
@@ -924,6 +936,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
 
 @main.command()
 @_arg("code", required=False)
+@_release_option
 @display_options("color")
 def explain(code):
     """Explain a rule, by code or name (explain B001, explain batch-triple), or list all rules."""
@@ -932,6 +945,7 @@ def explain(code):
     rules = all_rules()
     if not code:
         _echo("\n".join(f"{c}  {r.severity:<7}  {r.name}" for c, r in rules.items()))
+        _release_independent("text", "the list of rules does not depend on it")
         return
     r = find_rule(code)
     if r is None:
@@ -945,6 +959,9 @@ def explain(code):
     color = use_color(sys.stdout, _display().get("color", "auto"))
     _echo(f"[{r.code} | {r.name} | severity: {r.severity}]\n"
           + rst_text(r.explanation(), color, cols=width(sys.stdout)))  # prose folded like every text report
+    _release_independent("text", "this explanation does not depend on it" if not r.code.startswith("V") else
+                         "this explanation does not depend on it; the rule's findings are about the release "
+                         "lint checks against (--deepspeed-version)")
 
 
 @main.command()
@@ -977,6 +994,7 @@ def estimate(config, est, explain_, compare_deepspeed, fmt):
 @click.option("--types", "types", is_flag=True,
               help="List the built-in model types (config.json model_type) and which have activation formulas.")
 @format_option("models")
+@_release_option
 def models(types, fmt):
     """List built-in model presets with their exact parameter counts (--types: the model types
     the formulas cover; any other type needs --activations trace or --params)."""
@@ -987,8 +1005,10 @@ def models(types, fmt):
         from advisor.model.specs import FAMILIES
 
         _echo(_render("model_types", fmt, coverage(FAMILIES)))
+        _release_independent(fmt, "the model types do not depend on it")
         return
     _echo(_render("models", fmt, list_presets()))
+    _release_independent(fmt, "the presets' parameter counts do not depend on it")
 
 
 #: measure builds a proxy with the inventory's real shapes; beyond this it needs a big machine.
@@ -1008,7 +1028,8 @@ MEASURE_MAX_RANKS = 64
               help="Seconds before the launch is stopped.")
 @_opt("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
 @format_option("measure")
-def measure(config, model, params, world_size, steps, timeout_s, allow_large, fmt):
+@_release_option
+def measure(config, model, params, world_size, steps, timeout_s, allow_large, fmt, release):
     """Run the real DeepSpeed engine on CONFIG and put its bytes beside the ledger's.
 
     Launches WORLD_SIZE ranks with torch's own launcher (DS_ACCELERATOR=cpu and gloo when no GPU
@@ -1019,6 +1040,11 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     """
     if not model and params is None:
         raise click.UsageError("give --model or --params")
+    from advisor.config.versions import installed_release, release_dict
+    inst = installed_release()
+    if release.origin == "--deepspeed-version" and inst and release.requested != inst:
+        raise _fail(f"--deepspeed-version {release.requested}: measure runs the installed deepspeed ({inst}); "
+                    f"install {release.requested} to measure it, or leave the flag out")
     loaded, inv, _ = _load_inputs(config, model, params)
     if inv.numel > MEASURE_MAX_PARAMS and not allow_large:
         raise _fail(f"{inv.name} has {inv.numel:,} parameters: measuring builds them for real on this machine; "
@@ -1043,7 +1069,8 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
     bad = [r for r in rows if "error" in r or r["diff"] != 0]
     _echo(_render("measure", fmt, {"config": loaded.source, "model": inv.name, "world_size": world_size,
-                                       "steps": steps, "rows": rows, "matches": not bad}))
+                                       "steps": steps, "rows": rows, "matches": not bad,
+                                       "deepspeed_release": release_dict(release)}))
     sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
 
 
@@ -1427,6 +1454,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
 @main.command()
 @_arg("spec", required=False)
 @format_option("hardware")
+@_release_option
 @display_options("units")
 def hardware(spec, fmt):
     """List built-in hardware presets, or show one preset / JSON spec file (SPEC) in full."""
@@ -1437,3 +1465,4 @@ def hardware(spec, fmt):
     except AdvisorError as e:
         raise _fail(str(e))
     _echo(_render("hardware", fmt, hws, one=bool(spec)))
+    _release_independent(fmt, "the hardware specs do not depend on it")

@@ -57,7 +57,8 @@ def _lint(cfg: dict, release: str) -> set[tuple[str, str]]:
                                                       release=versions.target_release(release))}
 
 
-@pytest.mark.parametrize("release", ["0.9.5", "0.10.3", "0.14.5", "0.17.6", "0.19.3"])
+@pytest.mark.parametrize("release", ["0.9.0", "0.9.5", "0.10.0", "0.10.3", "0.14.4", "0.14.5", "0.16.0", "0.17.6",
+                                     "0.18.0", "0.19.3"])
 @pytest.mark.parametrize("key,value", CASES)
 def test_v001_matches_the_release_source(release, key, value):
     codes = _lint({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, key: value}}, release)
@@ -113,12 +114,19 @@ def test_behaviour_markers_are_in_the_release_named_and_not_before(b):
 
 
 def test_release_selection():
-    assert versions.target_release("0.14.5").checked == "0.14.5"
-    r = versions.target_release("0.19.5")  # between two checked patches: the one at or below it
-    assert (r.requested, r.checked) == ("0.19.5", "0.19.3") and "0.19.3" in r.note
-    assert r.warning and "0.19.3" in r.warning  # said on stderr, not silent
-    assert versions.target_release("v0.12.6+cu121").checked == "0.12.6"
-    for bad in ("0.8.3", "1.0.0", "x", "", " ", "0.19", "0.19.8rc1", "0.19.8abc", "0.19.8.dev0"):
+    """Every release of the span is its own (no neighbour's facts); post-releases and local builds
+    are their base release, said in the note; PEP 440 decides what a version string is."""
+    for rel in ("0.9.0", "0.10.0", "0.14.4", "0.16.0", "0.18.0", "0.19.5"):
+        r = versions.target_release(rel)
+        assert (r.requested, r.checked, r.warning, r.mapping) == (rel, rel, None, None)
+    r = versions.target_release("v0.12.6+cu121")
+    assert (r.requested, r.checked, r.warning) == ("0.12.6+cu121", "0.12.6", None)
+    assert "local build of 0.12.6" in r.note
+    r = versions.target_release("0.14.5.post1")
+    assert (r.requested, r.checked) == ("0.14.5.post1", "0.14.5") and "post-release of 0.14.5" in r.note
+    assert "post-release" not in str(pytest.raises(versions.UnsupportedRelease, versions.target_release, "0.19.8rc1").value)
+    for bad in ("0.8.3", "1.0.0", "0.19.9", "0.10.4", "0.9.5.1", "1!0.19.8", "x", "", " ", "0.19", "0.19.8rc1",
+                "0.19.8abc", "0.19.8.dev0", "0.19.8.post1.dev0"):
         with pytest.raises(versions.UnsupportedRelease):
             versions.target_release(bad)
     from importlib.metadata import version
@@ -143,13 +151,37 @@ def test_lint_does_not_import_deepspeed_to_find_the_version(tmp_path):
     assert out.strip().endswith("CLEAN")
 
 
-@pytest.mark.engine  # slow (parses 15 releases); runs in the full suite with the engine tests
+def _fetch_all() -> None:
+    try:
+        gen.fetch_all(SDISTS, jobs=int(os.environ.get("DS_ADVISOR_FETCH_JOBS", "4")))
+    except (subprocess.SubprocessError, OSError) as e:  # no registry: a missing package, not a pass
+        pytest.skip(f"cannot fetch the deepspeed sdists with pip ({e}); set DS_ADVISOR_SDISTS")
+
+
+@pytest.mark.engine  # slow (fetches and parses every release); runs in the full suite with the engine tests
 def test_drift_the_table_is_what_the_sdists_give():
     """Regenerate the table from the sdists and compare it with the checked-in one."""
-    for r in gen.RELEASES:
-        _fetch(r)
+    _fetch_all()
     fresh = json.dumps(gen.build(SDISTS), indent=1, sort_keys=True) + "\n"
     assert gen.TABLE_PATH.read_text(encoding="utf-8") == fresh, "run: python -m advisor.config._versiongen"
+
+
+@pytest.mark.engine  # asks the package index
+def test_the_table_holds_every_final_release_of_its_span():
+    """The releases the index has from 0.9.0 to 0.19.8 (``pip index versions``), final ones only,
+    are exactly the table's: none is left to a neighbour's facts."""
+    from packaging.version import Version
+    p = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "deepspeed"], capture_output=True,
+                       text=True, timeout=300)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("Available versions:")), None)
+    if p.returncode != 0 or line is None:
+        pytest.skip(f"no package index ({p.stderr.strip()[-200:]})")
+    have = [Version(v.strip()) for v in line.split(":", 1)[1].split(",")]
+    lo, hi = Version(gen.RELEASES[0]), Version(gen.RELEASES[-1])
+    span = sorted(str(v) for v in have if lo <= v <= hi and not v.is_prerelease)
+    assert sorted(gen.RELEASES, key=Version) == list(gen.RELEASES)
+    assert sorted(gen.RELEASES) == span
+    assert versions.table()["releases"] == list(gen.RELEASES)
 
 
 OLD = "0.14.5"
@@ -168,29 +200,47 @@ def old_deepspeed(tmp_path_factory):
     return target
 
 
-def _old_accepts(target: Path, zero: dict) -> tuple[bool, str]:
-    code = ("import json, sys\nsys.path.insert(0, %r)\nfrom deepspeed.runtime.zero.config import DeepSpeedZeroConfig\n"
-            "import deepspeed\nassert deepspeed.__version__.startswith(%r), deepspeed.__version__\n"
-            "try:\n    DeepSpeedZeroConfig(**json.loads(%r))\n    print('ACCEPTED')\n"
-            "except Exception as e:\n    print('REFUSED', type(e).__name__)\n") % (str(target), OLD, json.dumps(zero))
+def _old_accepts(target: Path, cfg: dict) -> tuple[bool, str]:
+    """Whether DeepSpeed ``OLD`` (installed in ``target``) accepts ``cfg``: ``deepspeed.initialize``
+    builds ``DeepSpeedConfig(config, mpu)`` before any engine (deepspeed/__init__.py: initialize),
+    so a config refused there is refused by initialize; the same call is made here (world size 1,
+    no process group)."""
+    code = ("import json, sys\nsys.path.insert(0, %r)\nimport deepspeed\n"
+            "from deepspeed.runtime.config import DeepSpeedConfig\n"
+            "assert deepspeed.__version__.startswith(%r), deepspeed.__version__\n"
+            "assert deepspeed.__file__.startswith(%r), deepspeed.__file__\n"
+            "try:\n    DeepSpeedConfig(json.loads(%r))\n    print('ACCEPTED')\n"
+            "except Exception as e:\n    print('REFUSED', type(e).__name__, str(e)[:300].replace(chr(10), ' '))\n"
+            ) % (str(target), OLD, str(target), json.dumps(cfg))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": ""}, cwd="/")
     assert "ACCEPTED" in p.stdout or "REFUSED" in p.stdout, p.stderr[-3000:]
     return "ACCEPTED" in p.stdout, p.stdout
 
 
+OLD_CASES = [{"zero_optimization": {"stage": 3, k: v}} for k, v in (
+    ("zenflow", {}), ("module_granularity_threshold", 0), ("mics_shard_size", 8), ("zero_hpz_partition_size", 8),
+    ("leaf_module", {}), ("stage3_use_all_reduce_for_fetch_params", False))] + [
+    {"fp16": {"enabled": True, "no_such_key": 1}},  # 0.14.5 reads fp16 as a plain dict: V005, a warning
+    {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True}},
+    {"compile": {"enabled": False, "no_such_key": 1}},
+    {"comms_logger": {"enabled": False, "no_such_key": 1}},
+    {"tensorboard": {"enabled": False, "no_such_key": 1}}]
+
+
 @pytest.mark.engine  # imports a real (older) DeepSpeed
-@pytest.mark.parametrize("key,value", [("zenflow", {}), ("module_granularity_threshold", 0), ("mics_shard_size", 8),
-                                       ("zero_hpz_partition_size", 8), ("leaf_module", {})])
-def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_deepspeed, key, value):
-    zero = {"stage": 3, key: value}
-    accepted, why = _old_accepts(old_deepspeed, zero)
-    cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": zero}))
-    out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", OLD, "--format", "json"]).stdout)
-    flagged = any(f["code"] == "V001" and f["pointer"] == f"/zero_optimization/{key}"
-                  for f in out["files"][0]["findings"])
-    assert flagged == (not accepted), (key, why, out["files"][0]["findings"])
+@pytest.mark.parametrize("extra", OLD_CASES, ids=lambda c: "-".join(f"{s}.{k}" for s, d in c.items() for k in d
+                                                                      if k not in ("stage", "enabled")))
+def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_deepspeed, extra):
+    """Lint at 0.14.5 gives an error finding exactly when 0.14.5's own config parse refuses."""
+    cfg = {"train_micro_batch_size_per_gpu": 1, **extra}
+    accepted, why = _old_accepts(old_deepspeed, cfg)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    out = json.loads(run_cli(["lint", str(path), "--deepspeed-version", OLD, "--format", "json"]).stdout)
+    errors = [f for f in out["files"][0]["findings"] if f["severity"] == "error"]
+    assert bool(errors) == (not accepted), (extra, why, out["files"][0]["findings"])
+    assert all(f["code"].startswith("V") and OLD in f["message"] for f in errors), errors
 
 
 def test_v003_and_gated_rules_follow_the_release_sources():
@@ -215,16 +265,58 @@ def test_v003_and_gated_rules_follow_the_release_sources():
 
 @pytest.mark.parametrize("cmd", [["estimate", "{cfg}", "--params", "1000000"], ["checkpoint", "{cfg}", "--params", "1000000"],
                                  ["check", "{cfg}", "--params", "1000000", "--world-size", "1"],
-                                 ["resolve", "{cfg}", "--hf"], ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--global-batch", "64", "--seq-len", "1024", "--nodes", "1", "--gpus-per-node", "8"]])
+                                 ["resolve", "{cfg}", "--hf"], ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--global-batch", "64", "--seq-len", "1024", "--nodes", "1", "--gpus-per-node", "8"],
+                                 ["explain", "V001"], ["explain"], ["models"], ["models", "--types"], ["hardware"],
+                                 ["hardware", "dgx-h100"], ["report", "{cfg}", "--params", "1000000", "--output", "{out}"]])
 def test_every_command_takes_the_release_and_refuses_an_unknown_one(tmp_path, cmd):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
-    args = [a.replace("{cfg}", str(cfg)) for a in cmd]
+    args = [a.replace("{cfg}", str(cfg)).replace("{out}", str(tmp_path / "r.html")) for a in cmd]
     bad = run_cli(args + ["--deepspeed-version", "0.8.3"])
     assert bad.returncode == 2 and "0.8.3" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     ok = run_cli(args + ["--deepspeed-version", "0.17.6"])
     assert ok.returncode in (0, 1, 3), ok.stderr
     assert "Traceback" not in ok.stderr
+
+
+def test_every_command_has_the_one_release_option():
+    """Issue 20: --deepspeed-version on every command, the same option (one definition)."""
+    from advisor.cli import main
+    opts = {name: [p for p in cmd.params if "--deepspeed-version" in p.opts] for name, cmd in main.commands.items()}
+    assert opts and all(len(o) == 1 for o in opts.values()), {n: len(o) for n, o in opts.items()}
+    assert len({(o[0].help, o[0].metavar) for o in opts.values()}) == 1
+
+
+@pytest.mark.parametrize("cmd,json_out", [(["explain", "V001"], False), (["explain"], False), (["models"], False),
+                                          (["models", "--format", "json"], True), (["models", "--types"], False),
+                                          (["hardware"], False), (["hardware", "--format", "json"], True),
+                                          (["hardware", "dgx-h100", "--format", "json"], True)])
+def test_release_independent_commands_name_the_release(cmd, json_out):
+    """explain, models and hardware do not depend on the release but say which one they ran for:
+    a last stdout line in text, a stderr line beside JSON (whose shape is unchanged)."""
+    p = run_cli(cmd + ["--deepspeed-version", "0.16.0"])
+    assert p.returncode == 0, p.stderr
+    want = "release: DeepSpeed 0.16.0 (--deepspeed-version)"
+    if json_out:
+        json.loads(p.stdout)
+        assert want in p.stderr and "DeepSpeed" not in p.stdout.split("\n")[0]
+    else:
+        assert p.stdout.strip().splitlines()[-1].startswith(want)
+    local = run_cli(cmd + ["--deepspeed-version", "0.16.0+cu121"])
+    assert "local build of 0.16.0" in local.stdout + local.stderr
+
+
+def test_measure_takes_the_release_but_runs_the_installed_engine(tmp_path):
+    """measure runs the installed deepspeed: a different --deepspeed-version is a usage error
+    (exit 2) naming both, before anything is launched."""
+    from importlib.metadata import version
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+    other = "0.14.5" if version("deepspeed") != "0.14.5" else "0.19.8"
+    p = run_cli(["measure", str(cfg), "--params", "1000", "--deepspeed-version", other])
+    assert p.returncode == 2 and other in p.stderr and version("deepspeed") in p.stderr, p.stderr
+    p = run_cli(["measure", str(cfg), "--params", "1000", "--deepspeed-version", "0.8.3"])
+    assert p.returncode == 2 and "0.8.3" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_estimate_names_its_accounting_and_the_jobs_release(tmp_path):
@@ -356,43 +448,77 @@ def test_schema_verdicts_only_where_the_release_validates_the_section(release, s
     assert (code, ptr) in _lint(cfg, "0.19.8") and _strict_in_source("0.19.8", cls)
 
 
-def test_patch_below_every_checked_patch_of_its_minor_is_refused_not_mapped_upward():
-    """Issue 20 item 4: 0.10.0 is not checked as 0.10.3, nor 0.17.0 as 0.17.1. The reason, from the
-    sources: a later patch of the same minor has files (keys) the earlier one need not have;
-    0.17.1 ships runtime/precision_config.py (fp16/bf16 models), 0.16.9 does not."""
+def test_a_release_the_table_cannot_read_is_mapped_out_loud(tmp_path):
+    """0.11.0's sdist cannot be fetched (its metadata step fails): it is checked as 0.11.1 with a
+    warning on stderr and the mapping in the JSON, never silently."""
+    assert "0.11.0" not in gen.RELEASES and gen.UNREADABLE["0.11.0"][0] == "0.11.1"
+    p = run_cli(["lint", "-", "--deepspeed-version", "0.11.0", "--format", "json"],
+                stdin='{"train_micro_batch_size_per_gpu": 1}')
+    rel = json.loads(p.stdout)["deepspeed_release"]
+    assert (rel["requested"], rel["checked"]) == ("0.11.0", "0.11.1") and "0.11.0" in rel["mapping"]
+    warn = [x for x in p.stderr.splitlines() if "warning" in x]
+    assert len(warn) == 1 and "0.11.1" in warn[0]
+
+
+def test_x_y_0_releases_are_checked_as_themselves_not_a_later_patch():
+    """A later patch of a minor can add whole config models: 0.17.1 ships runtime/precision_config.py
+    (fp16/bf16 refuse unknown keys), 0.17.0 does not (its sdist). So 0.17.0 is checked as 0.17.0:
+    an unknown fp16 key is V005 (not validated there), an error at 0.17.1."""
     assert (_fetch("0.17.1") / "deepspeed/runtime/precision_config.py").is_file()
-    assert not (_fetch("0.16.9") / "deepspeed/runtime/precision_config.py").is_file()
-    for req, near in (("0.10.0", ("0.9.5", "0.10.3")), ("0.17.0", ("0.16.9", "0.17.1"))):
-        with pytest.raises(versions.UnsupportedRelease) as e:
-            versions.target_release(req)
-        assert req in str(e.value) and all(n in str(e.value) for n in near)
-    p = run_cli(["lint", "-", "--deepspeed-version", "0.17.0"], stdin="{}")
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "0.17.1" in p.stderr
+    assert not (_fetch("0.17.0") / "deepspeed/runtime/precision_config.py").is_file()
+    cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True, "no_such_key": 1}}
+    codes = {r: {c for c, p in _lint(cfg, r) if p.startswith("/fp16")} for r in ("0.17.0", "0.17.1")}
+    assert "V005" in codes["0.17.0"] and "V005" not in codes["0.17.1"], codes
+    p = run_cli(["lint", "-", "--deepspeed-version", "0.17.0", "--format", "json"],
+                stdin='{"train_micro_batch_size_per_gpu": 1}')
+    assert p.returncode == 0 and json.loads(p.stdout)["deepspeed_release"]["checked"] == "0.17.0", p.stderr
+    assert "warning" not in p.stderr
 
 
 @pytest.mark.parametrize("flag,why", [("", "empty"), ("0.19", "incomplete"), ("0.19.8rc1", "pre-release"),
-                                      ("0.19.8abc", "not a release number")])
+                                      ("0.19.8abc", "not a release number"), ("0.10.4", "not a DeepSpeed release"),
+                                      ("0.20.0", "outside")])
 def test_bad_version_strings_are_refused(flag, why):
     """Issue 20 item 7: an empty, incomplete or pre-release --deepspeed-version is exit 2 naming it."""
     p = run_cli(["lint", "-", "--deepspeed-version", flag], stdin="{}")
     assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
-def test_an_installed_release_outside_the_table_falls_back_with_one_warning(tmp_path):
-    """Issue 20 item 5: a dist-info of 0.20.0 first on sys.path (what importlib.metadata reports)
-    is not an error nobody caused: the newest table release is used, one warning names 0.20.0."""
+def _lint_with_installed(tmp_path, ver: str):
+    """lint's JSON and stderr with a deepspeed ``ver`` dist-info first on sys.path (what
+    importlib.metadata reports, checked here)."""
     import importlib.metadata as md
-    d = tmp_path / "site" / "deepspeed-0.20.0.dist-info"
+    site = tmp_path / f"site-{ver}"
+    d = site / f"deepspeed-{ver}.dist-info"
     d.mkdir(parents=True)
-    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.20.0\n\n")
-    assert [x.version for x in md.distributions(name="deepspeed", path=[str(tmp_path / "site")])] == ["0.20.0"]
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {ver}\n\n")
+    assert [x.version for x in md.distributions(name="deepspeed", path=[str(site)])] == [ver]
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     p = run_cli(["lint", "-", "--format", "json"], stdin='{"train_micro_batch_size_per_gpu": 1}', env=env)
     assert p.returncode == 0, p.stderr
-    warn = [x for x in p.stderr.splitlines() if "warning" in x]
-    assert len(warn) == 1 and "0.20.0" in warn[0] and "--deepspeed-version:" not in p.stderr
-    newest = gen.RELEASES[-1]
-    assert json.loads(p.stdout)["deepspeed_release"] == {"requested": "0.20.0", "checked": newest, "origin": "installed"}
+    return json.loads(p.stdout)["deepspeed_release"], [x for x in p.stderr.splitlines() if "warning" in x]
+
+
+@pytest.mark.parametrize("ver,checked,why", [("0.20.0", "0.19.8", "newer than every release"),
+                                             ("0.8.3", "0.9.0", "older than every release"),
+                                             ("0.19.8rc1", "0.19.7", "pre-release")])
+def test_an_installed_release_outside_the_table_falls_back_with_one_warning(tmp_path, ver, checked, why):
+    """Issue 20 item 5: an installed release the table does not hold is not an error nobody
+    caused: the nearest table release is used (at or below it; the oldest below the table; the
+    release before a pre-release), one warning and the JSON's mapping name it."""
+    rel, warn = _lint_with_installed(tmp_path, ver)
+    assert len(warn) == 1 and ver in warn[0] and why in warn[0] and checked in warn[0], warn
+    assert (rel["requested"], rel["checked"], rel["origin"]) == (ver, checked, "installed")
+    assert ver in rel["mapping"]
+
+
+@pytest.mark.parametrize("ver,checked", [("0.18.0", "0.18.0"), ("0.10.0", "0.10.0"), ("0.19.8+cu121", "0.19.8")])
+def test_an_installed_release_of_the_span_is_checked_as_itself(tmp_path, ver, checked):
+    """An installed 0.18.0 is checked as 0.18.0 (not 0.19.8), a local build as its release (the
+    mapping says so), without a warning."""
+    rel, warn = _lint_with_installed(tmp_path, ver)
+    assert not warn and (rel["requested"], rel["checked"], rel["origin"]) == (ver, checked, "installed")
+    assert ("mapping" in rel) == (ver != checked)
 
 
 def test_every_output_names_the_release(tmp_path):

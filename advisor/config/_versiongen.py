@@ -21,18 +21,41 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
 from typing import Any
 
-#: The releases checked: the last patch of every minor from 0.9 to 0.19 (public configs in the
-#: corpus date from 2021 to 2025, i.e. DeepSpeed 0.5-0.18; releases before 0.9 predate the
-#: pydantic config models), plus the releases on both sides of the behaviour changes in
-#: ``BEHAVIOUR`` below.
-RELEASES = ("0.9.5", "0.10.3", "0.11.2", "0.12.6", "0.13.5", "0.14.5", "0.15.4", "0.16.9",
-            "0.17.1", "0.17.2", "0.17.6", "0.18.9", "0.19.2", "0.19.3", "0.19.8")
+#: The releases checked: every final release from 0.9.0 to 0.19.8 (``pip index versions
+#: deepspeed``; DeepSpeed has published no post-releases in this span). Public configs and user
+#: reports span 0.9 to 0.19 (issue 20), users pin any patch (x.y.0 included), and a patch can add
+#: keys (0.10.0 -> 0.10.1 ...), so no release of the span is left to a neighbour's facts. Releases
+#: before 0.9 are outside the table (``--deepspeed-version`` refuses them).
+RELEASES = (
+    "0.9.0", "0.9.1", "0.9.2", "0.9.3", "0.9.4", "0.9.5",
+    "0.10.0", "0.10.1", "0.10.2", "0.10.3",
+    "0.11.1", "0.11.2",
+    "0.12.0", "0.12.1", "0.12.2", "0.12.3", "0.12.4", "0.12.5", "0.12.6",
+    "0.13.0", "0.13.1", "0.13.2", "0.13.3", "0.13.4", "0.13.5",
+    "0.14.0", "0.14.1", "0.14.2", "0.14.3", "0.14.4", "0.14.5",
+    "0.15.0", "0.15.1", "0.15.2", "0.15.3", "0.15.4",
+    "0.16.0", "0.16.1", "0.16.2", "0.16.3", "0.16.4", "0.16.5", "0.16.6", "0.16.7", "0.16.8", "0.16.9",
+    "0.17.0", "0.17.1", "0.17.2", "0.17.3", "0.17.4", "0.17.5", "0.17.6",
+    "0.18.0", "0.18.1", "0.18.2", "0.18.3", "0.18.4", "0.18.5", "0.18.6", "0.18.7", "0.18.8", "0.18.9",
+    "0.19.0", "0.19.1", "0.19.2", "0.19.3", "0.19.4", "0.19.5", "0.19.6", "0.19.7", "0.19.8",
+)
+
+#: Releases of the span whose sdist pip cannot fetch here, so the table has no facts of theirs:
+#: release -> (the release checked instead, why). ``pip download deepspeed==0.11.0`` fails in its
+#: metadata step in both build modes (isolated: its setup.py imports torch; not isolated: its
+#: pydantic-1 config code under pydantic 2) and, unlike 0.13.0's, keeps no archive. The selection
+#: states the mapping in a warning and in every output.
+UNREADABLE = {"0.11.0": ("0.11.1", "pip cannot fetch its sdist (its setup.py fails in pip's metadata step), so "
+                                   "the table has no facts of its own")}
 
 #: JSON path of each pydantic section -> its model class (same name in every release that has it).
 ROOTS = {
@@ -94,18 +117,38 @@ def _field(stmt: ast.AnnAssign) -> dict[str, Any]:
 
 
 def read_models(src: pathlib.Path) -> dict[str, dict[str, Any]]:
-    """Every class under ``src/deepspeed`` (inference excluded): bases and pydantic fields."""
+    """Every class that may be a config model under ``src/deepspeed`` (inference and ops
+    excluded): bases and pydantic fields.
+
+    Only files that can matter are parsed (a tenth of them): those naming ``DeepSpeedConfigModel``,
+    then, until nothing changes, those naming a class found so far whose bases lead there. A file
+    naming none of them can neither define such a class nor subclass one, so the result is what
+    parsing every file gives (classes kept in path order, the first definition of a name winning)."""
+    files = [p for p in sorted((src / "deepspeed").rglob("*.py")) if "inference" not in p.parts and "ops" not in p.parts]
+    texts = {p: p.read_text(encoding="utf-8", errors="replace") for p in files}
+    parsed: dict[pathlib.Path, list[ast.ClassDef]] = {}
+    names = {"DeepSpeedConfigModel"}
+    while True:
+        word = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
+        new = [p for p in files if p not in parsed and word.search(texts[p])]
+        if not new:
+            break
+        for p in new:
+            try:
+                parsed[p] = [n for n in ast.parse(texts[p]).body if isinstance(n, ast.ClassDef)]
+            except SyntaxError:
+                parsed[p] = []
+        grew = True
+        while grew:  # every class whose bases name a candidate is a candidate
+            grew = False
+            for nodes in parsed.values():
+                for n in nodes:
+                    if n.name not in names and any(ast.unparse(b).split(".")[-1] in names for b in n.bases):
+                        names.add(n.name)
+                        grew = True
     classes: dict[str, dict[str, Any]] = {}
-    for p in sorted((src / "deepspeed").rglob("*.py")):
-        if "inference" in p.parts or "ops" in p.parts:
-            continue
-        try:
-            tree = ast.parse(p.read_text(encoding="utf-8", errors="replace"))
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if not isinstance(node, ast.ClassDef):
-                continue
+    for p in files:
+        for node in parsed.get(p, []):
             fields = [_field(s) for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
                       and not s.target.id.startswith("_") and "ClassVar" not in ast.unparse(s.annotation)]
             classes.setdefault(node.name, {"bases": [ast.unparse(b).split(".")[-1] for b in node.bases],
@@ -179,7 +222,7 @@ def _zero_refused(src: pathlib.Path) -> list[str]:
     """Optimizer names whose branch of ``DeepSpeedEngine._configure_basic_optimizer``
     (runtime/engine.py) asserts ``not self.zero_optimization()`` (true whenever ZeRO stage >= 1:
     runtime/config.py ``zero_enabled = zero_optimization_stage > 0``): the 1-bit optimizers up
-    to 0.19.3. The ``optimizer_name() == CONST`` constants are resolved from runtime/config.py."""
+    to 0.19.6. The ``optimizer_name() == CONST`` constants are resolved from runtime/config.py."""
     eng, cfg = src / "deepspeed/runtime/engine.py", src / "deepspeed/runtime/config.py"
     if not eng.is_file() or not cfg.is_file():
         return []
@@ -200,13 +243,29 @@ def _zero_refused(src: pathlib.Path) -> list[str]:
     return sorted(out)
 
 
+def _dict_keys(src: pathlib.Path, rel: str, var: str) -> list[str]:
+    """The string keys of the module-level dict ``var`` in module ``rel`` ([] when absent)."""
+    p = src / rel
+    if not p.is_file():
+        return []
+    for n in ast.parse(p.read_text(encoding="utf-8", errors="replace")).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == var for t in n.targets) \
+                and isinstance(n.value, ast.Dict):
+            return sorted(k.value for k in n.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    return []
+
+
 def release_names(src: pathlib.Path) -> dict[str, list[str]]:
     """Scheduler types (runtime/lr_schedules.py VALID_LR_SCHEDULES), the optimizer names
     DeepSpeed builds itself (runtime/config.py DEEPSPEED_OPTIMIZERS) and those of them it
     refuses with ZeRO (:func:`_zero_refused`)."""
     return {"scheduler_types": _names_list(src, "deepspeed/runtime/lr_schedules.py", "VALID_LR_SCHEDULES"),
             "optimizer_types": _names_list(src, "deepspeed/runtime/config.py", "DEEPSPEED_OPTIMIZERS"),
-            "zero_refused_optimizers": _zero_refused(src)}
+            "zero_refused_optimizers": _zero_refused(src),
+            # keys deepspeed.initialize refuses as removed features (runtime/config.py:
+            # _reject_removed_config_keys; from 0.19.7): top level, and under zero_optimization
+            "removed_top_level_keys": _dict_keys(src, "deepspeed/runtime/config.py", "_REMOVED_TOP_LEVEL_CONFIG_KEYS"),
+            "removed_zero_keys": _dict_keys(src, "deepspeed/runtime/config.py", "_REMOVED_ZERO_CONFIG_KEYS")}
 
 
 def compress(per_release: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -217,10 +276,7 @@ def compress(per_release: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dic
     for path in sorted({p for keys in per_release.values() for p in keys}):
         present = [r for r in order if path in per_release[r]]
         latest = per_release[present[-1]][path]
-        row: dict[str, Any] = {"first": present[0], "last": present[-1], "source": latest["source"]}
-        gaps = [r for r in order[order.index(present[0]):order.index(present[-1]) + 1] if r not in present]
-        if gaps:
-            row["absent_in"] = gaps
+        row: dict[str, Any] = {**_ranges(present), "source": latest["source"]}
         for k in ("section", "type", "field", "deprecated", "new_param"):
             if k in latest:
                 row[k] = latest[k]
@@ -236,34 +292,74 @@ def compress(per_release: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dic
 
 
 def fetch(release: str, folder: pathlib.Path) -> pathlib.Path:
-    """The extracted sdist of ``release`` in ``folder`` (downloaded with pip when missing)."""
+    """The extracted sdist of ``release`` in ``folder`` (downloaded with pip when missing).
+
+    ``pip download`` prepares the sdist's metadata, i.e. runs its setup.py, which in some releases
+    (e.g. 0.11.0) imports torch: when that fails in pip's isolated build environment it is retried
+    with ``--no-build-isolation`` (the torch installed here). Some setup.py fail even so (0.13.0
+    imports its pydantic-1 config code), but pip has saved the archive by then, which is all
+    that is read (nothing is built or imported). Raises ``subprocess.SubprocessError``
+    or ``OSError`` when the sdist cannot be had (no registry, no torch)."""
     folder.mkdir(parents=True, exist_ok=True)
     tgz = folder / f"deepspeed-{release}.tar.gz"
     root = folder / f"deepspeed-{release}"
     if not (root / "deepspeed").is_dir():
         if not tgz.is_file():
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                            f"deepspeed=={release}", "-d", str(folder)], check=True, timeout=600)
+            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                   f"deepspeed=={release}", "-d", str(folder)]
+            # no DS_ACCELERATOR: 0.11-0.13's CPU accelerator needs intel_extension_for_pytorch
+            env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+            env["DS_BUILD_OPS"] = "0"
+            for extra in ([], ["--no-build-isolation"]):
+                p = subprocess.run(cmd + extra, capture_output=True, timeout=600, env=env)
+                if p.returncode == 0 or tgz.is_file():  # pip keeps the archive even when its metadata step fails
+                    break
+            if not tgz.is_file():
+                raise subprocess.CalledProcessError(p.returncode, cmd + extra, p.stdout, p.stderr)
+        part = folder / f".deepspeed-{release}.partial"
+        shutil.rmtree(part, ignore_errors=True)
         with tarfile.open(tgz) as t:
             members = [m for m in t.getmembers() if m.name.startswith(f"deepspeed-{release}/deepspeed/")
                        and m.name.endswith(".py") and m.isfile()]
-            t.extractall(folder, members=members, filter="data")
+            t.extractall(part, members=members, filter="data")
+        (part / f"deepspeed-{release}").rename(root)  # whole or absent: a killed run leaves no half tree
+        part.rmdir()
     return root
+
+
+def fetch_all(folder: pathlib.Path, releases: "tuple[str, ...] | list[str]" = RELEASES,
+              jobs: int = 4) -> dict[str, pathlib.Path]:
+    """:func:`fetch` of every release, ``jobs`` pip downloads at a time (each spends most of its
+    time in pip's metadata step). Raises the first fetch's error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        return dict(zip(releases, ex.map(lambda r: fetch(r, folder), releases)))
+
+
+def _ranges(present: list[str]) -> dict[str, Any]:
+    """``first``/``last`` of ``present`` (in :data:`RELEASES` order) and ``absent_in``: the
+    releases between them that lack it."""
+    row: dict[str, Any] = {"first": present[0], "last": present[-1]}
+    gaps = [r for r in RELEASES[RELEASES.index(present[0]):RELEASES.index(present[-1]) + 1] if r not in present]
+    if gaps:
+        row["absent_in"] = gaps
+    return row
 
 
 def build(folder: pathlib.Path) -> dict[str, Any]:
     """The whole table for :data:`RELEASES`, from sdists in (or downloaded to) ``folder``."""
-    per_release, names = {}, {}
-    for r in RELEASES:
-        src = fetch(r, folder)
-        per_release[r] = release_keys(src)
-        names[r] = release_names(src)
-    name_rows: dict[str, dict[str, list[str]]] = {}
-    for kind in ("scheduler_types", "optimizer_types", "zero_refused_optimizers"):
+    srcs = fetch_all(folder)
+    per_release = {r: release_keys(srcs[r]) for r in RELEASES}
+    names = {r: release_names(srcs[r]) for r in RELEASES}
+    name_rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in ("scheduler_types", "optimizer_types", "zero_refused_optimizers", "removed_top_level_keys",
+                 "removed_zero_keys"):
         every = sorted({n for r in RELEASES for n in names[r][kind]})
-        name_rows[kind] = {n: [r for r in RELEASES if n in names[r][kind]] for n in every}
+        name_rows[kind] = {n: _ranges([r for r in RELEASES if n in names[r][kind]]) for n in every}
     return {"generated_by": "python -m advisor.config._versiongen (AST of each release's sdist; nothing imported)",
-            "releases": list(RELEASES), "roots": ROOTS, "keys": compress(per_release), "names": name_rows}
+            "releases": list(RELEASES), "unreadable": {r: {"checked": c, "why": w} for r, (c, w) in UNREADABLE.items()},
+            "roots": ROOTS, "keys": compress(per_release), "names": name_rows}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,15 +10,17 @@ release named and not in the checked release before it).
 
 Release selection (:func:`target_release`): ``--deepspeed-version X.Y.Z`` if given, else the
 installed deepspeed's version read from its distribution metadata (as ``importlib.metadata``
-finds it; deepspeed is never imported), else 0.19.8. The flag takes a complete final release
-(``X.Y.Z``, an optional leading ``v`` and ``+local`` build suffix); an empty value, ``X.Y``, and
-pre-releases (``0.19.8rc1``, ``0.19.8.dev0``) are refused. A release that is not in the table is
-checked against the nearest checked release of the same minor *at or below* it, with a warning
-(later patches of a minor add keys, so mapping upward would accept keys the release refuses);
-when the minor has none at or below it, or the minor is outside the table, the flag is refused
-(:class:`UnsupportedRelease`, exit 2). An *installed* release the table cannot speak for is not
-an error (nobody gave the flag): the command falls back to the newest release in the table and
-says so in one warning line.
+finds it; deepspeed is never imported), else 0.19.8. Versions are read per PEP 440
+(``packaging.version``). The table holds every final release from 0.9.0 to 0.19.8 but 0.11.0
+(whose sdist pip cannot fetch: ``_versiongen.UNREADABLE``, checked as 0.11.1 with a warning and
+the mapping in every output), so a release of that span is checked against its own facts. A post-release (``.post1``)
+or local build (``+cu121``) of a release is checked against that release, and every output's
+release phrase says so. The flag refuses (:class:`UnsupportedRelease`, exit 2) an empty value,
+an incomplete one (``0.19``), pre-releases and dev builds (``0.19.8rc1``, ``0.19.8.dev0``: code
+from before that release), a number that is no DeepSpeed release (``0.10.4``) and releases
+outside the table. An *installed* version the table does not hold is not an error (nobody gave
+the flag): the command checks against the nearest table release (the newest at or below it;
+the oldest for one older than the table) and says so in one warning line and in every output.
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ BEHAVIOUR: tuple[dict[str, str], ...] = (
      "marker": "warmup_max_lr = [group['lr'] for group in self.optimizer.param_groups][0]",
      "what": "WarmupLR's warmup_max_lr defaults to the optimizer's lr (before 0.17.2: 0.001)",
      "source": "deepspeed/runtime/lr_schedules.py: WarmupLR.__init__"},
-    {"id": "removed-features-refused", "since": "0.19.8", "file": "deepspeed/runtime/config.py",
+    {"id": "removed-features-refused", "since": "0.19.7", "file": "deepspeed/runtime/config.py",
      "marker": "def _reject_removed_config_keys",
      "what": "removed features (amp, curriculum_learning, elasticity, MiCS, LoCo, ...) raise DeepSpeedConfigError "
-             "at startup (checked releases: absent in 0.19.3, present in 0.19.8)",
+             "at startup (from 0.19.7; absent in 0.19.6)",
      "source": "deepspeed/runtime/config.py: _reject_removed_config_keys"},
 )
 
@@ -64,24 +66,25 @@ class UnsupportedRelease(AdvisorError):
 @dataclass(frozen=True)
 class Release:
     """The release a command checks against. ``requested``: what the user gave (or the installed
-    version); ``checked``: the table's release used for it; ``origin``: where it came from;
-    ``warning``: one line for stderr when ``checked`` is not ``requested`` (None otherwise)."""
+    version), as PEP 440 normalises it; ``checked``: the table's release used for it; ``origin``:
+    where it came from (``--deepspeed-version``, ``installed``, ``default``); ``mapping``: why
+    ``checked`` is not ``requested`` (None when they are the same); ``warning``: one line for
+    stderr when the mapping is a different release's code (None otherwise)."""
 
     requested: str
     checked: str
     origin: str
     warning: str | None = None
+    mapping: str | None = None
 
     @property
     def note(self) -> str:
         """One phrase for every output: which release the findings and figures are about, e.g.
-        ``DeepSpeed 0.19.8 (installed)`` or ``DeepSpeed 0.19.3 (the table's nearest release at or
-        below 0.19.5, from --deepspeed-version)``."""
-        if self.requested == self.checked:
+        ``DeepSpeed 0.19.8 (installed)``, ``DeepSpeed 0.19.8 (0.19.8+cu121 is a local build of
+        0.19.8; from --deepspeed-version)``."""
+        if self.requested == self.checked or not self.mapping:
             return f"DeepSpeed {self.checked} ({self.origin})"
-        if self.origin == "installed":
-            return f"DeepSpeed {self.checked} (the table's newest release; the installed {self.requested} is not in it)"
-        return f"DeepSpeed {self.checked} (the table's nearest release at or below {self.requested}, from {self.origin})"
+        return f"DeepSpeed {self.checked} ({self.mapping}; {self.origin})"
 
 
 _state: dict[str, Any] = {}
@@ -102,9 +105,11 @@ def current_release() -> "Release | None":
 
 
 def release_dict(release: "Release | None") -> dict[str, str]:
-    """``{"requested", "checked", "origin"}`` for JSON outputs (0.19.8 by default)."""
+    """``{"requested", "checked", "origin"}`` for JSON outputs (0.19.8 by default), plus
+    ``"mapping"`` (why ``checked`` is not ``requested``) when they differ."""
     r = release or Release(DEFAULT_RELEASE, DEFAULT_RELEASE, "default")
-    return {"requested": r.requested, "checked": r.checked, "origin": r.origin}
+    return {"requested": r.requested, "checked": r.checked, "origin": r.origin,
+            **({"mapping": r.mapping} if r.mapping and r.requested != r.checked else {})}
 
 
 def release_note(release: "Release | None" = None) -> str:
@@ -126,28 +131,63 @@ def _key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
 
 
-_RELEASE = re.compile(r"v?(\d{1,3})\.(\d{1,3})\.(\d{1,3})(\+[A-Za-z0-9.]+)?")
+@dataclass(frozen=True)
+class ParsedVersion:
+    """A version string read per PEP 440: ``base`` ``X.Y.Z`` (the final release it belongs to),
+    ``text`` (normalised, e.g. ``0.19.8+cu121``), ``pre`` (a pre-release or dev build: code from
+    before ``base``), ``post`` / ``local`` (the post-release number, the local label, or None)."""
+
+    base: str
+    text: str
+    pre: bool = False
+    post: int | None = None
+    local: str | None = None
+
+    @property
+    def mapping(self) -> str | None:
+        """Why this version is checked as ``base`` (None for a plain final release)."""
+        if self.pre:
+            return None
+        what = (f"a post-release of {self.base}" if self.post is not None else "") + \
+               (" and " if self.post is not None and self.local else "") + \
+               (f"a local build of {self.base}" if self.local else "")
+        return f"{self.text} is {what}, checked as {self.base}" if what else None
 
 
-def parse_release(text: str, what: str = "--deepspeed-version") -> str:
-    """``X.Y.Z`` from a complete final release number (a leading ``v`` and a local build suffix
-    such as ``+cu121`` are dropped: the same release's code). Raises :class:`UnsupportedRelease`
-    naming ``what`` on an empty value, an incomplete one (``0.19``) or a pre-release
-    (``0.19.8rc1``, ``0.19.8.dev0``: code from before that release, which the table does not have)."""
+def parse_version(text: str, what: str = "--deepspeed-version") -> ParsedVersion:
+    """``text`` read as a PEP 440 version (``packaging.version.Version``; a leading ``v`` is
+    allowed). Raises :class:`UnsupportedRelease` naming ``what`` for an empty value, an invalid
+    one, one without exactly three release numbers (``0.19``; DeepSpeed numbers every release
+    major.minor.patch) or with an epoch."""
+    from packaging.version import InvalidVersion, Version
+
     t = str(text).strip()
     if not t:
         raise UnsupportedRelease(f"{what}: empty; give a release like {DEFAULT_RELEASE} (leave the flag out to use the "
                                  "installed deepspeed)")
-    m = _RELEASE.fullmatch(t)
-    if m:
-        return f"{int(m[1])}.{int(m[2])}.{int(m[3])}"
-    if re.fullmatch(r"v?\d{1,3}(\.\d{1,3})?", t):
+    try:
+        v = Version(t)
+    except InvalidVersion:
+        raise UnsupportedRelease(f"{what}: {t!r} is not a release number like {DEFAULT_RELEASE}") from None
+    if len(v.release) < 3:
         raise UnsupportedRelease(f"{what}: {t!r} is incomplete; give major.minor.patch, like {DEFAULT_RELEASE}")
-    pre = re.fullmatch(r"v?(\d{1,3}\.\d{1,3}\.\d{1,3})[.\-]?(a|b|rc|alpha|beta|pre|dev|post)[.\-]?\d*", t, re.I)
-    if pre:
-        raise UnsupportedRelease(f"{what}: {t!r} is a pre-release or development build, which the table does not "
-                                 f"have; give a final release ({pre[1]}, or the one before it)")
-    raise UnsupportedRelease(f"{what}: {t!r} is not a release number like {DEFAULT_RELEASE}")
+    if len(v.release) > 3 or v.epoch:
+        raise UnsupportedRelease(f"{what}: {t!r} is not a DeepSpeed release number (major.minor.patch, like "
+                                 f"{DEFAULT_RELEASE})")
+    base = ".".join(str(x) for x in v.release)
+    return ParsedVersion(base, str(v), pre=v.is_prerelease, post=v.post, local=v.local)
+
+
+def parse_release(text: str, what: str = "--deepspeed-version") -> str:
+    """``X.Y.Z`` of a final release, or of a post-release or local build of one (see
+    :func:`parse_version`). Raises :class:`UnsupportedRelease` as :func:`parse_version` does, and
+    for a pre-release or dev build (``0.19.8rc1``, ``0.19.8.dev0``: code from before that release,
+    which the table does not have)."""
+    p = parse_version(text, what)
+    if p.pre:
+        raise UnsupportedRelease(f"{what}: {str(text).strip()!r} is a pre-release or development build, which the "
+                                 f"table does not have; give a final release ({p.base}, or the one before it)")
+    return p.base
 
 
 _DIST_INFO = re.compile(r"deepspeed(?:-[^-]+)?\.(?:dist|egg)-info", re.IGNORECASE)
@@ -186,44 +226,68 @@ def installed_release() -> str | None:
     return None
 
 
-def _in_table(requested: str, origin: str) -> Release:
-    """The table's release for ``requested`` (see the module docstring); raises UnsupportedRelease."""
+def _in_table(p: ParsedVersion, origin: str) -> Release:
+    """The table's release for ``p`` (its base release), or :class:`UnsupportedRelease` naming why
+    there is none: outside the table, or not a DeepSpeed release (the minor's releases listed)."""
     rels = table()["releases"]
-    if requested in rels:
-        return Release(requested, requested, origin)
-    minor = _key(requested)[:2]
-    same = [r for r in rels if _key(r)[:2] == minor]
-    below = [r for r in same if _key(r) <= _key(requested)]
-    if not below:
-        near = [r for r in rels if _key(r) < _key(requested)][-1:] + [r for r in rels if _key(r) > _key(requested)][:1]
-        where = (f"the nearest checked releases are {' and '.join(near)}" if same or near else "")
-        if not same:
-            raise UnsupportedRelease(f"{origin}: DeepSpeed {requested} is outside the releases this advisor knows "
-                                     f"({rels[0]} to {rels[-1]}); give a release of one of their minors")
-        raise UnsupportedRelease(f"{origin}: DeepSpeed {requested} is not in the table and no checked release of "
-                                 f"{minor[0]}.{minor[1]} is at or below it ({where}; a later patch accepts keys "
-                                 f"{requested} may refuse): give one of them with --deepspeed-version")
-    return Release(requested, below[-1], origin,
-                   warning=f"DeepSpeed {requested} is not in the table; checking against {below[-1]}, the nearest "
-                           f"checked release at or below it (patches in between may differ)")
+    if p.base in rels:
+        return Release(p.text, p.base, origin, mapping=p.mapping)
+    gap = table().get("unreadable", {}).get(p.base)
+    if gap:  # a release the table has no facts of: said, never silent
+        why = f"DeepSpeed {p.base}: {gap['why']}; checking against {gap['checked']}, the nearest release it has"
+        return Release(p.text, gap["checked"], origin, warning=why + " (its keys may differ)",
+                       mapping=f"{p.base} is not in the table; nearest: {gap['checked']}")
+    if before(p.base, rels[0]) or before(rels[-1], p.base):
+        raise UnsupportedRelease(f"{origin}: DeepSpeed {p.text} is outside the releases this advisor knows "
+                                 f"({rels[0]} to {rels[-1]}, every release between them)")
+    same = [r for r in rels if _key(r)[:2] == _key(p.base)[:2]]
+    have = f"{same[0]} to {same[-1]}" if same else "no release"
+    raise UnsupportedRelease(f"{origin}: {p.text} is not a DeepSpeed release ({'.'.join(p.base.split('.')[:2])} "
+                             f"has {have}); give the release the job runs")
+
+
+def _installed_fallback(inst: str) -> Release:
+    """The table release for an installed version the table does not hold: the newest at or below
+    it (strictly below for a pre-release or dev build), else the oldest; with a warning."""
+    rels = table()["releases"]
+    try:
+        p = parse_version(inst, "installed deepspeed")
+    except UnsupportedRelease:
+        p = None
+    if p is None:
+        use, why = rels[-1], f"the installed deepspeed version {inst!r} is not a PEP 440 release number"
+    else:
+        below = [r for r in rels if (before(r, p.base) if p.pre else not before(p.base, r))]
+        use = below[-1] if below else rels[0]
+        kind = ("a pre-release or development build" if p.pre else
+                "older than every release in the table" if not below else
+                "newer than every release in the table" if before(rels[-1], p.base) else "not a DeepSpeed release")
+        why = f"the installed deepspeed {p.text} is {kind} ({rels[0]} to {rels[-1]})"
+    return Release(inst if p is None else p.text, use, "installed",
+                   warning=f"{why}; checking against {use}, the nearest release the table has "
+                           f"(--deepspeed-version chooses another)",
+                   mapping=f"the installed {inst if p is None else p.text} is not in the table; nearest: {use}")
 
 
 def target_release(flag: str | None = None) -> Release:
     """The release to check against (see the module docstring). ``flag``: the
     ``--deepspeed-version`` value (None: not given). Raises :class:`UnsupportedRelease` for a flag
-    the table cannot speak for; never for the installed release."""
+    the table cannot speak for; never for the installed release (a warning instead)."""
     if flag is not None:
-        return _in_table(parse_release(flag), "--deepspeed-version")
+        p = parse_version(flag)
+        if p.pre:
+            parse_release(flag)  # raises the pre-release message
+        return _in_table(p, "--deepspeed-version")
     inst = installed_release()
     if not inst:
         return Release(DEFAULT_RELEASE, DEFAULT_RELEASE, "default")
     try:
-        return _in_table(parse_release(inst, "installed deepspeed"), "installed")
+        p = parse_version(inst, "installed deepspeed")
+        if not p.pre:
+            return _in_table(p, "installed")
     except UnsupportedRelease:
-        newest = table()["releases"][-1]
-        return Release(inst, newest, "installed",
-                       warning=f"the installed deepspeed {inst} is not a release in the table ({table()['releases'][0]} "
-                               f"to {newest}); checking against {newest}, the newest (--deepspeed-version chooses)")
+        pass
+    return _installed_fallback(inst)
 
 
 def before(a: str, b: str) -> bool:
@@ -250,14 +314,15 @@ class KeyStatus:
     release: str = DEFAULT_RELEASE
 
     def history(self) -> str:
-        """e.g. ``"first in 0.10.3"`` / ``"last in 0.19.3"`` among the releases checked."""
+        """e.g. ``"it appears in 0.10.0"`` / ``"0.19.6 is the last release that has it"`` /
+        ``"it is absent in 0.16.4"`` (the table holds every release, so these are exact)."""
         if not self.row:
             return ""
         r, first, last = self.release, self.row["first"], self.row["last"]
         if before(r, first):
             return f"it appears in {first}"
         if before(last, r):
-            return f"the last release checked that has it is {last}"
+            return f"{last} is the last release that has it"
         return "it is absent in " + ", ".join(self.row.get("absent_in", [])) if self.row.get("absent_in") else ""
 
 
@@ -299,14 +364,18 @@ def default_in(path: str, release: str) -> Any:
     return d
 
 
+def name_row(kind: str, name: str) -> dict[str, Any] | None:
+    """The table's ``{first, last, absent_in?}`` for a scheduler (``kind="scheduler_types"``),
+    DeepSpeed-built optimizer (``"optimizer_types"``) or ZeRO-refused optimizer
+    (``"zero_refused_optimizers"``) name; None when no release has it."""
+    return table()["names"][kind].get(name if kind == "scheduler_types" else name.lower())
+
+
 def name_in(kind: str, name: str, release: str) -> bool | None:
     """Whether a scheduler (``kind="scheduler_types"``) or DeepSpeed-built optimizer
-    (``"optimizer_types"``) name exists in ``release``; None when no checked release has it."""
-    rows = table()["names"][kind]
-    key = name if kind == "scheduler_types" else name.lower()
-    if key not in rows:
-        return None
-    return release in rows[key]
+    (``"optimizer_types"``) name exists in ``release``; None when no release checked has it."""
+    row = name_row(kind, name)
+    return None if row is None else _present(row, release)
 
 
 def accounting_note(release: Release | None) -> str:
@@ -329,7 +398,7 @@ def release_lines() -> list[str]:
 #: Defaults the ledger reads that a release may set differently from 0.19.8: (EffectiveConfig
 #: ``zero`` attribute, field, JSON pointer of the key in the table). offload ``pin_memory``
 #: decides pinned or pageable host memory (deepspeed/runtime/zero/offload_config.py: false up to
-#: 0.19.3, true in 0.19.8).
+#: 0.19.4, true from 0.19.5).
 LEDGER_DEFAULTS = (("offload_optimizer", "pin_memory", "/zero_optimization/offload_optimizer/pin_memory"),
                    ("offload_param", "pin_memory", "/zero_optimization/offload_param/pin_memory"))
 

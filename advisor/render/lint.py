@@ -50,12 +50,12 @@ def lint_json(results: list[FileResult], release: "Release | None" = None) -> st
                    **({"skipped": r.skipped} if r.skipped else {})} for r in results],
         "summary": {"files": len(results), "unreadable": sum(1 for r in results if r.error),
                     "skipped": sum(1 for r in results if r.skipped), **counts},
-        **({"deepspeed_release": {"requested": release.requested, "checked": release.checked,
-                                  "origin": release.origin}} if release else {}),
+        **({"deepspeed_release": release_dict(release)} if release else {}),
     }, indent=2)
 
 
 from advisor.render.escape import safe_text  # noqa: E402,F401  (the one escaping helper)
+from advisor.config.versions import release_dict  # noqa: E402
 
 
 def _use_color(stream: IO[str]) -> bool:

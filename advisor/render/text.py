@@ -11,6 +11,7 @@ import shutil
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
+from advisor import DEEPSPEED_VERSION
 from advisor.errors import EXIT_PROBE
 from advisor.findings import Finding, render_sized
 from advisor.render.style import STYLE, paint, use_color, width
@@ -724,4 +725,8 @@ def measure_text(m: dict[str, Any]) -> str:
                                            gap=1)]
     bad = sum(1 for r in rows if "error" in r or r["diff"] != 0)
     L.append(f"{len(rows) - bad} of {len(rows)} rows match to the byte")
+    rel = m.get("deepspeed_release")
+    if rel:
+        L.append(f"release: the engine is the installed DeepSpeed {rel['requested']}; the ledger is DeepSpeed "
+                 f"{DEEPSPEED_VERSION}'s accounting and defaults")
     return "\n".join(L)

@@ -2,7 +2,7 @@
 validates strictly.
 
 What DeepSpeed does: the sections built on ``DeepSpeedConfigModel``
-(deepspeed/runtime/config_utils.py; ``zero_optimization``, ``fp16``/``bf16`` since 0.17,
+(deepspeed/runtime/config_utils.py; ``zero_optimization``, ``fp16``/``bf16`` since 0.17.1,
 ``tensorboard``, ``wandb``, ``csv_monitor``, ``comet``, ``comms_logger``, ``compile``,
 ``hybrid_engine``, ``tensor_parallel``, ``timers.throughput``) forbid extra keys, so
 ``deepspeed.initialize`` raises a pydantic ValidationError on a key that release does not know,
@@ -11,7 +11,7 @@ added later or removed since. Which release defines which key is in
 (``python -m advisor.config._versiongen``). The rule runs when ``--deepspeed-version`` (or the
 installed deepspeed) is not 0.19.8; at 0.19.8 the schema's S001/S005 say the same.
 
-Anti-pattern (with ``--deepspeed-version 0.9.5``; ZeRO++ arrived in 0.10)::
+Anti-pattern (with ``--deepspeed-version 0.9.5``; ZeRO++ arrived in 0.10.0)::
 
     "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}
 
@@ -63,8 +63,8 @@ class KeyNotInRelease(Rule):
             section = "/".join(split_pointer(ptr)[:-1]) or "the top level"
             added = st.row and ctx.release and st.history().startswith("it appears")
             yield self.finding(
-                ptr, f"{key!r} is not a key of {section} in DeepSpeed {rel.checked}: {st.history()} (among the "
-                     f"releases checked). {rel.checked}'s {st.row['source'].split(':')[-1]} forbids unknown keys, so "
+                ptr, f"{key!r} is not a key of {section} in DeepSpeed {rel.checked}: {st.history()}. "
+                     f"{rel.checked}'s {st.row['source'].split(':')[-1]} forbids unknown keys, so "
                      "deepspeed.initialize raises a ValidationError",
                 fix=(f"remove it, or run DeepSpeed {st.row['first']} or later" if added else
                      f"remove it{'; its replacement is ' + repr(st.row['new_param']) if st.row.get('new_param') else ''}"),

@@ -2,8 +2,8 @@
 is not 0.19.8's.
 
 What DeepSpeed does: each release's pydantic config models carry their own defaults, e.g.
-``offload_optimizer.pin_memory`` / ``offload_param.pin_memory`` default to false up to 0.19.3 and
-to true in 0.19.8 (deepspeed/runtime/zero/offload_config.py), which changes where the offloaded
+``offload_optimizer.pin_memory`` / ``offload_param.pin_memory`` default to false up to 0.19.4 and
+to true from 0.19.5 (deepspeed/runtime/zero/offload_config.py), which changes where the offloaded
 state lives (pinned or pageable host memory). The advisor's accounting is 0.19.8's; for the
 defaults the ledger reads (offload ``pin_memory``) the estimate applies the target release's
 default; for the others a job on another release that relies on such a default differs from

@@ -1,6 +1,6 @@
 """V004 optimizer-refuses-zero-in-release: a 1-bit optimizer with ZeRO, in a release that has it.
 
-What DeepSpeed does: up to 0.19.3 (the last checked release with the 1-bit family),
+What DeepSpeed does: up to 0.19.6 (the last release with the 1-bit family),
 ``DeepSpeedEngine._configure_basic_optimizer`` (deepspeed/runtime/engine.py) asserts
 ``not self.zero_optimization()`` before building ``OneBitAdam`` ("1bit-Adam is not compatible
 with ZeRO"), ``ZeroOneAdam`` ("0/1 Adam is not compatible with ZeRO") and ``OneBitLamb``

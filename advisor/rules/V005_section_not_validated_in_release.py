@@ -5,8 +5,8 @@ What DeepSpeed does: the schema (S001 unknown key, S003 wrong type, S004 out of 
 misplaced key) is DeepSpeed 0.19.8's, where ``fp16``, ``bf16``, ``compile``, ``comms_logger``, ...
 are pydantic models with ``extra="forbid"``. Older releases validate fewer sections: ``fp16`` and
 ``bf16`` became ``DeepSpeedConfigModel`` only in 0.17.1 (before, runtime/config.py reads them as
-plain dicts with ``get_scalar_param``), ``compile`` has no model in 0.14.5/0.15.4, ``comms_logger``
-none before 0.15.4. Which release has which section as a model is in
+plain dicts with ``get_scalar_param``), ``compile`` has none from 0.14.4 to 0.16.5, ``comms_logger``
+none before 0.15.0. Which release has which section as a model is in
 ``advisor/data/deepspeed_versions.json`` (generated from each release's sdist). In a release that
 does not validate the section, ``deepspeed.initialize`` does not refuse the key: it is ignored (or
 the section is not read at all), so the setting may silently not take effect. So at such a

@@ -17,7 +17,7 @@ from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
 from advisor.config.schema import validate_config
 from advisor.config.suppress import apply_suppressions
-from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, current_release, key_status
+from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, current_release, key_status, name_in, name_row
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware
@@ -29,8 +29,14 @@ def _defined_in_release(f: Finding, release: str) -> bool:
     key that release defines, or a removed feature that release does not refuse yet."""
     if release == DEFAULT_RELEASE or f.code not in ("S001", "S005"):
         return False
-    if f.code == "S005" and not behaviour("removed-features-refused", release):
-        return True
+    if f.code == "S005":  # refused only where that release's removed-keys list has it
+        parts = f.pointer.strip("/").split("/")
+        kind = {1: "removed_top_level_keys"}.get(len(parts)) or (
+            "removed_zero_keys" if len(parts) == 2 and parts[0] == "zero_optimization" else None)
+        if not behaviour("removed-features-refused", release):
+            return True
+        if kind and name_row(kind, parts[-1]) is not None:
+            return not name_in(kind, parts[-1], release)
     return key_status(f.pointer, release).state == "present"
 
 
