@@ -353,7 +353,7 @@ def test_models_cli_json():
     from advisor.cli import main
     r = CliRunner().invoke(main, ["models", "--format", "json"])
     assert r.exit_code == 0, r.output
-    rows = {d["name"]: d["parameters"] for d in json.loads(r.output)}
+    rows = {d["name"]: d["parameters"] for d in json.loads(r.stdout)}
     assert rows["llama-3-8b"] == PUBLISHED["llama-3-8b"] and rows["gpt2"] == PUBLISHED["gpt2"]
 
 
@@ -563,7 +563,7 @@ def test_models_types_lists_formula_coverage():
     from advisor.model.activations import formula_gap
     from advisor.model.specs import FAMILIES, expand, list_presets, get_preset
 
-    rows = json.loads(CliRunner().invoke(main, ["models", "--types", "--format", "json"]).output)
+    rows = json.loads(CliRunner().invoke(main, ["models", "--types", "--format", "json"]).stdout)
     assert [r["model_type"] for r in rows] == list(FAMILIES)
     by_type = {r["model_type"]: r for r in rows}
     for name, _, fam, _ in list_presets():
