@@ -180,7 +180,7 @@ def test_the_table_holds_every_final_release_of_its_span():
     lo, hi = Version(gen.RELEASES[0]), Version(gen.RELEASES[-1])
     span = sorted(str(v) for v in have if lo <= v <= hi and not v.is_prerelease)
     assert sorted(gen.RELEASES, key=Version) == list(gen.RELEASES)
-    assert sorted(gen.RELEASES) == span
+    assert sorted([*gen.RELEASES, *gen.UNREADABLE]) == span  # 0.11.0: unreadable, mapped out loud
     assert versions.table()["releases"] == list(gen.RELEASES)
 
 
