@@ -278,7 +278,8 @@ def test_cli_nothing_fits_exit_1_with_suggestion(tmp_path):
     spec.write_text(json.dumps({"base": "dgx-h100", "storage": []}))
     out = tmp_path / "ds.json"
     p = run_cli(["generate", "--model", "llama-3.1-405b", "--hardware", str(spec), "--nodes", "1",
-                 "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "2048", "--output", str(out)])
+                 "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "2048", "--output", str(out)],
+                timeout=400)  # a hang guard, not a timing: ~30 s of CPU, minutes on a loaded 2-core runner
     assert p.returncode == 1, p.stderr
     assert "suggestion: more GPUs" in p.stderr
     assert "suggestion: an NVMe tier" in p.stderr

@@ -330,7 +330,13 @@ def zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -
     model order until the running sum of p_i reaches ``sub_group_size`` (elements), so a
     sub-group can exceed it by up to one partition; a group whose sum of p_i is at most
     ``sub_group_size`` (or ``None``) is one sub-group. Example (§3.2, measured): the 43,209-element
-    MLP, W = 2, sub_group_size 10,000 -> S = [21,372, 235]."""
+    MLP, W = 2, sub_group_size 10,000 -> S = [21,372, 235]. Memoised per inventory
+    (:meth:`advisor.model.inventory.Inventory.memo`)."""
+    return list(inventory.memo(("zero3_sub_groups", W, sub_group_size),
+                               lambda: tuple(_zero3_sub_groups(inventory, W, sub_group_size))))
+
+
+def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -> list[SubGroup]:
     by: dict[int, list[int]] = {}
     for i, t in enumerate(inventory.tensors):
         if t.trainable:

@@ -189,11 +189,13 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
     inv = ledger.plan.inventory
     W = ledger.plan.cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
-    mods: dict[str, int] = {}
-    for t in inv.tensors:
-        m = module_of(t.name)
-        mods[m] = mods.get(m, 0) + zero3_partition_numel(t.numel, W) * W
-    big = max(mods.values(), default=0)
+    def largest_module() -> int:
+        mods: dict[str, int] = {}
+        for t in inv.tensors:
+            m = module_of(t.name)
+            mods[m] = mods.get(m, 0) + zero3_partition_numel(t.numel, W) * W
+        return max(mods.values(), default=0)
+    big = inv.memo(("largest_gathered_module", W), largest_module)
     src = "engine.py:DeepSpeedEngine._zero3_consolidated_16bit_state_dict (GatheredParameters, modifier_rank=0)"
     return [Entry(rank, "host_pageable", "parameters", "save_16bit_state_dict", inv.numel * D, "save",
                   f"N x D = {inv.numel} x {D} (rank 0 copies every gathered 16-bit tensor to the CPU)", src),

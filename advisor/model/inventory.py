@@ -76,14 +76,38 @@ class Inventory:
     def trainable_numel(self) -> int:
         return sum(t.numel for t in self.tensors if t.trainable)
 
+    #: One memo of values derived from ``tensors`` (see :meth:`memo`); not part of the value.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def memo(self, key: Any, compute: Any) -> Any:
+        """``compute()``, computed once per (tensor list, ``key``): generate asks for the same
+        derived tables (param groups, ZeRO-3 sub-groups, module sizes) for thousands of plans.
+
+        The memo is keyed by the identity of every TensorSpec in order. TensorSpecs are frozen,
+        so any change to ``tensors`` (append, replace, ``tensors[:] = ...``) changes the key;
+        the memo holds the old specs, so their ids cannot be reused while it is alive. Only
+        the latest tensor list is kept. Callers must not mutate what it returns.
+        """
+        ids = tuple(map(id, self.tensors))
+        if self._memo.get("ids") != ids:
+            self._memo.clear()
+            self._memo["ids"] = ids
+            self._memo["keep"] = list(self.tensors)
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
     def groups(self, trainable_only: bool = True) -> list[list[TensorSpec]]:
-        """Tensors split by optimizer param group, groups in index order, each in model order."""
-        by: dict[int, list[TensorSpec]] = {}
-        for t in self.tensors:
-            if trainable_only and not t.trainable:
-                continue
-            by.setdefault(t.group, []).append(t)
-        return [by[k] for k in sorted(by)]
+        """Tensors split by optimizer param group, groups in index order, each in model order
+        (fresh lists; the split itself is memoised, see :meth:`memo`)."""
+        def split() -> tuple[tuple[TensorSpec, ...], ...]:
+            by: dict[int, list[TensorSpec]] = {}
+            for t in self.tensors:
+                if trainable_only and not t.trainable:
+                    continue
+                by.setdefault(t.group, []).append(t)
+            return tuple(tuple(by[k]) for k in sorted(by))
+        return [list(g) for g in self.memo(("groups", trainable_only), split)]
 
     def largest(self, trainable_only: bool = False) -> TensorSpec | None:
         ts = [t for t in self.tensors if t.trainable or not trainable_only]
