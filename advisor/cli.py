@@ -186,6 +186,32 @@ def _world(world_size: int | None) -> tuple[int | None, str | None]:
     return (f.value, f.source) if f else (None, None)
 
 
+def _settings_defaults(config: str, model: str | None, params: int | None, world_size: int | None):
+    """(model, params, world_size, world_size_source) with the settings file found by walking up from CONFIG
+    (advisor.config.settings, as lint uses it) filling what no flag gave: flags win, and a world
+    size from the launcher's environment (WORLD_SIZE, SLURM_NTASKS) beats the file's. A bad
+    settings file is exit 2 naming it."""
+    from advisor.config.settings import load_settings
+    try:
+        s = load_settings(os.getcwd() if config == "-" else config)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    if s is None:
+        return model, params, world_size, "--world-size"
+    src = "--world-size"
+    if not model and params is None:
+        model, params = s.model, s.params
+        if s.model and not os.path.exists(s.model):  # a preset name; a file is read (and named) later
+            from advisor.model.specs import resolve_model
+            try:
+                resolve_model(s.model)  # a bad value names the settings file, not a flag
+            except AdvisorError as e:
+                raise _fail(f"{s.source}: model: {e}")
+    if world_size is None and s.world_size is not None and _world(None) == (None, None):
+        world_size, src = s.world_size, f"world-size in {s.source}"
+    return model, params, world_size, src
+
+
 # --- options shared by several commands: declared once here -----------------------------------
 
 #: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
@@ -542,6 +568,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     from advisor.views.estimate import estimate as run_estimate
     from advisor.views.lint import lint_config
 
+    m, n, ws, _ = _settings_defaults(config, a.model, a.params, a.world_size)
+    a = replace(a, model=m, params=n, world_size=ws)
     if not a.model and a.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     cap = Capacity(*(_size_flag(f, v) for f, v in (("--gpu-memory", a.gpu_memory), ("--host-memory", a.host_memory),
@@ -804,8 +832,10 @@ def main() -> None:
 @_opt("--fail-on", type=click.Choice(FAIL_ON), default=None,
               help="Exit 1 when a finding at or above this severity exists (default: the settings file's "
                    "fail-on, else error).")
-@_opt("--select", help="Comma-separated rule codes or names to run (default: all), e.g. B001,auto-top-level.")
-@_opt("--ignore", help="Comma-separated rule codes or names not to run.")
+@_opt("--select", multiple=True, help="Rule codes or names to run (default: all), comma-separated and/or repeated "
+                                     "(their union), e.g. B001,auto-top-level. Replaces the settings file's select.")
+@_opt("--ignore", multiple=True, help="Rule codes or names not to run, comma-separated and/or repeated (their "
+                                     "union): added to the settings file's ignore.")
 @_opt("-q", "--quiet", is_flag=True, help="Print the findings only (no summary line).")
 @format_option("lint")
 @_release_option
@@ -835,8 +865,8 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
     if model and params:
         raise click.UsageError("give --model or --params, not both")
     try:
-        sel = rule_codes(select, "--select") if select else None
-        ign = rule_codes(ignore, "--ignore") if ignore else None
+        sel = rule_codes(",".join(select), "--select") if select else None
+        ign = rule_codes(",".join(ignore), "--ignore") if ignore else None
     except ValueError as e:
         raise click.UsageError(str(e))
     env_world = _world(None) if world_size is None else (None, None)
@@ -1148,6 +1178,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     """
     from advisor.views.check import run_check
 
+    model, params, world_size, ws_source = _settings_defaults(config, model, params, world_size)
     if not model and params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     if str(checkpointing).startswith("sac"):
@@ -1163,7 +1194,8 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
         megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
         checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor))
     _check_checkpointing(wl, inv)
-    result = run_check(loaded, inv, world_size=world_size, gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
+    result = run_check(loaded, inv, world_size=world_size, world_size_source=ws_source,
+                       gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
                        config_input=inp, overhead=ovh, allow_tight=allow_tight)
     warn = _seq_len_warning(wl, inv)
@@ -1367,6 +1399,8 @@ def report(config, est, output, force):
     training starts the page has no estimate, only why and the findings), 2 on bad input or when
     --output exists without --force.
     """
+    m, n, ws, _ = _settings_defaults(config, est.model, est.params, est.world_size)
+    est = replace(est, model=m, params=n, world_size=ws)
     if not est.model and est.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
     from advisor.files import output_problem

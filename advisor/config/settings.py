@@ -124,7 +124,10 @@ def load_settings(start: str | os.PathLike) -> Settings | None:
     path, t = found
     unknown = sorted(set(t) - set(KEYS))
     if unknown:
-        raise SettingsError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
+        import difflib
+        hints = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k.replace("_", "-"), KEYS, n=1))
+                 else k for k in unknown]
+        raise SettingsError(f"{path}: unknown key(s) {', '.join(hints)} (known: {', '.join(KEYS)})")
     s = Settings(source=str(path))
     if "select" in t:
         s.select = _codes(t["select"], f"{path}: select")

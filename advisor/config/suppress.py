@@ -19,12 +19,14 @@ the messages print it) or, for a key with a dot in its name, a JSON pointer star
 the finding's pointer is that key or lies inside it. The entry is still a string in a list, so
 DeepSpeed tolerates it exactly as it tolerates the whole-rule form. A section that is not an
 object, a key other than ``ignore``, an entry that is not a string, names no rule or no key is
-itself an S007 finding (and suppresses nothing).
+itself an S007 finding (and suppresses nothing); so is a string in place of the list (read as
+one entry) and a ``"RULE:KEY"`` whose KEY is not in the config (a typo suppresses nothing).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -71,6 +73,20 @@ def _key_pointer(key: str) -> str | None:
     return pointer(*parts) if key and all(parts) else None
 
 
+def _has_pointer(raw: Any, ptr: str) -> bool:
+    """Whether JSON pointer ``ptr`` (RFC 6901: ``~1`` is ``/``, ``~0`` is ``~``) names a value in ``raw``."""
+    node = raw
+    for part in ptr.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
 def config_suppressions(raw: Any) -> tuple[Suppressions, list[Finding]]:
     """(what the config's ``ds_advisor.ignore`` suppresses, S007 findings about the section
     itself) for a loaded config's top-level object ``raw``; nothing without a section."""
@@ -91,7 +107,10 @@ def config_suppressions(raw: Any) -> tuple[Suppressions, list[Finding]]:
                             f"unknown key '{k}' in {SUPPRESS_KEY}: only 'ignore' (a list of rule codes or names) "
                             "is read", f"remove '{k}'"))
     entries = sec.get("ignore", [])
-    if isinstance(entries, str):
+    if isinstance(entries, str):  # "ignore": "B001" -- read as one entry, but not the documented form
+        out.append(emit("S007", "warning", pointer(SUPPRESS_KEY, "ignore"),
+                        f"{SUPPRESS_KEY}.ignore is a string, not a list: read as [{entries!r}]",
+                        f'write "ignore": [{json.dumps(entries)}]'))
         entries = [entries]
     if not isinstance(entries, list):
         return none, out + [emit("S007", "warning", pointer(SUPPRESS_KEY, "ignore"),
@@ -119,6 +138,11 @@ def config_suppressions(raw: Any) -> tuple[Suppressions, list[Finding]]:
                             "use a rule code or name from `ds-advisor explain`"))
         elif key is not None:
             keys.add((r.code, key))
+            if not _has_pointer(raw, key):
+                out.append(emit("S007", "warning", ptr,
+                                f"{SUPPRESS_KEY}.ignore entry '{e}:{key_text}': this config has no key "
+                                f"{key_text.strip()} (a typo?), so it suppresses nothing about a key written here",
+                                "name a key of this config, as the finding's message prints it"))
         else:
             codes.add(r.code)
     return Suppressions(frozenset(codes), frozenset(keys)), out

@@ -137,27 +137,48 @@ def _imports():
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def build_config(hf_config: dict[str, Any], layers: int | None = None, dropout: float | None = None):
+def build_config(hf_config: dict[str, Any], layers: int | None = None, dropout: float | None = None,
+                 source: str = "config.json"):
     """A transformers ``PretrainedConfig`` from a parsed ``config.json`` dict, optionally cut to
     ``layers`` decoder layers and with every dropout probability set to ``dropout``.
 
-    Raises TraceUnavailable when transformers does not know the ``model_type``."""
+    Raises TraceUnavailable, one short line naming ``source``, when transformers does not know
+    the ``model_type`` or its config class refuses a value (transformers' own validation:
+    ValueError, AttributeError from a read-only property such as Falcon's head_dim, or
+    huggingface_hub's StrictDataclassError); the message points to ``--params N``."""
     _imports()
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     d = dict(hf_config)
     mt = d.pop("model_type", None)
     if not mt:
-        raise TraceUnavailable("config.json has no model_type: transformers cannot build it")
+        raise TraceUnavailable(f"{source}: no model_type: transformers cannot build it; "
+                               "give --params N for the model states only")
+    if mt not in CONFIG_MAPPING:  # its ValueError lists every known type (~12,000 characters)
+        raise TraceUnavailable(f"{source}: transformers does not know model_type {mt!r} "
+                               f"(see transformers' CONFIG_MAPPING); give --params N for the model states only")
     for k in ("architectures", "auto_map", "quantization_config", "torch_dtype", "dtype", "transformers_version"):
         d.pop(k, None)
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()  # token-id / loss_type notices about a config built in code
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: transformers' configs are not strict dataclasses
+        StrictDataclassError = ValueError  # noqa: N806
+    # token-id / loss_type notices about a config built in code; and the whole config dumped
+    # with logger.error before a refused value is re-raised (we report the error ourselves)
+    hf_logging.set_verbosity(hf_logging.CRITICAL)
     try:
         cfg = AutoConfig.for_model(mt, **d)
-    except (ValueError, KeyError) as e:
-        raise TraceUnavailable(f"transformers cannot build model_type {mt!r}: {e}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, StrictDataclassError) as e:
+        first = " ".join(str(e).split()).replace(": ;", ":") or type(e).__name__  # a validator's detail follows its first line
+        if len(first) > 160:
+            first = first[:157] + "..."
+        raise TraceUnavailable(f"{source}: transformers refuses this {mt} config: {first}; "
+                               "fix the value or give --params N for the model states only") from None
+    finally:
+        hf_logging.set_verbosity_error()
     if layers is not None and layers < cfg.num_hidden_layers:
         cfg.num_hidden_layers = layers
         for k in _LAYER_LIST_KEYS:
@@ -501,7 +522,7 @@ def inventory_from_hf_config(hf_config: dict[str, Any], source: str = "config.js
 
     from advisor.model.inventory import from_module
 
-    cfg = build_config(hf_config)
+    cfg = build_config(hf_config, source=source)
     try:
         with FakeTensorMode():
             model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)

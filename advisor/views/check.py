@@ -573,7 +573,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
               timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None,
               config_input: Any = None, trainer_args: dict | None = None, overhead: Any = None,
-              allow_tight: bool = False) -> CheckResult:
+              allow_tight: bool = False, world_size_source: str = "--world-size") -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
@@ -607,7 +607,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     warnings: list[str] = []
     warning_sizes: dict[int, tuple[str, dict]] = {}
     probe_failed = False
-    ws_given, ws_label = world_size, "--world-size"
+    ws_given, ws_label = world_size, world_size_source
     gpn_given, gpn_label, nodes_given = gpus_per_node, "--gpus-per-node", None
     al = config_input.launch if config_input is not None else None
     if world_size is None and al is not None and al.world_size:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from advisor.config.effective import effective_config
+from advisor.errors import AdvisorError
 from advisor.findings import Finding, sort_findings
 from advisor.model.inventory import Inventory
 from advisor.config.loading import LoadedConfig
@@ -235,8 +236,10 @@ def lint_options(path: str, *, select: set[str] | None, ignore: set[str] | None,
     from advisor.rules import all_rules
 
     s = load_settings(os.getcwd() if path == "-" else path)
+    # Like ruff's rule selection: --select replaces the file's select; --ignore adds to the file's
+    # ignore; a rule --select names explicitly is run even when the file ignores it (flags win).
     sel = select if select is not None else (s.select if s else None)
-    ign = ignore if ignore is not None else (s.ignore if s else set())
+    ign = set(s.ignore if s else set()) - set(select or ()) | set(ignore or ())
     codes = sel
     if ign:
         codes = (set(all_rules()) if sel is None else set(sel)) - set(ign)
@@ -250,7 +253,12 @@ def lint_options(path: str, *, select: set[str] | None, ignore: set[str] | None,
             cache[key] = from_param_count(params)
         elif model:
             from advisor.model.specs import resolve_model
-            cache[key] = resolve_model(model)
+            try:
+                cache[key] = resolve_model(model)
+            except AdvisorError as e:
+                if s is not None and model == s.model:  # the settings file's value: name the file
+                    raise AdvisorError(f"{s.source}: model: {e}") from None
+                raise
         else:
             cache[key] = None
     ws, src = (world_size, "--world-size") if world_size is not None else env_world
