@@ -5,7 +5,8 @@ argv: job JSON path, output JSON path. The job: {"config": DeepSpeed config, "st
 directly (both swapped to NVMe: 1,055,744 x 2 B >= 1 MiB) and a small trainable head; with
 ``chain`` N instead a trainable 1024-element scale ``pre`` (so the gradient flows back through
 everything after it, as LoRA adapters make it), N modules ``layers.i`` each holding one frozen
-1024 x 1024 weight (2 MiB: swapped), and the head. Initialises the real DeepSpeed engine (CPU
+1024 x 1024 weight (2 MiB: swapped), and the head; with ``mixed`` the scale, one such layer, then
+the two-weight module ``m`` (frozen) and its head. Initialises the real DeepSpeed engine (CPU
 accelerator, gloo, libaio) and trains K steps. Writes {"steps": K} or {"error", "steps_done",
 "traceback"}.
 Test code: imports torch and deepspeed.
@@ -81,9 +82,22 @@ def main(job_path: str, out_path: str) -> int:
                     x = layer(x)
                 return self.head(x)
 
+        class Mixed(torch.nn.Module):
+            """pre (trainable), one frozen layer held for reuse, then module m's two frozen weights."""
+
+            def __init__(self):
+                super().__init__()
+                self.pre = Pre()
+                self.layers = torch.nn.ModuleList([One()])
+                self.m = Two()
+                self.head = torch.nn.Linear(1031, 8)
+
+            def forward(self, x):
+                return self.head(self.m(self.layers[0](self.pre(x))))
+
         torch.manual_seed(0)
         deepspeed.init_distributed(dist_backend="gloo")
-        net = Chain(int(job["chain"])) if job.get("chain") else Net()
+        net = Mixed() if job.get("mixed") else Chain(int(job["chain"])) if job.get("chain") else Net()
         engine, *_ = deepspeed.initialize(model=net, model_parameters=[p for p in net.parameters() if p.requires_grad],
                                           config=job["config"])
         rec["steps_done"] = 0

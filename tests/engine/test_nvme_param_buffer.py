@@ -271,3 +271,62 @@ def test_engine_trains_with_m004s_held_buffer_count(chain_runs):
     assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
     assert d["steps_done"] == 3
     assert _chain_m004(_m004_config("/nvme", CHAIN)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# M004, both at once: a module's own partitions outnumber the buffers *and* an earlier module's
+# partition is held for reuse. The computed fix must cover both (issue 19: it proposed 2, and the
+# re-lint then asked for 3): 1 held + 2 own = 3.
+
+
+def _mixed_inventory() -> Inventory:
+    return Inventory(name="mixed", tensors=[TensorSpec("pre.weight", (1024,)),
+                                            TensorSpec("layers.0.w", (1024, 1024), trainable=False),
+                                            TensorSpec("m.a", (1031, 1024), trainable=False),
+                                            TensorSpec("m.b", (1031, 1024), trainable=False),
+                                            TensorSpec("head.weight", (8, 1031)), TensorSpec("head.bias", (8,))])
+
+
+def _mixed_m004(cfg: dict) -> list:
+    loaded = parse_text(json.dumps(cfg), "mixed.json")
+    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_mixed_inventory(),
+                       select={"M004"})
+
+
+@pytest.fixture(scope="module")
+def mixed_runs(tmp_path_factory):
+    if not _aio_ok():
+        pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
+    from advisor.engine.measure import run_process_group
+    base = tmp_path_factory.mktemp("m004_mixed")
+    bad = _mixed_m004(_m004_config("/nvme", 1))
+    assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
+    fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
+    res = {"fix": fix}
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    for cid, bc in (("own_only", 2), ("fixed", fix)):  # 2: the module's own partitions, the old fix
+        nv = base / f"nvme_{cid}"
+        nv.mkdir()
+        job, out = base / f"{cid}.json", base / f"{cid}.out.json"
+        job.write_text(json.dumps({"config": _m004_config(str(nv), bc), "steps": 3, "mixed": True, "frozen": True}))
+        with open(base / f"{cid}.log", "w") as fh:
+            rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(job), str(out)], 1500,
+                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
+        assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
+        res[cid] = json.loads(out.read_text())
+    return res
+
+
+def test_engine_needs_the_held_buffer_too(mixed_runs):
+    d = mixed_runs["own_only"]
+    assert "error" in d, "DeepSpeed ran 1 held + 2 own NVMe partitions through 2 swap buffers"
+    # the engine counts the buffers left after the held one and the first own partition
+    assert d["steps_done"] == 1 and "Not enough buffers 0 for swapping 1" in d["error"], d
+
+
+def test_engine_trains_with_m004s_computed_fix_covering_both(mixed_runs):
+    assert mixed_runs["fix"] == 3
+    d = mixed_runs["fixed"]
+    assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
+    assert d["steps_done"] == 3
+    assert _mixed_m004(_m004_config("/nvme", 3)) == []
