@@ -128,6 +128,16 @@ def read_models(src: pathlib.Path) -> dict[str, dict[str, Any]]:
     texts = {p: p.read_text(encoding="utf-8", errors="replace") for p in files}
     parsed: dict[pathlib.Path, list[ast.ClassDef]] = {}
     names = {"DeepSpeedConfigModel"}
+    # Before 0.15.0 comm/config.py's CommsConfig is a plain pydantic BaseModel whose own
+    # ``class Config: extra = 'forbid'`` makes it refuse unknown keys like DeepSpeedConfigModel.
+    forbid = re.compile(r"""extra\s*=\s*['"]forbid['"]""")
+    for p in files:
+        if forbid.search(texts[p]):
+            try:
+                parsed[p] = [n for n in ast.parse(texts[p]).body if isinstance(n, ast.ClassDef)]
+            except SyntaxError:
+                parsed[p] = []
+            names.update(n.name for n in parsed[p] if _forbids_extra(n))
     while True:
         word = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
         new = [p for p in files if p not in parsed and word.search(texts[p])]
@@ -152,12 +162,25 @@ def read_models(src: pathlib.Path) -> dict[str, dict[str, Any]]:
             fields = [_field(s) for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
                       and not s.target.id.startswith("_") and "ClassVar" not in ast.unparse(s.annotation)]
             classes.setdefault(node.name, {"bases": [ast.unparse(b).split(".")[-1] for b in node.bases],
-                                           "fields": fields, "file": str(p.relative_to(src))})
+                                           "fields": fields, "file": str(p.relative_to(src)),
+                                           **({"forbid": True} if _forbids_extra(node) else {})})
     return classes
 
 
+def _forbids_extra(node: ast.ClassDef) -> bool:
+    """A pydantic v1 model refusing unknown keys on its own: a nested ``class Config`` with
+    ``extra = 'forbid'`` (comm/config.py CommsConfig before 0.15.0)."""
+    for c in node.body:
+        if isinstance(c, ast.ClassDef) and c.name == "Config":
+            for a in c.body:
+                if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "extra" for t in a.targets) \
+                        and isinstance(a.value, ast.Constant) and a.value.value == "forbid":
+                    return True
+    return False
+
+
 def _is_model(name: str, classes: dict[str, Any], seen: frozenset = frozenset()) -> bool:
-    if name == "DeepSpeedConfigModel":
+    if name == "DeepSpeedConfigModel" or classes.get(name, {}).get("forbid"):
         return True
     c = classes.get(name)
     return bool(c) and name not in seen and any(_is_model(b, classes, seen | {name}) for b in c["bases"])
