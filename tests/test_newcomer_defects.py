@@ -118,3 +118,56 @@ def test_suppression_section_mistakes_are_s007(tmp_path, section, where):
     p = run_cli(["lint", str(cfg), "--format", "json"])
     found = json.loads(p.stdout)["files"][0]["findings"]
     assert any(f["code"] == "S007" and f["pointer"] == where for f in found), found
+
+
+def _tight_fit():
+    # 79 GiB needed of 80 GiB, inside a 2 GiB overhead band: tight (rule M102)
+    g = 2 ** 30
+    return [{"tier": "accelerator", "scope": "per rank", "need": 79 * g, "peak": 70 * g, "capacity": 80 * g,
+             "headroom": 1 * g, "fits": True, "verdict": "tight", "uncertainty": 2 * g,
+             "uncertain_terms": ["cuda_context"], "parts": []}]
+
+
+def test_tight_verdict_is_coloured_like_a_warning():
+    import io
+
+    from rich.console import Console
+
+    from advisor.render.text import fit_table
+
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, color_system="standard", width=200).print(fit_table(_tight_fit()))
+    out = buf.getvalue()
+    yellow = "\x1b[33m"  # ANSI SGR 33, the colour findings' "warning" is painted in
+    assert yellow + "TIGHT" in out, repr(out)
+
+
+def test_term_dumb_means_no_colour_in_auto_mode(monkeypatch):
+    from advisor.render.style import use_color
+
+    class Tty:
+        def isatty(self):
+            return True
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_color(Tty(), "auto")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not use_color(Tty(), "auto")
+    assert use_color(Tty(), "always")  # an explicit --color always still wins
+
+
+def test_parameter_count_said_once_and_one_rank_is_rank_0():
+    p = run_cli(["estimate", ZERO2, "--params", "7000000000"])
+    head = p.stdout.split("\n")[0] + p.stdout.split("\n")[1]
+    assert head.count("7,000,000,000") == 1, head
+    c = run_cli(["check", ZERO2, "--params", "7000000000", "--world-size", "1", "--gpu-memory", "80GiB",
+                 "--host-memory", "100GiB"])
+    node = next(ln for ln in c.stdout.splitlines() if "this node" in ln)
+    assert node.rstrip().endswith("rank 0") and "0-0" not in node, node
+
+
+def test_one_auto_value_is_singular(tmp_path):
+    cfg = tmp_path / "a.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 8}))
+    out = " ".join(run_cli(["lint", str(cfg)]).stdout.split())
+    assert '1 value is "auto"' in out and "1 A001 finding folded" in out, out

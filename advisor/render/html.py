@@ -588,8 +588,8 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     parts: list[str] = []
     m, cl = d["model"], d["cluster"]
     parts.append(f"<h1>ds-advisor report: {_e(d['config'])}</h1>")
-    parts.append(f"<p class=meta>{_e(m['name'])}: {m['parameters']:,} parameters ({m['trainable_parameters']:,} "
-                 f"trainable); world size {cl['world_size']} (data-parallel {cl['dp_world_size']}, "
+    from advisor.render.text import param_words
+    parts.append(f"<p class=meta>{_e(m['name'])}: {_e(param_words(m))}; world size {cl['world_size']} (data-parallel {cl['dp_world_size']}, "
                  f"{cl['gpus_per_node'] or 'unknown'} per node); DeepSpeed {_e(DEEPSPEED_VERSION)} accounting; "
                  f"{_e(d['tool'])}; sizes in {_e(U)} ({_e(unit_note(units))})</p>")
     from advisor.config.versions import release_note

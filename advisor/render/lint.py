@@ -79,8 +79,8 @@ def hf_trainer_hint(findings: list[Finding]) -> tuple[str, list[Finding]] | None
         return None
     keys = [f.pointer.lstrip("/") for f in autos]
     shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
-    return (f'this looks like an HF Trainer config: {len(autos)} values are "auto" ({shown}), which only the HF '
-            f'Trainer or accelerate fills in ({len(autos)} {"/".join(sorted({f.code for f in autos}))} findings '
+    return (f'this looks like an HF Trainer config: {len(autos)} {"value is" if len(autos) == 1 else "values are"} "auto" ({shown}), which only the HF '
+            f'Trainer or accelerate fills in ({len(autos)} {"/".join(sorted({f.code for f in autos}))} finding{"" if len(autos) == 1 else "s"} '
             "folded here; --format json lists each)", autos)
 
 

@@ -2,7 +2,8 @@
 (finding severities, fit verdicts, check's GO/NO-GO), and the colour decision.
 
 Colour is on when ``--color always``, or ``--color auto`` (the default) and the stream is a
-terminal and ``NO_COLOR`` is not set (https://no-color.org); ``--color never`` turns it off.
+terminal, ``NO_COLOR`` is not set (https://no-color.org) and ``TERM`` is not ``dumb``;
+``--color never`` turns it off.
 Renderers built on rich use the style names; plain-text renderers wrap a word with :func:`paint`.
 """
 
@@ -19,7 +20,7 @@ COLOR_CHOICES = ("auto", "always", "never")
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan",
          "DOES NOT FIT": "bold red", "fits": "green", "give a capacity": "dim",
          "NO-GO": "bold red", "GO": "bold green", "FAIL": "bold red", "PASS": "green", "WARN": "yellow",
-         "UNKNOWN": "dim"}
+         "UNKNOWN": "dim", "TIGHT": "yellow"}  # tight: fits only inside the overhead's band, a warning
 _ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
 #: Width of piped (non-terminal) output: lines longer than this are wrapped.
@@ -28,12 +29,14 @@ PIPE_WIDTH = 100
 
 def use_color(stream: IO[str], mode: str | bool | None = "auto") -> bool:
     """Whether to colour ``stream``: ``mode`` "always"/True, "never"/False, or "auto"/None (a
-    terminal and no ``NO_COLOR``)."""
+    terminal, no ``NO_COLOR``, and ``TERM`` is not ``dumb``)."""
     if mode is True or mode == "always":
         return True
     if mode is False or mode == "never":
         return False
     isatty = getattr(stream, "isatty", None)
+    if os.environ.get("TERM") == "dumb":  # a terminal that declares it has no escape codes
+        return False
     return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")  # no-color.org: set and non-empty
 
 

@@ -75,7 +75,8 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS) -> Any:
         ft.add_row(f["scope"], "= need", size(f["need"], units, suffix=False),
                    "unknown" if cap is None else size(cap, units, suffix=False),
                    "" if cap is None else size(f["headroom"], units, suffix=False),
-                   Text(verdict, style=STYLE.get(verdict, "")), end_section=True)
+                   Text(verdict, style=STYLE["TIGHT"] if verdict.startswith("TIGHT") else STYLE.get(verdict, "")),
+                   end_section=True)
     return ft
 
 
@@ -131,8 +132,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
     with console.capture() as captured:
         m = d["model"]
         cl = d["cluster"]
-        console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({m['parameters']:,} parameters, "
-                      f"{m['trainable_parameters']:,} trainable), world size {cl['world_size']} "
+        console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({param_words(m)}), world size {cl['world_size']} "
                       f"(data-parallel {cl['dp_world_size']}"
                       + "".join(f", {w} {cl[k]}" for k, w in (("tensor_parallel", "tensor-parallel"),
                                                             ("pipeline_parallel", "pipeline stages"),
@@ -336,6 +336,16 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
 LIST_RANKS_IN_TITLE = 64
 
 
+def param_words(m: dict[str, Any]) -> str:
+    """'8,030,261,248 parameters, all trainable' for a model dict (``parameters``,
+    ``trainable_parameters``, ``name``); the count is said once: left out when the name already
+    shows it (``--params 7,000,000,000``), and 'all trainable' when every parameter is."""
+    n, t = m["parameters"], m["trainable_parameters"]
+    words = [] if f"{n:,}" in str(m.get("name", "")) else [f"{n:,} parameters"]
+    words.append("all trainable" if t == n else f"{t:,} trainable")
+    return ", ".join(words)
+
+
 def _ranks_title(ranks: Any) -> str:
     """'rank 3', 'ranks 0-7' (consecutive), 'ranks 1, 3, 5' (scattered, up to
     :data:`LIST_RANKS_IN_TITLE`), else 'ranks 0-3, 8-11, ... (N ranks)' from the ranges."""
@@ -508,7 +518,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
     L.append(f"  ranks per node   {_val(ls.gpus_per_node)}")
     L.append(f"  nodes            {_val(ls.num_nodes)}")
     L.append(f"  this node        {_val(ls.node_rank) if ls.node_rank else '0      (default)'}  "
-             f"ranks {ls.node_ranks()[0]}-{ls.node_ranks()[-1]}")
+             f"{_ranks_title(ls.node_ranks())}")
     if ls.rank is not None:
         L.append(f"  this rank        {_val(ls.rank)}")
     if ls.visible_devices is not None:
@@ -570,7 +580,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
                 L.append(f"      fix: {fix}")
     for i, w in enumerate(r.warnings):
         t = r.warning_sizes.get(i)  # a warning naming sizes: in ``units`` too
-        L.append(f"warning: {render_sized(t[0], t[1], units) if t else w}")
+        L.append(f"{paint('warning', color)}: {render_sized(t[0], t[1], units) if t else w}")
     L += release_lines()  # before the verdict, which stays the last line
     if r.exit_code == EXIT_PROBE:
         L.append(f"{paint('NO-GO', color)}: the environment could not be probed (--strict) (exit {r.exit_code})")
