@@ -127,3 +127,14 @@ def size(n: int | float | None, units: str = DEFAULT_UNITS, *, suffix: bool = Tr
 def rate(n: int | float | None, units: str = DEFAULT_UNITS, digits: int = 2) -> str:
     """Bytes per second in the report's unit system: "1.86 GiB/s" / "2.00 GB/s"."""
     return "unknown" if n is None else size(n, units, digits=digits) + "/s"
+
+
+def digits_to_compare(a: float, b: float, units: str = DEFAULT_UNITS, *, least: int = 1, most: int = 6) -> int:
+    """The fewest decimals (from ``least``, at most ``most``) at which :func:`size` shows the
+    byte counts ``a`` and ``b`` so that the shown numbers compare as the bytes do (a < b shows
+    as a smaller number, not as two equal ones, e.g. "10.2 GiB < 10.2 GiB")."""
+    for d in range(least, most + 1):
+        x, y = (float(size(v, units, suffix=False, digits=d).replace(",", "")) for v in (a, b))
+        if (x < y) == (a < b) and (x > y) == (a > b):
+            return d
+    return most

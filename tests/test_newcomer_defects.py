@@ -171,3 +171,23 @@ def test_one_auto_value_is_singular(tmp_path):
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 8}))
     out = " ".join(run_cli(["lint", str(cfg)]).stdout.split())
     assert '1 value is "auto"' in out and "1 A001 finding folded" in out, out
+
+
+def test_generate_tight_numbers_compare_as_stated():
+    import re
+
+    from advisor.views.generate import Rejection
+
+    g = 2 ** 30
+    # headroom 10.21 GiB < band 10.24 GiB: one decimal would print "10.2 GiB < 10.2 GiB"
+    r = Rejection(tier="accelerator", need=int(69.79 * g), usable=80 * g, scope="per rank", verdict="tight",
+                  uncertainty=int(10.24 * g), terms=("cuda_context",))
+    m = re.search(r"headroom ([\d.]+) GiB < ([\d.]+) GiB", r.describe("GiB"))
+    assert m and float(m.group(1)) < float(m.group(2)), r.describe("GiB")
+    n = re.search(r"needs ([\d.]+) GiB of ([\d.]+) GiB", r.describe("GiB"))
+    assert n and float(n.group(1)) < float(n.group(2))
+
+
+def test_models_has_a_header_row():
+    first = run_cli(["models"]).stdout.splitlines()[0].split()
+    assert first[:2] == ["preset", "parameters"], first

@@ -631,9 +631,10 @@ def models_json(rows: list[tuple[str, int, str, str]]) -> str:
 
 
 def models_text(rows: list[tuple[str, int, str, str]]) -> str:
-    """``models``: one line per preset (name, parameters, family, description)."""
+    """``models``: a header row, then one line per preset (name, parameters, model type, description)."""
     from advisor.render.style import columns
-    return "\n".join(columns([(name, f"{n:,}", fam, desc) for name, n, fam, desc in rows], (False, True),
+    head = [("preset", "parameters", "model type", "description")]
+    return "\n".join(columns(head + [(name, f"{n:,}", fam, desc) for name, n, fam, desc in rows], (False, True),
                              width(sys.stdout)))
 
 

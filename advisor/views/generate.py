@@ -270,10 +270,13 @@ class Rejection:
         from advisor.units import size
         if self.usable is None:
             return f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, capacity unknown"
-        if self.verdict == "tight":
-            return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)} of "
-                    f"{size(self.usable, units, digits=1)}: tight (headroom {size(-self.over, units, digits=1)} < "
-                    f"{size(self.uncertainty, units, digits=1)}: {', '.join(self.terms)})")
+        if self.verdict == "tight":  # enough digits that each pair compares as stated (units.digits_to_compare)
+            from advisor.units import digits_to_compare
+            dn = digits_to_compare(self.need, self.usable, units)
+            dh = digits_to_compare(-self.over, self.uncertainty, units)
+            return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=dn)} of "
+                    f"{size(self.usable, units, digits=dn)}: tight (headroom {size(-self.over, units, digits=dh)} < "
+                    f"{size(self.uncertainty, units, digits=dh)}: {', '.join(self.terms)})")
         return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, "
                 f"{size(self.usable, units, digits=1)} available, over by {size(self.over, units, digits=1)}")
 
