@@ -25,7 +25,7 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
    interval when the plan has them, the 16-bit export, storage, findings and notes.
 
 Values are written as page text, never as Python or JSON reprs: None is a dash or left out.
-A config DeepSpeed refuses (M090) gets a note instead of the charts.
+A config DeepSpeed refuses (M090) gets a note instead of the charts, the fit table and the figures.
 
 matplotlib is imported only here, and only inside the functions that draw.
 """
@@ -611,6 +611,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                      + "".join(f"<th>{_e(CLASS_LABELS[c])} ({U})</th>" for c in CLASS_COLORS)
                      + f"<th>total ({U})</th></tr>{rows}</table>")
 
+    figures_from = len(parts)  # the fit, timeline and movement sections: none for a refused config
     parts.append(f"<h2 id=fit>Fit</h2><p>Per tier: the bytes live together at the peak instant, each margin the need "
                  f"adds on top of them, and the need against the capacity ({_e(unit_note(units))}).</p>"
                  "<table id=fit-table><tr><th>tier</th><th>scope</th><th></th><th>phase</th>"
@@ -668,6 +669,8 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         parts.append("<p>Bytes rank 0 moves per optimizer step by link and direction (network: what a rank sends "
                      "in the data-parallel collectives).</p>")
         parts.append(f"<div class=chart id=movement-chart>{svg}</div>")
+    if not bars:  # refused (M090): "No estimate" above, so no fit table or figures either
+        del parts[figures_from:]
 
     parts.append(f"<h2 id=findings>Findings ({len(d['findings'])})</h2>")
     if d["findings"]:
