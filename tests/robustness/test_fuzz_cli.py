@@ -329,7 +329,18 @@ def test_lint_folder_of_mutants_json(mutants):
                 problems.append(f"{m.path.name}: both an error and findings")
         if m.expect == OK and err is not None:
             problems.append(f"{m.path.name} ({m.op} of {m.origin}): DeepSpeed loads this, but lint refused it: {err}")
-        if m.expect == UNREADABLE and err is None:
+        skipped = r.get("skipped")
+        if skipped is not None:
+            # a folder lint skips, by name and reason, a file whose top level is not a JSON object
+            # or holds no DeepSpeed key (issue 19: an unrelated JSON file must not fail the folder)
+            try:
+                top = json.loads(m.path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                top = {}
+            if (isinstance(top, dict) and "no DeepSpeed key" not in skipped) \
+                    or "not a DeepSpeed config" not in skipped or r["findings"]:
+                problems.append(f"{m.path.name} ({m.op} of {m.origin}): skipped, but it is a JSON object: {skipped}")
+        if m.expect == UNREADABLE and err is None and skipped is None:
             problems.append(f"{m.path.name} ({m.op} of {m.origin}): DeepSpeed refuses this, but lint read it")
         for f in r["findings"]:
             if not f.get("code") or f.get("severity") not in ("error", "warning", "info") or not f.get("message"):
