@@ -157,33 +157,41 @@ def _m004_inventory() -> Inventory:
                                                  TensorSpec("head.weight", (8, 1031)), TensorSpec("head.bias", (8,))])
 
 
-def _m004(cfg: dict) -> list:
+def _m004(cfg: dict, inventory: Inventory | None = None) -> list:
+    """M004's findings for ``cfg`` on ``inventory`` (default: the two-frozen-weight module)."""
     loaded = parse_text(json.dumps(cfg), "m004.json")
-    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_m004_inventory(),
-                       select={"M004"})
+    return lint_config(loaded, world_size=1, world_size_source="--world-size",
+                       inventory=inventory or _m004_inventory(), select={"M004"})
+
+
+def _run_m004_worker(base, cid: str, buffer_count: int, timeout: int, **job) -> dict:
+    """One m004_worker.py run of :func:`_m004_config` with ``buffer_count`` (its NVMe folder made
+    under ``base``) and the worker's ``job`` keys, in its own process group (ended on timeout);
+    the worker's record."""
+    from advisor.engine.measure import run_process_group
+    nv = base / f"nvme_{cid}"
+    nv.mkdir()
+    jpath, out = base / f"{cid}.json", base / f"{cid}.out.json"
+    jpath.write_text(json.dumps({"config": _m004_config(str(nv), buffer_count), **job}))
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    with open(base / f"{cid}.log", "w") as fh:
+        rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(jpath), str(out)], timeout,
+                               stdout=fh, stderr=subprocess.STDOUT, env=env)
+    assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
+    return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
 def m004_runs(tmp_path_factory):
     if not _aio_ok():
         pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
-    from advisor.engine.measure import run_process_group
     base = tmp_path_factory.mktemp("m004")
     bad = _m004(_m004_config("/nvme", 1))
     assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
     res = {"fix": fix}
     for cid, bc in (("one_buffer", 1), ("fixed", fix)):
-        nv = base / f"nvme_{cid}"
-        nv.mkdir()
-        job, out = base / f"{cid}.json", base / f"{cid}.out.json"
-        job.write_text(json.dumps({"config": _m004_config(str(nv), bc), "steps": 1, "frozen": True}))
-        env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        with open(base / f"{cid}.log", "w") as fh:
-            rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(job), str(out)], 900,
-                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
-        assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
-        res[cid] = json.loads(out.read_text())
+        res[cid] = _run_m004_worker(base, cid, bc, 900, steps=1, frozen=True)
     return res
 
 
@@ -215,44 +223,25 @@ def _chain_inventory() -> Inventory:
                      + [TensorSpec("head.weight", (8, 1024)), TensorSpec("head.bias", (8,))])
 
 
-def _chain_m004(cfg: dict) -> list:
-    loaded = parse_text(json.dumps(cfg), "chain.json")
-    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_chain_inventory(),
-                       select={"M004"})
-
-
 @pytest.fixture(scope="module")
 def chain_runs(tmp_path_factory):
     if not _aio_ok():
         pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
-    from advisor.engine.measure import run_process_group
     base = tmp_path_factory.mktemp("m004_chain")
-    bad = _chain_m004(_m004_config("/nvme", 2))
+    bad = _m004(_m004_config("/nvme", 2), _chain_inventory())
     assert [(f.severity, f.data["module"], f.data["held"], f.data["partitions"]) for f in bad] == \
         [("error", "layers.2", 2, CHAIN)], [f.to_dict() for f in bad]
     assert "'Not enough buffers 0 for swapping 1'" in bad[0].message
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
     res = {"fix": fix}
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    procs = {}
-    for cid, bc in (("two_buffers", 2), ("fixed", fix)):  # both at once: each waits mostly on I/O
-        nv = base / f"nvme_{cid}"
-        nv.mkdir()
-        job, out = base / f"{cid}.json", base / f"{cid}.out.json"
-        job.write_text(json.dumps({"config": _m004_config(str(nv), bc), "steps": 3, "chain": CHAIN}))
-        procs[cid] = (job, out)
+    cells = {"two_buffers": 2, "fixed": fix}
     import concurrent.futures as cf
 
-    def run(cid):
-        job, out = procs[cid]
-        with open(base / f"{cid}.log", "w") as fh:
-            rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(job), str(out)], 1500,
-                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
-        assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
-        return json.loads(out.read_text())
+    def run(cid):  # both at once: each waits mostly on I/O
+        return _run_m004_worker(base, cid, cells[cid], 1500, steps=3, chain=CHAIN)
 
     with cf.ThreadPoolExecutor(2) as ex:
-        for cid, rec in zip(procs, ex.map(run, procs)):
+        for cid, rec in zip(cells, ex.map(run, cells)):
             res[cid] = rec
     return res
 
@@ -270,7 +259,7 @@ def test_engine_trains_with_m004s_held_buffer_count(chain_runs):
     d = chain_runs["fixed"]
     assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
     assert d["steps_done"] == 3
-    assert _chain_m004(_m004_config("/nvme", CHAIN)) == []
+    assert _m004(_m004_config("/nvme", CHAIN), _chain_inventory()) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,33 +276,17 @@ def _mixed_inventory() -> Inventory:
                                             TensorSpec("head.weight", (8, 1031)), TensorSpec("head.bias", (8,))])
 
 
-def _mixed_m004(cfg: dict) -> list:
-    loaded = parse_text(json.dumps(cfg), "mixed.json")
-    return lint_config(loaded, world_size=1, world_size_source="--world-size", inventory=_mixed_inventory(),
-                       select={"M004"})
-
-
 @pytest.fixture(scope="module")
 def mixed_runs(tmp_path_factory):
     if not _aio_ok():
         pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
-    from advisor.engine.measure import run_process_group
     base = tmp_path_factory.mktemp("m004_mixed")
-    bad = _mixed_m004(_m004_config("/nvme", 1))
+    bad = _m004(_m004_config("/nvme", 1), _mixed_inventory())
     assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
     res = {"fix": fix}
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     for cid, bc in (("own_only", 2), ("fixed", fix)):  # 2: the module's own partitions, the old fix
-        nv = base / f"nvme_{cid}"
-        nv.mkdir()
-        job, out = base / f"{cid}.json", base / f"{cid}.out.json"
-        job.write_text(json.dumps({"config": _m004_config(str(nv), bc), "steps": 3, "mixed": True, "frozen": True}))
-        with open(base / f"{cid}.log", "w") as fh:
-            rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(job), str(out)], 1500,
-                                   stdout=fh, stderr=subprocess.STDOUT, env=env)
-        assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
-        res[cid] = json.loads(out.read_text())
+        res[cid] = _run_m004_worker(base, cid, bc, 1500, steps=3, mixed=True, frozen=True)
     return res
 
 
@@ -329,4 +302,4 @@ def test_engine_trains_with_m004s_computed_fix_covering_both(mixed_runs):
     d = mixed_runs["fixed"]
     assert "error" not in d, f"{d.get('error')}\n{d.get('traceback')}"
     assert d["steps_done"] == 3
-    assert _mixed_m004(_m004_config("/nvme", 3)) == []
+    assert _m004(_m004_config("/nvme", 3), _mixed_inventory()) == []
