@@ -701,3 +701,7 @@ def test_report_of_a_config_deepspeed_refuses(tmp_path):
     shown = _visible_text(_section_html(page, "findings"))
     assert "P001" in shown and "M090" not in shown and "tier-bar-" not in page
     assert "None" not in _visible_text(_section_html(page, "assumptions"))
+    # issue 22: a refused config has no estimate, so the page draws no figures either
+    assert "No estimate" in page
+    for figure in ("id=fit-table", "id=movement-chart", "id=timeline", "<svg"):
+        assert figure not in page, figure
