@@ -391,3 +391,29 @@ def test_warmup_fill_equals_transformers(warmup, written):
     got, findings = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping(dict(ARGS, warmup_steps=warmup)), hidden_size=HIDDEN)
     assert got == want
     assert [f.message.split(": the HF Trainer raises")[0] for f in findings if f.code == "H001"] == want_mismatch
+
+
+def test_max_steps_minus_one_is_epoch_based_never_written():
+    """--max-steps -1 is TrainingArguments' default: "train for num_train_epochs". transformers'
+    Trainer.set_initial_training_values (trainer.py: epoch_based = max_steps < 0) then derives
+    num_training_steps from the dataloader's length, which the advisor does not know: the
+    scheduler's "auto" total_num_steps stays unresolved (H003), never -1."""
+    transformers = pytest.importorskip("transformers")
+    from transformers import Trainer, TrainingArguments
+
+    def steps(n_batches: int) -> int:  # the Trainer's own arithmetic, on a stub Trainer and dataloader
+        args = TrainingArguments(output_dir="/tmp/unused", max_steps=-1, num_train_epochs=3,
+                                 gradient_accumulation_steps=2, report_to=[])
+        stub = types.SimpleNamespace(get_total_train_batch_size=lambda a: 8, get_sp_size=lambda: 1,
+                                     num_examples=lambda dl: n_batches * 8)
+        return Trainer.set_initial_training_values(stub, args, [0] * n_batches)[-1]
+
+    assert (steps(100), steps(10)) == (150, 15)  # ceil(3 x ceil(L / 2)): the data decides, -1 is no count
+    raw = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
+           "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto", "warmup_num_steps": "auto"}}}
+    got, findings = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping({"max_steps": -1}))
+    assert got["scheduler"]["params"]["total_num_steps"] == "auto"
+    assert [f for f in findings if f.code == "H003" and "scheduler" in f.pointer]
+    # a positive max_steps is the count transformers fills (trainer_config_finalize fill_match)
+    got, _ = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping({"max_steps": 300}))
+    assert got["scheduler"]["params"]["total_num_steps"] == 300

@@ -72,7 +72,9 @@ class TrainerArgs:
     Defaults are TrainingArguments' own (transformers 5.24.0 ``training_args.py``).
     ``warmup_steps``: an int number of steps, or a float in [0, 1) read as a ratio of the
     training steps (``TrainingArguments.get_warmup_steps``). ``max_steps``: the number of
-    optimizer steps (``num_training_steps`` in ``trainer_config_finalize``); None = unknown.
+    optimizer steps (``num_training_steps`` in ``trainer_config_finalize``); None = unknown (a
+    negative value given to :meth:`from_mapping`, TrainingArguments' -1 "use num_train_epochs",
+    is unknown too: the Trainer derives it from the dataset's length).
     ``world_size``: ``TrainingArguments.world_size`` (number of processes).
     """
 
@@ -123,6 +125,11 @@ class TrainerArgs:
         for alias in ("num_training_steps", "num_train_steps"):
             if d.get(alias) is not None and "max_steps" not in kw:
                 kw["max_steps"] = d[alias]
+        if kw.get("max_steps") is not None and kw["max_steps"] < 0:
+            # TrainingArguments' default max_steps=-1 means "train for num_train_epochs": the Trainer
+            # then derives the step count from the dataloader's length (transformers trainer.py
+            # Trainer.set_initial_training_values: epoch_based = max_steps < 0) -- unknown here
+            kw.pop("max_steps")
         if d.get("warmup_ratio") is not None and not kw.get("warmup_steps"):
             kw["warmup_steps"] = float(d["warmup_ratio"])
         return cls(**kw)
@@ -464,7 +471,8 @@ class _Resolver:
             self.findings.append(emit(
                 "H003", "info", _ptr(k),
                 "the scheduler's step counts come from the number of training steps, which depends on the "
-                "dataset: not resolved", "pass --max-steps N"))
+                "dataset (without a positive max_steps the Trainer derives it from num_train_epochs and the "
+                "dataloader's length): not resolved", "pass --max-steps N"))
         for key, ds_val, hf_key, hf_val in self.mismatches:
             self.findings.append(emit(
                 "H001", "error", _ptr(key),
