@@ -320,3 +320,50 @@ def test_storage_line_never_writes_more_per_day_than_the_drive_can(tmp_path):
                        "--hardware", "dgx-h100", "--format", "json"], cwd=c10)
     (ln,) = [x for x in out["movement"]["endurance"] if x["write_bytes_per_step"]]
     assert ln["requested_step_time_s"] is None and ln["step_time_s"] == 1e6
+
+
+def test_yaml_in_a_json_accelerate_file_is_an_error_naming_the_file(tmp_path):
+    """accelerate's load_config_from_file reads a path ending in ".json" with json.load
+    (accelerate/commands/config/config_args.py), so YAML content there fails at launch: every
+    command refuses it (exit 2) naming the file; the same text named .yaml is read."""
+    import pytest
+    text = "distributed_type: DEEPSPEED\nnum_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n"
+    (tmp_path / "acc.json").write_text(text)
+    (tmp_path / "acc.yaml").write_text(text)
+    with pytest.raises(ValueError):  # json.JSONDecodeError, accelerate's own reading
+        _accelerate_reads(tmp_path / "acc.json")
+    assert _accelerate_reads(tmp_path / "acc.yaml")[0] == 8
+    for cmd in (["lint", "acc.json"], ["resolve", "acc.json"], ["estimate", "acc.json", "--params", "1000000"]):
+        p = run_cli(cmd, cwd=tmp_path)
+        assert p.returncode == 2, (cmd, p.stdout, p.stderr)
+        assert "acc.json" in p.stdout + p.stderr and "json.load" in p.stdout + p.stderr, (cmd, p.stdout, p.stderr)
+    rc, out = run_json(["estimate", "acc.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
+    assert rc in (0, 1) and out["cluster"]["world_size"] == 8
+
+
+def test_deepspeed_config_file_is_found_relative_to_the_cwd_as_accelerate_does(tmp_path, monkeypatch):
+    """accelerate exports deepspeed_config_file as ACCELERATE_DEEPSPEED_CONFIG_FILE and
+    HfDeepSpeedConfig (accelerate/utils/deepspeed.py) opens it with os.path.exists / open: relative
+    to the launch's working directory, not the YAML's folder. Run from elsewhere, accelerate
+    raises and so do we (exit 2), saying where we looked; run from the YAML's folder, both read it."""
+    import pytest
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+
+    sub = tmp_path / "conf"
+    sub.mkdir()
+    (sub / "ds.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}')
+    (sub / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\n"
+                                  "deepspeed_config:\n  deepspeed_config_file: ds.json\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="Expected a string path to an existing deepspeed config"):
+        HfDeepSpeedConfig("ds.json")
+    for cmd in (["lint", "conf/acc.yaml"], ["resolve", "conf/acc.yaml"],
+                ["estimate", "conf/acc.yaml", "--params", "1000000"]):
+        p = run_cli(cmd, cwd=tmp_path)
+        said = p.stdout + p.stderr
+        assert p.returncode == 2, (cmd, said)
+        assert str(tmp_path / "ds.json") in said and "relative to" in said and "acc.yaml" in said, (cmd, said)
+    monkeypatch.chdir(sub)
+    assert HfDeepSpeedConfig("ds.json").config["zero_optimization"]["stage"] == 2
+    rc, out = run_json(["estimate", "acc.yaml", "--params", "1000000", "--format", "json"], cwd=sub)
+    assert rc in (0, 1) and out["cluster"]["world_size"] == 2

@@ -304,13 +304,14 @@ def test_accelerate_yaml_equals_accelerate(tmp_path, monkeypatch):
 
 def test_accelerate_yaml_with_config_file_and_fields_is_h004(tmp_path, monkeypatch):
     pytest.importorskip("yaml")
+    monkeypatch.chdir(tmp_path)  # accelerate opens deepspeed_config_file relative to the launch's cwd
     ds = tmp_path / "ds.json"
     ds.write_text((CORPUS / "huggingface__transformers__tests__deepspeed__ds_config_zero3.json").read_text())
     p = tmp_path / "accel.yaml"
     p.write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: bf16\n"
                  "deepspeed_config:\n  deepspeed_config_file: ds.json\n  zero_stage: 3\n")
     launch = hf.read_accelerate_config(str(p))
-    assert launch.deepspeed_config_file == str(ds)
+    assert launch.deepspeed_config_file == "ds.json"
     res = hf.resolve_accelerate(launch, hf.TrainerArgs.from_mapping(ARGS), hidden_size=HIDDEN)
     h4 = [f for f in res.findings if f.code == "H004"]
     assert h4 and h4[0].data["fields"] == ["zero_stage", "mixed_precision"]

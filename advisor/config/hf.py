@@ -619,6 +619,17 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
 
     if text is None:
         text = read_text(source, limit=MAX_YAML_BYTES, what="accelerate config")
+    if source.endswith(".json"):
+        # accelerate/commands/config/config_args.py load_config_from_file: a path ending in ".json"
+        # (case-sensitive) is read with json.load, every other with yaml.safe_load
+        try:
+            json.loads(text)
+        except ValueError as e:
+            where = f"line {e.lineno} column {e.colno}: " if isinstance(e, json.JSONDecodeError) else ""
+            raise AdvisorError(
+                f"{source}: {where}not JSON ({getattr(e, 'msg', e)}): accelerate launch reads a config file named "
+                "*.json with json.load (accelerate/commands/config/config_args.py load_config_from_file) and fails "
+                "on YAML; write the file as JSON or rename it to .yaml")
     data = parse_yaml(text, source, what="accelerate config")
     if not isinstance(data, dict) or "distributed_type" not in data:
         raise AdvisorError(f"{source}: not an accelerate config (no distributed_type)")
@@ -721,11 +732,10 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     p.ds_fields = tuple(ds_eff.keys()) + (("mixed_precision",) if mp_raw is not None else ())
     cfg_file = ds_eff.get("deepspeed_config_file")
     if cfg_file is not None:
+        # kept as written: accelerate launch exports it (ACCELERATE_DEEPSPEED_CONFIG_FILE) and
+        # HfDeepSpeedConfig opens it with os.path.exists/open, relative to the working directory
+        # of the launch, not to the YAML's folder (accelerate_base_config says where it looked)
         cfg_file = as_str(cfg_file, f"{source}: deepspeed_config.deepspeed_config_file")
-        if not os.path.isabs(cfg_file) and not os.path.exists(cfg_file):
-            near = os.path.join(os.path.dirname(os.path.abspath(source)), cfg_file)
-            if os.path.exists(near):
-                cfg_file = near
     nproc = data.get("num_processes")
     if nproc is not None:
         nproc = read("num_processes", nproc, lambda x: world_size(x, ""),
@@ -752,10 +762,25 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
 def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
     """The config ``DeepSpeedPlugin.__post_init__`` starts from: the deepspeed_config_file's dict
     (read with ``json.load``, as ``HfDeepSpeedConfig`` does), or, without a file, the dict it
-    builds from the plugin fields. Returns (config, from_file)."""
+    builds from the plugin fields. Returns (config, from_file). Raises AdvisorError when the file
+    is not found where accelerate looks (relative to the working directory), naming that path."""
     p = launch.plugin
     if launch.deepspeed_config_file:
         from advisor.config.readers import MAX_CONFIG_BYTES, read_json_file
+        name = launch.deepspeed_config_file
+        if not os.path.lexists(name):
+            # accelerate/utils/deepspeed.py HfDeepSpeedConfig.__init__: os.path.exists(path) relative to
+            # the process's working directory, else it raises "Expected a string path to an existing
+            # deepspeed config ..."
+            near = os.path.join(os.path.dirname(os.path.abspath(launch.source)), name)
+            hint = (f"; there is one next to the YAML ({near}): run from that folder or give its path relative "
+                    "to where you launch, or an absolute path") if not os.path.isabs(name) and os.path.isfile(near) \
+                else ""
+            raise AdvisorError(
+                f"{launch.source}: deepspeed_config.deepspeed_config_file {name!r}: no such file at "
+                f"{os.path.abspath(name)} (accelerate opens it relative to the directory accelerate launch runs in, "
+                "not the YAML's folder: accelerate/utils/deepspeed.py HfDeepSpeedConfig, which then raises 'Expected "
+                f"a string path to an existing deepspeed config'){hint}")
         d = read_json_file(launch.deepspeed_config_file, limit=MAX_CONFIG_BYTES,
                            what="deepspeed_config_file")  # strict JSON, as json.load reads it
         if not isinstance(d, dict):
