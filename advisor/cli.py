@@ -957,6 +957,17 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
                 hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=targs,
                 release=release)))
         thresholds.append((results[-1], o.fail_on))
+    # A finding about the DeepSpeed config a deepspeed_config_file holds (H001, H008 ...) comes from
+    # the accelerate file's resolution and from the named file's own lint: reported once, on the
+    # named file (where it has a line), as `resolve` reports it once.
+    by_real = {os.path.realpath(r.file): r for r in results if r.file and r.kind != "accelerate"}
+    for (_, inp), r in zip(read, results):
+        if r.kind != "accelerate" or isinstance(inp, FileResult) or not inp.launch.deepspeed_config_file:
+            continue
+        named_r = by_real.get(os.path.realpath(inp.launch.deepspeed_config_file))
+        if named_r is not None:
+            there = {(f.code, f.pointer, f.message) for f in named_r.findings}
+            r.findings = [f for f in r.findings if (f.code, f.pointer, f.message) not in there]
     _echo(_render("lint", fmt, results, release=release, quiet=quiet))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
@@ -1240,9 +1251,16 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
         h, meta = hfmod._hidden_from_inventory(inv)
         args = hfmod.TrainerArgs.from_mapping(trainer_args)
         if text is not None and hfmod.is_accelerate_config(text):
-            launch = hfmod.read_accelerate_config(config, text)
-            res = hfmod.resolve_accelerate(launch, args, hidden_size=hidden_size or h,
-                                           model_config=meta if h else None, world_size=world_size)
+            # the one path lint, estimate and check read an accelerate file by (read_input) and
+            # the same findings (lint_accelerate), all of them: resolve fills every Trainer argument
+            from advisor.config.inputs import read_input
+            from advisor.views.lint import lint_accelerate
+            inp = read_input(config, trainer_args=args, world_size=world_size, hidden_size=hidden_size or h,
+                             inventory=inv if h else None, lenient=True)
+            if inp.launch is None:
+                raise AdvisorError(f"{config}: not an accelerate config as accelerate reads it")
+            res = inp.resolution
+            res.findings = lint_accelerate(inp, trainer_args_given=True, inventory=inv)
         else:
             if not hf:
                 raise click.UsageError("give --hf to resolve a DeepSpeed config as the HF Trainer does "

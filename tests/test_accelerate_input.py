@@ -9,6 +9,7 @@ ZeRO-2 with the optimizer on the CPU at world size 8 holds the fp32 master parti
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -367,3 +368,67 @@ def test_deepspeed_config_file_is_found_relative_to_the_cwd_as_accelerate_does(t
     assert HfDeepSpeedConfig("ds.json").config["zero_optimization"]["stage"] == 2
     rc, out = run_json(["estimate", "acc.yaml", "--params", "1000000", "--format", "json"], cwd=sub)
     assert rc in (0, 1) and out["cluster"]["world_size"] == 2
+
+
+def test_nvme_offload_without_a_path_in_an_accelerate_file_is_one_o003_in_lint_and_check(tmp_path, monkeypatch):
+    """accelerate's DeepSpeedPlugin writes nvme_path "none" (its placeholder) when an offload
+    device is nvme and no *_nvme_path is given (accelerate/utils/dataclasses.py __post_init__):
+    DeepSpeed would swap into ./none. lint reports it (O003, once per block), and check reports the
+    same O003 and no K102 for the same path: one rule, one finding."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    for k, v in (("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"), ("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"),
+                 ("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu")):
+        monkeypatch.setenv(k, v)
+    for k in ("ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    ds = DeepSpeedPlugin().deepspeed_config["zero_optimization"]
+    assert ds["offload_optimizer"]["nvme_path"] == "none"
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n"
+                                       "  zero_stage: 3\n  offload_optimizer_device: nvme\n"
+                                       "  offload_param_device: cpu\n  zero3_save_16bit_model: true\n")
+    rc, out = run_json(["lint", "acc.yaml", "--format", "json"], cwd=tmp_path)
+    o3 = [f for f in _findings(out) if f["code"] == "O003"]
+    assert rc == 1 and len(o3) == 1 and o3[0]["pointer"] == "/deepspeed_config/offload_optimizer_device", out
+    assert "offload_optimizer_nvme_path" in o3[0]["fix"]
+    _, chk = run_json(["check", "acc.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
+    codes = [f["code"] for f in chk["findings"]]
+    assert codes.count("O003") == 1 and "K102" not in codes, codes
+
+
+def test_lint_hf_and_resolve_give_the_same_findings_for_an_accelerate_file(tmp_path):
+    """`lint --hf` and `resolve` read an accelerate file by one path (read_input, lint_accelerate):
+    the same H findings, once each -- for a YAML whose deepspeed_config_file disagrees with the
+    Trainer (the mismatch transformers' own HfTrainerDeepSpeedConfig raises on) and for one
+    built from the YAML's fields at ZeRO-3 without zero3_save_16bit_model (accelerate's
+    get_state_dict raises ValueError there: H008)."""
+    import copy
+    import types
+
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    ds = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
+          "zero_optimization": {"stage": 3}}
+    (tmp_path / "ds.json").write_text(json.dumps(ds))
+    (tmp_path / "file.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 8\ndeepspeed_config:\n"
+                                        "  deepspeed_config_file: ds.json\n")
+    (tmp_path / "fields.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 8\ndeepspeed_config:\n"
+                                          "  zero_stage: 3\n  zero3_save_16bit_model: false\n")
+    ns = types.SimpleNamespace(world_size=8, per_device_train_batch_size=8, gradient_accumulation_steps=1,
+                               auto_find_batch_size=False, max_grad_norm=1.0, learning_rate=5e-5, adam_beta1=0.9,
+                               adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0, save_on_each_node=False,
+                               fp16=False, fp16_full_eval=False, bf16=False, bf16_full_eval=False)
+    c = HfTrainerDeepSpeedConfig(copy.deepcopy(ds))
+    c.trainer_config_process(ns)
+    assert c.mismatches == ["- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=8"]
+    want = {"file.yaml": {("H001", "/train_micro_batch_size_per_gpu"), ("H008", "/zero_optimization/stage")},
+            "fields.yaml": {("H008", "/deepspeed_config/zero3_save_16bit_model")}}
+    for name, expect in want.items():
+        rc, out = run_json(["lint", name, "--hf", "--per-device-train-batch-size", "8", "--format", "json"],
+                           cwd=tmp_path)
+        linted = [(f["code"], f["pointer"]) for f in _findings(out) if f["code"].startswith("H")]
+        assert sorted(linted) == sorted(expect), (name, linted)  # once each, over the YAML and its named file
+        p = run_cli(["resolve", name, "--per-device-train-batch-size", "8"], cwd=tmp_path)
+        said = [ln.split(" ")[:2] for ln in p.stderr.splitlines() if re.match(r"^\S+: H\d{3} ", ln)]
+        assert sorted((c, where.rstrip(":")) for where, c in said) == sorted(linted), (name, p.stderr)

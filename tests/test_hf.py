@@ -418,3 +418,48 @@ def test_max_steps_minus_one_is_epoch_based_never_written():
     # a positive max_steps is the count transformers fills (trainer_config_finalize fill_match)
     got, _ = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping({"max_steps": 300}))
     assert got["scheduler"]["params"]["total_num_steps"] == 300
+
+
+def test_string_stage_3_skips_the_save_gather_in_accelerate_as_h008_says():
+    """"stage": "3": DeepSpeed's config coerces it to ZeRO-3 (DeepSpeedZeroConfig.stage), but
+    accelerate's own Accelerator.get_state_dict compares the stage as written (== 3), so it never
+    gathers the 16-bit weights and returns the module's state_dict (empty ZeRO-3 partitions),
+    even with stage3_gather_16bit_weights_on_model_save true. Run here on stand-ins for the engine:
+    with 3 it gathers, with "3" it does not. H008 (lint --hf) says so for the string; for 3 with
+    the gather on it says nothing."""
+    pytest.importorskip("accelerate")
+    pytest.importorskip("deepspeed")
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    assert int(DeepSpeedZeroConfig(stage="3").stage) == 3
+
+    class Engine:  # the DeepSpeedEngine methods get_state_dict calls
+        def zero_gather_16bit_weights_on_model_save(self):
+            return True
+
+        def _zero3_consolidated_16bit_state_dict(self):
+            return {"gathered": True}
+
+        def state_dict(self):
+            return {}
+
+    def saved(stage):
+        acc = types.SimpleNamespace(distributed_type=DistributedType.DEEPSPEED,
+                                    deepspeed_config={"zero_optimization": {"stage": stage}},
+                                    unwrap_model=lambda m: m)
+        return Accelerator.get_state_dict(acc, Engine())
+
+    assert saved(3) == {"gathered": True} and saved("3") == {}
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+
+    def h008(stage):
+        raw = {"train_micro_batch_size_per_gpu": "auto",
+               "zero_optimization": {"stage": stage, "stage3_gather_16bit_weights_on_model_save": True}}
+        return [f for f in lint_config(parse_text(json.dumps(raw), "ds.json"), hf=True, select={"H008"})]
+
+    (f,) = h008("3")
+    assert "gather" in f.message and "empty" in f.message and f.pointer == "/zero_optimization/stage"
+    assert h008(3) == []

@@ -92,6 +92,16 @@ def read_input(source: str, *, trainer_args: Any = None, world_size: int | None 
 def _read_input(source, trainer_args, world_size, hidden_size, inventory, overrides=()) -> ConfigInput:
     is_file = source != "-" and os.path.isfile(source)
     yaml_file = is_file and source.lower().endswith(YAML_SUFFIXES)
+    if is_file and not yaml_file and not source.endswith(".json"):
+        # accelerate reads every config file not named *.json with yaml.safe_load
+        # (accelerate/commands/config/config_args.py load_config_from_file): an accelerate config
+        # in YAML under another name (acc.cfg) is read as YAML, as `resolve` always did
+        from advisor.config.hf import is_accelerate_config
+        from advisor.config.readers import MAX_YAML_BYTES, read_text
+        try:
+            yaml_file = is_accelerate_config(read_text(source, limit=MAX_YAML_BYTES, what="config"))
+        except ConfigLoadError:
+            yaml_file = False  # DeepSpeed's own reading reports it below
     if yaml_file:
         from advisor.config.readers import MAX_YAML_BYTES, parse_yaml, read_text
 

@@ -13,6 +13,14 @@ ends "successfully", ``from_pretrained(output_dir)`` finds no weights, and ``pus
 uploads none. The same holds for ``trainer.save_model()`` at the end of training and for
 ``accelerate``'s ``zero3_save_16bit_model: false``.
 
+A stage written as the string ``"3"`` is worse: DeepSpeed coerces it (ZeroStageEnum) and
+partitions the weights, but accelerate's ``get_state_dict`` and the Trainer's ``save_model``
+compare the stage as written (``config["zero_optimization"]["stage"] == 3``, false for ``"3"``),
+skip the 16-bit gather whatever ``stage3_gather_16bit_weights_on_model_save`` says, and save the
+module's ``state_dict()``, whose ZeRO-3 parameters are empty partitions (DeepSpeed's
+``free_param``: ``param.data = torch.empty(0)``): a weights file of empty tensors, with no
+error. Fix: write ``"stage": 3``.
+
 Anti-pattern (with ``--deepspeed ds.json`` in the Trainer)::
 
     "zero_optimization": {"stage": 3}
@@ -25,6 +33,8 @@ while it writes: N x D bytes, given with --model), or keep it off and run
 """
 
 from __future__ import annotations
+
+import json
 
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import zptr
@@ -43,6 +53,20 @@ class TrainerSaveNoWeights(Rule):
         from advisor.ledger.checkpoint import saves_16bit_weights  # the fact, stated once there
 
         ec = ctx.effective
+        zr = ctx.raw.get("zero_optimization") if isinstance(ctx.raw, dict) else None
+        written = zr.get("stage") if isinstance(zr, dict) else None
+        if isinstance(written, str) and ec.zero.stage == 3:
+            # accelerate/accelerator.py Accelerator.get_state_dict and transformers trainer.py
+            # Trainer.save_model: zero3_sharding = config["zero_optimization"]["stage"] == 3, as written
+            yield self.finding(
+                zptr("stage"), f"zero_optimization.stage is the string {json.dumps(written)}: DeepSpeed coerces it "
+                "to ZeRO-3 and partitions the weights, but accelerate's get_state_dict and the Trainer's save_model "
+                f"compare the stage as written ({json.dumps(written)} == 3 is false), skip the 16-bit gather and save "
+                "the module's state_dict, whose partitioned parameters are empty tensors: the saved weights file "
+                "holds no weights, with no error", 'write "stage": 3 (a number)'
+                + ("" if ec.zero.gather_16bit_weights_on_model_save
+                   else ' and set "stage3_gather_16bit_weights_on_model_save": true'), written=written)
+            return
         if saves_16bit_weights(ec):
             return
         cost = ""

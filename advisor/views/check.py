@@ -364,6 +364,8 @@ def nvme_paths_of(ec: "EffectiveConfig") -> tuple[list[NvmePath], list[Finding]]
     """The nvme_paths ZeRO will really swap to (offload device ``nvme`` *effective*, i.e. stage 3),
     merged when both blocks name the same folder. A missing nvme_path is lint's O003 (check runs
     lint), so it is not reported again here; the second value stays for callers (always empty)."""
+    from advisor.rules.O003_nvme_without_path import nvme_path_unset
+
     paths: dict[str, NvmePath] = {}
     findings: list[Finding] = []
     for role, eff, block in (("offload_optimizer", ec.offload_optimizer_effective, ec.zero.offload_optimizer),
@@ -371,7 +373,7 @@ def nvme_paths_of(ec: "EffectiveConfig") -> tuple[list[NvmePath], list[Finding]]
         if eff != "nvme":
             continue
         ptr = f"/zero_optimization/{role}"
-        if not block.nvme_path:
+        if nvme_path_unset(block.nvme_path):  # O003's finding (check runs lint): not probed again
             continue
         key = os.path.normpath(block.nvme_path)
         if key not in paths:

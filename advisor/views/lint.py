@@ -186,6 +186,53 @@ def internal_error(e: BaseException) -> Finding:
 _ARGLESS_H = ("H002", "H004", "H006")
 
 
+#: Rules run on the DeepSpeed config accelerate builds and hands DeepSpeed (what its launch does
+#: with that config, whatever the Trainer's arguments): O003 NVMe without a path (accelerate's
+#: "none" placeholder), H008 ZeRO-3 save without the 16-bit gather. The other DeepSpeed rules
+#: judge what a user wrote, which for an accelerate file are accelerate's own fields.
+ON_BUILT_CONFIG = ("O003", "H008")
+
+#: Where a finding about the built config points in the accelerate file (its deepspeed_config
+#: field that produced the key), for a config built from the YAML's fields.
+_BUILT_FIELD = {"/zero_optimization/offload_optimizer": "offload_optimizer_device",
+                "/zero_optimization/offload_param": "offload_param_device",
+                "/zero_optimization/stage3_gather_16bit_weights_on_model_save": "zero3_save_16bit_model",
+                "/zero_optimization/stage": "zero_stage"}
+
+
+def built_config_findings(inp, inventory: Inventory | None = None) -> list[Finding]:
+    """The :data:`ON_BUILT_CONFIG` rules' findings on the config accelerate builds for ``inp``
+    (an accelerate :class:`advisor.config.inputs.ConfigInput`). Built from a
+    ``deepspeed_config_file``, they point into that file (its own pointers); built from the
+    YAML's fields, at the ``deepspeed_config`` field that set the key."""
+    import dataclasses
+
+    res = inp.resolution
+    built = LoadedConfig(source=inp.loaded.source, data=res.config, positions={}, text="")
+    found = lint_config(built, hf=True, select=set(ON_BUILT_CONFIG), inventory=inventory,
+                        world_size=res.world_size)
+    if inp.launch.deepspeed_config_file:
+        return found
+    fields = set(inp.launch.plugin.ds_fields)
+    out = []
+    for f in found:
+        ptr = next((("/deepspeed_config/" + fld) for pre, fld in _BUILT_FIELD.items()
+                    if f.pointer.startswith(pre) and fld in fields), f.pointer)
+        if f.code == "H008" and "zero3_save_16bit_model" in fields:
+            ptr = "/deepspeed_config/zero3_save_16bit_model"
+        # the fix names the accelerate field, not the DeepSpeed key accelerate writes from it
+        swaps = [('set "stage3_gather_16bit_weights_on_model_save": true', "set deepspeed_config.zero3_save_16bit_model: "
+                  "true")] + [(f'add "nvme_path": "/local_nvme" (a local NVMe mount) to zero_optimization.{b}',
+                               f"set deepspeed_config.{b}_nvme_path: /local_nvme (a local NVMe mount)")
+                              for b in ("offload_optimizer", "offload_param")]
+        fix, tpl = f.fix, f.template
+        for a, b in swaps:
+            fix = fix.replace(a, b)
+            tpl = (tpl[0], tpl[1].replace(a, b)) if tpl is not None else None
+        out.append(dataclasses.replace(f, pointer=ptr, fix=fix, template=tpl, file=None, line=None, column=None))
+    return out
+
+
 def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = None,
                     world_size: int | None = None, inventory: Inventory | None = None) -> list[Finding]:
     """Findings for an accelerate config file (``advisor.config.inputs.ConfigInput`` with a
@@ -197,6 +244,7 @@ def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = 
     res = inp.resolution
     found = [f for f in res.findings if trainer_args_given or f.code in _ARGLESS_H
              or f.data.get("kind") == "no-zero-section"]
+    found += built_config_findings(inp, inventory)
     seen: set[tuple[str, str, str]] = set()
     out = []
     for f in found:
