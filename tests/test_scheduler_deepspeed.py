@@ -85,3 +85,75 @@ def test_warmup_decay_default_peak_is_0_001_whatever_the_optimizer_lr():
     for _ in range(11):
         s2.step()
     assert opt2.param_groups[0]["lr"] == pytest.approx(2e-5)
+
+
+def _sched_findings(sched: dict, hf: bool = False, optimizer: bool = False) -> dict[str, list]:
+    raw = {"train_micro_batch_size_per_gpu": 1, "scheduler": sched}
+    if optimizer:
+        raw["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3}}
+    got = lint_config(parse_text(json.dumps(raw), "ds.json"), hf=hf, select={"L001", "L002"})
+    return {c: [f for f in got if f.code == c] for c in ("L001", "L002")}
+
+
+def test_warmup_cosine_ratios_outside_0_1_as_deepspeed_runs_them():
+    """WarmupCosineLR does not check its ratios (lr_schedules.py get_lr_ratio): cos_min_ratio -0.5
+    is clamped by max(0.0, ...) so the lr is 0 well before total_num_steps; warmup_min_ratio 1.5
+    starts above the optimizer's lr; a list ratio raises TypeError at the first step. L002 warns on
+    the first two (at the key), L001 refuses the list; an in-range ratio is not reported."""
+    pytest.importorskip("deepspeed")
+    import torch
+    from deepspeed.runtime.lr_schedules import WarmupCosineLR
+
+    def lrs(steps=100, **kw):
+        opt = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+        s = WarmupCosineLR(opt, total_num_steps=steps, warmup_num_steps=10, warmup_type="linear", **kw)
+        out = []
+        for _ in range(steps):
+            s.step()
+            out.append(opt.param_groups[0]["lr"])
+        return out
+
+    neg = lrs(cos_min_ratio=-0.5)
+    assert min(i for i, x in enumerate(neg) if x == 0.0) < 99  # at 0 before the end
+    assert lrs(warmup_min_ratio=1.5)[0] > 1.0  # warms down from above the optimizer's lr
+    with pytest.raises(TypeError):
+        lrs(warmup_min_ratio=[0.0])
+    base = {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "warmup_num_steps": 10}}
+    for k, v in (("cos_min_ratio", -0.5), ("warmup_min_ratio", 1.5)):
+        got = _sched_findings({**base, "params": {**base["params"], k: v}})
+        assert [f.pointer for f in got["L002"]] == [f"/scheduler/params/{k}"] and not got["L001"], got
+    got = _sched_findings({**base, "params": {**base["params"], "warmup_min_ratio": [0.0]}})
+    assert [f.pointer for f in got["L001"]] == ["/scheduler/params/warmup_min_ratio"], got
+    got = _sched_findings({**base, "params": {**base["params"], "cos_min_ratio": 0.1, "warmup_min_ratio": 0.0}})
+    assert got == {"L001": [], "L002": []}
+
+
+def test_warmup_lr_lists_must_have_one_value_per_param_group():
+    """WarmupLR's _format_param (lr_schedules.py): a list must have one value per optimizer param
+    group, else ValueError. Lists of different lengths (min vs max) and an empty list fail at any
+    group count; a list of 2 fails with one group -- what the HF Trainer builds for a DeepSpeed
+    optimizer block (DummyOptim over a flat parameter list) -- and passes with two, so without the
+    Trainer it is not flagged."""
+    pytest.importorskip("deepspeed")
+    import torch
+    from deepspeed.runtime.lr_schedules import WarmupLR
+
+    def builds(groups: int, **kw) -> bool:
+        ps = [torch.nn.Parameter(torch.zeros(1)) for _ in range(groups)]
+        opt = torch.optim.AdamW([{"params": [p]} for p in ps], lr=1e-3)
+        try:
+            WarmupLR(opt, warmup_num_steps=10, **kw)
+            return True
+        except ValueError:
+            return False
+
+    uneven = dict(warmup_min_lr=[0.0, 0.0], warmup_max_lr=[1e-3])
+    assert not any(builds(g, **uneven) for g in (1, 2)) and not any(builds(g, warmup_max_lr=[]) for g in (1, 2))
+    assert not builds(1, warmup_max_lr=[1e-3, 1e-3]) and builds(2, warmup_max_lr=[1e-3, 1e-3])
+    for params in (uneven, {"warmup_max_lr": []}):
+        got = _sched_findings({"type": "WarmupLR", "params": {"warmup_num_steps": 10, **params}})
+        assert got["L001"], params
+    two = {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_max_lr": [1e-3, 1e-3]}}
+    assert not _sched_findings(two)["L001"]
+    (f,) = _sched_findings(two, hf=True, optimizer=True)["L001"]
+    assert f.pointer == "/scheduler/params/warmup_max_lr" and "expected 1 value for max_lr, got 2" in f.message

@@ -62,8 +62,15 @@ POSITIVE_INT = {"WarmupLR": ("warmup_num_steps",), "WarmupDecayLR": ("warmup_num
 
 #: Learning-rate arguments: a number, or one per param group (``_format_param``).
 LR_ARGS = {"WarmupLR": ("warmup_min_lr", "warmup_max_lr"), "WarmupDecayLR": ("warmup_min_lr", "warmup_max_lr"),
-           "OneCycle": ("cycle_min_lr", "cycle_max_lr"), "LRRangeTest": ("lr_range_test_min_lr",),
-           "WarmupCosineLR": ("warmup_min_ratio",)}
+           "OneCycle": ("cycle_min_lr", "cycle_max_lr"), "LRRangeTest": ("lr_range_test_min_lr",)}
+
+#: Learning-rate arguments that go through ``_format_param`` (lr_schedules.py): a list must have
+#: one value per optimizer param group, else ``ValueError: expected N value for min_lr, got M``.
+PER_GROUP = {"WarmupLR": ("warmup_min_lr", "warmup_max_lr"), "WarmupDecayLR": ("warmup_min_lr", "warmup_max_lr")}
+
+#: WarmupCosineLR's ratios of the optimizer's lr: plain numbers used in arithmetic
+#: (``get_lr_ratio``: ``1. - self.warmup_min_ratio``; ``self.cos_min_ratio + ...``), meaningful in [0, 1].
+RATIOS = {"WarmupCosineLR": ("warmup_min_ratio", "cos_min_ratio")}
 
 
 @dataclass
@@ -102,7 +109,7 @@ def _floatable(v: Any) -> float | None:
 def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
                  optimizer_lr: float | None = None, float_literals: frozenset[str] = frozenset(),
                  json_loaded: bool = False, positive_int_check: bool = True,
-                 warmuplr_max_lr_from_optimizer: bool = True) -> list[Problem]:
+                 warmuplr_max_lr_from_optimizer: bool = True, param_groups: int | None = None) -> list[Problem]:
     """What ``cls(optimizer, **params)`` does for ``scheduler.type`` ``stype`` (DeepSpeed 0.19.8).
 
     ``skip``: param names not to judge (e.g. "auto" values the HF Trainer fills). ``optimizer_lr``:
@@ -116,6 +123,10 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
     ``warmuplr_max_lr_from_optimizer``: whether WarmupLR's missing ``warmup_max_lr`` is the
     optimizer's lr (True from 0.17.2, ``"warmuplr-max-lr-from-optimizer"``); before, its signature
     default is 0.001 (0.17.1 lr_schedules.py ``WarmupLR.__init__``), like WarmupDecayLR's.
+    ``param_groups``: the optimizer's number of param groups when known (1 for a DeepSpeed
+    ``optimizer`` block under the HF Trainer, which hands ``initialize`` a flat parameter list):
+    a per-group list of another length raises in ``_format_param``; unknown, only an empty list
+    and min/max lists of different lengths (never both right) are errors.
     Returns the problems, errors first; [] for torch schedulers (their arguments are torch's).
     """
     if not isinstance(stype, str):
@@ -208,6 +219,41 @@ def check_params(stype: Any, params: Any, *, skip: frozenset[str] = frozenset(),
             out.append(Problem(k, True, f"{stype} {k} must be a number (or one per param group), got "
                                f"{present[k]!r}: the scheduler computes learning rates from it and raises TypeError",
                                f"set {k} to a number"))
+    lists = {k: present[k] for k in PER_GROUP.get(stype, ()) if isinstance(present.get(k), (list, tuple))}
+    for k, v in lists.items():
+        want = param_groups if param_groups is not None else (None if v else 1)
+        if want is not None and len(v) != want:
+            name = "min_lr" if k.endswith("min_lr") else "max_lr"
+            out.append(Problem(k, True, f"{stype} {k} is a list of {len(v)}: DeepSpeed wants one value per optimizer "
+                               f"param group ({want}{' under the HF Trainer with a DeepSpeed optimizer' if param_groups else ''})"
+                               f" and raises 'ValueError: expected {want} value for {name}, got {len(v)}' "
+                               "(lr_schedules.py _format_param)",
+                               f"give {k} as a number (every group), or a list of {want}", data={"length": len(v)}))
+    if len(lists) == 2 and len({len(v) for v in lists.values()}) == 2 and param_groups is None \
+            and all(lists.values()):
+        a, b = lists
+        out.append(Problem(b, True, f"{stype} {a} has {len(lists[a])} values and {b} {len(lists[b])}: each must have "
+                           "one per optimizer param group, so one of them makes _format_param raise 'ValueError: "
+                           "expected N value for ...' (lr_schedules.py)", f"give {a} and {b} the same length",
+                           data={"lengths": [len(lists[a]), len(lists[b])]}))
+    for k in RATIOS.get(stype, ()):
+        if k not in present:
+            continue
+        v = present[k]
+        if not _is_num(v):
+            out.append(Problem(k, True, f"{stype} {k} must be a number, got {v!r}: get_lr_ratio computes with it "
+                               "(1. - warmup_min_ratio, cos_min_ratio + ...) and raises TypeError at the first step",
+                               f"set {k} to a number in [0, 1]"))
+        elif not 0 <= v <= 1:
+            then = ({True: "the warmup starts at a negative learning rate (lr x ratio): the first steps go uphill",
+                     False: "the warmup starts above the optimizer's lr and falls to it"}[v < 0]
+                    if k == "warmup_min_ratio" else
+                    {True: "get_lr_ratio clamps the cosine at max(0, ...): the learning rate reaches 0 before "
+                           "total_num_steps and stays there",
+                     False: "the \"decay\" ends above the optimizer's lr (lr x cos_min_ratio)"}[v < 0])
+            out.append(Problem(k, False, f"{stype} {k} {v!r} is outside [0, 1] (a ratio of the optimizer's lr): "
+                               f"DeepSpeed accepts it and {then}", f"set {k} to a ratio in [0, 1]",
+                               data={"value": v}))
     wt = present.get("warmup_type")
     if "warmup_type" in sig and wt is not None and wt not in WARMUP_TYPES:
         out.append(Problem("warmup_type", False, f"{stype} warmup_type {wt!r} is not 'log' or 'linear': DeepSpeed "

@@ -16,6 +16,11 @@ its allocation. The constructors (``deepspeed/runtime/lr_schedules.py``) raise o
 * a ``scheduler`` with a ``type`` and no ``params`` (``cls(optimizer, **None)``);
 * OneCycle ``cycle_first_step_size`` <= 0 or ``cycle_second_step_size`` < 0; non-numeric learning
   rates or step counts;
+* WarmupLR / WarmupDecayLR ``warmup_min_lr`` / ``warmup_max_lr`` lists whose length is not the
+  optimizer's number of param groups (``_format_param``: ``ValueError: expected N value for
+  min_lr``): an empty list, min and max lists of different lengths, or under the HF Trainer with a
+  DeepSpeed optimizer (one group) any other length than 1; WarmupCosineLR ratios that are not
+  numbers (a TypeError at the first step);
 * a ``type`` that is neither one of the five nor a ``torch.optim.lr_scheduler`` class.
 
 "auto" values are not judged here (A003 outside the HF Trainer; the Trainer fills them with --hf).
@@ -59,7 +64,8 @@ def scheduler_problems(ctx: LintContext):
                              positive_int_check=ctx.release is None or behaviour("warmup-positive-int",
                                                                                  ctx.release.checked),
                              warmuplr_max_lr_from_optimizer=ctx.release is None or behaviour(
-                                 "warmuplr-max-lr-from-optimizer", ctx.release.checked))
+                                 "warmuplr-max-lr-from-optimizer", ctx.release.checked),
+                             param_groups=_param_groups(ctx))
     ctx.cache.scheduler_problems = (s, probs)
     return s, probs
 
@@ -79,6 +85,15 @@ def _float_literal(ctx: LintContext, ptr: str) -> bool:
         return False
     m = re.match(r"\s*(-?[0-9][0-9.eE+-]*)", text[colon + 1:])
     return bool(m) and any(c in m.group(1) for c in ".eE")
+
+
+def _param_groups(ctx: LintContext) -> int | None:
+    """The optimizer's param groups when known: 1 under the HF Trainer with a DeepSpeed
+    ``optimizer`` block (transformers integrations/deepspeed.py deepspeed_init hands
+    ``DummyOptim(params=model_parameters)``, a flat list of the trainable parameters, so DeepSpeed
+    builds one group); else None (the client's optimizer or parameter groups decide)."""
+    o = ctx.raw.get("optimizer")
+    return 1 if ctx.hf and isinstance(o, dict) and o.get("type") else None
 
 
 def _optimizer_lr(ctx: LintContext) -> float | None:

@@ -12,6 +12,10 @@ What DeepSpeed 0.19.8 does (``deepspeed/runtime/lr_schedules.py``):
 * ``total_num_steps`` below ``warmup_num_steps`` (default 1000): DeepSpeed only logs a warning;
   the run ends before the warmup does.
 * a ``warmup_type`` other than "log" or "linear": a logged warning, then "log".
+* WarmupCosineLR ``warmup_min_ratio`` or ``cos_min_ratio`` outside [0, 1] (ratios of the
+  optimizer's lr, not checked by DeepSpeed, ``get_lr_ratio``): a negative warmup start steps
+  uphill, a start above 1 warms *down*; a negative ``cos_min_ratio`` is clamped to 0 by
+  ``max(0.0, ...)`` before the end, one above 1 ends above the optimizer's lr.
 
 Anti-pattern (optimizer lr 2e-5)::
 
