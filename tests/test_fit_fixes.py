@@ -8,6 +8,7 @@ for a host shortfall.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.conftest import run_json
@@ -160,3 +161,59 @@ def test_trainer_candidates_are_trainer_arguments_and_fit_when_applied(tmp_path)
         assert not [g for g in again["findings"] if g["code"] == "H001"], again["findings"]
         row = _row(again, "accelerator")
         assert (row["verdict"], row["need"]) == (c["verdicts"]["accelerator"], c["need"]["accelerator"]), (c, row)
+
+
+def _batch_of(cand: dict, base: dict) -> int:
+    """micro-batch x accumulation x data-parallel ranks after the candidate (DeepSpeed
+    runtime/config.py _batch_assertion: train_batch_size = micro x GA x world size)."""
+    d = dict(base)
+    for s in cand["set"]:
+        k, _, v = s.partition("=")
+        d[k] = int(v) if v.isdigit() else v
+    for fl in cand["flags"]:
+        k, _, v = fl.partition(" ")
+        d[{"--micro-batch": "train_micro_batch_size_per_gpu", "--world-size": "world"}.get(k, k)] = int(v) \
+            if v.isdigit() else v
+    return d["train_micro_batch_size_per_gpu"] * d["gradient_accumulation_steps"] * d["world"]
+
+
+def test_micro_batch_candidate_halves_the_micro_batch_given_on_the_command_line():
+    """--micro-batch 8 over a config written for 4 (zero2.json: 64 = 4 x 2 x 8): the estimate runs
+    micro-batch 8, so the candidate halves 8 (not the config's 4) with twice the accumulation,
+    keeping 8 x 2 x 8 = 128 = 4 x 4 x 8 sequences per step; applied with the real CLI it gives the
+    need it claimed. Every candidate keeps the global batch or says it changes."""
+    args = ["estimate", str(SAMPLES / "zero2.json"), "--model", "llama-3-8b", "--world-size", "8",
+            "--gpu-memory", "80GB", "--seq-len", "2048", "--micro-batch", "8", "--format", "json"]
+    rc, d = run_json(args)
+    f = _m100(d, "accelerator")
+    (mb,) = [c for c in f["data"]["candidates"] if c["change"].startswith("micro-batch")]
+    assert "train_micro_batch_size_per_gpu=4" in mb["set"] and "gradient_accumulation_steps=4" in mb["set"], mb
+    assert "--micro-batch 4" in mb["flags"], mb
+    again = _applied(args, mb)
+    row = _row(again, "accelerator")
+    assert (row["verdict"], row["need"]) == (mb["verdicts"]["accelerator"], mb["need"]["accelerator"])
+    assert not [g for g in again["findings"] if g["code"] == "B001"], again["findings"]
+    base = json.loads((SAMPLES / "zero2.json").read_text())
+    base = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": base["gradient_accumulation_steps"],
+            "world": 8}
+    assert _batch_of(mb, base) == 8 * 2 * 8
+
+
+def test_more_ranks_keep_the_global_batch_or_say_it_changes(tmp_path):
+    """Another node's ranks: zero2.json's 64 = 4 x 2 x 8 becomes 4 x 1 x 16 (the accumulation
+    halved, DeepSpeed's batch triple holds, no B001 when applied); a config at accumulation 1
+    cannot keep it and the candidate says the global batch grows (4 x 1 x 8 = 32 -> 64)."""
+    args = ["estimate", str(SAMPLES / "zero2.json"), "--model", "llama-3-8b", "--world-size", "8",
+            "--gpu-memory", "80GB", "--seq-len", "2048", "--format", "json"]
+    rc, d = run_json(args)
+    (ws,) = [c for c in _m100(d, "accelerator")["data"]["candidates"] if "--world-size 16" in c["flags"]]
+    assert ws["set"] == ["gradient_accumulation_steps=1"] and "the same global batch, 64" in ws["change"], ws
+    assert _batch_of(ws, {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "world": 8}) == 64
+    again = _applied(args, ws)
+    assert not [g for g in again["findings"] if g["code"] == "B001"], again["findings"]
+    cfg = tmp_path / "ga1.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, '
+                   '"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}}')
+    rc, d = run_json(["estimate", str(cfg)] + args[2:])
+    (ws,) = [c for c in _m100(d, "accelerator")["data"]["candidates"] if "--world-size 16" in c["flags"]]
+    assert ws["set"] == [] and "global batch grows from 32 to 64" in ws["change"], ws

@@ -463,3 +463,25 @@ def test_string_stage_3_skips_the_save_gather_in_accelerate_as_h008_says():
     (f,) = h008("3")
     assert "gather" in f.message and "empty" in f.message and f.pointer == "/zero_optimization/stage"
     assert h008(3) == []
+
+
+def test_trainer_clamps_an_auto_warmup_of_zero_to_one_so_it_is_not_flagged():
+    """transformers 5.24 fills "auto" warmup_num_steps with max(1, get_warmup_steps(n))
+    (integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_finalize), so a Trainer run
+    with no warmup does not hit DeepSpeed's 'warmup_num_steps must be a positive integer': the
+    replay fills 1 as transformers does, and lint --hf reports nothing about it (L001)."""
+    pytest.importorskip("transformers")
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+
+    raw = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "warmup_max_lr": "auto",
+                                                        "warmup_min_lr": "auto"}}}
+    want, _ = _tf_fill(raw, warmup_steps=0, max_steps=100)
+    assert want["scheduler"]["params"]["warmup_num_steps"] == 1
+    got, _ = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping(dict(ARGS, warmup_steps=0, max_steps=100)),
+                             hidden_size=HIDDEN)
+    assert got["scheduler"] == want["scheduler"]
+    found = lint_config(parse_text(json.dumps(raw), "ds.json"), hf=True, select={"L001", "L002"},
+                        trainer_args=dict(ARGS, warmup_steps=0, max_steps=100))
+    assert not [f for f in found if "warmup_num_steps" in f.pointer], found

@@ -7,12 +7,14 @@ Candidates, one change each (``ds-advisor generate`` searches combinations):
 * accelerator short: offload only the optimizer to host (ZeRO-1/2/3; ZeRO-2 from stage 0, where
   DeepSpeed has no optimizer offload), the optimizer to NVMe (ZeRO-3, where the config names an
   ``nvme_path``), each higher ZeRO stage (never from stage 3), the parameters to host (ZeRO-3),
-  half the micro-batch with twice the gradient accumulation (the global batch kept; under the HF
+  half the micro-batch (``--micro-batch`` when given, else the config's) with twice the gradient
+  accumulation (the global batch kept, or the words say how it changes; under the HF
   Trainer, where the config leaves them "auto", as its --per-device-train-batch-size and
   --gradient-accumulation-steps arguments), activation
   checkpointing of every layer (when activations are estimated and none are checkpointed), and
   another node's worth of data-parallel ranks (``--world-size``; not at ZeRO-0, where sharding
-  nothing changes nothing);
+  nothing changes nothing), with the gradient accumulation divided to keep the global batch
+  where it divides, else saying how the global batch grows;
 * host short (per node): the optimizer from host to NVMe, the parameters back on the
   accelerator or to NVMe, half the ranks per node (``--gpus-per-node``, the same world size on
   more nodes). Pinned-memory settings (``pin_memory``) are never offered: pinned or pageable,
@@ -92,14 +94,27 @@ def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]
             out.append((f"ZeRO stage {s}", [f"zero_optimization.stage={s}"]))
         if st == 3 and op == "none":
             out.append(("offload the parameters to host", ["zero_optimization.offload_param.device=cpu"]))
-        mb = ec.train_micro_batch_size_per_gpu
+        # the micro-batch the estimate runs: --micro-batch when given, else the config's
+        cfg_mb = ec.train_micro_batch_size_per_gpu
+        wl_mb = plan.workload.micro_batch
+        mb = wl_mb if isinstance(wl_mb, int) and wl_mb > 0 else cfg_mb
         if isinstance(mb, int) and mb > 1:
             from advisor.config.effective import derive_batch
             ga = derive_batch(ec, plan.cluster.dp_world_size)[2] or 1
-            out.append((f"micro-batch {mb // 2} with gradient accumulation {ga * 2} (the same global batch)"
-                        if mb % 2 == 0 else f"micro-batch {mb // 2}",
-                        [f"train_micro_batch_size_per_gpu={mb // 2}"]
-                        + ([f"gradient_accumulation_steps={ga * 2}"] if mb % 2 == 0 else [])))
+            dp, half = plan.cluster.dp_world_size, mb // 2
+            words = (f"micro-batch {half} with gradient accumulation {ga * 2} (the same global batch, "
+                     f"{mb * ga * dp} sequences)" if mb % 2 == 0 else
+                     f"micro-batch {half} (the global batch falls from {mb * ga * dp} to {half * ga * dp} sequences)")
+            sets = [f"train_micro_batch_size_per_gpu={half}"] + ([f"gradient_accumulation_steps={ga * 2}"]
+                                                                   if mb % 2 == 0 else [])
+            written = plan.loaded.data if plan.loaded is not None and isinstance(plan.loaded.data, dict) else {}
+            tb = written.get("train_batch_size")
+            new_tb = half * (ga * 2 if mb % 2 == 0 else ga) * dp
+            if isinstance(tb, int) and not isinstance(tb, bool) and tb != new_tb:
+                # a written train_batch_size must agree (DeepSpeed _batch_assertion): under --micro-batch
+                # the global batch is the one that micro-batch runs
+                sets.append(f"train_batch_size={new_tb}")
+            out.append((words, sets))
     if "host" in tiers:
         if st == 3 and oo == "cpu" and nvme_path:
             out.append(("the optimizer from host to NVMe", ["zero_optimization.offload_optimizer.device=nvme",
@@ -132,6 +147,33 @@ def _trainer_flags(plan: "Plan", sets: list[str]) -> tuple[list[str], list[str]]
         else:
             shown.append(x)
     return shown, flags
+
+
+def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str], list[str], list[str]]:
+    """(words, internal --set strings, shown --set strings, flags) for running ``plan`` on ``dp2``
+    data-parallel ranks. The global batch (train_batch_size = micro-batch x accumulation x
+    data-parallel ranks, DeepSpeed runtime/config.py _batch_assertion) is kept by dividing the
+    gradient accumulation when it divides; else the words say how it grows (the HF Trainer fills
+    train_batch_size again at the new world size, trainer_config_process; a fixed one DeepSpeed
+    then refuses, and the candidate is dropped)."""
+    from advisor.config.effective import derive_batch
+
+    dp = plan.cluster.dp_world_size
+    tb, mb, ga, _ = derive_batch(plan.config, dp)
+    if not (tb and mb and ga):
+        return words, [], [], []
+    if (ga * dp) % dp2 == 0:
+        ga2 = ga * dp // dp2
+        sets = [f"gradient_accumulation_steps={ga2}"]
+        shown, flags = _trainer_flags(plan, sets)
+        return (f"{words}, gradient accumulation {ga} -> {ga2} (the same global batch, {tb} sequences)",
+                sets, shown, flags)
+    tb2 = mb * ga * dp2
+    written_tb = plan.loaded.data.get("train_batch_size", "auto") if plan.loaded is not None and \
+        isinstance(plan.loaded.data, dict) else None
+    sets = [f"train_batch_size={tb2}"] if plan.hf is not None and written_tb == "auto" else []
+    return (f"{words} (the global batch grows from {tb} to {tb2} sequences: gradient accumulation {ga} does "
+            f"not split over {dp2} ranks)", sets, [], [])
 
 
 def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool) -> list[tuple[str, list[str], Any, Any]]:
@@ -188,26 +230,20 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             mb = ec.train_micro_batch_size_per_gpu if any(x.startswith("train_micro_batch_size_per_gpu=")
                                                           for x in sets) else plan.workload.micro_batch
             shown, flags = _trainer_flags(plan, sets)
+            wl_mb = plan.workload.micro_batch
+            if any(x.startswith("train_micro_batch_size_per_gpu=") for x in sets) and isinstance(wl_mb, int) \
+                    and wl_mb != plan.config.train_micro_batch_size_per_gpu:
+                flags = flags + [f"--micro-batch {mb}"]  # --micro-batch was given: it would override the config's
             trials.append((FitCandidate(words, set=shown, flags=flags),
                            replace(plan, config=ec, written=None, derived={},
                                    workload=replace(plan.workload, micro_batch=mb))))
     for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations):
         ec, sets, shown = plan.config, [], []
-        tb, mb, _, err = derive_batch(ec, cl.dp_world_size)
-        written_tb = plan.loaded.data.get("train_batch_size", "auto") if plan.loaded is not None and \
-            isinstance(plan.loaded.data, dict) else None
-        if err is not None and base is not None and plan.hf is not None and written_tb == "auto" and mb:
-            # the HF Trainer fills train_batch_size = micro x accumulation x world size again at the
-            # new world size (trainer_config_process): nothing for the user to set
-            ga = derive_batch(plan.config, plan.cluster.dp_world_size)[2] or 1
-            sets = [f"train_batch_size={mb * ga * cl.dp_world_size}"]
-            ec = effective_config(apply_overrides(base, sets))
-        elif err is not None and base is not None and tb and mb and tb % (mb * cl.dp_world_size) == 0:
-            # more ranks with train_batch_size fixed: DeepSpeed needs the accumulation that keeps it
-            sets = [f"gradient_accumulation_steps={tb // (mb * cl.dp_world_size)}"]
-            ec = effective_config(apply_overrides(base, sets))
-            shown, more = _trainer_flags(plan, sets)
+        if base is not None and cl.dp_world_size != plan.cluster.dp_world_size:
+            words, sets, shown, more = _global_batch_at(plan, words, cl.dp_world_size)
             flags = flags + more
+            if sets:
+                ec = effective_config(apply_overrides(base, sets))
         if refused(ec, cl):
             continue
         trials.append((FitCandidate(words, set=shown, flags=flags),
