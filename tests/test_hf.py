@@ -485,3 +485,23 @@ def test_trainer_clamps_an_auto_warmup_of_zero_to_one_so_it_is_not_flagged():
     found = lint_config(parse_text(json.dumps(raw), "ds.json"), hf=True, select={"L001", "L002"},
                         trainer_args=dict(ARGS, warmup_steps=0, max_steps=100))
     assert not [f for f in found if "warmup_num_steps" in f.pointer], found
+
+
+def test_h001_batch_fix_keeps_the_global_batch_or_says_how_it_changes():
+    """A written gradient_accumulation_steps 4 under a Trainer run with 8: following the Trainer
+    ("auto") changes the global batch; passing the config's value to the Trainer keeps it. Both
+    numbers are transformers' own train_batch_size (trainer_config_process: world x per-device x
+    accumulation), computed by its HfTrainerDeepSpeedConfig with each accumulation."""
+    pytest.importorskip("transformers")
+    raw = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": 4,
+           "zero_optimization": {"stage": 2}}
+    _, mismatch = _tf_fill(raw)
+    assert mismatch == ["ds gradient_accumulation_steps=4 vs hf gradient_accumulation_steps=8"]
+    kept, none = _tf_fill(raw, gradient_accumulation_steps=4)
+    auto, _ = _tf_fill(dict(raw, gradient_accumulation_steps="auto"))
+    assert none == []
+    _, findings = hf.trainer_fill(raw, hf.TrainerArgs.from_mapping(ARGS), hidden_size=HIDDEN)
+    (f,) = [f for f in findings if f.code == "H001"]
+    assert f.fix.startswith("pass --gradient-accumulation-steps 4 to the Trainer")
+    assert f"global batch of {kept['train_batch_size']} sequences" in f.fix
+    assert f"changes it to {auto['train_batch_size']}" in f.fix

@@ -474,12 +474,23 @@ class _Resolver:
                 "dataset (without a positive max_steps the Trainer derives it from num_train_epochs and the "
                 "dataloader's length): not resolved", "pass --max-steps N"))
         for key, ds_val, hf_key, hf_val in self.mismatches:
+            fix = (f'set "{key.rsplit(".", 1)[-1]}" to "auto" (or to {json.dumps(hf_val)}), or change the Trainer '
+                   f"argument {hf_key.split(' ')[0]}")
+            a = self.args
+            per_rank = {"gradient_accumulation_steps": (a.per_device_train_batch_size, "--gradient-accumulation-steps"),
+                        "train_micro_batch_size_per_gpu": (a.gradient_accumulation_steps,
+                                                           "--per-device-train-batch-size")}.get(key)
+            if per_rank is not None and isinstance(ds_val, int) and not isinstance(ds_val, bool) and ds_val > 0:
+                # the global batch is micro x accumulation x world size (DeepSpeed _batch_assertion,
+                # the Trainer's train_batch_size): following the Trainer changes the config's one
+                other, flag = per_rank
+                mine, theirs = ds_val * other * a.world_size, hf_val * other * a.world_size
+                fix = (f"pass {flag} {ds_val} to the Trainer to keep the config's global batch of {mine} sequences; "
+                       f'setting "{key}" to "auto" (or to {hf_val}) changes it to {theirs}')
             self.findings.append(emit(
                 "H001", "error", _ptr(key),
                 f"ds {key}={ds_val} vs hf {hf_key}={hf_val}: the HF Trainer raises 'Please correct the following "
-                "DeepSpeed config values that mismatch TrainingArguments values' at launch",
-                f'set "{key.rsplit(".", 1)[-1]}" to "auto" (or to {json.dumps(hf_val)}), or change the Trainer '
-                f"argument {hf_key.split(' ')[0]}",
+                "DeepSpeed config values that mismatch TrainingArguments values' at launch", fix,
                 data={"key": key, "config": ds_val, "trainer_arg": hf_key, "trainer": hf_val}))
         self.mismatches = []
 
