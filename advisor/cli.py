@@ -836,7 +836,8 @@ def main() -> None:
                                      "(their union), e.g. B001,auto-top-level. Replaces the settings file's select.")
 @_opt("--ignore", multiple=True, help="Rule codes or names not to run, comma-separated and/or repeated (their "
                                      "union): added to the settings file's ignore.")
-@_opt("-q", "--quiet", is_flag=True, help="Print the findings only (no summary line).")
+@_opt("-q", "--quiet", is_flag=True, help="Print the findings only (no summary line), then the DeepSpeed release they "
+     "were checked against; nothing when there are none.")
 @format_option("lint")
 @_release_option
 @_trainer_options

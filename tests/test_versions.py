@@ -70,7 +70,9 @@ def test_v001_matches_the_release_source(release, key, value):
 
 def test_cli_names_the_release_in_json_and_text(tmp_path):
     cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zenflow": {}}}))
+    # gradient_clipping written: 0.14.5's default (0.0) differs from 0.19.8's, a V002 of its own
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0,
+                               "zero_optimization": {"stage": 3, "zenflow": {}}}))
     p = run_cli(["lint", str(cfg), "--deepspeed-version", "0.14.5", "--format", "json"])
     out = json.loads(p.stdout)
     assert out["deepspeed_release"] == {"requested": "0.14.5", "checked": "0.14.5", "origin": "--deepspeed-version"}
@@ -94,12 +96,12 @@ def test_v002_pin_memory_default_from_the_release_source(tmp_path):
     pin = {r: re.findall(r"pin_memory: bool = (\w+)", t) for r, t in src.items()}
     assert pin["0.17.6"] and set(pin["0.17.6"]) == {"False"} and set(pin["0.19.8"]) == {"True"}
     cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0,
                                "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
     out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", "0.17.6", "--format", "json"]).stdout)
     v2 = [f for f in out["files"][0]["findings"] if f["code"] == "V002"]
     assert [f["pointer"] for f in v2] == ["/zero_optimization/offload_optimizer"] and "false" in v2[0]["message"]
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "zero_optimization": {
         "stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}}))
     out = json.loads(run_cli(["lint", str(cfg), "--deepspeed-version", "0.17.6", "--format", "json"]).stdout)
     assert not [f for f in out["files"][0]["findings"] if f["code"] == "V002"]
@@ -207,7 +209,12 @@ OLD_CASES = [{"zero_optimization": {"stage": 3, k: v}} for k, v in (
     {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True}},
     {"compile": {"enabled": False, "no_such_key": 1}},
     {"comms_logger": {"enabled": False, "no_such_key": 1}},
-    {"tensorboard": {"enabled": False, "no_such_key": 1}}]
+    {"tensorboard": {"enabled": False, "no_such_key": 1}},
+    # session 5: 0.14.5's own models and plain-dict readings (pydantic v1 API, ge=0 bounds, "auto" truthy)
+    {"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}},  # ge=0 there (gt=0 from 0.19.6)
+    {"zero_optimization": {"stage": 2, "reduce_bucket_size": 1.5}},  # pydantic v1 int(): 1
+    {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}},  # both truthy: the assertion
+    {"bf16": {"enabled": "auto"}}]  # truthy: bf16 on, accepted
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +241,9 @@ def old_verdicts(old_deepspeed):
 
 
 @pytest.mark.engine  # imports a real (older) DeepSpeed
-@pytest.mark.parametrize("i", range(len(OLD_CASES)), ids=["-".join(f"{s}.{k}" for s, d in c.items() for k in d
-                                                                    if k not in ("stage", "enabled")) for c in OLD_CASES])
+@pytest.mark.parametrize("i", range(len(OLD_CASES)), ids=["-".join(
+    f"{s}.{k}" + ("" if isinstance(v, dict) or k not in ("reduce_bucket_size", "enabled") else f"={v}")
+    for s, d in c.items() for k, v in d.items() if k != "stage" and (k != "enabled" or v == "auto")) for c in OLD_CASES])
 def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_verdicts, i):
     """Lint at 0.14.5 gives an error finding exactly when 0.14.5's own config parse refuses, and
     then only version findings naming 0.14.5 or S001 (a key unknown to every release)."""
@@ -246,8 +254,9 @@ def test_an_older_engine_refuses_what_lint_says_it_refuses(tmp_path, old_verdict
     out = json.loads(run_cli(["lint", str(path), "--deepspeed-version", OLD, "--format", "json"]).stdout)
     errors = [f for f in out["files"][0]["findings"] if f["severity"] == "error"]
     assert bool(errors) == (not accepted), (cfg, why, out["files"][0]["findings"])
-    # an error is a version finding naming 0.14.5, or S001: a key no release knows (0.19.8 too)
-    assert all((f["code"].startswith("V") and OLD in f["message"]) or f["code"] == "S001" for f in errors), errors
+    # an error is a version finding naming 0.14.5 (or P001 saying why 0.14.5 turns both on), or S001:
+    # a key no release knows (0.19.8 too)
+    assert all((f["code"][0] in "VP" and OLD in f["message"]) or f["code"] == "S001" for f in errors), errors
 
 
 def test_v003_and_gated_rules_follow_the_release_sources():
@@ -577,3 +586,221 @@ def test_estimate_applies_the_releases_pin_memory_default(tmp_path):
     assert split == host(unpinned, "0.19.8")[0] != host(pinned, "0.19.8")[0]
     assert len(ra["defaults_applied"]) == 2 and "not verified for 0.17.6" in ra["accounting"]
     assert host(zero, "0.19.8")[0] == host(pinned, "0.19.8")[0]
+
+
+# --- newcomer round (session 5): release-aware readings, each fact read from the release's sdist ---
+
+def _plain_precision(release: str) -> bool:
+    """Independent reading: the release's runtime/config.py returns fp16/bf16 "enabled" with
+    get_scalar_param (config_utils.py: ``param_dict.get(name, default)``, the value as written),
+    not through precision_config.py's DeepSpeedConfigModel (whose __init__ drops "auto")."""
+    root = _fetch(release) / "deepspeed/runtime"
+    cfg = (root / "config.py").read_text(encoding="utf-8")
+    plain = "return get_scalar_param(param_dict[key], BFLOAT16_ENABLED, BFLOAT16_ENABLED_DEFAULT)" in cfg
+    if plain:
+        assert "return param_dict.get(param_name, param_default_value)" in (root / "config_utils.py").read_text()
+    else:
+        prec = (root / "precision_config.py").read_text(encoding="utf-8")
+        assert "enabled: bool = False" in prec and "class DeepSpeedBF16Config(DeepSpeedConfigModel)" in prec
+        assert 'if (v != "auto" or k == "replace_method")' in (root / "config_utils.py").read_text()
+    return plain
+
+
+@pytest.mark.parametrize("release", ["0.9.0", "0.16.9", "0.17.0", "0.17.1", "0.19.8"])
+def test_precision_auto_is_on_where_the_release_reads_a_plain_dict(release, tmp_path):
+    """Item 1: "enabled": "auto" is the truthy string up to 0.17.0 (bf16 ON; both "auto": the
+    'cannot be simultaneously enabled' assertion), dropped (off) from 0.17.1."""
+    plain = _plain_precision(release)
+    assert plain == versions.before(release, "0.17.1")
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": "auto"}}
+    a002 = [f for f in lint_config(parse_text(json.dumps(cfg), "ds.json"), release=versions.target_release(release))
+            if f.code == "A002"]
+    assert len(a002) == 1 and (("bf16 is ON" in a002[0].message) == plain)
+    assert ("bf16 OFF" in a002[0].message) == (not plain)
+    both = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}
+    assert (("P001", "/fp16/enabled") in _lint(both, release)) == plain
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    est = json.loads(run_cli(["estimate", str(path), "--params", "1000000", "--format", "json",
+                              "--deepspeed-version", release]).stdout)
+    assert est["assumptions"]["precision"]["model"] == ("bf16" if plain else "fp32")
+
+
+def _constant(release: str, name: str):
+    """The literal of ``name = ...`` in the release's runtime/constants.py (None when absent)."""
+    m = re.search(rf"^{name} = (.+)$", (_fetch(release) / "deepspeed/runtime/constants.py").read_text(), re.M)
+    return None if m is None else eval(m.group(1), {})  # a literal: 0., 1.0, True, False
+
+
+@pytest.mark.parametrize("release", ["0.13.2", "0.13.3", "0.16.4", "0.16.5", "0.17.0", "0.17.1", "0.19.2", "0.19.3"])
+def test_plain_dict_defaults_follow_the_release_constants(release, tmp_path):
+    """Item 2: gradient_clipping (get_gradient_clipping, GRADIENT_CLIPPING_DEFAULT) and
+    bf16.immediate_grad_update (get_bfloat16_immediate_grad_update before 0.17.1, precision_config's
+    field after) are read from each release's own source; lint and estimate follow them."""
+    cfg_py = (_fetch(release) / "deepspeed/runtime/config.py").read_text()
+    assert "return get_scalar_param(param_dict, GRADIENT_CLIPPING, GRADIENT_CLIPPING_DEFAULT)" in cfg_py
+    clip = float(_constant(release, "GRADIENT_CLIPPING_DEFAULT"))
+    assert versions.default_in("/gradient_clipping", release) == clip
+    if "def get_bfloat16_immediate_grad_update" in cfg_py:
+        igu = _constant(release, "BFLOAT16_IMMEDIATE_GRAD_UPDATE_DEFAULT")
+    else:
+        prec = _fetch(release) / "deepspeed/runtime/precision_config.py"
+        m = re.search(r"immediate_grad_update: bool = (\w+)", prec.read_text()) if prec.is_file() else None
+        igu = None if m is None else m.group(1) == "True"
+    assert versions.default_in("/bf16/immediate_grad_update", release) == igu
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
+    codes = _lint(cfg, release)
+    assert (("V002", "") in codes) == (clip != 1.0)  # 0.19.8's default is 1.0 (its source)
+    assert _constant("0.19.8", "GRADIENT_CLIPPING_DEFAULT") == 1.0
+    assert ("V002", "") not in _lint({**cfg, "gradient_clipping": 1.0}, release)
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    v2 = {f.data.get("key") for f in lint_config(parse_text(json.dumps(cfg), "ds.json"),
+                                                  release=versions.target_release(release)) if f.code == "V002"}
+    assert ("immediate_grad_update" in v2) == (igu is True)  # 0.19.8: false (precision_config.py)
+    from advisor.config.effective import effective_config
+    ec = effective_config(cfg)
+    versions.apply_release_defaults(ec, cfg, versions.target_release(release))
+    assert ec.gradient_clipping == clip
+
+
+@pytest.mark.parametrize("release", ["0.17.1", "0.17.2"])
+def test_torch_autocast_before_it_is_read_is_a_warning(release):
+    """Item 2: runtime/config.py get_torch_autocast_enabled first appears in 0.17.2: before, the
+    top-level torch_autocast block is ignored (dict.get), so lint warns there, not after."""
+    read = "def get_torch_autocast_enabled" in (_fetch(release) / "deepspeed/runtime/config.py").read_text()
+    assert read == (release == "0.17.2")
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    cfg = {"train_micro_batch_size_per_gpu": 1, "torch_autocast": {"enabled": True}}
+    found = [f for f in lint_config(parse_text(json.dumps(cfg), "ds.json"), release=versions.target_release(release))
+             if f.pointer.startswith("/torch_autocast")]
+    assert [(f.code, f.severity) for f in found] == ([] if read else [("V001", "warning")])
+    if found:
+        assert "DeepSpeed 0.17.1" in found[0].message and "0.17.2" in found[0].message
+
+
+def _zero_field(release: str, name: str) -> str:
+    m = re.search(rf"^\s+{name}: int = Field\((.*)\)$", (_fetch(release) / ZERO_FILE).read_text(), re.M)
+    return m.group(1)
+
+
+@pytest.mark.parametrize("release", ["0.14.5", "0.19.5", "0.19.6", "0.19.8"])
+def test_bounds_are_the_releases_own(release):
+    """Item 3: reduce_bucket_size 0 is refused only where the release's Field says gt=0 (0.19.6 on;
+    ge=0 before), and the message names the release checked."""
+    field = _zero_field(release, "reduce_bucket_size")
+    refuses = "gt=0" in field
+    assert refuses or "ge=0" in field
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 0}}
+    s004 = [f for f in lint_config(parse_text(json.dumps(cfg), "ds.json"), release=versions.target_release(release))
+            if f.code == "S004"]
+    assert bool(s004) == refuses
+    if s004:
+        assert f"DeepSpeed {release} rejects" in s004[0].message
+        assert release == "0.19.8" or "0.19.8" not in s004[0].message
+
+
+@pytest.mark.parametrize("release", ["0.14.5", "0.15.0"])
+def test_a_fractional_int_follows_the_releases_pydantic_api(release):
+    """Item 3: the config models of 0.9.0-0.14.5 use pydantic's v1 API (int(v): 1.5 -> 1, accepted),
+    those from 0.15.0 the v2 API (refused): read from config_utils.py's import."""
+    src = (_fetch(release) / "deepspeed/runtime/config_utils.py").read_text()
+    v1 = "from deepspeed.pydantic_v1 import BaseModel" in src
+    assert v1 != ("from pydantic import BaseModel, ConfigDict" in src)
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 1.5}}
+    found = [f for f in lint_config(parse_text(json.dumps(cfg), "ds.json"), release=versions.target_release(release))
+             if f.pointer == "/zero_optimization/reduce_bucket_size"]
+    assert [(f.code, f.severity) for f in found] == [("S003", "warning" if v1 else "error")]
+    assert f"DeepSpeed {release}" in found[0].message and "0.19.8" not in found[0].message
+
+
+def test_s005_names_the_release_checked_and_v001_does_not_repeat_it():
+    """Item 4: at 0.19.7 mics_shard_size is in the release's _REMOVED_ZERO_CONFIG_KEYS (refused
+    before the models are built) and not a DeepSpeedZeroConfig field: one S005 naming 0.19.7."""
+    cfg7 = (_fetch("0.19.7") / "deepspeed/runtime/config.py").read_text()
+    assert re.search(r'_REMOVED_ZERO_CONFIG_KEYS = \{[^}]*"mics_shard_size"', cfg7, re.S)
+    assert not _zero_source_defines("0.19.7", "mics_shard_size") and _zero_source_defines("0.19.6", "mics_shard_size")
+    from advisor.config.loading import parse_text
+    from advisor.views.lint import lint_config
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "mics_shard_size": 8}}
+    found = [f for f in lint_config(parse_text(json.dumps(cfg), "ds.json"), release=versions.target_release("0.19.7"))
+             if f.pointer == "/zero_optimization/mics_shard_size"]
+    assert [f.code for f in found] == ["S005"] and "DeepSpeed 0.19.7 refuses" in found[0].message
+    assert "0.19.8" not in found[0].message
+    assert "replacement is 'mics_shard_size'" not in " ".join(f.fix for f in found)
+
+
+def test_an_installed_release_newer_than_the_table_claims_no_byte_exactness(tmp_path):
+    """Item 5: an installed 0.20.0 is checked with 0.19.8's facts; the estimate says it is outside
+    the releases checked, never "byte-exact"."""
+    site = tmp_path / "site"
+    d = site / "deepspeed-0.20.0.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.20.0\n\n")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    est = json.loads(run_cli(["estimate", str(cfg), "--params", "1000000", "--format", "json"], env=env).stdout)
+    assert est["deepspeed_release"]["requested"] == "0.20.0" and "byte-exact" not in est["accounting"]
+    assert "outside the releases checked" in est["accounting"] and "0.20.0" in est["accounting"]
+    text = " ".join(run_cli(["estimate", str(cfg), "--params", "1000000"], env=env).stdout.split())
+    assert "byte-exact" not in text and "outside the releases checked" in text
+
+
+def test_json_and_sarif_name_the_checked_release_once(tmp_path):
+    """Item 6: no field says 0.19.8 as "the" DeepSpeed when 0.14.5 was checked; the accounting's
+    release has its own name."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+    v = ["--deepspeed-version", "0.14.5"]
+    for cmd in (["estimate", str(cfg), "--params", "1000000"], ["check", str(cfg), "--params", "1000000",
+                                                                 "--world-size", "1"]):
+        d = json.loads(run_cli(cmd + ["--format", "json", *v]).stdout)
+        assert "deepspeed" not in d and d["deepspeed_release"]["checked"] == "0.14.5"
+        assert d["accounting_release"] == "0.19.8"
+    sarif = json.loads(run_cli(["lint", str(cfg), "--format", "sarif", *v]).stdout)["runs"][0]
+    assert "deepspeed" not in sarif["tool"]["driver"]["properties"]
+    assert sarif["invocations"][0]["properties"]["deepspeedRelease"]["checked"] == "0.14.5"
+
+
+def test_explain_v005_says_what_the_sources_say_about_comms_logger():
+    """Item 7: comms_logger refuses unknown keys from 0.9.0 (CommsConfig's own extra='forbid'
+    before 0.15.0), so V005's explanation does not call it unvalidated there."""
+    src = (_fetch("0.9.0") / "deepspeed/comm/config.py").read_text()
+    assert re.search(r"class CommsConfig\(BaseModel\):\s*\n\s*class Config:.*?extra = 'forbid'", src, re.S)
+    assert "class CommsLoggerConfig(CommsConfig)" in src
+    text = " ".join(run_cli(["explain", "V005"]).stdout.split())
+    assert "none before 0.15.0" not in text and "comms_logger is validated in every release checked" in text
+
+
+def test_quiet_lint_names_the_release_and_o007_needs_the_key(tmp_path):
+    """Item 8: -q ends with the release its findings hold for; O007 (offload ratio below stage 3)
+    does not fire at 0.11.2, which has neither the ratio key nor its validator (V001 reports the
+    key); V003's fix is grammatical."""
+    for rel, has in (("0.11.2", False), ("0.12.3", True)):
+        src = _fetch(rel) / "deepspeed/runtime/zero"
+        assert ("ratio:" in (src / "offload_config.py").read_text()) == has
+        assert ("Partial offloading only supported" in (src / "config.py").read_text()) == has
+    cfg = {"train_micro_batch_size_per_gpu": 1,
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3, "pin_memory": True}}}
+    ptr = "/zero_optimization/offload_optimizer/ratio"
+    assert {c for c, p in _lint(cfg, "0.11.2") if p == ptr} == {"V001"}
+    assert {c for c, p in _lint(cfg, "0.12.3") if p == ptr} == {"O007"}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    q = run_cli(["lint", str(path), "-q", "--deepspeed-version", "0.11.2"]).stdout.strip().splitlines()
+    assert q[-1] == "checked against DeepSpeed 0.11.2 (--deepspeed-version)" and "file(s):" not in " ".join(q)
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "muon"}}))  # not torch.optim.Muon
+    out = json.loads(run_cli(["lint", str(path), "--format", "json", "--deepspeed-version", "0.17.5"]).stdout)
+    v3 = [f for f in out["files"][0]["findings"] if f["code"] == "V003"]
+    assert v3 and v3[0]["fix"].startswith("use an optimizer that DeepSpeed 0.17.5 has")
+    opts = {r: (_fetch(r) / "deepspeed/runtime/config.py").read_text().split("DEEPSPEED_OPTIMIZERS = [")[1].split("]")[0]
+            for r in ("0.17.5", "0.17.6")}
+    assert "MUON" not in opts["0.17.5"] and "MUON" in opts["0.17.6"]

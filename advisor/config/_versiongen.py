@@ -111,6 +111,10 @@ def _field(stmt: ast.AnnAssign) -> dict[str, Any]:
         new = _literal(kw["new_param"]) if "new_param" in kw else extra_d.get("new_param")
         if isinstance(new, str) and new:
             f["new_param"] = new
+        bounds = {k: _literal(kw[k]) for k in ("ge", "gt", "le", "lt") if k in kw}
+        bounds = {k: v for k, v in bounds.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if bounds:
+            f["bounds"] = bounds
     else:
         f["default"] = _literal(v)
     return f
@@ -206,7 +210,7 @@ def release_keys(src: pathlib.Path) -> dict[str, dict[str, Any]]:
             return
         for f in _all_fields(cls, classes):
             row = {"default": f.get("default"), "type": f["type"], "source": f"{classes[cls]['file']}:{cls}"}
-            for k in ("deprecated", "new_param"):
+            for k in ("deprecated", "new_param", "bounds"):
                 if k in f:
                     row[k] = f[k]
             spellings = [f["name"]] + ([f["alias"]] if isinstance(f.get("alias"), str) else [])
@@ -222,7 +226,46 @@ def release_keys(src: pathlib.Path) -> dict[str, dict[str, Any]]:
         if cls in classes and _is_model(cls, classes):
             keys[f"/{path}"] = {"section": "pydantic", "source": f"{classes[cls]['file']}:{cls}"}
             walk(path, cls)
+    for path, row in dict_keys(src).items():
+        keys.setdefault(path, row)  # a pydantic field of the same path (bf16 from 0.17.1) is what is read
     return keys
+
+
+#: Keys DeepSpeed reads from a plain dict (no pydantic model) whose default or existence changes
+#: between releases: JSON path -> (the reader in deepspeed/runtime/config.py, the constant in
+#: deepspeed/runtime/constants.py holding its default, or None). A release reads the key when its
+#: config.py defines the reader; the default is the constant's value there. A key the table has
+#: as a pydantic field in a release (bf16.immediate_grad_update from 0.17.1) is read from that.
+DICT_KEYS = {
+    "/gradient_clipping": ("get_gradient_clipping", "GRADIENT_CLIPPING_DEFAULT"),
+    "/bf16/immediate_grad_update": ("get_bfloat16_immediate_grad_update", "BFLOAT16_IMMEDIATE_GRAD_UPDATE_DEFAULT"),
+    "/torch_autocast": ("get_torch_autocast_enabled", None),
+    "/torch_autocast/enabled": ("get_torch_autocast_enabled", "TORCH_AUTOCAST_ENABLED_DEFAULT"),
+}
+
+
+def dict_keys(src: pathlib.Path) -> dict[str, dict[str, Any]]:
+    """The :data:`DICT_KEYS` one extracted release reads: ``{path: {default, type: "dict", read:
+    "dict", source}}``, the default being the constant's literal in runtime/constants.py."""
+    cfg, const = src / "deepspeed/runtime/config.py", src / "deepspeed/runtime/constants.py"
+    if not cfg.is_file():
+        return {}
+    defs = {n.name for n in ast.parse(cfg.read_text(encoding="utf-8", errors="replace")).body
+            if isinstance(n, ast.FunctionDef)}
+    consts: dict[str, Any] = {}
+    if const.is_file():
+        for n in ast.parse(const.read_text(encoding="utf-8", errors="replace")).body:
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        consts[t.id] = _literal(n.value)
+    out: dict[str, dict[str, Any]] = {}
+    for path, (reader, name) in DICT_KEYS.items():
+        if reader in defs:
+            out[path] = {"default": consts.get(name) if name else None, "type": "dict", "read": "dict",
+                         "source": f"deepspeed/runtime/config.py:{reader}"
+                                   + (f" (default: deepspeed/runtime/constants.py {name})" if name else "")}
+    return out
 
 
 def _names_list(src: pathlib.Path, rel: str, var: str) -> list[str]:
@@ -303,6 +346,19 @@ def compress(per_release: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dic
         for k in ("section", "type", "field", "deprecated", "new_param"):
             if k in latest:
                 row[k] = latest[k]
+        plain = [r for r in present if per_release[r][path].get("read") == "dict"]
+        if plain:  # the releases that read it from a plain dict (no model refuses or coerces it)
+            row["plain_dict_in"] = _ranges(plain)
+        sources = sorted({per_release[r][path]["source"] for r in present})
+        if len(sources) > 1:  # read from a plain dict in some releases, a model in others
+            row["sources"] = sources
+        if any("bounds" in per_release[r][path] for r in present):
+            bounds: list[list[Any]] = []
+            for r in present:
+                b = per_release[r][path].get("bounds", {})
+                if not bounds or bounds[-1][1] != b:
+                    bounds.append([r, b])
+            row["bounds"] = bounds
         defaults: list[list[Any]] = []
         for r in present:
             d = per_release[r][path].get("default")

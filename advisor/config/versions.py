@@ -51,6 +51,20 @@ BEHAVIOUR: tuple[dict[str, str], ...] = (
      "marker": "warmup_max_lr = [group['lr'] for group in self.optimizer.param_groups][0]",
      "what": "WarmupLR's warmup_max_lr defaults to the optimizer's lr (before 0.17.2: 0.001)",
      "source": "deepspeed/runtime/lr_schedules.py: WarmupLR.__init__"},
+    {"id": "precision-sections-validated", "since": "0.17.1", "file": "deepspeed/runtime/config.py",
+     "marker": "from .precision_config import get_bfloat16_config, get_float16_config",
+     "what": "fp16 and bf16 are DeepSpeedConfigModel sections, whose __init__ drops a value equal to \"auto\" "
+             "(the field default applies: enabled false). Before 0.17.1 get_fp16_enabled/get_bfloat16_enabled "
+             "return get_scalar_param(param_dict[...], 'enabled', False), the string \"auto\" itself, which is "
+             "truthy: the precision is ON (both \"auto\": the 'cannot be simultaneously enabled' assertion)",
+     "source": "deepspeed/runtime/config.py: get_fp16_enabled, get_bfloat16_enabled (0.9.0-0.17.0); "
+               "deepspeed/runtime/precision_config.py + config_utils.py DeepSpeedConfigModel.__init__ (0.17.1 on)"},
+    {"id": "pydantic-v2", "since": "0.15.0", "file": "deepspeed/runtime/config_utils.py",
+     "marker": "from pydantic import BaseModel, ConfigDict",
+     "what": "the config models use pydantic's v2 API (lax int: a float with a fractional part is refused); "
+             "0.9.0-0.14.5 use the v1 API (pydantic 1 itself, deepspeed.pydantic_v1 from 0.11.2), whose int validator is int(v): "
+             "1.5 is truncated to 1 and accepted",
+     "source": "deepspeed/runtime/config_utils.py: DeepSpeedConfigModel (its BaseModel import)"},
     {"id": "removed-features-refused", "since": "0.19.7", "file": "deepspeed/runtime/config.py",
      "marker": "def _reject_removed_config_keys",
      "what": "removed features (amp, curriculum_learning, elasticity, MiCS, LoCo, ...) raise DeepSpeedConfigError "
@@ -364,6 +378,21 @@ def default_in(path: str, release: str) -> Any:
     return d
 
 
+def bounds_in(path: str, release: str) -> "dict[str, Any] | None":
+    """The pydantic ``Field`` bounds (``{"ge"|"gt"|"le"|"lt": n}``, {} for none) of ``path`` in
+    ``release`` (the last change at or before it), or None when the table records no bounds for
+    the key or the release does not have it. From each release's config model source
+    (``_versiongen``), e.g. ``reduce_bucket_size``: ``ge=0`` up to 0.19.5, ``gt=0`` from 0.19.6."""
+    row = table()["keys"].get(path)
+    if not row or "bounds" not in row or not _present(row, release):
+        return None
+    b: dict[str, Any] = {}
+    for rel, val in row["bounds"]:
+        if not before(release, rel):
+            b = val
+    return b
+
+
 def name_row(kind: str, name: str) -> dict[str, Any] | None:
     """The table's ``{first, last, absent_in?}`` for a scheduler (``kind="scheduler_types"``),
     DeepSpeed-built optimizer (``"optimizer_types"``) or ZeRO-refused optimizer
@@ -378,14 +407,36 @@ def name_in(kind: str, name: str, release: str) -> bool | None:
     return None if row is None else _present(row, release)
 
 
+def is_verified(release: "Release | None") -> bool:
+    """True when ``release`` is the accounting's own release, 0.19.8 (a post-release or local build of
+    it counts): the one the parity tests prove byte for byte. False for every other release, and
+    for an installed release the table does not hold that falls back to 0.19.8's facts (0.20.x)."""
+    if release is None:
+        return True
+    if release.checked != DEFAULT_RELEASE:
+        return False
+    try:
+        return parse_version(release.requested).base == DEFAULT_RELEASE
+    except UnsupportedRelease:
+        return False
+
+
 def accounting_note(release: Release | None) -> str:
     """What an estimate may claim for ``release``: the byte accounting is 0.19.8's, proven against
-    that engine on CPU (tests/engine); for any other release it is not verified."""
-    if release is None or release.checked == DEFAULT_RELEASE:
+    that engine on CPU (tests/engine); for any other release it is not verified, and a release
+    outside the table (an installed 0.20.x checked against 0.19.8) is said to be outside it."""
+    if is_verified(release):
         return (f"accounting: DeepSpeed {DEFAULT_RELEASE} (byte-exact against that engine on CPU in the parity tests; "
                 "the accelerator/host split is not proven on CPU)")
+    assert release is not None
+    if release.checked == DEFAULT_RELEASE:  # a fallback: the installed release is not in the table
+        rels = table()["releases"]
+        return (f"accounting: DeepSpeed {DEFAULT_RELEASE}'s, not verified for {release.requested}, which is outside "
+                f"the releases checked ({rels[0]} to {rels[-1]}); the figures and findings fall back to "
+                f"{DEFAULT_RELEASE}'s code paths and defaults")
     return (f"accounting: DeepSpeed {DEFAULT_RELEASE}'s, not verified for {release.checked}; {release.checked}'s "
-            "offload pin_memory default is applied, its other defaults that differ (lint's V002) are not")
+            "offload pin_memory and gradient_clipping defaults and its reading of fp16/bf16 \"enabled\": \"auto\" "
+            "are applied, its other defaults that differ (lint's V002) are not")
 
 
 def release_lines() -> list[str]:
@@ -402,21 +453,34 @@ def release_lines() -> list[str]:
 LEDGER_DEFAULTS = (("offload_optimizer", "pin_memory", "/zero_optimization/offload_optimizer/pin_memory"),
                    ("offload_param", "pin_memory", "/zero_optimization/offload_param/pin_memory"))
 
+#: Top-level defaults read from a plain dict that the effective config holds and a release may set
+#: differently (EffectiveConfig attribute, table path): gradient_clipping is 0.0 (no clipping) up to
+#: 0.19.2 and 1.0 from 0.19.3 (deepspeed/runtime/config.py get_gradient_clipping, default
+#: runtime/constants.py GRADIENT_CLIPPING_DEFAULT; the table's /gradient_clipping row).
+TOP_DEFAULTS = (("gradient_clipping", "/gradient_clipping"),)
+
+
+def precision_auto_is_on(release: str) -> bool:
+    """True when ``release`` reads ``fp16``/``bf16`` ``"enabled": "auto"`` as the truthy string
+    (precision ON): before 0.17.1 (:data:`BEHAVIOUR` ``precision-sections-validated``)."""
+    return not behaviour("precision-sections-validated", release)
+
 
 def apply_release_defaults(ec: Any, raw: Any, release: "Release | None" = None) -> list[str]:
-    """Set, in the EffectiveConfig ``ec`` (0.19.8's reading of ``raw``), the :data:`LEDGER_DEFAULTS`
-    the config leaves unset to the target release's default (``release``, else
-    :func:`current_release`), when that differs from 0.19.8's. Returns one phrase per default
-    applied (e.g. ``"offload_optimizer.pin_memory false (0.19.8: true)"``), also added to
-    ``ec.notes``; [] at 0.19.8."""
-    from advisor.config.effective import Note
+    """Set, in the EffectiveConfig ``ec`` (0.19.8's reading of ``raw``), what the target release
+    (``release``, else :func:`current_release`) reads differently, when it differs from 0.19.8:
+    the :data:`LEDGER_DEFAULTS` and :data:`TOP_DEFAULTS` the config leaves unset, and, before
+    0.17.1, ``fp16``/``bf16`` ``"enabled": "auto"`` as ON (:func:`precision_auto_is_on`). Returns
+    one phrase per change (e.g. ``"offload_optimizer.pin_memory false (0.19.8: true)"``), also added
+    to ``ec.notes``; [] at 0.19.8."""
+    from advisor.config.effective import Note, bf16_section_key
 
     r = release or current_release()
-    if r is None or r.checked == DEFAULT_RELEASE:
+    if r is None or r.checked == DEFAULT_RELEASE or not isinstance(raw, dict):
         return []
     out = []
     for attr, key, path in LEDGER_DEFAULTS:
-        sec = raw.get("zero_optimization") if isinstance(raw, dict) else None
+        sec = raw.get("zero_optimization")
         sec = sec.get(attr) if isinstance(sec, dict) else None
         if not isinstance(sec, dict) or key in sec:
             continue  # not written as a section (its device is "none"), or the key is set
@@ -428,4 +492,24 @@ def apply_release_defaults(ec: Any, raw: Any, release: "Release | None" = None) 
         ec.notes.append(Note(path, f"DeepSpeed {r.checked}'s default {attr}.{key}={str(old).lower()} applied "
                                    f"(0.19.8's is {str(new).lower()})", "derived"))
         out.append(phrase)
+    for attr, path in TOP_DEFAULTS:
+        key = path.strip("/")
+        old, new = default_in(path, r.checked), default_in(path, DEFAULT_RELEASE)
+        if key in raw or not isinstance(old, (int, float)) or old == new:
+            continue
+        setattr(ec, attr, float(old))
+        ec.notes.append(Note(path, f"DeepSpeed {r.checked}'s default {key}={old} applied (0.19.8's is {new})",
+                             "derived"))
+        out.append(f"{key} {old} (0.19.8: {new})")
+    if precision_auto_is_on(r.checked):
+        for sec, attr in (("fp16", "fp16_enabled"), (bf16_section_key(raw), "bf16_enabled")):
+            body = raw.get(sec) if sec else None
+            if not isinstance(body, dict) or body.get("enabled") != "auto" or getattr(ec, attr):
+                continue
+            setattr(ec, attr, True)
+            ec.notes[:] = [n for n in ec.notes if n.pointer != f"/{sec}/enabled"]
+            ec.notes.append(Note(f"/{sec}/enabled", f'DeepSpeed {r.checked} reads {sec} as a plain dict: "auto" is '
+                                                    f"the truthy string, so {sec} is ON (0.19.8: dropped, off)",
+                                 "derived"))
+            out.append(f'{sec}.enabled "auto" on (0.19.8: off)')
     return out

@@ -87,7 +87,8 @@ def hf_trainer_hint(findings: list[Finding]) -> tuple[str, list[Finding]] | None
 def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None,
               color: bool | None = None, quiet: bool = False, units: str | None = None) -> str:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
-    summary line names the DeepSpeed release checked against when ``release`` is given.
+    summary line names the DeepSpeed release checked against when ``release`` is given. ``quiet``
+    (-q): no summary line; the findings, then (when there are any) one line naming that release.
     ``color``: colour the severities (None: on a terminal without NO_COLOR). ``units``: "GiB" /
     "GB" for the sizes findings name (None: the default, GiB).
 
@@ -133,8 +134,10 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
                 lines.append(safe_text(f"    fix: {fix}"))
     unreadable = sum(1 for r in results if r.error)
     skipped = sum(1 for r in results if r.skipped)
-    if quiet:  # -q: the findings (and unreadable files) only
+    if quiet:  # -q: the findings (and unreadable files) only, and the release they hold for
         lines = [x for x in lines if ": skipped: " not in x]
+        if release and any(n.values()):
+            lines.append(f"checked against {release.note}")
     else:
         lines.append(f"{len(results)} file(s): {n['error']} error(s), {n['warning']} warning(s), {n['info']} info"
                  + (f", {unreadable} unreadable" if unreadable else "")

@@ -155,7 +155,7 @@ def to_sarif(results: "Iterable[FileResult]", cwd: str | None = None) -> dict[st
             "semanticVersion": __version__,
             "informationUri": "https://pypi.org/project/deepspeed-advisor/",
             "rules": rules,
-            "properties": {"deepspeed": DEEPSPEED_VERSION},
+            "properties": {"accountingRelease": DEEPSPEED_VERSION},  # the checked one: invocations[0]
         }},
         "originalUriBaseIds": {SRCROOT: {"uri": base}},
         "invocations": [invocation],

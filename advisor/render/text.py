@@ -139,10 +139,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                                                             ("sequence_parallel", "Ulysses sequence-parallel"),
                                                             ("expert_parallel", "expert-parallel"))
                                 if (cl.get(k) or 1) > 1)
-                      + f"); DeepSpeed {d['deepspeed']} accounting")
-        rel = d.get("deepspeed_release") or {}
-        from advisor.config.versions import release_note
-        if rel.get("checked") and rel["checked"] != d["deepspeed"]:
+                      + f"); DeepSpeed {d['accounting_release']} accounting")
+        from advisor.config.versions import current_release, is_verified, release_note
+        if not is_verified(current_release()):
             console.print(f"[yellow]release: {release_note()}; {d['accounting']}[/yellow]")
         else:
             console.print(f"release: {release_note()}")

@@ -16,6 +16,11 @@ default applies. Nothing is logged. Examples in 0.19.8:
 
 Not reported with ``--hf``: the HF Trainer fills the values in before DeepSpeed sees them.
 
+Before 0.17.1 (``--deepspeed-version``) ``fp16`` and ``bf16`` are plain dicts
+(``runtime/config.py`` ``get_fp16_enabled``/``get_bfloat16_enabled`` return
+``get_scalar_param(...)``, the value as written): ``"enabled": "auto"`` is the truthy string, so
+the precision is **on**, and the finding says so for that release.
+
 Anti-pattern (plain ``deepspeed.initialize`` loop)::
 
     "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}
@@ -28,6 +33,7 @@ Fix: write the values you want::
 from __future__ import annotations
 
 from advisor.config.defaults import OTHER_VALIDATED, VALIDATED
+from advisor.config.versions import precision_auto_is_on
 from advisor.findings import pointer
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import is_auto
@@ -54,6 +60,7 @@ class AutoInValidatedSection(Rule):
             return
         raw = ctx.raw
         stage = ctx.effective.zero.stage
+        rel = ctx.release.checked if ctx.release is not None else None
         for table in VALIDATED:
             path = table.path
             sec = raw
@@ -69,6 +76,9 @@ class AutoInValidatedSection(Rule):
                 if setting is None:
                     continue  # unknown key: the schema's finding
                 d = setting.value
+                if path[0] in ("fp16", "bf16", "bfloat16") and rel is not None and precision_auto_is_on(rel):
+                    yield self._plain_dict(dotted, k, rel)
+                    continue
                 if setting.field == "overlap_comm":
                     d, note = stage == 3, f"the default at stage {stage}"
                 else:
@@ -86,3 +96,19 @@ class AutoInValidatedSection(Rule):
                         yield self.finding(pointer(s, k), f'{s}.{k} "auto" is silently dropped outside the HF Trainer: '
                                                           "DeepSpeed uses the field's default",
                                            f"set {s}.{k} to a real value or remove it")
+
+    def _plain_dict(self, dotted: str, k: str, rel: str):
+        """Before 0.17.1 ``fp16``/``bf16`` are plain dicts (:data:`advisor.config.versions.BEHAVIOUR`
+        ``precision-sections-validated``): the string "auto" is the value itself."""
+        if k == "enabled":
+            return self.finding(f"/{dotted}/enabled",
+                                f'{dotted}.enabled "auto" is not dropped by DeepSpeed {rel}: it reads {dotted} as a plain '
+                                f"dict (runtime/config.py get_scalar_param), so enabled is the string \"auto\", which "
+                                f"is truthy: {dotted} is ON (0.17.1 and later drop it: off)",
+                                f"set {dotted}.enabled to true or false, or lint with --hf if the HF Trainer launches "
+                                "this config", default=True, release=rel)
+        return self.finding(f"/{dotted}/{k}",
+                            f'{dotted}.{k} "auto" is not dropped by DeepSpeed {rel}: it reads {dotted} as a plain dict '
+                            f'(runtime/config.py get_scalar_param) and uses the string "auto" as the value',
+                            f"set {dotted}.{k} to the value you want, or lint with --hf if the HF Trainer launches this "
+                            "config", release=rel)

@@ -13,6 +13,10 @@ Anti-pattern::
 
     "fp16": {"enabled": true}, "bf16": {"enabled": true}
 
+Before 0.17.1 (``--deepspeed-version``) ``"enabled": "auto"`` outside the HF Trainer counts as
+enabled (the plain-dict reading returns the truthy string; see A002), so ``"auto"`` in both
+sections is refused there.
+
 Fix: keep the one your hardware and model want (bf16 on Ampere or newer GPUs, no loss scaling
 needed) and set the other's ``enabled`` to false or remove its section::
 
@@ -37,7 +41,10 @@ class Fp16AndBf16(Rule):
         ec = ctx.effective
         bkey = "bf16" if "bf16" in raw else ("bfloat16" if "bfloat16" in raw else None)
         if ec.fp16_enabled and ec.bf16_enabled:
-            yield self.finding("/fp16/enabled", "fp16 and bf16 are both enabled: deepspeed.initialize asserts "
+            autos = [s for s in ("fp16", bkey) if s and is_auto(section(raw, s).get("enabled"))]
+            why = (f' (DeepSpeed {ctx.release.checked} reads fp16/bf16 as plain dicts: "enabled": "auto" is the '
+                   "truthy string)" if autos and ctx.release is not None else "")
+            yield self.finding("/fp16/enabled", f"fp16 and bf16 are both enabled{why}: deepspeed.initialize asserts "
                                                 "'bfloat16 and fp16 modes cannot be simultaneously enabled'",
                                f"set fp16.enabled to false for bf16 training (or {bkey}.enabled to false for fp16)")
             return

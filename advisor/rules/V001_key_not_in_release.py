@@ -15,12 +15,17 @@ Anti-pattern (with ``--deepspeed-version 0.9.5``; ZeRO++ arrived in 0.10.0)::
 
     "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}
 
+A key a release reads from a plain dict (the top level, or ``bf16`` before 0.17.1) that the
+target release does not read yet, e.g. ``torch_autocast`` before 0.17.2 (runtime/config.py
+``get_torch_autocast_enabled`` first appears in 0.17.2), is reported as a warning: nothing refuses
+it there, it is silently ignored.
+
 Fix: remove the key, or run a DeepSpeed release that has it.
 """
 
 from __future__ import annotations
 
-from advisor.config.versions import DEFAULT_RELEASE, key_status, section_is_strict, table
+from advisor.config.versions import DEFAULT_RELEASE, before, behaviour, key_status, name_in, section_is_strict, table
 from advisor.findings import pointer, split_pointer
 from advisor.rules import LintContext, Rule, register
 
@@ -45,6 +50,16 @@ def strict_keys(raw: dict, release: str):
                     stack.append((ptr, v))
 
 
+def _refused_as_removed(ptr: str, release: str) -> bool:
+    """True when ``release`` refuses the key at ``ptr`` as a removed feature before any section is
+    parsed (deepspeed/runtime/config.py: _reject_removed_config_keys, from 0.19.7; the release's own
+    _REMOVED_ZERO_CONFIG_KEYS): S005 reports it, naming that release, so V001 does not repeat it."""
+    parts = split_pointer(ptr)
+    if len(parts) != 2 or parts[0] != "zero_optimization" or not behaviour("removed-features-refused", release):
+        return False
+    return bool(name_in("removed_zero_keys", parts[1], release))
+
+
 @register
 class KeyNotInRelease(Rule):
     code = "V001"
@@ -58,8 +73,9 @@ class KeyNotInRelease(Rule):
             return
         for ptr, key in strict_keys(ctx.raw, rel.checked):
             st = key_status(ptr, rel.checked)
-            if st.state != "absent":
+            if st.state != "absent" or _refused_as_removed(ptr, rel.checked):
                 continue
+            repl = st.row.get("new_param") if st.row.get("new_param") != key else None  # 0.19.6's mics_shard_size names itself
             section = "/".join(split_pointer(ptr)[:-1]) or "the top level"
             added = st.row and ctx.release and st.history().startswith("it appears")
             yield self.finding(
@@ -67,5 +83,46 @@ class KeyNotInRelease(Rule):
                      f"{rel.checked}'s {st.row['source'].split(':')[-1]} forbids unknown keys, so "
                      "deepspeed.initialize raises a ValidationError",
                 fix=(f"remove it, or run DeepSpeed {st.row['first']} or later" if added else
-                     f"remove it{'; its replacement is ' + repr(st.row['new_param']) if st.row.get('new_param') else ''}"),
+                     f"remove it{'; its replacement is ' + repr(repl) if repl else ''}"),
                 release=rel.checked, first=st.row["first"], last=st.row["last"])
+        yield from self._plain_dict_keys(ctx, rel.checked)
+
+    def _plain_dict_keys(self, ctx: LintContext, release: str):
+        """A key some release reads from a plain dict (the table's ``plain_dict_in``, e.g.
+        ``torch_autocast``, read from 0.17.2 by runtime/config.py get_torch_autocast_enabled),
+        written in the config, that ``release`` does not read: nothing refuses it there (the top
+        level and the pre-0.17.1 bf16 section are read with dict.get), it is silently ignored."""
+        keys = table()["keys"]
+        for path, row in keys.items():
+            if "plain_dict_in" not in row or _present(row, release):
+                continue
+            parent = path.rsplit("/", 1)[0]
+            if parent in keys and "plain_dict_in" in keys[parent]:
+                continue  # the parent's finding covers it (torch_autocast/enabled)
+            if parent and section_is_strict(parent.strip("/"), release):
+                continue  # a model reads the section there: the loop above judged the key
+            if not _written(ctx.raw, path):
+                continue
+            dotted = path.strip("/").replace("/", ".")
+            when = (f"it appears in {row['first']}" if before(release, row["first"]) else
+                    f"{row['last']} is the last release that reads it")
+            yield self.finding(path, f"{dotted} is not read by DeepSpeed {release} ({when}): that release reads "
+                                     f"{'the top level' if not parent else parent.strip('/')} with dict.get, so "
+                                     f"it is silently ignored there and the setting does not take effect",
+                               fix=f"run DeepSpeed {row['first']} or later for {dotted}, or remove it"
+                               if before(release, row["first"]) else f"remove {dotted}",
+                               severity="warning", release=release, first=row["first"], last=row["last"])
+
+
+def _present(row: dict, release: str) -> bool:
+    return (not before(release, row["first"]) and not before(row["last"], release)
+            and release not in row.get("absent_in", []))
+
+
+def _written(raw: dict, ptr: str) -> bool:
+    cur = raw
+    for part in split_pointer(ptr):
+        if not isinstance(cur, dict) or part not in cur:
+            return False
+        cur = cur[part]
+    return True

@@ -46,8 +46,9 @@ class NameNotInRelease(Rule):
             rels = [row["first"], row["last"]] if row else []
             when = (f"it is in {rels[0]} to {rels[-1]}" + (f" (not in {', '.join(row['absent_in'])})"
                                                           if row.get("absent_in") else "") if rels else "")
+            a = "an" if what[0] in "aeiou" else "a"
             yield self.finding(f"/{sec}/type", f"{what} type {t!r} is not in DeepSpeed {rel.checked}: {when}; "
                                                "deepspeed.initialize refuses it there",
-                               fix=f"use a {what} that DeepSpeed {rel.checked} has, or run {rels[0]} or later"
-                               if rels and before(rel.checked, rels[0]) else f"use a {what} that DeepSpeed {rel.checked} has",
+                               fix=f"use {a} {what} that DeepSpeed {rel.checked} has, or run {rels[0]} or later"
+                               if rels and before(rel.checked, rels[0]) else f"use {a} {what} that DeepSpeed {rel.checked} has",
                                release=rel.checked, type=t)

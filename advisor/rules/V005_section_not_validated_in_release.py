@@ -3,10 +3,14 @@ does not validate.
 
 What DeepSpeed does: the schema (S001 unknown key, S003 wrong type, S004 out of range, S006
 misplaced key) is DeepSpeed 0.19.8's, where ``fp16``, ``bf16``, ``compile``, ``comms_logger``, ...
-are pydantic models with ``extra="forbid"``. Older releases validate fewer sections: ``fp16`` and
-``bf16`` became ``DeepSpeedConfigModel`` only in 0.17.1 (before, runtime/config.py reads them as
-plain dicts with ``get_scalar_param``), ``compile`` has none from 0.14.4 to 0.16.5, ``comms_logger``
-none before 0.15.0. Which release has which section as a model is in
+are pydantic models with ``extra="forbid"``. Older releases validate fewer sections (first
+release with the model, each read in the sdists): ``fp16`` and ``bf16`` from 0.17.1 (before,
+runtime/config.py reads them as plain dicts with ``get_scalar_param``), ``comet`` and
+``timers.throughput`` from 0.14.3, ``tensor_parallel`` from 0.16.4, ``compile`` from 0.13.2 but
+not from 0.14.4 to 0.16.5. ``comms_logger`` is validated in every release checked (0.9.0 on:
+before 0.15.0 comm/config.py's ``CommsConfig`` is a plain pydantic ``BaseModel`` whose own
+``Config`` has ``extra = 'forbid'``), as are ``zero_optimization``, ``tensorboard``, ``wandb``,
+``csv_monitor`` and ``hybrid_engine``. Which release has which section as a model is in
 ``advisor/data/deepspeed_versions.json`` (generated from each release's sdist). In a release that
 does not validate the section, ``deepspeed.initialize`` does not refuse the key: it is ignored (or
 the section is not read at all), so the setting may silently not take effect. So at such a

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from advisor.model.inventory import Inventory
     from advisor.config.loading import LoadedConfig
 
-CHECK_SCHEMA_VERSION = 2  # 2: launch.node_ranks is {rank_count, rank_ranges} (1 listed every rank)
+CHECK_SCHEMA_VERSION = 3  # 3: "deepspeed" (always 0.19.8) -> accounting_release; 2: launch.node_ranks is {rank_count, rank_ranges} (1 listed every rank)
 #: Seconds an accelerator tool (nvidia-smi, rocm-smi) may take before the probe gives up.
 PROBE_TIMEOUT_S = 10.0
 NVIDIA_SMI_QUERY = ["--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
@@ -474,7 +474,7 @@ class CheckResult:
         return {
             "schema_version": CHECK_SCHEMA_VERSION,
             "tool": f"ds-advisor {__version__}",
-            "deepspeed": DEEPSPEED_VERSION,
+            "accounting_release": DEEPSPEED_VERSION,  # the checked release is deepspeed_release.checked
             "deepspeed_release": release_dict(current_release()),
             "accounting": accounting_note(current_release()),
             "config": self.source,

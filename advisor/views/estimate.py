@@ -39,7 +39,7 @@ from advisor.ledger.timeline import LoadAssumption, Timeline, resolve_load, role
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
 #: ``rank_count`` + ``rank_ranges`` only (1 listed every rank of every role in ``ranks``).
-ESTIMATE_SCHEMA_VERSION = 2
+ESTIMATE_SCHEMA_VERSION = 3  # 3: "deepspeed" (always 0.19.8) -> accounting_release; 2: rank_ranges
 
 REPORT_TIERS = ("accelerator", "host", "nvme")
 _TIER_OF = {"accelerator": "accelerator", "host_pinned": "host", "host_pageable": "host", "nvme": "nvme"}
@@ -240,7 +240,7 @@ class EstimateResult:
                                      if n.kind == "derived" and n.pointer in paths]}
 
     def to_dict(self, rank_sets: bool = False) -> dict[str, Any]:
-        """The estimate, JSON-ready (schema_version 2). Each role (and each movement group) names
+        """The estimate, JSON-ready (schema_version 3). Each role (and each movement group) names
         its ranks as ``rank_count`` and inclusive ``rank_ranges`` ``[[first, last], ...]``, never a
         list of every rank, so the output is O(roles) whatever the world size (a 2^20-rank job
         listed every rank in schema 1: 38 MB, 8 s). ``rank_sets``: each role (and movement
@@ -251,7 +251,7 @@ class EstimateResult:
         d: dict[str, Any] = {
             "schema_version": ESTIMATE_SCHEMA_VERSION,
             "tool": f"ds-advisor {__version__}",
-            "deepspeed": DEEPSPEED_VERSION,
+            "accounting_release": DEEPSPEED_VERSION,  # the checked release is deepspeed_release.checked
             "deepspeed_release": release_dict(current_release()),
             "accounting": accounting_note(current_release()),
             "config": self.source,

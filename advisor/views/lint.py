@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -12,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.config.effective import effective_config
 from advisor.errors import AdvisorError
-from advisor.findings import Finding, sort_findings
+from advisor.findings import Finding, sort_findings, split_pointer
 from advisor.model.inventory import Inventory
 from advisor.config.loading import LoadedConfig
 from advisor.rules import LintContext, all_rules
 from advisor.config.schema import validate_config
 from advisor.config.suppress import apply_suppressions
-from advisor.config.versions import DEFAULT_RELEASE, Release, behaviour, current_release, key_status, name_in, name_row
+from advisor.config.versions import (DEFAULT_RELEASE, Release, apply_release_defaults, behaviour, bounds_in,
+                                     current_release, key_status, name_in, name_row)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware
@@ -39,6 +41,75 @@ def _defined_in_release(f: Finding, release: str) -> bool:
         if kind and name_row(kind, parts[-1]) is not None:
             return not name_in(kind, parts[-1], release)
     return key_status(f.pointer, release).state == "present"
+
+
+def _at(data: Any, ptr: str) -> tuple[bool, Any]:
+    """(found, value) of the JSON pointer ``ptr`` in ``data``."""
+    cur = data
+    for part in split_pointer(ptr):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return False, None
+    return True, cur
+
+
+def _bounds_hold(value: Any, bounds: dict[str, Any]) -> bool:
+    """True when the number ``value`` meets pydantic ``Field`` bounds ``{"ge"|"gt"|"le"|"lt": n}``."""
+    ops = {"ge": lambda a, b: a >= b, "gt": lambda a, b: a > b, "le": lambda a, b: a <= b, "lt": lambda a, b: a < b}
+    return all(ops[k](value, b) for k, b in bounds.items() if k in ops)
+
+
+def _value_in_release(f: Finding, release: str, data: Any) -> "Finding | None":
+    """A 0.19.8 value finding (S003 wrong type, S004 out of range) judged by ``release``'s own model
+    (the table, from each release's sdist): None where that release accepts the value, else ``f``.
+
+    * a key ``release`` does not define: None (V001 reports the key itself);
+    * S004 on a number under a bound of 0.19.8's ``Field`` that ``release``'s bounds accept: None
+      (``reduce_bucket_size`` 0: ``gt=0`` from 0.19.6, ``ge=0`` before; runtime/zero/config.py
+      DeepSpeedZeroConfig);
+    * S003 on a non-integral float for an ``int`` field at a pydantic-v1 release (0.9.0-0.14.5,
+      :data:`advisor.config.versions.BEHAVIOUR` ``pydantic-v2``): pydantic v1's int validator is
+      ``int(v)``, which truncates, so the release accepts it: a warning saying what it reads."""
+    if release == DEFAULT_RELEASE or f.code not in ("S003", "S004") or f.severity != "error":
+        return f
+    st = key_status(f.pointer, release)
+    if st.state == "absent":
+        return None
+    if st.state != "present" or st.row is None:
+        return f
+    found, value = _at(data, f.pointer)
+    if not found or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f
+    if f.code == "S004":
+        mine = bounds_in(f.pointer, release)
+        if mine is not None and mine != bounds_in(f.pointer, DEFAULT_RELEASE) and _bounds_hold(value, mine):
+            return None
+        return f
+    if (st.row.get("type") == "int" and isinstance(value, float) and math.isfinite(value)
+            and not value.is_integer() and not behaviour("pydantic-v2", release)):
+        key = f.pointer.rsplit("/", 1)[-1]
+        mine = bounds_in(f.pointer, release) or {}
+        if not _bounds_hold(int(value), mine):
+            return f
+        return replace(f, severity="warning",
+                       message=f"{f.pointer.strip('/').replace('/', '.')} is {value!r}, not an integer: DeepSpeed "
+                               f"{release}'s config models use pydantic's v1 API, whose int validator truncates "
+                               f"(int({value!r}) = {int(value)}), so it accepts it and uses {int(value)} (0.15.0 and "
+                               "later refuse it)",
+                       fix=f"write {int(value)} (or the integer you mean) for {key}")
+    return f
+
+
+def _name_release(f: Finding, release: str) -> Finding:
+    """A 0.19.8 schema finding kept at ``release`` (one that also holds there: the filters above
+    dropped the others, V005 took the sections ``release`` does not validate) says so of
+    ``release``: "DeepSpeed 0.19.8 rejects it" becomes "DeepSpeed 0.19.7 rejects it"."""
+    if release == DEFAULT_RELEASE or not f.code.startswith("S") or f"DeepSpeed {DEFAULT_RELEASE}" not in f.message:
+        return f
+    return replace(f, message=f.message.replace(f"DeepSpeed {DEFAULT_RELEASE}", f"DeepSpeed {release}"))
 
 
 def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_size_source: str | None = None,
@@ -68,7 +139,12 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     names (:mod:`advisor.config.suppress`; a malformed entry is an S007 finding).
     """
     release = release if release is not None else current_release()
-    effective = plan.as_written if plan is not None else effective_config(loaded.data)
+    if plan is not None:
+        effective = plan.as_written  # planning applied the release's readings already
+    else:
+        effective = effective_config(loaded.data)
+        if release is not None:
+            apply_release_defaults(effective, loaded.data, release)  # e.g. bf16 "auto" on before 0.17.1
     ctx = LintContext(loaded=loaded, effective=effective, world_size=world_size,
                       world_size_source=world_size_source,
                       dp_world_size=dp_world_size if dp_world_size is not None else world_size,
@@ -79,7 +155,9 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     findings: list[Finding] = list(schema)
     if release is not None:
         downgrade = all_rules()["V005"]().downgrade
-        findings = [downgrade(f, release.checked) for f in findings if not _defined_in_release(f, release.checked)]
+        findings = [_name_release(downgrade(f, release.checked), release.checked) for f in
+                    (_value_in_release(f, release.checked, loaded.data) for f in findings
+                     if not _defined_in_release(f, release.checked)) if f is not None]
     findings = [f for f in findings if select is None or f.code in select]
     # An invalid zero_optimization.stage ("three", 4) is refused by DeepSpeed (S004): the rules
     # that judge by the stage would judge the stage-0 stand-in, so they do not run.
