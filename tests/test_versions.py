@@ -804,3 +804,16 @@ def test_quiet_lint_names_the_release_and_o007_needs_the_key(tmp_path):
     opts = {r: (_fetch(r) / "deepspeed/runtime/config.py").read_text().split("DEEPSPEED_OPTIMIZERS = [")[1].split("]")[0]
             for r in ("0.17.5", "0.17.6")}
     assert "MUON" not in opts["0.17.5"] and "MUON" in opts["0.17.6"]
+
+
+@pytest.mark.parametrize("release", ["0.19.6", "0.19.7"])
+def test_z006_only_where_the_release_has_compute_grad_norm(release):
+    """compute_grad_norm and its 'supported only with ZeRO Stage 1 or 2' validator arrive in 0.19.7
+    (runtime/zero/config.py): at 0.19.6 the key is V001's, not a Z006 verdict of 0.19.8's checks."""
+    src = (_fetch(release) / ZERO_FILE).read_text()
+    has = "compute_grad_norm=false is supported only with ZeRO Stage 1 or 2" in src
+    assert has == _zero_source_defines(release, "compute_grad_norm") == (release == "0.19.7")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0,
+           "zero_optimization": {"stage": 3, "compute_grad_norm": False}}
+    codes = {c for c, p in _lint(cfg, release) if p == "/zero_optimization/compute_grad_norm"}
+    assert codes == ({"Z006"} if has else {"V001"})

@@ -11,6 +11,9 @@ allows it only when nothing needs the norm:
 * without optimizer offload ("does not support optimizer offload");
 * not with BF16_Optimizer (stage 1 + bf16 + ``grad_accum_dtype: fp32``, ``engine.py``).
 
+The key and these checks arrive in 0.19.7 (``DeepSpeedZeroConfig.compute_grad_norm``; absent in
+0.19.6's sdist): with ``--deepspeed-version`` before it, V001 reports the key instead.
+
 Anti-pattern::
 
     # gradient_clipping not given: it defaults to 1.0
@@ -25,6 +28,7 @@ Fix::
 from __future__ import annotations
 
 from advisor.config.effective import _as_bool
+from advisor.config.versions import DEFAULT_RELEASE, key_status
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import zero_raw, zptr
 
@@ -41,9 +45,12 @@ class ComputeGradNormOff(Rule):
         zr = zero_raw(ctx.raw)
         if _as_bool(zr.get("compute_grad_norm")) is not False:
             return
+        ptr = zptr("compute_grad_norm")
+        rel = ctx.release.checked if ctx.release is not None else DEFAULT_RELEASE
+        if key_status(ptr, rel).state == "absent":
+            return  # before 0.19.7 neither the key nor its checks exist: V001 reports the key
         ec = ctx.effective
         z = ec.zero
-        ptr = zptr("compute_grad_norm")
         fix_rm = "remove zero_optimization.compute_grad_norm"
         if z.stage not in (1, 2):
             yield self.finding(ptr, f"compute_grad_norm false is only supported with ZeRO stage 1 or 2 (stage is "
@@ -52,7 +59,7 @@ class ComputeGradNormOff(Rule):
         if ec.gradient_clipping > 0:
             given = "gradient_clipping" in ctx.raw
             yield self.finding(ptr, f"compute_grad_norm false requires gradient_clipping 0, but it is "
-                                    f"{ec.gradient_clipping}" + ("" if given else " (the 0.19.8 default)") +
+                                    f"{ec.gradient_clipping}" + ("" if given else f" (the default of DeepSpeed {rel})") +
                                     ": deepspeed.initialize raises ValueError",
                                f"set \"gradient_clipping\": 0.0, or {fix_rm}")
         if ec.offload_optimizer_effective != "none":
