@@ -601,7 +601,7 @@ def is_accelerate_config(text: str) -> bool:
     in YAML or in JSON form (``accelerate launch --config_file`` reads both)."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's limit (the readers refuse it)
         data = None
     if isinstance(data, dict):
         return "distributed_type" in data
