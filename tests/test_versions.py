@@ -133,6 +133,12 @@ def test_release_selection():
             versions.target_release(bad)
     from importlib.metadata import version
     assert versions.target_release(None).requested == version("deepspeed")  # installed, from metadata
+    # PEP 440 pads with zeros: a string packaging calls equal to a release is that release
+    from packaging.version import Version
+    for same in ("0.19.8.0", "0.19.8.0.0", "00.19.08"):
+        assert Version(same) == Version("0.19.8")
+        assert versions.target_release(same).checked == "0.19.8", same
+    assert Version("0.9.5.1") != Version("0.9.5")  # a real fourth number is no release (refused above)
 
 
 def test_unsupported_release_is_a_one_line_usage_error(tmp_path):

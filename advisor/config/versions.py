@@ -185,10 +185,13 @@ def parse_version(text: str, what: str = "--deepspeed-version") -> ParsedVersion
         raise UnsupportedRelease(f"{what}: {t!r} is not a release number like {DEFAULT_RELEASE}") from None
     if len(v.release) < 3:
         raise UnsupportedRelease(f"{what}: {t!r} is incomplete; give major.minor.patch, like {DEFAULT_RELEASE}")
-    if len(v.release) > 3 or v.epoch:
+    # PEP 440 pads a release with zeros (0.19.8.0 == 0.19.8), so trailing zero components name the
+    # same release; any other fourth number is not a DeepSpeed release
+    release = v.release[:3] if all(x == 0 for x in v.release[3:]) else v.release
+    if len(release) > 3 or v.epoch:
         raise UnsupportedRelease(f"{what}: {t!r} is not a DeepSpeed release number (major.minor.patch, like "
                                  f"{DEFAULT_RELEASE})")
-    base = ".".join(str(x) for x in v.release)
+    base = ".".join(str(x) for x in release)
     return ParsedVersion(base, str(v), pre=v.is_prerelease, post=v.post, local=v.local)
 
 
