@@ -22,8 +22,9 @@ FAIL_ON = ("error", "warning", "info", "never")
 
 
 def _fail(message: str) -> "click.exceptions.Exit":
-    from advisor.render.escape import safe_text
-    click.echo(safe_text(f"ds-advisor: {message}"), err=True)
+    """Print an exit-2 error (``ds-advisor: MESSAGE``) on stderr, folded like every message
+    (:func:`_say`), and return the Exit to raise."""
+    _say(f"ds-advisor: {message}")
     return click.exceptions.Exit(EXIT_USAGE)
 
 
@@ -360,9 +361,10 @@ def _echo(text: str, err: bool = False) -> None:
 
 
 def _say(message: str) -> None:
-    """A message for the user on stderr (a warning, resolve's findings, progress), folded to
-    stderr's width like every text report (:func:`advisor.render.style.wrap`). An exit-2 error
-    is one line (:func:`_fail`): scripts and tests read it whole."""
+    """A message for the user on stderr (an error, a warning, resolve's findings, progress), folded
+    to stderr's width like every text report (:func:`advisor.render.style.width`: the terminal's,
+    else ``COLUMNS``, else 100; :func:`advisor.render.style.wrap`): continuation lines hang 4
+    columns, and a path or other single word is never split."""
     from advisor.render.escape import safe_text
     from advisor.render.style import width, wrap
     click.echo(wrap(safe_text(message), width(sys.stderr)), err=True)
@@ -719,9 +721,10 @@ def _release_independent(fmt: str, what: str) -> None:
     from advisor.config.versions import release_note
     line = f"release: {release_note()}; {what}"
     if fmt == "text":
-        _echo(line)
+        from advisor.render.style import width, wrap
+        _echo(wrap(line, width(sys.stdout)))  # folded like the report above it
     else:
-        click.echo(f"ds-advisor: {line}", err=True)
+        _say(f"ds-advisor: {line}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -309,3 +309,44 @@ def test_deepspeed_accepts_a_config_with_per_key_entries():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert "SAME True" in p.stdout, (p.stdout, p.stderr[-2000:])
     assert "KEPT {'ignore': ['S002:cuda_visible_devices', 'ignored-key:/a.b/c', 'B001']}" in p.stdout, p.stdout
+
+
+def test_an_error_on_stderr_folds_to_the_width_like_stdout(tmp_path):
+    """An exit-2 error is folded like every other text (advisor.render.style.width: 100 columns
+    piped, COLUMNS honoured): a long missing path is one word and stays whole (scripts grep for
+    it), the words after it move to an indented continuation line, and no word is lost."""
+    missing = tmp_path / ("x" * 70) / "config.json"
+    for env, cols in (({"COLUMNS": ""}, PIPE), ({"COLUMNS": "60"}, 60)):
+        p = run_cli(["estimate", str(missing), "--params", "1000000"], env=env)
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.splitlines()
+        assert lines[0].startswith("ds-advisor:") and len(lines) > 1, p.stderr
+        assert not _overlong(p.stderr, cols), (cols, p.stderr)
+        assert all(x.startswith("    ") for x in lines[1:]), p.stderr  # continuation hangs 4
+        assert f"{missing}:" in p.stderr.split()  # the path is one word, never split
+        assert " ".join(p.stderr.split()) == f"ds-advisor: {missing}: no such file (and not a base64-encoded " \
+                                             "config either)"
+
+
+@pytest.mark.parametrize("cols", [60, 80])
+def test_narrow_generate_table_keeps_each_label_with_its_value(cols, tmp_path):
+    """At 60 or 80 columns (a terminal; the plan table needs ~88) each plan is a record of
+    "label: value" pairs, none split across lines, and the values are generate's JSON: the
+    accelerator bytes per rank / 2^30 at one decimal, the stage and micro-batch."""
+    args = ["generate", "--model", "llama-3-8b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+            "--global-batch", "64", "--seq-len", "2048"]
+    plans = json.loads(run_cli(args + ["--format", "json"]).stdout)["plans"]
+    text = run_cli(args + ["--top", "3", "-o", str(tmp_path / "ds.json")], env={"COLUMNS": str(cols)}).stdout
+    assert not _overlong(text, cols), text
+    lines = text.splitlines()
+    for i, plan in enumerate(plans[:3], 1):
+        start = next(k for k, x in enumerate(lines) if x.startswith(f"#{i}  "))
+        record = lines[start:next((k for k, x in enumerate(lines) if k > start and not x.startswith("    ")),
+                                  len(lines))]
+        joined = " ".join(record)
+        for label, value in (("stage", plan["stage"]), ("micro", plan["micro_batch"]),
+                             ("GA", plan["gradient_accumulation"]),
+                             ("accel GiB", f"{plan['accelerator_bytes_per_rank'] / 2**30:.1f}")):
+            assert f"{label}: {value}" in joined, (label, value, record)
+        for x in record:  # no line ends on a label whose value went to the next line
+            assert not re.search(r"(stage|offload|micro|GA|ckpt|GiB|step s|exposed s|why):$", x), record

@@ -76,14 +76,18 @@ def columns(rows: list[tuple[str, ...]], right: tuple[bool, ...] = (), cols: int
     cell (``right[i]``: right-aligned). A row longer than ``cols`` has its last cell folded at word
     boundaries, the continuation lines starting under that cell (or hanging 4 columns when the
     cell starts past the middle); when fewer than 24 columns are left for it, the whole last cell
-    goes on the lines below the row, hanging 4. No line is longer than ``cols`` unless the other
-    cells are, or one word is."""
+    goes on the lines below the row, hanging 4. When even the cells before the last do not fit
+    in ``cols``, each row becomes a record (:func:`records`): its first cell, then each other
+    cell as "header: value", never split between a header and its value. No line is longer than
+    ``cols`` unless one word is."""
     import textwrap
 
     n = max(len(r) for r in rows)
     w = [max(len(r[i]) for r in rows if i < len(r)) for i in range(n)]
     out: list[str] = []
     head_w = sum(w[:-1]) + gap * (n - 1)
+    if cols is not None and head_w > cols:
+        return records(rows, cols)
     # the last cells go below their rows (the header's too, so it stays over them) when a row is
     # too long and fewer than 24 columns are left beside the others
     below = cols is not None and cols - head_w < 24 and any(head_w + len(r[-1]) > cols for r in rows if len(r) == n)
@@ -106,6 +110,31 @@ def columns(rows: list[tuple[str, ...]], right: tuple[bool, ...] = (), cols: int
         out.append((head + first).rstrip())
         out.extend(textwrap.wrap(" ".join(rest), cols, initial_indent=" " * indent, subsequent_indent=" " * indent,
                                  break_on_hyphens=False, break_long_words=False))
+    return out
+
+
+def records(rows: list[tuple[str, ...]], cols: int) -> list[str]:
+    """``rows`` (the first is the header) for a screen too narrow for their columns: per row its
+    first cell, then "header: value" for each other non-empty cell, folded to ``cols`` between
+    those pairs only (a header never ends a line without its value; the last cell's value, often
+    prose, folds inside itself too). Continuation lines hang 4 columns."""
+    import textwrap
+
+    nb = "\u00a0"  # textwrap breaks at ASCII whitespace only: a no-break space glues a pair
+    head, out = rows[0], []
+    for r in rows[1:]:
+        key = ("#" if head and head[0] == "#" else "") + r[0] if r else ""  # "#1": plan 1
+        parts = [key.replace(" ", nb)] if key else []
+        for i in range(1, len(r)):
+            if not r[i].strip():
+                continue
+            label = (head[i] if i < len(head) else "").strip()
+            value = r[i].strip()
+            glued = value.replace(" ", nb) if i < len(r) - 1 else value  # prose may fold inside itself
+            parts.append((label.replace(" ", nb) + ":" + nb if label else "") + glued)
+        text = "  ".join(parts)
+        out.extend(x.replace(nb, " ") for x in textwrap.wrap(text, cols, subsequent_indent=" " * 4,
+                                                              break_on_hyphens=False, break_long_words=False))
     return out
 
 
