@@ -107,6 +107,11 @@ def unit_note(units: str = DEFAULT_UNITS) -> str:
     return "GiB = 2^30 bytes" if check_units(units) == "GiB" else "GB = 1e9 bytes"
 
 
+def size_base(units: str = DEFAULT_UNITS, prefix: str = "G") -> int:
+    """Bytes in one unit of ``units``' system at ``prefix``: ("GiB", "G") -> 2^30, ("GB", "M") -> 10^6."""
+    return _PREFIX[check_units(units)][prefix][1]
+
+
 def size(n: int | float | None, units: str = DEFAULT_UNITS, *, suffix: bool = True, prefix: str = "G",
          digits: int = 2, zero: str | None = None, none: str = "unknown") -> str:
     """Bytes in the report's unit system, the one formatting every renderer uses.

@@ -443,3 +443,34 @@ def test_save_time_node_local_tier_stripes_over_nodes_shared_tier_caps_per_clien
     p = checkpoint_plan(Plan(ec, inv, cl), hardware=_agg_hw("shared", per_client_write_bytes_per_s=2e9), save_dir="/ck/r")
     assert p.write_bandwidth == 4e9 and p.read_bandwidth == 20e9
     assert p.save_s == pytest.approx(p.per_save_bytes / 4e9)
+
+
+@pytest.mark.parametrize("units,base,name", [("GiB", 2**30, "GiB"), ("GB", 1e9, "GB")])
+def test_checkpoint_files_column_is_one_unit_named_in_its_header(units, base, name):
+    """The files table's size column is in one unit, --units', named in its header (it mixed B
+    and GiB rows): C09's 8B model at 8 ranks, model states 8,030,261,248 x 2 B (bf16 module),
+    each optim file P x 4 + 2 x P x 4 with P = 8,030,261,248 / 8 = 1,003,782,656; the scripts
+    and ``latest`` are a few KB or bytes, shown as "<0.01", not as bytes in another unit."""
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "8030261248",
+                                  "--world-size", "8", "--units", units], env={"COLUMNS": "400"})
+    lines = r.output.splitlines()
+    k = next(i for i, x in enumerate(lines) if x.lstrip().startswith("file (under save_dir)"))
+    assert lines[k].split()[-2:] == ["tensor", name], lines[k]
+    rows = {x.split()[0]: x.split()[-2:] if x.endswith(" each") else x.split()[-1:] for x in lines[k + 1:k + 6]}
+    p = 8_030_261_248 // 8
+    assert rows["global_step{N}/mp_rank_00_model_states.pt"] == [f"{8_030_261_248 * 2 / base:.2f}"]
+    assert rows["global_step{N}/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"] == [f"{p * 12 / base:.2f}", "each"]
+    assert rows["zero_to_fp32.py"] == rows["latest"] == ["<0.01"]
+    assert not any(u in " ".join(lines[k + 1:k + 6]) for u in (" B", "KB", "MB", "GiB", "GB", "MiB")), lines[k:k + 6]
+
+
+def test_checkpoint_files_column_of_a_small_model_is_in_mib():
+    """No file reaches 1 GiB: the column is in MiB. 1,000,000 bf16 parameters, ZeRO-2 on 1 rank:
+    the model states file holds the 16-bit module, 1,000,000 x 2 B = 1.91 MiB."""
+    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "1000000",
+                                  "--world-size", "1"], env={"COLUMNS": "400"})
+    lines = r.output.splitlines()
+    k = next(i for i, x in enumerate(lines) if x.lstrip().startswith("file (under save_dir)"))
+    assert lines[k].split()[-2:] == ["tensor", "MiB"], lines[k]
+    row = next(x for x in lines[k + 1:] if "mp_rank_00_model_states.pt" in x)
+    assert row.split()[-1] == f"{2_000_000 / 2**20:.2f}"
