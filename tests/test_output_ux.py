@@ -286,3 +286,19 @@ def test_cpu_optimizer_line_follows_units(units, base):
     assert f"{term['amount'] / base:,.1f} {units} per rank per step" in line, line
     assert f"at {term['rate'] / base:,.1f} {units}/s per rank" in line, line
     _no_other_unit(text, units)
+
+
+@pytest.mark.parametrize("units", ["GiB", "GB"])
+def test_state_and_timeline_columns_name_the_unit_in_their_header(units):
+    """The state and timeline tables name the unit in each tier column's header (as the fit
+    table does), not only in the title: the header cell under accelerator/host/nvme is --units."""
+    text = run_cli(C06_ARGS + ["--units", units], cwd=C06, env={"COLUMNS": "200"}).stdout
+    lines = text.splitlines()
+    for title in ("Per-rank training state, ", "Step timeline, "):
+        k = next(i for i, x in enumerate(lines) if x.startswith(title))
+        assert lines[k + 1].startswith("┏"), lines[k:k + 4]
+        unit = [c.strip() for c in lines[k + 3].strip("┃").split("┃")]
+        head = [c.strip() for c in lines[k + 2].strip("┃").split("┃")]
+        assert head[1:] == (["accelerator", "host (pinned+pageable)", "nvme"] if "state" in title
+                            else ["accelerator", "host", "nvme"]), head
+        assert unit[1:] == [units] * 3, (title, unit)

@@ -705,3 +705,18 @@ def test_report_of_a_config_deepspeed_refuses(tmp_path):
     assert "No estimate" in page
     for figure in ("id=fit-table", "id=movement-chart", "id=timeline", "<svg"):
         assert figure not in page, figure
+
+
+@pytest.mark.parametrize("units", ["GiB", "GB"])
+def test_every_pane_of_the_tier_chart_names_its_unit(units):
+    """Each pane (accelerator, host, nvme) has its own y scale, so each names the unit on its y
+    axis (the host and nvme panes had none): one rotated axis label per bar, in --units."""
+    pytest.importorskip("matplotlib")
+    import re
+
+    from advisor.render.html import tier_bars, tier_chart_svg
+
+    bars = tier_bars(_estimate_nvme())
+    svg = tier_chart_svg(bars, units)
+    labels = re.findall(r'<text [^>]*rotate\(-90[^>]*>([^<]*)</text>', svg)
+    assert labels == [units] * len(bars) == [units] * 3, labels

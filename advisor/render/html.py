@@ -169,7 +169,7 @@ def tier_chart_svg(bars: list[TierBar], units: str = DEFAULT_UNITS) -> str:
         ax.set_xticks([0])
         ax.set_xticklabels([b.tier])
         ax.set_title(f"{b.tier}\n{b.scope}", fontsize=9)
-        ax.set_ylabel(unit_name(units) if ax is axes[0] else "")
+        ax.set_ylabel(unit_name(units))  # every pane: its own scale, so its own unit
         ax.text(0, b.total / GIB, f"{b.total / GIB:,.2f}", ha="center", va="bottom", fontsize=8)
     handles: dict[str, Any] = {}
     for ax in axes:

@@ -177,7 +177,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             t = Table(title=f"Per-rank training state, {title} ({unit_note(units)})", title_justify="left")
             t.add_column("state class")
             for tier in ("accelerator", "host", "nvme"):
-                t.add_column(tier + (" (pinned+pageable)" if tier == "host" else ""), justify="right")
+                t.add_column(tier + (" (pinned+pageable)" if tier == "host" else "") + f"\n{U}", justify="right")
             for cls, label in _CLASS_LABEL.items():
                 vals = [role["tiers"][tier][cls] for tier in ("accelerator", "host", "nvme")]
                 if cls == "activations" and role.get("activations") is None:
@@ -200,7 +200,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 tt = Table(title=f"Step timeline, {title}: live bytes at each instant ({U})", title_justify="left")
                 tt.add_column("instant")
                 for tier in ("accelerator", "host", "nvme"):
-                    tt.add_column(tier, justify="right")
+                    tt.add_column(f"{tier}\n{U}", justify="right")  # the unit in the header, as the fit table
                 for row in role["timeline"]:
                     marks = [("*" if pk[x]["bytes"] and pk[x]["instant"] == row["instant"] else "") for x in
                              ("accelerator", "host", "nvme")]
