@@ -1289,9 +1289,9 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
             return (1 << 63) - 1 if v > 0 else -((1 << 63) - 1)
         return v
     click.echo(json.dumps(finite(res.config), indent=2))
-    for f in sort_findings(res.findings):
-        where = f"{f.file}:{f.line}" if f.file and f.line else (f.pointer or "/")
-        _say(f"{where}: {f.code} {f.severity}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
+    from advisor.render.lint import finding_lines
+    for f in sort_findings(res.findings):  # located as lint locates them: file:line:col and the JSON pointer
+        _say("\n".join(finding_lines(f, config)))
     if show_filled:
         for k, (old, new, who) in res.filled.items():
             _say(f"filled {k}: {json.dumps(old)} -> {json.dumps(new)} ({who})")

@@ -505,3 +505,18 @@ def test_h001_batch_fix_keeps_the_global_batch_or_says_how_it_changes():
     assert f.fix.startswith("pass --gradient-accumulation-steps 4 to the Trainer")
     assert f"global batch of {kept['train_batch_size']} sequences" in f.fix
     assert f"changes it to {auto['train_batch_size']}" in f.fix
+def test_resolve_findings_are_located_as_lint_locates_them():
+    """resolve prints each finding in lint's form, ``file:line:col: severity CODE /pointer: message``
+    (it gave ``file:line`` and no pointer): H003 on the scheduler's "auto" step count sits on the
+    file's line 14 (counted here from the text), at the column lint reports for the same key."""
+    from tests.conftest import SAMPLES, run_cli
+
+    cfg = SAMPLES / "hf_trainer_zero3_auto.json"
+    line = next(i for i, x in enumerate(cfg.read_text().splitlines(), 1) if '"total_num_steps"' in x)
+    lint = json.loads(run_cli(["lint", str(cfg), "--format", "json"]).stdout)["files"][0]["findings"]
+    col = next(f["column"] for f in lint if f["pointer"] == "/scheduler/params/total_num_steps")
+    p = run_cli(["resolve", str(cfg), "--hf"], env={"COLUMNS": "400"})
+    assert line == 14 and p.returncode == 0, p.stderr
+    want = f"{cfg}:{line}:{col}: info H003 /scheduler/params/total_num_steps: the scheduler's step counts"
+    assert any(x.startswith(want) for x in p.stderr.splitlines()), p.stderr
+    assert "    fix: pass --max-steps N" in p.stderr.splitlines()

@@ -84,6 +84,21 @@ def hf_trainer_hint(findings: list[Finding]) -> tuple[str, list[Finding]] | None
             "folded here; --format json lists each)", autos)
 
 
+def finding_lines(f: Finding, file: str, color: bool = False, units: str | None = None) -> list[str]:
+    """One finding as lint prints it: ``file:line:col: severity CODE /pointer: message`` (the
+    location from the finding, else ``file`` alone), then an indented ``fix:`` line when it has
+    one. Sizes in ``units`` (None: GiB). ``resolve`` prints its findings with this too."""
+    loc = f.file or file
+    if f.line is not None:
+        loc += f":{f.line}:{f.column or 1}"
+    sev = paint(f.severity, color) if color else f.severity
+    msg, fix = f.text(units)
+    out = [safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {msg}")]
+    if fix:
+        out.append(safe_text(f"    fix: {fix}"))
+    return out
+
+
 def lint_text(results: list[FileResult], stream: IO[str] | None = None, release: "Release | None" = None,
               color: bool | None = None, quiet: bool = False, units: str | None = None) -> str:
     """One line per finding, ``file:line:col: severity CODE message``, then an indented fix; the
@@ -122,16 +137,7 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
             if id(f) in folded:
                 continue
             n[f.severity] += 1
-            loc = f.file or r.file
-            if f.line is not None:
-                loc += f":{f.line}:{f.column or 1}"
-            sev = f.severity
-            if color:
-                sev = paint(sev, color)
-            msg, fix = f.text(units)
-            lines.append(safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {msg}"))
-            if fix:
-                lines.append(safe_text(f"    fix: {fix}"))
+            lines.extend(finding_lines(f, r.file, color, units))
     unreadable = sum(1 for r in results if r.error)
     skipped = sum(1 for r in results if r.skipped)
     if quiet:  # -q: the findings (and unreadable files) only, and the release they hold for
