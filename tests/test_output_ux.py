@@ -302,3 +302,21 @@ def test_state_and_timeline_columns_name_the_unit_in_their_header(units):
         assert head[1:] == (["accelerator", "host (pinned+pageable)", "nvme"] if "state" in title
                             else ["accelerator", "host", "nvme"]), head
         assert unit[1:] == [units] * 3, (title, unit)
+
+
+@pytest.mark.parametrize("units,mega", [("GiB", ("MiB", 2**20)), ("GB", ("MB", 1e6))])
+def test_m003_says_elements_as_elements_and_bytes_in_units(units, mega):
+    """M003 names element counts as elements, grouped like the byte counts (it printed raw
+    "200000000" next to "800,000,000 bytes"), and every byte figure in --units: zero2.json's
+    bucket 200,000,000 elements x 2 bytes x 2 (overlap_comm) against 1,000,000 gradient elements
+    x 2 bytes; the fix's smallest bucket is the model's 1,000,000 elements, saving
+    800,000,000 - 1,000,000 x 2 x 2 = 796,000,000 bytes."""
+    args = ["lint", str(SAMPLES / "zero2.json"), "--params", "1000000", "--world-size", "1", "--units", units]
+    text = " ".join(run_cli(args, env={"COLUMNS": "400"}).stdout.split())
+    name, b = mega
+    assert "reduce_bucket_size 200,000,000 elements exceeds the model's 1,000,000 gradient elements" in text, text
+    assert "= 200,000,000 elements x 2 bytes x 2 (" in text, text
+    assert (f"fix: set zero_optimization.reduce_bucket_size to at most 1000000 (1,000,000 elements), saving "
+            f"796,000,000 bytes ({796_000_000 / b:,.2f} {name})") in text, text
+    assert not re.search(r"\b\d{5,}\b(?! \(1,000,000 elements\))", text.split("M003", 1)[1].split("fix:")[0]), text
+    _no_other_unit(text, units)

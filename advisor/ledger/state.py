@@ -489,13 +489,14 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
         B = 4 if (z.stage == 1 and ec.grad_dtype == "fp32") else DTYPE_BYTES[ec.model_dtype]
         mult = 2 if z.overlap_comm else 1
         return (z.reduce_bucket_size * B * mult,
-                f"reduce_bucket_size x B x (1 + overlap_comm) = {z.reduce_bucket_size} x {B} x {mult} "
-                "(elements x bytes; allocated at full size each backward, released by the backward epilogue "
+                f"reduce_bucket_size x B x (1 + overlap_comm) = {z.reduce_bucket_size:,} elements x {B} bytes x "
+                f"{mult} (allocated at full size each backward, released by the backward epilogue "
                 "_release_ipg_buffers)", "in_backward")
     if z.stage == 3 and z.contiguous_gradients:
         C = DTYPE_BYTES[ec.comm_dtype]
         return (z.reduce_bucket_size * C,
-                f"reduce_bucket_size x C = {z.reduce_bucket_size} x {C} (allocated at initialize, kept)",
+                f"reduce_bucket_size x C = {z.reduce_bucket_size:,} elements x {C} bytes (allocated at initialize, "
+                "kept)",
                 "persistent")
     return None
 

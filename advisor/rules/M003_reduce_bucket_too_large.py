@@ -60,8 +60,9 @@ class ReduceBucketTooLarge(Rule):
         suggest = two_sig_floor(n)
         yield self.finding(
             zptr("reduce_bucket_size"),
-            f"reduce_bucket_size {rbs} elements exceeds the model's {n} gradient elements: the bucket costs "
+            f"reduce_bucket_size {rbs:,} elements exceeds the model's {n:,} gradient elements: the bucket costs "
             f"{{bucket_bytes:bytes}} of GPU memory ({literal(words)}), more than all the model's gradients "
             f"({{gradient_bytes:bytes}})",
-            f"set zero_optimization.reduce_bucket_size to at most {suggest} (saves {{saved_bytes:bytes}})",
+            f"set zero_optimization.reduce_bucket_size to at most {suggest} ({suggest:,} elements), saving "
+            f"{{saved_bytes:bytes}}",
             sizes=dict(bucket_bytes=cost, gradient_bytes=grads, saved_bytes=cost - suggest * per), bucket_bytes=cost, gradient_elements=n, set=[f"zero_optimization.reduce_bucket_size={suggest}"])
