@@ -1302,7 +1302,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
 @main.command()
 @options("model", "hardware",
-         model=dict(required=True),
+         model=dict(help=MODEL_HELP + " Required unless the settings file ([tool.ds-advisor] in pyproject.toml "
+                    "or .ds-advisor.toml, found walking up from --output, else the current folder) names one."),
          hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
 @_opt("--nodes", type=click.IntRange(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
 @options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
@@ -1353,8 +1354,14 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     for path in (output, sidecar_path(output) if output else None):  # the sidecar obeys --force too
         if output_problem(path, force):
             raise _fail(output_problem(path, force))
+    # the project settings, as estimate/check/report read them (flags win): found walking up from
+    # where the config is written (ruff's rule), else from the current folder
+    model, params, _, _ = _settings_defaults(output or os.getcwd(), model, None, nodes * gpus_per_node)
+    if not model and params is None:
+        raise click.UsageError("give --model (or model = ... in a [tool.ds-advisor] table of pyproject.toml or "
+                               "a .ds-advisor.toml above --output or the current folder)")
     try:
-        inv = _inventory(model, None)
+        inv = _inventory(model, params)
         hw = resolve_hardware(hardware)
     except AdvisorError as e:
         raise _fail(str(e))

@@ -100,3 +100,33 @@ def test_settings_files_outside_the_limits_are_one_line_exit_2(tmp_path, content
     assert r.returncode == 2, r.stdout + r.stderr
     out = r.stdout + r.stderr
     assert words in out and "internal error" not in out and len(out.strip().splitlines()) == 1
+
+
+GEN = ["generate", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "64",
+       "--seq-len", "2048", "--format", "json"]
+
+
+def test_generate_reads_the_settings_file_above_its_output_and_flags_override(tmp_path):
+    """generate takes the model from the settings file found walking up from --output (as
+    estimate/check/report walk up from CONFIG), so the search is the one --model gives; --model
+    beats the file; without either it is a usage error naming both (exit 2)."""
+    (tmp_path / "pyproject.toml").write_text('[tool.ds-advisor]\nmodel = "llama-3.2-1b"\n')
+    out = tmp_path / "jobs" / "ds.json"
+    out.parent.mkdir()
+    p = run_cli(GEN + ["-o", str(out)], cwd=tmp_path.parent)  # cwd outside the tree: found from --output
+    want = run_cli(GEN + ["--model", "llama-3.2-1b"], cwd=tmp_path.parent)
+    assert p.returncode == 0 == want.returncode, p.stderr
+    got, exp = json.loads(p.stdout), json.loads(want.stdout)
+    assert got["model"] == exp["model"] and got["plans"] == exp["plans"] and json.loads(out.read_text()) \
+        == exp["best"]
+    # the flag wins over the file
+    p = run_cli(GEN + ["--model", "llama-3-8b", "-o", str(out), "--force"], cwd=tmp_path.parent)
+    assert json.loads(p.stdout)["model"] == json.loads(run_cli(GEN + ["--model", "llama-3-8b"]).stdout)["model"] \
+        != exp["model"]
+    # no --output: the current folder's settings
+    p = run_cli(GEN, cwd=out.parent)
+    assert p.returncode == 0 and json.loads(p.stdout)["plans"] == exp["plans"]
+    # neither a flag nor a settings file
+    (tmp_path / "pyproject.toml").unlink()
+    p = run_cli(GEN, cwd=out.parent)
+    assert p.returncode == 2 and "--model" in p.stderr and "Traceback" not in p.stderr
