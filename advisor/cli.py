@@ -681,9 +681,26 @@ def _size_flag(flag: str, value: str | None) -> int | None:
     if not value:
         return None
     try:
-        return parse_size(value)
+        n = parse_size(value)
     except ValueError as e:
         raise _fail(f"{flag}: {e}")
+    _echo_other_units(flag, value, n)
+    return n
+
+
+def _echo_other_units(flag: str, value: str, n: int) -> None:
+    """When a size flag is written in the other unit system than the text report's ``--units``
+    (80GB = 80 x 10^9 bytes read by a GiB report, 141GiB by a GB one), say once on stderr what it
+    was read as: ``--gpu-memory 80GB = 80,000,000,000 bytes = 74.51 GiB``. Machine formats
+    (``--format json`` ...) stay quiet: their sizes are bytes."""
+    from advisor.units import check_units, size, unit_note, unit_system
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.params.get("fmt", "text") != "text" or ctx.params.get("quiet"):
+        return
+    units, given = check_units(_display().get("units") or "GiB"), unit_system(value)
+    if given is not None and given != units:
+        _say(f"ds-advisor: {flag} {value} = {n:,} bytes = {size(n, units)} ({unit_note(given)}; the report is in "
+             f"{units})")
 
 
 def _release_option(f):

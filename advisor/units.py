@@ -39,6 +39,17 @@ def parse_size(text: str, *, bare_bytes: bool = False) -> int:
     return int(round(value))
 
 
+def unit_system(text: str) -> str | None:
+    """The unit system a size is written in: "GB" for a decimal suffix (kB, MB, GB, TB, PB, K, M,
+    G, T: powers of 10^3), "GiB" for a binary one (KiB ... PiB: powers of 2^10), None for bytes
+    ("B", a bare number) or text that is not a size (:func:`parse_size` judges that)."""
+    m = _SIZE.match(str(text))
+    u = m.group(2).lower() if m else ""
+    if u not in _UNITS or _UNITS[u] == 1:
+        return None
+    return "GiB" if u.endswith("ib") else "GB"
+
+
 def gib(n: int | float, digits: int = 2) -> str:
     """Bytes as GiB with the unit, e.g. "12.50 GiB"."""
     return f"{n / 2**30:,.{digits}f} GiB"

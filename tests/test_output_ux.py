@@ -320,3 +320,19 @@ def test_m003_says_elements_as_elements_and_bytes_in_units(units, mega):
             f"796,000,000 bytes ({796_000_000 / b:,.2f} {name})") in text, text
     assert not re.search(r"\b\d{5,}\b(?! \(1,000,000 elements\))", text.split("M003", 1)[1].split("fix:")[0]), text
     _no_other_unit(text, units)
+
+
+def test_a_size_flag_in_the_other_unit_system_is_echoed_once():
+    """--gpu-memory 80GB is 80 x 10^9 bytes: a GiB report says once on stderr that it read
+    80,000,000,000 / 2^30 = 74.51 GiB; 141GiB in a GB report is 141 x 2^30 = 151,397,597,184 bytes
+    = 151.40 GB; a flag in the report's own system, and --format json, say nothing."""
+    base = ["estimate", "config.json", "--params", "32763876352", "--world-size", "8"]
+    err = run_cli(base + ["--gpu-memory", "80GB"], cwd=C06, env={"COLUMNS": "400"}).stderr
+    want = f"ds-advisor: --gpu-memory 80GB = 80,000,000,000 bytes = {80e9 / 2**30:.2f} GiB (GB = 1e9 bytes"
+    assert [x for x in err.splitlines() if "--gpu-memory" in x] and \
+        sum(x.startswith(want) for x in err.splitlines()) == 1, err
+    err = run_cli(base + ["--gpu-memory", "141GiB", "--units", "GB"], cwd=C06, env={"COLUMNS": "400"}).stderr
+    assert f"--gpu-memory 141GiB = {141 * 2**30:,} bytes = {141 * 2**30 / 1e9:.2f} GB" in err, err
+    for args in (["--gpu-memory", "80GB", "--units", "GB"], ["--gpu-memory", "80GiB"],
+                 ["--gpu-memory", "80GB", "--format", "json"]):
+        assert "--gpu-memory" not in run_cli(base + args, cwd=C06).stderr, args
