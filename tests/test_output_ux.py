@@ -336,3 +336,25 @@ def test_a_size_flag_in_the_other_unit_system_is_echoed_once():
     for args in (["--gpu-memory", "80GB", "--units", "GB"], ["--gpu-memory", "80GiB"],
                  ["--gpu-memory", "80GB", "--format", "json"]):
         assert "--gpu-memory" not in run_cli(base + args, cwd=C06).stderr, args
+
+
+def test_measure_says_where_it_builds_ops_before_launching(tmp_path, monkeypatch):
+    """Before the launch (the launch itself mocked: no engine runs), measure says it builds
+    DeepSpeed's ops and where: TORCH_EXTENSIONS_DIR as set, and which ops are already built
+    there (a ``.so`` under <root>/<python tag>/<op>/, torch.utils.cpp_extension's layout)."""
+    import advisor.engine.measure as m
+
+    root = tmp_path / "ext"
+    (root / "py311_cpu" / "cpu_adam").mkdir(parents=True)
+    (root / "py311_cpu" / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(root))
+    launched: list[str] = []
+    got: list[str] = []
+    monkeypatch.setattr(m, "run_process_group", lambda cmd, timeout_s, **kw: launched.append(got[:]) or 1)
+    cell = {"id": "c", "config": {"train_micro_batch_size_per_gpu": 1}, "inventory": {"tensors": []}}
+    with pytest.raises(m.MeasureError):
+        m.run_measure_many([cell], 1, workdir=str(tmp_path), progress=got.append)
+    (before,) = launched  # what was said before the launch started
+    assert before[0] == (f"building DeepSpeed's ops on first use (1-3 minutes per op, once) under {root} "
+                         "(TORCH_EXTENSIONS_DIR); already built there: cpu_adam")
+    assert before[1].startswith("launching 1 rank(s) of DeepSpeed")

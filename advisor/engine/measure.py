@@ -215,6 +215,25 @@ def _watch_log(path: str, progress: Callable[[str], None], stop: threading.Event
             last = time.monotonic()
 
 
+def build_note(env: dict[str, str] | None = None) -> str:
+    """The line ``measure`` prints before it launches: DeepSpeed JIT-compiles the ops the config
+    needs (cpu_adam for a CPU optimizer, async_io for NVMe, ...) on first use, through
+    ``torch.utils.cpp_extension.load`` (``deepspeed/ops/op_builder/builder.py`` OpBuilder.jit_load),
+    under :func:`extensions_root` (``TORCH_EXTENSIONS_DIR``); an op already built there (its
+    ``.so``) is loaded, not rebuilt."""
+    root = extensions_root(env)
+    built = set()
+    if os.path.isdir(root):
+        for dirpath, dirnames, filenames in os.walk(root):
+            if dirpath[len(root):].count(os.sep) >= 2:
+                dirnames[:] = []
+            built.update(f[:-3] for f in filenames if f.endswith(".so"))
+    return ("building DeepSpeed's ops on first use (1-3 minutes per op, once) under " + root
+            + (" (TORCH_EXTENSIONS_DIR)" if (env if env is not None else os.environ).get("TORCH_EXTENSIONS_DIR")
+               else " (torch's default; set TORCH_EXTENSIONS_DIR to move it)")
+            + ("; already built there: " + ", ".join(sorted(built)) if built else ""))
+
+
 def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str | None = None,
                      timeout_s: float = 600.0, keep: bool = False, partial_ok: bool = False,
                      progress: Callable[[str], None] | None = None) -> list[CellResult]:
@@ -225,8 +244,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
-    being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told when the
-    launch starts, when DeepSpeed builds or loads an op, and every 30 s while it runs.
+    being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told where the
+    ops are built (:func:`build_note`) and that the launch starts, before it does; then when
+    DeepSpeed builds or loads an op, and every 30 s while it runs.
     """
     base = tempfile.mkdtemp(prefix="ds-advisor-measure-", dir=workdir)
     try:
@@ -261,6 +281,7 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             stop = threading.Event()
             watcher = None
             if progress is not None:
+                progress(build_note(env))  # before the launch: the first op build is minutes of silence
                 progress(f"launching {world_size} rank(s) of DeepSpeed ({len(job_cells)} config(s))")
                 watcher = threading.Thread(target=_watch_log, args=(log_path, progress, stop), daemon=True)
                 watcher.start()
