@@ -206,3 +206,14 @@ def test_estimate_checkpointing_sac_in_trace_mode(tmp_path, cli):
         p = cli(bad)
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
         assert "sac" in p.stderr
+
+
+def test_sac_refusal_names_the_config_it_was_given():
+    """sac_policy passes its ``source`` to build_config, so its refusal names the file or preset."""
+    from advisor.engine.sac import sac_policy
+    from advisor.engine.trace import TraceUnavailable
+
+    src = "preset mine (config.json)"
+    with pytest.raises(TraceUnavailable) as e:
+        sac_policy({"model_type": "no_such_model"}, 8, 1, 0.5, source=src)
+    assert str(e.value).startswith(f"{src}: transformers does not know model_type 'no_such_model'"), e.value

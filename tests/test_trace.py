@@ -240,3 +240,12 @@ def test_estimate_text_names_the_traced_checkpointing(tmp_path, cli):
     assert "2 of the 3 layers checkpointed" in out and "no checkpointing" not in out
     assert "gradient checkpointing on the first 2 layers" in out
     assert "recomputation saves " in out and "recomputation saves -" not in out
+
+
+def test_trace_refusal_names_the_config_it_was_given():
+    """trace_activations passes its ``source`` to build_config (it dropped it: every refusal said
+    "config.json" whatever the file), so the one-line refusal names the file or preset."""
+    src = "/models/mine/config.json"
+    with pytest.raises(TraceUnavailable) as e:
+        trace_activations({"model_type": "no_such_model"}, 8, 1, source=src)
+    assert str(e.value).startswith(f"{src}: transformers does not know model_type 'no_such_model'"), e.value

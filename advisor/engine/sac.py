@@ -255,7 +255,7 @@ def _ilp(stats, budget: float) -> list[int] | None:
 
 def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget: float, dtype: str = "bf16",
                attention: str = "sdpa", max_layers: int = 4, dropout: float | None = None,
-               solver: str = "auto") -> SACPolicy:
+               solver: str = "auto", source: str = "config.json") -> SACPolicy:
     """Choose, per decoder layer of the model ``hf_config`` describes (a parsed config.json),
     which ops to save under ``budget`` (a fraction 0..1 of the layer's op-output bytes: 0 =
     recompute all but what must be kept, 1 = save every op). See the module docstring for the
@@ -278,16 +278,16 @@ def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget
 
     attn = _checked_dtype_attention(dtype, attention)
     t0 = time.perf_counter()
-    full = build_config(hf_config, dropout=dropout)
+    full = build_config(hf_config, dropout=dropout, source=source)
     n = min(int(full.num_hidden_layers), max_layers)
-    cfg = build_config(hf_config, layers=n, dropout=dropout)
+    cfg = build_config(hf_config, layers=n, dropout=dropout, source=source)
     mode = FakeTensorMode()
     try:
         with mode:
             model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, _DTYPES[dtype]), attn_implementation=attn)
             ids = torch.randint(0, int(cfg.get_text_config().vocab_size), (micro_batch, seq_len))
     except (ValueError, KeyError, TypeError) as e:
-        raise TraceUnavailable(f"transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
+        raise TraceUnavailable(f"{source}: transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     model.train()
     est = SACEstimator()
@@ -299,7 +299,7 @@ def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget
             warnings.simplefilter("ignore", UserWarning)
             model(input_ids=ids, labels=ids, use_cache=False)
     except Exception as e:
-        raise TraceUnavailable(f"SACEstimator on {cfg.model_type} failed: {type(e).__name__}: "
+        raise TraceUnavailable(f"{source}: SACEstimator on {cfg.model_type} failed: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
     names = {id(m): nm for nm, m in model.named_modules()}
     root = type(model).__name__

@@ -290,7 +290,7 @@ def _checked_dtype_attention(dtype: str, attention: str) -> str:
 
 def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int, dtype: str = "bf16",
                       attention: str = "sdpa", checkpointing: str | int = "none", max_layers: int = 4,
-                      dropout: float | None = None, sac=None) -> TraceResult:
+                      dropout: float | None = None, sac=None, source: str = "config.json") -> TraceResult:
     """Trace one training forward + backward of the model ``hf_config`` describes (a parsed
     ``config.json`` dict) on a fake device and measure its activations (see the module docstring).
 
@@ -315,7 +315,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
 
     attn = _checked_dtype_attention(dtype, attention)
     t0 = time.perf_counter()
-    full_cfg = build_config(hf_config, dropout=dropout)
+    full_cfg = build_config(hf_config, dropout=dropout, source=source)
     L = int(full_cfg.num_hidden_layers)
     first_dense = int(getattr(full_cfg, "first_k_dense_replace", 0) or 0)
     n = min(L, max(max_layers, first_dense + 2))
@@ -327,7 +327,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         checkpointing = "none" if k_ckpt == 0 else "full" if k_ckpt == L else k_ckpt
     if (checkpointing == "sac") != (sac is not None):
         raise ValueError("checkpointing='sac' needs a SAC policy (advisor.engine.sac.sac_policy) and the reverse")
-    cfg = build_config(hf_config, layers=n, dropout=dropout)
+    cfg = build_config(hf_config, layers=n, dropout=dropout, source=source)
     impl = _selective_attention(attn) if checkpointing == "selective" else attn
     tdt = getattr(torch, _DTYPES[dtype])
     notes: list[str] = []
@@ -358,7 +358,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
             kw["attn_implementation"] = _selective_attention(attn) if checkpointing == "selective" else attn
             model = build()
     except (ValueError, KeyError) as e:
-        raise TraceUnavailable(f"transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
+        raise TraceUnavailable(f"{source}: transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
                                f"{str(e).splitlines()[0]}") from None
     model.train()
     layers = _decoder_layers(model)
@@ -390,12 +390,12 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
                 raise _NoSelective()
             out.loss.backward()
     except _NoSelective:
-        raise TraceUnavailable(f"{cfg.model_type}'s attention does not go through transformers' attention "
+        raise TraceUnavailable(f"{source}: {cfg.model_type}'s attention does not go through transformers' attention "
                                "interface: selective recompute cannot be traced for it") from None
     except TraceUnavailable:  # the SAC policy's op sequence differs (advisor.engine.sac.SACMismatch)
         raise
     except Exception as e:  # a model whose forward cannot run on fake tensors
-        raise TraceUnavailable(f"tracing {cfg.model_type} on fake tensors failed: {type(e).__name__}: "
+        raise TraceUnavailable(f"{source}: tracing {cfg.model_type} on fake tensors failed: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
     for h in handles:
         h.remove()

@@ -55,20 +55,22 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
                                            parse_sac)
 
     dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
+    source = getattr(inventory, "source", "") or "config.json"  # named in a refusal: the file or preset
     budget = parse_sac(x.checkpointing)
     policy = None
     k = 0
     if budget is not None:
-        policy = sac_policy(inventory.hf_config, x.seq_len, x.micro_batch, budget, dtype=dtype, attention=x.attention)
+        policy = sac_policy(inventory.hf_config, x.seq_len, x.micro_batch, budget, dtype=dtype, attention=x.attention,
+                             source=source)
         mode, ck = "sac", "sac"
     else:
         mode, k = parse_checkpointing(x.checkpointing, int(meta.get("num_layers") or 0) or None)
         ck = k if mode == "layers" else mode
     tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
-                           checkpointing=ck, sac=policy)
+                           checkpointing=ck, sac=policy, source=source)
     # the same model without recompute: what recompute saves, and a layer's bytes without it
     base = tr if mode == "none" else trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype,
-                                                       attention=x.attention)
+                                                       attention=x.attention, source=source)
     if mode == "full":
         k = tr.layers_total
     saved, host = tr.end_of_forward, 0
