@@ -824,6 +824,17 @@ class _LazyGroup(click.Group):
         super().__init__(*a, **kw)
         self.commands = _LazyCommands(self.commands)
 
+    def invoke(self, ctx):
+        """The command, with click's own usage errors ("Error: Invalid value for ...") folded to
+        stderr's width like every other message (:func:`_say`)."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            from advisor.render.style import width, wrap
+            folded = wrap(f"Error: {e.format_message()}", width(sys.stderr))[len("Error: "):]
+            e.format_message = lambda: folded  # type: ignore[method-assign]  # show() prints "Error: " + this
+            raise
+
     def command(self, *args, **kwargs):  # type: ignore[override]
         def deco(f):
             name = args[0] if args and isinstance(args[0], str) else kwargs.pop("name", None)

@@ -350,3 +350,14 @@ def test_narrow_generate_table_keeps_each_label_with_its_value(cols, tmp_path):
             assert f"{label}: {value}" in joined, (label, value, record)
         for x in record:  # no line ends on a label whose value went to the next line
             assert not re.search(r"(stage|offload|micro|GA|ckpt|GiB|step s|exposed s|why):$", x), record
+
+
+def test_a_click_usage_error_folds_to_the_width_too():
+    """click's own "Error: Invalid value for ..." (a bad --checkpointing) folds like our messages:
+    at COLUMNS=60 no line is longer than 60, continuation lines hang 4, no word is lost."""
+    p = run_cli(["estimate", "x.json", "--params", "5", "--checkpointing", "bogus"], env={"COLUMNS": "60"})
+    assert p.returncode == 2 and not _overlong(p.stderr, 60), p.stderr
+    err = p.stderr[p.stderr.index("Error: "):]
+    assert len(err.splitlines()) > 1 and all(x.startswith("    ") for x in err.splitlines()[1:]), err
+    assert " ".join(err.split()) == ("Error: Invalid value for '--checkpointing': 'bogus' is not none, full, "
+                                     "selective, a number of layers (e.g. 16) or sac[:BUDGET]")
