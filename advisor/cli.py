@@ -22,10 +22,20 @@ FAIL_ON = ("error", "warning", "info", "never")
 
 
 def _fail(message: str) -> "click.exceptions.Exit":
-    """Print an exit-2 error (``ds-advisor: MESSAGE``) on stderr, folded like every message
-    (:func:`_say`), and return the Exit to raise."""
-    _say(f"ds-advisor: {message}")
+    """Print an exit-2 error (``ds-advisor: MESSAGE``) on stderr and return the Exit to raise.
+    Piped, it is one line (the contract for bad input: scripts and tests read it whole); on a
+    terminal it is folded at word boundaries like every message (:func:`_say`)."""
+    if _stderr_is_terminal():
+        _say(f"ds-advisor: {message}")
+    else:
+        from advisor.render.escape import safe_text
+        click.echo(safe_text(f"ds-advisor: {message}"), err=True)
     return click.exceptions.Exit(EXIT_USAGE)
+
+
+def _stderr_is_terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def _expand_paths(paths: tuple[str, ...]) -> list[str]:
@@ -356,12 +366,13 @@ def _echo(text: str, err: bool = False) -> None:
     """click.echo of a rendered report (:func:`_render`: a text report is already folded to the
     stream's width there), keeping the colour codes when --color always (click strips them off a
     pipe). Empty text prints nothing (``lint -q`` with no findings is silent, not a blank line)."""
+    _flush_notes()
     if text:
         click.echo(text, err=err, color=True if _display().get("color") == "always" else None)
 
 
 def _say(message: str) -> None:
-    """A message for the user on stderr (an error, a warning, resolve's findings, progress), folded
+    """A message for the user on stderr (a warning, resolve's findings, progress), folded
     to stderr's width like every text report (:func:`advisor.render.style.width`: the terminal's,
     else ``COLUMNS``, else 100; :func:`advisor.render.style.wrap`): continuation lines hang 4
     columns, and a path or other single word is never split."""
@@ -698,9 +709,17 @@ def _echo_other_units(flag: str, value: str, n: int) -> None:
     if ctx is None or ctx.params.get("fmt", "text") != "text" or ctx.params.get("quiet"):
         return
     units, given = check_units(_display().get("units") or "GiB"), unit_system(value)
-    if given is not None and given != units:
-        _say(f"ds-advisor: {flag} {value} = {n:,} bytes = {size(n, units)} ({unit_note(given)}; the report is in "
-             f"{units})")
+    if given is not None and given != units:  # said with the report (_echo): a bad-input error stays one line
+        ctx.meta.setdefault("ds_advisor.notes", []).append(
+            f"ds-advisor: {flag} {value} = {n:,} bytes = {size(n, units)} ({unit_note(given)}; the report is in "
+            f"{units})")
+
+
+def _flush_notes() -> None:
+    """Print the notes held for the report (:func:`_echo_other_units`) on stderr, once."""
+    ctx = click.get_current_context(silent=True)
+    for note in (ctx.meta.pop("ds_advisor.notes", []) if ctx else []):
+        _say(note)
 
 
 def _release_option(f):
@@ -825,11 +844,13 @@ class _LazyGroup(click.Group):
         self.commands = _LazyCommands(self.commands)
 
     def invoke(self, ctx):
-        """The command, with click's own usage errors ("Error: Invalid value for ...") folded to
-        stderr's width like every other message (:func:`_say`)."""
+        """The command, with click's own usage errors ("Error: Invalid value for ...") folded on a
+        terminal like every other message (:func:`_say`); piped they stay one line (:func:`_fail`)."""
         try:
             return super().invoke(ctx)
         except click.ClickException as e:
+            if not _stderr_is_terminal():  # piped: one line, like every bad-input error (_fail)
+                raise
             from advisor.render.style import width, wrap
             folded = wrap(f"Error: {e.format_message()}", width(sys.stderr))[len("Error: "):]
             e.format_message = lambda: folded  # type: ignore[method-assign]  # show() prints "Error: " + this
@@ -1481,6 +1502,7 @@ def report(config, est, output, force):
     for w in warnings:
         _say(f"ds-advisor: warning: {w}")
     if output != "-":
+        _flush_notes()
         _say(f"wrote {output}")
     sys.exit(EXIT_OK)
 

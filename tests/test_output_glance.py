@@ -311,21 +311,24 @@ def test_deepspeed_accepts_a_config_with_per_key_entries():
     assert "KEPT {'ignore': ['S002:cuda_visible_devices', 'ignored-key:/a.b/c', 'B001']}" in p.stdout, p.stdout
 
 
-def test_an_error_on_stderr_folds_to_the_width_like_stdout(tmp_path):
-    """An exit-2 error is folded like every other text (advisor.render.style.width: 100 columns
-    piped, COLUMNS honoured): a long missing path is one word and stays whole (scripts grep for
-    it), the words after it move to an indented continuation line, and no word is lost."""
+def test_an_error_on_stderr_folds_on_a_terminal_and_is_one_line_piped(tmp_path, monkeypatch):
+    """An exit-2 error is folded on a terminal like every other text (advisor.render.style.width,
+    COLUMNS honoured): continuation lines hang 4, a long path is one word, no word is lost.
+    Piped it stays one line (the bad-input contract: scripts read it whole)."""
+    from click.testing import CliRunner
+
+    import advisor.cli as cli
+
     missing = tmp_path / ("x" * 70) / "config.json"
-    for env, cols in (({"COLUMNS": ""}, PIPE), ({"COLUMNS": "60"}, 60)):
-        p = run_cli(["estimate", str(missing), "--params", "1000000"], env=env)
-        assert p.returncode == 2, p.stderr
-        lines = p.stderr.splitlines()
-        assert lines[0].startswith("ds-advisor:") and len(lines) > 1, p.stderr
-        assert not _overlong(p.stderr, cols), (cols, p.stderr)
-        assert all(x.startswith("    ") for x in lines[1:]), p.stderr  # continuation hangs 4
-        assert f"{missing}:" in p.stderr.split()  # the path is one word, never split
-        assert " ".join(p.stderr.split()) == f"ds-advisor: {missing}: no such file (and not a base64-encoded " \
-                                             "config either)"
+    whole = f"ds-advisor: {missing}: no such file (and not a base64-encoded config either)"
+    p = run_cli(["estimate", str(missing), "--params", "1000000"], env={"COLUMNS": "60"})
+    assert p.returncode == 2 and p.stderr.splitlines() == [whole], p.stderr
+    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)
+    r = CliRunner().invoke(cli.main, ["estimate", str(missing), "--params", "1000000"], env={"COLUMNS": "60"})
+    lines = r.output.splitlines()
+    assert r.exit_code == 2 and len(lines) > 1 and not _overlong(r.output, 60), r.output
+    assert all(x.startswith("    ") for x in lines[1:]) and f"{missing}:" in r.output.split(), r.output
+    assert " ".join(r.output.split()) == whole
 
 
 @pytest.mark.parametrize("cols", [60, 80])
@@ -352,12 +355,22 @@ def test_narrow_generate_table_keeps_each_label_with_its_value(cols, tmp_path):
             assert not re.search(r"(stage|offload|micro|GA|ckpt|GiB|step s|exposed s|why):$", x), record
 
 
-def test_a_click_usage_error_folds_to_the_width_too():
-    """click's own "Error: Invalid value for ..." (a bad --checkpointing) folds like our messages:
-    at COLUMNS=60 no line is longer than 60, continuation lines hang 4, no word is lost."""
-    p = run_cli(["estimate", "x.json", "--params", "5", "--checkpointing", "bogus"], env={"COLUMNS": "60"})
-    assert p.returncode == 2 and not _overlong(p.stderr, 60), p.stderr
-    err = p.stderr[p.stderr.index("Error: "):]
+def test_a_click_usage_error_folds_on_a_terminal_too(monkeypatch):
+    """click's own "Error: Invalid value for ..." (a bad --checkpointing) folds on a terminal like
+    our messages: at COLUMNS=60 no line is longer than 60, continuation lines hang 4, no word is
+    lost; piped it stays one line."""
+    from click.testing import CliRunner
+
+    import advisor.cli as cli
+
+    whole = ("Error: Invalid value for '--checkpointing': 'bogus' is not none, full, selective, a number of "
+             "layers (e.g. 16) or sac[:BUDGET]")
+    args = ["estimate", "x.json", "--params", "5", "--checkpointing", "bogus"]
+    p = run_cli(args, env={"COLUMNS": "60"})
+    assert p.returncode == 2 and p.stderr.splitlines()[-1] == whole, p.stderr
+    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)
+    r = CliRunner().invoke(cli.main, args, env={"COLUMNS": "60"})
+    err = r.output[r.output.index("Error: "):]
+    assert r.exit_code == 2 and not _overlong(err, 60), r.output
     assert len(err.splitlines()) > 1 and all(x.startswith("    ") for x in err.splitlines()[1:]), err
-    assert " ".join(err.split()) == ("Error: Invalid value for '--checkpointing': 'bogus' is not none, full, "
-                                     "selective, a number of layers (e.g. 16) or sac[:BUDGET]")
+    assert " ".join(err.split()) == whole

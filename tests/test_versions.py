@@ -323,7 +323,9 @@ def test_release_independent_commands_name_the_release(cmd, json_out):
         json.loads(p.stdout)
         assert want in p.stderr and "DeepSpeed" not in p.stdout.split("\n")[0]
     else:
-        assert p.stdout.strip().splitlines()[-1].startswith(want)
+        lines = p.stdout.strip().splitlines()  # the last item, folded to the pipe width like the report
+        k = max(i for i, x in enumerate(lines) if x.startswith("release: "))
+        assert all(x.startswith("    ") for x in lines[k + 1:]) and lines[k].startswith(want), lines[k - 1:]
     local = run_cli(cmd + ["--deepspeed-version", "0.16.0+cu121"])
     assert "local build of 0.16.0" in local.stdout + local.stderr
 
