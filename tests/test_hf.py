@@ -505,6 +505,8 @@ def test_h001_batch_fix_keeps_the_global_batch_or_says_how_it_changes():
     assert f.fix.startswith("pass --gradient-accumulation-steps 4 to the Trainer")
     assert f"global batch of {kept['train_batch_size']} sequences" in f.fix
     assert f"changes it to {auto['train_batch_size']}" in f.fix
+
+
 def test_resolve_findings_are_located_as_lint_locates_them():
     """resolve prints each finding in lint's form, ``file:line:col: severity CODE /pointer: message``
     (it gave ``file:line`` and no pointer): H003 on the scheduler's "auto" step count sits on the
