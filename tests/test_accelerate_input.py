@@ -430,5 +430,7 @@ def test_lint_hf_and_resolve_give_the_same_findings_for_an_accelerate_file(tmp_p
         linted = [(f["code"], f["pointer"]) for f in _findings(out) if f["code"].startswith("H")]
         assert sorted(linted) == sorted(expect), (name, linted)  # once each, over the YAML and its named file
         p = run_cli(["resolve", name, "--per-device-train-batch-size", "8"], cwd=tmp_path)
-        said = [ln.split(" ")[:2] for ln in p.stderr.splitlines() if re.match(r"^\S+: H\d{3} ", ln)]
-        assert sorted((c, where.rstrip(":")) for where, c in said) == sorted(linted), (name, p.stderr)
+        # resolve prints findings in lint's form: "file[:line:col]: severity CODE /pointer: message"
+        said = [m.groups() for ln in p.stderr.splitlines()
+                if (m := re.match(r"^\S+: (?:error|warning|info) (H\d{3}) (/\S*): ", ln))]
+        assert sorted(said) == sorted(linted), (name, p.stderr)
