@@ -193,6 +193,28 @@ def test_load_phase_options():
     assert _at(tl, "load", HOST) == 0
 
 
+def test_zero_init_load_peak_is_one_module_whole_beside_the_partitions_made():
+    # DeepSpeed 0.19.8 partition_parameters.py, by hand for Linear(64,301) -> Linear(301,77) ->
+    # Linear(77,5) at W = 2 (the engine cells z3_*_zinit_w2 measure the same): a module's tensors
+    # stay whole until its __init__ returns; each is created in fp32 and cast to the config's dtype
+    # (zero_wrapper_for_fp_tensor_constructor: tensor.data = tensor.data.to(dtype), both alive)
+    inv = Inventory(name="tiny", tensors=[TensorSpec(n, s) for n, s in [
+        ("l1.weight", (301, 64)), ("l1.bias", (301,)), ("l2.weight", (77, 301)), ("l2.bias", (77,)),
+        ("l3.weight", (5, 77)), ("l3.bias", (5,))]], source="test")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3}}
+    l1_parts = (-(-19264 // 2) + -(-301 // 2))  # 9632 + 151 elements per rank
+    # bf16: at l2.weight's cast, l1's bf16 partitions + 23177 x (4 + 2)
+    tl = _tl({**cfg, "bf16": {"enabled": True}}, inv, 2, zero_init=True)
+    assert _at(tl, "load") == l1_parts * 2 + 23177 * 6 and _at(tl, "load", HOST) == 0
+    # fp32 (no cast copy): l2 whole (23177 + 77) x 4 while its first partition (11589 x 4) is made
+    tl = _tl(cfg, inv, 2, zero_init=True)
+    assert _at(tl, "load") == l1_parts * 4 + 11589 * 4 + (23177 + 77) * 4
+    # the partitions live where offload_param puts them: host memory
+    tl = _tl({**cfg, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, inv, 2, zero_init=True)
+    assert _at(tl, "load", HOST) == l1_parts * 4 + 11589 * 4 and _at(tl, "load") == (23177 + 77) * 4
+
+
 #: The config of case C11-load-time-host-zero2 (20B, ZeRO-2, bf16, AdamW; 4 GPUs and 256 GB per node).
 C11 = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16, "bf16": {"enabled": True},
        "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.1}},

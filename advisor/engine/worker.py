@@ -443,9 +443,36 @@ def _nvme_files(nvme_path: str | None, rank: int, frozen_ids: "set[int] | None" 
 _GRAD_FACTOR = 2.0 ** -8
 
 
-def _build_model(inventory: dict):
+def _build_model(inventory: dict, submodules: bool = False):
+    """The proxy model of ``inventory`` and its optimizer param groups (trainable tensors by their
+    ``group``). Flat (``submodules`` false): every parameter registered on one module. With
+    ``submodules``: one child module per owning module of the inventory's names
+    (:func:`advisor.ledger.state.module_of`, in order of first appearance), each registering its
+    own parameters in its ``__init__`` as a real model's layers do; ``deepspeed.zero.Init``
+    partitions a module's parameters when that module's ``__init__`` returns
+    (``partition_parameters.py`` InsertPostInitMethodToModuleSubClasses.partition_after), so
+    only this structure shows its load transient (one module materialised at a time)."""
     import torch
     import torch.nn as nn
+    from advisor.ledger.state import module_of
+
+    g = torch.Generator().manual_seed(0)
+
+    def _param(t):
+        # built in place: no temporary at construction (the load phase is exactly N x 4 B)
+        x = torch.empty(*t["shape"])
+        return nn.Parameter(x.normal_(0.0, 0.02, generator=g if x.device.type == "cpu" else None),
+                            requires_grad=bool(t.get("trainable", True)))
+
+    def _touch(mod, names, s):
+        # p.mean() saves no activation and allocates only a scalar, so what is live in
+        # forward/backward is the engine's own state. The fp32 factor 2**-8 keeps fp16 finite:
+        # the gradient reaching the 16-bit mean is loss_scale x factor, and fp16's initial
+        # loss scale 2**16 is itself past fp16's largest value (65,504), so without it every
+        # fp16 step overflows, is skipped, and no optimizer state is ever created.
+        for n in names:
+            s = s + getattr(mod, n).mean().float() * _GRAD_FACTOR
+        return s
 
     class Proxy(nn.Module):
         """Parameters with exactly the inventory's shapes, in order; forward touches each."""
@@ -453,32 +480,55 @@ def _build_model(inventory: dict):
         def __init__(self, tensors):
             super().__init__()
             self._names = []
-            g = torch.Generator().manual_seed(0)
             for i, t in enumerate(tensors):
-                name = f"p{i}"
-                # built in place: no temporary at construction (the load phase is exactly N x 4 B)
-                p = nn.Parameter(torch.empty(*t["shape"]).normal_(0.0, 0.02, generator=g),
-                                 requires_grad=bool(t.get("trainable", True)))
-                self.register_parameter(name, p)
-                self._names.append(name)
+                self.register_parameter(f"p{i}", _param(t))
+                self._names.append(f"p{i}")
 
         def forward(self, x):
-            # p.mean() saves no activation and allocates only a scalar, so what is live in
-            # forward/backward is the engine's own state. The fp32 factor 2**-8 keeps fp16 finite:
-            # the gradient reaching the 16-bit mean is loss_scale x factor, and fp16's initial
-            # loss scale 2**16 is itself past fp16's largest value (65,504), so without it every
-            # fp16 step overflows, is skipped, and no optimizer state is ever created.
+            return _touch(self, self._names, x.float().mean())
+
+    class Leaf(nn.Module):
+        """One owning module: its parameters (local names p0, p1, ...), created in its __init__."""
+
+        def __init__(self, tensors):
+            super().__init__()
+            self._names = []
+            for j, t in enumerate(tensors):
+                self.register_parameter(f"p{j}", _param(t))
+                self._names.append(f"p{j}")
+
+        def forward(self, s):
+            return _touch(self, self._names, s)
+
+    class Modular(nn.Module):
+        """The inventory's owning modules as children (in order); forward runs each child."""
+
+        def __init__(self, tensors):
+            super().__init__()
+            owners: dict[str, list[int]] = {}
+            for i, t in enumerate(tensors):
+                owners.setdefault(module_of(t["name"]), []).append(i)
+            #: inventory index of each leaf's parameters, in the leaf's order
+            self.index = list(owners.values())
+            self.leaves = nn.ModuleList(Leaf([tensors[i] for i in ix]) for ix in self.index)
+
+        def forward(self, x):
             s = x.float().mean()
-            for n in self._names:
-                s = s + getattr(self, n).mean().float() * _GRAD_FACTOR
+            for leaf in self.leaves:
+                s = leaf(s)
             return s
 
     tensors = inventory["tensors"]
-    model = Proxy(tensors)
+    model = Modular(tensors) if submodules else Proxy(tensors)
+    if submodules:
+        by_index = {i: getattr(leaf, n) for leaf, ix in zip(model.leaves, model.index)
+                    for i, n in zip(ix, leaf._names)}
+    else:
+        by_index = {i: getattr(model, f"p{i}") for i in range(len(tensors))}
     groups: dict[int, list] = {}
     for i, t in enumerate(tensors):
         if t.get("trainable", True):
-            groups.setdefault(int(t.get("group", 0)), []).append(getattr(model, f"p{i}"))
+            groups.setdefault(int(t.get("group", 0)), []).append(by_index[i])
     param_groups = [{"params": groups[k]} for k in sorted(groups)]
     return model, param_groups
 
@@ -512,7 +562,7 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
 
 
 def _settle_collectives(timeout_s: float = 0.2):
-    """While the tracker runs, make each blocking ``torch.distributed.all_reduce`` / ``reduce``
+    """While the tracker runs, make each blocking ``torch.distributed.all_reduce`` / ``reduce`` / ``broadcast``
     return only once the backend has dropped its reference to the tensor (or ``timeout_s``
     passed); returns the function that undoes it.
 
@@ -529,9 +579,10 @@ def _settle_collectives(timeout_s: float = 0.2):
         orig = getattr(tdist, name)
         saved[name] = orig
 
-        def call(tensor, *a, **k):
+        def call(*a, **k):
+            tensor = a[0] if a else k["tensor"]  # deepspeed.comm passes broadcast's tensor by keyword
             n0 = tensor._use_count()
-            out = orig(tensor, *a, **k)
+            out = orig(*a, **k)
             if not k.get("async_op"):
                 end = time.monotonic() + timeout_s
                 while tensor._use_count() > n0 and time.monotonic() < end:
@@ -539,7 +590,9 @@ def _settle_collectives(timeout_s: float = 0.2):
             return out
         setattr(tdist, name, call)
 
-    for name in ("all_reduce", "reduce"):
+    # broadcast: zero.Init's _zero_init_param broadcasts each parameter before partitioning it;
+    # gloo's hold on it kept a module's whole parameters alive into the next module's build
+    for name in ("all_reduce", "reduce", "broadcast"):
         wrap(name)
 
     def restore():
@@ -570,11 +623,18 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
     nvme_path = cell.get("nvme_path")
     if tracker is not None:
         tracker.set_phase("load")
+    # under zero.Init, the inventory's modules as child modules (a flat proxy would be one module,
+    # materialised whole before zero.Init partitions it, which no real model is)
+    submodules = bool(cell.get("submodules", cell.get("zero_init")))
     if cell.get("zero_init"):
+        # torch imports torch._dynamo on the first call through a torch._compile-wrapped function
+        # (torch.empty here); imported while zero.Init has replaced torch.Tensor.__new__, dynamo's
+        # polyfill registration rejects the replacement's signature (TypeError): import it first
+        import torch._dynamo  # noqa: F401
         with deepspeed.zero.Init(config_dict_or_path=config):
-            model, groups = _build_model(cell["inventory"])
+            model, groups = _build_model(cell["inventory"], submodules)
     else:
-        model, groups = _build_model(cell["inventory"])
+        model, groups = _build_model(cell["inventory"], submodules)
     _phase(tracker, "initialize")
     t0 = time.time()
     engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)

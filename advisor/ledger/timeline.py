@@ -163,12 +163,85 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     return LoadAssumption(zi, zs, dt, ds, lc, ls)
 
 
+def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int) -> tuple[int, int, str]:
+    """The high-water mark of building a model under ``deepspeed.zero.Init`` on one rank:
+    (bytes of partitions live then, bytes of full tensors live then, the module and moment).
+
+    ``sizes``: (owning module, elements) of every parameter in construction order; ``W``: the
+    partition world size; ``D``: zero.Init's dtype (the config's 16-bit dtype, else fp32:
+    ``partition_parameters.py`` InsertPostInitMethodToModuleSubClasses._set_dtype); ``Dl``: the
+    dtype the module's code creates its tensors in (torch's default dtype, or HF ``torch_dtype``).
+
+    DeepSpeed 0.19.8, ``runtime/zero/partition_parameters.py``:
+
+    * a tensor constructor (``torch.empty`` ...) is wrapped by zero_wrapper_for_fp_tensor_constructor:
+      the tensor is created in ``Dl`` and then ``tensor.data = tensor.data.to(D)``, so while it is
+      cast both copies exist (n x (Dl + D) bytes; just n x D when Dl == D, ``.to`` is a no-op);
+    * a module's parameters stay whole until its ``__init__`` returns (partition_after runs
+      _post_init_method then), beside the partitions of the modules built before;
+    * _post_init_method partitions them one by one (_zero_init_param -> _partition_param): the
+      partition ``ceil(n / W)`` x D is allocated (torch.empty) and filled while the whole tensor
+      is alive, then free_param drops the whole tensor.
+
+    Every rank holds ``ceil(n / W)`` elements of each parameter (padding included), so the
+    figure is the same on every rank."""
+    best = (0, 0, "")
+    done = 0  # partitions of the modules already built, bytes
+    i = 0
+    while i < len(sizes):
+        mod = sizes[i][0]
+        j = i
+        while j < len(sizes) and sizes[j][0] == mod:
+            j += 1
+        ns = [n for _, n in sizes[i:j]]
+        full = 0
+        for n in ns:  # construction: the earlier tensors of the module whole, this one being cast
+            cand = (done, full + n * (Dl + (D if Dl != D else 0)), f"{mod}: building a parameter")
+            best = max(best, cand, key=lambda c: c[0] + c[1])
+            full += n * D
+        parts = 0
+        for n in ns:  # partitioning: this tensor's partition allocated before its whole copy is freed
+            parts += zero3_partition_numel(n, W) * D
+            cand = (done + parts, full, f"{mod}: partitioning")
+            best = max(best, cand, key=lambda c: c[0] + c[1])
+            full -= n * D
+        done += parts
+        i = j
+    return best
+
+
 def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
-    """Entries (life ``load``) of the load phase on one rank: the full host copy without zero.Init
-    (N x load-dtype bytes, twice with low_cpu_mem_usage false); nothing under zero.Init."""
+    """Entries (life ``load``) of the load phase on one rank at its high-water mark: without
+    zero.Init the full host copy (N x load-dtype bytes, twice with low_cpu_mem_usage false); under
+    zero.Init (:func:`zero_init_load_peak`) the partitions built so far plus the one module
+    materialised whole on the accelerator (zero.Init's ``local_device``: its tensor-constructor
+    wrappers pass ``device=local_device``, partition_parameters.py _add_tensor_creation_wrappers).
+    The partitions live where zero.Init's ``remote_device`` is: the accelerator, or host memory
+    with ``offload_param`` (pinned when its ``pin_memory``; an NVMe partition is swapped out and
+    its buffer released at once, _partition_param -> swap_out_and_release, so it counts on nvme)."""
     inv = ledger.plan.inventory
     if load.zero_init:
-        return []
+        W = max(1, ledger.plan.cluster.zero_world_size)
+        D = DTYPE_BYTES[ec.model_dtype]
+        Dl = DTYPE_BYTES[load.dtype]
+        parts, full, where = zero_init_load_peak([(module_of(t.name), t.numel) for t in inv.tensors], W, D, Dl)
+        src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
+        out = [Entry(rank, "accelerator", "parameters", "zero_init_module_whole", full, "load",
+                     f"the parameters of one module whole in {ec.model_dtype}"
+                     + (f" (plus the {load.dtype} tensor being cast)" if Dl != D else "")
+                     + f" before zero.Init partitions them; peak at {where}", src)]
+        op = ec.offload_param_effective
+        if op == "none":
+            tier = "accelerator"
+        else:
+            pin = bool(ec.zero.offload_param.pin_memory)
+            tier = "host_pinned" if pin else "host_pageable"
+            if op == "nvme":
+                # swapped out as each is made (the few below the aio swap size stay in host memory)
+                tier = "nvme"
+        out.append(Entry(rank, tier, "parameters", "zero_init_partitions", parts, "load",
+                         "sum ceil(n_i / W) x D of the parameters partitioned before that instant", src))
+        return out
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2

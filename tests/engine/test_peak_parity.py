@@ -44,9 +44,10 @@ def _cfg(stage, dtype, **zero):
 #: gradient) exercise the step one param group at a time (state.zero12_step_groups): at group 0's
 #: first update the shared grads_in_partition is still held by group 1's views while group 1's
 #: moments do not exist yet (the one-instant step was 15% under there).
-#: Not claimed yet, with what the tracker found:
-#: - the load under zero.Init (the proxy registers every parameter on one module, so zero.Init
-#:   materialises all of them before partitioning).
+#: The zero.Init cells build the proxy with one child module per owning module (l1, l2, l3: the
+#: worker's _build_model(submodules=True)), so zero.Init partitions each as its __init__ returns,
+#: and their load phase is the ledger's timeline.zero_init_load_peak (the l2 weight being cast
+#: from fp32 beside l1's partitions in bf16; l2 whole while its first partition is made in fp32).
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
@@ -69,6 +70,10 @@ CELLS = [
     ("z2_bf16_oo_cpu_w2", _cfg(2, "bf16", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
     ("z1_fp16_oo_cpu_w2", _cfg(1, "fp16", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
     ("z2_bf16_groups_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS),
+    # the load under deepspeed.zero.Init, the proxy's parameters on one child module per owning
+    # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
+    ("z3_bf16_zinit_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, True, parity.TINY),
+    ("z3_fp32_zinit_w2", _cfg(3, "fp32", reduce_bucket_size=50000), 2, True, parity.TINY),
 ]
 
 
@@ -83,7 +88,30 @@ _REDUCE = ("not in the ledger; tracker sites: the gradients concatenated for the
            "wrapped_fn, 86,418 B) and, in the steady backward, comm/torch.py reduce_scatter_tensor l. 437 (86,428 B, "
            "a full-size buffer: gloo on CPU has no reduce-scatter, so this part may be CPU-only); the rest not "
            "diagnosed yet")
-UNMATCHED = {
+#: The zero.Init cells' training phases: z3_bf16_w2's residuals (the same ZeRO-3 transients; x2 in fp32),
+#: with the gather in the first forward per module, since the proxy has one module per layer.
+_PER_MODULE_GATHER = ("the persistent parameters' first fetch, now one module at a time: the flat all-gather "
+                      "buffer of the largest module (l2; _all_gather_dtype l. 1343) and its torch.cat copy, net of the "
+                      "modules not fetched yet (the ledger counts lp_params_gathered whole from initialize)")
+UNMATCHED_ZINIT = {
+    "z3_bf16_zinit_w2": {
+        "initialize": "-86,423 B: as z3_bf16_w2 (persistent parameters gathered at the first forward)",
+        "forward:1": "+6,617 B: " + _PER_MODULE_GATHER,
+        "backward:1": "+125,601 B: " + _REDUCE,
+        "step:1": "-86,379 B: as z3_bf16_w2",
+        "backward:2": "+172,907 B: as z3_bf16_w2: " + _REDUCE,
+        "step:2": "-43,157 B: as z3_bf16_w2",
+    },
+    "z3_fp32_zinit_w2": {
+        "initialize": "-172,851 B: as z3_bf16_w2, in fp32",
+        "forward:1": "+13,225 B: as z3_bf16_zinit_w2, in fp32: " + _PER_MODULE_GATHER,
+        "backward:1": "+251,185 B: as z3_bf16_zinit_w2, in fp32: " + _REDUCE,
+        "step:1": "-86,363 B: as z3_bf16_w2",
+        "backward:2": "+345,789 B: as z3_bf16_w2, in fp32: " + _REDUCE,
+        "step:2": "-86,355 B: as z3_bf16_w2, in fp32",
+    },
+}
+UNMATCHED = {**UNMATCHED_ZINIT,
     "z3_bf16_w2": {
         # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
         "initialize": "-86,423 B: the ledger counts the persistent parameters (lp_params_gathered) from "
