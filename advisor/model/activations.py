@@ -53,7 +53,10 @@ Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkp
 * ``full``: every layer is checkpointed (HF ``gradient_checkpointing_enable()``, Megatron
   ``--recompute-granularity full``, ``deepspeed.checkpointing.checkpoint`` per layer): each
   layer keeps only its input (D sbh); backward recomputes one layer at a time, so one layer's
-  activations are live on top. Cost: one extra forward of the layers.
+  activations are live on top. Cost: one extra forward of the layers. With eager attention the
+  recompute's peak is not that (:func:`eager_recompute_peak`): the first layer recomputed is the
+  last, whose backward runs after the loss head's is done (its saved tensors freed but the
+  logits the model returns); inside it the attention backward adds its s^2 gradients.
 * ``k`` (an integer, 0 < k < layers): the first k layers of each pipeline stage are
   checkpointed and the rest keep everything (Megatron ``--recompute-method block
   --recompute-num-layers k``; HF: ``gradient_checkpointing`` set on k decoder layers). Cost: k
@@ -486,6 +489,64 @@ def cpu_checkpoint_traffic(inputs: int, piece: int, async_engine: bool) -> tuple
     return inputs * piece, inputs * piece
 
 
+def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: int, t: int = 1, sp: bool = False,
+                         stat_bytes: int = 4) -> int:
+    """Bytes live at the backward peak of one recomputed layer with eager attention, beyond the
+    other layers' kept inputs: the larger of two instants of its backward (``whole`` = the
+    layer's saved activations, what the recompute rebuilds; t / sp as :func:`layer_terms`).
+
+    ``torch.utils.checkpoint`` (non-reentrant) reruns the layer's forward when backward reaches
+    it, so all of the layer's saved tensors exist again, and autograd then frees each node's
+    saved tensors once that node has run, in reverse order of creation:
+
+    * start of the layer's backward: ``whole`` + the gradient of the layer's output (D sbh) +
+      the first nodes' temporaries: BLOOM's ``bloom_gelu_back`` (modeling_bloom.py: tanh_out
+      and four more products of x, D sbf each; the gradient of the GeLU output replaces the
+      freed dense_4h_to_h input), Gemma 2's fp32 RMSNorm backward (Gemma2RMSNorm computes in
+      fp32: four fp32 sbh gradients), otherwise the gated MLP's two gradients (D sbf each);
+    * the attention's softmax backward (transformers ``eager_attention_forward``: softmax in
+      fp32, ``.to(query.dtype)``, matmul with v): the MLP's and o_proj's saved tensors and the
+      probabilities' 16-bit copy and v are freed; alive are the first norm's saved tensors, the
+      q/k/v input, q and k (k repeated to every head), Gemma 2's tanh soft-capping output, the
+      softmax output, and the gradients: of the hidden state (D sbh), of v at every head
+      (D sbad, waiting for repeat_kv's backward), of the probabilities cast to fp32 and of the
+      scores (4 b a s^2 each; GPT-2: model dtype).
+
+    A tied embedding's gradient (V h D) waits in autograd's input buffer from lm_head's backward
+    to the embedding's, so it is live at both (``tie_word_embeddings``)."""
+    h = int(meta["hidden_size"])
+    a = int(meta["num_heads"])
+    kv = int(_m(meta, "num_kv_heads", default=a))
+    d = int(_m(meta, "head_dim", default=h // a))
+    v_d = int(_m(meta, "v_head_dim", default=d))
+    f = int(meta["intermediate_size"])
+    fam = meta.get("family")
+    a_t, kv_t = max(1, a // t), max(1, kv // t)
+    rs = t if sp else 1
+    n_sh = s * b * h
+    grad_h = D * n_sh // rs
+    tied = D * int(meta["vocab_size"]) * h // t if _m(meta, "tie_word_embeddings", default=False) else 0
+    if fam == "bloom":
+        first = 5 * D * s * b * f // t
+    elif fam == "gemma2":
+        first = 4 * 4 * n_sh // rs
+    else:
+        first = 2 * D * s * b * f // t
+    start = whole + grad_h + first
+    sm = D if fam in _SOFTMAX_MODEL_DTYPE else 4
+    s2 = b * a_t * s * s
+    att = norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs + D * n_sh // rs + 2 * D * s * b * a_t * d + sm * s2
+    if fam == "gemma2":
+        att += D * s2
+    if fam in _FUSED_QKV_ROPE and kv_t == a_t:
+        att += D * s * b * (a_t + kv_t) * d
+    if _m(meta, "qk_norm", default=False):
+        qk = (a_t + kv_t) * d
+        att += 4 * s * b * qk + 4 * s * b * (a_t + kv_t) + D * s * b * qk
+    softmax_bwd = att + grad_h + D * s * b * a_t * v_d + 2 * sm * s2
+    return max(start, softmax_bwd) + tied
+
+
 def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> ActivationEstimate:
     """Activation bytes per rank for one micro-batch (see the module docstring for formulas).
 
@@ -531,6 +592,9 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     loss_saved = head_norm // rs + D * s * b * h // rs + 4 * s * b * V // t + D * s * b * V // t + 8 * s * b
     if meta.get("family") == "gemma2":  # final_logit_softcapping: tanh(logits / cap) saves its output
         loss_saved += D * s * b * V // t
+    # what the head's backward frees before the layers' backward: all of it but the logits the
+    # model returns (held by its output, not by autograd)
+    head_freed = loss_saved - D * s * b * V // t
     if float(_m(meta, "embedding_dropout", default=0.0) or 0.0) > 0:  # the embedding dropout's mask
         loss_saved += x.dropout_mask_bytes * s * b * h // rs
     if meta.get("family") == "bloom":
@@ -540,7 +604,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     loss_spike = 4 * s * b * V // t
     loss_backward_spike = 8 * s * b * V // t
     if not last:  # only the last pipeline stage runs the head and the loss
-        loss_saved = loss_spike = loss_backward_spike = 0
+        loss_saved = loss_spike = loss_backward_spike = head_freed = 0
     mode, k = parse_checkpointing(x.checkpointing, layers_on_rank)
     notes: list[str] = []
     if moe and x.moe_capacity_factor is not None and t > 1:
@@ -603,7 +667,12 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         saved_acc = (all_layers - replaced + kept) * in_flight + loss_saved
         # backward runs from the last layer: the un-checkpointed ones are freed before the first
         # checkpointed layer is recomputed, so only what exceeds them adds to the peak
-        recompute = max(0, largest_layer + gathered - (all_layers - replaced))
+        layer_peak = largest_layer
+        if x.attention == "eager" and layers_on_rank:
+            # eager_recompute_peak: the head is done by then (the logits aside)
+            layer_peak = eager_recompute_peak(meta, s, b, D, largest_layer, t, x.sequence_parallel,
+                                              x.norm_stat_bytes) - head_freed
+        recompute = max(0, layer_peak + gathered - (all_layers - replaced))
         frac_flops = (L * layer_flops) / step_flops * (k / layers_on_rank if layers_on_rank else 0)
     else:
         saved_acc = all_layers * in_flight + loss_saved
