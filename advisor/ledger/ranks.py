@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from itertools import islice
+from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 
@@ -144,6 +144,9 @@ def rank_fields(ranks: "RankSet | Iterable[int]") -> dict[str, Any]:
     return {"rank_count": len(rs), "rank_ranges": [[a, b - 1] for a, b in rs.ranges]}
 
 
+_NONE = object()  # a value no piece holds
+
+
 class Runs:
     """A value per rank over ``0..W-1`` as pieces: ``bounds`` b_0 = 0 < b_1 < ... < b_k = W, value
     ``values[i]`` on ranks [b_i, b_{i+1}). Neighbouring pieces never hold equal values."""
@@ -153,14 +156,16 @@ class Runs:
     def __init__(self, bounds: Sequence[int], values: Sequence[Any]) -> None:
         b_out = [bounds[0]]
         v_out: list[Any] = []
-        for i, v in enumerate(values):
-            if bounds[i + 1] <= bounds[i]:
+        last: Any = _NONE
+        for b0, b1, v in zip(bounds, islice(bounds, 1, None), values):
+            if b1 <= b0:
                 continue
-            if v_out and v_out[-1] == v:
-                b_out[-1] = bounds[i + 1]
+            if v == last:
+                b_out[-1] = b1
             else:
                 v_out.append(v)
-                b_out.append(bounds[i + 1])
+                b_out.append(b1)
+                last = v
         self.bounds = tuple(b_out)
         self.values = tuple(v_out)
 
@@ -235,17 +240,16 @@ class Runs:
         W = runs[0].W
         if any(r.W != W for r in runs):
             raise ValueError("runs over different world sizes")
+        if len(runs) == 1:
+            return Runs(runs[0].bounds, [(v,) for v in runs[0].values])
         pts = sorted({b for r in runs for b in r.bounds})
-        idx = [0] * len(runs)
-        vals = []
-        for p in pts[:-1]:
-            row = []
-            for k, r in enumerate(runs):
-                while r.bounds[idx[k] + 1] <= p:
-                    idx[k] += 1
-                row.append(r.values[idx[k]])
-            vals.append(tuple(row))
-        return Runs(pts, vals)
+        # each run's value at every point of pts: its piece i covers the points from the
+        # position of bounds[i] to that of bounds[i + 1] (every bound is one of pts)
+        cols = []
+        for r in runs:
+            pos = [bisect.bisect_left(pts, b) for b in r.bounds]
+            cols.append(list(chain.from_iterable(map(repeat, r.values, [j1 - j0 for j0, j1 in zip(pos, pos[1:])]))))
+        return Runs(pts, list(zip(*cols)))
 
     def groups(self) -> dict[Any, RankSet]:
         """value -> the ranks holding it, in order of first rank."""

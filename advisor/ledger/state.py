@@ -43,6 +43,9 @@ verified by tests/engine parity runs against the real engine.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Literal, get_args
@@ -218,6 +221,31 @@ class Zero12Layout:
     n: int
     n_pad: int
     P: int
+    #: Figures derived from the layout, computed once (:func:`zero12_all_ranks` per world size,
+    #: ...): a ledger asks for them several times per plan. Not part of the value.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @functools.cached_property
+    def ends(self) -> list[int]:
+        """Flat end offset of each tensor (start + numel), elements; non-decreasing."""
+        return [a + n for a, n in zip(self.starts, self.numels)]
+
+    @functools.cached_property
+    def prefix(self) -> list[int]:
+        """prefix[j] = numels[0] + ... + numels[j-1] (elements; len = tensors + 1)."""
+        return list(itertools.accumulate(self.numels, initial=0))
+
+    @functools.cached_property
+    def largest(self) -> int:
+        """The largest tensor's numel (0 for an empty group)."""
+        return max(self.numels, default=0)
+
+    def meeting(self, r: int) -> tuple[int, int]:
+        """(jl, jh): the tensors j in [jl, jh) whose flat range [start_j, end_j) meets rank r's
+        slice [r P, (r+1) P) -- the first whose end is past r P, up to the first starting at or past
+        (r+1) P (starts and ends never decrease, so two bisections). O(log tensors)."""
+        lo = r * self.P
+        return bisect.bisect_right(self.ends, lo), bisect.bisect_left(self.starts, lo + self.P)
 
 
 def zero12_group_layout(numels: "list[int] | tuple[int, ...]", W: int, dtype_bytes: int,
@@ -229,14 +257,18 @@ def zero12_group_layout(numels: "list[int] | tuple[int, ...]", W: int, dtype_byt
     ``parameter_alignment=False`` for BF16_Optimizer). Example (§3.1): N = 43,209, W = 2 ->
     N_pad = 43,212, P = 21,606."""
     a = zero12_param_alignment(dtype_bytes, parameter_alignment)
-    starts = []
-    off = 0
-    last = len(numels) - 1
-    for j, n in enumerate(numels):
-        starts.append(off)
-        off += n
-        if a > 1 and j < last:
-            off += (-off) % a
+    if a <= 1:  # no per-parameter padding: the starts are the prefix sums
+        starts = list(itertools.accumulate(numels, initial=0))
+        off = starts.pop()
+    else:
+        starts = []
+        off = 0
+        last = len(numels) - 1
+        for j, n in enumerate(numels):
+            starts.append(off)
+            off += n
+            if j < last:
+                off += (-off) % a
     n_pad = align_up(off, 2 * W)
     return Zero12Layout(tuple(starts), tuple(numels), sum(numels), n_pad, n_pad // W)
 
@@ -260,44 +292,52 @@ def zero12_rank_coverage(layout: Zero12Layout, r: int) -> tuple[int, int, int]:
 
 def zero12_all_ranks(layout: Zero12Layout, W: int) -> Runs:
     """Runs of (I_r, Cov_r, K_r): :func:`zero12_rank_coverage` for every rank 0..W-1, in
-    O(tensors log tensors) whatever W is.
+    O(min(W, tensors) log tensors) once the layout's prefix sums exist (O(tensors), C loops),
+    whatever W is; computed once per layout and W (the layout's memo).
 
     The parameters meeting rank r's slice [r P, (r+1) P) are a contiguous run j in [lo_r, hi_r)
-    of the model-ordered tensors (starts and ends never decrease). The run changes only where a
+    of the model-ordered tensors (starts and ends never decrease: :meth:`Zero12Layout.meeting`).
+    With W <= 4 x tensors every rank is evaluated. Otherwise the run changes only where a
     tensor's start or end crosses a slice, and a rank whose slice holds a tensor boundary is
     alone in its piece: between those ranks every slice lies inside one tensor (I = its numel,
     Cov = P, K = 1) or past the last (padding: 0, 0, 0). So the candidate change ranks are, per
     tensor j, floor(start_j / P), floor((end_j - 1) / P) and the rank after each; the figure is
-    evaluated at each piece start with forward-only pointers (I_r from prefix sums, Cov_r = I_r
-    minus what the first and last parameter stick out of the slice)."""
+    evaluated at each piece start (I_r from prefix sums, Cov_r = I_r minus what the first and
+    last parameter stick out of the slice)."""
+    key = ("all_ranks", W)
+    got = layout._memo.get(key)
+    if got is not None:
+        return got
     starts, numels, P = layout.starts, layout.numels, layout.P
     T = len(numels)
-    ends = [s + n for s, n in zip(starts, numels)]
-    pre = [0] * (T + 1)
-    for j, n in enumerate(numels):
-        pre[j + 1] = pre[j] + n
     if P <= 0:
-        return Runs.const(W, (0, 0, 0))
-    pts: list[int] = []
-    for a, b in zip(starts, ends):
-        last = (b - 1) // P if b > a else a // P  # a zero-numel tensor inside a slice still counts in K
-        pts += [a // P, a // P + 1, last, last + 1]
+        got = layout._memo[key] = Runs.const(W, (0, 0, 0))
+        return got
+    ends, pre = layout.ends, layout.prefix
+    br, bl = bisect.bisect_right, bisect.bisect_left
 
     def value_at(rs: Iterable[int]):
-        jl = jh = 0
         for r in rs:
-            lo, hi = r * P, (r + 1) * P
-            while jl < T and ends[jl] <= lo:
-                jl += 1
-            while jh < T and starts[jh] < hi:
-                jh += 1
+            lo = r * P
+            hi = lo + P
+            jl, jh = br(ends, lo), bl(starts, hi)
             if jh > jl:
                 inter = pre[jh] - pre[jl]
-                yield inter, inter - max(0, lo - starts[jl]) - max(0, ends[jh - 1] - hi), jh - jl
+                a0, b1 = starts[jl], ends[jh - 1]
+                yield inter, inter - (lo - a0 if lo > a0 else 0) - (b1 - hi if b1 > hi else 0), jh - jl
             else:
                 yield 0, 0, 0
 
-    return Runs.at_points(W, pts, value_at)
+    if W <= 4 * T:
+        got = Runs(range(W + 1), list(value_at(range(W))))
+    else:
+        # a zero-numel tensor inside a slice still counts in K: its "last" rank is its start's
+        lasts = [(b - 1) // P if b > a else a // P for a, b in zip(starts, ends)]
+        firsts = [a // P for a in starts]
+        pts = {*firsts, *(f + 1 for f in firsts), *lasts, *(x + 1 for x in lasts)}
+        got = Runs.at_points(W, pts, value_at)
+    layout._memo[key] = got
+    return got
 
 
 def zero3_partition_numel(n: int, W: int) -> int:
@@ -732,15 +772,52 @@ def zero12_flat_copy(layouts: list[Zero12Layout], W: int) -> Runs:
 
 def zero12_largest_slices(layouts: list[Zero12Layout], W: int) -> Runs:
     """Runs of, per rank, elements of its largest gradient slice: max over parameters p meeting the rank's
-    slice [r P, (r+1) P) of a group of the part of p inside it (``stage_1_and_2.py`` grad_position
-    ``num_elements``). Every rank in O(tensors log tensors): a parameter's owners are one range
-    (the first and last hold part of it, the ranks between a whole P)."""
-    ups = []
-    for lay in layouts:
-        P = lay.P
-        if not P:
-            continue
-        for a, n in zip(lay.starts, lay.numels):
+    slice [r P, (r+1) P) of a group of the part of p inside it, min(end_p, (r+1) P) - max(start_p, r P)
+    (``stage_1_and_2.py`` grad_position ``num_elements``). Every rank in O(tensors log tensors)
+    whatever W is (a parameter's owners are one range: the first and last hold part of it, the
+    ranks between a whole P), or O(W log tensors + tensors) for W <= 4 x tensors (each rank's
+    meeting run by bisection, the parameters inside it whole); once per layout and W."""
+    runs = [_largest_slices_one(lay, W) for lay in layouts if lay.P]
+    if not runs:
+        return Runs.const(W, 0)
+    if len(runs) == 1:
+        return runs[0]
+    return Runs.zip(*runs).map(max)
+
+
+def _largest_slices_one(lay: Zero12Layout, W: int) -> Runs:
+    """:func:`zero12_largest_slices` of one group (P > 0), memoised on the layout."""
+    key = ("largest_slices", W)
+    got = lay._memo.get(key)
+    if got is not None:
+        return got
+    P, starts, numels, ends = lay.P, lay.starts, lay.numels, lay.ends
+    T = len(numels)
+    if W <= 4 * T:
+        br, bl = bisect.bisect_right, bisect.bisect_left
+        vals = []
+        for r in range(W):
+            lo = r * P
+            hi = lo + P
+            jl, jh = br(ends, lo), bl(starts, hi)
+            if jh <= jl:
+                vals.append(0)
+                continue
+            # a zero-numel parameter's part is 0, the default: counting it changes nothing
+            best = min(ends[jl], hi) - max(starts[jl], lo)
+            if jh - 1 > jl:
+                last = min(ends[jh - 1], hi) - max(starts[jh - 1], lo)
+                if last > best:
+                    best = last
+                if jh - 2 > jl:
+                    inner = max(numels[jl + 1:jh - 1])
+                    if inner > best:
+                        best = inner
+            vals.append(best if best > 0 else 0)
+        got = Runs(range(W + 1), vals)
+    else:
+        ups = []
+        for a, n in zip(starts, numels):
             if n <= 0:
                 continue
             r0, r1 = a // P, min((a + n - 1) // P, W - 1)
@@ -751,7 +828,9 @@ def zero12_largest_slices(layouts: list[Zero12Layout], W: int) -> Runs:
                 if r1 > r0 + 1:
                     ups.append((r0 + 1, r1, P))
                 ups.append((r1, r1 + 1, min(a + n, (r1 + 1) * P) - r1 * P))
-    return Runs.from_updates(W, ups, 0, "max")
+        got = Runs.from_updates(W, ups, 0, "max")
+    lay._memo[key] = got
+    return got
 
 
 def zero12_offload_norm_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -851,64 +930,79 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     rbs = int(ec.zero.reduce_bucket_size)
     st = ec.zero.stage
     # every trainable tensor: (group, flat start, numel), groups in index order (ZeRO-1's loop)
-    params: list[tuple[int, int, int]] = []
-    for g, lay in enumerate(layouts):
-        for s0, n in zip(lay.starts, lay.numels):
-            params.append((g, s0, n))
+    params = [(g, s0, n) for g, lay in enumerate(layouts) for s0, n in zip(lay.starts, lay.numels)]
     # model order across groups (autograd's reverse order is ZeRO-2's hook order)
-    gid = {k: g for g, k in enumerate(sorted({t.group for t in inv.tensors if t.trainable}))}
-    pos = [0] * len(layouts)
-    base = [0] * (len(layouts) + 1)
-    for g, lay in enumerate(layouts):
-        base[g + 1] = base[g] + len(lay.numels)
-    model_order = []
-    for t in inv.tensors:
-        if t.trainable:
-            g = gid[t.group]
-            model_order.append(params[base[g] + pos[g]])
-            pos[g] += 1
+    if len(layouts) <= 1:
+        model_order = params
+    else:
+        gid = {k: g for g, k in enumerate(sorted({t.group for t in inv.tensors if t.trainable}))}
+        pos = [0] * len(layouts)
+        base = [0] * (len(layouts) + 1)
+        for g, lay in enumerate(layouts):
+            base[g + 1] = base[g] + len(lay.numels)
+        model_order = []
+        for t in inv.tensors:
+            if t.trainable:
+                g = gid[t.group]
+                model_order.append(params[base[g] + pos[g]])
+                pos[g] += 1
+    order = model_order[::-1] if st == 2 else params
+    sizes = [p[2] for p in order]
+    T = len(order)
+    csum = list(itertools.accumulate(sizes, initial=0))
+    # flushes: (bucket params as a range of indices in order, index in order of the triggering
+    # param or None for the epilogue). A gradient triggers a flush when the bucket's elements plus
+    # its own exceed RBS, and then starts the next bucket: from a bucket starting at s, the first
+    # k > s with csum[k+1] - csum[s] > RBS (k >= 0 for the first, empty, bucket)
+    flushes: list[tuple[range, int | None]] = []
+    s0 = 0
+    while True:
+        k = bisect.bisect_right(csum, csum[s0] + rbs) - 1
+        if flushes and k <= s0:
+            k = s0 + 1
+        if k >= T:
+            flushes.append((range(s0, T), None))
+            break
+        flushes.append((range(s0, k), k))
+        s0 = k
+    Ps = [lay.P for lay in layouts]
+    Wl = W - 1
 
-    def owners(p: tuple[int, int, int]) -> list[tuple[int, int, int]]:
-        """The ranks owning a slice of p, as (first rank, end rank, slice elements per rank):
-        the first and last owner hold part of their slice, the ranks between a whole P."""
-        g, s0, n = p
-        P = layouts[g].P
-        if not P or n <= 0:
-            return []
-        r0, r1 = s0 // P, min((s0 + n - 1) // P, W - 1)
-        if r0 > r1:
-            return []
-        if r0 == r1:
-            return [(r0, r0 + 1, min(s0 + n, (r0 + 1) * P) - max(s0, r0 * P))]
-        out = [(r0, r0 + 1, (r0 + 1) * P - s0)]
-        if r1 > r0 + 1:
-            out.append((r0 + 1, r1, P))
-        out.append((r1, r1 + 1, min(s0 + n, (r1 + 1) * P) - r1 * P))
-        return out
-
-    order = list(reversed(model_order)) if st == 2 else list(params)
-    # flushes: (bucket params, index in order of the triggering param or None for the epilogue)
-    flushes: list[tuple[list[int], int | None]] = []
-    cur: list[int] = []
-    el = 0
-    for k, p in enumerate(order):
-        if el + p[2] > rbs:
-            flushes.append((cur, k))
-            cur, el = [], 0
-        cur.append(k)
-        el += p[2]
-    flushes.append((cur, None))
-    own = [owners(p) for p in order]
-    suffix = [0] * (len(order) + 1)
-    for k in range(len(order) - 1, -1, -1):
-        suffix[k] = suffix[k + 1] + order[k][2]
-
-    def copy_bytes(ks: list[int]) -> int:
+    def copy_bytes(ks: range, ranges: list[tuple[int, int]]) -> int:
         # the bucket's slices in order, one per (parameter, owning rank), neighbours owned by the
-        # same rank merged: blocks of m consecutive slices of n elements each (distinct owners)
+        # same rank merged: blocks of m consecutive slices of n elements each (distinct owners).
+        # The owners of p are (first rank, end rank, slice elements per rank): the first and last
+        # owner hold part of their slice, the ranks between a whole P. ``ranges`` gets the ranks
+        # the bucket's slices belong to, overlapping or touching ranges merged.
         blocks: list[list[int]] = []  # [n, m, owner of the last slice]
+        ca = cb = -1
         for k in ks:
-            for ra, rb, n in own[k]:
+            g, a0, n0 = order[k]
+            P = Ps[g]
+            if not P or n0 <= 0:
+                continue
+            r0 = a0 // P
+            r1 = (a0 + n0 - 1) // P
+            if r1 > Wl:
+                r1 = Wl
+            if r0 > r1:
+                continue
+            if r0 == r1:
+                own = ((r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - max(a0, r0 * P)),)
+            elif r1 > r0 + 1:
+                own = ((r0, r0 + 1, (r0 + 1) * P - a0), (r0 + 1, r1, P), (r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
+            else:
+                own = ((r0, r0 + 1, (r0 + 1) * P - a0), (r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
+            if r0 <= cb and r1 + 1 >= ca:
+                if r0 < ca:
+                    ca = r0
+                if r1 + 1 > cb:
+                    cb = r1 + 1
+            else:
+                if cb > ca:
+                    ranges.append((ca, cb))
+                ca, cb = r0, r1 + 1
+            for ra, rb, n in own:
                 if blocks and blocks[-1][2] == ra:
                     last = blocks[-1]
                     if last[1] > 1:
@@ -920,6 +1014,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
                         blocks.append([n, rb - ra - 1, rb - 1])
                 else:
                     blocks.append([n, rb - ra, rb - 1])
+        if cb > ca:
+            ranges.append((ca, cb))
         # runs of slices up to RBS elements are flattened (a run of one slice is a view):
         # for each slice cnt += 1, num += n; past RBS the run is flushed. A block of m equal
         # slices is stepped in O(1): what completes the open run, the full runs, the rest.
@@ -944,23 +1040,23 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
                     m = 0
         return max(best, num if cnt > 1 else 0) * D
 
-    copies = [copy_bytes(ks) for ks, _ in flushes]
+    touched: list[list[tuple[int, int]]] = [[] for _ in flushes]
+    copies = [copy_bytes(ks, touched[j]) for j, (ks, _) in enumerate(flushes)]
     # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
     # bucket (extra_large_param_to_reduce): it is live through its flush
-    xl = [order[ks[0]][2] * D if len(ks) == 1 and order[ks[0]][2] > rbs else 0 for ks, _ in flushes]
+    xl = [sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes]
     F = len(flushes)
-    # the flush that allocates each rank's grads_in_partition; each rank's largest gradient
-    # slice (the fp64 norm copy)
-    first = Runs.from_updates(W, ((ra, rb, j) for j, (ks, _) in enumerate(flushes) for k in ks
-                                  for ra, rb, _ in own[k]), F, "min")
-    gmax = Runs.from_updates(W, ((ra, rb, n) for k in range(len(order)) for ra, rb, n in own[k]), 0, "max")
-    sufmax = [0] * (len(order) + 1)
-    for k in range(len(order) - 1, -1, -1):
-        sufmax[k] = max(sufmax[k + 1], order[k][2])
+    # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
+    # of the rank); each rank's largest gradient slice (the fp64 norm copy)
+    first = Runs.from_updates(W, ((ra, rb, j) for j in range(F) for ra, rb in touched[j]), F, "min")
+    gmax = zero12_largest_slices(layouts, W)  # max over the parameters' owner slices, once per layout
+    # sufmax[k] = the largest gradient at or after position k of order (0 past the end)
+    sufmax = list(itertools.accumulate(reversed(sizes), max, initial=0))[::-1]
+    suffix_at = (lambda k: csum[T] - csum[k])  # elements at or after position k
     p_t = sum(lay.P for lay in layouts)
     # flush j's bytes without the rank's grads_in_partition, which counts only for j > first_r:
     # red_r = max(base_r, max_{j <= first_r} A_j, max_{j > first_r} A_j + I_r D)
-    B = [(0 if trig is None else (order[trig][2] if st == 2 else suffix[trig]) * D) + xl[j]
+    B = [(0 if trig is None else (sizes[trig] if st == 2 else suffix_at(trig)) * D) + xl[j]
          for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
     A = [copies[j] + B[j] for j in range(len(flushes))]
     pre_max = list(A)
@@ -1011,7 +1107,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     npad_t = sum(lay.n_pad for lay in layouts)
     p_t = sum(lay.P for lay in layouts)
     n_t = sum(lay.n for lay in layouts)
-    largest = max((n for lay in layouts for n in lay.numels), default=0)
+    largest = max((lay.largest for lay in layouts), default=0)
     inter_t, cov_t, p_max = terms[:3]
     flat_max, single = terms[3:5] if len(terms) > 3 else (p_t, False)
     ng = len(layouts)

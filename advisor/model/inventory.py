@@ -69,12 +69,13 @@ class Inventory:
 
     @property
     def numel(self) -> int:
-        """All parameters, trainable or frozen (elements)."""
-        return sum(t.numel for t in self.tensors)
+        """All parameters, trainable or frozen (elements; summed once per tensor list, see :meth:`memo`)."""
+        return self.memo(("numel",), lambda: sum(t.numel for t in self.tensors))
 
     @property
     def trainable_numel(self) -> int:
-        return sum(t.numel for t in self.tensors if t.trainable)
+        """Trainable parameters (elements; summed once per tensor list)."""
+        return self.memo(("trainable_numel",), lambda: sum(t.numel for t in self.tensors if t.trainable))
 
     #: One memo of values derived from ``tensors`` (see :meth:`memo`); not part of the value.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -83,15 +84,16 @@ class Inventory:
         """``compute()``, computed once per (tensor list, ``key``): generate asks for the same
         derived tables (param groups, ZeRO-3 sub-groups, module sizes) for thousands of plans.
 
-        The memo is keyed by the identity of every TensorSpec in order. TensorSpecs are frozen,
-        so any change to ``tensors`` (append, replace, ``tensors[:] = ...``) changes the key;
-        the memo holds the old specs, so their ids cannot be reused while it is alive. Only
-        the latest tensor list is kept. Callers must not mutate what it returns.
+        The memo is keyed by the TensorSpecs in order: it keeps a copy of the list and compares
+        it with ``tensors`` (list equality tries identity first, so an unchanged list costs one
+        C-level pass, no allocation: the ledger asks once per rank role). TensorSpecs are frozen,
+        so any change to ``tensors`` (append, replace, ``tensors[:] = ...``) is seen, and an
+        equal replacement spec derives the same values. Only the latest tensor list is kept.
+        Callers must not mutate what it returns.
         """
-        ids = tuple(map(id, self.tensors))
-        if self._memo.get("ids") != ids:
+        keep = self._memo.get("keep")
+        if keep is None or keep != self.tensors:
             self._memo.clear()
-            self._memo["ids"] = ids
             self._memo["keep"] = list(self.tensors)
         if key not in self._memo:
             self._memo[key] = compute()
