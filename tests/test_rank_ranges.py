@@ -92,3 +92,105 @@ def test_ledger_at_the_maximum_world_size_is_o_roles(stage):
     for r in (0, 1, W // 3, W - 2, W - 1):
         assert r in led.role_of(r).ranks and led.rank(r).rank == r
 
+
+
+# --- ZeRO-1/2 per-rank figures against DeepSpeed's own partition formulas, rank by rank ------
+# Computed here straight from DeepSpeed 0.19.8's runtime/zero/stage_1_and_2.py, per tensor and
+# per rank, without the advisor's layout helpers:
+#  * DeepSpeedZeroOptimizer.__init__: param_alignment = 16 // gcd(16, element_size) with
+#    parameter_alignment (else 1); after every param but the last, padding = (-offset) %
+#    param_alignment; the group is flattened and padded to nccl_start_alignment_factor (2) x dp
+#    (flatten_dense_tensors_aligned);
+#  * get_data_parallel_partitions: partition_size = numel // dp (the padded numel divides);
+#  * get_partition_info: a param is in partition r when its start lies in [r P, (r+1) P) or it
+#    straddles r P;
+#  * _get_flat_partition_unpadded: each such param contributes numel (less first_offset for the
+#    first), capped at what is left of the partition; the rest of P is zero padding;
+#  * copy_grads_in_partition: grads_in_partition holds the full numel of every param in the
+#    partition (averaged_gradients = that buffer + the pads, model dtype);
+#  * get_grad_norm_direct: each gradient slice cast to fp64 one at a time (max slice x 8).
+
+
+def _ds_group_partition(numels, W, elem_bytes, parameter_alignment):
+    """(offsets, P) of one param group, DeepSpeedZeroOptimizer.__init__ + get_data_parallel_partitions."""
+    param_alignment = 16 // __import__("math").gcd(16, elem_bytes) if parameter_alignment else 1
+    offsets, cur = [], 0
+    for i, n in enumerate(numels):
+        offsets.append(cur)
+        cur += n
+        cur += 0 if i == len(numels) - 1 else (-cur) % param_alignment
+    alignment = 2 * W
+    padded = -(-cur // alignment) * alignment
+    return offsets, padded // W
+
+
+def _ds_rank_figures(numels, offsets, P, r):
+    """(I_r, covered_r, largest slice_r) of partition r: get_partition_info then
+    _get_flat_partition_unpadded's num_elements per param."""
+    start_index, end_index = P * r, P * (r + 1)
+    in_part, first_offset = [], 0
+    for n, cur in zip(numels, offsets):
+        if start_index <= cur < end_index:
+            in_part.append(n)
+        elif cur < start_index < cur + n:
+            in_part.append(n)
+            first_offset = start_index - cur
+    covered, largest = 0, 0
+    for i, n in enumerate(in_part):
+        num = n - first_offset if i == 0 and first_offset > 0 else n
+        num = min(num, P - covered)
+        covered += num
+        largest = max(largest, num)
+    return sum(in_part), covered, largest
+
+
+def _irregular_inventory(rnd):
+    """A model of repeated identical blocks between an embedding and a head, odd sizes, spread
+    over two or three param groups (decay / no-decay style), a frozen tensor sometimes."""
+    groups = rnd.choice([1, 2, 3])
+    block = [(rnd.choice([7, 33, 255, 1000, 4097, rnd.randrange(1, 3000)]), rnd.randrange(groups))
+             for _ in range(rnd.randrange(1, 5))]
+    tensors = [TensorSpec("embed.w", (rnd.randrange(1, 9000),), group=0)]
+    for layer in range(rnd.randrange(1, 12)):
+        tensors += [TensorSpec(f"layers.{layer}.p{j}", (n,), group=g) for j, (n, g) in enumerate(block)]
+    if rnd.random() < 0.3:
+        tensors.append(TensorSpec("frozen.w", (rnd.randrange(1, 500),), trainable=False))
+    tensors.append(TensorSpec("head.w", (rnd.randrange(1, 9000),), group=groups - 1))
+    return Inventory("blocks", tensors)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_zero12_ledger_equals_deepspeed_partitions_rank_by_rank(seed):
+    """Every rank's ZeRO-1/2 entries equal DeepSpeed's partition formulas applied per tensor and
+    per rank (above), on irregular inventories of repeated blocks: odd sizes, partition
+    boundaries inside tensors, several param groups, W from 1 to over 4 x tensors (both ways the
+    ledger evaluates ranks), with and without parameter_alignment."""
+    rnd = random.Random(100 + seed)
+    for _ in range(12):
+        inv = _irregular_inventory(rnd)
+        T = sum(t.trainable for t in inv.tensors)
+        W = rnd.choice([1, 2, 3, 5, 8, 13, 4 * T + 3, 257])
+        stage = rnd.choice([1, 2])
+        dtype = rnd.choice(["bf16", "fp16"])
+        align = rnd.random() < 0.3
+        cfg = {"train_micro_batch_size_per_gpu": 1, dtype: {"enabled": True},
+               "zero_optimization": {"stage": stage, "parameter_alignment": align}}
+        led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=W)))
+        by_group: dict[int, list[int]] = {}
+        for t in inv.tensors:
+            if t.trainable:
+                by_group.setdefault(t.group, []).append(t.numel)
+        parts = [(ns, *_ds_group_partition(ns, W, 2, align)) for _, ns in sorted(by_group.items())]
+        p_t = sum(P for _, _, P in parts)
+        for r in range(W):
+            items = {e.item: e.bytes for e in led.rank(r).entries}
+            assert items["fp32_master"] == p_t * 4, (r, W)
+            assert items["lp_params_flat"] == p_t * W * 2
+            if align:  # the padded get_flat_partition path: partition sizes only
+                continue
+            figs = [_ds_rank_figures(ns, offs, P, r) for ns, offs, P in parts]
+            inter = sum(f[0] for f in figs)
+            pads = sum(P - f[1] for (_, _, P), f in zip(parts, figs))
+            assert items["averaged_gradients"] == (inter + pads) * 2, (r, W, [t.numel for t in inv.tensors])
+            if "grad_norm_fp64" in items:
+                assert items["grad_norm_fp64"] == max(f[2] for f in figs) * 8, (r, W)
