@@ -212,6 +212,30 @@ def test_bad_zero_stage_names_file_key_and_allowed_values(tmp_path):
     assert os.path.exists(tmp_path / "acc.yaml")
 
 
+def test_broken_accelerate_yaml_is_a_yaml_parse_error_with_file_line_and_column(tmp_path):
+    """An accelerate config YAML that does not parse (an unclosed flow list) was reported as "not
+    valid JSON/HJSON" (the fallback to DeepSpeed's own reading answered instead): every command
+    now names the file and the YAML error at PyYAML's own problem mark (line and column, 1-based),
+    exit 2, one line."""
+    import yaml
+    text = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+            "  zero_stage: 2\n  offload_optimizer_device: [cpu, none\nmixed_precision: bf16\nnum_processes: 2\n")
+    (tmp_path / "acc.yaml").write_text(text)
+    try:
+        yaml.safe_load(text)
+        raise AssertionError("PyYAML read the broken file")
+    except yaml.MarkedYAMLError as e:
+        where = f"acc.yaml:{e.problem_mark.line + 1}:{e.problem_mark.column + 1}: "
+    for cmd in (["lint", "acc.yaml"], ["estimate", "acc.yaml", "--params", "1000000"], ["resolve", "acc.yaml"],
+                ["check", "acc.yaml", "--params", "1000000"]):
+        r = run_cli(cmd, cwd=tmp_path)
+        err = (r.stdout + r.stderr).strip()
+        assert r.returncode == 2, (cmd, err)
+        line = [x for x in err.splitlines() if where in x]
+        assert line and "YAML" in line[0] and "JSON" not in err, (cmd, where, err)
+        assert "Traceback" not in err
+
+
 def test_every_command_takes_the_job_shape_from_one_place(tmp_path):
     """One accelerate file, num_processes 8 on num_machines 2: estimate, check and checkpoint all model
     world size 8 on 2 nodes of 4 ranks (accelerate's nproc_per_node = 8 // 2), and checkpoint's

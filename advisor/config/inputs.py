@@ -105,13 +105,24 @@ def _read_input(source, trainer_args, world_size, hidden_size, inventory, overri
     if yaml_file:
         from advisor.config.readers import MAX_YAML_BYTES, parse_yaml, read_text
 
+        yaml_error: ConfigLoadError | None = None
+        text = ""
         try:
             text = read_text(source, limit=MAX_YAML_BYTES, what="YAML file")
             data = parse_yaml(text, source, what="YAML file")
-        except ConfigLoadError:
-            data = None  # not YAML accelerate reads; DeepSpeed's own reading decides below
+        except ConfigLoadError as e:
+            data, yaml_error = None, e  # not YAML accelerate reads; DeepSpeed's own reading decides below
         if _is_accelerate(data):
             return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory, overrides)
+        if yaml_error is not None:
+            try:
+                loaded = load_config(source)
+            except ConfigLoadError:
+                # neither YAML nor JSON/HJSON: a .yml/.yaml file that does not read as JSON either is
+                # reported as the YAML it claims to be (file, line, column), unless it opens like JSON
+                if text.lstrip().startswith(("{", "[")):
+                    raise
+                raise yaml_error from None
     # DeepSpeed reads any file as JSON/HJSON whatever its suffix (a GPT-NeoX .yml config is one).
     loaded = load_config(source)
     if _is_accelerate(loaded.data):
