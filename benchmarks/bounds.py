@@ -10,7 +10,9 @@ mean something on a loaded machine too:
 * lint of a 100k-key config vs a 10-key one (key positions were mapped in quadratic time,
   unknown keys searched for a did-you-mean one by one);
 * estimate of a 1e5-layer model (the most layers a model spec may have) vs 32 layers, ZeRO-3
-  and ZeRO-1 (ZeRO-1/2 partition per tensor: 9e5 tensors);
+  and ZeRO-1 (ZeRO-1/2 partition per tensor: 9e5 tensors), and ZeRO-2 at 2^20 ranks (both
+  limits at once: a rank's slice holds a few tensors, so up to min(W, 4 x tensors) pieces of
+  ranks, advisor.ledger.state.zero12_all_ranks);
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
@@ -63,6 +65,9 @@ def main() -> None:
     z1 = tmp / "z1.json"
     z1.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
                               "zero_optimization": {"stage": 1}}))
+    z2 = tmp / "z2.json"
+    z2.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": 2}}))
     z3 = ROOT / "sample_configs" / "zero3_cpu_offload.json"
     wide = tmp / "wide.json"
     wide.write_text(json.dumps({"train_batch_size": 8, **{f"key_{i}": i for i in range(100_000)}}, indent=1))
@@ -108,6 +113,9 @@ def main() -> None:
          ["estimate", str(z3), "--model", str(shallow)]),
         ("estimate ZeRO-1, 1e5 layers", ["estimate", str(z1), "--model", str(deep), "--seq-len", "128"],
          ["estimate", str(z1), "--model", str(shallow), "--seq-len", "128"]),
+        ("estimate ZeRO-2, 1e5 layers, 2^20", ["estimate", str(z2), "--model", str(deep), "--seq-len", "128",
+                                               "--world-size", M],
+         ["estimate", str(z2), "--model", str(shallow), "--seq-len", "128", "--world-size", M]),
         ("check JSON ZeRO-1, 2^20 ranks", ["check", str(z1), "--model", "llama-3-8b", "--world-size", M, *cap,
                                            "--format", "json"],
          ["check", str(z1), "--model", "llama-3-8b", "--world-size", "8", *cap, "--format", "json"]),
