@@ -394,6 +394,35 @@ def test_deepspeed_config_file_is_found_relative_to_the_cwd_as_accelerate_does(t
     assert rc in (0, 1) and out["cluster"]["world_size"] == 2
 
 
+def test_empty_deepspeed_config_file_is_refused_and_none_means_no_file(tmp_path):
+    """accelerate launch exports deepspeed_config_file whenever it is not None
+    (accelerate/utils/launch.py prepare_deepspeed_cmd_env), so "" reaches HfDeepSpeedConfig, which
+    raises; DeepSpeedPlugin.__post_init__ reads the string "none" as no file and builds the config
+    from the accelerate fields. lint says H004 for "", estimate exits 2; "none" estimates the fields."""
+    import pytest
+    from accelerate.utils import DeepSpeedPlugin
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+
+    with pytest.raises(ValueError, match="Expected a string path to an existing deepspeed config"):
+        HfDeepSpeedConfig("")
+    built = DeepSpeedPlugin(hf_ds_config="none", zero_stage=1).deepspeed_config
+    assert built["zero_optimization"]["stage"] == 1
+    head = "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+    (tmp_path / "e.yaml").write_text(head + '  deepspeed_config_file: ""\n')
+    (tmp_path / "n.yaml").write_text(head + "  deepspeed_config_file: none\n  zero_stage: 1\n")
+    p = run_cli(["lint", "--hf", "e.yaml", "--format", "json"], cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    found = {(f["code"], f["pointer"]) for f in json.loads(p.stdout)["files"][0]["findings"]}
+    assert ("H004", "/deepspeed_config/deepspeed_config_file") in found, found
+    p = run_cli(["estimate", "e.yaml", "--params", "1000000"], cwd=tmp_path)
+    assert p.returncode == 2 and "deepspeed_config_file" in p.stderr and "empty" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = run_cli(["lint", "--hf", "n.yaml"], cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rc, out = run_json(["estimate", "n.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
+    assert rc in (0, 1) and out["assumptions"]["zero_stage"] == built["zero_optimization"]["stage"], out["assumptions"]
+
+
 def test_nvme_offload_without_a_path_in_an_accelerate_file_is_one_o003_in_lint_and_check(tmp_path, monkeypatch):
     """accelerate's DeepSpeedPlugin writes nvme_path "none" (its placeholder) when an offload
     device is nvme and no *_nvme_path is given (accelerate/utils/dataclasses.py __post_init__):

@@ -178,7 +178,8 @@ class AccelerateLaunch:
     #: Total processes (``num_processes``; all machines), None when the YAML leaves it to the CLI.
     num_processes: int | None
     num_machines: int
-    #: ``deepspeed_config.deepspeed_config_file``, resolved against the YAML's folder when relative.
+    #: ``deepspeed_config.deepspeed_config_file`` as written (accelerate opens it relative to the launch's
+    #: working directory); None when absent, "none" (accelerate's no-file value) or refused as empty.
     deepspeed_config_file: str | None = None
     findings: list[Finding] = field(default_factory=list)
 
@@ -747,6 +748,20 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
         # HfDeepSpeedConfig opens it with os.path.exists/open, relative to the working directory
         # of the launch, not to the YAML's folder (accelerate_base_config says where it looked)
         cfg_file = as_str(cfg_file, f"{source}: deepspeed_config.deepspeed_config_file")
+        if cfg_file == "none":
+            # DeepSpeedPlugin.__post_init__ reads the string "none" as no file (hf_ds_config != "none")
+            # and builds the config from the accelerate fields
+            cfg_file = None
+        elif not cfg_file.strip():
+            # accelerate launch exports any value that is not None (utils/launch.py: if
+            # args.deepspeed_config_file is not None), so "" reaches HfDeepSpeedConfig, which finds no
+            # such path, no JSON and no base64 in it and raises
+            bad("deepspeed_config.deepspeed_config_file", f"{shown(cfg_file)} is empty: accelerate launch still "
+                "exports it and HfDeepSpeedConfig raises 'Expected a string path to an existing deepspeed config, "
+                "or a dictionary, or a base64 encoded string'",
+                "give the DeepSpeed config's path, or remove deepspeed_config_file to build it from the "
+                "accelerate fields")
+            cfg_file = None
     nproc = data.get("num_processes")
     if nproc is not None:
         nproc = read("num_processes", nproc, lambda x: world_size(x, ""),
