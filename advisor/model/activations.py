@@ -360,6 +360,17 @@ def moe_capacity(tokens: int, num_experts: int, k: int, capacity_factor: float, 
     return max(math.ceil((tokens / num_experts) * (capacity_factor * k)), int(min_capacity))
 
 
+def _dims(meta: dict[str, Any]) -> tuple[int, int, int, int, int, int, Any]:
+    """(hidden, heads, kv heads, head dim, v head dim, intermediate, family) of an architecture
+    dict, with the defaults transformers' configs use (kv heads = heads, head dim = hidden / heads,
+    v head dim = head dim). Raises KeyError naming a missing required field."""
+    h = int(meta["hidden_size"])
+    a = int(meta["num_heads"])
+    kv = int(_m(meta, "num_kv_heads", default=a))
+    d = int(_m(meta, "head_dim", default=h // a))
+    return h, a, kv, d, int(_m(meta, "v_head_dim", default=d)), int(meta["intermediate_size"]), meta.get("family")
+
+
 def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attention, t: int = 1,
                 sp: bool = False, moe: bool | None = None, mask_bytes: int = 1,
                 stat_bytes: int = 4, selective: bool = False, capacity_factor: float | None = None,
@@ -378,13 +389,7 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     (:func:`moe_capacity`); None: dropless routing (transformers).
     Raises KeyError naming the missing architecture field.
     """
-    h = int(meta["hidden_size"])
-    a = int(meta["num_heads"])
-    kv = int(_m(meta, "num_kv_heads", default=a))
-    d = int(_m(meta, "head_dim", default=h // a))
-    v_d = int(_m(meta, "v_head_dim", default=d))
-    f = int(meta["intermediate_size"])
-    fam = meta.get("family")
+    h, a, kv, d, v_d, f, fam = _dims(meta)
     gated = _m(meta, "mlp", default="gated") == "gated"
     act_saved = ACTIVATION_SAVED.get(str(_m(meta, "activation", default="silu")), 1)
     p_attn = float(_m(meta, "attention_dropout", default=0.0) or 0.0)
@@ -514,13 +519,7 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
 
     A tied embedding's gradient (V h D) waits in autograd's input buffer from lm_head's backward
     to the embedding's, so it is live at both (``tie_word_embeddings``)."""
-    h = int(meta["hidden_size"])
-    a = int(meta["num_heads"])
-    kv = int(_m(meta, "num_kv_heads", default=a))
-    d = int(_m(meta, "head_dim", default=h // a))
-    v_d = int(_m(meta, "v_head_dim", default=d))
-    f = int(meta["intermediate_size"])
-    fam = meta.get("family")
+    h, a, kv, d, v_d, f, fam = _dims(meta)
     a_t, kv_t = max(1, a // t), max(1, kv // t)
     rs = t if sp else 1
     n_sh = s * b * h
