@@ -1,29 +1,58 @@
 """Calibration of the step-time model (advisor.ledger.steptime) on this machine (issue 23).
 
-1. Host memory bandwidth, measured: a large fp32 ``torch`` copy (``dst.copy_(src)``) at the
-   thread count DeepSpeedCPUAdam uses, counted as STREAM counts a copy (read + write bytes /
-   seconds), the same count as the model's ``host_memory_bandwidth_bytes_per_s``.
-2. DeepSpeedCPUAdam (``deepspeed.ops.adam.DeepSpeedCPUAdam``, the compiled AVX op) on fp32
-   parameters of three sizes, median step seconds, against the model's
-   elements x ``CPU_ADAM_KERNEL_BYTES`` (28 B) / the bandwidth measured in step 1. No 16-bit
-   copy here: the parameters are fp32 (the model adds 4 + D B only when ZeRO keeps a 16-bit copy).
-3. DeepSpeed aio (``AsyncIOBuilder``, ``aio_handle`` with the DeepSpeed config defaults:
-   block_size 1 MiB, queue_depth 8, intra_op_parallelism 1, single_submit false,
-   overlap_events true) writing and reading a swap file on this disk, against the model's
-   bytes / tier bandwidth with the tier bandwidth measured by ``dd`` with O_DIRECT (1 MiB
-   blocks), as a user would fill in a hardware spec for this drive.
+The machine is shared (other processes compete for its cores and its disk), so every figure is
+taken in interleaved rounds: in each round the bandwidth the model divides by is measured right
+before the DeepSpeed operation it predicts, the round's model / measured ratio is formed, and
+the report gives the median over rounds, its spread (min-max of the per-round ratios) and the
+load average of every round.
 
-Writes benchmarks/results/steptime_calibration-<host>.json and prints a table. The CPU is
-shared: the load average before and after is recorded. No assertion (timings are the
-machine's): the proof target is |model / measured - 1| <= 25 %.
+1. **CPU Adam.** Host memory bandwidth measured with an in-place add (``a.add_(b)``: reads a and
+   b, writes a; 12 B per element counted as STREAM counts, read + write bytes), the access class
+   of DeepSpeedCPUAdam, which writes only the lines it has just read (``cpu_adam.h``
+   ``Step_AVX``: loads grad, exp_avg, exp_avg_sq, param; stores param, exp_avg, exp_avg_sq).
+   A plain copy (``b.copy_(a)``) is also recorded: its destination lines are written without
+   being read, so the core reads them first (write-allocate) unless it uses non-temporal stores,
+   traffic that STREAM's count leaves out; it is reported, not used. DeepSpeedCPUAdam
+   (``deepspeed.ops.adam.DeepSpeedCPUAdam``, the compiled AVX op, at torch's thread count as in
+   training) on fp32 parameters of three sizes, each at least 4x the L3 cache: model =
+   elements x ``CPU_ADAM_KERNEL_BYTES`` (28 B) / the round's bandwidth. (No 16-bit copy: the
+   parameters are fp32; the model adds 4 + D B only when ZeRO keeps a 16-bit copy.)
+   Two series. The proof figure: one thread, timed by the CPU seconds of that thread
+   (``time.thread_time``; with one OpenMP thread the kernel runs in the calling thread), for the
+   bandwidth probe and the step alike: the time the kernel streams memory, without the time it
+   waits for a core. The second series runs at torch's thread count on the wall clock, as in
+   training, and records the process's CPU share (CPU seconds / (wall x threads)): below 1 the
+   step waited for a core, which a bandwidth model cannot predict. (A run of the previous
+   version at load 6-7 on 2 cores, wall clock, 2 threads, one bandwidth figure for all sizes,
+   gave 1.00 / 1.51 / 1.02 for 4M / 16M / 33M elements: on that machine such runs get 15-30 % of
+   the cores, and the smallest size's 64 MiB of state is partly cache-resident when the step
+   runs alone, up to 112 GB/s effective against ~15 GB/s from memory.)
+2. **aio swap.** DeepSpeed's aio (``AsyncIOBuilder``, ``aio_handle`` at the DeepSpeed config's
+   aio defaults: block_size 1 MiB, queue_depth 8, intra_op_parallelism 1, single_submit false,
+   overlap_events true, ``runtime/swap_tensor/constants.py``) writing and reading swap files the
+   way the optimizer swapper does (``swap_tensor/utils.py`` ``swap_out_tensors``: one
+   ``async_pwrite`` per sub-group file from page-locked buffers made by
+   ``new_cpu_locked_tensor``, ``SwapBufferPool``, then ``wait``; reads the same). The model is
+   bytes / the tier's bandwidth, so the tier is measured the same way a spec should state it:
+   O_DIRECT (as ``deepspeed_aio_common.cpp`` opens the files, no page cache), the aio block size,
+   queue_depth x intra_op_parallelism requests in flight (here from Python threads each issuing
+   one ``pwrite``/``preadv`` at a time), no fsync (aio does not sync). ``dd`` with O_DIRECT at
+   one request in flight (queue depth 1) is recorded to show what a figure measured at another
+   depth does to the model.
 
-Usage: TORCH_EXTENSIONS_DIR=/tmp/x python benchmarks/steptime_calibration.py [--dir /tmp] [--repeat 5]
+Writes benchmarks/results/steptime_calibration-<host>.json and prints a table. No assertion (the
+timings are the machine's): the proof target is |model / measured - 1| <= 25 %.
+
+Usage: python benchmarks/steptime_calibration.py [--dir /tmp] [--rounds 7] [--swap-mib 256]
+(the cpu_adam and async_io ops are built on first use in TORCH_EXTENSIONS_DIR).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import json
+import mmap
 import os
 import platform
 import socket
@@ -35,121 +64,251 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SIZES = (4_194_304, 16_777_216, 33_554_432)  # elements: 16, 64, 128 MiB of fp32 each, > L3
+SIZES = (8_388_608, 33_554_432, 67_108_864)  # elements: 128 MiB, 512 MiB, 1 GiB of Adam state (>= 4x L3)
+BW_ELEMS = 32 * 2 ** 20  # 128 MiB fp32 per bandwidth buffer (4x a 32 MiB L3)
+STEPS_PER_ROUND = 3
+AIO = {"block_size": 1 << 20, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
+       "overlap_events": True}
+SWAP_FILES = 4  # sub-group files per swap, as the optimizer swapper writes several per step
 
 
-def _median(fn, n: int) -> float:
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+def _timed(fn, clock) -> tuple[float, float]:
+    """(seconds on ``clock``, process CPU seconds) of one call."""
+    w, c = clock(), time.process_time()
+    fn()
+    return clock() - w, time.process_time() - c
 
 
-def copy_bandwidth(torch, repeat: int) -> float:
-    n = 64 * 2 ** 20  # 256 MiB fp32 per buffer
-    a = torch.ones(n, dtype=torch.float32)
-    b = torch.empty_like(a)
-    b.copy_(a)
-    t = _median(lambda: b.copy_(a), repeat)
-    return 2 * n * 4 / t
+def _median_run(fn, n: int, clock) -> tuple[float, float]:
+    """The median of n calls: (seconds on ``clock``, process CPU seconds of that call)."""
+    runs = sorted(_timed(fn, clock) for _ in range(n))
+    return runs[len(runs) // 2]
 
 
-def cpu_adam(torch, n: int, repeat: int) -> float:
+def _summary(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU Adam
+
+
+def cpu_adam_rounds(torch, rounds: int, threads: int, clock_name: str) -> dict:
+    """Interleaved rounds at ``threads`` threads, timed on ``clock_name`` (``thread_time``: the
+    CPU seconds of the calling thread, which with one thread runs the whole kernel; or
+    ``perf_counter``: wall): bandwidth (in-place add; copy for reference), then a series of
+    DeepSpeedCPUAdam steps per size; per-round model / measured."""
     from deepspeed.ops.adam import DeepSpeedCPUAdam
-    p = torch.nn.Parameter(torch.randn(n, dtype=torch.float32))
-    p.grad = torch.randn(n, dtype=torch.float32)
-    opt = DeepSpeedCPUAdam([p], lr=1e-3, adamw_mode=True)
-    opt.step()  # creates exp_avg / exp_avg_sq
-    t = _median(opt.step, repeat)
-    del opt, p
-    return t
+    from advisor.ledger.steptime import CPU_ADAM_KERNEL_BYTES
+
+    clock = getattr(time, clock_name)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # torch's OpenMP runtime, which the cpu_adam op links through libtorch_cpu
+    a = torch.ones(BW_ELEMS, dtype=torch.float32)
+    b = torch.full_like(a, 1e-7)
+    a.add_(b)
+    b.copy_(a)
+    opts = []
+    for n in SIZES:
+        p = torch.nn.Parameter(torch.randn(n, dtype=torch.float32))
+        p.grad = torch.randn(n, dtype=torch.float32)
+        o = DeepSpeedCPUAdam([p], lr=1e-3, adamw_mode=True)
+        o.step()  # creates exp_avg / exp_avg_sq
+        opts.append((n, o, p))
+    rows: list[dict] = []
+    try:
+        for r in range(rounds):
+            load = os.getloadavg()[0]
+            t_add, _ = _median_run(lambda: a.add_(b), STEPS_PER_ROUND, clock)
+            t_copy, _ = _median_run(lambda: b.copy_(a), STEPS_PER_ROUND, clock)
+            bw_add = 3 * BW_ELEMS * 4 / t_add
+            bw_copy = 2 * BW_ELEMS * 4 / t_copy
+            for n, o, _ in opts:
+                t, cpu = _median_run(o.step, STEPS_PER_ROUND, clock)
+                wall = t if clock_name == "perf_counter" else None
+                model = n * CPU_ADAM_KERNEL_BYTES / bw_add
+                rows.append({"round": r, "load1": load, "elements": n, "measured_s": t, "cpu_s": cpu,
+                             "cpu_share": cpu / (wall * threads) if wall else None,
+                             "bandwidth_inplace_add": bw_add, "bandwidth_copy": bw_copy, "model_s": model,
+                             "model_over_measured": model / t,
+                             "model_over_measured_copy_bandwidth": n * CPU_ADAM_KERNEL_BYTES / bw_copy / t})
+    finally:
+        torch.set_num_threads(before)
+    out = {"threads": threads, "clock": clock_name, "rounds": rounds, "steps_per_round": STEPS_PER_ROUND,
+           "load1": _summary([x["load1"] for x in rows]),
+           "bandwidth_bytes_per_s_inplace_add": _summary([x["bandwidth_inplace_add"] for x in rows[::len(SIZES)]]),
+           "bandwidth_bytes_per_s_copy": _summary([x["bandwidth_copy"] for x in rows[::len(SIZES)]]),
+           "sizes": [], "rows": rows}
+    for n in SIZES:
+        mine = [x for x in rows if x["elements"] == n]
+        share = [x["cpu_share"] for x in mine if x["cpu_share"] is not None]
+        out["sizes"].append({"elements": n, "kernel_bytes": n * CPU_ADAM_KERNEL_BYTES,
+                             "measured_s": _summary([x["measured_s"] for x in mine]),
+                             "model_over_measured": _summary([x["model_over_measured"] for x in mine]),
+                             "model_over_measured_copy_bandwidth":
+                                 _summary([x["model_over_measured_copy_bandwidth"] for x in mine]),
+                             "cpu_share": _summary(share) if share else None,
+                             "effective_bytes_per_s": _summary([n * CPU_ADAM_KERNEL_BYTES / x["measured_s"]
+                                                                for x in mine])})
+    return out
 
 
-def dd_bandwidth(path: str, nbytes: int) -> tuple[float, float]:
+# ---------------------------------------------------------------------------------------------
+# aio
+
+
+def direct_io(path: str, nbytes: int, block: int, inflight: int, write: bool) -> float:
+    """Seconds to write (or read) ``nbytes`` of ``path`` with O_DIRECT in ``block``-byte requests,
+    ``inflight`` requests outstanding (one Python thread each, a blocking pwrite / preadv per
+    request; the GIL is released in the syscall), no fsync."""
+    flags = (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_DIRECT
+    fd = os.open(path, flags, 0o644)
+    nblocks = nbytes // block
+    bufs = [mmap.mmap(-1, block) for _ in range(inflight)]  # page-aligned, as O_DIRECT needs
+
+    def worker(i: int) -> None:
+        buf = bufs[i]
+        for k in range(i, nblocks, inflight):
+            if write:
+                os.pwrite(fd, buf, k * block)
+            else:
+                os.preadv(fd, [buf], k * block)
+    try:
+        t = time.perf_counter()
+        with cf.ThreadPoolExecutor(inflight) as ex:
+            list(ex.map(worker, range(inflight)))
+        return time.perf_counter() - t
+    finally:
+        os.close(fd)
+        for b in bufs:
+            b.close()
+
+
+def dd_qd1(path: str, nbytes: int) -> tuple[float, float]:
+    """(write, read) bytes/s of ``dd`` with O_DIRECT, 1 MiB blocks, one request in flight (no fsync)."""
     mb = nbytes // 2 ** 20
     t = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "oflag=direct", "conv=fsync"],
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "oflag=direct"],
                    check=True, capture_output=True)
     w = nbytes / (time.perf_counter() - t)
     t = time.perf_counter()
     subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=1M", "iflag=direct"], check=True, capture_output=True)
-    r = nbytes / (time.perf_counter() - t)
-    return w, r
+    return w, nbytes / (time.perf_counter() - t)
 
 
-def aio(torch, path: str, nbytes: int, repeat: int) -> tuple[float, float]:
+def aio_rounds(torch, folder: str, nbytes: int, rounds: int) -> dict:
+    """Interleaved rounds: tier (O_DIRECT at the aio settings), DeepSpeed aio swap-out of
+    SWAP_FILES files, tier read, aio swap-in; per-round model / measured."""
     from deepspeed.ops.op_builder import AsyncIOBuilder
     lib = AsyncIOBuilder().load(verbose=False)
-    h = lib.aio_handle(1024 * 1024, 8, False, True, 1)  # block_size, queue_depth, single_submit, overlap, threads
-    buf = torch.ones(nbytes, dtype=torch.uint8)
-    buf = h.new_cpu_locked_tensor(nbytes, buf) if hasattr(h, "new_cpu_locked_tensor") else buf
-    out = torch.empty_like(buf)
-    h.sync_pwrite(buf, path)
-    w = _median(lambda: h.sync_pwrite(buf, path), repeat)
-    r = _median(lambda: h.sync_pread(out, path), repeat)
-    return nbytes / w, nbytes / r
+    h = lib.aio_handle(AIO["block_size"], AIO["queue_depth"], AIO["single_submit"], AIO["overlap_events"],
+                       AIO["intra_op_parallelism"])
+    per = nbytes // SWAP_FILES
+    ex = torch.empty(0, dtype=torch.uint8)
+    bufs = [h.new_cpu_locked_tensor(per, ex) for _ in range(SWAP_FILES)]
+    for b in bufs:
+        b.fill_(7)
+    paths = [os.path.join(folder, f"steptime_swap_{os.getpid()}_{i}.bin") for i in range(SWAP_FILES)]
+    probe = os.path.join(folder, f"steptime_tier_{os.getpid()}.bin")
+    inflight = AIO["queue_depth"] * AIO["intra_op_parallelism"]
+
+    def swap(write: bool) -> float:
+        t = time.perf_counter()
+        for b, p in zip(bufs, paths):
+            assert (h.async_pwrite(b, p, 0) if write else h.async_pread(b, p, 0)) == 0
+        h.wait()
+        return time.perf_counter() - t
+
+    rows = []
+    try:
+        swap(True)
+        direct_io(probe, nbytes, AIO["block_size"], inflight, True)  # files exist before timing
+        dd_w, dd_r = dd_qd1(probe, nbytes)
+        for r in range(rounds):
+            load = os.getloadavg()[0]
+            tier_w = nbytes / direct_io(probe, nbytes, AIO["block_size"], inflight, True)
+            aio_w = nbytes / swap(True)
+            tier_r = nbytes / direct_io(probe, nbytes, AIO["block_size"], inflight, False)
+            aio_r = nbytes / swap(False)
+            rows.append({"round": r, "load1": load, "tier_write": tier_w, "aio_write": aio_w, "tier_read": tier_r,
+                         "aio_read": aio_r, "write_model_over_measured": aio_w / tier_w,
+                         "read_model_over_measured": aio_r / tier_r})
+    finally:
+        for p in paths + [probe]:
+            if os.path.exists(p):
+                os.unlink(p)
+        for b in bufs:
+            h.free_cpu_locked_tensor(b)
+    out = {"path": folder, "bytes_per_swap": nbytes, "files_per_swap": SWAP_FILES, "aio": AIO,
+           "tier_method": f"O_DIRECT, {AIO['block_size']} B requests, {inflight} in flight (Python threads), no fsync",
+           "dd_qd1_write_bytes_per_s": dd_w, "dd_qd1_read_bytes_per_s": dd_r, "rows": rows}
+    for k in ("tier_write", "aio_write", "tier_read", "aio_read", "write_model_over_measured",
+              "read_model_over_measured"):
+        out[k] = _summary([x[k] for x in rows])
+    out["write_model_over_measured_dd_qd1"] = statistics.median(x["aio_write"] for x in rows) / dd_w
+    out["read_model_over_measured_dd_qd1"] = statistics.median(x["aio_read"] for x in rows) / dd_r
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", default="/tmp", help="folder on the disk to test (a swap file is written there)")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir", default="/tmp", help="folder on the disk to test (swap files are written there)")
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--swap-mib", type=int, default=256)
+    ap.add_argument("--skip", choices=("adam", "aio"), action="append", default=[])
     a = ap.parse_args()
     import torch
-    from advisor.ledger.steptime import CPU_ADAM_KERNEL_BYTES
 
-    load0 = os.getloadavg()
-    threads = torch.get_num_threads()
-    res: dict = {"machine": {"host": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
-                             "cpus": os.cpu_count(), "torch_threads": threads, "load_before": load0,
-                             "torch": torch.__version__}, "cpu_adam": [], "aio": None}
+    res: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "machine": {"host": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
+                             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                             "load_before": os.getloadavg(), "torch": torch.__version__}}
     try:
         with open("/proc/cpuinfo") as f:
             res["machine"]["cpu"] = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    bw = copy_bandwidth(torch, a.repeat)
-    res["host_memory_bandwidth_bytes_per_s"] = bw
-    for n in SIZES:
-        t = cpu_adam(torch, n, a.repeat)
-        model = n * CPU_ADAM_KERNEL_BYTES / bw
-        res["cpu_adam"].append({"elements": n, "measured_s": t, "model_s": model, "model_over_measured": model / t})
-    path = os.path.join(a.dir, f"steptime_swap_{os.getpid()}.bin")
-    nbytes = a.swap_mib * 2 ** 20
-    try:
-        dw, dr = dd_bandwidth(path, nbytes)
-        aw, ar = aio(torch, path, nbytes, a.repeat)
-        res["aio"] = {"path": a.dir, "bytes": nbytes, "aio": {"block_size": 1048576, "queue_depth": 8,
-                                                               "intra_op_parallelism": 1},
-                      "tier_write_bytes_per_s_dd": dw, "tier_read_bytes_per_s_dd": dr,
-                      "aio_write_bytes_per_s": aw, "aio_read_bytes_per_s": ar,
-                      "write_model_over_measured": aw / dw, "read_model_over_measured": ar / dr}
-    except Exception as e:  # noqa: BLE001  (report, do not hide: the JSON says why)
-        res["aio"] = {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+    if "adam" not in a.skip:
+        # the proof figure: one thread, its CPU seconds (a memory-bound kernel's time while it runs;
+        # on a shared machine the wall clock also counts the time it waits for a core)
+        res["cpu_adam"] = cpu_adam_rounds(torch, a.rounds, 1, "thread_time")
+        # as in training: torch's thread count, wall clock (reported with the CPU share it got)
+        res["cpu_adam_wall"] = cpu_adam_rounds(torch, a.rounds, res["machine"]["torch_threads"], "perf_counter")
+    if "aio" not in a.skip:
+        try:
+            res["aio"] = aio_rounds(torch, a.dir, a.swap_mib * 2 ** 20, a.rounds)
+        except Exception as e:  # noqa: BLE001  (report, do not hide: the JSON says why)
+            res["aio"] = {"error": f"{type(e).__name__}: {e}"}
     res["machine"]["load_after"] = os.getloadavg()
     out = Path(__file__).parent / "results" / f"steptime_calibration-{socket.gethostname()}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
-    print(f"machine: {res['machine']['cpu']}, {res['machine']['cpus']} CPUs, torch threads {threads}, "
-          f"load {load0[0]:.1f} -> {res['machine']['load_after'][0]:.1f}")
-    print(f"host memory bandwidth (copy, read + write): {bw / 1e9:,.2f} GB/s")
-    for r in res["cpu_adam"]:
-        print(f"DeepSpeedCPUAdam {r['elements']:>11,} elements: measured {r['measured_s'] * 1e3:8.1f} ms, "
-              f"model {r['model_s'] * 1e3:8.1f} ms, model/measured {r['model_over_measured']:.2f}")
-    ai = res["aio"]
-    if "error" in ai:
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    m = res["machine"]
+    print(f"machine: {m['cpu']}, {m['cpus']} CPUs, torch threads {m['torch_threads']}, "
+          f"load {m['load_before'][0]:.1f} -> {m['load_after'][0]:.1f}")
+    for key in ("cpu_adam", "cpu_adam_wall"):
+        if key not in res:
+            continue
+        ca = res[key]
+        bw, bc = ca["bandwidth_bytes_per_s_inplace_add"], ca["bandwidth_bytes_per_s_copy"]
+        print(f"[{ca['threads']} thread(s), {ca['clock']}, {ca['rounds']} rounds, load {ca['load1']['min']:.1f}-"
+              f"{ca['load1']['max']:.1f}] bandwidth, in-place add: {bw['median'] / 1e9:.2f} GB/s "
+              f"({bw['min'] / 1e9:.2f}-{bw['max'] / 1e9:.2f}); copy {bc['median'] / 1e9:.2f} GB/s")
+        for s in ca["sizes"]:
+            r, c = s["model_over_measured"], s["cpu_share"]
+            print(f"  DeepSpeedCPUAdam {s['elements']:>11,} elements: measured {s['measured_s']['median'] * 1e3:7.1f} ms,"
+                  f" model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}), with copy bandwidth "
+                  f"{s['model_over_measured_copy_bandwidth']['median']:.2f}"
+                  + (f"; CPU share {c['median']:.2f}" if c else ""))
+    ai = res.get("aio")
+    if ai and "error" in ai:
         print(f"aio: {ai['error']}")
-    else:
-        print(f"aio write {ai['aio_write_bytes_per_s'] / 1e9:.2f} GB/s vs dd {ai['tier_write_bytes_per_s_dd'] / 1e9:.2f}"
-              f" (model/measured {ai['write_model_over_measured']:.2f}); read {ai['aio_read_bytes_per_s'] / 1e9:.2f}"
-              f" GB/s vs dd {ai['tier_read_bytes_per_s_dd'] / 1e9:.2f} (model/measured "
-              f"{ai['read_model_over_measured']:.2f})")
+    elif ai:
+        for d in ("write", "read"):
+            r = ai[f"{d}_model_over_measured"]
+            print(f"aio {d}: {ai[f'aio_{d}']['median'] / 1e9:.2f} GB/s, tier {ai[f'tier_{d}']['median'] / 1e9:.2f} GB/s "
+                  f"-> model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}); against dd at queue depth 1 "
+                  f"({ai[f'dd_qd1_{d}_bytes_per_s'] / 1e9:.2f} GB/s): {ai[f'{d}_model_over_measured_dd_qd1']:.2f}")
     print(f"wrote {out}")
     return 0
 
