@@ -450,7 +450,9 @@ def _trainer_options(f):
     @functools.wraps(f)
     def wrapper(*a, **kw):
         targs = {n: kw.pop(n, None) for n in names}
-        targs = {k: v for k, v in targs.items() if v not in (None, False)}
+        # not given: None (a value option) or False (an unset flag); a given 0 is a value (0 == False in
+        # Python: `v not in (None, False)` dropped --max-steps 0, --learning-rate 0, --max-grad-norm 0)
+        targs = {k: v for k, v in targs.items() if v is not None and v is not False}
         kw["trainer_args"] = targs
         return f(*a, **kw)
 
@@ -939,6 +941,9 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
 
     in_folder = set(files) - set(paths)
     targs = _targs(trainer_args, hidden_size)
+    # --hf: the Trainer runs, with TrainingArguments' defaults for every argument not given -- what
+    # `resolve` replays (it has to fill each "auto"), so lint --hf and resolve report the same findings
+    hf_args = targs if targs is not None else ({} if hf else None)
     read: list[tuple[str, object]] = []  # (path, ConfigInput | FileResult)
 
     def read_one(p: str, **kw):
@@ -997,7 +1002,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
             results.append(inp)
         elif inp.launch is not None:
             results.append(FileResult(file=inp.loaded.source, kind="accelerate", findings=lint_accelerate(
-                inp, trainer_args_given=targs is not None, select=codes, world_size=inp.resolution.world_size,
+                inp, trainer_args_given=hf_args is not None, select=codes, world_size=inp.resolution.world_size,
                 inventory=inv)))
         elif p in in_folder and isinstance(inp.loaded.data, dict) and inp.loaded.data \
                 and not deepspeed_keys(inp.loaded.data):
@@ -1007,7 +1012,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
         else:
             results.append(FileResult(file=inp.loaded.source, findings=lint_guarded(
                 inp.loaded, world_size=ws, world_size_source=ws_src, inventory=inv,
-                hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=targs,
+                hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=hf_args,
                 release=release)))
         thresholds.append((results[-1], o.fail_on))
     # A finding about the DeepSpeed config a deepspeed_config_file holds (H001, H008 ...) comes from
@@ -1319,12 +1324,16 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
                 raise click.UsageError("give --hf to resolve a DeepSpeed config as the HF Trainer does "
                                        "(an accelerate config YAML needs no flag)")
             from advisor.config.loading import load_config
+            from advisor.views.lint import lint_guarded
             loaded = load_config(config)
-            ws, _ = _world(world_size)
+            ws, ws_src = _world(world_size)
             args.world_size = ws or 1
             res = hfmod.resolve_trainer(loaded.data, args, hidden_size=hidden_size or h,
                                         model_config=meta if h else None)
-            res.findings = [f.located(loaded.positions, loaded.source) for f in res.findings]
+            # the findings by lint's one path (every rule on the written config, the Trainer's replay
+            # with these arguments): `lint --hf` with the same arguments says the same (S001 included)
+            res.findings = lint_guarded(loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=True,
+                                        trainer_args=_targs(trainer_args, hidden_size) or {})
     except AdvisorError as e:
         raise _fail(str(e))
     # JSON has no Infinity and hjson (DeepSpeed's loader) cannot read 1e999 back: accelerate's

@@ -487,3 +487,52 @@ def test_lint_hf_and_resolve_give_the_same_findings_for_an_accelerate_file(tmp_p
         said = [m.groups() for ln in p.stderr.splitlines()
                 if (m := re.match(r"^\S+: (?:error|warning|info) (H\d{3}) (/\S*): ", ln))]
         assert sorted(said) == sorted(linted), (name, p.stderr)
+
+
+def _said(stderr: str) -> list[tuple[str, str, str]]:
+    """resolve's findings on stderr, in lint's form: (code, pointer, line:col or '')."""
+    out = []
+    for ln in stderr.splitlines():
+        m = re.match(r"^[^:\s]+(?::(\d+):(\d+))?: (?:error|warning|info) ([A-Z]\d{3}) (/\S*): ", ln)
+        if m:
+            out.append((m.group(3), m.group(4), f"{m.group(1)}:{m.group(2)}" if m.group(1) else ""))
+    return sorted(out)
+
+
+def _linted(out: dict) -> list[tuple[str, str, str]]:
+    return sorted((f["code"], f["pointer"], f"{f['line']}:{f['column']}" if f.get("line") else "")
+                  for f in _findings(out))
+
+
+def test_lint_hf_and_resolve_agree_without_trainer_arguments(tmp_path):
+    """`resolve` replays the Trainer with TrainingArguments' defaults for every argument not given
+    (it must fill each "auto"), and `lint --hf` now does the same, through one path (lint's rules
+    plus the replay): the same findings, located alike, for a DeepSpeed file and for an accelerate
+    YAML built from its fields. Before, lint --hf without Trainer arguments kept only H002/H004/H006
+    (no H001 for the YAML's mixed_precision bf16 against the Trainer's default bf16=False, nor for
+    its gradient_accumulation_steps 4 against the default 1), and resolve missed lint's S001 for
+    the DeepSpeed file's overlap_com. The bf16 mismatch is transformers' own: TrainingArguments
+    with ACCELERATE_MIXED_PRECISION=bf16 and no --bf16 keeps bf16=False, and trainer_config_process
+    compares it with the bf16 section accelerate's set_mixed_precision added."""
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 3,\n'
+                                      ' "zero_optimization": {"stage": 2, "overlap_com": true},\n'
+                                      ' "bf16": {"enabled": true}}\n')
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
+                                       "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
+    want = {"ds.json": {("S001", "/zero_optimization/overlap_com"), ("H001", "/gradient_accumulation_steps"),
+                        ("H001", "/bf16/enabled")},
+            "acc.yaml": {("H001", "/deepspeed_config/gradient_accumulation_steps"), ("H001", "/mixed_precision")}}
+    for name, expect in want.items():
+        rc, out = run_json(["lint", "--hf", name, "--format", "json"], cwd=tmp_path)
+        p = run_cli(["resolve", "--hf", name], cwd=tmp_path)
+        assert rc == 1 and p.returncode == 1, (name, p.stderr)
+        assert _said(p.stderr) == _linted(out), (name, p.stderr, _linted(out))
+        assert {(c, ptr) for c, ptr, _ in _linted(out)} == expect, (name, _linted(out))
+        assert all(at for _, _, at in _linted(out)), (name, _linted(out))  # every one at the key's line:col
+    # the Trainer arguments the fixes name clear the H001s, in both commands
+    rc, out = run_json(["lint", "--hf", "acc.yaml", "--bf16", "--gradient-accumulation-steps", "4", "--format",
+                        "json"], cwd=tmp_path)
+    assert rc == 0 and not _findings(out), out
+    rc, out = run_json(["lint", "--hf", "ds.json", "--bf16", "--gradient-accumulation-steps", "3", "--format", "json"],
+                       cwd=tmp_path)
+    assert [f["code"] for f in _findings(out)] == ["S001"], out

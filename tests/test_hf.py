@@ -420,6 +420,39 @@ def test_max_steps_minus_one_is_epoch_based_never_written():
     assert got["scheduler"]["params"]["total_num_steps"] == 300
 
 
+def test_max_steps_zero_is_a_count_of_zero_in_lint_and_resolve_alike(tmp_path):
+    """--max-steps 0 is not epoch-based: transformers' Trainer.set_initial_training_values
+    (trainer.py: epoch_based = max_steps < 0) keeps 0 for a sized dataset and hands
+    deepspeed_init(num_training_steps=0), and raises without a length. The scheduler's "auto"
+    total_num_steps is then 0 (warmup_num_steps max(1, ceil(0 x ratio)) = 1, trainer_config_finalize).
+    `lint --hf` dropped a given 0 (0 == False in the CLI's "not given" filter) and said nothing,
+    while `resolve` said H003; both now fill 0 and report the same findings."""
+    pytest.importorskip("transformers")
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "unused"), max_steps=0, num_train_epochs=3, report_to=[])
+    stub = types.SimpleNamespace(get_total_train_batch_size=lambda a: 8, get_sp_size=lambda: 1,
+                                 num_examples=lambda dl: len(dl) * 8)
+    assert Trainer.set_initial_training_values(stub, args, [0] * 100)[-1] == 0
+    with pytest.raises(ValueError, match="max_steps must be set to a positive value"):
+        Trainer.set_initial_training_values(stub, args, iter([0]))
+    want, _ = _tf_fill({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto",
+                                                                             "warmup_num_steps": "auto"}}},
+                       max_steps=0, warmup_steps=0.1)
+    assert want["scheduler"]["params"] == {"total_num_steps": 0, "warmup_num_steps": 1}
+    cfg = tmp_path / "s.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
+                               "scheduler": {"type": "WarmupDecayLR", "params": {
+                                   "total_num_steps": "auto", "warmup_num_steps": "auto"}}}))
+    from tests.conftest import run_cli
+    p = run_cli(["resolve", str(cfg), "--hf", "--max-steps", "0", "--warmup-steps", "0.1"])
+    assert json.loads(p.stdout)["scheduler"]["params"] == want["scheduler"]["params"], p.stdout
+    said = sorted(ln for ln in p.stderr.splitlines() if re.match(r"^\S+: (error|warning|info) ", ln))
+    q = run_cli(["lint", str(cfg), "--hf", "--max-steps", "0", "--warmup-steps", "0.1", "--format", "json"])
+    linted = sorted(f["code"] for f in json.loads(q.stdout)["files"][0]["findings"])
+    assert [ln.split()[2] for ln in said] == linted and "H003" not in linted, (said, linted)
+
+
 def test_string_stage_3_skips_the_save_gather_in_accelerate_as_h008_says():
     """"stage": "3": DeepSpeed's config coerces it to ZeRO-3 (DeepSpeedZeroConfig.stage), but
     accelerate's own Accelerator.get_state_dict compares the stage as written (== 3), so it never
@@ -504,7 +537,7 @@ def test_h001_batch_fix_keeps_the_global_batch_or_says_how_it_changes():
     (f,) = [f for f in findings if f.code == "H001"]
     assert f.fix.startswith("pass --gradient-accumulation-steps 4 to the Trainer")
     assert f"global batch of {kept['train_batch_size']} sequences" in f.fix
-    assert f"changes it to {auto['train_batch_size']}" in f.fix
+    assert f"for the Trainer's {auto['train_batch_size']} " in f.fix
 
 
 def test_resolve_findings_are_located_as_lint_locates_them():
@@ -522,3 +555,28 @@ def test_resolve_findings_are_located_as_lint_locates_them():
     want = f"{cfg}:{line}:{col}: info H003 /scheduler/params/total_num_steps: the scheduler's step counts"
     assert any(x.startswith(want) for x in p.stderr.splitlines()), p.stderr
     assert "    fix: pass --max-steps N" in p.stderr.splitlines()
+
+
+def test_h001_batch_fix_keeps_one_side_global_batch_and_applied_clears_it(tmp_path):
+    """Config micro-batch 4 x accumulation 2 on 2 ranks = 16 sequences (DeepSpeed _batch_assertion);
+    the Trainer's defaults 8 x 1 x 2 = 16. transformers' own HfTrainerDeepSpeedConfig reports both
+    keys. Each H001 fix gives the config's global batch from the config's numbers alone (the old
+    text multiplied the config's accumulation by the Trainer's micro-batch: 2 x 8 x 2 = 32) and
+    names the Trainer arguments that keep it; passed to lint, they clear every H001."""
+    from tests.conftest import run_json
+
+    raw = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2}}
+    _, mism = _tf_fill(raw, world_size=2, per_device_train_batch_size=8, gradient_accumulation_steps=1)
+    assert sorted(m.split("=")[0] for m in mism) == ["ds gradient_accumulation_steps",
+                                                     "ds train_micro_batch_size_per_gpu"]
+    cfg = tmp_path / "b.json"
+    cfg.write_text(json.dumps(raw))
+    rc, out = run_json(["lint", str(cfg), "--hf", "--world-size", "2", "--format", "json"])
+    h1 = [f for f in out["files"][0]["findings"] if f["code"] == "H001"]
+    assert len(h1) == 2 and rc == 1, out
+    for f in h1:
+        assert "global batch of 16 sequences (micro-batch 4 x accumulation 2 x 2 ranks)" in f["fix"], f["fix"]
+        assert "Trainer's 16 (8 x 1 x 2)" in f["fix"], f["fix"]
+    flags = re.search(r"pass (.*?) to the Trainer", h1[0]["fix"]).group(1).split()
+    rc, out = run_json(["lint", str(cfg), "--hf", "--world-size", "2", *flags, "--format", "json"])
+    assert rc == 0 and not [f for f in out["files"][0]["findings"] if f["code"] == "H001"], out

@@ -74,7 +74,11 @@ class TrainerArgs:
     training steps (``TrainingArguments.get_warmup_steps``). ``max_steps``: the number of
     optimizer steps (``num_training_steps`` in ``trainer_config_finalize``); None = unknown (a
     negative value given to :meth:`from_mapping`, TrainingArguments' -1 "use num_train_epochs",
-    is unknown too: the Trainer derives it from the dataset's length).
+    is unknown too: the Trainer derives it from the dataset's length). 0 is a count, not
+    "unknown": only a negative max_steps is epoch-based (transformers trainer.py
+    ``Trainer.set_initial_training_values``: ``epoch_based = max_steps < 0``), so with a sized
+    dataset the Trainer keeps 0 and hands ``deepspeed_init(num_training_steps=0)`` (without a
+    length it raises "args.max_steps must be set to a positive value").
     ``world_size``: ``TrainingArguments.world_size`` (number of processes).
     """
 
@@ -316,6 +320,10 @@ class _Resolver:
         self.filled: dict[str, tuple[Any, Any, str]] = {}
         #: "auto" keys left for want of an input (hidden size, step count): reported once (H002/H003).
         self.skipped: set[str] = set()
+        #: config key (dotted) -> the accelerate YAML key that wrote it, for a config accelerate builds
+        #: from the YAML's fields (a finding about the key points at, and its fix names, the YAML key)
+        self.yaml_keys: dict[str, str] = {}
+        self.yaml_source = ""
 
     # -- transformers HfTrainerDeepSpeedConfig.fill_match / fill_only ------------------------
     def fill_match(self, key: str, hf_val: Any, hf_key: str | None = None, must_match: bool = True,
@@ -472,28 +480,66 @@ class _Resolver:
             self.findings.append(emit(
                 "H003", "info", _ptr(k),
                 "the scheduler's step counts come from the number of training steps, which depends on the "
-                "dataset (without a positive max_steps the Trainer derives it from num_train_epochs and the "
-                "dataloader's length): not resolved", "pass --max-steps N"))
+                "dataset (with a negative max_steps, TrainingArguments' default -1, the Trainer derives it from "
+                "num_train_epochs and the dataloader's length): not resolved", "pass --max-steps N"))
         for key, ds_val, hf_key, hf_val in self.mismatches:
-            fix = (f'set "{key.rsplit(".", 1)[-1]}" to "auto" (or to {json.dumps(hf_val)}), or change the Trainer '
-                   f"argument {hf_key.split(' ')[0]}")
-            a = self.args
-            per_rank = {"gradient_accumulation_steps": (a.per_device_train_batch_size, "--gradient-accumulation-steps"),
-                        "train_micro_batch_size_per_gpu": (a.gradient_accumulation_steps,
-                                                           "--per-device-train-batch-size")}.get(key)
-            if per_rank is not None and isinstance(ds_val, int) and not isinstance(ds_val, bool) and ds_val > 0:
-                # the global batch is micro x accumulation x world size (DeepSpeed _batch_assertion,
-                # the Trainer's train_batch_size): following the Trainer changes the config's one
-                other, flag = per_rank
-                mine, theirs = ds_val * other * a.world_size, hf_val * other * a.world_size
-                fix = (f"pass {flag} {ds_val} to the Trainer to keep the config's global batch of {mine} sequences; "
-                       f'setting "{key}" to "auto" (or to {hf_val}) changes it to {theirs}')
+            ptr, fix = self._mismatch_fix(key, ds_val, hf_key, hf_val)
             self.findings.append(emit(
-                "H001", "error", _ptr(key),
+                "H001", "error", ptr,
                 f"ds {key}={ds_val} vs hf {hf_key}={hf_val}: the HF Trainer raises 'Please correct the following "
                 "DeepSpeed config values that mismatch TrainingArguments values' at launch", fix,
-                data={"key": key, "config": ds_val, "trainer_arg": hf_key, "trainer": hf_val}))
+                data={"key": key, "config": ds_val, "trainer_arg": hf_key, "trainer": hf_val,
+                      **({"yaml_key": self.yaml_keys[key]} if key in self.yaml_keys else {})}))
         self.mismatches = []
+
+    #: Batch keys and the Trainer argument (our CLI flag, the Trainer's own --flag) each must equal.
+    _BATCH_FLAGS = {"train_micro_batch_size_per_gpu": "--per-device-train-batch-size",
+                    "gradient_accumulation_steps": "--gradient-accumulation-steps"}
+    #: Precision keys and the Trainer flag that turns them on.
+    _PRECISION_FLAGS = {"bf16.enabled": "--bf16", "fp16.enabled": "--fp16"}
+
+    def _mismatch_fix(self, key: str, ds_val: Any, hf_key: str, hf_val: Any) -> tuple[str, str]:
+        """(pointer, fix) of one H001. A batch key names the Trainer arguments that keep the
+        config's global batch, micro x accumulation x world size with every number from the same
+        side (DeepSpeed runtime/config.py _batch_assertion; the Trainer's train_batch_size in
+        trainer_config_process): the config's (its explicit values, "auto" ones as the Trainer fills
+        them) against the Trainer's (its per-device batch x its accumulation). A key accelerate
+        wrote from a YAML field points at that field, and the fix edits it there."""
+        a = self.args
+        yk = self.yaml_keys.get(key)
+        ptr = pointer(*yk.split(".")) if yk else _ptr(key)
+        where = f"{yk} in {self.yaml_source}" if yk else f'"{key.rsplit(".", 1)[-1]}"'
+        fix = (f'set {where} to "auto" (or to {json.dumps(hf_val)}), or change the Trainer argument '
+               f"{hf_key.split(' ')[0]}")
+        if key in self._PRECISION_FLAGS and ds_val is True and hf_val is False:
+            mp = key.split(".")[0]
+            fix = (f"pass {self._PRECISION_FLAGS[key]} to the Trainer"
+                   + (f" (the YAML's {yk}: {mp} enables {mp} in the DeepSpeed config accelerate builds, and "
+                      f"TrainingArguments without {self._PRECISION_FLAGS[key]} says false)" if yk else
+                      f', or set "{mp}": {{"enabled": "auto"}}'))
+        mb, ga = (self.cfg.get_value(k) for k in self._BATCH_FLAGS)
+
+        def count(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+        if key in self._BATCH_FLAGS and count(mb) and count(ga):
+            # the config's batch keys as they stand after the Trainer's fill: explicit values kept
+            # (fill_match leaves a mismatched one as written), "auto" ones the Trainer's
+            mine, theirs = mb * ga * a.world_size, a.per_device_train_batch_size * a.gradient_accumulation_steps * \
+                a.world_size
+            flags = " ".join(f"{flag} {v}" for k, flag in self._BATCH_FLAGS.items()
+                             for v in [self.cfg.get_value(k)]
+                             if v != {"train_micro_batch_size_per_gpu": a.per_device_train_batch_size,
+                                      "gradient_accumulation_steps": a.gradient_accumulation_steps}[k])
+            keys = " and ".join(self.yaml_keys.get(k, f'"{k}"') for k in self._BATCH_FLAGS
+                                if any(m[0] == k for m in self.mismatches))
+            ranks = f"{a.world_size} rank" + ("s" if a.world_size != 1 else "")
+            fix = (f"pass {flags} to the Trainer to keep the config's global batch of {mine} sequences (micro-batch "
+                   f"{mb} x accumulation {ga} x {ranks}); or set {keys} to \"auto\""
+                   + (f" in {self.yaml_source}" if yk else "")
+                   + f" for the Trainer's {theirs} ({a.per_device_train_batch_size} x "
+                   f"{a.gradient_accumulation_steps} x {a.world_size})")
+        return ptr, fix
 
     # -- step 5 -------------------------------------------------------------------------------
     def optim_sched(self) -> None:
@@ -892,6 +938,15 @@ def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None
     if overrides:
         base = accelerate_overrides(launch, base, overrides)
     r = _Resolver(base, args)
+    if not from_file:  # built from the YAML's fields: findings about them point back at the YAML
+        written = set(launch.plugin.ds_fields)
+        r.yaml_keys = {k: f"deepspeed_config.{k}" for k in ("gradient_accumulation_steps", "gradient_clipping")
+                       if k in written}
+        mp_key = "mixed_precision" if launch.data.get("mixed_precision") is not None else \
+            "fp16" if launch.data.get("fp16") else None
+        if mp_key:
+            r.yaml_keys.update({"bf16.enabled": mp_key, "fp16.enabled": mp_key})
+        r.yaml_source = os.path.basename(launch.source)
     r.findings.extend(launch.findings)
     if ws is None:
         r.findings.append(emit("H006", "info", "/num_processes",

@@ -107,13 +107,16 @@ def _read_input(source, trainer_args, world_size, hidden_size, inventory, overri
 
         yaml_error: ConfigLoadError | None = None
         text = ""
+        positions: dict = {}
         try:
             text = read_text(source, limit=MAX_YAML_BYTES, what="YAML file")
-            data = parse_yaml(text, source, what="YAML file")
+            data = parse_yaml(text, source, what="YAML file", positions=positions)
         except ConfigLoadError as e:
             data, yaml_error = None, e  # not YAML accelerate reads; DeepSpeed's own reading decides below
         if _is_accelerate(data):
-            return _accelerate(source, text, trainer_args, world_size, hidden_size, inventory, overrides)
+            inp = _accelerate(source, text, trainer_args, world_size, hidden_size, inventory, overrides)
+            inp.file_positions, inp.file_text = positions, text  # findings at the YAML key's line:column
+            return inp
         if yaml_error is not None:
             try:
                 loaded = load_config(source)

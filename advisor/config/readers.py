@@ -242,10 +242,12 @@ def non_finite_path(obj: Any, path: str = "") -> str | None:
 
 
 def parse_yaml(text: str, source: str, *, what: str = "YAML file", error: ErrorFactory = config_error,
-               max_nodes: int = MAX_YAML_NODES) -> Any:
+               max_nodes: int = MAX_YAML_NODES, positions: dict[str, tuple[int, int]] | None = None) -> Any:
     """One YAML document, loaded with PyYAML's ``SafeLoader`` (plain data only: no Python
     objects), with alias expansion bounded by ``max_nodes`` (see the module docstring).
-    Raises through ``error``: one line with the problem's line and column."""
+    Raises through ``error``: one line with the problem's line and column. ``positions``, when
+    given, is filled with JSON pointer -> (line, column), 1-based, of each mapping key (of each
+    element for a sequence), from the nodes' start marks, as a JSON file's positions are."""
     try:
         import yaml
     except ImportError:  # pragma: no cover - dependency
@@ -259,6 +261,8 @@ def parse_yaml(text: str, source: str, *, what: str = "YAML file", error: ErrorF
         if node is None:
             return None
         _bound_yaml(node, source, max_nodes, error)
+        if positions is not None:
+            _yaml_positions(node, positions)
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
@@ -273,6 +277,32 @@ def parse_yaml(text: str, source: str, *, what: str = "YAML file", error: ErrorF
         raise error(source, f"not valid YAML: {e}", None, None) from None
     finally:
         loader.dispose()
+
+
+def _yaml_positions(root: Any, out: dict[str, tuple[int, int]]) -> None:
+    """JSON pointer -> (line, column) of every key of a composed (bounded) YAML node graph; an
+    alias is visited once (its first path), so the walk is linear in the nodes."""
+    import yaml
+
+    seen: set[int] = set()
+    stack = [(root, "")]
+    while stack:
+        node, ptr = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if not isinstance(k, yaml.ScalarNode):
+                    continue
+                p = ptr + "/" + str(k.value).replace("~", "~0").replace("/", "~1")
+                out.setdefault(p, (k.start_mark.line + 1, k.start_mark.column + 1))
+                stack.append((v, p))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                p = f"{ptr}/{i}"
+                out.setdefault(p, (v.start_mark.line + 1, v.start_mark.column + 1))
+                stack.append((v, p))
 
 
 def _bound_yaml(root: Any, source: str, max_nodes: int, error: ErrorFactory) -> None:
