@@ -122,6 +122,11 @@ class Plan:
     written: EffectiveConfig | None = None
     hf: HFResolution | None = None
     loaded: "LoadedConfig | None" = None
+    #: The DeepSpeed config before the HF Trainer fills "auto", when the Trainer runs and it is not
+    #: ``loaded.data``: for an accelerate file, the dict accelerate starts from
+    #: (:attr:`advisor.config.hf.Resolution.base`). M100's fixes read it to tell a Trainer argument
+    #: from a config key (:mod:`advisor.views.fixes`).
+    trainer_written: "dict[str, Any] | None" = None
     #: Facts derived from this plan, computed once and shared by every view (the ledger, the
     #: movements per hardware): filled by :func:`advisor.ledger.state.ledger_of` and
     #: :func:`advisor.ledger.movement.movement_roles`. Not part of the plan's identity.

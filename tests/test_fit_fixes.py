@@ -217,3 +217,79 @@ def test_more_ranks_keep_the_global_batch_or_say_it_changes(tmp_path):
     rc, d = run_json(["estimate", str(cfg)] + args[2:])
     (ws,) = [c for c in _m100(d, "accelerator")["data"]["candidates"] if "--world-size 16" in c["flags"]]
     assert ws["set"] == [] and "global batch grows from 32 to 64" in ws["change"], ws
+
+
+def test_smaller_micro_batch_keeps_the_global_batch_when_an_integer_accumulation_does(tmp_path):
+    """Micro-batch 3 x accumulation 1 x 8 ranks = 24 sequences per step (DeepSpeed
+    _batch_assertion). Halving to micro-batch 1 at the same accumulation dropped it to 8; micro 1 x
+    accumulation 3 keeps 24. Applied with the real CLI the candidate gives the need it claimed, no
+    B001, and 1 x 3 x 8 = 24."""
+    cfg = tmp_path / "m3.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1, '
+                   '"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}}')
+    args = ["estimate", str(cfg), "--model", "llama-3-8b", "--world-size", "8", "--gpu-memory", "60GB",
+            "--seq-len", "2048", "--format", "json"]
+    rc, d = run_json(args)
+    (mb,) = [c for c in _m100(d, "accelerator")["data"]["candidates"] if c["change"].startswith("micro-batch")]
+    assert mb["set"] == ["train_micro_batch_size_per_gpu=1", "gradient_accumulation_steps=3"], mb
+    assert "the same global batch, 24 sequences" in mb["change"], mb
+    assert _batch_of(mb, {"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1, "world": 8}) == 24
+    again = _applied(args, mb)
+    row = _row(again, "accelerator")
+    assert (row["verdict"], row["need"]) == (mb["verdicts"]["accelerator"], mb["need"]["accelerator"])
+    assert not [g for g in again["findings"] if g["code"] == "B001"], again["findings"]
+
+
+def _trainer_candidates_applied(args: list[str]) -> list[dict]:
+    """Every M100 candidate of ``args`` applied with the real CLI: no H001 (the Trainer accepts the
+    change), the verdict and need it claimed; returns the candidates."""
+    rc, d = run_json(args)
+    cands = _m100(d, "accelerator")["data"]["candidates"]
+    assert rc == 1 and cands, d
+    for c in cands:
+        again = _applied(args, c)
+        assert not [g for g in again["findings"] if g["code"] == "H001"], (c, again["findings"])
+        row = _row(again, "accelerator")
+        assert (row["verdict"], row["need"]) == (c["verdicts"]["accelerator"], c["need"]["accelerator"]), (c, row)
+        if c["verdict"] == "fits":
+            assert not [g for g in again["findings"] if g["code"] == "M100"], (c, again["findings"])
+    return cands
+
+
+def test_trainer_fixes_for_explicit_batch_keys_name_the_trainer_arguments_too(tmp_path):
+    """Under --hf a config with explicit micro-batch 8 and accumulation 2 (the Trainer's
+    --gradient-accumulation-steps 2 and default per-device 8 agree with them). The micro-batch
+    candidate was `--set train_micro_batch_size_per_gpu=4 --set gradient_accumulation_steps=4`
+    alone, which the Trainer then refuses (H001: ds 4 vs hf 8, transformers trainer_config_process
+    fill_match). Now the --set and the Trainer arguments with the same values; more ranks, the
+    accumulation as both. Applied, every candidate raises no H001, and a fitting one clears M100."""
+    cfg = tmp_path / "hfx.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2, '
+                   '"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}}')
+    args = ["estimate", str(cfg), "--hf", "--bf16", "--gradient-accumulation-steps", "2", "--model", "llama-3-8b",
+            "--world-size", "8", "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    by = {c["change"].split(" (")[0]: c for c in _trainer_candidates_applied(args)}
+    mb = by["micro-batch 4 with gradient accumulation 4"]
+    assert mb["set"] == ["train_micro_batch_size_per_gpu=4", "gradient_accumulation_steps=4"], mb
+    assert mb["flags"] == ["--per-device-train-batch-size 4", "--gradient-accumulation-steps 4"], mb
+    assert mb["verdict"] == "fits", mb
+    (ws,) = [c for c in by.values() if "--world-size 16" in c["flags"]]
+    assert ws["set"] == ["gradient_accumulation_steps=1"] and "--gradient-accumulation-steps 1" in ws["flags"], ws
+
+
+def test_accelerate_file_fixes_name_trainer_arguments_not_a_refused_set(tmp_path):
+    """An accelerate YAML built from its fields (ZeRO-2, gradient_accumulation_steps 4, bf16, 8
+    processes): accelerate's config leaves the micro-batch "auto" (DeepSpeedPlugin) for the Trainer
+    to fill. The micro-batch candidate was `--set train_micro_batch_size_per_gpu=4 ...`, an explicit
+    4 the Trainer then refuses against its per-device 8 (H001); now it is
+    --per-device-train-batch-size 4 with the accumulation as --set (the YAML's value) and as the
+    Trainer's argument. Applied, every candidate raises no H001, and a fitting one clears M100."""
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
+                                       "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
+    args = ["estimate", str(tmp_path / "acc.yaml"), "--bf16", "--gradient-accumulation-steps", "4", "--model",
+            "llama-3-8b", "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    cands = _trainer_candidates_applied(args)
+    (mb,) = [c for c in cands if c["change"].startswith("micro-batch")]
+    assert mb["set"] == ["gradient_accumulation_steps=8"], mb
+    assert mb["flags"] == ["--per-device-train-batch-size 4", "--gradient-accumulation-steps 8"], mb
+    assert mb["verdict"] == "fits" and "the same global batch, 256 sequences" in mb["change"], mb

@@ -235,6 +235,9 @@ class Resolution:
     #: key (dotted) -> (written value, value DeepSpeed receives, who filled it).
     filled: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
     zero3_init: bool | None = None
+    #: The config the replay started from ("auto" unfilled; for an accelerate file the dict
+    #: accelerate builds from its fields or reads from its deepspeed_config_file, --set applied).
+    base: dict[str, Any] | None = None
 
     @property
     def unresolved(self) -> list[str]:
@@ -958,6 +961,7 @@ def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None
 
     res = _finish(r, args, launch.plugin, hidden_size, model_config, from_file=from_file, world_size=ws,
                   after_plugin=pre_finalize)
+    res.base = base  # the replay worked on a deep copy
     return res
 
 

@@ -14,7 +14,9 @@ Fix: computed, not generic (``advisor/views/fixes.py``). Each single change that
 short tier is re-estimated with the same fit (ledger, activations, timeline, runtime overhead):
 for the accelerator, offloading only the optimizer, the optimizer to NVMe (ZeRO-3 with an
 ``nvme_path``), each higher stage (never from stage 3), the parameters to host, half the
-micro-batch with twice the accumulation, activation checkpointing, another node's ranks; for
+micro-batch with the accumulation that keeps the global batch, activation checkpointing, another
+node's ranks (under the HF Trainer or an accelerate file, batch changes are the Trainer's
+``--per-device-train-batch-size`` / ``--gradient-accumulation-steps``, so the Trainer accepts them); for
 host memory, the optimizer to NVMe, the parameters back on the accelerator or to NVMe, fewer ranks
 per node (never ``pin_memory``: pinned or not, it is host memory). The fix lists the changes that
 then fit, with their need, bytes moved per step and (with ``--hardware``) step time, says when

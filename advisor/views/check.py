@@ -707,6 +707,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     plan = build_plan(loaded, inventory, cluster, hf=hf and not accelerate, trainer_args=None if accelerate else trainer_args,
                       workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
                                         moe_capacity_factor=v.get("moe_capacity_factor")))
+    if accelerate:  # M100's fixes tell a Trainer argument from a config key by it (advisor.views.fixes)
+        import dataclasses
+        plan = dataclasses.replace(plan, trainer_written=getattr(config_input.resolution, "base", None))
     ec = plan.config
     if accelerate:
         from advisor.views.lint import lint_accelerate

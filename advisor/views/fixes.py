@@ -7,10 +7,12 @@ Candidates, one change each (``ds-advisor generate`` searches combinations):
 * accelerator short: offload only the optimizer to host (ZeRO-1/2/3; ZeRO-2 from stage 0, where
   DeepSpeed has no optimizer offload), the optimizer to NVMe (ZeRO-3, where the config names an
   ``nvme_path``), each higher ZeRO stage (never from stage 3), the parameters to host (ZeRO-3),
-  half the micro-batch (``--micro-batch`` when given, else the config's) with twice the gradient
-  accumulation (the global batch kept, or the words say how it changes; under the HF
-  Trainer, where the config leaves them "auto", as its --per-device-train-batch-size and
-  --gradient-accumulation-steps arguments), activation
+  a smaller micro-batch (the largest at most half of ``--micro-batch`` when given, else of the
+  config's, that divides micro x accumulation) with the accumulation that keeps the global batch
+  (micro 3 x 1 becomes 1 x 3; :func:`_smaller_micro_batch`); under the HF Trainer (``--hf``, or
+  an accelerate file) the batch keys are its --per-device-train-batch-size and
+  --gradient-accumulation-steps arguments, with the --set as well where the written config holds
+  a value (either alone the Trainer refuses: H001), activation
   checkpointing of every layer (when activations are estimated and none are checkpointed), and
   another node's worth of data-parallel ranks (``--world-size``; not at ZeRO-0, where sharding
   nothing changes nothing), with the gradient accumulation divided to keep the global batch
@@ -101,15 +103,18 @@ def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]
         if isinstance(mb, int) and mb > 1:
             from advisor.config.effective import derive_batch
             ga = derive_batch(ec, plan.cluster.dp_world_size)[2] or 1
-            dp, half = plan.cluster.dp_world_size, mb // 2
-            words = (f"micro-batch {half} with gradient accumulation {ga * 2} (the same global batch, "
-                     f"{mb * ga * dp} sequences)" if mb % 2 == 0 else
-                     f"micro-batch {half} (the global batch falls from {mb * ga * dp} to {half * ga * dp} sequences)")
-            sets = [f"train_micro_batch_size_per_gpu={half}"] + ([f"gradient_accumulation_steps={ga * 2}"]
-                                                                   if mb % 2 == 0 else [])
-            written = plan.loaded.data if plan.loaded is not None and isinstance(plan.loaded.data, dict) else {}
+            dp = plan.cluster.dp_world_size
+            half, ga2 = _smaller_micro_batch(mb, ga)
+            words = (f"micro-batch {half} with gradient accumulation {ga2} (the same global batch, "
+                     f"{mb * ga * dp} sequences)" if half * ga2 == mb * ga else
+                     f"micro-batch {half} (the global batch falls from {mb * ga * dp} to {half * ga2 * dp} sequences)")
+            sets = [f"train_micro_batch_size_per_gpu={half}"] + ([f"gradient_accumulation_steps={ga2}"]
+                                                                   if ga2 != ga else [])
+            written = _trainer_written(plan)
+            if written is None:
+                written = plan.loaded.data if plan.loaded is not None and isinstance(plan.loaded.data, dict) else {}
             tb = written.get("train_batch_size")
-            new_tb = half * (ga * 2 if mb % 2 == 0 else ga) * dp
+            new_tb = half * ga2 * dp
             if isinstance(tb, int) and not isinstance(tb, bool) and tb != new_tb:
                 # a written train_batch_size must agree (DeepSpeed _batch_assertion): under --micro-batch
                 # the global batch is the one that micro-batch runs
@@ -127,6 +132,38 @@ def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]
     return out
 
 
+def _smaller_micro_batch(mb: int, ga: int) -> tuple[int, int]:
+    """(micro-batch, accumulation) for the smaller-micro-batch candidate: the largest micro-batch
+    at most half of ``mb`` that divides the sequences a rank runs per step (``mb`` x ``ga``), with
+    the accumulation that keeps them (so the global batch, micro x accumulation x data-parallel
+    ranks, DeepSpeed runtime/config.py _batch_assertion, is kept: micro 3 x 1 becomes 1 x 3, not
+    1 x 1). Micro-batch 1 always divides; a product too large to factor here (over 10^12) gets
+    half the micro-batch and the same accumulation, and the words say how the batch changes."""
+    import math
+
+    per_rank, top = mb * ga, mb // 2
+    if per_rank > 10 ** 12:
+        return top, ga
+    best = 1
+    for d in range(1, math.isqrt(per_rank) + 1):
+        if per_rank % d == 0:
+            for m in (d, per_rank // d):
+                if best < m <= top:
+                    best = m
+    return best, per_rank // best
+
+
+def _trainer_written(plan: "Plan") -> dict | None:
+    """The DeepSpeed config as written before the HF Trainer fills "auto" (the file under --hf, the
+    dict accelerate starts from for an accelerate file: ``Plan.trainer_written``); None when no
+    Trainer runs."""
+    if plan.trainer_written is not None:
+        return plan.trainer_written
+    if plan.hf is not None and plan.loaded is not None and isinstance(plan.loaded.data, dict):
+        return plan.loaded.data
+    return None
+
+
 #: Batch keys the HF Trainer fills from its arguments when the config says "auto"
 #: (transformers integrations/deepspeed.py trainer_config_process: fill_match).
 _TRAINER_BATCH = {"train_micro_batch_size_per_gpu": "--per-device-train-batch-size",
@@ -134,16 +171,21 @@ _TRAINER_BATCH = {"train_micro_batch_size_per_gpu": "--per-device-train-batch-si
 
 
 def _trainer_flags(plan: "Plan", sets: list[str]) -> tuple[list[str], list[str]]:
-    """(--set strings, flags) a user types for ``sets`` (applied to the config DeepSpeed receives):
-    under the HF Trainer a batch key the written config leaves "auto" comes from a Trainer argument,
-    so it is that flag, not a --set (an explicit value would disagree with the Trainer's: H001)."""
-    if plan.hf is None or plan.loaded is None or not isinstance(plan.loaded.data, dict):
+    """(--set strings, flags) a user types for ``sets`` (applied to the config DeepSpeed receives).
+    Under the HF Trainer (``--hf``, or an accelerate file) a batch key is the Trainer's argument
+    (transformers trainer_config_process fill_match): where the written config says "auto" the
+    flag alone sets it; where it holds a value, the --set and the flag with the same value (a
+    --set alone disagrees with the Trainer's argument, a flag alone with the config: H001)."""
+    written = _trainer_written(plan)
+    if written is None:
         return list(sets), []
     shown, flags = [], []
     for x in sets:
         key, _, value = x.partition("=")
-        if key in _TRAINER_BATCH and plan.loaded.data.get(key, "auto") == "auto":
+        if key in _TRAINER_BATCH:
             flags.append(f"{_TRAINER_BATCH[key]} {value}")
+            if written.get(key) != "auto":
+                shown.append(x)
         else:
             shown.append(x)
     return shown, flags
@@ -169,9 +211,9 @@ def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str]
         return (f"{words}, gradient accumulation {ga} -> {ga2} (the same global batch, {tb} sequences)",
                 sets, shown, flags)
     tb2 = mb * ga * dp2
-    written_tb = plan.loaded.data.get("train_batch_size", "auto") if plan.loaded is not None and \
-        isinstance(plan.loaded.data, dict) else None
-    sets = [f"train_batch_size={tb2}"] if plan.hf is not None and written_tb == "auto" else []
+    written = _trainer_written(plan)
+    sets = [f"train_batch_size={tb2}"] if written is not None and written.get("train_batch_size", "auto") == "auto" \
+        else []
     return (f"{words} (the global batch grows from {tb} to {tb2} sequences: gradient accumulation {ga} does "
             f"not split over {dp2} ranks)", sets, [], [])
 
