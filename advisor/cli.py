@@ -593,6 +593,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     targs = _targs(a.trainer_args, a.hidden_size)
     inp, inv, hw = _load_config_input(config, a.model, a.params, a.hardware, trainer_args=targs,
                                       world_size=a.world_size, overrides=a.overrides, activations=a.activations)
+    ovh = ovh.for_hardware(hw)  # the accelerator preset's own CUDA-context / allocator defaults
     loaded = inp.loaded
     wl = _workload(config, a)
     _check_checkpointing(wl, inv)
@@ -1257,6 +1258,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
     ovh = _overhead(runtime_overhead, fragmentation)
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides)
+    ovh = ovh.for_hardware(hw)
     loaded = inp.loaded
     from types import SimpleNamespace
     wl = _workload(config, SimpleNamespace(
@@ -1427,6 +1429,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     hw = replace(hw, nodes=nodes, accelerators_per_node=gpus_per_node)
     if hw.accelerator is None:
         raise _fail(f"--hardware {hardware}: no accelerator in the spec")
+    ovh = ovh.for_hardware(hw)
     req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
                       optimizer=optimizer, precision=precision, hf=hf, overhead=ovh, model_parallel=model_parallel)
     try:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from advisor.cluster.overhead import (MIB, OverheadError, communicators, parse_overrides, runtime_overhead,
+from advisor.cluster.overhead import (GIB, MIB, OverheadError, communicators, parse_overrides, runtime_overhead,
                                       verdict)
 
 
@@ -101,3 +103,54 @@ def test_one_total_is_one_row_and_ambiguous_values_are_refused():
     for bad in ("nccl=1GiB,nccl=2GiB", "2GiB,nccl=1GiB", "1GiB,2GiB"):
         with pytest.raises(OverheadError):
             parse_overrides(bad)
+
+
+def test_every_accelerator_preset_has_its_own_overhead_defaults_with_a_source():
+    """Each accelerator preset carries runtime_overhead (cuda_context_mib, allocator_fraction,
+    source); NVIDIA presets hold the cited lazy-loading figures (pytorch/pytorch #109888: ~400 MiB,
+    band to #107667's >1000 MB eager), the ROCm one says it is an assumption."""
+    from advisor.cluster.hardware import _presets, resolve_hardware
+    for name in _presets()["accelerators"]:
+        acc = resolve_hardware(name).accelerator
+        d = acc.runtime_overhead
+        assert d is not None and d.source, name
+        assert d.cuda_context[0] == 400 * MIB and d.cuda_context[1] <= 300 * MIB, name
+        if name == "mi300x":
+            assert d.source.startswith("assumption")
+        else:
+            assert "#109888" in d.source and d.cuda_context[2] >= 1000 * MIB
+
+
+def test_preset_defaults_reach_the_rows_and_env_settings_keep_theirs():
+    from advisor.cluster.hardware import resolve_hardware
+    from advisor.cluster.overhead import OverheadDefaults, OverheadSettings
+    hw = resolve_hardware("dgx-h100")
+    own = OverheadDefaults((500 * MIB, 450 * MIB, 600 * MIB), (0.05, 0.02, 0.08), "measured on the node")
+    from dataclasses import replace
+    hw = replace(hw, accelerator=replace(hw.accelerator, runtime_overhead=own))
+    s = OverheadSettings(env={}).for_hardware(hw)
+    rows = {t.key: t for t in s.terms(10 * GIB, world_size=8)}
+    assert (rows["cuda_context"].bytes, rows["cuda_context"].low, rows["cuda_context"].high) == own.cuda_context
+    assert rows["allocator"].bytes == math.ceil(10 * GIB * 0.05) and rows["allocator"].high == math.ceil(10 * GIB * 0.08)
+    assert rows["cuda_context"].source == rows["allocator"].source == "measured on the node"
+    # CUDA_MODULE_LOADING=EAGER and expandable_segments are other settings: their generic figures stay
+    s2 = OverheadSettings(env={"CUDA_MODULE_LOADING": "EAGER", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+                          ).for_hardware(hw)
+    rows = {t.key: t for t in s2.terms(10 * GIB, world_size=8)}
+    assert rows["cuda_context"].bytes == 1200 * MIB and rows["allocator"].bytes == math.ceil(10 * GIB * 0.03)
+    # no hardware: unchanged
+    assert OverheadSettings(env={}).for_hardware(None).defaults is None
+
+
+@pytest.mark.parametrize("ro,msg", [({"cuda_context_mib": [400, 256], "allocator_fraction": [0.1, 0.03, 0.25],
+                                      "source": "x"}, "cuda_context_mib: expected \\[default, low, high\\]"),
+                                     ({"cuda_context_mib": [400, 500, 600], "allocator_fraction": [0.1, 0.03, 0.25],
+                                       "source": "x"}, "low <= default <= high"),
+                                     ({"cuda_context_mib": [400, 256, 1024], "allocator_fraction": [0.1, 0.03, 0.25]},
+                                      "source: expected a non-empty string")])
+def test_runtime_overhead_spec_errors_are_one_line(ro, msg):
+    from advisor.cluster.hardware import from_dict
+    from advisor.errors import HardwareSpecError
+    with pytest.raises(HardwareSpecError, match=msg) as ei:
+        from_dict({"nodes": 1, "accelerators_per_node": 1, "accelerator": {"name": "x", "memory_bytes": 1e10, "runtime_overhead": ro}})
+    assert "/accelerator/runtime_overhead" in str(ei.value) and "\n" not in str(ei.value)

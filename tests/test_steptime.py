@@ -141,3 +141,41 @@ def test_generate_why_names_the_cpu_step_in_the_tables_units(units, base):
                 f"{co['cpu_optimizer_bytes_per_s_per_rank'] / base:,.1f} {units}/s host memory per rank")
         assert want in text, (want, text)
     assert ("GB/s" if units == "GiB" else "GiB/s") not in text
+
+
+def _hw_aio(aio) -> object:
+    tier = {"name": "n", "mounts": ["/nvme"], "capacity_bytes": 1e13, "read_bytes_per_s": 1e9,
+            "write_bytes_per_s": 1e9, "access": "read-write"}
+    if aio is not None:
+        tier["aio"] = aio
+    return from_dict({"nodes": 1, "accelerators_per_node": 1, "host_memory_bandwidth_bytes_per_s": 1e10,
+                      "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                      "host_link": {"bytes_per_s": 1e10}},
+                      "storage": [tier]})
+
+
+def test_nvme_tier_measured_at_the_configs_aio_settings():
+    """The NVMe seconds divide by the tier's figures; whether those hold at the config's aio
+    settings (DeepSpeed's defaults: runtime/swap_tensor/constants.py block_size 1048576,
+    queue_depth 8, intra_op_parallelism 1) is said per tier, and a mismatch is printed."""
+    from advisor.ledger.steptime import breakdown_lines
+    plan = _nvme_plan(True)
+    same = step_time(plan, _hw_aio({"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1}), seq_len=1000)
+    assert same.assumptions["nvme_aio"] == {"n": "measured at the config's aio settings"}
+    other = step_time(plan, _hw_aio({"queue_depth": 32, "block_size": 1048576}), seq_len=1000)
+    note = other.assumptions["nvme_aio"]["n"]
+    assert "queue_depth 8 (measured at 32)" in note and "block_size" not in note
+    assert any("NVMe tier n: measured at other aio settings" in ln for ln in breakdown_lines(other))
+    sheet = step_time(plan, _hw_aio(None), seq_len=1000)
+    assert "not measured at the config's aio settings (block_size 1048576, queue_depth 8" in sheet.assumptions["nvme_aio"]["n"]
+    # the seconds themselves are the tier's figures in every case (the note does not rescale them)
+    assert same.total == other.total == sheet.total
+
+
+@pytest.mark.parametrize("aio,msg", [({}, "expected at least one of"), ({"queue_depth": 0}, "queue_depth: expected a positive"),
+                                     ({"queue_depth": True}, "positive integer"), ({"depth": 8}, "unknown key")])
+def test_tier_aio_spec_errors_are_one_line(aio, msg):
+    from advisor.errors import HardwareSpecError
+    with pytest.raises(HardwareSpecError, match=msg) as ei:
+        _hw_aio(aio)
+    assert "/storage/0/aio" in str(ei.value) and "\n" not in str(ei.value)

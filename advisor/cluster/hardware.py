@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
+from advisor.cluster.overhead import MIB, OverheadDefaults
 from advisor.config.validation import MAX_GPUS_PER_NODE, MAX_NODES, shown, type_name
 from advisor.errors import HardwareSpecError
 
@@ -65,6 +66,9 @@ class Accelerator:
     peer_bytes_per_s: float | None = None
     #: Model FLOPs utilisation the step-time model assumes (None: advisor.ledger.steptime.MFU).
     assumed_mfu: float | None = None
+    #: This accelerator's CUDA-context / allocator overhead defaults
+    #: (:class:`advisor.cluster.overhead.OverheadDefaults`; None: the generic figures).
+    runtime_overhead: "OverheadDefaults | None" = None
     source: str = ""
 
 
@@ -110,7 +114,25 @@ class StorageTier:
     #: A shared filesystem's limit per client node, bytes/s (None = no limit stated).
     per_client_write_bytes_per_s: float | None = None
     per_client_read_bytes_per_s: float | None = None
+    #: The DeepSpeed ``aio`` settings the read/write figures were measured at (``block_size``,
+    #: ``queue_depth``, ``intra_op_parallelism``), as DeepSpeed's own tuning sweep
+    #: (``deepspeed/nvme/perf_run_sweep.py``, ``ds_nvme_tune``) or
+    #: ``benchmarks/steptime_calibration.py`` reports them; None: a data-sheet figure, measured
+    #: at no DeepSpeed setting.
+    aio: tuple[tuple[str, int], ...] | None = None
     source: str = ""
+
+    #: The ``aio`` keys a tier may state.
+    AIO_KEYS = ("block_size", "queue_depth", "intra_op_parallelism")
+
+    def aio_mismatch(self, config_aio: Any) -> list[str]:
+        """The aio settings of a config (an object with ``block_size``, ``queue_depth``,
+        ``intra_op_parallelism``) that differ from those this tier's bandwidths were measured at,
+        as ``"queue_depth 8 (measured at 32)"``; [] when they match or the tier states none."""
+        if not self.aio:
+            return []
+        return [f"{k} {getattr(config_aio, k)} (measured at {v})" for k, v in self.aio
+                if getattr(config_aio, k, v) != v]
 
     @property
     def read_oriented(self) -> bool:
@@ -254,7 +276,7 @@ class _P:
                 raise self.err(ptr, f"unknown accelerator preset {d!r} (known: {', '.join(sorted(_presets()['accelerators']))})")
             return _P(f"preset {d}").accelerator(acc, "")
         self.keys(d, {"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops", "memory_bandwidth_bytes_per_s",
-                      "host_link", "peer_bytes_per_s", "assumed_mfu", "source"}, ptr)
+                      "host_link", "peer_bytes_per_s", "assumed_mfu", "runtime_overhead", "source"}, ptr)
         hl, hn = self.link(d["host_link"], f"{ptr}/host_link") if "host_link" in d else (None, None)
         return Accelerator(
             name=self.str_(d, "name", ptr, required=True),
@@ -265,8 +287,30 @@ class _P:
             host_link_bytes_per_s=hl, host_link_name=hn,
             peer_bytes_per_s=self.num(d, "peer_bytes_per_s", ptr),
             assumed_mfu=self._mfu(d, ptr),
+            runtime_overhead=(self.overhead_defaults(d["runtime_overhead"], f"{ptr}/runtime_overhead")
+                              if "runtime_overhead" in d else None),
             source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
         )
+
+    def overhead_defaults(self, d: Any, ptr: str) -> OverheadDefaults:
+        """``runtime_overhead``: ``cuda_context_mib`` [default, low, high] (MiB, as nvidia-smi
+        counts), ``allocator_fraction`` [default, low, high] of the tracked peak, ``source``."""
+        self.keys(d, {"cuda_context_mib", "allocator_fraction", "source"}, ptr)
+        vals = {}
+        for k in ("cuda_context_mib", "allocator_fraction"):
+            v = d.get(k)
+            if (not isinstance(v, list) or len(v) != 3
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in v)):
+                raise self.err(f"{ptr}/{k}", f"expected [default, low, high] of non-negative numbers, got {shown(v)}")
+            vals[k] = v
+        src = d.get("source")
+        if not isinstance(src, str) or not src:
+            raise self.err(f"{ptr}/source", "expected a non-empty string: where the figures come from")
+        try:
+            return OverheadDefaults(tuple(int(x * MIB) for x in vals["cuda_context_mib"]),
+                                    tuple(float(x) for x in vals["allocator_fraction"]), src)
+        except ValueError as e:
+            raise self.err(ptr, str(e).split(": ", 1)[-1]) from None
 
     def _mfu(self, d: dict, ptr: str) -> float | None:
         v = self.num(d, "assumed_mfu", ptr)
@@ -287,7 +331,8 @@ class _P:
 
     def tier(self, d: Any, ptr: str) -> StorageTier:
         self.keys(d, {"name", "mounts", "capacity_bytes", "read_bytes_per_s", "write_bytes_per_s", "endurance",
-                      "access", "scope", "per_client_write_bytes_per_s", "per_client_read_bytes_per_s", "source"}, ptr)
+                      "access", "scope", "per_client_write_bytes_per_s", "per_client_read_bytes_per_s", "aio",
+                      "source"}, ptr)
         scope = d.get("scope", "node-local")
         if scope not in ("node-local", "shared"):
             raise self.err(f"{ptr}/scope", f"expected node-local or shared, got {shown(scope)}")
@@ -311,8 +356,22 @@ class _P:
             scope=scope,
             per_client_write_bytes_per_s=self.num(d, "per_client_write_bytes_per_s", ptr),
             per_client_read_bytes_per_s=self.num(d, "per_client_read_bytes_per_s", ptr),
+            aio=self.aio(d["aio"], f"{ptr}/aio") if "aio" in d else None,
             source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
         )
+
+    def aio(self, d: Any, ptr: str) -> tuple[tuple[str, int], ...]:
+        self.keys(d, set(StorageTier.AIO_KEYS), ptr)
+        out = []
+        for k in StorageTier.AIO_KEYS:
+            if k in d:
+                v = d[k]
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise self.err(f"{ptr}/{k}", f"expected a positive integer, got {shown(v)}")
+                out.append((k, v))
+        if not out:
+            raise self.err(ptr, f"expected at least one of {', '.join(StorageTier.AIO_KEYS)}")
+        return tuple(out)
 
     def hardware(self, d: Any, origin: str, default_name: str) -> Hardware:
         allowed = {"name", "description", "base", "nodes", "accelerators_per_node", "accelerator", "host_memory_bytes",
@@ -391,14 +450,18 @@ def to_spec(h: Hardware) -> dict[str, Any]:
         "name": a.name, "memory_bytes": a.memory_bytes, "peak_bf16_flops": a.peak_bf16_flops,
         "peak_fp16_flops": a.peak_fp16_flops, "memory_bandwidth_bytes_per_s": a.memory_bandwidth_bytes_per_s,
         "host_link": _link_spec(a.host_link_bytes_per_s, a.host_link_name), "peer_bytes_per_s": a.peer_bytes_per_s,
-        "assumed_mfu": a.assumed_mfu, "source": a.source})
+        "assumed_mfu": a.assumed_mfu, "runtime_overhead": None if a.runtime_overhead is None else {
+            "cuda_context_mib": [x / MIB for x in a.runtime_overhead.cuda_context],
+            "allocator_fraction": list(a.runtime_overhead.allocator_fraction),
+            "source": a.runtime_overhead.source}, "source": a.source})
     tiers = [_present({
         "name": t.name, "mounts": list(t.mounts), "capacity_bytes": t.capacity_bytes,
         "read_bytes_per_s": t.read_bytes_per_s, "write_bytes_per_s": t.write_bytes_per_s, "access": t.access,
         "endurance": None if t.endurance is None else _present(
             {"tbw": t.endurance.tbw, "dwpd": t.endurance.dwpd, "warranty_years": t.endurance.warranty_years}),
         "scope": t.scope, "per_client_write_bytes_per_s": t.per_client_write_bytes_per_s,
-        "per_client_read_bytes_per_s": t.per_client_read_bytes_per_s, "source": t.source}) for t in h.storage]
+        "per_client_read_bytes_per_s": t.per_client_read_bytes_per_s, "aio": dict(t.aio) if t.aio else None,
+        "source": t.source}) for t in h.storage]
     return {**_present({
         "name": h.name, "description": h.description, "nodes": h.nodes,
         "accelerators_per_node": h.accelerators_per_node, "accelerator": acc,

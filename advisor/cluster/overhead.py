@@ -7,6 +7,9 @@ and the source of its numbers. None of the defaults is calibrated on a GPU by th
 calibration run): they are the public figures cited, and the band says how far real runs are
 reported to stray. A fit verdict is "tight" when the headroom is smaller than the band's upper
 excess (:func:`verdict`), so an uncalibrated term never hides behind a confident "fits".
+An accelerator preset (or a hardware spec) may give its own CUDA-context and allocator defaults
+(:class:`OverheadDefaults`, applied by :meth:`OverheadSettings.for_hardware`); the built-in
+presets hold the generic figures below until a GPU run measures them.
 
 Terms (bytes per process, i.e. per rank):
 
@@ -73,6 +76,26 @@ class OverheadTerm:
                 "formula": self.formula, "source": self.source, "overridden": self.overridden}
 
 
+@dataclass(frozen=True)
+class OverheadDefaults:
+    """An accelerator preset's own defaults for the CUDA-context and allocator terms (bytes and
+    fractions of the tracked peak, each with its band), and where they come from. The built-in
+    presets carry them in ``data/hardware_presets.json`` (``runtime_overhead``); a hardware spec
+    may give measured ones (``benchmarks/gpu_peak.py`` prints them). They replace the generic
+    figures for lazy kernel loading and the default allocator; ``CUDA_MODULE_LOADING=EAGER`` and
+    ``expandable_segments`` keep the generic figures of those settings."""
+
+    cuda_context: tuple[int, int, int]
+    allocator_fraction: tuple[float, float, float]
+    source: str
+
+    def __post_init__(self) -> None:
+        b, lo, hi = self.cuda_context
+        f, flo, fhi = self.allocator_fraction
+        if not (0 <= lo <= b <= hi and 0 <= flo <= f <= fhi < 1):
+            raise ValueError("runtime_overhead: need low <= default <= high (fractions below 1)")
+
+
 class OverheadError(ValueError):
     """An environment variable or override that does not parse (message names it)."""
 
@@ -118,12 +141,14 @@ def deepspeed_extras(zero_stage: int, trainable_numel: int, grad_dtype_bytes: in
 def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1, pipeline_parallel: int = 1,
                      env: Mapping[str, str] | None = None,
                      overrides: Mapping[str, int] | None = None,
-                     deepspeed: tuple[int, str, str] | None = None) -> list[OverheadTerm]:
+                     deepspeed: tuple[int, str, str] | None = None,
+                     defaults: OverheadDefaults | None = None) -> list[OverheadTerm]:
     """The overhead rows for one rank whose tracked accelerator peak is ``peak_bytes``.
 
     ``env``: the environment to read NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, CUDA_MODULE_LOADING and
     PYTORCH_CUDA_ALLOC_CONF from (default os.environ). ``deepspeed``: the DeepSpeed-extras term's
-    (bytes, formula, source), :func:`deepspeed_extras` (default: none). ``overrides``: key -> bytes, replacing a
+    (bytes, formula, source), :func:`deepspeed_extras` (default: none). ``defaults``: the
+    accelerator preset's :class:`OverheadDefaults` (None: the generic cited figures). ``overrides``: key -> bytes, replacing a
     term's default (its band collapses to it: the user measured it). Raises
     :class:`OverheadError` for an unparseable variable or an unknown override key."""
     env = os.environ if env is None else env
@@ -140,11 +165,14 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
 
     eager = str(env.get("CUDA_MODULE_LOADING", "")).strip().upper() == "EAGER"
     ctx = (1200 * MIB, 1000 * MIB, 2 * GIB) if eager else (400 * MIB, 256 * MIB, 1 * GIB)
+    ctx_src = "pytorch/pytorch issues #107667 and #109888 (the maintainers' figures for lazy and eager loading)"
+    if defaults is not None and not eager:
+        ctx, ctx_src = defaults.cuda_context, defaults.source
     terms.append(OverheadTerm(
         "cuda_context", "CUDA context and loaded kernels", *ctx,
         formula=("CUDA_MODULE_LOADING=EAGER: every kernel loaded at start" if eager else
                  "lazy kernel loading (CUDA >= 11.7, PyTorch's default)"),
-        source="pytorch/pytorch issues #107667 and #109888 (the maintainers' figures for lazy and eager loading)"))
+        source=ctx_src))
 
     n_comm = communicators(world_size, tensor_parallel, pipeline_parallel)
     buffsize = _env_int(env, "NCCL_BUFFSIZE", 1 << 12, 1 << 32) or NCCL_BUFFSIZE_DEFAULT
@@ -163,13 +191,16 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
 
     expandable = "expandable_segments:true" in str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")).replace(" ", "").lower()
     f, f_lo, f_hi = (0.03, 0.01, 0.10) if expandable else (0.10, 0.03, 0.25)
+    a_src = ("PyTorch docs, CUDA semantics - memory management (caching allocator, expandable_segments); "
+             "fractions assumed, not yet calibrated on a GPU")
+    if defaults is not None and not expandable:
+        (f, f_lo, f_hi), a_src = defaults.allocator_fraction, defaults.source
     terms.append(OverheadTerm(
         "allocator", "allocator reserve and fragmentation", math.ceil(peak_bytes * f), math.ceil(peak_bytes * f_lo),
         math.ceil(peak_bytes * f_hi),
         formula=f"{f:.0%} of the tracked peak (band {f_lo:.0%}-{f_hi:.0%})"
                 + ("; expandable_segments on" if expandable else ""),
-        source="PyTorch docs, CUDA semantics - memory management (caching allocator, expandable_segments); "
-               "fractions assumed, not yet calibrated on a GPU"))
+        source=a_src))
 
     dsb, dsf, dss = deepspeed or deepspeed_extras(1, 0, 2)
     terms.append(OverheadTerm("deepspeed", "DeepSpeed extras beyond the ledger", dsb, dsb, dsb, formula=dsf, source=dss))
@@ -238,6 +269,16 @@ class OverheadSettings:
     allocator_fraction: float | None = None
     exclude: tuple[str, ...] = ()
     source_of_overrides: str = "--runtime-overhead"
+    #: The accelerator preset's own CUDA-context / allocator defaults (None: the generic figures).
+    defaults: OverheadDefaults | None = None
+
+    def for_hardware(self, hardware) -> "OverheadSettings":
+        """These settings with the defaults of ``hardware``'s accelerator (an
+        :class:`advisor.cluster.hardware.Hardware`, or None: unchanged)."""
+        from dataclasses import replace
+        acc = getattr(hardware, "accelerator", None)
+        d = getattr(acc, "runtime_overhead", None)
+        return replace(self, defaults=d) if d is not None else self
 
     def terms(self, peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1,
               pipeline_parallel: int = 1, deepspeed: tuple[int, str, str] | None = None) -> list[OverheadTerm]:
@@ -251,7 +292,7 @@ class OverheadSettings:
         out = []
         for t in runtime_overhead(peak_bytes, world_size=world_size, tensor_parallel=tensor_parallel,
                                   pipeline_parallel=pipeline_parallel, env=self.env, overrides=ov,
-                                  deepspeed=deepspeed):
+                                  deepspeed=deepspeed, defaults=self.defaults):
             if t.key in self.exclude:
                 t = OverheadTerm(t.key, t.name, 0, 0, 0, "already inside the free memory read", "measured free memory",
                                  overridden=True)

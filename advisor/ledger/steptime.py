@@ -351,6 +351,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                           formula=m.formula, source=m.source))
 
     _first_fetch_exposed(plan, terms)
+    nvme_aio = nvme_aio_notes(plan, hardware, movements)
 
     n_opt = cpu_optimizer_elements(plan)
     host_bw = getattr(hardware, "host_memory_bandwidth_bytes_per_s", None)
@@ -410,11 +411,46 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     assumptions = {"mfu": mfu, "mfu_source": m_src, "peak_flops": peak, "precision": prec,
                    "model_parallel_degree": mp,
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
-                   "host_memory_bandwidth_bytes_per_s": host_bw,
+                   "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,
                    "collectives": "flat ring, (W-1)/W x S per rank per all-gather / reduce-scatter, latency left out",
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "pipelined NVMe optimizer swap overlaps the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
+
+
+def nvme_aio_notes(plan: "Plan", hardware: "Hardware", movements: list[Movement]) -> dict[str, str]:
+    """Per storage tier the step's NVMe movements use: whether its bandwidths hold at the config's
+    ``aio`` settings. DeepSpeed moves every swap through ``aio_handle(block_size, queue_depth,
+    single_submit, overlap_events, intra_op_parallelism)`` (``swap_tensor/*_swapper.py``), each of
+    ``intra_op_parallelism`` threads keeping ``queue_depth`` requests of ``block_size`` bytes in
+    flight (``deepspeed_aio_common.cpp`` ``do_aio_operation_overlap``), and a drive's throughput
+    depends on that depth: DeepSpeed's tuning sweep (``deepspeed/nvme/perf_run_sweep.py``) measures
+    it per setting for this reason (on this project's VM disk, O_DIRECT 1 MiB writes ran 1.2 GB/s
+    at one request in flight and 3.1 GB/s at 8: ``benchmarks/results/steptime_calibration-vm.json``).
+    The model divides by the tier's figures as stated; a tier that names the aio settings it was
+    measured at (``aio`` in the spec) and matches the config gets "measured at the config's aio
+    settings", one that differs gets the differing settings, one that names none (a data-sheet
+    figure) says so. Tier name -> note."""
+    ec_aio = plan.config.aio
+    out: dict[str, str] = {}
+    for m in movements:
+        if m.link != NVME:
+            continue
+        tier = hardware.tier_for_path(m.path)
+        if tier is None or tier.name in out:
+            continue
+        cfg = (f"block_size {ec_aio.block_size}, queue_depth {ec_aio.queue_depth}, "
+               f"intra_op_parallelism {ec_aio.intra_op_parallelism}")
+        if not tier.aio:
+            out[tier.name] = (f"bandwidth as the spec states it, not measured at the config's aio settings ({cfg}); "
+                              "measure the tier at them (DeepSpeed's ds_nvme_tune, or "
+                              "benchmarks/steptime_calibration.py) and give them as the tier's aio")
+        else:
+            diff = tier.aio_mismatch(ec_aio)
+            out[tier.name] = ("measured at the config's aio settings" if not diff else
+                              "measured at other aio settings than the config's: " + ", ".join(diff)
+                              + "; the NVMe seconds hold only at the measured settings")
+    return out
 
 
 def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
@@ -466,6 +502,9 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
         out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units))
+    for tier, note in (st.assumptions.get("nvme_aio") or {}).items():
+        if note.startswith("measured at other"):
+            out.append(f"  NVMe tier {tier}: {note}")
     for u in st.unknown[:3]:
         out.append(f"  unknown: {u}")
     return out
