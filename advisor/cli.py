@@ -639,6 +639,12 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
         load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
                             a.low_cpu_mem_usage, hf=True)
+        if a.zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
+            flag = inp.launch.plugin.zero3_init_flag
+            load = replace(load, zero_init_source=(
+                f"accelerate: deepspeed_config.zero3_init_flag {str(flag).lower()}" if flag is not None else
+                "accelerate: zero3_init_flag not set, so zero.Init follows ZeRO-3 (DeepSpeedPlugin: is_zero3())")
+                + (f" (no zero.Init below ZeRO-3: stage {aplan.config.zero.stage})" if flag and not z3i else ""))
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load)
     # the one plan of this command: effective config, HF resolution, cluster, workload

@@ -536,3 +536,20 @@ def test_lint_hf_and_resolve_agree_without_trainer_arguments(tmp_path):
     rc, out = run_json(["lint", "--hf", "ds.json", "--bf16", "--gradient-accumulation-steps", "3", "--format", "json"],
                        cwd=tmp_path)
     assert [f["code"] for f in _findings(out)] == ["S001"], out
+
+
+def test_estimate_names_accelerate_as_the_source_of_its_zero_init_choice(tmp_path, monkeypatch):
+    """An accelerate YAML at ZeRO-3 without zero3_init_flag: accelerate's DeepSpeedPlugin turns
+    zero.Init on (zero3_init_flag follows is_zero3() when ACCELERATE_DEEPSPEED_ZERO3_INIT is unset);
+    estimate used it but labelled it "--zero-init", a flag nobody gave."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    for k in ("ACCELERATE_DEEPSPEED_ZERO3_INIT", "ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    assert DeepSpeedPlugin().zero3_init_flag is True
+    (tmp_path / "a.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                     "  zero_stage: 3\n  zero3_save_16bit_model: true\n")
+    rc, out = run_json(["estimate", "a.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
+    load = out["assumptions"]["load"]
+    assert load["zero_init"] is True and load["zero_init_source"].startswith("accelerate: zero3_init_flag"), load
