@@ -731,7 +731,16 @@ def _explain_ranks(res: SearchResult) -> None:
             elif a[0] > b[0]:
                 c.why = f"tie; model parallel ({c.layout()})"
             elif a[1] > b[1]:
-                c.why = "tie; offloads more"
+                cpu_d = deltas["cpu_optimizer"]
+                if cpu_d > 0.005 and c.cpu_optimizer:
+                    # the CPU step is in the time; name what pays for it (less recompute: the memory the
+                    # offload frees lets fewer layers be checkpointed)
+                    paid = (f", {-deltas['compute']:,.2f} s less compute (recomputes less: checkpointing "
+                            f"{c.checkpointing} vs {best.checkpointing})" if deltas["compute"] < -0.005 else "")
+                    _why(c, f"tie; offloads more: +{cpu_d:,.2f} s CPU optimizer step ({{amount:1}} per rank at "
+                            f"{{rate:1/s}} host memory per rank){paid}", c.cpu_optimizer)
+                else:
+                    c.why = "tie; offloads more"
             elif a[2] > b[2]:
                 c.why = f"tie; shards more (ZeRO-{c.combo.stage})"
             elif a[3] > b[3]:
