@@ -1214,13 +1214,17 @@ def run() -> None:
 @_opt("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
 @click.option("--allow-tight", is_flag=True, help="Exit 0 (with a warning) instead of 4 when the verdict is tight.")
+@_opt("--zero-init/--no-zero-init", "zero_init", default=None,
+      help="The model is built under deepspeed.zero.Init (ZeRO-3 only). Default: yes at ZeRO-3 (what the HF "
+           "Trainer does), else no; without it initialize holds the whole model on each accelerator.")
 @format_option("check")
 @_opt("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 @_release_option
 @display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, moe_capacity_factor, gpu_memory,
-          host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, fmt, quiet):
+          host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, zero_init, fmt,
+          quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1275,7 +1279,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     result = run_check(loaded, inv, world_size=world_size, world_size_source=ws_source,
                        gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
-                       config_input=inp, overhead=ovh, allow_tight=allow_tight)
+                       config_input=inp, overhead=ovh, allow_tight=allow_tight, zero_init=zero_init)
     warn = _seq_len_warning(wl, inv)
     if warn:
         result.warnings.insert(0, warn)

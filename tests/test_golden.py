@@ -82,6 +82,10 @@ GOLDENS = {
                               "--host-memory", "512GB", *V], ROOT, 8),
     "check_nogo_c06_on_h100": (["check", "config.json", "--params", "32763876352", "--host-memory", "512GB", *V],
                                _case("C06-zero2-32b-8gpu"), 8),
+    # a 70B model at ZeRO-3 with both offloads fits the step on 80 GB H100s, but built without
+    # deepspeed.zero.Init it is whole on each accelerator inside deepspeed.initialize (M103)
+    "check_nogo_70b_zero3_no_zero_init": (["check", "sample_configs/zero3_cpu_offload.json", "--params",
+                                           "70000000000", "--host-memory", "4TB", "--no-zero-init", *V], ROOT, 8),
     # generate's table (on stderr; the chosen config on stdout): the plans that fit a 1B model on one DGX H100
     "generate_llama1b_dgx_h100": (["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--nodes", "1",
                                    "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "2048", *V], ROOT, None),

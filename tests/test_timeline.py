@@ -236,7 +236,11 @@ def test_C11_load_fits_in_bf16_and_the_finding_names_zero_init(tmp_path):
     (m101,) = [f for f in d["findings"] if f["code"] == "M101"]
     assert m101["pointer"] == "/zero_optimization/stage" and "zero.Init" in m101["fix"]
     host = next(f for f in d["fit"] if f["tier"] == "host")
-    assert host["instant"] == "load" and host["steady_need"] == 0
+    # the host's peak is deepspeed.initialize casting the fp32 model to bf16 one tensor at a time
+    # (engine.py _cast_module_mixed_precision): the first chunk (2^24 elements) in both dtypes
+    assert host["instant"] == "initialize:cast" and host["steady_need"] == 0
+    assert host["need"] == 4 * (4 * 20_000_000_000 + 2 * 2 ** 24)
+    assert m101["data"]["per_rank"] == 4 * 20_000_000_000 + 2 * 2 ** 24
     p, d = _c11(tmp_path, "--load-dtype", "bf16")  # 4 ranks x 2 B x 20e9 = 160 GB < 256 GB
     assert p.returncode == 0 and d["load"]["host_per_node"] == 160_000_000_000
     assert not [f for f in d["findings"] if f["code"] in ("M100", "M101")]
@@ -247,3 +251,111 @@ def test_C11_load_fits_in_bf16_and_the_finding_names_zero_init(tmp_path):
     finally:
         C11["zero_optimization"]["stage"] = 2
     assert d["load"]["zero_init"] and d["load"]["host_per_node"] == 0
+
+
+def test_initialize_without_zero_init_puts_the_whole_model_on_the_accelerator():
+    # engine.py _configure_distributed_model (l. 2080-2094): cast one tensor at a time in host
+    # memory, then module.to(device); at ZeRO-3 the optimizer then partitions it in place
+    # (partition_parameters.py _partition_param: the partition made before the whole tensor goes)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 3}}
+    N = 43209
+    tl = _tl(cfg, MLP, 4, zero_init=False)
+    keys = [x.key for x in tl.instants]
+    assert keys[:4] == ["load", "initialize:cast", "initialize:module", "initialize"]
+    # cast fp32 -> bf16: at tensor 0 all of it fp32 plus tensor 0 in bf16; later tensors are
+    # smaller than the bytes already halved, so tensor 0 is the peak
+    assert _at(tl, "initialize:cast", HOST) == N * 4 + 19264 * 2 and _at(tl, "initialize:cast") == 0
+    # the whole bf16 model, plus tensor 0's partition ceil(19264 / 4) = 4816 while it is still whole
+    assert _at(tl, "initialize:module") == (N + 4816) * 2 and _at(tl, "initialize:module", HOST) == 0
+    # W = 1: each partition is the whole tensor: the largest one doubles (tensor 2, 23177)
+    tl = _tl(cfg, MLP, 1, zero_init=False)
+    assert _at(tl, "initialize:module") == (N + 23177) * 2
+    # loaded in bf16: no cast instant; offload_param cpu: the first partition goes to host memory
+    off = {**cfg, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    tl = _tl(off, MLP, 4, zero_init=False, dtype="bf16")
+    assert "initialize:cast" not in [x.key for x in tl.instants]
+    assert _at(tl, "initialize:module") == N * 2 and _at(tl, "initialize:module", HOST) == 4816 * 2
+    # fp32 training: nothing is cast (param_dtype None), a bf16-built model stays bf16
+    tl = _tl({**cfg, "bf16": {"enabled": False}}, MLP, 4, zero_init=False, dtype="bf16")
+    assert _at(tl, "initialize:module") == (N + 4816) * 2
+    # ZeRO-2: the whole 16-bit model after module.to(device), nothing partitioned yet
+    z2 = {**cfg, "zero_optimization": {"stage": 2}}
+    tl = _tl(z2, MLP, 4)
+    assert _at(tl, "initialize:module") == N * 2
+    # under zero.Init neither instant exists (is_zero_init_model: no cast, no move)
+    tl = _tl(cfg, MLP, 4, zero_init=True)
+    assert not {"initialize:cast", "initialize:module"} & {x.key for x in tl.instants}
+
+
+def test_zero_init_casts_bf16_to_fp16_too():
+    # zero_wrapper_for_fp_tensor_constructor: tensor.data = tensor.data.to(target_fp_dtype) for
+    # any dtype that differs: a bf16 checkpoint built under an fp16 config holds both 2 B copies
+    inv = Inventory(name="tiny", tensors=[TensorSpec(n, s) for n, s in [
+        ("l1.weight", (301, 64)), ("l1.bias", (301,)), ("l2.weight", (77, 301)), ("l2.bias", (77,))]],
+        source="test")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 3}}
+    l1_parts = -(-19264 // 2) + -(-301 // 2)
+    tl = _tl(cfg, inv, 2, zero_init=True, dtype="bf16")
+    assert _at(tl, "load") == l1_parts * 2 + 23177 * (2 + 2)
+    tl = _tl(cfg, inv, 2, zero_init=True, dtype="fp16")   # no cast: l2 whole beside its first partition
+    assert _at(tl, "load") == l1_parts * 2 + (23177 + 77) * 2 + 11589 * 2
+
+
+def test_zero_init_nvme_load_holds_the_swappers_pinned_buffers():
+    # partition_parameters.py Init.__init__ l. 1174 makes AsyncPartitionedParameterSwapper before the
+    # first parameter; its buffers are buffer_count x A_k(buffer_size) x D pinned
+    # (partitioned_param_swapper.py _configure_aio: k = 1024 x intra_op_parallelism / D = 512)
+    inv = Inventory(name="tiny", tensors=[TensorSpec("l1.weight", (301, 64)), TensorSpec("l2.weight", (77, 301))],
+                    source="test")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp/x",
+                                                                "buffer_count": 3, "buffer_size": 100000}}}
+    tl = _tl(cfg, inv, 2, zero_init=True, dtype="bf16")
+    bufs = 3 * (-(-100000 // 512) * 512) * 2
+    # _configure_aio: torch.empty(buffers) then new_cpu_locked_tensor copies it, both alive: 2 x bufs,
+    # before any parameter exists, is more than the buffers beside the model's own load peak
+    # (l2 whole, 23177 x 2, beside l1's and l2's first partitions, all under 1 MiB: in host memory)
+    later = bufs + (9632 + 11589) * 2 + 23177 * 2
+    assert 2 * bufs > later
+    assert _at(tl, "load", HOST) == 2 * bufs and _at(tl, "load") == 0 and _at(tl, "load", ("nvme",)) == 0
+    # smaller buffers: the load's own peak beside them is the larger moment
+    cfg["zero_optimization"]["offload_param"]["buffer_size"] = 10000
+    tl = _tl(cfg, inv, 2, zero_init=True, dtype="bf16")
+    bufs = 3 * (-(-10000 // 512) * 512) * 2
+    assert 2 * bufs < bufs + (9632 + 11589) * 2 + 23177 * 2
+    assert _at(tl, "load", HOST) == bufs + (9632 + 11589) * 2 and _at(tl, "load") == 23177 * 2
+
+
+def test_70b_zero3_without_zero_init_does_not_fit_8x80gb_at_initialize(tmp_path):
+    # sample_configs/zero3_cpu_offload.json (bf16, offload_param and offload_optimizer cpu): the step
+    # holds a few GiB per accelerator, but a model built without zero.Init is moved whole to each
+    # accelerator inside deepspeed.initialize before ZeRO-3 partitions it (engine.py
+    # _configure_distributed_model l. 2094): 70e9 x 2 B = 130.39 GiB > 80 GB
+    from pathlib import Path
+    cfg = str(Path(__file__).resolve().parents[1] / "sample_configs" / "zero3_cpu_offload.json")
+    args = ["estimate", cfg, "--params", "70000000000", "--world-size", "8", "--gpus-per-node", "8",
+            "--gpu-memory", "80GB", "--host-memory", "4TB", "--format", "json"]
+    p = run_cli(args + ["--no-zero-init"])
+    d = json.loads(p.stdout)
+    acc = next(f for f in d["fit"] if f["tier"] == "accelerator")
+    assert acc["instant"] == "initialize:module" and acc["tracked"] == 70_000_000_000 * 2
+    assert acc["verdict"] == "does not fit" and p.returncode == 1
+    (m103,) = [f for f in d["findings"] if f["code"] == "M103"]
+    assert "zero.Init" in m103["message"] and "zero.Init" in m103["fix"] and "HfDeepSpeedConfig" not in m103["fix"]
+    assert acc["steady_need"] < 80_000_000_000 and not [f for f in d["findings"] if f["code"] == "M100"]
+    # the first partition, ceil(2^24 / 8) x 2 B, is made in pinned host memory while the model is whole
+    row = next(r for r in d["ranks"][0]["timeline"] if r["instant"] == "initialize:module")
+    assert row["host"] == 2 ** 24 // 8 * 2
+    # with --hf at ZeRO-3 the finding says the Trainer itself builds under zero.Init
+    p = run_cli(args + ["--no-zero-init", "--hf"])
+    (m103,) = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "M103"]
+    assert "HfDeepSpeedConfig" in m103["fix"]
+    # built under zero.Init (the default at ZeRO-3): no such instant, and the accelerator fits
+    p = run_cli(args)
+    d = json.loads(p.stdout)
+    acc = next(f for f in d["fit"] if f["tier"] == "accelerator")
+    assert not acc["instant"].startswith("initialize:") and acc["verdict"] != "does not fit"
+    assert not [f for f in d["findings"] if f["code"] in ("M100", "M103")]

@@ -21,7 +21,9 @@ reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``step_prep`` (insid
 while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
 first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
-(the step's fp64 norm copy). Where each lifetime sits on the step timeline (and which persistent
+(the step's fp64 norm copy); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
+accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
 ``alias_of`` set is a view of that item's storage: it costs nothing while that item is live.
 
@@ -58,7 +60,7 @@ from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-ex
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
-               "first_step", "load", "save", "autograd", "reduce", "step_norm"]
+               "first_step", "load", "save", "autograd", "reduce", "step_norm", "init_cast", "init_module"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -1742,7 +1744,8 @@ def compute_ledger(plan: Plan) -> Ledger:
         "the fit table's runtime-overhead rows)",
         "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
         "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)",
-        "initialize-time transients (the module cast and flattened while the original copy is alive)",
+        "ZeRO-1/2's flat copy of each param group at initialize (stage_1_and_2.py __init__: on the accelerator "
+        "only when its free memory holds it, else built in host memory, 2 x the group's 16-bit bytes)",
     ]
     z = ec.zero
     if z.stage == 3 and (z.zero_quantized_weights or z.zero_quantized_gradients):

@@ -7,7 +7,10 @@ timeline of instants and takes, per tier, the maximum over the instants of the l
 Instants (in order; ``phase`` is the event, ``label`` names the instant for a reader):
 
 1. ``load``          the model is materialised before ``deepspeed.initialize`` (see below);
-2. ``initialize``    after ``deepspeed.initialize``;
+2. without ``zero.Init`` (:func:`init_entries`), phase ``initialize``: ``initialize:cast`` (the
+   parameters cast to the 16-bit dtype in host memory, when the load dtype differs) and
+   ``initialize:module`` (the whole model moved to the accelerator, before the optimizer
+   partitions or flattens it); then ``initialize``, after ``deepspeed.initialize``;
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
    boundary, when GA > 1) of the first iteration;
 4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
@@ -34,7 +37,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``in_backward``: backward and reduce only (ipg buckets: ``_release_ipg_buffers``).
 * ``forward_backward``: forward and backward (ZeRO-3 gathered parameters).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
-* ``init``: ``initialize`` only.
+* ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
+  ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later).
 * An entry with ``alias_of`` is a view of that item: it costs 0 while that item is live.
 * ZeRO-1/2 transients (plans ``state.zero12_transients_modeled`` accepts; computed by
   ``state.zero12_backward_transients``): ``autograd`` at the backward instants (a gradient being
@@ -69,6 +73,24 @@ created: no full copy. The HF Trainer builds the model under zero.Init exactly w
 enabled (``transformers.integrations.deepspeed.is_deepspeed_zero3_enabled`` in
 ``from_pretrained``). A reading checkpoint shard is not counted.
 
+Initialize without zero.Init (:func:`init_entries`; DeepSpeed 0.19.8 ``runtime/engine.py``
+DeepSpeedEngine._configure_distributed_model, l. 2080-2094): with fp16/bf16 on, the parameters are
+cast one at a time (``_cast_module_mixed_precision``: ``p.data = p.data.to(param_dtype)``, so one
+tensor is in both dtypes at once, in host memory where the model was built), then
+``self.module.to(self.device)`` moves the whole model to the accelerator (``nn.Module._apply``
+replaces each ``param.data``: the host copy goes as the accelerator copy comes; no second copy on
+the accelerator). At ZeRO-3 the optimizer then partitions it (``parameter_offload.py``
+_convert_to_zero_parameters -> ``partition_parameters.py`` Init(module=...) ->
+_convert_to_zero_parameters: each parameter's partition allocated before the whole tensor is
+freed), so every accelerator holds the whole model at once: N x 2 B, 131 GiB for a 70B model.
+The HF Trainer never takes this path at ZeRO-3 (``transformers/modeling_utils.py``
+get_init_context: ``deepspeed.zero.Init`` whenever ``is_deepspeed_zero3_enabled()``, which
+TrainingArguments' HfTrainerDeepSpeedConfig turns on, ``training_args.py`` __post_init__). At
+ZeRO-0/1/2 the whole model is on the accelerator in the steady state too; the flat copy
+``stage_1_and_2.py`` __init__ makes of each param group is built on the accelerator only when its
+free memory holds it (``flatten_on_accelerator``), else in host memory, so it is not counted
+on the accelerator (the host fallback, 2 x the group's 16-bit bytes, is not counted either).
+
 Save (``save``): with ``stage3_gather_16bit_weights_on_model_save`` at ZeRO-3,
 ``engine._zero3_consolidated_16bit_state_dict`` gathers module by module and rank 0 keeps a CPU
 copy of every 16-bit tensor: N x D on rank 0's host, plus one gathered module on its accelerator.
@@ -82,8 +104,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_of, placement_of, zero3_partition_numel,
-                                  zero3_sub_groups, zero12_groups_stepped_apart, zero12_step_groups)
+from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_of, placement_of, swap_threshold_bytes,
+                                  zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
+                                  zero12_groups_stepped_apart, zero12_step_groups)
 
 #: Lazy-state optimizers create their state at the first update; these wrappers already hold it.
 _EAGER_STATE_WRAPPERS = ("FP16_Optimizer", "FP16_UnfusedOptimizer")
@@ -93,6 +116,9 @@ _CONSUMED_BEFORE_UPDATE = ("averaged_gradients",)
 _IN_REDUCE_TRANSIENT = ("averaged_gradients", "lp_grads")
 
 LOAD_DTYPES = ("fp32", "fp16", "bf16")
+#: The instants of deepspeed.initialize before the optimizer partitions the model (no zero.Init):
+#: one-off, like the load; the fit reports the step's peak without them too.
+BEFORE_PARTITION = ("initialize:cast", "initialize:module")
 
 
 @dataclass(frozen=True)
@@ -163,14 +189,20 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     return LoadAssumption(zi, zs, dt, ds, lc, ls)
 
 
-def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int) -> tuple[int, int, str]:
+def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
+                        cast: bool | None = None, swap_min: int | None = None) -> tuple[int, int, str]:
     """The high-water mark of building a model under ``deepspeed.zero.Init`` on one rank:
     (bytes of partitions live then, bytes of full tensors live then, the module and moment).
 
     ``sizes``: (owning module, elements) of every parameter in construction order; ``W``: the
     partition world size; ``D``: zero.Init's dtype (the config's 16-bit dtype, else fp32:
     ``partition_parameters.py`` InsertPostInitMethodToModuleSubClasses._set_dtype); ``Dl``: the
-    dtype the module's code creates its tensors in (torch's default dtype, or HF ``torch_dtype``).
+    dtype the module's code creates its tensors in (torch's default dtype, or HF ``torch_dtype``);
+    ``cast``: whether the two dtypes differ (default ``Dl != D``; give it, since fp16 and bf16 are
+    both 2 B: a bf16 checkpoint under an fp16 config is cast too, both copies alive); ``swap_min``
+    (offload_param nvme): partitions of at least that many bytes are written to NVMe through the
+    swapper's pinned buffers and released at once (``_partition_param``: get_buffer, then
+    swap_out_and_release), so they are not counted here; smaller ones stay in host memory.
 
     DeepSpeed 0.19.8, ``runtime/zero/partition_parameters.py``:
 
@@ -185,6 +217,8 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int) -
 
     Every rank holds ``ceil(n / W)`` elements of each parameter (padding included), so the
     figure is the same on every rank."""
+    if cast is None:
+        cast = Dl != D
     best = (0, 0, "")
     done = 0  # partitions of the modules already built, bytes
     i = 0
@@ -196,12 +230,13 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int) -
         ns = [n for _, n in sizes[i:j]]
         full = 0
         for n in ns:  # construction: the earlier tensors of the module whole, this one being cast
-            cand = (done, full + n * (Dl + (D if Dl != D else 0)), f"{mod}: building a parameter")
+            cand = (done, full + n * (Dl + (D if cast else 0)), f"{mod}: building a parameter")
             best = max(best, cand, key=lambda c: c[0] + c[1])
             full += n * D
         parts = 0
         for n in ns:  # partitioning: this tensor's partition allocated before its whole copy is freed
-            parts += zero3_partition_numel(n, W) * D
+            pb = zero3_partition_numel(n, W) * D
+            parts += 0 if swap_min is not None and pb >= swap_min else pb
             cand = (done + parts, full, f"{mod}: partitioning")
             best = max(best, cand, key=lambda c: c[0] + c[1])
             full -= n * D
@@ -224,23 +259,41 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         W = max(1, ledger.plan.cluster.zero_world_size)
         D = DTYPE_BYTES[ec.model_dtype]
         Dl = DTYPE_BYTES[load.dtype]
-        parts, full, where = zero_init_load_peak([(module_of(t.name), t.numel) for t in inv.tensors], W, D, Dl)
+        cast = load.dtype != ec.model_dtype
+        op = ec.offload_param_effective
+        swap_min = swap_threshold_bytes(ec) if op == "nvme" else None
+        parts, full, where = zero_init_load_peak([(module_of(t.name), t.numel) for t in inv.tensors], W, D, Dl,
+                                                 cast, swap_min)
         src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
         out = [Entry(rank, "accelerator", "parameters", "zero_init_module_whole", full, "load",
                      f"the parameters of one module whole in {ec.model_dtype}"
-                     + (f" (plus the {load.dtype} tensor being cast)" if Dl != D else "")
+                     + (f" (plus the {load.dtype} tensor being cast)" if cast else "")
                      + f" before zero.Init partitions them; peak at {where}", src)]
-        op = ec.offload_param_effective
         if op == "none":
             tier = "accelerator"
         else:
             pin = bool(ec.zero.offload_param.pin_memory)
             tier = "host_pinned" if pin else "host_pageable"
-            if op == "nvme":
-                # swapped out as each is made (the few below the aio swap size stay in host memory)
-                tier = "nvme"
         out.append(Entry(rank, tier, "parameters", "zero_init_partitions", parts, "load",
-                         "sum ceil(n_i / W) x D of the parameters partitioned before that instant", src))
+                         "sum ceil(n_i / W) x D of the parameters partitioned before that instant"
+                         + (f" (nvme: those below the {swap_min:,} B aio swap size, kept in host memory; "
+                            "_partition_param puts them on the cpu)" if swap_min is not None else ""), src))
+        if op == "nvme":
+            files = zero3_param_swap_bytes(ec, (zero3_partition_numel(t.numel, W) for t in inv.tensors))
+            if files:
+                out.append(Entry(rank, "nvme", "parameters", "zero_init_partitions", files, "load",
+                                 f"partitions of at least {swap_min:,} B, swapped out as each is made "
+                                 "(_partition_param -> swap_out_and_release; every one by the end of the load)",
+                                 "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper.swap_out"))
+            # zero.Init itself makes the parameter swapper (partition_parameters.py Init.__init__ l. 1174:
+            # AsyncPartitionedParameterSwapper(_ds_config, self.dtype)), whose pinned swap buffers are
+            # allocated in its constructor, before the first parameter; the engine keeps that swapper
+            # (stage3.py uses param.nvme_swapper), so these are the ledger's persistent buffers, live from load
+            bufs = _swap_buffer_entries(ledger, rank, "load", "made by zero.Init, at load")
+            if bufs and bufs[1].bytes > parts + full:
+                # the RAM peak is the swapper's construction itself, before any parameter exists
+                return bufs + out[2:]
+            out += bufs[:1]
         return out
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
@@ -250,6 +303,111 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
                   f"(whole model in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
                   "engine.py:DeepSpeedEngine._configure_distributed_model (the module is built before "
                   "initialize); runtime/zero/partition_parameters.py:Init is what avoids it")]
+
+
+def _swap_buffer_entries(ledger: Ledger, rank: int, life: str, why: str) -> list[Entry]:
+    """The ledger's ``param_swap_buffers`` entry (offload_param nvme) with lifetime ``life``, then
+    the staging copy alive while they are made: ``partitioned_param_swapper.py`` _configure_aio
+    allocates ``self.buffers = torch.empty(...)`` (pageable) and then
+    ``aio_read_handle.new_cpu_locked_tensor(numel, self.buffers)``, both alive until the
+    assignment frees the first (measured on the engine: twice the buffers at that moment)."""
+    out = []
+    for e in ledger.rank(rank).entries:
+        if e.item == "param_swap_buffers":
+            out.append(Entry(rank, e.tier, e.cls, e.item, e.bytes, life, f"{e.formula} ({why})", e.source))
+            out.append(Entry(rank, "host_pageable", e.cls, "param_swap_buffers_staging", e.bytes, life,
+                             "the same bytes in the torch.empty that new_cpu_locked_tensor copies (while the swapper "
+                             "is made, before any parameter is partitioned)",
+                             "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper._configure_aio"))
+    return out
+
+
+def cast_peak(sizes: list[int], Dl: int, D: int) -> tuple[int, int]:
+    """The high-water mark of casting a model's parameters one at a time from ``Dl`` to ``D``
+    bytes per element (``engine.py`` _cast_module_mixed_precision: ``p.data = p.data.to(dtype)``
+    in ``module.parameters()`` order, the old storage freed by the assignment): (bytes, index of
+    the tensor being cast then). At tensor i: the earlier tensors in ``D``, this one in both, the
+    later ones in ``Dl``."""
+    total = sum(sizes) * Dl
+    best, at, done = 0, 0, 0
+    for i, n in enumerate(sizes):
+        v = total - done * (Dl - D) + n * D
+        if v > best:
+            best, at = v, i
+        done += n
+    return best, at
+
+
+def zero3_module_partition_peak(sizes: list[int], W: int) -> tuple[int, int]:
+    """Elements live on one device while ZeRO-3 partitions a whole model that is already there
+    (``partition_parameters.py`` _convert_to_zero_parameters -> _partition_param, in
+    ``module.parameters()`` order: each partition ``ceil(n_i / W)`` allocated on that device
+    while the whole tensor is alive, then free_param drops it): (elements, index of the tensor)."""
+    total = sum(sizes)
+    best, at, freed, parts = 0, 0, 0, 0
+    for i, n in enumerate(sizes):
+        parts += zero3_partition_numel(n, W)
+        v = total - freed + parts
+        if v > best:
+            best, at = v, i
+        freed += n
+    return best, at
+
+
+def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
+    """Entries of ``deepspeed.initialize`` before the optimizer partitions the model, on one rank,
+    when the model was built without ``zero.Init`` (none under zero.Init: the parameters are
+    already partitioned, ``engine.py`` is_zero_init_model skips the cast and the move). See the
+    module docstring; DeepSpeed 0.19.8 ``runtime/engine.py`` _configure_distributed_model
+    l. 2080-2094. Life ``init_cast`` (host_pageable, only when fp16/bf16 is on and the load
+    dtype differs): :func:`cast_peak`. Life ``init_module`` (accelerator): the whole model,
+    N x D bytes (D = the 16-bit dtype when fp16/bf16 is on, else the load dtype: DeepSpeed casts
+    nothing then); at ZeRO-3 plus the first partitions being made
+    (:func:`zero3_module_partition_peak`) where they go on the accelerator, or the first
+    partition in host memory with offload_param cpu, beside the pinned swap buffers with nvme
+    (Init(module=...) makes the swapper before partitioning)."""
+    if load.zero_init:
+        return []
+    inv = ledger.plan.inventory
+    sizes = [t.numel for t in inv.tensors]
+    N = sum(sizes)
+    mp = ec.fp16_enabled or ec.bf16_enabled
+    Dl = DTYPE_BYTES[load.dtype]
+    dt = ec.model_dtype if mp else load.dtype
+    D = DTYPE_BYTES[dt]
+    src_e = "runtime/engine.py:DeepSpeedEngine._configure_distributed_model"
+    out: list[Entry] = []
+    if mp and load.dtype != ec.model_dtype:
+        b, i = cast_peak(sizes, Dl, D)
+        out.append(Entry(rank, "host_pageable", "parameters", "init_cast_copy", b, "init_cast",
+                         f"N x {Dl} - (earlier tensors) x {Dl - D} + n_i x {D} at tensor {i} "
+                         f"({inv.tensors[i].name}): the model cast {load.dtype} -> {ec.model_dtype} one tensor "
+                         "at a time in host memory, before module.to(device)",
+                         src_e + " -> _cast_module_mixed_precision (p.data = p.data.to(param_dtype))"))
+    acc = N * D
+    formula = f"N x {D} = {N} x {D} (the whole model in {dt}, moved by self.module.to(self.device))"
+    extra: list[Entry] = []
+    if ec.zero.stage == 3:
+        W = max(1, ledger.plan.cluster.zero_world_size)
+        op = ec.offload_param_effective
+        src_p = "runtime/zero/partition_parameters.py:Init._convert_to_zero_parameters (_partition_param)"
+        if op == "none":
+            el, i = zero3_module_partition_peak(sizes, W)
+            acc = el * D
+            formula += (f", then ZeRO-3 partitions it in place: peak {el} x {D} at tensor {i} "
+                        "(its partition made before the whole tensor is freed)")
+        else:
+            p0 = zero3_partition_numel(sizes[0], W) if sizes else 0
+            formula += ", at ZeRO-3 before the first parameter is partitioned"
+            if op == "cpu":
+                tier = "host_pinned" if ec.zero.offload_param.pin_memory else "host_pageable"
+                extra.append(Entry(rank, tier, "parameters", "init_first_partition", p0 * D, "init_module",
+                                   f"ceil(n_0 / W) x {D} = {p0} x {D} (the first partition, in host memory)", src_p))
+            else:
+                extra += _swap_buffer_entries(ledger, rank, "init_module", "made by Init(module=...) before it partitions")
+    out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula,
+                     src_e + " (self.module.to(self.device), l. 2094)"))
+    return out + extra
 
 
 def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
@@ -288,11 +446,13 @@ def stepped_groups(ledger: Ledger) -> int:
     return ng if ng > 1 else 0
 
 
-def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
+def instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption | None = None) -> list[Instant]:
     """The timeline of one plan (see the module docstring). The step instants name the
     (sub-)group whose update is largest: ZeRO-3 sub-group k (``stage3.py`` step loops over
     sub-groups), ZeRO-1/2 param group g; where :func:`stepped_groups` > 0 every group has its own
-    ``prep`` and ``update`` instant (keys ``first_step:g<i>:prep`` ...)."""
+    ``prep`` and ``update`` instant (keys ``first_step:g<i>:prep`` ...). ``load``: without
+    zero.Init the instants of :data:`BEFORE_PARTITION` come before ``initialize``
+    (``initialize:cast`` only when fp16/bf16 is on and ``load.dtype`` differs)."""
     st = ec.zero.stage
     inv = ledger.plan.inventory
     W = ledger.plan.cluster.zero_world_size
@@ -310,8 +470,15 @@ def instants(ec: EffectiveConfig, ledger: Ledger, ga: int) -> list[Instant]:
         if len(groups) > 1:
             g = max(range(len(groups)), key=lambda i: (sum(t.numel for t in groups[i]), -i))
             where = f", param group {g}"
-    out = [Instant("load", "load", "load: model built before deepspeed.initialize"),
-           Instant("initialize", "initialize", "after deepspeed.initialize")]
+    out = [Instant("load", "load", "load: model built before deepspeed.initialize")]
+    if load is not None and not load.zero_init:
+        if (ec.fp16_enabled or ec.bf16_enabled) and load.dtype != ec.model_dtype:
+            out.append(Instant("initialize:cast", "initialize",
+                               f"initialize: parameters cast {load.dtype} -> {ec.model_dtype} in host memory"))
+        out.append(Instant("initialize:module", "initialize",
+                           "initialize: the whole model on the accelerator, not yet partitioned" if st == 3 else
+                           "initialize: the whole model moved to the accelerator (module.to)"))
+    out.append(Instant("initialize", "initialize", "after deepspeed.initialize"))
     micro = [1] if ga <= 1 else [1, ga]
     for k in micro:
         tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
@@ -390,6 +557,10 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return ph == "reduce"
     if life == "step_norm":
         return k.endswith(":norm")
+    if k in BEFORE_PARTITION:
+        return life == ("init_cast" if k == "initialize:cast" else "init_module")
+    if life in ("init_cast", "init_module"):
+        return False
     if life == "load":
         return ph == "load"
     if life == "save":
@@ -439,10 +610,10 @@ class Timeline:
         return [sum(d.get(t, 0) for t in tiers) for d in self.live]
 
     def peak(self, tiers: tuple[str, ...], exclude_phases: tuple[str, ...] = ()) -> tuple[int, int]:
-        """(bytes, index of the first instant reaching them) over the instants (minus
-        ``exclude_phases``) for the union of ``tiers``."""
+        """(bytes, index of the first instant reaching them) over the instants (minus those whose
+        phase or key is in ``exclude_phases``) for the union of ``tiers``."""
         s = self.series(tiers)
-        idx = [i for i, x in enumerate(self.instants) if x.phase not in exclude_phases]
+        idx = [i for i, x in enumerate(self.instants) if x.phase not in exclude_phases and x.key not in exclude_phases]
         if not idx:
             return 0, 0
         best = max(idx, key=lambda i: (s[i], -i))
@@ -466,10 +637,11 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
         from advisor.config.effective import derive_batch
         ga = derive_batch(ec, ledger.plan.cluster.dp_world_size)[2] or 1
     r = rl.rank if rank is None else rank
-    ins = instants(ec, ledger, ga)
+    ins = instants(ec, ledger, ga, load)
     lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
     consumed = ec.zero.stage in (1, 2)
-    ents = list(rl.entries) + load_entries(ec, ledger, load, r) + save_entries(ec, ledger, r)
+    ents = (list(rl.entries) + load_entries(ec, ledger, load, r) + init_entries(ec, ledger, load, r)
+            + save_entries(ec, ledger, r))
     transients = any(e.item == "reduce_transient" for e in rl.entries)
     groups: tuple = ()
     if any(x.group >= 0 for x in ins):

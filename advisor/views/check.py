@@ -575,7 +575,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               disk_free: Mapping[str, int] | None = None, meminfo_path: str = "/proc/meminfo",
               timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None,
               config_input: Any = None, trainer_args: dict | None = None, overhead: Any = None,
-              allow_tight: bool = False, world_size_source: str = "--world-size") -> CheckResult:
+              allow_tight: bool = False, world_size_source: str = "--world-size",
+              zero_init: bool | None = None) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
@@ -598,6 +599,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     runtime overhead terms (default: the cited defaults, ``env``'s NCCL/CUDA variables read).
     The probe's free memory (total - used) is read before the job starts, so every overhead term
     applies. ``allow_tight``: a "tight" verdict exits 0 with a warning instead of 4.
+    ``zero_init``: whether the model is built under ``deepspeed.zero.Init`` (None: estimate's
+    default, :func:`advisor.ledger.timeline.resolve_load`); without it the whole model is on each
+    accelerator inside deepspeed.initialize (the timeline's ``initialize:module``, rule M103).
     """
     from advisor.cluster.hardware import Capacity
     from advisor.plan import Cluster
@@ -720,8 +724,10 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
                                cluster=lint_cluster, plan=plan)
     from advisor.cluster.overhead import OverheadSettings
     ovh = overhead if overhead is not None else OverheadSettings(env=env)
+    from advisor.ledger.timeline import resolve_load
+    load = resolve_load(plan.config, zero_init, hf=plan.hf is not None)
     result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None,
-                      overhead=ovh)
+                      overhead=ovh, load=load)
     tiers: list[TierVerdict] = []
     for r in result.fit:
         if r.tier == "nvme":

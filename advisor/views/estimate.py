@@ -34,7 +34,7 @@ from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
-from advisor.ledger.timeline import LoadAssumption, Timeline, resolve_load, role_timeline
+from advisor.ledger.timeline import BEFORE_PARTITION, LoadAssumption, Timeline, resolve_load, role_timeline
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -48,7 +48,10 @@ PHASES = ("load", "initialize", "forward", "backward", "reduce", "first_step", "
 TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pageable"), "nvme": ("nvme",)}
 #: One-off lifetimes (the load-phase copy, the save-time gather, first-step-only transients): left
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
-OUTSIDE_STEP = ("load", "save", "first_step", "autograd", "reduce", "step_norm")
+OUTSIDE_STEP = ("load", "save", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module")
+#: What the fit's "steady" need leaves out: the load phase and deepspeed.initialize before the
+#: optimizer partitions the model (timeline.BEFORE_PARTITION).
+ONE_OFF = ("load",) + BEFORE_PARTITION
 
 #: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape (they
 #: are among the rules that ``refuses``: :func:`advisor.rules.refusals`).
@@ -386,7 +389,7 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
                 FitRow("host", 0, capacity.host, f"per node ({per_node} ranks)")]
     worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
     pk = worst.peak()["accelerator"]
-    st = worst.peak(("load",))["accelerator"]
+    st = worst.peak(ONE_OFF)["accelerator"]
     ec = ledger.plan.config
     trainable = ledger.plan.inventory.trainable_numel  # whole model: an upper bound under TP/PP (capped at 5e8)
     shape = dict(world_size=cl.world_size, tensor_parallel=cl.tensor_parallel, pipeline_parallel=cl.pipeline_parallel,
@@ -420,7 +423,7 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
             for j, v in enumerate(tl.series(ts)):
                 sums[j] += v * scale
         j = max(range(len(inst)), key=lambda k: (sums[k], -k))
-        js = [k for k in range(len(inst)) if inst[k].phase != "load"]
+        js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in BEFORE_PARTITION]
         jst = max(js, key=lambda k: (sums[k], -k))
         if tier == "nvme" and not (sums[j] or capacity.nvme):
             continue
@@ -430,10 +433,13 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     return rows
 
 
-def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list[Finding]:
+def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: bool = False) -> list[Finding]:
     """One error per tier that does not fit: M101 when it is the load phase that does not fit
-    (the whole model on every rank before deepspeed.initialize), M100 when the training step does;
-    one warning (M102) per tier whose verdict is "tight", naming the uncertain overhead terms."""
+    (the whole model on every rank before deepspeed.initialize, and its cast to the 16-bit dtype in
+    host memory), M103 when it is deepspeed.initialize with the whole model on the accelerator
+    before ZeRO partitions it (no zero.Init; ``hf``: say that the HF Trainer itself uses zero.Init
+    at ZeRO-3), M100 when the training step does (too); one warning (M102) per tier whose verdict
+    is "tight", naming the uncertain overhead terms."""
     out = []
     for r in rows:
         if r.verdict == "tight":
@@ -452,16 +458,38 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
         if r.fits is not False:
             continue
         cap = r.capacity or 0
-        load_over = r.phase == "load"
+        load_over = r.phase == "load" or r.instant == "initialize:cast"
+        init_over = r.instant == "initialize:module"
         steady = r.steady_need if r.steady_need is not None else r.need
+        if init_over:
+            over = r.need - cap
+            hf_note = ("The HF Trainer builds the model under deepspeed.zero.Init by itself at ZeRO-3 "
+                       "(TrainingArguments(deepspeed=...) makes an HfDeepSpeedConfig, and from_pretrained then runs "
+                       "under zero.Init: transformers modeling_utils.get_init_context), so this happens only to a "
+                       "model built before TrainingArguments exists. " if hf else "")
+            out.append(emit(
+                code="M103", severity="error", pointer="/zero_optimization/stage",
+                message=(literal(f"{r.tier} {r.scope}") + ": deepspeed.initialize needs {need} (the whole model, "
+                         "moved to the accelerator by module.to(device) before ZeRO partitions it, since it was "
+                         "not built under deepspeed.zero.Init) but only {capacity} is available: over by {over}; "
+                         "the training step itself needs {steady_need}"
+                         + literal(f" ({r.steady_label})" if r.steady_label else "")),
+                sizes={"need": r.need, "capacity": cap, "over": over, "steady_need": steady},
+                fix=(hf_note + "Build the model under deepspeed.zero.Init so that each rank only ever holds its "
+                     "partition: `with deepspeed.zero.Init(config_dict_or_path=ds_config): model = ...` at ZeRO-3 "
+                     "(estimate assumes it there unless --no-zero-init). More ranks do not help: each "
+                     "accelerator holds the whole model at this instant"),
+                data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": over, "steady_need": steady}))
         if load_over:
             ld = load or LoadAssumption()
             per_rank = r.need // max(1, r.ranks)
+            cast = ("; deepspeed.initialize then casts it to the 16-bit dtype one tensor at a time"
+                    if r.instant == "initialize:cast" else "")
             out.append(emit(
                 code="M101", severity="error", pointer="/zero_optimization/stage",
                 message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} ({r.ranks} ranks x "
                          f"{{per_rank}}: every rank builds the whole model in {literal(ld.dtype)} in host memory "
-                         "before deepspeed.initialize, without deepspeed.zero.Init) but only {capacity} is "
+                         f"before deepspeed.initialize, without deepspeed.zero.Init{cast}) but only {{capacity}} is "
                          "available: over by {over}; the training step itself needs "
                          f"{{steady_need}} ({literal(r.steady_label)})"),
                 sizes={"need": r.need, "per_rank": per_rank, "capacity": cap, "over": r.need - cap,
@@ -474,9 +502,9 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None) -> list
                      "fewer ranks per node, or more host memory"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": r.need - cap,
                       "per_rank": per_rank, "ranks": r.ranks, "steady_need": steady}))
-        if not load_over or steady > cap:
-            need = steady if load_over else r.need
-            label = r.steady_label if load_over else r.label
+        if not (load_over or init_over) or steady > cap:
+            need = steady if load_over or init_over else r.need
+            label = r.steady_label if load_over or init_over else r.label
             over = need - cap
             out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
@@ -692,7 +720,7 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
              load: LoadAssumption | None = None, hf: bool = False) -> PlanFit:
     """The fit of ``plan`` against ``capacity`` (bytes): the ledger (advisor.ledger.state),
     activations, the step timeline per role, :func:`fit_rows` with the runtime overhead terms,
-    and :func:`fit_findings` (M100, M101, M102; not yet located in the config file). The one fit
+    and :func:`fit_findings` (M100, M101, M102, M103; not yet located in the config file). The one fit
     of estimate, check and generate. ``plan`` must be one DeepSpeed accepts (estimate checks
     :func:`advisor.ledger.state.unsupported_reason` first). Raises
     :class:`advisor.cluster.overhead.OverheadError` for an unreadable overhead variable."""
@@ -710,7 +738,7 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
             role.load = load
             role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
     rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
-    return PlanFit(ledger, acts, note, load, roles, rows, fit_findings(rows, load))
+    return PlanFit(ledger, acts, note, load, roles, rows, fit_findings(rows, load, hf=via_hf))
 
 
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,

@@ -86,7 +86,8 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
       ``release`` (a DeepSpeed version) the V rules, ``cluster`` (Cluster fields: parallel sizes,
       GPUs per node) the G rules; ``files`` ({relative path: text}) are written under the test's
       temporary folder first (``hf`` may be a dict of Trainer arguments, e.g. resume_from_checkpoint);
-    - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier);
+    - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier) and
+      ``zero_init`` (the load assumption's --zero-init / --no-zero-init, else estimate's default);
     - ``check``: :func:`advisor.views.check.run_check` against stand-in probes: ``gpus`` for a
       fake nvidia-smi on PATH, ``env`` (launcher variables; DS_ADVISOR_TEST_LIBAIO), ``meminfo_kb``
       for a /proc/meminfo, ``mkdirs`` and ``disk_free`` for nvme_paths (``{tmp}`` = a temporary folder);
@@ -138,9 +139,12 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
         from advisor.cluster.hardware import Capacity
         from advisor.views.estimate import estimate
         cap = case.get("capacity", {})
+        from advisor.ledger.timeline import resolve_load
         from advisor.planning import build_plan
-        return estimate(build_plan(loaded, inv, Cluster(world_size=ws or 1)),
-                        Capacity(accelerator=cap.get("accelerator"), host=cap.get("host"), nvme=None)).findings
+        plan = build_plan(loaded, inv, Cluster(world_size=ws or 1))
+        load = resolve_load(plan.config, case["zero_init"]) if "zero_init" in case else None
+        return estimate(plan, Capacity(accelerator=cap.get("accelerator"), host=cap.get("host"), nvme=None),
+                        load=load).findings
     if via == "checkpoint":
         from advisor.planning import build_plan
         from advisor.views.checkpoint import checkpoint_view
