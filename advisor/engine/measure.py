@@ -258,7 +258,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             os.makedirs(nvme_dir, exist_ok=True)
             job_cells.append({"id": c["id"], "config": _prepare_config(c["config"], nvme_dir),
                               "inventory": inv_d, "steps": int(c.get("steps", 2)), "nvme_path": nvme_dir,
-                              "track": bool(c.get("track")), "zero_init": bool(c.get("zero_init"))})
+                              "track": bool(c.get("track")), "zero_init": bool(c.get("zero_init")),
+                              "load_dtype": c.get("load_dtype")})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)
@@ -392,7 +393,8 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
 
 #: Tracker phase -> the ledger timeline instants it spans (GA = 1; see advisor.ledger.timeline).
 PHASE_INSTANTS = {
-    "load": ("load",), "initialize": ("initialize",),
+    "load": ("load",), "initialize:cast": ("initialize:cast",), "initialize:module": ("initialize:module",),
+    "initialize": ("initialize",),
     "forward:1": ("forward:1",), "backward:1": ("backward:1", "reduce"),
     "step:1": ("first_step:norm", "first_step:prep", "first_step:update"),
     "forward:2": ("steady:forward",), "backward:2": ("steady:backward", "steady:reduce"),
@@ -403,7 +405,8 @@ STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
 
 
 def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
-                measured: dict[int, dict[str, Any]], zero_init: bool = False) -> list[dict[str, Any]]:
+                measured: dict[int, dict[str, Any]], zero_init: bool = False,
+                load_dtype: str | None = None) -> list[dict[str, Any]]:
     """Per rank and tracker phase: the engine's high-water mark of live bytes (every storage the
     allocation tracker saw created and not yet freed) beside the ledger timeline's largest
     instant in that phase, and the relative difference; plus the tracker's unattributed storages.
@@ -412,15 +415,19 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     buffer neither side names shows up as a difference. On a CPU accelerator the accelerator and
     pageable host tiers are the same RAM, so both sides are totals over every tier except nvme:
     the tier split is not proven by a CPU run. The ``initialize`` phase compares the bytes live at
-    its end (initialize-time transients are outside the ledger). Phases beyond the second step
-    are not compared; GA must be 1."""
+    its end; before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
+    ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
+    the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
+    in-place partitioning) compare their peaks with the timeline's instants of those names.
+    Phases beyond the second step are not compared; GA must be 1. ``load_dtype``: the dtype the
+    proxy was built in (default fp32)."""
     from advisor.config.effective import effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.timeline import resolve_load, role_timeline
 
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
-    load = resolve_load(ec, zero_init=zero_init)
+    load = resolve_load(ec, zero_init=zero_init, dtype=load_dtype)
     tiers = ("accelerator", "host_pinned", "host_pageable")
     rows = []
     for r, rec in sorted(measured.items()):
@@ -437,6 +444,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             # the :norm instants are ZeRO-1/2 only; a step updating one param group at a time has
             # a prep and an update instant per group (timeline.stepped_groups): all of the phase's
             idx = [i for i, x in enumerate(tl.instants) if x.key in want or x.phase == STEP_PHASES.get(ph["phase"])]
+            if not idx:  # initialize:cast without a cast (the ledger has no such instant): nothing to compare
+                continue
             best = max(idx, key=lambda i: ser[i])
             got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]
             exp = ser[best]
@@ -448,8 +457,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
 
 def peak_instant(rows: list[dict[str, Any]], rank: int = 0) -> tuple[str, str]:
     """(phase where the engine peaked, phase where the ledger peaks) for one rank, over the
-    training phases (load and initialize excluded)."""
-    rr = [x for x in rows if x.get("rank") == rank and "phase" in x and x["phase"] not in ("load", "initialize")]
+    training phases (load and initialize, with its initialize:* parts, excluded)."""
+    rr = [x for x in rows if x.get("rank") == rank and "phase" in x and x["phase"] != "load"
+          and not x["phase"].startswith("initialize")]
     if not rr:
         return "", ""
     return max(rr, key=lambda x: x["measured"])["phase"], max(rr, key=lambda x: x["ledger"])["phase"]

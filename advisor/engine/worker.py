@@ -25,6 +25,7 @@ This module imports torch and deepspeed; nothing else in ``advisor`` may (beside
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -610,6 +611,58 @@ def _phase(tracker, name: str | None) -> None:
         tracker.set_phase(name)
 
 
+@contextlib.contextmanager
+def _initialize_phases(tracker, zero_init: bool, module_after: dict):
+    """Inside ``deepspeed.initialize``: the tracker phases ``initialize:cast`` (from its start
+    until ``DeepSpeedEngine._configure_distributed_model`` returns: the cast and
+    ``self.module.to(self.device)``), then, without zero.Init at ZeRO-3, ``initialize:module``
+    (until ``DeepSpeedZeRoOffload._convert_to_zero_parameters`` returns: the whole model
+    partitioned in place), then ``initialize``. ``module_after`` gets the module's parameter
+    bytes by dtype when ``_configure_distributed_model`` returns (``p.data``: empty under zero.Init)."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero.parameter_offload import DeepSpeedZeRoOffload
+
+    orig_cdm = DeepSpeedEngine._configure_distributed_model
+    orig_conv = DeepSpeedZeRoOffload._convert_to_zero_parameters
+
+    def cdm(self, *a, **k):
+        out = orig_cdm(self, *a, **k)
+        for p in self.module.parameters():
+            d = str(p.data.dtype).replace("torch.", "")
+            module_after[d] = module_after.get(d, 0) + p.data.numel() * p.data.element_size()
+        _phase(tracker, "initialize" if zero_init or not self.zero_optimization_partition_weights()
+               else "initialize:module")
+        return out
+
+    def conv(self, *a, **k):
+        out = orig_conv(self, *a, **k)
+        if tracker is not None and tracker.phase == "initialize:module":
+            _phase(tracker, "initialize")
+        return out
+
+    DeepSpeedEngine._configure_distributed_model = cdm
+    DeepSpeedZeRoOffload._convert_to_zero_parameters = conv
+    _phase(tracker, "initialize:cast")
+    try:
+        yield
+    finally:
+        DeepSpeedEngine._configure_distributed_model = orig_cdm
+        DeepSpeedZeRoOffload._convert_to_zero_parameters = orig_conv
+
+
+def _build_in_load_phase(cell: dict, submodules: bool):
+    """The proxy model and its param groups, under ``deepspeed.zero.Init`` when the cell says ``zero_init``."""
+    import deepspeed
+    if cell.get("zero_init"):
+        # torch imports torch._dynamo on the first call through a torch._compile-wrapped function
+        # (torch.empty here); imported while zero.Init has replaced torch.Tensor.__new__, dynamo's
+        # polyfill registration rejects the replacement's signature (TypeError): import it first
+        import torch._dynamo  # noqa: F401
+        with deepspeed.zero.Init(config_dict_or_path=cell["config"]):
+            return _build_model(cell["inventory"], submodules)
+    return _build_model(cell["inventory"], submodules)
+
+
 def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
     """The body of :func:`_run_cell`; ``tracker`` (a :class:`StorageTracker` or None) is told
     the phases: load (model construction, under ``deepspeed.zero.Init`` when the cell says
@@ -626,18 +679,18 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
     # under zero.Init, the inventory's modules as child modules (a flat proxy would be one module,
     # materialised whole before zero.Init partitions it, which no real model is)
     submodules = bool(cell.get("submodules", cell.get("zero_init")))
-    if cell.get("zero_init"):
-        # torch imports torch._dynamo on the first call through a torch._compile-wrapped function
-        # (torch.empty here); imported while zero.Init has replaced torch.Tensor.__new__, dynamo's
-        # polyfill registration rejects the replacement's signature (TypeError): import it first
-        import torch._dynamo  # noqa: F401
-        with deepspeed.zero.Init(config_dict_or_path=config):
-            model, groups = _build_model(cell["inventory"], submodules)
-    else:
-        model, groups = _build_model(cell["inventory"], submodules)
-    _phase(tracker, "initialize")
+    # the load dtype (HF from_pretrained's torch_dtype sets torch's default dtype while it builds)
+    load_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cell.get("load_dtype") or "fp32"]
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(load_dtype)
+    try:
+        model, groups = _build_in_load_phase(cell, submodules)
+    finally:
+        torch.set_default_dtype(default_dtype)
     t0 = time.time()
-    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
+    module_after: dict[str, int] = {}
+    with _initialize_phases(tracker, bool(cell.get("zero_init")), module_after):
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
     _phase(tracker, None)
     opt = engine.optimizer
     basic = _basic_optimizer(engine)
@@ -716,6 +769,8 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
         "accelerator": get_accelerator().device_name(),
         # fp16 steps skipped on overflow: no optimizer step ran, so the census is not of a step
         "skipped_steps": int(getattr(engine, "skipped_steps", 0) or 0),
+        # the module's parameter bytes by dtype when _configure_distributed_model returned
+        "module_after_to": module_after,
     }
     if get_accelerator().device_name() != "cpu":
         out["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())

@@ -5,8 +5,11 @@ StorageTracker, a TorchDispatchMode) equals the ledger timeline's (advisor.ledge
 
 The engine side counts every storage, named by the ledger or not, so a buffer neither side
 knows about shows up as a difference (and the tracker lists it with its allocation site). Phases:
-load (the proxy model built in fp32, with and without deepspeed.zero.Init), initialize (bytes at
-its end), forward/backward/step of the first and the second step separately.
+load (the proxy model built in fp32, or bf16, with and without deepspeed.zero.Init), without
+zero.Init initialize:cast (up to the end of _configure_distributed_model: the cast, module.to) and
+at ZeRO-3 initialize:module (up to the end of the in-place partitioning), initialize (bytes at its
+end), forward/backward/step of the first and the second step separately. The module's parameter
+bytes by dtype after module.to are checked against N x the 16-bit dtype (or fp32).
 
 On this CPU accelerator, accelerator memory and pageable host memory are one device: both sides
 are totals over every tier (NVMe files aside); the tier split is not proven here.
@@ -74,6 +77,22 @@ CELLS = [
     # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
     ("z3_bf16_zinit_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, True, parity.TINY),
     ("z3_fp32_zinit_w2", _cfg(3, "fp32", reduce_bucket_size=50000), 2, True, parity.TINY),
+    # load and initialize only (no step; the ZeRO-3 training residuals are z3_bf16_w2's):
+    # a bf16 model under zero.Init with fp16 on: each tensor made in bf16 and cast to fp16
+    # (zero_wrapper_for_fp_tensor_constructor), both 2 B copies alive
+    ("z3_fp16_zinit_bf16load_w2", _cfg(3, "fp16", reduce_bucket_size=50000), 2, True, parity.TINY,
+     {"load_dtype": "bf16", "steps": 0}),
+    # offload_param nvme under zero.Init: the swapper zero.Init makes holds buffer_count x
+    # A_512(buffer_size) x 2 B pinned from the start of the load, made from a torch.empty copy of
+    # the same size (both alive then); TINY's partitions are all under the 1 MiB aio swap size, so
+    # they stay in host memory. Large buffers: the load peaks as the swapper is made (2 x buffers);
+    # small ones: at the model's own load peak beside them
+    ("z3_bf16_zinit_nvme_w2", _cfg(3, "bf16", reduce_bucket_size=50000,
+                                   offload_param={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 3,
+                                                  "buffer_size": 100000}), 2, True, parity.TINY, {"steps": 0}),
+    ("z3_bf16_zinit_nvme_small_w2", _cfg(3, "bf16", reduce_bucket_size=50000,
+                                         offload_param={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 3,
+                                                        "buffer_size": 10000}), 2, True, parity.TINY, {"steps": 0}),
 ]
 
 
@@ -111,6 +130,15 @@ UNMATCHED_ZINIT = {
         "step:2": "-86,355 B: as z3_bf16_w2, in fp32",
     },
 }
+UNMATCHED_ZINIT.update({
+    # load and initialize only: the persistent parameters gathered at the first forward, as z3_bf16_w2
+    "z3_fp16_zinit_bf16load_w2": {"initialize": "-86,423 B: as z3_bf16_w2 (persistent parameters gathered at the "
+                                                "first forward)"},
+    "z3_bf16_zinit_nvme_w2": {"initialize": "-86,421 B: as z3_bf16_w2 (persistent parameters gathered at the first "
+                                            "forward)"},
+    "z3_bf16_zinit_nvme_small_w2": {"initialize": "as z3_bf16_w2 (persistent parameters gathered at the first "
+                                                  "forward)"},
+})
 UNMATCHED = {**UNMATCHED_ZINIT,
     "z3_bf16_w2": {
         # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
@@ -138,8 +166,8 @@ def runs(request, tmp_path_factory):
               if getattr(it, "originalname", "") == "test_peak_parity" and hasattr(it, "callspec")}
     out = {}
     for W in sorted({c[2] for c in CELLS if c[0] in chosen}):
-        cells = [{"id": i, "config": cfg, "inventory": inv, "steps": 2, "track": True, "zero_init": zi}
-                 for i, cfg, w, zi, inv in CELLS if w == W and i in chosen]
+        cells = [{"id": c[0], "config": c[1], "inventory": c[4], "steps": 2, "track": True, "zero_init": c[3],
+                  **(c[5] if len(c) > 5 else {})} for c in CELLS if c[2] == W and c[0] in chosen]
         for cr in run_measure_many(cells, W, workdir=str(tmp_path_factory.mktemp("peak")), timeout_s=1500):
             out[cr.id] = cr
     return out
@@ -148,10 +176,20 @@ def runs(request, tmp_path_factory):
 @pytest.mark.engine
 @pytest.mark.parametrize("cell", CELLS, ids=[c[0] for c in CELLS])
 def test_peak_parity(cell, runs):
-    cid, cfg, W, zi, inv = cell
+    cid, cfg, W, zi, inv = cell[:5]
+    extra = cell[5] if len(cell) > 5 else {}
     cr = runs[cid]
     assert cr.error is None, cr.error
-    rows = peak_parity(cfg, from_dict(inv, inv["name"]), W, cr.ranks, zero_init=zi)
+    inventory = from_dict(inv, inv["name"])
+    rows = peak_parity(cfg, inventory, W, cr.ranks, zero_init=zi, load_dtype=extra.get("load_dtype"))
+    # what _configure_distributed_model leaves on the module (the timeline's initialize:module):
+    # without zero.Init every parameter whole, cast to the 16-bit dtype if one is on (engine.py
+    # _cast_module_mixed_precision, module.to(device)); under zero.Init nothing (partitioned at load)
+    want = {"bf16": {"bfloat16": 2}, "fp16": {"float16": 2}}.get(
+        next((d for d in ("bf16", "fp16") if cfg.get(d, {}).get("enabled")), ""), {"float32": 4})
+    for r, rec in cr.ranks.items():
+        got = rec.get("module_after_to")
+        assert got == ({k: 0 for k in want} if zi else {k: v * inventory.numel for k, v in want.items()}), (r, got)
     off = UNMATCHED.get(cid, {})
     fixed = [ph for ph in off if all(abs(r["rel_diff"]) <= 0.01 for r in rows if r.get("phase") == ph)]
     assert not fixed, f"now within 1%, take off UNMATCHED[{cid!r}]: {fixed}"
