@@ -25,7 +25,8 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
 
 Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 
-* ``persistent``: from ``initialize`` on. Optimizer state (``optimizer_states`` items) is created
+* ``persistent``: from ``initialize`` on (ZeRO-3's ``lp_params_gathered``, the persistent
+  parameters, from the first forward: they are gathered at their first fetch). Optimizer state (``optimizer_states`` items) is created
   lazily by torch, FusedAdam and DeepSpeedCPUAdam at the first update (``torch/optim/adamw.py``
   _init_group, ``ops/adam/cpu_adam.py`` step: ``zeros_like`` when the state is empty), so it is
   live from ``first_step:update`` on; the stage-0 16-bit wrappers run a dummy step in their
@@ -568,6 +569,11 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if ph == "load":
         return False
     if life == "persistent":
+        if e.item == "lp_params_gathered" and k == "initialize":
+            # ZeRO-3 persistent parameters are partitioned like the rest at initialize and gathered
+            # for good at their first fetch (partitioned_param_coordinator.py fetch_sub_module;
+            # __params_to_release skips ds_persist): not yet at the end of initialize (engine: -86,423 B there)
+            return False
         if lazy_state and e.cls == "optimizer_states":
             # created at the first update: absent before it (initialize and the first iteration)
             return not (k == "initialize" or k in ("first_step:norm", "first_step:prep") or

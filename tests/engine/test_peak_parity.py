@@ -111,10 +111,9 @@ _REDUCE = ("not in the ledger; tracker sites: the gradients concatenated for the
 #: with the gather in the first forward per module, since the proxy has one module per layer.
 _PER_MODULE_GATHER = ("the persistent parameters' first fetch, now one module at a time: the flat all-gather "
                       "buffer of the largest module (l2; _all_gather_dtype l. 1343) and its torch.cat copy, net of the "
-                      "modules not fetched yet (the ledger counts lp_params_gathered whole from initialize)")
+                      "modules not fetched yet (the ledger counts lp_params_gathered whole from the first forward)")
 UNMATCHED_ZINIT = {
     "z3_bf16_zinit_w2": {
-        "initialize": "-86,423 B: as z3_bf16_w2 (persistent parameters gathered at the first forward)",
         "forward:1": "+6,617 B: " + _PER_MODULE_GATHER,
         "backward:1": "+125,601 B: " + _REDUCE,
         "step:1": "-86,379 B: as z3_bf16_w2",
@@ -122,7 +121,6 @@ UNMATCHED_ZINIT = {
         "step:2": "-43,157 B: as z3_bf16_w2",
     },
     "z3_fp32_zinit_w2": {
-        "initialize": "-172,851 B: as z3_bf16_w2, in fp32",
         "forward:1": "+13,225 B: as z3_bf16_zinit_w2, in fp32: " + _PER_MODULE_GATHER,
         "backward:1": "+251,185 B: as z3_bf16_zinit_w2, in fp32: " + _REDUCE,
         "step:1": "-86,363 B: as z3_bf16_w2",
@@ -130,20 +128,9 @@ UNMATCHED_ZINIT = {
         "step:2": "-86,355 B: as z3_bf16_w2, in fp32",
     },
 }
-UNMATCHED_ZINIT.update({
-    # load and initialize only: the persistent parameters gathered at the first forward, as z3_bf16_w2
-    "z3_fp16_zinit_bf16load_w2": {"initialize": "-86,423 B: as z3_bf16_w2 (persistent parameters gathered at the "
-                                                "first forward)"},
-    "z3_bf16_zinit_nvme_w2": {"initialize": "-86,421 B: as z3_bf16_w2 (persistent parameters gathered at the first "
-                                            "forward)"},
-    "z3_bf16_zinit_nvme_small_w2": {"initialize": "as z3_bf16_w2 (persistent parameters gathered at the first "
-                                                  "forward)"},
-})
 UNMATCHED = {**UNMATCHED_ZINIT,
     "z3_bf16_w2": {
         # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
-        "initialize": "-86,423 B: the ledger counts the persistent parameters (lp_params_gathered) from "
-                      "initialize; the engine gathers them at the first forward",
         "forward:1": "+86,439 B: " + _GATHER,
         "backward:1": "+172,889 B: " + _REDUCE,
         "step:1": "-86,379 B: the ledger is over in the first step (not diagnosed yet)",
@@ -151,7 +138,6 @@ UNMATCHED = {**UNMATCHED_ZINIT,
         "step:2": "-43,157 B: the ledger is over in the steady step (not diagnosed yet)",
     },
     "z3_bf16_oo_cpu_w2": {
-        "initialize": "-86,427 B: as z3_bf16_w2 (persistent parameters gathered at the first forward)",
         "forward:1": "+86,435 B: " + _GATHER,
         "backward:1": "+179,183 B: " + _REDUCE,
         "backward:2": "+179,197 B: " + _REDUCE + "; plus stage3.py _constant_buffered_norm2 l. 1964 (92,720 B)",
