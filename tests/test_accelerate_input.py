@@ -553,3 +553,39 @@ def test_estimate_names_accelerate_as_the_source_of_its_zero_init_choice(tmp_pat
     rc, out = run_json(["estimate", "a.yaml", "--params", "1000000", "--format", "json"], cwd=tmp_path)
     load = out["assumptions"]["load"]
     assert load["zero_init"] is True and load["zero_init_source"].startswith("accelerate: zero3_init_flag"), load
+
+
+def test_h001_value_fixes_name_the_trainer_argument_and_applied_clear_it(tmp_path):
+    """A YAML gradient_clipping 0.5 against the Trainer's max_grad_norm 1.0, and a DeepSpeed file's
+    optimizer lr 3e-4 / weight_decay 0.1 against learning_rate 5e-5 / weight_decay 0.0: transformers'
+    HfTrainerDeepSpeedConfig reports each (trainer_config_process fill_match). Each H001 points at
+    the key the user edits (the YAML field, at its line) and its fix names the Trainer argument with
+    the config's value; passed to lint --hf, that argument clears it."""
+    import copy
+    import types
+
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    ds = {"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-4,
+                                                                                       "weight_decay": 0.1}}}
+    ns = types.SimpleNamespace(world_size=1, per_device_train_batch_size=8, gradient_accumulation_steps=1,
+                               auto_find_batch_size=False, max_grad_norm=1.0, learning_rate=5e-5, adam_beta1=0.9,
+                               adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0, save_on_each_node=False,
+                               fp16=False, fp16_full_eval=False, bf16=False, bf16_full_eval=False)
+    c = HfTrainerDeepSpeedConfig(copy.deepcopy(ds))
+    c.trainer_config_process(ns)
+    assert len(c.mismatches) == 2, c.mismatches
+    (tmp_path / "lr.json").write_text(json.dumps(ds))
+    (tmp_path / "gc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                      "  zero_stage: 2\n  gradient_clipping: 0.5\n")
+    for name, want in (("lr.json", {"/optimizer/params/lr": "--learning-rate 0.0003",
+                                    "/optimizer/params/weight_decay": "--weight-decay 0.1"}),
+                       ("gc.yaml", {"/deepspeed_config/gradient_clipping": "--max-grad-norm 0.5"})):
+        rc, out = run_json(["lint", "--hf", name, "--format", "json"], cwd=tmp_path)
+        h1 = {f["pointer"]: f for f in _findings(out) if f["code"] == "H001"}
+        assert set(h1) == set(want), (name, h1)
+        for ptr, flag in want.items():
+            assert h1[ptr]["fix"].startswith(f"pass {flag} to the Trainer") and h1[ptr].get("line"), h1[ptr]
+        flags = [a for fl in want.values() for a in fl.split()]
+        rc, out = run_json(["lint", "--hf", name, *flags, "--format", "json"], cwd=tmp_path)
+        assert not [f for f in _findings(out) if f["code"] == "H001"], (name, out)

@@ -500,6 +500,10 @@ class _Resolver:
                     "gradient_accumulation_steps": "--gradient-accumulation-steps"}
     #: Precision keys and the Trainer flag that turns them on.
     _PRECISION_FLAGS = {"bf16.enabled": "--bf16", "fp16.enabled": "--fp16"}
+    #: Scalar keys and the Trainer argument (our CLI flag, the Trainer's own --flag) filling them.
+    _VALUE_FLAGS = {"gradient_clipping": "--max-grad-norm", "optimizer.params.lr": "--learning-rate",
+                    "optimizer.params.eps": "--adam-epsilon", "optimizer.params.weight_decay": "--weight-decay",
+                    "scheduler.params.warmup_max_lr": "--learning-rate"}
 
     def _mismatch_fix(self, key: str, ds_val: Any, hf_key: str, hf_val: Any) -> tuple[str, str]:
         """(pointer, fix) of one H001. A batch key names the Trainer arguments that keep the
@@ -511,9 +515,12 @@ class _Resolver:
         a = self.args
         yk = self.yaml_keys.get(key)
         ptr = pointer(*yk.split(".")) if yk else _ptr(key)
-        where = f"{yk} in {self.yaml_source}" if yk else f'"{key.rsplit(".", 1)[-1]}"'
-        fix = (f'set {where} to "auto" (or to {json.dumps(hf_val)}), or change the Trainer argument '
-               f"{hf_key.split(' ')[0]}")
+        where = yk if yk else f'"{key.rsplit(".", 1)[-1]}"'
+        fix = (f'set {where} to "auto"' + (f" in {self.yaml_source}" if yk else "")
+               + f" (or to {json.dumps(hf_val)}), or change the Trainer argument {hf_key.split(' ')[0]}")
+        if key in self._VALUE_FLAGS and isinstance(ds_val, (int, float)) and not isinstance(ds_val, bool):
+            fix = (f"pass {self._VALUE_FLAGS[key]} {ds_val} to the Trainer, or set {where} to \"auto\""
+                   + (f" in {self.yaml_source}" if yk else "") + f" for the Trainer's {json.dumps(hf_val)}")
         if key in self._PRECISION_FLAGS and ds_val is True and hf_val is False:
             mp = key.split(".")[0]
             fix = (f"pass {self._PRECISION_FLAGS[key]} to the Trainer"
