@@ -56,7 +56,8 @@ Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkp
   activations are live on top. Cost: one extra forward of the layers. With eager attention the
   recompute's peak is not that (:func:`eager_recompute_peak`): the first layer recomputed is the
   last, whose backward runs after the loss head's is done (its saved tensors freed but the
-  logits the model returns); inside it the attention backward adds its s^2 gradients.
+  logits the model returns); inside it the attention backward adds its s^2 gradients, and a
+  MoE layer's backward starts with its experts' routing-weight combine (k s b x h gradients).
 * ``k`` (an integer, 0 < k < layers): the first k layers of each pipeline stage are
   checkpointed and the rest keep everything (Megatron ``--recompute-method block
   --recompute-num-layers k``; HF: ``gradient_checkpointing`` set on k decoder layers). Cost: k
@@ -310,6 +311,10 @@ _GEMMA_NORM = frozenset({"gemma", "gemma2"})
 #: Families whose eager softmax runs in the model dtype (GPT-2 ``eager_attention_forward``:
 #: ``softmax(attn_weights, dim=-1)``); the others upcast to fp32 and copy back.
 _SOFTMAX_MODEL_DTYPE = frozenset({"gpt2"})
+#: MoE families whose router hands the experts fp32 routing weights (``MixtralTopKRouter``:
+#: softmax in fp32 and no cast back), so the weighted expert outputs and their gradients are
+#: fp32; Qwen2/Qwen3-MoE's routers cast the weights to the model dtype.
+_FP32_ROUTING_WEIGHTS = frozenset({"mixtral"})
 #: Families with one fused q/k/v projection whose v is a view of its output, so saving v keeps
 #: the whole q/k/v output alive (Phi-3 ``qkv_proj``; GPT-2/BLOOM have no RoPE, q and k are views too).
 _FUSED_QKV_ROPE = frozenset({"phi3"})
@@ -495,7 +500,7 @@ def cpu_checkpoint_traffic(inputs: int, piece: int, async_engine: bool) -> tuple
 
 
 def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: int, t: int = 1, sp: bool = False,
-                         stat_bytes: int = 4) -> int:
+                         stat_bytes: int = 4, moe_layer: bool = False, capacity_factor: float | None = None) -> int:
     """Bytes live at the backward peak of one recomputed layer with eager attention, beyond the
     other layers' kept inputs: the larger of two instants of its backward (``whole`` = the
     layer's saved activations, what the recompute rebuilds; t / sp as :func:`layer_terms`).
@@ -508,7 +513,21 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
       the first nodes' temporaries: BLOOM's ``bloom_gelu_back`` (modeling_bloom.py: tanh_out
       and four more products of x, D sbf each; the gradient of the GeLU output replaces the
       freed dense_4h_to_h input), Gemma 2's fp32 RMSNorm backward (Gemma2RMSNorm computes in
-      fp32: four fp32 sbh gradients), otherwise the gated MLP's two gradients (D sbf each);
+      fp32: four fp32 sbh gradients), otherwise the gated MLP's two gradients (D sbf each); in a
+      MoE layer (``moe_layer``, transformers' dropless experts: ``capacity_factor`` None) the
+      routing-weight multiply's backward (``integrations/moe.py:grouped_mm_experts_forward``,
+      ``weighted_out = proj_out * sample_weights_g``): autograd's MulBackward0 holds the
+      incoming gradient of the k s b routed rows and makes both products, grad x weights and
+      grad x proj_out, before the engine casts and sum-reduces them: three (k s b, h) tensors
+      in the weights' dtype, fp32 where the router leaves them fp32 (Mixtral's
+      ``MixtralTopKRouter``: softmax in fp32, no cast back; :data:`_FP32_ROUTING_WEIGHTS`),
+      the model dtype where it casts (Qwen2/Qwen3-MoE: ``router_top_value.to(router_logits.dtype)``).
+      Qwen2-MoE's sigmoid-gated shared expert has run its gating multiply by then: its saved
+      output (D sbh) is freed, and the gradient of that output and the shared gate's gradient
+      of the layer's MLP input (D sbh each) wait: one D sbh more. (Under a torch dispatch mode,
+      as in the trace, the index backward just before also holds three such tensors:
+      ``index_backward`` takes the out-of-place ``index_put`` when ``areAnyTensorSubclassLike``,
+      which is true whenever a mode is active; without one it fills its zeros in place.);
     * the attention's softmax backward (transformers ``eager_attention_forward``: softmax in
       fp32, ``.to(query.dtype)``, matmul with v): the MLP's and o_proj's saved tensors and the
       probabilities' 16-bit copy and v are freed; alive are the first norm's saved tensors, the
@@ -525,7 +544,13 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
     n_sh = s * b * h
     grad_h = D * n_sh // rs
     tied = D * int(meta["vocab_size"]) * h // t if _m(meta, "tie_word_embeddings", default=False) else 0
-    if fam == "bloom":
+    if moe_layer and capacity_factor is None:
+        k = int(_m(meta, "experts_per_token", default=1))
+        w = 4 if fam in _FP32_ROUTING_WEIGHTS else D
+        first = 3 * w * s * b * k * h // t
+        if fam == "qwen2_moe":
+            first += D * n_sh // rs
+    elif fam == "bloom":
         first = 5 * D * s * b * f // t
     elif fam == "gemma2":
         first = 4 * 4 * n_sh // rs
@@ -670,7 +695,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         if x.attention == "eager" and layers_on_rank:
             # eager_recompute_peak: the head is done by then (the logits aside)
             layer_peak = eager_recompute_peak(meta, s, b, D, largest_layer, t, x.sequence_parallel,
-                                              x.norm_stat_bytes) - head_freed
+                                              x.norm_stat_bytes, moe_layer=moe and n_moe > 0,
+                                              capacity_factor=x.moe_capacity_factor) - head_freed
         recompute = max(0, layer_peak + gathered - (all_layers - replaced))
         frac_flops = (L * layer_flops) / step_flops * (k / layers_on_rank if layers_on_rank else 0)
     else:
