@@ -22,9 +22,16 @@ Anti-pattern (Trainer run with ``--per_device_train_batch_size 8``)::
 
     {"train_micro_batch_size_per_gpu": 4}
 
-Runs with ``--hf`` and the Trainer arguments (``--per-device-train-batch-size`` ...); the values
-come from ``advisor.config.hf`` (a replay of the Trainer's code). Fix: set the key to ``"auto"``, or
-make the value equal to the Trainer argument.
+Runs with ``--hf`` (the Trainer arguments given, ``--per-device-train-batch-size`` ..., and
+TrainingArguments' defaults for the rest, as ``resolve`` replays them), on DeepSpeed and accelerate files; the
+values come from ``advisor.config.hf`` (a replay of the Trainer's code). For a value accelerate
+wrote from a field of an accelerate YAML (``deepspeed_config.gradient_accumulation_steps``,
+``deepspeed_config.gradient_clipping``, ``mixed_precision``), the finding points at that field.
+
+Fix: pass the Trainer argument with the config's value (``--gradient-accumulation-steps 4``,
+``--bf16``, ``--max-grad-norm 0.5``; for the batch keys every argument that keeps the config's
+global batch, micro-batch x accumulation x world size, with the Trainer's own figure beside it),
+or set the key to ``"auto"``.
 """
 
 from __future__ import annotations
