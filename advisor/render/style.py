@@ -113,6 +113,28 @@ def columns(rows: list[tuple[str, ...]], right: tuple[bool, ...] = (), cols: int
     return out
 
 
+def boxed_width(rows: list[tuple[str, ...]], wrap: int | None = None) -> int:
+    """Columns a rich box table of ``rows`` (header first; a cell may hold several lines, split at
+    "\\n") takes when every column is as wide as its widest line, except column ``wrap``, which
+    rich may fold at word boundaries down to its longest word: each column plus 2 of padding and
+    1 of border, and the closing border (rich's default ``Table``: padding (0, 1), edges shown)."""
+    n = max(len(r) for r in rows)
+    w = []
+    for i in range(n):
+        lines = [x for r in rows if i < len(r) for x in r[i].split("\n")]
+        w.append(max((len(t) for x in lines for t in (x.split() or [""])), default=0) if i == wrap
+                 else max((len(x) for x in lines), default=0))
+    return sum(w) + 3 * n + 1
+
+
+def table_fits(rows: list[tuple[str, ...]], cols: int | None, wrap: int | None = 0) -> bool:
+    """Whether a box table of ``rows`` fits ``cols`` (None: no limit) with no cell cut: every
+    column whole but ``wrap`` (default the first, the row's label), folded at its words
+    (:func:`boxed_width`). When it does not, the renderer prints :func:`records` instead: a
+    narrower box table would cut a header or a value ("capaci…") or split a label from its value."""
+    return cols is None or boxed_width(rows, wrap) <= cols
+
+
 def records(rows: list[tuple[str, ...]], cols: int) -> list[str]:
     """``rows`` (the first is the header) for a screen too narrow for their columns: per row its
     first cell, then "header: value" for each other non-empty cell, folded to ``cols`` between
@@ -124,11 +146,11 @@ def records(rows: list[tuple[str, ...]], cols: int) -> list[str]:
     head, out = rows[0], []
     for r in rows[1:]:
         key = ("#" if head and head[0] == "#" else "") + r[0] if r else ""  # "#1": plan 1
-        parts = [key.replace(" ", nb)] if key else []
+        parts = [key] if key else []  # the row's own label may fold inside itself
         for i in range(1, len(r)):
             if not r[i].strip():
                 continue
-            label = (head[i] if i < len(head) else "").strip()
+            label = " ".join((head[i] if i < len(head) else "").split())  # a two-line header: one label
             value = r[i].strip()
             glued = value.replace(" ", nb) if i < len(r) - 1 else value  # prose may fold inside itself
             parts.append((label.replace(" ", nb) + ":" + nb if label else "") + glued)

@@ -50,34 +50,103 @@ def optimizer_words(o: dict[str, Any]) -> str:
     return f"{o['type']} -> {o['basic']}" + (f" wrapped by {o['wrapper']}" if o.get("wrapper") else "")
 
 
-def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS) -> Any:
-    """The fit table (a rich Table): per tier, the peak live bytes, each part the need adds on
-    top of it (the fragmentation margin, runtime overheads) as its own row, then the need
-    against the capacity with the headroom and the verdict, all in ``units``."""
+def box_or_records(title: str, head: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[bool, ...],
+                   cols: int | None, wrap: int | None = 0, bold: frozenset[int] = frozenset(),
+                   overflow: dict[int, str] | None = None) -> Any:
+    """A rich box table (``head`` then ``rows``; ``right[i]``: column i right-aligned; rows whose
+    index is in ``bold`` in bold) when it fits ``cols`` with no cell cut
+    (:func:`advisor.render.style.table_fits`: only column ``wrap`` may fold, at its words), else
+    the title and one ``label: value`` record per row (:func:`advisor.render.style.records`),
+    never a cut header ("capaci…") or a label split from its value. Returns what
+    ``console.print`` takes."""
     from rich.table import Table
     from rich.text import Text
 
+    from advisor.render.style import records, table_fits
+
+    if not table_fits([head, *rows], cols, wrap):
+        return Text("\n".join([title, *records([head, *rows], cols or 100)]))
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(head):
+        t.add_column(c, justify="right" if i < len(right) and right[i] else "left", no_wrap=i != wrap,
+                     overflow=(overflow or {}).get(i, "ellipsis"))
+    for k, r in enumerate(rows):
+        t.add_row(*(Text(x, style="bold" if k in bold else "") for x in r))
+    return t
+
+
+def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int | None = None) -> Any:
+    """The fit table (a rich Table): per tier, the peak live bytes, each part the need adds on
+    top of it (the fragmentation margin, runtime overheads) as its own row, then the need
+    against the capacity with the headroom and the verdict, all in ``units``. When the table
+    does not fit ``cols`` (:func:`advisor.render.style.table_fits`, the labels folding at their
+    words), the same rows as lines (a rich Text): ``tier: peak live ... SIZE``, ``  + part SIZE``,
+    ``  = need SCOPE SIZE; capacity ...; headroom ...: verdict``, each value glued to its label."""
+    import textwrap
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from advisor.render.style import table_fits
+
     U = unit_name(units)
-    ft = Table(title=f"Fit: each tier's peak live bytes, what the need adds, the need ({unit_note(units)})",
-               title_justify="left")
-    for c in ("tier", "", U, f"capacity\n{U}", f"headroom\n{U}", "verdict"):
-        ft.add_column(c, justify="right" if U in c else "left")
+    title = f"Fit: each tier's peak live bytes, what the need adds, the need ({unit_note(units)})"
+    head = ("tier", "", U, f"capacity\n{U}", f"headroom\n{U}", "verdict")
+    blocks = []  # per tier: (rows, verdict)
     for f in fit:
         cap = f["capacity"]
         peak = f.get("peak", f["need"])
         verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
         if f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
             verdict = f"TIGHT (within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])})"
-        ft.add_row(f["tier"], "peak live" + (f" ({f['phase']})" if f.get("phase") else ""),
-                   size(peak, units, suffix=False), "", "", "")
-        for p in f.get("parts") or []:
-            ft.add_row("", "+ " + p["label"], size(p["bytes"], units, suffix=False), "", "", "")
-        ft.add_row(f["scope"], "= need", size(f["need"], units, suffix=False),
-                   "unknown" if cap is None else size(cap, units, suffix=False),
-                   "" if cap is None else size(f["headroom"], units, suffix=False),
-                   Text(verdict, style=STYLE["TIGHT"] if verdict.startswith("TIGHT") else STYLE.get(verdict, "")),
-                   end_section=True)
-    return ft
+        rows = [(f["tier"], "peak live" + (f" ({f['phase']})" if f.get("phase") else ""),
+                 size(peak, units, suffix=False), "", "", "")]
+        rows += [("", "+ " + p["label"], size(p["bytes"], units, suffix=False), "", "", "")
+                 for p in f.get("parts") or []]
+        rows.append((f["scope"], "= need", size(f["need"], units, suffix=False),
+                     "unknown" if cap is None else size(cap, units, suffix=False),
+                     "" if cap is None else size(f["headroom"], units, suffix=False), verdict))
+        blocks.append((rows, verdict, f))
+
+    def _style(v: str) -> str:
+        return STYLE["TIGHT"] if v.startswith("TIGHT") else STYLE.get(v, "")
+
+    if table_fits([head, *(r for rows, _, _ in blocks for r in rows)], cols, wrap=1):
+        ft = Table(title=title, title_justify="left")
+        for i, c in enumerate(head):
+            ft.add_column(c, justify="right" if U in c else "left", no_wrap=i != 1)
+        for rows, verdict, _ in blocks:
+            for k, r in enumerate(rows):
+                last = k == len(rows) - 1
+                ft.add_row(*r[:5], Text(r[5], style=_style(verdict)) if last else r[5], end_section=last)
+        return ft
+    nb = "\u00a0"  # a no-break space: a value never leaves its label's line
+
+    def _lines(text: str, lead: str) -> list[str]:
+        return [x.replace(nb, " ") for x in textwrap.wrap(text, cols or 100, initial_indent=lead,
+                                                           subsequent_indent=lead + "    ", break_on_hyphens=False,
+                                                           break_long_words=False)]
+
+    out = Text(title)
+    for rows, verdict, f in blocks:
+        first, *parts, need = rows
+        for x in _lines(f"{first[0]}: {first[1]} {size(f.get('peak', f['need']), units).replace(' ', nb)}", ""):
+            out.append("\n" + x)
+        for r, p in zip(parts, f.get("parts") or []):
+            for x in _lines(f"{r[1]} {size(p['bytes'], units).replace(' ', nb)}", "  "):
+                out.append("\n" + x)
+        cap = f["capacity"]
+        text = (f"= need {f['scope']} {size(f['need'], units).replace(' ', nb)}; capacity "
+                + ("unknown" if cap is None else size(cap, units).replace(" ", nb))
+                + ("" if cap is None else f"; headroom {size(f['headroom'], units).replace(' ', nb)}") + ": ")
+        lines = _lines(text + verdict.replace(" ", nb) if len(verdict) < 20 else text + verdict, "  ")
+        for x in lines[:-1]:
+            out.append("\n" + x)
+        last = lines[-1]
+        cut = last.rfind(verdict.split(" ")[0]) if verdict.split(" ")[0] in last else len(last)
+        out.append("\n" + last[:cut])
+        out.append(last[cut:], style=_style(verdict))
+    return out
 
 
 def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS) -> str:
@@ -174,19 +243,17 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 st = role["stages"]
                 title = (f"pipeline stage{'s' if len(st) > 1 else ''} {', '.join(map(str, st))}: {title}"
                          + (" (the worst)" if staged and role is worst_all and len(shown) > 1 else ""))
-            t = Table(title=f"Per-rank training state, {title} ({unit_note(units)})", title_justify="left")
-            t.add_column("state class")
-            for tier in ("accelerator", "host", "nvme"):
-                t.add_column(tier + (" (pinned+pageable)" if tier == "host" else "") + f"\n{U}", justify="right")
+            head = ("state class", *(tier + (" (pinned+pageable)" if tier == "host" else "") + f"\n{U}"
+                                      for tier in ("accelerator", "host", "nvme")))
+            rows = []
             for cls, label in _CLASS_LABEL.items():
-                vals = [role["tiers"][tier][cls] for tier in ("accelerator", "host", "nvme")]
                 if cls == "activations" and role.get("activations") is None:
-                    t.add_row(label, "not estimated", "", "")
+                    rows.append((label, "not estimated", "", ""))
                     continue
-                t.add_row(label, *map(_fmt, vals))
-            t.add_row("[bold]total[/bold]", *(f"[bold]{_fmt(role['tiers'][x]['total'])}[/bold]"
-                                               for x in ("accelerator", "host", "nvme")))
-            console.print(t)
+                rows.append((label, *(_fmt(role["tiers"][tier][cls]) for tier in ("accelerator", "host", "nvme"))))
+            rows.append(("total", *(_fmt(role["tiers"][x]["total"]) for x in ("accelerator", "host", "nvme"))))
+            console.print(box_or_records(f"Per-rank training state, {title} ({unit_note(units)})", head, rows,
+                                         (False, True, True, True), cols, bold=frozenset({len(rows) - 1})))
             a_w = d["assumptions"]["workload"]
             pk = role["peak"]
             console.print("  peak live at once: " + "; ".join(
@@ -197,16 +264,16 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     console.print(f"    {tier} at its peak ({U}): " + ", ".join(
                         f"{c['item']} {_fmt(c['bytes'])}" for c in pk[tier]["top"]), markup=False)
             if role.get("timeline"):
-                tt = Table(title=f"Step timeline, {title}: live bytes at each instant ({U})", title_justify="left")
-                tt.add_column("instant")
-                for tier in ("accelerator", "host", "nvme"):
-                    tt.add_column(f"{tier}\n{U}", justify="right")  # the unit in the header, as the fit table
+                rows = []
                 for row in role["timeline"]:
                     marks = [("*" if pk[x]["bytes"] and pk[x]["instant"] == row["instant"] else "") for x in
                              ("accelerator", "host", "nvme")]
-                    tt.add_row(row["label"], *(f"{_fmt(row[x])}{m}" for x, m in zip(("accelerator", "host", "nvme"),
-                                                                                     marks)))
-                console.print(tt)
+                    rows.append((row["label"], *(f"{_fmt(row[x])}{m}" for x, m in zip(("accelerator", "host", "nvme"),
+                                                                                      marks))))
+                # the unit in the header, as the fit table
+                console.print(box_or_records(f"Step timeline, {title}: live bytes at each instant ({U})",
+                                             ("instant", *(f"{tier}\n{U}" for tier in ("accelerator", "host", "nvme"))),
+                                             rows, (False, True, True, True), cols))
                 console.print("  (* = the tier's peak instant)")
             if role.get("activations"):
                 ac = role["activations"]
@@ -238,7 +305,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                           f"{size(spread, units)} in any tier: each keeps the gradients of the tensors touching "
                           f"its partition; --format json lists every rank)")
         if d["fit"]:
-            console.print(fit_table(d["fit"], units))
+            console.print(fit_table(d["fit"], units, cols))
             for f in d["fit"]:  # where each runtime overhead row comes from
                 for t in f.get("overhead") or []:
                     band = "" if t["low"] == t["high"] else f" (band {size(t['low'], units)}-{size(t['high'], units)})"
@@ -255,22 +322,18 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print("  per-day NVMe figures below use --step-time (measured), not the model", markup=False)
         mv = d.get("movement")
         if mv and any(r["movements"] for r in mv["ranks"]):
-            for line in movement_lines(mv, units):
+            for line in movement_lines(mv, units, cols):
                 console.print(line, markup=False)
         ck = d.get("checkpoint")
         if ck and ck.get("files"):
-            ct = Table(title="Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
-                       title_justify="left")
-            for c in ("file", "written by", "bytes", U):
-                ct.add_column(c, justify="right" if c in ("bytes", U) else "left",
-                              overflow="fold" if c == "file" else "ellipsis")
             big = [f for f in ck["files"] if f["bytes"] >= 2**20]
-            for f in big[:8]:
-                who = f"{f['count']} ranks, each" if f.get("count", 1) > 1 else f"rank {f['rank']}"
-                ct.add_row(f.get("path") or f["name"], who, f"{f['bytes']:,}", _fmt(f["bytes"]))
+            rows = [(f.get("path") or f["name"], f"{f['count']} ranks, each" if f.get("count", 1) > 1
+                     else f"rank {f['rank']}", f"{f['bytes']:,}", _fmt(f["bytes"])) for f in big[:8]]
             if len(big) > 8:
-                ct.add_row(f"... {len(big) - 8} more files of the same kind", "", "", "")
-            console.print(ct)
+                rows.append((f"... {len(big) - 8} more files of the same kind", "", "", ""))
+            console.print(box_or_records("Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
+                                         ("file", "written by", "bytes", U), rows, (False, False, True, True), cols,
+                                         wrap=None))
             console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({size(ck['per_save_bytes'], units)}): tensor "
                           f"payload plus the small `latest` and recovery scripts; each .pt file adds a few KB of "
                           f"pickle overhead. `ds-advisor checkpoint` gives save/restore times and the save interval.")
@@ -359,9 +422,11 @@ def _ranks_title(ranks: Any) -> str:
     return f"ranks {', '.join(spans[:8])}{', ...' if len(spans) > 8 else ''} ({len(rs):,} ranks)"
 
 
-def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS) -> list[str]:
+def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: int | None = None) -> list[str]:
     """Text lines for :func:`movement_section`: a table of rank 0's movements per step (bytes in
-    ``units``), then one endurance line per storage tier."""
+    ``units``; aligned columns, or ``label: value`` records when they do not fit ``cols``:
+    :func:`advisor.render.style.columns`), then one endurance line per storage tier."""
+    from advisor.render.style import columns
     U = unit_name(units)
     role = section["ranks"][0] if section["ranks"] else {"ranks": [0], "movements": []}
     who = f"rank {role['ranks'][0]}" + (f" (and {len(role['ranks']) - 1} more alike)" if len(role["ranks"]) > 1 else "")
@@ -369,10 +434,10 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS) -> list[
     rows = [(m["link"], m["direction"], m["cls"], m["item"], size(m["bytes"], units, suffix=False),
              f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?", "yes" if m["overlap"] else "no")
             for m in role["movements"]]
-    w = [max(len(head[j]), *(len(r[j]) for r in rows)) if rows else len(head[j]) for j in range(len(head))]
     out = [f"Data movement per optimizer step ({who}; {unit_note(units)}):"]
-    for r in [head, *rows]:  # text left, numbers right
-        out.append("  " + "  ".join(x.rjust(w[j]) if j in (4, 5) else x.ljust(w[j]) for j, x in enumerate(r)).rstrip())
+    # text left, numbers right; indented 2 under the title
+    out += ["  " + x for x in columns([head, *rows], (False, False, False, False, True, True, False),
+                                      None if cols is None else cols - 2)]
     if not role["movements"]:
         out.append("  (nothing crosses PCIe, NVMe or the network)")
     for ln in section["endurance"]:
