@@ -133,7 +133,11 @@ UNMATCHED = {**UNMATCHED_ZINIT,
         # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
         "forward:1": "+86,439 B: " + _GATHER,
         "backward:1": "+172,889 B: " + _REDUCE,
-        "step:1": "-86,379 B: the ledger is over in the first step (not diagnosed yet)",
+        "step:1": "-86,379 B: the ledger is over in the first step (not settled: stage3.py step first releases every "
+                  "parameter, the persistent ones too (_partition_all_parameters -> release_and_reset_all); a timeline "
+                  "with lp_params_gathered live only from forward to the step's start matched this cell's step:1 to "
+                  "49 B and step:2 of z3_bf16_oo_cpu_w2 / z3_fp32_zinit_w2, but left z3_bf16_oo_cpu_w2's and "
+                  "z3_fp32_zinit_w2's step:1 86 kB under and this cell's step:2 43 kB under: tried and not landed)",
         "backward:2": "+172,907 B: " + _REDUCE,
         "step:2": "-43,157 B: the ledger is over in the steady step (not diagnosed yet)",
     },
