@@ -635,7 +635,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         from advisor.ledger.timeline import resolve_load
         findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv)
         aplan = replace(build_plan(loaded, inv, cluster, workload=workload),
-                        trainer_written=getattr(inp.resolution, "base", None))
+                        trainer_written=getattr(inp.resolution, "base", None),
+                        accelerate_fields=not inp.launch.deepspeed_config_file)
         z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
         load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
                             a.low_cpu_mem_usage, hf=True)

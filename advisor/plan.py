@@ -127,6 +127,9 @@ class Plan:
     #: (:attr:`advisor.config.hf.Resolution.base`). M100's fixes read it to tell a Trainer argument
     #: from a config key (:mod:`advisor.views.fixes`).
     trainer_written: "dict[str, Any] | None" = None
+    #: True when the config is the one accelerate builds from an accelerate YAML's deepspeed_config
+    #: fields (no deepspeed_config_file): M100's fixes then say which YAML fields to edit.
+    accelerate_fields: bool = False
     #: Facts derived from this plan, computed once and shared by every view (the ledger, the
     #: movements per hardware): filled by :func:`advisor.ledger.state.ledger_of` and
     #: :func:`advisor.ledger.movement.movement_roles`. Not part of the plan's identity.

@@ -293,3 +293,36 @@ def test_accelerate_file_fixes_name_trainer_arguments_not_a_refused_set(tmp_path
     assert mb["set"] == ["gradient_accumulation_steps=8"], mb
     assert mb["flags"] == ["--per-device-train-batch-size 4", "--gradient-accumulation-steps 8"], mb
     assert mb["verdict"] == "fits" and "the same global batch, 256 sequences" in mb["change"], mb
+
+
+def test_accelerate_fixes_as_yaml_edits_fit_when_the_yaml_is_edited(tmp_path):
+    """For a config accelerate builds from the YAML's fields, a fix's config changes are named as
+    the YAML fields the user edits (deepspeed_config.gradient_accumulation_steps: 8, ...: the
+    fields accelerate's DeepSpeedPlugin writes those keys from). Written into a copy of the YAML
+    and run with the candidate's flags (no --set), each gives the need it claimed and no H001."""
+    import yaml
+
+    src = tmp_path / "acc.yaml"
+    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
+                   "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
+    args = ["estimate", str(src), "--bf16", "--gradient-accumulation-steps", "4", "--model", "llama-3-8b",
+            "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    rc, d = run_json(args)
+    f = _m100(d, "accelerator")
+    edited = [c for c in f["data"]["candidates"] if c["yaml"]]
+    assert {tuple(c["yaml"]) for c in edited} >= {("deepspeed_config.gradient_accumulation_steps: 8",),
+                                                 ("deepspeed_config.zero_stage: 3",),
+                                                 ("deepspeed_config.offload_optimizer_device: cpu",)}, edited
+    for i, c in enumerate(edited):
+        data = yaml.safe_load(src.read_text())
+        for e in c["yaml"]:
+            k, _, v = e.partition(": ")
+            data["deepspeed_config"][k.split(".", 1)[1]] = yaml.safe_load(v)
+        alt = tmp_path / f"alt{i}.yaml"
+        alt.write_text(yaml.safe_dump(data))
+        again = _applied([args[0], str(alt)] + args[2:], dict(c, set=[]))
+        assert not [g for g in again["findings"] if g["code"] == "H001"], (c, again["findings"])
+        row = _row(again, "accelerator")
+        assert (row["verdict"], row["need"]) == (c["verdicts"]["accelerator"], c["need"]["accelerator"]), (c, row)
+        if c["verdict"] in ("fits", "tight"):
+            assert " ".join(c["yaml"]) in f["fix"] or ", ".join(c["yaml"]) in f["fix"], (c["yaml"], f["fix"])

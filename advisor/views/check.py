@@ -713,7 +713,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
                                         moe_capacity_factor=v.get("moe_capacity_factor")))
     if accelerate:  # M100's fixes tell a Trainer argument from a config key by it (advisor.views.fixes)
         import dataclasses
-        plan = dataclasses.replace(plan, trainer_written=getattr(config_input.resolution, "base", None))
+        plan = dataclasses.replace(plan, trainer_written=getattr(config_input.resolution, "base", None),
+                                   accelerate_fields=not config_input.launch.deepspeed_config_file)
     ec = plan.config
     if accelerate:
         from advisor.views.lint import lint_accelerate

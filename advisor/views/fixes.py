@@ -51,6 +51,10 @@ class FitCandidate:
     change: str
     set: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    #: For a config accelerate builds from an accelerate YAML's fields: the same changes as that
+    #: YAML's ``deepspeed_config`` keys ("deepspeed_config.zero_stage: 3"), what the user edits;
+    #: ``set`` stays what ``--set`` on the YAML applies (the DeepSpeed keys accelerate writes).
+    yaml: list[str] = field(default_factory=list)
     verdict: str = "unknown"
     #: tier -> that tier's verdict (what a tier's M100 fix judges by; ``verdict`` is the plan's)
     verdicts: dict[str, str] = field(default_factory=dict)
@@ -60,11 +64,14 @@ class FitCandidate:
 
     @property
     def how(self) -> str:
-        """What a user types to try it: ``--set K=V`` strings and flags."""
+        """What a user types to try it: ``--set K=V`` strings and flags (for an accelerate YAML's
+        fields, the YAML edits and the flags)."""
+        if self.yaml:
+            return " ".join([f"set {', '.join(self.yaml)} in the accelerate YAML;"] + self.flags).rstrip(";")
         return " ".join([f"--set {s}" for s in self.set] + self.flags)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "set": self.set, "flags": self.flags, "verdict": self.verdict,
+        return {"change": self.change, "set": self.set, "flags": self.flags, "yaml": self.yaml, "verdict": self.verdict,
                 "verdicts": self.verdicts, "need": self.need, "moved_bytes": self.moved_bytes, "step_time_s": self.step_time_s}
 
 
@@ -151,6 +158,30 @@ def _smaller_micro_batch(mb: int, ga: int) -> tuple[int, int]:
                 if best < m <= top:
                     best = m
     return best, per_rank // best
+
+
+#: DeepSpeed config key -> the accelerate YAML field accelerate writes it from (accelerate 1.15.0
+#: utils/dataclasses.py DeepSpeedPlugin: plugin_to_config_mapping, the ACCELERATE_* variables
+#: utils/launch.py prepare_deepspeed_cmd_env exports from the YAML's deepspeed_config).
+_YAML_FIELD = {"zero_optimization.stage": "zero_stage", "gradient_accumulation_steps": "gradient_accumulation_steps",
+               "zero_optimization.offload_optimizer.device": "offload_optimizer_device",
+               "zero_optimization.offload_param.device": "offload_param_device",
+               "zero_optimization.offload_optimizer.nvme_path": "offload_optimizer_nvme_path",
+               "zero_optimization.offload_param.nvme_path": "offload_param_nvme_path"}
+
+
+def _yaml_edits(plan: "Plan", shown: list[str]) -> list[str]:
+    """``shown`` (--set strings) as edits of the accelerate YAML's deepspeed_config fields, for a
+    config accelerate builds from them (``Plan.accelerate_fields``); [] when one has no field."""
+    if not plan.accelerate_fields or not shown:
+        return []
+    out = []
+    for x in shown:
+        key, _, value = x.partition("=")
+        if key not in _YAML_FIELD:
+            return []
+        out.append(f"deepspeed_config.{_YAML_FIELD[key]}: {value}")
+    return out
 
 
 def _trainer_written(plan: "Plan") -> dict | None:
@@ -276,7 +307,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             if any(x.startswith("train_micro_batch_size_per_gpu=") for x in sets) and isinstance(wl_mb, int) \
                     and wl_mb != plan.config.train_micro_batch_size_per_gpu:
                 flags = flags + [f"--micro-batch {mb}"]  # --micro-batch was given: it would override the config's
-            trials.append((FitCandidate(words, set=shown, flags=flags),
+            trials.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)),
                            replace(plan, config=ec, written=None, derived={},
                                    workload=replace(plan.workload, micro_batch=mb))))
     for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations):
@@ -288,7 +319,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                 ec = effective_config(apply_overrides(base, sets))
         if refused(ec, cl):
             continue
-        trials.append((FitCandidate(words, set=shown, flags=flags),
+        trials.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)),
                        replace(plan, config=ec, written=None if sets else plan.written, cluster=cl,
                                workload=replace(wl), derived={})))
     out = []
