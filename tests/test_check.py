@@ -466,7 +466,7 @@ def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
     rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], {})
     assert d["launch"]["world_size"]["value"] == 8 and d["launch"]["world_size"]["source"].startswith("--hardware")
     t = tier(d, "accelerator")
-    assert (t["capacity"], t["capacity_source"]) == (141 * 10**9, "--hardware dgx-h200")
+    assert (t["capacity"], t["capacity_source"]) == (143771 * MIB, "--hardware dgx-h200")
     assert rc == 0 and t["verdict"] == "go" and d["probe_failed"] is True
     rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200", "--strict"], {})
     assert rc == 3
@@ -474,13 +474,13 @@ def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], TORCHRUN_8, bin_)
     assert tier(d, "accelerator")["capacity"] == 81559 * MIB
-    # JSON's warnings name sizes in the default unit system, GiB: 141e9 B / 2^30 = 131.32 GiB by hand
-    assert any(f"--hardware dgx-h200 says {141e9 / 2**30:,.2f} GiB" in w for w in d["warnings"]), d["warnings"]
-    # the text report names it in its --units, as every other size there: 141e9 B and 81,559 MiB / 1e9
+    # JSON's warnings name sizes in the default unit system, GiB: 143,771 MiB / 1,024 = 140.40 GiB by hand
+    assert any(f"--hardware dgx-h200 says {143771 / 1024:,.2f} GiB" in w for w in d["warnings"]), d["warnings"]
+    # the text report names it in its --units, as every other size there: 143,771 MiB and 81,559 MiB / 1e9
     _, text, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200", "--units", "GB"], TORCHRUN_8, bin_,
                        fmt_json=False)
     text = " ".join(text.split())
-    assert f"says 141.00 GB per accelerator but this node's smallest has {81559 * MIB / 1e9:,.2f} GB" in text, text
+    assert f"says {143771 * MIB / 1e9:,.2f} GB per accelerator but this node's smallest has {81559 * MIB / 1e9:,.2f} GB" in text, text
     assert not re.search(r"[0-9] (?:GiB|MiB|TiB)\b", text.replace("4,194,304 B", "")), text
     rc, _, err = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h900"], {})
     assert rc == 2 and "dgx-h" in err

@@ -47,9 +47,9 @@ def test_every_storage_tier_says_where_its_numbers_come_from():
 
 @pytest.mark.parametrize("preset,total_gpu_memory", [
     # totals as NVIDIA's DGX BasePOD reference architecture states them (independent of the
-    # per-GPU figures in the preset file): 1,128 GB (H200), 1,440 GB ("1.4TB", B200). These presets
-    # have no public driver-reported total, so they keep the data sheet's GB.
-    ("dgx-h200", 1128e9), ("dgx-b200", 1440e9)])
+    # per-GPU figures in the preset file): 1,440 GB ("1.4TB", B200). This preset has no
+    # driver-reported total, so it keeps the data sheet's GB. (H200: the driver's figure below.)
+    ("dgx-b200", 1440e9)])
 def test_node_gpu_memory_matches_the_system_data_sheet_total(preset, total_gpu_memory):
     hw = resolve_hardware(preset)
     assert hw.accelerators_per_node * hw.accelerator.memory_bytes == total_gpu_memory
@@ -58,8 +58,10 @@ def test_node_gpu_memory_matches_the_system_data_sheet_total(preset, total_gpu_m
 @pytest.mark.parametrize("preset,smi_mib", [
     # nvidia-smi's memory.total as users' public reports print it (not the data sheet's GB):
     # H100 80GB HBM3 81559MiB (NVIDIA/nccl#1264), A100 80GB 81920MiB and 40GB 40960MiB and
-    # L40S 46068MiB (modal-labs/modal-client#2797), RTX 4090 24564MiB (RLinf/RLinf#255)
-    ("h100-sxm-80gb", 81559), ("a100-80gb", 81920), ("a100-40gb", 40960), ("l40s", 46068), ("rtx-4090", 24564)])
+    # L40S 46068MiB (modal-labs/modal-client#2797), RTX 4090 24564MiB (RLinf/RLinf#255); H200
+    # 143771MiB as nvidia-smi printed it on the device tool's lent H200 (its KINDS.md, 2026-10-27)
+    ("h100-sxm-80gb", 81559), ("a100-80gb", 81920), ("a100-40gb", 40960), ("l40s", 46068), ("rtx-4090", 24564),
+    ("h200", 143771)])
 def test_capacity_is_what_the_driver_reports(preset, smi_mib):
     acc = resolve_hardware(preset).accelerator
     assert acc.memory_bytes == smi_mib * 2**20 and f"{smi_mib}MiB" in acc.source
@@ -82,7 +84,7 @@ def test_list_and_resolve_every_preset():
     hw = resolve_hardware("DGX-H100:4")
     assert (hw.nodes, hw.accelerators_per_node, hw.total_accelerators) == (4, 8, 32)
     only = resolve_hardware("h200")
-    assert only.storage == () and only.host_memory_bytes is None and only.accelerator.memory_bytes == 141e9
+    assert only.storage == () and only.host_memory_bytes is None and only.accelerator.memory_bytes == 143771 * 2**20
 
 
 def test_unknown_preset_suggests_close_names():
