@@ -359,3 +359,19 @@ def test_70b_zero3_without_zero_init_does_not_fit_8x80gb_at_initialize(tmp_path)
     acc = next(f for f in d["fit"] if f["tier"] == "accelerator")
     assert not acc["instant"].startswith("initialize:") and acc["verdict"] != "does not fit"
     assert not [f for f in d["findings"] if f["code"] in ("M100", "M103")]
+
+
+def test_initialize_module_is_the_ranks_shard_under_tensor_parallelism():
+    # engine.py moves self.module, which under tensor parallelism is already the rank's shard:
+    # llama-2-13b at TP 4 holds 3,254,277,120 parameters per rank (Megatron's split by hand in
+    # test_parallel._llama_rank_params), so the instant is that x 2 B, not the whole model
+    from advisor.model.specs import resolve_model
+    from tests.test_parallel import _llama_rank_params
+    n = _llama_rank_params(5120, 13824, 40, 32000, 40, 40, 4)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, resolve_model("llama-2-13b"), Cluster(world_size=32, tensor_parallel=4)))
+    for r in (0, 31):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=1, rank=r)
+        assert _at(tl, "initialize:module") == n * 2

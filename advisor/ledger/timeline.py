@@ -366,10 +366,21 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     nothing then); at ZeRO-3 plus the first partitions being made
     (:func:`zero3_module_partition_peak`) where they go on the accelerator, or the first
     partition in host memory with offload_param cpu, beside the pinned swap buffers with nvme
-    (Init(module=...) makes the swapper before partitioning)."""
+    (Init(module=...) makes the swapper before partitioning). Under tensor / pipeline / expert
+    parallelism N is the rank's shard (:func:`advisor.model.parallel.shard`)."""
     if load.zero_init:
         return []
     inv = ledger.plan.inventory
+    cl = ledger.plan.cluster
+    if cl.model_parallel:
+        # the rank's module is its pipeline stage's tensor-parallel shard (what the engine moves)
+        from advisor.model.parallel import shard
+        stage = cl.coords(rank)[0]
+        shards = ledger.plan.derived.get("init_shards")
+        if shards is None:
+            shards = ledger.plan.derived["init_shards"] = shard(inv, cl.tensor_parallel, cl.pipeline_parallel,
+                                                                cl.expert_parallel)
+        inv = shards[min(stage, len(shards) - 1)].inventory
     sizes = [t.numel for t in inv.tensors]
     N = sum(sizes)
     mp = ec.fp16_enabled or ec.bf16_enabled
