@@ -486,6 +486,29 @@ def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
     assert rc == 2 and "dgx-h" in err
 
 
+def test_preset_overhead_defaults_apply_only_to_the_presets_gpu(tmp_path):
+    """--hardware dgx-h200 gives the fit table the H200 preset's runtime_overhead (its source names
+    itself); on a node whose nvidia-smi shows H100s the probe's capacity is used, and so are the
+    generic overhead figures (overhead.py's cited source), not the H200's."""
+    cfg = json.loads(C06.read_text())
+    cfg["zero_optimization"]["stage"] = 3
+    z3 = tmp_path / "c06_zero3.json"
+    z3.write_text(json.dumps(cfg))
+
+    def sources(d):
+        return {o["key"]: o["source"] for o in tier(d, "accelerator")["overhead"]}
+
+    from advisor.cluster.hardware import resolve_hardware
+    preset_src = resolve_hardware("h200").accelerator.runtime_overhead.source
+    _, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], {})
+    assert sources(d)["cuda_context"] == sources(d)["allocator"] == preset_src
+    bin_ = fake_smi(tmp_path, gpus(H100, 8))
+    _, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], TORCHRUN_8, bin_)
+    assert preset_src not in sources(d).values()
+    assert sources(d)["cuda_context"].startswith("pytorch/pytorch issues #107667 and #109888")
+    assert any("the generic runtime-overhead figures, not the preset's" in w for w in d["warnings"])
+
+
 def test_nvme_without_path_reported_once(tmp_path):
     from tests.conftest import run_cli
 

@@ -661,12 +661,15 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     # Capacities: flag > probe > hardware spec.
     hw_gpu = hardware.accelerator.memory_bytes if hardware is not None and hardware.accelerator else None
     hw_host = hardware.host_memory_bytes if hardware is not None else None
+    other_gpu = False  # the node's GPUs are not the preset's: its overhead defaults do not apply
     if hw_gpu and acc.ok:
         smallest = min(d.total for d in acc.devices)
         if abs(smallest - hw_gpu) > 0.1 * hw_gpu:
+            other_gpu = True
             warning_sizes[len(warnings)] = t = (
                 literal(hw_name) + " says {hw_gpu} per accelerator but this node's smallest has {smallest} "
-                + literal(f"({acc.source}): the probe is used"), {"hw_gpu": hw_gpu, "smallest": smallest})
+                + literal(f"({acc.source}): the probe is used, and the generic runtime-overhead figures, not "
+                          "the preset's"), {"hw_gpu": hw_gpu, "smallest": smallest})
             warnings.append(render_sized(*t, DEFAULT_UNITS))
     if gpu_memory is not None:
         acc_cap, acc_src = gpu_memory, "--gpu-memory"
@@ -725,6 +728,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
                                cluster=lint_cluster, plan=plan)
     from advisor.cluster.overhead import OverheadSettings
     ovh = overhead if overhead is not None else OverheadSettings(env=env)
+    if other_gpu and ovh.defaults is not None:
+        import dataclasses
+        ovh = dataclasses.replace(ovh, defaults=None)
     from advisor.ledger.timeline import resolve_load
     load = resolve_load(plan.config, zero_init, hf=plan.hf is not None)
     result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None,
