@@ -299,9 +299,12 @@ class _P:
         vals = {}
         for k in ("cuda_context_mib", "allocator_fraction"):
             v = d.get(k)
+            top = 1 << 30 if k == "cuda_context_mib" else 1  # 1 PiB of context; a fraction below 1
             if (not isinstance(v, list) or len(v) != 3
-                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in v)):
-                raise self.err(f"{ptr}/{k}", f"expected [default, low, high] of non-negative numbers, got {shown(v)}")
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or not 0 <= x < top
+                           for x in v)):
+                raise self.err(f"{ptr}/{k}", f"expected [default, low, high] of numbers from 0 to below {top:,}, "
+                                             f"got {shown(v)}")
             vals[k] = v
         src = d.get("source")
         if not isinstance(src, str) or not src:
@@ -366,8 +369,8 @@ class _P:
         for k in StorageTier.AIO_KEYS:
             if k in d:
                 v = d[k]
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                    raise self.err(f"{ptr}/{k}", f"expected a positive integer, got {shown(v)}")
+                if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 40:
+                    raise self.err(f"{ptr}/{k}", f"expected a positive integer up to 2^40, got {shown(v)}")
                 out.append((k, v))
         if not out:
             raise self.err(ptr, f"expected at least one of {', '.join(StorageTier.AIO_KEYS)}")
