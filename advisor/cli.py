@@ -1033,8 +1033,8 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
             continue
         named_r = by_real.get(os.path.realpath(inp.launch.deepspeed_config_file))
         if named_r is not None:
-            there = {(f.code, f.pointer, f.message) for f in named_r.findings}
-            r.findings = [f for f in r.findings if (f.code, f.pointer, f.message) not in there]
+            from advisor.views.lint import drop_named_duplicates
+            r.findings = drop_named_duplicates(r.findings, named_r.findings)
     _echo(_render("lint", fmt, results, release=release, quiet=quiet))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)
@@ -1333,6 +1333,11 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
                 raise AdvisorError(f"{config}: not an accelerate config as accelerate reads it")
             res = inp.resolution
             res.findings = lint_accelerate(inp, trainer_args_given=True, inventory=inv)
+            # the deepspeed_config_file it names, linted as `lint --hf` lints it (S001 ...), each finding once
+            from advisor.views.lint import drop_named_duplicates, lint_named_config
+            named = lint_named_config(inp, trainer_args=_targs(trainer_args, hidden_size) or {}, inventory=inv,
+                                      world_size=world_size, world_size_source="--world-size" if world_size else None)
+            res.findings = drop_named_duplicates(res.findings, named) + named
         else:
             if not hf:
                 raise click.UsageError("give --hf to resolve a DeepSpeed config as the HF Trainer does "

@@ -589,3 +589,21 @@ def test_h001_value_fixes_name_the_trainer_argument_and_applied_clear_it(tmp_pat
         flags = [a for fl in want.values() for a in fl.split()]
         rc, out = run_json(["lint", "--hf", name, *flags, "--format", "json"], cwd=tmp_path)
         assert not [f for f in _findings(out) if f["code"] == "H001"], (name, out)
+
+
+def test_resolve_lints_the_named_deepspeed_config_file_as_lint_does(tmp_path):
+    """An accelerate YAML naming a deepspeed_config_file with a typo (overlap_com) and an explicit
+    micro-batch 4 (the Trainer's default per-device batch is 8: transformers' mismatch). `lint --hf`
+    lints the named file as the Trainer reads it (S001, H001 there); `resolve` printed neither S001
+    nor a line for it. Both now give the same findings, each once, located in the named file."""
+    (tmp_path / "named.json").write_text('{"train_micro_batch_size_per_gpu": 4,\n "gradient_accumulation_steps": '
+                                         '"auto",\n "zero_optimization": {"stage": 2, "overlap_com": true}}\n')
+    (tmp_path / "f.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                     "  deepspeed_config_file: named.json\n")
+    rc, out = run_json(["lint", "--hf", "f.yaml", "--format", "json"], cwd=tmp_path)
+    p = run_cli(["resolve", "f.yaml"], cwd=tmp_path)
+    linted = _linted(out)
+    assert {(c, ptr) for c, ptr, _ in linted} == {("S001", "/zero_optimization/overlap_com"),
+                                                  ("H001", "/train_micro_batch_size_per_gpu")}, linted
+    assert _said(p.stderr) == linted and p.returncode == rc == 1, (p.stderr, linted)
+    assert all(ln.startswith("named.json:") for ln in p.stderr.splitlines() if re.match(r"^\S+: (error|warning)", ln))

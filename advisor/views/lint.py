@@ -332,6 +332,32 @@ def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = 
     return sort_findings(out)
 
 
+def drop_named_duplicates(accelerate_findings: list[Finding], named_findings: list[Finding]) -> list[Finding]:
+    """An accelerate file's findings less those its ``deepspeed_config_file``'s own lint also
+    reports (same code, pointer and message: H001, H008 ... about the DeepSpeed config that file
+    holds), so each is reported once, on the named file, where it has a line."""
+    there = {(f.code, f.pointer, f.message) for f in named_findings}
+    return [f for f in accelerate_findings if (f.code, f.pointer, f.message) not in there]
+
+
+def lint_named_config(inp, *, trainer_args: dict | None, inventory: Inventory | None = None,
+                      world_size: int | None = None, world_size_source: str | None = None,
+                      release: "Release | None" = None) -> list[Finding]:
+    """The lint of the ``deepspeed_config_file`` an accelerate file names, as the Trainer reads it
+    (``hf=True``; ``trainer_args`` as for any --hf lint), at the launch's world size unless
+    ``world_size`` is given; [] when the file names none. Raises AdvisorError when it cannot be
+    read (:func:`advisor.config.hf.accelerate_base_config` already refused a missing one)."""
+    from advisor.config.loading import load_config
+
+    name = inp.launch.deepspeed_config_file if inp.launch is not None else None
+    if not name or not os.path.isfile(name):
+        return []
+    if world_size is None and inp.launch.world_size:
+        world_size, world_size_source = inp.launch.world_size, inp.launch.world_size_source
+    return lint_guarded(load_config(name), world_size=world_size, world_size_source=world_size_source,
+                        inventory=inventory, hf=True, trainer_args=trainer_args, release=release)
+
+
 @dataclass
 class LintOptions:
     """What applies to one linted file: the flags, else its settings file
