@@ -677,6 +677,11 @@ def _overhead(runtime_overhead: str | None, fragmentation: float | None = None, 
         settings.terms(0, world_size=2)  # the environment's variables parse
     except OverheadError as e:
         raise _fail(str(e))
+    for part in (runtime_overhead or "").split(",") if ov else ():  # each size said in the other unit system
+        term, eq, value = part.partition("=")
+        key, value = (term.strip(), value.strip()) if eq else ("total", part.strip())
+        if ov.get(key):
+            _echo_other_units("--runtime-overhead", part.strip(), ov[key], value=value)
     if fragmentation is not None:
         msg = ("--fragmentation is deprecated: the allocator's reserve is now its own row of the fit table "
                "(10% of the peak by default); " + ("ignored: --runtime-overhead gives the allocator term"
@@ -710,20 +715,26 @@ def _size_flag(flag: str, value: str | None) -> int | None:
     return n
 
 
-def _echo_other_units(flag: str, value: str, n: int) -> None:
+def _echo_other_units(flag: str, shown: str, n: int | float, value: str | None = None, per: str = "") -> None:
     """When a size flag is written in the other unit system than the text report's ``--units``
     (80GB = 80 x 10^9 bytes read by a GiB report, 141GiB by a GB one), say once on stderr what it
-    was read as: ``--gpu-memory 80GB = 80,000,000,000 bytes = 74.51 GiB``. Machine formats
+    was read as: ``--gpu-memory 80GB = 80,000,000,000 bytes = 74.51 GiB``. ``shown``: the flag's
+    text as written (``cuda_context=600MB``: one part of ``--runtime-overhead``), ``value`` the
+    size in it (default ``shown``), ``n`` its bytes; ``per`` "/s" for a bandwidth
+    (``--write-bandwidth 2GB/s = 2,000,000,000 bytes/s = 1.86 GiB/s``). Machine formats
     (``--format json`` ...) stay quiet: their sizes are bytes."""
     from advisor.units import check_units, size, unit_note, unit_system
     ctx = click.get_current_context(silent=True)
     if ctx is None or ctx.params.get("fmt", "text") != "text" or ctx.params.get("quiet"):
         return
+    value = shown if value is None else value
+    if per and value.lower().endswith(per):
+        value = value[:-len(per)]
     units, given = check_units(_display().get("units") or "GiB"), unit_system(value)
     if given is not None and given != units:  # said with the report (_echo): a bad-input error stays one line
         ctx.meta.setdefault("ds_advisor.notes", []).append(
-            f"ds-advisor: {flag} {value} = {n:,} bytes = {size(n, units)} ({unit_note(given)}; the report is in "
-            f"{units})")
+            f"ds-advisor: {flag} {shown} = {int(n):,} bytes{per} = {size(n, units)}{per} ({unit_note(given)}; the "
+            f"report is in {units})")
 
 
 def _flush_notes() -> None:
@@ -1567,6 +1578,8 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     from advisor.planning import build_plan
     from advisor.render import render
     from advisor.views.checkpoint import checkpoint_view
+    import re
+
     from advisor.units import parse_size
 
     if not model and params is None:
@@ -1576,9 +1589,11 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
         if not v:
             return None
         try:
-            return float(parse_size(v[:-2] if v.lower().endswith("/s") else v))
-        except ValueError as e:
-            raise click.UsageError(f"{opt}: {e}")
+            n = float(parse_size(v[:-2] if v.lower().endswith("/s") else v))
+        except ValueError as e:  # a bandwidth: its examples per second
+            raise _fail(f"{opt}: " + re.sub(r"(\b[0-9.,eE]+ ?(?:GB|GiB|B)\b)(?!/s)", r"\1/s", str(e)))
+        _echo_other_units(opt, v, n, per="/s")
+        return n
 
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)

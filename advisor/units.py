@@ -17,6 +17,11 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
+#: A bare number at least this large is a byte count (no memory or disk is 10^6 GB): the error for
+#: its missing unit suggests ``B`` with what it is in GB and GiB, not "80000000000GB".
+BARE_BYTES_FROM = 10**6
+
+
 def parse_size(text: str, *, bare_bytes: bool = False) -> int:
     """Parse "80GB", "141 GiB", "31e9B", "512MiB" into bytes.
 
@@ -31,8 +36,13 @@ def parse_size(text: str, *, bare_bytes: bool = False) -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"not a size: {text!r} (use e.g. 80GB, 141GiB, 31e9B)")
     if not m.group(2) and not bare_bytes:
-        raise ValueError(f"{text!r} has no unit: write {m.group(1)}GB (10^9 bytes), {m.group(1)}GiB (2^30 bytes) "
-                         f"or {m.group(1)}B (bytes)")
+        num = m.group(1)
+        if float(num) >= BARE_BYTES_FROM:  # a byte count, not a number of GB: say what it is as bytes
+            n = float(num)
+            p = "T" if n >= 1e12 else "G" if n >= 1e9 else "M"
+            raise ValueError(f"{text!r} has no unit: write {num}B if it is bytes ({size(n, 'GB', prefix=p)} = "
+                             f"{size(n, 'GiB', prefix=p)}), or a size with its unit (e.g. 80GB, 141GiB)")
+        raise ValueError(f"{text!r} has no unit: write {num}GB (10^9 bytes), {num}GiB (2^30 bytes) or {num}B (bytes)")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0 or value > 1e21:
         raise ValueError(f"size out of range: {text!r}")

@@ -456,21 +456,25 @@ def test_checkpoint_files_column_is_one_unit_named_in_its_header(units, base, na
     lines = r.output.splitlines()
     k = next(i for i, x in enumerate(lines) if x.lstrip().startswith("file (under save_dir)"))
     assert lines[k].split()[-2:] == ["tensor", name], lines[k]
-    rows = {x.split()[0]: x.split()[-2:] if x.endswith(" each") else x.split()[-1:] for x in lines[k + 1:k + 6]}
+    rows = {x.split()[0]: x.split()[-1:] for x in lines[k + 1:k + 6]}
     p = 8_030_261_248 // 8
     assert rows["global_step{N}/mp_rank_00_model_states.pt"] == [f"{8_030_261_248 * 2 / base:.2f}"]
-    assert rows["global_step{N}/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"] == [f"{p * 12 / base:.2f}", "each"]
+    assert rows["global_step{N}/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"] == [f"{p * 12 / base:.2f}"]
+    assert "8 ranks, each" in next(x for x in lines[k + 1:k + 6] if "optim_states" in x)
     assert rows["zero_to_fp32.py"] == rows["latest"] == ["<0.01"]
     assert not any(u in " ".join(lines[k + 1:k + 6]) for u in (" B", "KB", "MB", "GiB", "GB", "MiB")), lines[k:k + 6]
 
 
-def test_checkpoint_files_column_of_a_small_model_is_in_mib():
-    """No file reaches 1 GiB: the column is in MiB. 1,000,000 bf16 parameters, ZeRO-2 on 1 rank:
-    the model states file holds the 16-bit module, 1,000,000 x 2 B = 1.91 MiB."""
-    r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", "1000000",
-                                  "--world-size", "1"], env={"COLUMNS": "400"})
-    lines = r.output.splitlines()
-    k = next(i for i, x in enumerate(lines) if x.lstrip().startswith("file (under save_dir)"))
-    assert lines[k].split()[-2:] == ["tensor", "MiB"], lines[k]
-    row = next(x for x in lines[k + 1:] if "mp_rank_00_model_states.pt" in x)
-    assert row.split()[-1] == f"{2_000_000 / 2**20:.2f}"
+def test_checkpoint_files_column_of_a_small_model_is_in_gib_as_the_state_table():
+    """No file reaches 1 GiB: the column stays in GiB, two decimals, as the state table's (one
+    rule for every column; it switched to MiB). 100,000,000 bf16 parameters, ZeRO-2 on 1 rank:
+    the model states file holds the 16-bit module, 1e8 x 2 B = 0.19 GiB; a 1,000,000-parameter
+    model's 2e6 B shows as "<0.01", not "0.00"."""
+    for n, shown in ((100_000_000, f"{2e8 / 2**30:.2f}"), (1_000_000, "<0.01")):
+        r = CliRunner().invoke(main, ["checkpoint", os.path.join(C09, "config.json"), "--params", str(n),
+                                      "--world-size", "1"], env={"COLUMNS": "400"})
+        lines = r.output.splitlines()
+        k = next(i for i, x in enumerate(lines) if x.lstrip().startswith("file (under save_dir)"))
+        assert lines[k].split()[-2:] == ["tensor", "GiB"], lines[k]
+        row = next(x for x in lines[k + 1:] if "mp_rank_00_model_states.pt" in x)
+        assert row.split()[-1] == shown, row

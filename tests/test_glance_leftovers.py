@@ -71,3 +71,55 @@ def test_every_estimate_table_keeps_labels_with_values_when_narrow(name, cols):
     r = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
     acc = _g(r["tiers"]["accelerator"]["total"])
     assert any(x.startswith(("total", "│ total")) and acc in x for x in lines), (acc, text)
+
+
+C09 = CASES / "C09-checkpoint-size-8b"
+
+
+@pytest.mark.parametrize("units,base", [("GB", 10**9), ("GiB", 2**30)])
+@pytest.mark.parametrize("params", ["80302612", "8030261248"])
+def test_checkpoint_file_column_is_the_reports_gigabyte_unit(units, base, params):
+    """One unit per column, as the state table: "tensor GB" (GiB) whatever the files' sizes (a
+    small model's files were "tensor MB"); each file's figure is its JSON bytes / the base."""
+    args = ["checkpoint", "config.json", "--params", params, "--world-size", "8", *V]
+    files = json.loads(run_cli([*args, "--format", "json"], cwd=C09).stdout)["files"]
+    text = run_cli([*args, "--units", units], cwd=C09, env={"COLUMNS": "120"}).stdout
+    head = next(x for x in text.splitlines() if "file (under save_dir)" in x)
+    assert head.split()[-2:] == ["tensor", units], head
+    assert "MB" not in text.replace("GB", "") and "MiB" not in text
+    big = max(files, key=lambda f: f["bytes"])
+    assert any(big["path"].split("/")[-1][:12] in x and x.split()[-1] == f"{big['bytes'] / base:,.2f}"
+               for x in text.splitlines()), (big, text)
+
+
+@pytest.mark.parametrize("args,said", [
+    (["estimate", "config.json", "--params", "80302612", "--runtime-overhead", "cuda_context=600MB,nccl=1GiB"],
+     "--runtime-overhead cuda_context=600MB = 600,000,000 bytes = 0.56 GiB"),
+    (["estimate", "config.json", "--params", "80302612", "--runtime-overhead", "3GiB", "--units", "GB"],
+     "--runtime-overhead 3GiB = 3,221,225,472 bytes = 3.22 GB"),
+    (["checkpoint", "config.json", "--params", "80302612", "--write-bandwidth", "2GB/s"],
+     "--write-bandwidth 2GB/s = 2,000,000,000 bytes/s = 1.86 GiB/s"),
+    (["checkpoint", "config.json", "--params", "80302612", "--write-bandwidth", "2GB/s", "--read-bandwidth",
+      "5GiB/s", "--units", "GB"], "--read-bandwidth 5GiB/s = 5,368,709,120 bytes/s = 5.37 GB/s"),
+])
+def test_every_size_and_bandwidth_flag_in_the_other_unit_system_is_echoed_once(args, said):
+    """A size said in the other unit system than --units is echoed once on stderr with what it was
+    read as (600e6 / 2^30 = 0.56; 3 x 2^30 / 1e9 = 3.22; 2e9 / 2^30 = 1.86; 5 x 2^30 / 1e9 = 5.37),
+    and a size already in the report's system is not."""
+    p = run_cli([*args, "--world-size", "8", *V], cwd=C09, env={"COLUMNS": "200"})
+    assert p.returncode in (0, 1), p.stderr
+    notes = [x for x in p.stderr.splitlines() if x.startswith("ds-advisor: --")]
+    assert [x for x in notes if said in x] and len([x for x in notes if said in x]) == 1, p.stderr
+    assert len(notes) == 1, notes  # nccl=1GiB under GiB, 2GB/s under GB: not echoed
+
+
+@pytest.mark.parametrize("value,words", [
+    ("80000000000", "write 80000000000B if it is bytes (80.00 GB = 74.51 GiB)"),
+    ("80", "write 80GB (10^9 bytes), 80GiB (2^30 bytes) or 80B (bytes)"),
+])
+def test_a_bare_number_gets_a_suggestion_that_reads_as_a_size(value, words):
+    """80000000000 with no unit is a byte count: the suggestion is 80000000000B with its GB
+    (8e10 / 1e9 = 80.00) and GiB (8e10 / 2^30 = 74.51), never "80000000000GB"."""
+    p = run_cli(["estimate", "config.json", "--params", "1000", "--gpu-memory", value], cwd=C06)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert words in p.stderr and "80000000000GB" not in p.stderr, p.stderr

@@ -65,8 +65,8 @@ def wrap(text: str, columns: int, hang: int = 4,
             out.append(line)
             continue
         lead = len(line) - len(line.lstrip(" "))
-        out.append(textwrap.fill(line, columns, subsequent_indent=" " * (lead + hang), break_on_hyphens=False,
-                                 break_long_words=False))
+        out.append(textwrap.fill(line[lead:], columns, initial_indent=" " * lead, subsequent_indent=" " * (lead + hang),
+                                 break_on_hyphens=False, break_long_words=False))  # the indent kept
     return "\n".join(out)
 
 

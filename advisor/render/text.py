@@ -492,20 +492,21 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
         pat = re.sub(r"/rank\d+/", "/rank{r:02d}/", pat)
         key = (pat if pat != x.path else x.path, x.bytes)
         rows.setdefault(key, []).append(x)
-    # one unit for the column, named in its header: GiB (GB) when a file reaches 1 GiB (GB), else MiB (MB)
-    prefix = "G" if max((nb for _, nb in rows), default=0) >= size_base(units, "G") else "M"
-    head = f"tensor {unit_name(units, prefix)}"
+    # one unit for the column, named in its header, as the state table's: GiB (GB) at two decimals;
+    # a file of a few bytes shows "<0.01", not "0.00"
+    head = f"tensor {unit_name(units)}"
 
     def _cell(n: int) -> str:
-        shown = size(n, units, suffix=False, prefix=prefix)
-        return "<0.01" if n and float(shown.replace(",", "")) == 0 else shown  # a few bytes: not "0.00"
+        shown = size(n, units, suffix=False)
+        return "<0.01" if n and float(shown.replace(",", "")) == 0 else shown
 
-    lines.append(f"  {'file (under save_dir)':<64} {'written by':<14} {head}")
+    table = [("file (under save_dir)", "written by", head)]
     for (pat, nbytes), xs in rows.items():
         n = sum(x.count for x in xs)
-        who = f"rank {xs[0].rank}" if n == 1 else f"{n} ranks"
-        shown = xs[0].path if len(xs) == 1 else pat
-        lines.append(f"  {shown:<64} {who:<14} {_cell(nbytes):>{len(head)}}" + (" each" if n > 1 else ""))
+        table.append((xs[0].path if len(xs) == 1 else pat, f"rank {xs[0].rank}" if n == 1 else f"{n} ranks, each",
+                      _cell(nbytes)))
+    from advisor.render.style import columns
+    lines += ["  " + x for x in columns(table, (False, False, True), width(sys.stdout) - 2)]
     lines.append(f"  per save: {_size(plan.per_save_bytes)}; kept x{plan.keep}: {_size(plan.kept_bytes)}")
     lines.append(f"  (sizes are tensor payload; .pt files add pickle overhead of a few KB each)")
     s16 = plan.save16
