@@ -858,6 +858,17 @@ class _LazyCommands(dict):
         return super().values()
 
 
+def _usage_error(e: "click.UsageError") -> "click.exceptions.Exit":
+    """click's usage error ``e`` printed as one bad-input line naming the command, the option and
+    the problem (:func:`_fail`), with a pointer to ``--help``; the Exit (code 2) to raise."""
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    msg = msg[:1].lower() + msg[1:]  # "Invalid value for '--x': ..." -> "invalid value for '--x': ..."
+    msg = msg.replace(". Did you mean", "; did you mean")
+    cmd = e.ctx.info_name if e.ctx is not None and e.ctx.parent is not None else None
+    see = "" if "(see " in msg else f" (see ds-advisor {cmd + ' ' if cmd else ''}--help)"  # ours name their way out
+    return _fail(f"{cmd + ': ' if cmd else ''}{msg}{see}")
+
+
 class _LazyGroup(click.Group):
     """A click group whose ``@group.command()`` defers building the command (see above)."""
 
@@ -866,17 +877,25 @@ class _LazyGroup(click.Group):
         self.commands = _LazyCommands(self.commands)
 
     def invoke(self, ctx):
-        """The command, with click's own usage errors ("Error: Invalid value for ...") folded on a
-        terminal like every other message (:func:`_say`); piped they stay one line (:func:`_fail`)."""
+        """The command, with click's own usage errors (a bad option value, an unknown option or
+        command, a missing argument) as every bad-input error: one line on stderr,
+        ``ds-advisor: estimate: invalid value for '--world-size': 0 is not in the range ...``,
+        exit 2 (:data:`advisor.errors.EXIT_USAGE`), folded on a terminal (:func:`_fail`), not
+        click's "Usage: ... Try ... Error: ..." block."""
         try:
             return super().invoke(ctx)
-        except click.ClickException as e:
-            if not _stderr_is_terminal():  # piped: one line, like every bad-input error (_fail)
-                raise
-            from advisor.render.style import width, wrap
-            folded = wrap(f"Error: {e.format_message()}", width(sys.stderr))[len("Error: "):]
-            e.format_message = lambda: folded  # type: ignore[method-assign]  # show() prints "Error: " + this
+        except click.UsageError as e:
+            raise _usage_error(e) from None
+
+    def parse_args(self, ctx, args):
+        """The group's own options, with their usage errors as one line too (``ds-advisor --bogus``);
+        no arguments still prints the help."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
             raise
+        except click.UsageError as e:
+            raise _usage_error(e) from None
 
     def command(self, *args, **kwargs):  # type: ignore[override]
         def deco(f):
@@ -1046,6 +1065,10 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
         if named_r is not None:
             from advisor.views.lint import drop_named_duplicates
             r.findings = drop_named_duplicates(r.findings, named_r.findings)
+    if fmt == "text":  # an unreadable file is an error, on stderr (one line piped); the report counts it
+        for r in results:
+            if r.error:
+                _fail(r.error)
     _echo(_render("lint", fmt, results, release=release, quiet=quiet))
     if any(r.error for r in results):
         sys.exit(EXIT_USAGE)

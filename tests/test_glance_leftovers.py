@@ -123,3 +123,35 @@ def test_a_bare_number_gets_a_suggestion_that_reads_as_a_size(value, words):
     p = run_cli(["estimate", "config.json", "--params", "1000", "--gpu-memory", value], cwd=C06)
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
     assert words in p.stderr and "80000000000GB" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["estimate", "config.json", "--params", "1000", "--world-size", "0"],
+     "ds-advisor: estimate: invalid value for '--world-size': 0 is not in the range 1<=x<="),
+    (["estimate", "config.json", "--params", "1000", "--step-time", "nan"],
+     "ds-advisor: estimate: invalid value for '--step-time': 'nan' is not a finite number"),
+    (["estimate", "config.json", "--bogus"], "ds-advisor: estimate: no such option '--bogus'"),
+    (["estimate"], "ds-advisor: estimate: missing argument 'CONFIG'"),
+    (["estmate"], "ds-advisor: no such command 'estmate'; did you mean 'estimate'?"),
+    (["--bogus"], "ds-advisor: no such option '--bogus'"),
+])
+def test_click_usage_errors_are_one_line_exit_2(args, words):
+    """The bad-input contract (advisor/errors.py: exit 2, one line naming the option and the
+    problem) holds for click's own usage errors too: no "Usage:" / "Try ..." block."""
+    p = run_cli(args, cwd=C06)
+    assert p.returncode == 2, p
+    assert p.stdout == "" and len(p.stderr.splitlines()) == 1 and p.stderr.startswith(words), p.stderr
+
+
+def test_lint_of_a_missing_file_says_so_on_stderr_and_counts_it_on_stdout(tmp_path):
+    """An unreadable file is an error: its line goes to stderr (one line, exit 2), stdout keeps
+    the report of the files that were read and the tally, which counts it as unreadable."""
+    good = tmp_path / "ds.json"
+    good.write_text('{"train_micro_batch_size_per_gpu": 1}')
+    p = run_cli(["lint", "nonexist.json", str(good)], cwd=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == ["ds-advisor: nonexist.json: no such file (and not a base64-encoded config "
+                                     "either)"], p.stderr
+    assert "nonexist.json" not in p.stdout and "2 file(s): " in p.stdout and "1 unreadable" in p.stdout, p.stdout
+    q = run_cli(["lint", "-q", "nonexist.json"], cwd=tmp_path)
+    assert q.returncode == 2 and q.stdout == "" and "nonexist.json: no such file" in q.stderr

@@ -109,15 +109,16 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
 
     An HF Trainer config linted without --hf shows one hint line for its "auto" findings
     (:func:`hf_trainer_hint`); the tally counts the lines shown, so that hint is one error (it
-    says how many findings it folds; JSON, SARIF and GitHub keep and count each). Lines are folded
-    to the stream's width by :func:`advisor.render.render`, not here."""
+    says how many findings it folds; JSON, SARIF and GitHub keep and count each). An unreadable
+    file is not a line here: its error goes to stderr (``ds-advisor lint`` prints it there, one
+    line); the tally names how many. Lines are folded to the stream's width by
+    :func:`advisor.render.render`, not here."""
     stream = stream or sys.stdout
     color = _use_color(stream) if color is None else color
     lines: list[str] = []
     n = {"error": 0, "warning": 0, "info": 0}
     for r in results:
-        if r.error:
-            lines.append(safe_text(r.error))
+        if r.error:  # an error, not a finding: the CLI prints it on stderr (cli.lint); the tally counts it
             continue
         if r.skipped:
             lines.append(safe_text(f"{r.file}: skipped: {r.skipped}"))
@@ -156,10 +157,9 @@ _TALLY = re.compile(r"^\d+ file\(s\): \d+ error\(s\), ")
 
 
 def _lint_keep_lines(results: list[FileResult]):
-    """The lines :func:`advisor.render.render` keeps whole when it folds :func:`lint_text`: an
-    unreadable file's one-line error and the tally (scripts grep for them)."""
-    errors = {safe_text(r.error) for r in results if r.error}
-    return lambda line: line in errors or bool(_TALLY.match(line))
+    """The lines :func:`advisor.render.render` keeps whole when it folds :func:`lint_text`: the
+    tally (scripts grep for it)."""
+    return lambda line: bool(_TALLY.match(line))
 
 
 lint_text.keep_lines = _lint_keep_lines  # type: ignore[attr-defined]
