@@ -56,3 +56,25 @@ def test_timeout_ends_the_whole_process_group(tmp_path):
 
 def test_normal_exit_returns_the_status():
     assert run_process_group([sys.executable, "-c", "raise SystemExit(3)"], 30) == 3
+
+
+def test_cpu_info_is_asked_once_per_process(monkeypatch):
+    """The engine worker's memo of py-cpuinfo (DeepSpeedCPUAdam calls it per optimizer, each call a
+    2 s subprocess): the wrapped function runs once, every caller gets an equal, separate dict."""
+    import pytest
+    cpuinfo = pytest.importorskip("cpuinfo")  # deepspeed's dependency (the engine extra)
+    from advisor.engine.worker import memoize_cpu_info
+    calls = []
+
+    def fake():
+        calls.append(1)
+        return {"vendor_id_raw": "AuthenticAMD", "flags": ["avx2"]}
+
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", fake)
+    memoize_cpu_info()
+    memoize_cpu_info()  # a second install does not wrap the wrapper
+    from cpuinfo import get_cpu_info  # as deepspeed/ops/adam/cpu_adam.py imports it, at call time
+    a, b = get_cpu_info(), get_cpu_info()
+    assert len(calls) == 1 and a == b == fake() and a is not b
+    a["flags"].append("x")
+    assert get_cpu_info()["flags"] == ["avx2"]

@@ -60,6 +60,35 @@ def _record_pinned(t):
     return t
 
 
+def memoize_cpu_info() -> None:
+    """Make ``cpuinfo.get_cpu_info`` compute once per process and hand out copies.
+
+    DeepSpeed 0.19.8 calls it in every ``DeepSpeedCPUAdam.__init__`` (``ops/adam/cpu_adam.py``
+    l. 75-76, to read ``vendor_id_raw`` for an fp16-on-AMD warning) and py-cpuinfo 9 answers each
+    call from a fresh ``python cpuinfo.py --json`` subprocess that times the CPU clock (about 2 s
+    wall per call, measured), so a rank building one engine per cell with CPU or NVMe optimizer
+    offload paid 2 s per cell. The CPU does not change within a process; the answer is a dict of
+    strings and numbers that allocates no tensor, so the engine's memory is unchanged. No-op
+    without py-cpuinfo or when already done."""
+    try:
+        import cpuinfo
+    except ImportError:  # pragma: no cover - deepspeed requires py-cpuinfo
+        return
+    orig = cpuinfo.get_cpu_info
+    if getattr(orig, "_ds_advisor_memo", False):
+        return
+    import copy
+    cache: list = []
+
+    def get_cpu_info():
+        if not cache:
+            cache.append(orig())
+        return copy.deepcopy(cache[0])
+
+    get_cpu_info._ds_advisor_memo = True  # type: ignore[attr-defined]
+    cpuinfo.get_cpu_info = get_cpu_info
+
+
 def _install_patches():
     import torch  # noqa: F401
     from deepspeed.accelerator import get_accelerator
@@ -76,6 +105,7 @@ def _install_patches():
         return _record_pinned(orig_pin(self, tensor, *a, **k))
 
     cls.pin_memory = pin_memory
+    memoize_cpu_info()
 
     try:
         from deepspeed.ops.op_builder import AsyncIOBuilder

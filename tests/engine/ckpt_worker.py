@@ -78,6 +78,11 @@ def main(argv):
     import torch.distributed as dist
 
     _patch_fp16_on_cpu()
+    try:  # DeepSpeedCPUAdam asks py-cpuinfo in every __init__ (a 2 s subprocess): once per process
+        from advisor.engine.worker import memoize_cpu_info
+        memoize_cpu_info()
+    except ImportError:  # advisor not importable here: only slower
+        pass
     deepspeed.init_distributed(dist_backend="gloo")
     rank = dist.get_rank()
     for cell in cells:

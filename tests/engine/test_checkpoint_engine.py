@@ -98,10 +98,11 @@ def _launch(world_size: int, cells: list[dict], base: str) -> dict:
     job_path = os.path.join(base, "job.json")
     with open(job_path, "w") as fh:
         json.dump({"cells": job}, fh)
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    from advisor.engine.measure import package_path, run_process_group
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+               PYTHONPATH=package_path())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world_size),
            "--master_addr", "127.0.0.1", "--master_port", str(_port()), WORKER, job_path, base]
-    from advisor.engine.measure import run_process_group
     log_path = os.path.join(base, "launch.log")
     with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
         rc = run_process_group(cmd, TIMEOUT_S, stdout=fh, stderr=subprocess.STDOUT, env=env)

@@ -87,11 +87,12 @@ def _launch(world: int, cells: list[dict], base: Path) -> dict:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    from advisor.engine.measure import package_path, run_process_group
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": package_path()}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world),
            "--master_addr", "127.0.0.1", "--master_port", str(port), str(HERE / "nvme_traffic_worker.py"), str(job),
            str(out)]
-    from advisor.engine.measure import run_process_group
     log_path = out / "launch.log"
     with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
         rc = run_process_group(cmd, 900, stdout=fh, stderr=subprocess.STDOUT, env=env)
