@@ -658,8 +658,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
                            cluster=lint_cluster, plan=plan)
-    from advisor.ledger.timeline import resolve_load
-    load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None)
+    from advisor.ledger.timeline import hf_zero3, resolve_load
+    load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None,
+                        hf_is_zero3=hf_zero3(plan))
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load)
 

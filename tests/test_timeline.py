@@ -375,3 +375,28 @@ def test_initialize_module_is_the_ranks_shard_under_tensor_parallelism():
     for r in (0, 31):
         tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=1, rank=r)
         assert _at(tl, "initialize:module") == n * 2
+
+
+def test_hf_string_stage_builds_without_zero_init(tmp_path):
+    # transformers' HfDeepSpeedConfig.is_zero3() is `self._stage == 3` on the stage as written:
+    # "3" is not ZeRO-3 to the Trainer (no zero.Init in from_pretrained) while DeepSpeed coerces it
+    # and partitions: the whole model reaches initialize and is moved to each accelerator
+    cfg = {"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+           "zero_optimization": {"stage": "3", "offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu"}}}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    args = ["estimate", str(f), "--hf", "--bf16", "--params", "70000000000", "--world-size", "8",
+            "--gpus-per-node", "8", "--gpu-memory", "80GB", "--host-memory", "4TB", "--format", "json"]
+    d = json.loads(run_cli(args).stdout)
+    assert d["load"]["zero_init"] is False and "is_zero3" in d["load"]["zero_init_source"]
+    acc = next(x for x in d["fit"] if x["tier"] == "accelerator")
+    assert acc["instant"] == "initialize:module" and acc["tracked"] == 70_000_000_000 * 2
+    (m103,) = [x for x in d["findings"] if x["code"] == "M103"]
+    assert "number 3" in m103["fix"]
+    # the number 3: the Trainer builds under zero.Init, no such instant
+    cfg["zero_optimization"]["stage"] = 3
+    f.write_text(json.dumps(cfg))
+    d = json.loads(run_cli(args).stdout)
+    assert d["load"]["zero_init"] is True and not [x for x in d["findings"] if x["code"] == "M103"]

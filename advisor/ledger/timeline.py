@@ -117,6 +117,9 @@ _CONSUMED_BEFORE_UPDATE = ("averaged_gradients",)
 _IN_REDUCE_TRANSIENT = ("averaged_gradients", "lp_grads")
 
 LOAD_DTYPES = ("fp32", "fp16", "bf16")
+#: The load assumption's source when the HF Trainer does not see the ZeRO-3 DeepSpeed runs (:func:`hf_zero3`).
+HF_NOT_ZERO3 = ("HF Trainer: zero_optimization.stage is not the number 3 in the file, so HfDeepSpeedConfig.is_zero3() "
+                "is false and from_pretrained does not use deepspeed.zero.Init (DeepSpeed still runs ZeRO-3)")
 #: The instants of deepspeed.initialize before the optimizer partitions the model (no zero.Init):
 #: one-off, like the load; the fit reports the step's peak without them too.
 BEFORE_PARTITION = ("initialize:cast", "initialize:module")
@@ -154,19 +157,37 @@ class LoadAssumption:
                 "low_cpu_mem_usage_source": self.low_cpu_mem_usage_source}
 
 
+def hf_zero3(plan: Any) -> bool | None:
+    """Whether the HF Trainer builds ``plan``'s model under zero.Init: its
+    ``HfDeepSpeedConfig.is_zero3()`` is ``zero_optimization.stage == 3`` on the config as written
+    (``transformers/integrations/deepspeed.py``; accelerate's ``HfDeepSpeedConfig`` the same), so a
+    stage written as the string "3", which DeepSpeed coerces to 3, is not ZeRO-3 to the Trainer.
+    None without an HF resolution."""
+    res = getattr(plan, "hf", None)
+    if res is None:
+        return None
+    z = (res.config or {}).get("zero_optimization")
+    return isinstance(z, dict) and z.get("stage") == 3 and not isinstance(z.get("stage"), bool)
+
+
 def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str | None = None,
-                 low_cpu_mem_usage: bool | None = None, hf: bool = False) -> LoadAssumption:
+                 low_cpu_mem_usage: bool | None = None, hf: bool = False,
+                 hf_is_zero3: bool | None = None) -> LoadAssumption:
     """The :class:`LoadAssumption` for a plan: flags win; with ``hf`` the HF Trainer's behaviour
     (zero.Init exactly at ZeRO-3); otherwise the same choice, stated as assumed (a plain script
     may build the model before initialize at ZeRO-3: ``--no-zero-init``); fp32, one copy.
     zero.Init below ZeRO-3 is not possible (``zero.Init`` partitions for stage 3 only), so it is
-    ignored there with the reason. Raises ValueError for an unknown ``dtype``."""
+    ignored there with the reason. ``hf_is_zero3`` (:func:`hf_zero3`): False when the Trainer does
+    not see ZeRO-3 although DeepSpeed does (a string stage), so it builds without zero.Init.
+    Raises ValueError for an unknown ``dtype``."""
     st = ec.zero.stage
     if zero_init is not None:
         if zero_init and st != 3:
             zi, zs = False, f"--zero-init ignored: deepspeed.zero.Init partitions for ZeRO-3 only (stage {st})"
         else:
             zi, zs = bool(zero_init), "--zero-init" if zero_init else "--no-zero-init"
+    elif hf and st == 3 and hf_is_zero3 is False:
+        zi, zs = False, HF_NOT_ZERO3
     elif hf:
         zi = st == 3
         zs = ("HF Trainer: from_pretrained runs under deepspeed.zero.Init at ZeRO-3" if zi else

@@ -34,7 +34,8 @@ from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
-from advisor.ledger.timeline import BEFORE_PARTITION, LoadAssumption, Timeline, resolve_load, role_timeline
+from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, hf_zero3,
+                                     resolve_load, role_timeline)
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -463,7 +464,10 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
         steady = r.steady_need if r.steady_need is not None else r.need
         if init_over:
             over = r.need - cap
-            hf_note = ("The HF Trainer builds the model under deepspeed.zero.Init by itself at ZeRO-3 "
+            string_stage = load is not None and load.zero_init_source == HF_NOT_ZERO3
+            hf_note = ("Write zero_optimization.stage as the number 3: the HF Trainer's HfDeepSpeedConfig.is_zero3() "
+                       "compares it with 3, so a string stage builds the model without zero.Init. " if string_stage else
+                       "The HF Trainer builds the model under deepspeed.zero.Init by itself at ZeRO-3 "
                        "(TrainingArguments(deepspeed=...) makes an HfDeepSpeedConfig, and from_pretrained then runs "
                        "under zero.Init: transformers modeling_utils.get_init_context), so this happens only to a "
                        "model built before TrainingArguments exists. " if hf else "")
@@ -728,7 +732,7 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     ledger = ledger_of(plan)
     via_hf = hf or plan.hf is not None
     acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
-    load = load or resolve_load(ec, hf=via_hf)
+    load = load or resolve_load(ec, hf=via_hf, hf_is_zero3=hf_zero3(plan))
     roles = group_roles(ledger, acts, load)
     if cluster.pipeline_parallel > 1 and acts is not None:
         per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s, hf=via_hf)[0]
