@@ -1341,8 +1341,11 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 
     CONFIG is a DeepSpeed JSON/HJSON config (with --hf) or an accelerate config YAML
     (distributed_type: DEEPSPEED). The resolved JSON goes to stdout (accelerate's infinite
-    steps_per_print is written as 2^63-1, which DeepSpeed reads back); what the Trainer or accelerate would report at launch
-    goes to stderr. Exit 1 when the launch would fail (an error finding).
+    steps_per_print is written as 2^63-1, which DeepSpeed reads back); to stderr, the findings
+    `lint --hf` gives with the same Trainer arguments (TrainingArguments' defaults for the rest):
+    what the Trainer or accelerate would report at launch, and every lint rule's finding on the
+    config (and on the deepspeed_config_file an accelerate YAML names). Exit 1 when the launch
+    would fail (an error finding).
     """
     import json
 
