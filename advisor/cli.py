@@ -86,22 +86,26 @@ class CheckpointingType(click.ParamType):
     """``--checkpointing``: none, full, selective or a number of layers k (the first k layers of
     each pipeline stage checkpointed), as :func:`advisor.model.activations.parse_checkpointing`
     reads it, or ``sac[:BUDGET]`` (op-level selective checkpointing, trace mode only:
-    :func:`advisor.model.activations.parse_sac`). The value stays a string ("none", "full",
-    "selective", k's digits or "sac:BUDGET")."""
+    :func:`advisor.model.activations.parse_sac`; BUDGET a fraction of each layer, or a size, the
+    whole model's activation budget: :func:`~advisor.model.activations.parse_sac_bytes`). The
+    value stays a string ("none", "full", "selective", k's digits, "sac:BUDGET" or "sac:<bytes>B")."""
 
-    name = "none|full|selective|K|sac[:BUDGET]"
+    name = "none|full|selective|K|sac[:BUDGET|:SIZE]"
 
     def convert(self, value, param, ctx):
         from advisor.model.activations import parse_checkpointing
 
-        from advisor.model.activations import parse_sac
+        from advisor.model.activations import parse_sac, parse_sac_bytes
 
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         try:
             budget = parse_sac(value)
+            size = parse_sac_bytes(value)
         except ValueError as e:
             self.fail(str(e).removeprefix("checkpointing: "), param, ctx)
+        if size is not None:
+            return f"sac:{size}B"
         if budget is not None:
             return f"sac:{budget:g}"
         try:

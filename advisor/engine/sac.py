@@ -19,6 +19,10 @@ The policy -- save (``CheckpointPolicy.MUST_SAVE``) or recompute (``PREFER_RECOM
   saved bytes fit the budget. No extra package;
 * ``auto`` (the default): ``ilp`` when pulp is installed, else ``greedy``; the result says which.
 
+Given the whole model's activation budget in bytes instead (:func:`sac_model_policy`), torch's
+whole-model MILP (``sac_ilp.sac_milp``) chooses which decoder layers to checkpoint and what share
+of each one's op outputs to discard; the per-layer ILP then picks each chosen layer's ops.
+
 **Recompute cost is FLOPs, not time.** SACEstimator's two runtime modes need CUDA:
 ``operator-level-cost-model`` is ``RuntimeEstimator._roofline_estimate``, which raises
 ``AssertionError("Roofline estimation needs to access CUDA capabilities ...")`` when
@@ -43,6 +47,9 @@ Imports torch lazily (the views never import this module unless ``--activations 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -52,6 +59,9 @@ from advisor.engine.trace import TraceUnavailable, _imports, _real_mask_skip, bu
 
 #: Solvers accepted by :func:`sac_policy`.
 SOLVERS = ("auto", "ilp", "greedy")
+#: The optional packages torch's whole-model MILP imports (sac_ilp: pulp; SACEstimator's
+#: trade-off curves, ``pwlf_sac_tradeoff_curve``: pwlf).
+MILP_PACKAGES = ("pulp", "pwlf")
 
 
 class SACMismatch(TraceUnavailable):
@@ -71,6 +81,9 @@ class LayerPolicy:
     op_bytes: list[int]
     #: FLOPs per op (torch.utils.flop_counter formulas; 0 for ops without one).
     op_flops: list[float]
+    #: False: the layer is not checkpointed at all (the whole-model choice, :func:`sac_model_policy`,
+    #: left it out); every op is then kept as autograd keeps it.
+    checkpointed: bool = True
 
     @property
     def total_bytes(self) -> int:
@@ -110,6 +123,15 @@ class SACPolicy:
     model_forward_flops: float
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: ``layer``: every layer under the same fraction ``budget`` (:func:`sac_policy`);
+    #: ``model``: torch's whole-model MILP chose the layers and their discard fractions under
+    #: ``budget_bytes`` (:func:`sac_model_policy`; ``budget`` is then the traced peak's share).
+    scope: str = "layer"
+    #: The whole-model activation budget (bytes), scope ``model`` only.
+    budget_bytes: int | None = None
+    #: Scope ``model``: per checkpointed layer, the share of its op-output bytes the MILP
+    #: discards (sac_milp's r_i); layers it leaves out are absent.
+    discard: dict[str, float] = field(default_factory=dict)
 
     def recompute_flops_fraction(self) -> float:
         """Extra forward FLOPs of the recompute as a fraction of the step's FLOPs without it,
@@ -139,6 +161,8 @@ class SACPolicy:
         for i, layer in enumerate(_decoder_layers(model)):
             lp = self.layers[min(i, len(self.layers) - 1)]
             layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False, context_fn=context_fn(lp))
+            if not lp.checkpointed:  # GradientCheckpointingLayer runs its plain forward
+                layer.gradient_checkpointing = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -335,6 +359,170 @@ def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget
     model_flops = float(sum(root_stats.runtimes)) if root_stats else sum(lp.forward_flops for lp in layers)
     return SACPolicy(model_type=str(cfg.model_type), budget=float(budget), solver=used, layers=layers,
                      layers_total=int(full.num_hidden_layers), model_forward_flops=model_flops, seconds=round(time.perf_counter() - t0, 3), notes=notes)
+
+
+def _fake_model(hf_config, seq_len, micro_batch, dtype, attention, layers, dropout, source):
+    """(torch, FakeTensorMode, model, input ids, config) of :func:`sac_model_policy`: the model
+    built on fake tensors as :func:`sac_policy` builds it."""
+    torch = _imports()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForCausalLM
+
+    from advisor.engine.trace import _DTYPES, _checked_dtype_attention
+
+    attn = _checked_dtype_attention(dtype, attention)
+    cfg = build_config(hf_config, layers=layers, dropout=dropout, source=source)
+    mode = FakeTensorMode()
+    try:
+        with mode:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, _DTYPES[dtype]), attn_implementation=attn)
+            ids = torch.randint(0, int(cfg.get_text_config().vocab_size), (micro_batch, seq_len))
+    except (ValueError, KeyError, TypeError) as e:
+        raise TraceUnavailable(f"{source}: transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
+                               f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    model.train()
+    return torch, mode, model, ids, cfg
+
+
+def sac_model_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget_bytes: int,
+                     dtype: str = "bf16", attention: str = "sdpa", max_layers: int | None = None,
+                     dropout: float | None = None, source: str = "config.json") -> SACPolicy:
+    """Choose, for the whole model ``hf_config`` describes, which decoder layers to checkpoint
+    and which ops of each to save, so that the activation peak of one training step (bytes,
+    activations and activation gradients; parameters and their gradients are the ledger's and
+    left out) is at most ``budget_bytes``, at the least recompute FLOPs. torch's whole-model
+    MILP (``torch.distributed._tools.sac_ilp.sac_milp``) on the module graph that
+    ``ilp_utils.aggregate_stats`` builds from a MemTracker, a RuntimeEstimator and a
+    SACEstimator run, each on the fake model:
+
+    * runtimes are FLOPs (:func:`_flop_cost` as both estimators' per-op hook): the
+      RuntimeEstimator's own modes need CUDA (see the module docstring);
+    * the MILP may checkpoint only decoder layers (``ac_units``: they are what
+      :meth:`SACPolicy.apply` checkpoints) and gets parameter and gradient bytes of 0;
+    * ``aggregate_stats`` reads a backward snapshot of every module it tracked, and a module
+      whose output needs no gradient (the rotary embedding) has none (KeyError ``PRE_BW``), and
+      the RuntimeEstimator's module order holds ``Func`` entries that are no module (the
+      graph's ``parse_module_info`` asserts the counts equal): both are left out first;
+    * the MILP returns, per chosen layer, the share r of its op-output bytes to discard; torch's
+      per-layer ILP (``get_optimal_checkpointing_policy_per_module``) then picks that layer's
+      ops under the budget 1 - r, as torch's SAC composes them (:func:`_ilp`, :func:`_closure`).
+
+    torch's MILP bounds the memory at each module without the recompute of the layer being
+    back-propagated, so the traced peak of the policy lands above the budget by about one
+    layer's recomputed bytes (3-6% on a 4-layer Llama, tests/test_sac.py); the estimate reports
+    the traced peak.
+
+    ``max_layers`` None builds every layer (the MILP chooses among all of them; time grows with
+    the layers). Needs pulp and pwlf (the ``sac`` extra). Raises ValueError on a budget that is
+    not a positive number of bytes, TraceUnavailable when a package is missing, the model
+    cannot be built or run on fake tensors, or the MILP finds no policy within the budget (the
+    message gives the model's activation peak without recompute)."""
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
+        raise ValueError(f"SAC whole-model budget must be a positive number of bytes, got {budget_bytes!r}")
+    import importlib.util
+
+    missing = [p for p in MILP_PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        from advisor.install import extra_command
+
+        raise TraceUnavailable(f"SAC with a whole-model budget runs torch's MILP, which needs "
+                               f"{' and '.join(missing)}: {extra_command('sac')}")
+    t0 = time.perf_counter()
+    full = build_config(hf_config, dropout=dropout, source=source)
+    L = int(full.num_hidden_layers)
+    n = L if max_layers is None else min(L, max_layers)
+    torch, mode, model, ids, cfg = _fake_model(hf_config, seq_len, micro_batch, dtype, attention, n, dropout, source)
+    from torch.distributed._tools.ilp_utils import aggregate_stats, parse_module_info
+    from torch.distributed._tools.mem_tracker import MemTracker, _ModState
+    from torch.distributed._tools.runtime_estimator import RuntimeEstimator
+    from torch.distributed._tools.sac_estimator import SACEstimator
+    from torch.distributed._tools.sac_ilp import sac_milp
+
+    from advisor.engine.trace import _decoder_layers
+
+    cost = _flop_cost()
+    mt = MemTracker()
+    mt.track_external(model, ids)
+    rt = RuntimeEstimator()
+    rt._estimate, rt._estimate_mode_type = cost, "flops (advisor)"
+    est = SACEstimator()
+    est._estimate_runtime = cost
+
+    def step(ctx):
+        with contextlib.redirect_stdout(io.StringIO()), mode, ctx, _real_mask_skip(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            if ctx is not est:  # SACEstimator records the forward; its backward runs outside it
+                loss.backward()
+        if ctx is est:
+            with mode, warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                loss.backward()
+
+    try:
+        for ctx in (mt, rt, est):
+            step(ctx)
+        for m in [m for m, st in mt.memory_tracking.items()
+                  if not st.snapshots.get(_ModState.PRE_BW) or not st.snapshots.get(_ModState.PEAK_BW)]:
+            del mt.memory_tracking[m]  # no backward (the rotary embedding): aggregate_stats cannot read it
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            info = aggregate_stats(model, mt, rt, est, torch.device("cpu"))
+    except Exception as e:
+        raise TraceUnavailable(f"{source}: torch's SAC estimators on {cfg.model_type} failed: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    keep = {st["fqn"] for st in info["mod_stats"]}
+    for key in info["mod_order"]:
+        info["mod_order"][key] = [f for f in info["mod_order"][key] if f in keep]  # the "Func" entries
+    graph = parse_module_info(info)
+    for node in graph.nodes:  # parameters and their gradients: the ledger's (ZeRO partitions them)
+        node["param_per_module"] = node["grad_per_module"] = node["grad_total"] = 0
+    peak_none = max(node["act_total"] + node["act_grad_per_module"] for node in graph.nodes)
+    names = {id(m): nm for nm, m in model.named_modules()}
+    root = type(model).__name__
+    units = [f"{root}.{names[id(layer)]}" for layer in _decoder_layers(model)]
+    if not units:
+        raise TraceUnavailable(f"{cfg.model_type}: no decoder layers found for SAC")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("torch.distributed._tools.sac_ilp").setLevel(logging.CRITICAL)
+        decisions, _, bound = sac_milp(graph, memory_budget=budget_bytes / 2**30, ac_units=units)
+    if bound < 0:
+        from advisor.units import human
+
+        raise TraceUnavailable(f"SAC: torch's whole-model MILP found no policy within {human(budget_bytes)} of "
+                               f"activations ({cfg.model_type}, {n} layers, seq {seq_len}, micro-batch {micro_batch}; "
+                               f"without recompute the peak is {human(peak_none)})")
+    layers: list[LayerPolicy] = []
+    closure = False
+    for layer, fqn in zip(_decoder_layers(model), units):
+        stats = est.sac_mod_stats.get(fqn)
+        if stats is None:
+            raise TraceUnavailable(f"SACEstimator recorded no ops for {fqn}")
+        r = decisions.get(fqn)
+        if r is None:
+            save = [1] * len(stats.func_names)
+        else:
+            save = _ilp(stats, max(0.0, 1.0 - float(r)))
+            save, dropped = _closure(stats, save)
+            closure = closure or bool(dropped)
+        layers.append(LayerPolicy(module=names[id(layer)], ops=list(stats.func_names), save=save,
+                                  op_bytes=[int(m) for m in stats.memory], op_flops=[float(x) for x in stats.runtimes],
+                                  checkpointed=r is not None))
+    notes = ["recompute cost counted in FLOPs (torch.utils.flop_counter); elementwise ops count as free",
+             f"torch's whole-model MILP (sac_milp) checkpoints {len(decisions)} of {n} layers"]
+    if closure:
+        notes.append("in-place and random op groups are recomputed whole (a cached tensor mutated later fails "
+                     "torch's SAC check)")
+    if n < L:
+        notes.append(f"built {n} of {L} layers: the budget is for those")
+    root_stats = est.sac_mod_stats.get(root)
+    model_flops = float(sum(root_stats.runtimes)) if root_stats else sum(lp.forward_flops for lp in layers)
+    return SACPolicy(model_type=str(cfg.model_type), budget=budget_bytes / peak_none if peak_none else 1.0,
+                     solver="milp", layers=layers, layers_total=n, model_forward_flops=model_flops,
+                     seconds=round(time.perf_counter() - t0, 3), notes=notes, scope="model",
+                     budget_bytes=int(budget_bytes), discard={k.removeprefix(root + "."): float(v)
+                                                              for k, v in decisions.items()})
 
 
 def context_fn(layer: LayerPolicy):

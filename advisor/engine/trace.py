@@ -415,7 +415,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         notes.append("the backward peak falls in the first layer: the extrapolation may overstate it")
     return TraceResult(
         model_type=str(cfg.model_type), layers_total=L, layers_traced=n, extrapolated=extra_layers > 0,
-        seq_len=seq_len, micro_batch=micro_batch, dtype=dtype, attention=attn, checkpointing=str(f"sac:{sac.budget:g}" if sac is not None else checkpointing if k_ckpt is None
+        seq_len=seq_len, micro_batch=micro_batch, dtype=dtype, attention=attn, checkpointing=str((f"sac:{sac.budget_bytes}B" if sac.budget_bytes else f"sac:{sac.budget:g}") if sac is not None else checkpointing if k_ckpt is None
                                                                          else f"{k_ckpt} of {L}"),
         per_layer=per_layer, end_of_forward=res["end_of_forward"] + add, outside_layers=res["outside_layers"],
         loss_spike=res["loss_spike"], backward_peak=res["backward_peak"] + add,

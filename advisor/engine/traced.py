@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.engine.sac import sac_policy
+from advisor.engine.sac import sac_model_policy, sac_policy
 from advisor.engine.trace import TraceUnavailable, trace_activations
 
 
@@ -52,14 +52,21 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         raise TraceUnavailable("--activations trace measures one rank of the whole model: no tensor, pipeline or "
                                "sequence parallelism; use --activations formula")
     from advisor.model.activations import (ASYNC_OFFLOAD_ON_ACCELERATOR, cpu_checkpoint_traffic, parse_checkpointing,
-                                           parse_sac)
+                                           parse_sac, parse_sac_bytes)
 
     dtype = "fp32" if x.dtype_bytes == 4 else "bf16"  # fp16 and bf16: the same bytes
     source = getattr(inventory, "source", "") or "config.json"  # named in a refusal: the file or preset
     budget = parse_sac(x.checkpointing)
+    model_budget = parse_sac_bytes(x.checkpointing)
     policy = None
     k = 0
-    if budget is not None:
+    traced_layers: dict[str, int] = {}
+    if model_budget is not None:  # the whole model: every layer built, the MILP chooses among them
+        policy = sac_model_policy(inventory.hf_config, x.seq_len, x.micro_batch, model_budget, dtype=dtype,
+                                  attention=x.attention, source=source)
+        traced_layers = {"max_layers": policy.layers_total}
+        mode, ck = "sac", "sac"
+    elif budget is not None:
         policy = sac_policy(inventory.hf_config, x.seq_len, x.micro_batch, budget, dtype=dtype, attention=x.attention,
                              source=source)
         mode, ck = "sac", "sac"
@@ -67,7 +74,7 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         mode, k = parse_checkpointing(x.checkpointing, int(meta.get("num_layers") or 0) or None)
         ck = k if mode == "layers" else mode
     tr = trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype, attention=x.attention,
-                           checkpointing=ck, sac=policy, source=source)
+                           checkpointing=ck, sac=policy, source=source, **traced_layers)
     # the same model without recompute: what recompute saves, and a layer's bytes without it
     base = tr if mode == "none" else trace_activations(inventory.hf_config, x.seq_len, x.micro_batch, dtype=dtype,
                                                        attention=x.attention, source=source)
@@ -116,7 +123,8 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
         recompute_layer=recompute, loss_head=tr.outside_layers, loss_spike=tr.loss_spike,
         loss_backward_spike=loss_bw, recompute_flops_fraction=frac,
         breakdown={f"layer.{i}": v for i, v in enumerate(tr.per_layer)} | {"outside_layers": tr.outside_layers},
-        recompute=mode, checkpointed_layers=tr.layers_total if mode == "sac" else k,
+        recompute=mode, checkpointed_layers=(sum(lp.checkpointed for lp in policy.layers) if policy is not None
+                                             else k),
         peak_without_recompute=0 if mode == "none" else base.peak,
         host_offload_bytes=traffic[0], host_restore_bytes=traffic[1], host_offload_overlapped=overlapped and traffic[0] > 0,
         sac_policy=policy.to_dict() if policy is not None else None)
@@ -133,9 +141,18 @@ def traced_estimate(inventory, x, meta: dict[str, Any]):
 
         lp = policy.layers[-1]
         pct = f"{lp.recompute_flops / lp.forward_flops:.0%}" if lp.forward_flops else "0%"
-        note += (f"; op-level SAC ({policy.solver}, torch SACEstimator, budget {policy.budget:g} of a layer's "
-                 f"{human(lp.total_bytes)} op outputs): each layer keeps {len(lp.saved_ops())} of {len(lp.ops)} ops, "
-                 f"{human(lp.saved_bytes)}, and recomputes {pct} of its forward FLOPs")
+        if policy.scope == "model":
+            ck_layers = [p for p in policy.layers if p.checkpointed]
+            note += (f"; op-level SAC chosen for the whole model by torch's MILP (sac_milp) under "
+                     f"{human(policy.budget_bytes or 0)} of activations: {len(ck_layers)} of {len(policy.layers)} "
+                     f"layers checkpointed, each keeping "
+                     + ", ".join(f"{len(p.saved_ops())}/{len(p.ops)} ops" for p in ck_layers[:4])
+                     + (" ..." if len(ck_layers) > 4 else "")
+                     + f"; the traced peak is {human(tr.peak)} (the MILP's memory model is approximate)")
+        else:
+            note += (f"; op-level SAC ({policy.solver}, torch SACEstimator, budget {policy.budget:g} of a layer's "
+                     f"{human(lp.total_bytes)} op outputs): each layer keeps {len(lp.saved_ops())} of {len(lp.ops)} "
+                     f"ops, {human(lp.saved_bytes)}, and recomputes {pct} of its forward FLOPs")
         note += "; " + "; ".join(policy.notes)
     if tr.notes:
         note += "; " + "; ".join(tr.notes)

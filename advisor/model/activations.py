@@ -176,13 +176,16 @@ SAC_DEFAULT_BUDGET = 0.5
 def parse_sac(value: str | int | None) -> float | None:
     """``--checkpointing sac[:BUDGET]`` to its budget (a fraction 0..1 of a layer's op-output
     bytes the op-level policy may keep; ``sac`` alone: :data:`SAC_DEFAULT_BUDGET`), None for
-    any other setting. Raises ValueError on a budget that is not a number from 0 to 1."""
+    any other setting (``sac:SIZE``, a whole-model budget in bytes, is :func:`parse_sac_bytes`'s).
+    Raises ValueError on a budget that is not a number from 0 to 1."""
     v = str(value).strip().lower() if isinstance(value, str) else ""
     if v != "sac" and not v.startswith("sac:"):
         return None
     if v == "sac":
         return SAC_DEFAULT_BUDGET
     txt = v[4:]
+    if parse_sac_bytes(value) is not None:  # a size: the whole-model budget
+        return None
     try:
         b = float(txt)
     except ValueError:
@@ -190,6 +193,23 @@ def parse_sac(value: str | int | None) -> float | None:
     if not 0.0 <= b <= 1.0:  # NaN fails too
         raise ValueError(f"checkpointing: sac budget {txt!r} is not a fraction from 0 to 1 (e.g. sac:0.3)")
     return b
+
+
+def parse_sac_bytes(value: str | int | None) -> int | None:
+    """``--checkpointing sac:SIZE`` (a size with its unit, e.g. ``sac:24GiB``, ``sac:20GB``) to
+    bytes: the whole model's activation budget, for which torch's whole-model MILP chooses the
+    layers to checkpoint and each one's ops (:func:`advisor.engine.sac.sac_model_policy`, trace
+    mode). None for any other setting (``sac:0.3``, a fraction of each layer, is
+    :func:`parse_sac`'s). Raises ValueError when the size is not one (:func:`advisor.units.parse_size`)."""
+    v = str(value).strip() if isinstance(value, str) else ""
+    if not v.lower().startswith("sac:") or not any(c.isalpha() for c in v[4:]) or v[4:].strip().lower() == "nan":
+        return None
+    from advisor.units import parse_size
+
+    try:
+        return parse_size(v[4:])
+    except ValueError as e:
+        raise ValueError(f"checkpointing: sac budget {v[4:]!r}: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,11 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
     figure only as what a layer would keep without recompute."""
     mode = {True: "full", False: "none"}.get(mode, mode)  # type: ignore[arg-type]
     n = ac["layers_on_rank"]
+    if mode == "sac" and (ac.get("sac_policy") or {}).get("scope") == "model":  # the whole-model MILP's choice
+        k = ac.get("checkpointed_layers", n)
+        return (f"op-level selective checkpointing in {k} of the {n} layers, chosen by torch's whole-model MILP "
+                f"under {size((ac.get('sac_policy') or {}).get('budget_bytes') or 0, units)} of activations; saved "
+                f"for backward {size(ac['saved_accelerator'], units)} on the accelerator (loss head included)")
     if mode == "sac":  # trace mode: per_layer is what a layer keeps under the op-level policy
         return (f"op-level selective checkpointing in the {n} layers (torch's SAC policy: the ops it picks are "
                 f"kept, the rest recomputed in backward): {n} layers x {size(ac['per_layer'], units)} each; saved "
