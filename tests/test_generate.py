@@ -324,6 +324,21 @@ def test_generate_checkpoints_the_fewest_layers_that_fit():
     assert len(keys) == len(set(keys))
 
 
+def test_generate_points_to_sac_when_its_plan_recomputes():
+    """generate searches none/selective/k of L/full only (it never imports torch, which SAC's
+    op recording needs): when its best plan recomputes, a note names the chosen setting and
+    estimate's trace-mode SAC (per-layer fraction or whole-model size); when nothing is
+    recomputed, no such note."""
+    _, _, res = _search("llama-3-8b", _hw("dgx-h100", 1, 8), 1, 8, 64, 8192)
+    assert res.ranked[0].checkpointing != "none"
+    note = [n for n in res.notes if "op-level selective checkpointing" in n]
+    assert note and f"chosen: {res.ranked[0].checkpointing}" in note[0]
+    assert "--activations trace --checkpointing sac:BUDGET" in note[0] and "sac:SIZE" in note[0]
+    _, _, small = _search("llama-3-8b", _hw("dgx-h100", 1, 8), 1, 8, 64, 512)
+    assert small.ranked[0].checkpointing == "none"
+    assert not [n for n in small.notes if "op-level selective" in n]
+
+
 def test_cheapest_recompute_by_hand():
     """generate's choice among the recompute settings that fit (gen.cheapest_recompute), on a
     Llama-3-8B-shaped model (h 4096, a 32, L 32) at s 8192, with memory by hand from Korthikanti

@@ -611,6 +611,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                      "/ (t x p) with the 1F1B bubble at micro-batch 1, plus the tensor-parallel all-reduces) is slower "
                      "than the best plan: " + ", ".join(skipped))
     ranked = rank(ranked, req.tie_tolerance)
+    if ranked and ranked[0].checkpointing != "none" and not req.hf:
+        notes.append(sac_note(ranked[0].checkpointing))
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
                           superseded=superseded)
     _explain_ranks(result)
@@ -619,6 +621,21 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             c.config = build_config(c.combo, c.micro, c.ga, req.world_size // (c.tp * c.pp), c.checkpointing, inv, req,
                                     nvme_path, hf=True)
     return result
+
+
+def sac_note(checkpointing: str) -> str:
+    """What generate says when its best plan recomputes (``checkpointing`` not none): the search
+    covers none, selective, k of L and full only. Op-level selective checkpointing (SAC, torch's
+    choice of the ops to keep, :mod:`advisor.engine.sac`) needs torch and transformers to record
+    the model's ops, and generate never imports them (tests/test_architecture.py); nor can a
+    DeepSpeed config express it: it is applied in the training script, through
+    ``torch.utils.checkpoint``'s ``context_fn`` (``create_selective_checkpoint_contexts``).
+    So the note points to estimate's trace mode, which can choose and emit such a policy."""
+    return (f"recompute searched among none, selective, k of L and full (chosen: {checkpointing}); op-level "
+            "selective checkpointing (SAC) may keep more for less recompute: check the written config with "
+            "estimate --activations trace --checkpointing sac:BUDGET (a fraction of each layer) or sac:SIZE (the "
+            "whole model's activation budget, e.g. sac:20GiB), which emits the policy to apply in the training "
+            "script (torch.utils.checkpoint context_fn); needs the sac extra")
 
 
 def recompute_settings(layers: int, hf: bool = False) -> tuple[str, ...]:
