@@ -155,3 +155,29 @@ def test_summary_names_every_size_in_one_unit_system(units, base):
     assert f" {other}" not in s, s
     with pytest.raises(ValueError, match="GiB or GB"):
         r.summary("MB")
+
+
+def test_a_model_built_without_zero_init_is_whole_on_the_accelerator_at_initialize():
+    # ZeRO-3 with both offloads on 8 ranks, at most one layer live (stage3_max_live_parameters), keeps
+    # about one gathered layer (8192^2 x 2 B = 128 MiB) and buckets on the accelerator in the step, but a model built without deepspeed.zero.Init (no
+    # ds_id on its parameters: engine.py is_zero_init_model) is cast to bf16 and moved whole to the
+    # accelerator inside deepspeed.initialize: 8 x 8192^2 x 2 B = 1 GiB tracked, over 1 GiB free.
+    # Built under zero.Init (ds_id set), the same model fits in it.
+    z3 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+          "zero_optimization": {"stage": 3, "reduce_bucket_size": 1000, "stage3_prefetch_bucket_size": 1000,
+                                "stage3_max_live_parameters": 8192 * 8192,
+                                "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}
+    n = 8 * 8192 * 8192
+    with torch.device("meta"):
+        m = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192, bias=False) for _ in range(8)])
+    with pytest.raises(PreflightError) as ei:
+        advisor.preflight(m, z3, world_size=8, free_accelerator_bytes=2 ** 30, free_host_bytes=10**13)
+    r = ei.value.result
+    assert [f.code for f in r.findings if f.code.startswith("M10")] == ["M103"]
+    assert r.rows[0].need > n * 2 > 2 ** 30 - 1
+    for i, p in enumerate(m.parameters()):
+        p.ds_id, p.ds_shape = i, p.shape
+        p.ds_tensor = torch.empty(p.numel() // 8, dtype=torch.bfloat16, device="meta")
+    r = advisor.preflight(m, z3, world_size=8, free_accelerator_bytes=2 ** 30, free_host_bytes=10**13)
+    assert r.verdict in ("fits", "tight") and not any(f.code == "M103" for f in r.findings)

@@ -40,7 +40,8 @@ RAISE_ON = ("does not fit", "tight", None)
 
 #: The command-line flags estimate's texts name -> the parameter of :func:`preflight` that gives
 #: the same input: preflight's messages, notes and findings name the parameter (a Python caller
-#: has no flags). ``--load-dtype`` / ``--zero-init`` have none: the model is built already.
+#: has no flags). ``--load-dtype`` / ``--zero-init`` have none: the model is built already, and
+#: preflight reads both from it (:func:`_load_of`).
 API_NAMES = {
     "--runtime-overhead": "runtime_overhead", "--gpu-memory": "free_accelerator_bytes",
     "--host-memory": "free_host_bytes", "--seq-len": "seq_len", "--micro-batch": "micro_batch",
@@ -159,6 +160,24 @@ def _architecture(model: Any) -> dict:
         return dict(expand(spec_from_hf_config(to_dict(), source="model.config")).meta)
     except AdvisorError:
         return {}
+
+
+def _load_of(model: Any, ec: Any):
+    """The load assumption of an already built ``model``: built under ``deepspeed.zero.Init`` iff
+    a parameter has ``ds_id`` (DeepSpeed 0.19.8 ``engine.py`` _configure_distributed_model's
+    is_zero_init_model test), in the dtype its parameters hold (``ds_tensor``'s under zero.Init).
+    Without zero.Init, deepspeed.initialize then casts it and moves it whole to the accelerator
+    (the timeline's ``initialize:cast`` / ``initialize:module``, rule M103)."""
+    import torch
+    from advisor.ledger.timeline import resolve_load
+    names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+    zi, dt = False, None
+    for p in model.parameters():
+        zi = zi or hasattr(p, "ds_id")
+        t = getattr(p, "ds_tensor", None) if hasattr(p, "ds_id") else p
+        if dt is None and t is not None and t.dtype in names:
+            dt = names[t.dtype]
+    return resolve_load(ec, zero_init=zi, dtype=dt)
 
 
 def _inventory(model: Any, from_module: Any):
@@ -339,7 +358,7 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     # the free memory is read with the CUDA context already in "used": that term is 0 here
     settings = OverheadSettings(env=env, overrides=overrides, exclude=("cuda_context",))
     try:
-        pf = plan_fit(plan, Capacity(accelerator=acc, host=host, nvme=None), settings)
+        pf = plan_fit(plan, Capacity(accelerator=acc, host=host, nvme=None), settings, load=_load_of(model, plan.config))
     except OverheadError as e:
         raise PreflightError(str(e)) from None
     if pf.activations_note:
@@ -368,5 +387,5 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     if raise_on is not None and (verdict == "does not fit" or (raise_on == "tight" and verdict == "tight")):
         bad = [r for r in rows if r.verdict in ("does not fit", "tight")]
         raise PreflightError("ds-advisor preflight: " + "; ".join(r.line() for r in bad) + " -- see "
-                             "`ds-advisor explain M100` / `M102` for the ways out", result)
+                             "`ds-advisor explain M100` / `M102` / `M103` for the ways out", result)
     return result
