@@ -56,6 +56,12 @@ class HardwareSpecError(AdvisorError):
     """An unknown hardware preset, or an unreadable hardware spec."""
 
 
+class WorkLimitError(AdvisorError):
+    """An input inside each separate limit whose combination passes a documented work limit
+    (README "Inputs, limits and outputs"), refused before the work starts instead of running for
+    minutes: exit 2, one line naming the limit and the figures that pass it."""
+
+
 class PreflightError(AdvisorError):
     """``advisor.preflight`` found that the model and config will not fit on this device (or the
     config / an overhead value cannot be read). ``str(err)`` names each tier that does not fit,

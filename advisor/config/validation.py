@@ -23,6 +23,17 @@ from advisor.errors import AdvisorError
 
 #: Most ranks any command accepts (``--world-size``, WORLD_SIZE, SLURM_NTASKS, --hardware nodes x GPUs).
 MAX_WORLD_SIZE = 1 << 20
+#: Most ZeRO-1/2 "change ranks" one plan may have: data-parallel ranks whose slice of a param
+#: group's flat partition holds a tensor boundary, where the per-rank figures (I_r, Cov_r, ...) can
+#: differ from the neighbouring ranks' (``advisor.ledger.state.zero12_change_ranks``). The
+#: per-rank accounting is O(change ranks); between them ranks are ranges. About min(world size,
+#: 2-4 x tensors): 1e5 layers at 2^18 ranks has ~2.6e5, llama-3-8b at 2^20 ranks ~1,200.
+MAX_ZERO12_CHANGE_RANKS = 1 << 16
+#: Most distinct rank roles (sets of per-rank figures) one ledger builds: each role gets its own
+#: entries (formulas included) and timeline, ~0.4 ms and ~30 KB apiece (an inventory of 65,536
+#: tensors of distinct sizes at 65,536 ranks had 65,536 roles: 25 s CPU, 2.2 GB). Presets and
+#: config.json models repeat their layers and stay far below it (1e5 layers at 2^16 ranks: 25).
+MAX_RANK_ROLES = 1 << 13
 #: Most parameters a model may have (``--params``, settings files): 10^16, far past any model.
 MAX_PARAMS = 10**16
 #: Most nodes (``--nodes``, ``--hardware NAME:N``, a spec's ``nodes``).

@@ -53,6 +53,8 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Literal, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.config.validation import MAX_RANK_ROLES, MAX_ZERO12_CHANGE_RANKS
+from advisor.errors import WorkLimitError
 from advisor.model.inventory import Inventory
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-exported for callers)
@@ -299,7 +301,7 @@ def zero12_all_ranks(layout: Zero12Layout, W: int) -> Runs:
 
     The parameters meeting rank r's slice [r P, (r+1) P) are a contiguous run j in [lo_r, hi_r)
     of the model-ordered tensors (starts and ends never decrease: :meth:`Zero12Layout.meeting`).
-    With W <= 4 x tensors every rank is evaluated. Otherwise the run changes only where a
+    With W <= 4 x tensors (and W <= MAX_ZERO12_CHANGE_RANKS) every rank is evaluated. Otherwise the run changes only where a
     tensor's start or end crosses a slice, and a rank whose slice holds a tensor boundary is
     alone in its piece: between those ranks every slice lies inside one tensor (I = its numel,
     Cov = P, K = 1) or past the last (padding: 0, 0, 0). So the candidate change ranks are, per
@@ -330,16 +332,57 @@ def zero12_all_ranks(layout: Zero12Layout, W: int) -> Runs:
             else:
                 yield 0, 0, 0
 
-    if W <= 4 * T:
+    if W <= 4 * T and W <= MAX_ZERO12_CHANGE_RANKS:
         got = Runs(range(W + 1), list(value_at(range(W))))
     else:
-        # a zero-numel tensor inside a slice still counts in K: its "last" rank is its start's
-        lasts = [(b - 1) // P if b > a else a // P for a, b in zip(starts, ends)]
-        firsts = [a // P for a in starts]
-        pts = {*firsts, *(f + 1 for f in firsts), *lasts, *(x + 1 for x in lasts)}
-        got = Runs.at_points(W, pts, value_at)
+        got = Runs.at_points(W, _change_points(layout, W), value_at)
     layout._memo[key] = got
     return got
+
+
+def _change_points(layout: Zero12Layout, W: int) -> set[int]:
+    """The ranks where :func:`zero12_all_ranks`' figure may change (see there): per tensor j,
+    floor(start_j / P), floor((end_j - 1) / P) and the rank after each (a zero-numel tensor's
+    "last" rank is its start's: it still counts in K). Once per layout and W (P > 0)."""
+    key = ("change_points", W)
+    got = layout._memo.get(key)
+    if got is None:
+        P = layout.P
+        lasts = [(b - 1) // P if b > a else a // P for a, b in zip(layout.starts, layout.ends)]
+        firsts = [a // P for a in layout.starts]
+        got = layout._memo[key] = {*firsts, *(f + 1 for f in firsts), *lasts, *(x + 1 for x in lasts)}
+    return got
+
+
+def zero12_change_ranks(layouts: list[Zero12Layout], W: int) -> int:
+    """How many of the ranks 0..W-1 start a piece where some group's per-rank figure
+    (:func:`zero12_all_ranks`) may change: |{0} U change points of every group| (at most W). Every
+    ZeRO-1/2 per-rank figure is constant between them (:func:`zero12_largest_slices` and
+    :func:`zero12_backward_transients` change only at owners' first and last ranks, which are
+    among them), so the ledger's work is O(this); W when W is small (not counted)."""
+    if W <= MAX_ZERO12_CHANGE_RANKS:
+        return W
+    pts: set[int] = {0}
+    for lay in layouts:
+        if lay.P > 0:
+            pts |= _change_points(lay, W)
+    return sum(1 for p in pts if 0 <= p < W)
+
+
+def check_zero12_work(layouts: list[Zero12Layout], W: int, stage: int) -> None:
+    """Refuse (:class:`advisor.errors.WorkLimitError`, one line) a ZeRO-1/2 plan with more than
+    :data:`advisor.config.validation.MAX_ZERO12_CHANGE_RANKS` change ranks
+    (:func:`zero12_change_ranks`), before the O(change ranks) per-rank accounting runs: ranks
+    whose slice holds a tensor boundary each need their own figures (1e5 layers of a small model
+    at 2^20 ranks: ~10^6 of them, minutes and GBs)."""
+    if W <= MAX_ZERO12_CHANGE_RANKS:
+        return
+    n = zero12_change_ranks(layouts, W)
+    if n > MAX_ZERO12_CHANGE_RANKS:
+        raise WorkLimitError(
+            f"ZeRO-{stage} over {W:,} data-parallel ranks: {n:,} ranks' partitions hold a tensor boundary "
+            f"(ranks differ there), more than the {MAX_ZERO12_CHANGE_RANKS:,} ds-advisor accounts per rank "
+            "(documented limit); use fewer ranks, fewer tensors (layers) or ZeRO-3")
 
 
 def zero3_partition_numel(n: int, W: int) -> int:
@@ -795,7 +838,7 @@ def _largest_slices_one(lay: Zero12Layout, W: int) -> Runs:
         return got
     P, starts, numels, ends = lay.P, lay.starts, lay.numels, lay.ends
     T = len(numels)
-    if W <= 4 * T:
+    if W <= 4 * T and W <= MAX_ZERO12_CHANGE_RANKS:
         br, bl = bisect.bisect_right, bisect.bisect_left
         vals = []
         for r in range(W):
@@ -1581,6 +1624,7 @@ def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None =
         terms = Runs.const(W, None)
     elif st in (1, 2):
         zero12 = zero12_layouts(ec, inv, W, wrapper)
+        check_zero12_work(zero12, W, st)
         terms = Runs.zip(zero12_rank_terms(ec, zero12, W), zero12_flat_copy(zero12, W)).map(lambda ab: ab[0] + ab[1])
     elif st == 3:
         sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
@@ -1627,8 +1671,14 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         split = zero12_step_groups(pl.zero12, W)
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
         split = zero12_largest_slices(pl.zero12, W).map(lambda x: (x,))
+    figures = Runs.zip(terms, split).groups()
+    if len(figures) > MAX_RANK_ROLES:
+        raise WorkLimitError(
+            f"ZeRO-{st} over {W:,} data-parallel ranks: {len(figures):,} distinct per-rank states (rank roles), more "
+            f"than the {MAX_RANK_ROLES:,} ds-advisor accounts (documented limit; tensors of many distinct sizes "
+            "make each rank's partition differ); use fewer ranks or fewer distinct tensor sizes")
     roles: dict[tuple, RankLedger] = {}
-    for (k, gk), rs in Runs.zip(terms, split).groups().items():
+    for (k, gk), rs in figures.items():
         b = _Builder(rs[0])
         if not has_groups:
             pass

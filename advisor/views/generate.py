@@ -47,7 +47,7 @@ from typing import Any
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidden_size_values
 from advisor.config.effective import DTYPE_BYTES, effective_config
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, WorkLimitError
 from advisor.model.inventory import Inventory
 from advisor.ledger import steptime as _steptime
 from advisor.ledger.state import MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel
@@ -536,6 +536,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     L = int(meta["num_layers"])
     fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
     skipped: list[str] = []
+    limited: list[str] = []
     for tp, pp in model_parallel_layouts(inv, req):
         mdp = req.world_size // (tp * pp)
         per_rank = req.global_batch // mdp
@@ -565,7 +566,6 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
 
                 def candidate(ck: str) -> Candidate:
                     nonlocal evaluated
-                    evaluated += 1
                     cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path)
                     plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
                     hit = led_cache.get(ga > 1)
@@ -573,6 +573,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                         plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
                                                         list(hit.excluded))
                     pf = plan_fit(plan, cap, overhead, hf=req.hf)
+                    evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                     led_cache.setdefault(ga > 1, pf.ledger)
                     rows = {r.tier: r for r in pf.rows}
                     a = pf.activations
@@ -587,8 +588,15 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     tried.append(cand)
                     return cand
 
-                chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
-                                            lambda c: fitted[id(c)][1])
+                try:
+                    chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
+                                                lambda c: fitted[id(c)][1])
+                except WorkLimitError as e:
+                    # past a work limit for this stage over this world size (it does not depend on the
+                    # micro-batch, so it is the combo's first plan): the combo is not searched, and says why
+                    limited.append(f"{e} (offload {combo.label()}" + (f", TP {tp} x PP {pp})" if tp * pp > 1 else ")"))
+                    fitting = []
+                    break
                 for c in tried:  # every candidate is counted once: ranked, superseded or rejected
                     if c is chosen:
                         continue
@@ -610,6 +618,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         notes.append(f"{len(skipped)} tensor/pipeline-parallel layouts not evaluated: even their lower bound (compute "
                      "/ (t x p) with the 1F1B bubble at micro-batch 1, plus the tensor-parallel all-reduces) is slower "
                      "than the best plan: " + ", ".join(skipped))
+    if limited:
+        notes.append(f"{len(limited)} stage/offload combinations not evaluated (over a documented work limit): "
+                     + "; ".join(dict.fromkeys(limited)))
     ranked = rank(ranked, req.tie_tolerance)
     if ranked and ranked[0].checkpointing != "none" and not req.hf:
         notes.append(sac_note(ranked[0].checkpointing))
