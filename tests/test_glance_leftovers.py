@@ -155,3 +155,78 @@ def test_lint_of_a_missing_file_says_so_on_stderr_and_counts_it_on_stdout(tmp_pa
     assert "nonexist.json" not in p.stdout and "2 file(s): " in p.stdout and "1 unreadable" in p.stdout, p.stdout
     q = run_cli(["lint", "-q", "nonexist.json"], cwd=tmp_path)
     assert q.returncode == 2 and q.stdout == "" and "nonexist.json: no such file" in q.stderr
+
+
+def test_recompute_text_says_what_one_layer_adds_and_what_was_freed_before_it():
+    """Full checkpointing, eager attention (llama-3.1-8b, seq 4096, micro-batch 1, 8 ranks): the
+    text names the recomputed layer's own backward peak (eager_recompute_peak, called here on
+    the model's architecture with the layer's saved activations = per_layer), the loss head's
+    tensors freed by then (loss head less the 16-bit logits the model returns, D s b V) and the
+    net they make, rather than only the net (4.17 GiB read against the layer's 6.4 GiB peak)."""
+    from advisor.model.activations import eager_recompute_peak
+    from advisor.model.specs import preset_inventory
+
+    args = ["estimate", "config.json", "--world-size", "8", "--model", "llama-3.1-8b", "--seq-len", "4096",
+            "--checkpointing", "full", "--attention", "eager", *V]
+    d = json.loads(run_cli([*args, "--format", "json"], cwd=C06).stdout)
+    ac = d["ranks"][0]["activations"]
+    meta = preset_inventory("llama-3.1-8b").meta
+    s, b, D, V_ = 4096, 1, 2, int(meta["vocab_size"])
+    gross = eager_recompute_peak(meta, s, b, D, ac["per_layer"])
+    freed = ac["loss_head"] - D * s * b * V_  # the model's output logits stay
+    assert (ac["recompute_layer_peak"], ac["recompute_freed"]) == (gross, freed)
+    assert ac["recompute_layer"] == gross - freed
+    text = " ".join(run_cli(args, cwd=C06, env={"COLUMNS": "200"}).stdout.split())
+    assert (f"{_g(gross)} GiB at that layer's backward peak, less {_g(freed)} GiB backward has freed by then "
+            f"(the loss head's tensors) = +{_g(gross - freed)} GiB on top of what is saved") in text, text
+
+
+def test_generate_suggests_each_nearby_global_batch_once():
+    """--global-batch 4 on 8 data-parallel ranks: the multiples of 8 around 4 are 0 (no batch)
+    and 8, said once ("use 8", it said "use 8 or 8"); 20 -> 16 or 24."""
+    base = ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+            "--seq-len", "2048", *V]
+    p = run_cli([*base, "--global-batch", "4"])
+    assert p.returncode == 2 and p.stderr.rstrip().endswith("(= 1 node x 8 GPUs): use 8"), p.stderr
+    p = run_cli([*base, "--global-batch", "20"])
+    assert p.returncode == 2 and p.stderr.rstrip().endswith("use 16 or 24"), p.stderr
+
+
+@pytest.mark.parametrize("flags,low_cpu,sixteen", [((), False, True), (("--no-low-cpu-mem-usage",), True, True),
+                                                   (("--load-dtype", "bf16", "--no-low-cpu-mem-usage"), True, False)])
+def test_m101_fix_names_only_what_the_estimate_did_not_assume(flags, low_cpu, sixteen):
+    """M101 (8 ranks each loading llama-3.1-8b at ZeRO-2, 64 GB of host memory): low_cpu_mem_usage
+    is assumed on (one copy), so the fix names it only under --no-low-cpu-mem-usage; 16-bit
+    loading only when the load dtype is fp32."""
+    args = ["estimate", "config.json", "--world-size", "8", "--model", "llama-3.1-8b", "--seq-len", "2048",
+            "--host-memory", "64GB", *flags, "--format", "json", *V]
+    d = json.loads(run_cli(args, cwd=C06).stdout)
+    fix = next(f["fix"] for f in d["findings"] if f["code"] == "M101")
+    assert ("low_cpu_mem_usage=True" in fix) == low_cpu, fix
+    assert ("load in 16-bit" in fix) == sixteen, fix
+
+
+def test_m003_zero3_bucket_exists_only_with_contiguous_gradients(tmp_path):
+    """DeepSpeed 0.19.8's stage3.py allocates the ipg bucket buffers under ``if
+    self.contiguous_gradients:`` (read from the installed source here); explain says so, and
+    M003 fires for ZeRO-3 with a 5e8 bucket over 1e6 parameters only when it is on."""
+    import re
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec("deepspeed")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("deepspeed is not installed: the source fact cannot be read")
+    src = (Path(list(spec.submodule_search_locations)[0]) / "runtime" / "zero" / "stage3.py").read_text()
+    assert re.search(r"if self\.contiguous_gradients:\n\s+for dtype, bucket in self\.ipg_buckets\.items\(\):\n"
+                     r"\s+bucket\.buffer = torch\.empty\(self\.reduce_bucket_size", src)
+    text = " ".join(run_cli(["explain", "M003"]).stdout.split())
+    assert "ZeRO-3 with contiguous_gradients" in text and "ZeRO-3: RBS" not in text
+    for contiguous, fires in ((True, True), (False, False)):
+        cfg = tmp_path / f"z3_{contiguous}.json"
+        cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                   "zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8,
+                                                         "contiguous_gradients": contiguous}}))
+        d = json.loads(run_cli(["lint", str(cfg), "--params", "1000000", "--world-size", "1", "--format", "json",
+                                *V]).stdout)
+        assert any(f["code"] == "M003" for f in d["files"][0]["findings"]) == fires, (contiguous, d)

@@ -303,6 +303,14 @@ class ActivationEstimate:
     #: saved (1) or recomputed (0), their output bytes and FLOPs); None otherwise.
     sac_policy: dict[str, Any] | None = None
 
+    #: ``recompute_layer`` before what is freed ahead of it: the recomputed layer's own backward
+    #: peak (with its gathered input), and what backward has released by then (the loss head's
+    #: saved tensors with eager attention, the un-checkpointed layers' activations under k of L);
+    #: ``recompute_layer = max(0, recompute_layer_peak - recompute_freed)``. Kept so the text
+    #: says what is added and what is freed, not only the net (0 and 0 where not split).
+    recompute_layer_peak: int = 0
+    recompute_freed: int = 0
+
     @property
     def peak_accelerator(self) -> int:
         """Largest activation footprint on the accelerator during the step (bytes): what the end
@@ -669,7 +677,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         sel = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False, selective=True, **kern)
         cut = dense["attention"] - sel["attention"]  # what the core no longer keeps, per layer
         saved_acc = (all_layers - cut * layers_on_rank) * in_flight + loss_saved
-        recompute = cut  # one layer's core, recomputed in its backward
+        recompute = recompute_gross = cut  # one layer's core, recomputed in its backward
+        recompute_freed = 0
         frac_flops = L * 4 * s * h / step_flops
         largest_layer -= cut
     elif mode in ("full", "layers"):
@@ -711,17 +720,19 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         saved_acc = (all_layers - replaced + kept) * in_flight + loss_saved
         # backward runs from the last layer: the un-checkpointed ones are freed before the first
         # checkpointed layer is recomputed, so only what exceeds them adds to the peak
-        layer_peak = largest_layer
+        layer_peak, freed_head = largest_layer, 0
         if x.attention == "eager" and layers_on_rank:
             # eager_recompute_peak: the head is done by then (the logits aside)
             layer_peak = eager_recompute_peak(meta, s, b, D, largest_layer, t, x.sequence_parallel,
                                               x.norm_stat_bytes, moe_layer=moe and n_moe > 0,
-                                              capacity_factor=x.moe_capacity_factor) - head_freed
-        recompute = max(0, layer_peak + gathered - (all_layers - replaced))
+                                              capacity_factor=x.moe_capacity_factor)
+            freed_head = head_freed
+        recompute_gross, recompute_freed = layer_peak + gathered, freed_head + (all_layers - replaced)
+        recompute = max(0, recompute_gross - recompute_freed)
         frac_flops = (L * layer_flops) / step_flops * (k / layers_on_rank if layers_on_rank else 0)
     else:
         saved_acc = all_layers * in_flight + loss_saved
-        recompute = 0
+        recompute = recompute_gross = recompute_freed = 0
         frac_flops = 0.0
     if mode != "none":
         from dataclasses import replace as _replace
@@ -738,4 +749,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               recompute_flops_fraction=frac_flops, breakdown=breakdown, recompute=mode,
                               checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes,
                               peak_without_recompute=peak_none, host_offload_bytes=host_out,
-                              host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0)
+                              host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0,
+                              recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed)

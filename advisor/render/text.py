@@ -178,10 +178,24 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
     return (how + f"; saved for backward {size(ac['saved_accelerator'], units)} on the accelerator"
             + (f", {size(ac['saved_host'], units)} on the host" if ac.get("saved_host") else "")
             + " (loss head included)"
-            + (f"; backward recomputes one layer at a time (+{size(ac['recompute_layer'], units)})"
-               if ac.get("recompute_layer") else "")
+            + (_recompute_words(ac, units) if ac.get("recompute_layer") else "")
             + (f"; each layer keeps {size(ac['per_layer'], units)}" if mode == "selective"
                else f"; without recompute each layer would keep {size(ac['per_layer'], units)}"))
+
+
+def _recompute_words(ac: dict[str, Any], units: str) -> str:
+    """What one recomputed layer adds at its backward peak, with what backward has freed by then
+    when that is subtracted (``recompute_layer_peak``, ``recompute_freed``): "+6.40 GiB at its
+    backward peak, less 2.23 GiB the finished loss head freed = +4.17 GiB net" rather than only the
+    net, which read as the layer's whole peak."""
+    net, gross, freed = ac["recompute_layer"], ac.get("recompute_layer_peak") or 0, ac.get("recompute_freed") or 0
+    if not freed or not gross:
+        return f"; backward recomputes one layer at a time (+{size(net, units)})"
+    what = ("the un-checkpointed layers' activations; with eager attention the loss head's tensors too"
+            if ac.get("recompute") == "layers" else "the loss head's tensors")  # full: only eager frees the head
+    return (f"; backward recomputes one layer at a time: {size(gross, units)} at that layer's backward peak, less "
+            f"{size(freed, units)} backward has freed by then ({what}) = +{size(net, units)} on top of what is "
+            "saved")
 
 
 def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = None,

@@ -1,14 +1,20 @@
 """M003 reduce-bucket-too-large: reduce_bucket_size larger than the whole model's gradients.
 
-What DeepSpeed does: the gradient reduce ("ipg") bucket is ``torch.empty(reduce_bucket_size)``,
-allocated at its full size whatever the model size (``reduce_bucket_size`` counts *elements*):
+What DeepSpeed does: with ``contiguous_gradients`` (default true) the gradient reduce ("ipg")
+bucket is ``torch.empty(reduce_bucket_size)``, allocated at its full size whatever the model size
+(``reduce_bucket_size`` counts *elements*):
 
-* ZeRO-1/2 with ``contiguous_gradients`` (default true, forced with offload): at the start of
+* ZeRO-1/2 with ``contiguous_gradients`` (forced on with optimizer offload): at the start of
   every backward, RBS x B bytes, B = the model dtype's bytes (4 at stage 1 with
   ``grad_accum_dtype: fp32``), and a second bucket with ``overlap_comm: true``
   (``stage_1_and_2.py`` ``setup_buckets``);
-* ZeRO-3: RBS x (communication dtype bytes), allocated at initialize and kept for the whole run
-  (``stage3.py``).
+* ZeRO-3 with ``contiguous_gradients``: RBS x (communication dtype bytes), allocated at
+  initialize and kept for the whole run (``stage3.py`` ``DeepSpeedZeroOptimizer_Stage3.__init__``:
+  ``if self.contiguous_gradients:`` ... ``bucket.buffer = torch.empty(self.reduce_bucket_size,
+  ...)``, l.780 in 0.19.8).
+
+With ``contiguous_gradients: false`` no bucket buffer is allocated (ZeRO-1/2 without offload,
+ZeRO-3) and this rule says nothing.
 
 With the default 5e8 that is 1 GB (2 GB with overlap_comm) of GPU memory. A bucket holding more
 elements than the model has gradients never fills: the excess is pure waste, and is why users

@@ -14,8 +14,10 @@ Anti-pattern: a 20B model at ZeRO-2 on a 4-GPU node with 256 GB of RAM: 4 ranks 
 Fix: ZeRO-3 with the model built under ``deepspeed.zero.Init`` (``with
 deepspeed.zero.Init(config_dict_or_path=ds_config): model = MyModel()``; with the HF Trainer,
 create ``TrainingArguments(deepspeed=...)`` before ``from_pretrained`` and it does so itself), or
-load in 16-bit (``torch_dtype=torch.bfloat16`` halves it), ``low_cpu_mem_usage=True``, fewer ranks
-per node or more host memory.
+load in 16-bit (``torch_dtype=torch.bfloat16`` halves it), fewer ranks per node or more host
+memory. ``low_cpu_mem_usage=True`` (one copy of the weights while loading) is already assumed
+(transformers >= 5 always loads so); the fix names it only when the estimate was told it is off
+(``--no-low-cpu-mem-usage``: a random-init model plus the loaded state dict, two copies).
 """
 
 from __future__ import annotations

@@ -284,6 +284,8 @@ class EstimateResult:
                         "saved_accelerator": r.activations.saved_accelerator,
                         "saved_host": r.activations.saved_host,
                         "recompute_layer": r.activations.recompute_layer,
+                        "recompute_layer_peak": r.activations.recompute_layer_peak,
+                        "recompute_freed": r.activations.recompute_freed,
                         "loss_head": r.activations.loss_head,
                         "loss_spike": r.activations.loss_spike,
                         "loss_backward_spike": r.activations.loss_backward_spike,
@@ -434,6 +436,18 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     return rows
 
 
+def _load_ways_out(ld: LoadAssumption) -> list[str]:
+    """M101's load-side remedies the estimate did not already assume: 16-bit loading when the
+    model loads in fp32, ``low_cpu_mem_usage=True`` only when it was assumed off
+    (``--no-low-cpu-mem-usage``: two copies; it is on by default, transformers >= 5 always)."""
+    out = []
+    if ld.dtype == "fp32":
+        out.append("load in 16-bit (torch_dtype=torch.bfloat16 halves it; --load-dtype bf16)")
+    if not ld.low_cpu_mem_usage:
+        out.append("low_cpu_mem_usage=True (one copy of the weights instead of two)")
+    return out
+
+
 def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: bool = False) -> list[Finding]:
     """One error per tier that does not fit: M101 when it is the load phase that does not fit
     (the whole model on every rank before deepspeed.initialize, and its cast to the 16-bit dtype in
@@ -501,9 +515,8 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                 fix=("build the model under deepspeed.zero.Init so each rank only materialises its partition: "
                      "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
                      "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
-                     "TrainingArguments(deepspeed=...) exists before from_pretrained. Other ways out: load in "
-                     "16-bit (torch_dtype=torch.bfloat16 halves it; --load-dtype bf16), low_cpu_mem_usage=True, "
-                     "fewer ranks per node, or more host memory"),
+                     "TrainingArguments(deepspeed=...) exists before from_pretrained. Other ways out: "
+                     + "".join(w + ", " for w in _load_ways_out(ld)) + "fewer ranks per node, or more host memory"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": r.need - cap,
                       "per_rank": per_rank, "ranks": r.ranks, "steady_need": steady}))
         if not (load_over or init_over) or steady > cap:
