@@ -115,13 +115,24 @@ def engine_runs(tmp_path_factory, fix_value):
     if not _aio_ok():
         pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
     base = tmp_path_factory.mktemp("nvme_param_buffer")
-    res = {}
-    for cid, size in (("too_small", TOO_SMALL), ("fixed", fix_value)):
+
+    def run(cid_size):  # one rank each: both at once on two cores (as chain_runs)
+        cid, size = cid_size
         nv = base / f"nvme_{cid}"
         nv.mkdir()
-        res[cid] = _launch({"id": cid, "nvme_path": str(nv), "steps": 1, "widths": WIDTHS,
-                            "config": _config(str(nv), size)}, base)
-    return res
+        return cid, _launch({"id": cid, "nvme_path": str(nv), "steps": 1, "widths": WIDTHS,
+                             "config": _config(str(nv), size)}, base)
+
+    return _both(run, (("too_small", TOO_SMALL), ("fixed", fix_value)))
+
+
+def _both(fn, args) -> dict:
+    """``dict(fn(a) for a in args)``, two at a time: each run is one single-rank process, so two
+    side by side use both cores of a 2-core runner. An assertion inside either is re-raised."""
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(2) as ex:
+        return dict(ex.map(fn, args))
 
 
 def test_engine_refuses_what_m001_flags(engine_runs):
@@ -189,10 +200,8 @@ def m004_runs(tmp_path_factory):
     bad = _m004(_m004_config("/nvme", 1))
     assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
-    res = {"fix": fix}
-    for cid, bc in (("one_buffer", 1), ("fixed", fix)):
-        res[cid] = _run_m004_worker(base, cid, bc, 900, steps=1, frozen=True)
-    return res
+    return {"fix": fix, **_both(lambda a: (a[0], _run_m004_worker(base, a[0], a[1], 900, steps=1, frozen=True)),
+                                (("one_buffer", 1), ("fixed", fix)))}
 
 
 def test_engine_refuses_a_module_with_more_nvme_partitions_than_buffers(m004_runs):
@@ -233,17 +242,8 @@ def chain_runs(tmp_path_factory):
         [("error", "layers.2", 2, CHAIN)], [f.to_dict() for f in bad]
     assert "'Not enough buffers 0 for swapping 1'" in bad[0].message
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
-    res = {"fix": fix}
-    cells = {"two_buffers": 2, "fixed": fix}
-    import concurrent.futures as cf
-
-    def run(cid):  # both at once: each waits mostly on I/O
-        return _run_m004_worker(base, cid, cells[cid], 1500, steps=3, chain=CHAIN)
-
-    with cf.ThreadPoolExecutor(2) as ex:
-        for cid, rec in zip(cells, ex.map(run, cells)):
-            res[cid] = rec
-    return res
+    return {"fix": fix, **_both(lambda a: (a[0], _run_m004_worker(base, a[0], a[1], 1500, steps=3, chain=CHAIN)),
+                                (("two_buffers", 2), ("fixed", fix)))}
 
 
 def test_engine_runs_out_of_buffers_held_for_reuse(chain_runs):
@@ -284,10 +284,10 @@ def mixed_runs(tmp_path_factory):
     bad = _m004(_m004_config("/nvme", 1), _mixed_inventory())
     assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
-    res = {"fix": fix}
-    for cid, bc in (("own_only", 2), ("fixed", fix)):  # 2: the module's own partitions, the old fix
-        res[cid] = _run_m004_worker(base, cid, bc, 1500, steps=3, mixed=True, frozen=True)
-    return res
+    # own_only, 2: the module's own partitions, the old fix
+    return {"fix": fix, **_both(lambda a: (a[0], _run_m004_worker(base, a[0], a[1], 1500, steps=3, mixed=True,
+                                                                  frozen=True)),
+                                (("own_only", 2), ("fixed", fix)))}
 
 
 def test_engine_needs_the_held_buffer_too(mixed_runs):
