@@ -109,8 +109,9 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
     Raises FileExistsError without ``force`` when ``path`` exists; SpecialFileError (an
     OSError) when ``path`` is, or links to, something other than a regular file; OSError on
     I/O problems. The temporary file never outlives the call."""
-    if path == "-":
-        sys.stdout.write(text)
+    from advisor.render.escape import escape_surrogates
+    if path == "-":  # the same text as a file gets: lone surrogates escaped (stdout cannot encode them)
+        sys.stdout.write(escape_surrogates(text))
         sys.stdout.flush()
         return
     target = _resolve_target(path)
@@ -136,7 +137,6 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
     with _sigterm_raises():
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{base}.ds-advisor-{os.getpid()}.", suffix=".tmp", dir=folder)
-            from advisor.render.escape import escape_surrogates
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(escape_surrogates(text))
                 fh.flush()

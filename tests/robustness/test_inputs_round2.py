@@ -393,6 +393,18 @@ def test_lone_surrogate_in_the_html_report(tmp_path):
     assert "\\ud800" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
+def test_lone_surrogate_in_the_html_report_on_stdout(tmp_path):
+    """``report -o -`` wrote the page to stdout unescaped: UnicodeEncodeError on the \\ud800 key
+    (an internal error, exit 2), though the same page written to a file was escaped."""
+    pytest.importorskip("matplotlib")
+    cfg = tmp_path / "s.json"
+    cfg.write_text(SURROGATE_CFG)
+    p = run_cli(["report", str(cfg), "--params", "1000", "-o", "-"], cwd=tmp_path)
+    assert p.returncode == 0 and "internal error" not in p.stderr, p.stderr
+    assert "<html" in p.stdout.lower() and "\\ud800" in p.stdout
+    assert not (tmp_path / "-").exists()
+
+
 def test_long_base64_argument_is_cut_in_the_message():
     arg = base64.urlsafe_b64encode(b"[" + b"1," * 300_000 + b"1]").decode()
     res = invoke(["lint", arg])
