@@ -959,9 +959,13 @@ def resolve_accelerate(launch: AccelerateLaunch, args: TrainerArgs | None = None
         r.yaml_source = os.path.basename(launch.source)
     r.findings.extend(launch.findings)
     if ws is None:
+        # a num_processes that is written but unusable already has its H004 error: say that, not "missing"
+        unusable = launch.data.get("num_processes") is not None
         r.findings.append(emit("H006", "info", "/num_processes",
-                                  "num_processes is not in the accelerate config (accelerate launch then needs "
-                                  "--num_processes): world size 1 assumed", "pass --world-size N"))
+                                  ("num_processes is not a usable number (see the error above)" if unusable else
+                                   "num_processes is not in the accelerate config")
+                                  + " (accelerate launch then needs --num_processes): world size 1 assumed",
+                                  "pass --world-size N"))
 
     def pre_finalize(res: _Resolver) -> None:
         res.trainer_config_process()

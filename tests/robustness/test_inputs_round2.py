@@ -229,6 +229,19 @@ def test_accelerate_yaml_wrong_types_never_crash(tmp_path, field):
             _one_line(res.output.strip().splitlines()[-1])
 
 
+def test_an_unusable_num_processes_is_not_called_missing(tmp_path):
+    """num_processes: .inf (YAML infinity) is written: its H004 error names it, and the world-size
+    note (H006) must not claim the key is absent from the accelerate config, as it did."""
+    y = tmp_path / "a.yaml"
+    y.write_text("distributed_type: DEEPSPEED\nnum_processes: .inf\n")
+    out = " ".join(invoke(["resolve", str(y)]).output.split())  # unfolded
+    assert "error H004 /num_processes" in out and "got inf" in out, out
+    assert "info H006" in out and "not in the accelerate config" not in out, out
+    y.write_text("distributed_type: DEEPSPEED\n")
+    out = " ".join(invoke(["resolve", str(y)]).output.split())
+    assert "num_processes is not in the accelerate config" in out, out
+
+
 HF_FIELDS = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
              "vocab_size", "max_position_embeddings", "model_type", "tie_word_embeddings", "head_dim"]
 
