@@ -409,6 +409,13 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         add = more_kept * per_layer[0] + (extra_layers - more_kept) * per_layer[-1]
     if any(isinstance(getattr(cfg, k, None), float) and getattr(cfg, k) > 0 for k in DROPOUT_KEYS):
         notes.append("dropout masks measured as the CPU kernel keeps them (model dtype); CUDA keeps 1 byte per element")
+        if attn == "sdpa" and any(isinstance(getattr(cfg, k, None), float) and getattr(cfg, k) > 0
+                                  for k in ("attention_dropout", "attn_pdrop")):
+            # torch's CPU sdpa takes its math kernel when dropout_p > 0 (measured with torch.profiler:
+            # _scaled_dot_product_attention_math instead of _scaled_dot_product_flash_attention_for_cpu)
+            notes.append("sdpa with attention dropout runs torch's math kernel on CPU, which keeps the s^2 "
+                         "probabilities and mask; CUDA's fused kernels keep none: the traced attention is an "
+                         "overstatement (the formula counts the fused kernel)")
     if extra_layers:
         notes.append(f"traced {n} of {L} layers; the other {extra_layers} are taken as copies of layer {n - 1}")
     if res["peak_module_layer"] == 0 and extra_layers:

@@ -528,7 +528,8 @@ def cpu_checkpoint_traffic(inputs: int, piece: int, async_engine: bool) -> tuple
 
 
 def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: int, t: int = 1, sp: bool = False,
-                         stat_bytes: int = 4, moe_layer: bool = False, capacity_factor: float | None = None) -> int:
+                         stat_bytes: int = 4, moe_layer: bool = False, capacity_factor: float | None = None,
+                         mask_bytes: int = 1) -> int:
     """Bytes live at the backward peak of one recomputed layer with eager attention, beyond the
     other layers' kept inputs: the larger of two instants of its backward (``whole`` = the
     layer's saved activations, what the recompute rebuilds; t / sp as :func:`layer_terms`).
@@ -564,6 +565,12 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
       (D sbad, waiting for repeat_kv's backward), of the probabilities cast to fp32 and of the
       scores (4 b a s^2 each; GPT-2: model dtype).
 
+    With residual dropout (GPT-2 ``GPT2MLP.dropout``, BLOOM ``dropout_add``, Phi-3
+    ``resid_mlp_dropout``) the layer's last op is that dropout: its backward runs first and
+    frees its mask (``mask_bytes`` per element, as :func:`layer_terms`) before the instants
+    above, so the start holds one mask less than ``whole`` (a storage tracker over GPT-2's
+    backward: the attention's and the attention-output dropout's masks live, the MLP's gone).
+
     A tied embedding's gradient (V h D) waits in autograd's input buffer from lm_head's backward
     to the embedding's, so it is live at both (``tie_word_embeddings``)."""
     h, a, kv, d, v_d, f, fam = _dims(meta)
@@ -585,6 +592,8 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
     else:
         first = 2 * D * s * b * f // t
     start = whole + grad_h + first
+    if float(_m(meta, "residual_dropout", default=0.0) or 0.0) > 0:
+        start -= mask_bytes * n_sh // rs  # the MLP-side residual dropout's mask, freed first
     sm = D if fam in _SOFTMAX_MODEL_DTYPE else 4
     s2 = b * a_t * s * s
     att = norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs + D * n_sh // rs + 2 * D * s * b * a_t * d + sm * s2
@@ -725,7 +734,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             # eager_recompute_peak: the head is done by then (the logits aside)
             layer_peak = eager_recompute_peak(meta, s, b, D, largest_layer, t, x.sequence_parallel,
                                               x.norm_stat_bytes, moe_layer=moe and n_moe > 0,
-                                              capacity_factor=x.moe_capacity_factor)
+                                              capacity_factor=x.moe_capacity_factor,
+                                              mask_bytes=x.dropout_mask_bytes)
             freed_head = head_freed
         recompute_gross, recompute_freed = layer_peak + gathered, freed_head + (all_layers - replaced)
         recompute = max(0, recompute_gross - recompute_freed)

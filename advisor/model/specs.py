@@ -115,7 +115,7 @@ class ModelSpec:
     #: On each residual branch's output, twice per layer (GPT-2/Phi-3 ``resid_pdrop``, BLOOM
     #: ``hidden_dropout``).
     residual_dropout: float = 0.0
-    #: On the embedding output (GPT-2/Phi-3 ``embd_pdrop``).
+    #: On the embedding output (GPT-2 ``embd_pdrop``; Phi-3's config has it but Phi3Model never applies it).
     embedding_dropout: float = 0.0
     #: Multi-token-prediction modules appended after the main layers (DeepSeek-V3
     #: ``num_nextn_predict_layers``). transformers does not build them, so 0 unless asked.
@@ -592,8 +592,10 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
         attention_dropout=float(g("attention_dropout", default=0.0)),
     )
     if mt == "phi3":
-        base.update(residual_dropout=float(g("resid_pdrop", default=0.0)),
-                    embedding_dropout=float(g("embd_pdrop", default=0.0)))
+        # Phi3DecoderLayer's resid_attn_dropout / resid_mlp_dropout; Phi3Config still reads
+        # embd_pdrop, but Phi3Model (transformers 5 modeling_phi3.py) applies no embedding
+        # dropout: the embedding output goes straight to the layers, no mask kept
+        base.update(residual_dropout=float(g("resid_pdrop", default=0.0)))
     attn_bias = bool(g("attention_bias", default=False))
     if mt in ("llama", "gemma", "gemma2", "qwen3", "qwen3_moe"):
         base.update(attention_qkv_bias=attn_bias, attention_out_bias=attn_bias)
