@@ -400,3 +400,31 @@ def test_hf_string_stage_builds_without_zero_init(tmp_path):
     f.write_text(json.dumps(cfg))
     d = json.loads(run_cli(args).stdout)
     assert d["load"]["zero_init"] is True and not [x for x in d["findings"] if x["code"] == "M103"]
+
+
+def test_zero2_flattens_in_host_memory_when_the_accelerator_has_no_room(tmp_path):
+    # stage_1_and_2.py __init__: flatten_on_accelerator only when available_memory() >= the flat
+    # buffer; else param.cpu_data = param.data.cpu() and the flat buffer is built on the CPU: the
+    # group's n x 2 B plus its flat n_pad x 2 B per rank in host memory. 30e9 bf16 parameters on
+    # 80 GB: 60e9 B of model leave no room for a 60e9 B flat copy; n_pad = n (2^24-element chunks
+    # align to 2 x 256), so 8 ranks x 120e9 B = 960e9 B > 512 GB, while the load in bf16 (8 x 60e9)
+    # and the step fit
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000000, "allgather_bucket_size": 10000000}}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    args = ["estimate", str(f), "--params", "30000000000", "--world-size", "256", "--gpus-per-node", "8",
+            "--host-memory", "512GB", "--load-dtype", "bf16", "--format", "json"]
+    d = json.loads(run_cli(args + ["--gpu-memory", "80GB"]).stdout)
+    host = next(x for x in d["fit"] if x["tier"] == "host")
+    assert host["instant"] == "initialize:module" and host["need"] == 8 * (30_000_000_000 * 2 * 2)
+    assert host["verdict"] == "does not fit" and d["load"]["host_per_node"] == 8 * 60_000_000_000
+    acc = next(x for x in d["fit"] if x["tier"] == "accelerator")
+    assert acc["verdict"] == "fits"
+    (m103,) = [x for x in d["findings"] if x["code"] == "M103"]
+    assert "host memory" in m103["message"] and not [x for x in d["findings"] if x["code"] in ("M100", "M101")]
+    # a 141 GB accelerator has room for the flat copy beside the model: flattened there, no host peak
+    d = json.loads(run_cli(args + ["--gpu-memory", "141GB"]).stdout)
+    host = next(x for x in d["fit"] if x["tier"] == "host")
+    assert host["instant"] != "initialize:module" and not [x for x in d["findings"] if x["code"] == "M103"]

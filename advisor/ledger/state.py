@@ -1794,8 +1794,9 @@ def compute_ledger(plan: Plan) -> Ledger:
         "the fit table's runtime-overhead rows)",
         "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
         "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)",
-        "ZeRO-1/2's flat copy of each param group at initialize (stage_1_and_2.py __init__: on the accelerator "
-        "only when its free memory holds it, else built in host memory, 2 x the group's 16-bit bytes)",
+        "ZeRO-1/2's flat copy of a param group at initialize when it is built on the accelerator (stage_1_and_2.py "
+        "__init__ does so only when the free memory holds it; built in host memory otherwise, which the fit's host "
+        "row counts when a capacity is given)",
     ]
     z = ec.zero
     if z.stage == 3 and (z.zero_quantized_weights or z.zero_quantized_gradients):

@@ -90,7 +90,8 @@ TrainingArguments' HfTrainerDeepSpeedConfig turns on, ``training_args.py`` __pos
 ZeRO-0/1/2 the whole model is on the accelerator in the steady state too; the flat copy
 ``stage_1_and_2.py`` __init__ makes of each param group is built on the accelerator only when its
 free memory holds it (``flatten_on_accelerator``), else in host memory, so it is not counted
-on the accelerator (the host fallback, 2 x the group's 16-bit bytes, is not counted either).
+on the accelerator; the host fallback (the group's n x D copied to the CPU plus its flat
+n_pad x D) depends on the capacity, so the fit adds it (:func:`zero12_flat_fallback`).
 
 Save (``save``): with ``stage3_gather_16bit_weights_on_model_save`` at ZeRO-3,
 ``engine._zero3_consolidated_16bit_state_dict`` gathers module by module and rank 0 keeps a CPU
@@ -441,6 +442,30 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula,
                      src_e + " (self.module.to(self.device), l. 2094)"))
     return out + extra
+
+
+def zero12_flat_fallback(ledger: Ledger, free_after_move: int | None) -> int:
+    """Host bytes per rank when ZeRO-1/2 flattens a param group in host memory at initialize.
+
+    DeepSpeed 0.19.8 ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.__init__ flattens each param
+    group on the accelerator only when ``accelerator.available_memory() >= flat_buffer_bytes``
+    (flatten_on_accelerator); otherwise it copies the group's parameters to the CPU
+    (``param.cpu_data = param.data.cpu()``), builds the flat buffer there
+    (flatten_dense_tensors_aligned(use_cpu_data=True)) and moves it to the accelerator: the
+    group's n x D plus its flat n_pad x D in host memory at once. ``free_after_move``: the
+    accelerator bytes free with the whole model on it (None: unknown, nothing counted). The
+    largest such group's bytes; 0 for other stages or wrappers and under model parallelism."""
+    plan = ledger.plan
+    ec = plan.config
+    if (free_after_move is None or ec.zero.stage not in (1, 2) or ledger.wrapper != "DeepSpeedZeroOptimizer"
+            or plan.cluster.model_parallel):
+        return 0
+    D = DTYPE_BYTES[ec.model_dtype]
+    worst = 0
+    for g in placement_of(plan).zero12:
+        if free_after_move < g.n_pad * D:
+            worst = max(worst, (g.n + g.n_pad) * D)
+    return worst
 
 
 def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:

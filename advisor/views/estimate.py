@@ -35,7 +35,7 @@ from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsuppo
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, hf_zero3,
-                                     resolve_load, role_timeline)
+                                     resolve_load, role_timeline, zero12_flat_fallback)
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -420,19 +420,36 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
 
     tls = [tl_of(roles[i], r) for r, i in first]
     inst = tls[0].instants
+    # ZeRO-1/2 flattens a param group in host memory when the accelerator, holding the whole model
+    # at initialize:module, has no room for its flat copy (timeline.zero12_flat_fallback)
+    keys = [x.key for x in inst]
+    fallback, j_mod = 0, -1
+    if "initialize:module" in keys and capacity.accelerator is not None:
+        j_mod = keys.index("initialize:module")
+        at_mod = max(tl.series(TIER_SET["accelerator"])[j_mod] for tl in tls)
+        # DeepSpeed calls empty_cache() just before it asks for the free memory: the allocator's
+        # reserve is not counted there, the CUDA context and the NCCL buffers are
+        fallback = zero12_flat_fallback(ledger, capacity.accelerator - at_mod - sum(
+            t.bytes for t in overhead.terms(at_mod, **shape) if t.key != "allocator"))
     for tier, ts in (("host", TIER_SET["host"]), ("nvme", TIER_SET["nvme"])):
         sums = [0] * len(inst)
         for tl in tls:
             for j, v in enumerate(tl.series(ts)):
                 sums[j] += v * scale
+        if tier == "host" and fallback:
+            sums[j_mod] += fallback * len(tls) * scale
         j = max(range(len(inst)), key=lambda k: (sums[k], -k))
         js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in BEFORE_PARTITION]
         jst = max(js, key=lambda k: (sums[k], -k))
         if tier == "nvme" and not (sums[j] or capacity.nvme):
             continue
+        label = inst[j].label
+        if tier == "host" and fallback and j == j_mod:
+            label = ("initialize: ZeRO-1/2 flattens a param group in host memory (no room for its flat copy "
+                     "on the accelerator beside the whole model)")
         rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme,
                            f"per node ({per_node} ranks)", inst[j].phase if tier == "host" else "files",
-                           inst[j].key, inst[j].label, sums[jst], inst[jst].label, per_node))
+                           inst[j].key, label, sums[jst], inst[jst].label, per_node))
     return rows
 
 
@@ -476,7 +493,20 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
         load_over = r.phase == "load" or r.instant == "initialize:cast"
         init_over = r.instant == "initialize:module"
         steady = r.steady_need if r.steady_need is not None else r.need
-        if init_over:
+        if init_over and r.tier != "accelerator":
+            over = r.need - cap
+            out.append(emit(
+                code="M103", severity="error", pointer="/zero_optimization/stage",
+                message=(literal(f"{r.tier} {r.scope}") + ": deepspeed.initialize needs {need}: with the whole model "
+                         "on the accelerator there is no room for a param group's flat copy, so ZeRO-1/2 builds it in "
+                         "host memory (the group's parameters copied there and the flat buffer, on every rank) but "
+                         "only {capacity} is available: over by {over}; the training step itself needs {steady_need}"),
+                sizes={"need": r.need, "capacity": cap, "over": over, "steady_need": steady},
+                fix=("ZeRO-3 under deepspeed.zero.Init (each rank only ever holds its partition: no whole model, no "
+                     "flat copy), more host memory, fewer ranks per node (each builds its own copy), or an "
+                     "accelerator with room for the whole model and its flat copy at once"),
+                data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": over, "steady_need": steady}))
+        elif init_over:
             over = r.need - cap
             string_stage = load is not None and load.zero_init_source == HF_NOT_ZERO3
             hf_note = ("Write zero_optimization.stage as the number 3: the HF Trainer's HfDeepSpeedConfig.is_zero3() "
