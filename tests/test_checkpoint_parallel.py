@@ -48,3 +48,31 @@ def test_pipeline_stages_write_layer_files():
     assert files["t/layer_41-model_07-model_states.pt"].rank == (1 * 4 + 0) * 8 + 7  # (stage x DP + d) x t + m
     assert files["t/layer_81-model_00-model_states.pt"].bytes == (VOCAB + 8192) * 2
     assert sum(1 for p in files if p.startswith("t/layer_")) == 82 * 8
+
+
+def _ulysses_plan(stage: int, world: int, sp: int) -> Plan:
+    cfg = dict(Z1, train_batch_size=world // sp, zero_optimization={"stage": stage})
+    return Plan(effective_config(cfg), resolve_model("gpt2"), Cluster(world_size=world, sequence_parallel=sp))
+
+
+def test_ulysses_zero_files_are_written_by_consecutive_ranks():
+    """Under Ulysses (sequence_parallel_size sp) ZeRO's group is DP x SP consecutive ranks
+    (runtime/sequence_parallel/parallel_state_sp.py initialize_sequence_parallel :58-66), and
+    ``zero_pp_rank_{i}`` is the rank's index in it (engine.py _get_zero_ckpt_name :4331-4334,
+    dp_process_group = seq_data_parallel_group :2683 / :2768): on 8 ranks with sp 2 the eight
+    files are written by global ranks 0..7 (the old stride t x p x sp = 2 named ranks 0..14,
+    half of them outside the job)."""
+    for stage, name in ((1, "t/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"),
+                        (3, "t/zero_pp_rank_{r}_mp_rank_00_model_states.pt")):
+        files = {f.path: f for f in checkpoint_files(_ulysses_plan(stage, 8, 2), tag="t").files}
+        writers = [files[name.format(r=r)].rank for r in range(8)]
+        assert writers == list(range(8)), (stage, writers)
+
+
+def test_ulysses_grouped_files_stride_one():
+    """Above LIST_RANKS_UP_TO ranks the files are one record with a count and a stride: 1024
+    ranks at sp 4 are 1024 ZeRO ranks, consecutive (stride 1), the last written by rank 1023."""
+    files = checkpoint_files(_ulysses_plan(3, 1024, 4), tag="t").files
+    opt = next(f for f in files if f.kind == "optim_states")
+    assert (opt.rank, opt.count, opt.stride) == (0, 1024, 1)
+    assert opt.rank + (opt.count - 1) * opt.stride == 1023

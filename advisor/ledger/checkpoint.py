@@ -451,8 +451,17 @@ def read_saved_checkpoint(folder: str) -> SavedCheckpoint:
 
 
 def _mp(cluster: Cluster) -> int:
-    """Global-rank stride between consecutive data-parallel ranks (tp x pp x sp; 1 without model parallelism)."""
-    return max(1, cluster.tensor_parallel * cluster.pipeline_parallel * cluster.sequence_parallel)
+    """Global-rank stride between consecutive ZeRO ranks: the tensor-parallel size t (1 without it).
+
+    DeepSpeed names a ZeRO file by the rank's index in the optimizer's ``dp_process_group``
+    (``engine.py`` ``_get_zero_ckpt_name`` :4331-4334), which is the sequence-data-parallel group
+    (``engine.py`` :2164; ``dp_process_group=self.seq_data_parallel_group`` for BF16_Optimizer :2626, ZeRO-1/2 :2683, ZeRO-3 :2768). Under Ulysses
+    that group is DP x SP *consecutive* ranks (``runtime/sequence_parallel/parallel_state_sp.py``
+    ``initialize_sequence_parallel`` :58-66: ``range(i * sp * dp, (i + 1) * sp * dp)``), and in
+    the rank order rank = ((stage x DP + d) x SP + q) x t + m (:class:`advisor.plan.Cluster`) the
+    ZeRO rank z = d x SP + q sits at global rank (stage x W_z + z) x t + m: consecutive ZeRO ranks
+    are t apart, never t x p x sp."""
+    return max(1, cluster.tensor_parallel)
 
 
 # ------------------------------------------------------------------------------------------------
