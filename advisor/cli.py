@@ -602,12 +602,12 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     wl = _workload(config, a)
     _check_checkpointing(wl, inv)
     v = wl.values
-    warn = _seq_len_warning(wl, inv)
+    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}")
+    warn = _seq_len_warning(wl, inv)  # after the shape: a refused shape is one line
     if warn and warnings is not None:
         warnings.append(warn)
     elif warn:
         _say(f"ds-advisor: warning: {warn}")
-    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}")
     ws, ws_src = shape.world_size.value, shape.world_size.source
     gpus_per_node = shape.gpus_per_node.value if shape.gpus_per_node else None
     # The parallel sizes given as flags (or in the sidecar) must divide the world size: a usage
@@ -1309,6 +1309,10 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     ovh = _overhead(runtime_overhead, fragmentation)
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides)
     ovh = ovh.for_hardware(hw)
+    if hw is not None and gpus_per_node is not None:  # as estimate's job_shape refuses it
+        problem = hw.ranks_per_node_problem(gpus_per_node, "--gpus-per-node", f"--hardware {hardware}")
+        if problem:
+            raise _fail(problem)
     loaded = inp.loaded
     from types import SimpleNamespace
     wl = _workload(config, SimpleNamespace(
@@ -1484,6 +1488,9 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
         hw = resolve_hardware(hardware)
     except AdvisorError as e:
         raise _fail(str(e))
+    problem = hw.ranks_per_node_problem(gpus_per_node, "--gpus-per-node", f"--hardware {hardware}")
+    if problem:
+        raise _fail(problem)
     hw = replace(hw, nodes=nodes, accelerators_per_node=gpus_per_node)
     if hw.accelerator is None:
         raise _fail(f"--hardware {hardware}: no accelerator in the spec")

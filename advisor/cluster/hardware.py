@@ -166,10 +166,27 @@ class Hardware:
     description: str = ""
     #: "preset" or the spec file path.
     origin: str = "preset"
+    #: False for an accelerator preset alone (``--hardware h100-sxm-80gb``): its one accelerator
+    #: per node is a placeholder, not the node's GPU count.
+    node_known: bool = True
 
     @property
     def total_accelerators(self) -> int:
         return self.nodes * self.accelerators_per_node
+
+    def ranks_per_node_problem(self, ranks: int, source: str, label: str | None = None) -> str | None:
+        """The one-line refusal when ``ranks`` per node (from ``source``, e.g. "--gpus-per-node")
+        exceed the spec's accelerators per node: one rank drives one accelerator (the launchers
+        start one process per GPU, each on the device of its ``LOCAL_RANK``), so a 16-rank node of
+        an 8-GPU system has no GPU for half its ranks. None when it fits, when the spec is an
+        accelerator alone (:attr:`node_known` False) or gives no count."""
+        n = self.accelerators_per_node
+        if not self.node_known or not n or ranks <= n:
+            return None
+        what = label or f"--hardware {self.name}"
+        return (f"{source} {ranks} is more ranks per node than the {n} accelerators per node of {what} "
+                f"({self.description or self.name}): each rank needs its own accelerator; give at most {n}, or a "
+                "hardware spec whose accelerators_per_node is the node's")
 
     def tier_for_path(self, path: str | None) -> StorageTier | None:
         """The storage tier holding ``path``: the tier with the longest mount point that is
@@ -496,7 +513,7 @@ def _accelerator_only(key: str) -> Hardware:
     return Hardware(name=key, nodes=1, accelerators_per_node=1, accelerator=acc,
                     host_link_bytes_per_s=acc.host_link_bytes_per_s, host_link_name=acc.host_link_name,
                     peer_bytes_per_s=acc.peer_bytes_per_s, source=acc.source,
-                    description=f"one {acc.name} (host, network and storage unknown)")
+                    description=f"one {acc.name} (host, network and storage unknown)", node_known=False)
 
 
 def resolve_hardware(spec: str) -> Hardware:

@@ -251,7 +251,8 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     A hardware spec's own node count only sizes the default world size: the job's nodes are the
     ones its ranks occupy (a 1-rank job on an 8-node spec is on 1 node).
     Raises AdvisorError (exit 2) for a malformed launcher variable, a spec too large for
-    MAX_WORLD_SIZE, or nodes x ranks per node below the world size."""
+    MAX_WORLD_SIZE, nodes x ranks per node below the world size, or more ranks per node than
+    the hardware spec's accelerators per node (:meth:`advisor.cluster.hardware.Hardware.ranks_per_node_problem`)."""
     from advisor.config.validation import world_size as bounded_world_size
     from advisor.errors import AdvisorError
 
@@ -280,6 +281,10 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = gpus_per_node_from_env(env)
         if g is None and default_gpus_per_node:
             g = Found(default_gpus_per_node, f"default {default_gpus_per_node}")
+    if g is not None and hardware is not None and not g.source.startswith(hw_label or "\0"):
+        problem = hardware.ranks_per_node_problem(g.value, g.source, hw_label)
+        if problem:
+            raise AdvisorError(problem)
     if g is not None and g.value > ws.value:
         g = Found(ws.value, f"{g.source}, capped at the world size {ws.value}")
     if nodes is not None:
