@@ -90,3 +90,69 @@ def test_without_model_parallelism_nothing_changes():
     assert not any(i.startswith(("tp_", "pp_")) for i in items)
     st = stm.step_time(plan, resolve_hardware("dgx-h100:8"), seq_len=SEQ)
     assert not any(x.name == "pipeline_bubble" for x in st.terms)
+
+
+def test_vocab_parallel_embedding_head_and_loss_all_reduces_by_hand():
+    """Megatron's vocab-parallel embedding all-reduces its b s h output in forward (stage 0,
+    layers.py VocabParallelEmbedding: reduce_from_tensor_model_parallel_region); the output layer
+    all-reduces its input gradient in backward (copy_to_tensor_model_parallel_region) and the loss
+    all-reduces three (s, b) fp32 tensors (cross_entropy.py: logits_max, predicted_logits,
+    sum_exp_logits), all on the last stage. GA 16, t 8, ring all-reduce 2 (t-1)/t."""
+    roles = movement_roles(_plan())
+    first, last = _items(roles[0][1]), _items(roles[1][1])
+    ga, ring = 16, 2 * 7 / 8
+    assert first["tp_embedding_allreduce"].bytes == int(ga * ring * S) == 1_879_048_192
+    assert first["tp_embedding_allreduce"].phase == "forward"
+    assert last["tp_head_allreduce"].bytes == 1_879_048_192 and last["tp_head_allreduce"].phase == "backward"
+    assert last["tp_cross_entropy_allreduce"].bytes == int(ga * 3 * ring * SEQ * 4) == 1_376_256
+    assert "tp_head_allreduce" not in first and "tp_embedding_allreduce" not in last
+    # without pipeline parallelism the one stage has all three
+    one = _items(movement_roles(_plan(pp=1))[0][1])
+    ga1 = 64 // 8
+    assert one["tp_embedding_allreduce"].bytes == int(ga1 * ring * S)
+    assert one["tp_head_allreduce"].bytes == int(ga1 * ring * S)
+    # Megatron sequence parallelism: reduce-scatter + all-gather, (t-1)/t each: the same total
+    sp = movement_roles(_plan(msp=True))
+    f0, f1 = _items(sp[0][1]), _items(sp[1][1])
+    assert f0["tp_embedding_reducescatter"].bytes == f0["tp_embedding_allgather"].bytes == int(ga * 7 / 8 * S)
+    assert f1["tp_head_allgather"].bytes == f1["tp_head_reducescatter"].bytes == int(ga * 7 / 8 * S)
+    # every row is synchronous tensor-parallel traffic on the node's peer link
+    assert all(m.group == "tensor_parallel" and m.intra_node and not m.overlap
+               for m in (first["tp_embedding_allreduce"], last["tp_head_allreduce"]))
+
+
+MIXTRAL_H, MIXTRAL_L, MIXTRAL_E, MIXTRAL_K = 4096, 32, 8, 2   # Mixtral 8x7B config.json
+
+
+def _moe_plan(ep=4, cf=None, ckpt="none", tp=1, seq=4096, micro=1):
+    cfg = {"train_batch_size": micro * (16 // tp), "train_micro_batch_size_per_gpu": micro,  # GA 1
+           "bf16": {"enabled": True}, "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1}}
+    return Plan(effective_config(cfg), resolve_model("mixtral-8x7b"),
+                Cluster(world_size=16, gpus_per_node=8, tensor_parallel=tp, expert_parallel=ep),
+                Workload(seq, micro, ckpt, moe_capacity_factor=cf))
+
+
+def test_moe_all_to_alls_by_hand():
+    """sharded_moe.py MOELayer.forward: the (E, C, h) dispatch buffer goes through _AllToAll over
+    the expert-parallel group (dispatch, combine), and _AllToAll.backward is another all-to-all:
+    4 per MoE layer and micro-batch, each rank sending (ep-1)/ep of E x C x h x D. Capacity
+    factor 1.25, top-2, 8 experts, 4096 tokens: C = ceil(4096 / 8 x 1.25 x 2) = 1280
+    (_capacity); 32 MoE layers."""
+    items = _items(next(ms for _, ms in movement_roles(_moe_plan(cf=1.25))))
+    C = 1280
+    one = MIXTRAL_E * C * MIXTRAL_H * 2 * 3 // 4      # (ep-1)/ep = 3/4 of E x C x h x D
+    assert one == 62_914_560
+    assert items["moe_alltoall_fwd"].bytes == 32 * 2 * one
+    assert items["moe_alltoall_bwd"].bytes == 32 * 2 * one
+    assert items["moe_alltoall_fwd"].group == "expert_parallel" and items["moe_alltoall_fwd"].intra_node
+    # dropless (no capacity factor): balanced routing, C = 4096 x 2 / 8 = 1024 slots: a lower bound
+    dl = _items(next(ms for _, ms in movement_roles(_moe_plan())))
+    assert dl["moe_alltoall_fwd"].bytes == 32 * 2 * (8 * 1024 * 4096 * 2 * 3 // 4)
+    # full recompute runs every MoE layer's forward again in backward: 2 more all-to-alls each
+    fr = _items(next(ms for _, ms in movement_roles(_moe_plan(cf=1.25, ckpt="full"))))
+    assert fr["moe_alltoall_bwd"].bytes == (32 + 32) * 2 * one
+    # with tensor parallelism drop_tokens keeps 1/t of the capacity dimension
+    tp2 = _items(movement_roles(_moe_plan(cf=1.25, tp=2, ep=2))[0][1])
+    assert tp2["moe_alltoall_fwd"].bytes == 32 * 2 * (8 * 1280 * 4096 * 2 // 2 * 1 // 2)
+    # no expert parallelism: no all-to-all (the dispatch stays local)
+    assert not any(m.item.startswith("moe_") for _, ms in movement_roles(_moe_plan(ep=1, cf=1.25)) for m in ms)

@@ -56,8 +56,11 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   all-gather plus a reduce-scatter of the same tensor (Korthikanti et al. 2022, arXiv:2205.05198,
   section 4.2.2: "the same communication bandwidth"): the same bytes. A checkpointed layer runs
   its forward again in backward: 2 more all-reduces. Within a node (Megatron places the
-  tensor-parallel ranks on one node): the peer link. The vocab-parallel embedding's and the
-  output layer's all-reduces (one each per micro-batch) are left out.
+  tensor-parallel ranks on one node): the peer link. The vocab-parallel embedding (first
+  stage), the output layer's input gradient and the cross-entropy's three (s, b) fp32
+  all-reduces (last stage) are counted too (:func:`_vocab_parallel_movements`).
+* Expert parallelism (DeepSpeed MoE, ``moe/sharded_moe.py``): the dispatch and combine
+  all-to-alls of every MoE layer, forward and backward (:func:`moe_movements`).
 * Pipeline parallelism (DeepSpeed ``runtime/pipe/engine.py``): each stage but the last sends its
   output activation (b x s x h x D) per micro-batch, each but the first the input gradient
   back (``_exec_send_activations`` / ``_exec_send_grads``, ``p2p.send``). With tensor
@@ -159,14 +162,15 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
         out.append("activation checkpoints copied to host (cpu_checkpointing): needs activation shapes, not counted")
     out.append("input batches, logits and loss scalars; NCCL protocol overheads; first-iteration fetches")
     cl = plan.cluster
-    if cl.tensor_parallel > 1:
-        out.append("tensor parallelism: the vocab-parallel embedding's and the output layer's all-reduces (one each "
-                   "per micro-batch) and the cross-entropy's small all-reduces")
     if (cl.tensor_parallel > 1 or cl.pipeline_parallel > 1) and not plan.workload.seq_len:
         out.append("tensor/pipeline-parallel activation traffic: needs the sequence length (--seq-len)")
+    if cl.pipeline_parallel > 1 and (plan.inventory.meta or {}).get("tie_word_embeddings"):
+        out.append("pipeline parallelism: the tied embedding's gradient all-reduce between the first and last stage")
     if cl.expert_parallel > 1:
-        out.append("expert parallelism: the MoE all-to-alls, and the expert parameters' ZeRO collectives over the "
-                   "expert-data-parallel group (counted over the whole ZeRO group)")
+        if not plan.workload.seq_len:
+            out.append("expert parallelism: the MoE all-to-alls need the sequence length (--seq-len)")
+        out.append("expert parallelism: the expert parameters' ZeRO collectives over the expert-data-parallel group "
+                   "(counted over the whole ZeRO group)")
     if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, plan.cluster.dp_world_size) > 1:
         out.append("ZeRO-1/2 offload with gradient accumulation: per-micro-step host accumulation copies are "
                    "approximated (source reading only)")
@@ -220,8 +224,11 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     by = _rank_terms(plan).groups()
     rpn = _ranks_per_node(plan, hardware)
     out = []
+    L = int((plan.inventory.meta or {}).get("num_layers") or 0)
+    moe = moe_movements(plan, 0, (0, L), last=True)
     for k, ranks in by.items():
         ms = _rank_movements(plan, ranks[0], k, akey)
+        ms += [replace(m, rank=ranks[0]) for m in moe]
         if hardware is not None:
             ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size)
         out.append((ranks, ms))
@@ -244,6 +251,7 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
     for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
         sub = Plan(plan.config, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
         extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
+        extra += moe_movements(plan, sh.stage, sh.layers, last=sh.stage == pp - 1)
         for k, zs in _rank_terms(sub).groups().items():
             granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
             ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
@@ -300,6 +308,8 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
                              "backward", False,
                              f"GA {ga} x ({layers} layers + {ck} recomputed) x 2 {how}s x 2 (t-1)/t x b s h D", src,
                              group="tensor_parallel", intra_node=tp_intra))
+    if t > 1:
+        rows += _vocab_parallel_movements(stage == 0, stage == p - 1, t, ga, S, b * s_loc, msp, tp_intra)
     if p > 1:
         # adjacent stages are W_z x t ranks apart: another node when that reaches a node's ranks
         pp_intra = cl.zero_world_size * t < _ranks_per_node(plan)
@@ -323,6 +333,128 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
                                  "runtime/utils.py PartitionedTensor.full (all_gather_into_tensor)",
                                  group="tensor_parallel", intra_node=tp_intra))
     return rows
+
+
+#: Bytes of one element of the vocab-parallel cross-entropy's all-reduced (s, b) tensors: the
+#: logits are cast to fp32 first (``cross_entropy.py`` ``calculate_logits_max``: ``.float()``).
+CROSS_ENTROPY_BYTES = 4
+
+
+def _vocab_parallel_movements(first: bool, last: bool, t: int, ga: int, S: int, tokens: int, msp: bool,
+                              intra: bool) -> list[Movement]:
+    """The tensor-parallel traffic of the vocab-parallel embedding (first stage) and the output
+    layer + loss (last stage), per optimizer step (GA micro-batches); S = b x s x h x D bytes of
+    one activation, ``tokens`` = b x s, f = (t-1)/t the share a rank sends in a ring collective
+    of the whole tensor (an all-reduce sends 2 f, an all-gather or reduce-scatter f):
+
+    * embedding (``megatron/core/tensor_parallel/layers.py`` ``VocabParallelEmbedding.forward``):
+      ``reduce_from_tensor_model_parallel_region`` all-reduces the b s h output in forward (its
+      backward is the identity: the input is token ids); with Megatron sequence parallelism
+      ``reduce_scatter_to_sequence_parallel_region`` instead (forward f x S, its backward the
+      all-gather f x S): 2 f x S per micro-batch either way;
+    * output layer (column-parallel over the vocabulary; Megatron-DeepSpeed ``parallel_lm_logits``):
+      ``copy_to_tensor_model_parallel_region`` is the identity in forward and all-reduces the input
+      gradient (2 f x S) in backward; with sequence parallelism the input is all-gathered in
+      forward (f x S) and its gradient reduce-scattered in backward (f x S);
+    * loss (``megatron/core/tensor_parallel/cross_entropy.py`` ``_VocabParallelCrossEntropy.forward``):
+      three all-reduces over the tensor-parallel group of (s, b) fp32 tensors -- logits_max (MAX),
+      predicted_logits and sum_exp_logits (SUM) -- 3 x 2 f x b s x 4 B per micro-batch in forward;
+      the backward has none."""
+    f = (t - 1) / t
+    src = "megatron/core/tensor_parallel/layers.py VocabParallelEmbedding, mappings.py"
+    rows: list[Movement] = []
+    kw = dict(group="tensor_parallel", intra_node=intra)
+    if first:
+        if msp:
+            rows.append(Movement(0, NETWORK, "send", "activations", "tp_embedding_reducescatter", int(ga * f * S),
+                                 "forward", False, f"GA {ga} x (t-1)/t x b s h D: the embedding output "
+                                 "reduce-scattered (reduce_scatter_to_sequence_parallel_region)", src, **kw))
+            rows.append(Movement(0, NETWORK, "send", "gradients", "tp_embedding_allgather", int(ga * f * S),
+                                 "backward", False, f"GA {ga} x (t-1)/t x b s h D: its gradient all-gathered", src, **kw))
+        else:
+            rows.append(Movement(0, NETWORK, "send", "activations", "tp_embedding_allreduce", int(ga * 2 * f * S),
+                                 "forward", False, f"GA {ga} x 2 (t-1)/t x b s h D: the embedding output all-reduced "
+                                 "(reduce_from_tensor_model_parallel_region; identity backward)", src, **kw))
+    if last:
+        if msp:
+            rows.append(Movement(0, NETWORK, "send", "activations", "tp_head_allgather", int(ga * f * S), "forward",
+                                 False, f"GA {ga} x (t-1)/t x b s h D: the output layer's input all-gathered "
+                                 "(sequence parallelism)", src, **kw))
+            rows.append(Movement(0, NETWORK, "send", "gradients", "tp_head_reducescatter", int(ga * f * S), "backward",
+                                 False, f"GA {ga} x (t-1)/t x b s h D: its input gradient reduce-scattered", src, **kw))
+        else:
+            rows.append(Movement(0, NETWORK, "send", "gradients", "tp_head_allreduce", int(ga * 2 * f * S), "backward",
+                                 False, f"GA {ga} x 2 (t-1)/t x b s h D: the output layer's input gradient all-reduced "
+                                 "(copy_to_tensor_model_parallel_region backward)", src, **kw))
+        ce = int(ga * 3 * 2 * f * tokens * CROSS_ENTROPY_BYTES)
+        rows.append(Movement(0, NETWORK, "send", "activations", "tp_cross_entropy_allreduce", ce, "forward", False,
+                             f"GA {ga} x 3 all-reduces x 2 (t-1)/t x b s x {CROSS_ENTROPY_BYTES} B (logits_max, "
+                             "predicted_logits, sum_exp_logits)",
+                             "megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy.forward", **kw))
+    return rows
+
+
+def moe_layers_in(meta: dict, layers: tuple[int, int], last: bool) -> int:
+    """MoE layers among transformer layers [lo, hi) of a stage: every layer from
+    ``first_dense_layers`` on (DeepSeek ``first_k_dense_replace``) is MoE, plus the MTP modules
+    (``mtp_layers``) on the last stage; 0 for a dense model."""
+    if not int(meta.get("num_experts") or 0):
+        return 0
+    lo, hi = layers
+    n = max(0, hi - max(lo, int(meta.get("first_dense_layers") or 0)))
+    return n + (int(meta.get("mtp_layers") or 0) if last else 0)
+
+
+def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool) -> list[Movement]:
+    """The expert-parallel all-to-alls of one rank per optimizer step (DeepSpeed MoE, ep > 1).
+
+    ``deepspeed/moe/sharded_moe.py`` ``MOELayer.forward`` (0.19.8 :649-745): the dispatched
+    tokens, an (E, C, h) tensor in the model dtype (E experts, C = capacity slots per expert,
+    :func:`advisor.model.activations.moe_capacity`, ``_capacity`` :152-162, so E x C ~ tokens x
+    capacity_factor x top-k), go through ``_AllToAll`` over the expert-parallel group (:701,
+    dispatch) and the expert output comes back through a second one (:730, combine);
+    ``_AllToAll.backward`` (:108-109) is an all-to-all of the gradient, so backward repeats
+    both. With tensor parallelism t the duplicate tokens are dropped first (``drop_tokens(...,
+    dim=1)``, :698/:724): 1/t of the tensor. ``all_to_all_single`` keeps 1/ep of it on the rank
+    and sends the rest: per all-to-all (ep-1)/ep x E x C x h x D / t bytes. Per MoE layer and
+    micro-batch: 2 forward + 2 backward, and 2 more for a layer recomputed by checkpointing.
+    Without a capacity factor (``drop_tokens=False``: C is the busiest expert's count,
+    all-reduced MAX over the group, padded to a multiple of t and capped at the tokens, top-1
+    :247-259, top-2 :368-380) C = ceil(tokens x k / E) so padded, balanced routing: a lower bound. Empty for ep = 1, a dense model, or no sequence length."""
+    from advisor.model.activations import moe_capacity, parse_checkpointing
+    cl, wl, ec = plan.cluster, plan.workload, plan.config
+    meta = plan.inventory.meta or {}
+    ep = cl.expert_parallel
+    n = moe_layers_in(meta, layers, last)
+    if ep <= 1 or not n or not wl.seq_len or not meta.get("hidden_size"):
+        return []
+    E, k, h = int(meta["num_experts"]), int(meta.get("experts_per_token") or 1), int(meta["hidden_size"])
+    t = cl.tensor_parallel
+    b = int(wl.micro_batch or ec.train_micro_batch_size_per_gpu or 1)
+    tokens = b * -(-int(wl.seq_len) // max(1, cl.sequence_parallel))
+    cf = wl.moe_capacity_factor
+    if cf is not None:
+        C = moe_capacity(tokens, E, k, cf)
+    else:  # the balanced count, padded to a multiple of t, at most the tokens
+        C = min(tokens, -(-(-(-tokens * k // E)) // t) * t)
+    D = DTYPE_BYTES[ec.model_dtype]
+    one = E * C * h * D // t * (ep - 1) // ep
+    ga = _grad_accum(ec, cl.dp_world_size)
+    lo, hi = layers
+    mode, kk = parse_checkpointing(wl.checkpointing, hi - lo)
+    ck = kk if mode in ("full", "layers") else 0
+    ck_moe = max(0, min(hi, lo + ck) - max(lo, int(meta.get("first_dense_layers") or 0)))  # the first ck layers
+    intra = ep * t <= _ranks_per_node(plan)
+    cap = (f"C = {C} slots ({'capacity factor ' + format(cf, 'g') if cf is not None else 'dropless: tokens x k / E'}"
+           f", {tokens} tokens, top-{k}, {E} experts)")
+    src = ("deepspeed/moe/sharded_moe.py MOELayer.forward _AllToAll (dispatch :701, combine :730; backward :108-109), "
+           "_capacity :152-162")
+    frm = f"(ep-1)/ep x E x C x h x D{' / t' if t > 1 else ''} = {one:,} B; {cap}"
+    kw = dict(group="expert_parallel", intra_node=intra)
+    return [Movement(0, NETWORK, "send", "activations", "moe_alltoall_fwd", ga * n * 2 * one, "forward", False,
+                     f"GA {ga} x {n} MoE layers x 2 all-to-alls (dispatch, combine) x {frm}", src, **kw),
+            Movement(0, NETWORK, "send", "gradients", "moe_alltoall_bwd", ga * (n + ck_moe) * 2 * one, "backward",
+                     False, f"GA {ga} x ({n} MoE layers + {ck_moe} recomputed) x 2 all-to-alls x {frm}", src, **kw)]
 
 
 def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,

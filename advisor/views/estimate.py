@@ -901,5 +901,6 @@ def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) 
         d["note"] = ("tensor/pipeline parallelism: compute / (t x p x u), the tensor-parallel all-reduces and stage "
                      "sends as synchronous movements, the 1F1B bubble (p-1)/(m+p-1); the slowest stage's movements")
     elif cl.expert_parallel > 1:
-        d["note"] = "expert parallelism: the MoE all-to-alls are not in the step"
+        d["note"] = ("expert parallelism: the MoE all-to-alls (dispatch and combine, forward and backward) as "
+                     "synchronous movements over the expert-parallel group")
     return d
