@@ -528,6 +528,10 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                      + (f" (read-oriented: {', '.join(ro)}; never used for write-active state)" if ro else ""))
     if cap.host is None:
         notes.append("host memory unknown (hardware spec without host_memory_bytes): host offload not considered")
+    from advisor.rules.W001_seq_len_beyond_positions import positions_problem
+    pos = positions_problem(meta, req.seq_len)
+    if pos is not None:
+        notes.append(f"{'error' if pos[0] == 'error' else 'warning'} W001: {pos[1]}")
     combos = [c for c in enumerate_combos(nvme_ok=tier is not None)
               if cap.host is not None or (c.offload_optimizer == "none" and c.offload_param == "none")]
 
