@@ -1442,17 +1442,20 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @_opt("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
 @_opt("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
-@_opt("--model-parallel", "model_parallel", is_flag=True,
+@_opt("--model-parallel/--no-model-parallel", "model_parallel", default=True, show_default=True,
       help="Search tensor x pipeline parallel layouts too (Megatron-DeepSpeed: TP within a node dividing the "
            "heads, KV heads and MLP width; PP dividing the layers; ZeRO-0/1 with PP; Megatron SP with TP), ranked "
-           "by the same step time (TP all-reduces, stage sends, the 1F1B bubble).")
+           "by the same step time (TP all-reduces, stage sends, the 1F1B bubble). A layout is evaluated only when "
+           "its step-time lower bound could beat the best plan found, so a model ZeRO fits fast stays data "
+           "parallel; --no-model-parallel: data parallelism only.")
 @format_option("generate")
 @_release_option
 @display_options("units", "color")
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin,
              runtime_overhead, fragmentation, optimizer, precision, top, model_parallel, fmt):
-    """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing for the plans that
-    fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
+    """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing (and tensor x
+    pipeline parallelism where it could be faster, or where ZeRO alone does not fit) for the plans
+    that fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
     when `estimate` says "fits" for it (the timeline peak plus the runtime overhead rows; "tight"
     plans are rejected), so the config written is one estimate and check accept.
 

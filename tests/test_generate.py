@@ -39,6 +39,11 @@ def _hw(spec: dict | str, nodes: int, g: int):
 
 
 def _search(model: str, hw, nodes: int, g: int, batch: int, seq: int, **kw):
+    # These tests check ZeRO's choices (stage, offload, micro-batch, recompute) by arithmetic over
+    # the data-parallel ranks, so they search data parallelism only; generate's default also
+    # searches tensor/pipeline layouts (tests/test_generate_parallel.py), and e.g. 8B on 8 PCIe
+    # L40S is then faster as TP2 x PP4 than any ZeRO stage.
+    kw.setdefault("model_parallel", False)
     inv = resolve_model(model)
     req = gen.Request(global_batch=batch, seq_len=seq, nodes=nodes, gpus_per_node=g, **kw)
     return inv, req, gen.search(inv, hw, req)

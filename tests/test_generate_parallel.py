@@ -65,3 +65,52 @@ def test_the_pruning_bound_is_a_lower_bound(small_gpu_search):
     inv, hw, req, res = small_gpu_search
     for c in res.ranked:
         assert gen.layout_lower_bound(inv, hw, req, c.tp, c.pp) <= c.step_time_s * (1 + 1e-9)
+
+
+def test_the_default_searches_3d_when_zero_alone_does_not_fit(small_gpu_search):
+    """Without --model-parallel (the default), the model ZeRO alone cannot fit on 8 x 40 GB still
+    gets the 3D plan the explicit search finds (issue 17: "a model that ZeRO alone cannot fit ...
+    gets a 3D proposal")."""
+    inv, hw, req, res = small_gpu_search
+    default = gen.search(inv, hw, dataclasses.replace(req, model_parallel=gen.Request(1, 1, 1, 1).model_parallel))
+    assert default.ranked and default.best.tp * default.best.pp > 1
+    assert (default.best.tp, default.best.pp, default.best.step_time_s) == (res.best.tp, res.best.pp,
+                                                                            res.best.step_time_s)
+    only_dp = gen.search(inv, hw, dataclasses.replace(req, model_parallel=False))
+    assert not only_dp.ranked  # what the default replaced: nothing fits with ZeRO alone
+
+
+def test_the_default_keeps_data_parallelism_when_no_layout_can_be_faster():
+    """Llama-3.2-1B on one DGX H100: every layout's step-time lower bound is slower than the best
+    ZeRO plan, so none is evaluated, the best plan is the data-parallel one, and the output says
+    so (JSON: pruned_layouts with each bound)."""
+    inv = resolve_model("llama-3.2-1b")
+    hw = dataclasses.replace(resolve_hardware("dgx-h100"), nodes=1, accelerators_per_node=8)
+    req = gen.Request(global_batch=64, seq_len=2048, nodes=1, gpus_per_node=8)
+    res = gen.search(inv, hw, req)
+    dp = gen.search(inv, hw, dataclasses.replace(req, model_parallel=False))
+    assert (res.best.tp, res.best.pp) == (1, 1) and res.best.config == dp.best.config
+    assert res.evaluated == dp.evaluated  # no layout was fitted
+    assert len(res.pruned_layouts) == res.layouts - 1 == len(gen.model_parallel_layouts(inv, req)) - 1
+    fastest = min(c.step_time_s for c in dp.ranked)  # the pruning compares with the fastest plan found
+    assert all(lb > fastest * (1 + req.tie_tolerance) for _, _, lb in res.pruned_layouts)
+    assert any("considered, not needed" in n for n in res.notes)
+    assert gen.result_json(res)["pruned_layouts"][0].keys() == {"tensor_parallel", "pipeline_parallel",
+                                                               "lower_bound_step_time_s"}
+
+
+def test_the_default_takes_3d_only_when_it_is_faster_beyond_the_tie():
+    """Llama-3.1-8B on 8 PCIe L40S (no NVLink peer link in the preset's numbers): ZeRO fits (stage
+    2/3, tests/test_generate.py) but a tensor x pipeline layout is faster; the default ranks it
+    first only because its step time beats the best data-parallel plan by more than the 3 % tie
+    (ties go to the simpler, data-parallel plan)."""
+    inv = resolve_model("llama-3.1-8b")
+    hw = dataclasses.replace(resolve_hardware("l40s"), nodes=1, accelerators_per_node=8)
+    req = gen.Request(global_batch=8, seq_len=512, nodes=1, gpus_per_node=8)
+    res = gen.search(inv, hw, req)
+    dp = gen.search(inv, hw, dataclasses.replace(req, model_parallel=False))
+    assert dp.ranked
+    if res.best.tp * res.best.pp > 1:
+        assert res.best.step_time_s * (1 + req.tie_tolerance) < min(c.step_time_s for c in dp.ranked)
+    else:
+        assert res.best.config == dp.best.config

@@ -88,7 +88,8 @@ def _search(nodes: int):
     from advisor.model.specs import resolve_model
     from advisor.views import generate as gen
     inv = resolve_model("llama-3-70b")
-    req = gen.Request(global_batch=256, seq_len=4096, nodes=nodes, gpus_per_node=8)
+    # ZeRO-Offload's CPU step against ZeRO-3 without offload: data parallelism only
+    req = gen.Request(global_batch=256, seq_len=4096, nodes=nodes, gpus_per_node=8, model_parallel=False)
     return inv, gen.search(inv, resolve_hardware(f"dgx-h100:{nodes}"), req)
 
 

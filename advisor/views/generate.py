@@ -100,8 +100,10 @@ class Request:
     #: leaves out hook, launch and latency overheads, which grow with the ZeRO stage.
     tie_tolerance: float = 0.03
     #: Search tensor/pipeline-parallel layouts too (:func:`model_parallel_layouts`), not only data
-    #: parallelism (``generate --model-parallel``).
-    model_parallel: bool = False
+    #: parallelism: the default (each layout is evaluated only when its step-time lower bound could
+    #: beat the best plan found so far, so a model data parallelism fits fast stays data parallel);
+    #: False: data parallelism only (``generate --no-model-parallel``).
+    model_parallel: bool = True
     #: The runtime overhead terms of the accelerator fit (advisor.cluster.overhead.OverheadSettings;
     #: None: the cited defaults, the environment's NCCL/CUDA variables read).
     overhead: Any = None
@@ -346,6 +348,10 @@ class SearchResult:
     #: evaluated == len(ranked) + superseded + len(rejected).
     evaluated: int = 0
     superseded: int = 0
+    #: Layouts (t, p) considered, (1, 1) included, and those not evaluated because their
+    #: step-time lower bound (:func:`layout_lower_bound`, seconds) was slower than the best plan.
+    layouts: int = 1
+    pruned_layouts: list[tuple[int, int, float]] = field(default_factory=list)
 
     @property
     def best(self) -> Candidate | None:
@@ -449,7 +455,7 @@ def model_parallel_layouts(inv: Inventory, req: Request) -> list[tuple[int, int]
     and the attention heads, key/value heads and MLP width (``megatron/core/utils.py:divide``,
     :func:`advisor.model.parallel.check_tp_divisibility`); p divides the layers (equal stages)
     and p <= layers; t x p divides the world size (``utils/groups.py:_ensure_divisibility``).
-    The HF Trainer (``req.hf``) has neither, and without ``req.model_parallel``: (1, 1) only."""
+    The HF Trainer (``req.hf``) has neither, and with ``req.model_parallel`` False: (1, 1) only."""
     from advisor.model.parallel import ParallelismError, check_tp_divisibility
     if req.hf or not req.model_parallel:
         return [(1, 1)]
@@ -541,16 +547,22 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     superseded = 0
     L = int(meta["num_layers"])
     fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
-    skipped: list[str] = []
+    skipped: list[tuple[int, int, float]] = []  # (t, p, lower bound s) of the layouts pruned
     limited: list[str] = []
-    for tp, pp in model_parallel_layouts(inv, req):
+    layouts = model_parallel_layouts(inv, req)
+    bounds = {lay: layout_lower_bound(inv, hardware, req, *lay) for lay in layouts[1:]}
+    # data parallelism first (the simplest: it wins every tie), then the layouts by their lower
+    # bound, fastest first, so that a good plan is found early and prunes the rest
+    layouts = layouts[:1] + sorted(layouts[1:], key=lambda lay: (bounds[lay] is None, bounds[lay] or 0.0,
+                                                                  lay[0] * lay[1], lay[1]))
+    for tp, pp in layouts:
         mdp = req.world_size // (tp * pp)
         per_rank = req.global_batch // mdp
         if ranked and tp * pp > 1:
             best_s = min(c.step_time_s for c in ranked)
-            lb = layout_lower_bound(inv, hardware, req, tp, pp)
+            lb = bounds[(tp, pp)]
             if lb is not None and lb > best_s * (1 + req.tie_tolerance):
-                skipped.append(f"TP {tp} x PP {pp} ({lb:,.2f} s)")
+                skipped.append((tp, pp, lb))
                 continue
         cluster = Cluster(world_size=req.world_size, gpus_per_node=req.gpus_per_node, tensor_parallel=tp,
                           pipeline_parallel=pp, megatron_sequence_parallel=tp > 1)
@@ -620,10 +632,13 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                                                                   "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
                 cand.parts = parts
                 ranked.append(cand)
-    if skipped:
+    if skipped and len(skipped) == len(layouts) - 1:
+        notes.append(f"tensor/pipeline parallelism considered, not needed: each of its {len(skipped)} layouts has a "
+                     "step-time lower bound slower than the best data-parallel plan (JSON: pruned_layouts)")
+    elif skipped:
         notes.append(f"{len(skipped)} tensor/pipeline-parallel layouts not evaluated: even their lower bound (compute "
                      "/ (t x p) with the 1F1B bubble at micro-batch 1, plus the tensor-parallel all-reduces) is slower "
-                     "than the best plan: " + ", ".join(skipped))
+                     "than the best plan: " + ", ".join(f"TP {t} x PP {p} ({lb:,.2f} s)" for t, p, lb in skipped))
     if limited:
         notes.append(f"{len(limited)} stage/offload combinations not evaluated (over a documented work limit): "
                      + "; ".join(dict.fromkeys(limited)))
@@ -631,7 +646,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     if ranked and ranked[0].checkpointing != "none" and not req.hf:
         notes.append(sac_note(ranked[0].checkpointing))
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
-                          superseded=superseded)
+                          superseded=superseded, layouts=len(layouts), pruned_layouts=skipped)
     _explain_ranks(result)
     if req.hf and ranked:
         for c in ranked[:top]:
@@ -815,8 +830,12 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
     batch must split evenly) up to 64x the request; (2) a read-write NVMe tier of the size the
     best NVMe plan needs per node, when the hardware has none; (3) the longest sequence length
     (a multiple of 128, or any length below 128) that fits. Each with numbers: (text, sizes), the
-    text a sized template (:func:`advisor.findings.render_sized`) naming ``sizes`` in bytes."""
+    text a sized template (:func:`advisor.findings.render_sized`) naming ``sizes`` in bytes.
+    These searches are data parallel only (up to 64 + 20 searches: with every tensor/pipeline
+    layout each, minutes): a suggested plan fits, a 3D one might need less."""
     out: list[tuple[str, dict]] = []
+    mp_searched = req.model_parallel and not req.hf
+    req = replace(req, model_parallel=False)
     g = req.gpus_per_node
     for n in range(req.nodes + 1, req.nodes * 64 + 1):
         if req.global_batch % (n * g):
@@ -852,8 +871,10 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
         s = best_s if best_s < 128 else best_s // 128 * 128
         out.append((f"shorter sequence: --seq-len {s} (from {req.seq_len}) fits", {}))
     if not out:
-        out.append(("no single change up to 64x the nodes, an NVMe tier or a shorter sequence fits: "
-                    "use tensor/pipeline parallelism or a smaller model", {}))
+        out.append(("no single change up to 64x the nodes, an NVMe tier or a shorter sequence fits with ZeRO data "
+                    "parallelism: " + ("a smaller model (tensor/pipeline parallelism was searched on the requested "
+                                       "nodes too)" if mp_searched else
+                                       "use tensor/pipeline parallelism or a smaller model"), {}))
     return out
 
 
@@ -985,6 +1006,9 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
                       "tier": c.rejection.tier, "need": c.rejection.need, "usable": c.rejection.usable,
                       "over": c.rejection.over, "verdict": c.rejection.verdict} for c in res.rejected],
         "notes": res.notes,
+        "layouts_considered": res.layouts,
+        "pruned_layouts": [{"tensor_parallel": t, "pipeline_parallel": p, "lower_bound_step_time_s": lb}
+                           for t, p, lb in res.pruned_layouts],
         "suggestions": res.suggestions,
         "best": res.best.config if res.best else None,
     }
