@@ -156,3 +156,26 @@ def test_moe_all_to_alls_by_hand():
     assert tp2["moe_alltoall_fwd"].bytes == 32 * 2 * (8 * 1280 * 4096 * 2 // 2 * 1 // 2)
     # no expert parallelism: no all-to-all (the dispatch stays local)
     assert not any(m.item.startswith("moe_") for _, ms in movement_roles(_moe_plan(ep=1, cf=1.25)) for m in ms)
+
+
+def test_ulysses_all_to_alls_by_hand():
+    """DeepSpeed-Ulysses (sequence/layer.py DistributedAttention.forward): q, k, v and the output
+    go through an all-to-all over the u sequence-parallel ranks each, forward and backward, each
+    rank sending (u-1)/u of its (b, s/u, heads, d) tensor. Llama-3-8B (32 heads, 8 KV heads of
+    128, 32 layers) at 32,768 tokens, u = 4 on 8 ranks (DP 2, GA 1), bf16:
+    per layer 3/4 x 8,192 x (2 x 32 x 128 + 2 x 8 x 128) x 2 = 125,829,120 B."""
+    cfg = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1}}
+
+    def items(ckpt="none", sp=4):
+        plan = Plan(effective_config(cfg), resolve_model("llama-3-8b"),
+                    Cluster(world_size=8, gpus_per_node=8, sequence_parallel=sp), Workload(32768, 1, ckpt))
+        return _items(next(ms for _, ms in movement_roles(plan)))
+
+    one = 3 * 8192 * (2 * 32 * 128 + 2 * 8 * 128) * 2 // 4
+    assert one == 125_829_120
+    it = items()
+    assert it["ulysses_alltoall_fwd"].bytes == it["ulysses_alltoall_bwd"].bytes == 32 * one
+    assert it["ulysses_alltoall_fwd"].group == "sequence_parallel" and it["ulysses_alltoall_fwd"].intra_node
+    assert items("full")["ulysses_alltoall_bwd"].bytes == 64 * one  # the recomputed forward's four again
+    assert "ulysses_alltoall_fwd" not in items(sp=1)

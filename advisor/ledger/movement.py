@@ -61,6 +61,8 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   all-reduces (last stage) are counted too (:func:`_vocab_parallel_movements`).
 * Expert parallelism (DeepSpeed MoE, ``moe/sharded_moe.py``): the dispatch and combine
   all-to-alls of every MoE layer, forward and backward (:func:`moe_movements`).
+* DeepSpeed-Ulysses (``sequence_parallel_size``, ``sequence/layer.py``): the q, k, v and output
+  all-to-alls of every layer, forward and backward (:func:`ulysses_movements`).
 * Pipeline parallelism (DeepSpeed ``runtime/pipe/engine.py``): each stage but the last sends its
   output activation (b x s x h x D) per micro-batch, each but the first the input gradient
   back (``_exec_send_activations`` / ``_exec_send_grads``, ``p2p.send``). With tensor
@@ -225,7 +227,7 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     rpn = _ranks_per_node(plan, hardware)
     out = []
     L = int((plan.inventory.meta or {}).get("num_layers") or 0)
-    moe = moe_movements(plan, 0, (0, L), last=True)
+    moe = moe_movements(plan, 0, (0, L), last=True) + ulysses_movements(plan, L)
     for k, ranks in by.items():
         ms = _rank_movements(plan, ranks[0], k, akey)
         ms += [replace(m, rank=ranks[0]) for m in moe]
@@ -252,6 +254,7 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
         sub = Plan(plan.config, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
         extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
         extra += moe_movements(plan, sh.stage, sh.layers, last=sh.stage == pp - 1)
+        extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0])
         for k, zs in _rank_terms(sub).groups().items():
             granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
             ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
@@ -455,6 +458,47 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool)
                      f"GA {ga} x {n} MoE layers x 2 all-to-alls (dispatch, combine) x {frm}", src, **kw),
             Movement(0, NETWORK, "send", "gradients", "moe_alltoall_bwd", ga * (n + ck_moe) * 2 * one, "backward",
                      False, f"GA {ga} x ({n} MoE layers + {ck_moe} recomputed) x 2 all-to-alls x {frm}", src, **kw)]
+
+
+def ulysses_movements(plan: "Plan", layers: int) -> list[Movement]:
+    """DeepSpeed-Ulysses' all-to-alls of one rank per optimizer step (``sequence_parallel_size``
+    u > 1, ``layers`` transformer layers on the rank's stage).
+
+    ``deepspeed/sequence/layer.py`` ``DistributedAttention.forward``: q, k and v go through
+    ``_SeqAllToAll`` over the sequence-parallel group (sequence gathered, heads scattered) and the
+    attention output comes back through a fourth (heads gathered, sequence scattered); each is an
+    ``all_to_all_single`` (``single_all_to_all``) of the rank's (b, s/u, heads, d) tensor, of
+    which it sends (u-1)/u, and its backward is the same all-to-all of the gradient. Per layer and
+    micro-batch, forward and backward each: (u-1)/u x b x s/u x (2 a d_head + 2 kv d_head) x D / t
+    (q and the output at the a attention heads, k and v at the kv heads; heads split by tensor
+    parallelism t first); a recomputed layer repeats the forward's four. Empty for u = 1 or
+    without a sequence length."""
+    from advisor.model.activations import parse_checkpointing
+    cl, wl, ec = plan.cluster, plan.workload, plan.config
+    u = cl.sequence_parallel
+    meta = plan.inventory.meta or {}
+    if u <= 1 or not layers or not wl.seq_len or not meta.get("hidden_size") or not meta.get("num_heads"):
+        return []
+    h, a = int(meta["hidden_size"]), int(meta["num_heads"])
+    kv = int(meta.get("num_kv_heads") or a)
+    d = int(meta.get("head_dim") or h // a)
+    t = cl.tensor_parallel
+    b = int(wl.micro_batch or ec.train_micro_batch_size_per_gpu or 1)
+    s_loc = -(-int(wl.seq_len) // u)
+    D = DTYPE_BYTES[ec.model_dtype]
+    one_layer = b * s_loc * (2 * a * d + 2 * kv * d) * D // t * (u - 1) // u  # q, k, v and the output
+    ga = _grad_accum(ec, cl.dp_world_size)
+    mode, k = parse_checkpointing(wl.checkpointing, layers)
+    ck = k if mode in ("full", "layers") else 0
+    src = "deepspeed/sequence/layer.py DistributedAttention.forward, _SeqAllToAll, single_all_to_all"
+    frm = (f"(u-1)/u x b x s/u x (2 a d + 2 kv d) x D{' / t' if t > 1 else ''} = {one_layer:,} B "
+           f"(u {u}, a {a}, kv {kv}, d {d})")
+    kw = dict(group="sequence_parallel", intra_node=u * t <= _ranks_per_node(plan))
+    return [Movement(0, NETWORK, "send", "activations", "ulysses_alltoall_fwd", ga * layers * one_layer, "forward",
+                     False, f"GA {ga} x {layers} layers x 4 all-to-alls (q, k, v, output): {frm}", src, **kw),
+            Movement(0, NETWORK, "send", "gradients", "ulysses_alltoall_bwd", ga * (layers + ck) * one_layer,
+                     "backward", False, f"GA {ga} x ({layers} layers + {ck} recomputed) x 4 all-to-alls: {frm}",
+                     src, **kw)]
 
 
 def movement_for(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" = None,
