@@ -458,3 +458,23 @@ def test_formula_matches_trace_with_full_checkpointing_and_dropout(family):
 def test_formula_matches_trace_sdpa_with_dropout_on_cpu():
     tr, est, _ = _compare("llama", "sdpa", "none", 0.1)
     assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
+
+
+_GEMMA2_SELECTIVE_DROPOUT = pytest.mark.xfail(
+    strict=True, reason="known formula gap, measured: Gemma 2 with selective recompute and attention dropout peaks "
+    "4.7% above the trace (end of forward -0.2%): the core's recompute term counts more than is live at once there; "
+    "without dropout it holds")
+
+
+@pytest.mark.parametrize("family,checkpointing", [
+    pytest.param(f, ck, marks=_GEMMA2_SELECTIVE_DROPOUT if (f, ck) == ("gemma2", "selective") else ())
+    for f in FORMULA_FAMILIES for ck in ("2", "selective") if (f, ck) != ("bloom", "selective")])
+def test_formula_matches_trace_with_k_of_l_and_selective_and_dropout(family, checkpointing):
+    """Eager attention, every dropout 0.1, 4 layers: k of L ("2") and selective recompute, the
+    bounds of test_formula_matches_trace_with_selective_and_k_of_l (BLOOM's selective: the trace
+    cannot wrap its attention, test_bloom_selective_is_refused_by_the_trace)."""
+    tr, est, meta = _compare(family, "eager", checkpointing, 0.1, layers=4)
+    assert _close(est.per_layer, tr.per_layer[-1], 0.006 if meta.get("num_experts") else 0), \
+        (est.per_layer, tr.per_layer)
+    assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
+    assert _close(est.peak_accelerator, tr.peak, 0.015), (est.peak_accelerator, tr.peak)
