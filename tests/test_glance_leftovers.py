@@ -230,3 +230,26 @@ def test_m003_zero3_bucket_exists_only_with_contiguous_gradients(tmp_path):
         d = json.loads(run_cli(["lint", str(cfg), "--params", "1000000", "--world-size", "1", "--format", "json",
                                 *V]).stdout)
         assert any(f["code"] == "M003" for f in d["files"][0]["findings"]) == fires, (contiguous, d)
+
+
+def test_a_folded_line_never_splits_a_number_from_its_unit():
+    """check's overhead lines at 60 columns folded "(band 0.03 | GB-0.54 GB)": a number and its
+    unit are one word for the folding (style.wrap), each size still whole, no word lost."""
+    from advisor.render.style import wrap
+
+    line = ("          + NCCL communicator buffers 0.27 GB (band 0.03 GB-0.54 GB): 1 communicator(s) x 16 "
+            "channels x 2 (send, recv) x NCCL_BUFFSIZE 4,194,304 B x 2 protocols, 12.3 s, 1,234.56 GiB")
+    for cols in range(40, 90):
+        out = wrap(line, cols)
+        assert " ".join(out.split()) == " ".join(line.split())
+        for x in out.splitlines():
+            assert not x.rstrip().endswith(("0.27", "0.03", "4,194,304", "12.3", "1,234.56")), (cols, x)
+            assert len(x) <= cols, (cols, x)
+
+
+def test_check_names_the_parameter_count_once():
+    """--params 1000000: the model is named by its count; "(1,000,000 parameters)" repeated it."""
+    p = run_cli(["check", "config.json", "--params", "1000000", "--world-size", "1", "--gpu-memory", "80GB",
+                 "--host-memory", "64GB", *V], cwd=C06)
+    first = p.stdout.splitlines()[0]
+    assert first.count("1,000,000") == 1, first

@@ -53,20 +53,25 @@ def wrap(text: str, columns: int, hang: int = 4,
          keep: "frozenset[str] | set[str] | Callable[[str], bool]" = frozenset()) -> str:
     """``text`` folded at word boundaries to ``columns``, continuation lines indented by its own
     leading spaces plus ``hang`` (so a wrapped finding or assumption still reads as one item).
-    Lines already short enough, table rows (box-drawing characters) and the lines in ``keep``
+    A number is never split from its unit ("0.03 GB", "12.3 s"). Lines already short enough,
+    table rows (box-drawing characters) and the lines in ``keep``
     (an unreadable file's one-line error, which scripts grep for; a set of lines or a predicate)
     are left alone."""
+    import re
     import textwrap
 
     kept = keep if callable(keep) else keep.__contains__
+    nb = "\u00a0"  # textwrap breaks at ASCII whitespace only: a number and its unit stay on one line
+    glue = re.compile(r"(?<=\d) (?=(?:[KMGTP]i?B|[kMGT]B|B|s|h|min|ms|days|%)(?![\w]))")
     out = []
     for line in text.split("\n"):
         if len(line) <= columns or kept(line) or any(c in line for c in "│┃┏┗└┡"):
             out.append(line)
             continue
         lead = len(line) - len(line.lstrip(" "))
-        out.append(textwrap.fill(line[lead:], columns, initial_indent=" " * lead, subsequent_indent=" " * (lead + hang),
-                                 break_on_hyphens=False, break_long_words=False))  # the indent kept
+        out.append(textwrap.fill(glue.sub(nb, line[lead:]), columns, initial_indent=" " * lead,
+                                 subsequent_indent=" " * (lead + hang), break_on_hyphens=False,
+                                 break_long_words=False).replace(nb, " "))  # the indent kept
     return "\n".join(out)
 
 

@@ -325,7 +325,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                           f"its partition; --format json lists every rank)")
         if d["fit"]:
             console.print(fit_table(d["fit"], units, cols))
-            for f in d["fit"]:  # where each runtime overhead row comes from
+            for f in d["fit"]:  # where each runtime overhead row comes from, under its tier's name
+                if f.get("overhead"):
+                    console.print(f"  where the {f['tier']} rows' runtime overheads come from:", markup=False)
                 for t in f.get("overhead") or []:
                     band = "" if t["low"] == t["high"] else f" (band {size(t['low'], units)}-{size(t['high'], units)})"
                     console.print(f"  + {t['name']}{band}: {t['formula']} [{t['source']}]", markup=False)
@@ -604,7 +606,8 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
     def gb(n: int | float) -> str:
         return size(n, units)
 
-    L: list[str] = [f"ds-advisor check: {r.source}, model {r.model} ({r.parameters:,} parameters)", "launch shape"]
+    count = "" if f"{r.parameters:,}" in str(r.model) else f" ({r.parameters:,} parameters)"  # said once
+    L: list[str] = [f"ds-advisor check: {r.source}, model {r.model}{count}", "launch shape"]
     ls = r.launch
     L.append(f"  world size       {_val(ls.world_size)}")
     L.append(f"  ranks per node   {_val(ls.gpus_per_node)}")
