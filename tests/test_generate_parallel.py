@@ -114,3 +114,23 @@ def test_the_default_takes_3d_only_when_it_is_faster_beyond_the_tie():
         assert res.best.step_time_s * (1 + req.tie_tolerance) < min(c.step_time_s for c in dp.ranked)
     else:
         assert res.best.config == dp.best.config
+
+
+def test_a_combo_is_pruned_only_when_its_least_memory_plan_does_not_fit(small_gpu_search):
+    """generate probes a stage/offload combo with its least-memory plan (the smallest micro-batch,
+    every layer recomputed) when its first plan does not fit, and skips the rest of the combo when
+    the probe does not fit either. The premise, checked with estimate's own fit: every other plan
+    of such a combo (other micro-batches, other recompute settings) does not fit either."""
+    from advisor.plan import Cluster, Plan, Workload
+    from advisor.views.estimate import plan_fit
+    from advisor.config.effective import effective_config
+
+    inv, hw, req, res = small_gpu_search
+    cap = gen._capacity(hw, gen.choose_nvme_tier(hw))
+    probes = [c for c in res.rejected if c.tp == 1 and c.pp == 1 and c.micro == 1 and c.checkpointing == "full"]
+    assert probes, "ZeRO alone fits nothing here: its combos are pruned by their probe"
+    for p in probes[:3]:
+        for micro, ck in ((2, "full"), (1, "16"), (1, "selective"), (1, "none")):
+            cfg = gen.build_config(p.combo, micro, 2 // micro, 8, ck, inv, req, None)  # 16 = micro x GA x 8
+            plan = Plan(effective_config(cfg), inv, Cluster(8, 8), Workload(req.seq_len, micro, ck))
+            assert plan_fit(plan, cap).verdict != "fits", (p.combo, micro, ck)

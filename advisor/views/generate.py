@@ -14,6 +14,11 @@ DeepSpeed integration sets them (``transformers/integrations/deepspeed.py``
 ``trainer_config_finalize``): ``reduce_bucket_size = h^2``, ``stage3_prefetch_bucket_size =
 int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h`` (elements).
 
+Pruning (none changes which plans rank): tensor x pipeline layouts are tried by their step-time
+lower bound and skipped when it cannot beat the best plan found (:func:`layout_lower_bound`); a
+stage/offload combo whose first plan does not fit is probed with its least-memory plan (smallest
+micro-batch, full recompute) and skipped when that does not fit either.
+
 Per plan, the fit is estimate's own (:func:`advisor.views.estimate.plan_fit`): the config is built,
 the ledger, activations and step timeline computed, and the fit rows judged against the
 hardware's capacities (accelerator per rank: the timeline peak plus the runtime overhead rows,
@@ -577,34 +582,59 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             # plan's GA).
             led_cache: dict[bool, Ledger] = {}
             fitting: list[Candidate] = []
-            for b in reversed(micros):  # largest micro-batch first: memory falls with b
-                ga = per_rank // b
+            done: dict[tuple[int, str], Candidate] = {}  # (micro-batch, recompute) -> its fitted candidate
 
+            def evaluate(b: int, ck: str) -> Candidate:
+                nonlocal evaluated
+                if (b, ck) in done:
+                    return done[(b, ck)]
+                ga = per_rank // b
+                cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path)
+                plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
+                hit = led_cache.get(ga > 1)
+                if hit is not None:
+                    plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
+                                                    list(hit.excluded))
+                pf = plan_fit(plan, cap, overhead, hf=req.hf)
+                evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
+                led_cache.setdefault(ga > 1, pf.ledger)
+                rows = {r.tier: r for r in pf.rows}
+                a = pf.activations
+                cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, accelerator=rows["accelerator"].need,
+                                 host=rows["host"].need if "host" in rows else 0,
+                                 nvme=rows["nvme"].need if "nvme" in rows else 0,
+                                 activations=a.peak_accelerator if a is not None else 0,
+                                 states_source="estimate's fit (advisor.views.estimate.plan_fit)")
+                cand.rejection = _rejection(pf)
+                cand.config = cfg
+                fitted[id(cand)] = (plan, a)
+                done[(b, ck)] = cand
+                return cand
+
+            # The combo's least memory: the smallest micro-batch, every layer recomputed (memory grows
+            # with b and with what recompute keeps; under 1F1B min(P - stage, G / b) x b in flight
+            # grows with b too). If even that does not fit, no plan of the combo does: one fit, not
+            # one per micro-batch and recompute setting.
+            # Probed only when the search's own first plan (the largest micro-batch, no recompute)
+            # does not fit: a combo whose first plan fits needs no probe.
+            try:
+                probe = None
+                if evaluate(micros[-1], "none").rejection is not None:
+                    probe = evaluate(micros[0], "full")
+            except WorkLimitError as e:
+                limited.append(f"{e} (offload {combo.label()}" + (f", TP {tp} x PP {pp})" if tp * pp > 1 else ")"))
+                continue
+            if probe is not None and probe.rejection is not None:
+                rejected.extend(done.values())  # the first plan and the probe: neither fits
+                continue
+            counted: set[int] = set()
+            for b in reversed(micros):  # largest micro-batch first: memory falls with b
                 tried: list[Candidate] = []  # this (combo, micro-batch)'s candidates, in order
 
                 def candidate(ck: str) -> Candidate:
-                    nonlocal evaluated
-                    cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path)
-                    plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
-                    hit = led_cache.get(ga > 1)
-                    if hit is not None:
-                        plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
-                                                        list(hit.excluded))
-                    pf = plan_fit(plan, cap, overhead, hf=req.hf)
-                    evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
-                    led_cache.setdefault(ga > 1, pf.ledger)
-                    rows = {r.tier: r for r in pf.rows}
-                    a = pf.activations
-                    cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, accelerator=rows["accelerator"].need,
-                                     host=rows["host"].need if "host" in rows else 0,
-                                     nvme=rows["nvme"].need if "nvme" in rows else 0,
-                                     activations=a.peak_accelerator if a is not None else 0,
-                                     states_source="estimate's fit (advisor.views.estimate.plan_fit)")
-                    cand.rejection = _rejection(pf)
-                    cand.config = cfg
-                    fitted[id(cand)] = (plan, a)
-                    tried.append(cand)
-                    return cand
+                    c = evaluate(b, ck)
+                    tried.append(c)
+                    return c
 
                 try:
                     chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
@@ -616,6 +646,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     fitting = []
                     break
                 for c in tried:  # every candidate is counted once: ranked, superseded or rejected
+                    counted.add(id(c))
                     if c is chosen:
                         continue
                     if c.rejection is None:
@@ -624,6 +655,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                         rejected.append(c)
                 if chosen is not None:
                     fitting.append(chosen)
+            if probe is not None and id(probe) not in counted:  # it fits; a cheaper recompute at its micro-batch won
+                superseded += 1
             for cand in fitting:
                 plan, a = fitted[id(cand)]
                 parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0)
