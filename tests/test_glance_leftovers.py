@@ -247,6 +247,17 @@ def test_a_folded_line_never_splits_a_number_from_its_unit():
             assert len(x) <= cols, (cols, x)
 
 
+def test_a_record_never_splits_a_number_from_its_unit():
+    """generate's "why" cell, the prose at the end of a record, folded "compute 0.31 | s of 0.32 s"
+    at 60 columns: the records fold it with each size whole."""
+    from advisor.render.style import records
+
+    rows = [("#", "stage", "why"), ("1", "0", "within 3% of the fastest and simplest; compute 0.31 s of 0.32 s")]
+    for cols in range(30, 70):
+        for x in records(rows, cols):
+            assert not x.rstrip().endswith(("0.31", "0.32")), (cols, x)
+
+
 def test_check_names_the_parameter_count_once():
     """--params 1000000: the model is named by its count; "(1,000,000 parameters)" repeated it."""
     p = run_cli(["check", "config.json", "--params", "1000000", "--world-size", "1", "--gpu-memory", "80GB",

@@ -10,6 +10,7 @@ Renderers built on rich use the style names; plain-text renderers wrap a word wi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from typing import IO, Callable
 
@@ -49,6 +50,12 @@ def width(stream: IO[str]) -> int:
     return int(cols) if cols.isdigit() and 40 <= int(cols) <= 400 else PIPE_WIDTH
 
 
+#: A no-break space: textwrap breaks at ASCII whitespace only, so words joined by it fold as one.
+NB = "\u00a0"
+#: The space between a number and its unit ("0.03 GB", "12.3 s"), which folding never breaks.
+UNIT_GAP = re.compile(r"(?<=\d) (?=(?:[KMGTP]i?B|[kMGT]B|B|s|h|min|ms|days|%)(?!\w))")
+
+
 def wrap(text: str, columns: int, hang: int = 4,
          keep: "frozenset[str] | set[str] | Callable[[str], bool]" = frozenset()) -> str:
     """``text`` folded at word boundaries to ``columns``, continuation lines indented by its own
@@ -57,12 +64,10 @@ def wrap(text: str, columns: int, hang: int = 4,
     table rows (box-drawing characters) and the lines in ``keep``
     (an unreadable file's one-line error, which scripts grep for; a set of lines or a predicate)
     are left alone."""
-    import re
     import textwrap
 
     kept = keep if callable(keep) else keep.__contains__
-    nb = "\u00a0"  # textwrap breaks at ASCII whitespace only: a number and its unit stay on one line
-    glue = re.compile(r"(?<=\d) (?=(?:[KMGTP]i?B|[kMGT]B|B|s|h|min|ms|days|%)(?![\w]))")
+    nb, glue = NB, UNIT_GAP  # textwrap breaks at ASCII whitespace only: a number and its unit stay on one line
     out = []
     for line in text.split("\n"):
         if len(line) <= columns or kept(line) or any(c in line for c in "│┃┏┗└┡"):
@@ -157,7 +162,7 @@ def records(rows: list[tuple[str, ...]], cols: int) -> list[str]:
                 continue
             label = " ".join((head[i] if i < len(head) else "").split())  # a two-line header: one label
             value = r[i].strip()
-            glued = value.replace(" ", nb) if i < len(r) - 1 else value  # prose may fold inside itself
+            glued = value.replace(" ", nb) if i < len(r) - 1 else UNIT_GAP.sub(nb, value)  # prose may fold
             parts.append((label.replace(" ", nb) + ":" + nb if label else "") + glued)
         text = "  ".join(parts)
         out.extend(x.replace(nb, " ") for x in textwrap.wrap(text, cols, subsequent_indent=" " * 4,
