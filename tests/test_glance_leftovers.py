@@ -264,3 +264,24 @@ def test_check_names_the_parameter_count_once():
                  "--host-memory", "64GB", *V], cwd=C06)
     first = p.stdout.splitlines()[0]
     assert first.count("1,000,000") == 1, first
+
+
+@pytest.mark.parametrize("code", ["B001", "M003", "M101"])
+def test_explain_refills_paragraphs_to_a_narrow_terminal(code):
+    """explain at 60 columns: each paragraph is refilled (its source is hard-wrapped near 100), so
+    a line followed by more of the same paragraph has no room left for the next word (10 columns
+    of slack for the markup dropped after folding); it folded each source line alone, leaving
+    stubs like "  inside deepspeed.initialize), with" before "W the data-parallel ..."."""
+    from advisor.render.explain import rst_text
+    from advisor.rules import all_rules
+
+    rule = all_rules()[code]
+    text = rst_text(rule.explanation(), cols=60)
+    lines = text.splitlines()
+    assert all(len(x) <= 60 or x.startswith("    ") for x in lines), lines  # literal blocks stay verbatim
+    for a, b in zip(lines, lines[1:]):
+        if not a.strip() or not b.strip() or b.lstrip().startswith(("* ", "- ", '"')) or a.startswith("    "):
+            continue
+        if (len(b) - len(b.lstrip())) not in (0, 2):  # a literal block
+            continue
+        assert len(a) + 1 + len(b.split()[0]) > 50, (a, b)

@@ -61,6 +61,37 @@ def _parts(doc: str) -> list[tuple[str, list[str]]]:
     return parts
 
 
+_BULLETS = ("* ", "- ")
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """The prose ``lines`` as one line per paragraph or bullet item (blank lines kept): a source
+    hard-wrapped at 100 columns refills to any width, instead of each of its lines folding alone
+    (at 60 columns every second line came out a ragged stub). An item starts at a blank line's
+    end, at a bullet, or where the indentation changes outside a bullet's continuation."""
+    out: list[str] = []
+    bullet_at: int | None = None  # the indent of the current bullet's text
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if not line.strip():
+            out.append("")
+            bullet_at = None
+            continue
+        if line.lstrip().startswith(_BULLETS):
+            out.append(line.rstrip())
+            bullet_at = indent + 2
+            continue
+        prev = out[-1] if out else ""
+        prev_indent = len(prev) - len(prev.lstrip())
+        joins = prev.strip() and (indent == bullet_at if bullet_at is not None else indent == prev_indent)
+        if joins:
+            out[-1] = prev.rstrip() + " " + line.strip()
+        else:
+            out.append(line.rstrip())
+            bullet_at = None
+    return out
+
+
 def rst_text(doc: str, color: bool = False, cols: int | None = None) -> str:
     """``doc`` (the RST subset above) as plain text; with ``color``, literals bold cyan, strong
     bold and emphasis italic (ANSI). With ``cols``, prose is folded to that width (continuation
@@ -76,8 +107,9 @@ def rst_text(doc: str, color: bool = False, cols: int | None = None) -> str:
         text = "\n".join(lines)
         if kind == "text":
             text = _ROLE.sub(_role_target, text)
-            if cols:  # fold the source, then drop the markup: no line grows past cols
-                text = wrap(text, cols, hang=2)
+            if cols:  # refill each paragraph and bullet to cols, then drop the markup: no line grows past cols
+                text = "\n".join(wrap(x, cols, hang=2 if x.lstrip().startswith(_BULLETS) else 0)
+                                  for x in _paragraphs(lines))
             text = _LITERAL.sub(lit, _EMPHASIS.sub(emph, _STRONG.sub(strong, text)))
         out.append(text)
     return "\n".join(out)

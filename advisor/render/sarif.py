@@ -50,11 +50,12 @@ def rule_descriptors() -> list[dict[str, Any]]:
     from advisor.rules import all_rules
 
     from advisor.render.explain import rst_markdown, rst_text
+    from advisor.render.style import PIPE_WIDTH
 
     out: list[dict[str, Any]] = []
     for code, rule in all_rules().items():
         doc = rule.explanation() or rule.name
-        text = rst_text(doc)  # plain text, as `ds-advisor explain CODE` prints it (no RST markup)
+        text = rst_text(doc, cols=PIPE_WIDTH)  # plain text, as `ds-advisor explain CODE` prints it piped
         out.append({
             "id": code,
             "name": rule.name,
