@@ -254,6 +254,17 @@ def _check_sets(ctx, param, value):
 
 #: name -> (declarations, click.option keywords). :func:`option` adds one, with per-command
 #: overrides of its help (where a command's default differs) or ``required``.
+
+class _SpelledChoice(click.Choice):
+    """A case-insensitive Choice shown and named as its choices are spelled ("[GiB|GB]", "is not
+    GiB or GB"): click lower-cases them ("[gib|gb]"), which reads as another unit."""
+
+    def get_metavar(self, param, ctx=None):  # noqa: D102 - click's hook
+        return "[" + "|".join(self.choices) + "]"
+
+    def get_invalid_choice_message(self, value, ctx):  # noqa: D102 - click's hook
+        return f"{value!r} is not {' or '.join(self.choices)}"
+
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "model": (("--model",), dict(help=MODEL_HELP)),
     "params": (("--params",), dict(type=click.IntRange(min=1, max=MAX_PARAMS),
@@ -310,7 +321,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
              "true/false/null, \"quoted strings\", {objects} and [arrays] as JSON; anything else is the string "
              "as written (AdamW); nan/inf (any case) and 1e999 are refused. Each value is validated as the "
              "config file's would be (types, ranges, unknown keys, limits): one that is not is exit 2.")),
-    "units": (("--units",), dict(type=click.Choice(["GiB", "GB"], case_sensitive=False), default="GiB",
+    "units": (("--units",), dict(type=_SpelledChoice(["GiB", "GB"], case_sensitive=False), default="GiB",
                                  show_default=True, help="Unit of every byte figure in the text report: GiB = 2^30 "
                                                          "bytes (what PyTorch and nvidia-smi count), GB = 1e9 bytes.")),
     "color": (("--color",), dict(type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,

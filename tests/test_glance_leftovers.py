@@ -285,3 +285,12 @@ def test_explain_refills_paragraphs_to_a_narrow_terminal(code):
         if (len(b) - len(b.lstrip())) not in (0, 2):  # a literal block
             continue
         assert len(a) + 1 + len(b.split()[0]) > 50, (a, b)
+
+
+def test_units_choice_is_shown_as_spelled():
+    """--units is case-insensitive, but its help and error name GiB and GB as written; click
+    lower-cased them ("[gib|gb]", "is not one of 'gib', 'gb'")."""
+    h = run_cli(["estimate", "--help"]).stdout
+    assert "--units [GiB|GB]" in h and "[gib|gb]" not in h
+    p = run_cli(["estimate", "x.json", "--params", "5", "--units", "gx"])
+    assert p.returncode == 2 and "'gx' is not GiB or GB" in p.stderr, p.stderr
