@@ -635,7 +635,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                                f"{given_par}: DeepSpeed asserts \"{ws} is not divisible by {given_par}\" "
                                "(utils/groups.py:_ensure_divisibility; rule G002)")
     lint_sp = sp
-    if ws % (given_par * sp):  # only the config's sequence_parallel_size is left to blame
+    # only the config's sequence_parallel_size is left to blame (a flag's or the sidecar's is in
+    # given_par already: multiplying it in again turned a valid SP 8 on 8 ranks into SP 1)
+    if sp_from_config and ws % (given_par * sp):
         sp = 1
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
@@ -1532,7 +1534,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
             # what the plan assumed, for check / estimate to read back (advisor.views.workload)
             side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
                                           "attention": "flash", "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
-                                          "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": b.tp > 1},
+                                          "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1},
                                  force=force)
         except FileExistsError as e:
             raise _fail(str(e))

@@ -49,10 +49,12 @@ def small_gpu_search():
 def test_a_model_zero_cannot_fit_gets_a_3d_plan(small_gpu_search):
     inv, hw, req, res = small_gpu_search
     assert res.ranked, res.notes
-    assert all(c.tp * c.pp > 1 for c in res.ranked)  # no data-parallel-only plan fits
-    assert any(c.tp == 1 and c.pp == 1 for c in res.rejected)
+    # no data-parallel-only plan fits (Ulysses, sp > 1, counts as model parallel: it is searched
+    # here because nothing else fits without recompute, and ranks first at 8k tokens)
+    assert all(c.tp * c.pp * c.sp > 1 for c in res.ranked)
+    assert any(c.tp == 1 and c.pp == 1 and c.sp == 1 for c in res.rejected)
     for c in res.ranked:
-        dp = 8 // (c.tp * c.pp)
+        dp = 8 // (c.tp * c.pp * c.sp)
         # DeepSpeed's batch rule over the data-parallel ranks only
         assert c.config["train_batch_size"] == c.micro * c.ga * dp == 16
         if c.pp > 1:  # the PipelineEngine asserts ZeRO stage < 2 (G001)
@@ -73,9 +75,8 @@ def test_the_default_searches_3d_when_zero_alone_does_not_fit(small_gpu_search):
     gets a 3D proposal")."""
     inv, hw, req, res = small_gpu_search
     default = gen.search(inv, hw, dataclasses.replace(req, model_parallel=gen.Request(1, 1, 1, 1).model_parallel))
-    assert default.ranked and default.best.tp * default.best.pp > 1
-    assert (default.best.tp, default.best.pp, default.best.step_time_s) == (res.best.tp, res.best.pp,
-                                                                            res.best.step_time_s)
+    assert default.ranked and default.best.tp * default.best.pp * default.best.sp > 1
+    assert (default.best.layout(), default.best.step_time_s) == (res.best.layout(), res.best.step_time_s)
     only_dp = gen.search(inv, hw, dataclasses.replace(req, model_parallel=False))
     assert not only_dp.ranked  # what the default replaced: nothing fits with ZeRO alone
 
@@ -134,3 +135,72 @@ def test_a_combo_is_pruned_only_when_its_least_memory_plan_does_not_fit(small_gp
             cfg = gen.build_config(p.combo, micro, 2 // micro, 8, ck, inv, req, None)  # 16 = micro x GA x 8
             plan = Plan(effective_config(cfg), inv, Cluster(8, 8), Workload(req.seq_len, micro, ck))
             assert plan_fit(plan, cap).verdict != "fits", (p.combo, micro, ck)
+
+
+def test_ulysses_degrees_by_hand():
+    """u divides the GPUs per node, the heads and KV heads, the world and the sequence, and world / u
+    divides the global batch. Llama-3-8B: 32 heads, 8 KV heads; Qwen2.5-7B: 28 heads, 4 KV heads."""
+    req = gen.Request(global_batch=8, seq_len=131072, nodes=1, gpus_per_node=8)
+    assert gen.ulysses_degrees(resolve_model("llama-3-8b"), req) == [2, 4, 8]
+    assert gen.ulysses_degrees(resolve_model("qwen2.5-7b"), req) == [2, 4]
+    assert gen.ulysses_degrees(resolve_model("llama-3-8b"), dataclasses.replace(req, global_batch=2)) == [4, 8]
+    assert gen.ulysses_degrees(resolve_model("llama-3-8b"), dataclasses.replace(req, model_parallel=False)) == []
+
+
+@pytest.fixture(scope="module")
+def long_sequence_search():
+    """Llama-3-8B at 131,072 tokens on one DGX H100: every plan without Ulysses recomputes."""
+    inv = resolve_model("llama-3-8b")
+    hw = dataclasses.replace(resolve_hardware("dgx-h100"), nodes=1, accelerators_per_node=8)
+    req = gen.Request(global_batch=8, seq_len=131072, nodes=1, gpus_per_node=8)
+    return inv, hw, req, gen.search(inv, hw, req)
+
+
+def test_long_sequences_search_ulysses_and_deepspeed_accepts_the_batch(long_sequence_search, monkeypatch):
+    inv, hw, req, res = long_sequence_search
+    uly = [c for c in res.ranked if c.sp > 1]
+    assert uly, "Ulysses layouts are searched when the fastest plan recomputes"
+    assert all(c.checkpointing != "none" for c in res.ranked if c.sp == 1)
+    ds = pytest.importorskip("deepspeed")  # DeepSpeed's own batch check at world 8 without an mpu
+    from deepspeed.runtime import config as ds_config
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: 8)
+    for c in uly[:3]:
+        cfg = c.config
+        assert cfg["sequence_parallel_size"] == c.sp
+        assert cfg["train_batch_size"] == c.micro * c.ga * (8 // c.sp) == 8
+        ds_config.DeepSpeedConfig(dict(cfg))  # runtime/config.py: world 8 / sp, then the batch triple asserts
+    assert ds is not None
+
+
+def test_short_sequences_do_not_search_ulysses():
+    inv = resolve_model("llama-3.2-1b")
+    hw = dataclasses.replace(resolve_hardware("dgx-h100"), nodes=1, accelerators_per_node=8)
+    res = gen.search(inv, hw, gen.Request(global_batch=64, seq_len=2048, nodes=1, gpus_per_node=8))
+    assert res.best.checkpointing == "none"
+    assert not any(c.sp > 1 for c in res.ranked + res.rejected)
+
+
+def test_ulysses_plan_round_trip_through_lint_and_estimate(tmp_path):
+    """generate -o writes sequence_parallel_size and the sidecar's sequence_parallel; lint checks the
+    batch over world / sp ranks as DeepSpeed does without an mpu (runtime/config.py :468-469), and
+    estimate reads the sidecar's sp back (it used to multiply it in twice and fall back to sp 1,
+    then report B001 and refuse)."""
+    import json
+
+    from tests.conftest import run_cli
+    out = tmp_path / "ds.json"
+    p = run_cli(["generate", "--model", "llama-3-8b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "8", "--seq-len", "131072", "-o", str(out)], cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr
+    cfg = json.loads(out.read_text())
+    side = json.loads((tmp_path / "ds.workload.json").read_text())
+    assert cfg.get("sequence_parallel_size", 1) == side["sequence_parallel"]
+    assert side["sequence_parallel"] > 1  # the best plan at 128k tokens is Ulysses (long_sequence_search)
+    lint = run_cli(["lint", str(out), "--world-size", "8"], cwd=tmp_path)
+    assert lint.returncode == 0, lint.stdout
+    est = run_cli(["estimate", str(out), "--model", "llama-3-8b", "--world-size", "8", "--hardware", "dgx-h100",
+                   "--format", "json"], cwd=tmp_path)
+    d = json.loads(est.stdout)
+    assert not [f for f in d["findings"] if f["code"] == "B001"]
+    assert {f["tier"]: f["verdict"] for f in d["fit"]}["accelerator"] == "fits"

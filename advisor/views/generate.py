@@ -196,10 +196,13 @@ def param_buffer_size_for(inv: Inventory, w: int, dtype_bytes: int) -> int:
 
 
 def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str, inv: Inventory,
-                 req: Request, nvme_path: str | None, hf: bool = False) -> dict[str, Any]:
+                 req: Request, nvme_path: str | None, hf: bool = False, sp: int = 1) -> dict[str, Any]:
     """The DeepSpeed config dict of one plan (``hf``: "auto" where the HF Trainer fills values in:
     batch sizes, gradient_clipping, optimizer params, precision ``enabled``, and the three
-    hidden-size based zero keys)."""
+    hidden-size based zero keys). ``sp`` > 1: DeepSpeed-Ulysses ``sequence_parallel_size``, with
+    which DeepSpeed checks the batch over world / sp ranks (``runtime/config.py``
+    ``DeepSpeedConfig.__init__`` :468-469: ``world_size = dist.get_world_size() / sequence_parallel_size``);
+    ``dp`` is that data-parallel size."""
     h = int(inv.meta["hidden_size"])
     A = "auto"
     hs = hidden_sizes(h)
@@ -245,6 +248,8 @@ def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str,
         cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                            "contiguous_memory_optimization": False,
                                            "synchronize_checkpoint_boundary": False}
+    if sp > 1:
+        cfg["sequence_parallel_size"] = sp
     cfg["steps_per_print"] = 100
     cfg["wall_clock_breakdown"] = False
     return cfg
@@ -311,18 +316,22 @@ class Candidate:
     cpu_optimizer: dict[str, float] = field(default_factory=dict)
     rejection: Rejection | None = None
     config: dict[str, Any] | None = None
-    #: Tensor and pipeline parallel degrees (Megatron sequence parallelism with every t > 1).
+    #: Tensor and pipeline parallel degrees (Megatron sequence parallelism with every t > 1), and
+    #: DeepSpeed-Ulysses ``sequence_parallel_size``.
     tp: int = 1
     pp: int = 1
+    sp: int = 1
 
     def layout(self) -> str:
         """"-" for data parallelism only, else e.g. "TP8 PP2" (+SP: Megatron sequence parallelism)."""
-        if self.tp == 1 and self.pp == 1:
+        if self.tp == 1 and self.pp == 1 and self.sp == 1:
             return "-"
-        return " ".join(x for x in (f"TP{self.tp}+SP" if self.tp > 1 else "", f"PP{self.pp}" if self.pp > 1 else "") if x)
+        return " ".join(x for x in (f"TP{self.tp}+SP" if self.tp > 1 else "", f"PP{self.pp}" if self.pp > 1 else "",
+                                    f"Ulysses{self.sp}" if self.sp > 1 else "") if x)
 
     def row(self) -> dict[str, Any]:
         return {"tensor_parallel": self.tp, "pipeline_parallel": self.pp, "megatron_sp": self.tp > 1,
+                "sequence_parallel": self.sp,
                 "stage": self.combo.stage, "offload_optimizer": self.combo.offload_optimizer,
                 "offload_param": self.combo.offload_param, "micro_batch": self.micro,
                 "gradient_accumulation": self.ga, "checkpointing": self.checkpointing,
@@ -477,6 +486,29 @@ def model_parallel_layouts(inv: Inventory, req: Request) -> list[tuple[int, int]
     return sorted(out, key=lambda x: (x[0] * x[1], x[1]))
 
 
+def ulysses_degrees(inv: Inventory, req: Request) -> list[int]:
+    """DeepSpeed-Ulysses degrees u > 1 generate tries (with t = p = 1: ZeRO over DP x SP, as the
+    HF/ALST integration runs it): u divides the GPUs per node (its all-to-alls stay on the peer
+    link), the attention heads and the key/value heads (``sequence/layer.py`` scatters heads over
+    the group; an uneven head count takes a slower path without overlap), the world size, and
+    the data-parallel size world / u divides the global batch, and u divides the sequence (each
+    rank holds s / u tokens). None for the HF Trainer path
+    (``req.hf``) or with ``req.model_parallel`` False."""
+    if req.hf or not req.model_parallel:
+        return []
+    meta = inv.meta or {}
+    a = int(meta.get("num_heads") or 0)
+    kv = int(meta.get("num_kv_heads") or a)
+    out = []
+    for u in divisors(req.gpus_per_node):
+        if u == 1 or not a or a % u or kv % u or req.world_size % u or req.seq_len % u:
+            continue
+        if req.global_batch % (req.world_size // u):
+            continue
+        out.append(u)
+    return out
+
+
 def _shard_inventory(inv: Inventory, tp: int, pp: int) -> Inventory:
     """Stage 0's tensor-parallel shard (the sizes of the config's buckets and sub-groups)."""
     from advisor.model.parallel import shard
@@ -560,17 +592,35 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     # bound, fastest first, so that a good plan is found early and prunes the rest
     layouts = layouts[:1] + sorted(layouts[1:], key=lambda lay: (bounds[lay] is None, bounds[lay] or 0.0,
                                                                   lay[0] * lay[1], lay[1]))
-    for tp, pp in layouts:
-        mdp = req.world_size // (tp * pp)
+    queue: list[tuple[int, int, int]] = [(t, p, 1) for t, p in layouts]
+    ulysses_added = False
+    qi = 0
+    while True:
+        if qi == len(queue):
+            if ulysses_added:
+                break
+            # DeepSpeed-Ulysses only helps where activations bind (compute per rank is the same as
+            # data parallelism; it adds all-to-alls): searched when nothing fits or the fastest plan
+            # recomputes, e.g. at long sequences
+            ulysses_added = True
+            fastest_now = min(ranked, key=lambda c: c.step_time_s) if ranked else None
+            if fastest_now is None or fastest_now.checkpointing != "none":
+                queue += [(1, 1, u) for u in ulysses_degrees(inv, req)]
+            if qi == len(queue):
+                break
+        tp, pp, sp = queue[qi]
+        qi += 1
+        mdp = req.world_size // (tp * pp * sp)
         per_rank = req.global_batch // mdp
-        if ranked and tp * pp > 1:
+        if ranked and tp * pp * sp > 1:
             best_s = min(c.step_time_s for c in ranked)
-            lb = bounds[(tp, pp)]
+            lb = bounds[(tp, pp)] if sp == 1 else layout_lower_bound(inv, hardware, req, 1, 1)
             if lb is not None and lb > best_s * (1 + req.tie_tolerance):
-                skipped.append((tp, pp, lb))
+                if sp == 1:
+                    skipped.append((tp, pp, lb))
                 continue
         cluster = Cluster(world_size=req.world_size, gpus_per_node=req.gpus_per_node, tensor_parallel=tp,
-                          pipeline_parallel=pp, megatron_sequence_parallel=tp > 1)
+                          pipeline_parallel=pp, sequence_parallel=sp, megatron_sequence_parallel=tp > 1)
         size_inv = inv if tp * pp == 1 else _shard_inventory(inv, tp, pp)
         micros = divisors(per_rank)
         Ls = -(-L // pp)  # layers of the largest stage (runtime/utils.py:partition_uniform)
@@ -589,7 +639,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 if (b, ck) in done:
                     return done[(b, ck)]
                 ga = per_rank // b
-                cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path)
+                cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path, sp=sp)
                 plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
                 hit = led_cache.get(ga > 1)
                 if hit is not None:
@@ -600,7 +650,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 led_cache.setdefault(ga > 1, pf.ledger)
                 rows = {r.tier: r for r in pf.rows}
                 a = pf.activations
-                cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, accelerator=rows["accelerator"].need,
+                cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, sp=sp, accelerator=rows["accelerator"].need,
                                  host=rows["host"].need if "host" in rows else 0,
                                  nvme=rows["nvme"].need if "nvme" in rows else 0,
                                  activations=a.peak_accelerator if a is not None else 0,
@@ -683,8 +733,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     _explain_ranks(result)
     if req.hf and ranked:
         for c in ranked[:top]:
-            c.config = build_config(c.combo, c.micro, c.ga, req.world_size // (c.tp * c.pp), c.checkpointing, inv, req,
-                                    nvme_path, hf=True)
+            c.config = build_config(c.combo, c.micro, c.ga, req.world_size // (c.tp * c.pp * c.sp), c.checkpointing,
+                                    inv, req, nvme_path, hf=True, sp=c.sp)
     return result
 
 
@@ -772,7 +822,7 @@ def simplicity(c: Candidate) -> tuple:
     need a Megatron-style model), fewer offloads (each adds host and link load the model only
     approximates), lower ZeRO stage (fewer collectives and hooks), no recomputation, larger micro-batch."""
     offloads = (c.combo.offload_optimizer != "none") + (c.combo.offload_param != "none")
-    return (c.tp * c.pp, offloads, c.combo.stage, recompute_rank(c.checkpointing), -c.micro)
+    return (c.tp * c.pp * c.sp, offloads, c.combo.stage, recompute_rank(c.checkpointing), -c.micro)
 
 
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
@@ -966,7 +1016,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
                      _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c),
                      render_sized(*c.why_sized, units) if c.why_sized else c.why))
-    if any(c.tp * c.pp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
+    if any(c.tp * c.pp * c.sp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
         head_row = head_row[:1] + ("parallel",) + head_row[1:]
         rows = [r[:1] + (c.layout(),) + r[1:] for r, c in zip(rows, res.ranked[:top])]
     if rows:
@@ -991,6 +1041,11 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
         lines.append(f"note: {n}")
     b = res.best
     if b is not None:
+        if b.sp > 1:
+            lines.append(f"note: the best plan uses DeepSpeed-Ulysses sequence parallelism (sequence_parallel_size "
+                         f"{b.sp} in the config, data parallel {req.world_size // b.sp}): the model's attention must "
+                         "run through deepspeed.sequence.layer.DistributedAttention (HF: UlyssesSPAttentionHF) with "
+                         "its sequence-parallel groups; the workload sidecar records it")
         if b.tp * b.pp > 1:
             lines.append(f"note: the best plan is model parallel ({b.layout()}, data parallel "
                          f"{req.world_size // (b.tp * b.pp)}): Megatron-DeepSpeed --tensor-model-parallel-size {b.tp} "

@@ -120,7 +120,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                 plan: "Plan | None" = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
-    ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it.
+    ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it, divided by the
+    config's ``sequence_parallel_size`` when that divides it (DeepSpeed's batch check without an mpu).
     ``inventory``: the model, enabling rules that need one. ``hf``: the config goes through
     the HF Trainer/accelerate, which fills in "auto". ``select``: only these rule codes.
     ``trainer_args``: the HF Trainer arguments (advisor.config.hf.TrainerArgs fields, plus optional
@@ -145,9 +146,15 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
         effective = effective_config(loaded.data)
         if release is not None:
             apply_release_defaults(effective, loaded.data, release)  # e.g. bf16 "auto" on before 0.17.1
+    if dp_world_size is None and world_size is not None:
+        # without an mpu DeepSpeed checks the batch over world / sequence_parallel_size ranks
+        # (runtime/config.py DeepSpeedConfig.__init__ :468-469, the HF/Ulysses case)
+        from advisor.config.effective import config_sequence_parallel
+        usp = config_sequence_parallel(loaded.data)
+        dp_world_size = world_size // usp if usp > 1 and world_size % usp == 0 else world_size
     ctx = LintContext(loaded=loaded, effective=effective, world_size=world_size,
                       world_size_source=world_size_source,
-                      dp_world_size=dp_world_size if dp_world_size is not None else world_size,
+                      dp_world_size=dp_world_size,
                       inventory=inventory, hf=hf, release=release,
                       trainer_args=dict(trainer_args) if hf and trainer_args is not None else None,
                       hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan)
