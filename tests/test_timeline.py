@@ -428,3 +428,47 @@ def test_zero2_flattens_in_host_memory_when_the_accelerator_has_no_room(tmp_path
     d = json.loads(run_cli(args + ["--gpu-memory", "141GB"]).stdout)
     host = next(x for x in d["fit"] if x["tier"] == "host")
     assert host["instant"] != "initialize:module" and not [x for x in d["findings"] if x["code"] == "M103"]
+
+
+#: TINY's layers (tests/engine/parity.py): l1 (301 x 64, 301), l2 (77 x 301, 77), l3 (5 x 77, 5).
+TINY3 = Inventory(name="tiny", tensors=[TensorSpec(n, s) for n, s in [
+    ("l1.weight", (301, 64)), ("l1.bias", (301,)), ("l2.weight", (77, 301)), ("l2.bias", (77,)),
+    ("l3.weight", (5, 77)), ("l3.bias", (5,))]], source="test")
+Z3 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+      "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000}}
+
+
+def test_zero3_first_forward_fetches_one_module_at_a_time():
+    # W = 2, every tensor persistent (<= 1e5 elements). First forward (incomplete trace,
+    # partitioned_param_coordinator.py release_sub_module releases the module's params): the peak is
+    # l2's fetch: its torch.cat copies (23177 + 77) x 2 B = 46,508 (AllGatherCoalescedHandle.wait)
+    # beside its flat all-gather buffer (ceil(23177/2) + ceil(77/2)) x 2 x 2 B = 46,512
+    # (_all_gather_dtype) = 93,020 B, more than l1's 39,130 + 39,132
+    tl = _tl(Z3, TINY3, 2)
+    gathered = (19264 + 302 + 23178 + 78 + 386 + 6) * 2       # persistent: sum ceil(n/W) x W x D = 86,428
+    l2 = (23177 + 77) * 2 + (11589 + 39) * 2 * 2
+    assert l2 == 93020 and l2 > (19264 + 301) * 2 + (9632 + 151) * 2 * 2
+    assert _at(tl, "forward:1") - _at(tl, "initialize") == l2
+    # from the second trace on the persistent parameters stay gathered, without a flat buffer
+    assert _at(tl, "steady:forward") - _at(tl, "save") == 0
+    assert any(e[0] == "lp_params_gathered" and e[3] == gathered for e in tl.entries[[x.key for x in tl.instants].index("save")])
+
+
+def test_zero3_step_releases_the_persistent_parameters_until_post_step():
+    # stage3.py step: _partition_all_parameters (every param partitioned, persistent ones too);
+    # per sub-group flatten(averaged_gradients) (P3 x 2 B, bf16) .to(fp32) (P3 x 4 B) at prep;
+    # _post_step all-gathers the persistent ones again (sum ceil(n/W) x W x 2 B = 86,428)
+    tl = _tl(Z3, TINY3, 2)
+    P3 = 43214 // 2                                     # A_2 per tensor, halves: 21,607 elements
+    gathered = 86428
+    moments = 2 * P3 * 4
+    rest = _at(tl, "initialize")                        # partitions, grad buffer, ipg bucket, fp32 master
+    assert _at(tl, "first_step:prep") == rest + P3 * 4 + P3 * 2
+    assert _at(tl, "first_step:update") == rest + P3 * 4 + moments
+    assert _at(tl, "first_step:post") == rest + moments + gathered
+    assert _at(tl, "steady_step:prep") == rest + moments + P3 * 4 + P3 * 2
+    # fp32 model: the flatten is already fp32, .to(fp32) copies nothing
+    fp32 = {k: v for k, v in Z3.items() if k != "bf16"}
+    t32 = _tl(fp32, TINY3, 2)
+    assert _at(t32, "steady_step:prep") - _at(t32, "initialize") == 2 * P3 * 4 + P3 * 4

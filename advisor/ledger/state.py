@@ -21,7 +21,7 @@ reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``step_prep`` (insid
 while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
 first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
-(the step's fp64 norm copy); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+(the step's fp64 norm copy); ``first_forward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
 accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
@@ -62,7 +62,8 @@ from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-ex
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
-               "first_step", "load", "save", "autograd", "reduce", "step_norm", "init_cast", "init_module"]
+               "first_step", "load", "save", "autograd", "reduce", "step_norm", "init_cast", "init_module",
+               "first_forward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -479,6 +480,38 @@ def module_of(name: str) -> str:
         return name
     head, last = name.rsplit(".", 1)
     return name if last.isdigit() else head
+
+
+def zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tuple[int, str] | None":
+    """(bytes, the module) of the first forward's largest ZeRO-3 fetch of persistent parameters,
+    or None where this model does not apply (W = 1, quantized weights, hpZ, all-reduce fetch).
+
+    DeepSpeed 0.19.8: in the first forward the coordinator has no complete trace, so
+    ``partitioned_param_coordinator.py`` release_sub_module releases every parameter of a module
+    after its forward, the persistent ones too; they stay gathered only from the second trace on.
+    A module's fetch of >= 2 parameters is one coalesced all-gather into a flat buffer of
+    sum ceil(n_i/W) x W x D (``partition_parameters.py`` _all_gather_dtype, l. 1343), and
+    AllGatherCoalescedHandle.wait (l. 795) ``torch.cat``'s each parameter (n_i x D) out of it while
+    the buffer is alive; one parameter is gathered into its own buffer (_all_gather_sequential,
+    ``param.data`` a view of it). Peak of module m = its persistent copies + its flat buffer
+    (the earlier modules released). Modules are :func:`module_of` of the names (bytes)."""
+    if (W <= 1 or zero.zero_quantized_weights or (zero.zero_hpz_partition_size or 1) > 1
+            or getattr(zero, "use_all_reduce_for_fetch_params", False)):
+        return None
+    mods: dict[str, list] = {}
+    for t, keep in zip(inventory.tensors, zero3_persistent(inventory, zero)):
+        mods.setdefault(module_of(t.name), []).append((t.numel, keep))
+    best, where = 0, ""
+    for m, ps in mods.items():
+        if not any(k for _, k in ps):
+            continue
+        if len(ps) >= 2:
+            nb = sum(n * D for n, k in ps if k) + sum(_ceil_div(n, W) * W * D for n, _ in ps)
+        else:
+            nb = _ceil_div(ps[0][0], W) * W * D
+        if nb > best:
+            best, where = nb, f"module {m}"
+    return best, where
 
 
 def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
@@ -1358,6 +1391,15 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
           "0 (W = 1: the gathered tensor is the partition)" if aliased else
           f"sum over params with n_i <= stage3_param_persistence_threshold of ceil(n_i/W) x W x D = {persist} x {D}",
           "runtime/zero/parameter_offload.py:mark_persistent_parameters; stage3.py:_post_step")
+    fetch = zero3_first_fetch_bytes(inv, z, W, D) if not aliased and persist else None
+    if fetch is not None:
+        b.add("accelerator", "workspace", "zero3_first_fetch", fetch[0], "first_forward",
+              f"max over modules m (first forward) of [sum over m's persistent params n_i x D (torch.cat copies) + "
+              f"sum over m's params ceil(n_i/W) x W x D (flat all-gather buffer, modules with >= 2 params)] = "
+              f"{fetch[0]} ({fetch[1]}); stands for lp_params_gathered at forward:1",
+              "runtime/zero/partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
+              "AllGatherCoalescedHandle.wait (torch.cat, l. 795); partitioned_param_coordinator.py:release_sub_module "
+              "(incomplete trace: every param of the module released, persistent ones too)")
     g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
     g_alias = W == 1 and op == "none"
     b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
@@ -1425,6 +1467,11 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     if oo == "none":
         b.add("accelerator", "gradients", "fp32_grad", max(Sk) * 4, "step",
               f"max_k S_k x 4 = {max(Sk)} x 4 (current sub-group only)", f"{S}._prepare_fp32_grad_for_sub_group")
+        if G != 4:
+            # flatten(averaged_gradients[k]) is a G-byte copy, cast .to(fp32) while it is alive
+            b.add("accelerator", "gradients", "zero3_grad_flat_copy", max(Sk) * G, "step_prep",
+                  f"max_k S_k x G = {max(Sk)} x {G} (the flattened 16-bit gradients beside their fp32 cast)",
+                  f"{S}._prepare_fp32_grad_for_sub_group (self.flatten(self.averaged_gradients[k]).to(fp32))")
     else:
         b.add(_host(oo_pin), "gradients", "fp32_grad", ram * 4, "persistent",
               f"sum over RAM sub-groups S_k x 4 = {ram} x 4 (one buffer per sub-group)", f"{S}.initialize_optimizer_states")

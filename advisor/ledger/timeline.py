@@ -561,6 +561,10 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
     if norm:
         out.append(Instant("first_step:norm", "first_step", "first optimizer step: gradient norm"))
     out += _step_instants("first_step", "first", where, ngs)
+    post = st == 3 and any(e.item == "lp_params_gathered" and e.bytes for rl in ledger.ranks for e in rl.entries)
+    if post:
+        out.append(Instant("first_step:post", "first_step",
+                           "first optimizer step: persistent parameters gathered again (_post_step)"))
     tag = f"micro-step {ga}" + (" (accumulation boundary)" if ga > 1 else "")
     out.append(Instant("steady:forward", "forward", f"steady iteration, forward of {tag}"))
     out.append(Instant("steady:backward", "backward", f"steady iteration, backward of {tag}"))
@@ -568,6 +572,9 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
     if norm:
         out.append(Instant("steady_step:norm", "steady_step", "steady optimizer step: gradient norm"))
     out += _step_instants("steady_step", "steady", where, ngs)
+    if post:
+        out.append(Instant("steady_step:post", "steady_step",
+                           "steady optimizer step: persistent parameters gathered again (_post_step)"))
     out.append(Instant("save", "save", "checkpoint save"))
     return out
 
@@ -616,9 +623,16 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
     return None
 
 
-def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False) -> bool:
+def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False,
+          first_fetch: bool = False) -> bool:
     k, ph = inst.key, inst.phase
     life = e.life
+    if life == "first_forward":
+        return k == "forward:1"
+    if k.endswith(":post"):
+        # after the update loop (stage3.py _post_step): fp32 gradients released, state kept
+        if life not in ("persistent", "backward"):
+            return False
     if transients and e.item in _IN_REDUCE_TRANSIENT and ph in ("backward", "reduce"):
         # modeled by the backward/reduce transients: averaged_gradients only exists from the
         # reduce on, and ZeRO-1's 16-bit grads are moved into the bucket by the reduce
@@ -640,6 +654,13 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if ph == "load":
         return False
     if life == "persistent":
+        if e.item == "lp_params_gathered" and (
+                (first_fetch and k == "forward:1") or
+                (ph in ("first_step", "steady_step") and not k.endswith(":post"))):
+            # forward:1: gathered and released module by module (the zero3_first_fetch entry
+            # stands for them); the step: stage3.py step -> _partition_all_parameters releases
+            # every parameter, the persistent ones too, until _post_step all-gathers them again
+            return False
         if e.item == "lp_params_gathered" and k == "initialize":
             # ZeRO-3 persistent parameters are partitioned like the rest at initialize and gathered
             # for good at their first fetch (partitioned_param_coordinator.py fetch_sub_module;
@@ -735,6 +756,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     consumed = ec.zero.stage in (1, 2)
     ents = list(rl.entries) + _load_and_init(ec, ledger, load, r) + save_entries(ec, ledger, r)
     transients = any(e.item == "reduce_transient" for e in rl.entries)
+    first_fetch = any(e.item == "zero3_first_fetch" for e in rl.entries)
     groups: tuple = ()
     if any(x.group >= 0 for x in ins):
         plan = ledger.plan
@@ -753,12 +775,12 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             for e in ents:
                 nb = _group_bytes(e, inst, groups, D, lazy)
                 if nb is None:
-                    if _live(e, generic, lazy, consumed, transients):
+                    if _live(e, generic, lazy, consumed, transients, first_fetch):
                         sized.append((e, e.bytes))
                 elif nb:
                     sized.append((e, nb))
         else:
-            sized = [(e, e.bytes) for e in ents if _live(e, inst, lazy, consumed, transients)]
+            sized = [(e, e.bytes) for e in ents if _live(e, inst, lazy, consumed, transients, first_fetch)]
         items_on = {e.item for e, _ in sized}
         d = {t: 0 for t in TIERS}
         here = []
