@@ -100,7 +100,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import (aio_alignment_elems, optimizer_states, placement_of, swap_threshold_bytes,
+from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_persistent,
                                   zero3_stays_gathered, zero12_rank_coverage)
 
@@ -561,7 +561,6 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         if nbytes > 0:
             rows.append(Movement(r, link, direction, cls, item, int(nbytes), phase, overlap, formula, source, **kw))
 
-    trainable = [i for i, t in enumerate(inv.tensors) if t.trainable]
     gathered = zero3_stays_gathered(inv, z, zero3_persistent(inv, z)) if st == 3 else True
     fetches = 1 if gathered else 2  # stage 3: forward, plus backward unless still gathered
     fetch_words = "forward" if gathered else "forward and backward"
@@ -586,8 +585,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                 "all-gather of updated 16-bit partitions: (W-1)/W x N_pad x D",
                 "ZeRO paper s.7.1 (Psi all-gather); stage_1_and_2.py all_gather_dp_groups")
         else:
-            p3_all = sum(zero3_partition_numel(t.numel, W) for t in inv.tensors)
-            p3_t = sum(zero3_partition_numel(inv.tensors[i].numel, W) for i in trainable)
+            p3_all, p3_t = zero3_partition_sums(inv, W)
             prefetch = z.prefetch_bucket_size > 0
             add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * D, "forward", prefetch,
                 "forward all-gather: GA x (W-1)/W x sum(p_i) x W x D", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per pass); "
@@ -622,8 +620,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             "updated 16-bit partition copied back: P x D", "stage_1_and_2.py step (param_buffer_of_bit16_for_cpu_offload_groups)")
 
     if st == 3:
-        p3_t = sum(zero3_partition_numel(inv.tensors[i].numel, W) for i in trainable)
-        p3_all = sum(zero3_partition_numel(t.numel, W) for t in inv.tensors)
+        p3_all, p3_t = zero3_partition_sums(inv, W)
         if oo in ("cpu", "nvme"):
             add(PCIE, "to_host", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", True,
                 "reduced gradient partition into the pinned host buffer, every micro-step: GA x P3 x G",

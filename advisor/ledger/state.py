@@ -445,11 +445,32 @@ def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) 
     return out
 
 
+def zero3_partition_sums(inventory: Inventory, W: int) -> tuple[int, int]:
+    """(sum p_i over every parameter, sum p_i over the trainable ones), elements, p_i =
+    :func:`zero3_partition_numel` (§3.2): once per (tensor list, W), since movement, step time
+    and generate's plans each ask for them (an O(tensors) pass apiece)."""
+    def compute() -> tuple[int, int]:
+        a = t_ = 0
+        for t in inventory.tensors:
+            p = zero3_partition_numel(t.numel, W)
+            a += p
+            if t.trainable:
+                t_ += p
+        return a, t_
+    return inventory.memo(("zero3_partition_sums", W), compute)
+
+
 def zero3_persistent(inventory: Inventory, zero) -> list[bool]:
     """Which parameters ZeRO-3 keeps gathered on every rank (per tensor, model order), frozen ones
     too (§3.2; ``parameter_offload.py`` mark_persistent_parameters walks module.named_parameters()):
     n_i <= ``stage3_param_persistence_threshold`` while the running persistent numel stays <=
-    ``stage3_model_persistence_threshold`` (elements)."""
+    ``stage3_model_persistence_threshold`` (elements). Once per (tensor list, thresholds):
+    callers must not mutate the list."""
+    return inventory.memo(("zero3_persistent", zero.param_persistence_threshold, zero.model_persistence_threshold),
+                          lambda: _zero3_persistent(inventory, zero))
+
+
+def _zero3_persistent(inventory: Inventory, zero) -> list[bool]:
     out = []
     tot = 0
     for t in inventory.tensors:
@@ -528,23 +549,32 @@ def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
        ``stage3_max_live_parameters``)) (G3, G4);
     3. else the largest module fetch (G2, G8).
 
-    A fetch is one module's directly owned parameters (:func:`module_of`), sum p_i x W."""
-    persistent = zero3_persistent(inventory, zero) if persistent is None else persistent
-    whole = 0
-    non_persist = 0
-    mods: dict[str, int] = {}
-    for t, p in zip(inventory.tensors, persistent):
-        if p:
-            continue
-        n = t.numel
-        padded = zero3_partition_numel(n, W) * W
-        non_persist += n
-        whole += padded
-        m = module_of(t.name)
-        mods[m] = mods.get(m, 0) + padded
-    if not mods:
+    A fetch is one module's directly owned parameters (:func:`module_of`), sum p_i x W. The sums
+    are computed once per (tensor list, W, persistence thresholds) when ``persistent`` is not given
+    (generate asks for them per plan)."""
+    def sums(persistent: list[bool]) -> tuple[int, int, int]:
+        whole = 0
+        non_persist = 0
+        mods: dict[str, int] = {}
+        for t, p in zip(inventory.tensors, persistent):
+            if p:
+                continue
+            n = t.numel
+            padded = zero3_partition_numel(n, W) * W
+            non_persist += n
+            whole += padded
+            m = module_of(t.name)
+            mods[m] = mods.get(m, 0) + padded
+        return whole, non_persist, max(mods.values(), default=-1)
+
+    if persistent is None:
+        whole, non_persist, largest = inventory.memo(
+            ("zero3_gathered_sums", W, zero.param_persistence_threshold, zero.model_persistence_threshold),
+            lambda: sums(zero3_persistent(inventory, zero)))
+    else:
+        whole, non_persist, largest = sums(persistent)
+    if largest < 0:
         return 0, "every parameter is persistent: nothing is gathered beyond lp_params_gathered"
-    largest = max(mods.values())
     if zero.max_reuse_distance >= 2 * non_persist:
         return whole, (f"stage3_max_reuse_distance {zero.max_reuse_distance:,} >= 2 x non-persistent numel "
                        f"{non_persist:,}: the whole padded model stays gathered, sum p_i x W = {whole:,}")

@@ -206,7 +206,7 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
     partition): ZeRO-1/2 the flat partition P (``stage_1_and_2.py`` partition sizes, padded), ZeRO-3
     the sum of the rank's trainable parameter partitions p_i (``zero3_partition_numel``).
     0 when the optimizer is not offloaded."""
-    from advisor.ledger.state import zero12_layouts, zero3_partition_numel
+    from advisor.ledger.state import zero12_layouts, zero3_partition_sums
     ec = plan.config
     if ec.offload_optimizer_effective not in ("cpu", "nvme"):
         return 0
@@ -215,7 +215,7 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
     if ec.zero.stage in (1, 2):
         return sum(lay.P for lay in zero12_layouts(ec, inv, W))
     if ec.zero.stage == 3:
-        return sum(zero3_partition_numel(t.numel, W) for t in inv.tensors if t.trainable)
+        return zero3_partition_sums(inv, W)[1]
     return 0
 
 

@@ -285,8 +285,9 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         cast = load.dtype != ec.model_dtype
         op = ec.offload_param_effective
         swap_min = swap_threshold_bytes(ec) if op == "nvme" else None
-        parts, full, where = zero_init_load_peak([(module_of(t.name), t.numel) for t in inv.tensors], W, D, Dl,
-                                                 cast, swap_min)
+        # once per (tensor list, its arguments), not per plan: generate's plans share the inventory
+        parts, full, where = inv.memo(("zero_init_load_peak", W, D, Dl, cast, swap_min), lambda: zero_init_load_peak(
+            [(module_of(t.name), t.numel) for t in inv.tensors], W, D, Dl, cast, swap_min))
         src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
         out = [Entry(rank, "accelerator", "parameters", "zero_init_module_whole", full, "load",
                      f"the parameters of one module whole in {ec.model_dtype}"
