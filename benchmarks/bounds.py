@@ -10,9 +10,12 @@ mean something on a loaded machine too:
 * lint of a 100k-key config vs a 10-key one (key positions were mapped in quadratic time,
   unknown keys searched for a did-you-mean one by one);
 * estimate of a 1e5-layer model (the most layers a model spec may have) vs 32 layers, ZeRO-3
-  and ZeRO-1 (ZeRO-1/2 partition per tensor: 9e5 tensors), and ZeRO-2 at 2^20 ranks (both
-  limits at once: a rank's slice holds a few tensors, so up to min(W, 4 x tensors) pieces of
-  ranks, advisor.ledger.state.zero12_all_ranks);
+  and ZeRO-1 (ZeRO-1/2 partition per tensor: 9e5 tensors); ZeRO-2 at 1e5 layers and 2^20 ranks
+  (a rank's slice holds a tensor boundary almost everywhere: ~10^6 change ranks, refused past
+  MAX_ZERO12_CHANGE_RANKS), and the largest accepted neighbours: 3,600 layers at 2^20 ranks
+  (~53k change ranks) and 8,000 tensors of distinct sizes at 8,192 ranks (~8k rank roles, near
+  MAX_RANK_ROLES), with 65,536 of them at 65,536 ranks refused;
+* generate of the 1e5-layer model on 8 GPUs vs 32 layers;
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
@@ -77,6 +80,12 @@ def main() -> None:
           "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 128}
     deep, shallow, deeper = tmp / "deep.json", tmp / "shallow.json", tmp / "deeper.json"
     deep.write_text(json.dumps({**hf, "num_hidden_layers": 100_000}))
+    mid = tmp / "mid.json"
+    mid.write_text(json.dumps({**hf, "num_hidden_layers": 3_600}))
+    distinct8k, distinct64k = tmp / "distinct8k.json", tmp / "distinct64k.json"
+    for f, n in ((distinct8k, 8_000), (distinct64k, 65_536)):
+        f.write_text(json.dumps({"name": "distinct", "tensors": [{"name": f"layers.{i}.w", "shape": [1000 + i]}
+                                                                 for i in range(n)]}))
     shallow.write_text(json.dumps({**hf, "num_hidden_layers": 32}))
     deeper.write_text(json.dumps({**hf, "num_hidden_layers": 1_000_000}))
     rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
@@ -113,9 +122,20 @@ def main() -> None:
          ["estimate", str(z3), "--model", str(shallow)]),
         ("estimate ZeRO-1, 1e5 layers", ["estimate", str(z1), "--model", str(deep), "--seq-len", "128"],
          ["estimate", str(z1), "--model", str(shallow), "--seq-len", "128"]),
-        ("estimate ZeRO-2, 1e5 layers, 2^20", ["estimate", str(z2), "--model", str(deep), "--seq-len", "128",
-                                               "--world-size", M],
+        ("refuse ZeRO-2, 1e5 layers, 2^20", ["estimate", str(z2), "--model", str(deep), "--seq-len", "128",
+                                             "--world-size", M],
          ["estimate", str(z2), "--model", str(shallow), "--seq-len", "128", "--world-size", M]),
+        ("estimate ZeRO-2, 3600 layers, 2^20", ["estimate", str(z2), "--model", str(mid), "--seq-len", "128",
+                                                "--world-size", M],
+         ["estimate", str(z2), "--model", str(shallow), "--seq-len", "128", "--world-size", M]),
+        ("estimate ZeRO-2, 8k sizes, 8192", ["estimate", str(z2), "--model", str(distinct8k), "--world-size", "8192"],
+         ["estimate", str(z2), "--model", str(distinct8k), "--world-size", "8"]),
+        ("refuse ZeRO-2, 64k sizes, 65536", ["estimate", str(z2), "--model", str(distinct64k), "--world-size", "65536"],
+         ["estimate", str(z2), "--model", str(distinct8k), "--world-size", "8"]),
+        ("generate, 1e5 layers, 8 GPUs", ["generate", "--model", str(deep), "--hardware", "dgx-h100", "--nodes", "1",
+                                          "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
+         ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "8", "--seq-len", "128"]),
         ("check JSON ZeRO-1, 2^20 ranks", ["check", str(z1), "--model", "llama-3-8b", "--world-size", M, *cap,
                                            "--format", "json"],
          ["check", str(z1), "--model", "llama-3-8b", "--world-size", "8", *cap, "--format", "json"]),
