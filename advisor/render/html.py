@@ -111,7 +111,7 @@ def tier_bars(result: "EstimateResult") -> list[TierBar]:
                 for c, v in role.tiers()[tier].items():
                     if c != "total":
                         classes[c] = classes.get(c, 0) + v * scale
-            scope = f"per node ({per_node} ranks)"
+            scope = f"per node ({per_node} rank{'s' if per_node != 1 else ''})"
         f = fit.get(tier)
         bars.append(TierBar(tier, scope, classes, f.need if f else None, f.capacity if f else None))
     return bars

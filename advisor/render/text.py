@@ -99,7 +99,8 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
         if f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
             verdict = f"TIGHT (within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])})"
-        rows = [(f["tier"], "peak live" + (f" ({f['phase']})" if f.get("phase") else ""),
+        phase = (f.get("phase") or "").replace("_", " ")  # "first_step": the JSON's key, in words
+        rows = [(f["tier"], "peak live" + (f" ({phase})" if phase else ""),
                  size(peak, units, suffix=False), "", "", "")]
         rows += [("", "+ " + p["label"], size(p["bytes"], units, suffix=False), "", "", "")
                  for p in f.get("parts") or []]
@@ -549,7 +550,7 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
         lf = res["lost_fraction"]
         rc = res["recovery_s"]
         lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} (node MTBF "
-                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / {plan.nodes} nodes)")
+                     f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / {plan.nodes} node{'s' if plan.nodes != 1 else ''})")
         lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
                      (f" (~{res['interval_steps']} steps)" if "interval_steps" in res else "") +
                      "  [Young/Daly: sqrt(2 x save time x MTBF)]")

@@ -389,7 +389,7 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     rows: list[FitRow] = []
     if not roles:
         return [FitRow("accelerator", 0, capacity.accelerator, "per rank"),
-                FitRow("host", 0, capacity.host, f"per node ({per_node} ranks)")]
+                FitRow("host", 0, capacity.host, f"per node ({per_node} rank{'s' if per_node != 1 else ''})")]
     worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
     pk = worst.peak()["accelerator"]
     st = worst.peak(ONE_OFF)["accelerator"]
@@ -448,8 +448,9 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
             label = ("initialize: ZeRO-1/2 flattens a param group in host memory (no room for its flat copy "
                      "on the accelerator beside the whole model)")
         rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme,
-                           f"per node ({per_node} ranks)", inst[j].phase if tier == "host" else "files",
-                           inst[j].key, label, sums[jst], inst[jst].label, per_node))
+                           f"per node ({per_node} rank{'s' if per_node != 1 else ''})",
+                           inst[j].phase if tier == "host" else "files", inst[j].key, label, sums[jst],
+                           inst[jst].label, per_node))
     return rows
 
 
