@@ -204,3 +204,23 @@ def test_ulysses_plan_round_trip_through_lint_and_estimate(tmp_path):
     d = json.loads(est.stdout)
     assert not [f for f in d["findings"] if f["code"] == "B001"]
     assert {f["tier"]: f["verdict"] for f in d["fit"]}["accelerator"] == "fits"
+
+
+def test_tensor_parallel_plan_round_trip_through_check(tmp_path):
+    """generate -o of a TP plan, then check on the same job: check judged the batch triple over the
+    whole world (8) instead of the data-parallel ranks (8 / TP), so a plan generate wrote was NO-GO
+    by B001. The host capacity is given (this machine's own memory is probed otherwise)."""
+    import json
+
+    from tests.conftest import run_cli
+    out = tmp_path / "ds.json"
+    p = run_cli(["generate", "--model", "llama-3-70b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "8", "--seq-len", "4096", "-o", str(out)], cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr
+    side = json.loads((tmp_path / "ds.workload.json").read_text())
+    assert side["tensor_parallel"] * side["pipeline_parallel"] > 1  # 70B on one node: a TP plan
+    c = run_cli(["check", str(out), "--model", "llama-3-70b", "--world-size", "8", "--gpus-per-node", "8",
+                 "--hardware", "dgx-h100", "--host-memory", "2000GB", "--format", "json"], cwd=tmp_path)
+    d = json.loads(c.stdout)
+    assert not [f for f in d["findings"] if f["code"] == "B001"], d["findings"]
+    assert c.returncode == 0 and d["verdict"] == "go", (c.returncode, d.get("verdict"))

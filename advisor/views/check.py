@@ -724,6 +724,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         findings = lint_accelerate(config_input, trainer_args_given=False, world_size=ws, inventory=inventory)
     else:
         findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
+                               dp_world_size=cluster.dp_world_size,  # as estimate: the batch is over DP ranks
                                inventory=inventory, hf=plan.hf is not None, trainer_args=trainer_args,
                                cluster=lint_cluster, plan=plan)
     from advisor.cluster.overhead import OverheadSettings
