@@ -120,12 +120,15 @@ def _launch(world_size: int, cells: list[dict], base: str) -> dict:
 
 @pytest.fixture(scope="session")
 def ckpt_runs(tmp_path_factory, aio_available):
-    """{world_size: {cell id: {"cell": job cell, "error": None | text}}}; one launch per world size."""
-    runs = {}
-    for w in (1, 2):
-        cells = ([NVME_CELL] if aio_available[0] else []) + CELLS
-        runs[w] = _launch(w, cells, str(tmp_path_factory.mktemp(f"ckpt_w{w}")))
-    return runs
+    """{world_size: {cell id: {"cell": job cell, "error": None | text}}}; one launch per world size,
+    the two side by side (1 + 2 ranks, as the parity matrix runs world sizes 1 and 2): each has its
+    own folder, job and process group, and every file compared is the engine's own output."""
+    import concurrent.futures as cf
+
+    cells = ([NVME_CELL] if aio_available[0] else []) + CELLS
+    bases = {w: str(tmp_path_factory.mktemp(f"ckpt_w{w}")) for w in (1, 2)}
+    with cf.ThreadPoolExecutor(2) as ex:
+        return dict(zip(bases, ex.map(lambda w: _launch(w, cells, bases[w]), bases)))
 
 
 def _tensor_bytes(obj):
