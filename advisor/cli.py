@@ -650,7 +650,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
         from advisor.views.lint import lint_accelerate
         from advisor.ledger.timeline import resolve_load
-        findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv)
+        findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv,
+                                   trainer_args=targs)
         aplan = replace(build_plan(loaded, inv, cluster, workload=workload),
                         trainer_written=getattr(inp.resolution, "base", None),
                         accelerate_fields=not inp.launch.deepspeed_config_file)
@@ -1060,7 +1061,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
         elif inp.launch is not None:
             results.append(FileResult(file=inp.loaded.source, kind="accelerate", findings=lint_accelerate(
                 inp, trainer_args_given=hf_args is not None, select=codes, world_size=inp.resolution.world_size,
-                inventory=inv)))
+                inventory=inv, trainer_args=hf_args)))
         elif p in in_folder and isinstance(inp.loaded.data, dict) and inp.loaded.data \
                 and not deepspeed_keys(inp.loaded.data):
             keys = ", ".join(list(inp.loaded.data)[:4]) or "none"
@@ -1391,7 +1392,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
             if inp.launch is None:
                 raise AdvisorError(f"{config}: not an accelerate config as accelerate reads it")
             res = inp.resolution
-            res.findings = lint_accelerate(inp, trainer_args_given=True, inventory=inv)
+            res.findings = lint_accelerate(inp, trainer_args_given=True, inventory=inv,
+                                           trainer_args=_targs(trainer_args, hidden_size) or {})
             # the deepspeed_config_file it names, linted as `lint --hf` lints it (S001 ...), each finding once
             from advisor.views.lint import drop_named_duplicates, lint_named_config
             named = lint_named_config(inp, trainer_args=_targs(trainer_args, hidden_size) or {}, inventory=inv,

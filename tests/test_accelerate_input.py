@@ -607,3 +607,48 @@ def test_resolve_lints_the_named_deepspeed_config_file_as_lint_does(tmp_path):
                                                   ("H001", "/train_micro_batch_size_per_gpu")}, linted
     assert _said(p.stderr) == linted and p.returncode == rc == 1, (p.stderr, linted)
     assert all(ln.startswith("named.json:") for ln in p.stderr.splitlines() if re.match(r"^\S+: (error|warning)", ln))
+
+
+def _ds_checkpoint(root: Path, stage3_ranks: int | None) -> Path:
+    """A Trainer checkpoint folder named as DeepSpeed 0.19.8 writes it (engine._get_ckpt_name /
+    _get_zero_ckpt_name): ZeRO-3 one zero_pp_rank_{r}_mp_rank_00_model_states.pt per rank, stages
+    0-2 one mp_rank_00_model_states.pt, and ``latest`` naming the tag."""
+    d = root / "global_step10"
+    d.mkdir(parents=True)
+    if stage3_ranks is None:
+        (d / "mp_rank_00_model_states.pt").write_text("")
+        ranks = 4
+    else:
+        ranks = stage3_ranks
+        for r in range(ranks):
+            (d / f"zero_pp_rank_{r}_mp_rank_00_model_states.pt").write_text("")
+    for r in range(ranks):
+        (d / f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt").write_text("")
+    (root / "latest").write_text("global_step10\n")
+    return root
+
+
+def test_h009_judges_an_accelerate_file_built_from_fields_as_the_config_it_builds(tmp_path):
+    """Issue #19 (newcomer 2): H009 ran only on JSON configs. accelerate hands DeepSpeed
+    zero_optimization.stage = deepspeed_config.zero_stage at world size num_processes x
+    num_machines, so the YAML must get exactly the H009 the equivalent JSON config gets at that
+    world size (the JSON path is pinned to DeepSpeed's file names in tests/rules/fixtures/H009.json)."""
+    ck2 = _ds_checkpoint(tmp_path / "ck2", None)  # stage 0-2, 4 ranks
+    ck3 = _ds_checkpoint(tmp_path / "ck3", 8)  # stage 3, 8 ranks
+    y = tmp_path / "acc.yaml"
+    y.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nmixed_precision: bf16\n"
+                 "num_machines: 2\nnum_processes: 16\ndeepspeed_config:\n  gradient_accumulation_steps: 2\n"
+                 "  zero_stage: 3\n  zero3_save_16bit_model: true\n")
+    j = tmp_path / "same.json"
+    j.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 2,
+                             "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
+    for ck, ptr in ((ck2, "/deepspeed_config/zero_stage"), (ck3, "/num_processes")):
+        flags = ["--hf", "--bf16", "--gradient-accumulation-steps", "2", "--resume-from-checkpoint", str(ck),
+                 "--format", "json"]
+        rc, out = run_json(["lint", str(y), *flags])
+        got = [f for f in _findings(out) if f["code"] == "H009"]
+        _, ref = run_json(["lint", str(j), "--world-size", "16", *flags])
+        want = [f for f in _findings(ref) if f["code"] == "H009"]
+        assert len(want) == 1 and rc == 1, (ref, out)
+        assert [(f["severity"], f["message"]) for f in got] == [(f["severity"], f["message"]) for f in want]
+        assert got[0]["pointer"] == ptr

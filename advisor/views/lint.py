@@ -285,17 +285,24 @@ _BUILT_FIELD = {"/zero_optimization/offload_optimizer": "offload_optimizer_devic
                 "/zero_optimization/stage": "zero_stage"}
 
 
-def built_config_findings(inp, inventory: Inventory | None = None) -> list[Finding]:
+def built_config_findings(inp, inventory: Inventory | None = None,
+                          trainer_args: dict | None = None) -> list[Finding]:
     """The :data:`ON_BUILT_CONFIG` rules' findings on the config accelerate builds for ``inp``
     (an accelerate :class:`advisor.config.inputs.ConfigInput`). Built from a
     ``deepspeed_config_file``, they point into that file (its own pointers); built from the
-    YAML's fields, at the ``deepspeed_config`` field that set the key."""
+    YAML's fields, at the ``deepspeed_config`` field that set the key. With ``trainer_args``
+    naming a ``resume_from_checkpoint`` and a config built from fields, H009 also runs on the
+    built config at the launch's world size (a named file gets H009 from its own lint,
+    :func:`lint_named_config`)."""
     import dataclasses
 
     res = inp.resolution
     built = LoadedConfig(source=inp.loaded.source, data=res.config, positions={}, text="")
-    found = lint_config(built, hf=True, select=set(ON_BUILT_CONFIG), inventory=inventory,
-                        world_size=res.world_size)
+    codes = set(ON_BUILT_CONFIG)
+    if (trainer_args or {}).get("resume_from_checkpoint") and not inp.launch.deepspeed_config_file:
+        codes.add("H009")
+    found = lint_config(built, hf=True, select=codes, inventory=inventory, world_size=res.world_size,
+                        trainer_args=trainer_args if "H009" in codes else None)
     if inp.launch.deepspeed_config_file:
         return found
     fields = set(inp.launch.plugin.ds_fields)
@@ -305,6 +312,8 @@ def built_config_findings(inp, inventory: Inventory | None = None) -> list[Findi
                     if f.pointer.startswith(pre) and fld in fields), f.pointer)
         if f.code == "H008" and "zero3_save_16bit_model" in fields:
             ptr = "/deepspeed_config/zero3_save_16bit_model"
+        if f.code == "H009" and not f.pointer and inp.launch.num_processes is not None:
+            ptr = "/num_processes"  # the world size the checkpoint's rank count is compared with
         # the fix names the accelerate field, not the DeepSpeed key accelerate writes from it
         swaps = [('set "stage3_gather_16bit_weights_on_model_save": true', "set deepspeed_config.zero3_save_16bit_model: "
                   "true")] + [(f'add "nvme_path": "/local_nvme" (a local NVMe mount) to zero_optimization.{b}',
@@ -319,17 +328,20 @@ def built_config_findings(inp, inventory: Inventory | None = None) -> list[Findi
 
 
 def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = None,
-                    world_size: int | None = None, inventory: Inventory | None = None) -> list[Finding]:
+                    world_size: int | None = None, inventory: Inventory | None = None,
+                    trainer_args: dict | None = None) -> list[Finding]:
     """Findings for an accelerate config file (``advisor.config.inputs.ConfigInput`` with a
     launch): what ``accelerate launch`` and the DeepSpeed plugin say about it (H004 launch errors,
     H006 assumptions, H002 "auto" nobody fills; with Trainer arguments every H finding of the
     Trainer's replay). The file's own keys are accelerate's, so no DeepSpeed schema rule runs on
     it; the DeepSpeed config accelerate builds from its fields is accelerate's work. A
-    ``deepspeed_config_file`` it names is linted on its own (the caller lints it with hf=True)."""
+    ``deepspeed_config_file`` it names is linted on its own (the caller lints it with hf=True).
+    ``trainer_args``: the Trainer arguments given (their ``resume_from_checkpoint`` enables H009
+    on the built config)."""
     res = inp.resolution
     found = [f for f in res.findings if trainer_args_given or f.code in _ARGLESS_H
              or f.data.get("kind") == "no-zero-section"]
-    found += built_config_findings(inp, inventory)
+    found += built_config_findings(inp, inventory, trainer_args)
     seen: set[tuple[str, str, str]] = set()
     out = []
     for f in found:
