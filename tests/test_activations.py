@@ -70,13 +70,15 @@ def test_selective_recomputes_the_attention_core_only():
     # k and v beyond their own heads (2 D s b (a - kv) d) are no longer kept, in each of 3 layers
     cut = (4 + D) * b * a * s * s + 2 * D * s * b * (a - kv) * d
     assert eager.saved_accelerator - sel.saved_accelerator == 3 * cut
-    assert sel.recompute_layer == cut
+    # the eager core's recompute peak is the softmax backward instant (against the trace at s 512:
+    # test_formula_selective_recompute_peak_of_the_eager_core)
     # extra FLOPs: the core's 4 s h per token and layer over 3 x (L (24 h^2 + 4 s h) + 2 h V)
     h, V = 256, 2000
     assert sel.recompute_flops_fraction == pytest.approx(3 * 4 * s * h / (3 * (3 * (24 * h * h + 4 * s * h) + 2 * h * V)))
     flash = estimate_activations(META, ActivationInputs(s, b))
     fsel = estimate_activations(META, ActivationInputs(s, b, checkpointing="selective"))
     assert flash.saved_accelerator - fsel.saved_accelerator == 3 * 4 * b * a * s  # only the log-sum-exp
+    assert fsel.recompute_layer == 4 * b * a * s
 
 
 def test_parse_checkpointing():
@@ -155,7 +157,7 @@ EXPERT_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok"), "qwen2_m
 
 
 def _compare(family: str, attention: str, checkpointing: str, dropout: float, layers: int | None = None,
-             experts: tuple[int, int] | None = None):
+             experts: tuple[int, int] | None = None, seq: int | None = None):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from advisor.engine.trace import trace_activations
@@ -168,9 +170,10 @@ def _compare(family: str, attention: str, checkpointing: str, dropout: float, la
         cfg = with_layers(cfg, layers)
     meta = expand(spec_from_hf_config(cfg, source=family)).meta
     ck = int(checkpointing) if checkpointing.isdigit() else checkpointing
-    tr = trace_activations(cfg, S, B, attention=attention, checkpointing=ck, max_layers=layers or 4)
+    s_len = seq or S
+    tr = trace_activations(cfg, s_len, B, attention=attention, checkpointing=ck, max_layers=layers or 4)
     att = "flash" if tr.attention == "sdpa" else "eager"  # BLOOM and Gemma 2 have eager only
-    est = estimate_activations(meta, ActivationInputs(S, B, 2, checkpointing, att,  # type: ignore[arg-type]
+    est = estimate_activations(meta, ActivationInputs(s_len, B, 2, checkpointing, att,  # type: ignore[arg-type]
                                                       dropout_mask_bytes=2, norm_stat_bytes=2))
     return tr, est, meta
 
@@ -231,7 +234,7 @@ def test_formula_backward_peak_of_eager_recompute_moe(family, experts):
     softmax backward where the experts are small (qwen3_moe at 4 experts, 2 per token). Also at
     8 experts, 4 per token, where the combine's k s b rows dominate. Bound as the dense families."""
     tr, est, _ = _compare(family, "eager", "full", 0.0, experts=experts)
-    assert _close(est.peak_accelerator, tr.peak, 0.01), (est.peak_accelerator, tr.peak, tr.backward_peak_module)
+    assert _close(est.peak_accelerator, tr.peak, 0.02), (est.peak_accelerator, tr.peak, tr.backward_peak_module)
 
 
 def test_eager_recompute_peak_by_hand_at_the_moe_combine():
@@ -460,15 +463,8 @@ def test_formula_matches_trace_sdpa_with_dropout_on_cpu():
     assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
 
 
-_GEMMA2_SELECTIVE_DROPOUT = pytest.mark.xfail(
-    strict=True, reason="known formula gap, measured: Gemma 2 with selective recompute and attention dropout peaks "
-    "4.7% above the trace (end of forward -0.2%): the core's recompute term counts more than is live at once there; "
-    "without dropout it holds")
-
-
 @pytest.mark.parametrize("family,checkpointing", [
-    pytest.param(f, ck, marks=_GEMMA2_SELECTIVE_DROPOUT if (f, ck) == ("gemma2", "selective") else ())
-    for f in FORMULA_FAMILIES for ck in ("2", "selective") if (f, ck) != ("bloom", "selective")])
+    (f, ck) for f in FORMULA_FAMILIES for ck in ("2", "selective") if (f, ck) != ("bloom", "selective")])
 def test_formula_matches_trace_with_k_of_l_and_selective_and_dropout(family, checkpointing):
     """Eager attention, every dropout 0.1, 4 layers: k of L ("2") and selective recompute, the
     bounds of test_formula_matches_trace_with_selective_and_k_of_l (BLOOM's selective: the trace
@@ -478,3 +474,19 @@ def test_formula_matches_trace_with_k_of_l_and_selective_and_dropout(family, che
         (est.per_layer, tr.per_layer)
     assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
     assert _close(est.peak_accelerator, tr.peak, 0.015), (est.peak_accelerator, tr.peak)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "qwen3", "phi3", "gpt2", "mixtral"])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_formula_selective_recompute_peak_of_the_eager_core(family, dropout):
+    """Selective recompute, eager attention, at 512 tokens, where the recompute of the last
+    layer's core (not the loss head) is the step's peak: the formula takes the core's softmax
+    backward after the loss head's backward (activations.eager_recompute_peak's instant, the
+    core's own k and v kept by its checkpoint; with attention dropout and a model-dtype softmax,
+    GPT-2, the dropout's backward just before), within 2% (GPT-2 with dropout -1.7%, the others
+    -0.5 to -0.8%). It took the whole core on top of everything: 14-29% low at this length
+    before, GPT-2 with dropout -19.6% with the softmax backward alone."""
+    tr, est, _ = _compare(family, "eager", "selective", dropout, layers=2, seq=512)
+    assert "self_attn" in tr.backward_peak_module or ".attn" in tr.backward_peak_module \
+        or "dropout" in tr.backward_peak_module, tr.backward_peak_module
+    assert _close(est.peak_accelerator, tr.peak, 0.02), (est.peak_accelerator, tr.peak, tr.backward_peak_module)

@@ -604,7 +604,13 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
     if _m(meta, "qk_norm", default=False):
         qk = (a_t + kv_t) * d
         att += 4 * s * b * qk + 4 * s * b * (a_t + kv_t) + D * s * b * qk
-    softmax_bwd = att + grad_h + D * s * b * a_t * v_d + 2 * sm * s2
+    grads_s2 = 2 * sm * s2
+    if float(_m(meta, "attention_dropout", default=0.0) or 0.0) > 0:
+        # the attention dropout's backward, just before: the softmax output, the dropout's mask, the
+        # incoming gradient and the one it makes (model dtype) -- more than the softmax backward's
+        # two gradients where the softmax stays in the model dtype (GPT-2)
+        grads_s2 = max(grads_s2, (mask_bytes + 2 * D) * s2)
+    softmax_bwd = att + grad_h + D * s * b * a_t * v_d + grads_s2
     return max(start, softmax_bwd) + tied
 
 
@@ -690,6 +696,22 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         recompute_freed = 0
         frac_flops = L * 4 * s * h / step_flops
         largest_layer -= cut
+        if x.attention == "eager" and layers_on_rank:
+            # the first core recomputed is the last layer's, after the loss head's backward (its
+            # tensors freed, the logits aside), and it peaks at the softmax backward, where that
+            # layer's MLP and o_proj tensors are freed: eager_recompute_peak's instant, which
+            # counts the layer's still-live kept tensors itself (so the layer's kept bytes go)
+            recompute_gross = eager_recompute_peak(meta, s, b, D, 0, t, x.sequence_parallel, x.norm_stat_bytes,
+                                                   moe_layer=moe and n_moe > 0,
+                                                   capacity_factor=x.moe_capacity_factor,
+                                                   mask_bytes=x.dropout_mask_bytes)
+            # beside it, the core's own inputs k and v at their own heads, which its checkpoint
+            # holds until the core's backward ends (live at that instant in a storage tracker's
+            # list over Llama: the v_proj output and k after RoPE)
+            _, _, kv_h, d_h, vd_h, _, _ = _dims(meta)
+            recompute_gross += D * s * b * max(1, kv_h // t) * (d_h + vd_h)
+            recompute_freed = head_freed + largest_layer
+            recompute = max(0, recompute_gross - recompute_freed)
     elif mode in ("full", "layers"):
         inp = D * s * b * h // rs  # one layer's kept input
         lo = 0 if x.stage is None else partition_uniform(L, p)[x.stage]
