@@ -25,7 +25,7 @@ import copy
 import json
 import os
 import posixpath
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
@@ -167,8 +167,9 @@ class Hardware:
     #: "preset" or the spec file path.
     origin: str = "preset"
     #: False for an accelerator preset alone (``--hardware h100-sxm-80gb``): its one accelerator
-    #: per node is a placeholder, not the node's GPU count.
-    node_known: bool = True
+    #: per node is a placeholder, not the node's GPU count. Provenance, not hardware: left out of
+    #: equality (a spec file written from it states 1 per node, and is read as a node).
+    node_known: bool = field(default=True, compare=False)
 
     @property
     def total_accelerators(self) -> int:
