@@ -294,3 +294,21 @@ def test_units_choice_is_shown_as_spelled():
     assert "--units [GiB|GB]" in h and "[gib|gb]" not in h
     p = run_cli(["estimate", "x.json", "--params", "5", "--units", "gx"])
     assert p.returncode == 2 and "'gx' is not GiB or GB" in p.stderr, p.stderr
+
+
+def test_a_coloured_line_folds_at_its_visible_width():
+    """On a colour terminal a finding's severity carries ANSI codes that take no columns: the line
+    folds where its visible text reaches the width (it folded 11 columns early, "error" alone
+    ending the first line), the codes kept around the same word, no word lost."""
+    import re
+
+    from advisor.render.style import paint, wrap
+
+    line = ("x.json:1:2: " + paint("error", True) + " A001 /: this looks like an HF Trainer config: 12.5 GiB, 17 "
+            "values are auto")  # a size: its no-break glue must not lose the colour
+    plain = re.sub(r"\033\[[0-9;]*m", "", line)
+    for cols in range(30, 80):
+        out = wrap(line, cols)
+        vis = re.sub(r"\033\[[0-9;]*m", "", out)
+        assert " ".join(vis.split()) == " ".join(plain.split()) and paint("error", True) in out
+        assert vis == wrap(plain, cols), cols  # the same folding as without colour

@@ -50,6 +50,8 @@ def width(stream: IO[str]) -> int:
     return int(cols) if cols.isdigit() and 40 <= int(cols) <= 400 else PIPE_WIDTH
 
 
+#: An ANSI SGR colour code (what :func:`paint` and rich write).
+_ANSI_CODE = re.compile(r"\033\[[0-9;]*m")
 #: A no-break space: textwrap breaks at ASCII whitespace only, so words joined by it fold as one.
 NB = "\u00a0"
 #: The space between a number and its unit ("0.03 GB", "12.3 s"), which folding never breaks.
@@ -70,13 +72,27 @@ def wrap(text: str, columns: int, hang: int = 4,
     nb, glue = NB, UNIT_GAP  # textwrap breaks at ASCII whitespace only: a number and its unit stay on one line
     out = []
     for line in text.split("\n"):
-        if len(line) <= columns or kept(line) or any(c in line for c in "│┃┏┗└┡"):
+        # colour codes take no columns: measure and fold the visible text, then put them back
+        plain = _ANSI_CODE.sub("", line) if "\033[" in line else line
+        if len(plain) <= columns or kept(line) or any(c in line for c in "│┃┏┗└┡"):
             out.append(line)
             continue
-        lead = len(line) - len(line.lstrip(" "))
-        out.append(textwrap.fill(glue.sub(nb, line[lead:]), columns, initial_indent=" " * lead,
+        lead = len(plain) - len(plain.lstrip(" "))
+
+        def _fold(x: str) -> str:
+            return textwrap.fill(glue.sub(nb, x[lead:]), columns, initial_indent=" " * lead,
                                  subsequent_indent=" " * (lead + hang), break_on_hyphens=False,
-                                 break_long_words=False).replace(nb, " "))  # the indent kept
+                                 break_long_words=False)  # the indent kept
+
+        folded = _fold(plain)
+        if plain is not line:
+            painted = [w for w in glue.sub(nb, line[lead:]).split(" ") if w]
+            if len(painted) == len(re.findall(r"[^ \n]+", folded)):  # (str.split would split at NB too)
+                words = iter(painted)
+                folded = re.sub(r"[^ \n]+", lambda m: next(words), folded)
+            else:  # the codes could not be matched to words: fold the line as written, codes and all
+                folded = _fold(line)
+        out.append(folded.replace(nb, " "))
     return "\n".join(out)
 
 
