@@ -312,3 +312,27 @@ def test_a_coloured_line_folds_at_its_visible_width():
         vis = re.sub(r"\033\[[0-9;]*m", "", out)
         assert " ".join(vis.split()) == " ".join(plain.split()) and paint("error", True) in out
         assert vis == wrap(plain, cols), cols  # the same folding as without colour
+
+
+def test_lint_tally_folds_on_a_terminal_and_stays_whole_piped(monkeypatch):
+    """The tally is kept whole for scripts reading a pipe; on a terminal (60 columns) it folds like
+    every line, no word lost."""
+    from advisor.render import render
+    from advisor.render.lint import FileResult
+
+    class Tty:
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            return len(s)
+
+    monkeypatch.setenv("COLUMNS", "60")
+    results = [FileResult(file="a.json"), FileResult(file="b.json", error="b.json: no such file"),
+               FileResult(file="c.json", skipped="no DeepSpeed key")]
+    piped = render("lint", "text", results, color="never")  # pytest's stdout: a pipe
+    tty = render("lint", "text", results, stream=Tty(), color="never")
+    tally = piped.splitlines()[-1]
+    assert tally.startswith("3 file(s): ") and len(tally) > 60, piped  # kept whole for scripts
+    assert all(len(x) <= 60 for x in tty.splitlines()), tty
+    assert " ".join(tty.split()) == " ".join(piped.split())

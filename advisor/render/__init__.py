@@ -104,8 +104,8 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     A ``text`` report is folded to the width of ``stream`` (:func:`advisor.render.style.width`:
     the terminal's, else 100 columns, or ``COLUMNS``) by :func:`advisor.render.style.wrap`, here,
     for every view: no piped line is longer than that unless it is one word (a path, a URL) or a
-    table row. A reporter may name lines to keep whole with a ``keep_lines(result)`` attribute
-    (lint: an unreadable file's error and the tally, which scripts grep for). ``json``, ``sarif``
+    table row. A reporter may name lines to keep whole when piped with a ``keep_lines(result)``
+    attribute (lint: the tally, which scripts grep for); on a terminal they fold too. ``json``, ``sarif``
     and ``github`` are machine formats and never folded (a GitHub workflow command is one line)."""
     import inspect
 
@@ -128,5 +128,8 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     if fmt == "text":  # the one place every text report is folded to the stream's width
         from advisor.render.style import width, wrap
         keep = getattr(fn, "keep_lines", None)
+        tty = getattr(stream, "isatty", None)
+        if tty and tty():  # lines kept whole are for scripts reading a pipe; a person's terminal folds them too
+            keep = None
         out = wrap(out, width(stream), keep=keep(result) if keep else frozenset())
     return out
