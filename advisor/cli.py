@@ -606,6 +606,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                                                    ("--nvme-capacity", a.nvme_capacity))))
     ovh = _overhead(a.runtime_overhead, a.fragmentation, warnings)
     targs = _targs(a.trainer_args, a.hidden_size)
+    # --hf: the Trainer runs with TrainingArguments' defaults for every argument not given, as in
+    # lint --hf: a config the Trainer refuses with them (H001) gets no estimate (issue #19)
+    hf_targs = targs if targs is not None else ({} if a.hf else None)
     inp, inv, hw = _load_config_input(config, a.model, a.params, a.hardware, trainer_args=targs,
                                       world_size=a.world_size, overrides=a.overrides, activations=a.activations)
     ovh = ovh.for_hardware(hw)  # the accelerator preset's own CUDA-context / allocator defaults
@@ -650,8 +653,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
         from advisor.views.lint import lint_accelerate
         from advisor.ledger.timeline import resolve_load
-        findings = lint_accelerate(inp, trainer_args_given=targs is not None, world_size=ws, inventory=inv,
-                                   trainer_args=targs)
+        findings = lint_accelerate(inp, trainer_args_given=hf_targs is not None, world_size=ws, inventory=inv,
+                                   trainer_args=hf_targs)
         aplan = replace(build_plan(loaded, inv, cluster, workload=workload),
                         trainer_written=getattr(inp.resolution, "base", None),
                         accelerate_fields=not inp.launch.deepspeed_config_file)
@@ -667,14 +670,14 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load)
     # the one plan of this command: effective config, HF resolution, cluster, workload
-    plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=targs, workload=workload)
+    plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=hf_targs, workload=workload)
     if hw is not None:
         z = plan.config.zero
         hcap = hw.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path)
         cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
-                           trainer_args=targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
+                           trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
                            cluster=lint_cluster, plan=plan)
     from advisor.ledger.timeline import hf_zero3, resolve_load
     load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None,

@@ -417,7 +417,10 @@ def test_cli_deepspeed_section_counts_unless_hf(cli, tmp_path):
     ds = _acts_json(cli, tmp_path, section, "--checkpointing", "full")
     inp = 2 * 1024 * 4096  # one Llama-3-8B layer input, bf16, s 1024, b 1
     assert ds["saved_host"] == 31 * inp  # 32 layers, the newest kept on the accelerator
-    hf = _acts_json(cli, tmp_path, section, "--checkpointing", "full", "--hf")
+    # the Trainer arguments the config's micro-batch 1 and bf16 need (TrainingArguments' defaults,
+    # 8 and no --bf16, make the Trainer raise: H001, and then there is no estimate)
+    hf = _acts_json(cli, tmp_path, section, "--checkpointing", "full", "--hf", "--bf16",
+                    "--per-device-train-batch-size", "1")
     assert hf["saved_host"] == 0
 
 

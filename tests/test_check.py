@@ -619,3 +619,46 @@ def test_check_set_equals_the_edited_file(tmp_path):
     assert C06.read_text() == before
     rc, _, err = check([str(C06), "--params", str(P32B), "--set", "zero_optimization"], TORCHRUN_8, bin_)
     assert rc == 2 and "--set" in err and "Traceback" not in err
+
+
+def test_check_and_estimate_hf_refuse_what_the_trainer_refuses_with_its_default_arguments(tmp_path):
+    """Issue #19 (newcomer 3): check --hf printed GO and estimate --hf an estimate for a config the
+    Trainer refuses with TrainingArguments' defaults, while lint --hf reported the H001 errors.
+    The refusal is transformers' own: HfTrainerDeepSpeedConfig.trainer_config_process with a default
+    TrainingArguments (gradient_accumulation_steps 1, bf16 False) then trainer_config_finalize
+    raises the mismatch ValueError naming both keys. check --hf must then be NO-GO (exit 1, no tier
+    verdict), estimate --hf give no fit rows, both with lint --hf's H001 findings."""
+    pytest.importorskip("transformers")
+    import types
+
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    raw = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 4, "train_batch_size": "auto",
+           "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+    cfg = tmp_path / "ga.json"
+    cfg.write_text(json.dumps(raw))
+    targs = TrainingArguments(output_dir=str(tmp_path / "out"))
+    c = HfTrainerDeepSpeedConfig(json.loads(json.dumps(raw)))
+    c.trainer_config_process(targs)
+    model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=768))
+    with pytest.raises(ValueError) as e:
+        c.trainer_config_finalize(targs, model, 10)
+    refused = {k for k in ("gradient_accumulation_steps", "bf16.enabled") if f"- ds {k}=" in str(e.value)}
+    assert refused == {"gradient_accumulation_steps", "bf16.enabled"}, str(e.value)
+
+    def h001(findings):
+        return sorted(f["data"]["key"] for f in findings if f["code"] == "H001")
+
+    common = ["--model", "gpt2", "--world-size", "1", "--hf"]
+    p = subprocess.run([sys.executable, "-m", "advisor", "lint", str(cfg), "--hf", "--format", "json"],
+                       env=base_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    lint_h001 = h001([f for file in json.loads(p.stdout)["files"] for f in file["findings"]])
+    assert set(lint_h001) == refused
+    code, d, err = check([str(cfg), *common, "--gpu-memory", "80GB", "--host-memory", "1TB"])
+    assert "Traceback" not in err, err
+    assert code == 1 and d["tiers"] == [] and h001(d["findings"]) == lint_h001, d
+    p = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(cfg), *common, "--format", "json"],
+                       env=base_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = json.loads(p.stdout)
+    assert not out.get("fit") and h001(out["findings"]) == lint_h001, out

@@ -349,8 +349,11 @@ def test_70b_zero3_without_zero_init_does_not_fit_8x80gb_at_initialize(tmp_path)
     # the first partition, ceil(2^24 / 8) x 2 B, is made in pinned host memory while the model is whole
     row = next(r for r in d["ranks"][0]["timeline"] if r["instant"] == "initialize:module")
     assert row["host"] == 2 ** 24 // 8 * 2
-    # with --hf at ZeRO-3 the finding says the Trainer itself builds under zero.Init
-    p = run_cli(args + ["--no-zero-init", "--hf"])
+    # with --hf at ZeRO-3 the finding says the Trainer itself builds under zero.Init (the Trainer
+    # arguments the config's numbers need: with TrainingArguments' defaults the Trainer raises, H001)
+    p = run_cli(args + ["--no-zero-init", "--hf", "--per-device-train-batch-size", "1", "--gradient-accumulation-steps",
+                        "8", "--bf16", "--learning-rate", "1e-5", "--adam-beta2", "0.95"])
+    assert not [f for f in json.loads(p.stdout)["findings"] if f["code"] == "H001"]
     (m103,) = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "M103"]
     assert "HfDeepSpeedConfig" in m103["fix"]
     # built under zero.Init (the default at ZeRO-3): no such instant, and the accelerator fits

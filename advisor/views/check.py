@@ -594,7 +594,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     (:func:`advisor.views.workload.resolve`: flags, the sidecar generate wrote, defaults); every
     value not given as a flag is listed in the result's warnings as an assumption.
     ``hf`` / ``trainer_args``: the config goes through the HF Trainer; "auto" is resolved exactly
-    as ``estimate --hf`` resolves it (:func:`advisor.planning.build_plan`), so both give the same bytes.
+    as ``estimate --hf`` resolves it (:func:`advisor.planning.build_plan`), so both give the same bytes;
+    ``hf`` without ``trainer_args`` means TrainingArguments' defaults (as ``lint --hf``), so a
+    config the Trainer refuses with them (H001) gets no verdict.
     ``overhead``: the :class:`advisor.cluster.overhead.OverheadSettings` of the accelerator row's
     runtime overhead terms (default: the cited defaults, ``env``'s NCCL/CUDA variables read).
     The probe's free memory (total - used) is read before the job starts, so every overhead term
@@ -711,6 +713,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         warnings.append("workload assumed (not given as flags): " + "; ".join(assumed))
     # the one plan of this command (with hf: the same HF Trainer resolution as estimate --hf)
     accelerate = config_input is not None and config_input.launch is not None
+    if hf and trainer_args is None:  # the Trainer's defaults, as lint --hf assumes them: H001 refuses (issue #19)
+        trainer_args = {}
     plan = build_plan(loaded, inventory, cluster, hf=hf and not accelerate, trainer_args=None if accelerate else trainer_args,
                       workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
                                         moe_capacity_factor=v.get("moe_capacity_factor")))
@@ -721,7 +725,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     ec = plan.config
     if accelerate:
         from advisor.views.lint import lint_accelerate
-        findings = lint_accelerate(config_input, trainer_args_given=False, world_size=ws, inventory=inventory)
+        findings = lint_accelerate(config_input, trainer_args_given=trainer_args is not None, world_size=ws,
+                                   inventory=inventory, trainer_args=trainer_args)
     else:
         findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
                                dp_world_size=cluster.dp_world_size,  # as estimate: the batch is over DP ranks
