@@ -580,3 +580,60 @@ def test_h001_batch_fix_keeps_one_side_global_batch_and_applied_clears_it(tmp_pa
     flags = re.search(r"pass (.*?) to the Trainer", h1[0]["fix"]).group(1).split()
     rc, out = run_json(["lint", str(cfg), "--hf", "--world-size", "2", *flags, "--format", "json"])
     assert rc == 0 and not [f for f in out["files"][0]["findings"] if f["code"] == "H001"], out
+
+
+_PREPARE_DEEPSPEED = r'''
+import copy, json, os, socket, sys, types
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+os.environ.update(DS_ACCELERATOR="cpu", ACCELERATE_USE_DEEPSPEED="true", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+import torch, deepspeed
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin
+from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+raw, hidden = json.loads(sys.argv[1]), int(sys.argv[2])
+m = torch.nn.Linear(4, 4)
+m.config = types.SimpleNamespace(hidden_size=hidden)
+c = HfTrainerDeepSpeedConfig(copy.deepcopy(raw))
+c.trainer_config_finalize(types.SimpleNamespace(get_warmup_steps=lambda n: 0), m, 10)
+after_trainer = copy.deepcopy(c.config["zero_optimization"])
+acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=c.config))
+def initialize(**kw):  # what _prepare_deepspeed hands DeepSpeed; stop there
+    print(json.dumps({"is_zero3": c.is_zero3(), "after_trainer": after_trainer,
+                      "to_deepspeed": kw["config_params"]["zero_optimization"]}))
+    raise SystemExit(0)
+deepspeed.initialize = initialize
+acc.prepare(m, torch.optim.AdamW(m.parameters()))
+'''
+
+
+def test_string_stage_3_auto_sizes_are_filled_by_accelerate_as_resolve_fills_them(tmp_path):
+    """Issue #19 (newcomer 1) said resolve should leave stage3_prefetch_bucket_size and
+    stage3_param_persistence_threshold "auto" for "stage": "3" (HfDeepSpeedConfig.is_zero3 is
+    False for the string). transformers' trainer_config_finalize does leave them, but accelerate's
+    own Accelerator._prepare_deepspeed then fills both from hidden_size whatever the stage. The
+    expected values are what the real Trainer step and the real _prepare_deepspeed hand
+    deepspeed.initialize (a subprocess: Accelerator sets process-wide state)."""
+    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
+    pytest.importorskip("deepspeed")
+    import os
+    import subprocess
+    import sys
+
+    h = 4096  # llama-3-8b
+    raw = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+           "zero_optimization": {"stage": "3", "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                 "stage3_param_persistence_threshold": "auto"}}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
+    p = subprocess.run([sys.executable, "-c", _PREPARE_DEEPSPEED, json.dumps(raw), str(h)], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    real = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else None
+    assert real is not None, p.stderr[-3000:]
+    assert real["is_zero3"] is False
+    assert real["after_trainer"]["stage3_prefetch_bucket_size"] == "auto"  # the Trainer leaves them
+    res = hf.resolve_trainer(raw, hf.TrainerArgs(), hidden_size=h)
+    z = res.config["zero_optimization"]
+    keys = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+    assert {k: z[k] for k in keys} == {k: real["to_deepspeed"][k] for k in keys}
+    assert res.filled["zero_optimization.stage3_prefetch_bucket_size"][2].startswith("accelerate")

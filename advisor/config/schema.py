@@ -411,8 +411,8 @@ def _map_error(err, hf: bool) -> list[Finding]:
             if path == ["zero_optimization", "stage"]:
                 extra = ("; but the HF Trainer and accelerate read the stage as written (HfDeepSpeedConfig."
                          f"is_zero3: {json.dumps(inst)} == 3 is false), so they treat the config as not ZeRO-"
-                         f"{coerced}: from_pretrained skips zero.Init and the Trainer does not fill the stage3 "
-                         '"auto" values' if coerced == 3 else
+                         f"{coerced}: from_pretrained skips zero.Init (the stage3 \"auto\" sizes are still filled, by "
+                         "accelerate's _prepare_deepspeed, whatever the stage)" if coerced == 3 else
                          f"; but the HF Trainer and accelerate read the stage as written ({json.dumps(inst)} is not "
                          f"{coerced}) when they test for ZeRO-2/3")
             return [emit("S003", "warning", ptr,
