@@ -16,7 +16,7 @@ from advisor.ledger.state import Cluster, Plan, zero3_sub_groups, zero12_group_l
 from advisor.config.loading import load_config
 from advisor.rules import LintContext, all_rules
 from advisor.ledger.movement import (NETWORK, NVME, PCIE, endurance, endurance_report, movement_for,
-                             movement_roles, nvme_bytes_per_step, totals)
+                             movement_roles, not_modelled, nvme_bytes_per_step, totals)
 
 
 from tests.conftest import CASES as _CASES  # noqa: E402  (tests/data/cases)
@@ -409,3 +409,47 @@ def test_movements_without_activations_say_cpu_checkpointing_is_not_counted():
     assert not [m for m in movement_for(plan) if m.cls == "activations"]
     from advisor.ledger.movement import not_modelled
     assert any("cpu_checkpointing" in n for n in not_modelled(plan))
+
+
+# ---------------------------------------------------------------------------------------------
+# ZeRO++ qwZ / qgZ (DeepSpeed 0.19.8)
+
+
+def _zpp_plan(world: int, per_node: int, **zero) -> Plan:
+    inv = _inv([((4096, 4096), True), ((4096,), True)])
+    raw = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3, **zero}}
+    return Plan(effective_config(raw), inv, Cluster(world_size=world, gpus_per_node=per_node))
+
+
+def _rank0(plan: Plan) -> dict[str, object]:
+    return {m.item: m for m in movement_for(plan) if m.rank == 0}
+
+
+def test_qwz_all_gathers_int8_by_hand():
+    """qwZ: partition_parameters.py _all_gather_coalesced gathers an int8 flat buffer of
+    sum(p_i) x W elements (1 byte each) instead of the bf16 one; gradients unchanged."""
+    W = 16
+    p_sum = 4096 * 4096 // W + 4096 // W  # both divisible by W: no padding
+    plain = _rank0(_zpp_plan(W, 8))
+    q = _rank0(_zpp_plan(W, 8, zero_quantized_weights=True))
+    assert plain["param_allgather_fwd"].bytes == (W - 1) * p_sum * 2
+    assert q["param_allgather_fwd"].bytes == (W - 1) * p_sum * 1
+    assert q["grad_reduce_scatter"].bytes == plain["grad_reduce_scatter"].bytes
+    assert any("qwZ" in x and "scales" in x for x in not_modelled(_zpp_plan(W, 8, zero_quantized_weights=True)))
+
+
+def test_qgz_two_stage_all_to_all_by_hand():
+    """qgZ on 2 nodes x 8 ranks (coalesced_collectives.py all_to_all_quant_reduce): the 4096 x 4096
+    weight (n % 2W == 0) goes int4 with g = max(4096, 4096, 16) = 4096 fp32 scales; the node-local
+    all-to-all sends 7/8 x (n/2 + 4g), the cross-node one 1/2 x (n/16 + 4 x 4096//8); the 1-D bias
+    falls back to the bf16 reduce-scatter, 15/16 x 4096 x 2."""
+    n, g = 4096 * 4096, 4096
+    q = _rank0(_zpp_plan(16, 8, zero_quantized_gradients=True))
+    intra, inter, rs = q["qgz_intra_node_all_to_all"], q["qgz_inter_node_all_to_all"], q["grad_reduce_scatter"]
+    assert intra.bytes == 7 * (n // 2 + 4 * g) // 8 and intra.intra_node is True
+    assert inter.bytes == (n // 16 + 4 * (g // 8)) // 2 and inter.intra_node is False
+    assert rs.bytes == 15 * 4096 * 2 // 16
+    # one node: stage3.py uses the plain reduce-scatter (num_nodes > 1 is the condition)
+    one = _rank0(_zpp_plan(8, 8, zero_quantized_gradients=True))
+    assert "qgz_intra_node_all_to_all" not in one
+    assert one["grad_reduce_scatter"].bytes == 7 * (n + 4096) * 2 // 8

@@ -46,6 +46,13 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   buffer. Stage 2 and 3 reduce on every micro-step; stage 3 skips the backward all-gather when
   parameters stay gathered between forward and backward (``stage3_max_reuse_distance`` >= about
   twice the non-persistent parameter count, reference 4.5).
+* ZeRO++ (stage 3): qwZ (``zero_quantized_weights``) all-gathers int8, 1 byte per element, in
+  place of D (``partition_parameters.py`` _all_gather_coalesced / _all_gather_sequential; the
+  fp32 scales are listed as not modelled). qgZ (``zero_quantized_gradients``) on more than one
+  node replaces the gradient reduce-scatter by the two-stage int4 all-to-all of
+  ``runtime/comm/coalesced_collectives.py`` all_to_all_quant_reduce (:func:`qgz_rank_bytes`);
+  on one node DeepSpeed keeps the reduce-scatter. The transient quantization buffers are in
+  the state ledger's exclusions.
 * Tensor parallelism t (Megatron, Shoeybi et al. 2019 section 3 Fig. 3-4; Narayanan et al.,
   "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC'21,
   section 2.3 / 3.2: "two all-reduce operations in the forward pass and two in the backward
@@ -154,6 +161,48 @@ def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
     return ga
 
 
+#: qwZ all-gathers int8: 1 byte per element (partition_parameters.py _all_gather_coalesced, dtype=torch.int8).
+QWZ_BYTES = 1
+
+
+def qgz_rank_bytes(inventory: Inventory, W: int, L: int, nodes: int, C: int) -> list[tuple[str, float, bool, str]]:
+    """ZeRO++ qgZ: bytes one rank sends per micro-step for the trainable gradients, as
+    (item, bytes, intra_node, formula) rows (bytes).
+
+    DeepSpeed 0.19.8 ``runtime/comm/coalesced_collectives.py`` all_to_all_quant_reduce (l. 31-76),
+    used by ``stage3.py`` __avg_scatter_grads when the job spans nodes (num_nodes = world //
+    device_count > 1; on one node it is the plain reduce-scatter). Per gradient of n elements:
+
+    * 1-D, or n not divisible by 2 x W (l. 43-52): reduce_scatter_coalesced over the whole group,
+      (W-1)/W x ceil(n/W) x W x C;
+    * otherwise, with g = max(shape[0], shape[1], W) quantization groups (l. 54): swizzle_quant to
+      int4 (n/2 bytes, ``pt_binding.cpp`` ds_swizzle_quant: numel / (8/4)) plus g fp32 scales
+      (symmetric: 1 per group); an all-to-all within the node sends (L-1)/L of both; the
+      quantized_reduction keeps 1/L of the values (``sz.back() / devices_per_node``) and g // L
+      scales; an all-to-all across the nodes sends (N-1)/N of those.
+
+    ``L`` = ranks per node, ``nodes`` = N, ``C`` = the communication dtype's bytes."""
+    intra = inter = fallback = 0.0
+    for t in inventory.tensors:
+        if not t.trainable:
+            continue
+        n = t.numel
+        if len(t.shape) < 2 or n % (2 * W):
+            fallback += (W - 1) / W * (-(-n // W)) * W * C
+            continue
+        g = max(t.shape[0], t.shape[1], W)
+        intra += (L - 1) / L * (n / 2 + 4 * g)
+        inter += (nodes - 1) / nodes * (n / (2 * L) + 4 * (g // L))
+    rows = [("qgz_intra_node_all_to_all", intra, True,
+             "qgZ int4 all-to-all within the node: (L-1)/L x sum(n_i/2 + 4 g_i)"),
+            ("qgz_inter_node_all_to_all", inter, False,
+             "qgZ int4 all-to-all across nodes: (N-1)/N x sum(n_i/(2L) + 4 floor(g_i/L))")]
+    if fallback:
+        rows.append(("grad_reduce_scatter", fallback, None,
+                     "qgZ fallback (1-D or n % 2W != 0) reduce-scatter: (W-1)/W x ceil(n/W) x W x C"))
+    return rows
+
+
 def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
     """Movements this module does not count for ``plan`` (and ``activations``, the activation
     ledger's estimate when the caller has one), in words."""
@@ -163,6 +212,11 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
     if ac.get("cpu_checkpointing") is True and activations is None:
         out.append("activation checkpoints copied to host (cpu_checkpointing): needs activation shapes, not counted")
     out.append("input batches, logits and loss scalars; NCCL protocol overheads; first-iteration fetches")
+    z = ec.zero
+    if z.stage == 3 and z.zero_quantized_weights:
+        out.append("ZeRO++ qwZ: the fp32 scales all-gathered with the int8 weights (4 B per quantization group of "
+                   "< 16000 elements, partition_parameters.py CUDAQuantizer.quantize l. 867-894; the group count "
+                   "depends on each module's coalesced fetch, not modelled)")
     cl = plan.cluster
     if (cl.tensor_parallel > 1 or cl.pipeline_parallel > 1) and not plan.workload.seq_len:
         out.append("tensor/pipeline-parallel activation traffic: needs the sequence length (--seq-len)")
@@ -587,16 +641,35 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         else:
             p3_all, p3_t = zero3_partition_sums(inv, W)
             prefetch = z.prefetch_bucket_size > 0
-            add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * D, "forward", prefetch,
-                "forward all-gather: GA x (W-1)/W x sum(p_i) x W x D", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per pass); "
-                "partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch")
+            # ZeRO++ qwZ: every coordinator fetch is all_gather_coalesced(quantize=True), an int8 flat
+            # buffer of sum(p_i) x W (1 byte per element) in place of the D-byte one.
+            PD, pd, qsrc = D, "D", ""
+            if z.zero_quantized_weights:
+                PD, pd = QWZ_BYTES, "1 (qwZ int8)"
+                qsrc = ("; qwZ: partitioned_param_coordinator.py __all_gather_params (quantize=zero_quantized_weights), "
+                        "partition_parameters.py _all_gather_coalesced (int8 flat buffer, l. 1484-1488) / "
+                        "_all_gather_sequential (int8 param_buffer); fp32 scales not counted")
+            add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * PD, "forward", prefetch,
+                f"forward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd}", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per pass); "
+                "partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch" + qsrc)
             if not gathered:
-                add(NETWORK, "send", "parameters", "param_allgather_bwd", ga * f * p3_all * W * D, "backward", prefetch,
-                    "backward all-gather: GA x (W-1)/W x sum(p_i) x W x D (parameters released after forward: "
-                    "stage3_max_reuse_distance < 2 x non-persistent numel)", "ZeRO paper s.7.2.2; reference 4.5")
-            add(NETWORK, "send", "gradients", "grad_reduce_scatter", ga * f * p3_t * W * C, "backward",
-                bool(z.overlap_comm), "gradient reduce-scatter every micro-step: GA x (W-1)/W x sum(p_i) x W x C",
-                "ZeRO paper s.7.2.2; stage3.py reduce_ipg_grads, coalesced_collectives.reduce_scatter_coalesced")
+                add(NETWORK, "send", "parameters", "param_allgather_bwd", ga * f * p3_all * W * PD, "backward", prefetch,
+                    f"backward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd} (parameters released after forward: "
+                    "stage3_max_reuse_distance < 2 x non-persistent numel)", "ZeRO paper s.7.2.2; reference 4.5" + qsrc)
+            L = _ranks_per_node(plan)
+            nodes = plan.cluster.world_size // L
+            if z.zero_quantized_gradients and nodes > 1:
+                for item, nbytes, intra, formula in qgz_rank_bytes(inv, plan.cluster.world_size, L, nodes, C):
+                    add(NETWORK, "send", "gradients", item, ga * nbytes, "backward", bool(z.overlap_comm),
+                        "every micro-step: GA x " + formula,
+                        "stage3.py __avg_scatter_grads (all_to_all_quant_reduce when num_nodes > 1); "
+                        "runtime/comm/coalesced_collectives.py all_to_all_quant_reduce l. 31-76; "
+                        "ops/csrc/quantization/pt_binding.cpp ds_swizzle_quant / quantized_reduction",
+                        intra_node=intra)
+            else:
+                add(NETWORK, "send", "gradients", "grad_reduce_scatter", ga * f * p3_t * W * C, "backward",
+                    bool(z.overlap_comm), "gradient reduce-scatter every micro-step: GA x (W-1)/W x sum(p_i) x W x C",
+                    "ZeRO paper s.7.2.2; stage3.py reduce_ipg_grads, coalesced_collectives.reduce_scatter_coalesced")
 
     # ---- ZeRO-Offload over PCIe ----------------------------------------------------------------
     if st in (1, 2) and oo == "cpu":
