@@ -142,7 +142,12 @@ class FiniteFloat(click.FloatRange):
 
 def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
     """Trainer arguments given on the command line (None when none were: "auto" is then
-    accepted but not resolved)."""
+    accepted but not resolved). --bf16 with --fp16 is a usage error: TrainingArguments.__post_init__
+    raises 'At most one of fp16 and bf16 can be True, but not both' (transformers
+    training_args.py) before the Trainer reads the DeepSpeed config."""
+    if trainer_args and trainer_args.get("bf16") and trainer_args.get("fp16"):
+        raise click.UsageError("--bf16 and --fp16 together: transformers' TrainingArguments raises 'At most one of "
+                               "fp16 and bf16 can be True, but not both' (training_args.py __post_init__); pass one")
     if not trainer_args and hidden_size is None:
         return None
     return {**(trainer_args or {}), **({"hidden_size": hidden_size} if hidden_size else {})}

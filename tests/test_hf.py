@@ -637,3 +637,25 @@ def test_string_stage_3_auto_sizes_are_filled_by_accelerate_as_resolve_fills_the
     keys = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
     assert {k: z[k] for k in keys} == {k: real["to_deepspeed"][k] for k in keys}
     assert res.filled["zero_optimization.stage3_prefetch_bucket_size"][2].startswith("accelerate")
+
+
+def test_bf16_with_fp16_is_the_usage_error_transformers_raises(tmp_path):
+    """Issue #19 (newcomer 8): --bf16 --fp16 gave H004 'the config enables bf16' on a config whose
+    bf16 is "auto". transformers' own TrainingArguments refuses the pair before any DeepSpeed
+    config is read; lint, resolve and estimate now say that, as one usage line (exit 2)."""
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+
+    from transformers import TrainingArguments
+
+    with pytest.raises(ValueError) as e:
+        TrainingArguments(output_dir=str(tmp_path / "out"), bf16=True, fp16=True, use_cpu=True)  # CPU: past the GPU check
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+                               "zero_optimization": {"stage": 2}}))
+    for cmd in (["lint"], ["resolve"], ["estimate", "--model", "gpt2"]):
+        p = subprocess.run([sys.executable, "-m", "advisor", cmd[0], str(cfg), *cmd[1:], "--hf", "--bf16", "--fp16"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert str(e.value) in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
