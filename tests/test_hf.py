@@ -659,3 +659,28 @@ def test_bf16_with_fp16_is_the_usage_error_transformers_raises(tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
         assert str(e.value) in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_l002_checks_the_scheduler_steps_the_trainer_fills(tmp_path):
+    """Issue #19 (newcomer 7): L002's total-below-warmup check skipped "auto" values, so under
+    --hf --warmup-steps 200 --max-steps 95 it never saw what DeepSpeed receives. The filled values
+    are transformers' own (HfTrainerDeepSpeedConfig); DeepSpeed 0.19.8's WarmupDecayLR warns when
+    total_num_steps < warmup_num_steps (runtime/lr_schedules.py, WarmupDecayLR.__init__)."""
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+
+    raw = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
+           "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto", "total_num_steps": "auto"}}}
+    got, errs = _tf_fill(raw, warmup_steps=200, max_steps=95)
+    assert not errs
+    total, warmup = got["scheduler"]["params"]["total_num_steps"], got["scheduler"]["params"]["warmup_num_steps"]
+    assert total < warmup  # DeepSpeed's own condition for its warning
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps(raw))
+    p = subprocess.run([sys.executable, "-m", "advisor", "lint", str(cfg), "--hf", "--warmup-steps", "200",
+                        "--max-steps", "95", "--format", "json"], capture_output=True, text=True, timeout=120)
+    found = [f for file in json.loads(p.stdout)["files"] for f in file["findings"] if f["code"] == "L002"
+             and f["pointer"] == "/scheduler/params/total_num_steps"]
+    assert len(found) == 1, p.stdout
+    assert f"total_num_steps {total} is less than warmup_num_steps {warmup}" in found[0]["message"]

@@ -1021,9 +1021,11 @@ def findings_for_context(ctx: Any) -> list[Finding]:
     hidden = targs.pop("hidden_size", None)
     res = ctx.plan.hf if ctx.plan is not None else None  # the command's plan resolved it already (advisor.planning.build_plan)
     if res is not None:
-        found = list(res.findings)
+        found, resolved = list(res.findings), res.config
     else:
-        _, found = resolve_for_estimate(ctx.raw, targs, ctx.inventory, ws, hidden_size=hidden)
+        resolved, found = resolve_for_estimate(ctx.raw, targs, ctx.inventory, ws, hidden_size=hidden)
+    if given:
+        ctx.cache.hf_config = resolved
     if not given:
         found = [f for f in found if f.code == "H002" or f.data.get("kind") == "no-zero-section"]
     ctx.cache.hf_findings = found

@@ -54,6 +54,14 @@ def scheduler_problems(ctx: LintContext):
     probs = []
     if isinstance(s, dict) and "type" in s and not is_auto(s.get("type")):
         params = s.get("params")
+        if ctx.hf and isinstance(params, dict) and any(is_auto(v) for v in params.values()):
+            # under --hf with the Trainer's arguments known, an "auto" is checked as the value the
+            # Trainer fills (warmup_num_steps, total_num_steps ...: what DeepSpeed receives)
+            from advisor.config.hf import findings_for_context
+            findings_for_context(ctx)
+            filled = ((ctx.cache.hf_config or {}).get("scheduler") or {}).get("params")
+            if isinstance(filled, dict):
+                params = {k: (filled.get(k, v) if is_auto(v) else v) for k, v in params.items()}
         skip = frozenset(k for k, v in params.items() if is_auto(v)) if isinstance(params, dict) else frozenset()
         floats = frozenset(k for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)
                            and _float_literal(ctx, pointer("scheduler", "params", k))) \

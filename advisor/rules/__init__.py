@@ -37,6 +37,9 @@ class LintCache:
     hf_findings: "list[Finding] | None" = None
     movements: tuple[Any, list, list] | None = None
     scheduler_problems: tuple[Any, list] | None = None
+    #: The config the HF Trainer hands DeepSpeed ("auto" filled), set by findings_for_context when
+    #: the Trainer's arguments are known (given, or TrainingArguments' defaults under lint --hf).
+    hf_config: "dict | None" = None
 
 
 @dataclass
