@@ -11,7 +11,9 @@ Under ``accelerate launch`` without ``offload_*_nvme_path`` the path is accelera
 the string ``"none"`` (accelerate/utils/dataclasses.py ``DeepSpeedPlugin.__post_init__``:
 ``os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_*_NVME_PATH", "none")``, written into the DeepSpeed
 config it builds): DeepSpeed then swaps into a folder named ``none`` under the launch's working
-directory, on whatever drive that is. Reported here, by ``lint`` as well as ``check`` (check's
+directory, on whatever drive that is (DeepSpeed 0.19.8 ``zero/offload_config.py`` reads it as
+``Path("none")``; ``partitioned_param_swapper.py`` ``os.makedirs`` the folder): a warning, not a
+refusal, so estimate and check still judge the job. Reported here, by ``lint`` as well as ``check`` (check's
 K102 does not repeat it): one fault, one finding.
 
 Reported where NVMe is actually used: ZeRO stage 3 (at stages 1-2 optimizer "nvme" is plain CPU
@@ -50,16 +52,19 @@ class NvmeWithoutPath(Rule):
                 continue
             b = zr.get(block) if isinstance(zr.get(block), dict) else {}
             ptr = zptr(block, "nvme_path") if "nvme_path" in b else zptr(block, "device")
+            severity = None
             if cfg.nvme_path == ACCELERATE_NO_PATH:
+                # not a refusal: offload_config.py reads it as Path("none") and the swapper makedirs it
+                severity = "warning"
                 what = (f'{block}.device is nvme and nvme_path is "none", accelerate\'s placeholder for no '
-                        f"--{block}_nvme_path: DeepSpeed swaps into a folder named none under the launch's "
-                        "working directory, not onto an NVMe drive")
+                        f"--{block}_nvme_path: DeepSpeed accepts it and swaps into a folder named none under "
+                        "the launch's working directory, not onto an NVMe drive")
             else:
                 what = (f"{block}.device is nvme but nvme_path is not set: deepspeed.initialize fails "
                         "(TypeError joining a None path) when it creates the swap folder")
             yield self.finding(ptr, what,
                                f'add "nvme_path": "/local_nvme" (a local NVMe mount) to zero_optimization.{block}, '
-                               'or use "device": "cpu"')
+                               'or use "device": "cpu"', **({"severity": severity} if severity else {}))
 
 
 #: What accelerate's DeepSpeedPlugin writes as nvme_path when none is given
