@@ -475,3 +475,34 @@ def test_zero3_step_releases_the_persistent_parameters_until_post_step():
     fp32 = {k: v for k, v in Z3.items() if k != "bf16"}
     t32 = _tl(fp32, TINY3, 2)
     assert _at(t32, "steady_step:prep") - _at(t32, "initialize") == 2 * P3 * 4 + P3 * 4
+
+
+def test_zero3_reduce_scatter_flat_buffer_and_first_backward():
+    # reduce_scatter_coalesced (coalesced_collectives.py) torch.cat's every gradient of a flush,
+    # padded to ceil(n_i/W) per rank: one flush at the end of backward when the whole model fits
+    # the bucket (43,209 <= 50,000): sum ceil(n_i/2) x 2 x 2 B = 86,428
+    from advisor.ledger.state import zero3_reduce_scatter_flat_bytes
+    ec = effective_config(Z3)
+    assert zero3_reduce_scatter_flat_bytes(ec, TINY3, 2)[0] == 86428
+    # reduce_bucket_size 20,000, gradients in backward order (l3.bias first); a bucket holding
+    # elements flushes before one that would pass it (stage3.py l. 1583): [5, 385, 77] -> 940 B,
+    # [23177] -> 11,589 x 4 = 46,356 B, [301, 19264] at the end -> 9,783 x 4 = 39,132 B
+    small = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 20000}})
+    assert zero3_reduce_scatter_flat_bytes(small, TINY3, 2)[0] == 46356
+    assert zero3_reduce_scatter_flat_bytes(ec, TINY3, 1) is None
+    tl = _tl(Z3, TINY3, 2)
+    # first backward (incomplete trace): at its reduce only l1's persistent parameters are
+    # gathered, (19264 + 301) x 2 B (torch.cat copies), beside the flat buffer; from the second
+    # iteration all of them (86,428) stay gathered
+    assert _at(tl, "reduce") == _at(tl, "initialize") + 39130 + 86428
+    assert _at(tl, "steady:reduce") == _at(tl, "save") + 86428
+
+
+def test_zero3_offload_norm_is_one_partition_in_fp64():
+    # _offload_grad_partition_at_boundary -> _constant_buffered_norm2: part.to(fp64) of one
+    # gradient partition at a time; the largest is l2.weight's ceil(23177/2) = 11,589 x 8 B
+    cfg = {**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000,
+                                       "offload_optimizer": {"device": "cpu"}}}
+    led = compute_ledger(Plan(effective_config(cfg), TINY3, Cluster(world_size=2)))
+    got = [e.bytes for e in led.rank(0).entries if e.item == "zero3_offload_norm_fp64"]
+    assert got == [11589 * 8]

@@ -391,6 +391,15 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
     return rows
 
 
+#: Allocation sites whose storages exist only because the CPU run uses gloo, subtracted from the
+#: engine's peak (and reported as ``cpu_only``) since the ledger models the NCCL path of a GPU run:
+#: ``comm/torch.py`` reduce_scatter_tensor -> torch.distributed.reduce_scatter_tensor, which on gloo
+#: allocates a buffer the size of its input inside torch (measured: sum ceil(n_i/W) x W x C, the
+#: same as ZeRO-3's reduce_scatter_coalesced flat buffer); NCCL's reduce-scatter writes into the
+#: output chunk. The worker's tracker keeps a second high-water mark without these storages
+#: (``peak_excl_cpu_only``: without them a phase may peak at another instant), compared here.
+CPU_ONLY_SITES = ("deepspeed/comm/torch.py:reduce_scatter_tensor:",)
+
 #: Tracker phase -> the ledger timeline instants it spans (GA = 1; see advisor.ledger.timeline).
 PHASE_INSTANTS = {
     "load": ("load",), "initialize:cast": ("initialize:cast",), "initialize:module": ("initialize:module",),
@@ -419,6 +428,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
     the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
     in-place partitioning) compare their peaks with the timeline's instants of those names.
+    The engine's peak compared is the tracker's high-water mark without the storages of
+    :data:`CPU_ONLY_SITES` (gloo's reduce-scatter buffer; the ledger models the NCCL path), the
+    difference reported as ``cpu_only``.
     Phases beyond the second step are not compared; GA must be 1. ``load_dtype``: the dtype the
     proxy was built in (default fp32)."""
     from advisor.config.effective import effective_config
@@ -448,8 +460,12 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 continue
             best = max(idx, key=lambda i: ser[i])
             got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]
+            cpu_only = 0
+            if ph["phase"] != "initialize" and "peak_excl_cpu_only" in ph:
+                cpu_only = got - ph["peak_excl_cpu_only"]
+                got = ph["peak_excl_cpu_only"]
             exp = ser[best]
-            rows.append({"rank": r, "phase": ph["phase"], "measured": got, "ledger": exp,
+            rows.append({"rank": r, "phase": ph["phase"], "measured": got, "cpu_only": cpu_only, "ledger": exp,
                          "ledger_instant": keys[best], "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0),
                          "unattributed": ph["unattributed"]})
     return rows

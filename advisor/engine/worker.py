@@ -158,8 +158,14 @@ class StorageTracker:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
+        from advisor.engine.measure import CPU_ONLY_SITES
         self.live: dict[int, tuple[int, int, str]] = {}   # storage key -> (bytes, data_ptr, site)
         self.total = 0
+        # the same without the storages of CPU_ONLY_SITES (gloo-only buffers): its own high-water
+        # mark, since without them the phase may peak at another instant
+        self.cpu_only_sites = CPU_ONLY_SITES
+        self.cpu_only: set[int] = set()
+        self.total_excl = 0
         self.phase = "start"
         self.peaks: dict[str, dict] = {}
         self.order: list[str] = []
@@ -208,17 +214,28 @@ class StorageTracker:
         key = st._cdata
         if key in self.live:
             return
-        self.live[key] = (nb, st.data_ptr(), self._site())
+        site = self._site()
+        self.live[key] = (nb, st.data_ptr(), site)
         self.total += nb
+        if site.startswith(self.cpu_only_sites):
+            self.cpu_only.add(key)
+        else:
+            self.total_excl += nb
         weakref.finalize(st, self._free, key)
         pk = self.peaks.get(self.phase)
         if pk is not None and self.total > pk["bytes"]:
             self._mark(pk)
+        if pk is not None and self.total_excl > pk.get("excl", -1):
+            pk["excl"] = self.total_excl
 
     def _free(self, key) -> None:
         e = self.live.pop(key, None)
         if e is not None:
             self.total -= e[0]
+            if key in self.cpu_only:
+                self.cpu_only.discard(key)
+            else:
+                self.total_excl -= e[0]
 
     def _mark(self, pk: dict) -> None:
         pk["bytes"] = self.total
@@ -233,6 +250,7 @@ class StorageTracker:
             self.order.append(phase)
             self.peaks[phase] = {"bytes": -1}
         self._mark(self.peaks[phase])
+        self.peaks[phase]["excl"] = max(self.peaks[phase].get("excl", -1), self.total_excl)
 
     def end_phase(self) -> None:
         import gc
@@ -258,6 +276,7 @@ class StorageTracker:
                 else:
                     unattributed[site] = unattributed.get(site, 0) + nb
             out.append({"phase": ph, "peak": pk["bytes"], "end": pk.get("end", pk["bytes"]),
+                        "peak_excl_cpu_only": pk.get("excl", pk["bytes"]),
                         "by_item": by_item,
                         "unattributed": sorted(({"site": k, "bytes": v} for k, v in unattributed.items()),
                                                key=lambda r: -r["bytes"])[:12]})

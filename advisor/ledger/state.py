@@ -21,7 +21,7 @@ reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``step_prep`` (insid
 while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
 first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
-(the step's fp64 norm copy); ``first_forward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+(the step's fp64 norm copy); ``first_forward`` / ``first_backward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`, or its backward); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
 accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
@@ -63,7 +63,7 @@ Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
                "first_step", "load", "save", "autograd", "reduce", "step_norm", "init_cast", "init_module",
-               "first_forward"]
+               "first_forward", "first_backward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -501,6 +501,45 @@ def module_of(name: str) -> str:
         return name
     head, last = name.rsplit(".", 1)
     return name if last.isdigit() else head
+
+
+def zero3_reduce_scatter_flat_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str] | None":
+    """(bytes, which flush) of the largest flat buffer ZeRO-3's gradient reduce-scatter builds, or
+    None where there is none (W = 1, ``reduce_scatter`` false with contiguous gradients: an in-place
+    all_reduce of the bucket, ZeRO++ qgZ, communication dtype unlike the model's).
+
+    DeepSpeed 0.19.8 ``stage3.py``: gradients join the ipg bucket in backward order (here the
+    reverse of the inventory's), and a bucket holding elements is flushed before a parameter that
+    would take it past ``reduce_bucket_size`` (reduce_independent_p_g_buckets_and_remove_grads,
+    l. 1583), and at the end of backward. A flush runs ``__avg_scatter_grads`` ->
+    ``coalesced_collectives.py`` reduce_scatter_coalesced, which ``torch.cat``'s every gradient's
+    W chunks, each padded to ceil(n_i/W), into one buffer of sum ceil(n_i/W) x W x C bytes
+    (none for one tensor with n % W == 0: a view). The NCCL path: gloo's reduce_scatter_tensor on
+    CPU allocates another buffer of that size inside torch, which is not counted here."""
+    z = ec.zero
+    if W <= 1 or z.zero_quantized_gradients or ec.comm_dtype != ec.model_dtype:
+        return None
+    if z.contiguous_gradients and not z.reduce_scatter:
+        return None
+    C = DTYPE_BYTES[ec.comm_dtype]
+    rbs = int(z.reduce_bucket_size)
+    best = [0, ""]
+    bucket: list[int] = []
+
+    def flush():
+        if not bucket:
+            return
+        nb = 0 if (len(bucket) == 1 and bucket[0] % W == 0) else sum(_ceil_div(n, W) * W * C for n in bucket)
+        if nb > best[0]:
+            best[0], best[1] = nb, f"a flush of {len(bucket)} gradient(s), {sum(bucket):,} elements"
+        bucket.clear()
+
+    for t in reversed([t for t in inv.tensors if t.trainable]):
+        if sum(bucket) + t.numel > rbs and bucket:
+            flush()
+        bucket.append(t.numel)
+    flush()
+    return (best[0], best[1]) if best[0] else None
 
 
 def zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tuple[int, str] | None":
@@ -1430,6 +1469,15 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               "runtime/zero/partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
               "AllGatherCoalescedHandle.wait (torch.cat, l. 795); partitioned_param_coordinator.py:release_sub_module "
               "(incomplete trace: every param of the module released, persistent ones too)")
+    if fetch is not None:
+        first = module_of(inv.tensors[0].name) if inv.tensors else ""
+        fb = sum(t.numel * D for t, keep in zip(inv.tensors, zero3_persistent(inv, z))
+                 if keep and module_of(t.name) == first)
+        b.add("accelerator", "parameters", "zero3_first_backward_gathered", fb, "first_backward",
+              f"sum over the persistent params of module {first} (the first in forward, the last in backward) "
+              f"of n_i x D = {fb}; stands for lp_params_gathered in the first iteration's backward",
+              "runtime/zero/partitioned_param_coordinator.py:release_sub_module (incomplete trace: every param of "
+              "a module released after its backward); AllGatherCoalescedHandle.wait (torch.cat copies, n_i x D)")
     g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
     g_alias = W == 1 and op == "none"
     b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
@@ -1457,6 +1505,22 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.__init__ (ipg_buckets[dtype].buffer)")
+
+    rs = zero3_reduce_scatter_flat_bytes(ec, inv, W)
+    if rs is not None:
+        b.add("accelerator", "workspace", "zero3_reduce_scatter_flat", rs[0], "in_backward",
+              f"max over bucket flushes of sum over the flush's params ceil(n_i/W) x W x C = {rs[0]} ({rs[1]})",
+              "runtime/comm/coalesced_collectives.py:reduce_scatter_coalesced (torch.cat of the interleaved, "
+              f"padded partitions); {S}.__avg_scatter_grads / __reduce_and_partition_ipg_grads")
+
+    if oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
+        # the boundary's gradient norm, one parameter partition at a time, in fp64
+        big = max(min(_ceil_div(t.numel, W), 250_000_000) for t in inv.tensors if t.trainable)
+        b.add("accelerator", "workspace", "zero3_offload_norm_fp64", big * 8, "in_backward",
+              f"max_i min(ceil(n_i/W), 250,000,000) x 8 = {big} x 8 (one gradient partition cast to fp64 "
+              "for its norm, freed before the next)",
+              f"{S}._offload_grad_partition_at_boundary -> _constant_buffered_norm2 (part.to(get_norm_dtype()), "
+              "zero/utils.py get_norm_dtype: fp64 where the accelerator has it)")
 
     # ---- master, moments, fp32 grads per sub-group
     smin = swap_threshold_bytes(ec)

@@ -625,11 +625,13 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
 
 
 def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False,
-          first_fetch: bool = False) -> bool:
+          first_fetch: bool = False, first_bwd: tuple[str, ...] = ()) -> bool:
     k, ph = inst.key, inst.phase
     life = e.life
     if life == "first_forward":
         return k == "forward:1"
+    if life == "first_backward":
+        return first_fetch and k in first_bwd
     if k.endswith(":post"):
         # after the update loop (stage3.py _post_step): fp32 gradients released, state kept
         if life not in ("persistent", "backward"):
@@ -656,7 +658,7 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return False
     if life == "persistent":
         if e.item == "lp_params_gathered" and (
-                (first_fetch and k == "forward:1") or
+                (first_fetch and (k == "forward:1" or k in first_bwd)) or
                 (ph in ("first_step", "steady_step") and not k.endswith(":post"))):
             # forward:1: gathered and released module by module (the zero3_first_fetch entry
             # stands for them); the step: stage3.py step -> _partition_all_parameters releases
@@ -758,6 +760,10 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     ents = list(rl.entries) + _load_and_init(ec, ledger, load, r) + save_entries(ec, ledger, r)
     transients = any(e.item == "reduce_transient" for e in rl.entries)
     first_fetch = any(e.item == "zero3_first_fetch" for e in rl.entries)
+    # ZeRO-3's first backward still runs without a complete trace: the persistent parameters are
+    # re-fetched and released module by module, so at its reduce (the end of backward) only the
+    # module run last in backward (the first in forward) holds them (entry zero3_first_backward_gathered)
+    first_bwd = ("backward:1", "reduce") if ga <= 1 else ("backward:1",)
     groups: tuple = ()
     if any(x.group >= 0 for x in ins):
         plan = ledger.plan
@@ -776,12 +782,12 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             for e in ents:
                 nb = _group_bytes(e, inst, groups, D, lazy)
                 if nb is None:
-                    if _live(e, generic, lazy, consumed, transients, first_fetch):
+                    if _live(e, generic, lazy, consumed, transients, first_fetch, first_bwd):
                         sized.append((e, e.bytes))
                 elif nb:
                     sized.append((e, nb))
         else:
-            sized = [(e, e.bytes) for e in ents if _live(e, inst, lazy, consumed, transients, first_fetch)]
+            sized = [(e, e.bytes) for e in ents if _live(e, inst, lazy, consumed, transients, first_fetch, first_bwd)]
         items_on = {e.item for e, _ in sized}
         d = {t: 0 for t in TIERS}
         here = []

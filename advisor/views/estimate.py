@@ -50,7 +50,7 @@ TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pagea
 #: One-off lifetimes (the load-phase copy, the save-time gather, first-step-only transients): left
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
 OUTSIDE_STEP = ("load", "save", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
-                "first_forward")
+                "first_forward", "first_backward")
 #: What the fit's "steady" need leaves out: the load phase and deepspeed.initialize before the
 #: optimizer partitions the model (timeline.BEFORE_PARTITION).
 ONE_OFF = ("load",) + BEFORE_PARTITION

@@ -105,37 +105,31 @@ _GATHER = ("the proxy registers every parameter on one module (worker _build_mod
            "fetch is all six parameters at once, its flat all-gather buffer (_all_gather_dtype l. 1343, sum p_i x W x D "
            "= 86,428 B) beside every torch.cat copy (AllGatherCoalescedHandle.wait l. 795); the ledger's "
            "zero3_first_fetch is l2's (46,512 + 46,508 B, matched by the zero.Init cells, whose proxy has the modules)")
-_REDUCE = ("not in the ledger; tracker sites: the gradients concatenated for the reduce-scatter (utils/nvtx.py "
-           "wrapped_fn, 86,418 B) and, in the steady backward, comm/torch.py reduce_scatter_tensor l. 437 (86,428 B, "
-           "a full-size buffer: gloo on CPU has no reduce-scatter, so this part may be CPU-only); the rest not "
-           "diagnosed yet")
-#: The zero.Init cells' training phases: z3_bf16_w2's residuals (the same ZeRO-3 transients; x2 in fp32).
-#: Matched since: forward:1 (state.zero3_first_fetch_bytes: the first forward's per-module fetch, the
-#: earlier modules released by release_sub_module while the trace is incomplete), step:1 / step:2
-#: (stage3.py step -> _partition_all_parameters releases the persistent parameters until _post_step
-#: gathers them again, timeline instant ``:post``; the 16-bit flatten beside its fp32 cast at prep,
-#: state zero3_grad_flat_copy).
-UNMATCHED_ZINIT = {
-    "z3_bf16_zinit_w2": {
-        "backward:1": "+125,601 B: " + _REDUCE,
-        "backward:2": "+172,907 B: as z3_bf16_w2: " + _REDUCE,
-    },
-    "z3_fp32_zinit_w2": {
-        "backward:1": "+251,185 B: as z3_bf16_zinit_w2, in fp32: " + _REDUCE,
-        "backward:2": "+345,789 B: as z3_bf16_w2, in fp32: " + _REDUCE,
-    },
-}
+_FIRST_BWD = ("the same one-module proxy: the ledger's first backward (incomplete trace, "
+              "partitioned_param_coordinator.py release_sub_module) keeps only l1's persistent parameters gathered at "
+              "its reduce (state zero3_first_backward_gathered, 39,130 B), matched by the zero.Init cells; here the one "
+              "module's are all gathered (86,418 B)")
+#: The zero.Init cells' training phases all match: forward:1 (state.zero3_first_fetch_bytes: the first
+#: forward's per-module fetch, the earlier modules released by release_sub_module while the trace is
+#: incomplete), backward:1 / backward:2 (the reduce-scatter's flat buffer,
+#: state.zero3_reduce_scatter_flat_bytes, and the first backward's per-module release; gloo's own
+#: reduce-scatter buffer, measure.CPU_ONLY_SITES, is taken off the engine side: the ledger models
+#: NCCL), step:1 / step:2 (stage3.py step -> _partition_all_parameters releases the persistent
+#: parameters until _post_step gathers them again, timeline instant ``:post``; the 16-bit flatten
+#: beside its fp32 cast at prep, state zero3_grad_flat_copy).
+UNMATCHED_ZINIT: dict = {}
 UNMATCHED = {**UNMATCHED_ZINIT,
     "z3_bf16_w2": {
         # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
         "forward:1": "+79,847 B: " + _GATHER,
-        "backward:1": "+172,889 B: " + _REDUCE,
-        "backward:2": "+172,907 B: " + _REDUCE,
+        "backward:1": "+93,685 B (rank 0; rank 1 +48,101): " + _FIRST_BWD + "; and without gloo's buffer the "
+                      "engine peaks at the one module's backward re-fetch (its flat all-gather buffer beside the "
+                      "copies, as in forward:1), which the ledger's backward:1 instant does not hold",
     },
     "z3_bf16_oo_cpu_w2": {
         "forward:1": "+79,843 B: " + _GATHER,
-        "backward:1": "+179,183 B: " + _REDUCE,
-        "backward:2": "+179,197 B: " + _REDUCE + "; plus stage3.py _constant_buffered_norm2 l. 1964 (92,720 B)",
+        # backward:2 matches with the offload norm's fp64 copy (state zero3_offload_norm_fp64)
+        "backward:1": "+47,341 B: " + _FIRST_BWD,
     },
 }
 
