@@ -134,6 +134,19 @@ UNMATCHED = {**UNMATCHED_ZINIT,
 }
 
 
+#: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
+#: it (seen in 2 of 5 runs: rank 1, z3_fp32_zinit_w2 backward:1, +27,693 B): in the first backward
+#: each module is re-fetched (its persistent parameters were released, release_sub_module with an
+#: incomplete trace), and the async all-gather's flat buffer (_all_gather_dtype l. 1343) can then
+#: still be live while that module's gradients are made. On a GPU the handle's wait frees it
+#: before the module's backward runs. Allowed over the ledger: at most that buffer, the largest
+#: module's (l2: (ceil(23177/2) + ceil(77/2)) x 2 x D), and never under it.
+RACY = {
+    "z3_bf16_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
+}
+
+
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     # only the cells this session selected (-k): one engine launch per world size among them
@@ -169,7 +182,16 @@ def test_peak_parity(cell, runs):
     fixed = [ph for ph in off if all(abs(r["rel_diff"]) <= 0.01 for r in rows if r.get("phase") == ph)]
     assert not fixed, f"now within 1%, take off UNMATCHED[{cid!r}]: {fixed}"
     rows = [r for r in rows if r.get("phase") not in off]
-    bad = [r for r in rows if "error" in r or abs(r["rel_diff"]) > 0.01]
+    race = RACY.get(cid, {})
+
+    def ok(r):
+        if "error" in r:
+            return False
+        if abs(r["rel_diff"]) <= 0.01:
+            return True
+        extra = race.get(r["phase"], (0, ""))[0]
+        return r["ledger"] * 0.99 <= r["measured"] <= r["ledger"] * 1.01 + extra
+    bad = [r for r in rows if not ok(r)]
     assert not bad, "\n".join(
         f"r{r['rank']} {r.get('phase')}: engine {r.get('measured')} ledger {r.get('ledger')} "
         f"({r.get('ledger_instant')}); unattributed {r.get('unattributed', [])[:3]}" if "phase" in r else str(r)
