@@ -684,3 +684,23 @@ def test_l002_checks_the_scheduler_steps_the_trainer_fills(tmp_path):
              and f["pointer"] == "/scheduler/params/total_num_steps"]
     assert len(found) == 1, p.stdout
     assert f"total_num_steps {total} is less than warmup_num_steps {warmup}" in found[0]["message"]
+
+
+def test_h001_train_batch_size_fix_names_the_arguments_it_is_computed_from():
+    """Issue #19 (cosmetic): the fix said 'change the Trainer argument train_batch_size', which is
+    not a TrainingArguments field: transformers' trainer_config_process computes it as world_size x
+    per_device_train_batch_size x gradient_accumulation_steps. The mismatch and its value are
+    transformers' own (HfTrainerDeepSpeedConfig's error text)."""
+    pytest.importorskip("transformers")
+    from transformers import TrainingArguments
+
+    assert "train_batch_size" not in {f.name for f in __import__("dataclasses").fields(TrainingArguments)}
+    raw = {"train_batch_size": 96, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "zero_optimization": {"stage": 2}}
+    _, lines = _tf_fill(raw, world_size=1, per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    (want,) = [ln for ln in lines if ln.startswith("ds train_batch_size=")]
+    res = hf.resolve_trainer(raw, hf.TrainerArgs(per_device_train_batch_size=4))
+    (f,) = [f for f in res.findings if f.code == "H001" and f.data["key"] == "train_batch_size"]
+    assert f"ds train_batch_size={f.data['config']} vs hf {f.data['trainer_arg']}={f.data['trainer']}" == want
+    assert "--per-device-train-batch-size" in f.fix and "--gradient-accumulation-steps" in f.fix
+    assert "Trainer argument train_batch_size" not in f.fix

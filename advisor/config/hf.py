@@ -518,6 +518,10 @@ class _Resolver:
         where = yk if yk else f'"{key.rsplit(".", 1)[-1]}"'
         fix = (f'set {where} to "auto"' + (f" in {self.yaml_source}" if yk else "")
                + f" (or to {json.dumps(hf_val)}), or change the Trainer argument {hf_key.split(' ')[0]}")
+        if key == "train_batch_size":  # not a Trainer argument: trainer_config_process computes it
+            fix = (f'set {where} to "auto"' + (f" in {self.yaml_source}" if yk else "")
+                   + f" (or to {json.dumps(hf_val)}), or change the Trainer arguments it is computed from: "
+                   "world size x --per-device-train-batch-size x --gradient-accumulation-steps")
         if key in self._VALUE_FLAGS and isinstance(ds_val, (int, float)) and not isinstance(ds_val, bool):
             fix = (f"pass {self._VALUE_FLAGS[key]} {ds_val} to the Trainer, or set {where} to \"auto\""
                    + (f" in {self.yaml_source}" if yk else "") + f" for the Trainer's {json.dumps(hf_val)}")
