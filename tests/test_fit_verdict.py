@@ -44,7 +44,7 @@ def _acc(d):
 
 def test_7b_zero3_on_8x24gb_is_tight_with_the_overhead_rows_showing_why(tmp_path):
     """The issue's example: 7B, ZeRO-3, 8 x 24 GB, seq 2048, checkpointing on. With the old flat
-    5% margin it came out "fits" with about 5 GB headroom; with the runtime overhead counted it is
+    5% margin it came out "fits" with GBs of headroom; with the runtime overhead counted it is
     "tight", and the rows that make it so are named."""
     d, r = _estimate(tmp_path, "--gpu-memory", "24GB")
     f = _acc(d)
@@ -65,7 +65,9 @@ def test_7b_zero3_on_8x24gb_is_tight_with_the_overhead_rows_showing_why(tmp_path
     unc = sum(high[k] - by_hand[k] for k in by_hand)
     assert (f["need"], f["headroom"], f["uncertainty"]) == (need, headroom, unc)
     assert 0 <= headroom < unc and f["verdict"] == "tight" and f["fits"] is True
-    assert 24 * 10**9 - int(t * 1.05) > 4e9  # what the flat 5% margin said: "fits, 4+ GB headroom"
+    # what the old flat 5% margin said of the same tracked bytes: "fits", with GBs of headroom
+    # (about 5 GB when the ledger left out the step's flattened-gradient copy; 3.5 GB with it)
+    assert 24 * 10**9 - int(t * 1.05) > 3e9
     assert f["uncertain_terms"][0] == "allocator reserve and fragmentation"
     m102 = [x for x in d["findings"] if x["code"] == "M102"]
     assert len(m102) == 1 and m102[0]["severity"] == "warning" and "CUDA context" in m102[0]["message"]

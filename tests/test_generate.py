@@ -418,12 +418,14 @@ def test_the_plan_generate_writes_is_one_estimate_says_fits(tmp_path):
 
 
 def test_tight_plans_are_rejected_and_say_so():
-    """7B on 8 cards of 21 GB (near the issue's 24 GB example): generate's ZeRO-3 plan with
-    checkpointing (its HF-scaled buckets) tracks about 16.9 GB, + 400 MiB CUDA context + 256 MiB
-    NCCL + 10 % allocator = 19.4 GB; the headroom, 1.6 GB, is inside the 3.4 GB band above the
-    defaults: tight, so not a plan generate writes (estimate would say tight), and nothing fits."""
+    """7B on 8 cards of 23 GB (near the issue's 24 GB example): generate's ZeRO-3 plan with
+    checkpointing (its HF-scaled buckets) tracks about 18.6 GB at its peak (the step, where the
+    16-bit flattened gradients sit beside their fp32 cast: engine-matched in test_peak_parity),
+    + 400 MiB CUDA context + 256 MiB NCCL + 10 % allocator = 21.1 GB; the headroom, 1.9 GB, is
+    inside the 3.7 GB band above the defaults: tight, so not a plan generate writes (estimate would
+    say tight), and nothing fits."""
     hw = _hw("rtx-4090", 1, 8)
-    hw = replace(hw, accelerator=replace(hw.accelerator, memory_bytes=21_000_000_000))
+    hw = replace(hw, accelerator=replace(hw.accelerator, memory_bytes=23_000_000_000))
     inv, req, res = _search("llama-2-7b", hw, 1, 8, 8, 2048)
     tight = [c for c in res.rejected if c.rejection.verdict == "tight"]
     assert tight and all(c.combo.stage == 3 for c in tight)
