@@ -326,3 +326,17 @@ def test_accelerate_fixes_as_yaml_edits_fit_when_the_yaml_is_edited(tmp_path):
         assert (row["verdict"], row["need"]) == (c["verdicts"]["accelerator"], c["need"]["accelerator"]), (c, row)
         if c["verdict"] in ("fits", "tight"):
             assert " ".join(c["yaml"]) in f["fix"] or ", ".join(c["yaml"]) in f["fix"], (c["yaml"], f["fix"])
+
+
+def test_fits_on_its_own_only_when_the_candidate_fits_every_tier():
+    """Issue #19 (newcomer 5): llama-3-70b, zero3_cpu_offload, 8 x 80GB, 512GB host: the accelerator
+    M100 said '--checkpointing full ... fits on its own' while that candidate's own re-estimate
+    (data.candidates[].verdicts) leaves the host short. The fix may say 'fits on its own' only for a
+    candidate whose every tier fits; otherwise it names the tier it fixes and the one still short."""
+    rc, d = run_json(["estimate", str(SAMPLES / "zero3_cpu_offload.json"), "--model", "llama-3-70b", "--world-size",
+                      "8", "--gpus-per-node", "8", "--gpu-memory", "80GB", "--host-memory", "512GB", "--format", "json"])
+    m = _m100(d, "accelerator")
+    offered = [c for c in m["data"]["candidates"] if c["verdicts"]["accelerator"] == "fits"]
+    assert offered and any(c["verdicts"].get("host") == "does not fit" for c in offered), m["data"]["candidates"]
+    assert "fits on its own (" not in m["fix"] and "fits the accelerator on its own" in m["fix"], m["fix"]
+    assert "host still short" in m["fix"]

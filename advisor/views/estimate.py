@@ -604,18 +604,24 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
         why = (f"activations ({sized(acts.saved_accelerator)} saved for backward) are "
                f"{100 * acts.saved_accelerator / need:.0f}% of the peak. ")
 
+    def still_short(c) -> list[str]:  # tiers short before and after: this change does not fix them
+        return [t for t, v in c.verdicts.items() if t != tier and v == "does not fit"]
+
     def cost(c) -> str:
         parts = [f"{literal(tier)} {sized(c.need[tier])}"]
         if c.step_time_s is not None:
             parts.append(f"step {c.step_time_s:.2f} s")
         parts.append(f"{sized(c.moved_bytes)} moved per step")
+        parts += [f"{literal(t)} still short" for t in still_short(c)]
         return f"{literal(c.how)} ({literal(c.change)}: {', '.join(parts)})"
 
     if fits:
         order = "fastest modelled step first" if any(c.step_time_s is not None for c in fits) else \
             "fewest bytes moved first; give --hardware for step times"
         tight = [c for c in mine if c.verdicts[tier] == "tight" and c not in elsewhere]
-        fix = (why + f"re-estimated, each of these fits on its own ({order}): "
+        whole = "fits on its own" if not any(still_short(c) for c in fits) else \
+            f"fits the {literal(tier)} on its own (another tier's shortfall has its own finding)"
+        fix = (why + f"re-estimated, each of these {whole} ({order}): "
                + "; ".join(cost(c) for c in fits[:4]) + ("" if len(fits) <= 4 else f"; {len(fits) - 4} more in data")
                + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102): "
                   + "; ".join(cost(c) for c in tight[:2])))
