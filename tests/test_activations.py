@@ -186,18 +186,36 @@ def _close(a: int, b: int, rel: float) -> bool:
 @pytest.mark.parametrize("attention,dropout", [("sdpa", 0.0), ("eager", 0.1)])
 def test_formula_matches_trace(family, attention, dropout):
     tr, est, meta = _compare(family, attention, "none", dropout)
-    cpu_copy = 0
-    if family == "phi3" and tr.attention == "sdpa":
-        # CPU flash attention lays its output out like q (contiguous after Phi-3's RoPE cat),
-        # so transpose+reshape before o_proj copies it (D sbh); CUDA's kernel writes (b, s, a, d)
-        # and the reshape is a view, as the formula assumes
-        cpu_copy = 2 * S * B * int(meta["hidden_size"])
-    layer, saved = est.per_layer + cpu_copy, est.saved_accelerator + tr.layers_total * cpu_copy
+    layer, saved = est.per_layer, est.saved_accelerator
     # dense layers to the byte; MoE routers keep one index tensor more or less by family (0.5%)
     assert _close(layer, tr.per_layer[-1], 0.006 if meta.get("num_experts") else 0), (layer, tr.per_layer)
     assert _close(saved, tr.end_of_forward, 0.015), (saved, tr.end_of_forward)
     assert _close(est.loss_spike, tr.loss_spike, 0.01)
-    assert _close(est.peak_accelerator + tr.layers_total * cpu_copy, tr.peak, 0.02), (est.peak_accelerator, tr.peak)
+    assert _close(est.peak_accelerator, tr.peak, 0.02), (est.peak_accelerator, tr.peak)
+
+
+@pytest.mark.parametrize("attention,checkpointing", [("sdpa", "none"), ("sdpa", "selective"), ("eager", "none")])
+def test_phi3_formula_matches_trace_at_head_dim_64(attention, checkpointing):
+    """Issue #16: Phi-3 at hidden 256, head_dim 64 (the suite's SMALL phi3 is hidden 64, head_dim
+    16) was 4.6% low per layer with sdpa: its RoPE ``torch.cat`` leaves q contiguous, the flash
+    output follows q's layout, and the reshape before o_proj copies it (the trace's layer:
+    5,648,384 B at s 256, b 2, also what autograd saves on the real CPU model)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from advisor.engine.trace import trace_activations
+    from advisor.model.specs import expand, spec_from_hf_config
+
+    cfg = dict(SMALL["phi3"], hidden_size=256, intermediate_size=512, num_attention_heads=4,
+               num_key_value_heads=2, num_hidden_layers=2)
+    meta = expand(spec_from_hf_config(cfg, source="phi3")).meta
+    assert int(meta["hidden_size"]) // int(meta["num_heads"]) == 64
+    s = 256
+    tr = trace_activations(cfg, s, B, attention=attention, checkpointing=checkpointing, max_layers=2)
+    att = "flash" if attention == "sdpa" else "eager"
+    est = estimate_activations(meta, ActivationInputs(s, B, 2, checkpointing, att,  # type: ignore[arg-type]
+                                                      dropout_mask_bytes=2, norm_stat_bytes=2))
+    assert est.per_layer == tr.per_layer[-1], (est.per_layer, tr.per_layer)
+    assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
 
 
 #: Families transformers builds with eager attention only (BLOOM's ALiBi, Gemma 2's soft-capping).
@@ -287,19 +305,14 @@ def test_formula_matches_trace_with_selective_and_k_of_l(family, attention, chec
         pytest.skip("BLOOM's attention is not transformers' AttentionInterface: the trace cannot wrap it "
                     "(test_bloom_selective_is_refused_by_the_trace)")
     tr, est, meta = _compare(family, attention, checkpointing, 0.0, layers=4)
-    cpu_copy = 0
-    if family == "phi3" and tr.attention == "sdpa" and checkpointing != "selective":
-        # see test_formula_matches_trace (under selective recompute the copy is not kept)
-        cpu_copy = 2 * S * B * int(meta["hidden_size"])
     kept = 2 if checkpointing == "2" else 0
-    extra = (4 - kept) * cpu_copy
     if family != "bloom":  # BLOOM's first layers hold its ALiBi tensors (1% of the total)
-        assert _close(est.per_layer + cpu_copy, tr.per_layer[-1], 0.006 if meta.get("num_experts") else 0), \
+        assert _close(est.per_layer, tr.per_layer[-1], 0.006 if meta.get("num_experts") else 0), \
             (est.per_layer, tr.per_layer)
     if kept:
         assert tr.per_layer[1] == 2 * S * B * 64  # a checkpointed layer keeps its bf16 input
-    assert _close(est.saved_accelerator + extra, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
-    assert _close(est.peak_accelerator + extra, tr.peak, 0.015), (est.peak_accelerator, tr.peak)
+    assert _close(est.saved_accelerator, tr.end_of_forward, 0.015), (est.saved_accelerator, tr.end_of_forward)
+    assert _close(est.peak_accelerator, tr.peak, 0.015), (est.peak_accelerator, tr.peak)
 
 
 @pytest.mark.parametrize("family,checkpointing", [("llama", "full"), ("llama", "2"), ("gpt2", "full"),

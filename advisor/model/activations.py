@@ -14,7 +14,9 @@ checked term by term against the trace of transformers' own models
   embedding output (``word_embeddings_layernorm``; counted with the loss head, outside the
   layers) and its checkpointed layers keep the shared ALiBi bias (D b a s) alive.
 * Linear layers save their input (D x input numel); the q/k/v projections share one input.
-  Phi-3's fused ``qkv_proj``: v is a view of its output, so all of it stays alive.
+  Phi-3's fused ``qkv_proj``: v is a view of its output, so all of it stays alive; its RoPE
+  (``torch.cat``) leaves q contiguous, so a flash kernel's output (laid out like q) is copied by
+  the reshape before ``o_proj``: one more D sbh with flash/sdpa, not under selective recompute.
 * Attention, SDPA / FlashAttention-style (``attention="flash"``): q and k after RoPE, v, the
   output (D each at their head counts) and the fp32 log-sum-exp (4 b a s); no s^2 term, and
   attention dropout is regenerated from the RNG state inside the kernel. Eager
@@ -346,6 +348,14 @@ _FP32_ROUTING_WEIGHTS = frozenset({"mixtral"})
 #: Families with one fused q/k/v projection whose v is a view of its output, so saving v keeps
 #: the whole q/k/v output alive (Phi-3 ``qkv_proj``; GPT-2/BLOOM have no RoPE, q and k are views too).
 _FUSED_QKV_ROPE = frozenset({"phi3"})
+#: Families whose q leaves RoPE contiguous in (b, a, s, d) (Phi-3's ``apply_rotary_pos_emb`` ends
+#: in ``torch.cat([q_rot, q_pass], dim=-1)``), where Llama's elementwise RoPE keeps the (b, s, a, d)
+#: layout of its q_proj view. Flash kernels allocate their output like q (torch
+#: ``flash_api.cpp`` ``mha_fwd``: ``out = at::empty_like(q_padded)`` on CUDA; the CPU flash kernel
+#: likewise), so ``attn_output.transpose(1, 2).reshape(...)`` before o_proj copies it: o_proj
+#: saves the copy while sdpa's backward keeps its own output (one D s b a d more). Measured by the
+#: trace at hidden 64 / head_dim 16 and hidden 256 / head_dim 64 (issue #16).
+_Q_CONTIGUOUS_AFTER_ROPE = frozenset({"phi3"})
 
 
 #: Built-in model types without an activation formula, and why (the trace measures them).
@@ -461,6 +471,10 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
         # v is a view of the fused q/k/v output and is saved as such (eager with GQA saves the
         # repeat_kv copy instead): all of the q/k/v output stays alive
         att += D * s * b * (a_t + kv_t) * d
+    if fam in _Q_CONTIGUOUS_AFTER_ROPE and attention == "flash" and not selective:
+        # the flash output laid out like q: the reshape for o_proj copies it (D sbh at a_t v_d);
+        # under selective recompute the core's output is not saved, so the copy is the only one
+        att += D * s * b * a_t * v_d
     if _m(meta, "qk_norm", default=False):  # Qwen3: RMSNorm per head on q and k
         qk = (a_t + kv_t) * d
         att += 4 * s * b * qk + 4 * s * b * (a_t + kv_t) + D * s * b * qk
