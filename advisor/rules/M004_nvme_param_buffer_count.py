@@ -13,7 +13,8 @@ buffers. It fails in the first forward, after the model is loaded and initialise
 Which partitions stay on NVMe: frozen ones always (the ``max_in_cpu`` host buffer is built from
 the trainable groups only, ``stage3.py`` ``_create_param_groups_fp16_flat_cpu_memory``); trainable
 ones only beyond ``max_in_cpu`` elements (default 1e9), so for them the rule says "may" (warning)
-unless all of a module's swappable partitions are frozen (error). Fused expert weights
+unless all of a module's swappable partitions are frozen, or ``max_in_cpu`` is 0 (no host buffer
+at all: every partition on NVMe; error). Fused expert weights
 (``gate_up_proj`` and ``down_proj`` of one experts module), several projection weights held
 directly by one attention module, or a frozen base model under LoRA with ``buffer_count`` lowered
 to save pinned memory hit it. Proven on the engine (CPU, libaio): tests/engine/test_nvme_param_buffer.py.
@@ -131,7 +132,10 @@ class NvmeParamBufferCount(Rule):
                 mods.setdefault(_module(t.name), []).append(t)
         if not mods:
             return
-        frozen = {m: sum(1 for t in ts if not t.trainable) for m, ts in mods.items()}
+        # max_in_cpu 0: stage3.py _create_param_groups_fp16_flat_cpu_memory builds no host buffer
+        # (flat_buffer_size max(0, 0 - aggregate) = 0), so every trainable partition is on NVMe too
+        none_in_cpu = op.max_in_cpu <= 0
+        frozen = {m: sum(1 for t in ts if not t.trainable or none_in_cpu) for m, ts in mods.items()}
         worst_sure = max(mods, key=lambda m: (frozen[m], len(mods[m])))
         worst_may = max(mods, key=lambda m: len(mods[m]))
         sure, may = frozen[worst_sure], len(mods[worst_may])
@@ -148,7 +152,8 @@ class NvmeParamBufferCount(Rule):
         # the fix must also cover the partitions earlier modules hold for reuse (the check below
         # would ask for them once this one passes): every module's own, and the held peak
         need = max(may, held_peak(inv, ec.zero, mods, ec.zero.max_reuse_distance))
-        why = ("frozen, so never in the max_in_cpu host buffer" if certain else
+        why = ("max_in_cpu is 0, so none is kept in a host buffer" if certain and none_in_cpu else
+               "frozen, so never in the max_in_cpu host buffer" if certain else
                f"trainable; the {trainable_total:,} trainable partition elements per rank exceed max_in_cpu "
                f"{op.max_in_cpu:,}, so some stay on NVMe")
         yield self.finding(
