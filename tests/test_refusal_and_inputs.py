@@ -69,7 +69,10 @@ def test_a_refused_config_at_the_batch_assertion_gets_no_estimate(tmp_path):
         rc_mod.DeepSpeedConfig({"train_micro_batch_size_per_gpu": 0, "gradient_accumulation_steps": 1})
     cfg = _write(tmp_path, "mb0.json", {"train_micro_batch_size_per_gpu": 0})
     rc, d = run_json(["estimate", cfg, "--params", "1000000", "--gpu-memory", "80GB", "--format", "json"])
-    assert rc == 1 and d["ranks"] == [] and {"B001", "S004"} <= {f["code"] for f in d["findings"]}
+    assert rc == 1 and d["ranks"] == []
+    # one fault, one finding (issue #19): the schema's S004 (minimum 1), not B001 as well
+    at = [f["code"] for f in d["findings"] if f["pointer"] == "/train_micro_batch_size_per_gpu"]
+    assert at == ["S004"], d["findings"]
 
 
 # --- 2 and 7. --set: one parsing rule, the file's validation ------------------------------------

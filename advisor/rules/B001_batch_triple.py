@@ -69,8 +69,7 @@ class BatchTriple(Rule):
             return
         for k, v in ((TB, tb), (MB, mb), (GA, ga)):
             if v is not None and v <= 0:
-                yield self.finding(f"/{k}", f"{k} is {v}: DeepSpeed asserts it is greater than 0",
-                                   f"set {k} to a positive integer")
+                # S004 (the schema's minimum 1) reports it: one fault, one finding (issue #19)
                 return
         w = ctx.dp_world_size
         src = ctx.world_size_source or "--world-size"
