@@ -683,7 +683,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
-                           cluster=lint_cluster, plan=plan)
+                           cluster=lint_cluster, plan=plan, keep_refusals=True)
     from advisor.ledger.timeline import hf_zero3, resolve_load
     load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None,
                         hf_is_zero3=hf_zero3(plan))
@@ -1219,7 +1219,8 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
         raise _fail(f"{inv.name} has {inv.numel:,} parameters: measuring builds them for real on this machine; "
                     f"use a smaller model or --allow-large")
     from advisor.views.lint import lint_config
-    errors = [f for f in lint_config(loaded, world_size=world_size, world_size_source="--world-size", inventory=inv)
+    errors = [f for f in lint_config(loaded, world_size=world_size, world_size_source="--world-size", inventory=inv,
+                                          keep_refusals=True)
               if f.severity == "error"]
     if errors:  # DeepSpeed would refuse or crash: say so now rather than after a minute of launching
         for f in errors:

@@ -111,3 +111,30 @@ def test_deepspeed_and_hf_tolerate_the_top_level_section():
     assert "SAME True" in out and f"KEPT {kept}" in out, (out, p.stderr[-2000:])
     assert "NESTED refused ValidationError True" in out, out
     assert f"HF {kept}" in out and f"TRAINER {kept} 8" in out, out
+
+
+def test_suppressing_a_refusing_rule_does_not_open_the_refusal_gate(tmp_path):
+    # Issue 22 (newcomer's report): "ignore": ["B001"] hid the finding and so turned off the gate
+    # estimate/check stop on -- a fit table and GO for a config DeepSpeed itself refuses. DeepSpeed
+    # 0.19.8's DeepSpeedConfig (runtime/config.py _batch_assertion, world size 1 without dist)
+    # asserts "10 != 3 * 1 * 1" with the section and without it: suppression changes nothing there.
+    cfg = {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1,
+           "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "ds_advisor": {"ignore": ["B001"]}}
+    rc_mod = pytest.importorskip("deepspeed.runtime.config")
+    with pytest.raises(AssertionError, match="10 != 3 \\* 1 \\* 1"):
+        rc_mod.DeepSpeedConfig(dict(cfg))
+    f = tmp_path / "sup.json"
+    f.write_text(json.dumps(cfg))
+    common = ["--params", "1000000", "--world-size", "1", "--seq-len", "128", "--gpu-memory", "80GiB",
+              "--host-memory", "1TiB"]
+    p = run_cli(["estimate", str(f), *common, "--format", "json"])
+    d = json.loads(p.stdout)
+    assert p.returncode == 1 and d["ranks"] == [] and not d.get("fit") and "B001" in d["unsupported"], p.stdout
+    b = [x for x in d["findings"] if x["code"] == "B001"]
+    assert len(b) == 1 and b[0]["severity"] == "error" and "suppressed by ds_advisor.ignore" in b[0]["message"]
+    p = run_cli(["check", str(f), *common])
+    assert p.returncode == 1 and p.stdout.strip().splitlines()[-1] == "NO-GO (exit 1)", p.stdout
+    assert "B001" in p.stdout and "suppressed by ds_advisor.ignore" in p.stdout
+    # lint, which gates nothing, still honours the suppression
+    rc, found = _lint(tmp_path, cfg)
+    assert rc == 0 and "B001" not in {x["code"] for x in found}

@@ -346,7 +346,7 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     findings = [_api_finding(f) for f in lint_config(
         loaded, world_size=ws, world_size_source=ws_src, dp_world_size=cluster.dp_world_size, inventory=inv,
         hf=plan.hf is not None, trainer_args=dict(targs) if targs is not None else None,
-        cluster=cluster, plan=plan)]
+        cluster=cluster, plan=plan, keep_refusals=True)]
     refused = refusals(findings)
     if refused:
         result = PreflightResult("refused", [], findings, [f"world size {ws} ({ws_src})"], inv.name, inv.numel)

@@ -117,7 +117,7 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                 select: set[str] | None = None, trainer_args: dict | None = None,
                 hardware: "Hardware | None" = None, step_time_s: float | None = None,
                 cluster: "Cluster | None" = None, release: "Release | None" = None,
-                plan: "Plan | None" = None) -> list[Finding]:
+                plan: "Plan | None" = None, keep_refusals: bool = False) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it, divided by the
@@ -138,6 +138,10 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     used instead of being computed again.
     The config's top-level ``"ds_advisor": {"ignore": [...]}`` drops the findings of the rules it
     names (:mod:`advisor.config.suppress`; a malformed entry is an S007 finding).
+    ``keep_refusals``: for the commands that gate on :func:`advisor.rules.refusals` (estimate,
+    check, report, preflight, measure): a suppressed finding whose rule refuses is kept, its
+    message saying it was suppressed -- suppression hides a finding, it does not make DeepSpeed
+    accept the config (e.g. B001: runtime/config.py ``_batch_assertion`` asserts regardless).
     """
     release = release if release is not None else current_release()
     if plan is not None:
@@ -179,7 +183,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
         findings.extend(rule_cls().check(ctx))
     # The config's own "ds_advisor": {"ignore": [...]} (advisor.config.suppress), after the flags'
     # selection: its S007 findings about the section obey --select/--ignore like any other.
-    findings = [f for f in apply_suppressions(findings, loaded.data) if select is None or f.code in select]
+    kept = _suppressed_refusals(findings, loaded.data) if keep_refusals else []
+    findings = [f for f in apply_suppressions(findings, loaded.data) + kept if select is None or f.code in select]
     # One finding per (code, pointer). A generic unknown-key finding (S001/S002) gives way to a
     # rule that says more about the same key (e.g. D001 naming a deprecated key's replacement).
     specific = {f.pointer for f in findings if not f.code.startswith("S")}
@@ -192,6 +197,19 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
         seen.add(k)
         out.append(f)
     return sort_findings(f.located(loaded.positions, loaded.source) for f in fold_array_findings(out))
+
+
+def _suppressed_refusals(findings: list[Finding], raw) -> list[Finding]:
+    """The findings among ``findings`` that the config's ``ds_advisor.ignore`` suppresses but
+    whose rule refuses (:func:`advisor.rules.refusals`: DeepSpeed refuses the config whatever
+    the advisor reports), each saying it was suppressed; ``data["suppressed"]`` is True."""
+    from advisor.config.suppress import SUPPRESS_KEY, config_suppressions
+    from advisor.rules import refusals
+    sup = config_suppressions(raw)[0]
+    return [replace(f, message=f"{f.message} (suppressed by {SUPPRESS_KEY}.ignore, but DeepSpeed refuses "
+                               "the config regardless)",
+                    data={**(f.data or {}), "suppressed": True})
+            for f in refusals(findings) if sup.hides(f)]
 
 
 #: Findings of one rule about elements of one array, kept one by one; the rest are folded.
