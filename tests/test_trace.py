@@ -249,3 +249,30 @@ def test_trace_refusal_names_the_config_it_was_given():
     with pytest.raises(TraceUnavailable) as e:
         trace_activations({"model_type": "no_such_model"}, 8, 1, source=src)
     assert str(e.value).startswith(f"{src}: transformers does not know model_type 'no_such_model'"), e.value
+
+
+def test_flash_is_refused_where_the_cpu_trace_would_run_another_kernel():
+    """Issue #16: asked for flash, the trace would silently run eager for a model without sdpa in
+    transformers (Gemma 2: 2x the formula per layer) or torch's CPU math kernel when attention
+    dropout > 0 (GPT-2's default attn_pdrop 0.1: +178%), and report it as flash. It refuses in
+    one line and points to the formula, which counts the fused kernel."""
+    with pytest.raises(TraceUnavailable, match="cannot stand for flash attention: use --activations formula, or --attention eager"):
+        trace_activations(SMALL["gemma2"], 64, 2, attention="flash")
+    with pytest.raises(TraceUnavailable, match="flash attention with attention dropout.*--activations formula"):
+        trace_activations(SMALL["gpt2"], 64, 2, attention="flash", dropout=0.1)
+    # sdpa still traces (Gemma 2 as transformers runs it: eager, said in a note) and flash without
+    # attention dropout too
+    tr = trace_activations(SMALL["gemma2"], 64, 2, attention="sdpa")
+    assert tr.attention == "eager" and any("no sdpa attention" in n for n in tr.notes)
+    assert trace_activations(SMALL["gpt2"], 64, 2, attention="flash", dropout=0.0).attention == "sdpa"
+
+
+def test_no_dropout_note_for_heads_a_causal_lm_does_not_run():
+    """GPT-2's config defaults summary_first_dropout to 0.1 (its double-heads summary, never run
+    by GPT2LMHeadModel): with attn/resid/embd_pdrop 0 nothing is masked, so no dropout note, and
+    the trace saves what it saves with every dropout key 0."""
+    cfg = dict(SMALL["gpt2"], attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    assert build_config(cfg).summary_first_dropout > 0
+    tr = trace_activations(cfg, 64, 2, attention="eager")
+    assert not any("dropout" in n for n in tr.notes), tr.notes
+    assert tr.per_layer == trace_activations(SMALL["gpt2"], 64, 2, attention="eager", dropout=0.0).per_layer

@@ -298,13 +298,14 @@ def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget
     from torch.distributed._tools.sac_estimator import SACEstimator
     from transformers import AutoModelForCausalLM
 
-    from advisor.engine.trace import _DTYPES, _checked_dtype_attention, _decoder_layers
+    from advisor.engine.trace import _DTYPES, _checked_dtype_attention, _decoder_layers, refuse_flash_stand_in
 
     attn = _checked_dtype_attention(dtype, attention)
     t0 = time.perf_counter()
     full = build_config(hf_config, dropout=dropout, source=source)
     n = min(int(full.num_hidden_layers), max_layers)
     cfg = build_config(hf_config, layers=n, dropout=dropout, source=source)
+    refuse_flash_stand_in(cfg, attention, source)
     mode = FakeTensorMode()
     try:
         with mode:
@@ -368,10 +369,11 @@ def _fake_model(hf_config, seq_len, micro_batch, dtype, attention, layers, dropo
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM
 
-    from advisor.engine.trace import _DTYPES, _checked_dtype_attention
+    from advisor.engine.trace import _DTYPES, _checked_dtype_attention, refuse_flash_stand_in
 
     attn = _checked_dtype_attention(dtype, attention)
     cfg = build_config(hf_config, layers=layers, dropout=dropout, source=source)
+    refuse_flash_stand_in(cfg, attention, source)
     mode = FakeTensorMode()
     try:
         with mode:

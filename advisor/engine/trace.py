@@ -56,6 +56,30 @@ EXTRA = "deepspeed-advisor[trace]"
 #: ``attention_dropout``/``hidden_dropout``, Phi-3 ``resid_pdrop``/``embd_pdrop``).
 DROPOUT_KEYS = ("attn_pdrop", "resid_pdrop", "embd_pdrop", "attention_dropout", "hidden_dropout",
                 "summary_first_dropout", "classifier_dropout", "mlp_dropout", "dropout")
+#: The dropout keys a causal-LM training forward uses: GPT-2's ``summary_first_dropout`` belongs
+#: to its double-heads summary and ``classifier_dropout`` to sequence classification heads, never
+#: run by ``*ForCausalLM`` (GPT-2's config defaults summary_first_dropout to 0.1).
+FORWARD_DROPOUT_KEYS = tuple(k for k in DROPOUT_KEYS if k not in ("summary_first_dropout", "classifier_dropout"))
+#: The attention-dropout keys (GPT-2 ``attn_pdrop``; Llama-like ``attention_dropout``).
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop")
+
+
+def _dropout_on(cfg: Any, keys: tuple[str, ...]) -> bool:
+    """Whether any of ``keys`` is a positive float on the transformers config ``cfg``."""
+    return any(isinstance(getattr(cfg, k, None), float) and getattr(cfg, k) > 0 for k in keys)
+
+
+def refuse_flash_stand_in(cfg: Any, attention: str, source: str) -> None:
+    """Raise TraceUnavailable where a CPU trace asked for ``flash`` would run a different kernel
+    and report its bytes as flash's: torch's CPU sdpa takes its math kernel when dropout_p > 0
+    (measured with torch.profiler: ``_scaled_dot_product_attention_math`` instead of
+    ``_scaled_dot_product_flash_attention_for_cpu``), which keeps the s^2 probabilities and mask
+    that CUDA's fused kernels regenerate (GPT-2 with its default attn_pdrop 0.1: +178% per layer,
+    issue #16). The formula counts the fused kernel, so it is the figure to use."""
+    if attention == "flash" and _dropout_on(cfg, ATTENTION_DROPOUT_KEYS):
+        raise TraceUnavailable(f"{source}: the trace cannot stand for flash attention with attention dropout "
+                               "(torch's CPU sdpa runs its math kernel, keeping the s^2 probabilities): use "
+                               "--activations formula (it counts the fused kernel), or --attention eager to trace eager")
 
 #: Layer-count keys of the config classes (GPT-2 and BLOOM map num_hidden_layers to n_layer).
 _LAYER_LIST_KEYS = ("layer_types", "mlp_only_layers")
@@ -328,6 +352,7 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
     if (checkpointing == "sac") != (sac is not None):
         raise ValueError("checkpointing='sac' needs a SAC policy (advisor.engine.sac.sac_policy) and the reverse")
     cfg = build_config(hf_config, layers=n, dropout=dropout, source=source)
+    refuse_flash_stand_in(cfg, attention, source)
     impl = _selective_attention(attn) if checkpointing == "selective" else attn
     tdt = getattr(torch, _DTYPES[dtype])
     notes: list[str] = []
@@ -352,6 +377,12 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         except ValueError as e:
             if attn != "sdpa" or "does not support" not in str(e):
                 raise
+            if attention == "flash":
+                # tracing eager (s^2 scores kept) and reporting it as flash misleads (Gemma 2: 2x
+                # per layer, issue #16); transformers' flash_attention_2 path is CUDA-only
+                raise TraceUnavailable(f"{source}: {cfg.model_type} has no sdpa attention in transformers, so the "
+                                       "trace would run eager and cannot stand for flash attention: use "
+                                       "--activations formula, or --attention eager to trace eager") from None
             # the model has only its eager attention (BLOOM's ALiBi, Gemma 2's logit soft-capping)
             notes.append(f"{cfg.model_type} has no sdpa attention in transformers: traced with eager")
             attn = "eager"
@@ -407,10 +438,9 @@ def trace_activations(hf_config: dict[str, Any], seq_len: int, micro_batch: int,
         j = min(checkpointing, n - 1)
         more_kept = checkpointing - j  # checkpointed layers beyond the traced ones
         add = more_kept * per_layer[0] + (extra_layers - more_kept) * per_layer[-1]
-    if any(isinstance(getattr(cfg, k, None), float) and getattr(cfg, k) > 0 for k in DROPOUT_KEYS):
+    if _dropout_on(cfg, FORWARD_DROPOUT_KEYS):
         notes.append("dropout masks measured as the CPU kernel keeps them (model dtype); CUDA keeps 1 byte per element")
-        if attn == "sdpa" and any(isinstance(getattr(cfg, k, None), float) and getattr(cfg, k) > 0
-                                  for k in ("attention_dropout", "attn_pdrop")):
+        if attn == "sdpa" and _dropout_on(cfg, ATTENTION_DROPOUT_KEYS):
             # torch's CPU sdpa takes its math kernel when dropout_p > 0 (measured with torch.profiler:
             # _scaled_dot_product_attention_math instead of _scaled_dot_product_flash_attention_for_cpu)
             notes.append("sdpa with attention dropout runs torch's math kernel on CPU, which keeps the s^2 "
