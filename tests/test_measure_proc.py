@@ -78,3 +78,55 @@ def test_cpu_info_is_asked_once_per_process(monkeypatch):
     assert len(calls) == 1 and a == b == fake() and a is not b
     a["flags"].append("x")
     assert get_cpu_info()["flags"] == ["avx2"]
+
+
+def test_sigterm_ends_the_whole_process_group_and_removes_the_temp_folder(tmp_path):
+    """``timeout 90 ds-advisor measure ...`` sends SIGTERM: the launcher and its ranks (here a
+    fake launcher whose child ignores SIGTERM, so SIGKILL after the grace period is needed) must
+    not outlive measure, the ds-advisor-measure-* folder must go, and the exit status is 128 + 15."""
+    import signal
+    import subprocess
+    pidfile = tmp_path / "pids"
+    work = tmp_path / "work"
+    work.mkdir()
+    fake = ("import signal, subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'])\n"
+            f"open({str(pidfile)!r} + '.tmp', 'w').write(f'{{__import__(\"os\").getpid()}} {{c.pid}}')\n"
+            f"__import__('os').rename({str(pidfile)!r} + '.tmp', {str(pidfile)!r})\n"
+            "time.sleep(120)\n")
+    driver = ("import subprocess, sys\n"
+              "real = subprocess.Popen\n"
+              "def popen(cmd, **kw):  # torch.distributed.run replaced by the fake launcher\n"
+              f"    return real([sys.executable, '-c', {fake!r}], **kw)\n"
+              "subprocess.Popen = popen\n"
+              "from advisor.engine.measure import run_measure_many\n"
+              "run_measure_many([{'id': 'c', 'config': {}, 'inventory': {}}], 1, "
+              f"workdir={str(work)!r}, timeout_s=120)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+    env["TORCH_EXTENSIONS_DIR"] = str(tmp_path / "ext")  # no stale build lock of others in the way
+    p = subprocess.Popen([sys.executable, "-c", driver], env=env)
+    try:
+        deadline = time.time() + 60
+        while not pidfile.exists() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert pidfile.exists(), "the fake launcher never started"
+        leader, grandchild = map(int, pidfile.read_text().split())
+        assert list(work.iterdir()), "run_measure_many made no temp folder"
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    try:
+        assert rc == 128 + signal.SIGTERM
+        deadline = time.time() + 10
+        while (_alive(leader) or _alive(grandchild)) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _alive(leader) and not _alive(grandchild), "a process of the launch's group survived SIGTERM"
+    finally:  # a failing run leaves nothing of its own behind either
+        try:
+            os.killpg(leader, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    assert list(work.iterdir()) == [], "the ds-advisor-measure-* folder was left behind"

@@ -127,21 +127,38 @@ def stale_lock_message(locks: list[tuple[str, float]]) -> str:
               "(rm), or set TORCH_EXTENSIONS_DIR to a fresh folder")
 
 
-def run_process_group(cmd: list[str], timeout_s: float, **kw) -> int | None:
-    """Run ``cmd`` in a new session (its own process group) and wait up to ``timeout_s``. On
-    timeout return None; on timeout or Ctrl-C (KeyboardInterrupt, re-raised) end the whole group
-    (SIGTERM, then SIGKILL after 5 s), so no rank or launcher is left behind."""
+class Terminated(SystemExit):
+    """Raised (in the main thread) when the process gets SIGTERM or SIGHUP while
+    :func:`run_process_group` waits: a SystemExit with the conventional status 128 + signal number
+    (143 for SIGTERM, 129 for SIGHUP), so ``finally`` blocks (the temp folder of
+    :func:`run_measure_many`) run on the way out and the CLI's last guard lets it through."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+#: The signals that end a launch as Ctrl-C does (``timeout`` sends SIGTERM; a closed terminal SIGHUP).
+END_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, **kw) -> int | None:
+    """Run ``cmd`` in a new session (its own process group) and wait up to ``timeout_s`` seconds.
+    On timeout return None; on timeout, Ctrl-C (KeyboardInterrupt, re-raised) or SIGTERM/SIGHUP
+    (:class:`Terminated`, raised; handlers installed for the wait when called from the main
+    thread, the previous ones restored after) end the whole group: SIGTERM, then SIGKILL after
+    ``grace_s`` seconds, so no rank or launcher is left behind."""
     import signal
     proc = subprocess.Popen(cmd, start_new_session=True, **kw)
 
     def end_group() -> None:
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
             except (ProcessLookupError, PermissionError):
                 return
             try:
-                proc.wait(timeout=wait)
+                proc.wait(timeout=grace_s)
                 # the leader is gone; its children may not be: one more pass kills stragglers
             except subprocess.TimeoutExpired:
                 continue
@@ -150,6 +167,19 @@ def run_process_group(cmd: list[str], timeout_s: float, **kw) -> int | None:
         except (ProcessLookupError, PermissionError):
             pass
 
+    got: list[int] = []
+
+    def on_signal(signum, frame) -> None:
+        if not got:  # a second signal while the group is being ended does not cut that short
+            got.append(signum)
+            raise Terminated(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in END_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                previous[sig] = signal.signal(sig, on_signal)
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -164,6 +194,8 @@ def run_process_group(cmd: list[str], timeout_s: float, **kw) -> int | None:
             end_group()
         except (ProcessLookupError, PermissionError):
             pass
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _prepare_config(config: dict[str, Any], nvme_dir: str) -> dict[str, Any]:
