@@ -38,6 +38,9 @@ def _cases():
 
 
 def _inventory(c):
+    if "model" in c:  # a built-in preset (its meta: positions, architecture)
+        from advisor.model.specs import resolve_model
+        return resolve_model(c["model"])
     if "params" in c:
         return from_param_count(c["params"])
     if "inventory" in c:
@@ -86,8 +89,10 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
       ``release`` (a DeepSpeed version) the V rules, ``cluster`` (Cluster fields: parallel sizes,
       GPUs per node) the G rules; ``files`` ({relative path: text}) are written under the test's
       temporary folder first (``hf`` may be a dict of Trainer arguments, e.g. resume_from_checkpoint);
-    - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier) and
-      ``zero_init`` (the load assumption's --zero-init / --no-zero-init, else estimate's default);
+    - ``estimate``: :func:`advisor.views.estimate.estimate` with ``capacity`` (bytes per tier),
+      ``zero_init`` (the load assumption's --zero-init / --no-zero-init, else estimate's default),
+      ``seq_len`` and ``checkpointing`` (the workload); ``model`` names a built-in preset instead
+      of ``params`` / ``inventory``;
     - ``check``: :func:`advisor.views.check.run_check` against stand-in probes: ``gpus`` for a
       fake nvidia-smi on PATH, ``env`` (launcher variables; DS_ADVISOR_TEST_LIBAIO), ``meminfo_kb``
       for a /proc/meminfo, ``mkdirs`` and ``disk_free`` for nvme_paths (``{tmp}`` = a temporary folder);
@@ -141,7 +146,9 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
         cap = case.get("capacity", {})
         from advisor.ledger.timeline import resolve_load
         from advisor.planning import build_plan
-        plan = build_plan(loaded, inv, Cluster(world_size=ws or 1))
+        from advisor.plan import Workload
+        plan = build_plan(loaded, inv, Cluster(world_size=ws or 1),
+                          workload=Workload(seq_len=case.get("seq_len"), checkpointing=case.get("checkpointing", "none")))
         load = resolve_load(plan.config, case["zero_init"]) if "zero_init" in case else None
         return estimate(plan, Capacity(accelerator=cap.get("accelerator"), host=cap.get("host"), nvme=None),
                         load=load).findings
