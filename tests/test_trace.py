@@ -276,3 +276,13 @@ def test_no_dropout_note_for_heads_a_causal_lm_does_not_run():
     tr = trace_activations(cfg, 64, 2, attention="eager")
     assert not any("dropout" in n for n in tr.notes), tr.notes
     assert tr.per_layer == trace_activations(SMALL["gpt2"], 64, 2, attention="eager", dropout=0.0).per_layer
+
+
+def test_use_cache_false_is_said():
+    """Issue #16: the trace runs use_cache=False, as transformers' Trainer does (trainer.py:
+    model.config.use_cache = args.use_cache, TrainingArguments.use_cache defaults to False); a
+    plain forward takes config.use_cache and saves other bytes, so the output says which it ran.
+    Full checkpointing drops the cache in every layer, so nothing to say there."""
+    assert any("use_cache=False" in n for n in trace_activations(SMALL["llama"], 64, 2, attention="sdpa").notes)
+    full = trace_activations(SMALL["llama"], 64, 2, attention="sdpa", checkpointing="full")
+    assert not any("use_cache" in n for n in full.notes)
