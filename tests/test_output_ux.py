@@ -358,3 +358,25 @@ def test_measure_says_where_it_builds_ops_before_launching(tmp_path, monkeypatch
     assert before[0] == (f"building DeepSpeed's ops on first use (1-3 minutes per op, once) under {root} "
                          "(TORCH_EXTENSIONS_DIR); already built there: cpu_adam")
     assert before[1].startswith("launching 1 rank(s) of DeepSpeed")
+
+
+def test_tight_verdict_is_coloured_where_it_wraps_in_the_line_form():
+    """The fit's line form (a 100-199 column terminal) wraps the long TIGHT verdict: its first word
+    is then not on the last line, which alone was styled, so TIGHT went uncoloured (issue 22)."""
+    d = json.loads(run_cli(C06_ARGS[:-1] + ["2000GB", "--format", "json"], cwd=C06).stdout)
+    need = next(f for f in d["fit"] if f["tier"] == "accelerator")["need"]
+    cap = f"{-(-need // 2**30) + 1}GiB"  # 1-2 GiB of headroom: inside the overhead band, so TIGHT
+    args = C06_ARGS[:-1] + [cap, "--color", "always"]
+    acc = next(f for f in json.loads(run_cli(args[:-2] + ["--format", "json"], cwd=C06).stdout)["fit"]
+               if f["tier"] == "accelerator")
+    assert acc["verdict"] == "tight", acc
+    table = run_cli(args, cwd=C06, env={"COLUMNS": "200"}).stdout  # the table form: the reference style
+    code = re.search(r"(\x1b\[[0-9;]*m)TIGHT", table).group(1)
+    lines = run_cli(args, cwd=C06, env={"COLUMNS": "120"}).stdout
+    at = lines.index("= need per rank")
+    verdict = lines[at:lines.index("\nhost:", at)]
+    assert "│" not in verdict and "\n" in verdict, verdict  # the line form, the verdict wrapped
+    assert code + "TIGHT" in verdict, verdict
+    # the continuation line is coloured too, and nothing before the verdict is
+    assert all(line.lstrip().startswith(code) for line in verdict.splitlines()[1:]), verdict
+    assert not ANSI.search(verdict[:verdict.index("TIGHT") - len(code)])

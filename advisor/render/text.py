@@ -141,12 +141,22 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
                 + ("unknown" if cap is None else size(cap, units).replace(" ", nb))
                 + ("" if cap is None else f"; headroom {size(f['headroom'], units).replace(' ', nb)}") + ": ")
         lines = _lines(text + verdict.replace(" ", nb) if len(verdict) < 20 else text + verdict, "  ")
-        for x in lines[:-1]:
-            out.append("\n" + x)
-        last = lines[-1]
-        cut = last.rfind(verdict.split(" ")[0]) if verdict.split(" ")[0] in last else len(last)
-        out.append("\n" + last[:cut])
-        out.append(last[cut:], style=_style(verdict))
+        # the verdict is styled from its first word on, on whichever wrapped line that word lands
+        # (a long TIGHT verdict wraps after it), through the verdict's continuation lines
+        word = verdict.split(" ")[0]
+        at = next((i for i in range(len(lines) - 1, -1, -1) if word in lines[i]), len(lines))
+        for i, x in enumerate(lines):
+            out.append("\n")
+            if i < at:
+                out.append(x)
+            elif i == at:
+                cut = x.rfind(word)
+                out.append(x[:cut])
+                out.append(x[cut:], style=_style(verdict))
+            else:
+                body = x.lstrip()
+                out.append(x[:len(x) - len(body)])
+                out.append(body, style=_style(verdict))
     return out
 
 
