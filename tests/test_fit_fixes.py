@@ -340,3 +340,49 @@ def test_fits_on_its_own_only_when_the_candidate_fits_every_tier():
     assert offered and any(c["verdicts"].get("host") == "does not fit" for c in offered), m["data"]["candidates"]
     assert "fits on its own (" not in m["fix"] and "fits the accelerator on its own" in m["fix"], m["fix"]
     assert "host still short" in m["fix"]
+
+
+def test_host_shortfall_offers_the_optimizer_to_the_hardware_nvme_and_a_pair_that_fits(tmp_path):
+    # Issue 19 newcomer: ZeRO-3 with the optimizer and parameters on host, Llama-3-70B on a DGX H100
+    # (8 x 80 GB, NVMe at /raid) with 512 GB of host memory. The config names no nvme_path, yet the
+    # spec's NVMe tier is one: the optimizer to /raid is a candidate (host fits, the accelerator
+    # stays short: activations), and no single change fits every tier, so the pairs are tried;
+    # the NVMe optimizer with full checkpointing fits. Each, applied through the CLI (--set with
+    # the path, the flags), gives the verdicts and needs claimed, byte for byte, on every tier.
+    args = ["estimate", str(SAMPLES / "zero3_cpu_offload.json"), "--model", "llama-3-70b", "--hardware", "dgx-h100",
+            "--host-memory", "512GB", "--world-size", "8", "--seq-len", "4096", "--format", "json"]
+    rc, d = run_json(args)
+    host = _m100(d, "host")
+    (nv,) = [c for c in host["data"]["candidates"] if "zero_optimization.offload_optimizer.device=nvme" in c["set"]]
+    assert "zero_optimization.offload_optimizer.nvme_path=/raid" in nv["set"]
+    assert nv["verdicts"]["host"] == "fits" and nv["verdicts"]["accelerator"] == "does not fit"
+    assert not any(c["verdict"] == "fits" for c in host["data"]["candidates"])  # no single change fits all
+    pairs = host["data"]["pairs"]
+    assert pairs and all(p["verdict"] == "fits" and p["combined"] for p in pairs)
+    best = pairs[0]
+    assert set(best["set"]) == set(nv["set"]) and best["flags"] == ["--checkpointing full"]
+    steps = [p["step_time_s"] for p in pairs]
+    assert steps == sorted(steps)
+    for c in (nv, best):
+        again = _applied(args, c)
+        assert {r["tier"]: (r["verdict"], r["need"]) for r in again["fit"]} == \
+            {t: (c["verdicts"][t], c["need"][t]) for t in c["verdicts"]}, c
+    how = " ".join([f"--set {x}" for x in best["set"]] + best["flags"])
+    assert how in host["fix"] and how in _m100(d, "accelerator")["fix"]
+    assert "no single change fits" not in host["fix"]
+
+
+def test_no_nvme_candidate_without_a_path_from_the_config_or_the_hardware():
+    # the same shortfall on 80 GB / 512 GB given as sizes: no NVMe tier is known, so no NVMe
+    # candidate (DeepSpeed needs an nvme_path: O003), and the pairs tried fit nothing or fit
+    args = ["estimate", str(SAMPLES / "zero3_cpu_offload.json"), "--model", "llama-3-70b", "--gpu-memory", "80GB",
+            "--host-memory", "512GB", "--world-size", "8", "--gpus-per-node", "8", "--seq-len", "4096",
+            "--format", "json"]
+    rc, d = run_json(args)
+    host = _m100(d, "host")
+    assert not [c for c in host["data"]["candidates"] + host["data"].get("pairs", [])
+                if any("nvme" in s for s in c["set"])]
+    for c in host["data"].get("pairs", []):
+        again = _applied(args, c)
+        assert {r["tier"]: (r["verdict"], r["need"]) for r in again["fit"]} == \
+            {t: (c["verdicts"][t], c["need"][t]) for t in c["verdicts"]}, c

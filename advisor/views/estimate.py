@@ -579,9 +579,12 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     as such, not offered; fastest first (with a hardware spec;
     else the fewest bytes moved), each with its need, step time and bytes moved per step; the
     first config change's ``--set`` strings in ``data["set"]``, every candidate in
-    ``data["candidates"]``. Says when activations are most of an accelerator peak."""
+    ``data["candidates"]``. Says when activations are most of an accelerator peak. Two changes
+    together (``combined`` candidates, tried only when no single change fits every tier) follow,
+    cheapest first, in ``data["pairs"]``."""
     tier, need = f.data.get("tier"), f.data.get("need") or 0
-    mine = [c for c in candidates if tier in c.verdicts]
+    pairs = [c for c in candidates if c.combined and tier in c.verdicts]
+    mine = [c for c in candidates if not c.combined and tier in c.verdicts]
     # "fits on its own" is the whole plan's verdict: a change that fits this tier by overflowing
     # another (the optimizer offloaded onto a host that cannot hold it) is not a way out
     before = before or {}
@@ -638,7 +641,12 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
         fix += ". Fit the " + literal(tier) + " but overflow another tier: " + "; ".join(
             literal(f"{c.change} (" + ", ".join(t for t, v in c.verdicts.items() if v == "does not fit") + " then short)")
             for c in elsewhere[:3])
+    if pairs:
+        fix += (". Every tier fits with two changes together (re-estimated, fastest modelled step first): "
+                + "; ".join(cost(c) for c in pairs[:2]))
     data = dict(f.data, candidates=[c.to_dict() for c in mine])
+    if pairs:
+        data["pairs"] = [c.to_dict() for c in pairs]
     first_set = next((c.set for c in fits if c.set), None)
     if first_set:
         data["set"] = first_set

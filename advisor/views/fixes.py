@@ -6,7 +6,7 @@ Candidates, one change each (``ds-advisor generate`` searches combinations):
 
 * accelerator short: offload only the optimizer to host (ZeRO-1/2/3; ZeRO-2 from stage 0, where
   DeepSpeed has no optimizer offload), the optimizer to NVMe (ZeRO-3, where the config names an
-  ``nvme_path``), each higher ZeRO stage (never from stage 3), the parameters to host (ZeRO-3),
+  ``nvme_path`` or the hardware spec a node-local NVMe tier: :func:`nvme_path_for`), each higher ZeRO stage (never from stage 3), the parameters to host (ZeRO-3),
   a smaller micro-batch (the largest at most half of ``--micro-batch`` when given, else of the
   config's, that divides micro x accumulation) with the accumulation that keeps the global batch
   (micro 3 x 1 becomes 1 x 3; :func:`_smaller_micro_batch`); under the HF Trainer (``--hf``, or
@@ -17,11 +17,14 @@ Candidates, one change each (``ds-advisor generate`` searches combinations):
   another node's worth of data-parallel ranks (``--world-size``; not at ZeRO-0, where sharding
   nothing changes nothing), with the gradient accumulation divided to keep the global batch
   where it divides, else saying how the global batch grows;
-* host short (per node): the optimizer from host to NVMe, the parameters back on the
+* host short (per node): the optimizer from host to NVMe (as above), the parameters back on the
   accelerator or to NVMe, half the ranks per node (``--gpus-per-node``, the same world size on
   more nodes). Pinned-memory settings (``pin_memory``) are never offered: pinned or pageable,
   the bytes are host memory;
-* NVMe short: none (more NVMe space per node).
+* NVMe short: none (more NVMe space per node);
+* when no single change fits every tier: each pair of the single candidates (at most
+  ``_MAX_SINGLES`` of them, 15 pairs; two that set the same key or flag are not a pair),
+  re-estimated through the same fit; those that fit every tier are kept (``combined``).
 
 Each candidate carries its ``--set`` strings (config changes, the syntax of
 :mod:`advisor.config.overrides`, applied to the config DeepSpeed receives) and command-line
@@ -56,6 +59,8 @@ class FitCandidate:
     #: ``set`` stays what ``--set`` on the YAML applies (the DeepSpeed keys accelerate writes).
     yaml: list[str] = field(default_factory=list)
     verdict: str = "unknown"
+    #: Two single candidates applied together (offered only when no single change fits every tier).
+    combined: bool = False
     #: tier -> that tier's verdict (what a tier's M100 fix judges by; ``verdict`` is the plan's)
     verdicts: dict[str, str] = field(default_factory=dict)
     need: dict[str, int] = field(default_factory=dict)
@@ -71,7 +76,7 @@ class FitCandidate:
         return " ".join([f"--set {s}" for s in self.set] + self.flags)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "set": self.set, "flags": self.flags, "yaml": self.yaml, "verdict": self.verdict,
+        return {"change": self.change, "set": self.set, "flags": self.flags, "yaml": self.yaml, "combined": self.combined, "verdict": self.verdict,
                 "verdicts": self.verdicts, "need": self.need, "moved_bytes": self.moved_bytes, "step_time_s": self.step_time_s}
 
 
@@ -82,12 +87,29 @@ def _base_dict(plan: "Plan") -> dict | None:
     return plan.loaded.data if plan.loaded is not None else None
 
 
-def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]]:
+def nvme_path_for(plan: "Plan", hardware: Any = None) -> str | None:
+    """The folder an NVMe candidate swaps to: the config's own ``nvme_path`` (offload_param's,
+    else offload_optimizer's), else the first mount point of the hardware spec's first node-local,
+    read-write storage tier that is not the root filesystem (``dgx-h100``: ``/raid``); None when
+    neither names one (DeepSpeed's NVMe offload needs a path: O003)."""
+    z = plan.config.zero
+    path = z.offload_param.nvme_path or z.offload_optimizer.nvme_path
+    if path:
+        return path
+    for t in getattr(hardware, "storage", ()) or ():
+        if t.scope == "node-local" and t.access == "read-write":
+            for m in t.mounts:
+                if m and m != "/":
+                    return m
+    return None
+
+
+def _config_changes(plan: "Plan", tiers: set[str], hardware: Any = None) -> list[tuple[str, list[str]]]:
     ec = plan.config
     z = ec.zero
     st = z.stage
     oo, op = ec.offload_optimizer_effective, ec.offload_param_effective
-    nvme_path = z.offload_param.nvme_path or z.offload_optimizer.nvme_path
+    nvme_path = nvme_path_for(plan, hardware)
     out: list[tuple[str, list[str]]] = []
     if "accelerator" in tiers:
         if oo == "none":
@@ -129,14 +151,15 @@ def _config_changes(plan: "Plan", tiers: set[str]) -> list[tuple[str, list[str]]
             out.append((words, sets))
     if "host" in tiers:
         if st == 3 and oo == "cpu" and nvme_path:
-            out.append(("the optimizer from host to NVMe", ["zero_optimization.offload_optimizer.device=nvme",
+            out.append(("the optimizer to NVMe", ["zero_optimization.offload_optimizer.device=nvme",
                                                             f"zero_optimization.offload_optimizer.nvme_path={nvme_path}"]))
         if st == 3 and op == "cpu":
             out.append(("the parameters back on the accelerator", ["zero_optimization.offload_param.device=none"]))
             if nvme_path:
                 out.append(("the parameters to NVMe", ["zero_optimization.offload_param.device=nvme",
                                                        f"zero_optimization.offload_param.nvme_path={nvme_path}"]))
-    return out
+    seen: set[tuple[str, ...]] = set()  # one change for both tiers (the optimizer to NVMe) is tried once
+    return [c for c in out if not (tuple(c[1]) in seen or seen.add(tuple(c[1])))]
 
 
 def _smaller_micro_batch(mb: int, ga: int) -> tuple[int, int]:
@@ -249,13 +272,20 @@ def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str]
             f"not split over {dp2} ranks)", sets, [], [])
 
 
-def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool) -> list[tuple[str, list[str], Any, Any]]:
-    """(words, flags, cluster, workload) for changes outside the config."""
+def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool,
+                    hf: bool = False) -> list[tuple[str, list[str], Any, Any]]:
+    """(words, flags, cluster, workload) for changes outside the config. Under the HF Trainer
+    (``hf``, or an accelerate file) checkpointing is the Trainer's ``--gradient_checkpointing``
+    argument (transformers TrainingArguments.gradient_checkpointing; it never reads the config's
+    activation_checkpointing): the words name it, the flag is how this tool re-estimates it."""
     cl, wl = plan.cluster, plan.workload
     out = []
     if "accelerator" in tiers:
         if has_activations and wl.checkpointing == "none":
-            out.append(("activation checkpointing of every layer", ["--checkpointing full"], cl,
+            trainer = hf or plan.hf is not None or _trainer_written(plan) is not None
+            words = ("activation checkpointing of every layer (pass --gradient_checkpointing to the Trainer; "
+                     "--checkpointing full re-estimates it)" if trainer else "activation checkpointing of every layer")
+            out.append((words, ["--checkpointing full"], cl,
                         replace(wl, checkpointing="full")))
         if plan.config.zero.stage > 0:
             add = cl.gpus_per_node or cl.world_size
@@ -293,9 +323,10 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                 or (batch_ok and derive_batch(ec, cluster.dp_world_size)[3] is not None))
 
     base = _base_dict(plan)
-    trials: list[tuple[FitCandidate, "Plan"]] = []
+    # one change each: (candidate, internal --set strings, cluster, workload)
+    singles: list[tuple[FitCandidate, list[str], Any, Any]] = []
     if base is not None:
-        for words, sets in _config_changes(plan, tiers):
+        for words, sets in _config_changes(plan, tiers, hardware):
             ec = effective_config(apply_overrides(base, sets))
             if refused(ec, plan.cluster):
                 continue
@@ -307,10 +338,9 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             if any(x.startswith("train_micro_batch_size_per_gpu=") for x in sets) and isinstance(wl_mb, int) \
                     and wl_mb != plan.config.train_micro_batch_size_per_gpu:
                 flags = flags + [f"--micro-batch {mb}"]  # --micro-batch was given: it would override the config's
-            trials.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)),
-                           replace(plan, config=ec, written=None, derived={},
-                                   workload=replace(plan.workload, micro_batch=mb))))
-    for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations):
+            singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)), list(sets),
+                            plan.cluster, replace(plan.workload, micro_batch=mb)))
+    for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations, hf):
         ec, sets, shown = plan.config, [], []
         if base is not None and cl.dp_world_size != plan.cluster.dp_world_size:
             words, sets, shown, more = _global_batch_at(plan, words, cl.dp_world_size)
@@ -319,19 +349,88 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                 ec = effective_config(apply_overrides(base, sets))
         if refused(ec, cl):
             continue
-        trials.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)),
-                       replace(plan, config=ec, written=None if sets else plan.written, cluster=cl,
-                               workload=replace(wl), derived={})))
-    out = []
-    for cand, p in trials:
-        pf = fit(p, capacity, overhead, load=load, hf=hf)
+        singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)), list(sets),
+                        cl, replace(wl)))
+
+    def trial(sets: list[str], cl: Any, wl: Any) -> "Plan | None":
+        ec = effective_config(apply_overrides(base, sets)) if sets else plan.config
+        if sets and refused(ec, cl):
+            return None
+        return replace(plan, config=ec, written=None if sets else plan.written, cluster=cl, workload=replace(wl),
+                       derived={})
+
+    def judged(cand: FitCandidate, p: "Plan") -> FitCandidate:
+        pf = fit(p, _capacity_for(p, capacity, hardware), overhead, load=load, hf=hf)
         cand.verdict = pf.verdict
         cand.need = {r.tier: r.need for r in pf.rows}
         cand.verdicts = {r.tier: r.verdict for r in pf.rows}
         cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
-        out.append(cand)
-    out.sort(key=lambda c: (c.step_time_s if c.step_time_s is not None else float("inf"), c.moved_bytes))
+        return cand
+
+    def order(c: FitCandidate) -> tuple:
+        return (c.step_time_s if c.step_time_s is not None else float("inf"), c.moved_bytes)
+
+    out = []
+    for cand, sets, cl, wl in singles:
+        p = trial(sets, cl, wl)
+        if p is not None:
+            out.append(judged(cand, p))
+    out.sort(key=order)
+    if out and not any(c.verdict == "fits" for c in out):
+        # no single change fits every tier: each pair of them (at most ~15 with the few singles),
+        # each re-estimated through the same fit; the pairs that fit every tier, cheapest first
+        pairs = []
+        import itertools
+        for (c1, s1, cl1, wl1), (c2, s2, cl2, wl2) in itertools.combinations(singles[:_MAX_SINGLES], 2):
+            keys1, keys2 = {x.partition("=")[0] for x in s1}, {x.partition("=")[0] for x in s2}
+            flags1, flags2 = {f.split()[0] for f in c1.flags}, {f.split()[0] for f in c2.flags}
+            if keys1 & keys2 or flags1 & flags2:
+                continue  # the same key twice: not two changes
+            cl, wl = _merged(plan.cluster, cl1, cl2), _merged(plan.workload, wl1, wl2)
+            if cl is None or wl is None:
+                continue
+            p = trial(s1 + s2, cl, wl)
+            if p is None:
+                continue
+            shown = c1.set + c2.set
+            cand = judged(FitCandidate(f"{c1.change} and {c2.change}", set=shown, flags=c1.flags + c2.flags,
+                                       yaml=_yaml_edits(plan, shown), combined=True), p)
+            if cand.verdict == "fits":
+                pairs.append(cand)
+        pairs.sort(key=order)
+        out += pairs
     return out
+
+
+#: At most this many single candidates are paired (so at most 15 pairs are re-estimated).
+_MAX_SINGLES = 6
+
+
+def _merged(orig: Any, a: Any, b: Any) -> Any:
+    """``orig`` (a Cluster or a Workload dataclass) with the fields ``a`` and ``b`` each change from
+    it; None when both change the same field to different values."""
+    from dataclasses import fields
+
+    changes: dict[str, Any] = {}
+    for x in (a, b):
+        for f in fields(orig):
+            v = getattr(x, f.name)
+            if v != getattr(orig, f.name):
+                if f.name in changes and changes[f.name] != v:
+                    return None
+                changes[f.name] = v
+    return replace(orig, **changes)
+
+
+def _capacity_for(plan: "Plan", capacity: "Capacity", hardware: Any) -> "Capacity":
+    """``capacity`` with the NVMe space of the hardware tier holding ``plan``'s nvme_path when none
+    was known (a candidate that moves state to NVMe; the same rule as the CLI's:
+    ``Hardware.capacity`` of the config's path, advisor/cli.py)."""
+    if hardware is None or capacity.nvme is not None:
+        return capacity
+    z = plan.config.zero
+    n = hardware.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path).nvme
+    return replace(capacity, nvme=n) if n is not None else capacity
 
 
 def _costs(plan: "Plan", hardware: Any, acts: Any) -> tuple[int, float | None]:
