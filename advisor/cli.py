@@ -111,7 +111,8 @@ class CheckpointingType(click.ParamType):
         try:
             mode, k = parse_checkpointing(value)
         except ValueError:
-            self.fail(f"{value!r} is not none, full, selective, a number of layers (e.g. 16) or sac[:BUDGET]",
+            self.fail(f"{value!r} is not none, full, selective, a number of layers (e.g. 16), sac[:BUDGET] "
+                      "(a fraction of a layer) or sac:SIZE (e.g. sac:24GiB)",
                       param, ctx)
         if mode == "layers":
             if k < 0:

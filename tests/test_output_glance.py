@@ -364,7 +364,8 @@ def test_a_click_usage_error_folds_on_a_terminal_too(monkeypatch):
     import advisor.cli as cli
 
     whole = ("ds-advisor: estimate: invalid value for '--checkpointing': 'bogus' is not none, full, selective, a "
-             "number of layers (e.g. 16) or sac[:BUDGET] (see ds-advisor estimate --help)")
+             "number of layers (e.g. 16), sac[:BUDGET] (a fraction of a layer) or sac:SIZE (e.g. sac:24GiB) "
+             "(see ds-advisor estimate --help)")
     args = ["estimate", "x.json", "--params", "5", "--checkpointing", "bogus"]
     p = run_cli(args, env={"COLUMNS": "60"})
     assert p.returncode == 2 and p.stderr.splitlines() == [whole], p.stderr
