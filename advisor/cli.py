@@ -664,6 +664,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         aplan = replace(build_plan(loaded, inv, cluster, workload=workload),
                         trainer_written=getattr(inp.resolution, "base", None),
                         accelerate_fields=not inp.launch.deepspeed_config_file)
+        cap = _hardware_capacity(cap, hw, aplan)
         z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
         load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
                             a.low_cpu_mem_usage, hf=True)
@@ -677,10 +678,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                             step_time_s=a.step_time_s, load=load)
     # the one plan of this command: effective config, HF resolution, cluster, workload
     plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=hf_targs, workload=workload)
-    if hw is not None:
-        z = plan.config.zero
-        hcap = hw.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path)
-        cap = Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
+    cap = _hardware_capacity(cap, hw, plan)
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
@@ -692,6 +690,20 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                         load=load)
 
 
+
+
+def _hardware_capacity(cap, hw, plan):
+    """``cap`` (the --gpu-memory / --host-memory / --nvme-capacity sizes) with each size it lacks
+    taken from the --hardware spec ``hw``: accelerator memory, host memory per node, and the space
+    of the storage tier holding the plan's nvme_path (``Hardware.capacity``). For an accelerate
+    file too (it ignored the spec: accelerator "unknown" under --hardware dgx-h100)."""
+    if hw is None:
+        return cap
+    from advisor.cluster.hardware import Capacity
+
+    z = plan.config.zero
+    hcap = hw.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path)
+    return Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
 
 
 def _overhead(runtime_overhead: str | None, fragmentation: float | None = None, warnings: list[str] | None = None):

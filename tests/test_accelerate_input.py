@@ -658,3 +658,23 @@ def test_h009_judges_an_accelerate_file_built_from_fields_as_the_config_it_build
         assert len(want) == 1 and rc == 1, (ref, out)
         assert [(f["severity"], f["message"]) for f in got] == [(f["severity"], f["message"]) for f in want]
         assert got[0]["pointer"] == ptr
+
+
+def test_estimate_of_an_accelerate_file_takes_its_capacities_from_hardware(tmp_path):
+    """estimate on an accelerate YAML under --hardware dgx-h100 had no accelerator capacity
+    (verdict "unknown": the spec was read only for DeepSpeed JSON). Now each tier's capacity is the
+    spec's, the same the DeepSpeed JSON path reads (an H100 SXM's memory; the host the flag's)."""
+    from tests.conftest import run_json
+
+    src = tmp_path / "acc.yaml"
+    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  gradient_accumulation_steps: 1\n"
+                   "mixed_precision: bf16\nnum_processes: 8\n")
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, '
+                  '"bf16": {"enabled": true}, "zero_optimization": {"stage": 3}}')
+    common = ["--model", "llama-3-8b", "--hardware", "dgx-h100", "--host-memory", "512GB", "--format", "json"]
+    _, a = run_json(["estimate", str(src), "--bf16", "--per-device-train-batch-size", "1"] + common)
+    _, b = run_json(["estimate", str(ds), "--world-size", "8"] + common)
+    cap = {r["tier"]: r["capacity"] for r in a["fit"]}
+    assert cap["accelerator"] is not None and cap == {r["tier"]: r["capacity"] for r in b["fit"]}
+    assert cap["host"] == 512_000_000_000

@@ -27,6 +27,21 @@ def _row(d: dict, tier: str) -> dict:
 
 
 def _applied(args: list[str], cand: dict) -> dict:
+    """``cand`` applied the way a user applies it: its --set strings and flags on the command line,
+    and for an accelerate file its launch fields (num_processes, num_machines) written into a copy
+    of the YAML."""
+    if cand.get("launch"):
+        import tempfile
+
+        import yaml
+
+        data = yaml.safe_load(Path(args[1]).read_text())
+        for e in cand["launch"]:
+            k, _, v = e.partition(": ")
+            data[k] = yaml.safe_load(v)
+        alt = Path(tempfile.mkdtemp()) / Path(args[1]).name
+        alt.write_text(yaml.safe_dump(data))
+        args = [args[0], str(alt)] + args[2:]
     extra = [a for s in cand["set"] for a in ("--set", s)] + [a for fl in cand["flags"] for a in fl.split()]
     flags = {a for a in cand["flags"] for a in [a.split()[0]]}
     base = []
@@ -386,3 +401,37 @@ def test_no_nvme_candidate_without_a_path_from_the_config_or_the_hardware():
         again = _applied(args, c)
         assert {r["tier"]: (r["verdict"], r["need"]) for r in again["fit"]} == \
             {t: (c["verdicts"][t], c["need"][t]) for t in c["verdicts"]}, c
+
+
+def test_trainer_checkpointing_names_gradient_checkpointing_and_accelerate_names_its_processes(tmp_path):
+    """Under the HF Trainer the checkpointing candidate names what the Trainer takes,
+    --gradient_checkpointing (TrainingArguments.gradient_checkpointing; the Trainer never reads the
+    config's activation_checkpointing), and --checkpointing full, how this tool re-estimates it; on
+    an accelerate file another node is its num_processes / num_machines (the world size the launch
+    reads), not --world-size. Each, applied (flag; YAML fields edited), gives the need claimed."""
+    cfg = tmp_path / "hf.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", '
+                   '"train_batch_size": "auto", "zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}')
+    args = ["estimate", str(cfg), "--hf", "--bf16", "--model", "llama-3-8b", "--world-size", "8", "--gpu-memory",
+            "40GB", "--seq-len", "2048", "--per-device-train-batch-size", "8", "--format", "json"]
+    rc, d = run_json(args)
+    (ck,) = [c for c in _m100(d, "accelerator")["data"]["candidates"] if c["flags"] == ["--checkpointing full"]]
+    assert "--gradient_checkpointing" in ck["change"], ck
+    row = _row(_applied(args, ck), "accelerator")
+    assert (row["verdict"], row["need"]) == (ck["verdicts"]["accelerator"], ck["need"]["accelerator"])
+
+    src = tmp_path / "acc.yaml"
+    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
+                   "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
+    args = ["estimate", str(src), "--bf16", "--gradient-accumulation-steps", "4", "--model", "llama-3-8b",
+            "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    rc, d = run_json(args)
+    f = _m100(d, "accelerator")
+    (node,) = [c for c in f["data"]["candidates"] if c["launch"]]
+    assert node["launch"] == ["num_processes: 16", "num_machines: 2"], node
+    assert not any(x.startswith("--world-size") for x in node["flags"]), node
+    again = _applied(args, node)
+    row = _row(again, "accelerator")
+    assert (row["verdict"], row["need"]) == (node["verdicts"]["accelerator"], node["need"]["accelerator"])
+    ck = [c for c in f["data"]["candidates"] if c["flags"] == ["--checkpointing full"]]
+    assert all("--gradient_checkpointing" in c["change"] for c in ck), ck

@@ -59,6 +59,9 @@ class FitCandidate:
     #: ``set`` stays what ``--set`` on the YAML applies (the DeepSpeed keys accelerate writes).
     yaml: list[str] = field(default_factory=list)
     verdict: str = "unknown"
+    #: For an accelerate file: the launch fields of that YAML to edit ("num_processes: 16"), where
+    #: the plain CLI would say --world-size (the estimate reads the world size from them).
+    launch: list[str] = field(default_factory=list)
     #: Two single candidates applied together (offered only when no single change fits every tier).
     combined: bool = False
     #: tier -> that tier's verdict (what a tier's M100 fix judges by; ``verdict`` is the plan's)
@@ -71,12 +74,15 @@ class FitCandidate:
     def how(self) -> str:
         """What a user types to try it: ``--set K=V`` strings and flags (for an accelerate YAML's
         fields, the YAML edits and the flags)."""
-        if self.yaml:
-            return " ".join([f"set {', '.join(self.yaml)} in the accelerate YAML;"] + self.flags).rstrip(";")
+        if self.yaml or self.launch:
+            edits = self.yaml + self.launch
+            sets = [] if self.yaml else [f"--set {s}" for s in self.set]
+            return " ".join(sets + [f"set {', '.join(edits)} in the accelerate YAML;"] + self.flags).rstrip(";")
         return " ".join([f"--set {s}" for s in self.set] + self.flags)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "set": self.set, "flags": self.flags, "yaml": self.yaml, "combined": self.combined, "verdict": self.verdict,
+        return {"change": self.change, "set": self.set, "flags": self.flags, "yaml": self.yaml, "launch": self.launch,
+                "combined": self.combined, "verdict": self.verdict,
                 "verdicts": self.verdicts, "need": self.need, "moved_bytes": self.moved_bytes, "step_time_s": self.step_time_s}
 
 
@@ -272,6 +278,12 @@ def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str]
             f"not split over {dp2} ranks)", sets, [], [])
 
 
+def _accelerate(plan: "Plan") -> bool:
+    """The config is one an accelerate file launches (its world size is the YAML's num_processes,
+    over num_machines nodes: accelerate commands/launch.py)."""
+    return plan.accelerate_fields or plan.trainer_written is not None
+
+
 def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool,
                     hf: bool = False) -> list[tuple[str, list[str], Any, Any]]:
     """(words, flags, cluster, workload) for changes outside the config. Under the HF Trainer
@@ -292,8 +304,13 @@ def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool,
             w = cl.world_size + add
             from advisor.config.validation import MAX_WORLD_SIZE
             if w <= MAX_WORLD_SIZE:
-                out.append((f"{add} more data-parallel ranks (another node)", [f"--world-size {w}"],
-                            replace(cl, world_size=w), wl))
+                if _accelerate(plan):  # the YAML's num_processes / num_machines are the world (accelerate launch)
+                    m = w // add
+                    out.append((f"{add} more data-parallel ranks (another node: num_processes {w}, num_machines {m})",
+                                [f"num_processes: {w}", f"num_machines: {m}"], replace(cl, world_size=w), wl))
+                else:
+                    out.append((f"{add} more data-parallel ranks (another node)", [f"--world-size {w}"],
+                                replace(cl, world_size=w), wl))
     if "host" in tiers and cl.gpus_per_node and cl.gpus_per_node > 1:
         g = cl.gpus_per_node // 2
         out.append((f"{g} ranks per node (the same ranks on more nodes)", [f"--gpus-per-node {g}"],
@@ -341,6 +358,8 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)), list(sets),
                             plan.cluster, replace(plan.workload, micro_batch=mb)))
     for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations, hf):
+        launch = [x for x in flags if not x.startswith("--")]
+        flags = [x for x in flags if x.startswith("--")]
         ec, sets, shown = plan.config, [], []
         if base is not None and cl.dp_world_size != plan.cluster.dp_world_size:
             words, sets, shown, more = _global_batch_at(plan, words, cl.dp_world_size)
@@ -349,8 +368,8 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                 ec = effective_config(apply_overrides(base, sets))
         if refused(ec, cl):
             continue
-        singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)), list(sets),
-                        cl, replace(wl)))
+        singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown), launch=launch),
+                        list(sets), cl, replace(wl)))
 
     def trial(sets: list[str], cl: Any, wl: Any) -> "Plan | None":
         ec = effective_config(apply_overrides(base, sets)) if sets else plan.config
@@ -384,7 +403,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         for (c1, s1, cl1, wl1), (c2, s2, cl2, wl2) in itertools.combinations(singles[:_MAX_SINGLES], 2):
             keys1, keys2 = {x.partition("=")[0] for x in s1}, {x.partition("=")[0] for x in s2}
             flags1, flags2 = {f.split()[0] for f in c1.flags}, {f.split()[0] for f in c2.flags}
-            if keys1 & keys2 or flags1 & flags2:
+            if keys1 & keys2 or flags1 & flags2 or (c1.launch and c2.launch):
                 continue  # the same key twice: not two changes
             cl, wl = _merged(plan.cluster, cl1, cl2), _merged(plan.workload, wl1, wl2)
             if cl is None or wl is None:
@@ -394,7 +413,8 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                 continue
             shown = c1.set + c2.set
             cand = judged(FitCandidate(f"{c1.change} and {c2.change}", set=shown, flags=c1.flags + c2.flags,
-                                       yaml=_yaml_edits(plan, shown), combined=True), p)
+                                       yaml=_yaml_edits(plan, shown), launch=c1.launch + c2.launch,
+                                       combined=True), p)
             if cand.verdict == "fits":
                 pairs.append(cand)
         pairs.sort(key=order)
