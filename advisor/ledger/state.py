@@ -523,6 +523,12 @@ def zero3_reduce_scatter_flat_bytes(ec: EffectiveConfig, inv: Inventory, W: int)
         return None
     C = DTYPE_BYTES[ec.comm_dtype]
     rbs = int(z.reduce_bucket_size)
+    # once per (tensor list, W, C, bucket size): generate asks per plan (Inventory.memo)
+    return inv.memo(("zero3_reduce_scatter_flat_bytes", W, C, rbs),
+                    lambda: _zero3_reduce_scatter_flat_bytes(inv, W, C, rbs))
+
+
+def _zero3_reduce_scatter_flat_bytes(inv: Inventory, W: int, C: int, rbs: int) -> "tuple[int, str] | None":
     best = [0, ""]
     bucket: list[int] = []
 
@@ -558,6 +564,13 @@ def zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tupl
     if (W <= 1 or zero.zero_quantized_weights or (zero.zero_hpz_partition_size or 1) > 1
             or getattr(zero, "use_all_reduce_for_fetch_params", False)):
         return None
+    # once per (tensor list, W, D, persistence thresholds): generate asks per plan (Inventory.memo)
+    return inventory.memo(("zero3_first_fetch_bytes", W, D, zero.param_persistence_threshold,
+                           zero.model_persistence_threshold),
+                          lambda: _zero3_first_fetch_bytes(inventory, zero, W, D))
+
+
+def _zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tuple[int, str] | None":
     mods: dict[str, list] = {}
     for t, keep in zip(inventory.tensors, zero3_persistent(inventory, zero)):
         mods.setdefault(module_of(t.name), []).append((t.numel, keep))
@@ -1654,6 +1667,16 @@ def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int,
         return None
     smin = swap_threshold_bytes(ec)
     al = aio_alignment_elems(ec, 4)
+    if sub_groups is None:
+        # the inventory's own sub-groups: once per (tensor list, W, sub_group_size, threshold,
+        # alignment), as generate asks per plan (Inventory.memo); callers must not mutate it
+        sgs = ec.zero.sub_group_size
+        return inv.memo(("zero3_grad_swap_by_rank", W, sgs, smin, al),
+                        lambda: _zero3_grad_swap_by_rank(inv, W, zero3_sub_groups(inv, W, sgs), smin, al))
+    return _zero3_grad_swap_by_rank(inv, W, sub_groups, smin, al)
+
+
+def _zero3_grad_swap_by_rank(inv: Inventory, W: int, sub_groups: "list[SubGroup]", smin: int, al: int) -> Runs:
     dg: dict[int, int] = {}  # a difference array over ranks, kept sparse: rank -> change
     dt: dict[int, int] = {}
 
@@ -1663,7 +1686,7 @@ def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int,
         dt[a] = dt.get(a, 0) + t
         dt[b] = dt.get(b, 0) - t
 
-    for sg in sub_groups if sub_groups is not None else zero3_sub_groups(inv, W, ec.zero.sub_group_size):
+    for sg in sub_groups:
         if sg.numel * 4 < smin:
             continue
         for i in sg.tensors:
@@ -1769,7 +1792,7 @@ def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None =
         terms = Runs.zip(zero12_rank_terms(ec, zero12, W), zero12_flat_copy(zero12, W)).map(lambda ab: ab[0] + ab[1])
     elif st == 3:
         sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
-        terms = zero3_grad_swap_by_rank(ec, inv, W, sgs) or Runs.const(W, (0, 0))
+        terms = zero3_grad_swap_by_rank(ec, inv, W) or Runs.const(W, (0, 0))
     else:
         terms = Runs.const(W, None)
     smin = swap_threshold_bytes(ec)

@@ -302,7 +302,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     if prec == "bf16" and ec.model_dtype == "fp16":
         prec = "fp16"
     rpn = _ranks_per_node(plan, hardware)
-    n_active = int(inv.meta.get("active_params") or sum(t.numel for t in inv.tensors))
+    n_active = int(inv.meta.get("active_params") or inv.numel)
     tokens = _tokens_per_rank(plan, seq_len, global_batch)
     peak = peak_flops(hardware, prec)
     m_src = "given"
@@ -463,7 +463,7 @@ def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
     inv = plan.inventory
     if plan.config.zero.stage != 3 or not inv.tensors:
         return
-    total = sum(t.numel for t in inv.tensors)
+    total = inv.numel
     first = inv.tensors[0].numel / total if total else 0.0
     for t in list(terms):
         if t.resource == NETWORK and t.overlapped and t.name.startswith("network:param_allgather_"):

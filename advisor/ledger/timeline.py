@@ -404,8 +404,10 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
             shards = ledger.plan.derived["init_shards"] = shard(inv, cl.tensor_parallel, cl.pipeline_parallel,
                                                                 cl.expert_parallel)
         inv = shards[min(stage, len(shards) - 1)].inventory
-    sizes = [t.numel for t in inv.tensors]
-    N = sum(sizes)
+    # the sizes and the O(tensors) peaks below are per (tensor list, dtypes, W): memoised, since
+    # generate asks for them once per rank role of every plan (Inventory.memo)
+    sizes = inv.memo("init_sizes", lambda: [t.numel for t in inv.tensors])
+    N = inv.numel
     mp = ec.fp16_enabled or ec.bf16_enabled
     Dl = DTYPE_BYTES[load.dtype]
     dt = ec.model_dtype if mp else load.dtype
@@ -413,7 +415,7 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     src_e = "runtime/engine.py:DeepSpeedEngine._configure_distributed_model"
     out: list[Entry] = []
     if mp and load.dtype != ec.model_dtype:
-        b, i = cast_peak(sizes, Dl, D)
+        b, i = inv.memo(("cast_peak", Dl, D), lambda: cast_peak(sizes, Dl, D))
         out.append(Entry(rank, "host_pageable", "parameters", "init_cast_copy", b, "init_cast",
                          f"N x {Dl} - (earlier tensors) x {Dl - D} + n_i x {D} at tensor {i} "
                          f"({inv.tensors[i].name}): the model cast {load.dtype} -> {ec.model_dtype} one tensor "
@@ -427,7 +429,7 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         op = ec.offload_param_effective
         src_p = "runtime/zero/partition_parameters.py:Init._convert_to_zero_parameters (_partition_param)"
         if op == "none":
-            el, i = zero3_module_partition_peak(sizes, W)
+            el, i = inv.memo(("zero3_module_partition_peak", W), lambda: zero3_module_partition_peak(sizes, W))
             acc = el * D
             formula += (f", then ZeRO-3 partitions it in place: peak {el} x {D} at tensor {i} "
                         "(its partition made before the whole tensor is freed)")
