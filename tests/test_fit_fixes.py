@@ -435,3 +435,33 @@ def test_trainer_checkpointing_names_gradient_checkpointing_and_accelerate_names
     assert (row["verdict"], row["need"]) == (node["verdicts"]["accelerator"], node["need"]["accelerator"])
     ck = [c for c in f["data"]["candidates"] if c["flags"] == ["--checkpointing full"]]
     assert all("--gradient_checkpointing" in c["change"] for c in ck), ck
+
+
+def test_accelerate_pair_as_yaml_edits_fits_every_tier_when_applied(tmp_path):
+    """The newcomer's shortfall as an accelerate YAML (ZeRO-3, optimizer and parameters on host, 8
+    processes) on dgx-h100 with 512 GB host: with 8 single candidates the pairs start from those
+    that fit a short tier, so the optimizer to /raid with checkpointing is found; written into a
+    copy of the YAML and run with its flag, every tier gives the verdict and need claimed."""
+    import yaml
+
+    src = tmp_path / "acc.yaml"
+    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n"
+                   "  offload_param_device: cpu\n  gradient_accumulation_steps: 8\nmixed_precision: bf16\n"
+                   "num_processes: 8\n")
+    args = ["estimate", str(src), "--model", "llama-3-70b", "--hardware", "dgx-h100", "--host-memory", "512GB",
+            "--seq-len", "4096", "--bf16", "--gradient-accumulation-steps", "8", "--per-device-train-batch-size", "1",
+            "--format", "json"]
+    rc, d = run_json(args)
+    f = _m100(d, "host")
+    best = f["data"]["pairs"][0]
+    assert "deepspeed_config.offload_optimizer_nvme_path: /raid" in best["yaml"] and \
+        best["flags"] == ["--checkpointing full"], best
+    data = yaml.safe_load(src.read_text())
+    for e in best["yaml"]:
+        k, _, v = e.partition(": ")
+        data["deepspeed_config"][k.split(".", 1)[1]] = yaml.safe_load(v)
+    alt = tmp_path / "alt.yaml"
+    alt.write_text(yaml.safe_dump(data))
+    again = _applied([args[0], str(alt)] + args[2:], dict(best, set=[]))
+    assert {r["tier"]: (r["verdict"], r["need"]) for r in again["fit"]} == \
+        {t: (best["verdicts"][t], best["need"][t]) for t in best["verdicts"]}, best

@@ -400,7 +400,12 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         # each re-estimated through the same fit; the pairs that fit every tier, cheapest first
         pairs = []
         import itertools
-        for (c1, s1, cl1, wl1), (c2, s2, cl2, wl2) in itertools.combinations(singles[:_MAX_SINGLES], 2):
+        # the singles that fit most of the short tiers are paired first (a single that fits none
+        # of them rarely makes a pair fit); at most _MAX_SINGLES of them
+        judged_ids = {id(c) for c in out}
+        ranked = sorted((x for x in singles if id(x[0]) in judged_ids),
+                        key=lambda x: -sum(x[0].verdicts.get(t) == "fits" for t in tiers))
+        for (c1, s1, cl1, wl1), (c2, s2, cl2, wl2) in itertools.combinations(ranked[:_MAX_SINGLES], 2):
             keys1, keys2 = {x.partition("=")[0] for x in s1}, {x.partition("=")[0] for x in s2}
             flags1, flags2 = {f.split()[0] for f in c1.flags}, {f.split()[0] for f in c2.flags}
             if keys1 & keys2 or flags1 & flags2 or (c1.launch and c2.launch):
@@ -422,7 +427,8 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     return out
 
 
-#: At most this many single candidates are paired (so at most 15 pairs are re-estimated).
+#: At most this many single candidates are paired (so at most 15 pairs are re-estimated), those
+#: that fit the most short tiers first.
 _MAX_SINGLES = 6
 
 
