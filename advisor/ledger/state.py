@@ -1528,7 +1528,8 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
 
     if oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
         # the boundary's gradient norm, one parameter partition at a time, in fp64
-        big = max(min(_ceil_div(t.numel, W), 250_000_000) for t in inv.tensors if t.trainable)
+        big = inv.memo(("zero3_offload_norm_partition", W),  # once per (tensor list, W): generate asks per plan
+                       lambda: max(min(_ceil_div(t.numel, W), 250_000_000) for t in inv.tensors if t.trainable))
         b.add("accelerator", "workspace", "zero3_offload_norm_fp64", big * 8, "in_backward",
               f"max_i min(ceil(n_i/W), 250,000,000) x 8 = {big} x 8 (one gradient partition cast to fp64 "
               "for its norm, freed before the next)",
