@@ -453,6 +453,11 @@ def test_accelerate_pair_as_yaml_edits_fits_every_tier_when_applied(tmp_path):
             "--format", "json"]
     rc, d = run_json(args)
     f = _m100(d, "host")
+    (half,) = [c for c in f["data"]["candidates"] if c["change"].startswith("4 ranks per node")]
+    assert half["launch"] == ["num_machines: 2"] and not half["flags"], half  # 8 processes on 2 machines
+    again = _applied(args, half)
+    assert {r["tier"]: (r["verdict"], r["need"]) for r in again["fit"]} == \
+        {t: (half["verdicts"][t], half["need"][t]) for t in half["verdicts"]}, half
     best = f["data"]["pairs"][0]
     assert "deepspeed_config.offload_optimizer_nvme_path: /raid" in best["yaml"] and \
         best["flags"] == ["--checkpointing full"], best

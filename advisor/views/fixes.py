@@ -313,8 +313,12 @@ def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool,
                                 replace(cl, world_size=w), wl))
     if "host" in tiers and cl.gpus_per_node and cl.gpus_per_node > 1:
         g = cl.gpus_per_node // 2
-        out.append((f"{g} ranks per node (the same ranks on more nodes)", [f"--gpus-per-node {g}"],
-                    replace(cl, gpus_per_node=g), wl))
+        if _accelerate(plan) and cl.world_size % g == 0:  # the launch's ranks per node: num_processes / num_machines
+            out.append((f"{g} ranks per node (the same ranks on more nodes: num_machines {cl.world_size // g})",
+                        [f"num_machines: {cl.world_size // g}"], replace(cl, gpus_per_node=g), wl))
+        else:
+            out.append((f"{g} ranks per node (the same ranks on more nodes)", [f"--gpus-per-node {g}"],
+                        replace(cl, gpus_per_node=g), wl))
     return out
 
 
