@@ -234,3 +234,19 @@ def test_preflight_texts_name_parameters_not_flags():
         str(o.get("source", "")) + " " + str(o.get("formula", "")) for row in r.rows for o in row.overhead]
     assert not [t for t in texts if "--" in t], texts
     assert any("runtime_overhead" in t for t in texts)
+
+
+def test_no_estimate_names_who_refuses(tmp_path):
+    """'No estimate' names the refuser: an H001 mismatch is the HF Trainer's refusal
+    (trainer_config_finalize raises; test_hf runs it), not DeepSpeed's; stage 7 is DeepSpeed's
+    (DeepSpeedZeroConfig rejects it)."""
+    hf = tmp_path / "hf.json"
+    hf.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 4,
+                              "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    r = run_cli(["estimate", str(hf), "--model", "gpt2", "--world-size", "1", "--seq-len", "128", "--hf"])
+    assert r.returncode == 1 and "H001" in r.stdout
+    assert "No estimate: the HF Trainer or accelerate would refuse" in " ".join(r.stdout.split())
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 7}}))
+    r = run_cli(["estimate", str(ds), "--model", "gpt2", "--world-size", "1", "--seq-len", "128"])
+    assert r.returncode == 1 and "No estimate: DeepSpeed would refuse" in " ".join(r.stdout.split())

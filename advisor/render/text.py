@@ -381,8 +381,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               f"{size(de['cpu_bytes_per_node'], units)} host per node; this ledger: "
                               f"{size(worst, units)} of model states and buffers per rank on the accelerator",
                               markup=False)
-        if d.get("unsupported"):  # DeepSpeed refuses the config: no assumptions of an estimate
-            console.print("No estimate: DeepSpeed would refuse this config before training starts; fix the error "
+        if d.get("unsupported"):  # DeepSpeed (or, for an H rule, the HF Trainer / accelerate) refuses the config
+            who = "the HF Trainer or accelerate" if str(d["unsupported"]).startswith("H") else "DeepSpeed"
+            console.print(f"No estimate: {who} would refuse this config before training starts; fix the error "
                           "finding(s) below first", markup=False)
         else:
             a = d["assumptions"]
