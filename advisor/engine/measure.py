@@ -273,7 +273,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     rank; engines are built one after another in the same process group).
 
     ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
-    (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2).
+    (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2), ``submodules``
+    (the per-module proxy; default: only when ``zero_init``).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
     being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told where the
@@ -291,7 +292,10 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
             job_cells.append({"id": c["id"], "config": _prepare_config(c["config"], nvme_dir),
                               "inventory": inv_d, "steps": int(c.get("steps", 2)), "nvme_path": nvme_dir,
                               "track": bool(c.get("track")), "zero_init": bool(c.get("zero_init")),
-                              "load_dtype": c.get("load_dtype")})
+                              "load_dtype": c.get("load_dtype"),
+                              # the per-module proxy (worker _build_model(submodules=True));
+                              # default: only under zero.Init
+                              "submodules": bool(c.get("submodules", c.get("zero_init")))})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)

@@ -51,13 +51,18 @@ def _cfg(stage, dtype, **zero):
 #: worker's _build_model(submodules=True)), so zero.Init partitions each as its __init__ returns,
 #: and their load phase is the ledger's timeline.zero_init_load_peak (the l2 weight being cast
 #: from fp32 beside l1's partitions in bf16; l2 whole while its first partition is made in fp32).
+#: The ZeRO-3 cells without zero.Init build the same per-module proxy ({"submodules": True}):
+#: ZeRO-3 fetches and releases parameters per module (the coordinator's fetch_sub_module /
+#: release_sub_module), so on the flat one-module proxy, which no real model is, the first
+#: forward fetched all six parameters at once (+79,847 B over the ledger's per-module fetch) and
+#: the first backward held them all (+93,685 B): phases that measured the proxy, not the ledger.
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
     # 1e9 B bucket on both sides, beside which a 170 kB residual is 0.02% and no phase can fail
-    ("z3_bf16_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, False, parity.TINY),
+    ("z3_bf16_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, False, parity.TINY, {"submodules": True}),
     ("z3_bf16_oo_cpu_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 2,
-     False, parity.TINY),
+     False, parity.TINY, {"submodules": True}),
     ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
     ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
     ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
@@ -100,15 +105,6 @@ CELLS = [
 #: and its cause from the tracker's allocation sites (DeepSpeed 0.19.8). The test checks they are
 #: still off by more than 1% (strict: a fixed phase must be taken off this list) and that every
 #: other phase matches within 1%.
-_GATHER = ("the proxy registers every parameter on one module (worker _build_model, not submodules), while the "
-           "ledger fetches per owning module (state.module_of: l1, l2, l3, as a real model's layers): here the first "
-           "fetch is all six parameters at once, its flat all-gather buffer (_all_gather_dtype l. 1343, sum p_i x W x D "
-           "= 86,428 B) beside every torch.cat copy (AllGatherCoalescedHandle.wait l. 795); the ledger's "
-           "zero3_first_fetch is l2's (46,512 + 46,508 B, matched by the zero.Init cells, whose proxy has the modules)")
-_FIRST_BWD = ("the same one-module proxy: the ledger's first backward (incomplete trace, "
-              "partitioned_param_coordinator.py release_sub_module) keeps only l1's persistent parameters gathered at "
-              "its reduce (state zero3_first_backward_gathered, 39,130 B), matched by the zero.Init cells; here the one "
-              "module's are all gathered (86,418 B)")
 #: The zero.Init cells' training phases all match: forward:1 (state.zero3_first_fetch_bytes: the first
 #: forward's per-module fetch, the earlier modules released by release_sub_module while the trace is
 #: incomplete), backward:1 / backward:2 (the reduce-scatter's flat buffer,
@@ -118,20 +114,7 @@ _FIRST_BWD = ("the same one-module proxy: the ledger's first backward (incomplet
 #: parameters until _post_step gathers them again, timeline instant ``:post``; the 16-bit flatten
 #: beside its fp32 cast at prep, state zero3_grad_flat_copy).
 UNMATCHED_ZINIT: dict = {}
-UNMATCHED = {**UNMATCHED_ZINIT,
-    "z3_bf16_w2": {
-        # every TINY tensor is under stage3_param_persistence_threshold (1e5): all persistent
-        "forward:1": "+79,847 B: " + _GATHER,
-        "backward:1": "+93,685 B (rank 0; rank 1 +48,101): " + _FIRST_BWD + "; and without gloo's buffer the "
-                      "engine peaks at the one module's backward re-fetch (its flat all-gather buffer beside the "
-                      "copies, as in forward:1), which the ledger's backward:1 instant does not hold",
-    },
-    "z3_bf16_oo_cpu_w2": {
-        "forward:1": "+79,843 B: " + _GATHER,
-        # backward:2 matches with the offload norm's fp64 copy (state zero3_offload_norm_fp64)
-        "backward:1": "+47,341 B: " + _FIRST_BWD,
-    },
-}
+UNMATCHED = {**UNMATCHED_ZINIT}
 
 
 #: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
