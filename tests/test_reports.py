@@ -555,7 +555,7 @@ def test_report_takes_estimate_options_and_shows_its_peak(tmp_path):
     assert p.returncode == 0, p.stderr
     page = out.read_text()
     assert _peak_bytes(page) == peak and _need_bytes(page) == need
-    assert "seq_len 2,048" in re.sub(r"\s+", " ", _visible_text(_section_html(page, "assumptions")))
+    assert "sequence 2,048" in re.sub(r"\s+", " ", _visible_text(_section_html(page, "assumptions")))
 
     # Without the workload options both commands fall back to the model's 131,072 tokens, and
     # the page follows: a larger peak than with 2,048 tokens and full checkpointing.

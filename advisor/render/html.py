@@ -46,6 +46,7 @@ from advisor.units import duration_text
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
 from advisor.ledger.ranks import RankSet
+from advisor.render.text import key_words
 
 if TYPE_CHECKING:
     from advisor.views.estimate import EstimateResult
@@ -222,7 +223,7 @@ def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any], un
         return None
     GIB = UNITS[units]
     colors = {"accelerator": "#0072B2", "host": "#E69F00", "nvme": "#009E73"}
-    fig, (ax,) = _figure(10.5, 3.8)
+    fig, (ax,) = _figure(10.5, 6.0)  # tall enough for the instants' words under the axis
     xs = list(range(len(timeline)))
     for tier, color in colors.items():
         ys = [row[tier] / GIB for row in timeline]
@@ -237,10 +238,13 @@ def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any], un
             (mk,) = ax.plot([i], [ys[i]], marker="*", markersize=12, color=color)
             mk.set_gid(f"timeline-peak-{tier}")
     ax.set_xticks(xs)
-    ax.set_xticklabels([row["instant"] for row in timeline], rotation=60, ha="right", fontsize=7)
+    # the instants in the text's words (row["label"]: "first optimizer step, sub-group 0: update"),
+    # not the JSON's keys ("first_step:g0:update")
+    ax.set_xticklabels([row.get("label") or row["instant"] for row in timeline], rotation=60, ha="right",
+                       fontsize=6)
     ax.set_ylabel(f"{unit_name(units)} live")
     ax.legend(loc="upper left", fontsize=8, frameon=False)
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.95, bottom=0.38)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.97, bottom=0.5)
     return _svg_text(fig)
 
 
@@ -356,7 +360,7 @@ def _dl(d: dict[str, Any]) -> str:
             val = ("<ul>" + "".join(f"<li>{_item(i)}</li>" for i in v) + "</ul>") if v else "\u2014"
         else:
             val = _value(v)
-        rows.append(f"<dt>{_e(k)}</dt><dd>{val}</dd>")
+        rows.append(f"<dt>{_e(key_words(k))}</dt><dd>{val}</dd>")  # "grad_accum": the text's words
     return "<dl>" + "".join(rows) + "</dl>"
 
 
@@ -623,7 +627,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                    "<span class=ok>fits</span>" if f["fits"] else "<span class=bad>DOES NOT FIT</span>")
         peak = f.get("peak", f["need"])
         parts.append(f"<tr id=fit-peak-{tier}><td>{tier}</td><td>{_e(f['scope'])}</td><td>peak live</td>"
-                     f"<td>{_e(f.get('phase') or '')}</td><td class=num data-bytes={int(peak)}>{_gb(peak)}</td>"
+                     f"<td>{_e(key_words(f.get('phase') or ''))}</td><td class=num data-bytes={int(peak)}>{_gb(peak)}</td>"
                      "<td></td><td></td><td></td></tr>")
         for p in f.get("parts") or []:
             parts.append(f"<tr class=fit-part><td></td><td></td><td>+ {_e(p['label'])}</td><td></td>"
@@ -638,7 +642,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         pk = worst["peak"]["accelerator"]
         rk = worst["ranks"]
         who = f"rank {rk[0]}" if len(rk) == 1 else f"ranks {_rank_span(rk, 0)}"
-        parts.append(f"<p>Accelerator peak of the worst rank ({_e(who)}, {_e(pk['phase'])} phase), before the "
+        parts.append(f"<p>Accelerator peak of the worst rank ({_e(who)}, {_e(key_words(pk['phase']))} phase), before the "
                      f"runtime overhead rows: "
                      f"<span id=peak-accelerator data-bytes={int(pk['bytes'])}>{_bytes(pk['bytes'])}</span>.</p>")
 

@@ -39,6 +39,36 @@ _CLASS_LABEL = {
     "workspace": "workspace/buffers",
 }
 
+#: The words the reports print for the estimate JSON's keys (its assumptions and a fit row's
+#: phase): the one mapping the text renderer and the HTML report (advisor.render.html) share.
+#: A key not listed reads as itself with spaces for underscores; DeepSpeed config keys
+#: (offload_optimizer, offload_param) and HF arguments (low_cpu_mem_usage) stay as written.
+KEY_WORDS = {
+    "zero_stage": "ZeRO stage",
+    "grad_accum": "gradient accumulation",
+    "master_weights": "master weights",
+    "seq_len": "sequence",
+    "micro_batch": "micro-batch",
+    "deepspeed_release": "release",
+    "offload_optimizer": "offload_optimizer",
+    "offload_param": "offload_param",
+    "low_cpu_mem_usage": "low_cpu_mem_usage",
+    "zero_init": "zero.Init",
+    "zero_init_source": "zero.Init source",
+    "low_cpu_mem_usage_source": "low_cpu_mem_usage source",
+    "basic": "built as",
+    "wrapper": "wrapped by",
+    "first_step": "first step",
+    "steady_step": "steady step",
+}
+
+
+def key_words(key: str) -> str:
+    """The words for a JSON key (``"grad_accum"`` -> ``"gradient accumulation"``,
+    ``"first_step"`` -> ``"first step"``): :data:`KEY_WORDS`, else the key with spaces for
+    underscores."""
+    return KEY_WORDS.get(key, key.replace("_", " "))
+
 
 
 
@@ -99,14 +129,17 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
         if f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
             verdict = f"TIGHT (within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])})"
-        phase = (f.get("phase") or "").replace("_", " ")  # "first_step": the JSON's key, in words
+        phase = key_words(f.get("phase") or "")  # "first_step": the JSON's key, in words
         rows = [(f["tier"], "peak live" + (f" ({phase})" if phase else ""),
                  size(peak, units, suffix=False), "", "", "")]
         rows += [("", "+ " + p["label"], size(p["bytes"], units, suffix=False), "", "", "")
                  for p in f.get("parts") or []]
-        rows.append((f["scope"], "= need", size(f["need"], units, suffix=False),
+        rows.append(("", "= need", size(f["need"], units, suffix=False),
                      "unknown" if cap is None else size(cap, units, suffix=False),
                      "" if cap is None else size(f["headroom"], units, suffix=False), verdict))
+        # the scope under the tier's name, next to the peak-live row (not rows below it): the
+        # host row's peak is the node's sum, the state table above it per rank
+        rows[1] = (f["scope"], *rows[1][1:])
         blocks.append((rows, verdict, f))
 
     def _style(v: str) -> str:
@@ -131,7 +164,7 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
     out = Text(title)
     for rows, verdict, f in blocks:
         first, *parts, need = rows
-        for x in _lines(f"{first[0]}: {first[1]} {size(f.get('peak', f['need']), units).replace(' ', nb)}", ""):
+        for x in _lines(f"{first[0]}, {f['scope']}: {first[1]} {size(f.get('peak', f['need']), units).replace(' ', nb)}", ""):
             out.append("\n" + x)
         for r, p in zip(parts, f.get("parts") or []):
             for x in _lines(f"{r[1]} {size(p['bytes'], units).replace(' ', nb)}", "  "):
@@ -388,10 +421,10 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         else:
             a = d["assumptions"]
             console.print("[bold]Assumptions[/bold]")
-            console.print(f"  ZeRO stage {a['zero_stage']}: {a['sharding']}")
-            console.print(f"  precision: model {a['precision']['model']}, gradient accumulation "
+            console.print(f"  {key_words('zero_stage')} {a['zero_stage']}: {a['sharding']}")
+            console.print(f"  precision: model {a['precision']['model']}, {key_words('grad_accum')} "
                           f"{a['precision']['grad_accum']}, communication {a['precision']['communication']}, "
-                          f"master weights {a['precision']['master_weights']}")
+                          f"{key_words('master_weights')} {a['precision']['master_weights']}")
             console.print("  optimizer: " + optimizer_words(a["optimizer"]), markup=False)
             console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
                           f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
@@ -408,7 +441,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               markup=False)
             w = a["workload"]
             if w["seq_len"]:
-                console.print(f"  workload: sequence {w['seq_len']}, micro-batch {w['micro_batch']}, checkpointing "
+                console.print(f"  workload: {key_words('seq_len')} {w['seq_len']}, "
+                              f"{key_words('micro_batch')} {w['micro_batch']}, checkpointing "
                               f"{w['checkpointing']}, attention {w['attention']}")
             for n in a["notes"]:
                 console.print(f"  note {n['pointer']}: {n['message']}")
@@ -563,7 +597,8 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
         lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} (node MTBF "
                      f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / {plan.nodes} node{'s' if plan.nodes != 1 else ''})")
         lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
-                     (f" (~{res['interval_steps']} steps)" if "interval_steps" in res else "") +
+                     (f" (~{res['interval_steps']:,} step{'s' if res['interval_steps'] != 1 else ''})"
+                      if "interval_steps" in res else "") +
                      "  [Young/Daly: sqrt(2 x save time x MTBF)]")
         lines.append(f"  time lost: {lf['total']:.2%} (saving {lf['saving']:.2%}, rework {lf['rework']:.2%}, "
                      f"restart {lf['restart']:.2%})")

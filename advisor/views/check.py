@@ -641,7 +641,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if launch.world_size is None:
         g = launch.gpus_per_node
         if hardware is not None:
-            src = f"{hw_name}: {hardware.nodes} node(s) x {g.source if g else 'its GPUs'}"
+            src = f"{hw_name}: {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} x {g.source if g else 'its GPUs'}"
             launch.world_size = Found(world_size_bound(hardware.nodes * (g.value if g else hardware.accelerators_per_node),
                                                        src), src)
         elif g:

@@ -1003,7 +1003,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
 
     req = res.request
     acc = res.hardware.accelerator
-    head = (f"{res.inventory.name} on {req.nodes} node(s) x {req.gpus_per_node} {acc.name if acc else '?'}; "
+    head = (f"{res.inventory.name} on {req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} {acc.name if acc else '?'}; "
             f"global batch {req.global_batch}, sequence {req.seq_len}, {req.precision}, "
             f"{res.evaluated} plans evaluated = {len(res.ranked)} ranked + {res.superseded} superseded (fit, but "
             f"less recompute fits at the same stage, offload and micro-batch) + {len(res.rejected)} rejected "
