@@ -126,6 +126,10 @@ UNMATCHED = {**UNMATCHED_ZINIT}
 #: module's (l2: (ceil(23177/2) + ceil(77/2)) x 2 x D), and never under it.
 RACY = {
     "z3_bf16_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    # the same per-module re-fetch without zero.Init, since these cells measure the per-module proxy
+    # (31fdb4a); seen in 2 of 5 runs under load: z3_bf16_w2 backward:1 +13,859 B on one rank
+    "z3_bf16_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_oo_cpu_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
 }
 
