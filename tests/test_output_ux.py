@@ -374,7 +374,7 @@ def test_tight_verdict_is_coloured_where_it_wraps_in_the_line_form():
     code = re.search(r"(\x1b\[[0-9;]*m)TIGHT", table).group(1)
     lines = run_cli(args, cwd=C06, env={"COLUMNS": "120"}).stdout
     at = lines.index("= need per rank")
-    verdict = lines[at:lines.index("\nhost:", at)]
+    verdict = lines[at:lines.index("\nhost", at)]  # "host:" or "host, per node (N ranks):" (78f334a)
     assert "│" not in verdict and "\n" in verdict, verdict  # the line form, the verdict wrapped
     assert code + "TIGHT" in verdict, verdict
     # the continuation line is coloured too, and nothing before the verdict is
