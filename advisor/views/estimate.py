@@ -865,16 +865,15 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                        else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
     fit_found = [f.located(positions, source) for f in pf.findings]
-    if plan.loaded is not None:  # the config's "ds_advisor" ignore list covers the fit findings too
+    from advisor.rules.W001_seq_len_beyond_positions import positions_finding
+    pos = positions_finding(inventory.meta, workload.seq_len)  # W001: past the model's positions
+    if pos is not None:
+        fit_found.append(pos)
+    if plan.loaded is not None:  # the config's "ds_advisor" ignore list covers these findings too
         from advisor.config.suppress import config_suppressions
         sup = config_suppressions(plan.loaded.data)[0]
         fit_found = [f for f in fit_found if not sup.hides(f)]
-    from advisor.rules.W001_seq_len_beyond_positions import positions_finding
-    pos = positions_finding(inventory.meta, workload.seq_len)  # W001: past the model's positions
-    if pos is not None and plan.loaded is not None:
-        from advisor.config.suppress import config_suppressions
-        pos = None if config_suppressions(plan.loaded.data)[0].hides(pos) else pos
-    all_findings = list(findings or []) + fit_found + ([pos] if pos is not None else [])
+    all_findings = list(findings or []) + fit_found
     from advisor.views.checkpoint import checkpoint_view
     from advisor.ledger.movement import movement_section
     # Movement, step time and checkpoint files shard the model themselves under tensor/pipeline
