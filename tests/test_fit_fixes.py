@@ -292,6 +292,16 @@ def test_trainer_fixes_for_explicit_batch_keys_name_the_trainer_arguments_too(tm
     assert ws["set"] == ["gradient_accumulation_steps=1"] and "--gradient-accumulation-steps 1" in ws["flags"], ws
 
 
+def _acc_yaml_estimate(tmp_path):
+    """(yaml path, estimate args) of the accelerate case the tests below share: a YAML built from
+    its fields (ZeRO-2, gradient_accumulation_steps 4, bf16, 8 processes), llama-3-8b on 100 GB."""
+    src = tmp_path / "acc.yaml"
+    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
+                   "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
+    return src, ["estimate", str(src), "--bf16", "--gradient-accumulation-steps", "4", "--model", "llama-3-8b",
+                 "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+
+
 def test_accelerate_file_fixes_name_trainer_arguments_not_a_refused_set(tmp_path):
     """An accelerate YAML built from its fields (ZeRO-2, gradient_accumulation_steps 4, bf16, 8
     processes): accelerate's config leaves the micro-batch "auto" (DeepSpeedPlugin) for the Trainer
@@ -299,10 +309,7 @@ def test_accelerate_file_fixes_name_trainer_arguments_not_a_refused_set(tmp_path
     4 the Trainer then refuses against its per-device 8 (H001); now it is
     --per-device-train-batch-size 4 with the accumulation as --set (the YAML's value) and as the
     Trainer's argument. Applied, every candidate raises no H001, and a fitting one clears M100."""
-    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
-                                       "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
-    args = ["estimate", str(tmp_path / "acc.yaml"), "--bf16", "--gradient-accumulation-steps", "4", "--model",
-            "llama-3-8b", "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    _, args = _acc_yaml_estimate(tmp_path)
     cands = _trainer_candidates_applied(args)
     (mb,) = [c for c in cands if c["change"].startswith("micro-batch")]
     assert mb["set"] == ["gradient_accumulation_steps=8"], mb
@@ -317,11 +324,7 @@ def test_accelerate_fixes_as_yaml_edits_fit_when_the_yaml_is_edited(tmp_path):
     and run with the candidate's flags (no --set), each gives the need it claimed and no H001."""
     import yaml
 
-    src = tmp_path / "acc.yaml"
-    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
-                   "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
-    args = ["estimate", str(src), "--bf16", "--gradient-accumulation-steps", "4", "--model", "llama-3-8b",
-            "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    src, args = _acc_yaml_estimate(tmp_path)
     rc, d = run_json(args)
     f = _m100(d, "accelerator")
     edited = [c for c in f["data"]["candidates"] if c["yaml"]]
@@ -420,11 +423,7 @@ def test_trainer_checkpointing_names_gradient_checkpointing_and_accelerate_names
     row = _row(_applied(args, ck), "accelerator")
     assert (row["verdict"], row["need"]) == (ck["verdicts"]["accelerator"], ck["need"]["accelerator"])
 
-    src = tmp_path / "acc.yaml"
-    src.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
-                   "  gradient_accumulation_steps: 4\nmixed_precision: bf16\nnum_processes: 8\n")
-    args = ["estimate", str(src), "--bf16", "--gradient-accumulation-steps", "4", "--model", "llama-3-8b",
-            "--gpu-memory", "100GB", "--seq-len", "1024", "--format", "json"]
+    src, args = _acc_yaml_estimate(tmp_path)
     rc, d = run_json(args)
     f = _m100(d, "accelerator")
     (node,) = [c for c in f["data"]["candidates"] if c["launch"]]
