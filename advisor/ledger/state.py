@@ -540,10 +540,13 @@ def _zero3_reduce_scatter_flat_bytes(inv: Inventory, W: int, C: int, rbs: int) -
             best[0], best[1] = nb, f"a flush of {len(bucket)} gradient(s), {sum(bucket):,} elements"
         bucket.clear()
 
+    held = 0  # elements in the bucket, kept as a running total (no re-sum per gradient)
     for t in reversed([t for t in inv.tensors if t.trainable]):
-        if sum(bucket) + t.numel > rbs and bucket:
+        if held + t.numel > rbs and bucket:
             flush()
+            held = 0
         bucket.append(t.numel)
+        held += t.numel
     flush()
     return (best[0], best[1]) if best[0] else None
 
