@@ -199,3 +199,101 @@ def test_70b_tied_optimizer_offload_says_what_its_cpu_step_costs_and_what_pays_f
         saved = best.parts["compute"] - c.parts["compute"]
         if saved > 0.005:
             assert f"{saved:,.2f} s less compute" in c.why
+
+
+# --- the aio model: Little's law over the requests DeepSpeed keeps in flight -------------------
+
+def _aio(bs=1048576, qd=8, threads=1, overlap=True):
+    from advisor.config.effective import Aio
+    return Aio(block_size=bs, queue_depth=qd, intra_op_parallelism=threads, overlap_events=overlap)
+
+
+def test_aio_bandwidth_by_hand():
+    """min(rate, ranks x threads x queue_depth x block_size / (latency + k x block_size / rate)),
+    k = 1 with overlap_events (deepspeed_aio_common.cpp do_aio_operation_overlap refills the queue),
+    k = queue_depth without (do_aio_operation_sequential waits for the whole batch)."""
+    from advisor.ledger.movement import aio_bandwidth
+    # DeepSpeed's defaults on a 7 GB/s drive at 85 us: 8 x 1,048,576 B / (85 us + 149.8 us) = 35.7 GB/s
+    # in flight -> the drive's 7 GB/s
+    assert aio_bandwidth(7e9, 85e-6, _aio()) == 7e9
+    # one 128 KiB request at a time: 131,072 / (85e-6 + 131,072 / 7e9) = 131,072 / 103.72e-6 = 1.2637 GB/s
+    assert aio_bandwidth(7e9, 85e-6, _aio(bs=131072, qd=1)) == pytest.approx(131072 / 103.7246e-6, rel=1e-6)
+    assert aio_bandwidth(7e9, 85e-6, _aio(bs=131072, qd=1)) == pytest.approx(1.26365e9, rel=1e-5)
+    # a slow-to-answer disk (1 ms) at 1 GB/s: queue depth 1 gets 1,048,576 / 2.048576e-3 = 0.5119 GB/s;
+    # depth 2 = 2 threads x depth 1 = 2 ranks x depth 1: 1.0238 GB/s -> the 1 GB/s cap
+    assert aio_bandwidth(1e9, 1e-3, _aio(qd=1)) == pytest.approx(0.511859e9, rel=1e-5)
+    for a, streams in ((_aio(qd=2), 1), (_aio(qd=1, threads=2), 1), (_aio(qd=1), 2)):
+        assert aio_bandwidth(1e9, 1e-3, a, streams) == 1e9
+    assert aio_bandwidth(4e9, 1e-3, _aio(qd=1, threads=2)) == pytest.approx(2 * 1048576 / 1.262144e-3, rel=1e-9)
+    # overlap_events false: the batch of 8 ends with its last request, 8 x 1,048,576 B / (1e-3 + 8.388608e-3 s)
+    # = 0.89348 GB/s, below the 1 GB/s the overlapped queue reaches
+    assert aio_bandwidth(1e9, 1e-3, _aio(overlap=False)) == pytest.approx(8388608 / 9.388608e-3, rel=1e-9)
+    assert aio_bandwidth(1e9, 1e-3, _aio()) == 1e9
+    with pytest.raises(ValueError):
+        aio_bandwidth(0, 1e-3, _aio())
+
+
+def test_aio_defaults_reach_every_preset_tiers_rate():
+    """DeepSpeed's aio defaults (runtime/swap_tensor/constants.py: 1 MiB, depth 8, 1 thread) keep
+    each rank 8 MiB in flight: above every preset drive's rate at the assumed 85 us / 20 us; a 4 KiB
+    block at depth 1 does not (8 ranks x 4,096 B / (85 us + 4,096 / 56e9 s) = 385 MB/s of 56 GB/s)."""
+    from advisor.cluster.hardware import list_hardware
+    from advisor.config.effective import Aio
+    from advisor.ledger.movement import nvme_rate
+    seen = 0
+    for hw in list_hardware():
+        name = hw.name
+        for t in hw.storage:
+            for d, full in (("read", t.read_bytes_per_s), ("write", t.write_bytes_per_s)):
+                assert nvme_rate(t, d, Aio(), hw.accelerators_per_node or 1) == full, (name, t.name, d)
+                seen += 1
+    assert seen
+    raid = resolve_hardware("dgx-h100").tier_for_path("/raid")
+    assert nvme_rate(raid, "read", _aio(bs=4096, qd=1), 8) == pytest.approx(8 * 4096 / (85e-6 + 4096 / 56e9), rel=1e-9)
+
+
+def _nvme_plan_aio(aio: dict) -> Plan:
+    inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "aio": aio,
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme",
+                                                                   "pipeline_read": True, "pipeline_write": True}}}
+    return Plan(effective_config(raw), inv, Cluster(world_size=1, gpus_per_node=1))
+
+
+def test_nvme_offloaded_step_at_queue_depth_1_by_hand():
+    """The critical path above (pipelined) with the tier's stated 1 ms request latency and the
+    config at queue depth 1: NVMe moves at 1,048,576 / (1e-3 + 1,048,576 / 1e9) = 0.51186 GB/s,
+    not 1 GB/s; the swap (28 N B) is then past the CPU step and the boundary gradient write
+    (4 N B) slower by the same factor. At depth 2 the drive's rate is reached again."""
+    from advisor.ledger.steptime import breakdown_lines
+    tier = {"name": "n", "mounts": ["/nvme"], "capacity_bytes": 1e13, "read_bytes_per_s": 1e9,
+            "write_bytes_per_s": 1e9, "access": "read-write", "read_latency_s": 1e-3, "write_latency_s": 1e-3}
+    hw = from_dict({"nodes": 1, "accelerators_per_node": 1, "host_memory_bandwidth_bytes_per_s": 1e10,
+                    "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                    "host_link": {"bytes_per_s": 1e10}},
+                    "storage": [tier]})
+    nv = 1048576 / (1e-3 + 1048576 / 1e9)
+    compute = 6 * N * 1000 / 4e11
+    cpu = 34 * N / 1e10
+    st = step_time(_nvme_plan_aio({"queue_depth": 1}), hw, seq_len=1000)
+    want = compute + max(cpu, 28 * N / nv) + 4 * N / nv + 2 * N / 1e10
+    assert st.total == pytest.approx(want, rel=1e-9)
+    r = st.assumptions["nvme_aio_rates"]["n"]
+    assert r["read"]["limited"] and r["read"]["aio_bytes_per_s"] == pytest.approx(nv)
+    assert r["read"]["in_flight_bytes_per_node"] == 1048576 and r["read"]["latency_s"] == 1e-3
+    assert any(ln.startswith("  NVMe tier n: reads at 0.51 GB/s per node of its 1.00 GB/s") for ln in breakdown_lines(st, "GB"))
+    deep = step_time(_nvme_plan_aio({"queue_depth": 2}), hw, seq_len=1000)
+    assert deep.total == pytest.approx(compute + max(cpu, 28 * N / 1e9) + 4 * N / 1e9 + 2 * N / 1e10, rel=1e-9)
+    assert not any("NVMe tier n: reads at" in ln for ln in breakdown_lines(deep))
+
+
+@pytest.mark.parametrize("lat", [0, -1e-3, 11, "1ms"])
+def test_tier_latency_spec_errors_are_one_line(lat):
+    from advisor.errors import HardwareSpecError
+    tier = {"name": "n", "mounts": ["/nvme"], "capacity_bytes": 1e13, "read_bytes_per_s": 1e9,
+            "write_bytes_per_s": 1e9, "access": "read-write", "read_latency_s": lat}
+    with pytest.raises(HardwareSpecError) as ei:
+        from_dict({"nodes": 1, "accelerators_per_node": 1, "accelerator": {"name": "toy", "memory_bytes": 1e11},
+                   "storage": [tier]})
+    assert "/storage/0/read_latency_s" in str(ei.value) and "\n" not in str(ei.value)

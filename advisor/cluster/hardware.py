@@ -120,6 +120,12 @@ class StorageTier:
     #: ``benchmarks/steptime_calibration.py`` reports them; None: a data-sheet figure, measured
     #: at no DeepSpeed setting.
     aio: tuple[tuple[str, int], ...] | None = None
+    #: One request's access latency at queue depth 1, before its transfer, seconds (reads /
+    #: writes); None: :data:`advisor.ledger.movement.NVME_LATENCY_S`. The aio model
+    #: (:func:`advisor.ledger.movement.aio_bandwidth`) divides the bytes DeepSpeed keeps in flight
+    #: by it.
+    read_latency_s: float | None = None
+    write_latency_s: float | None = None
     source: str = ""
 
     #: The ``aio`` keys a tier may state.
@@ -353,7 +359,7 @@ class _P:
     def tier(self, d: Any, ptr: str) -> StorageTier:
         self.keys(d, {"name", "mounts", "capacity_bytes", "read_bytes_per_s", "write_bytes_per_s", "endurance",
                       "access", "scope", "per_client_write_bytes_per_s", "per_client_read_bytes_per_s", "aio",
-                      "source"}, ptr)
+                      "read_latency_s", "write_latency_s", "source"}, ptr)
         scope = d.get("scope", "node-local")
         if scope not in ("node-local", "shared"):
             raise self.err(f"{ptr}/scope", f"expected node-local or shared, got {shown(scope)}")
@@ -378,8 +384,16 @@ class _P:
             per_client_write_bytes_per_s=self.num(d, "per_client_write_bytes_per_s", ptr),
             per_client_read_bytes_per_s=self.num(d, "per_client_read_bytes_per_s", ptr),
             aio=self.aio(d["aio"], f"{ptr}/aio") if "aio" in d else None,
+            read_latency_s=self._latency(d, "read_latency_s", ptr),
+            write_latency_s=self._latency(d, "write_latency_s", ptr),
             source=d.get("source", "") if isinstance(d.get("source", ""), str) else "",
         )
+
+    def _latency(self, d: dict, key: str, ptr: str) -> float | None:
+        v = self.num(d, key, ptr)
+        if v is not None and not 0 < v <= 10:
+            raise self.err(f"{ptr}/{key}", f"expected seconds above 0 and at most 10, got {shown(v)}")
+        return v
 
     def aio(self, d: Any, ptr: str) -> tuple[tuple[str, int], ...]:
         self.keys(d, set(StorageTier.AIO_KEYS), ptr)
@@ -482,6 +496,7 @@ def to_spec(h: Hardware) -> dict[str, Any]:
             {"tbw": t.endurance.tbw, "dwpd": t.endurance.dwpd, "warranty_years": t.endurance.warranty_years}),
         "scope": t.scope, "per_client_write_bytes_per_s": t.per_client_write_bytes_per_s,
         "per_client_read_bytes_per_s": t.per_client_read_bytes_per_s, "aio": dict(t.aio) if t.aio else None,
+        "read_latency_s": t.read_latency_s, "write_latency_s": t.write_latency_s,
         "source": t.source}) for t in h.storage]
     return {**_present({
         "name": h.name, "description": h.description, "nodes": h.nodes,

@@ -286,7 +286,7 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
         ms = _rank_movements(plan, ranks[0], k, akey)
         ms += [replace(m, rank=ranks[0]) for m in moe]
         if hardware is not None:
-            ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size)
+            ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size, aio=plan.config.aio)
         out.append((ranks, ms))
     memo.append((hardware, akey, out))
     return out
@@ -314,7 +314,7 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
             ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
             ms += [replace(m, rank=granks[0]) for m in extra]
             if hardware is not None:
-                ms = timed(ms, hardware, ranks_per_node=rpn, world_size=cl.world_size)
+                ms = timed(ms, hardware, ranks_per_node=rpn, world_size=cl.world_size, aio=plan.config.aio)
             out.append((granks, ms))
     out.sort(key=lambda x: x[0][0])
     return out
@@ -793,11 +793,71 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
 # time at the hardware's bandwidths
 
 
-def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi_node: bool) -> float | None:
+#: One NVMe request's access latency at queue depth 1, before its transfer, seconds, when a
+#: storage tier states none (``read_latency_s`` / ``write_latency_s``): the random 4 KB access
+#: latencies of a data-centre NVMe drive, the Intel SSD DC P4500 (read 85 us, write 20 us: Lenovo
+#: Press product guide "Intel P4500 Entry NVMe PCIe SSDs", Table 2 "Technical specifications",
+#: 1.0/2.0 TB drives). An assumption for any other drive: random (not sequential, 10-13 us there)
+#: because the swap files sit wherever the filesystem put them, and the larger of the two.
+NVME_LATENCY_S = {"read": 85e-6, "write": 20e-6}
+
+
+def aio_bandwidth(rate: float, latency_s: float, aio: Any, streams: int = 1) -> float:
+    """Bytes/s one node's ``streams`` aio handles (one per rank) get from a storage tier of
+    ``rate`` bytes/s whose requests take ``latency_s`` s to start, at the config's ``aio``
+    settings (an object with ``block_size`` bytes, ``queue_depth``, ``intra_op_parallelism``,
+    ``overlap_events``).
+
+    DeepSpeed splits each swap op over ``intra_op_parallelism`` threads
+    (``csrc/aio/py_lib/deepspeed_cpu_op.cpp`` ``cpu_op_desc_t::run``: ``_num_bytes_per_thread``)
+    and each thread keeps ``queue_depth`` requests of ``block_size`` bytes in flight
+    (``csrc/aio/common/deepspeed_aio_common.cpp`` ``do_aio_operation_overlap``: refills the queue as
+    each request completes, ``min_completes = 1``); with ``overlap_events`` false it submits
+    ``queue_depth`` requests and waits for all of them (``do_aio_operation_sequential``). So
+    B_out = ranks x intra_op_parallelism x queue_depth x block_size bytes are outstanding, and by
+    Little's law (throughput = bytes in flight / time each spends in flight) the node gets
+
+        min(rate, B_out / (latency + k x block_size / rate)),  k = 1 (overlap_events), else queue_depth
+
+    (a request waits ``latency``, then transfers at the tier's rate; the batch of the sequential
+    mode ends with its last request). The bound is optimistic: it assumes the drive serves the
+    requests in parallel up to its rate (the asymptotic bound of closed-system operational
+    analysis, Lazowska et al., "Quantitative System Performance", 1984, section 5.2). At
+    DeepSpeed's defaults (1 MiB x 8 x 1 thread) one rank has 8 MiB in flight: at 85 us and
+    7 GB/s that is 8.4 MB / 235 us = 36 GB/s, above the drive's rate, which DeepSpeed's
+    tutorial says of its defaults ("good performance in most environments", docs/_tutorials/
+    deepnvme.md); one 128 KiB request at a time gets 131 kB / 104 us = 1.3 GB/s. Single-submit and
+    the per-request CPU cost are left out (microseconds against the transfer of a 1 MiB block).
+    Raises ValueError for a non-positive rate or latency."""
+    if rate <= 0 or latency_s <= 0:
+        raise ValueError("rate and latency must be positive")
+    bs = max(1, int(aio.block_size))
+    qd = max(1, int(aio.queue_depth))
+    threads = max(1, int(aio.intra_op_parallelism))
+    k = 1 if getattr(aio, "overlap_events", True) else qd
+    outstanding = max(1, streams) * threads * qd * bs
+    return min(rate, outstanding / (latency_s + k * bs / rate))
+
+
+def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1) -> float:
+    """The node's bytes/s on storage ``tier`` for ``direction`` (``read``/``write``): the tier's
+    figure, limited by :func:`aio_bandwidth` at the config's ``aio`` settings with ``streams``
+    ranks issuing at once (None: the figure as stated). The latency is the tier's
+    ``read_latency_s`` / ``write_latency_s``, else :data:`NVME_LATENCY_S`."""
+    rate = float(tier.write_bytes_per_s if direction == "write" else tier.read_bytes_per_s)
+    if aio is None:
+        return rate
+    lat = getattr(tier, f"{direction}_latency_s", None) or NVME_LATENCY_S[direction]
+    return aio_bandwidth(rate, lat, aio, streams)
+
+
+def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi_node: bool,
+                   aio: Any | None = None) -> float | None:
     """The bandwidth one rank gets for movement ``m``, bytes/s: PCIe = the accelerator's host
-    link; NVMe = the tier's read or write bandwidth shared by the node's ranks; network = the
-    node's NIC bandwidth shared by its ranks when the job spans nodes, else the intra-node peer
-    link (NVLink/xGMI), else PCIe; a movement whose ``intra_node`` is set (tensor- and
+    link; NVMe = the tier's read or write bandwidth at the config's ``aio`` settings
+    (:func:`nvme_rate`, the node's ranks issuing at once) shared by the node's ranks; network =
+    the node's NIC bandwidth shared by its ranks when the job spans nodes, else the intra-node
+    peer link (NVLink/xGMI), else PCIe; a movement whose ``intra_node`` is set (tensor- and
     pipeline-parallel traffic) takes the peer link when True, the NIC share when False."""
     if m.link == PCIE:
         return hardware.host_link_bytes_per_s
@@ -805,8 +865,8 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
         t = hardware.tier_for_path(m.path)
         if t is None:
             return None
-        bw = t.write_bytes_per_s if m.direction == "write" else t.read_bytes_per_s
-        return bw / max(1, ranks_per_node)
+        rpn = max(1, ranks_per_node)
+        return nvme_rate(t, "write" if m.direction == "write" else "read", aio, rpn) / rpn
     if m.intra_node is not None:
         multi_node = not m.intra_node
     if multi_node:
@@ -815,15 +875,15 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
 
 
 def timed(movements: list[Movement], hardware: "Hardware", ranks_per_node: int = 1,
-          world_size: int | None = None) -> list[Movement]:
-    """Copies of ``movements`` with ``seconds`` (bytes / :func:`link_bandwidth`) and NVMe
-    ``tier`` names filled from ``hardware``."""
+          world_size: int | None = None, aio: Any | None = None) -> list[Movement]:
+    """Copies of ``movements`` with ``seconds`` (bytes / :func:`link_bandwidth`, NVMe at the
+    config's ``aio`` settings when given) and NVMe ``tier`` names filled from ``hardware``."""
     ranks = {m.rank for m in movements}
     ws = world_size or (max(ranks) + 1 if ranks else 1)
     multi = ws > ranks_per_node
     out = []
     for m in movements:
-        bw = link_bandwidth(m, hardware, ranks_per_node, multi)
+        bw = link_bandwidth(m, hardware, ranks_per_node, multi, aio)
         tier = hardware.tier_for_path(m.path) if m.link == NVME else None
         out.append(replace(m, seconds=(m.bytes / bw) if bw else None, tier=tier.name if tier else m.tier))
     return out

@@ -34,7 +34,12 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
 * **PCIe** copies and **NVMe** reads/writes: the movement ledger's bytes over the accelerator's
   host link, or the storage tier's read/write bandwidth shared by the node's ranks
   (:func:`advisor.ledger.movement.link_bandwidth`). Read and write on one tier share the drive:
-  they are added, not overlapped with each other.
+  they are added, not overlapped with each other. The tier's rate is limited by the config's
+  ``aio`` settings (:func:`advisor.ledger.movement.aio_bandwidth`: by Little's law, the bytes
+  the node's ranks keep in flight, ranks x intra_op_parallelism x queue_depth x block_size, over
+  one request's latency plus its transfer, capped by the tier's rate); DeepSpeed's defaults reach
+  the rate of every preset tier, a queue depth of 1 or small blocks do not
+  (:func:`nvme_aio_rates` says per tier and direction).
 * **cpu_optimizer**: DeepSpeedCPUAdam is memory-bandwidth bound. Its AVX kernel
   (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``) loads the fp32 gradient, both
   moments and the fp32 parameter (16 B) and stores the parameter and both moments (12 B) per
@@ -81,7 +86,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from advisor.config.effective import DTYPE_BYTES, derive_batch
-from advisor.ledger.movement import NETWORK, NVME, PCIE, Movement, movement_roles
+from advisor.ledger.movement import NETWORK, NVME, PCIE, Movement, movement_roles, nvme_rate
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware
@@ -352,6 +357,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
 
     _first_fetch_exposed(plan, terms)
     nvme_aio = nvme_aio_notes(plan, hardware, movements)
+    aio_rates = nvme_aio_rates(plan, hardware, movements)
 
     n_opt = cpu_optimizer_elements(plan)
     host_bw = getattr(hardware, "host_memory_bandwidth_bytes_per_s", None)
@@ -412,6 +418,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "model_parallel_degree": mp,
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
                    "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,
+                   "nvme_aio_rates": aio_rates,
                    "collectives": "flat ring, (W-1)/W x S per rank per all-gather / reduce-scatter, latency left out",
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "pipelined NVMe optimizer swap overlaps the CPU step"}
@@ -453,6 +460,34 @@ def nvme_aio_notes(plan: "Plan", hardware: "Hardware", movements: list[Movement]
     return out
 
 
+def nvme_aio_rates(plan: "Plan", hardware: "Hardware", movements: list[Movement]) -> dict[str, dict[str, Any]]:
+    """Per storage tier and direction the step's NVMe movements use: the tier's figure
+    (``tier_bytes_per_s``, per node), the rate at the config's aio settings with the node's ranks
+    issuing at once (``aio_bytes_per_s``, :func:`advisor.ledger.movement.nvme_rate`, what the
+    NVMe seconds divide by), the bytes they keep in flight and the request latency assumed.
+    ``limited`` when the aio settings keep the node below the tier's figure."""
+    from advisor.ledger.movement import NVME_LATENCY_S, _ranks_per_node as rpn_of
+    a = plan.config.aio
+    rpn = rpn_of(plan, hardware)
+    out: dict[str, dict[str, Any]] = {}
+    for m in movements:
+        if m.link != NVME:
+            continue
+        tier = hardware.tier_for_path(m.path)
+        d = "write" if m.direction == "write" else "read"
+        if tier is None or d in out.get(tier.name, {}):
+            continue
+        full = float(tier.write_bytes_per_s if d == "write" else tier.read_bytes_per_s)
+        got = nvme_rate(tier, d, a, rpn)
+        out.setdefault(tier.name, {})[d] = {
+            "tier_bytes_per_s": full, "aio_bytes_per_s": got, "limited": got < full * (1 - 1e-9),
+            "in_flight_bytes_per_node": rpn * max(1, a.intra_op_parallelism) * max(1, a.queue_depth) * max(1, a.block_size),
+            "latency_s": getattr(tier, f"{d}_latency_s", None) or NVME_LATENCY_S[d],
+            "latency_source": "the tier's" if getattr(tier, f"{d}_latency_s", None) else
+                              "assumed (advisor.ledger.movement.NVME_LATENCY_S)"}
+    return out
+
+
 def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
     """ZeRO-3 prefetches the parameters of the modules AFTER the current one; the first module of
     each pass is all-gathered and waited on with nothing to hide behind
@@ -490,7 +525,9 @@ def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB") ->
 
 def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     """Text lines: the step seconds, what each resource is busy for and what of it is exposed
-    (sizes in ``units``, :func:`cpu_optimizer_line`)."""
+    (sizes in ``units``, :func:`cpu_optimizer_line`), and each NVMe tier direction the aio
+    settings hold below the tier's rate."""
+    from advisor.units import rate as rate_text, size
     busy, exp = st.by_resource(False), st.by_resource(True)
     names = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
              "host_memory": "CPU optimizer step"}
@@ -505,6 +542,13 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():
         if note.startswith("measured at other"):
             out.append(f"  NVMe tier {tier}: {note}")
+    for tier, dirs in (st.assumptions.get("nvme_aio_rates") or {}).items():
+        for d, r in dirs.items():
+            if r["limited"]:
+                out.append(f"  NVMe tier {tier}: {d}s at {rate_text(r['aio_bytes_per_s'], units, digits=2)} per node of "
+                           f"its {rate_text(r['tier_bytes_per_s'], units, digits=2)}: the aio settings keep "
+                           f"{size(r['in_flight_bytes_per_node'], units, prefix='M', digits=1)} in flight per node against "
+                           f"{r['latency_s'] * 1e6:,.0f} us per request (raise queue_depth or intra_op_parallelism)")
     for u in st.unknown[:3]:
         out.append(f"  unknown: {u}")
     return out
