@@ -44,10 +44,19 @@ load average of every round.
    scheduled to refill its queue after each completion, which the threads probe (eight
    independent threads) is less exposed to.
 
-Writes benchmarks/results/steptime_calibration-<host>.json and prints a table. No assertion (the
+3. **aio settings** (``--aio-sweep``). The model limits the tier's rate by the config's aio
+   settings (``advisor.ledger.movement.aio_bandwidth``: Little's law, bytes in flight over one
+   request's latency plus its transfer, capped by the rate). Each round calibrates its two inputs
+   on this disk -- the rate from 1 MiB x depth 32 x 2 threads, the latency from 64 KiB requests
+   at depth 1 (time per request less its transfer at that rate) -- then times DeepSpeed's aio at
+   seven other settings (128 KiB, 256 KiB and 1 MiB at depth 1; 1 MiB at depth 2; 256 KiB at
+   depth 4; DeepSpeed's defaults 1 MiB x 8; 1 MiB x 1 x 4 threads) and forms model / measured.
+
+Writes benchmarks/results/steptime_calibration-<host><tag>.json and prints a table. No assertion (the
 timings are the machine's): the proof target is |model / measured - 1| <= 25 %.
 
 Usage: python benchmarks/steptime_calibration.py [--dir /tmp] [--rounds 7] [--swap-mib 256]
+[--aio-sweep] [--skip adam] [--skip aio] [--tag=-NAME]
 (the cpu_adam and async_io ops are built on first use in TORCH_EXTENSIONS_DIR).
 """
 
@@ -276,12 +285,105 @@ def aio_rounds(torch, folder: str, nbytes: int, rounds: int) -> dict:
     return out
 
 
+#: The aio settings sweep (--aio-sweep): DEEP calibrates the tier's rate, SMALL_QD1 its request
+#: latency; the model (advisor.ledger.movement.aio_bandwidth) predicts the others from those two.
+DEEP = {"block_size": 1 << 20, "queue_depth": 32, "intra_op_parallelism": 2}
+SMALL_QD1 = {"block_size": 64 << 10, "queue_depth": 1, "intra_op_parallelism": 1}
+PREDICTED = (
+    {"block_size": 128 << 10, "queue_depth": 1, "intra_op_parallelism": 1},
+    {"block_size": 256 << 10, "queue_depth": 1, "intra_op_parallelism": 1},
+    {"block_size": 1 << 20, "queue_depth": 1, "intra_op_parallelism": 1},
+    {"block_size": 1 << 20, "queue_depth": 2, "intra_op_parallelism": 1},
+    {"block_size": 256 << 10, "queue_depth": 4, "intra_op_parallelism": 1},
+    {"block_size": 1 << 20, "queue_depth": 8, "intra_op_parallelism": 1},  # DeepSpeed's defaults
+    {"block_size": 1 << 20, "queue_depth": 1, "intra_op_parallelism": 4},
+)
+
+
+def _key(a: dict) -> str:
+    return f"bs{a['block_size'] >> 10}K_qd{a['queue_depth']}_t{a['intra_op_parallelism']}"
+
+
+def aio_settings_rounds(torch, folder: str, nbytes: int, small_bytes: int, rounds: int) -> dict:
+    """Interleaved rounds over aio settings, each one file by one synchronous DeepSpeed aio op
+    (``sync_pwrite`` / ``sync_pread`` of an ``aio_handle`` built at the setting, overlap_events
+    on, as ds_io measures a drive). Per round and direction: the tier's rate B from DEEP, the
+    request latency L = t_request - block / B from SMALL_QD1 (``small_bytes`` at 64 KiB, depth 1),
+    then each PREDICTED setting measured and modelled as aio_bandwidth(B, L, setting): the
+    round's model / measured."""
+    from types import SimpleNamespace
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+    from advisor.ledger.movement import aio_bandwidth
+    lib = AsyncIOBuilder().load(verbose=False)
+    ex = torch.empty(0, dtype=torch.uint8)
+    handles = {}
+    for a in (DEEP, SMALL_QD1) + PREDICTED:
+        handles[_key(a)] = lib.aio_handle(a["block_size"], a["queue_depth"], False, True, a["intra_op_parallelism"])
+    h0 = handles[_key(DEEP)]
+    buf = h0.new_cpu_locked_tensor(nbytes, ex)
+    buf.fill_(7)
+    small = buf.narrow(0, 0, small_bytes)
+    path = os.path.join(folder, f"steptime_aio_settings_{os.getpid()}.bin")
+
+    def op(a: dict, write: bool, t) -> float:
+        h = handles[_key(a)]
+        w = time.perf_counter()
+        (h.sync_pwrite if write else h.sync_pread)(t, path)
+        return time.perf_counter() - w
+
+    rows = []
+    try:
+        op(DEEP, True, buf)  # the file exists at full size before any read
+        for r in range(rounds):
+            load = os.getloadavg()[0]
+            for write in (True, False):
+                d = "write" if write else "read"
+                rate = nbytes / op(DEEP, write, buf)
+                if write:
+                    op(DEEP, True, buf)  # the small write truncates nothing, but keep the file whole
+                t_small = op(SMALL_QD1, write, small)
+                if write:
+                    op(DEEP, True, buf)
+                per_req = t_small / (small_bytes / SMALL_QD1["block_size"])
+                lat = max(1e-7, per_req - SMALL_QD1["block_size"] / rate)
+                for a in PREDICTED:
+                    meas = nbytes / op(a, write, buf)
+                    model = aio_bandwidth(rate, lat, SimpleNamespace(**a, overlap_events=True))
+                    rows.append({"round": r, "load1": load, "direction": d, "setting": _key(a), **a,
+                                 "tier_rate": rate, "latency_s": lat, "measured": meas, "model": model,
+                                 "model_over_measured": model / meas})
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+        h0.free_cpu_locked_tensor(buf)
+    out = {"path": folder, "bytes_per_op": nbytes, "small_bytes": small_bytes, "rounds": rounds,
+           "deep": DEEP, "small_qd1": SMALL_QD1,
+           "method": "one file per synchronous aio op (sync_pwrite / sync_pread, overlap_events on); per round "
+                     "the tier rate from the deep setting, the latency from 64 KiB at depth 1, the model "
+                     "advisor.ledger.movement.aio_bandwidth(rate, latency, setting)",
+           "settings": [], "rows": rows}
+    for d in ("write", "read"):
+        mine = [x for x in rows if x["direction"] == d]
+        out[f"{d}_tier_rate"] = _summary([x["tier_rate"] for x in mine[::len(PREDICTED)]])
+        out[f"{d}_latency_s"] = _summary([x["latency_s"] for x in mine[::len(PREDICTED)]])
+        for a in PREDICTED:
+            xs = [x for x in mine if x["setting"] == _key(a)]
+            out["settings"].append({"direction": d, "setting": _key(a), **a,
+                                    "measured": _summary([x["measured"] for x in xs]),
+                                    "model": _summary([x["model"] for x in xs]),
+                                    "model_over_measured": _summary([x["model_over_measured"] for x in xs])})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp", help="folder on the disk to test (swap files are written there)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--swap-mib", type=int, default=256)
     ap.add_argument("--skip", choices=("adam", "aio"), action="append", default=[])
+    ap.add_argument("--aio-sweep", action="store_true",
+                    help="also time DeepSpeed aio at several block sizes / queue depths / threads against the model")
+    ap.add_argument("--tag", default="", help="suffix of the results file name")
     a = ap.parse_args()
     import torch
 
@@ -305,8 +407,13 @@ def main() -> int:
             res["aio"] = aio_rounds(torch, a.dir, a.swap_mib * 2 ** 20, a.rounds)
         except Exception as e:  # noqa: BLE001  (report, do not hide: the JSON says why)
             res["aio"] = {"error": f"{type(e).__name__}: {e}"}
+    if a.aio_sweep:
+        try:
+            res["aio_settings"] = aio_settings_rounds(torch, a.dir, a.swap_mib * 2 ** 20, 16 * 2 ** 20, a.rounds)
+        except Exception as e:  # noqa: BLE001  (report, do not hide: the JSON says why)
+            res["aio_settings"] = {"error": f"{type(e).__name__}: {e}"}
     res["machine"]["load_after"] = os.getloadavg()
-    out = Path(__file__).parent / "results" / f"steptime_calibration-{socket.gethostname()}.json"
+    out = Path(__file__).parent / "results" / f"steptime_calibration-{socket.gethostname()}{a.tag}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
     m = res["machine"]
@@ -337,6 +444,22 @@ def main() -> int:
                   f"({ai[f'threads_{d}']['median'] / 1e9:.2f} GB/s) "
                   f"{ai[f'{d}_model_over_measured_threads']['median']:.2f}; against dd at queue depth 1 "
                   f"({ai[f'dd_qd1_{d}_bytes_per_s'] / 1e9:.2f} GB/s): {ai[f'{d}_model_over_measured_dd_qd1']:.2f}")
+    sw = res.get("aio_settings")
+    if sw and "error" in sw:
+        print(f"aio settings: {sw['error']}")
+    elif sw:
+        for d in ("write", "read"):
+            tr, lt = sw[f"{d}_tier_rate"], sw[f"{d}_latency_s"]
+            print(f"aio {d}s: tier rate at {_key(DEEP)} {tr['median'] / 1e9:.2f} GB/s ({tr['min'] / 1e9:.2f}-"
+                  f"{tr['max'] / 1e9:.2f}), latency at {_key(SMALL_QD1)} {lt['median'] * 1e6:,.0f} us "
+                  f"({lt['min'] * 1e6:,.0f}-{lt['max'] * 1e6:,.0f})")
+            for x in sw["settings"]:
+                if x["direction"] != d:
+                    continue
+                r = x["model_over_measured"]
+                print(f"  {x['setting']:<16} measured {x['measured']['median'] / 1e9:5.2f} GB/s, model "
+                      f"{x['model']['median'] / 1e9:5.2f} GB/s -> model/measured {r['median']:.2f} "
+                      f"({r['min']:.2f}-{r['max']:.2f})")
     print(f"wrote {out}")
     return 0
 
