@@ -805,38 +805,35 @@ NVME_LATENCY_S = {"read": 85e-6, "write": 20e-6}
 def aio_bandwidth(rate: float, latency_s: float, aio: Any, streams: int = 1) -> float:
     """Bytes/s one node's ``streams`` aio handles (one per rank) get from a storage tier of
     ``rate`` bytes/s whose requests take ``latency_s`` s to start, at the config's ``aio``
-    settings (an object with ``block_size`` bytes, ``queue_depth``, ``intra_op_parallelism``,
-    ``overlap_events``).
+    settings (an object with ``block_size`` bytes, ``queue_depth``, ``intra_op_parallelism``).
 
     DeepSpeed splits each swap op over ``intra_op_parallelism`` threads
     (``csrc/aio/py_lib/deepspeed_cpu_op.cpp`` ``cpu_op_desc_t::run``: ``_num_bytes_per_thread``)
-    and each thread keeps ``queue_depth`` requests of ``block_size`` bytes in flight
-    (``csrc/aio/common/deepspeed_aio_common.cpp`` ``do_aio_operation_overlap``: refills the queue as
-    each request completes, ``min_completes = 1``); with ``overlap_events`` false it submits
-    ``queue_depth`` requests and waits for all of them (``do_aio_operation_sequential``). So
-    B_out = ranks x intra_op_parallelism x queue_depth x block_size bytes are outstanding, and by
-    Little's law (throughput = bytes in flight / time each spends in flight) the node gets
+    and each thread keeps up to ``queue_depth`` requests of ``block_size`` bytes in flight
+    (``csrc/aio/common/deepspeed_aio_common.cpp``: ``do_aio_operation_overlap`` refills the queue
+    as each request completes, ``do_aio_operation_sequential`` submits ``queue_depth`` and waits
+    for them all). So O = ranks x intra_op_parallelism x queue_depth x block_size bytes are in
+    flight. A window of O bytes waits the request latency, then drains at the tier's rate: it
+    takes latency + O / rate (the latency-bandwidth cost of a transfer, T = alpha + n / beta:
+    Hockney, "The communication challenge for MPP", Parallel Computing 20, 1994), and by
+    Little's law (throughput = bytes in flight / time in flight) the node gets
 
-        min(rate, B_out / (latency + k x block_size / rate)),  k = 1 (overlap_events), else queue_depth
+        O / (latency + O / rate)  =  rate x O / (O + rate x latency)
 
-    (a request waits ``latency``, then transfers at the tier's rate; the batch of the sequential
-    mode ends with its last request). The bound is optimistic: it assumes the drive serves the
-    requests in parallel up to its rate (the asymptotic bound of closed-system operational
-    analysis, Lazowska et al., "Quantitative System Performance", 1984, section 5.2). At
-    DeepSpeed's defaults (1 MiB x 8 x 1 thread) one rank has 8 MiB in flight: at 85 us and
-    7 GB/s that is 8.4 MB / 235 us = 36 GB/s, above the drive's rate, which DeepSpeed's
-    tutorial says of its defaults ("good performance in most environments", docs/_tutorials/
-    deepnvme.md); one 128 KiB request at a time gets 131 kB / 104 us = 1.3 GB/s. Single-submit and
-    the per-request CPU cost are left out (microseconds against the transfer of a 1 MiB block).
-    Raises ValueError for a non-positive rate or latency."""
+    which tends to the rate as O outgrows rate x latency (the bytes the drive moves while one
+    request starts) and is O / latency when O is small. The window draining whole is the
+    sequential mode; the overlapped queue refills sooner, but on the disk this was measured on
+    (benchmarks/steptime_calibration.py ``--aio-sweep``, overlap_events on) this formula was
+    within 25 % at seven settings, where a hard cap min(rate, O / latency) overstated a 256 KiB x
+    4 queue by 1.65x; both modes use it. At DeepSpeed's defaults (1 MiB x 8 x 1 thread, 8 MiB
+    per rank) on a 7 GB/s drive at 85 us: 7e9 x 8.39 MB / (8.39 MB + 0.595 MB) = 6.54 GB/s, 93 %
+    of the rate; one 128 KiB request at a time gets 1.26 GB/s. Single-submit and the per-request
+    CPU cost are left out. Raises ValueError for a non-positive rate or latency."""
     if rate <= 0 or latency_s <= 0:
         raise ValueError("rate and latency must be positive")
-    bs = max(1, int(aio.block_size))
-    qd = max(1, int(aio.queue_depth))
-    threads = max(1, int(aio.intra_op_parallelism))
-    k = 1 if getattr(aio, "overlap_events", True) else qd
-    outstanding = max(1, streams) * threads * qd * bs
-    return min(rate, outstanding / (latency_s + k * bs / rate))
+    outstanding = (max(1, streams) * max(1, int(aio.intra_op_parallelism)) * max(1, int(aio.queue_depth))
+                   * max(1, int(aio.block_size)))
+    return outstanding / (latency_s + outstanding / rate)
 
 
 def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1) -> float:

@@ -36,9 +36,9 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   (:func:`advisor.ledger.movement.link_bandwidth`). Read and write on one tier share the drive:
   they are added, not overlapped with each other. The tier's rate is limited by the config's
   ``aio`` settings (:func:`advisor.ledger.movement.aio_bandwidth`: by Little's law, the bytes
-  the node's ranks keep in flight, ranks x intra_op_parallelism x queue_depth x block_size, over
-  one request's latency plus its transfer, capped by the tier's rate); DeepSpeed's defaults reach
-  the rate of every preset tier, a queue depth of 1 or small blocks do not
+  O the node's ranks keep in flight, ranks x intra_op_parallelism x queue_depth x block_size,
+  over the time they take, one request latency plus O at the tier's rate); DeepSpeed's defaults
+  get 92 % or more of every preset tier's rate, a queue depth of 1 or small blocks far less
   (:func:`nvme_aio_rates` says per tier and direction).
 * **cpu_optimizer**: DeepSpeedCPUAdam is memory-bandwidth bound. Its AVX kernel
   (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``) loads the fp32 gradient, both
@@ -101,6 +101,10 @@ MFU = 0.4
 #: Step_AVX: loads grad, exp_avg, exp_avg_sq, param (4 x 4 B), stores param, exp_avg,
 #: exp_avg_sq (3 x 4 B)).
 CPU_ADAM_KERNEL_BYTES = 28
+#: Below this fraction of a storage tier's rate at the config's aio settings the step-time
+#: breakdown names the tier direction (DeepSpeed's defaults give 92 % or more on every preset
+#: tier: the rate is approached, never reached, :func:`advisor.ledger.movement.aio_bandwidth`).
+AIO_LIMITED = 0.9
 #: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
 FORWARD_SHARE = 2 / 6
 
@@ -464,8 +468,8 @@ def nvme_aio_rates(plan: "Plan", hardware: "Hardware", movements: list[Movement]
     """Per storage tier and direction the step's NVMe movements use: the tier's figure
     (``tier_bytes_per_s``, per node), the rate at the config's aio settings with the node's ranks
     issuing at once (``aio_bytes_per_s``, :func:`advisor.ledger.movement.nvme_rate`, what the
-    NVMe seconds divide by), the bytes they keep in flight and the request latency assumed.
-    ``limited`` when the aio settings keep the node below the tier's figure."""
+    NVMe seconds divide by, and its ``fraction`` of the figure), the bytes they keep in flight and
+    the request latency assumed. ``limited`` when that fraction is under :data:`AIO_LIMITED`."""
     from advisor.ledger.movement import NVME_LATENCY_S, _ranks_per_node as rpn_of
     a = plan.config.aio
     rpn = rpn_of(plan, hardware)
@@ -480,7 +484,8 @@ def nvme_aio_rates(plan: "Plan", hardware: "Hardware", movements: list[Movement]
         full = float(tier.write_bytes_per_s if d == "write" else tier.read_bytes_per_s)
         got = nvme_rate(tier, d, a, rpn)
         out.setdefault(tier.name, {})[d] = {
-            "tier_bytes_per_s": full, "aio_bytes_per_s": got, "limited": got < full * (1 - 1e-9),
+            "tier_bytes_per_s": full, "aio_bytes_per_s": got, "fraction": got / full,
+            "limited": got < AIO_LIMITED * full,
             "in_flight_bytes_per_node": rpn * max(1, a.intra_op_parallelism) * max(1, a.queue_depth) * max(1, a.block_size),
             "latency_s": getattr(tier, f"{d}_latency_s", None) or NVME_LATENCY_S[d],
             "latency_source": "the tier's" if getattr(tier, f"{d}_latency_s", None) else
