@@ -1654,11 +1654,13 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
-    and a read-oriented tier is a T003 finding; exit 1 when a finding is an error."""
+    and a read-oriented tier is a T003 finding; exit 1 when a finding is an error. With --hardware
+    the save interval is also given in steps at the step-time model's seconds (estimate's), unless
+    --step-time gives a measured one."""
     from advisor.plan import Cluster
     from advisor.planning import build_plan
     from advisor.render import render
-    from advisor.views.checkpoint import checkpoint_view
+    from advisor.views.estimate import checkpoint_with_step_time
     import re
 
     from advisor.units import parse_size
@@ -1681,7 +1683,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     loaded = inp.loaded
     shape = _job_shape(world_size, gpus_per_node, nodes, inp.launch, hw, default_gpus_per_node=8)
     cl = Cluster(world_size=shape.world_size.value, gpus_per_node=shape.gpus_per_node.value)
-    plan = checkpoint_view(build_plan(loaded, inv, cl), keep=keep, write_bandwidth=wbw, read_bandwidth=rbw,
+    plan = checkpoint_with_step_time(build_plan(loaded, inv, cl), keep=keep, write_bandwidth=wbw, read_bandwidth=rbw,
                            nodes=shape.nodes.value, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)

@@ -478,3 +478,30 @@ def test_checkpoint_files_column_of_a_small_model_is_in_gib_as_the_state_table()
         assert lines[k].split()[-2:] == ["tensor", "GiB"], lines[k]
         row = next(x for x in lines[k + 1:] if "mp_rank_00_model_states.pt" in x)
         assert row.split()[-1] == shown, row
+
+
+def test_checkpoint_interval_steps_use_the_step_time_model_with_a_hardware_spec():
+    """Issue 23: with --hardware and no --step-time the Young/Daly interval is also given in steps
+    at the step-time model's seconds (advisor.ledger.steptime.step_time at the model's
+    max_seq_len, no recompute: the config checkpoints nothing), as estimate's per-day figures use
+    it; --step-time (a measured run) wins and is named as the source."""
+    from advisor.cluster.hardware import resolve_hardware
+    from advisor.ledger.steptime import step_time
+    from advisor.model.specs import resolve_model
+    from advisor.views.estimate import checkpoint_with_step_time as checkpoint_view
+    inv = resolve_model("llama-3.2-1b")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 2}})
+    hw = resolve_hardware("dgx-h100")
+    plan = Plan(ec, inv, Cluster(world_size=8, gpus_per_node=8))
+    cp = checkpoint_view(plan, hardware=hw, save_dir="/raid/ck", node_mtbf_hours=1000)
+    want = step_time(Plan(ec, inv, Cluster(world_size=8, gpus_per_node=8)), hw, seq_len=inv.meta["max_seq_len"]).total
+    assert cp.step_time_source == "model" and cp.step_time_s == pytest.approx(want, rel=1e-9)
+    res = cp.resilience()
+    assert res["interval_steps"] == max(1, round(res["interval_s"] / want))
+    given = checkpoint_view(plan, hardware=hw, save_dir="/raid/ck", node_mtbf_hours=1000, step_time_s=2.0)
+    assert given.step_time_source == "--step-time" and given.step_time_s == 2.0
+    # no architecture (--params): no sequence length, no model step time
+    bare = checkpoint_view(Plan(ec, from_param_count(1_000_000), Cluster(world_size=8, gpus_per_node=8)),
+                           hardware=hw, save_dir="/raid/ck", node_mtbf_hours=1000)
+    assert bare.step_time_s is None and bare.step_time_source is None

@@ -630,6 +630,9 @@ class CheckpointPlan:
     nodes: int | None = None
     node_mtbf_s: float | None = None
     step_time_s: float | None = None
+    #: Where ``step_time_s`` comes from: "--step-time" (a measured run) or "model"
+    #: (:mod:`advisor.ledger.steptime` on the hardware spec); None when there is none.
+    step_time_source: str | None = None
     restart_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     #: Where the checkpoints go (``save_checkpoint(save_dir)``) and, with a hardware spec, the
@@ -791,6 +794,7 @@ class CheckpointPlan:
             "nodes": self.nodes,
             "node_mtbf_s": self.node_mtbf_s,
             "step_time_s": self.step_time_s,
+            "step_time_source": self.step_time_source,
             "resilience": self.resilience(),
             "storage": self.storage(),
             "findings": [x.to_dict() for x in self.findings],
@@ -865,7 +869,8 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
                           world_size=cluster.world_size, dp_world_size=cluster.dp_world_size, zero_stage=ec.zero.stage,
                           write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth or write_bandwidth,
                           nodes=nodes, node_mtbf_s=node_mtbf_hours * 3600.0 if node_mtbf_hours else None,
-                          step_time_s=step_time_s, restart_s=restart_s, notes=notes, save_dir=save_dir, tier=tier,
+                          step_time_s=step_time_s, step_time_source="--step-time" if step_time_s else None,
+                          restart_s=restart_s, notes=notes, save_dir=save_dir, tier=tier,
                           save_interval_s=save_interval_s, ranks_per_node=per_node, notes_sized=notes_sized)
     return cp
 

@@ -597,7 +597,9 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
         lines.append(f"  cluster MTBF {_fmt_s(res['cluster_mtbf_s'])} (node MTBF "
                      f"{(plan.node_mtbf_s or 0) / 3600:,.0f} h / {plan.nodes} node{'s' if plan.nodes != 1 else ''})")
         lines.append(f"  save every {_fmt_s(res['interval_s'])}" +
-                     (f" (~{res['interval_steps']:,} step{'s' if res['interval_steps'] != 1 else ''})"
+                     (f" (~{res['interval_steps']:,} step{'s' if res['interval_steps'] != 1 else ''}"
+                      + (f" at the step-time model's {plan.step_time_s:,.2f} s per step"
+                         if plan.step_time_source == "model" else "") + ")"
                       if "interval_steps" in res else "") +
                      "  [Young/Daly: sqrt(2 x save time x MTBF)]")
         lines.append(f"  time lost: {lf['total']:.2%} (saving {lf['saving']:.2%}, rework {lf['rework']:.2%}, "

@@ -17,10 +17,12 @@ def checkpoint_view(plan: Plan, **options: Any) -> CheckpointPlan:
     (:func:`advisor.planning.build_plan`; same keyword ``options``: keep, bandwidths in bytes/s,
     nodes, node_mtbf_hours, step_time_s, restart_s, hardware, save_dir, save_interval_s), with
     ``findings`` set: T003 when the save dir lies on a read-oriented storage tier of the hardware
-    spec. Raises ValueError as checkpoint_plan does."""
+    spec. Raises ValueError as checkpoint_plan does. (The ``checkpoint`` command goes through
+    :func:`advisor.views.estimate.checkpoint_with_step_time`, which adds the model's step time.)"""
     from advisor.rules.T003_checkpoint_on_read_oriented import CheckpointOnReadOriented
 
     cp = checkpoint_plan(plan, **options)
     if cp.tier is not None and not cp.files.unsupported:
         cp.findings = list(CheckpointOnReadOriented.from_plan(cp))
     return cp
+

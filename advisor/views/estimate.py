@@ -924,3 +924,34 @@ def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) 
         d["note"] = ("expert parallelism: the MoE all-to-alls (dispatch and combine, forward and backward) as "
                      "synchronous movements over the expert-parallel group")
     return d
+
+
+def model_step_time(plan: Plan, hardware: Any) -> float | None:
+    """Seconds per optimizer step of ``plan`` on ``hardware`` by the step-time model, as estimate
+    computes it (:func:`advisor.views.estimate.step_time_section`: the plan's workload, the
+    model's ``max_seq_len`` when no sequence length is given, the config's activation
+    checkpointing); None when the model has no architecture or sequence length, or the spec lacks
+    the accelerator's FLOP rate."""
+    try:
+        acts, _ = activations_for(plan.config, plan.inventory, plan.cluster, plan.workload)
+        st = step_time_section(plan, hardware, plan.workload, acts)
+    except (ValueError, KeyError):
+        return None
+    if not st.get("step_time_s") or any(u.startswith("compute") for u in st.get("unknown") or []):
+        return None
+    return float(st["step_time_s"])
+
+
+def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
+    """:func:`advisor.views.checkpoint.checkpoint_view` for the ``checkpoint`` command: without
+    ``step_time_s`` and with a ``hardware`` spec the save interval's steps use
+    :func:`model_step_time` (``step_time_source`` "model"), as estimate's per-day figures do;
+    ``step_time_s`` given (a measured run) wins."""
+    from advisor.views.checkpoint import checkpoint_view
+    cp = checkpoint_view(plan, **options)
+    hardware = options.get("hardware")
+    if cp.step_time_s is None and hardware is not None and not cp.files.unsupported:
+        st = model_step_time(plan, hardware)
+        if st:
+            cp.step_time_s, cp.step_time_source = st, "model"
+    return cp
