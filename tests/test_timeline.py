@@ -480,16 +480,32 @@ def test_zero3_step_releases_the_persistent_parameters_until_post_step():
 def test_zero3_reduce_scatter_flat_buffer_and_first_backward():
     # reduce_scatter_coalesced (coalesced_collectives.py) torch.cat's every gradient of a flush,
     # padded to ceil(n_i/W) per rank: one flush at the end of backward when the whole model fits
-    # the bucket (43,209 <= 50,000): sum ceil(n_i/2) x 2 x 2 B = 86,428
-    from advisor.ledger.state import zero3_reduce_scatter_flat_bytes
+    # the bucket (43,209 <= 50,000): sum ceil(n_i/2) x 2 x 2 B = 86,428; every gradient was copied
+    # into the bucket buffer on arrival, the largest arriving whole l2.weight's 23,177 x 2 = 46,354 B
+    from advisor.ledger.state import zero3_reduce_flush_bytes
     ec = effective_config(Z3)
-    assert zero3_reduce_scatter_flat_bytes(ec, TINY3, 2)[0] == 86428
-    # reduce_bucket_size 20,000, gradients in backward order (l3.bias first); a bucket holding
-    # elements flushes before one that would pass it (stage3.py l. 1583): [5, 385, 77] -> 940 B,
-    # [23177] -> 11,589 x 4 = 46,356 B, [301, 19264] at the end -> 9,783 x 4 = 39,132 B
+    assert zero3_reduce_flush_bytes(ec, TINY3, 2)[0] == 86428
+    # reduce_bucket_size 20,000, gradients in backward order (module l3, l2, l1; bias before
+    # weight): a bucket holding elements flushes before the arriving gradient joins it, while that
+    # gradient is whole (stage3.py l. 1583-1585), and a gradient larger than the bucket is not
+    # copied into the buffer but held whole until its flush (__add_grad_to_ipg_bucket):
+    #   l2.weight arrives: flush [5, 385, 77] (3 + 193 + 39) x 4 = 940 + arriving 23177 x 2 = 47,294
+    #   l1.bias arrives: flush [23177]: flat 11,589 x 4 = 46,356 + held 46,354 + arriving 301 x 2
+    #     = 93,312 B, the largest
+    #   l1.weight arrives: 301 + 19,264 <= 20,000, copied: 38,528; end: flush [301, 19264]
+    #     (151 + 9632) x 4 = 39,132
     small = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 20000}})
-    assert zero3_reduce_scatter_flat_bytes(small, TINY3, 2)[0] == 46356
-    assert zero3_reduce_scatter_flat_bytes(ec, TINY3, 1) is None
+    assert 46356 + 46354 + 602 == 93312
+    got = zero3_reduce_flush_bytes(small, TINY3, 2)
+    assert got[0] == 93312 and "l2.weight" in got[1] and "l1.bias" in got[1]
+    # without contiguous_gradients every gradient stays whole in the bucket: l1.bias arrives to
+    # [23177] as above (93,312); l1.weight arrives to [301] (held 602): flat 151 x 4 + 602 + 38,528
+    # = 39,734; end [19264]: even, a view, held 38,528. Max 93,312 again; at bucket 50,000 all six
+    # stay whole to the end: 86,428 + 43,209 x 2 = 172,846 B
+    nc = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000,
+                                                       "contiguous_gradients": False}})
+    assert zero3_reduce_flush_bytes(nc, TINY3, 2)[0] == 86428 + 43209 * 2
+    assert zero3_reduce_flush_bytes(ec, TINY3, 1) is None
     tl = _tl(Z3, TINY3, 2)
     # first backward (incomplete trace): at its reduce only l1's persistent parameters are
     # gathered, (19264 + 301) x 2 B (torch.cat copies), beside the flat buffer; from the second
@@ -506,3 +522,19 @@ def test_zero3_offload_norm_is_one_partition_in_fp64():
     led = compute_ledger(Plan(effective_config(cfg), TINY3, Cluster(world_size=2)))
     got = [e.bytes for e in led.rank(0).entries if e.item == "zero3_offload_norm_fp64"]
     assert got == [11589 * 8]
+
+
+def test_zero3_backward_grad_order_is_by_module_in_reverse():
+    # autograd runs the node made last in forward first (torch engine.cpp ReadyQueue by sequence
+    # number) and DeepSpeed's post-accumulate hook fires as each gradient is accumulated: modules in
+    # the reverse of their first appearance, and within a module its parameters in reverse. a's
+    # parameters are not consecutive here (a.w, b.w, a.b): a is still one module, run first in
+    # forward, so it delivers last; params.N tensors are modules of their own (module_of); a frozen
+    # parameter has no hook
+    from advisor.ledger.state import zero3_backward_grad_order
+    names = ["a.w", "b.w", "a.b", "params.1", "params.2", "c"]
+    inv = Inventory(name="t", tensors=[TensorSpec(n, (2,), trainable=(n != "params.1")) for n in names],
+                    source="test")
+    assert [names[i] for i in zero3_backward_grad_order(inv)] == ["c", "params.2", "b.w", "a.b", "a.w"]
+    # consecutive modules: the plain reverse of the inventory (TINY3: l3.bias first, l1.weight last)
+    assert zero3_backward_grad_order(TINY3) == [5, 4, 3, 2, 1, 0]

@@ -503,52 +503,132 @@ def module_of(name: str) -> str:
     return name if last.isdigit() else head
 
 
-def zero3_reduce_scatter_flat_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str] | None":
-    """(bytes, which flush) of the largest flat buffer ZeRO-3's gradient reduce-scatter builds, or
-    None where there is none (W = 1, ``reduce_scatter`` false with contiguous gradients: an in-place
-    all_reduce of the bucket, ZeRO++ qgZ, communication dtype unlike the model's).
+def zero3_backward_grad_order(inv: Inventory) -> list[int]:
+    """Indices into ``inv.tensors`` of the trainable parameters in the order ZeRO-3's gradient
+    hooks fire in backward: module by module (:func:`module_of`) in the reverse of the order the
+    modules first appear in the inventory (taken as the forward order), and within a module in
+    the reverse of its parameters' order.
 
-    DeepSpeed 0.19.8 ``stage3.py``: gradients join the ipg bucket in backward order (here the
-    reverse of the inventory's), and a bucket holding elements is flushed before a parameter that
-    would take it past ``reduce_bucket_size`` (reduce_independent_p_g_buckets_and_remove_grads,
-    l. 1583), and at the end of backward. A flush runs ``__avg_scatter_grads`` ->
-    ``coalesced_collectives.py`` reduce_scatter_coalesced, which ``torch.cat``'s every gradient's
-    W chunks, each padded to ceil(n_i/W), into one buffer of sum ceil(n_i/W) x W x C bytes
-    (none for one tensor with n % W == 0: a view). The NCCL path: gloo's reduce_scatter_tensor on
-    CPU allocates another buffer of that size inside torch, which is not counted here."""
+    Rule: DeepSpeed 0.19.8 hooks each parameter's gradient with ``utils/torch.py``
+    register_grad_hook (torch's ``register_post_accumulate_grad_hook``), called from
+    ``stage3.py`` create_reduce_and_remove_grad_hooks; the hook fires when autograd's
+    AccumulateGrad for that parameter runs. torch's engine (``torch/csrc/autograd/engine.cpp``,
+    ReadyQueue ordered by CompareNodeTaskTime) runs the ready node with the highest sequence
+    number first, i.e. the one created last in forward, and AccumulateGrad nodes as soon as their
+    gradient is ready, so a module run later in forward delivers its gradients first, and within a
+    module the parameter used last (registered last, for a 3-D nn.Linear: the bias before the
+    weight) first. Measured on the engine (ZeRO-3 bf16, W = 2, the per-module proxy l1..l3):
+    l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight. Once per tensor list
+    (``Inventory.memo``), O(tensors)."""
+    def compute() -> list[int]:
+        tensors = inv.tensors
+        idx = [i for i, t in enumerate(tensors) if t.trainable]
+        # a module's parameters are usually consecutive in the inventory; then the order is
+        # simply the reverse. One set look-up per module change detects the other case.
+        seen: set[str] = set()
+        prev = None
+        for i in idx:
+            name = tensors[i].name
+            head, dot, last = name.rpartition(".")
+            m = head if dot and not last.isdigit() else name  # module_of(name), inlined: O(1e6) calls
+            if m != prev:
+                if m in seen:
+                    break
+                seen.add(m)
+                prev = m
+        else:
+            return idx[::-1]
+        mods: dict[str, list[int]] = {}
+        for i in idx:
+            mods.setdefault(module_of(tensors[i].name), []).append(i)
+        out: list[int] = []
+        for ix in reversed(list(mods.values())):
+            out.extend(reversed(ix))
+        return out
+    return inv.memo(("zero3_backward_grad_order",), compute)
+
+
+def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str] | None":
+    """(bytes, which instant) of the most ZeRO-3's gradient reduce holds beside its persistent
+    buffers at one instant of backward, or None where it is not modelled (W = 1, ZeRO++ qgZ, a
+    communication dtype unlike the model's: its ``.to`` copies are not counted).
+
+    DeepSpeed 0.19.8 ``stage3.py``; gradients arrive in :func:`zero3_backward_grad_order`.
+    reduce_independent_p_g_buckets_and_remove_grads (l. 1583-1585): when the bucket holds elements
+    and the arriving parameter's n would take it past ``reduce_bucket_size``, the bucket is
+    flushed first, while the arriving gradient is still whole (n x D bytes, made by autograd in
+    engine.backward, l. 3428); only then __add_grad_to_ipg_bucket (l. 1626) copies it into the
+    contiguous bucket buffer (counted as ``ipg_bucket``), and only when bucket elements + n <=
+    ``reduce_bucket_size``: a gradient larger than the bucket (or every gradient without
+    ``contiguous_gradients``) stays its own whole tensor in the bucket until its flush. A flush
+    (__reduce_and_partition_ipg_grads) with ``contiguous_gradients``, no ``reduce_scatter`` and
+    elements <= ``reduce_bucket_size`` all-reduces the buffer in place; any other runs
+    __avg_scatter_grads -> ``coalesced_collectives.py`` reduce_scatter_coalesced, which
+    ``torch.cat``'s every gradient's W chunks, each padded to ceil(n_i/W), into one buffer of
+    sum ceil(n_i/W) x W x C bytes (none for one tensor with n % W == 0: a view). The end of
+    backward flushes what is left (independent_gradient_partition_epilogue), with no gradient
+    arriving. Live at a flush: that flat buffer + the bucket's own whole gradients + the arriving
+    one; at an arrival without a flush, the bucket's own whole gradients + the arriving one (before
+    its copy). Not counted: gloo's second buffer inside reduce_scatter_tensor on CPU (the NCCL
+    path is modelled); a sibling gradient the same autograd node made with the arriving one and
+    not yet accumulated (e.g. nn.LayerNorm's weight and bias). Bytes are the maximum over these
+    instants; memoised per (tensor list, W, dtype bytes, bucket size, contiguous_gradients,
+    reduce_scatter), one O(tensors) pass."""
     z = ec.zero
     if W <= 1 or z.zero_quantized_gradients or ec.comm_dtype != ec.model_dtype:
         return None
-    if z.contiguous_gradients and not z.reduce_scatter:
-        return None
     C = DTYPE_BYTES[ec.comm_dtype]
     rbs = int(z.reduce_bucket_size)
-    # once per (tensor list, W, C, bucket size): generate asks per plan (Inventory.memo)
-    return inv.memo(("zero3_reduce_scatter_flat_bytes", W, C, rbs),
-                    lambda: _zero3_reduce_scatter_flat_bytes(inv, W, C, rbs))
+    contiguous, rs = bool(z.contiguous_gradients), bool(z.reduce_scatter)
+    # once per (tensor list, W, C, bucket size, flags): generate asks per plan (Inventory.memo)
+    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs),
+                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs))
 
 
-def _zero3_reduce_scatter_flat_bytes(inv: Inventory, W: int, C: int, rbs: int) -> "tuple[int, str] | None":
-    best = [0, ""]
-    bucket: list[int] = []
+def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
+                              reduce_scatter: bool) -> "tuple[int, str] | None":
+    best, where = 0, ""
+    tensors = inv.tensors
 
-    def flush():
-        if not bucket:
-            return
-        nb = 0 if (len(bucket) == 1 and bucket[0] % W == 0) else sum(_ceil_div(n, W) * W * C for n in bucket)
-        if nb > best[0]:
-            best[0], best[1] = nb, f"a flush of {len(bucket)} gradient(s), {sum(bucket):,} elements"
-        bucket.clear()
+    def bucket(count: int, lo: int, hi: int) -> str:
+        # names only for a new maximum (not per gradient)
+        return tensors[lo].name if count == 1 else f"{count} gradients, {tensors[lo].name} .. {tensors[hi].name}"
 
-    held = 0  # elements in the bucket, kept as a running total (no re-sum per gradient)
-    for t in reversed([t for t in inv.tensors if t.trainable]):
-        if held + t.numel > rbs and bucket:
-            flush()
-            held = 0
-        bucket.append(t.numel)
-        held += t.numel
-    flush()
-    return (best[0], best[1]) if best[0] else None
+    def flat_bytes(held: int, count: int, flat: int) -> int:
+        if contiguous and held <= rbs and not reduce_scatter:
+            return 0  # an in-place all_reduce of the contiguous buffer
+        return 0 if (count == 1 and held % W == 0) else flat * C  # one unpadded tensor: a view
+
+    # the bucket as running totals (no re-walk per gradient): elements, count, flat-buffer elements
+    # sum ceil(n_i/W) x W, elements of its own whole gradients, its first and last tensor indices
+    held = count = flat = own = 0
+    lo = hi = -1
+    for i in zero3_backward_grad_order(inv):
+        n = tensors[i].numel
+        if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
+            fb = flat_bytes(held, count, flat)
+            nb = fb + (own + n) * C
+            if nb > best:
+                best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
+                                   f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
+                                   f"arriving {n * C:,} B")
+            held = count = flat = own = 0
+        elif (own + n) * C > best:  # arrives, no flush: whole until copied into the bucket
+            best, where = (own + n) * C, f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+        if not contiguous or held + n > rbs:
+            own += n  # stays its own tensor in the bucket (__add_grad_to_ipg_bucket, l. 1626)
+        if not count:
+            lo = i
+        hi = i
+        held += n
+        count += 1
+        flat += -(-n // W) * W
+    if held:  # the backward epilogue's flush, nothing arriving
+        fb = flat_bytes(held, count, flat)
+        if fb + own * C > best:
+            best, where = fb + own * C, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
+                                         f"flat {fb:,} + whole in bucket {own * C:,} B")
+    return (best, where) if best else None
 
 
 def zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tuple[int, str] | None":
@@ -1522,12 +1602,15 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.__init__ (ipg_buckets[dtype].buffer)")
 
-    rs = zero3_reduce_scatter_flat_bytes(ec, inv, W)
+    rs = zero3_reduce_flush_bytes(ec, inv, W)
     if rs is not None:
-        b.add("accelerator", "workspace", "zero3_reduce_scatter_flat", rs[0], "in_backward",
-              f"max over bucket flushes of sum over the flush's params ceil(n_i/W) x W x C = {rs[0]} ({rs[1]})",
+        b.add("accelerator", "workspace", "zero3_reduce_flush", rs[0], "in_backward",
+              f"max over backward's gradient arrivals and bucket flushes of (flat buffer sum over the flush's "
+              f"params ceil(n_i/W) x W x C + the bucket's gradients held whole + the arriving gradient, whole) "
+              f"= {rs[0]} ({rs[1]})",
               "runtime/comm/coalesced_collectives.py:reduce_scatter_coalesced (torch.cat of the interleaved, "
-              f"padded partitions); {S}.__avg_scatter_grads / __reduce_and_partition_ipg_grads")
+              f"padded partitions); {S}.reduce_independent_p_g_buckets_and_remove_grads (flush before the "
+              "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads")
 
     if oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
         # the boundary's gradient norm, one parameter partition at a time, in fp64

@@ -63,6 +63,10 @@ CELLS = [
     ("z3_bf16_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, False, parity.TINY, {"submodules": True}),
     ("z3_bf16_oo_cpu_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 2,
      False, parity.TINY, {"submodules": True}),
+    # several flushes (reduce_bucket_size 10,000 < l2.weight's 23,177 elements): each flush runs
+    # while the gradient that does not fit is still whole, in autograd's order
+    ("z3_bf16_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
+     {"submodules": True}),
     ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
     ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
     ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
@@ -108,7 +112,7 @@ CELLS = [
 #: The zero.Init cells' training phases all match: forward:1 (state.zero3_first_fetch_bytes: the first
 #: forward's per-module fetch, the earlier modules released by release_sub_module while the trace is
 #: incomplete), backward:1 / backward:2 (the reduce-scatter's flat buffer,
-#: state.zero3_reduce_scatter_flat_bytes, and the first backward's per-module release; gloo's own
+#: state.zero3_reduce_flush_bytes, and the first backward's per-module release; gloo's own
 #: reduce-scatter buffer, measure.CPU_ONLY_SITES, is taken off the engine side: the ledger models
 #: NCCL), step:1 / step:2 (stage3.py step -> _partition_all_parameters releases the persistent
 #: parameters until _post_step gathers them again, timeline instant ``:post``; the 16-bit flatten
