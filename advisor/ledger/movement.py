@@ -987,7 +987,10 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
     """One :class:`EnduranceLine` per storage tier of ``hardware`` (every tier, also those
     written nothing) plus one per nvme_path no tier holds (or every path when no hardware).
     ``ranks_per_node`` defaults to the hardware's accelerators per node, capped by the ranks
-    present."""
+    present. The seconds a step's traffic takes on the node (the floor under the per-day
+    figures' step time) are at the tier's rated figures, not at the config's aio settings
+    (:func:`aio_bandwidth`): the floor is a physical bound that overrides even a measured
+    ``--step-time``, and the aio limit is a model with an assumed request latency."""
     ranks = sorted({m.rank for m in movements})
     rpn = ranks_per_node or (hardware.accelerators_per_node if hardware and hardware.accelerators_per_node else 1)
     rpn = max(1, min(rpn, len(ranks) or 1))
