@@ -159,9 +159,10 @@ def _hw_aio(aio) -> object:
 
 
 def test_nvme_tier_measured_at_the_configs_aio_settings():
-    """The NVMe seconds divide by the tier's figures; whether those hold at the config's aio
-    settings (DeepSpeed's defaults: runtime/swap_tensor/constants.py block_size 1048576,
-    queue_depth 8, intra_op_parallelism 1) is said per tier, and a mismatch is printed."""
+    """Whether a tier's figures were measured at the config's aio settings (DeepSpeed's defaults:
+    runtime/swap_tensor/constants.py block_size 1048576, queue_depth 8, intra_op_parallelism 1) is
+    said per tier, a mismatch is printed, and a measured figure is not limited twice
+    (advisor.ledger.movement.nvme_rate)."""
     from advisor.ledger.steptime import breakdown_lines
     plan = _nvme_plan(True)
     same = step_time(plan, _hw_aio({"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1}), seq_len=1000)
@@ -172,8 +173,18 @@ def test_nvme_tier_measured_at_the_configs_aio_settings():
     assert any("NVMe tier n: measured at other aio settings" in ln for ln in breakdown_lines(other))
     sheet = step_time(plan, _hw_aio(None), seq_len=1000)
     assert "not measured at the config's aio settings (block_size 1048576, queue_depth 8" in sheet.assumptions["nvme_aio"]["n"]
-    # the seconds themselves are the tier's figures in every case (the note does not rescale them)
-    assert same.total == other.total == sheet.total
+    # the rates: measured at the config's settings, the figure itself (1e9); measured at depth 32,
+    # the drive's rate solved from X = O B / (O + B L) (O = 33,554,432 B, L = 85 us reading) and
+    # brought back to depth 8; a data-sheet figure, taken as the rate at depth 8 directly
+    rr = {name: st.assumptions["nvme_aio_rates"]["n"]["read"]["aio_bytes_per_s"]
+          for name, st in (("same", same), ("other", other), ("sheet", sheet))}
+    b32 = 1e9 * 33_554_432 / (33_554_432 - 85_000)
+    assert rr["same"] == pytest.approx(1e9, rel=1e-12)
+    assert rr["other"] == pytest.approx(8_388_608 * b32 / (8_388_608 + b32 * 85e-6), rel=1e-12)
+    assert rr["sheet"] == pytest.approx(1e9 * 8_388_608 / 8_473_608, rel=1e-12)
+    # at the measured settings the step is the critical path at the tier's own figures
+    assert same.total == pytest.approx(6 * N * 1000 / 4e11 + max(34 * N / 1e10, 28 * N / 1e9) + 4 * N / 1e9
+                                       + 2 * N / 1e10, rel=1e-9)
 
 
 @pytest.mark.parametrize("aio,msg", [({}, "expected at least one of"), ({"queue_depth": 0}, "queue_depth: expected a positive"),
@@ -296,3 +307,20 @@ def test_tier_latency_spec_errors_are_one_line(lat):
         from_dict({"nodes": 1, "accelerators_per_node": 1, "accelerator": {"name": "toy", "memory_bytes": 1e11},
                    "storage": [tier]})
     assert "/storage/0/read_latency_s" in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_tier_measured_at_aio_settings_scales_from_its_figure_by_hand():
+    """A tier measured at depth 8 (1 MiB, one process) with 1 ms requests states X = 1 GB/s: the
+    drive's rate is B = 1e9 x 8,388,608 / (8,388,608 - 1e9 x 1e-3) = 1.135343 GB/s; the config at
+    depth 8 gets 1 GB/s back, at depth 1 1,048,576 B / (1,048,576 / B + 1e-3 s) = 0.545118 GB/s.
+    A figure the latency cannot explain (O_m = 1 MiB <= 2e9 x 1e-3) is taken as the rate."""
+    from advisor.cluster.hardware import StorageTier
+    from advisor.ledger.movement import nvme_rate
+    t = StorageTier("n", ("/n",), 10**13, 1e9, 1e9, read_latency_s=1e-3, aio=(("queue_depth", 8),))
+    assert nvme_rate(t, "read", _aio()) == pytest.approx(1e9, rel=1e-12)
+    b = 1e9 * 8_388_608 / 7_388_608
+    assert b == pytest.approx(1.135343e9, rel=1e-6)
+    assert nvme_rate(t, "read", _aio(qd=1)) == pytest.approx(1_048_576 * b / (1_048_576 + b * 1e-3), rel=1e-12)
+    assert nvme_rate(t, "read", _aio(qd=1)) == pytest.approx(0.545118e9, rel=1e-6)
+    fast = StorageTier("n", ("/n",), 10**13, 2e9, 2e9, read_latency_s=1e-3, aio=(("queue_depth", 1),))
+    assert nvme_rate(fast, "read", _aio(qd=1)) == pytest.approx(1_048_576 / (1e-3 + 1_048_576 / 2e9), rel=1e-12)

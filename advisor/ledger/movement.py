@@ -840,11 +840,25 @@ def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1) -> f
     """The node's bytes/s on storage ``tier`` for ``direction`` (``read``/``write``): the tier's
     figure, limited by :func:`aio_bandwidth` at the config's ``aio`` settings with ``streams``
     ranks issuing at once (None: the figure as stated). The latency is the tier's
-    ``read_latency_s`` / ``write_latency_s``, else :data:`NVME_LATENCY_S`."""
+    ``read_latency_s`` / ``write_latency_s``, else :data:`NVME_LATENCY_S`.
+
+    A tier whose figures were measured at stated aio settings (``tier.aio``: one process, as
+    ``ds_nvme_tune`` and benchmarks/steptime_calibration.py measure; keys it leaves out taken
+    as the config's) states X(O_m), not the drive's rate B: B is solved from
+    X = O_m B / (O_m + B L), B = X O_m / (O_m - X L), so the config at the measured settings gets
+    the figure back exactly and other settings scale from it (no double count). When
+    O_m <= X L the stated latency cannot explain the figure; the figure is taken as B."""
     rate = float(tier.write_bytes_per_s if direction == "write" else tier.read_bytes_per_s)
     if aio is None:
         return rate
     lat = getattr(tier, f"{direction}_latency_s", None) or NVME_LATENCY_S[direction]
+    measured = dict(getattr(tier, "aio", None) or ())
+    if measured:
+        o_m = (max(1, int(measured.get("block_size", aio.block_size)))
+               * max(1, int(measured.get("queue_depth", aio.queue_depth)))
+               * max(1, int(measured.get("intra_op_parallelism", aio.intra_op_parallelism))))
+        if o_m > rate * lat:
+            rate = rate * o_m / (o_m - rate * lat)
     return aio_bandwidth(rate, lat, aio, streams)
 
 
