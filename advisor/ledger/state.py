@@ -550,8 +550,9 @@ def zero3_backward_grad_order(inv: Inventory) -> list[int]:
 
 def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str] | None":
     """(bytes, which instant) of the most ZeRO-3's gradient reduce holds beside its persistent
-    buffers at one instant of backward, or None where it is not modelled (W = 1, ZeRO++ qgZ, a
-    communication dtype unlike the model's: its ``.to`` copies are not counted).
+    buffers at one instant of backward, or None where it is not modelled (ZeRO++ qgZ, a
+    communication dtype unlike the model's: its ``.to`` copies are not counted). W = 1 takes the
+    same path (measured: a flush of several gradients is a ``torch.cat`` of them, unpadded).
 
     DeepSpeed 0.19.8 ``stage3.py``; gradients arrive in :func:`zero3_backward_grad_order`.
     reduce_independent_p_g_buckets_and_remove_grads (l. 1583-1585): when the bucket holds elements
@@ -575,7 +576,7 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     instants; memoised per (tensor list, W, dtype bytes, bucket size, contiguous_gradients,
     reduce_scatter), one O(tensors) pass."""
     z = ec.zero
-    if W <= 1 or z.zero_quantized_gradients or ec.comm_dtype != ec.model_dtype:
+    if W < 1 or z.zero_quantized_gradients or ec.comm_dtype != ec.model_dtype:
         return None
     C = DTYPE_BYTES[ec.comm_dtype]
     rbs = int(z.reduce_bucket_size)

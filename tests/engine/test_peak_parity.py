@@ -67,6 +67,10 @@ CELLS = [
     # while the gradient that does not fit is still whole, in autograd's order
     ("z3_bf16_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
      {"submodules": True}),
+    # the same at W = 1: the flush path is the same (a torch.cat of a bucket of several gradients,
+    # l2.weight held whole, the arriving gradient whole), only without padding
+    ("z3_bf16_smallbucket_w1", _cfg(3, "bf16", reduce_bucket_size=10000), 1, False, parity.TINY,
+     {"submodules": True}),
     ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
     ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
     ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
