@@ -2044,8 +2044,13 @@ def compute_ledger(plan: Plan) -> Ledger:
         "activations (depend on the model's forward, not on the config)",
         "optimizer-kernel temporaries (the CUDA context, NCCL buffers and the caching allocator's reserve are "
         "the fit table's runtime-overhead rows)",
-        "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
-        "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)",
+        ("ZeRO-3 backward copies: the whole gradient flush when communication_data_type differs from the model's "
+         "dtype or under qgZ, a flush's gradients divided by gradient_predivide_factor, and a gradient made by the "
+         "arriving one's autograd node with it (an nn.Linear's weight, whole, as its bias arrives); otherwise the "
+         "flush's flat buffer, the gradients held whole and the in-step flatten/cast are on the timeline"
+         if ec.zero.stage == 3 else
+         "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
+         "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)"),
         "ZeRO-1/2's flat copy of a param group at initialize when it is built on the accelerator (stage_1_and_2.py "
         "__init__ does so only when the free memory holds it; built in host memory otherwise, which the fit's host "
         "row counts when a capacity is given)",
