@@ -324,3 +324,22 @@ def test_tier_measured_at_aio_settings_scales_from_its_figure_by_hand():
     assert nvme_rate(t, "read", _aio(qd=1)) == pytest.approx(0.545118e9, rel=1e-6)
     fast = StorageTier("n", ("/n",), 10**13, 2e9, 2e9, read_latency_s=1e-3, aio=(("queue_depth", 1),))
     assert nvme_rate(fast, "read", _aio(qd=1)) == pytest.approx(1_048_576 / (1e-3 + 1_048_576 / 2e9), rel=1e-12)
+
+
+def test_cpu_optimizer_names_its_thread_assumption():
+    """The CPU optimizer term assumes the rank's OpenMP threads can stream its bandwidth share; the
+    step time says so where torchrun's OMP_NUM_THREADS=1 default (torch/distributed/run.py) would
+    break it, and says nothing of it without an offloaded optimizer."""
+    import torch.distributed.run as run  # noqa: F401  (the default the note names exists)
+    import inspect
+    from advisor.ledger.steptime import breakdown_lines
+    assert 'os.environ["OMP_NUM_THREADS"] = str(omp_num_threads)' in inspect.getsource(run)
+    st = step_time(_nvme_plan(True), _hw(), seq_len=1000)
+    assert "OMP_NUM_THREADS=1" in st.assumptions["cpu_optimizer_threads"]
+    assert any("OMP_NUM_THREADS=1" in ln for ln in breakdown_lines(st))
+    inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
+    bare = step_time(Plan(effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                            "zero_optimization": {"stage": 3}}), inv, Cluster(world_size=1, gpus_per_node=1)),
+                     _hw(), seq_len=1000)
+    assert bare.assumptions["cpu_optimizer_threads"] is None
+    assert not any("OMP_NUM_THREADS" in ln for ln in breakdown_lines(bare))

@@ -105,6 +105,15 @@ CPU_ADAM_KERNEL_BYTES = 28
 #: breakdown names the tier direction (DeepSpeed's defaults give 92 % or more on every preset
 #: tier: the rate is approached, never reached, :func:`advisor.ledger.movement.aio_bandwidth`).
 AIO_LIMITED = 0.9
+#: What the CPU optimizer term assumes of the cores (not modelled): DeepSpeedCPUAdam splits its loop
+#: over OpenMP threads (csrc/adam/cpu_adam_impl.cpp ``#pragma omp parallel for``), as many as
+#: OMP_NUM_THREADS; torchrun sets it to 1 for more than one process per node when unset
+#: (torch/distributed/run.py), DeepSpeed's launcher sets cores per rank only with
+#: ``--bind_cores_to_rank`` (deepspeed/launcher/launch.py).
+CPU_OPTIMIZER_THREADS_NOTE = ("each rank's DeepSpeedCPUAdam is assumed to have enough OpenMP threads to stream its share "
+                              "of the host memory bandwidth; torchrun sets OMP_NUM_THREADS=1 for more than one process "
+                              "per node unless it is set, and DeepSpeed's launcher gives each rank its cores only with "
+                              "--bind_cores_to_rank: with one thread per rank the step can take longer than this term")
 #: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
 FORWARD_SHARE = 2 / 6
 
@@ -424,6 +433,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,
                    "nvme_aio_rates": aio_rates,
                    "collectives": "flat ring, (W-1)/W x S per rank per all-gather / reduce-scatter, latency left out",
+                   "cpu_optimizer_threads": CPU_OPTIMIZER_THREADS_NOTE if n_opt else None,
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "pipelined NVMe optimizer swap overlaps the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
@@ -544,6 +554,8 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
         out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units))
+        out.append("    (assumes enough OpenMP threads per rank: torchrun sets OMP_NUM_THREADS=1 unless it is set; "
+                   "deepspeed --bind_cores_to_rank gives each rank its cores)")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():
         if note.startswith("measured at other"):
             out.append(f"  NVMe tier {tier}: {note}")
