@@ -294,3 +294,20 @@ def test_hardware_listing_has_labelled_columns_in_the_chosen_units(units, base):
     assert f"write {raid['write_bytes_per_s'] / base:,.2f} {units}/s" in one
     body = one.split("\n  source:")[0]  # the last entry, folded or not: the data sheet's own words
     assert not re.search(rf"[0-9] {other}\b", body), body
+
+
+def test_hardware_text_names_each_tiers_request_latency():
+    """The aio model's request latencies per tier (advisor.ledger.movement.nvme_rate): a tier's own
+    read_latency_s / write_latency_s in microseconds, else the assumed NVME_LATENCY_S (85 / 20 us),
+    said to be assumed; the aio settings a tier's figures were measured at."""
+    from advisor.render.text import hardware_text
+    base = {"nodes": 1, "accelerators_per_node": 1, "accelerator": {"name": "toy", "memory_bytes": 1e11}}
+    tier = {"name": "n", "mounts": ["/n"], "capacity_bytes": 1e13, "read_bytes_per_s": 1e9, "write_bytes_per_s": 1e9,
+            "access": "read-write"}
+    own = from_dict({**base, "storage": [{**tier, "read_latency_s": 1.3e-3, "write_latency_s": 6.5e-5,
+                                          "aio": {"queue_depth": 32}}]})
+    text = hardware_text([own], one=True)
+    assert "requests start in 1,300 us reading, 65 us writing; figures measured at aio queue_depth 32" in text
+    assert "assumed" not in text.split("storage n", 1)[1].split("\n", 1)[0]
+    sheet = hardware_text([from_dict({**base, "storage": [tier]})], one=True)
+    assert "requests start in 85 us reading, 20 us writing (assumed" in sheet

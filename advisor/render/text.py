@@ -807,6 +807,20 @@ def hardware_json(hws: list[Any], one: bool = False) -> str:
     return json.dumps(to_spec(hws[0]) if one else [to_spec(h) for h in hws], indent=2)
 
 
+
+def _request_latency(t: Any) -> str:
+    """A storage tier's request latencies as the aio model uses them (advisor.ledger.movement
+    .nvme_rate): the tier's, else the assumed NVME_LATENCY_S; and the aio settings its figures were
+    measured at, if stated."""
+    from advisor.ledger.movement import NVME_LATENCY_S
+    r, w = t.read_latency_s, t.write_latency_s
+    words = (f"requests start in {(r or NVME_LATENCY_S['read']) * 1e6:,.0f} us reading, "
+             f"{(w or NVME_LATENCY_S['write']) * 1e6:,.0f} us writing"
+             + ("" if r and w else " (assumed: a data-centre NVMe drive's random access)"))
+    if t.aio:
+        words += "; figures measured at aio " + ", ".join(f"{k} {v}" for k, v in t.aio)
+    return words
+
 def hardware_text(hws: list[Any], one: bool = False, units: str = "GiB") -> str:
     """``hardware``: a table with one row per preset (labelled columns, sizes in ``units``: GiB =
     2^30 or GB = 1e9 bytes), or (``one``) every field of one spec, every size and bandwidth
@@ -849,7 +863,8 @@ def hardware_text(hws: list[Any], one: bool = False, units: str = "GiB") -> str:
         rated = f", rated {size(t.rated_write_bytes, units, prefix='T', digits=0)} written ({t.endurance.describe()})" \
             if t.rated_write_bytes else ", endurance unknown"
         L.append(f"  storage {t.name} [{t.access}] at {', '.join(t.mounts)}: {size(t.capacity_bytes, units, prefix='T')}, "
-                 f"read {rate(t.read_bytes_per_s, units)}, write {rate(t.write_bytes_per_s, units)}{rated}")
+                 f"read {rate(t.read_bytes_per_s, units)}, write {rate(t.write_bytes_per_s, units)}{rated}; "
+                 + _request_latency(t))
     if h.source:
         L.append(f"  source: {h.source}")
     return "\n".join(L)
