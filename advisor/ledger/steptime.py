@@ -440,18 +440,16 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
 
 
 def nvme_aio_notes(plan: "Plan", hardware: "Hardware", movements: list[Movement]) -> dict[str, str]:
-    """Per storage tier the step's NVMe movements use: whether its bandwidths hold at the config's
-    ``aio`` settings. DeepSpeed moves every swap through ``aio_handle(block_size, queue_depth,
-    single_submit, overlap_events, intra_op_parallelism)`` (``swap_tensor/*_swapper.py``), each of
-    ``intra_op_parallelism`` threads keeping ``queue_depth`` requests of ``block_size`` bytes in
-    flight (``deepspeed_aio_common.cpp`` ``do_aio_operation_overlap``), and a drive's throughput
-    depends on that depth: DeepSpeed's tuning sweep (``deepspeed/nvme/perf_run_sweep.py``) measures
-    it per setting for this reason (on this project's VM disk, O_DIRECT 1 MiB writes ran 1.2 GB/s
-    at one request in flight and 3.1 GB/s at 8: ``benchmarks/results/steptime_calibration-vm.json``).
-    The model divides by the tier's figures as stated; a tier that names the aio settings it was
-    measured at (``aio`` in the spec) and matches the config gets "measured at the config's aio
-    settings", one that differs gets the differing settings, one that names none (a data-sheet
-    figure) says so. Tier name -> note."""
+    """Per storage tier the step's NVMe movements use: whether its figures were measured at the
+    config's ``aio`` settings. DeepSpeed moves every swap through ``aio_handle(block_size,
+    queue_depth, single_submit, overlap_events, intra_op_parallelism)`` (``swap_tensor/*_swapper.py``)
+    and a drive's throughput depends on the requests in flight, which is why DeepSpeed's tuning
+    sweep (``deepspeed/nvme/perf_run_sweep.py``) measures it per setting. The NVMe seconds are at
+    :func:`advisor.ledger.movement.nvme_rate` (the figures limited by the config's settings; a
+    figure measured at stated settings is taken as the rate there); this note says which kind of
+    figure that started from: "measured at the config's aio settings", the differing settings, or,
+    for a tier that names none (a data-sheet figure), that it was not measured at them.
+    Tier name -> note."""
     ec_aio = plan.config.aio
     out: dict[str, str] = {}
     for m in movements:
@@ -463,14 +461,16 @@ def nvme_aio_notes(plan: "Plan", hardware: "Hardware", movements: list[Movement]
         cfg = (f"block_size {ec_aio.block_size}, queue_depth {ec_aio.queue_depth}, "
                f"intra_op_parallelism {ec_aio.intra_op_parallelism}")
         if not tier.aio:
-            out[tier.name] = (f"bandwidth as the spec states it, not measured at the config's aio settings ({cfg}); "
-                              "measure the tier at them (DeepSpeed's ds_nvme_tune, or "
-                              "benchmarks/steptime_calibration.py) and give them as the tier's aio")
+            out[tier.name] = (f"bandwidth as the spec states it, not measured at the config's aio settings ({cfg}): "
+                              "the NVMe seconds take it as the drive's rate, limited by the aio model; measure the tier "
+                              "at them (DeepSpeed's ds_nvme_tune, or benchmarks/steptime_calibration.py) and give "
+                              "them as the tier's aio")
         else:
             diff = tier.aio_mismatch(ec_aio)
             out[tier.name] = ("measured at the config's aio settings" if not diff else
                               "measured at other aio settings than the config's: " + ", ".join(diff)
-                              + "; the NVMe seconds hold only at the measured settings")
+                              + "; the NVMe seconds scale the measured figure to the config's settings by the aio "
+                                "model (advisor.ledger.movement.nvme_rate), an estimate")
     return out
 
 
