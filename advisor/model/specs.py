@@ -384,10 +384,12 @@ def _repeat_layers(out: list[TensorSpec], build: "Callable[[list[TensorSpec], st
         out.extend(first)
         return
     out.extend(first)
-    tmpl = []
-    for t in first:
-        t.numel  # noqa: B018  (fills the cached_property into __dict__, copied below)
-        tmpl.append((t.name[len(p0):], t.__dict__))
+    # TensorSpec has slots (no __dict__): each copy's slots are set through their descriptors,
+    # the shape tuple and numel shared with the template
+    slots = [getattr(TensorSpec, f).__set__ for f in ("shape", "trainable", "group", "dtype", "numel")]
+    set_name = TensorSpec.name.__set__  # type: ignore[attr-defined]
+    tmpl = [(t.name[len(p0):], [(st, getattr(t, f)) for st, f in
+                                zip(slots, ("shape", "trainable", "group", "dtype", "numel"))]) for t in first]
     new = object.__new__
     append = out.append
     # No cyclic GC while the copies are made: they hold no cycles, and each collection would
@@ -398,9 +400,9 @@ def _repeat_layers(out: list[TensorSpec], build: "Callable[[list[TensorSpec], st
         for p in prefixes[1:]:
             for suffix, d in tmpl:
                 c = new(TensorSpec)
-                cd = c.__dict__
-                cd.update(d)
-                cd["name"] = p + suffix
+                for st, v in d:
+                    st(c, v)
+                set_name(c, p + suffix)
                 append(c)
     finally:
         if was:
