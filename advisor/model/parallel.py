@@ -76,7 +76,7 @@ def tp_rule(t: TensorSpec) -> tuple[str, int | None]:
     parts = name.split(".")
     leaf = parts[-1]
     mod = parts[-2] if len(parts) >= 2 else ""
-    if _EXPERT_RE.search(name):
+    if "experts." in name and _EXPERT_RE.search(name):  # the substring test first: no regex per dense tensor
         return "expert", None
     conv1d = mod in ("c_attn", "c_fc", "c_proj")  # GPT-2 Conv1D: weight (in, out)
     if mod in _VOCAB and leaf == "weight" and len(t.shape) == 2:
@@ -118,11 +118,13 @@ def check_tp_divisibility(meta: dict, tp: int) -> None:
                                    "(Megatron: megatron/core/utils.py:divide asserts numerator % denominator == 0)")
 
 
-def shard_tensor(t: TensorSpec, tp: int, ep: int = 1, num_experts: int | None = None) -> TensorSpec | None:
+def shard_tensor(t: TensorSpec, tp: int, ep: int = 1, num_experts: int | None = None,
+                 rule: "tuple[str, int | None] | None" = None) -> TensorSpec | None:
     """``t`` as one tensor- and expert-parallel rank holds it (the first of its group; every rank
     of the group holds the same shape, vocab-parallel tensors padded to a multiple of tp), or None
-    when the rank holds none of it (a per-expert module of another expert-parallel rank)."""
-    kind, dim = tp_rule(t)
+    when the rank holds none of it (a per-expert module of another expert-parallel rank).
+    ``rule``: ``tp_rule(t)`` when the caller has it already."""
+    kind, dim = tp_rule(t) if rule is None else rule
     if kind == "expert":
         if ep <= 1:
             return t
@@ -147,7 +149,7 @@ def shard_tensor(t: TensorSpec, tp: int, ep: int = 1, num_experts: int | None = 
 def is_expert(t: TensorSpec) -> bool:
     """True for a routed-expert tensor (sharded by expert parallelism; ZeRO over the
     expert-data-parallel group)."""
-    return _EXPERT_RE.search(t.name) is not None
+    return "experts." in t.name and _EXPERT_RE.search(t.name) is not None
 
 
 def partition_uniform(num_items: int, num_parts: int) -> list[int]:
@@ -199,11 +201,12 @@ def shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> list[StageSh
 
 def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
     meta = inv.meta or {}
-    structured = any(layer_of(t) is not None for t in inv.tensors)
+    structured = inv.memo(("structured",), lambda: any(layer_of(t) is not None for t in inv.tensors))
     if structured:
         check_tp_divisibility(meta, tp)
     L = int(meta.get("num_layers") or 0)
-    idx = [layer_of(t) for t in inv.tensors]
+    # layer index per tensor, once per tensor list (every (tp, pp, ep) split generate tries needs it)
+    idx = inv.memo(("layer_of",), lambda: tuple(layer_of(t) for t in inv.tensors))
     if structured and not L:
         L = max(i for i in idx if i is not None) + 1
     first_layer_pos = next((k for k, i in enumerate(idx) if i is not None), len(idx))
@@ -214,39 +217,55 @@ def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
         bounds = partition_uniform(L, pp)
     else:
         bounds = partition_uniform(len(inv.tensors), pp)
-    for s in range(pp):
-        lo, hi = bounds[s], bounds[s + 1]
-        tensors: list[TensorSpec] = []
-        rep = 0
+    # one pass over the tensors, each dealt to its stage (a pass per stage made this O(pp x tensors));
+    # the TP rule is decided once per tensor
+    per_stage: list[list[TensorSpec]] = [[] for _ in range(pp)]
+    reps = [0] * pp
+    if structured:
+        # stage of layer i: bounds[s] <= i < bounds[s + 1] (empty stages hold no layer)
+        stage_of_layer = [0] * L
+        for s in range(pp):
+            for i in range(bounds[s], bounds[s + 1]):
+                stage_of_layer[i] = s
+        last = pp - 1
         for k, t in enumerate(inv.tensors):
-            if structured:
-                i = idx[k]
-                if i is None:
-                    pre = k < first_layer_pos
-                    keep = (s == 0) if pre else (s == pp - 1)
-                    if not keep and pre and tied and s == pp - 1 and tp_rule(t)[0] == "vocab":
-                        keep = True  # TiedLayerSpec: the last stage holds its own copy
-                elif i >= L:  # MTP modules after the main layers
-                    keep = s == pp - 1
+            i = idx[k]
+            if i is None:
+                if k < first_layer_pos:
+                    s = 0
+                    # TiedLayerSpec: the last stage holds its own copy of a tied vocab tensor
+                    also_last = tied and last > 0 and tp_rule(t)[0] == "vocab"
                 else:
-                    keep = lo <= i < hi
-                if not keep:
-                    continue
-                st = shard_tensor(t, tp, ep, n_exp)
+                    s, also_last = last, False
+            elif i >= L:  # MTP modules after the main layers
+                s, also_last = last, False
+            else:
+                s, also_last = stage_of_layer[i], False
+            if tp <= 1 and ep <= 1:  # shard_tensor keeps every tensor whole then, and nothing counts as replicated
+                st, rep = t, False
+            else:
+                rule = tp_rule(t)
+                st = shard_tensor(t, tp, ep, n_exp, rule)
                 if st is None:
                     continue
-                if tp > 1 and st is t and tp_rule(t)[0] in ("replicated", "row"):
-                    rep += 1
-                tensors.append(st)
-            else:
-                if not (lo <= k < hi):
-                    continue
-                tensors.append(TensorSpec(t.name, (-(-t.shape[0] // tp), *t.shape[1:]), t.trainable, t.group, t.dtype)
-                               if tp > 1 else t)
+                rep = tp > 1 and st is t and rule[0] in ("replicated", "row")
+            per_stage[s].append(st)
+            reps[s] += rep
+            if also_last:
+                per_stage[last].append(st)
+                reps[last] += rep
+    else:
+        for s in range(pp):
+            for t in inv.tensors[bounds[s]:bounds[s + 1]]:
+                per_stage[s].append(TensorSpec(t.name, (-(-t.shape[0] // tp), *t.shape[1:]), t.trainable, t.group,
+                                               t.dtype) if tp > 1 else t)
+    for s in range(pp):
+        lo, hi = bounds[s], bounds[s + 1]
         m = dict(meta)
         m.update(tensor_parallel=tp, pipeline_parallel=pp, expert_parallel=ep, stage=s)
         name = inv.name + (f" [stage {s} of {pp}]" if pp > 1 else "") + (f" [1/{tp} TP shard]" if tp > 1 else "")
-        out.append(StageShard(s, (lo, hi), Inventory(name=name, tensors=tensors, source=inv.source, meta=m), rep))
+        out.append(StageShard(s, (lo, hi), Inventory(name=name, tensors=per_stage[s], source=inv.source, meta=m),
+                              reps[s]))
     return out
 
 
