@@ -108,8 +108,8 @@ from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
-                                  zero3_param_swap_bytes, zero3_partition_numel, zero3_persistent,
-                                  zero3_stays_gathered, zero12_rank_coverage)
+                                  zero3_param_swap_bytes, zero3_param_swap_bytes_counted, zero3_partition_counts,
+                                  zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware, StorageTier
@@ -767,7 +767,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         wbytes = zero3_param_swap_bytes(ec, (zero3_partition_numel(inv.tensors[i].numel, W)
                                              for sg, flat in zip(pl.sub_groups, pl.in_flat) if not flat
                                              for i in sg.tensors))
-        fbytes = zero3_param_swap_bytes(ec, (zero3_partition_numel(t.numel, W) for t in inv.tensors if not t.trainable))
+        fbytes = zero3_param_swap_bytes_counted(ec, zero3_partition_counts(inv, W, "frozen"))
         psrc = "reference 5.1/5.4 (measured N2); stage3.py _partitioned_params_swap_out, partitioned_param_swapper.py"
         add(NVME, "write", "parameters", "lp_param_partitions", wbytes, "after_step", False,
             f"trainable partitions beyond max_in_cpu ({z.offload_param.max_in_cpu:,} elements) written after every "

@@ -46,6 +46,7 @@ verified by tests/engine parity runs against the real engine.
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import itertools
 import math
@@ -497,10 +498,8 @@ def module_of(name: str) -> str:
     without the last dotted component (``model.layers.0.mlp.up_proj.weight`` ->
     ``model.layers.0.mlp.up_proj``). A numeric last component (the synthetic ``params.3``
     tensors of ``--params N``) names a tensor of its own, not one shared module."""
-    if "." not in name:
-        return name
-    head, last = name.rsplit(".", 1)
-    return name if last.isdigit() else head
+    head, dot, last = name.rpartition(".")
+    return head if dot and not last.isdigit() else name
 
 
 def zero3_backward_grad_order(inv: Inventory) -> list[int]:
@@ -655,17 +654,25 @@ def zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tupl
 
 
 def _zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tuple[int, str] | None":
+    # per module, in order of first appearance: [sum of its persistent n_i, sum of ceil(n_i/W) x W,
+    # parameter count] (elements); one pass, no per-parameter tuples (issue 21)
     mods: dict[str, list] = {}
     for t, keep in zip(inventory.tensors, zero3_persistent(inventory, zero)):
-        mods.setdefault(module_of(t.name), []).append((t.numel, keep))
+        m = module_of(t.name)
+        acc = mods.get(m)
+        if acc is None:
+            acc = mods[m] = [0, 0, 0, False]
+        n = t.numel
+        if keep:
+            acc[0] += n
+            acc[3] = True
+        acc[1] += -(-n // W) * W
+        acc[2] += 1
     best, where = 0, ""
-    for m, ps in mods.items():
-        if not any(k for _, k in ps):
+    for m, (pers, padded, count, any_keep) in mods.items():
+        if not any_keep:
             continue
-        if len(ps) >= 2:
-            nb = sum(n * D for n, k in ps if k) + sum(_ceil_div(n, W) * W * D for n, _ in ps)
-        else:
-            nb = _ceil_div(ps[0][0], W) * W * D
+        nb = (pers + padded) * D if count >= 2 else padded * D
         if nb > best:
             best, where = nb, f"module {m}"
     return best, where
@@ -975,7 +982,11 @@ def zero12_layouts(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | N
     D = DTYPE_BYTES[ec.model_dtype]
     wrapper = wrapper or select_optimizer(ec)[0]
     align = ec.zero.parameter_alignment and wrapper != "BF16_Optimizer"
-    return [zero12_group_layout([t.numel for t in g], W, D, align) for g in inv.groups()]
+    # once per (tensor list, W, D, alignment): generate's plans share the layouts (frozen values), and
+    # their memos of per-rank figures with them; a layout per group per plan was O(tensors) each (issue 21)
+    return list(inv.memo(("zero12_layouts", W, D, align),
+                         lambda: tuple(zero12_group_layout(tuple(t.numel for t in g), W, D, align)
+                                       for g in inv.groups())))
 
 
 def zero12_rank_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> Runs:
@@ -1457,14 +1468,24 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     # per-param partitions p_i (§3.2, partition_parameters.py:_partition_param) and the
     # sub-groups of the trainable ones (stage3.py:_create_fp16_sub_groups)
     sgs = pl.sub_groups
-    subs: list[list[tuple[int, int]]] = []
-    for sg in sgs:
-        subs.append([(n, _ceil_div(n, W)) for n in (inv.tensors[i].numel for i in sg.tensors)])
-    gids = sorted({sg.group for sg in sgs})
-    sub_group_of_group = [[k for k, sg in enumerate(sgs) if sg.group == g] for g in gids]
-    parts = [[x for k in idx for x in subs[k]] for idx in sub_group_of_group]
-    P3 = sum(p for g in parts for _, p in g)
-    Sk = [sum(p for _, p in s) for s in subs]
+
+    def tables() -> tuple:
+        # (n_i, p_i) per sub-group, the sub-groups of each group, (n_i, p_i) per group, P3, S_k:
+        # once per (tensor list, W, sub_group_size), not once per rank role and plan (issue 21)
+        subs: list[list[tuple[int, int]]] = []
+        for sg in sgs:
+            subs.append([(n, _ceil_div(n, W)) for n in (inv.tensors[i].numel for i in sg.tensors)])
+        gids = sorted({sg.group for sg in sgs})
+        sub_group_of_group = [[k for k, sg in enumerate(sgs) if sg.group == g] for g in gids]
+        parts = [[x for k in idx for x in subs[k]] for idx in sub_group_of_group]
+        P3 = sum(p for g in parts for _, p in g)
+        Sk = [sum(p for _, p in s) for s in subs]
+        counts = [collections.Counter(p for _, p in g) for g in parts]  # {p_i: how many} per group
+        PG = [sum(p for _, p in g) for g in parts]  # P3_g per group
+        return subs, sub_group_of_group, parts, P3, Sk, counts, PG
+    # keyed by the sub-groups' shape (group, first index, count, S_k each): a handful of sub-groups
+    sig = tuple((sg.group, sg.tensors[0] if sg.tensors else -1, len(sg.tensors), sg.numel) for sg in sgs)
+    subs, sub_group_of_group, parts, P3, Sk, part_counts, PG = inv.memo(("zero3_stage3_tables", W, sig), tables)
 
     # ---- 16-bit parameter partitions
     flat_of_sub: list[bool] = [True] * len(subs)
@@ -1484,7 +1505,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         resident_small = 0
         unused_flat = 0
         for gi, g in enumerate(parts):
-            pg = sum(p for _, p in g)
+            pg = PG[gi]
             size = pg
             if nvme and agg + pg > z.offload_param.max_in_cpu:
                 size = max(0, z.offload_param.max_in_cpu - agg)
@@ -1500,7 +1521,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                             resident_small += p * D
             used_any.append(used)
             if nvme:  # every swappable partition is written to NVMe at init, even if kept in RAM
-                nvme_bytes += zero3_param_swap_bytes(ec, (p for _, p in g))
+                nvme_bytes += zero3_param_swap_bytes_counted(ec, part_counts[gi])
             if size > 0 and used:
                 pinned_bytes += size * D
             elif size > 0:
@@ -1545,13 +1566,17 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                       "runtime/swap_tensor/partitioned_param_swapper.py:reserve_partitioned_swap_space")
 
     # ---- persistent (always gathered) parameters
-    persist = persist_frozen = 0
-    for t, keep in zip(inv.tensors, zero3_persistent(inv, z)):
-        if keep:
-            if t.trainable:
-                persist += _ceil_div(t.numel, W) * W
-            else:
-                persist_frozen += _ceil_div(t.numel, W) * W
+    def persistent_sums() -> tuple[int, int]:
+        persist = persist_frozen = 0
+        for t, keep in zip(inv.tensors, zero3_persistent(inv, z)):
+            if keep:
+                if t.trainable:
+                    persist += _ceil_div(t.numel, W) * W
+                else:
+                    persist_frozen += _ceil_div(t.numel, W) * W
+        return persist, persist_frozen
+    persist, persist_frozen = inv.memo(("zero3_persistent_sums", W, z.param_persistence_threshold,
+                                        z.model_persistence_threshold), persistent_sums)
     aliased = W == 1  # the gathered tensor is the partition itself (any offload_param)
     b.add("accelerator", "parameters", "lp_params_gathered", 0 if aliased else persist * D, "persistent",
           "0 (W = 1: the gathered tensor is the partition)" if aliased else
@@ -1568,8 +1593,10 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               "(incomplete trace: every param of the module released, persistent ones too)")
     if fetch is not None:
         first = module_of(inv.tensors[0].name) if inv.tensors else ""
-        fb = sum(t.numel * D for t, keep in zip(inv.tensors, zero3_persistent(inv, z))
-                 if keep and module_of(t.name) == first)
+        fb = D * inv.memo(("zero3_first_module_persistent", z.param_persistence_threshold,
+                           z.model_persistence_threshold),
+                          lambda: sum(t.numel for t, keep in zip(inv.tensors, zero3_persistent(inv, z))
+                                      if keep and module_of(t.name) == first))
         b.add("accelerator", "parameters", "zero3_first_backward_gathered", fb, "first_backward",
               f"sum over the persistent params of module {first} (the first in forward, the last in backward) "
               f"of n_i x D = {fb}; stands for lp_params_gathered in the first iteration's backward",
@@ -1774,16 +1801,21 @@ def _zero3_grad_swap_by_rank(inv: Inventory, W: int, sub_groups: "list[SubGroup]
         dt[a] = dt.get(a, 0) + t
         dt[b] = dt.get(b, 0) - t
 
+    tensors = inv.tensors
     for sg in sub_groups:
         if sg.numel * 4 < smin:
             continue
-        for i in sg.tensors:
-            n = inv.tensors[i].numel
+        # a parameter's terms depend on its numel only, and the difference array only adds them up:
+        # each distinct numel once, times how many parameters of the sub-group have it (identical
+        # layers repeat a handful of numels; issue 21)
+        for n, c in collections.Counter(tensors[i].numel for i in sg.tensors).items():
             p = _ceil_div(n, W)
             q = min(n // p, W) if p else W
-            add(0, q, *zero3_grad_swap_bytes(p, smin, al))
+            f, t = zero3_grad_swap_bytes(p, smin, al)
+            add(0, q, f * c, t * c)
             if q < W:
-                add(q, q + 1, *zero3_grad_swap_bytes(n - q * p, smin, al))
+                f, t = zero3_grad_swap_bytes(n - q * p, smin, al)
+                add(q, q + 1, f * c, t * c)
     pts = sorted(r for r in set(dg) | set(dt) if 0 < r < W)
     starts = [0] + pts
     vals = []
@@ -1839,10 +1871,33 @@ def zero3_param_swap_bytes(ec: EffectiveConfig, partitions: "Iterable[int]") -> 
     ``offload_param: nvme``: the sum over p_i x D >= max(1 MiB, aio.block_size) of A_k(p_i) x D,
     k = 1024 x intra_op_parallelism / D (``partitioned_param_swapper.py:swappable_tensor``,
     ``_io_aligned_numel``)."""
+    # each distinct partition size once, times its count (the same sum; identical layers repeat a few sizes)
+    return zero3_param_swap_bytes_counted(ec, collections.Counter(partitions))
+
+
+def zero3_partition_counts(inventory: Inventory, W: int, which: str = "all") -> "dict[int, int]":
+    """{p_i = ceil(n_i / W) (elements): how many parameters have it}, over ``which`` parameters
+    (``all``, ``trainable`` or ``frozen``). Once per (tensor list, W, which): the sums over
+    partitions the ledger, timeline and movement take depend on the sizes only, and a model of
+    identical layers has a handful of distinct sizes (issue 21). Callers must not mutate it."""
+    def counts() -> "dict[int, int]":
+        numels = inventory.memo(("numel_counts", which), lambda: collections.Counter(
+            t.numel for t in inventory.tensors
+            if which == "all" or (t.trainable if which == "trainable" else not t.trainable)))
+        out: dict[int, int] = {}
+        for n, c in numels.items():
+            p = -(-n // W)
+            out[p] = out.get(p, 0) + c
+        return out
+    return inventory.memo(("zero3_partition_counts", W, which), counts)
+
+
+def zero3_param_swap_bytes_counted(ec: EffectiveConfig, counts: "dict[int, int]") -> int:
+    """:func:`zero3_param_swap_bytes` of partitions given as {p_i (elements): how many}, bytes."""
     D = DTYPE_BYTES[ec.model_dtype]
     pmin = swap_threshold_bytes(ec)
     kp = aio_alignment_elems(ec, D)
-    return sum(_align(p, kp) * D for p in partitions if p * D >= pmin)
+    return sum(_align(p, kp) * D * c for p, c in counts.items() if p * D >= pmin)
 
 
 def _zero3_in_flat(ec: EffectiveConfig, sgs: list[SubGroup]) -> list[bool]:
@@ -1869,7 +1924,7 @@ def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None =
     to :func:`select_optimizer`'s). O(tensors log tensors), whatever W is."""
     st = ec.zero.stage
     wrapper = wrapper or select_optimizer(ec)[0]
-    has_groups = bool(inv.groups())
+    has_groups = inv.has_trainable()
     zero12: list[Zero12Layout] = []
     sgs: list[SubGroup] = []
     if not has_groups:
@@ -1910,8 +1965,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     so the work is O(tensors x roles) whatever W is. ``pl``: the :class:`Placement`
     of ``inv`` over ``W`` (computed when None)."""
     st = ec.zero.stage
-    has_groups = bool(inv.groups())
-    frozen = [t.numel for t in inv.tensors if not t.trainable]
+    has_groups = inv.has_trainable()
+    frozen = list(inv.memo(("frozen_numels",), lambda: tuple(t.numel for t in inv.tensors if not t.trainable)))
     pl = pl or placement(ec, inv, W, wrapper)
     terms = pl.terms
     if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga):

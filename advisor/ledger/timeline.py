@@ -107,6 +107,7 @@ from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_of, placement_of, swap_threshold_bytes,
+                                  zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
                                   zero12_groups_stepped_apart, zero12_step_groups)
 
@@ -242,26 +243,35 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
     figure is the same on every rank."""
     if cast is None:
         cast = Dl != D
+    # the same walk as written above, with the running maximum kept as a number: a candidate
+    # replaces the best only when its total is strictly larger (the first of equal totals wins),
+    # and its description is built only then (a tuple and a key call per tensor made this the
+    # largest single pass of generate at 1e5 layers, issue 21)
     best = (0, 0, "")
+    top = 0
+    build = Dl + (D if cast else 0)
     done = 0  # partitions of the modules already built, bytes
     i = 0
-    while i < len(sizes):
+    total = len(sizes)
+    while i < total:
         mod = sizes[i][0]
         j = i
-        while j < len(sizes) and sizes[j][0] == mod:
+        while j < total and sizes[j][0] == mod:
             j += 1
-        ns = [n for _, n in sizes[i:j]]
         full = 0
-        for n in ns:  # construction: the earlier tensors of the module whole, this one being cast
-            cand = (done, full + n * (Dl + (D if cast else 0)), f"{mod}: building a parameter")
-            best = max(best, cand, key=lambda c: c[0] + c[1])
+        for k in range(i, j):  # construction: the earlier tensors of the module whole, this one being cast
+            n = sizes[k][1]
+            c = full + n * build
+            if done + c > top:
+                top, best = done + c, (done, c, f"{mod}: building a parameter")
             full += n * D
         parts = 0
-        for n in ns:  # partitioning: this tensor's partition allocated before its whole copy is freed
+        for k in range(i, j):  # partitioning: this tensor's partition allocated before its whole copy is freed
+            n = sizes[k][1]
             pb = zero3_partition_numel(n, W) * D
             parts += 0 if swap_min is not None and pb >= swap_min else pb
-            cand = (done + parts, full, f"{mod}: partitioning")
-            best = max(best, cand, key=lambda c: c[0] + c[1])
+            if done + parts + full > top:
+                top, best = done + parts + full, (done + parts, full, f"{mod}: partitioning")
             full -= n * D
         done += parts
         i = j
@@ -303,7 +313,7 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
                          + (f" (nvme: those below the {swap_min:,} B aio swap size, kept in host memory; "
                             "_partition_param puts them on the cpu)" if swap_min is not None else ""), src))
         if op == "nvme":
-            files = zero3_param_swap_bytes(ec, (zero3_partition_numel(t.numel, W) for t in inv.tensors))
+            files = zero3_param_swap_bytes_counted(ec, zero3_partition_counts(inv, W))
             if files:
                 out.append(Entry(rank, "nvme", "parameters", "zero_init_partitions", files, "load",
                                  f"partitions of at least {swap_min:,} B, swapped out as each is made "
@@ -535,7 +545,7 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
     where = ""
     if ngs:
         pass
-    elif st == 3 and inv.groups():
+    elif st == 3 and inv.has_trainable():
         sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
         if sgs:
             k = max(range(len(sgs)), key=lambda i: (sgs[i].numel, -i))

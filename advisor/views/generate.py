@@ -55,7 +55,8 @@ from advisor.config.effective import DTYPE_BYTES, effective_config
 from advisor.errors import AdvisorError, WorkLimitError
 from advisor.model.inventory import Inventory
 from advisor.ledger import steptime as _steptime
-from advisor.ledger.state import MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel
+from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel,
+                                  zero3_partition_sums)
 
 #: Model FLOPs utilisation assumed for the compute term (named in every output): the step-time
 #: model's (advisor.ledger.steptime.MFU).
@@ -180,7 +181,7 @@ def sub_group_size_for(inv: Inventory, w: int, combo: Combo) -> int:
     swap threshold / 4 B); otherwise DeepSpeed's default 1e9."""
     if combo.offload_optimizer != "nvme":
         return SUB_GROUP_DEFAULT
-    p3 = sum(zero3_partition_numel(t.numel, w) for t in inv.tensors if t.trainable)
+    p3 = zero3_partition_sums(inv, w)[1]  # sum over trainable p_i, once per (tensor list, w)
     target = max(MIN_AIO_BYTES // 4, p3 // 8)
     digits = len(str(target)) - 2
     target = (target // 10 ** digits) * 10 ** digits if digits > 0 else target
@@ -190,7 +191,8 @@ def sub_group_size_for(inv: Inventory, w: int, combo: Combo) -> int:
 def param_buffer_size_for(inv: Inventory, w: int, dtype_bytes: int) -> int:
     """``offload_param.buffer_size`` (elements): at least the largest ZeRO-3 partition p_i that
     goes to NVMe (rule M001), DeepSpeed's 1e8 otherwise; rounded up to a multiple of 1e6."""
-    largest = max((zero3_partition_numel(t.numel, w) for t in inv.tensors), default=0)
+    # ceil(n / w) never decreases with n: the largest partition is the largest tensor's (numel once per tensor list)
+    largest = zero3_partition_numel(inv.memo(("max_numel",), lambda: max((t.numel for t in inv.tensors), default=0)), w)
     need = max(PARAM_BUFFER_SIZE, largest)
     return ceil_div(need, 1_000_000) * 1_000_000
 

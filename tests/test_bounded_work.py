@@ -1,0 +1,180 @@
+"""Issue 21 (bounded work): the per-inventory passes generate makes at 1e5 layers take each
+distinct tensor size once (times its count), or a module's sums in one pass. Each is checked
+here against the straightforward per-tensor (and per-rank) computation, written in this file
+from the DeepSpeed 0.19.8 rule it models, on small inventories of varied shapes: odd numels,
+world sizes that do not divide them, sub_group_size boundaries in the middle of a layer,
+frozen tensors, one-parameter modules and numeric (``params.3``) names."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger import state
+from advisor.ledger.timeline import zero_init_load_peak
+from advisor.model.inventory import Inventory, TensorSpec
+
+WORLDS = (1, 2, 3, 7, 8)
+
+
+def _inventory(seed: int, layers: int = 6) -> Inventory:
+    """Identical layers (an odd-sized bias and norm among them), plus an embedding, a frozen
+    tensor and a synthetic numeric-name tensor (its own module)."""
+    rng = random.Random(seed)
+    h = rng.choice((5, 7, 12, 33))
+    ts = [TensorSpec("model.embed_tokens.weight", (rng.choice((97, 100)), h))]
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        ts += [TensorSpec(f"{p}.self_attn.q_proj.weight", (h, h)),
+               TensorSpec(f"{p}.self_attn.q_proj.bias", (h,)),
+               TensorSpec(f"{p}.mlp.up_proj.weight", (3 * h + 1, h)),
+               TensorSpec(f"{p}.input_layernorm.weight", (h,), trainable=(i % 3 != 1)),
+               TensorSpec(f"{p}.mlp.down_proj.weight", (h, 3 * h + 1), group=i % 2)]
+    ts += [TensorSpec("params.3", (rng.randint(1, 999),)), TensorSpec("model.norm.weight", (h,))]
+    return Inventory("t", ts)
+
+
+def _ec(zero: dict):
+    return effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": zero})
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _module(name: str) -> str:
+    # the unit ZeRO-3 fetches: the name without its last component, a numeric last component
+    # (--params chunks) being a tensor of its own (advisor.ledger.state.module_of's rule)
+    head, _, last = name.rpartition(".")
+    return name if (not head or last.isdigit()) else head
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("W", WORLDS)
+def test_first_fetch_bytes_match_per_module_sums(seed: int, W: int) -> None:
+    """partition_parameters.py _all_gather_dtype (l. 1343) / AllGatherCoalescedHandle.wait
+    (l. 795): a module of >= 2 params fetches sum ceil(n/W) x W x D into one flat buffer and
+    torch.cat-copies its persistent params (n x D); one param is its own buffer. The first
+    module reaching the largest figure is named."""
+    inv = _inventory(seed)
+    D = 2
+    for thr in (0, 40, 10**9):
+        z = _ec({"stage": 3, "stage3_param_persistence_threshold": thr}).zero
+        keep = state.zero3_persistent(inv, z)
+        order: list[str] = []
+        members: dict[str, list[int]] = {}
+        for i, t in enumerate(inv.tensors):
+            m = _module(t.name)
+            if m not in members:
+                order.append(m)
+                members[m] = []
+            members[m].append(i)
+        best, where = 0, ""
+        for m in order:
+            idx = members[m]
+            if not any(keep[i] for i in idx):
+                continue
+            flat = sum(_ceil(inv.tensors[i].numel, W) * W * D for i in idx)
+            copies = sum(inv.tensors[i].numel * D for i in idx if keep[i]) if len(idx) >= 2 else 0
+            if flat + copies > best:
+                best, where = flat + copies, f"module {m}"
+        assert state._zero3_first_fetch_bytes(inv, z, W, D) == (best, where)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("W", WORLDS)
+@pytest.mark.parametrize("sgs", (None, 50, 333))
+def test_grad_swap_by_rank_matches_every_rank_every_tensor(seed: int, W: int, sgs: int | None) -> None:
+    """§5.4 (optimizer_utils.py _swap_out_gradients): on every rank, every parameter of a
+    swappable sub-group (S_k x 4 >= the swap threshold) adds zero3_grad_swap_bytes of the real
+    elements that rank holds, r_i = max(0, min(p_i, n_i - r p_i)) (§3.2). Sub-groups of 50 or
+    333 partition elements end in the middle of a layer."""
+    inv = _inventory(seed)
+    sub_groups = state.zero3_sub_groups(inv, W, sgs)
+    for smin, al in ((0, 1), (40, 4), (400, 3)):
+        got = state._zero3_grad_swap_by_rank(inv, W, sub_groups, smin, al)
+        want = []
+        for r in range(W):
+            f = k = 0
+            for sg in sub_groups:
+                if sg.numel * 4 < smin:
+                    continue
+                for i in sg.tensors:
+                    n = inv.tensors[i].numel
+                    p = _ceil(n, W)
+                    r_i = max(0, min(p, n - r * p))
+                    b = r_i * 4  # the fp32 gradient piece
+                    if b < smin or r_i // al * al * 4 < smin:
+                        k += b
+                    else:
+                        whole = r_i // al * al
+                        f += whole * 4
+                        k += b if whole != r_i else 0
+            want.append((f, k))
+        assert got.to_list() == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("W", WORLDS)
+def test_param_swap_bytes_from_counts_match_per_partition_sum(seed: int, W: int) -> None:
+    """partitioned_param_swapper.py swappable_tensor / _io_aligned_numel: every partition with
+    p_i x D >= max(1 MiB, aio.block_size) is written as A_k(p_i) x D, k = 1024 x
+    intra_op_parallelism / D. The projections are scaled up so they cross the 1 MiB threshold."""
+    inv = _inventory(seed)
+    big = Inventory("big", [TensorSpec(t.name, (t.numel * (99_991 if t.name.endswith("proj.weight") else 1),),
+                                       t.trainable, t.group) for t in inv.tensors])
+    ec = _ec({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}})
+    D, k, pmin = 2, 1024 * max(1, ec.aio.intra_op_parallelism) // 2, max(1 << 20, ec.aio.block_size)
+    totals = {}
+    for which, pick in (("all", lambda t: True), ("trainable", lambda t: t.trainable),
+                        ("frozen", lambda t: not t.trainable)):
+        want = 0
+        for t in big.tensors:
+            if pick(t):
+                p = _ceil(t.numel, W)
+                if p * D >= pmin:
+                    want += (p if p % k == 0 else p + k - p % k) * D
+        assert state.zero3_param_swap_bytes_counted(ec, state.zero3_partition_counts(big, W, which)) == want
+        assert state.zero3_param_swap_bytes(ec, (_ceil(t.numel, W) for t in big.tensors if pick(t))) == want
+        totals[which] = want
+    # not vacuous: some partitions cross the threshold, and the small ones (norms, biases) do not
+    assert 0 < totals["trainable"] < totals["all"] * 2
+    assert any(_ceil(t.numel, W) * D < pmin for t in big.tensors)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("W", WORLDS)
+@pytest.mark.parametrize("cast,swap_min", ((False, None), (True, None), (True, 60)))
+def test_zero_init_load_peak_matches_instant_by_instant_walk(seed: int, W: int, cast: bool,
+                                                             swap_min: int | None) -> None:
+    """partition_parameters.py (zero_wrapper_for_fp_tensor_constructor, _post_init_method,
+    _partition_param): every instant of the build is listed -- a parameter being created (the
+    module's earlier ones whole, this one in both dtypes when cast), then each partition
+    allocated while its whole tensor lives -- and the first instant of the largest total is
+    the peak."""
+    inv = _inventory(seed)
+    sizes = [(_module(t.name), t.numel) for t in inv.tensors]
+    D, Dl = 2, 4
+    instants = []
+    done = 0
+    i = 0
+    while i < len(sizes):
+        mod = sizes[i][0]
+        ns = []
+        while i < len(sizes) and sizes[i][0] == mod:
+            ns.append(sizes[i][1])
+            i += 1
+        for j, n in enumerate(ns):
+            whole_before = sum(ns[:j]) * D
+            instants.append((done, whole_before + n * (Dl + (D if cast else 0)), f"{mod}: building a parameter"))
+        made = 0
+        for j, n in enumerate(ns):
+            pb = _ceil(n, W) * D
+            made += 0 if (swap_min is not None and pb >= swap_min) else pb
+            instants.append((done + made, sum(ns[j:]) * D, f"{mod}: partitioning"))
+        done += made
+    top = max(a + b for a, b, _ in instants)
+    want = next(x for x in instants if x[0] + x[1] == top)
+    assert zero_init_load_peak(sizes, W, D, Dl, cast, swap_min) == (want if top > 0 else (0, 0, ""))
