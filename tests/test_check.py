@@ -501,10 +501,11 @@ def test_preset_overhead_defaults_apply_only_to_the_presets_gpu(tmp_path):
     from advisor.cluster.hardware import resolve_hardware
     preset_src = resolve_hardware("h200").accelerator.runtime_overhead.source
     _, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], {})
-    assert sources(d)["cuda_context"] == sources(d)["allocator"] == preset_src
+    # at ZeRO-3 the allocator's source adds the citations of its wider band after the preset's
+    assert sources(d)["cuda_context"] == preset_src and sources(d)["allocator"].startswith(preset_src + "; ZeRO-3 band")
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     _, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200"], TORCHRUN_8, bin_)
-    assert preset_src not in sources(d).values()
+    assert not any(s.startswith(preset_src) for s in sources(d).values())
     assert sources(d)["cuda_context"].startswith("pytorch/pytorch issues #107667 and #109888")
     assert any("the generic runtime-overhead figures, not the preset's" in w for w in d["warnings"])
 
@@ -572,7 +573,9 @@ def test_7b_zero3_on_24gb_cards_is_tight_exit_4_and_allow_tight_makes_it_0(tmp_p
     """The issue's example on 8 x 24 GB cards with 1,700 MiB used by something else (a display):
     free 22,864 MiB = 23.97 GB. Tracked peak about 18.0 GB + CUDA context 400 MiB + NCCL 256 MiB
     (1 communicator x 16 channels x 2 x 4 MiB x 2) + allocator 10% leaves about 3.5 GB, inside
-    the overhead's band (up to +0.6 GiB context, +256 MiB NCCL, +15% allocator): tight, exit 4."""
+    the overhead's band (up to +0.6 GiB context, +256 MiB NCCL, +40% allocator: at ZeRO-3 the band
+    reaches 50%, meta-llama/llama-cookbook #120's max reserved 63 GB over max allocated 42 GB): tight,
+    exit 4."""
     cfg = tmp_path / "z3.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
                                "zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW"}}))
@@ -584,7 +587,7 @@ def test_7b_zero3_on_24gb_cards_is_tight_exit_4_and_allow_tight_makes_it_0(tmp_p
     assert t["capacity"] == (24564 - 1700) * MIB
     by_hand = t["tracked"] + 400 * MIB + 256 * MIB + -(-t["tracked"] // 10)
     assert t["need"] == by_hand
-    unc = (1024 - 400) * MIB + 256 * MIB + (-(-t["tracked"] // 4) - -(-t["tracked"] // 10))
+    unc = (1024 - 400) * MIB + 256 * MIB + (-(-t["tracked"] * (63 - 42) // 42) - -(-t["tracked"] // 10))
     assert 0 <= t["headroom"] < unc == t["uncertainty"]
     assert (rc, d["verdict"], t["verdict"], d["exit_code"]) == (4, "tight", "tight", 4), err
     assert {o["key"] for o in t["overhead"]} == {"cuda_context", "nccl", "allocator", "deepspeed"}

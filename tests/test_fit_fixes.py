@@ -147,11 +147,14 @@ def test_a_change_that_overflows_another_tier_is_not_offered(tmp_path):
     assert _row(applied, "accelerator")["verdict"] == "fits" and _row(applied, "host")["verdict"] == "does not fit"
     assert "--set zero_optimization.offload_optimizer.device=cpu" not in _offered(f["fix"]), f["fix"]
     assert "offload the optimizer to host (host then short)" in f["fix"]
-    offered = [c for c in f["data"]["candidates"] if c["verdict"] == "fits"]
+    # offered: the changes that fit, and those that fit only inside the overhead's band (tight: at
+    # ZeRO-3 the allocator band reaches 50%, so the stage-3 change is offered as tight)
+    offered = [c for c in f["data"]["candidates"] if c["verdict"] in ("fits", "tight")]
     assert offered, f["fix"]
     for c in offered:
         again = _applied(args, c)
-        assert all(r["verdict"] in ("fits", "unknown") for r in again["fit"]), (c["change"], again["fit"])
+        assert all(r["verdict"] in ("fits", "tight", "unknown") for r in again["fit"]), (c["change"], again["fit"])
+        assert _row(again, "accelerator")["verdict"] == c["verdict"], (c["change"], again["fit"])
         assert " ".join([f"--set {x}" for x in c["set"]] + c["flags"]) in _offered(f["fix"])
 
 

@@ -8,7 +8,9 @@ from the code:
   and #109888 ("~300 MB", "around 400MB if CUDA >= 11.7 ... lazy module loading");
 * NCCL: one data-parallel communicator x 16 channels x 2 (send, recv) x NCCL_BUFFSIZE 4 MiB (NCCL
   User Guide default 4194304) x 2 protocols (Simple, LL128) = 256 MiB; band up to 32 channels;
-* allocator reserve: 10% of the tracked peak (band 3-25%), an assumption the module names;
+* allocator reserve: 10% of the tracked peak (band 3-25%), an assumption the module names; at
+  ZeRO-3 the band reaches 50%: meta-llama/llama-cookbook #120 measured max reserved 63 GB over max
+  allocated 42 GB under FSDP's gather/release (63 / 42 - 1 = 50%);
 * DeepSpeed extras: 0.
 """
 
@@ -55,7 +57,7 @@ def test_7b_zero3_on_8x24gb_is_tight_with_the_overhead_rows_showing_why(tmp_path
     assert t >= (12 + 2) * N_7B // 8 + 2 * 10**9
     by_hand = {"cuda_context": 400 * MIB, "nccl": 1 * 16 * 2 * 4 * MIB * 2, "allocator": math.ceil(0.10 * t),
                "deepspeed": 0}
-    high = {"cuda_context": 1 * GIB, "nccl": 1 * 32 * 2 * 4 * MIB * 2, "allocator": math.ceil(0.25 * t),
+    high = {"cuda_context": 1 * GIB, "nccl": 1 * 32 * 2 * 4 * MIB * 2, "allocator": math.ceil((63 / 42 - 1) * t),
             "deepspeed": 0}
     assert {o["key"]: o["bytes"] for o in f["overhead"]} == by_hand
     assert {o["key"]: o["high"] for o in f["overhead"]} == high

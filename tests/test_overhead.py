@@ -44,6 +44,37 @@ def test_allocator_fraction(env, frac):
     assert a.bytes == int(10**10 * frac) and a.low < a.bytes < a.high
 
 
+def test_zero3_allocator_band_holds_the_cited_measurements():
+    """At ZeRO-3 the allocator band's top holds the public reserved-over-allocated figures:
+    meta-llama/llama-cookbook #120 (FSDP 70B on 16 x A100-80GB, a maintainer's run): max allocated
+    42 GB, max reserved 63 GB -> 21 / 42 = 50% of the allocated peak; GMLake (arXiv:2401.08156):
+    up to 30% of the reserved memory fragmented -> 0.30 / 0.70 = 42.9% of the allocated peak. The
+    default stays 10%: those are high-water marks on cards with room to spare."""
+    peak = 42 * 10**9
+    z3 = _t(runtime_overhead(peak, world_size=8, env={}, zero_stage=3), "allocator")
+    assert z3.high >= (63 - 42) * 10**9 and z3.high >= math.ceil(peak * 0.30 / 0.70)
+    assert z3.high == (63 - 42) * 10**9  # the widest cited figure, no wider
+    assert z3.bytes == math.ceil(peak * 0.10) and "ZeRO-3" in z3.formula and "llama-cookbook issue #120" in z3.source
+    for stage in (None, 0, 1, 2):  # no gather/release churn evidenced there: the generic band
+        a = _t(runtime_overhead(peak, world_size=8, env={}, zero_stage=stage), "allocator")
+        assert (a.bytes, a.high) == (z3.bytes, math.ceil(peak * 0.25)) and "ZeRO-3" not in a.formula
+    # expandable_segments maps growing segments instead of caching split blocks: its own band stays
+    ex = _t(runtime_overhead(peak, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, zero_stage=3),
+            "allocator")
+    assert ex.high == math.ceil(peak * 0.10) and "ZeRO-3" not in ex.formula
+
+
+def test_zero3_band_widens_a_preset_band_below_it_and_keeps_a_wider_one():
+    from advisor.cluster.overhead import OverheadDefaults
+    peak = 10 * GIB
+    narrow = OverheadDefaults((400 * MIB, 256 * MIB, 1 * GIB), (0.1, 0.03, 0.25), "preset")
+    wide = OverheadDefaults((400 * MIB, 256 * MIB, 1 * GIB), (0.2, 0.1, 0.6), "measured")
+    a = _t(runtime_overhead(peak, env={}, defaults=narrow, zero_stage=3), "allocator")
+    assert (a.bytes, a.high) == (math.ceil(peak * 0.1), math.ceil(peak * 0.5)) and a.source.startswith("preset; ")
+    b = _t(runtime_overhead(peak, env={}, defaults=wide, zero_stage=3), "allocator")
+    assert (b.bytes, b.high, b.source) == (math.ceil(peak * 0.2), math.ceil(peak * 0.6), "measured")
+
+
 def test_bad_environment_is_named():
     with pytest.raises(OverheadError, match="NCCL_BUFFSIZE"):
         runtime_overhead(0, world_size=2, env={"NCCL_BUFFSIZE": "lots"})

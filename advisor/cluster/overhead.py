@@ -32,6 +32,16 @@ Terms (bytes per process, i.e. per rank):
   ``expandable_segments``, which maps segments that grow instead of caching fixed blocks.
   Source: PyTorch docs, "CUDA semantics - Memory management" (caching allocator,
   expandable_segments); the fractions are assumptions to be replaced by gpu_peak.py's figures.
+  At ZeRO stage 3 (without expandable_segments) the band reaches 50% (:data:`ZERO3_ALLOCATOR_HIGH`):
+  parameters are gathered and released module by module, the churn the public measurements
+  of sharded-parameter training report. meta-llama/llama-cookbook issue #120 (a maintainer's FSDP
+  run, 70B on 16 x A100-80GB): max memory allocated 42 GB, max reserved 63 GB (reserved 50% over
+  allocated), 58 GB with AnyPrecisionAdamW (38% over); GMLake (Guo et al., ASPLOS 2024,
+  arXiv:2401.08156): the caching allocator leaves up to 30% of the reserved memory fragmented
+  under recomputation, offloading, distributed training and LoRA on A100-80GB, i.e. reserved up
+  to 1/0.7 = 1.43 x allocated. Those are high-water marks on cards with room to spare (the
+  allocator frees its cached blocks and retries before it reports an OOM), so they widen the band;
+  the default stays 10% until a GPU run (``benchmarks/gpu_peak.py``) measures it.
 * ``deepspeed``: DeepSpeed's own extras beyond the ledger. The ledger already itemises
   DeepSpeed's buffers (ipg buckets, gathered parameters, swap buffers, reduce buffers) from
   deepspeed/runtime/zero/*.py; the open-world engine check (``measure``) reports anything it
@@ -56,6 +66,13 @@ NCCL_CHANNELS_DEFAULT, NCCL_CHANNELS_LOW, NCCL_CHANNELS_HIGH = 16, 4, 32
 NCCL_PROTOCOL_BUFFERS = 2
 #: The overhead terms, in the fit table's order.
 TERMS = ("cuda_context", "nccl", "allocator", "deepspeed")
+#: The allocator band's upper fraction at ZeRO stage 3 (reserved beyond allocated, of the tracked
+#: peak): meta-llama/llama-cookbook #120, FSDP: max reserved 63 GB / max allocated 42 GB = 1.50;
+#: GMLake (arXiv:2401.08156): up to 30% of reserved fragmented = 0.30 / 0.70 = 0.43 of allocated.
+ZERO3_ALLOCATOR_HIGH = 0.50
+ZERO3_ALLOCATOR_SOURCE = ("ZeRO-3 band: meta-llama/llama-cookbook issue #120 (FSDP 70B, 16 x A100-80GB: max allocated "
+                          "42 GB, max reserved 63 GB) and GMLake, ASPLOS 2024, arXiv:2401.08156 (up to 30% of the "
+                          "reserved memory fragmented under recomputation and distributed training)")
 
 
 @dataclass(frozen=True)
@@ -142,13 +159,16 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
                      env: Mapping[str, str] | None = None,
                      overrides: Mapping[str, int] | None = None,
                      deepspeed: tuple[int, str, str] | None = None,
-                     defaults: OverheadDefaults | None = None) -> list[OverheadTerm]:
+                     defaults: OverheadDefaults | None = None,
+                     zero_stage: int | None = None) -> list[OverheadTerm]:
     """The overhead rows for one rank whose tracked accelerator peak is ``peak_bytes``.
 
     ``env``: the environment to read NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, CUDA_MODULE_LOADING and
     PYTORCH_CUDA_ALLOC_CONF from (default os.environ). ``deepspeed``: the DeepSpeed-extras term's
     (bytes, formula, source), :func:`deepspeed_extras` (default: none). ``defaults``: the
-    accelerator preset's :class:`OverheadDefaults` (None: the generic cited figures). ``overrides``: key -> bytes, replacing a
+    accelerator preset's :class:`OverheadDefaults` (None: the generic cited figures). ``zero_stage``:
+    the config's ZeRO stage; at 3 the allocator band reaches :data:`ZERO3_ALLOCATOR_HIGH` of the
+    peak (unless expandable_segments is on). ``overrides``: key -> bytes, replacing a
     term's default (its band collapses to it: the user measured it). Raises
     :class:`OverheadError` for an unparseable variable or an unknown override key."""
     env = os.environ if env is None else env
@@ -195,10 +215,14 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
              "fractions assumed, not yet calibrated on a GPU")
     if defaults is not None and not expandable:
         (f, f_lo, f_hi), a_src = defaults.allocator_fraction, defaults.source
+    zero3 = zero_stage == 3 and not expandable and f_hi < ZERO3_ALLOCATOR_HIGH
+    if zero3:
+        f_hi, a_src = ZERO3_ALLOCATOR_HIGH, f"{a_src}; {ZERO3_ALLOCATOR_SOURCE}"
     terms.append(OverheadTerm(
         "allocator", "allocator reserve and fragmentation", math.ceil(peak_bytes * f), math.ceil(peak_bytes * f_lo),
         math.ceil(peak_bytes * f_hi),
-        formula=f"{f:.0%} of the tracked peak (band {f_lo:.0%}-{f_hi:.0%})"
+        formula=f"{f:.0%} of the tracked peak (band {f_lo:.0%}-{f_hi:.0%}"
+                + (": ZeRO-3 gathers and releases parameters module by module" if zero3 else "") + ")"
                 + ("; expandable_segments on" if expandable else ""),
         source=a_src))
 
@@ -281,9 +305,11 @@ class OverheadSettings:
         return replace(self, defaults=d) if d is not None else self
 
     def terms(self, peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1,
-              pipeline_parallel: int = 1, deepspeed: tuple[int, str, str] | None = None) -> list[OverheadTerm]:
-        """:func:`runtime_overhead` for one rank whose tracked accelerator peak is ``peak_bytes``,
-        with these settings applied. Raises :class:`OverheadError` (bad env or override)."""
+              pipeline_parallel: int = 1, deepspeed: tuple[int, str, str] | None = None,
+              zero_stage: int | None = None) -> list[OverheadTerm]:
+        """:func:`runtime_overhead` for one rank whose tracked accelerator peak is ``peak_bytes``
+        (``zero_stage``: the config's ZeRO stage, which sets the allocator band), with these
+        settings applied. Raises :class:`OverheadError` (bad env or override)."""
         ov = dict(self.overrides or {})
         if self.allocator_fraction is not None and "allocator" not in ov:
             ov["allocator"] = math.ceil(peak_bytes * self.allocator_fraction)
@@ -292,7 +318,7 @@ class OverheadSettings:
         out = []
         for t in runtime_overhead(peak_bytes, world_size=world_size, tensor_parallel=tensor_parallel,
                                   pipeline_parallel=pipeline_parallel, env=self.env, overrides=ov,
-                                  deepspeed=deepspeed, defaults=self.defaults):
+                                  deepspeed=deepspeed, defaults=self.defaults, zero_stage=zero_stage):
             if t.key in self.exclude:
                 t = OverheadTerm(t.key, t.name, 0, 0, 0, "already inside the free memory read", "measured free memory",
                                  overridden=True)

@@ -397,7 +397,8 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     ec = ledger.plan.config
     trainable = ledger.plan.inventory.trainable_numel  # whole model: an upper bound under TP/PP (capped at 5e8)
     shape = dict(world_size=cl.world_size, tensor_parallel=cl.tensor_parallel, pipeline_parallel=cl.pipeline_parallel,
-                 deepspeed=deepspeed_extras(ec.zero.stage, trainable, DTYPE_BYTES[ec.grad_dtype]))
+                 deepspeed=deepspeed_extras(ec.zero.stage, trainable, DTYPE_BYTES[ec.grad_dtype]),
+                 zero_stage=ec.zero.stage)
     terms = overhead.terms(pk["bytes"], **shape)
     st_terms = overhead.terms(st["bytes"], **shape)
     rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
