@@ -178,3 +178,50 @@ def test_zero_init_load_peak_matches_instant_by_instant_walk(seed: int, W: int, 
     top = max(a + b for a, b, _ in instants)
     want = next(x for x in instants if x[0] + x[1] == top)
     assert zero_init_load_peak(sizes, W, D, Dl, cast, swap_min) == (want if top > 0 else (0, 0, ""))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("W", (1, 3, 8))
+@pytest.mark.parametrize("sgs", (60, 10**9))
+def test_stage3_partition_figures_from_counts_match_per_tensor_sums(seed: int, W: int, sgs: int) -> None:
+    """The ZeRO-3 ledger's partition figures, now summed over distinct sizes, against per-tensor
+    sums (stage3.py _create_fp16_sub_groups / _create_fp16_partitions_with_defragmentation;
+    partitioned_param_swapper.py reserve_partitioned_swap_space; §3.2, §5.1): lp_param_partitions
+    P3 x D (P3 = sum ceil(n_i / W) over trainable params), and with offload_param nvme and a
+    max_in_cpu too small for any group, the pinned 'param_partitioned_swap_buffer' = sum over the
+    largest sub-group of A_k(n_i) x D (full n_i), and the pinned partitions below the aio swap
+    size kept in host memory (sum of p_i x D with p_i x D < max(1 MiB, block_size))."""
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+
+    inv = _inventory(seed)
+    inv = Inventory("scaled", [TensorSpec(t.name, (t.numel * (40_009 if t.name.endswith("proj.weight") else 1),),
+                                          t.trainable, t.group) for t in inv.tensors])
+    base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    D = 2
+    sub_groups = state.zero3_sub_groups(inv, W, sgs)
+    P3 = sum(_ceil(inv.tensors[i].numel, W) for sg in sub_groups for i in sg.tensors)
+
+    ec = effective_config({**base, "zero_optimization": {"stage": 3, "sub_group_size": sgs}})
+    ents = compute_ledger(Plan(ec, inv, Cluster(world_size=W))).rank(0).entries
+    assert sum(e.bytes for e in ents if e.item == "lp_param_partitions" and e.tier == "accelerator") == P3 * D
+
+    ec = effective_config({**base, "zero_optimization": {
+        "stage": 3, "sub_group_size": sgs,
+        "offload_param": {"device": "nvme", "nvme_path": "/x", "max_in_cpu": 1}}})
+    ents = compute_ledger(Plan(ec, inv, Cluster(world_size=W))).rank(0).entries
+    k = 1024 * max(1, ec.aio.intra_op_parallelism) // D
+    sizes = [sum(_ceil(inv.tensors[i].numel, W) for i in sg.tensors) for sg in sub_groups]
+    big = sizes.index(max(sizes))  # the first of the largest
+    full = sum(-(-inv.tensors[i].numel // k) * k for i in sub_groups[big].tensors)
+    got = [e.bytes for e in ents if e.item == "param_partitioned_swap_buffer"]
+    assert got == [full * D]
+    pmin = max(1 << 20, ec.aio.block_size)
+    small = sum(_ceil(inv.tensors[i].numel, W) * D for sg in sub_groups for i in sg.tensors
+                if _ceil(inv.tensors[i].numel, W) * D < pmin)
+    pinned = [e for e in ents if e.item == "lp_param_partitions" and e.tier == "host_pinned"]
+    assert len(pinned) == 1
+    # max_in_cpu of 1 element: no sub-group is in a flat buffer (that 1-element buffer is
+    # 'max_in_cpu_buffer'), so the pinned partitions are just the ones below the swap size
+    assert pinned[0].bytes == small
+    assert (f"+ {small} B of partitions below the aio swap size" in pinned[0].formula) == bool(small)

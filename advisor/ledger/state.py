@@ -45,13 +45,14 @@ verified by tests/engine parity runs against the real engine.
 
 from __future__ import annotations
 
+import array
 import bisect
 import collections
 import functools
 import itertools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Literal, get_args
+from typing import Iterable, Literal, Sequence, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.config.validation import MAX_RANK_ROLES, MAX_ZERO12_CHANGE_RANKS
@@ -214,6 +215,17 @@ def zero12_param_alignment(dtype_bytes: int, parameter_alignment: bool) -> int:
     return 16 // math.gcd(16, dtype_bytes) if parameter_alignment else 1
 
 
+def _packed(values: "Iterable[int]") -> "Sequence[int]":
+    """``values`` as an ``array('q')`` (indexing and bisect as on a list, 8 bytes an element, not
+    an int object each: generate at 1e5 layers keeps these per layout and world size, issue 21),
+    or a list when one exceeds int64 (2^48-element tensors x 2e6 tensors could)."""
+    vals = list(values)
+    try:
+        return array.array("q", vals)
+    except OverflowError:
+        return vals
+
+
 @dataclass(frozen=True)
 class Zero12Layout:
     """Flat layout of one ZeRO-1/2 (or BF16_Optimizer) param group, elements (§3.1).
@@ -232,14 +244,15 @@ class Zero12Layout:
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @functools.cached_property
-    def ends(self) -> list[int]:
-        """Flat end offset of each tensor (start + numel), elements; non-decreasing."""
-        return [a + n for a, n in zip(self.starts, self.numels)]
+    def ends(self) -> "Sequence[int]":
+        """Flat end offset of each tensor (start + numel), elements; non-decreasing. A packed
+        int64 array (:func:`_packed`): 8 bytes a tensor instead of a list of int objects."""
+        return _packed(a + n for a, n in zip(self.starts, self.numels))
 
     @functools.cached_property
-    def prefix(self) -> list[int]:
-        """prefix[j] = numels[0] + ... + numels[j-1] (elements; len = tensors + 1)."""
-        return list(itertools.accumulate(self.numels, initial=0))
+    def prefix(self) -> "Sequence[int]":
+        """prefix[j] = numels[0] + ... + numels[j-1] (elements; len = tensors + 1), packed like :attr:`ends`."""
+        return _packed(itertools.accumulate(self.numels, initial=0))
 
     @functools.cached_property
     def largest(self) -> int:
@@ -926,9 +939,22 @@ def _moment_items(ec: EffectiveConfig) -> tuple[str, ...]:
 
 def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basic: str) -> None:
     D = DTYPE_BYTES[ec.model_dtype]
-    groups = inv.groups()
-    N = sum(t.numel for g in groups for t in g)
-    ntensors = sum(len(g) for g in groups)
+
+    def sums() -> tuple[int, int, int]:
+        # (N, trainable tensors, largest all-reduce bucket): once per tensor list, not per plan (issue 21).
+        # The boundary all-reduce flattens the grads bucket by bucket: a bucket takes tensors (module
+        # order) until its numel exceeds MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (found by the peak
+        # tracker: the census never sees this copy, it is freed before backward returns)
+        groups = inv.groups()
+        big = cur = 0
+        for g in groups:
+            for t in g:
+                cur += t.numel
+                if cur > MEMORY_OPT_ALLREDUCE_SIZE:
+                    big, cur = max(big, cur), 0
+        big = max(big, cur)
+        return sum(t.numel for g in groups for t in g), sum(len(g) for g in groups), big
+    N, ntensors, big = inv.memo(("stage0_sums",), sums)
     src_s = "runtime/fp16/fused_optimizer.py:FP16_Optimizer.__init__" if wrapper == "FP16_Optimizer" else \
         "runtime/fp16/unfused_optimizer.py:FP16_UnfusedOptimizer.__init__"
     b.add("accelerator", "parameters", "lp_params_flat", N * D, "persistent",
@@ -957,16 +983,7 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
           "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
-    # the boundary all-reduce flattens the grads bucket by bucket: a bucket takes tensors (module
-    # order) until its numel exceeds MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (found by the peak
-    # tracker: the census never sees this copy, it is freed before backward returns)
-    big = cur = 0
-    for g in groups:
-        for t in g:
-            cur += t.numel
-            if cur > MEMORY_OPT_ALLREDUCE_SIZE:
-                big, cur = max(big, cur), 0
-    big = max(big, cur)
+    # big: the largest all-reduce bucket (see sums above)
     b.add("accelerator", "workspace", "allreduce_bucket_flat", big * gD, "in_backward",
           f"largest all-reduce bucket x D = {big} x {gD} (tensors until numel > {MEMORY_OPT_ALLREDUCE_SIZE:,})",
           "engine.py:DeepSpeedEngine.allreduce_no_retain / allreduce_bucket (self.flatten(bucket))")
@@ -1470,25 +1487,36 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     sgs = pl.sub_groups
 
     def tables() -> tuple:
-        # (n_i, p_i) per sub-group, the sub-groups of each group, (n_i, p_i) per group, P3, S_k:
-        # once per (tensor list, W, sub_group_size), not once per rank role and plan (issue 21)
-        subs: list[list[tuple[int, int]]] = []
+        # per sub-group {n_i: how many} and {p_i: how many}, the sub-groups of each group, P3, S_k,
+        # {p_i: how many} and P3_g per group: once per (tensor list, W, sub-groups), not once per rank
+        # role and plan, and as counts of distinct sizes, not a pair per tensor (issue 21)
+        sub_n: list[collections.Counter] = []
+        sub_p: list[dict[int, int]] = []
         for sg in sgs:
-            subs.append([(n, _ceil_div(n, W)) for n in (inv.tensors[i].numel for i in sg.tensors)])
+            cn = collections.Counter(inv.tensors[i].numel for i in sg.tensors)
+            cp: dict[int, int] = {}
+            for n, c in cn.items():
+                p = _ceil_div(n, W)
+                cp[p] = cp.get(p, 0) + c
+            sub_n.append(cn)
+            sub_p.append(cp)
         gids = sorted({sg.group for sg in sgs})
         sub_group_of_group = [[k for k, sg in enumerate(sgs) if sg.group == g] for g in gids]
-        parts = [[x for k in idx for x in subs[k]] for idx in sub_group_of_group]
-        P3 = sum(p for g in parts for _, p in g)
-        Sk = [sum(p for _, p in s) for s in subs]
-        counts = [collections.Counter(p for _, p in g) for g in parts]  # {p_i: how many} per group
-        PG = [sum(p for _, p in g) for g in parts]  # P3_g per group
-        return subs, sub_group_of_group, parts, P3, Sk, counts, PG
+        Sk = [sum(p * c for p, c in cp.items()) for cp in sub_p]
+        counts: list[collections.Counter] = []  # {p_i: how many} per group
+        for idx in sub_group_of_group:
+            cg: collections.Counter = collections.Counter()
+            for k in idx:
+                cg.update(sub_p[k])
+            counts.append(cg)
+        PG = [sum(Sk[k] for k in idx) for idx in sub_group_of_group]  # P3_g per group
+        return sub_n, sub_p, sub_group_of_group, sum(PG), Sk, counts, PG
     # keyed by the sub-groups' shape (group, first index, count, S_k each): a handful of sub-groups
     sig = tuple((sg.group, sg.tensors[0] if sg.tensors else -1, len(sg.tensors), sg.numel) for sg in sgs)
-    subs, sub_group_of_group, parts, P3, Sk, part_counts, PG = inv.memo(("zero3_stage3_tables", W, sig), tables)
+    sub_n, sub_p, sub_group_of_group, P3, Sk, part_counts, PG = inv.memo(("zero3_stage3_tables", W, sig), tables)
 
     # ---- 16-bit parameter partitions
-    flat_of_sub: list[bool] = [True] * len(subs)
+    flat_of_sub: list[bool] = [True] * len(sgs)
     if op == "none":
         b.add("accelerator", "parameters", "lp_param_partitions", P3 * D, "persistent",
               f"P3 x D = {P3} x {D}; P3 = sum_i ceil(n_i / W) (one defragmented buffer)",
@@ -1504,7 +1532,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         nvme_bytes = 0
         resident_small = 0
         unused_flat = 0
-        for gi, g in enumerate(parts):
+        for gi in range(len(sub_group_of_group)):
             pg = PG[gi]
             size = pg
             if nvme and agg + pg > z.offload_param.max_in_cpu:
@@ -1516,9 +1544,9 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                     used = True
                 else:
                     flat_of_sub[si] = False
-                    for n, p in subs[si]:
+                    for p, c in sub_p[si].items():
                         if p * D < pmin:
-                            resident_small += p * D
+                            resident_small += p * D * c
             used_any.append(used)
             if nvme:  # every swappable partition is written to NVMe at init, even if kept in RAM
                 nvme_bytes += zero3_param_swap_bytes_counted(ec, part_counts[gi])
@@ -1559,8 +1587,8 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                   f"{_align(ob.buffer_size, al)} x {D} (aio-locked)",
                   "runtime/swap_tensor/partitioned_param_swapper.py:AsyncPartitionedParameterSwapper._configure_aio")
             if not all(flat_of_sub):
-                big = max(range(len(subs)), key=lambda i: (Sk[i], -i))
-                full = sum(_align(n, al) for n, _ in subs[big])
+                big = max(range(len(sgs)), key=lambda i: (Sk[i], -i))
+                full = sum(_align(n, al) * c for n, c in sub_n[big].items())
                 b.add("host_pinned", "workspace", "param_partitioned_swap_buffer", full * D, "persistent",
                       f"sum over the largest sub-group of A_{al}(n_i) x D = {full} x {D} (FULL numel n_i, not p_i)",
                       "runtime/swap_tensor/partitioned_param_swapper.py:reserve_partitioned_swap_space")
@@ -1682,7 +1710,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               "(created in step 1, swapped out to NVMe and freed)",
               _opt_src(basic) + " (state zeros_like on the host at the first step); "
               f"{S}._optimizer_states_and_gradient_swap_out")
-    nsub = len(subs)
+    nsub = len(sgs)
     step_b = optimizer_states(ec).step_bytes * nsub if optimizer_states(ec).step_bytes else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {nsub} sub-groups" if step_b else "0 (python int)", _opt_src(basic))
