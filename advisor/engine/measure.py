@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from advisor.engine import extcache
 from advisor.model.inventory import Inventory
 
 
@@ -124,7 +125,7 @@ def stale_lock_message(locks: list[tuple[str, float]]) -> str:
     return ("stale torch-extensions build lock(s) "
             + ", ".join(f"{p} ({a / 60:.0f} min old)" for p, a in locks)
             + ": an interrupted build left them and DeepSpeed's op build would wait forever; remove them "
-              "(rm), or set TORCH_EXTENSIONS_DIR to a fresh folder")
+              "(rm), or unset TORCH_EXTENSIONS_DIR (each run then builds in a folder of its own)")
 
 
 class Terminated(SystemExit):
@@ -217,7 +218,7 @@ def _prepare_config(config: dict[str, Any], nvme_dir: str) -> dict[str, Any]:
 #: deepspeed/ops/op_builder/builder.py:OpBuilder.jit_load print these), as (pattern, words).
 _LOG_MILESTONES = (
     (re.compile(r"Building extension module (\w+)"), "building DeepSpeed op {0} (the first build takes minutes; "
-                                                    "it is cached under TORCH_EXTENSIONS_DIR)"),
+                                                    "then it is reused)"),
     (re.compile(r"Loading extension module (\w+)"), "loaded DeepSpeed op {0}"),
     (re.compile(r"Time to load (\w+) op: ([0-9.]+) seconds"), "op {0} ready after {1} s"),
 )
@@ -252,7 +253,8 @@ def build_note(env: dict[str, str] | None = None) -> str:
     needs (cpu_adam for a CPU optimizer, async_io for NVMe, ...) on first use, through
     ``torch.utils.cpp_extension.load`` (``deepspeed/ops/op_builder/builder.py`` OpBuilder.jit_load),
     under :func:`extensions_root` (``TORCH_EXTENSIONS_DIR``); an op already built there (its
-    ``.so``) is loaded, not rebuilt."""
+    ``.so``) is loaded, not rebuilt. A run's own folder (:func:`advisor.engine.extcache.new_run_dir`)
+    is named as such, with the cache its finished builds were copied from."""
     root = extensions_root(env)
     built = set()
     if os.path.isdir(root):
@@ -260,6 +262,12 @@ def build_note(env: dict[str, str] | None = None) -> str:
             if dirpath[len(root):].count(os.sep) >= 2:
                 dirnames[:] = []
             built.update(f[:-3] for f in filenames if f.endswith(".so"))
+    if extcache.is_run_dir(root):
+        with open(os.path.join(root, extcache.RUN_MARK)) as fh:
+            cache = fh.read().strip()
+        return ("building DeepSpeed's ops on first use (1-3 minutes per op, once) in this run's own folder " + root
+                + "; finished builds are kept in " + cache
+                + ("; copied in from there: " + ", ".join(sorted(built)) if built else " (none yet)"))
     return ("building DeepSpeed's ops on first use (1-3 minutes per op, once) under " + root
             + (" (TORCH_EXTENSIONS_DIR)" if (env if env is not None else os.environ).get("TORCH_EXTENSIONS_DIR")
                else " (torch's default; set TORCH_EXTENSIONS_DIR to move it)")
@@ -311,7 +319,13 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
                "-m", "advisor.engine.worker", job_path, out_dir]
         log_path = os.path.join(base, "launch.log")
-        locks = stale_build_locks(env)
+        if not env.get("TORCH_EXTENSIONS_DIR"):
+            # this run's own op-build folder, seeded with the finished builds of the cache: no
+            # build lock of another run can be in it (advisor/engine/extcache.py)
+            env["TORCH_EXTENSIONS_DIR"] = os.path.join(base, "torch_extensions")
+            extcache.new_run_dir(env["TORCH_EXTENSIONS_DIR"], env)
+        own_dir = extcache.is_run_dir(env["TORCH_EXTENSIONS_DIR"])
+        locks = [] if own_dir else stale_build_locks(env)  # a folder the user set may hold one
         if locks:
             raise MeasureError(stale_lock_message(locks))
         with open(log_path, "w") as log:
@@ -328,6 +342,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                 stop.set()
                 if watcher is not None:
                     watcher.join(timeout=5)
+        if own_dir:  # the ops this launch finished building, for the next run (also after a failure)
+            extcache.publish(env["TORCH_EXTENSIONS_DIR"], env)
         results: dict[str, CellResult] = {c["id"]: CellResult(c["id"]) for c in job_cells}
         for r in range(world_size):
             p = os.path.join(out_dir, f"rank{r}.jsonl")
