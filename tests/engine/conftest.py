@@ -39,15 +39,44 @@ print("ok")
 """
 
 
+@pytest.fixture(scope="session", autouse=True)
+def run_extensions_dir():
+    """This session's own TORCH_EXTENSIONS_DIR, inherited by every launch and worker it starts:
+    a fresh folder seeded with the cache's finished DeepSpeed op builds (advisor/engine/extcache.py;
+    ``DS_ADVISOR_EXT_CACHE`` moves the cache), so no build lock of another run can be in it and a
+    cached op is loaded, not rebuilt; the ops built here are published to the cache after each
+    launch and at the end. A TORCH_EXTENSIONS_DIR set by the user is used as it is. Yields the
+    folder."""
+    if not HAVE_ENGINE or os.environ.get("TORCH_EXTENSIONS_DIR"):
+        yield os.environ.get("TORCH_EXTENSIONS_DIR")
+        return
+    import shutil
+    import tempfile
+
+    from advisor.engine import extcache
+
+    root = tempfile.mkdtemp(prefix="ds-advisor-ext-")
+    # the accelerator the launches use here: measure's CPU default on this machine, as the workers'
+    extcache.new_run_dir(root, dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu")))
+    os.environ["TORCH_EXTENSIONS_DIR"] = root
+    try:
+        yield root
+    finally:
+        del os.environ["TORCH_EXTENSIONS_DIR"]
+        extcache.publish(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def aio_available() -> tuple[bool, str]:
+def aio_available(run_extensions_dir) -> tuple[bool, str]:
     """(True, "") when DeepSpeed's async_io op builds here (needs libaio, Debian libaio-dev)."""
     if not HAVE_ENGINE:
         return False, "torch/deepspeed missing"
+    from advisor.engine import extcache
     from advisor.engine.measure import run_process_group, stale_build_locks, stale_lock_message
 
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
-    locks = stale_build_locks(env)
+    locks = [] if extcache.is_run_dir(env.get("TORCH_EXTENSIONS_DIR", "")) else stale_build_locks(env)
     if locks:  # the build would wait on it forever (a stale async_io lock hung these tests 15 min)
         pytest.fail(stale_lock_message(locks))
     import tempfile
@@ -57,6 +86,8 @@ def aio_available() -> tuple[bool, str]:
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
+    if extcache.is_run_dir(env.get("TORCH_EXTENSIONS_DIR", "")):
+        extcache.publish(env["TORCH_EXTENSIONS_DIR"])
     if rc is None:
         held = stale_build_locks(env, max_age_s=0)
         return False, "building the async_io op timed out" + (f" ({stale_lock_message(held)})" if held else "")
