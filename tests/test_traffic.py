@@ -457,3 +457,54 @@ def test_qgz_two_stage_all_to_all_by_hand():
     one = _rank0(_zpp_plan(8, 8, zero_quantized_gradients=True))
     assert "qgz_intra_node_all_to_all" not in one
     assert one["grad_reduce_scatter"].bytes == 7 * (n + 4096) * 2 // 8
+
+
+def _hpz_plan(world: int, per_node: int, shapes, ga: int = 1, **zero) -> Plan:
+    inv = _inv(shapes)
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, **zero}}
+    return Plan(effective_config(raw), inv, Cluster(world_size=world, gpus_per_node=per_node))
+
+
+def test_hpz_all_gathers_by_hand():
+    """hpZ h = 8 on 2 nodes x 8 ranks, GA = 4, parameters re-gathered in backward
+    (stage3_max_reuse_distance 0). DeepSpeed 0.19.8 partition_parameters.py all_gather_coalesced
+    l. 1571-1575 gathers over the hpZ group when ds_secondary_tensor is set; stage3.py _post_step
+    -> invalidate_secondary_tensor (l. 755-759) drops it for trainable parameters after every step,
+    and _partition_param_sec rebuilds it at the first release (a local copy). So per step the
+    trainable 4096 x 4096 weight crosses the 16-rank group once (first forward), and the other 3
+    forwards plus all 4 backwards run within the node; the frozen 4096 x 4096 weight keeps its
+    secondary tensor, so all its 4 forwards and 4 backwards are intra-node.
+    Every n_i here is divisible by 2W = 32: p_i x W = n_i, no padding."""
+    n = 4096 * 4096
+    W, h, ga, D = 16, 8, 4, 2
+    plan = _hpz_plan(W, 8, [((4096, 4096), True), ((4096, 4096), False)], ga=ga,
+                     zero_hpz_partition_size=h, stage3_max_reuse_distance=0)
+    q = _rank0(plan)
+    assert q["param_allgather_fwd"].bytes == 15 * n * D // 16            # trainable, once per step
+    assert q["param_allgather_fwd"].intra_node is None                    # the whole ZeRO group: 2 nodes
+    assert q["param_allgather_fwd_hpz"].bytes == 7 * (3 * n + 4 * n) * D // 8
+    assert q["param_allgather_bwd_hpz"].bytes == 4 * 7 * (2 * n) * D // 8
+    assert q["param_allgather_fwd_hpz"].intra_node is True and q["param_allgather_bwd_hpz"].intra_node is True
+    assert "param_allgather_bwd" not in q
+    # against plain ZeRO-3: 4 x (fwd + bwd) x 15/16 x 2n x D over the whole group
+    plain = _rank0(_hpz_plan(W, 8, [((4096, 4096), True), ((4096, 4096), False)], ga=ga,
+                             stage3_max_reuse_distance=0))
+    assert plain["param_allgather_fwd"].bytes == 4 * 15 * 2 * n * D // 16
+    assert plain["param_allgather_bwd"].bytes == plain["param_allgather_fwd"].bytes
+    # the gradient reduce-scatter is not changed by hpZ (stage3.py __avg_scatter_grads, whole group)
+    assert q["grad_reduce_scatter"].bytes == plain["grad_reduce_scatter"].bytes
+
+
+def test_hpz_with_qwz_gathers_int8_and_h_not_dividing_the_node_is_inter_node():
+    """qwZ + hpZ: the secondary partition is gathered as int8 too (partition_parameters.py
+    l. 1490-1500, ds_secondary_tensor quantized); h = 3 does not divide 8 ranks per node, so the
+    hpZ groups straddle nodes (G003 warns): the rows are marked inter-node."""
+    n = 4096 * 4096
+    q = _rank0(_hpz_plan(24, 8, [((4096, 4096), True)], ga=2, zero_hpz_partition_size=3,
+                         zero_quantized_weights=True, stage3_max_reuse_distance=0))
+    p_w = -(-n // 24)  # A_W(n)/W: 16,777,216 / 24 is not whole, so the partition rounds up
+    assert q["param_allgather_fwd"].bytes == int(23 / 24 * p_w * 24 * 1)
+    assert q["param_allgather_fwd_hpz"].bytes == int(2 / 3 * 1 * p_w * 24 * 1)
+    assert q["param_allgather_bwd_hpz"].bytes == int(2 * 2 / 3 * p_w * 24 * 1)
+    assert q["param_allgather_bwd_hpz"].intra_node is False

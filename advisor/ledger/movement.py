@@ -53,6 +53,8 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   ``runtime/comm/coalesced_collectives.py`` all_to_all_quant_reduce (:func:`qgz_rank_bytes`);
   on one node DeepSpeed keeps the reduce-scatter. The transient quantization buffers are in
   the state ledger's exclusions.
+  hpZ (``zero_hpz_partition_size`` h > 1): :func:`hpz_allgather_rank_bytes`, the first forward
+  of the trainable parameters over the ZeRO group, the rest over the hpZ group (h ranks).
 * Tensor parallelism t (Megatron, Shoeybi et al. 2019 section 3 Fig. 3-4; Narayanan et al.,
   "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC'21,
   section 2.3 / 3.2: "two all-reduce operations in the forward pass and two in the backward
@@ -163,6 +165,51 @@ def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
 
 #: qwZ all-gathers int8: 1 byte per element (partition_parameters.py _all_gather_coalesced, dtype=torch.int8).
 QWZ_BYTES = 1
+
+
+HPZ_SOURCE = ("ZeRO++ paper (Wang et al., arXiv 2306.10209) s.3.2 hpZ; DeepSpeed 0.19.8 "
+              "runtime/zero/partition_parameters.py all_gather_coalesced l. 1571-1575 (ds_secondary_tensor present: "
+              "the hpZ group zero_param_process_group, world size num_ranks_in_param_group), _partition l. 1768-1769 and "
+              "_partition_param_sec l. 1900-1947 (the secondary copy is refreshed from the gathered parameter when it "
+              "is released: a local copy, no network), runtime/zero/stage3.py _post_step l. 2846 -> "
+              "invalidate_secondary_tensor l. 755-759 (trainable parameters only), "
+              "partitioned_param_coordinator.py l. 592-606 (frozen parameters keep their secondary tensor)")
+
+
+def hpz_allgather_rank_bytes(p3_all: int, p3_t: int, W: int, h: int, L: int, ga: int, PD: int,
+                             gathered: bool) -> list[tuple[str, float, bool, str]]:
+    """ZeRO++ hpZ: the parameter all-gathers one rank sends per optimizer step, as (item, bytes,
+    intra_node, formula) rows (bytes; ``PD`` in the formula stands for the gathered dtype's bytes).
+
+    ``p3_all`` / ``p3_t`` = sum of the rank's primary partitions p_i = A_W(n_i) / W over all /
+    trainable parameters (elements), ``W`` the ZeRO group, ``h`` = zero_hpz_partition_size
+    (capped at W), ``L`` the ranks per node, ``ga`` the micro-steps per step, ``PD`` bytes per
+    gathered element (D, or 1 under qwZ).
+
+    DeepSpeed 0.19.8 (:data:`HPZ_SOURCE`): a parameter with a secondary tensor is gathered over
+    the hpZ group of h ranks from its secondary partition A_W(n_i) / h (the same p_i x W
+    gathered elements, ring (h-1)/h of them sent); one without it over the whole ZeRO group
+    from the primary partition. _post_step drops the trainable parameters' secondary tensors
+    after every optimizer step, and the first release after the next forward rebuilds them by
+    a local copy, so per step: the first micro-step's forward all-gather of the trainable
+    parameters crosses the ZeRO group, (W-1)/W x sum_t(p_i) x W x PD; the other GA-1 forwards,
+    the frozen parameters' forwards (their secondary tensor is never dropped; first-step fetches
+    aside) and every backward all-gather run within the hpZ group. intra_node: the hpZ group
+    lies within a node when h divides L (G003 warns otherwise)."""
+    f, fh = (W - 1) / W, (h - 1) / h
+    intra = L % h == 0
+    p3_f = p3_all - p3_t
+    rows = [("param_allgather_fwd", f * p3_t * W * PD, None,
+             "forward all-gather of the trainable parameters over the ZeRO group, first micro-step only (hpZ "
+             "secondary tensors dropped after the step): (W-1)/W x sum_t(p_i) x W x PD"),
+            ("param_allgather_fwd_hpz", fh * ((ga - 1) * p3_t + ga * p3_f) * W * PD, intra,
+             f"forward all-gather from the hpZ secondary partition within the hpZ group (h = {h}): (h-1)/h x "
+             "((GA-1) x sum_t(p_i) + GA x sum_frozen(p_i)) x W x PD")]
+    if not gathered:
+        rows.append(("param_allgather_bwd_hpz", ga * fh * p3_all * W * PD, intra,
+                     f"backward all-gather from the hpZ secondary partition within the hpZ group (h = {h}): GA x "
+                     "(h-1)/h x sum(p_i) x W x PD (parameters released after forward)"))
+    return rows
 
 
 def qgz_rank_bytes(inventory: Inventory, W: int, L: int, nodes: int, C: int) -> list[tuple[str, float, bool, str]]:
@@ -649,14 +696,21 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                 qsrc = ("; qwZ: partitioned_param_coordinator.py __all_gather_params (quantize=zero_quantized_weights), "
                         "partition_parameters.py _all_gather_coalesced (int8 flat buffer, l. 1484-1488) / "
                         "_all_gather_sequential (int8 param_buffer); fp32 scales not counted")
-            add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * PD, "forward", prefetch,
-                f"forward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd}", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per pass); "
-                "partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch" + qsrc)
-            if not gathered:
-                add(NETWORK, "send", "parameters", "param_allgather_bwd", ga * f * p3_all * W * PD, "backward", prefetch,
-                    f"backward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd} (parameters released after forward: "
-                    "stage3_max_reuse_distance < 2 x non-persistent numel)", "ZeRO paper s.7.2.2; reference 4.5" + qsrc)
             L = _ranks_per_node(plan)
+            h = min(z.zero_hpz_partition_size or 1, W)
+            if h > 1:
+                for item, nbytes, intra, formula in hpz_allgather_rank_bytes(p3_all, p3_t, W, h, L, ga, PD, gathered):
+                    add(NETWORK, "send", "parameters", item, nbytes, "backward" if "bwd" in item else "forward",
+                        prefetch, formula.replace("PD", pd), HPZ_SOURCE + qsrc, intra_node=intra)
+            else:
+                add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * PD, "forward", prefetch,
+                    f"forward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd}", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per "
+                    "pass); partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch" + qsrc)
+                if not gathered:
+                    add(NETWORK, "send", "parameters", "param_allgather_bwd", ga * f * p3_all * W * PD, "backward",
+                        prefetch, f"backward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd} (parameters released after "
+                        "forward: stage3_max_reuse_distance < 2 x non-persistent numel)",
+                        "ZeRO paper s.7.2.2; reference 4.5" + qsrc)
             nodes = plan.cluster.world_size // L
             if z.zero_quantized_gradients and nodes > 1:
                 for item, nbytes, intra, formula in qgz_rank_bytes(inv, plan.cluster.world_size, L, nodes, C):
