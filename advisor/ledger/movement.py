@@ -669,10 +669,9 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
 
     # ---- collectives ---------------------------------------------------------------------------
     if W > 1:
-        groups = inv.groups(trainable_only=True)
         n_pad = sum(lay.n_pad for lay in pl.zero12) if st in (1, 2) else 0
         if st == 0:
-            add(NETWORK, "send", "gradients", "grad_allreduce", 2 * f * sum(t.numel for g in groups for t in g) * C,
+            add(NETWORK, "send", "gradients", "grad_allreduce", 2 * f * inv.trainable_numel * C,
                 "backward", False, "all-reduce of all gradients: 2 x (W-1)/W x N x C",
                 "ZeRO paper s.7 (data parallel baseline 2 Psi); engine.allreduce_gradients")
         elif st in (1, 2):

@@ -501,8 +501,14 @@ def zero3_stays_gathered(inventory: Inventory, zero, persistent: "list[bool] | N
     so backward fetches nothing again: ``stage3_max_reuse_distance`` >= 2 x the non-persistent
     numel (§4.5 advisor rule 1, measured G1/G6/G7; ``partitioned_param_coordinator.py``
     __params_to_release: forward->backward reuse distance of a layer ~ 2 x the params after it)."""
-    persistent = zero3_persistent(inventory, zero) if persistent is None else persistent
-    non_persist = sum(t.numel for t, p in zip(inventory.tensors, persistent) if not p)
+    def non_persistent(persistent: "list[bool]") -> int:
+        return sum(t.numel for t, p in zip(inventory.tensors, persistent) if not p)
+    if persistent is None:  # the inventory's own: once per (tensor list, thresholds), generate asks per plan
+        non_persist = inventory.memo(("zero3_non_persistent_numel", zero.param_persistence_threshold,
+                                      zero.model_persistence_threshold),
+                                     lambda: non_persistent(zero3_persistent(inventory, zero)))
+    else:
+        non_persist = non_persistent(persistent)
     return zero.max_reuse_distance >= 2 * non_persist
 
 

@@ -551,9 +551,10 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
             k = max(range(len(sgs)), key=lambda i: (sgs[i].numel, -i))
             where = f", sub-group {k}" + (f" of {len(sgs)}" if len(sgs) > 1 else "")
     elif st in (1, 2):
-        groups = inv.groups()
-        if len(groups) > 1:
-            g = max(range(len(groups)), key=lambda i: (sum(t.numel for t in groups[i]), -i))
+        # each group's numel once per tensor list (generate asks per plan)
+        sizes = inv.memo(("group_numel_sums",), lambda: tuple(sum(t.numel for t in g) for g in inv.groups()))
+        if len(sizes) > 1:
+            g = max(range(len(sizes)), key=lambda i: (sizes[i], -i))
             where = f", param group {g}"
     out = [Instant("load", "load", "load: model built before deepspeed.initialize")]
     if load is not None and not load.zero_init:
