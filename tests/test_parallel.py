@@ -206,3 +206,35 @@ def test_a_node_holds_at_most_the_jobs_ranks():
     from advisor.plan import Cluster
     assert Cluster(world_size=2, gpus_per_node=8).gpus_per_node == 2
     assert Cluster(world_size=16, gpus_per_node=8).gpus_per_node == 8
+
+
+def test_quantized_nontrainable_weights_int8_partitions_by_hand():
+    """zero_quantized_nontrainable_weights at ZeRO-3 (DeepSpeed 0.19.8 partition_parameters.py
+    l. 1836-1840): a frozen parameter's partition is int8, with CUDAQuantizer.quantize's fp32
+    scales, one per group (l. 867-891; pt_binding.cpp quantize_kernel: {groups, 1} float).
+    W = 16: the frozen 4096 x 4096 weight has p = 2^20; groups start at ceil(2^20 / 8000) = 132 and
+    step to the first g with 2^20 % 8g == 0, g = 256 (4096 per group, <= 8000: no doubling). The
+    frozen 24000 x 16 weight has p = 24000: ceil(24000/8000) = 3, 24000 % 24 == 0, 8000 per group
+    is not > 8000: 3 groups. The trainable bias stays bf16 in the trainable buffers."""
+    from advisor.ledger.state import quant_groups
+    from advisor.model.inventory import Inventory, TensorSpec
+    inv = Inventory("t", [TensorSpec("w", (4096, 4096), trainable=False), TensorSpec("e", (24000, 16), trainable=False),
+                          TensorSpec("b", (4096,), trainable=True)])
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "Adam"},
+           "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": True}}
+    led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16)))
+    (e,) = led.ranks[0].by_item("frozen_params")
+    assert quant_groups(2 ** 20) == 256 and quant_groups(24000) == 3
+    assert e.bytes == 2 ** 20 + 24000 + 4 * (256 + 3) and e.tier == "accelerator"
+    cfg["zero_optimization"]["zero_quantized_nontrainable_weights"] = False
+    plain = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16)))
+    (p,) = plain.ranks[0].by_item("frozen_params")
+    assert p.bytes == (2 ** 20 + 24000) * 2
+    # a partition that is not a multiple of 8 cannot be grouped: DeepSpeed's assert (l. 885-887)
+    assert quant_groups(10) is None and quant_groups(8) == 1
+    # hpZ h = 8: the frozen secondary partitions (A_W(n)/h = 2^21 and 48,000 elements) are int8 too
+    # (_partition_param_sec l. 1922-1924): 2^21 -> ceil(2^21/8000) = 263 -> 512 groups; 48,000 ->
+    # 6 groups (48,000 % 48 == 0, 8,000 per group); the trainable bias keeps 512 x 2 bytes
+    cfg["zero_optimization"].update(zero_quantized_nontrainable_weights=True, zero_hpz_partition_size=8)
+    sec = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16))).ranks[0].by_item("lp_param_secondary")
+    assert [x.bytes for x in sec] == [2 ** 21 + 48000 + 4 * (512 + 6) + 512 * 2]

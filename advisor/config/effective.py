@@ -115,6 +115,9 @@ class Zero:
     #: ZeRO++ qwZ / qgZ (runtime/zero/config.py zero_quantized_weights / zero_quantized_gradients).
     zero_quantized_weights: bool = ZERO.value("zero_quantized_weights")
     zero_quantized_gradients: bool = ZERO.value("zero_quantized_gradients")
+    #: ZeRO++ int8 frozen partitions (runtime/zero/config.py zero_quantized_nontrainable_weights;
+    #: partition_parameters.py _partition_param l. 1836-1840).
+    zero_quantized_nontrainable_weights: bool = ZERO.value("zero_quantized_nontrainable_weights")
     allgather_sequential: bool = ZERO.value("allgather_sequential")
     offload_param: OffloadParam = field(default_factory=OffloadParam)
     offload_optimizer: OffloadOptimizer = field(default_factory=OffloadOptimizer)
@@ -389,7 +392,8 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
                        ("max_reuse_distance", _as_int), ("gather_16bit_weights_on_model_save", _as_bool),
                        ("round_robin_gradients", _as_bool), ("parameter_alignment", _as_bool),
                        ("zero_hpz_partition_size", _as_int), ("zero_quantized_weights", _as_bool),
-                       ("zero_quantized_gradients", _as_bool), ("allgather_sequential", _as_bool)):
+                       ("zero_quantized_gradients", _as_bool), ("zero_quantized_nontrainable_weights", _as_bool),
+                       ("allgather_sequential", _as_bool)):
         # a deprecated field translated to this one is read after its spellings
         old = tuple(d.field for d in ZERO.deprecated() if d.replaced_by == name)
         setattr(z, name, zr.setting(conv, ZERO, name, *old))

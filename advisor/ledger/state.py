@@ -1648,13 +1648,26 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     hpz = z.zero_hpz_partition_size or 1
     if hpz > 1 and W > 1:
         # ZeRO++ hpZ: a secondary 16-bit partition of every parameter over the hpZ group (within the node)
-        sec = sum(_ceil_div(t.numel, W) * W // min(hpz, W) for t in inv.tensors)
+        h = min(hpz, W)
+        qnt = bool(z.zero_quantized_nontrainable_weights)
+        sec = qsec = qscales = 0
+        for t in inv.tensors:
+            s_i = _ceil_div(t.numel, W) * W // h
+            g = quant_groups(s_i) if qnt and not t.trainable else None
+            if g is None:
+                sec += s_i
+            else:  # _partition_param_sec l. 1922-1924: a frozen secondary partition is int8 + fp32 scales
+                qsec += s_i
+                qscales += g * QUANT_SCALE_BYTES
         b.add("accelerator" if op == "none" else _host(z.offload_param.pin_memory), "parameters", "lp_param_secondary",
-              sec * D, "persistent",
+              sec * D + qsec + qscales, "persistent",
               f"sum_i A_W(n_i) / h x D = {sec} x {D} (hpZ secondary partition, h = zero_hpz_partition_size "
-              f"{min(hpz, W)}: the backward all-gather reads it within the node)",
+              f"{h}: the backward all-gather reads it within the node)"
+              + (f" + frozen int8 {qsec} x 1 + fp32 scales {qscales} (zero_quantized_nontrainable_weights)"
+                 if qsec else ""),
               "runtime/zero/partition_parameters.py:Init._partition_param_sec (secondary_partition_size = "
-              "_aligned_size(param) // num_ranks_in_param_group)")
+              "_aligned_size(param) // num_ranks_in_param_group)" + ("; l. 1922-1924 quantizer_module.quantize"
+                                                                      if qsec else ""))
 
     # ---- gradient partition buffer and ipg bucket
     g_tier = _host(oo_pin) if oo != "none" else "accelerator"
@@ -1754,6 +1767,34 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     return {"P3": P3, "S": Sk}
 
 
+#: ZeRO++ int8 quantizer (DeepSpeed 0.19.8 runtime/zero/partition_parameters.py CUDAQuantizer l. 855-894):
+#: target elements per quantization group, and bytes per group of its scales (ops/csrc/quantization/
+#: pt_binding.cpp quantize_kernel l. 17-24: a {groups, 1} float tensor for the Symmetric type).
+QUANT_TARGET_GROUP = 8000
+QUANT_SCALE_BYTES = 4
+
+
+@functools.lru_cache(maxsize=4096)
+def quant_groups(numel: int) -> int | None:
+    """How many quantization groups DeepSpeed 0.19.8's CUDAQuantizer.quantize picks for a tensor of
+    ``numel`` elements (``partition_parameters.py`` l. 867-891), or None where its asserts fail
+    (numel not a multiple of 8 x groups, more than 16,000 per group, or numel <= groups): start at
+    ceil(numel / 8000), step up to the first g with numel % (8 g) == 0, then double while
+    numel % (16 g) == 0 and numel / g > 8000. One fp32 scale per group (Symmetric)."""
+    if numel <= 0:
+        return None
+    g = -(-numel // QUANT_TARGET_GROUP)
+    while g < numel:
+        if numel % (8 * g) == 0:
+            break
+        g += 1
+    while numel % (16 * g) == 0 and numel / g > QUANT_TARGET_GROUP:
+        g *= 2
+    if numel % (8 * g) or numel / g >= 16000 or numel <= g:
+        return None
+    return g
+
+
 def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None:
     """Frozen (trainable=False) parameters; ``frozen`` = their numels.
 
@@ -1770,6 +1811,27 @@ def _frozen(b: _Builder, ec: EffectiveConfig, frozen: list[int], W: int) -> None
     if ec.zero.stage == 3:
         op = ec.offload_param_effective
         src = "runtime/zero/partition_parameters.py:_partition_param"
+        if op == "none" and ec.zero.zero_quantized_nontrainable_weights:
+            # partition_parameters.py _partition_param l. 1836-1840: a parameter that is frozen when it
+            # is partitioned gets an int8 partition of p_i bytes plus CUDAQuantizer's fp32 scales
+            q = bad = scales = 0
+            for x in frozen:
+                p = _ceil_div(x, W)
+                g = quant_groups(p)
+                if g is None:
+                    bad += p
+                else:
+                    q += p
+                    scales += g * QUANT_SCALE_BYTES
+            b.add("accelerator", "parameters", "frozen_params", q + scales + bad * D, "persistent",
+                  f"zero_quantized_nontrainable_weights: sum_frozen ceil(n_i / W) x 1 (int8) + 4 x groups(p_i) "
+                  f"(fp32 scales) = {q} + {scales}"
+                  + (f" + {bad} x {D} (partitions CUDAQuantizer.quantize cannot group: it asserts)" if bad else "")
+                  + "; parameters frozen when ZeRO-3 partitions them (later freezing needs "
+                  "stage3.py quantize_nontrainable_params)",
+                  src + " l. 1836-1840 (quantizer_module.quantize); CUDAQuantizer.quantize l. 867-894; "
+                  "ops/csrc/quantization/pt_binding.cpp quantize_kernel l. 17-24")
+            return
         if op == "none":
             n = sum(_ceil_div(x, W) for x in frozen)
             b.add("accelerator", "parameters", "frozen_params", n * D, "persistent",
