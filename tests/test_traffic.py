@@ -508,3 +508,38 @@ def test_hpz_with_qwz_gathers_int8_and_h_not_dividing_the_node_is_inter_node():
     assert q["param_allgather_fwd_hpz"].bytes == int(2 / 3 * 1 * p_w * 24 * 1)
     assert q["param_allgather_bwd_hpz"].bytes == int(2 * 2 / 3 * p_w * 24 * 1)
     assert q["param_allgather_bwd_hpz"].intra_node is False
+
+
+def test_qwz_scales_travel_beside_the_int8_weights_by_hand():
+    """qwZ all-gathers each fetch's fp32 scales (partition_parameters.py _all_gather_coalesced
+    l. 1480-1533: quant_scale_buffer of groups x W floats), groups from CUDAQuantizer.quantize
+    over the concatenated partitions of the fetch (l. 867-891), one module per fetch here.
+    W = 16: t0 (4096 x 4096, its own module) has p = 2^20 -> ceil(2^20/8000) = 132, first g with
+    2^20 % 8g == 0 is 256; t1 (4096) has p = 256 -> 1 group: G = 257, each rank sends 15 x 257 x 4."""
+    q = _rank0(_zpp_plan(16, 8, zero_quantized_weights=True))
+    assert q["qwz_scales_fwd"].bytes == 15 * 257 * 4
+    assert "qwz_scales_bwd" not in q  # default reuse distance: no backward all-gather
+    # one module "m" (weight + bias): S = 2^20 + 256 = 256 x 4097 = 2^8 x 17 x 241; from 132 the
+    # first g with S % 8g == 0 is 136 (7,712 per group, not > 8,000: no doubling)
+    inv = Inventory("t", [TensorSpec("m.weight", (4096, 4096)), TensorSpec("m.bias", (4096,))])
+    raw = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "gradient_accumulation_steps": 2,
+           "zero_optimization": {"stage": 3, "zero_quantized_weights": True, "stage3_max_reuse_distance": 0}}
+    m = _rank0(Plan(effective_config(raw), inv, Cluster(world_size=16, gpus_per_node=8)))
+    assert m["qwz_scales_fwd"].bytes == 2 * 15 * 136 * 4 and m["qwz_scales_bwd"].bytes == 2 * 15 * 136 * 4
+    plain = _rank0(_zpp_plan(16, 8))
+    assert not any(k.startswith("qwz_") for k in plain)
+
+
+def test_qwz_scales_with_hpz_by_hand():
+    """qwZ + hpZ h = 8, W = 16, GA = 2, re-gathered in backward: the first forward gathers the
+    primary partitions' scales over 16 ranks (G = 257 as above); the rest quantize the secondary
+    partitions of 2^21 (ceil(2^21/8000) = 263 -> 512 groups) and 512 elements (1 group), G_h = 513,
+    over the 8-rank hpZ group: 7 x 513 x 4 for the second forward, 2 x 7 x 513 x 4 for backward."""
+    inv = _inv([((4096, 4096), True), ((4096,), True)])
+    raw_ga = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "gradient_accumulation_steps": 2,
+              "zero_optimization": {"stage": 3, "zero_quantized_weights": True, "zero_hpz_partition_size": 8,
+                                    "stage3_max_reuse_distance": 0}}
+    q = _rank0(Plan(effective_config(raw_ga), inv, Cluster(world_size=16, gpus_per_node=8)))
+    assert q["qwz_scales_fwd"].bytes == 15 * 257 * 4 and q["qwz_scales_fwd"].intra_node is None
+    assert q["qwz_scales_fwd_hpz"].bytes == 7 * 513 * 4 and q["qwz_scales_fwd_hpz"].intra_node is True
+    assert q["qwz_scales_bwd_hpz"].bytes == 2 * 7 * 513 * 4

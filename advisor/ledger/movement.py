@@ -47,8 +47,9 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   parameters stay gathered between forward and backward (``stage3_max_reuse_distance`` >= about
   twice the non-persistent parameter count, reference 4.5).
 * ZeRO++ (stage 3): qwZ (``zero_quantized_weights``) all-gathers int8, 1 byte per element, in
-  place of D (``partition_parameters.py`` _all_gather_coalesced / _all_gather_sequential; the
-  fp32 scales are listed as not modelled). qgZ (``zero_quantized_gradients``) on more than one
+  place of D (``partition_parameters.py`` _all_gather_coalesced / _all_gather_sequential), plus
+  a second all-gather of fp32 scales, 4 B per quantization group of each fetch
+  (:func:`qwz_scale_groups`, one module per fetch). qgZ (``zero_quantized_gradients``) on more than one
   node replaces the gradient reduce-scatter by the two-stage int4 all-to-all of
   ``runtime/comm/coalesced_collectives.py`` all_to_all_quant_reduce (:func:`qgz_rank_bytes`);
   on one node DeepSpeed keeps the reduce-scatter. The transient quantization buffers are in
@@ -111,7 +112,8 @@ from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
                                   zero3_param_swap_bytes, zero3_param_swap_bytes_counted, zero3_partition_counts,
-                                  zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage)
+                                  zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage,
+                                  QUANT_SCALE_BYTES, QUANT_TARGET_GROUP, quant_groups)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware, StorageTier
@@ -174,6 +176,38 @@ HPZ_SOURCE = ("ZeRO++ paper (Wang et al., arXiv 2306.10209) s.3.2 hpZ; DeepSpeed
               "is released: a local copy, no network), runtime/zero/stage3.py _post_step l. 2846 -> "
               "invalidate_secondary_tensor l. 755-759 (trainable parameters only), "
               "partitioned_param_coordinator.py l. 592-606 (frozen parameters keep their secondary tensor)")
+
+
+def qwz_scale_groups(inventory: Inventory, W: int, h: int = 1, which: str = "all") -> tuple[int, int]:
+    """ZeRO++ qwZ: (quantization groups, hence fp32 scales, one rank quantizes in one full pass of
+    parameter all-gathers, modules whose partition DeepSpeed cannot group), over ``which``
+    parameters (all / trainable / frozen).
+
+    DeepSpeed 0.19.8 ``partition_parameters.py`` _all_gather_coalesced l. 1480-1533 quantizes the
+    concatenation of the fetched parameters' partitions in one CUDAQuantizer.quantize call
+    (:func:`advisor.ledger.state.quant_groups`) and all-gathers its scales (quant_scale_buffer,
+    fp32, groups x world size). A fetch is taken as one module's parameters (tensor names up to
+    the last dot): exact for a module fetched alone (prefetch_bucket_size 0, or the first module
+    of a pass); prefetch batches several modules per call, which changes the group count by the
+    rounding only (about one group per 8,000 elements either way). Partition per parameter:
+    ceil(n_i / W) elements, or the hpZ secondary ceil(n_i / W) x W / h with ``h`` > 1. A module
+    the quantizer cannot group (DeepSpeed asserts) is counted at ceil(S / 8000) groups."""
+    def compute() -> tuple[int, int]:
+        sums: dict[str, int] = {}
+        for t in inventory.tensors:
+            if which != "all" and t.trainable != (which == "trainable"):
+                continue
+            mod = t.name.rsplit(".", 1)[0] if "." in t.name else t.name
+            sums[mod] = sums.get(mod, 0) + -(-t.numel // W) * (W // h if h > 1 else 1)
+        groups = bad = 0
+        for s_m in sums.values():
+            g = quant_groups(s_m)
+            if g is None:
+                bad += 1
+                g = -(-s_m // QUANT_TARGET_GROUP)
+            groups += g
+        return groups, bad
+    return inventory.memo(("qwz_scale_groups", W, h, which), compute)
 
 
 def hpz_allgather_rank_bytes(p3_all: int, p3_t: int, W: int, h: int, L: int, ga: int, PD: int,
@@ -261,9 +295,8 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
     out.append("input batches, logits and loss scalars; NCCL protocol overheads; first-iteration fetches")
     z = ec.zero
     if z.stage == 3 and z.zero_quantized_weights:
-        out.append("ZeRO++ qwZ: the fp32 scales all-gathered with the int8 weights (4 B per quantization group of "
-                   "< 16000 elements, partition_parameters.py CUDAQuantizer.quantize l. 867-894; the group count "
-                   "depends on each module's coalesced fetch, not modelled)")
+        out.append("ZeRO++ qwZ: the fp32 scales are counted as if each module were fetched alone; prefetch "
+                   "batches several modules per quantize call, which moves the group count by rounding only")
     cl = plan.cluster
     if (cl.tensor_parallel > 1 or cl.pipeline_parallel > 1) and not plan.workload.seq_len:
         out.append("tensor/pipeline-parallel activation traffic: needs the sequence length (--seq-len)")
@@ -694,14 +727,41 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                 PD, pd = QWZ_BYTES, "1 (qwZ int8)"
                 qsrc = ("; qwZ: partitioned_param_coordinator.py __all_gather_params (quantize=zero_quantized_weights), "
                         "partition_parameters.py _all_gather_coalesced (int8 flat buffer, l. 1484-1488) / "
-                        "_all_gather_sequential (int8 param_buffer); fp32 scales not counted")
+                        "_all_gather_sequential (int8 param_buffer); fp32 scales in the qwz_scales_* rows")
             L = _ranks_per_node(plan)
             h = min(z.zero_hpz_partition_size or 1, W)
             if h > 1:
                 for item, nbytes, intra, formula in hpz_allgather_rank_bytes(p3_all, p3_t, W, h, L, ga, PD, gathered):
                     add(NETWORK, "send", "parameters", item, nbytes, "backward" if "bwd" in item else "forward",
                         prefetch, formula.replace("PD", pd), HPZ_SOURCE + qsrc, intra_node=intra)
-            else:
+            if z.zero_quantized_weights:
+                # the fp32 scales travel in a second all-gather beside each int8 one (l. 1527-1529)
+                qs = ("partition_parameters.py _all_gather_coalesced l. 1480-1533 (quant_scale_buffer, fp32) / "
+                      "CUDAQuantizer.quantize l. 867-894; one module per coalesced fetch (qwz_scale_groups)")
+                if h > 1:
+                    g_t = qwz_scale_groups(inv, W, 1, "trainable")[0]
+                    gh_t = qwz_scale_groups(inv, W, h, "trainable")[0]
+                    gh_f = qwz_scale_groups(inv, W, h, "frozen")[0]
+                    gh = qwz_scale_groups(inv, W, h, "all")[0]
+                    sc = [("qwz_scales_fwd", (W - 1) * g_t * QUANT_SCALE_BYTES, None, "forward",
+                           "fp32 scales of the first forward over the ZeRO group: (W-1) x G_trainable x 4"),
+                          ("qwz_scales_fwd_hpz", (h - 1) * ((ga - 1) * gh_t + ga * gh_f) * QUANT_SCALE_BYTES,
+                           L % h == 0, "forward", "fp32 scales within the hpZ group: (h-1) x ((GA-1) x G_t + GA x "
+                           "G_frozen) x 4 (groups of the secondary partitions)")]
+                    if not gathered:
+                        sc.append(("qwz_scales_bwd_hpz", ga * (h - 1) * gh * QUANT_SCALE_BYTES, L % h == 0,
+                                   "backward", "fp32 scales within the hpZ group: GA x (h-1) x G x 4"))
+                else:
+                    g_all = qwz_scale_groups(inv, W)[0]
+                    sc = [("qwz_scales_fwd", ga * (W - 1) * g_all * QUANT_SCALE_BYTES, None, "forward",
+                           "fp32 scales all-gathered with the int8 weights: GA x (W-1) x G x 4, G = sum over "
+                           "modules of quant_groups(sum_module p_i)")]
+                    if not gathered:
+                        sc.append(("qwz_scales_bwd", ga * (W - 1) * g_all * QUANT_SCALE_BYTES, None, "backward",
+                                   "fp32 scales of the backward all-gather: GA x (W-1) x G x 4"))
+                for item, nbytes, intra, phase, formula in sc:
+                    add(NETWORK, "send", "parameters", item, nbytes, phase, prefetch, formula, qs, intra_node=intra)
+            if h <= 1:
                 add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * PD, "forward", prefetch,
                     f"forward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd}", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per "
                     "pass); partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch" + qsrc)
