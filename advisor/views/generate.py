@@ -495,7 +495,13 @@ def ulysses_degrees(inv: Inventory, req: Request) -> list[int]:
     the group; an uneven head count takes a slower path without overlap), the world size, and
     the data-parallel size world / u divides the global batch, and u divides the sequence (each
     rank holds s / u tokens). None for the HF Trainer path
-    (``req.hf``) or with ``req.model_parallel`` False."""
+    (``req.hf``) or with ``req.model_parallel`` False.
+
+    Only with t = p = 1: DeepSpeed 0.19.8 builds Ulysses groups over data x sequence only
+    (``deepspeed/__init__.py`` l. 537-546 mesh ("data_parallel", "sequence_parallel");
+    ``utils/groups.py`` _get_model_parallel_world_size l. 851-856 is 1 under the
+    ``runtime/sequence_parallel/parallel_state_sp.py`` mpu); Ulysses with TP/PP needs
+    Megatron-DeepSpeed's mpu, which generate's configs do not target."""
     if req.hf or not req.model_parallel:
         return []
     meta = inv.meta or {}
