@@ -113,7 +113,7 @@ from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
                                   zero3_param_swap_bytes, zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage,
-                                  QUANT_SCALE_BYTES, QUANT_TARGET_GROUP, quant_groups)
+                                  QUANT_SCALE_BYTES, QUANT_TARGET_GROUP, module_of, quant_groups)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware, StorageTier
@@ -187,7 +187,8 @@ def qwz_scale_groups(inventory: Inventory, W: int, h: int = 1, which: str = "all
     concatenation of the fetched parameters' partitions in one CUDAQuantizer.quantize call
     (:func:`advisor.ledger.state.quant_groups`) and all-gathers its scales (quant_scale_buffer,
     fp32, groups x world size). A fetch is taken as one module's parameters (tensor names up to
-    the last dot): exact for a module fetched alone (prefetch_bucket_size 0, or the first module
+    the last dot, :func:`advisor.ledger.state.module_of`, as the gathered-parameter rule takes
+    it): exact for a module fetched alone (prefetch_bucket_size 0, or the first module
     of a pass); prefetch batches several modules per call, which changes the group count by the
     rounding only (about one group per 8,000 elements either way). Partition per parameter:
     ceil(n_i / W) elements, or the hpZ secondary ceil(n_i / W) x W / h with ``h`` > 1. A module
@@ -197,7 +198,7 @@ def qwz_scale_groups(inventory: Inventory, W: int, h: int = 1, which: str = "all
         for t in inventory.tensors:
             if which != "all" and t.trainable != (which == "trainable"):
                 continue
-            mod = t.name.rsplit(".", 1)[0] if "." in t.name else t.name
+            mod = module_of(t.name)
             sums[mod] = sums.get(mod, 0) + -(-t.numel // W) * (W // h if h > 1 else 1)
         groups = bad = 0
         for s_m in sums.values():

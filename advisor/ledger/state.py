@@ -2211,7 +2211,7 @@ def compute_ledger(plan: Plan) -> Ledger:
         excluded.append("ZeRO++ qwZ/qgZ: the int8/int4 quantized all-gather and all-to-all buffers (transient, "
                         "inside each collective; runtime/comm/coalesced_collectives.py all_to_all_quant_reduce, "
                         "partition_parameters.py CUDAQuantizer) are not modelled here; the bytes they communicate "
-                        "are in the movement ledger (advisor/ledger/movement.py qgz_rank_bytes, QWZ_BYTES)")
+                        "are in the movement ledger (advisor/ledger/movement.py qgz_rank_bytes, QWZ_BYTES, qwz_scale_groups)")
     if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer":
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
