@@ -234,7 +234,7 @@ class Zero12Layout:
     its numel; ``n`` = sum of numels (no padding); ``n_pad`` = A_{2W}(end of the last tensor);
     ``P`` = n_pad / W, the slice every rank owns: rank r owns flat elements [r P, (r+1) P)."""
 
-    starts: tuple[int, ...]
+    starts: "Sequence[int]"  # packed (:func:`_packed`): a fresh int per tensor otherwise
     numels: tuple[int, ...]
     n: int
     n_pad: int
@@ -289,7 +289,7 @@ def zero12_group_layout(numels: "list[int] | tuple[int, ...]", W: int, dtype_byt
             if j < last:
                 off += (-off) % a
     n_pad = align_up(off, 2 * W)
-    return Zero12Layout(tuple(starts), tuple(numels), sum(numels), n_pad, n_pad // W)
+    return Zero12Layout(_packed(starts), tuple(numels), sum(numels), n_pad, n_pad // W)
 
 
 def zero12_rank_coverage(layout: Zero12Layout, r: int) -> tuple[int, int, int]:
