@@ -225,3 +225,30 @@ def test_stage3_partition_figures_from_counts_match_per_tensor_sums(seed: int, W
     # 'max_in_cpu_buffer'), so the pinned partitions are just the ones below the swap size
     assert pinned[0].bytes == small
     assert (f"+ {small} B of partitions below the aio swap size" in pinned[0].formula) == bool(small)
+
+
+def test_k_of_l_checkpointing_counts_dense_and_moe_layers_like_the_walk() -> None:
+    """Megatron's block method checkpoints the stage's first k layers: each swaps the layer's
+    saved activations for its kept input (model.activations, checkpointing K). With
+    first_dense_layers = 3 of a MoE model, going from k to k + 1 checkpointed layers lowers the
+    saved bytes by (layer k's activations - its input): the dense layer's figure for k < 3, the
+    MoE layer's after. The replaced total is now counted, not walked; the walk's per-step change
+    is what this checks, from the per-layer terms."""
+    from advisor.model.activations import ActivationInputs, estimate_activations, layer_terms
+
+    meta = {"hidden_size": 64, "num_layers": 12, "num_heads": 4, "num_kv_heads": 4, "intermediate_size": 96,
+            "vocab_size": 500, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "first_dense_layers": 3}
+    s, b, D = 32, 2, 2
+    saved = [estimate_activations(meta, ActivationInputs(seq_len=s, micro_batch=b, dtype_bytes=D,
+                                                         checkpointing=str(k))).saved_accelerator
+             for k in range(1, 12)]
+    x = ActivationInputs(seq_len=s, micro_batch=b, dtype_bytes=D)
+    kern = {"mask_bytes": x.dropout_mask_bytes, "stat_bytes": x.norm_stat_bytes}
+    dense = sum(layer_terms(meta, s, b, D, x.attention, 1, False, moe=False, **kern).values())
+    moe = sum(layer_terms(meta, s, b, D, x.attention, 1, False, moe=True, **kern,
+                          capacity_factor=x.moe_capacity_factor, min_capacity=x.moe_min_capacity).values())
+    inp = D * s * b * 64
+    assert dense != moe
+    steps = [saved[i] - saved[i + 1] for i in range(len(saved) - 1)]  # k = i + 1 -> i + 2: layer i + 1
+    assert steps == [(dense if i + 1 < 3 else moe) - inp for i in range(len(steps))]

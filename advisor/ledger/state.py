@@ -503,7 +503,8 @@ def zero3_stays_gathered(inventory: Inventory, zero, persistent: "list[bool] | N
     __params_to_release: forward->backward reuse distance of a layer ~ 2 x the params after it)."""
     def non_persistent(persistent: "list[bool]") -> int:
         return sum(t.numel for t, p in zip(inventory.tensors, persistent) if not p)
-    if persistent is None:  # the inventory's own: once per (tensor list, thresholds), generate asks per plan
+    if persistent is None or persistent is zero3_persistent(inventory, zero):
+        # the inventory's own flags: the sum once per (tensor list, thresholds), generate asks per plan
         non_persist = inventory.memo(("zero3_non_persistent_numel", zero.param_persistence_threshold,
                                       zero.model_persistence_threshold),
                                      lambda: non_persistent(zero3_persistent(inventory, zero)))

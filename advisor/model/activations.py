@@ -730,8 +730,17 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         inp = D * s * b * h // rs  # one layer's kept input
         lo = 0 if x.stage is None else partition_uniform(L, p)[x.stage]
         ckpt_layers = range(lo, lo + k)  # Megatron's block method: the stage's first k layers
-        replaced = all_layers if mode == "full" else sum(
-            per_dense if i < dense_first or not moe else per_moe for i in ckpt_layers)
+        if mode == "full":
+            replaced = all_layers
+        elif type(per_dense) is int and type(per_moe) is int:
+            # the same sum counted, not walked (generate asks for every K at 1e5 layers, issue 21):
+            # the stage's first k layers, those below first_dense_layers dense (all dense without MoE)
+            nk = len(ckpt_layers)
+            nd = nk if not moe else max(0, min(ckpt_layers.stop, dense_first) - ckpt_layers.start)
+            nd = min(nd, nk)
+            replaced = nd * per_dense + (nk - nd) * per_moe
+        else:
+            replaced = sum(per_dense if i < dense_first or not moe else per_moe for i in ckpt_layers)
         kept, acc_keep, gathered = inp * k, None, 0
         ds = x.deepspeed_checkpointing
         if ds and x.partition_activations and t > 1:
