@@ -93,6 +93,21 @@ def test_G003_hpz_must_divide_world_and_should_divide_node(tmp_path):
     assert not any(c == "G003" for c, _ in _codes(d))
 
 
+def test_G003_hpz_beyond_world_is_one_group_of_the_world(tmp_path):
+    """Issue #17: DeepSpeed uses min(h, world) ranks per hpZ group (utils/groups.py
+    _create_zero_param_parallel_group), so hpz 16 on 8 ranks of one node straddles nothing."""
+    import inspect
+    groups = pytest.importorskip("deepspeed.utils.groups")
+    assert "zero_param_parallel_size_ = min(group_size, world_size)" in inspect.getsource(
+        groups._create_zero_param_parallel_group)
+    cfg = {**Z, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 16}}
+    p, d = _est(tmp_path, cfg, "--world-size", "8", "--gpus-per-node", "8")
+    assert p.returncode == 0 and not any(c == "G003" for c, _ in _codes(d)), d["findings"]
+    # min(16, 8) = 8 ranks per group on nodes of 4: the group does straddle two nodes
+    p, d = _est(tmp_path, cfg, "--world-size", "8", "--gpus-per-node", "4")
+    assert ("G003", "warning") in _codes(d)
+
+
 def test_G004_ep_size_must_divide_dp_and_experts(tmp_path):
     cfg = {**Z, "zero_optimization": {"stage": 1}}
     p, d = _est(tmp_path, cfg, "--world-size", "6", "--expert-parallel", "4", model="mixtral-8x7b")
