@@ -665,3 +665,12 @@ def test_check_and_estimate_hf_refuse_what_the_trainer_refuses_with_its_default_
                        env=base_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
     out = json.loads(p.stdout)
     assert not out.get("fit") and h001(out["findings"]) == lint_h001, out
+
+
+def test_world_size_from_hardware_names_the_flag_once(tmp_path):
+    """Issue #17 item 6: the launch table said "from --hardware dgx-h100:2: 2 nodes x --hardware
+    dgx-h100:2". dgx-h100 is 8 GPUs per node (data/hardware_presets.json), so 2 nodes = 16 ranks."""
+    rc, d, err = check([str(SAMPLES / "zero2.json"), "--params", "1000000", "--hardware", "dgx-h100:2"])
+    src = d["launch"]["world_size"]["source"]
+    assert d["launch"]["world_size"]["value"] == 16
+    assert src.count("--hardware dgx-h100:2") == 1 and "2 nodes x 8 ranks per node" in src, src

@@ -641,7 +641,11 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if launch.world_size is None:
         g = launch.gpus_per_node
         if hardware is not None:
-            src = f"{hw_name}: {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} x {g.source if g else 'its GPUs'}"
+            # name the ranks per node's source only when it is not the spec itself (issue #17: the
+            # flag was printed twice, "from --hardware dgx-h100:2: 2 nodes x --hardware dgx-h100:2")
+            per = (f"{g.value} ranks per node" + (f" ({g.source})" if g.source != hw_name else "")) if g \
+                else f"{hardware.accelerators_per_node} GPUs per node"
+            src = f"{hw_name}: {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} x {per}"
             launch.world_size = Found(world_size_bound(hardware.nodes * (g.value if g else hardware.accelerators_per_node),
                                                        src), src)
         elif g:
