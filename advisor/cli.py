@@ -559,13 +559,15 @@ def _estimate_options(f):
     )(deco)
 
 
-def _workload(config: str, a) -> "ResolvedWorkload":  # noqa: F821 (advisor.views.workload)
+def _workload(config: str, a, data=None) -> "ResolvedWorkload":  # noqa: F821 (advisor.views.workload)
     """The workload for CONFIG: each flag, else the sidecar generate wrote next to it
-    (advisor.views.workload), else the default. Raises click errors (exit 2) on a bad sidecar."""
+    (advisor.views.workload), else the default; what the config ``data`` holds itself (its
+    micro-batch, sequence_parallel_size) is never the sidecar's. Raises click errors (exit 2) on a
+    bad sidecar."""
     from advisor.views.workload import FIELDS, resolve
 
     try:
-        return resolve(config, {k: getattr(a, k, None) for k in FIELDS})
+        return resolve(config, {k: getattr(a, k, None) for k in FIELDS}, data)
     except AdvisorError as e:
         raise _fail(str(e))
 
@@ -619,7 +621,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                                       world_size=a.world_size, overrides=a.overrides, activations=a.activations)
     ovh = ovh.for_hardware(hw)  # the accelerator preset's own CUDA-context / allocator defaults
     loaded = inp.loaded
-    wl = _workload(config, a)
+    wl = _workload(config, a, loaded.data)
     _check_checkpointing(wl, inv)
     v = wl.values
     shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}")
@@ -682,7 +684,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
-                           cluster=lint_cluster, plan=plan, keep_refusals=True)
+                           cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl)
     from advisor.ledger.timeline import hf_zero3, resolve_load
     load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None,
                         hf_is_zero3=hf_zero3(plan))
@@ -1357,7 +1359,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     wl = _workload(config, SimpleNamespace(
         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
         megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
-        checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor))
+        checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor), loaded.data)
     _check_checkpointing(wl, inv)
     result = run_check(loaded, inv, world_size=world_size, world_size_source=ws_source,
                        gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
@@ -1556,12 +1558,15 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if output:
         try:
             gen.write_atomic(output, text, force=force)
-            from advisor.views.workload import write_sidecar
+            import json as _json
+            from advisor.views.workload import config_record, write_sidecar
             b = res.best
-            # what the plan assumed, for check / estimate to read back (advisor.views.workload)
+            # what the plan assumed, for check / estimate to read back (advisor.views.workload), and
+            # the config it was written for (its digest and batch keys: rule W002)
             side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
                                           "attention": "flash", "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
-                                          "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1},
+                                          "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1,
+                                          **config_record(_json.loads(text))},
                                  force=force)
         except FileExistsError as e:
             raise _fail(str(e))

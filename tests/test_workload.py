@@ -66,3 +66,64 @@ def test_check_takes_the_parallel_options(tmp_path):
     tp4 = json.loads(run_cli(base + ["--tensor-parallel", "4"]).stdout)
     need = lambda d: next(t["need"] for t in d["tiers"] if t["tier"] == "accelerator")  # noqa: E731
     assert need(tp4) < need(tp1) / 2
+
+
+def _need(d):
+    return next(t["need"] for t in d["tiers"] if t["tier"] == "accelerator")
+
+
+def test_the_configs_micro_batch_beats_the_sidecar_and_the_mismatch_is_W002(tmp_path):
+    """Issue #17 item 1: a generated config edited to another micro-batch (the batch triple kept
+    consistent), its sidecar kept, was judged at the sidecar's micro-batch. DeepSpeed feeds each
+    rank train_micro_batch_size_per_gpu (runtime/config.py), so the config's value is the one
+    judged: the same need as --micro-batch with that value, and W002 names the disagreement."""
+    cfg = tmp_path / "ds.json"
+    assert run_cli(GEN + ["-o", str(cfg)]).returncode == 0
+    side = json.loads((tmp_path / "ds.workload.json").read_text())
+    c0 = json.loads(run_cli(["check", str(cfg)] + CHECK).stdout)
+    assert not any(f["code"] == "W002" for f in c0["findings"]), c0["findings"]  # the config it was written for
+    d = json.loads(cfg.read_text())
+    m, ga = d["train_micro_batch_size_per_gpu"], d["gradient_accumulation_steps"]
+    assert side["batch"] == {"train_batch_size": d["train_batch_size"], "train_micro_batch_size_per_gpu": m,
+                             "gradient_accumulation_steps": ga}
+    assert ga % 2 == 0, d  # the edit below keeps train_batch_size = micro x GA x 8
+    d["train_micro_batch_size_per_gpu"], d["gradient_accumulation_steps"] = 2 * m, ga // 2
+    cfg.write_text(json.dumps(d, indent=1))  # re-indented too: only values count
+    edited = json.loads(run_cli(["check", str(cfg)] + CHECK).stdout)
+    flag = json.loads(run_cli(["check", str(cfg), "--micro-batch", str(2 * m)] + CHECK).stdout)
+    old = json.loads(run_cli(["check", str(cfg), "--micro-batch", str(m)] + CHECK).stdout)
+    assert _need(edited) == _need(flag) > _need(old)
+    w = [f for f in edited["findings"] if f["code"] == "W002"]
+    assert len(w) == 1 and w[0]["severity"] == "warning" and w[0]["pointer"] == "/train_micro_batch_size_per_gpu"
+    assert f"train_micro_batch_size_per_gpu {2 * m} (the sidecar: {m})" in w[0]["message"]
+    assert f"gradient_accumulation_steps {ga // 2} (the sidecar: {ga})" in w[0]["message"]
+    assert any(f"micro_batch = {2 * m} (the config's train_micro_batch_size_per_gpu)" in x for x in edited["warnings"])
+    # estimate reads the same: the config's micro-batch, W002 among its findings
+    e = json.loads(run_cli(["estimate", str(cfg), "--model", "llama-3.1-8b", "--world-size", "8",
+                            "--format", "json"]).stdout)
+    assert e["assumptions"]["workload"]["micro_batch"] == 2 * m
+    assert any(f["code"] == "W002" for f in e["findings"])
+
+
+def test_a_sidecar_from_before_the_batch_record_is_compared_by_micro_batch(tmp_path):
+    """A sidecar written before it recorded the config (only micro_batch): still compared."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
+    (tmp_path / "ds.workload.json").write_text(json.dumps({"written_by": "ds-advisor generate", "seq_len": 1024,
+                                                           "micro_batch": 2, "checkpointing": "full"}))
+    c = json.loads(run_cli(["check", str(cfg)] + CHECK).stdout)
+    w = [f for f in c["findings"] if f["code"] == "W002"]
+    assert w and "train_micro_batch_size_per_gpu 4 (the sidecar: 2)" in w[0]["message"]
+    assert "checkpointing full" in w[0]["message"]  # the sidecar's assumption still in use
+
+
+def test_an_edited_config_with_the_same_batch_is_W002_info(tmp_path):
+    cfg = tmp_path / "ds.json"
+    assert run_cli(GEN + ["-o", str(cfg)]).returncode == 0
+    d = json.loads(cfg.read_text())
+    d["optimizer"]["params"]["lr"] = 3e-4
+    cfg.write_text(json.dumps(d))
+    c = json.loads(run_cli(["check", str(cfg)] + CHECK).stdout)
+    w = [f for f in c["findings"] if f["code"] == "W002"]
+    assert [x["severity"] for x in w] == ["info"] and "config_sha256 differs" in w[0]["message"]

@@ -72,6 +72,9 @@ class LintContext:
     #: The command's plan (:func:`advisor.planning.build_plan`) when it has one (estimate, check,
     #: report): its HF resolution and derived facts (movements) are read, not computed again.
     plan: "Plan | None" = None
+    #: The command's resolved workload (advisor.views.workload.ResolvedWorkload: values, their
+    #: origins, the sidecar read and how it disagrees with the config) for rule W002; None in lint.
+    workload: Any = None
     cache: LintCache = field(default_factory=LintCache)
 
     @property

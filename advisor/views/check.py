@@ -735,7 +735,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         findings = lint_config(loaded, world_size=ws, world_size_source=launch.world_size.source,
                                dp_world_size=cluster.dp_world_size,  # as estimate: the batch is over DP ranks
                                inventory=inventory, hf=plan.hf is not None, trainer_args=trainer_args,
-                               cluster=lint_cluster, plan=plan, keep_refusals=True)
+                               cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl)
     from advisor.cluster.overhead import OverheadSettings
     ovh = overhead if overhead is not None else OverheadSettings(env=env)
     if other_gpu and ovh.defaults is not None:

@@ -117,7 +117,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                 select: set[str] | None = None, trainer_args: dict | None = None,
                 hardware: "Hardware | None" = None, step_time_s: float | None = None,
                 cluster: "Cluster | None" = None, release: "Release | None" = None,
-                plan: "Plan | None" = None, keep_refusals: bool = False) -> list[Finding]:
+                plan: "Plan | None" = None, keep_refusals: bool = False,
+                workload: Any = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it, divided by the
@@ -138,6 +139,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     used instead of being computed again.
     The config's top-level ``"ds_advisor": {"ignore": [...]}`` drops the findings of the rules it
     names (:mod:`advisor.config.suppress`; a malformed entry is an S007 finding).
+    ``workload``: the command's :class:`advisor.views.workload.ResolvedWorkload` (estimate, check,
+    report): rule W002 compares the sidecar it read with the config.
     ``keep_refusals``: for the commands that gate on :func:`advisor.rules.refusals` (estimate,
     check, report, preflight, measure): a suppressed finding whose rule refuses is kept, its
     message saying it was suppressed -- suppression hides a finding, it does not make DeepSpeed
@@ -161,7 +164,7 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                       dp_world_size=dp_world_size,
                       inventory=inventory, hf=hf, release=release,
                       trainer_args=dict(trainer_args) if hf and trainer_args is not None else None,
-                      hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan)
+                      hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan, workload=workload)
     schema = validate_config(loaded, hf=hf)
     findings: list[Finding] = list(schema)
     if release is not None:

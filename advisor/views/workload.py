@@ -8,11 +8,18 @@ flagged by lint as unknown and DeepSpeed ignores it), so they go to ``<config>.w
 
     {"written_by": "ds-advisor generate", "seq_len": 4096, "micro_batch": 2,
      "checkpointing": "full", "attention": "flash", "tensor_parallel": 1,
-     "pipeline_parallel": 1, "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": false}
+     "pipeline_parallel": 1, "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": false,
+     "config_sha256": "...", "batch": {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+     "gradient_accumulation_steps": 8}}
 
 Precedence everywhere: a command-line flag, then the sidecar, then the default (and every value
 taken from a default is listed in the assumptions, so a check never silently differs from the
-generate that wrote the config).
+generate that wrote the config). What the DeepSpeed config holds itself is never taken from the
+sidecar (:data:`CONFIG_HELD`): the micro-batch is the config's ``train_micro_batch_size_per_gpu``,
+the Ulysses degree its ``sequence_parallel_size`` when written (issue #17: an edited config with
+micro-batch 4 was judged at the sidecar's 2). The sidecar records the config it was written for
+(``config_sha256`` of :func:`config_digest`, and the ``batch`` keys); a sidecar that disagrees
+with the config is rule W002 (:attr:`ResolvedWorkload.conflicts`, :attr:`ResolvedWorkload.stale`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,44 @@ FIELDS: dict[str, tuple[type, Any]] = {
 }
 _CHOICES = {"checkpointing": ("none", "full", "selective"), "attention": ("flash", "eager")}
 
+#: Workload fields a DeepSpeed config holds itself (field -> config key): the config's value wins
+#: over the sidecar's (the sidecar's is only compared with it, rule W002).
+CONFIG_HELD = {"micro_batch": "train_micro_batch_size_per_gpu", "sequence_parallel": "sequence_parallel_size"}
+#: The config's batch keys a sidecar records (``batch``), checked against the config (W002).
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+#: Top-level keys left out of :func:`config_digest`: our own suppression section (editing it
+#: changes nothing DeepSpeed does).
+_DIGEST_SKIP = ("ds_advisor",)
+
+
+def config_digest(data: Any) -> str:
+    """SHA-256 (hex) of the DeepSpeed config dict ``data`` as JSON with sorted keys and no
+    whitespace, integral floats as ints, less :data:`_DIGEST_SKIP`: the same for a config re-indented
+or re-ordered, different
+    for any changed value. Recorded by generate in the sidecar (``config_sha256``)."""
+    import hashlib
+
+    def norm(v: Any) -> Any:  # 1.0 and 1 are one value (the loader reads `1.0` as DeepSpeed's hjson does)
+        if isinstance(v, dict):
+            return {str(k): norm(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [norm(x) for x in v]
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        return v
+    d = {k: v for k, v in data.items() if k not in _DIGEST_SKIP} if isinstance(data, dict) else data
+    return hashlib.sha256(json.dumps(norm(d), sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def config_record(data: dict) -> dict[str, Any]:
+    """What a sidecar records about the config it is written for: ``config_sha256``
+    (:func:`config_digest`) and ``batch`` (its :data:`BATCH_KEYS` that are set)."""
+    return {"config_sha256": config_digest(data), "batch": {k: data[k] for k in BATCH_KEYS if k in data}}
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
 
 def sidecar_path(config_path: str) -> str:
     """``dir/name.json`` -> ``dir/name.workload.json`` (any extension is replaced)."""
@@ -46,6 +91,15 @@ class ResolvedWorkload:
     values: dict[str, Any]
     origin: dict[str, str] = field(default_factory=dict)
     sidecar: str | None = None
+    #: (config key, the config's value, the sidecar's value) where the sidecar was written for other
+    #: values than the config holds (its ``batch`` keys, ``micro_batch``, ``sequence_parallel``).
+    conflicts: list[tuple[str, Any, Any]] = field(default_factory=list)
+    #: True when the sidecar's ``config_sha256`` is not this config's digest (:func:`config_digest`).
+    stale: bool = False
+    #: The sidecar's fields (:func:`read_sidecar`), for the W002 message.
+    recorded: dict[str, Any] = field(default_factory=dict)
+    #: The config's own values of :data:`CONFIG_HELD` fields, for the assumptions.
+    config_values: dict[str, Any] = field(default_factory=dict)
 
     def assumed(self) -> list[str]:
         """One line per value not given on the command line (for the check/estimate notes)."""
@@ -53,6 +107,10 @@ class ResolvedWorkload:
         for k, v in self.values.items():
             o = self.origin.get(k, "default")
             if o == "flag" or (k == "moe_capacity_factor" and v is None):  # dropless: nothing assumed for a dense model
+                continue
+            if o == "config":
+                cv = self.config_values.get(k)
+                out.append(f"{k} = {cv if cv is not None else CONFIG_HELD[k]} (the config's {CONFIG_HELD[k]})")
                 continue
             shown = "the model's maximum context" if (k == "seq_len" and v is None) else (
                 "train_micro_batch_size_per_gpu" if (k == "micro_batch" and v is None) else (
@@ -90,37 +148,72 @@ def read_sidecar(path: str) -> dict[str, Any]:
                                      + (" or a number of layers" if k == "checkpointing" else "") + ")"
                                      if k in _CHOICES else ""))
         out[k] = v
+    digest = d.get("config_sha256")
+    if isinstance(digest, str):
+        out["config_sha256"] = digest
+    batch = d.get("batch")
+    if isinstance(batch, dict):
+        out["batch"] = {k: batch[k] for k in BATCH_KEYS if _int(batch.get(k))}
     return out
 
 
 def write_sidecar(config_path: str, values: dict[str, Any], written_by: str = "ds-advisor generate",
                   force: bool = False) -> str:
-    """Write ``values`` (FIELDS keys) next to ``config_path``; returns the sidecar's path.
+    """Write ``values`` (FIELDS keys, plus :func:`config_record`'s ``config_sha256`` and ``batch``)
+    next to ``config_path``; returns the sidecar's path.
     Written by :func:`advisor.files.write_atomic` (never partial, never over an existing file
     without ``force``). Raises FileExistsError, or OSError when it cannot be written."""
     from advisor.files import write_atomic
     path = sidecar_path(config_path)
-    d = {"written_by": written_by, **{k: values[k] for k in FIELDS if k in values}}
+    d = {"written_by": written_by, **{k: values[k] for k in FIELDS if k in values},
+         **{k: values[k] for k in ("config_sha256", "batch") if k in values}}
     write_atomic(path, json.dumps(d, indent=2) + "\n", force=force)
     return path
 
 
-def resolve(config_path: str | None, flags: dict[str, Any]) -> ResolvedWorkload:
+def resolve(config_path: str | None, flags: dict[str, Any], config_data: Any = None) -> ResolvedWorkload:
     """Flag > sidecar next to ``config_path`` > default, per field. ``flags``: FIELDS keys with
-    None (or, for megatron_sp, False) meaning "not given". Raises ConfigLoadError for a bad sidecar."""
+    None (or, for megatron_sp, False) meaning "not given". ``config_data``: the DeepSpeed config
+    dict (as DeepSpeed gets it): a :data:`CONFIG_HELD` field is never taken from the sidecar
+    (micro_batch stays None, so the plan reads ``train_micro_batch_size_per_gpu``;
+    sequence_parallel when the config writes ``sequence_parallel_size``), and the sidecar is
+    compared with the config (``conflicts``, ``stale``; rule W002). Raises ConfigLoadError for a
+    bad sidecar."""
     side: dict[str, Any] = {}
     sp = None
     if config_path and config_path != "-" and os.path.isfile(sidecar_path(config_path)):
         sp = sidecar_path(config_path)
         side = read_sidecar(sp)
+    data = config_data if isinstance(config_data, dict) else {}
     vals: dict[str, Any] = {}
     origin: dict[str, str] = {}
+    held: dict[str, Any] = {}
     for k, (_, default) in FIELDS.items():
         f = flags.get(k)
+        key = CONFIG_HELD.get(k)
+        if key and key in data:
+            held[k] = data[key]
         if f is not None and not (k == "megatron_sp" and f is False):
             vals[k], origin[k] = f, "flag"
-        elif k in side:
+        elif key and key in data:
+            # the config holds it: the plan reads the config's key (None here), never the sidecar's
+            vals[k], origin[k] = None, "config"
+        elif k in side and k != "micro_batch":  # DeepSpeed derives a missing micro-batch from the batch keys
             vals[k], origin[k] = side[k], f"from {os.path.basename(sp or '')}"
         else:
             vals[k], origin[k] = default, "default"
-    return ResolvedWorkload(vals, origin, sp)
+    conflicts: list[tuple[str, Any, Any]] = []
+    stale = False
+    if sp and data:
+        recorded_batch = dict(side.get("batch") or {})
+        if "micro_batch" in side and "train_micro_batch_size_per_gpu" not in recorded_batch:
+            recorded_batch["train_micro_batch_size_per_gpu"] = side["micro_batch"]  # a sidecar without "batch"
+        for key, was in recorded_batch.items():
+            now = data.get(key)
+            if _int(now) and now != was:
+                conflicts.append((key, now, was))
+        usp = data.get("sequence_parallel_size")
+        if "sequence_parallel" in side and _int(usp) and usp != side["sequence_parallel"]:
+            conflicts.append(("sequence_parallel_size", usp, side["sequence_parallel"]))
+        stale = "config_sha256" in side and side["config_sha256"] != config_digest(data)
+    return ResolvedWorkload(vals, origin, sp, conflicts, stale, side, held)
