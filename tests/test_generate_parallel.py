@@ -145,6 +145,11 @@ def test_ulysses_degrees_by_hand():
     assert gen.ulysses_degrees(resolve_model("qwen2.5-7b"), req) == [2, 4]
     assert gen.ulysses_degrees(resolve_model("llama-3-8b"), dataclasses.replace(req, global_batch=2)) == [4, 8]
     assert gen.ulysses_degrees(resolve_model("llama-3-8b"), dataclasses.replace(req, model_parallel=False)) == []
+    # 12 GPUs per node: 3, 6 and 12 divide the node but not Llama-3-8B's 32 heads (DeepSpeed refuses: G005)
+    req12 = gen.Request(global_batch=12, seq_len=12288, nodes=1, gpus_per_node=12)
+    assert gen.ulysses_degrees(resolve_model("llama-3-8b"), req12) == [2, 4]
+    # Qwen2.5-7B's 28 heads take u = 6? no: 28 % 6; u = 2, 4 only (4 KV heads)
+    assert gen.ulysses_degrees(resolve_model("qwen2.5-7b"), req12) == [2, 4]
 
 
 @pytest.fixture(scope="module")

@@ -507,9 +507,11 @@ def ulysses_degrees(inv: Inventory, req: Request) -> list[int]:
     meta = inv.meta or {}
     a = int(meta.get("num_heads") or 0)
     kv = int(meta.get("num_kv_heads") or a)
+    from advisor.rules.G005_ulysses_heads import ulysses_heads_problem
     out = []
     for u in divisors(req.gpus_per_node):
-        if u == 1 or not a or a % u or kv % u or req.world_size % u or req.seq_len % u:
+        # DeepSpeed's refusals (rule G005), and kv % u too: KV heads replicated over u > kv are not modelled
+        if u == 1 or not a or ulysses_heads_problem(a, kv, u) or kv % u or req.world_size % u or req.seq_len % u:
             continue
         if req.global_batch % (req.world_size // u):
             continue
