@@ -1474,8 +1474,18 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
 @_opt("--global-batch", type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
-@options("seq_len", "output", "force", "hf",
+@options(*WORKLOAD_OPTIONS, "tensor_parallel", "pipeline_parallel", "sequence_parallel", "output", "force", "hf",
          seq_len=dict(required=True, help="Tokens per sequence."),
+         micro_batch=dict(help="Micro-batch per rank: fixed instead of searched (default: searched)."),
+         checkpointing=dict(default=None, show_default=False,
+                            help="Activation checkpointing, as for estimate (none, full, selective, K layers of each "
+                                 "stage): fixed instead of searched (default: the cheapest recompute that fits)."),
+         tensor_parallel=dict(default=None, show_default=False,
+                              help="Tensor-parallel size: fixed instead of searched (default: searched)."),
+         pipeline_parallel=dict(default=None, show_default=False,
+                                help="Pipeline-parallel size: fixed instead of searched (default: searched)."),
+         sequence_parallel=dict(help="DeepSpeed-Ulysses sequence_parallel_size: fixed instead of searched "
+                                     "(default: searched where activations bind)."),
          output=dict(help="Write the best config here (default: stdout; the table then goes to stderr)."),
          hf=dict(help='Write "auto" where the HF Trainer fills values in.'))
 @_opt("--margin", default=None, help="Deprecated and ignored: generate uses estimate's fit (the timeline "
@@ -1493,7 +1503,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @format_option("generate")
 @_release_option
 @display_options("units", "color")
-def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, output, force, hf, margin,
+def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro_batch, checkpointing, attention,
+             moe_capacity_factor, tensor_parallel, pipeline_parallel, sequence_parallel, output, force, hf, margin,
              runtime_overhead, fragmentation, optimizer, precision, top, model_parallel, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing (and tensor x
     pipeline parallelism where it could be faster, or where ZeRO alone does not fit) for the plans
@@ -1540,8 +1551,19 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
     if hw.accelerator is None:
         raise _fail(f"--hardware {hardware}: no accelerator in the spec")
     ovh = ovh.for_hardware(hw)
+    if checkpointing is not None and str(checkpointing).startswith("sac"):
+        raise click.UsageError("--checkpointing sac needs --activations trace (torch), which generate does not run: "
+                               "use estimate --activations trace on the written config")
+    if hf and checkpointing not in (None, "none", "full"):
+        raise click.UsageError(f"--checkpointing {checkpointing} with --hf: the HF Trainer's gradient_checkpointing "
+                               "checkpoints every layer (none or full)")
+    if not model_parallel and ((tensor_parallel or 1) > 1 or (pipeline_parallel or 1) > 1 or (sequence_parallel or 1) > 1):
+        raise click.UsageError("--no-model-parallel with a tensor-, pipeline- or sequence-parallel size above 1")
     req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
-                      optimizer=optimizer, precision=precision, hf=hf, overhead=ovh, model_parallel=model_parallel)
+                      optimizer=optimizer, precision=precision, hf=hf, overhead=ovh, model_parallel=model_parallel,
+                      attention=attention, moe_capacity_factor=moe_capacity_factor, micro_batch=micro_batch,
+                      checkpointing=checkpointing, tensor_parallel=tensor_parallel,
+                      pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel)
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:
@@ -1564,8 +1586,9 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, outpu
             # what the plan assumed, for check / estimate to read back (advisor.views.workload), and
             # the config it was written for (its digest and batch keys: rule W002)
             side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
-                                          "attention": "flash", "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
+                                          "attention": attention, "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
                                           "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1,
+                                          "moe_capacity_factor": moe_capacity_factor,
                                           **config_record(_json.loads(text))},
                                  force=force)
         except FileExistsError as e:

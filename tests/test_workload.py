@@ -127,3 +127,49 @@ def test_an_edited_config_with_the_same_batch_is_W002_info(tmp_path):
     c = json.loads(run_cli(["check", str(cfg)] + CHECK).stdout)
     w = [f for f in c["findings"] if f["code"] == "W002"]
     assert [x["severity"] for x in w] == ["info"] and "config_sha256 differs" in w[0]["message"]
+
+
+def _gen(tmp_path, *extra, model="llama-3.1-8b", seq="4096", name="g.json"):
+    cfg = tmp_path / name
+    args = ["generate", "--model", model, "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+            "--global-batch", "64", "--seq-len", seq, "-o", str(cfg), "--format", "json", *extra]
+    p = run_cli(args)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return cfg, json.loads(p.stdout), json.loads(cfg.with_name(cfg.stem + ".workload.json").read_text())
+
+
+def test_generate_takes_the_workload_options_fixed_and_records_them(tmp_path):
+    """Issue #17 item 5: generate takes estimate's workload options from the one definition
+    (cli.WORKLOAD_OPTIONS and the parallel sizes), fixes each one given instead of searching it,
+    and records it in the sidecar, which check and estimate read back."""
+    cfg, d, side = _gen(tmp_path, "--attention", "eager", "--micro-batch", "2", "--checkpointing", "full")
+    assert d["plans"] and all(p["micro_batch"] == 2 and p["checkpointing"] == "full" for p in d["plans"])
+    assert side["attention"] == "eager" and side["checkpointing"] == "full"
+    assert json.loads(cfg.read_text())["train_micro_batch_size_per_gpu"] == 2
+    assert d["assumptions"]["activations"].startswith("eager attention")
+    # eager attention keeps the s x s scores (and more) that flash does not: the same plan needs more
+    _, f, _ = _gen(tmp_path, "--attention", "flash", "--micro-batch", "2", "--checkpointing", "full", name="f.json")
+    key = lambda p: (p["stage"], p["offload_optimizer"], p["offload_param"])  # noqa: E731
+    flash = {key(p): p["activation_bytes_per_rank"] for p in f["plans"]}
+    both = [p for p in d["plans"] if key(p) in flash]
+    assert both and all(p["activation_bytes_per_rank"] > flash[key(p)] for p in both)
+    c = json.loads(run_cli(["check", str(cfg)] + CHECK).stdout)
+    assert any("attention = eager (from g.workload.json)" in w for w in c["warnings"]), c["warnings"]
+    assert c["exit_code"] == 0 and not any(x["code"] == "W002" for x in c["findings"])
+
+
+def test_generate_fixed_parallel_sizes_and_capacity_factor(tmp_path):
+    _, d, side = _gen(tmp_path, "--tensor-parallel", "2")
+    assert d["plans"] and all(p["tensor_parallel"] == 2 and p["pipeline_parallel"] == 1 for p in d["plans"])
+    assert side["tensor_parallel"] == 2
+    cfg, d, side = _gen(tmp_path, "--sequence-parallel", "4", seq="32768", name="u.json")
+    assert d["plans"] and all(p["sequence_parallel"] == 4 for p in d["plans"])
+    assert json.loads(cfg.read_text())["sequence_parallel_size"] == 4
+    bad = run_cli(GEN + ["--tensor-parallel", "3"])  # 3 divides neither 8 GPUs per node nor 32 heads
+    assert bad.returncode == 2 and "--tensor-parallel 3" in bad.stderr and "Traceback" not in bad.stderr
+    # MoE capacity factor: generate's activations are estimate's for the written config + sidecar
+    cfg, d, side = _gen(tmp_path, "--moe-capacity-factor", "1.0", model="mixtral-8x7b", name="m.json")
+    assert side["moe_capacity_factor"] == 1.0 and "MoE capacity factor 1" in d["assumptions"]["activations"]
+    e = json.loads(run_cli(["estimate", str(cfg), "--model", "mixtral-8x7b", "--world-size", "8",
+                            "--format", "json"]).stdout)
+    assert e["ranks"][0]["tiers"]["accelerator"]["activations"] == d["plans"][0]["activation_bytes_per_rank"]

@@ -113,6 +113,22 @@ class Request:
     #: The runtime overhead terms of the accelerator fit (advisor.cluster.overhead.OverheadSettings;
     #: None: the cited defaults, the environment's NCCL/CUDA variables read).
     overhead: Any = None
+    #: The workload options estimate and check take (the CLI's WORKLOAD_OPTIONS / PARALLEL_OPTIONS),
+    #: each fixed instead of searched when given (None: searched). ``attention``: the kernel every
+    #: plan's activations assume (flash / eager); ``moe_capacity_factor``: DeepSpeed MoE's fixed
+    #: dispatch buffer (None: dropless, advisor.model.activations.moe_capacity).
+    attention: str = "flash"
+    moe_capacity_factor: float | None = None
+    micro_batch: int | None = None
+    checkpointing: str | None = None
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    sequence_parallel: int | None = None
+
+    def layout_allowed(self, tp: int, pp: int, sp: int) -> bool:
+        """Whether the layout (tensor, pipeline, Ulysses degrees) matches the degrees given."""
+        return all(want is None or want == got for want, got in
+                   ((self.tensor_parallel, tp), (self.pipeline_parallel, pp), (self.sequence_parallel, sp)))
 
     @property
     def world_size(self) -> int:
@@ -388,7 +404,9 @@ class SearchResult:
             "cpu_optimizer": "DeepSpeedCPUAdam over the node's host memory bandwidth: partition elements x "
                              "(28 + 4 + D) B x ranks per node / host_memory_bandwidth_bytes_per_s",
             "host_memory_bandwidth_bytes_per_s": getattr(self.hardware, "host_memory_bandwidth_bytes_per_s", None),
-            "activations": "flash attention, dropout off (advisor.model.activations)",
+            "activations": f"{self.request.attention} attention, dropout off (advisor.model.activations)"
+                           + (f", MoE capacity factor {self.request.moe_capacity_factor:g}"
+                              if self.request.moe_capacity_factor is not None else ""),
             "nvme_path": self.nvme_path,
             "accelerator": acc.name if acc else None,
             "excluded": "step time leaves out collective latency, first-iteration fetches, kernel launch and hook "
@@ -603,6 +621,16 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     layouts = layouts[:1] + sorted(layouts[1:], key=lambda lay: (bounds[lay] is None, bounds[lay] or 0.0,
                                                                   lay[0] * lay[1], lay[1]))
     queue: list[tuple[int, int, int]] = [(t, p, 1) for t, p in layouts]
+    # degrees given (--tensor-parallel ...) are fixed: only the layouts that match them
+    queue = [lay for lay in queue if req.layout_allowed(*lay)]
+    if not queue and not any(req.layout_allowed(1, 1, u) for u in ulysses_degrees(inv, req)):
+        given = ", ".join(f"{f} {v}" for f, v in (("--tensor-parallel", req.tensor_parallel),
+                                                 ("--pipeline-parallel", req.pipeline_parallel),
+                                                 ("--sequence-parallel", req.sequence_parallel)) if v is not None)
+        raise AdvisorError(f"{given}: not a layout generate can write for {inv.name} on {req.world_size} ranks (TP "
+                           "divides the GPUs per node, the heads, KV heads and MLP width; PP divides the layers; "
+                           "T x P divides the world; Ulysses with T = P = 1, dividing the heads, KV heads, GPUs per "
+                           "node, world and sequence)" + ("" if req.model_parallel else "; --no-model-parallel is set"))
     ulysses_added = False
     qi = 0
     while True:
@@ -614,8 +642,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             # recomputes, e.g. at long sequences
             ulysses_added = True
             fastest_now = min(ranked, key=lambda c: c.step_time_s) if ranked else None
-            if fastest_now is None or fastest_now.checkpointing != "none":
-                queue += [(1, 1, u) for u in ulysses_degrees(inv, req)]
+            if fastest_now is None or fastest_now.checkpointing != "none" or (req.sequence_parallel or 1) > 1:
+                queue += [(1, 1, u) for u in ulysses_degrees(inv, req) if req.layout_allowed(1, 1, u)]
             if qi == len(queue):
                 break
         tp, pp, sp = queue[qi]
@@ -632,7 +660,12 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         cluster = Cluster(world_size=req.world_size, gpus_per_node=req.gpus_per_node, tensor_parallel=tp,
                           pipeline_parallel=pp, sequence_parallel=sp, megatron_sequence_parallel=tp > 1)
         size_inv = inv if tp * pp == 1 else _shard_inventory(inv, tp, pp)
-        micros = divisors(per_rank)
+        micros = [m for m in divisors(per_rank) if req.micro_batch is None or m == req.micro_batch]
+        if not micros:  # --micro-batch does not divide this layout's sequences per rank
+            continue
+        fixed_ck = req.checkpointing
+        if fixed_ck is not None and fixed_ck.isdigit() and int(fixed_ck) > Ls:
+            continue  # K checkpointed layers of a stage that holds fewer (advisor.model.activations)
         Ls = -(-L // pp)  # layers of the largest stage (runtime/utils.py:partition_uniform)
         layout_combos = combos if pp == 1 else [c for c in combos if c.stage <= 1]  # G001: PP with ZeRO-0/1 only
         for combo in layout_combos:
@@ -650,7 +683,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     return done[(b, ck)]
                 ga = per_rank // b
                 cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path, sp=sp)
-                plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, "flash"))
+                plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, req.attention,
+                                                                          moe_capacity_factor=req.moe_capacity_factor))
                 hit = led_cache.get(ga > 1)
                 if hit is not None:
                     plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
@@ -679,8 +713,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             # does not fit: a combo whose first plan fits needs no probe.
             try:
                 probe = None
-                if evaluate(micros[-1], "none").rejection is not None:
-                    probe = evaluate(micros[0], "full")
+                if evaluate(micros[-1], fixed_ck or "none").rejection is not None:
+                    probe = evaluate(micros[0], fixed_ck or "full")
             except WorkLimitError as e:
                 limited.append(f"{e} (offload {combo.label()}" + (f", TP {tp} x PP {pp})" if tp * pp > 1 else ")"))
                 continue
@@ -697,8 +731,12 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     return c
 
                 try:
-                    chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
-                                                lambda c: fitted[id(c)][1])
+                    if fixed_ck is not None:  # --checkpointing given: that setting, not the search
+                        c = candidate(fixed_ck)
+                        chosen = c if c.rejection is None else None
+                    else:
+                        chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
+                                                    lambda c: fitted[id(c)][1])
                 except WorkLimitError as e:
                     # past a work limit for this stage over this world size (it does not depend on the
                     # micro-batch, so it is the combo's first plan): the combo is not searched, and says why
