@@ -173,3 +173,18 @@ def test_generate_fixed_parallel_sizes_and_capacity_factor(tmp_path):
     e = json.loads(run_cli(["estimate", str(cfg), "--model", "mixtral-8x7b", "--world-size", "8",
                             "--format", "json"]).stdout)
     assert e["ranks"][0]["tiers"]["accelerator"]["activations"] == d["plans"][0]["activation_bytes_per_rank"]
+
+
+def test_the_configs_sequence_parallel_size_beats_the_sidecar(tmp_path):
+    """DeepSpeed reads sequence_parallel_size from the config (runtime/config.py, default 1): a
+    sidecar saying otherwise is W002, and the config's degree is the one estimated."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1,
+                               "gradient_accumulation_steps": 1, "sequence_parallel_size": 2,
+                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
+    (tmp_path / "ds.workload.json").write_text(json.dumps({"seq_len": 8192, "sequence_parallel": 4}))
+    e = json.loads(run_cli(["estimate", str(cfg), "--model", "llama-3.1-8b", "--world-size", "8",
+                            "--format", "json"]).stdout)
+    assert e["cluster"]["sequence_parallel"] == 2, e["cluster"]
+    w = [f for f in e["findings"] if f["code"] == "W002"]
+    assert w and w[0]["pointer"] == "/sequence_parallel_size" and "(the sidecar: 4)" in w[0]["message"]
