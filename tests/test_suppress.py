@@ -138,3 +138,28 @@ def test_suppressing_a_refusing_rule_does_not_open_the_refusal_gate(tmp_path):
     # lint, which gates nothing, still honours the suppression
     rc, found = _lint(tmp_path, cfg)
     assert rc == 0 and "B001" not in {x["code"] for x in found}
+
+
+def test_hides_matches_a_key_and_what_lies_inside_it_among_many_entries():
+    """Issue 21: hides() looks a finding's pointer and its ancestors up in a set. The semantics
+    stay those of the docstring: the suppressed key itself or a pointer inside it, of that rule
+    only, and not a sibling whose name merely starts the same (/ab is not inside /a)."""
+    from advisor.config.suppress import Suppressions
+    from advisor.findings import Finding
+    keys = frozenset({("S002", f"/x{i}") for i in range(20000)} | {("S002", "/a")})
+    sup = Suppressions(frozenset(), keys)
+
+    def f(code, ptr):
+        return Finding(code=code, severity="warning", pointer=ptr, message="m")
+    assert sup.hides(f("S002", "/a")) and sup.hides(f("S002", "/a/b/c")) and sup.hides(f("S002", "/x19999"))
+    assert not sup.hides(f("S002", "/ab")) and not sup.hides(f("B001", "/a/b")) and not sup.hides(f("S002", "/x20000"))
+
+
+def test_unknown_entries_past_the_suggestion_cap_still_report_no_rule(tmp_path):
+    """Entries past MAX_NEAR_SUGGESTIONS get no did-you-mean (difflib per entry cost 32 s for
+    200k, issue 21) but are still findings that say they suppress nothing."""
+    from advisor.config.suppress import MAX_NEAR_SUGGESTIONS, config_suppressions
+    n = MAX_NEAR_SUGGESTIONS + 5
+    _, found = config_suppressions({"ds_advisor": {"ignore": ["B0001"] * n}})
+    assert len(found) == n and all("names no rule" in x.message for x in found)
+    assert "did you mean B001" in found[0].message and "did you mean" not in found[-1].message
