@@ -297,12 +297,19 @@ class _Config:
         return False if v is None else bool(v)
 
     def set_stage_and_offload(self) -> None:
+        """``HfDeepSpeedConfig.set_stage_and_offload`` (accelerate 1.15.0 ``utils/deepspeed.py``,
+        which transformers' HfDeepSpeedConfig subclasses). At stage 2/3 it builds the set
+        ``{offload_optimizer.device, offload_param.device}``, which raises ``TypeError: unhashable
+        type`` for a list or object device; those keys are kept in ``unhashable`` (the resolver
+        reports them as H004) and count as no offload here."""
         self._stage = self.get_value("zero_optimization.stage", -1)
         self._offload = False
+        self.unhashable: list[str] = []
         if self._stage in (2, 3):
-            devs = {self.get_value("zero_optimization.offload_optimizer.device"),
-                    self.get_value("zero_optimization.offload_param.device")}
-            self._offload = bool(devs & {"cpu", "nvme"})
+            keys = ("zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device")
+            vals = {k: self.get_value(k) for k in keys}
+            self.unhashable = [k for k, v in vals.items() if isinstance(v, (list, dict))]
+            self._offload = any(isinstance(v, str) and v in ("cpu", "nvme") for v in vals.values())
 
     def is_zero3(self) -> bool:
         return self._stage == 3
@@ -411,6 +418,13 @@ class _Resolver:
             if val is not None:
                 self.fill_only(key, val, who="accelerate DeepSpeedPlugin")
         self.cfg.set_stage_and_offload()
+        for key in self.cfg.unhashable:
+            bad = self.cfg.get_value(key)
+            self.findings.append(emit(
+                "H004", "error", _ptr(key),
+                f"{key} is a {type(bad).__name__}: accelerate's HfDeepSpeedConfig.set_stage_and_offload "
+                f"raises 'TypeError: unhashable type: {type(bad).__name__!r}'",
+                f'set {key} to one of "none", "cpu", "nvme"', data={"kind": "unhashable-device", "key": key}))
         c["steps_per_print"] = float("inf")
 
     # -- step 3 -------------------------------------------------------------------------------
