@@ -18,6 +18,7 @@ import math
 import re
 from typing import Any, Iterable
 
+from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, depth_ok
 from advisor.config.validation import InputValueError
 
 
@@ -76,12 +77,29 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     path = key.strip().split(".")
     if not sep or not key.strip() or any(not p for p in path):
-        raise InputValueError(f"--set {text!r}", "expected KEY.PATH=VALUE, e.g. zero_optimization.stage=3")
+        raise InputValueError(f"--set {_cut(text)}", "expected KEY.PATH=VALUE, e.g. zero_optimization.stage=3")
+    # The config file's own limits (advisor.config.readers): at most MAX_CONFIG_BYTES, nested at
+    # most MAX_DEPTH levels. A KEY.PATH of n parts nests the value n objects deep (the top-level
+    # object included), so the value may add MAX_DEPTH - n more.
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
+        raise InputValueError(f"--set {_cut(text)}", f"longer than {MAX_CONFIG_BYTES:,} bytes, the config file limit")
+    if len(path) > MAX_DEPTH:
+        raise InputValueError(f"--set {_cut(text)}", f"KEY.PATH has {len(path):,} parts; nesting deeper than "
+                                                     f"{MAX_DEPTH} levels, the config file limit")
+    if raw.strip()[:1] in ("{", "[") and not depth_ok(raw, MAX_DEPTH - len(path)):
+        raise InputValueError(f"--set {_cut(text)}", f"nesting deeper than {MAX_DEPTH} levels (the KEY.PATH's "
+                                                     f"{len(path)} plus the value's), the config file limit")
     try:
         value = parse_value(raw)
     except ValueError as e:
-        raise InputValueError(f"--set {text!r}", str(e)) from None
+        raise InputValueError(f"--set {_cut(text)}", str(e)) from None
     return path, value
+
+
+def _cut(text: str) -> str:
+    """The --set argument as a message shows it: quoted, cut to a readable length."""
+    from advisor.config.validation import shown
+    return shown(text)
 
 
 def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:

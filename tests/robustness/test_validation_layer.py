@@ -47,3 +47,40 @@ def test_unhashable_offload_device_is_refused_like_accelerate(tmp_path, section,
         _no_internal(p)
         assert p.returncode == 1, (cmd, p.stdout, p.stderr)
         assert "H004" in p.stdout + p.stderr
+
+
+# -- --set: the config file's depth limit (advisor.config.readers.MAX_DEPTH = 64 brackets) ----------
+
+def _z2(tmp_path):
+    f = tmp_path / "z2.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    return f
+
+
+@pytest.mark.parametrize("cmd", [["lint"], ["estimate", "--model", "gpt2", "--seq-len", "128"]])
+@pytest.mark.parametrize("arg", [
+    "a=" + "[" * 20000 + "]" * 20000,        # RecursionError before
+    ".".join(["a"] * 5000) + ".b=1",          # X001 RecursionError before
+    ".".join(["a"] * 70) + ".b=1",            # 71 levels: accepted before, a file is limited to 64
+    "a=" + "[" * 64 + "]" * 64,               # 1 + 64 = 65 levels
+])
+def test_set_deeper_than_a_file_may_be_is_one_line_refusal(tmp_path, cmd, arg):
+    f = _z2(tmp_path)
+    p = run_cli([cmd[0], str(f), *cmd[1:], "--set", arg])
+    _no_internal(p)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ds-advisor: --set ") and "64 levels" in lines[0]
+    assert len(lines[0]) < 300  # the argument is cut, not echoed whole
+
+
+def test_set_at_the_file_depth_limit_is_accepted(tmp_path):
+    # The same nesting in a file is accepted (64 levels): a file written with it, and --set.
+    f = _z2(tmp_path)
+    deep = tmp_path / "deep.json"
+    deep.write_text(json.dumps({"a": json.loads("[" * 63 + "]" * 63)}))
+    assert run_cli(["lint", str(deep)]).returncode != 2
+    for arg in ("a=" + "[" * 63 + "]" * 63, ".".join(["a"] * 63) + ".b=1"):
+        p = run_cli(["lint", str(f), "--set", arg])
+        _no_internal(p)
+        assert p.returncode != 2, p.stderr
