@@ -51,3 +51,41 @@ def test_within_the_node_and_accelerator_only_specs_pass():
     assert job_shape(world_size=16, gpus_per_node=8, hardware=acc).gpus_per_node.value == 8
     with pytest.raises(AdvisorError, match="--gpus-per-node 9 is more ranks per node than the 8"):
         job_shape(world_size=16, gpus_per_node=9, hardware=hw)
+
+
+ACC_1M = """compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 1
+mixed_precision: bf16
+num_machines: {machines}
+num_processes: {procs}
+"""
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "check", "checkpoint"])
+def test_accelerate_yaml_over_the_per_node_limit_is_refused(cmd, tmp_path):
+    """Issue 21: num_processes 2^20 on one machine is 2^20 ranks per node, over MAX_GPUS_PER_NODE
+    (1,024); it ran 22 s / 626 MB instead of being refused. Every command refuses it in one line
+    naming the YAML; 2^20 over 1,024 machines (1,024 per node) is within the limit and accepted."""
+    from advisor.config.validation import MAX_GPUS_PER_NODE
+    y = tmp_path / "acc.yaml"
+    y.write_text(ACC_1M.format(machines=1, procs=1 << 20))
+    p = run_cli([cmd, str(y), "--params", "1000000"], cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    line, = p.stderr.strip().splitlines()
+    assert f"{1 << 20} ranks per node" in line and str(y) in line and f"limit of {MAX_GPUS_PER_NODE}" in line
+
+
+def test_every_source_of_ranks_per_node_passes_the_limit():
+    """job_shape refuses more than MAX_GPUS_PER_NODE ranks per node whatever says it: a world
+    size over --nodes, an accelerate launch; the same count at the limit passes."""
+    from types import SimpleNamespace
+    from advisor.config.validation import MAX_GPUS_PER_NODE
+    with pytest.raises(AdvisorError, match="--nodes 1.*over the limit"):
+        job_shape(world_size=MAX_GPUS_PER_NODE + 1, nodes=1)
+    assert job_shape(world_size=MAX_GPUS_PER_NODE, nodes=1).gpus_per_node.value == MAX_GPUS_PER_NODE
+    launch = SimpleNamespace(world_size=1 << 20, world_size_source="yaml", num_machines=1,
+                             ranks_per_node=1 << 20, ranks_per_node_source="num_processes in a.yaml")
+    with pytest.raises(AdvisorError, match="num_processes in a.yaml.*over the limit"):
+        job_shape(launch=launch, env={})

@@ -116,6 +116,21 @@ def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[
     return None
 
 
+def bounded_ranks_per_node(g: Found | None) -> Found | None:
+    """``g`` (ranks per node, with its source) as given, after refusing more than
+    :data:`MAX_GPUS_PER_NODE`, the documented limit. The one check every source of ranks per node
+    passes through, in :func:`job_shape` and :func:`discover_launch`: flags and launcher variables
+    are bounded where parsed, but an accelerate YAML's num_processes // num_machines, a world size
+    over --nodes, or a hardware spec were not (issue 21: ``num_processes: 1048576`` on one machine
+    took 22 s and 626 MB). Raises AdvisorError (exit 2) naming the source."""
+    from advisor.errors import AdvisorError
+    if g is not None and g.value > MAX_GPUS_PER_NODE:
+        raise AdvisorError(f"{g.value} ranks per node ({g.source}) is over the limit of {MAX_GPUS_PER_NODE} "
+                           "ranks per node: spread the ranks over more nodes (num_machines, --nodes) or "
+                           "give --gpus-per-node")
+    return g
+
+
 @dataclass
 class LaunchShape:
     """The launch shape for one node, every value with its source.
@@ -184,7 +199,7 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     shape.rank = _int(env, "RANK", bad)
 
     if gpus_per_node is not None:
-        shape.gpus_per_node = Found(gpus_per_node, gpus_per_node_source)
+        shape.gpus_per_node = bounded_ranks_per_node(Found(gpus_per_node, gpus_per_node_source))
     else:
         shape.gpus_per_node = gpus_per_node_from_env(env, bad)
     nodes = nodes or _int(env, "SLURM_JOB_NUM_NODES", bad) or _int(env, "SLURM_NNODES", bad)
@@ -287,6 +302,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
             raise AdvisorError(problem)
     if g is not None and g.value > ws.value:
         g = Found(ws.value, f"{g.source}, capped at the world size {ws.value}")
+    g = bounded_ranks_per_node(g)
     if nodes is not None:
         n = Found(nodes, "--nodes")
         if g is not None and nodes * g.value < ws.value:
