@@ -35,8 +35,7 @@ from advisor.findings import escape_token
 from advisor.config.validation import type_name
 from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok, non_finite_path, read_bytes
 
-#: A base64 argument is echoed in messages at most this long (it can be megabytes).
-MAX_ECHO_CHARS = 60
+from advisor.render.escape import MAX_ECHO_CHARS, cut  # noqa: F401  (the one echo-cutting helper)
 
 
 @dataclass
@@ -101,10 +100,6 @@ class _PositionDecoder(HjsonDecoder):
         self.parse_object = parse_object
         self.scan_once, self.scan_object_once = make_scanner(self)
 
-
-def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
-    """``text`` for a message: at most ``limit`` characters, with how much was left out."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 #: A quoted string (skipped), or a NaN/Infinity word or a whole number token. Every branch

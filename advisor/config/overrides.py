@@ -20,11 +20,13 @@ from typing import Any, Iterable
 
 from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, depth_ok
 from advisor.config.validation import InputValueError
+from advisor.render.escape import cut
 
 
 #: A number as --set reads it (JSON's grammar, plus a leading "+" or "." and leading zeros).
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 #: Words for a non-finite number, any case (JSON has none; DeepSpeed cannot load them).
+
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
 
@@ -40,23 +42,23 @@ def parse_value(raw: str) -> Any:
     that overflows a float (``1e999``), also inside an object or array -- raises ValueError."""
     text = raw.strip()
     if text.lower() in _NON_FINITE:
-        raise ValueError(f"{raw} is not a finite number")
+        raise ValueError(f"{cut(raw)} is not a finite number")
     if _NUMBER.fullmatch(text):
         if re.fullmatch(r"[+-]?\d+", text):
             return int(text)
         f = float(text)
         if not math.isfinite(f):
-            raise ValueError(f"{raw} is not a finite number (it overflows a float)")
+            raise ValueError(f"{cut(raw)} is not a finite number (it overflows a float)")
         return f
     if text[:1] in ('"', "{", "[") or text in ("true", "false", "null"):
         try:
             value = json.loads(text, parse_constant=_non_finite)
         except ValueError as e:
             if str(e) in ("NaN", "Infinity", "-Infinity"):
-                raise ValueError(f"{raw} holds {e}, not a finite number") from None
-            raise ValueError(f"{raw} is not valid JSON ({e})") from None
+                raise ValueError(f"{cut(raw)} holds {e}, not a finite number") from None
+            raise ValueError(f"{cut(raw)} is not valid JSON ({cut(str(e))})") from None
         if not _finite(value):
-            raise ValueError(f"{raw} holds a number that overflows a float, not a finite number")
+            raise ValueError(f"{cut(raw)} holds a number that overflows a float, not a finite number")
         return value
     return raw
 
@@ -116,7 +118,7 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
             if nxt is None:
                 nxt = cur[p] = {}
             if not isinstance(nxt, dict):
-                raise InputValueError(f"--set {text!r}", f"{'.'.join(path[:i + 1])} is {json.dumps(nxt)}, not an object")
+                raise InputValueError(f"--set {_cut(text)}", f"{'.'.join(path[:i + 1])} is {json.dumps(nxt)}, not an object")
             cur = nxt
         cur[path[-1]] = value
     return out
@@ -146,7 +148,7 @@ def check_overrides(original: Any, overrides: Iterable[str]) -> None:
         path, _ = parse_override(text)
         ptr = pointer(*path)
         if over is not None and ptr == "/" + over[0]:
-            raise InputValueError(f"--set {text!r}", over[1])
+            raise InputValueError(f"--set {_cut(text)}", over[1])
         for f in after:
             if f.pointer == ptr or f.pointer.startswith(ptr + "/") or ptr.startswith(f.pointer + "/"):
-                raise InputValueError(f"--set {text!r}", f.message)
+                raise InputValueError(f"--set {_cut(text)}", f.message)

@@ -311,6 +311,7 @@ def _bound_yaml(root: Any, source: str, max_nodes: int, error: ErrorFactory) -> 
     import yaml
 
     size: dict[int, int] = {}
+    aliased = False
     on_path: set[int] = set()
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
@@ -325,11 +326,13 @@ def _bound_yaml(root: Any, source: str, max_nodes: int, error: ErrorFactory) -> 
             total = 1 + sum(size[id(k)] for k in kids)
             if total > max_nodes:
                 m = node.start_mark
-                raise error(source, f"YAML expands to more than {max_nodes} nodes (alias expansion bounded)",
+                how = "once its aliases are expanded" if aliased else "(keys, values and items; no aliases)"
+                raise error(source, f"YAML document has more than {max_nodes:,} nodes {how}: over the node limit",
                             m.line + 1, m.column + 1)
             size[nid] = total
             continue
         if nid in size:
+            aliased = True  # a node met twice: an alias
             continue
         if nid in on_path:
             m = node.start_mark
@@ -341,7 +344,9 @@ def _bound_yaml(root: Any, source: str, max_nodes: int, error: ErrorFactory) -> 
         stack.append((node, True))
         kids = [n for kv in node.value for n in kv] if isinstance(node, yaml.MappingNode) else node.value
         for k in kids:
-            if id(k) not in size:
+            if id(k) in size:
+                aliased = True
+            else:
                 if id(k) in on_path:
                     m = k.start_mark
                     raise error(source, "recursive YAML alias (a node contains itself)", m.line + 1, m.column + 1)

@@ -28,6 +28,9 @@ from advisor.config.validation import MAX_PARAMS, MAX_WORLD_SIZE
 from advisor.errors import AdvisorError
 
 SETTINGS_FILE = ".ds-advisor.toml"
+#: A settings file (or a pyproject.toml holding the table) larger than this is refused; both are
+#: a few KiB in practice.
+MAX_SETTINGS_BYTES = 1024 * 1024
 KEYS = ("select", "ignore", "world-size", "model", "params", "fail-on")
 
 
@@ -58,15 +61,21 @@ def _table(path: Path) -> dict[str, Any] | None:
         except ImportError:
             raise SettingsError(f"{path}: reading it needs Python 3.11 (tomllib) or the tomli package") from None
 
+    from advisor.config.readers import MAX_DEPTH, decode_text, depth_ok, error_as, read_bytes
+
+    err = error_as(SettingsError)
+    # the one guarded reader: a regular file only (a FIFO or device is refused, never skipped or
+    # blocked on), at most MAX_SETTINGS_BYTES, nesting bounded before tomllib recurses into it
+    raw = read_bytes(str(path), limit=MAX_SETTINGS_BYTES, what="settings file", error=err, stdin_ok=False)
+    text = decode_text(raw, str(path), what="settings file (TOML)", error=err)
+    if not depth_ok(text):
+        raise err(str(path), f"nesting deeper than {MAX_DEPTH} levels; not a settings file", None, None)
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise SettingsError(f"{path}: cannot read: {e.strerror or e}")
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SettingsError(f"{path}: not valid TOML: {e}")
-    except UnicodeDecodeError as e:
-        raise SettingsError(f"{path}: not valid TOML: not UTF-8 text (byte {e.start})")
+    except RecursionError:
+        raise SettingsError(f"{path}: nesting too deep to parse")
     if path.name == "pyproject.toml":
         tool = data.get("tool")
         t = tool.get("ds-advisor") if isinstance(tool, dict) else None
@@ -88,11 +97,10 @@ def find_settings_file(start: str | os.PathLike) -> tuple[Path, dict[str, Any]] 
     for folder in (d, *d.parents):
         for name in (SETTINGS_FILE, "pyproject.toml"):
             f = folder / name
-            try:
-                is_file = f.is_file()
-            except OSError:  # an unreadable folder on the way up: no settings there
-                is_file = False
-            if is_file:
+            # anything at the name is read through the guarded reader: a FIFO, device or directory
+            # there is an error naming it, not settings silently lost (lexists is False for an
+            # unreadable folder on the way up: no settings there)
+            if os.path.lexists(f):
                 t = _table(f)
                 if t is not None:
                     return f, t

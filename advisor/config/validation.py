@@ -61,14 +61,28 @@ class InputValueError(AdvisorError, ValueError):
 
 
 def shown(value: Any, limit: int = MAX_ECHO) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters (surrogates escaped)."""
+    """``value`` for a message, cut to ``limit`` characters (:func:`advisor.render.escape.cut`,
+    surrogates escaped): ``repr`` of a JSON value; a value only YAML has (a date, a timestamp,
+    binary data, a set) is named in words with its text ("a YAML date 2001-01-01"), never as a
+    Python repr like ``datetime.date(2001, 1, 1)``."""
+    from advisor.render.escape import cut
+    import datetime
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        kind = "timestamp" if isinstance(value, datetime.datetime) else "date"
+        return cut(f"a YAML {kind} {value.isoformat()}", limit)
+    if isinstance(value, (bytes, bytearray)):
+        return f"YAML binary data ({len(value)} bytes)"
+    if isinstance(value, (set, frozenset)):
+        return f"a YAML set of {len(value)} items"
     r = repr(value) if not isinstance(value, str) else repr(value.encode("utf-8", "backslashreplace").decode())
-    return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"
+    return cut(r, limit)
 
 
 #: The JSON name of a Python value's type, for messages ("got an array").
 JSON_TYPE = {"dict": "object", "list": "array", "tuple": "array", "str": "string", "int": "integer",
-             "float": "number", "bool": "boolean", "NoneType": "null"}
+             "float": "number", "bool": "boolean", "NoneType": "null",
+             # types only YAML has (PyYAML's safe loader builds them from plain scalars)
+             "date": "YAML date", "datetime": "YAML timestamp", "bytes": "YAML binary value", "set": "YAML set"}
 
 
 def article(noun: str) -> str:

@@ -391,6 +391,11 @@ def optim_states_name(dp_rank: int | str, bf16: bool) -> str:
     return f"{'bf16_' if bf16 else ''}zero_pp_rank_{dp_rank}_mp_rank_00_optim_states.pt"
 
 
+#: A ``latest`` file holds one tag (a folder name, e.g. ``global_step500``): more than a path's
+#: worth of bytes (Linux PATH_MAX) cannot name a folder and is refused, not read.
+MAX_LATEST_BYTES = 4096
+
+
 @dataclass
 class SavedCheckpoint:
     """What a saved DeepSpeed checkpoint folder says about the run that wrote it, read from its
@@ -406,6 +411,9 @@ class SavedCheckpoint:
     folder: str
     tag: str | None
     tags: list[str]
+    #: Why ``latest`` exists but cannot be read as a tag (not a regular file, over
+    #: :data:`MAX_LATEST_BYTES`); None when it was read or is absent.
+    latest_problem: str | None = None
     stage3_model_ranks: int = 0
     has_model_states: bool = False
     zero_ranks: int = 0
@@ -429,10 +437,20 @@ def read_saved_checkpoint(folder: str) -> SavedCheckpoint:
     tags = sorted(n for n in names if n.startswith("global_step") and os.path.isdir(os.path.join(folder, n)))
     tag = None
     latest = os.path.join(folder, "latest")
-    if os.path.isfile(latest):
-        with open(latest, encoding="utf-8", errors="replace") as fh:
-            tag = fh.read().strip()
-    sc = SavedCheckpoint(folder=folder, tag=tag, tags=tags)
+    latest_problem = None
+    if os.path.lexists(latest):
+        # through the one guarded reader: a FIFO or /dev/zero named latest would block or never
+        # end (DeepSpeed's load_checkpoint reads it whole: engine.py ``open(latest_path).read()``)
+        from advisor.config.readers import read_bytes
+        from advisor.errors import ConfigLoadError
+        try:
+            raw = read_bytes(latest, limit=MAX_LATEST_BYTES, what="tag file", stdin_ok=False)
+            tag = raw.decode("utf-8", errors="replace").strip()
+        except ConfigLoadError as e:
+            latest_problem = e.problem
+    sc = SavedCheckpoint(folder=folder, tag=tag, tags=tags, latest_problem=latest_problem)
+    if latest_problem is not None:
+        return sc
     tdir = os.path.join(folder, tag) if tag else None
     if tdir is None or not os.path.isdir(tdir):
         return sc

@@ -175,7 +175,8 @@ MAX_DIM = 1 << 24
 MAX_SEQ_LEN = 1 << 26
 #: Most routed experts per layer.
 MAX_EXPERTS = 1 << 12
-#: Most layer x expert blocks (per-expert layouts have tensors per expert per layer).
+#: At most this many layer x expert blocks, num_layers x num_experts (per-expert layouts have
+#: tensors per expert per layer).
 MAX_LAYER_EXPERTS = 1 << 20
 
 
@@ -203,9 +204,13 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
         v = getattr(spec, k)
         if isinstance(v, int) and not isinstance(v, bool) and v > hi:
             raise bad(f"{k} is {v}, over the limit {hi} (refused: the inventory would not be bounded)")
-    if spec.num_layers * (1 + spec.num_experts) > MAX_LAYER_EXPERTS:
-        raise bad(f"num_layers x num_experts = {spec.num_layers * spec.num_experts} is over the limit "
-                  f"{MAX_LAYER_EXPERTS}")
+    # the documented limit is "at most" (README): a product equal to it is accepted. The check
+    # and the message use the same product (the check once used layers x (1 + experts), so a
+    # product equal to the limit was refused as "over" it)
+    blocks = spec.num_layers * spec.num_experts
+    if blocks > MAX_LAYER_EXPERTS:
+        raise bad(f"num_layers x num_experts = {blocks:,} is over the limit: at most {MAX_LAYER_EXPERTS:,} "
+                  "(2^20) layer x expert blocks")
     for k in ("num_kv_heads", "head_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
               "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         v = getattr(spec, k)

@@ -60,12 +60,19 @@ class ResumeCheckpointMismatch(Rule):
         if section(ctx.raw, "checkpoint").get("load_universal") is True:
             return  # a universal checkpoint: read from latest_universal and repartitioned on load
         from advisor.ledger.checkpoint import read_saved_checkpoint
+        from advisor.render.escape import cut
 
         try:
             sc = read_saved_checkpoint(folder)
         except OSError as e:
             yield self.finding(pointer(), f"--resume-from-checkpoint {folder}: cannot be read ({e.strerror or e})",
                                "pass the Trainer's checkpoint folder (output_dir/checkpoint-N)", severity="warning")
+            return
+        if sc.latest_problem is not None:
+            yield self.finding(
+                pointer(), f"--resume-from-checkpoint {folder}: latest: {sc.latest_problem}, so DeepSpeed's "
+                           "load_checkpoint cannot read the tag to load",
+                "make latest a small regular file holding the tag (e.g. global_step500)", folder=folder)
             return
         if sc.tag is None:
             how = ("it has global_step folders (" + ", ".join(sc.tags[-3:]) + ") but") if sc.tags else "it has"
@@ -80,7 +87,7 @@ class ResumeCheckpointMismatch(Rule):
             return
         fam = sc.stage_family
         if fam is None:
-            yield self.finding(pointer(), f"--resume-from-checkpoint {folder}: {sc.tag}/ has no model-states file "
+            yield self.finding(pointer(), f"--resume-from-checkpoint {folder}: {cut(sc.tag)}/ has no model-states file "
                                           "(mp_rank_00_model_states.pt or zero_pp_rank_*_model_states.pt): "
                                           "load_checkpoint fails (IndexError in state_dict_factory)",
                                "check that the save finished on every rank", folder=folder, tag=sc.tag)
@@ -111,7 +118,7 @@ class ResumeCheckpointMismatch(Rule):
             f"{sc.zero_ranks} but the current world size is {w}'")
         yield self.finding(
             pointer(), f"--resume-from-checkpoint {folder}: saved by {sc.zero_ranks} ZeRO ranks "
-                       f"({sc.zero_ranks} optimizer-state files in {sc.tag}/), resumed by {w}: {what}",
+                       f"({sc.zero_ranks} optimizer-state files in {cut(sc.tag)}/), resumed by {w}: {what}",
             f"resume on {sc.zero_ranks} data-parallel ranks, or convert with ds_to_universal.py and set "
             '"checkpoint": {"load_universal": true}', saved_world=sc.zero_ranks, world=w)
 

@@ -206,9 +206,10 @@ def rule_codes(text: str, option: str = "--select") -> set[str]:
         rules = all_rules()
         # best match first (difflib's order), each once: a new rule name must not push the
         # closest one out of first place
-        near = list(dict.fromkeys(m for u in unknown for m in difflib.get_close_matches(
+        near = list(dict.fromkeys(m for u in unknown[:20] for m in difflib.get_close_matches(
             u.upper() if u[:1].isalpha() and u[1:].isdigit() else u.lower(),
             list(rules) + [r.name for r in rules.values()], n=2)))
-        raise ValueError(f"{option}: unknown rule code(s) or name(s) {', '.join(unknown)}"
+        from advisor.render.escape import cut  # an argument can be megabytes: echo it cut
+        raise ValueError(f"{option}: unknown rule code(s) or name(s) {cut(', '.join(unknown))}"
                          + (f"; did you mean {', '.join(near)}?" if near else "") + " (see `ds-advisor explain`)")
     return out
