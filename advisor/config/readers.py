@@ -326,7 +326,7 @@ def _bound_yaml(root: Any, source: str, max_nodes: int, error: ErrorFactory) -> 
             total = 1 + sum(size[id(k)] for k in kids)
             if total > max_nodes:
                 m = node.start_mark
-                how = "once its aliases are expanded" if aliased else "(keys, values and items; no aliases)"
+                how = "once its aliases are expanded" if aliased else "(its keys, values and items)"
                 raise error(source, f"YAML document has more than {max_nodes:,} nodes {how}: over the node limit",
                             m.line + 1, m.column + 1)
             size[nid] = total
