@@ -118,7 +118,7 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
             if nxt is None:
                 nxt = cur[p] = {}
             if not isinstance(nxt, dict):
-                raise InputValueError(f"--set {_cut(text)}", f"{'.'.join(path[:i + 1])} is {json.dumps(nxt)}, not an object")
+                raise InputValueError(f"--set {_cut(text)}", f"{'.'.join(path[:i + 1])} is {cut(json.dumps(nxt))}, not an object")
             cur = nxt
         cur[path[-1]] = value
     return out

@@ -135,7 +135,7 @@ def test_set_echoes_a_long_value_cut():
     arg = "optimizer=" + json.dumps(list(range(20_000)))
     p = run_cli(["lint", str(SAMPLE), "--set", arg], timeout=60)
     assert p.returncode == 2 and len(p.stderr) + len(p.stdout) < 2000, len(p.stderr)  # was 129 KB
-    assert f"({len(arg)} characters)" in p.stderr
+    assert f"({len(repr(arg))} characters)" in p.stderr  # the quoted argument, cut
 
 
 # --- 9. the layer x expert limit is "at most" (README "Documented limits") --------------------
