@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping
 
 from advisor.config.validation import (MAX_NODES, InputValueError, as_float, as_int, as_str, shown, type_name,
                                        world_size)
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, ConfigLoadError
 from advisor.config.defaults import HIDDEN_SIZE_KEYS, hidden_size_values
 from advisor.rules import emit
 from advisor.findings import Finding, pointer
@@ -881,8 +881,11 @@ def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
                 f"{os.path.abspath(name)} (accelerate opens it relative to the directory accelerate launch runs in, "
                 "not the YAML's folder: accelerate/utils/deepspeed.py HfDeepSpeedConfig, which then raises 'Expected "
                 f"a string path to an existing deepspeed config'){hint}")
-        d = read_json_file(launch.deepspeed_config_file, limit=MAX_CONFIG_BYTES,
-                           what="deepspeed_config_file")  # strict JSON, as json.load reads it
+        try:
+            d = read_json_file(launch.deepspeed_config_file, limit=MAX_CONFIG_BYTES,
+                               what="deepspeed_config_file")  # strict JSON, as json.load reads it
+        except ConfigLoadError as e:  # name the YAML that points at it too, then the file's own line
+            raise AdvisorError(f"{launch.source}: deepspeed_config_file {e}") from None
         if not isinstance(d, dict):
             raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file}: top level is "
                                f"{type_name(d)}, expected a JSON object")

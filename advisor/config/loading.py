@@ -159,7 +159,12 @@ def parse_text(text: str, source: str) -> LoadedConfig:
     except RecursionError:
         raise ConfigLoadError(source, "nesting too deep to parse")
     except IndexError:  # hjson on an unterminated /* comment (and other truncated input)
-        raise ConfigLoadError(source, "not valid JSON/HJSON: unexpected end of input (unterminated comment or value)")
+        at = _unterminated_comment(text)
+        if at is not None:  # the comment's start, as file:line:column (README: every parser error has one)
+            line, col = LineIndex(text).line_col(at)
+            raise ConfigLoadError(source, "not valid JSON/HJSON: unterminated /* comment (no closing */)", line, col)
+        line, col = LineIndex(text).line_col(len(text))
+        raise ConfigLoadError(source, "not valid JSON/HJSON: unexpected end of input (unterminated value)", line, col)
     except (ValueError, TypeError, OverflowError) as e:  # hjson number conversion edge cases
         raise _non_finite_error(text, source) or ConfigLoadError(source, f"not valid JSON/HJSON: {e}")
     if not isinstance(data, dict):
@@ -193,6 +198,30 @@ def parse_text(text: str, source: str) -> LoadedConfig:
         line, col = positions.get(at, (None, None))
         raise ConfigLoadError(source, f"{bad}: non-finite number (NaN or Infinity); give a finite value", line, col)
     return LoadedConfig(source=source, data=data, positions=positions, text=text)
+
+
+def _unterminated_comment(text: str) -> int | None:
+    """Offset of the first ``/*`` outside quoted strings and line comments that has no closing
+    ``*/``, or None. One linear scan (hjson's own decoder fails on it with an IndexError)."""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif c == "#" or text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j < 0:
+                return i
+            i = j + 2
+        else:
+            i += 1
+    return None
 
 
 def load_config(source: str) -> LoadedConfig:

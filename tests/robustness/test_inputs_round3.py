@@ -151,3 +151,25 @@ def test_layer_expert_product_equal_to_the_limit_is_accepted():
     validate_spec(_moe(256, 4096))
     with pytest.raises(ModelSpecError, match=r"num_layers x num_experts = 1,052,672 is over the limit"):
         validate_spec(_moe(257, 4096))
+
+
+# --- 4. an unterminated /* comment has a position (README: file:line:column) -------------------
+
+def test_unterminated_hjson_comment_names_its_start(tmp_path):
+    h = tmp_path / "hjc.hjson"
+    h.write_text('{\n train_micro_batch_size_per_gpu: 1\n "a": "/* in a string", /* unterminated\n')
+    err = _one_error_line(run_cli(["lint", str(h)], timeout=60), "hjc.hjson")
+    # line 3, column 25: the /* after the quoted string (the one inside the string is not a comment)
+    assert f"{h}:3:25: not valid JSON/HJSON: unterminated /* comment" in err, err
+
+
+# --- 5. a deepspeed_config_file that cannot be read names the YAML too ------------------------
+
+def test_fifo_deepspeed_config_file_names_the_yaml(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    y = tmp_path / "acc.yml"
+    y.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                 "  deepspeed_config_file: fifo\nnum_machines: 1\nnum_processes: 8\n")
+    p = run_cli(["resolve", "acc.yml"], cwd=tmp_path, timeout=60)
+    err = _one_error_line(p, "acc.yml")
+    assert err.startswith("ds-advisor: acc.yml: deepspeed_config_file fifo: is a FIFO"), err
