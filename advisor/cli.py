@@ -1711,7 +1711,19 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     loaded = inp.loaded
     shape = _job_shape(world_size, gpus_per_node, nodes, inp.launch, hw, default_gpus_per_node=8)
     cl = Cluster(world_size=shape.world_size.value, gpus_per_node=shape.gpus_per_node.value)
-    plan = checkpoint_with_step_time(build_plan(loaded, inv, cl), keep=keep, write_bandwidth=wbw, read_bandwidth=rbw,
+    bplan = build_plan(loaded, inv, cl)
+    # estimate's refusal gate (advisor.rules.refusals over the lint findings): a config DeepSpeed
+    # refuses gets no file table, exit 1
+    if inp.launch is not None:
+        from advisor.views.lint import lint_accelerate
+        found = lint_accelerate(inp, trainer_args_given=False, world_size=cl.world_size, inventory=inv)
+    else:
+        from advisor.views.lint import lint_config
+        found = lint_config(loaded, world_size=cl.world_size,
+                            world_size_source=shape.world_size.source or "default 1",
+                            dp_world_size=cl.dp_world_size, inventory=inv, cluster=cl, plan=bplan,
+                            keep_refusals=True)
+    plan = checkpoint_with_step_time(bplan, findings=found, keep=keep, write_bandwidth=wbw, read_bandwidth=rbw,
                            nodes=shape.nodes.value, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval)

@@ -551,7 +551,13 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
     lines = [f"Checkpoint: engine.save_checkpoint (DeepSpeed 0.19.8), ZeRO-{plan.zero_stage}, {f.wrapper} + "
              f"{f.basic_optimizer}, world size {plan.world_size} (data-parallel {plan.dp_world_size})"]
     if f.unsupported:
-        lines.append(f"  not saved: {f.unsupported}")
+        lines.append("  not saved: DeepSpeed would refuse this config before training starts; fix the error finding(s) "
+                     "below first" if plan.findings else f"  not saved: {f.unsupported}")
+        for x in plan.findings:  # the refusing findings (advisor.views.checkpoint)
+            msg, fix = x.text(units)
+            lines.append(f"  {paint(x.severity, color)} {x.code}: {msg}")
+            if fix:
+                lines.append(f"    fix: {fix}")
         return "\n".join(lines)
     rows: dict[tuple, list] = {}
     for x in f.files:

@@ -84,3 +84,48 @@ def test_set_at_the_file_depth_limit_is_accepted(tmp_path):
         p = run_cli(["lint", str(f), "--set", arg])
         _no_internal(p)
         assert p.returncode != 2, p.stderr
+
+
+# -- checkpoint goes through estimate's refusal gate ------------------------------------------------
+
+@pytest.mark.parametrize("stage", [7, "abc", [3], -1, 3.5, None])
+def test_checkpoint_refuses_a_stage_deepspeed_refuses(tmp_path, stage):
+    # DeepSpeed's own model raises for each (deepspeed/runtime/zero/config.py: stage: ZeroStageEnum).
+    from pydantic import ValidationError
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    with pytest.raises(ValidationError):
+        DeepSpeedZeroConfig(stage=stage)
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": stage}}))
+    args = ["checkpoint", str(f), "--model", "gpt2", "--world-size", "8"]
+    est = run_cli(["estimate", str(f), "--model", "gpt2", "--world-size", "8", "--seq-len", "128", "--format", "json"])
+    p = run_cli(args + ["--format", "json"])
+    _no_internal(p)
+    assert p.returncode == est.returncode == 1
+    d = json.loads(p.stdout)
+    assert d["files"] == [] and d["unsupported"].startswith("S004")
+    assert [x["code"] for x in d["findings"]] == ["S004"]
+    text = run_cli(args)
+    assert text.returncode == 1 and "ZeRO-0" not in text.stdout.split("\n", 2)[2] and "S004" in text.stdout
+
+
+@pytest.mark.parametrize("cfg,code", [
+    ({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "bogus_key": 1}}, "S001"),
+    # 10 is not a multiple of 3 x 8: DeepSpeed's _batch_assertion fails (runtime/config.py)
+    ({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3, "zero_optimization": {"stage": 2}}, "B001"),
+])
+def test_checkpoint_refuses_unknown_key_and_batch_triple(tmp_path, cfg, code):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(cfg))
+    p = run_cli(["checkpoint", str(f), "--model", "gpt2", "--world-size", "8", "--format", "json"])
+    _no_internal(p)
+    assert p.returncode == 1
+    d = json.loads(p.stdout)
+    assert d["files"] == [] and code in [x["code"] for x in d["findings"]]
+
+
+def test_checkpoint_of_a_valid_config_still_lists_files(tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    p = run_cli(["checkpoint", str(f), "--model", "gpt2", "--world-size", "8", "--format", "json"])
+    assert p.returncode == 0 and json.loads(p.stdout)["files"]
