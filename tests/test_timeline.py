@@ -540,3 +540,42 @@ def test_zero3_backward_grad_order_is_by_module_in_reverse():
     assert [names[i] for i in zero3_backward_grad_order(inv)] == ["c", "params.2", "b.w", "a.b", "a.w"]
     # consecutive modules: the plain reverse of the inventory (TINY3: l3.bias first, l1.weight last)
     assert zero3_backward_grad_order(TINY3) == [5, 4, 3, 2, 1, 0]
+
+
+def test_zero3_backward_places_each_flush_with_the_activations_live_then():
+    # Issue 15: a backward instant is the worst moment of backward, not saved activations + the
+    # loss spike + the largest flush of anywhere in backward. W = 2, bf16 (C = 2), bucket 500,
+    # contiguous_gradients and reduce_scatter on (defaults). Backward order (zero3_backward_grad_order,
+    # modules in reverse forward order): head (800), layers.1 (100), layers.0 (100), embed (1000).
+    #   start: head.weight arrives whole, no flush: 800 x 2 = 1,600 B
+    #   layers: layers.1 arrives, flush [head] (one even tensor: a view, flat 0) + held 800 x 2
+    #     + arriving 100 x 2 = 1,800 B; layers.0 copied: 200 B
+    #   end: embed arrives, flush [layers.1, layers.0]: flat (50 + 50) x 2 x 2 = 400 + arriving
+    #     1000 x 2 = 2,400 B; epilogue [embed]: a view + held 2,000 B
+    from types import SimpleNamespace
+    from advisor.ledger.state import zero3_reduce_flush_bytes
+    inv = Inventory(name="ends", tensors=[TensorSpec(n, (k,)) for n, k in [
+        ("embed.weight", 1000), ("layers.0.w.weight", 100), ("layers.1.w.weight", 100),
+        ("head.weight", 800)]], source="test")
+    cfg = {**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 500}}
+    ec = effective_config(cfg)
+    got = zero3_reduce_flush_bytes(ec, inv, 2)
+    assert got[0] == 2400 and got[2] == (1600, 1800, 2400)
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    load = resolve_load(ec)
+    acts = SimpleNamespace(saved_accelerator=10000, saved_host=0, loss_spike=0,
+                           loss_backward_spike=3000, recompute_layer=500)
+    bare = role_timeline(led, led.rank(0), load, ga=1)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    # without activations the instant holds the largest flush (2,400). With them (autograd frees a
+    # node's saved tensors once it has run, engine.cpp release_variables):
+    #   start  10,000 saved + 3,000 loss gradients + 1,600 = 14,600
+    #   layers 10,000 saved (bound: layer L-1, all live) + 500 recompute + 1,800 = 12,300
+    #   end    saved freed + 2,400 = 2,400
+    # -> 14,600 at the start, where the sum of maxima said 10,000 + 3,000 + 2,400 = 15,400
+    for key in ("backward:1", "steady:backward"):
+        assert _at(full, key) - _at(bare, key) == 14600 - 2400
+    # with a recompute larger than the loss spike the layers' moment wins: 10,000 + 5,000 + 1,800
+    acts.recompute_layer = 5000
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 16800 - 2400

@@ -88,6 +88,12 @@ class Entry:
     source: str = ""
     #: The item whose storage this entry is a view of (costs nothing while that item is live).
     alias_of: str = ""
+    #: Backward transients only (``zero3_reduce_flush``): the entry's bytes at the start of
+    #: backward (gradients of the modules after the last layer), in the layers' backward, and at
+    #: its end (the modules before the first layer, the epilogue's flush): (start, body, end) bytes,
+    #: each <= ``bytes`` (= their maximum). Empty where not split. The timeline places each beside
+    #: the activations live there (:func:`advisor.ledger.timeline.role_timeline`).
+    regions: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS or self.cls not in CLASSES or self.life not in LIVES:
@@ -567,8 +573,8 @@ def zero3_backward_grad_order(inv: Inventory) -> list[int]:
     return inv.memo(("zero3_backward_grad_order",), compute)
 
 
-def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str] | None":
-    """(bytes, which instant) of the most ZeRO-3's gradient reduce holds beside its persistent
+def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str, tuple[int, int, int]] | None":
+    """(bytes, which instant, (start, body, end) bytes) of the most ZeRO-3's gradient reduce holds beside its persistent
     buffers at one instant of backward, or None where it is not modelled (ZeRO++ qgZ, a
     communication dtype unlike the model's: its ``.to`` copies are not counted). W = 1 takes the
     same path (measured: a flush of several gradients is a ``torch.cat`` of them, unpadded).
@@ -592,8 +598,12 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     its copy). Not counted: gloo's second buffer inside reduce_scatter_tensor on CPU (the NCCL
     path is modelled); a sibling gradient the same autograd node made with the arriving one and
     not yet accumulated (e.g. nn.LayerNorm's weight and bias). Bytes are the maximum over these
-    instants; memoised per (tensor list, W, dtype bytes, bucket size, contiguous_gradients,
-    reduce_scatter), one O(tensors) pass."""
+    instants, and the third item the maximum over those in each region of backward: ``start``
+    (arrivals of modules outside the layers before any layer's: those after the last layer in
+    forward, e.g. lm_head, the final norm), ``body`` (arrivals of a layer's gradient, module names
+    ``layers.i`` / ``h.i`` / ``blocks.i``), ``end`` (other modules after them, e.g. the embedding,
+    and the epilogue's flush); memoised per (tensor list, W, dtype bytes, bucket size,
+    contiguous_gradients, reduce_scatter), one O(tensors) pass."""
     z = ec.zero
     if W < 1 or z.zero_quantized_gradients or ec.comm_dtype != ec.model_dtype:
         return None
@@ -606,9 +616,15 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
 
 
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
-                              reduce_scatter: bool) -> "tuple[int, str] | None":
+                              reduce_scatter: bool) -> "tuple[int, str, tuple[int, int, int]] | None":
+    from advisor.model.parallel import _LAYER_RE
+    # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
+    in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
+        1 if _LAYER_RE.search(t.name) else 0 for t in inv.tensors))
     best, where = 0, ""
+    reg = [0, 0, 0]  # the maximum at the start, in the layers, at the end of backward
     tensors = inv.tensors
+    seen_layer = False
 
     def bucket(count: int, lo: int, hi: int) -> str:
         # names only for a new maximum (not per gradient)
@@ -625,16 +641,26 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     lo = hi = -1
     for i in zero3_backward_grad_order(inv):
         n = tensors[i].numel
+        # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
+        # the layers' backward; another module's before any layer's (after the last layer in
+        # forward: final norm, lm_head) at the start, after them (embeddings) at the end
+        if in_layer[i]:
+            seen_layer, ri = True, 1
+        else:
+            ri = 2 if seen_layer else 0
         if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
             fb = flat_bytes(held, count, flat)
             nb = fb + (own + n) * C
+            reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
                                    f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
                                    f"arriving {n * C:,} B")
             held = count = flat = own = 0
-        elif (own + n) * C > best:  # arrives, no flush: whole until copied into the bucket
-            best, where = (own + n) * C, f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+        else:
+            reg[ri] = max(reg[ri], (own + n) * C)
+            if (own + n) * C > best:  # arrives, no flush: whole until copied into the bucket
+                best, where = (own + n) * C, f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
         if not contiguous or held + n > rbs:
             own += n  # stays its own tensor in the bucket (__add_grad_to_ipg_bucket, l. 1626)
         if not count:
@@ -645,10 +671,11 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         flat += -(-n // W) * W
     if held:  # the backward epilogue's flush, nothing arriving
         fb = flat_bytes(held, count, flat)
+        reg[2] = max(reg[2], fb + own * C)
         if fb + own * C > best:
             best, where = fb + own * C, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
                                          f"flat {fb:,} + whole in bucket {own * C:,} B")
-    return (best, where) if best else None
+    return (best, where, tuple(reg)) if best else None
 
 
 def zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tuple[int, str] | None":
@@ -879,8 +906,9 @@ class _Builder:
         self.entries: list[Entry] = []
 
     def add(self, tier: str, cls: str, item: str, nbytes: int, life: str, formula: str, source: str,
-            alias_of: str = "") -> None:
-        self.entries.append(Entry(self.rank, tier, cls, item, int(nbytes), life, formula, source, alias_of))
+            alias_of: str = "", regions: tuple = ()) -> None:
+        self.entries.append(Entry(self.rank, tier, cls, item, int(nbytes), life, formula, source, alias_of,
+                                  regions))
 
 
 def _host(pin: bool) -> str:
@@ -1686,7 +1714,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               f"= {rs[0]} ({rs[1]})",
               "runtime/comm/coalesced_collectives.py:reduce_scatter_coalesced (torch.cat of the interleaved, "
               f"padded partitions); {S}.reduce_independent_p_g_buckets_and_remove_grads (flush before the "
-              "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads")
+              "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads", regions=rs[2])
 
     if oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
         # the boundary's gradient norm, one parameter partition at a time, in fp64

@@ -61,7 +61,10 @@ is updated, with the later groups' zero pads. On a two-group model the first ste
 group 0's update (15% over the one-instant step on the engine's tracker).
 
 Activations (when estimated) are live in forward (saved + loss spike) and backward (saved +
-one recomputed layer); host-offloaded checkpoints in both.
+the larger of one recomputed layer and the loss gradients); host-offloaded checkpoints in both.
+Where a backward transient is split by region (``Entry.regions``: ZeRO-3's ``zero3_reduce_flush``),
+a backward instant is the worst of backward's start, its layers and its end, each with the
+activations live then (:func:`_backward_activations`), not the sum of the maxima.
 
 Load phase (:class:`LoadAssumption`, per rank, host pageable memory): without
 ``deepspeed.zero.Init`` every rank builds the whole model in host memory before
@@ -756,6 +759,43 @@ def _load_and_init(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, r:
     return list(got[1])
 
 
+def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list) -> int:
+    """Accelerator activation bytes at a backward instant, placed with the backward transients
+    that are split by region (``Entry.regions``, ZeRO-3's ``zero3_reduce_flush``): the instant is
+    the worst of three moments of backward, not the sum of each one's maximum.
+
+    * start (the loss's backward): every saved activation + ``loss_backward_spike``, beside the
+      flushes of the gradients of the modules after the last layer (lm_head, final norm);
+    * the layers: layer i's backward with the saved activations of layers 0..i still live and one
+      recomputed layer; bounded here by all saved activations + ``recompute_layer`` (layer L-1,
+      the first run in backward), beside the largest flush among the layers' gradients;
+    * end (the embedding's gradient, the epilogue's flush): the layers' saved activations freed.
+
+    Rules: torch's autograd releases a node's saved tensors after it runs
+    (``torch/csrc/autograd/engine.cpp`` evaluate_function -> ``fn.release_variables()`` when
+    ``keep_graph`` is false); ``torch.utils.checkpoint`` recomputes a layer inside its own
+    backward and its recomputed tensors go with that node. So at the end of backward only what
+    the modules before the first layer saved is live (the embedding's index input: counted as 0).
+    The entry's full bytes (already in ``d``) are replaced by its region share; returns the
+    activation bytes of the worst moment and rewrites the entry's row bytes to the same moment."""
+    split = [(e, nb) for e, nb in sized if getattr(e, "regions", ()) and e.tier == "accelerator"]
+    saved = a.saved_accelerator
+    loss = getattr(a, "loss_backward_spike", 0)
+    if not split:
+        return saved + max(a.recompute_layer, loss)
+    # region totals of the split entries, at the start / in the layers / at the end
+    reg = [sum(e.regions[k] for e, _ in split) for k in range(3)]
+    acts = [saved + loss, saved + a.recompute_layer, 0]
+    k = max(range(3), key=lambda j: (acts[j] + reg[j], -j))
+    full = sum(nb for _, nb in split)
+    d["accelerator"] -= full - reg[k]
+    names = {e.item: e.regions[k] for e, _ in split}
+    for j, row in enumerate(here):
+        if row[0] in names and row[1] == "accelerator":
+            here[j] = (row[0], row[1], row[2], names[row[0]])
+    return acts[k]
+
+
 def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activations: Any = None,
                   ga: int | None = None, rank: int | None = None) -> Timeline:
     """The :class:`Timeline` of one rank role ``rl`` (bytes per ledger tier, plus the pseudo-tier
@@ -811,8 +851,10 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             here.append((e.item, e.tier, e.cls, nb))
         a = activations
         if a is not None and inst.phase in ("forward", "backward"):
-            acc = a.saved_accelerator + (a.loss_spike if inst.phase == "forward" else
-                                         max(a.recompute_layer, getattr(a, "loss_backward_spike", 0)))
+            if inst.phase == "forward":
+                acc = a.saved_accelerator + a.loss_spike
+            else:
+                acc = _backward_activations(a, sized, d, here)
             d["accelerator"] += acc
             here.append(("activations", "accelerator", "activations", acc))
             if a.saved_host:
