@@ -34,8 +34,9 @@ def escape_property(s: str) -> str:
 
 def command(kind: str, message: str, **props: str | int | None) -> str:
     """``::kind k=v,...::message`` with both parts escaped; None-valued properties are left out."""
-    p = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items() if v is not None)
-    return f"::{kind}{' ' + p if p else ''}::{escape_data(message)}"
+    from advisor.render.escape import safe_text  # control characters as \xNN, as the text report shows them
+    p = ",".join(f"{k}={escape_property(safe_text(str(v)))}" for k, v in props.items() if v is not None)
+    return f"::{kind}{' ' + p if p else ''}::{escape_data(safe_text(message))}"
 
 
 def annotation(f: Finding, default_file: str | None = None, rule_names: dict[str, str] | None = None,

@@ -307,7 +307,10 @@ var{font-style:italic;color:#8a3b00}table+table{margin-top:.8rem}
 
 
 def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    """``x`` as HTML text: control characters (a key's ESC) as ``\\xNN`` and lone surrogates as
+    ``\\udXXXX``, the text report's escaping (:func:`advisor.render.escape.safe_text`), then HTML-escaped."""
+    from advisor.render.escape import safe_text
+    return html.escape(safe_text(str(x)), quote=True)
 
 
 #: The page's unit system, set by :func:`render_html` for the helpers below (one page, one unit).

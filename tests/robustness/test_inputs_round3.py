@@ -173,3 +173,16 @@ def test_fifo_deepspeed_config_file_names_the_yaml(tmp_path):
     p = run_cli(["resolve", "acc.yml"], cwd=tmp_path, timeout=60)
     err = _one_error_line(p, "acc.yml")
     assert err.startswith("ds-advisor: acc.yml: deepspeed_config_file fifo: is a FIFO"), err
+
+
+# --- 10. control characters escaped the same way in every output -------------------------------
+
+@pytest.mark.parametrize("args", [["lint", "{c}", "--format", "text"], ["lint", "{c}", "--format", "github"],
+                                  ["report", "{c}", "--model", "gpt2", "--world-size", "2", "--output", "-"]])
+def test_control_characters_in_a_key_are_shown_as_the_text_report_shows_them(tmp_path, args):
+    c = tmp_path / "c.json"
+    c.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "bad\\u001b[31m": 1}}')
+    p = run_cli([a.format(c=c) for a in args], timeout=120)
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    assert "\x1b" not in p.stdout  # a raw ESC would recolour a terminal or sit inside the HTML
+    assert "bad\\x1b[31m" in p.stdout  # safe_text's \xNN, the same in text, GitHub and HTML
