@@ -237,7 +237,7 @@ def _settings_defaults(config: str, model: str | None, params: int | None, world
 
 #: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
 #: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
-from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WORLD_SIZE  # noqa: E402
+from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_WORLD_SIZE  # noqa: E402
 from advisor.config.validation import MAX_PARAMS  # noqa: E402
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
@@ -284,14 +284,14 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "tensor_parallel": (("--tensor-parallel",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
     "pipeline_parallel": (("--pipeline-parallel",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
     "sequence_parallel": (("--sequence-parallel",), dict(
-        type=click.IntRange(min=1), default=None,
+        type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=None,
         help="DeepSpeed-Ulysses sequence_parallel_size: its own ranks, ZeRO partitions over DP x SP "
              "(default: the config's sequence_parallel_size, else 1).")),
     "megatron_sp": (("--megatron-sp", "megatron_sp"), dict(
         is_flag=True, help="Megatron sequence parallelism: reuses the tensor-parallel ranks and shards the "
                            "norm/residual activations by TP.")),
     "expert_parallel": (("--expert-parallel",), dict(
-        type=click.IntRange(min=1), default=1, show_default=True,
+        type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True,
         help="MoE expert parallelism (DeepSpeed ep_size): experts split over it, their ZeRO over the "
              "expert-data-parallel group.")),
     "moe_capacity_factor": (("--moe-capacity-factor",), dict(
@@ -299,8 +299,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         help="MoE through DeepSpeed's MoE layer (deepspeed.moe.layer.MoE capacity_factor): each expert gets "
              "max(ceil(tokens / experts x factor x top-k), min_capacity 4) slots (moe/sharded_moe.py:_capacity). "
              "Default: dropless routing, as transformers' MoE blocks do it (the config's workload sidecar, else none).")),
-    "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1), help="Sequence length (default: the model's maximum).")),
-    "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1),
+    "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1, max=MAX_SEQ_LEN), help="Sequence length (default: the model's maximum).")),
+    "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH),
                                              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
     "checkpointing": (("--checkpointing",), dict(
         type=CheckpointingType(), default="none", show_default=True,
@@ -438,8 +438,8 @@ def format_option(view: str):
 #: batch size, lr, weight decay or epsilon; betas outside [0, 1)), refused here as exit 2.
 #: Declared here, not in advisor.config.hf, so building the CLI does not import the HF replay.
 TRAINER_OPTS: list[tuple[str, str, type, str]] = [
-    ("--per-device-train-batch-size", "per_device_train_batch_size", click.IntRange(min=1), "Trainer per_device_train_batch_size (default 8)."),
-    ("--gradient-accumulation-steps", "gradient_accumulation_steps", click.IntRange(min=1), "Trainer gradient_accumulation_steps (default 1)."),
+    ("--per-device-train-batch-size", "per_device_train_batch_size", click.IntRange(min=1, max=MAX_GLOBAL_BATCH), "Trainer per_device_train_batch_size (default 8)."),
+    ("--gradient-accumulation-steps", "gradient_accumulation_steps", click.IntRange(min=1, max=MAX_GLOBAL_BATCH), "Trainer gradient_accumulation_steps (default 1)."),
     ("--learning-rate", "learning_rate", FiniteFloat(min=0), "Trainer learning_rate (default 5e-5)."),
     ("--weight-decay", "weight_decay", FiniteFloat(min=0), "Trainer weight_decay (default 0)."),
     ("--adam-beta1", "adam_beta1", FiniteFloat(min=0, max=1, max_open=True), "Trainer adam_beta1 (default 0.9)."),

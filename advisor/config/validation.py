@@ -42,6 +42,9 @@ MAX_NODES = 1 << 16
 MAX_GPUS_PER_NODE = 1 << 10
 #: Largest --global-batch (sequences per step; generate factors it, in O(sqrt) time).
 MAX_GLOBAL_BATCH = 1 << 40
+#: Longest --seq-len (tokens per sequence): ds-advisor's bound, as :data:`MAX_GLOBAL_BATCH` is
+#: for the batch sizes (no model has 2^40 positions; past it the byte counts are meaningless).
+MAX_SEQ_LEN = 1 << 40
 #: The batch-size keys of a DeepSpeed config; each is at most :data:`MAX_GLOBAL_BATCH` (ds-advisor's
 #: documented bound, not DeepSpeed's: 0.19.8 takes 1e30 as a micro-batch at config time and fails
 #: in its data loader; rule B002 reports it in a file, ``--set`` refuses it as exit 2).

@@ -129,3 +129,47 @@ def test_checkpoint_of_a_valid_config_still_lists_files(tmp_path):
     f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
     p = run_cli(["checkpoint", str(f), "--model", "gpt2", "--world-size", "8", "--format", "json"])
     assert p.returncode == 0 and json.loads(p.stdout)["files"]
+
+
+# -- numeric workload flags: the config path's bounds, defined once in advisor.config.validation ----
+
+BIG = "99999999999999999999"
+
+
+@pytest.mark.parametrize("flags,name", [
+    (["--micro-batch", BIG], "--micro-batch"),
+    (["--micro-batch", str((1 << 40) + 1)], "--micro-batch"),
+    (["--seq-len", BIG], "--seq-len"),
+    (["--sequence-parallel", BIG], "--sequence-parallel"),
+    (["--expert-parallel", BIG], "--expert-parallel"),
+    (["--tensor-parallel", BIG], "--tensor-parallel"),
+    (["--pipeline-parallel", BIG], "--pipeline-parallel"),
+    (["--world-size", BIG], "--world-size"),
+    (["--gpus-per-node", BIG], "--gpus-per-node"),
+    (["--moe-capacity-factor", "1e300"], "--moe-capacity-factor"),
+    (["--hf", "--gradient-accumulation-steps", BIG], "--gradient-accumulation-steps"),
+    (["--hf", "--per-device-train-batch-size", BIG], "--per-device-train-batch-size"),
+])
+def test_huge_workload_flag_is_one_line_refusal(tmp_path, flags, name):
+    f = _z2(tmp_path)
+    p = run_cli(["estimate", str(f), "--model", "gpt2", *flags])
+    _no_internal(p)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"'{name}'" in lines[0]
+
+
+def test_micro_batch_flag_and_set_share_the_bound(tmp_path):
+    # --set's bound is advisor.config.validation.MAX_GLOBAL_BATCH (batch_limit_problem); the flag's too.
+    from advisor.config.validation import MAX_GLOBAL_BATCH
+    f = _z2(tmp_path)
+    over = str(MAX_GLOBAL_BATCH + 1)
+    via_set = run_cli(["estimate", str(f), "--model", "gpt2", "--seq-len", "8",
+                       "--set", f"train_micro_batch_size_per_gpu={over}"])
+    via_flag = run_cli(["estimate", str(f), "--model", "gpt2", "--seq-len", "8", "--micro-batch", over])
+    assert via_set.returncode == via_flag.returncode == 2
+    ok = run_cli(["generate", "--help"])  # cheap sanity that the CLI builds with the bounds
+    assert ok.returncode == 0
+    at = run_cli(["estimate", str(f), "--model", "gpt2", "--seq-len", "8", "--micro-batch", str(MAX_GLOBAL_BATCH)])
+    _no_internal(at)
+    assert at.returncode != 2, at.stderr
