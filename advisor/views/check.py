@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
 from advisor.findings import Finding, literal, render_sized, sort_findings
+from advisor.render.escape import cut
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
 from advisor.ledger.ranks import RankSet
 from advisor.config.validation import as_float, as_int
@@ -64,6 +65,9 @@ PROBE_TIMEOUT_S = 10.0
 NVIDIA_SMI_QUERY = ["--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
 ROCM_SMI_QUERY = ["--showmeminfo", "vram", "--json"]
 MIB = 1 << 20
+#: At most this many bytes of a probe tool's stdout (and of its stderr) are read; past it the tool
+#: is killed (nvidia-smi's CSV for 8 GPUs is ~400 bytes).
+MAX_PROBE_BYTES = 1 << 20
 #: Largest accelerator memory a probe may report, MiB (1 PiB: any more is a broken tool or driver).
 MAX_DEVICE_MIB = 1 << 30
 
@@ -124,7 +128,7 @@ def parse_nvidia_smi_csv(text: str) -> list[Device]:
             continue
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 4:
-            raise ValueError(f"unexpected nvidia-smi line: {line.strip()!r}")
+            raise ValueError(f"unexpected nvidia-smi line: {cut(repr(line.strip()), 200)}")
         index, name, total, used = parts[0], ", ".join(parts[1:-2]), parts[-2], parts[-1]
         try:
             t = as_float(total, f"nvidia-smi memory.total of GPU {index}", lo=0, hi=MAX_DEVICE_MIB)
@@ -160,18 +164,63 @@ def parse_rocm_smi_json(text: str) -> list[Device]:
 
 
 def _run_tool(path: str, args: list[str], timeout: float) -> str:
-    """Run ``path args`` and return stdout; raise RuntimeError with one line on any failure."""
+    """Run ``path args`` and return its stdout as text; raise RuntimeError with one line on any
+    failure. Each of stdout and stderr is read to at most :data:`MAX_PROBE_BYTES`: a tool that
+    writes more is killed and reported (a broken driver printing one 300 MB line took 29 s and
+    2.6 GB, and was echoed whole). Output that is not UTF-8 is reported naming the tool and the
+    byte; what is echoed of it is cut (:func:`advisor.render.escape.cut`)."""
+    import threading
+    from advisor.render.escape import cut
     try:
-        cp = subprocess.run([path, *args], capture_output=True, text=True, timeout=timeout, check=False,
-                            stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{path} did not answer within {timeout:g} s") from None
+        proc = subprocess.Popen([path, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
     except OSError as e:
         raise RuntimeError(f"{path}: {e.strerror or e}") from None
-    if cp.returncode != 0:
-        msg = (cp.stderr.strip() or cp.stdout.strip() or "").splitlines()
-        raise RuntimeError(f"{path} exited {cp.returncode}" + (f": {msg[0]}" if msg else ""))
-    return cp.stdout
+    got: dict[str, bytes] = {}
+    over: list[str] = []
+
+    def pump(name: str, stream) -> None:
+        data = bytearray()
+        while len(data) <= MAX_PROBE_BYTES:
+            b = stream.read1(1 << 16)
+            if not b:
+                break
+            data += b
+        if len(data) > MAX_PROBE_BYTES:
+            over.append(name)
+            proc.kill()
+        got[name] = bytes(data[:MAX_PROBE_BYTES])
+
+    threads = [threading.Thread(target=pump, args=(n, s), daemon=True)
+               for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    for t in threads:
+        t.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"{path} did not answer within {timeout:g} s") from None
+    finally:
+        for t in threads:
+            t.join(timeout=5)
+        for s in (proc.stdout, proc.stderr):
+            s.close()
+    if over:
+        raise RuntimeError(f"{path} wrote more than {MAX_PROBE_BYTES:,} bytes to {over[0]}; stopped it")
+
+    def text(name: str) -> str:
+        raw = got.get(name, b"")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RuntimeError(f"{path}: its {name} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                               f"{e.start})") from None
+    if rc != 0:
+        err = got.get("stderr", b"").decode("utf-8", "backslashreplace")
+        msg = (err.strip() or got.get("stdout", b"").decode("utf-8", "backslashreplace").strip()).splitlines()
+        raise RuntimeError(f"{path} exited {rc}" + (f": {cut(msg[0], 200)}" if msg else ""))
+    return text("stdout")
 
 
 def _filter_visible(devices: list[Device], visible: list[str] | None, var: str | None,

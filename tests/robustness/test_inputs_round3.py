@@ -186,3 +186,41 @@ def test_control_characters_in_a_key_are_shown_as_the_text_report_shows_them(tmp
     assert p.returncode in (0, 1), p.stderr[-2000:]
     assert "\x1b" not in p.stdout  # a raw ESC would recolour a terminal or sit inside the HTML
     assert "bad\\x1b[31m" in p.stdout  # safe_text's \xNN, the same in text, GitHub and HTML
+
+
+# --- 6. probe output read bounded, decoded with the tool named, echoes cut ---------------------
+
+def _smi(tmp_path: Path, body: str) -> Path:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    s = bin_ / "nvidia-smi"
+    s.write_text("#!/bin/sh\n" + body)
+    s.chmod(0o755)
+    return bin_
+
+
+def test_binary_probe_output_names_the_tool(tmp_path):
+    from advisor.views.check import probe_accelerators
+    bin_ = _smi(tmp_path, "printf '0, GPU\\377, 81559, 0\\n'\n")
+    p = probe_accelerators(env={"PATH": str(bin_)}, timeout=10)
+    assert not p.devices and p.error, p
+    assert "nvidia-smi: its stdout is not UTF-8 text (byte 0xff at offset 6)" in p.error, p.error  # "0, GPU" is 6 bytes; was "'utf-8' codec..."
+
+
+def test_a_probe_printing_a_huge_line_is_stopped_at_the_byte_cap(tmp_path):
+    import time
+    from advisor.views.check import MAX_PROBE_BYTES, _run_tool
+    bin_ = _smi(tmp_path, "head -c 300000000 /dev/zero | tr '\\0' x\n")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as e:
+        _run_tool(str(bin_ / "nvidia-smi"), [], timeout=60)
+    assert time.monotonic() - t0 < 10  # was 29 s and 2.6 GB
+    assert f"more than {MAX_PROBE_BYTES:,} bytes to stdout" in str(e.value) and len(str(e.value)) < 300
+
+
+def test_a_failing_probe_echoes_its_message_cut(tmp_path):
+    from advisor.views.check import _run_tool
+    bin_ = _smi(tmp_path, "head -c 100000 /dev/zero | tr '\\0' y >&2; exit 9\n")
+    with pytest.raises(RuntimeError) as e:
+        _run_tool(str(bin_ / "nvidia-smi"), [], timeout=60)
+    assert "exited 9: yyy" in str(e.value) and "(100000 characters)" in str(e.value) and len(str(e.value)) < 400
