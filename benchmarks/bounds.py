@@ -18,6 +18,11 @@ mean something on a loaded machine too:
 * generate of the 1e5-layer model on 8 GPUs vs 32 layers;
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
+* issue 21, round 2: an accelerate YAML with 2^20 ranks on one node (refused: over 1,024 per
+  node), ds_advisor.ignore with 20k "S002:KEY" entries and with 200k unknown codes vs 10
+  entries, lint/check of a config with a 2M-element ``[{}, ...]`` array (8.0 MB) vs 10
+  elements, estimate of a 1M-tensor inventory (48 MB) vs 10 tensors, and at 1e5 layers:
+  estimate ZeRO-3 at 2^20 ranks, report and estimate ZeRO-2 at 8 ranks;
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
@@ -99,6 +104,35 @@ def main() -> None:
                                                       "offload_optimizer": {"device": "nvme", "nvme_path": "/raid/ds"},
                                                       "offload_param": {"device": "nvme", "nvme_path": "/raid/ds"}}}))
     html = str(tmp / "r.html")
+    acc = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n" \
+          "num_machines: 1\nnum_processes: {}\n"
+    z3b = tmp / "z3.json"  # no train_batch_size: sample_configs' 64 is B001 at 2^20 ranks
+    z3b.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 3}}))
+    acc_1m, acc_8 = tmp / "acc_1m.yaml", tmp / "acc_8.yaml"
+    acc_1m.write_text(acc.format(1 << 20))
+    acc_8.write_text(acc.format(8))
+    base_cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    ign_keys, ign_unknown, ign_few = tmp / "ign_keys.json", tmp / "ign_unknown.json", tmp / "ign_few.json"
+    ign_keys.write_text(json.dumps({**base_cfg, "ds_advisor": {"ignore": [f"S002:x{i}" for i in range(20_000)]}}))
+    ign_unknown.write_text(json.dumps({**base_cfg, "ds_advisor": {"ignore": [f"ZZ{i}" for i in range(200_000)]}}))
+    ign_few.write_text(json.dumps({**base_cfg, "ds_advisor": {"ignore": [f"S002:x{i}" for i in range(10)]}}))
+    arr2m, arr10 = tmp / "arr2m.json", tmp / "arr10.json"
+    # Large inputs are written piece by piece: a child's peak RSS (ru_maxrss) survives exec, so a
+    # parent that once held a 1M-element list would floor every child's MB figure at its own peak.
+    for f, n in ((arr2m, 2_000_000), (arr10, 10)):  # 2M elements: 8.0 MB
+        with f.open("w") as out:
+            out.write(json.dumps(base_cfg)[:-1] + ', "x": [')
+            for i in range(n):
+                out.write(", {}" if i else "{}")
+            out.write("]}")
+    inv1m, inv10 = tmp / "inv1m.json", tmp / "inv10.json"
+    for f, n in ((inv1m, 1_000_000), (inv10, 10)):  # 1M tensors: 48 MB, under the 64 MiB limit
+        with f.open("w") as out:
+            out.write('{"name": "inv", "tensors": [')
+            for i in range(n):
+                out.write((", " if i else "") + json.dumps({"name": f"layers.{i}.w", "shape": [64, 64]}))
+            out.write("]}")
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
     M = str(1 << 20)
     cases = [
@@ -143,6 +177,24 @@ def main() -> None:
                                          "dgx-h100:65536", "--seq-len", "128", "-o", html, "--force"],
          ["report", str(nvme), "--params", "1000000000", "--hardware", "dgx-h100:1", "--seq-len", "128",
           "-o", html, "--force"]),
+        ("refuse accelerate 2^20 per node", ["estimate", str(acc_1m), "--params", "1000000000"],
+         ["estimate", str(acc_8), "--params", "1000000000"]),
+        ("check refuse accel 2^20 per node", ["check", str(acc_1m), "--params", "1000000000", *cap],
+         ["check", str(acc_8), "--params", "1000000000", *cap]),
+        ("lint, 20k S002:KEY ignores", ["lint", str(ign_keys)], ["lint", str(ign_few)]),
+        ("lint, 200k unknown ignores", ["lint", str(ign_unknown)], ["lint", str(ign_few)]),
+        ("lint, 2M {} array (8 MB)", ["lint", str(arr2m)], ["lint", str(arr10)]),
+        ("check, 2M {} array (8 MB)", ["check", str(arr2m), "--params", "1000000", *cap],
+         ["check", str(arr10), "--params", "1000000", *cap]),
+        ("estimate, 1M-tensor inventory", ["estimate", str(z3b), "--model", str(inv1m)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("estimate ZeRO-3, 1e5 layers, 2^20", ["estimate", str(z3b), "--model", str(deep), "--world-size", M],
+         ["estimate", str(z3b), "--model", str(shallow), "--world-size", M]),
+        ("report, 1e5 layers, 8 ranks", ["report", str(z3b), "--model", str(deep), "--world-size", "8",
+                                         "-o", html, "--force"],
+         ["report", str(z3b), "--model", str(shallow), "--world-size", "8", "-o", html, "--force"]),
+        ("estimate ZeRO-2, 1e5 layers, 8", ["estimate", str(z2), "--model", str(deep), "--world-size", "8"],
+         ["estimate", str(z2), "--model", str(shallow), "--world-size", "8"]),
         ("refuse 1e6 layers", ["estimate", str(z3), "--model", str(deeper)],
          ["estimate", str(z3), "--model", str(shallow)]),
         ("refuse dgx-h100:999999999", ["estimate", str(z3), "--model", "gpt2", "--hardware", "dgx-h100:999999999"],
