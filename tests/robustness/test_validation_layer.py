@@ -173,3 +173,37 @@ def test_micro_batch_flag_and_set_share_the_bound(tmp_path):
     at = run_cli(["estimate", str(f), "--model", "gpt2", "--seq-len", "8", "--micro-batch", str(MAX_GLOBAL_BATCH)])
     _no_internal(at)
     assert at.returncode != 2, at.stderr
+
+
+# -- the --hf replay with a wrong type at every key it reads ----------------------------------------
+
+_HF_KEYS = [("train_micro_batch_size_per_gpu",), ("gradient_accumulation_steps",), ("train_batch_size",),
+            ("gradient_clipping",), ("optimizer",), ("optimizer", "type"), ("optimizer", "params"),
+            ("optimizer", "params", "lr"), ("optimizer", "params", "betas"), ("scheduler",), ("scheduler", "params"),
+            ("scheduler", "params", "warmup_max_lr"), ("fp16",), ("fp16", "enabled"), ("bf16",), ("bf16", "enabled"),
+            ("checkpoint",), ("zero_optimization",), ("zero_optimization", "stage"),
+            ("zero_optimization", "offload_param"), ("zero_optimization", "offload_param", "device"),
+            ("zero_optimization", "offload_optimizer", "device"), ("zero_optimization", "reduce_bucket_size"),
+            ("zero_optimization", "stage3_prefetch_bucket_size"),
+            ("zero_optimization", "stage3_param_persistence_threshold")]
+_WRONG = [None, True, 0, -1, 2**63, 10**300, 1e308, "", "auto", [], [1], {}, {"a": 1}, 3.5]
+
+
+def test_hf_replay_survives_wrong_types_at_every_key_it_reads():
+    from advisor.config.hf import resolve_for_estimate
+    base = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "train_batch_size": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+            "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}},
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}},
+            "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "reduce_bucket_size": "auto"}}
+    for path in _HF_KEYS:
+        for v in _WRONG:
+            c = copy.deepcopy(base)
+            node = c
+            for k in path[:-1]:
+                if not isinstance(node.get(k), dict):
+                    node[k] = {}
+                node = node[k]
+            node[path[-1]] = v
+            for targs in (None, {"bf16": True, "max_steps": 10}):
+                resolve_for_estimate(c, targs, None, 8, hidden_size=4096)  # raises -> the test fails
