@@ -173,9 +173,16 @@ def _run_tool(path: str, args: list[str], timeout: float) -> str:
     from advisor.render.escape import cut
     try:
         proc = subprocess.Popen([path, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         raise RuntimeError(f"{path}: {e.strerror or e}") from None
+
+    def kill() -> None:  # the tool and any child holding its pipes (a wrapper script's pipeline)
+        import signal
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
     got: dict[str, bytes] = {}
     over: list[str] = []
 
@@ -188,7 +195,7 @@ def _run_tool(path: str, args: list[str], timeout: float) -> str:
             data += b
         if len(data) > MAX_PROBE_BYTES:
             over.append(name)
-            proc.kill()
+            kill()
         got[name] = bytes(data[:MAX_PROBE_BYTES])
 
     threads = [threading.Thread(target=pump, args=(n, s), daemon=True)
@@ -198,7 +205,7 @@ def _run_tool(path: str, args: list[str], timeout: float) -> str:
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill()
         proc.wait()
         raise RuntimeError(f"{path} did not answer within {timeout:g} s") from None
     finally:

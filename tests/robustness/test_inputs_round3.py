@@ -214,7 +214,7 @@ def test_a_probe_printing_a_huge_line_is_stopped_at_the_byte_cap(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(RuntimeError) as e:
         _run_tool(str(bin_ / "nvidia-smi"), [], timeout=60)
-    assert time.monotonic() - t0 < 10  # was 29 s and 2.6 GB
+    assert time.monotonic() - t0 < 4  # was 29 s and 2.6 GB; 5 s when only the shell, not its pipeline, was killed
     assert f"more than {MAX_PROBE_BYTES:,} bytes to stdout" in str(e.value) and len(str(e.value)) < 300
 
 
