@@ -11,6 +11,18 @@ Exit codes (all commands):
 
 from __future__ import annotations
 
+#: User input (a key, an argument, a file's content) is echoed in messages at most this long.
+MAX_ECHO_CHARS = 60
+
+
+def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """``text`` as echoed in a message: at most ``limit`` characters (default
+    :data:`MAX_ECHO_CHARS`), then how many there were. The one helper for every echo of user
+    input (an argument, a base64 config, a file's content, a probe's output), which can be
+    megabytes. Here, at the bottom layer, so compute packages use it without importing render."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2

@@ -35,7 +35,7 @@ from advisor.findings import escape_token
 from advisor.config.validation import type_name
 from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok, non_finite_path, read_bytes
 
-from advisor.render.escape import MAX_ECHO_CHARS, cut  # noqa: F401  (the one echo-cutting helper)
+from advisor.errors import MAX_ECHO_CHARS, cut  # noqa: F401  (the one echo-cutting helper)
 
 
 @dataclass

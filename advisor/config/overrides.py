@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, depth_ok
 from advisor.config.validation import InputValueError
-from advisor.render.escape import cut
+from advisor.errors import cut
 
 
 #: A number as --set reads it (JSON's grammar, plus a leading "+" or "." and leading zeros).

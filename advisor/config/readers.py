@@ -1,6 +1,7 @@
 """The one guarded reader for every file the tool reads.
 
-The DeepSpeed CONFIG, ``--model`` (HF ``config.json``, inventory or model-spec JSON),
+The DeepSpeed CONFIG, the settings file (``.ds-advisor.toml`` / ``pyproject.toml``), a checkpoint's
+``latest``, ``--model`` (HF ``config.json``, inventory or model-spec JSON),
 ``--hardware`` JSON, an accelerate config YAML and its ``deepspeed_config_file`` all come
 through :func:`read_bytes` / :func:`read_text` and then :func:`parse_json` or
 :func:`parse_yaml`. The guards, the same for every file:

@@ -64,11 +64,11 @@ class InputValueError(AdvisorError, ValueError):
 
 
 def shown(value: Any, limit: int = MAX_ECHO) -> str:
-    """``value`` for a message, cut to ``limit`` characters (:func:`advisor.render.escape.cut`,
+    """``value`` for a message, cut to ``limit`` characters (:func:`advisor.errors.cut`,
     surrogates escaped): ``repr`` of a JSON value; a value only YAML has (a date, a timestamp,
     binary data, a set) is named in words with its text ("a YAML date 2001-01-01"), never as a
     Python repr like ``datetime.date(2001, 1, 1)``."""
-    from advisor.render.escape import cut
+    from advisor.errors import cut
     import datetime
     if isinstance(value, (datetime.date, datetime.datetime)):
         kind = "timestamp" if isinstance(value, datetime.datetime) else "date"

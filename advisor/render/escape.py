@@ -15,9 +15,6 @@ UTF-8, so any output carrying such a key would crash while being printed or writ
 
 from __future__ import annotations
 
-#: User input (a key, an argument, a file's content) is echoed in messages at most this long.
-MAX_ECHO_CHARS = 60
-
 _UNSAFE = {c: f"\\x{c:02x}" for c in list(range(0, 32)) + [127] if c not in (9, 10)}
 
 
@@ -35,9 +32,3 @@ def safe_text(text: str) -> str:
     ``\\xNN`` and lone surrogates as ``\\udXXXX``."""
     return escape_surrogates(text.translate(_UNSAFE))
 
-
-def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
-    """``text`` as echoed in a message: at most ``limit`` characters (default
-    :data:`MAX_ECHO_CHARS`), then how many there were. The one helper for every echo of user
-    input (an argument, a base64 config, a file's content), which can be megabytes."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

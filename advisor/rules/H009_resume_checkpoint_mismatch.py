@@ -60,7 +60,7 @@ class ResumeCheckpointMismatch(Rule):
         if section(ctx.raw, "checkpoint").get("load_universal") is True:
             return  # a universal checkpoint: read from latest_universal and repartitioned on load
         from advisor.ledger.checkpoint import read_saved_checkpoint
-        from advisor.render.escape import cut
+        from advisor.errors import cut
 
         try:
             sc = read_saved_checkpoint(folder)

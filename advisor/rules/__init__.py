@@ -209,7 +209,7 @@ def rule_codes(text: str, option: str = "--select") -> set[str]:
         near = list(dict.fromkeys(m for u in unknown[:20] for m in difflib.get_close_matches(
             u.upper() if u[:1].isalpha() and u[1:].isdigit() else u.lower(),
             list(rules) + [r.name for r in rules.values()], n=2)))
-        from advisor.render.escape import cut  # an argument can be megabytes: echo it cut
+        from advisor.errors import cut  # an argument can be megabytes: echo it cut
         raise ValueError(f"{option}: unknown rule code(s) or name(s) {cut(', '.join(unknown))}"
                          + (f"; did you mean {', '.join(near)}?" if near else "") + " (see `ds-advisor explain`)")
     return out

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
 from advisor.findings import Finding, literal, render_sized, sort_findings
-from advisor.render.escape import cut
+from advisor.errors import cut
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
 from advisor.ledger.ranks import RankSet
 from advisor.config.validation import as_float, as_int
@@ -168,9 +168,9 @@ def _run_tool(path: str, args: list[str], timeout: float) -> str:
     failure. Each of stdout and stderr is read to at most :data:`MAX_PROBE_BYTES`: a tool that
     writes more is killed and reported (a broken driver printing one 300 MB line took 29 s and
     2.6 GB, and was echoed whole). Output that is not UTF-8 is reported naming the tool and the
-    byte; what is echoed of it is cut (:func:`advisor.render.escape.cut`)."""
+    byte; what is echoed of it is cut (:func:`advisor.errors.cut`)."""
     import threading
-    from advisor.render.escape import cut
+    from advisor.errors import cut
     try:
         proc = subprocess.Popen([path, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True)

@@ -16,7 +16,7 @@ import pytest
 
 from advisor.errors import ModelSpecError
 from advisor.model.specs import MAX_LAYER_EXPERTS, ModelSpec, validate_spec
-from advisor.render.escape import MAX_ECHO_CHARS, cut
+from advisor.errors import MAX_ECHO_CHARS, cut
 from robust_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
