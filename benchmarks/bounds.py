@@ -15,7 +15,8 @@ mean something on a loaded machine too:
   MAX_ZERO12_CHANGE_RANKS), and the largest accepted neighbours: 3,600 layers at 2^20 ranks
   (~53k change ranks) and 8,000 tensors of distinct sizes at 8,192 ranks (~8k rank roles, near
   MAX_RANK_ROLES), with 65,536 of them at 65,536 ranks refused;
-* generate of the 1e5-layer model on 8 GPUs vs 32 layers;
+* generate of the 1e5-layer model on 8 GPUs vs 32 layers, at global batch 8 / sequence 128 and at
+  global batch 64 / sequence 512 (~4,400 plans);
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * issue 21, round 2: an accelerate YAML with 2^20 ranks on one node (refused: over 1,024 per
@@ -92,6 +93,10 @@ def main() -> None:
         f.write_text(json.dumps({"name": "distinct", "tensors": [{"name": f"layers.{i}.w", "shape": [1000 + i]}
                                                                  for i in range(n)]}))
     shallow.write_text(json.dumps({**hf, "num_hidden_layers": 32}))
+    # generate's larger workload (~4,400 plans): sequence 512 needs max_position_embeddings >= 512.
+    deep_long, shallow_long = tmp / "deep_long.json", tmp / "shallow_long.json"
+    deep_long.write_text(json.dumps({**hf, "max_position_embeddings": 2048, "num_hidden_layers": 100_000}))
+    shallow_long.write_text(json.dumps({**hf, "max_position_embeddings": 2048, "num_hidden_layers": 32}))
     deeper.write_text(json.dumps({**hf, "num_hidden_layers": 1_000_000}))
     rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     rows += [f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi")]
@@ -170,6 +175,11 @@ def main() -> None:
                                           "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
          ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
           "--global-batch", "8", "--seq-len", "128"]),
+        ("generate, 1e5 layers, gb64 s512", ["generate", "--model", str(deep_long), "--hardware", "dgx-h100",
+                                             "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "64",
+                                             "--seq-len", "512"],
+         ["generate", "--model", str(shallow_long), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "64", "--seq-len", "512"]),
         ("check JSON ZeRO-1, 2^20 ranks", ["check", str(z1), "--model", "llama-3-8b", "--world-size", M, *cap,
                                            "--format", "json"],
          ["check", str(z1), "--model", "llama-3-8b", "--world-size", "8", *cap, "--format", "json"]),
