@@ -181,3 +181,25 @@ def test_a_model_built_without_zero_init_is_whole_on_the_accelerator_at_initiali
         p.ds_tensor = torch.empty(p.numel() // 8, dtype=torch.bfloat16, device="meta")
     r = advisor.preflight(m, z3, world_size=8, free_accelerator_bytes=2 ** 30, free_host_bytes=10**13)
     assert r.verdict in ("fits", "tight") and not any(f.code == "M103" for f in r.findings)
+
+
+def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
+    """README: summary() shows, per tier, the overhead rows. A meta-device model of 2^32 parameters
+    (ZeRO-0, bf16, one rank; module docstring): tracked peak 20 B x 2^32 = 80 GiB, allocator 10 %
+    of it = 8.00 GiB with its band 3 %..25 % = 2.40..20.00 GiB, DeepSpeed's all-reduce bucket
+    min(N, 5e8) x 2 B = 1e9 B = 0.93 GiB (engine.py buffered_allreduce_fallback), NCCL and CUDA
+    context 0 (one rank; the free memory is read after the context exists)."""
+    with torch.device("meta"):
+        m = torch.nn.Sequential(*[torch.nn.Linear(32768, 32768, bias=False) for _ in range(4)])
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=200 << 30, free_host_bytes=10**13)
+    lines = r.summary().splitlines()
+    i = next(k for k, x in enumerate(lines) if x.startswith("  accelerator"))
+    rows = lines[i + 1:i + 5]
+    assert [x.split(" [")[0] for x in rows] == [
+        "    + CUDA context and loaded kernels 0.00 GiB",
+        "    + NCCL communicator buffers 0.00 GiB",
+        "    + allocator reserve and fragmentation 8.00 GiB (band 2.40 GiB-20.00 GiB)",
+        "    + DeepSpeed extras beyond the ledger 0.93 GiB"], rows
+    assert "[measured free memory]" in rows[0] and "buffered_allreduce_fallback" in rows[3], rows
+    assert lines[i + 5].startswith("  host"), lines  # the host row has no overhead rows
+    assert r.rows[0].need == 88 * 2**30 + 10**9  # 20 + 2 B per parameter plus the bucket

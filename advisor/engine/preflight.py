@@ -37,6 +37,9 @@ from typing import Any, Mapping
 from advisor.errors import PreflightError
 
 RAISE_ON = ("does not fit", "tight", None)
+#: Characters of an overhead row's source :meth:`PreflightResult.summary` prints (the whole
+#: source is in ``to_dict()``'s rows[].overhead[].source).
+SUMMARY_SOURCE_CHARS = 100
 
 #: The command-line flags estimate's texts name -> the parameter of :func:`preflight` that gives
 #: the same input: preflight's messages, notes and findings name the parameter (a Python caller
@@ -115,14 +118,24 @@ class PreflightResult:
         return self.verdict != "does not fit"
 
     def summary(self, units: str = "GiB") -> str:
-        """Human text: one line per tier (sizes in ``units``: "GiB" = 2^30 bytes, the default, as
-        every ds-advisor report, or "GB" = 1e9 bytes), then the notes. Raises ValueError for
-        another ``units``."""
-        from advisor.units import check_units
+        """Human text: one line per tier, under it the runtime overhead rows inside that tier's
+        need (``+ name BYTES (band LOW-HIGH) [source]``, the source cut to
+        :data:`SUMMARY_SOURCE_CHARS`; ``to_dict()`` keeps it whole), then the notes. Sizes in
+        ``units``: "GiB" = 2^30 bytes, the default, as every ds-advisor report, or "GB" = 1e9
+        bytes. Raises ValueError for another ``units``."""
+        from advisor.errors import cut
+        from advisor.units import check_units, size
 
         units = check_units(units)
-        head = f"ds-advisor preflight: {self.model} ({self.parameters:,} parameters): {self.verdict.upper()}"
-        return "\n".join([head] + [f"  {r.line(units)}" for r in self.rows] + [f"  note: {n}" for n in self.notes])
+        lines = [f"ds-advisor preflight: {self.model} ({self.parameters:,} parameters): {self.verdict.upper()}"]
+        for r in self.rows:
+            lines.append(f"  {r.line(units)}")
+            for o in r.overhead:
+                band = ("" if o["low"] == o["high"] else
+                        f" (band {size(o['low'], units)}-{size(o['high'], units)})")
+                lines.append(f"    + {o['name']} {size(o['bytes'], units)}{band} "
+                             f"[{cut(o['source'], SUMMARY_SOURCE_CHARS)}]")
+        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "model": self.model, "parameters": self.parameters,
