@@ -350,3 +350,33 @@ def test_cpu_optimizer_names_its_thread_assumption():
                      _hw(), seq_len=1000)
     assert bare.assumptions["cpu_optimizer_threads"] is None
     assert not any("OMP_NUM_THREADS" in ln for ln in breakdown_lines(bare))
+
+
+def test_breakdown_names_the_collective_algorithm_and_the_host_bandwidth_kind():
+    """Issue 23: the step time says how collectives are costed (ring, per kind, per link; the same
+    dict ring_seconds implements: 7/8 x 8 GB / 100 GB/s = 0.07 s, test_ring_all_gather_by_hand) and,
+    when the host memory bandwidth is a data-sheet theoretical peak (dgx-h100's source: 8 DDR5-4800
+    channels x 2 sockets = 614.4 GB/s), that STREAM measures less so the CPU step is a lower bound."""
+    from advisor.ledger.steptime import COLLECTIVE_MODEL, breakdown_lines
+    hw = resolve_hardware("dgx-h100:2")
+    assert "theoretical peak" in hw.source and hw.host_memory_bandwidth_bytes_per_s == 614.4e9
+    inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    st = step_time(Plan(effective_config(cfg), inv, Cluster(world_size=16, gpus_per_node=8)), hw, seq_len=1000)
+    assert st.assumptions["collectives"] == COLLECTIVE_MODEL and "ring" in COLLECTIVE_MODEL["algorithm"]
+    lines = breakdown_lines(st)
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("  collectives"))
+    assert "ring all-gather: (W-1)/W x S / B" in lines[i + 1] and "2 (W-1)/W x S / B" in lines[i + 1]
+    assert "within a node" in lines[i + 1] and "across nodes" in lines[i + 1]
+    assert "STREAM" in st.assumptions["host_memory_bandwidth_note"]
+    j = next(k for k, ln in enumerate(lines) if ln.startswith("  CPU optimizer:"))
+    assert any("theoretical peak" in ln and "lower bound" in ln for ln in lines[j + 1:j + 3]), lines
+    # a measured figure (a spec whose source does not call it a peak) gets no such note
+    mine = from_dict({"nodes": 1, "accelerators_per_node": 1, "host_memory_bandwidth_bytes_per_s": 4e11,
+                      "source": "STREAM triad, measured",
+                      "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                      "host_link": {"bytes_per_s": 1e10}}})
+    st2 = step_time(Plan(effective_config(cfg), inv, Cluster(world_size=1, gpus_per_node=1)), mine, seq_len=1000)
+    assert st2.assumptions["host_memory_bandwidth_note"] is None
+    assert not any("theoretical peak" in ln for ln in breakdown_lines(st2))

@@ -114,6 +114,23 @@ CPU_OPTIMIZER_THREADS_NOTE = ("each rank's DeepSpeedCPUAdam is assumed to have e
                               "of the host memory bandwidth; torchrun sets OMP_NUM_THREADS=1 for more than one process "
                               "per node unless it is set, and DeepSpeed's launcher gives each rank its cores only with "
                               "--bind_cores_to_rank: with one thread per rank the step can take longer than this term")
+#: How the collectives are costed (the one statement of it; :func:`ring_seconds` computes it), per
+#: kind and per link: what the step-time JSON's ``assumptions.collectives`` and text breakdown say.
+COLLECTIVE_MODEL = {
+    "algorithm": "flat ring (no tree: nccl-tests doc/PERFORMANCE.md bus bandwidth, the ring's cost)",
+    "all_gather": "ring all-gather: (W-1)/W x S / B",
+    "reduce_scatter": "ring reduce-scatter: (W-1)/W x S / B",
+    "all_reduce": "ring all-reduce (reduce-scatter + all-gather): 2 (W-1)/W x S / B",
+    "within_node": "B = the peer link per direction (NVLink/xGMI)",
+    "across_nodes": "B = the node's network bandwidth / ranks per node",
+    "latency": "left out (microseconds at ZeRO bucket sizes)",
+}
+#: What the CPU optimizer line says when the host memory bandwidth is a data-sheet theoretical
+#: peak (the preset's ``source`` says "theoretical peak", data/hardware_presets.json: channels x
+#: MT/s x 8 B): STREAM measures less on real systems, so the CPU step is a lower bound.
+HOST_BW_PEAK_NOTE = ("host memory bandwidth is the data sheet's theoretical peak (the preset's source); a measured "
+                     "STREAM figure is lower, so the CPU step is a lower bound: give the measured one as "
+                     "host_memory_bandwidth_bytes_per_s in a --hardware JSON")
 #: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
 FORWARD_SHARE = 2 / 6
 
@@ -432,7 +449,9 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
                    "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,
                    "nvme_aio_rates": aio_rates,
-                   "collectives": "flat ring, (W-1)/W x S per rank per all-gather / reduce-scatter, latency left out",
+                   "collectives": COLLECTIVE_MODEL,
+                   "host_memory_bandwidth_note": HOST_BW_PEAK_NOTE if n_opt and host_bw and
+                   "theoretical peak" in (getattr(hardware, "source", "") or "") else None,
                    "cpu_optimizer_threads": CPU_OPTIMIZER_THREADS_NOTE if n_opt else None,
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "pipelined NVMe optimizer swap overlaps the CPU step"}
@@ -551,11 +570,17 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     for k in ("compute", NETWORK, PCIE, NVME, "host_memory"):
         if k in busy:
             out.append(f"  {names[k]:<20} busy {busy[k]:>9,.3f} s   exposed {exp.get(k, 0.0):>9,.3f} s")
+            if k == NETWORK:
+                cm = st.assumptions.get("collectives") or COLLECTIVE_MODEL
+                out.append(f"    ({cm['all_gather']}, {cm['all_reduce']}; within a node {cm['within_node']}, "
+                           f"across nodes {cm['across_nodes']}; latency {cm['latency']})")
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
         out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units))
         out.append("    (assumes enough OpenMP threads per rank: torchrun sets OMP_NUM_THREADS=1 unless it is set; "
                    "deepspeed --bind_cores_to_rank gives each rank its cores)")
+        if st.assumptions.get("host_memory_bandwidth_note"):
+            out.append(f"    ({st.assumptions['host_memory_bandwidth_note']})")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():
         if note.startswith("measured at other"):
             out.append(f"  NVMe tier {tier}: {note}")
