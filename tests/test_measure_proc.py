@@ -130,3 +130,45 @@ def test_sigterm_ends_the_whole_process_group_and_removes_the_temp_folder(tmp_pa
         except (ProcessLookupError, PermissionError):
             pass
     assert list(work.iterdir()) == [], "the ds-advisor-measure-* folder was left behind"
+
+
+_IGNORING_RANK = """import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+p = os.path.join(sys.argv[1], "rank" + os.environ["RANK"])
+open(p + ".tmp", "w").write(str(os.getpid()))
+os.rename(p + ".tmp", p + ".pid")
+time.sleep(300)
+"""
+
+
+def test_timeout_ends_torchrun_ranks_in_their_own_sessions(tmp_path):
+    """torch elastic starts each rank with start_new_session=True
+    (torch/distributed/elastic/multiprocessing/subprocess_handler.py), so killing the launcher's
+    group alone left ranks that ignore SIGTERM running for good (before this fix: both ranks alive
+    after run_process_group returned). Every rank pid must be gone once it returns."""
+    import signal
+    import socket
+    import pytest
+    pytest.importorskip("torch")  # torch.distributed.run is the launcher under test
+    script = tmp_path / "rank.py"
+    script.write_text(_IGNORING_RANK)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(port), str(script), str(tmp_path)]
+    with open(tmp_path / "log", "w") as log:
+        rc = run_process_group(cmd, 30.0, grace_s=3.0, stdout=log, stderr=log)
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("rank*.pid"))]
+    try:
+        assert rc is None
+        assert len(pids) == 2, "the ranks did not start within 30 s: " + (tmp_path / "log").read_text()[-2000:]
+        deadline = time.time() + 5
+        while any(_alive(p) for p in pids) and time.time() < deadline:
+            time.sleep(0.1)
+        assert [p for p in pids if _alive(p)] == [], "a rank survived the timeout"
+    finally:  # a failing run leaves nothing behind
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

@@ -143,29 +143,99 @@ class Terminated(SystemExit):
 END_SIGNALS = ("SIGTERM", "SIGHUP")
 
 
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgrp, session) of ``pid`` from ``/proc/<pid>/stat`` (proc(5): fields 3-6,
+    read after the last ``)`` since the command name may hold spaces or parentheses); None when
+    the process is gone or there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            rest = fh.read().rsplit(")", 1)[1].split()
+        return rest[0], int(rest[1]), int(rest[2]), int(rest[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(roots: set[int] | list[int]) -> set[int]:
+    """Every live process below ``roots`` (pids), found by walking the ppid links of
+    ``/proc/*/stat``; the roots themselves are not included. Empty where there is no /proc.
+    A process whose parent already died was reparented (to init or a subreaper) and is not found:
+    call this while the parents are alive."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return set()
+    for name in names:
+        if name.isdigit():
+            st = _proc_stat(int(name))
+            if st is not None:
+                children.setdefault(st[1], []).append(int(name))
+    out: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out - set(roots)
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    st = _proc_stat(pid)
+    if st is None:
+        try:
+            os.kill(pid, 0)  # no /proc: existence is all we can tell
+        except (ProcessLookupError, PermissionError):
+            return False
+        return not os.path.exists("/proc/self")
+    return st[0] != "Z"
+
+
 def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, **kw) -> int | None:
     """Run ``cmd`` in a new session (its own process group) and wait up to ``timeout_s`` seconds.
     On timeout return None; on timeout, Ctrl-C (KeyboardInterrupt, re-raised) or SIGTERM/SIGHUP
     (:class:`Terminated`, raised; handlers installed for the wait when called from the main
-    thread, the previous ones restored after) end the whole group: SIGTERM, then SIGKILL after
-    ``grace_s`` seconds, so no rank or launcher is left behind."""
+    thread, the previous ones restored after) end the launch whole: SIGTERM, then SIGKILL after
+    ``grace_s`` seconds, so no rank or launcher is left behind.
+
+    "Whole" means the launcher's process group and the process group of every descendant: torch
+    elastic starts each rank with ``start_new_session=True``
+    (``torch/distributed/elastic/multiprocessing/subprocess_handler.py``), so ranks are outside the
+    launcher's group and, once the launcher is SIGKILLed, nobody else would end them. The
+    descendants (:func:`descendants`) are collected before the SIGTERM, collected again (below the
+    launcher and below every one already known) before the SIGKILL, and each one's group is
+    signalled as well as the pid itself."""
     import signal
     proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+    own_group = os.getpgrp()
+
+    def signal_all(pids: set[int], sig: int) -> None:
+        groups = {proc.pid}
+        for pid in pids:
+            st = _proc_stat(pid)
+            if st is not None and st[0] != "Z":
+                groups.add(st[2])
+        for target, kill in [(g, os.killpg) for g in groups if g != own_group] + [(p, os.kill) for p in pids]:
+            try:
+                kill(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def end_group() -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                return
-            try:
-                proc.wait(timeout=grace_s)
-                # the leader is gone; its children may not be: one more pass kills stragglers
-            except subprocess.TimeoutExpired:
-                continue
+        known = descendants({proc.pid}) if proc.poll() is None else set()
+        signal_all(known, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            # reap the leader as soon as it exits (a zombie leader would look alive)
+            if proc.poll() is not None and not any(_running(p) for p in known):
+                break
+            time.sleep(0.05)
+        known |= descendants(known | ({proc.pid} if proc.poll() is None else set()))
+        signal_all(known, signal.SIGKILL)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
             pass
 
     got: list[int] = []
