@@ -668,8 +668,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                         accelerate_fields=not inp.launch.deepspeed_config_file)
         cap = _hardware_capacity(cap, hw, aplan)
         z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
+        from advisor.ledger.timeline import checkpoint_load_dtype
         load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
-                            a.low_cpu_mem_usage, hf=True)
+                            a.low_cpu_mem_usage, hf=True, checkpoint_dtype=checkpoint_load_dtype(inv.hf_config))
         if a.zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
             flag = inp.launch.plugin.zero3_init_flag
             load = replace(load, zero_init_source=(
@@ -685,9 +686,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
                            cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl)
-    from advisor.ledger.timeline import hf_zero3, resolve_load
+    from advisor.ledger.timeline import checkpoint_load_dtype, hf_zero3, resolve_load
     load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None,
-                        hf_is_zero3=hf_zero3(plan))
+                        hf_is_zero3=hf_zero3(plan), checkpoint_dtype=checkpoint_load_dtype(inv.hf_config))
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load)
 

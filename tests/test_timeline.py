@@ -579,3 +579,25 @@ def test_zero3_backward_places_each_flush_with_the_activations_live_then():
     acts.recompute_layer = 5000
     full = role_timeline(led, led.rank(0), load, acts, ga=1)
     assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 16800 - 2400
+
+
+def test_hf_load_dtype_is_the_checkpoints():
+    """Issue 15: transformers >= 5 from_pretrained sets ``if dtype is None: dtype = "auto"``
+    (transformers 5.25.0 modeling_utils.py l.4236-4237), loading in config.json's torch_dtype;
+    Meta-Llama-3-8B's config.json says "torch_dtype": "bfloat16". Without a dtype in the config,
+    "auto" falls back to torch's default (fp32); a plain script (no --hf) keeps fp32; a flag wins."""
+    from advisor.ledger.timeline import checkpoint_load_dtype
+    from advisor.model.specs import resolve_model
+    assert checkpoint_load_dtype({"torch_dtype": "bfloat16"}) == "bf16"
+    assert checkpoint_load_dtype({"dtype": "torch.float16"}) == "fp16"
+    assert checkpoint_load_dtype({"dtype": "float32", "torch_dtype": "bfloat16"}) == "fp32"  # dtype wins (v5 name)
+    assert checkpoint_load_dtype({}) is None and checkpoint_load_dtype(None) is None
+    assert checkpoint_load_dtype({"torch_dtype": "float8_e4m3fn"}) is None
+    ec = effective_config({"zero_optimization": {"stage": 2}})
+    assert resolve_load(ec, hf=True, checkpoint_dtype="bf16").dtype == "bf16"
+    assert "checkpoint's dtype" in resolve_load(ec, hf=True, checkpoint_dtype="bf16").dtype_source
+    no = resolve_load(ec, hf=True, checkpoint_dtype=None)
+    assert no.dtype == "fp32" and "no torch_dtype" in no.dtype_source
+    assert resolve_load(ec, checkpoint_dtype="bf16").dtype == "fp32"  # not from_pretrained: torch's default
+    assert resolve_load(ec, dtype="fp32", hf=True, checkpoint_dtype="bf16").dtype == "fp32"
+    assert checkpoint_load_dtype(resolve_model("llama-3-8b").hf_config) == "bf16"

@@ -177,13 +177,17 @@ def hf_zero3(plan: Any) -> bool | None:
 
 def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str | None = None,
                  low_cpu_mem_usage: bool | None = None, hf: bool = False,
-                 hf_is_zero3: bool | None = None) -> LoadAssumption:
+                 hf_is_zero3: bool | None = None, checkpoint_dtype: str | None = None) -> LoadAssumption:
     """The :class:`LoadAssumption` for a plan: flags win; with ``hf`` the HF Trainer's behaviour
     (zero.Init exactly at ZeRO-3); otherwise the same choice, stated as assumed (a plain script
     may build the model before initialize at ZeRO-3: ``--no-zero-init``); fp32, one copy.
     zero.Init below ZeRO-3 is not possible (``zero.Init`` partitions for stage 3 only), so it is
     ignored there with the reason. ``hf_is_zero3`` (:func:`hf_zero3`): False when the Trainer does
     not see ZeRO-3 although DeepSpeed does (a string stage), so it builds without zero.Init.
+    ``checkpoint_dtype`` (fp32/fp16/bf16, from the model's config.json ``dtype``/``torch_dtype``,
+    :func:`checkpoint_load_dtype`): with ``hf`` and no ``dtype`` the load dtype is the checkpoint's,
+    as transformers >= 5 loads it (``modeling_utils.py`` PreTrainedModel.from_pretrained:
+    ``if dtype is None: dtype = "auto"``, transformers 5.25.0 l.4236-4237); without one, fp32.
     Raises ValueError for an unknown ``dtype``."""
     st = ec.zero.stage
     if zero_init is not None:
@@ -207,6 +211,13 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
         if dtype not in LOAD_DTYPES:
             raise ValueError(f"load dtype {dtype!r}: expected one of {', '.join(LOAD_DTYPES)}")
         dt, ds = dtype, f"--load-dtype {dtype}"
+    elif hf and checkpoint_dtype in LOAD_DTYPES:
+        dt, ds = checkpoint_dtype, (f"HF from_pretrained: the checkpoint's dtype ({checkpoint_dtype}, config.json "
+                                    f"torch_dtype), as transformers >= 5 loads by default (dtype=\"auto\"); "
+                                    f"pass --load-dtype to override")
+    elif hf:
+        dt, ds = "fp32", ("assumed fp32: the model's config has no torch_dtype, so from_pretrained's dtype=\"auto\" "
+                          "falls back to torch's default dtype (pass --load-dtype bf16 for a bf16 checkpoint)")
     else:
         dt, ds = "fp32", LoadAssumption.dtype_source + " (pass --load-dtype bf16 for torch_dtype=bfloat16)"
     if low_cpu_mem_usage is not None:
@@ -214,6 +225,20 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     else:
         lc, ls = True, LoadAssumption.low_cpu_mem_usage_source
     return LoadAssumption(zi, zs, dt, ds, lc, ls)
+
+
+_HF_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+
+
+def checkpoint_load_dtype(hf_config: dict[str, Any] | None) -> str | None:
+    """The load dtype (fp32/fp16/bf16) a Hugging Face config.json names: its ``dtype`` (transformers
+    >= 5 writes that) else ``torch_dtype``, with an optional ``torch.`` prefix; None when the config
+    is absent, has neither key or names another dtype (from_pretrained then loads in torch's
+    default dtype, fp32)."""
+    if not hf_config:
+        return None
+    v = hf_config.get("dtype") or hf_config.get("torch_dtype")
+    return _HF_DTYPES.get(str(v).removeprefix("torch.")) if v else None
 
 
 def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,

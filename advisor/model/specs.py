@@ -680,30 +680,30 @@ _PRESETS: tuple[_Preset, ...] = (
             _llama(8192, 28672, 80, 64, 8, 32000, 4096), ("llama2-70b",)),
     # https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
     _Preset("llama-3-8b", "meta-llama/Meta-Llama-3-8B", "Llama 3 8B (GQA, 128k vocab, 8k context)",
-            _llama(4096, 14336, 32, 32, 8, 128256, 8192, rope_theta=500000.0), ("llama3-8b",)),
+            _llama(4096, 14336, 32, 32, 8, 128256, 8192, rope_theta=500000.0, torch_dtype="bfloat16"), ("llama3-8b",)),
     # https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json
     _Preset("llama-3-70b", "meta-llama/Meta-Llama-3-70B", "Llama 3 70B (GQA, 128k vocab, 8k context)",
-            _llama(8192, 28672, 80, 64, 8, 128256, 8192, rope_theta=500000.0), ("llama3-70b",)),
+            _llama(8192, 28672, 80, 64, 8, 128256, 8192, rope_theta=500000.0, torch_dtype="bfloat16"), ("llama3-70b",)),
     # https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
     _Preset("llama-3.1-8b", "meta-llama/Llama-3.1-8B", "Llama 3.1 8B (GQA, 128k context)",
-            _llama(4096, 14336, 32, 32, 8, 128256, 131072, rope_theta=500000.0),
+            _llama(4096, 14336, 32, 32, 8, 128256, 131072, rope_theta=500000.0, torch_dtype="bfloat16"),
             ("llama3.1-8b", "meta-llama-3.1-8b")),
     # https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json
     _Preset("llama-3.1-70b", "meta-llama/Llama-3.1-70B", "Llama 3.1 70B (GQA, 128k context)",
-            _llama(8192, 28672, 80, 64, 8, 128256, 131072, rope_theta=500000.0),
+            _llama(8192, 28672, 80, 64, 8, 128256, 131072, rope_theta=500000.0, torch_dtype="bfloat16"),
             ("llama3.1-70b", "meta-llama-3.1-70b")),
     # https://huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json
     _Preset("llama-3.1-405b", "meta-llama/Llama-3.1-405B", "Llama 3.1 405B (GQA, 128k context)",
-            _llama(16384, 53248, 126, 128, 8, 128256, 131072, rope_theta=500000.0),
+            _llama(16384, 53248, 126, 128, 8, 128256, 131072, rope_theta=500000.0, torch_dtype="bfloat16"),
             ("llama3.1-405b", "meta-llama-3.1-405b")),
     # https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json
     _Preset("llama-3.2-1b", "meta-llama/Llama-3.2-1B", "Llama 3.2 1B (GQA, tied embeddings)",
             _llama(2048, 8192, 16, 32, 8, 128256, 131072, head_dim=64, tie_word_embeddings=True,
-                   rope_theta=500000.0), ("llama3.2-1b",)),
+                   rope_theta=500000.0, torch_dtype="bfloat16"), ("llama3.2-1b",)),
     # https://huggingface.co/meta-llama/Llama-3.2-3B/blob/main/config.json
     _Preset("llama-3.2-3b", "meta-llama/Llama-3.2-3B", "Llama 3.2 3B (GQA, tied embeddings)",
             _llama(3072, 8192, 28, 24, 8, 128256, 131072, head_dim=128, tie_word_embeddings=True,
-                   rope_theta=500000.0), ("llama3.2-3b",)),
+                   rope_theta=500000.0, torch_dtype="bfloat16"), ("llama3.2-3b",)),
     # https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json
     _Preset("mistral-7b", "mistralai/Mistral-7B-v0.1", "Mistral 7B v0.1 (GQA, sliding window 4096)",
             {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

@@ -797,8 +797,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if other_gpu and ovh.defaults is not None:
         import dataclasses
         ovh = dataclasses.replace(ovh, defaults=None)
-    from advisor.ledger.timeline import hf_zero3, resolve_load
-    load = resolve_load(plan.config, zero_init, hf=plan.hf is not None, hf_is_zero3=hf_zero3(plan))
+    from advisor.ledger.timeline import checkpoint_load_dtype, hf_zero3, resolve_load
+    load = resolve_load(plan.config, zero_init, hf=plan.hf is not None, hf_is_zero3=hf_zero3(plan),
+                        checkpoint_dtype=checkpoint_load_dtype(inventory.hf_config))
     result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None,
                       overhead=ovh, load=load)
     tiers: list[TierVerdict] = []

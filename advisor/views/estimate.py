@@ -34,8 +34,8 @@ from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
-from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, hf_zero3,
-                                     resolve_load, role_timeline, zero12_flat_fallback)
+from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, checkpoint_load_dtype,
+                                     hf_zero3, resolve_load, role_timeline, zero12_flat_fallback)
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -792,7 +792,8 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     ledger = ledger_of(plan)
     via_hf = hf or plan.hf is not None
     acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
-    load = load or resolve_load(ec, hf=via_hf, hf_is_zero3=hf_zero3(plan))
+    load = load or resolve_load(ec, hf=via_hf, hf_is_zero3=hf_zero3(plan),
+                                checkpoint_dtype=checkpoint_load_dtype(inventory.hf_config))
     roles = group_roles(ledger, acts, load)
     if cluster.pipeline_parallel > 1 and acts is not None:
         per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s, hf=via_hf)[0]
