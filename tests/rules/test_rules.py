@@ -1,12 +1,14 @@
 """Generic fixture-driven runner for the lint rules (tests/rules/fixtures/<CODE>.json).
 
 Each fixture file: {"code": "B001", "cases": [{"name", "config", "world_size"?, "hf"?,
-"params"?, "inventory"?, "release"?, "via"?, ..., "expect": [{"pointer", "severity"?, "mentions"?}]}]}.
+"params"?, "inventory"?, "release"?, "via"?, "sidecar_for"?, ..., "expect": [{"pointer", "severity"?, "mentions"?}]}]}.
 ``expect: []`` is a pass case: the rule reports nothing. Every registered rule has a file, with
 a pass and a fail case. ``via`` names the code's producer (lint by default; estimate, check with
 stand-in probes, checkpoint, accelerate: see :func:`_produce` for each one's inputs); only
 findings of the file's code count, so other rules (and schema findings, which ``select`` does
-not filter) cannot make a case pass. ``release`` (a DeepSpeed version) is lint's target release.
+not filter) cannot make a case pass. ``release`` (a DeepSpeed version) is lint's target release. ``sidecar_for`` (a config) and
+``sidecar`` (workload fields) write a workload sidecar next to the config, as generate writes it for
+``sidecar_for``; lint is given the workload resolved from it.
 Expected numbers in "mentions" are worked out by hand in each case's "why".
 """
 
@@ -136,10 +138,18 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
         cluster = Cluster(**case["cluster"]) if "cluster" in case else None  # the launch shape: the G rules
         ws = ws or (cluster.world_size if cluster else None)
         release = target_release(case["release"]) if "release" in case else None
+        workload = None
+        if "sidecar_for" in case:  # a workload sidecar generate wrote for the config "sidecar_for" (W002)
+            from advisor.views import workload as wl
+            cfg = tmp_path / "fixture.json"
+            cfg.write_text(json.dumps(case["config"]))
+            wl.write_sidecar(str(cfg), {**case.get("sidecar", {}), **wl.config_record(case["sidecar_for"])})
+            workload = wl.resolve(str(cfg), {k: None for k in wl.FIELDS} | {"megatron_sp": False},
+                                  config_data=case["config"])
         return lint_config(loaded, world_size=ws, world_size_source="--world-size" if ws else None,
                            inventory=inv, hf=case.get("hf", False), select={code},
                            hardware=_hardware(case), step_time_s=case.get("step_time_s"),
-                           cluster=cluster, release=release)
+                           cluster=cluster, release=release, workload=workload)
     if via == "estimate":
         from advisor.cluster.hardware import Capacity
         from advisor.views.estimate import estimate
