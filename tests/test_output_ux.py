@@ -104,8 +104,14 @@ def test_piped_output_has_no_overlong_lines():
     assert wrap("  " + "word " * 30, 40).splitlines()[1].startswith("      word")
 
 
-def test_mtbf_and_activations_wording():
-    ck = run_cli(["checkpoint", str(SAMPLES / "zero2.json"), "--params", "8030261248", "--world-size", "16",
+def test_mtbf_and_activations_wording(tmp_path):
+    # zero2.json's batch triple is for 8 ranks (64 = 4 x 2 x 8); at 16 ranks DeepSpeed wants 128, and
+    # checkpoint refuses a config DeepSpeed refuses (f204250)
+    z2 = json.loads((SAMPLES / "zero2.json").read_text())
+    z2["train_batch_size"] = 4 * 2 * 16
+    cfg = tmp_path / "zero2_w16.json"
+    cfg.write_text(json.dumps(z2))
+    ck = run_cli(["checkpoint", str(cfg), "--params", "8030261248", "--world-size", "16",
                   "--gpus-per-node", "8", "--write-bandwidth", "2GB/s", "--node-mtbf-hours", "50000"]).stdout
     # 2 nodes: 50,000 h / 2 = 25,000 h; written as a division, never "2 nodes x 50,000 h"
     assert "cluster MTBF 25,000.00 h (node MTBF 50,000 h / 2 nodes)" in " ".join(ck.split())
