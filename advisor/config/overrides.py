@@ -19,7 +19,7 @@ import re
 from typing import Any, Iterable
 
 from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, depth_ok
-from advisor.config.validation import InputValueError
+from advisor.config.validation import InputValueError, shown
 from advisor.errors import cut
 
 
@@ -79,29 +79,23 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     path = key.strip().split(".")
     if not sep or not key.strip() or any(not p for p in path):
-        raise InputValueError(f"--set {_cut(text)}", "expected KEY.PATH=VALUE, e.g. zero_optimization.stage=3")
+        raise InputValueError(f"--set {shown(text)}", "expected KEY.PATH=VALUE, e.g. zero_optimization.stage=3")
     # The config file's own limits (advisor.config.readers): at most MAX_CONFIG_BYTES, nested at
     # most MAX_DEPTH levels. A KEY.PATH of n parts nests the value n objects deep (the top-level
     # object included), so the value may add MAX_DEPTH - n more.
     if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
-        raise InputValueError(f"--set {_cut(text)}", f"longer than {MAX_CONFIG_BYTES:,} bytes, the config file limit")
+        raise InputValueError(f"--set {shown(text)}", f"longer than {MAX_CONFIG_BYTES:,} bytes, the config file limit")
     if len(path) > MAX_DEPTH:
-        raise InputValueError(f"--set {_cut(text)}", f"KEY.PATH has {len(path):,} parts; nesting deeper than "
+        raise InputValueError(f"--set {shown(text)}", f"KEY.PATH has {len(path):,} parts; nesting deeper than "
                                                      f"{MAX_DEPTH} levels, the config file limit")
     if raw.strip()[:1] in ("{", "[") and not depth_ok(raw, MAX_DEPTH - len(path)):
-        raise InputValueError(f"--set {_cut(text)}", f"nesting deeper than {MAX_DEPTH} levels (the KEY.PATH's "
+        raise InputValueError(f"--set {shown(text)}", f"nesting deeper than {MAX_DEPTH} levels (the KEY.PATH's "
                                                      f"{len(path)} plus the value's), the config file limit")
     try:
         value = parse_value(raw)
     except ValueError as e:
-        raise InputValueError(f"--set {_cut(text)}", str(e)) from None
+        raise InputValueError(f"--set {shown(text)}", str(e)) from None
     return path, value
-
-
-def _cut(text: str) -> str:
-    """The --set argument as a message shows it: quoted, cut to a readable length."""
-    from advisor.config.validation import shown
-    return shown(text)
 
 
 def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
@@ -118,7 +112,7 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
             if nxt is None:
                 nxt = cur[p] = {}
             if not isinstance(nxt, dict):
-                raise InputValueError(f"--set {_cut(text)}", f"{'.'.join(path[:i + 1])} is {cut(json.dumps(nxt))}, not an object")
+                raise InputValueError(f"--set {shown(text)}", f"{'.'.join(path[:i + 1])} is {cut(json.dumps(nxt))}, not an object")
             cur = nxt
         cur[path[-1]] = value
     return out
@@ -148,7 +142,7 @@ def check_overrides(original: Any, overrides: Iterable[str]) -> None:
         path, _ = parse_override(text)
         ptr = pointer(*path)
         if over is not None and ptr == "/" + over[0]:
-            raise InputValueError(f"--set {_cut(text)}", over[1])
+            raise InputValueError(f"--set {shown(text)}", over[1])
         for f in after:
             if f.pointer == ptr or f.pointer.startswith(ptr + "/") or ptr.startswith(f.pointer + "/"):
-                raise InputValueError(f"--set {_cut(text)}", f.message)
+                raise InputValueError(f"--set {shown(text)}", f.message)
