@@ -524,6 +524,28 @@ class EstimateArgs:
     overrides: tuple[str, ...] = ()
 
 
+#: The load-phase options (:func:`advisor.views.estimate.load_assumption`), in EstimateArgs' order.
+LOAD_OPTION_NAMES = ("zero_init", "load_dtype", "low_cpu_mem_usage")
+
+
+def _load_options(f):
+    """Click decorator: the load-phase options estimate, report, check and generate share
+    (``--zero-init/--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage/--no-low-cpu-mem-usage``;
+    each None when not given), with one meaning: :func:`advisor.views.estimate.load_assumption`
+    (:func:`advisor.ledger.timeline.resolve_load`) turns them into the load phase."""
+    deco = _opt("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
+                help="Load phase: one copy of the weights while loading (default yes; no = a random-init "
+                     "model plus the loaded state dict, twice the bytes).")(f)
+    deco = _opt("--load-dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
+                help="Load phase: dtype the weights are built/loaded in. Default: with --hf the checkpoint's "
+                     "(config.json dtype/torch_dtype, as from_pretrained's dtype=\"auto\"), else fp32 (torch's "
+                     "default dtype).")(deco)
+    return _opt("--zero-init/--no-zero-init", "zero_init", default=None,
+                help="Load phase: the model is built under deepspeed.zero.Init (ZeRO-3 only). Default: yes at "
+                     "ZeRO-3 (what the HF Trainer does), else no; without it every rank builds the whole model in "
+                     "host memory and initialize holds it whole on each accelerator.")(deco)
+
+
 def _estimate_options(f):
     """Click decorator: the options of :class:`EstimateArgs` (plus the Trainer arguments). The
     command receives them as one keyword argument ``est`` (an EstimateArgs); its own options
@@ -539,15 +561,7 @@ def _estimate_options(f):
         return f(*a, **kw)
 
     deco = _trainer_options(collect)  # the Trainer arguments last in --help
-    deco = _opt("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
-                        help="Load phase: one copy of the weights while loading (default yes; no = a random-init "
-                             "model plus the loaded state dict, twice the bytes).")(deco)
-    deco = _opt("--load-dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
-                        help="Load phase: dtype the weights are built/loaded in (checkpoint dtype / HF torch_dtype). "
-                             "Default fp32 (torch's default dtype).")(deco)
-    deco = _opt("--zero-init/--no-zero-init", "zero_init", default=None,
-                        help="Load phase: the model is built under deepspeed.zero.Init (ZeRO-3 only). Default: "
-                             "yes at ZeRO-3 (what the HF Trainer does), else no.")(deco)
+    deco = _load_options(deco)
     deco = option("hf", help='Config is used through the HF Trainer ("auto" is filled in).')(deco)
     deco = option("fragmentation")(deco)
     return options(
@@ -603,7 +617,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     from advisor.cluster.hardware import Capacity
     from advisor.plan import Cluster, Workload
     from advisor.planning import build_plan
-    from advisor.views.estimate import estimate as run_estimate
+    from advisor.views.estimate import estimate as run_estimate, load_assumption
     from advisor.views.lint import lint_config
 
     m, n, ws, _ = _settings_defaults(config, a.model, a.params, a.world_size)
@@ -660,23 +674,13 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     lint_cluster = cluster if lint_sp == sp else replace(cluster, sequence_parallel=lint_sp)
     if inp.launch is not None:  # the DeepSpeed config accelerate builds, resolved already
         from advisor.views.lint import lint_accelerate
-        from advisor.ledger.timeline import resolve_load
         findings = lint_accelerate(inp, trainer_args_given=hf_targs is not None, world_size=ws, inventory=inv,
                                    trainer_args=hf_targs)
         aplan = replace(build_plan(loaded, inv, cluster, workload=workload),
                         trainer_written=getattr(inp.resolution, "base", None),
                         accelerate_fields=not inp.launch.deepspeed_config_file)
         cap = _hardware_capacity(cap, hw, aplan)
-        z3i = getattr(inp.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
-        from advisor.ledger.timeline import checkpoint_load_dtype
-        load = resolve_load(aplan.config, a.zero_init if a.zero_init is not None else z3i, a.load_dtype,
-                            a.low_cpu_mem_usage, hf=True, checkpoint_dtype=checkpoint_load_dtype(inv.hf_config))
-        if a.zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
-            flag = inp.launch.plugin.zero3_init_flag
-            load = replace(load, zero_init_source=(
-                f"accelerate: deepspeed_config.zero3_init_flag {str(flag).lower()}" if flag is not None else
-                "accelerate: zero3_init_flag not set, so zero.Init follows ZeRO-3 (DeepSpeedPlugin: is_zero3())")
-                + (f" (no zero.Init below ZeRO-3: stage {aplan.config.zero.stage})" if flag and not z3i else ""))
+        load = load_assumption(aplan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, config_input=inp)
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load)
     # the one plan of this command: effective config, HF resolution, cluster, workload
@@ -686,9 +690,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
                            cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl)
-    from advisor.ledger.timeline import checkpoint_load_dtype, hf_zero3, resolve_load
-    load = resolve_load(plan.config, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, hf=plan.hf is not None,
-                        hf_is_zero3=hf_zero3(plan), checkpoint_dtype=checkpoint_load_dtype(inv.hf_config))
+    load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage)
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load)
 
@@ -1296,17 +1298,15 @@ def run() -> None:
 @_opt("--strict", is_flag=True, help="Exit 3 when the environment cannot be probed (default: warn and "
               "use the flags).")
 @click.option("--allow-tight", is_flag=True, help="Exit 0 (with a warning) instead of 4 when the verdict is tight.")
-@_opt("--zero-init/--no-zero-init", "zero_init", default=None,
-      help="The model is built under deepspeed.zero.Init (ZeRO-3 only). Default: yes at ZeRO-3 (what the HF "
-           "Trainer does), else no; without it initialize holds the whole model on each accelerator.")
+@_load_options
 @format_option("check")
 @_opt("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 @_release_option
 @display_options("units", "color")
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, moe_capacity_factor, gpu_memory,
-          host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, zero_init, fmt,
-          quiet):
+          host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, zero_init,
+          load_dtype, low_cpu_mem_usage, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1365,7 +1365,8 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     result = run_check(loaded, inv, world_size=world_size, world_size_source=ws_source,
                        gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
-                       config_input=inp, overhead=ovh, allow_tight=allow_tight, zero_init=zero_init)
+                       config_input=inp, overhead=ovh, allow_tight=allow_tight, zero_init=zero_init,
+                       load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage)
     warn = _seq_len_warning(wl, inv)
     if warn:
         result.warnings.insert(0, warn)
@@ -1501,12 +1502,14 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
            "by the same step time (TP all-reduces, stage sends, the 1F1B bubble). A layout is evaluated only when "
            "its step-time lower bound could beat the best plan found, so a model ZeRO fits fast stays data "
            "parallel; --no-model-parallel: data parallelism only.")
+@_load_options
 @format_option("generate")
 @_release_option
 @display_options("units", "color")
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro_batch, checkpointing, attention,
              moe_capacity_factor, tensor_parallel, pipeline_parallel, sequence_parallel, output, force, hf, margin,
-             runtime_overhead, fragmentation, optimizer, precision, top, model_parallel, fmt):
+             runtime_overhead, fragmentation, optimizer, precision, top, model_parallel, zero_init, load_dtype,
+             low_cpu_mem_usage, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing (and tensor x
     pipeline parallelism where it could be faster, or where ZeRO alone does not fit) for the plans
     that fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
@@ -1564,7 +1567,8 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
                       optimizer=optimizer, precision=precision, hf=hf, overhead=ovh, model_parallel=model_parallel,
                       attention=attention, moe_capacity_factor=moe_capacity_factor, micro_batch=micro_batch,
                       checkpointing=checkpointing, tensor_parallel=tensor_parallel,
-                      pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel)
+                      pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
+                      zero_init=zero_init, load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage)
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:

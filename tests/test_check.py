@@ -674,3 +674,41 @@ def test_world_size_from_hardware_names_the_flag_once(tmp_path):
     src = d["launch"]["world_size"]["source"]
     assert d["launch"]["world_size"]["value"] == 16
     assert src.count("--hardware dgx-h100:2") == 1 and "2 nodes x 8 ranks per node" in src, src
+
+
+def test_check_takes_estimates_load_options_c11_20b_zero2_on_256gb(tmp_path):
+    """Issue #15's example: a 20B model, ZeRO-2, 4 ranks on a node with 256 GB of host memory.
+    Without deepspeed.zero.Init every rank builds the whole model in host memory before
+    deepspeed.initialize: 4 ranks x 4 B x 20e9 = 320 GB > 256 GB, so check says no-go with M101;
+    check takes estimate's load options with the same meaning (cli._load_options)."""
+    from tests.test_timeline import C11
+    cfg = tmp_path / "c11.json"
+    cfg.write_text(json.dumps(C11))
+    bin_ = fake_smi(tmp_path, gpus(H200, 4))
+    env = {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "0"}
+    args = [str(cfg), "--params", "20000000000", "--host-memory", "256GB"]
+    N = 20_000_000_000
+    rc, d, err = check(args, env, bin_)
+    assert (rc, d["verdict"]) == (1, "no-go") and "M101" in codes(d), err
+    assert d["load"]["host_per_node"] == 4 * 4 * N and d["load"]["ranks_per_node"] == 4
+    assert not d["load"]["zero_init"] and d["load"]["dtype"] == "fp32"
+    # --load-dtype bf16: 2 B instead of 4 per parameter on each of the 4 ranks: 160 GB less per node
+    rc, d16, _ = check(args + ["--load-dtype", "bf16"], env, bin_)
+    assert d["load"]["host_per_node"] - d16["load"]["host_per_node"] == 4 * (4 - 2) * N
+    assert d16["load"]["dtype"] == "bf16" and "M101" not in codes(d16)
+    # --no-low-cpu-mem-usage: the random-init model plus the loaded state dict, twice the bytes
+    rc, d2, _ = check(args + ["--load-dtype", "bf16", "--no-low-cpu-mem-usage"], env, bin_)
+    assert d2["load"]["host_per_node"] == 2 * 4 * 2 * N and "M101" in codes(d2)
+    # zero.Init partitions for ZeRO-3 only: at stage 2 --zero-init is ignored, said so, verdict unchanged
+    rc, dz, _ = check(args + ["--zero-init"], env, bin_)
+    assert not dz["load"]["zero_init"] and "ignored" in dz["load"]["zero_init_source"]
+    assert dz["verdict"] == "no-go" and "M101" in codes(dz)
+    # M101's fix: ZeRO-3 under zero.Init (the default there): nothing whole at load, go
+    z3 = args + ["--set", "zero_optimization.stage=3"]
+    rc, d3, err = check(z3, env, bin_)
+    assert (rc, d3["verdict"]) == (0, "go"), (err, d3["findings"])
+    assert d3["load"]["zero_init"] and d3["load"]["host_per_node"] == 0
+    # ... and the same ZeRO-3 config built without zero.Init is no-go at load again
+    rc, dn, _ = check(z3 + ["--no-zero-init"], env, bin_)
+    assert (rc, dn["verdict"]) == (1, "no-go") and "M101" in codes(dn)
+    assert dn["load"]["host_per_node"] == 4 * 4 * N

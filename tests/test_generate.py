@@ -433,3 +433,24 @@ def test_tight_plans_are_rejected_and_say_so():
     assert "tight" in d and "allocator reserve and fragmentation" in d
     assert 0 <= -tight[0].rejection.over < tight[0].rejection.uncertainty
     assert res.ranked == []
+
+
+def test_generate_takes_the_load_options_of_estimate_and_check():
+    """generate judges each plan with the load phase estimate and check assume for the same
+    options (cli._load_options). Llama-2-13B on one RTX 4090 (usable 25,757,220,864 B): only
+    ZeRO-3 with offload fits, under deepspeed.zero.Init (the default at ZeRO-3). With
+    --no-zero-init, deepspeed.initialize moves the whole model to the accelerator before ZeRO-3
+    partitions it (engine.py _configure_distributed_model, module.to(device)): N x 2 B =
+    13,015,864,320 x 2 = 26,031,728,640 B (bf16) > 25,757,220,864, so no plan fits, and every
+    stage-3 plan's accelerator need is at least that."""
+    import json
+    base = ["generate", "--model", "llama-2-13b", "--hardware", "workstation-4090", "--nodes", "1",
+            "--gpus-per-node", "1", "--global-batch", "8", "--seq-len", "1024", "--format", "json"]
+    p = run_cli(base)
+    d = json.loads(p.stdout)
+    assert p.returncode == 0 and d["best"]["zero_optimization"]["stage"] == 3 and d["request"]["zero_init"] is None
+    p = run_cli(base + ["--no-zero-init"])
+    d = json.loads(p.stdout)
+    assert p.returncode == 1 and d["best"] is None and d["request"]["zero_init"] is False
+    z3 = [r for r in d["rejected"] if r["stage"] == 3]
+    assert z3 and all(r["tier"] == "accelerator" and r["need"] >= 13_015_864_320 * 2 > r["usable"] for r in z3)

@@ -505,6 +505,9 @@ class CheckResult:
     #: (:func:`advisor.findings.render_sized`): the text report prints it in its ``--units``;
     #: ``warnings`` holds it in the default units (GiB).
     warning_sizes: dict[int, tuple[str, dict]] = field(default_factory=dict)
+    #: The load phase as estimate's JSON gives it (:meth:`advisor.views.estimate.EstimateResult.load_section`:
+    #: the assumption with its sources, host bytes per rank and per node); None without an estimate.
+    load: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
@@ -554,6 +557,7 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "warnings": list(self.warnings),
             "excluded": list(self.excluded),
+            "load": self.load,
         }
 
 
@@ -632,7 +636,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               timeout: float = PROBE_TIMEOUT_S, workload: "ResolvedWorkload | None" = None,
               config_input: Any = None, trainer_args: dict | None = None, overhead: Any = None,
               allow_tight: bool = False, world_size_source: str = "--world-size",
-              zero_init: bool | None = None) -> CheckResult:
+              zero_init: bool | None = None, load_dtype: str | None = None,
+              low_cpu_mem_usage: bool | None = None) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
@@ -657,9 +662,10 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     runtime overhead terms (default: the cited defaults, ``env``'s NCCL/CUDA variables read).
     The probe's free memory (total - used) is read before the job starts, so every overhead term
     applies. ``allow_tight``: a "tight" verdict exits 0 with a warning instead of 4.
-    ``zero_init``: whether the model is built under ``deepspeed.zero.Init`` (None: estimate's
-    default, :func:`advisor.ledger.timeline.resolve_load`); without it the whole model is on each
-    accelerator inside deepspeed.initialize (the timeline's ``initialize:module``, rule M103).
+    ``zero_init`` / ``load_dtype`` / ``low_cpu_mem_usage``: the load phase, as estimate takes them
+    (None: not given; :func:`advisor.views.estimate.load_assumption`): without zero.Init every rank
+    builds the whole model in host memory (ranks per node x N x load-dtype bytes per node, M101) and
+    initialize holds it whole on each accelerator (the timeline's ``initialize:module``, rule M103).
     """
     from advisor.cluster.hardware import Capacity
     from advisor.plan import Cluster
@@ -797,9 +803,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if other_gpu and ovh.defaults is not None:
         import dataclasses
         ovh = dataclasses.replace(ovh, defaults=None)
-    from advisor.ledger.timeline import checkpoint_load_dtype, hf_zero3, resolve_load
-    load = resolve_load(plan.config, zero_init, hf=plan.hf is not None, hf_is_zero3=hf_zero3(plan),
-                        checkpoint_dtype=checkpoint_load_dtype(inventory.hf_config))
+    from advisor.views.estimate import load_assumption
+    load = load_assumption(plan, zero_init, load_dtype, low_cpu_mem_usage,
+                           config_input=config_input if accelerate else None)
     result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None,
                       overhead=ovh, load=load)
     tiers: list[TierVerdict] = []
@@ -847,7 +853,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,
                        accelerators=acc, host=host, nvme=paths, libaio=libaio, tiers=tiers, findings=all_findings,
                        warnings=warnings, excluded=list(result.assumptions()["excluded"]), probe_failed=probe_failed,
-                       strict=strict, allow_tight=allow_tight, warning_sizes=warning_sizes)
+                       strict=strict, allow_tight=allow_tight, warning_sizes=warning_sizes,
+                       load=result.load_section() if result.load is not None and result.roles else None)
 
 
 # --- text ----------------------------------------------------------------------------------

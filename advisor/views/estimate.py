@@ -348,6 +348,34 @@ def _sharding_words(cl: Cluster, stage: int) -> str:
     return "; ".join(parts + [zero]) if parts else (zero if stage else "none (every rank holds full model states)")
 
 
+def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None = None,
+                    low_cpu_mem_usage: bool | None = None, config_input: Any = None) -> LoadAssumption:
+    """The load phase's :class:`LoadAssumption` for ``plan`` and the load options (the CLI's
+    ``--zero-init/--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage/--no-low-cpu-mem-usage``;
+    None: not given). The one place estimate, report and check turn the options into an
+    assumption (:func:`advisor.ledger.timeline.resolve_load`), so each option means the same in
+    all of them. ``config_input``: the :class:`advisor.config.inputs.ConfigInput` of an accelerate
+    file (its ``launch`` set): the HF path, zero.Init as accelerate resolves it
+    (``deepspeed_config.zero3_init_flag``, else ``is_zero3()``: accelerate DeepSpeedPlugin) unless
+    ``zero_init`` is given. Raises ValueError for an unknown ``dtype``."""
+    ckpt = checkpoint_load_dtype(plan.inventory.hf_config)
+    launch = getattr(config_input, "launch", None)
+    if launch is None:
+        return resolve_load(plan.config, zero_init, dtype, low_cpu_mem_usage, hf=plan.hf is not None,
+                            hf_is_zero3=hf_zero3(plan), checkpoint_dtype=ckpt)
+    z3i = getattr(config_input.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
+    load = resolve_load(plan.config, zero_init if zero_init is not None else z3i, dtype, low_cpu_mem_usage,
+                        hf=True, checkpoint_dtype=ckpt)
+    if zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
+        from dataclasses import replace
+        flag = launch.plugin.zero3_init_flag
+        load = replace(load, zero_init_source=(
+            f"accelerate: deepspeed_config.zero3_init_flag {str(flag).lower()}" if flag is not None else
+            "accelerate: zero3_init_flag not set, so zero.Init follows ZeRO-3 (DeepSpeedPlugin: is_zero3())")
+            + (f" (no zero.Init below ZeRO-3: stage {plan.config.zero.stage})" if flag and not z3i else ""))
+    return load
+
+
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
                 load: LoadAssumption | None = None) -> list[Role]:
     """Group ranks whose (tier, class, item, life) -> bytes maps are identical.

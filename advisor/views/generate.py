@@ -124,6 +124,12 @@ class Request:
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     sequence_parallel: int | None = None
+    #: The load phase, as estimate and check take it (``--zero-init/--no-zero-init``,
+    #: ``--load-dtype``, ``--low-cpu-mem-usage``; None: the default,
+    #: :func:`advisor.ledger.timeline.resolve_load` per plan's stage, ``hf`` as the Trainer loads).
+    zero_init: bool | None = None
+    load_dtype: str | None = None
+    low_cpu_mem_usage: bool | None = None
 
     def layout_allowed(self, tp: int, pp: int, sp: int) -> bool:
         """Whether the layout (tensor, pipeline, Ulysses degrees) matches the degrees given."""
@@ -590,7 +596,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     cap = _capacity(hardware, tier)
     from advisor.cluster.overhead import OverheadSettings
     from advisor.plan import Workload
+    from advisor.ledger.timeline import checkpoint_load_dtype, resolve_load
     from advisor.views.estimate import plan_fit
+    ckpt_dtype = checkpoint_load_dtype(inv.hf_config)
     overhead = req.overhead if req.overhead is not None else OverheadSettings()
     notes: list[str] = []
     if tier is None:
@@ -689,7 +697,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 if hit is not None:
                     plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
                                                     list(hit.excluded))
-                pf = plan_fit(plan, cap, overhead, hf=req.hf)
+                load = resolve_load(plan.config, req.zero_init, req.load_dtype, req.low_cpu_mem_usage, hf=req.hf,
+                                    checkpoint_dtype=ckpt_dtype)
+                pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                 led_cache.setdefault(ga > 1, pf.ledger)
                 rows = {r.tier: r for r in pf.rows}
@@ -1131,7 +1141,8 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
         "model": {"name": res.inventory.name, "parameters": res.inventory.numel},
         "request": {"nodes": req.nodes, "gpus_per_node": req.gpus_per_node, "global_batch": req.global_batch,
                     "seq_len": req.seq_len, "precision": req.precision, "optimizer": req.optimizer,
-                    "hf": req.hf},
+                    "hf": req.hf, "zero_init": req.zero_init, "load_dtype": req.load_dtype,
+                    "low_cpu_mem_usage": req.low_cpu_mem_usage},
         "assumptions": res.assumptions(),
         "evaluated": res.evaluated,
         "superseded": res.superseded,
