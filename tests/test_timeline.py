@@ -180,6 +180,31 @@ def test_save_gathers_the_16bit_model_on_rank_0_only():
     assert _at(t1, "save", HOST) == _at(t1, "steady_step:update", HOST)
 
 
+def test_rank_0_is_its_own_role_when_it_gathers_the_16bit_model_on_save():
+    """8 ranks, ZeRO-3, stage3_gather_16bit_weights_on_model_save: only rank 0 keeps the gathered
+    16-bit model (engine.py _zero3_consolidated_16bit_state_dict: GatheredParameters with
+    modifier_rank=0, rank 0 copies each tensor to the CPU). Every rank's ledger is the same
+    (ceil(n / 8) of each tensor), yet the roles must be {0} and {1..7}: the role of ranks 0-7
+    showed rank 0's N x 2 B on all eight."""
+    from advisor.views.estimate import plan_fit
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
+    pf = plan_fit(Plan(effective_config(cfg), MLP, Cluster(world_size=8, gpus_per_node=8)))
+    assert [list(r.ranks) for r in pf.roles] == [[0], list(range(1, 8))]
+    r0, rest = pf.roles
+    # host: N x 2 B on rank 0 (43209 elements in bf16), nothing on the others (no offload)
+    assert _at(r0.timeline, "save", HOST) == 43209 * 2 and _at(rest.timeline, "save", HOST) == 0
+    # accelerator: plus rank 0's one gathered module, the largest: l2.w, ceil(23177 / 8) x 8 = 23184 x 2 B
+    assert _at(r0.timeline, "save") - _at(rest.timeline, "save") == 23184 * 2
+    host = next(r for r in pf.rows if r.tier == "host")
+    assert (host.need, host.instant) == (43209 * 2, "save")  # the node: rank 0's copy, once
+    # without the gather every rank is alike: one role
+    cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = False
+    pf = plan_fit(Plan(effective_config(cfg), MLP, Cluster(world_size=8, gpus_per_node=8)))
+    assert [list(r.ranks) for r in pf.roles] == [list(range(8))]
+
+
 def test_load_phase_options():
     ec2 = effective_config({"zero_optimization": {"stage": 2}})
     ec3 = effective_config({"zero_optimization": {"stage": 3}})

@@ -533,6 +533,14 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
                   f"largest module sum p_i x W x D = {big} x {D} (gathered one module at a time)", src)]
 
 
+def rank_only_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
+    """The entries only ``rank`` carries, beyond its ledger role's and the load phase shared by
+    every rank: today rank 0's save-time 16-bit gather (:func:`save_entries`). A rank with any
+    of them is a role of its own (:func:`advisor.views.estimate.group_roles`), so a role's
+    timeline is true for every rank of it."""
+    return save_entries(ec, ledger, rank)
+
+
 def stepped_groups(ledger: Ledger) -> int:
     """How many param groups the timeline steps one at a time: the ZeRO-1/2 plans
     :func:`advisor.ledger.state.zero12_groups_stepped_apart` accepts (without model
@@ -835,7 +843,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     ins = instants(ec, ledger, ga, load)
     lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
     consumed = ec.zero.stage in (1, 2)
-    ents = list(rl.entries) + _load_and_init(ec, ledger, load, r) + save_entries(ec, ledger, r)
+    ents = list(rl.entries) + _load_and_init(ec, ledger, load, r) + rank_only_entries(ec, ledger, load, r)
     transients = any(e.item == "reduce_transient" for e in rl.entries)
     first_fetch = any(e.item == "zero3_first_fetch" for e in rl.entries)
     # ZeRO-3's first backward still runs without a complete trace: the persistent parameters are

@@ -35,7 +35,7 @@ from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsuppo
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, checkpoint_load_dtype,
-                                     hf_zero3, resolve_load, role_timeline, zero12_flat_fallback)
+                                     hf_zero3, rank_only_entries, resolve_load, role_timeline, zero12_flat_fallback)
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -378,7 +378,9 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
 
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
                 load: LoadAssumption | None = None) -> list[Role]:
-    """Group ranks whose (tier, class, item, life) -> bytes maps are identical.
+    """Group ranks whose (tier, class, item, life) -> bytes maps are identical, rank 0 apart when
+    it carries entries no other rank has (:func:`advisor.ledger.timeline.rank_only_entries`: the
+    ZeRO-3 save-time 16-bit gather), each role with its timeline (true for every rank of it).
 
     The ledger already comes as one :class:`RankLedger` per role (ranks with identical entries,
     formulas included); roles that differ only in formula text are merged here. O(roles x ranges)."""
@@ -391,6 +393,14 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
             roles[key] = Role(ranks=rl.ranks, ledger=rl, activations=activations)
     out = list(roles.values())
     load = load or resolve_load(ledger.plan.config)
+    # a rank with entries of its own (rank 0's save-time gather: timeline.rank_only_entries) is its
+    # own role, so no role's timeline shows them on ranks that do not hold them
+    if rank_only_entries(ledger.plan.config, ledger, load, 0):
+        for role in list(out):
+            if 0 in role.ranks and len(role.ranks) > 1:
+                rest = role.ranks & RankSet.span(1, role.ranks[-1] + 1)
+                role.ranks = RankSet.of([0])
+                out.append(Role(ranks=rest, ledger=role.ledger, activations=activations))
     for role in out:
         role.load = load
         role.timeline = role_timeline(ledger, role.ledger, load, activations, rank=role.ranks[0])
@@ -436,19 +446,15 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
     scale = max(1, per_node // max(1, len(node)))  # tp/pp ranks on a node beyond the dp ranks listed
-    # the role's timeline is its first rank's (rank 0 carries the save-time gather): other ranks
-    # of that role use the same timeline without rank 0's save entries
-    cache: dict[int, Timeline] = {}
+    # a role's timeline is true for each of its ranks (group_roles puts a rank with entries of its
+    # own, rank 0's save-time gather, in a role of its own)
+    def tl_of(role: Role) -> Timeline:
+        if role.timeline is None:
+            role.timeline = role_timeline(ledger, role.ledger, role.load or resolve_load(ledger.plan.config),
+                                          role.activations, rank=role.ranks[0])
+        return role.timeline
 
-    def tl_of(role: Role, rank: int) -> Timeline:
-        if role.timeline is not None and (rank == role.ranks[0] or role.ranks[0] != 0):
-            return role.timeline
-        if id(role) not in cache:
-            cache[id(role)] = role_timeline(ledger, role.ledger, role.load or resolve_load(ledger.plan.config),
-                                            role.activations, rank=rank)
-        return cache[id(role)]
-
-    tls = [tl_of(roles[i], r) for r, i in first]
+    tls = [tl_of(roles[i]) for _, i in first]
     inst = tls[0].instants
     # ZeRO-1/2 flattens a param group in host memory when the accelerator, holding the whole model
     # at initialize:module, has no room for its flat copy (timeline.zero12_flat_fallback)
@@ -773,7 +779,7 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
         groups: dict[Any, Role] = {}
         for st, rs in ranks_by_stage(cluster, r.ranks):
             a = acts.get(st)
-            key = None if a is None else (a.saved_accelerator, a.saved_host, a.recompute_layer, a.loss_spike)
+            key = None if a is None else repr(a)  # every field: the timeline and the report read several
             if key in groups:
                 groups[key].ranks = groups[key].ranks | rs
             else:
