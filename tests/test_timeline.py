@@ -205,6 +205,46 @@ def test_rank_0_is_its_own_role_when_it_gathers_the_16bit_model_on_save():
     assert [list(r.ranks) for r in pf.roles] == [list(range(8))]
 
 
+def test_hf_zero3_rank_0_holds_the_checkpoint_state_dict_at_load():
+    """transformers 5.25.0 from_pretrained under ZeRO-3 (modeling_utils.py _load_pretrained_model
+    l. 4576-4591): once the model is built under zero.Init, rank 0 reads the whole checkpoint
+    (map_location "cpu", every file merged), the other ranks only its shapes ("meta"); then
+    _load_state_dict_into_zero3_model gathers one module at a time (GatheredParameters,
+    modifier_rank=0) and rank 0 copies the values in. By hand, MLP (N = 43209) on W = 4, bf16
+    config, offload_param cpu (the partitions in host memory), a bf16 checkpoint:
+    partitions ceil(n / 4) = 4816 + 76 + 5795 + 20 + 97 + 2 = 10806 elements x 2 B = 21612 B per
+    rank; rank 0's state dict 43209 x 2 B = 86418 B; the largest module gathered, l2:
+    5795 x 4 x 2 B = 46360 B on the accelerator."""
+    from advisor.views.estimate import plan_fit
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    ec = effective_config(cfg)
+    plan = Plan(ec, MLP, Cluster(world_size=4, gpus_per_node=4))
+    load = resolve_load(ec, hf=True, checkpoint_dtype="bf16")
+    assert load.zero_init and load.state_dict_dtype == "bf16"
+    pf = plan_fit(plan, load=load)
+    assert [list(r.ranks) for r in pf.roles] == [[0], [1, 2, 3]]
+    r0, rest = pf.roles
+    parts = 10806 * 2
+    assert _at(r0.timeline, "load:state_dict", HOST) == 43209 * 2 + parts
+    assert _at(rest.timeline, "load:state_dict", HOST) == parts
+    assert _at(r0.timeline, "load:state_dict") == _at(rest.timeline, "load:state_dict") == 5795 * 4 * 2
+    host = next(r for r in pf.rows if r.tier == "host")
+    assert host.load_need == 43209 * 2 + 4 * parts  # the node: rank 0's state dict once, 4 ranks' partitions
+    # the state dict is read as stored: an fp32 checkpoint (config.json torch_dtype float32) is 4 B each
+    pf = plan_fit(plan, load=resolve_load(ec, hf=True, checkpoint_dtype="fp32"))
+    assert _at(pf.roles[0].timeline, "load:state_dict", HOST) == 43209 * 4 + parts
+    # gone once from_pretrained returns: nothing of it at initialize
+    assert _at(pf.roles[0].timeline, "initialize", HOST) == _at(pf.roles[1].timeline, "initialize", HOST)
+    # not HF (a script's own zero.Init build), or HF below ZeRO-3 (every rank loads): no such instant
+    for ld in (resolve_load(ec), resolve_load(effective_config({**cfg, "zero_optimization": {"stage": 2}}), hf=True,
+                                              checkpoint_dtype="bf16")):
+        assert ld.state_dict_dtype is None
+    pf = plan_fit(plan, load=resolve_load(ec))
+    assert "load:state_dict" not in [x.key for x in pf.roles[0].timeline.instants] and len(pf.roles) == 1
+
+
 def test_load_phase_options():
     ec2 = effective_config({"zero_optimization": {"stage": 2}})
     ec3 = effective_config({"zero_optimization": {"stage": 3}})

@@ -155,11 +155,14 @@ class LoadAssumption:
     dtype_source: str = "assumed: torch's default dtype (fp32) for a model built without torch_dtype"
     low_cpu_mem_usage: bool = True
     low_cpu_mem_usage_source: str = "assumed: one copy of the weights while loading (transformers >= 5 always)"
+    #: HF from_pretrained under ZeRO-3 (zero.Init): the dtype of the checkpoint's state dict rank 0
+    #: loads whole after the model is built (:func:`hf_state_dict_entries`); None: no such step.
+    state_dict_dtype: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"zero_init": self.zero_init, "zero_init_source": self.zero_init_source, "dtype": self.dtype,
                 "dtype_source": self.dtype_source, "low_cpu_mem_usage": self.low_cpu_mem_usage,
-                "low_cpu_mem_usage_source": self.low_cpu_mem_usage_source}
+                "low_cpu_mem_usage_source": self.low_cpu_mem_usage_source, "state_dict_dtype": self.state_dict_dtype}
 
 
 def hf_zero3(plan: Any) -> bool | None:
@@ -185,7 +188,9 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     ignored there with the reason. ``hf_is_zero3`` (:func:`hf_zero3`): False when the Trainer does
     not see ZeRO-3 although DeepSpeed does (a string stage), so it builds without zero.Init.
     ``checkpoint_dtype`` (fp32/fp16/bf16, from the model's config.json ``dtype``/``torch_dtype``,
-    :func:`checkpoint_load_dtype`): with ``hf`` and no ``dtype`` the load dtype is the checkpoint's,
+    :func:`checkpoint_load_dtype`): the dtype of the state dict rank 0 loads with ``hf`` under
+    zero.Init (``state_dict_dtype``, :func:`hf_state_dict_entries`; the load dtype when unknown);
+    with ``hf`` and no ``dtype`` the load dtype is the checkpoint's,
     as transformers >= 5 loads it (``modeling_utils.py`` PreTrainedModel.from_pretrained:
     ``if dtype is None: dtype = "auto"``, transformers 5.25.0 l.4236-4237); without one, fp32.
     Raises ValueError for an unknown ``dtype``."""
@@ -224,7 +229,10 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
         lc, ls = bool(low_cpu_mem_usage), ("--low-cpu-mem-usage" if low_cpu_mem_usage else "--no-low-cpu-mem-usage")
     else:
         lc, ls = True, LoadAssumption.low_cpu_mem_usage_source
-    return LoadAssumption(zi, zs, dt, ds, lc, ls)
+    # HF under ZeRO-3: rank 0 reads the checkpoint's tensors as stored (no cast): its dtype, else
+    # the load dtype assumed for it (transformers modeling_utils.py _load_pretrained_model)
+    sd = (checkpoint_dtype if checkpoint_dtype in LOAD_DTYPES else dt) if hf and zi else None
+    return LoadAssumption(zi, zs, dt, ds, lc, ls, sd)
 
 
 _HF_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
@@ -354,9 +362,10 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
             bufs = _swap_buffer_entries(ledger, rank, "load", "made by zero.Init, at load")
             if bufs and bufs[1].bytes > parts + full:
                 # the RAM peak is the swapper's construction itself, before any parameter exists
-                return bufs + out[2:]
-            out += bufs[:1]
-        return out
+                out = bufs + out[2:]
+            else:
+                out += bufs[:1]
+        return out + _state_dict_instant_entries(ec, ledger, load, rank, swap_min)
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2
@@ -365,6 +374,60 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
                   f"(whole model in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
                   "engine.py:DeepSpeedEngine._configure_distributed_model (the module is built before "
                   "initialize); runtime/zero/partition_parameters.py:Init is what avoids it")]
+
+
+def largest_gathered_module(inv: Any, W: int) -> int:
+    """Elements of the largest module's own parameters gathered whole at ZeRO-3 (sum of
+    ceil(n_i / W) x W over the tensors it owns, :func:`advisor.ledger.state.module_of`): what
+    ``GatheredParameters`` over one module's parameters puts on each rank's accelerator."""
+    def largest() -> int:
+        mods: dict[str, int] = {}
+        for t in inv.tensors:
+            m = module_of(t.name)
+            mods[m] = mods.get(m, 0) + zero3_partition_numel(t.numel, W) * W
+        return max(mods.values(), default=0)
+    return inv.memo(("largest_gathered_module", W), largest)
+
+
+def _state_dict_instant_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int,
+                                swap_min: int | None) -> list[Entry]:
+    """What every rank holds at ``load:state_dict`` (HF from_pretrained under ZeRO-3, after the
+    model is built; rank 0's copy of the checkpoint is :func:`hf_state_dict_entries`): every
+    zero.Init partition (sum ceil(n_i / W) x D, where offload_param puts them; with nvme those of
+    at least the swap size on NVMe, and the swapper's pinned buffers) and one module's parameters
+    gathered whole on the accelerator (integrations/deepspeed.py _load_state_dict_into_zero3_model:
+    ``deepspeed.zero.GatheredParameters(params_to_gather, modifier_rank=0)`` per module, its own
+    parameters, ``recurse=False``). Empty without ``load.state_dict_dtype``."""
+    if load.state_dict_dtype is None:
+        return []
+    inv = ledger.plan.inventory
+    W = max(1, ledger.plan.cluster.zero_world_size)
+    D = DTYPE_BYTES[ec.model_dtype]
+    op = ec.offload_param_effective
+
+    def kept() -> int:
+        tot = 0
+        for t in inv.tensors:
+            pb = zero3_partition_numel(t.numel, W) * D
+            tot += 0 if swap_min is not None and pb >= swap_min else pb
+        return tot
+    parts = inv.memo(("zero_init_all_partitions", W, D, swap_min), kept)
+    tier = "accelerator" if op == "none" else ("host_pinned" if ec.zero.offload_param.pin_memory else "host_pageable")
+    src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
+    out = [Entry(rank, tier, "parameters", "zero_init_partitions", parts, "load_state_dict",
+                 "sum ceil(n_i / W) x D of every parameter (the model built under zero.Init)"
+                 + (" below the aio swap size" if swap_min is not None else ""), src)]
+    if op == "nvme":
+        files = zero3_param_swap_bytes_counted(ec, zero3_partition_counts(inv, W))
+        if files:
+            out.append(Entry(rank, "nvme", "parameters", "zero_init_partitions", files, "load_state_dict",
+                             f"partitions of at least {swap_min:,} B, swapped out at load", src))
+        out += _swap_buffer_entries(ledger, rank, "load_state_dict", "made by zero.Init, at load")[:1]
+    big = largest_gathered_module(inv, W)
+    out.append(Entry(rank, "accelerator", "parameters", "hf_load_gathered_module", big * D, "load_state_dict",
+                     f"largest module sum p_i x W x D = {big} x {D} (gathered one module at a time while "
+                     "rank 0 copies the checkpoint into it)", HF_STATE_DICT_SOURCE))
+    return out
 
 
 def _swap_buffer_entries(ledger: Ledger, rank: int, life: str, why: str) -> list[Entry]:
@@ -519,13 +582,7 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
     inv = ledger.plan.inventory
     W = ledger.plan.cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
-    def largest_module() -> int:
-        mods: dict[str, int] = {}
-        for t in inv.tensors:
-            m = module_of(t.name)
-            mods[m] = mods.get(m, 0) + zero3_partition_numel(t.numel, W) * W
-        return max(mods.values(), default=0)
-    big = inv.memo(("largest_gathered_module", W), largest_module)
+    big = largest_gathered_module(inv, W)
     src = "engine.py:DeepSpeedEngine._zero3_consolidated_16bit_state_dict (GatheredParameters, modifier_rank=0)"
     return [Entry(rank, "host_pageable", "parameters", "save_16bit_state_dict", inv.numel * D, "save",
                   f"N x D = {inv.numel} x {D} (rank 0 copies every gathered 16-bit tensor to the CPU)", src),
@@ -533,12 +590,42 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
                   f"largest module sum p_i x W x D = {big} x {D} (gathered one module at a time)", src)]
 
 
+#: transformers 5.25.0, where rank 0 loads the whole checkpoint under ZeRO-3.
+HF_STATE_DICT_SOURCE = ("transformers/modeling_utils.py:PreTrainedModel._load_pretrained_model l. 4576-4591 "
+                        "(is_deepspeed_zero3_enabled: map_location \"cpu\" on rank 0, \"meta\" elsewhere, every "
+                        "checkpoint file merged into one dict) -> integrations/deepspeed.py:"
+                        "_load_state_dict_into_zero3_model l. 457-561 (GatheredParameters(modifier_rank=0) per module)")
+
+
+def hf_state_dict_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
+    """Rank 0's copy of the checkpoint while the HF Trainer's ``from_pretrained`` loads it under
+    ZeRO-3 (life ``load_state_dict``, the instant ``load:state_dict``): N x the checkpoint's dtype
+    bytes in host memory. transformers 5.25.0 ``modeling_utils.py`` _load_pretrained_model
+    (l. 4576-4591), once the model is built and partitioned under zero.Init: rank 0 reads every
+    checkpoint file with ``map_location="cpu"`` into one merged dict, the other ranks with
+    ``"meta"`` (shapes only); ``_load_state_dict_into_zero3_model`` then gathers one module at a
+    time and rank 0 copies its values in; the dict is freed when _load_pretrained_model returns.
+    A safetensors file (the default format) is memory-mapped, so these are file pages in rank 0's
+    resident set (measured: a 150 MB bf16 file, +146 MB RssFile once its tensors are read, gone
+    after ``del``): the kernel may reclaim them under pressure, so this is the most rank 0 holds.
+    Empty on other ranks and without ``load.state_dict_dtype`` (not HF, or no zero.Init)."""
+    if rank != 0 or not load.zero_init or load.state_dict_dtype is None:
+        return []
+    N = ledger.plan.inventory.numel
+    Dc = DTYPE_BYTES[load.state_dict_dtype]
+    return [Entry(rank, "host_pageable", "parameters", "hf_state_dict", N * Dc, "load_state_dict",
+                  f"N x {Dc} = {N} x {Dc} (the checkpoint's tensors in {load.state_dict_dtype}, every file merged, "
+                  "on rank 0 only while from_pretrained copies them into the gathered modules)",
+                  HF_STATE_DICT_SOURCE)]
+
+
 def rank_only_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
     """The entries only ``rank`` carries, beyond its ledger role's and the load phase shared by
-    every rank: today rank 0's save-time 16-bit gather (:func:`save_entries`). A rank with any
-    of them is a role of its own (:func:`advisor.views.estimate.group_roles`), so a role's
-    timeline is true for every rank of it."""
-    return save_entries(ec, ledger, rank)
+    every rank: rank 0's copy of the HF checkpoint under ZeRO-3 (:func:`hf_state_dict_entries`)
+    and its save-time 16-bit gather (:func:`save_entries`). A rank with any of them is a role
+    of its own (:func:`advisor.views.estimate.group_roles`), so a role's timeline is true for
+    every rank of it."""
+    return hf_state_dict_entries(ec, ledger, load, rank) + save_entries(ec, ledger, rank)
 
 
 def stepped_groups(ledger: Ledger) -> int:
@@ -593,6 +680,9 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
             g = max(range(len(sizes)), key=lambda i: (sizes[i], -i))
             where = f", param group {g}"
     out = [Instant("load", "load", "load: model built before deepspeed.initialize")]
+    if load is not None and load.zero_init and load.state_dict_dtype is not None:
+        out.append(Instant("load:state_dict", "load",
+                           "load: from_pretrained copies the checkpoint in (rank 0 holds its state dict)"))
     if load is not None and not load.zero_init:
         if (ec.fp16_enabled or ec.bf16_enabled) and load.dtype != ec.model_dtype:
             out.append(Instant("initialize:cast", "initialize",
@@ -700,7 +790,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if life in ("init_cast", "init_module"):
         return False
     if life == "load":
-        return ph == "load"
+        return k == "load"
+    if life == "load_state_dict":
+        return k == "load:state_dict"
     if life == "save":
         return ph == "save"
     if ph == "load":

@@ -49,7 +49,7 @@ PHASES = ("load", "initialize", "forward", "backward", "reduce", "first_step", "
 TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pageable"), "nvme": ("nvme",)}
 #: One-off lifetimes (the load-phase copy, the save-time gather, first-step-only transients): left
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
-OUTSIDE_STEP = ("load", "save", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
+OUTSIDE_STEP = ("load", "load_state_dict", "save", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                 "first_forward", "first_backward")
 #: What the fit's "steady" need leaves out: the load phase and deepspeed.initialize before the
 #: optimizer partitions the model (timeline.BEFORE_PARTITION).
@@ -151,6 +151,8 @@ class FitRow:
     #: overhead terms (advisor.cluster.overhead) that ``need`` adds to it.
     tracked: int | None = None
     overhead: list[OverheadTerm] = field(default_factory=list)
+    #: Host row: the node's largest sum over the load phase's instants (the load section's per-node figure).
+    load_need: int | None = None
 
     @property
     def fits(self) -> bool | None:
@@ -318,16 +320,19 @@ class EstimateResult:
 
 
     def load_section(self) -> dict[str, Any]:
-        """The load phase: the assumption, host bytes per rank (worst role) and per node (ranks per
-        node x per rank, the node's ranks as in :func:`fit_rows`)."""
+        """The load phase: the assumption, host bytes per rank (the worst rank, over the load's
+        instants) and per node: the node's ranks summed at the load instant where they peak
+        together, as :func:`fit_rows` sums them (ranks per node x per rank when every rank loads
+        alike; rank 0's HF state dict under ZeRO-3 is counted once)."""
         per_rank = max((r.phases()["host"]["load"] for r in self.roles), default=0)
         host = next((f for f in self.fit if f.tier == "host"), None)
         cl = self.plan.cluster
         per_node = cl.gpus_per_node or min(cl.world_size, 8)
+        node = host.load_need if host is not None and host.load_need is not None else per_rank * per_node
         return {**(self.load.to_dict() if self.load else {}), "host_per_rank": per_rank,
-                "ranks_per_node": per_node, "host_per_node": per_rank * per_node,
+                "ranks_per_node": per_node, "host_per_node": node,
                 "capacity": host.capacity if host else None,
-                "fits": None if host is None or host.capacity is None else per_rank * per_node <= host.capacity}
+                "fits": None if host is None or host.capacity is None else node <= host.capacity}
 
 
 def _sharding_words(cl: Cluster, stage: int) -> str:
@@ -483,10 +488,12 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
         if tier == "host" and fallback and j == j_mod:
             label = ("initialize: ZeRO-1/2 flattens a param group in host memory (no room for its flat copy "
                      "on the accelerator beside the whole model)")
+        jl = [k for k in range(len(inst)) if inst[k].phase == "load"]
         rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme,
                            f"per node ({per_node} rank{'s' if per_node != 1 else ''})",
                            inst[j].phase if tier == "host" else "files", inst[j].key, label, sums[jst],
-                           inst[jst].label, per_node))
+                           inst[jst].label, per_node,
+                           load_need=max((sums[k] for k in jl), default=0) if tier == "host" else None))
     return rows
 
 
@@ -565,7 +572,23 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                      "(estimate assumes it there unless --no-zero-init). More ranks do not help: each "
                      "accelerator holds the whole model at this instant"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": over, "steady_need": steady}))
-        if load_over:
+        if load_over and r.instant == "load:state_dict":
+            ld = load or LoadAssumption()
+            out.append(emit(
+                code="M101", severity="error", pointer="/zero_optimization/stage",
+                message=(literal(f"{r.tier} {r.scope}") + ": loading the checkpoint needs {need}: under ZeRO-3 "
+                         "the HF Trainer's from_pretrained reads the whole state dict on rank 0 "
+                         + literal(f"({ld.state_dict_dtype}, every checkpoint file at once)")
+                         + " beside the zero.Init partitions held in host memory, but only {capacity} is "
+                         "available: over by {over}; the training step itself needs {steady_need}"
+                         + literal(f" ({r.steady_label})" if r.steady_label else "")),
+                sizes={"need": r.need, "capacity": cap, "over": r.need - cap, "steady_need": steady},
+                fix=("more host memory on rank 0's node, a checkpoint stored in 16-bit (half the fp32 bytes), "
+                     "fewer ranks per node when offload_param keeps their partitions in host memory, or load the "
+                     "weights after deepspeed.initialize (e.g. engine.load_checkpoint) instead of from_pretrained"),
+                data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": r.need - cap,
+                      "instant": r.instant, "ranks": r.ranks, "steady_need": steady}))
+        elif load_over:
             ld = load or LoadAssumption()
             per_rank = r.need // max(1, r.ranks)
             cast = ("; deepspeed.initialize then casts it to the 16-bit dtype one tensor at a time"
