@@ -63,13 +63,14 @@ def test_critical_path_of_an_nvme_offloaded_step_by_hand(pipeline):
     #   W = 1e9 x 8,388,608 / 8,408,608 B/s: the step reads master + 2 moments + the fp32 grad
     #   (16N B) and writes master + 2 moments (12N B): 16N / R + 12N / W = 0.11824 s; the grad
     #   write at the boundary (4N / W) is synchronous: 16.8 ms;
-    # CPU Adam: N x (28 + 4 + 2) B / 1e10 B/s = 14.3 ms.
+    # CPU Adam: N x (28 + 8 + 4 + 2) B / 1e10 B/s = 17.6 ms (kernel 28 B, the ZeRO-3 unscale pass
+    #   grad.mul_ 8 B, the bf16 copy 6 B).
     # Pipelined: step = max(CPU, NVMe swap); not pipelined: their sum.
     st = step_time(_nvme_plan(pipeline), _hw(), seq_len=1000)
     compute = 6 * N * 1000 / 4e11
     R, W = 1e9 * 8_388_608 / 8_473_608, 1e9 * 8_388_608 / 8_408_608
     swap = 16 * N / R + 12 * N / W
-    cpu = 34 * N / 1e10
+    cpu = 42 * N / 1e10
     sync = 4 * N / W + 2 * N / 1e10
     step = max(cpu, swap) if pipeline else cpu + swap
     assert st.total == pytest.approx(compute + step + sync, rel=1e-9)
@@ -104,14 +105,14 @@ def _search(nodes: int):
 
 
 def test_70b_on_4_nodes_optimizer_offload_pays_its_cpu_step():
-    # ZeRO-3, optimizer on the CPU, 32 ranks: each rank updates N/32 elements, streaming 34 B each
-    # (Adam kernel 28 B + 16-bit copy 6 B); 8 ranks share the node's 614.4 GB/s (2 x 8 DDR5-4800
-    # channels): N/32 x 34 x 8 / 614.4e9 s.
+    # ZeRO-3, optimizer on the CPU, 32 ranks: each rank updates N/32 elements, streaming 42 B each
+    # (Adam kernel 28 B + unscale pass 8 B, stage3.py l.2918/2988 + 16-bit copy 6 B); 8 ranks share
+    # the node's 614.4 GB/s (2 x 8 DDR5-4800 channels): N/32 x 42 x 8 / 614.4e9 s.
     inv, res = _search(4)
     off = [c for c in res.ranked if c.combo.offload_optimizer == "cpu"]
     none = [c for c in res.ranked if c.combo.offload_optimizer == "none"]
     assert off and none
-    want = inv.numel / 32 * 34 * 8 / 614.4e9
+    want = inv.numel / 32 * 42 * 8 / 614.4e9
     for c in off:
         assert c.parts["cpu_optimizer"] == pytest.approx(want, rel=2e-3)
     # the CPU step is exposed: it adds to the step beside the compute (recompute included)
@@ -132,7 +133,7 @@ def test_70b_on_2_nodes_step_includes_cpu_optimizer():
     inv, res = _search(2)
     best = res.best
     assert best.combo.offload_optimizer == "cpu"
-    want = inv.numel / 16 * 34 * 8 / 614.4e9
+    want = inv.numel / 16 * 42 * 8 / 614.4e9
     assert best.parts["cpu_optimizer"] == pytest.approx(want, rel=2e-3)
     assert best.step_time_s >= best.parts["compute"] + want
 
@@ -190,7 +191,7 @@ def test_nvme_tier_measured_at_the_configs_aio_settings():
     assert rr["other"] == pytest.approx(8_388_608 * b32 / (8_388_608 + b32 * 85e-6), rel=1e-12)
     assert rr["sheet"] == pytest.approx(1e9 * 8_388_608 / 8_473_608, rel=1e-12)
     # at the measured settings the step is the critical path at the tier's own figures
-    assert same.total == pytest.approx(6 * N * 1000 / 4e11 + max(34 * N / 1e10, 28 * N / 1e9) + 4 * N / 1e9
+    assert same.total == pytest.approx(6 * N * 1000 / 4e11 + max(42 * N / 1e10, 28 * N / 1e9) + 4 * N / 1e9
                                        + 2 * N / 1e10, rel=1e-9)
 
 
@@ -205,7 +206,7 @@ def test_tier_aio_spec_errors_are_one_line(aio, msg):
 
 def test_70b_tied_optimizer_offload_says_what_its_cpu_step_costs_and_what_pays_for_it():
     """On 4 DGX-H100 nodes an optimizer-offloaded plan within 3 % of the fastest is no plain
-    "tie": its why names its CPU step (N/32 x 34 B per rank at 614.4e9 / 8 B/s per rank, by hand
+    "tie": its why names its CPU step (N/32 x 42 B per rank at 614.4e9 / 8 B/s per rank, by hand
     as above) and, when it recomputes less than the best plan, the compute it saves."""
     inv, res = _search(4)
     tol = res.request.tie_tolerance
@@ -214,7 +215,7 @@ def test_70b_tied_optimizer_offload_says_what_its_cpu_step_costs_and_what_pays_f
     tied = [c for c in res.ranked[1:] if c.step_time_s <= fastest * (1 + tol) and c.combo.offload_optimizer == "cpu"
             and c.why.startswith("tie")]
     assert tied
-    want = inv.numel / 32 * 34 * 8 / 614.4e9
+    want = inv.numel / 32 * 42 * 8 / 614.4e9
     for c in tied:
         assert c.why.startswith(f"tie; offloads more: +{want:,.2f} s CPU optimizer step ("), c.why
         saved = best.parts["compute"] - c.parts["compute"]
@@ -293,7 +294,7 @@ def test_nvme_offloaded_step_at_queue_depth_1_by_hand():
                                     "host_link": {"bytes_per_s": 1e10}},
                     "storage": [tier]})
     compute = 6 * N * 1000 / 4e11
-    cpu = 34 * N / 1e10
+    cpu = 42 * N / 1e10
     for qd, nv in ((1, 0.511859e9), (8, 0.893488e9)):
         st = step_time(_nvme_plan_aio({"queue_depth": qd}), hw, seq_len=1000)
         want = compute + max(cpu, 28 * N / nv) + 4 * N / nv + 2 * N / 1e10
@@ -380,3 +381,37 @@ def test_breakdown_names_the_collective_algorithm_and_the_host_bandwidth_kind():
     st2 = step_time(Plan(effective_config(cfg), inv, Cluster(world_size=1, gpus_per_node=1)), mine, seq_len=1000)
     assert st2.assumptions["host_memory_bandwidth_note"] is None
     assert not any("theoretical peak" in ln for ln in breakdown_lines(st2))
+
+
+@pytest.mark.parametrize("stage,precision,clip,want", [
+    # ZeRO-1/2: unscale_and_clip_grads returns early when clipping is 0 and the loss scale is 1
+    # (stage_1_and_2.py l.3193-3195): bf16's scale is 1 (loss_scaler.py CreateLossScaler)
+    (2, {"bf16": {"enabled": True}}, 0.0, 28 + 6),
+    (2, {"bf16": {"enabled": True}}, 1.0, 28 + 8 + 6),
+    # fp16 dynamic scaling (loss_scale 0) starts at 2^16; a static scale of 1 is 1
+    (2, {"fp16": {"enabled": True}}, 0.0, 28 + 8 + 6),
+    (1, {"fp16": {"enabled": True, "loss_scale": 1}}, 0.0, 28 + 6),
+    (1, {"fp16": {"enabled": True, "loss_scale": 128}}, 0.0, 28 + 8 + 6),
+    # fp32: no 16-bit copy; the pass runs with clipping (DeepSpeed 0.19.8's default 1.0)
+    (2, {}, None, 28 + 8),
+    # ZeRO-3 multiplies every sub-group's fp32 grad unconditionally (stage3.py l.2918, l.2988)
+    (3, {"bf16": {"enabled": True}}, 0.0, 28 + 8 + 6),
+])
+def test_cpu_optimizer_counts_the_unscale_pass_where_deepspeed_runs_it(stage, precision, clip, want):
+    """The unscale pass reads and writes the CPU fp32 gradient (grad.mul_, 4 + 4 B per element)
+    before the 28 B Adam kernel; the 16-bit copy adds 4 + 2 B. At N = 2^22 elements and 1e10 B/s
+    the CPU term is want x N / 1e10 s. (The newcomer's measurement at 32M elements, grad.mul_
+    3.83 ms against DeepSpeedCPUAdam 14.4 ms, is 0.27 of the kernel; 8 / 28 = 0.29.)"""
+    from advisor.ledger.steptime import cpu_adam_bytes_per_element
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, **precision,
+           "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu"}}}
+    if clip is not None:
+        raw["gradient_clipping"] = clip
+    ec = effective_config(raw)
+    assert cpu_adam_bytes_per_element(ec)[0] == want
+    plan = Plan(ec, Inventory("one", [TensorSpec("w", (N,), trainable=True)]), Cluster(world_size=1, gpus_per_node=1))
+    st = step_time(plan, _hw(), seq_len=1000)
+    cpu = next(t for t in st.terms if t.name == "cpu_optimizer")
+    assert cpu.seconds == pytest.approx(want * N / 1e10, rel=1e-12)
+    copy = 6 if precision else 0  # the 16-bit copy's 4 + 2 B (none for fp32)
+    assert ("8 B unscale pass" in cpu.formula) == (want - copy == 28 + 8)

@@ -151,6 +151,9 @@ class EffectiveConfig:
     gradient_accumulation_steps: int | None = None
     gradient_clipping: float = TOP.value("gradient_clipping")  # 0.19.8 default (older releases: 0.0)
     fp16_enabled: bool = FP16.value("enabled")
+    #: fp16.loss_scale: 0 = dynamic loss scaling, else the static scale (``engine.py``
+    #: ``dynamic_loss_scale`` / ``loss_scale``; the ZeRO optimizers' ``CreateLossScaler``).
+    fp16_loss_scale: float = FP16.value("loss_scale")
     bf16_enabled: bool = BF16.value("enabled")
     #: data_types.grad_accum_dtype; None = the model dtype.
     grad_accum_dtype: Dtype | None = None
@@ -362,6 +365,9 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     # precision -------------------------------------------------------------------------
     fp16 = _section(raw, "fp16")
     ec.fp16_enabled = bool(_Reader(notes, fp16, "/fp16", True).setting(_as_bool, FP16, "enabled"))
+    ls = _as_float(fp16.get("loss_scale"))  # read silently: schema rules report a bad value
+    if ls is not None:
+        ec.fp16_loss_scale = ls
     bf16_key = bf16_section_key(raw)
     if bf16_key:
         if bf16_key != "bf16":

@@ -43,11 +43,14 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
 * **cpu_optimizer**: DeepSpeedCPUAdam is memory-bandwidth bound. Its AVX kernel
   (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``) loads the fp32 gradient, both
   moments and the fp32 parameter (16 B) and stores the parameter and both moments (12 B) per
-  element: :data:`CPU_ADAM_KERNEL_BYTES` = 28 B. The updated 16-bit copy is made on the host
-  from the fp32 master (read 4 B, write D B: ``stage_1_and_2.py`` ``step``
-  ``param_buffer_of_bit16_for_cpu_offload_groups``, ``stage3.py``
+  element: :data:`CPU_ADAM_KERNEL_BYTES` = 28 B. Before it, ``unscale_and_clip_grads`` scales
+  the fp32 gradient in place (``grad.mul_``, read + write 4 B: :data:`UNSCALE_BYTES` = 8 B),
+  every step at ZeRO-3, at ZeRO-1/2 unless clipping is 0 and the loss scale 1
+  (:func:`unscale_runs`); the gradient norm is taken on the accelerator, not here. The updated
+  16-bit copy is made on the host from the fp32 master (read 4 B, write D B:
+  ``stage_1_and_2.py`` ``step`` ``param_buffer_of_bit16_for_cpu_offload_groups``, ``stage3.py``
   ``_reassign_or_swap_out_partitioned_parameters``). Per rank: partition elements x
-  (28 + 4 + D) B; the ranks of one node run it at the same time over the node's host memory:
+  (28 + 8 + 4 + D) B (bf16 with clipping: 42 B); the ranks of one node run it at the same time over the node's host memory:
   t = bytes per rank x ranks per node / host memory bandwidth (the system preset's
   ``host_memory_bandwidth_bytes_per_s``, a STREAM-style figure: read + write bytes per second).
   Lion/Adagrad (one state) stream 8 B less; any other optimizer is counted like Adam.
@@ -101,6 +104,16 @@ MFU = 0.4
 #: Step_AVX: loads grad, exp_avg, exp_avg_sq, param (4 x 4 B), stores param, exp_avg,
 #: exp_avg_sq (3 x 4 B)).
 CPU_ADAM_KERNEL_BYTES = 28
+#: Bytes the unscale pass streams per element of the CPU-resident fp32 gradient partition when it
+#: runs (:func:`unscale_runs`): ``unscale_and_clip_grads`` multiplies it in place by 1 / (loss scale
+#: x clip), ``grad.mul_(...)``: reads 4 B and writes 4 B, a pass of its own before the Adam kernel
+#: (DeepSpeed 0.19.8 ``runtime/zero/stage3.py`` l.2918 per sub-group in ``step``, l.2988
+#: ``fp32_partitioned_groups_flat[i].grad.mul_``; ``runtime/zero/stage_1_and_2.py`` l.3080 on
+#: ``single_partition_of_fp32_groups[i].grad``, l.3216 ``grad.data.mul_``). Counted by bytes at the
+#: host memory bandwidth, not calibrated (benchmarks/steptime_calibration.py times the Adam kernel;
+#: a spot check on the 2-vCPU VM, 32M elements, one thread: grad.mul_ 4.2-4.4 ms against 8 B /
+#: the in-place-add bandwidth 4.5-4.8 ms).
+UNSCALE_BYTES = 8
 #: Below this fraction of a storage tier's rate at the config's aio settings the step-time
 #: breakdown names the tier direction (DeepSpeed's defaults give 92 % or more on every preset
 #: tier: the rate is approached, never reached, :func:`advisor.ledger.movement.aio_bandwidth`).
@@ -254,16 +267,40 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
     return 0
 
 
+def unscale_runs(ec: Any) -> bool:
+    """Whether DeepSpeed 0.19.8's offloaded step runs the unscale pass over the CPU fp32 gradient
+    (:data:`UNSCALE_BYTES`). ZeRO-3: always (``stage3.py`` ``step`` l.2918 calls
+    ``unscale_and_clip_grads`` for every sub-group, whose ``mul_`` at l.2988 has no condition).
+    ZeRO-1/2: unless ``gradient_clipping`` is 0 and the loss scale is 1 (``stage_1_and_2.py``
+    ``unscale_and_clip_grads`` l.3193-3195 returns early then). The loss scale is 1 without fp16
+    (``runtime/fp16/loss_scaler.py`` ``CreateLossScaler``: ``LossScaler(scale=1.0)`` for bf16 /
+    fp32) and with fp16's static ``loss_scale`` 1; dynamic fp16 scaling (``loss_scale`` 0) starts at
+    2^initial_scale_power and is counted as not 1."""
+    if ec.zero.stage == 3:
+        return True
+    scale_is_one = not ec.fp16_enabled or ec.fp16_loss_scale == 1
+    return not (ec.gradient_clipping == 0 and scale_is_one)
+
+
 def cpu_adam_bytes_per_element(ec: Any) -> tuple[int, str]:
     """(host memory bytes per element per step, formula): the kernel's 28 B (8 B less for one-state
-    optimizers: Lion, Adagrad) plus the 16-bit copy from the fp32 master (4 + D)."""
+    optimizers: Lion, Adagrad), the unscale pass's 8 B where it runs (:func:`unscale_runs`), plus
+    the 16-bit copy from the fp32 master (4 + D). The gradient norm adds nothing here: under
+    offload DeepSpeed takes each parameter's norm on the accelerator before the copy to host
+    (``stage3.py`` ``_offload_grad_partition_at_boundary`` l.1446 ``_constant_buffered_norm2`` of
+    the accelerator grad buffer; ``stage_1_and_2.py`` ``set_norm_for_param_grad_in_gpu`` l.1106 /
+    l.1873, the compact slice l.2152) and ``complete_grad_norm_calculation_for_cpu_offload`` only
+    sums those scalars."""
     D = DTYPE_BYTES[ec.model_dtype]
     fam = ec.optimizer.family
     kern = CPU_ADAM_KERNEL_BYTES - (8 if fam in ("lion", "adagrad") else 0)
+    unscale = UNSCALE_BYTES if unscale_runs(ec) else 0
     copy = 4 + D if D < 4 else 0
-    return kern + copy, (f"{kern} B kernel (fp32 grad, param{', two moments' if kern == 28 else ', one state'} read; "
-                         f"param and state written)" + (f" + {4 + D} B 16-bit copy (read fp32 4 B, write {D} B)"
-                                                        if copy else ""))
+    return kern + unscale + copy, (
+        f"{kern} B kernel (fp32 grad, param{', two moments' if kern == 28 else ', one state'} read; "
+        f"param and state written)"
+        + (f" + {unscale} B unscale pass (fp32 grad read and written, unscale_and_clip_grads)" if unscale else "")
+        + (f" + {4 + D} B 16-bit copy (read fp32 4 B, write {D} B)" if copy else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +439,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                           formula=f"{n_opt:,} elements x {bpe} B ({words}) x {rpn} ranks per node / host memory "
                                   "bandwidth",
                           source="csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX; ops/adam/cpu_adam.py "
-                                 "DeepSpeedCPUAdam.step"))
+                                 "DeepSpeedCPUAdam.step; stage3.py / stage_1_and_2.py unscale_and_clip_grads"))
 
     # ---- critical path ----------------------------------------------------------------------
     def secs(t: Term) -> float:
