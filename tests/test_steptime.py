@@ -415,3 +415,43 @@ def test_cpu_optimizer_counts_the_unscale_pass_where_deepspeed_runs_it(stage, pr
     assert cpu.seconds == pytest.approx(want * N / 1e10, rel=1e-12)
     copy = 6 if precision else 0  # the 16-bit copy's 4 + 2 B (none for fp32)
     assert ("8 B unscale pass" in cpu.formula) == (want - copy == 28 + 8)
+
+
+@pytest.mark.parametrize("read,write", [(True, False), (False, True)])
+def test_pipeline_read_and_pipeline_write_overlap_their_own_direction_by_hand(read, write):
+    """pipelined_optimizer_swapper.py l.76-77: async_swap_in = pipeline_read, async_swap_out =
+    pipeline_write. The plan of the critical-path test above with one flag: the pipelined
+    direction overlaps the CPU step, the other is added in full. Reads 16N B at R, writes 12N B
+    at W (the swap), CPU 42N B at 1e10 B/s; synchronous: the boundary grad write 4N / W and the
+    bf16 partitions back over PCIe 2N / 1e10."""
+    inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme",
+                                                                   "pipeline_read": read, "pipeline_write": write}}}
+    st = step_time(Plan(effective_config(raw), inv, Cluster(world_size=1, gpus_per_node=1)), _hw(), seq_len=1000)
+    R, W = 1e9 * 8_388_608 / 8_473_608, 1e9 * 8_388_608 / 8_408_608
+    reads, writes, cpu = 16 * N / R, 12 * N / W, 42 * N / 1e10
+    step = max(cpu, reads) + writes if read else max(cpu, writes) + reads
+    assert st.total == pytest.approx(6 * N * 1000 / 4e11 + step + 4 * N / W + 2 * N / 1e10, rel=1e-9)
+    assert st.windows["step"] == pytest.approx(max(cpu, reads if read else writes), rel=1e-9)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_offload_gradient_copies_exposed_without_overlap_comm_by_hand(stage):
+    """Without overlap_comm DeepSpeed copies the gradients to host on the compute stream
+    (stage3.py l.340-341: reduce_and_partition_stream = default_stream(); stage_1_and_2.py
+    l.2239-2245: current_stream), so they add to the step instead of hiding behind backward.
+    One rank, N = 2^22 bf16 parameters, CPU-offloaded optimizer, 1,000 tokens; PCIe 1e10 B/s:
+    ZeRO-3 moves 2N to host + 2N back (partition_grads) + 4N fp32 in backward = 8N B; ZeRO-2
+    4N B (the fp32 partition); both copy the 2N B bf16 partition back after the step. CPU step
+    42N B at 1e10 B/s (ZeRO-2 with DeepSpeed's default clipping 1.0 runs the unscale pass)."""
+    inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
+    back = {2: 4 * N, 3: 8 * N}[stage]
+    compute = 6 * N * 1000 / 4e11
+    for overlap in (True, False):
+        raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+               "zero_optimization": {"stage": stage, "overlap_comm": overlap, "offload_optimizer": {"device": "cpu"}}}
+        st = step_time(Plan(effective_config(raw), inv, Cluster(world_size=1, gpus_per_node=1)), _hw(), seq_len=1000)
+        hidden = 0.0 if overlap else back / 1e10  # 4N / 1e10 = 1.7 ms, 8N / 1e10 = 3.4 ms < 42 ms backward
+        assert st.total == pytest.approx(compute + hidden + 2 * N / 1e10 + 42 * N / 1e10, rel=1e-9)
+        assert st.by_resource()["pcie"] == pytest.approx(hidden + 2 * N / 1e10, rel=1e-9)

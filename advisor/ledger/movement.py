@@ -786,6 +786,10 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                     "ZeRO paper s.7.2.2; stage3.py reduce_ipg_grads, coalesced_collectives.reduce_scatter_coalesced")
 
     # ---- ZeRO-Offload over PCIe ----------------------------------------------------------------
+    # The backward gradient copies overlap compute only on DeepSpeed's side stream, i.e. with
+    # overlap_comm; without it they run on the compute stream and are exposed.
+    ov = bool(z.overlap_comm)
+    ov_src = "" if ov else " (overlap_comm false: on the compute stream, stage3.py l.340-341 / stage_1_and_2.py l.2239-2245)"
     if st in (1, 2) and oo == "cpu":
         layouts = pl.zero12
         p12 = sum(lay.P for lay in layouts)
@@ -793,31 +797,35 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             terms = (sum(zero12_rank_coverage(lay, r)[1] for lay in layouts),
                      sum(zero12_rank_coverage(lay, r)[0] for lay in layouts))
         cov, i_r = terms
-        add(PCIE, "to_host", "gradients", "fp32_grad", cov * M, "backward", True,
+        # overlap_comm=false: reduce_ipg_grads runs these copies on the current (compute) stream
+        # (stage_1_and_2.py l.2239-2245: reduction_stream only with overlap_comm): exposed
+        add(PCIE, "to_host", "gradients", "fp32_grad", cov * M, "backward", ov,
             "gradient partition converted to fp32 on the accelerator and copied to host: Cov_r x 4",
-            "stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu")
+            "stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu" + ov_src)
         if ga > 1:
-            add(PCIE, "to_host", "gradients", "offload_accumulated_grads_cpu", (ga - 1) * i_r * D, "backward", True,
+            add(PCIE, "to_host", "gradients", "offload_accumulated_grads_cpu", (ga - 1) * i_r * D, "backward", ov,
                 "non-boundary micro-steps: accumulated 16-bit grads of the partition's params to host: (GA-1) x I_r x D",
-                "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]")
+                "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]" + ov_src)
             add(PCIE, "to_accelerator", "gradients", "offload_accumulated_grads_cpu", (ga - 1) * i_r * D, "backward",
-                True, "accumulated grads brought back for the next micro-step: (GA-1) x I_r x D",
-                "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]")
+                ov, "accumulated grads brought back for the next micro-step: (GA-1) x I_r x D",
+                "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]" + ov_src)
         add(PCIE, "to_accelerator", "parameters", "offload_bit16_param_buffer", p12 * D, "after_step", False,
             "updated 16-bit partition copied back: P x D", "stage_1_and_2.py step (param_buffer_of_bit16_for_cpu_offload_groups)")
 
     if st == 3:
         p3_all, p3_t = zero3_partition_sums(inv, W)
         if oo in ("cpu", "nvme"):
-            add(PCIE, "to_host", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", True,
+            # overlap_comm=false: partition_grads runs on the default stream (stage3.py l.340-341:
+            # reduce_and_partition_stream = default_stream() without overlap_comm): exposed
+            add(PCIE, "to_host", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", ov,
                 "reduced gradient partition into the pinned host buffer, every micro-step: GA x P3 x G",
-                "stage3.py partition_grads (grad_buffer.copy_)")
-            add(PCIE, "to_accelerator", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", True,
+                "stage3.py partition_grads (grad_buffer.copy_)" + ov_src)
+            add(PCIE, "to_accelerator", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", ov,
                 "host gradient buffer copied back to the accelerator to accumulate / convert: GA x P3 x G",
-                "stage3.py partition_grads (grad_buffer.to(device))")
-            add(PCIE, "to_host", "gradients", "fp32_grad", p3_t * M, "backward", True,
+                "stage3.py partition_grads (grad_buffer.to(device))" + ov_src)
+            add(PCIE, "to_host", "gradients", "fp32_grad", p3_t * M, "backward", ov,
                 "fp32 gradient partition to host at the boundary: P3 x 4",
-                "stage3.py _offload_grad_partition_at_boundary")
+                "stage3.py _offload_grad_partition_at_boundary" + ov_src)
             if op == "none":
                 add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", p3_t * D, "after_step", False,
                     "updated 16-bit partitions copied to the accelerator: P3 x D", "stage3.py _optimizer_step / "
@@ -850,7 +858,9 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         k = aio_alignment_elems(ec, M)
         opt = optimizer_states(ec)  # the ledger's fact (one state tensor for Adagrad, two for Adam)
         opt_name = opt.basic + ("" if opt.known else " (Adam-like state assumed)")
-        pipelined = bool(z.offload_optimizer.pipeline_read or z.offload_optimizer.pipeline_write)
+        # pipeline_read and pipeline_write are independent: async_swap_in = pipeline_read,
+        # async_swap_out = pipeline_write (swap_tensor/pipelined_optimizer_swapper.py l.76-77)
+        pipelined = {"read": bool(z.offload_optimizer.pipeline_read), "write": bool(z.offload_optimizer.pipeline_write)}
         src = ("reference 5.4 (measured); swap_tensor/partitioned_optimizer_swapper.py swap_in/swap_out_optimizer_state, "
                "optimizer_utils.py _io_aligned_numel")
         master = pl.opt_swap_numel(ec) * M  # the ledger's NVMe fp32_master (and each moment) files
@@ -858,10 +868,10 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         grads = terms if terms is not None else pl.terms[r][0]
         sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
         for direction in ("read", "write"):
-            add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined,
+            add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined[direction],
                 f"fp32 master {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src, path=path)
             for item in opt.items:
-                add(NVME, direction, "optimizer_states", item, master, "step", pipelined,
+                add(NVME, direction, "optimizer_states", item, master, "step", pipelined[direction],
                     f"{opt_name} {item} {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src,
                     path=path, first_step_bytes=0 if direction == "read" else None)
         gsrc = "reference 5.4; optimizer_utils.py _swap_out_gradients, _adjust_for_misaligned_lengths"
@@ -870,7 +880,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         add(NVME, "write", "gradients", "fp32_grad", grads, "step", False,
             "written when the boundary's gradient reduction completes (measured inside engine.step): " + gwords, gsrc,
             path=path)
-        add(NVME, "read", "gradients", "fp32_grad", grads, "step", pipelined, "read back for the step: " + gwords, gsrc,
+        add(NVME, "read", "gradients", "fp32_grad", grads, "step", pipelined["read"], "read back for the step: " + gwords, gsrc,
             path=path)
 
     if st == 3 and op == "nvme":

@@ -62,14 +62,18 @@ phase it happens in):
   all-gathers and parameter fetches (``stage3_prefetch_bucket_size`` > 0,
   ``partitioned_param_coordinator.py`` prefetch);
 * backward window: compute backward (4/6) and recompute run alongside the gradient
-  reduce-scatter with ``overlap_comm`` (``stage_1_and_2.py`` / ``stage3.py``
-  ``reduce_ipg_grads`` on a side stream) and the gradient copies to host;
+  reduce-scatter and the offload's gradient copies over PCIe, both only with ``overlap_comm``
+  (``stage_1_and_2.py`` / ``stage3.py`` ``reduce_ipg_grads`` / ``partition_grads`` on a side
+  stream); without it DeepSpeed runs them on the compute stream (``stage3.py`` l.340-341:
+  ``reduce_and_partition_stream`` is the default stream; ``stage_1_and_2.py`` l.2239-2245), so
+  they are synchronous, exposed in full;
 * a window lasts max(compute, each link's overlapped seconds): links are separate resources;
   what a link needs beyond the compute is **exposed**;
-* step: the CPU optimizer step; with NVMe optimizer swap and ``pipeline_read`` /
-  ``pipeline_write`` the sub-group reads and writes overlap the CPU step of the previous /
-  next sub-group (``swap_tensor/pipelined_optimizer_swapper.py``): max(CPU step, NVMe), else
-  the sum;
+* step: the CPU optimizer step; with NVMe optimizer swap, ``pipeline_read`` lets the sub-group
+  reads overlap the CPU step of the previous sub-group and ``pipeline_write`` the writes that of
+  the next, each flag for its own direction (``swap_tensor/pipelined_optimizer_swapper.py``
+  l.76-77: ``async_swap_in = pipeline_read``, ``async_swap_out = pipeline_write``): max(CPU step,
+  the pipelined direction(s)), the other direction added in full;
 * movements DeepSpeed issues synchronously (the all-gather of updated partitions, the 16-bit
   copy back over PCIe, the NVMe gradient write at the boundary, stage 0's all-reduce) are
   exposed in full.
@@ -491,7 +495,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "theoretical peak" in (getattr(hardware, "source", "") or "") else None,
                    "cpu_optimizer_threads": CPU_OPTIMIZER_THREADS_NOTE if n_opt else None,
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
-                              "pipelined NVMe optimizer swap overlaps the CPU step"}
+                              "NVMe optimizer swap reads (pipeline_read) / writes (pipeline_write) overlap the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
 
 
