@@ -666,3 +666,24 @@ def test_hf_load_dtype_is_the_checkpoints():
     assert resolve_load(ec, checkpoint_dtype="bf16").dtype == "fp32"  # not from_pretrained: torch's default
     assert resolve_load(ec, dtype="fp32", hf=True, checkpoint_dtype="bf16").dtype == "fp32"
     assert checkpoint_load_dtype(resolve_model("llama-3-8b").hf_config) == "bf16"
+
+
+def test_hf_load_dtype_of_a_llama_2_preset_is_its_checkpoints_float16(tmp_path):
+    """The presets carry their config.json torch_dtype (advisor/model/specs.py, each with its hub
+    URL): meta-llama/Llama-2-7b-hf's config.json says "torch_dtype": "float16", so under --hf
+    from_pretrained loads it in fp16 (dtype="auto", modeling_utils.py l. 4236-4237). ZeRO-2 (no
+    zero.Init), 4 ranks on a node: 4 x 2 B x 6,738,415,616 = 53,907,324,928 B at load, not the
+    4 B per parameter of torch's default dtype; without --hf the script's default stays fp32."""
+    f = tmp_path / "z2.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                             "optimizer": {"type": "AdamW", "params": {"lr": 5e-5}},
+                             "zero_optimization": {"stage": 2}}))
+    common = [str(f), "--model", "llama-2-7b", "--world-size", "4", "--gpus-per-node", "4", "--seq-len", "1024",
+              "--format", "json"]
+    p = run_cli(["estimate", *common, "--hf", "--bf16", "--per-device-train-batch-size", "1"])
+    d = json.loads(p.stdout)
+    assert p.returncode == 0, p.stderr
+    assert d["load"]["dtype"] == "fp16" and d["load"]["host_per_node"] == 4 * 2 * 6_738_415_616
+    p = run_cli(["estimate", *common])
+    d = json.loads(p.stdout)
+    assert d["load"]["dtype"] == "fp32" and d["load"]["host_per_node"] == 4 * 4 * 6_738_415_616

@@ -652,7 +652,10 @@ class _Preset:
     name: str
     repo: str           # Hugging Face repo whose config.json the fields below are copied from
     description: str
-    config: dict        # the shape-relevant fields of that config.json, verbatim
+    #: the shape-relevant fields of that config.json, verbatim, and its torch_dtype (the dtype
+    #: from_pretrained loads in by default, dtype="auto": the load phase under --hf); gpt2 and
+    #: bloom's configs are left without one (gpt2's config.json names none: fp32, as stored)
+    config: dict
     aliases: tuple[str, ...] = ()
 
 
@@ -665,19 +668,19 @@ def _llama(h: int, inter: int, layers: int, heads: int, kv: int, vocab: int, max
 def _qwen2(h: int, inter: int, layers: int, heads: int, kv: int) -> dict:
     return {"model_type": "qwen2", "hidden_size": h, "intermediate_size": inter, "num_hidden_layers": layers,
             "num_attention_heads": heads, "num_key_value_heads": kv, "vocab_size": 152064,
-            "max_position_embeddings": 131072, "tie_word_embeddings": False}
+            "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
 
 
 _PRESETS: tuple[_Preset, ...] = (
     # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json
     _Preset("llama-2-7b", "meta-llama/Llama-2-7b-hf", "Llama 2 7B (MHA, 4k context)",
-            _llama(4096, 11008, 32, 32, 32, 32000, 4096), ("llama2-7b",)),
+            _llama(4096, 11008, 32, 32, 32, 32000, 4096, torch_dtype="float16"), ("llama2-7b",)),
     # https://huggingface.co/meta-llama/Llama-2-13b-hf/blob/main/config.json
     _Preset("llama-2-13b", "meta-llama/Llama-2-13b-hf", "Llama 2 13B (MHA, 4k context)",
-            _llama(5120, 13824, 40, 40, 40, 32000, 4096), ("llama2-13b",)),
+            _llama(5120, 13824, 40, 40, 40, 32000, 4096, torch_dtype="float16"), ("llama2-13b",)),
     # https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json
     _Preset("llama-2-70b", "meta-llama/Llama-2-70b-hf", "Llama 2 70B (GQA 8 KV heads, 4k context)",
-            _llama(8192, 28672, 80, 64, 8, 32000, 4096), ("llama2-70b",)),
+            _llama(8192, 28672, 80, 64, 8, 32000, 4096, torch_dtype="float16"), ("llama2-70b",)),
     # https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
     _Preset("llama-3-8b", "meta-llama/Meta-Llama-3-8B", "Llama 3 8B (GQA, 128k vocab, 8k context)",
             _llama(4096, 14336, 32, 32, 8, 128256, 8192, rope_theta=500000.0, torch_dtype="bfloat16"), ("llama3-8b",)),
@@ -708,14 +711,15 @@ _PRESETS: tuple[_Preset, ...] = (
     _Preset("mistral-7b", "mistralai/Mistral-7B-v0.1", "Mistral 7B v0.1 (GQA, sliding window 4096)",
             {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-             "max_position_embeddings": 32768, "sliding_window": 4096, "tie_word_embeddings": False},
+             "max_position_embeddings": 32768, "sliding_window": 4096, "tie_word_embeddings": False,
+             "torch_dtype": "bfloat16"},
             ("mistral-7b-v0.1",)),
     # https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json
     _Preset("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "Mixtral 8x7B (MoE: 8 experts, 2 per token)",
             {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
              "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2,
-             "tie_word_embeddings": False},
+             "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
             ("mixtral-8x7b-v0.1",)),
     # https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
     _Preset("qwen2.5-7b", "Qwen/Qwen2.5-7B", "Qwen2.5 7B (GQA 4 KV heads, qkv bias)", _qwen2(3584, 18944, 28, 28, 4)),
@@ -727,24 +731,27 @@ _PRESETS: tuple[_Preset, ...] = (
     _Preset("qwen3-8b", "Qwen/Qwen3-8B", "Qwen3 8B (GQA, QK-norm)",
             {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-             "max_position_embeddings": 40960, "attention_bias": False, "tie_word_embeddings": False}),
+             "max_position_embeddings": 40960, "attention_bias": False, "tie_word_embeddings": False,
+             "torch_dtype": "bfloat16"}),
     # https://huggingface.co/google/gemma-7b/blob/main/config.json (tied: the GemmaConfig default)
     _Preset("gemma-7b", "google/gemma-7b", "Gemma 7B (MHA, head_dim 256, tied embeddings)",
             {"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
              "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000,
-             "max_position_embeddings": 8192, "hidden_activation": "gelu_pytorch_tanh"}),
+             "max_position_embeddings": 8192, "hidden_activation": "gelu_pytorch_tanh", "torch_dtype": "bfloat16"}),
     # https://huggingface.co/google/gemma-2-9b/blob/main/config.json (tie_word_embeddings: the
-    # Gemma2Config default, true; head_dim 256 != hidden_size / heads)
+    # Gemma2Config default, true; head_dim 256 != hidden_size / heads; the base checkpoint is stored
+    # in float32, torch_dtype "float32", unlike gemma-2-9b-it's bfloat16)
     _Preset("gemma-2-9b", "google/gemma-2-9b", "Gemma 2 9B (tied embeddings, 4 norms per layer)",
             {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
              "max_position_embeddings": 8192, "attention_bias": False,
-             "hidden_activation": "gelu_pytorch_tanh"}),
+             "hidden_activation": "gelu_pytorch_tanh", "torch_dtype": "float32"}),
     # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
     _Preset("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct", "Phi-3 mini 4k (fused qkv and gate_up)",
             {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
-             "max_position_embeddings": 4096, "tie_word_embeddings": False}, ("phi-3-mini-4k",)),
+             "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+            ("phi-3-mini-4k",)),
     # https://huggingface.co/openai-community/gpt2/blob/main/config.json
     _Preset("gpt2", "openai-community/gpt2", "GPT-2 small 124M (learned positions, tied head)",
             {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
@@ -757,6 +764,9 @@ _PRESETS: tuple[_Preset, ...] = (
     # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json
     # Main model only (61 layers): transformers does not build the MTP module (config
     # num_nextn_predict_layers: 1, checkpoint layer 61); use spec mtp_layers=1 to add it.
+    # torch_dtype "bfloat16" as the config writes it; the stored weights are fp8 with block scales
+    # (its quantization_config, not copied: the load dtypes here are fp32/fp16/bf16), so the
+    # checkpoint's bytes at load are about half what bf16 gives.
     _Preset("deepseek-v3", "deepseek-ai/DeepSeek-V3", "DeepSeek-V3 671B (MLA, MoE 256 routed + 1 shared, 8 per token)",
             {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
              "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3,
@@ -764,7 +774,8 @@ _PRESETS: tuple[_Preset, ...] = (
              "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
              "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
              "max_position_embeddings": 163840, "num_nextn_predict_layers": 1, "topk_method": "noaux_tc",
-             "attention_bias": False, "tie_word_embeddings": False}, ("deepseek-v3-base",)),
+             "attention_bias": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+            ("deepseek-v3-base",)),
 )
 
 
