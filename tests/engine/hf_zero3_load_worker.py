@@ -1,0 +1,35 @@
+"""Worker of test_hf_zero3_load.py, one per rank under torch.distributed.run (DS_ACCELERATOR=cpu,
+gloo): the HF Trainer's ZeRO-3 load path of transformers 5 (an HfDeepSpeedConfig alive, as
+TrainingArguments(deepspeed=...) makes it, then from_pretrained). It records, on each rank, the
+tensors of the state dict _load_pretrained_model hands to _load_state_dict_into_zero3_model: the
+bytes of those materialised (not on the meta device), and prints one JSON line per rank."""
+
+import json
+import sys
+
+import deepspeed
+import torch
+import transformers.modeling_utils as mu
+from transformers import AutoModelForCausalLM
+from transformers.integrations import HfDeepSpeedConfig
+
+ckpt, ds = sys.argv[1], json.loads(sys.argv[2])
+deepspeed.init_distributed(dist_backend="gloo")
+keep = HfDeepSpeedConfig(ds)  # noqa: F841  (transformers holds a weak reference: keep it alive)
+seen: dict = {}
+orig = mu._load_state_dict_into_zero3_model
+
+
+def spy(model, state_dict, load_config=None):
+    vals = list(state_dict.values())
+    seen["materialised_bytes"] = sum(t.numel() * t.element_size() for t in vals if t.device.type != "meta")
+    seen["meta_tensors"] = sum(1 for t in vals if t.device.type == "meta")
+    seen["tensors"] = len(vals)
+    return orig(model, state_dict, load_config)
+
+
+mu._load_state_dict_into_zero3_model = spy
+model = AutoModelForCausalLM.from_pretrained(ckpt)
+seen["rank"] = torch.distributed.get_rank()
+seen["numel"] = sum(p.ds_numel for p in model.parameters())
+print("HFZ3 " + json.dumps(seen), flush=True)
