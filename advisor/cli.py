@@ -183,6 +183,16 @@ def _load_config_input(config: str, model: str | None, params: int | None, hardw
     return loaded, inv, hw
 
 
+def _omp_threads(flag: int | None):
+    """OpenMP threads per rank (``--omp-threads`` > OMP_NUM_THREADS, :func:`advisor.cluster.launch.omp_threads`),
+    a ``Found`` or None; a malformed variable is a one-line error (exit 2)."""
+    from advisor.cluster.launch import omp_threads
+    try:
+        return omp_threads(flag)
+    except AdvisorError as e:
+        raise _fail(str(e))
+
+
 def _job_shape(world_size, gpus_per_node, nodes, launch, hardware, hardware_label=None, default_gpus_per_node=None):
     """:func:`advisor.cluster.launch.job_shape` (the world size, ranks per node and nodes every
     command models), or exit 2 with its one line."""
@@ -318,6 +328,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "gpu_memory": (("--gpu-memory",), dict(help="Accelerator memory per rank, e.g. 80GB or 141GB (GB = 1e9 bytes).")),
     "host_memory": (("--host-memory",), dict(help="Host memory per node, e.g. 512GB.")),
     "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
+    "omp_threads": (("--omp-threads", "omp_threads"), dict(
+        type=click.IntRange(min=1, max=4096), default=None,
+        help="OpenMP threads per rank for the CPU optimizer step (default: OMP_NUM_THREADS, else the launcher's "
+             "default: torchrun 1 with several ranks per node, the physical cores with one).")),
     "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
                                          help="Seconds per optimizer step.")),
     "set": (("--set", "overrides"), dict(
@@ -513,6 +527,7 @@ class EstimateArgs:
     nvme_capacity: str | None
     hardware: str | None
     step_time_s: float | None
+    omp_threads: int | None
     fragmentation: float | None
     runtime_overhead: str | None
     hf: bool
@@ -566,7 +581,7 @@ def _estimate_options(f):
     deco = option("fragmentation")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
-        *CAPACITY_OPTIONS, "runtime_overhead", "hardware", "step_time_s", "set",
+        *CAPACITY_OPTIONS, "runtime_overhead", "hardware", "step_time_s", "omp_threads", "set",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
         step_time_s=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
         **UNSET_WORKLOAD,
@@ -664,9 +679,11 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     # given_par already: multiplying it in again turned a valid SP 8 on 8 ranks into SP 1)
     if sp_from_config and ws % (given_par * sp):
         sp = 1
+    omp = _omp_threads(a.omp_threads)
     cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
                       pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
-                      expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"])
+                      expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"],
+                      omp_threads=omp.value if omp else None, omp_threads_source=omp.source if omp else "")
     if str(v["checkpointing"]).startswith("sac") and a.activations != "trace":
         raise click.UsageError("--checkpointing sac (op-level selective checkpointing) needs --activations trace")
     workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations,
@@ -1492,7 +1509,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
          hf=dict(help='Write "auto" where the HF Trainer fills values in.'))
 @_opt("--margin", default=None, help="Deprecated and ignored: generate uses estimate's fit (the timeline "
      "peak plus the runtime overhead rows; only plans that fit, not tight ones); use --runtime-overhead.")
-@options("runtime_overhead", "fragmentation")
+@options("runtime_overhead", "fragmentation", "omp_threads")
 @_opt("--optimizer", type=click.Choice(["adamw", "adam"]), default="adamw", show_default=True)
 @_opt("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @_opt("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True, help="Plans to list.")
@@ -1508,8 +1525,8 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @display_options("units", "color")
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro_batch, checkpointing, attention,
              moe_capacity_factor, tensor_parallel, pipeline_parallel, sequence_parallel, output, force, hf, margin,
-             runtime_overhead, fragmentation, optimizer, precision, top, model_parallel, zero_init, load_dtype,
-             low_cpu_mem_usage, fmt):
+             runtime_overhead, fragmentation, omp_threads, optimizer, precision, top, model_parallel, zero_init,
+             load_dtype, low_cpu_mem_usage, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing (and tensor x
     pipeline parallelism where it could be faster, or where ZeRO alone does not fit) for the plans
     that fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
@@ -1563,12 +1580,14 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
                                "checkpoints every layer (none or full)")
     if not model_parallel and ((tensor_parallel or 1) > 1 or (pipeline_parallel or 1) > 1 or (sequence_parallel or 1) > 1):
         raise click.UsageError("--no-model-parallel with a tensor-, pipeline- or sequence-parallel size above 1")
+    omp = _omp_threads(omp_threads)
     req = gen.Request(global_batch=global_batch, seq_len=seq_len, nodes=nodes, gpus_per_node=gpus_per_node,
                       optimizer=optimizer, precision=precision, hf=hf, overhead=ovh, model_parallel=model_parallel,
                       attention=attention, moe_capacity_factor=moe_capacity_factor, micro_batch=micro_batch,
                       checkpointing=checkpointing, tensor_parallel=tensor_parallel,
                       pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
-                      zero_init=zero_init, load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage)
+                      zero_init=zero_init, load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage,
+                      omp_threads=omp.value if omp else None, omp_threads_source=omp.source if omp else "")
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:

@@ -48,6 +48,12 @@ class Cluster:
     sequence_parallel: int = 1
     expert_parallel: int = 1
     megatron_sequence_parallel: bool = False
+    #: OpenMP threads per rank (DeepSpeedCPUAdam's loop, ``csrc/adam/cpu_adam_impl.cpp``) as the
+    #: job sets them (``--omp-threads`` or OMP_NUM_THREADS, :func:`advisor.cluster.launch.omp_threads`);
+    #: None: the launcher's default (:func:`advisor.ledger.steptime.cpu_threads_per_rank`).
+    omp_threads: int | None = None
+    #: Where ``omp_threads`` came from (the flag or the variable), for the step time's note.
+    omp_threads_source: str = ""
 
     def __post_init__(self) -> None:
         # a node holds at most the job's ranks: 2 ranks on an 8-GPU node are 2 ranks per node

@@ -39,6 +39,7 @@ def run_cli(args: list[str], cwd: str | Path | None = None, env: dict | None = N
     e = dict(os.environ)
     e.pop("WORLD_SIZE", None)
     e.pop("SLURM_NTASKS", None)
+    e.pop("OMP_NUM_THREADS", None)  # the CPU optimizer step reads it (advisor.cluster.launch.omp_threads)
     for v in OVERHEAD_ENV:  # the runtime-overhead terms read these (advisor.cluster.overhead)
         e.pop(v, None)
     if env:

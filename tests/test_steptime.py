@@ -88,7 +88,7 @@ def test_cpu_optimizer_unknown_without_host_bandwidth():
     assert any("cpu_optimizer" in u for u in st.unknown)
 
 
-def _search(nodes: int):
+def _search(nodes: int, omp_threads: int | None = None):
     from advisor.model.specs import resolve_model
     from advisor.cluster.overhead import OverheadSettings
     from advisor.views import generate as gen
@@ -100,25 +100,34 @@ def _search(nodes: int):
     # rejects it, so the CPU step would no longer be what separates the two plans compared here
     ov = OverheadSettings(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     req = gen.Request(global_batch=256, seq_len=4096, nodes=nodes, gpus_per_node=8, model_parallel=False,
-                      overhead=ov)
+                      overhead=ov, omp_threads=omp_threads, omp_threads_source="--omp-threads" if omp_threads else "")
     return inv, gen.search(inv, resolve_hardware(f"dgx-h100:{nodes}"), req)
 
 
-def test_70b_on_4_nodes_optimizer_offload_pays_its_cpu_step():
+# dgx-h100's one-core streaming figure (assumed, Little's law: 48 L2 misses x 64 B / 110 ns)
+CORE_BW = 27.9e9
+
+
+@pytest.mark.parametrize("omp", [None, 14])
+def test_70b_on_4_nodes_optimizer_offload_pays_its_cpu_step(omp):
     # ZeRO-3, optimizer on the CPU, 32 ranks: each rank updates N/32 elements, streaming 42 B each
-    # (Adam kernel 28 B + unscale pass 8 B, stage3.py l.2918/2988 + 16-bit copy 6 B); 8 ranks share
-    # the node's 614.4 GB/s (2 x 8 DDR5-4800 channels): N/32 x 42 x 8 / 614.4e9 s.
-    inv, res = _search(4)
+    # (Adam kernel 28 B + unscale pass 8 B, stage3.py l.2918/2988 + 16-bit copy 6 B) at min(the node's 614.4 GB/s (2 x 8 DDR5-4800 channels)
+    # / 8 ranks, threads x one core's 27.9 GB/s). Launcher default (torchrun, 8 ranks per node,
+    # OMP_NUM_THREADS unset): 1 thread, 27.9 GB/s < 76.8 GB/s, the threads limit it. 14 threads
+    # (112 cores // 8 ranks, what deepspeed --bind_cores_to_rank gives): 390.6 GB/s > 76.8 GB/s,
+    # the node's share: N/32 x 42 x 8 / 614.4e9 s.
+    inv, res = _search(4, omp)
     off = [c for c in res.ranked if c.combo.offload_optimizer == "cpu"]
     none = [c for c in res.ranked if c.combo.offload_optimizer == "none"]
     assert off and none
-    want = inv.numel / 32 * 42 * 8 / 614.4e9
+    want = inv.numel / 32 * 42 / (CORE_BW if omp is None else 614.4e9 / 8)
     for c in off:
         assert c.parts["cpu_optimizer"] == pytest.approx(want, rel=2e-3)
     # the CPU step is exposed: it adds to the step beside the compute (recompute included)
     first = next(c for c in res.ranked if c.combo.offload_optimizer == "cpu" and c.combo.offload_param == "none")
     assert first.step_time_s >= first.parts["compute"] + 0.9 * want
-    assert "CPU optimizer step" not in first.why or "GiB/s host memory" in first.why  # one unit system
+    assert "CPU optimizer step" not in first.why or "GiB/s " in first.why  # one unit system
+    assert ("OpenMP threads' limit" in first.why) == (omp is None) or "CPU optimizer step" not in first.why
     # same micro-batch and parameter placement: outside compute, the offloaded plan is slower by at
     # least its CPU step (its compute may be smaller: the memory the offload frees lets generate
     # checkpoint fewer layers, so it recomputes less)
@@ -130,10 +139,12 @@ def test_70b_on_4_nodes_optimizer_offload_pays_its_cpu_step():
 
 
 def test_70b_on_2_nodes_step_includes_cpu_optimizer():
+    # launcher default: one OpenMP thread per rank (torchrun, 8 ranks per node): N/16 x 42 B / 27.9 GB/s
     inv, res = _search(2)
     best = res.best
     assert best.combo.offload_optimizer == "cpu"
-    want = inv.numel / 16 * 42 * 8 / 614.4e9
+    want = inv.numel / 16 * 42 / CORE_BW
+    assert any("OMP_NUM_THREADS=3" in n and "--bind_cores_to_rank" in n for n in res.notes), res.notes
     assert best.parts["cpu_optimizer"] == pytest.approx(want, rel=2e-3)
     assert best.step_time_s >= best.parts["compute"] + want
 
@@ -149,8 +160,10 @@ def test_generate_why_names_the_cpu_step_in_the_tables_units(units, base):
     assert shown, [c.why for c in res.ranked]
     for c in shown:
         co = c.cpu_optimizer
+        # torchrun's default, one OpenMP thread per rank: the threads limit the rate (27.9e9 B/s)
+        assert co["cpu_optimizer_bytes_per_s_per_rank"] == pytest.approx(CORE_BW)
         want = (f"{co['cpu_optimizer_bytes_per_rank'] / base:,.1f} {units} per rank at "
-                f"{co['cpu_optimizer_bytes_per_s_per_rank'] / base:,.1f} {units}/s host memory per rank")
+                f"{co['cpu_optimizer_bytes_per_s_per_rank'] / base:,.1f} {units}/s per rank, its OpenMP threads' limit")
         assert want in text, (want, text)
     assert ("GB/s" if units == "GiB" else "GiB/s") not in text
 
@@ -207,8 +220,10 @@ def test_tier_aio_spec_errors_are_one_line(aio, msg):
 def test_70b_tied_optimizer_offload_says_what_its_cpu_step_costs_and_what_pays_for_it():
     """On 4 DGX-H100 nodes an optimizer-offloaded plan within 3 % of the fastest is no plain
     "tie": its why names its CPU step (N/32 x 42 B per rank at 614.4e9 / 8 B/s per rank, by hand
-    as above) and, when it recomputes less than the best plan, the compute it saves."""
-    inv, res = _search(4)
+    as above) and, when it recomputes less than the best plan, the compute it saves. At 14 OpenMP
+    threads per rank (112 cores // 8 ranks, deepspeed --bind_cores_to_rank): with torchrun's one
+    thread per rank the CPU step is 3.32 s (N/32 x 42 B / 27.9 GB/s) and the plan is no tie."""
+    inv, res = _search(4, 14)
     tol = res.request.tie_tolerance
     fastest = min(c.step_time_s for c in res.ranked)
     best = res.ranked[0]
@@ -334,16 +349,16 @@ def test_tier_measured_at_aio_settings_scales_from_its_figure_by_hand():
     assert nvme_rate(fast, "read", _aio(qd=1)) == pytest.approx(1_048_576 / (1e-3 + 1_048_576 / 2e9), rel=1e-12)
 
 
-def test_cpu_optimizer_names_its_thread_assumption():
-    """The CPU optimizer term assumes the rank's OpenMP threads can stream its bandwidth share; the
-    step time says so where torchrun's OMP_NUM_THREADS=1 default (torch/distributed/run.py) would
-    break it, and says nothing of it without an offloaded optimizer."""
-    import torch.distributed.run as run  # noqa: F401  (the default the note names exists)
-    import inspect
-    from advisor.ledger.steptime import breakdown_lines
-    assert 'os.environ["OMP_NUM_THREADS"] = str(omp_num_threads)' in inspect.getsource(run)
+def test_cpu_optimizer_without_a_core_figure_says_threads_are_not_modelled():
+    """A spec without host_core_bandwidth_bytes_per_s: the rank's share of the host memory
+    bandwidth alone (N x 42 B (28 kernel + 8 unscale + 6 copy) / 1e10 B/s), and the step time says the threads are assumed; nothing
+    of it without an offloaded optimizer."""
+    from advisor.ledger.steptime import CPU_OPTIMIZER_THREADS_NOTE, breakdown_lines
     st = step_time(_nvme_plan(True), _hw(), seq_len=1000)
-    assert "OMP_NUM_THREADS=1" in st.assumptions["cpu_optimizer_threads"]
+    th = st.assumptions["cpu_optimizer_threads"]
+    assert th["note"] == CPU_OPTIMIZER_THREADS_NOTE and "OMP_NUM_THREADS=1" in th["note"]
+    cpu = next(t for t in st.terms if t.name == "cpu_optimizer")
+    assert cpu.seconds == pytest.approx(N * 42 / 1e10)
     assert any("OMP_NUM_THREADS=1" in ln for ln in breakdown_lines(st))
     inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
     bare = step_time(Plan(effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
@@ -351,6 +366,95 @@ def test_cpu_optimizer_names_its_thread_assumption():
                      _hw(), seq_len=1000)
     assert bare.assumptions["cpu_optimizer_threads"] is None
     assert not any("OMP_NUM_THREADS" in ln for ln in breakdown_lines(bare))
+
+
+def _cpu_plan(world: int, per_node: int, omp: int | None = None) -> Plan:
+    inv = Inventory("one", [TensorSpec("w", (N * world,), trainable=True)])
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    return Plan(effective_config(cfg), inv, Cluster(world_size=world, gpus_per_node=per_node, omp_threads=omp,
+                                                    omp_threads_source="--omp-threads" if omp else ""))
+
+
+def _cpu_hw(per_node: int = 8) -> object:
+    # 100 GB/s per node, 16 physical cores, 5 GB/s per core (read + write, STREAM's count)
+    return from_dict({"nodes": 1, "accelerators_per_node": per_node, "host_memory_bandwidth_bytes_per_s": 1e11,
+                      "host_cores_per_node": 16, "host_core_bandwidth_bytes_per_s": 5e9,
+                      "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                      "host_link": {"bytes_per_s": 1e10}}})
+
+
+@pytest.mark.parametrize("omp,rate,limit,fix", [
+    # launcher default with 8 ranks per node (torchrun: OMP_NUM_THREADS=1): min(1e11/8 = 12.5e9, 1 x 5e9)
+    # = 5e9, the threads limit it; reaching 12.5e9 needs ceil(12.5/5) = 3 threads, the node has
+    # 16 // 8 = 2 per rank: the fix names 2 (what --bind_cores_to_rank gives)
+    (None, 5e9, "threads", 2),
+    # 2 threads per rank: min(12.5e9, 10e9) = 10e9, still the threads, and no more cores per rank
+    (2, 10e9, "threads", None),
+    # 4 threads per rank: min(12.5e9, 20e9) = 12.5e9, the node's share; 4 x 8 = 32 > 16 cores
+    (4, 12.5e9, "host_memory", None),
+])
+def test_cpu_optimizer_rate_is_the_lesser_of_the_node_share_and_the_threads_by_hand(omp, rate, limit, fix):
+    from advisor.ledger.steptime import breakdown_lines
+    st = step_time(_cpu_plan(8, 8, omp), _cpu_hw(), seq_len=1000)
+    cpu = next(t for t in st.terms if t.name == "cpu_optimizer")
+    assert cpu.rate == pytest.approx(rate)
+    assert cpu.seconds == pytest.approx(N * 42 / rate)  # N elements per rank x (28 + 8 unscale + 4 + 2) B
+    th = st.assumptions["cpu_optimizer_threads"]
+    assert th["limited_by"] == limit and th["threads_per_rank"] == (omp or 1)
+    text = "\n".join(breakdown_lines(st))
+    if fix:
+        assert th["fix_threads"] == fix
+        assert f"OMP_NUM_THREADS={fix}" in th["note"] and "--bind_cores_to_rank" in th["note"]
+        assert "torchrun" in th["threads_source"]
+        assert "1 OpenMP thread per rank x 4.7 GiB/s per core" in text and "OMP_NUM_THREADS=2" in text
+    elif limit == "threads":
+        assert "no more cores per rank" in th["note"]
+    else:
+        assert "exceed the node's 16 physical cores" in th["note"]
+
+
+def test_one_rank_per_node_gets_the_physical_cores_by_hand():
+    # one rank, OMP_NUM_THREADS unset: torch's default, 16 threads: min(1e11, 16 x 5e9 = 8e10) = 8e10
+    st = step_time(_cpu_plan(1, 1), _cpu_hw(1), seq_len=1000)
+    cpu = next(t for t in st.terms if t.name == "cpu_optimizer")
+    assert cpu.rate == pytest.approx(8e10)
+    th = st.assumptions["cpu_optimizer_threads"]
+    assert th["threads_per_rank"] == 16 and "physical cores" in th["threads_source"]
+
+
+def test_launchers_set_the_threads_the_model_assumes():
+    """The defaults the model names are in the launchers' code: torchrun sets OMP_NUM_THREADS=1
+    for nproc_per_node > 1 when unset; DeepSpeed's launcher sets it to cores // ranks only with
+    --bind_cores_to_rank."""
+    import inspect
+    import torch.distributed.run as run
+    from deepspeed.launcher import launch
+    from deepspeed.utils import numa
+    src = inspect.getsource(run)
+    assert 'if "OMP_NUM_THREADS" not in os.environ and nproc_per_node > 1:' in src
+    assert "omp_num_threads = 1" in src
+    ls = inspect.getsource(launch)
+    assert 'if args.bind_cores_to_rank:' in ls and 'current_env["OMP_NUM_THREADS"] = f"{cores_per_rank}"' in ls
+    assert "cores_per_rank = total_cores // num_local_procs" in inspect.getsource(numa.get_numactl_cmd)
+
+
+@pytest.mark.parametrize("env,want", [({}, None), ({"OMP_NUM_THREADS": "6"}, 6), ({"OMP_NUM_THREADS": "4,2"}, 4),
+                                      ({"OMP_NUM_THREADS": " "}, None)])
+def test_omp_threads_from_the_environment(env, want):
+    from advisor.cluster.launch import omp_threads
+    got = omp_threads(None, env)
+    assert (got.value if got else None) == want
+    assert omp_threads(3, env).value == 3 and omp_threads(3, env).source == "--omp-threads"
+
+
+@pytest.mark.parametrize("bad", ["x", "0", "-2", "1e3"])
+def test_omp_threads_malformed_is_one_line(bad):
+    from advisor.cluster.launch import omp_threads
+    from advisor.config.validation import InputValueError
+    with pytest.raises(InputValueError) as ei:
+        omp_threads(None, {"OMP_NUM_THREADS": bad})
+    assert "OMP_NUM_THREADS" in str(ei.value) and "\n" not in str(ei.value)
 
 
 def test_breakdown_names_the_collective_algorithm_and_the_host_bandwidth_kind():
@@ -372,7 +476,12 @@ def test_breakdown_names_the_collective_algorithm_and_the_host_bandwidth_kind():
     assert "within a node" in lines[i + 1] and "across nodes" in lines[i + 1]
     assert "STREAM" in st.assumptions["host_memory_bandwidth_note"]
     j = next(k for k, ln in enumerate(lines) if ln.startswith("  CPU optimizer:"))
-    assert any("theoretical peak" in ln and "lower bound" in ln for ln in lines[j + 1:j + 3]), lines
+    assert any("theoretical peak" in ln and "lower bound" in ln for ln in lines[j + 1:j + 5]), lines
+    # the one-core figure is the preset's Little's-law assumption (48 L2 misses x 64 B / 110 ns), said so
+    assert hw.host_core_bandwidth_bytes_per_s == pytest.approx(48 * 64 / 110e-9, rel=2e-3)
+    assert hw.host_cores_per_node == 112  # 2 x Xeon Platinum 8480C, 56 cores each
+    assert st.assumptions["cpu_optimizer_threads"]["core_bandwidth_assumed"]
+    assert any("assumed figure" in ln for ln in lines[j + 1:j + 5]), lines
     # a measured figure (a spec whose source does not call it a peak) gets no such note
     mine = from_dict({"nodes": 1, "accelerators_per_node": 1, "host_memory_bandwidth_bytes_per_s": 4e11,
                       "source": "STREAM triad, measured",

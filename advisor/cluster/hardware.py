@@ -161,6 +161,13 @@ class Hardware:
     host_memory_bytes: int | None = None
     #: Host memory bandwidth per node, read + write bytes/s (STREAM's count); None = unknown.
     host_memory_bandwidth_bytes_per_s: float | None = None
+    #: Physical CPU cores per node (all sockets): what torch's OpenMP uses per process when
+    #: OMP_NUM_THREADS is unset, and what DeepSpeed's ``--bind_cores_to_rank`` divides among the
+    #: node's ranks (``deepspeed/utils/numa.py`` get_numactl_cmd); None = unknown.
+    host_cores_per_node: int | None = None
+    #: Host memory bandwidth ONE core streams (read + write bytes/s, STREAM's count): a rank's
+    #: DeepSpeedCPUAdam with k OpenMP threads streams at most k x this; None = unknown.
+    host_core_bandwidth_bytes_per_s: float | None = None
     #: Host-accelerator link bandwidth per accelerator, bytes/s per direction.
     host_link_bytes_per_s: float | None = None
     host_link_name: str | None = None
@@ -410,7 +417,8 @@ class _P:
 
     def hardware(self, d: Any, origin: str, default_name: str) -> Hardware:
         allowed = {"name", "description", "base", "nodes", "accelerators_per_node", "accelerator", "host_memory_bytes",
-                   "host_memory_bandwidth_bytes_per_s", "host_link", "peer_bytes_per_s", "network_bytes_per_s", "storage", "source"}
+                   "host_memory_bandwidth_bytes_per_s", "host_cores_per_node", "host_core_bandwidth_bytes_per_s", "host_link",
+                   "peer_bytes_per_s", "network_bytes_per_s", "storage", "source"}
         self.keys(d, allowed, "")
         if "base" in d:
             base_name = self.str_(d, "base", "")
@@ -443,6 +451,8 @@ class _P:
             accelerator=acc,
             host_memory_bytes=int(hm) if hm is not None else None,
             host_memory_bandwidth_bytes_per_s=self.num(d, "host_memory_bandwidth_bytes_per_s", ""),
+            host_cores_per_node=self.int_(d, "host_cores_per_node", "", 1, 1 << 16),
+            host_core_bandwidth_bytes_per_s=self.num(d, "host_core_bandwidth_bytes_per_s", ""),
             host_link_bytes_per_s=hl, host_link_name=hn,
             peer_bytes_per_s=peer if peer is not None else acc.peer_bytes_per_s,
             network_bytes_per_s=self.num(d, "network_bytes_per_s", "", allow_zero=True),
@@ -503,6 +513,8 @@ def to_spec(h: Hardware) -> dict[str, Any]:
         "accelerators_per_node": h.accelerators_per_node, "accelerator": acc,
         "host_memory_bytes": h.host_memory_bytes,
         "host_memory_bandwidth_bytes_per_s": h.host_memory_bandwidth_bytes_per_s,
+        "host_cores_per_node": h.host_cores_per_node,
+        "host_core_bandwidth_bytes_per_s": h.host_core_bandwidth_bytes_per_s,
         "host_link": _link_spec(h.host_link_bytes_per_s, h.host_link_name), "peer_bytes_per_s": h.peer_bytes_per_s,
         "network_bytes_per_s": h.network_bytes_per_s, "source": h.source}), "storage": tiers}
 

@@ -116,6 +116,27 @@ def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[
     return None
 
 
+#: The most OpenMP threads per rank read from a flag or OMP_NUM_THREADS (a node's cores, with room).
+MAX_OMP_THREADS = 4096
+
+
+def omp_threads(flag: int | None = None, env: Mapping[str, str] | None = None) -> Found | None:
+    """OpenMP threads per rank as the job sets them: ``--omp-threads`` (``flag``), else the
+    environment's OMP_NUM_THREADS (its first level when it lists several, "8,2" -> 8: OpenMP's
+    nested-level syntax), which torchrun, accelerate and DeepSpeed's launcher pass on to every
+    rank unchanged when it is set. None when neither is given (the launcher's default applies:
+    :func:`advisor.ledger.steptime.cpu_threads_per_rank`). Raises InputValueError naming the
+    variable when it is set but not an integer in 1 .. :data:`MAX_OMP_THREADS`."""
+    if flag is not None:
+        return Found(flag, "--omp-threads")
+    env = os.environ if env is None else env
+    v = env.get("OMP_NUM_THREADS")
+    if v is None or not str(v).strip():
+        return None
+    n = env_int({"OMP_NUM_THREADS": str(v).split(",")[0]}, "OMP_NUM_THREADS", lo=1, hi=MAX_OMP_THREADS)
+    return None if n is None else Found(n, f"OMP_NUM_THREADS={n}")
+
+
 def bounded_ranks_per_node(g: Found | None) -> Found | None:
     """``g`` (ranks per node, with its source) as given, after refusing more than
     :data:`MAX_GPUS_PER_NODE`, the documented limit. The one check every source of ranks per node

@@ -54,6 +54,14 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   t = bytes per rank x ranks per node / host memory bandwidth (the system preset's
   ``host_memory_bandwidth_bytes_per_s``, a STREAM-style figure: read + write bytes per second).
   Lion/Adagrad (one state) stream 8 B less; any other optimizer is counted like Adam.
+  **The cores given to it**: the kernel's loop is ``#pragma omp parallel for``
+  (``csrc/adam/cpu_adam_impl.cpp``), so a rank streams on its OpenMP threads, each a core:
+  rate per rank = min(host memory bandwidth / ranks per node, threads x one core's bandwidth
+  ``host_core_bandwidth_bytes_per_s``) (:func:`cpu_optimizer_rate`). Threads: ``--omp-threads`` /
+  OMP_NUM_THREADS, else the launcher's default (:func:`cpu_threads_per_rank`: torchrun and
+  accelerate 1 per rank with several ranks per node; torch's physical cores with one); where the
+  threads limit the step, the breakdown names the fix (OMP_NUM_THREADS, ``deepspeed
+  --bind_cores_to_rank``).
 
 Overlap, as DeepSpeed 0.19.8 applies it (the ledger's ``overlap`` flag on each movement, and the
 phase it happens in):
@@ -122,15 +130,28 @@ UNSCALE_BYTES = 8
 #: breakdown names the tier direction (DeepSpeed's defaults give 92 % or more on every preset
 #: tier: the rate is approached, never reached, :func:`advisor.ledger.movement.aio_bandwidth`).
 AIO_LIMITED = 0.9
-#: What the CPU optimizer term assumes of the cores (not modelled): DeepSpeedCPUAdam splits its loop
-#: over OpenMP threads (csrc/adam/cpu_adam_impl.cpp ``#pragma omp parallel for``), as many as
-#: OMP_NUM_THREADS; torchrun sets it to 1 for more than one process per node when unset
-#: (torch/distributed/run.py), DeepSpeed's launcher sets cores per rank only with
-#: ``--bind_cores_to_rank`` (deepspeed/launcher/launch.py).
+#: What the CPU optimizer term says of the threads when the hardware spec gives no per-core
+#: bandwidth (``host_core_bandwidth_bytes_per_s``): the threads are then not modelled.
 CPU_OPTIMIZER_THREADS_NOTE = ("each rank's DeepSpeedCPUAdam is assumed to have enough OpenMP threads to stream its share "
-                              "of the host memory bandwidth; torchrun sets OMP_NUM_THREADS=1 for more than one process "
-                              "per node unless it is set, and DeepSpeed's launcher gives each rank its cores only with "
-                              "--bind_cores_to_rank: with one thread per rank the step can take longer than this term")
+                              "of the host memory bandwidth (the hardware spec gives no host_core_bandwidth_bytes_per_s); "
+                              "torchrun sets OMP_NUM_THREADS=1 for more than one process per node unless it is set, and "
+                              "DeepSpeed's launcher gives each rank its cores only with --bind_cores_to_rank: with one "
+                              "thread per rank the step can take longer than this term")
+#: Where the thread count comes from when neither ``--omp-threads`` nor OMP_NUM_THREADS gives it:
+#: torchrun sets OMP_NUM_THREADS=1 when it is unset and nproc_per_node > 1
+#: (torch/distributed/run.py ``run``: ``if "OMP_NUM_THREADS" not in os.environ and nproc_per_node
+#: > 1``), and ``accelerate launch`` passes ``--num_cpu_threads_per_process``, default
+#: OMP_NUM_THREADS or 1 (accelerate/commands/launch.py, utils/launch.py ``current_env["OMP_NUM_THREADS"]``).
+LAUNCHER_DEFAULT_MULTI = ("torchrun's default with more than one rank per node and OMP_NUM_THREADS unset "
+                          "(torch/distributed/run.py; accelerate launch also sets 1)")
+#: One rank per node and OMP_NUM_THREADS unset: torch's intra-op default, the physical cores
+#: (at::init_num_threads / intraop_default_num_threads), which the cpu_adam op's ``#pragma omp
+#: parallel for`` runs on from the calling thread.
+LAUNCHER_DEFAULT_SINGLE = ("one rank per node, OMP_NUM_THREADS unset: torch's default, the node's physical cores "
+                           "(host_cores_per_node)")
+#: The words a preset's source uses for an assumed (not measured) one-core bandwidth
+#: (data/hardware_presets.json: a Little's-law figure from the L2 miss queue and a latency).
+CORE_BW_ASSUMED = "host_core_bandwidth_bytes_per_s ASSUMED"
 #: How the collectives are costed (the one statement of it; :func:`ring_seconds` computes it), per
 #: kind and per link: what the step-time JSON's ``assumptions.collectives`` and text breakdown say.
 COLLECTIVE_MODEL = {
@@ -307,6 +328,52 @@ def cpu_adam_bytes_per_element(ec: Any) -> tuple[int, str]:
         + (f" + {4 + D} B 16-bit copy (read fp32 4 B, write {D} B)" if copy else ""))
 
 
+def cpu_threads_per_rank(plan: "Plan", hardware: "Hardware") -> tuple[int | None, str]:
+    """(OpenMP threads per rank DeepSpeedCPUAdam runs on, where the figure comes from).
+
+    DeepSpeedCPUAdam's loop is ``#pragma omp parallel for`` (``csrc/adam/cpu_adam_impl.cpp``
+    ``Step_AVX``), so a rank streams on as many threads as OpenMP gives it: ``--omp-threads`` or
+    OMP_NUM_THREADS (``plan.cluster.omp_threads``); else the launcher's default: 1 with more than
+    one rank per node (:data:`LAUNCHER_DEFAULT_MULTI`), the node's physical cores with one
+    (:data:`LAUNCHER_DEFAULT_SINGLE`; None when the spec gives no ``host_cores_per_node``).
+    DeepSpeed's own launcher sets OMP_NUM_THREADS = physical cores // ranks per node only with
+    ``--bind_cores_to_rank`` (deepspeed/launcher/launch.py l.219-221, utils/numa.py
+    get_numactl_cmd); without it each rank gets torch's default, all the node's cores."""
+    cl = plan.cluster
+    if cl.omp_threads:
+        return cl.omp_threads, cl.omp_threads_source or "given"
+    if _ranks_per_node(plan, hardware) > 1:
+        return 1, LAUNCHER_DEFAULT_MULTI
+    return getattr(hardware, "host_cores_per_node", None), LAUNCHER_DEFAULT_SINGLE
+
+
+def cpu_optimizer_rate(host_bw: float | None, ranks_per_node: int, threads: int | None,
+                       core_bw: float | None) -> tuple[float | None, str]:
+    """(bytes/s one rank's CPU optimizer streams, what limits it: "host_memory" or "threads").
+
+    rate = min(host memory bandwidth / ranks per node, threads x one core's bandwidth), all in
+    read + write bytes/s (STREAM's count): the ranks of a node share its memory bandwidth, and a
+    rank's kernel runs on its OpenMP threads, each a core streaming at most ``core_bw``
+    (:func:`cpu_threads_per_rank`). A term whose figure is unknown (None) is left out of the
+    min; (None, "host_memory") when both are."""
+    share = host_bw / ranks_per_node if host_bw else None
+    thr = threads * core_bw if threads and core_bw else None
+    if thr is not None and (share is None or thr < share):
+        return thr, "threads"
+    return share, "host_memory"
+
+
+def threads_fix(cores: int | None, ranks_per_node: int, share: float | None, core_bw: float) -> int | None:
+    """OpenMP threads per rank that reach the rank's share of the host memory bandwidth:
+    ceil(share / core_bw), at most the node's physical cores // ranks per node (what DeepSpeed's
+    ``--bind_cores_to_rank`` gives, utils/numa.py ``cores_per_rank = total_cores //
+    num_local_procs``). None when the share or the cores are unknown."""
+    if not share:
+        return cores // ranks_per_node if cores else None
+    need = -(-share // core_bw)
+    return int(min(need, cores // ranks_per_node)) if cores else int(need)
+
+
 # ---------------------------------------------------------------------------------------------
 # the model
 
@@ -432,18 +499,53 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
 
     n_opt = cpu_optimizer_elements(plan)
     host_bw = getattr(hardware, "host_memory_bandwidth_bytes_per_s", None)
+    threads_info: dict[str, Any] | None = None
     if n_opt:
         bpe, words = cpu_adam_bytes_per_element(ec)
         nbytes = n_opt * bpe
+        core_bw = getattr(hardware, "host_core_bandwidth_bytes_per_s", None)
+        cores = getattr(hardware, "host_cores_per_node", None)
+        threads, t_src = cpu_threads_per_rank(plan, hardware)
+        rate_, limit = cpu_optimizer_rate(host_bw, rpn, threads, core_bw)
         share = host_bw / rpn if host_bw else None
-        if share is None:
+        if rate_ is None:
             unknown.append("cpu_optimizer (no host_memory_bandwidth_bytes_per_s in the hardware spec)")
-        terms.append(Term("cpu_optimizer", "host_memory", "step", nbytes, "bytes", share,
-                          nbytes / share if share else None,
-                          formula=f"{n_opt:,} elements x {bpe} B ({words}) x {rpn} ranks per node / host memory "
-                                  "bandwidth",
-                          source="csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX; ops/adam/cpu_adam.py "
-                                 "DeepSpeedCPUAdam.step; stage3.py / stage_1_and_2.py unscale_and_clip_grads"))
+        if core_bw:
+            formula = (f"{n_opt:,} elements x {bpe} B ({words}) / min(host memory bandwidth / {rpn} ranks per node, "
+                       f"{threads if threads else '?'} OpenMP threads per rank x one core's bandwidth)"
+                       + (": the threads limit it" if limit == "threads" else ""))
+        else:
+            formula = (f"{n_opt:,} elements x {bpe} B ({words}) x {rpn} ranks per node / host memory "
+                       "bandwidth")
+        terms.append(Term("cpu_optimizer", "host_memory", "step", nbytes, "bytes", rate_,
+                          nbytes / rate_ if rate_ else None, formula=formula,
+                          source="csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX; csrc/adam/cpu_adam_impl.cpp "
+                                 "(#pragma omp parallel for); ops/adam/cpu_adam.py DeepSpeedCPUAdam.step; stage3.py / "
+                                 "stage_1_and_2.py unscale_and_clip_grads"))
+        threads_info = {"threads_per_rank": threads, "threads_source": t_src,
+                        "core_bandwidth_bytes_per_s": core_bw, "host_cores_per_node": cores,
+                        "threads_bytes_per_s": threads * core_bw if threads and core_bw else None,
+                        "share_bytes_per_s": share, "limited_by": limit, "note": None, "fix_threads": None,
+                        "core_bandwidth_assumed": bool(core_bw) and CORE_BW_ASSUMED in (getattr(hardware, "source", "")
+                                                                                         or "")}
+        if not core_bw:
+            threads_info["note"] = CPU_OPTIMIZER_THREADS_NOTE
+        elif limit == "threads":
+            k = threads_fix(cores, rpn, share, core_bw)
+            threads_info["fix_threads"] = k
+            threads_info["note"] = (
+                f"{threads} OpenMP thread{'s' if threads != 1 else ''} per rank ({t_src}) stream at most "
+                f"{threads} x one core's bandwidth, below the rank's share of the node's host memory bandwidth "
+                f"({rpn} ranks per node): set OMP_NUM_THREADS={k} per rank (--omp-threads {k} here), or launch with "
+                "deepspeed --bind_cores_to_rank (physical cores // ranks per node each)"
+                if k and k > threads else
+                f"{threads} OpenMP thread{'s' if threads != 1 else ''} per rank ({t_src}) stream at most "
+                f"{threads} x one core's bandwidth, below the rank's share of the node's host memory bandwidth, and "
+                "the node has no more cores per rank to give")
+        elif threads and cores and threads * rpn > cores:
+            threads_info["note"] = (f"{threads} OpenMP threads per rank x {rpn} ranks per node exceed the node's {cores} "
+                                    "physical cores (oversubscribed, not modelled: DeepSpeed's launcher without "
+                                    "--bind_cores_to_rank leaves every rank torch's default of all cores)")
 
     # ---- critical path ----------------------------------------------------------------------
     def secs(t: Term) -> float:
@@ -493,7 +595,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "collectives": COLLECTIVE_MODEL,
                    "host_memory_bandwidth_note": HOST_BW_PEAK_NOTE if n_opt and host_bw and
                    "theoretical peak" in (getattr(hardware, "source", "") or "") else None,
-                   "cpu_optimizer_threads": CPU_OPTIMIZER_THREADS_NOTE if n_opt else None,
+                   "cpu_optimizer_threads": threads_info,
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "NVMe optimizer swap reads (pipeline_read) / writes (pipeline_write) overlap the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
@@ -588,13 +690,25 @@ def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
             terms.append(part)
 
 
-def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB") -> str:
+def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", threads: dict | None = None) -> str:
     """The CPU optimizer step's text line: ``amount`` bytes of host memory traffic per rank per
-    step at ``rate`` bytes/s per rank (None: unknown), in ``units`` (GiB = 2^30 or GB = 1e9 bytes)."""
+    step at ``rate`` bytes/s per rank (None: unknown), in ``units`` (GiB = 2^30 or GB = 1e9 bytes);
+    ``threads``: the step time's ``assumptions["cpu_optimizer_threads"]``, which names what limits
+    the rate (the node's share of host memory bandwidth, or the rank's OpenMP threads)."""
     from advisor.units import rate as rate_text, size
 
+    t = threads or {}
+    if t.get("limited_by") == "threads":
+        n = t.get("threads_per_rank")
+        why = (f"{n} OpenMP thread{'s' if n != 1 else ''} per rank x "
+               f"{rate_text(t.get('core_bandwidth_bytes_per_s') or 0, units, digits=1)} per core")
+    elif t.get("core_bandwidth_bytes_per_s"):
+        why = (f"host memory bandwidth / ranks per node; {t.get('threads_per_rank')} OpenMP threads per rank "
+               "would stream more")
+    else:
+        why = "host memory bandwidth / ranks per node"
     return (f"  CPU optimizer: {size(amount, units, digits=1)} per rank per step"
-            + (f" at {rate_text(rate, units, digits=1)} per rank (host memory bandwidth / ranks per node)"
+            + (f" at {rate_text(rate, units, digits=1)} per rank ({why})"
                if rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
 
 
@@ -617,9 +731,16 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
                            f"across nodes {cm['across_nodes']}; latency {cm['latency']})")
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
-        out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units))
-        out.append("    (assumes enough OpenMP threads per rank: torchrun sets OMP_NUM_THREADS=1 unless it is set; "
-                   "deepspeed --bind_cores_to_rank gives each rank its cores)")
+        th = st.assumptions.get("cpu_optimizer_threads") or {}
+        out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units, th))
+        if th.get("core_bandwidth_assumed"):
+            out.append("    (one core's bandwidth is the preset's assumed figure (Little's law, its source): measure one "
+                       "thread with benchmarks/steptime_calibration.py and give host_core_bandwidth_bytes_per_s)")
+        if th.get("note"):
+            out.append(f"    ({th['note']})")
+        elif th.get("threads_source"):
+            out.append(f"    (OpenMP threads per rank: {th.get('threads_per_rank')}, {th['threads_source']}; "
+                       "one core's bandwidth from the hardware spec)")
         if st.assumptions.get("host_memory_bandwidth_note"):
             out.append(f"    ({st.assumptions['host_memory_bandwidth_note']})")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():

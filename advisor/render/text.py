@@ -381,7 +381,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
                 if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
                     from advisor.ledger.steptime import cpu_optimizer_line
-                    line = cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units)
+                    line = cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
+                                              (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
                 console.print(line, markup=False)
             if stt.get("per_day_figures_use") == "--step-time":
                 console.print("  per-day NVMe figures below use --step-time (measured), not the model", markup=False)

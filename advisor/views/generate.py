@@ -124,6 +124,10 @@ class Request:
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     sequence_parallel: int | None = None
+    #: OpenMP threads per rank for the CPU optimizer step and where that came from (``--omp-threads``
+    #: or OMP_NUM_THREADS); None: the launcher's default (advisor.ledger.steptime.cpu_threads_per_rank).
+    omp_threads: int | None = None
+    omp_threads_source: str = ""
     #: The load phase, as estimate and check take it (``--zero-init/--no-zero-init``,
     #: ``--load-dtype``, ``--low-cpu-mem-usage``; None: the default,
     #: :func:`advisor.ledger.timeline.resolve_load` per plan's stage, ``hf`` as the Trainer loads).
@@ -407,8 +411,9 @@ class SearchResult:
             "overlap": ("critical path (advisor.ledger.steptime): overlapped collectives and copies hide behind the "
                         "forward/backward compute of their window, synchronous ones and the CPU optimizer step count "
                         "in full, a pipelined NVMe optimizer swap overlaps the CPU step"),
-            "cpu_optimizer": "DeepSpeedCPUAdam over the node's host memory bandwidth: partition elements x "
-                             "(28 + 4 + D) B x ranks per node / host_memory_bandwidth_bytes_per_s",
+            "cpu_optimizer": "DeepSpeedCPUAdam: partition elements x (28 + 4 + D) B / min(host_memory_bandwidth_"
+                             "bytes_per_s / ranks per node, OpenMP threads per rank x host_core_bandwidth_bytes_per_s)",
+            "omp_threads_per_rank": self.request.omp_threads,
             "host_memory_bandwidth_bytes_per_s": getattr(self.hardware, "host_memory_bandwidth_bytes_per_s", None),
             "activations": f"{self.request.attention} attention, dropout off (advisor.model.activations)"
                            + (f", MoE capacity factor {self.request.moe_capacity_factor:g}"
@@ -441,12 +446,15 @@ def _nvme_path(tier: Any) -> str | None:
     return posixpath.join(mount, OFFLOAD_DIR)
 
 
-def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float) -> dict[str, float]:
+def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float,
+              notes: set[str] | None = None) -> dict[str, float]:
     """Seconds per optimizer step by resource, from the one step-time model
     (:func:`advisor.ledger.steptime.step_time`, the critical path with DeepSpeed's overlap):
     ``compute`` (with recomputation), ``network``, ``pcie``, ``nvme`` and ``cpu_optimizer`` are
     each resource's EXPOSED seconds (on the critical path); ``total`` the step. ``unknown``
-    counts terms whose rate the hardware spec lacks (counted as 0)."""
+    counts terms whose rate the hardware spec lacks (counted as 0). ``notes`` collects the step
+    time's CPU-threads note when the rank's OpenMP threads limit its CPU optimizer step
+    (``cpu_optimizer_threads_limited`` is then 1)."""
     from advisor.ledger import steptime as stm
 
     st = stm.step_time(plan, hardware, seq_len=req.seq_len, global_batch=req.global_batch,
@@ -461,6 +469,10 @@ def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float
     if cpu is not None:
         out["cpu_optimizer_bytes_per_rank"] = float(cpu.amount)
         out["cpu_optimizer_bytes_per_s_per_rank"] = float(cpu.rate or 0.0)
+        th = st.assumptions.get("cpu_optimizer_threads") or {}
+        if th.get("limited_by") == "threads" and th.get("note") and notes is not None:
+            notes.add(th["note"])  # the same for every plan of one request: one note for the run
+            out["cpu_optimizer_threads_limited"] = 1.0
     return out
 
 
@@ -601,6 +613,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     ckpt_dtype = checkpoint_load_dtype(inv.hf_config)
     overhead = req.overhead if req.overhead is not None else OverheadSettings()
     notes: list[str] = []
+    threads_notes: set[str] = set()  # the CPU-threads notes of the plans' step times (step_time)
     if tier is None:
         ro = [t.name for t in getattr(hardware, "storage", ()) if t.read_oriented]
         notes.append("no read-write storage tier: NVMe offload not considered"
@@ -666,7 +679,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     skipped.append((tp, pp, lb))
                 continue
         cluster = Cluster(world_size=req.world_size, gpus_per_node=req.gpus_per_node, tensor_parallel=tp,
-                          pipeline_parallel=pp, sequence_parallel=sp, megatron_sequence_parallel=tp > 1)
+                          pipeline_parallel=pp, sequence_parallel=sp, megatron_sequence_parallel=tp > 1,
+                          omp_threads=req.omp_threads, omp_threads_source=req.omp_threads_source)
         size_inv = inv if tp * pp == 1 else _shard_inventory(inv, tp, pp)
         micros = [m for m in divisors(per_rank) if req.micro_batch is None or m == req.micro_batch]
         if not micros:  # --micro-batch does not divide this layout's sequences per rank
@@ -767,10 +781,12 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 superseded += 1
             for cand in fitting:
                 plan, a = fitted[id(cand)]
-                parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0)
+                parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0,
+                                  threads_notes)
                 cand.step_time_s = parts.pop("total")
                 cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
-                                                                  "cpu_optimizer_bytes_per_s_per_rank") if k in parts}
+                                                                  "cpu_optimizer_bytes_per_s_per_rank",
+                                                                  "cpu_optimizer_threads_limited") if k in parts}
                 cand.parts = parts
                 ranked.append(cand)
     if skipped and len(skipped) == len(layouts) - 1:
@@ -784,6 +800,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         notes.append(f"{len(limited)} stage/offload combinations not evaluated (over a documented work limit): "
                      + "; ".join(dict.fromkeys(limited)))
     ranked = rank(ranked, req.tie_tolerance)
+    if any(c.cpu_optimizer.get("cpu_optimizer_threads_limited") for c in ranked[:top]):
+        notes.extend("CPU optimizer step: " + n for n in sorted(threads_notes))
     if ranked and ranked[0].checkpointing != "none" and not req.hf:
         notes.append(sac_note(ranked[0].checkpointing))
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
@@ -915,7 +933,7 @@ def _explain_ranks(res: SearchResult) -> None:
             k = max(deltas, key=lambda x: deltas[x])
             if deltas[k] > 0.005 and c.step_time_s > best.step_time_s:
                 co = c.cpu_optimizer
-                detail = (" ({amount:1} per rank at {rate:1/s} host memory per rank)"
+                detail = (" ({amount:1} per rank at {rate:1/s} " + _cpu_rate_words(co) + ")"
                           if k == "cpu_optimizer" and co else "")
                 _why(c, f"+{deltas[k]:,.2f} s {names[k]}" + detail + f"; within {tol:.0%} of the fastest", co)
             elif a[0] > b[0]:
@@ -928,7 +946,7 @@ def _explain_ranks(res: SearchResult) -> None:
                     paid = (f", {-deltas['compute']:,.2f} s less compute (recomputes less: checkpointing "
                             f"{c.checkpointing} vs {best.checkpointing})" if deltas["compute"] < -0.005 else "")
                     _why(c, f"tie; offloads more: +{cpu_d:,.2f} s CPU optimizer step ({{amount:1}} per rank at "
-                            f"{{rate:1/s}} host memory per rank){paid}", c.cpu_optimizer)
+                            f"{{rate:1/s}} {_cpu_rate_words(c.cpu_optimizer)}){paid}", c.cpu_optimizer)
                 else:
                     c.why = "tie; offloads more"
             elif a[2] > b[2]:
@@ -941,8 +959,8 @@ def _explain_ranks(res: SearchResult) -> None:
         deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
         k = max(deltas, key=lambda x: deltas[x])
         if k == "cpu_optimizer" and c.cpu_optimizer:
-            _why(c, f"+{deltas[k]:,.2f} s CPU optimizer step" + " ({amount:1} per rank at {rate:1/s} host memory "
-                 "per rank)", c.cpu_optimizer)
+            _why(c, f"+{deltas[k]:,.2f} s CPU optimizer step" + " ({amount:1} per rank at {rate:1/s} "
+                 + _cpu_rate_words(c.cpu_optimizer) + ")", c.cpu_optimizer)
         elif k == "compute" and c.checkpointing != "none":
             c.why = f"+{deltas[k]:,.2f} s recomputation (checkpointing)"
         elif k == "network" and c.ga > best.ga and c.combo.stage >= 2:
@@ -953,6 +971,14 @@ def _explain_ranks(res: SearchResult) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # nothing fits: the smallest change that would
+
+
+def _cpu_rate_words(co: dict) -> str:
+    """What a plan's CPU optimizer rate is: the rank's share of the host memory bandwidth, or what
+    its OpenMP threads stream when they limit it (advisor.ledger.steptime.cpu_optimizer_rate; the
+    run's notes name the fix)."""
+    return ("per rank, its OpenMP threads' limit" if co.get("cpu_optimizer_threads_limited")
+            else "host memory per rank")
 
 
 def _why(c: "Candidate", template: str, co: dict | None) -> None:
