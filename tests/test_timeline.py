@@ -687,3 +687,26 @@ def test_hf_load_dtype_of_a_llama_2_preset_is_its_checkpoints_float16(tmp_path):
     p = run_cli(["estimate", *common])
     d = json.loads(p.stdout)
     assert d["load"]["dtype"] == "fp32" and d["load"]["host_per_node"] == 4 * 4 * 6_738_415_616
+
+
+def test_hf_zero3_state_dict_that_does_not_fit_the_node_is_m101_at_its_instant(tmp_path):
+    """Llama-3-70B through the HF Trainer at ZeRO-3 (no offload) on 32 ranks, 8 per node, 128 GB of
+    host memory per node: the step needs no host memory, but rank 0 reads the whole bf16
+    checkpoint while from_pretrained loads it: 70,553,706,496 x 2 = 141,107,412,992 B > 128e9.
+    M101 names that instant; there is nothing else on the host then."""
+    f = tmp_path / "z3.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                             "optimizer": {"type": "AdamW", "params": {"lr": 5e-5}},
+                             "zero_optimization": {"stage": 3}}))
+    p = run_cli(["estimate", str(f), "--model", "llama-3-70b", "--world-size", "32", "--gpus-per-node", "8",
+                 "--seq-len", "1024", "--hf", "--bf16", "--per-device-train-batch-size", "1",
+                 "--host-memory", "128GB", "--format", "json"])
+    d = json.loads(p.stdout)
+    assert p.returncode == 1, p.stderr
+    host = next(r for r in d["fit"] if r["tier"] == "host")
+    assert (host["need"], host["instant"], host["steady_need"]) == (70_553_706_496 * 2, "load:state_dict", 0)
+    assert d["load"]["host_per_node"] == 70_553_706_496 * 2 and d["load"]["fits"] is False
+    (m101,) = [x for x in d["findings"] if x["code"] == "M101"]
+    assert m101["data"]["instant"] == "load:state_dict" and "rank 0" in m101["message"]
+    assert "16-bit" not in m101["fix"]  # the checkpoint is bf16 already
+    assert not [x for x in d["findings"] if x["code"] == "M100"]

@@ -8,6 +8,13 @@ its ``load`` instant (``--zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage``
 assumption; the JSON's ``load`` section states it); the finding is raised when that instant, not
 the training step, is what does not fit the node's host memory.
 
+With the HF Trainer at ZeRO-3 the model is built under zero.Init, but ``from_pretrained`` then
+reads the whole checkpoint on rank 0 (transformers 5 ``modeling_utils.py``
+``_load_pretrained_model``: ``map_location="cpu"`` on rank 0, ``"meta"`` elsewhere) and copies it
+into one gathered module at a time: N x the checkpoint's dtype in rank 0's host memory, the
+instant ``load:state_dict``. When that is what does not fit, M101 names it: more host memory on
+rank 0's node, a 16-bit checkpoint, or the weights loaded after ``deepspeed.initialize``.
+
 Anti-pattern: a 20B model at ZeRO-2 on a 4-GPU node with 256 GB of RAM: 4 ranks x 4 B x 20e9 =
 320 GB at load, while the steady state keeps nothing on the host.
 

@@ -579,13 +579,17 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                 message=(literal(f"{r.tier} {r.scope}") + ": loading the checkpoint needs {need}: under ZeRO-3 "
                          "the HF Trainer's from_pretrained reads the whole state dict on rank 0 "
                          + literal(f"({ld.state_dict_dtype}, every checkpoint file at once)")
-                         + " beside the zero.Init partitions held in host memory, but only {capacity} is "
-                         "available: over by {over}; the training step itself needs {steady_need}"
+                         + " beside what the node's ranks hold in host memory then (their zero.Init partitions "
+                         "with offload_param), but only {capacity} is available: over by {over}; the training "
+                         "step itself needs {steady_need}"
                          + literal(f" ({r.steady_label})" if r.steady_label else "")),
                 sizes={"need": r.need, "capacity": cap, "over": r.need - cap, "steady_need": steady},
-                fix=("more host memory on rank 0's node, a checkpoint stored in 16-bit (half the fp32 bytes), "
-                     "fewer ranks per node when offload_param keeps their partitions in host memory, or load the "
-                     "weights after deepspeed.initialize (e.g. engine.load_checkpoint) instead of from_pretrained"),
+                fix=("more host memory on rank 0's node, "
+                     + ("the checkpoint saved in 16-bit (half its fp32 bytes), " if ld.state_dict_dtype == "fp32"
+                        else "")
+                     + "fewer ranks per node when offload_param keeps their partitions in host memory, or load "
+                     "the weights after deepspeed.initialize (e.g. engine.load_checkpoint) instead of "
+                     "from_pretrained"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": r.need - cap,
                       "instant": r.instant, "ranks": r.ranks, "steady_need": steady}))
         elif load_over:
