@@ -435,11 +435,15 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(f"  release: {ra['release']}; {ra['accounting']}", markup=False)  # defaults: notes
             ld = d.get("load")
             if ld:
+                per_rank, n, node = ld["host_per_rank"], ld["ranks_per_node"], ld["host_per_node"]
+                host = (f"host {size(per_rank, units)} per rank x {n} ranks = {size(node, units)} per node"
+                        if per_rank * n == node else
+                        f"host {size(per_rank, units)} on the worst rank, {size(node, units)} per node ({n} ranks"
+                        + (f"; rank 0 alone holds the checkpoint's state dict, {ld['state_dict_dtype']}, while "
+                           "from_pretrained loads it)" if ld.get("state_dict_dtype") else ")"))
                 console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
                               f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
-                              f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: host {size(ld['host_per_rank'], units)} per "
-                              f"rank x {ld['ranks_per_node']} ranks = {size(ld['host_per_node'], units)} per node",
-                              markup=False)
+                              f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: {host}", markup=False)
             w = a["workload"]
             if w["seq_len"]:
                 console.print(f"  workload: {key_words('seq_len')} {w['seq_len']}, "
