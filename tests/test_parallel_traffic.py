@@ -73,7 +73,8 @@ def test_step_time_divides_compute_and_charges_the_bubble():
     tokens = 64 * SEQ / 4                               # per data-parallel replica
     assert t["compute_forward"].amount == pytest.approx(2 * n * tokens / 16)
     # 1F1B, p = 2, m = GA = 16: bubble = (p-1)/m of the ideal, (p-1)/(m+p-1) of the pipelined compute
-    ideal = t["compute_forward"].seconds + t["compute_backward"].seconds
+    # the ideal compute: 6 N T plus the attention scores (advisor.ledger.steptime.attention_flops_per_token)
+    ideal = sum(t[k].seconds for k in ("compute_forward", "compute_backward", "attention_forward", "attention_backward"))
     assert t["pipeline_bubble"].seconds == pytest.approx(ideal / 16)
     assert t["pipeline_bubble"].seconds / (ideal + t["pipeline_bubble"].seconds) == pytest.approx(1 / 17)
     assert stm.bubble_fraction(2, 16) == pytest.approx(1 / 17) and stm.bubble_fraction(1, 4) == 0

@@ -564,3 +564,34 @@ def test_offload_gradient_copies_exposed_without_overlap_comm_by_hand(stage):
         hidden = 0.0 if overlap else back / 1e10  # 4N / 1e10 = 1.7 ms, 8N / 1e10 = 3.4 ms < 42 ms backward
         assert st.total == pytest.approx(compute + hidden + 2 * N / 1e10 + 42 * N / 1e10, rel=1e-9)
         assert st.by_resource()["pcie"] == pytest.approx(hidden + 2 * N / 1e10, rel=1e-9)
+
+
+@pytest.mark.parametrize("seq", [4096, 131072])
+def test_compute_counts_attention_scores_that_grow_with_sequence_length_by_hand(seq):
+    """Llama-3-8B (config.json: 32 layers, 32 heads, head_dim 128): the attention scores and
+    weighted values add 6 x L x s x a x (d_qk + d_v) = 12 x L x H x Q x s FLOPs per token (PaLM,
+    Chowdhery et al. 2022, Appendix B), full s x s, no causal halving: 6,442,450,944 at s = 4,096
+    (13 % of 6 N, N = 8,030,261,248), 206,158,430,208 at s = 131,072 (4.3 x 6 N). One rank, one
+    sequence per step (T = s tokens), 1e12 FLOP/s x MFU 0.4; recompute at a fraction f of the step
+    adds f x (6 N + attention) x T."""
+    from advisor.ledger.steptime import attention_flops_per_token
+    from advisor.model.specs import resolve_model
+    inv = resolve_model("llama-3-8b")
+    per_tok = {4096: 6_442_450_944, 131072: 206_158_430_208}[seq]
+    assert attention_flops_per_token(inv.meta, seq) == per_tok == 12 * 32 * 32 * 128 * seq
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                           "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}})
+    plan = Plan(ec, inv, Cluster(world_size=1, gpus_per_node=1))
+    n = 8_030_261_248
+    assert inv.numel == n
+    st = step_time(plan, _hw(), seq_len=seq)
+    want = (6 * n + per_tok) * seq / 4e11
+    assert st.by_resource(False)["compute"] == pytest.approx(want, rel=1e-12)
+    attn = {t.name: t for t in st.terms if t.name.startswith("attention_")}
+    assert attn["attention_forward"].seconds == pytest.approx(per_tok * seq / 3 / 4e11, rel=1e-12)
+    assert attn["attention_backward"].phase == "backward"
+    rc = step_time(plan, _hw(), seq_len=seq, recompute_fraction=0.25)
+    assert rc.by_resource(False)["compute"] == pytest.approx(1.25 * want, rel=1e-12)
+    # per token the compute is 6 N + attention: at 128k (6 N + 206.2e9) / (6 N + 6.44e9) = 4.656 x
+    # what it is at 4k (it was flat: 6 N at both)
+    assert st.by_resource(False)["compute"] * 4e11 / seq == pytest.approx(6 * n + per_tok, rel=1e-12)

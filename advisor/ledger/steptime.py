@@ -11,8 +11,16 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   2020, "Scaling Laws for Neural Language Models", s.2.1: C ~ 6 N per token for forward +
   backward, 2 N forward and 4 N backward), peak = the accelerator's dense 16-bit FLOP/s
   (fp32 at half of it, TF32), MFU = :data:`MFU` unless the accelerator preset names its own
-  (``assumed_mfu``). **recompute** = the activations estimate's fraction x that (one extra
-  forward of the checkpointed layers), in the backward window.
+  (``assumed_mfu``). **attention** (:func:`attention_flops_per_token`): the attention scores
+  and weighted values, which 6 N does not count and which grow with the sequence length s:
+  per token 6 x L x s x a x (d_qk + d_v) forward + backward, PaLM's 12 x L x H x Q x T when
+  d_v = d_qk (Chowdhery et al. 2022, Appendix B; the same term as Megatron-LM's
+  72 B s l h^2 (1 + s/(6h) + ...), Narayanan et al. SC'21 s.5.1 eq. 3); like both, it counts
+  the full s x s scores, no causal-mask halving (a causal flash kernel skips about half of
+  them) and no sliding window. **recompute** = the activations estimate's fraction x the
+  compute (6 N + attention) x T: the fraction is the recomputed forward FLOPs over the step's,
+  whose per-token total counts the attention core too (``advisor.model.activations``: 3 x (L x
+  (24 h^2 + 4 s h) + 2 h V)), in the backward window.
 * **model parallelism**: a rank of tensor parallel t, pipeline parallel p and Ulysses degree u
   computes 1/(t p u) of those FLOPs (each holds 1/t of every layer's weights, 1/p of the layers,
   s/u of each sequence). The 1F1B schedule leaves a **pipeline bubble** of (p-1)/m of the
@@ -169,6 +177,16 @@ COLLECTIVE_MODEL = {
 HOST_BW_PEAK_NOTE = ("host memory bandwidth is the data sheet's theoretical peak (the preset's source); a measured "
                      "STREAM figure is lower, so the CPU step is a lower bound: give the measured one as "
                      "host_memory_bandwidth_bytes_per_s in a --hardware JSON")
+#: How the compute term counts FLOPs (the one statement of it; :func:`step_time` computes it): what
+#: the step-time JSON's ``assumptions.compute`` and generate's assumptions say.
+COMPUTE_MODEL = ("(6 x active parameters + 6 x L x s x heads x (d_qk + d_v)) x tokens per rank per step / (dense "
+                 "peak FLOP/s x MFU) (Kaplan et al. 2020 s.2.1; the attention scores as PaLM Appendix B's 12 L H Q T, "
+                 "full s x s, no causal halving), plus the recompute fraction of that with checkpointing")
+#: How the CPU optimizer term counts bytes (:func:`cpu_adam_bytes_per_element` computes it): generate's
+#: assumptions say it.
+CPU_OPTIMIZER_MODEL = ("DeepSpeedCPUAdam: partition elements x (28 B kernel + 8 B unscale pass where DeepSpeed runs "
+                       "it + (4 + D) B 16-bit copy) / min(host_memory_bandwidth_bytes_per_s / ranks per node, OpenMP "
+                       "threads per rank x host_core_bandwidth_bytes_per_s)")
 #: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
 FORWARD_SHARE = 2 / 6
 
@@ -272,6 +290,26 @@ def mfu_for(hardware: "Hardware") -> tuple[float, str]:
     if v:
         return float(v), f"{a.name} preset's assumed_mfu"
     return MFU, "default assumption (advisor.ledger.steptime.MFU)"
+
+
+def attention_flops_per_token(meta: dict[str, Any] | None, seq_len: int) -> float:
+    """Forward + backward FLOPs per token of the attention scores (Q K^T) and the weighted values
+    (softmax x V) at sequence length ``seq_len``, over all layers: 6 x L x s x a x (d_qk + d_v),
+    i.e. forward 2 x s x a x d_qk + 2 x s x a x d_v per layer, backward twice that. With
+    d_v = d_qk = Q this is PaLM's 12 x L x H x Q x T (Chowdhery et al. 2022, "PaLM", Appendix B:
+    6N + 12LHQT FLOPs per token), and with H x Q = h Megatron-LM's attention term 12 x l x s x h
+    per token (Narayanan et al. SC'21 s.5.1 eq. 3: 72 B s l h^2 x s/(6h) per batch). Full s x s
+    scores as both formulas count them: no causal halving, no sliding window. ``meta`` gives
+    num_layers, num_heads, hidden_size (head_dim = hidden / heads and v_head_dim = head_dim by
+    default, as transformers' configs). 0.0 when any of the three is missing (no architecture)."""
+    meta = meta or {}
+    try:
+        L, a, h = int(meta["num_layers"]), int(meta["num_heads"]), int(meta["hidden_size"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    d = int(meta.get("head_dim") or h // a)
+    dv = int(meta.get("v_head_dim") or d)
+    return 6.0 * L * seq_len * a * (d + dv)
 
 
 def cpu_optimizer_elements(plan: "Plan") -> int:
@@ -460,18 +498,29 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     if rate is None:
         unknown.append("compute (no peak FLOP/s in the hardware spec)")
     c_src = "Kaplan et al. 2020 s.2.1 (C ~ 6 N per token, forward + backward)"
+    per_mp = f" / {mp} (t x p x u)" if mp > 1 else ""
     fwd = Term("compute_forward", "compute", "forward", flops * FORWARD_SHARE, "FLOP", rate,
                flops * FORWARD_SHARE / rate if rate else None,
-               formula="2 x N_active x T / (peak x MFU)" + (f" / {mp} (t x p x u)" if mp > 1 else ""), source=c_src)
+               formula="2 x N_active x T / (peak x MFU)" + per_mp, source=c_src)
     bwd = Term("compute_backward", "compute", "backward", flops * (1 - FORWARD_SHARE), "FLOP", rate,
                flops * (1 - FORWARD_SHARE) / rate if rate else None,
-               formula="4 x N_active x T / (peak x MFU)" + (f" / {mp} (t x p x u)" if mp > 1 else ""), source=c_src)
+               formula="4 x N_active x T / (peak x MFU)" + per_mp, source=c_src)
     terms += [fwd, bwd]
+    attn = attention_flops_per_token(inv.meta, seq_len) * tokens / mp
+    if attn:
+        a_src = ("Chowdhery et al. 2022 (PaLM) Appendix B, 12 L H Q T per token; Narayanan et al. SC'21 s.5.1 eq. 3 "
+                 "(full s x s scores, no causal halving)")
+        for name, ph, share, k in (("attention_forward", "forward", FORWARD_SHARE, 2),
+                                   ("attention_backward", "backward", 1 - FORWARD_SHARE, 4)):
+            terms.append(Term(name, "compute", ph, attn * share, "FLOP", rate, attn * share / rate if rate else None,
+                              formula=f"{k} x L x s x heads x (d_qk + d_v) x T / (peak x MFU), s = {seq_len:,}"
+                                      + per_mp, source=a_src))
     if recompute_fraction:
-        rf = flops * recompute_fraction
+        rf = (flops + attn) * recompute_fraction
         terms.append(Term("recompute", "compute", "backward", rf, "FLOP", rate, rf / rate if rate else None,
-                          formula=f"{recompute_fraction:.3f} x 6 x N_active x T / (peak x MFU) (one extra forward of "
-                                  "the checkpointed layers)", source="advisor.model.activations recompute_flops_fraction"))
+                          formula=f"{recompute_fraction:.3f} x (6 x N_active + attention) x T / (peak x MFU) (one "
+                                  "extra forward of the checkpointed layers; the fraction's denominator counts the "
+                                  "attention core)", source="advisor.model.activations recompute_flops_fraction"))
 
     pp = plan.cluster.pipeline_parallel
     if pp > 1:
@@ -587,7 +636,12 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
             sync += t.exposed
     windows["synchronous"] = sync
     total = windows["forward"] + windows["backward"] + windows["step"] + sync
+    attn_tok = attention_flops_per_token(inv.meta, seq_len)
     assumptions = {"mfu": mfu, "mfu_source": m_src, "peak_flops": peak, "precision": prec,
+                   "compute": COMPUTE_MODEL, "seq_len": seq_len,
+                   "attention_flops_per_token": attn_tok if attn_tok else None,
+                   "attention_note": None if attn_tok else ("no num_layers / num_heads / hidden_size: the "
+                                                            "attention scores' FLOPs are left out (6 N per token only)"),
                    "model_parallel_degree": mp,
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
                    "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,

@@ -28,8 +28,8 @@ host and NVMe: one node's ranks summed, the load phase included). Only plans who
 ``estimate`` says fits for the same model, hardware and workload sidecar.
 
 Step time (seconds per optimizer step), the ranking key (:func:`step_time`): the one step-time
-model, :mod:`advisor.ledger.steptime` (compute at 6 x N_active x tokens / (peak x MFU) plus
-recomputation, ring collectives, PCIe copies and NVMe swaps from the movement ledger, the CPU
+model, :mod:`advisor.ledger.steptime` (compute at (6 x N_active + the attention scores' 12 L H Q s)
+x tokens / (peak x MFU) plus recomputation, ring collectives, PCIe copies and NVMe swaps from the movement ledger, the CPU
 optimizer step over the node's host memory bandwidth, and DeepSpeed's overlap: the step is the
 critical path, each plan's output names the resource that costs it most);
 
@@ -403,16 +403,14 @@ class SearchResult:
         acc = self.hardware.accelerator
         return {
             "mfu": self.request.mfu,
-            "compute": "6 x active parameters x tokens per rank per step / (dense peak FLOP/s x MFU), "
-                       "x (1 + recompute fraction) with checkpointing",
+            "compute": _steptime.COMPUTE_MODEL,
             "peak_flops": _peak(self.hardware, self.request.precision),
             "fit": "estimate's fit (advisor.views.estimate.plan_fit): timeline peak + runtime overhead rows; "
                    "only \"fits\" is ranked",
             "overlap": ("critical path (advisor.ledger.steptime): overlapped collectives and copies hide behind the "
                         "forward/backward compute of their window, synchronous ones and the CPU optimizer step count "
                         "in full, a pipelined NVMe optimizer swap overlaps the CPU step"),
-            "cpu_optimizer": "DeepSpeedCPUAdam: partition elements x (28 + 4 + D) B / min(host_memory_bandwidth_"
-                             "bytes_per_s / ranks per node, OpenMP threads per rank x host_core_bandwidth_bytes_per_s)",
+            "cpu_optimizer": _steptime.CPU_OPTIMIZER_MODEL,
             "omp_threads_per_rank": self.request.omp_threads,
             "host_memory_bandwidth_bytes_per_s": getattr(self.hardware, "host_memory_bandwidth_bytes_per_s", None),
             "activations": f"{self.request.attention} attention, dropout off (advisor.model.activations)"
@@ -563,7 +561,8 @@ def _shard_inventory(inv: Inventory, tp: int, pp: int) -> Inventory:
 
 def layout_lower_bound(inv: Inventory, hardware: Any, req: Request, tp: int, pp: int) -> float | None:
     """Seconds per step no plan of layout (tp, pp) can beat (the step-time model's own terms,
-    :mod:`advisor.ledger.steptime`): the compute 6 x N_active x G x s / world / (peak x MFU), with
+    :mod:`advisor.ledger.steptime`): the compute (6 x N_active + the attention scores' FLOPs per
+    token, :func:`advisor.ledger.steptime.attention_flops_per_token`) x G x s / world / (peak x MFU), with
     the 1F1B bubble at the most micro-batches (micro-batch 1: m = G / DP), plus the tensor-parallel
     all-reduces (4 per layer of the largest stage, 2 (t-1)/t x b s h D each, over the peer link,
     synchronous: :func:`advisor.ledger.movement.model_parallel_movements`). None without a peak."""
@@ -572,7 +571,8 @@ def layout_lower_bound(inv: Inventory, hardware: Any, req: Request, tp: int, pp:
         return None
     meta = inv.meta or {}
     n_active = int(meta.get("active_params") or inv.numel)
-    comp = 6.0 * n_active * req.global_batch * req.seq_len / req.world_size / (peak * req.mfu)
+    per_token = 6.0 * n_active + _steptime.attention_flops_per_token(meta, req.seq_len)
+    comp = per_token * req.global_batch * req.seq_len / req.world_size / (peak * req.mfu)
     m = req.global_batch // (req.world_size // (tp * pp))
     comp *= 1 + (pp - 1) / m
     tpc = 0.0
