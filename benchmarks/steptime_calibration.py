@@ -55,8 +55,16 @@ load average of every round.
 Writes benchmarks/results/steptime_calibration-<host><tag>.json and prints a table. No assertion (the
 timings are the machine's): the proof target is |model / measured - 1| <= 25 %.
 
+4. **CPU Adam threads** (``--adam-threads``). The step-time model's CPU optimizer rate per rank
+   is min(host bandwidth / ranks per node, OpenMP threads x one core's bandwidth)
+   (``advisor.ledger.steptime.cpu_optimizer_rate``). DeepSpeedCPUAdam is timed at 1 thread and
+   at all the machine's cores, each series in its own process started with OMP_NUM_THREADS set
+   as a launcher sets it; every round measures the one-thread and all-thread bandwidth (in-place
+   add, wall clock) right before the steps, and the model divides 28 B per element by that
+   function of them.
+
 Usage: python benchmarks/steptime_calibration.py [--dir /tmp] [--rounds 7] [--swap-mib 256]
-[--aio-sweep] [--skip adam] [--skip aio] [--tag=-NAME]
+[--aio-sweep] [--adam-threads] [--skip adam] [--skip aio] [--tag=-NAME]
 (the cpu_adam and async_io ops are built on first use in TORCH_EXTENSIONS_DIR).
 """
 
@@ -163,6 +171,95 @@ def cpu_adam_rounds(torch, rounds: int, threads: int, clock_name: str) -> dict:
                              "cpu_share": _summary(share) if share else None,
                              "effective_bytes_per_s": _summary([n * CPU_ADAM_KERNEL_BYTES / x["measured_s"]
                                                                 for x in mine])})
+    return out
+
+
+def cpu_adam_threads_child(torch, rounds: int, threads: int, cores: int) -> dict:
+    """One thread count's series, in a process started with OMP_NUM_THREADS=``threads`` (as a
+    launcher sets it for a rank; :func:`cpu_adam_threads`). Per round, on the wall clock as in
+    training: the single-thread bandwidth (in-place add at torch.set_num_threads(1)), the
+    all-thread bandwidth (at ``cores`` threads), then DeepSpeedCPUAdam at ``threads`` threads for
+    each size; model = elements x CPU_ADAM_KERNEL_BYTES / the step-time model's own rate
+    (``advisor.ledger.steptime.cpu_optimizer_rate``: min(all-thread bandwidth / 1 rank, threads x
+    single-thread bandwidth), the node figure max(all-thread, single-thread): on a shared machine
+    an all-thread probe below one thread's waited for a core). The process's CPU share (CPU seconds / (wall x threads)) is
+    recorded: below 1 the step waited for a core, which no bandwidth model predicts."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    from advisor.ledger.steptime import CPU_ADAM_KERNEL_BYTES, cpu_optimizer_rate
+
+    clock = time.perf_counter
+    a = torch.ones(BW_ELEMS, dtype=torch.float32)
+    b = torch.full_like(a, 1e-7)
+    a.add_(b)
+    torch.set_num_threads(threads)
+    opts = []
+    for n in SIZES:
+        p = torch.nn.Parameter(torch.randn(n, dtype=torch.float32))
+        p.grad = torch.randn(n, dtype=torch.float32)
+        o = DeepSpeedCPUAdam([p], lr=1e-3, adamw_mode=True)
+        o.step()  # creates exp_avg / exp_avg_sq
+        opts.append((n, o, p))
+    rows: list[dict] = []
+    for r in range(rounds):
+        load = os.getloadavg()[0]
+        torch.set_num_threads(1)
+        t1, c1 = _median_run(lambda: a.add_(b), STEPS_PER_ROUND, clock)
+        torch.set_num_threads(cores)
+        tc, cc = _median_run(lambda: a.add_(b), STEPS_PER_ROUND, clock)
+        bw1, bwc = 3 * BW_ELEMS * 4 / t1, 3 * BW_ELEMS * 4 / tc
+        # the CPU-time view: each thread's seconds on a core (process CPU / threads), the time the
+        # kernel streamed, without the time it waited for a core (OMP_WAIT_POLICY=PASSIVE: idle
+        # OpenMP workers sleep instead of spinning, so CPU time is work)
+        bw1_cpu, bwc_cpu = 3 * BW_ELEMS * 4 / c1, 3 * BW_ELEMS * 4 * cores / cc
+        rate_cpu, _ = cpu_optimizer_rate(max(bw1_cpu, bwc_cpu), 1, threads, bw1_cpu)
+        # all cores stream at least what one does: a lower all-thread figure means its probe waited
+        # for a core another process held (the machine is shared), so the node figure is the larger
+        node = max(bw1, bwc)
+        rate, limit = cpu_optimizer_rate(node, 1, threads, bw1)
+        torch.set_num_threads(threads)
+        for n, o, _ in opts:
+            t, cpu = _median_run(o.step, STEPS_PER_ROUND, clock)
+            model = n * CPU_ADAM_KERNEL_BYTES / rate
+            per_thread = cpu / threads
+            rows.append({"round": r, "load1": load, "elements": n, "measured_s": t, "cpu_s": cpu,
+                         "model_over_measured_cpu_time": n * CPU_ADAM_KERNEL_BYTES / rate_cpu / per_thread,
+                         "bandwidth_1_thread_cpu_time": bw1_cpu, "bandwidth_all_threads_cpu_time": bwc_cpu,
+                         "cpu_share": cpu / (t * threads), "bandwidth_1_thread": bw1,
+                         f"bandwidth_{cores}_threads": bwc, "node_bandwidth": node, "model_rate": rate,
+                         "limited_by": limit,
+                         "model_s": model, "model_over_measured": model / t})
+    out = {"threads": threads, "cores": cores, "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+           "torch_threads_at_start": None, "clock": "perf_counter", "rounds": rounds,
+           "steps_per_round": STEPS_PER_ROUND, "load1": _summary([x["load1"] for x in rows]),
+           "bandwidth_1_thread": _summary([x["bandwidth_1_thread"] for x in rows[::len(SIZES)]]),
+           f"bandwidth_{cores}_threads": _summary([x[f"bandwidth_{cores}_threads"] for x in rows[::len(SIZES)]]),
+           "limited_by": sorted({x["limited_by"] for x in rows}), "sizes": [], "rows": rows}
+    for n in SIZES:
+        mine = [x for x in rows if x["elements"] == n]
+        out["sizes"].append({"elements": n, "kernel_bytes": n * CPU_ADAM_KERNEL_BYTES,
+                             "measured_s": _summary([x["measured_s"] for x in mine]),
+                             "model_s": _summary([x["model_s"] for x in mine]),
+                             "model_over_measured": _summary([x["model_over_measured"] for x in mine]),
+                             "model_over_measured_cpu_time": _summary([x["model_over_measured_cpu_time"]
+                                                                       for x in mine]),
+                             "cpu_share": _summary([x["cpu_share"] for x in mine])})
+    return out
+
+
+def cpu_adam_threads(rounds: int, cores: int) -> dict:
+    """DeepSpeedCPUAdam at 1 thread and at the machine's ``cores`` threads, each in its own
+    process started with OMP_NUM_THREADS set (how torchrun / DeepSpeed's launcher hand a rank its
+    threads), against the model's min(node bandwidth, threads x one core's bandwidth) with both
+    bandwidths measured in the same round (:func:`cpu_adam_threads_child`)."""
+    out = {}
+    for t in sorted({1, cores}):
+        env = {**os.environ, "OMP_NUM_THREADS": str(t), "OMP_WAIT_POLICY": "PASSIVE"}
+        p = subprocess.run([sys.executable, __file__, "--adam-child", str(t), "--rounds", str(rounds)],
+                           env=env, capture_output=True, text=True, timeout=1800)
+        if p.returncode:
+            out[str(t)] = {"error": (p.stderr or p.stdout)[-2000:]}
+            continue
+        out[str(t)] = json.loads(p.stdout.strip().splitlines()[-1])
     return out
 
 
@@ -384,8 +481,17 @@ def main() -> int:
     ap.add_argument("--aio-sweep", action="store_true",
                     help="also time DeepSpeed aio at several block sizes / queue depths / threads against the model")
     ap.add_argument("--tag", default="", help="suffix of the results file name")
+    ap.add_argument("--adam-threads", action="store_true",
+                    help="also time DeepSpeedCPUAdam at 1 thread and at all cores, each in a process with "
+                         "OMP_NUM_THREADS set, against min(all-core bandwidth, threads x one-core bandwidth)")
+    ap.add_argument("--host", default=None, help="the machine's name in the results file (default: the hostname)")
+    ap.add_argument("--adam-child", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     import torch
+    if a.adam_child is not None:  # one series of --adam-threads, in its own process: JSON on stdout
+        d = cpu_adam_threads_child(torch, a.rounds, a.adam_child, os.cpu_count() or 1)
+        print(json.dumps(d))
+        return 0
 
     res: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "machine": {"host": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
@@ -402,6 +508,8 @@ def main() -> int:
         res["cpu_adam"] = cpu_adam_rounds(torch, a.rounds, 1, "thread_time")
         # as in training: torch's thread count, wall clock (reported with the CPU share it got)
         res["cpu_adam_wall"] = cpu_adam_rounds(torch, a.rounds, res["machine"]["torch_threads"], "perf_counter")
+    if a.adam_threads:
+        res["cpu_adam_threads"] = cpu_adam_threads(a.rounds, os.cpu_count() or 1)
     if "aio" not in a.skip:
         try:
             res["aio"] = aio_rounds(torch, a.dir, a.swap_mib * 2 ** 20, a.rounds)
@@ -413,7 +521,7 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001  (report, do not hide: the JSON says why)
             res["aio_settings"] = {"error": f"{type(e).__name__}: {e}"}
     res["machine"]["load_after"] = os.getloadavg()
-    out = Path(__file__).parent / "results" / f"steptime_calibration-{socket.gethostname()}{a.tag}.json"
+    out = Path(__file__).parent / "results" / f"steptime_calibration-{a.host or socket.gethostname()}{a.tag}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
     m = res["machine"]
@@ -433,6 +541,23 @@ def main() -> int:
                   f" model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}), with copy bandwidth "
                   f"{s['model_over_measured_copy_bandwidth']['median']:.2f}"
                   + (f"; CPU share {c['median']:.2f}" if c else ""))
+    for t, ca in (res.get("cpu_adam_threads") or {}).items():
+        if "error" in ca:
+            print(f"[OMP_NUM_THREADS={t}] error: {ca['error'][-300:]}")
+            continue
+        b1, bc = ca["bandwidth_1_thread"], ca[f"bandwidth_{ca['cores']}_threads"]
+        print(f"[OMP_NUM_THREADS={t}, wall, {ca['rounds']} rounds, load {ca['load1']['min']:.1f}-{ca['load1']['max']:.1f}]"
+              f" bandwidth 1 thread {b1['median'] / 1e9:.2f} GB/s ({b1['min'] / 1e9:.2f}-{b1['max'] / 1e9:.2f}), "
+              f"{ca['cores']} threads {bc['median'] / 1e9:.2f} GB/s ({bc['min'] / 1e9:.2f}-{bc['max'] / 1e9:.2f}); "
+              f"model limited by {', '.join(ca['limited_by'])}")
+        for s in ca["sizes"]:
+            r, c = s["model_over_measured"], s["cpu_share"]
+            print(f"  DeepSpeedCPUAdam {s['elements']:>11,} elements: measured {s['measured_s']['median'] * 1e3:7.1f} ms "
+                  f"({s['measured_s']['min'] * 1e3:.1f}-{s['measured_s']['max'] * 1e3:.1f}), model "
+                  f"{s['model_s']['median'] * 1e3:7.1f} ms, model/measured {r['median']:.2f} ({r['min']:.2f}-"
+                  f"{r['max']:.2f}); CPU share {c['median']:.2f}; by CPU time "
+                  f"{s['model_over_measured_cpu_time']['median']:.2f} ({s['model_over_measured_cpu_time']['min']:.2f}-"
+                  f"{s['model_over_measured_cpu_time']['max']:.2f})")
     ai = res.get("aio")
     if ai and "error" in ai:
         print(f"aio: {ai['error']}")
