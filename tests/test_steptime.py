@@ -595,3 +595,44 @@ def test_compute_counts_attention_scores_that_grow_with_sequence_length_by_hand(
     # per token the compute is 6 N + attention: at 128k (6 N + 206.2e9) / (6 N + 6.44e9) = 4.656 x
     # what it is at 4k (it was flat: 6 N at both)
     assert st.by_resource(False)["compute"] * 4e11 / seq == pytest.approx(6 * n + per_tok, rel=1e-12)
+
+
+def _estimate_text_and_json(tmp_path, nodes: int, *extra: str) -> tuple[str, dict]:
+    import json
+    from tests.conftest import run_cli
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                               "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme",
+                                                                                       "nvme_path": "/local_nvme"}}}))
+    args = ["estimate", str(cfg), "--model", "llama-3.2-1b", "--hardware", f"dgx-h100:{nodes}", "--seq-len", "1024",
+            "--units", "GB", *extra]
+    text = run_cli(args, env={"COLUMNS": "400"}).stdout
+    return " ".join(text.split()), json.loads(run_cli(args + ["--format", "json"]).stdout)
+
+
+@pytest.mark.parametrize("nodes,bw", [(1, 450e9), (2, 400e9 / 8)])
+def test_breakdown_shows_the_collective_bandwidth_it_used(tmp_path, nodes, bw):
+    """The collectives line names the link rule and the B it divided by: dgx-h100 (data sheet: 8 x
+    400 Gb/s ConnectX-7 = 400e9 B/s per node, NVLink 450e9 B/s per direction): within one node the
+    peer link, 450.0 GB/s; across 2 nodes the node's network / 8 ranks, 50.0 GB/s; each network
+    term's rate in the JSON is that B."""
+    text, d = _estimate_text_and_json(tmp_path, nodes)
+    rates = {t["rate"] for t in d["step_time"]["terms"] if t["resource"] == "network"}
+    assert rates and all(r == pytest.approx(bw, rel=1e-9) for r in rates)
+    assert f"B used: {bw / 1e9:,.1f} GB/s per rank (param_allgather_fwd" in text, text
+
+
+def test_step_time_override_is_labelled_where_it_is_used(tmp_path):
+    """--step-time replaces the model's step time in the per-day figures only: the breakdown's header
+    says it is the model's, the line under it names the measured value and the model's, and the
+    Storage line says which step time its per-day figures are at."""
+    text, d = _estimate_text_and_json(tmp_path, 1, "--step-time", "30")
+    model = d["step_time"]["step_time_s"]
+    assert f"step time (model): {model:,.2f} s per optimizer step" in text, text
+    assert (f"per-day NVMe figures and drive life below use --step-time 30 s (measured), not the model's "
+            f"{model:,.2f} s") in text, text
+    assert "at 30 s/step (--step-time, measured)" in text, text
+    text, d = _estimate_text_and_json(tmp_path, 1)
+    assert f"at {d['step_time']['step_time_s']:g} s/step (the step-time model's)" in text, text
+    assert "--step-time" not in text

@@ -766,6 +766,34 @@ def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", th
                if rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
 
 
+#: How :func:`collective_bandwidth_line` begins (the renderer redraws it in the output's units).
+BANDWIDTH_LINE_PREFIX = "    B used: "
+
+
+def collective_bandwidth_line(terms: list, units: str = "GiB", most: int = 4) -> str | None:
+    """The text line of the bandwidths B the collectives' seconds divide by: each network term's
+    amount / seconds (bytes/s per rank per direction, :func:`ring_seconds`'s B: the peer link within
+    a node, the node's network / ranks per node across nodes, as the link rule says), each with the
+    movements at it (at most ``most`` named), in ``units`` (GiB: 2^30, GB: 1e9 bytes). ``terms``:
+    :class:`Term` objects or their dicts (the step-time JSON's). None without a timed network term."""
+    from advisor.units import rate as rate_text
+    by: dict[float, list[str]] = {}
+    for t in terms:
+        d = t if isinstance(t, dict) else t.to_dict()
+        if d.get("resource") != NETWORK or not d.get("rate"):
+            continue
+        parts = d["name"].split(":")
+        by.setdefault(float(f"{d['rate']:.6g}"), []).append(parts[1] if len(parts) > 2 else d["name"])
+    if not by:
+        return None
+    shown = []
+    for r, items in sorted(by.items(), reverse=True):
+        names = list(dict.fromkeys(items))
+        more = f" and {len(names) - most} more" if len(names) > most else ""
+        shown.append(f"{rate_text(r, units, digits=1)} per rank ({', '.join(names[:most])}{more})")
+    return BANDWIDTH_LINE_PREFIX + "; ".join(shown)
+
+
 def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     """Text lines: the step seconds, what each resource is busy for and what of it is exposed
     (sizes in ``units``, :func:`cpu_optimizer_line`), and each NVMe tier direction the aio
@@ -774,7 +802,7 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     busy, exp = st.by_resource(False), st.by_resource(True)
     names = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
              "host_memory": "CPU optimizer step"}
-    out = [f"step time: {st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
+    out = [f"step time (model): {st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
            f"{st.assumptions.get('mfu_source')})"]
     for k in ("compute", NETWORK, PCIE, NVME, "host_memory"):
         if k in busy:
@@ -783,6 +811,9 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
                 cm = st.assumptions.get("collectives") or COLLECTIVE_MODEL
                 out.append(f"    ({cm['all_gather']}, {cm['all_reduce']}; within a node {cm['within_node']}, "
                            f"across nodes {cm['across_nodes']}; latency {cm['latency']})")
+                bw_line = collective_bandwidth_line(st.terms, units)
+                if bw_line:
+                    out.append(bw_line)
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
         th = st.assumptions.get("cpu_optimizer_threads") or {}

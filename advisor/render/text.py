@@ -379,13 +379,17 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         if stt:
             cpu = next((t for t in stt.get("terms") or [] if t.get("name") == "cpu_optimizer"), None)
             for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
+                from advisor.ledger import steptime as _stm
                 if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
-                    from advisor.ledger.steptime import cpu_optimizer_line
-                    line = cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
-                                              (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
+                    line = _stm.cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
+                                                   (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
+                elif line.startswith(_stm.BANDWIDTH_LINE_PREFIX):  # likewise
+                    line = _stm.collective_bandwidth_line(stt.get("terms") or [], units) or line
                 console.print(line, markup=False)
-            if stt.get("per_day_figures_use") == "--step-time":
-                console.print("  per-day NVMe figures below use --step-time (measured), not the model", markup=False)
+            given = (d.get("movement") or {}).get("step_time_s")
+            if stt.get("per_day_figures_use") == "--step-time" and given is not None:
+                console.print(f"  per-day NVMe figures and drive life below use --step-time {given:g} s (measured), "
+                              f"not the model's {stt.get('step_time_s') or 0:,.2f} s", markup=False)
         mv = d.get("movement")
         if mv and any(r["movements"] for r in mv["ranks"]):
             for line in movement_lines(mv, units, cols):
@@ -527,7 +531,9 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
                       f"writing + {ln['read_seconds_per_step'] or 0:,.1f} s reading one step takes at the tier's rated "
                       "bandwidths)")
             else:
-                s += f"{ln['step_time_s']:g} s/step"
+                s += f"{ln['step_time_s']:g} s/step" + {"--step-time": " (--step-time, measured)",
+                                                        "model": " (the step-time model's)"}.get(
+                    section.get("step_time_source") or "", "")
             if ln["endurance_used_per_day"] is not None:
                 s += f", {100 * ln['endurance_used_per_day']:.3g}% of the drive's whole rated write endurance per day"
             if ln["days_of_life"] is not None:

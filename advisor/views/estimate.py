@@ -957,6 +957,11 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
             step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
     sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts, rank_sets=True),
                 "checkpoint": checkpoint_view(ck_plan).to_dict()}
+    # where the per-day figures' step time comes from: the text labels the Storage line with it
+    sections["movement"]["step_time_source"] = (
+        "--step-time" if st_section is not None and st_section.get("per_day_figures_use") == "--step-time"
+        else "model" if st_section is not None and st_section.get("per_day_figures_use") == "model"
+        else "--step-time" if step_time_s is not None else None)
     if st_section is not None:
         sections["step_time"] = st_section
     return EstimateResult(source=source, plan=plan, ledger=ledger, roles=roles, fit=rows,
