@@ -118,9 +118,12 @@ def cpu_adam_rounds(torch, rounds: int, threads: int, clock_name: str) -> dict:
     """Interleaved rounds at ``threads`` threads, timed on ``clock_name`` (``thread_time``: the
     CPU seconds of the calling thread, which with one thread runs the whole kernel; or
     ``perf_counter``: wall): bandwidth (in-place add; copy for reference), then a series of
-    DeepSpeedCPUAdam steps per size; per-round model / measured."""
+    DeepSpeedCPUAdam steps per size; per-round model / measured. Per size also the unscale pass
+    DeepSpeed runs on the CPU fp32 gradient before the step (``unscale_and_clip_grads``:
+    ``grad.mul_(1. / combined_scale)``, stage3.py l.2988; combined_scale 1.0 here, as with bf16
+    and an unclipped norm), against elements x ``UNSCALE_BYTES`` (8 B) / the round's bandwidth."""
     from deepspeed.ops.adam import DeepSpeedCPUAdam
-    from advisor.ledger.steptime import CPU_ADAM_KERNEL_BYTES
+    from advisor.ledger.steptime import CPU_ADAM_KERNEL_BYTES, UNSCALE_BYTES
 
     clock = getattr(time, clock_name)
     before = torch.get_num_threads()
@@ -144,15 +147,17 @@ def cpu_adam_rounds(torch, rounds: int, threads: int, clock_name: str) -> dict:
             t_copy, _ = _median_run(lambda: b.copy_(a), STEPS_PER_ROUND, clock)
             bw_add = 3 * BW_ELEMS * 4 / t_add
             bw_copy = 2 * BW_ELEMS * 4 / t_copy
-            for n, o, _ in opts:
+            for n, o, p in opts:
                 t, cpu = _median_run(o.step, STEPS_PER_ROUND, clock)
                 wall = t if clock_name == "perf_counter" else None
                 model = n * CPU_ADAM_KERNEL_BYTES / bw_add
+                tu, _ = _median_run(lambda: p.grad.mul_(1.0), STEPS_PER_ROUND, clock)
                 rows.append({"round": r, "load1": load, "elements": n, "measured_s": t, "cpu_s": cpu,
                              "cpu_share": cpu / (wall * threads) if wall else None,
                              "bandwidth_inplace_add": bw_add, "bandwidth_copy": bw_copy, "model_s": model,
                              "model_over_measured": model / t,
-                             "model_over_measured_copy_bandwidth": n * CPU_ADAM_KERNEL_BYTES / bw_copy / t})
+                             "model_over_measured_copy_bandwidth": n * CPU_ADAM_KERNEL_BYTES / bw_copy / t,
+                             "unscale_measured_s": tu, "unscale_model_over_measured": n * UNSCALE_BYTES / bw_add / tu})
     finally:
         torch.set_num_threads(before)
     out = {"threads": threads, "clock": clock_name, "rounds": rounds, "steps_per_round": STEPS_PER_ROUND,
@@ -170,7 +175,9 @@ def cpu_adam_rounds(torch, rounds: int, threads: int, clock_name: str) -> dict:
                                  _summary([x["model_over_measured_copy_bandwidth"] for x in mine]),
                              "cpu_share": _summary(share) if share else None,
                              "effective_bytes_per_s": _summary([n * CPU_ADAM_KERNEL_BYTES / x["measured_s"]
-                                                                for x in mine])})
+                                                                for x in mine]),
+                             "unscale_measured_s": _summary([x["unscale_measured_s"] for x in mine]),
+                             "unscale_model_over_measured": _summary([x["unscale_model_over_measured"] for x in mine])})
     return out
 
 
@@ -541,6 +548,9 @@ def main() -> int:
                   f" model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}), with copy bandwidth "
                   f"{s['model_over_measured_copy_bandwidth']['median']:.2f}"
                   + (f"; CPU share {c['median']:.2f}" if c else ""))
+            u = s["unscale_model_over_measured"]
+            print(f"    unscale pass (grad.mul_): measured {s['unscale_measured_s']['median'] * 1e3:7.1f} ms, "
+                  f"model/measured {u['median']:.2f} ({u['min']:.2f}-{u['max']:.2f})")
     for t, ca in (res.get("cpu_adam_threads") or {}).items():
         if "error" in ca:
             print(f"[OMP_NUM_THREADS={t}] error: {ca['error'][-300:]}")

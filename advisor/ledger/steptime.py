@@ -130,9 +130,9 @@ CPU_ADAM_KERNEL_BYTES = 28
 #: (DeepSpeed 0.19.8 ``runtime/zero/stage3.py`` l.2918 per sub-group in ``step``, l.2988
 #: ``fp32_partitioned_groups_flat[i].grad.mul_``; ``runtime/zero/stage_1_and_2.py`` l.3080 on
 #: ``single_partition_of_fp32_groups[i].grad``, l.3216 ``grad.data.mul_``). Counted by bytes at the
-#: host memory bandwidth, not calibrated (benchmarks/steptime_calibration.py times the Adam kernel;
-#: a spot check on the 2-vCPU VM, 32M elements, one thread: grad.mul_ 4.2-4.4 ms against 8 B /
-#: the in-place-add bandwidth 4.5-4.8 ms).
+#: host memory bandwidth; benchmarks/steptime_calibration.py times it beside the Adam kernel (on the
+#: 2-vCPU VM, one thread, 8M / 32M / 64M elements: model / measured 1.20 / 1.08 / 1.01,
+#: benchmarks/results/steptime_calibration-vm-unscale.json).
 UNSCALE_BYTES = 8
 #: Below this fraction of a storage tier's rate at the config's aio settings the step-time
 #: breakdown names the tier direction (DeepSpeed's defaults give 92 % or more on every preset
