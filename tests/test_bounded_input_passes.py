@@ -1,0 +1,130 @@
+"""Issue 21 (bounded work), the input passes of a large config or inventory: what they must not
+do, tested by structure, not by time (benchmarks/bounds.py measures the time).
+
+* the non-finite check builds JSON pointers only once it has found a non-finite value;
+* plain JSON is read by ``json.loads``, not by hjson's pure-Python decoder, and gives what
+  hjson gives (values with hjson's number reading, positions, and for anything else hjson's
+  own errors); hjson itself is the reference here;
+* ``depth_ok`` is the running bracket depth, checked against the character-by-character walk
+  it replaced;
+* ``reduce_arrays`` groups later elements exactly as ``json.dumps(sort_keys=True)`` text does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from advisor.config import loading, readers
+from advisor.config.loading import parse_text
+from advisor.errors import ConfigLoadError
+
+
+def _refuse(*a, **k):
+    raise AssertionError("must not be called here")
+
+
+def test_non_finite_pointers_built_only_after_a_hit(monkeypatch) -> None:
+    big = {"x": [{} for _ in range(1000)] + [{"a": 1.5, "b": [2.0, "s", None, True]}]}
+    monkeypatch.setattr(readers, "_non_finite_pointer", _refuse)
+    assert readers.non_finite_path(big) is None
+    # the whole load of a finite config never reaches the pointer pass either
+    parse_text(json.dumps(big), "c.json")
+    monkeypatch.undo()
+    big["x"][500] = {"k": [1.0, float("inf")]}
+    assert readers.non_finite_path(big) == "/x/500/k/1"
+    assert readers.non_finite_path([1, [2, float("nan")]]) == "/1/1"
+    assert readers.non_finite_path(float("-inf")) == "/"
+
+
+def test_plain_json_is_not_read_by_hjson(monkeypatch) -> None:
+    monkeypatch.setattr(loading, "_parse_hjson", _refuse)
+    c = parse_text('{\n  "train_batch_size": 8,\n  "x": [{}, {"a": 1.0}]\n}', "c.json")
+    assert c.data == {"train_batch_size": 8, "x": [{}, {"a": 1}]}
+    assert type(c.data["x"][1]["a"]) is int  # hjson reads 1.0 as the int 1 (decoder.py scantfnns)
+    assert c.positions["/x/1/a"] == (3, 15)  # the key's own text: `  "x": [{}, {"a"` puts a at column 15
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1, "a": 2}',          # duplicate key: hjson's error with the key's line:column
+    '{"a": NaN}', '{"a": 1e400}',  # non-finite: the advisor's own error
+    '[1, 2]',                     # not an object
+    '{"a": 1,}', '{a: 1}', '{"a": 1} // c', '{"a": "\t"}',  # HJSON only
+])
+def test_text_json_loads_would_take_differently_goes_to_hjson(text: str) -> None:
+    assert loading._parse_plain_json(text) is None
+    try:
+        want = loading._parse_hjson(text, "c.json")
+    except ConfigLoadError as e:
+        with pytest.raises(ConfigLoadError) as got:
+            parse_text(text, "c.json")
+        assert str(got.value) == str(e)
+    else:
+        got = parse_text(text, "c.json")
+        assert (got.data, got.positions) == want
+
+
+def _value(rng: random.Random, depth: int):
+    r = rng.random()
+    if depth > 3 or r < 0.4:
+        return rng.choice([0, 1, -1, 10 ** 12, 1.0, -0.0, 1.5, 1e9, 1e10, 9999999999.0, 1e-7, 2.5e300, True, False,
+                           None, "s", 'a"b', "é\\n", "\u2028", "x:y", "", "k"])
+    if r < 0.7:
+        return {rng.choice(["a", "b", "train", "é", 'a"q', "~/", "", "x y"]) + str(rng.randint(0, 3)):
+                _value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+    return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_json_reads_as_hjson_reads_it(seed: int) -> None:
+    """Values (types included: hjson turns integral floats under 1e10 into ints) and every key's
+    line:column, against hjson's decoder on the same text."""
+    rng = random.Random(seed)
+    for _ in range(300):
+        doc = {f"k{i}": _value(rng, 0) for i in range(rng.randint(1, 5))}
+        text = json.dumps(doc, indent=rng.choice([None, 0, 1, 2, "\t"]), ensure_ascii=rng.random() < 0.5)
+        if rng.random() < 0.3:
+            text = text.replace("1.0", "1.0e0").replace("1.5", "15E-1")
+        fast = loading._parse_plain_json(text)
+        assert fast is not None, text
+        want = loading._parse_hjson(text, "c.json")
+        assert repr(fast[0]) == repr(want[0]), text
+        assert fast[1] == want[1], text
+
+
+def _depth_ok_by_walk(text: str, max_depth: int) -> bool:
+    depth = 0
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+            if depth > max_depth:
+                return False
+        elif ch in "}]":
+            depth -= 1
+    return True
+
+
+def test_depth_ok_is_the_running_bracket_depth() -> None:
+    rng = random.Random(3)
+    texts = ["", "{}", "]]]][[[[", "[" * 65, "[" * 64, "]" + "[" * 64, "{[" * 40 + "]}" * 40]
+    texts += ["".join(rng.choice("{}[]a") for _ in range(rng.randint(0, 300))) for _ in range(300)]
+    for t in texts:
+        for m in (0, 3, 64):
+            assert readers.depth_ok(t, m) == _depth_ok_by_walk(t, m), (t, m)
+
+
+def test_reduce_arrays_groups_by_canonical_json_text() -> None:
+    from advisor.config.schema import ARRAY_HEAD, reduce_arrays
+    rng = random.Random(5)
+    later = [rng.choice([{}, [], {"a": 1}, {"a": 1.0}, {"b": 1, "a": 2}, {"a": 2, "b": 1}, [1], [True], 1, "1",
+                         True, None, 0.0]) for _ in range(200)]
+    data = {"x": list(range(ARRAY_HEAD)) + later}
+    _, amap = reduce_arrays(data)
+    groups: dict[str, list[int]] = {}
+    for i, v in enumerate(later):
+        key = (type(v).__name__, v) if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True)
+        groups.setdefault(repr(key), []).append(ARRAY_HEAD + i)
+    assert amap[("x",)][ARRAY_HEAD:] == list(groups.values())
+
