@@ -128,3 +128,39 @@ def test_reduce_arrays_groups_by_canonical_json_text() -> None:
         groups.setdefault(repr(key), []).append(ARRAY_HEAD + i)
     assert amap[("x",)][ARRAY_HEAD:] == list(groups.values())
 
+
+
+# ---- inventories: the bulk build equals the dataclass, errors name the first bad tensor ----
+
+def test_bulk_inventory_equals_tensor_by_tensor_construction() -> None:
+    from advisor.model.inventory import TensorSpec, from_dict
+    rows = [{"name": "a.w", "shape": [3, 5]}, {"name": "a.b", "shape": [5], "trainable": False, "group": 1},
+            {"shape": [7, 1, 2], "dtype": "bf16"}, {"name": "s", "shape": []}, {"name": 12, "shape": [2]},
+            {"name": None, "shape": [4]}]
+    inv = from_dict({"tensors": rows}, "inv.json")
+    want = [TensorSpec("a.w", (3, 5)), TensorSpec("a.b", (5,), False, 1), TensorSpec("t2", (7, 1, 2), dtype="bf16"),
+            TensorSpec("s", ()), TensorSpec("12", (2,)), TensorSpec("None", (4,))]
+    assert list(inv.tensors) == want
+    assert [t.numel for t in inv.tensors] == [15, 5, 14, 1, 2, 4]
+    assert [repr(t) for t in inv.tensors] == [repr(t) for t in want] and hash(inv.tensors[0]) == hash(want[0])
+
+
+@pytest.mark.parametrize("bad, where", [
+    ({"name": "x", "shape": [0]}, "/tensors/3/shape"),
+    ({"name": "x", "shape": [True]}, "/tensors/3/shape"),
+    ({"name": "x", "shape": [1 << 30, 1 << 30]}, "/tensors/3/shape"),  # product over 2^48
+    ({"name": "x", "shape": [1] * 9}, "/tensors/3/shape"),
+    ({"name": "x", "shape": [2], "trainable": 1}, "/tensors/3/trainable"),
+    ({"name": "x", "shape": [2], "group": -1}, "/tensors/3/group"),
+    ({"name": "x", "shape": [2], "group": True}, "/tensors/3/group"),
+    ([2], "/tensors/3: expected an object"),
+])
+def test_bad_tensor_named_at_its_index(bad, where: str) -> None:
+    from advisor.errors import ModelSpecError
+    from advisor.model.inventory import from_dict
+    rows = [{"name": f"t{i}", "shape": [4, 4]} for i in range(6)]
+    rows[3] = bad
+    rows[5] = {"name": "later", "shape": [-1]}  # a later bad entry is not the one named
+    with pytest.raises(ModelSpecError) as e:
+        from_dict({"tensors": rows}, "inv.json")
+    assert f"inv.json: {where}" in str(e.value)

@@ -290,10 +290,24 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
     i = 0
     total = len(sizes)
     while i < total:
-        mod = sizes[i][0]
-        j = i
+        mod, n = sizes[i]
+        j = i + 1
         while j < total and sizes[j][0] == mod:
             j += 1
+        if j == i + 1:
+            # a module of one parameter (the loops below with one tensor, unrolled: a 1M-tensor
+            # inventory of such modules spent ~1 s in the general form, issue 21)
+            c = n * build
+            if done + c > top:
+                top, best = done + c, (done, c, f"{mod}: building a parameter")
+            pb = zero3_partition_numel(n, W) * D
+            if swap_min is not None and pb >= swap_min:
+                pb = 0
+            if done + pb + n * D > top:
+                top, best = done + pb + n * D, (done + pb, n * D, f"{mod}: partitioning")
+            done += pb
+            i = j
+            continue
         full = 0
         for k in range(i, j):  # construction: the earlier tensors of the module whole, this one being cast
             n = sizes[k][1]

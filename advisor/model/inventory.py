@@ -246,28 +246,95 @@ def from_dict(d: Any, source: str) -> Inventory:
     offending tensor on any malformed entry."""
     if not isinstance(d, dict) or not isinstance(d.get("tensors"), list) or not d["tensors"]:
         raise ModelSpecError(f"{source}: an inventory needs a non-empty 'tensors' list")
-    out: list[TensorSpec] = []
     if len(d["tensors"]) > MAX_TENSORS:
         raise ModelSpecError(f"{source}: /tensors: {len(d['tensors'])} tensors, over the limit {MAX_TENSORS}")
-    for i, t in enumerate(d["tensors"]):
-        where = f"{source}: /tensors/{i}"
-        if not isinstance(t, dict):
-            raise ModelSpecError(f"{where}: expected an object")
-        shape = t.get("shape")
-        if (not isinstance(shape, list) or len(shape) > 8
-                or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TENSOR_NUMEL for x in shape)
-                or math.prod(shape) > MAX_TENSOR_NUMEL):
-            raise ModelSpecError(f"{where}/shape: expected a list of at most 8 positive integers with a product of at "
-                                 f"most {MAX_TENSOR_NUMEL}, got {shown(shape)}")
-        trainable = t.get("trainable", True)
-        group = t.get("group", 0)
-        if not isinstance(trainable, bool):
-            raise ModelSpecError(f"{where}/trainable: expected true or false")
-        if not isinstance(group, int) or isinstance(group, bool) or group < 0:
-            raise ModelSpecError(f"{where}/group: expected a non-negative integer")
-        out.append(TensorSpec(str(t.get("name", f"t{i}")), tuple(shape), trainable, group, t.get("dtype")))
+    out = _bulk_tensors(d["tensors"])
+    if out is None:  # some entry is not the plain valid form: check each in turn, naming the first bad one
+        out = [_checked_tensor(t, i, source) for i, t in enumerate(d["tensors"])]
     return Inventory(name=str(d.get("name", os.path.basename(source))), tensors=out, source=source,
                      meta=d.get("meta") if isinstance(d.get("meta"), dict) else {})
+
+
+def _slot_setters() -> tuple[Any, ...]:
+    return tuple(TensorSpec.__dict__[f].__set__ for f in ("name", "shape", "trainable", "group", "dtype", "numel"))
+
+
+_SET_NAME, _SET_SHAPE, _SET_TRAINABLE, _SET_GROUP, _SET_DTYPE, _SET_NUMEL = _slot_setters()
+
+
+def _new_spec(name: str, shape: tuple[int, ...], trainable: bool, group: int, dtype: str | None) -> TensorSpec:
+    """``TensorSpec(name, shape, trainable, group, dtype)`` for fields already checked, built by
+    setting its slots directly: the same object (``numel`` as ``__post_init__`` computes it) in
+    about half the time of the frozen dataclass's ``__init__`` (~0.35 s for 1M tensors)."""
+    t = object.__new__(TensorSpec)
+    _SET_NAME(t, name)
+    _SET_SHAPE(t, shape)
+    _SET_TRAINABLE(t, trainable)
+    _SET_GROUP(t, group)
+    _SET_DTYPE(t, dtype)
+    _SET_NUMEL(t, math.prod(shape) if shape else 1)
+    return t
+
+
+def _bulk_tensors(entries: list[Any]) -> list[TensorSpec] | None:
+    """The TensorSpecs of ``entries`` (an inventory's ``tensors``) when every entry is the plain
+    valid form (an object; ``shape`` a list of at most 8 ints in [1, MAX_TENSOR_NUMEL] with a
+    product of at most that; ``trainable`` a bool; ``group`` a non-negative int; ``name`` a
+    string or absent), else None, and :func:`_checked_tensor` then names the first bad entry.
+
+    Each check is one C-level pass over all entries (``map``, ``set``, ``min``, ``max``): the
+    same checks per entry in Python took ~1.5 s of a 1M-tensor inventory (issue 21). Equal shapes
+    share one tuple."""
+    from itertools import chain, repeat
+
+    n = len(entries)
+    if set(map(type, entries)) != {dict}:
+        return None
+    get = dict.get
+    shapes = list(map(get, entries, repeat("shape", n)))
+    if set(map(type, shapes)) != {list} or max(map(len, shapes)) > 8:
+        return None
+    dims = list(chain.from_iterable(shapes))
+    if dims and (set(map(type, dims)) != {int} or min(dims) < 1 or max(dims) > MAX_TENSOR_NUMEL):
+        return None
+    trainable = list(map(get, entries, repeat("trainable", n), repeat(True, n)))
+    groups = list(map(get, entries, repeat("group", n), repeat(0, n)))
+    if set(map(type, trainable)) - {bool} or set(map(type, groups)) != {int} or min(groups) < 0:
+        return None
+    names = list(map(get, entries, repeat("name", n)))
+    if set(map(type, names)) != {str}:
+        if any(v is None and "name" not in e for v, e in zip(names, entries)):
+            names = [str(e.get("name", f"t{i}")) for i, e in enumerate(entries)]
+        else:
+            names = list(map(str, names))
+    interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+    keys = list(map(tuple, shapes))
+    keys = list(map(interned.setdefault, keys, keys))
+    out = list(map(_new_spec, names, keys, trainable, groups, map(get, entries, repeat("dtype", n))))
+    if max(t.numel for t in out) > MAX_TENSOR_NUMEL:
+        return None
+    return out
+
+
+def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
+    """Tensor ``i`` of an inventory's JSON form, each field checked in turn; raises
+    ModelSpecError naming ``source``, the tensor and the field."""
+    where = f"{source}: /tensors/{i}"
+    if not isinstance(t, dict):
+        raise ModelSpecError(f"{where}: expected an object")
+    shape = t.get("shape")
+    if (not isinstance(shape, list) or len(shape) > 8
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TENSOR_NUMEL for x in shape)
+            or math.prod(shape) > MAX_TENSOR_NUMEL):
+        raise ModelSpecError(f"{where}/shape: expected a list of at most 8 positive integers with a product of at "
+                             f"most {MAX_TENSOR_NUMEL}, got {shown(shape)}")
+    trainable = t.get("trainable", True)
+    group = t.get("group", 0)
+    if not isinstance(trainable, bool):
+        raise ModelSpecError(f"{where}/trainable: expected true or false")
+    if not isinstance(group, int) or isinstance(group, bool) or group < 0:
+        raise ModelSpecError(f"{where}/group: expected a non-negative integer")
+    return TensorSpec(str(t.get("name", f"t{i}")), tuple(shape), trainable, group, t.get("dtype"))
 
 
 def load_inventory(path: str) -> Inventory:

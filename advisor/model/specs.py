@@ -864,7 +864,9 @@ def resolve_model(spec: str, build_unknown: Any = None) -> Inventory:
     if os.path.lexists(path) and not os.path.isdir(path):
         d = _read_json(path)
         if isinstance(d, dict) and "tensors" in d:
-            return from_dict(d, path)
+            from advisor.config.readers import gc_paused
+            with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)
+                return from_dict(d, path)
         if isinstance(d, dict) and "model_type" in d:
             if build_unknown is not None and d.get("model_type") not in FAMILIES:
                 return build_unknown(d, path)
