@@ -247,7 +247,8 @@ def _settings_defaults(config: str, model: str | None, params: int | None, world
 
 #: The largest --world-size / --gpus-per-node any command accepts (ranks; a sanity bound, not a
 #: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
-from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_WORLD_SIZE  # noqa: E402
+from advisor.config.validation import (MAX_DIM, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_KEEP,  # noqa: E402
+                                       MAX_MOE_CAPACITY_FACTOR, MAX_NODES, MAX_SEQ_LEN, MAX_WORLD_SIZE)
 from advisor.config.validation import MAX_PARAMS  # noqa: E402
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
@@ -305,7 +306,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         help="MoE expert parallelism (DeepSpeed ep_size): experts split over it, their ZeRO over the "
              "expert-data-parallel group.")),
     "moe_capacity_factor": (("--moe-capacity-factor",), dict(
-        type=FiniteFloat(min=0, min_open=True, max=1e6), default=None,
+        type=FiniteFloat(min=0, min_open=True, max=MAX_MOE_CAPACITY_FACTOR), default=None,
         help="MoE through DeepSpeed's MoE layer (deepspeed.moe.layer.MoE capacity_factor): each expert gets "
              "max(ceil(tokens / experts x factor x top-k), min_capacity 4) slots (moe/sharded_moe.py:_capacity). "
              "Default: dropless routing, as transformers' MoE blocks do it (the config's workload sidecar, else none).")),
@@ -492,7 +493,7 @@ def _trainer_options(f):
         return f(*a, **kw)
 
     deco = wrapper
-    deco = _opt("--hidden-size", type=click.IntRange(min=1),
+    deco = _opt("--hidden-size", type=click.IntRange(min=1, max=MAX_DIM),
                         help="Model hidden size for the bucket-size \"auto\" values (default: from --model).")(deco)
     deco = _opt("--fp16", is_flag=True, help="Trainer --fp16.")(deco)
     deco = _opt("--bf16", is_flag=True, help="Trainer --bf16.")(deco)
@@ -1692,7 +1693,7 @@ def report(config, est, output, force):
 @_opt("--restart-seconds", type=FiniteFloat(min=0), default=300.0, show_default=True,
               help="Time from a failure to the job running again, before reloading the checkpoint.")
 @option("step_time_s")
-@_opt("--keep", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints kept on disk.")
+@_opt("--keep", type=click.IntRange(min=1, max=MAX_KEEP), default=1, show_default=True, help="Checkpoints kept on disk.")
 @option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
         "its wear; without --world-size its nodes x accelerators per node are the job (as estimate and check read it).")
 @_opt("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")

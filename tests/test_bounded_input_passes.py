@@ -164,3 +164,79 @@ def test_bad_tensor_named_at_its_index(bad, where: str) -> None:
     with pytest.raises(ModelSpecError) as e:
         from_dict({"tensors": rows}, "inv.json")
     assert f"inv.json: {where}" in str(e.value)
+
+
+# ---- flags and sidecar values bounded like the flags (issue 21) ----------------------------
+
+from tests.conftest import run_cli  # noqa: E402
+
+SAMPLE = "sample_configs/zero3.json"
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["checkpoint", SAMPLE, "--model", "gpt2", "--keep", str((1 << 20) + 1)], "--keep"),
+    (["lint", "sample_configs/hf_trainer_zero3_auto.json", "--hf", "--hidden-size", str((1 << 24) + 1)],
+     "--hidden-size"),
+    (["lint", "sample_configs/hf_trainer_zero3_auto.json", "--hf", "--hidden-size", "1" + "0" * 400],
+     "--hidden-size"),  # was an internal error (OverflowError in 0.9 x h^2)
+])
+def test_unbounded_flags_are_refused_with_their_name(args: list[str], flag: str) -> None:
+    p = run_cli(args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"'{flag}'" in p.stderr and "range" in p.stderr and "internal error" not in p.stderr + p.stdout
+
+
+def test_flag_limits_are_the_validation_constants() -> None:
+    from advisor.config import validation
+    assert validation.MAX_KEEP == 1 << 20 and validation.MAX_DIM == 1 << 24
+
+
+def _sidecar(tmp_path, **fields) -> str:
+    p = tmp_path / "ds.workload.json"
+    p.write_text(json.dumps(fields))
+    return str(p)
+
+
+@pytest.mark.parametrize("key, over, flag", [
+    ("seq_len", (1 << 40) + 1, "--seq-len"),
+    ("micro_batch", 10 ** 28, "--micro-batch"),
+    ("tensor_parallel", (1 << 20) + 1, "--tensor-parallel"),
+    ("pipeline_parallel", (1 << 20) + 1, "--pipeline-parallel"),
+    ("sequence_parallel", (1 << 20) + 1, "--sequence-parallel"),
+    ("expert_parallel", (1 << 20) + 1, "--expert-parallel"),
+    ("moe_capacity_factor", 1e300, "--moe-capacity-factor"),
+])
+def test_sidecar_values_have_the_flags_bounds(tmp_path, key: str, over, flag: str) -> None:
+    from advisor.views.workload import LIMITS, read_sidecar
+    hi = LIMITS[key][0]
+    assert read_sidecar(_sidecar(tmp_path, **{key: hi}))[key] == hi  # the bound itself is taken
+    with pytest.raises(ConfigLoadError) as e:
+        read_sidecar(_sidecar(tmp_path, **{key: over}))
+    msg = str(e.value)
+    assert "\n" not in msg and "ds.workload.json" in msg and f"/{key}" in msg and flag in msg
+
+
+def test_sidecar_bounds_match_the_flags_options() -> None:
+    """The sidecar's limit for each field is the one its flag's click type has."""
+    from advisor.cli import OPTIONS
+    from advisor.views.workload import LIMITS
+    for key, (hi, flag) in LIMITS.items():
+        decls, kw = OPTIONS[key]
+        assert flag in decls and kw["type"].max == hi, key
+
+
+def test_sidecar_layer_count_of_5000_digits_is_one_line(tmp_path) -> None:
+    from advisor.views.workload import read_sidecar
+    with pytest.raises(ConfigLoadError) as e:
+        read_sidecar(_sidecar(tmp_path, checkpointing="9" * 5000))
+    assert "/checkpointing" in str(e.value) and len(str(e.value)) < 400
+    assert read_sidecar(_sidecar(tmp_path, checkpointing="12"))["checkpointing"] == "12"
+
+
+def test_sidecar_over_the_bound_is_exit_2_naming_it(tmp_path) -> None:
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    _sidecar(tmp_path, seq_len=(1 << 40) + 1)
+    p = run_cli(["estimate", str(cfg), "--model", "gpt2"])
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "ds.workload.json" in p.stderr and "/seq_len" in p.stderr

@@ -45,6 +45,14 @@ MAX_GLOBAL_BATCH = 1 << 40
 #: Longest --seq-len (tokens per sequence): ds-advisor's bound, as :data:`MAX_GLOBAL_BATCH` is
 #: for the batch sizes (no model has 2^40 positions; past it the byte counts are meaningless).
 MAX_SEQ_LEN = 1 << 40
+#: Widest hidden size (``--hidden-size``; a model spec's widths, ``advisor.model.specs``): 2^24,
+#: far past any model. The HF Trainer's bucket values square it (h^2, 0.9 h^2: hidden_size_values).
+MAX_DIM = 1 << 24
+#: Most checkpoints kept on disk (``--keep``): 2^20, far past any retention policy; the disk bytes
+#: are ``keep`` x one checkpoint.
+MAX_KEEP = 1 << 20
+#: Largest MoE capacity factor (``--moe-capacity-factor``, a workload sidecar's).
+MAX_MOE_CAPACITY_FACTOR = 1e6
 #: The batch-size keys of a DeepSpeed config; each is at most :data:`MAX_GLOBAL_BATCH` (ds-advisor's
 #: documented bound, not DeepSpeed's: 0.19.8 takes 1e30 as a micro-batch at config time and fails
 #: in its data loader; rule B002 reports it in a file, ``--set`` refuses it as exit 2).

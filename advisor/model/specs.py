@@ -32,7 +32,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
-from advisor.config.validation import shown
+from advisor.config.validation import MAX_DIM, shown
 from advisor.errors import ModelSpecError
 from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
@@ -170,8 +170,8 @@ def _posint(v: Any) -> bool:
 
 #: Documented limits of a model spec (bounded work: the inventory has one entry per tensor).
 MAX_LAYERS = 100_000
-#: Largest width (hidden, intermediate, vocab, heads, head_dim, ...) and sequence length.
-MAX_DIM = 1 << 24
+#: Largest width (hidden, intermediate, vocab, heads, head_dim, ...): MAX_DIM (config.validation,
+#: shared with --hidden-size); and sequence length.
 MAX_SEQ_LEN = 1 << 26
 #: Most routed experts per layer.
 MAX_EXPERTS = 1 << 12

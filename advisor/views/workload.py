@@ -29,7 +29,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_MOE_CAPACITY_FACTOR, MAX_SEQ_LEN, MAX_WORLD_SIZE, shown
 from advisor.errors import ConfigLoadError
+from advisor.model.inventory import MAX_TENSORS
 
 #: Fields, their types and defaults (the defaults estimate uses without a flag).
 FIELDS: dict[str, tuple[type, Any]] = {
@@ -38,6 +40,14 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "expert_parallel": (int, 1), "megatron_sp": (bool, False), "moe_capacity_factor": (float, None),
 }
 _CHOICES = {"checkpointing": ("none", "full", "selective"), "attention": ("flash", "eager")}
+#: Upper bounds of the numeric fields, with the flag that has the same bound (``cli.OPTIONS``):
+#: a sidecar's value is bounded as the flag's is (issue 21, bounded work).
+LIMITS: dict[str, tuple[int | float, str]] = {
+    "seq_len": (MAX_SEQ_LEN, "--seq-len"), "micro_batch": (MAX_GLOBAL_BATCH, "--micro-batch"),
+    "tensor_parallel": (MAX_WORLD_SIZE, "--tensor-parallel"), "pipeline_parallel": (MAX_WORLD_SIZE, "--pipeline-parallel"),
+    "sequence_parallel": (MAX_WORLD_SIZE, "--sequence-parallel"), "expert_parallel": (MAX_WORLD_SIZE, "--expert-parallel"),
+    "moe_capacity_factor": (MAX_MOE_CAPACITY_FACTOR, "--moe-capacity-factor"),
+}
 
 #: Workload fields a DeepSpeed config holds itself (field -> config key): the config's value wins
 #: over the sidecar's (the sidecar's is only compared with it, rule W002).
@@ -139,14 +149,25 @@ def read_sidecar(path: str) -> dict[str, Any]:
         ok = isinstance(v, typ) and (typ is bool or not isinstance(v, bool))
         if typ is float and ok and not (0 < v < float("inf")):
             ok = False
-        if k == "checkpointing" and ok and v.isdigit() and int(v) > 0:
-            out[k] = str(int(v))  # k of L layers checkpointed (advisor.model.activations.parse_checkpointing)
-            continue
+        if k == "checkpointing" and ok and v.isdigit():
+            # k of L layers checkpointed (advisor.model.activations.parse_checkpointing); a model has
+            # at most MAX_TENSORS layers (a tensor apiece), so a longer number is refused before int()
+            # (past 4,300 digits int() itself raises)
+            if len(v.lstrip("0")) > len(str(MAX_TENSORS)) or int(v) > MAX_TENSORS:
+                raise ConfigLoadError(path, f"/{k}: a layer count of {shown(v)} is over the limit {MAX_TENSORS:,} "
+                                            "(a model has at most that many tensors, one per layer at least)")
+            if int(v) > 0:
+                out[k] = str(int(v))
+                continue
         if not ok or (typ is int and v < 1) or (k in _CHOICES and v not in _CHOICES[k]):
             raise ConfigLoadError(path, f"/{k}: invalid value {v!r}"
                                   + (f" (one of {', '.join(_CHOICES[k])}"
                                      + (" or a number of layers" if k == "checkpointing" else "") + ")"
                                      if k in _CHOICES else ""))
+        if k in LIMITS and v > LIMITS[k][0]:
+            hi, flag = LIMITS[k]
+            raise ConfigLoadError(path, f"/{k}: {v:g} is over the limit {hi:,g} (the bound {flag} has)" if typ is float
+                                  else f"/{k}: {v} is over the limit {hi:,} (the bound {flag} has)")
         out[k] = v
     digest = d.get("config_sha256")
     if isinstance(digest, str):
