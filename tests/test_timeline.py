@@ -93,6 +93,46 @@ def test_zero12_bucket_flushes_by_hand():
     assert "backward_transient" not in got
 
 
+def test_zero2_linear_bias_hook_runs_beside_its_weights_gradient():
+    # nn.Linear layers (weight (out, in), bias (out)): AddmmBackward0 makes both gradients; the
+    # bias's AccumulateGrad runs first (the weight's passes TBackward0), so its ZeRO-2 hook runs
+    # while the weight's gradient is whole (measured: z2_bf16_linear_smallbucket_w2).
+    # bf16, W = 2, reduce_bucket_size 10,000: N_pad = A_4(43209) = 43212, P = 21606; rank 0 owns
+    # l1.weight, l1.bias and 2,041 of l2.weight: I_0 = 19264 + 301 + 23177 = 42742, Cov_0 = P.
+    # Hooks l3.bias, l3.weight, l2.bias (467), l2.weight flushes them (one rank-1 slice, a view);
+    # l2.weight (23,177 > 10,000) stays in its own storage; l1.bias flushes it (two slices, one
+    # run: 23177 x 2 copy) and allocates grads_in_partition: live then the unmoved l1.bias (301)
+    # + l1.weight's gradient (19,264, the sibling) + l2.weight's own storage (23,177) + I_0.
+    shapes = [("l1.weight", (301, 64)), ("l1.bias", (301,)), ("l2.weight", (77, 301)), ("l2.bias", (77,)),
+              ("l3.weight", (5, 77)), ("l3.bias", (5,))]
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": False,
+                                 "contiguous_gradients": True}}
+    lin = Inventory(name="lin", tensors=[TensorSpec(n, sh) for n, sh in shapes], source="test")
+    from advisor.ledger.state import autograd_siblings
+    assert autograd_siblings(lin) == [0, 19264, 0, 23177, 0, 385]
+    led = compute_ledger(Plan(effective_config(cfg), lin, Cluster(world_size=2)))
+    got = {e.item: e.bytes for e in led.rank(0).entries}
+    assert got["reduce_transient"] == (301 + 19264 + 23177 + 42742) * 2
+    # a hook's autograd bytes: l2.bias (77) with l2.weight whole (23,177) before grads_in_partition
+    # exists; l1.bias's hook allocates it and still holds l1.bias (301) with l1.weight (19,264)
+    assert got["backward_transient"] == max(77 + 23177, 301 + 19264 + 42742) * 2
+    # the same shapes with one autograd node per tensor (names that are no weight/bias pair):
+    # the unmoved gradient is l1's bias alone
+    flat = Inventory(name="flat", tensors=[TensorSpec(f"t{i}", sh) for i, (_, sh) in enumerate(shapes)],
+                     source="test")
+    assert autograd_siblings(flat) == [0] * 6
+    got = {e.item: e.bytes for e in compute_ledger(Plan(effective_config(cfg), flat, Cluster(world_size=2)))
+           .rank(0).entries}
+    assert got["reduce_transient"] == (301 + 23177 + 42742) * 2
+    # ZeRO-1 moves every gradient in the epilogue (all of them live anyway): no sibling term
+    z1 = {**cfg, "zero_optimization": {**cfg["zero_optimization"], "stage": 1}}
+    a = {e.item: e.bytes for e in compute_ledger(Plan(effective_config(z1), lin, Cluster(world_size=2))).rank(0).entries}
+    b = {e.item: e.bytes for e in compute_ledger(Plan(effective_config(z1), flat, Cluster(world_size=2))).rank(0).entries}
+    assert a["reduce_transient"] == b["reduce_transient"]
+
+
 def test_zero12_steps_one_param_group_at_a_time_by_hand():
     # The two-group model above, bf16, W = 2 (stage_1_and_2.py step: for each group i, flatten
     # and cast, drop its views, _optimizer_step(i) with param_groups = [group i]).

@@ -352,7 +352,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
 
     ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2), ``submodules``
-    (the per-module proxy; default: only when ``zero_init``).
+    (the per-module proxy; default: only when ``zero_init``), ``linear`` (a module of a weight and
+    its bias runs ``F.linear``: both gradients from one autograd node, as an ``nn.Linear``'s).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
     being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told where the
@@ -373,7 +374,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               "load_dtype": c.get("load_dtype"),
                               # the per-module proxy (worker _build_model(submodules=True));
                               # default: only under zero.Init
-                              "submodules": bool(c.get("submodules", c.get("zero_init")))})
+                              "submodules": bool(c.get("submodules", c.get("zero_init"))),
+                              # biased Linears as nn.Linear's one autograd node (worker _build_model)
+                              "linear": bool(c.get("linear"))})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)

@@ -493,7 +493,7 @@ def _nvme_files(nvme_path: str | None, rank: int, frozen_ids: "set[int] | None" 
 _GRAD_FACTOR = 2.0 ** -8
 
 
-def _build_model(inventory: dict, submodules: bool = False):
+def _build_model(inventory: dict, submodules: bool = False, linear: bool = False):
     """The proxy model of ``inventory`` and its optimizer param groups (trainable tensors by their
     ``group``). Flat (``submodules`` false): every parameter registered on one module. With
     ``submodules``: one child module per owning module of the inventory's names
@@ -501,9 +501,15 @@ def _build_model(inventory: dict, submodules: bool = False):
     own parameters in its ``__init__`` as a real model's layers do; ``deepspeed.zero.Init``
     partitions a module's parameters when that module's ``__init__`` returns
     (``partition_parameters.py`` InsertPostInitMethodToModuleSubClasses.partition_after), so
-    only this structure shows its load transient (one module materialised at a time)."""
+    only this structure shows its load transient (one module materialised at a time).
+    ``linear`` (implies ``submodules``): a module whose parameters are exactly a weight (out, in)
+    and a bias (out) runs ``F.linear`` on a constant input that needs no gradient, an
+    ``nn.Linear``'s own autograd node (AddmmBackward0), which makes the weight's and the bias's
+    gradients together; the input is a 2-byte scalar expanded to (1, in), so no activation of
+    any size is saved (addmm saves mat2 only when the input needs a gradient)."""
     import torch
     import torch.nn as nn
+    import torch.nn.functional as F
     from advisor.ledger.state import module_of
 
     g = torch.Generator().manual_seed(0)
@@ -546,8 +552,16 @@ def _build_model(inventory: dict, submodules: bool = False):
             for j, t in enumerate(tensors):
                 self.register_parameter(f"p{j}", _param(t))
                 self._names.append(f"p{j}")
+            sh = [tuple(t["shape"]) for t in tensors]
+            self._linear = (linear and len(sh) == 2 and len(sh[0]) == 2 and sh[1] == (sh[0][0],)
+                            and tensors[0]["name"].endswith("weight") and tensors[1]["name"].endswith("bias"))
 
         def forward(self, s):
+            if self._linear:
+                w, b = self.p0, self.p1
+                x = torch.ones((), dtype=w.dtype, device=w.device).expand(1, w.shape[1])
+                # mean before the fp32 cast, as _touch: only the (1, out) output is made in forward
+                return s + F.linear(x, w, b).mean().float() * _GRAD_FACTOR
             return _touch(self, self._names, s)
 
     class Modular(nn.Module):
@@ -569,6 +583,7 @@ def _build_model(inventory: dict, submodules: bool = False):
             return s
 
     tensors = inventory["tensors"]
+    submodules = submodules or linear
     model = Modular(tensors) if submodules else Proxy(tensors)
     if submodules:
         by_index = {i: getattr(leaf, n) for leaf, ix in zip(model.leaves, model.index)
@@ -702,14 +717,22 @@ def _initialize_phases(tracker, zero_init: bool, module_after: dict):
 def _build_in_load_phase(cell: dict, submodules: bool):
     """The proxy model and its param groups, under ``deepspeed.zero.Init`` when the cell says ``zero_init``."""
     import deepspeed
+    import torch
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as _Ins
+    linear = bool(cell.get("linear"))
+    # a ZeRO-3 engine built by an earlier cell of this process replaced F.linear with
+    # zero3_linear_wrap for good (partition_parameters.py _enable_mem_efficient_linear: "This will
+    # persist unless manually reset"); a cell's own process would have torch's, so put it back
+    if hasattr(_Ins, "linear_bk"):
+        torch.nn.functional.linear = _Ins.linear_bk
     if cell.get("zero_init"):
         # torch imports torch._dynamo on the first call through a torch._compile-wrapped function
         # (torch.empty here); imported while zero.Init has replaced torch.Tensor.__new__, dynamo's
         # polyfill registration rejects the replacement's signature (TypeError): import it first
         import torch._dynamo  # noqa: F401
         with deepspeed.zero.Init(config_dict_or_path=cell["config"]):
-            return _build_model(cell["inventory"], submodules)
-    return _build_model(cell["inventory"], submodules)
+            return _build_model(cell["inventory"], submodules, linear)
+    return _build_model(cell["inventory"], submodules, linear)
 
 
 def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:

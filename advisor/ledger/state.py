@@ -573,6 +573,48 @@ def zero3_backward_grad_order(inv: Inventory) -> list[int]:
     return inv.memo(("zero3_backward_grad_order",), compute)
 
 
+def autograd_siblings(inv: Inventory) -> list[int]:
+    """Per tensor of ``inv.tensors``: elements of another parameter's gradient that the same
+    autograd node makes with this one's and that is still whole, not yet accumulated, when this
+    one's post-accumulate hook fires; 0 for most tensors.
+
+    The pair is a module's ``weight`` and ``bias`` (both trainable, the bias 1-D with
+    weight.shape[0] or weight.shape[-1] elements: nn.Linear, GPT-2's Conv1D, LayerNorm, convs):
+    one backward node makes both gradients (torch ``tools/autograd/derivatives.yaml``: addmm's
+    self and mat2, native_layer_norm_backward's weight and bias outputs). torch's engine
+    (``torch/csrc/autograd/engine.cpp`` CompareNodeTaskTime) runs AccumulateGrad nodes first, and
+    for nn.Linear the bias's gradient reaches its AccumulateGrad directly while the weight's
+    passes TBackward0 first, so the bias's hook fires while the weight's gradient is whole
+    (measured: torch 2.13, F.linear on bf16, the bias's post-accumulate hook sees weight.grad
+    None; the ZeRO-2 engine cell z2_bf16_linear_smallbucket_w2). The later-registered of the pair
+    (the bias) arrives first, as in ZeRO-2's reverse model order, so the later one gets the
+    earlier one's elements. ZeRO-1/2 only: under ZeRO-3 F.linear is DeepSpeed's
+    LinearFunctionForZeroStage3 (see :func:`zero3_reduce_flush_bytes`). Bytes are elements x the
+    gradient's dtype. Memoised per tensor list, O(tensors)."""
+    def compute() -> list[int]:
+        tensors = inv.tensors
+        out = [0] * len(tensors)
+        weights: dict[str, int] = {}
+        biases: dict[str, int] = {}
+        for i, t in enumerate(tensors):
+            head, _, last = t.name.rpartition(".")
+            if head and t.trainable and last in ("weight", "bias"):
+                (weights if last == "weight" else biases)[head] = i
+        for head, ib in biases.items():
+            iw = weights.get(head)
+            if iw is None:
+                continue
+            w, b = tensors[iw], tensors[ib]
+            if len(b.shape) != 1 or not w.shape or b.shape[0] not in (w.shape[0], w.shape[-1]):
+                continue
+            if ib > iw:
+                out[ib] = w.numel
+            else:
+                out[iw] = b.numel
+        return out
+    return inv.memo(("autograd_siblings",), compute)
+
+
 def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str, tuple[int, int, int]] | None":
     """(bytes, which instant, (start, body, end) bytes) of the most ZeRO-3's gradient reduce holds beside its persistent
     buffers at one instant of backward, or None where it is not modelled (ZeRO++ qgZ, a
@@ -596,8 +638,11 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     arriving. Live at a flush: that flat buffer + the bucket's own whole gradients + the arriving
     one; at an arrival without a flush, the bucket's own whole gradients + the arriving one (before
     its copy). Not counted: gloo's second buffer inside reduce_scatter_tensor on CPU (the NCCL
-    path is modelled); a sibling gradient the same autograd node made with the arriving one and
-    not yet accumulated (e.g. nn.LayerNorm's weight and bias). Bytes are the maximum over these
+    path is modelled); the bias gradient an nn.Linear's node made with the arriving weight's
+    (ZeRO-3's default ``memory_efficient_linear`` routes F.linear through ``zero/linear.py``
+    LinearFunctionForZeroStage3, whose backward returns the weight's gradient before the bias's:
+    measured, the weight's hook fires with the bias's out x D bytes whole, 154 B for TINY's l2;
+    :func:`autograd_siblings` is the ZeRO-1/2 side, plain F.linear). Bytes are the maximum over these
     instants, and the third item the maximum over those in each region of backward: ``start``
     (arrivals of modules outside the layers before any layer's: those after the last layer in
     forward, e.g. lm_head, the final norm), ``body`` (arrivals of a layer's gradient, module names
@@ -1218,13 +1263,14 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     copy_grads_in_partition copies the rank's own gradients into ``grads_in_partition``
     (I_r x D, allocated at the rank's first such flush, the averaged_gradients storage).
 
-    A_r (ZeRO-2, autograd): max over parameters p of n_p x D (p's autograd gradient, before its
-    hook moves it) + I_r x D if an earlier flush allocated grads_in_partition; 0 at ZeRO-1 (the
-    lp_grads entry is that instant).
+    A_r (ZeRO-2, autograd): max over parameters p of (n_p + s_p) x D (p's autograd gradient, before
+    its hook moves it, and s_p = :func:`autograd_siblings`, the gradient its node made with it, not
+    yet accumulated: an nn.Linear's weight as its bias's hook runs) + I_r x D if an earlier flush
+    allocated grads_in_partition; 0 at ZeRO-1 (the lp_grads entry is that instant).
     R_r (the reduce): max over flushes j of copy_j + unmoved_j + (I_r x D if allocated before j),
     and, at the flush that allocates grads_in_partition, unmoved_j + xl_j + I_r x D (its flat copy
     freed, an extra-large gradient xl_j not yet dropped: tracked on the engine at ZeRO-1, two groups),
-    with unmoved_j = the triggering gradient (ZeRO-2) or it and every later one in the epilogue
+    with unmoved_j = the triggering gradient and its sibling (ZeRO-2) or it and every later one in the epilogue
     loop (ZeRO-1), plus a gradient over RBS elements, which is reduced in its own storage
     (``extra_large_param_to_reduce``, not copied into the bucket); and the end of the epilogue, (I_r + P - Cov_r) x D, when get_flat_partition's
     zero pads complete averaged_gradients before _release_ipg_buffers.
@@ -1255,6 +1301,15 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
                 pos[g] += 1
     order = model_order[::-1] if st == 2 else params
     sizes = [p[2] for p in order]
+    # ZeRO-2: the gradient its autograd node made with each one, whole while its hook runs
+    # (autograd_siblings: the weight as an nn.Linear's bias arrives); ZeRO-1 holds all of them anyway
+    tr = [(s, t.numel) for s, t in zip(autograd_siblings(inv), inv.tensors) if t.trainable]
+    sib_model = [s for s, _ in tr]
+    if st != 2 or [n for _, n in tr] != [p[2] for p in model_order]:
+        sibs = [0] * len(order)
+    else:
+        sibs = sib_model[::-1]
+    hooked = [n + s for n, s in zip(sizes, sibs)]  # autograd bytes / D live at each hook
     T = len(order)
     csum = list(itertools.accumulate(sizes, initial=0))
     # flushes: (bucket params as a range of indices in order, index in order of the triggering
@@ -1358,12 +1413,12 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     first = Runs.from_updates(W, ((ra, rb, j) for j in range(F) for ra, rb in touched[j]), F, "min")
     gmax = zero12_largest_slices(layouts, W)  # max over the parameters' owner slices, once per layout
     # sufmax[k] = the largest gradient at or after position k of order (0 past the end)
-    sufmax = list(itertools.accumulate(reversed(sizes), max, initial=0))[::-1]
+    sufmax = list(itertools.accumulate(reversed(hooked), max, initial=0))[::-1]
     suffix_at = (lambda k: csum[T] - csum[k])  # elements at or after position k
     p_t = sum(lay.P for lay in layouts)
     # flush j's bytes without the rank's grads_in_partition, which counts only for j > first_r:
     # red_r = max(base_r, max_{j <= first_r} A_j, max_{j > first_r} A_j + I_r D)
-    B = [(0 if trig is None else (sizes[trig] if st == 2 else suffix_at(trig)) * D) + xl[j]
+    B = [(0 if trig is None else (hooked[trig] if st == 2 else suffix_at(trig)) * D) + xl[j]
          for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
     A = [copies[j] + B[j] for j in range(len(flushes))]
     pre_max = list(A)
@@ -1490,8 +1545,10 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         auto, red, norm = terms[5:8]
         if auto:
             b.add("accelerator", "gradients", "backward_transient", auto, "autograd",
-                  "max_p n_p x D (+ I_r x D once grads_in_partition exists): the gradient a backward hook "
-                  "is moving into the ipg bucket", f"{S}.reduce_independent_p_g_buckets_and_remove_grads")
+                  "max_p (n_p + s_p) x D (+ I_r x D once grads_in_partition exists): the gradient a backward hook "
+                  "is moving into the ipg bucket and s_p, the one its autograd node made with it, not yet "
+                  "accumulated (an nn.Linear's weight as its bias's hook runs; state.autograd_siblings)",
+                  f"{S}.reduce_independent_p_g_buckets_and_remove_grads")
         b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
               "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
               "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "
@@ -2225,9 +2282,9 @@ def compute_ledger(plan: Plan) -> Ledger:
         "optimizer-kernel temporaries (the CUDA context, NCCL buffers and the caching allocator's reserve are "
         "the fit table's runtime-overhead rows)",
         ("ZeRO-3 backward copies: the whole gradient flush when communication_data_type differs from the model's "
-         "dtype or under qgZ, a flush's gradients divided by gradient_predivide_factor, and a gradient made by the "
-         "arriving one's autograd node with it (an nn.Linear's weight, whole, as its bias arrives); otherwise the "
-         "flush's flat buffer, the gradients held whole and the in-step flatten/cast are on the timeline"
+         "dtype or under qgZ, a flush's gradients divided by gradient_predivide_factor, and an nn.Linear's bias "
+         "gradient, whole as its weight's arrives (LinearFunctionForZeroStage3 returns both at once; out x D bytes); "
+         "otherwise the flush's flat buffer, the gradients held whole and the in-step flatten/cast are on the timeline"
          if ec.zero.stage == 3 else
          "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
          "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)"),

@@ -71,6 +71,14 @@ CELLS = [
     # l2.weight held whole, the arriving gradient whole), only without padding
     ("z3_bf16_smallbucket_w1", _cfg(3, "bf16", reduce_bucket_size=10000), 1, False, parity.TINY,
      {"submodules": True}),
+    # real biased Linears (worker _build_model(linear=True): F.linear, one AddmmBackward0 node makes
+    # a weight's and its bias's gradients together): the bias's hook fires first while the weight's
+    # gradient is whole; with a 10,000-element bucket l1.bias's arrival flushes l2.weight's bucket
+    # with l1.weight's 19,264-element gradient live beside it (state.autograd_siblings)
+    ("z3_bf16_linear_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
+     {"submodules": True, "linear": True}),
+    ("z2_bf16_linear_smallbucket_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
+     {"linear": True}),
     ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
     ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
     ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
@@ -141,6 +149,7 @@ RACY = {
     # the same model with a 10,000-element reduce bucket (f3a21c7): seen once under load (a full run
     # beside other work, 2026-12-05): rank 0 backward:1 +6,975 B; 4 runs alone matched within 0.02%
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_linear_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
 }
 
