@@ -636,3 +636,19 @@ def test_step_time_override_is_labelled_where_it_is_used(tmp_path):
     text, d = _estimate_text_and_json(tmp_path, 1)
     assert f"at {d['step_time']['step_time_s']:g} s/step (the step-time model's)" in text, text
     assert "--step-time" not in text
+
+
+@pytest.mark.parametrize("stage,precision,noted", [(3, "fp16", True), (3, "bf16", False), (2, "fp16", False)])
+def test_fp16_zero3_offload_names_the_cpu_overflow_check_it_leaves_out(stage, precision, noted):
+    """Only fp16 at ZeRO-3 with the optimizer offloaded runs the overflow check on the CPU
+    (stage3.py _overflow_check_and_loss_scale_update: fp16 only; has_overflow over
+    grad_partitions_flat_buffer, on self.device = cpu under offload, l.333 / l.791); ZeRO-1/2 checks
+    on the accelerator (stage_1_and_2.py update_offload_overflow_tracker on the accelerator slice)."""
+    from advisor.ledger.steptime import breakdown_lines
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, precision: {"enabled": True},
+           "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu"}}}
+    plan = Plan(effective_config(raw), Inventory("one", [TensorSpec("w", (N,), trainable=True)]),
+                Cluster(world_size=1, gpus_per_node=1))
+    st = step_time(plan, _hw(), seq_len=1000)
+    assert (st.assumptions["fp16_overflow_check_note"] is not None) == noted
+    assert any("left out: fp16 at ZeRO-3" in ln for ln in breakdown_lines(st)) == noted

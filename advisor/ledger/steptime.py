@@ -187,6 +187,16 @@ COMPUTE_MODEL = ("(6 x active parameters + 6 x L x s x heads x (d_qk + d_v)) x t
 CPU_OPTIMIZER_MODEL = ("DeepSpeedCPUAdam: partition elements x (28 B kernel + 8 B unscale pass where DeepSpeed runs "
                        "it + (4 + D) B 16-bit copy) / min(host_memory_bandwidth_bytes_per_s / ranks per node, OpenMP "
                        "threads per rank x host_core_bandwidth_bytes_per_s)")
+#: What the step time leaves out for fp16 at ZeRO-3 with the optimizer offloaded: DeepSpeed checks the
+#: host gradient buffer for inf/nan on the CPU every step (``stage3.py`` ``step`` ->
+#: ``_overflow_check_and_loss_scale_update``, fp16 only; ``has_overflow`` l.3009-3018
+#: ``torch.isinf`` / ``torch.isnan`` over ``grad_partitions_flat_buffer``, allocated on
+#: ``self.device``, the CPU under offload, l.333 and l.791-795). Compute-bound, not a bytes term: on
+#: the 2-vCPU VM, one thread, 108 ms per 32M fp16 elements against 18 ms for DeepSpeedCPUAdam's step.
+FP16_OVERFLOW_CHECK_NOTE = ("fp16 at ZeRO-3 with the optimizer offloaded: DeepSpeed's overflow check (torch.isinf / "
+                            "isnan over the host gradient buffer, stage3.py has_overflow) runs on the CPU every step "
+                            "and is not in this step time; it is compute-bound, measured at about 6 x DeepSpeedCPUAdam's "
+                            "step per element on one core")
 #: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
 FORWARD_SHARE = 2 / 6
 
@@ -650,6 +660,8 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "host_memory_bandwidth_note": HOST_BW_PEAK_NOTE if n_opt and host_bw and
                    "theoretical peak" in (getattr(hardware, "source", "") or "") else None,
                    "cpu_optimizer_threads": threads_info,
+                   "fp16_overflow_check_note": FP16_OVERFLOW_CHECK_NOTE if n_opt and ec.zero.stage == 3
+                   and ec.fp16_enabled else None,
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "NVMe optimizer swap reads (pipeline_read) / writes (pipeline_write) overlap the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
@@ -828,6 +840,8 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
                        "one core's bandwidth from the hardware spec)")
         if st.assumptions.get("host_memory_bandwidth_note"):
             out.append(f"    ({st.assumptions['host_memory_bandwidth_note']})")
+        if st.assumptions.get("fp16_overflow_check_note"):
+            out.append(f"    (left out: {st.assumptions['fp16_overflow_check_note']})")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():
         if note.startswith("measured at other"):
             out.append(f"  NVMe tier {tier}: {note}")
