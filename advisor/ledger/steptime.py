@@ -7,7 +7,7 @@ optimizer step and per rank (ranks of one role move equal bytes, :mod:`advisor.l
 
 Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
 
-* **compute** = 6 x N_active x T / (peak x MFU), T = tokens per rank per step (Kaplan et al.
+* **compute** = (6 x N_active + attention) x T / (peak x MFU), T = tokens per rank per step (Kaplan et al.
   2020, "Scaling Laws for Neural Language Models", s.2.1: C ~ 6 N per token for forward +
   backward, 2 N forward and 4 N backward), peak = the accelerator's dense 16-bit FLOP/s
   (fp32 at half of it, TF32), MFU = :data:`MFU` unless the accelerator preset names its own
