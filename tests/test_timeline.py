@@ -621,14 +621,30 @@ def test_zero3_reduce_scatter_flat_buffer_and_first_backward():
     assert _at(tl, "steady:reduce") == _at(tl, "save") + 86428
 
 
-def test_zero3_offload_norm_is_one_partition_in_fp64():
-    # _offload_grad_partition_at_boundary -> _constant_buffered_norm2: part.to(fp64) of one
-    # gradient partition at a time; the largest is l2.weight's ceil(23177/2) = 11,589 x 8 B
+def test_zero3_offload_norm_is_one_partition_in_fp64_inside_its_flush():
+    # partition_grads -> _offload_grad_partition_at_boundary -> _constant_buffered_norm2:
+    # part.to(fp64) of one gradient partition at a time, inside the flush (the reduce-scatter's
+    # outputs, views of its flat buffer, still alive), not at every backward instant.
+    # reduce_bucket_size 50,000: all 43,209 elements flush once, at the end of backward: flat
+    # sum ceil(n_i/2) x 2 x 2 B = 86,428 + the largest partition, l2.weight's ceil(23177/2) = 11,589 x 8
+    from advisor.ledger.state import zero3_reduce_flush_bytes
     cfg = {**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000,
                                        "offload_optimizer": {"device": "cpu"}}}
-    led = compute_ledger(Plan(effective_config(cfg), TINY3, Cluster(world_size=2)))
-    got = [e.bytes for e in led.rank(0).entries if e.item == "zero3_offload_norm_fp64"]
-    assert got == [11589 * 8]
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, TINY3, Cluster(world_size=2)))
+    assert not [e for e in led.rank(0).entries if e.item == "zero3_offload_norm_fp64"]
+    flush = [e for e in led.rank(0).entries if e.item == "zero3_reduce_flush"]
+    assert [e.bytes for e in flush] == [86428 + 11589 * 8]
+    # arrivals (no layers: the start region) hold only the arriving gradient, l2.weight's 23,177 x 2;
+    # the norm copy is at the end, with the epilogue's flush
+    assert flush[0].regions == (23177 * 2, 0, 86428 + 11589 * 8)
+    # bucket 10,000: l2.weight's arrival flushes l3.bias, l3.weight, l2.bias (flat (3 + 193 + 39) x 2
+    # x 2 = 940 + whole l2.weight 46,354 + norm l3.weight's 193 x 8); l1.bias's arrival flushes
+    # l2.weight (flat 46,356 + held whole 46,354 + l1.bias 602 + norm 11,589 x 8): the largest
+    small = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 10000,
+                                                          "offload_optimizer": {"device": "cpu"}}})
+    got = zero3_reduce_flush_bytes(small, TINY3, 2)
+    assert got[0] == 46356 + 46354 + 602 + 11589 * 8 and "fp64 norm copy 92,712" in got[1]
 
 
 def test_zero3_backward_grad_order_is_by_module_in_reverse():
@@ -684,6 +700,33 @@ def test_zero3_backward_places_each_flush_with_the_activations_live_then():
     acts.recompute_layer = 5000
     full = role_timeline(led, led.rank(0), load, acts, ga=1)
     assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 16800 - 2400
+
+
+def test_zero3_offload_norm_sits_in_its_flush_not_at_backward_start():
+    # The inventory above with offload_optimizer cpu: each flush also holds the fp64 norm copy of
+    # its largest gradient partition (ceil(n/2) x 8: head 400, layers 50, embed 500), only then.
+    #   start:  head arrives, no flush: 1,600
+    #   layers: flush [head] (a view) + head whole 1,600 + arriving 200 + 400 x 8 = 5,000
+    #   end:    flush [layers.1, layers.0] 400 + arriving 2,000 + 50 x 8 = 2,800; epilogue [embed]
+    #           (a view) + held whole 2,000 + 500 x 8 = 6,000
+    from types import SimpleNamespace
+    from advisor.ledger.state import zero3_reduce_flush_bytes
+    inv = Inventory(name="ends", tensors=[TensorSpec(n, (k,)) for n, k in [
+        ("embed.weight", 1000), ("layers.0.w.weight", 100), ("layers.1.w.weight", 100),
+        ("head.weight", 800)]], source="test")
+    ec = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 500,
+                                                       "offload_optimizer": {"device": "cpu"}}})
+    assert zero3_reduce_flush_bytes(ec, inv, 2)[2] == (1600, 5000, 6000)
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    load = resolve_load(ec)
+    acts = SimpleNamespace(saved_accelerator=10000, saved_host=0, loss_spike=0,
+                           loss_backward_spike=3000, recompute_layer=500)
+    bare = role_timeline(led, led.rank(0), load, ga=1)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    # start 10,000 + 3,000 + 1,600 = 14,600; layers 10,000 + 500 + 5,000 = 15,500; end 6,000.
+    # Counted at every backward instant (before), the start read 14,600 + 4,000 = 18,600.
+    for key in ("backward:1", "steady:backward"):
+        assert _at(full, key) - _at(bare, key) == 15500 - 6000
 
 
 def test_hf_load_dtype_is_the_checkpoints():

@@ -637,7 +637,12 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     backward flushes what is left (independent_gradient_partition_epilogue), with no gradient
     arriving. Live at a flush: that flat buffer + the bucket's own whole gradients + the arriving
     one; at an arrival without a flush, the bucket's own whole gradients + the arriving one (before
-    its copy). Not counted: gloo's second buffer inside reduce_scatter_tensor on CPU (the NCCL
+    its copy). Under CPU/NVMe optimizer offload a flush also holds, one at a time, an fp64 copy of
+    each of its gradients' partitions (partition_grads -> _offload_grad_partition_at_boundary ->
+    _constant_buffered_norm2: ``part.data.to(get_norm_dtype())``, split at 250,000,000 elements),
+    while the reduce-scatter's outputs, views of its flat buffer, are alive: + the bucket's largest
+    min(ceil(n_i/W), 250,000,000) x 8 at that flush only (it is freed inside the flush; the
+    ledger counted it at every backward instant before). Not counted: gloo's second buffer inside reduce_scatter_tensor on CPU (the NCCL
     path is modelled); the bias gradient an nn.Linear's node made with the arriving weight's
     (ZeRO-3's default ``memory_efficient_linear`` routes F.linear through ``zero/linear.py``
     LinearFunctionForZeroStage3, whose backward returns the weight's gradient before the bias's:
@@ -655,13 +660,19 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     C = DTYPE_BYTES[ec.comm_dtype]
     rbs = int(z.reduce_bucket_size)
     contiguous, rs = bool(z.contiguous_gradients), bool(z.reduce_scatter)
+    norm = ec.offload_optimizer_effective != "none"
     # once per (tensor list, W, C, bucket size, flags): generate asks per plan (Inventory.memo)
-    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs),
-                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs))
+    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs, norm),
+                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm))
+
+
+#: stage3.py _constant_buffered_norm2(input, buffer_size=250000000): the fp64 copy is of at most
+#: this many elements at once
+NORM_SPLIT_ELEMENTS = 250_000_000
 
 
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
-                              reduce_scatter: bool) -> "tuple[int, str, tuple[int, int, int]] | None":
+                              reduce_scatter: bool, norm: bool = False) -> "tuple[int, str, tuple[int, int, int]] | None":
     from advisor.model.parallel import _LAYER_RE
     # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
     in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
@@ -683,6 +694,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     # the bucket as running totals (no re-walk per gradient): elements, count, flat-buffer elements
     # sum ceil(n_i/W) x W, elements of its own whole gradients, its first and last tensor indices
     held = count = flat = own = 0
+    pmax = 0  # the bucket's largest gradient partition (elements) cast to fp64 at its flush (norm)
     lo = hi = -1
     for i in zero3_backward_grad_order(inv):
         n = tensors[i].numel
@@ -695,13 +707,13 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             ri = 2 if seen_layer else 0
         if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
             fb = flat_bytes(held, count, flat)
-            nb = fb + (own + n) * C
+            nb = fb + (own + n) * C + pmax * 8
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
                                    f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
-                                   f"arriving {n * C:,} B")
-            held = count = flat = own = 0
+                                   f"arriving {n * C:,} B" + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else ""))
+            held = count = flat = own = pmax = 0
         else:
             reg[ri] = max(reg[ri], (own + n) * C)
             if (own + n) * C > best:  # arrives, no flush: whole until copied into the bucket
@@ -714,12 +726,16 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         held += n
         count += 1
         flat += -(-n // W) * W
+        if norm:
+            pmax = max(pmax, min(-(-n // W), NORM_SPLIT_ELEMENTS))
     if held:  # the backward epilogue's flush, nothing arriving
         fb = flat_bytes(held, count, flat)
-        reg[2] = max(reg[2], fb + own * C)
-        if fb + own * C > best:
-            best, where = fb + own * C, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
-                                         f"flat {fb:,} + whole in bucket {own * C:,} B")
+        nb = fb + own * C + pmax * 8
+        reg[2] = max(reg[2], nb)
+        if nb > best:
+            best, where = nb, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
+                               f"flat {fb:,} + whole in bucket {own * C:,} B"
+                               + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else ""))
     return (best, where, tuple(reg)) if best else None
 
 
@@ -1767,16 +1783,23 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     if rs is not None:
         b.add("accelerator", "workspace", "zero3_reduce_flush", rs[0], "in_backward",
               f"max over backward's gradient arrivals and bucket flushes of (flat buffer sum over the flush's "
-              f"params ceil(n_i/W) x W x C + the bucket's gradients held whole + the arriving gradient, whole) "
-              f"= {rs[0]} ({rs[1]})",
+              f"params ceil(n_i/W) x W x C + the bucket's gradients held whole + the arriving gradient, whole"
+              + (" + at a flush, under CPU/NVMe optimizer offload, the fp64 norm copy of the bucket's largest "
+                 "gradient partition, max_i min(ceil(n_i/W), 250,000,000) x 8" if oo != "none" else "")
+              + f") = {rs[0]} ({rs[1]})",
               "runtime/comm/coalesced_collectives.py:reduce_scatter_coalesced (torch.cat of the interleaved, "
               f"padded partitions); {S}.reduce_independent_p_g_buckets_and_remove_grads (flush before the "
-              "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads", regions=rs[2])
+              "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads"
+              + (" -> partition_grads -> _offload_grad_partition_at_boundary -> _constant_buffered_norm2 "
+                 "(part.to(get_norm_dtype()), one partition at a time while the flush's reduce-scatter output "
+                 "views keep its flat buffer)" if oo != "none" else ""), regions=rs[2])
 
-    if oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
+    if rs is None and oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
+        # the flush is not replayed here (qgZ, another communication dtype): the norm copy, at any
+        # backward instant (inside a flush when it is: zero3_reduce_flush_bytes counts it there)
         # the boundary's gradient norm, one parameter partition at a time, in fp64
         big = inv.memo(("zero3_offload_norm_partition", W),  # once per (tensor list, W): generate asks per plan
-                       lambda: max(min(_ceil_div(t.numel, W), 250_000_000) for t in inv.tensors if t.trainable))
+                       lambda: max(min(_ceil_div(t.numel, W), NORM_SPLIT_ELEMENTS) for t in inv.tensors if t.trainable))
         b.add("accelerator", "workspace", "zero3_offload_norm_fp64", big * 8, "in_backward",
               f"max_i min(ceil(n_i/W), 250,000,000) x 8 = {big} x 8 (one gradient partition cast to fp64 "
               "for its norm, freed before the next)",

@@ -56,6 +56,13 @@ def _cfg(stage, dtype, **zero):
 #: release_sub_module), so on the flat one-module proxy, which no real model is, the first
 #: forward fetched all six parameters at once (+79,847 B over the ledger's per-module fetch) and
 #: the first backward held them all (+93,685 B): phases that measured the proxy, not the ledger.
+#: One large module run first in forward (its gradient arrives last, alone in the epilogue's flush,
+#: a view: no flat buffer) and ten of 4,900 elements that fill one bucket of 50,000: the flush
+#: with the largest flat buffer (ten partitions of 2,450) is not the one holding the largest
+#: partition (m0's 10,000), so the fp64 norm copy's lifetime shows (state.zero3_reduce_flush_bytes).
+NORM_LIFE = {"name": "norm-life", "tensors": [{"name": "m0.weight", "shape": [20000]}]
+             + [{"name": f"m{i}.weight", "shape": [4900]} for i in range(1, 11)]}
+
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
@@ -63,6 +70,11 @@ CELLS = [
     ("z3_bf16_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, False, parity.TINY, {"submodules": True}),
     ("z3_bf16_oo_cpu_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 2,
      False, parity.TINY, {"submodules": True}),
+    # the fp64 norm copy of optimizer offload lives inside its flush: the ten-partition flush
+    # (flat 98,000 + arriving m0 40,000 + 2,450 x 8) and the epilogue's (m0 alone, 10,000 x 8) are
+    # apart; counted at every backward instant the ledger read 60,400 B more than the engine
+    ("z3_bf16_oo_cpu_normlife_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}),
+     2, False, NORM_LIFE, {"submodules": True}),
     # several flushes (reduce_bucket_size 10,000 < l2.weight's 23,177 elements): each flush runs
     # while the gradient that does not fit is still whole, in autograd's order
     ("z3_bf16_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
@@ -150,6 +162,7 @@ RACY = {
     # beside other work, 2026-12-05): rank 0 backward:1 +6,975 B; 4 runs alone matched within 0.02%
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_linear_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_oo_cpu_normlife_w2": {"backward:1": (10000 * 2 * 2, "m0's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
 }
 
