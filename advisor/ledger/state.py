@@ -443,14 +443,20 @@ def zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -
 
 
 def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -> list[SubGroup]:
+    tensors = inventory.tensors
     by: dict[int, list[int]] = {}
-    for i, t in enumerate(inventory.tensors):
-        if t.trainable:
-            by.setdefault(t.group, []).append(i)
+    if all(t.trainable and t.group == 0 for t in tensors):
+        by[0] = list(range(len(tensors)))  # the common case: one group of every tensor
+    else:
+        for i, t in enumerate(tensors):
+            if t.trainable:
+                by.setdefault(t.group, []).append(i)
     out: list[SubGroup] = []
     for g in sorted(by):
         idx = by[g]
-        parts = [zero3_partition_numel(inventory.tensors[i].numel, W) for i in idx]
+        # p_i = zero3_partition_numel(n_i, W) = ceil(n_i / W), inlined (one call per tensor
+        # was ~0.2 s of a 1M-tensor inventory)
+        parts = [-(-tensors[i].numel // W) for i in idx]
         if sub_group_size is None or sub_group_size >= sum(parts):
             out.append(SubGroup(g, tuple(idx), sum(parts)))
             continue
