@@ -240,3 +240,18 @@ def test_sidecar_over_the_bound_is_exit_2_naming_it(tmp_path) -> None:
     p = run_cli(["estimate", str(cfg), "--model", "gpt2"])
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "ds.workload.json" in p.stderr and "/seq_len" in p.stderr
+
+
+# ---- rule look-ups once per suppression entry: no copy of the registry per call -----------
+
+def test_find_rule_and_emit_do_not_copy_the_registry(monkeypatch) -> None:
+    import advisor.rules as rules
+    every = rules.all_rules()  # loads every rule module
+    monkeypatch.setattr(rules, "all_rules", _refuse)
+    for code, r in every.items():
+        # by code in any case, and by name as the old scan found it (the first in code order)
+        assert rules.find_rule(code.lower()) is r
+        first = next(x for x in every.values() if x.name.lower() == r.name.lower())
+        assert rules.find_rule(f" {r.name.upper()} ") is first
+    assert rules.find_rule("ZZ1") is None and rules.find_rule("no-such-rule") is None
+    assert rules.emit("S002", "warning", "/x", "m").code == "S002"
