@@ -109,7 +109,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_of, placement_of, swap_threshold_bytes,
+from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_names, module_of, placement_of,
+                                  swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
                                   zero12_groups_stepped_apart, zero12_step_groups)
@@ -347,7 +348,7 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         swap_min = swap_threshold_bytes(ec) if op == "nvme" else None
         # once per (tensor list, its arguments), not per plan: generate's plans share the inventory
         parts, full, where = inv.memo(("zero_init_load_peak", W, D, Dl, cast, swap_min), lambda: zero_init_load_peak(
-            [(module_of(t.name), t.numel) for t in inv.tensors], W, D, Dl, cast, swap_min))
+            list(zip(module_names(inv), [t.numel for t in inv.tensors])), W, D, Dl, cast, swap_min))
         src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
         out = [Entry(rank, "accelerator", "parameters", "zero_init_module_whole", full, "load",
                      f"the parameters of one module whole in {ec.model_dtype}"
