@@ -255,3 +255,16 @@ def test_find_rule_and_emit_do_not_copy_the_registry(monkeypatch) -> None:
         assert rules.find_rule(f" {r.name.upper()} ") is first
     assert rules.find_rule("ZZ1") is None and rules.find_rule("no-such-rule") is None
     assert rules.emit("S002", "warning", "/x", "m").code == "S002"
+
+
+def test_sidecar_goes_through_the_guarded_reader(tmp_path) -> None:
+    """Over 1 MiB: refused whole (it was cut at 1 MiB and failed as broken JSON); a bad number
+    or syntax: one line with its line:column."""
+    from advisor.views.workload import MAX_SIDECAR_BYTES, read_sidecar
+    big = _sidecar(tmp_path, seq_len=128, pad="x" * MAX_SIDECAR_BYTES)
+    with pytest.raises(ConfigLoadError, match=f"over the {MAX_SIDECAR_BYTES}-byte limit"):
+        read_sidecar(big)
+    p = tmp_path / "ds.workload.json"
+    p.write_text('{"seq_len": 128,\n "moe_capacity_factor": NaN}')
+    with pytest.raises(ConfigLoadError, match=r"ds.workload.json:2:\d+: non-finite number NaN"):
+        read_sidecar(str(p))

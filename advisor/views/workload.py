@@ -40,6 +40,8 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "expert_parallel": (int, 1), "megatron_sp": (bool, False), "moe_capacity_factor": (float, None),
 }
 _CHOICES = {"checkpointing": ("none", "full", "selective"), "attention": ("flash", "eager")}
+#: Largest workload sidecar read (bytes): generate writes a few hundred.
+MAX_SIDECAR_BYTES = 1 << 20
 #: Upper bounds of the numeric fields, with the flag that has the same bound (``cli.OPTIONS``):
 #: a sidecar's value is bounded as the flag's is (issue 21, bounded work).
 LIMITS: dict[str, tuple[int | float, str]] = {
@@ -132,11 +134,10 @@ class ResolvedWorkload:
 def read_sidecar(path: str) -> dict[str, Any]:
     """The sidecar's fields (only the known ones). Raises ConfigLoadError naming the file and key
     for unreadable JSON or a wrongly typed value."""
-    try:
-        with open(path, "rb") as fh:
-            d = json.loads(fh.read(1 << 20).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigLoadError(path, f"cannot read the workload sidecar: {e}")
+    from advisor.config.readers import read_json_file
+    # the guarded reader: regular file, size refused past the limit (it read the first MiB and
+    # failed on the cut JSON before), depth bounded, finite numbers; one line with line:column
+    d = read_json_file(path, limit=MAX_SIDECAR_BYTES, what="workload sidecar")
     if not isinstance(d, dict):
         raise ConfigLoadError(path, "the workload sidecar must be a JSON object")
     out: dict[str, Any] = {}
