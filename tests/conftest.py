@@ -52,6 +52,27 @@ def run_cli(args: list[str], cwd: str | Path | None = None, env: dict | None = N
     return p
 
 
+def run_group(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd`` like ``subprocess.run(capture_output=True, text=True)``, but in its own process
+    group through :func:`advisor.engine.measure.run_process_group`: on timeout (``timeout``
+    seconds) the whole launch (launcher, torchrun ranks in their own sessions, op builds) is ended,
+    not only the direct child as ``subprocess.run(timeout=...)`` does, and the test fails with the
+    tail of the output."""
+    import tempfile
+
+    from advisor.engine.measure import run_process_group
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        rc = run_process_group(cmd, timeout, stdout=out, stderr=err, **kw)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if rc is None:
+        pytest.fail(f"timed out after {timeout:g} s, process group ended: {cmd[:4]}\n"
+                    f"{(stdout + stderr)[-3000:]}")
+    return subprocess.CompletedProcess(cmd, rc, stdout, stderr)
+
+
 def run_json(args: list[str], **kw) -> tuple[int, dict]:
     p = run_cli(args, **kw)
     try:

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tests.conftest import run_group
+
 pytestmark = pytest.mark.engine
 
 _LOAD = """
@@ -24,7 +26,7 @@ print("loaded", m.__file__)
 
 def _load(ext_dir: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=ext_dir, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
-    return subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True, timeout=1200, env=env)
+    return run_group([sys.executable, "-c", _LOAD], 1200, env=env)
 
 
 def _files(d: str) -> dict[str, int]:

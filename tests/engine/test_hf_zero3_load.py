@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import run_group
 
 pytestmark = pytest.mark.engine
 
@@ -39,12 +40,12 @@ def _port() -> int:
 def test_rank_0_holds_the_whole_checkpoint_under_hf_zero3(tmp_path):
     ckpt = tmp_path / "ckpt"
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-c", MAKE, str(ckpt), json.dumps(CFG)], check=True, env=env, timeout=300,
-                   capture_output=True)
+    made = run_group([sys.executable, "-c", MAKE, str(ckpt), json.dumps(CFG)], 300, env=env)
+    assert made.returncode == 0, made.stderr[-3000:]
     ds = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+    p = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                         "--master_port", str(_port()), os.path.join(HERE, "hf_zero3_load_worker.py"), str(ckpt),
-                        json.dumps(ds)], env=env, timeout=600, capture_output=True, text=True)
+                        json.dumps(ds)], 600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     got = {d["rank"]: d for d in (json.loads(x[5:]) for x in p.stdout.splitlines() if x.startswith("HFZ3 "))}
     assert sorted(got) == [0, 1]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import run_group
 
 TINY = {"name": "tiny-odd", "tensors": [
     {"name": "a.weight", "shape": [301, 64]}, {"name": "a.bias", "shape": [301]},
@@ -27,8 +28,8 @@ def test_measure_cli_matches_ledger(tmp_path, stage):
                                "zero_optimization": {"stage": stage, "reduce_bucket_size": 50000,
                                                      "stage3_param_persistence_threshold": 100}}))
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    p = subprocess.run([sys.executable, "-m", "advisor", "measure", str(cfg), "--model", str(inv), "--world-size", "2",
-                        "--format", "json"], capture_output=True, text=True, timeout=600, env=env)
+    p = run_group([sys.executable, "-m", "advisor", "measure", str(cfg), "--model", str(inv), "--world-size", "2",
+                        "--format", "json"], 600, env=env)
     assert "Traceback" not in p.stderr[-2000:] or p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout)
     rows = d["rows"]

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import run_group
 
 from advisor.config.effective import effective_config
 from advisor.engine.measure import package_path
@@ -54,7 +55,7 @@ def pipe_run(tmp_path_factory):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(port), worker, str(tmp_path),
            str(V), str(H), str(F), str(L), "2"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    p = run_group(cmd, 600, env=env)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     return tmp_path, {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
 
