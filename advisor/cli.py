@@ -1263,7 +1263,7 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
             _say(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}")
         raise _fail(f"not launching the engine: {len(errors)} error finding(s) above (see `ds-advisor lint`)")
     try:
-        from advisor.engine.measure import MeasureError, Terminated, measure_vs_ledger, run_measure
+        from advisor.engine.measure import MeasureError, Terminated, measure_phases, measure_vs_ledger, run_measure
     except ImportError as e:
         from advisor.install import extra_command
         raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && {extra_command('engine')}): {e}")
@@ -1276,11 +1276,12 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
         _say(f"ds-advisor: measure: stopped by signal {e.signum}: the engine's processes were ended")
         raise
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
+    phases = measure_phases(loaded.data, inv, world_size, ranks)
     bad = [r for r in rows if "error" in r or r["diff"] != 0]
     _echo(_render("measure", fmt, {"config": loaded.source, "model": inv.name, "world_size": world_size,
-                                       "steps": steps, "rows": rows, "matches": not bad,
+                                       "steps": steps, "rows": rows, "matches": not bad, "phases": phases,
                                        "deepspeed_release": release_dict(release)}))
-    sys.exit(EXIT_FINDINGS if bad else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if bad or not phases["matches"] else EXIT_OK)
 
 
 def run() -> None:

@@ -376,7 +376,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               # default: only under zero.Init
                               "submodules": bool(c.get("submodules", c.get("zero_init"))),
                               # biased Linears as nn.Linear's one autograd node (worker _build_model)
-                              "linear": bool(c.get("linear"))})
+                              "linear": bool(c.get("linear")),
+                              # tests only: an unknown buffer in forward (worker._injected_buffer)
+                              "inject_forward_bytes": int(c.get("inject_forward_bytes", 0))})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)
@@ -455,7 +457,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
 
 def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory | dict[str, Any],
                 world_size: int, steps: int = 2, workdir: str | None = None,
-                timeout_s: float = 600.0, progress: Callable[[str], None] | None = None) -> dict[int, dict[str, Any]]:
+                timeout_s: float = 600.0, progress: Callable[[str], None] | None = None,
+                track: bool = True, inject_forward_bytes: int = 0) -> dict[int, dict[str, Any]]:
     """Run the real DeepSpeed engine on ``world_size`` ranks for ``steps`` steps and return,
     per rank, ``{"snapshots": {snapshot: {item: {tier: bytes}}}, "wrapper", "basic_optimizer",
     "nvme_files"}`` (bytes, not elements), or ``{"error": ...}`` for a rank where DeepSpeed
@@ -467,7 +470,8 @@ def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory 
     else:
         from advisor.config.loading import load_config
         config = load_config(config_path_or_dict).data
-    res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps}],
+    res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps,
+                             "track": track, "inject_forward_bytes": inject_forward_bytes}],
                            world_size, workdir=workdir, timeout_s=timeout_s, progress=progress)
     return res[0].ranks
 
@@ -604,3 +608,38 @@ def peak_instant(rows: list[dict[str, Any]], rank: int = 0) -> tuple[str, str]:
     if not rr:
         return "", ""
     return max(rr, key=lambda x: x["measured"])["phase"], max(rr, key=lambda x: x["ledger"])["phase"]
+
+
+#: A tracker phase whose engine high-water mark differs from the ledger's instant by more than
+#: this fraction fails ``measure`` (exit 1), as a byte difference in the census does.
+PHASE_TOLERANCE = 0.01
+
+#: What a CPU run cannot prove (peak_parity compares totals over every tier but nvme).
+CPU_TIER_NOTE = ("on CPU the accelerator and pageable host tiers are one device (RAM): the phase parity "
+                 "folds them, so the tier split is not proven by this run")
+
+
+def measure_phases(config: dict[str, Any], inventory: Inventory, world_size: int,
+                   measured: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The phase part of ``ds-advisor measure``: :func:`peak_parity`'s rows (bytes; per rank and
+    tracker phase load, initialize, forward/backward/step of steps 1 and 2), each with ``ok``
+    (``|rel_diff| <= PHASE_TOLERANCE``), the peak instant on both sides per rank
+    (:func:`peak_instant`), the tier note when the run was on CPU, and ``matches``.
+    ``compared`` is False with a ``reason`` when the phases cannot be compared (GA > 1:
+    peak_parity's timeline is for one micro-batch per step; or no rank had a tracker record)."""
+    from advisor.config.effective import effective_config
+
+    ga = effective_config(config).gradient_accumulation_steps
+    if ga not in (None, 1):
+        return {"compared": False, "reason": f"gradient_accumulation_steps is {ga}: the phase timeline is "
+                "compared for 1 only", "rows": [], "peak_instant": [], "matches": True}
+    rows = peak_parity(config, inventory, world_size, measured)
+    for r in rows:
+        if "phase" in r:
+            r["ok"] = abs(r["rel_diff"]) <= PHASE_TOLERANCE
+    ranks = sorted({r["rank"] for r in rows if "phase" in r})
+    peaks = [dict(zip(("rank", "engine", "ledger"), (k, *peak_instant(rows, k)))) for k in ranks]
+    cpu = any(rec.get("accelerator") == "cpu" for rec in measured.values())
+    return {"compared": bool(ranks), "reason": "" if ranks else "no rank reported a tracker record",
+            "rows": rows, "peak_instant": peaks, "tier_note": CPU_TIER_NOTE if cpu else "",
+            "matches": all(r.get("ok", False) for r in rows)}

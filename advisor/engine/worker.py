@@ -46,6 +46,9 @@ def _storage_key(t):
 
 _TRACKER: list = []  # the active StorageTracker, if any
 _CLAIMED: dict[int, str] = {}  # data_ptr -> ledger item, from every census of the cell
+#: id(tracker live entry) -> (that entry, ledger item): the censuses' claims on the exact
+#: allocations the tracker recorded (the entry is kept so its id is not reused)
+_CLAIMED_ENTRIES: dict[int, tuple] = {}
 
 
 def _record_pinned(t):
@@ -262,15 +265,19 @@ class StorageTracker:
 
     def report(self, claimed: dict[int, str]) -> list[dict]:
         """Per phase (in order): peak and end bytes, the peak's live bytes by ledger item
-        (``claimed``: data_ptr -> item from the censuses) and, for storages no census claims, by
+        (claimed by a census on the tracker's record of that allocation; ``claimed``, data_ptr -> item,
+        is kept for callers) and, for storages no census claims, by
         allocation site (the unattributed ones, with their sizes)."""
         out = []
         for ph in self.order:
             pk = self.peaks[ph]
             by_item: dict[str, int] = {}
             unattributed: dict[str, int] = {}
-            for nb, ptr, site in pk.get("live", {}).values():
-                item = claimed.get(ptr)
+            for e in pk.get("live", {}).values():
+                nb, ptr, site = e
+                # claimed by the census that saw this allocation; an address alone is not enough:
+                # a freed storage's address is reused (a forward buffer at a later exp_avg's address)
+                item = _CLAIMED_ENTRIES[id(e)][1] if id(e) in _CLAIMED_ENTRIES else None
                 if item:
                     by_item[item] = by_item.get(item, 0) + nb
                 else:
@@ -318,6 +325,13 @@ class Census:
         self.seen.add(ptr)
         self.claimed[ptr] = item
         _CLAIMED.setdefault(ptr, item)
+        if _TRACKER:  # the tracker's record of this very allocation (an address alone is reused)
+            try:
+                e = _TRACKER[0].live.get(t.untyped_storage()._cdata)
+            except Exception:
+                e = None
+            if e is not None and e[1] == ptr:
+                _CLAIMED_ENTRIES.setdefault(id(e), (e, item))
         d = self.items.setdefault(item, {})
         tier = self.tier(t)
         d[tier] = d.get(tier, 0) + nb
@@ -611,6 +625,7 @@ def _run_cell(cell: dict, rank: int, cpu_accel: bool) -> dict:
     nvme_path = cell.get("nvme_path")
     _PINNED.clear()
     _CLAIMED.clear()
+    _CLAIMED_ENTRIES.clear()
     tracker = StorageTracker() if cell.get("track") else None
     restore = None
     if tracker is not None:
@@ -735,6 +750,14 @@ def _build_in_load_phase(cell: dict, submodules: bool):
     return _build_model(cell["inventory"], submodules, linear)
 
 
+def _injected_buffer(nbytes: int, dev):
+    """``nbytes`` bytes (uint8) on ``dev`` that nothing in DeepSpeed or the ledger accounts for, or
+    None for 0: the cell option ``inject_forward_bytes`` (tests/engine/test_measure_cli.py) proves
+    ``measure`` reports an unknown buffer as unattributed at this function's site."""
+    import torch
+    return torch.empty(nbytes, dtype=torch.uint8, device=dev) if nbytes > 0 else None
+
+
 def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
     """The body of :func:`_run_cell`; ``tracker`` (a :class:`StorageTracker` or None) is told
     the phases: load (model construction, under ``deepspeed.zero.Init`` when the cell says
@@ -807,6 +830,9 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
         if tracker is not None:
             tracker.set_phase(f"forward:{s + 1}")
         loss = engine(x)
+        # a buffer neither the ledger nor any census knows (cell option, tests only): measure must
+        # report it as unattributed, with its size and site, and fail the forward phase's parity
+        injected = _injected_buffer(int(cell.get("inject_forward_bytes", 0)), dev)
         _phase(tracker, f"backward:{s + 1}")
         engine.backward(loss)
         _phase(tracker, None)
@@ -822,7 +848,7 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
             tracker.set_phase(f"step:{s + 1}")
         engine.step()
         _phase(tracker, None)
-        del loss
+        del loss, injected
     c = Census(cpu_accel)
     _walk(engine, c)
     snaps["steady"] = c.result()

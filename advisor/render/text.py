@@ -892,6 +892,36 @@ def measure_json(m: dict[str, Any]) -> str:
     return json.dumps(m, indent=2)
 
 
+def _measure_phases_text(ph: dict[str, Any] | None) -> list[str]:
+    """The phase part of ``measure``: per rank and tracker phase the engine's high-water mark
+    beside the ledger timeline's instant (bytes), the peak instants, the unattributed storages."""
+    from advisor.render.style import columns
+    if not ph:
+        return []
+    L = ["", "phase high-water marks (every storage the engine allocated) vs the ledger timeline:"]
+    if not ph["compared"]:
+        return L + [f"  not compared: {ph['reason']}"]
+    for r in ph["rows"]:
+        if "error" in r:
+            L.append(f"  rank {r['rank']}: error: {r['error']}")
+    ok = [r for r in ph["rows"] if "phase" in r]
+    L += ["  " + x for x in columns([("rank", "phase", "measured B", "ledger B", "diff", "ledger instant", "")]
+                                    + [(str(r["rank"]), r["phase"], f"{r['measured']:,}", f"{r['ledger']:,}",
+                                        f"{100 * r['rel_diff']:+.2f}%", r["ledger_instant"],
+                                        "" if r["ok"] else "OVER 1%") for r in ok],
+                                    (True, False, True, True, True, False, False), gap=1)]
+    for p in ph["peak_instant"]:
+        L.append(f"  rank {p['rank']} peak: engine in {p['engine'] or '?'}, ledger in {p['ledger'] or '?'}")
+    for r in ok:
+        for u in r["unattributed"]:
+            L.append(f"  unattributed rank {r['rank']} {r['phase']}: {u['bytes']:,} B at {u['site']}")
+    if ph.get("tier_note"):
+        L.append(f"  note: {ph['tier_note']}")
+    n_bad = sum(1 for r in ph["rows"] if not r.get("ok", False))
+    L.append(f"  {len(ph['rows']) - n_bad} of {len(ph['rows'])} phases within 1%")
+    return L
+
+
 def measure_text(m: dict[str, Any]) -> str:
     """``measure``: one row per (rank, snapshot, item, tier): measured bytes, the ledger's, the difference."""
     from advisor.render.style import columns
@@ -912,6 +942,7 @@ def measure_text(m: dict[str, Any]) -> str:
                                            gap=1)]
     bad = sum(1 for r in rows if "error" in r or r["diff"] != 0)
     L.append(f"{len(rows) - bad} of {len(rows)} rows match to the byte")
+    L += _measure_phases_text(m.get("phases"))
     rel = m.get("deepspeed_release")
     if rel:
         L.append(f"release: the engine is the installed DeepSpeed {rel['requested']}; the ledger is DeepSpeed "
