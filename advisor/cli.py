@@ -980,6 +980,31 @@ def main() -> None:
     """
 
 
+def _sidecar_dp(path: str, data: object, world_size: int | None,
+                source: str | None) -> tuple[int | None, str | None]:
+    """(data-parallel world size, its source) for lint's batch check (rule B001) when the workload
+    sidecar generate wrote next to ``path`` records tensor/pipeline parallelism: with Megatron's mpu,
+    DeepSpeed checks train_batch_size over mpu.get_data_parallel_world_size() ranks
+    (runtime/config.py DeepSpeedConfig.__init__), world / (TP x PP [x Ulysses SP]).
+    (None, source) -- lint_config's own default -- without a sidecar, a world size, or model
+    parallelism; a sidecar that cannot be read is left to estimate/check to report."""
+    from advisor.views.workload import read_sidecar, sidecar_path
+    if world_size is None or path == "-" or not os.path.isfile(sidecar_path(path)):
+        return None, source
+    try:
+        side = read_sidecar(sidecar_path(path))
+    except AdvisorError:
+        return None, source
+    tp, pp = side.get("tensor_parallel", 1), side.get("pipeline_parallel", 1)
+    usp = data.get("sequence_parallel_size") if isinstance(data, dict) else None
+    sp = usp if isinstance(usp, int) and not isinstance(usp, bool) and usp > 0 else side.get("sequence_parallel", 1)
+    if tp * pp == 1 or world_size % (tp * pp * sp):
+        return None, source
+    return (world_size // (tp * pp * sp),
+            f"{source or 'world size'}; tensor parallel {tp} x pipeline parallel {pp}"
+            + (f" x sequence parallel {sp}" if sp > 1 else "") + f" from {os.path.basename(sidecar_path(path))}")
+
+
 @main.command()
 @_arg("paths", nargs=-1, required=True)
 @options("world_size", *MODEL_OPTIONS, "hf", "set",
@@ -1112,8 +1137,9 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
             results.append(FileResult(file=p, skipped=f"no DeepSpeed key at the top level (keys: {keys}): "
                                                       "not a DeepSpeed config"))
         else:
+            dp, ws_src = _sidecar_dp(p, inp.loaded.data, ws, ws_src)
             results.append(FileResult(file=inp.loaded.source, findings=lint_guarded(
-                inp.loaded, world_size=ws, world_size_source=ws_src, inventory=inv,
+                inp.loaded, world_size=ws, world_size_source=ws_src, dp_world_size=dp, inventory=inv,
                 hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=hf_args,
                 release=release)))
         thresholds.append((results[-1], o.fail_on))

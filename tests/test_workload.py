@@ -188,3 +188,23 @@ def test_the_configs_sequence_parallel_size_beats_the_sidecar(tmp_path):
     assert e["cluster"]["sequence_parallel"] == 2, e["cluster"]
     w = [f for f in e["findings"] if f["code"] == "W002"]
     assert w and w[0]["pointer"] == "/sequence_parallel_size" and "(the sidecar: 4)" in w[0]["message"]
+
+
+def test_lint_checks_the_batch_over_the_sidecars_data_parallel_ranks(tmp_path):
+    """A generated model-parallel plan (TP 2 on 16 ranks) is linted over its data-parallel ranks:
+    with Megatron's mpu DeepSpeed asserts train_batch_size == micro x GA x mpu's data-parallel
+    world size (runtime/config.py DeepSpeedConfig._batch_assertion), here 1 x 32 x 16 / 2 = 256.
+    The clean-clone CI run caught lint calling generate's own TP-2 config a B001 error at dp 16."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 1,
+                               "gradient_accumulation_steps": 32, "bf16": {"enabled": True}}))
+    lint = ["lint", "--format", "json", "--world-size", "16", str(cfg)]
+    no_side = json.loads(run_cli(lint).stdout)["files"][0]["findings"]
+    assert [f["code"] for f in no_side] == ["B001"] and no_side[0]["data"]["dp_world_size"] == 16
+    (tmp_path / "ds.workload.json").write_text(json.dumps({"tensor_parallel": 2, "pipeline_parallel": 1}))
+    r = run_cli(lint)
+    assert r.returncode == 0 and json.loads(r.stdout)["files"][0]["findings"] == []
+    (tmp_path / "ds.workload.json").write_text(json.dumps({"tensor_parallel": 4, "pipeline_parallel": 2}))
+    bad = json.loads(run_cli(lint).stdout)["files"][0]["findings"]
+    assert [f["code"] for f in bad] == ["B001"] and bad[0]["data"]["dp_world_size"] == 2
+    assert "tensor parallel 4 x pipeline parallel 2 from ds.workload.json" in bad[0]["message"]
