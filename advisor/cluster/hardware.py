@@ -145,6 +145,35 @@ class StorageTier:
         return self.access == "read-oriented"
 
     @property
+    def shared(self) -> bool:
+        """Whether the tier is one filesystem for the whole cluster (``scope`` "shared")."""
+        return self.scope == "shared"
+
+    def cluster_rate(self, direction: str, nodes: int) -> float:
+        """Bytes/s ``nodes`` client nodes get from this tier together for ``direction``
+        (``read`` / ``write``), all using it at once: the one rule for a save and for swap traffic.
+
+        * node-local: each node has its own drive (or array), so nodes x the tier's figure;
+        * shared: the figure is the filesystem's aggregate, and each client node is limited to
+          ``per_client_{direction}_bytes_per_s`` when stated: min(aggregate, nodes x per-client).
+
+        E.g. a shared tier of 100 GB/s aggregate, 20 GB/s per client, on 4 nodes: min(100, 4 x 20)
+        = 80 GB/s; on 8 nodes min(100, 160) = 100 GB/s."""
+        fig = float(self.write_bytes_per_s if direction == "write" else self.read_bytes_per_s)
+        n = max(1, int(nodes))
+        if not self.shared:
+            return fig * n
+        cap = self.per_client_write_bytes_per_s if direction == "write" else self.per_client_read_bytes_per_s
+        return min(fig, n * float(cap)) if cap else fig
+
+    def node_rate(self, direction: str, nodes: int) -> float:
+        """Bytes/s one of ``nodes`` client nodes gets from this tier for ``direction`` when all of
+        them use it at once: :meth:`cluster_rate` / nodes (node-local: the tier's figure; shared:
+        min(aggregate / nodes, per-client limit), e.g. min(100 / 4, 20) = 20 GB/s)."""
+        n = max(1, int(nodes))
+        return self.cluster_rate(direction, n) / n
+
+    @property
     def rated_write_bytes(self) -> float | None:
         """Rated endurance in bytes (None when the spec gives none)."""
         return self.endurance.rated_bytes(self.capacity_bytes) if self.endurance else None

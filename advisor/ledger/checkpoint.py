@@ -572,14 +572,11 @@ def aggregate_bandwidth(tier: Any, nodes: int, files: Any, ranks_per_node: int) 
       parallel, so the save takes the busiest node's bytes / the tier's bandwidth; as an aggregate
       over the whole save: tier bandwidth x total bytes / busiest node's bytes (= x nodes when the
       nodes write equal shares);
-    * shared tier: the filesystem's aggregate, capped by nodes x its per-client limit when stated.
+    * shared tier: the filesystem's aggregate, capped by nodes x its per-client limit when stated
+      (:meth:`advisor.cluster.hardware.StorageTier.cluster_rate`, the rule NVMe swap time uses too).
     """
     if getattr(tier, "scope", "node-local") == "shared":
-        w, r = float(tier.write_bytes_per_s), float(tier.read_bytes_per_s)
-        if tier.per_client_write_bytes_per_s:
-            w = min(w, nodes * tier.per_client_write_bytes_per_s)
-        if tier.per_client_read_bytes_per_s:
-            r = min(r, nodes * tier.per_client_read_bytes_per_s)
+        w, r = tier.cluster_rate("write", nodes), tier.cluster_rate("read", nodes)
         return w, r, (literal(f"shared tier {tier.name}") + f": {nodes} client nodes at min(aggregate, nodes x "
                       "per-client limit) = {w:1/s} write, {r:1/s} read", {"w": w, "r": r})
     per_node: dict[int, int] = {}

@@ -960,11 +960,29 @@ def aio_bandwidth(rate: float, latency_s: float, aio: Any, streams: int = 1) -> 
     return outstanding / (latency_s + outstanding / rate)
 
 
-def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1) -> float:
-    """The node's bytes/s on storage ``tier`` for ``direction`` (``read``/``write``): the tier's
-    figure, limited by :func:`aio_bandwidth` at the config's ``aio`` settings with ``streams``
-    ranks issuing at once (None: the figure as stated). The latency is the tier's
-    ``read_latency_s`` / ``write_latency_s``, else :data:`NVME_LATENCY_S`.
+def tier_node_rate(tier: Any, direction: str, nodes: int = 1) -> float:
+    """Bytes/s one node gets from storage ``tier`` for ``direction`` while ``nodes`` nodes use it
+    at once: :meth:`advisor.cluster.hardware.StorageTier.node_rate` (node-local: the tier's
+    figure; shared: min(aggregate / nodes, per-client limit)); a tier object without it (a
+    stand-in) gives its figure."""
+    f = getattr(tier, "node_rate", None)
+    if f is not None:
+        return float(f(direction, nodes))
+    return float(tier.write_bytes_per_s if direction == "write" else tier.read_bytes_per_s)
+
+
+def nodes_of(world_size: int, ranks_per_node: int) -> int:
+    """Nodes a job of ``world_size`` ranks at ``ranks_per_node`` occupies: ceil(W / per node)."""
+    return max(1, -(-max(1, int(world_size)) // max(1, int(ranks_per_node))))
+
+
+def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1, nodes: int = 1) -> float:
+    """The node's bytes/s on storage ``tier`` for ``direction`` (``read``/``write``): the node's
+    figure while ``nodes`` nodes use the tier at once (:func:`tier_node_rate`: a shared tier's
+    aggregate / nodes, capped by its per-client limit), limited by :func:`aio_bandwidth` at the
+    config's ``aio`` settings with ``streams`` ranks issuing at once (None: that figure as
+    stated). The latency is the tier's ``read_latency_s`` / ``write_latency_s``, else
+    :data:`NVME_LATENCY_S`.
 
     A tier whose figures were measured at stated aio settings (``tier.aio``: one process, as
     ``ds_nvme_tune`` and benchmarks/steptime_calibration.py measure; keys it leaves out taken
@@ -972,7 +990,7 @@ def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1) -> f
     X = O_m B / (O_m + B L), B = X O_m / (O_m - X L), so the config at the measured settings gets
     the figure back exactly and other settings scale from it (no double count). When
     O_m <= X L the stated latency cannot explain the figure; the figure is taken as B."""
-    rate = float(tier.write_bytes_per_s if direction == "write" else tier.read_bytes_per_s)
+    rate = tier_node_rate(tier, direction, nodes)
     if aio is None:
         return rate
     lat = getattr(tier, f"{direction}_latency_s", None) or NVME_LATENCY_S[direction]
@@ -987,10 +1005,12 @@ def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1) -> f
 
 
 def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi_node: bool,
-                   aio: Any | None = None) -> float | None:
+                   aio: Any | None = None, nodes: int = 1) -> float | None:
     """The bandwidth one rank gets for movement ``m``, bytes/s: PCIe = the accelerator's host
-    link; NVMe = the tier's read or write bandwidth at the config's ``aio`` settings
-    (:func:`nvme_rate`, the node's ranks issuing at once) shared by the node's ranks; network =
+    link; NVMe = the node's read or write bandwidth on the tier while the job's ``nodes`` nodes
+    swap at once (a shared tier: min(aggregate / nodes, per-client limit), :func:`tier_node_rate`)
+    at the config's ``aio`` settings (:func:`nvme_rate`, the node's ranks issuing at once) shared
+    by the node's ranks; network =
     the node's NIC bandwidth shared by its ranks when the job spans nodes, else the intra-node
     peer link (NVLink/xGMI), else PCIe; a movement whose ``intra_node`` is set (tensor- and
     pipeline-parallel traffic) takes the peer link when True, the NIC share when False."""
@@ -1001,7 +1021,7 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
         if t is None:
             return None
         rpn = max(1, ranks_per_node)
-        return nvme_rate(t, "write" if m.direction == "write" else "read", aio, rpn) / rpn
+        return nvme_rate(t, "write" if m.direction == "write" else "read", aio, rpn, nodes) / rpn
     if m.intra_node is not None:
         multi_node = not m.intra_node
     if multi_node:
@@ -1012,13 +1032,16 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
 def timed(movements: list[Movement], hardware: "Hardware", ranks_per_node: int = 1,
           world_size: int | None = None, aio: Any | None = None) -> list[Movement]:
     """Copies of ``movements`` with ``seconds`` (bytes / :func:`link_bandwidth`, NVMe at the
-    config's ``aio`` settings when given) and NVMe ``tier`` names filled from ``hardware``."""
+    config's ``aio`` settings when given, on a shared tier at the node's share while the job's
+    ceil(world_size / ranks_per_node) nodes swap at once) and NVMe ``tier`` names filled from
+    ``hardware``."""
     ranks = {m.rank for m in movements}
     ws = world_size or (max(ranks) + 1 if ranks else 1)
     multi = ws > ranks_per_node
+    nodes = nodes_of(ws, ranks_per_node)
     out = []
     for m in movements:
-        bw = link_bandwidth(m, hardware, ranks_per_node, multi, aio)
+        bw = link_bandwidth(m, hardware, ranks_per_node, multi, aio, nodes)
         tier = hardware.tier_for_path(m.path) if m.link == NVME else None
         out.append(replace(m, seconds=(m.bytes / bw) if bw else None, tier=tier.name if tier else m.tier))
     return out
@@ -1121,14 +1144,17 @@ class EnduranceLine:
 
 
 def endurance_report(movements: list[Movement], hardware: "Hardware | None" = None,
-                     step_time_s: float | None = None, ranks_per_node: int | None = None) -> list[EnduranceLine]:
+                     step_time_s: float | None = None, ranks_per_node: int | None = None,
+                     nodes: int = 1) -> list[EnduranceLine]:
     """One :class:`EnduranceLine` per storage tier of ``hardware`` (every tier, also those
     written nothing) plus one per nvme_path no tier holds (or every path when no hardware).
     ``ranks_per_node`` defaults to the hardware's accelerators per node, capped by the ranks
     present. The seconds a step's traffic takes on the node (the floor under the per-day
     figures' step time) are at the tier's rated figures, not at the config's aio settings
     (:func:`aio_bandwidth`): the floor is a physical bound that overrides even a measured
-    ``--step-time``, and the aio limit is a model with an assumed request latency."""
+    ``--step-time``, and the aio limit is a model with an assumed request latency. On a shared
+    tier the rated figure is the node's share while the job's ``nodes`` nodes swap at once
+    (:func:`tier_node_rate`: min(aggregate / nodes, per-client limit))."""
     ranks = sorted({m.rank for m in movements})
     rpn = ranks_per_node or (hardware.accelerators_per_node if hardware and hardware.accelerators_per_node else 1)
     rpn = max(1, min(rpn, len(ranks) or 1))
@@ -1166,8 +1192,8 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
         ln = lines[key]
         t = next((x for x in hardware.storage if x.name == ln.tier), None) if hardware is not None else None
         if t is not None:
-            ln.write_seconds_per_step = ln.write_bytes_per_step / t.write_bytes_per_s
-            ln.read_seconds_per_step = ln.read_bytes_per_step / t.read_bytes_per_s
+            ln.write_seconds_per_step = ln.write_bytes_per_step / tier_node_rate(t, "write", nodes)
+            ln.read_seconds_per_step = ln.read_bytes_per_step / tier_node_rate(t, "read", nodes)
         if step_time_s:
             st = step_time_s
             io = implied_step_time(ln)
@@ -1252,7 +1278,8 @@ def movement_section(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None
         "step_time_s": step_time_s,
         "ranks_per_node": rpn,
         "ranks": [g if rank_sets else {**g, "ranks": list(g["ranks"])} for g in groups.values()],
-        "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_time_s, ranks_per_node=rpn)],
+        "endurance": [ln.to_dict() for ln in endurance_report(ms, hardware, step_time_s, ranks_per_node=rpn,
+                                                              nodes=nodes_of(plan.cluster.world_size, rpn))],
         "not_modelled": not_modelled(plan, activations),
     }
 

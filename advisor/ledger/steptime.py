@@ -703,14 +703,18 @@ def nvme_aio_notes(plan: "Plan", hardware: "Hardware", movements: list[Movement]
 
 
 def nvme_aio_rates(plan: "Plan", hardware: "Hardware", movements: list[Movement]) -> dict[str, dict[str, Any]]:
-    """Per storage tier and direction the step's NVMe movements use: the tier's figure
-    (``tier_bytes_per_s``, per node), the rate at the config's aio settings with the node's ranks
+    """Per storage tier and direction the step's NVMe movements use: the node's figure
+    (``tier_bytes_per_s``, per node: a node-local tier's own, a shared tier's aggregate / the
+    job's nodes capped by its per-client limit, :func:`advisor.ledger.movement.tier_node_rate`;
+    then ``scope`` "shared", ``nodes`` and ``aggregate_bytes_per_s`` / ``per_client_bytes_per_s``
+    say so), the rate at the config's aio settings with the node's ranks
     issuing at once (``aio_bytes_per_s``, :func:`advisor.ledger.movement.nvme_rate`, what the
     NVMe seconds divide by, and its ``fraction`` of the figure), the bytes they keep in flight and
     the request latency assumed. ``limited`` when that fraction is under :data:`AIO_LIMITED`."""
-    from advisor.ledger.movement import NVME_LATENCY_S, _ranks_per_node as rpn_of
+    from advisor.ledger.movement import NVME_LATENCY_S, _ranks_per_node as rpn_of, nodes_of, tier_node_rate
     a = plan.config.aio
     rpn = rpn_of(plan, hardware)
+    nodes = nodes_of(plan.cluster.world_size, rpn)
     out: dict[str, dict[str, Any]] = {}
     for m in movements:
         if m.link != NVME:
@@ -719,10 +723,14 @@ def nvme_aio_rates(plan: "Plan", hardware: "Hardware", movements: list[Movement]
         d = "write" if m.direction == "write" else "read"
         if tier is None or d in out.get(tier.name, {}):
             continue
-        full = float(tier.write_bytes_per_s if d == "write" else tier.read_bytes_per_s)
-        got = nvme_rate(tier, d, a, rpn)
+        full = tier_node_rate(tier, d, nodes)
+        got = nvme_rate(tier, d, a, rpn, nodes)
+        shared = getattr(tier, "scope", "node-local") == "shared"
         out.setdefault(tier.name, {})[d] = {
             "tier_bytes_per_s": full, "aio_bytes_per_s": got, "fraction": got / full,
+            "scope": "shared" if shared else "node-local", "nodes": nodes if shared else None,
+            "aggregate_bytes_per_s": float(getattr(tier, f"{d}_bytes_per_s")) if shared else None,
+            "per_client_bytes_per_s": getattr(tier, f"per_client_{d}_bytes_per_s", None) if shared else None,
             "limited": got < AIO_LIMITED * full,
             "in_flight_bytes_per_node": rpn * max(1, a.intra_op_parallelism) * max(1, a.queue_depth) * max(1, a.block_size),
             "latency_s": getattr(tier, f"{d}_latency_s", None) or NVME_LATENCY_S[d],
@@ -847,6 +855,12 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
             out.append(f"  NVMe tier {tier}: {note}")
     for tier, dirs in (st.assumptions.get("nvme_aio_rates") or {}).items():
         for d, r in dirs.items():
+            if r.get("scope") == "shared":
+                pc = r.get("per_client_bytes_per_s")
+                out.append(f"  NVMe tier {tier} (shared): {d}s at {rate_text(r['tier_bytes_per_s'], units, digits=2)} per "
+                           f"node = min(aggregate {rate_text(r['aggregate_bytes_per_s'], units, digits=2)} / "
+                           f"{r['nodes']} nodes, per-client "
+                           + (rate_text(pc, units, digits=2) if pc else "limit not stated") + ")")
             if r["limited"]:
                 out.append(f"  NVMe tier {tier}: {d}s at {rate_text(r['aio_bytes_per_s'], units, digits=2)} per node of "
                            f"its {rate_text(r['tier_bytes_per_s'], units, digits=2)}: the aio settings keep "

@@ -77,7 +77,9 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
         # 0, so listing every rank (O(W x rows)) would buy nothing at 2^20 ranks.
         node = hw.accelerators_per_node if hw is not None and hw.accelerators_per_node else 1
         moves = movement_for(plan, hw, ranks=range(node))
-        cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s))
+        from advisor.ledger.movement import _ranks_per_node, nodes_of
+        cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s,
+                                               nodes=nodes_of(plan.cluster.world_size, _ranks_per_node(plan, hw))))
         ctx.cache.movements = cached
     return cached[1], cached[2]
 

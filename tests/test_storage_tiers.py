@@ -1,0 +1,89 @@
+"""Storage tiers as the hardware spec states them (issue 23, the newcomer's defects): a shared
+tier's aggregate and per-client limits hold for NVMe swap traffic as for checkpoint saves, and a
+shared tier's wear counts every node's writes. Expected values are computed here by hand from the
+rule (min(aggregate, nodes x per-client)) and DeepSpeed's aio request window."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.cluster.hardware import from_dict
+from advisor.config.effective import effective_config
+from advisor.ledger.state import Cluster, Plan
+from advisor.model.inventory import Inventory, TensorSpec
+
+N = 4_194_304  # 2^22 elements: a multiple of every aio alignment
+
+
+def _lustre(nodes: int = 4, per_client: float | None = 20e9, scope: str = "shared") -> object:
+    tier = {"name": "lustre", "mounts": ["/lustre"], "capacity_bytes": 1e15, "read_bytes_per_s": 100e9,
+            "write_bytes_per_s": 100e9, "access": "read-write", "scope": scope, "endurance": {"tbw": 100_000}}
+    if per_client:
+        tier.update(per_client_write_bytes_per_s=per_client, per_client_read_bytes_per_s=per_client)
+    return from_dict({"nodes": nodes, "accelerators_per_node": 8, "host_memory_bandwidth_bytes_per_s": 5e11,
+                      "network_bytes_per_s": 4e11,
+                      "accelerator": {"name": "toy", "memory_bytes": 8e10, "peak_bf16_flops": 1e15,
+                                      "host_link": {"bytes_per_s": 5e10}, "peer_bytes_per_s": 4.5e11},
+                      "storage": [tier]})
+
+
+def _swap_plan(world: int) -> Plan:
+    inv = Inventory("one", [TensorSpec("w", (N * world,), trainable=True)])
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/lustre/swap"}}}
+    return Plan(effective_config(raw), inv, Cluster(world_size=world, gpus_per_node=8))
+
+
+def test_shared_tier_rate_is_min_of_aggregate_and_nodes_times_per_client_by_hand():
+    t = _lustre().storage[0]
+    # 100 GB/s aggregate, 20 GB/s per client: 4 nodes -> min(100, 80) = 80 GB/s, 20 GB/s each;
+    # 8 nodes -> min(100, 160) = 100 GB/s, 12.5 GB/s each; 1 node -> 20 GB/s
+    assert t.cluster_rate("write", 4) == 80e9 and t.node_rate("write", 4) == 20e9
+    assert t.cluster_rate("read", 8) == 100e9 and t.node_rate("read", 8) == 12.5e9
+    assert t.node_rate("write", 1) == 20e9
+    # no per-client limit stated: the aggregate shared by the nodes
+    assert _lustre(per_client=None).storage[0].node_rate("write", 4) == 25e9
+    # node-local: each node its own figure
+    assert _lustre(scope="node-local").storage[0].node_rate("write", 4) == 100e9
+
+
+def test_nvme_swap_on_a_shared_tier_runs_at_the_nodes_share_per_rank_by_hand():
+    """The newcomer's case: 100 GB/s aggregate, 20 GB/s per client, 4 nodes x 8 ranks, nvme_path
+    on /lustre. Each node gets min(100 / 4, 20) = 20 GB/s; DeepSpeed's default aio window (8 ranks
+    x 1 thread x queue 8 x 1 MiB = 64 MiB in flight) over 20 us write / 85 us read latency
+    (movement.NVME_LATENCY_S, the tier states none) plus the window at 20 GB/s; the node's 8 ranks
+    share it: about 2.49 GB/s per rank writing (it was about 12 GB/s, the aggregate as one node's
+    rate: Lustre looked faster than a local drive)."""
+    from advisor.ledger.movement import movement_roles
+
+    hw = _lustre()
+    plan = _swap_plan(32)
+    ms = movement_roles(plan, hw)[0][1]
+    o = 8 * 1 * 8 * 1_048_576
+    want = {"write": o / (20e-6 + o / 20e9) / 8, "read": o / (85e-6 + o / 20e9) / 8}
+    assert want["write"] == pytest.approx(2.4852e9, rel=1e-4)
+    seen = set()
+    for m in ms:
+        if m.link != "nvme":
+            continue
+        d = "write" if m.direction == "write" else "read"
+        assert m.bytes / m.seconds == pytest.approx(want[d], rel=1e-9), m.item
+        assert m.bytes / m.seconds <= 2.5e9
+        seen.add(d)
+    assert seen == {"read", "write"}
+    # the step time's breakdown states the node's share and where it comes from
+    from advisor.ledger.steptime import breakdown_lines, step_time
+    st = step_time(plan, hw, seq_len=1000)
+    r = st.assumptions["nvme_aio_rates"]["lustre"]["write"]
+    assert r["tier_bytes_per_s"] == 20e9 and r["nodes"] == 4 and r["scope"] == "shared"
+    assert any("NVMe tier lustre (shared): writes at 18.63 GiB/s per node = min(aggregate 93.13 GiB/s / 4 nodes, "
+               "per-client 18.63 GiB/s)" in x for x in breakdown_lines(st))
+
+
+def test_nvme_swap_on_one_node_of_a_shared_tier_is_capped_by_the_per_client_limit():
+    # 1 node of 8 ranks: min(100, 1 x 20) = 20 GB/s: the per-client limit, not the aggregate
+    from advisor.ledger.movement import movement_roles
+    ms = movement_roles(_swap_plan(8), _lustre(nodes=1))[0][1]
+    w = next(m for m in ms if m.link == "nvme" and m.direction == "write")
+    o = 8 * 8 * 1_048_576
+    assert w.bytes / w.seconds == pytest.approx(o / (20e-6 + o / 20e9) / 8, rel=1e-9)
