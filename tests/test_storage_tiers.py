@@ -87,3 +87,33 @@ def test_nvme_swap_on_one_node_of_a_shared_tier_is_capped_by_the_per_client_limi
     w = next(m for m in ms if m.link == "nvme" and m.direction == "write")
     o = 8 * 8 * 1_048_576
     assert w.bytes / w.seconds == pytest.approx(o / (20e-6 + o / 20e9) / 8, rel=1e-9)
+
+
+def _ckpt(scope: str):
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.model.inventory import from_param_count
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 3}})
+    hw = _lustre(scope=scope)
+    return checkpoint_plan(Plan(ec, from_param_count(1_000_000_000), Cluster(world_size=32, gpus_per_node=8)),
+                           hardware=hw, save_dir="/lustre/ck", save_interval_s=600.0)
+
+
+def test_checkpoint_wear_on_a_shared_tier_counts_every_nodes_writes_by_hand():
+    """A shared filesystem takes every node's checkpoint files: writes per day = the whole save x
+    86,400 / interval, not the busiest node's share (4 nodes: drive life was 4x too long, 5,988
+    days against ~1,497 in the newcomer's report). 1B parameters, ZeRO-3, 32 ranks on 4 nodes,
+    one save every 600 s, 100,000 TBW = 1e17 bytes."""
+    shared = _ckpt("shared")
+    total = sum(shared.files.per_rank_bytes().values())  # every rank's files
+    st = shared.storage()
+    assert st["bytes_written_per_save"] == total
+    assert st["bytes_written_per_day"] == pytest.approx(total * 86_400 / 600)
+    assert st["days_of_life"] == pytest.approx(1e17 / (total * 144), rel=1e-12)
+    assert st["written_by"] == "all 4 nodes together (shared tier)"
+    # node-local: each node's drive takes its own ranks' files, the busiest node's (ranks 0-7)
+    local = _ckpt("node-local").storage()
+    node0 = sum(b for r, b in shared.files.per_rank_bytes().items() if r < 8)
+    assert local["bytes_written_per_save"] == node0 and local["written_by"] == "the busiest node"
+    assert st["days_of_life"] == pytest.approx(local["days_of_life"] * node0 / total, rel=1e-12)
+    assert 3.9 < local["days_of_life"] / st["days_of_life"] <= 4.0

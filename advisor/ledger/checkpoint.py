@@ -737,6 +737,23 @@ class CheckpointPlan:
                         per_node[n] = per_node.get(n, 0) + k * f.bytes
         return max(per_node.values(), default=0)
 
+    def tier_bytes_per_save(self) -> int:
+        """Bytes one save puts on the storage tier's drives: a node-local tier (each node its own
+        drive) takes the busiest node's files (:meth:`node_bytes_per_save`); a shared tier (one
+        filesystem for the cluster, ``scope`` "shared") takes every node's, the whole save
+        (:attr:`per_save_bytes`)."""
+        if self.tier is not None and getattr(self.tier, "scope", "node-local") == "shared":
+            return self.per_save_bytes
+        return self.node_bytes_per_save()
+
+    def tier_writers(self) -> str:
+        """Whose writes :meth:`tier_bytes_per_save` counts, in words: "the busiest node" or, on a
+        shared tier, "all N nodes together (shared tier)"."""
+        if self.tier is not None and getattr(self.tier, "scope", "node-local") == "shared":
+            n = ceil_div(self.world_size, max(1, self.ranks_per_node))
+            return f"all {n} node{'s' if n != 1 else ''} together (shared tier)"
+        return "the busiest node"
+
     def interval(self) -> tuple[float | None, str | None]:
         """(seconds between saves, where it comes from): the given interval, else Young/Daly."""
         if self.save_interval_s:
@@ -750,8 +767,9 @@ class CheckpointPlan:
         """The checkpoint storage tier and its wear per day (bytes; seconds; days), or None when
         neither a save dir nor a tier is known. Per-day figures come from
         :func:`advisor.ledger.movement.endurance` with one save as the "step" and the save interval as
-        its duration: saves/day = 86,400 / interval, bytes/day = node bytes per save x saves/day,
-        days of life = rated bytes / bytes per day; endurance used per day = bytes/day / rated."""
+        its duration: saves/day = 86,400 / interval, bytes/day = the tier's bytes per save
+        (:meth:`tier_bytes_per_save`: the busiest node's on a node-local tier, the whole save on a
+        shared one) x saves/day, days of life = rated bytes / bytes per day; endurance used per day = bytes/day / rated."""
         t = self.tier
         if self.save_dir is None and t is None:
             return None
@@ -767,7 +785,8 @@ class CheckpointPlan:
                                "warranty_days": (t.endurance.warranty_years * 365.0
                                                  if t and t.endurance and t.endurance.warranty_years else None),
                                "ranks_per_node": self.ranks_per_node,
-                               "bytes_written_per_save": self.node_bytes_per_save(),
+                               "bytes_written_per_save": self.tier_bytes_per_save(),
+                               "written_by": self.tier_writers(),
                                "save_interval_s": None, "interval_source": None, "saves_per_day": None,
                                "bytes_written_per_day": None, "drive_writes_per_day": None,
                                "endurance_used_per_day": None, "days_of_life": None}

@@ -543,9 +543,9 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
                   "write_bytes_per_s": "write bandwidth", "read_bytes_per_s": "read bandwidth",
                   "capacity_bytes": "capacity", "rated_write_bytes": "rated writes", "endurance": "endurance",
                   "warranty_days": "warranty", "ranks_per_node": "ranks per node",
-                  "bytes_written_per_save": "written per save (busiest node)", "save_interval_s": "save interval",
+                  "bytes_written_per_save": "written per save", "written_by": "written by", "save_interval_s": "save interval",
                   "interval_source": "interval from", "saves_per_day": "saves per day",
-                  "bytes_written_per_day": "written per day (busiest node)",
+                  "bytes_written_per_day": "written per day",
                   "drive_writes_per_day": "drive writes per day", "endurance_used_per_day": "endurance used per day",
                   "days_of_life": "days until the rated writes are used"}
         rows = []

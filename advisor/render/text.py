@@ -632,7 +632,7 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
         lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
                      f"write {rate(t.write_bytes_per_s, units)}, read {rate(t.read_bytes_per_s, units)}; "
                      f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
-                     f"on the busiest node")
+                     f"{'on the busiest node' if st.get('written_by', 'the busiest node') == 'the busiest node' else 'by ' + st['written_by']}")
         if st["bytes_written_per_day"] is not None:
             s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
                  f"{st['saves_per_day']:,.2f} saves/day, {size(st['bytes_written_per_day'], units, prefix='T', digits=3)} "

@@ -12,7 +12,8 @@ An 8B-parameter model at ZeRO-2 writes ~112 GB per save; saved every 10 minutes 
 ~16 TB a day, and a 30.72 TB drive rated 0.5 DWPD for 5 years is used up in under its warranty.
 
 The finding comes from ``ds-advisor checkpoint CONFIG --hardware HW --save-dir PATH`` (the tier
-whose mount point holds ``PATH``). It gives the bytes the busiest node writes per save, the bytes
+whose mount point holds ``PATH``). It gives the bytes the busiest node writes per save (on a
+shared tier, ``scope`` "shared", every node's: one filesystem takes them all), the bytes
 per day at the save interval (``--save-interval``, else the Young/Daly interval from
 ``--node-mtbf-hours``), and the projected days until the drive's rated endurance (TBW, or DWPD x
 capacity x 365 x warranty years) is used: bytes per day = bytes per save x 86,400 / interval;
@@ -64,7 +65,7 @@ class CheckpointOnReadOriented(Rule):
         per_save = st["bytes_written_per_save"]
         where = f"read-oriented tier '{tier.name}' ({', '.join(tier.mounts)})"
         msg = (literal(f"checkpoint save_dir {plan.save_dir} is on {where}") + ": every save writes {bytes_written_per_save:bytes} "
-               f"on the busiest node")
+               f"{'on the busiest node' if st.get('written_by', 'the busiest node') == 'the busiest node' else 'by ' + st['written_by']}")
         data = {"tier": tier.name, "save_dir": plan.save_dir, "bytes_written_per_save": per_save,
                 "rated_write_bytes": st["rated_write_bytes"], "warranty_days": st["warranty_days"],
                 "save_interval_s": st["save_interval_s"], "interval_source": st["interval_source"],
