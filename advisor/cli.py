@@ -624,6 +624,37 @@ def _seq_len_warning(wl, inv) -> str | None:
     return None
 
 
+def _workload_cluster(ws: int, gpus_per_node: int | None, v: dict, data: Any, omp_flag: int | None):
+    """(the Cluster, the sequence-parallel size lint checks) of a command's resolved workload
+    values ``v`` (:func:`_workload`) at world size ``ws``: the one reading of the parallel sizes
+    for estimate, report and checkpoint. The parallel sizes given as flags (or in the sidecar)
+    must divide the world size: a usage error (exit 2). The config's own sequence_parallel_size
+    is input, not usage: when it is what does not divide, G002 reports it (exit 1) and the plan
+    falls back to SP = 1 (as check does). OpenMP threads: ``omp_flag`` > OMP_NUM_THREADS."""
+    from advisor.plan import Cluster
+    sp = v["sequence_parallel"]
+    sp_from_config = sp is None
+    if sp_from_config:
+        from advisor.config.effective import config_sequence_parallel
+        sp = config_sequence_parallel(data)
+    given_par = v["tensor_parallel"] * v["pipeline_parallel"] * (1 if sp_from_config else sp)
+    if ws % given_par:
+        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = "
+                               f"{given_par}: DeepSpeed asserts \"{ws} is not divisible by {given_par}\" "
+                               "(utils/groups.py:_ensure_divisibility; rule G002)")
+    lint_sp = sp
+    # only the config's sequence_parallel_size is left to blame (a flag's or the sidecar's is in
+    # given_par already: multiplying it in again turned a valid SP 8 on 8 ranks into SP 1)
+    if sp_from_config and ws % (given_par * sp):
+        sp = 1
+    omp = _omp_threads(omp_flag)
+    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
+                      pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
+                      expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"],
+                      omp_threads=omp.value if omp else None, omp_threads_source=omp.source if omp else "")
+    return cluster, lint_sp
+
+
 def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = None):
     """The estimate for CONFIG and the shared options: lint findings, the HF Trainer's resolution
     of "auto" (with --hf or Trainer arguments), capacities from the flags and --hardware. The one
@@ -662,29 +693,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         _say(f"ds-advisor: warning: {warn}")
     ws, ws_src = shape.world_size.value, shape.world_size.source
     gpus_per_node = shape.gpus_per_node.value if shape.gpus_per_node else None
-    # The parallel sizes given as flags (or in the sidecar) must divide the world size: a usage
-    # error. The config's own sequence_parallel_size is input, not usage: when it is what does
-    # not divide, G002 reports it (exit 1) and the estimate falls back to SP = 1 (as check does).
-    sp = v["sequence_parallel"]
-    sp_from_config = sp is None
-    if sp_from_config:
-        from advisor.config.effective import config_sequence_parallel
-        sp = config_sequence_parallel(loaded.data)
-    given_par = v["tensor_parallel"] * v["pipeline_parallel"] * (1 if sp_from_config else sp)
-    if ws % given_par:
-        raise click.UsageError(f"world size {ws} is not a multiple of tensor x pipeline x sequence parallel = "
-                               f"{given_par}: DeepSpeed asserts \"{ws} is not divisible by {given_par}\" "
-                               "(utils/groups.py:_ensure_divisibility; rule G002)")
-    lint_sp = sp
-    # only the config's sequence_parallel_size is left to blame (a flag's or the sidecar's is in
-    # given_par already: multiplying it in again turned a valid SP 8 on 8 ranks into SP 1)
-    if sp_from_config and ws % (given_par * sp):
-        sp = 1
-    omp = _omp_threads(a.omp_threads)
-    cluster = Cluster(world_size=ws, gpus_per_node=gpus_per_node, tensor_parallel=v["tensor_parallel"],
-                      pipeline_parallel=v["pipeline_parallel"], sequence_parallel=sp,
-                      expert_parallel=v["expert_parallel"], megatron_sequence_parallel=v["megatron_sp"],
-                      omp_threads=omp.value if omp else None, omp_threads_source=omp.source if omp else "")
+    cluster, lint_sp = _workload_cluster(ws, gpus_per_node, v, loaded.data, a.omp_threads)
+    sp = cluster.sequence_parallel
     if str(v["checkpointing"]).startswith("sac") and a.activations != "trace":
         raise click.UsageError("--checkpointing sac (op-level selective checkpointing) needs --activations trace")
     workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"], activations=a.activations,
@@ -1710,8 +1720,8 @@ def report(config, est, output, force):
 
 @main.command()
 @_arg("config")
-@options(*MODEL_OPTIONS, "world_size", "gpus_per_node",
-         gpus_per_node=dict(help="Ranks per node (default 8, at most world size)."))
+@options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "omp_threads",
+         **UNSET_WORKLOAD, gpus_per_node=dict(help="Ranks per node (default 8, at most world size)."))
 @_opt("--nodes", type=click.IntRange(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
 @_opt("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
 @_opt("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
@@ -1729,15 +1739,20 @@ def report(config, est, output, force):
 @format_option("checkpoint")
 @_release_option
 @display_options("units", "color")
-def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_bandwidth, read_bandwidth,
+def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
+               sequence_parallel, megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention,
+               moe_capacity_factor, omp_threads, nodes, write_bandwidth, read_bandwidth,
                node_mtbf_hours, restart_seconds, step_time_s, keep, hardware, save_dir, save_interval, fmt):
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
     and a read-oriented tier is a T003 finding; exit 1 when a finding is an error. With --hardware
-    the save interval is also given in steps at the step-time model's seconds (estimate's), unless
-    --step-time gives a measured one."""
-    from advisor.plan import Cluster
+    the save interval is also given in steps at the step-time model's seconds (estimate's, on the
+    same workload: the flags, else CONFIG's workload sidecar, else the defaults; the report names
+    it), unless --step-time gives a measured one."""
+    from types import SimpleNamespace
+
+    from advisor.plan import Workload
     from advisor.planning import build_plan
     from advisor.render import render
     from advisor.views.estimate import checkpoint_with_step_time
@@ -1761,9 +1776,26 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
     loaded = inp.loaded
+    # the workload as estimate reads it (flag > sidecar > default): the step time behind the save
+    # interval's steps is estimate's on the same inputs
+    wl = _workload(config, SimpleNamespace(
+        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
+        megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
+        checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor), loaded.data)
+    _check_checkpointing(wl, inv)
+    v = wl.values
+    if str(v["checkpointing"]).startswith("sac"):
+        raise click.UsageError("--checkpointing sac needs --activations trace, which checkpoint does not run: "
+                               "use estimate --activations trace")
     shape = _job_shape(world_size, gpus_per_node, nodes, inp.launch, hw, default_gpus_per_node=8)
-    cl = Cluster(world_size=shape.world_size.value, gpus_per_node=shape.gpus_per_node.value)
-    bplan = build_plan(loaded, inv, cl)
+    cl, _ = _workload_cluster(shape.world_size.value, shape.gpus_per_node.value, v, loaded.data, omp_threads)
+    workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
+                        moe_capacity_factor=v["moe_capacity_factor"])
+    if hw is not None and step_time_s is None:
+        warn = _seq_len_warning(wl, inv)
+        if warn:
+            _say(f"ds-advisor: warning: {warn} (the step time behind the save interval's steps)")
+    bplan = build_plan(loaded, inv, cl, workload=workload)
     # estimate's refusal gate (advisor.rules.refusals over the lint findings): a config DeepSpeed
     # refuses gets no file table, exit 1
     if inp.launch is not None:
@@ -1774,11 +1806,11 @@ def checkpoint(config, model, params, world_size, gpus_per_node, nodes, write_ba
         found = lint_config(loaded, world_size=cl.world_size,
                             world_size_source=shape.world_size.source or "default 1",
                             dp_world_size=cl.dp_world_size, inventory=inv, cluster=cl, plan=bplan,
-                            keep_refusals=True)
+                            keep_refusals=True, workload=wl)
     plan = checkpoint_with_step_time(bplan, findings=found, keep=keep, write_bandwidth=wbw, read_bandwidth=rbw,
                            nodes=shape.nodes.value, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
-                           save_interval_s=save_interval)
+                           save_interval_s=save_interval, workload=wl)
     _echo(_render("checkpoint", fmt, plan, source=loaded.source))
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in plan.findings) else EXIT_OK)
 

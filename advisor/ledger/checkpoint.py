@@ -648,6 +648,9 @@ class CheckpointPlan:
     #: Where ``step_time_s`` comes from: "--step-time" (a measured run) or "model"
     #: (:mod:`advisor.ledger.steptime` on the hardware spec); None when there is none.
     step_time_source: str | None = None
+    #: The workload the model's ``step_time_s`` was computed on ({field: {"value", "origin"}},
+    #: :func:`advisor.views.estimate.step_time_workload`); None without a model step time.
+    step_time_workload: dict[str, dict[str, Any]] | None = None
     restart_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     #: Where the checkpoints go (``save_checkpoint(save_dir)``) and, with a hardware spec, the
@@ -829,6 +832,7 @@ class CheckpointPlan:
             "node_mtbf_s": self.node_mtbf_s,
             "step_time_s": self.step_time_s,
             "step_time_source": self.step_time_source,
+            "step_time_workload": self.step_time_workload,
             "resilience": self.resilience(),
             "storage": self.storage(),
             "findings": [x.to_dict() for x in self.findings],

@@ -546,6 +546,17 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
     return out
 
 
+def step_time_workload_text(wl: dict[str, dict]) -> str:
+    """One line: the workload a model step time was computed on
+    (:func:`advisor.views.estimate.step_time_workload`), each value with where it came from."""
+    parts = []
+    for k, d in wl.items():
+        v = d.get("value")
+        shown = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+        parts.append(f"{k} {shown} ({d.get('origin')})")
+    return "step time's workload (as estimate reads it): " + ", ".join(parts)
+
+
 def _fmt_s(s: float | None) -> str:
     return duration_text(s)
 
@@ -619,6 +630,8 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
                          if plan.step_time_source == "model" else "") + ")"
                       if "interval_steps" in res else "") +
                      "  [Young/Daly: sqrt(2 x save time x MTBF)]")
+        if plan.step_time_source == "model" and plan.step_time_workload:
+            lines.append("    " + step_time_workload_text(plan.step_time_workload))
         lines.append(f"  time lost: {lf['total']:.2%} (saving {lf['saving']:.2%}, rework {lf['rework']:.2%}, "
                      f"restart {lf['restart']:.2%})")
         lines.append(f"  one failure costs {_fmt_s(rc['expected_total'])} expected (restart {_fmt_s(rc['restart'])} "

@@ -1016,10 +1016,38 @@ def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
     :func:`model_step_time` (``step_time_source`` "model"), as estimate's per-day figures do;
     ``step_time_s`` given (a measured run) wins."""
     from advisor.views.checkpoint import checkpoint_view
+    resolved = options.pop("workload", None)
     cp = checkpoint_view(plan, **options)
     hardware = options.get("hardware")
     if cp.step_time_s is None and hardware is not None and not cp.files.unsupported:
         st = model_step_time(plan, hardware)
         if st:
             cp.step_time_s, cp.step_time_source = st, "model"
+            cp.step_time_workload = step_time_workload(plan, resolved)
     return cp
+
+
+def step_time_workload(plan: Plan, resolved: Any = None) -> dict[str, dict[str, Any]]:
+    """The workload a model step time of ``plan`` was computed on, as the checkpoint report states
+    it: {field: {"value", "origin"}} for seq_len (tokens), micro_batch (sequences per rank),
+    checkpointing, attention and each parallel size above 1; ``origin`` is where
+    :func:`advisor.views.workload.resolve` took it (``flag``, ``sidecar PATH``, ``default``,
+    ``config``) from ``resolved`` (a ResolvedWorkload), "the model's maximum context" for a
+    sequence length nobody gave, "train_micro_batch_size_per_gpu" for the config's micro-batch."""
+    wl, cl = plan.workload, plan.cluster
+    origin = dict(getattr(resolved, "origin", {}) or {})
+    given = dict(getattr(resolved, "values", {}) or {})
+    out: dict[str, dict[str, Any]] = {}
+    seq = wl.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
+    out["seq_len"] = {"value": seq, "origin": origin.get("seq_len", "default") if given.get("seq_len") is not None
+                      else "the model's maximum context"}
+    mb = wl.micro_batch or plan.config.train_micro_batch_size_per_gpu or 1
+    out["micro_batch"] = {"value": mb, "origin": origin.get("micro_batch", "default")
+                          if given.get("micro_batch") is not None else "train_micro_batch_size_per_gpu"}
+    out["checkpointing"] = {"value": wl.checkpointing, "origin": origin.get("checkpointing", "default")}
+    out["attention"] = {"value": wl.attention, "origin": origin.get("attention", "default")}
+    for k, v in (("tensor_parallel", cl.tensor_parallel), ("pipeline_parallel", cl.pipeline_parallel),
+                 ("sequence_parallel", cl.sequence_parallel), ("expert_parallel", cl.expert_parallel)):
+        if v and v > 1:
+            out[k] = {"value": v, "origin": origin.get(k, "default")}
+    return out
