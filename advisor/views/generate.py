@@ -342,6 +342,12 @@ class Candidate:
     why_sized: tuple[str, dict] | None = None
     #: The CPU optimizer step's bytes per rank and bytes/s per rank (offloaded optimizer only).
     cpu_optimizer: dict[str, float] = field(default_factory=dict)
+    #: Parts of the step time the hardware spec gives no rate for (:func:`unknown_parts`): counted
+    #: as 0, so ``step_time_s`` is a lower bound; :func:`rank` never ranks it as if they were free.
+    unknown: list[str] = field(default_factory=list)
+    #: Set by :func:`rank`: the step time leaves out a part that the best plans' times do not
+    #: (ranked after them).
+    incomplete: bool = False
     rejection: Rejection | None = None
     config: dict[str, Any] | None = None
     #: Tensor and pipeline parallel degrees (Megatron sequence parallelism with every t > 1), and
@@ -367,6 +373,8 @@ class Candidate:
                 "nvme_bytes_per_node": self.nvme, "activation_bytes_per_rank": self.activations,
                 "step_time_s": self.step_time_s, "parts_seconds": self.parts, "why": self.why,
                 "cpu_optimizer": self.cpu_optimizer or None,
+                "unknown_parts": list(self.unknown), "step_time_is_lower_bound": bool(self.unknown),
+                "incomplete": self.incomplete,
                 "states_source": self.states_source}
 
 
@@ -444,13 +452,40 @@ def _nvme_path(tier: Any) -> str | None:
     return posixpath.join(mount, OFFLOAD_DIR)
 
 
+#: The step-time parts (:func:`step_time`) by the step-time model's resource, and what the hardware
+#: spec lacks when a term of that part has no rate (advisor.ledger.steptime: its ``unknown``).
+UNKNOWN_PART = {"compute": ("compute", "the accelerator's peak FLOP/s"),
+                "network": ("network", "network_bytes_per_s across nodes, or peer_bytes_per_s within one"),
+                "pcie": ("pcie", "the accelerator's host link bandwidth"),
+                "nvme": ("nvme", "a storage tier holding the NVMe path"),
+                "host_memory": ("cpu_optimizer", "host_memory_bandwidth_bytes_per_s")}
+#: How the table and notes name each part.
+PART_NAMES = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap",
+              "cpu_optimizer": "CPU optimizer step"}
+
+
+def unknown_parts(st: Any) -> list[str]:
+    """The parts of a step time (``compute``, ``network``, ``pcie``, ``nvme``, ``cpu_optimizer``)
+    with at least one term the hardware spec gives no rate for (:class:`advisor.ledger.steptime.Term`
+    ``seconds`` None: counted as 0 on the critical path), in that order."""
+    have = {UNKNOWN_PART[t.resource][0] for t in st.terms if t.seconds is None and t.resource in UNKNOWN_PART}
+    return [k for k in PART_NAMES if k in have]
+
+
+def unknown_words(parts: Any) -> str:
+    """``parts`` (:func:`unknown_parts`) in words, each with what the hardware spec lacks."""
+    why = {v[0]: v[1] for v in UNKNOWN_PART.values()}
+    return "; ".join(f"{PART_NAMES[k]} (no {why[k]})" for k in parts)
+
+
 def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float,
               notes: set[str] | None = None) -> dict[str, float]:
     """Seconds per optimizer step by resource, from the one step-time model
     (:func:`advisor.ledger.steptime.step_time`, the critical path with DeepSpeed's overlap):
     ``compute`` (with recomputation), ``network``, ``pcie``, ``nvme`` and ``cpu_optimizer`` are
-    each resource's EXPOSED seconds (on the critical path); ``total`` the step. ``unknown``
-    counts terms whose rate the hardware spec lacks (counted as 0). ``notes`` collects the step
+    each resource's EXPOSED seconds (on the critical path); ``total`` the step. ``unknown``: the
+    parts (:func:`unknown_parts`) with a term whose rate the hardware spec lacks (counted as 0 in
+    ``total``, so ``total`` is a lower bound), absent when none. ``notes`` collects the step
     time's CPU-threads note when the rank's OpenMP threads limit its CPU optimizer step
     (``cpu_optimizer_threads_limited`` is then 1)."""
     from advisor.ledger import steptime as stm
@@ -461,8 +496,9 @@ def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float
     out: dict[str, float] = {"compute": exp.get("compute", 0.0), "network": exp.get("network", 0.0),
                              "pcie": exp.get("pcie", 0.0), "nvme": exp.get("nvme", 0.0),
                              "cpu_optimizer": exp.get("host_memory", 0.0), "total": st.total}
-    if st.unknown:
-        out["unknown"] = float(len(st.unknown))
+    unknown = unknown_parts(st)
+    if unknown:
+        out["unknown"] = unknown  # type: ignore[assignment]  # popped by the caller into Candidate.unknown
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
         out["cpu_optimizer_bytes_per_rank"] = float(cpu.amount)
@@ -672,7 +708,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         mdp = req.world_size // (tp * pp * sp)
         per_rank = req.global_batch // mdp
         if ranked and tp * pp * sp > 1:
-            best_s = min(c.step_time_s for c in ranked)
+            # a plan whose time leaves out a part (unknown) is no bound to prune by, unless all are
+            best_s = min(c.step_time_s for c in ([c for c in ranked if not c.unknown] or ranked))
             lb = bounds[(tp, pp)] if sp == 1 else layout_lower_bound(inv, hardware, req, 1, 1)
             if lb is not None and lb > best_s * (1 + req.tie_tolerance):
                 if sp == 1:
@@ -784,6 +821,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0,
                                   threads_notes)
                 cand.step_time_s = parts.pop("total")
+                cand.unknown = list(parts.pop("unknown", []))  # type: ignore[arg-type]
                 cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
                                                                   "cpu_optimizer_bytes_per_s_per_rank",
                                                                   "cpu_optimizer_threads_limited") if k in parts}
@@ -800,6 +838,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         notes.append(f"{len(limited)} stage/offload combinations not evaluated (over a documented work limit): "
                      + "; ".join(dict.fromkeys(limited)))
     ranked = rank(ranked, req.tie_tolerance)
+    notes.extend(unknown_notes(ranked))
     if any(c.cpu_optimizer.get("cpu_optimizer_threads_limited") for c in ranked[:top]):
         notes.extend("CPU optimizer step: " + n for n in sorted(threads_notes))
     if ranked and ranked[0].checkpointing != "none" and not req.hf:
@@ -812,6 +851,30 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             c.config = build_config(c.combo, c.micro, c.ga, req.world_size // (c.tp * c.pp * c.sp), c.checkpointing,
                                     inv, req, nvme_path, hf=True, sp=c.sp)
     return result
+
+
+def unknown_notes(ranked: list[Candidate]) -> list[str]:
+    """What generate says when the hardware spec lacks a rate some step-time part needs
+    (:func:`rank`'s ``unknown`` / ``incomplete``): the parts every plan's time leaves out (ranked
+    on the others; the times are lower bounds), and the parts only some plans need (those plans
+    ranked after the complete ones)."""
+    if not ranked:
+        return []
+    out = []
+    common = [k for k in PART_NAMES if all(k in c.unknown for c in ranked)]
+    if common:
+        out.append(f"step time leaves out {unknown_words(common)} for every plan: the hardware spec gives no rate "
+                   "for it, so plans are ranked on the other parts and each step time is a lower bound (>=); add it "
+                   "to a --hardware JSON to rank by it")
+    extra = [c for c in ranked if c.incomplete]
+    if extra:
+        parts = [k for k in PART_NAMES if any(k in c.unknown and k not in common for c in extra)]
+        out.append(f"{len(extra)} plan{'s' if len(extra) != 1 else ''} need{'s' if len(extra) == 1 else ''} "
+                   f"{unknown_words(parts)}, which the hardware spec gives no rate for: "
+                   f"{'its' if len(extra) == 1 else 'their'} step time leaves it out (a lower bound, >=), so "
+                   f"{'it is' if len(extra) == 1 else 'they are'} ranked after the plans whose time is complete, "
+                   "marked incomplete")
+    return out
 
 
 def sac_note(checkpointing: str) -> str:
@@ -904,7 +967,26 @@ def simplicity(c: Candidate) -> tuple:
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
     """Best first. Plans within ``tolerance`` (a fraction, default 3 %) of the fastest step time
     are a tie (finer differences are below the cost model's resolution: it leaves latency and
-    kernel overheads out) and go first, simplest first (:func:`simplicity`); the rest follow by step time."""
+    kernel overheads out) and go first, simplest first (:func:`simplicity`); the rest follow by step time.
+
+    A part whose rate the hardware spec lacks (``Candidate.unknown``) counts 0 in a step time, so
+    times are compared only over the same parts: the plans whose unknown parts are the ones every
+    plan shares (none, when the spec is complete) are ranked as above; a plan whose time also
+    leaves out another part (e.g. the CPU optimizer step without a host memory bandwidth, which
+    only the offloading plans have) is ``incomplete`` and follows them, ranked the same way among
+    themselves (its time is a lower bound)."""
+    if not cands:
+        return []
+    common = set(cands[0].unknown).intersection(*(set(c.unknown) for c in cands[1:]))
+    for c in cands:
+        c.incomplete = set(c.unknown) != common
+    full = [c for c in cands if not c.incomplete]
+    part = [c for c in cands if c.incomplete]
+    return _rank_times(full, tolerance) + _rank_times(part, tolerance)
+
+
+def _rank_times(cands: list[Candidate], tolerance: float) -> list[Candidate]:
+    """:func:`rank`'s order within plans whose step times cover the same parts."""
     if not cands:
         return []
     fastest = min(c.step_time_s for c in cands)
@@ -922,11 +1004,16 @@ def _explain_ranks(res: SearchResult) -> None:
     names = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap",
              "cpu_optimizer": "CPU optimizer step"}
     tol = res.request.tie_tolerance
-    fastest = min(c.step_time_s for c in res.ranked)
+    fastest = min(c.step_time_s for c in res.ranked if not c.incomplete)
     bound = max(names, key=lambda k: best.parts.get(k, 0))
     best.why = (f"{'fastest' if best.step_time_s == fastest else f'within {tol:.0%} of the fastest and simplest'}; "
                 f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s")
+    common = set(best.unknown)
     for c in res.ranked[1:]:
+        if c.incomplete:
+            c.why = (f"incomplete: {unknown_words([k for k in c.unknown if k not in common])} unknown; ranked after "
+                     "the plans whose step time is complete")
+            continue
         if c.step_time_s <= fastest * (1 + tol):
             a, b = simplicity(c), simplicity(best)
             deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
@@ -1098,7 +1185,8 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
-                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme), f"{c.step_time_s:,.2f}", spent_text(c),
+                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme),
+                     (">=" if c.unknown else "") + f"{c.step_time_s:,.2f}", spent_text(c),
                      render_sized(*c.why_sized, units) if c.why_sized else c.why))
     if any(c.tp * c.pp * c.sp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
         head_row = head_row[:1] + ("parallel",) + head_row[1:]

@@ -1,0 +1,84 @@
+"""generate and step-time parts the hardware spec gives no rate for (issue 23): such a part counts
+0 in the step time, so generate must not rank a plan that needs it as if it were free. Without
+host_memory_bandwidth_bytes_per_s the optimizer-offload plans' CPU optimizer step was 0 and they
+ranked first, silently; estimate lists the term as unknown."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from advisor.cluster.hardware import _presets, from_dict
+from advisor.model.specs import resolve_model
+from advisor.views import generate as gen
+
+
+def _cand(t: float, unknown: list[str], stage: int = 3, opt: str = "none") -> gen.Candidate:
+    c = gen.Candidate(combo=gen.Combo(stage, opt), micro=1, ga=1, checkpointing="none", accelerator=1, host=1, nvme=0,
+                      activations=0, states_source="test", step_time_s=t)
+    c.unknown = list(unknown)
+    return c
+
+
+def test_rank_puts_plans_with_an_extra_unknown_part_after_the_complete_ones():
+    # 8 s with the CPU step unknown (a lower bound) is not faster than 10 s complete: ranked after
+    a, b, c = _cand(10.0, []), _cand(12.0, []), _cand(8.0, ["cpu_optimizer"], opt="cpu")
+    assert gen.rank([c, b, a]) == [a, b, c]
+    assert (a.incomplete, b.incomplete, c.incomplete) == (False, False, True)
+    # a part every plan leaves out (no network bandwidth) is no reason to reorder: ranked on the rest
+    x, y = _cand(9.0, ["network"]), _cand(7.0, ["network"])
+    assert gen.rank([x, y]) == [y, x] and not x.incomplete and not y.incomplete
+    # ... and a plan that also lacks the CPU step still follows them
+    z = _cand(5.0, ["network", "cpu_optimizer"], opt="cpu")
+    assert gen.rank([z, x, y]) == [y, x, z] and z.incomplete
+
+
+def _no_host_bw() -> object:
+    d = copy.deepcopy(_presets()["systems"]["dgx-h100"])
+    del d["host_memory_bandwidth_bytes_per_s"], d["host_core_bandwidth_bytes_per_s"]
+    d["nodes"] = 1
+    return from_dict(d)
+
+
+def test_generate_without_host_memory_bandwidth_ranks_cpu_offload_after_complete_plans():
+    """llama-3-8b on 1 node x 4 H100 (dgx-h100 without its host memory bandwidth), 16 sequences of
+    4,096: plans with and without optimizer offload fit. Each offloading plan's CPU step is unknown;
+    every plan without it ranks before them, the table marks their times as lower bounds, and a
+    note and each plan's why say what is unknown."""
+    inv = resolve_model("llama-3-8b")
+    req = gen.Request(global_batch=16, seq_len=4096, nodes=1, gpus_per_node=4, model_parallel=False)
+    res = gen.search(inv, _no_host_bw(), req, top=100)
+    offl = [c.combo.offload_optimizer != "none" for c in res.ranked]
+    assert any(offl) and not all(offl)
+    assert offl == sorted(offl), "a plan with an unknown CPU optimizer step ranked before a complete one"
+    for c in res.ranked:
+        assert ("cpu_optimizer" in c.unknown) == (c.combo.offload_optimizer != "none") == c.incomplete
+    assert res.best.combo.offload_optimizer == "none"
+    inc = [c for c in res.ranked if c.incomplete]
+    assert all(c.why.startswith("incomplete: CPU optimizer step (no host_memory_bandwidth_bytes_per_s) unknown")
+               for c in inc)
+    assert any(n.startswith(f"{len(inc)} plans need CPU optimizer step (no host_memory_bandwidth_bytes_per_s)")
+               for n in res.notes), res.notes
+    text = gen.table_text(res, top=100)
+    first_inc = next(i for i, c in enumerate(res.ranked) if c.incomplete)
+    row = next(x for x in text.splitlines() if x.startswith(f"{first_inc + 1} "))
+    assert f">={res.ranked[first_inc].step_time_s:,.2f}" in row, row
+    js = gen.result_json(res, top=100)
+    assert [p["unknown_parts"] for p in js["plans"]] == [c.unknown for c in res.ranked]
+    assert all(p["step_time_is_lower_bound"] == p["incomplete"] for p in js["plans"])
+    json.dumps(js)
+
+
+def test_generate_without_network_bandwidth_says_every_time_leaves_it_out():
+    """4 nodes without network_bytes_per_s: every plan's collectives across nodes have no rate.
+    No plan is ranked as complete-against-incomplete (all share it); the note says the ranking is
+    on the other parts and every time is a lower bound."""
+    d = copy.deepcopy(_presets()["systems"]["dgx-h100"])
+    del d["network_bytes_per_s"]
+    d["nodes"] = 2
+    inv = resolve_model("llama-3-8b")
+    req = gen.Request(global_batch=16, seq_len=4096, nodes=2, gpus_per_node=8, model_parallel=False)
+    res = gen.search(inv, from_dict(d), req)
+    assert res.ranked and all("network" in c.unknown and not c.incomplete for c in res.ranked)
+    assert any(n.startswith("step time leaves out collectives (no network_bytes_per_s across nodes, or "
+                            "peer_bytes_per_s within one) for every plan") for n in res.notes), res.notes
