@@ -5,6 +5,8 @@ rule (min(aggregate, nodes x per-client)) and DeepSpeed's aio request window."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from advisor.cluster.hardware import from_dict
@@ -117,3 +119,31 @@ def test_checkpoint_wear_on_a_shared_tier_counts_every_nodes_writes_by_hand():
     assert local["bytes_written_per_save"] == node0 and local["written_by"] == "the busiest node"
     assert st["days_of_life"] == pytest.approx(local["days_of_life"] * node0 / total, rel=1e-12)
     assert 3.9 < local["days_of_life"] / st["days_of_life"] <= 4.0
+
+
+def test_nvme_path_under_no_tier_mount_but_root_says_which_tier_was_assumed():
+    """sample_configs/zero_infinity_nvme.json swaps to /local_nvme; dgx-h100's tiers are raid
+    (/raid) and os (/): the path falls to the OS drive at 3.8 GB/s. The step time says so, names
+    the other tier and how to describe the drive; /raid/x, a tier's own mount, gets no note."""
+    import os
+    from advisor.cluster.hardware import resolve_hardware
+    from advisor.config.loading import load_config
+    from advisor.ledger.steptime import breakdown_lines, step_time
+    from advisor.model.specs import resolve_model
+
+    hw = resolve_hardware("dgx-h100")
+    assert hw.tier_for_path("/local_nvme").name == "os"
+    note = hw.root_fallback_note("/local_nvme")
+    assert note.startswith("nvme_path /local_nvme is under no storage tier's mount point of ")
+    assert "taken as tier 'os' (/, the root filesystem, 3.8 GB/s write)" in note and "raid (/raid)" in note
+    assert hw.root_fallback_note("/raid/swap") is None and hw.root_fallback_note("/") is None
+    cfg = os.path.join(os.path.dirname(__file__), "..", "sample_configs", "zero_infinity_nvme.json")
+    plan = Plan(effective_config(load_config(cfg).data), resolve_model("llama-3.2-1b"),
+                Cluster(world_size=8, gpus_per_node=8))
+    st = step_time(plan, hw, seq_len=1024)
+    assert st.assumptions["nvme_tier_assumed"] == {"/local_nvme": note}
+    assert any(x.startswith("  NVMe tier assumed: nvme_path /local_nvme") for x in breakdown_lines(st))
+    raw = json.loads(open(cfg).read().replace("/local_nvme", "/raid/swap"))
+    st2 = step_time(Plan(effective_config(raw), resolve_model("llama-3.2-1b"), Cluster(world_size=8, gpus_per_node=8)),
+                    hw, seq_len=1024)
+    assert st2.assumptions["nvme_tier_assumed"] is None

@@ -235,19 +235,43 @@ class Hardware:
         """The storage tier holding ``path``: the tier with the longest mount point that is
         ``path`` itself or a parent folder of it (component-wise; ``/`` matches everything).
         None when no tier's mount point contains the path, or path is None/relative."""
+        m = self.mount_for_path(path)
+        return m[1] if m else None
+
+    def mount_for_path(self, path: str | None) -> tuple[str, StorageTier] | None:
+        """(the mount point, its tier) :meth:`tier_for_path` takes for ``path``; None as there.
+        A mount of ``/`` for a path other than ``/`` means no tier's own mount holds the path:
+        the root filesystem's tier is assumed (:func:`root_fallback_note` says so)."""
         if not path or not isinstance(path, str):
             return None
         p = posixpath.normpath(path)
         if not p.startswith("/"):
             return None
-        best: tuple[int, StorageTier] | None = None
+        best: tuple[str, StorageTier] | None = None
         for t in self.storage:
             for m in t.mounts:
                 mm = posixpath.normpath(m)
                 if mm == "/" or p == mm or p.startswith(mm + "/"):
-                    if best is None or len(mm) > best[0]:
-                        best = (len(mm), t)
-        return best[1] if best else None
+                    if best is None or len(mm) > len(best[0]):
+                        best = (mm, t)
+        return best
+
+    def root_fallback_note(self, path: str | None) -> str | None:
+        """When ``path`` (a config's ``nvme_path``) lies under no storage tier's mount point but
+        ``/``: which tier was assumed and why, naming the tiers with mounts of their own; None
+        when a tier's own mount holds it (or none holds it at all)."""
+        m = self.mount_for_path(path)
+        if m is None or m[0] != "/" or posixpath.normpath(path) == "/":
+            return None
+        t = m[1]
+        others = [f"{x.name} ({', '.join(x.mounts)})" for x in self.storage
+                  if x is not t and any(posixpath.normpath(y) != "/" for y in x.mounts)]
+        return (f"nvme_path {path} is under no storage tier's mount point of {self.name} but /: taken as tier "
+                f"'{t.name}' ({', '.join(t.mounts)}, the root filesystem"
+                + (f", {t.write_bytes_per_s / 1e9:g} GB/s write" if t.write_bytes_per_s else "") + ")"
+                + (f"; the spec's other tiers: {', '.join(others)}" if others else "")
+                + f". If {path} is a drive of its own, add it as a storage tier (mounts [\"{path}\"]) in a "
+                  "--hardware JSON; else point nvme_path at a listed tier")
 
     def capacity(self, nvme_path: str | None = None):
         """A :class:`Capacity` (per-rank accelerator memory, per-node host

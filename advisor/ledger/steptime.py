@@ -555,6 +555,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     _first_fetch_exposed(plan, terms)
     nvme_aio = nvme_aio_notes(plan, hardware, movements)
     aio_rates = nvme_aio_rates(plan, hardware, movements)
+    tier_assumed = nvme_tier_assumed(hardware, movements)
 
     n_opt = cpu_optimizer_elements(plan)
     host_bw = getattr(hardware, "host_memory_bandwidth_bytes_per_s", None)
@@ -655,7 +656,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "model_parallel_degree": mp,
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
                    "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,
-                   "nvme_aio_rates": aio_rates,
+                   "nvme_aio_rates": aio_rates, "nvme_tier_assumed": tier_assumed or None,
                    "collectives": COLLECTIVE_MODEL,
                    "host_memory_bandwidth_note": HOST_BW_PEAK_NOTE if n_opt and host_bw and
                    "theoretical peak" in (getattr(hardware, "source", "") or "") else None,
@@ -699,6 +700,22 @@ def nvme_aio_notes(plan: "Plan", hardware: "Hardware", movements: list[Movement]
                               "measured at other aio settings than the config's: " + ", ".join(diff)
                               + "; the NVMe seconds scale the measured figure to the config's settings by the aio "
                                 "model (advisor.ledger.movement.nvme_rate), an estimate")
+    return out
+
+
+def nvme_tier_assumed(hardware: "Hardware", movements: list[Movement]) -> dict[str, str]:
+    """Per NVMe path of the step's movements that lies under no storage tier's own mount point
+    and so falls to the tier mounted at ``/`` (the root filesystem: on DGX presets the OS drive):
+    which tier the NVMe seconds assumed and why
+    (:meth:`advisor.cluster.hardware.Hardware.root_fallback_note`). Path -> note."""
+    out: dict[str, str] = {}
+    fallback = getattr(hardware, "root_fallback_note", None)
+    for m in movements:
+        if fallback is None or m.link != NVME or not m.path or m.path in out:
+            continue
+        note = fallback(m.path)
+        if note:
+            out[m.path] = note
     return out
 
 
@@ -850,6 +867,8 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
             out.append(f"    ({st.assumptions['host_memory_bandwidth_note']})")
         if st.assumptions.get("fp16_overflow_check_note"):
             out.append(f"    (left out: {st.assumptions['fp16_overflow_check_note']})")
+    for note in (st.assumptions.get("nvme_tier_assumed") or {}).values():
+        out.append(f"  NVMe tier assumed: {note}")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():
         if note.startswith("measured at other"):
             out.append(f"  NVMe tier {tier}: {note}")
