@@ -584,6 +584,43 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+#: The step-time resources in the order estimate's breakdown lists them, with its names.
+_STEP_RESOURCES = (("compute", "compute"), ("network", "collectives"), ("pcie", "PCIe copies"),
+                   ("nvme", "NVMe swap"), ("host_memory", "CPU optimizer step"))
+
+
+def step_time_html(stt: dict[str, Any], given_step_time_s: float | None = None,
+                   units: str = DEFAULT_UNITS) -> str:
+    """The report's step-time section from estimate's ``step_time`` section (the data the text
+    report renders, :func:`advisor.views.estimate.step_time_section`): the step seconds, a table of
+    each resource's busy and exposed seconds, and the breakdown's lines (the CPU optimizer step,
+    the bandwidths used, the unknown terms, the notes; :func:`advisor.render.text.step_time_lines`,
+    sizes in ``units``)."""
+    from advisor.render.text import step_time_lines
+    out = ["<h2 id=step-time>Step time per optimizer step (model)</h2>"]
+    total = stt.get("step_time_s")
+    if total is None:
+        out.append(f"<p class=note id=step-time-note>Step time not modelled: {_e(stt.get('why') or 'unknown')}.</p>")
+        return "".join(out)
+    a = stt.get("assumptions") or {}
+    seq = stt.get("seq_len") or 0
+    out.append(f"<p>The critical path of one optimizer step: <b id=step-time-s data-seconds={total!r}>"
+               f"{total:,.2f} s</b> (MFU {_e(a.get('mfu'))}, {_e(a.get('mfu_source'))}; sequence "
+               f"{seq:,} tokens). Busy: the seconds each resource works; exposed: the part the step waits for.</p>")
+    busy, exp = stt.get("busy_seconds_by_resource") or {}, stt.get("exposed_seconds_by_resource") or {}
+    rows = "".join(f"<tr id=step-time-{k}><td>{_e(name)}</td><td class=num>{busy[k]:,.3f}</td>"
+                   f"<td class=num>{exp.get(k, 0.0):,.3f}</td></tr>" for k, name in _STEP_RESOURCES if k in busy)
+    out.append("<table id=step-time-table><tr><th>resource</th><th>busy (s)</th><th>exposed (s)</th></tr>"
+               f"{rows}</table>")
+    lines = step_time_lines(stt, given_step_time_s, units)
+    head = {f"  {name:<20}" for _, name in _STEP_RESOURCES}
+    rest = [x.strip() for x in lines[1:] if not any(x.startswith(h) for h in head)]
+    if rest:
+        out.append("<ul id=step-time-lines>" + "".join(
+            f"<li{' class=bad' if x.startswith('unknown:') else ''}>{_e(x)}</li>" for x in rest) + "</ul>")
+    return "".join(out)
+
+
 def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     """The whole report page for ``result`` (a string of HTML, self-contained), every byte figure
     in ``units`` (GiB or GB; exact byte counts alongside)."""
@@ -664,6 +701,10 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                          "forward/backward, reduce, first and steady optimizer step, save); a star marks each "
                          f"tier's peak. Largest contributors at the peak: {tops}.</p>"
                          f"<div class=chart id=timeline-chart>{svg}</div>")
+
+    stt = d.get("step_time")
+    if stt:
+        parts.append(step_time_html(stt, (d.get("movement") or {}).get("step_time_s"), units))
 
     parts.append("<h2 id=movement>Data movement per optimizer step</h2>")
     movements, note = movement_section(result)

@@ -377,19 +377,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     console.print(f"  + {t['name']}{band}: {t['formula']} [{t['source']}]", markup=False)
         stt = d.get("step_time")
         if stt:
-            cpu = next((t for t in stt.get("terms") or [] if t.get("name") == "cpu_optimizer"), None)
-            for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
-                from advisor.ledger import steptime as _stm
-                if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
-                    line = _stm.cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
-                                                   (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
-                elif line.startswith(_stm.BANDWIDTH_LINE_PREFIX):  # likewise
-                    line = _stm.collective_bandwidth_line(stt.get("terms") or [], units) or line
+            for line in step_time_lines(stt, (d.get("movement") or {}).get("step_time_s"), units):
                 console.print(line, markup=False)
-            given = (d.get("movement") or {}).get("step_time_s")
-            if stt.get("per_day_figures_use") == "--step-time" and given is not None:
-                console.print(f"  per-day NVMe figures and drive life below use --step-time {given:g} s (measured), "
-                              f"not the model's {stt.get('step_time_s') or 0:,.2f} s", markup=False)
         mv = d.get("movement")
         if mv and any(r["movements"] for r in mv["ranks"]):
             for line in movement_lines(mv, units, cols):
@@ -543,6 +532,28 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
         else:
             s += " (give a step time for per-day figures)"
         out.append(s)
+    return out
+
+
+def step_time_lines(stt: dict, given_step_time_s: float | None = None, units: str = DEFAULT_UNITS) -> list[str]:
+    """The step-time section's text lines from estimate's ``step_time`` section (its stored
+    ``lines``, :func:`advisor.ledger.steptime.breakdown_lines`), the lines naming sizes redrawn in
+    ``units`` (GiB or GB); and, when ``--step-time`` (``given_step_time_s``, the movement
+    section's) sets the per-day figures, a line saying so. The text report and the HTML report
+    both print these."""
+    from advisor.ledger import steptime as _stm
+    cpu = next((t for t in stt.get("terms") or [] if t.get("name") == "cpu_optimizer"), None)
+    out = []
+    for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
+        if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
+            line = _stm.cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
+                                           (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
+        elif line.startswith(_stm.BANDWIDTH_LINE_PREFIX):  # likewise
+            line = _stm.collective_bandwidth_line(stt.get("terms") or [], units) or line
+        out.append(line)
+    if stt.get("per_day_figures_use") == "--step-time" and given_step_time_s is not None:
+        out.append(f"  per-day NVMe figures and drive life below use --step-time {given_step_time_s:g} s (measured), "
+                   f"not the model's {stt.get('step_time_s') or 0:,.2f} s")
     return out
 
 
