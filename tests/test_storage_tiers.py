@@ -147,3 +147,22 @@ def test_nvme_path_under_no_tier_mount_but_root_says_which_tier_was_assumed():
     st2 = step_time(Plan(effective_config(raw), resolve_model("llama-3.2-1b"), Cluster(world_size=8, gpus_per_node=8)),
                     hw, seq_len=1024)
     assert st2.assumptions["nvme_tier_assumed"] is None
+
+
+def test_nvme_swap_wear_on_a_shared_tier_counts_every_nodes_writes_by_hand():
+    """The swap's per-day writes on a shared tier: the filesystem takes all 4 nodes' swap writes,
+    so bytes/day = one node's bytes per step x 4 x 86,400 / step, and the rated 1e17 B last a
+    quarter as long as one node's writes would say; a node-local tier of the same figures keeps one
+    node's."""
+    from advisor.ledger.movement import movement_section
+
+    plan = _swap_plan(32)
+    sh = next(x for x in movement_section(plan, _lustre(), step_time_s=10.0)["endurance"] if x["tier"] == "lustre")
+    node = sh["write_bytes_per_step"]
+    assert node > 0 and sh["writing_nodes"] == 4
+    assert sh["write_bytes_per_day"] == pytest.approx(node * 4 * 8640)
+    assert sh["days_of_life"] == pytest.approx(1e17 / (node * 4 * 8640), rel=1e-12)
+    loc = next(x for x in movement_section(plan, _lustre(scope="node-local"), step_time_s=10.0)["endurance"]
+               if x["tier"] == "lustre")
+    assert loc["write_bytes_per_step"] == node and loc["writing_nodes"] == 1
+    assert loc["write_bytes_per_day"] == pytest.approx(node * 8640)

@@ -1135,6 +1135,10 @@ class EnduranceLine:
     #: needs to move one step's NVMe traffic: the per-day figures are then at ``step_time_s``,
     #: the step time that traffic implies (:func:`implied_step_time`), not at this one
     requested_step_time_s: float | None = None
+    #: Nodes whose writes the tier's drives take: 1 for a node-local tier (each node its own
+    #: drive), the job's nodes for a shared one (one filesystem): the per-day figures and the
+    #: drive life count ``write_bytes_per_step`` (one node's) x this.
+    writing_nodes: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -1154,7 +1158,8 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
     (:func:`aio_bandwidth`): the floor is a physical bound that overrides even a measured
     ``--step-time``, and the aio limit is a model with an assumed request latency. On a shared
     tier the rated figure is the node's share while the job's ``nodes`` nodes swap at once
-    (:func:`tier_node_rate`: min(aggregate / nodes, per-client limit))."""
+    (:func:`tier_node_rate`: min(aggregate / nodes, per-client limit)), and its per-day writes and
+    drive life count every node's writes (``writing_nodes``), not one node's."""
     ranks = sorted({m.rank for m in movements})
     rpn = ranks_per_node or (hardware.accelerators_per_node if hardware and hardware.accelerators_per_node else 1)
     rpn = max(1, min(rpn, len(ranks) or 1))
@@ -1201,7 +1206,9 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
                 # the drive cannot move one step's traffic in the step asked for: writes per day at it
                 # would exceed its bandwidth, so the figures are at the step time the traffic implies
                 ln.requested_step_time_s, st = step_time_s, io
-            spd, per_day, days = endurance(ln.write_bytes_per_step, st, ln.rated_write_bytes)
+            if t is not None and getattr(t, "scope", "node-local") == "shared":
+                ln.writing_nodes = max(1, int(nodes))  # one filesystem takes every node's writes
+            spd, per_day, days = endurance(ln.write_bytes_per_step * ln.writing_nodes, st, ln.rated_write_bytes)
             ln.step_time_s, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = st, spd, per_day, days
             if ln.capacity_bytes:
                 ln.drive_writes_per_day = per_day / ln.capacity_bytes

@@ -513,7 +513,10 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
         s += f": {size(ln['write_bytes_per_step'], units)} written per step per node"
         if ln["write_bytes_per_day"] is not None:
             pd = ln["write_bytes_per_day"]
-            s += f", {size(pd, units, prefix='T' if pd >= 1e12 else 'G' if pd >= 1e9 else 'M')}/day at "
+            s += f", {size(pd, units, prefix='T' if pd >= 1e12 else 'G' if pd >= 1e9 else 'M')}/day"
+            if (ln.get("writing_nodes") or 1) > 1:
+                s += f" by the {ln['writing_nodes']} nodes together (shared tier)"
+            s += " at "
             if ln.get("requested_step_time_s") is not None:
                 s += (f"{ln['step_time_s']:,.1f} s/step, the step time its NVMe traffic implies (a step time of "
                       f"{ln['requested_step_time_s']:g} s is shorter than the {ln['write_seconds_per_step'] or 0:,.1f} s "

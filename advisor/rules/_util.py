@@ -122,7 +122,7 @@ def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict, sizes: di
         data["implied_step_time_seconds"] = io
         sizes["write_bytes_per_s"] = line.write_bytes_per_step / step_time_s
     spd = 86400 / t
-    per_day = line.write_bytes_per_step * spd
+    per_day = line.write_bytes_per_step * getattr(line, "writing_nodes", 1) * spd  # a shared tier: every node's
     out += f"at {t:,.1f} s per step ({spd:,.0f} steps/day) that is {{bytes_written_per_day:T1}} written per day" \
         if t != step_time_s else \
         f"at {t:g} s per step ({spd:,.0f} steps/day) that is {{bytes_written_per_day:T1}} written per day"
