@@ -65,3 +65,20 @@ def test_checkpoint_text_states_the_workload(generated):
                                   "--save-dir", "/raid/ck", "--node-mtbf-hours", "1000"], env={"COLUMNS": "400"})
     line = next(x for x in r.output.splitlines() if "step time's workload" in x)
     assert "seq_len 4,096 (from " in line and "checkpointing full (from " in line, line
+
+
+def test_checkpoint_under_expert_parallelism_is_estimates(tmp_path):
+    """--expert-parallel 4 (Mixtral 8x7B, ZeRO-1, 2 dgx-h100 nodes): estimate times the step and
+    lists the files of the rank's experts (views.estimate.movement_plan); checkpoint takes the same
+    plan, so its step time and bytes per save are estimate's (it read the whole model: 4.38 s and
+    654 GB per save against 1.85 s and 180 GB)."""
+    cfg = tmp_path / "moe.json"
+    cfg.write_text(json.dumps({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1}}))
+    args = ["--model", "mixtral-8x7b", "--hardware", "dgx-h100:2", "--seq-len", "4096", "--expert-parallel", "4",
+            "--format", "json"]
+    est = _run("estimate", str(cfg), *args)
+    ck = _run("checkpoint", str(cfg), *args, "--node-mtbf-hours", "1000", "--write-bandwidth", "10GB/s")
+    assert ck["step_time_s"] == pytest.approx(est["step_time"]["step_time_s"], rel=1e-12)
+    assert ck["per_save_bytes"] == est["checkpoint"]["per_save_bytes"]
+    assert ck["step_time_workload"]["expert_parallel"] == {"value": 4, "origin": "flag"}

@@ -942,12 +942,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     # Movement, step time and checkpoint files shard the model themselves under tensor/pipeline
     # parallelism (advisor.ledger.movement, advisor.ledger.checkpoint: per stage, the
     # tensor-parallel shard over its ZeRO group).
-    mv_plan = ck_plan = plan
-    if cluster.model_parallel and cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
-        # expert parallelism alone: the rank's experts (advisor.model.parallel.shard)
-        from advisor.model.parallel import shard
-        ck_inv = shard(inventory, 1, 1, cluster.expert_parallel)[0].inventory
-        mv_plan = ck_plan = Plan(config=ec, inventory=ck_inv, cluster=cluster, workload=workload, loaded=plan.loaded)
+    mv_plan = ck_plan = movement_plan(plan)
     st_section = None
     if hardware is not None:
         st_section = step_time_section(mv_plan, hardware, workload, acts)
@@ -967,6 +962,19 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     return EstimateResult(source=source, plan=plan, ledger=ledger, roles=roles, fit=rows,
                           findings=all_findings, workload=workload, activations_note=note,
                           overhead=overhead, sections=sections, load=load)
+
+
+def movement_plan(plan: Plan) -> Plan:
+    """The plan the movement, step-time and checkpoint ledgers read: ``plan`` itself, except under
+    expert parallelism alone (no tensor or pipeline parallelism), where it holds the rank's experts
+    (:func:`advisor.model.parallel.shard`); under tensor/pipeline parallelism those ledgers shard
+    the model themselves (per stage, the tensor-parallel shard over its ZeRO group)."""
+    cluster = plan.cluster
+    if cluster.model_parallel and cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
+        from advisor.model.parallel import shard
+        inv = shard(plan.inventory, 1, 1, cluster.expert_parallel)[0].inventory
+        return Plan(config=plan.config, inventory=inv, cluster=cluster, workload=plan.workload, loaded=plan.loaded)
+    return plan
 
 
 def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) -> dict[str, Any]:
@@ -1002,7 +1010,7 @@ def model_step_time(plan: Plan, hardware: Any) -> float | None:
     the accelerator's FLOP rate."""
     try:
         acts, _ = activations_for(plan.config, plan.inventory, plan.cluster, plan.workload)
-        st = step_time_section(plan, hardware, plan.workload, acts)
+        st = step_time_section(movement_plan(plan), hardware, plan.workload, acts)  # estimate's plan for it
     except (ValueError, KeyError):
         return None
     if not st.get("step_time_s") or any(u.startswith("compute") for u in st.get("unknown") or []):
@@ -1017,7 +1025,7 @@ def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
     ``step_time_s`` given (a measured run) wins."""
     from advisor.views.checkpoint import checkpoint_view
     resolved = options.pop("workload", None)
-    cp = checkpoint_view(plan, **options)
+    cp = checkpoint_view(movement_plan(plan), **options)  # the files estimate's checkpoint section lists
     hardware = options.get("hardware")
     if cp.step_time_s is None and hardware is not None and not cp.files.unsupported:
         st = model_step_time(plan, hardware)
