@@ -82,3 +82,16 @@ def test_checkpoint_under_expert_parallelism_is_estimates(tmp_path):
     assert ck["step_time_s"] == pytest.approx(est["step_time"]["step_time_s"], rel=1e-12)
     assert ck["per_save_bytes"] == est["checkpoint"]["per_save_bytes"]
     assert ck["step_time_workload"]["expert_parallel"] == {"value": 4, "origin": "flag"}
+
+
+def test_checkpoint_warns_when_the_step_time_falls_back_to_the_models_context(tmp_path):
+    from tests.conftest import run_cli
+    cfg = tmp_path / "c.json"  # no sidecar beside it, no --seq-len
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 2}}))
+    p = run_cli(["checkpoint", str(cfg), "--model", "llama-3-8b", "--hardware", "dgx-h100", "--node-mtbf-hours", "1000",
+                 "--save-dir", "/raid/ck"])
+    assert p.returncode == 0, p.stderr
+    assert "warning: no --seq-len (and no workload sidecar): activations are for the model's maximum context, 8,192" \
+        in " ".join(p.stderr.split()), p.stderr
+    assert "seq_len 8,192 (the model's maximum context)" in " ".join(p.stdout.split())
