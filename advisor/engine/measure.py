@@ -464,6 +464,7 @@ def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory 
     "nvme_files"}`` (bytes, not elements), or ``{"error": ...}`` for a rank where DeepSpeed
     rejected the config. A config path is read with the project's loader (hjson, like
     DeepSpeed). Raises :class:`MeasureError` when the launch fails.
+
     """
     if isinstance(config_path_or_dict, dict):
         config = config_path_or_dict
@@ -529,7 +530,8 @@ def measure_vs_ledger(config: dict[str, Any], inventory: Inventory, world_size: 
 #: (``peak_excl_cpu_only``: without them a phase may peak at another instant), compared here.
 CPU_ONLY_SITES = ("deepspeed/comm/torch.py:reduce_scatter_tensor:",)
 
-#: Tracker phase -> the ledger timeline instants it spans (GA = 1; see advisor.ledger.timeline).
+#: Tracker phase -> the ledger timeline instants it spans at GA = 1 (see advisor.ledger.timeline);
+#: :func:`phase_instants` gives them for any GA.
 PHASE_INSTANTS = {
     "load": ("load",), "initialize:cast": ("initialize:cast",), "initialize:module": ("initialize:module",),
     "initialize": ("initialize",),
@@ -538,8 +540,42 @@ PHASE_INSTANTS = {
     "forward:2": ("steady:forward",), "backward:2": ("steady:backward", "steady:reduce"),
     "step:2": ("steady_step:norm", "steady_step:prep", "steady_step:update"),
 }
-#: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too).
+#: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
 STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
+
+
+def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None]:
+    """(timeline instant keys, timeline step event or None) that the worker's tracker phase
+    ``phase`` spans when DeepSpeed runs ``ga`` micro-steps per optimizer step; ``((), None)`` when
+    the ledger's timeline has no instant for it.
+
+    The worker names its phases by micro-step k (``forward:k``, ``backward:k``, ``step:k``: one
+    ``engine.step()`` per micro-step). DeepSpeed 0.19.8 steps the optimizer only at the
+    accumulation boundary (``runtime/engine.py`` l.3611-3615 ``DeepSpeedEngine.step``: ``if
+    self.is_gradient_accumulation_boundary(): ... self._take_model_step``; l.3463: ``(micro_steps
+    + 1) % gradient_accumulation_steps == 0``), i.e. at k = ga and k = 2 ga. The timeline
+    (advisor.ledger.timeline._instants) has the first iteration's micro-steps 1 and ga, its reduce
+    at the boundary and the first optimizer step, then the steady iteration's last micro-step,
+    reduce and step. So k = 1 -> ``forward:1``/``backward:1``, k = ga ->
+    ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` -> first_step, k = 2 ga -> steady;
+    a non-boundary ``step:k``, a middle micro-step (1 < k < ga) and the steady iteration's earlier
+    micro-steps have no instant (not compared). At ga = 1 this is :data:`PHASE_INSTANTS`."""
+    if ga <= 1 or phase in ("load", "initialize") or phase.startswith("initialize:"):
+        return PHASE_INSTANTS.get(phase, ()), STEP_PHASES.get(phase)
+    kind, _, num = phase.partition(":")
+    if kind not in ("forward", "backward", "step") or not num.isdigit() or int(num) < 1:
+        return (), None
+    it, m = divmod(int(num) - 1, ga)
+    m += 1
+    if it == 0 and m == 1:
+        return {"forward": (("forward:1",), None), "backward": (("backward:1",), None),
+                "step": ((), None)}[kind]
+    if m != ga or it > 1:
+        return (), None
+    if it == 0:
+        return {"forward": ((f"forward:{ga}",), None), "backward": ((f"backward:{ga}", "reduce"), None),
+                "step": (PHASE_INSTANTS["step:1"], "first_step")}[kind]
+    return PHASE_INSTANTS[f"{kind}:2"], STEP_PHASES.get(f"{kind}:2")
 
 
 def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
@@ -560,14 +596,18 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     The engine's peak compared is the tracker's high-water mark without the storages of
     :data:`CPU_ONLY_SITES` (gloo's reduce-scatter buffer; the ledger models the NCCL path), the
     difference reported as ``cpu_only``.
-    Phases beyond the second step are not compared; GA must be 1. ``load_dtype``: the dtype the
-    proxy was built in (default fp32)."""
-    from advisor.config.effective import effective_config
+    Phases beyond the second optimizer step are not compared; with gradient accumulation (GA
+    as DeepSpeed derives it, from ``gradient_accumulation_steps`` or ``train_batch_size`` /
+    (micro-batch x world size): :func:`advisor.config.effective.derive_batch`) the phases map to
+    the timeline by :func:`phase_instants`. ``load_dtype``: the dtype the proxy was built in
+    (default fp32)."""
+    from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.timeline import resolve_load, role_timeline
 
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
+    ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
     load = resolve_load(ec, zero_init=zero_init, dtype=load_dtype)
     tiers = ("accelerator", "host_pinned", "host_pageable")
     rows = []
@@ -575,16 +615,16 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
         if "error" in rec or "tracker" not in rec:
             rows.append({"rank": r, "error": rec.get("error", "no tracker record")})
             continue
-        tl = role_timeline(led, led.rank(r), load, ga=1, rank=r)
+        tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
         keys = [x.key for x in tl.instants]
         ser = tl.series(tiers)
         for ph in rec["tracker"]:
-            want = PHASE_INSTANTS.get(ph["phase"])
+            want, event = phase_instants(ph["phase"], ga)
             if not want:
                 continue
             # the :norm instants are ZeRO-1/2 only; a step updating one param group at a time has
             # a prep and an update instant per group (timeline.stepped_groups): all of the phase's
-            idx = [i for i, x in enumerate(tl.instants) if x.key in want or x.phase == STEP_PHASES.get(ph["phase"])]
+            idx = [i for i, x in enumerate(tl.instants) if x.key in want or (event and x.phase == event)]
             if not idx:  # initialize:cast without a cast (the ledger has no such instant): nothing to compare
                 continue
             best = max(idx, key=lambda i: ser[i])
@@ -625,13 +665,17 @@ def measure_phases(config: dict[str, Any], inventory: Inventory, world_size: int
     tracker phase load, initialize, forward/backward/step of steps 1 and 2), each with ``ok``
     (``|rel_diff| <= PHASE_TOLERANCE``), the peak instant on both sides per rank
     (:func:`peak_instant`), the tier note when the run was on CPU, and ``matches``.
-    ``compared`` is False with a ``reason`` when the phases cannot be compared (GA > 1:
-    peak_parity's timeline is for one micro-batch per step; or no rank had a tracker record)."""
-    from advisor.config.effective import effective_config
+    ``compared`` is False with a ``reason`` when the phases cannot be compared (GA > 1, as
+    DeepSpeed derives it: ``gradient_accumulation_steps`` or ``train_batch_size`` / (micro-batch
+    x world size), :func:`advisor.config.effective.derive_batch`; the ledger does not model the
+    ZeRO-1/2 transients of GA > 1, state.zero12_transients_modeled, and the
+    tests/engine/test_peak_parity.py cell z2_bf16_tbsga2_w2 lists the phases it misses; or no
+    rank had a tracker record)."""
+    from advisor.config.effective import derive_batch, effective_config
 
-    ga = effective_config(config).gradient_accumulation_steps
+    ga = derive_batch(effective_config(config), world_size)[2]
     if ga not in (None, 1):
-        return {"compared": False, "reason": f"gradient_accumulation_steps is {ga}: the phase timeline is "
+        return {"compared": False, "reason": f"gradient accumulation is {ga} micro-steps: the phase timeline is "
                 "compared for 1 only", "rows": [], "peak_instant": [], "matches": True}
     rows = peak_parity(config, inventory, world_size, measured)
     for r in rows:

@@ -1,0 +1,73 @@
+"""measure's tracker phases -> the ledger timeline's instants under gradient accumulation.
+
+The worker names phases by micro-step k (one forward, backward and engine.step() each); DeepSpeed
+0.19.8 steps the optimizer only at the accumulation boundary (runtime/engine.py
+DeepSpeedEngine.step l.3611-3615: ``if self.is_gradient_accumulation_boundary()`` ->
+``_take_model_step``), and is_gradient_accumulation_boundary is ``(micro_steps + 1) %
+gradient_accumulation_steps == 0`` (l.3463). The
+expectations below are that rule written out by hand for GA = 2 and 3, beside the timeline's
+instants (advisor.ledger.timeline._instants: micro-steps 1 and GA of the first iteration, the
+reduce at the boundary, then the steady iteration)."""
+
+from __future__ import annotations
+
+from advisor.engine.measure import phase_instants
+
+FIRST = ("first_step:norm", "first_step:prep", "first_step:update")
+STEADY = ("steady_step:norm", "steady_step:prep", "steady_step:update")
+
+
+def test_ga1_is_one_micro_step_per_optimizer_step():
+    assert phase_instants("forward:1") == (("forward:1",), None)
+    assert phase_instants("backward:1") == (("backward:1", "reduce"), None)
+    assert phase_instants("step:1") == (FIRST, "first_step")
+    assert phase_instants("forward:2") == (("steady:forward",), None)
+    assert phase_instants("backward:2") == (("steady:backward", "steady:reduce"), None)
+    assert phase_instants("step:2") == (STEADY, "steady_step")
+    assert phase_instants("forward:3") == ((), None)
+    assert phase_instants("load") == (("load",), None)
+    assert phase_instants("initialize:cast", 4) == (("initialize:cast",), None)
+
+
+def test_ga2_boundaries_at_micro_steps_2_and_4():
+    ga = 2
+    assert phase_instants("forward:1", ga) == (("forward:1",), None)
+    assert phase_instants("backward:1", ga) == (("backward:1",), None)  # no reduce before the boundary
+    assert phase_instants("step:1", ga) == ((), None)  # micro-step 1: (0 + 1) % 2 != 0, no optimizer step
+    assert phase_instants("forward:2", ga) == (("forward:2",), None)
+    assert phase_instants("backward:2", ga) == (("backward:2", "reduce"), None)
+    assert phase_instants("step:2", ga) == (FIRST, "first_step")  # (1 + 1) % 2 == 0
+    assert phase_instants("forward:3", ga) == ((), None)  # the steady iteration's micro-step 1: no instant
+    assert phase_instants("step:3", ga) == ((), None)
+    assert phase_instants("forward:4", ga) == (("steady:forward",), None)
+    assert phase_instants("backward:4", ga) == (("steady:backward", "steady:reduce"), None)
+    assert phase_instants("step:4", ga) == (STEADY, "steady_step")
+    assert phase_instants("step:6", ga) == ((), None)
+
+
+def test_ga3_middle_micro_step_has_no_instant():
+    ga = 3
+    assert phase_instants("backward:2", ga) == ((), None)
+    assert phase_instants("step:2", ga) == ((), None)
+    assert phase_instants("backward:3", ga) == (("backward:3", "reduce"), None)
+    assert phase_instants("step:3", ga) == (FIRST, "first_step")
+    assert phase_instants("step:6", ga) == (STEADY, "steady_step")
+    assert phase_instants("forward:bogus", ga) == ((), None)
+
+
+def test_measure_does_not_compare_a_ga_that_train_batch_size_gives():
+    """train_batch_size 4, micro-batch 1, 2 ranks: DeepSpeed derives GA = 4 // 1 // 2 = 2
+    (runtime/config.py _set_batch_related_parameters l.620-623). Before, measure_phases read only
+    the config's gradient_accumulation_steps (absent), so it compared a GA-2 run with the GA-1
+    timeline; the ledger does not model GA > 1 at ZeRO-1/2 (test_peak_parity UNMATCHED_GA)."""
+    from advisor.engine.measure import measure_phases
+    from advisor.model.inventory import from_dict
+
+    inv = from_dict({"name": "t", "tensors": [{"name": "a.weight", "shape": [8, 8]}]}, "t")
+    cfg = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 2}}
+    got = measure_phases(cfg, inv, 2, {})
+    assert got["compared"] is False and "2 micro-steps" in got["reason"]
+    # the same batch on 4 ranks is GA 1: compared (no rank records here, so nothing to compare)
+    got = measure_phases(cfg, inv, 4, {})
+    assert "micro-steps" not in got["reason"]
