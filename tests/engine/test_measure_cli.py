@@ -40,9 +40,17 @@ def test_measure_cli_matches_ledger(tmp_path, stage):
     steady = {(r["rank"], r["item"]) for r in rows if r["snapshot"] == "steady" and r["measured"] > 0}
     assert {(0, "fp32_master"), (0, "exp_avg"), (1, "exp_avg_sq")} <= steady
     assert d["matches"] == all(r["diff"] == 0 for r in rows) and d["matches"], [r for r in rows if r["diff"]]
-    # the census matches; the exit code also carries the phase parity (a phase over 1% exits 1:
-    # at ZeRO-3 on gloo, backward:1 holds the all-gather buffer, tests/engine/test_peak_parity.py RACY)
-    over = [r for r in d["phases"]["rows"] if not r.get("ok")]
+    # the census matches; the exit code also carries the phase parity (a phase over 1% exits 1).
+    # ZeRO-2: every phase within 1% (tests/engine/test_peak_parity.py z2_bf16_w2 has these shapes).
+    # ZeRO-3 with stage3_param_persistence_threshold 100 (non-persistent parameters): the phases
+    # the ledger's fetch model does not match yet, test_peak_parity.UNMATCHED["z3_bf16_nonpersist_w2"]
+    # (the same shapes and config but the micro-batch, which the proxy's input ignores); measured
+    # deterministic, 3 runs of 3 exit 1 on these four phases only (2026-12-05). Strict: a fix must
+    # take them off here and there.
+    import test_peak_parity
+    known = set(test_peak_parity.UNMATCHED["z3_bf16_nonpersist_w2"]) if stage == 3 else set()
+    over = {(r["rank"], r["phase"]) for r in d["phases"]["rows"] if not r.get("ok")}
+    assert over == {(k, ph) for k in (0, 1) for ph in known}, over
     assert p.returncode == (1 if over else 0), (p.returncode, over)
 
 
