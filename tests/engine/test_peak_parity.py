@@ -188,7 +188,18 @@ UNMATCHED_NONPERSIST: dict = {"z3_bf16_nonpersist_w2": {
     "forward:2": (86299, "the coalesced all-gather's flat buffer beside the gathered parameters"),
     "backward:2": (-40799, "ledger counts every non-persistent parameter gathered through backward"),
 }}
-UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_GA, **UNMATCHED_NONPERSIST}
+#: Real biased Linears at ZeRO-3, the first backward: engine 332,273 B, ledger 325,298 B (+6,975 B,
+#: +2.14%) on both ranks, in every run (4 of 4 on 2026-12-05: alone on main twice, at d58175d where the cell was
+#: added, and at 31aa7c5), so not gloo's timing: until then it passed only inside the RACY allowance
+#: for l2's all-gather buffer (46,512 B), which is not what it is. At the engine's peak l2 is
+#: re-fetched (its gathered weight and bias, 46,508 B, via AllGatherCoalescedHandle.wait's
+#: torch.cat) while its weight gradient is whole (linear.py backward l.134, 46,354 B) beside its
+#: bias gradient (l.141, 154 B) and the reduce-scatter's flat buffer of that weight (46,356 B);
+#: which of these the ledger's first-backward instants place elsewhere is not yet found.
+UNMATCHED_LINEAR: dict = {"z3_bf16_linear_smallbucket_w2": {
+    "backward:1": (6975, "l2 re-fetched beside its whole weight gradient and its flush; not yet explained"),
+}}
+UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_GA, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR}
 
 
 #: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
@@ -207,7 +218,6 @@ RACY = {
     # the same model with a 10,000-element reduce bucket (f3a21c7): seen once under load (a full run
     # beside other work, 2026-12-05): rank 0 backward:1 +6,975 B; 4 runs alone matched within 0.02%
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
-    "z3_bf16_linear_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_normlife_w2": {"backward:1": (10000 * 2 * 2, "m0's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
 }
