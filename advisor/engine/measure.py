@@ -579,7 +579,7 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     it, m = divmod(int(num) - 1, ga)
     m += 1
     if it == 0 and m == 1:
-        return {"forward": (("forward:1",), None), "backward": (("backward:1",), None),
+        return {"forward": (("forward:1",), None), "backward": (("backward:1", "reduce:1"), None),
                 "step": ((), None)}[kind]
     if m != ga or it > 1:
         return (), None
@@ -678,10 +678,9 @@ def measure_phases(config: dict[str, Any], inventory: Inventory, world_size: int
     (:func:`peak_instant`), the tier note when the run was on CPU, and ``matches``.
     ``compared`` is False with a ``reason`` when the phases cannot be compared (GA > 1, as
     DeepSpeed derives it: ``gradient_accumulation_steps`` or ``train_batch_size`` / (micro-batch
-    x world size), :func:`advisor.config.effective.derive_batch`; the ledger does not model the
-    ZeRO-1/2 transients of GA > 1, state.zero12_transients_modeled, and the
-    tests/engine/test_peak_parity.py cell z2_bf16_tbsga2_w2 lists the phases it misses; or no
-    rank had a tracker record)."""
+    x world size), :func:`advisor.config.effective.derive_batch`: engine-proven for one ZeRO-2
+    cell only, tests/engine/test_peak_parity.py z2_bf16_tbsga2_w2, not for the stages and
+    offloads measure accepts; or no rank had a tracker record)."""
     from advisor.config.effective import derive_batch, effective_config
 
     ga = derive_batch(effective_config(config), world_size)[2]

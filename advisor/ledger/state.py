@@ -17,7 +17,8 @@ Lifetimes: ``persistent`` (from init or the first step, kept), ``backward`` (fro
 until the optimizer step consumes it), ``step`` (transient inside ``optimizer.step``),
 ``init`` (initialisation only), ``in_backward`` (transient inside backward, gone when
 ``engine.backward`` returns: ZeRO-1/2 ipg buckets, ZeRO-1's full 16-bit grads until the boundary
-reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``step_prep`` (inside the step,
+reduce), ``forward_backward`` (ZeRO-3 gathered parameters), ``accumulated`` (ZeRO-2 at GA > 1: the micro-steps
+after an iteration's first, forward, backward and reduce), ``step_prep`` (inside the step,
 while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
 first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
@@ -65,7 +66,7 @@ Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
                "first_step", "load", "load_state_dict", "save", "autograd", "reduce", "step_norm", "init_cast", "init_module",
-               "first_forward", "first_backward"]
+               "first_forward", "first_backward", "accumulated"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -1263,12 +1264,15 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
-    off, GA = 1 (each checked against the engine's allocation tracker,
-    tests/engine/test_peak_parity.py). Other plans keep the lifetimes of the module docstring."""
+    off, GA = 1, or any GA at ZeRO-2, where every micro-step reduces in its backward as at GA = 1
+    and the previous micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``)
+    (each checked against the engine's allocation tracker, tests/engine/test_peak_parity.py, GA 2:
+    z2_bf16_tbsga2_w2). Other plans keep the lifetimes of the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16") and ec.grad_dtype == ec.model_dtype
-            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm and ga <= 1)
+            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm
+            and (ga <= 1 or z.stage == 2))
 
 
 def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
@@ -1559,6 +1563,18 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             b.add("accelerator", "gradients", "averaged_gradients", kept * D, "backward",
                   f"(I_r + P - Cov_r) x D = ({inter_t} + {p_t} - {cov_t}) x {D} (grads_in_partition + pads)",
                   f"{S}.copy_grads_in_partition / get_flat_partition")
+            if (z.stage == 2 and ga > 1 and z.contiguous_gradients and wrapper == "DeepSpeedZeroOptimizer"
+                    and inter_t):
+                # the epilogue drops its handle on grads_in_partition (_release_ipg_buffers l.930,
+                # called l.1061) but all_grad_tensors[i] (l.1038-1040) keeps the params' gradient
+                # views, so the storage lives into the next micro-step, whose first
+                # copy_grads_in_partition allocates a new one (l.2184-2194); freed at the boundary
+                # (all_grad_tensors[i] = None, l.1059). Engine: z2_bf16_tbsga2_w2 forward:2 +85,540 B
+                # = 42,742 x 2 on rank 0 without this entry
+                b.add("accelerator", "gradients", "prev_grads_in_partition", inter_t * D, "accumulated",
+                      f"I_r x D = {inter_t} x {D} (the previous micro-step's grads_in_partition, held by "
+                      "all_grad_tensors until the accumulation boundary)",
+                      f"{S}.independent_gradient_partition_epilogue (all_grad_tensors) / copy_grads_in_partition")
     if z.stage == 1 and not off:
         # ZeRO-1 reduces at the accumulation boundary (reduce_gradients), so every 16-bit
         # param.grad is alive until then (reference section 4.5 / 10.12, measured snapshot

@@ -14,6 +14,8 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
    boundary, when GA > 1) of the first iteration;
 4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
+   at ZeRO-2 with GA > 1 also ``reduce:1``, the reduce inside micro-step 1's backward (ZeRO-2
+   reduces in every backward);
 5. ``first_step:prep`` / ``first_step:update``  the first optimizer step: gradients flattened and
    cast, then the update of the largest (sub-)group (named); ZeRO-1/2 plans with modeled
    transients have ``first_step:norm`` (the gradient norm) before ``prep``, likewise ``steady_step:norm``;
@@ -37,6 +39,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   ``_optimizer_step(i)``), so it is live at ``prep`` but not at ``update``.
 * ``in_backward``: backward and reduce only (ipg buckets: ``_release_ipg_buffers``).
 * ``forward_backward``: forward and backward (ZeRO-3 gathered parameters).
+* ``accumulated``: forward, backward and reduce of the micro-steps after an iteration's first
+  (GA > 1; ZeRO-2's previous micro-step's grads_in_partition).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
   ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later).
@@ -711,6 +715,10 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
         out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {tag}"))
         out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}"))
+        if k == 1 and ga > 1 and st == 2:
+            # ZeRO-2 reduces in every micro-step's backward (stage_1_and_2.py: the hooks and
+            # independent_gradient_partition_epilogue run per backward), not only at the boundary
+            out.append(Instant("reduce:1", "reduce", "first iteration, gradient reduce in the backward of micro-step 1"))
     norm = any(e.item == "grad_norm_fp64" for rl in ledger.ranks for e in rl.entries)
     out.append(Instant("reduce", "reduce", "first iteration, gradient reduce at the accumulation boundary"))
     if norm:
@@ -794,6 +802,10 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # modeled by the backward/reduce transients: averaged_gradients only exists from the
         # reduce on, and ZeRO-1's 16-bit grads are moved into the bucket by the reduce
         return e.item == "lp_grads" and ph == "backward"
+    if life == "accumulated":
+        # micro-steps after an iteration's first (GA > 1): forward:ga, backward:ga, the boundary's
+        # reduce, and the steady iteration's (its last micro-step)
+        return ph in ("forward", "backward", "reduce") and k not in ("forward:1", "backward:1", "reduce:1")
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":

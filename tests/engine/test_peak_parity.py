@@ -115,7 +115,10 @@ CELLS = [
     # gradient accumulation given only by train_batch_size: DeepSpeed derives GA = 4 / (1 x 2) = 2
     # (runtime/config.py _set_batch_related_parameters), so steps 4 = micro-steps 1-4: the first
     # optimizer step at micro-step 2, the steady one at 4 (measure.phase_instants; the
-    # non-boundary step:1 / step:3 and the steady iteration's micro-step 3 have no instant)
+    # non-boundary step:1 / step:3 and the steady iteration's micro-step 3 have no instant).
+    # Each micro-step after an iteration's first holds the previous one's grads_in_partition
+    # (state prev_grads_in_partition: forward:2 was +49.5% without it) and ZeRO-2 reduces inside
+    # micro-step 1's backward too (timeline reduce:1: backward:1 was +12.5% on rank 0 without it)
     ("z2_bf16_tbsga2_w2", {**_cfg(2, "bf16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
     # the load under deepspeed.zero.Init, the proxy's parameters on one child module per owning
     # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
@@ -153,25 +156,6 @@ CELLS = [
 #: parameters until _post_step gathers them again, timeline instant ``:post``; the 16-bit flatten
 #: beside its fp32 cast at prep, state zero3_grad_flat_copy).
 UNMATCHED_ZINIT: dict = {}
-#: Gradient accumulation at ZeRO-2 (GA 2, derived from train_batch_size): the ledger does not model
-#: the ZeRO-1/2 transients at GA > 1 (state.zero12_transients_modeled requires ga <= 1), and no
-#: entry holds the previous micro-step's gradients. DeepSpeed 0.19.8 stage_1_and_2.py: the backward
-#: epilogue drops its handle on grads_in_partition (_release_ipg_buffers l.930, called l.1061) while
-#: all_grad_tensors[i] (l.1038-1040, the params' gradient views) keeps that storage alive into the
-#: next micro-step, whose first copy_grads_in_partition allocates a new one (l.2184-2194); the old
-#: one goes at the boundary (all_grad_tensors[i] = None, l.1059). Residuals measured 2026-12-05
-#: (engine - ledger, bytes, rank 0; r1 where larger):
-UNMATCHED_GA: dict = {"z2_bf16_tbsga2_w2": {
-    # r1 +39,156 (12.2%): the flush/norm transients, not modeled at GA > 1 (r0 +966)
-    "backward:1": (39156, "ZeRO-2 backward transients not modeled at GA > 1"),
-    # the previous micro-step's grads_in_partition, I_r x D = 42,742 x 2 (r0), copy_grads_in_partition
-    "forward:2": (85540, "micro-step 1's grads_in_partition held by all_grad_tensors"),
-    "backward:2": (86450, "micro-step 1's grads_in_partition beside the new one"),
-    "forward:4": (85544, "micro-step 3's grads_in_partition held by all_grad_tensors"),
-    "backward:4": (86454, "micro-step 3's grads_in_partition beside the new one"),
-    # get_grad_norm_direct's fp64 copy of a slice (154,120 B), grad_norm_fp64 not modeled at GA > 1
-    "step:4": (24512, "the step's fp64 norm copy not modeled at GA > 1"),
-}}
 #: ZeRO-3 with non-persistent parameters (measured 2026-12-05, both ranks the same, 4 runs of 4
 #: counting ds-advisor measure's, tests/engine/test_measure_cli.py, whose model has these shapes):
 #: the ledger's fetch model (zero3_first_fetch, zero3_gathered_params) does not follow DeepSpeed's
@@ -199,7 +183,7 @@ UNMATCHED_NONPERSIST: dict = {"z3_bf16_nonpersist_w2": {
 UNMATCHED_LINEAR: dict = {"z3_bf16_linear_smallbucket_w2": {
     "backward:1": (6975, "l2 re-fetched beside its whole weight gradient and its flush; not yet explained"),
 }}
-UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_GA, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR}
+UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR}
 
 
 #: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
