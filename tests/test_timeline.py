@@ -793,3 +793,43 @@ def test_hf_zero3_state_dict_that_does_not_fit_the_node_is_m101_at_its_instant(t
     assert m101["data"]["instant"] == "load:state_dict" and "rank 0" in m101["message"]
     assert "16-bit" not in m101["fix"]  # the checkpoint is bf16 already
     assert not [x for x in d["findings"] if x["code"] == "M100"]
+
+
+def test_zero2_accumulation_holds_the_previous_micro_steps_gradient_partition():
+    """ZeRO-2, GA 2 (train_batch_size 4 / (micro 1 x 2 ranks)), the 6-tensor proxy of
+    tests/engine/test_peak_parity.py (engine-proven there, cell z2_bf16_tbsga2_w2). DeepSpeed
+    0.19.8 stage_1_and_2.py: grads_in_partition holds every tensor touching the rank's partition
+    (copy_grads_in_partition l.2184-2194: total_size over params_in_partition), and
+    all_grad_tensors (l.1038-1040) keeps micro-step 1's alive into micro-step 2 (freed l.1059).
+    By hand: 43,209 elements, partitions of ceil(43,209 / 2) = 21,605; rank 0 [0, 21,605) touches
+    l1.weight 19,264 + l1.bias 301 + l2.weight 23,177 = 42,742 -> x 2 B = 85,484 B; rank 1
+    touches l2.weight, l2.bias 77, l3.weight 385, l3.bias 5 = 23,644 -> 47,288 B (the engine's
+    copy_grads_in_partition site measured exactly these)."""
+    from advisor.model.inventory import from_dict
+
+    tiny = {"name": "tiny-mlp", "tensors": [
+        {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+        {"name": "l2.weight", "shape": [77, 301]}, {"name": "l2.bias", "shape": [77]},
+        {"name": "l3.weight", "shape": [5, 77]}, {"name": "l3.bias", "shape": [5]}]}
+    cfg = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False,
+                                 "contiguous_gradients": True}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, from_dict(tiny, "t"), Cluster(world_size=2)))
+    load = resolve_load(ec, zero_init=False, dtype=None)
+    tiers = ("accelerator", "host_pinned", "host_pageable")
+    for r, want in ((0, 85484), (1, 47288)):
+        got = [e.bytes for e in led.rank(r).entries if e.item == "prev_grads_in_partition"]
+        assert got == [want], (r, got)
+        tl = role_timeline(led, led.rank(r), load, rank=r)
+        s = dict(zip((x.key for x in tl.instants), tl.series(tiers)))
+        # micro-step 2's forward = micro-step 1's + the held partition; nothing else differs
+        assert s["forward:2"] - s["forward:1"] == want
+        # ZeRO-2 reduces inside micro-step 1's backward: an instant of its own
+        assert "reduce:1" in s
+    # the same at GA 1: no such entry, no reduce:1
+    led1 = compute_ledger(Plan(effective_config({**cfg, "train_batch_size": 2}), from_dict(tiny, "t"),
+                               Cluster(world_size=2)))
+    assert not [e for e in led1.rank(0).entries if e.item == "prev_grads_in_partition"]
+    assert "reduce:1" not in [x.key for x in role_timeline(led1, led1.rank(0), load, rank=0).instants]
