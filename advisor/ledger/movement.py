@@ -113,7 +113,7 @@ from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
                                   zero3_param_swap_bytes, zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage,
-                                  QUANT_SCALE_BYTES, QUANT_TARGET_GROUP, module_of, quant_groups)
+                                  QUANT_SCALE_BYTES, QUANT_TARGET_GROUP, module_names, quant_groups)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware, StorageTier
@@ -195,10 +195,9 @@ def qwz_scale_groups(inventory: Inventory, W: int, h: int = 1, which: str = "all
     the quantizer cannot group (DeepSpeed asserts) is counted at ceil(S / 8000) groups."""
     def compute() -> tuple[int, int]:
         sums: dict[str, int] = {}
-        for t in inventory.tensors:
+        for t, mod in zip(inventory.tensors, module_names(inventory)):
             if which != "all" and t.trainable != (which == "trainable"):
                 continue
-            mod = module_of(t.name)
             sums[mod] = sums.get(mod, 0) + -(-t.numel // W) * (W // h if h > 1 else 1)
         groups = bad = 0
         for s_m in sums.values():

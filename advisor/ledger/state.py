@@ -778,8 +778,7 @@ def _zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tup
     # per module, in order of first appearance: [sum of its persistent n_i, sum of ceil(n_i/W) x W,
     # parameter count] (elements); one pass, no per-parameter tuples (issue 21)
     mods: dict[str, list] = {}
-    for t, keep in zip(inventory.tensors, zero3_persistent(inventory, zero)):
-        m = module_of(t.name)
+    for t, keep, m in zip(inventory.tensors, zero3_persistent(inventory, zero), module_names(inventory)):
         acc = mods.get(m)
         if acc is None:
             acc = mods[m] = [0, 0, 0, False]
@@ -820,14 +819,13 @@ def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
         whole = 0
         non_persist = 0
         mods: dict[str, int] = {}
-        for t, p in zip(inventory.tensors, persistent):
+        for t, p, m in zip(inventory.tensors, persistent, module_names(inventory)):
             if p:
                 continue
             n = t.numel
             padded = zero3_partition_numel(n, W) * W
             non_persist += n
             whole += padded
-            m = module_of(t.name)
             mods[m] = mods.get(m, 0) + padded
         return whole, non_persist, max(mods.values(), default=-1)
 
@@ -1759,8 +1757,9 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         first = module_of(inv.tensors[0].name) if inv.tensors else ""
         fb = D * inv.memo(("zero3_first_module_persistent", z.param_persistence_threshold,
                            z.model_persistence_threshold),
-                          lambda: sum(t.numel for t, keep in zip(inv.tensors, zero3_persistent(inv, z))
-                                      if keep and module_of(t.name) == first))
+                          lambda: sum(t.numel for t, keep, m in zip(inv.tensors, zero3_persistent(inv, z),
+                                                                     module_names(inv))
+                                      if keep and m == first))
         b.add("accelerator", "parameters", "zero3_first_backward_gathered", fb, "first_backward",
               f"sum over the persistent params of module {first} (the first in forward, the last in backward) "
               f"of n_i x D = {fb}; stands for lp_params_gathered in the first iteration's backward",

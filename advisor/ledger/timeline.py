@@ -113,7 +113,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
-from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_names, module_of, placement_of,
+from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_names, placement_of,
                                   swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
@@ -401,8 +401,7 @@ def largest_gathered_module(inv: Any, W: int) -> int:
     ``GatheredParameters`` over one module's parameters puts on each rank's accelerator."""
     def largest() -> int:
         mods: dict[str, int] = {}
-        for t in inv.tensors:
-            m = module_of(t.name)
+        for t, m in zip(inv.tensors, module_names(inv)):
             mods[m] = mods.get(m, 0) + zero3_partition_numel(t.numel, W) * W
         return max(mods.values(), default=0)
     return inv.memo(("largest_gathered_module", W), largest)

@@ -228,13 +228,17 @@ def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
             for i in range(bounds[s], bounds[s + 1]):
                 stage_of_layer[i] = s
         last = pp - 1
+        # tp_rule depends on the tensor's name and shape only: once per tensor list, not per (tp, pp, ep)
+        # (each distinct rule held once: 9e5 equal tuples would cost ~50 MB at 1e5 layers)
+        canon: dict = {}
+        rules = inv.memo(("tp_rule",), lambda: tuple(canon.setdefault(r, r) for r in map(tp_rule, inv.tensors)))
         for k, t in enumerate(inv.tensors):
             i = idx[k]
             if i is None:
                 if k < first_layer_pos:
                     s = 0
                     # TiedLayerSpec: the last stage holds its own copy of a tied vocab tensor
-                    also_last = tied and last > 0 and tp_rule(t)[0] == "vocab"
+                    also_last = tied and last > 0 and rules[k][0] == "vocab"
                 else:
                     s, also_last = last, False
             elif i >= L:  # MTP modules after the main layers
@@ -244,7 +248,7 @@ def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
             if tp <= 1 and ep <= 1:  # shard_tensor keeps every tensor whole then, and nothing counts as replicated
                 st, rep = t, False
             else:
-                rule = tp_rule(t)
+                rule = rules[k]
                 st = shard_tensor(t, tp, ep, n_exp, rule)
                 if st is None:
                     continue
