@@ -706,7 +706,7 @@ class CheckpointPlan:
 
     def resilience(self) -> dict[str, Any] | None:
         save, mtbf = self.save_s, self.mtbf_s
-        if save is None or mtbf is None:
+        if save is None or mtbf is None or save <= 0:  # nothing is saved (e.g. DeepSpeed refuses the config)
             return None
         tau = young_daly_interval(save, mtbf)
         restart_total = self.restart_s + (self.load_s or 0.0)

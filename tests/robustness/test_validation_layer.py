@@ -124,6 +124,23 @@ def test_checkpoint_refuses_unknown_key_and_batch_triple(tmp_path, cfg, code):
     assert d["files"] == [] and code in [x["code"] for x in d["findings"]]
 
 
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_checkpoint_refused_config_with_save_flags_has_no_interval(tmp_path, fmt):
+    """A config DeepSpeed refuses (B001: 10 != 3 x GA x 8) saves nothing, so there is no save time
+    and no Young/Daly interval: with --write-bandwidth and --node-mtbf-hours this was
+    "internal error: ValueError: interval must be positive" in --format json (newcomer nc21b)."""
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3,
+                             "zero_optimization": {"stage": 2}}))
+    p = run_cli(["checkpoint", str(f), "--model", "gpt2", "--world-size", "8", "--write-bandwidth", "10GB/s",
+                 "--node-mtbf-hours", "1000", "--format", fmt])
+    _no_internal(p)
+    assert p.returncode == 1
+    if fmt == "json":
+        d = json.loads(p.stdout)
+        assert d["files"] == [] and "B001" in [x["code"] for x in d["findings"]]
+
+
 def test_checkpoint_of_a_valid_config_still_lists_files(tmp_path):
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
