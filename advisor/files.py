@@ -48,14 +48,23 @@ def _kind(mode: int) -> str | None:
     return "not a regular file"
 
 
+#: Largest process id Linux can hand out (PID_MAX_LIMIT, include/linux/threads.h: 4 x 1024 x 1024).
+PID_MAX_LIMIT = 1 << 22
+
+
 def _pid_alive(pid: int) -> bool:
+    """True while process ``pid`` may still be writing. A pid no process can have (<= 0 or over
+    :data:`PID_MAX_LIMIT`, e.g. a 20-digit one in a hand-made name) is not alive: os.kill would raise
+    OverflowError on it."""
     if pid == os.getpid():
         return True
+    if not 0 < pid <= PID_MAX_LIMIT:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError, ValueError, OSError):
         return True
     return True
 

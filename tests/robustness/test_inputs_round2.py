@@ -561,3 +561,18 @@ def test_large_arrays_are_validated_once_per_distinct_element(tmp_path):
     # ... and the array's own finding shows the real array (its length), not the reduced copy
     own = [f for f in fs if f["pointer"] == "/optimizer/params/betas" and "folded" not in f.get("data", {})]
     assert own and all(f"({len(json.dumps(betas))} characters)" in f["message"] for f in own)
+
+
+@pytest.mark.parametrize("pid", ["99999999999999999999", "0", "4194305"])
+def test_a_temp_name_with_a_pid_no_process_can_have_is_stale_not_a_crash(tmp_path, pid):
+    """A leftover named like write_atomic's temp file but with a pid over Linux's PID_MAX_LIMIT
+    (2^22, include/linux/threads.h) or 0: os.kill raised OverflowError on the 20-digit one, an
+    internal error on every -o write into the folder (newcomer nc21). No process can own it: it is
+    stale, and the next write removes it."""
+    junk = tmp_path / f".x.json.ds-advisor-{pid}.abc.tmp"
+    junk.write_text("old")
+    out = tmp_path / "out.json"
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
+                 "--global-batch", "8", "--seq-len", "512", "-o", str(out)])
+    assert p.returncode == 0 and "internal error" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-500:]
+    assert out.exists() and not junk.exists()
