@@ -311,3 +311,21 @@ def test_hardware_text_names_each_tiers_request_latency():
     assert "assumed" not in text.split("storage n", 1)[1].split("\n", 1)[0]
     sheet = hardware_text([from_dict({**base, "storage": [tier]})], one=True)
     assert "requests start in 85 us reading, 20 us writing (assumed" in sheet
+
+
+@pytest.mark.parametrize("key,value", [("peak_bf16_flops", 1e-300), ("memory_bytes", 1e308),
+                                       ("memory_bandwidth_bytes_per_s", 1e300)])
+def test_absurd_finite_hardware_numbers_are_refused_naming_the_key(tmp_path, key, value):
+    """Finite but absurd values passed the validation layer: peak_bf16_flops 1e-300 made
+    estimate's step_time_s Infinity in JSON and SARIF, memory_bytes 1e308 printed 300-digit
+    headroom (newcomers nc21, nc21b). One range for every hardware number, one line naming it."""
+    from tests.conftest import run_cli
+    data = preset_data()
+    spec = dict(data["systems"]["dgx-h100"])
+    acc = dict(data["accelerators"][spec["accelerator"]])
+    acc[key] = value
+    f = tmp_path / "hw.json"
+    f.write_text(json.dumps({**spec, "accelerator": acc}))
+    p = run_cli(["estimate", "sample_configs/zero2.json", "--model", "gpt2", "--hardware", str(f), "--format", "json"])
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert key in p.stderr and "hw.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -299,6 +299,12 @@ class Hardware:
 # parsing (one-line errors naming the file and the key)
 
 
+#: The range every positive number of a hardware spec is read in (bytes, bytes/s, FLOP/s, seconds,
+#: fractions): wide enough for any machine (an exabyte, a nanosecond), narrow enough that no derived
+#: time or headroom overflows to Infinity or prints hundreds of digits (issue 21).
+HW_NUMBER_MIN, HW_NUMBER_MAX = 1e-9, 1e21
+
+
 class _P:
     def __init__(self, source: str):
         self.source = source
@@ -316,6 +322,10 @@ class _P:
             raise self.err(f"{ptr}/{key}", f"expected a number, got {shown(v)}")
         if v < 0 or (v == 0 and not allow_zero):
             raise self.err(f"{ptr}/{key}", f"expected a {'non-negative' if allow_zero else 'positive'} number, got {shown(v)}")
+        if v != 0 and not HW_NUMBER_MIN <= v <= HW_NUMBER_MAX:
+            # finite but absurd (1e-300 FLOP/s, 1e308 bytes) made step times Infinity in JSON/SARIF
+            raise self.err(f"{ptr}/{key}", f"{v:g} is outside {HW_NUMBER_MIN:g} to {HW_NUMBER_MAX:g}, the range a "
+                                           "hardware spec's bytes, bytes/s, FLOP/s and seconds are read in")
         return v
 
     def int_(self, d: dict, key: str, ptr: str, minimum: int, maximum: int) -> int | None:
