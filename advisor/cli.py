@@ -995,24 +995,26 @@ def _sidecar_dp(path: str, data: object, world_size: int | None,
     """(data-parallel world size, its source) for lint's batch check (rule B001) when the workload
     sidecar generate wrote next to ``path`` records tensor/pipeline parallelism: with Megatron's mpu,
     DeepSpeed checks train_batch_size over mpu.get_data_parallel_world_size() ranks
-    (runtime/config.py DeepSpeedConfig.__init__), world / (TP x PP [x Ulysses SP]).
+    (runtime/config.py DeepSpeedConfig.__init__), :attr:`advisor.plan.Cluster.dp_world_size`.
+    The sizes are read as estimate and check read them (:func:`advisor.views.workload.resolve`).
     (None, source) -- lint_config's own default -- without a sidecar, a world size, or model
     parallelism; a sidecar that cannot be read is left to estimate/check to report."""
-    from advisor.views.workload import read_sidecar, sidecar_path
+    from advisor.config.effective import config_sequence_parallel
+    from advisor.plan import Cluster
+    from advisor.views.workload import resolve, sidecar_path
     if world_size is None or path == "-" or not os.path.isfile(sidecar_path(path)):
         return None, source
     try:
-        side = read_sidecar(sidecar_path(path))
+        v = resolve(path, {}, data).values
     except AdvisorError:
         return None, source
-    tp, pp = side.get("tensor_parallel", 1), side.get("pipeline_parallel", 1)
-    usp = data.get("sequence_parallel_size") if isinstance(data, dict) else None
-    sp = usp if isinstance(usp, int) and not isinstance(usp, bool) and usp > 0 else side.get("sequence_parallel", 1)
+    tp, pp = v["tensor_parallel"], v["pipeline_parallel"]
+    sp = v["sequence_parallel"] or config_sequence_parallel(data)
     if tp * pp == 1 or world_size % (tp * pp * sp):
         return None, source
-    return (world_size // (tp * pp * sp),
-            f"{source or 'world size'}; tensor parallel {tp} x pipeline parallel {pp}"
-            + (f" x sequence parallel {sp}" if sp > 1 else "") + f" from {os.path.basename(sidecar_path(path))}")
+    dp = Cluster(world_size=world_size, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sp).dp_world_size
+    return dp, (f"{source or 'world size'}; tensor parallel {tp} x pipeline parallel {pp}"
+                + (f" x sequence parallel {sp}" if sp > 1 else "") + f" from {os.path.basename(sidecar_path(path))}")
 
 
 @main.command()

@@ -64,7 +64,7 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, ValueError, OSError):
+    except OSError:  # PermissionError: alive, another user's
         return True
     return True
 

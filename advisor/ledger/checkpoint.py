@@ -575,7 +575,7 @@ def aggregate_bandwidth(tier: Any, nodes: int, files: Any, ranks_per_node: int) 
     * shared tier: the filesystem's aggregate, capped by nodes x its per-client limit when stated
       (:meth:`advisor.cluster.hardware.StorageTier.cluster_rate`, the rule NVMe swap time uses too).
     """
-    if getattr(tier, "scope", "node-local") == "shared":
+    if tier.shared:
         w, r = tier.cluster_rate("write", nodes), tier.cluster_rate("read", nodes)
         return w, r, (literal(f"shared tier {tier.name}") + f": {nodes} client nodes at min(aggregate, nodes x "
                       "per-client limit) = {w:1/s} write, {r:1/s} read", {"w": w, "r": r})
@@ -745,14 +745,14 @@ class CheckpointPlan:
         drive) takes the busiest node's files (:meth:`node_bytes_per_save`); a shared tier (one
         filesystem for the cluster, ``scope`` "shared") takes every node's, the whole save
         (:attr:`per_save_bytes`)."""
-        if self.tier is not None and getattr(self.tier, "scope", "node-local") == "shared":
+        if self.tier is not None and self.tier.shared:
             return self.per_save_bytes
         return self.node_bytes_per_save()
 
     def tier_writers(self) -> str:
         """Whose writes :meth:`tier_bytes_per_save` counts, in words: "the busiest node" or, on a
         shared tier, "all N nodes together (shared tier)"."""
-        if self.tier is not None and getattr(self.tier, "scope", "node-local") == "shared":
+        if self.tier is not None and self.tier.shared:
             n = ceil_div(self.world_size, max(1, self.ranks_per_node))
             return f"all {n} node{'s' if n != 1 else ''} together (shared tier)"
         return "the busiest node"

@@ -962,12 +962,8 @@ def aio_bandwidth(rate: float, latency_s: float, aio: Any, streams: int = 1) -> 
 def tier_node_rate(tier: Any, direction: str, nodes: int = 1) -> float:
     """Bytes/s one node gets from storage ``tier`` for ``direction`` while ``nodes`` nodes use it
     at once: :meth:`advisor.cluster.hardware.StorageTier.node_rate` (node-local: the tier's
-    figure; shared: min(aggregate / nodes, per-client limit)); a tier object without it (a
-    stand-in) gives its figure."""
-    f = getattr(tier, "node_rate", None)
-    if f is not None:
-        return float(f(direction, nodes))
-    return float(tier.write_bytes_per_s if direction == "write" else tier.read_bytes_per_s)
+    figure; shared: min(aggregate / nodes, per-client limit))."""
+    return float(tier.node_rate(direction, nodes))
 
 
 def nodes_of(world_size: int, ranks_per_node: int) -> int:
@@ -1205,7 +1201,7 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
                 # the drive cannot move one step's traffic in the step asked for: writes per day at it
                 # would exceed its bandwidth, so the figures are at the step time the traffic implies
                 ln.requested_step_time_s, st = step_time_s, io
-            if t is not None and getattr(t, "scope", "node-local") == "shared":
+            if t is not None and t.shared:
                 ln.writing_nodes = max(1, int(nodes))  # one filesystem takes every node's writes
             spd, per_day, days = endurance(ln.write_bytes_per_step * ln.writing_nodes, st, ln.rated_write_bytes)
             ln.step_time_s, ln.steps_per_day, ln.write_bytes_per_day, ln.days_of_life = st, spd, per_day, days

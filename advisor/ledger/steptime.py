@@ -742,7 +742,7 @@ def nvme_aio_rates(plan: "Plan", hardware: "Hardware", movements: list[Movement]
             continue
         full = tier_node_rate(tier, d, nodes)
         got = nvme_rate(tier, d, a, rpn, nodes)
-        shared = getattr(tier, "scope", "node-local") == "shared"
+        shared = tier.shared
         out.setdefault(tier.name, {})[d] = {
             "tier_bytes_per_s": full, "aio_bytes_per_s": got, "fraction": got / full,
             "scope": "shared" if shared else "node-local", "nodes": nodes if shared else None,
