@@ -33,6 +33,19 @@ def test_rank_puts_plans_with_an_extra_unknown_part_after_the_complete_ones():
     assert gen.rank([z, x, y]) == [y, x, z] and z.incomplete
 
 
+def test_every_plan_incomplete_in_a_different_part_is_ranked_and_explained():
+    """Two plans, each missing a part the other has (no common unknown part): both are incomplete,
+    ranked by their (lower-bound) times, and the rank explanation must not look for a complete plan
+    that does not exist (min() of nothing raised ValueError before)."""
+    p, q = _cand(6.0, ["nvme"], opt="nvme"), _cand(4.0, ["cpu_optimizer"], opt="cpu")
+    ranked = gen.rank([p, q])
+    assert ranked == [q, p] and p.incomplete and q.incomplete
+    res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=ranked, rejected=[], nvme_path=None)
+    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    gen._explain_ranks(res)
+    assert q.why.startswith("fastest")
+
+
 def _no_host_bw() -> object:
     d = copy.deepcopy(_presets()["systems"]["dgx-h100"])
     del d["host_memory_bandwidth_bytes_per_s"], d["host_core_bandwidth_bytes_per_s"]

@@ -1001,10 +1001,10 @@ def _explain_ranks(res: SearchResult) -> None:
     if not res.ranked:
         return
     best = res.ranked[0]
-    names = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap",
-             "cpu_optimizer": "CPU optimizer step"}
+    names = PART_NAMES
     tol = res.request.tie_tolerance
-    fastest = min(c.step_time_s for c in res.ranked if not c.incomplete)
+    # every plan can be incomplete (two plans each missing a different part): then all are compared
+    fastest = min(c.step_time_s for c in ([c for c in res.ranked if not c.incomplete] or res.ranked))
     bound = max(names, key=lambda k: best.parts.get(k, 0))
     best.why = (f"{'fastest' if best.step_time_s == fastest else f'within {tol:.0%} of the fastest and simplest'}; "
                 f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s")
