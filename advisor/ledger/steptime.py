@@ -831,14 +831,19 @@ def collective_bandwidth_line(terms: list, units: str = "GiB", most: int = 4) ->
     return BANDWIDTH_LINE_PREFIX + "; ".join(shown)
 
 
+#: Each resource of the step time in the breakdown's order, with the name the breakdown (text and
+#: HTML report) gives it.
+RESOURCE_NAMES = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
+                  "host_memory": "CPU optimizer step"}
+
+
 def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     """Text lines: the step seconds, what each resource is busy for and what of it is exposed
     (sizes in ``units``, :func:`cpu_optimizer_line`), and each NVMe tier direction the aio
     settings hold below the tier's rate."""
     from advisor.units import rate as rate_text, size
     busy, exp = st.by_resource(False), st.by_resource(True)
-    names = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
-             "host_memory": "CPU optimizer step"}
+    names = RESOURCE_NAMES
     out = [f"step time (model): {st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
            f"{st.assumptions.get('mfu_source')})"]
     for k in ("compute", NETWORK, PCIE, NVME, "host_memory"):

@@ -46,6 +46,7 @@ from advisor.units import duration_text
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
 from advisor.ledger.ranks import RankSet
+from advisor.ledger.steptime import RESOURCE_NAMES
 from advisor.render.text import key_words
 
 if TYPE_CHECKING:
@@ -585,8 +586,7 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
 
 
 #: The step-time resources in the order estimate's breakdown lists them, with its names.
-_STEP_RESOURCES = (("compute", "compute"), ("network", "collectives"), ("pcie", "PCIe copies"),
-                   ("nvme", "NVMe swap"), ("host_memory", "CPU optimizer step"))
+_STEP_RESOURCES = tuple(RESOURCE_NAMES.items())
 
 
 def step_time_html(stt: dict[str, Any], given_step_time_s: float | None = None,
