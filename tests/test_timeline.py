@@ -187,6 +187,33 @@ def test_zero12_cpu_offload_norm_copy_in_backward_by_hand():
         assert _at(tl, "steady_step:prep", every) == _at(tl, "steady_step:update", every)  # no copy in the step
 
 
+def test_zero2_cpu_offload_clones_a_gradient_larger_than_the_bucket_by_hand():
+    # CPU offload, reduce_bucket_size 10,000 < tensors 0 (19,264) and 2 (23,177): each is cloned in
+    # its hook (stage_1_and_2.py l.1443-1446, _offload_gradient_safety_enabled = cpu_offload, l.232)
+    # and reduced alone in that clone; its flush casts the rank's slice of it to fp64
+    # (set_norm_for_param_grad_in_gpu). Slices as in the test above (W = 2, P = 21606): rank 0 holds
+    # tensor 0 whole, 301 and 2041 of tensor 2; rank 1 21136 of tensor 2, then 77, 385, 5. A flush of
+    # p holds s_p,r x 8 + n_p x 2 (bf16): rank 0 max(19264 x 8 + 19264 x 2, 2041 x 8 + 23177 x 2) =
+    # 192,640; rank 1 max(21136 x 8 + 23177 x 2, 0 + 19264 x 2) = 215,442 (the engine's
+    # z2_bf16_oo_cpu_bigtensor_w2 tracker: 192,692 and 216,112 over the bytes before backward)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": False,
+                                 "offload_optimizer": {"device": "cpu"}}}
+    every = ("accelerator", "host_pinned", "host_pageable")
+    for rank, flush in ((0, 19264 * 8 + 19264 * 2), (1, 21136 * 8 + 23177 * 2)):
+        tl = _tl(cfg, MLP, 2, rank=rank)
+        before = _at(tl, "steady:forward", every) + 10000 * 2  # + the ipg bucket (10,000 x bf16)
+        assert _at(tl, "steady:reduce", every) - before == flush
+        # in the hook, the clone of tensor 2 beside the autograd gradient it replaces
+        assert _at(tl, "steady:backward", every) - before == 2 * 23177 * 2
+    # ZeRO-1 reaches that code only in its boundary reduce: not modeled, no clone entries
+    z1 = {**cfg, "zero_optimization": {**cfg["zero_optimization"], "stage": 1}}
+    ec = effective_config(z1)
+    led = compute_ledger(Plan(ec, MLP, Cluster(world_size=2)))
+    assert not [e for e in led.rank(0).entries if e.item.startswith("offload_xl_grad")]
+
+
 def test_zero2_fp32_flattened_grad_is_the_kept_storage():
     # fp32, W = 4: rank 0's slice [0, 10804) lies inside tensor 0, so flatten returns the kept
     # averaged_gradients view ((I + P - Cov) x 4 = 19264 x 4) and .to(fp32) is a no-op: one storage.

@@ -1221,6 +1221,81 @@ def zero12_offload_norm_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
             and ec.offload_optimizer_effective == "cpu")
 
 
+def zero12_offload_xl_clone_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
+    """Whether a ZeRO-2 plan under CPU optimizer offload clones each gradient larger than the
+    reduce bucket in its backward hook: ``stage_1_and_2.py`` l.232 ``_offload_gradient_safety_enabled
+    = self.cpu_offload and not self.zenflow``; l.1443-1446, with ``contiguous_gradients``, ``if
+    param.numel() > self.reduce_bucket_size: if self._offload_gradient_safety_enabled:
+    grad_reduc.data = grad_reduc.detach().clone(...)``. ZeRO-1 reaches the same hook code only in
+    its boundary reduce (reduce_gradients), beside every 16-bit gradient, which the offload ledger
+    does not model: not counted there."""
+    return (zero12_offload_norm_modeled(ec, wrapper) and ec.zero.stage == 2 and ec.zero.contiguous_gradients)
+
+
+#: Packing of (bytes at a flush, clone bytes, slice elements) into one int, so that
+#: Runs.from_updates' max (which negates its values) keeps the three together.
+_XL_M = 1 << 64
+
+
+def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int,
+                                wrapper: str = "DeepSpeedZeroOptimizer") -> Runs:
+    """Runs of, per rank, (s_r, c_r, h): the gradient flush at which a ZeRO-1/2 reduce under CPU
+    optimizer offload holds the most (:func:`zero12_offload_norm_modeled`), s_r in elements, c_r
+    and h in bytes.
+
+    At a flush, copy_grads_in_partition -> set_norm_for_param_grad_in_gpu casts the rank's slice
+    of each flushed gradient to fp64, one at a time (``stage_1_and_2.py`` l.2172, l.1886:
+    ``accumulated_grad.data.to(get_norm_dtype()).norm(2)``): s_{p,r} x 8 B for the part s_{p,r}
+    of parameter p in rank r's slice (``grad_position`` num_elements). A gradient of more than
+    RBS = reduce_bucket_size elements is not copied into the ipg bucket: under CPU offload its
+    hook clones it (l.1443-1446, :func:`zero12_offload_xl_clone_modeled`) and the clone is the
+    gradient DeepSpeed reduces, alone (``extra_large_param_to_reduce``, flushed by the next
+    gradient's hook or the epilogue, reduce_ipg_grads l.2213-2227), live through its flush until
+    async_inplace_copy_grad_to_fp32_buffer_from_gpu drops it (``clear_grad_attribute`` l.1912).
+    So a flush of p holds s_{p,r} x 8 + [n_p > RBS] n_p x D on rank r (a rank owning none of p
+    still holds p's clone, s = 0), beside the ipg bucket; (s_r, c_r) are the terms of the
+    largest: max over p of s_{p,r} x 8 + c_p, c_p = n_p x D when p is extra-large, else 0.
+    Without an extra-large gradient this is :func:`zero12_largest_slices` (c_r = 0).
+    h = max over extra-large p of 2 x n_p x D: the clone is made while the autograd gradient it
+    replaces is still alive (``clone`` first, then ``grad_reduc.data =`` drops the old storage),
+    the backward instant of the hook. D = model dtype bytes. Every rank in O(tensors log
+    tensors) whatever W is (a parameter's owners are one range of ranks)."""
+    if not layouts:
+        return Runs.const(W, (0, 0, 0))
+    rbs = int(ec.zero.reduce_bucket_size)
+    D = DTYPE_BYTES[ec.model_dtype]
+    xl = zero12_offload_xl_clone_modeled(ec, wrapper) and any(n > rbs for lay in layouts for n in lay.numels)
+    if not xl:
+        return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0))
+    M = _XL_M
+
+    def pack(s: int, c: int) -> int:
+        return ((s * 8 + c) * M + c) * M + s
+
+    ups: list[tuple[int, int, int]] = []
+    h = 0
+    for lay in layouts:
+        P = lay.P
+        for a, n in zip(lay.starts, lay.numels):
+            if n <= 0:
+                continue
+            c = n * D if n > rbs else 0
+            if c:
+                h = max(h, 2 * c)
+                ups.append((0, W, pack(0, c)))  # every rank holds the clone at its flush
+            if not P:
+                continue
+            r0, r1 = a // P, min((a + n - 1) // P, W - 1)
+            if r0 == r1:
+                ups.append((r0, r0 + 1, pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c)))
+            elif r0 < r1:
+                ups.append((r0, r0 + 1, pack((r0 + 1) * P - a, c)))
+                if r1 > r0 + 1:
+                    ups.append((r0 + 1, r1, pack(P, c)))
+                ups.append((r1, r1 + 1, pack(min(a + n, (r1 + 1) * P) - r1 * P, c)))
+    return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h))
+
+
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
     """Whether the timeline steps a ZeRO-1/2 plan one param group at a time
     (:func:`zero12_step_groups`): DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
@@ -1483,11 +1558,14 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
 
 
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
-            ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0) -> None:
+            ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
+            offload_xl: tuple[int, int] = (0, 0)) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
     are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
-    of the in-backward fp64 copy of the rank's largest gradient slice under CPU offload
-    (:func:`zero12_offload_norm_modeled`, :func:`zero12_largest_slices` x 8)."""
+    of the in-backward fp64 copy of a gradient slice under CPU offload, at the rank's largest
+    flush (:func:`zero12_offload_norm_modeled`, :func:`zero12_offload_reduce_terms`: s_r x 8);
+    ``offload_xl`` = (c_r, h) of that function: bytes of the extra-large gradient's clone live at
+    that flush, and of the largest one beside the autograd gradient it replaces, in its hook."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -1536,6 +1614,21 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             b.add("accelerator", "workspace", "offload_grad_norm_fp64", offload_norm, "reduce",
                   "largest gradient slice of the rank x 8 (fp64 copy for its norm, one slice at a time)",
                   f"{S}.set_norm_for_param_grad_in_gpu (accumulated_grad.data.to(get_norm_dtype()))")
+        clone_at_flush, clone_in_hook = offload_xl
+        if clone_at_flush:
+            # tests/engine/test_peak_parity.py z2_bf16_oo_cpu_bigtensor_w2: backward +6.8% (rank 0,
+            # l1.weight's clone, 38,528 B) and +8.1% (rank 1, l2.weight's, 46,354 B) without it
+            b.add("accelerator", "gradients", "offload_xl_grad_clone", clone_at_flush, "reduce",
+                  "n_p x D of the extra-large gradient (n_p > reduce_bucket_size) whose flush holds the most "
+                  "with its slice's fp64 norm copy (zero12_offload_reduce_terms): its clone, reduced alone in "
+                  "its own storage until copy_grads_in_partition drops it",
+                  f"{S}.reduce_independent_p_g_buckets_and_remove_grads (grad_reduc.detach().clone(), "
+                  "_offload_gradient_safety_enabled) / reduce_ipg_grads (extra_large_param_to_reduce)")
+        if clone_in_hook:
+            b.add("accelerator", "gradients", "offload_xl_grad_cloning", clone_in_hook, "autograd",
+                  "2 x max_p n_p x D over gradients of more than reduce_bucket_size elements: the clone made "
+                  "while the autograd gradient it replaces is alive (clone, then grad_reduc.data = clone)",
+                  f"{S}.reduce_independent_p_g_buckets_and_remove_grads (_offload_gradient_safety_enabled)")
         if ga > 1:
             b.add(_host(pin), "gradients", "offload_accumulated_grads_cpu", inter_t * D, "persistent",
                   f"I_r x D = {inter_t} x {D} (full numel of every param touching the partition)",
@@ -2209,7 +2302,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     if st in (1, 2) and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
         split = zero12_step_groups(pl.zero12, W)
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
-        split = zero12_largest_slices(pl.zero12, W).map(lambda x: (x,))
+        split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper)
     figures = Runs.zip(terms, split).groups()
     if len(figures) > MAX_RANK_ROLES:
         raise WorkLimitError(
@@ -2225,7 +2318,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
             _stage0(b, ec, inv, wrapper, basic)
         elif st in (1, 2):
             _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k,
-                    offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0)
+                    offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
+                    offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0))
         else:
             _stage3(b, ec, inv, W, basic, pl, k)
         _frozen(b, ec, frozen, W)

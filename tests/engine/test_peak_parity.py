@@ -105,6 +105,11 @@ CELLS = [
     # (state.zero12_offload_norm_modeled; 31% under in backward without it)
     ("z2_bf16_oo_cpu_w2", _cfg(2, "bf16", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
     ("z1_fp16_oo_cpu_w2", _cfg(1, "fp16", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
+    # CPU optimizer offload with gradients larger than reduce_bucket_size (10,000 < l1.weight's 19,264
+    # and l2.weight's 23,177 elements): each is cloned in its hook (stage_1_and_2.py l.1444-1446,
+    # _offload_gradient_safety_enabled = cpu_offload, l.232) beside its autograd storage
+    ("z2_bf16_oo_cpu_bigtensor_w2", _cfg(2, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+     2, False, parity.TINY),
     ("z2_bf16_groups_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS),
     # ZeRO-3 with parameters that are not persistent (stage3_param_persistence_threshold 100: only
     # l2.bias and l3.bias stay gathered), the regime of every real model's large tensors: fetched,
