@@ -1279,7 +1279,8 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     is present), builds a model with the inventory's tensor shapes, runs --steps training steps
     and takes censuses of the engine's tensors after backward, inside the optimizer step and
     after the last step. Needs the [engine] extra (torch, deepspeed). Exit 0 when every item
-    matches to the byte, 1 when one differs or a rank failed, 2 on bad input.
+    matches to the byte and every phase's high-water mark is within 1% of the ledger timeline's,
+    1 when one differs or a rank failed, 2 on bad input.
     """
     if not model and params is None:
         raise click.UsageError("give --model or --params")
@@ -1301,7 +1302,8 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
             _say(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}")
         raise _fail(f"not launching the engine: {len(errors)} error finding(s) above (see `ds-advisor lint`)")
     try:
-        from advisor.engine.measure import MeasureError, Terminated, measure_phases, measure_vs_ledger, run_measure
+        from advisor.engine.measure import (MeasureError, Terminated, measure_phases, measure_verdict,
+                                            measure_vs_ledger, run_measure)
     except ImportError as e:
         from advisor.install import extra_command
         raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && {extra_command('engine')}): {e}")
@@ -1315,11 +1317,11 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
         raise
     rows = measure_vs_ledger(loaded.data, inv, world_size, ranks)
     phases = measure_phases(loaded.data, inv, world_size, ranks)
-    bad = [r for r in rows if "error" in r or r["diff"] != 0]
+    verdict = measure_verdict(rows, phases)
     _echo(_render("measure", fmt, {"config": loaded.source, "model": inv.name, "world_size": world_size,
-                                       "steps": steps, "rows": rows, "matches": not bad, "phases": phases,
+                                       "steps": steps, "rows": rows, **verdict, "phases": phases,
                                        "deepspeed_release": release_dict(release)}))
-    sys.exit(EXIT_FINDINGS if bad or not phases["matches"] else EXIT_OK)
+    sys.exit(EXIT_OK if verdict["matches"] else EXIT_FINDINGS)
 
 
 def run() -> None:

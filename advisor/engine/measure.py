@@ -694,6 +694,19 @@ def measure_phases(config: dict[str, Any], inventory: Inventory, world_size: int
     ranks = sorted({r["rank"] for r in rows if "phase" in r})
     peaks = [dict(zip(("rank", "engine", "ledger"), (k, *peak_instant(rows, k)))) for k in ranks]
     cpu = any(rec.get("accelerator") == "cpu" for rec in measured.values())
+    # no tracker record on any rank proves nothing: not a match
     return {"compared": bool(ranks), "reason": "" if ranks else "no rank reported a tracker record",
             "rows": rows, "peak_instant": peaks, "tier_note": CPU_TIER_NOTE if cpu else "",
-            "matches": all(r.get("ok", False) for r in rows)}
+            "matches": bool(ranks) and all(r.get("ok", False) for r in rows)}
+
+
+def measure_verdict(rows: list[dict[str, Any]], phases: dict[str, Any]) -> dict[str, Any]:
+    """The verdict of ``ds-advisor measure`` from its two parts: ``census_matches`` (every row of
+    the resting census, :func:`measure_vs_ledger`, equal to the byte and no rank's error),
+    ``phases_match`` (:func:`measure_phases`' ``matches``: every phase row within
+    :data:`PHASE_TOLERANCE`; True when the phases are not compared by design, gradient
+    accumulation > 1, which ``phases.compared``/``reason`` say) and ``matches``, their
+    conjunction: the top-level answer, which decides the exit code (1 when False)."""
+    census = bool(rows) and not any("error" in r or r.get("diff", 0) != 0 for r in rows)
+    ph = bool(phases.get("matches", False))
+    return {"matches": census and ph, "census_matches": census, "phases_match": ph}

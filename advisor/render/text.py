@@ -970,6 +970,11 @@ def measure_text(m: dict[str, Any]) -> str:
     bad = sum(1 for r in rows if "error" in r or r["diff"] != 0)
     L.append(f"{len(rows) - bad} of {len(rows)} rows match to the byte")
     L += _measure_phases_text(m.get("phases"))
+    if "matches" in m:  # the verdict (engine.measure.measure_verdict): both parts, or what failed
+        failed = [what for what, key in (("census", "census_matches"), ("phases", "phases_match"))
+                  if not m.get(key, True)]
+        L.append("verdict: matches (census to the byte, phases within 1%)" if m["matches"] else
+                 f"verdict: does not match ({' and '.join(failed) or 'see above'})")
     rel = m.get("deepspeed_release")
     if rel:
         L.append(f"release: the engine is the installed DeepSpeed {rel['requested']}; the ledger is DeepSpeed "
