@@ -594,7 +594,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 load_dtype: str | None = None) -> list[dict[str, Any]]:
     """Per rank and tracker phase: the engine's high-water mark of live bytes (every storage the
     allocation tracker saw created and not yet freed) beside the ledger timeline's largest
-    instant in that phase, and the relative difference; plus the tracker's unattributed storages.
+    instant in that phase, and the relative difference; plus the storages no census claimed at the
+    engine's peak, split by :func:`split_unclaimed` into ``unattributed`` (no live ledger entry cites
+    their allocation site) and ``in_ledger`` (one does).
 
     Open world: the engine side counts *every* storage, not only those the census knows, so a
     buffer neither side names shows up as a difference. On a CPU accelerator the accelerator and
@@ -614,7 +616,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
-    from advisor.ledger.timeline import resolve_load, role_timeline
+    from advisor.ledger.timeline import (init_entries, load_entries, rank_only_entries, resolve_load,
+                                         role_timeline)
 
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
@@ -627,6 +630,10 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             rows.append({"rank": r, "error": rec.get("error", "no tracker record")})
             continue
         tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
+        every = (list(led.rank(r).entries) + load_entries(ec, led, load, r) + init_entries(ec, led, load, r)
+                 + rank_only_entries(ec, led, load, r))
+        sources = {e.item: e.source for e in every}
+        model = {e.item for e in every if e.cls == "parameters" and e.life in MODEL_BUILD_LIVES}
         keys = [x.key for x in tl.instants]
         ser = tl.series(tiers)
         for ph in rec["tracker"]:
@@ -645,10 +652,68 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 cpu_only = got - ph["peak_excl_cpu_only"]
                 got = ph["peak_excl_cpu_only"]
             exp = ser[best]
+            unattributed, in_ledger = split_unclaimed(ph["unattributed"], tl.entries[best], sources, tiers, model)
             rows.append({"rank": r, "phase": ph["phase"], "measured": got, "cpu_only": cpu_only, "ledger": exp,
                          "ledger_instant": keys[best], "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0),
-                         "unattributed": ph["unattributed"]})
+                         "unattributed": unattributed, "in_ledger": in_ledger})
     return rows
+
+
+#: The worker's allocation site of the proxy model's parameters (worker ``_build_model._param``):
+#: the model a training script builds, which the ledger counts as its load / initialize entries of
+#: class ``parameters`` (:data:`MODEL_BUILD_LIVES`; no DeepSpeed source to cite: the user's code).
+PROXY_MODEL_SITES = ("advisor/engine/worker.py:_param:",)
+#: Lifetimes of the ledger's entries for the model as built before and inside deepspeed.initialize.
+MODEL_BUILD_LIVES = ("load", "load_state_dict", "init_cast", "init_module")
+
+
+def _site_file_function(site: str) -> tuple[str, str] | None:
+    """(file name, function) of a tracker allocation site ``deepspeed/<path>:<function>:<line>``
+    (worker ``StorageTracker._site``); None for a site outside DeepSpeed (torch, the worker)."""
+    parts = site.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0].startswith("deepspeed/"):
+        return None
+    return parts[0].rsplit("/", 1)[-1], parts[1]
+
+
+def split_unclaimed(unclaimed: list[dict[str, Any]], live: list[tuple[str, str, str, int]],
+                    sources: dict[str, str], tiers: tuple[str, ...],
+                    model_items: "set[str] | frozenset[str]" = frozenset()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split the tracker's storages that no census claimed at a phase's high-water mark (by
+    allocation site, bytes) into (unattributed, in_ledger).
+
+    The worker's censuses name the engine's objects at a few snapshots, so a transient the ledger
+    does count (the ipg bucket inside backward, an fp64 norm copy, a clone) is unclaimed at the
+    peak too. A site is *in the ledger* when an entry live at the compared timeline instant
+    (``live``: the timeline's rows (item, tier, class, bytes), in ``tiers``) cites its DeepSpeed
+    file and function in its source (``sources``: item -> ``Entry.source``, e.g. ``setup_buckets``
+    in ``runtime/zero/stage_1_and_2.py:DeepSpeedZeroOptimizer.setup_buckets``): listed with those
+    items and their bytes at the instant; so is the proxy model's parameters' site
+    (:data:`PROXY_MODEL_SITES`) when one of ``model_items``, the ledger's entries for the model as
+    built (:data:`MODEL_BUILD_LIVES`), is live there. The rest is *unattributed*: bytes no live
+    ledger entry accounts for by its source (the worker's own storages, torch internals, a buffer
+    the ledger lacks)."""
+    import re
+
+    live_bytes: dict[str, int] = {}
+    for item, tier, _, nb in live:
+        if tier in tiers and nb:
+            live_bytes[item] = live_bytes.get(item, 0) + nb
+    unattributed, in_ledger = [], []
+    for u in unclaimed:
+        ff = _site_file_function(u["site"])
+        items = []
+        if u["site"].startswith(PROXY_MODEL_SITES):
+            items = sorted(it for it in live_bytes if it in model_items)
+        elif ff is not None:
+            fname, func = ff
+            pat = re.compile(rf"(?<![\w]){re.escape(func)}(?![\w])")
+            items = sorted(it for it in live_bytes if fname in sources.get(it, "") and pat.search(sources[it]))
+        if items:
+            in_ledger.append({**u, "items": items, "ledger_bytes": sum(live_bytes[it] for it in items)})
+        else:
+            unattributed.append(u)
+    return unattributed, in_ledger
 
 
 def peak_instant(rows: list[dict[str, Any]], rank: int = 0) -> tuple[str, str]:

@@ -286,7 +286,7 @@ class StorageTracker:
                         "peak_excl_cpu_only": pk.get("excl", pk["bytes"]),
                         "by_item": by_item,
                         "unattributed": sorted(({"site": k, "bytes": v} for k, v in unattributed.items()),
-                                               key=lambda r: -r["bytes"])[:12]})
+                                               key=lambda r: -r["bytes"])[:40]})
         return out
 
 

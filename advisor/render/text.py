@@ -942,6 +942,10 @@ def _measure_phases_text(ph: dict[str, Any] | None) -> list[str]:
     for r in ok:
         for u in r["unattributed"]:
             L.append(f"  unattributed rank {r['rank']} {r['phase']}: {u['bytes']:,} B at {u['site']}")
+    for r in ok:  # unclaimed by a census, but a live ledger entry cites the site (measure.split_unclaimed)
+        for u in r.get("in_ledger", ()):
+            L.append(f"  in the ledger, rank {r['rank']} {r['phase']}: {u['bytes']:,} B at {u['site']} "
+                     f"({', '.join(u['items'])}: {u['ledger_bytes']:,} B)")
     if ph.get("tier_note"):
         L.append(f"  note: {ph['tier_note']}")
     n_bad = sum(1 for r in ph["rows"] if not r.get("ok", False))

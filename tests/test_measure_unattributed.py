@@ -1,0 +1,57 @@
+"""``measure``'s unattributed storages are the bytes no ledger entry accounts for: a storage no
+census claimed at a phase's peak whose allocation site a ledger entry live at the compared
+instant cites in its DeepSpeed source is listed ``in_ledger`` (with those items), not as
+unattributed. Constructed tracker records, no engine (the sites are the worker's format,
+``StorageTracker._site``: ``deepspeed/<path>:<function>:<line>``)."""
+
+from __future__ import annotations
+
+from advisor.engine import measure as M
+from advisor.model.inventory import from_dict
+from advisor.render.text import measure_text
+
+INV = from_dict({"name": "t", "tensors": [{"name": "a.weight", "shape": [64, 64]}]}, "t")
+#: ZeRO-2 with a 1,000-element bucket: the ipg bucket is 1,000 x 2 B, allocated by setup_buckets
+#: (stage_1_and_2.py l.3266) and live in backward only (_release_ipg_buffers)
+CFG = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+       "zero_optimization": {"stage": 2, "reduce_bucket_size": 1000, "overlap_comm": False}}
+BUCKET = "deepspeed/runtime/zero/stage_1_and_2.py:setup_buckets:3266"
+INJECTED = "advisor/engine/worker.py:_injected_buffer:757"
+UNKNOWN_DS = "deepspeed/runtime/zero/stage_1_and_2.py:no_such_function:10"
+
+
+def _rows(phase):
+    sites = [{"site": BUCKET, "bytes": 2000}, {"site": INJECTED, "bytes": 4096}, {"site": UNKNOWN_DS, "bytes": 8}]
+    rec = {0: {"accelerator": "cpu", "snapshots": {},
+               "tracker": [{"phase": phase, "peak": 10 ** 6, "end": 10 ** 6, "unattributed": sites}]}}
+    return M.peak_parity(CFG, INV, 1, rec)
+
+
+def test_a_storage_a_live_entry_cites_is_in_the_ledger_not_unattributed():
+    (row,) = _rows("backward:1")
+    assert [u["site"] for u in row["unattributed"]] == [INJECTED, UNKNOWN_DS]
+    (b,) = row["in_ledger"]
+    assert b["site"] == BUCKET and b["bytes"] == 2000 and b["items"] == ["ipg_bucket"]
+    assert b["ledger_bytes"] == 1000 * 2  # reduce_bucket_size x bf16
+    text = measure_text({"rows": [], "phases": {"compared": True, "rows": [{**row, "ok": False}], "peak_instant": []}})
+    assert f"2,000 B at {BUCKET} (ipg_bucket: 2,000 B)" in text and f"4,096 B at {INJECTED}" in text
+
+
+def test_the_same_site_where_its_entry_is_not_live_stays_unattributed():
+    # in forward the ipg bucket does not exist in the ledger (life in_backward): a bucket-sized
+    # storage from setup_buckets at the forward peak is bytes the ledger does not count there
+    (row,) = _rows("forward:1")
+    assert BUCKET in [u["site"] for u in row["unattributed"]] and not row["in_ledger"]
+
+
+def test_the_proxy_models_parameters_are_the_ledgers_load_entry():
+    # the worker builds the model a script would (_build_model._param); at load the ledger counts it
+    # as load_model_copy: N x 4 B = 4096 x 4 (fp32, one copy); a worker site of its own stays unattributed
+    rec = {0: {"accelerator": "cpu", "snapshots": {}, "tracker": [{"phase": "load", "peak": 16384, "end": 16384,
+           "unattributed": [{"site": "advisor/engine/worker.py:_param:533", "bytes": 16384},
+                            {"site": "advisor/engine/worker.py:_run_cell_tracked:826", "bytes": 16}]}]}}
+    (row,) = M.peak_parity(CFG, INV, 1, rec)
+    assert [u["site"] for u in row["in_ledger"]] == ["advisor/engine/worker.py:_param:533"]
+    assert row["in_ledger"][0]["items"] == ["load_model_copy"] and row["in_ledger"][0]["ledger_bytes"] == 4096 * 4
+    assert [u["site"] for u in row["unattributed"]] == ["advisor/engine/worker.py:_run_cell_tracked:826"]
