@@ -998,11 +998,13 @@ def _sidecar_dp(path: str, data: object, world_size: int | None,
     (runtime/config.py DeepSpeedConfig.__init__), :attr:`advisor.plan.Cluster.dp_world_size`.
     The sizes are read as estimate and check read them (:func:`advisor.views.workload.resolve`).
     (None, source) -- lint_config's own default -- without a sidecar, a world size, or model
-    parallelism; a sidecar that cannot be read is left to estimate/check to report."""
+    parallelism; a sidecar whose content cannot be read is left to estimate/check to report. Raises
+    ConfigLoadError naming the sidecar when something that is not a regular file (a FIFO, a device,
+    a directory) has its name (:func:`advisor.views.workload.find_sidecar`)."""
     from advisor.config.effective import config_sequence_parallel
     from advisor.plan import Cluster
-    from advisor.views.workload import resolve, sidecar_path
-    if world_size is None or path == "-" or not os.path.isfile(sidecar_path(path)):
+    from advisor.views.workload import find_sidecar, resolve, sidecar_path
+    if find_sidecar(path) is None or world_size is None:
         return None, source
     try:
         v = resolve(path, {}, data).values
@@ -1115,9 +1117,15 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
     # (accelerate_world: num_processes // num_machines x num_machines) unless --world-size is given.
     named: dict[str, str] = {}
     launch_world: dict[str, tuple[int, str]] = {}
-    for _, i in read:
-        if isinstance(i, FileResult) or i.launch is None or not i.launch.deepspeed_config_file \
-                or not os.path.isfile(i.launch.deepspeed_config_file):
+    for n, (yaml_path, i) in enumerate(read):
+        if isinstance(i, FileResult) or i.launch is None:
+            continue
+        from advisor.config.hf import deepspeed_config_file_at
+        try:  # read once already; a FIFO or device swapped in since is refused naming the YAML, not skipped
+            if deepspeed_config_file_at(i.launch) is None:
+                continue
+        except AdvisorError as e:
+            read[n] = (yaml_path, FileResult(file=yaml_path, error=str(e)))
             continue
         real = os.path.realpath(i.launch.deepspeed_config_file)
         named.setdefault(real, i.launch.deepspeed_config_file)
@@ -1149,7 +1157,12 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
             results.append(FileResult(file=p, skipped=f"no DeepSpeed key at the top level (keys: {keys}): "
                                                       "not a DeepSpeed config"))
         else:
-            dp, ws_src = _sidecar_dp(p, inp.loaded.data, ws, ws_src)
+            try:
+                dp, ws_src = _sidecar_dp(p, inp.loaded.data, ws, ws_src)
+            except AdvisorError as e:  # a FIFO / device / folder named as the sidecar: the file's error
+                results.append(FileResult(file=p, error=str(e)))
+                thresholds.append((results[-1], o.fail_on))
+                continue
             results.append(FileResult(file=inp.loaded.source, findings=lint_guarded(
                 inp.loaded, world_size=ws, world_size_source=ws_src, dp_world_size=dp, inventory=inv,
                 hf=hf or bool(trainer_args) or os.path.realpath(p) in named, select=codes, trainer_args=hf_args,

@@ -859,6 +859,22 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
                             findings=findings)
 
 
+def deepspeed_config_file_at(launch: AccelerateLaunch) -> str | None:
+    """The ``deepspeed_config_file`` the accelerate YAML names when a regular file is there, else
+    None (none named, or nothing at that path). Raises AdvisorError naming the YAML and the file
+    (``acc.yaml: deepspeed_config_file ds.json: is a FIFO (named pipe), ...``, as
+    :func:`accelerate_base_config` words a read error) when a FIFO, a device or a directory is
+    there: told from ``stat`` (:func:`advisor.config.readers.regular_file_at`), never opened."""
+    from advisor.config.readers import regular_file_at
+    name = launch.deepspeed_config_file
+    if not name:
+        return None
+    try:
+        return name if regular_file_at(name, what="deepspeed_config_file") else None
+    except ConfigLoadError as e:
+        raise AdvisorError(f"{launch.source}: deepspeed_config_file {e}") from None
+
+
 def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
     """The config ``DeepSpeedPlugin.__post_init__`` starts from: the deepspeed_config_file's dict
     (read with ``json.load``, as ``HfDeepSpeedConfig`` does), or, without a file, the dict it

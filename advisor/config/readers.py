@@ -87,6 +87,28 @@ def _kind(mode: int) -> str | None:
     return "not a regular file"
 
 
+def regular_file_at(path: str, *, what: str = "file", error: ErrorFactory = config_error) -> bool:
+    """Whether a regular file is at ``path`` (symlinks followed), told from ``stat`` alone: nothing
+    is opened, so a FIFO never blocks. True for a regular file; False when nothing is there (no such
+    path, or a symlink to nothing); raises through ``error`` (one line naming ``path``, as
+    :func:`read_bytes` words it) when something else is: a directory, a FIFO, a device such as
+    ``/dev/zero`` (or a symlink to one), a socket, or a path that cannot be examined.
+
+    The guarded replacement for ``os.path.isfile`` wherever an optional file is looked for (a
+    workload sidecar, a ``--model`` folder's config.json, an accelerate YAML's
+    ``deepspeed_config_file``): ``isfile``'s False skipped such a file silently (issue 21)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise error(path, f"cannot read {what}: {e.strerror or e}", None, None) from None
+    kind = _kind(st.st_mode)
+    if kind is not None:
+        raise error(path, f"is {kind}, expected a {what} (a regular file)", None, None)
+    return True
+
+
 def read_bytes(path: str, *, limit: int, what: str = "file", error: ErrorFactory = config_error,
                stdin_ok: bool = True) -> bytes:
     """The bytes of ``path`` (``-``: standard input when ``stdin_ok``), at most ``limit`` of them.
@@ -428,4 +450,4 @@ def read_json_file(path: str, *, limit: int, what: str, error: ErrorFactory = co
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_MODEL_BYTES", "MAX_HARDWARE_BYTES", "MAX_YAML_BYTES", "MAX_DEPTH",
            "MAX_YAML_NODES", "read_bytes", "read_text", "decode_text", "parse_json", "parse_yaml",
-           "read_json_file", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]
+           "read_json_file", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]

@@ -855,10 +855,14 @@ def resolve_model(spec: str, build_unknown: Any = None) -> Inventory:
         raise ModelSpecError("--model needs a preset name or a file path")
     path = spec
     if os.path.isdir(path):
+        from advisor.config.readers import error_as, regular_file_at
         cand = os.path.join(path, "config.json")
-        if not os.path.isfile(cand) and _norm_key(spec) in _index():
+        # a FIFO, device or folder named config.json is refused as not a regular file (from stat,
+        # never opened), not called missing
+        there = regular_file_at(cand, what="model config.json", error=error_as(ModelSpecError))
+        if not there and _norm_key(spec) in _index():
             return preset_inventory(spec)  # a folder that happens to share a preset's name
-        if not os.path.isfile(cand):
+        if not there:
             raise ModelSpecError(f"{path}: a folder given as --model must hold a config.json")
         path = cand
     if os.path.lexists(path) and not os.path.isdir(path):

@@ -96,6 +96,20 @@ def sidecar_path(config_path: str) -> str:
     return root + ".workload.json"
 
 
+def find_sidecar(config_path: str | None) -> str | None:
+    """The sidecar next to ``config_path`` (:func:`sidecar_path`) when one is there, else None
+    (no config path, stdin, or no file of that name). Looked for through the guarded reader's
+    :func:`advisor.config.readers.regular_file_at`: a FIFO, a device (``/dev/zero``, or a symlink
+    to it) or a directory of that name raises ConfigLoadError naming the sidecar, from ``stat``
+    alone (never opened, so never blocking), instead of being skipped as no sidecar. The one
+    look-up of estimate, check, checkpoint (:func:`resolve`) and lint (``cli._sidecar_dp``)."""
+    from advisor.config.readers import regular_file_at
+    if not config_path or config_path == "-":
+        return None
+    sp = sidecar_path(config_path)
+    return sp if regular_file_at(sp, what="workload sidecar") else None
+
+
 @dataclass
 class ResolvedWorkload:
     """Workload values with where each came from (``flag``, ``sidecar PATH`` or ``default``)."""
@@ -202,9 +216,8 @@ def resolve(config_path: str | None, flags: dict[str, Any], config_data: Any = N
     compared with the config (``conflicts``, ``stale``; rule W002). Raises ConfigLoadError for a
     bad sidecar."""
     side: dict[str, Any] = {}
-    sp = None
-    if config_path and config_path != "-" and os.path.isfile(sidecar_path(config_path)):
-        sp = sidecar_path(config_path)
+    sp = find_sidecar(config_path)
+    if sp:
         side = read_sidecar(sp)
     data = config_data if isinstance(config_data, dict) else {}
     vals: dict[str, Any] = {}

@@ -1,0 +1,149 @@
+"""Robustness, issue 21 (a newcomer's defects): each one fixed as a mechanism, each with its
+regression test here.
+
+1. An optional file looked for by name (the workload sidecar, a ``--model`` folder's config.json,
+   an accelerate YAML's ``deepspeed_config_file``) that is a FIFO, a device or a directory is
+   refused in one line naming it (``readers.regular_file_at``), never skipped, never blocking.
+2. Every echo of a command-line value in an error is cut (``errors.cut``), whichever option or
+   argument it came from; a number past Python's 4,300-digit limit gets the project's words.
+3. One ``MAX_SEQ_LEN`` for a model's positions and ``--seq-len``.
+4. Ctrl-C exits 130 (``errors.EXIT_INTERRUPTED``) with one line, not click's "Aborted!" / 1.
+5. An HF config.json's bad value is named by the key the file wrote (``num_hidden_layers``,
+   ``n_layer``), not the spec field it fills (``num_layers``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+from advisor.errors import AdvisorError
+from robust_helpers import clean_env, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "sample_configs" / "zero3_cpu_offload.json"
+GOOD_HF = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 128}
+
+
+def _one_line(msg: str) -> None:
+    assert msg and "\n" not in msg.strip() and "Traceback" not in msg and "internal error" not in msg, msg
+
+
+def invoke(args: list[str]):
+    """In process (no last-resort guard), so an exception the guard would hide is seen."""
+    res = CliRunner().invoke(main, args, env={}, catch_exceptions=True)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res
+
+
+def _special(tmp_path: Path, kind: str, name: str) -> Path:
+    """``tmp_path/name`` made a FIFO, a symlink to /dev/zero, or a directory."""
+    p = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "zero":
+        p.symlink_to("/dev/zero")
+    else:
+        p.mkdir()
+    return p
+
+
+WORDS = {"fifo": "FIFO", "zero": "character device", "dir": "directory"}
+
+
+# --- 1. optional files looked for by name go through the guarded reader -----------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+@pytest.mark.parametrize("cmd", [["estimate", "{c}", "--params", "1000"], ["check", "{c}", "--params", "1000",
+                                                                            "--gpu-memory", "80GB", "--host-memory", "512GB"],
+                                 ["checkpoint", "{c}", "--params", "1000"], ["lint", "{c}", "--world-size", "8"],
+                                 ["lint", "{c}"]])
+def test_a_sidecar_that_is_not_a_regular_file_is_refused_naming_it(tmp_path, kind, cmd):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(SAMPLE.read_text())
+    side = _special(tmp_path, kind, "ds.workload.json")
+    p = run_cli([a.format(c=cfg) for a in cmd], timeout=60)  # a FIFO read would block: the timeout fails it
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    err = p.stderr.strip().splitlines()[0]
+    _one_line(err)
+    assert str(side) in err and "workload sidecar" in err and WORDS[kind] in err, err
+
+
+def test_a_sidecar_that_is_a_regular_file_is_still_read(tmp_path):
+    """The guard does not lose a real sidecar (nor invent one where there is none)."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(SAMPLE.read_text())
+
+    def seq_len():
+        p = run_cli(["estimate", str(cfg), "--params", "1000", "--format", "json"])
+        assert p.returncode in (0, 1), p.stderr
+        return json.loads(p.stdout)["assumptions"]["workload"]["seq_len"]
+    assert seq_len() is None  # --params: no model context, no sidecar
+    (tmp_path / "ds.workload.json").write_text(json.dumps({"seq_len": 96}))
+    assert seq_len() == 96
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+def test_model_folder_whose_config_json_is_not_a_regular_file(tmp_path, kind):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    _special(folder, kind, "config.json")
+    res = invoke(["estimate", str(SAMPLE), "--model", str(folder)])
+    assert res.exit_code == 2
+    _one_line(res.output)
+    assert f"{folder / 'config.json'}: is a" in res.output and WORDS[kind] in res.output, res.output
+    assert "must hold a config.json" not in res.output  # it does hold one; it is not a regular file
+
+
+def test_model_folder_without_config_json_is_still_called_missing(tmp_path):
+    res = invoke(["estimate", str(SAMPLE), "--model", str(tmp_path)])
+    assert res.exit_code == 2 and "must hold a config.json" in res.output, res.output
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+def test_deepspeed_config_file_not_a_regular_file_names_the_yaml(tmp_path, kind):
+    from advisor.config.hf import deepspeed_config_file_at, read_accelerate_config
+    _special(tmp_path, kind, "ds.json")
+    y = tmp_path / "acc.yaml"
+    y.write_text(f"distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  deepspeed_config_file: "
+                 f"{tmp_path / 'ds.json'}\n")
+    with pytest.raises(AdvisorError) as e:
+        deepspeed_config_file_at(read_accelerate_config(str(y)))
+    _one_line(str(e.value))
+    assert str(e.value).startswith(f"{y}: deepspeed_config_file {tmp_path / 'ds.json'}: is a") and WORDS[kind] in str(e.value)
+    for cmd in (["lint", str(y)], ["resolve", str(y)], ["estimate", str(y), "--params", "1000"]):
+        res = invoke(cmd)
+        assert res.exit_code == 2 and str(y) in res.output and WORDS[kind] in res.output, res.output
+
+
+def test_lint_refuses_a_deepspeed_config_file_swapped_for_a_fifo_after_it_was_read(tmp_path, monkeypatch):
+    """lint looks the named file up a second time (to lint it as --hf and give it the launch's world
+    size): a FIFO found then is the YAML's error line, not a file silently left unlinted."""
+    import advisor.config.inputs as inputs
+    ds = tmp_path / "ds.json"
+    ds.write_text(SAMPLE.read_text())
+    y = tmp_path / "acc.yaml"
+    y.write_text(f"distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  deepspeed_config_file: {ds}\n")
+    real = inputs.read_input
+
+    def read_then_swap(path, **kw):
+        out = real(path, **kw)
+        if path == str(y):
+            ds.unlink()
+            os.mkfifo(ds)
+        return out
+    monkeypatch.setattr(inputs, "read_input", read_then_swap)
+    res = invoke(["lint", str(y)])
+    assert res.exit_code == 2, res.output
+    assert f"{y}: deepspeed_config_file {ds}: is a FIFO" in res.output, res.output
