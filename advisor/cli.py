@@ -141,6 +141,33 @@ class FiniteFloat(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
+class Count(click.IntRange):
+    """click's IntRange for a count (parameters, ranks, tokens), also read in scientific or
+    decimal notation when the value is a whole number: ``20e9``, ``1.5e9``, ``6.7E9`` (exactly, by
+    ``decimal.Decimal``, not through a float). ``1.5``, ``nan``, ``inf`` and non-numbers are
+    refused in one line naming the option; past the range, click's range message."""
+
+    #: Decimal exponents beyond this are past every count's range: refused before building the int.
+    MAX_DIGITS = 40
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
+            import decimal
+            text = value.strip()
+            try:
+                d = decimal.Decimal(text)
+            except (decimal.InvalidOperation, ValueError):
+                self.fail(f"{value!r} is not a whole number (e.g. 7000000000 or 7e9)", param, ctx)
+            if not d.is_finite():
+                self.fail(f"{value!r} is not a finite whole number", param, ctx)
+            if d.adjusted() > self.MAX_DIGITS:
+                self.fail(f"{value!r} is not in the range {self._describe_range()}", param, ctx)
+            if d != d.to_integral_value():
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            value = int(d)
+        return super().convert(value, param, ctx)
+
+
 def _targs(trainer_args: dict | None, hidden_size: int | None) -> dict | None:
     """Trainer arguments given on the command line (None when none were: "auto" is then
     accepted but not resolved). --bf16 with --fp16 is a usage error: TrainingArguments.__post_init__
@@ -284,25 +311,25 @@ class _SpelledChoice(click.Choice):
 
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "model": (("--model",), dict(help=MODEL_HELP)),
-    "params": (("--params",), dict(type=click.IntRange(min=1, max=MAX_PARAMS),
+    "params": (("--params",), dict(type=Count(min=1, max=MAX_PARAMS),
                                    help="Model size in parameters, instead of --model.")),
-    "world_size": (("--world-size",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE),
+    "world_size": (("--world-size",), dict(type=Count(min=1, max=MAX_WORLD_SIZE),
                                            help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")),
-    "gpus_per_node": (("--gpus-per-node",), dict(type=click.IntRange(min=1, max=MAX_GPUS_PER_NODE),
+    "gpus_per_node": (("--gpus-per-node",), dict(type=Count(min=1, max=MAX_GPUS_PER_NODE),
                                                  help="Ranks per node (host memory is per node).")),
     "hardware": (("--hardware", "hardware"), dict(help=HARDWARE_HELP)),
     "hf": (("--hf",), dict(is_flag=True, help='Config is used through the HF Trainer/accelerate ("auto" is filled in).')),
-    "tensor_parallel": (("--tensor-parallel",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
-    "pipeline_parallel": (("--pipeline-parallel",), dict(type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
+    "tensor_parallel": (("--tensor-parallel",), dict(type=Count(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
+    "pipeline_parallel": (("--pipeline-parallel",), dict(type=Count(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True)),
     "sequence_parallel": (("--sequence-parallel",), dict(
-        type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=None,
+        type=Count(min=1, max=MAX_WORLD_SIZE), default=None,
         help="DeepSpeed-Ulysses sequence_parallel_size: its own ranks, ZeRO partitions over DP x SP "
              "(default: the config's sequence_parallel_size, else 1).")),
     "megatron_sp": (("--megatron-sp", "megatron_sp"), dict(
         is_flag=True, help="Megatron sequence parallelism: reuses the tensor-parallel ranks and shards the "
                            "norm/residual activations by TP.")),
     "expert_parallel": (("--expert-parallel",), dict(
-        type=click.IntRange(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True,
+        type=Count(min=1, max=MAX_WORLD_SIZE), default=1, show_default=True,
         help="MoE expert parallelism (DeepSpeed ep_size): experts split over it, their ZeRO over the "
              "expert-data-parallel group.")),
     "moe_capacity_factor": (("--moe-capacity-factor",), dict(
@@ -310,8 +337,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         help="MoE through DeepSpeed's MoE layer (deepspeed.moe.layer.MoE capacity_factor): each expert gets "
              "max(ceil(tokens / experts x factor x top-k), min_capacity 4) slots (moe/sharded_moe.py:_capacity). "
              "Default: dropless routing, as transformers' MoE blocks do it (the config's workload sidecar, else none).")),
-    "seq_len": (("--seq-len",), dict(type=click.IntRange(min=1, max=MAX_SEQ_LEN), help="Sequence length (default: the model's maximum).")),
-    "micro_batch": (("--micro-batch",), dict(type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH),
+    "seq_len": (("--seq-len",), dict(type=Count(min=1, max=MAX_SEQ_LEN), help="Sequence length (default: the model's maximum).")),
+    "micro_batch": (("--micro-batch",), dict(type=Count(min=1, max=MAX_GLOBAL_BATCH),
                                              help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
     "checkpointing": (("--checkpointing",), dict(
         type=CheckpointingType(), default="none", show_default=True,
@@ -330,7 +357,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "host_memory": (("--host-memory",), dict(help="Host memory per node, e.g. 512GB.")),
     "nvme_capacity": (("--nvme-capacity",), dict(help="NVMe space per node for swap files, e.g. 3.84TB.")),
     "omp_threads": (("--omp-threads", "omp_threads"), dict(
-        type=click.IntRange(min=1, max=4096), default=None,
+        type=Count(min=1, max=4096), default=None,
         help="OpenMP threads per rank for the CPU optimizer step (default: OMP_NUM_THREADS, else the launcher's "
              "default: torchrun 1 with several ranks per node, the physical cores with one).")),
     "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
@@ -1544,9 +1571,9 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
          model=dict(help=MODEL_HELP + " Required unless the settings file ([tool.ds-advisor] in pyproject.toml "
                     "or .ds-advisor.toml, found walking up from --output, else the current folder) names one."),
          hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
-@_opt("--nodes", type=click.IntRange(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
+@_opt("--nodes", type=Count(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
 @options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
-@_opt("--global-batch", type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH), required=True,
+@_opt("--global-batch", type=Count(min=1, max=MAX_GLOBAL_BATCH), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
 @options(*WORKLOAD_OPTIONS, "tensor_parallel", "pipeline_parallel", "sequence_parallel", "output", "force", "hf",
          seq_len=dict(required=True, help="Tokens per sequence."),
@@ -1739,7 +1766,7 @@ def report(config, est, output, force):
 @_arg("config")
 @options(*MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "omp_threads",
          **UNSET_WORKLOAD, gpus_per_node=dict(help="Ranks per node (default 8, at most world size)."))
-@_opt("--nodes", type=click.IntRange(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
+@_opt("--nodes", type=Count(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
 @_opt("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
 @_opt("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
 @_opt("--node-mtbf-hours", type=FiniteFloat(min=0, min_open=True),
