@@ -42,8 +42,16 @@ MAX_NODES = 1 << 16
 MAX_GPUS_PER_NODE = 1 << 10
 #: Largest --global-batch (sequences per step; generate factors it, in O(sqrt) time).
 MAX_GLOBAL_BATCH = 1 << 40
-#: Longest --seq-len (tokens per sequence): ds-advisor's bound, as :data:`MAX_GLOBAL_BATCH` is
-#: for the batch sizes (no model has 2^40 positions; past it the byte counts are meaningless).
+#: Most tokens per sequence, the one bound for every source of it: ``--seq-len``, a workload
+#: sidecar's ``seq_len`` and a model's positions (``max_position_embeddings`` / ``n_positions`` /
+#: ``seq_length``, advisor.model.specs, which had its own 2^26 until issue 21). 2^40 is the bound
+#: kept: it is the documented one (README "Inputs, limits and outputs"), a sanity bound like
+#: :data:`MAX_GLOBAL_BATCH`, not a work bound -- nothing iterates over positions (activations,
+#: attention scores and a learned position table are closed-form byte counts in Python ints,
+#: so 2^40 tokens costs what 2^10 does) -- and a tighter figure would be a guess about future
+#: context lengths (2^26 = 67M tokens is already within sight of published 10M-token models)
+#: that would refuse a real config.json; no model has 2^40 positions, and past it the byte
+#: counts mean nothing.
 MAX_SEQ_LEN = 1 << 40
 #: Widest hidden size (``--hidden-size``; a model spec's widths, ``advisor.model.specs``): 2^24,
 #: far past any model. The HF Trainer's bucket values square it (h^2, 0.9 h^2: hidden_size_values).

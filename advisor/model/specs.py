@@ -32,7 +32,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
-from advisor.config.validation import MAX_DIM, shown
+from advisor.config.validation import MAX_DIM, MAX_SEQ_LEN, shown
 from advisor.errors import ModelSpecError
 from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
@@ -171,8 +171,8 @@ def _posint(v: Any) -> bool:
 #: Documented limits of a model spec (bounded work: the inventory has one entry per tensor).
 MAX_LAYERS = 100_000
 #: Largest width (hidden, intermediate, vocab, heads, head_dim, ...): MAX_DIM (config.validation,
-#: shared with --hidden-size); and sequence length.
-MAX_SEQ_LEN = 1 << 26
+#: shared with --hidden-size). Most positions (max_seq_len): MAX_SEQ_LEN (config.validation,
+#: the one bound of tokens per sequence, shared with --seq-len and a workload sidecar's seq_len).
 #: Most routed experts per layer.
 MAX_EXPERTS = 1 << 12
 #: At most this many layer x expert blocks, num_layers x num_experts (per-expert layouts have
@@ -203,7 +203,9 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
                   ("num_shared_experts", MAX_EXPERTS), ("mtp_layers", MAX_LAYERS)):
         v = getattr(spec, k)
         if isinstance(v, int) and not isinstance(v, bool) and v > hi:
-            raise bad(f"{k} is {v}, over the limit {hi} (refused: the inventory would not be bounded)")
+            why = ("ds-advisor's bound on tokens per sequence, as --seq-len's" if k == "max_seq_len"
+                   else "refused: the inventory would not be bounded")
+            raise bad(f"{k} is {v:,}, over the limit {hi:,} ({why})")
     # the documented limit is "at most" (README): a product equal to it is accepted. The check
     # and the message use the same product (the check once used layers x (1 + experts), so a
     # product equal to the limit was refused as "over" it)

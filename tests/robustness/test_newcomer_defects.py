@@ -147,3 +147,24 @@ def test_lint_refuses_a_deepspeed_config_file_swapped_for_a_fifo_after_it_was_re
     res = invoke(["lint", str(y)])
     assert res.exit_code == 2, res.output
     assert f"{y}: deepspeed_config_file {ds}: is a FIFO" in res.output, res.output
+
+
+# --- 3. one bound of tokens per sequence --------------------------------------------------------
+
+def test_a_model_and_seq_len_share_one_bound_of_tokens_per_sequence(tmp_path):
+    """2^40 (README "Inputs, limits and outputs"): a config.json's positions past the old 2^26 model
+    bound are read, past 2^40 refused naming the key; --seq-len likewise at the same figure."""
+    from advisor.model.specs import spec_from_hf_config
+    assert spec_from_hf_config({**GOOD_HF, "max_position_embeddings": (1 << 26) + 1}).max_seq_len == (1 << 26) + 1
+    assert spec_from_hf_config({**GOOD_HF, "max_position_embeddings": 1 << 40}).max_seq_len == 1 << 40
+    with pytest.raises(AdvisorError, match=r"is 1,099,511,627,777, over the limit 1,099,511,627,776"):
+        spec_from_hf_config({**GOOD_HF, "max_position_embeddings": (1 << 40) + 1}, "cfg.json")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**GOOD_HF, "max_position_embeddings": 1 << 40}))
+    ok = invoke(["estimate", str(SAMPLE), "--model", str(cfg), "--seq-len", str(1 << 40), "--world-size", "8",
+                 "--format", "json"])
+    assert ok.exit_code in (0, 1), ok.output  # read and estimated (it does not fit: 2^40 tokens)
+    d = json.loads(ok.stdout)
+    assert d["assumptions"]["workload"]["seq_len"] == 1 << 40 and d["ranks"], ok.stdout[:2000]
+    bad = invoke(["estimate", str(SAMPLE), "--model", str(cfg), "--seq-len", str((1 << 40) + 1)])
+    assert bad.exit_code == 2 and "--seq-len" in bad.output, bad.output
