@@ -180,11 +180,17 @@ MAX_EXPERTS = 1 << 12
 MAX_LAYER_EXPERTS = 1 << 20
 
 
-def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
+def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, str] | None" = None) -> None:
     """Raise ModelSpecError (one line naming ``source`` or the spec's name) when the
     architecture is inconsistent: unknown family, non-positive sizes, heads not dividing,
-    MoE or MLA fields incomplete."""
+    MoE or MLA fields incomplete. ``names`` maps a spec field to the key its source wrote
+    (an HF config.json's ``num_hidden_layers`` / ``n_layer`` for ``num_layers``:
+    :func:`spec_from_hf_config`); each message names a field by that key."""
     where = source or spec.name
+    names = names or {}
+
+    def n(field: str) -> str:
+        return names.get(field, field)
 
     def bad(msg: str) -> ModelSpecError:
         return ModelSpecError(f"{where}: {msg}")
@@ -193,7 +199,7 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
         raise bad(f"unsupported family {shown(spec.family)}; supported: {', '.join(FAMILIES)}")
     for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size", "max_seq_len"):
         if not _posint(getattr(spec, k)):
-            raise bad(f"{k} must be a positive integer, got {shown(getattr(spec, k))}")
+            raise bad(f"{n(k)} must be a positive integer, got {shown(getattr(spec, k))}")
     for k, hi in (("num_layers", MAX_LAYERS), ("hidden_size", MAX_DIM), ("num_heads", MAX_DIM),
                   ("intermediate_size", MAX_DIM), ("vocab_size", MAX_DIM), ("max_seq_len", MAX_SEQ_LEN),
                   ("num_kv_heads", MAX_DIM), ("head_dim", MAX_DIM), ("moe_intermediate_size", MAX_DIM),
@@ -205,43 +211,45 @@ def validate_spec(spec: ModelSpec, source: str | None = None) -> None:
         if isinstance(v, int) and not isinstance(v, bool) and v > hi:
             why = ("ds-advisor's bound on tokens per sequence, as --seq-len's" if k == "max_seq_len"
                    else "refused: the inventory would not be bounded")
-            raise bad(f"{k} is {v:,}, over the limit {hi:,} ({why})")
+            raise bad(f"{n(k)} is {v:,}, over the limit {hi:,} ({why})")
     # the documented limit is "at most" (README): a product equal to it is accepted. The check
     # and the message use the same product (the check once used layers x (1 + experts), so a
     # product equal to the limit was refused as "over" it)
     blocks = spec.num_layers * spec.num_experts
     if blocks > MAX_LAYER_EXPERTS:
-        raise bad(f"num_layers x num_experts = {blocks:,} is over the limit: at most {MAX_LAYER_EXPERTS:,} "
+        raise bad(f"{n('num_layers')} x {n('num_experts')} = {blocks:,} is over the limit: at most {MAX_LAYER_EXPERTS:,} "
                   "(2^20) layer x expert blocks")
     for k in ("num_kv_heads", "head_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
               "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         v = getattr(spec, k)
         if v is not None and not _posint(v):
-            raise bad(f"{k} must be a positive integer or absent, got {shown(v)}")
+            raise bad(f"{n(k)} must be a positive integer or absent, got {shown(v)}")
     for k in ("attention_dropout", "residual_dropout", "embedding_dropout"):
         v = getattr(spec, k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise bad(f"{k} must be a probability in [0, 1), got {v!r}")
+            raise bad(f"{n(k)} must be a probability in [0, 1), got {shown(v)}")
     for k in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers"):
         v = getattr(spec, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise bad(f"{k} must be a non-negative integer, got {shown(v)}")
+            raise bad(f"{n(k)} must be a non-negative integer, got {shown(v)}")
     for k, allowed in (("norm", ("rmsnorm", "layernorm")), ("mlp", ("gated", "plain")),
                        ("position_embedding", ("rope", "learned", "alibi")),
                        ("expert_layout", ("fused", "per_expert"))):
         if getattr(spec, k) not in allowed:
             raise bad(f"{k} must be one of {', '.join(allowed)}, got {getattr(spec, k)!r}")
     if spec.head_dim is None and not spec.is_mla and spec.hidden_size % spec.num_heads:
-        raise bad(f"hidden_size {spec.hidden_size} is not divisible by num_heads {spec.num_heads}; give head_dim")
+        raise bad(f"{n('hidden_size')} {spec.hidden_size} is not divisible by {n('num_heads')} {spec.num_heads}; "
+                  "give head_dim")
     if spec.num_heads % spec.kv_heads():
-        raise bad(f"num_heads {spec.num_heads} is not a multiple of num_kv_heads {spec.kv_heads()}")
+        raise bad(f"{n('num_heads')} {spec.num_heads} is not a multiple of {n('num_kv_heads')} {spec.kv_heads()}")
     if spec.family in _MOE:
         if spec.num_experts < 1 or not (1 <= spec.experts_per_token <= spec.num_experts):
-            raise bad(f"family {spec.family} needs num_experts >= 1 and 1 <= experts_per_token <= num_experts")
+            raise bad(f"family {spec.family} needs {n('num_experts')} >= 1 and 1 <= {n('experts_per_token')} <= "
+                      f"{n('num_experts')}")
     elif spec.num_experts:
-        raise bad(f"family {spec.family} is dense; num_experts must be 0")
+        raise bad(f"family {spec.family} is dense; {n('num_experts')} must be 0")
     if spec.first_dense_layers > spec.num_layers:
-        raise bad("first_dense_layers exceeds num_layers")
+        raise bad(f"{n('first_dense_layers')} exceeds {n('num_layers')}")
     if spec.family == "deepseek_v3":
         if None in (spec.kv_lora_rank, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim):
             raise bad("deepseek_v3 needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
@@ -547,14 +555,29 @@ def unsupported_model_type(source: str, model_type: Any) -> str:
 
 def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed Hugging Face ``config.json`` dict, using transformers' own
-    defaults for keys the file leaves out. Raises ModelSpecError (naming ``source``) for an
-    unsupported ``model_type`` or a missing size."""
+    defaults for keys the file leaves out. Raises ModelSpecError (naming ``source``, and a bad
+    value by the key the file wrote: ``num_hidden_layers``, not the spec's ``num_layers``) for an
+    unsupported ``model_type``, a missing size or a value :func:`validate_spec` refuses."""
+    def _validated(spec: ModelSpec, names: dict[str, str]) -> ModelSpec:
+        validate_spec(spec, source, names)
+        return spec
     if not isinstance(cfg, dict):
         raise ModelSpecError(f"{source}: config.json must be a JSON object")
     mt = cfg.get("model_type")
     if mt not in FAMILIES:
         raise ModelSpecError(unsupported_model_type(source, mt))
     g = lambda *keys, default=_MISSING: _get(cfg, source, *keys, default=default)  # noqa: E731
+    #: spec field -> the config.json key its value came from: a bad value is named as the file
+    #: writes it (num_hidden_layers, n_layer), not as the spec field it fills (num_layers)
+    names: dict[str, str] = {}
+
+    def gf(field: str, *keys: str, default: Any = _MISSING) -> Any:
+        """:func:`_get` for the spec field ``field``, recording which key gave it."""
+        for k in keys:
+            if k in cfg and cfg[k] is not None:
+                names[field] = k
+                break
+        return _get(cfg, source, *keys, default=default)
     # named by what the file says (its hub id, else its architecture), else by the file itself:
     # the folder holding it is often just "models" or "config"
     arch = cfg.get("architectures")
@@ -563,48 +586,51 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
     common: dict[str, Any] = dict(name=str(nm), family=mt, source=source)
 
     if mt == "gpt2":
-        h = g("n_embd", "hidden_size")
-        return ModelSpec(**common, num_layers=g("n_layer", "num_hidden_layers"), hidden_size=h,
-                         num_heads=g("n_head", "num_attention_heads"), intermediate_size=g("n_inner", default=4 * h),
-                         vocab_size=g("vocab_size", default=50257),
-                         max_seq_len=g("n_positions", "max_position_embeddings", default=1024),
-                         tie_word_embeddings=g("tie_word_embeddings", default=True), norm="layernorm",
+        h = gf("hidden_size", "n_embd", "hidden_size")
+        return _validated(ModelSpec(**common, num_layers=gf("num_layers", "n_layer", "num_hidden_layers"), hidden_size=h,
+                         num_heads=gf("num_heads", "n_head", "num_attention_heads"),
+                         intermediate_size=gf("intermediate_size", "n_inner", default=4 * h),
+                         vocab_size=gf("vocab_size", "vocab_size", default=50257),
+                         max_seq_len=gf("max_seq_len", "n_positions", "max_position_embeddings", default=1024),
+                         tie_word_embeddings=gf("tie_word_embeddings", "tie_word_embeddings", default=True), norm="layernorm",
                          attention_qkv_bias=True, attention_out_bias=True, mlp_bias=True, mlp="plain",
-                         activation=g("activation_function", default="gelu_new"), position_embedding="learned",
+                         activation=gf("activation", "activation_function", default="gelu_new"), position_embedding="learned",
                          # GPT2Config defaults: 0.1 each (transformers configuration_gpt2.py)
-                         attention_dropout=float(g("attn_pdrop", default=0.1)),
-                         residual_dropout=float(g("resid_pdrop", default=0.1)),
-                         embedding_dropout=float(g("embd_pdrop", default=0.1)))
+                         attention_dropout=float(gf("attention_dropout", "attn_pdrop", default=0.1)),
+                         residual_dropout=float(gf("residual_dropout", "resid_pdrop", default=0.1)),
+                         embedding_dropout=float(gf("embedding_dropout", "embd_pdrop", default=0.1))), names)
     if mt == "bloom":
         h = g("hidden_size", "n_embed", default=64)
-        return ModelSpec(**common, num_layers=g("n_layer", "num_hidden_layers", default=2), hidden_size=h,
-                         num_heads=g("n_head", "num_attention_heads", default=8), intermediate_size=4 * h,
-                         vocab_size=g("vocab_size", default=250880),
+        return _validated(ModelSpec(**common, num_layers=gf("num_layers", "n_layer", "num_hidden_layers", default=2),
+                                    hidden_size=h,
+                         num_heads=gf("num_heads", "n_head", "num_attention_heads", default=8), intermediate_size=4 * h,
+                         vocab_size=gf("vocab_size", "vocab_size", default=250880),
                          # ALiBi has no position table; BLOOM was trained on 2048-token sequences.
-                         max_seq_len=g("seq_length", "max_position_embeddings", default=2048),
-                         tie_word_embeddings=g("tie_word_embeddings", default=True), norm="layernorm",
+                         max_seq_len=gf("max_seq_len", "seq_length", "max_position_embeddings", default=2048),
+                         tie_word_embeddings=gf("tie_word_embeddings", "tie_word_embeddings", default=True), norm="layernorm",
                          attention_qkv_bias=True, attention_out_bias=True, mlp_bias=True, mlp="plain",
                          activation="gelu", position_embedding="alibi", embedding_norm=True,
-                         attention_dropout=float(g("attention_dropout", default=0.0)),
-                         residual_dropout=float(g("hidden_dropout", default=0.0)))
+                         attention_dropout=float(gf("attention_dropout", "attention_dropout", default=0.0)),
+                         residual_dropout=float(gf("residual_dropout", "hidden_dropout", default=0.0))), names)
 
-    heads = g("num_attention_heads")
+    heads = gf("num_heads", "num_attention_heads")
     base: dict[str, Any] = dict(
         **common,
-        num_layers=g("num_hidden_layers"), hidden_size=g("hidden_size"), num_heads=heads,
-        num_kv_heads=g("num_key_value_heads", default=heads),
-        intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
-        max_seq_len=g("max_position_embeddings"),
-        activation=g("hidden_activation", "hidden_act", default="silu"),
-        head_dim=g("head_dim", default=None),
-        tie_word_embeddings=g("tie_word_embeddings", default=mt in ("gemma", "gemma2")),
-        attention_dropout=float(g("attention_dropout", default=0.0)),
+        num_layers=gf("num_layers", "num_hidden_layers"), hidden_size=gf("hidden_size", "hidden_size"),
+        num_heads=heads,
+        num_kv_heads=gf("num_kv_heads", "num_key_value_heads", default=heads),
+        intermediate_size=gf("intermediate_size", "intermediate_size"), vocab_size=gf("vocab_size", "vocab_size"),
+        max_seq_len=gf("max_seq_len", "max_position_embeddings"),
+        activation=gf("activation", "hidden_activation", "hidden_act", default="silu"),
+        head_dim=gf("head_dim", "head_dim", default=None),
+        tie_word_embeddings=gf("tie_word_embeddings", "tie_word_embeddings", default=mt in ("gemma", "gemma2")),
+        attention_dropout=float(gf("attention_dropout", "attention_dropout", default=0.0)),
     )
     if mt == "phi3":
         # Phi3DecoderLayer's resid_attn_dropout / resid_mlp_dropout; Phi3Config still reads
         # embd_pdrop, but Phi3Model (transformers 5 modeling_phi3.py) applies no embedding
         # dropout: the embedding output goes straight to the layers, no mask kept
-        base.update(residual_dropout=float(g("resid_pdrop", default=0.0)))
+        base.update(residual_dropout=float(gf("residual_dropout", "resid_pdrop", default=0.0)))
     attn_bias = bool(g("attention_bias", default=False))
     if mt in ("llama", "gemma", "gemma2", "qwen3", "qwen3_moe"):
         base.update(attention_qkv_bias=attn_bias, attention_out_bias=attn_bias)
@@ -613,36 +639,36 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
     if mt in ("qwen2", "qwen2_moe"):
         base.update(attention_qkv_bias=True)  # Qwen2: q/k/v always biased, o_proj not
     if mt in ("qwen3", "qwen3_moe"):
-        base.update(qk_norm=True, head_dim=g("head_dim", default=128))
+        base.update(qk_norm=True, head_dim=gf("head_dim", "head_dim", default=128))
     if mt in ("gemma", "gemma2"):
-        base.update(head_dim=g("head_dim", default=256))
+        base.update(head_dim=gf("head_dim", "head_dim", default=256))
         if mt == "gemma2":
             base["sandwich_norm"] = True
     if mt == "mixtral":
-        base.update(num_experts=g("num_local_experts", default=8), experts_per_token=g("num_experts_per_tok", default=2))
+        base.update(num_experts=gf("num_experts", "num_local_experts", default=8),
+                    experts_per_token=gf("experts_per_token", "num_experts_per_tok", default=2))
     if mt in ("qwen2_moe", "qwen3_moe"):
         if g("mlp_only_layers", default=[]) or g("decoder_sparse_step", default=1) != 1:
             raise ModelSpecError(f"{source}: {mt} with mlp_only_layers or decoder_sparse_step != 1 is not supported")
-        base.update(num_experts=g("num_experts"), experts_per_token=g("num_experts_per_tok"),
-                    moe_intermediate_size=g("moe_intermediate_size"))
+        base.update(num_experts=gf("num_experts", "num_experts"),
+                    experts_per_token=gf("experts_per_token", "num_experts_per_tok"),
+                    moe_intermediate_size=gf("moe_intermediate_size", "moe_intermediate_size"))
         if mt == "qwen2_moe":
             sh = g("shared_expert_intermediate_size", default=0)
             base.update(shared_expert_intermediate_size=sh or None, num_shared_experts=1 if sh else 0)
     if mt == "deepseek_v3":
         if g("moe_layer_freq", default=1) != 1:
             raise ModelSpecError(f"{source}: deepseek_v3 with moe_layer_freq != 1 is not supported")
-        base.update(num_experts=g("n_routed_experts"), experts_per_token=g("num_experts_per_tok"),
-                    moe_intermediate_size=g("moe_intermediate_size"),
-                    num_shared_experts=g("n_shared_experts", default=0),
-                    first_dense_layers=g("first_k_dense_replace", default=0),
-                    router_score_bias=g("topk_method", default="noaux_tc") == "noaux_tc",
-                    q_lora_rank=g("q_lora_rank", default=None), kv_lora_rank=g("kv_lora_rank"),
-                    qk_nope_head_dim=g("qk_nope_head_dim"), qk_rope_head_dim=g("qk_rope_head_dim"),
-                    v_head_dim=g("v_head_dim"), head_dim=None,
+        base.update(num_experts=gf("num_experts", "n_routed_experts"), experts_per_token=gf("experts_per_token", "num_experts_per_tok"),
+                    moe_intermediate_size=gf("moe_intermediate_size", "moe_intermediate_size"),
+                    num_shared_experts=gf("num_shared_experts", "n_shared_experts", default=0),
+                    first_dense_layers=gf("first_dense_layers", "first_k_dense_replace", default=0),
+                    router_score_bias=gf("router_score_bias", "topk_method", default="noaux_tc") == "noaux_tc",
+                    q_lora_rank=gf("q_lora_rank", "q_lora_rank", default=None), kv_lora_rank=gf("kv_lora_rank", "kv_lora_rank"),
+                    qk_nope_head_dim=gf("qk_nope_head_dim", "qk_nope_head_dim"), qk_rope_head_dim=gf("qk_rope_head_dim", "qk_rope_head_dim"),
+                    v_head_dim=gf("v_head_dim", "v_head_dim"), head_dim=None,
                     attention_qkv_bias=attn_bias, attention_out_bias=attn_bias)
-    spec = ModelSpec(**base)
-    validate_spec(spec, source)
-    return spec
+    return _validated(ModelSpec(**base), names)
 
 
 # --------------------------------------------------------------------------------------------

@@ -168,3 +168,26 @@ def test_a_model_and_seq_len_share_one_bound_of_tokens_per_sequence(tmp_path):
     assert d["assumptions"]["workload"]["seq_len"] == 1 << 40 and d["ranks"], ok.stdout[:2000]
     bad = invoke(["estimate", str(SAMPLE), "--model", str(cfg), "--seq-len", str((1 << 40) + 1)])
     assert bad.exit_code == 2 and "--seq-len" in bad.output, bad.output
+
+
+# --- 5. a config.json's bad value named by the key the file wrote -------------------------------
+
+@pytest.mark.parametrize("cfg,key,spec_field", [
+    ({**GOOD_HF, "num_hidden_layers": 10 ** 6}, "num_hidden_layers", "num_layers"),
+    ({**GOOD_HF, "num_hidden_layers": 0}, "num_hidden_layers", "num_layers"),
+    ({**GOOD_HF, "max_position_embeddings": -1}, "max_position_embeddings", "max_seq_len"),
+    ({**GOOD_HF, "num_attention_heads": 5}, "num_attention_heads", "num_heads"),
+    ({**GOOD_HF, "num_key_value_heads": 3}, "num_key_value_heads", "num_kv_heads"),
+    ({"model_type": "gpt2", "n_embd": 64, "n_layer": 10 ** 6, "n_head": 4}, "n_layer", "num_layers"),
+    ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 0}, "n_positions", "max_seq_len"),
+    ({"model_type": "mixtral", **{k: v for k, v in GOOD_HF.items() if k != "model_type"}, "num_local_experts": 0},
+     "num_local_experts", "num_experts"),
+])
+def test_hf_config_errors_name_the_key_the_file_wrote(tmp_path, cfg, key, spec_field):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = invoke(["estimate", str(SAMPLE), "--model", str(path)])
+    assert res.exit_code == 2, res.output
+    _one_line(res.output)
+    assert key in res.output, res.output
+    assert spec_field not in res.output.replace(key, ""), res.output  # the spec's own name is not the user's
