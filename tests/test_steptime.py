@@ -652,3 +652,66 @@ def test_fp16_zero3_offload_names_the_cpu_overflow_check_it_leaves_out(stage, pr
     st = step_time(plan, _hw(), seq_len=1000)
     assert (st.assumptions["fp16_overflow_check_note"] is not None) == noted
     assert any("left out: fp16 at ZeRO-3" in ln for ln in breakdown_lines(st)) == noted
+
+
+# --- recompute FLOPs against the step's own 6 N + attention (advisor.model.flops) ---------------
+
+def _layers_only_plan(L: int, h: int, a: int) -> Plan:
+    """A GPT-3-shaped model of L layers only (12 h^2 parameters each: q, k, v, o h x h and the
+    4h MLP), no embedding or head, the shape Korthikanti et al.'s 72 B s l h^2 counts."""
+    tensors = []
+    for i in range(L):
+        tensors += [TensorSpec(f"layers.{i}.attn.w", (4 * h, h), trainable=True),
+                    TensorSpec(f"layers.{i}.mlp.w", (8 * h, h), trainable=True)]
+    meta = {"num_layers": L, "num_heads": a, "hidden_size": h}
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                           "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}})
+    return Plan(ec, Inventory("gpt", tensors, meta=meta), Cluster(world_size=1, gpus_per_node=1))
+
+
+@pytest.mark.parametrize("L,h,a,s", [(4, 1024, 16, 2048), (96, 12288, 96, 2048)])
+def test_recompute_flops_follow_korthikanti_by_hand(L, h, a, s):
+    """Korthikanti et al. 2022 (arXiv:2205.05198): a step is 72 B s l h^2 (1 + s/(6h)) FLOPs
+    (6 N + the attention 12 s h per token and layer, N = 12 l h^2); full recompute runs the forward
+    once more, 96 B s l h^2 (1 + s/(6h)): 8 N against 6 N, 4/3 of the step exactly; selective
+    recomputes the attention core's forward, 4 B s^2 h per layer (2 s h for Q K^T, 2 s h for the
+    product with V, per token): 72 B s l h^2 (1 + s/(6h) + s/(18h)). One rank, one sequence."""
+    from advisor.model.activations import ActivationInputs, estimate_activations
+    from advisor.model.flops import active_params, outside_layer_params
+    plan = _layers_only_plan(L, h, a)
+    inv = plan.inventory
+    assert active_params(inv) == 12 * L * h * h and outside_layer_params(inv) == 0
+    meta = {**inv.meta, "intermediate_size": 4 * h, "vocab_size": 1, "num_kv_heads": a}
+    frac = {ck: estimate_activations(meta, ActivationInputs(s, 1, checkpointing=ck, params_active=active_params(inv),
+                                                            params_outside_layers=0)).recompute_flops_fraction
+            for ck in ("full", "selective", str(L // 2))}
+    base = step_time(plan, _hw(), seq_len=s).by_resource(False)["compute"]
+    assert base == pytest.approx(72 * s * L * h * h * (1 + s / (6 * h)) / 4e11, rel=1e-12)
+    full = step_time(plan, _hw(), seq_len=s, recompute_fraction=frac["full"]).by_resource(False)["compute"]
+    assert full == pytest.approx(96 * s * L * h * h * (1 + s / (6 * h)) / 4e11, rel=1e-12)
+    assert full / base == pytest.approx(4 / 3, rel=1e-12)
+    half = step_time(plan, _hw(), seq_len=s, recompute_fraction=frac[str(L // 2)]).by_resource(False)["compute"]
+    assert half / base == pytest.approx(7 / 6, rel=1e-12)  # half the layers: + N per token
+    sel = step_time(plan, _hw(), seq_len=s, recompute_fraction=frac["selective"]).by_resource(False)["compute"]
+    assert sel == pytest.approx(72 * s * L * h * h * (1 + s / (6 * h) + s / (18 * h)) / 4e11, rel=1e-12)
+    assert sel - base == pytest.approx(4 * s * s * h * L / 4e11, rel=1e-12)
+
+
+def test_recompute_of_llama_3_70b_leaves_the_embedding_and_head_out_by_hand():
+    """Llama-3-70B (N = 70,553,706,496; embed_tokens and lm_head 128,256 x 8,192 each and the final
+    norm 8,192 outside the layers: 2,101,354,496), s = 8,192: A = 6 x 80 x 8,192 x 64 x 256 =
+    64,424,509,440 per token. Full: (2 x (N - 2,101,354,496) + A / 3) / (6 N + A) = 0.32472 of the
+    step (the old 24 h^2 + 4 s h count read 0.3288); selective: (A / 3) / (6 N + A) = 0.04403."""
+    from advisor.model.activations import ActivationInputs, estimate_activations
+    from advisor.model.flops import active_params, outside_layer_params
+    from advisor.model.specs import resolve_model
+    inv = resolve_model("llama-3-70b")
+    n, out = 70_553_706_496, 2 * 128_256 * 8_192 + 8_192
+    assert (active_params(inv), outside_layer_params(inv)) == (n, out)
+    A = 6 * 80 * 8_192 * 64 * 256
+    kw = dict(params_active=n, params_outside_layers=out)
+    full = estimate_activations(inv.meta, ActivationInputs(8192, 1, checkpointing="full", **kw)).recompute_flops_fraction
+    sel = estimate_activations(inv.meta, ActivationInputs(8192, 1, checkpointing="selective", **kw)).recompute_flops_fraction
+    assert full == pytest.approx((2 * (n - out) + A / 3) / (6 * n + A), rel=1e-12)
+    assert full == pytest.approx(0.32472, abs=1e-5)
+    assert sel == pytest.approx(A / 3 / (6 * n + A), rel=1e-12) == pytest.approx(0.04403, abs=1e-5)

@@ -18,9 +18,12 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   72 B s l h^2 (1 + s/(6h) + ...), Narayanan et al. SC'21 s.5.1 eq. 3); like both, it counts
   the full s x s scores, no causal-mask halving (a causal flash kernel skips about half of
   them) and no sliding window. **recompute** = the activations estimate's fraction x the
-  compute (6 N + attention) x T: the fraction is the recomputed forward FLOPs over the step's,
-  whose per-token total counts the attention core too (``advisor.model.activations``: 3 x (L x
-  (24 h^2 + 4 s h) + 2 h V)), in the backward window.
+  compute (6 N + attention) x T, in the backward window: the fraction is the recomputed forward
+  FLOPs over the same 6 N + attention per token (:mod:`advisor.model.flops`, Korthikanti et al.
+  2022): full (or k of L layers, k / L of it) one more forward of the layers, 2 x N_layers + A / 3
+  per token (N_layers: N_active less the embeddings and output head, which layer checkpoints do
+  not recompute; a model of layers only gets the paper's 8 N / 6 N = 4/3); selective the attention
+  core's forward, A / 3 = 2 x L x s x a x (d_qk + d_v) (4 s h per layer with d = h / a).
 * **model parallelism**: a rank of tensor parallel t, pipeline parallel p and Ulysses degree u
   computes 1/(t p u) of those FLOPs (each holds 1/t of every layer's weights, 1/p of the layers,
   s/u of each sequence). The 1F1B schedule leaves a **pipeline bubble** of (p-1)/m of the
@@ -110,6 +113,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.config.effective import DTYPE_BYTES, derive_batch
 from advisor.ledger.movement import NETWORK, NVME, PCIE, Movement, movement_roles, nvme_rate
+from advisor.model.flops import FORWARD_SHARE, attention_flops_per_token  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from advisor.cluster.hardware import Hardware
@@ -181,7 +185,9 @@ HOST_BW_PEAK_NOTE = ("host memory bandwidth is the data sheet's theoretical peak
 #: the step-time JSON's ``assumptions.compute`` and generate's assumptions say.
 COMPUTE_MODEL = ("(6 x active parameters + 6 x L x s x heads x (d_qk + d_v)) x tokens per rank per step / (dense "
                  "peak FLOP/s x MFU) (Kaplan et al. 2020 s.2.1; the attention scores as PaLM Appendix B's 12 L H Q T, "
-                 "full s x s, no causal halving), plus the recompute fraction of that with checkpointing")
+                 "full s x s, no causal halving), plus the recompute with checkpointing: full / k of L one more forward "
+                 "of those layers (2 x layer parameters + attention / 3 per token), selective the attention core's "
+                 "forward (attention / 3) (Korthikanti et al. 2022)")
 #: How the CPU optimizer term counts bytes (:func:`cpu_adam_bytes_per_element` computes it): generate's
 #: assumptions say it.
 CPU_OPTIMIZER_MODEL = ("DeepSpeedCPUAdam: partition elements x (28 B kernel + 8 B unscale pass where DeepSpeed runs "
@@ -197,8 +203,6 @@ FP16_OVERFLOW_CHECK_NOTE = ("fp16 at ZeRO-3 with the optimizer offloaded: DeepSp
                             "isnan over the host gradient buffer, stage3.py has_overflow) runs on the CPU every step "
                             "and is not in this step time; it is compute-bound, measured at about 6 x DeepSpeedCPUAdam's "
                             "step per element on one core")
-#: Share of the forward pass in 6 N per token (2 N forward, 4 N backward: Kaplan et al. s.2.1).
-FORWARD_SHARE = 2 / 6
 
 
 @dataclass
@@ -300,26 +304,6 @@ def mfu_for(hardware: "Hardware") -> tuple[float, str]:
     if v:
         return float(v), f"{a.name} preset's assumed_mfu"
     return MFU, "default assumption (advisor.ledger.steptime.MFU)"
-
-
-def attention_flops_per_token(meta: dict[str, Any] | None, seq_len: int) -> float:
-    """Forward + backward FLOPs per token of the attention scores (Q K^T) and the weighted values
-    (softmax x V) at sequence length ``seq_len``, over all layers: 6 x L x s x a x (d_qk + d_v),
-    i.e. forward 2 x s x a x d_qk + 2 x s x a x d_v per layer, backward twice that. With
-    d_v = d_qk = Q this is PaLM's 12 x L x H x Q x T (Chowdhery et al. 2022, "PaLM", Appendix B:
-    6N + 12LHQT FLOPs per token), and with H x Q = h Megatron-LM's attention term 12 x l x s x h
-    per token (Narayanan et al. SC'21 s.5.1 eq. 3: 72 B s l h^2 x s/(6h) per batch). Full s x s
-    scores as both formulas count them: no causal halving, no sliding window. ``meta`` gives
-    num_layers, num_heads, hidden_size (head_dim = hidden / heads and v_head_dim = head_dim by
-    default, as transformers' configs). 0.0 when any of the three is missing (no architecture)."""
-    meta = meta or {}
-    try:
-        L, a, h = int(meta["num_layers"]), int(meta["num_heads"]), int(meta["hidden_size"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
-    d = int(meta.get("head_dim") or h // a)
-    dv = int(meta.get("v_head_dim") or d)
-    return 6.0 * L * seq_len * a * (d + dv)
 
 
 def cpu_optimizer_elements(plan: "Plan") -> int:
@@ -528,9 +512,11 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     if recompute_fraction:
         rf = (flops + attn) * recompute_fraction
         terms.append(Term("recompute", "compute", "backward", rf, "FLOP", rate, rf / rate if rate else None,
-                          formula=f"{recompute_fraction:.3f} x (6 x N_active + attention) x T / (peak x MFU) (one "
-                                  "extra forward of the checkpointed layers; the fraction's denominator counts the "
-                                  "attention core)", source="advisor.model.activations recompute_flops_fraction"))
+                          formula=f"{recompute_fraction:.3f} x (6 x N_active + attention) x T / (peak x MFU) (full "
+                                  "/ k of L: one more forward of the checkpointed layers, 2 x N_layers + attention / 3 "
+                                  "per token; selective: the attention core's forward, attention / 3)",
+                          source="advisor.model.flops recompute_fraction (Korthikanti et al. 2022: 8 N vs 6 N; "
+                                 "selective s.5)"))
 
     pp = plan.cluster.pipeline_parallel
     if pp > 1:

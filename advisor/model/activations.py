@@ -55,7 +55,8 @@ Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkp
 * ``full``: every layer is checkpointed (HF ``gradient_checkpointing_enable()``, Megatron
   ``--recompute-granularity full``, ``deepspeed.checkpointing.checkpoint`` per layer): each
   layer keeps only its input (D sbh); backward recomputes one layer at a time, so one layer's
-  activations are live on top. Cost: one extra forward of the layers. With eager attention the
+  activations are live on top. Cost: one extra forward of the layers, 2 x N_layers + A / 3
+  FLOPs per token (:mod:`advisor.model.flops`: Korthikanti's 8 N against 6 N). With eager attention the
   recompute's peak is not that (:func:`eager_recompute_peak`): the first layer recomputed is the
   last, whose backward runs after the loss head's is done (its saved tensors freed but the
   logits the model returns); inside it the attention backward adds its s^2 gradients, and a
@@ -68,7 +69,9 @@ Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkp
   selective``): only the attention core (scores, softmax, dropout, weighted sum of v) is
   recomputed; its inputs q, k, v (k and v at their own heads: ``repeat_kv`` is inside) are kept.
   It removes the eager s^2 tensors; with flash attention only the fp32 log-sum-exp (4 b a s)
-  goes. Cost: the core's forward, 4 s h FLOPs per token and layer.
+  goes. Cost: the core's forward, 4 s h FLOPs per token and layer (A / 3 over the layers,
+  :mod:`advisor.model.flops`). ``recompute_flops_fraction`` is that cost over the step's
+  6 N_active + A per token (N from the inventory: ``ActivationInputs.params_active``).
 
 DeepSpeed's ``activation_checkpointing`` section applies to layers checkpointed through
 ``deepspeed.checkpointing.checkpoint`` (Megatron-DeepSpeed; read only by
@@ -115,6 +118,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from advisor.model.flops import recompute_fraction
 
 Checkpointing = str  # "none" | "full" | "selective" | "<k>": see parse_checkpointing
 Attention = Literal["flash", "eager"]
@@ -256,6 +261,12 @@ class ActivationInputs:
     #: CPU kernel: the model dtype) and per LayerNorm mean/rstd element (CUDA: fp32, 4).
     dropout_mask_bytes: int = 1
     norm_stat_bytes: int = 4
+    #: The model's N_active and the parameters outside its decoder layers (the inventory's:
+    #: :func:`advisor.model.flops.active_params` / :func:`~advisor.model.flops.outside_layer_params`),
+    #: for the recompute's FLOPs against the step's 6 N + attention. None: ``meta``'s ``active_params``
+    #: or ``params`` and 0 outside the layers, else 12 L h^2 (Kaplan et al. 2020 s.2.1's N).
+    params_active: int | None = None
+    params_outside_layers: int = 0
 
 
 @dataclass
@@ -696,10 +707,15 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             notes.append(f"DeepSpeed MoE capacity {cap} slots per expert is not divisible by tensor parallel {t}: "
                          f"drop_tokens asserts \"input dimension 1 ({cap}) is not divisible by tensor parallel world "
                          "size\" (moe/mappings.py:_drop_tokens)")
-    # recompute adds forward FLOPs: F_fwd(recomputed) / (3 x F_fwd(all)), per token (rough,
-    # Narayanan et al. 2021: 24 h^2 + 4 s h per layer, the 4 s h being the attention core)
-    layer_flops = 24 * h * h + 4 * s * h
-    step_flops = 3 * (L * layer_flops + 2 * h * V)
+    # recompute adds forward FLOPs, as a fraction of the step's 6 N + attention per token
+    # (advisor.model.flops: full / k of L one forward of the layers, 2 N_layers + A / 3; selective
+    # the attention core's forward, A / 3), at the full sequence (each token attends to all s)
+    n_act = x.params_active or int(_m(meta, "active_params", default=0) or _m(meta, "params", default=0) or 0) \
+        or 12 * L * h * h
+    n_out = x.params_outside_layers if x.params_active else 0
+
+    def flops_fraction(kind: str, share: float = 1.0) -> float:
+        return recompute_fraction(meta, x.seq_len, kind, share, n_act, n_out)
     saved_host = host_out = host_in = 0
     async_engine = False
     if mode == "selective":
@@ -708,7 +724,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         saved_acc = (all_layers - cut * layers_on_rank) * in_flight + loss_saved
         recompute = recompute_gross = cut  # one layer's core, recomputed in its backward
         recompute_freed = 0
-        frac_flops = L * 4 * s * h / step_flops
+        frac_flops = flops_fraction("selective")
         largest_layer -= cut
         if x.attention == "eager" and layers_on_rank:
             # the first core recomputed is the last layer's, after the loss head's backward (its
@@ -784,7 +800,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             freed_head = head_freed
         recompute_gross, recompute_freed = layer_peak + gathered, freed_head + (all_layers - replaced)
         recompute = max(0, recompute_gross - recompute_freed)
-        frac_flops = (L * layer_flops) / step_flops * (k / layers_on_rank if layers_on_rank else 0)
+        frac_flops = flops_fraction("full", k / layers_on_rank if layers_on_rank else 0.0)
     else:
         saved_acc = all_layers * in_flight + loss_saved
         recompute = recompute_gross = recompute_freed = 0

@@ -728,6 +728,7 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
     if not all(k in meta for k in needed):
         return None, "activations: not estimated (give --model with an architecture: a preset or config.json)"
     from advisor.model.activations import formula_gap
+    from advisor.model.flops import active_params, outside_layer_params
 
     gap = formula_gap(meta) if workload.activations == "formula" else None
     if gap:
@@ -747,7 +748,8 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         partition_activations=bool(ac.get("partition_activations")), cpu_checkpointing=bool(ac.get("cpu_checkpointing")),
         contiguous_memory_optimization=bool(ac.get("contiguous_memory_optimization")),
         number_checkpoints=_int_or_none(ac.get("number_checkpoints")), deepspeed_checkpointing=not hf,
-        moe_capacity_factor=workload.moe_capacity_factor)
+        moe_capacity_factor=workload.moe_capacity_factor,
+        params_active=active_params(inventory), params_outside_layers=outside_layer_params(inventory))
     notes = []
     if workload.checkpointing != "none" and ac and hf:
         notes.append("activation_checkpointing section not applied: HF gradient checkpointing (torch.utils.checkpoint) "

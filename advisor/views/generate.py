@@ -907,9 +907,10 @@ def cheapest_recompute(settings: tuple[str, ...], layers: int, candidate: Any, a
     ``settings``: :func:`recompute_settings`; ``layers``: the largest pipeline stage's layers
     (K runs 1..layers-1); ``candidate(ck)`` evaluates one setting and returns a Candidate
     (``rejection`` None when it fits); ``activations_of(c)`` its ActivationEstimate, whose
-    ``recompute_flops_fraction`` (:func:`advisor.model.activations.estimate_activations`:
-    Narayanan et al. 2021, 24 h^2 + 4 s h FLOPs per token and layer, the 4 s h being the
-    attention core) is the cost. ``none`` is tried first and wins when it fits. Otherwise
+    ``recompute_flops_fraction`` (:func:`advisor.model.activations.estimate_activations`, from
+    :mod:`advisor.model.flops`: k of L one more forward of k / L of the layers, 2 N_layers +
+    attention / 3 per token; selective the attention core's forward, attention / 3; over the
+    step's 6 N + attention) is the cost. ``none`` is tried first and wins when it fits. Otherwise
     selective (it recomputes the attention core of every layer, L x 4 s h, which at long
     sequences costs more than a few whole layers) and the fewest layers K that fit (binary
     search: memory falls and FLOPs grow as K grows, so the smallest K that fits is the cheapest
