@@ -2,7 +2,7 @@
 
 Exit codes (every command; see advisor.errors): 0 ok, 1 findings at or above --fail-on
 (check: no-go), 2 bad usage or unreadable input, 3 environment could not be probed
-(check --strict), 4 check only: tight (see --allow-tight).
+(check --strict), 4 check only: tight (see --allow-tight), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,22 +15,30 @@ from pathlib import Path
 import click
 
 from advisor import DEEPSPEED_VERSION, __version__
-from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, AdvisorError
+from advisor.errors import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, AdvisorError
 
 CONFIG_SUFFIXES = (".json", ".hjson", ".conf", ".jsonc", ".yml", ".yaml")
 FAIL_ON = ("error", "warning", "info", "never")
 
 
-def _fail(message: str) -> "click.exceptions.Exit":
-    """Print an exit-2 error (``ds-advisor: MESSAGE``) on stderr and return the Exit to raise.
-    Piped, it is one line (the contract for bad input: scripts and tests read it whole); on a
-    terminal it is folded at word boundaries like every message (:func:`_say`)."""
+def _fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
+    """Print an error (``ds-advisor: MESSAGE``) on stderr and return the Exit (``code``, by default
+    exit 2) to raise. Piped, it is one line (the contract for bad input: scripts and tests read it
+    whole); on a terminal it is folded at word boundaries like every message (:func:`_say`)."""
     if _stderr_is_terminal():
         _say(f"ds-advisor: {message}")
     else:
         from advisor.render.escape import safe_text
         click.echo(safe_text(f"ds-advisor: {message}"), err=True)
-    return click.exceptions.Exit(EXIT_USAGE)
+    return click.exceptions.Exit(code)
+
+
+def _interrupted() -> "click.exceptions.Exit":
+    """Ctrl-C (KeyboardInterrupt) anywhere in a command: one line on stderr and the Exit with
+    :data:`advisor.errors.EXIT_INTERRUPTED` (130, 128 + SIGINT), not click's "Aborted!" and exit 1.
+    A file being written has removed its temporary file by then (advisor.files.write_atomic's
+    ``finally``), so nothing is left behind."""
+    return _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
 
 
 def _stderr_is_terminal() -> bool:
@@ -986,6 +994,8 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as e:
             raise _usage_error(e) from None
+        except KeyboardInterrupt:  # before click's standalone handler turns it into "Aborted!", exit 1
+            raise _interrupted() from None
 
     def parse_args(self, ctx, args):
         """The group's own options, with their usage errors as one line too (``ds-advisor --bogus``);
@@ -996,6 +1006,8 @@ class _LazyGroup(click.Group):
             raise
         except click.UsageError as e:
             raise _usage_error(e) from None
+        except KeyboardInterrupt:
+            raise _interrupted() from None
 
     def command(self, *args, **kwargs):  # type: ignore[override]
         def deco(f):
@@ -1013,7 +1025,8 @@ def main() -> None:
 
     Exit codes: 0 ok; 1 findings at or above --fail-on (check: no-go); 2 bad usage or
     unreadable input; 3 environment could not be probed (check --strict); 4 check: tight
-    (fits only inside the runtime overhead's uncertainty; --allow-tight: 0).
+    (fits only inside the runtime overhead's uncertainty; --allow-tight: 0); 130 interrupted
+    (Ctrl-C).
     """
 
 
@@ -1374,6 +1387,8 @@ def run() -> None:
         main(standalone_mode=True)
     except SystemExit:
         raise
+    except KeyboardInterrupt:  # outside the command (the group handles it inside): the same line, 130
+        sys.exit(_interrupted().exit_code)
     except AdvisorError as e:
         _fail(str(e))
         sys.exit(e.exit_code)

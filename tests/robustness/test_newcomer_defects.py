@@ -191,3 +191,44 @@ def test_hf_config_errors_name_the_key_the_file_wrote(tmp_path, cfg, key, spec_f
     _one_line(res.output)
     assert key in res.output, res.output
     assert spec_field not in res.output.replace(key, ""), res.output  # the spec's own name is not the user's
+
+
+# --- 4. Ctrl-C is exit 130 with one line --------------------------------------------------------
+
+def _wait_blocked_on_read(pid: int, timeout: float = 60) -> None:
+    """Until the process sleeps in a read of its standard input (started and blocked), or fail."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            syscall = Path(f"/proc/{pid}/syscall").read_text().split()[:2]
+        except (OSError, IndexError):
+            state, syscall = "?", []
+        if state == "S" and syscall[:2] == ["0", "0x0"]:  # read(2) (x86-64 syscall 0) on fd 0
+            return
+        time.sleep(0.1)
+    pytest.fail("the command never blocked reading its standard input")
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="needs /proc/PID/syscall to see the blocked read")
+@pytest.mark.parametrize("cmd", [["lint", "-"], ["report", "-", "--params", "1000", "-o", "out.html"]])
+def test_ctrl_c_exits_130_with_one_line_and_leaves_no_file(tmp_path, cmd):
+    """SIGINT to a command blocked reading its config from a stdin pipe that never closes:
+    exit 130 (errors.EXIT_INTERRUPTED), one line naming the interrupt, not click's "Aborted!"
+    (exit 1); no output or temporary file is left in the folder it writes to."""
+    p = subprocess.Popen([sys.executable, "-m", "advisor", *cmd], cwd=tmp_path, env=clean_env(),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_blocked_on_read(p.pid)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = err.decode()
+    assert p.returncode == 130, (p.returncode, err)
+    _one_line(err)
+    assert err.strip() == "ds-advisor: interrupted (Ctrl-C)", err
+    assert "Aborted" not in err + out.decode()
+    assert list(tmp_path.iterdir()) == []
