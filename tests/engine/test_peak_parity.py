@@ -213,7 +213,18 @@ RACY = {
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_normlife_w2": {"backward:1": (10000 * 2 * 2, "m0's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_linear_smallbucket_w2": {},
 }
+#: The first forward fetches module by module too, and the same buffer can outlive its module's
+#: release while the next module is gathered. Seen in runs beside other work (2026-12-05): CI,
+#: z3_bf16_oo_cpu_normlife_w2 rank 0 forward:1 +9,821 B (_all_gather_sequential's buffers: one
+#: parameter per module, l. 1598); here, 1 run of 6 of the ZeRO-3 cells, a rank 1 forward:1 +39,169 B
+#: (_all_gather_dtype l. 1343's flat buffer); alone, every run matched within 0.02%. The same bound
+#: as backward's: the largest module's buffer (l2's at 2 B for the linear cell, which has no
+#: backward:1 entry: that phase is UNMATCHED), never under the ledger.
+for _cid, _phases in RACY.items():
+    _phases["forward:1"] = (_phases.get("backward:1", ((11589 + 39) * 2 * 2, ""))[0],
+                            "a released module's all-gather buffer held by gloo")
 
 
 @pytest.fixture(scope="module")
