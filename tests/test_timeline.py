@@ -565,6 +565,43 @@ def test_zero2_flattens_in_host_memory_when_the_accelerator_has_no_room(tmp_path
     assert host["instant"] != "initialize:module" and not [x for x in d["findings"] if x["code"] == "M103"]
 
 
+def test_the_host_flat_copy_at_initialize_is_on_the_timeline_text_and_html_chart(tmp_path):
+    # the same plan as above: the fit's host row peaks at initialize:module with the flat copy built in
+    # host memory, 30e9 x 2 B (the group's parameters copied there) + 30e9 x 2 B (the flat buffer) =
+    # 120e9 B per rank. Every view of the timeline shows that instant with those bytes, not "-".
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000000, "allgather_bucket_size": 10000000}}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    args = [str(f), "--params", "30000000000", "--world-size", "256", "--gpus-per-node", "8",
+            "--host-memory", "512GB", "--gpu-memory", "80GB", "--load-dtype", "bf16"]
+    per_rank = 30_000_000_000 * 2 * 2
+    d = json.loads(run_cli(["estimate", *args, "--format", "json"]).stdout)
+    for role in d["ranks"]:
+        row = next(x for x in role["timeline"] if x["instant"] == "initialize:module")
+        assert row["host"] == per_rank and "flattens a param group in host memory" in row["label"]
+        pk = role["peak"]["host"]
+        assert pk["instant"] == "initialize:module" and pk["top"][0] == {
+            "item": "zero12_flat_fallback", "tier": "host_pageable", "class": "parameters", "bytes": per_rank}
+    # the text's timeline table: that row, 120e9 B = 111.76 GiB, starred as the host's peak
+    text = run_cli(["estimate", *args]).stdout
+    table = text[text.index("Step timeline"):]
+    row = next(ln for ln in table.splitlines() if "flattens a param group in host memory" in ln)
+    assert "111.76*" in row, row
+    # the HTML report's chart: the instant's words under the axis, the host's peak star, and the
+    # contributors at that peak
+    out = tmp_path / "r.html"
+    p = run_cli(["report", *args, "--output", str(out)])
+    assert p.returncode in (0, 1), p.stderr
+    html = out.read_text()
+    chart = html[html.index("id=timeline-chart"):]
+    chart = chart[:chart.index("</svg>")]
+    assert "flattens a param group in host memory" in chart and 'id="timeline-peak-host"' in chart
+    assert "host at initialize: ZeRO-1/2 flattens a param group in host memory" in html
+    assert "zero12_flat_fallback 120,000,000,000 bytes" in html
+
+
 #: TINY's layers (tests/engine/parity.py): l1 (301 x 64, 301), l2 (77 x 301, 77), l3 (5 x 77, 5).
 TINY3 = Inventory(name="tiny", tensors=[TensorSpec(n, s) for n, s in [
     ("l1.weight", (301, 64)), ("l1.bias", (301,)), ("l2.weight", (77, 301)), ("l2.bias", (77,)),

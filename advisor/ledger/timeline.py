@@ -887,6 +887,24 @@ class Timeline:
         best = max(idx, key=lambda i: (s[i], -i))
         return s[best], best
 
+    def put(self, i: int, item: str, tier: str, cls: str, nbytes: int, label: str | None = None) -> None:
+        """Set ``item``'s bytes on ``tier`` at instant ``i`` to ``nbytes`` (0 removes it; a second
+        call replaces the first), and its words to ``label`` when given: a term the fit decides from
+        the capacity (:func:`zero12_flat_fallback` at ``initialize:module``), shown on the same
+        timeline as the ledger's entries."""
+        rows = self.entries[i]
+        for j, row in enumerate(rows):
+            if row[0] == item and row[1] == tier:
+                self.live[i][tier] -= row[3]
+                del rows[j]
+                break
+        if nbytes:
+            self.live[i][tier] = self.live[i].get(tier, 0) + nbytes
+            rows.append((item, tier, cls, nbytes))
+        if label is not None:
+            x = self.instants[i]
+            self.instants[i] = Instant(x.key, x.phase, label, x.group)
+
     def contributors(self, i: int, tiers: tuple[str, ...], top: int = 5) -> list[dict[str, Any]]:
         """The ``top`` largest live entries at instant ``i`` in ``tiers`` (bytes descending)."""
         rows = [e for e in self.entries[i] if e[1] in tiers and e[3] > 0]

@@ -419,6 +419,13 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
 REFUSAL_RULES = ("P001", "P003", "O003")
 
 
+#: The timeline item and the words of ``initialize:module`` when ZeRO-1/2 flattens a param group in
+#: host memory there (:func:`advisor.ledger.timeline.zero12_flat_fallback`, which the capacity decides).
+FLAT_FALLBACK_ITEM = "zero12_flat_fallback"
+FLAT_FALLBACK_LABEL = ("initialize: ZeRO-1/2 flattens a param group in host memory (no room for its flat copy "
+                       "on the accelerator beside the whole model)")
+
+
 def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
              overhead: OverheadSettings = DEFAULT_OVERHEAD) -> list[FitRow]:
     """Accelerator: the worst rank's timeline peak plus the runtime overhead terms
@@ -472,22 +479,22 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
         # reserve is not counted there, the CUDA context and the NCCL buffers are
         fallback = zero12_flat_fallback(ledger, capacity.accelerator - at_mod - sum(
             t.bytes for t in overhead.terms(at_mod, **shape) if t.key != "allocator"))
+        if fallback:
+            # on every role's timeline (the same on each rank), so the timeline table, the HTML
+            # chart and the roles' peaks show the instant that decides the host row
+            for role in roles:
+                tl_of(role).put(j_mod, FLAT_FALLBACK_ITEM, "host_pageable", "parameters", fallback, FLAT_FALLBACK_LABEL)
     for tier, ts in (("host", TIER_SET["host"]), ("nvme", TIER_SET["nvme"])):
         sums = [0] * len(inst)
         for tl in tls:
             for j, v in enumerate(tl.series(ts)):
                 sums[j] += v * scale
-        if tier == "host" and fallback:
-            sums[j_mod] += fallback * len(tls) * scale
         j = max(range(len(inst)), key=lambda k: (sums[k], -k))
         js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in BEFORE_PARTITION]
         jst = max(js, key=lambda k: (sums[k], -k))
         if tier == "nvme" and not (sums[j] or capacity.nvme):
             continue
         label = inst[j].label
-        if tier == "host" and fallback and j == j_mod:
-            label = ("initialize: ZeRO-1/2 flattens a param group in host memory (no room for its flat copy "
-                     "on the accelerator beside the whole model)")
         jl = [k for k in range(len(inst)) if inst[k].phase == "load"]
         rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme,
                            f"per node ({per_node} rank{'s' if per_node != 1 else ''})",
