@@ -715,3 +715,111 @@ def test_recompute_of_llama_3_70b_leaves_the_embedding_and_head_out_by_hand():
     assert full == pytest.approx((2 * (n - out) + A / 3) / (6 * n + A), rel=1e-12)
     assert full == pytest.approx(0.32472, abs=1e-5)
     assert sel == pytest.approx(A / 3 / (6 * n + A), rel=1e-12) == pytest.approx(0.04403, abs=1e-5)
+
+
+# --- overlap_comm false: what DeepSpeed 0.19.8 still overlaps ------------------------------------
+
+def _two_rank_hw() -> object:
+    # one node, 2 accelerators joined by a 1e11 B/s peer link (per direction)
+    return from_dict({"nodes": 1, "accelerators_per_node": 2, "host_memory_bandwidth_bytes_per_s": 1e10,
+                      "peer_bytes_per_s": 1e11,
+                      "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                      "host_link": {"bytes_per_s": 1e10}}})
+
+
+def _four_module_plan(stage: int, overlap: bool, world: int = 2, **zero) -> Plan:
+    # four modules of N/4 elements each (2^20: above the persistence threshold, 1e5)
+    inv = Inventory("four", [TensorSpec(f"layers.{i}.w", (N // 4,), trainable=True) for i in range(4)])
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": stage, "overlap_comm": overlap, **zero}}
+    return Plan(effective_config(raw), inv, Cluster(world_size=world, gpus_per_node=world))
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_overlap_comm_false_exposes_the_collectives_by_hand(stage):
+    """overlap_comm false, DeepSpeed 0.19.8: ZeRO-3's all-gather stream is the default stream
+    (runtime/zero/parameter_offload.py l.195-196: ``Stream() if overlap_comm else
+    default_stream()``), on which partitioned_param_coordinator.py issues every all-gather and
+    prefetch (l.606 ``with get_accelerator().stream(self.__allgather_stream)``): they run between
+    the layers' kernels, none hidden; its gradient reduce-scatter runs on
+    reduce_and_partition_stream = the default stream (stage3.py l.340-341). ZeRO-1/2 reduce on
+    the current stream (stage_1_and_2.py l.2239-2245; ZeRO-1 without hooks, reduce_gradients
+    after backward, l.971-976). Two ranks over a 1e11 B/s peer link, N = 2^22 bf16 elements in
+    four modules, 1,000 tokens per rank: compute 6 N T / 4e11 = 62.9 ms. Each collective sends
+    (W-1)/W x 2N B = N B (ring): 41.9 us. ZeRO-3 with stage3_max_reuse_distance 0 gathers in
+    forward and again in backward and reduce-scatters once; with overlap_comm only the first
+    module's quarter of each all-gather is waited on (nothing to hide it). ZeRO-1/2 all-gather
+    the updated partitions after the step, synchronous either way."""
+    zero = {"stage3_max_reuse_distance": 0} if stage == 3 else {}
+    compute = 6 * N * 1000 / 4e11
+    one = N / 1e11  # one collective of N B per rank
+    for overlap in (True, False):
+        st = step_time(_four_module_plan(stage, overlap, **zero), _two_rank_hw(), seq_len=1000)
+        if stage == 3:
+            want = compute + (2 * one / 4 if overlap else 3 * one)
+        else:
+            want = compute + (one if overlap else 2 * one)
+        assert st.total == pytest.approx(want, rel=1e-9), (stage, overlap)
+        assert st.by_resource()["network"] == pytest.approx(want - compute, rel=1e-9)
+        if stage == 3:
+            rows = {t.name: t for t in st.terms if t.name.startswith("network:param_allgather_")}
+            assert all(t.overlapped == overlap for t in rows.values() if not t.name.endswith("first_module"))
+            if not overlap:
+                assert "parameter_offload.py l.195-196" in rows["network:param_allgather_fwd:send"].source
+
+
+def test_overlap_comm_false_exposes_the_offloaded_parameter_fetch_by_hand():
+    """ZeRO-3, parameters offloaded to the CPU, one rank: the host partition's copy to the
+    accelerator is inside the coordinator's all-gather (partition_parameters.py
+    _all_gather_coalesced l.1514 ``ds_tensor.to(device)``, under the all-gather stream): with
+    overlap_comm it hides behind each pass's compute, without it it is exposed: 2N B per pass at
+    1e10 B/s, forward and backward (stage3_max_reuse_distance 0): 2 x 0.839 ms. Both add the
+    updated partitions' copy back to host after the step (2N B, synchronous: 0.839 ms)."""
+    compute = 6 * N * 1000 / 4e11
+    for overlap in (True, False):
+        st = step_time(_four_module_plan(3, overlap, world=1, stage3_max_reuse_distance=0,
+                                         offload_param={"device": "cpu"}), _hw(), seq_len=1000)
+        fetch = [t for t in st.terms if t.resource == "pcie" and t.phase in ("forward", "backward")]
+        assert sorted(t.phase for t in fetch) == ["backward", "forward"]
+        assert all(t.amount == 2 * N and t.overlapped == overlap for t in fetch)
+        want = compute + 2 * N / 1e10 + (0 if overlap else 2 * 2 * N / 1e10)
+        assert st.total == pytest.approx(want, rel=1e-9), overlap
+
+
+# --- NVMe-offloaded parameters: read in forward and again in backward ----------------------------
+
+def _slow_nvme_hw() -> object:
+    # a 1e8 B/s tier (a slow aio path): DeepSpeed's aio defaults keep 8 MiB in flight against
+    # 1e8 x 85 us = 8,500 B reading and 1e8 x 20 us = 2,000 B writing
+    return from_dict({"nodes": 1, "accelerators_per_node": 1, "host_memory_bandwidth_bytes_per_s": 1e10,
+                      "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                      "host_link": {"bytes_per_s": 1e10}},
+                      "storage": [{"name": "n", "mounts": ["/nvme"], "capacity_bytes": 1e13, "read_bytes_per_s": 1e8,
+                                   "write_bytes_per_s": 1e8, "access": "read-write"}]})
+
+
+def test_nvme_parameter_reads_split_over_forward_and_backward_by_hand():
+    """ZeRO-3 with parameters on NVMe (max_in_cpu 0: every partition swapped), one rank,
+    stage3_max_reuse_distance 0: every fetch swaps the partition in first
+    (partition_parameters.py _ensure_availability_of_partitioned_params l.1706-1720, or the
+    coordinator's aio prefetch l.667-690), in forward and again in backward: 2N B read per pass
+    (four 2 MiB partitions, 512-element aligned) at R = 1e8 x 8,388,608 / 8,397,108 B/s =
+    83.97 ms per pass; compute forward 20.97 ms, backward 41.94 ms; PCIe fetches 2N B per pass at
+    1e10 (hidden). Each window is max(its compute, its reads): 83.97 + 83.97 ms; charging both
+    reads to forward (the old model) read max(20.97, 167.9) + 41.94 = 209.9 ms. After the step the
+    partitions are written (2N / W, W = 1e8 x 8,388,608 / 8,390,608) and the updated partitions
+    copied to host (2N / 1e10), both synchronous."""
+    plan = _four_module_plan(3, True, world=1, stage3_max_reuse_distance=0,
+                             offload_param={"device": "nvme", "nvme_path": "/nvme", "max_in_cpu": 0})
+    st = step_time(plan, _slow_nvme_hw(), seq_len=1000)
+    R, W = 1e8 * 8_388_608 / 8_397_108, 1e8 * 8_388_608 / 8_390_608
+    reads = {t.phase: t for t in st.terms if t.resource == "nvme" and t.name.startswith("nvme:lp_param_partitions:read")}
+    assert set(reads) == {"forward", "backward"}
+    assert all(t.amount == 2 * N and t.overlapped for t in reads.values())
+    cf, cb = 2 * N * 1000 / 4e11, 4 * N * 1000 / 4e11
+    assert st.windows["forward"] == pytest.approx(max(cf, 2 * N / R), rel=1e-9)
+    assert st.windows["backward"] == pytest.approx(max(cb, 2 * N / R), rel=1e-9)
+    want = max(cf, 2 * N / R) + max(cb, 2 * N / R) + 2 * N / W + 2 * N / 1e10
+    assert st.total == pytest.approx(want, rel=1e-9)
+    old = max(cf, 4 * N / R) + cb + 2 * N / W + 2 * N / 1e10
+    assert old - st.total == pytest.approx(cb, rel=1e-6)  # the backward compute the reads no longer hide behind

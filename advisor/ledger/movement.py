@@ -158,6 +158,29 @@ class Movement:
         return asdict(self)
 
 
+#: Why a ZeRO-3 parameter fetch is synchronous without ``overlap_comm`` (DeepSpeed 0.19.8).
+NO_OVERLAP_FETCH = ("overlap_comm false: the all-gather stream is the default stream, parameter_offload.py "
+                    "l.195-196, so partitioned_param_coordinator.py issues every all-gather and prefetch "
+                    "(l.400, l.606 `with stream(allgather_stream)`) on the compute stream, serialised with the "
+                    "layers' kernels")
+
+
+def zero3_fetch_overlaps(z: Any) -> bool:
+    """Whether ZeRO-3's parameter fetches (the coordinator's all-gathers, their qwZ scales and hpZ
+    parts, and an offloaded partition's copy to the accelerator inside them) run alongside compute
+    in DeepSpeed 0.19.8: only with prefetching (``stage3_prefetch_bucket_size`` > 0,
+    ``partitioned_param_coordinator.py`` ``fetch_sub_module``: the next modules' parameters are
+    gathered while the current one computes) AND ``overlap_comm``: ``DeepSpeedZeRoOffload``
+    makes the all-gather stream ``get_accelerator().Stream() if overlap_comm else
+    get_accelerator().default_stream()`` (``runtime/zero/parameter_offload.py`` l.195-196), and
+    the coordinator issues every all-gather, the prefetches too, ``with
+    get_accelerator().stream(self.__allgather_stream)`` (``partitioned_param_coordinator.py``
+    l.606; the wait at l.400-415): on the default stream they run in stream order between the
+    layers' kernels, none of them hidden. NVMe parameter reads are not on a stream (aio threads,
+    ``__prefetch_nvme_param_partitions`` l.667-690): they overlap with prefetching alone."""
+    return z.prefetch_bucket_size > 0 and bool(z.overlap_comm)
+
+
 def _grad_accum(ec: EffectiveConfig, dp: int) -> int:
     _, _, ga, err = derive_batch(ec, dp)
     if err or not ga:
@@ -696,8 +719,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             rows.append(Movement(r, link, direction, cls, item, int(nbytes), phase, overlap, formula, source, **kw))
 
     gathered = zero3_stays_gathered(inv, z, zero3_persistent(inv, z)) if st == 3 else True
-    fetches = 1 if gathered else 2  # stage 3: forward, plus backward unless still gathered
-    fetch_words = "forward" if gathered else "forward and backward"
+    # stage 3 fetches every parameter in forward, and again in backward unless still gathered
     f = (W - 1) / W
 
     # ---- collectives ---------------------------------------------------------------------------
@@ -719,7 +741,10 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                 "ZeRO paper s.7.1 (Psi all-gather); stage_1_and_2.py all_gather_dp_groups")
         else:
             p3_all, p3_t = zero3_partition_sums(inv, W)
-            prefetch = z.prefetch_bucket_size > 0
+            # the coordinator's all-gathers (and the prefetches) hide behind compute only on a side
+            # stream: zero3_fetch_overlaps (overlap_comm false: the default stream, serialised)
+            prefetch = zero3_fetch_overlaps(z)
+            nsrc = "" if prefetch or z.prefetch_bucket_size <= 0 else "; " + NO_OVERLAP_FETCH
             # ZeRO++ qwZ: every coordinator fetch is all_gather_coalesced(quantize=True), an int8 flat
             # buffer of sum(p_i) x W (1 byte per element) in place of the D-byte one.
             PD, pd, qsrc = D, "D", ""
@@ -733,7 +758,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             if h > 1:
                 for item, nbytes, intra, formula in hpz_allgather_rank_bytes(p3_all, p3_t, W, h, L, ga, PD, gathered):
                     add(NETWORK, "send", "parameters", item, nbytes, "backward" if "bwd" in item else "forward",
-                        prefetch, formula.replace("PD", pd), HPZ_SOURCE + qsrc, intra_node=intra)
+                        prefetch, formula.replace("PD", pd), HPZ_SOURCE + qsrc + nsrc, intra_node=intra)
             if z.zero_quantized_weights:
                 # the fp32 scales travel in a second all-gather beside each int8 one (l. 1527-1529)
                 qs = ("partition_parameters.py _all_gather_coalesced l. 1480-1533 (quant_scale_buffer, fp32) / "
@@ -760,16 +785,16 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                         sc.append(("qwz_scales_bwd", ga * (W - 1) * g_all * QUANT_SCALE_BYTES, None, "backward",
                                    "fp32 scales of the backward all-gather: GA x (W-1) x G x 4"))
                 for item, nbytes, intra, phase, formula in sc:
-                    add(NETWORK, "send", "parameters", item, nbytes, phase, prefetch, formula, qs, intra_node=intra)
+                    add(NETWORK, "send", "parameters", item, nbytes, phase, prefetch, formula, qs + nsrc, intra_node=intra)
             if h <= 1:
                 add(NETWORK, "send", "parameters", "param_allgather_fwd", ga * f * p3_all * W * PD, "forward", prefetch,
                     f"forward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd}", "ZeRO paper s.7.2.2 (P_os+g+p: Psi per "
-                    "pass); partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch" + qsrc)
+                    "pass); partition_parameters.py all-gather, partitioned_param_coordinator.py prefetch" + qsrc + nsrc)
                 if not gathered:
                     add(NETWORK, "send", "parameters", "param_allgather_bwd", ga * f * p3_all * W * PD, "backward",
                         prefetch, f"backward all-gather: GA x (W-1)/W x sum(p_i) x W x {pd} (parameters released after "
                         "forward: stage3_max_reuse_distance < 2 x non-persistent numel)",
-                        "ZeRO paper s.7.2.2; reference 4.5" + qsrc)
+                        "ZeRO paper s.7.2.2; reference 4.5" + qsrc + nsrc)
             nodes = plan.cluster.world_size // L
             if z.zero_quantized_gradients and nodes > 1:
                 for item, nbytes, intra, formula in qgz_rank_bytes(inv, plan.cluster.world_size, L, nodes, C):
@@ -834,10 +859,18 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                 "parameters offloaded, optimizer on the accelerator: updated partitions back to host: P3 x D",
                 "stage3.py _reassign_or_swap_out_partitioned_parameters [S]")
         if op != "none":
-            add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", ga * fetches * p3_all * D, "forward",
-                z.prefetch_bucket_size > 0,
-                f"offloaded partitions fetched for every {fetch_words} pass: GA x {fetches} x sum(p_i) x D",
-                "partition_parameters.py all-gather from host partitions; reference 4.5")
+            # the host partition's copy to the accelerator is inside the coordinator's all-gather
+            # (partition_parameters.py _all_gather_coalesced l.1514 / _all_gather_sequential l.1360:
+            # ds_tensor.to(device), run under `with stream(allgather_stream)`), so it overlaps as the
+            # all-gathers do (zero3_fetch_overlaps); one row per pass, each in its own window
+            src = "partition_parameters.py all-gather from host partitions; reference 4.5" + (
+                "" if zero3_fetch_overlaps(z) else " (" + NO_OVERLAP_FETCH + ")")
+            add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", ga * p3_all * D, "forward",
+                zero3_fetch_overlaps(z), "offloaded partitions fetched for every forward pass: GA x sum(p_i) x D", src)
+            if not gathered:
+                add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", ga * p3_all * D, "backward",
+                    zero3_fetch_overlaps(z), "offloaded partitions fetched again for every backward pass (released "
+                    "after forward): GA x sum(p_i) x D", src)
 
     # ---- activation checkpoints to host (cpu_checkpointing) ------------------------------------
     if akey is not None:
@@ -895,20 +928,32 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         add(NVME, "write", "parameters", "lp_param_partitions", wbytes, "after_step", False,
             f"trainable partitions beyond max_in_cpu ({z.offload_param.max_in_cpu:,} elements) written after every "
             f"step: sum A_{kp}(p_i) x D", psrc, path=path)
+        # Every fetch swaps the partition in before its all-gather (partition_parameters.py
+        # _ensure_availability_of_partitioned_params l.1706-1720, or the coordinator's aio prefetch
+        # __prefetch_nvme_param_partitions l.667-690, forward and backward alike: fetch_sub_module runs
+        # for both): one read row per pass, each in its own window. The reads are aio threads, not a
+        # stream: they overlap with prefetching alone (zero3_fetch_overlaps' note).
         # The first micro-step has no trace yet: parameters are released after forward and fetched
         # again in backward (measured N2: both in iteration 1, only forward afterwards).
-        first = (ga * fetches + 1) if gathered else None
-        add(NVME, "read", "parameters", "lp_param_partitions", ga * fetches * wbytes, "forward",
-            z.prefetch_bucket_size > 0,
-            f"trainable NVMe partitions read on every {fetch_words} fetch: GA x {fetches} x sum A_{kp}(p_i) x D",
-            psrc, path=path, first_step_bytes=first * wbytes if first else None)
+        nv_over = z.prefetch_bucket_size > 0
+        add(NVME, "read", "parameters", "lp_param_partitions", ga * wbytes, "forward", nv_over,
+            f"trainable NVMe partitions read on every forward fetch: GA x sum A_{kp}(p_i) x D", psrc, path=path,
+            # staying gathered, the first micro-step still re-reads them once, in backward
+            first_step_bytes=(ga + 1) * wbytes if gathered else None)
+        if not gathered:
+            add(NVME, "read", "parameters", "lp_param_partitions", ga * wbytes, "backward", nv_over,
+                f"trainable NVMe partitions read again on every backward fetch (released after forward): GA x sum "
+                f"A_{kp}(p_i) x D", psrc, path=path)
         # Frozen: the first-step backward re-fetch happens only where a gradient flows through the
         # layer (not for leading frozen layers such as embeddings); the inventory has no graph, so
         # the first step is counted like the others (measured: a frozen first layer, no re-fetch).
-        add(NVME, "read", "parameters", "frozen_params", ga * fetches * fbytes, "forward", z.prefetch_bucket_size > 0,
-            f"frozen partitions (never put in the max_in_cpu buffer) read on every {fetch_words} fetch, never written: "
-            f"GA x {fetches} x sum A_{kp}(p_i) x D", psrc + "; tests/engine/test_nvme_traffic.py (frozen layer)",
-            path=path)
+        fsrc = psrc + "; tests/engine/test_nvme_traffic.py (frozen layer)"
+        add(NVME, "read", "parameters", "frozen_params", ga * fbytes, "forward", nv_over,
+            f"frozen partitions (never put in the max_in_cpu buffer) read on every forward fetch, never written: "
+            f"GA x sum A_{kp}(p_i) x D", fsrc, path=path)
+        if not gathered:
+            add(NVME, "read", "parameters", "frozen_params", ga * fbytes, "backward", nv_over,
+                f"frozen partitions read again on every backward fetch: GA x sum A_{kp}(p_i) x D", fsrc, path=path)
     return rows
 
 

@@ -77,9 +77,17 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
 Overlap, as DeepSpeed 0.19.8 applies it (the ledger's ``overlap`` flag on each movement, and the
 phase it happens in):
 
-* forward window: compute forward (2/6 of the compute) runs alongside the prefetched ZeRO-3
-  all-gathers and parameter fetches (``stage3_prefetch_bucket_size`` > 0,
-  ``partitioned_param_coordinator.py`` prefetch);
+* forward and backward windows: each pass's compute runs alongside ZeRO-3's prefetched parameter
+  all-gathers and offloaded-parameter fetches of that pass (``stage3_prefetch_bucket_size`` > 0,
+  ``partitioned_param_coordinator.py`` prefetch; the backward pass fetches again what forward
+  released, and an NVMe-offloaded partition is read from NVMe in each pass,
+  ``partition_parameters.py`` ``_ensure_availability_of_partitioned_params`` /
+  ``__prefetch_nvme_param_partitions``), the all-gathers and PCIe fetches only with
+  ``overlap_comm``: without it the all-gather stream is the default stream
+  (``parameter_offload.py`` l.195-196; the coordinator's ``with stream(allgather_stream)``,
+  l.606), so they run between the layers' kernels, exposed in full
+  (:func:`advisor.ledger.movement.zero3_fetch_overlaps`); the NVMe reads are aio threads, not a
+  stream, and overlap with prefetching alone;
 * backward window: compute backward (4/6) and recompute run alongside the gradient
   reduce-scatter and the offload's gradient copies over PCIe, both only with ``overlap_comm``
   (``stage_1_and_2.py`` / ``stage3.py`` ``reduce_ipg_grads`` / ``partition_grads`` on a side
@@ -531,10 +539,15 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
 
     if movements is None:
         movements = step_movements(movement_roles(plan, hardware), pp)
+    seen: set[str] = set()
     for m in movements:
         if m.seconds is None:
             unknown.append(f"{m.link} {m.item} (no {m.link} bandwidth in the hardware spec)")
-        terms.append(Term(f"{m.link}:{m.item}:{m.direction}", m.link, m.phase, m.bytes, "bytes",
+        name = f"{m.link}:{m.item}:{m.direction}"
+        if name in seen:  # one item moved in two passes (ZeRO-3's forward and backward fetches)
+            name += f":{m.phase}"
+        seen.add(name)
+        terms.append(Term(name, m.link, m.phase, m.bytes, "bytes",
                           (m.bytes / m.seconds) if m.seconds else None, m.seconds, overlapped=m.overlap,
                           formula=m.formula, source=m.source))
 

@@ -496,7 +496,13 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
     role = section["ranks"][0] if section["ranks"] else {"ranks": [0], "movements": []}
     who = f"rank {role['ranks'][0]}" + (f" (and {len(role['ranks']) - 1} more alike)" if len(role["ranks"]) > 1 else "")
     head = ("link", "direction", "class", "item", U, "time", "overlap")
-    rows = [(m["link"], m["direction"], m["cls"], m["item"], size(m["bytes"], units, suffix=False),
+    # an item moved in more than one pass (ZeRO-3's forward and backward fetches) names its pass
+    count: dict[tuple, int] = {}
+    for m in role["movements"]:
+        count[(m["link"], m["direction"], m["item"])] = count.get((m["link"], m["direction"], m["item"]), 0) + 1
+    rows = [(m["link"], m["direction"], m["cls"],
+             m["item"] + (f" ({m['phase']})" if count[(m["link"], m["direction"], m["item"])] > 1 else ""),
+             size(m["bytes"], units, suffix=False),
              f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?", "yes" if m["overlap"] else "no")
             for m in role["movements"]]
     out = [f"Data movement per optimizer step ({who}; {unit_note(units)}):"]
