@@ -95,3 +95,34 @@ def test_generate_without_network_bandwidth_says_every_time_leaves_it_out():
     assert res.ranked and all("network" in c.unknown and not c.incomplete for c in res.ranked)
     assert any(n.startswith("step time leaves out collectives (no network_bytes_per_s across nodes, or "
                             "peer_bytes_per_s within one) for every plan") for n in res.notes), res.notes
+
+
+def test_a_tie_breaks_toward_less_recompute_then_the_faster_plan():
+    """Two hand-built plans within 3 % of each other: ZeRO-2 recomputing 40 of 80 layers at 10.20 s
+    (16 % of the step's FLOPs recomputed) and ZeRO-3 recomputing nothing at 10.00 s. The old key
+    (offloads, stage, recompute kind, micro-batch) put the slower ZeRO-2 plan first for its lower
+    stage; ties now break toward less recompute. Two plans that recompute the same (K = 8 each) are
+    ordered by time, the larger micro-batch no longer first when it is slower (10.25 s vs 10.05 s);
+    K = 8 against K = 40, same stage and time order reversed: K = 8 first (the kind "k of L" alone
+    cannot tell them apart)."""
+    z2 = _cand(10.20, [], stage=2)
+    z2.checkpointing, z2.recompute = "40", 0.16
+    z3 = _cand(10.00, [], stage=3)
+    assert gen.rank([z2, z3]) == [z3, z2]
+    big, small = _cand(10.25, [], stage=3), _cand(10.05, [], stage=3)
+    for c, m in ((big, 4), (small, 2)):
+        c.checkpointing, c.recompute, c.micro = "8", 0.032, m
+    assert gen.rank([big, small]) == [small, big]
+    few, many = _cand(10.10, [], stage=3), _cand(10.00, [], stage=3)
+    few.checkpointing, few.recompute = "8", 0.032
+    many.checkpointing, many.recompute = "40", 0.16
+    ranked = gen.rank([many, few])
+    assert ranked == [few, many]
+    res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=ranked, rejected=[], nvme_path=None)
+    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    gen._explain_ranks(res)
+    assert few.why.startswith("within 3% of the fastest and simplest")
+    assert many.why == "tie; recomputes more (checkpointing 40: 16.0% of the step's FLOPs vs 3.2%)"
+    # beyond the tie the faster plan leads whatever it recomputes
+    slow = _cand(10.40, [], stage=3)
+    assert gen.rank([slow, many]) == [many, slow]

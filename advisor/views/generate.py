@@ -34,8 +34,8 @@ optimizer step over the node's host memory bandwidth, and DeepSpeed's overlap: t
 critical path, each plan's output names the resource that costs it most);
 
 * plans within ``tie_tolerance`` (3 %) of the fastest are ties, broken towards the simplest
-  (fewest offloads, lowest stage, no recomputation, largest micro-batch): the cost model cannot
-  resolve finer differences.
+  (no model parallelism, fewest offloads, least recomputation, lowest stage, then the faster plan:
+  :func:`simplicity`): the cost model cannot resolve finer differences.
 
 No torch or deepspeed import.
 """
@@ -355,6 +355,10 @@ class Candidate:
     tp: int = 1
     pp: int = 1
     sp: int = 1
+    #: Recompute FLOPs as a fraction of the step's (the activations estimate's
+    #: ``recompute_flops_fraction``, :mod:`advisor.model.flops`): how much the plan recomputes, a
+    #: tie-break of :func:`simplicity` finer than the setting's kind (K = 1 and K = 79 are both "k of L").
+    recompute: float = 0.0
 
     def layout(self) -> str:
         """"-" for data parallelism only, else e.g. "TP8 PP2" (+SP: Megatron sequence parallelism)."""
@@ -821,6 +825,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0,
                                   threads_notes)
                 cand.step_time_s = parts.pop("total")
+                cand.recompute = a.recompute_flops_fraction if a is not None else 0.0
                 cand.unknown = list(parts.pop("unknown", []))  # type: ignore[arg-type]
                 cand.cpu_optimizer = {k: parts.pop(k) for k in ("cpu_optimizer_bytes_per_rank",
                                                                   "cpu_optimizer_bytes_per_s_per_rank",
@@ -960,9 +965,13 @@ def recompute_rank(checkpointing: str) -> int:
 def simplicity(c: Candidate) -> tuple:
     """Tie-break key, simplest first: less model parallelism (t x p: tensor and pipeline parallelism
     need a Megatron-style model), fewer offloads (each adds host and link load the model only
-    approximates), lower ZeRO stage (fewer collectives and hooks), no recomputation, larger micro-batch."""
+    approximates), less recomputation (its FLOPs fraction, :attr:`Candidate.recompute`, then the
+    kind: none, selective, k of L, full), lower ZeRO stage (fewer collectives and hooks), then the
+    faster plan (a larger micro-batch only when the times are equal). Recompute comes before the
+    stage: a ZeRO-2 plan recomputing layers is no simpler than a ZeRO-3 plan recomputing none."""
     offloads = (c.combo.offload_optimizer != "none") + (c.combo.offload_param != "none")
-    return (c.tp * c.pp * c.sp, offloads, c.combo.stage, recompute_rank(c.checkpointing), -c.micro)
+    return (c.tp * c.pp * c.sp, offloads, c.recompute, recompute_rank(c.checkpointing), c.combo.stage,
+            c.step_time_s, -c.micro)
 
 
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
@@ -1037,10 +1046,13 @@ def _explain_ranks(res: SearchResult) -> None:
                             f"{{rate:1/s}} {_cpu_rate_words(c.cpu_optimizer)}){paid}", c.cpu_optimizer)
                 else:
                     c.why = "tie; offloads more"
-            elif a[2] > b[2]:
+            elif a[2:4] > b[2:4]:
+                c.why = (f"tie; recomputes more (checkpointing {c.checkpointing}: {c.recompute:.1%} of the step's FLOPs"
+                         f" vs {best.recompute:.1%})")
+            elif a[4] > b[4]:
                 c.why = f"tie; shards more (ZeRO-{c.combo.stage})"
-            elif a[3] > b[3]:
-                c.why = "tie; recomputes (checkpointing)"
+            elif c.step_time_s > best.step_time_s:
+                c.why = f"tie; +{c.step_time_s - best.step_time_s:,.2f} s"
             else:
                 c.why = f"tie; smaller micro-batch ({c.micro})"
             continue
