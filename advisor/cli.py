@@ -41,6 +41,14 @@ def _interrupted() -> "click.exceptions.Exit":
     return _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
 
 
+def _cannot_write(output: str, e: OSError) -> str:
+    """The one line for an ``--output`` that could not be written: the option, the path (cut past
+    :data:`advisor.errors.MAX_PATH_ECHO_CHARS`) and the system's reason."""
+    from advisor.errors import MAX_PATH_ECHO_CHARS, cut
+    return f"--output {cut(output, MAX_PATH_ECHO_CHARS)}: cannot write: {e.strerror or e}" if e.strerror else \
+        _cut_echoes(str(e), output)
+
+
 def _stderr_is_terminal() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())
@@ -270,7 +278,7 @@ def _settings_defaults(config: str, model: str | None, params: int | None, world
         if s.model and not os.path.exists(s.model):  # a preset name; a file is read (and named) later
             from advisor.model.specs import resolve_model
             try:
-                resolve_model(s.model)  # a bad value names the settings file, not a flag
+                resolve_model(s.model, flag=None)  # a bad value names the settings file, not a flag
             except AdvisorError as e:
                 raise _fail(f"{s.source}: model: {e}")
     if world_size is None and s.world_size is not None and _world(None) == (None, None):
@@ -898,18 +906,63 @@ def _release_independent(fmt: str, what: str) -> None:
 # the command is invoked (or --help lists them), so `lint` does not pay for the other ten.
 
 
+def _cut_echoes(message: str, value) -> str:
+    """``message`` with every echo of ``value`` (a string, or each string of a ``multiple`` /
+    ``nargs`` tuple) longer than :data:`advisor.errors.MAX_ECHO_CHARS` cut by
+    :func:`advisor.errors.cut`: its ``repr`` (how click.Choice, IntRange, FloatRange, Path and our
+    ParamTypes quote it) and its text as written."""
+    from advisor.errors import MAX_ECHO_CHARS, cut
+    for v in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(v, str) and len(v) > MAX_ECHO_CHARS:
+            message = message.replace(repr(v), cut(repr(v))).replace(v, cut(v))
+    return message
+
+
+class _EchoCut:
+    """Every option and argument the CLI declares (:func:`_opt`, :func:`_arg`) is built with this
+    mixin: the one place a value meets click's conversion. click's own messages (Choice,
+    IntRange, FloatRange, Path, and ours raised through ``self.fail``) echo the value whole -- a
+    120,000-character value made a 120 KB error line -- so a refusal's message is cut here
+    (:func:`_cut_echoes`). A whole number written with more digits than Python converts, given to
+    an option that reads a count (an int type, ``--checkpointing``'s K), is refused here in the
+    project's words (:func:`advisor.errors.digits_problem`), not as click's "is not a valid
+    integer" (it is one) or Python's "Exceeds the limit (4300 digits)"."""
+
+    def type_cast_value(self, ctx, value):  # noqa: D102 - click's hook
+        if isinstance(self.type, (click.types.IntParamType, CheckpointingType)):
+            from advisor.errors import cut, digits_problem
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                problem = digits_problem(v) if isinstance(v, str) else None
+                if problem:
+                    raise click.BadParameter(f"{cut(repr(v))} is {problem}", ctx=ctx, param=self)
+        try:
+            return super().type_cast_value(ctx, value)
+        except click.BadParameter as e:
+            e.message = _cut_echoes(e.message, value)
+            raise
+
+
+class _Option(_EchoCut, click.Option):
+    """click.Option with :class:`_EchoCut`."""
+
+
+class _Argument(_EchoCut, click.Argument):
+    """click.Argument with :class:`_EchoCut`."""
+
+
 def _opt(*decls, **attrs):
-    """``click.option``, recorded on the function and built when its command is first used."""
+    """``click.option`` (an :class:`_Option`), recorded on the function and built when its command is
+    first used."""
     def deco(f):
-        f.__dict__.setdefault("__lazy_params__", []).append((attrs.pop("cls", click.Option), decls, attrs))
+        f.__dict__.setdefault("__lazy_params__", []).append((attrs.pop("cls", _Option), decls, attrs))
         return f
     return deco
 
 
 def _arg(*decls, **attrs):
-    """``click.argument``, recorded like :func:`_opt`."""
+    """``click.argument`` (an :class:`_Argument`), recorded like :func:`_opt`."""
     def deco(f):
-        f.__dict__.setdefault("__lazy_params__", []).append((attrs.pop("cls", click.Argument), decls, attrs))
+        f.__dict__.setdefault("__lazy_params__", []).append((attrs.pop("cls", _Argument), decls, attrs))
         return f
     return deco
 
@@ -1715,7 +1768,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
         except FileExistsError as e:
             raise _fail(str(e))
         except OSError as e:
-            raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
+            raise _fail(_cannot_write(output, e))
     if fmt != "text":
         _echo(_render("generate", fmt, res, top=top))
     else:
@@ -1768,7 +1821,7 @@ def report(config, est, output, force):
     except FileExistsError as e:
         raise _fail(str(e))
     except OSError as e:
-        raise _fail(f"{output}: cannot write: {e.strerror or e}" if e.strerror else str(e))
+        raise _fail(_cannot_write(output, e))
     for w in warnings:
         _say(f"ds-advisor: warning: {w}")
     if output != "-":

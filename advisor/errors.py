@@ -15,6 +15,9 @@ from __future__ import annotations
 
 #: User input (a key, an argument, a file's content) is echoed in messages at most this long.
 MAX_ECHO_CHARS = 60
+#: A path naming the file a message is about is echoed whole up to this length (every real path
+#: is shorter; the file's name is at its end, which a cut at 60 would lose), then cut.
+MAX_PATH_ECHO_CHARS = 400
 
 
 def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
@@ -23,6 +26,42 @@ def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     input (an argument, a base64 config, a file's content, a probe's output), which can be
     megabytes. Here, at the bottom layer, so compute packages use it without importing render."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _max_int_digits() -> int:
+    """The most digits Python's ``int()`` converts from text (``sys.get_int_max_str_digits()``,
+    4,300 by default since 3.11; 0 means no limit, then this module uses the default)."""
+    import sys
+    return getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
+
+
+def digits_problem(text: str) -> str | None:
+    """The project's words for a whole number written with more digits than Python converts
+    (``int("1" * 5000)`` raises "Exceeds the limit (4300 digits) for integer string conversion
+    ...; use sys.set_int_max_str_digits()", advice meant for programmers), or None when ``text``
+    is not such a number: "a whole number of 5,000 digits, more than the 4,300 digits any count
+    is read with". No count ds-advisor takes comes near that many digits, so such a value is out
+    of every range. One phrase for every reader: command-line options (``cli``), ``--set``
+    values (config.overrides), config files (config.readers / config.loading) and
+    ``--checkpointing`` layer counts (model.activations)."""
+    t = text.strip() if isinstance(text, str) else ""
+    digits = t[1:] if t[:1] in "+-" else t
+    if not digits.isdigit() or len(digits) <= _max_int_digits():
+        return None
+    return f"a whole number of {len(digits):,} digits, more than the {_max_int_digits():,} digits any count is read with"
+
+
+def int_limit_problem(error: BaseException) -> str | None:
+    """:func:`digits_problem`'s words for Python's own digit-limit ValueError ``error`` (raised by
+    ``int()`` inside a parser, e.g. ``json.loads`` of a 5,000-digit literal), or None for any other
+    error."""
+    import re
+    m = re.search(r"Exceeds the limit \((\d+) digits\) for integer string conversion(?:: value has (\d+) digits)?",
+                  str(error))
+    if not m:
+        return None
+    n = f"{int(m.group(2)):,} digits" if m.group(2) else f"more than {int(m.group(1)):,} digits"
+    return f"a whole number of {n}, more than the {int(m.group(1)):,} digits any count is read with"
 
 
 EXIT_OK = 0
@@ -51,7 +90,7 @@ class ConfigLoadError(AdvisorError):
         self.problem = problem
         self.line = line
         self.column = column
-        where = source
+        where = cut(source, MAX_PATH_ECHO_CHARS) if isinstance(source, str) else source
         if line is not None:
             where += f":{line}"
             if column is not None:

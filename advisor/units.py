@@ -7,6 +7,7 @@ GB = 10^9 bytes (vendors' data sheets, drive capacities); GiB = 2^30 bytes (what
 from __future__ import annotations
 
 import re
+from advisor.errors import MAX_ECHO_CHARS, cut
 
 _UNITS = {
     "": 1, "b": 1,
@@ -34,18 +35,21 @@ def parse_size(text: str, *, bare_bytes: bool = False) -> int:
     """
     m = _SIZE.match(str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (use e.g. 80GB, 141GiB, 31e9B)")
+        raise ValueError(f"not a size: {cut(repr(text))} (use e.g. 80GB, 141GiB, 31e9B)")
     if not m.group(2) and not bare_bytes:
         num = m.group(1)
+        if len(num) > MAX_ECHO_CHARS or not float(num) < 1e21:  # no example built from it: it is no size
+            raise ValueError(f"{cut(repr(text))} has no unit and is no size (use e.g. 80GB, 141GiB, 31e9B)")
         if float(num) >= BARE_BYTES_FROM:  # a byte count, not a number of GB: say what it is as bytes
             n = float(num)
             p = "T" if n >= 1e12 else "G" if n >= 1e9 else "M"
-            raise ValueError(f"{text!r} has no unit: write {num}B if it is bytes ({size(n, 'GB', prefix=p)} = "
+            raise ValueError(f"{cut(repr(text))} has no unit: write {cut(num)}B if it is bytes ({size(n, 'GB', prefix=p)} = "
                              f"{size(n, 'GiB', prefix=p)}), or a size with its unit (e.g. 80GB, 141GiB)")
-        raise ValueError(f"{text!r} has no unit: write {num}GB (10^9 bytes), {num}GiB (2^30 bytes) or {num}B (bytes)")
+        raise ValueError(f"{cut(repr(text))} has no unit: write {cut(num)}GB (10^9 bytes), {cut(num)}GiB (2^30 bytes) or "
+                         f"{cut(num)}B (bytes)")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0 or value > 1e21:
-        raise ValueError(f"size out of range: {text!r}")
+        raise ValueError(f"size out of range: {cut(repr(text))}")
     return int(round(value))
 
 

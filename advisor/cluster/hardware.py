@@ -632,8 +632,8 @@ def resolve_hardware(spec: str) -> Hardware:
     else:
         import difflib
         known = sorted(p["systems"]) + sorted(p["accelerators"])
-        near = difflib.get_close_matches(name, known, n=3)
-        raise HardwareSpecError(f"unknown hardware {shown(spec)}" + (f"; did you mean {', '.join(near)}?" if near else "")
+        near = difflib.get_close_matches(name, known, n=3) if len(name) < 200 else []
+        raise HardwareSpecError(f"--hardware: unknown hardware {shown(spec)}" + (f"; did you mean {', '.join(near)}?" if near else "")
                                 + " (see `ds-advisor hardware`, or give a JSON spec file)")
     if nodes is not None:
         hw = replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}")

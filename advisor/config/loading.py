@@ -30,7 +30,7 @@ from typing import Any
 import hjson
 from hjson.decoder import HjsonDecodeError, HjsonDecoder, JSONObject, make_scanner
 
-from advisor.errors import ConfigLoadError, NotAnObjectError
+from advisor.errors import ConfigLoadError, NotAnObjectError, int_limit_problem
 from advisor.findings import escape_token
 
 from advisor.config.validation import type_name
@@ -262,6 +262,10 @@ def _parse_hjson(text: str, source: str) -> tuple[dict[str, Any], dict[str, tupl
         line, col = LineIndex(text).line_col(len(text))
         raise ConfigLoadError(source, "not valid JSON/HJSON: unexpected end of input (unterminated value)", line, col)
     except (ValueError, TypeError, OverflowError) as e:  # hjson number conversion edge cases
+        too_long = int_limit_problem(e)
+        if too_long:  # Python's "Exceeds the limit (4300 digits)" advice, in the project's words
+            from advisor.config.readers import long_number_at
+            raise ConfigLoadError(source, too_long, *long_number_at(text)) from None
         raise _non_finite_error(text, source) or ConfigLoadError(source, f"not valid JSON/HJSON: {e}")
     if not isinstance(data, dict):
         raise NotAnObjectError(source, f"top level is {type_name(data)}, expected a JSON object")

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from advisor.config.readers import MAX_CONFIG_BYTES, MAX_DEPTH, depth_ok
 from advisor.config.validation import InputValueError, shown
-from advisor.errors import cut
+from advisor.errors import cut, digits_problem, int_limit_problem
 
 
 #: A number as --set reads it (JSON's grammar, plus a leading "+" or "." and leading zeros).
@@ -45,6 +45,9 @@ def parse_value(raw: str) -> Any:
         raise ValueError(f"{cut(raw)} is not a finite number")
     if _NUMBER.fullmatch(text):
         if re.fullmatch(r"[+-]?\d+", text):
+            too_long = digits_problem(text)
+            if too_long:  # int() would raise Python's "Exceeds the limit (4300 digits)" advice
+                raise ValueError(f"{cut(raw)} is {too_long}")
             return int(text)
         f = float(text)
         if not math.isfinite(f):
@@ -56,6 +59,9 @@ def parse_value(raw: str) -> Any:
         except ValueError as e:
             if str(e) in ("NaN", "Infinity", "-Infinity"):
                 raise ValueError(f"{cut(raw)} holds {e}, not a finite number") from None
+            too_long = int_limit_problem(e)
+            if too_long:
+                raise ValueError(f"{cut(raw)} holds {too_long}") from None
             raise ValueError(f"{cut(raw)} is not valid JSON ({cut(str(e))})") from None
         if not _finite(value):
             raise ValueError(f"{cut(raw)} holds a number that overflows a float, not a finite number")

@@ -38,7 +38,7 @@ import stat
 import sys
 from typing import Any, Callable, Iterator
 
-from advisor.errors import AdvisorError, ConfigLoadError
+from advisor.errors import AdvisorError, ConfigLoadError, int_limit_problem
 
 #: Files larger than this are refused before parsing (a DeepSpeed config is a few KiB).
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
@@ -252,6 +252,15 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def long_number_at(text: str) -> tuple[int | None, int | None]:
+    """(line, column) of the first run of digits in ``text`` longer than Python converts
+    (:func:`advisor.errors.digits_problem`), or (None, None): where a parser's digit-limit error is."""
+    import re
+    from advisor.errors import _max_int_digits
+    m = re.search(r"\d{%d,}" % (_max_int_digits() + 1), text)
+    return LineIndex(text).line_col(m.start()) if m else (None, None)
+
+
 def parse_json(text: str, source: str, *, what: str = "JSON file", error: ErrorFactory = config_error) -> Any:
     """Strict JSON (``json.loads``) with the guards of this module: nesting bounded, numbers
     finite (``NaN``, ``Infinity``, ``1e999`` refused), every error one line with its position."""
@@ -269,6 +278,10 @@ def parse_json(text: str, source: str, *, what: str = "JSON file", error: ErrorF
     except RecursionError:
         raise error(source, "nesting too deep to parse", None, None) from None
     except ValueError as e:  # int literals over Python's digit limit
+        too_long = int_limit_problem(e)
+        if too_long:
+            line, col = long_number_at(text)
+            raise error(source, too_long, line, col) from None
         raise error(source, f"not valid JSON: {e}", None, None) from None
 
 

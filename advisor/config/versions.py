@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, cut
 
 from advisor import DEEPSPEED_VERSION as DEFAULT_RELEASE  # noqa: E402  (the one constant)
 
@@ -182,14 +182,14 @@ def parse_version(text: str, what: str = "--deepspeed-version") -> ParsedVersion
     try:
         v = Version(t)
     except InvalidVersion:
-        raise UnsupportedRelease(f"{what}: {t!r} is not a release number like {DEFAULT_RELEASE}") from None
+        raise UnsupportedRelease(f"{what}: {cut(repr(t))} is not a release number like {DEFAULT_RELEASE}") from None
     if len(v.release) < 3:
-        raise UnsupportedRelease(f"{what}: {t!r} is incomplete; give major.minor.patch, like {DEFAULT_RELEASE}")
+        raise UnsupportedRelease(f"{what}: {cut(repr(t))} is incomplete; give major.minor.patch, like {DEFAULT_RELEASE}")
     # PEP 440 pads a release with zeros (0.19.8.0 == 0.19.8), so trailing zero components name the
     # same release; any other fourth number is not a DeepSpeed release
     release = v.release[:3] if all(x == 0 for x in v.release[3:]) else v.release
     if len(release) > 3 or v.epoch:
-        raise UnsupportedRelease(f"{what}: {t!r} is not a DeepSpeed release number (major.minor.patch, like "
+        raise UnsupportedRelease(f"{what}: {cut(repr(t))} is not a DeepSpeed release number (major.minor.patch, like "
                                  f"{DEFAULT_RELEASE})")
     base = ".".join(str(x) for x in release)
     return ParsedVersion(base, str(v), pre=v.is_prerelease, post=v.post, local=v.local)
@@ -202,7 +202,7 @@ def parse_release(text: str, what: str = "--deepspeed-version") -> str:
     which the table does not have)."""
     p = parse_version(text, what)
     if p.pre:
-        raise UnsupportedRelease(f"{what}: {str(text).strip()!r} is a pre-release or development build, which the "
+        raise UnsupportedRelease(f"{what}: {cut(repr(str(text).strip()))} is a pre-release or development build, which the "
                                  f"table does not have; give a final release ({p.base}, or the one before it)")
     return p.base
 

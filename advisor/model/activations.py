@@ -119,6 +119,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from advisor.errors import cut, digits_problem
 from advisor.model.flops import recompute_fraction
 
 Checkpointing = str  # "none" | "full" | "selective" | "<k>": see parse_checkpointing
@@ -139,6 +140,9 @@ def parse_checkpointing(value: str | int | None, layers: int | None = None) -> t
     if isinstance(value, bool):
         raise ValueError(f"checkpointing: {value!r} is not one of none, full, selective or a layer count")
     if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        too_long = digits_problem(value) if isinstance(value, str) else None
+        if too_long:  # int() would raise Python's "Exceeds the limit (4300 digits)"
+            raise ValueError(f"checkpointing: {cut(repr(value))} is {too_long}")
         k = int(value)
         if layers is not None:
             if k <= 0:
@@ -151,7 +155,7 @@ def parse_checkpointing(value: str | int | None, layers: int | None = None) -> t
         raise ValueError("checkpointing: sac (op-level selective checkpointing) needs --activations trace")
     if v in ("none", "full", "selective"):
         return v, (layers or 0) if v == "full" else 0
-    raise ValueError(f"checkpointing: {value!r} is not one of none, full, selective or a number of layers")
+    raise ValueError(f"checkpointing: {cut(repr(value))} is not one of none, full, selective or a number of layers")
 
 
 def checkpointing_problem(value: str | int | None, inventory: Any, pipeline_parallel: int = 1) -> str | None:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
 from advisor.config.validation import MAX_DIM, MAX_SEQ_LEN, shown
-from advisor.errors import ModelSpecError
+from advisor.errors import ModelSpecError, cut
 from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
 #: Families :func:`expand` knows, keyed by Hugging Face ``model_type``.
@@ -835,9 +835,10 @@ def get_preset(name: str) -> ModelSpec:
     Raises ModelSpecError with a did-you-mean suggestion for an unknown name."""
     p = _index().get(_norm_key(name))
     if p is None:
-        close = difflib.get_close_matches(_norm_key(name), preset_names(), n=3, cutoff=0.5)
+        # a name far longer than any preset's is near none of them (and difflib would compare it whole)
+        close = difflib.get_close_matches(_norm_key(name), preset_names(), n=3, cutoff=0.5) if len(name) < 200 else []
         hint = f"; did you mean {' or '.join(close)}?" if close else f"; see `ds-advisor models` ({len(_PRESETS)} presets)"
-        raise ModelSpecError(f"unknown model preset {name!r}{hint}")
+        raise ModelSpecError(f"unknown model preset {shown(name)}{hint}")
     spec = spec_from_hf_config(p.config, source=f"preset {p.name} (https://huggingface.co/{p.repo} config.json)",
                                name=p.name)
     return replace(spec, description=p.description)
@@ -871,14 +872,16 @@ def _read_json(path: str) -> Any:
     return read_json_file(path, limit=MAX_MODEL_BYTES, what="model file", error=error_as(ModelSpecError))
 
 
-def resolve_model(spec: str, build_unknown: Any = None) -> Inventory:
+def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--model") -> Inventory:
     """``--model``: a preset name, a local HF ``config.json`` (or a folder holding one), an
     inventory JSON (has ``tensors``) or a model spec JSON (has ``family``) -> Inventory.
     ``build_unknown(config_dict, path)``: called for a config.json whose model_type is not
     built in (``--activations trace``: :func:`advisor.engine.trace.inventory_from_hf_config`).
 
     Files are told apart by content, not by name. Raises ModelSpecError (one line naming the
-    file or preset and the problem)."""
+    file or preset and the problem; a name that is neither a file nor a preset is named with
+    ``flag``, where it was given: ``--model``, or None for a settings file's ``model``, which its
+    caller names)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError("--model needs a preset name or a file path")
     path = spec
@@ -912,6 +915,10 @@ def resolve_model(spec: str, build_unknown: Any = None) -> Inventory:
                              "(no tensors) or a model spec (no family)")
     if _norm_key(spec) in _index():
         return preset_inventory(spec)
+    named = f"{flag}: " if flag else ""
     if os.sep in spec or spec.lower().endswith(".json"):
-        raise ModelSpecError(f"{spec}: no such file (and not a model preset)")
-    return preset_inventory(spec)
+        raise ModelSpecError(f"{named}{cut(spec)}: no such file (and not a model preset)")
+    try:
+        return preset_inventory(spec)
+    except ModelSpecError as e:  # an unknown preset: say where the name came from
+        raise ModelSpecError(f"{named}{e}") from None

@@ -19,6 +19,7 @@ to "auto" (``"warmup_num_steps": "auto"``) so the Trainer's arguments reach it.
 
 from __future__ import annotations
 
+from advisor.errors import cut
 from advisor.findings import pointer
 from advisor.rules import LintContext, Rule, register
 
@@ -48,8 +49,9 @@ class SchedulerReplacesTrainer(Rule):
         stype = s.get("type")
         if t.get("lr_scheduler_type"):
             yield self.finding(pointer("scheduler"),
-                               f"the config's scheduler {stype} is what runs: with a scheduler block the Trainer "
-                               f"hands DeepSpeed a DummyScheduler, so --lr-scheduler-type {t['lr_scheduler_type']} "
+                               f"the config's scheduler {cut(str(stype))} is what runs: with a scheduler block the "
+                               f"Trainer hands DeepSpeed a DummyScheduler, so --lr-scheduler-type "
+                               f"{cut(str(t['lr_scheduler_type']))} "
                                "is not used", "drop the scheduler block to use the Trainer's scheduler, or drop "
                                "--lr-scheduler-type", trainer=t["lr_scheduler_type"], config=stype)
         params = s.get("params") if isinstance(s.get("params"), dict) else {}

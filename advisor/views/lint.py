@@ -446,7 +446,7 @@ def lint_options(path: str, *, select: set[str] | None, ignore: set[str] | None,
         elif model:
             from advisor.model.specs import resolve_model
             try:
-                cache[key] = resolve_model(model)
+                cache[key] = resolve_model(model, flag=None if s is not None and model == s.model else "--model")
             except AdvisorError as e:
                 if s is not None and model == s.model:  # the settings file's value: name the file
                     raise AdvisorError(f"{s.source}: model: {e}") from None

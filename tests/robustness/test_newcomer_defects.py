@@ -232,3 +232,102 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_no_file(tmp_path, cmd):
     assert err.strip() == "ds-advisor: interrupted (Ctrl-C)", err
     assert "Aborted" not in err + out.decode()
     assert list(tmp_path.iterdir()) == []
+
+
+# --- 2. every echo of a command-line value is cut -----------------------------------------------
+
+LONG = "x" * 120_000
+HF_SAMPLE = ROOT / "sample_configs" / "hf_trainer_zero3_auto.json"
+#: Arguments that make each command reach its body (where our own messages are built), beside the
+#: one under test; a value is never given twice (--model / --params are one choice).
+BASE = {
+    "lint": [str(SAMPLE)], "estimate": [str(SAMPLE), "--params", "1000"],
+    "check": [str(SAMPLE), "--params", "1000", "--gpu-memory", "80GB", "--host-memory", "512GB"],
+    "checkpoint": [str(SAMPLE), "--params", "1000"], "report": [str(SAMPLE), "--params", "1000", "-o", "{out}"],
+    "resolve": [str(HF_SAMPLE), "--hf"], "measure": [str(SAMPLE), "--params", "1000"],
+    "generate": ["--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "8", "--seq-len", "128"],
+    "explain": [], "models": [], "hardware": [],
+}
+EXCLUSIVE = {"model": ("params",), "params": ("model",)}
+
+
+def _value_params():
+    """(command, parameter) for every option or argument of every command that takes a value."""
+    import click
+    out = []
+    for name in sorted(main.commands):
+        for p in main.commands[name].params:
+            if isinstance(p, click.Option) and (p.is_flag or p.count or p.name == "help"):
+                continue
+            out.append(pytest.param(name, p.name, id=f"{name}-{p.opts[0] if isinstance(p, click.Option) else p.name}"))
+    return out
+
+
+def _args(cmd: str, pname: str, value: str, tmp_path: Path) -> tuple[list[str], str | None]:
+    """The command line with ``value`` given to ``pname``; the option's spelling (None: an argument)."""
+    import click
+    param = next(p for p in main.commands[cmd].params if p.name == pname)
+    base = [a.format(out=tmp_path / "out.html") for a in BASE[cmd]]
+    skip = {o for q in main.commands[cmd].params if q.name in (pname, *EXCLUSIVE.get(pname, ()))
+            for o in getattr(q, "opts", [])}
+    kept, i = [], 0
+    while i < len(base):  # drop the option under test (and its exclusive twin) from the base line
+        if base[i] in skip:
+            i += 2
+            continue
+        kept.append(base[i])
+        i += 1
+    if isinstance(param, click.Argument):
+        args = [cmd, value] + kept[1:] if kept and not kept[0].startswith("-") else [cmd, value] + kept
+        return args, None
+    return [cmd, *kept, param.opts[0], value], param.opts[0]
+
+
+@pytest.mark.parametrize("cmd,pname", _value_params())
+def test_a_long_value_is_never_echoed_whole(tmp_path, cmd, pname):
+    """A 120,000-character value, to every option and argument of every command: it never appears
+    in the output longer than a path may be echoed (errors.MAX_PATH_ECHO_CHARS; any other value is
+    cut at 60); a refusal is one line under 1 KB naming the option (an argument's refusal names
+    the file or value, cut)."""
+    from advisor.errors import MAX_PATH_ECHO_CHARS
+    args, opt = _args(cmd, pname, LONG, tmp_path)
+    res = CliRunner().invoke(main, args, env={}, catch_exceptions=True)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    out = res.stdout + res.stderr
+    assert LONG[:MAX_PATH_ECHO_CHARS + 1] not in out, (args[:2], opt, out[:300], len(out))
+    if res.exit_code == 2:
+        msg = res.stderr.strip()
+        _one_line(msg)
+        assert len(msg.encode()) < 1024, msg[:300]
+        if opt is not None:
+            assert opt in msg, msg
+
+
+@pytest.mark.parametrize("args", [["estimate", str(SAMPLE), "--params", "1" * 5000],
+                                  ["checkpoint", str(SAMPLE), "--params", "1000", "--keep", "1" * 5000],
+                                  ["checkpoint", str(SAMPLE), "--params", "1000", "--checkpointing", "1" * 5000],
+                                  ["lint", str(SAMPLE), "--max-steps", "1" * 5000],
+                                  ["estimate", str(SAMPLE), "--params", "1000", "--set", "train_batch_size=" + "1" * 5000]])
+def test_a_number_past_pythons_digit_limit_gets_the_projects_words(args):
+    """Python's int() refuses more than 4,300 digits with "Exceeds the limit (4300 digits) ... use
+    sys.set_int_max_str_digits()" (advice for programmers); click called such a count "not a valid
+    integer"; --checkpointing said it was not a number of layers. Each is now one line saying how
+    many digits the number has."""
+    res = invoke(args)
+    assert res.exit_code == 2, res.output
+    _one_line(res.output)
+    assert "a whole number of 5,000 digits" in res.output, res.output
+    assert "Exceeds" not in res.output and "set_int_max_str_digits" not in res.output
+    assert "not a valid integer" not in res.output and len(res.output) < 1024
+
+
+@pytest.mark.parametrize("name,text", [("config.json", '{"train_batch_size": %s}'), ("c.hjson", "{train_batch_size: %s}")])
+def test_a_config_number_past_pythons_digit_limit_is_located(tmp_path, name, text):
+    cfg = tmp_path / name
+    cfg.write_text(text % ("1" * 5000))
+    res = invoke(["lint", str(cfg)])
+    assert res.exit_code == 2
+    assert f"{cfg}:1:" in res.stderr and "a whole number of 5,000 digits" in res.stderr, res.stderr
+    assert "Exceeds" not in res.output
