@@ -175,7 +175,7 @@ def read_sidecar(path: str) -> dict[str, Any]:
                 out[k] = str(int(v))
                 continue
         if not ok or (typ is int and v < 1) or (k in _CHOICES and v not in _CHOICES[k]):
-            raise ConfigLoadError(path, f"/{k}: invalid value {v!r}"
+            raise ConfigLoadError(path, f"/{k}: invalid value {shown(v)}"
                                   + (f" (one of {', '.join(_CHOICES[k])}"
                                      + (" or a number of layers" if k == "checkpointing" else "") + ")"
                                      if k in _CHOICES else ""))

@@ -331,3 +331,14 @@ def test_a_config_number_past_pythons_digit_limit_is_located(tmp_path, name, tex
     assert res.exit_code == 2
     assert f"{cfg}:1:" in res.stderr and "a whole number of 5,000 digits" in res.stderr, res.stderr
     assert "Exceeds" not in res.output
+
+
+@pytest.mark.parametrize("field", ["checkpointing", "attention", "seq_len"])
+def test_a_long_sidecar_value_is_cut_in_its_refusal(tmp_path, field):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(SAMPLE.read_text())
+    (tmp_path / "ds.workload.json").write_text(json.dumps({field: LONG}))
+    res = invoke(["estimate", str(cfg), "--params", "1000"])
+    assert res.exit_code == 2, res.output
+    _one_line(res.stderr)
+    assert f"/{field}" in res.stderr and "ds.workload.json" in res.stderr and len(res.stderr) < 1024, res.stderr[:300]
