@@ -594,11 +594,13 @@ def test_estimate_edges(tmp_path, name, params, world):
 def test_estimate_world_size_above_limit_is_usage_error(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(EDGE_CONFIGS["z2_fp16"]))
-    for ws in ("0", "-1", str((1 << 20) + 1), "1e3", "two"):
+    # a whole number in scientific notation is a count (bed320b: --params 20e9), so "1e3" is 1,000
+    # ranks; past the limit written that way, or not whole, is still refused
+    for ws in ("0", "-1", str((1 << 20) + 1), "2e6", "1.5e0", "two"):
         res = _invoke(["estimate", str(cfg), "--params", "1000", "--world-size", ws], _env_no_probes(tmp_path))
         _assert_contract(res, f"--world-size {ws}")
         assert res.exit_code == 2
-    for n in ("0", "-5", "1.5", "1e9"):
+    for n in ("0", "-5", "1.5", "1e-3", "nan"):
         res = _invoke(["estimate", str(cfg), "--params", n, "--world-size", "1"], _env_no_probes(tmp_path))
         _assert_contract(res, f"--params {n}")
         assert res.exit_code == 2
