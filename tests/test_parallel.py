@@ -238,3 +238,46 @@ def test_quantized_nontrainable_weights_int8_partitions_by_hand():
     cfg["zero_optimization"].update(zero_quantized_nontrainable_weights=True, zero_hpz_partition_size=8)
     sec = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16))).ranks[0].by_item("lp_param_secondary")
     assert [x.bytes for x in sec] == [2 ** 21 + 48000 + 4 * (512 + 6) + 512 * 2]
+
+
+def test_expert_parallel_8_mixtral_each_rank_holds_one_expert_per_layer():
+    """Mixtral-8x7B (8 experts, hidden 4096, ffn 14336, 32 layers), EP 8: each expert-parallel
+    rank holds 8 / 8 = 1 expert per layer (deepspeed/moe/layer.py: num_local_experts =
+    num_experts // ep_size): 32 x 1 x 3 x 4096 x 14336 expert parameters, the dense rest whole."""
+    inv = resolve_model("mixtral-8x7b")
+    h, m, L = 4096, 14336, 32
+    expert_all = L * 8 * 3 * h * m
+    dense = inv.numel - expert_all
+    (sh,) = shard(inv, ep=8)
+    assert sh.inventory.numel == dense + L * 1 * 3 * h * m
+    fused = [t for t in sh.inventory.tensors if ".experts." in t.name]
+    assert fused and all(t.shape[0] == 1 for t in fused)  # one expert of the fused (E, ., .) tensors
+
+
+def test_expert_parallel_8_offloaded_step_time_by_hand(tmp_path):
+    """The step time of an EP-8 Mixtral with the optimizer on the CPU once failed with
+    "1 experts are not divisible by ep_size 8": it split the rank's experts (already 8 / 8 = 1 per
+    layer) by 8 again. ZeRO-3, 16 ranks: the CPU optimizer updates the dense tensors over the 16
+    ZeRO ranks plus the rank's one expert per layer over the expert-data-parallel group of
+    16 / 8 = 2 (moe/utils.py split_params_into_different_moe_groups_for_optimizer), 42 B each
+    (28 B Adam kernel + 8 B unscale + 6 B 16-bit copy, as test_steptime)."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
+        "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                              "offload_param": {"device": "cpu"}}}))
+    inv = resolve_model("mixtral-8x7b")
+    h, m, L = 4096, 14336, 32
+    dense = inv.numel - L * 8 * 3 * h * m
+    rank_experts = L * 1 * 3 * h * m
+    want = (dense // 16 + rank_experts // 2) * 42  # every tensor here divides by 16 and 2: no padding
+    args = [str(cfg), "--model", "mixtral-8x7b", "--world-size", "16", "--expert-parallel", "8",
+            "--hardware", "dgx-h100:2", "--seq-len", "4096"]
+    p = run_cli(["estimate", *args, "--format", "json"])
+    assert p.returncode in (0, 1), p.stderr
+    assert "not divisible" not in p.stderr
+    terms = {t["name"]: t for t in json.loads(p.stdout)["step_time"]["terms"]}
+    assert terms["cpu_optimizer"]["amount"] == want
+    c = run_cli(["checkpoint", *args])
+    assert c.returncode in (0, 1) and "not divisible" not in c.stderr, c.stderr

@@ -899,7 +899,8 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
         notes.append("stage 0: every rank holds the full state, so a restart at another world size loads the same "
                      "file (no conversion needed)")
     s16 = plan
-    if (cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1) and "stage" not in (plan.inventory.meta or {}):
+    from advisor.model.parallel import is_shard
+    if (cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1) and not is_shard(plan.inventory):
         from advisor.model.parallel import shard  # each model-parallel rank saves its own: the first one's
         s16 = Plan(ec, shard(plan.inventory, cluster.tensor_parallel, cluster.pipeline_parallel,
                              cluster.expert_parallel)[0].inventory, cluster, plan.workload)

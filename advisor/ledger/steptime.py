@@ -317,19 +317,35 @@ def mfu_for(hardware: "Hardware") -> tuple[float, str]:
 def cpu_optimizer_elements(plan: "Plan") -> int:
     """Elements of trainable state one rank's CPU optimizer updates per step (its fp32 master
     partition): ZeRO-1/2 the flat partition P (``stage_1_and_2.py`` partition sizes, padded), ZeRO-3
-    the sum of the rank's trainable parameter partitions p_i (``zero3_partition_numel``).
-    0 when the optimizer is not offloaded."""
+    the sum of the rank's trainable parameter partitions p_i (``zero3_partition_numel``); under
+    expert parallelism e the dense tensors over the W ZeRO ranks plus the rank's routed experts
+    over the expert-data-parallel group of W / e (``moe/utils.py:
+    split_params_into_different_moe_groups_for_optimizer``). 0 when the optimizer is not offloaded."""
     from advisor.ledger.state import zero12_layouts, zero3_partition_sums
+    from advisor.model.parallel import split_experts
     ec = plan.config
     if ec.offload_optimizer_effective not in ("cpu", "nvme"):
         return 0
     W = plan.cluster.zero_world_size
+    ep = plan.cluster.expert_parallel
     inv = _rank_inventory(plan)
-    if ec.zero.stage in (1, 2):
-        return sum(lay.P for lay in zero12_layouts(ec, inv, W))
-    if ec.zero.stage == 3:
-        return zero3_partition_sums(inv, W)[1]
-    return 0
+    if ec.zero.stage not in (1, 2, 3):
+        return 0
+    # under expert parallelism e the rank's routed experts are their own param groups, partitioned
+    # over the expert-data-parallel group of W / e ranks (as the ledger: state.py _model_parallel_roles)
+    parts = [(inv, W)]
+    if ep > 1:
+        dense, experts = split_experts(inv)
+        parts = [(dense, W), (experts, W // ep)]
+    n = 0
+    for sub, w in parts:
+        if not sub.tensors:
+            continue
+        if ec.zero.stage in (1, 2):
+            n += sum(lay.P for lay in zero12_layouts(ec, sub, w))
+        else:
+            n += zero3_partition_sums(sub, w)[1]
+    return n
 
 
 def unscale_runs(ec: Any) -> bool:
@@ -455,10 +471,14 @@ def step_movements(roles: list, pp: int = 1) -> list[Movement]:
 
 
 def _rank_inventory(plan: "Plan"):
-    """The tensors one rank holds: stage 0's tensor-parallel shard under model parallelism."""
+    """The tensors one rank holds: stage 0's tensor-parallel shard under model parallelism; the
+    plan's own inventory when it is a shard already (``views/estimate.movement_plan`` under
+    expert parallelism alone hands the step time the rank's experts)."""
+    from advisor.model.parallel import is_shard, shard
     cl = plan.cluster
+    if is_shard(plan.inventory):
+        return plan.inventory
     if cl.tensor_parallel > 1 or cl.pipeline_parallel > 1 or cl.expert_parallel > 1:
-        from advisor.model.parallel import shard
         return shard(plan.inventory, cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel)[0].inventory
     return plan.inventory
 

@@ -146,6 +146,14 @@ def shard_tensor(t: TensorSpec, tp: int, ep: int = 1, num_experts: int | None = 
     return TensorSpec(t.name, shape, t.trainable, t.group, t.dtype)
 
 
+def is_shard(inv: Inventory) -> bool:
+    """True when ``inv`` is already one rank's shard (an inventory :func:`shard` made: its meta
+    names the ``stage``), so it must not be split again: a fused expert tensor of E / e experts
+    would be split by e a second time (8 experts at ep 8 -> 1 -> "1 experts are not divisible
+    by ep_size 8"), and a per-expert layout would silently keep the same expert twice over."""
+    return "stage" in (inv.meta or {})
+
+
 def is_expert(t: TensorSpec) -> bool:
     """True for a routed-expert tensor (sharded by expert parallelism; ZeRO over the
     expert-data-parallel group)."""
