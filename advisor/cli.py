@@ -779,7 +779,9 @@ def _hardware_capacity(cap, hw, plan):
 
     z = plan.config.zero
     hcap = hw.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path)
-    return Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme)
+    # --nvme-capacity is the space one node's swap may take; the spec's tier may be one shared filesystem
+    return Capacity(cap.accelerator or hcap.accelerator, cap.host or hcap.host, cap.nvme or hcap.nvme,
+                    nvme_shared=cap.nvme_shared if cap.nvme else hcap.nvme_shared)
 
 
 def _overhead(runtime_overhead: str | None, fragmentation: float | None = None, warnings: list[str] | None = None):

@@ -166,3 +166,56 @@ def test_nvme_swap_wear_on_a_shared_tier_counts_every_nodes_writes_by_hand():
                if x["tier"] == "lustre")
     assert loc["write_bytes_per_step"] == node and loc["writing_nodes"] == 1
     assert loc["write_bytes_per_day"] == pytest.approx(node * 8640)
+
+
+def test_nvme_capacity_of_a_shared_tier_holds_every_nodes_swap_by_hand():
+    """A shared filesystem's space holds the swap files of every node's ranks, not one node's.
+    ZeRO-3 optimizer swap to NVMe, 32 ranks on 4 nodes, one tensor of 32 N elements: each rank
+    swaps its N-element partition's fp32 master, exp_avg, exp_avg_sq
+    (partitioned_optimizer_swapper.py swap_out_optimizer_state) and fp32 gradient
+    (optimizer_utils.py _swap_out_gradients), 4 x 4 B x N. Node-local: 8 ranks x 16 N against one
+    node's drive; shared: 32 ranks x 16 N = 2 GiB against the filesystem, which a 1e9-byte tier
+    no longer holds."""
+    from advisor.cluster.hardware import Capacity
+    from advisor.views.estimate import plan_fit
+
+    plan = _swap_plan(32)
+    local = next(r for r in plan_fit(plan, Capacity(nvme=10**9)).rows if r.tier == "nvme")
+    assert local.need == 8 * 16 * N == 536_870_912 and local.fits and local.scope == "per node (8 ranks)"
+    pf = plan_fit(plan, Capacity(nvme=10**9, nvme_shared=True))
+    shared = next(r for r in pf.rows if r.tier == "nvme")
+    assert shared.need == 32 * 16 * N == 2_147_483_648 and shared.fits is False
+    assert shared.scope == "all 4 nodes together (32 ranks, shared tier)" and shared.ranks == 32
+    m100 = [f for f in pf.findings if f.code == "M100"]
+    message, fix = m100[0].text("GiB")
+    assert message.startswith("nvme all 4 nodes together (32 ranks, shared tier): the step needs 2.00 GiB")
+    assert fix.startswith("more space on the shared filesystem")
+
+
+def test_hardware_spec_shared_tier_reaches_estimates_nvme_fit(tmp_path):
+    """The CLI takes the tier's scope from the spec: the same 4-node spec with the swap tier
+    shared needs 4 x what it needs node-local (every node's ranks alike), and 1e10 bytes of
+    lustre hold one node's 1B-parameter swap (16 B x 1e9 / 4 nodes = 4e9) but not all four
+    (1.6e10)."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "optimizer": {"type": "AdamW"},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {
+                                   "device": "nvme", "nvme_path": "/lustre/swap"}}}))
+    from tests.conftest import run_cli
+    rows = {}
+    for scope in ("shared", "node-local"):
+        hw = tmp_path / f"{scope}.json"
+        tier = {"name": "lustre", "mounts": ["/lustre"], "capacity_bytes": 1e10, "read_bytes_per_s": 100e9,
+                "write_bytes_per_s": 100e9, "access": "read-write", "scope": scope}
+        d = {"nodes": 4, "accelerators_per_node": 8, "host_memory_bytes": 1e12,
+             "accelerator": {"name": "toy", "memory_bytes": 8e10}, "storage": [tier]}
+        hw.write_text(json.dumps(d))
+        p = run_cli(["estimate", str(cfg), "--params", "1e9", "--hardware", str(hw), "--seq-len", "1024",
+                     "--format", "json"])
+        assert p.returncode in (0, 1), p.stderr
+        rows[scope] = next(r for r in json.loads(p.stdout)["fit"] if r["tier"] == "nvme")
+    s, loc = rows["shared"], rows["node-local"]
+    assert s["need"] == 4 * loc["need"] and 16e9 <= s["need"] < 16e9 * 1.0001
+    assert loc["verdict"] == "fits" and s["verdict"] == "does not fit"
+    assert s["scope"] == "all 4 nodes together (32 ranks, shared tier)" and loc["scope"] == "per node (8 ranks)"

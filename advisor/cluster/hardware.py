@@ -43,11 +43,16 @@ _PRESET_FILE = "hardware_presets.json"
 
 @dataclass
 class Capacity:
-    """Per-rank accelerator memory, per-node host memory, per-node NVMe space (bytes; None = unknown)."""
+    """Per-rank accelerator memory, per-node host memory, per-node NVMe space (bytes; None = unknown).
+
+    ``nvme_shared``: the NVMe space is one shared filesystem's (a ``scope: shared`` tier) that
+    every node's ranks swap to, so the fit compares it with the sum over all nodes, not one
+    node's need (``views/estimate.fit_rows``)."""
 
     accelerator: int | None = None
     host: int | None = None
     nvme: int | None = None
+    nvme_shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -275,11 +280,13 @@ class Hardware:
 
     def capacity(self, nvme_path: str | None = None):
         """A :class:`Capacity` (per-rank accelerator memory, per-node host
-        memory, and the capacity of the tier holding ``nvme_path``), bytes; None when unknown."""
+        memory, and the capacity of the tier holding ``nvme_path``, marked ``nvme_shared`` when
+        that tier is a shared filesystem), bytes; None when unknown."""
 
         t = self.tier_for_path(nvme_path)
         return Capacity(accelerator=self.accelerator.memory_bytes if self.accelerator else None,
-                        host=self.host_memory_bytes, nvme=t.capacity_bytes if t else None)
+                        host=self.host_memory_bytes, nvme=t.capacity_bytes if t else None,
+                        nvme_shared=bool(t and t.shared))
 
     def summary(self, units: str = "GiB") -> str:
         """One line: nodes x accelerators, host memory per node (in ``units``: GiB = 2^30 or

@@ -426,6 +426,25 @@ FLAT_FALLBACK_LABEL = ("initialize: ZeRO-1/2 flattens a param group in host memo
                        "on the accelerator beside the whole model)")
 
 
+def shared_tier_sums(roles: list[Role], tiers: tuple[str, ...], timeline_of: Any, world_size: int) -> list[int]:
+    """Bytes live on ``tiers`` over all ranks of the job at each timeline instant: the sum over
+    roles of the role's series x its rank count (a role's timeline is true for each of its ranks,
+    :func:`group_roles`), scaled up to ``world_size`` when the roles list fewer ranks (tensor /
+    pipeline ranks beyond those listed, as ``fit_rows``' per-node scale). For a shared NVMe tier
+    (``StorageTier.shared``), whose one filesystem every node's ranks swap to."""
+    counted = sum(len(r.ranks) for r in roles)
+    scale = max(1, world_size // max(1, counted))
+    out: list[int] = []
+    for role in roles:
+        n = len(role.ranks) * scale
+        series = timeline_of(role).series(tiers)
+        if not out:
+            out = [0] * len(series)
+        for j, v in enumerate(series):
+            out[j] += v * n
+    return out
+
+
 def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
              overhead: OverheadSettings = DEFAULT_OVERHEAD) -> list[FitRow]:
     """Accelerator: the worst rank's timeline peak plus the runtime overhead terms
@@ -434,7 +453,9 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     against per-rank capacity; the row's ``verdict`` is fits / tight / does not fit. Raises
     :class:`advisor.cluster.overhead.OverheadError` for an unreadable overhead variable. Host and NVMe: the maximum over the instants of the bytes live on one
     node's ranks together (gpus_per_node, default min(world size, 8)) against the per-node
-    capacity. Each row names its peak instant, and carries the peak without the load phase."""
+    capacity; NVMe on a shared tier (``capacity.nvme_shared``) the bytes live on all ranks
+    together (:func:`shared_tier_sums`) against the filesystem's capacity. Each row names its
+    peak instant, and carries the peak without the load phase."""
     cl = ledger.plan.cluster
     per_node = cl.gpus_per_node or min(cl.world_size, 8)
     rows: list[FitRow] = []
@@ -489,6 +510,13 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
         for tl in tls:
             for j, v in enumerate(tl.series(ts)):
                 sums[j] += v * scale
+        scope, ranks = f"per node ({per_node} rank{'s' if per_node != 1 else ''})", per_node
+        if tier == "nvme" and capacity.nvme_shared and any(sums):
+            # one shared filesystem for the cluster: every node's ranks swap to it, so its space
+            # holds the sum over all ranks (each role's series x its ranks) at each instant
+            sums, ranks = shared_tier_sums(roles, ts, tl_of, cl.world_size), cl.world_size
+            nodes = -(-cl.world_size // per_node)
+            scope = f"all {nodes} node{'s' if nodes != 1 else ''} together ({cl.world_size} ranks, shared tier)"
         j = max(range(len(inst)), key=lambda k: (sums[k], -k))
         js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in BEFORE_PARTITION]
         jst = max(js, key=lambda k: (sums[k], -k))
@@ -496,10 +524,9 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
             continue
         label = inst[j].label
         jl = [k for k in range(len(inst)) if inst[k].phase == "load"]
-        rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme,
-                           f"per node ({per_node} rank{'s' if per_node != 1 else ''})",
+        rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme, scope,
                            inst[j].phase if tier == "host" else "files", inst[j].key, label, sums[jst],
-                           inst[jst].label, per_node,
+                           inst[jst].label, ranks,
                            load_need=max((sums[k] for k in jl), default=0) if tier == "host" else None))
     return rows
 
@@ -634,7 +661,9 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                      "checkpointing or a smaller micro-batch, or shrink buffers"
                      if r.tier == "accelerator" else
                      "smaller offload buffers (buffer_size, buffer_count, sub_group_size), pin_memory false, "
-                     "or more host memory" if r.tier == "host" else "more NVMe space per node"),
+                     "or more host memory" if r.tier == "host" else
+                     "more space on the shared filesystem, or a node-local drive for nvme_path (each node's "
+                     "ranks then swap to their own)" if "shared tier" in r.scope else "more NVMe space per node"),
                 data={"tier": r.tier, "need": need, "capacity": r.capacity, "over": over}))
     return out
 

@@ -459,8 +459,8 @@ def _capacity_for(plan: "Plan", capacity: "Capacity", hardware: Any) -> "Capacit
     if hardware is None or capacity.nvme is not None:
         return capacity
     z = plan.config.zero
-    n = hardware.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path).nvme
-    return replace(capacity, nvme=n) if n is not None else capacity
+    hc = hardware.capacity(z.offload_optimizer.nvme_path or z.offload_param.nvme_path)
+    return replace(capacity, nvme=hc.nvme, nvme_shared=hc.nvme_shared) if hc.nvme is not None else capacity
 
 
 def _costs(plan: "Plan", hardware: Any, acts: Any) -> tuple[int, float | None]:

@@ -515,13 +515,13 @@ def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float
 
 
 def _capacity(hw: Any, tier: Any):
-    """The hardware's capacities as estimate takes them (bytes: accelerator per rank, host and
-    the NVMe tier per node)."""
+    """The hardware's capacities as estimate takes them (bytes: accelerator per rank, host per
+    node, the NVMe tier per node or, a shared tier, for all nodes together)."""
     from advisor.cluster.hardware import Capacity
     a = hw.accelerator
     return Capacity(accelerator=int(a.memory_bytes) if a else None,
                     host=int(hw.host_memory_bytes) if hw.host_memory_bytes else None,
-                    nvme=int(tier.capacity_bytes) if tier else None)
+                    nvme=int(tier.capacity_bytes) if tier else None, nvme_shared=bool(tier and tier.shared))
 
 
 def _rejection(pf: Any) -> Rejection | None:
