@@ -72,3 +72,13 @@ def test_measure_does_not_compare_a_ga_that_train_batch_size_gives():
     # the same batch on 4 ranks is GA 1: compared (no rank records here, so nothing to compare)
     got = measure_phases(cfg, inv, 4, {})
     assert "micro-steps" not in got["reason"]
+
+
+def test_save_phases_span_the_save_instants_at_any_ga():
+    # the worker saves once, after its last micro-step (worker._save_phases): save_16bit_model
+    # (engine.py l.5707) then save_checkpoint (l.4869, the model-states file, then the
+    # optimizer-states files), whatever the accumulation; the timeline's save instants follow the
+    # steady iteration
+    for ga in (1, 2, 3):
+        assert phase_instants("save:16bit", ga) == (("save:16bit", "save:16bit:end"), None)
+        assert phase_instants("save", ga) == (("save:model", "save:optim", "save"), None)

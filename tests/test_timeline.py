@@ -238,13 +238,51 @@ def test_nvme_first_step_creates_the_moments_on_the_host():
     assert extra == 2 * 2_000_000 * 4
 
 
-def test_save_gathers_the_16bit_model_on_rank_0_only():
+def test_save_16bit_gathers_a_module_on_every_rank_and_the_state_dict_on_rank_0():
+    """engine.save_16bit_model (engine.py l.5707-5755) at ZeRO-3 with the gather:
+    _zero3_consolidated_16bit_state_dict (l.5631-5700) runs checkpoint_event_prologue (stage3.py
+    l.3844: every parameter partitioned, the persistent ones too), then GatheredParameters on each
+    module's own parameters on EVERY rank (rank 0 copies each to the CPU), then the epilogue
+    gathers the persistent parameters again while rank 0's state dict is whole."""
     cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
     t0, t1 = _tl(cfg, MLP, 2, rank=0), _tl(cfg, MLP, 2, rank=1)
-    assert _at(t0, "save", HOST) - _at(t0, "steady_step:update", HOST) == 43209 * 2
-    assert _at(t1, "save", HOST) == _at(t1, "steady_step:update", HOST)
+    persistent = (19264 + 302 + 23178 + 78 + 386 + 6) * 2      # every MLP tensor <= 1e5: sum ceil(n/2) x 2 x 2 B
+    for t in (t0, t1):
+        # during the gather: the persistent parameters released, the largest module l2.w whole,
+        # ceil(23177/2) x 2 x 2 B, on rank 1 as on rank 0
+        assert _at(t, "save:16bit") == _at(t, "save") - persistent + 23178 * 2
+        assert _at(t, "save:16bit:end") == _at(t, "save")
+    # host: rank 0's state dict; while l2.w is gathered it holds l0.w, l1.w and l2.w's own copy
+    # ((19264 + 301 + 23177) x 2 B); whole at the epilogue, N x 2 B; nothing on rank 1
+    assert _at(t0, "save:16bit", HOST) == (19264 + 301 + 23177) * 2
+    assert _at(t0, "save:16bit:end", HOST) == 43209 * 2
+    assert _at(t1, "save:16bit", HOST) == _at(t1, "save:16bit:end", HOST) == 0
+    # save_checkpoint never gathers (engine.py l.4869-4966: module_state_dict, placeholders at
+    # ZeRO-3); its prologue releases the persistent parameters while the files are written
+    assert _at(t0, "save:model") == _at(t0, "save") - persistent
+    assert _at(t0, "save:model", HOST) == 0
+    # torch.save copies one accelerator storage at a time to the host (torch/serialization.py
+    # l.1290-1310): the optimizer file's largest, the sub-group's fp32 partition, sum ceil(n/2) x 4 B
+    assert _at(t0, "save:optim", HOST) == _at(t1, "save:optim", HOST) == 21607 * 4
+
+
+def test_save_checkpoint_stages_rank_0s_model_file_below_zero3():
+    """ZeRO-1, W = 4: only dp rank 0 writes mp_rank_00_model_states.pt (engine.py l.1909-1911),
+    whose module weights are views of the padded flat bf16 buffer, N_pad = A_8(43209) = 43216
+    elements: torch.save copies that whole storage to the host (86,432 B); every rank writes its
+    optimizer file, whose largest storages are the fp32 partition and moments, P = 43216 / 4 =
+    10804 elements x 4 B = 43,216 B, one at a time."""
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
+    t0, t1 = _tl(cfg, MLP, 4, rank=0), _tl(cfg, MLP, 4, rank=1)
+    assert _at(t0, "save:model", HOST) == 43216 * 2 and _at(t1, "save:model", HOST) == 0
+    assert _at(t0, "save:optim", HOST) == _at(t1, "save:optim", HOST) == 10804 * 4
+    assert _at(t0, "save:16bit", HOST) == 43216 * 2  # save_16bit_model: the same module state dict
+    # with the optimizer in host memory nothing of it is staged
+    off = {**cfg, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}
+    assert _at(_tl(off, MLP, 4, rank=1), "save:optim", HOST) == _at(_tl(off, MLP, 4, rank=1), "save", HOST)
 
 
 def test_rank_0_is_its_own_role_when_it_gathers_the_16bit_model_on_save():
@@ -261,11 +299,14 @@ def test_rank_0_is_its_own_role_when_it_gathers_the_16bit_model_on_save():
     assert [list(r.ranks) for r in pf.roles] == [[0], list(range(1, 8))]
     r0, rest = pf.roles
     # host: N x 2 B on rank 0 (43209 elements in bf16), nothing on the others (no offload)
-    assert _at(r0.timeline, "save", HOST) == 43209 * 2 and _at(rest.timeline, "save", HOST) == 0
-    # accelerator: plus rank 0's one gathered module, the largest: l2.w, ceil(23177 / 8) x 8 = 23184 x 2 B
-    assert _at(r0.timeline, "save") - _at(rest.timeline, "save") == 23184 * 2
+    assert _at(r0.timeline, "save:16bit:end", HOST) == 43209 * 2 and _at(rest.timeline, "save:16bit:end", HOST) == 0
+    # accelerator: every rank gathers the same module, the largest: l2.w, ceil(23177 / 8) x 8 = 23184 x 2 B
+    assert _at(r0.timeline, "save:16bit") == _at(rest.timeline, "save:16bit")
+    # the node's host peak: the eight optimizer files staged at once, each the rank's sub-group
+    # fp32 partition sum ceil(n_i / 8) = 2408 + 38 + 2898 + 10 + 49 + 1 = 5404 elements x 4 B,
+    # more than rank 0's 86,418 B state dict
     host = next(r for r in pf.rows if r.tier == "host")
-    assert (host.need, host.instant) == (43209 * 2, "save")  # the node: rank 0's copy, once
+    assert (host.need, host.instant) == (8 * 5404 * 4, "save:optim")
     # without the gather every rank is alike: one role
     cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = False
     pf = plan_fit(Plan(effective_config(cfg), MLP, Cluster(world_size=8, gpus_per_node=8)))
@@ -370,7 +411,10 @@ def test_C11_load_fits_in_bf16_and_the_finding_names_zero_init(tmp_path):
     host = next(f for f in d["fit"] if f["tier"] == "host")
     # the host's peak is deepspeed.initialize casting the fp32 model to bf16 one tensor at a time
     # (engine.py _cast_module_mixed_precision): the first chunk (2^24 elements) in both dtypes
-    assert host["instant"] == "initialize:cast" and host["steady_need"] == 0
+    # outside the load, the host's need is the checkpoint save: each rank's torch.save copies its
+    # optimizer file's largest storage, the fp32 partition P = 20e9 / 4 elements x 4 B, to the
+    # host (torch/serialization.py l.1290-1310), the node's 4 ranks at once
+    assert host["instant"] == "initialize:cast" and host["steady_need"] == 4 * 5_000_000_000 * 4
     assert host["need"] == 4 * (4 * 20_000_000_000 + 2 * 2 ** 24)
     assert m101["data"]["per_rank"] == 4 * 20_000_000_000 + 2 * 2 ** 24
     p, d = _c11(tmp_path, "--load-dtype", "bf16")  # 4 ranks x 2 B x 20e9 = 160 GB < 256 GB
@@ -851,7 +895,13 @@ def test_hf_zero3_state_dict_that_does_not_fit_the_node_is_m101_at_its_instant(t
     d = json.loads(p.stdout)
     assert p.returncode == 1, p.stderr
     host = next(r for r in d["fit"] if r["tier"] == "host")
-    assert (host["need"], host["instant"], host["steady_need"]) == (70_553_706_496 * 2, "load:state_dict", 0)
+    assert (host["need"], host["instant"]) == (70_553_706_496 * 2, "load:state_dict")
+    # outside the load: the checkpoint save, each of the node's 8 ranks staging its largest
+    # sub-group's fp32 partition, S x 4 B (torch/serialization.py l.1290-1310); sub-groups are
+    # filled to sub_group_size 1e9 elements and exceed it by less than one partition, at most the
+    # embedding's ceil(128256 x 8192 / 32) = 32,833,536 elements
+    S = host["steady_need"] // (8 * 4)
+    assert host["steady_need"] == 8 * 4 * S and 10 ** 9 <= S < 10 ** 9 + 32_833_536
     assert d["load"]["host_per_node"] == 70_553_706_496 * 2 and d["load"]["fits"] is False
     (m101,) = [x for x in d["findings"] if x["code"] == "M101"]
     assert m101["data"]["instant"] == "load:state_dict" and "rank 0" in m101["message"]

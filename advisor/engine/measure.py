@@ -378,7 +378,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               # biased Linears as nn.Linear's one autograd node (worker _build_model)
                               "linear": bool(c.get("linear")),
                               # tests only: an unknown buffer in forward (worker._injected_buffer)
-                              "inject_forward_bytes": int(c.get("inject_forward_bytes", 0))})
+                              "inject_forward_bytes": int(c.get("inject_forward_bytes", 0)),
+                              # a checkpoint save after the last step (worker._save_phases)
+                              "save": bool(c.get("save")), "save_16bit": bool(c.get("save_16bit"))})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)
@@ -550,6 +552,8 @@ PHASE_INSTANTS = {
     "step:1": ("first_step:norm", "first_step:prep", "first_step:update"),
     "forward:2": ("steady:forward",), "backward:2": ("steady:backward", "steady:reduce"),
     "step:2": ("steady_step:norm", "steady_step:prep", "steady_step:update"),
+    # after the last step (worker._save_phases): save_16bit_model, then save_checkpoint
+    "save:16bit": ("save:16bit", "save:16bit:end"), "save": ("save:model", "save:optim", "save"),
 }
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
 STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
@@ -571,7 +575,7 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` -> first_step, k = 2 ga -> steady;
     a non-boundary ``step:k``, a middle micro-step (1 < k < ga) and the steady iteration's earlier
     micro-steps have no instant (not compared). At ga = 1 this is :data:`PHASE_INSTANTS`."""
-    if ga <= 1 or phase in ("load", "initialize") or phase.startswith("initialize:"):
+    if ga <= 1 or phase in ("load", "initialize") or phase.startswith(("initialize:", "save")):
         return PHASE_INSTANTS.get(phase, ()), STEP_PHASES.get(phase)
     kind, _, num = phase.partition(":")
     if kind not in ("forward", "backward", "step") or not num.isdigit() or int(num) < 1:
@@ -616,8 +620,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
-    from advisor.ledger.timeline import (init_entries, load_entries, rank_only_entries, resolve_load,
-                                         role_timeline)
+    from advisor.ledger.timeline import (SAVE_GPU_ONLY, init_entries, load_entries, rank_only_entries, resolve_load,
+                                         role_timeline, save_entries)
 
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
@@ -631,7 +635,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             continue
         tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
         every = (list(led.rank(r).entries) + load_entries(ec, led, load, r) + init_entries(ec, led, load, r)
-                 + rank_only_entries(ec, led, load, r))
+                 + save_entries(ec, led, r) + rank_only_entries(ec, led, load, r))
         sources = {e.item: e.source for e in every}
         model = {e.item for e in every if e.cls == "parameters" and e.life in MODEL_BUILD_LIVES}
         keys = [x.key for x in tl.instants]
@@ -645,15 +649,22 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             idx = [i for i, x in enumerate(tl.instants) if x.key in want or (event and x.phase == event)]
             if not idx:  # initialize:cast without a cast (the ledger has no such instant): nothing to compare
                 continue
-            best = max(idx, key=lambda i: ser[i])
+            # a CPU run makes no host copy of a CPU storage at save (timeline.SAVE_GPU_ONLY): the
+            # ledger's figure without them is compared, the difference reported as gpu_only
+            gpu_only = [0] * len(ser)
+            if rec.get("accelerator") == "cpu":
+                gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in SAVE_GPU_ONLY and x[1] in tiers)
+                            for i in range(len(ser))]
+            best = max(idx, key=lambda i: ser[i] - gpu_only[i])
             got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]
             cpu_only = 0
             if ph["phase"] != "initialize" and "peak_excl_cpu_only" in ph:
                 cpu_only = got - ph["peak_excl_cpu_only"]
                 got = ph["peak_excl_cpu_only"]
-            exp = ser[best]
+            exp = ser[best] - gpu_only[best]
             unattributed, in_ledger = split_unclaimed(ph["unattributed"], tl.entries[best], sources, tiers, model)
             rows.append({"rank": r, "phase": ph["phase"], "measured": got, "cpu_only": cpu_only, "ledger": exp,
+                         "gpu_only": gpu_only[best],
                          "ledger_instant": keys[best], "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0),
                          "unattributed": unattributed, "in_ledger": in_ledger})
     return rows

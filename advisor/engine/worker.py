@@ -758,6 +758,31 @@ def _injected_buffer(nbytes: int, dev):
     return torch.empty(nbytes, dtype=torch.uint8, device=dev) if nbytes > 0 else None
 
 
+def _save_phases(engine, tracker, save_16bit: bool) -> None:
+    """After the last step, the tracker phases of a checkpoint save into a temporary folder:
+    ``save:16bit`` (``save_16bit``: ``engine.save_16bit_model``, what the HF Trainer's save_model
+    runs, ``runtime/engine.py`` l.5707-5755) and ``save`` (``engine.save_checkpoint``, l.4869-4966:
+    the model-states file, then the ZeRO optimizer-states file of every rank)."""
+    import shutil
+    import tempfile
+
+    import torch.distributed as tdist
+    d = tempfile.mkdtemp(prefix="ds-advisor-save-")
+    try:
+        if save_16bit:
+            if tracker is not None:
+                tracker.set_phase("save:16bit")
+            engine.save_16bit_model(d)
+            _phase(tracker, None)
+        if tracker is not None:
+            tracker.set_phase("save")
+        engine.save_checkpoint(d)
+        _phase(tracker, None)
+        tdist.barrier()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
     """The body of :func:`_run_cell`; ``tracker`` (a :class:`StorageTracker` or None) is told
     the phases: load (model construction, under ``deepspeed.zero.Init`` when the cell says
@@ -853,6 +878,9 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
     _walk(engine, c)
     snaps["steady"] = c.result()
     snaps["in_step"] = in_step_best[0] or {}
+    del c
+    if cell.get("save"):
+        _save_phases(engine, tracker, bool(cell.get("save_16bit")))
     frozen_ids = {int(p.ds_id) for p in engine.module.parameters() if not p.requires_grad and hasattr(p, "ds_id")}
     files = _nvme_files(nvme_path, rank, frozen_ids)
     nfiles = files.pop("_files", {}).get("count", 0)

@@ -65,7 +65,8 @@ from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-ex
 Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
-               "first_step", "load", "load_state_dict", "save", "autograd", "reduce", "step_norm", "init_cast", "init_module",
+               "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
+               "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)

@@ -23,7 +23,10 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    ``update`` instant per group g, ``first_step:g<g>:prep`` ... (see "Per-group step" below);
 6. ``steady:forward``, ``steady:backward``, ``steady:reduce``, ``steady_step:prep`` /
    ``steady_step:update``: the boundary micro-step and step of every later iteration;
-7. ``save``          checkpoint save.
+7. phase ``save``, after the steady iteration: ``save:16bit`` (``save_16bit_model``, what the HF
+   Trainer's save_model runs; at ZeRO-3 with the 16-bit gather also ``save:16bit:end``), then
+   ``engine.save_checkpoint``: ``save:model`` (the model-states file), ``save:optim`` (the
+   optimizer-states files) and ``save`` (it has returned). See "Save" below.
 
 Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 
@@ -100,9 +103,20 @@ free memory holds it (``flatten_on_accelerator``), else in host memory, so it is
 on the accelerator; the host fallback (the group's n x D copied to the CPU plus its flat
 n_pad x D) depends on the capacity, so the fit adds it (:func:`zero12_flat_fallback`).
 
-Save (``save``): with ``stage3_gather_16bit_weights_on_model_save`` at ZeRO-3,
-``engine._zero3_consolidated_16bit_state_dict`` gathers module by module and rank 0 keeps a CPU
-copy of every 16-bit tensor: N x D on rank 0's host, plus one gathered module on its accelerator.
+Save (:func:`save_entries`, every rank; :func:`save_rank0_entries`, rank 0): DeepSpeed 0.19.8
+``engine.save_checkpoint`` (``runtime/engine.py`` l.4869-4966) writes the model-states file
+(module_state_dict: at ZeRO-3 empty placeholders; below it, on dp rank 0 only, the views of the
+flat 16-bit buffers) and the optimizer-states files; it never gathers the 16-bit weights (only
+``save_16bit_model``, l.5707, does: :data:`SAVE_16BIT_SOURCE`) and clones nothing outside the MoE
+path (``clone_tensors_for_torch_save``, l.5137-5353). What it costs in memory is torch.save's host
+copy of each accelerator storage, one at a time (``torch/serialization.py`` l.1290-1310): the
+largest storage of the file being written, host memory, every rank at once for its optimizer
+file; at ZeRO-2/3 also the ``.cpu()`` copies of the frozen parameters. At ZeRO-3 both calls start
+with checkpoint_event_prologue (``stage3.py`` l.3844: the persistent parameters partitioned) and
+end with the epilogue (gathered again). ``save_16bit_model`` with the gather: every rank holds one
+gathered module at a time, rank 0 the CPU copies made so far (N x D at the end, beside the
+persistent parameters gathered again). On a CPU accelerator there are no host copies
+(:data:`SAVE_GPU_ONLY`); the engine's save parity is ``tests/engine/test_save_parity.py``.
 
 No torch or deepspeed import.
 """
@@ -590,22 +604,207 @@ def zero12_flat_fallback(ledger: Ledger, free_after_move: int | None) -> int:
     return worst
 
 
-def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
-    """Entries (life ``save``) of a checkpoint save on one rank: with
-    ``stage3_gather_16bit_weights_on_model_save`` at ZeRO-3, rank 0 holds every 16-bit tensor on
-    the host (N x D) and one gathered module (sum p_i x W x D) on the accelerator."""
-    z = ec.zero
-    if z.stage != 3 or not z.gather_16bit_weights_on_model_save or rank != 0:
-        return []
-    inv = ledger.plan.inventory
-    W = ledger.plan.cluster.zero_world_size
+#: DeepSpeed 0.19.8 sources of the save instants (runtime/engine.py).
+SAVE_16BIT_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_16bit_model l.5707-5755 -> "
+                     "_zero3_consolidated_16bit_state_dict l.5631-5700 (GatheredParameters(module params, "
+                     "modifier_rank=0) on every rank, rank 0 param.detach().cpu())")
+SAVE_FILES_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_checkpoint l.4869-4966 -> _save_checkpoint l.5377-5405, "
+                     "_save_zero_checkpoint l.5549-5566 -> runtime/checkpoint_engine/torch_checkpoint_engine.py:save "
+                     "-> torch/serialization.py:_save l.1279-1310 (storage.cpu(), one storage at a time)")
+#: Save-time items that exist only when the state is on a GPU: torch.save's host copy of an
+#: accelerator storage (torch/serialization.py l.1290: skipped for a CPU storage) and the frozen
+#: fragments' ``.cpu()`` copies (``Tensor.cpu()`` of a CPU tensor returns it): a CPU run has none.
+SAVE_GPU_ONLY = ("save_16bit_staging", "save_model_file_staging", "save_optim_file_staging", "save_frozen_fragments",
+                 "save_16bit_module_copy")
+
+
+def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
+    """(bytes, what) of the largest accelerator storage in the model-states file dp rank 0 writes
+    below ZeRO-3 (the module state dict, at stage 0 with the optimizer's state dict), which
+    torch.save copies to host memory: ZeRO-1/2 and BF16_Optimizer module weights are views of the
+    padded flat 16-bit group buffer (n_pad x D, the whole storage is written); stage 0
+    FP16_Optimizer flattens each group's 16-bit params and its fp32 copy (group numel x 4);
+    otherwise one tensor (the largest, n x 4 for its fp32 master / moments, or n x D)."""
+    plan = ledger.plan
+    inv = plan.inventory
     D = DTYPE_BYTES[ec.model_dtype]
-    big = largest_gathered_module(inv, W)
-    src = "engine.py:DeepSpeedEngine._zero3_consolidated_16bit_state_dict (GatheredParameters, modifier_rank=0)"
-    return [Entry(rank, "host_pageable", "parameters", "save_16bit_state_dict", inv.numel * D, "save",
-                  f"N x D = {inv.numel} x {D} (rank 0 copies every gathered 16-bit tensor to the CPU)", src),
-            Entry(rank, "accelerator", "parameters", "save_gathered_module", big * D, "save",
-                  f"largest module sum p_i x W x D = {big} x {D} (gathered one module at a time)", src)]
+    frozen = max((t.numel for t in inv.tensors if not t.trainable), default=0) * D
+    if ec.zero.stage in (1, 2) or ledger.wrapper == "BF16_Optimizer":
+        lays = placement_of(plan).zero12
+        b = max((lay.n_pad for lay in lays), default=0) * D
+        what = "the largest param group's padded flat 16-bit buffer, n_pad x D"
+        if ec.zero.stage == 0 and ec.offload_optimizer_effective == "none":
+            b2 = max((lay.P for lay in lays), default=0) * 4
+            if b2 > b:
+                b, what = b2, "the largest fp32 partition or moment, P x 4 (in the model file at stage 0)"
+        return (frozen, "the largest frozen parameter, n x D") if frozen > b else (b, what)
+    if ledger.wrapper == "FP16_Optimizer":
+        g = max((sum(t.numel for t in grp) for grp in inv.groups()), default=0)
+        return g * 4, "the largest param group's flat fp32 master (and each moment), group numel x 4"
+    n = max((t.numel for t in inv.tensors), default=0)
+    return n * 4, "the largest tensor's fp32 parameter, master copy or moment, n x 4"
+
+
+def _largest_optim_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
+    """(bytes, what) of the largest accelerator storage in the rank's ZeRO optimizer-states file
+    (zero_pp_rank_*_optim_states.pt), which torch.save copies to host memory: ZeRO-1/2 the fp32
+    partition of a param group and each moment, P x 4 (the padded storage: the file holds an
+    un-padded view of it); ZeRO-3 a sub-group's fp32 flat partition and moments, S x 4. 0 with
+    optimizer offload (the state is in host memory or on NVMe already) and without a ZeRO
+    optimizer file (stage 0 without BF16_Optimizer)."""
+    plan = ledger.plan
+    st = ec.zero.stage
+    if ec.offload_optimizer_effective != "none":
+        return 0, "optimizer state already in host memory (offload_optimizer)"
+    if st in (1, 2) or ledger.wrapper == "BF16_Optimizer":
+        return max((lay.P for lay in placement_of(plan).zero12), default=0) * 4, \
+            "the largest param group's fp32 partition (and each moment), P x 4"
+    if st == 3:
+        W = max(1, plan.cluster.zero_world_size)
+        sgs = zero3_sub_groups(plan.inventory, W, ec.zero.sub_group_size)
+        return max((sg.numel for sg in sgs), default=0) * 4, \
+            "the largest sub-group's fp32 flat partition (and each moment), S x 4"
+    return 0, "no ZeRO optimizer-states file at stage 0"
+
+
+def save_16bit_gather_moment(inv: Any, W: int) -> tuple[int, int, str]:
+    """(elements of rank 0's state dict before, elements of the module's own tensors, module) at
+    the moment ``_zero3_consolidated_16bit_state_dict`` gathers its largest module (sum
+    ceil(n_i / W) x W, :func:`largest_gathered_module`; the first of equal ones): the accelerator's
+    high-water mark of the gather. Modules in inventory order (taken as the module tree's
+    order, get_layer_state_dict's recursion: a module's own parameters, then its children)."""
+    def moment() -> tuple[int, int, str]:
+        order: list[str] = []
+        gathered: dict[str, int] = {}
+        own: dict[str, int] = {}
+        for t, m in zip(inv.tensors, module_names(inv)):
+            if m not in gathered:
+                order.append(m)
+                gathered[m] = own[m] = 0
+            gathered[m] += zero3_partition_numel(t.numel, W) * W
+            own[m] += t.numel
+        if not order:
+            return 0, 0, ""
+        best = max(range(len(order)), key=lambda i: (gathered[order[i]], -i))
+        return sum(own[m] for m in order[:best]), own[order[best]], order[best]
+    return inv.memo(("save_16bit_gather_moment", W), moment)
+
+
+def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
+    """Entries of a checkpoint save that every rank holds (rank 0's own are
+    :func:`save_rank0_entries`), bytes. DeepSpeed 0.19.8 (see :data:`SAVE_FILES_SOURCE`,
+    :data:`SAVE_16BIT_SOURCE`); instants ``save:16bit`` / ``save:16bit:end`` (life ``save_16bit``,
+    ``save_16bit_end``), ``save:model`` (``save_model``), ``save:optim`` (``save_optim``), ``save``:
+
+    * ``save_16bit_model`` (the HF Trainer's save_model) at ZeRO-3 with
+      ``stage3_gather_16bit_weights_on_model_save``: every rank runs GatheredParameters on each
+      module's own parameters, so each holds one module whole at a time, largest sum
+      ceil(n_i / W) x W x D (``save_gathered_module``; measured on rank 1: the gather allocates
+      the padded buffers, partition_parameters.py _allgather_params_coalesced l.2052);
+      checkpoint_event_prologue released the persistent parameters first (stage3.py l.3844).
+      ``engine.save_checkpoint`` itself never gathers: it calls module_state_dict (engine.py l.4008,
+      placeholders at ZeRO-3), not _zero3_consolidated_16bit_state_dict.
+    * ``save_checkpoint``'s model-states file at ZeRO-2/3 (save_frozen_param, engine.py l.5383):
+      ``frozen_param_fragments`` = ``.cpu()`` copies of each frozen parameter (ZeRO-3: its
+      partition ceil(n / W) x D; ZeRO-2: whole, n x D), host memory, built on every rank
+      (_common_checkpoint_state l.5017-5038) while the file is written.
+    * the optimizer-states file (every rank from ZeRO-1 on): torch.save copies one accelerator
+      storage at a time to host memory (torch/serialization.py l.1290-1310: ``storage.cpu()``, the
+      copy freed as the next is made), so its largest storage is live in host memory
+      (:func:`_largest_optim_file_storage`). No clone: ``clone_tensors_for_torch_save`` runs only
+      on the MoE path (engine.py l.5137, 5249, 5288, 5353).
+    """
+    z = ec.zero
+    plan = ledger.plan
+    inv = plan.inventory
+    W = max(1, plan.cluster.zero_world_size)
+    D = DTYPE_BYTES[ec.model_dtype]
+    out: list[Entry] = []
+    if z.stage == 3 and z.gather_16bit_weights_on_model_save:
+        big = largest_gathered_module(inv, W)
+        out.append(Entry(rank, "accelerator", "parameters", "save_gathered_module", big * D, "save_gather",
+                         f"largest module sum ceil(n_i / W) x W x D = {big} x {D} (every rank gathers one module "
+                         "at a time)", SAVE_16BIT_SOURCE))
+    if z.stage >= 2:
+        fro = [t.numel for t in inv.tensors if not t.trainable]
+        if fro:
+            el = sum(zero3_partition_numel(n, W) for n in fro) if z.stage == 3 else sum(fro)
+            out.append(Entry(rank, "host_pageable", "parameters", "save_frozen_fragments", el * D, "save_model",
+                             ("sum ceil(n_i / W) x D" if z.stage == 3 else "sum n_i x D") + f" = {el} x {D} "
+                             "(frozen_param_fragments: .cpu() copies of the frozen parameters, held while the "
+                             "model-states file is written)",
+                             "runtime/engine.py:DeepSpeedEngine._get_zero_frozen_param_attributes l.5430-5446 "
+                             "(_get_param_fragment_func l.5426-5427)"))
+    ob, what = _largest_optim_file_storage(ec, ledger)
+    if ob and not (rank == 0 and _rank0_model_staging(ec, ledger)[0] >= ob):
+        out.append(Entry(rank, "host_pageable", "optimizer_states", "save_optim_file_staging", ob, "save_optim",
+                         f"{what}: {ob:,} B (torch.save's host copy of one accelerator storage at a time)",
+                         SAVE_FILES_SOURCE))
+    return out
+
+
+def _rank0_model_staging(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
+    """(bytes, what) rank 0's torch.save stages for its model-states file (0 at ZeRO-3)."""
+    if ec.zero.stage == 3:
+        return 0, ""
+    memo = ledger.__dict__.setdefault("_rank0_model_staging", {})
+    got = memo.get(id(ec))
+    if got is None or got[0] is not ec:
+        got = memo[id(ec)] = (ec, _largest_model_file_storage(ec, ledger))
+    return got[1]
+
+
+def save_rank0_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
+    """The save entries only global rank 0 holds, bytes (empty on other ranks):
+
+    * ZeRO-3 with ``stage3_gather_16bit_weights_on_model_save``, in ``save_16bit_model``: rank 0's
+      state dict of ``param.detach().cpu()`` copies grows to N x D host bytes (a CPU accelerator
+      keeps the gathered padded storages instead, sum ceil(n_i / W) x W x D); it is still whole
+      when checkpoint_event_epilogue all-gathers the persistent parameters again (stage3.py l.3847-3850),
+      so it is live at ``save:16bit`` and ``save:16bit:end``.
+    * below ZeRO-3, torch.save's host copy of the largest accelerator storage of the files rank 0
+      writes (:func:`_largest_model_file_storage`): the model-states file (dp rank 0 only) and
+      ``save_16bit_model``'s pytorch_model.bin (the module state dict, the same storages).
+      Counted at ``save:optim`` instead of the optimizer file's storage when larger there
+      (the files are written one after the other; the copy of the larger storage is the peak)."""
+    if rank != 0:
+        return []
+    z = ec.zero
+    inv = ledger.plan.inventory
+    D = DTYPE_BYTES[ec.model_dtype]
+    out: list[Entry] = []
+    if z.stage == 3:
+        if z.gather_16bit_weights_on_model_save:
+            W = max(1, ledger.plan.cluster.zero_world_size)
+            prior, own, mod = save_16bit_gather_moment(inv, W)
+            if prior:
+                out.append(Entry(rank, "host_pageable", "parameters", "save_16bit_state_dict", prior * D, "save_gather",
+                                 f"sum n_i x D = {prior} x {D} of the modules copied before {mod or 'the root'} "
+                                 "(the largest gathered), in module order", SAVE_16BIT_SOURCE))
+            out.append(Entry(rank, "host_pageable", "parameters", "save_16bit_module_copy", own * D, "save_gather",
+                             f"sum n_i x D = {own} x {D}: rank 0's .cpu() copy of {mod or 'the root'}'s tensors, made "
+                             "while it is gathered (none on a CPU accelerator: the copy is the gathered tensor)",
+                             SAVE_16BIT_SOURCE))
+            out.append(Entry(rank, "host_pageable", "parameters", "save_16bit_state_dict", inv.numel * D,
+                             "save_16bit_end",
+                             f"N x D = {inv.numel} x {D} (rank 0 copies every gathered 16-bit tensor to the CPU)",
+                             SAVE_16BIT_SOURCE))
+        return out
+    mb, what = _rank0_model_staging(ec, ledger)
+    if not mb:
+        return out
+    src = SAVE_FILES_SOURCE + "; only dp rank 0 writes the model-states file (engine.py l.1909-1911)"
+    out.append(Entry(rank, "host_pageable", "parameters", "save_16bit_staging", mb, "save_16bit",
+                     f"{what}: {mb:,} B (save_16bit_model: torch.save of the module state dict on rank 0)",
+                     "runtime/engine.py:DeepSpeedEngine.save_16bit_model l.5745-5751 -> " + SAVE_FILES_SOURCE))
+    out.append(Entry(rank, "host_pageable", "parameters", "save_model_file_staging", mb, "save_model",
+                     f"{what}: {mb:,} B (torch.save's host copy of one accelerator storage at a time)", src))
+    ob, _ = _largest_optim_file_storage(ec, ledger)
+    if ob and mb >= ob:
+        # the optimizer file's largest storage on rank 0, in its own file after the model file
+        out.append(Entry(rank, "host_pageable", "optimizer_states", "save_optim_file_staging", ob, "save_optim",
+                         f"the largest fp32 partition or moment: {ob:,} B (torch.save's host copy)", SAVE_FILES_SOURCE))
+    return out
 
 
 #: transformers 5.25.0, where rank 0 loads the whole checkpoint under ZeRO-3.
@@ -640,10 +839,10 @@ def hf_state_dict_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumpt
 def rank_only_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
     """The entries only ``rank`` carries, beyond its ledger role's and the load phase shared by
     every rank: rank 0's copy of the HF checkpoint under ZeRO-3 (:func:`hf_state_dict_entries`)
-    and its save-time 16-bit gather (:func:`save_entries`). A rank with any of them is a role
-    of its own (:func:`advisor.views.estimate.group_roles`), so a role's timeline is true for
-    every rank of it."""
-    return hf_state_dict_entries(ec, ledger, load, rank) + save_entries(ec, ledger, rank)
+    and its save-time entries (:func:`save_rank0_entries`: the 16-bit state dict at ZeRO-3, the
+    model-states file's host copies below it). A rank with any of them is a role of its own
+    (:func:`advisor.views.estimate.group_roles`), so a role's timeline is true for every rank of it."""
+    return hf_state_dict_entries(ec, ledger, load, rank) + save_rank0_entries(ec, ledger, rank)
 
 
 def stepped_groups(ledger: Ledger) -> int:
@@ -737,7 +936,14 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
     if post:
         out.append(Instant("steady_step:post", "steady_step",
                            "steady optimizer step: persistent parameters gathered again (_post_step)"))
-    out.append(Instant("save", "save", "checkpoint save"))
+    gather = st == 3 and ec.zero.gather_16bit_weights_on_model_save
+    out.append(Instant("save:16bit", "save", "save_16bit_model: " + ("the largest module gathered" if gather
+                                                                     else "rank 0 writes the module state dict")))
+    if gather:
+        out.append(Instant("save:16bit:end", "save", "save_16bit_model: rank 0's state dict whole"))
+    out.append(Instant("save:model", "save", "save_checkpoint: the model-states file"))
+    out.append(Instant("save:optim", "save", "save_checkpoint: the optimizer-states file"))
+    out.append(Instant("save", "save", "checkpoint saved"))
     return out
 
 
@@ -786,7 +992,7 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
 
 
 def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False,
-          first_fetch: bool = False, first_bwd: tuple[str, ...] = ()) -> bool:
+          first_fetch: bool = False, first_bwd: tuple[str, ...] = (), save_gather: bool = False) -> bool:
     k, ph = inst.key, inst.phase
     life = e.life
     if life == "first_forward":
@@ -821,9 +1027,24 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return k == "load:state_dict"
     if life == "save":
         return ph == "save"
+    if life == "save_16bit":
+        return k in ("save:16bit", "save:16bit:end")
+    if life == "save_gather":
+        return k == "save:16bit"
+    if life == "save_16bit_end":
+        return k == "save:16bit:end"
+    if life == "save_model":
+        return k == "save:model"
+    if life == "save_optim":
+        return k == "save:optim"
     if ph == "load":
         return False
     if life == "persistent":
+        if e.item == "lp_params_gathered" and (k in ("save:model", "save:optim") or (k == "save:16bit" and save_gather)):
+            # save_checkpoint / the 16-bit gather start with checkpoint_event_prologue, which partitions
+            # every parameter, the persistent ones too (stage3.py l.3844-3845), until the epilogue
+            # all-gathers them again (l.3847-3850)
+            return False
         if e.item == "lp_params_gathered" and (
                 (first_fetch and (k == "forward:1" or k in first_bwd)) or
                 (ph in ("first_step", "steady_step") and not k.endswith(":post"))):
@@ -979,7 +1200,9 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     ins = instants(ec, ledger, ga, load)
     lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
     consumed = ec.zero.stage in (1, 2)
-    ents = list(rl.entries) + _load_and_init(ec, ledger, load, r) + rank_only_entries(ec, ledger, load, r)
+    ents = (list(rl.entries) + _load_and_init(ec, ledger, load, r) + save_entries(ec, ledger, r)
+            + rank_only_entries(ec, ledger, load, r))
+    save_gather = ec.zero.stage == 3 and bool(ec.zero.gather_16bit_weights_on_model_save)
     transients = any(e.item == "reduce_transient" for e in rl.entries)
     first_fetch = any(e.item == "zero3_first_fetch" for e in rl.entries)
     # ZeRO-3's first backward still runs without a complete trace: the persistent parameters are
@@ -1004,12 +1227,13 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             for e in ents:
                 nb = _group_bytes(e, inst, groups, D, lazy)
                 if nb is None:
-                    if _live(e, generic, lazy, consumed, transients, first_fetch, first_bwd):
+                    if _live(e, generic, lazy, consumed, transients, first_fetch, first_bwd, save_gather):
                         sized.append((e, e.bytes))
                 elif nb:
                     sized.append((e, nb))
         else:
-            sized = [(e, e.bytes) for e in ents if _live(e, inst, lazy, consumed, transients, first_fetch, first_bwd)]
+            sized = [(e, e.bytes) for e in ents
+                     if _live(e, inst, lazy, consumed, transients, first_fetch, first_bwd, save_gather)]
         items_on = {e.item for e, _ in sized}
         d = {t: 0 for t in TIERS}
         here = []

@@ -49,7 +49,8 @@ PHASES = ("load", "initialize", "forward", "backward", "reduce", "first_step", "
 TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pageable"), "nvme": ("nvme",)}
 #: One-off lifetimes (the load-phase copy, the save-time gather, first-step-only transients): left
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
-OUTSIDE_STEP = ("load", "load_state_dict", "save", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
+OUTSIDE_STEP = ("load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
+                "save_optim", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                 "first_forward", "first_backward")
 #: What the fit's "steady" need leaves out: the load phase and deepspeed.initialize before the
 #: optimizer partitions the model (timeline.BEFORE_PARTITION).
