@@ -378,6 +378,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
              "default: torchrun 1 with several ranks per node, the physical cores with one).")),
     "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
                                          help="Seconds per optimizer step.")),
+    "save_dir": (("--save-dir",), dict(help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")),
+    "save_interval": (("--save-interval",), dict(type=FiniteFloat(min=0, min_open=True),
+                                                 help="Seconds between saves, for writes per day.")),
     "set": (("--set", "overrides"), dict(
         multiple=True, metavar="KEY.PATH=VALUE", callback=_check_sets,
         help="Override a config value before it is read, without editing the file (repeatable), e.g. --set "
@@ -581,6 +584,8 @@ class EstimateArgs:
     trainer_args: dict | None
     hidden_size: int | None
     overrides: tuple[str, ...] = ()
+    save_dir: str | None = None
+    save_interval: float | None = None
 
 
 #: The load-phase options (:func:`advisor.views.estimate.load_assumption`), in EstimateArgs' order.
@@ -625,8 +630,13 @@ def _estimate_options(f):
     deco = option("fragmentation")(deco)
     return options(
         *MODEL_OPTIONS, "world_size", "gpus_per_node", *PARALLEL_OPTIONS, *WORKLOAD_OPTIONS, "activations",
-        *CAPACITY_OPTIONS, "runtime_overhead", "hardware", "step_time_s", "omp_threads", "set",
+        *CAPACITY_OPTIONS, "runtime_overhead", "hardware", "step_time_s", "omp_threads", "set", "save_dir",
+        "save_interval",
         hardware=dict(help=HARDWARE_HELP + " Capacities, bandwidths and storage tiers (flags above win)."),
+        save_dir=dict(help="Absolute path checkpoints are saved to (save_checkpoint's save_dir): with --hardware, "
+                           "when it lies on the NVMe swap's storage tier, that tier's writes per day and drive life "
+                           "count the saves too (the checkpoint section's count the swap)."),
+        save_interval=dict(help="Seconds between checkpoint saves (with --save-dir), for their writes per day."),
         step_time_s=dict(help="Seconds per optimizer step, for bytes written per day and drive endurance."),
         **UNSET_WORKLOAD,
     )(deco)
@@ -753,7 +763,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         cap = _hardware_capacity(cap, hw, aplan)
         load = load_assumption(aplan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, config_input=inp)
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
-                            step_time_s=a.step_time_s, load=load)
+                            step_time_s=a.step_time_s, load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
     # the one plan of this command: effective config, HF resolution, cluster, workload
     plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=hf_targs, workload=workload)
     cap = _hardware_capacity(cap, hw, plan)
@@ -763,7 +773,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl)
     load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage)
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
-                        load=load)
+                        load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
 
 
 
@@ -1847,9 +1857,9 @@ def report(config, est, output, force):
 @_opt("--keep", type=click.IntRange(min=1, max=MAX_KEEP), default=1, show_default=True, help="Checkpoints kept on disk.")
 @option("hardware", help=HARDWARE_HELP + " With --save-dir, the tier holding it gives the bandwidth defaults and "
         "its wear; without --world-size its nodes x accelerators per node are the job (as estimate and check read it).")
-@_opt("--save-dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")
-@_opt("--save-interval", type=FiniteFloat(min=0, min_open=True),
-              help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
+@option("save_dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir): with --hardware, when "
+        "it lies on the config's NVMe swap tier, the wear counts the swap's writes too (at the step time).")
+@option("save_interval", help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
 @format_option("checkpoint")
 @_release_option
 @display_options("units", "color")

@@ -219,3 +219,71 @@ def test_hardware_spec_shared_tier_reaches_estimates_nvme_fit(tmp_path):
     assert s["need"] == 4 * loc["need"] and 16e9 <= s["need"] < 16e9 * 1.0001
     assert loc["verdict"] == "fits" and s["verdict"] == "does not fit"
     assert s["scope"] == "all 4 nodes together (32 ranks, shared tier)" and loc["scope"] == "per node (8 ranks)"
+
+
+def test_checkpoint_wear_counts_the_nvme_swap_on_the_same_tier_by_hand():
+    """The save dir and the swap's nvme_path on one tier wear the same drive: per day it takes the
+    saves and the swap. Node-local lustre tier (rated 100,000 TBW = 1e17 B), 32 ranks on 4 nodes,
+    one tensor of 32 N elements, ZeRO-3 optimizer swap: each rank writes its N-element partition's
+    fp32 master, exp_avg, exp_avg_sq and fp32 gradient, 16 N B per step, so one node's drive takes
+    8 x 16 N B x 8,640 steps/day at 10 s; the saves the busiest node's files (ranks 0-7) x 144
+    saves/day at 600 s."""
+    from advisor.views.estimate import checkpoint_with_step_time
+
+    plan = _swap_plan(32)
+    cp = checkpoint_with_step_time(plan, hardware=_lustre(scope="node-local"), save_dir="/lustre/ck",
+                                   save_interval_s=600.0, step_time_s=10.0)
+    swap = 8 * 16 * N * 8640
+    saves = sum(b for r, b in cp.files.per_rank_bytes().items() if r < 8) * 144
+    st = cp.storage()
+    assert st["swap_bytes_per_day"] == swap and st["checkpoint_bytes_per_day"] == pytest.approx(saves)
+    assert st["bytes_written_per_day"] == pytest.approx(swap + saves)
+    assert st["days_of_life"] == pytest.approx(1e17 / (swap + saves), rel=1e-12)
+    assert st["shares_tier_with"] == "NVMe swap (/lustre/swap)"
+    # saves elsewhere (no tier holds the path): the swap is not theirs to count
+    other = checkpoint_with_step_time(plan, hardware=_lustre(scope="node-local"), save_dir="/home/ck",
+                                      save_interval_s=600.0, step_time_s=10.0)
+    assert other.swap_writes is None
+
+
+def test_estimate_swap_wear_counts_checkpoint_saves_to_the_same_tier(tmp_path):
+    """estimate --save-dir on the swap's tier: the tier's per-day writes are the swap's
+    (16 B x 1e9 parameters / 4 nodes per node per step, x 8,640 steps/day at 10 s) plus the
+    saves' (the checkpoint section's bytes per save x 144 saves/day at 600 s), the drive life
+    1e17 B over that sum, the same figures in the checkpoint section; the text says so."""
+    from tests.conftest import run_cli
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "optimizer": {"type": "AdamW"},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {
+                                   "device": "nvme", "nvme_path": "/lustre/swap"}}}))
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"nodes": 4, "accelerators_per_node": 8, "host_memory_bytes": 1e12,
+                              "accelerator": {"name": "toy", "memory_bytes": 8e10},
+                              "storage": [{"name": "lustre", "mounts": ["/lustre"], "capacity_bytes": 1e15,
+                                           "read_bytes_per_s": 100e9, "write_bytes_per_s": 100e9,
+                                           "access": "read-write", "endurance": {"tbw": 100_000}}]}))
+    args = ["estimate", str(cfg), "--params", "1e9", "--hardware", str(hw), "--seq-len", "1024",
+            "--step-time", "10", "--save-dir", "/lustre/ck", "--save-interval", "600"]
+    p = run_cli([*args, "--format", "json"])
+    assert p.returncode in (0, 1), p.stderr
+    d = json.loads(p.stdout)
+    ln = next(x for x in d["movement"]["endurance"] if x["tier"] == "lustre")
+    assert ln["write_bytes_per_step"] == pytest.approx(16 * 1e9 / 4, rel=1e-4)
+    swap = ln["write_bytes_per_step"] * 8640
+    st = d["checkpoint"]["storage"]
+    saves = st["bytes_written_per_save"] * 144
+    assert ln["swap_bytes_per_day"] == pytest.approx(swap) and ln["checkpoint_bytes_per_day"] == pytest.approx(saves)
+    assert ln["write_bytes_per_day"] == pytest.approx(swap + saves)
+    assert ln["days_of_life"] == pytest.approx(1e17 / (swap + saves), rel=1e-9)
+    assert st["bytes_written_per_day"] == pytest.approx(swap + saves) and st["days_of_life"] == pytest.approx(
+        ln["days_of_life"], rel=1e-9)
+    text = run_cli(args, env={"COLUMNS": "400"}).stdout
+    assert "of checkpoint saves to /lustre/ck on the same tier" in text
+    ck = run_cli(["checkpoint", *args[1:]], env={"COLUMNS": "400"})
+    assert ck.returncode == 0, ck.stderr
+    assert " of the NVMe swap (/lustre/swap), which writes to the same tier)" in ck.stdout
+    # without --save-dir: the swap alone, as before
+    alone = json.loads(run_cli([*args[:-4], "--format", "json"]).stdout)
+    ln0 = next(x for x in alone["movement"]["endurance"] if x["tier"] == "lustre")
+    assert ln0["write_bytes_per_day"] == pytest.approx(swap) and ln0["checkpoint_bytes_per_day"] is None

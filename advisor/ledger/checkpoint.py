@@ -667,6 +667,10 @@ class CheckpointPlan:
     #: (:func:`advisor.findings.render_sized`): printed in the report's ``--units``; ``notes``
     #: holds it in the default units (GiB).
     notes_sized: dict[int, tuple[str, dict]] = field(default_factory=dict)
+    #: The NVMe swap's writes to the save dir's tier (an nvme_path on the same tier):
+    #: {"paths", "bytes_per_day", "step_time_s", "writing_nodes"}, set by
+    #: ``views/estimate.share_save_tier`` from the movement ledger; :meth:`storage` adds them.
+    swap_writes: dict[str, Any] | None = None
 
     # derived --------------------------------------------------------------------------------
     @property
@@ -772,7 +776,10 @@ class CheckpointPlan:
         :func:`advisor.ledger.movement.endurance` with one save as the "step" and the save interval as
         its duration: saves/day = 86,400 / interval, bytes/day = the tier's bytes per save
         (:meth:`tier_bytes_per_save`: the busiest node's on a node-local tier, the whole save on a
-        shared one) x saves/day, days of life = rated bytes / bytes per day; endurance used per day = bytes/day / rated."""
+        shared one) x saves/day, days of life = rated bytes / bytes per day; endurance used per day = bytes/day / rated.
+        When the NVMe swap writes to the same tier (:attr:`swap_writes`), bytes/day and the wear
+        count both (:func:`advisor.ledger.movement.shared_tier_wear`): ``checkpoint_bytes_per_day``
+        and ``swap_bytes_per_day`` give the parts, ``shares_tier_with`` the swap's paths."""
         t = self.tier
         if self.save_dir is None and t is None:
             return None
@@ -792,7 +799,9 @@ class CheckpointPlan:
                                "written_by": self.tier_writers(),
                                "save_interval_s": None, "interval_source": None, "saves_per_day": None,
                                "bytes_written_per_day": None, "drive_writes_per_day": None,
-                               "endurance_used_per_day": None, "days_of_life": None}
+                               "endurance_used_per_day": None, "days_of_life": None,
+                               "checkpoint_bytes_per_day": None, "swap_bytes_per_day": None,
+                               "shares_tier_with": None}
         iv, src = self.interval()
         if iv:
             rated = out["rated_write_bytes"]
@@ -803,6 +812,14 @@ class CheckpointPlan:
                 out["drive_writes_per_day"] = per_day / t.capacity_bytes
             if rated:
                 out["endurance_used_per_day"] = per_day / rated
+            out["checkpoint_bytes_per_day"] = per_day
+            sw = self.swap_writes
+            if sw is not None and sw.get("bytes_per_day") is not None:
+                from advisor.ledger.movement import shared_tier_wear
+                out.update(shared_tier_wear({"checkpoint": per_day, "swap": sw["bytes_per_day"]}, rated,
+                                            t.capacity_bytes if t is not None else None),
+                           swap_bytes_per_day=sw["bytes_per_day"],
+                           shares_tier_with=f"NVMe swap ({', '.join(sw['paths'])})")
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -1135,6 +1135,21 @@ def endurance(bytes_written_per_step: float, step_time_s: float, rated_write_byt
     return spd, per_day, (rated_write_bytes / per_day) if per_day > 0 else math.inf
 
 
+def shared_tier_wear(bytes_per_day: dict[str, float], rated_write_bytes: float | None,
+                     capacity_bytes: int | None) -> dict[str, float | None]:
+    """The wear of one storage tier several writers use (the NVMe swap and checkpoint saves to
+    the same drive or filesystem): their bytes per day add, ``bytes_per_day`` {writer: bytes/day};
+    days of life = rated bytes / the sum, drive writes per day = the sum / capacity, endurance used
+    per day = the sum / rated (the figures :func:`endurance` gives one writer). E.g. 1e13 B/day of
+    swap + 2e12 B/day of saves on a drive rated 1.2e15 B: 1.2e13 B/day, 100 days (120 for the swap
+    alone)."""
+    total = float(sum(bytes_per_day.values()))
+    days = None if not rated_write_bytes else (rated_write_bytes / total if total > 0 else None)
+    return {"bytes_written_per_day": total, "days_of_life": days,
+            "endurance_used_per_day": total / rated_write_bytes if rated_write_bytes else None,
+            "drive_writes_per_day": total / capacity_bytes if capacity_bytes else None}
+
+
 def implied_step_time(line: Any) -> float | None:
     """Seconds per step the tier's NVMe traffic alone takes on one node: its writes at the drive's
     write bandwidth plus its reads at its read bandwidth (one drive serves both;
@@ -1179,6 +1194,12 @@ class EnduranceLine:
     #: drive), the job's nodes for a shared one (one filesystem): the per-day figures and the
     #: drive life count ``write_bytes_per_step`` (one node's) x this.
     writing_nodes: int = 1
+    #: Checkpoint saves to the same tier (``estimate --save-dir`` on it): their bytes per day, the
+    #: swap's alone and the save dir; ``write_bytes_per_day`` and the wear figures then count both
+    #: (:func:`shared_tier_wear`, set by ``views/estimate.share_save_tier``). None: no saves there.
+    checkpoint_bytes_per_day: float | None = None
+    swap_bytes_per_day: float | None = None
+    checkpoint_save_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -548,14 +548,16 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
                   "interval_source": "interval from", "saves_per_day": "saves per day",
                   "bytes_written_per_day": "written per day",
                   "drive_writes_per_day": "drive writes per day", "endurance_used_per_day": "endurance used per day",
-                  "days_of_life": "days until the rated writes are used"}
+                  "days_of_life": "days until the rated writes are used",
+                  "checkpoint_bytes_per_day": "of which checkpoint saves", "swap_bytes_per_day": "of which NVMe swap",
+                  "shares_tier_with": "shares the tier with"}
         rows = []
         for k, v in st.items():
             if v is None or v == []:
                 continue
             if k.endswith("bytes_per_s"):
                 val = _bandwidth(v)
-            elif k.endswith("_bytes") or k.startswith("bytes_"):
+            elif k.endswith("_bytes") or k.startswith("bytes_") or k.endswith("_bytes_per_day"):
                 val = _bytes(int(v))
             elif k.endswith("_s"):
                 val = _secs(v)

@@ -522,6 +522,10 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
             s += f", {size(pd, units, prefix='T' if pd >= 1e12 else 'G' if pd >= 1e9 else 'M')}/day"
             if (ln.get("writing_nodes") or 1) > 1:
                 s += f" by the {ln['writing_nodes']} nodes together (shared tier)"
+            if ln.get("checkpoint_bytes_per_day") is not None:  # saves to the same tier (views/estimate.share_save_tier)
+                s += (f" (the swap's {size(ln['swap_bytes_per_day'], units, prefix='T', digits=3)} + "
+                      f"{size(ln['checkpoint_bytes_per_day'], units, prefix='T', digits=3)} of checkpoint saves to "
+                      f"{ln['checkpoint_save_dir']} on the same tier)")
             s += " at "
             if ln.get("requested_step_time_s") is not None:
                 s += (f"{ln['step_time_s']:,.1f} s/step, the step time its NVMe traffic implies (a step time of "
@@ -670,6 +674,10 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
             s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
                  f"{st['saves_per_day']:,.2f} saves/day, {size(st['bytes_written_per_day'], units, prefix='T', digits=3)} "
                  "written per day")
+            if st.get("swap_bytes_per_day") is not None:  # the NVMe swap on the same tier (views/estimate.share_save_tier)
+                s += (f" ({size(st['checkpoint_bytes_per_day'], units, prefix='T', digits=3)} of saves + "
+                      f"{size(st['swap_bytes_per_day'], units, prefix='T', digits=3)} of the {st['shares_tier_with']}, "
+                      "which writes to the same tier)")
             if st["endurance_used_per_day"] is not None:
                 s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
                       f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None

@@ -909,12 +909,15 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,
              overhead: OverheadSettings = DEFAULT_OVERHEAD, hardware: Any = None,
              step_time_s: float | None = None, load: LoadAssumption | None = None,
-             hf: bool = False) -> EstimateResult:
+             hf: bool = False, save_dir: str | None = None, save_interval_s: float | None = None) -> EstimateResult:
     """Run the ledger (and activations) for ``plan`` (:func:`advisor.planning.build_plan`) and
     summarise it: roles, fit against ``capacity`` (bytes), movement and checkpoint sections.
 
     ``hardware`` (advisor.cluster.hardware.Hardware) and ``step_time_s`` give the movement section
-    its times, storage tiers and drive endurance (advisor.ledger.movement).
+    its times, storage tiers and drive endurance (advisor.ledger.movement). ``save_dir`` (and
+    ``save_interval_s``, seconds between saves): where checkpoints go; with ``hardware`` the
+    checkpoint section reports that tier's wear, and when the NVMe swap writes to the same tier
+    both count each other's writes (:func:`share_save_tier`).
 
     ``findings``: lint findings to carry along (estimate's JSON includes them). Fit findings
     (M100) are appended when a capacity is given and a tier does not fit; a config DeepSpeed
@@ -989,8 +992,14 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
             "model" if st_section.get("step_time_s") else None)
         if step_time_s is None and st_section.get("step_time_s"):
             step_time_s = st_section["step_time_s"]  # the model's; --step-time (a measured run) wins
-    sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts, rank_sets=True),
-                "checkpoint": checkpoint_view(ck_plan).to_dict()}
+    sections = {"movement": movement_section(mv_plan, hardware, step_time_s, activations=acts, rank_sets=True)}
+    if save_dir:  # where checkpoints go: the tier's wear, shared with the swap when it writes there too
+        cp = checkpoint_view(ck_plan, hardware=hardware, save_dir=save_dir, save_interval_s=save_interval_s,
+                             step_time_s=step_time_s)
+        share_save_tier(sections["movement"]["endurance"], cp)
+    else:
+        cp = checkpoint_view(ck_plan)
+    sections["checkpoint"] = cp.to_dict()
     # where the per-day figures' step time comes from: the text labels the Storage line with it
     sections["movement"]["step_time_source"] = (
         "--step-time" if st_section is not None and st_section.get("per_day_figures_use") == "--step-time"
@@ -1057,6 +1066,41 @@ def model_step_time(plan: Plan, hardware: Any) -> float | None:
     return float(st["step_time_s"])
 
 
+def share_save_tier(endurance: list[dict[str, Any]], cp: Any) -> None:
+    """When the checkpoint save dir (``cp``, a CheckpointPlan with its storage tier) and the NVMe
+    swap (``endurance``: estimate's movement section's endurance lines, JSON form) write to the
+    same storage tier of the hardware spec, make each count the other's writes: ``cp.swap_writes``
+    gets the swap's bytes per day (its write bytes per step x writing nodes x steps per day, the
+    movement ledger's), so :meth:`CheckpointPlan.storage` adds them; the swap's endurance line
+    gets the saves' bytes per day (the tier's bytes per save x saves per day) added to its
+    ``write_bytes_per_day`` and its wear recomputed (:func:`advisor.ledger.movement.shared_tier_wear`),
+    with ``checkpoint_bytes_per_day``, ``swap_bytes_per_day`` and ``checkpoint_save_dir`` naming
+    the parts. Nothing changes when the tiers differ or the swap writes nothing there."""
+    from advisor.ledger.movement import shared_tier_wear
+    if cp is None or cp.tier is None:
+        return
+    ln = next((x for x in endurance if x.get("tier") == cp.tier.name and x.get("write_bytes_per_step")), None)
+    if ln is None:
+        return
+    swap_per_day = ln.get("write_bytes_per_day")
+    if swap_per_day is not None:
+        cp.swap_writes = {"paths": list(ln.get("paths") or []), "bytes_per_day": swap_per_day,
+                          "step_time_s": ln.get("step_time_s"), "writing_nodes": ln.get("writing_nodes") or 1}
+    ck_per_day = (cp.storage() or {}).get("checkpoint_bytes_per_day")
+    if swap_per_day is None or ck_per_day is None:
+        return
+    ln.update(shared_tier_wear({"swap": swap_per_day, "checkpoint": ck_per_day}, ln.get("rated_write_bytes"),
+                               ln.get("capacity_bytes")))
+    ln["write_bytes_per_day"] = ln.pop("bytes_written_per_day")
+    ln.update(swap_bytes_per_day=swap_per_day, checkpoint_bytes_per_day=ck_per_day, checkpoint_save_dir=cp.save_dir)
+
+
+def _offloads_to_nvme(plan: Plan) -> bool:
+    """Whether DeepSpeed swaps optimizer state or parameters to NVMe under ``plan``'s config."""
+    ec = plan.config
+    return "nvme" in (ec.offload_optimizer_effective, ec.offload_param_effective)
+
+
 def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
     """:func:`advisor.views.checkpoint.checkpoint_view` for the ``checkpoint`` command: without
     ``step_time_s`` and with a ``hardware`` spec the save interval's steps use
@@ -1071,6 +1115,11 @@ def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
         if st:
             cp.step_time_s, cp.step_time_source = st, "model"
             cp.step_time_workload = step_time_workload(plan, resolved)
+    if cp.tier is not None and cp.step_time_s and not cp.files.unsupported and _offloads_to_nvme(plan):
+        # the NVMe swap on the save dir's tier: its writes wear the same drive (estimate's figures)
+        from advisor.ledger.movement import movement_section
+        mv = movement_section(movement_plan(plan), hardware, cp.step_time_s)
+        share_save_tier(mv["endurance"], cp)
     return cp
 
 
