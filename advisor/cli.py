@@ -724,6 +724,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     a = replace(a, model=m, params=n, world_size=ws)
     if not a.model and a.params is None:
         raise click.UsageError("give --model NAME (see `ds-advisor models`) or --params N")
+    if a.save_interval is not None and not a.save_dir:
+        raise click.UsageError("--save-interval: the saves' writes per day need --save-dir (the tier they go to)")
     cap = Capacity(*(_size_flag(f, v) for f, v in (("--gpu-memory", a.gpu_memory), ("--host-memory", a.host_memory),
                                                    ("--nvme-capacity", a.nvme_capacity))))
     ovh = _overhead(a.runtime_overhead, a.fragmentation, warnings)

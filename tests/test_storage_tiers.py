@@ -287,3 +287,14 @@ def test_estimate_swap_wear_counts_checkpoint_saves_to_the_same_tier(tmp_path):
     alone = json.loads(run_cli([*args[:-4], "--format", "json"]).stdout)
     ln0 = next(x for x in alone["movement"]["endurance"] if x["tier"] == "lustre")
     assert ln0["write_bytes_per_day"] == pytest.approx(swap) and ln0["checkpoint_bytes_per_day"] is None
+
+
+def test_estimate_save_interval_without_save_dir_is_one_line(tmp_path):
+    from tests.conftest import run_cli
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}))
+    p = run_cli(["estimate", str(cfg), "--params", "1e9", "--save-interval", "600"])
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "ds-advisor: estimate: --save-interval: the saves' writes per day need --save-dir (the tier they go to) "
+        "(see ds-advisor estimate --help)"]
