@@ -947,3 +947,18 @@ def test_zero2_accumulation_holds_the_previous_micro_steps_gradient_partition():
                                Cluster(world_size=2)))
     assert not [e for e in led1.rank(0).entries if e.item == "prev_grads_in_partition"]
     assert "reduce:1" not in [x.key for x in role_timeline(led1, led1.rank(0), load, rank=0).instants]
+
+
+def test_save_model_file_holds_cpu_copies_of_the_frozen_parameters_from_zero2():
+    """save_checkpoint's model-states state (engine.py _common_checkpoint_state l.5017-5038) holds
+    frozen_param_fragments at ZeRO-2/3 (save_frozen_param, l.5383): ``.cpu()`` of each frozen
+    parameter (ZeRO-2: whole; ZeRO-3: its partition ds_tensor, ceil(n / W)), built on every rank.
+    TINY3 with l2 frozen, W = 2, bf16, optimizer offloaded (no other host copy at the save)."""
+    inv = Inventory(name="tiny-frozen", tensors=[TensorSpec(t.name, t.shape, trainable=not t.name.startswith("l2"))
+                                                 for t in TINY3.tensors], source="test")
+    for stage, frag in ((2, (23177 + 77) * 2), (3, (11589 + 39) * 2)):
+        cfg = {**Z3, "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu"}}}
+        t1 = _tl(cfg, inv, 2, rank=1)
+        assert _at(t1, "save:model", HOST) - _at(t1, "save", HOST) == frag
+    z1 = _tl({**Z3, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}, inv, 2, rank=1)
+    assert _at(z1, "save:model", HOST) == _at(z1, "save", HOST)

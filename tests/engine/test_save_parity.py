@@ -56,6 +56,11 @@ CELLS = [
     # shows above the steady state
     ("z3_bf16_gather_nonpersist_save_w2", _cfg(3, stage3_param_persistence_threshold=100, **GATHER),
      {"save_16bit": True, "submodules": True}),
+    # frozen parameters at ZeRO-2 and ZeRO-3 (l2 frozen, l3 in a second param group): the model-states
+    # file's frozen_param_fragments are .cpu() copies, which a CPU run does not make (gpu_only):
+    # nothing else appears at the save
+    ("z2_bf16_frozen_save_w2", _cfg(2, reduce_bucket_size=10000), {"inventory": parity.TINY_FROZEN_GROUPS}),
+    ("z3_bf16_frozen_save_w2", _cfg(3), {"inventory": parity.TINY_FROZEN_GROUPS, "submodules": True}),
 ]
 
 
@@ -77,7 +82,8 @@ def test_save_parity(cell, runs):
     cid, cfg, opts = cell
     cr = runs[cid]
     assert cr.error is None, cr.error
-    rows = [r for r in peak_parity(cfg, from_dict(parity.TINY, parity.TINY["name"]), 2, cr.ranks)
+    inv = opts.get("inventory", parity.TINY)
+    rows = [r for r in peak_parity(cfg, from_dict(inv, inv["name"]), 2, cr.ranks)
             if "error" in r or r.get("phase", "").startswith("save")]
     phases = {(r["rank"], r["phase"]) for r in rows if "phase" in r}
     want = {(r, ph) for r in (0, 1) for ph in (("save:16bit", "save") if opts.get("save_16bit") else ("save",))}
