@@ -252,6 +252,32 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def list_length_at(text: str, key: str) -> int | None:
+    """The length of the list at ``key`` of the JSON object ``text`` (its top level), counted
+    by a parse that keeps no object: each object, as it closes, is replaced by one int (the
+    length of its own ``key`` list, or -1), so memory stays the text and one list of ints.
+    None when ``text`` is not an object with a list at ``key``, or is anything
+    :func:`parse_json` would refuse (nesting, a non-finite number, invalid JSON): the full
+    parse then says what is wrong.
+
+    Lets a caller refuse a list over its limit before building its millions of objects: a
+    64 MiB inventory of 4.8M ``{"shape": [1]}`` took 1.5 GB to parse before its tensor count
+    was checked (issue 21)."""
+    if not text.lstrip().startswith("{") or not depth_ok(text):
+        return None  # not an object: the parse's result would be the document's own value
+
+    def closed(obj: dict) -> int:
+        v = obj.get(key)
+        return len(v) if type(v) is list else -1
+
+    try:
+        with gc_paused():
+            n = json.loads(text, object_hook=closed, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):  # JSONDecodeError, _NonFinite, digit limit
+        return None
+    return n if type(n) is int and n >= 0 else None
+
+
 def long_number_at(text: str) -> tuple[int | None, int | None]:
     """(line, column) of the first run of digits in ``text`` longer than Python converts
     (:func:`advisor.errors.digits_problem`), or (None, None): where a parser's digit-limit error is."""
@@ -463,4 +489,4 @@ def read_json_file(path: str, *, limit: int, what: str, error: ErrorFactory = co
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_MODEL_BYTES", "MAX_HARDWARE_BYTES", "MAX_YAML_BYTES", "MAX_DEPTH",
            "MAX_YAML_NODES", "read_bytes", "read_text", "decode_text", "parse_json", "parse_yaml",
-           "read_json_file", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]
+           "read_json_file", "list_length_at", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]

@@ -241,13 +241,33 @@ def from_param_count(n: int, name: str | None = None, chunk: int = PARAM_CHUNK) 
                      meta={"params": n, "chunk": chunk})
 
 
+def _over_limit(n: int, source: str) -> ModelSpecError:
+    return ModelSpecError(f"{source}: /tensors: {n} tensors, over the limit {MAX_TENSORS}")
+
+
+def refuse_over_limit(text: str, source: str) -> None:
+    """Raise ModelSpecError (the message :func:`from_dict` gives) when ``text``, an inventory's
+    JSON, lists more than MAX_TENSORS tensors, before it is parsed into objects.
+
+    Only a text with more than MAX_TENSORS ``{`` can list that many tensor objects, so any other
+    text costs one ``str.count``; one that has them is counted by
+    :func:`advisor.config.readers.list_length_at` (no object kept). Entries that are not objects
+    are still counted by :func:`from_dict` after the parse."""
+    if text.count("{") <= MAX_TENSORS:
+        return
+    from advisor.config.readers import list_length_at
+    n = list_length_at(text, "tensors")
+    if n is not None and n > MAX_TENSORS:
+        raise _over_limit(n, source)
+
+
 def from_dict(d: Any, source: str) -> Inventory:
     """Build an inventory from its JSON form; raises ModelSpecError naming ``source`` and the
     offending tensor on any malformed entry."""
     if not isinstance(d, dict) or not isinstance(d.get("tensors"), list) or not d["tensors"]:
         raise ModelSpecError(f"{source}: an inventory needs a non-empty 'tensors' list")
     if len(d["tensors"]) > MAX_TENSORS:
-        raise ModelSpecError(f"{source}: /tensors: {len(d['tensors'])} tensors, over the limit {MAX_TENSORS}")
+        raise _over_limit(len(d["tensors"]), source)
     out = _bulk_tensors(d["tensors"])
     if out is None:  # some entry is not the plain valid form: check each in turn, naming the first bad one
         out = [_checked_tensor(t, i, source) for i, t in enumerate(d["tensors"])]
@@ -339,9 +359,11 @@ def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
 
 def load_inventory(path: str) -> Inventory:
     """Read an inventory JSON file. Raises ModelSpecError (one line) when unreadable."""
-    from advisor.config.readers import MAX_MODEL_BYTES, error_as, read_json_file
-    d = read_json_file(path, limit=MAX_MODEL_BYTES, what="inventory", error=error_as(ModelSpecError))
-    return from_dict(d, path)
+    from advisor.config.readers import MAX_MODEL_BYTES, error_as, parse_json, read_text
+    error = error_as(ModelSpecError)
+    text = read_text(path, limit=MAX_MODEL_BYTES, what="inventory", error=error)
+    refuse_over_limit(text, path)
+    return from_dict(parse_json(text, "<stdin>" if path == "-" else path, what="inventory", error=error), path)
 
 
 def from_module(module: Any, name: str | None = None, param_groups: Iterable[Iterable[Any]] | None = None) -> Inventory:

@@ -867,9 +867,15 @@ def list_presets() -> list[tuple[str, int, str, str]]:
 
 def _read_json(path: str) -> Any:
     """A model file through the guarded reader (regular files only, size and depth bounded,
-    finite numbers); ModelSpecError with one line ``file:line:col: problem``."""
-    from advisor.config.readers import MAX_MODEL_BYTES, error_as, read_json_file
-    return read_json_file(path, limit=MAX_MODEL_BYTES, what="model file", error=error_as(ModelSpecError))
+    finite numbers); ModelSpecError with one line ``file:line:col: problem``. An inventory
+    listing more than MAX_TENSORS tensors is refused before it is parsed into objects."""
+    from advisor.config.readers import MAX_MODEL_BYTES, error_as, parse_json, read_text
+    from advisor.model.inventory import refuse_over_limit
+    error = error_as(ModelSpecError)
+    text = read_text(path, limit=MAX_MODEL_BYTES, what="model file", error=error)
+    source = "<stdin>" if path == "-" else path
+    refuse_over_limit(text, path)  # an inventory over MAX_TENSORS, before its objects are built
+    return parse_json(text, source, what="model file", error=error)
 
 
 def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--model") -> Inventory:
