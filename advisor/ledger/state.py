@@ -22,7 +22,10 @@ after an iteration's first, forward, backward and reduce), ``step_prep`` (inside
 while the gradients are flattened and cast, freed before the update), ``first_step`` (only in the
 first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
-(the step's fp64 norm copy); ``first_forward`` / ``first_backward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`, or its backward); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+(the step's fp64 norm copy); ``first_forward`` / ``first_backward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`, or its backward);
+``refetch_forward`` (ZeRO-3 at GA > 1: only the first iteration's forward of the micro-steps after
+its first, :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` (ZeRO-1 at GA > 1: the
+forward of the micro-steps after an iteration's first, what the previous micro-step left); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
 accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
@@ -67,7 +70,7 @@ StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_sta
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
-               "first_forward", "first_backward", "accumulated"]
+               "first_forward", "first_backward", "accumulated", "accumulated_forward", "refetch_forward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -797,6 +800,51 @@ def _zero3_first_fetch_bytes(inventory: Inventory, zero, W: int, D: int) -> "tup
         if nb > best:
             best, where = nb, f"module {m}"
     return best, where
+
+
+def zero3_refetch_prefetch_bytes(inventory: Inventory, zero, W: int, D: int) -> tuple[int, str]:
+    """(bytes, words): the flat all-gather buffer of the prefetch that the forward of micro-step 2
+    runs under ZeRO-3 with gradient accumulation (GA > 1), for a plan with persistent parameters
+    (where :func:`zero3_first_fetch_bytes` applies).
+
+    DeepSpeed 0.19.8: the first backward runs without a complete trace, so
+    ``partitioned_param_coordinator.py`` release_sub_module releases every module's parameters
+    after its backward, the persistent ones too, except the module run last (the first in forward,
+    entry ``zero3_first_backward_gathered``). With GA = 1 the optimizer step's ``_post_step``
+    gathers the persistent ones again before the next forward; with GA > 1 no step runs, so
+    micro-step 2's forward fetches them: the trace is complete now, and the first module's
+    fetch_sub_module prefetches (l. 450-484) the parameters after it in trace order that are not
+    available, while numel_prefetching < min(stage3_max_live_parameters - available,
+    stage3_prefetch_bucket_size), in one ``__all_gather_params`` call: for >= 2 parameters one
+    coalesced all-gather into a flat buffer of sum ceil(n_i/W) x W x D
+    (``partition_parameters.py`` _all_gather_dtype l. 1343), alive while
+    AllGatherCoalescedHandle.wait (l. 795) ``torch.cat``s each parameter out of it; one parameter
+    is gathered into its own buffer (_all_gather_sequential), which it then views (0 extra).
+    Trace order is taken as inventory order, as :func:`zero3_first_fetch_bytes` does. Later
+    micro-steps' forwards keep the parameters gathered (complete trace: persistent parameters are
+    never released), so this is the largest of micro-steps 2..GA's forwards."""
+    def compute() -> tuple[int, str]:
+        names = module_names(inventory)
+        if not names or zero.prefetch_bucket_size <= 0:
+            return 0, "no prefetch (stage3_prefetch_bucket_size 0)"
+        first = names[0]
+        avail = sum(t.numel for t, m in zip(inventory.tensors, names) if m == first)
+        limit = min(zero.max_live_parameters - avail, zero.prefetch_bucket_size)
+        numel = count = flat = 0
+        for t, m in zip(inventory.tensors, names):
+            if m == first:
+                continue
+            if numel >= limit:
+                break
+            numel += t.numel
+            count += 1
+            flat += -(-t.numel // W) * W
+        nb = flat * D if count >= 2 else 0
+        return nb, (f"{count} parameter(s) after module {first} prefetched ({numel:,} elements): "
+                    f"flat buffer sum ceil(n_i/W) x W x D = {flat:,} x {D}" if count >= 2 else
+                    f"{count} parameter(s) prefetched after module {first}: no flat buffer")
+    return inventory.memo(("zero3_refetch_prefetch_bytes", W, D, zero.prefetch_bucket_size,
+                           zero.max_live_parameters), compute)
 
 
 def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
@@ -1697,7 +1745,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
 
 
 def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str, pl: Placement,
-            grad_terms: tuple[int, int] = (0, 0)) -> dict:
+            grad_terms: tuple[int, int] = (0, 0), ga: int = 1) -> dict:
     """ZeRO-3 entries of one rank; ``pl`` the group's :class:`Placement` (sub-groups, which are
     swapped, which sit in the max_in_cpu buffer); ``grad_terms`` = that rank's (NVMe gradient file
     bytes, kept gradient tail bytes) from :func:`zero3_grad_swap_by_rank` (the only rank-dependent
@@ -1859,6 +1907,17 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               f"of n_i x D = {fb}; stands for lp_params_gathered in the first iteration's backward",
               "runtime/zero/partitioned_param_coordinator.py:release_sub_module (incomplete trace: every param of "
               "a module released after its backward); AllGatherCoalescedHandle.wait (torch.cat copies, n_i x D)")
+    if fetch is not None and ga > 1:
+        # tests/engine/test_peak_parity.py z3_bf16_tbsga2_w2: forward:2 +47,323 B without it
+        # (l2's and l3's prefetch buffer, (11,589 + 39 + 193 + 3) x 2 x 2 = 47,296 B)
+        rb, rwords = zero3_refetch_prefetch_bytes(inv, z, W, D)
+        if rb:
+            b.add("accelerator", "workspace", "zero3_refetch_prefetch", rb, "refetch_forward",
+                  f"{rwords} = {rb}; GA > 1: micro-step 2's forward gathers again what the first backward "
+                  "released (no optimizer step, no _post_step, in between)",
+                  "runtime/zero/partitioned_param_coordinator.py:fetch_sub_module (prefetch, l. 450-484) / "
+                  "release_sub_module; partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
+                  "AllGatherCoalescedHandle.wait (torch.cat, l. 795)")
     g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
     g_alias = W == 1 and op == "none"
     b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
@@ -2322,7 +2381,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                     offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
                     offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0))
         else:
-            _stage3(b, ec, inv, W, basic, pl, k)
+            _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         _frozen(b, ec, frozen, W)
         key = (gk, tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries))
         if key in roles:

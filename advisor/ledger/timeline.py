@@ -43,7 +43,10 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``in_backward``: backward and reduce only (ipg buckets: ``_release_ipg_buffers``).
 * ``forward_backward``: forward and backward (ZeRO-3 gathered parameters).
 * ``accumulated``: forward, backward and reduce of the micro-steps after an iteration's first
-  (GA > 1; ZeRO-2's previous micro-step's grads_in_partition).
+  (GA > 1; ZeRO-2's previous micro-step's grads_in_partition); ``accumulated_forward``: their
+  forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
+  bucket); ``refetch_forward``: the first iteration's ``forward:GA`` only (ZeRO-3's prefetch of the
+  parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
   ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later).
@@ -1011,6 +1014,13 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # micro-steps after an iteration's first (GA > 1): forward:ga, backward:ga, the boundary's
         # reduce, and the steady iteration's (its last micro-step)
         return ph in ("forward", "backward", "reduce") and k not in ("forward:1", "backward:1", "reduce:1")
+    if life == "refetch_forward":
+        # ZeRO-3, GA > 1: the first iteration's forward of a micro-step after its first
+        # (state.zero3_refetch_prefetch_bytes); the steady iteration's follows _post_step's gather
+        return ph == "forward" and k.startswith("forward:") and k != "forward:1"
+    if life == "accumulated_forward":
+        # ZeRO-1, GA > 1: the forward of every micro-step after an iteration's first
+        return ph == "forward" and k != "forward:1"
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":

@@ -125,6 +125,13 @@ CELLS = [
     # (state prev_grads_in_partition: forward:2 was +49.5% without it) and ZeRO-2 reduces inside
     # micro-step 1's backward too (timeline reduce:1: backward:1 was +12.5% on rank 0 without it)
     ("z2_bf16_tbsga2_w2", {**_cfg(2, "bf16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    # the same GA 2 at ZeRO-3: each micro-step's backward reduce-scatters into the gradient
+    # partition (stage3.py partition_grads l.2024-2030: copy_ at micro-step 0, add_ after; no
+    # extra storage); the first backward releases the persistent parameters (incomplete trace)
+    # and no step's _post_step gathers them before micro-step 2, whose forward prefetches them
+    # (state.zero3_refetch_prefetch_bytes: forward:2 was +47,323 B, +13.2%, without it)
+    ("z3_bf16_tbsga2_w2", {**_cfg(3, "bf16", reduce_bucket_size=50000), "train_batch_size": 4}, 2, False,
+     parity.TINY, {"submodules": True, "steps": 4}),
     # the load under deepspeed.zero.Init, the proxy's parameters on one child module per owning
     # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
     ("z3_bf16_zinit_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, True, parity.TINY),
