@@ -215,6 +215,9 @@ RACY = {
     # (31fdb4a); seen in 2 of 5 runs under load: z3_bf16_w2 backward:1 +13,859 B on one rank
     "z3_bf16_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    # the same first backward at GA 2 (seen 2026-12-05 beside other work: rank 1 backward:1
+    # +13,859 B; the run before matched within 0.02%)
+    "z3_bf16_tbsga2_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # the same model with a 10,000-element reduce bucket (f3a21c7): seen once under load (a full run
     # beside other work, 2026-12-05): rank 0 backward:1 +6,975 B; 4 runs alone matched within 0.02%
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
