@@ -24,8 +24,9 @@ first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero1
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
 (the step's fp64 norm copy); ``first_forward`` / ``first_backward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`, or its backward);
 ``refetch_forward`` (ZeRO-3 at GA > 1: only the first iteration's forward of the micro-steps after
-its first, :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` (ZeRO-1 at GA > 1: the
-forward of the micro-steps after an iteration's first, what the previous micro-step left); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+its first, :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` / ``accumulated_backward``
+(ZeRO-1 at GA > 1: the forward / backward of the micro-steps after an iteration's first: what the
+previous micro-step left, a new gradient being added to it); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
 accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
@@ -70,7 +71,8 @@ StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_sta
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
-               "first_forward", "first_backward", "accumulated", "accumulated_forward", "refetch_forward"]
+               "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
+               "refetch_forward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -1386,15 +1388,17 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
-    off, GA = 1, or any GA at ZeRO-2, where every micro-step reduces in its backward as at GA = 1
-    and the previous micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``)
+    off, at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
+    micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``); at ZeRO-1 only
+    the boundary's backward reduces, as at GA = 1, and what the earlier micro-steps leave is its own
+    entries (``lp_grads_accumulated``, ``ipg_bucket_accumulated``, ``accumulate_grad_new``)
     (each checked against the engine's allocation tracker, tests/engine/test_peak_parity.py, GA 2:
-    z2_bf16_tbsga2_w2). Other plans keep the lifetimes of the module docstring."""
+    z2_bf16_tbsga2_w2, z1_bf16_tbsga2_w2, z1_fp16_tbsga2_w2). Other plans keep the lifetimes of
+    the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16") and ec.grad_dtype == ec.model_dtype
-            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm
-            and (ga <= 1 or z.stage == 2))
+            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm)
 
 
 def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
@@ -1725,6 +1729,32 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
+    if z.stage == 1 and not off and ga > 1 and len(terms) > 5:
+        # ZeRO-1 with gradient accumulation (tests/engine/test_peak_parity.py z1_bf16_tbsga2_w2 /
+        # z1_fp16_tbsga2_w2, rank 0: forward:2 +186,474 B, backward:2 +46,396 B over the GA-1 terms
+        # without these): a micro-step before the boundary reduces nothing (engine.py
+        # allreduce_gradients l.3088-3092: stage 1 reduces only at the boundary; the backward hook's
+        # process_gradients l.2285-2291 only sets up the bucket), so its param.grad and the ipg
+        # bucket it allocated stay into the next micro-step's forward
+        b.add("accelerator", "gradients", "lp_grads_accumulated", n_t * D, "accumulated_forward",
+              f"N x D = {n_t} x {D} (every param.grad of the earlier micro-steps, reduced at the boundary)",
+              "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
+              "only at the accumulation boundary)")
+        ipg_acc = ipg_bucket_bytes(ec)
+        if ipg_acc is not None:
+            b.add("accelerator", "workspace", "ipg_bucket_accumulated", ipg_acc[0], "accumulated_forward",
+                  f"{ipg_acc[1]} (allocated by micro-step 1's hooks, ready_for_gradients stays True; released "
+                  "by the boundary's epilogue)",
+                  f"{S}.setup_buckets (l.3256-3269) / _release_ipg_buffers (l.924-927, from "
+                  "independent_gradient_partition_epilogue l.1061)")
+        sib = autograd_siblings(inv)
+        new_max = max((t.numel + sib[i] for i, t in enumerate(inv.tensors) if t.trainable), default=0)
+        b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",
+              f"max_p (n_p + s_p) x D = {new_max} x {D}: a micro-step's new gradient (and the one its "
+              "autograd node made with it, state.autograd_siblings) whole while torch adds it into the "
+              "param.grad kept from the earlier micro-steps",
+              "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); "
+              "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092)")
     if len(terms) > 5:  # zero12_transients_modeled: the backward and step-norm transients
         auto, red, norm = terms[5:8]
         if auto:

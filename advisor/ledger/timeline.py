@@ -45,7 +45,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``accumulated``: forward, backward and reduce of the micro-steps after an iteration's first
   (GA > 1; ZeRO-2's previous micro-step's grads_in_partition); ``accumulated_forward``: their
   forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
-  bucket); ``refetch_forward``: the first iteration's ``forward:GA`` only (ZeRO-3's prefetch of the
+  bucket); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
+  accumulated); ``refetch_forward``: the first iteration's ``forward:GA`` only (ZeRO-3's prefetch of the
   parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
@@ -1021,6 +1022,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if life == "accumulated_forward":
         # ZeRO-1, GA > 1: the forward of every micro-step after an iteration's first
         return ph == "forward" and k != "forward:1"
+    if life == "accumulated_backward":
+        # ZeRO-1, GA > 1: the backward of every micro-step after an iteration's first
+        return ph == "backward" and k != "backward:1"
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":

@@ -125,6 +125,12 @@ CELLS = [
     # (state prev_grads_in_partition: forward:2 was +49.5% without it) and ZeRO-2 reduces inside
     # micro-step 1's backward too (timeline reduce:1: backward:1 was +12.5% on rank 0 without it)
     ("z2_bf16_tbsga2_w2", {**_cfg(2, "bf16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    # the same GA 2 at ZeRO-1: only the boundary's backward reduces (engine.py allreduce_gradients
+    # l.3088-3092), so micro-step 1's param.grad and ipg bucket live into micro-step 2's forward
+    # (state lp_grads_accumulated, ipg_bucket_accumulated: forward:2 was +107.9% without them) and
+    # micro-step 2's new gradient is added into param.grad (accumulate_grad_new: backward:2)
+    ("z1_bf16_tbsga2_w2", {**_cfg(1, "bf16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    ("z1_fp16_tbsga2_w2", {**_cfg(1, "fp16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
     # the same GA 2 at ZeRO-3: each micro-step's backward reduce-scatters into the gradient
     # partition (stage3.py partition_grads l.2024-2030: copy_ at micro-step 0, add_ after; no
     # extra storage); the first backward releases the persistent parameters (incomplete trace)
