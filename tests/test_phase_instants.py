@@ -56,22 +56,34 @@ def test_ga3_middle_micro_step_has_no_instant():
     assert phase_instants("forward:bogus", ga) == ((), None)
 
 
-def test_measure_does_not_compare_a_ga_that_train_batch_size_gives():
+def test_measure_compares_a_ga_that_train_batch_size_gives():
     """train_batch_size 4, micro-batch 1, 2 ranks: DeepSpeed derives GA = 4 // 1 // 2 = 2
-    (runtime/config.py _set_batch_related_parameters l.620-623). Before, measure_phases read only
-    the config's gradient_accumulation_steps (absent), so it compared a GA-2 run with the GA-1
-    timeline (measure compares GA 1 only; test_peak_parity z2_bf16_tbsga2_w2 is the GA-2 proof)."""
+    (runtime/config.py _set_batch_related_parameters l.620-623). measure compared GA 1 only
+    (``compared`` false, the verdict true); now micro-step k maps by DeepSpeed's boundary rule
+    (engine.py l.3463: the optimizer steps when (micro_steps + 1) % GA == 0, i.e. at k = 2 and 4):
+    forward:2 is the boundary micro-step's forward (timeline instant ``forward:2``, not the steady
+    iteration's), step:1 is no optimizer step (no row), step:2 is the first optimizer step. The
+    engine's side is stubbed (1 B): only the mapping is tested; the GA-2 bytes are the engine
+    cells' (tests/engine/test_peak_parity.py ``*_tbsga2_w2``)."""
     from advisor.engine.measure import measure_phases
     from advisor.model.inventory import from_dict
 
     inv = from_dict({"name": "t", "tensors": [{"name": "a.weight", "shape": [8, 8]}]}, "t")
     cfg = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
            "zero_optimization": {"stage": 2}}
-    got = measure_phases(cfg, inv, 2, {})
-    assert got["compared"] is False and "2 micro-steps" in got["reason"]
-    # the same batch on 4 ranks is GA 1: compared (no rank records here, so nothing to compare)
-    got = measure_phases(cfg, inv, 4, {})
-    assert "micro-steps" not in got["reason"]
+    rec = {"accelerator": "cpu", "tracker": [{"phase": p, "peak": 1, "end": 1, "unattributed": []}
+                                             for p in ("forward:1", "step:1", "forward:2", "step:2")]}
+    got = measure_phases(cfg, inv, 2, {0: rec, 1: rec})
+    assert got["compared"] is True and got["ga"] == 2 and got["reason"] == ""
+    inst = {r["phase"]: r["ledger_instant"] for r in got["rows"] if r["rank"] == 0}
+    assert inst["forward:1"] == "forward:1" and inst["forward:2"] == "forward:2"
+    assert "step:1" not in inst and inst["step:2"].startswith("first_step:")
+    # 1 B against a ledger of kilobytes: the phases fail, so the verdict cannot be true by default
+    assert got["matches"] is False
+    # 2 micro-steps of GA 2: the steady iteration (micro-steps 3-4) was not reached, and it says so
+    assert "steady iteration was not compared" in got["ga_note"] and "--steps 4" in got["ga_note"]
+    # the same batch on 4 ranks is GA 1: nothing to note
+    assert measure_phases(cfg, inv, 4, {0: rec})["ga_note"] == ""
 
 
 def test_save_phases_span_the_save_instants_at_any_ga():

@@ -749,20 +749,21 @@ CPU_TIER_NOTE = ("on CPU the accelerator and pageable host tiers are one device 
 def measure_phases(config: dict[str, Any], inventory: Inventory, world_size: int,
                    measured: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The phase part of ``ds-advisor measure``: :func:`peak_parity`'s rows (bytes; per rank and
-    tracker phase load, initialize, forward/backward/step of steps 1 and 2), each with ``ok``
-    (``|rel_diff| <= PHASE_TOLERANCE``), the peak instant on both sides per rank
-    (:func:`peak_instant`), the tier note when the run was on CPU, and ``matches``.
-    ``compared`` is False with a ``reason`` when the phases cannot be compared (GA > 1, as
-    DeepSpeed derives it: ``gradient_accumulation_steps`` or ``train_batch_size`` / (micro-batch
-    x world size), :func:`advisor.config.effective.derive_batch`: engine-proven for one ZeRO-2
-    cell only, tests/engine/test_peak_parity.py z2_bf16_tbsga2_w2, not for the stages and
-    offloads measure accepts; or no rank had a tracker record)."""
+    tracker phase load, initialize, forward/backward/step of the micro-steps that have a timeline
+    instant), each with ``ok`` (``|rel_diff| <= PHASE_TOLERANCE``), the peak instant on both sides
+    per rank (:func:`peak_instant`), the tier note when the run was on CPU, and ``matches``.
+
+    Any gradient accumulation (GA as DeepSpeed derives it: ``gradient_accumulation_steps`` or
+    ``train_batch_size`` / (micro-batch x world size), :func:`advisor.config.effective.derive_batch`)
+    is compared: :func:`phase_instants` maps micro-step k's phases to the GA timeline's instants
+    (the ones tests/engine/test_peak_parity.py checks at GA 2 for ZeRO-1, -2 and -3: the
+    ``*_tbsga2_w2`` cells); ``ga`` is in the result, and ``ga_note`` says which iteration the run's
+    micro-steps did not reach (the worker runs one micro-step per ``--steps``; the steady
+    iteration's boundary is micro-step 2 x GA). ``compared`` is False with a ``reason`` only when
+    no rank had a tracker record."""
     from advisor.config.effective import derive_batch, effective_config
 
-    ga = derive_batch(effective_config(config), world_size)[2]
-    if ga not in (None, 1):
-        return {"compared": False, "reason": f"gradient accumulation is {ga} micro-steps: the phase timeline is "
-                "compared for 1 only", "rows": [], "peak_instant": [], "matches": True}
+    ga = derive_batch(effective_config(config), world_size)[2] or 1
     rows = peak_parity(config, inventory, world_size, measured)
     for r in rows:
         if "phase" in r:
@@ -770,8 +771,16 @@ def measure_phases(config: dict[str, Any], inventory: Inventory, world_size: int
     ranks = sorted({r["rank"] for r in rows if "phase" in r})
     peaks = [dict(zip(("rank", "engine", "ledger"), (k, *peak_instant(rows, k)))) for k in ranks]
     cpu = any(rec.get("accelerator") == "cpu" for rec in measured.values())
+    last = max((int(ph["phase"].partition(":")[2]) for rec in measured.values() for ph in rec.get("tracker", ())
+                if ph["phase"].startswith("forward:") and ph["phase"].partition(":")[2].isdigit()), default=0)
+    note = ""
+    if ga > 1 and ranks and last < 2 * ga:
+        note = (f"gradient accumulation is {ga} micro-steps and the run made {last}: "
+                + ("no optimizer step was compared" if last < ga else "the steady iteration was not compared")
+                + f" (run --steps {2 * ga} to reach micro-step {2 * ga})")
     # no tracker record on any rank proves nothing: not a match
     return {"compared": bool(ranks), "reason": "" if ranks else "no rank reported a tracker record",
+            "ga": ga, "ga_note": note,
             "rows": rows, "peak_instant": peaks, "tier_note": CPU_TIER_NOTE if cpu else "",
             "matches": bool(ranks) and all(r.get("ok", False) for r in rows)}
 
@@ -780,8 +789,8 @@ def measure_verdict(rows: list[dict[str, Any]], phases: dict[str, Any]) -> dict[
     """The verdict of ``ds-advisor measure`` from its two parts: ``census_matches`` (every row of
     the resting census, :func:`measure_vs_ledger`, equal to the byte and no rank's error),
     ``phases_match`` (:func:`measure_phases`' ``matches``: every phase row within
-    :data:`PHASE_TOLERANCE`; True when the phases are not compared by design, gradient
-    accumulation > 1, which ``phases.compared``/``reason`` say) and ``matches``, their
+    :data:`PHASE_TOLERANCE`, at any gradient accumulation; False when no phase was compared) and
+    ``matches``, their
     conjunction: the top-level answer, which decides the exit code (1 when False)."""
     census = bool(rows) and not any("error" in r or r.get("diff", 0) != 0 for r in rows)
     ph = bool(phases.get("matches", False))

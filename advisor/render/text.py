@@ -962,6 +962,8 @@ def _measure_phases_text(ph: dict[str, Any] | None) -> list[str]:
                      f"({', '.join(u['items'])}: {u['ledger_bytes']:,} B)")
     if ph.get("tier_note"):
         L.append(f"  note: {ph['tier_note']}")
+    if ph.get("ga_note"):
+        L.append(f"  note: {ph['ga_note']}")
     n_bad = sum(1 for r in ph["rows"] if not r.get("ok", False))
     L.append(f"  {len(ph['rows']) - n_bad} of {len(ph['rows'])} phases within 1%")
     return L
