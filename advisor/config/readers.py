@@ -402,6 +402,10 @@ def parse_yaml(text: str, source: str, *, what: str = "YAML file", error: ErrorF
     except RecursionError:
         raise error(source, "nesting too deep to parse", None, None) from None
     except (ValueError, TypeError, OverflowError) as e:  # a constructor's conversion (timestamps, ints)
+        too_long = int_limit_problem(e)
+        if too_long:  # valid YAML: an int past Python's digit limit gets the project's words, located
+            line, col = long_number_at(text)
+            raise error(source, too_long, line, col) from None
         raise error(source, f"not valid YAML: {e}", None, None) from None
     finally:
         loader.dispose()

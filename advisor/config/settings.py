@@ -76,6 +76,14 @@ def _table(path: Path) -> dict[str, Any] | None:
         raise SettingsError(f"{path}: not valid TOML: {e}")
     except RecursionError:
         raise SettingsError(f"{path}: nesting too deep to parse")
+    except ValueError as e:  # tomllib's int() of a literal past Python's digit limit (issue 21)
+        from advisor.config.readers import long_number_at
+        from advisor.errors import int_limit_problem
+        too_long = int_limit_problem(e)
+        if not too_long:
+            raise
+        line, col = long_number_at(text)
+        raise err(str(path), too_long, line, col) from None
     if path.name == "pyproject.toml":
         tool = data.get("tool")
         t = tool.get("ds-advisor") if isinstance(tool, dict) else None
