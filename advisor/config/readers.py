@@ -29,6 +29,7 @@ Callers choose the exception class their layer documents (``ModelSpecError`` for
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import itertools
 import json
@@ -96,12 +97,15 @@ def regular_file_at(path: str, *, what: str = "file", error: ErrorFactory = conf
 
     The guarded replacement for ``os.path.isfile`` wherever an optional file is looked for (a
     workload sidecar, a ``--model`` folder's config.json, an accelerate YAML's
-    ``deepspeed_config_file``): ``isfile``'s False skipped such a file silently (issue 21)."""
+    ``deepspeed_config_file``): ``isfile``'s False skipped such a file silently (issue 21). A name
+    longer than the file system allows (ENAMETOOLONG) is False too: nothing can be there."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return False
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:  # no file can have this name: none is there (a config named
+            return False                   # with 250 characters has a sidecar name past NAME_MAX)
         raise error(path, f"cannot read {what}: {e.strerror or e}", None, None) from None
     kind = _kind(st.st_mode)
     if kind is not None:

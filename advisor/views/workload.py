@@ -98,13 +98,16 @@ def sidecar_path(config_path: str) -> str:
 
 def find_sidecar(config_path: str | None) -> str | None:
     """The sidecar next to ``config_path`` (:func:`sidecar_path`) when one is there, else None
-    (no config path, stdin, or no file of that name). Looked for through the guarded reader's
+    (no config path, stdin, a base64 config, or no file of that name). Looked for through the guarded reader's
     :func:`advisor.config.readers.regular_file_at`: a FIFO, a device (``/dev/zero``, or a symlink
     to it) or a directory of that name raises ConfigLoadError naming the sidecar, from ``stat``
     alone (never opened, so never blocking), instead of being skipped as no sidecar. The one
     look-up of estimate, check, checkpoint (:func:`resolve`) and lint (``cli._sidecar_dp``)."""
     from advisor.config.readers import regular_file_at
-    if not config_path or config_path == "-":
+    # only a config read from a file has a sidecar: a base64 config (what load_config reads when
+    # nothing is at the argument, the same os.path.lexists test) has no folder, and its sidecar
+    # name was looked for in the current folder, past NAME_MAX when long (issue 21, fuzz round c)
+    if not config_path or config_path == "-" or not os.path.lexists(config_path):
         return None
     sp = sidecar_path(config_path)
     return sp if regular_file_at(sp, what="workload sidecar") else None
