@@ -200,6 +200,12 @@ def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, 
     for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size", "max_seq_len"):
         if not _posint(getattr(spec, k)):
             raise bad(f"{n(k)} must be a positive integer, got {shown(getattr(spec, k))}")
+    # every count's type before any arithmetic on it: a spec's "num_experts": null or "8" reached
+    # num_layers * num_experts below as a TypeError (issue 21, fuzz round c)
+    for k in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers"):
+        v = getattr(spec, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise bad(f"{n(k)} must be a non-negative integer, got {shown(v)}")
     for k, hi in (("num_layers", MAX_LAYERS), ("hidden_size", MAX_DIM), ("num_heads", MAX_DIM),
                   ("intermediate_size", MAX_DIM), ("vocab_size", MAX_DIM), ("max_seq_len", MAX_SEQ_LEN),
                   ("num_kv_heads", MAX_DIM), ("head_dim", MAX_DIM), ("moe_intermediate_size", MAX_DIM),
@@ -211,7 +217,7 @@ def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, 
         if isinstance(v, int) and not isinstance(v, bool) and v > hi:
             why = ("ds-advisor's bound on tokens per sequence, as --seq-len's" if k == "max_seq_len"
                    else "refused: the inventory would not be bounded")
-            raise bad(f"{n(k)} is {v:,}, over the limit {hi:,} ({why})")
+            raise bad(f"{n(k)} is {cut(f'{v:,}')}, over the limit {hi:,} ({why})")  # cut: any length
     # the documented limit is "at most" (README): a product equal to it is accepted. The check
     # and the message use the same product (the check once used layers x (1 + experts), so a
     # product equal to the limit was refused as "over" it)
@@ -228,10 +234,6 @@ def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, 
         v = getattr(spec, k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             raise bad(f"{n(k)} must be a probability in [0, 1), got {shown(v)}")
-    for k in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers"):
-        v = getattr(spec, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise bad(f"{n(k)} must be a non-negative integer, got {shown(v)}")
     for k, allowed in (("norm", ("rmsnorm", "layernorm")), ("mlp", ("gated", "plain")),
                        ("position_embedding", ("rope", "learned", "alibi")),
                        ("expert_layout", ("fused", "per_expert"))):
