@@ -47,7 +47,10 @@ def width(stream: IO[str]) -> int:
     if isatty and isatty():
         return shutil.get_terminal_size((PIPE_WIDTH, 40)).columns
     cols = os.environ.get("COLUMNS", "")
-    return int(cols) if cols.isdigit() and 40 <= int(cols) <= 400 else PIPE_WIDTH
+    # ASCII digits, at most 3 of them, before int(): str.isdigit() is True for "²" (int() raises)
+    # and for 5,000 digits (past int()'s limit): both ended in a traceback (issue 21, fuzz round c)
+    return int(cols) if len(cols) <= 3 and cols.isascii() and cols.isdigit() and 40 <= int(cols) <= 400 \
+        else PIPE_WIDTH
 
 
 #: An ANSI SGR colour code (what :func:`paint` and rich write).
