@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.config.validation import MAX_PARAMS, MAX_WORLD_SIZE
-from advisor.errors import AdvisorError
+from advisor.config.validation import MAX_PARAMS, MAX_WORLD_SIZE, shown
+from advisor.errors import AdvisorError, cut
 
 SETTINGS_FILE = ".ds-advisor.toml"
 #: A settings file (or a pyproject.toml holding the table) larger than this is refused; both are
@@ -141,8 +141,10 @@ def load_settings(start: str | os.PathLike) -> Settings | None:
     unknown = sorted(set(t) - set(KEYS))
     if unknown:
         import difflib
-        hints = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k.replace("_", "-"), KEYS, n=1))
-                 else k for k in unknown]
+        # every echo of the file's text is cut (errors.cut / validation.shown): a key or value may be
+        # any length (issue 21, fuzz round c: a 500-character fail-on was echoed whole)
+        hints = [f"{cut(k)} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k.replace("_", "-"), KEYS, n=1))
+                 else cut(k) for k in unknown[:10]] + ([f"and {len(unknown) - 10} more"] if len(unknown) > 10 else [])
         raise SettingsError(f"{path}: unknown key(s) {', '.join(hints)} (known: {', '.join(KEYS)})")
     s = Settings(source=str(path))
     if "select" in t:
@@ -154,18 +156,20 @@ def load_settings(start: str | os.PathLike) -> Settings | None:
             v = t[key]
             hi = MAX_WORLD_SIZE if key == "world-size" else MAX_PARAMS
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
-                raise SettingsError(f"{path}: {key} must be an integer from 1 to {hi:,}, not {v!r}")
+                raise SettingsError(f"{path}: {key} must be an integer from 1 to {hi:,}, not {shown(v)}")
             setattr(s, attr, v)
     if "model" in t:
         if not isinstance(t["model"], str) or not t["model"]:
             raise SettingsError(f"{path}: model must be a preset name or a path")
         m = t["model"]
         rel = path.parent / m
-        s.model = str(rel) if not os.path.isabs(m) and rel.exists() else m  # a path is relative to the file
+        # os.path.exists, not Path.exists: the latter raises for a name past NAME_MAX (a 300-character
+        # model value ended in a traceback, issue 21 fuzz round c); no file can have such a name
+        s.model = str(rel) if not os.path.isabs(m) and os.path.exists(rel) else m  # relative to the file
     if s.model and s.params:
         raise SettingsError(f"{path}: give model or params, not both")
     if "fail-on" in t:
         if t["fail-on"] not in ("error", "warning", "info", "never"):
-            raise SettingsError(f"{path}: fail-on must be error, warning, info or never, not {t['fail-on']!r}")
+            raise SettingsError(f"{path}: fail-on must be error, warning, info or never, not {shown(t['fail-on'])}")
         s.fail_on = t["fail-on"]
     return s
