@@ -38,6 +38,7 @@ checks only values that are not "auto".
 from __future__ import annotations
 
 from advisor.config.effective import derive_batch
+from advisor.config.validation import batch_limit_problem
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import is_auto
 
@@ -71,6 +72,10 @@ class BatchTriple(Rule):
             if v is not None and v <= 0:
                 # S004 (the schema's minimum 1) reports it: one fault, one finding (issue #19)
                 return
+        if batch_limit_problem(raw) is not None:
+            # B002 reports a batch value over 2^40: one fault, one finding; the triple's arithmetic
+            # on it echoed products of thousands of digits uncut (issue 21, fuzz round c)
+            return
         w = ctx.dp_world_size
         src = ctx.world_size_source or "--world-size"
         if w is None:
