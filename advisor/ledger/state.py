@@ -1318,6 +1318,19 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     xl = zero12_offload_xl_clone_modeled(ec, wrapper) and any(n > rbs for lay in layouts for n in lay.numels)
     if not xl:
         return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0))
+    # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
+    # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
+    key = ("offload_reduce_terms", W, rbs, D)
+    got = layouts[0]._memo.get(key)
+    if got is not None and len(got[0]) == len(layouts) and all(a is b for a, b in zip(got[0], layouts)):
+        return got[1]
+    runs = _zero12_offload_reduce_runs(layouts, W, rbs, D)
+    layouts[0]._memo[key] = (tuple(layouts), runs)
+    return runs
+
+
+def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int) -> Runs:
+    """:func:`zero12_offload_reduce_terms` with an extra-large gradient, computed."""
     M = _XL_M
 
     def pack(s: int, c: int) -> int:

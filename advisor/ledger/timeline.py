@@ -632,7 +632,9 @@ def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[in
     plan = ledger.plan
     inv = plan.inventory
     D = DTYPE_BYTES[ec.model_dtype]
-    frozen = max((t.numel for t in inv.tensors if not t.trainable), default=0) * D
+    # per tensor list, not per plan: generate asks for each of its plans (issue 21)
+    frozen = inv.memo(("max_frozen_numel",), lambda: max((t.numel for t in inv.tensors if not t.trainable),
+                                                         default=0)) * D
     if ec.zero.stage in (1, 2) or ledger.wrapper == "BF16_Optimizer":
         lays = placement_of(plan).zero12
         b = max((lay.n_pad for lay in lays), default=0) * D
@@ -643,9 +645,10 @@ def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[in
                 b, what = b2, "the largest fp32 partition or moment, P x 4 (in the model file at stage 0)"
         return (frozen, "the largest frozen parameter, n x D") if frozen > b else (b, what)
     if ledger.wrapper == "FP16_Optimizer":
-        g = max((sum(t.numel for t in grp) for grp in inv.groups()), default=0)
+        g = inv.memo(("largest_group_numel",),
+                     lambda: max((sum(t.numel for t in grp) for grp in inv.groups()), default=0))
         return g * 4, "the largest param group's flat fp32 master (and each moment), group numel x 4"
-    n = max((t.numel for t in inv.tensors), default=0)
+    n = inv.memo(("max_numel",), lambda: max((t.numel for t in inv.tensors), default=0))
     return n * 4, "the largest tensor's fp32 parameter, master copy or moment, n x 4"
 
 
@@ -730,7 +733,7 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
                          f"largest module sum ceil(n_i / W) x W x D = {big} x {D} (every rank gathers one module "
                          "at a time)", SAVE_16BIT_SOURCE))
     if z.stage >= 2:
-        fro = [t.numel for t in inv.tensors if not t.trainable]
+        fro = inv.memo(("frozen_numels",), lambda: tuple(t.numel for t in inv.tensors if not t.trainable))
         if fro:
             el = sum(zero3_partition_numel(n, W) for n in fro) if z.stage == 3 else sum(fro)
             out.append(Entry(rank, "host_pageable", "parameters", "save_frozen_fragments", el * D, "save_model",
