@@ -570,6 +570,19 @@ def step_time_lines(stt: dict, given_step_time_s: float | None = None, units: st
     return out
 
 
+#: Visible devices (``CUDA_VISIBLE_DEVICES`` ...) listed by name in the text report; more are counted.
+MAX_DEVICES_SHOWN = 16
+
+
+def _devices_text(devices: list[str]) -> str:
+    """The environment's visible-device list as echoed: each entry cut (``errors.cut``), at most
+    :data:`MAX_DEVICES_SHOWN` of them, then how many there are. The list is the user's text, any
+    length (a 5,000-character entry was printed whole; issue 21, fuzz round c)."""
+    from advisor.errors import cut
+    shown = ",".join(cut(d) for d in devices[:MAX_DEVICES_SHOWN])
+    return shown + (f",... ({len(devices):,} devices)" if len(devices) > MAX_DEVICES_SHOWN else "")
+
+
 def step_time_workload_text(wl: dict[str, dict]) -> str:
     """One line: the workload a model step time was computed on
     (:func:`advisor.views.estimate.step_time_workload`), each value with where it came from."""
@@ -724,7 +737,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
     if ls.rank is not None:
         L.append(f"  this rank        {_val(ls.rank)}")
     if ls.visible_devices is not None:
-        L.append(f"  visible devices  {','.join(ls.visible_devices)} from {ls.visible_source}")
+        L.append(f"  visible devices  {_devices_text(ls.visible_devices)} from {ls.visible_source}")
     L.append("this node")
     a = r.accelerators
     if a.ok:
