@@ -180,6 +180,52 @@ MAX_EXPERTS = 1 << 12
 MAX_LAYER_EXPERTS = 1 << 20
 
 
+#: Counts a spec (or an inventory's ``meta``) may hold at 0; every other count is at least 1.
+_NONNEG = ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers")
+
+
+def _count_limits() -> dict[str, int]:
+    """The upper bound of each count field (:func:`validate_spec`'s, and an inventory meta's)."""
+    from advisor.config.validation import MAX_PARAMS
+    limits = {k: MAX_DIM for k in ("hidden_size", "num_heads", "intermediate_size", "vocab_size", "num_kv_heads",
+                                   "head_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+                                   "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+    limits.update(num_layers=MAX_LAYERS, max_seq_len=MAX_SEQ_LEN, num_experts=MAX_EXPERTS, experts_per_token=MAX_EXPERTS,
+                  num_shared_experts=MAX_EXPERTS, mtp_layers=MAX_LAYERS, first_dense_layers=MAX_LAYERS,
+                  params=MAX_PARAMS, active_params=MAX_PARAMS)
+    return limits
+
+
+def checked_meta(meta: dict[str, Any], source: str) -> dict[str, Any]:
+    """``meta`` without its null fields (null is "not known": a missing field, which the readers
+    of meta handle; a null ``hidden_size`` reached ``int(None)``), after raising ModelSpecError (one line: ``source: /meta/KEY: ...``) when an inventory file's
+    ``meta`` (``schemas/inventory.schema.json``) holds a field of :class:`ModelSpec` (or
+    ``params`` / ``active_params``) of the wrong type or out of range: each count an integer
+    from 1 (0 for :data:`_NONNEG`) to its bound (:func:`_count_limits`), each flag a boolean,
+    each dropout a probability in [0, 1), each name a string. Other keys are free
+    (``additionalProperties``). The activation formulas read ``meta`` as :func:`expand` writes
+    it; a hand-written ``"vocab_size": "x"`` ended in int()'s ValueError (issue 21, fuzz round c)."""
+    kinds = {f.name: str(f.type) for f in fields(ModelSpec)}
+    kinds.update(params="int", active_params="int")
+    limits = _count_limits()
+    for k, v in meta.items():
+        t = kinds.get(k)
+        if t is None or v is None:
+            continue
+        where = f"{source}: /meta/{cut(k)}"
+        if t.startswith("int"):
+            lo, hi = (0 if k in _NONNEG else 1), limits.get(k, MAX_DIM)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ModelSpecError(f"{where}: expected an integer from {lo} to {hi:,}, got {shown(v)}")
+        elif t == "bool" and not isinstance(v, bool):
+            raise ModelSpecError(f"{where}: expected true or false, got {shown(v)}")
+        elif t == "float" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1):
+            raise ModelSpecError(f"{where}: expected a probability in [0, 1), got {shown(v)}")
+        elif t == "str" and not isinstance(v, str):
+            raise ModelSpecError(f"{where}: expected a string, got {shown(v)}")
+    return {k: v for k, v in meta.items() if v is not None}
+
+
 def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, str] | None" = None) -> None:
     """Raise ModelSpecError (one line naming ``source`` or the spec's name) when the
     architecture is inconsistent: unknown family, non-positive sizes, heads not dividing,
@@ -909,7 +955,9 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
         if isinstance(d, dict) and "tensors" in d:
             from advisor.config.readers import gc_paused
             with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)
-                return from_dict(d, path)
+                inv = from_dict(d, path)
+            inv.meta = checked_meta(inv.meta, path)
+            return inv
         if isinstance(d, dict) and "model_type" in d:
             if build_unknown is not None and d.get("model_type") not in FAMILIES:
                 return build_unknown(d, path)
