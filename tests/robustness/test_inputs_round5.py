@@ -215,3 +215,46 @@ def test_a_batch_value_over_the_limit_is_b002s_alone(tmp_path, key):
     assert "B002" in codes and "B001" not in codes, codes
     code, out = invoke(["lint", str(cfg), "--world-size", "8"])
     assert max(len(line) for line in out.splitlines()) <= 100, out[:500]
+
+
+# --- 7. an inventory's meta ---------------------------------------------------------------------
+
+def _inventory(tmp: Path, **meta) -> Path:
+    from advisor.model.specs import ModelSpec, expand
+    inv = expand(ModelSpec.from_dict(SPEC)).to_dict()
+    inv["meta"].update(meta)
+    p = tmp / "inv.json"
+    p.write_text(json.dumps(inv))
+    return p
+
+
+@pytest.mark.parametrize("key,value,words", [("vocab_size", "x", "an integer from 1"), ("num_experts", [1], "an integer from 0"),
+                                             ("hidden_size", 0, "an integer from 1"), ("params", 10 ** 30, "an integer from 1"),
+                                             ("tie_word_embeddings", "yes", "true or false"),
+                                             ("attention_dropout", 2, "a probability"), ("family", 7, "a string")])
+def test_an_inventory_meta_of_the_wrong_type_is_named(tmp_path, key, value, words):
+    """The activation formulas read meta as expand() writes it: a hand-written wrong type ended in
+    int()'s ValueError / TypeError inside estimate_activations."""
+    p = _inventory(tmp_path, **{key: value})
+    code, out = invoke(["estimate", str(SAMPLE), "--model", str(p), "--world-size", "8"])
+    assert code == 2, out
+    msg = one_line(out)
+    assert f"{p}: /meta/{key}: expected {words}" in msg, msg
+
+
+def test_an_inventory_meta_as_expand_writes_it_is_read(tmp_path):
+    p = _inventory(tmp_path, hidden_size=None)  # null: unknown, as before
+    code, out = invoke(["estimate", str(SAMPLE), "--model", str(p), "--world-size", "8"])
+    assert code in (0, 1), out
+
+
+# --- 8. a visible-device list is echoed cut -----------------------------------------------------
+
+@pytest.mark.parametrize("value,shown", [("1" * 5000, "(5000 characters)"), ("1," * 3000, "(3,000 devices)")])
+def test_a_long_visible_device_list_is_echoed_cut(value, shown):
+    code, out = invoke(["check", str(SAMPLE), "--params", "1000", "--gpu-memory", "80GB", "--host-memory", "512GB"],
+                       env={"CUDA_VISIBLE_DEVICES": value, "PATH": "/nonexistent"})
+    assert code in (0, 1, 4), out
+    line = next(l for l in out.splitlines() if "visible devices" in l)
+    assert shown in line and len(out) < 20000, line
+    assert max(len(l) for l in out.splitlines()) <= 100
