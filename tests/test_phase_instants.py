@@ -48,6 +48,10 @@ def test_ga2_boundaries_at_micro_steps_2_and_4():
 
 def test_ga3_middle_micro_step_has_no_instant():
     ga = 3
+    # micro-step 2's forward maps to a forward:2 instant, which only a ZeRO-3 timeline has (the
+    # parameters the first backward released are fetched again there); its backward has none
+    assert phase_instants("forward:2", ga) == (("forward:2",), None)
+    assert phase_instants("forward:5", ga) == ((), None)  # the steady iteration's micro-step 2
     assert phase_instants("backward:2", ga) == ((), None)
     assert phase_instants("step:2", ga) == ((), None)
     assert phase_instants("backward:3", ga) == (("backward:3", "reduce"), None)

@@ -574,7 +574,9 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     reduce and step. So k = 1 -> ``forward:1``/``backward:1``, k = ga ->
     ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` -> first_step, k = 2 ga -> steady;
     a non-boundary ``step:k``, a middle micro-step (1 < k < ga) and the steady iteration's earlier
-    micro-steps have no instant (not compared). At ga = 1 this is :data:`PHASE_INSTANTS`."""
+    micro-steps have no instant (not compared), except ``forward:2``, which maps to the timeline's
+    ``forward:2`` where it has one (ZeRO-3 at ga > 2: micro-step 2 fetches again what the first
+    backward released). At ga = 1 this is :data:`PHASE_INSTANTS`."""
     if ga <= 1 or phase in ("load", "initialize") or phase.startswith(("initialize:", "save")):
         return PHASE_INSTANTS.get(phase, ()), STEP_PHASES.get(phase)
     kind, _, num = phase.partition(":")
@@ -585,6 +587,10 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     if it == 0 and m == 1:
         return {"forward": (("forward:1",), None), "backward": (("backward:1", "reduce:1"), None),
                 "step": ((), None)}[kind]
+    if it == 0 and m == 2 and kind == "forward":
+        # a timeline with a micro-step-2 instant of its own (ZeRO-3 at GA > 2:
+        # timeline._instants); where it has none, the caller finds no instant and compares nothing
+        return ("forward:2",), None
     if m != ga or it > 1:
         return (), None
     if it == 0:

@@ -23,8 +23,8 @@ while the gradients are flattened and cast, freed before the update), ``first_st
 first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero12_backward_transients`):
 ``autograd`` (a gradient being moved into the bucket), ``reduce`` (a bucket flush), ``step_norm``
 (the step's fp64 norm copy); ``first_forward`` / ``first_backward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`, or its backward);
-``refetch_forward`` (ZeRO-3 at GA > 1: only the first iteration's forward of the micro-steps after
-its first, :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` / ``accumulated_backward``
+``refetch_forward`` (ZeRO-3 at GA > 1: only the first iteration's forward of micro-step 2,
+:func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` / ``accumulated_backward``
 (ZeRO-1 at GA > 1: the forward / backward of the micro-steps after an iteration's first: what the
 previous micro-step left, a new gradient being added to it); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
@@ -824,7 +824,8 @@ def zero3_refetch_prefetch_bytes(inventory: Inventory, zero, W: int, D: int) -> 
     is gathered into its own buffer (_all_gather_sequential), which it then views (0 extra).
     Trace order is taken as inventory order, as :func:`zero3_first_fetch_bytes` does. Later
     micro-steps' forwards keep the parameters gathered (complete trace: persistent parameters are
-    never released), so this is the largest of micro-steps 2..GA's forwards."""
+    never released), so only micro-step 2's forward has it (the timeline's ``forward:2``, an instant
+    of its own at GA > 2)."""
     def compute() -> tuple[int, str]:
         names = module_names(inventory)
         if not names or zero.prefetch_bucket_size <= 0:
@@ -1792,7 +1793,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     """ZeRO-3 entries of one rank; ``pl`` the group's :class:`Placement` (sub-groups, which are
     swapped, which sit in the max_in_cpu buffer); ``grad_terms`` = that rank's (NVMe gradient file
     bytes, kept gradient tail bytes) from :func:`zero3_grad_swap_by_rank` (the only rank-dependent
-    figures)."""
+    figures); ``ga`` = gradient accumulation steps (> 1: :func:`zero3_refetch_prefetch_bytes`)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     G = DTYPE_BYTES[ec.grad_dtype]

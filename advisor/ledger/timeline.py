@@ -12,7 +12,8 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    ``initialize:module`` (the whole model moved to the accelerator, before the optimizer
    partitions or flattens it); then ``initialize``, after ``deepspeed.initialize``;
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
-   boundary, when GA > 1) of the first iteration;
+   boundary, when GA > 1) of the first iteration; at ZeRO-3 with GA > 2 also ``forward:2``
+   (micro-step 2 fetches again what the first backward released);
 4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
    at ZeRO-2 with GA > 1 also ``reduce:1``, the reduce inside micro-step 1's backward (ZeRO-2
    reduces in every backward);
@@ -46,7 +47,7 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   (GA > 1; ZeRO-2's previous micro-step's grads_in_partition); ``accumulated_forward``: their
   forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
   bucket); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
-  accumulated); ``refetch_forward``: the first iteration's ``forward:GA`` only (ZeRO-3's prefetch of the
+  accumulated); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
   parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
@@ -916,9 +917,15 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
                            "initialize: the whole model moved to the accelerator (module.to)"))
     out.append(Instant("initialize", "initialize", "after deepspeed.initialize"))
     micro = [1] if ga <= 1 else [1, ga]
+    if ga > 2 and any(e.item == "zero3_refetch_prefetch" for rl in ledger.ranks for e in rl.entries):
+        # ZeRO-3: micro-step 2's forward fetches again what the first backward released
+        # (state.zero3_refetch_prefetch_bytes); from micro-step 3 on they stay gathered
+        micro = [1, 2, ga]
     for k in micro:
         tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
         out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {tag}"))
+        if k == 2 and ga > 2:  # forward only: micro-step 2's backward is micro-step ga's
+            continue
         out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}"))
         if k == 1 and ga > 1 and st == 2:
             # ZeRO-2 reduces in every micro-step's backward (stage_1_and_2.py: the hooks and
@@ -1019,9 +1026,10 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # reduce, and the steady iteration's (its last micro-step)
         return ph in ("forward", "backward", "reduce") and k not in ("forward:1", "backward:1", "reduce:1")
     if life == "refetch_forward":
-        # ZeRO-3, GA > 1: the first iteration's forward of a micro-step after its first
-        # (state.zero3_refetch_prefetch_bytes); the steady iteration's follows _post_step's gather
-        return ph == "forward" and k.startswith("forward:") and k != "forward:1"
+        # ZeRO-3, GA > 1: the first iteration's forward of micro-step 2 (forward:GA at GA 2; its own
+        # instant above; state.zero3_refetch_prefetch_bytes); the steady iteration's forwards
+        # follow _post_step's gather, the later ones a complete trace
+        return k == "forward:2"
     if life == "accumulated_forward":
         # ZeRO-1, GA > 1: the forward of every micro-step after an iteration's first
         return ph == "forward" and k != "forward:1"

@@ -124,3 +124,36 @@ def test_an_unknown_buffer_in_forward_is_unattributed_and_fails_the_phase(tmp_pa
     assert not ph["matches"]
     text = measure_text({"rows": [], "phases": ph})
     assert f"{n:,} B at" in text and "_injected_buffer" in text and "OVER 1%" in text
+
+
+@pytest.mark.engine
+def test_measure_cli_compares_the_phases_at_gradient_accumulation_2(tmp_path):
+    """train_batch_size 4 at micro-batch 1 on 2 ranks: DeepSpeed derives GA 2. Before, measure
+    left the phases out (``compared`` false) and its verdict was true on the census alone; now
+    the micro-steps map to the GA timeline (the optimizer steps at micro-steps 2 and 4, engine.py
+    l.3463) and each row is within 1% of that instant (ZeRO-1: the peak-parity cell
+    z1_bf16_tbsga2_w2 has this config)."""
+    import parity
+    from jsonschema import Draft202012Validator
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps(parity.TINY))
+    cfg = tmp_path / "ds.json"
+    z1 = {**Z2, "zero_optimization": {**Z2["zero_optimization"], "stage": 1}, "train_batch_size": 4}
+    del z1["gradient_accumulation_steps"]
+    cfg.write_text(json.dumps(z1))
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    p = run_group([sys.executable, "-m", "advisor", "measure", str(cfg), "--model", str(inv), "--world-size", "2",
+                   "--steps", "4", "--format", "json"], 600, env=env)
+    d = json.loads(p.stdout)
+    schema = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "measure-output.schema.json").read_text())
+    Draft202012Validator(schema).validate(d)
+    ph = d["phases"]
+    assert ph["compared"] and ph["ga"] == 2 and ph["ga_note"] == "", ph
+    inst = {(r["rank"], r["phase"]): r["ledger_instant"] for r in ph["rows"]}
+    for k in (0, 1):
+        assert inst[(k, "forward:2")] == "forward:2" and inst[(k, "forward:4")] == "steady:forward"
+        assert inst[(k, "step:2")].startswith("first_step:") and (k, "step:1") not in inst
+    bad = [r for r in ph["rows"] if not r["ledger"] * 0.99 <= r["measured"] <= r["ledger"] * 1.01]
+    assert not bad, bad
+    assert ph["matches"] and d["matches"] and p.returncode == 0, p.stderr[-2000:]

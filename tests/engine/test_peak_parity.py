@@ -138,6 +138,12 @@ CELLS = [
     # (state.zero3_refetch_prefetch_bytes: forward:2 was +47,323 B, +13.2%, without it)
     ("z3_bf16_tbsga2_w2", {**_cfg(3, "bf16", reduce_bucket_size=50000), "train_batch_size": 4}, 2, False,
      parity.TINY, {"submodules": True, "steps": 4}),
+    # GA 3 (train_batch_size 6): at ZeRO-3 only micro-step 2's forward fetches again (the
+    # timeline's forward:2, an instant of its own here), micro-step 3's finds them gathered;
+    # at ZeRO-1 micro-step 3 holds what micro-steps 1 and 2 left, as micro-step 2 did at GA 2
+    ("z3_bf16_tbsga3_w2", {**_cfg(3, "bf16", reduce_bucket_size=50000), "train_batch_size": 6}, 2, False,
+     parity.TINY, {"submodules": True, "steps": 6}),
+    ("z1_bf16_tbsga3_w2", {**_cfg(1, "bf16"), "train_batch_size": 6}, 2, False, parity.TINY, {"steps": 6}),
     # the load under deepspeed.zero.Init, the proxy's parameters on one child module per owning
     # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
     ("z3_bf16_zinit_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, True, parity.TINY),
@@ -224,6 +230,7 @@ RACY = {
     # the same first backward at GA 2 (seen 2026-12-05 beside other work: rank 1 backward:1
     # +13,859 B; the run before matched within 0.02%)
     "z3_bf16_tbsga2_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_tbsga3_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # the same model with a 10,000-element reduce bucket (f3a21c7): seen once under load (a full run
     # beside other work, 2026-12-05): rank 0 backward:1 +6,975 B; 4 runs alone matched within 0.02%
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
