@@ -80,7 +80,12 @@ def progress(description: str, total: float | None = None, stream: IO[str] | Non
     if total is not None:
         cols += [BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     cols.append(TimeElapsedColumn())
-    with Progress(*cols, console=Console(file=stream), transient=transient) as p:
+    # the terminal's size given, not read by rich from COLUMNS / LINES (its int() of any
+    # str.isdigit() text raised on "²" or 5,000 digits; issue 21, fuzz round c)
+    import shutil
+    size = shutil.get_terminal_size((80, 25))  # falls back on a COLUMNS int() cannot read
+    with Progress(*cols, console=Console(file=stream, width=size.columns, height=size.lines),
+                  transient=transient) as p:
         yield _RichBar(p, p.add_task(description, total=total))
 
 

@@ -259,7 +259,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
     color = use_color(stream) if color is None else color
     cols = width(stream)
     console = Console(file=stream, no_color=not color, force_terminal=color, color_system="standard" if color else None,
-                      width=cols, highlight=False, soft_wrap=True)
+                      width=cols, height=25, highlight=False, soft_wrap=True)  # height too: rich reads
+    # COLUMNS / LINES itself (int() of any str.isdigit() text: "²" or 5,000 digits raised) unless both are given
     d = result.to_dict(rank_sets=True)  # ranks as ranges: a 2^20-rank role is one range
     with console.capture() as captured:
         m = d["model"]
