@@ -16,6 +16,11 @@ defect it found, fixed as a mechanism, with its regression test here:
    and unknown keys were echoed whole.
 6. Uncut echoes of huge counts: an HF config.json's ``hidden_size`` of 300 digits
    (``specs.validate_spec``), and rule B001's arithmetic on a batch value B002 already refuses.
+7. An inventory file's ``meta`` of the wrong type reached the activation formulas' ``int()``
+   (``specs.checked_meta``).
+8. A visible-device list of 5,000 characters was printed whole (``render.text``).
+9. rich read ``COLUMNS`` / ``LINES`` itself (estimate's tables, the progress bar): "²" or 5,000
+   digits raised in its ``int()``; both sizes are now given to it.
 """
 
 from __future__ import annotations
@@ -258,3 +263,32 @@ def test_a_long_visible_device_list_is_echoed_cut(value, shown):
     line = next(l for l in out.splitlines() if "visible devices" in l)
     assert shown in line and len(out) < 20000, line
     assert max(len(l) for l in out.splitlines()) <= 100
+
+
+# --- 9. rich never reads COLUMNS / LINES itself -------------------------------------------------
+
+@pytest.mark.parametrize("var", ["COLUMNS", "LINES"])
+@pytest.mark.parametrize("value", ["\u00b2", "1" * 5000])
+@pytest.mark.parametrize("cmd", [["estimate", str(SAMPLE), "--params", "1000", "--world-size", "8"],
+                                 ["checkpoint", str(SAMPLE), "--params", "1000", "--world-size", "8"],
+                                 ["check", str(SAMPLE), "--params", "1000", "--gpu-memory", "80GB", "--host-memory", "512GB"]])
+def test_tables_lay_out_whatever_columns_and_lines_say(var, value, cmd):
+    code, out = invoke(cmd, env={var: value, "PATH": "/nonexistent"})
+    assert code in (0, 1, 4), out
+    assert "Traceback" not in out and "internal error" not in out
+
+
+@pytest.mark.parametrize("var", ["COLUMNS", "LINES"])
+def test_the_progress_bar_on_a_terminal_whatever_columns_says(monkeypatch, var):
+    import io
+    from advisor import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.delenv("DS_ADVISOR_NO_PROGRESS", raising=False)
+    monkeypatch.setenv(var, "1" * 5000)
+    stream = Tty()
+    with progress.progress("fuzz", total=2, stream=stream) as bar:
+        bar.advance()
+    assert "fuzz" in stream.getvalue()
