@@ -47,7 +47,7 @@ from advisor.findings import Finding, literal, render_sized, sort_findings
 from advisor.errors import cut
 from advisor.cluster.launch import Found, LaunchShape, discover_launch
 from advisor.ledger.ranks import RankSet
-from advisor.config.validation import as_float, as_int
+from advisor.config.validation import MAX_GPUS_PER_NODE, as_float, as_int
 from advisor.config.validation import world_size as world_size_bound
 from advisor.units import DEFAULT_UNITS
 
@@ -265,6 +265,12 @@ def probe_accelerators(env: Mapping[str, str] | None = None, visible: list[str] 
             continue
         if not devices:
             errors.append(f"{exe} lists no devices")
+            continue
+        if len(devices) > MAX_GPUS_PER_NODE:
+            # a broken tool or driver: 10,000 devices were listed whole, 20,000 characters on one
+            # line of the report and 1.6 MB of JSON (issue 21, fuzz round c)
+            errors.append(f"{exe} lists {len(devices):,} devices, more than the {MAX_GPUS_PER_NODE:,} a node may have "
+                          "(--gpus-per-node's bound)")
             continue
         probe = AcceleratorProbe(source=f"{tool} ({exe})")
         probe.devices = _filter_visible(devices, visible, visible_source, probe.notes)
