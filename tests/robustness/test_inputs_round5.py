@@ -21,6 +21,8 @@ defect it found, fixed as a mechanism, with its regression test here:
 8. A visible-device list of 5,000 characters was printed whole (``render.text``).
 9. rich read ``COLUMNS`` / ``LINES`` itself (estimate's tables, the progress bar): "²" or 5,000
    digits raised in its ``int()``; both sizes are now given to it.
+10. A probe tool listing 10,000 devices was taken at its word (a 20,000-character line, 1.6 MB of
+   JSON): more than ``MAX_GPUS_PER_NODE`` is a probe failure.
 """
 
 from __future__ import annotations
@@ -292,3 +294,29 @@ def test_the_progress_bar_on_a_terminal_whatever_columns_says(monkeypatch, var):
     with progress.progress("fuzz", total=2, stream=stream) as bar:
         bar.advance()
     assert "fuzz" in stream.getvalue()
+
+
+# --- 10. a probe listing more devices than a node may have ---------------------------------------
+
+@pytest.mark.parametrize("tool", ["nvidia-smi", "rocm-smi"])
+def test_a_probe_listing_more_devices_than_a_node_may_have_is_a_probe_failure(tmp_path, tool):
+    from advisor.config.validation import MAX_GPUS_PER_NODE
+    n = MAX_GPUS_PER_NODE + 1
+    if tool == "nvidia-smi":
+        out = "".join(f"{i}, NVIDIA H100, 81559, 1\n" for i in range(n))
+    else:
+        out = json.dumps({f"card{i}": {"VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "0"}
+                          for i in range(n)})
+    (tmp_path / tool).write_text(f"#!/bin/sh\ncat <<'EOF'\n{out}\nEOF\n")
+    (tmp_path / tool).chmod(0o755)
+    args = ["check", str(SAMPLE), "--params", "1000", "--host-memory", "512GB"]
+    code, text = invoke(args + ["--strict"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert code == 3, text  # the probe failed: check --strict's exit
+    assert f"lists {n:,} devices, more than the {MAX_GPUS_PER_NODE:,}" in " ".join(text.split()), text[:2000]
+    code, js = invoke(args + ["--format", "json"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert len(js) < 100_000 and max(len(line) for line in text.splitlines()) <= 100
+    ok = "".join(f"{i}, NVIDIA H100, 81559, 1\n" for i in range(8)) if tool == "nvidia-smi" else None
+    if ok:  # the bound leaves a real node alone
+        (tmp_path / tool).write_text(f"#!/bin/sh\ncat <<'EOF'\n{ok}\nEOF\n")
+        code, text = invoke(args, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+        assert "8 x NVIDIA H100" in text or "NVIDIA H100" in text, text
