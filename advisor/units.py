@@ -64,22 +64,41 @@ def unit_system(text: str) -> str | None:
     return "GiB" if u.endswith("ib") else "GB"
 
 
+#: Quotients at or above this are written in scientific notation ("8.11e+298"): no real size,
+#: rate or duration comes near it (10^15 GiB is a zettabyte), and a config value such as
+#: ``buffer_count: 1e308`` made figures of 300 digits, one unbreakable line each (issue 21).
+MAX_FIXED = 1e15
+
+
+def _fixed(n: int | float, base: int | float, digits: int) -> str:
+    """``n / base`` with thousands separators and ``digits`` decimals, or in scientific notation
+    from :data:`MAX_FIXED` on; an int too large for a float (``n / base`` raises OverflowError
+    past ~1.8e308) is written from its base-10 logarithm. The one formatting of a quotient in
+    this module."""
+    import math
+    try:
+        x = n / base
+    except OverflowError:
+        e = math.log10(n) - math.log10(base)
+        return f"{10 ** (e - math.floor(e)):.{digits}f}e+{math.floor(e)}"
+    return f"{x:,.{digits}f}" if abs(x) < MAX_FIXED or x != x else f"{x:.{digits}e}"
+
+
 def gib(n: int | float, digits: int = 2) -> str:
     """Bytes as GiB with the unit, e.g. "12.50 GiB"."""
-    return f"{n / 2**30:,.{digits}f} GiB"
+    return f"{_fixed(n, 2**30, digits)} GiB"
 
 
 def gb(n: int | float) -> str:
     """Bytes as GB (10^9) with the unit, e.g. "13.42 GB"."""
-    return f"{n / 1e9:,.2f} GB"
+    return f"{_fixed(n, 1e9, 2)} GB"
 
 
 def human(n: int | float) -> str:
     """Bytes in the most readable binary unit with the unit named ("0 B", "4.00 KiB", "1.25 GiB")."""
-    n = float(n)
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
-            return f"{n / size:,.2f} {unit}"
+            return f"{_fixed(n, size, 2)} {unit}"
     return f"{int(n)} B"
 
 
@@ -92,7 +111,7 @@ def duration_text(s: float | None, none: str = "n/a") -> str:
         return f"{s:,.1f} s"
     if s < 7200:
         return f"{s / 60:,.1f} min"
-    return f"{s / 3600:,.2f} h"
+    return f"{_fixed(s, 3600, 2)} h"
 
 
 def days_text(d: float | None, none: str = "unknown") -> str:
@@ -100,7 +119,7 @@ def days_text(d: float | None, none: str = "unknown") -> str:
     for None."""
     if d is None:
         return none
-    return f"{d:,.1f} days" if d < 3650 else f"{d / 365:,.0f} years"
+    return f"{d:,.1f} days" if d < 3650 else f"{_fixed(d, 365, 0)} years"
 
 
 # --- the report's unit system (``--units``) ------------------------------------------------------
@@ -150,7 +169,7 @@ def size(n: int | float | None, units: str = DEFAULT_UNITS, *, suffix: bool = Tr
     if n == 0 and zero is not None:
         return zero
     name, base = _PREFIX[check_units(units)][prefix]
-    text = f"{n / base:,.{digits}f}"
+    text = _fixed(n, base, digits)
     return f"{text} {name}" if suffix else text
 
 
