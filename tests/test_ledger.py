@@ -423,24 +423,42 @@ def test_405b_at_65536_ranks_is_a_few_roles():
     assert lp.bytes == p3 * 2
     last = led.rank(65_535)
     assert last.rank == 65_535
-    # gathered parameters (§4.5 rule 2): min(whole, max(largest module fetch, 1e9)) x 2 B; the largest
-    # fetch is an embedding, 128,256 x 16,384 = 2,101,346,304 elements (divisible by 65,536: no padding)
+    # gathered parameters in a later forward (state.zero3_fetch_replay, DeepSpeed's coordinator over the
+    # complete trace): every big matrix is its own all-gather (the prefetch stops once the numel taken
+    # reaches min(max_live - available, 5e7): one 872M-element matrix passes it), released after its
+    # forward (its backward is > 1e9 numel away). At the last layer's down_proj fetch the prefetch takes
+    # the untied lm_head (128,256 x 16,384 = 2,101,346,304 elements, used again at once in backward, so
+    # kept) beside down_proj (16,384 x 53,248 = 872,415,232): one parameter each, its own padded buffer
+    # (both divisible by 65,536), x 2 B
     (g,) = r0.by_item("zero3_gathered_params")
-    assert (g.bytes, g.life, g.cls, g.tier) == (2_101_346_304 * 2, "forward_backward", "workspace", "accelerator")
+    assert (g.bytes, g.life, g.cls, g.tier) == ((2_101_346_304 + 872_415_232) * 2, "steady_forward", "workspace",
+                                                "accelerator")
 
 
 def test_gathered_params_rules_of_reference_4_5():
-    """§4.5 measured table: 7 equal layers of 65,792 params at W = 2, persistence off."""
+    """The §4.5 table's cases (7 equal layers of 65,792 params at W = 2, persistence off, fp16),
+    now by DeepSpeed 0.19.8's coordinator (state.zero3_fetch_replay), the largest moment of a later
+    forward. A fetch of >= 2 params is one coalesced all-gather: its flat buffer (sum ceil(n_i/W) x W
+    x D) is alive while AllGatherCoalescedHandle.wait torch.cat's every param of it (n_i x D), so a
+    layer costs 131,584 x 2 at its wait (§4.5 counted the params only, 131,584 per layer)."""
     inv = Inventory("seven", [t for i in range(7) for t in (TensorSpec(f"l{i}.weight", (256, 256)),
                                                               TensorSpec(f"l{i}.bias", (256,)))])
     base = {"stage3_param_persistence_threshold": 0}
+    L = 131_584  # one layer, (65,536 + 256) x 2 B
+
     def g(**z):
         (e,) = ledger(cfg(3, "fp16", **{**base, **z}), inv, 2).rank(0).by_item("zero3_gathered_params")
         return e.bytes
-    assert g() == 921_088  # G1: defaults, the whole model
-    assert g(stage3_max_reuse_distance=0, stage3_prefetch_bucket_size=0) == 131_584  # G2: one layer
-    assert g(stage3_max_reuse_distance=0, stage3_max_live_parameters=197_376) == 394_752  # G4: 3 layers
-    assert g(stage3_max_live_parameters=197_376) == 921_088  # G7: max_live does not bound rule 1
+    # G1, defaults: the root module's prefetch (460,544 elements < the 5e7 bucket) takes all 14 params in
+    # one all-gather; l0's wait cats all of them beside its flat buffer
+    assert g() == 7 * L * 2
+    # G2, no prefetch, reuse 0: one layer at a time, its flat buffer + its cats
+    assert g(stage3_max_reuse_distance=0, stage3_prefetch_bucket_size=0) == L * 2
+    # G4, max_live 197,376 (3 layers): the root's prefetch takes 3 layers (limit min(197,376, 5e7)), flat + cats
+    assert g(stage3_max_reuse_distance=0, stage3_max_live_parameters=197_376) == 3 * L * 2
+    # G7, max_live 197,376, reuse 1e9: nothing is released in forward, the available numel stays at the
+    # limit, so l3..l6 are fetched on demand: at l6's wait l0..l5 (6 L) + l6's flat and cats (2 L)
+    assert g(stage3_max_live_parameters=197_376) == 8 * L
     # W = 1 without parameter offload: the gathered tensor is the partition itself
     (e,) = ledger(cfg(3, "fp16", **base), inv, 1).rank(0).by_item("zero3_gathered_params")
     assert e.bytes == 0

@@ -72,7 +72,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
-               "refetch_forward"]
+               "refetch_forward", "steady_forward", "steady_backward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -691,7 +691,10 @@ NORM_SPLIT_ELEMENTS = 250_000_000
 
 
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
-                              reduce_scatter: bool, norm: bool = False) -> "tuple[int, str, tuple[int, int, int]] | None":
+                              reduce_scatter: bool, norm: bool = False,
+                              gathered: "tuple | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
+    # gathered: (module index per tensor, bytes at each module's fetch, bytes while its backward
+    # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
     from advisor.model.parallel import _LAYER_RE
     # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
     in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
@@ -715,6 +718,9 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     held = count = flat = own = 0
     pmax = 0  # the bucket's largest gradient partition (elements) cast to fp64 at its flush (norm)
     lo = hi = -1
+    mod_of, at_fetch, during, at_end = gathered if gathered is not None else ((), (), (), 0)
+    prev_mod = -1
+    g = 0  # parameters gathered at this moment (gathered given)
     for i in zero3_backward_grad_order(inv):
         n = tensors[i].numel
         # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
@@ -724,19 +730,30 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             seen_layer, ri = True, 1
         else:
             ri = 2 if seen_layer else 0
+        if gathered is not None and mod_of[i] != prev_mod:
+            # the module's fetch, before its gradients: its all-gather buffers beside the bucket's whole gradients
+            prev_mod = mod_of[i]
+            g = during[prev_mod]
+            nb = at_fetch[prev_mod] + own * C
+            reg[ri] = max(reg[ri], nb)
+            if nb > best:
+                best, where = nb, f"fetch of {tensors[i].name}'s module: gathered {at_fetch[prev_mod]:,} B"
         if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
             fb = flat_bytes(held, count, flat)
-            nb = fb + (own + n) * C + pmax * 8
+            nb = fb + (own + n) * C + pmax * 8 + g
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
                                    f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
-                                   f"arriving {n * C:,} B" + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else ""))
+                                   f"arriving {n * C:,} B" + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
+                                   + (f" + gathered {g:,} B" if g else ""))
             held = count = flat = own = pmax = 0
         else:
-            reg[ri] = max(reg[ri], (own + n) * C)
-            if (own + n) * C > best:  # arrives, no flush: whole until copied into the bucket
-                best, where = (own + n) * C, f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+            nb = (own + n) * C + g
+            reg[ri] = max(reg[ri], nb)
+            if nb > best:  # arrives, no flush: whole until copied into the bucket
+                best, where = nb, (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+                                   + (f" + gathered {g:,} B" if g else ""))
         if not contiguous or held + n > rbs:
             own += n  # stays its own tensor in the bucket (__add_grad_to_ipg_bucket, l. 1626)
         if not count:
@@ -749,12 +766,17 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             pmax = max(pmax, min(-(-n // W), NORM_SPLIT_ELEMENTS))
     if held:  # the backward epilogue's flush, nothing arriving
         fb = flat_bytes(held, count, flat)
-        nb = fb + own * C + pmax * 8
+        nb = fb + own * C + pmax * 8 + at_end
         reg[2] = max(reg[2], nb)
         if nb > best:
             best, where = nb, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
                                f"flat {fb:,} + whole in bucket {own * C:,} B"
-                               + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else ""))
+                               + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
+                               + (f" + gathered {at_end:,} B" if at_end else ""))
+    elif gathered is not None and at_end:
+        reg[2] = max(reg[2], at_end)
+        if at_end > best:
+            best, where = at_end, f"end of backward: gathered {at_end:,} B"
     return (best, where, tuple(reg)) if best else None
 
 
@@ -897,6 +919,335 @@ def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
         return v, (f"prefetch on: min(sum p_i x W, max(largest module fetch, stage3_max_live_parameters)) = "
                    f"min({whole:,}, max({largest:,}, {zero.max_live_parameters:,})) = {v:,}")
     return largest, f"no prefetch, short reuse distance: the largest module fetch sum p_i x W = {largest:,}"
+
+
+@dataclass(frozen=True)
+class Zero3Fetch:
+    """ZeRO-3's gathered non-persistent (and, in the first iteration, persistent) parameters over
+    one rank's iteration, replayed from DeepSpeed's coordinator (:func:`zero3_fetch_replay`), bytes.
+
+    ``mod_of``: per tensor, the index of its module (:func:`module_of`, in order of first
+    appearance). First iteration (trace incomplete): ``first_forward`` (bytes, module) the largest
+    forward moment; per module m, ``first_fetch[m]`` its fetch's largest moment in backward and
+    ``first_during[m]`` what is gathered while its backward runs; ``first_end`` at the backward
+    epilogue. Later iterations (trace complete): ``forward`` (bytes, where), ``fetch[m]``,
+    ``during[m]``, ``end``; ``start`` the backward's first moment (the root's prefetch). ``refetch``
+    (bytes, where): micro-step 2's forward at GA > 1 (no optimizer step since the first backward, so
+    the persistent parameters it released are fetched again, all but the first module's: their
+    all-gather buffers count, their copies are ``lp_params_gathered``)."""
+
+    mod_of: tuple
+    first_forward: tuple
+    first_fetch: tuple
+    first_during: tuple
+    first_end: int
+    forward: tuple
+    fetch: tuple
+    during: tuple
+    end: int
+    start: int
+    refetch: tuple = (0, "")
+
+
+def zero3_fetch_replay_applies(zero, W: int, offload_param: str = "none") -> bool:
+    """Whether :func:`zero3_fetch_replay` models this plan's fetches: W > 1 (at W = 1 nothing is
+    gathered, ``all_gather_coalesced`` returns a NoGatherHandle), no quantized weights, no hpZ
+    secondary partition, no all-reduce fetch, parameters not swapped to NVMe (the prefetch queue
+    stops at a partition still on NVMe, ``partitioned_param_coordinator.py`` _is_currently_on_nvme)."""
+    return not (W <= 1 or zero.zero_quantized_weights or (zero.zero_hpz_partition_size or 1) > 1
+                or getattr(zero, "use_all_reduce_for_fetch_params", False) or offload_param == "nvme")
+
+
+def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch:
+    """Replay DeepSpeed 0.19.8's ZeRO-3 parameter fetch and release over one iteration, bytes of
+    gathered parameter data (+ all-gather buffers) per rank at each moment; memoised per (tensor list,
+    W, D, persistence thresholds, prefetch bucket, max live, reuse distance, allgather_sequential).
+
+    Modules are :func:`module_of` of the names, in order of first appearance (taken as the forward
+    order); the root module runs first in forward and in backward (no parameters of its own: it
+    only prefetches); backward runs the modules in reverse. Rules (``runtime/zero/``):
+
+    * a fetch of >= 2 parameters is one coalesced all-gather into a flat buffer of
+      sum ceil(n_i/W) x W x D (``partition_parameters.py`` _all_gather_dtype l. 1343); the first
+      wait on it (AllGatherCoalescedHandle.wait l. 795) ``torch.cat``'s every one of its
+      parameters (n_i x D each) while the buffer is alive; the buffer lives until the coordinator
+      has popped each of its parameters from the inflight registry (``partitioned_param_coordinator.py``
+      fetch_sub_module l. 404, i.e. until the last module it holds is fetched). One parameter (or
+      ``allgather_sequential``) is gathered into its own padded buffer ceil(n/W) x W x D, the
+      parameter a view of it (_all_gather_sequential l. 1379-1398);
+    * first iteration: the trace is not complete (reset_step: INVALID -> RECORD), so there is no
+      prefetch and release_sub_module releases every parameter of a module after its forward and
+      its backward, the persistent ones too: one module at a time; each is fetched again in backward;
+    * later iterations (trace COMPLETE): fetch_sub_module, after waiting on the module's own
+      parameters, prefetches from the trace's parameter queue while the numel taken is below
+      min(``stage3_max_live_parameters`` - available numel, ``stage3_prefetch_bucket_size``)
+      (available numel: += ds_numel per all-gather, -= at release, 0 at each forward's reset_step),
+      skipping parameters already available or in flight, in one all-gather; release_sub_module
+      keeps a parameter whose later use the prefetch already passed (__params_to_release:
+      most recent step fetched for > the step) or that the trace uses again before
+      ``stage3_max_reuse_distance`` numel of modules have been traversed;
+    * the first module's post-backward hook does not fire (its inputs need no gradient: input ids,
+      the proxy's input), so it is still gathered at the backward epilogue and released after it
+      (release_backward_leftovers).
+
+    Persistent parameters (:func:`zero3_persistent`) are gathered for good from the second
+    iteration (``lp_params_gathered``): not counted there."""
+    key = ("zero3_fetch_replay", W, D, zero.param_persistence_threshold, zero.model_persistence_threshold,
+           int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance),
+           bool(getattr(zero, "allgather_sequential", False)))
+    return inventory.memo(key, lambda: _zero3_fetch_replay(inventory, zero, W, D))
+
+
+def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
+    tensors = inv.tensors
+    keep = zero3_persistent(inv, zero)
+    seq = bool(getattr(zero, "allgather_sequential", False))
+    index: dict[str, int] = {}
+    members: list[list[int]] = []
+    mod_of = []
+    for i, m in enumerate(module_names(inv)):
+        k = index.get(m)
+        if k is None:
+            k = index[m] = len(members)
+            members.append([])
+        members[k].append(i)
+        mod_of.append(k)
+    names = list(index)
+    M = len(members)
+    numel = [t.numel for t in tensors]
+    pad = [-(-n // W) * W for n in numel]
+
+    def gather(idx: list[int]) -> tuple[int, dict[int, int]]:
+        # (flat buffer bytes, {param: its data bytes once waited}) of one all-gather of idx
+        if len(idx) >= 2 and not seq:
+            return sum(pad[i] for i in idx) * D, {i: numel[i] * D for i in idx}
+        return 0, {i: pad[i] * D for i in idx}
+
+    # ---- first iteration: one module at a time, every parameter, no prefetch
+    f_fetch, f_during = [0] * M, [0] * M
+    for k, idx in enumerate(members):
+        flat, data = gather(idx)
+        f_fetch[k] = flat + sum(data.values())
+        f_during[k] = sum(data.values())
+    kbest = max(range(M), key=lambda k: (f_fetch[k], -k)) if M else 0
+    first_forward = (f_fetch[kbest], f"module {names[kbest]}") if M else (0, "")
+    first_end = f_during[0] if M else 0
+
+    # ---- a later iteration: the coordinator over the complete trace
+    # trace steps: root (forward), modules, root (backward), modules reversed; numel of each step
+    trace = [-1] + list(range(M)) + [-1] + list(range(M - 1, -1, -1))
+    step_numel = [0 if k < 0 else sum(numel[i] for i in members[k]) for k in trace]
+    prefix = [0]
+    for x in step_numel:
+        prefix.append(prefix[-1] + x)
+    nxt_use: dict[tuple[int, int], int] = {}  # (module, step) -> its next step in the trace
+    last: dict[int, int] = {}
+    for s in range(len(trace) - 1, -1, -1):
+        k = trace[s]
+        if k >= 0:
+            nxt_use[(k, s)] = last.get(k, -1)
+            last[k] = s
+    bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
+
+    def run(have: set, forward_only: bool) -> tuple:
+        # one iteration over the complete trace; ``have``: the parameters available at its start. A
+        # persistent parameter's copy is lp_params_gathered (not counted), its all-gather buffer is.
+        queue = collections.deque((i, s) for s, k in enumerate(trace) if k >= 0 for i in members[k])
+        recent: dict[int, int] = {}
+        avail: dict[int, int] = {}       # available parameter -> its counted data bytes
+        for i in have:
+            avail[i] = 0
+        inflight: dict[int, list] = {}   # param -> its handle [flat bytes, {param: data bytes}, params left, waited]
+        st = {"n": 0, "cur": 0}
+
+        def all_gather(idx: list[int]) -> None:
+            if not idx:
+                return
+            st["n"] += sum(numel[i] for i in idx)
+            if len(idx) >= 2 and not seq:
+                flat, data = gather(idx)
+                h = [flat, {i: (0 if keep[i] else b) for i, b in data.items()}, set(idx), False]
+                st["cur"] += flat
+                for i in idx:
+                    inflight[i] = h
+            else:
+                for i in idx:  # its own padded buffer, the parameter a view of it
+                    nb = 0 if keep[i] else pad[i] * D
+                    st["cur"] += nb
+                    avail[i] = nb
+
+        def fetch(s: int, k: int) -> int:
+            peak = st["cur"]
+            own = members[k] if k >= 0 else []
+            all_gather([i for i in own if i not in avail and i not in inflight])
+            peak = max(peak, st["cur"])
+            for i in own:
+                h = inflight.pop(i, None)
+                if h is None:
+                    continue
+                if not h[3]:  # the first wait cats every parameter of the handle out of its flat buffer
+                    h[3] = True
+                    for j, nb in h[1].items():
+                        avail[j] = nb
+                        st["cur"] += nb
+                    peak = max(peak, st["cur"])
+                h[2].discard(i)
+                if not h[2]:
+                    st["cur"] -= h[0]
+            # pop the module's own entries off the queue (fetch_sub_module l. 426-433)
+            want = sum(1 for i in own if recent.get(i, -10**18) < s)
+            popped = 0
+            while queue and popped < want:
+                i, at = queue.popleft()
+                recent[i] = at
+                popped += 1
+            limit = min(max_live - st["n"], bucket)
+            if bucket > 0 and limit > 0:
+                take, taken, got = [], 0, set()
+                while queue and taken < limit:
+                    i, at = queue.popleft()
+                    recent[i] = max(recent.get(i, -10**18), at)
+                    if i not in avail and i not in inflight and i not in got:
+                        got.add(i)
+                        take.append(i)
+                        taken += numel[i]
+                all_gather(take)
+                peak = max(peak, st["cur"])
+            return peak
+
+        def release(s: int, k: int) -> None:
+            # __params_to_release at step_id s + 1 (fetch_sub_module incremented it); ds_persist kept
+            nx = nxt_use[(k, s)]
+            if nx >= 0 and prefix[nx] - prefix[s + 1] < reuse:
+                return  # used again within the reuse distance: kept
+            for i in members[k]:
+                if keep[i] or i not in avail or recent.get(i, -10**18) > s + 1:
+                    continue
+                st["cur"] -= avail.pop(i)
+                st["n"] -= numel[i]
+
+        fwd_best, fwd_where = 0, ""
+        fetch_b, during_b = [0] * M, [0] * M
+        start = 0
+        for s, k in enumerate(trace):
+            backward = s > M
+            if backward and forward_only:
+                break
+            p = fetch(s, k)
+            if not backward:
+                if p > fwd_best:
+                    fwd_best, fwd_where = p, ("the root module's prefetch" if k < 0 else f"module {names[k]}'s fetch")
+                if k >= 0:
+                    release(s, k)
+            elif k < 0:
+                start = p
+            else:
+                fetch_b[k], during_b[k] = p, st["cur"]
+                if k > 0:  # the first module stays gathered through the epilogue
+                    release(s, k)
+        return (fwd_best, fwd_where), tuple(fetch_b), tuple(during_b), st["cur"] if M else 0, start
+
+    persistent = {i for i in range(len(tensors)) if keep[i]}
+    fwd, fetch_b, during_b, end, start = run(persistent, False)
+    # GA > 1, micro-step 2: the first backward released every persistent parameter but the first module's
+    refetch = run({i for i in persistent if mod_of[i] == 0}, True)[0] if M else (0, "")
+    return Zero3Fetch(tuple(mod_of), first_forward, tuple(f_fetch), tuple(f_during), first_end,
+                      fwd, fetch_b, during_b, end, start, refetch)
+
+
+def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zero3Fetch,
+                         first: bool) -> "tuple[int, str, tuple[int, int, int]]":
+    """(bytes, where, (start, body, end) bytes) that ZeRO-3's gathered parameters add to a backward
+    instant beyond :func:`zero3_reduce_flush_bytes`: backward's worst moment of (gathered
+    parameters + the reduce's flush or arriving gradients) less the reduce's own worst moment, per
+    region (start, layers, end) as that entry's regions, so the two entries together are the
+    largest sum at one moment, not the sum of two maxima at different moments.
+
+    The moments, in :func:`zero3_backward_grad_order`: each module's fetch (its all-gather buffers
+    and the parameters it makes available, :class:`Zero3Fetch` ``fetch``, beside the bucket's
+    gradients held whole), each gradient's arrival or flush with what is gathered while its
+    module's backward runs (``during``), the epilogue's flush with the first module still gathered
+    (``end``); also the backward root's prefetch (``start``) and the fetches of modules without a
+    trainable parameter (no arrival of theirs). ``first``: the first iteration's figures (every
+    parameter of one module at a time), else a later iteration's. Where the flush is not modelled
+    (:func:`zero3_reduce_flush_bytes` is None), the largest gathered moment, without regions."""
+    mod_of = fetch.mod_of
+    at_fetch, during, end = ((fetch.first_fetch, fetch.first_during, fetch.first_end) if first
+                             else (fetch.fetch, fetch.during, fetch.end))
+    start = 0 if first else fetch.start
+    z = ec.zero
+    pure = zero3_reduce_flush_bytes(ec, inv, W)
+    trainable = {mod_of[i] for i, t in enumerate(inv.tensors) if t.trainable}
+    frozen = max((at_fetch[k] for k in range(len(at_fetch)) if k not in trainable), default=0)
+    if pure is None:
+        v = max(max(at_fetch, default=0), start, end, frozen)
+        return v, f"the largest gathered moment of backward, {v:,} B", ()
+    C = DTYPE_BYTES[ec.comm_dtype]
+    norm = ec.offload_optimizer_effective != "none"
+    key = ("zero3_backward_fetch", first, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
+           bool(z.reduce_scatter), norm, z.param_persistence_threshold, z.model_persistence_threshold,
+           int(z.prefetch_bucket_size), int(z.max_live_parameters), int(z.max_reuse_distance),
+           bool(getattr(z, "allgather_sequential", False)))
+    joint = inv.memo(key, lambda: _zero3_reduce_flush_bytes(
+        inv, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients), bool(z.reduce_scatter), norm,
+        (mod_of, at_fetch, during, end)))
+    jb, jwhere, jreg = joint if joint is not None else (0, "", (0, 0, 0))
+    jreg = list(jreg)
+    # moments the gradient walk does not pass: the root's prefetch, modules without a trainable parameter
+    jreg[0] = max(jreg[0], start)
+    if frozen:
+        jreg[1] = max(jreg[1], frozen)
+    reg = tuple(max(0, j - f) for j, f in zip(jreg, pure[2]))
+    excess = max(0, max(jreg) - pure[0])
+    return excess, jwhere, reg
+
+
+def _zero3_fetch_entries(b, ec: EffectiveConfig, inv: Inventory, W: int, D: int, fetch: Zero3Fetch,
+                         ga: int = 1) -> None:
+    """The ZeRO-3 gathered-parameter entries of a replayed fetch (:func:`zero3_fetch_replay`): the
+    first iteration's forward and backward, a later iteration's forward and backward."""
+    coord = "runtime/zero/partitioned_param_coordinator.py"
+    gather = ("runtime/zero/partition_parameters.py:_all_gather_dtype (flat buffer, l. 1343) / "
+              "AllGatherCoalescedHandle.wait (torch.cat of each parameter, l. 795) / _all_gather_sequential "
+              "(one parameter: its padded buffer, l. 1379)")
+    per = ("module m's all-gather: >= 2 params: flat sum ceil(n_i/W) x W x D beside the torch.cat copies sum n_i x D; "
+           "1 param: ceil(n/W) x W x D")
+    b.add("accelerator", "workspace", "zero3_first_fetch", fetch.first_forward[0], "first_forward",
+          f"max over modules m of {per} (first forward: one module at a time, every parameter) = "
+          f"{fetch.first_forward[0]} ({fetch.first_forward[1]}); stands for lp_params_gathered at forward:1",
+          f"{gather}; {coord}:release_sub_module (incomplete trace: every param of the module released after its "
+          "forward, persistent ones too; no prefetch)")
+    fb = zero3_backward_fetch(ec, inv, W, fetch, first=True)
+    b.add("accelerator", "parameters", "zero3_first_backward_gathered", fb[0], "first_backward",
+          f"first backward, each module fetched again ({per}) and released after its backward, the first in "
+          f"forward only after the epilogue: max over backward's moments of (gathered + the reduce's flush or "
+          f"arriving gradients) - zero3_reduce_flush = {fb[0]} ({fb[1]}); stands for lp_params_gathered there",
+          f"{gather}; {coord}:release_sub_module (incomplete trace) / release_backward_leftovers",
+          regions=fb[2])
+    b.add("accelerator", "workspace", "zero3_gathered_params", fetch.forward[0], "steady_forward",
+          f"later forwards, the coordinator replayed over the complete trace (prefetch while the numel taken < "
+          f"min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size), release unless used again "
+          f"within stage3_max_reuse_distance): max over forward's moments of the gathered non-persistent params "
+          f"(torch.cat copies n_i x D or one param's padded buffer) + the all-gather flat buffers not yet consumed "
+          f"= {fetch.forward[0]} (at {fetch.forward[1]})",
+          f"{gather}; {coord}:fetch_sub_module (prefetch l. 436-470) / __params_to_release / __release_param")
+    if ga > 1 and fetch.refetch[0] > fetch.forward[0]:
+        # tests/engine/test_peak_parity.py z3_bf16_tbsga2_w2 / tbsga3: the persistent parameters' prefetch buffer
+        rb = fetch.refetch[0] - fetch.forward[0]
+        b.add("accelerator", "workspace", "zero3_refetch_prefetch", rb, "refetch_forward",
+              f"GA > 1, micro-step 2's forward (no optimizer step, no _post_step, since the first backward, which "
+              f"released every persistent parameter but the first module's): the same replay with those fetched "
+              f"again, their all-gather buffers counted (their copies are lp_params_gathered) = {fetch.refetch[0]} "
+              f"(at {fetch.refetch[1]}) - zero3_gathered_params {fetch.forward[0]} = {rb}",
+              f"{gather}; {coord}:fetch_sub_module (prefetch l. 436-470) / release_backward_leftovers "
+              "(persistent parameters kept)")
+    bg = zero3_backward_fetch(ec, inv, W, fetch, first=False)
+    b.add("accelerator", "workspace", "zero3_gathered_params_backward", bg[0], "steady_backward",
+          f"later backwards, the same replay (each module released after its backward, the first in forward after "
+          f"the epilogue): max over backward's moments of (gathered + the reduce's flush or arriving gradients) - "
+          f"zero3_reduce_flush = {bg[0]} ({bg[1]})",
+          f"{gather}; {coord}:fetch_sub_module / release_sub_module / release_backward_leftovers",
+          regions=bg[2])
 
 
 def swap_threshold_bytes(ec: EffectiveConfig) -> int:
@@ -1946,47 +2297,53 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
           "0 (W = 1: the gathered tensor is the partition)" if aliased else
           f"sum over params with n_i <= stage3_param_persistence_threshold of ceil(n_i/W) x W x D = {persist} x {D}",
           "runtime/zero/parameter_offload.py:mark_persistent_parameters; stage3.py:_post_step")
-    fetch = zero3_first_fetch_bytes(inv, z, W, D) if not aliased and persist else None
-    if fetch is not None:
-        b.add("accelerator", "workspace", "zero3_first_fetch", fetch[0], "first_forward",
-              f"max over modules m (first forward) of [sum over m's persistent params n_i x D (torch.cat copies) + "
-              f"sum over m's params ceil(n_i/W) x W x D (flat all-gather buffer, modules with >= 2 params)] = "
-              f"{fetch[0]} ({fetch[1]}); stands for lp_params_gathered at forward:1",
-              "runtime/zero/partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
-              "AllGatherCoalescedHandle.wait (torch.cat, l. 795); partitioned_param_coordinator.py:release_sub_module "
-              "(incomplete trace: every param of the module released, persistent ones too)")
-    if fetch is not None:
-        first = module_of(inv.tensors[0].name) if inv.tensors else ""
-        fb = D * inv.memo(("zero3_first_module_persistent", z.param_persistence_threshold,
-                           z.model_persistence_threshold),
-                          lambda: sum(t.numel for t, keep, m in zip(inv.tensors, zero3_persistent(inv, z),
-                                                                     module_names(inv))
-                                      if keep and m == first))
-        b.add("accelerator", "parameters", "zero3_first_backward_gathered", fb, "first_backward",
-              f"sum over the persistent params of module {first} (the first in forward, the last in backward) "
-              f"of n_i x D = {fb}; stands for lp_params_gathered in the first iteration's backward",
-              "runtime/zero/partitioned_param_coordinator.py:release_sub_module (incomplete trace: every param of "
-              "a module released after its backward); AllGatherCoalescedHandle.wait (torch.cat copies, n_i x D)")
-    if fetch is not None and ga > 1:
-        # tests/engine/test_peak_parity.py z3_bf16_tbsga2_w2: forward:2 +47,323 B without it
-        # (l2's and l3's prefetch buffer, (11,589 + 39 + 193 + 3) x 2 x 2 = 47,296 B)
-        rb, rwords = zero3_refetch_prefetch_bytes(inv, z, W, D)
-        if rb:
-            b.add("accelerator", "workspace", "zero3_refetch_prefetch", rb, "refetch_forward",
-                  f"{rwords} = {rb}; GA > 1: micro-step 2's forward gathers again what the first backward "
-                  "released (no optimizer step, no _post_step, in between)",
-                  "runtime/zero/partitioned_param_coordinator.py:fetch_sub_module (prefetch, l. 450-484) / "
-                  "release_sub_module; partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
-                  "AllGatherCoalescedHandle.wait (torch.cat, l. 795)")
-    g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
-    g_alias = W == 1 and op == "none"
-    b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
-          "0 (W = 1, parameters on the accelerator: the gathered tensor is the partition itself)" if g_alias else
-          f"{g_words}; x D = {g_numel} x {D} (non-persistent parameters gathered during forward/backward; "
-          "reference section 4.5 advisor rule)",
-          "runtime/zero/partition_parameters.py:all_gather_coalesced (NoGatherHandle at W = 1); "
-          "runtime/zero/partitioned_param_coordinator.py:PartitionedParameterCoordinator.fetch_sub_module / "
-          "__params_to_release")
+    replay = (zero3_fetch_replay(inv, z, W, D) if inv.tensors and zero3_fetch_replay_applies(z, W, op)
+              else None)
+    if replay is not None:
+        _zero3_fetch_entries(b, ec, inv, W, D, replay, ga)
+    else:
+        # the fetch is not replayed (W = 1, quantized weights, hpZ, NVMe parameters): the reference's rule
+        fetch = zero3_first_fetch_bytes(inv, z, W, D) if not aliased and persist else None
+        if fetch is not None:
+            b.add("accelerator", "workspace", "zero3_first_fetch", fetch[0], "first_forward",
+                  f"max over modules m (first forward) of [sum over m's persistent params n_i x D (torch.cat copies) + "
+                  f"sum over m's params ceil(n_i/W) x W x D (flat all-gather buffer, modules with >= 2 params)] = "
+                  f"{fetch[0]} ({fetch[1]}); stands for lp_params_gathered at forward:1",
+                  "runtime/zero/partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
+                  "AllGatherCoalescedHandle.wait (torch.cat, l. 795); partitioned_param_coordinator.py:release_sub_module "
+                  "(incomplete trace: every param of the module released, persistent ones too)")
+        if fetch is not None:
+            first = module_of(inv.tensors[0].name) if inv.tensors else ""
+            fb = D * inv.memo(("zero3_first_module_persistent", z.param_persistence_threshold,
+                               z.model_persistence_threshold),
+                              lambda: sum(t.numel for t, keep, m in zip(inv.tensors, zero3_persistent(inv, z),
+                                                                         module_names(inv))
+                                          if keep and m == first))
+            b.add("accelerator", "parameters", "zero3_first_backward_gathered", fb, "first_backward",
+                  f"sum over the persistent params of module {first} (the first in forward, the last in backward) "
+                  f"of n_i x D = {fb}; stands for lp_params_gathered in the first iteration's backward",
+                  "runtime/zero/partitioned_param_coordinator.py:release_sub_module (incomplete trace: every param of "
+                  "a module released after its backward); AllGatherCoalescedHandle.wait (torch.cat copies, n_i x D)")
+        if fetch is not None and ga > 1:
+            # tests/engine/test_peak_parity.py z3_bf16_tbsga2_w2: forward:2 +47,323 B without it
+            # (l2's and l3's prefetch buffer, (11,589 + 39 + 193 + 3) x 2 x 2 = 47,296 B)
+            rb, rwords = zero3_refetch_prefetch_bytes(inv, z, W, D)
+            if rb:
+                b.add("accelerator", "workspace", "zero3_refetch_prefetch", rb, "refetch_forward",
+                      f"{rwords} = {rb}; GA > 1: micro-step 2's forward gathers again what the first backward "
+                      "released (no optimizer step, no _post_step, in between)",
+                      "runtime/zero/partitioned_param_coordinator.py:fetch_sub_module (prefetch, l. 450-484) / "
+                      "release_sub_module; partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
+                      "AllGatherCoalescedHandle.wait (torch.cat, l. 795)")
+        g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
+        g_alias = W == 1 and op == "none"
+        b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
+              "0 (W = 1, parameters on the accelerator: the gathered tensor is the partition itself)" if g_alias else
+              f"{g_words}; x D = {g_numel} x {D} (non-persistent parameters gathered during forward/backward; "
+              "reference section 4.5 advisor rule)",
+              "runtime/zero/partition_parameters.py:all_gather_coalesced (NoGatherHandle at W = 1); "
+              "runtime/zero/partitioned_param_coordinator.py:PartitionedParameterCoordinator.fetch_sub_module / "
+              "__params_to_release")
     hpz = z.zero_hpz_partition_size or 1
     if hpz > 1 and W > 1:
         # ZeRO++ hpZ: a secondary 16-bit partition of every parameter over the hpZ group (within the node)

@@ -42,7 +42,13 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   update of its group (``stage_1_and_2.py`` step: ``self.averaged_gradients[i] = None`` before
   ``_optimizer_step(i)``), so it is live at ``prep`` but not at ``update``.
 * ``in_backward``: backward and reduce only (ipg buckets: ``_release_ipg_buffers``).
-* ``forward_backward``: forward and backward (ZeRO-3 gathered parameters).
+* ``forward_backward``: forward and backward (ZeRO-3 gathered parameters where the fetch is not
+  replayed).
+* ``first_forward`` / ``first_backward``: the first micro-step's forward, its backward (and the
+  reduce when GA = 1); ``steady_forward`` / ``steady_backward``: every other forward, backward and
+  reduce. ZeRO-3's coordinator records its trace in the first forward and backward (no prefetch,
+  every parameter released after its module) and runs it complete from the second forward on
+  (``state.zero3_fetch_replay``).
 * ``accumulated``: forward, backward and reduce of the micro-steps after an iteration's first
   (GA > 1; ZeRO-2's previous micro-step's grads_in_partition); ``accumulated_forward``: their
   forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
@@ -1013,6 +1019,12 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return k == "forward:1"
     if life == "first_backward":
         return first_fetch and k in first_bwd
+    if life == "steady_forward":
+        # ZeRO-3's replayed fetch (state.zero3_fetch_replay): every forward after the first (reset_step at each
+        # forward's start: the trace is complete from the second on, micro-steps included)
+        return ph == "forward" and k != "forward:1"
+    if life == "steady_backward":
+        return ph in ("backward", "reduce") and k not in first_bwd and k != "reduce:1"
     if k.endswith(":post"):
         # after the update loop (stage3.py _post_step): fp32 gradients released, state kept
         if life not in ("persistent", "backward"):

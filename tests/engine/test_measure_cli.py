@@ -43,15 +43,21 @@ def test_measure_cli_matches_ledger(tmp_path, stage):
         [r for r in rows if r["diff"]]
     # the census matches; the exit code also carries the phase parity (a phase over 1% exits 1).
     # ZeRO-2: every phase within 1% (tests/engine/test_peak_parity.py z2_bf16_w2 has these shapes).
-    # ZeRO-3 with stage3_param_persistence_threshold 100 (non-persistent parameters): the phases
-    # the ledger's fetch model does not match yet, test_peak_parity.UNMATCHED["z3_bf16_nonpersist_w2"]
-    # (the same shapes and config but the micro-batch, which the proxy's input ignores); measured
-    # deterministic, 3 runs of 3 exit 1 on these four phases only (2026-12-05). Strict: a fix must
-    # take them off here and there.
+    # ZeRO-3 with stage3_param_persistence_threshold 100 (non-persistent parameters): every phase
+    # within 1% since the ledger replays DeepSpeed's fetch/prefetch/release (state.zero3_fetch_replay);
+    # test_peak_parity.UNMATCHED["z3_bf16_nonpersist_w2"] (the same shapes and config but the
+    # micro-batch, which the proxy's input ignores) lists what is still off, none now. Strict: a
+    # phase off there must be off here, and no other.
     import test_peak_parity
-    known = set(test_peak_parity.UNMATCHED["z3_bf16_nonpersist_w2"]) if stage == 3 else set()
+    known = set(test_peak_parity.UNMATCHED.get("z3_bf16_nonpersist_w2", {})) if stage == 3 else set()
     over = {(r["rank"], r["phase"]) for r in d["phases"]["rows"] if not r.get("ok")}
-    assert over == {(k, ph) for k in (0, 1) for ph in known}, over
+    # gloo's thread may hold a released module's all-gather buffer past its release in the first
+    # forward/backward (test_peak_parity.RACY, seen here on either rank at backward:1, +13,859 B): over,
+    # never under, by at most that buffer; the CLI still exits 1 on it
+    race = test_peak_parity.RACY.get("z3_bf16_nonpersist_w2", {}) if stage == 3 else {}
+    raced = {(r["rank"], r["phase"]) for r in d["phases"]["rows"] if not r.get("ok") and r["phase"] in race
+             and r["ledger"] <= r["measured"] <= r["ledger"] * 1.01 + race[r["phase"]][0]}
+    assert over - raced == {(k, ph) for k in (0, 1) for ph in known}, over
     assert p.returncode == (1 if over else 0), (p.returncode, over)
     # the top-level verdict is both parts: false while a phase is over 1%
     assert d["matches"] == (not over) and d["phases_match"] == (not over), (d["matches"], over)

@@ -180,22 +180,16 @@ CELLS = [
 #: parameters until _post_step gathers them again, timeline instant ``:post``; the 16-bit flatten
 #: beside its fp32 cast at prep, state zero3_grad_flat_copy).
 UNMATCHED_ZINIT: dict = {}
-#: ZeRO-3 with non-persistent parameters (measured 2026-12-05, both ranks the same, 4 runs of 4
-#: counting ds-advisor measure's, tests/engine/test_measure_cli.py, whose model has these shapes):
-#: the ledger's fetch model (zero3_first_fetch, zero3_gathered_params) does not follow DeepSpeed's
-#: per-module fetch/prefetch/release for parameters that are released after use.
-UNMATCHED_NONPERSIST: dict = {"z3_bf16_nonpersist_w2": {
-    # the first forward fetches one module at a time (l2's flat buffer 46,512 B + its 46,508 B of
-    # gathered parameters at most): the ledger's first fetch + every gathered parameter is more
-    "forward:1": (-39881, "ledger counts zero3_first_fetch beside all gathered parameters"),
-    "backward:1": (-47087, "ledger counts every non-persistent parameter gathered through backward"),
-    # the steady forward (trace complete) prefetches every module in one coalesced all-gather:
-    # partition_parameters.py _all_gather_dtype l.1343's flat buffer (86,260 B) is live while
-    # AllGatherCoalescedHandle.wait l.795 torch.cats each parameter out of it (86,254 B); the
-    # ledger has the gathered parameters only
-    "forward:2": (86299, "the coalesced all-gather's flat buffer beside the gathered parameters"),
-    "backward:2": (-40799, "ledger counts every non-persistent parameter gathered through backward"),
-}}
+#: ZeRO-3 with non-persistent parameters: every phase matches since the ledger replays DeepSpeed's
+#: fetch/prefetch/release (state.zero3_fetch_replay; before it, forward:1 -39,881 B, backward:1
+#: -47,087 B, forward:2 +86,299 B, backward:2 -40,799 B). forward:1: one module at a time, l2's flat
+#: buffer 46,512 B + its torch.cat copies 46,508 B; backward:1: the epilogue's flush (86,428 B) with l1
+#: (the first module, whose post-backward hook never fires) still gathered, 39,130 B; forward:2: the
+#: root module's prefetch of all four non-persistent parameters in one coalesced all-gather, its flat
+#: buffer 86,260 B live while AllGatherCoalescedHandle.wait cats all four out of it (86,254 B);
+#: backward:2: l2.weight's gradient arriving whole (46,354 B) with l1 and l2.weight gathered (85,484 B),
+#: l3 released after its backward.
+UNMATCHED_NONPERSIST: dict = {}
 #: Real biased Linears at ZeRO-3, the first backward: engine 332,273 B, ledger 325,298 B (+6,975 B,
 #: +2.14%) on both ranks, in every run (5 of 5 on 2026-12-05: on main, at d58175d where the cell
 #: was added, and at 31aa7c5); until then it passed only inside the RACY allowance for l2's
@@ -237,6 +231,9 @@ RACY = {
     "z3_bf16_oo_cpu_normlife_w2": {"backward:1": (10000 * 2 * 2, "m0's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_linear_smallbucket_w2": {},
+    # the same race with non-persistent parameters (l2 re-fetched in the first backward): seen in ds-advisor
+    # measure's runs of these shapes (tests/engine/test_measure_cli.py), backward:1 +13,859 B on either rank
+    "z3_bf16_nonpersist_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
 }
 #: The first forward fetches module by module too, and the same buffer can outlive its module's
 #: release while the next module is gathered. Seen in runs beside other work (2026-12-05): CI,
