@@ -970,3 +970,29 @@ def test_save_model_file_holds_cpu_copies_of_the_frozen_parameters_from_zero2():
         assert _at(t1, "save:model", HOST) - _at(t1, "save", HOST) == frag
     z1 = _tl({**Z3, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}, inv, 2, rank=1)
     assert _at(z1, "save:model", HOST) == _at(z1, "save", HOST)
+
+
+def test_zero3_nonpersistent_fetch_follows_the_coordinator():
+    """TINY3 at stage3_param_persistence_threshold 100 (l2.bias, l3.bias persistent), W = 2, bf16: the
+    gathered-parameter entries by hand from DeepSpeed 0.19.8 (partitioned_param_coordinator.py
+    fetch_sub_module / release_sub_module, partition_parameters.py _all_gather_dtype l. 1343 and
+    AllGatherCoalescedHandle.wait l. 795); the engine cell z3_bf16_nonpersist_w2 measured each phase
+    within 0.01% of these."""
+    cfg = {**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000,
+                                       "stage3_param_persistence_threshold": 100}}
+    led = compute_ledger(Plan(effective_config(cfg), TINY3, Cluster(world_size=2)))
+    got = {e.item: e.bytes for e in led.rank(0).entries}
+    # first forward, one module at a time: l2's flat buffer (ceil(23177/2) + ceil(77/2)) x 2 x 2 beside its
+    # torch.cat copies (23177 + 77) x 2
+    assert got["zero3_first_fetch"] == (11589 + 39) * 2 * 2 + (23177 + 77) * 2
+    # later forwards: the root module's prefetch takes the four non-persistent parameters (43,127 elements
+    # < the 5e7 bucket) in one all-gather, flat (9632 + 151 + 11589 + 193) x 2 x 2; l1's wait cats all four
+    assert got["zero3_gathered_params"] == (9632 + 151 + 11589 + 193) * 2 * 2 + (19264 + 301 + 23177 + 385) * 2
+    # the bucket (50,000) takes every gradient: one flush at the end, flat 43,214 x 2 (zero3_reduce_flush)
+    assert got["zero3_reduce_flush"] == 86428
+    # first backward: l1 (first in forward, its post-backward hook never fires) is still gathered at that
+    # flush, (19264 + 301) x 2; every other moment is less (l2's fetch 93,020)
+    assert got["zero3_first_backward_gathered"] == (19264 + 301) * 2
+    # later backwards: l2.weight's gradient arrives whole (23,177 x 2) with l1 and l2.weight gathered (l3
+    # released after its backward): 39,130 + 46,354 + 46,354 = 131,838, less the flush's 86,428
+    assert got["zero3_gathered_params_backward"] == (19264 + 301) * 2 + 23177 * 2 * 2 - 86428
