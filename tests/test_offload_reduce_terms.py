@@ -56,3 +56,32 @@ def test_offload_reduce_terms_match_the_per_rank_per_tensor_walk(seed: int) -> N
         assert got.to_list() == _walk(layouts, W, rbs, D)
     # asked again for the same layouts: the same runs
     assert state.zero12_offload_reduce_terms(ec, layouts, W, wrapper).to_list() == got.to_list()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_save_16bit_gather_moment_matches_the_module_walk(seed: int) -> None:
+    """``timeline.save_16bit_gather_moment``: _zero3_consolidated_16bit_state_dict (engine.py
+    l.5631-5700) gathers one module's own parameters at a time, modules in order of first
+    appearance; the moment is the first module with the largest sum ceil(n_i / W) x W, with the
+    elements of the modules before it already in rank 0's state dict."""
+    from advisor.ledger.timeline import save_16bit_gather_moment
+    from advisor.model.inventory import Inventory, TensorSpec
+
+    rng = random.Random(seed)
+    W = rng.choice((1, 2, 3, 8))
+    mods = [f"m{i}" for i in range(rng.randint(1, 8))]
+    ts = [TensorSpec(f"{rng.choice(mods)}.{k}.w" if rng.random() < 0.2 else f"{rng.choice(mods)}.w{k}",
+                     (rng.randint(1, 50),)) for k in range(rng.randint(1, 30))]
+    inv = Inventory("t", ts)
+    order: list[str] = []
+    gathered: dict[str, int] = {}
+    own: dict[str, int] = {}
+    for t in ts:
+        m = state.module_of(t.name)
+        if m not in order:
+            order.append(m)
+        gathered[m] = gathered.get(m, 0) + -(-t.numel // W) * W
+        own[m] = own.get(m, 0) + t.numel
+    top = max(gathered.values())
+    best = next(i for i, m in enumerate(order) if gathered[m] == top)
+    assert save_16bit_gather_moment(inv, W) == (sum(own[m] for m in order[:best]), own[order[best]], order[best])

@@ -56,6 +56,7 @@ import collections
 import functools
 import itertools
 import math
+import operator
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Literal, Sequence, get_args
 
@@ -260,7 +261,7 @@ class Zero12Layout:
     def ends(self) -> "Sequence[int]":
         """Flat end offset of each tensor (start + numel), elements; non-decreasing. A packed
         int64 array (:func:`_packed`): 8 bytes a tensor instead of a list of int objects."""
-        return _packed(a + n for a, n in zip(self.starts, self.numels))
+        return _packed(map(operator.add, self.starts, self.numels))  # C-level sums (issue 21)
 
     @functools.cached_property
     def prefix(self) -> "Sequence[int]":

@@ -688,19 +688,21 @@ def save_16bit_gather_moment(inv: Any, W: int) -> tuple[int, int, str]:
     high-water mark of the gather. Modules in inventory order (taken as the module tree's
     order, get_layer_state_dict's recursion: a module's own parameters, then its children)."""
     def moment() -> tuple[int, int, str]:
-        order: list[str] = []
+        # dicts keep the modules in order of first appearance; ceil(n / W) x W inlined
+        # (zero3_partition_numel), the first largest found by C-level max and index (issue 21)
         gathered: dict[str, int] = {}
         own: dict[str, int] = {}
+        gget, oget = gathered.get, own.get
         for t, m in zip(inv.tensors, module_names(inv)):
-            if m not in gathered:
-                order.append(m)
-                gathered[m] = own[m] = 0
-            gathered[m] += zero3_partition_numel(t.numel, W) * W
-            own[m] += t.numel
-        if not order:
+            n = t.numel
+            gathered[m] = gget(m, 0) + -(-n // W) * W
+            own[m] = oget(m, 0) + n
+        if not gathered:
             return 0, 0, ""
-        best = max(range(len(order)), key=lambda i: (gathered[order[i]], -i))
-        return sum(own[m] for m in order[:best]), own[order[best]], order[best]
+        sizes = list(gathered.values())
+        best = sizes.index(max(sizes))
+        owns = list(own.values())
+        return sum(owns[:best]), owns[best], list(gathered)[best]
     return inv.memo(("save_16bit_gather_moment", W), moment)
 
 
