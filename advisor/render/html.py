@@ -709,7 +709,9 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         parts.append(step_time_html(stt, (d.get("movement") or {}).get("step_time_s"), units))
 
     parts.append("<h2 id=movement>Data movement per optimizer step</h2>")
-    movements, note = movement_section(result)
+    # a refused config's sections are dropped below: its movements are never computed (with
+    # gradient_accumulation_steps 1e308, B002's refusal, they overflowed to int(inf); issue 21)
+    movements, note = movement_section(result) if bars else (None, "refused")
     svg = movement_chart_svg(movements, units=units) if movements is not None else None
     if note:
         parts.append(f"<p class=note id=movement-note>{_e(note)}</p>")
