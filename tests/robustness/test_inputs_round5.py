@@ -25,6 +25,8 @@ defect it found, fixed as a mechanism, with its regression test here:
    JSON): more than ``MAX_GPUS_PER_NODE`` is a probe failure.
 11. A config count DeepSpeed accepts at 1e308 (``buffer_count``) made the report's byte figures
    300 digits long: ``units._fixed`` writes quotients past 10^15 in scientific notation.
+12. ``report`` computed the movement chart of a refused config (B002: gradient accumulation 1e308)
+   before dropping it: ``int(inf)``. A refused config's movements are not computed.
 """
 
 from __future__ import annotations
@@ -358,3 +360,22 @@ def test_a_config_count_of_1e308_gives_a_report_of_short_lines(tmp_path, key):
         assert code in (0, 1), out
         long = [line for line in out.splitlines() if len(line) > 100 and not set(line) & set("┃│┏┗└┡")]
         assert not long, long[0][:200]
+
+
+# --- 12. the report of a refused config ---------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["gradient_accumulation_steps", "train_micro_batch_size_per_gpu"])
+def test_the_report_of_a_config_refused_for_its_batch_size(tmp_path, key):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 64, key: 1e308, "zero_optimization": {"stage": 3}}))
+    out_html = tmp_path / "r.html"
+    code, out = invoke(["report", str(cfg), "--model", str(_spec_file(tmp_path)), "--world-size", "8", "-o", str(out_html)])
+    assert code in (0, 1), out
+    html = out_html.read_text()
+    assert "No estimate" in html and "B002" in html and "id=movement-chart" not in html
+
+
+def _spec_file(tmp: Path) -> Path:
+    p = tmp / "spec.json"
+    p.write_text(json.dumps(SPEC))
+    return p
