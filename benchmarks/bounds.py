@@ -24,6 +24,8 @@ mean something on a loaded machine too:
   entries, lint/check of a config with a 2M-element ``[{}, ...]`` array (8.0 MB) vs 10
   elements, estimate of a 1M-tensor inventory (48 MB) vs 10 tensors, and at 1e5 layers:
   estimate ZeRO-3 at 2^20 ranks, report and estimate ZeRO-2 at 8 ranks;
+* issue 21, round 3: estimate of a 1.9M-tensor inventory (nameless entries, 40 MB), refusals of
+  2.1M tensors and of the most a 64 MiB file can list (4.8M), check ZeRO-3 at 1e5 layers;
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
@@ -138,6 +140,16 @@ def main() -> None:
             for i in range(n):
                 out.write((", " if i else "") + json.dumps({"name": f"layers.{i}.w", "shape": [64, 64]}))
             out.write("]}")
+    # issue 21 round 3: inventories near and over MAX_TENSORS (2M), nameless entries so 1.9M fit in 64 MiB,
+    # and the most a 64 MiB file can list (4.8M {"shape": [1]}), refused before parsing into objects
+    inv19m, inv21m, invmax = tmp / "inv19m.json", tmp / "inv21m.json", tmp / "invmax.json"
+    for f, n, entry in ((inv19m, 1_900_000, '{"shape": [64, 64]}'), (inv21m, 2_100_000, '{"shape": [64, 64]}'),
+                        (invmax, (64 * 1024 * 1024 - 40) // 14, '{"shape":[1]}')):
+        with f.open("w") as out:
+            out.write('{"tensors": [')
+            for i in range(n):
+                out.write(("," if i else "") + entry)
+            out.write("]}")
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
     M = str(1 << 20)
     cases = [
@@ -205,6 +217,14 @@ def main() -> None:
          ["report", str(z3b), "--model", str(shallow), "--world-size", "8", "-o", html, "--force"]),
         ("estimate ZeRO-2, 1e5 layers, 8", ["estimate", str(z2), "--model", str(deep), "--world-size", "8"],
          ["estimate", str(z2), "--model", str(shallow), "--world-size", "8"]),
+        ("estimate, 1.9M-tensor inventory", ["estimate", str(z3b), "--model", str(inv19m)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("refuse 2.1M-tensor inventory", ["estimate", str(z3b), "--model", str(inv21m)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("refuse 4.8M-tensor inventory", ["estimate", str(z3b), "--model", str(invmax)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("check ZeRO-3, 1e5 layers, 8", ["check", str(z3b), "--model", str(deep), "--world-size", "8", *cap],
+         ["check", str(z3b), "--model", str(shallow), "--world-size", "8", *cap]),
         ("refuse 1e6 layers", ["estimate", str(z3), "--model", str(deeper)],
          ["estimate", str(z3), "--model", str(shallow)]),
         ("refuse dgx-h100:999999999", ["estimate", str(z3), "--model", "gpt2", "--hardware", "dgx-h100:999999999"],
