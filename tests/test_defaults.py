@@ -74,7 +74,7 @@ def test_deepspeed_parses_an_empty_section_to_the_tables_defaults():
                  "model_persistence_threshold", "max_live_parameters", "max_reuse_distance",
                  "gather_16bit_weights_on_model_save", "round_robin_gradients", "parameter_alignment",
                  "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
-                 "allgather_sequential", "overlap_comm"):
+                 "allgather_sequential", "overlap_comm", "memory_efficient_linear"):
         assert _plain(getattr(ds, name)) == getattr(ec, name), name
     assert int(ds.stage) == ec.stage
 

@@ -119,6 +119,9 @@ class Zero:
     #: partition_parameters.py _partition_param l. 1836-1840).
     zero_quantized_nontrainable_weights: bool = ZERO.value("zero_quantized_nontrainable_weights")
     allgather_sequential: bool = ZERO.value("allgather_sequential")
+    #: runtime/zero/config.py memory_efficient_linear: ZeRO-3 replaces F.linear with zero/linear.py's
+    #: LinearFunctionForZeroStage3 (partition_parameters.py Init._enable_mem_efficient_linear)
+    memory_efficient_linear: bool = ZERO.value("memory_efficient_linear")
     offload_param: OffloadParam = field(default_factory=OffloadParam)
     offload_optimizer: OffloadOptimizer = field(default_factory=OffloadOptimizer)
 
@@ -399,7 +402,7 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
                        ("round_robin_gradients", _as_bool), ("parameter_alignment", _as_bool),
                        ("zero_hpz_partition_size", _as_int), ("zero_quantized_weights", _as_bool),
                        ("zero_quantized_gradients", _as_bool), ("zero_quantized_nontrainable_weights", _as_bool),
-                       ("allgather_sequential", _as_bool)):
+                       ("allgather_sequential", _as_bool), ("memory_efficient_linear", _as_bool)):
         # a deprecated field translated to this one is read after its spellings
         old = tuple(d.field for d in ZERO.deprecated() if d.replaced_by == name)
         setattr(z, name, zr.setting(conv, ZERO, name, *old))

@@ -549,11 +549,13 @@ def module_names(inv: Inventory) -> list[str]:
     return inv.memo(("module_names",), lambda: [module_of(t.name) for t in inv.tensors])
 
 
-def zero3_backward_grad_order(inv: Inventory) -> list[int]:
+def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> list[int]:
     """Indices into ``inv.tensors`` of the trainable parameters in the order ZeRO-3's gradient
     hooks fire in backward: module by module (:func:`module_of`) in the reverse of the order the
     modules first appear in the inventory (taken as the forward order), and within a module in
-    the reverse of its parameters' order.
+    the reverse of its parameters' order, except an nn.Linear's (:func:`zero3_linear_pairs`) when
+    ``linear`` (ZeRO-3's ``memory_efficient_linear``, on by default): its weight's hook fires before
+    its bias's.
 
     Rule: DeepSpeed 0.19.8 hooks each parameter's gradient with ``utils/torch.py``
     register_grad_hook (torch's ``register_post_accumulate_grad_hook``), called from
@@ -564,7 +566,13 @@ def zero3_backward_grad_order(inv: Inventory) -> list[int]:
     gradient is ready, so a module run later in forward delivers its gradients first, and within a
     module the parameter used last (registered last, for a 3-D nn.Linear: the bias before the
     weight) first. Measured on the engine (ZeRO-3 bf16, W = 2, the per-module proxy l1..l3):
-    l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight. Once per tensor list
+    l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight. Under ``memory_efficient_linear``
+    F.linear is ``zero/linear.py`` LinearFunctionForZeroStage3 (partition_parameters.py
+    Init._enable_mem_efficient_linear, l. 419, called from Init(module=...) l. 1091 without
+    zero.Init too), one node whose backward returns (grad_input, grad_weight, grad_bias)
+    (l. 134, l. 141); measured (engine cell z3_bf16_linear_smallbucket_w2, its tracker's
+    allocation log): l3.weight, l3.bias, l2.weight, l2.bias, l1.weight, l1.bias, the bias's
+    gradient already made when the weight's hook fires. Once per tensor list and flag
     (``Inventory.memo``), O(tensors)."""
     def compute() -> list[int]:
         tensors = inv.tensors
@@ -582,15 +590,60 @@ def zero3_backward_grad_order(inv: Inventory) -> list[int]:
                 seen.add(m)
                 prev = m
         else:
-            return idx[::-1]
+            return _weights_first(idx[::-1])
         mods: dict[str, list[int]] = {}
         for i in idx:
             mods.setdefault(names[i], []).append(i)
         out: list[int] = []
         for ix in reversed(list(mods.values())):
             out.extend(reversed(ix))
+        return _weights_first(out)
+
+    def _weights_first(order: list[int]) -> list[int]:
+        pairs = zero3_linear_pairs(inv) if linear else {}
+        if not pairs:
+            return order
+        members = set(pairs)
+        members.update(pairs.values())
+        pos = {i: k for k, i in enumerate(order) if i in members}
+        for w, b in pairs.items():
+            if w in pos and b in pos and pos[b] < pos[w]:
+                order[pos[b]], order[pos[w]] = w, b
+        return order
+    return inv.memo(("zero3_backward_grad_order", bool(linear)), compute)
+
+
+def zero3_linear_pairs(inv: Inventory) -> dict[int, int]:
+    """{weight index: bias index} of the modules of ``inv`` that are an nn.Linear: a module
+    (:func:`module_of`) whose tensors are exactly a 2-D ``weight`` (out, in) and a 1-D ``bias`` of
+    out elements (torch ``nn/modules/linear.py`` Linear.__init__), both trainable. Such a module
+    runs F.linear, which ZeRO-3's ``memory_efficient_linear`` replaces (see
+    :func:`zero3_backward_grad_order`). A square GPT-2 Conv1D (weight (in, out), torch.addmm) has the
+    same shapes and is taken as a Linear too. Memoised per tensor list, O(tensors)."""
+    def compute() -> dict[int, int]:
+        from collections import Counter
+        names = module_names(inv)
+        count = Counter(names)  # tensors per module (C speed)
+        tensors = inv.tensors
+        weights: dict[str, int] = {}
+        biases: dict[str, int] = {}
+        for i, t in enumerate(tensors):
+            last = t.name.rpartition(".")[2]
+            if last == "weight":
+                weights[names[i]] = i
+            elif last == "bias":
+                biases[names[i]] = i
+        out: dict[int, int] = {}
+        for m, ib in biases.items():
+            iw = weights.get(m)
+            if iw is None or count[m] != 2:
+                continue
+            w, b = tensors[iw], tensors[ib]
+            if (w.trainable and b.trainable and len(w.shape) == 2 and len(b.shape) == 1
+                    and b.shape[0] == w.shape[0]):
+                out[iw] = ib
         return out
-    return inv.memo(("zero3_backward_grad_order",), compute)
+    return inv.memo(("zero3_linear_pairs",), compute)
 
 
 def autograd_siblings(inv: Inventory) -> list[int]:
@@ -667,7 +720,9 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     (ZeRO-3's default ``memory_efficient_linear`` routes F.linear through ``zero/linear.py``
     LinearFunctionForZeroStage3, whose backward returns the weight's gradient before the bias's:
     measured, the weight's hook fires with the bias's out x D bytes whole, 154 B for TINY's l2;
-    :func:`autograd_siblings` is the ZeRO-1/2 side, plain F.linear). Bytes are the maximum over these
+    :func:`autograd_siblings` is the ZeRO-1/2 side, plain F.linear; with ``memory_efficient_linear``
+    off F.linear is torch's at ZeRO-3 too, the bias first, and the weight's gradient whole beside it
+    is not counted either). Bytes are the maximum over these
     instants, and the third item the maximum over those in each region of backward: ``start``
     (arrivals of modules outside the layers before any layer's: those after the last layer in
     forward, e.g. lm_head, the final norm), ``body`` (arrivals of a layer's gradient, module names
@@ -681,9 +736,10 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     rbs = int(z.reduce_bucket_size)
     contiguous, rs = bool(z.contiguous_gradients), bool(z.reduce_scatter)
     norm = ec.offload_optimizer_effective != "none"
+    linear = bool(z.memory_efficient_linear)
     # once per (tensor list, W, C, bucket size, flags): generate asks per plan (Inventory.memo)
-    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs, norm),
-                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm))
+    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs, norm, linear),
+                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm, linear=linear))
 
 
 #: stage3.py _constant_buffered_norm2(input, buffer_size=250000000): the fp64 copy is of at most
@@ -693,7 +749,8 @@ NORM_SPLIT_ELEMENTS = 250_000_000
 
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
                               reduce_scatter: bool, norm: bool = False,
-                              gathered: "tuple | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
+                              gathered: "tuple | None" = None,
+                              linear: bool = True) -> "tuple[int, str, tuple[int, int, int]] | None":
     # gathered: (module index per tensor, bytes at each module's fetch, bytes while its backward
     # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
     from advisor.model.parallel import _LAYER_RE
@@ -722,7 +779,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     mod_of, at_fetch, during, at_end = gathered if gathered is not None else ((), (), (), 0)
     prev_mod = -1
     g = 0  # parameters gathered at this moment (gathered given)
-    for i in zero3_backward_grad_order(inv):
+    for i in zero3_backward_grad_order(inv, linear):
         n = tensors[i].numel
         # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
         # the layers' backward; another module's before any layer's (after the last layer in
@@ -1188,10 +1245,10 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     key = ("zero3_backward_fetch", first, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
            bool(z.reduce_scatter), norm, z.param_persistence_threshold, z.model_persistence_threshold,
            int(z.prefetch_bucket_size), int(z.max_live_parameters), int(z.max_reuse_distance),
-           bool(getattr(z, "allgather_sequential", False)))
+           bool(getattr(z, "allgather_sequential", False)), bool(z.memory_efficient_linear))
     joint = inv.memo(key, lambda: _zero3_reduce_flush_bytes(
         inv, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients), bool(z.reduce_scatter), norm,
-        (mod_of, at_fetch, during, end)))
+        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear)))
     jb, jwhere, jreg = joint if joint is not None else (0, "", (0, 0, 0))
     jreg = list(jreg)
     # moments the gradient walk does not pass: the root's prefetch, modules without a trainable parameter
