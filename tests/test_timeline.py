@@ -650,6 +650,10 @@ def test_the_host_flat_copy_at_initialize_is_on_the_timeline_text_and_html_chart
 TINY3 = Inventory(name="tiny", tensors=[TensorSpec(n, s) for n, s in [
     ("l1.weight", (301, 64)), ("l1.bias", (301,)), ("l2.weight", (77, 301)), ("l2.bias", (77,)),
     ("l3.weight", (5, 77)), ("l3.bias", (5,))]], source="test")
+#: TINY3 as parameters each used alone (not an nn.Linear's weight and bias: state.zero3_linear_pairs
+#: finds none), so their gradients arrive in the plain reverse order, the bias of a module first
+TINY3M = Inventory(name="tiny-means", tensors=[TensorSpec(t.name.replace(".weight", ".w").replace(".bias", ".b"),
+                                                          t.shape) for t in TINY3.tensors], source="test")
 Z3 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
       "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000}}
@@ -699,7 +703,7 @@ def test_zero3_reduce_scatter_flat_buffer_and_first_backward():
     ec = effective_config(Z3)
     assert zero3_reduce_flush_bytes(ec, TINY3, 2)[0] == 86428
     # reduce_bucket_size 20,000, gradients in backward order (module l3, l2, l1; bias before
-    # weight): a bucket holding elements flushes before the arriving gradient joins it, while that
+    # weight: TINY3M, parameters used one at a time): a bucket holding elements flushes before the arriving gradient joins it, while that
     # gradient is whole (stage3.py l. 1583-1585), and a gradient larger than the bucket is not
     # copied into the buffer but held whole until its flush (__add_grad_to_ipg_bucket):
     #   l2.weight arrives: flush [5, 385, 77] (3 + 193 + 39) x 4 = 940 + arriving 23177 x 2 = 47,294
@@ -709,8 +713,8 @@ def test_zero3_reduce_scatter_flat_buffer_and_first_backward():
     #     (151 + 9632) x 4 = 39,132
     small = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 20000}})
     assert 46356 + 46354 + 602 == 93312
-    got = zero3_reduce_flush_bytes(small, TINY3, 2)
-    assert got[0] == 93312 and "l2.weight" in got[1] and "l1.bias" in got[1]
+    got = zero3_reduce_flush_bytes(small, TINY3M, 2)
+    assert got[0] == 93312 and "l2.w " in got[1] and "l1.b'" in got[1]
     # without contiguous_gradients every gradient stays whole in the bucket: l1.bias arrives to
     # [23177] as above (93,312); l1.weight arrives to [301] (held 602): flat 151 x 4 + 602 + 38,528
     # = 39,734; end [19264]: even, a view, held 38,528. Max 93,312 again; at bucket 50,000 all six
@@ -751,7 +755,7 @@ def test_zero3_offload_norm_is_one_partition_in_fp64_inside_its_flush():
     # l2.weight (flat 46,356 + held whole 46,354 + l1.bias 602 + norm 11,589 x 8): the largest
     small = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 10000,
                                                           "offload_optimizer": {"device": "cpu"}}})
-    got = zero3_reduce_flush_bytes(small, TINY3, 2)
+    got = zero3_reduce_flush_bytes(small, TINY3M, 2)
     assert got[0] == 46356 + 46354 + 602 + 11589 * 8 and "fp64 norm copy 92,712" in got[1]
 
 
@@ -767,8 +771,38 @@ def test_zero3_backward_grad_order_is_by_module_in_reverse():
     inv = Inventory(name="t", tensors=[TensorSpec(n, (2,), trainable=(n != "params.1")) for n in names],
                     source="test")
     assert [names[i] for i in zero3_backward_grad_order(inv)] == ["c", "params.2", "b.w", "a.b", "a.w"]
-    # consecutive modules: the plain reverse of the inventory (TINY3: l3.bias first, l1.weight last)
-    assert zero3_backward_grad_order(TINY3) == [5, 4, 3, 2, 1, 0]
+    # consecutive modules: the plain reverse of the inventory (TINY3M: l3.b first, l1.w last)
+    assert zero3_backward_grad_order(TINY3M) == [5, 4, 3, 2, 1, 0]
+    # TINY3's modules are nn.Linears (2-D weight (out, in), bias (out)): under ZeRO-3's
+    # memory_efficient_linear one LinearFunctionForZeroStage3 node returns (grad_input,
+    # grad_weight, grad_bias) and the weight's hook fires first (measured, the engine's allocation
+    # log: l3.weight, l3.bias, l2.weight, l2.bias, l1.weight, l1.bias); without it, the reverse
+    assert zero3_backward_grad_order(TINY3) == [4, 5, 2, 3, 0, 1]
+    assert zero3_backward_grad_order(TINY3, linear=False) == [5, 4, 3, 2, 1, 0]
+
+
+def test_zero3_linear_weight_first_flushes_with_its_module_gathered():
+    # The engine cell z3_bf16_linear_smallbucket_w2 (W = 2, bf16, bucket 10,000, TINY's Linears),
+    # by hand in the order above: l3.weight arrives (385 <= 10,000: copied), l3.bias copied;
+    # l2.weight arrives: 390 + 23,177 > 10,000, flush [l3] flat (193 + 3) x 2 x 2 = 784 + arriving
+    # 46,354; l2.weight is larger than the bucket and stays whole; l2.bias arrives: flush
+    # [l2.weight] (odd: torch.cat, flat 11,589 x 2 x 2 = 46,356) + held 46,354 + arriving 77 x 2 =
+    # 154 -> 92,864 B, the largest; l1.weight arrives: flush [l2.bias] flat 39 x 4 = 156 + 38,528;
+    # l1.bias arrives: flush [l1.weight] (even: a view) + held 38,528 + 602; end [l1.bias] 151 x 4.
+    from advisor.ledger.state import zero3_reduce_flush_bytes
+    small = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 10000}})
+    got = zero3_reduce_flush_bytes(small, TINY3, 2)
+    assert got[0] == 46356 + 46354 + 154 and "l2.bias" in got[1]
+    # the first backward re-fetches each module (incomplete trace): l2 is gathered while its gradients
+    # arrive, its torch.cat copies (23,177 + 77) x 2 = 46,508 B (the flat buffer was freed at the
+    # fetch); the engine measured 332,273 - 192,861 = 139,412 B over its initialize (40 B of scalars)
+    tl = _tl({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 10000}}, TINY3, 2)
+    assert _at(tl, "backward:1") - _at(tl, "initialize") == 46356 + 46354 + 154 + 46508
+    # memory_efficient_linear off: F.linear is torch's, the bias first as in TINY3M; l1.bias's arrival
+    # flushes l2.weight: 46,356 + 46,354 + 602
+    off = effective_config({**Z3, "zero_optimization": {"stage": 3, "reduce_bucket_size": 10000,
+                                                        "memory_efficient_linear": False}})
+    assert zero3_reduce_flush_bytes(off, TINY3, 2)[0] == 46356 + 46354 + 602
 
 
 def test_zero3_backward_places_each_flush_with_the_activations_live_then():

@@ -63,6 +63,15 @@ def _cfg(stage, dtype, **zero):
 NORM_LIFE = {"name": "norm-life", "tensors": [{"name": "m0.weight", "shape": [20000]}]
              + [{"name": f"m{i}.weight", "shape": [4900]} for i in range(1, 11)]}
 
+#: TINY for the per-module proxy whose parameters are each used alone (worker _build_model's
+#: ``_touch``: one MeanBackward0 node per parameter, the one used last in forward first in
+#: backward): named ``w`` / ``b``, since a module of exactly a 2-D ``weight`` (out, in) and a
+#: ``bias`` (out) is an nn.Linear to the ledger (state.zero3_linear_pairs), whose gradients come
+#: from one LinearFunctionForZeroStage3 node, the weight's hook first; the proxy's come bias first.
+TINY_MEANS = {"name": "tiny-mlp-means", "tensors": [
+    {"name": t["name"].replace(".weight", ".w").replace(".bias", ".b"), "shape": t["shape"]}
+    for t in parity.TINY["tensors"]]}
+
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
@@ -77,16 +86,20 @@ CELLS = [
      2, False, NORM_LIFE, {"submodules": True}),
     # several flushes (reduce_bucket_size 10,000 < l2.weight's 23,177 elements): each flush runs
     # while the gradient that does not fit is still whole, in autograd's order
-    ("z3_bf16_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
+    ("z3_bf16_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, TINY_MEANS,
      {"submodules": True}),
     # the same at W = 1: the flush path is the same (a torch.cat of a bucket of several gradients,
     # l2.weight held whole, the arriving gradient whole), only without padding
-    ("z3_bf16_smallbucket_w1", _cfg(3, "bf16", reduce_bucket_size=10000), 1, False, parity.TINY,
+    ("z3_bf16_smallbucket_w1", _cfg(3, "bf16", reduce_bucket_size=10000), 1, False, TINY_MEANS,
      {"submodules": True}),
-    # real biased Linears (worker _build_model(linear=True): F.linear, one AddmmBackward0 node makes
-    # a weight's and its bias's gradients together): the bias's hook fires first while the weight's
-    # gradient is whole; with a 10,000-element bucket l1.bias's arrival flushes l2.weight's bucket
-    # with l1.weight's 19,264-element gradient live beside it (state.autograd_siblings)
+    # real biased Linears (worker _build_model(linear=True): F.linear). At ZeRO-3 F.linear is
+    # DeepSpeed's LinearFunctionForZeroStage3 (memory_efficient_linear), one node that makes the
+    # weight's gradient (linear.py l.134) and the bias's (l.141): the weight's hook fires first
+    # (state.zero3_backward_grad_order), so with a 10,000-element bucket l2.bias's arrival flushes
+    # l2.weight (flat 46,356 + whole 46,354 + l2.bias 154 B) while l2 is still gathered (46,508 B).
+    # At ZeRO-2 it is torch's AddmmBackward0: the bias's hook fires first while the weight's
+    # gradient is whole; l1.bias's arrival flushes l2.weight's bucket with l1.weight's
+    # 19,264-element gradient live beside it (state.autograd_siblings)
     ("z3_bf16_linear_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
      {"submodules": True, "linear": True}),
     ("z2_bf16_linear_smallbucket_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
@@ -190,21 +203,19 @@ UNMATCHED_ZINIT: dict = {}
 #: backward:2: l2.weight's gradient arriving whole (46,354 B) with l1 and l2.weight gathered (85,484 B),
 #: l3 released after its backward.
 UNMATCHED_NONPERSIST: dict = {}
-#: Real biased Linears at ZeRO-3, the first backward: engine 332,273 B, ledger 325,298 B (+6,975 B,
-#: +2.14%) on both ranks, in every run (5 of 5 on 2026-12-05: on main, at d58175d where the cell
-#: was added, and at 31aa7c5); until then it passed only inside the RACY allowance for l2's
-#: all-gather buffer (46,512 B). The same +6,975 B shows intermittently in the non-linear twin
-#: z3_bf16_smallbucket_w2 (rank 0, 1 run of 3 here, under load): there the reported cpu_only
-#: (gloo's reduce-scatter buffer, measure.CPU_ONLY_SITES) fell from 46,356 to 39,424 B, i.e. the
-#: tracker's high-water mark without the gloo buffer was reached at another moment. So the bytes
-#: are likely an ordering of gloo's buffer against DeepSpeed's frees (which the linear cell's
-#: autograd order always produces), not a missing ledger item; not proven either way. At the
-#: engine's peak l2 is re-fetched (46,508 B, AllGatherCoalescedHandle.wait's torch.cat) while its
-#: weight gradient is whole (linear.py backward l.134, 46,354 B) beside its bias gradient (l.141,
-#: 154 B) and the reduce-scatter's flat buffer of that weight (46,356 B).
-UNMATCHED_LINEAR: dict = {"z3_bf16_linear_smallbucket_w2": {
-    "backward:1": (6975, "likely gloo's reduce-scatter buffer ordering (see above); not yet explained"),
-}}
+#: Real biased Linears at ZeRO-3 (z3_bf16_linear_smallbucket_w2): the first backward was engine
+#: 332,273 B, ledger 325,298 B (+6,975 B) on both ranks in every run. The tracker's live storages at
+#: the high-water mark without gloo's buffer (2026-12-05, rank 0 and 1 alike) and its allocation
+#: log: l3.weight, l3.bias, l2.weight, l2.bias, l1.weight, l1.bias (LinearFunctionForZeroStage3's
+#: weight hook before its bias's); l2.bias's arrival flushes l2.weight alone (23,177 + 77 > 10,000,
+#: stage3.py l. 1583): reduce_scatter_coalesced's flat buffer 46,356 + l2.weight whole 46,354
+#: (linear.py l.134) + l2.bias 154 (l.141) + l2 gathered 46,508 (AllGatherCoalescedHandle.wait's
+#: torch.cat) = 139,372 B, where the ledger (bias first) put l2.weight's flush at l1.bias's arrival,
+#: l1 gathered: 46,356 + 46,354 + 602 + 39,130 = 132,442 B; the other 45 B are scalars (the loss,
+#: its scale, the worker's 16 B input), as in every phase. Autograd's order and DeepSpeed's bucket, not gloo: a GPU makes the same
+#: moment; gloo's own buffer (46,356 B) was already outside (cpu_only). Now modelled
+#: (state.zero3_linear_pairs): ledger 332,228 B.
+UNMATCHED_LINEAR: dict = {}
 UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR}
 
 
@@ -230,7 +241,8 @@ RACY = {
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_normlife_w2": {"backward:1": (10000 * 2 * 2, "m0's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
-    "z3_bf16_linear_smallbucket_w2": {},
+    # the same first-backward re-fetch of l2 (its phase is matched since state.zero3_linear_pairs)
+    "z3_bf16_linear_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # the same race with non-persistent parameters (l2 re-fetched in the first backward): seen in ds-advisor
     # measure's runs of these shapes (tests/engine/test_measure_cli.py), backward:1 +13,859 B on either rank
     "z3_bf16_nonpersist_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
@@ -240,8 +252,7 @@ RACY = {
 #: z3_bf16_oo_cpu_normlife_w2 rank 0 forward:1 +9,821 B (_all_gather_sequential's buffers: one
 #: parameter per module, l. 1598); here, 1 run of 6 of the ZeRO-3 cells, a rank 1 forward:1 +39,169 B
 #: (_all_gather_dtype l. 1343's flat buffer); alone, every run matched within 0.02%. The same bound
-#: as backward's: the largest module's buffer (l2's at 2 B for the linear cell, which has no
-#: backward:1 entry: that phase is UNMATCHED), never under the ledger.
+#: as backward's: the largest module's buffer, never under the ledger.
 for _cid, _phases in RACY.items():
     _phases["forward:1"] = (_phases.get("backward:1", ((11589 + 39) * 2 * 2, ""))[0],
                             "a released module's all-gather buffer held by gloo")
