@@ -1056,6 +1056,10 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
     return inventory.memo(key, lambda: _zero3_fetch_replay(inventory, zero, W, D))
 
 
+#: :func:`_zero3_fetch_replay`'s "never popped" step (below every step of the trace)
+_NEVER = -10**18
+
+
 def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     tensors = inv.tensors
     keep = zero3_persistent(inv, zero)
@@ -1093,25 +1097,31 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
 
     # ---- a later iteration: the coordinator over the complete trace
     # trace steps: root (forward), modules, root (backward), modules reversed; numel of each step
-    trace = [-1] + list(range(M)) + [-1] + list(range(M - 1, -1, -1))
-    step_numel = [0 if k < 0 else sum(numel[i] for i in members[k]) for k in trace]
-    prefix = [0]
-    for x in step_numel:
-        prefix.append(prefix[-1] + x)
-    nxt_use: dict[tuple[int, int], int] = {}  # (module, step) -> its next step in the trace
+    # packed int64 columns (_packed), not lists of int objects: 1.8M steps at 1e5 layers (issue 21)
+    trace = _packed(itertools.chain((-1,), range(M), (-1,), range(M - 1, -1, -1)))
+    prefix = _packed(itertools.accumulate((0 if k < 0 else sum(numel[i] for i in members[k]) for k in trace),
+                                          initial=0))
+    # step s -> the next step of its module trace[s] in the trace (-1: none); a list by step, not a
+    # dict keyed by (module, step): ~2M tuple keys at 1e5 layers (issue 21)
+    nxt_use = array.array("q", [-1]) * len(trace)
     last: dict[int, int] = {}
     for s in range(len(trace) - 1, -1, -1):
         k = trace[s]
         if k >= 0:
-            nxt_use[(k, s)] = last.get(k, -1)
+            nxt_use[s] = last.get(k, -1)
             last[k] = s
+    # the coordinator's queue of (parameter, step) in trace order, consumed front to back only: two
+    # packed columns read through a cursor, shared by both runs (a deque of tuples per run before)
+    q_param = _packed(i for k in trace if k >= 0 for i in members[k])
+    q_step = _packed(s for s, k in enumerate(trace) if k >= 0 for _ in members[k])
+    q_len = len(q_param)
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
 
     def run(have: set, forward_only: bool) -> tuple:
         # one iteration over the complete trace; ``have``: the parameters available at its start. A
         # persistent parameter's copy is lp_params_gathered (not counted), its all-gather buffer is.
-        queue = collections.deque((i, s) for s, k in enumerate(trace) if k >= 0 for i in members[k])
-        recent: dict[int, int] = {}
+        qpos = 0  # the queue's front: q_param[qpos], q_step[qpos]
+        recent = array.array("q", [_NEVER]) * len(tensors)  # param -> the last step it was popped at
         avail: dict[int, int] = {}       # available parameter -> its counted data bytes
         for i in have:
             avail[i] = 0
@@ -1135,6 +1145,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     avail[i] = nb
 
         def fetch(s: int, k: int) -> int:
+            nonlocal qpos
             peak = st["cur"]
             own = members[k] if k >= 0 else []
             all_gather([i for i in own if i not in avail and i not in inflight])
@@ -1153,18 +1164,20 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 if not h[2]:
                     st["cur"] -= h[0]
             # pop the module's own entries off the queue (fetch_sub_module l. 426-433)
-            want = sum(1 for i in own if recent.get(i, -10**18) < s)
+            want = sum(1 for i in own if recent[i] < s)
             popped = 0
-            while queue and popped < want:
-                i, at = queue.popleft()
+            while qpos < q_len and popped < want:
+                i, at = q_param[qpos], q_step[qpos]
+                qpos += 1
                 recent[i] = at
                 popped += 1
             limit = min(max_live - st["n"], bucket)
             if bucket > 0 and limit > 0:
                 take, taken, got = [], 0, set()
-                while queue and taken < limit:
-                    i, at = queue.popleft()
-                    recent[i] = max(recent.get(i, -10**18), at)
+                while qpos < q_len and taken < limit:
+                    i, at = q_param[qpos], q_step[qpos]
+                    qpos += 1
+                    recent[i] = max(recent[i], at)
                     if i not in avail and i not in inflight and i not in got:
                         got.add(i)
                         take.append(i)
@@ -1175,11 +1188,11 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
 
         def release(s: int, k: int) -> None:
             # __params_to_release at step_id s + 1 (fetch_sub_module incremented it); ds_persist kept
-            nx = nxt_use[(k, s)]
+            nx = nxt_use[s]  # k = trace[s]
             if nx >= 0 and prefix[nx] - prefix[s + 1] < reuse:
                 return  # used again within the reuse distance: kept
             for i in members[k]:
-                if keep[i] or i not in avail or recent.get(i, -10**18) > s + 1:
+                if keep[i] or i not in avail or recent[i] > s + 1:
                     continue
                 st["cur"] -= avail.pop(i)
                 st["n"] -= numel[i]
