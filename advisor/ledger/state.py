@@ -625,14 +625,9 @@ def zero3_linear_pairs(inv: Inventory) -> dict[int, int]:
         names = module_names(inv)
         count = Counter(names)  # tensors per module (C speed)
         tensors = inv.tensors
-        weights: dict[str, int] = {}
-        biases: dict[str, int] = {}
-        for i, t in enumerate(tensors):
-            last = t.name.rpartition(".")[2]
-            if last == "weight":
-                weights[names[i]] = i
-            elif last == "bias":
-                biases[names[i]] = i
+        tnames = [t.name for t in tensors]
+        weights = {names[i]: i for i, n in enumerate(tnames) if n.endswith(".weight")}
+        biases = {names[i]: i for i, n in enumerate(tnames) if n.endswith(".bias")}
         out: dict[int, int] = {}
         for m, ib in biases.items():
             iw = weights.get(m)
