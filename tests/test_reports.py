@@ -720,3 +720,23 @@ def test_every_pane_of_the_tier_chart_names_its_unit(units):
     svg = tier_chart_svg(bars, units)
     labels = re.findall(r'<text [^>]*rotate\(-90[^>]*>([^<]*)</text>', svg)
     assert labels == [units] * len(bars) == [units] * 3, labels
+
+
+def test_the_schemas_lifetimes_are_the_ledgers():
+    # a lifetime added to the ledger (state.Life) without the schema fails estimate's JSON only when a
+    # sample config happens to hold it (steady_forward, refetch_forward slipped through that way)
+    from advisor.ledger.state import LIVES
+    schema = json.loads((Path(__file__).parents[1] / "schemas" / "estimate-output.schema.json").read_text())
+    lives = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "life" in node and isinstance(node["life"], dict) and "enum" in node["life"]:
+                lives.append(node["life"]["enum"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(schema)
+    assert lives and all(sorted(e) == sorted(LIVES) for e in lives), (lives, LIVES)
