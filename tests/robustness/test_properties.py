@@ -113,6 +113,20 @@ def worst(led, tier: str | None = "accelerator", classes=MS, lives=PERSISTENT, i
                 for rl in led.ranks), default=0)
 
 
+def training_peak(led, tier: str = "accelerator", classes=MS) -> int:
+    """Largest bytes of ``classes`` (None: every class) on ``tier`` live at one training instant (timeline.role_timeline;
+    load, initialize and save left out), over the rank roles."""
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    skip = ("load", "initialize", "save")
+    best = 0
+    for rl in led.ranks:
+        tl = role_timeline(led, rl, resolve_load(led.plan.config))
+        for inst, rows in zip(tl.instants, tl.entries):
+            if inst.phase not in skip:
+                best = max(best, sum(n for _, t, c, n in rows if t == tier and (classes is None or c in classes)))
+    return best
+
+
 def item_bytes(led, item: str, tier: str | None = None, rank: int = 0) -> int:
     rl = led.role_of(rank)
     return sum(e.bytes for e in rl.entries if e.item == item and (tier is None or e.tier == tier))
@@ -165,14 +179,24 @@ def test_steady_state_model_states_do_not_grow_with_the_stage(k, W, data):
 
 
 @given(k=knobs(dtypes=("fp16", "bf16"), gacc=(None,)), W=st.integers(2, 64), data=st.data())
-def test_peak_model_states_do_not_grow_with_the_stage_16bit(k, W, data):
-    """All lifetimes summed (estimate's step-phase peak) for 16-bit models accumulating in the
-    model dtype: stage 0 >= 1 >= 2 >= 3 on the worst rank (stage 3 without persistent parameters)."""
+def test_peak_model_states_never_exceed_stage_0_16bit(k, W, data):
+    """The training peak of the model states (the timeline's maximum over forward, backward, the
+    reduce and the optimizer steps of what is live at once; load, initialize and save left out)
+    for 16-bit models accumulating in the model dtype: no stage above stage 0's on the worst rank
+    (stage 3 without persistent parameters). Not the sum of every lifetime: ZeRO-3's transients
+    (the first backward's re-fetch, the step's flat copy) are never live together, and their sum
+    exceeded stage 2's for a one-tensor model (W 2, 128 elements: 1,664 B against 1,536 B)."""
     inv = data.draw(inventories(min_numel=64 * W))
     k = {**k, "persist": 0}
-    m = [worst(ledger(make_config(k, s), inv, W), lives=None) for s in range(4)]
-    note(f"per-stage peak accelerator model states: {m}")
-    assert m[0] >= m[1] >= m[2] >= m[3]
+    m = [training_peak(ledger(make_config(k, s), inv, W)) for s in range(4)]
+    note(f"per-stage training peak of the model states on the accelerator: {m}")
+    # No ZeRO stage holds more at its peak than stage 0's full replica. The order among stages 1-3
+    # is not a law at the peak, only at rest (test_steady_state_model_states_do_not_grow_with_the_stage): found
+    # here and true of DeepSpeed, ZeRO-2 with CPU offload clones a gradient of more than
+    # reduce_bucket_size in its hook beside the autograd one (stage_1_and_2.py l.1443-1446; engine
+    # cell z2_bf16_oo_cpu_bigtensor_w2), and ZeRO-3 holds a module gathered beside its partition
+    # (one 128-element tensor, W 2, CPU offload: 384 B against ZeRO-2's 256 B).
+    assert max(m[1:]) <= m[0]
 
 
 def test_fp32_accumulation_at_stage_1_declares_what_it_leaves_out():
