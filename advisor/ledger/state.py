@@ -1094,6 +1094,176 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     # trace steps: root (forward), modules, root (backward), modules reversed; numel of each step
     # packed int64 columns (_packed), not lists of int objects: 1.8M steps at 1e5 layers (issue 21)
     trace = _packed(itertools.chain((-1,), range(M), (-1,), range(M - 1, -1, -1)))
+    mod_numel = [sum(numel[i] for i in idx) for idx in members]
+    prefix = _packed(itertools.accumulate([0 if k < 0 else mod_numel[k] for k in trace], initial=0))
+    # step s -> the next step of its module trace[s] in the trace (-1: none): module k runs at forward
+    # step k + 1 and backward step 2 M + 1 - k, nowhere else
+    nxt_use = _packed(itertools.chain((-1,), range(2 * M + 1, M + 1, -1), (-1,), itertools.repeat(-1, M)))
+    # the coordinator's queue of (parameter, step) in trace order, consumed front to back only: two
+    # packed columns read through a cursor, shared by both runs (a deque of tuples per run before)
+    q_param = _packed([i for k in trace if k >= 0 for i in members[k]])
+    q_step = _packed([s for s, k in enumerate(trace) if k >= 0 for _ in members[k]])
+    q_len = len(q_param)
+    bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
+    coalesce = not seq
+    data_b = [0 if keep[i] else numel[i] * D for i in range(len(tensors))]   # a waited coalesced param's bytes
+    own_b = [0 if keep[i] else pad[i] * D for i in range(len(tensors))]      # a param in its own buffer
+    pad_b = [p * D for p in pad]
+
+    def run(have: set, forward_only: bool) -> tuple:
+        # _zero3_fetch_replay_reference's run with fetch / all_gather / release inlined into one loop
+        # (the same operations in the same order; tests/test_fetch_replay_identity.py compares them)
+        qpos = 0
+        recent = array.array("q", [_NEVER]) * len(tensors)
+        avail: dict[int, int] = dict.fromkeys(have, 0)
+        inflight: dict[int, list] = {}
+        n = cur = 0
+        fwd_best, fwd_where = 0, ""
+        fetch_b, during_b = [0] * M, [0] * M
+        start = 0
+        for s in range(M + 1 if forward_only else len(trace)):
+            k = trace[s]
+            peak = cur
+            if k >= 0:
+                own = members[k]
+                need = [i for i in own if i not in avail and i not in inflight]
+                if need:
+                    n += sum(numel[i] for i in need)
+                    if len(need) >= 2 and coalesce:
+                        flat = sum(pad_b[i] for i in need)
+                        h = [flat, {i: data_b[i] for i in need}, set(need), False]
+                        cur += flat
+                        for i in need:
+                            inflight[i] = h
+                    else:
+                        for i in need:
+                            nb = own_b[i]
+                            cur += nb
+                            avail[i] = nb
+                    if cur > peak:
+                        peak = cur
+                if inflight:
+                    for i in own:
+                        h = inflight.pop(i, None)
+                        if h is None:
+                            continue
+                        if not h[3]:
+                            h[3] = True
+                            for j, nb in h[1].items():
+                                avail[j] = nb
+                                cur += nb
+                            if cur > peak:
+                                peak = cur
+                        h[2].discard(i)
+                        if not h[2]:
+                            cur -= h[0]
+                want = 0
+                for i in own:
+                    if recent[i] < s:
+                        want += 1
+                end = min(qpos + want, q_len)
+                for j in range(qpos, end):
+                    recent[q_param[j]] = q_step[j]
+                qpos = end
+            limit = min(max_live - n, bucket)
+            if bucket > 0 and limit > 0 and qpos < q_len:
+                take, taken, got = [], 0, set()
+                while qpos < q_len and taken < limit:
+                    i, at = q_param[qpos], q_step[qpos]
+                    qpos += 1
+                    if at > recent[i]:
+                        recent[i] = at
+                    if i not in avail and i not in inflight and i not in got:
+                        got.add(i)
+                        take.append(i)
+                        taken += numel[i]
+                if take:
+                    n += sum(numel[i] for i in take)
+                    if len(take) >= 2 and coalesce:
+                        flat = sum(pad_b[i] for i in take)
+                        h = [flat, {i: data_b[i] for i in take}, set(take), False]
+                        cur += flat
+                        for i in take:
+                            inflight[i] = h
+                    else:
+                        for i in take:
+                            nb = own_b[i]
+                            cur += nb
+                            avail[i] = nb
+                    if cur > peak:
+                        peak = cur
+            if s <= M:  # forward
+                if peak > fwd_best:
+                    fwd_best, fwd_where = peak, ("the root module's prefetch" if k < 0 else f"module {names[k]}'s fetch")
+                if k < 0:
+                    continue
+            elif k < 0:
+                start = peak
+                continue
+            else:
+                fetch_b[k], during_b[k] = peak, cur
+                if k == 0:  # the first module stays gathered through the epilogue
+                    continue
+            # release (__params_to_release at step_id s + 1; ds_persist kept)
+            nx = nxt_use[s]
+            if nx >= 0 and prefix[nx] - prefix[s + 1] < reuse:
+                continue
+            for i in members[k]:
+                if keep[i] or i not in avail or recent[i] > s + 1:
+                    continue
+                cur -= avail.pop(i)
+                n -= numel[i]
+        return (fwd_best, fwd_where), tuple(fetch_b), tuple(during_b), cur if M else 0, start
+
+    persistent = {i for i in range(len(tensors)) if keep[i]}
+    fwd, fetch_b, during_b, end, start = run(persistent, False)
+    # GA > 1, micro-step 2: the first backward released every persistent parameter but the first module's
+    refetch = run({i for i in persistent if mod_of[i] == 0}, True)[0] if M else (0, "")
+    return Zero3Fetch(tuple(mod_of), first_forward, tuple(f_fetch), tuple(f_during), first_end,
+                      fwd, fetch_b, during_b, end, start, refetch)
+
+
+def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
+    """The straightforward walk :func:`_zero3_fetch_replay` was made fast from (issue 21): kept only so
+    a test compares the two on random inventories; the rules are :func:`zero3_fetch_replay`'s."""
+    tensors = inv.tensors
+    keep = zero3_persistent(inv, zero)
+    seq = bool(getattr(zero, "allgather_sequential", False))
+    index: dict[str, int] = {}
+    members: list[list[int]] = []
+    mod_of = []
+    for i, m in enumerate(module_names(inv)):
+        k = index.get(m)
+        if k is None:
+            k = index[m] = len(members)
+            members.append([])
+        members[k].append(i)
+        mod_of.append(k)
+    names = list(index)
+    M = len(members)
+    numel = [t.numel for t in tensors]
+    pad = [-(-n // W) * W for n in numel]
+
+    def gather(idx: list[int]) -> tuple[int, dict[int, int]]:
+        # (flat buffer bytes, {param: its data bytes once waited}) of one all-gather of idx
+        if len(idx) >= 2 and not seq:
+            return sum(pad[i] for i in idx) * D, {i: numel[i] * D for i in idx}
+        return 0, {i: pad[i] * D for i in idx}
+
+    # ---- first iteration: one module at a time, every parameter, no prefetch
+    f_fetch, f_during = [0] * M, [0] * M
+    for k, idx in enumerate(members):
+        flat, data = gather(idx)
+        f_fetch[k] = flat + sum(data.values())
+        f_during[k] = sum(data.values())
+    kbest = max(range(M), key=lambda k: (f_fetch[k], -k)) if M else 0
+    first_forward = (f_fetch[kbest], f"module {names[kbest]}") if M else (0, "")
+    first_end = f_during[0] if M else 0
+
+    # ---- a later iteration: the coordinator over the complete trace
+    # trace steps: root (forward), modules, root (backward), modules reversed; numel of each step
+    # packed int64 columns (_packed), not lists of int objects: 1.8M steps at 1e5 layers (issue 21)
+    trace = _packed(itertools.chain((-1,), range(M), (-1,), range(M - 1, -1, -1)))
     prefix = _packed(itertools.accumulate((0 if k < 0 else sum(numel[i] for i in members[k]) for k in trace),
                                           initial=0))
     # step s -> the next step of its module trace[s] in the trace (-1: none); a list by step, not a
