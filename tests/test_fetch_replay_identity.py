@@ -64,3 +64,17 @@ def test_reference_is_not_trivial():
         inv = _inventory(rng)
         seen.add(state._zero3_fetch_replay_reference(inv, _zero(rng, inv), rng.randint(2, 8), 2).forward[0])
     assert len(seen) > 10
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_all_persistent_equals_reference(seed):
+    # every parameter persistent (the default 1e5 threshold on a small model): the fast path skips the
+    # later iteration's walk; the GA-2 refetch, which gathers them again, is still walked
+    rng = random.Random(1000 + seed)
+    for _ in range(20):
+        inv = _inventory(rng)
+        zero = _zero(rng, inv)
+        zero.param_persistence_threshold, zero.model_persistence_threshold = 10**9, 10**18
+        W, D = rng.randint(1, 8), rng.choice([2, 4])
+        fast = state._zero3_fetch_replay(inv, zero, W, D)
+        assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D)
