@@ -251,6 +251,22 @@ def test_estimate_json_validates_against_its_schema(config):
             assert classes["total"] == sum(b for c, b in classes.items() if c != "total")
 
 
+
+def test_a_refused_configs_estimate_json_validates(tmp_path):
+    # an NVMe parameter swap whose aio buffers (buffer_size 1e6 elements) cannot hold llama-3-8b's
+    # largest partition (embed_tokens, 128,256 x 4,096 / 8 = 65,667,072) is refused (M001): no ranks
+    cfg = tmp_path / "z3nvme.json"
+    cfg.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-4}},
+        "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": str(tmp_path),
+                                                            "buffer_count": 5, "buffer_size": 1000000},
+                              "offload_optimizer": {"device": "nvme", "nvme_path": str(tmp_path)}}}))
+    p = run_cli(["estimate", str(cfg), "--model", "llama-3-8b", "--world-size", "8", "--format", "json"])
+    out = json.loads(p.stdout)
+    assert out["ranks"] == [] and "M001" in {f["code"] for f in out["findings"]}
+    assert _errors(_output_validator("estimate"), out) == []
+
 # --- pre-commit hook and progress helper --------------------------------------------------------
 
 def test_pre_commit_hook_definition():
