@@ -1074,18 +1074,15 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     numel = [t.numel for t in tensors]
     pad = [-(-n // W) * W for n in numel]
 
-    def gather(idx: list[int]) -> tuple[int, dict[int, int]]:
-        # (flat buffer bytes, {param: its data bytes once waited}) of one all-gather of idx
-        if len(idx) >= 2 and not seq:
-            return sum(pad[i] for i in idx) * D, {i: numel[i] * D for i in idx}
-        return 0, {i: pad[i] * D for i in idx}
-
-    # ---- first iteration: one module at a time, every parameter, no prefetch
+    # ---- first iteration: one module at a time, every parameter, no prefetch: a coalesced all-gather's
+    # flat buffer sum pad_i x D beside its cats sum n_i x D; one parameter (or sequential) its own pad_i x D
     f_fetch, f_during = [0] * M, [0] * M
     for k, idx in enumerate(members):
-        flat, data = gather(idx)
-        f_fetch[k] = flat + sum(data.values())
-        f_during[k] = sum(data.values())
+        if len(idx) >= 2 and not seq:
+            data = sum(numel[i] for i in idx) * D
+            f_fetch[k], f_during[k] = sum(pad[i] for i in idx) * D + data, data
+        else:
+            f_fetch[k] = f_during[k] = sum(pad[i] for i in idx) * D
     kbest = max(range(M), key=lambda k: (f_fetch[k], -k)) if M else 0
     first_forward = (f_fetch[kbest], f"module {names[kbest]}") if M else (0, "")
     first_end = f_during[0] if M else 0
