@@ -130,6 +130,11 @@ CELLS = [
     # TINY tensors all fall under the default threshold of 1e5 elements, so they are gathered for good)
     ("z3_bf16_nonpersist_w2", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
      2, False, parity.TINY, {"submodules": True}),
+    # issue 15: regimes outside the cells above, each listed in UNMATCHED_ISSUE15 where it is off
+    ("z2_fp32_w2", _cfg(2, "fp32"), 2, False, parity.TINY),
+    ("z0_bf16_w2", _cfg(0, "bf16"), 2, False, parity.TINY),
+    ("z3_fp32_nonpersist_w2", _cfg(3, "fp32", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
+     2, False, parity.TINY, {"submodules": True}),
     # gradient accumulation given only by train_batch_size: DeepSpeed derives GA = 4 / (1 x 2) = 2
     # (runtime/config.py _set_batch_related_parameters), so steps 4 = micro-steps 1-4: the first
     # optimizer step at micro-step 2, the steady one at 4 (measure.phase_instants; the
@@ -216,7 +221,30 @@ UNMATCHED_NONPERSIST: dict = {}
 #: moment; gloo's own buffer (46,356 B) was already outside (cpu_only). Now modelled
 #: (state.zero3_linear_pairs): ledger 332,228 B.
 UNMATCHED_LINEAR: dict = {}
-UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR}
+#: Issue 15's cells (2026-12-05, 3 runs each, the same bytes every run, the 24-52 B scalars aside). The
+#: residual is rank 0's; the cause is the tracker's unattributed allocation sites at the phase's high-water mark.
+#: z3_fp32_nonpersist_w2 matches in every phase (the newcomer's step:1 -15.8% / step:2 +15.8% did not
+#: reproduce); only its first backward is in RACY, as z3_fp32_zinit_w2's.
+UNMATCHED_ISSUE15: dict = {
+    # ZeRO-2 with fp32 training (the "low-precision" gradients are fp32 themselves), one 50,000-element
+    # bucket holding all 43,209 gradients
+    "z2_fp32_w2": {
+        "backward:1": (1916, "rank 1 +78,296 B (rank 0 within 1%): allreduce_bucket's self.flatten(bucket) "
+                             "(stage_1_and_2.py l.2367, 172,836 B = N x 4) unattributed on rank 1"),
+        "backward:2": (1920, "rank 1 +78,300 B (rank 0 within 1%): the same flat bucket copy, l.2367"),
+        "step:1": (65856, "copy_grads_in_partition (l.2192, 170,968 B) and get_grad_norm_direct's norm copies "
+                          "(l.2684, 154,120 B) unattributed at the fp32 step; rank 1 +4,452 B"),
+        "step:2": (67740, "get_grad_norm_direct's norm copies (l.2684, 154,120 B; rank 1 169,096 B, +82,716 B) "
+                          "unattributed at the step's prep"),
+    },
+    # ZeRO-0 bf16 at W = 2 (both ranks alike): FP16_Optimizer.step flattens fp32 copies of each gradient
+    "z0_bf16_w2": {
+        "step:1": (172860, "fp16/fused_optimizer.py l.287: the list of p.grad.to(fp32) copies (N x 4 = 172,836 B) "
+                           "live while _flatten_dense_tensors (l.286, the ledger's fp32_grad) builds the flat one"),
+        "step:2": (172860, "the same per-parameter fp32 gradient copies, l.287"),
+    },
+}
+UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
 
 
 #: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
@@ -241,6 +269,9 @@ RACY = {
     "z3_bf16_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_normlife_w2": {"backward:1": (10000 * 2 * 2, "m0's flat all-gather buffer held by gloo")},
     "z3_fp32_zinit_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
+    # the same race without zero.Init (issue 15's cell): seen once in 3 runs, rank 0 backward:1 +27,693 B,
+    # the same bytes as z3_fp32_zinit_w2's
+    "z3_fp32_nonpersist_w2": {"backward:1": ((11589 + 39) * 2 * 4, "l2's flat all-gather buffer held by gloo")},
     # the same first-backward re-fetch of l2 (its phase is matched since state.zero3_linear_pairs)
     "z3_bf16_linear_smallbucket_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # the same race with non-persistent parameters (l2 re-fetched in the first backward): seen in ds-advisor
