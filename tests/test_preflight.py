@@ -171,6 +171,10 @@ def test_a_model_built_without_zero_init_is_whole_on_the_accelerator_at_initiali
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
           "zero_optimization": {"stage": 3, "reduce_bucket_size": 1000, "stage3_prefetch_bucket_size": 1000,
                                 "stage3_max_live_parameters": 8192 * 8192,
+                                # and none kept for reuse: with the default reuse distance (1e9 elements)
+                                # the steady iteration keeps the layers it reuses within it gathered
+                                # (partitioned_param_coordinator.py __params_to_release l.655-661), 8 x 128 MiB
+                                "stage3_max_reuse_distance": 0,
                                 "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}
     n = 8 * 8192 * 8192
     with torch.device("meta"):
