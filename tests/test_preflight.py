@@ -1,12 +1,14 @@
 """advisor.preflight on CPU with small torch models and the free memory faked through its
 parameters (advisor/engine/preflight.py). Expected bytes are computed here by hand:
 
-ZeRO-0, bf16, one rank: the tracked peak is 20 B per parameter (16-bit parameters 2 + gradients 2
-+ fp32 master weights 4 + Adam moments 8 + fp32 gradients in the step 4; reference section 9),
-and the runtime overhead adds the allocator's 10% of that (2 B per parameter), the ZeRO-0
-all-reduce bucket min(N, 5e8) x 2 B (deepspeed/runtime/engine.py buffered_allreduce_fallback),
-no NCCL buffers (one rank) and no CUDA context (the free memory is read after it exists):
-need = 24 B x N; the band above the defaults is the allocator's 25% - 10% = 3 B x N.
+ZeRO-0, bf16, one rank: the tracked peak is 24 B per parameter (16-bit parameters 2 + gradients 2
++ fp32 master weights 4 + Adam moments 8 + fp32 gradients in the step 4, reference section 9, + the
+per-parameter fp32 copies FP16_Optimizer.step flattens into them 4, fp16/fused_optimizer.py l.287,
+measured by tests/engine/test_peak_parity.py z0_bf16_w2), and the runtime overhead adds the
+allocator's 10% of that (2.4 B per parameter, rounded up), the ZeRO-0 all-reduce bucket
+min(N, 5e8) x 2 B (deepspeed/runtime/engine.py buffered_allreduce_fallback), no NCCL buffers (one
+rank) and no CUDA context (the free memory is read after it exists): need = 28.4 B x N; the band
+above the defaults is the allocator's 25% - 10% = 3.6 B x N.
 """
 
 from __future__ import annotations
@@ -30,30 +32,33 @@ def _mlp():
 
 
 N = 4 * 1024 * 1024
+ALLOC = -(-24 * N // 10)          # the allocator's 10% of the tracked 24 B x N, rounded up
+NEED = 24 * N + ALLOC + 2 * N     # tracked + allocator + the all-reduce bucket (module docstring)
+BAND = 6 * N - ALLOC              # the allocator's 25% of 24 B x N less its 10%
 
 
 def test_fits_tight_and_does_not_fit_by_hand():
     m = _mlp()
     assert sum(p.numel() for p in m.parameters()) == N
-    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=33 * N, free_host_bytes=10**12)
     acc = r.rows[0]
-    assert (acc.tier, acc.need, acc.capacity, acc.verdict) == ("accelerator", 24 * N, 27 * N, "fits")
-    assert acc.uncertainty == 3 * N
+    assert (acc.tier, acc.need, acc.capacity, acc.verdict) == ("accelerator", NEED, 33 * N, "fits")
+    assert acc.uncertainty == BAND
     by_key = {o["key"]: o["bytes"] for o in acc.overhead}
-    assert by_key == {"cuda_context": 0, "nccl": 0, "allocator": 2 * N, "deepspeed": 2 * N}
+    assert by_key == {"cuda_context": 0, "nccl": 0, "allocator": ALLOC, "deepspeed": 2 * N}
     assert r.verdict == "fits" and r.fits
 
-    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=25 * N, free_host_bytes=10**12)
-    assert r.verdict == "tight" and r.rows[0].headroom == N and "allocator" in r.rows[0].uncertain_terms[0]
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=29 * N, free_host_bytes=10**12)
+    assert r.verdict == "tight" and r.rows[0].headroom == 29 * N - NEED and "allocator" in r.rows[0].uncertain_terms[0]
     with pytest.raises(PreflightError, match="tight"):
-        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=25 * N, free_host_bytes=10**12,
+        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=29 * N, free_host_bytes=10**12,
                           raise_on="tight")
 
     with pytest.raises(PreflightError) as ei:
-        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=23 * N, free_host_bytes=10**12)
+        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
     assert "does not fit" in str(ei.value) and "accelerator" in str(ei.value)
-    assert ei.value.result.verdict == "does not fit" and ei.value.result.rows[0].headroom == -N
-    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=23 * N, raise_on=None)
+    assert ei.value.result.verdict == "does not fit" and ei.value.result.rows[0].headroom == 27 * N - NEED
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, raise_on=None)
     assert r.verdict == "does not fit" and not r.fits
 
 
@@ -61,8 +66,8 @@ def test_meta_device_model_gives_the_same_need():
     with torch.device("meta"):
         m = _mlp()
     assert all(p.device.type == "meta" for p in m.parameters())
-    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
-    assert r.rows[0].need == 24 * N and r.verdict == "fits"
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=33 * N, free_host_bytes=10**12)
+    assert r.rows[0].need == NEED and r.verdict == "fits"
 
 
 def test_eight_ranks_add_nccl_and_the_context_stays_out():
@@ -127,8 +132,8 @@ def test_zero_init_partitioned_parameters_count_with_their_full_shape():
         p.ds_shape = p.shape
         p.ds_tensor = torch.empty(p.numel() // 8, dtype=torch.bfloat16)
         p.data = torch.empty(0)
-    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=27 * N, free_host_bytes=10**12)
-    assert r.parameters == N and r.rows[0].need == 24 * N
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=33 * N, free_host_bytes=10**12)
+    assert r.parameters == N and r.rows[0].need == NEED
 
 
 def test_hf_auto_config_is_resolved_with_the_trainer_arguments():
@@ -140,21 +145,21 @@ def test_hf_auto_config_is_resolved_with_the_trainer_arguments():
         def to_dict(self):
             return {"per_device_train_batch_size": 2, "bf16": True, "output_dir": "out"}
 
-    r = advisor.preflight(_mlp(), auto, hf=True, trainer_args=Args(), world_size=1, free_accelerator_bytes=27 * N,
+    r = advisor.preflight(_mlp(), auto, hf=True, trainer_args=Args(), world_size=1, free_accelerator_bytes=33 * N,
                           free_host_bytes=10**12)
-    assert r.rows[0].need == 24 * N and r.verdict == "fits"  # bf16 resolved: the same 20 B x N as above
+    assert r.rows[0].need == NEED and r.verdict == "fits"  # bf16 resolved: the same need as above
 
 
 @pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
 def test_summary_names_every_size_in_one_unit_system(units, base):
-    """need 24 B x N and capacity 25 B x N (module docstring), headroom N, band 3 B x N: each printed
+    """need 28.4 B x N and capacity 29 B x N (module docstring), headroom 0.6 B x N, band 3.6 B x N: each printed
     as bytes / 2^30 (GiB, the default) or / 1e9 (GB), and no figure in the other system."""
     m = _mlp()
-    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=25 * N, free_host_bytes=10**12)
+    r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=29 * N, free_host_bytes=10**12)
     s = r.summary(units) if units != "GiB" else r.summary()
     acc = next(x for x in s.splitlines() if "accelerator" in x)
-    assert f"need {24 * N / base:,.2f} {units} of {25 * N / base:,.2f} {units} free" in acc, acc
-    assert f"headroom {N / base:,.2f} {units}" in acc and f"within {3 * N / base:,.2f} {units}" in acc, acc
+    assert f"need {NEED / base:,.2f} {units} of {29 * N / base:,.2f} {units} free" in acc, acc
+    assert f"headroom {(29 * N - NEED) / base:,.2f} {units}" in acc and f"within {BAND / base:,.2f} {units}" in acc, acc
     other = "GB" if units == "GiB" else "GiB"
     assert f" {other}" not in s, s
     with pytest.raises(ValueError, match="GiB or GB"):
@@ -193,8 +198,8 @@ def test_a_model_built_without_zero_init_is_whole_on_the_accelerator_at_initiali
 
 def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
     """README: summary() shows, per tier, the overhead rows. A meta-device model of 2^32 parameters
-    (ZeRO-0, bf16, one rank; module docstring): tracked peak 20 B x 2^32 = 80 GiB, allocator 10 %
-    of it = 8.00 GiB with its band 3 %..25 % = 2.40..20.00 GiB, DeepSpeed's all-reduce bucket
+    (ZeRO-0, bf16, one rank; module docstring): tracked peak 24 B x 2^32 = 96 GiB, allocator 10 %
+    of it = 9.60 GiB with its band 3 %..25 % = 2.88..24.00 GiB, DeepSpeed's all-reduce bucket
     min(N, 5e8) x 2 B = 1e9 B = 0.93 GiB (engine.py buffered_allreduce_fallback), NCCL and CUDA
     context 0 (one rank; the free memory is read after the context exists)."""
     with torch.device("meta"):
@@ -206,8 +211,8 @@ def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
     assert [x.split(" [")[0] for x in rows] == [
         "    + CUDA context and loaded kernels 0.00 GiB",
         "    + NCCL communicator buffers 0.00 GiB",
-        "    + allocator reserve and fragmentation 8.00 GiB (band 2.40 GiB-20.00 GiB)",
+        "    + allocator reserve and fragmentation 9.60 GiB (band 2.88 GiB-24.00 GiB)",
         "    + DeepSpeed extras beyond the ledger 0.93 GiB"], rows
     assert "[measured free memory]" in rows[0] and "buffered_allreduce_fallback" in rows[3], rows
     assert lines[i + 5].startswith("  host"), lines  # the host row has no overhead rows
-    assert r.rows[0].need == 88 * 2**30 + 10**9  # 20 + 2 B per parameter plus the bucket
+    assert r.rows[0].need == 96 * 2**30 + -(-96 * 2**30 // 10) + 10**9  # 24 B + its 10 % per parameter, the bucket

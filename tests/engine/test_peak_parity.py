@@ -224,7 +224,8 @@ UNMATCHED_LINEAR: dict = {}
 #: Issue 15's cells (2026-12-05, 3 runs each, the same bytes every run, the 24-52 B scalars aside). The
 #: residual is rank 0's; the cause is the tracker's unattributed allocation sites at the phase's high-water mark.
 #: z3_fp32_nonpersist_w2 matches in every phase (the newcomer's step:1 -15.8% / step:2 +15.8% did not
-#: reproduce); only its first backward is in RACY, as z3_fp32_zinit_w2's.
+#: reproduce); only its first backward is in RACY, as z3_fp32_zinit_w2's. z0_bf16_w2's step:1/step:2 were
+#: +172,860 B (fused_optimizer.py l.287's per-parameter fp32 copies), now state fp32_grad_copies.
 UNMATCHED_ISSUE15: dict = {
     # ZeRO-2 with fp32 training (the "low-precision" gradients are fp32 themselves), one 50,000-element
     # bucket holding all 43,209 gradients
@@ -236,12 +237,6 @@ UNMATCHED_ISSUE15: dict = {
                           "(l.2684, 154,120 B) unattributed at the fp32 step; rank 1 +4,452 B"),
         "step:2": (67740, "get_grad_norm_direct's norm copies (l.2684, 154,120 B; rank 1 169,096 B, +82,716 B) "
                           "unattributed at the step's prep"),
-    },
-    # ZeRO-0 bf16 at W = 2 (both ranks alike): FP16_Optimizer.step flattens fp32 copies of each gradient
-    "z0_bf16_w2": {
-        "step:1": (172860, "fp16/fused_optimizer.py l.287: the list of p.grad.to(fp32) copies (N x 4 = 172,836 B) "
-                           "live while _flatten_dense_tensors (l.286, the ledger's fp32_grad) builds the flat one"),
-        "step:2": (172860, "the same per-parameter fp32 gradient copies, l.287"),
     },
 }
 UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
