@@ -55,3 +55,31 @@ def test_the_proxy_models_parameters_are_the_ledgers_load_entry():
     assert [u["site"] for u in row["in_ledger"]] == ["advisor/engine/worker.py:_param:533"]
     assert row["in_ledger"][0]["items"] == ["load_model_copy"] and row["in_ledger"][0]["ledger_bytes"] == 4096 * 4
     assert [u["site"] for u in row["unattributed"]] == ["advisor/engine/worker.py:_run_cell_tracked:826"]
+
+
+#: the gradients autograd makes inside DeepSpeedEngine.backward's loss.backward() (runtime/engine.py
+#: l.3428 in 0.19.8), as the worker's tracker names their allocation site
+AUTOGRAD = "deepspeed/runtime/engine.py:backward:3428"
+
+
+def test_the_gradients_autograd_makes_in_engine_backward_are_in_the_ledger():
+    # issue 15: at ZeRO-2 the gradients a hook has not yet moved into the ipg bucket are allocated
+    # by autograd under engine.backward; the ledger counts them (backward_transient at the autograd
+    # instant, reduce_transient's "gradients not yet in the bucket" at a flush), so whichever backward
+    # instant is the peak, a live entry names that site
+    rec = {0: {"accelerator": "cpu", "snapshots": {},
+               "tracker": [{"phase": "backward:1", "peak": 10 ** 6, "end": 10 ** 6,
+                            "unattributed": [{"site": AUTOGRAD, "bytes": 64 * 64 * 2}]}]}}
+    (row,) = M.peak_parity(CFG, INV, 1, rec)
+    assert not row["unattributed"]
+    (b,) = row["in_ledger"]
+    assert b["site"] == AUTOGRAD and set(b["items"]) & {"backward_transient", "reduce_transient"}
+
+
+def test_engine_backward_in_the_forward_phase_stays_unattributed():
+    # no gradient exists in forward: a storage from that site there is not one the ledger counts
+    rec = {0: {"accelerator": "cpu", "snapshots": {},
+               "tracker": [{"phase": "forward:1", "peak": 10 ** 6, "end": 10 ** 6,
+                            "unattributed": [{"site": AUTOGRAD, "bytes": 8192}]}]}}
+    (row,) = M.peak_parity(CFG, INV, 1, rec)
+    assert [u["site"] for u in row["unattributed"]] == [AUTOGRAD] and not row["in_ledger"]

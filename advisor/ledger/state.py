@@ -2237,6 +2237,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax).map(figure)
 
 
+#: Where a gradient autograd makes is allocated, as an allocation-level tracker sees it: inside
+#: ``loss.backward()`` of DeepSpeedEngine.backward (runtime/engine.py l.3428 in 0.19.8), before any
+#: ZeRO hook moves it. An entry counting such gradients cites it beside the hook that consumes them
+#: (measure.split_unclaimed matches a tracked site by this file and function).
+_AUTOGRAD_GRADS = "runtime/engine.py:DeepSpeedEngine.backward (loss.backward, l.3428)"
+
+
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
             offload_xl: tuple[int, int] = (0, 0)) -> None:
@@ -2352,7 +2359,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # "pre_reduce"). Not in the parity snapshots (bwd is taken after the reduce).
         b.add("accelerator", "gradients", "lp_grads", n_t * D, "in_backward",
               f"N x D = {n_t} x {D} (every param.grad until the boundary reduce)",
-              f"{S}.reduce_gradients (stage 1: no reduction in the backward hooks)")
+              f"{S}.reduce_gradients (stage 1: no reduction in the backward hooks); made by autograd in "
+              f"{_AUTOGRAD_GRADS}")
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
@@ -2389,13 +2397,15 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "max_p (n_p + s_p) x D (+ I_r x D once grads_in_partition exists): the gradient a backward hook "
                   "is moving into the ipg bucket and s_p, the one its autograd node made with it, not yet "
                   "accumulated (an nn.Linear's weight as its bias's hook runs; state.autograd_siblings)",
-                  f"{S}.reduce_independent_p_g_buckets_and_remove_grads")
+                  f"{S}.reduce_independent_p_g_buckets_and_remove_grads; made by autograd in "
+                  f"{_AUTOGRAD_GRADS}")
         b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
               "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
               "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "
               "(I_r + P - Cov_r) x D at the end of the epilogue (zero12_backward_transients)",
               f"{S}.allreduce_bucket (self.flatten(bucket)) / copy_grads_in_partition / "
-              "independent_gradient_partition_epilogue")
+              f"independent_gradient_partition_epilogue; the gradients not yet in the bucket made by autograd in "
+              f"{_AUTOGRAD_GRADS}")
         b.add("accelerator", "workspace", "grad_norm_fp64", norm, "step_norm",
               "largest gradient slice of the rank x 8 (fp64 copy, one slice at a time)",
               f"{S}.get_grad_norm_direct (g.data.to(get_norm_dtype()))")
