@@ -605,8 +605,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     """Per rank and tracker phase: the engine's high-water mark of live bytes (every storage the
     allocation tracker saw created and not yet freed) beside the ledger timeline's largest
     instant in that phase, and the relative difference; plus the storages no census claimed at the
-    engine's peak, split by :func:`split_unclaimed` into ``unattributed`` (no live ledger entry cites
-    their allocation site) and ``in_ledger`` (one does).
+    engine's peak (for ``initialize``, compared at its end: those at its end, the tracker's
+    ``end_unattributed``), split by :func:`split_unclaimed` into ``unattributed`` (no live ledger
+    entry cites their allocation site) and ``in_ledger`` (one does).
 
     Open world: the engine side counts *every* storage, not only those the census knows, so a
     buffer neither side names shows up as a difference. On a CPU accelerator the accelerator and
@@ -668,7 +669,10 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 cpu_only = got - ph["peak_excl_cpu_only"]
                 got = ph["peak_excl_cpu_only"]
             exp = ser[best] - gpu_only[best]
-            unattributed, in_ledger = split_unclaimed(ph["unattributed"], tl.entries[best], sources, tiers, model)
+            # the storages at the instant compared: initialize's end (the tracker's end_unattributed),
+            # else the phase's high-water mark
+            at = ph.get("end_unattributed", ph["unattributed"]) if ph["phase"] == "initialize" else ph["unattributed"]
+            unattributed, in_ledger = split_unclaimed(at, tl.entries[best], sources, tiers, model)
             rows.append({"rank": r, "phase": ph["phase"], "measured": got, "cpu_only": cpu_only, "ledger": exp,
                          "gpu_only": gpu_only[best],
                          "ledger_instant": keys[best], "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0),

@@ -268,12 +268,10 @@ class StorageTracker:
         (claimed by a census on the tracker's record of that allocation; ``claimed``, data_ptr -> item,
         is kept for callers) and, for storages no census claims, by
         allocation site (the unattributed ones, with their sizes)."""
-        out = []
-        for ph in self.order:
-            pk = self.peaks[ph]
+        def split(live: dict) -> tuple[dict[str, int], list[dict]]:
             by_item: dict[str, int] = {}
             unattributed: dict[str, int] = {}
-            for e in pk.get("live", {}).values():
+            for e in live.values():
                 nb, ptr, site = e
                 # claimed by the census that saw this allocation; an address alone is not enough:
                 # a freed storage's address is reused (a forward buffer at a later exp_avg's address)
@@ -282,11 +280,20 @@ class StorageTracker:
                     by_item[item] = by_item.get(item, 0) + nb
                 else:
                     unattributed[site] = unattributed.get(site, 0) + nb
+            return by_item, sorted(({"site": k, "bytes": v} for k, v in unattributed.items()),
+                                   key=lambda r: -r["bytes"])[:40]
+
+        out = []
+        for ph in self.order:
+            pk = self.peaks[ph]
+            by_item, unattributed = split(pk.get("live", {}))
+            # what no census claims at the phase's end too: measure compares initialize at its end
+            # (a transient of the phase, e.g. initialize_optimizer_states' zeros, is gone there)
+            end_unattributed = split(pk["end_live"])[1] if "end_live" in pk else unattributed
             out.append({"phase": ph, "peak": pk["bytes"], "end": pk.get("end", pk["bytes"]),
                         "peak_excl_cpu_only": pk.get("excl", pk["bytes"]),
-                        "by_item": by_item,
-                        "unattributed": sorted(({"site": k, "bytes": v} for k, v in unattributed.items()),
-                                               key=lambda r: -r["bytes"])[:40]})
+                        "by_item": by_item, "unattributed": unattributed,
+                        "end_unattributed": end_unattributed})
         return out
 
 
