@@ -119,9 +119,12 @@ def tier_bars(result: "EstimateResult") -> list[TierBar]:
     return bars
 
 
-def _svg_text(fig) -> str:
+def _svg_text(fig, tight: bool = False) -> str:
+    """The figure as SVG text; ``tight``: the canvas grows to every artist's extent (matplotlib's
+    ``bbox_inches="tight"``), so no text can run past the viewBox."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": f"ds-advisor {__version__}"})
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": f"ds-advisor {__version__}"},
+                **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
     text = buf.getvalue()
     text = re.sub(r"<\?xml[^>]*\?>\s*", "", text)
     text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
@@ -240,13 +243,37 @@ def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any], un
             mk.set_gid(f"timeline-peak-{tier}")
     ax.set_xticks(xs)
     # the instants in the text's words (row["label"]: "first optimizer step, sub-group 0: update"),
-    # not the JSON's keys ("first_step:g0:update")
-    ax.set_xticklabels([row.get("label") or row["instant"] for row in timeline], rotation=60, ha="right",
-                       fontsize=6)
+    # not the JSON's keys ("first_step:g0:update"); a long one wrapped to TICK_LINES lines of
+    # TICK_CHARS, cut with an ellipsis past them, its whole text in the tick's <title> (tooltip)
+    full = [row.get("label") or row["instant"] for row in timeline]
+    ticks = ax.set_xticklabels([tick_label_lines(t) for t in full], rotation=60, ha="right",
+                               rotation_mode="anchor", fontsize=6, linespacing=1.1)
+    for i, t in enumerate(ticks):
+        t.set_gid(f"timeline-tick-{i}")
     ax.set_ylabel(f"{unit_name(units)} live")
     ax.legend(loc="upper left", fontsize=8, frameon=False)
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.97, bottom=0.5)
-    return _svg_text(fig)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.97, bottom=0.35)
+    svg = _svg_text(fig, tight=True)  # the canvas reaches every label's end
+    for i, t in enumerate(full):
+        svg = svg.replace(f'<g id="timeline-tick-{i}">', f'<g id="timeline-tick-{i}">\n<title>{_e(t)}</title>', 1)
+    return svg
+
+
+#: x-tick labels of the timeline chart: at most this many characters a line, this many lines
+TICK_CHARS = 34
+TICK_LINES = 2
+
+
+def tick_label_lines(label: str, width: int = TICK_CHARS, lines: int = TICK_LINES) -> str:
+    """``label`` wrapped at its words to at most ``lines`` lines of ``width`` characters, the last
+    ending in an ellipsis when the label is longer (the chart keeps the whole label in a <title>)."""
+    import textwrap
+
+    parts = textwrap.wrap(label, width, break_long_words=True) or [label]
+    if len(parts) > lines:
+        rest = " ".join(parts[lines - 1:])
+        parts = parts[:lines - 1] + [rest[:width - 1].rstrip() + "\u2026"]
+    return "\n".join(parts)
 
 
 # --- optional sections from other modules --------------------------------------------------------
