@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -176,3 +178,81 @@ def test_measure_builds_in_its_own_seeded_folder_and_ignores_locks_elsewhere(tmp
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(old.parent.parent.parent))  # set by the user: checked
     with pytest.raises(m.MeasureError, match="stale torch-extensions build lock"):
         m.run_measure_many([cell], 1, workdir=str(tmp_path / "work"))
+
+
+# --- build locks in a folder the user set (issue 15) ----------------------------------------------
+
+
+def _lock(root, op):
+    p = root / op / "lock"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("")
+    return str(p)
+
+
+def test_a_fresh_lock_with_no_build_in_its_folder_is_an_orphan_named_with_its_age_and_how_to_remove_it(tmp_path):
+    lock = _lock(tmp_path, "deepspeed_shm_comm")  # a killed run's, seconds old: under the 10-minute stale mark
+    os.utime(lock, (time.time() - 30, time.time() - 30))
+    (found,) = extcache.build_locks(str(tmp_path))
+    assert found[0] == lock and 29 <= found[1] < 600
+    assert [p for p, _ in extcache.orphan_locks(str(tmp_path), samples=2, interval_s=0.05)] == [lock]
+    msg = extcache.held_lock_message([(lock, 30.0)])
+    assert lock in msg and "30 s old" in msg and f"rm {lock}" in msg and "\n" not in msg
+
+
+def test_a_lock_whose_folder_a_build_runs_in_is_held_not_an_orphan(tmp_path):
+    lock = _lock(tmp_path, "cpu_adam")
+    # a stand-in for the baton holder's ninja: torch runs it with the op folder as its cwd
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=os.path.dirname(lock))
+    try:
+        deadline = time.time() + 10
+        while not extcache.building_pids(os.path.dirname(lock)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert p.pid in extcache.building_pids(os.path.dirname(lock))
+        assert extcache.orphan_locks(str(tmp_path), samples=2, interval_s=0.05) == []
+        # nor is it removed after a killed run: it is that build's
+        assert extcache.remove_new_locks(str(tmp_path), set()) == [] and os.path.exists(lock)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_killed_run_removes_the_locks_it_made_and_only_those(tmp_path):
+    before = _lock(tmp_path, "async_io")
+    mine = _lock(tmp_path / "py311_cpu", "deepspeed_shm_comm")
+    assert extcache.remove_new_locks(str(tmp_path), {before}) == [mine]
+    assert os.path.exists(before) and not os.path.exists(mine)
+
+
+def _cells():
+    return [{"id": "c", "config": {}, "inventory": {}}]
+
+
+def test_measure_refuses_at_once_on_an_orphan_lock_in_the_folder_the_user_set(tmp_path, monkeypatch):
+    from advisor.engine import measure
+    lock = _lock(tmp_path / "ext", "deepspeed_shm_comm")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+
+    def launch(*a, **k):
+        raise AssertionError("launched although a lock no build holds was in the way")
+    monkeypatch.setattr(measure, "run_process_group", launch)
+    with pytest.raises(measure.MeasureError) as e:
+        measure.run_measure_many(_cells(), 1, workdir=str(tmp_path), timeout_s=600)
+    assert lock in str(e.value) and f"rm {lock}" in str(e.value)
+
+
+def test_a_timed_out_measure_removes_the_lock_its_ranks_left(tmp_path, monkeypatch):
+    from advisor.engine import measure
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    made = []
+
+    def launch(cmd, timeout_s, **kw):  # a rank took the shm_comm baton, then the launch timed out
+        made.append(_lock(ext, "deepspeed_shm_comm"))
+        return None
+    monkeypatch.setattr(measure, "run_process_group", launch)
+    with pytest.raises(measure.MeasureError) as e:
+        measure.run_measure_many(_cells(), 1, workdir=str(tmp_path), timeout_s=600)
+    assert made and not os.path.exists(made[0])
+    assert "timed out" in str(e.value) and f"removed the build lock(s) this run left: {made[0]}" in str(e.value)

@@ -194,3 +194,99 @@ def publish(run_dir: str, env: dict[str, str] | None = None) -> list[str]:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(old, ignore_errors=True)
     return done
+
+
+# --- build locks in a folder the user set (TORCH_EXTENSIONS_DIR) ---------------------------------
+#
+# torch's FileBaton (torch/utils/file_baton.py) creates ``<op>/lock`` with O_CREAT | O_EXCL and
+# waits, polling, while the file exists; its holder deletes it after the build
+# (torch/utils/cpp_extension.py _jit_compile: baton.release() in a finally). A process killed
+# while it holds the baton leaves the file, and every later build of that op waits on it forever.
+# The holder runs the build with the op folder as its working directory (_run_ninja_build:
+# subprocess.run(..., cwd=build_directory)), which is how a held lock is told from a left-over one.
+
+
+def build_locks(root: str, now: float | None = None) -> list[tuple[str, float]]:
+    """(path, age in seconds) of every op build ``lock`` under ``root`` (``<root>/<op>/lock`` or
+    ``<root>/<python_tag>/<op>/lock``, torch/utils/cpp_extension.py _get_build_directory), any age."""
+    now = time.time() if now is None else now
+    out = []
+    if not os.path.isdir(root):
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath[len(root):].count(os.sep) > 2:
+            dirnames[:] = []
+            continue
+        if "lock" in filenames:
+            p = os.path.join(dirpath, "lock")
+            try:
+                out.append((p, now - os.path.getmtime(p)))
+            except OSError:
+                continue
+    return sorted(out)
+
+
+def building_pids(op_dir: str, proc: str = "/proc") -> list[int]:
+    """Processes (of this user: /proc/<pid>/cwd of another user's cannot be read) whose working
+    directory is ``op_dir``: the ninja / compiler of a build holding that folder's lock. Empty
+    where /proc does not exist."""
+    want = os.path.realpath(op_dir)
+    pids = []
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return pids
+    for n in names:
+        if not n.isdigit():
+            continue
+        try:
+            if os.path.realpath(os.readlink(os.path.join(proc, n, "cwd"))) == want:
+                pids.append(int(n))
+        except OSError:
+            continue
+    return pids
+
+
+def orphan_locks(root: str, samples: int = 3, interval_s: float = 1.0, proc: str = "/proc",
+                 now: float | None = None) -> list[tuple[str, float]]:
+    """The locks of :func:`build_locks` with no build running in their folder (no process there,
+    :func:`building_pids`) in any of ``samples`` looks ``interval_s`` seconds apart (the holder
+    writes build.ninja before it starts ninja): left by a killed build, so a build of that op here
+    would wait forever. Takes about ``(samples - 1) x interval_s`` seconds when a lock exists."""
+    locks = build_locks(root, now)
+    for k in range(samples):
+        if not locks:
+            break
+        if k:
+            time.sleep(interval_s)
+        locks = [(p, a) for p, a in locks if os.path.exists(p) and not building_pids(os.path.dirname(p), proc)]
+    return locks
+
+
+def held_lock_message(locks: list[tuple[str, float]]) -> str:
+    """One line naming each lock, its age and how to remove it."""
+    def age(s: float) -> str:
+        return f"{s:.0f} s old" if s < 120 else f"{s / 60:.0f} min old"
+
+    return ("torch-extensions build lock(s) held with no build running in their folder: "
+            + ", ".join(f"{p} ({age(a)})" for p, a in locks)
+            + "; DeepSpeed's op build would wait on them until the timeout. If no build of that op runs, "
+              "remove them (rm " + " ".join(p for p, _ in locks)
+            + "), or unset TORCH_EXTENSIONS_DIR (each run then builds in a folder of its own)")
+
+
+def remove_new_locks(root: str, before: "set[str] | frozenset[str]", proc: str = "/proc") -> list[str]:
+    """After a run that was killed or timed out: remove the locks under ``root`` that were not
+    there before it (``before``: :func:`build_locks`' paths at its launch), i.e. its own builds'
+    batons, which its killed ranks never released; a lock whose folder another process is building
+    in (:func:`building_pids`) is that build's and stays. Returns the paths removed."""
+    gone = []
+    for p, _ in build_locks(root):
+        if p in before or building_pids(os.path.dirname(p), proc):
+            continue
+        try:
+            os.remove(p)
+            gone.append(p)
+        except OSError:
+            continue
+    return gone

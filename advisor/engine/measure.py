@@ -405,6 +405,18 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
         locks = [] if own_dir else stale_build_locks(env)  # a folder the user set may hold one
         if locks:
             raise MeasureError(stale_lock_message(locks))
+        root = env["TORCH_EXTENSIONS_DIR"]
+        if not own_dir:
+            # a younger lock with no build running in its folder (a killed run's): say so within
+            # seconds, not after the whole timeout (extcache.orphan_locks)
+            orphans = extcache.orphan_locks(root)
+            if orphans:
+                raise MeasureError(extcache.held_lock_message(orphans))
+        before = {p for p, _ in extcache.build_locks(root)}  # this run's own locks are the others
+        if before and progress is not None:
+            progress("waiting on the op build(s) running in " + ", ".join(sorted(os.path.dirname(p) for p in before))
+                     + " (their lock is held)")
+        removed: list[str] = []
         with open(log_path, "w") as log:
             stop = threading.Event()
             watcher = None
@@ -413,12 +425,16 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                 progress(f"launching {world_size} rank(s) of DeepSpeed ({len(job_cells)} config(s))")
                 watcher = threading.Thread(target=_watch_log, args=(log_path, progress, stop), daemon=True)
                 watcher.start()
+            rc = done = None
             try:
                 rc = run_process_group(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
+                done = True
             finally:
                 stop.set()
                 if watcher is not None:
                     watcher.join(timeout=5)
+                if not done or rc is None:  # killed or timed out: its ranks never released their batons
+                    removed = extcache.remove_new_locks(root, before)
         if own_dir:  # the ops this launch finished building, for the next run (also after a failure)
             extcache.publish(env["TORCH_EXTENSIONS_DIR"], env)
         results: dict[str, CellResult] = {c["id"]: CellResult(c["id"]) for c in job_cells}
@@ -442,6 +458,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                 fresh = stale_build_locks(env, max_age_s=0)
                 if fresh:
                     why += " while " + stale_lock_message(fresh).replace("stale ", "", 1)
+                if removed:
+                    why += "; removed the build lock(s) this run left: " + ", ".join(removed)
             if partial_ok:
                 last = [ln for ln in tail.splitlines() if "error" in ln.lower() or "exitcode" in ln]
                 for cid in incomplete:
