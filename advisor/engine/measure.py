@@ -100,24 +100,7 @@ def stale_build_locks(env: dict[str, str] | None = None, max_age_s: float = STAL
     under :func:`extensions_root` (``<root>/<python_tag>/<op>/lock`` or ``<root>/<op>/lock``):
     an interrupted build leaves it behind and every later build of that op waits on it forever
     (``torch/utils/file_baton.py`` FileBaton.wait)."""
-    root = extensions_root(env)
-    now = time.time() if now is None else now
-    out = []
-    if not os.path.isdir(root):
-        return out
-    for dirpath, dirnames, filenames in os.walk(root):
-        if dirpath[len(root):].count(os.sep) > 2:
-            dirnames[:] = []
-            continue
-        if "lock" in filenames:
-            p = os.path.join(dirpath, "lock")
-            try:
-                age = now - os.path.getmtime(p)
-            except OSError:
-                continue
-            if age > max_age_s:
-                out.append((p, age))
-    return sorted(out)
+    return [(p, age) for p, age in extcache.build_locks(extensions_root(env), now) if age > max_age_s]
 
 
 def stale_lock_message(locks: list[tuple[str, float]]) -> str:
