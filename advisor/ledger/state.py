@@ -1056,7 +1056,10 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
 _NEVER = -10**18
 
 
-def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
+def _zero3_replay_inputs(inv: Inventory, zero, W: int):
+    """What both fetch replays start from: (tensors, persistent flags, sequential all-gather, the
+    tensor indices of each owning module in first-use order, each tensor's module index, the module
+    names, numels, numels padded to W)."""
     tensors = inv.tensors
     keep = zero3_persistent(inv, zero)
     seq = bool(getattr(zero, "allgather_sequential", False))
@@ -1070,10 +1073,13 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
             members.append([])
         members[k].append(i)
         mod_of.append(k)
-    names = list(index)
-    M = len(members)
     numel = [t.numel for t in tensors]
-    pad = [-(-n // W) * W for n in numel]
+    return tensors, keep, seq, members, mod_of, list(index), numel, [-(-n // W) * W for n in numel]
+
+
+def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
+    tensors, keep, seq, members, mod_of, names, numel, pad = _zero3_replay_inputs(inv, zero, W)
+    M = len(members)
 
     # ---- first iteration: one module at a time, every parameter, no prefetch: a coalesced all-gather's
     # flat buffer sum pad_i x D beside its cats sum n_i x D; one parameter (or sequential) its own pad_i x D
@@ -1229,23 +1235,8 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
 def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     """The straightforward walk :func:`_zero3_fetch_replay` was made fast from (issue 21): kept only so
     a test compares the two on random inventories; the rules are :func:`zero3_fetch_replay`'s."""
-    tensors = inv.tensors
-    keep = zero3_persistent(inv, zero)
-    seq = bool(getattr(zero, "allgather_sequential", False))
-    index: dict[str, int] = {}
-    members: list[list[int]] = []
-    mod_of = []
-    for i, m in enumerate(module_names(inv)):
-        k = index.get(m)
-        if k is None:
-            k = index[m] = len(members)
-            members.append([])
-        members[k].append(i)
-        mod_of.append(k)
-    names = list(index)
+    tensors, keep, seq, members, mod_of, names, numel, pad = _zero3_replay_inputs(inv, zero, W)
     M = len(members)
-    numel = [t.numel for t in tensors]
-    pad = [-(-n // W) * W for n in numel]
 
     def gather(idx: list[int]) -> tuple[int, dict[int, int]]:
         # (flat buffer bytes, {param: its data bytes once waited}) of one all-gather of idx
