@@ -772,7 +772,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
-                           cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl)
+                           cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl,
+                           save_dir=a.save_dir, save_interval_s=a.save_interval)
     load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage)
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)

@@ -298,3 +298,48 @@ def test_estimate_save_interval_without_save_dir_is_one_line(tmp_path):
     assert p.stderr.strip().splitlines() == [
         "ds-advisor: estimate: --save-interval: the saves' writes per day need --save-dir (the tier they go to) "
         "(see ds-advisor estimate --help)"]
+
+
+def test_T002_counts_checkpoint_saves_on_the_swap_tier(tmp_path):
+    """T002 under estimate --save-dir on the swap's tier takes the tier's whole per-day writes.
+    By hand: ZeRO-3 optimizer swap of 1e9 parameters over 32 ranks (4 nodes x 8) writes the fp32
+    master, exp_avg, exp_avg_sq and fp32 gradient, 16 B x 1e9 / 4 per node per step, x 8,640
+    steps/day at 10 s = 3.456e13 B/day; a save writes each rank's optimizer-state shard (fp32
+    master and two moments, 12 B per element; zero/stage3.py _save_zero_checkpoint), the busiest
+    node 12 B x 1e9 / 4 = 3e9 B, x 1,440 saves/day at 60 s = 4.32e12 B/day. A drive rated
+    13,824 TBW lasts 400 days under the swap alone (no T002: over a year) and 355.6 under both
+    (T002, naming both parts), the figure estimate's endurance line shows."""
+    from tests.conftest import run_cli
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "optimizer": {"type": "AdamW"},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {
+                                   "device": "nvme", "nvme_path": "/lustre/swap"}}}))
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"nodes": 4, "accelerators_per_node": 8, "host_memory_bytes": 1e12,
+                              "accelerator": {"name": "toy", "memory_bytes": 8e10},
+                              "storage": [{"name": "lustre", "mounts": ["/lustre"], "capacity_bytes": 1e15,
+                                           "read_bytes_per_s": 100e9, "write_bytes_per_s": 100e9,
+                                           "access": "read-write", "endurance": {"tbw": 13_824}}]}))
+    base = ["estimate", str(cfg), "--params", "1e9", "--hardware", str(hw), "--seq-len", "1024",
+            "--step-time", "10", "--format", "json"]
+    alone = json.loads(run_cli(base).stdout)
+    assert not [f for f in alone["findings"] if f["code"] == "T002"]
+    ln0 = next(x for x in alone["movement"]["endurance"] if x["tier"] == "lustre")
+    assert ln0["days_of_life"] == pytest.approx(1.3824e16 / 3.456e13, rel=1e-4)  # 400 days
+    p = run_cli([*base, "--save-dir", "/lustre/ck", "--save-interval", "60"])
+    assert p.returncode in (0, 1), p.stderr
+    d = json.loads(p.stdout)
+    (f,) = [f for f in d["findings"] if f["code"] == "T002"]
+    swap, saves = 16e9 / 4 * 8640, 12e9 / 4 * 1440
+    assert f["data"]["swap_bytes_per_day"] == pytest.approx(swap, rel=1e-4)
+    assert f["data"]["checkpoint_bytes_per_day"] == pytest.approx(saves, rel=1e-4)
+    assert f["data"]["bytes_written_per_day"] == pytest.approx(swap + saves, rel=1e-4)
+    assert f["data"]["days_of_life"] == pytest.approx(1.3824e16 / (swap + saves), rel=1e-4)  # 355.6 days
+    ln = next(x for x in d["movement"]["endurance"] if x["tier"] == "lustre")
+    assert f["data"]["bytes_written_per_day"] == ln["write_bytes_per_day"]
+    assert f["data"]["days_of_life"] == ln["days_of_life"]
+    assert "of checkpoint saves to /lustre/ck, on the same tier" in f["message"]
+    # saves on another path no tier holds: the swap alone, no T002
+    other = json.loads(run_cli([*base, "--save-dir", "/home/ck", "--save-interval", "60"]).stdout)
+    assert not [f for f in other["findings"] if f["code"] == "T002"]

@@ -1150,6 +1150,38 @@ def shared_tier_wear(bytes_per_day: dict[str, float], rated_write_bytes: float |
             "drive_writes_per_day": total / capacity_bytes if capacity_bytes else None}
 
 
+def movement_plan(plan: "Plan") -> "Plan":
+    """The plan the movement, step-time and checkpoint ledgers read: ``plan`` itself, except under
+    expert parallelism alone (no tensor or pipeline parallelism), where it holds the rank's experts
+    (:func:`advisor.model.parallel.shard`); under tensor/pipeline parallelism those ledgers shard
+    the model themselves (per stage, the tensor-parallel shard over its ZeRO group)."""
+    cluster = plan.cluster
+    if cluster.model_parallel and cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
+        from advisor.model.parallel import shard
+        inv = shard(plan.inventory, 1, 1, cluster.expert_parallel)[0].inventory
+        from advisor.plan import Plan
+        return Plan(config=plan.config, inventory=inv, cluster=cluster, workload=plan.workload, loaded=plan.loaded)
+    return plan
+
+
+def saves_on_tier(swap_bytes_per_day: float, checkpoint_bytes_per_day: float, rated_write_bytes: float | None,
+                  capacity_bytes: int | None, save_dir: str | None) -> dict[str, Any]:
+    """The fields of an NVMe swap's endurance line (:class:`EnduranceLine`, or its dict in
+    estimate's movement section) once checkpoint saves to ``save_dir`` write to the same tier:
+    ``write_bytes_per_day`` = the swap's + the saves' bytes per day and the wear of that sum
+    (:func:`shared_tier_wear`), with ``swap_bytes_per_day``, ``checkpoint_bytes_per_day`` and
+    ``checkpoint_save_dir`` naming the parts. The one place estimate's endurance line
+    (``views/estimate.share_save_tier``) and the T rules (``rules/_util.movements_and_endurance``)
+    take the shared figure from. E.g. 1e13 B/day of swap + 2e12 B/day of saves on a drive rated
+    1.2e15 B: ``write_bytes_per_day`` 1.2e13, ``days_of_life`` 100."""
+    out: dict[str, Any] = dict(shared_tier_wear({"swap": swap_bytes_per_day, "checkpoint": checkpoint_bytes_per_day},
+                                                rated_write_bytes, capacity_bytes))
+    out["write_bytes_per_day"] = out.pop("bytes_written_per_day")
+    out.update(swap_bytes_per_day=swap_bytes_per_day, checkpoint_bytes_per_day=checkpoint_bytes_per_day,
+               checkpoint_save_dir=save_dir)
+    return out
+
+
 def implied_step_time(line: Any) -> float | None:
     """Seconds per step the tier's NVMe traffic alone takes on one node: its writes at the drive's
     write bandwidth plus its reads at its read bandwidth (one drive serves both;
@@ -1200,6 +1232,16 @@ class EnduranceLine:
     checkpoint_bytes_per_day: float | None = None
     swap_bytes_per_day: float | None = None
     checkpoint_save_dir: str | None = None
+
+    def add_saves(self, checkpoint_bytes_per_day: float, save_dir: str | None) -> None:
+        """Count checkpoint saves to this tier (bytes per day, at the save interval) in its
+        per-day writes and wear (:func:`saves_on_tier`); needs the swap's per-day figure
+        (``write_bytes_per_day``, i.e. a step time)."""
+        if self.write_bytes_per_day is None:
+            raise ValueError("the swap's bytes per day need a step time")
+        for k, v in saves_on_tier(self.write_bytes_per_day, checkpoint_bytes_per_day, self.rated_write_bytes,
+                                  self.capacity_bytes, save_dir).items():
+            setattr(self, k, v)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -16,6 +16,13 @@ at the rated write bandwidth plus its reads at the read bandwidth) would give wr
 drive cannot physically do: the finding then says so and gives the figures at the step time
 that traffic implies (``data.implied_step_time_seconds``), as T001 does.
 
+Checkpoints saved to the same tier (``estimate --save-dir`` on it, with ``--save-interval``)
+wear the same drive: the per-day writes and the projected life then count the swap's writes and
+the saves' (the tier's bytes per save x saves per day), the same total estimate's endurance line
+shows (``advisor.ledger.movement.saves_on_tier``), and the finding names both parts
+(``data.swap_bytes_per_day``, ``data.checkpoint_bytes_per_day``). A swap that alone would last a
+year may not with the saves beside it.
+
 Anti-pattern (a 2 TB consumer drive rated 1,200 TBW, 30 s per step, 6.7B parameters)::
 
     "offload_optimizer": {"device": "nvme", "nvme_path": "/scratch/nvme"}

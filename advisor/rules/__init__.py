@@ -75,6 +75,11 @@ class LintContext:
     #: The command's resolved workload (advisor.views.workload.ResolvedWorkload: values, their
     #: origins, the sidecar read and how it disagrees with the config) for rule W002; None in lint.
     workload: Any = None
+    #: Where checkpoints are saved (``estimate --save-dir``) and the seconds between saves
+    #: (``--save-interval``): when the save dir lies on a tier the NVMe swap writes to, the T
+    #: rules count the saves' writes per day too (``rules/_util.movements_and_endurance``).
+    save_dir: str | None = None
+    save_interval_s: float | None = None
     cache: LintCache = field(default_factory=LintCache)
 
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.findings import pointer
+from advisor.findings import literal, pointer
 from advisor.units import days_text
 
 AUTO = "auto"
@@ -61,8 +61,11 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
     """(per-rank movements per step, per-storage-tier endurance lines) for the context's plan
     and hardware (``advisor.ledger.movement.movement_for`` / ``endurance_report``), computed once per
     lint run and shared by the T rules through ``ctx.cache.movements``. Needs ``ctx.hardware``
-    and an inventory."""
-    key = (id(ctx.hardware), ctx.step_time_s)
+    and an inventory. With ``ctx.save_dir`` on a tier the swap writes to (estimate
+    ``--save-dir``, a step time and a save interval), that tier's line counts the saves' bytes
+    per day too (:meth:`advisor.ledger.movement.EnduranceLine.add_saves`, the figure estimate's
+    endurance line shows: the checkpoint plan's ``checkpoint_bytes_per_day``)."""
+    key = (id(ctx.hardware), ctx.step_time_s, ctx.save_dir, ctx.save_interval_s)
     cached = ctx.cache.movements
     if cached is None or cached[0] != key:
         from advisor.ledger.movement import endurance_report, movement_for
@@ -78,10 +81,35 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
         node = hw.accelerators_per_node if hw is not None and hw.accelerators_per_node else 1
         moves = movement_for(plan, hw, ranks=range(node))
         from advisor.ledger.movement import _ranks_per_node, nodes_of
-        cached = (key, moves, endurance_report(moves, hw, ctx.step_time_s,
-                                               nodes=nodes_of(plan.cluster.world_size, _ranks_per_node(plan, hw))))
+        lines = endurance_report(moves, hw, ctx.step_time_s,
+                                 nodes=nodes_of(plan.cluster.world_size, _ranks_per_node(plan, hw)))
+        if ctx.save_dir and ctx.step_time_s and hw is not None and ctx.plan is not None:
+            _add_checkpoint_saves(ctx, lines)
+        cached = (key, moves, lines)
         ctx.cache.movements = cached
     return cached[1], cached[2]
+
+
+def _add_checkpoint_saves(ctx: Any, lines: list) -> None:
+    """Checkpoint saves to ``ctx.save_dir`` on a tier one of ``lines`` (EnduranceLines) writes
+    swap to: that line counts their bytes per day (the checkpoint plan of the plan estimate's
+    checkpoint section lists, ``advisor.ledger.movement.movement_plan``, at ``ctx.save_interval_s``;
+    None without an interval, and then nothing is added)."""
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.ledger.movement import movement_plan
+
+    tier = ctx.hardware.tier_for_path(ctx.save_dir)
+    ln = next((x for x in lines if tier is not None and x.tier == tier.name and x.write_bytes_per_step
+               and x.write_bytes_per_day is not None), None)
+    if ln is None:
+        return
+    cp = checkpoint_plan(movement_plan(ctx.plan), hardware=ctx.hardware, save_dir=ctx.save_dir,
+                         save_interval_s=ctx.save_interval_s, step_time_s=ctx.step_time_s)
+    if cp.files.unsupported:
+        return
+    per_day = (cp.storage() or {}).get("checkpoint_bytes_per_day")
+    if per_day is not None:
+        ln.add_saves(per_day, ctx.save_dir)
 
 
 def hf_findings(ctx: Any) -> list:
@@ -122,11 +150,22 @@ def per_day_text(line: Any, step_time_s: float, tier: Any, data: dict, sizes: di
         data["implied_step_time_seconds"] = io
         sizes["write_bytes_per_s"] = line.write_bytes_per_step / step_time_s
     spd = 86400 / t
-    per_day = line.write_bytes_per_step * getattr(line, "writing_nodes", 1) * spd  # a shared tier: every node's
+    # the line's figures (advisor.ledger.movement.endurance_report, at this step time or the one the
+    # traffic implies; a shared tier: every node's writes), checkpoint saves to the tier included
+    per_day = line.write_bytes_per_day
+    if per_day is None:  # a line made without a step time
+        per_day = line.write_bytes_per_step * getattr(line, "writing_nodes", 1) * spd
     out += f"at {t:,.1f} s per step ({spd:,.0f} steps/day) that is {{bytes_written_per_day:T1}} written per day" \
         if t != step_time_s else \
         f"at {t:g} s per step ({spd:,.0f} steps/day) that is {{bytes_written_per_day:T1}} written per day"
     sizes["bytes_written_per_day"] = per_day
+    ck = getattr(line, "checkpoint_bytes_per_day", None)
+    if ck is not None:
+        out += (" ({swap_bytes_per_day:T1} of NVMe swap + {checkpoint_bytes_per_day:T1} of checkpoint saves to "
+                + literal(str(line.checkpoint_save_dir)) + ", on the same tier)")
+        sizes.update(swap_bytes_per_day=line.swap_bytes_per_day, checkpoint_bytes_per_day=ck)
+        data.update(swap_bytes_per_day=line.swap_bytes_per_day, checkpoint_bytes_per_day=ck,
+                    checkpoint_save_dir=line.checkpoint_save_dir)
     days = tier.rated_write_bytes / per_day if tier.rated_write_bytes and per_day else None
     data.update(step_time_seconds=step_time_s, steps_per_day=spd, bytes_written_per_day=per_day,
                 days_of_life=days if days is not None else line.days_of_life)

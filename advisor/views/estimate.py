@@ -33,6 +33,7 @@ from advisor.findings import Finding, literal
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
 from advisor.ledger.ranks import RankSet, rank_fields
+from advisor.ledger.movement import movement_plan  # noqa: F401  (re-exported: estimate's callers name it here)
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, checkpoint_load_dtype,
                                      hf_zero3, rank_only_entries, resolve_load, role_timeline, zero12_flat_fallback)
@@ -1012,19 +1013,6 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                           overhead=overhead, sections=sections, load=load)
 
 
-def movement_plan(plan: Plan) -> Plan:
-    """The plan the movement, step-time and checkpoint ledgers read: ``plan`` itself, except under
-    expert parallelism alone (no tensor or pipeline parallelism), where it holds the rank's experts
-    (:func:`advisor.model.parallel.shard`); under tensor/pipeline parallelism those ledgers shard
-    the model themselves (per stage, the tensor-parallel shard over its ZeRO group)."""
-    cluster = plan.cluster
-    if cluster.model_parallel and cluster.tensor_parallel == 1 and cluster.pipeline_parallel == 1:
-        from advisor.model.parallel import shard
-        inv = shard(plan.inventory, 1, 1, cluster.expert_parallel)[0].inventory
-        return Plan(config=plan.config, inventory=inv, cluster=cluster, workload=plan.workload, loaded=plan.loaded)
-    return plan
-
-
 def step_time_section(plan: Plan, hardware: Any, workload: Workload, acts: Any) -> dict[str, Any]:
     """The step-time model's figures for estimate (:func:`advisor.ledger.steptime.step_time`),
     JSON-ready: step seconds, the breakdown by resource (busy and exposed), every term, and the
@@ -1076,7 +1064,7 @@ def share_save_tier(endurance: list[dict[str, Any]], cp: Any) -> None:
     ``write_bytes_per_day`` and its wear recomputed (:func:`advisor.ledger.movement.shared_tier_wear`),
     with ``checkpoint_bytes_per_day``, ``swap_bytes_per_day`` and ``checkpoint_save_dir`` naming
     the parts. Nothing changes when the tiers differ or the swap writes nothing there."""
-    from advisor.ledger.movement import shared_tier_wear
+    from advisor.ledger.movement import saves_on_tier
     if cp is None or cp.tier is None:
         return
     ln = next((x for x in endurance if x.get("tier") == cp.tier.name and x.get("write_bytes_per_step")), None)
@@ -1089,10 +1077,8 @@ def share_save_tier(endurance: list[dict[str, Any]], cp: Any) -> None:
     ck_per_day = (cp.storage() or {}).get("checkpoint_bytes_per_day")
     if swap_per_day is None or ck_per_day is None:
         return
-    ln.update(shared_tier_wear({"swap": swap_per_day, "checkpoint": ck_per_day}, ln.get("rated_write_bytes"),
-                               ln.get("capacity_bytes")))
-    ln["write_bytes_per_day"] = ln.pop("bytes_written_per_day")
-    ln.update(swap_bytes_per_day=swap_per_day, checkpoint_bytes_per_day=ck_per_day, checkpoint_save_dir=cp.save_dir)
+    ln.update(saves_on_tier(swap_per_day, ck_per_day, ln.get("rated_write_bytes"), ln.get("capacity_bytes"),
+                            cp.save_dir))
 
 
 def _offloads_to_nvme(plan: Plan) -> bool:

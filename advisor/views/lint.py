@@ -118,7 +118,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                 hardware: "Hardware | None" = None, step_time_s: float | None = None,
                 cluster: "Cluster | None" = None, release: "Release | None" = None,
                 plan: "Plan | None" = None, keep_refusals: bool = False,
-                workload: Any = None) -> list[Finding]:
+                workload: Any = None, save_dir: str | None = None,
+                save_interval_s: float | None = None) -> list[Finding]:
     """All findings for one config, located (line/column) and sorted.
 
     ``world_size``: total ranks, when known; ``dp_world_size`` defaults to it, divided by the
@@ -141,6 +142,9 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     names (:mod:`advisor.config.suppress`; a malformed entry is an S007 finding).
     ``workload``: the command's :class:`advisor.views.workload.ResolvedWorkload` (estimate, check,
     report): rule W002 compares the sidecar it read with the config.
+    ``save_dir`` / ``save_interval_s`` (estimate's ``--save-dir`` / ``--save-interval``, seconds):
+    checkpoint saves on the NVMe swap's tier count in T001/T002's writes per day, as in
+    estimate's endurance line.
     ``keep_refusals``: for the commands that gate on :func:`advisor.rules.refusals` (estimate,
     check, report, preflight, measure): a suppressed finding whose rule refuses is kept, its
     message saying it was suppressed -- suppression hides a finding, it does not make DeepSpeed
@@ -164,7 +168,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
                       dp_world_size=dp_world_size,
                       inventory=inventory, hf=hf, release=release,
                       trainer_args=dict(trainer_args) if hf and trainer_args is not None else None,
-                      hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan, workload=workload)
+                      hardware=hardware, step_time_s=step_time_s, cluster=cluster, plan=plan, workload=workload,
+                      save_dir=save_dir, save_interval_s=save_interval_s)
     schema = validate_config(loaded, hf=hf)
     findings: list[Finding] = list(schema)
     if release is not None:
