@@ -25,6 +25,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
     """Print an error (``ds-advisor: MESSAGE``) on stderr and return the Exit (``code``, by default
     exit 2) to raise. Piped, it is one line (the contract for bad input: scripts and tests read it
     whole); on a terminal it is folded at word boundaries like every message (:func:`_say`)."""
+    from advisor.errors import cut_numbers
+    message = cut_numbers(message)  # a config value of thousands of digits is echoed cut
     if _stderr_is_terminal():
         _say(f"ds-advisor: {message}")
     else:
@@ -458,9 +460,10 @@ def _say(message: str) -> None:
     to stderr's width like every text report (:func:`advisor.render.style.width`: the terminal's,
     else ``COLUMNS``, else 100; :func:`advisor.render.style.wrap`): continuation lines hang 4
     columns, and a path or other single word is never split."""
+    from advisor.errors import cut_numbers
     from advisor.render.escape import safe_text
     from advisor.render.style import width, wrap
-    click.echo(wrap(safe_text(message), width(sys.stderr)), err=True)
+    click.echo(wrap(safe_text(cut_numbers(message)), width(sys.stderr)), err=True)
 
 
 def _render(view: str, fmt: str, result, **kw) -> str:
@@ -1832,7 +1835,8 @@ def report(config, est, output, force):
     warnings: list[str] = []
     result = _build_estimate(config, est, warnings)
     try:
-        write_atomic(output, render_html(result, units=_display().get("units", "GiB")), force=force)
+        from advisor.errors import cut_numbers  # as render.render does for every other report
+        write_atomic(output, cut_numbers(render_html(result, units=_display().get("units", "GiB"))), force=force)
     except FileExistsError as e:
         raise _fail(str(e))
     except OSError as e:

@@ -28,6 +28,48 @@ def cut(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+#: A number as printed (plain digits, or digits grouped in threes by commas as ``f"{n:,}"`` writes
+#: them) longer than :data:`MAX_ECHO_CHARS`: no figure the tool computes is (bytes up to 10^21 are
+#: 29 characters with separators), so it echoes a user's value (a 4,000-digit bucket size).
+_LONG_NUMBER = None
+
+
+def _long_number():
+    import re
+    global _LONG_NUMBER
+    if _LONG_NUMBER is None:
+        n = MAX_ECHO_CHARS + 1
+        _LONG_NUMBER = re.compile(r"(?<![\d,])(?:\d{1,3}(?:,\d{3}){%d,}|\d{%d,})(?![\d])" % (n // 4, n))
+    return _LONG_NUMBER
+
+
+def cut_numbers(text: str) -> str:
+    """``text`` with every number printed longer than :data:`MAX_ECHO_CHARS` characters cut by
+    :func:`cut` (its first 60 characters, then how many it had). A config value of thousands of
+    digits (a JSON integer may have 4,300) is echoed by findings' messages and fixes, ``--explain``'s
+    formulas and the estimate/check text; every output passes through here once
+    (:func:`advisor.render.render` for reports, ``cli._fail`` / ``cli._say`` for stderr), so no
+    message prints one whole. Text without such a number is returned as is (one regex search)."""
+    rx = _long_number()
+    if rx.search(text) is None:
+        return text
+
+    def one(m) -> str:
+        s = m.group(0)
+        return cut(s) if len(s) > MAX_ECHO_CHARS else s
+    return rx.sub(one, text)
+
+
+def cut_numbers_in_json(text: str) -> str:
+    """:func:`cut_numbers` for a JSON document: only inside its strings (messages, fixes,
+    formulas); a JSON number keeps every digit (it is data, and a cut one would not parse)."""
+    rx = _long_number()
+    if rx.search(text) is None:
+        return text
+    import re
+    return re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: cut_numbers(m.group(0)), text)
+
+
 def _max_int_digits() -> int:
     """The most digits Python's ``int()`` converts from text (``sys.get_int_max_str_digits()``,
     4,300 by default since 3.11; 0 means no limit, then this module uses the default)."""
