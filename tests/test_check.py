@@ -377,6 +377,88 @@ def test_nvme_path_missing_is_no_go(tmp_path):
     assert not missing.exists()  # check never creates it
 
 
+def _optimizer_swap_config(tmp_path: Path, nvme_path: str) -> Path:
+    """ZeRO-3 bf16 AdamW with only the optimizer swapped to ``nvme_path`` (defaults otherwise:
+    sub_group_size 1e9, aio block_size 1 MiB, intra_op_parallelism 1)."""
+    p = tmp_path / "opt_nvme.json"
+    p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                             "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+                             "zero_optimization": {"stage": 3, "offload_optimizer": {
+                                 "device": "nvme", "nvme_path": nvme_path}}}))
+    return p
+
+
+def _swap_bytes_by_hand(n: int, ranks: int) -> int:
+    """NVMe bytes one node's ``ranks`` ranks write for ``--params n`` (n a power of two >= 2^23,
+    so every partition is aligned): each rank's partition n / ranks elements is one sub-group
+    (sub_group_size 1e9 > n / ranks up to 2^32 params) of >= 1 MiB at 4 B/element, so it is swapped
+    (stage3.py:_swappable_optimizer_subgroup, optimizer_utils.py:180 min_aio_bytes = max(1 MiB,
+    block_size)); its files are the fp32 master and both Adam moments
+    (partitioned_optimizer_swapper.py:swap_out_optimizer_state) and the fp32 gradient
+    (optimizer_utils.py:_swap_out_gradients), 4 B per element each, padded to 1024 B x
+    intra_op_parallelism (optimizer_utils.py:181), which a power of two already is."""
+    return ranks * (n // ranks) * (4 + 4 + 4 + 4)
+
+
+def _statvfs_free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_nvme_need_by_hand_against_the_real_free_space(tmp_path):
+    """check compares the swap bytes of this node's 8 ranks with the free space statvfs gives
+    for the nvme_path's filesystem (no test hook): 2^23 parameters need 16 B x 2^23 =
+    134,217,728 B, which a real temporary directory holds (go, no K104); a model whose need is over
+    twice that filesystem's free space is no-go with K104 naming both figures."""
+    nv = tmp_path / "nvme"
+    nv.mkdir()
+    bin_ = fake_smi(tmp_path, gpus(H100, 8))
+    env = {**TORCHRUN_8, "DS_ADVISOR_TEST_LIBAIO": "1"}
+    args = ["--host-memory", "1PB", "--gpu-memory", "1PB"]
+    cfg = _optimizer_swap_config(tmp_path, str(nv))
+    rc, d, err = check([str(cfg), "--params", str(1 << 23), *args], env, bin_)
+    t = tier(d, "nvme")
+    assert t["need"] == _swap_bytes_by_hand(1 << 23, 8) == 134_217_728
+    assert t["capacity_source"] == "free space (statvfs)"
+    free = _statvfs_free(nv)
+    assert abs(t["capacity"] - free) <= max(1 << 30, free // 100)  # the disk is shared: it moves a little
+    assert t["verdict"] == "go" and "K104" not in codes(d), (d["findings"], err)
+    # 16 B x n > 2 x free: no-go, by the real statvfs figure
+    n = 1 << 23
+    while _swap_bytes_by_hand(n, 8) <= 2 * free:
+        n <<= 1
+    rc, d, err = check([str(cfg), "--params", str(n), *args], env, bin_)
+    t = tier(d, "nvme")
+    assert t["need"] == _swap_bytes_by_hand(n, 8) and t["verdict"] == "no-go"
+    assert rc == 1 and d["verdict"] == "no-go", err
+    (k,) = [f for f in d["findings"] if f["code"] == "K104"]
+    assert k["data"]["need"] == t["need"] and k["data"]["free"] == t["capacity"]
+    assert k["pointer"] == "/zero_optimization/offload_optimizer/nvme_path" and "Traceback" not in err
+    assert list(nv.iterdir()) == []  # the probe leaves nothing behind
+
+
+def test_nvme_free_space_unreadable_is_a_warning_not_a_silent_go(tmp_path, monkeypatch):
+    """statvfs failing on an existing nvme_path leaves no capacity to compare with: check says
+    so (a warning naming the path and the need), no traceback and no nvme verdict row."""
+    import shutil
+    from advisor.config.loading import load_config
+    from advisor.model.inventory import from_param_count
+    from advisor.views import check as chk
+
+    nv = tmp_path / "nvme"
+    nv.mkdir()
+
+    def broken(path):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(shutil, "disk_usage", broken)
+    res = chk.run_check(load_config(str(_optimizer_swap_config(tmp_path, str(nv)))), from_param_count(1 << 23),
+                        env={"PATH": "", "DS_ADVISOR_TEST_LIBAIO": "1", **TORCHRUN_8}, gpu_memory=10**15,
+                        host_memory=10**15)
+    assert not [t for t in res.tiers if t.tier.startswith("nvme")]
+    (w,) = [w for w in res.warnings if w.startswith(f"nvme_path {nv}")]
+    assert "free space unknown (cannot stat the filesystem: Input/output error)" in w and "0.12 GiB" in w
+
+
 def test_nvme_path_read_only_is_no_go(tmp_path):
     """A read-only bind mount of a real temporary directory (root ignores chmod); /proc when
     mounting is not allowed here."""

@@ -848,6 +848,12 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         libaio = probe_libaio(env)
         nv_rows = _nvme_tiers(paths)
         tiers.extend(nv_rows)
+        for p in paths:  # a folder whose filesystem statvfs cannot read: no row, so say it is unchecked
+            if p.is_dir and p.free is None:
+                warning_sizes[len(warnings)] = t = (
+                    literal(f"nvme_path {p.path}: free space unknown ({p.write_error}): ") + "its swap files "
+                    "({need}) are not checked against it", {"need": p.need})
+                warnings.append(render_sized(*t, DEFAULT_UNITS))
         nv_findings += _nvme_findings(paths, nv_rows, libaio)
     for t in tiers:
         if t.capacity is None:
