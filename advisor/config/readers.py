@@ -282,6 +282,48 @@ def list_length_at(text: str, key: str) -> int | None:
     return n if type(n) is int and n >= 0 else None
 
 
+def first_entry_at(text: str, key: str) -> str | None:
+    """The first character of the first entry of the list at ``key`` of the JSON object ``text``
+    (its top level), read without parsing that list: the top level's other values are skipped by
+    ``json``'s own decoder, the key read by its string scanner. ``"]"`` for an empty list; None
+    when ``text`` is not an object with a list at ``key``, names ``key`` twice (``json.loads``
+    keeps the last, which this scan does not reach), or is malformed before the list: the full
+    parse then says what is wrong.
+
+    Lets a caller refuse a list whose entries cannot be what it needs (an inventory's tensors are
+    objects) before parsing millions of them: a 64 MiB ``{"tensors": [[], [], ...]}`` (22M
+    entries, none an object, so :func:`list_length_at` is never asked) took 16 s and 1.7 GB to
+    parse before its first entry was refused (issue 21)."""
+    import re
+    from json.decoder import scanstring
+    ws = re.compile(r"[ \t\n\r]*")
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+    try:
+        i = ws.match(text, 0).end()
+        if text[i:i + 1] != "{":
+            return None
+        i = ws.match(text, i + 1).end()
+        while text[i:i + 1] == '"':
+            k, i = scanstring(text, i + 1)
+            i = ws.match(text, i).end()
+            if text[i:i + 1] != ":":
+                return None
+            i = ws.match(text, i + 1).end()
+            if k == key:
+                if text[i:i + 1] != "[" or text.find(json.dumps(key), i) >= 0:
+                    return None
+                j = ws.match(text, i + 1).end()
+                return text[j:j + 1] or None
+            _, i = decoder.raw_decode(text, i)
+            i = ws.match(text, i).end()
+            if text[i:i + 1] != ",":
+                return None
+            i = ws.match(text, i + 1).end()
+    except (ValueError, RecursionError):  # malformed, non-finite, digit limit, deep: the full parse's to say
+        return None
+    return None
+
+
 def long_number_at(text: str) -> tuple[int | None, int | None]:
     """(line, column) of the first run of digits in ``text`` longer than Python converts
     (:func:`advisor.errors.digits_problem`), or (None, None): where a parser's digit-limit error is."""
@@ -497,4 +539,4 @@ def read_json_file(path: str, *, limit: int, what: str, error: ErrorFactory = co
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_MODEL_BYTES", "MAX_HARDWARE_BYTES", "MAX_YAML_BYTES", "MAX_DEPTH",
            "MAX_YAML_NODES", "read_bytes", "read_text", "decode_text", "parse_json", "parse_yaml",
-           "read_json_file", "list_length_at", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]
+           "read_json_file", "list_length_at", "first_entry_at", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]

@@ -246,16 +246,30 @@ def _over_limit(n: int, source: str) -> ModelSpecError:
 
 
 def refuse_over_limit(text: str, source: str) -> None:
-    """Raise ModelSpecError (the message :func:`from_dict` gives) when ``text``, an inventory's
-    JSON, lists more than MAX_TENSORS tensors, before it is parsed into objects.
+    """Raise ModelSpecError (a message :func:`from_dict` gives) when ``text``, an inventory's
+    JSON, may list more than MAX_TENSORS tensors and is refused, before it is parsed into objects.
 
-    Only a text with more than MAX_TENSORS ``{`` can list that many tensor objects, so any other
-    text costs one ``str.count``; one that has them is counted by
-    :func:`advisor.config.readers.list_length_at` (no object kept). Entries that are not objects
-    are still counted by :func:`from_dict` after the parse."""
+    A list of more than MAX_TENSORS entries has at least MAX_TENSORS commas, so any other text
+    costs one ``str.count``. Past that:
+
+    * only a text with more than MAX_TENSORS ``{`` can list that many tensor objects; one that
+      has them is counted by :func:`advisor.config.readers.list_length_at` (no object kept) and
+      refused over the limit;
+    * a list whose first entry is not an object (``[[64, 64], ...]``, ``[1, 1, ...]``) is refused
+      at that entry, ``/tensors/0: expected an object`` as :func:`from_dict` would say, found by
+      :func:`advisor.config.readers.first_entry_at` without parsing the list (22M ``[]`` in
+      64 MiB took 16 s and 1.7 GB to parse first, issue 21).
+
+    A list whose first entry is an object and later ones not, with few ``{``, is still parsed
+    whole and refused by :func:`from_dict`."""
+    if text.count(",") < MAX_TENSORS:
+        return
+    from advisor.config.readers import first_entry_at, list_length_at
+    first = first_entry_at(text, "tensors")
+    if first is not None and first not in "{]":
+        raise ModelSpecError(f"{source}: /tensors/0: expected an object")
     if text.count("{") <= MAX_TENSORS:
         return
-    from advisor.config.readers import list_length_at
     n = list_length_at(text, "tensors")
     if n is not None and n > MAX_TENSORS:
         raise _over_limit(n, source)
