@@ -550,6 +550,41 @@ def module_names(inv: Inventory) -> list[str]:
     return inv.memo(("module_names",), lambda: [module_of(t.name) for t in inv.tensors])
 
 
+def module_index(inv: Inventory) -> tuple:
+    """(members, mod_of, names, bounds): the tensor indices of each owning module (:func:`module_of`) in
+    order of first appearance, each tensor's module index, the module names and, where every module's
+    tensors are consecutive in the inventory (as in a model's own parameter order), the boundaries
+    ``bounds[k] .. bounds[k + 1]`` of module k's tensors (``members[k]`` is then that ``range``), else
+    None. Once per tensor list (``Inventory.memo``); found with C-level passes where the modules are
+    consecutive (a dict look-up and list per tensor before: ~1 s at 1e5 layers, issue 21). Callers
+    must not mutate it."""
+    def compute() -> tuple:
+        names = module_names(inv)
+        L = len(names)
+        starts = [0, *itertools.compress(range(1, L), map(operator.ne, names, itertools.islice(names, 1, None)))]
+        if not L:
+            return [], [], [], [0]
+        heads = list(map(names.__getitem__, starts))
+        if len(set(heads)) == len(heads):
+            bounds = starts + [L]
+            members = list(map(range, starts, bounds[1:]))
+            mod_of = list(itertools.chain.from_iterable(map(itertools.repeat, range(len(heads)),
+                                                            map(operator.sub, bounds[1:], starts))))
+            return members, mod_of, heads, bounds
+        index: dict[str, int] = {}
+        members_l: list[list[int]] = []
+        mod_of = []
+        for i, m in enumerate(names):
+            k = index.get(m)
+            if k is None:
+                k = index[m] = len(members_l)
+                members_l.append([])
+            members_l[k].append(i)
+            mod_of.append(k)
+        return members_l, mod_of, list(index), None
+    return inv.memo(("module_index",), compute)
+
+
 def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> list[int]:
     """Indices into ``inv.tensors`` of the trainable parameters in the order ZeRO-3's gradient
     hooks fire in backward: module by module (:func:`module_of`) in the reverse of the order the
@@ -580,6 +615,8 @@ def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> list[int]:
         idx = [i for i, t in enumerate(tensors) if t.trainable]
         # a module's parameters are usually consecutive in the inventory; then the order is
         # simply the reverse. One set look-up per module change detects the other case.
+        if module_index(inv)[3] is not None:
+            return _weights_first(idx[::-1])  # every module's tensors consecutive (a C-level check)
         seen: set[str] = set()
         prev = None
         names = module_names(inv)
@@ -623,6 +660,25 @@ def zero3_linear_pairs(inv: Inventory) -> dict[int, int]:
     same shapes and is taken as a Linear too. Memoised per tensor list, O(tensors)."""
     def compute() -> dict[int, int]:
         from collections import Counter
+        tensors = inv.tensors
+        members, _, _, bounds = module_index(inv)
+        if bounds is not None:
+            # consecutive modules: only the two-tensor ones can be a Linear (no per-tensor dicts, issue 21)
+            out: dict[int, int] = {}
+            for k in itertools.compress(range(len(members)), map((2).__eq__, map(len, members))):
+                i0 = bounds[k]
+                n0, n1 = tensors[i0].name, tensors[i0 + 1].name
+                if n0.endswith(".weight") and n1.endswith(".bias"):
+                    iw, ib = i0, i0 + 1
+                elif n1.endswith(".weight") and n0.endswith(".bias"):
+                    iw, ib = i0 + 1, i0
+                else:
+                    continue
+                w, b = tensors[iw], tensors[ib]
+                if (w.trainable and b.trainable and len(w.shape) == 2 and len(b.shape) == 1
+                        and b.shape[0] == w.shape[0]):
+                    out[iw] = ib
+            return out
         names = module_names(inv)
         count = Counter(names)  # tensors per module (C speed)
         tensors = inv.tensors
@@ -743,10 +799,146 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
 NORM_SPLIT_ELEMENTS = 250_000_000
 
 
+def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
+    """(order, numel, in-a-layer flag) of the trainable parameters in :func:`zero3_backward_grad_order`,
+    and the prefix sums of their numels: the columns both reduce-flush passes read, once per tensor list
+    and flag (the pure pass and the two gathered ones walked ``inv.tensors`` again each, issue 21)."""
+    def compute() -> tuple:
+        from advisor.model.parallel import _LAYER_RE
+        in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
+            1 if _LAYER_RE.search(t.name) else 0 for t in inv.tensors))
+        order = zero3_backward_grad_order(inv, linear)
+        tensors = inv.tensors
+        ns = [tensors[i].numel for i in order]
+        return order, ns, bytes(in_layer[i] for i in order), list(itertools.accumulate(ns, initial=0))
+    return inv.memo(("zero3_grad_columns", bool(linear)), compute)
+
+
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
                               reduce_scatter: bool, norm: bool = False,
                               gathered: "tuple | None" = None,
                               linear: bool = True) -> "tuple[int, str, tuple[int, int, int]] | None":
+    """The walk of :func:`zero3_reduce_flush_bytes` (``gathered``: see :func:`_zero3_reduce_flush_walk`).
+    With ``contiguous_gradients`` and no gradient larger than the bucket, no gradient ever stays its own
+    tensor in the bucket (__add_grad_to_ipg_bucket copies each), so every instant's bytes are the arriving
+    gradient's (+ what is gathered, + a flush's buffers at the few flushes): computed column-wise, the
+    flushes found by bisection over the numel prefix sums (issue 21: the walk was ~1 s per pass at 1e5
+    layers, three passes per plan). The same figures and words as the walk
+    (tests/test_reduce_flush_identity.py compares them on random inventories)."""
+    order, ns, inl, P = _zero3_grad_columns(inv, linear)
+    L = len(ns)
+    if not L or not contiguous or rbs < 1 or max(ns) > rbs:
+        return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear)
+    tensors = inv.tensors
+    # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
+    F = inv.memo(("zero3_grad_padded_prefix", bool(linear), W),
+                 lambda: list(itertools.accumulate((-(-n // W) * W for n in ns), initial=0)))
+    # the flushes: a bucket started at position a is flushed as the gradient at p arrives, p the first with
+    # P[p + 1] - P[a] > rbs (stage3.py l. 1583); that gradient starts the next bucket
+    flushes: list[tuple[int, int]] = []
+    a = 0
+    while True:
+        j = bisect.bisect_right(P, P[a] + rbs, a + 1)
+        if j > L:
+            break
+        flushes.append((a, j - 1))
+        a = j - 1
+
+    def flat_of(lo: int, hi: int) -> tuple[int, int]:
+        # (flat-buffer bytes, fp64 norm-copy elements) of the bucket holding positions lo .. hi - 1
+        held = P[hi] - P[lo]
+        count = hi - lo
+        if held <= rbs and not reduce_scatter:
+            fb = 0  # an in-place all_reduce of the contiguous buffer
+        elif count == 1 and held % W == 0:
+            fb = 0  # one unpadded tensor: a view
+        else:
+            fb = (F[hi] - F[lo]) * C
+        pm = max(min(-(-n // W), NORM_SPLIT_ELEMENTS) for n in ns[lo:hi]) if norm else 0
+        return fb, pm
+
+    def bucket(lo: int, hi: int) -> str:
+        count = hi - lo
+        first, last = tensors[order[lo]].name, tensors[order[hi - 1]].name
+        return first if count == 1 else f"{count} gradients, {first} .. {last}"
+
+    if gathered is not None:
+        mod_of, at_fetch, during, at_end = gathered
+        mods = [mod_of[i] for i in order]
+        g = list(map(during.__getitem__, mods))
+        arrive = [n * C + x for n, x in zip(ns, g)]
+        fetch = [at_fetch[m] if m != pm else 0 for m, pm in zip(mods, itertools.chain((-1,), mods))]
+    else:
+        at_end = 0
+        g = None
+        arrive = [n * C for n in ns]
+        fetch = None
+    extra = {}
+    for lo, p in flushes:
+        fb, pm = flat_of(lo, p)
+        extra[p] = (lo, fb, pm)
+        arrive[p] += fb + pm * 8
+    # regions: before the first layer gradient 0, then a layer's 1, another module's 2
+    f = inl.find(1)
+    if f < 0:
+        f = L
+    reg = [0, 0, 0]
+    for col in (arrive, fetch):
+        if col is None:
+            continue
+        reg[0] = max(reg[0], max(col[:f], default=0))
+        if f < L:
+            reg[1] = max(reg[1], max(itertools.compress(col[f:], inl[f:]), default=0))
+            reg[2] = max(reg[2], max(itertools.compress(col[f:], inl[f:].translate(_FLIP)), default=0))
+    held_end = P[L] - P[a]
+    epi = None
+    if held_end:
+        fb, pm = flat_of(a, L)
+        epi = fb + pm * 8 + at_end
+        reg[2] = max(reg[2], epi)
+    elif gathered is not None and at_end:
+        reg[2] = max(reg[2], at_end)
+    best = max(max(arrive), max(fetch) if fetch is not None else 0, epi or 0,
+               at_end if gathered is not None else 0)
+    if not best:
+        return None
+    # the first instant, in walk order, with the largest bytes: at a position, the module's fetch first
+    pa = arrive.index(best) if best in arrive else L
+    pf = fetch.index(best) if fetch is not None and best in fetch else L
+    if pf < L and pf <= pa:
+        i = order[pf]
+        where = f"fetch of {tensors[i].name}'s module: gathered {at_fetch[mods[pf]]:,} B"
+    elif pa < L:
+        i, n = order[pa], ns[pa]
+        gp = g[pa] if g is not None else 0
+        if pa in extra:
+            lo, fb, pm = extra[pa]
+            where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
+                     f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
+                     f"arriving {n * C:,} B" + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
+                     + (f" + gathered {gp:,} B" if gp else ""))
+        else:
+            where = (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+                     + (f" + gathered {gp:,} B" if gp else ""))
+    elif held_end:
+        fb, pm = flat_of(a, L)
+        where = (f"end-of-backward flush of {bucket(a, L)} ({held_end:,} elements): "
+                 f"flat {fb:,} + whole in bucket 0 B"
+                 + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
+                 + (f" + gathered {at_end:,} B" if at_end else ""))
+    else:
+        where = f"end of backward: gathered {at_end:,} B"
+    return best, where, tuple(reg)
+
+
+#: bytes.translate table: 0 <-> 1 (the complement of a 0/1 flag column)
+_FLIP = bytes([1, 0]) + bytes(range(2, 256))
+
+
+def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
+                             reduce_scatter: bool, norm: bool = False,
+                             gathered: "tuple | None" = None,
+                             linear: bool = True) -> "tuple[int, str, tuple[int, int, int]] | None":
     # gathered: (module index per tensor, bytes at each module's fetch, bytes while its backward
     # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
     from advisor.model.parallel import _LAYER_RE
@@ -1063,34 +1255,39 @@ def _zero3_replay_inputs(inv: Inventory, zero, W: int):
     tensors = inv.tensors
     keep = zero3_persistent(inv, zero)
     seq = bool(getattr(zero, "allgather_sequential", False))
-    index: dict[str, int] = {}
-    members: list[list[int]] = []
-    mod_of = []
-    for i, m in enumerate(module_names(inv)):
-        k = index.get(m)
-        if k is None:
-            k = index[m] = len(members)
-            members.append([])
-        members[k].append(i)
-        mod_of.append(k)
+    members, mod_of, names, _ = module_index(inv)
     numel = [t.numel for t in tensors]
-    return tensors, keep, seq, members, mod_of, list(index), numel, [-(-n // W) * W for n in numel]
+    return tensors, keep, seq, members, mod_of, names, numel, [-(-n // W) * W for n in numel]
 
 
 def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     tensors, keep, seq, members, mod_of, names, numel, pad = _zero3_replay_inputs(inv, zero, W)
     M = len(members)
+    bounds = module_index(inv)[3]
 
     # ---- first iteration: one module at a time, every parameter, no prefetch: a coalesced all-gather's
     # flat buffer sum pad_i x D beside its cats sum n_i x D; one parameter (or sequential) its own pad_i x D
-    f_fetch, f_during = [0] * M, [0] * M
-    for k, idx in enumerate(members):
-        if len(idx) >= 2 and not seq:
-            data = sum(numel[i] for i in idx) * D
-            f_fetch[k], f_during[k] = sum(pad[i] for i in idx) * D + data, data
-        else:
-            f_fetch[k] = f_during[k] = sum(pad[i] for i in idx) * D
-    kbest = max(range(M), key=lambda k: (f_fetch[k], -k)) if M else 0
+    if bounds is not None:
+        # consecutive modules: per-module sums as differences of prefix sums (C-level passes)
+        def per_module(col: list) -> list:
+            at = list(map(list(itertools.accumulate(col, initial=0)).__getitem__, bounds))
+            return list(map(operator.sub, at[1:], at[:-1]))
+        mod_numel, mod_pad = per_module(numel), per_module(pad)
+        sizes = map(operator.sub, bounds[1:], bounds[:-1])
+        f_during = [dn * D if c >= 2 and not seq else pp * D for dn, pp, c in zip(mod_numel, mod_pad, sizes)]
+        # a coalesced module's fetch is its flat buffer + its copies; a single (or sequential) one its buffer
+        f_fetch = [pp * D + dd if c >= 2 and not seq else dd
+                   for dd, pp, c in zip(f_during, mod_pad, map(operator.sub, bounds[1:], bounds[:-1]))]
+    else:
+        f_fetch, f_during = [0] * M, [0] * M
+        for k, idx in enumerate(members):
+            if len(idx) >= 2 and not seq:
+                data = sum(numel[i] for i in idx) * D
+                f_fetch[k], f_during[k] = sum(pad[i] for i in idx) * D + data, data
+            else:
+                f_fetch[k] = f_during[k] = sum(pad[i] for i in idx) * D
+        mod_numel = [sum(numel[i] for i in idx) for idx in members]
+    kbest = f_fetch.index(max(f_fetch)) if M else 0  # the first module with the largest fetch
     first_forward = (f_fetch[kbest], f"module {names[kbest]}") if M else (0, "")
     first_end = f_during[0] if M else 0
 
@@ -1098,20 +1295,24 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     # trace steps: root (forward), modules, root (backward), modules reversed; numel of each step
     # packed int64 columns (_packed), not lists of int objects: 1.8M steps at 1e5 layers (issue 21)
     trace = _packed(itertools.chain((-1,), range(M), (-1,), range(M - 1, -1, -1)))
-    mod_numel = [sum(numel[i] for i in idx) for idx in members]
-    prefix = _packed(itertools.accumulate([0 if k < 0 else mod_numel[k] for k in trace], initial=0))
+    prefix = _packed(itertools.accumulate(itertools.chain((0,), mod_numel, (0,), reversed(mod_numel)), initial=0))
     # step s -> the next step of its module trace[s] in the trace (-1: none): module k runs at forward
     # step k + 1 and backward step 2 M + 1 - k, nowhere else
     nxt_use = _packed(itertools.chain((-1,), range(2 * M + 1, M + 1, -1), (-1,), itertools.repeat(-1, M)))
     # the coordinator's queue of (parameter, step) in trace order, consumed front to back only: two
     # packed columns read through a cursor, shared by both runs (a deque of tuples per run before)
-    q_param = _packed([i for k in trace if k >= 0 for i in members[k]])
-    q_step = _packed([s for s, k in enumerate(trace) if k >= 0 for _ in members[k]])
+    # module k runs at forward step k + 1 and backward step 2 M + 1 - k (C-level passes, issue 21)
+    fwd_q = list(itertools.chain.from_iterable(members))
+    bwd_q = list(itertools.chain.from_iterable(reversed(members)))
+    q_param = _packed(itertools.chain(fwd_q, bwd_q))
+    q_step = _packed(itertools.chain(map((1).__add__, map(mod_of.__getitem__, fwd_q)),
+                                     map((2 * M + 1).__sub__, map(mod_of.__getitem__, bwd_q))))
+    del fwd_q, bwd_q
     q_len = len(q_param)
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
     coalesce = not seq
-    data_b = [0 if keep[i] else numel[i] * D for i in range(len(tensors))]   # a waited coalesced param's bytes
-    own_b = [0 if keep[i] else pad[i] * D for i in range(len(tensors))]      # a param in its own buffer
+    data_b = [0 if k else n * D for k, n in zip(keep, numel)]   # a waited coalesced param's bytes
+    own_b = [0 if k else p * D for k, p in zip(keep, pad)]      # a param in its own buffer
     pad_b = [p * D for p in pad]
 
     def run(have: set, forward_only: bool) -> tuple:

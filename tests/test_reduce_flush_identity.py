@@ -1,0 +1,60 @@
+"""The column-wise ZeRO-3 reduce-flush pass (state._zero3_reduce_flush_bytes, issue 21's bounds) against
+the gradient-by-gradient walk it replaces where it applies (state._zero3_reduce_flush_walk, the rules of
+state.zero3_reduce_flush_bytes, whose hand-computed figures tests/test_timeline.py checks): bytes, words
+and regions equal on seeded random inventories (layers and not, nn.Linear pairs, frozen tensors, zero-size
+tensors), W 1-8, bucket sizes from one gradient to all of them, reduce_scatter, the fp64 norm copy, and
+with random gathered bytes per module (the joint pass of state.zero3_backward_fetch)."""
+import random
+
+import pytest
+
+from advisor.ledger import state
+from advisor.model.inventory import Inventory, TensorSpec
+
+
+def _inventory(rng: random.Random) -> Inventory:
+    out = []
+    if rng.random() < 0.3:
+        out.append(TensorSpec("embed.weight", (rng.randint(0, 50), rng.randint(1, 8))))
+    prefix = rng.choice(["layers", "h", "blocks", "model.layers", "stack"])
+    for li in range(rng.randint(0, 8)):
+        for mi in range(rng.randint(1, 3)):
+            o = rng.randint(1, 20)
+            if rng.random() < 0.5:  # an nn.Linear: 2-D weight (out, in), 1-D bias of out
+                out.append(TensorSpec(f"{prefix}.{li}.m{mi}.weight", (o, rng.randint(1, 20)),
+                                      trainable=rng.random() < 0.9))
+                out.append(TensorSpec(f"{prefix}.{li}.m{mi}.bias", (o,), trainable=rng.random() < 0.9))
+            else:
+                for pn in rng.sample(["weight", "bias", "scale"], rng.randint(1, 3)):
+                    out.append(TensorSpec(f"{prefix}.{li}.m{mi}.{pn}", (rng.randint(0, 300),)))
+    for t in range(rng.randint(0, 4)):
+        out.append(TensorSpec(f"tail{rng.randint(0, 2)}.p{t}", (rng.randint(1, 400),)))
+    if rng.random() < 0.2:
+        rng.shuffle(out)  # modules out of order
+    return Inventory("rand", out)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_columns_equal_walk(seed):
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(40):
+        inv = _inventory(rng)
+        W, C = rng.randint(1, 8), rng.choice([2, 4])
+        ns = [t.numel for t in inv.tensors if t.trainable] or [1]
+        rbs = rng.choice([max(ns), max(ns) + rng.randint(0, 50), sum(ns) // 2 + 1, sum(ns), 10**9])
+        rs, norm, linear = rng.random() < 0.4, rng.random() < 0.4, rng.random() < 0.7
+        gathered = None
+        if rng.random() < 0.6:
+            mod_of = state._zero3_replay_inputs(inv, type("Z", (), {"param_persistence_threshold": 0,
+                                                                    "model_persistence_threshold": 10**18})(),
+                                                W)[4]
+            M = max(mod_of, default=-1) + 1
+            gathered = (mod_of, tuple(rng.choice([0, rng.randint(0, 5000)]) for _ in range(M)),
+                        tuple(rng.choice([0, rng.randint(0, 3000)]) for _ in range(M)),
+                        rng.choice([0, rng.randint(0, 6000)]))
+        fast = state._zero3_reduce_flush_bytes(inv, W, C, rbs, True, rs, norm, gathered, linear)
+        walk = state._zero3_reduce_flush_walk(inv, W, C, rbs, True, rs, norm, gathered, linear)
+        assert fast == walk, (seed, [(t.name, t.shape, t.trainable) for t in inv.tensors], W, C, rbs, rs, norm)
+        checked += fast is not None
+    assert checked > 20  # not every case empty
