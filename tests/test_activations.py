@@ -82,7 +82,7 @@ def test_selective_recomputes_the_attention_core_only():
     assert eager.saved_accelerator - sel.saved_accelerator == 3 * cut
     # the eager core's recompute peak is the softmax backward instant (against the trace at s 512:
     # test_formula_selective_recompute_peak_of_the_eager_core)
-    # extra FLOPs: the core's forward, 4 s h per token and layer (Korthikanti et al. 2022 s.5;
+    # extra FLOPs: the core's forward, 4 s h per token and layer (Narayanan et al. 2021's 4 B s^2 h;
     # 2 s a (d_qk + d_v) = 2 x 128 x 8 x 64 = 131,072 per layer, x 3 layers), over the step's
     # 6 N + A (no split given: N = 12 L h^2 = 2,359,296, A = 6 x 3 x 128 x 8 x 64 = 1,179,648)
     h = 256
@@ -519,3 +519,54 @@ def test_formula_selective_recompute_peak_of_the_eager_core(family, dropout):
     assert "self_attn" in tr.backward_peak_module or ".attn" in tr.backward_peak_module \
         or "dropout" in tr.backward_peak_module, tr.backward_peak_module
     assert _close(est.peak_accelerator, tr.peak, 0.02), (est.peak_accelerator, tr.peak, tr.backward_peak_module)
+
+
+# Korthikanti et al. 2022 (arXiv:2205.05198) per-layer activation memory for a GPT layer: 16-bit
+# activations, 1-byte dropout masks, a 4h MLP whose GeLU saves its input alone, LayerNorm, eager
+# (materialised) attention with dropout: section 4.1 sbh(34 + 5as/h) (attention 11 sbh + 5 as^2 b,
+# MLP 19 sbh, the two LayerNorms 4 sbh); section 4.2.1 tensor parallel sbh(10 + 24/t + 5as/(ht))
+# (the LayerNorm inputs, the q/k/v and first-MLP inputs and both dropout masks, 10 sbh, stay
+# replicated); section 4.2.2 with sequence parallelism sbh/t (34 + 5as/h); section 5 selective
+# recompute drops the 5as/h term: sbh(10 + 24/t) and, with sequence parallelism, 34 sbh / t.
+# The paper counts the main contributors only: LayerNorm's fp32 mean and rstd (2 x 4 sb per norm,
+# advisor.model.activations.norm_bytes, checked against the trace) are the one term added here.
+GPT_LAYER = dict(hidden_size=1024, num_heads=16, num_kv_heads=16, intermediate_size=4096, vocab_size=2000,
+                 num_layers=2, family="gpt2", norm="layernorm", mlp="plain", activation="gelu",
+                 attention_dropout=0.1, residual_dropout=0.1)
+
+
+@pytest.mark.parametrize("t,sp,selective,paper", [
+    (1, False, False, lambda s, h, a, t: 34 + 5 * a * s / h),
+    (4, False, False, lambda s, h, a, t: 10 + 24 / t + 5 * a * s / (h * t)),
+    (4, True, False, lambda s, h, a, t: (34 + 5 * a * s / h) / t),
+    (1, False, True, lambda s, h, a, t: 34),
+    (4, False, True, lambda s, h, a, t: 10 + 24 / t),
+    (4, True, True, lambda s, h, a, t: 34 / t),
+])
+def test_gpt_layer_matches_korthikanti_per_layer_memory(t, sp, selective, paper):
+    s, b, h, a = 2048, 2, 1024, 16
+    terms = layer_terms(GPT_LAYER, s, b, 2, "eager", t=t, sp=sp, selective=selective, mask_bytes=1, stat_bytes=4)
+    layernorm_stats = 2 * 2 * 4 * s * b // (t if sp else 1)
+    assert sum(terms.values()) - layernorm_stats == pytest.approx(s * b * h * paper(s, h, a, t), rel=1e-12)
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "selective"])
+def test_korthikanti_per_layer_memory_on_transformers_gpt2(checkpointing):
+    """transformers' own GPT-2 (traced on fake tensors, advisor.engine.trace) with the paper's
+    layer: GeLU (``activation_function="gelu"``, which saves its input alone, instead of GPT-2's
+    ``gelu_new``), dropout 0.1 everywhere, eager attention, 16-bit. A layer saves the paper's
+    sbh(34 + 5as/h), section 4.1, and under selective recompute (the attention core wrapped in
+    torch.utils.checkpoint) 34 sbh, section 5, plus what the CPU kernels keep beyond the paper's
+    CUDA figures: dropout masks in the model dtype (one byte more for each of the two sbh masks
+    and the as^2 b one) and LayerNorm mean and rstd (2 x 2 B per row, two norms)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from advisor.engine.trace import trace_activations
+
+    cfg = dict(SMALL["gpt2"], activation_function="gelu", attn_pdrop=0.1, resid_pdrop=0.1, embd_pdrop=0.1)
+    s, b, h, a = S, B, 64, 4
+    tr = trace_activations(cfg, s, b, attention="eager", checkpointing=checkpointing, max_layers=2)
+    scores = checkpointing == "none"
+    paper = s * b * h * 34 + (5 * a * s * s * b if scores else 0)
+    cpu = 2 * s * b * h + (a * s * s * b if scores else 0) + 2 * 2 * 2 * s * b
+    assert tr.per_layer[-1] == paper + cpu, (tr.per_layer, paper, cpu)

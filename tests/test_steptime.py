@@ -675,7 +675,9 @@ def test_recompute_flops_follow_korthikanti_by_hand(L, h, a, s):
     (6 N + the attention 12 s h per token and layer, N = 12 l h^2); full recompute runs the forward
     once more, 96 B s l h^2 (1 + s/(6h)): 8 N against 6 N, 4/3 of the step exactly; selective
     recomputes the attention core's forward, 4 B s^2 h per layer (2 s h for Q K^T, 2 s h for the
-    product with V, per token): 72 B s l h^2 (1 + s/(6h) + s/(18h)). One rank, one sequence."""
+    product with V, per token; the forward's attention term of Narayanan et al. 2021,
+    arXiv:2104.04473, not a figure of Korthikanti's): 72 B s l h^2 (1 + s/(6h) + s/(18h)). One
+    rank, one sequence."""
     from advisor.model.activations import ActivationInputs, estimate_activations
     from advisor.model.flops import active_params, outside_layer_params
     plan = _layers_only_plan(L, h, a)

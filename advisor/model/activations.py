@@ -1,11 +1,21 @@
 """Live activations per rank for one micro-batch: what autograd saves for backward.
 
 Per-layer bytes follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models" (arXiv:2205.05198, section 4: sbh(34 + 5as/h) for a GPT layer with
-16-bit activations and dropout), re-derived op by op for the blocks that open models actually
-use, as Hugging Face transformers implements them (``modeling_llama.py`` and friends), and
-checked term by term against the trace of transformers' own models
-(:mod:`advisor.engine.trace`, tests/test_activations.py):
+Transformer Models" (arXiv:2205.05198), re-derived op by op for the blocks that open models
+actually use, as Hugging Face transformers implements them (``modeling_llama.py`` and friends),
+and checked term by term against the trace of transformers' own models
+(:mod:`advisor.engine.trace`, tests/test_activations.py). The paper's figures are for a GPT layer
+(16-bit activations, 1-byte dropout masks, a 4h MLP whose GeLU saves its input, materialised
+attention scores with dropout), main contributors only: section 4.1, sbh(34 + 5as/h) (attention
+11 sbh + 5 as^2 b, MLP 19 sbh, the two LayerNorms 4 sbh); section 4.2.1, tensor parallelism t,
+sbh(10 + 24/t + 5as/(ht)) (LayerNorm inputs, the q/k/v and first MLP inputs and both dropout
+masks, 10 sbh, replicated); section 4.2.2, with sequence parallelism sbh/t (34 + 5as/h);
+section 5, selective recompute removes the 5as/h term: sbh(10 + 24/t), or 34 sbh / t with
+sequence parallelism. :func:`layer_terms` gives exactly these for such a layer, plus the
+LayerNorms' fp32 mean and rstd the paper leaves out (tests/test_activations.py
+``test_gpt_layer_matches_korthikanti_per_layer_memory``), and so does transformers' GPT-2 with
+that GeLU, traced (``test_korthikanti_per_layer_memory_on_transformers_gpt2``); for other
+blocks it departs where transformers' code does (below).
 
 * Norms (:func:`norm_bytes`): LlamaRMSNorm 4 sbh (fp32 input) + 4 sb (rsqrt) + D sbh
   (normalised); GemmaRMSNorm 8 sbh + 4 sb (fp32 input and fp32 normalised, no 16-bit copy);
@@ -67,7 +77,8 @@ Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkp
   layers' extra forward.
 * ``selective``: Megatron's selective recompute (Korthikanti section 5, ``--recompute-granularity
   selective``): only the attention core (scores, softmax, dropout, weighted sum of v) is
-  recomputed; its inputs q, k, v (k and v at their own heads: ``repeat_kv`` is inside) are kept.
+  recomputed; its inputs q, k, v (k and v at their own heads: ``repeat_kv`` is inside) are kept,
+  and the output projection's input (the paper's 34 sbh keeps Q, K, V and that input too).
   It removes the eager s^2 tensors; with flash attention only the fp32 log-sum-exp (4 b a s)
   goes. Cost: the core's forward, 4 s h FLOPs per token and layer (A / 3 over the layers,
   :mod:`advisor.model.flops`). ``recompute_flops_fraction`` is that cost over the step's

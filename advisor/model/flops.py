@@ -24,7 +24,9 @@ Recomputation in Large Transformer Models", arXiv:2205.05198):
 * **k of L layers**: k / L_rank of that (Megatron's block method: whole layers);
 * **selective** (the attention core of every layer: QK^T, softmax, dropout, the product with V):
   one forward of the core, A / 3 per token, i.e. 2 x s x a x (d_qk + d_v) per layer, 4 s h with
-  d_qk = d_v = h / a (the paper's 4 B s^2 h per layer forward, s.5).
+  d_qk = d_v = h / a: the core's two matmuls, 2 B s^2 h each per layer forward (Narayanan et
+  al. 2021, arXiv:2104.04473, the 4 B s^2 h of a layer's 24 B s h^2 + 4 B s^2 h forward). The
+  paper's section 5 defines what selective recomputes; this count of its cost is ours.
 
 No torch or deepspeed import.
 """
