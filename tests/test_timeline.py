@@ -226,6 +226,36 @@ def test_zero2_fp32_flattened_grad_is_the_kept_storage():
     assert _at(tl, "steady_step:update") == states + 19264 * 4
 
 
+def test_zero12_fp32_bucket_copy_and_norm_copies_by_hand():
+    # fp32 (D = 4), W = 2, one 50,000-element bucket: N_pad = A_4(43209) = 43212, P = 21606. Rank 0's
+    # slice [0, 21606) meets tensors 0, 1, 2: I_0 = 19264 + 301 + 23177 = 42742, Cov_0 = P; rank 1's
+    # [21606, 43212) holds 23177 - 2041 = 21136 of tensor 2 and tensors 3-5: I_1 = 23644, Cov_1 = 21603.
+    # stage_1_and_2.py, the same code as a 16-bit model with self.dtype fp32: the epilogue's flush
+    # flattens the whole bucket (allreduce_bucket l.2367 self.flatten(bucket): the two ranks' runs,
+    # 43,209 elements <= reduce_bucket_size, in one allreduce_and_scatter bucket) before
+    # copy_grads_in_partition (l.2192) allocates grads_in_partition; the step's norm casts each slice
+    # to fp64 (get_grad_norm_direct l.2684, zero/utils.py get_norm_dtype l.59-63) beside it.
+    # Engine (tests/engine/test_peak_parity.py z2_fp32_w2 / z1_fp32_w2): these + 48-60 B of scalars.
+    base = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    z = {"reduce_bucket_size": 50000, "overlap_comm": False, "contiguous_gradients": True}
+    P = 21606
+    kept = 43212 * 4 + P * 4                      # fp32 flat model copy + fp32 master (moments lazy)
+    ipg = 50000 * 4
+    for stage in (1, 2):
+        cfg = {**base, "zero_optimization": {"stage": stage, **z}}
+        t0, t1 = _tl(cfg, MLP, 2, rank=0), _tl(cfg, MLP, 2, rank=1)
+        for tl in (t0, t1):
+            assert _at(tl, "reduce") == kept + ipg + 43209 * 4
+        # the first step's norm: averaged_gradients (I_r + P - Cov_r) x 4 + the largest slice x 8
+        assert _at(t0, "first_step:norm") == kept + 42742 * 4 + 19264 * 8
+        assert _at(t1, "first_step:norm") == kept + (23644 + 3) * 4 + 21136 * 8
+    # ZeRO-1's backward holds every autograd gradient (N x 4) with the bucket; ZeRO-2's hooks one at a time
+    cfg = {**base, "zero_optimization": {"stage": 1, **z}}
+    assert _at(_tl(cfg, MLP, 2), "backward:1") == kept + ipg + 43209 * 4
+    cfg = {**base, "zero_optimization": {"stage": 2, **z}}
+    assert _at(_tl(cfg, MLP, 2), "backward:1") == kept + ipg + 23177 * 4
+
+
 def test_nvme_first_step_creates_the_moments_on_the_host():
     # ZeRO-3, optimizer on NVMe, W = 1, one sub-group of S = 2,000,000 elements (8 MB >= 1 MiB: swapped):
     # DeepSpeedCPUAdam creates exp_avg and exp_avg_sq (2 x S x 4 B) in step 1 only.

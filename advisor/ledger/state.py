@@ -2205,18 +2205,25 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
 
 def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> bool:
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
-    transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
+    transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
     off, at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
     micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``); at ZeRO-1 only
     the boundary's backward reduces, as at GA = 1, and what the earlier micro-steps leave is its own
     entries (``lp_grads_accumulated``, ``ipg_bucket_accumulated``, ``accumulate_grad_new``)
     (each checked against the engine's allocation tracker, tests/engine/test_peak_parity.py, GA 2:
-    z2_bf16_tbsga2_w2, z1_bf16_tbsga2_w2, z1_fp16_tbsga2_w2). Other plans keep the lifetimes of
+    z2_bf16_tbsga2_w2, z1_bf16_tbsga2_w2, z1_fp16_tbsga2_w2). An fp32 model takes the same code with
+    ``self.dtype`` fp32 (``stage_1_and_2.py`` allreduce_bucket l.2367 ``self.flatten(bucket)``,
+    copy_grads_in_partition l.2192, get_grad_norm_direct l.2684 ``g.data.to(get_norm_dtype())``:
+    fp64 wherever the accelerator has it, ``zero/utils.py`` l.59-63, so a copy of fp32 gradients
+    too): D = 4 in every term (z2_fp32_w2, z1_fp32_w2 match in every phase; without these transients
+    the first step was 12.7% under on rank 0, the norm copy beside averaged_gradients missing, rank
+    1's backward 14.1% under, the bucket's flat copy missing, and ZeRO-1's backward 21.3% over, its
+    averaged_gradients counted before the reduce allocates it). Other plans keep the lifetimes of
     the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype in ("fp16", "bf16") and ec.grad_dtype == ec.model_dtype
+            and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm)
 
 
