@@ -2166,6 +2166,30 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h))
 
 
+def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
+                               wrapper: str = "DeepSpeedZeroOptimizer") -> int:
+    """Bytes a ZeRO-2 reduce under CPU optimizer offload holds at its largest bucket flush's
+    all-reduce, the same on every rank: max over flushes j of the flat copy (allreduce_bucket's
+    ``tensor = self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367, reached from reduce_ipg_grads ->
+    average_tensor -> allreduce_and_scatter, l.2228 / l.1708) + the triggering gradient and its
+    autograd sibling, still whole in their hook, + an extra-large gradient's clone reduced alone
+    (:func:`_zero12_flush_replay`, the flushes of :func:`zero12_backward_transients`). The fp64 norm
+    copies of :func:`zero12_offload_reduce_terms` come after it, in the loop that follows the
+    flush (copy_grads_in_partition -> set_norm_for_param_grad_in_gpu, l.2270-2274 / l.1886), when
+    the flat copy is gone: the reduce holds the larger of the two moments, not their sum.
+    Measured (tests/engine/test_peak_parity.py z2_bf16_oo_cpu_w4, one flush of all 43,209
+    elements): ranks 1 and 3, whose largest slices are 8,460 and 10,330 elements (fp64 67,680 and
+    82,640 B), peak at this flat copy, 86,418 B = N x 2. 0 when not modelled (ZeRO-1 offload
+    reduces in its boundary epilogue beside gradients its offload ledger does not count; not
+    measured here). Bytes."""
+    if not (ec.zero.stage == 2 and zero12_offload_norm_modeled(ec, wrapper) and ec.zero.contiguous_gradients
+            and not ec.zero.overlap_comm and layouts):
+        return 0
+    D, _, _, _, _, hooked, _, _, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
+                for j, (_, trig) in enumerate(flushes)), default=0)
+
+
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
     """Whether the timeline steps a ZeRO-1/2 plan one param group at a time
     (:func:`zero12_step_groups`): DeepSpeedZeroOptimizer without optimizer offload, a 16-bit model
@@ -2227,42 +2251,14 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
             and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm)
 
 
-def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
-                               W: int) -> Runs:
-    """Runs of (A_r, R_r, G_r) per rank, in bytes: the transients of a ZeRO-1/2 backward and step on top of
-    the persistent state and the ipg bucket, for a plan :func:`zero12_transients_modeled` accepts.
-
-    The reduce, replayed in DeepSpeed's order (``stage_1_and_2.py`` DeepSpeedZeroOptimizer): a
-    gradient is copied into the ipg bucket and its autograd storage freed
-    (reduce_independent_p_g_buckets_and_remove_grads: ``grad_reduc.data = bucket view``); the
-    bucket is reduced (a *flush*) when the next gradient would not fit (elements + n_i > RBS) and
-    at the end of backward (independent_gradient_partition_epilogue -> reduce_ipg_grads). ZeRO-2
-    moves each gradient in its backward hook, in the reverse of model order (autograd finishes the
-    last-used parameter first); ZeRO-1 moves every gradient in the epilogue, groups and params in
-    order (reduce_gradients), so all N x D autograd gradients are live with the bucket first.
-    A flush's average_tensor cuts the bucket into one slice per (parameter, owning rank), merging
-    neighbours owned by the same rank, and allreduce_and_scatter -> allreduce_bucket flattens each
-    run of slices up to RBS elements (``tensor = self.flatten(bucket)``): a new tensor of the run's
-    elements x D unless the run is one slice (torch returns a view). After the flush,
-    copy_grads_in_partition copies the rank's own gradients into ``grads_in_partition``
-    (I_r x D, allocated at the rank's first such flush, the averaged_gradients storage).
-
-    A_r (ZeRO-2, autograd): max over parameters p of (n_p + s_p) x D (p's autograd gradient, before
-    its hook moves it, and s_p = :func:`autograd_siblings`, the gradient its node made with it, not
-    yet accumulated: an nn.Linear's weight as its bias's hook runs) + I_r x D if an earlier flush
-    allocated grads_in_partition; 0 at ZeRO-1 (the lp_grads entry is that instant).
-    R_r (the reduce): max over flushes j of copy_j + unmoved_j + (I_r x D if allocated before j),
-    and, at the flush that allocates grads_in_partition, unmoved_j + xl_j + I_r x D (its flat copy
-    freed, an extra-large gradient xl_j not yet dropped: tracked on the engine at ZeRO-1, two groups),
-    with unmoved_j = the triggering gradient and its sibling (ZeRO-2) or it and every later one in the epilogue
-    loop (ZeRO-1), plus a gradient over RBS elements, which is reduced in its own storage
-    (``extra_large_param_to_reduce``, not copied into the bucket); and the end of the epilogue, (I_r + P - Cov_r) x D, when get_flat_partition's
-    zero pads complete averaged_gradients before _release_ipg_buffers.
-    G_r (the step's norm): max over the rank's gradient slices of numel x 8: get_grad_norm_direct
-    casts each to fp64 (``g.data.to(get_norm_dtype())``, ``zero/utils.py`` get_norm_dtype: fp64
-    where the accelerator has it) one at a time before the flat fp32 copy exists.
-    Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x flushes + tensors log
-    tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
+def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
+    """The ZeRO-1/2 reduce's bucket flushes, replayed in DeepSpeed's order, as
+    :func:`zero12_backward_transients` describes them: (D, RBS, stage, order, sizes, hooked, T, csum,
+    flushes, touched, copies, xl), with ``copies[j]`` the bytes of flush j's flat copy
+    (allreduce_bucket's ``self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367; 0 when its runs are one
+    slice each) and ``xl[j]`` those of an extra-large gradient reduced alone in its own storage.
+    Shared by :func:`zero12_backward_transients` and :func:`zero12_offload_flush_bytes` (the
+    same flushes run under CPU optimizer offload: reduce_ipg_grads -> average_tensor, l.2205-2228)."""
     D = DTYPE_BYTES[ec.model_dtype]
     rbs = int(ec.zero.reduce_bucket_size)
     st = ec.zero.stage
@@ -2391,6 +2387,46 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
     # bucket (extra_large_param_to_reduce): it is live through its flush
     xl = [sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes]
+    return D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl
+
+
+def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
+                               W: int) -> Runs:
+    """Runs of (A_r, R_r, G_r) per rank, in bytes: the transients of a ZeRO-1/2 backward and step on top of
+    the persistent state and the ipg bucket, for a plan :func:`zero12_transients_modeled` accepts.
+
+    The reduce, replayed in DeepSpeed's order (``stage_1_and_2.py`` DeepSpeedZeroOptimizer): a
+    gradient is copied into the ipg bucket and its autograd storage freed
+    (reduce_independent_p_g_buckets_and_remove_grads: ``grad_reduc.data = bucket view``); the
+    bucket is reduced (a *flush*) when the next gradient would not fit (elements + n_i > RBS) and
+    at the end of backward (independent_gradient_partition_epilogue -> reduce_ipg_grads). ZeRO-2
+    moves each gradient in its backward hook, in the reverse of model order (autograd finishes the
+    last-used parameter first); ZeRO-1 moves every gradient in the epilogue, groups and params in
+    order (reduce_gradients), so all N x D autograd gradients are live with the bucket first.
+    A flush's average_tensor cuts the bucket into one slice per (parameter, owning rank), merging
+    neighbours owned by the same rank, and allreduce_and_scatter -> allreduce_bucket flattens each
+    run of slices up to RBS elements (``tensor = self.flatten(bucket)``): a new tensor of the run's
+    elements x D unless the run is one slice (torch returns a view). After the flush,
+    copy_grads_in_partition copies the rank's own gradients into ``grads_in_partition``
+    (I_r x D, allocated at the rank's first such flush, the averaged_gradients storage).
+
+    A_r (ZeRO-2, autograd): max over parameters p of (n_p + s_p) x D (p's autograd gradient, before
+    its hook moves it, and s_p = :func:`autograd_siblings`, the gradient its node made with it, not
+    yet accumulated: an nn.Linear's weight as its bias's hook runs) + I_r x D if an earlier flush
+    allocated grads_in_partition; 0 at ZeRO-1 (the lp_grads entry is that instant).
+    R_r (the reduce): max over flushes j of copy_j + unmoved_j + (I_r x D if allocated before j),
+    and, at the flush that allocates grads_in_partition, unmoved_j + xl_j + I_r x D (its flat copy
+    freed, an extra-large gradient xl_j not yet dropped: tracked on the engine at ZeRO-1, two groups),
+    with unmoved_j = the triggering gradient and its sibling (ZeRO-2) or it and every later one in the epilogue
+    loop (ZeRO-1), plus a gradient over RBS elements, which is reduced in its own storage
+    (``extra_large_param_to_reduce``, not copied into the bucket); and the end of the epilogue, (I_r + P - Cov_r) x D, when get_flat_partition's
+    zero pads complete averaged_gradients before _release_ipg_buffers.
+    G_r (the step's norm): max over the rank's gradient slices of numel x 8: get_grad_norm_direct
+    casts each to fp64 (``g.data.to(get_norm_dtype())``, ``zero/utils.py`` get_norm_dtype: fp64
+    where the accelerator has it) one at a time before the flat fp32 copy exists.
+    Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x flushes + tensors log
+    tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
+    D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
     # of the rank); each rank's largest gradient slice (the fp64 norm copy)
@@ -2445,13 +2481,14 @@ _AUTOGRAD_GRADS = "runtime/engine.py:DeepSpeedEngine.backward (loss.backward, l.
 
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
-            offload_xl: tuple[int, int] = (0, 0)) -> None:
+            offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
     are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
     of the in-backward fp64 copy of a gradient slice under CPU offload, at the rank's largest
     flush (:func:`zero12_offload_norm_modeled`, :func:`zero12_offload_reduce_terms`: s_r x 8);
     ``offload_xl`` = (c_r, h) of that function: bytes of the extra-large gradient's clone live at
-    that flush, and of the largest one beside the autograd gradient it replaces, in its hook."""
+    that flush, and of the largest one beside the autograd gradient it replaces, in its hook;
+    ``offload_flush`` = :func:`zero12_offload_flush_bytes`, the flush's flat-copy moment."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -2501,6 +2538,17 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "largest gradient slice of the rank x 8 (fp64 copy for its norm, one slice at a time)",
                   f"{S}.set_norm_for_param_grad_in_gpu (accumulated_grad.data.to(get_norm_dtype()))")
         clone_at_flush, clone_in_hook = offload_xl
+        # the reduce holds the larger of the flush's flat copy and the norm copies after it
+        # (zero12_offload_flush_bytes): what the flat copy's moment adds over the norm's. Engine,
+        # z2_bf16_oo_cpu_w4 backward:1: rank 1 +18,766 B, rank 3 +3,806 B without it
+        # (allreduce_bucket l.2367's 86,418 B live at their peak, unattributed)
+        flat_over = max(0, offload_flush - offload_norm - clone_at_flush)
+        if flat_over:
+            b.add("accelerator", "workspace", "offload_reduce_flat_copy", flat_over, "reduce",
+                  f"max(0, F - (s_r x 8 + c_r)) = max(0, {offload_flush} - {offload_norm + clone_at_flush}): the "
+                  "largest flush's flat copy (+ its triggering gradient, an extra-large clone; "
+                  "zero12_offload_flush_bytes) over the rank's fp64 norm moment, which comes after the copy is freed",
+                  f"{S}.allreduce_bucket (self.flatten(bucket)) / reduce_ipg_grads (average_tensor)")
         if clone_at_flush:
             # tests/engine/test_peak_parity.py z2_bf16_oo_cpu_bigtensor_w2: backward +6.8% (rank 0,
             # l1.weight's clone, 38,528 B) and +8.1% (rank 1, l2.weight's, 46,354 B) without it
@@ -3236,6 +3284,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
         split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper)
     figures = Runs.zip(terms, split).groups()
+    oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper) if st in (1, 2) and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
         raise WorkLimitError(
             f"ZeRO-{st} over {W:,} data-parallel ranks: {len(figures):,} distinct per-rank states (rank roles), more "
@@ -3251,7 +3300,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         elif st in (1, 2):
             _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k,
                     offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
-                    offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0))
+                    offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0),
+                    offload_flush=oflush)
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         _frozen(b, ec, frozen, W)

@@ -186,6 +186,14 @@ CELLS = [
     ("z3_bf16_zinit_nvme_small_w2", _cfg(3, "bf16", reduce_bucket_size=50000,
                                          offload_param={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 3,
                                                         "buffer_size": 10000}), 2, True, parity.TINY, {"steps": 0}),
+    # W = 4 (issue 15's matrix runs W = 1, 2 and 4): TINY's odd sizes (43,209 elements; l1.bias 301,
+    # l2.weight 23,177, l2.bias 77, l3 385 + 5) do not divide by 4, so every partition pads
+    ("z1_bf16_w4", _cfg(1, "bf16"), 4, False, parity.TINY),
+    ("z2_bf16_w4", _cfg(2, "bf16"), 4, False, parity.TINY),
+    ("z3_bf16_w4", _cfg(3, "bf16", reduce_bucket_size=50000), 4, False, parity.TINY, {"submodules": True}),
+    ("z2_bf16_oo_cpu_w4", _cfg(2, "bf16", offload_optimizer={"device": "cpu"}), 4, False, parity.TINY),
+    ("z3_bf16_nonpersist_w4", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
+     4, False, parity.TINY, {"submodules": True}),
 ]
 
 
@@ -275,6 +283,13 @@ RACY = {
     # the same race with non-persistent parameters (l2 re-fetched in the first backward): seen in ds-advisor
     # measure's runs of these shapes (tests/engine/test_measure_cli.py), backward:1 +13,859 B on either rank
     "z3_bf16_nonpersist_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    # W = 4: the same first-backward re-fetch of l2, its flat buffer (ceil(23177/4) + ceil(77/4)) x 4 x D.
+    # Seen 2026-12-05 (the first run of the W = 4 cells, 2 cores shared with other work): z3_bf16_w4 rank 2
+    # backward:1 engine 325,873 B, ledger 312,026 B (+13,847 B, the +13,859 B of the W = 2 race), the other
+    # three ranks +63 B; every rank's peak with gloo's buffers was the same 398,537 B, only the mark
+    # without gloo's reduce-scatter buffer (peak_excl_cpu_only) moved: a buffer outliving its moment
+    "z3_bf16_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_nonpersist_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
 }
 #: The first forward fetches module by module too, and the same buffer can outlive its module's
 #: release while the next module is gathered. Seen in runs beside other work (2026-12-05): CI,
