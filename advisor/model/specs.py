@@ -955,7 +955,7 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
         if isinstance(d, dict) and "tensors" in d:
             from advisor.config.readers import gc_paused
             with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)
-                inv = from_dict(d, path)
+                inv = from_dict(d, path, consume=True)  # d's tensors are not read again
             inv.meta = checked_meta(inv.meta, path)
             return inv
         if isinstance(d, dict) and "model_type" in d:
