@@ -171,6 +171,34 @@ def test_zero12_steps_one_param_group_at_a_time_by_hand():
         assert keys[top] == "first_step:g0:update" and "param group 0 of 2" in tl.instants[top].label
 
 
+def test_zero12_fp32_groups_step_one_at_a_time_by_hand():
+    # The two-group model above in fp32 (D = 4), W = 2, at ZeRO-2 and ZeRO-1: the step updates one
+    # group at a time as in 16-bit (stage_1_and_2.py step's group loop), but flatten's result is
+    # already fp32 and .to(fp32) returns it (l.3112-3118): the fp32 gradient is the flat copy (P_g x 4,
+    # rank 1) or, where the slice lies in one tensor (rank 0, both groups), a view of
+    # grads_in_partition that keeps it whole through the group's update. Engine
+    # (tests/engine/test_peak_parity.py z2_fp32_groups_w2 / z1_fp32_groups_w2, step:1): rank 0
+    # 371,260 B at group 1's update, rank 1 410,060 B at group 0's, these + 48 B of scalars.
+    inv = Inventory(name="g", source="test", tensors=[
+        TensorSpec("a", (19264,)), TensorSpec("b", (301,)), TensorSpec("c", (23177,), trainable=False),
+        TensorSpec("d", (77,), trainable=False), TensorSpec("e", (385,), group=1), TensorSpec("f", (5,), group=1)])
+    base = (19568 + 392) * 4 + (9784 + 196) * 4 + (23177 + 77) * 4   # flat model, master, frozen: fp32
+    for stage in (1, 2):
+        cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+               "zero_optimization": {"stage": stage, "reduce_bucket_size": 10000, "overlap_comm": False,
+                                     "contiguous_gradients": True}}
+        t0 = _tl(cfg, inv, 2, rank=0)
+        gip = 19649 * 4                                    # grads_in_partition, I_0 = 19264 + 385
+        assert _at(t0, "first_step:g0:prep") == base + gip
+        assert _at(t0, "first_step:g0:update") == base + 2 * 9784 * 4 + gip
+        assert _at(t0, "first_step:g1:update") == base + 2 * 9980 * 4 + gip
+        t1 = _tl(cfg, inv, 2, rank=1)
+        gip = 19955 * 4                                    # I_1 = 19565 + 390; pads 3 and 2
+        assert _at(t1, "first_step:g0:prep") == base + gip + (3 + 2) * 4 + 9784 * 4
+        assert _at(t1, "first_step:g0:update") == base + 2 * 9784 * 4 + 9784 * 4 + gip + 2 * 4
+        assert _at(t1, "first_step:g1:update") == base + 2 * 9980 * 4 + 196 * 4
+
+
 def test_zero12_cpu_offload_norm_copy_in_backward_by_hand():
     # CPU offload: copy_grads_in_partition -> set_norm_for_param_grad_in_gpu casts each of the
     # rank's gradient slices to fp64 (one at a time) during the reduce. W = 2: N_pad = 43212,

@@ -69,11 +69,12 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   backward or reduce (it is allocated by the reduce, inside the ``reduce`` transient) and
   ZeRO-1's ``lp_grads`` only in backward (the reduce moves them into the bucket).
 
-Per-group step (ZeRO-1/2, 16-bit model, no optimizer offload, several param groups;
+Per-group step (ZeRO-1/2, 16-bit or fp32 model, no optimizer offload, several param groups;
 ``state.zero12_step_groups``; ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step loops over the
 groups, ``_optimizer_step`` hands torch one group at a time): at group g's update only groups
 0..g have moments at the first step; the group's own fp32 gradient (P_g x 4) and flat copy
-(P_g x D) are the step's; ``grads_in_partition`` is one buffer for every group
+(P_g x D) are the step's (an fp32 model's slice inside one tensor: its fp32 gradient is a view
+that keeps ``grads_in_partition`` whole through the group's update); ``grads_in_partition`` is one buffer for every group
 (``copy_grads_in_partition``), so it stays live, whole, until the last group holding views of it
 is updated, with the later groups' zero pads. On a two-group model the first step's peak is
 group 0's update (15% over the one-instant step on the engine's tracker).
@@ -989,10 +990,15 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
     (``stage_1_and_2.py`` DeepSpeedZeroOptimizer.step): ``prep`` = flatten(averaged_gradients[g])
     cast to fp32, every later group's gradients still live; then ``free_grad_in_param_list`` and
     ``averaged_gradients[g] = None``; ``update`` = ``_optimizer_step(g)`` (this group's moments
-    created at the first step), then ``single_partition_of_fp32_groups[g].grad = None``."""
+    created at the first step), then ``single_partition_of_fp32_groups[g].grad = None``.
+    An fp32 model (D = 4) whose group-g slice lies in one tensor (flat_g = 0): flatten returns that
+    view of grads_in_partition and ``.to(fp32)`` returns it again (step l.3112-3118), so the fp32
+    gradient costs nothing and keeps the whole grads_in_partition storage live through the group's
+    update (tests/engine/test_peak_parity.py z2_fp32_groups_w2, rank 0: step:1 +1,588 B without it)."""
     g = inst.group
     prep = inst.key.endswith(":prep")
     P_g, _, _, flat_g = groups[g]
+    view = D == 4 and not flat_g
     if e.cls == "optimizer_states" and e.life == "persistent" and lazy:
         if inst.phase != "first_step":
             return e.bytes
@@ -1001,12 +1007,12 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
             return e.bytes * made // len(groups)
         p_t = sum(x[0] for x in groups)
         return e.bytes * sum(x[0] for x in groups[:made]) // p_t if p_t else 0
-    if e.item == "fp32_grad" and not e.alias_of:
-        return P_g * 4
+    if e.item == "fp32_grad" and (view or not e.alias_of):
+        return 0 if view else P_g * 4
     if e.item == "flat_grad_partition":
         return flat_g * D if prep else 0
     if e.item == "averaged_gradients":
-        held = groups[g:] if prep else groups[g + 1:]
+        held = groups[g:] if (prep or view) else groups[g + 1:]
         i_t = sum(x[1] for x in groups)
         # grads_in_partition: one storage for every group, live while any later group views it
         return ((i_t if any(x[1] for x in held) else 0) + sum(x[2] for x in held)) * D

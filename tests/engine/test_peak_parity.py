@@ -136,6 +136,11 @@ CELLS = [
     # = N x 4 on both ranks), get_grad_norm_direct's fp64 slice copies (l.2684) beside averaged_gradients
     ("z2_fp32_w2", _cfg(2, "fp32"), 2, False, parity.TINY),
     ("z1_fp32_w2", _cfg(1, "fp32"), 2, False, parity.TINY),
+    # the same with two param groups, stepped one at a time (state.zero12_groups_stepped_apart): rank 1's
+    # step:1 was +41,604 B (11.3%) with one step instant; rank 0's group-1 slice lies in one tensor, so its
+    # fp32 gradient is a view holding grads_in_partition whole through that update (+1,588 B without it)
+    ("z2_fp32_groups_w2", _cfg(2, "fp32", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS),
+    ("z1_fp32_groups_w2", _cfg(1, "fp32", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS),
     ("z0_bf16_w2", _cfg(0, "bf16"), 2, False, parity.TINY),
     ("z3_fp32_nonpersist_w2", _cfg(3, "fp32", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
      2, False, parity.TINY, {"submodules": True}),
