@@ -158,6 +158,10 @@ CELLS = [
     # micro-step 2's new gradient is added into param.grad (accumulate_grad_new: backward:2)
     ("z1_bf16_tbsga2_w2", {**_cfg(1, "bf16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
     ("z1_fp16_tbsga2_w2", {**_cfg(1, "fp16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    # the same GA 2 in fp32 (state.zero12_transients_modeled takes fp32 at any GA): the accumulation
+    # entries with D = 4, within 0.03% in every phase on both ranks when added
+    ("z2_fp32_tbsga2_w2", {**_cfg(2, "fp32"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    ("z1_fp32_tbsga2_w2", {**_cfg(1, "fp32"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
     # the same GA 2 at ZeRO-3: each micro-step's backward reduce-scatters into the gradient
     # partition (stage3.py partition_grads l.2024-2030: copy_ at micro-step 0, add_ after; no
     # extra storage); the first backward releases the persistent parameters (incomplete trace)
