@@ -79,9 +79,19 @@ def _fixed(n: int | float, base: int | float, digits: int) -> str:
     try:
         x = n / base
     except OverflowError:
-        e = math.log10(n) - math.log10(base)
-        return f"{10 ** (e - math.floor(e)):.{digits}f}e+{math.floor(e)}"
+        e = math.log10(abs(n)) - math.log10(base)  # a negative headroom of that size too
+        return f"{'-' if n < 0 else ''}{10 ** (e - math.floor(e)):.{digits}f}e+{math.floor(e)}"
     return f"{x:,.{digits}f}" if abs(x) < MAX_FIXED or x != x else f"{x:.{digits}e}"
+
+
+def quotient(n: int | float, base: int | float) -> float:
+    """``n / base`` as a float for a chart or a ratio, where an int past the float range (bytes
+    from a config's 400-digit bucket size: ``n / base`` raises OverflowError) is the largest
+    float of its sign."""
+    try:
+        return n / base
+    except OverflowError:
+        return 1.7976931348623157e308 if (n > 0) == (base > 0) else -1.7976931348623157e308
 
 
 def gib(n: int | float, digits: int = 2) -> str:

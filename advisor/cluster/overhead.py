@@ -155,6 +155,19 @@ def deepspeed_extras(zero_stage: int, trainable_numel: int, grad_dtype_bytes: in
             "deepspeed/runtime/zero/*.py (the ledger's workspace items)")
 
 
+def _ceil_times(n: int | float, f: float) -> int:
+    """``math.ceil(n * f)`` (bytes), with an integer ``n`` past the float range (a config's
+    400-digit bucket size makes the tracked peak one: ``n * f`` raised OverflowError, issue 21)
+    multiplied exactly by ``f``'s own value instead (``f.as_integer_ratio()``)."""
+    try:
+        return math.ceil(n * f)
+    except OverflowError:
+        if not isinstance(n, int):
+            raise
+        num, den = float(f).as_integer_ratio()
+        return -(-n * num // den)
+
+
 def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: int = 1, pipeline_parallel: int = 1,
                      env: Mapping[str, str] | None = None,
                      overrides: Mapping[str, int] | None = None,
@@ -219,8 +232,8 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
     if zero3:
         f_hi, a_src = ZERO3_ALLOCATOR_HIGH, f"{a_src}; {ZERO3_ALLOCATOR_SOURCE}"
     terms.append(OverheadTerm(
-        "allocator", "allocator reserve and fragmentation", math.ceil(peak_bytes * f), math.ceil(peak_bytes * f_lo),
-        math.ceil(peak_bytes * f_hi),
+        "allocator", "allocator reserve and fragmentation", _ceil_times(peak_bytes, f), _ceil_times(peak_bytes, f_lo),
+        _ceil_times(peak_bytes, f_hi),
         formula=f"{f:.0%} of the tracked peak (band {f_lo:.0%}-{f_hi:.0%}"
                 + (": ZeRO-3 gathers and releases parameters module by module" if zero3 else "") + ")"
                 + ("; expandable_segments on" if expandable else ""),
@@ -312,7 +325,7 @@ class OverheadSettings:
         settings applied. Raises :class:`OverheadError` (bad env or override)."""
         ov = dict(self.overrides or {})
         if self.allocator_fraction is not None and "allocator" not in ov:
-            ov["allocator"] = math.ceil(peak_bytes * self.allocator_fraction)
+            ov["allocator"] = _ceil_times(peak_bytes, self.allocator_fraction)
         for k in self.exclude:
             ov[k] = 0
         out = []

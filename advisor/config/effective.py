@@ -255,11 +255,10 @@ def _as_bool(v: Any) -> bool | None:
 
 
 def _as_float(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    return None
+    """A JSON number as a float (:func:`advisor.config.validation.float_of`: an int past the float
+    range is the largest float of its sign), else None."""
+    from advisor.config.validation import float_of
+    return float_of(v)
 
 
 class _Reader:

@@ -87,7 +87,8 @@ class Problem:
 
 
 def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    from advisor.config.validation import finite_number
+    return finite_number(v)  # math.isfinite of a 400-digit int raises OverflowError
 
 
 def _num_or_list(v: Any) -> bool:
@@ -103,6 +104,8 @@ def _floatable(v: Any) -> float | None:
     try:
         return float(v)
     except (TypeError, ValueError):
+        return None
+    except OverflowError:  # an int past the float range (OneCycle's float() raises it too)
         return None
 
 

@@ -79,6 +79,34 @@ class InputValueError(AdvisorError, ValueError):
         super().__init__(f"{source}: {problem}")
 
 
+def float_of(value: Any) -> float | None:
+    """``float(value)`` for a JSON number (an int or a float, not a bool), None for anything else.
+
+    JSON allows an integer of up to 4,300 digits (Python's ``int()`` limit), and ``float()`` of
+    one past the float range (about 1.8e308) raises OverflowError: a config's 400-digit
+    ``gradient_clipping`` or ``lr`` was an internal error in every command (issue 21). Such an
+    integer is read as the largest finite float of its sign: every comparison ds-advisor makes
+    with it (a threshold, zero, another setting) comes out as with the integer itself, and no
+    output gains an ``Infinity`` (JSON refuses non-finite values)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return _FLOAT_MAX if value > 0 else -_FLOAT_MAX
+
+
+_FLOAT_MAX = 1.7976931348623157e308  # sys.float_info.max
+
+
+def finite_number(value: Any) -> bool:
+    """True for an int (not a bool; any int is finite, however many digits) or a finite float:
+    ``math.isfinite`` of an int past the float range raises OverflowError."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
 def shown(value: Any, limit: int = MAX_ECHO) -> str:
     """``value`` for a message, cut to ``limit`` characters (:func:`advisor.errors.cut`,
     surrogates escaped): ``repr`` of a JSON value; a value only YAML has (a date, a timestamp,

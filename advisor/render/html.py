@@ -54,6 +54,18 @@ if TYPE_CHECKING:
 
 TIERS = ("accelerator", "host", "nvme")
 GIB = 2 ** 30
+
+
+def _gib(n: int | float) -> float:
+    """Bytes as GiB for a chart or a table cell (:func:`advisor.units.quotient`: bytes past the
+    float range, from a config's 400-digit bucket size, are no OverflowError), at most
+    :data:`_CHART_MAX` in size, so an axis limit with headroom (x 1.12) stays finite for matplotlib."""
+    from advisor.units import quotient
+    return max(-_CHART_MAX, min(_CHART_MAX, quotient(n, GIB)))
+
+
+#: Largest GiB figure a chart draws (10^300 GiB: a config's absurd count, never a real size).
+_CHART_MAX = 1e300
 #: Segment colours per state class (colour-blind-safe Okabe-Ito palette).
 CLASS_COLORS = {
     "parameters": "#0072B2",
@@ -152,30 +164,30 @@ def tier_chart_svg(bars: list[TierBar], units: str = DEFAULT_UNITS) -> str:
     for ax, b in zip(axes, bars):
         bottom = 0.0
         for cls, color in CLASS_COLORS.items():
-            v = b.classes.get(cls, 0) / GIB
+            v = _gib(b.classes.get(cls, 0))
             if v <= 0:
                 continue
             (rect,) = ax.bar([0], [v], bottom=[bottom], width=0.6, color=color, label=CLASS_LABELS[cls])
             rect.set_gid(f"seg-{b.tier}-{cls}")
             bottom += v
-        (outline,) = ax.bar([0], [b.total / GIB], width=0.6, fill=False, edgecolor="#222222", linewidth=1.0)
+        (outline,) = ax.bar([0], [_gib(b.total)], width=0.6, fill=False, edgecolor="#222222", linewidth=1.0)
         outline.set_gid(f"tier-bar-{b.tier}")
-        top = b.total / GIB
+        top = _gib(b.total)
         if b.need is not None:
-            ln = ax.axhline(b.need / GIB, color="#222222", linestyle=":", linewidth=1.5, label="need (peak)")
+            ln = ax.axhline(_gib(b.need), color="#222222", linestyle=":", linewidth=1.5, label="need (peak)")
             ln.set_gid(f"need-{b.tier}")
-            top = max(top, b.need / GIB)
+            top = max(top, _gib(b.need))
         if b.capacity is not None:
-            ln = ax.axhline(b.capacity / GIB, color="#D55E00", linestyle="--", linewidth=1.8, label="capacity")
+            ln = ax.axhline(_gib(b.capacity), color="#D55E00", linestyle="--", linewidth=1.8, label="capacity")
             ln.set_gid(f"capacity-{b.tier}")
-            top = max(top, b.capacity / GIB)
+            top = max(top, _gib(b.capacity))
         ax.set_xlim(-0.8, 0.8)
         ax.set_ylim(0, top * 1.12 if top > 0 else 1)
         ax.set_xticks([0])
         ax.set_xticklabels([b.tier])
         ax.set_title(f"{b.tier}\n{b.scope}", fontsize=9)
         ax.set_ylabel(unit_name(units))  # every pane: its own scale, so its own unit
-        ax.text(0, b.total / GIB, f"{b.total / GIB:,.2f}", ha="center", va="bottom", fontsize=8)
+        ax.text(0, _gib(b.total), f"{_gib(b.total):,.2f}", ha="center", va="bottom", fontsize=8)
     handles: dict[str, Any] = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -203,10 +215,10 @@ def movement_chart_svg(movements: list, rank: int = 0, units: str = DEFAULT_UNIT
         left = 0.0
         for cls, v in sorted(agg[k].items(), key=lambda kv: list(CLASS_COLORS).index(kv[0])
                              if kv[0] in CLASS_COLORS else 99):
-            (rect,) = ax.barh([y], [v / GIB], left=[left], height=0.6, color=CLASS_COLORS.get(cls, "#444444"),
+            (rect,) = ax.barh([y], [_gib(v)], left=[left], height=0.6, color=CLASS_COLORS.get(cls, "#444444"),
                               label=CLASS_LABELS.get(cls, cls))
             rect.set_gid(f"move-{k.replace('/', '-')}-{cls}")
-            left += v / GIB
+            left += _gib(v)
         ax.text(left, y, f" {left:,.2f}", va="center", fontsize=8)
     ax.set_yticks(range(len(keys)))
     ax.set_yticklabels(keys)
@@ -230,7 +242,7 @@ def timeline_chart_svg(timeline: list[dict[str, Any]], peaks: dict[str, Any], un
     fig, (ax,) = _figure(10.5, 6.0)  # tall enough for the instants' words under the axis
     xs = list(range(len(timeline)))
     for tier, color in colors.items():
-        ys = [row[tier] / GIB for row in timeline]
+        ys = [_gib(row[tier]) for row in timeline]
         if not any(ys):
             continue
         (ln,) = ax.plot(xs, ys, marker="o", markersize=3, color=color, label=tier)
@@ -678,8 +690,8 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         parts.append(f"<div class=chart id=tier-chart>{tier_chart_svg(bars, units)}</div>")
         rows = "".join(
             f"<tr><td>{_e(b.tier)}</td><td>{_e(b.scope)}</td>"
-            + "".join(f"<td class=num>{b.classes.get(c, 0) / GIB:,.2f}</td>" for c in CLASS_COLORS)
-            + f"<td class=num><b>{b.total / GIB:,.2f}</b></td></tr>" for b in bars)
+            + "".join(f"<td class=num>{_gib(b.classes.get(c, 0)):,.2f}</td>" for c in CLASS_COLORS)
+            + f"<td class=num><b>{_gib(b.total):,.2f}</b></td></tr>" for b in bars)
         parts.append("<table id=tier-table><tr><th>tier</th><th>scope</th>"
                      + "".join(f"<th>{_e(CLASS_LABELS[c])} ({U})</th>" for c in CLASS_COLORS)
                      + f"<th>total ({U})</th></tr>{rows}</table>")

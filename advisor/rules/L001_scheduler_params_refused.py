@@ -110,7 +110,8 @@ def _optimizer_lr(ctx: LintContext) -> float | None:
     if is_auto(lr):
         targs = ctx.trainer_args or (ctx.hf if isinstance(ctx.hf, dict) else None)
         lr = (targs or {}).get("learning_rate", 5e-5) if ctx.hf else None  # TrainingArguments default 5e-5
-    return float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None
+    from advisor.config.validation import float_of
+    return float_of(lr)  # a 400-digit int is no OverflowError
 
 
 def problem_pointer(s: dict, key: str | None) -> str:

@@ -703,7 +703,8 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
         sizes[key] = n
         return "{" + key + "}"
 
-    if tier == "accelerator" and acts is not None and need and acts.saved_accelerator >= 0.3 * need:
+    from advisor.config.validation import float_of  # need: an int past the float range from a 400-digit bucket
+    if tier == "accelerator" and acts is not None and need and acts.saved_accelerator >= 0.3 * float_of(need):
         why = (f"activations ({sized(acts.saved_accelerator)} saved for backward) are "
                f"{100 * acts.saved_accelerator / need:.0f}% of the peak. ")
 
