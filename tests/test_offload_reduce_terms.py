@@ -94,19 +94,20 @@ _TINY = {"name": "tiny", "tensors": [
     {"name": "l3.weight", "shape": [5, 77]}, {"name": "l3.bias", "shape": [5]}]}
 
 
-def _oo_plan(W: int):
+def _oo_plan(W: int, stage: int = 2, dtype: str = "bf16"):
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.model.inventory import from_dict
-    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+    cfg = {"train_micro_batch_size_per_gpu": 1, dtype: {"enabled": True},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-           "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False,
+           "zero_optimization": {"stage": stage, "reduce_bucket_size": 50000, "overlap_comm": False,
                                  "contiguous_gradients": True, "offload_optimizer": {"device": "cpu"}}}
     ec = effective_config(cfg)
     inv = from_dict(_TINY, "tiny")
     return ec, inv, compute_ledger(Plan(ec, inv, Cluster(world_size=W)))
 
 
-def test_offload_flush_flat_copy_by_hand() -> None:
+@pytest.mark.parametrize("stage,dtype", [(2, "bf16"), (1, "fp16")])
+def test_offload_flush_flat_copy_by_hand(stage: int, dtype: str) -> None:
     """All 43,209 gradients fit one 50,000-element bucket: one flush, in the epilogue (no gradient
     whole beside it). average_tensor cuts it into one slice per (parameter, owning rank) and
     allreduce_and_scatter hands them to allreduce_bucket, whose ``self.flatten(bucket)``
@@ -114,17 +115,19 @@ def test_offload_flush_flat_copy_by_hand() -> None:
     Rank r's fp64 norm moment is its largest gradient slice x 8 (l.1886); at W = 4, P =
     43,216 / 4 = 10,804 (43,209 padded to a multiple of 2W): rank 0 [0, 10,804) l1.weight 10,804; rank 1 l1.weight's
     19,264 - 10,804 = 8,460; rank 2 l2.weight's 10,804; rank 3 [32,412, 43,216) l2.weight's
-    42,742 - 32,412 = 10,330. The reduce holds the larger of the two moments."""
-    ec, inv, led = _oo_plan(4)
+    42,742 - 32,412 = 10,330. The reduce holds the larger of the two moments. ZeRO-1 moves every
+    gradient in its boundary epilogue: before the first moves, all 43,209 x 2 B of them are live
+    (the same bytes here)."""
+    ec, inv, led = _oo_plan(4, stage, dtype)
     assert state.zero12_offload_flush_bytes(ec, inv, state.placement(ec, inv, 4).zero12, 4) == 43209 * 2
     largest = {0: 10804, 1: 8460, 2: 10804, 3: 10330}
     for r, s in largest.items():
         items = {e.item: e.bytes for e in led.rank(r).entries if e.life == "reduce"}
         assert items["offload_grad_norm_fp64"] == s * 8
-        assert items.get("offload_reduce_flat_copy", 0) == max(0, 43209 * 2 - s * 8), r
+        assert items.get("offload_reduce_flush", 0) == max(0, 43209 * 2 - s * 8), r
     # W = 2: P = 43,212 / 2 = 21,606; rank 0's largest slice is l1.weight's 19,264 (154,112 B), rank 1's
     # l2.weight's 42,742 - 21,606 = 21,136 (169,088 B), both over 86,418 B: no flat-copy entry
-    ec, inv, led = _oo_plan(2)
+    ec, inv, led = _oo_plan(2, stage, dtype)
     for r, s in ((0, 19264), (1, 21136)):
         items = {e.item: e.bytes for e in led.rank(r).entries if e.life == "reduce"}
-        assert items["offload_grad_norm_fp64"] == s * 8 and "offload_reduce_flat_copy" not in items, r
+        assert items["offload_grad_norm_fp64"] == s * 8 and "offload_reduce_flush" not in items, r

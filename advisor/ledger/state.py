@@ -2194,26 +2194,34 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
 
 def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
                                wrapper: str = "DeepSpeedZeroOptimizer") -> int:
-    """Bytes a ZeRO-2 reduce under CPU optimizer offload holds at its largest bucket flush's
-    all-reduce, the same on every rank: max over flushes j of the flat copy (allreduce_bucket's
-    ``tensor = self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367, reached from reduce_ipg_grads ->
-    average_tensor -> allreduce_and_scatter, l.2228 / l.1708) + the triggering gradient and its
-    autograd sibling, still whole in their hook, + an extra-large gradient's clone reduced alone
-    (:func:`_zero12_flush_replay`, the flushes of :func:`zero12_backward_transients`). The fp64 norm
-    copies of :func:`zero12_offload_reduce_terms` come after it, in the loop that follows the
-    flush (copy_grads_in_partition -> set_norm_for_param_grad_in_gpu, l.2270-2274 / l.1886), when
-    the flat copy is gone: the reduce holds the larger of the two moments, not their sum.
-    Measured (tests/engine/test_peak_parity.py z2_bf16_oo_cpu_w4, one flush of all 43,209
-    elements): ranks 1 and 3, whose largest slices are 8,460 and 10,330 elements (fp64 67,680 and
-    82,640 B), peak at this flat copy, 86,418 B = N x 2. 0 when not modelled (ZeRO-1 offload
-    reduces in its boundary epilogue beside gradients its offload ledger does not count; not
-    measured here). Bytes."""
-    if not (ec.zero.stage == 2 and zero12_offload_norm_modeled(ec, wrapper) and ec.zero.contiguous_gradients
-            and not ec.zero.overlap_comm and layouts):
+    """Bytes a ZeRO-1/2 reduce under CPU optimizer offload holds beside its persistent state before
+    its fp64 norm copies, the same on every rank: max over bucket flushes j of the flat copy
+    (allreduce_bucket's ``tensor = self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367, reached from
+    reduce_ipg_grads -> average_tensor -> allreduce_and_scatter, l.2228 / l.1708) + the gradients
+    not yet in the bucket + an extra-large gradient reduced alone in its own storage (the flushes
+    and terms of :func:`zero12_backward_transients`, :func:`_zero12_flush_replay`): at ZeRO-2 the
+    triggering gradient and its autograd sibling, whole in their hook; at ZeRO-1, which moves every
+    gradient in its boundary epilogue (reduce_gradients), the trigger and all after it, and before
+    the first is moved all N x D of them (made by autograd in loss.backward, engine.py l.3428; its
+    offload ledger has no lp_grads entry). The fp64 norm copies of
+    :func:`zero12_offload_reduce_terms` come after the flat copy is freed, in the loop that follows
+    the flush (copy_grads_in_partition -> set_norm_for_param_grad_in_gpu, l.2270-2274 / l.1886): the
+    reduce holds the larger of the two moments, not their sum.
+    Measured (tests/engine/test_peak_parity.py, TINY at W = 4, one flush of all 43,209 elements):
+    z2_bf16_oo_cpu_w4 ranks 1 and 3, whose largest slices are 8,460 and 10,330 elements (fp64 67,680
+    and 82,640 B), peak at the flat copy, 86,418 B = N x 2; z1_fp16_oo_cpu_w4 rank 1 at the N x 2 B
+    of autograd gradients. 0 without contiguous_gradients or with overlap_comm (not modelled).
+    Bytes."""
+    z = ec.zero
+    if not (z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
+            and not z.overlap_comm and layouts):
         return 0
-    D, _, _, _, _, hooked, _, _, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
-    return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
-                for j, (_, trig) in enumerate(flushes)), default=0)
+    D, _, st, _, _, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    if st == 2:
+        return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
+                    for j, (_, trig) in enumerate(flushes)), default=0)
+    return max([csum[T] * D] + [copies[j] + (0 if trig is None else (csum[T] - csum[trig]) * D) + xl[j]
+                                for j, (_, trig) in enumerate(flushes)])
 
 
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
@@ -2569,14 +2577,17 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # the reduce holds the larger of the flush's flat copy and the norm copies after it
         # (zero12_offload_flush_bytes): what the flat copy's moment adds over the norm's. Engine,
         # z2_bf16_oo_cpu_w4 backward:1: rank 1 +18,766 B, rank 3 +3,806 B without it
-        # (allreduce_bucket l.2367's 86,418 B live at their peak, unattributed)
+        # (allreduce_bucket l.2367's 86,418 B live at their peak, unattributed); z1_fp16_oo_cpu_w4
+        # rank 1 +18,772 B (engine.py backward l.3428's 86,424 B of autograd gradients)
         flat_over = max(0, offload_flush - offload_norm - clone_at_flush)
         if flat_over:
-            b.add("accelerator", "workspace", "offload_reduce_flat_copy", flat_over, "reduce",
+            b.add("accelerator", "workspace", "offload_reduce_flush", flat_over, "reduce",
                   f"max(0, F - (s_r x 8 + c_r)) = max(0, {offload_flush} - {offload_norm + clone_at_flush}): the "
-                  "largest flush's flat copy (+ its triggering gradient, an extra-large clone; "
-                  "zero12_offload_flush_bytes) over the rank's fp64 norm moment, which comes after the copy is freed",
-                  f"{S}.allreduce_bucket (self.flatten(bucket)) / reduce_ipg_grads (average_tensor)")
+                  "largest flush's flat copy with the gradients not yet in the bucket and an extra-large one (ZeRO-1: "
+                  "also all N x D gradients before the first is moved; zero12_offload_flush_bytes) over the rank's "
+                  "fp64 norm moment, which comes after the copy is freed",
+                  f"{S}.allreduce_bucket (self.flatten(bucket)) / reduce_ipg_grads (average_tensor); the gradients "
+                  f"not yet in the bucket made by autograd in {_AUTOGRAD_GRADS}")
         if clone_at_flush:
             # tests/engine/test_peak_parity.py z2_bf16_oo_cpu_bigtensor_w2: backward +6.8% (rank 0,
             # l1.weight's clone, 38,528 B) and +8.1% (rank 1, l2.weight's, 46,354 B) without it

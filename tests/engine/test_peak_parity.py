@@ -203,6 +203,22 @@ CELLS = [
     ("z2_bf16_oo_cpu_w4", _cfg(2, "bf16", offload_optimizer={"device": "cpu"}), 4, False, parity.TINY),
     ("z3_bf16_nonpersist_w4", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
      4, False, parity.TINY, {"submodules": True}),
+    # ZeRO-1 under offload moves every gradient in its boundary epilogue: rank 1 (largest slice 8,460
+    # elements) peaks with all N x 2 B of autograd gradients live, not at its norm copy
+    # (state.zero12_offload_flush_bytes; +18,772 B without it)
+    ("z1_fp16_oo_cpu_w4", _cfg(1, "fp16", offload_optimizer={"device": "cpu"}), 4, False, parity.TINY),
+    ("z2_fp16_w4", _cfg(2, "fp16"), 4, False, parity.TINY),
+    ("z2_fp32_w4", _cfg(2, "fp32"), 4, False, parity.TINY),
+    ("z0_bf16_w4", _cfg(0, "bf16"), 4, False, parity.TINY),
+    ("z1_bf16_groups_w4", _cfg(1, "bf16", reduce_bucket_size=10000), 4, False, parity.TINY_FROZEN_GROUPS),
+    # real Linears (AddmmBackward0: l1.bias's hook runs with l1.weight's gradient whole): rank 1 peaks at
+    # the flush of l2.weight's clone, its flat copy 25,694 B + clone 46,354 B + l1's gradients 39,130 B
+    # (state.zero12_offload_flush_bytes, matched within 32 B); ranks 2 and 3: UNMATCHED_W4
+    ("z2_bf16_oo_cpu_bigtensor_w4", _cfg(2, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+     4, False, parity.TINY, {"linear": True}),
+    ("z3_bf16_oo_cpu_w4", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 4,
+     False, parity.TINY, {"submodules": True}),
+    ("z3_bf16_zinit_w4", _cfg(3, "bf16", reduce_bucket_size=50000), 4, True, parity.TINY),
 ]
 
 
@@ -255,7 +271,22 @@ UNMATCHED_ISSUE15: dict = {}
 #: not a rank-1-only buffer) and the step had no norm instant (averaged_gradients + the largest slice's
 #: fp64 copy). Now state.zero12_transients_modeled takes fp32 too: every phase within 0.02% on both
 #: ranks, and z1_fp32_w2 likewise (it was backward:1 -170,912 B, -21.3%, before).
-UNMATCHED = {**UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
+#: W = 4 with real Linears under ZeRO-2 CPU offload and a 10,000-element bucket (2026-12-05, one run). l1.bias's
+#: hook flushes l2.weight's clone with l1.weight's gradient whole beside l1.bias's (AddmmBackward0 makes both):
+#: the flush's flat copy moment (25,694 + 46,354 + 39,130 B, state.zero12_offload_flush_bytes) is rank 1's peak,
+#: matched (+32 B); but the fp64 norm copies of that flush (l2.weight's slice, 10,804 x 8 on rank 2, 10,330 x 8
+#: on rank 3, after copy_grads_in_partition, stage_1_and_2.py l.2270-2274 / l.1886) run while l1's two
+#: gradients (engine.py backward l.3428, 39,134 B unattributed) are still whole, and
+#: state.zero12_offload_reduce_terms counts a slice's norm copy and the clone without the gradients not yet
+#: in the bucket (with the flat proxy those are l1.bias alone, 602 B: hidden at W = 2)
+UNMATCHED_W4: dict = {
+    "z2_bf16_oo_cpu_bigtensor_w4": {
+        "backward:1": (36, "rank 2 +39,170 B, rank 3 +39,194 B: l1.weight + l1.bias gradients (39,130 B) whole "
+                           "beside l2.weight's fp64 norm copy and clone; zero12_offload_reduce_terms omits them"),
+        "backward:2": (40, "rank 2 +39,174 B, rank 3 +39,198 B: the same moment in the second step"),
+    },
+}
+UNMATCHED = {**UNMATCHED_W4, **UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
 
 
 #: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
@@ -299,6 +330,9 @@ RACY = {
     # without gloo's reduce-scatter buffer (peak_excl_cpu_only) moved: a buffer outliving its moment
     "z3_bf16_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_nonpersist_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
+    # the same first-backward re-fetch as their W = 2 cells' (not seen at W = 4 in their 1 run each)
+    "z3_bf16_oo_cpu_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_zinit_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
 }
 #: The first forward fetches module by module too, and the same buffer can outlive its module's
 #: release while the next module is gathered. Seen in runs beside other work (2026-12-05): CI,
