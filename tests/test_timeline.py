@@ -1088,3 +1088,39 @@ def test_zero3_nonpersistent_fetch_follows_the_coordinator():
     # later backwards: l2.weight's gradient arrives whole (23,177 x 2) with l1 and l2.weight gathered (l3
     # released after its backward): 39,130 + 46,354 + 46,354 = 131,838, less the flush's 86,428
     assert got["zero3_gathered_params_backward"] == (19264 + 301) * 2 + 23177 * 2 * 2 - 86428
+
+
+def test_zero3_nvme_grad_tails_appear_flush_by_flush():
+    # offload_optimizer nvme at ZeRO-3: a swappable sub-group's fp32 gradient pieces below the aio
+    # size (1 MiB, swap_tensor/constants.py MIN_AIO_BYTES) or unaligned (optimizer_utils.py
+    # _adjust_for_misaligned_lengths l. 462-475: the remainder is a view of the whole copy) stay in
+    # memory from their flush (stage3.py partition_grads l. 2053) to the step. W = 2, sub_group_size
+    # 300,000 -> sub-groups [l1.weight 527,872] [l1.bias 516, l2.weight 530,450] [l2.bias 515]
+    # (stage3.py _create_fp16_sub_groups); the last is 2,060 B < 1 MiB: not swapped.
+    #   l1.weight: 527,872 = 2,062 x 256 (aligned, 1024 B / 4 B): no tail
+    #   l1.bias:   516 x 4 = 2,064 B < 1 MiB: kept whole
+    #   l2.weight: 530,450 = 2,072 x 256 + 18: unaligned, the whole 530,450 x 4 = 2,121,800 B kept
+    from advisor.ledger.state import zero3_flush_grad_tails, zero3_reduce_flush_bytes
+    inv = Inventory(name="big", tensors=[TensorSpec(n, s) for n, s in [
+        ("l1.weight", (1031, 1024)), ("l1.bias", (1031,)), ("l2.weight", (1029, 1031)), ("l2.bias", (1029,))]],
+        source="test")
+    ec = effective_config({**Z3, "zero_optimization": {
+        "stage": 3, "reduce_bucket_size": 50000, "sub_group_size": 300000,
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})
+    assert zero3_flush_grad_tails(ec, inv, 2) == (0, 2064, 2121800, 0)
+    # gradients arrive l2.weight, l2.bias, l1.weight, l1.bias (Linear pairs, weight first). The first
+    # flush (l2.weight's, as l2.bias arrives) has no tail yet: flat 530,450 x 2 x 2 + whole 1,060,899 x 2
+    # + arriving 1,029 x 2 + fp64 norm 530,450 x 8; the epilogue's (l1.bias alone: flat 516 x 2 x 2,
+    # norm 516 x 8) holds l2.weight's 2,121,800 B tail
+    best, _, reg = zero3_reduce_flush_bytes(ec, inv, 2)
+    assert best == 2121800 + 2121798 + 2058 + 4243600
+    assert reg[2] == 2064 + 516 * 8 + 2121800
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    tails = [e for e in led.rank(0).entries if e.item == "opt_unswapped_grad_tails"]
+    assert [(e.bytes, e.life) for e in tails] == [(2064 + 2121800, "step")]
+    # no tails at the first flush: the backward instant is the flush + what persists, not + the tails
+    tl = role_timeline(led, led.rank(0), resolve_load(ec), ga=1)
+    at = {x.key: i for i, x in enumerate(tl.instants)}
+    items = {e[0] for e in tl.entries[at["backward:1"]]}
+    assert "opt_unswapped_grad_tails" not in items and "zero3_reduce_flush" in items
+    assert "opt_unswapped_grad_tails" in {e[0] for e in tl.entries[at["first_step:prep"]]}

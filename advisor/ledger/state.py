@@ -794,9 +794,45 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     contiguous, rs = bool(z.contiguous_gradients), bool(z.reduce_scatter)
     norm = ec.offload_optimizer_effective != "none"
     linear = bool(z.memory_efficient_linear)
+    tails = zero3_flush_grad_tails(ec, inv, W)
+    tkey = (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4)) if tails else None
     # once per (tensor list, W, C, bucket size, flags): generate asks per plan (Inventory.memo)
-    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs, norm, linear),
-                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm, linear=linear))
+    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs, norm, linear, tkey),
+                    lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm, linear=linear,
+                                                      tails=tails))
+
+
+def zero3_flush_grad_tails(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, ...] | None":
+    """Per tensor (model order), the bytes of its fp32 gradient copy that ZeRO-3 keeps in memory
+    after its reduce under ``offload_optimizer: nvme`` (:func:`zero3_grad_swap_bytes`' kept bytes for a
+    parameter of a swappable sub-group, else 0), or None without optimizer swap (or none kept).
+
+    DeepSpeed 0.19.8 ``stage3.py`` partition_grads (l. 2041-2053): at the accumulation boundary each
+    gradient partition of a swappable sub-group is copied to fp32 (_offload_grad_partition_at_boundary,
+    l. 1453, after its fp64 norm copy, l. 1446) and, once the whole flush is partitioned,
+    handed to the swapper (_swap_out_offload_fp32_gradients, l. 2053 -> ``optimizer_utils.py``
+    _swap_out_gradients, l. 256-287): a piece below the aio size, or the unaligned remainder (a view
+    of the whole copy, l. 474), stays in ``unswapped_gradients`` until the sub-group's step
+    (``partitioned_optimizer_swapper.py`` swap_out_optimizer_state, l. 146). So these bytes appear
+    flush by flush through backward, not at its start (measured, z3_bf16_oo_nvme_w2: counted at every
+    backward instant the first flush read 2,123,864 B over the engine). Rank 0's figure (p_i =
+    ceil(n_i/W) real elements, :func:`zero3_grad_swap_by_rank`): the flush walk is one for all ranks;
+    the rank holding a remainder of a tensor keeps at most that partition's bytes less."""
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective != "nvme" or W < 1:
+        return None
+    smin = swap_threshold_bytes(ec)
+    al = aio_alignment_elems(ec, 4)
+    sgs = ec.zero.sub_group_size
+
+    def walk() -> "tuple[int, ...] | None":
+        out = [0] * len(inv.tensors)
+        for sg in zero3_sub_groups(inv, W, sgs):
+            if sg.numel * 4 < smin:  # stage3.py _swappable_optimizer_subgroup: kept in host memory
+                continue
+            for i in sg.tensors:
+                out[i] = zero3_grad_swap_bytes(_ceil_div(inv.tensors[i].numel, W), smin, al)[1]
+        return tuple(out) if any(out) else None
+    return inv.memo(("zero3_flush_grad_tails", W, sgs, smin, al), walk)
 
 
 #: stage3.py _constant_buffered_norm2(input, buffer_size=250000000): the fp64 copy is of at most
@@ -822,8 +858,10 @@ def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
                               reduce_scatter: bool, norm: bool = False,
                               gathered: "tuple | None" = None,
-                              linear: bool = True) -> "tuple[int, str, tuple[int, int, int]] | None":
-    """The walk of :func:`zero3_reduce_flush_bytes` (``gathered``: see :func:`_zero3_reduce_flush_walk`).
+                              linear: bool = True,
+                              tails: "tuple[int, ...] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
+    """The walk of :func:`zero3_reduce_flush_bytes` (``gathered``, ``tails``: see :func:`_zero3_reduce_flush_walk`;
+    with ``tails`` the walk itself runs: the kept tails change every instant after a flush).
     With ``contiguous_gradients`` and no gradient larger than the bucket, no gradient ever stays its own
     tensor in the bucket (__add_grad_to_ipg_bucket copies each), so every instant's bytes are the arriving
     gradient's (+ what is gathered, + a flush's buffers at the few flushes): computed column-wise, the
@@ -832,8 +870,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     (tests/test_reduce_flush_identity.py compares them on random inventories)."""
     order, ns, inl, P = _zero3_grad_columns(inv, linear)
     L = len(ns)
-    if not L or not contiguous or rbs < 1 or max(ns) > rbs:
-        return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear)
+    if not L or not contiguous or rbs < 1 or max(ns) > rbs or tails:
+        return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear, tails)
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
     F = inv.memo(("zero3_grad_padded_prefix", bool(linear), W),
@@ -943,9 +981,12 @@ _FLIP = bytes([1, 0]) + bytes(range(2, 256))
 def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
                              reduce_scatter: bool, norm: bool = False,
                              gathered: "tuple | None" = None,
-                             linear: bool = True) -> "tuple[int, str, tuple[int, int, int]] | None":
+                             linear: bool = True,
+                             tails: "tuple[int, ...] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
     # gathered: (module index per tensor, bytes at each module's fetch, bytes while its backward
     # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
+    # tails: per tensor, the fp32 gradient bytes kept after its flush (zero3_flush_grad_tails):
+    # live at every later moment of backward
     from advisor.model.parallel import _LAYER_RE
     # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
     in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
@@ -972,6 +1013,7 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
     mod_of, at_fetch, during, at_end = gathered if gathered is not None else ((), (), (), 0)
     prev_mod = -1
     g = 0  # parameters gathered at this moment (gathered given)
+    kept = btail = 0  # tails kept by the flushes done; those of the bucket's gradients (kept at its flush)
     for i in zero3_backward_grad_order(inv, linear):
         n = tensors[i].numel
         # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
@@ -985,22 +1027,24 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
             # the module's fetch, before its gradients: its all-gather buffers beside the bucket's whole gradients
             prev_mod = mod_of[i]
             g = during[prev_mod]
-            nb = at_fetch[prev_mod] + own * C
+            nb = at_fetch[prev_mod] + own * C + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, f"fetch of {tensors[i].name}'s module: gathered {at_fetch[prev_mod]:,} B"
         if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
             fb = flat_bytes(held, count, flat)
-            nb = fb + (own + n) * C + pmax * 8 + g
+            nb = fb + (own + n) * C + pmax * 8 + g + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
                                    f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
                                    f"arriving {n * C:,} B" + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
-                                   + (f" + gathered {g:,} B" if g else ""))
+                                   + (f" + gathered {g:,} B" if g else "")
+                                   + (f" + earlier flushes' kept fp32 gradient tails {kept:,} B" if kept else ""))
             held = count = flat = own = pmax = 0
+            kept, btail = kept + btail, 0
         else:
-            nb = (own + n) * C + g
+            nb = (own + n) * C + g + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:  # arrives, no flush: whole until copied into the bucket
                 best, where = nb, (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
@@ -1015,15 +1059,18 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
         flat += -(-n // W) * W
         if norm:
             pmax = max(pmax, min(-(-n // W), NORM_SPLIT_ELEMENTS))
+        if tails:
+            btail += tails[i]
     if held:  # the backward epilogue's flush, nothing arriving
         fb = flat_bytes(held, count, flat)
-        nb = fb + own * C + pmax * 8 + at_end
+        nb = fb + own * C + pmax * 8 + at_end + kept
         reg[2] = max(reg[2], nb)
         if nb > best:
             best, where = nb, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
                                f"flat {fb:,} + whole in bucket {own * C:,} B"
                                + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
-                               + (f" + gathered {at_end:,} B" if at_end else ""))
+                               + (f" + gathered {at_end:,} B" if at_end else "")
+                               + (f" + earlier flushes' kept fp32 gradient tails {kept:,} B" if kept else ""))
     elif gathered is not None and at_end:
         reg[2] = max(reg[2], at_end)
         if at_end > best:
@@ -1645,9 +1692,12 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
            bool(z.reduce_scatter), norm, z.param_persistence_threshold, z.model_persistence_threshold,
            int(z.prefetch_bucket_size), int(z.max_live_parameters), int(z.max_reuse_distance),
            bool(getattr(z, "allgather_sequential", False)), bool(z.memory_efficient_linear))
+    tails = zero3_flush_grad_tails(ec, inv, W)
+    if tails:
+        key += (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4))
     joint = inv.memo(key, lambda: _zero3_reduce_flush_bytes(
         inv, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients), bool(z.reduce_scatter), norm,
-        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear)))
+        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear), tails=tails))
     jb, jwhere, jreg = joint if joint is not None else (0, "", (0, 0, 0))
     jreg = list(jreg)
     # moments the gradient walk does not pass: the root's prefetch, modules without a trainable parameter
@@ -3004,10 +3054,16 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
             b.add("nvme", "gradients", "fp32_grad", gfiles, "persistent",
                   f"per param partition with r_i x 4 >= {smin}: floor(r_i / {al}) x {al} x 4",
                   "runtime/swap_tensor/optimizer_utils.py:OptimizerSwapper._swap_out_gradients")
-        b.add("accelerator", "gradients", "opt_unswapped_grad_tails", tails, "backward",
+        # made flush by flush in backward: there zero3_reduce_flush counts those of the flushes done
+        # (zero3_flush_grad_tails); whole from the step on. Where the flush is not walked, at every
+        # backward instant (an upper bound)
+        walked = rs is not None and zero3_flush_grad_tails(ec, inv, W) is not None
+        b.add("accelerator", "gradients", "opt_unswapped_grad_tails", tails, "step" if walked else "backward",
               "r_i x 4 for every partition of a swappable sub-group smaller than the aio size or not aligned "
-              "(the fp32 copy stays alive until the step)",
-              "runtime/swap_tensor/optimizer_utils.py:OptimizerSwapper._swap_out_gradients")
+              "(the fp32 copy stays alive until the step)"
+              + ("; in backward inside zero3_reduce_flush, after each one's flush" if walked else ""),
+              "runtime/swap_tensor/optimizer_utils.py:OptimizerSwapper._swap_out_gradients; "
+              f"{S}.partition_grads -> _swap_out_offload_fp32_gradients")
     if persist_frozen and not aliased:
         b.add("accelerator", "parameters", "frozen_params", persist_frozen * D, "persistent",
               f"persistent frozen params gathered: sum ceil(n_i/W) x W x D = {persist_frozen} x {D}",

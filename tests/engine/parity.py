@@ -153,9 +153,13 @@ def expected(cell: dict[str, Any]) -> dict[str, Any]:
         # backward (life "in_backward": released by the epilogue before backward returns).
         bwd = model_state_bytes(rl, ("backward",))
         bwd.update({k: v for k, v in model_state_bytes(rl, ("in_backward",)).items() if k == "ipg_bucket"})
+        # ... and ZeRO-3's kept NVMe gradient tails, whole once backward has returned (life "step" where the
+        # flush walk counts them flush by flush inside backward: state.zero3_flush_grad_tails)
+        bwd.update({k: v for k, v in model_state_bytes(rl, ("step",)).items() if k == "opt_unswapped_grad_tails"})
         ranks[rl.rank] = {"steady": fold_for_cpu(model_state_bytes(rl, ("persistent",))),
                           "bwd": fold_for_cpu(bwd),
-                          "in_step": fold_for_cpu(model_state_bytes(rl, ("step",)))}
+                          "in_step": fold_for_cpu({k: v for k, v in model_state_bytes(rl, ("step",)).items()
+                                                   if k != "opt_unswapped_grad_tails"})}
     return {"wrapper": led.wrapper, "basic_optimizer": led.basic_optimizer, "ranks": ranks}
 
 
