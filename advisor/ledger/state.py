@@ -234,11 +234,18 @@ def _packed(values: "Iterable[int]") -> "Sequence[int]":
     """``values`` as an ``array('q')`` (indexing and bisect as on a list, 8 bytes an element, not
     an int object each: generate at 1e5 layers keeps these per layout and world size, issue 21),
     or a list when one exceeds int64 (2^48-element tensors x 2e6 tensors could)."""
-    vals = list(values)
-    try:
-        return array.array("q", vals)
-    except OverflowError:
-        return vals
+    # filled in chunks, not from one list of every value (an int object each: 1.8M of them, ~65 MB, for
+    # a trace at 1e5 layers, issue 21); fromlist leaves the array as it was when a value overflows
+    it = iter(values)
+    out = array.array("q")
+    while True:
+        chunk = list(itertools.islice(it, 65536))
+        if not chunk:
+            return out
+        try:
+            out.fromlist(chunk)
+        except OverflowError:
+            return [*out, *chunk, *it]
 
 
 @dataclass(frozen=True)
@@ -571,10 +578,12 @@ def module_index(inv: Inventory) -> tuple:
             return [], [], [], [0]
         heads = list(map(names.__getitem__, starts))
         if len(set(heads)) == len(heads):
-            bounds = starts + [L]
-            members = list(map(range, starts, bounds[1:]))
-            mod_of = list(itertools.chain.from_iterable(map(itertools.repeat, range(len(heads)),
-                                                            map(operator.sub, bounds[1:], starts))))
+            # packed columns (8 bytes a value, not an int object each: ~60 MB at 1e5 layers)
+            bounds = _packed(itertools.chain(starts, (L,)))
+            del starts
+            members = list(map(range, bounds, itertools.islice(bounds, 1, None)))
+            mod_of = _packed(itertools.chain.from_iterable(map(itertools.repeat, range(len(heads)),
+                                                               map(len, members))))
             return members, mod_of, heads, bounds
         index: dict[str, int] = {}
         members_l: list[list[int]] = []
@@ -1232,16 +1241,18 @@ class Zero3Fetch:
     ``during[m]``, ``end``; ``start`` the backward's first moment (the root's prefetch). ``refetch``
     (bytes, where): micro-step 2's forward at GA > 1 (no optimizer step since the first backward, so
     the persistent parameters it released are fetched again, all but the first module's: their
-    all-gather buffers count, their copies are ``lp_params_gathered``)."""
+    all-gather buffers count, their copies are ``lp_params_gathered``). The per-tensor and per-module
+    columns are :func:`module_index`'s list and packed arrays (:func:`_packed`), not tuples of int
+    objects (~100 MB of them at 1e5 layers, issue 21); not hashable."""
 
-    mod_of: tuple
+    mod_of: "Sequence[int]"
     first_forward: tuple
-    first_fetch: tuple
-    first_during: tuple
+    first_fetch: "Sequence[int]"
+    first_during: "Sequence[int]"
     first_end: int
     forward: tuple
-    fetch: tuple
-    during: tuple
+    fetch: "Sequence[int]"
+    during: "Sequence[int]"
     end: int
     start: int
     refetch: tuple = (0, "")
@@ -1309,7 +1320,7 @@ def _zero3_replay_inputs(inv: Inventory, zero, W: int):
     seq = bool(getattr(zero, "allgather_sequential", False))
     members, mod_of, names, _ = module_index(inv)
     numel = [t.numel for t in tensors]
-    return tensors, keep, seq, members, mod_of, names, numel, [-(-n // W) * W for n in numel]
+    return tensors, keep, seq, members, mod_of, names, numel, _packed(-(-n // W) * W for n in numel)
 
 
 def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
@@ -1321,15 +1332,16 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     # flat buffer sum pad_i x D beside its cats sum n_i x D; one parameter (or sequential) its own pad_i x D
     if bounds is not None:
         # consecutive modules: per-module sums as differences of prefix sums (C-level passes)
-        def per_module(col: list) -> list:
-            at = list(map(list(itertools.accumulate(col, initial=0)).__getitem__, bounds))
-            return list(map(operator.sub, at[1:], at[:-1]))
+        def per_module(col: "Sequence[int]") -> "Sequence[int]":
+            acc = _packed(itertools.accumulate(col, initial=0))
+            at = _packed(map(acc.__getitem__, bounds))
+            return _packed(map(operator.sub, itertools.islice(at, 1, None), at))
         mod_numel, mod_pad = per_module(numel), per_module(pad)
-        sizes = map(operator.sub, bounds[1:], bounds[:-1])
-        f_during = [dn * D if c >= 2 and not seq else pp * D for dn, pp, c in zip(mod_numel, mod_pad, sizes)]
+        f_during = _packed(dn * D if c >= 2 and not seq else pp * D
+                           for dn, pp, c in zip(mod_numel, mod_pad, map(len, members)))
         # a coalesced module's fetch is its flat buffer + its copies; a single (or sequential) one its buffer
-        f_fetch = [pp * D + dd if c >= 2 and not seq else dd
-                   for dd, pp, c in zip(f_during, mod_pad, map(operator.sub, bounds[1:], bounds[:-1]))]
+        f_fetch = _packed(pp * D + dd if c >= 2 and not seq else dd
+                          for dd, pp, c in zip(f_during, mod_pad, map(len, members)))
     else:
         f_fetch, f_during = [0] * M, [0] * M
         for k, idx in enumerate(members):
@@ -1355,21 +1367,22 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     # the coordinator's queue of (parameter, step) in trace order, consumed front to back only: two
     # packed columns read through a cursor, shared by both runs (a deque of tuples per run before)
     # module k runs at forward step k + 1 and backward step 2 M + 1 - k (C-level passes, issue 21)
-    fwd_q = list(itertools.chain.from_iterable(members))
-    bwd_q = list(itertools.chain.from_iterable(reversed(members)))
-    q_param = _packed(itertools.chain(fwd_q, bwd_q))
-    q_step = _packed(itertools.chain(map((1).__add__, map(mod_of.__getitem__, fwd_q)),
-                                     map((2 * M + 1).__sub__, map(mod_of.__getitem__, bwd_q))))
-    del fwd_q, bwd_q
+    q_param = _packed(itertools.chain(itertools.chain.from_iterable(members),
+                                      itertools.chain.from_iterable(reversed(members))))
+    half = len(q_param) // 2
+    q_step = _packed(itertools.chain(
+        map((1).__add__, map(mod_of.__getitem__, itertools.islice(q_param, half))),
+        map((2 * M + 1).__sub__, map(mod_of.__getitem__, itertools.islice(q_param, half, None)))))
     q_len = len(q_param)
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
     coalesce = not seq
-    data_b = [0 if k else n * D for k, n in zip(keep, numel)]   # a waited coalesced param's bytes
-    own_b = [0 if k else p * D for k, p in zip(keep, pad)]      # a param in its own buffer
-    pad_b = [p * D for p in pad]
+    # packed (8 bytes a value, not an int object each: issue 21's memory at 1e5 layers)
+    data_b = _packed(0 if k else n * D for k, n in zip(keep, numel))   # a waited coalesced param's bytes
+    own_b = _packed(0 if k else p * D for k, p in zip(keep, pad))      # a param in its own buffer
+    pad_b = _packed(p * D for p in pad)
     # for run's forward-only tail: each module's first queue position, the last module with a
     # non-persistent parameter (-1: none)
-    mod_start = list(itertools.accumulate(map(len, members), initial=0))
+    mod_start = _packed(itertools.accumulate(map(len, members), initial=0))
     last_lent = max(itertools.compress(mod_of, map(operator.not_, keep)), default=-1)
 
     def run(have: set, forward_only: bool) -> tuple:
@@ -1491,18 +1504,17 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     continue
                 cur -= avail.pop(i)
                 n -= numel[i]
-        return (fwd_best, fwd_where), tuple(fetch_b), tuple(during_b), cur if M else 0, start
+        return (fwd_best, fwd_where), _packed(fetch_b), _packed(during_b), cur if M else 0, start
 
-    persistent = {i for i in range(len(tensors)) if keep[i]}
-    if len(persistent) == len(tensors):
+    if all(keep):
         # every parameter persistent and available from the start: nothing is ever gathered (no fetch, no
         # prefetch takes one), the run's every moment is 0 bytes (its walk, 1.8M steps at 1e5 layers, skipped)
-        fwd, fetch_b, during_b, end, start = (0, ""), (0,) * M, (0,) * M, 0, 0
+        fwd, fetch_b, during_b, end, start = (0, ""), array.array("q", [0]) * M, array.array("q", [0]) * M, 0, 0
     else:
-        fwd, fetch_b, during_b, end, start = run(persistent, False)
+        fwd, fetch_b, during_b, end, start = run(set(itertools.compress(range(len(tensors)), keep)), False)
     # GA > 1, micro-step 2: the first backward released every persistent parameter but the first module's
-    refetch = run({i for i in persistent if mod_of[i] == 0}, True)[0] if M else (0, "")
-    return Zero3Fetch(tuple(mod_of), first_forward, tuple(f_fetch), tuple(f_during), first_end,
+    refetch = run({i for i in members[0] if keep[i]}, True)[0] if M else (0, "")
+    return Zero3Fetch(mod_of, first_forward, _packed(f_fetch), _packed(f_during), first_end,
                       fwd, fetch_b, during_b, end, start, refetch)
 
 
@@ -1649,14 +1661,23 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
                 fetch_b[k], during_b[k] = p, st["cur"]
                 if k > 0:  # the first module stays gathered through the epilogue
                     release(s, k)
-        return (fwd_best, fwd_where), tuple(fetch_b), tuple(during_b), st["cur"] if M else 0, start
+        return (fwd_best, fwd_where), _packed(fetch_b), _packed(during_b), st["cur"] if M else 0, start
 
     persistent = {i for i in range(len(tensors)) if keep[i]}
     fwd, fetch_b, during_b, end, start = run(persistent, False)
     # GA > 1, micro-step 2: the first backward released every persistent parameter but the first module's
     refetch = run({i for i in persistent if mod_of[i] == 0}, True)[0] if M else (0, "")
-    return Zero3Fetch(tuple(mod_of), first_forward, tuple(f_fetch), tuple(f_during), first_end,
+    return Zero3Fetch(mod_of, first_forward, _packed(f_fetch), _packed(f_during), first_end,
                       fwd, fetch_b, during_b, end, start, refetch)
+
+
+def _frozen_modules(inv: Inventory) -> list[int]:
+    """Indices (:func:`module_index`) of the modules without a trainable parameter; once per tensor list."""
+    def compute() -> list[int]:
+        mod_of = module_index(inv)[1]
+        trainable = set(itertools.compress(mod_of, map(operator.attrgetter("trainable"), inv.tensors)))
+        return [k for k in range(len(module_index(inv)[0])) if k not in trainable]
+    return inv.memo(("frozen_modules",), compute)
 
 
 def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zero3Fetch,
@@ -1681,8 +1702,7 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     start = 0 if first else fetch.start
     z = ec.zero
     pure = zero3_reduce_flush_bytes(ec, inv, W)
-    trainable = {mod_of[i] for i, t in enumerate(inv.tensors) if t.trainable}
-    frozen = max((at_fetch[k] for k in range(len(at_fetch)) if k not in trainable), default=0)
+    frozen = max(map(at_fetch.__getitem__, _frozen_modules(inv)), default=0)
     if pure is None:
         v = max(max(at_fetch, default=0), start, end, frozen)
         return v, f"the largest gathered moment of backward, {v:,} B", ()
