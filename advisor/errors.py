@@ -60,14 +60,49 @@ def cut_numbers(text: str) -> str:
     return rx.sub(one, text)
 
 
-def cut_numbers_in_json(text: str) -> str:
-    """:func:`cut_numbers` for a JSON document: only inside its strings (messages, fixes,
-    formulas); a JSON number keeps every digit (it is data, and a cut one would not parse)."""
-    rx = _long_number()
+#: A word (a run without white space) is echoed at most this long: a tensor name of 100,000
+#: characters from an inventory, echoed in a formula. Above :data:`MAX_PATH_ECHO_CHARS`, so a
+#: ``path:line:column:`` a message starts with is never cut here.
+MAX_WORD_ECHO_CHARS = 600
+_LONG_WORD = None
+
+
+def _long_word():
+    import re
+    global _LONG_WORD
+    if _LONG_WORD is None:
+        _LONG_WORD = re.compile(r"\S{%d,}" % (MAX_WORD_ECHO_CHARS + 1))
+    return _LONG_WORD
+
+
+def cut_echoes(text: str) -> str:
+    """:func:`cut_numbers`, and every word (a run without white space) longer than
+    :data:`MAX_WORD_ECHO_CHARS` cut by :func:`cut` at that length: a user's name (an inventory's
+    tensor name of 100,000 characters, echoed in the ZeRO-3 reduce formula) in text and (through
+    :func:`cut_numbers_in_json`) JSON/SARIF output. Not for HTML, whose markup may hold long words
+    of its own, nor GitHub workflow commands, whose ``::error file=...,title=...::`` is one word."""
+    text = cut_numbers(text)
+    rx = _long_word()
     if rx.search(text) is None:
         return text
+    return rx.sub(lambda m: cut(m.group(0), MAX_WORD_ECHO_CHARS), text)
+
+
+def cut_numbers_in_json(text: str) -> str:
+    """:func:`cut_echoes` for a JSON document: only inside its strings (messages, fixes,
+    formulas), each decoded, cut and encoded again (an escape is never split); a JSON number keeps
+    every digit (it is data, and a cut one would not parse)."""
+    if _long_number().search(text) is None and _long_word().search(text) is None:
+        return text
+    import json
     import re
-    return re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: cut_numbers(m.group(0)), text)
+
+    def one(m) -> str:
+        lit = m.group(0)
+        s = json.loads(lit)
+        c = cut_echoes(s)
+        return lit if c == s else json.dumps(c)
+    return re.sub(r'"(?:[^"\\]|\\.)*"', one, text)
 
 
 def _max_int_digits() -> int:

@@ -26,6 +26,7 @@ mean something on a loaded machine too:
   estimate ZeRO-3 at 2^20 ranks, report and estimate ZeRO-2 at 8 ranks;
 * issue 21, round 3: estimate of a 1.9M-tensor inventory (nameless entries, 40 MB), refusals of
   2.1M tensors and of the most a 64 MiB file can list (4.8M), check ZeRO-3 at 1e5 layers;
+  refusals of tensors lists whose entries are not objects: 2.1M ``[64, 64]`` and 22M ``[]`` (64 MiB);
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
@@ -150,6 +151,15 @@ def main() -> None:
             for i in range(n):
                 out.write(("," if i else "") + entry)
             out.write("]}")
+    # robust21: tensors lists of entries that are not objects (few "{", so not counted before the parse):
+    # 2.1M shape lists, and the most a 64 MiB file can list, 22M [] (3 bytes each)
+    inv21lists, inv22mempty = tmp / "inv21lists.json", tmp / "inv22mempty.json"
+    for f, n, entry in ((inv21lists, 2_100_000, "[64, 64]"), (inv22mempty, (64 * 1024 * 1024 - 40) // 3, "[]")):
+        with f.open("w") as out:
+            out.write('{"tensors": [' + entry)
+            for _ in range((n - 1) // 100_000):
+                out.write(("," + entry) * 100_000)
+            out.write(("," + entry) * ((n - 1) % 100_000) + "]}")
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
     M = str(1 << 20)
     cases = [
@@ -222,6 +232,10 @@ def main() -> None:
         ("refuse 2.1M-tensor inventory", ["estimate", str(z3b), "--model", str(inv21m)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("refuse 4.8M-tensor inventory", ["estimate", str(z3b), "--model", str(invmax)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("refuse 2.1M [64, 64] inventory", ["estimate", str(z3b), "--model", str(inv21lists)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("refuse 22M [] inventory (64 MiB)", ["estimate", str(z3b), "--model", str(inv22mempty)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("check ZeRO-3, 1e5 layers, 8", ["check", str(z3b), "--model", str(deep), "--world-size", "8", *cap],
          ["check", str(z3b), "--model", str(shallow), "--world-size", "8", *cap]),

@@ -108,7 +108,8 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     attribute (lint: the tally, which scripts grep for); on a terminal they fold too. ``json``, ``sarif``
     and ``github`` are machine formats and never folded (a GitHub workflow command is one line).
     In every format a number printed longer than 60 characters (a config value echoed in a message
-    or formula) is cut (:func:`advisor.errors.cut_numbers`; JSON and SARIF: inside strings only)."""
+    or formula) is cut, and in text, JSON and SARIF a word longer than 600 (a tensor name) too
+    (:func:`advisor.errors.cut_echoes`; JSON and SARIF: inside strings only)."""
     import inspect
 
     import sys
@@ -125,11 +126,13 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
         options["color"] = use_color(stream, options["color"])
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         options = {k: v for k, v in options.items() if k in params}
-    from advisor.errors import cut_numbers, cut_numbers_in_json
+    from advisor.errors import cut_echoes, cut_numbers, cut_numbers_in_json
     from advisor.render.escape import escape_surrogates
     out = escape_surrogates(fn(result, **options))  # a key's lone surrogate never fails to print
-    # a config value of thousands of digits is echoed cut, in every view and format (JSON: in its strings)
-    out = cut_numbers_in_json(out) if fmt in ("json", "sarif") else cut_numbers(out)
+    # a config value of thousands of digits, a tensor name of 100k characters: echoed cut, in every
+    # view and format (JSON: in its strings)
+    out = cut_numbers_in_json(out) if fmt in ("json", "sarif") else cut_numbers(out) if fmt == "github" \
+        else cut_echoes(out)
     if fmt == "text":  # the one place every text report is folded to the stream's width
         from advisor.render.style import width, wrap
         keep = getattr(fn, "keep_lines", None)

@@ -102,3 +102,32 @@ def test_report_html_cuts_long_numbers(big_configs, tmp_path):
     html = out.read_text()
     assert "characters)" in html
     assert not LONG_RUN.search(html)
+
+
+# ---- long words: a tensor name of 100,000 characters from an inventory --------------------------
+
+def test_cut_echoes_cuts_long_words_by_hand():
+    from advisor.errors import MAX_WORD_ECHO_CHARS, cut_echoes
+    name = "x" * 100_000
+    assert cut_echoes(f"a {name} b") == f"a {'x' * MAX_WORD_ECHO_CHARS}... (100000 characters) b"
+    assert cut_echoes("p" * MAX_WORD_ECHO_CHARS) == "p" * MAX_WORD_ECHO_CHARS  # at the limit: whole
+    doc = json.dumps({"formula": f"= 8 ({name}'s gradient)", "esc": 'q"' + "y" * 700})
+    out = json.loads(cut_numbers_in_json(doc))
+    assert out["formula"] == f"= 8 {cut('(' + name + chr(39) + 's', MAX_WORD_ECHO_CHARS)} gradient)"
+    assert out["formula"] == f"= 8 ({'x' * (MAX_WORD_ECHO_CHARS - 1)}... (100003 characters) gradient)"
+    assert out["esc"] == cut('q"' + "y" * 700, MAX_WORD_ECHO_CHARS)  # decoded, cut, encoded: the escape intact
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "sarif"])
+def test_long_tensor_name_is_echoed_cut(tmp_path, fmt):
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"tensors": [{"name": "x" * 100_000, "shape": [64, 64]}, {"name": "b", "shape": [64]}]}))
+    cfg = tmp_path / "z3.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}))
+    p = run_cli(["estimate", str(cfg), "--model", str(inv), "--format", fmt])
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    if fmt != "text":
+        json.loads(p.stdout)
+    assert "x" * 1000 not in p.stdout + p.stderr
+    if fmt == "json":  # the ZeRO-3 reduce formula names the tensor: cut, not dropped
+        assert "x" * 600 + "... (" in p.stdout
