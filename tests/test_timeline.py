@@ -1124,3 +1124,69 @@ def test_zero3_nvme_grad_tails_appear_flush_by_flush():
     items = {e[0] for e in tl.entries[at["backward:1"]]}
     assert "opt_unswapped_grad_tails" not in items and "zero3_reduce_flush" in items
     assert "opt_unswapped_grad_tails" in {e[0] for e in tl.entries[at["first_step:prep"]]}
+
+
+def test_zero0_allreduce_bucket_of_one_tensor_makes_no_flat_copy():
+    # ZeRO-0 fp32, W = 2: engine.py allreduce_no_retain buckets the gradients (module order) until
+    # numel > 5e8; allreduce_bucket (l.3796) flattens each bucket with torch's _flatten_dense_tensors,
+    # which returns a single tensor's own storage viewed flat (torch/csrc/utils/tensor_flatten.h), so
+    # a one-tensor model (--params 1,000,000: one 1e6-element tensor) has no flat copy in backward.
+    # Measured (issue 15, ds-advisor measure --params 1000000 --world-size 2): backward:1 8,000,052 B
+    # (params + grads, 48 B of scalars), the ledger had 12,000,000 B with a 4 MB copy.
+    cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 0}}
+    n = 1_000_000
+    one = _tl(cfg, from_param_count(n), 2)
+    assert _at(one, "backward:1") == n * 4 + n * 4            # the fp32 parameters + their gradients
+    # the steady iteration's backward adds exp_avg and exp_avg_sq; the step (update) the same four
+    assert _at(one, "steady:backward") == 4 * n * 4
+    # several tensors in one bucket: a new N x 4 flat tensor beside the gradients (torch.cat)
+    many = _tl(cfg, MLP, 2)
+    N = 43209
+    assert _at(many, "backward:1") == N * 4 * 3
+
+
+def test_zero3_step_norm_casts_the_largest_gradient_partition_to_fp64():
+    # ZeRO-3 fp32, W = 1 (every partition whole): stage3.py step -> _get_norm_groups ->
+    # get_grad_norm_direct (l.2457) casts each gradient partition to fp64 for its norm, one at a
+    # time, after _partition_all_parameters and before the sub-group loop's fp32 gradient. MLP's
+    # largest is 23,177 elements: 23,177 x 8 B. Beside it, the steady step holds the fp32 partitions
+    # (N x 4), the gradient partitions (N x 4), the ipg bucket (reduce_bucket_size x 4), the fp32
+    # master and both moments (3 N x 4). Measured (issue 15, z3_fp32_tbsga2_w1 step:4, TINY has
+    # these sizes): 1,249,669 B, 73 B of scalars over this.
+    cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000}}
+    N = 43209
+    tl = _tl(cfg, MLP, 1)
+    base = N * 4 * 5 + 50000 * 4
+    assert _at(tl, "steady_step:norm") == base + 23177 * 8
+    assert _at(tl, "steady_step:prep") == base + N * 4          # the fp32 gradient instead (one sub-group)
+    b, i = tl.peak(ACC + HOST)
+    assert b == base + 23177 * 8 and tl.instants[i].key == "steady_step:norm"
+    # W = 2: partitions ceil(n/2); the largest 11,589 x 8 B
+    tl2 = _tl(cfg, MLP, 2)
+    got = {e[0]: e[3] for e in tl2.entries[[x.key for x in tl2.instants].index("steady_step:norm")]}
+    assert got["grad_norm_fp64"] == 11589 * 8
+
+
+def test_zero3_one_tensor_sub_group_step_makes_no_flat_copy():
+    # stage3.py _prepare_fp32_grad_for_sub_group (l.2686): flatten(averaged_gradients[k]).to(fp32).
+    # One tensor: torch's _flatten_dense_tensors returns its own storage viewed flat, and .to(fp32)
+    # of fp32 gradients is the same tensor: nothing new (measured, issue 15: measure --params 1000000,
+    # ZeRO-3 fp32 W = 1, the in_step census found no fp32_grad storage). With bf16 gradients .to(fp32)
+    # makes the N x 4 copy, and the 16-bit flatten is still a view (no N x 2 copy beside it).
+    n = 1_000_000
+    base = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000}}
+
+    def items(cfg, inv):
+        ec = effective_config(cfg)
+        return {e.item: e.bytes for e in compute_ledger(Plan(ec, inv, Cluster(world_size=1))).rank(0).entries}
+    got = items(base, from_param_count(n))
+    assert got["fp32_grad"] == 0 and got.get("zero3_grad_flat_copy", 0) == 0
+    got = items({**base, "bf16": {"enabled": True}}, from_param_count(n))
+    assert got["fp32_grad"] == n * 4 and got.get("zero3_grad_flat_copy", 0) == 0
+    # several tensors in the sub-group: the flatten is a torch.cat, N x 2, beside its fp32 cast
+    got = items({**base, "bf16": {"enabled": True}}, MLP)
+    assert got["fp32_grad"] == 43209 * 4 and got["zero3_grad_flat_copy"] == 43209 * 2
+    assert items(base, MLP)["fp32_grad"] == 43209 * 4

@@ -1981,15 +1981,21 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
         # (N, trainable tensors, largest all-reduce bucket): once per tensor list, not per plan (issue 21).
         # The boundary all-reduce flattens the grads bucket by bucket: a bucket takes tensors (module
         # order) until its numel exceeds MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (found by the peak
-        # tracker: the census never sees this copy, it is freed before backward returns)
+        # tracker: the census never sees this copy, it is freed before backward returns). A bucket of
+        # one tensor makes no copy: allreduce_bucket's self.flatten (engine.py l.3796, torch
+        # _flatten_dense_tensors) returns a single tensor's own storage viewed flat (torch/csrc/utils/
+        # tensor_flatten.h flatten_dense_tensors: tensors.size() == 1 -> t.contiguous().view(-1)); measured
+        # (issue 15, --params 1,000,000: one 1e6-element tensor, z0 fp32 W = 2): the ledger's backward was
+        # N x 4 over the engine's (-33.3%), and its peak in backward where the engine's is in the step
         groups = inv.groups()
-        big = cur = 0
+        big = cur = count = 0
         for g in groups:
             for t in g:
                 cur += t.numel
+                count += 1
                 if cur > MEMORY_OPT_ALLREDUCE_SIZE:
-                    big, cur = max(big, cur), 0
-        big = max(big, cur)
+                    big, cur, count = max(big, cur if count > 1 else 0), 0, 0
+        big = max(big, cur if count > 1 else 0)
         return sum(t.numel for g in groups for t in g), sum(len(g) for g in groups), big
     N, ntensors, big = inv.memo(("stage0_sums",), sums)
     src_s = "runtime/fp16/fused_optimizer.py:FP16_Optimizer.__init__" if wrapper == "FP16_Optimizer" else \
@@ -2020,9 +2026,10 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
           "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
-    # big: the largest all-reduce bucket (see sums above)
+    # big: the largest all-reduce bucket of more than one tensor (see sums above)
     b.add("accelerator", "workspace", "allreduce_bucket_flat", big * gD, "in_backward",
-          f"largest all-reduce bucket x D = {big} x {gD} (tensors until numel > {MEMORY_OPT_ALLREDUCE_SIZE:,})",
+          f"largest all-reduce bucket x D = {big} x {gD} (tensors until numel > {MEMORY_OPT_ALLREDUCE_SIZE:,}; "
+          "a bucket of one tensor is flattened as a view: 0)",
           "engine.py:DeepSpeedEngine.allreduce_no_retain / allreduce_bucket (self.flatten(bucket))")
     if ec.model_dtype != "fp32":
         b.add("accelerator", "gradients", "fp32_grad", N * 4, "step", f"N x 4 = {N} x 4 (fp32 copy of the grads)",
@@ -3052,13 +3059,38 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {nsub} sub-groups" if step_b else "0 (python int)", _opt_src(basic))
     if oo == "none":
-        b.add("accelerator", "gradients", "fp32_grad", max(Sk) * 4, "step",
-              f"max_k S_k x 4 = {max(Sk)} x 4 (current sub-group only)", f"{S}._prepare_fp32_grad_for_sub_group")
-        if G != 4:
-            # flatten(averaged_gradients[k]) is a G-byte copy, cast .to(fp32) while it is alive
-            b.add("accelerator", "gradients", "zero3_grad_flat_copy", max(Sk) * G, "step_prep",
-                  f"max_k S_k x G = {max(Sk)} x {G} (the flattened 16-bit gradients beside their fp32 cast)",
+        # _prepare_fp32_grad_for_sub_group (stage3.py l.2686): self.flatten(averaged_gradients[k]).to(fp32).
+        # A sub-group of one tensor is flattened as a view of its gradient partition (torch
+        # _flatten_dense_tensors: tensors.size() == 1 -> t.contiguous().view(-1), torch/csrc/utils/
+        # tensor_flatten.h), and .to(fp32) of fp32 gradients (G = 4) is that tensor itself: no copy.
+        # Measured (issue 15, ds-advisor measure --params 1000000, ZeRO-3 fp32 W = 1): the in_step census
+        # found no fp32_grad storage where the ledger had 4,000,000 B
+        one = [len(sg.tensors) == 1 for sg in sgs]
+        fp32k = max((0 if (o and G == 4) else s for s, o in zip(Sk, one)), default=0)
+        b.add("accelerator", "gradients", "fp32_grad", fp32k * 4, "step",
+              f"max_k S_k x 4 = {fp32k} x 4 (current sub-group only; a one-tensor sub-group of fp32 gradients "
+              "is flattened and cast as views: 0)", f"{S}._prepare_fp32_grad_for_sub_group")
+        flatk = max((0 if o else s for s, o in zip(Sk, one)), default=0)
+        if G != 4 and flatk:
+            # flatten(averaged_gradients[k]) is a G-byte copy (of more than one tensor), cast .to(fp32) while it is alive
+            b.add("accelerator", "gradients", "zero3_grad_flat_copy", flatk * G, "step_prep",
+                  f"max_k S_k x G = {flatk} x {G} (the flattened 16-bit gradients beside their fp32 cast; "
+                  "sub-groups of more than one tensor)",
                   f"{S}._prepare_fp32_grad_for_sub_group (self.flatten(self.averaged_gradients[k]).to(fp32))")
+        if any(t.trainable for t in inv.tensors):
+            # step -> _get_norm_groups (stage3.py l.2579) -> get_grad_norm_direct casts each gradient
+            # partition to fp64 for its norm (l.2457: g.to(device).to(get_norm_dtype()).norm(2); zero/utils.py
+            # l.59-63 get_norm_dtype: fp64 where the accelerator has it), one at a time, after
+            # _partition_all_parameters and before the sub-group loop's fp32 gradient (the timeline's :norm
+            # instant). Measured (issue 15, z3_fp32_tbsga2_w1 step:4): l2.weight's 23,177 x 8 B beside the
+            # moments, +12,653 B (1.02%) over the prep instant without it; at a 16-bit model the prep's
+            # fp32 gradient and flat copy are larger, so it shows only in fp32
+            big = inv.memo(("zero3_norm_partition", W),  # once per (tensor list, W): generate asks per plan
+                           lambda: max(_ceil_div(t.numel, W) for t in inv.tensors if t.trainable))
+            b.add("accelerator", "workspace", "grad_norm_fp64", big * 8, "step_norm",
+                  f"max_i ceil(n_i/W) x 8 = {big} x 8 (the largest gradient partition cast to fp64 for its norm, "
+                  "one at a time)",
+                  f"{S}.get_grad_norm_direct (g.to(get_norm_dtype()), l.2457)")
     else:
         b.add(_host(oo_pin), "gradients", "fp32_grad", ram * 4, "persistent",
               f"sum over RAM sub-groups S_k x 4 = {ram} x 4 (one buffer per sub-group)", f"{S}.initialize_optimizer_states")

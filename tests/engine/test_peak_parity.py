@@ -72,6 +72,10 @@ TINY_MEANS = {"name": "tiny-mlp-means", "tensors": [
     {"name": t["name"].replace(".weight", ".w").replace(".bias", ".b"), "shape": t["shape"]}
     for t in parity.TINY["tensors"]]}
 
+#: `ds-advisor measure --params 200000`'s model (advisor.model.inventory.from_param_count: one tensor
+#: of up to 2^24 elements): every all-reduce bucket and ZeRO-3 sub-group holds one tensor
+ONE_TENSOR = {"name": "params-one", "tensors": [{"name": "params.0", "shape": [200000]}]}
+
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
@@ -144,6 +148,18 @@ CELLS = [
     ("z0_bf16_w2", _cfg(0, "bf16"), 2, False, parity.TINY),
     ("z3_fp32_nonpersist_w2", _cfg(3, "fp32", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
      2, False, parity.TINY, {"submodules": True}),
+    # issue 15's newcomer regimes. On TINY both matched on first run (z0_fp32_w2 every phase within 0.03%,
+    # z3_fp32_tbsga2_w1 all but step:4, +12,653 B: the step's fp64 norm copy, now state grad_norm_fp64 at
+    # ZeRO-3); the reported z0 backward -33% (peak in the step on the engine, in backward on the ledger) was
+    # `ds-advisor measure --params N`'s one-tensor model, whose all-reduce bucket is flattened as a view
+    # (no N x 4 copy); its ZeRO-3 run had no fp32_grad copy in the step either (one-tensor sub-group):
+    # the *_onetensor cells, ONE_TENSOR = from_param_count(200,000)'s shape
+    ("z0_fp32_w2", _cfg(0, "fp32"), 2, False, parity.TINY),
+    ("z0_fp32_onetensor_w2", _cfg(0, "fp32"), 2, False, ONE_TENSOR),
+    ("z3_fp32_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
+     parity.TINY, {"submodules": True, "steps": 4}),
+    ("z3_fp32_onetensor_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
+     ONE_TENSOR, {"submodules": True, "steps": 4}),
     # gradient accumulation given only by train_batch_size: DeepSpeed derives GA = 4 / (1 x 2) = 2
     # (runtime/config.py _set_batch_related_parameters), so steps 4 = micro-steps 1-4: the first
     # optimizer step at micro-step 2, the steady one at 4 (measure.phase_instants; the
