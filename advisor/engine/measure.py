@@ -608,7 +608,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     instant in that phase, and the relative difference; plus the storages no census claimed at the
     engine's peak (for ``initialize``, compared at its end: those at its end, the tracker's
     ``end_unattributed``), split by :func:`split_unclaimed` into ``unattributed`` (no live ledger
-    entry cites their allocation site) and ``in_ledger`` (one does).
+    entry cites their allocation site) and ``in_ledger`` (one does); gloo's own buffers
+    (:data:`CPU_ONLY_SITES`) are in neither list: they are the row's ``cpu_only`` bytes.
 
     Open world: the engine side counts *every* storage, not only those the census knows, so a
     buffer neither side names shows up as a difference. On a CPU accelerator the accelerator and
@@ -673,6 +674,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             # the storages at the instant compared: initialize's end (the tracker's end_unattributed),
             # else the phase's high-water mark
             at = ph.get("end_unattributed", ph["unattributed"]) if ph["phase"] == "initialize" else ph["unattributed"]
+            # gloo's own buffers (CPU_ONLY_SITES) are the row's cpu_only bytes, outside the comparison: not
+            # listed as unattributed (issue 15: gloo's reduce-scatter buffer was, on a ZeRO-3 --params run)
+            at = [u for u in at if not u["site"].startswith(CPU_ONLY_SITES)]
             unattributed, in_ledger = split_unclaimed(at, tl.entries[best], sources, tiers, model)
             rows.append({"rank": r, "phase": ph["phase"], "measured": got, "cpu_only": cpu_only, "ledger": exp,
                          "gpu_only": gpu_only[best],

@@ -3008,7 +3008,10 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads"
               + (" -> partition_grads -> _offload_grad_partition_at_boundary -> _constant_buffered_norm2 "
                  "(part.to(get_norm_dtype()), one partition at a time while the flush's reduce-scatter output "
-                 "views keep its flat buffer)" if oo != "none" else ""), regions=rs[2])
+                 "views keep its flat buffer)" if oo != "none" else "")
+              # the gradients held whole are autograd's, allocated in loss.backward: cited, so measure
+              # lists them in_ledger (issue 15: unattributed on a real --params run)
+              + f"; the gradients held whole made by autograd in {_AUTOGRAD_GRADS}", regions=rs[2])
 
     if rs is None and oo != "none" and W >= 1 and any(t.trainable for t in inv.tensors):
         # the flush is not replayed here (qgZ, another communication dtype): the norm copy, at any

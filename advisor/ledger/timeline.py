@@ -587,8 +587,12 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
                                    f"ceil(n_0 / W) x {D} = {p0} x {D} (the first partition, in host memory)", src_p))
             else:
                 extra += _swap_buffer_entries(ledger, rank, "init_module", "made by Init(module=...) before it partitions")
-    out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula,
-                     src_e + " (self.module.to(self.device), l. 2094)"))
+    src = src_e + " (self.module.to(self.device), l. 2094)"
+    if ec.zero.stage == 3 and ec.offload_param_effective == "none":
+        # the partitions made in place are part of this entry: cite their allocation too
+        # (partition_parameters.py l.1836 torch.empty(partition_size)), so measure lists them in_ledger
+        src += "; " + src_p
+    out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula, src))
     return out + extra
 
 
