@@ -1190,3 +1190,30 @@ def test_zero3_one_tensor_sub_group_step_makes_no_flat_copy():
     got = items({**base, "bf16": {"enabled": True}}, MLP)
     assert got["fp32_grad"] == 43209 * 4 and got["zero3_grad_flat_copy"] == 43209 * 2
     assert items(base, MLP)["fp32_grad"] == 43209 * 4
+
+
+def test_zero3_nvme_params_first_iteration_is_the_replays():
+    # offload_param nvme: only the coordinator's prefetch stops at a partition on NVMe
+    # (partitioned_param_coordinator.py _is_currently_on_nvme); the first iteration has no prefetch
+    # (incomplete trace), one module at a time. Its largest fetch, l2 (two parameters, W = 2): the
+    # coalesced all-gather's flat buffer sum ceil(n_i/2) x 2 x 2 B = (530,450 + 515) x 4 = 2,123,860 B
+    # (partition_parameters.py _all_gather_dtype l. 1343) beside the torch.cat copies
+    # (1,060,899 + 1,029) x 2 = 2,123,856 B (AllGatherCoalescedHandle.wait l. 795). The reference's
+    # rule (every non-persistent parameter, padded: sum ceil(n_i/2) x 2 x 2 B = (1,055,744 + 530,450 x 2) x 2,
+    # zero3_gathered_params_numel) only from the second forward.
+    inv = Inventory(name="big", tensors=[TensorSpec(n, s) for n, s in [
+        ("l1.weight", (1031, 1024)), ("l1.bias", (1031,)), ("l2.weight", (1029, 1031)), ("l2.bias", (1029,))]],
+        source="test")
+    ec = effective_config({**Z3, "zero_optimization": {
+        "stage": 3, "reduce_bucket_size": 50000,
+        "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 5, "buffer_size": 1100000,
+                          "max_in_cpu": 1000}}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    by = {e.item: e for e in led.rank(0).entries}
+    assert by["zero3_first_fetch"].bytes == 2123860 + 2123856
+    assert (by["zero3_gathered_params"].bytes, by["zero3_gathered_params"].life) == (
+        (1055744 + 530450 * 2) * 2, "steady_forward_backward")
+    tl = role_timeline(led, led.rank(0), resolve_load(ec), ga=1)
+    at = {x.key: {e[0] for e in tl.entries[i]} for i, x in enumerate(tl.instants)}
+    assert "zero3_gathered_params" not in at["forward:1"] | at["backward:1"]
+    assert "zero3_gathered_params" in at["steady:forward"] and "zero3_gathered_params" in at["steady:backward"]

@@ -74,7 +74,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
-               "refetch_forward", "steady_forward", "steady_backward"]
+               "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -1729,16 +1729,27 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     return excess, jwhere, reg
 
 
+#: Sources and words of the ZeRO-3 gathered-parameter entries (the replayed fetch's and the first iteration's)
+_Z3_COORD = "runtime/zero/partitioned_param_coordinator.py"
+_Z3_GATHER = ("runtime/zero/partition_parameters.py:_all_gather_dtype (flat buffer, l. 1343) / "
+              "AllGatherCoalescedHandle.wait (torch.cat of each parameter, l. 795) / _all_gather_sequential "
+              "(one parameter: its padded buffer, l. 1379)")
+_Z3_PER = ("module m's all-gather: >= 2 params: flat sum ceil(n_i/W) x W x D beside the torch.cat copies sum n_i x D; "
+           "1 param: ceil(n/W) x W x D")
+
+
 def _zero3_fetch_entries(b, ec: EffectiveConfig, inv: Inventory, W: int, D: int, fetch: Zero3Fetch,
                          ga: int = 1) -> None:
     """The ZeRO-3 gathered-parameter entries of a replayed fetch (:func:`zero3_fetch_replay`): the
     first iteration's forward and backward, a later iteration's forward and backward."""
-    coord = "runtime/zero/partitioned_param_coordinator.py"
-    gather = ("runtime/zero/partition_parameters.py:_all_gather_dtype (flat buffer, l. 1343) / "
-              "AllGatherCoalescedHandle.wait (torch.cat of each parameter, l. 795) / _all_gather_sequential "
-              "(one parameter: its padded buffer, l. 1379)")
-    per = ("module m's all-gather: >= 2 params: flat sum ceil(n_i/W) x W x D beside the torch.cat copies sum n_i x D; "
-           "1 param: ceil(n/W) x W x D")
+    _zero3_first_iteration_entries(b, ec, inv, W, fetch)
+    _zero3_steady_fetch_entries(b, ec, inv, W, D, fetch, ga)
+
+
+def _zero3_first_iteration_entries(b, ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zero3Fetch) -> None:
+    """The first iteration's ZeRO-3 gathered-parameter entries of a replay (:func:`zero3_fetch_replay`):
+    one module at a time, every parameter, no prefetch (incomplete trace)."""
+    coord, gather, per = _Z3_COORD, _Z3_GATHER, _Z3_PER
     b.add("accelerator", "workspace", "zero3_first_fetch", fetch.first_forward[0], "first_forward",
           f"max over modules m of {per} (first forward: one module at a time, every parameter) = "
           f"{fetch.first_forward[0]} ({fetch.first_forward[1]}); stands for lp_params_gathered at forward:1",
@@ -1751,6 +1762,12 @@ def _zero3_fetch_entries(b, ec: EffectiveConfig, inv: Inventory, W: int, D: int,
           f"arriving gradients) - zero3_reduce_flush = {fb[0]} ({fb[1]}); stands for lp_params_gathered there",
           f"{gather}; {coord}:release_sub_module (incomplete trace) / release_backward_leftovers",
           regions=fb[2])
+
+
+def _zero3_steady_fetch_entries(b, ec: EffectiveConfig, inv: Inventory, W: int, D: int, fetch: Zero3Fetch,
+                                ga: int) -> None:
+    """A replay's entries after the first iteration (the coordinator over the complete trace)."""
+    coord, gather = _Z3_COORD, _Z3_GATHER
     b.add("accelerator", "workspace", "zero3_gathered_params", fetch.forward[0], "steady_forward",
           f"later forwards, the coordinator replayed over the complete trace (prefetch while the numel taken < "
           f"min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size), release unless used again "
@@ -2921,8 +2938,19 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     if replay is not None:
         _zero3_fetch_entries(b, ec, inv, W, D, replay, ga)
     else:
-        # the fetch is not replayed (W = 1, quantized weights, hpZ, NVMe parameters): the reference's rule
-        fetch = zero3_first_fetch_bytes(inv, z, W, D) if not aliased and persist else None
+        # the fetch is not replayed (W = 1, quantized weights, hpZ, NVMe parameters): the reference's rule.
+        # NVMe parameters only stop the coordinator's prefetch (a partition still on NVMe ends the queue,
+        # partitioned_param_coordinator.py _is_currently_on_nvme); the first iteration has no prefetch
+        # (incomplete trace), so its figures are the replay's (measured, z3_bf16_op_nvme_w2: the reference's
+        # rule beside the first fetch put forward:1 2,109,401 B and backward:1 2,111,449 B over the engine;
+        # forward:1 holds l2's flat all-gather buffer, l. 1343, beside its torch.cat copies), later
+        # iterations the reference's rule
+        first_only = (zero3_fetch_replay(inv, z, W, D) if inv.tensors and op == "nvme"
+                      and zero3_fetch_replay_applies(z, W) else None)
+        if first_only is not None:
+            _zero3_first_iteration_entries(b, ec, inv, W, first_only)
+        fetch = (zero3_first_fetch_bytes(inv, z, W, D) if not aliased and persist and first_only is None
+                 else None)
         if fetch is not None:
             b.add("accelerator", "workspace", "zero3_first_fetch", fetch[0], "first_forward",
                   f"max over modules m (first forward) of [sum over m's persistent params n_i x D (torch.cat copies) + "
@@ -2956,7 +2984,8 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                       "AllGatherCoalescedHandle.wait (torch.cat, l. 795)")
         g_numel, g_words = zero3_gathered_params_numel(inv, z, W)
         g_alias = W == 1 and op == "none"
-        b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D, "forward_backward",
+        b.add("accelerator", "workspace", "zero3_gathered_params", 0 if g_alias else g_numel * D,
+              "forward_backward" if first_only is None else "steady_forward_backward",
               "0 (W = 1, parameters on the accelerator: the gathered tensor is the partition itself)" if g_alias else
               f"{g_words}; x D = {g_numel} x {D} (non-persistent parameters gathered during forward/backward; "
               "reference section 4.5 advisor rule)",

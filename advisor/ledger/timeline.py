@@ -46,7 +46,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   replayed).
 * ``first_forward`` / ``first_backward``: the first micro-step's forward, its backward (and the
   reduce when GA = 1); ``steady_forward`` / ``steady_backward``: every other forward, backward and
-  reduce. ZeRO-3's coordinator records its trace in the first forward and backward (no prefetch,
+  reduce; ``steady_forward_backward``: both (the reference's gathered parameters beside a replayed
+  first iteration: NVMe parameters). ZeRO-3's coordinator records its trace in the first forward and backward (no prefetch,
   every parameter released after its module) and runs it complete from the second forward on
   (``state.zero3_fetch_replay``).
 * ``accumulated``: forward, backward and reduce of the micro-steps after an iteration's first
@@ -1037,6 +1038,10 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return ph == "forward" and k != "forward:1"
     if life == "steady_backward":
         return ph in ("backward", "reduce") and k not in first_bwd and k != "reduce:1"
+    if life == "steady_forward_backward":
+        # the reference's gathered parameters where only the first iteration is replayed (NVMe parameters)
+        return ((ph == "forward" and k != "forward:1")
+                or (ph in ("backward", "reduce") and k not in first_bwd and k != "reduce:1"))
     if k.endswith(":post"):
         # after the update loop (stage3.py _post_step): fp32 gradients released, state kept
         if life not in ("persistent", "backward"):

@@ -249,7 +249,11 @@ CELLS = [
                                 offload_optimizer={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 4}),
      2, False, parity.BIG, {"submodules": True, "linear": True}),
     # parameters on NVMe with steps: max_in_cpu 1000 puts every swappable partition (the weights')
-    # on NVMe (partitioned_param_swapper.py), fetched through buffer_count x buffer_size pinned buffers
+    # on NVMe (partitioned_param_swapper.py), fetched through buffer_count x buffer_size pinned buffers.
+    # The first iteration is the replay's (one module at a time, no prefetch: forward:1 holds l2's flat
+    # all-gather buffer 2,123,860 B beside its torch.cat copies 2,123,856 B), later ones the reference's
+    # rule: with that rule in the first iteration too, forward:1 was -2,109,401 B (-7.5%) and
+    # backward:1 -2,111,449 B (-7.0%) under the ledger (state: the fallback's first_only)
     ("z3_bf16_op_nvme_w2", _cfg(3, "bf16", reduce_bucket_size=50000,
                                 offload_param={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 5,
                                                "buffer_size": 1100000, "max_in_cpu": 1000}),
@@ -322,20 +326,6 @@ UNMATCHED_W4: dict = {
         "backward:1": (36, "rank 2 +39,170 B, rank 3 +39,194 B: l1.weight + l1.bias gradients (39,130 B) whole "
                            "beside l2.weight's fp64 norm copy and clone; zero12_offload_reduce_terms omits them"),
         "backward:2": (40, "rank 2 +39,174 B, rank 3 +39,198 B: the same moment in the second step"),
-    },
-    # offload_param nvme with steps (2026-12-05, 1 run; load, initialize, both steps, forward:2 and backward:2
-    # match within 0.01%). The first iteration is not replayed for NVMe parameters (state
-    # zero3_fetch_replay_applies): the reference's zero3_gathered_params (every non-persistent parameter,
-    # l1.weight + l2.weight, 4,233,288 B, life forward_backward) is counted there beside zero3_first_fetch,
-    # while the engine gathers one module at a time (no prefetch on an incomplete trace)
-    "z3_bf16_op_nvme_w2": {
-        "forward:1": (-2109401, "ledger +4,233,288 B zero3_gathered_params beside zero3_first_fetch; the engine holds "
-                                "only l2's all-gather (nvtx.py wrapped_fn, 2,123,856 B) and its F.linear output "
-                                "(zero/linear.py l.90)"),
-        "backward:1": (-2111449, "the same 4,233,288 B counted; the engine holds l2 gathered (2,123,856 B) beside "
-                                 "l2.weight's flush (flat 2,121,800 B, linear.py l.134 weight gradient 2,121,798 B), "
-                                 "which the fallback's zero3_first_backward_gathered (l1's persistent 2,062 B) "
-                                 "does not count"),
     },
     # ZeRO-1 + CPU optimizer offload at GA 2 (2026-12-05, 1 run; load and initialize:cast match). Two causes:
     # (1) the ledger's offload_accumulated_grads_cpu (I_r x 2 = 85,484 B on rank 0, 47,288 B on rank 1,
