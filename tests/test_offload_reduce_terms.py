@@ -33,7 +33,7 @@ def _walk(layouts, W: int, rbs: int, D: int) -> list[tuple[int, int, int]]:
                 c = n * D if n > rbs else 0
                 if s or c:
                     best = max(best, (s * 8 + c, c, s))
-        out.append((best[2], best[1], h))
+        out.append((best[2], best[1], h, 0))  # u = 0: no tensor list given, no flush replay
     return out
 
 
@@ -131,3 +131,36 @@ def test_offload_flush_flat_copy_by_hand(stage: int, dtype: str) -> None:
     for r, s in ((0, 19264), (1, 21136)):
         items = {e.item: e.bytes for e in led.rank(r).entries if e.life == "reduce"}
         assert items["offload_grad_norm_fp64"] == s * 8 and "offload_reduce_flush" not in items, r
+
+
+def test_offload_norm_beside_unmoved_gradients_by_hand() -> None:
+    """TINY at W = 4, ZeRO-2 bf16 offload, reduce_bucket_size 10,000 (tests/engine/test_peak_parity.py
+    z2_bf16_oo_cpu_bigtensor_w4, real Linears). Hooks in autograd's order, an nn.Linear's bias first with
+    its weight's gradient whole (AddmmBackward0): l3.bias 5, l3.weight 385, l2.bias 77 fill the bucket;
+    l2.weight (23,177 > 10,000) flushes them and is cloned; l1.bias's hook flushes l2.weight's clone alone
+    (stage_1_and_2.py reduce_ipg_grads, extra_large_param_to_reduce) while l1.bias (301) and l1.weight
+    (19,264) are whole: u = 19,565 x 2 = 39,130 B. That flush's flat copy: average_tensor's slices of
+    l2.weight by owner, rank 1 [19,565, 21,608) 2,043, rank 2 10,804, rank 3 10,330; allreduce_and_scatter
+    flattens a run once it passes 10,000 elements: 2,043 + 10,804 = 12,847 x 2 = 25,694 B, 10,330 alone is a
+    view. Flush moment F = 25,694 + 46,354 (clone) + 39,130 = 111,178 B. Norm moments: rank 2 l2.weight's
+    10,804 x 8 + 46,354 + 39,130; rank 3 10,330 x 8 + the same; rank 0 l1.weight's 10,804 x 8 + its clone
+    38,528 (the epilogue's flush, nothing unmoved) = 124,960 B; rank 1 the l2.weight flush: 2,043 x 8 +
+    46,354 + 39,130 = 101,828 B < its l1.weight flush 8,460 x 8 + 38,528 = 106,208 B."""
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.model.inventory import from_dict
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": False,
+                                 "contiguous_gradients": True, "offload_optimizer": {"device": "cpu"}}}
+    ec = effective_config(cfg)
+    inv = from_dict(_TINY, "tiny")
+    lay = state.placement(ec, inv, 4).zero12
+    assert state.zero12_offload_flush_bytes(ec, inv, lay, 4) == 25694 + 46354 + 39130
+    want = {0: (10804, 38528, 0), 1: (8460, 38528, 0), 2: (10804, 46354, 39130), 3: (10330, 46354, 39130)}
+    got = state.zero12_offload_reduce_terms(ec, lay, 4, "DeepSpeedZeroOptimizer", inv).to_list()
+    assert [(s, c, u) for s, c, _, u in got] == [want[r] for r in range(4)]
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=4)))
+    for r, (s, c, u) in want.items():
+        items = {e.item: e.bytes for e in led.rank(r).entries if e.life == "reduce"}
+        assert items["offload_grad_norm_fp64"] == s * 8 and items.get("offload_norm_unmoved_grads", 0) == u, r
+        assert items.get("offload_reduce_flush", 0) == max(0, 111178 - (s * 8 + c + u)), r

@@ -221,15 +221,18 @@ def test_zero2_cpu_offload_clones_a_gradient_larger_than_the_bucket_by_hand():
     # and reduced alone in that clone; its flush casts the rank's slice of it to fp64
     # (set_norm_for_param_grad_in_gpu). Slices as in the test above (W = 2, P = 21606): rank 0 holds
     # tensor 0 whole, 301 and 2041 of tensor 2; rank 1 21136 of tensor 2, then 77, 385, 5. A flush of
-    # p holds s_p,r x 8 + n_p x 2 (bf16): rank 0 max(19264 x 8 + 19264 x 2, 2041 x 8 + 23177 x 2) =
-    # 192,640; rank 1 max(21136 x 8 + 23177 x 2, 0 + 19264 x 2) = 215,442 (the engine's
-    # z2_bf16_oo_cpu_bigtensor_w2 tracker: 192,692 and 216,112 over the bytes before backward)
+    # p holds s_p,r x 8 + n_p x 2 (bf16) + the gradient whose hook triggered the flush, still whole (the
+    # norm copies run inside reduce_ipg_grads, before the trigger is moved: tensor 2's flush is triggered
+    # by tensor 1, 301 x 2; tensor 0's is the epilogue's): rank 0 max(19264 x 8 + 19264 x 2,
+    # 2041 x 8 + 23177 x 2 + 301 x 2) = 192,640; rank 1 max(21136 x 8 + 23177 x 2 + 301 x 2, 0 + 19264 x 2)
+    # = 216,044 (the engine's z2_bf16_oo_cpu_bigtensor_w2 tracker with these one-node-per-tensor
+    # gradients: 192,692 and 216,112 over the bytes before backward)
     cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": False,
                                  "offload_optimizer": {"device": "cpu"}}}
     every = ("accelerator", "host_pinned", "host_pageable")
-    for rank, flush in ((0, 19264 * 8 + 19264 * 2), (1, 21136 * 8 + 23177 * 2)):
+    for rank, flush in ((0, 19264 * 8 + 19264 * 2), (1, 21136 * 8 + 23177 * 2 + 301 * 2)):
         tl = _tl(cfg, MLP, 2, rank=rank)
         before = _at(tl, "steady:forward", every) + 10000 * 2  # + the ipg bucket (10,000 x bf16)
         assert _at(tl, "steady:reduce", every) - before == flush

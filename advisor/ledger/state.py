@@ -2199,7 +2199,7 @@ _XL_M = 1 << 64
 
 
 def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int,
-                                wrapper: str = "DeepSpeedZeroOptimizer") -> Runs:
+                                wrapper: str = "DeepSpeedZeroOptimizer", inv: "Inventory | None" = None) -> Runs:
     """Runs of, per rank, (s_r, c_r, h): the gradient flush at which a ZeRO-1/2 reduce under CPU
     optimizer offload holds the most (:func:`zero12_offload_norm_modeled`), s_r in elements, c_r
     and h in bytes.
@@ -2220,14 +2220,36 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     h = max over extra-large p of 2 x n_p x D: the clone is made while the autograd gradient it
     replaces is still alive (``clone`` first, then ``grad_reduc.data =`` drops the old storage),
     the backward instant of the hook. D = model dtype bytes. Every rank in O(tensors log
-    tensors) whatever W is (a parameter's owners are one range of ranks)."""
+    tensors) whatever W is (a parameter's owners are one range of ranks).
+    With ``inv`` (the plan's tensors, whose order gives the flushes: :func:`_zero12_flush_replay`),
+    a fourth term u, bytes: the norm copies run inside the flush, while the gradients not yet in
+    the bucket are still whole (ZeRO-2: the triggering gradient and its autograd sibling, in their
+    hook; ZeRO-1: the trigger and every later one), so p's moment is s_{p,r} x 8 + c_p + u_p with
+    u_p those of p's flush, and (s_r, c_r, h, u_r) are the largest's. Engine,
+    tests/engine/test_peak_parity.py z2_bf16_oo_cpu_bigtensor_w4 (real Linears): l1.bias's hook
+    flushes l2.weight's clone with l1.weight's gradient whole, ranks 2 and 3 +39,170 B without u.
+    Without ``inv``, u = 0."""
     if not layouts:
-        return Runs.const(W, (0, 0, 0))
+        return Runs.const(W, (0, 0, 0, 0))
     rbs = int(ec.zero.reduce_bucket_size)
     D = DTYPE_BYTES[ec.model_dtype]
+    unmoved: dict = {}
+    if inv is not None and zero12_offload_flush_modeled(ec, wrapper):
+        D_, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
+        for ks, trig in flushes:
+            if trig is None:
+                continue
+            u = (hooked[trig] if st == 2 else csum[T] - csum[trig]) * D_
+            for k in ks:
+                g, a0, _ = order[k]
+                unmoved[(g, a0)] = u
     xl = zero12_offload_xl_clone_modeled(ec, wrapper) and any(n > rbs for lay in layouts for n in lay.numels)
-    if not xl:
-        return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0))
+    if not xl and not unmoved:
+        return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0, 0))
+    if not zero12_offload_xl_clone_modeled(ec, wrapper):
+        rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
+    if unmoved:
+        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved)
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
     key = ("offload_reduce_terms", W, rbs, D)
@@ -2239,12 +2261,15 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     return runs
 
 
-def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int) -> Runs:
-    """:func:`zero12_offload_reduce_terms` with an extra-large gradient, computed."""
+def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int,
+                                unmoved: "dict | None" = None) -> Runs:
+    """:func:`zero12_offload_reduce_terms` with an extra-large gradient or gradients not yet in the
+    bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed."""
     M = _XL_M
+    um = unmoved or {}
 
-    def pack(s: int, c: int) -> int:
-        return ((s * 8 + c) * M + c) * M + s
+    def pack(s: int, c: int, u: int = 0) -> int:
+        return (((s * 8 + c + u) * M + u) * M + c) * M + s
 
     # Updates of one rank are kept as that rank's maximum, and those of every rank (the clones) as
     # their maximum: Runs.from_updates takes the max per rank and its pieces from the updates' ends,
@@ -2255,35 +2280,45 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     get = single.get
     h = 0
     whole = -1
-    for lay in layouts:
+    for g, lay in enumerate(layouts):
         P = lay.P
         for a, n in zip(lay.starts, lay.numels):
             if n <= 0:
                 continue
             c = n * D if n > rbs else 0
+            u = um.get((g, a), 0) if um else 0
             if c:
                 h = max(h, 2 * c)
-                whole = max(whole, pack(0, c))  # every rank holds the clone at its flush
+                whole = max(whole, pack(0, c, u))  # every rank holds the clone at its flush
             if not P:
                 continue
             r0, r1 = a // P, min((a + n - 1) // P, W - 1)
             if r0 == r1:
-                v = pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c)
+                v = pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c, u)
                 if v > get(r0, -1):
                     single[r0] = v
             elif r0 < r1:
-                v = pack((r0 + 1) * P - a, c)
+                v = pack((r0 + 1) * P - a, c, u)
                 if v > get(r0, -1):
                     single[r0] = v
                 if r1 > r0 + 1:
-                    ups.append((r0 + 1, r1, pack(P, c)))
-                v = pack(min(a + n, (r1 + 1) * P) - r1 * P, c)
+                    ups.append((r0 + 1, r1, pack(P, c, u)))
+                v = pack(min(a + n, (r1 + 1) * P) - r1 * P, c, u)
                 if v > get(r1, -1):
                     single[r1] = v
     if whole >= 0:
         ups.append((0, W, whole))
     ups.extend((r, r + 1, v) for r, v in single.items())
-    return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h))
+    return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h, (x // M // M) % M))
+
+
+def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
+    """Whether the ledger replays a ZeRO-1/2 offload reduce's flushes (:func:`zero12_offload_flush_bytes`,
+    the u term of :func:`zero12_offload_reduce_terms`): CPU optimizer offload with
+    ``contiguous_gradients`` on and ``overlap_comm`` off, the flushes of :func:`zero12_backward_transients`."""
+    z = ec.zero
+    return (z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
+            and not z.overlap_comm)
 
 
 def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
@@ -2306,9 +2341,7 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     and 82,640 B), peak at the flat copy, 86,418 B = N x 2; z1_fp16_oo_cpu_w4 rank 1 at the N x 2 B
     of autograd gradients. 0 without contiguous_gradients or with overlap_comm (not modelled).
     Bytes."""
-    z = ec.zero
-    if not (z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
-            and not z.overlap_comm and layouts):
+    if not (layouts and zero12_offload_flush_modeled(ec, wrapper)):
         return 0
     D, _, st, _, _, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     if st == 2:
@@ -2611,14 +2644,16 @@ _AUTOGRAD_GRADS = "runtime/engine.py:DeepSpeedEngine.backward (loss.backward, l.
 
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
-            offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0) -> None:
+            offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0, offload_unmoved: int = 0) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
     are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
     of the in-backward fp64 copy of a gradient slice under CPU offload, at the rank's largest
     flush (:func:`zero12_offload_norm_modeled`, :func:`zero12_offload_reduce_terms`: s_r x 8);
     ``offload_xl`` = (c_r, h) of that function: bytes of the extra-large gradient's clone live at
     that flush, and of the largest one beside the autograd gradient it replaces, in its hook;
-    ``offload_flush`` = :func:`zero12_offload_flush_bytes`, the flush's flat-copy moment."""
+    ``offload_flush`` = :func:`zero12_offload_flush_bytes`, the flush's flat-copy moment;
+    ``offload_unmoved`` = u_r of :func:`zero12_offload_reduce_terms`, the gradients not yet in the
+    bucket beside that norm copy."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -2673,7 +2708,14 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # z2_bf16_oo_cpu_w4 backward:1: rank 1 +18,766 B, rank 3 +3,806 B without it
         # (allreduce_bucket l.2367's 86,418 B live at their peak, unattributed); z1_fp16_oo_cpu_w4
         # rank 1 +18,772 B (engine.py backward l.3428's 86,424 B of autograd gradients)
-        flat_over = max(0, offload_flush - offload_norm - clone_at_flush)
+        if offload_unmoved:
+            b.add("accelerator", "gradients", "offload_norm_unmoved_grads", offload_unmoved, "reduce",
+                  "u_r: the gradients not yet in the bucket at the flush whose fp64 norm copy holds the most "
+                  "(ZeRO-2: its trigger and the trigger's autograd sibling; ZeRO-1: the trigger and every later "
+                  "one; zero12_offload_reduce_terms)",
+                  f"{S}.reduce_independent_p_g_buckets_and_remove_grads (reduce_ipg_grads before the trigger "
+                  f"moves); made by autograd in {_AUTOGRAD_GRADS}")
+        flat_over = max(0, offload_flush - offload_norm - clone_at_flush - offload_unmoved)
         if flat_over:
             b.add("accelerator", "workspace", "offload_reduce_flush", flat_over, "reduce",
                   f"max(0, F - (s_r x 8 + c_r)) = max(0, {offload_flush} - {offload_norm + clone_at_flush}): the "
@@ -3461,7 +3503,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     if st in (1, 2) and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
         split = zero12_step_groups(pl.zero12, W)
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
-        split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper)
+        split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper, inv)
     figures = Runs.zip(terms, split).groups()
     oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper) if st in (1, 2) and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
@@ -3480,7 +3522,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
             _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k,
                     offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
                     offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0),
-                    offload_flush=oflush)
+                    offload_flush=oflush,
+                    offload_unmoved=gk[3] if zero12_offload_norm_modeled(ec, wrapper) and gk else 0)
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         _frozen(b, ec, frozen, W)

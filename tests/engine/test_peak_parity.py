@@ -125,8 +125,12 @@ CELLS = [
     # CPU optimizer offload with gradients larger than reduce_bucket_size (10,000 < l1.weight's 19,264
     # and l2.weight's 23,177 elements): each is cloned in its hook (stage_1_and_2.py l.1444-1446,
     # _offload_gradient_safety_enabled = cpu_offload, l.232) beside its autograd storage
+    # real Linears (worker _build_model(linear=True)): the flat proxy's one MeanBackward0 node per parameter
+    # makes l1.bias's gradient without l1.weight's, which no nn.Linear does (AddmmBackward0 makes both:
+    # state.autograd_siblings), and the norm copies of l1.bias's flush run beside them (u of
+    # state.zero12_offload_reduce_terms)
     ("z2_bf16_oo_cpu_bigtensor_w2", _cfg(2, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
-     2, False, parity.TINY),
+     2, False, parity.TINY, {"linear": True}),
     ("z2_bf16_groups_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS),
     # ZeRO-3 with parameters that are not persistent (stage3_param_persistence_threshold 100: only
     # l2.bias and l3.bias stay gathered), the regime of every real model's large tensors: fetched,
@@ -229,7 +233,9 @@ CELLS = [
     ("z1_bf16_groups_w4", _cfg(1, "bf16", reduce_bucket_size=10000), 4, False, parity.TINY_FROZEN_GROUPS),
     # real Linears (AddmmBackward0: l1.bias's hook runs with l1.weight's gradient whole): rank 1 peaks at
     # the flush of l2.weight's clone, its flat copy 25,694 B + clone 46,354 B + l1's gradients 39,130 B
-    # (state.zero12_offload_flush_bytes, matched within 32 B); ranks 2 and 3: UNMATCHED_W4
+    # (state.zero12_offload_flush_bytes: +5,002 B without it); ranks 2 and 3 at that flush's fp64 norm copy
+    # of their l2.weight slice beside the clone and l1's gradients (u of state.zero12_offload_reduce_terms:
+    # +39,170 / +39,194 B without it)
     ("z2_bf16_oo_cpu_bigtensor_w4", _cfg(2, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
      4, False, parity.TINY, {"linear": True}),
     ("z3_bf16_oo_cpu_w4", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 4,
@@ -313,20 +319,8 @@ UNMATCHED_ISSUE15: dict = {}
 #: not a rank-1-only buffer) and the step had no norm instant (averaged_gradients + the largest slice's
 #: fp64 copy). Now state.zero12_transients_modeled takes fp32 too: every phase within 0.02% on both
 #: ranks, and z1_fp32_w2 likewise (it was backward:1 -170,912 B, -21.3%, before).
-#: W = 4 with real Linears under ZeRO-2 CPU offload and a 10,000-element bucket (2026-12-05, one run). l1.bias's
-#: hook flushes l2.weight's clone with l1.weight's gradient whole beside l1.bias's (AddmmBackward0 makes both):
-#: the flush's flat copy moment (25,694 + 46,354 + 39,130 B, state.zero12_offload_flush_bytes) is rank 1's peak,
-#: matched (+32 B); but the fp64 norm copies of that flush (l2.weight's slice, 10,804 x 8 on rank 2, 10,330 x 8
-#: on rank 3, after copy_grads_in_partition, stage_1_and_2.py l.2270-2274 / l.1886) run while l1's two
-#: gradients (engine.py backward l.3428, 39,134 B unattributed) are still whole, and
-#: state.zero12_offload_reduce_terms counts a slice's norm copy and the clone without the gradients not yet
-#: in the bucket (with the flat proxy those are l1.bias alone, 602 B: hidden at W = 2)
-UNMATCHED_W4: dict = {
-    "z2_bf16_oo_cpu_bigtensor_w4": {
-        "backward:1": (36, "rank 2 +39,170 B, rank 3 +39,194 B: l1.weight + l1.bias gradients (39,130 B) whole "
-                           "beside l2.weight's fp64 norm copy and clone; zero12_offload_reduce_terms omits them"),
-        "backward:2": (40, "rank 2 +39,174 B, rank 3 +39,198 B: the same moment in the second step"),
-    },
+#: Other regimes (issue 15), each with its residual and cause.
+UNMATCHED_MORE: dict = {
     # ZeRO-1 + CPU optimizer offload at GA 2 (2026-12-05, 1 run; load and initialize:cast match). Two causes:
     # (1) the ledger's offload_accumulated_grads_cpu (I_r x 2 = 85,484 B on rank 0, 47,288 B on rank 1,
     # stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu) is persistent from initialize, but no such
@@ -350,7 +344,7 @@ UNMATCHED_W4: dict = {
         "step:4": (-85412, "as step:2; rank 1 -47,208 B"),
     },
 }
-UNMATCHED = {**UNMATCHED_W4, **UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
+UNMATCHED = {**UNMATCHED_MORE, **UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
 
 
 #: Phases where gloo's thread may hold a finished all-gather's buffer past the point DeepSpeed drops
