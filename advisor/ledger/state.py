@@ -2421,7 +2421,23 @@ def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero
     (allreduce_bucket's ``self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367; 0 when its runs are one
     slice each) and ``xl[j]`` those of an extra-large gradient reduced alone in its own storage.
     Shared by :func:`zero12_backward_transients` and :func:`zero12_offload_flush_bytes` (the
-    same flushes run under CPU optimizer offload: reduce_ipg_grads -> average_tensor, l.2205-2228)."""
+    same flushes run under CPU optimizer offload: reduce_ipg_grads -> average_tensor, l.2205-2228).
+    Kept once per (layouts, tensor list, W, RBS, stage, D), compared by identity: a plan asks for it
+    from its transients, its offload flush and its offload norm terms."""
+    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), ec.zero.stage, DTYPE_BYTES[ec.model_dtype])
+    memo = layouts[0]._memo if layouts else {}
+    got = memo.get(key)
+    if (got is not None and got[1] is inv and len(got[0]) == len(layouts)
+            and all(a is b for a, b in zip(got[0], layouts))):
+        return got[2]
+    out = _zero12_flush_replay_compute(ec, inv, layouts, W)
+    if layouts:
+        memo[key] = (tuple(layouts), inv, out)
+    return out
+
+
+def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
+    """:func:`_zero12_flush_replay`, computed."""
     D = DTYPE_BYTES[ec.model_dtype]
     rbs = int(ec.zero.reduce_bucket_size)
     st = ec.zero.stage
