@@ -360,13 +360,24 @@ def test_fast_zero2_equals_brute_force(numels, W, palign):
 
 @pytest.mark.parametrize("numels", ODD_INVS)
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 7, 8])
-def test_fast_zero1_offload_accumulation_equals_brute_force(numels, W):
+def test_fast_zero2_offload_accumulation_equals_brute_force(numels, W):
+    # ZeRO-2 only: ZeRO-1 never makes the host accumulation buffer (stage_1_and_2.py l.2166, micro_step_id
+    # 0 at its only reduce; measured, tests/engine/test_peak_parity.py z1_bf16_oo_cpu_tbsga2_w2)
     inv = Inventory("odd", [TensorSpec(f"m{i}.w", (n,)) for i, n in enumerate(numels)])
-    c = cfg(1, "bf16", oo="cpu", top={"gradient_accumulation_steps": 2, "train_batch_size": 2 * W})
+    c = cfg(2, "bf16", oo="cpu", top={"gradient_accumulation_steps": 2, "train_batch_size": 2 * W})
     led = ledger(c, inv, W)
     for r, (I, _, _) in enumerate(_brute_zero12(numels, W, 1)):
         (e,) = led.rank(r).by_item("offload_accumulated_grads_cpu")
         assert e.bytes == I * 2  # I_r x D
+    c1 = cfg(1, "bf16", oo="cpu", top={"gradient_accumulation_steps": 2, "train_batch_size": 2 * W})
+    led1 = ledger(c1, inv, W)
+    assert not any(rl.by_item("offload_accumulated_grads_cpu") for rl in led1.ranks)
+    # ... and, reducing only at the boundary (engine.py allreduce_gradients), keeps micro-step 1's
+    # param.grad (N x D) and ipg bucket (reduce_bucket_size x D) into micro-step 2's forward
+    for rl in led1.ranks:
+        assert [e.bytes for e in rl.by_item("lp_grads_accumulated")] == [sum(numels) * 2]
+        assert [e.bytes for e in rl.by_item("ipg_bucket_accumulated")] == [
+            led1.plan.config.zero.reduce_bucket_size * 2]
 
 
 @pytest.mark.parametrize("numels", ODD_INVS)

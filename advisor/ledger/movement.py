@@ -826,7 +826,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         add(PCIE, "to_host", "gradients", "fp32_grad", cov * M, "backward", ov,
             "gradient partition converted to fp32 on the accelerator and copied to host: Cov_r x 4",
             "stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu" + ov_src)
-        if ga > 1:
+        if ga > 1 and st == 2:  # ZeRO-1 never accumulates through the host buffer (state: offload_accumulated_grads_cpu)
             add(PCIE, "to_host", "gradients", "offload_accumulated_grads_cpu", (ga - 1) * i_r * D, "backward", ov,
                 "non-boundary micro-steps: accumulated 16-bit grads of the partition's params to host: (GA-1) x I_r x D",
                 "stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu [S]" + ov_src)

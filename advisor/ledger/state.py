@@ -2754,7 +2754,12 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "2 x max_p n_p x D over gradients of more than reduce_bucket_size elements: the clone made "
                   "while the autograd gradient it replaces is alive (clone, then grad_reduc.data = clone)",
                   f"{S}.reduce_independent_p_g_buckets_and_remove_grads (_offload_gradient_safety_enabled)")
-        if ga > 1:
+        if ga > 1 and z.stage == 2:
+            # ZeRO-2 only: copy_grads_in_partition accumulates through the host buffer when
+            # micro_step_id > 0 or before the boundary (l.2166). ZeRO-1 reduces only at the boundary
+            # (l.2294), and micro_step_id, bumped by setup_buckets only while not ready_for_gradients
+            # (l.3257-3258), is still 0 there: the buffer is never made (measured, z1_bf16_oo_cpu_tbsga2_w2:
+            # counted, every phase from initialize on read I_r x D = 85,484 B over the engine on rank 0)
             b.add(_host(pin), "gradients", "offload_accumulated_grads_cpu", inter_t * D, "persistent",
                   f"I_r x D = {inter_t} x {D} (full numel of every param touching the partition)",
                   f"{S}.async_accumulate_grad_in_cpu_via_gpu")
@@ -2802,10 +2807,11 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
-    if z.stage == 1 and not off and ga > 1 and len(terms) > 5:
+    if z.stage == 1 and ga > 1 and (off or len(terms) > 5):
         # ZeRO-1 with gradient accumulation (tests/engine/test_peak_parity.py z1_bf16_tbsga2_w2 /
         # z1_fp16_tbsga2_w2, rank 0: forward:2 +186,474 B, backward:2 +46,396 B over the GA-1 terms
-        # without these): a micro-step before the boundary reduces nothing (engine.py
+        # without these; under CPU offload the same, z1_bf16_oo_cpu_tbsga2_w2 forward:2 +100,986 B
+        # without them): a micro-step before the boundary reduces nothing (engine.py
         # allreduce_gradients l.3088-3092: stage 1 reduces only at the boundary; the backward hook's
         # process_gradients l.2285-2291 only sets up the bucket), so its param.grad and the ipg
         # bucket it allocated stay into the next micro-step's forward

@@ -324,27 +324,16 @@ UNMATCHED_ISSUE15: dict = {}
 #: ranks, and z1_fp32_w2 likewise (it was backward:1 -170,912 B, -21.3%, before).
 #: Other regimes (issue 15), each with its residual and cause.
 UNMATCHED_MORE: dict = {
-    # ZeRO-1 + CPU optimizer offload at GA 2 (2026-12-05, 1 run; load and initialize:cast match). Two causes:
-    # (1) the ledger's offload_accumulated_grads_cpu (I_r x 2 = 85,484 B on rank 0, 47,288 B on rank 1,
-    # stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu) is persistent from initialize, but no such
-    # storage is live in any phase of the run (the census never claims it; initialize, forward:1, the
-    # boundary's backward and both steps are exactly that much under the ledger); (2) micro-step 1's
-    # ipg bucket (setup_buckets l.3266, 100,000 B) and its 16-bit gradients (engine.py backward l.3428,
-    # 86,418 B) live into micro-step 2's forward (ZeRO-1 reduces only at the boundary, l.2294), which
-    # the ledger's accumulation entries (lp_grads_accumulated, ipg_bucket_accumulated) do not add
-    # under CPU offload
+    # ZeRO-1 + CPU optimizer offload at GA 2 (2026-12-05, 1 run; every other phase within 0.02% on both
+    # ranks since the ledger leaves out offload_accumulated_grads_cpu at ZeRO-1 and keeps micro-step 1's
+    # param.grad and ipg bucket into micro-step 2 under offload too: before, initialize read 85,484 B and
+    # forward:2 100,986 B off). Micro-step 1's backward (no reduce before the boundary) holds every 16-bit
+    # param.grad, which the ledger's lp_grads counts only without offload (under offload the boundary's
+    # flush term holds them: state.zero12_offload_flush_bytes); no timeline lifetime is the non-boundary
+    # micro-step's backward alone yet
     "z1_bf16_oo_cpu_tbsga2_w2": {
-        "initialize": (-85484, "offload_accumulated_grads_cpu counted, not in the engine; rank 1 -47,288 B"),
-        "forward:1": (-85432, "offload_accumulated_grads_cpu counted, not in the engine; rank 1 -47,236 B"),
-        "backward:1": (968, "rank 1 +39,164 B: its 16-bit gradients (engine.py backward l.3428, 86,424 B) beside "
-                            "the ledger's rank-1 figure; rank 0 within 1%"),
-        "forward:2": (100986, "micro-step 1's ipg bucket (setup_buckets l.3266, 100,000 B) and 16-bit gradients "
-                              "(86,418 B) unattributed; rank 1 +139,182 B"),
-        "backward:2": (-85448, "offload_accumulated_grads_cpu counted (the boundary's reduce instant); rank 1 -47,252 B"),
-        "step:2": (-85432, "offload_accumulated_grads_cpu counted; rank 1 -47,228 B"),
-        "forward:4": (100990, "as forward:2; rank 1 +139,186 B"),
-        "backward:4": (-85444, "as backward:2; rank 1 -47,248 B"),
-        "step:4": (-85412, "as step:2; rank 1 -47,208 B"),
+        "backward:1": (86452, "every param.grad of micro-step 1 (engine.py backward l.3428, 86,424 B: N x 2) "
+                              "unattributed; rank 1 the same"),
     },
 }
 UNMATCHED = {**UNMATCHED_MORE, **UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
