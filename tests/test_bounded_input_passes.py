@@ -110,6 +110,12 @@ def test_depth_ok_is_the_running_bracket_depth() -> None:
     rng = random.Random(3)
     texts = ["", "{}", "]]]][[[[", "[" * 65, "[" * 64, "]" + "[" * 64, "{[" * 40 + "]}" * 40]
     texts += ["".join(rng.choice("{}[]a") for _ in range(rng.randint(0, 300))) for _ in range(300)]
+    # balanced nests around the limit (the fast path deletes innermost pairs; 1 or 2 levels a pass)
+    for d in (1, 2, 3, 31, 32, 33, 63, 64, 65, 66, 128):
+        for _ in range(4):
+            opens = "".join(rng.choice("{[") for _ in range(d))
+            closes = "".join({"{": "}", "[": "]"}[c] for c in reversed(opens))
+            texts += [opens + closes, "a" + opens + '"x"' + closes + "[]" * 3, (opens + closes) * 2]
     for t in texts:
         for m in (0, 3, 64):
             assert readers.depth_ok(t, m) == _depth_ok_by_walk(t, m), (t, m)

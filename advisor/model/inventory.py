@@ -364,7 +364,9 @@ def _bulk_tensors(entries: list[Any], first: int = 0,
     names = list(map(get, entries, repeat("name", n)))
     if set(map(type, names)) != {str}:
         if any(v is None and "name" not in e for v, e in zip(names, entries)):
-            names = [str(e.get("name", f"t{first + i}")) for i, e in enumerate(entries)]
+            # str(e.get("name", f"t{index}")) mapped at C speed (a comprehension was ~0.5 s of a 1.9M
+            # nameless inventory)
+            names = list(map(str, map(get, entries, repeat("name", n), map("t{}".format, range(first, first + n)))))
         else:
             names = list(map(str, names))
     if interned is None:
