@@ -156,6 +156,12 @@ def test_zero_init_load_peak_matches_instant_by_instant_walk(seed: int, W: int, 
     the peak."""
     inv = _inventory(seed)
     sizes = [(_module(t.name), t.numel) for t in inv.tensors]
+    _check_load_peak_walk(sizes, W, cast, swap_min)
+    # every module one parameter (Llama-like layers without biases): zero_init_load_peak's column-wise path
+    _check_load_peak_walk([(f"{m}.{i}", n) for i, (m, n) in enumerate(sizes)], W, cast, swap_min)
+
+
+def _check_load_peak_walk(sizes: list, W: int, cast: bool, swap_min: "int | None") -> None:
     D, Dl = 2, 4
     instants = []
     done = 0
