@@ -854,9 +854,8 @@ def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
     and the prefix sums of their numels: the columns both reduce-flush passes read, once per tensor list
     and flag (the pure pass and the two gathered ones walked ``inv.tensors`` again each, issue 21)."""
     def compute() -> tuple:
-        from advisor.model.parallel import _LAYER_RE
-        in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
-            1 if _LAYER_RE.search(t.name) else 0 for t in inv.tensors))
+        from advisor.model.parallel import in_layer_flags
+        in_layer = in_layer_flags(inv)
         order = zero3_backward_grad_order(inv, linear)
         tensors = inv.tensors
         ns = [tensors[i].numel for i in order]
@@ -996,10 +995,9 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
     # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
     # tails: per tensor, the fp32 gradient bytes kept after its flush (zero3_flush_grad_tails):
     # live at every later moment of backward
-    from advisor.model.parallel import _LAYER_RE
+    from advisor.model.parallel import in_layer_flags
     # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
-    in_layer = inv.memo(("in_layer_flags",), lambda: bytes(
-        1 if _LAYER_RE.search(t.name) else 0 for t in inv.tensors))
+    in_layer = in_layer_flags(inv)
     best, where = 0, ""
     reg = [0, 0, 0]  # the maximum at the start, in the layers, at the end of backward
     tensors = inv.tensors
@@ -1311,6 +1309,17 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
 _NEVER = -10**18
 
 
+def padded_numels(inv: Inventory, W: int) -> "Sequence[int]":
+    """ceil(n_i / W) x W of every tensor (elements, inventory order; the numel a ZeRO-3 partition of W
+    ranks pads to, ``partition_parameters.py`` _partition_param), packed, once per (tensor list, W);
+    computed by C-level maps (a Python expression per tensor before, issue 21)."""
+    def compute() -> "Sequence[int]":
+        nums = map(operator.attrgetter("numel"), inv.tensors)
+        neg_ceil = map(operator.floordiv, map(operator.neg, nums), itertools.repeat(W))  # -ceil(n / W)
+        return _packed(map(operator.mul, neg_ceil, itertools.repeat(-W)))
+    return inv.memo(("padded_numels", W), compute)
+
+
 def _zero3_replay_inputs(inv: Inventory, zero, W: int):
     """What both fetch replays start from: (tensors, persistent flags, sequential all-gather, the
     tensor indices of each owning module in first-use order, each tensor's module index, the module
@@ -1319,8 +1328,8 @@ def _zero3_replay_inputs(inv: Inventory, zero, W: int):
     keep = zero3_persistent(inv, zero)
     seq = bool(getattr(zero, "allgather_sequential", False))
     members, mod_of, names, _ = module_index(inv)
-    numel = [t.numel for t in tensors]
-    return tensors, keep, seq, members, mod_of, names, numel, _packed(-(-n // W) * W for n in numel)
+    numel = list(map(operator.attrgetter("numel"), tensors))
+    return tensors, keep, seq, members, mod_of, names, numel, padded_numels(inv, W)
 
 
 def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
@@ -2982,13 +2991,12 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
 
     # ---- persistent (always gathered) parameters
     def persistent_sums() -> tuple[int, int]:
-        persist = persist_frozen = 0
-        for t, keep in zip(inv.tensors, zero3_persistent(inv, z)):
-            if keep:
-                if t.trainable:
-                    persist += _ceil_div(t.numel, W) * W
-                else:
-                    persist_frozen += _ceil_div(t.numel, W) * W
+        # sums of ceil(n_i/W) x W over the persistent trainable / frozen parameters, by C-level passes
+        keep = zero3_persistent(inv, z)
+        padded = padded_numels(inv, W)
+        trainable = list(map(operator.attrgetter("trainable"), inv.tensors))
+        persist = sum(itertools.compress(padded, map(operator.and_, keep, trainable)))
+        persist_frozen = sum(itertools.compress(padded, map(operator.and_, keep, map(operator.not_, trainable))))
         return persist, persist_frozen
     persist, persist_frozen = inv.memo(("zero3_persistent_sums", W, z.param_persistence_threshold,
                                         z.model_persistence_threshold), persistent_sums)

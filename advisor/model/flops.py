@@ -70,16 +70,15 @@ def outside_layer_params(inventory: Any) -> int:
     ``blocks.i.`` in the name: embeddings, final norm, output head), which layer checkpointing
     never recomputes. Memoised per tensor list (:meth:`Inventory.memo`). 0 when no tensor is in a
     layer (a ``--params`` inventory): the whole model is then counted as layers."""
-    from advisor.model.parallel import _LAYER_RE
+    import itertools
+    import operator
+
+    from advisor.model.parallel import in_layer_flags
 
     def count() -> int:
-        inside = outside = 0
-        for t in inventory.tensors:
-            if _LAYER_RE.search(t.name):
-                inside += t.numel
-            else:
-                outside += t.numel
-        return outside if inside else 0
+        numels = list(map(operator.attrgetter("numel"), inventory.tensors))
+        inside = sum(itertools.compress(numels, in_layer_flags(inventory)))
+        return sum(numels) - inside if inside else 0
 
     return inventory.memo(("outside_layer_params",), count)
 

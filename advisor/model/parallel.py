@@ -45,6 +45,7 @@ hold a copy (``PipelineModule._index_tied_modules``), its gradients all-reduced 
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 
@@ -64,6 +65,14 @@ _ROW = ("o_proj", "down_proj", "dense", "dense_4h_to_h", "w2", "c_proj", "fc2", 
 _VOCAB = ("embed_tokens", "wte", "word_embeddings", "lm_head")
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 _EXPERT_RE = re.compile(r"(?:^|\.)experts\.(?:(\d+)\.)?")
+
+
+def in_layer_flags(inv: Inventory) -> bytes:
+    """Per tensor of ``inv.tensors``: 1 when its name is a decoder layer's (``layers.i.`` / ``h.i.`` /
+    ``blocks.i.``, :data:`_LAYER_RE`), else 0. Once per tensor list (``Inventory.memo``), the regex
+    mapped at C level (a Python expression per tensor before: ~0.3 s at 1e5 layers, issue 21)."""
+    return inv.memo(("in_layer_flags",), lambda: bytes(map(bool, map(_LAYER_RE.search, map(
+        operator.attrgetter("name"), inv.tensors)))))
 
 
 def tp_rule(t: TensorSpec) -> tuple[str, int | None]:
