@@ -378,6 +378,9 @@ def test_fast_zero2_offload_accumulation_equals_brute_force(numels, W):
         assert [e.bytes for e in rl.by_item("lp_grads_accumulated")] == [sum(numels) * 2]
         assert [e.bytes for e in rl.by_item("ipg_bucket_accumulated")] == [
             led1.plan.config.zero.reduce_bucket_size * 2]
+        # micro-step 1's backward reduces nothing: every param.grad (N x D) is whole there
+        assert [(e.bytes, e.life) for e in rl.by_item("lp_grads_first_microstep")] == [
+            (sum(numels) * 2, "first_microstep_backward")]
 
 
 @pytest.mark.parametrize("numels", ODD_INVS)

@@ -26,7 +26,8 @@ first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero1
 ``refetch_forward`` (ZeRO-3 at GA > 1: only the first iteration's forward of micro-step 2,
 :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` / ``accumulated_backward``
 (ZeRO-1 at GA > 1: the forward / backward of the micro-steps after an iteration's first: what the
-previous micro-step left, a new gradient being added to it); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+previous micro-step left, a new gradient being added to it); ``first_microstep_backward`` (ZeRO-1 under
+offload at GA > 1: micro-step 1's backward, every param.grad before any reduce); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
 accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
@@ -74,6 +75,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
+               "first_microstep_backward",
                "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
@@ -2835,6 +2837,14 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "by the boundary's epilogue)",
                   f"{S}.setup_buckets (l.3256-3269) / _release_ipg_buffers (l.924-927, from "
                   "independent_gradient_partition_epilogue l.1061)")
+        if off:
+            # without offload lp_grads (in_backward) counts them; under offload the boundary's flush term
+            # does (zero12_offload_flush_bytes), and micro-step 1's backward, which reduces nothing, had none
+            # (tests/engine/test_peak_parity.py z1_bf16_oo_cpu_tbsga2_w2: backward:1 +86,452 B on both ranks)
+            b.add("accelerator", "gradients", "lp_grads_first_microstep", n_t * D, "first_microstep_backward",
+                  f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)",
+                  "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
+                  f"only at the accumulation boundary); made by autograd in {_AUTOGRAD_GRADS}")
         sib = autograd_siblings(inv)
         new_max = max((t.numel + sib[i] for i, t in enumerate(inv.tensors) if t.trainable), default=0)
         b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",

@@ -53,7 +53,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``accumulated``: forward, backward and reduce of the micro-steps after an iteration's first
   (GA > 1; ZeRO-2's previous micro-step's grads_in_partition); ``accumulated_forward``: their
   forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
-  bucket); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
+  bucket); ``first_microstep_backward``: micro-step 1's backward only (ZeRO-1 under offload at GA > 1:
+  every param.grad, before any reduce); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
   accumulated); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
   parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
@@ -1093,6 +1094,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if life == "accumulated_backward":
         # ZeRO-1, GA > 1: the backward of every micro-step after an iteration's first
         return ph == "backward" and k != "backward:1"
+    if life == "first_microstep_backward":
+        # ZeRO-1 under offload, GA > 1: micro-step 1's backward (no reduce before the boundary)
+        return k == "backward:1"
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":

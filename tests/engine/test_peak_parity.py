@@ -322,20 +322,12 @@ UNMATCHED_ISSUE15: dict = {}
 #: not a rank-1-only buffer) and the step had no norm instant (averaged_gradients + the largest slice's
 #: fp64 copy). Now state.zero12_transients_modeled takes fp32 too: every phase within 0.02% on both
 #: ranks, and z1_fp32_w2 likewise (it was backward:1 -170,912 B, -21.3%, before).
-#: Other regimes (issue 15), each with its residual and cause.
-UNMATCHED_MORE: dict = {
-    # ZeRO-1 + CPU optimizer offload at GA 2 (2026-12-05, 1 run; every other phase within 0.02% on both
-    # ranks since the ledger leaves out offload_accumulated_grads_cpu at ZeRO-1 and keeps micro-step 1's
-    # param.grad and ipg bucket into micro-step 2 under offload too: before, initialize read 85,484 B and
-    # forward:2 100,986 B off). Micro-step 1's backward (no reduce before the boundary) holds every 16-bit
-    # param.grad, which the ledger's lp_grads counts only without offload (under offload the boundary's
-    # flush term holds them: state.zero12_offload_flush_bytes); no timeline lifetime is the non-boundary
-    # micro-step's backward alone yet
-    "z1_bf16_oo_cpu_tbsga2_w2": {
-        "backward:1": (86452, "every param.grad of micro-step 1 (engine.py backward l.3428, 86,424 B: N x 2) "
-                              "unattributed; rank 1 the same"),
-    },
-}
+#: Other regimes (issue 15), each with its residual and cause. z1_bf16_oo_cpu_tbsga2_w2 (ZeRO-1 + CPU
+#: optimizer offload at GA 2) was here: initialize, forward:1, the boundary's backward and both steps
+#: 85,484 B over (offload_accumulated_grads_cpu, never made at ZeRO-1), forward:2 / forward:4 +100,986 B
+#: (micro-step 1's param.grad and ipg bucket) and backward:1 +86,452 B (micro-step 1's param.grad, before
+#: any reduce: state lp_grads_first_microstep); now every phase within 0.02% on both ranks.
+UNMATCHED_MORE: dict = {}
 UNMATCHED = {**UNMATCHED_MORE, **UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
 
 
