@@ -2405,7 +2405,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
-    off, at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
+    off (at ZeRO-2 on or off), at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
     micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``); at ZeRO-1 only
     the boundary's backward reduces, as at GA = 1, and what the earlier micro-steps leave is its own
     entries (``lp_grads_accumulated``, ``ipg_bucket_accumulated``, ``accumulate_grad_new``)
@@ -2417,12 +2417,24 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
     too): D = 4 in every term (z2_fp32_w2, z1_fp32_w2 match in every phase; without these transients
     the first step was 12.7% under on rank 0, the norm copy beside averaged_gradients missing, rank
     1's backward 14.1% under, the bucket's flat copy missing, and ZeRO-1's backward 21.3% over, its
-    averaged_gradients counted before the reduce allocates it). Other plans keep the lifetimes of
-    the module docstring."""
+    averaged_gradients counted before the reduce allocates it). ``overlap_comm`` changes no storage
+    these transients hold: setup_buckets allocates a second RBS-element ipg buffer (l.3272-3278,
+    counted by :func:`ipg_bucket_bytes`), reduce_independent_p_g_buckets_and_remove_grads swaps
+    ``bucket.index`` after each flush (l.1425-1427), and the flush runs on ``reduction_stream``
+    (l.2239-2240, l.1600-1612) with the same flat copy (allreduce_bucket l.2367). Measured on CPU
+    (z2_bf16_overlap_w2): the backward exactly z2_bf16_w2's + 100,000 B (the second buffer, 50,000 x
+    2 B), the step the same bytes; without the transients its step was 4.2% under on rank 0 (the
+    norm copy missing) and rank 1's backward 8.5% under (the flat copy missing). On CPU every stream
+    is the one synchronous stream, so this does not prove a GPU's lifetimes: there
+    ``allreduced.record_stream(reduction_stream)`` (l.2432) keeps a flush's flat copy from the
+    caching allocator until the side stream's reduce completes, which may overlap the next
+    bucket's fill (GPU-only, not modelled). At ZeRO-1 ``overlap_comm`` moves the gradients in their
+    hooks at the accumulation boundary (process_gradients l.2290: ``partition_gradients or
+    overlap_comm``), not in the epilogue as this replay's ZeRO-1 does: not modelled. Other plans keep the lifetimes of the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and not z.overlap_comm)
+            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm))
 
 
 def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:

@@ -273,6 +273,19 @@ CELLS = [
     # ZeRO-1 with CPU optimizer offload at GA 2 (train_batch_size 4 / (1 x 2))
     ("z1_bf16_oo_cpu_tbsga2_w2", {**_cfg(1, "bf16", offload_optimizer={"device": "cpu"}), "train_batch_size": 4},
      2, False, parity.TINY, {"steps": 4}),
+    # issue 15: the ZeRO-1/2 bucket options the cells above hold fixed (BUCKETS: overlap_comm off,
+    # contiguous_gradients on), fp32 under CPU optimizer offload, and ZeRO-3 with overlap_comm.
+    # overlap_comm at ZeRO-2: a second ipg buffer (setup_buckets l.3272-3278) and the same flush copies
+    # (state.zero12_transients_modeled); on CPU the reduction stream is the one synchronous stream, so
+    # the side stream's lifetimes (record_stream, GPU-only) are not proven here. Before the ledger took
+    # it, step:2 was -24,512 B on rank 0 (the norm copy, get_grad_norm_direct l.2684) and rank 1's
+    # backward -39,156 B (the flat copy, allreduce_bucket l.2367). z2_fp32_oo_cpu_w2 and
+    # z3_bf16_overlap_w2 matched on their first run (2026-12-05): every phase within 0.02%
+    ("z2_bf16_overlap_w2", _cfg(2, "bf16", overlap_comm=True), 2, False, parity.TINY),
+    ("z2_bf16_noncontig_w2", _cfg(2, "bf16", contiguous_gradients=False), 2, False, parity.TINY),
+    ("z2_fp32_oo_cpu_w2", _cfg(2, "fp32", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
+    ("z3_bf16_overlap_w2", _cfg(3, "bf16", reduce_bucket_size=50000, overlap_comm=True), 2, False, parity.TINY,
+     {"submodules": True}),
 ]
 
 
@@ -317,7 +330,21 @@ UNMATCHED_LINEAR: dict = {}
 #: z3_fp32_nonpersist_w2 matches in every phase (the newcomer's step:1 -15.8% / step:2 +15.8% did not
 #: reproduce); only its first backward is in RACY, as z3_fp32_zinit_w2's. z0_bf16_w2's step:1/step:2 were
 #: +172,860 B (fused_optimizer.py l.287's per-parameter fp32 copies), now state fp32_grad_copies.
-UNMATCHED_ISSUE15: dict = {}
+UNMATCHED_ISSUE15: dict = {
+    # contiguous_gradients off at ZeRO-2 (2026-12-05, 1 run; rank 1: backward:1 +125,574 B, backward:2
+    # +125,578 B, step:2 +39,488 B). No ipg buffer: each gradient stays whole in bucket.grads (engine.py
+    # backward l.3428) until its flush, buffered_reduce_fallback (stage_1_and_2.py l.2229) ->
+    # allreduce_and_copy flattens the whole bucket (allreduce_bucket l.2367): with one flush of all 43,209
+    # elements the backward holds N x 2 B of gradients beside N x 2 B of flat copy on both ranks; the
+    # rank's own gradients stay whole (no grads_in_partition, l.2270), so the step's fp64 norm copies
+    # (get_grad_norm_direct l.2684) run beside them. state.zero12_transients_modeled does not take it
+    "z2_bf16_noncontig_w2": {
+        "backward:1": (87384, "the bucket's whole autograd gradients (engine.py l.3428, 86,418 B) and its "
+                              "flat copy (allreduce_bucket l.2367, 86,418 B) unattributed"),
+        "backward:2": (87388, "the same flush as backward:1"),
+        "step:2": (24512, "get_grad_norm_direct l.2684's fp64 copies (154,120 B) unattributed"),
+    },
+}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
 #: fp32, so averaged_gradients ((I_r + P - Cov_r) x 4: 170,968 B on rank 0, 94,588 B on rank 1) stood in
@@ -362,6 +389,9 @@ RACY = {
     # (31fdb4a); seen in 2 of 5 runs under load: z3_bf16_w2 backward:1 +13,859 B on one rank
     "z3_bf16_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    # the same proxy with overlap_comm (issue 15; 2026-12-05: matched within 0.02% alone, rank 0 backward:1
+    # +13,859 B beside 7 other cells' runs on 2 shared cores, the bytes of z3_bf16_w2's race)
+    "z3_bf16_overlap_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # the same first backward at GA 2 (seen 2026-12-05 beside other work: rank 1 backward:1
     # +13,859 B; the run before matched within 0.02%)
     "z3_bf16_tbsga2_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
