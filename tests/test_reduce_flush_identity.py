@@ -2,8 +2,9 @@
 the gradient-by-gradient walk it replaces where it applies (state._zero3_reduce_flush_walk, the rules of
 state.zero3_reduce_flush_bytes, whose hand-computed figures tests/test_timeline.py checks): bytes, words
 and regions equal on seeded random inventories (layers and not, nn.Linear pairs, frozen tensors, zero-size
-tensors), W 1-8, bucket sizes from one gradient to all of them, reduce_scatter, the fp64 norm copy, and
-with random gathered bytes per module (the joint pass of state.zero3_backward_fetch)."""
+tensors), W 1-8, bucket sizes from one gradient to all of them, reduce_scatter, the fp64 norm copy, the
+fp32 gradient tails an NVMe optimizer swap keeps after each flush, and with random gathered bytes per
+module (the joint pass of state.zero3_backward_fetch)."""
 import random
 
 import pytest
@@ -53,8 +54,11 @@ def test_columns_equal_walk(seed):
             gathered = (mod_of, tuple(rng.choice([0, rng.randint(0, 5000)]) for _ in range(M)),
                         tuple(rng.choice([0, rng.randint(0, 3000)]) for _ in range(M)),
                         rng.choice([0, rng.randint(0, 6000)]))
-        fast = state._zero3_reduce_flush_bytes(inv, W, C, rbs, True, rs, norm, gathered, linear)
-        walk = state._zero3_reduce_flush_walk(inv, W, C, rbs, True, rs, norm, gathered, linear)
+        # NVMe optimizer swap: per tensor, fp32 gradient bytes a flush keeps (state.zero3_flush_grad_tails)
+        tails = (tuple(rng.choice([0, rng.randint(0, 900)]) for _ in inv.tensors)
+                 if rng.random() < 0.4 else None)
+        fast = state._zero3_reduce_flush_bytes(inv, W, C, rbs, True, rs, norm, gathered, linear, tails)
+        walk = state._zero3_reduce_flush_walk(inv, W, C, rbs, True, rs, norm, gathered, linear, tails)
         assert fast == walk, (seed, [(t.name, t.shape, t.trainable) for t in inv.tensors], W, C, rbs, rs, norm)
         checked += fast is not None
     assert checked > 20  # not every case empty

@@ -871,7 +871,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
                               linear: bool = True,
                               tails: "tuple[int, ...] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
     """The walk of :func:`zero3_reduce_flush_bytes` (``gathered``, ``tails``: see :func:`_zero3_reduce_flush_walk`;
-    with ``tails`` the walk itself runs: the kept tails change every instant after a flush).
+    the tails a flush keeps are added to every later instant, a constant between two flushes).
     With ``contiguous_gradients`` and no gradient larger than the bucket, no gradient ever stays its own
     tensor in the bucket (__add_grad_to_ipg_bucket copies each), so every instant's bytes are the arriving
     gradient's (+ what is gathered, + a flush's buffers at the few flushes): computed column-wise, the
@@ -880,7 +880,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     (tests/test_reduce_flush_identity.py compares them on random inventories)."""
     order, ns, inl, P = _zero3_grad_columns(inv, linear)
     L = len(ns)
-    if not L or not contiguous or rbs < 1 or max(ns) > rbs or tails:
+    if not L or not contiguous or rbs < 1 or max(ns) > rbs:
         return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear, tails)
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
@@ -920,7 +920,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         mods = [mod_of[i] for i in order]
         g = list(map(during.__getitem__, mods))
         arrive = [n * C + x for n, x in zip(ns, g)]
-        fetch = [at_fetch[m] if m != pm else 0 for m, pm in zip(mods, itertools.chain((-1,), mods))]
+        is_fetch = bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
+        fetch = [at_fetch[m] if f else 0 for m, f in zip(mods, is_fetch)]
     else:
         at_end = 0
         g = None
@@ -931,6 +932,19 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         fb, pm = flat_of(lo, p)
         extra[p] = (lo, fb, pm)
         arrive[p] += fb + pm * 8
+    kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
+    kept_end = 0
+    if tails:
+        TP = list(itertools.accumulate((tails[i] for i in order), initial=0))
+        fl = [p for _, p in flushes]
+        vals = [0, *(TP[f] for f in fl)]  # kept after 0, 1, ... flushes
+        bnds = [-1, *fl, L - 1]           # positions (bnds[j], bnds[j + 1]] see vals[j]
+        kept_at = list(itertools.chain.from_iterable(
+            itertools.repeat(v, bnds[j + 1] - bnds[j]) for j, v in enumerate(vals)))
+        kept_end = vals[-1]
+        arrive = list(map(operator.add, arrive, kept_at))
+        if fetch is not None:
+            fetch = [v + k if f else 0 for v, k, f in zip(fetch, kept_at, is_fetch)]
     # regions: before the first layer gradient 0, then a layer's 1, another module's 2
     f = inl.find(1)
     if f < 0:
@@ -947,7 +961,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     epi = None
     if held_end:
         fb, pm = flat_of(a, L)
-        epi = fb + pm * 8 + at_end
+        epi = fb + pm * 8 + at_end + kept_end
         reg[2] = max(reg[2], epi)
     elif gathered is not None and at_end:
         reg[2] = max(reg[2], at_end)
@@ -969,7 +983,9 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
                      f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
                      f"arriving {n * C:,} B" + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
-                     + (f" + gathered {gp:,} B" if gp else ""))
+                     + (f" + gathered {gp:,} B" if gp else "")
+                     + (f" + earlier flushes' kept fp32 gradient tails {kept_at[pa]:,} B"
+                        if kept_at is not None and kept_at[pa] else ""))
         else:
             where = (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
                      + (f" + gathered {gp:,} B" if gp else ""))
@@ -978,7 +994,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         where = (f"end-of-backward flush of {bucket(a, L)} ({held_end:,} elements): "
                  f"flat {fb:,} + whole in bucket 0 B"
                  + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
-                 + (f" + gathered {at_end:,} B" if at_end else ""))
+                 + (f" + gathered {at_end:,} B" if at_end else "")
+                 + (f" + earlier flushes' kept fp32 gradient tails {kept_end:,} B" if kept_end else ""))
     else:
         where = f"end of backward: gathered {at_end:,} B"
     return best, where, tuple(reg)
