@@ -601,6 +601,15 @@ def unsupported_model_type(source: str, model_type: Any) -> str:
             "(needs the trace extra), or --params N for the model states only")
 
 
+def _float(v: Any) -> float:
+    """``float(v)`` of a config.json value (a dropout probability), where an integer past the float
+    range is :func:`advisor.config.validation.float_of`'s largest float (``float()`` raised
+    OverflowError: an internal error, issue 21), so the spec's own range check names it."""
+    from advisor.config.validation import float_of
+    f = float_of(v)
+    return f if f is not None else float(v)
+
+
 def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed Hugging Face ``config.json`` dict, using transformers' own
     defaults for keys the file leaves out. Raises ModelSpecError (naming ``source``, and a bad
@@ -644,9 +653,9 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
                          attention_qkv_bias=True, attention_out_bias=True, mlp_bias=True, mlp="plain",
                          activation=gf("activation", "activation_function", default="gelu_new"), position_embedding="learned",
                          # GPT2Config defaults: 0.1 each (transformers configuration_gpt2.py)
-                         attention_dropout=float(gf("attention_dropout", "attn_pdrop", default=0.1)),
-                         residual_dropout=float(gf("residual_dropout", "resid_pdrop", default=0.1)),
-                         embedding_dropout=float(gf("embedding_dropout", "embd_pdrop", default=0.1))), names)
+                         attention_dropout=_float(gf("attention_dropout", "attn_pdrop", default=0.1)),
+                         residual_dropout=_float(gf("residual_dropout", "resid_pdrop", default=0.1)),
+                         embedding_dropout=_float(gf("embedding_dropout", "embd_pdrop", default=0.1))), names)
     if mt == "bloom":
         h = g("hidden_size", "n_embed", default=64)
         return _validated(ModelSpec(**common, num_layers=gf("num_layers", "n_layer", "num_hidden_layers", default=2),
@@ -658,8 +667,8 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
                          tie_word_embeddings=gf("tie_word_embeddings", "tie_word_embeddings", default=True), norm="layernorm",
                          attention_qkv_bias=True, attention_out_bias=True, mlp_bias=True, mlp="plain",
                          activation="gelu", position_embedding="alibi", embedding_norm=True,
-                         attention_dropout=float(gf("attention_dropout", "attention_dropout", default=0.0)),
-                         residual_dropout=float(gf("residual_dropout", "hidden_dropout", default=0.0))), names)
+                         attention_dropout=_float(gf("attention_dropout", "attention_dropout", default=0.0)),
+                         residual_dropout=_float(gf("residual_dropout", "hidden_dropout", default=0.0))), names)
 
     heads = gf("num_heads", "num_attention_heads")
     base: dict[str, Any] = dict(
@@ -672,13 +681,13 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
         activation=gf("activation", "hidden_activation", "hidden_act", default="silu"),
         head_dim=gf("head_dim", "head_dim", default=None),
         tie_word_embeddings=gf("tie_word_embeddings", "tie_word_embeddings", default=mt in ("gemma", "gemma2")),
-        attention_dropout=float(gf("attention_dropout", "attention_dropout", default=0.0)),
+        attention_dropout=_float(gf("attention_dropout", "attention_dropout", default=0.0)),
     )
     if mt == "phi3":
         # Phi3DecoderLayer's resid_attn_dropout / resid_mlp_dropout; Phi3Config still reads
         # embd_pdrop, but Phi3Model (transformers 5 modeling_phi3.py) applies no embedding
         # dropout: the embedding output goes straight to the layers, no mask kept
-        base.update(residual_dropout=float(gf("residual_dropout", "resid_pdrop", default=0.0)))
+        base.update(residual_dropout=_float(gf("residual_dropout", "resid_pdrop", default=0.0)))
     attn_bias = bool(g("attention_bias", default=False))
     if mt in ("llama", "gemma", "gemma2", "qwen3", "qwen3_moe"):
         base.update(attention_qkv_bias=attn_bias, attention_out_bias=attn_bias)

@@ -72,3 +72,22 @@ def test_no_internal_error_on_integers_past_the_float_range(tmp_path, name, cmd)
     out = p.stdout + p.stderr
     assert p.returncode in (0, 1, 4), out[-2000:]
     assert "internal error" not in out and "Traceback" not in out and "X001" not in out, out[-2000:]
+
+
+@pytest.mark.parametrize("family,key", [("llama", "attention_dropout"), ("gpt2", "attn_pdrop"), ("gpt2", "resid_pdrop")])
+def test_hf_config_dropout_past_the_float_range_is_refused_by_name(tmp_path, family, key):
+    """An HF config.json's dropout of 400 digits was ``float()``'s OverflowError (specs.spec_from_hf_config):
+    now the spec's probability check refuses it, naming the key the file writes."""
+    hf = {"model_type": family, "vocab_size": 1000, key: HUGE}
+    hf.update({"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128} if family == "gpt2" else
+              {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "num_hidden_layers": 2, "max_position_embeddings": 128})
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(hf))
+    cfg = tmp_path / "z3.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}))
+    p = run_cli(["estimate", str(cfg), "--model", str(d), "--seq-len", "128"])
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+    assert f"{key} must be a probability in [0, 1)" in p.stderr and len(p.stderr.splitlines()) == 1
