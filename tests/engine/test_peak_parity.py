@@ -366,7 +366,12 @@ UNMATCHED_MORE: dict = {
     # gradients only at ZeRO-2 (l.2262-2271); ZeRO-1's branch (l.2272-2274) copies, and so clears
     # (async_inplace_copy_grad_to_fp32_buffer_from_gpu -> clear_grad_attribute), only the rank's own.
     # Tracker at the peak: rank 0 l1.weight's clone (l.1446, 38,528 B); ranks 2 and 3 both clones (84,882 B)
-    # beside l2.weight's fp64 norm copy
+    # beside l2.weight's fp64 norm copy. Accounted by hand, every rank's residual is one norm moment
+    # s_{p,r} x 8 + c_p + u_p + K_{p,r} (K: the clones of earlier gradients over the bucket that rank r does
+    # not overlap, never cleared): ranks 0 / 1, l1.weight's flush, c = 38,528 (K = 0); rank 2, l2.weight's,
+    # c 46,354 + K 38,528 = 84,882; rank 3 the same less the 2,844 B of offload_reduce_flush its figure holds
+    # now (N x 2 over 10,330 x 8 + 934), 82,038; each +36 B of scalars. Not modelled: K is per rank and
+    # parameter, which the per-owner-range updates of zero12_offload_reduce_terms do not carry
     "z1_bf16_oo_cpu_smallbucket_w4": {
         "backward:1": (38564, "l1.weight's clone (l.1446, 38,528 B) not counted at ZeRO-1; rank 1 +38,564 B, "
                               "ranks 2 / 3 +84,918 / +82,074 B (both clones, kept by non-owners)"),
