@@ -418,6 +418,11 @@ RACY = {
     # the same race with non-persistent parameters (l2 re-fetched in the first backward): seen in ds-advisor
     # measure's runs of these shapes (tests/engine/test_measure_cli.py), backward:1 +13,859 B on either rank
     "z3_bf16_nonpersist_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    # the NVMe cells with steps re-fetch l2 in their first backward the same way (non-persistent weights):
+    # not seen in their 3 runs each (2026-12-05, all phases within 0.03%); the same bound, BIG's l2:
+    # (ceil(1,060,899/2) + ceil(1,029/2)) x 2 x 2 B
+    "z3_bf16_oo_nvme_w2": {"backward:1": ((530450 + 515) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_op_nvme_w2": {"backward:1": ((530450 + 515) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # W = 4: the same first-backward re-fetch of l2, its flat buffer (ceil(23177/4) + ceil(77/4)) x 4 x D.
     # Seen 2026-12-05 (the first run of the W = 4 cells, 2 cores shared with other work): z3_bf16_w4 rank 2
     # backward:1 engine 325,873 B, ledger 312,026 B (+13,847 B, the +13,859 B of the W = 2 race), the other
