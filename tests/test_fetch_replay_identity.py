@@ -1,7 +1,8 @@
 """The fast ZeRO-3 fetch replay (state._zero3_fetch_replay, issue 21's bounds) against the
 straightforward walk it was made from (state._zero3_fetch_replay_reference): every field of the
 Zero3Fetch equal on seeded random inventories, repeating and not, W 1-8, random prefetch buckets,
-max live, reuse distances, persistence thresholds, allgather_sequential."""
+max live, reuse distances, persistence thresholds, allgather_sequential; layered inventories with
+container modules one and two levels deep (the prefetch of state.zero3_container_steps)."""
 import random
 import types
 
@@ -16,7 +17,11 @@ def _inventory(rng: random.Random) -> Inventory:
     if rng.random() < 0.5:  # a model of identical layers (periodic module sequence), with head and tail
         layer = [[(rng.choice(["weight", "bias", "scale"]), rng.randint(1, 300)) for _ in range(rng.randint(1, 3))]
                  for _ in range(rng.randint(1, 4))]
-        out.append(TensorSpec("embed.weight", (rng.randint(1, 500),)))
+        # containers (state.zero3_container_steps): layers.i always; with ``top`` a model.* wrapper as HF's
+        # LlamaModel, with ``sub`` a second level (layers.i.attn / layers.i.mlp) as LlamaAttention / LlamaMLP
+        top = "model." if rng.random() < 0.5 else ""
+        sub = rng.random() < 0.5
+        out.append(TensorSpec(f"{top}embed.weight", (rng.randint(1, 500),)))
         for li in range(rng.randint(1, 12)):
             for mi, params in enumerate(layer):
                 seen = set()
@@ -24,7 +29,8 @@ def _inventory(rng: random.Random) -> Inventory:
                     if pname in seen:
                         continue
                     seen.add(pname)
-                    out.append(TensorSpec(f"layers.{li}.m{mi}.{pname}", (n,)))
+                    grp = ("attn." if mi < len(layer) // 2 else "mlp.") if sub else ""
+                    out.append(TensorSpec(f"{top}layers.{li}.{grp}m{mi}.{pname}", (n,)))
         out.append(TensorSpec("head.weight", (rng.randint(1, 500),)))
     else:  # no period: random module names (some reused out of order) and sizes
         mods = [f"mod{j}" for j in range(rng.randint(1, 15))]

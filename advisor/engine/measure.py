@@ -336,7 +336,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2), ``submodules``
     (the per-module proxy; default: only when ``zero_init``), ``linear`` (a module of a weight and
-    its bias runs ``F.linear``: both gradients from one autograd node, as an ``nn.Linear``'s).
+    its bias runs ``F.linear``: both gradients from one autograd node, as an ``nn.Linear``'s),
+    ``containers`` (the module tree the dotted names spell: parameterless containers, numbered ones in an
+    ``nn.ModuleList``, worker ``_build_model``).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
     being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told where the
@@ -360,6 +362,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               "submodules": bool(c.get("submodules", c.get("zero_init"))),
                               # biased Linears as nn.Linear's one autograd node (worker _build_model)
                               "linear": bool(c.get("linear")),
+                              # the module tree of the dotted names (worker _build_model)
+                              "containers": bool(c.get("containers")),
                               # tests only: an unknown buffer in forward (worker._injected_buffer)
                               "inject_forward_bytes": int(c.get("inject_forward_bytes", 0)),
                               # a checkpoint save after the last step (worker._save_phases)

@@ -514,7 +514,7 @@ def _nvme_files(nvme_path: str | None, rank: int, frozen_ids: "set[int] | None" 
 _GRAD_FACTOR = 2.0 ** -8
 
 
-def _build_model(inventory: dict, submodules: bool = False, linear: bool = False):
+def _build_model(inventory: dict, submodules: bool = False, linear: bool = False, containers: bool = False):
     """The proxy model of ``inventory`` and its optimizer param groups (trainable tensors by their
     ``group``). Flat (``submodules`` false): every parameter registered on one module. With
     ``submodules``: one child module per owning module of the inventory's names
@@ -527,7 +527,15 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
     and a bias (out) runs ``F.linear`` on a constant input that needs no gradient, an
     ``nn.Linear``'s own autograd node (AddmmBackward0), which makes the weight's and the bias's
     gradients together; the input is a 2-byte scalar expanded to (1, in), so no activation of
-    any size is saved (addmm saves mat2 only when the input needs a gradient)."""
+    any size is saved (addmm saves mat2 only when the input needs a gradient).
+    ``containers`` (implies ``submodules``): the module tree the dotted names spell, as a real
+    model's (``model.layers.0.mlp.up_proj``): every prefix of an owning module's name is a module
+    owning no parameter; one whose children are numbered (``stack`` of ``stack.0.l1``) is an
+    ``nn.ModuleList``, never called itself (``model.layers``' role), its parent runs its items; any
+    other runs its children in order (``LlamaDecoderLayer``'s role). DeepSpeed hooks and traces
+    every one of them (``parameter_offload.py`` _register_deepspeed_module, ``partitioned_param_coordinator.py``
+    record_module); the ledger's replay reads the same structure from the names
+    (:func:`advisor.ledger.state.zero3_container_steps`). Owning modules must not nest."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -585,6 +593,37 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
                 return s + F.linear(x, w, b).mean().float() * _GRAD_FACTOR
             return _touch(self, self._names, s)
 
+    class Node(nn.Module):
+        """A container: no parameter of its own; its forward runs its children in order, a
+        ModuleList child's items one after another."""
+
+        def forward(self, s):
+            for child in self.children():
+                for m in (child if isinstance(child, nn.ModuleList) else (child,)):
+                    s = m(s)
+            return s
+
+    def _place(root, path: str, leaf) -> None:
+        # put ``leaf`` at the dotted ``path`` under ``root``, making the containers on the way
+        parts = path.split(".")
+        cur = root
+        for j, c in enumerate(parts):
+            last = j == len(parts) - 1
+            if isinstance(cur, nn.ModuleList):
+                if not c.isdigit() or int(c) > len(cur):
+                    raise ValueError(f"containers: {path!r}: ModuleList items must be numbered 0, 1, ... in order")
+                if int(c) == len(cur):
+                    cur.append(leaf if last else (nn.ModuleList() if parts[j + 1].isdigit() else Node()))
+                nxt = cur[int(c)]
+            elif c in cur._modules:
+                nxt = cur._modules[c]
+            else:
+                nxt = leaf if last else (nn.ModuleList() if parts[j + 1].isdigit() else Node())
+                cur.add_module(c, nxt)
+            if last and nxt is not leaf:
+                raise ValueError(f"containers: {path!r} owns parameters and contains modules")
+            cur = nxt
+
     class Modular(nn.Module):
         """The inventory's owning modules as children (in order); forward runs each child."""
 
@@ -595,19 +634,30 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
                 owners.setdefault(module_of(t["name"]), []).append(i)
             #: inventory index of each leaf's parameters, in the leaf's order
             self.index = list(owners.values())
-            self.leaves = nn.ModuleList(Leaf([tensors[i] for i in ix]) for ix in self.index)
+            built = [Leaf([tensors[i] for i in ix]) for ix in self.index]
+            if containers:
+                self.tree = Node()
+                for path, leaf in zip(owners, built):
+                    _place(self.tree, path, leaf)
+                #: not registered (a plain list): the owning modules, in the inventory's order
+                self.__dict__["owners"] = built
+            else:
+                self.leaves = nn.ModuleList(built)
 
         def forward(self, x):
             s = x.float().mean()
+            if containers:
+                # the tree's root runs its children itself: no extra module between this one and them
+                return Node.forward(self.tree, s)
             for leaf in self.leaves:
                 s = leaf(s)
             return s
 
     tensors = inventory["tensors"]
-    submodules = submodules or linear
+    submodules = submodules or linear or containers
     model = Modular(tensors) if submodules else Proxy(tensors)
     if submodules:
-        by_index = {i: getattr(leaf, n) for leaf, ix in zip(model.leaves, model.index)
+        by_index = {i: getattr(leaf, n) for leaf, ix in zip(model.owners if containers else model.leaves, model.index)
                     for i, n in zip(ix, leaf._names)}
     else:
         by_index = {i: getattr(model, f"p{i}") for i in range(len(tensors))}
@@ -742,6 +792,7 @@ def _build_in_load_phase(cell: dict, submodules: bool):
     import torch
     from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as _Ins
     linear = bool(cell.get("linear"))
+    containers = bool(cell.get("containers"))
     # a ZeRO-3 engine built by an earlier cell of this process replaced F.linear with
     # zero3_linear_wrap for good (partition_parameters.py _enable_mem_efficient_linear: "This will
     # persist unless manually reset"); a cell's own process would have torch's, so put it back
@@ -753,8 +804,8 @@ def _build_in_load_phase(cell: dict, submodules: bool):
         # polyfill registration rejects the replacement's signature (TypeError): import it first
         import torch._dynamo  # noqa: F401
         with deepspeed.zero.Init(config_dict_or_path=cell["config"]):
-            return _build_model(cell["inventory"], submodules, linear)
-    return _build_model(cell["inventory"], submodules, linear)
+            return _build_model(cell["inventory"], submodules, linear, containers)
+    return _build_model(cell["inventory"], submodules, linear, containers)
 
 
 def _injected_buffer(nbytes: int, dev):

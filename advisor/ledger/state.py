@@ -1275,6 +1275,52 @@ class Zero3Fetch:
     refetch: tuple = (0, "")
 
 
+def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]]":
+    """(before_forward, before_backward): per owning module (:func:`module_index` order), how many
+    container modules run their hooks right before its fetch in forward / in backward; once per
+    tensor list.
+
+    A container is a module that owns no parameter (``model.layers.0`` of ``model.layers.0.mlp.up_proj``:
+    a LlamaDecoderLayer): every proper prefix of an owning module's name (:func:`module_of`) that is
+    not an owning module itself and is called, i.e. whose next name component is not a number (a
+    numbered one, ``model.layers``, is taken as an ``nn.ModuleList``, whose forward never runs; an
+    ``nn.Sequential`` would be missed). DeepSpeed hooks every submodule (``parameter_offload.py``
+    _register_deepspeed_module l. 337-528), so a container's pre-forward hook runs fetch_sub_module
+    (``partitioned_param_coordinator.py`` l. 310-490): nothing of its own to fetch (l. 364, iter_params
+    with recurse=False), but with a complete trace it prefetches from the parameter queue like any
+    module (l. 452-485: up to min(max live - available numel, prefetch bucket)), and its release
+    (l. 494) finds nothing. Its step (l. 490) and trace entry (record_module l. 222) carry no numel,
+    and no parameter of another module's is last used at it, so release (__params_to_release) and
+    the reuse distance are unchanged: the replay gives it no step of its own. It runs right before
+    its first descendant in forward (pre-forward hooks, outer first), and in backward right before
+    its last one (its PreBackwardFunction is applied to its output, after that descendant's
+    ``parameter_offload.py`` l. 456-487)."""
+    names = module_index(inv)[2]
+
+    def scan(order) -> "Sequence[int]":
+        # per module in ``order``, the containers it is the first of; walking a name's prefixes up from
+        # the longest stops at one already seen (all of its own prefixes were seen with it), so each
+        # prefix is split off once, not once per module under it (a per-module split: ~4 s at 1e5 layers)
+        seen: set = set()
+        out = array.array("q", [0]) * len(names)
+        for k in order:
+            head, dot, tail = names[k].rpartition(".")
+            c = 0
+            while dot and head not in seen:
+                seen.add(head)
+                if not tail.isdigit() and head not in owning:  # a numbered head is a ModuleList: never called
+                    c += 1
+                head, dot, tail = head.rpartition(".")
+            out[k] = c
+        return out
+    def compute():
+        nonlocal owning
+        owning = set(names)
+        return scan(range(len(names))), scan(range(len(names) - 1, -1, -1))
+    owning: set = set()
+    return inv.memo(("zero3_container_steps",), compute)
+
+
 def zero3_fetch_replay_applies(zero, W: int, offload_param: str = "none") -> bool:
     """Whether :func:`zero3_fetch_replay` models this plan's fetches: W > 1 (at W = 1 nothing is
     gathered, ``all_gather_coalesced`` returns a NoGatherHandle), no quantized weights, no hpZ
@@ -1312,6 +1358,11 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
       keeps a parameter whose later use the prefetch already passed (__params_to_release:
       most recent step fetched for > the step) or that the trace uses again before
       ``stage3_max_reuse_distance`` numel of modules have been traversed;
+    * a container module (:func:`zero3_container_steps`: a named module owning no parameter, not
+      a ModuleList) only prefetches, as the root does, right before its first descendant's fetch
+      in forward and its last one's in backward; with a prefetch bucket smaller than what is left
+      to gather, that all-gather takes the next module's own parameters with later ones in one
+      flat buffer, live until the last of them is fetched;
     * the first module's post-backward hook does not fire (its inputs need no gradient: input ids,
       the proxy's input), so it is still gathered at the backward epilogue and released after it
       (release_backward_leftovers).
@@ -1413,6 +1464,9 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     mod_start = _packed(itertools.accumulate(map(len, members), initial=0))
     last_lent = max(itertools.compress(mod_of, map(operator.not_, keep)), default=-1)
 
+    cf, cb = zero3_container_steps(inv)
+    has_containers = any(cf)
+
     def run(have: set, forward_only: bool) -> tuple:
         # _zero3_fetch_replay_reference's run with fetch / all_gather / release inlined into one loop
         # (the same operations in the same order; tests/test_fetch_replay_identity.py compares them)
@@ -1421,6 +1475,36 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         avail: dict[int, int] = dict.fromkeys(have, 0)
         inflight: dict[int, list] = {}
         n = cur = 0
+
+        def container_prefetch(qpos: int, n: int, cur: int) -> tuple:
+            # a container's hook (zero3_container_steps): the prefetch below, nothing of its own
+            limit = min(max_live - n, bucket)
+            if not (bucket > 0 and limit > 0 and qpos < q_len):
+                return qpos, n, cur
+            take, taken, got = [], 0, set()
+            while qpos < q_len and taken < limit:
+                i, at = q_param[qpos], q_step[qpos]
+                qpos += 1
+                if at > recent[i]:
+                    recent[i] = at
+                if i not in avail and i not in inflight and i not in got:
+                    got.add(i)
+                    take.append(i)
+                    taken += numel[i]
+            if take:
+                n += sum(numel[i] for i in take)
+                if len(take) >= 2 and coalesce:
+                    flat = sum(pad_b[i] for i in take)
+                    h = [flat, {i: data_b[i] for i in take}, set(take), False]
+                    cur += flat
+                    for i in take:
+                        inflight[i] = h
+                else:
+                    for i in take:
+                        nb = own_b[i]
+                        cur += nb
+                        avail[i] = nb
+            return qpos, n, cur
         fwd_best, fwd_where = 0, ""
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
@@ -1442,6 +1526,9 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 if tb > fwd_best:
                     fwd_best, fwd_where = tb, f"module {names[k + tail.index(tb)]}'s fetch"
                 break
+            if has_containers and k >= 0:
+                for _ in range(cb[k] if s > M else cf[k]):
+                    qpos, n, cur = container_prefetch(qpos, n, cur)
             peak = cur
             if k >= 0:
                 own = members[k]
@@ -1589,6 +1676,7 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
     q_step = _packed(s for s, k in enumerate(trace) if k >= 0 for _ in members[k])
     q_len = len(q_param)
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
+    cf, cb = zero3_container_steps(inv)
 
     def run(have: set, forward_only: bool) -> tuple:
         # one iteration over the complete trace; ``have``: the parameters available at its start. A
@@ -1617,8 +1705,27 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
                     st["cur"] += nb
                     avail[i] = nb
 
-        def fetch(s: int, k: int) -> int:
+        def prefetch() -> None:
+            # fetch_sub_module l. 453-485: from the queue's front, up to the bucket, in one all-gather
             nonlocal qpos
+            limit = min(max_live - st["n"], bucket)
+            if bucket > 0 and limit > 0:
+                take, taken, got = [], 0, set()
+                while qpos < q_len and taken < limit:
+                    i, at = q_param[qpos], q_step[qpos]
+                    qpos += 1
+                    recent[i] = max(recent[i], at)
+                    if i not in avail and i not in inflight and i not in got:
+                        got.add(i)
+                        take.append(i)
+                        taken += numel[i]
+                all_gather(take)
+
+        def fetch(s: int, k: int, containers: int = 0) -> int:
+            nonlocal qpos
+            for _ in range(containers):
+                prefetch()  # each container's pre-forward / pre-backward hook: only cur grows, so
+                # the module's own fetch that follows starts at the largest of these moments
             peak = st["cur"]
             own = members[k] if k >= 0 else []
             all_gather([i for i in own if i not in avail and i not in inflight])
@@ -1644,20 +1751,8 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
                 qpos += 1
                 recent[i] = at
                 popped += 1
-            limit = min(max_live - st["n"], bucket)
-            if bucket > 0 and limit > 0:
-                take, taken, got = [], 0, set()
-                while qpos < q_len and taken < limit:
-                    i, at = q_param[qpos], q_step[qpos]
-                    qpos += 1
-                    recent[i] = max(recent[i], at)
-                    if i not in avail and i not in inflight and i not in got:
-                        got.add(i)
-                        take.append(i)
-                        taken += numel[i]
-                all_gather(take)
-                peak = max(peak, st["cur"])
-            return peak
+            prefetch()
+            return max(peak, st["cur"])
 
         def release(s: int, k: int) -> None:
             # __params_to_release at step_id s + 1 (fetch_sub_module incremented it); ds_persist kept
@@ -1677,7 +1772,7 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
             backward = s > M
             if backward and forward_only:
                 break
-            p = fetch(s, k)
+            p = fetch(s, k, 0 if k < 0 else (cb[k] if backward else cf[k]))
             if not backward:
                 if p > fwd_best:
                     fwd_best, fwd_where = p, ("the root module's prefetch" if k < 0 else f"module {names[k]}'s fetch")

@@ -241,3 +241,10 @@ def run_matrix(cells: list[dict[str, Any]] | None = None, workdir: str | None = 
                 for cr in res:
                     results[cr.id] = cr.ranks
     return {"results": results, "launch_errors": errors, "seconds": time.time() - t0}
+#: TINY with each layer inside a parameterless container (``stack.i``, as HF Llama's ``model.layers.i``, a
+#: LlamaDecoderLayer owning no parameter), the containers in an nn.ModuleList (``stack``): the worker's
+#: ``containers`` option builds this tree from the names. Not named ``layers``/``h``/``blocks``, so the
+#: ledger's layer regions (model/parallel.py _LAYER_RE) are TINY's and only the containers differ.
+TINY_NESTED = {"name": "tiny-mlp-nested", "tensors": [
+    {"name": f"stack.{k}.{t['name']}", "shape": t["shape"]} for k, t in
+    ((int(t["name"][1]) - 1, t) for t in TINY["tensors"])]}

@@ -138,6 +138,27 @@ CELLS = [
     # TINY tensors all fall under the default threshold of 1e5 elements, so they are gathered for good)
     ("z3_bf16_nonpersist_w2", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100),
      2, False, parity.TINY, {"submodules": True}),
+    # the same with container modules (issue 15): each layer inside a parameterless module (stack.i, HF
+    # Llama's LlamaDecoderLayer), those in an nn.ModuleList (stack, model.layers): parity.TINY_NESTED, the
+    # worker's tree of the names. Their hooks fire and are traced but fetch nothing; with a complete trace
+    # each prefetches (state.zero3_container_steps). At the default prefetch bucket (5e7) the root's prefetch
+    # already takes every parameter, so nothing changes: matched before the replay knew containers
+    # (2026-12-05, every phase of both ranks within 0.01%, forward:2 engine 618,439 B vs ledger 618,394 B,
+    # backward:2 577,769 vs 577,718, the numbers of z3_bf16_nonpersist_w2's run beside it)
+    ("z3_bf16_nonpersist_containers_w2", _cfg(3, "bf16", reduce_bucket_size=50000,
+                                              stage3_param_persistence_threshold=100),
+     2, False, parity.TINY_NESTED, {"containers": True}),
+    # a prefetch bucket (1,000) below a layer: stack.0's prefetch takes l1.bias with l2.weight in one
+    # coalesced all-gather, whose flat buffer ((302 + 23,178) x 2 B = 46,960 B) lives until l2 is fetched;
+    # without containers l1's own fetch gathers l1.bias alone and l2.weight is prefetched alone. Before the
+    # replay knew containers: forward:2 engine 579,141 B vs ledger 532,140 B (+8.83%, both ranks), while the
+    # flat twin below matched (532,185 vs 532,140)
+    ("z3_bf16_nonpersist_containers_pb1000_w2", _cfg(3, "bf16", reduce_bucket_size=50000,
+                                                     stage3_param_persistence_threshold=100,
+                                                     stage3_prefetch_bucket_size=1000),
+     2, False, parity.TINY_NESTED, {"containers": True}),
+    ("z3_bf16_nonpersist_pb1000_w2", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100,
+                                          stage3_prefetch_bucket_size=1000), 2, False, parity.TINY, {"submodules": True}),
     # issue 15: regimes outside the cells above, each listed in UNMATCHED_ISSUE15 where it is off
     # fp32 training at ZeRO-2 and ZeRO-1: the backward / step-norm transients of the 16-bit cells with
     # D = 4 (state.zero12_transients_modeled): the bucket's flat copy (allreduce_bucket l.2367, 172,836 B
@@ -423,6 +444,12 @@ RACY = {
     # (ceil(1,060,899/2) + ceil(1,029/2)) x 2 x 2 B
     "z3_bf16_oo_nvme_w2": {"backward:1": ((530450 + 515) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_op_nvme_w2": {"backward:1": ((530450 + 515) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    # the same first iteration (no trace yet, so no prefetch: containers and the prefetch bucket play no part);
+    # seen 2026-12-05 on z3_bf16_nonpersist_containers_pb1000_w2 rank 1 backward:1 +13,859 B, the same figure
+    "z3_bf16_nonpersist_containers_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_nonpersist_containers_pb1000_w2": {"backward:1": ((11589 + 39) * 2 * 2,
+                                                               "l2's flat all-gather buffer held by gloo")},
+    "z3_bf16_nonpersist_pb1000_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # W = 4: the same first-backward re-fetch of l2, its flat buffer (ceil(23177/4) + ceil(77/4)) x 4 x D.
     # Seen 2026-12-05 (the first run of the W = 4 cells, 2 cores shared with other work): z3_bf16_w4 rank 2
     # backward:1 engine 325,873 B, ledger 312,026 B (+13,847 B, the +13,859 B of the W = 2 race), the other
