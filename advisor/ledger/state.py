@@ -2513,7 +2513,7 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
     return Runs.zip(*(one(lay) for lay in layouts))
 
 
-def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> bool:
+def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> bool:
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
@@ -2542,11 +2542,17 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int) -> boo
     caching allocator until the side stream's reduce completes, which may overlap the next
     bucket's fill (GPU-only, not modelled). At ZeRO-1 ``overlap_comm`` moves the gradients in their
     hooks at the accumulation boundary (process_gradients l.2290: ``partition_gradients or
-    overlap_comm``), not in the epilogue as this replay's ZeRO-1 does: not modelled. Other plans keep the lifetimes of the module docstring."""
+    overlap_comm``), not in the epilogue as this replay's ZeRO-1 does: not modelled. ZeRO-2 with
+    ``contiguous_gradients`` off, one param group, ``overlap_comm`` off and GA 1:
+    :func:`_zero12_noncontig_transients` (z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2; without
+    it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing);
+    ``groups`` = the plan's trainable param groups. Other plans keep the lifetimes of the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and ec.comm_dtype == ec.model_dtype and z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm))
+            and ec.comm_dtype == ec.model_dtype
+            and ((z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm))
+                 or (z.stage == 2 and not z.overlap_comm and ga == 1 and groups == 1)))
 
 
 def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
@@ -2741,6 +2747,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x flushes + tensors log
     tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    if not ec.zero.contiguous_gradients:
+        return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes)
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
     # of the rank); each rank's largest gradient slice (the fp64 norm copy)
@@ -2784,6 +2792,69 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         return auto, red, g * 8
 
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax).map(figure)
+
+
+def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
+                                 hooked: list[int], csum: list[int], flushes: list) -> Runs:
+    """Runs of (A_r, R_r, G_r) per rank, bytes, as :func:`zero12_backward_transients`, for ZeRO-2 with
+    ``contiguous_gradients`` off (one param group, ``overlap_comm`` off, GA 1:
+    :func:`zero12_transients_modeled`). No ipg buffer exists (setup_buckets l.3260 allocates it only
+    with contiguous_gradients): each hook appends the gradient whole to ``bucket.grads``
+    (reduce_independent_p_g_buckets_and_remove_grads l.1441 skipped, l.1466), the same flushes as
+    :func:`_zero12_flush_replay` (elements + n_i > RBS, l.1422; the epilogue's, l.1018). A flush is
+    reduce_ipg_grads -> buffered_reduce_fallback (l.2229-2231) -> allreduce_no_retain with
+    numel_per_bucket = the bucket's elements, so one allreduce_and_copy of the whole bucket whose
+    allreduce_bucket flattens it (``self.flatten(bucket)``, l.2367: a new tensor of the bucket's
+    elements x D, a view for a one-gradient bucket). After it a gradient wholly outside the rank's
+    slice is dropped (clear_grad_attribute, l.2267) and one meeting the slice is kept whole in
+    param.grad (no grads_in_partition copy: l.2270 needs contiguous_gradients) until the epilogue's
+    get_flat_partition views it (averaged_gradients, l.1047, with zero pads).
+
+    R_r = max((I_r + P - Cov_r) x D, max over flushes j of (bucket_j + unmoved_j) x D + copy_j +
+    kept_r(j)), with bucket_j its gradients' elements, unmoved_j the triggering gradient and its
+    autograd sibling (0 for the epilogue's), copy_j the flat copy and kept_r(j) x D the gradients
+    meeting rank r's slice among those flushed before j (they are a run of the hook order: the
+    tensors meeting a slice are consecutive in model order, :meth:`Zero12Layout.meeting`, and the
+    hooks run in its reverse). A_r = the largest (n_p + s_p) x D (a hook's moment is never above its
+    bucket's flush). G_r = the rank's largest gradient slice x 8 (get_grad_norm_direct l.2684).
+    Measured: z2_bf16_noncontig_w2 (TINY, one flush of all 43,209 elements), backward N x 2 B of
+    gradients beside their N x 2 B flat copy on both ranks. O(tensors + flushes) per piece of
+    ranks."""
+    lay = layouts[0]
+    T = len(hooked)
+    starts = [ks.start for ks, _ in flushes]
+    A = [((csum[ks.stop] - csum[ks.start]) + (0 if trig is None else hooked[trig])) * D
+         + ((csum[ks.stop] - csum[ks.start]) * D if len(ks) > 1 else 0) for ks, trig in flushes]
+    F = len(A)
+    pre = list(itertools.accumulate(A, max))
+    suf = list(itertools.accumulate(reversed(A), max))[::-1] + [None]
+    terms = zero12_rank_terms(ec, layouts, W)
+    gmax = zero12_largest_slices(layouts, W)
+    auto = max(hooked, default=0) * D
+
+    def value_at(rs: Iterable[int]):
+        for r in rs:
+            jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
+            # hook order is the reverse of model order: tensor i sits at position T - 1 - i
+            a, b = (T - jh, T - jl) if jh > jl else (0, 0)
+            best = 0
+            j1 = bisect.bisect_right(starts, a)  # flushes 0..j1-1 start at or before a: nothing kept yet
+            if j1:
+                best = pre[j1 - 1]
+            j3 = bisect.bisect_left(starts, b)  # flushes j3.. start at or after b: all kept
+            if j3 < F:
+                best = max(best, suf[j3] + (csum[b] - csum[a]) * D)
+            for j in range(j1, j3):
+                best = max(best, A[j] + (csum[starts[j]] - csum[a]) * D)
+            yield best
+
+    kept = Runs.at_points(W, (_change_points(lay, W) if lay.P > 0 else set()), value_at)
+
+    def figure(row: tuple) -> tuple[int, int, int]:
+        (inter, cov, _), red, g = row
+        return auto, max((inter + lay.P - cov) * D, red), g * 8
+
+    return Runs.zip(terms, kept, gmax).map(figure)
 
 
 #: Where a gradient autograd makes is allocated, as an allocation-level tracker sees it: inside
@@ -2986,13 +3057,23 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "accumulated (an nn.Linear's weight as its bias's hook runs; state.autograd_siblings)",
                   f"{S}.reduce_independent_p_g_buckets_and_remove_grads; made by autograd in "
                   f"{_AUTOGRAD_GRADS}")
-        b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
-              "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
-              "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "
-              "(I_r + P - Cov_r) x D at the end of the epilogue (zero12_backward_transients)",
-              f"{S}.allreduce_bucket (self.flatten(bucket)) / copy_grads_in_partition / "
-              f"independent_gradient_partition_epilogue; the gradients not yet in the bucket made by autograd in "
-              f"{_AUTOGRAD_GRADS}")
+        if z.contiguous_gradients:
+            b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
+                  "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
+                  "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "
+                  "(I_r + P - Cov_r) x D at the end of the epilogue (zero12_backward_transients)",
+                  f"{S}.allreduce_bucket (self.flatten(bucket)) / copy_grads_in_partition / "
+                  f"independent_gradient_partition_epilogue; the gradients not yet in the bucket made by autograd "
+                  f"in {_AUTOGRAD_GRADS}")
+        else:
+            b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
+                  "max over bucket flushes of the bucket's whole gradients + their flat copy (> 1 gradient) + the "
+                  "triggering gradient + the earlier flushes' gradients meeting the rank's slice, kept whole; or "
+                  "averaged_gradients (I_r + P - Cov_r) x D at the end of the epilogue "
+                  "(_zero12_noncontig_transients: contiguous_gradients off)",
+                  f"{S}.buffered_reduce_fallback -> allreduce_bucket (self.flatten(bucket)) / reduce_ipg_grads "
+                  f"(clear_grad_attribute of gradients outside the slice); the gradients made by autograd in "
+                  f"{_AUTOGRAD_GRADS}")
         b.add("accelerator", "workspace", "grad_norm_fp64", norm, "step_norm",
               "largest gradient slice of the rank x 8 (fp64 copy, one slice at a time)",
               f"{S}.get_grad_norm_direct (g.data.to(get_norm_dtype()))")
@@ -3659,7 +3740,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     frozen = list(inv.memo(("frozen_numels",), lambda: tuple(t.numel for t in inv.tensors if not t.trainable)))
     pl = pl or placement(ec, inv, W, wrapper)
     terms = pl.terms
-    if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga):
+    if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga, len(pl.zero12)):
         terms = Runs.zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W)).map(lambda ab: ab[0] + ab[1])
     # ranks with the same totals may still split them differently over the groups a step updates
     # one at a time (the timeline's per-group step instants): keep those ranks apart

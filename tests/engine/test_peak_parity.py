@@ -303,7 +303,23 @@ CELLS = [
     # backward -39,156 B (the flat copy, allreduce_bucket l.2367). z2_fp32_oo_cpu_w2 and
     # z3_bf16_overlap_w2 matched on their first run (2026-12-05): every phase within 0.02%
     ("z2_bf16_overlap_w2", _cfg(2, "bf16", overlap_comm=True), 2, False, parity.TINY),
+    # contiguous_gradients off at ZeRO-2: no ipg buffer, each gradient whole in bucket.grads until its flush,
+    # which flattens the whole bucket (allreduce_bucket l.2367), and a rank keeps the gradients meeting its
+    # slice whole (state._zero12_noncontig_transients). Before it (2026-12-05) the ledger kept the coarse
+    # lifetimes: backward:1 -87,384 B on rank 0 and -125,574 B on rank 1 (the N x 2 B of whole gradients,
+    # engine.py l.3428, and their N x 2 B flat copy unattributed), step:2 -24,512 / -39,488 B (the fp64
+    # norm copies, get_grad_norm_direct l.2684); now every phase within 36 B on both ranks
     ("z2_bf16_noncontig_w2", _cfg(2, "bf16", contiguous_gradients=False), 2, False, parity.TINY),
+    # the same with several flushes (reduce_bucket_size 10,000, real Linears as z2_bf16_linear_smallbucket_w2):
+    # a rank keeps the whole gradients meeting its slice from earlier flushes (kept_r of
+    # state._zero12_noncontig_transients) beside each later bucket: rank 1's peak is l2.weight's flush
+    # (46,354 B whole, l1.bias arriving with l1.weight, 39,130 B) beside the 934 B kept from the first
+    # flush. 2026-12-05, 1 run: backward:1/2 engine +640 / +644 B over the ledger on both ranks (0.25%),
+    # all of it autograd-made storage (engine.py l.3428: 86,090 B on rank 0 against the ledger's 85,484 B
+    # of gradients); 602 B of it is the size of l1's 301-element output gradient in bf16, an activation
+    # gradient of the proxy alive in l1's backward node, not confirmed
+    ("z2_bf16_noncontig_smallbucket_w2", _cfg(2, "bf16", contiguous_gradients=False, reduce_bucket_size=10000), 2,
+     False, parity.TINY, {"linear": True}),
     ("z2_fp32_oo_cpu_w2", _cfg(2, "fp32", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
     ("z3_bf16_overlap_w2", _cfg(3, "bf16", reduce_bucket_size=50000, overlap_comm=True), 2, False, parity.TINY,
      {"submodules": True}),
@@ -351,21 +367,7 @@ UNMATCHED_LINEAR: dict = {}
 #: z3_fp32_nonpersist_w2 matches in every phase (the newcomer's step:1 -15.8% / step:2 +15.8% did not
 #: reproduce); only its first backward is in RACY, as z3_fp32_zinit_w2's. z0_bf16_w2's step:1/step:2 were
 #: +172,860 B (fused_optimizer.py l.287's per-parameter fp32 copies), now state fp32_grad_copies.
-UNMATCHED_ISSUE15: dict = {
-    # contiguous_gradients off at ZeRO-2 (2026-12-05, 1 run; rank 1: backward:1 +125,574 B, backward:2
-    # +125,578 B, step:2 +39,488 B). No ipg buffer: each gradient stays whole in bucket.grads (engine.py
-    # backward l.3428) until its flush, buffered_reduce_fallback (stage_1_and_2.py l.2229) ->
-    # allreduce_and_copy flattens the whole bucket (allreduce_bucket l.2367): with one flush of all 43,209
-    # elements the backward holds N x 2 B of gradients beside N x 2 B of flat copy on both ranks; the
-    # rank's own gradients stay whole (no grads_in_partition, l.2270), so the step's fp64 norm copies
-    # (get_grad_norm_direct l.2684) run beside them. state.zero12_transients_modeled does not take it
-    "z2_bf16_noncontig_w2": {
-        "backward:1": (87384, "the bucket's whole autograd gradients (engine.py l.3428, 86,418 B) and its "
-                              "flat copy (allreduce_bucket l.2367, 86,418 B) unattributed"),
-        "backward:2": (87388, "the same flush as backward:1"),
-        "step:2": (24512, "get_grad_norm_direct l.2684's fp64 copies (154,120 B) unattributed"),
-    },
-}
+UNMATCHED_ISSUE15: dict = {}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
 #: fp32, so averaged_gradients ((I_r + P - Cov_r) x 4: 170,968 B on rank 0, 94,588 B on rank 1) stood in

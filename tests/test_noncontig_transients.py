@@ -1,0 +1,85 @@
+"""ZeRO-2 with ``contiguous_gradients`` off: the reduce transient R_r of
+``state.zero12_backward_transients`` (``state._zero12_noncontig_transients``) against a walk, rank by
+rank and hook by hook, of what DeepSpeed 0.19.8's ``stage_1_and_2.py`` keeps live (the rules its
+docstring cites): hooks in the reverse of model order; a gradient whose arrival would take the bucket
+past reduce_bucket_size flushes it first (l.1422), beside itself; every gradient stays whole in
+``bucket.grads`` (l.1472, no ipg buffer without contiguous_gradients); a flush flattens the whole bucket
+(allreduce_bucket l.2367, a view for one gradient); after it a gradient meeting the rank's slice
+[r P, (r+1) P) stays whole and the others are dropped (l.2266-2270); the epilogue flushes the last
+bucket and leaves (I_r + P - Cov_r) x D (get_flat_partition's views and zero pad, l.1047).
+The engine proves the single-flush and the several-flush cases on TINY
+(tests/engine/test_peak_parity.py z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2); this checks
+the per-rank pieces over many shapes and world sizes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger import state
+from advisor.model.inventory import from_dict
+
+
+def _walk(numels: list[int], W: int, rbs: int, D: int) -> list[int]:
+    lay = state.zero12_group_layout(tuple(numels), W, D, True)
+    P = lay.P
+    spans = list(zip(lay.starts, lay.numels))
+    out = []
+    for r in range(W):
+        lo, hi = r * P, (r + 1) * P
+        meets = [max(0, min(a + n, hi) - max(a, lo)) > 0 for a, n in spans]
+        inter = sum(n for (a, n), m in zip(spans, meets) if m)
+        cov = sum(max(0, min(a + n, hi) - max(a, lo)) for a, n in spans)
+        kept, bucket, best = 0, [], 0
+
+        def flush(trigger: int) -> int:
+            el = sum(numels[i] for i in bucket)
+            flat = el if len(bucket) > 1 else 0
+            return (kept + el + flat + trigger) * D
+
+        for i in reversed(range(len(numels))):
+            n = numels[i]
+            if sum(numels[k] for k in bucket) + n > rbs:
+                best = max(best, flush(n))
+                kept += sum(numels[k] for k in bucket if meets[k])
+                bucket = []
+            bucket.append(i)
+        best = max(best, flush(0))
+        out.append(max(best, (inter + P - cov) * D))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_noncontig_reduce_transient_matches_the_hook_walk(seed: int) -> None:
+    rng = random.Random(seed)
+    W = rng.choice((1, 2, 3, 5, 8, 64))
+    rbs = rng.choice((50, 300, 2000))
+    numels = [rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))) for _ in range(rng.randint(1, 30))]
+    inv = from_dict({"name": "walk", "tensors": [{"name": f"m{i}.w", "shape": [n]} for i, n in enumerate(numels)]},
+                    "walk")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs,
+                                                 "contiguous_gradients": False, "overlap_comm": False}})
+    wrapper = state.select_optimizer(ec)[0]
+    assert state.zero12_transients_modeled(ec, wrapper, 1, 1)
+    assert state.ipg_bucket_bytes(ec) is None  # no ipg buffer without contiguous_gradients (l.3260)
+    layouts = [state.zero12_group_layout(tuple(numels), W, 2, True)]
+    got = [row[1] for row in state.zero12_backward_transients(ec, inv, layouts, W).to_list()]
+    assert got == _walk(numels, W, rbs, 2)
+
+
+def test_noncontig_not_modelled_with_overlap_comm_or_accumulation() -> None:
+    # overlap_comm keeps out-of-partition gradients until the next reduction (previous_reduced_grads,
+    # l.2264-2267) and GA > 1 accumulates into the kept gradients: neither is replayed
+    base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
+    ov = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
+                                                         "overlap_comm": True}})
+    plain = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
+                                                            "overlap_comm": False}})
+    w = state.select_optimizer(plain)[0]
+    assert not state.zero12_transients_modeled(ov, w, 1, 1)
+    assert not state.zero12_transients_modeled(plain, w, 2, 1)
+    assert not state.zero12_transients_modeled(plain, w, 1, 2)
+    assert state.zero12_transients_modeled(plain, w, 1, 1)
