@@ -373,20 +373,31 @@ def _single_param_load_peak(sizes: list[tuple[str, int]], mods: list[str], W: in
     ~0.5 s at 1e5 layers). Module k's building instant is done_k + n_k x build, its partitioning
     instant done_k + pb_k + n_k x D, done_k the partitions before it; the first strictly largest wins,
     building before partitioning within a module."""
+    # Streamed, not listed: the columns of a 1.9M-tensor inventory as lists of ints held ~400 MB at
+    # once (the command's peak); each instant's value is made, compared and dropped (C-level maps),
+    # and equal sizes share one partition int.
     ns = list(map(operator.itemgetter(1), sizes))
-    pbs = [-(-n // W) * D for n in ns]
-    kept = pbs if swap_min is None else [0 if pb >= swap_min else pb for pb in pbs]
-    done = list(itertools.accumulate(kept, initial=0))
-    building = [d + n * build for d, n in zip(done, ns)]
-    parting = [d + pb + n * D for d, pb, n in zip(done, kept, ns)]
-    top = max(max(building), max(parting))
+    pb_of = {n: -(-n // W) * D for n in set(ns)}
+    if swap_min is not None:
+        pb_of = {n: 0 if pb >= swap_min else pb for n, pb in pb_of.items()}
+    kept = list(map(pb_of.__getitem__, ns))
+
+    def building():
+        return map(operator.add, itertools.accumulate(kept, initial=0), map(operator.mul, ns, itertools.repeat(build)))
+
+    def parting():
+        return map(operator.add, map(operator.add, itertools.accumulate(kept, initial=0), kept),
+                   map(operator.mul, ns, itertools.repeat(D)))
+
+    top = max(max(building()), max(parting()))
     if top <= 0:
         return (0, 0, "")
-    ib = building.index(top) if top in building else len(ns)
-    ip = parting.index(top) if top in parting else len(ns)
+    L = len(ns)
+    ib = next(itertools.compress(itertools.count(), map(operator.eq, building(), itertools.repeat(top))), L)
+    ip = next(itertools.compress(itertools.count(), map(operator.eq, parting(), itertools.repeat(top))), L)
     if ib <= ip:
-        return (done[ib], ns[ib] * build, f"{mods[ib]}: building a parameter")
-    return (done[ip] + kept[ip], ns[ip] * D, f"{mods[ip]}: partitioning")
+        return (sum(itertools.islice(kept, ib)), ns[ib] * build, f"{mods[ib]}: building a parameter")
+    return (sum(itertools.islice(kept, ip)) + kept[ip], ns[ip] * D, f"{mods[ip]}: partitioning")
 
 
 def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
