@@ -88,17 +88,20 @@ def test_accelerator_shortfall_candidates_fit_when_applied():
 
 
 def test_set_of_the_fix_is_a_fitting_config_change():
-    # 3e9 parameters at ZeRO-1 on 8 ranks of 12 GB: bf16 parameters and gradients 2 x 6 GB plus
+    # 3e9 parameters at ZeRO-1 on 8 ranks of 17 GB: bf16 parameters and gradients 2 x 6 GB plus
     # the 1/8 share of fp32 master weights and Adam moments (12 B x 3e9 / 8 = 4.5 GB) is 16.5 GB;
     # ZeRO-3 shards all of it, (2 + 2 + 12) B x 3e9 / 8 = 6 GB. data.set is a config change that
-    # fits when applied.
-    rc, d = run_json(["estimate", "-", "--params", "3000000000", "--world-size", "8", "--gpu-memory", "12GB",
+    # fits when applied. ZeRO-3's peak adds its gathered parameters and reduce buffer (about 10 GB
+    # tracked) and the runtime overhead's upper band: it fits outright from 17 GB (15.83 GiB). At the
+    # 12 GB this test used, every change fits only inside that band (M102's case, not this test's),
+    # since 4eba24d counts ZeRO-1 offload's N x 2 B autograd gradients (proven on the engine at W = 4).
+    rc, d = run_json(["estimate", "-", "--params", "3000000000", "--world-size", "8", "--gpu-memory", "17GB",
                       "--format", "json"],
                      stdin='{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
                            '"zero_optimization": {"stage": 1}}')
     f = _m100(d, "accelerator")
     assert f["data"]["set"], f["fix"]
-    rc, again = run_json(["estimate", "-", "--params", "3000000000", "--world-size", "8", "--gpu-memory", "12GB",
+    rc, again = run_json(["estimate", "-", "--params", "3000000000", "--world-size", "8", "--gpu-memory", "17GB",
                           "--format", "json", *[a for s in f["data"]["set"] for a in ("--set", s)]],
                          stdin='{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
                                '"zero_optimization": {"stage": 1}}')
