@@ -2536,8 +2536,8 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     (l.2239-2240, l.1600-1612) with the same flat copy (allreduce_bucket l.2367). Measured on CPU
     (z2_bf16_overlap_w2): the backward exactly z2_bf16_w2's + 100,000 B (the second buffer, 50,000 x
     2 B), the step the same bytes; without the transients its step was 4.2% under on rank 0 (the
-    norm copy missing) and rank 1's backward 8.5% under (the flat copy missing). On CPU every stream
-    is the one synchronous stream, so this does not prove a GPU's lifetimes: there
+    norm copy missing) and rank 1's backward 8.5% under (the flat copy missing). On CPU there is no
+    reduction stream (l.599: None on a synchronized device), so this does not prove a GPU's lifetimes: there
     ``allreduced.record_stream(reduction_stream)`` (l.2432) keeps a flush's flat copy from the
     caching allocator until the side stream's reduce completes, which may overlap the next
     bucket's fill (GPU-only, not modelled). At ZeRO-1 ``overlap_comm`` moves the gradients in their

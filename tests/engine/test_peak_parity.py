@@ -297,11 +297,13 @@ CELLS = [
     # issue 15: the ZeRO-1/2 bucket options the cells above hold fixed (BUCKETS: overlap_comm off,
     # contiguous_gradients on), fp32 under CPU optimizer offload, and ZeRO-3 with overlap_comm.
     # overlap_comm at ZeRO-2: a second ipg buffer (setup_buckets l.3272-3278) and the same flush copies
-    # (state.zero12_transients_modeled); on CPU the reduction stream is the one synchronous stream, so
-    # the side stream's lifetimes (record_stream, GPU-only) are not proven here. Before the ledger took
+    # (state.zero12_transients_modeled); on CPU there is no reduction stream (l.599: None on a
+    # synchronized device), so the side stream's lifetimes (record_stream, GPU-only) are not proven here. Before the ledger took
     # it, step:2 was -24,512 B on rank 0 (the norm copy, get_grad_norm_direct l.2684) and rank 1's
-    # backward -39,156 B (the flat copy, allreduce_bucket l.2367). z2_fp32_oo_cpu_w2 and
-    # z3_bf16_overlap_w2 matched on their first run (2026-12-05): every phase within 0.02%
+    # backward -39,156 B (the flat copy, allreduce_bucket l.2367). z2_fp32_oo_cpu_w2 matched on every run
+    # (2026-12-05, 3 runs): every phase within 96 B (0.012%) on both ranks. z3_bf16_overlap_w2 measured the
+    # same bytes as z3_bf16_w2 in every phase of the run that had both (overlap_comm only picks the
+    # reduce stream, stage3.py l.340-341, and a synchronized device such as the CPU accelerator gets none)
     ("z2_bf16_overlap_w2", _cfg(2, "bf16", overlap_comm=True), 2, False, parity.TINY),
     # contiguous_gradients off at ZeRO-2: no ipg buffer, each gradient whole in bucket.grads until its flush,
     # which flattens the whole bucket (allreduce_bucket l.2367), and a rank keeps the gradients meeting its
@@ -417,8 +419,8 @@ RACY = {
     # (31fdb4a); seen in 2 of 5 runs under load: z3_bf16_w2 backward:1 +13,859 B on one rank
     "z3_bf16_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_oo_cpu_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
-    # the same proxy with overlap_comm (issue 15; 2026-12-05: matched within 0.02% alone, rank 0 backward:1
-    # +13,859 B beside 7 other cells' runs on 2 shared cores, the bytes of z3_bf16_w2's race)
+    # the same proxy with overlap_comm (issue 15; 2026-12-05, 3 runs beside other work: rank 0 backward:1
+    # +13,859 B in 2, the bytes of z3_bf16_w2's race, which z3_bf16_w2 showed too in the run that had both)
     "z3_bf16_overlap_w2": {"backward:1": ((11589 + 39) * 2 * 2, "l2's flat all-gather buffer held by gloo")},
     # the same first backward at GA 2 (seen 2026-12-05 beside other work: rank 1 backward:1
     # +13,859 B; the run before matched within 0.02%)
