@@ -861,7 +861,7 @@ def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
         order = zero3_backward_grad_order(inv, linear)
         tensors = inv.tensors
         ns = [tensors[i].numel for i in order]
-        return order, ns, bytes(in_layer[i] for i in order), list(itertools.accumulate(ns, initial=0))
+        return order, ns, bytes(in_layer[i] for i in order), _packed(itertools.accumulate(ns, initial=0))
     return inv.memo(("zero3_grad_columns", bool(linear)), compute)
 
 
@@ -885,7 +885,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
     F = inv.memo(("zero3_grad_padded_prefix", bool(linear), W),
-                 lambda: list(itertools.accumulate((-(-n // W) * W for n in ns), initial=0)))
+                 lambda: _packed(itertools.accumulate((-(-n // W) * W for n in ns), initial=0)))
     # the flushes: a bucket started at position a is flushed as the gradient at p arrives, p the first with
     # P[p + 1] - P[a] > rbs (stage3.py l. 1583); that gradient starts the next bucket
     flushes: list[tuple[int, int]] = []
@@ -915,17 +915,20 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         first, last = tensors[order[lo]].name, tensors[order[hi - 1]].name
         return first if count == 1 else f"{count} gradients, {first} .. {last}"
 
+    # the columns packed (_packed, 8 bytes a value): as lists of int objects they were ~0.4 GB at once for
+    # 1e5 layers, generate's peak (issue 21)
+    nC = map(operator.mul, ns, itertools.repeat(C))
     if gathered is not None:
         mod_of, at_fetch, during, at_end = gathered
-        mods = [mod_of[i] for i in order]
-        g = list(map(during.__getitem__, mods))
-        arrive = [n * C + x for n, x in zip(ns, g)]
+        mods = _packed(map(mod_of.__getitem__, order))
+        g = _packed(map(during.__getitem__, mods))
+        arrive = _packed(map(operator.add, nC, g))
         is_fetch = bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
-        fetch = [at_fetch[m] if f else 0 for m, f in zip(mods, is_fetch)]
+        fetch = _packed(at_fetch[m] if f else 0 for m, f in zip(mods, is_fetch))
     else:
         at_end = 0
         g = None
-        arrive = [n * C for n in ns]
+        arrive = _packed(nC)
         fetch = None
     extra = {}
     for lo, p in flushes:
@@ -935,16 +938,16 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
     kept_end = 0
     if tails:
-        TP = list(itertools.accumulate((tails[i] for i in order), initial=0))
+        TP = _packed(itertools.accumulate(map(tails.__getitem__, order), initial=0))
         fl = [p for _, p in flushes]
         vals = [0, *(TP[f] for f in fl)]  # kept after 0, 1, ... flushes
         bnds = [-1, *fl, L - 1]           # positions (bnds[j], bnds[j + 1]] see vals[j]
-        kept_at = list(itertools.chain.from_iterable(
+        kept_at = _packed(itertools.chain.from_iterable(
             itertools.repeat(v, bnds[j + 1] - bnds[j]) for j, v in enumerate(vals)))
         kept_end = vals[-1]
-        arrive = list(map(operator.add, arrive, kept_at))
+        arrive = _packed(map(operator.add, arrive, kept_at))
         if fetch is not None:
-            fetch = [v + k if f else 0 for v, k, f in zip(fetch, kept_at, is_fetch)]
+            fetch = _packed(v + k if f else 0 for v, k, f in zip(fetch, kept_at, is_fetch))
     # regions: before the first layer gradient 0, then a layer's 1, another module's 2
     f = inl.find(1)
     if f < 0:
