@@ -1404,7 +1404,8 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
     and takes censuses of the engine's tensors after backward, inside the optimizer step and
     after the last step. Needs the [engine] extra (torch, deepspeed). Exit 0 when every item
     matches to the byte and every phase's high-water mark is within 1% of the ledger timeline's,
-    1 when one differs or a rank failed, 2 on bad input.
+    1 when one differs or a rank failed, 2 on bad input, 5 when the run passed --timeout (its
+    processes are ended).
     """
     if not model and params is None:
         raise click.UsageError("give --model or --params")
@@ -1426,14 +1427,17 @@ def measure(config, model, params, world_size, steps, timeout_s, allow_large, fm
             _say(f"{loaded.source}: error {f.code} {f.pointer}: {f.message}")
         raise _fail(f"not launching the engine: {len(errors)} error finding(s) above (see `ds-advisor lint`)")
     try:
-        from advisor.engine.measure import (MeasureError, Terminated, measure_phases, measure_verdict,
-                                            measure_vs_ledger, run_measure)
+        from advisor.engine.measure import (MeasureError, MeasureTimeout, Terminated, measure_phases,
+                                            measure_verdict, measure_vs_ledger, run_measure)
     except ImportError as e:
         from advisor.install import extra_command
         raise _fail(f"measure needs torch and deepspeed (pip install torch==2.13.0 && {extra_command('engine')}): {e}")
     try:
         ranks = run_measure(loaded.data, inv, world_size, steps=steps, timeout_s=timeout_s,
                             progress=lambda words: _say(f"ds-advisor: measure: {words}"))
+    except MeasureTimeout as e:  # one line: the launcher's traceback is only the SIGTERM it was sent
+        from advisor.errors import EXIT_TIMEOUT
+        raise _fail(f"measure: {e}", EXIT_TIMEOUT)
     except MeasureError as e:
         raise _fail(f"the engine run failed: {e}")
     except Terminated as e:  # the launch's process group is ended and its temp folder removed

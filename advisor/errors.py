@@ -7,6 +7,8 @@ Exit codes (all commands):
     3  check --strict only: the environment could not be probed
     4  check only: tight (a tier fits only inside the runtime overhead's uncertainty; rule M102);
        ``check --allow-tight`` makes it a warning with exit 0
+    5  measure only: the engine run did not finish within ``--timeout`` (its processes were ended;
+       one line on stderr)
   130  interrupted (Ctrl-C, SIGINT): one line on stderr, 128 + SIGINT as a shell reports a process
        the signal ended; a file being written is not left behind (advisor.files.write_atomic)
 """
@@ -146,6 +148,8 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_PROBE = 3
 EXIT_TIGHT = 4
+#: measure: the engine launch ran past ``--timeout`` and was ended (advisor.engine.measure.MeasureTimeout).
+EXIT_TIMEOUT = 5
 #: Ctrl-C (KeyboardInterrupt): 128 + SIGINT (2), the shell's code for a process SIGINT ended.
 EXIT_INTERRUPTED = 130
 

@@ -33,11 +33,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from advisor.engine import extcache
-from advisor.model.inventory import Inventory
+from advisor.model.inventory import Inventory, from_dict as inventory_from_dict
 
 
 class MeasureError(RuntimeError):
     """The launch failed as a whole (launcher error, timeout, a rank crashed)."""
+
+
+class MeasureTimeout(MeasureError):
+    """The launch ran past its timeout and :func:`run_process_group` ended it whole. ``str(err)``
+    is one line: the launcher's log then only holds the SignalException traceback of the SIGTERM
+    it was sent (torch ``elastic/multiprocessing/api.py`` _terminate_process_handler), which says
+    nothing about the run, so it is left out. The CLI exits :data:`advisor.errors.EXIT_TIMEOUT`."""
 
 
 @dataclass
@@ -335,8 +342,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
 
     ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2), ``submodules``
-    (the per-module proxy; default: only when ``zero_init``), ``linear`` (a module of a weight and
-    its bias runs ``F.linear``: both gradients from one autograd node, as an ``nn.Linear``'s),
+    (the per-module proxy; default: only when ``zero_init``), ``linear`` (each weight and bias the
+    ledger takes as an nn.Linear's at the config's ZeRO stage, :func:`advisor.ledger.state.linear_pairs`,
+    runs ``F.linear``: both gradients from one autograd node, as the ledger assumes),
     ``containers`` (the module tree the dotted names spell: parameterless containers, numbered ones in an
     ``nn.ModuleList``, worker ``_build_model``).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
@@ -351,6 +359,12 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
         for c in cells:
             inv = c["inventory"]
             inv_d = inv.to_dict() if isinstance(inv, Inventory) else inv
+            pairs: dict[int, int] = {}
+            if c.get("linear"):  # the ledger's own rule, not a copy of it
+                from advisor.config.effective import effective_config
+                from advisor.ledger.state import linear_pairs
+                inv_o = inv if isinstance(inv, Inventory) else inventory_from_dict(inv, "measure")
+                pairs = linear_pairs(inv_o, effective_config(c["config"]).zero.stage)
             nvme_dir = os.path.join(base, "nvme", str(c["id"]).replace("/", "_"))
             os.makedirs(nvme_dir, exist_ok=True)
             job_cells.append({"id": c["id"], "config": _prepare_config(c["config"], nvme_dir),
@@ -361,7 +375,7 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               # default: only under zero.Init
                               "submodules": bool(c.get("submodules", c.get("zero_init"))),
                               # biased Linears as nn.Linear's one autograd node (worker _build_model)
-                              "linear": bool(c.get("linear")),
+                              "linear_pairs": sorted(pairs.items()),
                               # the module tree of the dotted names (worker _build_model)
                               "containers": bool(c.get("containers")),
                               # tests only: an unknown buffer in forward (worker._injected_buffer)
@@ -454,6 +468,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                         results[cid].ranks.setdefault(r, {"error": f"launch failed ({why}): "
                                                           + (last[-1][:300] if last else "")})
                 return [results[c["id"]] for c in job_cells]
+            if rc is None:
+                raise MeasureTimeout(f"measure launch ({world_size} ranks) {why} after {timeout_s:g} s "
+                                     "(--timeout); its processes were ended")
             raise MeasureError(f"measure launch ({world_size} ranks) {why}; cells without results on every rank: "
                                f"{incomplete[:5]}\n{tail}")
         return [results[c["id"]] for c in job_cells]
@@ -488,9 +505,12 @@ def run_measure(config_path_or_dict: str | dict[str, Any], inventory: Inventory 
         from advisor.config.loading import load_config
         config = load_config(config_path_or_dict).data
     per_module = effective_config(config).zero.stage == 3
+    # real F.linear nodes where the ledger sees an nn.Linear (state.linear_pairs), at every stage:
+    # at ZeRO-1/2 the ledger keeps a Linear's weight gradient whole beside its bias's hook
+    # (state.autograd_siblings), which a proxy touching each parameter alone never does (issue 15)
     res = run_measure_many([{"id": "measure", "config": config, "inventory": inventory, "steps": steps,
                              "track": track, "inject_forward_bytes": inject_forward_bytes,
-                             "submodules": per_module}],
+                             "submodules": per_module, "linear": True}],
                            world_size, workdir=workdir, timeout_s=timeout_s, progress=progress)
     return res[0].ranks
 

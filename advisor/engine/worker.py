@@ -514,7 +514,8 @@ def _nvme_files(nvme_path: str | None, rank: int, frozen_ids: "set[int] | None" 
 _GRAD_FACTOR = 2.0 ** -8
 
 
-def _build_model(inventory: dict, submodules: bool = False, linear: bool = False, containers: bool = False):
+def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, int] | None" = None,
+                 containers: bool = False):
     """The proxy model of ``inventory`` and its optimizer param groups (trainable tensors by their
     ``group``). Flat (``submodules`` false): every parameter registered on one module. With
     ``submodules``: one child module per owning module of the inventory's names
@@ -523,11 +524,12 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
     partitions a module's parameters when that module's ``__init__`` returns
     (``partition_parameters.py`` InsertPostInitMethodToModuleSubClasses.partition_after), so
     only this structure shows its load transient (one module materialised at a time).
-    ``linear`` (implies ``submodules``): a module whose parameters are exactly a weight (out, in)
-    and a bias (out) runs ``F.linear`` on a constant input that needs no gradient, an
-    ``nn.Linear``'s own autograd node (AddmmBackward0), which makes the weight's and the bias's
-    gradients together; the input is a 2-byte scalar expanded to (1, in), so no activation of
-    any size is saved (addmm saves mat2 only when the input needs a gradient).
+    ``linear`` ({weight index: bias index} of the inventory, as :func:`advisor.ledger.state.linear_pairs`
+    gives them; a non-empty one implies ``submodules``): each such weight (out, in) and bias (out)
+    runs ``F.linear`` on a constant input that needs no gradient, an ``nn.Linear``'s own autograd
+    node (AddmmBackward0), which makes the weight's and the bias's gradients together; the input is
+    a 2-byte scalar expanded to (1, in), so no activation of any size is saved (addmm saves mat2
+    only when the input needs a gradient). The module's other parameters are touched alone.
     ``containers`` (implies ``submodules``): the module tree the dotted names spell, as a real
     model's (``model.layers.0.mlp.up_proj``): every prefix of an owning module's name is a module
     owning no parameter; one whose children are numbered (``stack`` of ``stack.0.l1``) is an
@@ -575,23 +577,28 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
     class Leaf(nn.Module):
         """One owning module: its parameters (local names p0, p1, ...), created in its __init__."""
 
-        def __init__(self, tensors):
+        def __init__(self, tensors, pair=None):
             super().__init__()
             self._names = []
             for j, t in enumerate(tensors):
                 self.register_parameter(f"p{j}", _param(t))
                 self._names.append(f"p{j}")
-            sh = [tuple(t["shape"]) for t in tensors]
-            self._linear = (linear and len(sh) == 2 and len(sh[0]) == 2 and sh[1] == (sh[0][0],)
-                            and tensors[0]["name"].endswith("weight") and tensors[1]["name"].endswith("bias"))
+            #: (local weight index, local bias index) run as one F.linear, or None
+            self._pair = pair
 
         def forward(self, s):
-            if self._linear:
-                w, b = self.p0, self.p1
-                x = torch.ones((), dtype=w.dtype, device=w.device).expand(1, w.shape[1])
-                # mean before the fp32 cast, as _touch: only the (1, out) output is made in forward
-                return s + F.linear(x, w, b).mean().float() * _GRAD_FACTOR
-            return _touch(self, self._names, s)
+            if self._pair is None:
+                return _touch(self, self._names, s)
+            jw, jb = self._pair
+            for j, n in enumerate(self._names):
+                if j == min(jw, jb):
+                    w, b = getattr(self, f"p{jw}"), getattr(self, f"p{jb}")
+                    x = torch.ones((), dtype=w.dtype, device=w.device).expand(1, w.shape[1])
+                    # mean before the fp32 cast, as _touch: only the (1, out) output is made in forward
+                    s = s + F.linear(x, w, b).mean().float() * _GRAD_FACTOR
+                elif j != max(jw, jb):
+                    s = _touch(self, (n,), s)
+            return s
 
     class Node(nn.Module):
         """A container: no parameter of its own; its forward runs its children in order, a
@@ -634,7 +641,12 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
                 owners.setdefault(module_of(t["name"]), []).append(i)
             #: inventory index of each leaf's parameters, in the leaf's order
             self.index = list(owners.values())
-            built = [Leaf([tensors[i] for i in ix]) for ix in self.index]
+            pairs = linear or {}
+            built = []
+            for ix in self.index:
+                pos = {i: j for j, i in enumerate(ix)}
+                pair = next(((pos[iw], pos[pairs[iw]]) for iw in ix if iw in pairs and pairs[iw] in pos), None)
+                built.append(Leaf([tensors[i] for i in ix], pair))
             if containers:
                 self.tree = Node()
                 for path, leaf in zip(owners, built):
@@ -654,7 +666,7 @@ def _build_model(inventory: dict, submodules: bool = False, linear: bool = False
             return s
 
     tensors = inventory["tensors"]
-    submodules = submodules or linear or containers
+    submodules = submodules or bool(linear) or containers
     model = Modular(tensors) if submodules else Proxy(tensors)
     if submodules:
         by_index = {i: getattr(leaf, n) for leaf, ix in zip(model.owners if containers else model.leaves, model.index)
@@ -791,7 +803,8 @@ def _build_in_load_phase(cell: dict, submodules: bool):
     import deepspeed
     import torch
     from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as _Ins
-    linear = bool(cell.get("linear"))
+    # the ledger's nn.Linear pairs (state.linear_pairs, asked by measure.run_measure_many)
+    linear = {int(w): int(b) for w, b in cell.get("linear_pairs") or ()}
     containers = bool(cell.get("containers"))
     # a ZeRO-3 engine built by an earlier cell of this process replaced F.linear with
     # zero3_linear_wrap for good (partition_parameters.py _enable_mem_efficient_linear: "This will

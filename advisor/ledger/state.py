@@ -735,12 +735,29 @@ def autograd_siblings(inv: Inventory) -> list[int]:
     def compute() -> list[int]:
         tensors = inv.tensors
         out = [0] * len(tensors)
+        for iw, ib in autograd_pairs(inv).items():
+            if ib > iw:
+                out[ib] = tensors[iw].numel
+            else:
+                out[iw] = tensors[ib].numel
+        return out
+    return inv.memo(("autograd_siblings",), compute)
+
+
+def autograd_pairs(inv: Inventory) -> dict[int, int]:
+    """{weight index: bias index} of the pairs :func:`autograd_siblings` takes as made by one
+    autograd node at ZeRO-1/2: a ``X.weight`` and ``X.bias`` (same ``X``), both trainable, the bias
+    1-D with weight.shape[0] or weight.shape[-1] elements (the sources are
+    :func:`autograd_siblings`'). Memoised per tensor list, O(tensors)."""
+    def compute() -> dict[int, int]:
+        tensors = inv.tensors
         weights: dict[str, int] = {}
         biases: dict[str, int] = {}
         for i, t in enumerate(tensors):
             head, _, last = t.name.rpartition(".")
             if head and t.trainable and last in ("weight", "bias"):
                 (weights if last == "weight" else biases)[head] = i
+        out: dict[int, int] = {}
         for head, ib in biases.items():
             iw = weights.get(head)
             if iw is None:
@@ -748,12 +765,25 @@ def autograd_siblings(inv: Inventory) -> list[int]:
             w, b = tensors[iw], tensors[ib]
             if len(b.shape) != 1 or not w.shape or b.shape[0] not in (w.shape[0], w.shape[-1]):
                 continue
-            if ib > iw:
-                out[ib] = w.numel
-            else:
-                out[iw] = b.numel
+            out[iw] = ib
         return out
-    return inv.memo(("autograd_siblings",), compute)
+    return inv.memo(("autograd_pairs",), compute)
+
+
+def linear_pairs(inv: Inventory, stage: int) -> dict[int, int]:
+    """{weight index: bias index} of the tensors the ledger takes as an nn.Linear's weight and bias
+    (one ``F.linear`` autograd node) at ZeRO stage ``stage``: at 3 :func:`zero3_linear_pairs`
+    (a module of exactly the two, its gradient order under ``memory_efficient_linear``); at 0-2
+    the pairs of :func:`autograd_siblings` whose weight is 2-D (out, in) with a bias of out
+    elements (torch ``nn/modules/linear.py`` Linear.__init__). ``ds-advisor measure`` builds its
+    proxy's real ``F.linear`` nodes exactly here (engine/measure.py ``run_measure_many``), so the
+    engine's gradients come as the ledger assumes. Other sibling pairs (a LayerNorm's 1-D weight, a
+    GPT-2 Conv1D's (in, out) weight) stay one node per parameter in the proxy."""
+    if stage == 3:
+        return zero3_linear_pairs(inv)
+    tensors = inv.tensors
+    return {iw: ib for iw, ib in autograd_pairs(inv).items()
+            if len(tensors[iw].shape) == 2 and tensors[ib].shape[0] == tensors[iw].shape[0]}
 
 
 def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str, tuple[int, int, int]] | None":

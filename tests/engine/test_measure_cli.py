@@ -199,3 +199,53 @@ def test_measure_names_each_large_storage_by_its_ledger_entry_on_a_real_run(tmp_
         step["in_ledger"]
     assert step["ledger_instant"] == "steady_step:norm"
     assert p.returncode == 0 and d["matches"], p.stderr[-2000:]
+
+
+def _cmdlines_naming(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text`` (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            with open(f"/proc/{d}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmd and state != "Z":
+            out.append(f"{d}: {cmd[:200]}")
+    return out
+
+
+@pytest.mark.engine
+def test_measure_timeout_has_its_own_exit_code_one_line_and_no_process_left(tmp_path):
+    # issue 15: a run past --timeout exited 2 (bad input) and printed the launcher's SignalException
+    # traceback. Now: exit 5 (advisor.errors.EXIT_TIMEOUT), one line, and no process of the launch
+    # (its job file lies under TMPDIR, so each of its processes names tmp_path) left afterwards.
+    import time
+
+    from advisor.errors import EXIT_TIMEOUT, EXIT_USAGE
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps(TINY))
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                               "zero_optimization": {"stage": 2}}))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env["TMPDIR"] = str(tmp)
+    p = run_group([sys.executable, "-m", "advisor", "measure", str(cfg), "--model", str(inv), "--world-size", "2",
+                   "--timeout", "2"], 120, env=env)
+    assert EXIT_TIMEOUT not in (0, 1, EXIT_USAGE, 3, 4, 130)
+    assert p.returncode == EXIT_TIMEOUT, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and "SignalException" not in p.stderr, p.stderr[-2000:]
+    last = [ln for ln in p.stderr.splitlines() if not ln.startswith(("ds-advisor: measure: building",
+                                                                    "ds-advisor: measure: launching", "    "))]
+    assert len(last) == 1 and "timed out after 2 s" in last[0], p.stderr
+    deadline = time.time() + 15
+    while _cmdlines_naming(str(tmp)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _cmdlines_naming(str(tmp)), _cmdlines_naming(str(tmp))
