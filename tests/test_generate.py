@@ -65,16 +65,27 @@ def test_fits_unsharded_picks_stage_0_or_1():
 
 
 def test_needs_sharding_picks_stage_2_or_3():
-    # 8B on 8 x L40S (48 GB -> 43.2 GB usable): stage 0 needs 24 x 8.03e9 = 192.7 GB; ZeRO-1 needs at
-    # least (2 + 2 + 16/8) x 8.03e9 = 48.2 GB > 43.2 GB; ZeRO-2 needs about (2 + 2/8 + 16/8) x 8.03e9
-    # = 34.1 GB; ZeRO-3 18/8 x 8.03e9 = 18.1 GB. No host memory in the preset: no offload.
-    assert (2 + 2 + 16 / 8) * N_8B > 48e9 * 0.9 > (2 + 2 / 8 + 16 / 8) * N_8B
+    # 8B on 8 x L40S (48 GB -> 43.2 GB usable): stage 0 needs 24 x 8.03e9 = 192.7 GB; ZeRO-2 needs about
+    # (2 + 2/8 + 16/8) x 8.03e9 = 34.1 GB; ZeRO-3 18/8 x 8.03e9 = 18.1 GB. No host memory in the preset: no
+    # offload. ZeRO-1 as generate writes it (overlap_comm on, reduce_bucket_size h^2 = 16,777,216, GA 1)
+    # moves each gradient in its backward hook (stage_1_and_2.py process_gradients l.2290), so not all
+    # N x 2 B of gradients are live at once: one a rank does not own is a view of the reused ipg buffer,
+    # unless it is over the bucket (reduced in its own storage, l.1444-1449), which a non-owner keeps to
+    # the end of the epilogue (l.2272-2274; engine: tests/engine/test_peak_parity.py z1_bf16_bigtensor_w2).
+    # At the epilogue's end a rank holds at least the 16-bit parameters 2 N, fp32 master and moments
+    # 12 N / 8 and every gradient over the bucket, 2 x N_xl (its own in grads_in_partition, the others
+    # kept): N_xl = embed_tokens + lm_head (2 x 128,256 x 4,096) + 32 x 3 MLP (4,096 x 14,336); q/o_proj
+    # (h^2, not over it), k/v_proj and the norms are not. Before activations: 41.5 GB
+    n_xl = 2 * 128256 * 4096 + 32 * 3 * 4096 * 14336
+    floor1 = (2 + 12 / 8) * N_8B + 2 * n_xl
+    assert (2 + 2 / 8 + 16 / 8) * N_8B < 48e9 * 0.9
     inv, req, res = _search("llama-3.1-8b", _hw("l40s", 1, 8), 1, 8, 8, 512)
     assert inv.numel == N_8B
     assert res.best.combo.stage in (2, 3)
     assert {c.combo.stage for c in res.ranked} <= {2, 3}
     stage1 = [c for c in res.rejected if c.combo.stage == 1]
-    assert stage1 and all(c.rejection.tier == "accelerator" and c.rejection.need > 48.2e9 for c in stage1)
+    assert stage1 and all(c.rejection.tier == "accelerator" and c.rejection.need > max(floor1, 48e9 * 0.9)
+                          for c in stage1)
 
 
 def test_too_large_for_all_accelerators_picks_offload():

@@ -2550,7 +2550,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
-    off (at ZeRO-2 on or off), at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
+    off (at ZeRO-2 on or off; at ZeRO-1 on at GA 1 only), at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
     micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``); at ZeRO-1 only
     the boundary's backward reduces, as at GA = 1, and what the earlier micro-steps leave is its own
     entries (``lp_grads_accumulated``, ``ipg_bucket_accumulated``, ``accumulate_grad_new``)
@@ -2575,7 +2575,11 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     caching allocator until the side stream's reduce completes, which may overlap the next
     bucket's fill (GPU-only, not modelled). At ZeRO-1 ``overlap_comm`` moves the gradients in their
     hooks at the accumulation boundary (process_gradients l.2290: ``partition_gradients or
-    overlap_comm``), not in the epilogue as this replay's ZeRO-1 does: not modelled. ZeRO-2 with
+    overlap_comm``), in autograd's order as ZeRO-2 does (:func:`_zero12_replay_stage`), not in the
+    epilogue: modelled at GA 1 (z1_bf16_overlap_w2: every phase within 0.03% on both ranks; before, the
+    ledger kept N x D of whole gradients in backward, +85,452 B on rank 0, and the step had no norm
+    instant, -24,512 B); with GA > 1 the earlier micro-steps' accumulated param.grad meet the hooks,
+    not modelled. ZeRO-2 with
     ``contiguous_gradients`` off, one param group, ``overlap_comm`` off and GA 1:
     :func:`_zero12_noncontig_transients` (z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2; without
     it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing);
@@ -2584,7 +2588,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
-            and ((z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm))
+            and ((z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm or ga == 1))
                  or (z.stage == 2 and not z.overlap_comm and ga == 1 and groups == 1)))
 
 
@@ -2598,7 +2602,7 @@ def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero
     same flushes run under CPU optimizer offload: reduce_ipg_grads -> average_tensor, l.2205-2228).
     Kept once per (layouts, tensor list, W, RBS, stage, D), compared by identity: a plan asks for it
     from its transients, its offload flush and its offload norm terms."""
-    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), ec.zero.stage, DTYPE_BYTES[ec.model_dtype])
+    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), _zero12_replay_stage(ec), DTYPE_BYTES[ec.model_dtype])
     memo = layouts[0]._memo if layouts else {}
     got = memo.get(key)
     if (got is not None and got[1] is inv and len(got[0]) == len(layouts)
@@ -2610,11 +2614,20 @@ def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero
     return out
 
 
+def _zero12_replay_stage(ec: EffectiveConfig) -> int:
+    """2 when a ZeRO-1/2 reduce moves each gradient in its backward hook, in autograd's order (ZeRO-2;
+    ZeRO-1 with ``overlap_comm``: ``stage_1_and_2.py`` process_gradients l.2290 ``if self.partition_gradients
+    or self.overlap_comm`` -> reduce_ready_partitions_and_remove_grads l.2294, at the accumulation boundary,
+    and reduce_gradients l.971 then skips its epilogue loop, ``if not self.overlap_comm``), 1 when ZeRO-1
+    moves every gradient in the boundary's epilogue loop (reduce_gradients l.971-976, params in order)."""
+    return 2 if ec.zero.stage == 2 or ec.zero.overlap_comm else 1
+
+
 def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
     """:func:`_zero12_flush_replay`, computed."""
     D = DTYPE_BYTES[ec.model_dtype]
     rbs = int(ec.zero.reduce_bucket_size)
-    st = ec.zero.stage
+    st = _zero12_replay_stage(ec)
     # every trainable tensor: (group, flat start, numel), groups in index order (ZeRO-1's loop)
     params = [(g, s0, n) for g, lay in enumerate(layouts) for s0, n in zip(lay.starts, lay.numels)]
     # model order across groups (autograd's reverse order is ZeRO-2's hook order)
@@ -2803,9 +2816,20 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     for j in range(F - 1, -1, -1):
         suf_max[j] = A[j] if suf_max[j + 1] is None else max(A[j], suf_max[j + 1])
 
+    kept = _zero12_kept_xl(ec, layouts, W, order, flushes, xl)
+
     def figure(row: tuple) -> tuple[int, int, int]:
-        (inter, cov, _), f, g = row
+        (inter, cov, _), f, g, K = row
         red = (inter + p_t - cov) * D
+        if K:
+            # ZeRO-1 non-owners keep the extra-large gradients of earlier flushes (_zero12_kept_xl):
+            # every moment from the flush after each one on, to the end of the epilogue
+            red += K[F]
+            for j in range(F):
+                red = max(red, A[j] + K[j] + (inter * D if j > f else 0))
+            if f < F:
+                red = max(red, B[f] + K[f] + inter * D)
+            return (0, red, g * 8) if st != 2 else (_zero12_auto(st, sufmax, flushes, f, inter, D), red, g * 8)
         if F:
             red = max(red, pre_max[min(f, F - 1)])
         if f + 1 < F and suf_max[f + 1] is not None:
@@ -2815,16 +2839,59 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             # extra-large gradient is still in its own storage while copy_grads_in_partition
             # copies it (grad_reduc.data = the new view frees it after)
             red = max(red, B[f] + inter * D)
-        auto = 0
-        if st == 2:
-            auto = sufmax[0] * D
-            # from the flush that allocated grads_in_partition on: it ran inside the hook of its
-            # triggering parameter, whose gradient is live until that hook moves it
-            if f < F and flushes[f][1] is not None:
-                auto = max(auto, (sufmax[flushes[f][1]] + inter) * D)
-        return auto, red, g * 8
+        return _zero12_auto(st, sufmax, flushes, f, inter, D), red, g * 8
 
-    return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax).map(figure)
+    return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
+
+
+def _zero12_auto(st: int, sufmax: list[int], flushes: list, f: int, inter: int, D: int) -> int:
+    """A_r of :func:`zero12_backward_transients`, bytes: 0 when ZeRO-1 moves its gradients in the epilogue."""
+    if st != 2:
+        return 0
+    auto = sufmax[0] * D
+    # from the flush that allocated grads_in_partition on: it ran inside the hook of its
+    # triggering parameter, whose gradient is live until that hook moves it
+    if f < len(flushes) and flushes[f][1] is not None:
+        auto = max(auto, (sufmax[flushes[f][1]] + inter) * D)
+    return auto
+
+
+def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, order: list, flushes: list,
+                    xl: list[int]) -> Runs:
+    """Runs of, per rank, () or the tuple K_0..K_F, bytes: K_j = the extra-large gradients (n_p >
+    reduce_bucket_size) of flushes before j whose parameter the rank does not own, still alive at
+    flush j (K_F: at the end of the epilogue). ZeRO-1 only: such a gradient is reduced in its own
+    autograd storage (``stage_1_and_2.py`` l.1444-1449, ``extra_large_param_to_reduce``, cloned first
+    under CPU offload), and after the flush reduce_ipg_grads drops it only where the rank owns part of
+    it (l.2272-2274: ``if self.contiguous_gradients and self.is_param_in_current_partition[param_id]:
+    self.copy_grads_in_partition``, whose ``grad_reduc.data =`` view frees it); ZeRO-2's non-owners
+    clear it (l.2262-2268). It lives until the epilogue's _clear_param_grad_only (l.1063, l.2638-2640:
+    ``p.grad = None``). Engine: tests/engine/test_peak_parity.py z1_bf16_bigtensor_w2, rank 1 +38,560 B
+    (l1.weight's 19,264 x 2 B, engine.py l.3428) without it. () on every rank without such a gradient.
+    O(X x (X + F)) for X extra-large gradients."""
+    big = [(j, order[ks[0]]) for j, (ks, _) in enumerate(flushes) if xl[j]]
+    if ec.zero.stage != 1 or not big or not layouts:
+        return Runs.const(W, ())
+    F = len(flushes)
+    owners = []
+    for j, (g, a0, n0) in big:
+        P = layouts[g].P
+        r0, r1 = (a0 // P, min((a0 + n0 - 1) // P, W - 1)) if P else (W, -1)
+        owners.append((j, r0, r1))
+    pts = {0}
+    for _, r0, r1 in owners:
+        pts.update((r0, r1 + 1))
+
+    def values(starts):
+        for r in starts:
+            K = [0] * (F + 1)
+            for j, r0, r1 in owners:
+                if not (r0 <= r <= r1):
+                    for k in range(j + 1, F + 1):
+                        K[k] += xl[j]
+            yield tuple(K)
+
+    return Runs.at_points(W, pts, values)
 
 
 def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
@@ -3035,7 +3102,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                       f"I_r x D = {inter_t} x {D} (the previous micro-step's grads_in_partition, held by "
                       "all_grad_tensors until the accumulation boundary)",
                       f"{S}.independent_gradient_partition_epilogue (all_grad_tensors) / copy_grads_in_partition")
-    if z.stage == 1 and not off:
+    if z.stage == 1 and not off and not (z.overlap_comm and len(terms) > 5):
+        # (ZeRO-1 with overlap_comm moves each gradient in its hook at the boundary, _zero12_replay_stage:
+        # its backward_transient counts them, not N x D at once.)
         # ZeRO-1 reduces at the accumulation boundary (reduce_gradients), so every 16-bit
         # param.grad is alive until then (reference section 4.5 / 10.12, measured snapshot
         # "pre_reduce"). Not in the parity snapshots (bwd is taken after the reduce).

@@ -325,6 +325,16 @@ CELLS = [
     ("z2_fp32_oo_cpu_w2", _cfg(2, "fp32", offload_optimizer={"device": "cpu"}), 2, False, parity.TINY),
     ("z3_bf16_overlap_w2", _cfg(3, "bf16", reduce_bucket_size=50000, overlap_comm=True), 2, False, parity.TINY,
      {"submodules": True}),
+    # issue 15's ZeRO-1 regimes (newcomer's runs on an odd MLP). overlap_comm at ZeRO-1 moves each gradient in
+    # its hook (process_gradients l.2290; state._zero12_replay_stage): before (2026-12-05) the ledger held all
+    # N x 2 B of whole gradients in backward (rank 0 backward:1 -85,452 B, -15.7%; the engine's peak is the
+    # flush's flat copy, allreduce_bucket l.2367, 86,418 B) and had no norm instant in the step (step:2 +24,512 B
+    # rank 0, +39,488 B rank 1: get_grad_norm_direct l.2684); now every phase within 0.03% on both ranks.
+    # A gradient larger than the bucket without offload (real Linears, 10,000 < l1.weight's 19,264 /
+    # l2.weight's 23,177): rank 1 owns no part of l1.weight and keeps its gradient to the end of the epilogue
+    # (state._zero12_kept_xl): backward:1 +38,560 B (13.4%) before, now +32 B
+    ("z1_bf16_overlap_w2", _cfg(1, "bf16", overlap_comm=True), 2, False, parity.TINY),
+    ("z1_bf16_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY, {"linear": True}),
 ]
 
 
