@@ -164,3 +164,80 @@ def test_offload_norm_beside_unmoved_gradients_by_hand() -> None:
         items = {e.item: e.bytes for e in led.rank(r).entries if e.life == "reduce"}
         assert items["offload_grad_norm_fp64"] == s * 8 and items.get("offload_norm_unmoved_grads", 0) == u, r
         assert items.get("offload_reduce_flush", 0) == max(0, 111178 - (s * 8 + c + u)), r
+
+
+def _walk_zero1(sizes: list[int], layout, W: int, rbs: int, D: int) -> list[tuple[int, int, int, int]]:
+    """ZeRO-1 (one param group) walked from DeepSpeed's rules directly: reduce_gradients' epilogue loop
+    moves the gradients in order (l.971-976); a gradient whose arrival would take the bucket past RBS
+    flushes it first (l.1421-1424), one over RBS is cloned (l.1444-1446) and reduced alone; at a flush the
+    trigger and every later gradient are still whole (u); a rank's fp64 norm copy of its slice of each
+    flushed gradient (l.1886) sits beside the flushed clone and the clones of earlier extra-large gradients
+    the rank owns no part of, which ZeRO-1 never drops in the reduce (l.2272-2274: only owners copy)."""
+    N = sum(sizes)
+    starts = list(layout.starts)
+    flushes, bucket, elems = [], [], 0
+    for k, n in enumerate(sizes):
+        if elems + n > rbs:
+            flushes.append((bucket, k))
+            bucket, elems = [], 0
+        bucket.append(k)
+        elems += n
+    flushes.append((bucket, None))
+    out = []
+    for r in range(W):
+        lo, hi = r * layout.P, (r + 1) * layout.P
+        best, K = (0, 0, 0, 0), 0
+        for ks, trig in flushes:
+            u = 0 if trig is None else (N - sum(sizes[:trig])) * D
+            gone = 0
+            for k in ks:
+                a, n = starts[k], sizes[k]
+                s = max(0, min(a + n, hi) - max(a, lo))
+                c = n * D if n > rbs else 0
+                if s or c:
+                    best = max(best, (s * 8 + c + K + u, u, c + K, s))
+                if c and not s:
+                    gone += c
+            K += gone
+        out.append((best[3], best[2], 0, best[1]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_zero1_offload_terms_keep_the_clones_of_non_owners(seed: int) -> None:
+    from advisor.model.inventory import from_dict
+    rng = random.Random(seed)
+    W = rng.choice((1, 2, 3, 4, 7, 8))
+    rbs = rng.choice((50, 200, 1000))
+    sizes = [rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))) for _ in range(rng.randint(1, 30))]
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": rbs,
+                                                 "offload_optimizer": {"device": "cpu"}}})
+    wrapper = state.select_optimizer(ec)[0]
+    assert state.zero12_offload_xl_clone_modeled(ec, wrapper)
+    inv = from_dict({"name": "t", "tensors": [{"name": f"m{i}.w", "shape": [n]} for i, n in enumerate(sizes)]}, "t")
+    layout = state.zero12_group_layout(tuple(sizes), W, 2, False)
+    got = state.zero12_offload_reduce_terms(ec, [layout], W, wrapper, inv)
+    assert got.to_list() == _walk_zero1(sizes, layout, W, rbs, 2)
+
+
+def test_zero1_offload_terms_tiny_w4_by_hand() -> None:
+    """parity.TINY at W = 4, reduce_bucket_size 10,000, bf16: l1.weight (19,264 elements, flat [0, 19,264))
+    and l2.weight (23,177, [19,565, 42,742)) are over the bucket; P = ceil(43,209 / 4) = 10,803 (no
+    alignment padding at W = 4, 2 B: 43,212 / 4). Ranks 2 and 3 own no part of l1.weight, so at
+    l2.weight's flush they hold both clones, (19,264 + 23,177) x 2 = 84,882 B: the engine's allocation
+    sites at their peak (z1_bf16_oo_cpu_smallbucket_w4, l.1446 84,882 B)."""
+    from advisor.model.inventory import from_dict
+    sys_path = __import__("os").path.join(__import__("os").path.dirname(__file__), "engine")
+    __import__("sys").path.insert(0, sys_path)
+    import parity
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000,
+                                                 "offload_optimizer": {"device": "cpu"}}})
+    wrapper = state.select_optimizer(ec)[0]
+    inv = from_dict(parity.TINY, "tiny")
+    sizes = tuple(t.numel for t in inv.tensors)
+    layout = state.zero12_group_layout(sizes, 4, 2, False)
+    got = state.zero12_offload_reduce_terms(ec, [layout], 4, wrapper, inv).to_list()
+    assert [c for _, c, _, _ in got[2:]] == [(19264 + 23177) * 2] * 2
+    assert got[0][1] == 19264 * 2  # rank 0 at l1.weight's own flush: its clone alone

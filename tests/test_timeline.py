@@ -238,11 +238,19 @@ def test_zero2_cpu_offload_clones_a_gradient_larger_than_the_bucket_by_hand():
         assert _at(tl, "steady:reduce", every) - before == flush
         # in the hook, the clone of tensor 2 beside the autograd gradient it replaces
         assert _at(tl, "steady:backward", every) - before == 2 * 23177 * 2
-    # ZeRO-1 reaches that code only in its boundary reduce: not modeled, no clone entries
+    # ZeRO-1 reaches that code in its boundary reduce (the epilogue loop, tensors in order), and a rank
+    # owning no part of a cloned gradient keeps the clone (l.2272-2274: only owners copy, and so drop it).
+    # Rank 0's largest moment is tensor 0's flush (19264 x 8 + its clone 19264 x 2 + tensors 1.. whole,
+    # 23945 x 2 = 240,530 B, over tensor 2's 2041 x 8 + 23177 x 2 + 467 x 2 = 63,616): clone 38,528 B;
+    # rank 1's tensor 2's flush, 21136 x 8 + 23177 x 2 + tensor 0's kept clone 19264 x 2 + 467 x 2:
+    # clones 84,882 B (the engine's z1_bf16_oo_cpu_smallbucket_w4 holds both clones on its non-owners)
     z1 = {**cfg, "zero_optimization": {**cfg["zero_optimization"], "stage": 1}}
     ec = effective_config(z1)
     led = compute_ledger(Plan(ec, MLP, Cluster(world_size=2)))
-    assert not [e for e in led.rank(0).entries if e.item.startswith("offload_xl_grad")]
+    for rank, clones in ((0, 19264 * 2), (1, (23177 + 19264) * 2)):
+        got = [e.bytes for e in led.rank(rank).entries if e.item == "offload_xl_grad_clone"]
+        assert got == [clones], (rank, got)
+        assert not [e for e in led.rank(rank).entries if e.item == "offload_xl_grad_cloning"]
 
 
 def test_zero2_fp32_flattened_grad_is_the_kept_storage():

@@ -2343,10 +2343,14 @@ def zero12_offload_xl_clone_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
     reduce bucket in its backward hook: ``stage_1_and_2.py`` l.232 ``_offload_gradient_safety_enabled
     = self.cpu_offload and not self.zenflow``; l.1443-1446, with ``contiguous_gradients``, ``if
     param.numel() > self.reduce_bucket_size: if self._offload_gradient_safety_enabled:
-    grad_reduc.data = grad_reduc.detach().clone(...)``. ZeRO-1 reaches the same hook code only in
-    its boundary reduce (reduce_gradients), beside every 16-bit gradient, which the offload ledger
-    does not model: not counted there."""
-    return (zero12_offload_norm_modeled(ec, wrapper) and ec.zero.stage == 2 and ec.zero.contiguous_gradients)
+    grad_reduc.data = grad_reduc.detach().clone(...)``. ZeRO-1 reaches the same hook code in its
+    boundary reduce (reduce_gradients' epilogue loop), beside every later 16-bit gradient (the u term of
+    :func:`zero12_offload_reduce_terms`), with one param group and the flushes replayed
+    (:func:`zero12_offload_flush_modeled`): there a rank that owns no part of the gradient keeps its
+    clone (:func:`_zero12_kept_xl`), which the per-rank terms carry for one group only."""
+    z = ec.zero
+    return (zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
+            and (z.stage == 2 or zero12_offload_flush_modeled(ec, wrapper)))
 
 
 #: Packing of (bytes at a flush, clone bytes, slice elements) into one int, so that
@@ -2384,7 +2388,10 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     u_p those of p's flush, and (s_r, c_r, h, u_r) are the largest's. Engine,
     tests/engine/test_peak_parity.py z2_bf16_oo_cpu_bigtensor_w4 (real Linears): l1.bias's hook
     flushes l2.weight's clone with l1.weight's gradient whole, ranks 2 and 3 +39,170 B without u.
-    Without ``inv``, u = 0."""
+    Without ``inv``, u = 0. At ZeRO-1 (one param group, flushes replayed) c_r also holds the clones of
+    earlier extra-large gradients rank r owns no part of (:func:`_zero12_offload_reduce_runs`): engine,
+    z1_bf16_oo_cpu_smallbucket_w4, ranks 2 / 3 +84,918 / +82,074 B and ranks 0 / 1 +38,564 B without
+    the ZeRO-1 clones."""
     if not layouts:
         return Runs.const(W, (0, 0, 0, 0))
     rbs = int(ec.zero.reduce_bucket_size)
@@ -2399,13 +2406,15 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             for k in ks:
                 g, a0, _ = order[k]
                 unmoved[(g, a0)] = u
-    xl = zero12_offload_xl_clone_modeled(ec, wrapper) and any(n > rbs for lay in layouts for n in lay.numels)
+    # ZeRO-1's kept clones are carried for one param group only (_zero12_offload_reduce_runs)
+    clones = zero12_offload_xl_clone_modeled(ec, wrapper) and (ec.zero.stage == 2 or len(layouts) == 1)
+    xl = clones and any(n > rbs for lay in layouts for n in lay.numels)
     if not xl and not unmoved:
         return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0, 0))
-    if not zero12_offload_xl_clone_modeled(ec, wrapper):
+    if not clones:
         rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
-    if unmoved:
-        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved)
+    if unmoved or (xl and ec.zero.stage == 1):
+        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1)
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
     key = ("offload_reduce_terms", W, rbs, D)
@@ -2418,11 +2427,22 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
 
 
 def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int,
-                                unmoved: "dict | None" = None) -> Runs:
+                                unmoved: "dict | None" = None, zero1: bool = False) -> Runs:
     """:func:`zero12_offload_reduce_terms` with an extra-large gradient or gradients not yet in the
-    bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed."""
+    bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed. ``zero1`` (one param
+    group, flushes in flat order): c_r also holds the clones of earlier extra-large gradients rank r
+    owns no part of, kept to the end of the epilogue (``stage_1_and_2.py`` l.2272-2274:
+    only owners copy_grads_in_partition, which drops the clone; :func:`_zero12_kept_xl`). The earlier
+    ones lie before p in the flat buffer, so p's owners hold all of them but those of p's first owner
+    r0 that r0 owns too; the ranks after p's last owner all of them; a rank before r0 all but its own:
+    O(X^2) updates for X extra-large gradients. h = 0: the clone's own moment at ZeRO-1 (the gradients
+    not yet moved, the autograd gradient and its clone) is not modelled; the engine's cells peak at the
+    norm copies (z1_bf16_oo_cpu_smallbucket_w4)."""
     M = _XL_M
     um = unmoved or {}
+    zero1 = zero1 and len(layouts) == 1
+    earlier: list[tuple[int, int, int]] = []  # ZeRO-1: (first owner, last owner, bytes) of earlier extra-large ones
+    k_all = 0
 
     def pack(s: int, c: int, u: int = 0) -> int:
         return (((s * 8 + c + u) * M + u) * M + c) * M + s
@@ -2443,6 +2463,30 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
                 continue
             c = n * D if n > rbs else 0
             u = um.get((g, a), 0) if um else 0
+            if zero1:
+                if not P:
+                    continue
+                r0, r1 = a // P, min((a + n - 1) // P, W - 1)
+                own0 = sum(b for q0, q1, b in earlier if q0 <= r0 <= q1)
+                if c:
+                    # non-owners: after p's last owner every earlier clone; before r0, all but their own
+                    if r1 + 1 < W:
+                        ups.append((r1 + 1, W, pack(0, c + k_all, u)))
+                    pts = sorted({0, r0, *(q for q0, q1, _ in earlier for q in (q0, q1 + 1) if q < r0)})
+                    for x, y in zip(pts, pts[1:] + [r0]):
+                        if y > x:
+                            ups.append((x, y, pack(0, c + k_all - sum(b for q0, q1, b in earlier if q0 <= x <= q1), u)))
+                if r0 == r1:
+                    ups.append((r0, r0 + 1, pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c + k_all - own0, u)))
+                elif r0 < r1:
+                    ups.append((r0, r0 + 1, pack((r0 + 1) * P - a, c + k_all - own0, u)))
+                    if r1 > r0 + 1:
+                        ups.append((r0 + 1, r1, pack(P, c + k_all, u)))
+                    ups.append((r1, r1 + 1, pack(min(a + n, (r1 + 1) * P) - r1 * P, c + k_all, u)))
+                if c:
+                    earlier.append((r0, r1, c))
+                    k_all += c
+                continue
             if c:
                 h = max(h, 2 * c)
                 whole = max(whole, pack(0, c, u))  # every rank holds the clone at its flush
@@ -3052,7 +3096,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             b.add("accelerator", "gradients", "offload_xl_grad_clone", clone_at_flush, "reduce",
                   "n_p x D of the extra-large gradient (n_p > reduce_bucket_size) whose flush holds the most "
                   "with its slice's fp64 norm copy (zero12_offload_reduce_terms): its clone, reduced alone in "
-                  "its own storage until copy_grads_in_partition drops it",
+                  "its own storage until copy_grads_in_partition drops it; at ZeRO-1 (one param group) also the "
+                  "clones of earlier ones the rank owns no part of, never dropped in the reduce (l.2272-2274)",
                   f"{S}.reduce_independent_p_g_buckets_and_remove_grads (grad_reduc.detach().clone(), "
                   "_offload_gradient_safety_enabled) / reduce_ipg_grads (extra_large_param_to_reduce)")
         if clone_in_hook:

@@ -262,7 +262,8 @@ CELLS = [
     # +39,170 / +39,194 B without it)
     ("z2_bf16_oo_cpu_bigtensor_w4", _cfg(2, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
      4, False, parity.TINY, {"linear": True}),
-    # ZeRO-1 offload with gradients over the bucket (UNMATCHED_MORE: their clones at ZeRO-1 are not counted)
+    # ZeRO-1 offload with gradients over the bucket: their clones, kept by the ranks owning none of them
+    # (state._zero12_offload_reduce_runs' zero1; it was in UNMATCHED_MORE)
     ("z1_bf16_oo_cpu_smallbucket_w4", _cfg(1, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
      4, False, parity.TINY, {"linear": True}),
     ("z3_bf16_oo_cpu_w4", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 4,
@@ -392,27 +393,15 @@ UNMATCHED_ISSUE15: dict = {}
 #: 85,484 B over (offload_accumulated_grads_cpu, never made at ZeRO-1), forward:2 / forward:4 +100,986 B
 #: (micro-step 1's param.grad and ipg bucket) and backward:1 +86,452 B (micro-step 1's param.grad, before
 #: any reduce: state lp_grads_first_microstep); now every phase within 0.02% on both ranks.
-UNMATCHED_MORE: dict = {
-    # ZeRO-1 + CPU optimizer offload, reduce_bucket_size 10,000 < l1.weight (19,264) and l2.weight (23,177),
-    # real Linears (2026-12-05, 1 run; every other phase within 0.22%). The hook clones a gradient over the
-    # bucket at ZeRO-1 too (stage_1_and_2.py l.1444-1446, _offload_gradient_safety_enabled): ledger
-    # (state.zero12_offload_xl_clone_modeled) counts that clone at ZeRO-2 only. And at ZeRO-1 a rank that does
-    # not own a parameter never drops its clone in the reduce: reduce_ipg_grads clears the other ranks'
-    # gradients only at ZeRO-2 (l.2262-2271); ZeRO-1's branch (l.2272-2274) copies, and so clears
-    # (async_inplace_copy_grad_to_fp32_buffer_from_gpu -> clear_grad_attribute), only the rank's own.
-    # Tracker at the peak: rank 0 l1.weight's clone (l.1446, 38,528 B); ranks 2 and 3 both clones (84,882 B)
-    # beside l2.weight's fp64 norm copy. Accounted by hand, every rank's residual is one norm moment
-    # s_{p,r} x 8 + c_p + u_p + K_{p,r} (K: the clones of earlier gradients over the bucket that rank r does
-    # not overlap, never cleared): ranks 0 / 1, l1.weight's flush, c = 38,528 (K = 0); rank 2, l2.weight's,
-    # c 46,354 + K 38,528 = 84,882; rank 3 the same less the 2,844 B of offload_reduce_flush its figure holds
-    # now (N x 2 over 10,330 x 8 + 934), 82,038; each +36 B of scalars. Not modelled: K is per rank and
-    # parameter, which the per-owner-range updates of zero12_offload_reduce_terms do not carry
-    "z1_bf16_oo_cpu_smallbucket_w4": {
-        "backward:1": (38564, "l1.weight's clone (l.1446, 38,528 B) not counted at ZeRO-1; rank 1 +38,564 B, "
-                              "ranks 2 / 3 +84,918 / +82,074 B (both clones, kept by non-owners)"),
-        "backward:2": (38568, "the same moment; ranks 2 / 3 +84,922 / +82,078 B"),
-    },
-}
+#: z1_bf16_oo_cpu_smallbucket_w4 (ZeRO-1 + CPU optimizer offload, reduce_bucket_size 10,000 < l1.weight's 19,264
+#: and l2.weight's 23,177 elements, real Linears) was here (2026-12-05): backward:1/2 rank 0/1 +38,564 B, ranks
+#: 2 / 3 +84,918 / +82,074 B. The hook clones a gradient over the bucket at ZeRO-1 too (stage_1_and_2.py
+#: l.1444-1446, _offload_gradient_safety_enabled), and a rank owning no part of it never drops its clone in the
+#: reduce (ZeRO-1's branch l.2272-2274 copies, and so clears, only the rank's own): ranks 2 and 3 held both
+#: clones (84,882 B) beside l2.weight's fp64 norm copy. Now state.zero12_offload_xl_clone_modeled takes ZeRO-1
+#: and _zero12_offload_reduce_runs carries the kept clones per rank: every phase within 0.22% on all four ranks
+#: (the same mechanism without offload: z1_bf16_bigtensor_w2, state._zero12_kept_xl).
+UNMATCHED_MORE: dict = {}
 UNMATCHED = {**UNMATCHED_MORE, **UNMATCHED_ZINIT, **UNMATCHED_NONPERSIST, **UNMATCHED_LINEAR, **UNMATCHED_ISSUE15}
 
 
