@@ -1718,6 +1718,13 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
         _say("ds-advisor: warning: --margin is deprecated and ignored: a plan is kept when estimate's fit says "
              "it fits (tracked peak + runtime overhead rows, not tight); give measured overhead with "
              "--runtime-overhead")
+    # the one world-size cap every command applies (advisor.config.validation.MAX_WORLD_SIZE), as
+    # estimate/check/checkpoint apply it to a --hardware spec's nodes x accelerators (cluster/launch.job_shape)
+    from advisor.config.validation import world_size as bounded_world_size
+    try:
+        bounded_world_size(nodes * gpus_per_node, f"--nodes {nodes} x --gpus-per-node {gpus_per_node}")
+    except AdvisorError as e:
+        raise _fail(str(e))
     ovh = _overhead(runtime_overhead, fragmentation)
     from advisor.files import output_problem
     if output == "-":  # -o - is standard output, as without -o
@@ -1946,6 +1953,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel
                            nodes=shape.nodes.value, node_mtbf_hours=node_mtbf_hours,
                            step_time_s=step_time_s, restart_s=restart_seconds, hardware=hw, save_dir=save_dir,
                            save_interval_s=save_interval, workload=wl)
+    plan.world_size_source = shape.world_size.source  # a default world size is said so (issue 21)
     _echo(_render("checkpoint", fmt, plan, source=loaded.source))
     sys.exit(EXIT_FINDINGS if any(f.severity == "error" for f in plan.findings) else EXIT_OK)
 

@@ -287,7 +287,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     A hardware spec's own node count only sizes the default world size: the job's nodes are the
     ones its ranks occupy (a 1-rank job on an 8-node spec is on 1 node).
     Raises AdvisorError (exit 2) for a malformed launcher variable, a spec too large for
-    MAX_WORLD_SIZE, nodes x ranks per node below the world size, or more ranks per node than
+    MAX_WORLD_SIZE, more nodes than ranks, nodes x ranks per node below the world size, or more ranks per node than
     the hardware spec's accelerators per node (:meth:`advisor.cluster.hardware.Hardware.ranks_per_node_problem`)."""
     from advisor.config.validation import world_size as bounded_world_size
     from advisor.errors import AdvisorError
@@ -326,6 +326,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     g = bounded_ranks_per_node(g)
     if nodes is not None:
         n = Found(nodes, "--nodes")
+        if nodes > ws.value:  # every node of the job runs at least one rank (one process per GPU)
+            raise AdvisorError(f"--nodes {nodes} is more nodes than the world size {ws.value} ({ws.source}): each node "
+                               f"runs at least one rank; give --nodes at most {ws.value}, or a world size of at least {nodes}")
         if g is not None and nodes * g.value < ws.value:
             raise AdvisorError(f"--nodes {nodes} x {g.value} ranks per node ({g.source}) = {nodes * g.value} is below "
                                f"the world size {ws.value} ({ws.source})")

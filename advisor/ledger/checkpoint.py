@@ -640,6 +640,10 @@ class CheckpointPlan:
     world_size: int
     dp_world_size: int
     zero_stage: int
+    #: Where ``world_size`` comes from (``advisor.cluster.launch.job_shape``'s source: "--world-size",
+    #: an environment variable, a --hardware spec, or "default 1" when nothing gives it); None when
+    #: the caller does not say (estimate's checkpoint section, whose report names the world already).
+    world_size_source: str | None = None
     write_bandwidth: float | None = None
     read_bandwidth: float | None = None
     nodes: int | None = None
@@ -830,6 +834,7 @@ class CheckpointPlan:
             "basic_optimizer": f.basic_optimizer,
             "world_size": self.world_size,
             "dp_world_size": self.dp_world_size,
+            **({"world_size_source": self.world_size_source} if self.world_size_source else {}),
             "unsupported": f.unsupported,
             "files": [x.to_dict() for x in f.files],
             "per_rank_bytes": {str(k): v for k, v in sorted(f.per_rank_bytes().items())},

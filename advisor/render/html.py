@@ -47,7 +47,7 @@ from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and 
 from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
 from advisor.ledger.ranks import RankSet
 from advisor.ledger.steptime import RESOURCE_NAMES
-from advisor.render.text import key_words
+from advisor.render.text import key_words, world_default_words
 
 if TYPE_CHECKING:
     from advisor.views.estimate import EstimateResult
@@ -498,7 +498,8 @@ def checkpoint_html(ck: dict[str, Any]) -> str:
     parts.append(f"<p id=checkpoint-summary>What <code>engine.save_checkpoint</code> writes (DeepSpeed "
                  f"{_e(DEEPSPEED_VERSION)}): ZeRO-{_value(ck.get('zero_stage'))}"
                  + (f", {_e(opt)}" if opt else "")
-                 + (f", world size {ck['world_size']:,} (data-parallel {ck['dp_world_size']:,})"
+                 + (f", world size {ck['world_size']:,}{_e(world_default_words(ck.get('world_size_source')))} "
+                    f"(data-parallel {ck['dp_world_size']:,})"
                     if ck.get("world_size") is not None and ck.get("dp_world_size") is not None else "") + ".</p>")
     if ck.get("unsupported"):
         parts.append(f"<p class=note id=checkpoint-unsupported>Not saved: {_prose(ck['unsupported'])}</p>")

@@ -599,6 +599,16 @@ def _fmt_s(s: float | None) -> str:
     return duration_text(s)
 
 
+def world_default_words(source: str | None) -> str:
+    """" (the default: ...)" after a world size nothing gave (``advisor.cluster.launch.job_shape``'s
+    source "default 1": no --world-size, launcher environment, accelerate launch or --hardware), so
+    a report never models one rank silently; "" for a world size some input gave."""
+    if not source or not source.startswith("default"):
+        return ""
+    return (" (the default: no --world-size, WORLD_SIZE / SLURM_NTASKS, accelerate launch or --hardware gave "
+            "one)")
+
+
 def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: bool = False) -> str:
     """Human-readable report (sizes in ``units``); files that differ only in the rank are folded
     into one row."""
@@ -609,7 +619,8 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
 
     f = plan.files
     lines = [f"Checkpoint: engine.save_checkpoint (DeepSpeed 0.19.8), ZeRO-{plan.zero_stage}, {f.wrapper} + "
-             f"{f.basic_optimizer}, world size {plan.world_size} (data-parallel {plan.dp_world_size})"]
+             f"{f.basic_optimizer}, world size {plan.world_size}{world_default_words(plan.world_size_source)} "
+             f"(data-parallel {plan.dp_world_size})"]
     if f.unsupported:
         lines.append("  not saved: DeepSpeed would refuse this config before training starts; fix the error finding(s) "
                      "below first" if plan.findings else f"  not saved: {f.unsupported}")

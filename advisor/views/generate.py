@@ -638,7 +638,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     dp = req.world_size
     if req.global_batch % dp:
         lo = (req.global_batch // dp) * dp
-        near = [x for x in dict.fromkeys((lo, lo + dp)) if x > 0]  # the multiples on either side, each once
+        from advisor.config.validation import MAX_GLOBAL_BATCH
+        # the multiples on either side, each once, each one --global-batch accepts
+        near = [x for x in dict.fromkeys((lo, lo + dp)) if 0 < x <= MAX_GLOBAL_BATCH]
         raise AdvisorError(f"--global-batch {req.global_batch} is not a multiple of the data-parallel size {dp} "
                            f"(= {req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} GPUs): "
                            f"use {' or '.join(map(str, near))}")
