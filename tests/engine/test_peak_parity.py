@@ -336,6 +336,12 @@ CELLS = [
     # (state._zero12_kept_xl): backward:1 +38,560 B (13.4%) before, now +32 B
     ("z1_bf16_overlap_w2", _cfg(1, "bf16", overlap_comm=True), 2, False, parity.TINY),
     ("z1_bf16_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY, {"linear": True}),
+    # both at once, the newcomer's first regime (overlap_comm, a tensor over the bucket): the hooks' order
+    # (l3 first), the extra-large gradients kept by their non-owners. Matched on first run (2026-12-05, every
+    # phase within 0.36%, the forward's +630 B proxy scalars aside); so did the newcomer's own two configs on
+    # their inventory (l1 257x96 > reduce_bucket_size 20,000, real Linears): every backward/step within 0.01%
+    ("z1_bf16_overlap_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True), 2, False,
+     parity.TINY, {"linear": True}),
 ]
 
 
