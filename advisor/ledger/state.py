@@ -2912,7 +2912,7 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
     clear it (l.2262-2268). It lives until the epilogue's _clear_param_grad_only (l.1063, l.2638-2640:
     ``p.grad = None``). Engine: tests/engine/test_peak_parity.py z1_bf16_bigtensor_w2, rank 1 +38,560 B
     (l1.weight's 19,264 x 2 B, engine.py l.3428) without it. () on every rank without such a gradient.
-    O(X x (X + F)) for X extra-large gradients."""
+    O(X x (X + F)) for X extra-large gradients and F flushes."""
     big = [(j, order[ks[0]]) for j, (ks, _) in enumerate(flushes) if xl[j]]
     if ec.zero.stage != 1 or not big or not layouts:
         return Runs.const(W, ())
@@ -2928,12 +2928,11 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
 
     def values(starts):
         for r in starts:
-            K = [0] * (F + 1)
+            add = [0] * (F + 1)
             for j, r0, r1 in owners:
                 if not (r0 <= r <= r1):
-                    for k in range(j + 1, F + 1):
-                        K[k] += xl[j]
-            yield tuple(K)
+                    add[j + 1] += xl[j]
+            yield tuple(itertools.accumulate(add))
 
     return Runs.at_points(W, pts, values)
 
