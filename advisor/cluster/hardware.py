@@ -30,7 +30,8 @@ from importlib import resources
 from typing import Any
 
 from advisor.cluster.overhead import MIB, OverheadDefaults
-from advisor.config.validation import MAX_GPUS_PER_NODE, MAX_NODES, shown, type_name
+from advisor.config.validation import (MAX_GPUS_PER_NODE, MAX_NODES, InputValueError, finite_number, number_in,
+                                       shown, type_name)
 from advisor.errors import HardwareSpecError
 
 ACCESS_CLASSES = ("read-write", "read-oriented")
@@ -324,16 +325,12 @@ class _P:
             if required:
                 raise self.err(ptr, f"missing required key '{key}'")
             return None
-        v = d[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-            raise self.err(f"{ptr}/{key}", f"expected a number, got {shown(v)}")
-        if v < 0 or (v == 0 and not allow_zero):
-            raise self.err(f"{ptr}/{key}", f"expected a {'non-negative' if allow_zero else 'positive'} number, got {shown(v)}")
-        if v != 0 and not HW_NUMBER_MIN <= v <= HW_NUMBER_MAX:
+        try:  # the one validation layer: a 400-digit integer is "too large", never float()'d (issue 21)
+            return number_in(d[key], f"{ptr}/{key}", lo=HW_NUMBER_MIN, hi=HW_NUMBER_MAX, allow_zero=allow_zero,
+                             what="the range a hardware spec's bytes, bytes/s, FLOP/s and seconds are read in")
+        except InputValueError as e:
             # finite but absurd (1e-300 FLOP/s, 1e308 bytes) made step times Infinity in JSON/SARIF
-            raise self.err(f"{ptr}/{key}", f"{v:g} is outside {HW_NUMBER_MIN:g} to {HW_NUMBER_MAX:g}, the range a "
-                                           "hardware spec's bytes, bytes/s, FLOP/s and seconds are read in")
-        return v
+            raise self.err(e.source, e.problem) from None
 
     def int_(self, d: dict, key: str, ptr: str, minimum: int, maximum: int) -> int | None:
         if key not in d:
@@ -402,8 +399,7 @@ class _P:
             v = d.get(k)
             top = 1 << 30 if k == "cuda_context_mib" else 1  # 1 PiB of context; a fraction below 1
             if (not isinstance(v, list) or len(v) != 3
-                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or not 0 <= x < top
-                           for x in v)):
+                    or any(not finite_number(x) or not 0 <= x < top for x in v)):
                 raise self.err(f"{ptr}/{k}", f"expected [default, low, high] of numbers from 0 to below {top:,}, "
                                              f"got {shown(v)}")
             vals[k] = v

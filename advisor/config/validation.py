@@ -61,6 +61,14 @@ MAX_DIM = 1 << 24
 MAX_KEEP = 1 << 20
 #: Largest MoE capacity factor (``--moe-capacity-factor``, a workload sidecar's).
 MAX_MOE_CAPACITY_FACTOR = 1e6
+#: The range of every time option, in seconds (``--step-time``, ``--save-interval``,
+#: ``--restart-seconds``, measure's ``--timeout``; ``--node-mtbf-hours`` in hours, the same
+#: figures): a millisecond to about 31.7 years. A shorter step or save interval is no training job,
+#: and dividing a day by 1e-300 s made checkpoint/estimate JSON write ``Infinity`` bytes per day
+#: (invalid JSON) and the HTML report crash (issue 21). The per-day and per-step figures derived
+#: from times in this range and hardware numbers in ``cluster.hardware.HW_NUMBER_MIN .. MAX``
+#: stay finite.
+MIN_SECONDS, MAX_SECONDS = 1e-3, 1e9
 #: The batch-size keys of a DeepSpeed config; each is at most :data:`MAX_GLOBAL_BATCH` (ds-advisor's
 #: documented bound, not DeepSpeed's: 0.19.8 takes 1e30 as a micro-batch at config time and fails
 #: in its data loader; rule B002 reports it in a file, ``--set`` refuses it as exit 2).
@@ -105,6 +113,29 @@ def finite_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def number_in(value: Any, source: str, *, lo: float, hi: float, allow_zero: bool = False,
+              what: str = "") -> int | float:
+    """A JSON number of a spec file (bytes, bytes/s, FLOP/s, seconds, a fraction) checked to be
+    positive (or zero with ``allow_zero``) and, when not zero, within ``lo`` .. ``hi`` inclusive;
+    returned as given (an int stays an exact int). The one check every ``--hardware`` spec number
+    goes through (``advisor.cluster.hardware``).
+
+    An int is compared exactly, never through ``float()``: a 400-digit integer (JSON allows up to
+    4,300 digits) is "too large", not an OverflowError from ``float()`` or from formatting it with
+    ``:g`` (issue 21). The value is echoed by :func:`shown` (cut to :data:`MAX_ECHO` characters).
+    Raises :class:`InputValueError` naming ``source``; ``what`` ends the out-of-range message (the
+    range's meaning)."""
+    if not finite_number(value):
+        raise InputValueError(source, f"expected a number, got {shown(value)}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InputValueError(source, f"expected a {'non-negative' if allow_zero else 'positive'} number, "
+                                      f"got {shown(value)}")
+    if value != 0 and not lo <= value <= hi:
+        size = "too large" if value > hi else "too small"
+        raise InputValueError(source, f"{shown(value)} is {size}: outside {lo:g} to {hi:g}" + (f", {what}" if what else ""))
+    return value
 
 
 def shown(value: Any, limit: int = MAX_ECHO) -> str:
@@ -189,12 +220,31 @@ def as_float(value: Any, source: str, *, lo: float | None = None, hi: float | No
     if f is None:
         raise InputValueError(source, f"expected a number, got {shown(value)}")
     if not math.isfinite(f):
+        if _finite_decimal(value):  # 400 nines, 1e999: a number, just past the float range (about 1.8e308)
+            raise InputValueError(source, f"{shown(value)} is too large" + (f" (at most {hi:g})" if hi is not None
+                                                                              else " (past the float range)"))
         raise InputValueError(source, f"{shown(value)} is not a finite number")
     if lo is not None and (f < lo or (lo_open and f == lo)):
         raise InputValueError(source, f"{f:g} is {'at or ' if lo_open else ''}below the minimum {lo:g}")
     if hi is not None and f > hi:
         raise InputValueError(source, f"{f:g} is over the limit {hi:g}")
     return f
+
+
+def _finite_decimal(value: Any) -> bool:
+    """True when ``value`` is an int or a decimal string naming a finite number (``"9" * 400``,
+    ``"1e999"``), however far past the float range; False for NaN, infinities and non-numbers."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if not isinstance(value, str):
+        return False
+    import decimal
+    try:
+        return decimal.Decimal(value.strip()).is_finite()
+    except (decimal.InvalidOperation, ValueError):
+        return False
 
 
 def as_bool(value: Any, source: str) -> bool:
