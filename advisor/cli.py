@@ -141,7 +141,8 @@ class CheckpointingType(click.ParamType):
 
 class FiniteFloat(click.FloatRange):
     """click's FloatRange, plus the one validation layer's finiteness: NaN and infinities are
-    refused (FloatRange lets them through) by :func:`advisor.config.validation.as_float`."""
+    refused (FloatRange lets them through) by :func:`advisor.config.validation.as_float`, and a
+    number past the float range (400 nines, ``1e999``) is "too large", not "not finite"."""
 
     name = "number"
 
@@ -153,9 +154,9 @@ class FiniteFloat(click.FloatRange):
     def convert(self, value, param, ctx):
         from advisor.config.validation import InputValueError, as_float
         try:
-            as_float(value, "x")
-        except InputValueError:
-            self.fail(f"{value!r} is not a finite number", param, ctx)
+            as_float(value, "x", hi=self.max)
+        except InputValueError as e:  # "'1e999' is too large (at most 1e+09)", "'nan' is not a finite number"
+            self.fail(e.problem, param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -294,7 +295,7 @@ def _settings_defaults(config: str, model: str | None, params: int | None, world
 #: DeepSpeed limit). ``measure`` launches its ranks on this machine and has its own bound.
 from advisor.config.validation import (MAX_DIM, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_KEEP,  # noqa: E402
                                        MAX_MOE_CAPACITY_FACTOR, MAX_NODES, MAX_SEQ_LEN, MAX_WORLD_SIZE)
-from advisor.config.validation import MAX_PARAMS  # noqa: E402
+from advisor.config.validation import MAX_PARAMS, MAX_SECONDS, MIN_SECONDS  # noqa: E402
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
 HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or JSON spec "
@@ -378,10 +379,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         type=Count(min=1, max=4096), default=None,
         help="OpenMP threads per rank for the CPU optimizer step (default: OMP_NUM_THREADS, else the launcher's "
              "default: torchrun 1 with several ranks per node, the physical cores with one).")),
-    "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=0, min_open=True, max=1e9),
+    "step_time_s": (("--step-time", "step_time_s"), dict(type=FiniteFloat(min=MIN_SECONDS, max=MAX_SECONDS),
                                          help="Seconds per optimizer step.")),
     "save_dir": (("--save-dir",), dict(help="Absolute path checkpoints are saved to (save_checkpoint's save_dir).")),
-    "save_interval": (("--save-interval",), dict(type=FiniteFloat(min=0, min_open=True),
+    "save_interval": (("--save-interval",), dict(type=FiniteFloat(min=MIN_SECONDS, max=MAX_SECONDS),
                                                  help="Seconds between saves, for writes per day.")),
     "set": (("--set", "overrides"), dict(
         multiple=True, metavar="KEY.PATH=VALUE", callback=_check_sets,
@@ -1391,7 +1392,7 @@ MEASURE_MAX_RANKS = 64
          world_size=dict(type=click.IntRange(min=1, max=MEASURE_MAX_RANKS), default=1, show_default=True,
                          help="Ranks to launch on this machine (torch.distributed.run)."))
 @_opt("--steps", type=click.IntRange(min=1, max=100), default=2, show_default=True)
-@_opt("--timeout", "timeout_s", type=FiniteFloat(min=1), default=600, show_default=True,
+@_opt("--timeout", "timeout_s", type=FiniteFloat(min=1, max=MAX_SECONDS), default=600, show_default=True,
               help="Seconds before the launch is stopped.")
 @_opt("--allow-large", is_flag=True, help=f"Measure models over {MEASURE_MAX_PARAMS:,} parameters anyway.")
 @format_option("measure")
@@ -1867,9 +1868,9 @@ def report(config, est, output, force):
 @_opt("--nodes", type=Count(min=1, max=MAX_NODES), help="Nodes in the job (default: world size / gpus per node).")
 @_opt("--write-bandwidth", help="Aggregate write bandwidth of the checkpoint storage, e.g. 2GB/s.")
 @_opt("--read-bandwidth", help="Aggregate read bandwidth (default: the write bandwidth).")
-@_opt("--node-mtbf-hours", type=FiniteFloat(min=0, min_open=True),
+@_opt("--node-mtbf-hours", type=FiniteFloat(min=MIN_SECONDS, max=MAX_SECONDS),
               help="Mean time between failures of one node, hours (enables the Young/Daly interval).")
-@_opt("--restart-seconds", type=FiniteFloat(min=0), default=300.0, show_default=True,
+@_opt("--restart-seconds", type=FiniteFloat(min=0, max=MAX_SECONDS), default=300.0, show_default=True,
               help="Time from a failure to the job running again, before reloading the checkpoint.")
 @option("step_time_s")
 @_opt("--keep", type=click.IntRange(min=1, max=MAX_KEEP), default=1, show_default=True, help="Checkpoints kept on disk.")

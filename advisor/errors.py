@@ -198,6 +198,15 @@ class WorkLimitError(AdvisorError):
     minutes: exit 2, one line naming the limit and the figures that pass it."""
 
 
+class NonFiniteOutputError(AdvisorError):
+    """A JSON or SARIF output would hold a non-finite number (``NaN``, ``Infinity``), which JSON does
+    not allow (RFC 8259 section 6) and strict parsers refuse: a figure derived from the inputs
+    overflowed. Refused (exit 2, one line naming the field's JSON pointer) rather than printed as
+    invalid JSON (``advisor.render.render``). The inputs' bounds (``validation.MIN_SECONDS`` ..
+    ``MAX_SECONDS``, the hardware spec's ``HW_NUMBER_MIN .. MAX``) keep every figure finite; this
+    is the backstop for one that is not."""
+
+
 class PreflightError(AdvisorError):
     """``advisor.preflight`` found that the model and config will not fit on this device (or the
     config / an overhead value cannot be read). ``str(err)`` names each tier that does not fit,

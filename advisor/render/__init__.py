@@ -133,6 +133,8 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     # view and format (JSON: in its strings)
     out = cut_numbers_in_json(out) if fmt in ("json", "sarif") else cut_numbers(out) if fmt == "github" \
         else cut_echoes(out)
+    if fmt in ("json", "sarif"):  # JSON has no NaN/Infinity: refuse rather than print invalid JSON
+        _refuse_non_finite(out, view, fmt)
     if fmt == "text":  # the one place every text report is folded to the stream's width
         from advisor.render.style import width, wrap
         keep = getattr(fn, "keep_lines", None)
@@ -141,3 +143,33 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
             keep = None
         out = wrap(out, width(stream), keep=keep(result) if keep else frozenset())
     return out
+
+
+def _refuse_non_finite(text: str, view: str, fmt: str) -> None:
+    """Raise :class:`advisor.errors.NonFiniteOutputError` naming the first field (a JSON pointer)
+    of the JSON document ``text`` whose value is NaN or +-Infinity (``json.dumps`` writes them by
+    default; JSON does not allow them). The full parse runs only when the words occur at all."""
+    import re
+    if re.search(r"\b(?:NaN|Infinity)\b", text) is None:
+        return
+    import json
+    import math
+
+    def walk(v, ptr):
+        if isinstance(v, float) and not math.isfinite(v):
+            return ptr, v
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in items:
+            hit = walk(x, f"{ptr}/{str(k).replace('~', '~0').replace('/', '~1')}")
+            if hit:
+                return hit
+        return None
+    try:
+        hit = walk(json.loads(text), "")
+    except ValueError:  # not one JSON document: nothing to point at
+        return
+    if hit:
+        from advisor.errors import NonFiniteOutputError, cut
+        raise NonFiniteOutputError(
+            f"{view} --format {fmt}: {cut(hit[0] or '/')} would be {json.dumps(hit[1])}, which JSON does not allow "
+            "(a figure derived from the inputs overflowed); refused rather than printed as invalid JSON")
