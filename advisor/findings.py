@@ -59,10 +59,14 @@ class Finding:
 
     def text(self, units: str | None = None) -> tuple[str, str]:
         """(message, fix) with every size in ``units`` ("GiB" / "GB"; None: as stored, the default
-        GiB): what a text report prints. JSON and SARIF keep :attr:`message` (stable) and the bytes
-        in ``data``."""
+        GiB): what a text report prints, with a key's control characters as ``\\xNN`` and lone
+        surrogates as ``\\udXXXX`` (:func:`advisor.render.escape.safe_text`: a key's BEL or ANSI
+        escape is shown, never sent to the terminal nor dropped by rich). JSON and SARIF keep
+        :attr:`message` (stable; the JSON encoder escapes control characters as ``\\u00NN``) and
+        the bytes in ``data``."""
+        from advisor.render.escape import safe_text
         if self.template is None or units is None:
-            return self.message, self.fix
+            return safe_text(self.message), safe_text(self.fix)
         from advisor.units import DEFAULT_UNITS
 
         msg, fix = self.template
@@ -70,7 +74,14 @@ class Finding:
             msg = self.message.replace("{", "{{").replace("}", "}}")
         if render_sized(fix, self.sizes, DEFAULT_UNITS) != self.fix:
             fix = self.fix.replace("{", "{{").replace("}", "}}")
-        return render_sized(msg, self.sizes, units), render_sized(fix, self.sizes, units)
+        return safe_text(render_sized(msg, self.sizes, units)), safe_text(render_sized(fix, self.sizes, units))
+
+    @property
+    def shown_pointer(self) -> str:
+        """The JSON pointer as a text report prints it: "/" for the document, control characters as
+        ``\\xNN`` (:func:`advisor.render.escape.safe_text`), as in :meth:`text`."""
+        from advisor.render.escape import safe_text
+        return safe_text(self.pointer or "/")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a finding (stable field names)."""

@@ -129,6 +129,12 @@ def render(view: str, fmt: str, result: Any, **options: Any) -> str:
     from advisor.errors import cut_echoes, cut_numbers, cut_numbers_in_json
     from advisor.render.escape import escape_surrogates
     out = escape_surrogates(fn(result, **options))  # a key's lone surrogate never fails to print
+    if fmt == "text" and not options.get("color"):
+        # without colour a text report writes no control character of its own, so any left is a
+        # key's (BEL, an ANSI escape): shown as \xNN here, for every view at once. With colour the
+        # reporters escape what they echo (Finding.text, Finding.shown_pointer, safe_text).
+        from advisor.render.escape import safe_text
+        out = safe_text(out)
     # a config value of thousands of digits, a tensor name of 100k characters: echoed cut, in every
     # view and format (JSON: in its strings)
     out = cut_numbers_in_json(out) if fmt in ("json", "sarif") else cut_numbers(out) if fmt == "github" \

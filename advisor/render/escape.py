@@ -10,7 +10,11 @@ UTF-8, so any output carrying such a key would crash while being printed or writ
   (:func:`advisor.files.write_atomic`), so text, JSON, SARIF, GitHub and HTML outputs never fail to
   encode. In JSON the six characters read as the escape of the same code point.
 * :func:`safe_text` also shows control characters (ANSI escape sequences a key could carry)
-  as ``\\xNN``: for text meant for a terminal (lint's text lines, GitHub annotation messages).
+  as ``\\xNN``: for text meant for a terminal. :func:`advisor.render.render` applies it to every
+  uncoloured text report (which writes no control character of its own); with colour on, the
+  reporters get escaped text from :meth:`advisor.findings.Finding.text` / ``shown_pointer`` and
+  escape the notes they echo; GitHub annotations and HTML (``html._e``) apply it too. JSON and
+  SARIF keep the key exact (the JSON encoder writes ``\\u00NN``).
 """
 
 from __future__ import annotations

@@ -444,16 +444,16 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               f"{key_words('micro_batch')} {w['micro_batch']}, checkpointing "
                               f"{w['checkpointing']}, attention {w['attention']}")
             for n in a["notes"]:
-                console.print(f"  note {n['pointer']}: {n['message']}")
+                console.print(safe_text(f"  note {n['pointer']}: {n['message']}"), markup=False)  # a key's [..] too
             for x in a["excluded"]:
-                console.print(f"  excluded: {x}")
+                console.print(safe_text(f"  excluded: {x}"), markup=False)
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
             for f in result.findings:  # the Findings behind d["findings"], sizes in ``units``
                 msg, fix = f.text(units)
                 line = Text("  ")
                 line.append(f.severity, style=STYLE.get(f.severity, ""))
-                line.append(f" {f.code} {f.pointer or '/'}: {msg}")
+                line.append(f" {f.code} {f.shown_pointer}: {msg}")
                 console.print(line)
                 if fix:
                     console.print(f"      fix: {fix}", markup=False)
@@ -802,7 +802,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         for f in r.findings:
             loc = f"{f.file}:{f.line}: " if f.line else ""
             msg, fix = f.text(units)
-            L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.pointer or '/'}: {msg}")
+            L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.shown_pointer}: {msg}")
             if fix:
                 L.append(f"      fix: {fix}")
     for i, w in enumerate(r.warnings):
