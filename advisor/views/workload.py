@@ -29,7 +29,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.config.validation import MAX_GLOBAL_BATCH, MAX_MOE_CAPACITY_FACTOR, MAX_SEQ_LEN, MAX_WORLD_SIZE, shown
+from advisor.config.validation import (MAX_GLOBAL_BATCH, MAX_MOE_CAPACITY_FACTOR, MAX_SEQ_LEN, MAX_WORLD_SIZE,
+                                       float_of, shown)
 from advisor.errors import ConfigLoadError
 from advisor.model.inventory import MAX_TENSORS
 
@@ -163,7 +164,7 @@ def read_sidecar(path: str) -> dict[str, Any]:
             continue
         v = d[k]
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
+            v = float_of(v)  # a 400-digit integer is the largest float, not an OverflowError (issue 21)
         ok = isinstance(v, typ) and (typ is bool or not isinstance(v, bool))
         if typ is float and ok and not (0 < v < float("inf")):
             ok = False
@@ -184,7 +185,7 @@ def read_sidecar(path: str) -> dict[str, Any]:
                                      if k in _CHOICES else ""))
         if k in LIMITS and v > LIMITS[k][0]:
             hi, flag = LIMITS[k]
-            raise ConfigLoadError(path, f"/{k}: {v:g} is over the limit {hi:,g} (the bound {flag} has)" if typ is float
+            raise ConfigLoadError(path, f"/{k}: {shown(d[k])} is over the limit {hi:,g} (the bound {flag} has)" if typ is float
                                   else f"/{k}: {v} is over the limit {hi:,} (the bound {flag} has)")
         out[k] = v
     digest = d.get("config_sha256")

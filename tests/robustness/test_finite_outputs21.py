@@ -128,3 +128,14 @@ def test_render_refuses_non_finite_json():
     with pytest.raises(NonFiniteOutputError, match=r"/x would be NaN"):
         _refuse_non_finite(json.dumps({"x": float("nan")}), "estimate", "sarif")
     _refuse_non_finite(json.dumps({"s": "NaN and Infinity in a message", "n": 1e308}), "estimate", "json")
+
+
+def test_workload_sidecar_float_field_past_float_range(tmp_path):
+    """A workload sidecar's moe_capacity_factor of 400 nines went through float() (OverflowError,
+    "internal error"); now validation.float_of reads it and the limit message echoes it cut."""
+    cfg = tmp_path / "a.json"
+    cfg.write_text((ROOT / "sample_configs" / "zero2.json").read_text())
+    (tmp_path / "a.workload.json").write_text('{"moe_capacity_factor": ' + NINES + "}")
+    p = run_cli(["estimate", str(cfg), "--model", "gpt2"])
+    line = _one_line_refusal(p, "a.workload.json", "/moe_capacity_factor", "over the limit")
+    assert "1e+06" in line
