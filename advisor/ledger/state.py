@@ -751,12 +751,19 @@ def autograd_pairs(inv: Inventory) -> dict[int, int]:
     :func:`autograd_siblings`'). Memoised per tensor list, O(tensors)."""
     def compute() -> dict[int, int]:
         tensors = inv.tensors
-        weights: dict[str, int] = {}
+        # biases first, weights only where a bias names their module: no head string per tensor
+        # (9e5 of them at 1e5 layers, ~0.15 GB at once, for a model without biases, where no weight is
+        # looked at; issue 21). A name ending ".bias" is what rpartition(".") splits into a non-empty
+        # head and "bias"; the last tensor of a name wins, as before
         biases: dict[str, int] = {}
         for i, t in enumerate(tensors):
-            head, _, last = t.name.rpartition(".")
-            if head and t.trainable and last in ("weight", "bias"):
-                (weights if last == "weight" else biases)[head] = i
+            if t.trainable and len(t.name) > 5 and t.name.endswith(".bias"):
+                biases[t.name[:-5]] = i
+        weights: dict[str, int] = {}
+        if biases:
+            for i, t in enumerate(tensors):
+                if t.trainable and len(t.name) > 7 and t.name.endswith(".weight") and t.name[:-7] in biases:
+                    weights[t.name[:-7]] = i
         out: dict[int, int] = {}
         for head, ib in biases.items():
             iw = weights.get(head)
@@ -2636,6 +2643,81 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
                  or (z.stage == 2 and not z.overlap_comm and ga == 1 and groups == 1)))
 
 
+class _FlushOrder:
+    """The tensors of a ZeRO-1/2 flush replay in hook order, as packed columns: ``order[k]`` is
+    (param group index, flat start, numel) in elements, as the list of tuples it replaces
+    (8 bytes a value instead of a tuple and int objects per tensor; issue 21)."""
+
+    __slots__ = ("groups", "starts", "numels")
+
+    def __init__(self, groups: "Sequence[int] | None", starts: "Sequence[int]", numels: "Sequence[int]"):
+        self.groups, self.starts, self.numels = groups, starts, numels  # groups None: all group 0
+
+    def __len__(self) -> int:
+        return len(self.numels)
+
+    def __getitem__(self, k: int) -> tuple[int, int, int]:
+        return (0 if self.groups is None else self.groups[k]), self.starts[k], self.numels[k]
+
+
+class _Flushes:
+    """A flush replay's bucket flushes as packed columns: ``flushes[j]`` is (range of positions in
+    hook order of the bucket's tensors, position of the triggering tensor or None for the
+    epilogue's), as the list of tuples it replaces (issue 21)."""
+
+    __slots__ = ("starts", "trig")
+
+    def __init__(self, starts: "Sequence[int]", trig: "Sequence[int]"):
+        self.starts, self.trig = starts, trig  # len(starts) = flushes + 1; trig -1: the epilogue's
+
+    def __len__(self) -> int:
+        return len(self.trig)
+
+    def __getitem__(self, j: int) -> "tuple[range, int | None]":
+        if j < 0:
+            j += len(self.trig)
+        t = self.trig[j]
+        return range(self.starts[j], self.starts[j + 1]), (None if t < 0 else t)
+
+    def __iter__(self):
+        st, tr = self.starts, self.trig
+        for j in range(len(tr)):
+            t = tr[j]
+            yield range(st[j], st[j + 1]), (None if t < 0 else t)
+
+
+class _RankRanges:
+    """Per flush, the merged rank ranges [ra, rb) its slices belong to, packed: ``touched[j]`` is
+    the list of (ra, rb) pairs of flush j (issue 21: a list of lists of tuples per flush before).
+    Filled flush by flush: :meth:`open` gives the list the flush appends to, :meth:`close` packs it."""
+
+    __slots__ = ("off", "ra", "rb", "_cur")
+
+    def __init__(self) -> None:
+        self.off, self.ra, self.rb = array.array("q", [0]), array.array("q"), array.array("q")
+        self._cur: "list[tuple[int, int]] | None" = None
+
+    def open(self) -> "list[tuple[int, int]]":
+        self.close()
+        self._cur = []
+        return self._cur
+
+    def close(self) -> None:
+        if self._cur is not None:
+            for a, b in self._cur:
+                self.ra.append(a)
+                self.rb.append(b)
+            self.off.append(len(self.ra))
+            self._cur = None
+
+    def __len__(self) -> int:
+        return len(self.off) - 1
+
+    def __getitem__(self, j: int) -> "list[tuple[int, int]]":
+        lo, hi = self.off[j], self.off[j + 1]
+        return list(zip(self.ra[lo:hi], self.rb[lo:hi]))
+
+
 def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
     """The ZeRO-1/2 reduce's bucket flushes, replayed in DeepSpeed's order, as
     :func:`zero12_backward_transients` describes them: (D, RBS, stage, order, sizes, hooked, T, csum,
@@ -2672,51 +2754,77 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
     D = DTYPE_BYTES[ec.model_dtype]
     rbs = int(ec.zero.reduce_bucket_size)
     st = _zero12_replay_stage(ec)
-    # every trainable tensor: (group, flat start, numel), groups in index order (ZeRO-1's loop)
-    params = [(g, s0, n) for g, lay in enumerate(layouts) for s0, n in zip(lay.starts, lay.numels)]
-    # model order across groups (autograd's reverse order is ZeRO-2's hook order)
+    # every trainable tensor as three packed columns (group, flat start, numel), groups in index
+    # order (ZeRO-1's loop). Packed, not a list of (g, start, numel) tuples: the replay is kept in
+    # the layout's memo for the rest of generate (5a4ec71 made ZeRO-2 overlap_comm plans replay; issue 21)
     if len(layouts) <= 1:
-        model_order = params
+        lay0 = layouts[0] if layouts else None
+        m_g = None  # one group: every tensor's group is 0
+        m_a = lay0.starts if lay0 else _packed(())
+        m_n = _packed(lay0.numels) if lay0 else _packed(())
+        p_cols = (None, m_a, m_n)
     else:
+        p_g = _packed(g for g, lay in enumerate(layouts) for _ in lay.numels)
+        p_a = _packed(a for lay in layouts for a in lay.starts)
+        p_n = _packed(n for lay in layouts for n in lay.numels)
+        p_cols = (p_g, p_a, p_n)
+        # model order across groups (autograd's reverse order is ZeRO-2's hook order): the
+        # index into the group-ordered columns of each trainable tensor in model order
         gid = {k: g for g, k in enumerate(sorted({t.group for t in inv.tensors if t.trainable}))}
         pos = [0] * len(layouts)
         base = [0] * (len(layouts) + 1)
         for g, lay in enumerate(layouts):
             base[g + 1] = base[g] + len(lay.numels)
-        model_order = []
+        idx = []
         for t in inv.tensors:
             if t.trainable:
                 g = gid[t.group]
-                model_order.append(params[base[g] + pos[g]])
+                idx.append(base[g] + pos[g])
                 pos[g] += 1
-    order = model_order[::-1] if st == 2 else params
-    sizes = [p[2] for p in order]
+        m_g = _packed(map(p_g.__getitem__, idx))
+        m_a = _packed(map(p_a.__getitem__, idx))
+        m_n = _packed(map(p_n.__getitem__, idx))
+        del idx
+    if st == 2:
+        order = _FlushOrder(None if m_g is None else _packed(reversed(m_g)), _packed(reversed(m_a)),
+                            _packed(reversed(m_n)))
+    else:
+        order = _FlushOrder(*p_cols)
+    sizes = order.numels
     # ZeRO-2: the gradient its autograd node made with each one, whole while its hook runs
     # (autograd_siblings: the weight as an nn.Linear's bias arrives); ZeRO-1 holds all of them anyway
-    tr = [(s, t.numel) for s, t in zip(autograd_siblings(inv), inv.tensors) if t.trainable]
-    sib_model = [s for s, _ in tr]
-    if st != 2 or [n for _, n in tr] != [p[2] for p in model_order]:
-        sibs = [0] * len(order)
-    else:
-        sibs = sib_model[::-1]
-    hooked = [n + s for n, s in zip(sizes, sibs)]  # autograd bytes / D live at each hook
+    trainable = [t.trainable for t in inv.tensors]
     T = len(order)
-    csum = list(itertools.accumulate(sizes, initial=0))
+    tn = itertools.compress((t.numel for t in inv.tensors), trainable)  # trainable numels, model order
+    if st != 2 or not (len(m_n) == sum(trainable) and all(map(operator.eq, tn, m_n))):
+        hooked = sizes  # autograd bytes / D live at each hook: no sibling counted
+    else:
+        sib_model = _packed(itertools.compress(autograd_siblings(inv), trainable))
+        hooked = _packed(map(operator.add, sizes, reversed(sib_model)))
+        del sib_model
+    del trainable
+    csum = _packed(itertools.accumulate(sizes, initial=0))
     # flushes: (bucket params as a range of indices in order, index in order of the triggering
     # param or None for the epilogue). A gradient triggers a flush when the bucket's elements plus
     # its own exceed RBS, and then starts the next bucket: from a bucket starting at s, the first
     # k > s with csum[k+1] - csum[s] > RBS (k >= 0 for the first, empty, bucket)
-    flushes: list[tuple[range, int | None]] = []
+    # Packed (_Flushes): a small reduce_bucket_size makes one flush per few tensors (160,003 flushes of
+    # 180,003 tensors at 2e4 layers and RBS 4,096, as generate tries), and a list of (range, trigger)
+    # tuples with the per-flush lists below was ~60 MB there, kept in the memo (issue 21)
+    f_start, f_trig = array.array("q"), array.array("q")  # flush j: [f_start[j], f_start[j+1]), trigger or -1
     s0 = 0
     while True:
         k = bisect.bisect_right(csum, csum[s0] + rbs) - 1
-        if flushes and k <= s0:
+        if f_start and k <= s0:
             k = s0 + 1
+        f_start.append(s0)
         if k >= T:
-            flushes.append((range(s0, T), None))
+            f_trig.append(-1)
             break
-        flushes.append((range(s0, k), k))
+        f_trig.append(k)
         s0 = k
+    f_start.append(T)
+    flushes = _Flushes(f_start, f_trig)
     Ps = [lay.P for lay in layouts]
     Wl = W - 1
 
@@ -2728,8 +2836,9 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
         # the bucket's slices belong to, overlapping or touching ranges merged.
         blocks: list[list[int]] = []  # [n, m, owner of the last slice]
         ca = cb = -1
-        for k in ks:
-            g, a0, n0 = order[k]
+        k0, k1 = ks.start, ks.stop
+        og = itertools.repeat(0) if order.groups is None else order.groups[k0:k1]
+        for g, a0, n0 in zip(og, order.starts[k0:k1], order.numels[k0:k1]):
             P = Ps[g]
             if not P or n0 <= 0:
                 continue
@@ -2792,11 +2901,12 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
                     m = 0
         return max(best, num if cnt > 1 else 0) * D
 
-    touched: list[list[tuple[int, int]]] = [[] for _ in flushes]
-    copies = [copy_bytes(ks, touched[j]) for j, (ks, _) in enumerate(flushes)]
+    touched = _RankRanges()
+    copies = _packed(copy_bytes(ks, touched.open()) for ks, _ in flushes)
+    touched.close()
     # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
     # bucket (extra_large_param_to_reduce): it is live through its flush
-    xl = [sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes]
+    xl = _packed(sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes)
     return D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl
 
 
