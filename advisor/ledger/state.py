@@ -2680,41 +2680,40 @@ class _Flushes:
         return range(self.starts[j], self.starts[j + 1]), (None if t < 0 else t)
 
     def __iter__(self):
+        # only the last flush is the epilogue's (trigger -1): the others zipped at C level
         st, tr = self.starts, self.trig
-        for j in range(len(tr)):
-            t = tr[j]
-            yield range(st[j], st[j + 1]), (None if t < 0 else t)
+        return itertools.chain(zip(map(range, st[:-2], st[1:-1]), tr[:-1]), ((range(st[-2], st[-1]), None),))
 
 
 class _RankRanges:
     """Per flush, the merged rank ranges [ra, rb) its slices belong to, packed: ``touched[j]`` is
     the list of (ra, rb) pairs of flush j (issue 21: a list of lists of tuples per flush before).
-    Filled flush by flush: :meth:`open` gives the list the flush appends to, :meth:`close` packs it."""
+    Filled flush by flush: :meth:`open` starts flush j's, whose ranges are then ``append``-ed;
+    :meth:`triples` gives every (ra, rb, j) in order."""
 
-    __slots__ = ("off", "ra", "rb", "_cur")
+    __slots__ = ("fj", "ra", "rb", "_j")
 
     def __init__(self) -> None:
-        self.off, self.ra, self.rb = array.array("q", [0]), array.array("q"), array.array("q")
-        self._cur: "list[tuple[int, int]] | None" = None
+        self.fj, self.ra, self.rb = array.array("q"), array.array("q"), array.array("q")
+        self._j = -1
 
-    def open(self) -> "list[tuple[int, int]]":
-        self.close()
-        self._cur = []
-        return self._cur
+    def open(self) -> "_RankRanges":
+        self._j += 1
+        return self
 
-    def close(self) -> None:
-        if self._cur is not None:
-            for a, b in self._cur:
-                self.ra.append(a)
-                self.rb.append(b)
-            self.off.append(len(self.ra))
-            self._cur = None
+    def append(self, pair: tuple[int, int]) -> None:
+        self.ra.append(pair[0])
+        self.rb.append(pair[1])
+        self.fj.append(self._j)
+
+    def triples(self) -> "Iterable[tuple[int, int, int]]":
+        return zip(self.ra, self.rb, self.fj)
 
     def __len__(self) -> int:
-        return len(self.off) - 1
+        return self._j + 1
 
     def __getitem__(self, j: int) -> "list[tuple[int, int]]":
-        lo, hi = self.off[j], self.off[j + 1]
+        lo, hi = bisect.bisect_left(self.fj, j), bisect.bisect_right(self.fj, j)
         return list(zip(self.ra[lo:hi], self.rb[lo:hi]))
 
 
@@ -2903,7 +2902,6 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
 
     touched = _RankRanges()
     copies = _packed(copy_bytes(ks, touched.open()) for ks, _ in flushes)
-    touched.close()
     # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
     # bucket (extra_large_param_to_reduce): it is live through its flush
     xl = _packed(sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes)
@@ -2952,7 +2950,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
     # of the rank); each rank's largest gradient slice (the fp64 norm copy)
-    first = Runs.from_updates(W, ((ra, rb, j) for j in range(F) for ra, rb in touched[j]), F, "min")
+    first = Runs.from_updates(W, touched.triples(), F, "min")
     gmax = zero12_largest_slices(layouts, W)  # max over the parameters' owner slices, once per layout
     # sufmax[k] = the largest gradient at or after position k of order (0 past the end)
     sufmax = list(itertools.accumulate(reversed(hooked), max, initial=0))[::-1]
