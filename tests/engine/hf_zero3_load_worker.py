@@ -32,7 +32,10 @@ mu._load_state_dict_into_zero3_model = spy
 model = AutoModelForCausalLM.from_pretrained(ckpt)
 seen["rank"] = torch.distributed.get_rank()
 seen["numel"] = sum(p.ds_numel for p in model.parameters())
-print("HFZ3 " + json.dumps(seen), flush=True)
+# one write of the whole line (under PIPE_BUF, so atomic on the shared pipe): print(..., flush=True) writes
+# the text and its newline separately, and the two ranks' lines interleaved once in CI ("{...}HFZ3 {...}")
+sys.stdout.write("HFZ3 " + json.dumps(seen) + "\n")
+sys.stdout.flush()
 # Leave together: a rank that exits while the other's gloo threads still talk to it ends in
 # "terminate called without an active exception" (SIGABRT, seen once in a clean-clone CI run).
 torch.distributed.barrier()

@@ -47,7 +47,9 @@ def test_rank_0_holds_the_whole_checkpoint_under_hf_zero3(tmp_path):
                         "--master_port", str(_port()), os.path.join(HERE, "hf_zero3_load_worker.py"), str(ckpt),
                         json.dumps(ds)], 600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
-    got = {d["rank"]: d for d in (json.loads(x[5:]) for x in p.stdout.splitlines() if x.startswith("HFZ3 "))}
+    # each rank's record follows its "HFZ3 " marker, wherever another rank's output broke the line
+    dec = json.JSONDecoder()
+    got = {d["rank"]: d for d in (dec.raw_decode(chunk)[0] for chunk in p.stdout.split("HFZ3 ")[1:])}
     assert sorted(got) == [0, 1]
 
     from advisor.config.effective import effective_config
