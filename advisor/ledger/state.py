@@ -1516,8 +1516,9 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         inflight: dict[int, list] = {}
         n = cur = 0
 
-        def container_prefetch(qpos: int, n: int, cur: int) -> tuple:
-            # a container's hook (zero3_container_steps): the prefetch below, nothing of its own
+        def queue_prefetch(qpos: int, n: int, cur: int) -> tuple:
+            # the prefetch under the bucket and max_live, from queue position qpos; a container's
+            # hook (zero3_container_steps) runs only this, a module's fetch runs it after its own
             limit = min(max_live - n, bucket)
             if not (bucket > 0 and limit > 0 and qpos < q_len):
                 return qpos, n, cur
@@ -1568,7 +1569,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 break
             if has_containers and k >= 0:
                 for _ in range(cb[k] if s > M else cf[k]):
-                    qpos, n, cur = container_prefetch(qpos, n, cur)
+                    qpos, n, cur = queue_prefetch(qpos, n, cur)
             peak = cur
             if k >= 0:
                 own = members[k]
@@ -1611,33 +1612,10 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 for j in range(qpos, end):
                     recent[q_param[j]] = q_step[j]
                 qpos = end
-            limit = min(max_live - n, bucket)
-            if bucket > 0 and limit > 0 and qpos < q_len:
-                take, taken, got = [], 0, set()
-                while qpos < q_len and taken < limit:
-                    i, at = q_param[qpos], q_step[qpos]
-                    qpos += 1
-                    if at > recent[i]:
-                        recent[i] = at
-                    if i not in avail and i not in inflight and i not in got:
-                        got.add(i)
-                        take.append(i)
-                        taken += numel[i]
-                if take:
-                    n += sum(numel[i] for i in take)
-                    if len(take) >= 2 and coalesce:
-                        flat = sum(pad_b[i] for i in take)
-                        h = [flat, {i: data_b[i] for i in take}, set(take), False]
-                        cur += flat
-                        for i in take:
-                            inflight[i] = h
-                    else:
-                        for i in take:
-                            nb = own_b[i]
-                            cur += nb
-                            avail[i] = nb
-                    if cur > peak:
-                        peak = cur
+            # the module's own prefetch: the same rule a container's hook runs
+            qpos, n, cur = queue_prefetch(qpos, n, cur)
+            if cur > peak:
+                peak = cur
             if s <= M:  # forward
                 if peak > fwd_best:
                     fwd_best, fwd_where = peak, ("the root module's prefetch" if k < 0 else f"module {names[k]}'s fetch")
