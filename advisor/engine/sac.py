@@ -174,15 +174,32 @@ class SACPolicy:
 
 
 def _flop_cost():
-    """SACEstimator's per-op cost hook ``(func, args, kwargs) -> (out, cost)``: the op's FLOPs."""
+    """SACEstimator's per-op cost hook ``(func, args, kwargs) -> (out, cost)``: the op's FLOPs.
+
+    It also keeps every op output's storage alive for the hook's lifetime (one estimation
+    pass; fake storages, no real bytes). SACEstimator names an output storage by ``hash(st)``,
+    which for ``UntypedStorage`` is the Python object's id, and finds an in-place op's parent
+    as the first earlier op whose output ids hold the current ones
+    (``SACEstimator._get_inplace_metadata``, torch 2.13 distributed/_tools/sac_estimator.py).
+    Once a temporary's storage is freed its id can be reused by a later storage, so e.g.
+    dropout's ``bernoulli_`` got some earlier freed op as parent instead of its ``empty_like``;
+    the policy then saved the ``empty_like`` alone and torch's SAC check failed ("Tensor
+    cached during selective activation checkpoint has been mutated") -- intermittently, as
+    ids depend on what the process allocated before. With nothing freed, no id is reused."""
     import torch
+    from torch.distributed._tools.sac_estimator import get_untyped_storages
+    from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
     sdpa_cpu = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    kept: list = []
 
     def cost(func, args, kwargs):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        for o in tree_leaves(out):
+            if isinstance(o, torch.Tensor):
+                kept.extend(get_untyped_storages(o))
         packet = func._overloadpacket
         f = flop_registry.get(packet)
         if f is not None:
