@@ -1110,17 +1110,19 @@ def _sidecar_dp(path: str, data: object, world_size: int | None,
     (runtime/config.py DeepSpeedConfig.__init__), :attr:`advisor.plan.Cluster.dp_world_size`.
     The sizes are read as estimate and check read them (:func:`advisor.views.workload.resolve`).
     (None, source) -- lint_config's own default -- without a sidecar, a world size, or model
-    parallelism; a sidecar whose content cannot be read is left to estimate/check to report. Raises
-    ConfigLoadError naming the sidecar when something that is not a regular file (a FIFO, a device,
-    a directory) has its name (:func:`advisor.views.workload.find_sidecar`)."""
+    parallelism. A sidecar is read whenever there is one, as estimate, check and checkpoint read it
+    (:func:`advisor.views.workload.resolve`), so a malformed one is refused here with their one-line
+    error (ConfigLoadError naming the sidecar, the key and the problem; lint exits 2 for that file
+    as for an unreadable config): lint used to skip it without a world size and ignore its errors
+    (issue 21). Raises ConfigLoadError too when something that is not a regular file (a FIFO, a
+    device, a directory) has its name (:func:`advisor.views.workload.find_sidecar`)."""
     from advisor.config.effective import config_sequence_parallel
     from advisor.plan import Cluster
     from advisor.views.workload import find_sidecar, resolve, sidecar_path
-    if find_sidecar(path) is None or world_size is None:
+    if find_sidecar(path) is None:
         return None, source
-    try:
-        v = resolve(path, {}, data).values
-    except AdvisorError:
+    v = resolve(path, {}, data).values  # a bad sidecar: AdvisorError, the caller's error for this file
+    if world_size is None:
         return None, source
     tp, pp = v["tensor_parallel"], v["pipeline_parallel"]
     sp = v["sequence_parallel"] or config_sequence_parallel(data)
@@ -1271,7 +1273,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
         else:
             try:
                 dp, ws_src = _sidecar_dp(p, inp.loaded.data, ws, ws_src)
-            except AdvisorError as e:  # a FIFO / device / folder named as the sidecar: the file's error
+            except AdvisorError as e:  # a malformed sidecar, or a FIFO / device / folder by its name: the file's error
                 results.append(FileResult(file=p, error=str(e)))
                 thresholds.append((results[-1], o.fail_on))
                 continue
