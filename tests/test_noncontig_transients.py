@@ -6,9 +6,12 @@ past reduce_bucket_size flushes it first (l.1422), beside itself; every gradient
 ``bucket.grads`` (l.1472, no ipg buffer without contiguous_gradients); a flush flattens the whole bucket
 (allreduce_bucket l.2367, a view for one gradient); after it a gradient meeting the rank's slice
 [r P, (r+1) P) stays whole and the others are dropped (l.2266-2270); the epilogue flushes the last
-bucket and leaves (I_r + P - Cov_r) x D (get_flat_partition's views and zero pad, l.1047).
+bucket and leaves (I_r + P - Cov_r) x D (get_flat_partition's views and zero pad, l.1047). With
+``overlap_comm`` the dropped ones wait in previous_reduced_grads (l.2265-2267) until the next flush's
+allreduce_and_copy clears them before it flattens (l.2411-2415): that flush opens with them whole.
 The engine proves the single-flush and the several-flush cases on TINY
-(tests/engine/test_peak_parity.py z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2); this checks
+(tests/engine/test_peak_parity.py z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2;
+z2_bf16_noncontig_overlap_normlife_w2 with overlap_comm); this checks
 the per-rank pieces over many shapes and world sizes."""
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from advisor.ledger import state
 from advisor.model.inventory import from_dict
 
 
-def _walk(numels: list[int], W: int, rbs: int, D: int) -> list[int]:
+def _walk(numels: list[int], W: int, rbs: int, D: int, overlap: bool = False) -> list[int]:
     lay = state.zero12_group_layout(tuple(numels), W, D, True)
     P = lay.P
     spans = list(zip(lay.starts, lay.numels))
@@ -32,18 +35,21 @@ def _walk(numels: list[int], W: int, rbs: int, D: int) -> list[int]:
         meets = [max(0, min(a + n, hi) - max(a, lo)) > 0 for a, n in spans]
         inter = sum(n for (a, n), m in zip(spans, meets) if m)
         cov = sum(max(0, min(a + n, hi) - max(a, lo)) for a, n in spans)
-        kept, bucket, best = 0, [], 0
+        kept, bucket, best, waiting = 0, [], 0, 0
 
         def flush(trigger: int) -> int:
             el = sum(numels[i] for i in bucket)
             flat = el if len(bucket) > 1 else 0
-            return (kept + el + flat + trigger) * D
+            # overlap_comm: the previous flush's dropped gradients, whole until this flush clears them
+            opened = (kept + el + trigger + waiting) * D
+            return max(opened, (kept + el + flat + trigger) * D)
 
         for i in reversed(range(len(numels))):
             n = numels[i]
             if sum(numels[k] for k in bucket) + n > rbs:
                 best = max(best, flush(n))
                 kept += sum(numels[k] for k in bucket if meets[k])
+                waiting = sum(numels[k] for k in bucket if not meets[k]) if overlap else 0
                 bucket = []
             bucket.append(i)
         best = max(best, flush(0))
@@ -51,8 +57,9 @@ def _walk(numels: list[int], W: int, rbs: int, D: int) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("overlap", (False, True))
 @pytest.mark.parametrize("seed", range(30))
-def test_noncontig_reduce_transient_matches_the_hook_walk(seed: int) -> None:
+def test_noncontig_reduce_transient_matches_the_hook_walk(seed: int, overlap: bool) -> None:
     rng = random.Random(seed)
     W = rng.choice((1, 2, 3, 5, 8, 64))
     rbs = rng.choice((50, 300, 2000))
@@ -61,25 +68,25 @@ def test_noncontig_reduce_transient_matches_the_hook_walk(seed: int) -> None:
                     "walk")
     ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
                            "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs,
-                                                 "contiguous_gradients": False, "overlap_comm": False}})
+                                                 "contiguous_gradients": False, "overlap_comm": overlap}})
     wrapper = state.select_optimizer(ec)[0]
     assert state.zero12_transients_modeled(ec, wrapper, 1, 1)
     assert state.ipg_bucket_bytes(ec) is None  # no ipg buffer without contiguous_gradients (l.3260)
     layouts = [state.zero12_group_layout(tuple(numels), W, 2, True)]
     got = [row[1] for row in state.zero12_backward_transients(ec, inv, layouts, W).to_list()]
-    assert got == _walk(numels, W, rbs, 2)
+    assert got == _walk(numels, W, rbs, 2, overlap)
 
 
-def test_noncontig_not_modelled_with_overlap_comm_or_accumulation() -> None:
-    # overlap_comm keeps out-of-partition gradients until the next reduction (previous_reduced_grads,
-    # l.2264-2267) and GA > 1 accumulates into the kept gradients: neither is replayed
+def test_noncontig_not_modelled_with_accumulation_or_groups() -> None:
+    # GA > 1 accumulates into the kept gradients and several param groups step apart: not replayed;
+    # overlap_comm is (previous_reduced_grads, l.2264-2267: the walk above)
     base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
     ov = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
                                                          "overlap_comm": True}})
     plain = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
                                                             "overlap_comm": False}})
     w = state.select_optimizer(plain)[0]
-    assert not state.zero12_transients_modeled(ov, w, 1, 1)
+    assert state.zero12_transients_modeled(ov, w, 1, 1)
     assert not state.zero12_transients_modeled(plain, w, 2, 1)
     assert not state.zero12_transients_modeled(plain, w, 1, 2)
     assert state.zero12_transients_modeled(plain, w, 1, 1)

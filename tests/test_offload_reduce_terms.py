@@ -133,7 +133,8 @@ def test_offload_flush_flat_copy_by_hand(stage: int, dtype: str) -> None:
         assert items["offload_grad_norm_fp64"] == s * 8 and "offload_reduce_flush" not in items, r
 
 
-def test_offload_norm_beside_unmoved_gradients_by_hand() -> None:
+@pytest.mark.parametrize("overlap", (False, True))
+def test_offload_norm_beside_unmoved_gradients_by_hand(overlap: bool) -> None:
     """TINY at W = 4, ZeRO-2 bf16 offload, reduce_bucket_size 10,000 (tests/engine/test_peak_parity.py
     z2_bf16_oo_cpu_bigtensor_w4, real Linears). Hooks in autograd's order, an nn.Linear's bias first with
     its weight's gradient whole (AddmmBackward0): l3.bias 5, l3.weight 385, l2.bias 77 fill the bucket;
@@ -145,12 +146,15 @@ def test_offload_norm_beside_unmoved_gradients_by_hand() -> None:
     view. Flush moment F = 25,694 + 46,354 (clone) + 39,130 = 111,178 B. Norm moments: rank 2 l2.weight's
     10,804 x 8 + 46,354 + 39,130; rank 3 10,330 x 8 + the same; rank 0 l1.weight's 10,804 x 8 + its clone
     38,528 (the epilogue's flush, nothing unmoved) = 124,960 B; rank 1 the l2.weight flush: 2,043 x 8 +
-    46,354 + 39,130 = 101,828 B < its l1.weight flush 8,460 x 8 + 38,528 = 106,208 B."""
+    46,354 + 39,130 = 101,828 B < its l1.weight flush 8,460 x 8 + 38,528 = 106,208 B.
+    The same with overlap_comm: it swaps the two ipg buffers after each flush (l.1425-1427) and runs the
+    reduce on reduction_stream (None on a synchronized device, l.599), the same storages beside a second
+    ipg buffer (engine: z2_bf16_oo_cpu_overlap_bigtensor_w2 at W = 2)."""
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.model.inventory import from_dict
     cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": False,
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": overlap,
                                  "contiguous_gradients": True, "offload_optimizer": {"device": "cpu"}}}
     ec = effective_config(cfg)
     inv = from_dict(_TINY, "tiny")

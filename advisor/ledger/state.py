@@ -2500,10 +2500,19 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
 def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
     """Whether the ledger replays a ZeRO-1/2 offload reduce's flushes (:func:`zero12_offload_flush_bytes`,
     the u term of :func:`zero12_offload_reduce_terms`): CPU optimizer offload with
-    ``contiguous_gradients`` on and ``overlap_comm`` off, the flushes of :func:`zero12_backward_transients`."""
+    ``contiguous_gradients`` on, the flushes of :func:`zero12_backward_transients`; ``overlap_comm`` off, or
+    on at ZeRO-2. There ``overlap_comm`` only swaps the two ipg buffers after each flush
+    (``stage_1_and_2.py`` l.1425-1427, the second one counted by :func:`ipg_bucket_bytes`) and runs
+    average_tensor and the copy loop on ``reduction_stream`` (l.1593, l.2237-2238; None on a synchronized
+    device, l.599): the flat copy (allreduce_bucket l.2367), the clone of a gradient over the bucket
+    (l.1443-1446) and the fp64 norm copies (l.1886) are the same storages. Engine
+    (tests/engine/test_peak_parity.py z2_bf16_oo_cpu_overlap_bigtensor_w2, 2026-12-05): rank 1's backward
+    was +39,194 B (6.0%) without the replay, l1.bias's flush with l1.weight's gradient whole (u);
+    z2_bf16_oo_cpu_overlap_w2 (one flush) matched either way. ZeRO-1 with ``overlap_comm`` under offload
+    (its hooks reduce at the boundary only, the non-owners keep their gradients) is not replayed."""
     z = ec.zero
     return (z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
-            and not z.overlap_comm)
+            and (not z.overlap_comm or z.stage == 2))
 
 
 def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
@@ -2524,7 +2533,7 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     Measured (tests/engine/test_peak_parity.py, TINY at W = 4, one flush of all 43,209 elements):
     z2_bf16_oo_cpu_w4 ranks 1 and 3, whose largest slices are 8,460 and 10,330 elements (fp64 67,680
     and 82,640 B), peak at the flat copy, 86,418 B = N x 2; z1_fp16_oo_cpu_w4 rank 1 at the N x 2 B
-    of autograd gradients. 0 without contiguous_gradients or with overlap_comm (not modelled).
+    of autograd gradients. 0 without contiguous_gradients or with overlap_comm at ZeRO-1 (not modelled).
     Bytes."""
     if not (layouts and zero12_offload_flush_modeled(ec, wrapper)):
         return 0
@@ -2609,16 +2618,17 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     ledger kept N x D of whole gradients in backward, +85,452 B on rank 0, and the step had no norm
     instant, -24,512 B); with GA > 1 the earlier micro-steps' accumulated param.grad meet the hooks,
     not modelled. ZeRO-2 with
-    ``contiguous_gradients`` off, one param group, ``overlap_comm`` off and GA 1:
+    ``contiguous_gradients`` off, one param group and GA 1, ``overlap_comm`` on or off:
     :func:`_zero12_noncontig_transients` (z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2; without
-    it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing);
+    it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing;
+    z2_bf16_noncontig_overlap_normlife_w2: a gradient outside the slice kept to the next flush);
     ``groups`` = the plan's trainable param groups. Other plans keep the lifetimes of the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
             and ((z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm or ga == 1))
-                 or (z.stage == 2 and not z.overlap_comm and ga == 1 and groups == 1)))
+                 or (z.stage == 2 and ga == 1 and groups == 1)))
 
 
 class _FlushOrder:
@@ -3026,7 +3036,7 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
 def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
                                  hooked: list[int], csum: list[int], flushes: list) -> Runs:
     """Runs of (A_r, R_r, G_r) per rank, bytes, as :func:`zero12_backward_transients`, for ZeRO-2 with
-    ``contiguous_gradients`` off (one param group, ``overlap_comm`` off, GA 1:
+    ``contiguous_gradients`` off (one param group, GA 1, ``overlap_comm`` on or off:
     :func:`zero12_transients_modeled`). No ipg buffer exists (setup_buckets l.3260 allocates it only
     with contiguous_gradients): each hook appends the gradient whole to ``bucket.grads``
     (reduce_independent_p_g_buckets_and_remove_grads l.1441 skipped, l.1466), the same flushes as
@@ -3047,13 +3057,27 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
     hooks run in its reverse). A_r = the largest (n_p + s_p) x D (a hook's moment is never above its
     bucket's flush). G_r = the rank's largest gradient slice x 8 (get_grad_norm_direct l.2684).
     Measured: z2_bf16_noncontig_w2 (TINY, one flush of all 43,209 elements), backward N x 2 B of
-    gradients beside their N x 2 B flat copy on both ranks. O(tensors + flushes) per piece of
-    ranks."""
+    gradients beside their N x 2 B flat copy on both ranks.
+
+    With ``overlap_comm`` a gradient wholly outside the rank's slice is not dropped after its flush but
+    put in ``previous_reduced_grads`` (reduce_ipg_grads l.2265-2267), cleared only by the next flush's
+    allreduce_and_copy before it flattens (l.2411-2415, _clear_previous_reduced_grads l.2395) or by the
+    epilogue after its last flush (l.1026-1030): flush j first holds flush j-1's such gradients, whole,
+    beside its bucket, then its flat copy instead of them, so its term is (bucket_j + unmoved_j) x D +
+    max(copy_j, (bucket_{j-1} - meet_r(j-1)) x D) + kept_r(j), meet_r(j-1) the elements of flush j-1
+    meeting the rank's slice. Engine: z2_bf16_noncontig_overlap_smallbucket_w2 (reduce_bucket_size 10,000,
+    real Linears), rank 1 backward:1 +39,764 B (18.1%) under the coarse lifetimes.
+    O(tensors + flushes) per piece of ranks."""
     lay = layouts[0]
     T = len(hooked)
+    ov = bool(ec.zero.overlap_comm)
     starts = [ks.start for ks, _ in flushes]
-    A = [((csum[ks.stop] - csum[ks.start]) + (0 if trig is None else hooked[trig])) * D
-         + ((csum[ks.stop] - csum[ks.start]) * D if len(ks) > 1 else 0) for ks, trig in flushes]
+    bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
+    # without the flat copy or the previous flush's gradients (overlap_comm), which A adds
+    base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
+    copy = [bucket[j] * D if len(ks) > 1 else 0 for j, (ks, _) in enumerate(flushes)]
+    # A_j for a rank none of whose slice is in flush j - 1 (overlap_comm: all of it kept until flush j)
+    A = [base[j] + max(copy[j], bucket[j - 1] * D if ov and j else 0) for j in range(len(flushes))]
     F = len(A)
     pre = list(itertools.accumulate(A, max))
     suf = list(itertools.accumulate(reversed(A), max))[::-1] + [None]
@@ -3071,10 +3095,20 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
             if j1:
                 best = pre[j1 - 1]
             j3 = bisect.bisect_left(starts, b)  # flushes j3.. start at or after b: all kept
-            if j3 < F:
-                best = max(best, suf[j3] + (csum[b] - csum[a]) * D)
-            for j in range(j1, j3):
-                best = max(best, A[j] + (csum[starts[j]] - csum[a]) * D)
+            # with overlap_comm flush j3 may still hold flush j3 - 1's gradients outside the slice
+            hi = min(j3 + 1, F) if ov else j3
+            if hi < F:
+                best = max(best, suf[hi] + (csum[b] - csum[a]) * D)
+
+            def met(x: int) -> int:  # elements meeting the slice before hook position x
+                return csum[min(max(x, a), b)] - csum[a]
+            for j in range(j1, hi):
+                v = base[j] + met(starts[j]) * D
+                if ov and j:
+                    v += max(copy[j], (bucket[j - 1] - (met(starts[j]) - met(starts[j - 1]))) * D)
+                else:
+                    v += copy[j]
+                best = max(best, v)
             yield best
 
     kept = Runs.at_points(W, (_change_points(lay, W) if lay.P > 0 else set()), value_at)

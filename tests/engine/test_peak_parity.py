@@ -342,6 +342,24 @@ CELLS = [
     # their inventory (l1 257x96 > reduce_bucket_size 20,000, real Linears): every backward/step within 0.01%
     ("z1_bf16_overlap_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True), 2, False,
      parity.TINY, {"linear": True}),
+    # issue 15: ZeRO-2 with CPU optimizer offload and overlap_comm, gradients over the bucket (10,000 <
+    # l1.weight's 19,264 / l2.weight's 23,177 elements), real Linears. overlap_comm adds the second ipg buffer
+    # and changes no storage of the offload reduce (state.zero12_offload_flush_modeled): before the flush replay
+    # took it (2026-12-05) rank 1's backward:1/2 were +39,194 / +39,198 B (6.0% / 4.8%), l1.bias's flush of
+    # l2.weight's clone with l1.weight's gradient whole (u of state.zero12_offload_reduce_terms); every other
+    # phase matched, and the same config at reduce_bucket_size 50,000 (one flush) matched in every phase
+    ("z2_bf16_oo_cpu_overlap_bigtensor_w2", _cfg(2, "bf16", reduce_bucket_size=10000, overlap_comm=True,
+                                                 offload_optimizer={"device": "cpu"}), 2, False, parity.TINY,
+     {"linear": True}),
+    # issue 15: contiguous_gradients off with overlap_comm (ZeRO-2): a gradient outside the rank's slice waits in
+    # previous_reduced_grads until the next flush's allreduce_and_copy (state._zero12_noncontig_transients).
+    # NORM_LIFE at reduce_bucket_size 15,000: flushes [m10, m9, m8] [m7, m6, m5] [m4, m3, m2] [m1] [m0]; flush
+    # [m1] (one gradient, no flat copy) opens holding m4 on rank 0 / m2 on rank 1 (4,900 x 2 B). 2026-12-05 in one
+    # launch: backward:1 engine 355,238 / 414,038 B (ranks 0 / 1), the same config without overlap_comm 345,438 /
+    # 404,238 B (+9,800 B, 2.8%: the ledger without the overlap term); before (coarse lifetimes, TINY at 10,000)
+    # rank 1 was +39,764 B (18.1%). Every phase within 0.03% on both ranks
+    ("z2_bf16_noncontig_overlap_normlife_w2", _cfg(2, "bf16", contiguous_gradients=False, overlap_comm=True,
+                                                   reduce_bucket_size=15000), 2, False, NORM_LIFE),
 ]
 
 
