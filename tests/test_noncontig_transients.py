@@ -77,9 +77,9 @@ def test_noncontig_reduce_transient_matches_the_hook_walk(seed: int, overlap: bo
     assert got == _walk(numels, W, rbs, 2, overlap)
 
 
-def test_noncontig_not_modelled_with_accumulation_or_groups() -> None:
-    # GA > 1 accumulates into the kept gradients and several param groups step apart: not replayed;
-    # overlap_comm is (previous_reduced_grads, l.2264-2267: the walk above)
+def test_noncontig_not_modelled_with_groups() -> None:
+    # several param groups step apart: not replayed; overlap_comm is (previous_reduced_grads,
+    # l.2264-2267: the walk above) and GA > 1 (test_noncontig_accumulation_keeps_the_slice_gradients_by_hand)
     base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
     ov = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
                                                          "overlap_comm": True}})
@@ -87,6 +87,35 @@ def test_noncontig_not_modelled_with_accumulation_or_groups() -> None:
                                                             "overlap_comm": False}})
     w = state.select_optimizer(plain)[0]
     assert state.zero12_transients_modeled(ov, w, 1, 1)
-    assert not state.zero12_transients_modeled(plain, w, 2, 1)
+    assert state.zero12_transients_modeled(plain, w, 2, 1)
     assert not state.zero12_transients_modeled(plain, w, 1, 2)
     assert state.zero12_transients_modeled(plain, w, 1, 1)
+
+
+@pytest.mark.parametrize("overlap", (False, True))
+def test_noncontig_accumulation_keeps_the_slice_gradients_by_hand(overlap: bool) -> None:
+    """GA 2 (train_batch_size 4 at W = 2), TINY: the first micro-step's epilogue keeps the gradients meeting
+    the rank's slice in all_grad_tensors (stage_1_and_2.py l.1038-1040) after _clear_param_grad_only drops
+    param.grad (l.1063), so micro-step 2 runs beside them. P = 43,212 / 2 = 21,606: rank 0's slice meets
+    l1.weight 19,264, l1.bias 301, l2.weight 23,177 (42,742 x 2 = 85,484 B), rank 1's l2.weight, l2.bias 77,
+    l3.weight 385, l3.bias 5 (23,644 x 2 = 47,288 B): the bytes the engine's tracker found at forward:2
+    (tests/engine/test_peak_parity.py z2_bf16_noncontig_tbsga2_w2, engine.py l.3428). Only from micro-step
+    2 on: not at the first forward or backward, nor in the step."""
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    inv = from_dict({"name": "tiny", "tensors": [
+        {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+        {"name": "l2.weight", "shape": [77, 301]}, {"name": "l2.bias", "shape": [77]},
+        {"name": "l3.weight", "shape": [5, 77]}, {"name": "l3.bias", "shape": [5]}]}, "tiny")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000,
+                                                 "contiguous_gradients": False, "overlap_comm": overlap}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    for r, want in ((0, 85484), (1, 47288)):
+        kept = [e for e in led.rank(r).entries if e.item == "prev_grads_in_partition"]
+        assert [e.bytes for e in kept] == [want], r
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
+        live = {x.key for x, ents in zip(tl.instants, tl.entries) if any(n == "prev_grads_in_partition" for n, *_ in ents)}
+        assert {"forward:2", "backward:2", "reduce", "steady:forward"} <= live, (r, live)
+        assert not live & {"forward:1", "backward:1", "reduce:1", "first_step:norm", "first_step:update"}, (r, live)

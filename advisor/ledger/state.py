@@ -2618,7 +2618,8 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     ledger kept N x D of whole gradients in backward, +85,452 B on rank 0, and the step had no norm
     instant, -24,512 B); with GA > 1 the earlier micro-steps' accumulated param.grad meet the hooks,
     not modelled. ZeRO-2 with
-    ``contiguous_gradients`` off, one param group and GA 1, ``overlap_comm`` on or off:
+    ``contiguous_gradients`` off, one param group, ``overlap_comm`` on or off, at any GA (a micro-step's
+    gradients meeting the slice kept whole into the next, ``prev_grads_in_partition``; z2_bf16_noncontig_tbsga2_w2):
     :func:`_zero12_noncontig_transients` (z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2; without
     it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing;
     z2_bf16_noncontig_overlap_normlife_w2: a gradient outside the slice kept to the next flush);
@@ -2628,7 +2629,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
             and ((z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm or ga == 1))
-                 or (z.stage == 2 and ga == 1 and groups == 1)))
+                 or (z.stage == 2 and groups == 1)))
 
 
 class _FlushOrder:
@@ -3036,7 +3037,7 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
 def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
                                  hooked: list[int], csum: list[int], flushes: list) -> Runs:
     """Runs of (A_r, R_r, G_r) per rank, bytes, as :func:`zero12_backward_transients`, for ZeRO-2 with
-    ``contiguous_gradients`` off (one param group, GA 1, ``overlap_comm`` on or off:
+    ``contiguous_gradients`` off (one param group, any GA, ``overlap_comm`` on or off:
     :func:`zero12_transients_modeled`). No ipg buffer exists (setup_buckets l.3260 allocates it only
     with contiguous_gradients): each hook appends the gradient whole to ``bucket.grads``
     (reduce_independent_p_g_buckets_and_remove_grads l.1441 skipped, l.1466), the same flushes as
@@ -3254,18 +3255,25 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             b.add("accelerator", "gradients", "averaged_gradients", kept * D, "backward",
                   f"(I_r + P - Cov_r) x D = ({inter_t} + {p_t} - {cov_t}) x {D} (grads_in_partition + pads)",
                   f"{S}.copy_grads_in_partition / get_flat_partition")
-            if (z.stage == 2 and ga > 1 and z.contiguous_gradients and wrapper == "DeepSpeedZeroOptimizer"
-                    and inter_t):
+            if z.stage == 2 and ga > 1 and wrapper == "DeepSpeedZeroOptimizer" and inter_t:
                 # the epilogue drops its handle on grads_in_partition (_release_ipg_buffers l.930,
                 # called l.1061) but all_grad_tensors[i] (l.1038-1040) keeps the params' gradient
                 # views, so the storage lives into the next micro-step, whose first
                 # copy_grads_in_partition allocates a new one (l.2184-2194); freed at the boundary
                 # (all_grad_tensors[i] = None, l.1059). Engine: z2_bf16_tbsga2_w2 forward:2 +85,540 B
-                # = 42,742 x 2 on rank 0 without this entry
+                # = 42,742 x 2 on rank 0 without this entry. Without contiguous_gradients there is no
+                # grads_in_partition: all_grad_tensors holds the gradients meeting the slice themselves,
+                # whole (kept by reduce_ipg_grads, l.2262-2270), the same I_r x D, after
+                # _clear_param_grad_only (l.1063) drops param.grad, so the next micro-step's autograd
+                # makes new ones beside them; at the boundary get_flat_partition views the old ones, into
+                # which the epilogue added the new (l.1041-1045). Engine: z2_bf16_noncontig_tbsga2_w2
+                # forward:2 +85,540 B on rank 0 and backward:2 +172,868 B (this and the transients)
                 b.add("accelerator", "gradients", "prev_grads_in_partition", inter_t * D, "accumulated",
-                      f"I_r x D = {inter_t} x {D} (the previous micro-step's grads_in_partition, held by "
-                      "all_grad_tensors until the accumulation boundary)",
-                      f"{S}.independent_gradient_partition_epilogue (all_grad_tensors) / copy_grads_in_partition")
+                      f"I_r x D = {inter_t} x {D} (the previous micro-step's "
+                      + ("grads_in_partition" if z.contiguous_gradients else "gradients meeting the slice, whole")
+                      + ", held by all_grad_tensors until the accumulation boundary)",
+                      f"{S}.independent_gradient_partition_epilogue (all_grad_tensors) / "
+                      + ("copy_grads_in_partition" if z.contiguous_gradients else "reduce_ipg_grads"))
     if z.stage == 1 and not off and not (z.overlap_comm and len(terms) > 5):
         # (ZeRO-1 with overlap_comm moves each gradient in its hook at the boundary, _zero12_replay_stage:
         # its backward_transient counts them, not N x D at once.)

@@ -360,6 +360,14 @@ CELLS = [
     # rank 1 was +39,764 B (18.1%). Every phase within 0.03% on both ranks
     ("z2_bf16_noncontig_overlap_normlife_w2", _cfg(2, "bf16", contiguous_gradients=False, overlap_comm=True,
                                                    reduce_bucket_size=15000), 2, False, NORM_LIFE),
+    # contiguous_gradients off at GA 2 (issue 15): micro-step 1's gradients meeting the slice stay whole in
+    # all_grad_tensors after the epilogue drops param.grad, beside all of micro-step 2's (state
+    # prev_grads_in_partition). Before (2026-12-05, coarse lifetimes): forward:2 +85,540 / +47,344 B (ranks 0 / 1,
+    # engine.py l.3428's kept gradients), backward:2 +172,868 / +172,862 B (those, the N x 2 B of new gradients and
+    # their flat copy, allreduce_bucket l.2367), step:4 +24,512 / +39,488 B (get_grad_norm_direct l.2684); now
+    # every phase within 0.03% on both ranks
+    ("z2_bf16_noncontig_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False), "train_batch_size": 4}, 2, False,
+     parity.TINY, {"steps": 4}),
 ]
 
 
