@@ -1356,9 +1356,40 @@ def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]
     def compute():
         nonlocal owning
         owning = set(names)
-        return scan(range(len(names))), scan(range(len(names) - 1, -1, -1))
+        rep = _module_repeat(inv)
+        if rep is None:
+            return scan(range(len(names))), scan(range(len(names) - 1, -1, -1))
+        # identical layers (model.parallel.layer_repeat): a layer's containers are the prefixes with its own
+        # number (new in every layer: a name outside the layers never starts with "layers.i.") and the shared
+        # ones ("model", "model.layers", seen in the first layer walked); so the first two layers walked in
+        # each direction give every layer's counts, the others repeat the second's
+        # (tests/test_layer_repeat_identity.py compares with the whole scan)
+        h, mu, c = rep
+        M = len(names)
+        fwd = scan(itertools.chain(range(h + 2 * mu), range(h + c * mu, M)))
+        fwd[h + 2 * mu:h + c * mu] = fwd[h + mu:h + 2 * mu] * (c - 2)
+        bwd = scan(itertools.chain(range(M - 1, h + (c - 2) * mu - 1, -1), range(h - 1, -1, -1)))
+        bwd[h:h + (c - 2) * mu] = bwd[h + (c - 2) * mu:h + (c - 1) * mu] * (c - 2)
+        return fwd, bwd
     owning: set = set()
     return inv.memo(("zero3_container_steps",), compute)
+
+
+def _module_repeat(inv: Inventory) -> "tuple[int, int, int] | None":
+    """(modules before the first layer, modules per layer, layers) in :func:`module_index` order when
+    the inventory's layers are identical (``model.parallel.layer_repeat``, at least 4 of them) and its
+    modules consecutive, else None: the layers' modules are ``[h, h + layers x per layer)``, a layer's
+    modules never spanning two layers (their names carry the layer number)."""
+    from advisor.model.parallel import layer_repeat
+    rep = layer_repeat(inv)
+    if rep is None or rep.count < 4:
+        return None
+    mod_of, bounds = module_index(inv)[1], module_index(inv)[3]
+    if bounds is None:
+        return None
+    h = mod_of[rep.head]
+    mu = mod_of[rep.head + rep.unit] - h
+    return h, mu, rep.count
 
 
 def zero3_fetch_replay_applies(zero, W: int, offload_param: str = "none") -> bool:

@@ -143,6 +143,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.model.inventory import Inventory
 from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_names, placement_of,
                                   swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
@@ -285,7 +286,8 @@ def checkpoint_load_dtype(hf_config: dict[str, Any] | None) -> str | None:
 
 
 def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
-                        cast: bool | None = None, swap_min: int | None = None) -> tuple[int, int, str]:
+                        cast: bool | None = None, swap_min: int | None = None,
+                        skip: "tuple[int, int, int] | None" = None) -> tuple[int, int, str]:
     """The high-water mark of building a model under ``deepspeed.zero.Init`` on one rank:
     (bytes of partitions live then, bytes of full tensors live then, the module and moment).
 
@@ -311,7 +313,15 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
       is alive, then free_param drops the whole tensor.
 
     Every rank holds ``ceil(n / W)`` elements of each parameter (padding included), so the
-    figure is the same on every rank."""
+    figure is the same on every rank.
+
+    ``skip`` = (at, unit, layers): ``sizes`` stands for a model whose identical layers
+    (``model.parallel.layer_repeat``) are all but two left out: ``sizes[at - unit:at]`` is the first
+    layer, ``sizes[at:at + unit]`` the last, and ``layers`` identical layers between them are not
+    listed. Each layer adds the same partitions d >= 0 (bytes) to what is built, so a left-out layer's
+    instants are those of the first plus a multiple of d: all equal to the first's (d = 0), or all
+    below the last layer's same instant (d > 0); either way none is the first strictly largest, and
+    the walk adds layers x d before the last layer instead (:func:`zero_init_load_peak_of`)."""
     if cast is None:
         cast = Dl != D
     # the same walk as written above, with the running maximum kept as a number: a candidate
@@ -320,14 +330,19 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
     # largest single pass of generate at 1e5 layers, issue 21)
     build = Dl + (D if cast else 0)
     mods = list(map(operator.itemgetter(0), sizes))
-    if len(mods) > 1 and not any(map(operator.eq, mods, itertools.islice(mods, 1, None))):
+    if skip is None and len(mods) > 1 and not any(map(operator.eq, mods, itertools.islice(mods, 1, None))):
         return _single_param_load_peak(sizes, mods, W, D, build, swap_min)
     best = (0, 0, "")
     top = 0
     done = 0  # partitions of the modules already built, bytes
     i = 0
     total = len(sizes)
+    at, first_at, done_first = (skip[0], skip[0] - skip[1], 0) if skip is not None else (-1, -1, 0)
     while i < total:
+        if i == first_at:
+            done_first = done
+        elif i == at:
+            done += (done - done_first) * skip[2]  # the left-out layers' partitions
         mod, n = sizes[i]
         j = i + 1
         while j < total and sizes[j][0] == mod:
@@ -400,6 +415,26 @@ def _single_param_load_peak(sizes: list[tuple[str, int]], mods: list[str], W: in
     return (sum(itertools.islice(kept, ip)) + kept[ip], ns[ip] * D, f"{mods[ip]}: partitioning")
 
 
+def zero_init_load_peak_of(inv: Inventory, W: int, D: int, Dl: int, cast: bool | None = None,
+                           swap_min: int | None = None, repeat: bool = True) -> tuple[int, int, str]:
+    """:func:`zero_init_load_peak` of ``inv``'s parameters (owning modules, :func:`module_names`, in
+    inventory order). Where its layers are identical (``model.parallel.layer_repeat``, at least 4)
+    and ``repeat``, only the first and last layer are listed and the others skipped (``skip``): the same
+    figures (tests/test_layer_repeat_identity.py compares with the whole walk; a 1e5-layer model's walk
+    was ~0.9 s, issue 21)."""
+    from advisor.model.parallel import layer_repeat
+    names = module_names(inv)
+    rep = layer_repeat(inv) if repeat else None
+    if rep is None or rep.count < 4:
+        return zero_init_load_peak(list(zip(names, map(operator.attrgetter("numel"), inv.tensors))),
+                                   W, D, Dl, cast, swap_min)
+    h, u, e = rep.head, rep.unit, rep.end
+    idx = list(itertools.chain(range(h + u), range(e - u, len(names))))
+    ts = inv.tensors
+    sizes = [(names[i], ts[i].numel) for i in idx]
+    return zero_init_load_peak(sizes, W, D, Dl, cast, swap_min, skip=(h + u, u, rep.count - 2))
+
+
 def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
     """Entries (life ``load``) of the load phase on one rank at its high-water mark: without
     zero.Init the full host copy (N x load-dtype bytes, twice with low_cpu_mem_usage false); under
@@ -418,8 +453,8 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         op = ec.offload_param_effective
         swap_min = swap_threshold_bytes(ec) if op == "nvme" else None
         # once per (tensor list, its arguments), not per plan: generate's plans share the inventory
-        parts, full, where = inv.memo(("zero_init_load_peak", W, D, Dl, cast, swap_min), lambda: zero_init_load_peak(
-            list(zip(module_names(inv), [t.numel for t in inv.tensors])), W, D, Dl, cast, swap_min))
+        parts, full, where = inv.memo(("zero_init_load_peak", W, D, Dl, cast, swap_min),
+                                      lambda: zero_init_load_peak_of(inv, W, D, Dl, cast, swap_min))
         src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
         out = [Entry(rank, "accelerator", "parameters", "zero_init_module_whole", full, "load",
                      f"the parameters of one module whole in {ec.model_dtype}"

@@ -75,6 +75,70 @@ def in_layer_flags(inv: Inventory) -> bytes:
         operator.attrgetter("name"), inv.tensors)))))
 
 
+@dataclass(frozen=True)
+class LayerRepeat:
+    """An inventory whose decoder layers are identical (issue 21: a model built from a config.json
+    is N copies of one layer): tensors ``[head, head + unit x count)`` are ``count`` layers of ``unit``
+    tensors each, and tensor ``head + t x unit + j`` is tensor ``head + j`` with its layer number
+    ``first + t`` in place of ``first`` in its name (``{prefix}{first + t}.{suffix_j}``) and the same
+    shape, numel, trainable flag, param group and dtype. Every tensor before ``head`` and after the
+    layers is outside any layer (:func:`in_layer_flags` 0). The ledger's passes over identical layers
+    use it to walk a few layers and repeat the rest (``advisor.ledger.state``); only names and sizes
+    are compared, so an inventory file with identical layers qualifies too."""
+
+    head: int
+    unit: int
+    count: int
+    prefix: str
+    first: int
+
+    @property
+    def end(self) -> int:
+        """The first tensor after the last layer."""
+        return self.head + self.unit * self.count
+
+
+def layer_repeat(inv: Inventory) -> "LayerRepeat | None":
+    """The :class:`LayerRepeat` of ``inv`` when its layer tensors are contiguous, numbered
+    ``first, first + 1, ...`` from their first one, and identical but for that number (names and
+    every field compared, C-level column comparisons), else None; once per tensor list
+    (``Inventory.memo``)."""
+    return inv.memo(("layer_repeat",), lambda: _layer_repeat(inv))
+
+
+def _layer_repeat(inv: Inventory) -> "LayerRepeat | None":
+    import itertools
+    flags = in_layer_flags(inv)
+    a = flags.find(1)
+    if a < 0:
+        return None
+    b = flags.rfind(1) + 1
+    if flags.find(0, a, b) >= 0:
+        return None
+    ts = inv.tensors
+    m = _LAYER_RE.search(ts[a].name)
+    prefix, first = ts[a].name[:m.start(1)], int(m.group(1))
+    p0 = f"{prefix}{first}."
+    u = 0
+    while a + u < b and ts[a + u].name.startswith(p0):
+        u += 1
+    count, rest = divmod(b - a, u)
+    if rest or count < 2:
+        return None
+    layer = ts[a:b]
+    for f in ("numel", "shape", "trainable", "group", "dtype"):
+        col = list(map(operator.attrgetter(f), layer))
+        if col != col[:u] * count:
+            return None
+    names = list(map(operator.attrgetter("name"), layer))
+    suffixes = [n[len(p0):] for n in names[:u]]
+    want = list(map(operator.add, itertools.chain.from_iterable(map(itertools.repeat, map(
+        f"{prefix}{{}}.".format, range(first, first + count)), itertools.repeat(u, count))), suffixes * count))
+    if names != want:
+        return None
+    return LayerRepeat(a, u, count, prefix, first)
+
+
 def tp_rule(t: TensorSpec) -> tuple[str, int | None]:
     """Which tensor-parallel rule applies to ``t``: (kind, split dimension or None).
 

@@ -1,0 +1,147 @@
+"""Identical layers walked once (issue 21: a model built from a config.json is N copies of one decoder
+layer): model.parallel.layer_repeat finds them, and the passes that use it (state.zero3_container_steps,
+timeline.zero_init_load_peak_of) give what the whole walk gives. Compared on seeded random inventories
+(heads, tails, nn.Linear pairs, containers one and two levels deep, frozen tensors, a second param
+group, 1-14 layers, layer numbers from 0 or not) and, for the whole estimate, on random configs (ZeRO
+stages 0-3, CPU/NVMe offload, GA, world sizes, buckets, zero.Init loads): every figure and word of
+estimate's JSON equal with the repeat found and with it hidden (layer_repeat -> None, the full walk).
+Perturbed inventories (one layer's tensor resized, renamed or frozen) must not be taken as repeating."""
+import dataclasses
+import json
+import random
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger import state, timeline
+from advisor.ledger.state import Cluster, Plan
+from advisor.model import parallel
+from advisor.model.inventory import Inventory, TensorSpec
+
+
+def _layered(rng: random.Random) -> tuple[Inventory, tuple[int, int, int] | None]:
+    """A random model of identical layers, and (head, unit, count) of its layers, None where a
+    perturbation breaks the repetition."""
+    prefix = rng.choice(["model.layers.", "transformer.h.", "blocks.", "layers.", "enc.blocks."])
+    head = [TensorSpec(n, s) for n, s in rng.sample([("embed.weight", (rng.randint(1, 90), 4)),
+                                                     ("pos.weight", (rng.randint(1, 40),)),
+                                                     ("model.embed_tokens.weight", (rng.randint(1, 90), 3))],
+                                                    rng.randint(0, 3))]
+    unit = []
+    for mi in range(rng.randint(1, 5)):
+        grp = rng.choice(["", "attn.", "mlp."]) if rng.random() < 0.6 else ""
+        o, i = rng.randint(1, 60), rng.randint(1, 60)
+        frozen = rng.random() < 0.1
+        g = rng.choice([0, 0, 1])
+        if rng.random() < 0.5:  # an nn.Linear
+            unit.append((f"{grp}m{mi}.weight", (o, i), not frozen, g))
+            if rng.random() < 0.7:
+                unit.append((f"{grp}m{mi}.bias", (o,), not frozen, g))
+        else:
+            for pn in rng.sample(["weight", "bias", "scale"], rng.randint(1, 3)):
+                unit.append((f"{grp}m{mi}.{pn}", (rng.randint(1, 400),), not frozen, g))
+    count = rng.randint(1, 14)
+    first = rng.choice([0, 0, 0, 3])
+    layers = [TensorSpec(f"{prefix}{first + li}.{s}", shape, tr, g)
+              for li in range(count) for s, shape, tr, g in unit]
+    tail = [TensorSpec(n, s) for n, s in rng.sample([("norm.weight", (rng.randint(1, 50),)),
+                                                     ("lm_head.weight", (rng.randint(1, 90), 4)),
+                                                     ("model.norm.weight", (rng.randint(1, 50),))],
+                                                    rng.randint(0, 3))]
+    want = (len(head), len(unit), count) if count >= 2 else None
+    if count >= 2 and rng.random() < 0.3:
+        j = rng.randrange(len(layers))
+        t = layers[j]
+        how = rng.choice(["shape", "name", "frozen"])
+        if how == "shape":
+            layers[j] = TensorSpec(t.name, (t.numel + 1,), t.trainable, t.group)
+        elif how == "name":
+            layers[j] = TensorSpec(t.name + "x", t.shape, t.trainable, t.group)
+        else:
+            layers[j] = TensorSpec(t.name, t.shape, not t.trainable, t.group)
+        want = None
+    return Inventory("rand", head + layers + tail), want
+
+
+def _copy(inv: Inventory) -> Inventory:
+    return Inventory(inv.name, list(inv.tensors))  # a fresh tensor list: nothing memoised
+
+
+@pytest.fixture
+def no_repeat(monkeypatch):
+    """Run ``f(inv)`` on a fresh copy of ``inv`` with layer_repeat hidden: the whole walk."""
+    def run(f, inv):
+        with monkeypatch.context() as m:
+            m.setattr(parallel, "layer_repeat", lambda inv: None)
+            return f(_copy(inv))
+    return run
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_layer_repeat_found_only_for_identical_layers(seed):
+    rng = random.Random(seed)
+    for _ in range(30):
+        inv, want = _layered(rng)
+        rep = parallel.layer_repeat(inv)
+        assert (None if rep is None else (rep.head, rep.unit, rep.count)) == want
+        if rep is not None:  # the property it claims, tensor by tensor
+            for t in range(rep.count):
+                for j in range(rep.unit):
+                    a, b = inv.tensors[rep.head + j], inv.tensors[rep.head + t * rep.unit + j]
+                    assert b.name == a.name.replace(f"{rep.prefix}{rep.first}.", f"{rep.prefix}{rep.first + t}.", 1)
+                    assert (a.shape, a.trainable, a.group, a.dtype) == (b.shape, b.trainable, b.group, b.dtype)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_container_steps_and_load_peak_equal_whole_walk(seed, no_repeat):
+    rng = random.Random(100 + seed)
+    for _ in range(30):
+        inv, _ = _layered(rng)
+        fast = state.zero3_container_steps(inv)
+        full = no_repeat(state.zero3_container_steps, inv)
+        assert (list(fast[0]), list(fast[1])) == (list(full[0]), list(full[1]))
+        W, D, Dl = rng.randint(1, 9), rng.choice([2, 4]), rng.choice([2, 4])
+        cast = rng.choice([None, True, False])
+        swap_min = rng.choice([None, None, 64, 1000])
+        assert timeline.zero_init_load_peak_of(inv, W, D, Dl, cast, swap_min) == \
+            timeline.zero_init_load_peak_of(inv, W, D, Dl, cast, swap_min, repeat=False)
+
+
+def _config(rng: random.Random) -> dict:
+    stage = rng.choice([0, 1, 2, 3, 3, 3])
+    z: dict = {"stage": stage}
+    if rng.random() < 0.5:
+        z["reduce_bucket_size"] = rng.choice([50, 500, 5000, 10**6])
+    if stage == 3:
+        z["stage3_param_persistence_threshold"] = rng.choice([0, 100, 10**5])
+        z["stage3_prefetch_bucket_size"] = rng.choice([0, 100, 1000, 5 * 10**7])
+        z["stage3_max_live_parameters"] = rng.choice([100, 10**9])
+        z["stage3_max_reuse_distance"] = rng.choice([0, 500, 10**9])
+        z["contiguous_gradients"] = rng.random() < 0.8
+    if stage >= 1 and rng.random() < 0.4:
+        dev = rng.choice(["cpu", "nvme"]) if stage == 3 else "cpu"
+        z["offload_optimizer"] = {"device": dev, **({"nvme_path": "/nvme"} if dev == "nvme" else {})}
+        if stage == 3 and rng.random() < 0.5:
+            z["offload_param"] = {"device": dev, **({"nvme_path": "/nvme"} if dev == "nvme" else {})}
+    prec = rng.choice([{"bf16": {"enabled": True}}, {"fp16": {"enabled": True}}, {}])
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "zero_optimization": z, **prec}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_estimate_equal_with_and_without_repeat(seed, no_repeat):
+    from advisor.views.estimate import estimate
+    rng = random.Random(1000 + seed)
+    for _ in range(6):
+        inv, _ = _layered(rng)
+        if not inv.has_trainable():
+            continue
+        ec = effective_config(_config(rng))
+        W = rng.choice([1, 2, 3, 4, 8])
+        load = dataclasses.replace(timeline.LoadAssumption(), zero_init=rng.random() < 0.6,
+                                   dtype=rng.choice(["fp32", "bf16"]))
+
+        def run(i: Inventory) -> str:
+            return json.dumps(estimate(Plan(ec, i, Cluster(world_size=W, gpus_per_node=W)), load=load).to_dict(),
+                              sort_keys=True, default=str)
+        assert run(_copy(inv)) == no_repeat(run, inv)
