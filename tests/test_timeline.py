@@ -1228,3 +1228,40 @@ def test_zero3_nvme_params_first_iteration_is_the_replays():
     at = {x.key: {e[0] for e in tl.entries[i]} for i, x in enumerate(tl.instants)}
     assert "zero3_gathered_params" not in at["forward:1"] | at["backward:1"]
     assert "zero3_gathered_params" in at["steady:forward"] and "zero3_gathered_params" in at["steady:backward"]
+
+
+def test_zero1_overlap_comm_accumulation_moves_gradients_in_hook_order_at_the_boundary():
+    """ZeRO-1, overlap_comm, GA 2 (train_batch_size 4 / (micro 1 x 2 ranks)), TINY's real Linears (engine-proven:
+    tests/engine/test_peak_parity.py z1_bf16_overlap_tbsga2_bigtensor_w2, and this flat bucket on the proxy).
+    DeepSpeed 0.19.8 stage_1_and_2.py: micro-step 1's hooks only set up the two ipg buffers (setup_buckets
+    l.3256-3278, overlap_comm's second one) and move nothing (reduce_ready_partitions_and_remove_grads l.2294:
+    ZeRO-1 only at the boundary), so every param.grad (N x 2 B) and both buffers (2 x 50,000 x 2 B) live from
+    micro-step 1's backward into micro-step 2's forward. At the boundary each hook (process_gradients l.2290,
+    overlap_comm) moves its accumulated gradient into the bucket right after torch adds the new one, in autograd's
+    order: l3.bias (5, made with l3.weight 385), l3.weight, l2.bias (77, with l2.weight 23,177), l2.weight, l1.bias
+    (301, with l1.weight 19,264), l1.weight. At l2.bias's accumulation 5 + 385 elements are moved: live are
+    43,209 - 390 accumulated + 77 + 23,177 new = 66,073 elements -> 132,146 B, the largest (l2.weight's: 42,742 +
+    23,177 = 65,919); one flush (43,209 < 50,000), the epilogue's flat copy N x 2 = 86,418 B, below it."""
+    from advisor.model.inventory import from_dict
+
+    tiny = {"name": "tiny-mlp", "tensors": [
+        {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+        {"name": "l2.weight", "shape": [77, 301]}, {"name": "l2.bias", "shape": [77]},
+        {"name": "l3.weight", "shape": [5, 77]}, {"name": "l3.bias", "shape": [5]}]}
+    cfg = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 1, "reduce_bucket_size": 50000, "overlap_comm": True,
+                                 "contiguous_gradients": True}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, from_dict(tiny, "t"), Cluster(world_size=2)))
+    load = resolve_load(ec, zero_init=False, dtype=None)
+    tiers = ("accelerator", "host_pinned", "host_pageable")
+    for r in (0, 1):
+        tl = role_timeline(led, led.rank(r), load, ga=2, rank=r)
+        s = dict(zip((x.key for x in tl.instants), tl.series(tiers)))
+        assert s["backward:1"] - s["forward:1"] == 2 * 50000 * 2 + 43209 * 2
+        assert s["forward:2"] == s["backward:1"]
+        assert s["backward:2"] - s["forward:1"] == 2 * 50000 * 2 + 66073 * 2
+        assert s["reduce"] < s["backward:2"]
+        # the step has its fp64 norm instant (get_grad_norm_direct l.2684), as at GA 1
+        assert "first_step:norm" in s and "steady_step:norm" in s

@@ -2619,7 +2619,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
     whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
-    off (at ZeRO-2 on or off; at ZeRO-1 on at GA 1 only), at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
+    on or off, at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
     micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``); at ZeRO-1 only
     the boundary's backward reduces, as at GA = 1, and what the earlier micro-steps leave is its own
     entries (``lp_grads_accumulated``, ``ipg_bucket_accumulated``, ``accumulate_grad_new``)
@@ -2647,8 +2647,8 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     overlap_comm``), in autograd's order as ZeRO-2 does (:func:`_zero12_replay_stage`), not in the
     epilogue: modelled at GA 1 (z1_bf16_overlap_w2: every phase within 0.03% on both ranks; before, the
     ledger kept N x D of whole gradients in backward, +85,452 B on rank 0, and the step had no norm
-    instant, -24,512 B); with GA > 1 the earlier micro-steps' accumulated param.grad meet the hooks,
-    not modelled. ZeRO-2 with
+    instant, -24,512 B); with GA > 1 the boundary's hooks meet every param.grad micro-step 1 left
+    (:func:`zero12_boundary_holds_all`; z1_bf16_overlap_tbsga2_bigtensor_w2). ZeRO-2 with
     ``contiguous_gradients`` off, one param group, ``overlap_comm`` on or off, at any GA (a micro-step's
     gradients meeting the slice kept whole into the next, ``prev_grads_in_partition``; z2_bf16_noncontig_tbsga2_w2):
     :func:`_zero12_noncontig_transients` (z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2; without
@@ -2659,7 +2659,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
-            and ((z.contiguous_gradients and (z.stage == 2 or not z.overlap_comm or ga == 1))
+            and (z.contiguous_gradients
                  or (z.stage == 2 and groups == 1)))
 
 
@@ -2928,8 +2928,19 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
     return D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl
 
 
+def zero12_boundary_holds_all(ec: EffectiveConfig, ga: int) -> bool:
+    """Whether a ZeRO-1 reduce at the accumulation boundary finds every 16-bit gradient already made
+    before it moves the first one: without ``overlap_comm`` (the epilogue loop, reduce_gradients
+    ``stage_1_and_2.py`` l.971-976, runs after loss.backward), and with ``overlap_comm`` at GA > 1,
+    where micro-step 1's hooks move nothing (reduce_ready_partitions_and_remove_grads l.2293-2295:
+    only ``partition_gradients or is_gradient_accumulation_boundary()``), so every param.grad of the
+    earlier micro-steps is live when the boundary's hooks start moving them, in autograd's order."""
+    z = ec.zero
+    return z.stage == 1 and (not z.overlap_comm or ga > 1)
+
+
 def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
-                               W: int) -> Runs:
+                               W: int, ga: int = 1) -> Runs:
     """Runs of (A_r, R_r, G_r) per rank, in bytes: the transients of a ZeRO-1/2 backward and step on top of
     the persistent state and the ipg bucket, for a plan :func:`zero12_transients_modeled` accepts.
 
@@ -2962,9 +2973,20 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     G_r (the step's norm): max over the rank's gradient slices of numel x 8: get_grad_norm_direct
     casts each to fp64 (``g.data.to(get_norm_dtype())``, ``zero/utils.py`` get_norm_dtype: fp64
     where the accelerator has it) one at a time before the flat fp32 copy exists.
+    ZeRO-1 with ``overlap_comm`` at GA > 1 (:func:`zero12_boundary_holds_all`): the boundary's hooks move
+    the gradients in autograd's order, but every param.grad already exists (micro-step 1 moved none), so
+    unmoved_j = every gradient from the trigger on in hook order + the trigger's autograd sibling's new
+    gradient (made with it, not yet accumulated), and A_r is the boundary's accumulation over the N x D
+    of 16-bit gradients (the ``lp_grads`` entry): max over hook positions k of (s_k + n_k - moved_k) x D,
+    the new gradient n_k beside the accumulated ones not yet moved (``accumulateGrad`` adds it into
+    param.grad before the post-accumulate hook moves it), + an extra-large gradient whose flush k's hook
+    triggers, + the kept ones (:func:`_zero12_kept_xl`) and I_r x D once a flush allocated
+    grads_in_partition. Engine, tests/engine/test_peak_parity.py z1_bf16_overlap_tbsga2_w2 (TINY, one
+    flush): the boundary's backward peaks at l2.weight's accumulation, (42,742 + 23,177) x 2 B of gradients.
     Elements: RBS = reduce_bucket_size; D = model dtype bytes. O(tensors x flushes + tensors log
     tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    held = zero12_boundary_holds_all(ec, ga)
     if not ec.zero.contiguous_gradients:
         return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes)
     F = len(flushes)
@@ -2978,7 +3000,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     p_t = sum(lay.P for lay in layouts)
     # flush j's bytes without the rank's grads_in_partition, which counts only for j > first_r:
     # red_r = max(base_r, max_{j <= first_r} A_j, max_{j > first_r} A_j + I_r D)
-    B = [(0 if trig is None else (hooked[trig] if st == 2 else suffix_at(trig)) * D) + xl[j]
+    def unmoved(trig: int) -> int:
+        if not held:
+            return hooked[trig]
+        # every gradient from the trigger on; in hook order (overlap_comm) also the sibling's new one
+        return suffix_at(trig) + (hooked[trig] - sizes[trig] if st == 2 else 0)
+
+    B = [(0 if trig is None else unmoved(trig) * D) + xl[j]
          for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
     A = [copies[j] + B[j] for j in range(len(flushes))]
     pre_max = list(A)
@@ -2989,9 +3017,32 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         suf_max[j] = A[j] if suf_max[j + 1] is None else max(A[j], suf_max[j + 1])
 
     kept = _zero12_kept_xl(ec, layouts, W, order, flushes, xl)
+    # ZeRO-1 overlap_comm at GA > 1: the boundary's accumulation moments by flushes done before them,
+    # E[c] (elements): a hook position k in flush c's bucket after its first (c flushes done) or the
+    # trigger of flush c (c done, flush c's extra-large gradient still pending), N - moved_k + hooked_k
+    acc: list[int] = []
+    if held and st == 2:
+        for c, (ks, trig) in enumerate(flushes):
+            best = max((csum[T] - csum[k] + hooked[k] for k in ks if k > ks.start or c == 0), default=-1)
+            if trig is not None:
+                best = max(best, csum[T] - csum[trig] + hooked[trig] + xl[c] // D)
+            acc.append(best)
+
+    def boundary(f: int, inter: int, K: tuple) -> int:
+        # A_r of the held overlap_comm regime over the N x D of lp_grads, bytes
+        best = 0
+        for c, e in enumerate(acc):
+            if e >= 0:
+                best = max(best, e * D + (K[c] if K else 0) + (inter * D if c > f else 0))
+        return max(0, best - csum[T] * D)
 
     def figure(row: tuple) -> tuple[int, int, int]:
         (inter, cov, _), f, g, K = row
+        if acc:
+            return (boundary(f, inter, K),) + _reduce_figure(inter, cov, f, K)[1:] + (g * 8,)
+        return _reduce_figure(inter, cov, f, K) + (g * 8,)
+
+    def _reduce_figure(inter: int, cov: int, f: int, K: tuple) -> tuple[int, int]:
         red = (inter + p_t - cov) * D
         if K:
             # ZeRO-1 non-owners keep the extra-large gradients of earlier flushes (_zero12_kept_xl):
@@ -3001,7 +3052,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
                 red = max(red, A[j] + K[j] + (inter * D if j > f else 0))
             if f < F:
                 red = max(red, B[f] + K[f] + inter * D)
-            return (0, red, g * 8) if st != 2 else (_zero12_auto(st, sufmax, flushes, f, inter, D), red, g * 8)
+            return (0, red) if st != 2 else (_zero12_auto(st, sufmax, flushes, f, inter, D), red)
         if F:
             red = max(red, pre_max[min(f, F - 1)])
         if f + 1 < F and suf_max[f + 1] is not None:
@@ -3011,7 +3062,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             # extra-large gradient is still in its own storage while copy_grads_in_partition
             # copies it (grad_reduc.data = the new view frees it after)
             red = max(red, B[f] + inter * D)
-        return _zero12_auto(st, sufmax, flushes, f, inter, D), red, g * 8
+        return _zero12_auto(st, sufmax, flushes, f, inter, D), red
 
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
 
@@ -3305,8 +3356,11 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                       + ", held by all_grad_tensors until the accumulation boundary)",
                       f"{S}.independent_gradient_partition_epilogue (all_grad_tensors) / "
                       + ("copy_grads_in_partition" if z.contiguous_gradients else "reduce_ipg_grads"))
-    if z.stage == 1 and not off and not (z.overlap_comm and len(terms) > 5):
-        # (ZeRO-1 with overlap_comm moves each gradient in its hook at the boundary, _zero12_replay_stage:
+    # ZeRO-1 with overlap_comm at GA > 1 with its transients: the boundary's hooks move gradients micro-step 1
+    # left whole (zero12_boundary_holds_all); its A_r is the boundary's accumulation over lp_grads
+    held_overlap = z.stage == 1 and z.overlap_comm and ga > 1 and len(terms) > 5
+    if z.stage == 1 and not off and not (z.overlap_comm and len(terms) > 5 and not held_overlap):
+        # (ZeRO-1 with overlap_comm at GA 1 moves each gradient in its hook at the boundary, _zero12_replay_stage:
         # its backward_transient counts them, not N x D at once.)
         # ZeRO-1 reduces at the accumulation boundary (reduce_gradients), so every 16-bit
         # param.grad is alive until then (reference section 4.5 / 10.12, measured snapshot
@@ -3345,6 +3399,17 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)",
                   "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
                   f"only at the accumulation boundary); made by autograd in {_AUTOGRAD_GRADS}")
+        if held_overlap:
+            # the hooks move each accumulated gradient right after torch adds its new one: the moment
+            # is the new gradient beside those not yet moved, not beside all N (zero12_backward_transients)
+            b.add("accelerator", "gradients", "accumulate_grad_new", terms[5], "accumulated_backward",
+                  "max over hook positions k of (n_k + s_k - moved_k) x D + a pending extra-large gradient, the kept "
+                  "ones and I_r x D once grads_in_partition exists: a micro-step's new gradient (and its autograd "
+                  "sibling's) whole while torch adds it into param.grad, the earlier gradients in hook order already "
+                  "moved into the ipg bucket (overlap_comm; zero12_backward_transients)",
+                  "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); "
+                  f"{S}.process_gradients (l.2284-2291, overlap_comm) -> reduce_independent_p_g_buckets_and_remove_grads")
+    if z.stage == 1 and ga > 1 and (off or len(terms) > 5) and not held_overlap:
         sib = autograd_siblings(inv)
         new_max = max((t.numel + sib[i] for i, t in enumerate(inv.tensors) if t.trainable), default=0)
         b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",
@@ -3355,7 +3420,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092)")
     if len(terms) > 5:  # zero12_transients_modeled: the backward and step-norm transients
         auto, red, norm = terms[5:8]
-        if auto:
+        if auto and not held_overlap:
             b.add("accelerator", "gradients", "backward_transient", auto, "autograd",
                   "max_p (n_p + s_p) x D (+ I_r x D once grads_in_partition exists): the gradient a backward hook "
                   "is moving into the ipg bucket and s_p, the one its autograd node made with it, not yet "
@@ -4046,7 +4111,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     pl = pl or placement(ec, inv, W, wrapper)
     terms = pl.terms
     if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga, len(pl.zero12)):
-        terms = Runs.zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W)).map(lambda ab: ab[0] + ab[1])
+        terms = Runs.zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W, ga)).map(lambda ab: ab[0] + ab[1])
     # ranks with the same totals may still split them differently over the groups a step updates
     # one at a time (the timeline's per-group step instants): keep those ranks apart
     split = Runs.const(W, ())

@@ -368,6 +368,17 @@ CELLS = [
     # every phase within 0.03% on both ranks
     ("z2_bf16_noncontig_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False), "train_batch_size": 4}, 2, False,
      parity.TINY, {"steps": 4}),
+    # ZeRO-1 overlap_comm at GA 2 (issue 15): micro-step 1's hooks move nothing (l.2294), so its N x D param.grad and
+    # both ipg buffers live into micro-step 2, whose hooks move the accumulated gradients in autograd's order, each
+    # right after its new gradient is added (state.zero12_boundary_holds_all). Before (2026-12-05, the flat proxy at
+    # reduce_bucket_size 50,000) the ledger kept the coarse lifetimes: forward:2 / forward:4 +286,474 B on both ranks
+    # (setup_buckets l.3266 / l.3275's 2 x 100,000 B and engine.py l.3428's 86,418 B unattributed), backward:1
+    # -85,446 B, backward:2 -40,022 B (rank 0), step:4 +24,512 / +39,488 B (no norm instant, l.2684); now every phase
+    # within 0.05%. This cell (real Linears, several flushes, l1.weight / l2.weight over the bucket kept by their
+    # non-owners) matched on its first run (every phase within 0.36%, the forward's 630 B proxy scalars)
+    ("z1_bf16_overlap_tbsga2_bigtensor_w2", {**_cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True),
+                                             "train_batch_size": 4}, 2, False, parity.TINY,
+     {"linear": True, "steps": 4}),
 ]
 
 
