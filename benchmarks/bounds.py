@@ -26,7 +26,8 @@ mean something on a loaded machine too:
   estimate ZeRO-3 at 2^20 ranks, report and estimate ZeRO-2 at 8 ranks;
 * issue 21, round 3: estimate of a 1.9M-tensor inventory (nameless entries, 40 MB), refusals of
   2.1M tensors and of the most a 64 MiB file can list (4.8M), check ZeRO-3 at 1e5 layers;
-  refusals of tensors lists whose entries are not objects: 2.1M ``[64, 64]`` and 22M ``[]`` (64 MiB);
+  refusals of tensors lists whose entries are not objects: 2.1M ``[64, 64]`` and 22M ``[]`` (64 MiB), and the
+  22M ``[]`` after one tensor object (flat, and with an object inside it);
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
@@ -160,6 +161,17 @@ def main() -> None:
             for _ in range((n - 1) // 100_000):
                 out.write(("," + entry) * 100_000)
             out.write(("," + entry) * ((n - 1) % 100_000) + "]}")
+    # small21: the same 22M [] after one tensor object (flat: the one-match scan; with an object inside: the
+    # collapsing scan), which passed the first-entry check and was parsed whole
+    inv22after, inv22nested = tmp / "inv22after.json", tmp / "inv22nested.json"
+    for f, head in ((inv22after, '{"name": "a", "shape": [1]}'),
+                    (inv22nested, '{"name": "a", "shape": [1], "meta": {"x": [[1]]}}')):
+        n = (64 * 1024 * 1024 - 20 - len(head)) // 3
+        with f.open("w") as out:
+            out.write('{"tensors": [' + head)
+            for _ in range(n // 100_000):
+                out.write(",[]" * 100_000)
+            out.write(",[]" * (n % 100_000) + "]}")
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
     M = str(1 << 20)
     cases = [
@@ -236,6 +248,10 @@ def main() -> None:
         ("refuse 2.1M [64, 64] inventory", ["estimate", str(z3b), "--model", str(inv21lists)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("refuse 22M [] inventory (64 MiB)", ["estimate", str(z3b), "--model", str(inv22mempty)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("refuse {tensor}, 22M [] (64 MiB)", ["estimate", str(z3b), "--model", str(inv22after)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("refuse {nested}, 22M [] (64 MiB)", ["estimate", str(z3b), "--model", str(inv22nested)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("check ZeRO-3, 1e5 layers, 8", ["check", str(z3b), "--model", str(deep), "--world-size", "8", *cap],
          ["check", str(z3b), "--model", str(shallow), "--world-size", "8", *cap]),

@@ -255,19 +255,18 @@ def refuse_over_limit(text: str, source: str) -> None:
     * only a text with more than MAX_TENSORS ``{`` can list that many tensor objects; one that
       has them is counted by :func:`advisor.config.readers.list_length_at` (no object kept) and
       refused over the limit;
-    * a list whose first entry is not an object (``[[64, 64], ...]``, ``[1, 1, ...]``) is refused
-      at that entry, ``/tensors/0: expected an object`` as :func:`from_dict` would say, found by
-      :func:`advisor.config.readers.first_entry_at` without parsing the list (22M ``[]`` in
-      64 MiB took 16 s and 1.7 GB to parse first, issue 21).
-
-    A list whose first entry is an object and later ones not, with few ``{``, is still parsed
-    whole and refused by :func:`from_dict`."""
+    * a list with an entry that is not an object (``[[64, 64], ...]``, ``[1, 1, ...]``, or
+      ``[{"shape": [1]}, [], [], ...]``) is refused at the first such entry, ``/tensors/I: expected
+      an object`` as :func:`from_dict` would say, found by
+      :func:`advisor.config.readers.first_non_object_at` without parsing the list (22M ``[]`` in
+      64 MiB took 16 s and 1.7 GB to parse first; after one object, 1.6 GB: issue 21).
+    """
     if text.count(",") < MAX_TENSORS:
         return
-    from advisor.config.readers import first_entry_at, list_length_at
-    first = first_entry_at(text, "tensors")
-    if first is not None and first not in "{]":
-        raise ModelSpecError(f"{source}: /tensors/0: expected an object")
+    from advisor.config.readers import first_non_object_at, list_length_at
+    bad = first_non_object_at(text, "tensors")
+    if bad is not None:
+        raise ModelSpecError(f"{source}: /tensors/{bad}: expected an object")
     if text.count("{") <= MAX_TENSORS:
         return
     n = list_length_at(text, "tensors")
