@@ -1487,11 +1487,14 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
             at = _packed(map(acc.__getitem__, bounds))
             return _packed(map(operator.sub, itertools.islice(at, 1, None), at))
         mod_numel, mod_pad = per_module(numel), per_module(pad)
-        f_during = _packed(dn * D if c >= 2 and not seq else pp * D
-                           for dn, pp, c in zip(mod_numel, mod_pad, map(len, members)))
+        # per module, C-level maps (a generator expression per module was ~0.3 s each at 1e5 layers, issue 21):
+        # coalesced (>= 2 parameters, not sequential): its copies dn x D, else its own buffer pp x D
+        co = bytes(map((2).__le__, map(len, members))) if not seq else bytes(M)
+        f_during = _packed(map(operator.mul, map(tuple.__getitem__, zip(mod_pad, mod_numel), co),
+                               itertools.repeat(D)))
         # a coalesced module's fetch is its flat buffer + its copies; a single (or sequential) one its buffer
-        f_fetch = _packed(pp * D + dd if c >= 2 and not seq else dd
-                          for dd, pp, c in zip(f_during, mod_pad, map(len, members)))
+        f_fetch = _packed(map(operator.add, f_during, map(operator.mul, mod_pad, map(operator.mul, co,
+                                                                                       itertools.repeat(D)))))
     else:
         f_fetch, f_during = [0] * M, [0] * M
         for k, idx in enumerate(members):
@@ -1527,9 +1530,12 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
     coalesce = not seq
     # packed (8 bytes a value, not an int object each: issue 21's memory at 1e5 layers)
-    data_b = _packed(0 if k else n * D for k, n in zip(keep, numel))   # a waited coalesced param's bytes
-    own_b = _packed(0 if k else p * D for k, p in zip(keep, pad))      # a param in its own buffer
-    pad_b = _packed(p * D for p in pad)
+    # C-level maps (no Python frame per parameter): D, or 0 for a persistent parameter, times n or pad
+    lent_D = bytes(map(operator.not_, keep))
+    data_b = _packed(map(operator.mul, numel, map(operator.mul, lent_D, itertools.repeat(D))))  # a waited coalesced param
+    own_b = _packed(map(operator.mul, pad, map(operator.mul, lent_D, itertools.repeat(D))))     # a param in its own buffer
+    del lent_D
+    pad_b = _packed(map(operator.mul, pad, itertools.repeat(D)))
     # for run's forward-only tail: each module's first queue position, the last module with a
     # non-persistent parameter (-1: none)
     mod_start = _packed(itertools.accumulate(map(len, members), initial=0))
