@@ -897,8 +897,9 @@ def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
         in_layer = in_layer_flags(inv)
         order = zero3_backward_grad_order(inv, linear)
         tensors = inv.tensors
-        ns = [tensors[i].numel for i in order]
-        return order, ns, bytes(in_layer[i] for i in order), _packed(itertools.accumulate(ns, initial=0))
+        # C-level maps (a Python expression per gradient before, issue 21)
+        ns = list(map(operator.attrgetter("numel"), map(tensors.__getitem__, order)))
+        return order, ns, bytes(map(in_layer.__getitem__, order)), _packed(itertools.accumulate(ns, initial=0))
     return inv.memo(("zero3_grad_columns", bool(linear)), compute)
 
 
@@ -922,7 +923,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
     F = inv.memo(("zero3_grad_padded_prefix", bool(linear), W),
-                 lambda: _packed(itertools.accumulate((-(-n // W) * W for n in ns), initial=0)))
+                 lambda: _packed(itertools.accumulate(map(operator.mul, map(operator.floordiv, map(
+                     operator.neg, ns), itertools.repeat(W)), itertools.repeat(-W)), initial=0)))  # ceil(n/W) x W
     # the flushes: a bucket started at position a is flushed as the gradient at p arrives, p the first with
     # P[p + 1] - P[a] > rbs (stage3.py l. 1583); that gradient starts the next bucket
     flushes: list[tuple[int, int]] = []
@@ -961,7 +963,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         g = _packed(map(during.__getitem__, mods))
         arrive = _packed(map(operator.add, nC, g))
         is_fetch = bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
-        fetch = _packed(at_fetch[m] if f else 0 for m, f in zip(mods, is_fetch))
+        fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))  # C-level (issue 21)
     else:
         at_end = 0
         g = None
@@ -984,7 +986,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         kept_end = vals[-1]
         arrive = _packed(map(operator.add, arrive, kept_at))
         if fetch is not None:
-            fetch = _packed(v + k if f else 0 for v, k, f in zip(fetch, kept_at, is_fetch))
+            fetch = _packed(map(operator.mul, map(operator.add, fetch, kept_at), is_fetch))
     # regions: before the first layer gradient 0, then a layer's 1, another module's 2
     f = inl.find(1)
     if f < 0:
