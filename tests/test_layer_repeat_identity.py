@@ -145,3 +145,24 @@ def test_estimate_equal_with_and_without_repeat(seed, no_repeat):
             return json.dumps(estimate(Plan(ec, i, Cluster(world_size=W, gpus_per_node=W)), load=load).to_dict(),
                               sort_keys=True, default=str)
         assert run(_copy(inv)) == no_repeat(run, inv)
+
+
+@pytest.mark.parametrize("name", __import__("advisor.model.specs", fromlist=["preset_names"]).preset_names())
+def test_config_built_models_note_what_the_scans_find(name):
+    # specs.expand records layer_repeat and in_layer_flags as it builds the layers; the scans over the
+    # names (parallel._layer_repeat, the layer regex per tensor) must find the same, for every preset and
+    # for shallow / one-layer / MoE-with-dense-layers variants of it
+    from advisor.model import specs
+    base = specs.get_preset(name)
+    variants = [base, dataclasses.replace(base, num_layers=2), dataclasses.replace(base, num_layers=1)]
+    if base.is_moe:
+        variants.append(dataclasses.replace(base, first_dense_layers=min(1, base.num_layers)))
+    for spec in variants:
+        try:
+            inv = specs.expand(spec)
+        except Exception:  # a variant the spec's own checks refuse
+            continue
+        noted = parallel.layer_repeat(inv), parallel.in_layer_flags(inv)
+        scanned = parallel._layer_repeat(_copy(inv)), bytes(map(bool, map(parallel._LAYER_RE.search,
+                                                                          (t.name for t in inv.tensors))))
+        assert noted == scanned
