@@ -2,14 +2,16 @@
 straightforward walk it was made from (state._zero3_fetch_replay_reference): every field of the
 Zero3Fetch equal on seeded random inventories, repeating and not, W 1-8, random prefetch buckets,
 max live, reuse distances, persistence thresholds, allgather_sequential; layered inventories with
-container modules one and two levels deep (the prefetch of state.zero3_container_steps)."""
+container modules one and two levels deep (the prefetch of state.zero3_container_steps), declared
+parameterless leaves (with and without a backward hook, before a module or after the last) and nn.Sequential
+layer lists (Inventory.modules)."""
 import random
 import types
 
 import pytest
 
 from advisor.ledger import state
-from advisor.model.inventory import Inventory, TensorSpec
+from advisor.model.inventory import Inventory, ModuleSpec, TensorSpec, module_of
 
 
 def _inventory(rng: random.Random) -> Inventory:
@@ -32,6 +34,14 @@ def _inventory(rng: random.Random) -> Inventory:
                     grp = ("attn." if mi < len(layer) // 2 else "mlp.") if sub else ""
                     out.append(TensorSpec(f"{top}layers.{li}.{grp}m{mi}.{pname}", (n,)))
         out.append(TensorSpec("head.weight", (rng.randint(1, 500),)))
+        if rng.random() < 0.6:  # modules the names cannot spell (Inventory.modules)
+            owning = list(dict.fromkeys(module_of(t.name) for t in out))
+            decl = [ModuleSpec(f"{top}layers.{rng.randint(0, 11)}.act{j}" if rng.random() < 0.7 else f"drop{j}",
+                               before=rng.choice(owning + [None]), backward=rng.random() < 0.7)
+                    for j in range(rng.randint(1, 4))]
+            if rng.random() < 0.5:
+                decl.append(ModuleSpec(f"{top}layers", sequential=True))
+            return Inventory("rand", out, modules=tuple(decl))
     else:  # no period: random module names (some reused out of order) and sizes
         mods = [f"mod{j}" for j in range(rng.randint(1, 15))]
         for t in range(rng.randint(1, 40)):

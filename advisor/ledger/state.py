@@ -65,7 +65,7 @@ from typing import Iterable, Literal, Sequence, get_args
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.config.validation import MAX_RANK_ROLES, MAX_ZERO12_CHANGE_RANKS
 from advisor.errors import WorkLimitError
-from advisor.model.inventory import Inventory
+from advisor.model.inventory import Inventory, module_of  # noqa: F401  (module_of: the rule lives with the inventory, issue 15)
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.plan import Cluster, Plan  # noqa: F401  (the ledger's input; re-exported for callers)
 
@@ -541,15 +541,6 @@ def zero3_stays_gathered(inventory: Inventory, zero, persistent: "list[bool] | N
     else:
         non_persist = non_persistent(persistent)
     return zero.max_reuse_distance >= 2 * non_persist
-
-
-def module_of(name: str) -> str:
-    """The module a parameter belongs to, i.e. the unit ZeRO-3 fetches together: its name
-    without the last dotted component (``model.layers.0.mlp.up_proj.weight`` ->
-    ``model.layers.0.mlp.up_proj``). A numeric last component (the synthetic ``params.3``
-    tensors of ``--params N``) names a tensor of its own, not one shared module."""
-    head, dot, last = name.rpartition(".")
-    return head if dot and not last.isdigit() else name
 
 
 def module_names(inv: Inventory) -> list[str]:
@@ -1317,50 +1308,82 @@ class Zero3Fetch:
     refetch: tuple = (0, "")
 
 
-def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]]":
-    """(before_forward, before_backward): per owning module (:func:`module_index` order), how many
-    container modules run their hooks right before its fetch in forward / in backward; once per
-    tensor list.
+def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int], int]":
+    """(before_forward, before_backward, forward_tail): per owning module (:func:`module_index` order),
+    how many hooks of modules owning no parameter run right before its fetch in forward / in backward,
+    and how many run after the last one's in forward; once per tensor list and ``inv.modules``.
 
-    A container is a module that owns no parameter (``model.layers.0`` of ``model.layers.0.mlp.up_proj``:
-    a LlamaDecoderLayer): every proper prefix of an owning module's name (:func:`module_of`) that is
-    not an owning module itself and is called, i.e. whose next name component is not a number (a
-    numbered one, ``model.layers``, is taken as an ``nn.ModuleList``, whose forward never runs; an
-    ``nn.Sequential`` would be missed). DeepSpeed hooks every submodule (``parameter_offload.py``
-    _register_deepspeed_module l. 337-528), so a container's pre-forward hook runs fetch_sub_module
+    Such a module is a container or a parameterless leaf. A container is every proper prefix of an
+    owning module's name (:func:`module_of`; ``model.layers.0`` of ``model.layers.0.mlp.up_proj``: a
+    LlamaDecoderLayer) that is not an owning module itself and is called: its next name component is
+    not a number, or the inventory declares it an ``nn.Sequential`` (``Inventory.modules``,
+    :class:`advisor.model.inventory.ModuleSpec`); any other numbered one (``model.layers``) is taken as an
+    ``nn.ModuleList``, whose forward never runs. A parameterless leaf (``rotary_emb``, ``act_fn``, a
+    dropout) owns no parameter at all, so the names cannot show it: the inventory declares it, with the
+    owning module it is called before. DeepSpeed hooks every submodule (``parameter_offload.py``
+    _register_deepspeed_module l. 337-528), so the pre-forward hook of either runs fetch_sub_module
     (``partitioned_param_coordinator.py`` l. 310-490): nothing of its own to fetch (l. 364, iter_params
     with recurse=False), but with a complete trace it prefetches from the parameter queue like any
     module (l. 452-485: up to min(max live - available numel, prefetch bucket)), and its release
     (l. 494) finds nothing. Its step (l. 490) and trace entry (record_module l. 222) carry no numel,
     and no parameter of another module's is last used at it, so release (__params_to_release) and
-    the reuse distance are unchanged: the replay gives it no step of its own. It runs right before
-    its first descendant in forward (pre-forward hooks, outer first), and in backward right before
-    its last one (its PreBackwardFunction is applied to its output, after that descendant's
-    ``parameter_offload.py`` l. 456-487)."""
+    the reuse distance are unchanged: the replay gives it no step of its own. A container runs right
+    before its first descendant in forward (pre-forward hooks, outer first) and in backward right
+    before its last one (its PreBackwardFunction is applied to its output, after that descendant's,
+    ``parameter_offload.py`` l. 456-487); a leaf runs where it is declared in forward and, backward
+    being forward reversed (autograd runs the most recently made ready node first), in backward right
+    after the module it precedes in forward, unless its output needs no gradient (``backward``
+    false: PreBackwardFunctionForModule's backward never runs). In backward the hooks after the first
+    module's are not counted: the parameter queue is empty by then (its last entries are that
+    module's own), so they prefetch nothing."""
     names = module_index(inv)[2]
+    seq = {m.name for m in inv.modules if m.sequential}
+    leaves = [m for m in inv.modules if not m.sequential]
 
-    def scan(order) -> "Sequence[int]":
-        # per module in ``order``, the containers it is the first of; walking a name's prefixes up from
-        # the longest stops at one already seen (all of its own prefixes were seen with it), so each
+    def scan(order, backward: bool) -> "tuple[Sequence[int], int]":
+        # per module in ``order``, the hooks it is the first owning module after; walking a name's prefixes
+        # up from the longest stops at one already seen (all of its own prefixes were seen with it), so each
         # prefix is split off once, not once per module under it (a per-module split: ~4 s at 1e5 layers)
         seen: set = set()
         out = array.array("q", [0]) * len(names)
+        pending = 0
         for k in order:
-            head, dot, tail = names[k].rpartition(".")
+            if k < 0:  # a declared leaf: -1 - its index in ``leaves``
+                m = leaves[-1 - k]
+                head, dot, tail = m.name.rpartition(".")
+                pending += 1 if m.backward or not backward else 0
+            else:
+                head, dot, tail = names[k].rpartition(".")
             c = 0
             while dot and head not in seen:
                 seen.add(head)
-                if not tail.isdigit() and head not in owning:  # a numbered head is a ModuleList: never called
+                # a numbered head is a ModuleList (never called) unless declared an nn.Sequential
+                if (not tail.isdigit() or head in seq) and head not in owning:
                     c += 1
                 head, dot, tail = head.rpartition(".")
-            out[k] = c
-        return out
+            if k < 0:
+                pending += c
+            else:
+                out[k], pending = c + pending, 0
+        return out, pending
+
     def compute():
         nonlocal owning
         owning = set(names)
-        rep = _module_repeat(inv)
+        # declared modules (leaves between a layer's modules, a Sequential) go through the whole scan; the
+        # repeat below is taken from the names alone
+        rep = None if inv.modules else _module_repeat(inv)
         if rep is None:
-            return scan(range(len(names))), scan(range(len(names) - 1, -1, -1))
+            if leaves:
+                # forward order: each module after the leaves declared before it; those before none last
+                at: dict = {}
+                for j, m in enumerate(leaves):
+                    at.setdefault(m.before, []).append(-1 - j)
+                order = [x for k, n in enumerate(names) for x in (*at.get(n, ()), k)] + at.get(None, [])
+            else:
+                order = range(len(names))
+            f, tail = scan(order, False)
+            return f, scan(reversed(order), True)[0], tail
         # identical layers (model.parallel.layer_repeat): a layer's containers are the prefixes with its own
         # number (new in every layer: a name outside the layers never starts with "layers.i.") and the shared
         # ones ("model", "model.layers", seen in the first layer walked); so the first two layers walked in
@@ -1368,11 +1391,11 @@ def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]
         # (tests/test_layer_repeat_identity.py compares with the whole scan)
         h, mu, c = rep
         M = len(names)
-        fwd = scan(itertools.chain(range(h + 2 * mu), range(h + c * mu, M)))
+        fwd = scan(itertools.chain(range(h + 2 * mu), range(h + c * mu, M)), False)[0]
         fwd[h + 2 * mu:h + c * mu] = fwd[h + mu:h + 2 * mu] * (c - 2)
-        bwd = scan(itertools.chain(range(M - 1, h + (c - 2) * mu - 1, -1), range(h - 1, -1, -1)))
+        bwd = scan(itertools.chain(range(M - 1, h + (c - 2) * mu - 1, -1), range(h - 1, -1, -1)), True)[0]
         bwd[h:h + (c - 2) * mu] = bwd[h + (c - 2) * mu:h + (c - 1) * mu] * (c - 2)
-        return fwd, bwd
+        return fwd, bwd, 0
     owning: set = set()
     return inv.memo(("zero3_container_steps",), compute)
 
@@ -1433,7 +1456,9 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
       ``stage3_max_reuse_distance`` numel of modules have been traversed;
     * a container module (:func:`zero3_container_steps`: a named module owning no parameter, not
       a ModuleList) only prefetches, as the root does, right before its first descendant's fetch
-      in forward and its last one's in backward; with a prefetch bucket smaller than what is left
+      in forward and its last one's in backward, and so does a declared parameterless leaf
+      (``Inventory.modules``) where it is called (after the last module: at the forward's end, before
+      the backward's root); with a prefetch bucket smaller than what is left
       to gather, that all-gather takes the next module's own parameters with later ones in one
       flat buffer, live until the last of them is fetched;
     * the first module's post-backward hook does not fire (its inputs need no gradient: input ids,
@@ -1442,12 +1467,15 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
 
     Persistent parameters (:func:`zero3_persistent`) are gathered for good from the second
     iteration (``lp_params_gathered``): not counted there."""
+    # inv.modules are not in the key: assigning them clears the inventory's memo (Inventory.__setattr__)
     key = ("zero3_fetch_replay", W, D, zero.param_persistence_threshold, zero.model_persistence_threshold,
            int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance),
            bool(getattr(zero, "allgather_sequential", False)))
     return inventory.memo(key, lambda: _zero3_fetch_replay(inventory, zero, W, D))
 
 
+#: where the forward's largest moment is when hooks after the last module's prefetch it (zero3_container_steps)
+_TAIL_WHERE = "the prefetch of a module called after the last one owning parameters"
 #: :func:`_zero3_fetch_replay`'s "never popped" step (below every step of the trace)
 _NEVER = -10**18
 
@@ -1543,8 +1571,8 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     mod_start = _packed(itertools.accumulate(map(len, members), initial=0))
     last_lent = max(itertools.compress(mod_of, map(operator.not_, keep)), default=-1)
 
-    cf, cb = zero3_container_steps(inv)
-    has_containers = any(cf)
+    cf, cb, ftail = zero3_container_steps(inv)
+    has_containers = any(cf) or any(cb)
 
     def run(have: set, forward_only: bool) -> tuple:
         # _zero3_fetch_replay_reference's run with fetch / all_gather / release inlined into one loop
@@ -1590,6 +1618,12 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         start = 0
         for s in range(M + 1 if forward_only else len(trace)):
             k = trace[s]
+            if s == M + 1 and ftail:
+                # hooks after the last module's in forward (zero3_container_steps), before the backward's root
+                for _ in range(ftail):
+                    qpos, n, cur = queue_prefetch(qpos, n, cur)
+                if cur > fwd_best:
+                    fwd_best, fwd_where = cur, _TAIL_WHERE
             if (forward_only and k > last_lent and k > 0 and not inflight and qpos <= mod_start[k]
                     and (bucket <= 0 or max_live - n <= 0)):
                 # the rest of this forward, in one pass (issue 21: ~3/4 of the 9e5 steps of the GA-2 refetch at
@@ -1676,6 +1710,11 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     continue
                 cur -= avail.pop(i)
                 n -= numel[i]
+        if forward_only and ftail:
+            for _ in range(ftail):
+                qpos, n, cur = queue_prefetch(qpos, n, cur)
+            if cur > fwd_best:
+                fwd_best, fwd_where = cur, _TAIL_WHERE
         return (fwd_best, fwd_where), _packed(fetch_b), _packed(during_b), cur if M else 0, start
 
     if all(keep):
@@ -1733,7 +1772,7 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
     q_step = _packed(s for s, k in enumerate(trace) if k >= 0 for _ in members[k])
     q_len = len(q_param)
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
-    cf, cb = zero3_container_steps(inv)
+    cf, cb, ftail = zero3_container_steps(inv)
 
     def run(have: set, forward_only: bool) -> tuple:
         # one iteration over the complete trace; ``have``: the parameters available at its start. A
@@ -1826,6 +1865,11 @@ def _zero3_fetch_replay_reference(inv: Inventory, zero, W: int, D: int) -> Zero3
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
         for s, k in enumerate(trace):
+            if s == M + 1 and ftail:
+                for _ in range(ftail):  # hooks after the last module's in forward
+                    prefetch()
+                if st["cur"] > fwd_best:
+                    fwd_best, fwd_where = st["cur"], _TAIL_WHERE
             backward = s > M
             if backward and forward_only:
                 break

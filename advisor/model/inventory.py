@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -53,6 +54,86 @@ class TensorSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "numel", math.prod(self.shape) if self.shape else 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSpec:
+    """A module that owns no parameter and that the tensor names cannot spell (issue 15), for
+    ZeRO-3's fetch replay (``advisor.ledger.state.zero3_container_steps``): DeepSpeed hooks every
+    submodule (``runtime/zero/parameter_offload.py`` _register_deepspeed_module l. 337-528), and with a
+    complete trace each hook prefetches (``partitioned_param_coordinator.py`` fetch_sub_module l. 452-485).
+
+    * a parameterless leaf (``sequential`` false: HF Llama's ``rotary_emb``, ``mlp.act_fn``, GPT-2's
+      dropouts): called in forward right before the owning module ``before`` (:func:`module_of` of a
+      tensor name; None: after the last one); ``backward`` false when its output needs no gradient (a
+      rotary embedding's cos/sin), so its pre-backward hook never fires;
+    * an ``nn.Sequential`` (``sequential`` true): a container whose items are numbered, as an
+      ``nn.ModuleList``'s, but which is called, so its hooks run (a ModuleList's never do)."""
+
+    name: str
+    sequential: bool = False
+    before: str | None = None
+    backward: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.sequential:
+            return {"name": self.name, "sequential": True}
+        return {"name": self.name, "before": self.before, **({} if self.backward else {"backward": False})}
+
+
+def module_of(name: str) -> str:
+    """The module a parameter belongs to, i.e. the unit ZeRO-3 fetches together: its name
+    without the last dotted component (``model.layers.0.mlp.up_proj.weight`` ->
+    ``model.layers.0.mlp.up_proj``). A numeric last component (the synthetic ``params.3``
+    tensors of ``--params N``) names a tensor of its own, not one shared module."""
+    head, dot, last = name.rpartition(".")
+    return head if dot and not last.isdigit() else name
+
+
+def _checked_modules(d: Any, names: "Iterable[str]", source: str) -> tuple[ModuleSpec, ...]:
+    """An inventory's ``modules`` (see :class:`ModuleSpec`), each field checked against the owning
+    modules of the tensor ``names``; raises ModelSpecError naming ``source``, the entry and the field."""
+    if d is None:
+        return ()
+    if not isinstance(d, list):
+        raise ModelSpecError(f"{source}: /modules: expected a list")
+    if len(d) > MAX_TENSORS:
+        raise ModelSpecError(f"{source}: /modules: more than {MAX_TENSORS:,} entries")
+    owning = set(map(module_of, names))
+    prefixes = {n[:i] for n in owning for i, c in enumerate(n) if c == "."}
+    out, seen = [], set()
+    for j, e in enumerate(d):
+        where = f"{source}: /modules/{j}"
+        if not isinstance(e, dict):
+            raise ModelSpecError(f"{where}: expected an object")
+        extra = set(e) - {"name", "sequential", "before", "backward"}
+        if extra:
+            raise ModelSpecError(f"{where}: unknown key {shown(sorted(extra)[0])}")
+        name, seq = e.get("name"), e.get("sequential", False)
+        before, bwd = e.get("before"), e.get("backward", True)
+        if not isinstance(name, str) or not name:
+            raise ModelSpecError(f"{where}/name: expected a non-empty string")
+        if not isinstance(seq, bool) or not isinstance(bwd, bool):
+            raise ModelSpecError(f"{where}/{'sequential' if not isinstance(seq, bool) else 'backward'}: expected true or false")
+        if name in seen:
+            raise ModelSpecError(f"{where}/name: {shown(name)} is declared twice")
+        seen.add(name)
+        if name in owning:
+            raise ModelSpecError(f"{where}/name: {shown(name)} owns parameters")
+        if seq:
+            if "before" in e or "backward" in e:
+                raise ModelSpecError(f"{where}: a sequential container takes no 'before' or 'backward'")
+            if name not in prefixes:
+                raise ModelSpecError(f"{where}/name: {shown(name)} contains no module owning parameters")
+        else:
+            if name in prefixes:
+                raise ModelSpecError(f"{where}/name: {shown(name)} contains modules owning parameters: "
+                                     "only a leaf is declared ('sequential' for an nn.Sequential)")
+            if before is not None and (not isinstance(before, str) or before not in owning):
+                raise ModelSpecError(f"{where}/before: expected the name of a module owning parameters or null, "
+                                     f"got {shown(before)}")
+        out.append(ModuleSpec(name, seq, None if seq else before, True if seq else bwd))
+    return tuple(out)
 
 
 class TensorList(list):
@@ -136,6 +217,8 @@ class Inventory:
     #: The parsed Hugging Face config.json the inventory was built from (presets and
     #: config.json files), for ``--activations trace``; not part of the JSON form.
     hf_config: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: Modules owning no parameter that the names cannot spell (:class:`ModuleSpec`), in declaration order.
+    modules: tuple[ModuleSpec, ...] = ()
 
     @property
     def numel(self) -> int:
@@ -154,6 +237,12 @@ class Inventory:
         # ``tensors`` is always a TensorList, whose changes memo() can see in O(1).
         if name == "tensors" and type(value) is not TensorList:
             value = TensorList(value)
+        if name == "modules":
+            # the memo is keyed by the tensor list: values derived from the modules too go with a new tuple
+            value = tuple(value)
+            memo = self.__dict__.get("_memo")
+            if memo:
+                memo.clear()
         object.__setattr__(self, name, value)
 
     def memo(self, key: Any, compute: Any) -> Any:
@@ -208,6 +297,7 @@ class Inventory:
                  **({"dtype": t.dtype} if t.dtype else {})}
                 for t in self.tensors
             ],
+            **({"modules": [m.to_dict() for m in self.modules]} if self.modules else {}),
         }
 
 
@@ -306,7 +396,8 @@ def from_dict(d: Any, source: str, *, consume: bool = False) -> Inventory:
     if consume:
         entries.clear()
     return Inventory(name=str(d.get("name", os.path.basename(source))), tensors=out, source=source,
-                     meta=d.get("meta") if isinstance(d.get("meta"), dict) else {})
+                     meta=d.get("meta") if isinstance(d.get("meta"), dict) else {},
+                     modules=_checked_modules(d.get("modules"), map(operator.attrgetter("name"), out), source))
 
 
 def _slot_setters() -> tuple[Any, ...]:
