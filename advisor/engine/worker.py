@@ -537,7 +537,11 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
     other runs its children in order (``LlamaDecoderLayer``'s role). DeepSpeed hooks and traces
     every one of them (``parameter_offload.py`` _register_deepspeed_module, ``partitioned_param_coordinator.py``
     record_module); the ledger's replay reads the same structure from the names
-    (:func:`advisor.ledger.state.zero3_container_steps`). Owning modules must not nest."""
+    (:func:`advisor.ledger.state.zero3_container_steps`). Owning modules must not nest. The inventory's
+    ``modules`` (:class:`advisor.model.inventory.ModuleSpec`, read under ``containers`` only): a numbered
+    container declared ``sequential`` is an ``nn.Sequential``, called, which runs its items itself; a
+    declared parameterless leaf is a ``Plain`` module placed right before its ``before`` module (last
+    without one)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -602,30 +606,53 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
 
     class Node(nn.Module):
         """A container: no parameter of its own; its forward runs its children in order, a
-        ModuleList child's items one after another."""
+        ModuleList child's items one after another (an nn.Sequential child is called: it runs its own)."""
 
         def forward(self, s):
             for child in self.children():
                 for m in (child if isinstance(child, nn.ModuleList) else (child,)):
-                    s = m(s)
+                    out = m(s)
+                    # a leaf whose output needs no gradient (Plain(backward=False)) is added beside the stream
+                    s = out if getattr(m, "_grad_out", True) else s + out
             return s
 
-    def _place(root, path: str, leaf) -> None:
-        # put ``leaf`` at the dotted ``path`` under ``root``, making the containers on the way
+    class Plain(nn.Module):
+        """A declared parameterless leaf (``Inventory.modules``: a rotary embedding, an activation, a
+        dropout): with ``backward`` its output is its input (no allocation), so its pre-backward hook
+        fires when the gradient reaches it; without, a new scalar that needs no gradient (as a rotary
+        embedding's cos/sin), so that hook never fires."""
+
+        def __init__(self, backward: bool):
+            super().__init__()
+            self._grad_out = backward
+
+        def forward(self, s):
+            return s if self._grad_out else torch.zeros((), dtype=s.dtype, device=s.device)
+
+    def _place(root, path: str, leaf, sequential: "set[str]" = frozenset()) -> None:
+        # put ``leaf`` at the dotted ``path`` under ``root``, making the containers on the way (a
+        # numbered one an nn.Sequential where the inventory declares it, else an nn.ModuleList)
         parts = path.split(".")
         cur = root
+
+        def make(j):
+            if not parts[j + 1].isdigit():
+                return Node()
+            return nn.Sequential() if ".".join(parts[:j + 1]) in sequential else nn.ModuleList()
         for j, c in enumerate(parts):
             last = j == len(parts) - 1
-            if isinstance(cur, nn.ModuleList):
+            if isinstance(cur, (nn.ModuleList, nn.Sequential)):
                 if not c.isdigit() or int(c) > len(cur):
                     raise ValueError(f"containers: {path!r}: ModuleList items must be numbered 0, 1, ... in order")
+                if isinstance(cur, nn.Sequential) and not getattr(leaf, "_grad_out", True):
+                    raise ValueError(f"containers: {path!r}: an nn.Sequential item's output is the next one's input")
                 if int(c) == len(cur):
-                    cur.append(leaf if last else (nn.ModuleList() if parts[j + 1].isdigit() else Node()))
+                    cur.append(leaf if last else make(j))
                 nxt = cur[int(c)]
             elif c in cur._modules:
                 nxt = cur._modules[c]
             else:
-                nxt = leaf if last else (nn.ModuleList() if parts[j + 1].isdigit() else Node())
+                nxt = leaf if last else make(j)
                 cur.add_module(c, nxt)
             if last and nxt is not leaf:
                 raise ValueError(f"containers: {path!r} owns parameters and contains modules")
@@ -648,9 +675,21 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
                 pair = next(((pos[iw], pos[pairs[iw]]) for iw in ix if iw in pairs and pairs[iw] in pos), None)
                 built.append(Leaf([tensors[i] for i in ix], pair))
             if containers:
+                # the inventory's declared modules owning no parameter (advisor.model.inventory.ModuleSpec):
+                # nn.Sequential containers, and parameterless leaves placed right before their ``before``
+                decl = inventory.get("modules") or []
+                seq = {m["name"] for m in decl if m.get("sequential")}
+                plain: dict = {}
+                for m in decl:
+                    if not m.get("sequential"):
+                        plain.setdefault(m.get("before"), []).append(m)
                 self.tree = Node()
                 for path, leaf in zip(owners, built):
-                    _place(self.tree, path, leaf)
+                    for m in plain.get(path, ()):
+                        _place(self.tree, m["name"], Plain(bool(m.get("backward", True))), seq)
+                    _place(self.tree, path, leaf, seq)
+                for m in plain.get(None, ()):
+                    _place(self.tree, m["name"], Plain(bool(m.get("backward", True))), seq)
                 #: not registered (a plain list): the owning modules, in the inventory's order
                 self.__dict__["owners"] = built
             else:

@@ -248,3 +248,16 @@ def run_matrix(cells: list[dict[str, Any]] | None = None, workdir: str | None = 
 TINY_NESTED = {"name": "tiny-mlp-nested", "tensors": [
     {"name": f"stack.{k}.{t['name']}", "shape": t["shape"]} for k, t in
     ((int(t["name"][1]) - 1, t) for t in TINY["tensors"])]}
+#: TINY with declared parameterless leaves (issue 15; ``Inventory.modules``, worker ``Plain``): ``rope`` before
+#: l1 whose output needs no gradient (HF Llama's ``rotary_emb``: no backward hook), ``act`` between l1 and l2
+#: (``mlp.act_fn``), ``drop`` after l3 (a final dropout). Each one's hooks prefetch as a container's do, where
+#: the names alone show no module.
+TINY_CALLS = {"name": "tiny-mlp-calls", "tensors": TINY["tensors"], "modules": [
+    {"name": "rope", "before": "l1", "backward": False},
+    {"name": "act", "before": "l2"},
+    {"name": "drop", "before": None}]}
+#: TINY's three layers as the items of an nn.Sequential (``seq.0`` .. ``seq.2``, as
+#: ``nn.Sequential(Linear, Linear, Linear)``): numbered like a ModuleList's, but called, so its hooks run
+TINY_SEQ = {"name": "tiny-mlp-seq", "tensors": [
+    {"name": t["name"].replace(f"l{k}.", f"seq.{int(k) - 1}."), "shape": t["shape"]}
+    for t in TINY["tensors"] for k in (t["name"][1],)], "modules": [{"name": "seq", "sequential": True}]}

@@ -157,6 +157,22 @@ CELLS = [
                                                      stage3_param_persistence_threshold=100,
                                                      stage3_prefetch_bucket_size=1000),
      2, False, parity.TINY_NESTED, {"containers": True}),
+    # declared parameterless leaves (issue 15; Inventory.modules, worker Plain): parity.TINY_CALLS, TINY with a
+    # rotary-like leaf before l1 (no backward hook), an activation between l1 and l2 and a dropout after l3, at
+    # stage3_max_reuse_distance 0 (each module released after its use). The leaf before l1 prefetches l1.bias with
+    # l2.weight in one coalesced all-gather (state.zero3_container_steps); without it (the ledger before the
+    # declaration, the bare TINY) forward:2 is 7,658 B lower and backward:2 39,304 B higher (-6.8%); the
+    # activation and the dropout find nothing left to prefetch here
+    ("z3_bf16_nonpersist_calls_pb1000_w2", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100,
+                                                stage3_prefetch_bucket_size=1000, stage3_max_reuse_distance=0),
+     2, False, parity.TINY_CALLS, {"containers": True}),
+    # an nn.Sequential of TINY's layers (issue 15; parity.TINY_SEQ, declared "sequential"): numbered like a
+    # ModuleList's items, but called, so its hook prefetches before seq.0's fetch: l1.bias with l2.weight in one
+    # coalesced all-gather, as stack.0's in the containers cell above; the ledger taking it as a ModuleList is
+    # forward:2 46,956 B (8.8%) under
+    ("z3_bf16_nonpersist_seq_pb1000_w2", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100,
+                                              stage3_prefetch_bucket_size=1000),
+     2, False, parity.TINY_SEQ, {"containers": True}),
     ("z3_bf16_nonpersist_pb1000_w2", _cfg(3, "bf16", reduce_bucket_size=50000, stage3_param_persistence_threshold=100,
                                           stage3_prefetch_bucket_size=1000), 2, False, parity.TINY, {"submodules": True}),
     # issue 15: regimes outside the cells above, each listed in UNMATCHED_ISSUE15 where it is off
