@@ -4218,19 +4218,33 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
     Every tensor-parallel rank of a stage holds the same shapes, so it shares its ZeRO rank's
     role; stages whose entries coincide (equal layer counts in the middle) share a role too.
     Ranks are global (:meth:`Cluster.coords`)."""
-    from advisor.model.parallel import shard, split_experts
+    from advisor.model.parallel import layer_period, shard, split_experts
     tp, pp, ep = cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel
     Wz = cl.zero_world_size
     if ep > 1 and Wz % ep:
         raise ValueError(f"ep_size {ep} does not divide the data-parallel size {Wz}")
     roles: dict[tuple, RankLedger] = {}
+    # The stages between the first and the last hold only layers; when the model's layers are the same
+    # up to their index (layer_period), two such stages of as many layers hold the same tensors up to the
+    # layer numbers in their names, which the ledger reads only for structure (module prefixes, the
+    # layers.i pattern, weight/bias pairs): their roles are the same, so each such stage after the first
+    # takes the first one's (issue 21: generate's PP8 at 1e5 layers ran six equal ZeRO-1 passes). Its entries
+    # then merge into that stage's role below, as its own equal ones would.
+    middle: dict[int, list[RankLedger]] = {}
+    same_middles = ep == 1 and pp > 2 and layer_period(inv, rules=tp > 1) is not None
     for sh in shard(inv, tp, pp, ep):
         s = sh.stage
         if ep > 1:
             dense, experts = split_experts(sh.inventory)
         else:
             dense, experts = sh.inventory, None
-        d_roles = _roles(ec, dense, Wz, wrapper, basic, ga)
+        n_layers = sh.layers[1] - sh.layers[0]
+        if same_middles and 0 < s < pp - 1 and n_layers in middle:
+            d_roles = middle[n_layers]
+        else:
+            d_roles = _roles(ec, dense, Wz, wrapper, basic, ga)
+            if same_middles and 0 < s < pp - 1:
+                middle[n_layers] = d_roles
         e_roles: list[RankLedger] = []
         if experts is not None and experts.tensors:
             e_roles = _roles(ec, experts, Wz // ep, wrapper, basic, ga)

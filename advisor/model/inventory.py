@@ -266,6 +266,12 @@ class Inventory:
             self._memo[key] = compute()
         return self._memo[key]
 
+    def forget(self, key: Any) -> None:
+        """Drop :meth:`memo`'s value for ``key`` (if any), so that what it holds can be freed; a later
+        ``memo(key, ...)`` computes it again. generate drops a layout's pipeline-stage shards once it
+        has searched that layout (issue 21)."""
+        self._memo.pop(key, None)
+
     def groups(self, trainable_only: bool = True) -> list[list[TensorSpec]]:
         """Tensors split by optimizer param group, groups in index order, each in model order
         (fresh lists; the split itself is memoised, see :meth:`memo`)."""

@@ -45,6 +45,7 @@ hold a copy (``PipelineModule._index_tied_modules``), its gradients all-reduced 
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from dataclasses import dataclass
@@ -264,6 +265,58 @@ class StageShard:
     replicated: int = 0
 
 
+def _tp_rules(inv: Inventory) -> tuple:
+    """:func:`tp_rule` of each tensor of ``inv``. tp_rule depends on the tensor's name and shape only:
+    once per tensor list, not per (tp, pp, ep) (each distinct rule held once: 9e5 equal tuples would
+    cost ~50 MB at 1e5 layers)."""
+    canon: dict = {}
+    return inv.memo(("tp_rule",), lambda: tuple(canon.setdefault(r, r) for r in map(tp_rule, inv.tensors)))
+
+
+def layer_period(inv: Inventory, rules: bool = False) -> int | None:
+    """T, the tensors of each decoder layer, when every layer of ``inv`` is the same up to its index:
+    the layer tensors are one block of L x T consecutive tensors (L = the layers found), layer i's
+    being the i-th T of them, and the tensor at offset j of every layer has the same shape,
+    trainable flag, param group, dtype (and, with ``rules``, tensor-parallel rule: :func:`tp_rule`,
+    which :func:`shard` applies only when tp > 1), and its name is
+    layer 0's with the layer index (the first :data:`_LAYER_RE` match, as :func:`layer_of` reads it)
+    replaced by i. None otherwise (no layers, or layers that differ). Then two pipeline stages of
+    :func:`shard` holding only layers, as many each (the stages between the first and the last), hold
+    the same tensors up to the layer indices in their names. Once per tensor list
+    (:meth:`Inventory.memo`); the comparisons run at C level (lists compared whole, names by
+    ``str.format`` mapped over the indices), O(tensors)."""
+    def compute() -> int | None:
+        tensors = inv.tensors
+        idx = inv.memo(("layer_of",), lambda: tuple(layer_of(t) for t in tensors))
+        n = len(idx)
+        a = next((k for k, i in enumerate(idx) if i is not None), n)
+        if a == n:
+            return None
+        b = n - next((k for k, i in enumerate(reversed(idx)) if i is not None), n)
+        L = max(i for i in idx[a:b] if i is not None) + 1
+        if (b - a) % L:
+            return None
+        T = (b - a) // L
+        if list(idx[a:b]) != list(itertools.chain.from_iterable(itertools.repeat(i, T) for i in range(L))):
+            return None
+        tpr = _tp_rules(inv) if rules else None
+        for j in range(T):
+            col = tensors[a + j:b:T]
+            t0 = col[0]
+            m = _LAYER_RE.search(t0.name)
+            if m is None:
+                return None
+            template = t0.name[:m.start(1)].replace("{", "{{").replace("}", "}}") + "{}" + \
+                t0.name[m.end(1):].replace("{", "{{").replace("}", "}}")
+            if (list(map(operator.attrgetter("name"), col)) != list(map(template.format, range(L)))
+                    or any(list(map(operator.attrgetter(f), col)).count(getattr(t0, f)) != L
+                           for f in ("shape", "trainable", "group", "dtype"))
+                    or (tpr is not None and tpr[a + j:b:T].count(tpr[a + j]) != L)):
+                return None
+        return T
+    return inv.memo(("layer_period", bool(rules)), compute)
+
+
 def shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> list[StageShard]:
     """One :class:`StageShard` per pipeline stage (stage order) for tensor parallelism ``tp``,
     pipeline parallelism ``pp`` and expert parallelism ``ep`` (see the module docstring).
@@ -278,6 +331,13 @@ def shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> list[StageSh
     pass with a regex per tensor (84 of them made generate at 1e5 layers minutes long). Callers
     must not mutate the shards."""
     return list(inv.memo(("shard", tp, pp, ep), lambda: tuple(_shard(inv, tp, pp, ep))))
+
+
+def forget_shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> None:
+    """Drop :func:`shard`'s memoised split of ``inv`` for (tp, pp, ep): its stage inventories and
+    every table memoised on them (ZeRO-1/2 layouts and their flush replays, module columns) are freed
+    once nothing else holds them. generate calls it when it has searched a layout."""
+    inv.forget(("shard", tp, pp, ep))
 
 
 def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
@@ -309,10 +369,7 @@ def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
             for i in range(bounds[s], bounds[s + 1]):
                 stage_of_layer[i] = s
         last = pp - 1
-        # tp_rule depends on the tensor's name and shape only: once per tensor list, not per (tp, pp, ep)
-        # (each distinct rule held once: 9e5 equal tuples would cost ~50 MB at 1e5 layers)
-        canon: dict = {}
-        rules = inv.memo(("tp_rule",), lambda: tuple(canon.setdefault(r, r) for r in map(tp_rule, inv.tensors)))
+        rules = _tp_rules(inv)
         for k, t in enumerate(inv.tensors):
             i = idx[k]
             if i is None:

@@ -54,6 +54,7 @@ from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidd
 from advisor.config.effective import DTYPE_BYTES, effective_config
 from advisor.errors import AdvisorError, WorkLimitError
 from advisor.model.inventory import Inventory
+from advisor.model.parallel import forget_shard
 from advisor.ledger import steptime as _steptime
 from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel,
                                   zero3_partition_sums)
@@ -709,6 +710,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 queue += [(1, 1, u) for u in ulysses_degrees(inv, req) if req.layout_allowed(1, 1, u)]
             if qi == len(queue):
                 break
+        if qi and queue[qi - 1][0] * queue[qi - 1][1] > 1:
+            forget_shard(inv, queue[qi - 1][0], queue[qi - 1][1])  # memory: the layout searched (issue 21)
         tp, pp, sp = queue[qi]
         qi += 1
         mdp = req.world_size // (tp * pp * sp)
@@ -834,6 +837,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                                                                   "cpu_optimizer_threads_limited") if k in parts}
                 cand.parts = parts
                 ranked.append(cand)
+            fitted.clear()  # the combo's plans (ledgers, timelines) are not read again: memory (issue 21)
+    if queue and queue[-1][0] * queue[-1][1] > 1:
+        forget_shard(inv, queue[-1][0], queue[-1][1])
     if skipped and len(skipped) == len(layouts) - 1:
         notes.append(f"tensor/pipeline parallelism considered, not needed: each of its {len(skipped)} layouts has a "
                      "step-time lower bound slower than the best data-parallel plan (JSON: pruned_layouts)")
