@@ -245,3 +245,104 @@ def test_zero1_offload_terms_tiny_w4_by_hand() -> None:
     got = state.zero12_offload_reduce_terms(ec, [layout], 4, wrapper, inv).to_list()
     assert [c for _, c, _, _ in got[2:]] == [(19264 + 23177) * 2] * 2
     assert got[0][1] == 19264 * 2  # rank 0 at l1.weight's own flush: its clone alone
+
+
+def _walk_zero1_groups(tensors: list[tuple[int, int]], layouts, W: int, rbs: int, D: int,
+                       overlap: bool) -> list[tuple[int, int, int, int]]:
+    """ZeRO-1 under CPU offload with several param groups and/or overlap_comm, walked from DeepSpeed's rules:
+    without overlap_comm reduce_gradients' epilogue loop moves the gradients group by group, each in order
+    (l.971-976), and at a flush the trigger and every later gradient are whole; with it each hook moves its
+    gradient at the boundary (process_gradients l.2290) in autograd's order, the reverse of the proxy's use
+    order, and at a flush only the trigger is whole (the earlier ones moved, the later ones not made yet). A
+    gradient over RBS is cloned (l.1444-1446) and reduced alone; the rank's fp64 norm copy of its slice of each
+    flushed gradient (l.1886) sits beside the flushed clone and the earlier clones the rank owns no part of,
+    kept (only owners copy_grads_in_partition, l.2272-2274). Each group has its own flat buffer and partition
+    (the layout's starts and P). With overlap_comm the clone is made in its hook beside its autograd gradient:
+    h = 2 x n x D of the largest."""
+    pos: list[tuple[int, int]] = []  # (group, index in group) per tensor, inventory order
+    seen = [0] * len(layouts)
+    for _, g in tensors:
+        pos.append((g, seen[g]))
+        seen[g] += 1
+    idx = list(range(len(tensors)))
+    order = idx[::-1] if overlap else sorted(idx, key=lambda i: (tensors[i][1], i))
+    sizes = [tensors[i][0] for i in order]
+    flushes, bucket, elems = [], [], 0
+    for k, n in enumerate(sizes):
+        if elems + n > rbs:
+            flushes.append((bucket, k))
+            bucket, elems = [], 0
+        bucket.append(k)
+        elems += n
+    flushes.append((bucket, None))
+    h = max((2 * n * D for n in sizes if n > rbs), default=0) if overlap else 0
+    out = []
+    for r in range(W):
+        best, K = (0, 0, 0, 0), 0
+        for ks, trig in flushes:
+            u = 0 if trig is None else (sizes[trig] if overlap else sum(sizes[trig:])) * D
+            gone = 0
+            for k in ks:
+                g, j = pos[order[k]]
+                lay = layouts[g]
+                a, n = lay.starts[j], sizes[k]
+                s = max(0, min(a + n, (r + 1) * lay.P) - max(a, r * lay.P))
+                c = n * D if n > rbs else 0
+                if s or c:
+                    best = max(best, (s * 8 + c + K + u, u, c + K, s))
+                if c and not s:
+                    gone += c
+            K += gone
+        out.append((best[3], best[2], h, best[1]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_zero1_offload_terms_groups_and_overlap_keep_the_clones_of_non_owners(seed: int) -> None:
+    from advisor.model.inventory import from_dict
+    rng = random.Random(seed)
+    W = rng.choice((1, 2, 3, 4, 7, 8))
+    rbs = rng.choice((50, 200, 1000))
+    overlap = seed % 2 == 1
+    ngroups = 1 if overlap and seed % 4 == 1 else rng.choice((2, 3))
+    tensors = [(rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))), rng.randrange(ngroups))
+               for _ in range(rng.randint(2, 24))]
+    for g in range(ngroups):  # every group trainable and non-empty
+        tensors.append((rng.randint(1, 3000), g))
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": rbs, "overlap_comm": overlap,
+                                                 "offload_optimizer": {"device": "cpu"}}})
+    wrapper = state.select_optimizer(ec)[0]
+    assert state.zero12_offload_xl_clone_modeled(ec, wrapper)
+    inv = from_dict({"name": "t", "tensors": [{"name": f"m{i}.w", "shape": [n], "group": g}
+                                              for i, (n, g) in enumerate(tensors)]}, "t")
+    layouts = state.placement(ec, inv, W).zero12
+    assert len(layouts) == ngroups
+    got = state.zero12_offload_reduce_terms(ec, layouts, W, wrapper, inv)
+    assert got.to_list() == _walk_zero1_groups(tensors, layouts, W, rbs, 2, overlap)
+
+
+def test_zero1_offload_clone_of_the_other_groups_gradient_by_hand() -> None:
+    """Two param groups, W = 2, reduce_bucket_size 10,000, bf16 (engine: tests/engine/test_peak_parity.py
+    z1_bf16_oo_cpu_xgroups_w2, allocation sites l.1446 and l.1886 at the peak). Group 0 = a, b (12,000 each,
+    P = 12,000: rank 0 owns a, rank 1 b); group 1 = c (40,000), d (100) (P = 20,050: rank 0 owns c[0, 20,050),
+    rank 1 the rest and d). The epilogue loop (l.971-976) clones a, b and c (each over the bucket); after a's
+    flush rank 1 keeps a's clone, after b's rank 0 keeps b's (only owners copy, l.2272-2274). At c's flush
+    (trigger d, 100 x 2 B whole) rank 0 holds c's clone 80,000 + b's 24,000 + its fp64 slice 20,050 x 8;
+    rank 1 c's clone + a's + 19,950 x 8."""
+    from advisor.config.effective import effective_config as eff
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.model.inventory import from_dict
+    inv = from_dict({"name": "x", "tensors": [
+        {"name": "a.w", "shape": [12000]}, {"name": "b.w", "shape": [12000]},
+        {"name": "c.w", "shape": [40000], "group": 1}, {"name": "d.w", "shape": [100], "group": 1}]}, "x")
+    ec = eff({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+              "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000, "overlap_comm": False,
+                                    "offload_optimizer": {"device": "cpu"}}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    for r, s in ((0, 20050), (1, 19950)):
+        items = {e.item: e.bytes for e in led.rank(r).entries if e.life == "reduce"}
+        assert items["offload_xl_grad_clone"] == 80000 + 24000, r
+        assert items["offload_grad_norm_fp64"] == s * 8, r
+        assert items["offload_norm_unmoved_grads"] == 200, r

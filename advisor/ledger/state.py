@@ -2406,19 +2406,20 @@ def zero12_offload_norm_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
             and ec.offload_optimizer_effective == "cpu")
 
 
-def zero12_offload_xl_clone_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
+def zero12_offload_xl_clone_modeled(ec: EffectiveConfig, wrapper: str, ga: int = 1) -> bool:
     """Whether a ZeRO-2 plan under CPU optimizer offload clones each gradient larger than the
     reduce bucket in its backward hook: ``stage_1_and_2.py`` l.232 ``_offload_gradient_safety_enabled
     = self.cpu_offload and not self.zenflow``; l.1443-1446, with ``contiguous_gradients``, ``if
     param.numel() > self.reduce_bucket_size: if self._offload_gradient_safety_enabled:
     grad_reduc.data = grad_reduc.detach().clone(...)``. ZeRO-1 reaches the same hook code in its
     boundary reduce (reduce_gradients' epilogue loop), beside every later 16-bit gradient (the u term of
-    :func:`zero12_offload_reduce_terms`), with one param group and the flushes replayed
-    (:func:`zero12_offload_flush_modeled`): there a rank that owns no part of the gradient keeps its
-    clone (:func:`_zero12_kept_xl`), which the per-rank terms carry for one group only."""
+    :func:`zero12_offload_reduce_terms`), with the flushes replayed (:func:`zero12_offload_flush_modeled`;
+    with ``overlap_comm``, GA 1 only: in the hooks, in autograd's order): there a rank that owns no part of
+    the gradient keeps its clone (:func:`_zero12_kept_xl`), which the per-rank terms carry for every param
+    group (:func:`_zero12_offload_reduce_runs`). ``ga``: the plan's gradient accumulation steps."""
     z = ec.zero
     return (zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
-            and (z.stage == 2 or zero12_offload_flush_modeled(ec, wrapper)))
+            and (z.stage == 2 or zero12_offload_flush_modeled(ec, wrapper, ga)))
 
 
 #: Packing of (bytes at a flush, clone bytes, slice elements) into one int, so that
@@ -2427,7 +2428,8 @@ _XL_M = 1 << 64
 
 
 def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int,
-                                wrapper: str = "DeepSpeedZeroOptimizer", inv: "Inventory | None" = None) -> Runs:
+                                wrapper: str = "DeepSpeedZeroOptimizer", inv: "Inventory | None" = None,
+                                ga: int = 1) -> Runs:
     """Runs of, per rank, (s_r, c_r, h): the gradient flush at which a ZeRO-1/2 reduce under CPU
     optimizer offload holds the most (:func:`zero12_offload_norm_modeled`), s_r in elements, c_r
     and h in bytes.
@@ -2465,8 +2467,11 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     rbs = int(ec.zero.reduce_bucket_size)
     D = DTYPE_BYTES[ec.model_dtype]
     unmoved: dict = {}
-    if inv is not None and zero12_offload_flush_modeled(ec, wrapper):
+    seq = None  # ZeRO-1 with overlap_comm: the flushes in hook order (the replay's), not the flat buffer's
+    if inv is not None and zero12_offload_flush_modeled(ec, wrapper, ga):
         D_, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
+        if ec.zero.stage == 1 and st == 2:
+            seq = order
         for ks, trig in flushes:
             if trig is None:
                 continue
@@ -2474,15 +2479,14 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             for k in ks:
                 g, a0, _ = order[k]
                 unmoved[(g, a0)] = u
-    # ZeRO-1's kept clones are carried for one param group only (_zero12_offload_reduce_runs)
-    clones = zero12_offload_xl_clone_modeled(ec, wrapper) and (ec.zero.stage == 2 or len(layouts) == 1)
+    clones = zero12_offload_xl_clone_modeled(ec, wrapper, ga)
     xl = clones and any(n > rbs for lay in layouts for n in lay.numels)
     if not xl and not unmoved:
         return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0, 0))
     if not clones:
         rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
     if unmoved or (xl and ec.zero.stage == 1):
-        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1)
+        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq)
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
     key = ("offload_reduce_terms", W, rbs, D)
@@ -2495,7 +2499,8 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
 
 
 def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int,
-                                unmoved: "dict | None" = None, zero1: bool = False) -> Runs:
+                                unmoved: "dict | None" = None, zero1: bool = False,
+                                seq: "_FlushOrder | None" = None) -> Runs:
     """:func:`zero12_offload_reduce_terms` with an extra-large gradient or gradients not yet in the
     bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed. ``zero1`` (one param
     group, flushes in flat order): c_r also holds the clones of earlier extra-large gradients rank r
@@ -2505,10 +2510,19 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     r0 that r0 owns too; the ranks after p's last owner all of them; a rank before r0 all but its own:
     O(X^2) updates for X extra-large gradients. h = 0: the clone's own moment at ZeRO-1 (the gradients
     not yet moved, the autograd gradient and its clone) is not modelled; the engine's cells peak at the
-    norm copies (z1_bf16_oo_cpu_smallbucket_w4)."""
+    norm copies (z1_bf16_oo_cpu_smallbucket_w4).
+    ZeRO-1 with several param groups (each its own flat buffer and partition: an earlier extra-large
+    gradient's owners lie anywhere) or with ``overlap_comm`` (``seq``: the flushes in hook order,
+    :func:`_zero12_flush_replay`; the hooks reduce at the boundary, l.2290, and non-owners keep the clone
+    as in the epilogue, l.2272-2274): a sweep over the earlier ones' owner ranges per tensor, O(X log X)
+    each. With ``overlap_comm`` the clone is made in its hook, where only its autograd gradient and the
+    clone are the reduce's (h = 2 x n_p x D, as ZeRO-2's). Engine: z1_bf16_oo_cpu_xgroups_w2 (two groups,
+    a kept clone of the other group's gradient), z1_bf16_overlap_oo_cpu_bigtensor_w2."""
     M = _XL_M
     um = unmoved or {}
-    zero1 = zero1 and len(layouts) == 1
+    hook_order = zero1 and seq is not None
+    groups1 = zero1 and (len(layouts) > 1 or hook_order)
+    zero1 = zero1 and not groups1
     earlier: list[tuple[int, int, int]] = []  # ZeRO-1: (first owner, last owner, bytes) of earlier extra-large ones
     k_all = 0
 
@@ -2524,63 +2538,93 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     get = single.get
     h = 0
     whole = -1
-    for g, lay in enumerate(layouts):
-        P = lay.P
-        for a, n in zip(lay.starts, lay.numels):
-            if n <= 0:
-                continue
-            c = n * D if n > rbs else 0
-            u = um.get((g, a), 0) if um else 0
-            if zero1:
-                if not P:
-                    continue
-                r0, r1 = a // P, min((a + n - 1) // P, W - 1)
-                own0 = sum(b for q0, q1, b in earlier if q0 <= r0 <= q1)
-                if c:
-                    # non-owners: after p's last owner every earlier clone; before r0, all but their own
-                    if r1 + 1 < W:
-                        ups.append((r1 + 1, W, pack(0, c + k_all, u)))
-                    pts = sorted({0, r0, *(q for q0, q1, _ in earlier for q in (q0, q1 + 1) if q < r0)})
-                    for x, y in zip(pts, pts[1:] + [r0]):
-                        if y > x:
-                            ups.append((x, y, pack(0, c + k_all - sum(b for q0, q1, b in earlier if q0 <= x <= q1), u)))
-                if r0 == r1:
-                    ups.append((r0, r0 + 1, pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c + k_all - own0, u)))
-                elif r0 < r1:
-                    ups.append((r0, r0 + 1, pack((r0 + 1) * P - a, c + k_all - own0, u)))
-                    if r1 > r0 + 1:
-                        ups.append((r0 + 1, r1, pack(P, c + k_all, u)))
-                    ups.append((r1, r1 + 1, pack(min(a + n, (r1 + 1) * P) - r1 * P, c + k_all, u)))
-                if c:
-                    earlier.append((r0, r1, c))
-                    k_all += c
-                continue
-            if c:
+    if hook_order:
+        items = ((g, layouts[g].P, a, n) for g, a, n in
+                 zip(itertools.repeat(0) if seq.groups is None else seq.groups, seq.starts, seq.numels))
+    else:
+        items = ((g, lay.P, a, n) for g, lay in enumerate(layouts) for a, n in zip(lay.starts, lay.numels))
+    for g, P, a, n in items:
+        if n <= 0:
+            continue
+        c = n * D if n > rbs else 0
+        u = um.get((g, a), 0) if um else 0
+        if groups1:
+            # several param groups or hook order: the earlier extra-large gradients' owners lie anywhere;
+            # a rank keeps those it owns none of (a sweep over their ranges)
+            if c and hook_order:
                 h = max(h, 2 * c)
-                whole = max(whole, pack(0, c, u))  # every rank holds the clone at its flush
             if not P:
                 continue
             r0, r1 = a // P, min((a + n - 1) // P, W - 1)
+            ev = sorted([(q0, -b) for q0, _, b in earlier] + [(q1 + 1, b) for _, q1, b in earlier])
+            pts = sorted({0, W, r0, r0 + 1, r1, r1 + 1, *(x for x, _ in ev)})
+            i = 0
+            kept = k_all
+            for x, y in zip(pts, pts[1:]):
+                while i < len(ev) and ev[i][0] <= x:
+                    kept += ev[i][1]
+                    i += 1
+                if y <= x or x >= W:
+                    continue
+                if r0 <= x <= r1:
+                    sl = min(a + n, (x + 1) * P) - max(a, x * P)
+                    ups.append((x, y, pack(sl, c + kept, u)))
+                elif c:
+                    ups.append((x, y, pack(0, c + kept, u)))
+            if c:
+                earlier.append((r0, r1, c))
+                k_all += c
+            continue
+        if zero1:
+            if not P:
+                continue
+            r0, r1 = a // P, min((a + n - 1) // P, W - 1)
+            own0 = sum(b for q0, q1, b in earlier if q0 <= r0 <= q1)
+            if c:
+                # non-owners: after p's last owner every earlier clone; before r0, all but their own
+                if r1 + 1 < W:
+                    ups.append((r1 + 1, W, pack(0, c + k_all, u)))
+                pts = sorted({0, r0, *(q for q0, q1, _ in earlier for q in (q0, q1 + 1) if q < r0)})
+                for x, y in zip(pts, pts[1:] + [r0]):
+                    if y > x:
+                        ups.append((x, y, pack(0, c + k_all - sum(b for q0, q1, b in earlier if q0 <= x <= q1), u)))
             if r0 == r1:
-                v = pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c, u)
-                if v > get(r0, -1):
-                    single[r0] = v
+                ups.append((r0, r0 + 1, pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c + k_all - own0, u)))
             elif r0 < r1:
-                v = pack((r0 + 1) * P - a, c, u)
-                if v > get(r0, -1):
-                    single[r0] = v
+                ups.append((r0, r0 + 1, pack((r0 + 1) * P - a, c + k_all - own0, u)))
                 if r1 > r0 + 1:
-                    ups.append((r0 + 1, r1, pack(P, c, u)))
-                v = pack(min(a + n, (r1 + 1) * P) - r1 * P, c, u)
-                if v > get(r1, -1):
-                    single[r1] = v
+                    ups.append((r0 + 1, r1, pack(P, c + k_all, u)))
+                ups.append((r1, r1 + 1, pack(min(a + n, (r1 + 1) * P) - r1 * P, c + k_all, u)))
+            if c:
+                earlier.append((r0, r1, c))
+                k_all += c
+            continue
+        if c:
+            h = max(h, 2 * c)
+            whole = max(whole, pack(0, c, u))  # every rank holds the clone at its flush
+        if not P:
+            continue
+        r0, r1 = a // P, min((a + n - 1) // P, W - 1)
+        if r0 == r1:
+            v = pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c, u)
+            if v > get(r0, -1):
+                single[r0] = v
+        elif r0 < r1:
+            v = pack((r0 + 1) * P - a, c, u)
+            if v > get(r0, -1):
+                single[r0] = v
+            if r1 > r0 + 1:
+                ups.append((r0 + 1, r1, pack(P, c, u)))
+            v = pack(min(a + n, (r1 + 1) * P) - r1 * P, c, u)
+            if v > get(r1, -1):
+                single[r1] = v
     if whole >= 0:
         ups.append((0, W, whole))
     ups.extend((r, r + 1, v) for r, v in single.items())
     return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h, (x // M // M) % M))
 
 
-def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
+def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str, ga: int = 1) -> bool:
     """Whether the ledger replays a ZeRO-1/2 offload reduce's flushes (:func:`zero12_offload_flush_bytes`,
     the u term of :func:`zero12_offload_reduce_terms`): CPU optimizer offload with
     ``contiguous_gradients`` on, the flushes of :func:`zero12_backward_transients`; ``overlap_comm`` off, or
@@ -2591,15 +2635,20 @@ def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str) -> bool:
     (l.1443-1446) and the fp64 norm copies (l.1886) are the same storages. Engine
     (tests/engine/test_peak_parity.py z2_bf16_oo_cpu_overlap_bigtensor_w2, 2026-12-05): rank 1's backward
     was +39,194 B (6.0%) without the replay, l1.bias's flush with l1.weight's gradient whole (u);
-    z2_bf16_oo_cpu_overlap_w2 (one flush) matched either way. ZeRO-1 with ``overlap_comm`` under offload
-    (its hooks reduce at the boundary only, the non-owners keep their gradients) is not replayed."""
+    z2_bf16_oo_cpu_overlap_w2 (one flush) matched either way. ZeRO-1 with ``overlap_comm`` under offload at
+    GA 1: its hooks reduce in autograd's order as ZeRO-2's (process_gradients l.2290) and only owners drop a
+    clone (l.2272-2274; the kept ones in hook order, :func:`_zero12_offload_reduce_runs`'s ``seq``). Engine
+    z1_bf16_overlap_oo_cpu_bigtensor_w2 (2026-12-06): backward:1 rank 0 +38,580 B (l1.weight's clone, l.1446),
+    rank 1 +85,548 B (l2.weight's clone and l1's gradients whole at l1.bias's flush) without the replay. At
+    GA > 1 (the boundary's hooks meet micro-step 1's param.grad) it is not replayed. ``ga``: the plan's
+    gradient accumulation steps."""
     z = ec.zero
     return (z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
-            and (not z.overlap_comm or z.stage == 2))
+            and not (z.stage == 1 and z.overlap_comm and ga > 1))
 
 
 def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
-                               wrapper: str = "DeepSpeedZeroOptimizer") -> int:
+                               wrapper: str = "DeepSpeedZeroOptimizer", ga: int = 1) -> int:
     """Bytes a ZeRO-1/2 reduce under CPU optimizer offload holds beside its persistent state before
     its fp64 norm copies, the same on every rank: max over bucket flushes j of the flat copy
     (allreduce_bucket's ``tensor = self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367, reached from
@@ -2618,7 +2667,7 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     and 82,640 B), peak at the flat copy, 86,418 B = N x 2; z1_fp16_oo_cpu_w4 rank 1 at the N x 2 B
     of autograd gradients. 0 without contiguous_gradients or with overlap_comm at ZeRO-1 (not modelled).
     Bytes."""
-    if not (layouts and zero12_offload_flush_modeled(ec, wrapper)):
+    if not (layouts and zero12_offload_flush_modeled(ec, wrapper, ga)):
         return 0
     D, _, st, _, _, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     if st == 2:
@@ -4170,9 +4219,9 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     if st in (1, 2) and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
         split = zero12_step_groups(pl.zero12, W)
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
-        split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper, inv)
+        split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper, inv, ga)
     figures = Runs.zip(terms, split).groups()
-    oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper) if st in (1, 2) and has_groups else 0
+    oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if st in (1, 2) and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
         raise WorkLimitError(
             f"ZeRO-{st} over {W:,} data-parallel ranks: {len(figures):,} distinct per-rank states (rank roles), more "

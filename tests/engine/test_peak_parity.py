@@ -76,6 +76,14 @@ TINY_MEANS = {"name": "tiny-mlp-means", "tensors": [
 #: of up to 2^24 elements): every all-reduce bucket and ZeRO-3 sub-group holds one tensor
 ONE_TENSOR = {"name": "params-one", "tensors": [{"name": "params.0", "shape": [200000]}]}
 
+#: Two param groups, each with a gradient over a 10,000-element bucket owned by one rank only (W = 2: a and b
+#: are the two partitions of group 0), so at c's flush each rank still holds the clone of the other group-0
+#: gradient it owns no part of (z1_bf16_oo_cpu_xgroups_w2; state._zero12_offload_reduce_runs). Not Linear names:
+#: the flat proxy touches each parameter alone, no autograd siblings
+XGROUPS = {"name": "xgroups", "tensors": [
+    {"name": "a.w", "shape": [12000]}, {"name": "b.w", "shape": [12000]},
+    {"name": "c.w", "shape": [40000], "group": 1}, {"name": "d.w", "shape": [100], "group": 1}]}
+
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
@@ -395,6 +403,22 @@ CELLS = [
     ("z1_bf16_overlap_tbsga2_bigtensor_w2", {**_cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True),
                                              "train_batch_size": 4}, 2, False, parity.TINY,
      {"linear": True, "steps": 4}),
+    # ZeRO-1 offload with several param groups (issue 15): a gradient over the bucket is cloned (l.1446) in the
+    # epilogue loop whatever its group, and a rank owning none of it keeps the clone (l.2272-2274); each group has
+    # its own partition. Before (2026-12-06) the clones were counted for one group only: backward:1/2 +64,444 /
+    # +87,644 B (ranks 0 / 1, c's 80,000 B clone and the other group-0 clone unattributed); the same regime on
+    # TINY_FROZEN_GROUPS (l1.weight's clone, both ranks owning part of it) was +38,564 B. Now every phase within
+    # 0.01% on both ranks (2 runs), as is TINY_FROZEN_GROUPS (real Linears)
+    ("z1_bf16_oo_cpu_xgroups_w2", _cfg(1, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+     2, False, XGROUPS),
+    # ZeRO-1 overlap_comm under CPU offload (issue 15): the hooks reduce in autograd's order at the boundary
+    # (l.2290), as ZeRO-2's, and only owners drop a clone (state.zero12_offload_flush_modeled). Before (2026-12-06)
+    # backward:1/2 rank 0 +38,580 B (l1.weight's clone, l.1446), rank 1 +85,548 B (l2.weight's clone 46,354 B and
+    # l1's gradients whole, engine.py l.3428, at l1.bias's flush); the same at reduce_bucket_size 50,000 (one flush)
+    # matched either way. Now every phase within 0.16% (the forward's proxy scalars) on both ranks (2 runs)
+    ("z1_bf16_overlap_oo_cpu_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True,
+                                                 offload_optimizer={"device": "cpu"}), 2, False, parity.TINY,
+     {"linear": True}),
 ]
 
 
