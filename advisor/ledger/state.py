@@ -1476,6 +1476,15 @@ def zero3_fetch_replay(inventory: Inventory, zero, W: int, D: int) -> Zero3Fetch
 
 #: where the forward's largest moment is when hooks after the last module's prefetch it (zero3_container_steps)
 _TAIL_WHERE = "the prefetch of a module called after the last one owning parameters"
+
+
+def _spread(col: "Sequence[int]", lo: int, w: int, count: int) -> "Sequence[int]":
+    """The whole column of a sequence of identical layers from ``col``, its values before the layers
+    (``col[:lo]``), for one layer (``col[lo:lo + w]``) and after them: that layer's part ``count`` times
+    (slices, repetition and concatenation of the packed array or list, C-level copies)."""
+    return col[:lo + w] + col[lo:lo + w] * (count - 1) + col[lo + w:]
+
+
 #: :func:`_zero3_fetch_replay`'s "never popped" step (below every step of the trace)
 _NEVER = -10**18
 
@@ -1510,7 +1519,20 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
 
     # ---- first iteration: one module at a time, every parameter, no prefetch: a coalesced all-gather's
     # flat buffer sum pad_i x D beside its cats sum n_i x D; one parameter (or sequential) its own pad_i x D
-    if bounds is not None:
+    rep = _module_repeat(inv) if bounds is not None else None
+    if rep is not None:
+        # identical layers (model.parallel.layer_repeat): every per-module column below is the same in each
+        # layer, so it is made for the modules before the layers, one layer and those after them, and the
+        # layer's part repeated (_spread: C-level copies; ~0.1 s a column at 1e5 layers before, issue 21)
+        h, mu, c = rep
+        rmods = list(itertools.chain(range(h + mu), range(h + c * mu, M)))
+        r_numel = _packed(sum(map(numel.__getitem__, members[k])) for k in rmods)
+        r_pad = _packed(sum(map(pad.__getitem__, members[k])) for k in rmods)
+        r_co = [len(members[k]) >= 2 and not seq for k in rmods]
+        r_during = _packed((dn if cc else pp) * D for dn, pp, cc in zip(r_numel, r_pad, r_co))
+        r_fetch = _packed(dd + (pp * D if cc else 0) for dd, pp, cc in zip(r_during, r_pad, r_co))
+        mod_numel, mod_pad, f_during, f_fetch = (_spread(col, h, mu, c) for col in (r_numel, r_pad, r_during, r_fetch))
+    elif bounds is not None:
         # consecutive modules: per-module sums as differences of prefix sums (C-level passes)
         def per_module(col: "Sequence[int]") -> "Sequence[int]":
             acc = _packed(itertools.accumulate(col, initial=0))
@@ -1561,11 +1583,24 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     coalesce = not seq
     # packed (8 bytes a value, not an int object each: issue 21's memory at 1e5 layers)
     # C-level maps (no Python frame per parameter): D, or 0 for a persistent parameter, times n or pad
-    lent_D = bytes(map(operator.not_, keep))
-    data_b = _packed(map(operator.mul, numel, map(operator.mul, lent_D, itertools.repeat(D))))  # a waited coalesced param
-    own_b = _packed(map(operator.mul, pad, map(operator.mul, lent_D, itertools.repeat(D))))     # a param in its own buffer
-    del lent_D
-    pad_b = _packed(map(operator.mul, pad, itertools.repeat(D)))
+    def param_cols(numel: "Sequence[int]", pad: "Sequence[int]", keep: "Sequence[bool]") -> tuple:
+        lent_D = bytes(map(operator.not_, keep))
+        return (_packed(map(operator.mul, numel, map(operator.mul, lent_D, itertools.repeat(D)))),  # a waited coalesced param
+                _packed(map(operator.mul, pad, map(operator.mul, lent_D, itertools.repeat(D)))),    # a param in its own buffer
+                _packed(map(operator.mul, pad, itertools.repeat(D))))
+    lr = None
+    if rep is not None:
+        from advisor.model.parallel import layer_repeat
+        lr = layer_repeat(inv)
+        if keep[lr.head:lr.end] != keep[lr.head:lr.head + lr.unit] * lr.count:
+            lr = None  # persistence differs between layers (stage3_model_persistence_threshold reached in them)
+    if lr is not None:
+        # identical layers, the same persistence in each: the columns of one layer repeated (_spread)
+        rp = list(itertools.chain(range(lr.head + lr.unit), range(lr.end, len(tensors))))
+        data_b, own_b, pad_b = (_spread(col, lr.head, lr.unit, lr.count) for col in param_cols(
+            list(map(numel.__getitem__, rp)), list(map(pad.__getitem__, rp)), list(map(keep.__getitem__, rp))))
+    else:
+        data_b, own_b, pad_b = param_cols(numel, pad, keep)
     # for run's forward-only tail: each module's first queue position, the last module with a
     # non-persistent parameter (-1: none)
     mod_start = _packed(itertools.accumulate(map(len, members), initial=0))
