@@ -604,7 +604,8 @@ def _load_options(f):
     deco = _opt("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
                 help="Load phase: one copy of the weights while loading (default yes; no = a random-init "
                      "model plus the loaded state dict, twice the bytes).")(f)
-    deco = _opt("--load-dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
+    from advisor.config.dtypes import TRAINING_DTYPE_BYTES
+    deco = _opt("--load-dtype", type=click.Choice(list(TRAINING_DTYPE_BYTES)), default=None,
                 help="Load phase: dtype the weights are built/loaded in. Default: with --hf the checkpoint's "
                      "(config.json dtype/torch_dtype, as from_pretrained's dtype=\"auto\"), else fp32 (torch's "
                      "default dtype).")(deco)

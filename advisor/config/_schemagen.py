@@ -40,6 +40,8 @@ import types
 import typing
 from typing import Any
 
+from advisor.config.dtypes import TRAINING_DTYPE_ALIASES
+
 SCHEMA_PATH = pathlib.Path(__file__).resolve().parents[2] / "schemas" / "deepspeed-config.schema.json"
 SCHEMA_ID = "https://deepspeed-advisor.invalid/schemas/deepspeed-config.schema.json"
 
@@ -81,8 +83,7 @@ REMOVED_REPLACEMENTS: dict[str, str | None] = {
     "zeropp_loco_param": "zero_quantized_gradients without LoCo",
 }
 
-DTYPE_STRINGS = ["fp16", "float16", "half", "torch.float16", "fp32", "float32", "float", "torch.float32",
-                 "bf16", "bfloat16", "torch.bfloat16"]
+DTYPE_STRINGS = list(TRAINING_DTYPE_ALIASES)  # DeepSpeed's DtypeEnum spellings (advisor.config.dtypes)
 
 # Overrides for pydantic fields whose real constraint lives in a validator, not in the type.
 FIELD_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {

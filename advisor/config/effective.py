@@ -28,19 +28,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from advisor.config.dtypes import TRAINING_DTYPE_BYTES, training_dtype
 from advisor.config.defaults import (AIO, BF16, FP16, LEGACY_SECTIONS, OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, TOP, ZERO,
                                      Default, SectionDefaults)
 
 Dtype = Literal["fp16", "bf16", "fp32"]
 Device = Literal["none", "cpu", "nvme"]
 
-DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
-
-_DTYPE_ALIASES = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-}
+#: Bytes per element of each training dtype: the one table, advisor.config.dtypes.
+DTYPE_BYTES: dict[str, int] = TRAINING_DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -305,9 +301,7 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _dtype(v: Any) -> Dtype | None:
-    if isinstance(v, str):
-        return _DTYPE_ALIASES.get(v.strip().lower())  # type: ignore[return-value]
-    return None
+    return training_dtype(v)
 
 
 def _path(v: Any) -> str | None:

@@ -142,6 +142,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from advisor.config.dtypes import TORCH_TO_TRAINING, TRAINING_DTYPE_BYTES, torch_dtype_name
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_names, placement_of,
@@ -157,7 +158,7 @@ _CONSUMED_BEFORE_UPDATE = ("averaged_gradients",)
 #: Items whose backward/reduce bytes the ZeRO-1/2 transients account for (state.zero12_backward_transients).
 _IN_REDUCE_TRANSIENT = ("averaged_gradients", "lp_grads")
 
-LOAD_DTYPES = ("fp32", "fp16", "bf16")
+LOAD_DTYPES = tuple(TRAINING_DTYPE_BYTES)  # fp32, fp16, bf16 (advisor.config.dtypes)
 #: The load assumption's source when the HF Trainer does not see the ZeRO-3 DeepSpeed runs (:func:`hf_zero3`).
 HF_NOT_ZERO3 = ("HF Trainer: zero_optimization.stage is not the number 3 in the file, so HfDeepSpeedConfig.is_zero3() "
                 "is false and from_pretrained does not use deepspeed.zero.Init (DeepSpeed still runs ZeRO-3)")
@@ -271,18 +272,16 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     return LoadAssumption(zi, zs, dt, ds, lc, ls, sd)
 
 
-_HF_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-
-
 def checkpoint_load_dtype(hf_config: dict[str, Any] | None) -> str | None:
     """The load dtype (fp32/fp16/bf16) a Hugging Face config.json names: its ``dtype`` (transformers
     >= 5 writes that) else ``torch_dtype``, with an optional ``torch.`` prefix; None when the config
     is absent, has neither key or names another dtype (from_pretrained then loads in torch's
-    default dtype, fp32)."""
+    default dtype, fp32). A name that is no torch dtype was refused when the config was read
+    (:func:`advisor.model.specs.checked_hf_dtype`)."""
     if not hf_config:
         return None
     v = hf_config.get("dtype") or hf_config.get("torch_dtype")
-    return _HF_DTYPES.get(str(v).removeprefix("torch.")) if v else None
+    return TORCH_TO_TRAINING.get(torch_dtype_name(v) or "") if v else None
 
 
 def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,

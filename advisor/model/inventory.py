@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from advisor.config.dtypes import TORCH_DTYPE_BYTES, TRAINING_DTYPE_ALIASES, dtype_problem
 from advisor.config.validation import shown
 
 #: Largest tensor an inventory may list (elements): 2^48, far above any real parameter.
@@ -433,7 +434,8 @@ def _bulk_tensors(entries: list[Any], first: int = 0,
     """The TensorSpecs of ``entries`` (an inventory's ``tensors``, the first of them at index
     ``first``, which names a nameless one ``t{index}``) when every entry is the plain valid form
     (an object; ``shape`` a list of at most 8 ints in [1, MAX_TENSOR_NUMEL] with a product of at
-    most that; ``trainable`` a bool; ``group`` a non-negative int; ``name`` a string or absent),
+    most that; ``trainable`` a bool; ``group`` a non-negative int; ``name`` a string or absent;
+    ``dtype`` a known dtype name or absent),
     else None, and :func:`_checked_tensor` then names the first bad entry.
 
     Each check is one C-level pass over all entries (``map``, ``set``, ``min``, ``max``): the
@@ -473,10 +475,18 @@ def _bulk_tensors(entries: list[Any], first: int = 0,
         interned[k] = (k, math.prod(k) if k else 1)
     if max(interned[k][1] for k in set(keys)) > MAX_TENSOR_NUMEL:
         return None
+    dtypes = list(map(get, entries, repeat("dtype", n)))
+    if not set(map(type, dtypes)) <= {str, type(None)} or not set(dtypes) <= _INVENTORY_DTYPES:
+        return None
     pairs = list(map(interned.__getitem__, keys))
     del keys
-    return _new_specs(names, [p[0] for p in pairs], trainable, groups, map(get, entries, repeat("dtype", n)),
-                      [p[1] for p in pairs])
+    return _new_specs(names, [p[0] for p in pairs], trainable, groups, dtypes, [p[1] for p in pairs])
+
+
+#: What a tensor's ``dtype`` may be in an inventory: absent / null, a torch dtype name, with or
+#: without ``torch.``, or a DeepSpeed spelling (``bf16``) (advisor.config.dtypes, the one table).
+_INVENTORY_DTYPES = frozenset([None, *TORCH_DTYPE_BYTES, *(f"torch.{k}" for k in TORCH_DTYPE_BYTES),
+                               *TRAINING_DTYPE_ALIASES])
 
 
 def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
@@ -497,7 +507,10 @@ def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
         raise ModelSpecError(f"{where}/trainable: expected true or false")
     if not isinstance(group, int) or isinstance(group, bool) or group < 0:
         raise ModelSpecError(f"{where}/group: expected a non-negative integer")
-    return TensorSpec(str(t.get("name", f"t{i}")), tuple(shape), trainable, group, t.get("dtype"))
+    dtype = t.get("dtype")
+    if dtype is not None and (problem := dtype_problem(dtype, deepspeed_names=True)):
+        raise ModelSpecError(f"{where}/dtype: {problem}")
+    return TensorSpec(str(t.get("name", f"t{i}")), tuple(shape), trainable, group, dtype)
 
 
 def load_inventory(path: str) -> Inventory:

@@ -638,6 +638,18 @@ def _float(v: Any) -> float:
     return f if f is not None else float(v)
 
 
+def checked_hf_dtype(cfg: dict, source: str) -> None:
+    """Raise ModelSpecError (``FILE: /KEY: unknown dtype ... (one of torch's: ...)``) when the
+    config.json's ``dtype`` (transformers >= 5) or ``torch_dtype`` is set and names no torch dtype
+    (advisor.config.dtypes, the one table): from_pretrained would fail on it (``getattr(torch,
+    name)``), and it was read as "no dtype", fp32, without a word (issue 21)."""
+    from advisor.config.dtypes import dtype_problem
+    for key in ("dtype", "torch_dtype"):
+        v = cfg.get(key)
+        if v is not None and (problem := dtype_problem(v)):
+            raise ModelSpecError(f"{source}: /{key}: {problem}")
+
+
 def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed Hugging Face ``config.json`` dict, using transformers' own
     defaults for keys the file leaves out. Raises ModelSpecError (naming ``source``, and a bad
@@ -648,6 +660,7 @@ def spec_from_hf_config(cfg: Any, source: str = "config.json", name: str | None 
         return spec
     if not isinstance(cfg, dict):
         raise ModelSpecError(f"{source}: config.json must be a JSON object")
+    checked_hf_dtype(cfg, source)
     mt = cfg.get("model_type")
     if mt not in FAMILIES:
         raise ModelSpecError(unsupported_model_type(source, mt))
@@ -996,6 +1009,7 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
             inv.meta = checked_meta(inv.meta, path)
             return inv
         if isinstance(d, dict) and "model_type" in d:
+            checked_hf_dtype(d, path)
             if build_unknown is not None and d.get("model_type") not in FAMILIES:
                 return build_unknown(d, path)
             s = spec_from_hf_config(d, source=path)
