@@ -346,3 +346,71 @@ def test_zero1_offload_clone_of_the_other_groups_gradient_by_hand() -> None:
         assert items["offload_xl_grad_clone"] == 80000 + 24000, r
         assert items["offload_grad_norm_fp64"] == s * 8, r
         assert items["offload_norm_unmoved_grads"] == 200, r
+
+
+@pytest.mark.parametrize("overlap", (False, True))
+def test_offload_microstep_reduce_by_hand(overlap: bool) -> None:
+    """ZeRO-2 bf16 under CPU offload at GA 2 (train_batch_size 4 at W = 2), TINY with real Linears, reduce_bucket_size
+    10,000: micro-step 1's reduce (before the boundary). copy_grads_in_partition (stage_1_and_2.py l.2161-2174) makes
+    each owned gradient's host buffer (torch.zeros(n_p), l.1822-1824) and neither norms nor clears it, so a clone of a
+    gradient over the bucket (l.1443-1446) that the rank owns part of stays to the epilogue; one it owns none of is
+    dropped (l.2267). P = 21,606: rank 0 owns l1.weight, l1.bias, l2.weight's head; rank 1 l2.weight's tail, l2.bias, l3.
+    Hooks (AddmmBackward0: a bias first with its weight whole): l3.bias, l3.weight, l2.bias fill the bucket; l2.weight
+    (23,177) flushes them (467 elements: rank 1's buffers 934 B after) and is cloned; l1.bias's hook flushes the clone
+    alone with l1.bias and l1.weight whole: flat copy (slices 2,041 + 21,136 > 10,000 flattened: 46,354 B) + clone
+    46,354 + (301 + 19,264) x 2 = 131,838 B, every rank's largest accelerator moment (a_r). Then l1.weight's hook
+    flushes l1.bias and clones l1.weight (2 x 38,528 B) beside the kept l2.weight clone (46,354 B): rank 1 with its
+    47,288 B of buffers = 170,698 B; rank 0 as its epilogue's flush of l1.weight's clone (a view: one slice) leaves it
+    (38,528) with l2.weight's clone and its 85,484 B of buffers = 170,366 B (as at its clone moment). h_r = those
+    less 131,838: 38,528 / 38,860 B. The engine's tracker (tests/engine/test_peak_parity.py
+    z2_bf16_oo_cpu_overlap_bigtensor_tbsga2_w2, backward:1): 605,590 / 605,922 B = 395,192 B at initialize + the ipg
+    buckets + these + 32 B of scalars. At 50,000 (one flush, the epilogue's, no clone) the flat copy's 86,418 B
+    comes before any buffer is made: a_r = 86,418, h_r = 0 (rank 0's 85,484 B of buffers come after it)."""
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.model.inventory import from_dict
+    for rbs, want in ((10000, {0: (131838, 38528), 1: (131838, 38860)}), (50000, {0: (86418, 0), 1: (86418, 0)})):
+        cfg = {"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+               "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs, "overlap_comm": overlap,
+                                     "contiguous_gradients": True, "offload_optimizer": {"device": "cpu"}}}
+        ec = effective_config(cfg)
+        inv = from_dict(_TINY, "tiny")
+        wrapper = state.select_optimizer(ec)[0]
+        assert state.zero12_offload_microstep_modeled(ec, wrapper, 2, 1)
+        assert not state.zero12_offload_microstep_modeled(ec, wrapper, 1, 1)
+        lay = state.placement(ec, inv, 2).zero12
+        got = state.zero12_offload_microstep_terms(ec, inv, lay, 2, wrapper).to_list()
+        assert got == [want[0], want[1]], rbs
+        led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+        for r in (0, 1):
+            lives = {e.item: (e.life, e.bytes) for e in led.rank(r).entries}
+            assert lives["offload_microstep_reduce"] == ("first_microstep_reduce", want[r][0])
+            assert lives.get("offload_microstep_accumulated", ("first_microstep_reduce", 0)) == (
+                "first_microstep_reduce", want[r][1])
+            assert lives["offload_accumulated_grads_cpu"][0] == "from_first_reduce"
+            assert lives["offload_grad_norm_fp64"][0] == "boundary_reduce"
+
+
+def test_offload_microstep_lifetimes_on_the_timeline() -> None:
+    """The host buffers of async_accumulate_grad_in_cpu_via_gpu (stage_1_and_2.py l.1822-1824) do not exist before
+    micro-step 1's reduce makes them (the engine's tracker at initialize: 395,192 B on both ranks of
+    z2_bf16_oo_cpu_overlap_bigtensor_tbsga2_w2, the ledger's GA-1 initialize, not + I_r x D) and are kept from then
+    on; the fp64 norm copies are the boundary's only (set_norm_for_param_grad_in_gpu, l.2170-2171)."""
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    from advisor.model.inventory import from_dict
+    cfg = {"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000, "overlap_comm": True,
+                                 "contiguous_gradients": True, "offload_optimizer": {"device": "cpu"}}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, from_dict(_TINY, "tiny"), Cluster(world_size=2)))
+    tl = role_timeline(led, led.rank(0), resolve_load(ec), ga=2, rank=0)
+    where = {}
+    for inst, ents in zip(tl.instants, tl.entries):
+        for item, *_ in ents:
+            where.setdefault(item, set()).add(inst.key)
+    assert not where["offload_accumulated_grads_cpu"] & {"initialize", "forward:1", "backward:1", "reduce:1"}
+    assert {"forward:2", "reduce", "first_step:update", "steady:reduce"} <= where["offload_accumulated_grads_cpu"]
+    assert where["offload_microstep_reduce"] == {"reduce:1"}
+    assert where["offload_grad_norm_fp64"] == {"reduce", "steady:reduce"}

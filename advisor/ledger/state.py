@@ -27,7 +27,10 @@ first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero1
 :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` / ``accumulated_backward``
 (ZeRO-1 at GA > 1: the forward / backward of the micro-steps after an iteration's first: what the
 previous micro-step left, a new gradient being added to it); ``first_microstep_backward`` (ZeRO-1 under
-offload at GA > 1: micro-step 1's backward, every param.grad before any reduce); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
+offload at GA > 1: micro-step 1's backward, every param.grad before any reduce); ``first_microstep_reduce`` /
+``boundary_reduce`` (ZeRO-2 under offload at GA > 1: the reduce of micro-step 1 only / of the boundary only,
+:func:`zero12_offload_microstep_terms`); ``from_first_reduce`` (kept from micro-step 1's reduce on: the
+host buffers of async_accumulate_grad_in_cpu_via_gpu); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
 accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
@@ -75,7 +78,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
-               "first_microstep_backward",
+               "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
                "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
@@ -2712,6 +2715,99 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
                                 for j, (_, trig) in enumerate(flushes)])
 
 
+def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
+    """Whether the ledger replays the reduce inside a ZeRO-2 micro-step before the accumulation boundary
+    under CPU optimizer offload (:func:`zero12_offload_microstep_terms`): the flushes replayed
+    (:func:`zero12_offload_flush_modeled`), GA > 1, one param group. Other plans keep the boundary's reduce
+    terms at micro-step 1 and ``offload_accumulated_grads_cpu`` from initialize (an over-estimate there)."""
+    return (ec.zero.stage == 2 and ga > 1 and groups == 1 and zero12_offload_flush_modeled(ec, wrapper))
+
+
+def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
+                                   wrapper: str = "DeepSpeedZeroOptimizer") -> Runs:
+    """Runs of, per rank, (a_r, h_r), bytes: the reduce inside the first micro-step of a ZeRO-2 iteration
+    at GA > 1 under CPU optimizer offload (:func:`zero12_offload_microstep_modeled`), before the
+    accumulation boundary. a_r = the most accelerator bytes live at one moment of it beside the persistent
+    state and the ipg buckets; a_r + h_r = the most bytes of any moment counting the host buffers the
+    reduce allocates (h_r: host bytes, at most I_r x D).
+
+    The hooks and flushes are those of :func:`_zero12_flush_replay`; what differs from the boundary
+    (``stage_1_and_2.py`` copy_grads_in_partition l.2161-2174): a gradient meeting the rank's slice goes to
+    async_accumulate_grad_in_cpu_via_gpu (l.1809), which allocates its host buffer
+    ``accumulated_grads_in_cpu[param_id]`` (torch.zeros(n_p), model dtype, l.1822-1824) at the
+    iteration's first micro-step and copies the gradient into it; no fp64 norm copy
+    (set_norm_for_param_grad_in_gpu only at the boundary) and no clear_grad_attribute (only
+    async_inplace_copy_grad_to_fp32_buffer_from_gpu clears, l.1912), so the clone of a gradient over the
+    bucket (l.1443-1446) that the rank owns part of stays in param.grad to the epilogue's
+    _clear_param_grad_only (l.1063); one it owns none of is dropped after its flush (l.2267). Moments, in
+    hook order (the buffers made and clones kept so far beside each): a flush before its copy loop (its
+    flat copy, the triggering gradient and its autograd sibling, a clone reduced alone: the terms of
+    :func:`zero12_offload_flush_bytes`), the same flush after its flat copy is freed with its buffers
+    made, and each hook after the flush it triggers (its gradient and sibling whole; a gradient over the
+    bucket twice, the clone beside it). The epilogue frees the clones; the buffers are kept for good
+    (``offload_accumulated_grads_cpu``, from this reduce on). Engine (tests/engine/test_peak_parity.py
+    z2_bf16_oo_cpu_overlap_bigtensor_tbsga2_w2, real Linears, reduce_bucket_size 10,000): rank 0 peaks after
+    the epilogue's flush of l1.weight's clone, holding it (38,528 B), l2.weight's clone (46,354 B) and the
+    buffers of l1.weight, l1.bias and l2.weight (85,484 B); rank 1, which owns no part of l1, as l1.weight
+    is cloned (2 x 38,528 B) beside l2.weight's clone and its own buffers (47,288 B); TINY at 50,000 (one
+    flush) at the flush's flat copy, 86,418 B, before any buffer. Only the iteration's first micro-step has
+    a timeline instant (``reduce:1``): the later ones before the boundary hold the buffers from the start,
+    measured below the boundary's backward in every cell (backward:3 vs backward:4 at GA 2).
+    O(tensors + flushes) per piece of ranks (one param group: the tensors meeting a slice are one run of
+    the hook order)."""
+    if not layouts or len(layouts) != 1:
+        return Runs.const(W, (0, 0))
+    D, rbs, st, order, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    lay = layouts[0]
+    clones = zero12_offload_xl_clone_modeled(ec, wrapper)
+    big = [n if (clones and n > rbs) else 0 for n in sizes]
+    xcum = list(itertools.accumulate(big, initial=0))  # elements of clones before a hook position
+    # moments (x, y, R, accelerator R): value = R + D (meet(x) + keep(y)); host part D meet(x)
+    mom: list[tuple[int, int, int]] = []
+    for j, (ks, trig) in enumerate(flushes):
+        u = (hooked[trig] * D) if trig is not None else 0
+        xj = xl[j] if clones else 0
+        s0, s1 = ks.start, ks.stop
+        mom.append((s0, s0, copies[j] + u + xj))          # the flush, before its copy loop
+        mom.append((s1, s0, u + xj))                      # after it: its buffers made, the flat copy freed
+        for k in ks:                                      # each hook of the next bucket, after its flush
+            mom.append((s0, s0, (hooked[k] + big[k]) * D))
+    mom.sort(key=lambda m: (m[0], m[1]))
+    xs = [m[0] for m in mom]
+    ys = [m[1] for m in mom]
+    Rs = [m[2] for m in mom]
+    n_m = len(mom)
+    pre = list(itertools.accumulate(Rs, max))
+    suf = list(itertools.accumulate(reversed(Rs), max))[::-1] + [None]
+
+    def value_at(rs: Iterable[int]):
+        for r in rs:
+            jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
+            a, b = (T - jh, T - jl) if jh > jl else (0, 0)  # hook order is the reverse of model order
+
+            def meet(x: int) -> int:
+                return csum[min(max(x, a), b)] - csum[a]
+
+            def keep(x: int) -> int:
+                return xcum[min(max(x, a), b)] - xcum[a]
+            i1 = bisect.bisect_right(xs, a)  # moments 0..i1-1: nothing made or kept yet
+            acc_best = comb_best = pre[i1 - 1] if i1 else 0
+            i = i1
+            while i < n_m and ys[i] < b:
+                x, y, R = mom[i]
+                k = keep(y) * D
+                acc_best = max(acc_best, R + k)
+                comb_best = max(comb_best, R + k + meet(x) * D)
+                i += 1
+            if i < n_m:
+                full_k, full_m = (xcum[b] - xcum[a]) * D, (csum[b] - csum[a]) * D
+                acc_best = max(acc_best, suf[i] + full_k)
+                comb_best = max(comb_best, suf[i] + full_k + full_m)
+            yield acc_best, comb_best - acc_best
+
+    return Runs.at_points(W, (_change_points(lay, W) if lay.P > 0 else set()), value_at)
+
+
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
     """Whether the timeline steps a ZeRO-1/2 plan one param group at a time
     (:func:`zero12_step_groups`): DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32
@@ -3348,7 +3444,8 @@ _AUTOGRAD_GRADS = "runtime/engine.py:DeepSpeedEngine.backward (loss.backward, l.
 
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
-            offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0, offload_unmoved: int = 0) -> None:
+            offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0, offload_unmoved: int = 0,
+            offload_microstep: tuple = ()) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
     are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
     of the in-backward fp64 copy of a gradient slice under CPU offload, at the rank's largest
@@ -3357,7 +3454,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     that flush, and of the largest one beside the autograd gradient it replaces, in its hook;
     ``offload_flush`` = :func:`zero12_offload_flush_bytes`, the flush's flat-copy moment;
     ``offload_unmoved`` = u_r of :func:`zero12_offload_reduce_terms`, the gradients not yet in the
-    bucket beside that norm copy."""
+    bucket beside that norm copy; ``offload_microstep`` = (a_r, h_r) of :func:`zero12_offload_microstep_terms`
+    (ZeRO-2 at GA > 1, one param group) or (): the reduce of a micro-step before the boundary, whose
+    entries then replace the boundary's at ``reduce:1``."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -3402,8 +3501,26 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               f"max_i n_i x D = {largest} x {D}", f"{S}.__init__ (temp_grad_buffer_for_cpu_offload)")
         b.add("accelerator", "workspace", "offload_temp_grad_accel", largest * D, "persistent",
               f"max_i n_i x D = {largest} x {D}", f"{S}.__init__ (temp_grad_buffer_for_gpu_offload)")
+        # ZeRO-2 at GA > 1 (zero12_offload_microstep_modeled): the fp64 norm copies, the clones' flush and
+        # the flat copy's moment are the boundary's (set_norm_for_param_grad_in_gpu only at the boundary,
+        # l.2170-2171); micro-step 1's reduce has its own entries (zero12_offload_microstep_terms)
+        rlife = "boundary_reduce" if offload_microstep else "reduce"
+        if offload_microstep:
+            a_r, h_r = offload_microstep
+            b.add("accelerator", "workspace", "offload_microstep_reduce", a_r, "first_microstep_reduce",
+                  "a_r: the most accelerator bytes of one moment of micro-step 1's reduce (a flush's flat copy, "
+                  "the gradients not yet in the bucket, a clone reduced alone, the clones of gradients over the bucket "
+                  "the rank owns part of, kept to the epilogue: zero12_offload_microstep_terms)",
+                  f"{S}.reduce_ipg_grads / copy_grads_in_partition (no clear before the boundary, l.2161-2174); "
+                  f"allreduce_bucket (self.flatten(bucket)); the gradients made by autograd in {_AUTOGRAD_GRADS}")
+            if h_r:
+                b.add(_host(pin), "gradients", "offload_microstep_accumulated", h_r, "first_microstep_reduce",
+                      "h_r: the host buffers of accumulated_grads_in_cpu made by then at the moment holding the most "
+                      "(zero12_offload_microstep_terms); all of them, I_r x D, from the next instant on "
+                      "(offload_accumulated_grads_cpu)",
+                      f"{S}.async_accumulate_grad_in_cpu_via_gpu (torch.zeros(param.numel()), l.1822-1824)")
         if offload_norm:
-            b.add("accelerator", "workspace", "offload_grad_norm_fp64", offload_norm, "reduce",
+            b.add("accelerator", "workspace", "offload_grad_norm_fp64", offload_norm, rlife,
                   "largest gradient slice of the rank x 8 (fp64 copy for its norm, one slice at a time)",
                   f"{S}.set_norm_for_param_grad_in_gpu (accumulated_grad.data.to(get_norm_dtype()))")
         clone_at_flush, clone_in_hook = offload_xl
@@ -3413,7 +3530,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # (allreduce_bucket l.2367's 86,418 B live at their peak, unattributed); z1_fp16_oo_cpu_w4
         # rank 1 +18,772 B (engine.py backward l.3428's 86,424 B of autograd gradients)
         if offload_unmoved:
-            b.add("accelerator", "gradients", "offload_norm_unmoved_grads", offload_unmoved, "reduce",
+            b.add("accelerator", "gradients", "offload_norm_unmoved_grads", offload_unmoved, rlife,
                   "u_r: the gradients not yet in the bucket at the flush whose fp64 norm copy holds the most "
                   "(ZeRO-2: its trigger and the trigger's autograd sibling; ZeRO-1: the trigger and every later "
                   "one; zero12_offload_reduce_terms)",
@@ -3421,7 +3538,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"moves); made by autograd in {_AUTOGRAD_GRADS}")
         flat_over = max(0, offload_flush - offload_norm - clone_at_flush - offload_unmoved)
         if flat_over:
-            b.add("accelerator", "workspace", "offload_reduce_flush", flat_over, "reduce",
+            b.add("accelerator", "workspace", "offload_reduce_flush", flat_over, rlife,
                   f"max(0, F - (s_r x 8 + c_r)) = max(0, {offload_flush} - {offload_norm + clone_at_flush}): the "
                   "largest flush's flat copy with the gradients not yet in the bucket and an extra-large one (ZeRO-1: "
                   "also all N x D gradients before the first is moved; zero12_offload_flush_bytes) over the rank's "
@@ -3431,7 +3548,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         if clone_at_flush:
             # tests/engine/test_peak_parity.py z2_bf16_oo_cpu_bigtensor_w2: backward +6.8% (rank 0,
             # l1.weight's clone, 38,528 B) and +8.1% (rank 1, l2.weight's, 46,354 B) without it
-            b.add("accelerator", "gradients", "offload_xl_grad_clone", clone_at_flush, "reduce",
+            b.add("accelerator", "gradients", "offload_xl_grad_clone", clone_at_flush, rlife,
                   "n_p x D of the extra-large gradient (n_p > reduce_bucket_size) whose flush holds the most "
                   "with its slice's fp64 norm copy (zero12_offload_reduce_terms): its clone, reduced alone in "
                   "its own storage until copy_grads_in_partition drops it; at ZeRO-1 (one param group) also the "
@@ -3449,7 +3566,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             # (l.2294), and micro_step_id, bumped by setup_buckets only while not ready_for_gradients
             # (l.3257-3258), is still 0 there: the buffer is never made (measured, z1_bf16_oo_cpu_tbsga2_w2:
             # counted, every phase from initialize on read I_r x D = 85,484 B over the engine on rank 0)
-            b.add(_host(pin), "gradients", "offload_accumulated_grads_cpu", inter_t * D, "persistent",
+            b.add(_host(pin), "gradients", "offload_accumulated_grads_cpu", inter_t * D,
+                  "from_first_reduce" if offload_microstep else "persistent",
                   f"I_r x D = {inter_t} x {D} (full numel of every param touching the partition)",
                   f"{S}.async_accumulate_grad_in_cpu_via_gpu")
     else:
@@ -4255,6 +4373,9 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         split = zero12_step_groups(pl.zero12, W)
     elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
         split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper, inv, ga)
+        if zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)):
+            split = Runs.zip(split, zero12_offload_microstep_terms(ec, inv, pl.zero12, W, wrapper)).map(
+                lambda t: t[0] + t[1])
     figures = Runs.zip(terms, split).groups()
     oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if st in (1, 2) and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
@@ -4274,7 +4395,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                     offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
                     offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0),
                     offload_flush=oflush,
-                    offload_unmoved=gk[3] if zero12_offload_norm_modeled(ec, wrapper) and gk else 0)
+                    offload_unmoved=gk[3] if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
+                    offload_microstep=tuple(gk[4:6]) if zero12_offload_norm_modeled(ec, wrapper) and gk else ())
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         _frozen(b, ec, frozen, W)

@@ -54,7 +54,10 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   (GA > 1; ZeRO-2's previous micro-step's grads_in_partition); ``accumulated_forward``: their
   forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
   bucket); ``first_microstep_backward``: micro-step 1's backward only (ZeRO-1 under offload at GA > 1:
-  every param.grad, before any reduce); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
+  every param.grad, before any reduce); ``first_microstep_reduce`` / ``boundary_reduce``: micro-step 1's
+  ``reduce:1`` only / the boundary's reduces only (ZeRO-2 under offload at GA > 1: no fp64 norm copy before the
+  boundary, ``state.zero12_offload_microstep_terms``); ``from_first_reduce``: as ``persistent`` from after
+  ``reduce:1`` on (the host buffers it makes); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
   accumulated); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
   parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
@@ -1142,6 +1145,12 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if life == "first_microstep_backward":
         # ZeRO-1 under offload, GA > 1: micro-step 1's backward (no reduce before the boundary)
         return k == "backward:1"
+    if life == "first_microstep_reduce":
+        # ZeRO-2 under offload, GA > 1: the reduce inside micro-step 1's backward (state.zero12_offload_microstep_terms)
+        return k == "reduce:1"
+    if life == "boundary_reduce":
+        # ZeRO-2 under offload, GA > 1: the accumulation boundary's reduce only (its fp64 norm copies)
+        return ph == "reduce" and k != "reduce:1"
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":
@@ -1170,6 +1179,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return k == "save:optim"
     if ph == "load":
         return False
+    if life == "from_first_reduce":
+        # made by micro-step 1's reduce (ZeRO-2 under offload, GA > 1: accumulated_grads_in_cpu), kept after it
+        return k not in ("initialize", "forward:1", "backward:1", "reduce:1")
     if life == "persistent":
         if e.item == "lp_params_gathered" and (k in ("save:model", "save:optim") or (k == "save:16bit" and save_gather)):
             # save_checkpoint / the 16-bit gather start with checkpoint_event_prologue, which partitions

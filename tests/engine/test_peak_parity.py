@@ -367,14 +367,20 @@ CELLS = [
     ("z1_bf16_overlap_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True), 2, False,
      parity.TINY, {"linear": True}),
     # issue 15: ZeRO-2 with CPU optimizer offload and overlap_comm, gradients over the bucket (10,000 <
-    # l1.weight's 19,264 / l2.weight's 23,177 elements), real Linears. overlap_comm adds the second ipg buffer
-    # and changes no storage of the offload reduce (state.zero12_offload_flush_modeled): before the flush replay
-    # took it (2026-12-05) rank 1's backward:1/2 were +39,194 / +39,198 B (6.0% / 4.8%), l1.bias's flush of
-    # l2.weight's clone with l1.weight's gradient whole (u of state.zero12_offload_reduce_terms); every other
-    # phase matched, and the same config at reduce_bucket_size 50,000 (one flush) matched in every phase
-    ("z2_bf16_oo_cpu_overlap_bigtensor_w2", _cfg(2, "bf16", reduce_bucket_size=10000, overlap_comm=True,
-                                                 offload_optimizer={"device": "cpu"}), 2, False, parity.TINY,
-     {"linear": True}),
+    # l1.weight's 19,264 / l2.weight's 23,177 elements), real Linears, at GA 2. overlap_comm adds the second ipg
+    # buffer and changes no storage of the offload reduce (state.zero12_offload_flush_modeled): before the flush
+    # replay took it (2026-12-05) rank 1's boundary backward:2 / backward:4 were +39,194 / +39,198 B (5.6% / 4.5%),
+    # l1.bias's flush of l2.weight's clone with l1.weight's gradient whole (u of state.zero12_offload_reduce_terms);
+    # at GA 1 the same +39,194 B (6.0%) in backward:1/2, and at reduce_bucket_size 50,000 every phase matched.
+    # GA 2 under offload (with or without overlap_comm): micro-step 1's reduce makes the host buffers of
+    # async_accumulate_grad_in_cpu_via_gpu and neither norms nor clears (state.zero12_offload_microstep_terms);
+    # before, the ledger held those I_r x D from initialize (initialize / forward:1 -85,484 B rank 0, -47,288 B
+    # rank 1, 17.8% / 10.7%) and the boundary's fp64 norm moment at micro-step 1 (backward:1 -107,726 / -131,130 B).
+    # Every phase within 0.16% on both ranks in 2 runs, as were z2_bf16_oo_cpu_tbsga2_w2, its bigtensor twin and its
+    # overlap_comm twin (one probe run each)
+    ("z2_bf16_oo_cpu_overlap_bigtensor_tbsga2_w2",
+     {**_cfg(2, "bf16", reduce_bucket_size=10000, overlap_comm=True, offload_optimizer={"device": "cpu"}),
+      "train_batch_size": 4}, 2, False, parity.TINY, {"linear": True, "steps": 4}),
     # issue 15: contiguous_gradients off with overlap_comm (ZeRO-2): a gradient outside the rank's slice waits in
     # previous_reduced_grads until the next flush's allreduce_and_copy (state._zero12_noncontig_transients).
     # NORM_LIFE at reduce_bucket_size 15,000: flushes [m10, m9, m8] [m7, m6, m5] [m4, m3, m2] [m1] [m0]; flush
