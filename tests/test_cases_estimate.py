@@ -78,6 +78,6 @@ def test_C08_pinned_buffers_exceed_host_31GB():
 
 def test_every_code_an_output_can_carry_is_explained():
     """Codes produced by estimate and check (M090, M100, K1xx) have an `explain` text too."""
-    for code in ("M090", "M100", "K102", "K103", "K104", "K105", "K110", "K111"):
+    for code in ("M090", "M100", "K102", "K103", "K104", "K105", "K106", "K110", "K111"):
         p = run_cli(["explain", code])
         assert p.returncode == 0 and p.stdout.splitlines()[1].startswith(code), (code, p.stdout[:200])

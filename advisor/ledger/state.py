@@ -214,6 +214,26 @@ AIO_ALIGNED_BYTES = 1024
 # Sizes are elements unless the name says bytes.
 
 
+#: The name every swap file DeepSpeed writes ends with (optimizer_utils.py l.33 and l.106,
+#: partitioned_param_swapper.py l.156).
+SWAP_FILE_SUFFIX = ".tensor.swp"
+
+
+def swap_folder(nvme_path: str, role: str, rank: int, model_dtype: str) -> str:
+    """The folder DeepSpeed 0.19.8 writes rank ``rank``'s swap files to under ``nvme_path``.
+
+    ``role`` ``offload_optimizer``: ``zero_stage_3/optimizer/rank{r}`` (stage3.py l.840
+    ``os.path.join(nvme_path, 'zero_stage_3')``, optimizer_utils.py l.174 ``'optimizer',
+    f'rank{dist.get_rank()}'``); its files are named by parameter / sub-group id, so a run of the
+    same model rewrites them in place. ``offload_param``: ``zero_stage_3/{dtype}params/rank{r}``,
+    ``dtype`` the torch name of the parameters' dtype (partitioned_param_swapper.py l.85-86), which
+    the swapper empties when it starts (l.88 ``shutil.rmtree(self.swap_folder)``)."""
+    import os
+    from advisor.config.dtypes import TRAINING_TO_TORCH
+    kind = "optimizer" if role == "offload_optimizer" else f"{TRAINING_TO_TORCH[model_dtype]}params"
+    return os.path.join(nvme_path, "zero_stage_3", kind, f"rank{rank}")
+
+
 def align_up(v: int, a: int) -> int:
     """A_a(v): ``v`` rounded up to a multiple of ``a`` (elements; ``a <= 1`` leaves v as is)."""
     return v if a <= 1 or v % a == 0 else v + a - v % a

@@ -377,6 +377,48 @@ class NvmePath:
     device: int | None = None
     #: Swap-file bytes this node's ranks will write under this path (from the ledger).
     need: int = 0
+    #: Bytes on disk (allocated blocks) of swap files an earlier run of this node's ranks left in
+    #: the folders this run's DeepSpeed empties or rewrites (:func:`stale_swap_files`): free for it.
+    reusable: int = 0
+    #: How many such files; True in ``reusable_capped`` when the count stopped at MAX_SWAP_FILES_SCANNED.
+    reusable_files: int = 0
+    reusable_capped: bool = False
+
+
+#: Most swap-file entries :func:`stale_swap_files` reads per nvme_path (bounded work; a ZeRO-3 rank
+#: writes a few per sub-group or parameter, so a node's ranks far fewer than this for most models).
+MAX_SWAP_FILES_SCANNED = 1_000_000
+
+
+def stale_swap_files(p: NvmePath, node_ranks: range, model_dtype: str) -> NvmePath:
+    """Count, in place, the swap files (``*.tensor.swp``) an earlier run -- a killed one leaves them
+    -- holds in the folders DeepSpeed will write for this node's ranks under ``p.path`` for its
+    roles (:func:`advisor.ledger.state.swap_folder`): the parameter folder, which the swapper
+    empties at start, and the optimizer folder, whose files are rewritten by name. Their
+    allocated bytes (``st_blocks`` x 512, what deleting or overwriting them gives back) are free
+    space for the new run (``reusable``): statvfs counts them as used. Symlinks and other
+    non-regular entries are not counted; at most :data:`MAX_SWAP_FILES_SCANNED` entries are read."""
+    from advisor.ledger.state import SWAP_FILE_SUFFIX, swap_folder
+    seen = 0
+    for role in p.roles:
+        for r in node_ranks:
+            try:
+                it = os.scandir(swap_folder(p.path, role, r, model_dtype))
+            except OSError:  # no such folder (the usual case), or unreadable: nothing counted
+                continue
+            with it:
+                for e in it:
+                    seen += 1
+                    if seen > MAX_SWAP_FILES_SCANNED:
+                        p.reusable_capped = True
+                        return p
+                    try:
+                        if e.name.endswith(SWAP_FILE_SUFFIX) and e.is_file(follow_symlinks=False):
+                            p.reusable += e.stat(follow_symlinks=False).st_blocks * 512
+                            p.reusable_files += 1
+                    except OSError:
+                        continue
+    return p
 
 
 def _test_disk_free(env: Mapping[str, str]) -> dict[str, int]:
@@ -556,7 +598,7 @@ class CheckResult:
                          "error": self.host.error},
                 "nvme": [{"path": p.path, "roles": p.roles, "exists": p.exists, "writable": p.writable,
                           "write_error": p.write_error, "free": p.free, "free_source": p.free_source,
-                          "need": p.need} for p in self.nvme],
+                          "need": p.need, "reusable": p.reusable} for p in self.nvme],
                 "libaio": None if self.libaio is None else {"found": self.libaio.found, "detail": self.libaio.detail},
             },
             "tiers": [t.to_dict() for t in self.tiers],
@@ -600,9 +642,12 @@ def _nvme_tiers(paths: list[NvmePath]) -> list[TierVerdict]:
     rows = []
     for ps in groups.values():
         frees = [p.free for p in ps if p.free is not None]
+        reusable = sum(p.reusable for p in ps)  # an earlier run's swap files, which this run frees (K106)
         rows.append(TierVerdict(tier="nvme " + ", ".join(p.path for p in ps), scope="per node (this node's ranks)",
-                                need=sum(p.need for p in ps), capacity=min(frees),
-                                capacity_source=f"free space ({ps[0].free_source})", pointer=ps[0].pointers[0]))
+                                need=sum(p.need for p in ps), capacity=min(frees) + reusable,
+                                capacity_source=f"free space ({ps[0].free_source})"
+                                + (f" + {reusable:,} B of an earlier run's swap files (K106)" if reusable else ""),
+                                pointer=ps[0].pointers[0]))
     return rows
 
 
@@ -629,6 +674,18 @@ def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: Libai
                                fix="free space on the drive, use a larger drive, or spread ranks over more nodes",
                                data={"need": r.need, "free": r.capacity},
                                sizes={"need": r.need, "free": r.capacity or 0, "over": r.need - (r.capacity or 0)}))
+    for p in paths:
+        if p.reusable_files:
+            folder = os.path.join(p.path, "zero_stage_3")
+            out.append(emit("K106", "info", p.pointers[0],
+                            literal(f"nvme_path {p.path}: ") + "{reusable} in "
+                            + f"{'at least ' if p.reusable_capped else ''}{p.reusable_files:,} swap files an earlier run "
+                            "left under " + literal(folder) + " for this node's ranks, which this run's DeepSpeed "
+                            "empties (parameters) or rewrites (optimizer state): counted as free space",
+                            fix="nothing to do for a rerun of the same job; for another model or layout, delete "
+                                + literal(folder) + " before the run (its optimizer files are rewritten by name only)",
+                            data={"folder": folder, "reusable": p.reusable, "files": p.reusable_files},
+                            sizes={"reusable": p.reusable}))
     if paths and libaio is not None and not libaio.found:
         out.append(emit("K105", "error", paths[0].pointers[0], f"NVMe offload needs libaio: {libaio.detail}",
                            fix="install libaio on every node (DeepSpeed's async_io op loads libaio.so.1)"))
@@ -844,6 +901,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         free_hook.update({os.path.normpath(k): v for k, v in (disk_free or {}).items()})
         for p in paths:
             probe_nvme_path(p, free_hook)
+            if p.is_dir:
+                stale_swap_files(p, launch.node_ranks(), ec.model_dtype)
         _nvme_need_by_path(result, paths, launch.node_ranks())
         libaio = probe_libaio(env)
         nv_rows = _nvme_tiers(paths)
