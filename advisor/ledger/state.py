@@ -1252,6 +1252,48 @@ def zero3_refetch_prefetch_bytes(inventory: Inventory, zero, W: int, D: int) -> 
                            zero.max_live_parameters), compute)
 
 
+def zero3_nvme_refetch_bytes(inventory: Inventory, zero, W: int, D: int) -> tuple[int, str]:
+    """(bytes, words): what the forward of micro-step 2 holds over a later forward when parameters are on
+    NVMe and GA > 1 (the reference's rule, :func:`zero3_gathered_params_numel`, stands for the later ones):
+    the largest flat all-gather buffer of a module's own re-fetch, sum over its params of ceil(n_i/W) x W x D
+    (``partition_parameters.py`` _all_gather_dtype l. 1343), over the modules after the first that have >= 2
+    parameters and a persistent one; memoised per tensor list.
+
+    The first backward runs with an incomplete trace, so release_sub_module releases every parameter of a
+    module, the persistent ones too (``partitioned_param_coordinator.py`` l. 498-499), except the first
+    module's, whose post-backward hook does not fire (release_backward_leftovers keeps ds_persist); no
+    optimizer step (stage3.py _post_step's gather) comes before micro-step 2. Its forward, on the complete
+    trace, prefetches nothing: the queue's next parameter is a partition still on NVMe, where prefetch
+    stops (fetch_sub_module's _is_currently_on_nvme, l. 444-448, 459-462). So each such module fetches its
+    non-persistent parameters with its persistent ones in one coalesced all-gather (all_gather_coalesced
+    l. 1598: one parameter, or ``allgather_sequential``, is gathered alone, a view of its own buffer),
+    whose flat buffer is live while AllGatherCoalescedHandle.wait torch.cat's every one of its parameters
+    (l. 795), beside what is still gathered. A later forward finds the persistent parameters gathered (the
+    step's _post_step), so the same module gathers its non-persistent one alone, with no flat buffer.
+    Measured: tests/engine/test_peak_parity.py z3_bf16_op_nvme_tbsga2_w2, forward:2 +2,123,881 B (8.2%)
+    over the ledger without it, l2's buffer (530,450 + 515) x 2 x 2 = 2,123,860 B."""
+    def compute() -> tuple[int, str]:
+        if bool(getattr(zero, "allgather_sequential", False)) or W <= 1:
+            return 0, "no coalesced all-gather (allgather_sequential or W = 1)"
+        keep = zero3_persistent(inventory, zero)
+        pad = padded_numels(inventory, W)
+        members, _, names, _ = module_index(inventory)
+        best, where = 0, ""
+        for k in range(1, len(members)):
+            idx = members[k]
+            if len(idx) >= 2 and any(keep[i] for i in idx):
+                flat = sum(pad[i] for i in idx) * D
+                if flat > best:
+                    best, where = flat, names[k]
+        if not best:
+            return 0, "no module after the first has >= 2 parameters with a persistent one"
+        return best, (f"module {where}'s re-fetch of its persistent parameters with the others, one coalesced "
+                      f"all-gather: flat buffer sum ceil(n_i/W) x W x D = {best}")
+    return inventory.memo(("zero3_nvme_refetch_bytes", W, D, zero.param_persistence_threshold,
+                           zero.model_persistence_threshold, bool(getattr(zero, "allgather_sequential", False))),
+                          compute)
+
+
 def zero3_gathered_params_numel(inventory: Inventory, zero, W: int,
                                 persistent: "list[bool] | None" = None) -> tuple[int, str]:
     """(elements, rule in words): ZeRO-3 non-persistent parameters gathered at once during
@@ -3880,6 +3922,16 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                       and zero3_fetch_replay_applies(z, W) else None)
         if first_only is not None:
             _zero3_first_iteration_entries(b, ec, inv, W, first_only)
+            if ga > 1:
+                nb, nwords = zero3_nvme_refetch_bytes(inv, z, W, D)
+                if nb:
+                    b.add("accelerator", "workspace", "zero3_nvme_refetch", nb, "refetch_forward",
+                          f"{nwords}; GA > 1, parameters on NVMe: micro-step 2's forward gathers again the persistent "
+                          "parameters the first backward released (no optimizer step in between), no prefetch",
+                          "runtime/zero/partitioned_param_coordinator.py:release_sub_module (incomplete trace) / "
+                          "fetch_sub_module (_is_currently_on_nvme stops the prefetch); "
+                          "partition_parameters.py:_all_gather_dtype (flat_tensor, l. 1343) / "
+                          "AllGatherCoalescedHandle.wait (torch.cat, l. 795)")
         fetch = (zero3_first_fetch_bytes(inv, z, W, D) if not aliased and persist and first_only is None
                  else None)
         if fetch is not None:

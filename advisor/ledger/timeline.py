@@ -59,7 +59,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   boundary, ``state.zero12_offload_microstep_terms``); ``from_first_reduce``: as ``persistent`` from after
   ``reduce:1`` on (the host buffers it makes); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
   accumulated); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
-  parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``).
+  parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``; with parameters on NVMe
+  a module's coalesced re-fetch, ``state.zero3_nvme_refetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
   ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later).
@@ -1008,9 +1009,10 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
                            "initialize: the whole model moved to the accelerator (module.to)"))
     out.append(Instant("initialize", "initialize", "after deepspeed.initialize"))
     micro = [1] if ga <= 1 else [1, ga]
-    if ga > 2 and any(e.item == "zero3_refetch_prefetch" for rl in ledger.ranks for e in rl.entries):
+    if ga > 2 and any(e.item in ("zero3_refetch_prefetch", "zero3_nvme_refetch") for rl in ledger.ranks
+                      for e in rl.entries):
         # ZeRO-3: micro-step 2's forward fetches again what the first backward released
-        # (state.zero3_refetch_prefetch_bytes); from micro-step 3 on they stay gathered
+        # (state.zero3_refetch_prefetch_bytes, state.zero3_nvme_refetch_bytes); from micro-step 3 on they stay gathered
         micro = [1, 2, ga]
     for k in micro:
         tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
