@@ -166,3 +166,40 @@ def test_config_built_models_note_what_the_scans_find(name):
         scanned = parallel._layer_repeat(_copy(inv)), bytes(map(bool, map(parallel._LAYER_RE.search,
                                                                           (t.name for t in inv.tensors))))
         assert noted == scanned
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_reduce_flush_pass_equals_whole_columns(seed, no_repeat):
+    # state._zero3_reduce_flush_bytes over identical layers (state._flush_periodic: one layer's values, the
+    # flushes and the rest) against its whole columns: buckets from below one layer to all of them,
+    # W, 2/4-byte gradients, reduce_scatter, the fp64 norm copy, and gathered bytes per module that are
+    # the same in every layer but a few at each end (as the fetch replay's backward gives them)
+    rng = random.Random(500 + seed)
+    for _ in range(20):
+        inv, _ = _layered(rng)
+        if not inv.has_trainable():
+            continue
+        total = sum(t.numel for t in inv.tensors if t.trainable)
+        largest = max(t.numel for t in inv.tensors if t.trainable)
+        rbs = rng.choice([largest, largest + rng.randint(0, 300), total // 7 + largest, total + 1])
+        W, C = rng.randint(1, 8), rng.choice([2, 4])
+        rs, norm, linear = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.8
+        gathered = None
+        if rng.random() < 0.6:
+            _, mod_of, names, _ = state.module_index(inv)
+            rep = state._module_repeat(inv)
+            M = len(names)
+            at_fetch = [rng.randint(0, 900) for _ in range(M)]
+            during = [rng.randint(0, 900) for _ in range(M)]
+            if rep is not None:
+                h, mu, c = rep
+                ua, ud = [rng.randint(0, 900) for _ in range(mu)], [rng.randint(0, 900) for _ in range(mu)]
+                e0, e1 = rng.randint(0, 2), rng.randint(0, 2)  # layers at each end left random
+                for t in range(e0, c - e1):
+                    at_fetch[h + t * mu:h + (t + 1) * mu] = ua
+                    during[h + t * mu:h + (t + 1) * mu] = ud
+            gathered = (list(mod_of), at_fetch, during, rng.randint(0, 900))
+
+        def run(i: Inventory):
+            return state._zero3_reduce_flush_bytes(i, W, C, rbs, True, rs, norm, gathered=gathered, linear=linear)
+        assert run(_copy(inv)) == no_repeat(run, inv)

@@ -63,7 +63,7 @@ import itertools
 import math
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Literal, Sequence, get_args
+from typing import Any, Iterable, Literal, Sequence, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.config.validation import MAX_RANK_ROLES, MAX_ZERO12_CHANGE_RANKS
@@ -960,13 +960,50 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             fb = 0  # one unpadded tensor: a view
         else:
             fb = (F[hi] - F[lo]) * C
-        pm = max(min(-(-n // W), NORM_SPLIT_ELEMENTS) for n in ns[lo:hi]) if norm else 0
+        # max over the bucket of min(ceil(n/W), split): non-decreasing in n, so that of its largest n (C-level max)
+        pm = min(-(-max(ns[lo:hi]) // W), NORM_SPLIT_ELEMENTS) if norm else 0
         return fb, pm
 
     def bucket(lo: int, hi: int) -> str:
         count = hi - lo
         first, last = tensors[order[lo]].name, tensors[order[hi - 1]].name
         return first if count == 1 else f"{count} gradients, {first} .. {last}"
+
+    def words(best: int, pa: int, pf: int, g_at: Any, mods_at: Any, kept_at: Any, kept_end: int, held_end: int,
+              at_end: int, extra: dict, at_fetch: Any) -> str:
+        # the words for the largest instant: the module fetch at position pf, the arrival (or flush) at pa, or
+        # the epilogue (L: none); g_at / mods_at: gathered bytes and module index of a position
+        if pf < L and pf <= pa:
+            i = order[pf]
+            where = f"fetch of {tensors[i].name}'s module: gathered {at_fetch[mods_at(pf)]:,} B"
+        elif pa < L:
+            i, n = order[pa], ns[pa]
+            gp = g_at(pa)
+            if pa in extra:
+                lo, fb, pm = extra[pa]
+                where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
+                         f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
+                         f"arriving {n * C:,} B" + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
+                         + (f" + gathered {gp:,} B" if gp else "")
+                         + (f" + earlier flushes' kept fp32 gradient tails {kept_at[pa]:,} B"
+                            if kept_at is not None and kept_at[pa] else ""))
+            else:
+                where = (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+                         + (f" + gathered {gp:,} B" if gp else ""))
+        elif held_end:
+            fb, pm = flat_of(a, L)
+            where = (f"end-of-backward flush of {bucket(a, L)} ({held_end:,} elements): "
+                     f"flat {fb:,} + whole in bucket 0 B"
+                     + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
+                     + (f" + gathered {at_end:,} B" if at_end else "")
+                     + (f" + earlier flushes' kept fp32 gradient tails {kept_end:,} B" if kept_end else ""))
+        else:
+            where = f"end of backward: gathered {at_end:,} B"
+        return where
+
+    per = None if tails else _flush_period(inv, order, inl, gathered)
+    if per is not None:
+        return _flush_periodic(per, L, ns, C, order, inl, flushes, flat_of, gathered, a, P, words)
 
     # the columns packed (_packed, 8 bytes a value): as lists of int objects they were ~0.4 GB at once for
     # 1e5 layers, generate's peak (issue 21)
@@ -1028,33 +1065,157 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     # the first instant, in walk order, with the largest bytes: at a position, the module's fetch first
     pa = arrive.index(best) if best in arrive else L
     pf = fetch.index(best) if fetch is not None and best in fetch else L
-    if pf < L and pf <= pa:
-        i = order[pf]
-        where = f"fetch of {tensors[i].name}'s module: gathered {at_fetch[mods[pf]]:,} B"
-    elif pa < L:
-        i, n = order[pa], ns[pa]
-        gp = g[pa] if g is not None else 0
-        if pa in extra:
-            lo, fb, pm = extra[pa]
-            where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
-                     f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
-                     f"arriving {n * C:,} B" + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
-                     + (f" + gathered {gp:,} B" if gp else "")
-                     + (f" + earlier flushes' kept fp32 gradient tails {kept_at[pa]:,} B"
-                        if kept_at is not None and kept_at[pa] else ""))
-        else:
-            where = (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
-                     + (f" + gathered {gp:,} B" if gp else ""))
-    elif held_end:
-        fb, pm = flat_of(a, L)
-        where = (f"end-of-backward flush of {bucket(a, L)} ({held_end:,} elements): "
-                 f"flat {fb:,} + whole in bucket 0 B"
-                 + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
-                 + (f" + gathered {at_end:,} B" if at_end else "")
-                 + (f" + earlier flushes' kept fp32 gradient tails {kept_end:,} B" if kept_end else ""))
-    else:
-        where = f"end of backward: gathered {at_end:,} B"
+    where = words(best, pa, pf, (g.__getitem__ if g is not None else lambda p: 0),
+                  (mods.__getitem__ if gathered is not None else None), kept_at, kept_end, held_end, at_end, extra,
+                  gathered[1] if gathered is not None else None)
     return best, where, tuple(reg)
+
+
+def _flush_period(inv: Inventory, order: list[int], inl: bytes, gathered: "tuple | None") -> "tuple[int, int, int] | None":
+    """(p0, v, R): positions ``[p0, p0 + R x v)`` of the backward gradient order are R identical layers of v
+    gradients each (``model.parallel.layer_repeat``, at least 4 layers), position p0 + r v + j's gradient
+    the same size as p0 + j's and (with ``gathered``) its module's gathered bytes the same, so every value
+    the reduce-flush pass makes there but a flush's is p0 + j's; None otherwise (no identical layers, or
+    gathered bytes that differ in all but 2 layers).
+
+    The order runs the layers last to first (:func:`zero3_backward_grad_order`: reversed, with each
+    nn.Linear's weight before its bias, a rule of names and shapes, the same in every layer), so position
+    ``f0 + r v + j`` is tensor ``order[f0 + j] - r u`` (u tensors a layer) and its module ``mod_of[order[f0 +
+    j]] - r mu`` (mu modules a layer): checked on the last layer's block; with ``gathered``, the layers whose
+    per-module bytes equal the middle layer's are found by bisection over C-level block comparisons."""
+    from advisor.model.parallel import layer_repeat
+    lr = layer_repeat(inv)
+    rep = _module_repeat(inv)
+    if lr is None or rep is None:
+        return None
+    h, mu, c = rep
+    f0 = inl.find(1)
+    f1 = inl.rfind(1) + 1
+    if f0 < 0 or inl.find(0, f0, f1) >= 0:
+        return None
+    v, rest = divmod(f1 - f0, c)
+    if rest or not v:
+        return None
+    u = lr.unit
+    last = order[f0 + (c - 1) * v:f1]
+    if last != [o - (c - 1) * u for o in order[f0:f0 + v]]:
+        return None
+    if gathered is None:
+        return f0, v, c
+    _, at_fetch, during, _ = gathered
+    cols = [col[h:h + c * mu] for col in (at_fetch, during)]
+    mid = c // 2
+    refs = [col[mid * mu:(mid + 1) * mu] for col in cols]
+
+    def same(t0: int, t1: int) -> bool:  # layers t0 .. t1 - 1 all the middle layer's
+        return all(col[t0 * mu:t1 * mu] == ref * (t1 - t0) for col, ref in zip(cols, refs))
+    lo, hi = 0, mid  # the first layer t with layers t .. mid all equal: bisection (same(t, mid + 1) is monotone in t)
+    while lo < hi:
+        m = (lo + hi) // 2
+        if same(m, mid + 1):
+            hi = m
+        else:
+            lo = m + 1
+    t_lo = lo
+    lo, hi = mid + 1, c - 1  # the last layer t with layers mid .. t all equal
+    while lo < hi:
+        m = (lo + hi + 1) // 2
+        if same(mid, m + 1):
+            lo = m
+        else:
+            hi = m - 1
+    t_hi = lo if same(mid, lo + 1) else mid
+    R = t_hi - t_lo + 1
+    if R < 3 or len(order) - (R - 1) * v > max(len(order) // 4, 4096):
+        return None  # most positions would be made one by one in Python: the C-level columns are faster
+    # inventory layer t is the order's layer c - 1 - t
+    return f0 + (c - 1 - t_hi) * v, v, R
+
+
+def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, order: list[int], inl: bytes,
+                    flushes: list[tuple[int, int]], flat_of: Any, gathered: "tuple | None", a: int,
+                    P: "Sequence[int]", words: Any) -> "tuple[int, str, tuple[int, int, int]] | None":
+    """:func:`_zero3_reduce_flush_bytes`'s column pass (no fp32 gradient tails) where :func:`_flush_period`
+    found R identical layers at ``[p0, p0 + R v)``: the values of every other position and of the first of
+    those layers are made one by one, the other layers' are the first's (a flush's plus its buffers, the
+    flushes listed), so maxima and first positions come from one layer, the flushes and the rest (issue 21:
+    three passes over 9e5 gradients per plan at 1e5 layers). The same figures and words
+    (tests/test_layer_repeat_identity.py compares with the whole columns)."""
+    p0, v, R = per
+    p1 = p0 + R * v
+    if gathered is not None:
+        mod_of, at_fetch, during, at_end = gathered
+    else:
+        mod_of = at_fetch = during = None
+        at_end = 0
+
+    def mods_at(p: int) -> int:
+        return mod_of[order[p]]
+
+    def g_at(p: int) -> int:
+        return during[mod_of[order[p]]] if gathered is not None else 0
+
+    def fetch_at(p: int) -> int:
+        return at_fetch[mods_at(p)] if p == 0 or mods_at(p) != mods_at(p - 1) else 0
+
+    extra = {}
+    for lo, p in flushes:
+        fb, pm = flat_of(lo, p)
+        extra[p] = (lo, fb, pm)
+    before = range(0, p0 + v)  # positions made one by one: up to the first identical layer's end, and after them
+    after = range(p1, L)
+
+    def arrive_at(p: int) -> int:
+        e = extra.get(p)
+        return ns[p] * C + g_at(p) + (e[1] + e[2] * 8 if e else 0)
+    arr_b, arr_a = [arrive_at(p) for p in before], [arrive_at(p) for p in after]
+    fet_b = [fetch_at(p) for p in before] if gathered is not None else []
+    fet_a = [fetch_at(p) for p in after] if gathered is not None else []
+    # the other identical layers: a position without a flush there holds the first layer's value without one,
+    # at most that layer's (in arr_b, at a smaller position), so only their flushes can matter
+    inner = sorted(p for p in extra if p0 + v <= p < p1)
+    f = inl.find(1)
+    if f < 0:
+        f = L
+    reg = [0, 0, 0]
+
+    def region(p: int) -> int:
+        return 0 if p < f else (1 if inl[p] else 2)
+    for ps, vals in ((before, arr_b), (after, arr_a), (before, fet_b), (after, fet_a)):
+        for p, x in zip(ps, vals):
+            r = region(p)
+            if x > reg[r]:
+                reg[r] = x
+    # the identical layers are a layer's gradients (region 1); their fetches are the first layer's
+    inner_vals = [arrive_at(p) for p in inner]
+    reg[1] = max(reg[1], max(inner_vals, default=0))
+    held_end = P[L] - P[a]
+    epi = None
+    if held_end:
+        fb, pm = flat_of(a, L)
+        epi = fb + pm * 8 + at_end
+        reg[2] = max(reg[2], epi)
+    elif gathered is not None and at_end:
+        reg[2] = max(reg[2], at_end)
+    best = max(max(arr_b, default=0), max(arr_a, default=0), max(inner_vals, default=0),
+               max(fet_b, default=0), max(fet_a, default=0), epi or 0, at_end if gathered is not None else 0)
+    if not best:
+        return None
+    # the first position with the largest bytes, among arrivals and among fetches
+    if best in arr_b:
+        pa = arr_b.index(best)
+    elif best in inner_vals:
+        pa = inner[inner_vals.index(best)]
+    else:
+        pa = p1 + arr_a.index(best) if best in arr_a else L
+    if best in fet_b:  # (an identical layer's fetches are the first one's, in fet_b)
+        pf = fet_b.index(best)
+    elif best in fet_a:
+        pf = p1 + fet_a.index(best)
+    else:
+        pf = L
+    return best, words(best, pa, pf, g_at, mods_at if gathered is not None else None, None, 0, held_end, at_end,
+                       extra, at_fetch), tuple(reg)
 
 
 #: bytes.translate table: 0 <-> 1 (the complement of a 0/1 flag column)
