@@ -646,7 +646,7 @@ def _nvme_tiers(paths: list[NvmePath]) -> list[TierVerdict]:
         rows.append(TierVerdict(tier="nvme " + ", ".join(p.path for p in ps), scope="per node (this node's ranks)",
                                 need=sum(p.need for p in ps), capacity=min(frees) + reusable,
                                 capacity_source=f"free space ({ps[0].free_source})"
-                                + (f" + {reusable:,} B of an earlier run's swap files (K106)" if reusable else ""),
+                                + (" + an earlier run's swap files (K106)" if reusable else ""),
                                 pointer=ps[0].pointers[0]))
     return rows
 
@@ -679,7 +679,8 @@ def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: Libai
             folder = os.path.join(p.path, "zero_stage_3")
             out.append(emit("K106", "info", p.pointers[0],
                             literal(f"nvme_path {p.path}: ") + "{reusable} in "
-                            + f"{'at least ' if p.reusable_capped else ''}{p.reusable_files:,} swap files an earlier run "
+                            + f"{'at least ' if p.reusable_capped else ''}{p.reusable_files:,} swap "
+                            + ("file" if p.reusable_files == 1 else "files") + " an earlier run "
                             "left under " + literal(folder) + " for this node's ranks, which this run's DeepSpeed "
                             "empties (parameters) or rewrites (optimizer state): counted as free space",
                             fix="nothing to do for a rerun of the same job; for another model or layout, delete "
