@@ -2763,29 +2763,27 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
                                 unmoved: "dict | None" = None, zero1: bool = False,
                                 seq: "_FlushOrder | None" = None) -> Runs:
     """:func:`zero12_offload_reduce_terms` with an extra-large gradient or gradients not yet in the
-    bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed. ``zero1`` (one param
-    group, flushes in flat order): c_r also holds the clones of earlier extra-large gradients rank r
-    owns no part of, kept to the end of the epilogue (``stage_1_and_2.py`` l.2272-2274:
-    only owners copy_grads_in_partition, which drops the clone; :func:`_zero12_kept_xl`). The earlier
-    ones lie before p in the flat buffer, so p's owners hold all of them but those of p's first owner
-    r0 that r0 owns too; the ranks after p's last owner all of them; a rank before r0 all but its own:
-    O(X^2) updates for X extra-large gradients. h = 0: the clone's own moment at ZeRO-1 (the gradients
-    not yet moved, the autograd gradient and its clone) is not modelled; the engine's cells peak at the
-    norm copies (z1_bf16_oo_cpu_smallbucket_w4).
-    ZeRO-1 with several param groups (each its own flat buffer and partition: an earlier extra-large
-    gradient's owners lie anywhere) or with ``overlap_comm`` (``seq``: the flushes in hook order,
-    :func:`_zero12_flush_replay`; the hooks reduce at the boundary, l.2290, and non-owners keep the clone
-    as in the epilogue, l.2272-2274): a sweep over the earlier ones' owner ranges per tensor, O(X log X)
-    each. With ``overlap_comm`` the clone is made in its hook, where only its autograd gradient and the
-    clone are the reduce's (h = 2 x n_p x D, as ZeRO-2's). Engine: z1_bf16_oo_cpu_xgroups_w2 (two groups,
-    a kept clone of the other group's gradient), z1_bf16_overlap_oo_cpu_bigtensor_w2."""
+    bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed. ``zero1``: c_r also holds
+    the clones of earlier extra-large gradients rank r owns no part of, kept to the end of the epilogue
+    (``stage_1_and_2.py`` l.2272-2274: only owners copy_grads_in_partition, which drops the clone;
+    :func:`_zero12_kept_xl`), in flush order: groups and params in order (reduce_gradients' epilogue loop,
+    l.971-976), or with ``overlap_comm`` ``seq``, the hooks' order (:func:`_zero12_flush_replay`; they
+    reduce at the boundary, l.2290): :func:`_zero12_offload_kept_runs`. h = 0 in the epilogue loop: the
+    clone's own moment there (the gradients not yet moved, the autograd gradient and its clone) is not
+    modelled; the engine's cells peak at the norm copies (z1_bf16_oo_cpu_smallbucket_w4). With
+    ``overlap_comm`` the clone is made in its hook, where only its autograd gradient and the clone are the
+    reduce's (h = 2 x n_p x D, as ZeRO-2's). Engine: z1_bf16_oo_cpu_xgroups_w2 (two groups, a kept clone
+    of the other group's gradient), z1_bf16_overlap_oo_cpu_bigtensor_w2."""
     M = _XL_M
     um = unmoved or {}
     hook_order = zero1 and seq is not None
-    groups1 = zero1 and (len(layouts) > 1 or hook_order)
-    zero1 = zero1 and not groups1
-    earlier: list[tuple[int, int, int]] = []  # ZeRO-1: (first owner, last owner, bytes) of earlier extra-large ones
-    k_all = 0
+    if hook_order:
+        items = ((g, layouts[g].P, a, n) for g, a, n in
+                 zip(itertools.repeat(0) if seq.groups is None else seq.groups, seq.starts, seq.numels))
+    else:
+        items = ((g, lay.P, a, n) for g, lay in enumerate(layouts) for a, n in zip(lay.starts, lay.numels))
+    if zero1:
+        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order)
 
     def pack(s: int, c: int, u: int = 0) -> int:
         return (((s * 8 + c + u) * M + u) * M + c) * M + s
@@ -2799,67 +2797,11 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     get = single.get
     h = 0
     whole = -1
-    if hook_order:
-        items = ((g, layouts[g].P, a, n) for g, a, n in
-                 zip(itertools.repeat(0) if seq.groups is None else seq.groups, seq.starts, seq.numels))
-    else:
-        items = ((g, lay.P, a, n) for g, lay in enumerate(layouts) for a, n in zip(lay.starts, lay.numels))
     for g, P, a, n in items:
         if n <= 0:
             continue
         c = n * D if n > rbs else 0
         u = um.get((g, a), 0) if um else 0
-        if groups1:
-            # several param groups or hook order: the earlier extra-large gradients' owners lie anywhere;
-            # a rank keeps those it owns none of (a sweep over their ranges)
-            if c and hook_order:
-                h = max(h, 2 * c)
-            if not P:
-                continue
-            r0, r1 = a // P, min((a + n - 1) // P, W - 1)
-            ev = sorted([(q0, -b) for q0, _, b in earlier] + [(q1 + 1, b) for _, q1, b in earlier])
-            pts = sorted({0, W, r0, r0 + 1, r1, r1 + 1, *(x for x, _ in ev)})
-            i = 0
-            kept = k_all
-            for x, y in zip(pts, pts[1:]):
-                while i < len(ev) and ev[i][0] <= x:
-                    kept += ev[i][1]
-                    i += 1
-                if y <= x or x >= W:
-                    continue
-                if r0 <= x <= r1:
-                    sl = min(a + n, (x + 1) * P) - max(a, x * P)
-                    ups.append((x, y, pack(sl, c + kept, u)))
-                elif c:
-                    ups.append((x, y, pack(0, c + kept, u)))
-            if c:
-                earlier.append((r0, r1, c))
-                k_all += c
-            continue
-        if zero1:
-            if not P:
-                continue
-            r0, r1 = a // P, min((a + n - 1) // P, W - 1)
-            own0 = sum(b for q0, q1, b in earlier if q0 <= r0 <= q1)
-            if c:
-                # non-owners: after p's last owner every earlier clone; before r0, all but their own
-                if r1 + 1 < W:
-                    ups.append((r1 + 1, W, pack(0, c + k_all, u)))
-                pts = sorted({0, r0, *(q for q0, q1, _ in earlier for q in (q0, q1 + 1) if q < r0)})
-                for x, y in zip(pts, pts[1:] + [r0]):
-                    if y > x:
-                        ups.append((x, y, pack(0, c + k_all - sum(b for q0, q1, b in earlier if q0 <= x <= q1), u)))
-            if r0 == r1:
-                ups.append((r0, r0 + 1, pack(min(a + n, (r0 + 1) * P) - max(a, r0 * P), c + k_all - own0, u)))
-            elif r0 < r1:
-                ups.append((r0, r0 + 1, pack((r0 + 1) * P - a, c + k_all - own0, u)))
-                if r1 > r0 + 1:
-                    ups.append((r0 + 1, r1, pack(P, c + k_all, u)))
-                ups.append((r1, r1 + 1, pack(min(a + n, (r1 + 1) * P) - r1 * P, c + k_all, u)))
-            if c:
-                earlier.append((r0, r1, c))
-                k_all += c
-            continue
         if c:
             h = max(h, 2 * c)
             whole = max(whole, pack(0, c, u))  # every rank holds the clone at its flush
@@ -2883,6 +2825,110 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
         ups.append((0, W, whole))
     ups.extend((r, r + 1, v) for r, v in single.items())
     return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h, (x // M // M) % M))
+
+
+def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int, um: dict,
+                              items: "Iterable[tuple[int, int, int, int]]", hook_order: bool) -> Runs:
+    """:func:`_zero12_offload_reduce_runs` for ZeRO-1 with several param groups or in hook order
+    (``items``: (group, P, flat start, numel) in flush order): per rank r the largest of, over the
+    tensors p it owns part of, s_{p,r} x 8 + c_p + u_p + kept_r(p), and over the extra-large p it owns
+    none of, c_p + u_p + kept_r(p), with kept_r(p) = the clones of extra-large gradients before p that
+    r owns no part of (never dropped in the reduce, ``stage_1_and_2.py`` l.2272-2274) = K(p) - O_r(p):
+    all earlier clones less those r owns. O_r is constant between the extra-large gradients r owns, so
+    the non-owner moments are range maxima over flush positions, answered offline (a monotonic stack,
+    queries sorted by their right end): O((T + Q) log T) for T tensors and Q = the pieces' owned
+    tensors, not the O(T x X) of a sweep per tensor over X extra-large ones (at 2,000 layers of
+    generate's h = 64 llama, whose MLP weights are all over the RBS = h^2 bucket, that sweep took
+    generate from 4.3 s to 116 s). Evaluated at the ranks where some group's ownership changes
+    (:func:`_change_points`); h = 2 x the largest clone in hook order (``overlap_comm``: made in its
+    hook), else 0."""
+    M = _XL_M
+    M3M = M * M * M + M  # a clone bytes' weight in a packed value: in the total and in the clone field
+    ks_of: dict = {}  # (group, flat start) -> flush position
+    cs: list[int] = []
+    us: list[int] = []
+    kall: list[int] = []
+    keys: list[int] = []  # the non-owner moment of flush position k with O_r = 0 (-1: not extra-large)
+    K = 0
+    h = 0
+    for g, P, a, n in items:
+        if n <= 0 or not P:
+            continue
+        c = n * D if n > rbs else 0
+        u = um.get((g, a), 0) if um else 0
+        ks_of[(g, a)] = len(cs)
+        cs.append(c)
+        us.append(u)
+        kall.append(K)
+        keys.append((((c + K + u) * M + u) * M + c + K) * M if c else -1)
+        if c:
+            h = max(h, 2 * c)
+            K += c
+    if not hook_order:
+        h = 0
+    T = len(cs)
+    points: set[int] = set()
+    for lay in layouts:
+        if lay.P > 0:
+            points |= _change_points(lay, W)
+    starts = sorted({0, *(x for x in points if 0 <= x < W)})
+    # per piece start r: its owned tensors (flush position, slice elements), in flush order
+    owned_of: list[list[tuple[int, int]]] = []
+    queries: list[tuple[int, int, int, int]] = []  # (right end, left end, O_r, piece)
+    for i, r in enumerate(starts):
+        own = []
+        for g, lay in enumerate(layouts):
+            P = lay.P
+            if not P:
+                continue
+            jl, jh = lay.meeting(r)
+            lo, hi = r * P, (r + 1) * P
+            for j in range(jl, jh):
+                a, n = lay.starts[j], lay.numels[j]
+                k = ks_of.get((g, a)) if n > 0 else None
+                if k is not None:
+                    own.append((k, min(a + n, hi) - max(a, lo)))
+        own.sort()
+        owned_of.append(own)
+        left, O = 0, 0
+        for k, _ in own:
+            if cs[k]:
+                queries.append((k, left, O, i))
+                left, O = k + 1, O + cs[k]
+        if left < T:
+            queries.append((T - 1, left, O, i))
+    best = [0] * len(starts)
+    queries.sort()
+    stack_k: list[int] = []
+    stack_v: list[int] = []
+    q = 0
+    for k in range(T):
+        v = keys[k]
+        while stack_v and stack_v[-1] <= v:
+            stack_k.pop()
+            stack_v.pop()
+        stack_k.append(k)
+        stack_v.append(v)
+        while q < len(queries) and queries[q][0] == k:
+            _, left, O, i = queries[q]
+            q += 1
+            x = bisect.bisect_left(stack_k, left)
+            if x < len(stack_k) and stack_v[x] >= 0:
+                best[i] = max(best[i], stack_v[x] - O * M3M)
+    for i, own in enumerate(owned_of):
+        O = 0
+        for k, sl in own:
+            c, u = cs[k], us[k]
+            tot = c + kall[k] - O
+            best[i] = max(best[i], (((sl * 8 + tot + u) * M + u) * M + tot) * M + sl)
+            O += c
+
+    def value_at(rs: Iterable[int]):
+        for i, _ in enumerate(rs):
+            x = best[i]
+            yield (x % M, (x // M) % M, h, (x // M // M) % M)
+
+    return Runs.at_points(W, starts, value_at)
 
 
 def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str, ga: int = 1) -> bool:
