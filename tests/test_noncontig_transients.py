@@ -77,9 +77,104 @@ def test_noncontig_reduce_transient_matches_the_hook_walk(seed: int, overlap: bo
     assert got == _walk(numels, W, rbs, 2, overlap)
 
 
-def test_noncontig_not_modelled_with_groups() -> None:
-    # several param groups step apart: not replayed; overlap_comm is (previous_reduced_grads,
-    # l.2264-2267: the walk above) and GA > 1 (test_noncontig_accumulation_keeps_the_slice_gradients_by_hand)
+def _walk_groups(tensors: list[tuple[int, int]], layouts, W: int, rbs: int, D: int, overlap: bool) -> list[int]:
+    """The walk above over several param groups: ``tensors`` = (group, numel) in model order; each group has
+    its own flat buffer and partition (stage_1_and_2.py __init__: one per param group; ``layouts``, the groups'
+    flat starts and P, in group order), the hooks run over all trainable tensors in the reverse of model order
+    and fill one bucket (l.1422: the elements of every group count), and a gradient is kept when it meets the
+    rank's slice of its own group's buffer."""
+    groups = sorted({g for g, _ in tensors})
+    lays = dict(zip(groups, layouts))
+    spans = []
+    seen = {g: 0 for g in groups}
+    for g, n in tensors:
+        spans.append((g, lays[g].starts[seen[g]], n))
+        seen[g] += 1
+    out = []
+    for r in range(W):
+        def inside(g, a, n):
+            P = lays[g].P
+            return max(0, min(a + n, (r + 1) * P) - max(a, r * P))
+        meets = [inside(g, a, n) > 0 for g, a, n in spans]
+        inter = sum(n for (_, _, n), m in zip(spans, meets) if m)
+        cov = sum(inside(g, a, n) for g, a, n in spans)
+        p_t = sum(lay.P for lay in lays.values())
+        kept, bucket, best, waiting = 0, [], 0, 0
+
+        def flush(trigger: int) -> int:
+            el = sum(spans[i][2] for i in bucket)
+            flat = el if len(bucket) > 1 else 0
+            return max((kept + el + trigger + waiting) * D, (kept + el + flat + trigger) * D)
+
+        for i in reversed(range(len(spans))):
+            n = spans[i][2]
+            if sum(spans[k][2] for k in bucket) + n > rbs:
+                best = max(best, flush(n))
+                kept += sum(spans[k][2] for k in bucket if meets[k])
+                waiting = sum(spans[k][2] for k in bucket if not meets[k]) if overlap else 0
+                bucket = []
+            bucket.append(i)
+        best = max(best, flush(0))
+        out.append(max(best, (inter + p_t - cov) * D))
+    return out
+
+
+@pytest.mark.parametrize("overlap", (False, True))
+@pytest.mark.parametrize("seed", range(20))
+def test_noncontig_groups_reduce_transient_matches_the_hook_walk(seed: int, overlap: bool) -> None:
+    rng = random.Random(1000 + seed)
+    W = rng.choice((1, 2, 3, 5, 8))
+    rbs = rng.choice((50, 300, 2000))
+    G = rng.choice((2, 3))
+    # interleaved groups (weights / biases / norms), each group at least one tensor
+    tensors = [(i % G if i < G else rng.randrange(G), rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))))
+               for i in range(rng.randint(G, 24))]
+    inv = from_dict({"name": "walk", "tensors": [{"name": f"m{i}.w", "shape": [n], "group": g}
+                                                 for i, (g, n) in enumerate(tensors)]}, "walk")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs,
+                                                 "contiguous_gradients": False, "overlap_comm": overlap}})
+    wrapper = state.select_optimizer(ec)[0]
+    assert state.zero12_transients_modeled(ec, wrapper, 1, G)
+    layouts = state.placement(ec, inv, W).zero12
+    assert len(layouts) == G
+    got = [row[1] for row in state.zero12_backward_transients(ec, inv, layouts, W).to_list()]
+    assert got == _walk_groups(tensors, layouts, W, rbs, 2, overlap)
+
+
+def test_noncontig_groups_step_frees_each_group_by_hand() -> None:
+    """TINY_FROZEN_GROUPS (l2 frozen, l3 in group 1) at W = 2: group 0 = l1 (19,565 elements, padded 19,568,
+    P_0 = 9,784), group 1 = l3 (390, padded 392, P_1 = 196). Rank 0 meets l1.weight (I_0 = 19,264, no pad) and
+    l3.weight (I_1 = 385, no pad); rank 1 l1.weight and l1.bias (I_0 = 19,565, pad 9,784 - 9,781 = 3) and
+    l3 (I_1 = 390, pad 196 - 194 = 2). Without contiguous_gradients group g's averaged_gradients views those
+    whole gradients, its own storages, freed by ``averaged_gradients[g] = None`` before group g's update
+    (stage_1_and_2.py step): at group 0's prep (I_0 + pad_0 + I_1 + pad_1) x 2 = 39,298 / 39,920 B, at its update
+    group 1's alone, 770 / 784 B: the engine's tracker at step:1's high-water mark (z2_bf16_noncontig_groups_w2,
+    2026-12-06): 770 B of engine.py l.3428 gradients on rank 0, 780 + 4 B (a pad of _get_flat_partition_unpadded)
+    on rank 1."""
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    inv = from_dict({"name": "tfg", "tensors": [
+        {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+        {"name": "l2.weight", "shape": [77, 301], "trainable": False},
+        {"name": "l2.bias", "shape": [77], "trainable": False},
+        {"name": "l3.weight", "shape": [5, 77], "group": 1}, {"name": "l3.bias", "shape": [5], "group": 1}]}, "tfg")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000,
+                                                 "contiguous_gradients": False, "overlap_comm": False}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    for r, prep, upd in ((0, 39298, 770), (1, 39920, 784)):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=1, rank=r)
+        at = {x.key: sum(b for item, _, _, b in ents if item == "averaged_gradients")
+              for x, ents in zip(tl.instants, tl.entries)}
+        assert (at["first_step:g0:prep"], at["first_step:g0:update"]) == (prep, upd), r
+
+
+def test_noncontig_not_modelled_at_zero1() -> None:
+    # ZeRO-1 without contiguous_gradients is not replayed; at ZeRO-2 overlap_comm (previous_reduced_grads,
+    # l.2264-2267: the walk above), GA > 1 (test_noncontig_accumulation_keeps_the_slice_gradients_by_hand) and
+    # several param groups (the groups walk) are
     base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
     ov = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
                                                          "overlap_comm": True}})
@@ -88,7 +183,9 @@ def test_noncontig_not_modelled_with_groups() -> None:
     w = state.select_optimizer(plain)[0]
     assert state.zero12_transients_modeled(ov, w, 1, 1)
     assert state.zero12_transients_modeled(plain, w, 2, 1)
-    assert not state.zero12_transients_modeled(plain, w, 1, 2)
+    assert state.zero12_transients_modeled(plain, w, 1, 2)
+    z1 = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False}})
+    assert not state.zero12_transients_modeled(z1, state.select_optimizer(z1)[0], 1, 1)
     assert state.zero12_transients_modeled(plain, w, 1, 1)
 
 
@@ -99,7 +196,7 @@ def test_noncontig_accumulation_keeps_the_slice_gradients_by_hand(overlap: bool)
     param.grad (l.1063), so micro-step 2 runs beside them. P = 43,212 / 2 = 21,606: rank 0's slice meets
     l1.weight 19,264, l1.bias 301, l2.weight 23,177 (42,742 x 2 = 85,484 B), rank 1's l2.weight, l2.bias 77,
     l3.weight 385, l3.bias 5 (23,644 x 2 = 47,288 B): the bytes the engine's tracker found at forward:2
-    (tests/engine/test_peak_parity.py z2_bf16_noncontig_tbsga2_w2, engine.py l.3428). Only from micro-step
+    (TINY at GA 2, engine.py l.3428: the note of tests/engine/test_peak_parity.py z2_bf16_noncontig_groups_tbsga2_w2). Only from micro-step
     2 on: not at the first forward or backward, nor in the step."""
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.timeline import resolve_load, role_timeline

@@ -3150,18 +3150,19 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     ledger kept N x D of whole gradients in backward, +85,452 B on rank 0, and the step had no norm
     instant, -24,512 B); with GA > 1 the boundary's hooks meet every param.grad micro-step 1 left
     (:func:`zero12_boundary_holds_all`; z1_bf16_overlap_tbsga2_bigtensor_w2). ZeRO-2 with
-    ``contiguous_gradients`` off, one param group, ``overlap_comm`` on or off, at any GA (a micro-step's
-    gradients meeting the slice kept whole into the next, ``prev_grads_in_partition``; z2_bf16_noncontig_tbsga2_w2):
+    ``contiguous_gradients`` off, any param groups, ``overlap_comm`` on or off, at any GA (a micro-step's
+    gradients meeting the slice kept whole into the next, ``prev_grads_in_partition``; z2_bf16_noncontig_groups_tbsga2_w2):
     :func:`_zero12_noncontig_transients` (z2_bf16_noncontig_w2, z2_bf16_noncontig_smallbucket_w2; without
     it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing;
-    z2_bf16_noncontig_overlap_normlife_w2: a gradient outside the slice kept to the next flush);
+    z2_bf16_noncontig_overlap_normlife_w2: a gradient outside the slice kept to the next flush;
+    z2_bf16_noncontig_groups_tbsga2_w2: several groups, each stepped apart with its own gradients);
     ``groups`` = the plan's trainable param groups. Other plans keep the lifetimes of the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
             and (z.contiguous_gradients
-                 or (z.stage == 2 and groups == 1)))
+                 or z.stage == 2))
 
 
 class _FlushOrder:
@@ -3489,7 +3490,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     held = zero12_boundary_holds_all(ec, ga)
     if not ec.zero.contiguous_gradients:
-        return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes)
+        return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes, inv)
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
     # of the rank); each rank's largest gradient slice (the fp64 norm copy)
@@ -3618,9 +3619,10 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
 
 
 def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
-                                 hooked: list[int], csum: list[int], flushes: list) -> Runs:
+                                 hooked: list[int], csum: list[int], flushes: list,
+                                 inv: "Inventory | None" = None) -> Runs:
     """Runs of (A_r, R_r, G_r) per rank, bytes, as :func:`zero12_backward_transients`, for ZeRO-2 with
-    ``contiguous_gradients`` off (one param group, any GA, ``overlap_comm`` on or off:
+    ``contiguous_gradients`` off (any param groups, any GA, ``overlap_comm`` on or off:
     :func:`zero12_transients_modeled`). No ipg buffer exists (setup_buckets l.3260 allocates it only
     with contiguous_gradients): each hook appends the gradient whole to ``bucket.grads``
     (reduce_independent_p_g_buckets_and_remove_grads l.1441 skipped, l.1466), the same flushes as
@@ -3651,11 +3653,29 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
     max(copy_j, (bucket_{j-1} - meet_r(j-1)) x D) + kept_r(j), meet_r(j-1) the elements of flush j-1
     meeting the rank's slice. Engine: z2_bf16_noncontig_overlap_smallbucket_w2 (reduce_bucket_size 10,000,
     real Linears), rank 1 backward:1 +39,764 B (18.1%) under the coarse lifetimes.
-    O(tensors + flushes) per piece of ranks."""
+    With several param groups each has its own flat buffer and partition (``__init__``: one per group) and
+    the hooks fill one bucket across groups (l.1422 counts every gradient's elements): a rank keeps the
+    gradients meeting its slice of their own group's buffer, one run of each group's tensors in hook order,
+    so kept_r(j) sums over the groups (a bisection per group); between the first and the last of those
+    tensors every flush is walked. Engine: z2_bf16_noncontig_groups_w2 (TINY_FROZEN_GROUPS at 10,000): every
+    phase within 0.02% on both ranks; backward:1 was +2,030 B (1.2%) on rank 0 under the coarse lifetimes.
+    O(tensors + flushes) per piece of ranks with one param group; with several, the flushes between a
+    rank's first and last kept tensor times the groups."""
     lay = layouts[0]
     T = len(hooked)
+    G = len(layouts)
     ov = bool(ec.zero.overlap_comm)
     starts = [ks.start for ks, _ in flushes]
+    if G > 1:
+        # several param groups: each group's tensors, in hook order, with their hook positions and
+        # running elements; a rank meets one run of each group's (its slice of that group's flat buffer)
+        order = _zero12_flush_replay(ec, inv, layouts, W)[3]
+        pos_g: list[list[int]] = [[] for _ in range(G)]
+        cg_g: list[list[int]] = [[0] for _ in range(G)]
+        for k in range(T):
+            g = order.groups[k]
+            pos_g[g].append(k)
+            cg_g[g].append(cg_g[g][-1] + order.numels[k])
     bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
     # without the flat copy or the previous flush's gradients (overlap_comm), which A adds
     base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
@@ -3671,9 +3691,31 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
 
     def value_at(rs: Iterable[int]):
         for r in rs:
-            jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
-            # hook order is the reverse of model order: tensor i sits at position T - 1 - i
-            a, b = (T - jh, T - jl) if jh > jl else (0, 0)
+            if G == 1:
+                jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
+                # hook order is the reverse of model order: tensor i sits at position T - 1 - i
+                a, b = (T - jh, T - jl) if jh > jl else (0, 0)
+
+                def met(x: int, a: int = a, b: int = b) -> int:  # elements meeting the slice before position x
+                    return csum[min(max(x, a), b)] - csum[a]
+            else:
+                runs = []  # (group, first, end) of the group's tensors meeting the rank's slice, hook order
+                for g, lg in enumerate(layouts):
+                    jl, jh = lg.meeting(r) if lg.P > 0 else (0, 0)
+                    n_g = len(pos_g[g])
+                    if jh > jl:
+                        runs.append((g, n_g - jh, n_g - jl))
+                # [a, b): the hook positions from the first such tensor to the last, outside which nothing
+                # kept changes
+                a = min((pos_g[g][x] for g, x, _ in runs), default=0)
+                b = max((pos_g[g][y - 1] + 1 for g, _, y in runs), default=0)
+
+                def met(x: int, runs: list = runs) -> int:
+                    tot = 0
+                    for g, x0, y0 in runs:
+                        c = bisect.bisect_left(pos_g[g], x)
+                        tot += cg_g[g][min(max(c, x0), y0)] - cg_g[g][x0]
+                    return tot
             best = 0
             j1 = bisect.bisect_right(starts, a)  # flushes 0..j1-1 start at or before a: nothing kept yet
             if j1:
@@ -3682,10 +3724,7 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
             # with overlap_comm flush j3 may still hold flush j3 - 1's gradients outside the slice
             hi = min(j3 + 1, F) if ov else j3
             if hi < F:
-                best = max(best, suf[hi] + (csum[b] - csum[a]) * D)
-
-            def met(x: int) -> int:  # elements meeting the slice before hook position x
-                return csum[min(max(x, a), b)] - csum[a]
+                best = max(best, suf[hi] + met(T) * D)
             for j in range(j1, hi):
                 v = base[j] + met(starts[j]) * D
                 if ov and j:
@@ -3695,11 +3734,16 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
                 best = max(best, v)
             yield best
 
-    kept = Runs.at_points(W, (_change_points(lay, W) if lay.P > 0 else set()), value_at)
+    pts: set[int] = set()
+    for lg in layouts:
+        if lg.P > 0:
+            pts |= _change_points(lg, W)
+    kept = Runs.at_points(W, pts, value_at)
+    p_t = sum(lg.P for lg in layouts)
 
     def figure(row: tuple) -> tuple[int, int, int]:
         (inter, cov, _), red, g = row
-        return auto, max((inter + lay.P - cov) * D, red), g * 8
+        return auto, max((inter + p_t - cov) * D, red), g * 8
 
     return Runs.zip(terms, kept, gmax).map(figure)
 
@@ -3871,8 +3915,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                 # whole (kept by reduce_ipg_grads, l.2262-2270), the same I_r x D, after
                 # _clear_param_grad_only (l.1063) drops param.grad, so the next micro-step's autograd
                 # makes new ones beside them; at the boundary get_flat_partition views the old ones, into
-                # which the epilogue added the new (l.1041-1045). Engine: z2_bf16_noncontig_tbsga2_w2
-                # forward:2 +85,540 B on rank 0 and backward:2 +172,868 B (this and the transients)
+                # which the epilogue added the new (l.1041-1045). Engine, TINY at GA 2 (one group; the note
+                # of z2_bf16_noncontig_groups_tbsga2_w2): forward:2 +85,540 B on rank 0 and backward:2
+                # +172,868 B (this and the transients) without it
                 b.add("accelerator", "gradients", "prev_grads_in_partition", inter_t * D, "accumulated",
                       f"I_r x D = {inter_t} x {D} (the previous micro-step's "
                       + ("grads_in_partition" if z.contiguous_gradients else "gradients meeting the slice, whole")

@@ -82,7 +82,8 @@ groups, ``_optimizer_step`` hands torch one group at a time): at group g's updat
 (P_g x D) are the step's (an fp32 model's slice inside one tensor: its fp32 gradient is a view
 that keeps ``grads_in_partition`` whole through the group's update); ``grads_in_partition`` is one buffer for every group
 (``copy_grads_in_partition``), so it stays live, whole, until the last group holding views of it
-is updated, with the later groups' zero pads. On a two-group model the first step's peak is
+is updated, with the later groups' zero pads (without ``contiguous_gradients`` there is none: each group's
+whole gradients go with its own ``averaged_gradients[g]``). On a two-group model the first step's peak is
 group 0's update (15% over the one-instant step on the engine's tracker).
 
 Activations (when estimated) are live in forward (saved + loss spike) and backward (saved +
@@ -1067,7 +1068,7 @@ def _step_instants(phase: str, word: str, where: str, ngroups: int) -> list[Inst
 
 
 def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int], ...], D: int,
-                 lazy: bool) -> int | None:
+                 lazy: bool, shared: bool = True) -> int | None:
     """Bytes of ``e`` at the per-group step instant ``inst`` (group g of ``groups``, the rank's
     :func:`advisor.ledger.state.zero12_step_groups` terms), or None when the entry does not
     depend on the group (its generic lifetime decides). DeepSpeed order per group g
@@ -1078,7 +1079,12 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
     An fp32 model (D = 4) whose group-g slice lies in one tensor (flat_g = 0): flatten returns that
     view of grads_in_partition and ``.to(fp32)`` returns it again (step l.3112-3118), so the fp32
     gradient costs nothing and keeps the whole grads_in_partition storage live through the group's
-    update (tests/engine/test_peak_parity.py z2_fp32_groups_w2, rank 0: step:1 +1,588 B without it)."""
+    update (tests/engine/test_peak_parity.py z2_fp32_groups_w2, rank 0: step:1 +1,588 B without it).
+    ``shared`` False (ZeRO-2 without ``contiguous_gradients``): there is no grads_in_partition; group g's
+    averaged_gradients views the whole gradients meeting its slice themselves (get_flat_partition over
+    all_grad_tensors, l.1047; kept by reduce_ipg_grads, l.2262-2270), so each group's I_g x D goes with its
+    own ``averaged_gradients[g] = None`` (engine z2_bf16_noncontig_groups_w2: step:1 was 13.6% over with
+    the shared storage)."""
     g = inst.group
     prep = inst.key.endswith(":prep")
     P_g, _, _, flat_g = groups[g]
@@ -1097,6 +1103,8 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
         return flat_g * D if prep else 0
     if e.item == "averaged_gradients":
         held = groups[g:] if (prep or view) else groups[g + 1:]
+        if not shared:
+            return sum(x[1] + x[2] for x in held) * D
         i_t = sum(x[1] for x in groups)
         # grads_in_partition: one storage for every group, live while any later group views it
         return ((i_t if any(x[1] for x in held) else 0) + sum(x[2] for x in held)) * D
@@ -1363,6 +1371,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 placement_of(plan).zero12, plan.cluster.zero_world_size)
         groups = per_rank[r]
     D = DTYPE_BYTES[ec.model_dtype]
+    shared = bool(ec.zero.contiguous_gradients)  # one grads_in_partition for every group (_group_bytes)
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
     for inst in ins:
@@ -1370,7 +1379,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             generic = Instant(inst.key.replace(f":g{inst.group}:", ":"), inst.phase, inst.label)
             sized = []
             for e in ents:
-                nb = _group_bytes(e, inst, groups, D, lazy)
+                nb = _group_bytes(e, inst, groups, D, lazy, shared)
                 if nb is None:
                     if _live(e, generic, lazy, consumed, transients, first_fetch, first_bwd, save_gather):
                         sized.append((e, e.bytes))

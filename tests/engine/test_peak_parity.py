@@ -401,14 +401,19 @@ CELLS = [
     # rank 1 was +39,764 B (18.1%). Every phase within 0.03% on both ranks
     ("z2_bf16_noncontig_overlap_normlife_w2", _cfg(2, "bf16", contiguous_gradients=False, overlap_comm=True,
                                                    reduce_bucket_size=15000), 2, False, NORM_LIFE),
-    # contiguous_gradients off at GA 2 (issue 15): micro-step 1's gradients meeting the slice stay whole in
-    # all_grad_tensors after the epilogue drops param.grad, beside all of micro-step 2's (state
-    # prev_grads_in_partition). Before (2026-12-05, coarse lifetimes): forward:2 +85,540 / +47,344 B (ranks 0 / 1,
-    # engine.py l.3428's kept gradients), backward:2 +172,868 / +172,862 B (those, the N x 2 B of new gradients and
-    # their flat copy, allreduce_bucket l.2367), step:4 +24,512 / +39,488 B (get_grad_norm_direct l.2684); now
-    # every phase within 0.03% on both ranks
-    ("z2_bf16_noncontig_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False), "train_batch_size": 4}, 2, False,
-     parity.TINY, {"steps": 4}),
+    # contiguous_gradients off at GA 2 with two param groups (issue 15). GA: micro-step 1's gradients meeting the
+    # slice stay whole in all_grad_tensors after the epilogue drops param.grad, beside micro-step 2's (state
+    # prev_grads_in_partition); on TINY (one group, 2026-12-05, 2 runs) before: forward:2 +85,540 / +47,344 B (ranks
+    # 0 / 1, engine.py l.3428's kept gradients), backward:2 +172,868 / +172,862 B (those, the N x 2 B of new
+    # gradients and their flat copy, allreduce_bucket l.2367), step:4 +24,512 / +39,488 B (get_grad_norm_direct
+    # l.2684); every phase within 0.03% after. Groups (TINY_FROZEN_GROUPS at 10,000): the hooks fill one bucket
+    # across groups and each group steps apart with its own whole gradients (no shared grads_in_partition:
+    # timeline._group_bytes' shared, state._zero12_noncontig_transients' groups). Before (2026-12-06, this cell):
+    # step:2 -38,496 / -39,098 B (13.6%, l1's gradients counted through group 0's update), step:4 +39,172 / +17,172 B
+    # (no fp64 norm instant), backward:1 +2,030 B on rank 0 (1.2%); now every phase within 0.04% on both ranks, as
+    # were its GA-1 twin and that twin with overlap_comm, and in fp32 (one probe run each)
+    ("z2_bf16_noncontig_groups_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
+                                            "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS, {"steps": 4}),
     # ZeRO-1 overlap_comm at GA 2 (issue 15): micro-step 1's hooks move nothing (l.2294), so its N x D param.grad and
     # both ipg buffers live into micro-step 2, whose hooks move the accumulated gradients in autograd's order, each
     # right after its new gradient is added (state.zero12_boundary_holds_all). Before (2026-12-05, the flat proxy at
