@@ -1265,3 +1265,69 @@ def test_zero1_overlap_comm_accumulation_moves_gradients_in_hook_order_at_the_bo
         assert s["reduce"] < s["backward:2"]
         # the step has its fp64 norm instant (get_grad_norm_direct l.2684), as at GA 1
         assert "first_step:norm" in s and "steady_step:norm" in s
+
+
+def _walk_zero1_overlap_boundary(sizes: list[int], W: int, rbs: int, D: int) -> list[int]:
+    """ZeRO-1 overlap_comm at GA > 1, the boundary's backward walked from DeepSpeed 0.19.8's rules, per rank:
+    every param.grad of micro-step 1 is live (l.2294: nothing moved before the boundary); autograd reaches the
+    parameters in the reverse of their use (the proxy touches them in order), torch adds each new gradient into
+    param.grad (accumulateGrad) and then its hook (process_gradients l.2290) moves it into the bucket, first
+    flushing the bucket when it would pass RBS (l.1421-1424); a gradient over RBS stays in its own storage until
+    its flush (extra_large_param_to_reduce, l.1447-1449), after which only the ranks owning part of it drop it
+    (copy_grads_in_partition, l.2272-2274), and the first flush holding part of the rank's slice allocates its
+    grads_in_partition (I_r elements: every tensor meeting the slice, l.2184-2194). Returns, per rank, the most
+    bytes of gradients at an accumulation, over the N x D of param.grad: the moment of the new gradient beside
+    those not yet moved (1-D names: no autograd siblings)."""
+    N = sum(sizes)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    n_pad = -(-N // (2 * W)) * 2 * W
+    P = n_pad // W
+    out = []
+    for r in range(W):
+        lo, hi = r * P, (r + 1) * P
+        meets = [max(0, min(starts[i] + sizes[i], hi) - max(starts[i], lo)) > 0 for i in range(len(sizes))]
+        inter = sum(n for n, m in zip(sizes, meets) if m)
+        best = moved = elems = kept = 0
+        bucket: list[int] = []
+        pending = None
+        alloc = False
+        for i in reversed(range(len(sizes))):
+            n = sizes[i]
+            best = max(best, (N - moved) + n + (sizes[pending] if pending is not None else 0) + kept
+                       + (inter if alloc else 0))
+            if elems + n > rbs:
+                if any(meets[j] for j in bucket):
+                    alloc = True
+                if pending is not None and not meets[pending]:
+                    kept += sizes[pending]
+                bucket, elems, pending = [], 0, None
+            bucket.append(i)
+            elems += n
+            moved += n
+            if n > rbs:
+                pending = i
+        out.append(max(0, best - N) * D)
+    return out
+
+
+def test_zero1_overlap_comm_boundary_accumulation_walks_deepspeeds_rules():
+    import random
+    # reduce_bucket_size 3,000 / 5,000: no gradient over the bucket (the ledger's prefix / suffix maxima);
+    # 1,000 with sizes [999, 999, 5, 5] among them: the rank's grads_in_partition beside a later accumulation
+    for seed in range(80):
+        rng = random.Random(seed)
+        W = rng.choice((1, 2, 3, 4, 8))
+        rbs = rng.choice((50, 200, 1000, 3000, 5000))
+        sizes = [rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))) for _ in range(rng.randint(1, 20))]
+        if seed % 10 == 0:
+            sizes, rbs = [999, 999, 5, 5], 1000
+        inv = Inventory(name="w", source="test", tensors=[TensorSpec(f"m{i}.w", (n,)) for i, n in enumerate(sizes)])
+        cfg = {"train_batch_size": 2 * W, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+               "zero_optimization": {"stage": 1, "reduce_bucket_size": rbs, "overlap_comm": True,
+                                     "contiguous_gradients": True}}
+        led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=W)))
+        want = _walk_zero1_overlap_boundary(sizes, W, rbs, 2)
+        for r in range(W):
+            got = [e.bytes for e in led.rank(r).entries if e.item == "accumulate_grad_new"]
+            assert got == [want[r]], (seed, W, rbs, sizes, r)

@@ -3530,12 +3530,22 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
                 best = max(best, csum[T] - csum[trig] + hooked[trig] + xl[c] // D)
             acc.append(best)
 
+    acc_pre = list(itertools.accumulate(acc, max)) if acc else []  # max of acc[0..c]
+    acc_suf = (list(itertools.accumulate(reversed(acc), max))[::-1] + [-1]) if acc else []  # max of acc[c..]
+
     def boundary(f: int, inter: int, K: tuple) -> int:
-        # A_r of the held overlap_comm regime over the N x D of lp_grads, bytes
-        best = 0
-        for c, e in enumerate(acc):
-            if e >= 0:
-                best = max(best, e * D + (K[c] if K else 0) + (inter * D if c > f else 0))
+        # A_r of the held overlap_comm regime over the N x D of lp_grads, bytes: O(1) per piece of ranks
+        # without kept extra-large gradients (prefix / suffix maxima around the flush f that allocates
+        # grads_in_partition), O(flushes) with them
+        if K:
+            best = 0
+            for c, e in enumerate(acc):
+                if e >= 0:
+                    best = max(best, e * D + K[c] + (inter * D if c > f else 0))
+        else:
+            lo = acc_pre[min(f, len(acc) - 1)]
+            hi = acc_suf[f + 1] if f + 1 < len(acc) else -1
+            best = max(0, lo * D if lo >= 0 else 0, (hi * D + inter * D) if hi >= 0 else 0)
         return max(0, best - csum[T] * D)
 
     def figure(row: tuple) -> tuple[int, int, int]:
