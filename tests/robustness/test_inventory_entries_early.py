@@ -61,6 +61,33 @@ def test_first_non_object_at_equals_the_parsed_list(seed: int) -> None:
         assert got == bad[0]
 
 
+@pytest.mark.parametrize("seed", range(300))
+def test_the_windowed_reading_equals_the_parsed_list(seed: int, monkeypatch) -> None:
+    """Objects nested deeper than the regex reads (4 levels here) are read from a first window of the text (1 MiB), cut anywhere:
+    inside a string, an escape, a number, an object. Cut at every size here, the answer is the
+    parsed list's (or None: every entry an object)."""
+    rng = random.Random(seed)
+    ts = [{"name": rng.choice(['a"b', "x\\", "{[", "]}", "e\u00e9", ",", "}, 7, [", 'q"}, "s']), "shape": [rng.randint(1, 9)],
+           "m": {"k": _value(rng, 3), "deep": {"a": {"b": [{"c": "}, 1"}]}}}} for _ in range(rng.randrange(1, 6))]
+    if seed % 3:
+        ts.insert(rng.randrange(len(ts) + 1), _value(rng, 3) if rng.random() < 0.5 else rng.choice([[], "s{", 5, None]))
+    text = json.dumps({"tensors": ts}, indent=rng.choice([None, 1]), ensure_ascii=rng.random() < 0.5)
+    bad = [i for i, t in enumerate(json.loads(text)["tensors"]) if not isinstance(t, dict)]
+    if text.count('"tensors"') > 1:
+        bad = []  # the key's name written again (here as a value): the scan leaves it to the parse
+    for w in range(1, len(text) + 1, max(1, len(text) // 40)):
+        monkeypatch.setattr(readers, "_COLLAPSE_WINDOW", w)
+        assert readers.first_non_object_at(text, "tensors") == (bad[0] if bad else None), (w, text)
+
+
+@pytest.mark.parametrize("text", ['{"tensors": {}}', '[{"tensors": [1]}]', '{"a": [1, "tensors": [1]}',
+                                  '{"a": NaN, "tensors": [1]}', '{"tensors": [1], "tensors": [{}]}',
+                                  '{"a": ' + "[" * 5000 + "]" * 5000 + ', "tensors": [1]}', '{"tensors": [',
+                                  '{"tensors": [{"a": {}}, {"b": {}}', '{"tensors": [{"a": {}},, 1]}'])
+def test_first_non_object_at_leaves_what_it_cannot_be_sure_of(text: str) -> None:
+    assert readers.first_non_object_at(text, "tensors") is None
+
+
 @pytest.mark.parametrize("entry", ["[64, 64]", "1", "null", '"w"', "[]", "0.5", "true"])
 def test_non_object_entries_refused_before_the_parse(tmp_path, monkeypatch, entry) -> None:
     monkeypatch.setattr(inventory, "MAX_TENSORS", 10)
