@@ -4,8 +4,10 @@ The shortcuts: (1) under pipeline parallelism, the stages between the first and 
 whose layers are identical up to their index (``advisor.model.parallel.layer_period``) take the first
 such stage's ZeRO roles (``advisor.ledger.state._model_parallel_roles``); (2) generate drops each
 layout's pipeline-stage shards once searched (``parallel.forget_shard``) and each stage/offload
-combo's plans once ranked. The plain path is the same code with ``layer_period`` answering None
-(every stage accounted on its own) and ``forget_shard`` doing nothing: the test compares the two on
+combo's plans once ranked; (3) under pipeline parallelism ``plan_fit`` computes only the per-stage
+roles' timelines, not also ``group_roles``' (which it replaced). The plain path is the same code with
+``layer_period`` answering None (every stage accounted on its own), ``forget_shard`` doing nothing
+and ``group_roles`` computing its timelines: the test compares the two on
 seeded random models, configs and requests (whole ledgers: every role's ranks, stages and entries
 with their formulas; generate's JSON report and the config it writes). ``layer_period`` itself is
 checked against the layer size counted by hand from the architectures' module lists.
@@ -45,10 +47,16 @@ def _model(tmp_path, hf: dict, i: int):
 
 
 def _plain(monkeypatch) -> None:
+    import advisor.ledger.timeline as tl
+    import advisor.views.generate as gen
     monkeypatch.setattr(parallel, "layer_period", lambda inv, rules=False: None)
     monkeypatch.setattr(parallel, "forget_shard", lambda *a, **k: None)
-    import advisor.views.generate as gen
     monkeypatch.setattr(gen, "forget_shard", lambda *a, **k: None)
+    # group_roles' timelines computed under pipeline parallelism too (plan_fit then splits the roles)
+    import advisor.views.estimate as est
+    grouped = est.group_roles
+    monkeypatch.setattr(est, "group_roles", lambda ledger, acts=None, load=None, timelines=True:
+                        grouped(ledger, acts, load, timelines=True))
 
 
 def _ledger_text(led) -> str:
@@ -108,6 +116,45 @@ def test_pipeline_ledger_fast_equals_plain(tmp_path, monkeypatch, seed):
         assert out[0] == out[1], (hf, cfg, tp, pp, dp)
 
 
+def _search_both(tmp_path, monkeypatch, hf, hw, req, i):
+    import advisor.ledger.timeline as tl
+    from advisor.views import generate as gen
+    out, computed = [], []
+    for plain in (False, True):
+        with monkeypatch.context() as m:
+            if plain:
+                _plain(m)
+            n = [0]
+            inner = tl.role_timeline
+
+            def counted(*a, **k):
+                n[0] += 1
+                return inner(*a, **k)
+            import advisor.views.estimate as est0
+            m.setattr(est0, "role_timeline", counted)
+            # every plan's role timelines, whole (instants and their labels, bytes per tier, rows)
+            import advisor.views.estimate as est
+            fit, seen = est.plan_fit, []
+
+            def recorded(*a, **k):
+                pf = fit(*a, **k)
+                seen.append(repr([(list(r.ranks.ranges), r.timeline.instants, r.timeline.live, r.timeline.entries)
+                                  for r in pf.roles]))
+                return pf
+            m.setattr(est, "plan_fit", recorded)
+            inv = _model(tmp_path, hf, i) if isinstance(hf, dict) else resolve_model(hf)
+            try:
+                res = gen.run(inv, hw, req, top=100)
+            except gen.NothingFits as e:
+                res = e.result
+            out.append((seen, json.dumps(gen.result_json(res, top=100), sort_keys=True),
+                        gen.table_text(res, top=100),
+                        gen.config_text(res.best.config) if res.best else None))
+            computed.append(n[0])
+    assert out[0] == out[1]
+    return json.loads(out[0][1]), computed
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_generate_fast_equals_plain(tmp_path, monkeypatch, seed):
     from advisor.cluster.hardware import resolve_hardware
@@ -120,20 +167,22 @@ def test_generate_fast_equals_plain(tmp_path, monkeypatch, seed):
     gb = gpus * rng.choice([1, 2, 4])
     hw = replace(resolve_hardware(rng.choice(["dgx-h100", "dgx-a100"])), nodes=1, accelerators_per_node=gpus)
     req = gen.Request(global_batch=gb, seq_len=rng.choice([64, 128]), nodes=1, gpus_per_node=gpus)
-    out = []
-    for plain in (False, True):
-        with monkeypatch.context() as m:
-            if plain:
-                _plain(m)
-            inv = _model(tmp_path, hf, 100 + seed)
-            try:
-                res = gen.run(inv, hw, req, top=100)
-            except gen.NothingFits as e:
-                res = e.result
-            out.append((json.dumps(gen.result_json(res, top=100), sort_keys=True),
-                        gen.table_text(res, top=100),
-                        gen.config_text(res.best.config) if res.best else None))
-    assert out[0] == out[1]
+    rep, computed = _search_both(tmp_path, monkeypatch, hf, hw, req, 100 + seed)
     # the search did try pipeline layouts beyond two stages, where the shortcut applies
-    assert any(p["pipeline_parallel"] > 2 for p in json.loads(out[0][0])["plans"]) or \
-        json.loads(out[0][0])["layouts_considered"] > 2
+    assert any(p["pipeline_parallel"] > 2 for p in rep["plans"]) or rep["layouts_considered"] > 2
+    if any(p["pipeline_parallel"] > 1 for p in rep["plans"]):
+        assert computed[0] < computed[1]  # fewer role timelines computed where pipeline plans were fitted
+
+
+@pytest.mark.parametrize("model,seq,gb", [("llama-3-8b", 4096, 64), ("gpt2", 1024, 512)])
+def test_generate_recompute_search_fast_equals_plain(tmp_path, monkeypatch, model, seq, gb):
+    """Where "none" does not fit, each micro-batch tries selective, K of L and full on one shared ledger."""
+    from advisor.cluster.hardware import resolve_hardware
+    from advisor.views import generate as gen
+    from dataclasses import replace
+
+    hw = replace(resolve_hardware("dgx-a100"), nodes=1, accelerators_per_node=8)
+    req = gen.Request(global_batch=gb, seq_len=seq, nodes=1, gpus_per_node=8, model_parallel=False)
+    rep, computed = _search_both(tmp_path, monkeypatch, model, hw, req, 0)
+    assert any(p["checkpointing"] != "none" for p in rep["plans"]) or rep["superseded"] or \
+        any(r["checkpointing"] != "none" for r in rep["rejected"])

@@ -384,10 +384,11 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
 
 
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
-                load: LoadAssumption | None = None) -> list[Role]:
+                load: LoadAssumption | None = None, timelines: bool = True) -> list[Role]:
     """Group ranks whose (tier, class, item, life) -> bytes maps are identical, rank 0 apart when
     it carries entries no other rank has (:func:`advisor.ledger.timeline.rank_only_entries`: the
-    ZeRO-3 save-time 16-bit gather), each role with its timeline (true for every rank of it).
+    ZeRO-3 save-time 16-bit gather), each role with its timeline (true for every rank of it;
+    ``timelines`` False: none, for a caller that splits the roles and computes their own).
 
     The ledger already comes as one :class:`RankLedger` per role (ranks with identical entries,
     formulas included); roles that differ only in formula text are merged here. O(roles x ranges)."""
@@ -410,7 +411,8 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
                 out.append(Role(ranks=rest, ledger=role.ledger, activations=activations))
     for role in out:
         role.load = load
-        role.timeline = role_timeline(ledger, role.ledger, load, activations, rank=role.ranks[0])
+        if timelines:
+            role.timeline = role_timeline(ledger, role.ledger, load, activations, rank=role.ranks[0])
     out.sort(key=lambda role: role.ranks[0] if role.ranks else 0)
     return out
 
@@ -896,8 +898,11 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
     load = load or resolve_load(ec, hf=via_hf, hf_is_zero3=hf_zero3(plan),
                                 checkpoint_dtype=checkpoint_load_dtype(inventory.hf_config))
-    roles = group_roles(ledger, acts, load)
-    if cluster.pipeline_parallel > 1 and acts is not None:
+    staged = cluster.pipeline_parallel > 1 and acts is not None
+    # staged: the roles are split per stage below, each part with its own timeline (group_roles' would
+    # be computed for nothing: half of generate's ~50k role timelines at 2^20 ranks, issue 21)
+    roles = group_roles(ledger, acts, load, timelines=not staged)
+    if staged:
         per_stage = {s: activations_for(ec, inventory, cluster, workload, stage=s, hf=via_hf)[0]
                      for s in range(cluster.pipeline_parallel)}
         roles = split_by_stage(roles, cluster, per_stage)
