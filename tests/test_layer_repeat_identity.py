@@ -19,7 +19,7 @@ from advisor.model import parallel
 from advisor.model.inventory import Inventory, TensorSpec
 
 
-def _layered(rng: random.Random) -> tuple[Inventory, tuple[int, int, int] | None]:
+def _layered(rng: random.Random, layers: tuple[int, int] = (1, 14)) -> tuple[Inventory, tuple[int, int, int] | None]:
     """A random model of identical layers, and (head, unit, count) of its layers, None where a
     perturbation breaks the repetition."""
     prefix = rng.choice(["model.layers.", "transformer.h.", "blocks.", "layers.", "enc.blocks."])
@@ -40,7 +40,7 @@ def _layered(rng: random.Random) -> tuple[Inventory, tuple[int, int, int] | None
         else:
             for pn in rng.sample(["weight", "bias", "scale"], rng.randint(1, 3)):
                 unit.append((f"{grp}m{mi}.{pn}", (rng.randint(1, 400),), not frozen, g))
-    count = rng.randint(1, 14)
+    count = rng.randint(*layers)
     first = rng.choice([0, 0, 0, 3])
     layers = [TensorSpec(f"{prefix}{first + li}.{s}", shape, tr, g)
               for li in range(count) for s, shape, tr, g in unit]
@@ -203,3 +203,44 @@ def test_reduce_flush_pass_equals_whole_columns(seed, no_repeat):
         def run(i: Inventory):
             return state._zero3_reduce_flush_bytes(i, W, C, rbs, True, rs, norm, gathered=gathered, linear=linear)
         assert run(_copy(inv)) == no_repeat(run, inv)
+
+
+def _fields(z) -> tuple:
+    return tuple(list(v) if not isinstance(v, (tuple, int)) else v for v in dataclasses.astuple(z))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fetch_replay_periodic_forward_equals_reference_walk(seed):
+    # state._ReplayJump: the forward over 8-60 identical layers skips whole periods once its state repeats;
+    # every field of the Zero3Fetch equals the reference walk's (state._zero3_fetch_replay_reference, which
+    # walks every step), with prefetch buckets and max live of a few layers (a steady state) and others
+    rng = random.Random(700 + seed)
+    jumps = 0
+    orig = state._ReplayJump.step
+
+    def counting(self, *a):
+        nonlocal jumps
+        r = orig(self, *a)
+        jumps += r is not None
+        return r
+    state._ReplayJump.step = counting
+    try:
+        for _ in range(20):
+            inv, _ = _layered(rng, (8, 60))
+            total = sum(t.numel for t in inv.tensors)
+            rep = parallel.layer_repeat(inv)
+            layer = sum(t.numel for t in inv.tensors[rep.head:rep.head + rep.unit]) if rep else total // 8 + 1
+            import types
+            zero = types.SimpleNamespace(
+                param_persistence_threshold=rng.choice([0, 0, 50, 10**9]),
+                model_persistence_threshold=rng.choice([10**18, 10**18, total // 2]),
+                prefetch_bucket_size=rng.choice([0, layer // 2 + 1, layer, 2 * layer + 7, 5 * layer, total]),
+                max_live_parameters=rng.choice([layer, 3 * layer + 1, 6 * layer, 20 * layer + 3, 37 * layer, 10**9]),
+                max_reuse_distance=rng.choice([0, layer, 4 * layer, 10**9]),
+                allgather_sequential=rng.random() < 0.15)
+            W, D = rng.randint(2, 8), rng.choice([2, 4])
+            assert _fields(state._zero3_fetch_replay(inv, zero, W, D)) == \
+                _fields(state._zero3_fetch_replay_reference(inv, zero, W, D))
+    finally:
+        state._ReplayJump.step = orig
+    assert jumps  # the periods were found and skipped (else this compares nothing new)

@@ -1711,6 +1711,158 @@ def _spread(col: "Sequence[int]", lo: int, w: int, count: int) -> "Sequence[int]
     return col[:lo + w] + col[lo:lo + w] * (count - 1) + col[lo + w:]
 
 
+#: the longest period (layers) :func:`_replay_jump_plan` looks for, and where: from layers 2, 4, 8, ...
+_JUMP_PERIOD = 8
+#: the most parameters between a layer's first and the queue's front whose state :class:`_ReplayJump` takes
+_JUMP_WINDOW = 1 << 14
+
+
+def _replay_jump_plan(inv: Inventory, rep: "tuple[int, int, int] | None", lr: Any, M: int,
+                      prefix: "Sequence[int]", reuse: int) -> "_ReplayJump | None":
+    """The :class:`_ReplayJump` of :func:`_zero3_fetch_replay`'s forward over identical layers (module repeat
+    ``rep``, parameter repeat ``lr`` with the same persistence in every layer), or None (no identical
+    layers, declared modules, fewer than 8 layers)."""
+    if rep is None or lr is None or inv.modules:
+        return None
+    h, mu, c = rep
+    if c < 8:
+        return None
+    # release at module k's forward step is skipped when its backward use is nearer than the reuse distance:
+    # prefix[2 M + 1 - k] - prefix[k + 2] < reuse, 2 x the numel after module k: non-increasing in k, so the
+    # flag is False up to some module, True from there (bisection)
+    def flag(k: int) -> bool:
+        return prefix[2 * M + 1 - k] - prefix[k + 2] < reuse
+    lo, hi = h, h + c * mu
+    while lo < hi:
+        m = (lo + hi) // 2
+        if flag(m):
+            hi = m
+        else:
+            lo = m + 1
+    t_flip = (lo - h) // mu  # the first layer with a module whose release is skipped (c: none)
+    t_true = t_flip if (lo - h) % mu == 0 else t_flip + 1  # the first layer all of whose modules skip it
+    checks = sorted({t0 + d for t0 in (1 << i for i in range(1, c.bit_length())) for d in range(_JUMP_PERIOD + 1)
+                     if 2 <= t0 + d < c})
+    return _ReplayJump(h, mu, c, lr.head, lr.unit, t_flip, t_true, [1 + h + t * mu for t in checks])
+
+
+@dataclass
+class _ReplayJump:
+    """Periodic forward of :func:`_zero3_fetch_replay`'s run over identical layers (issue 21: 9e5 module steps
+    at 1e5 layers, walked one by one). At the first step of some layers (``checks``, layers 2 and up) the
+    run's state is taken relative to that layer: the queue position, and for every parameter from the
+    layer's first to the queue's front, whether it is available (its counted bytes), its all-gather handle
+    (flat bytes, waited, the parameters left; the data bytes of one not waited on) and its last popped step;
+    beyond the queue's front every parameter is as the run started (nothing has reached it). The modules
+    before the layer never run again in the forward, and a parameter's own module is the only one to release
+    it, so nothing else decides the rest of the forward but the rules, which are the same in every layer
+    here but the release decision of each module (by its reuse distance: ``t_flip``/``t_true``) and the
+    prefetch limit min(max live - n, bucket).
+
+    When the state at layer t equals the state at an earlier checked layer t - p (the same available numel n
+    and gathered bytes too), the run from t repeats the run from t - p shifted by p layers, and m further
+    periods are skipped: those layers' parameters end as layer t - p's (available or not, with its bytes;
+    their popped steps are never compared again in forward or backward, which compare them with later steps
+    only) and the state is moved m p layers on. Only where every skipped module has the source's release
+    decision and the queue's front stays inside the layers; the peaks of the skipped layers equal those
+    already seen, so the forward's largest moment and its words are unchanged (tests/test_layer_repeat_identity.py
+    compares with the reference walk)."""
+
+    h: int
+    mu: int
+    c: int
+    a: int
+    u: int
+    t_flip: int
+    t_true: int
+    checks: list
+
+    def step(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, have: set,
+             seen: dict, bucket: int, max_live: int, numel: "Sequence[int]") -> "tuple[int, int, int] | None":
+        """At forward step ``s`` (a checked layer's first): record its state, or skip periods when it repeats
+        an earlier one: then (the step to go on from, queue position, n) with ``recent``, ``avail`` and
+        ``inflight`` changed in place; else None and nothing changed."""
+        h, mu, a, u = self.h, self.mu, self.a, self.u
+        t = (s - 1 - h) // mu
+        base = a + t * u
+        lim = a + self.c * u
+        if not base <= qpos <= lim or qpos - base > _JUMP_WINDOW:
+            return None  # (a window past _JUMP_WINDOW parameters: not taken, its cost would approach the walk's)
+        win = range(base, qpos)
+        hs = list(map(inflight.get, win))
+        ids: dict = {}
+        for hh in hs:
+            if hh is not None and id(hh) not in ids:
+                ids[id(hh)] = hh
+        order = {k: j for j, k in enumerate(ids)}
+        if any(x < base or x >= qpos for hh in ids.values() for x in hh[2]):
+            return None
+        hdesc = tuple((hh[0], hh[3], tuple(sorted(x - base for x in hh[2])),
+                       None if hh[3] else tuple(sorted((x - base, b) for x, b in hh[1].items())))
+                      for hh in ids.values())
+        sig = (qpos - base, tuple(map(avail.get, win)), tuple(order[id(hh)] if hh is not None else -1 for hh in hs),
+               hdesc, tuple(r - s if r != _NEVER else _NEVER for r in recent[base:qpos]), cur)
+        prev = seen.get(sig)
+        if prev is None:
+            # n can only be bounded when the state repeats: keep it, and the numel this period could gather
+            seen[sig] = (t, n, qpos)
+            return None
+        seen[sig] = (t, n, qpos)  # a later repeat is compared with the latest
+        tj, nj, _ = prev
+        p = t - tj
+        if p <= 0 or n != nj:
+            return None  # (n grown: the prefetch limit min(max live - n, bucket) may differ later; walked)
+        if t <= self.t_flip:
+            end = self.t_flip
+        elif tj >= self.t_true:
+            end = self.c
+        else:
+            return None
+        m = min((end - t) // p, (lim - qpos) // (p * u))
+        if m < 1:
+            return None
+        # the skipped layers' parameters end as the source period's: checked first, nothing changed before
+        src = range(a + tj * u, base)
+        src_av = list(map(avail.get, src))
+        if any(map(inflight.__contains__, src)) or any(v is None and i in have for i, v in zip(src, src_av)):
+            return None
+        shift = m * p * u
+        snap_av = sig[1]
+        snap_rec = sig[4]
+        # the old window back to the run's starting state, then the skipped layers, then the window moved on
+        for i in win:
+            if i in have:
+                avail[i] = 0
+            else:
+                avail.pop(i, None)
+            inflight.pop(i, None)
+            recent[i] = _NEVER
+        # (a parameter the source has not available is not one the run started with, checked above, so it is
+        # not available here either: only the available ones are written, m blocks of p layers at C level)
+        blk = p * u
+        offs = [i - src.start for i, v in zip(src, src_av) if v is not None]
+        vals = [v for v in src_av if v is not None]
+        avail.update(zip(map(operator.add, itertools.chain.from_iterable(itertools.repeat(offs, m)),
+                             itertools.chain.from_iterable(map(itertools.repeat, range(base, base + m * blk, blk),
+                                                               itertools.repeat(len(offs), m)))),
+                         itertools.chain.from_iterable(itertools.repeat(vals, m))))
+        nbase = base + shift
+        ds = m * p * mu
+        for j, v in enumerate(snap_av):
+            if v is None:
+                avail.pop(nbase + j, None)
+            else:
+                avail[nbase + j] = v
+            r = snap_rec[j]
+            recent[nbase + j] = r if r == _NEVER else r + s + ds
+        made = [[flat, ({} if waited else {x + nbase: bb for x, bb in data}), {x + nbase for x in left}, waited]
+                for flat, waited, left, data in hdesc]
+        for j, hid in enumerate(sig[2]):
+            if hid >= 0:
+                inflight[nbase + j] = made[hid]
+        return s + ds, qpos + shift, n
+
+
 #: :func:`_zero3_fetch_replay`'s "never popped" step (below every step of the trace)
 _NEVER = -10**18
 
@@ -1834,6 +1986,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
 
     cf, cb, ftail = zero3_container_steps(inv)
     has_containers = any(cf) or any(cb)
+    jump = _replay_jump_plan(inv, rep, lr, M, prefix, reuse)
 
     def run(have: set, forward_only: bool) -> tuple:
         # _zero3_fetch_replay_reference's run with fetch / all_gather / release inlined into one loop
@@ -1877,7 +2030,21 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         fwd_best, fwd_where = 0, ""
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
+        # identical layers (_replay_jump_plan): the forward's state at some layers' first step, to find a period
+        checks = list(jump.checks) if jump is not None else []
+        next_check = checks.pop(0) if checks else -1
+        seen: dict = {}
+        skip_to = -1
         for s in range(M + 1 if forward_only else len(trace)):
+            if s < skip_to:
+                continue
+            if s == next_check:
+                next_check = checks.pop(0) if checks else -1
+                got = jump.step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live, numel)
+                if got is not None:
+                    skip_to, qpos, n = got
+                    next_check = -1
+                    continue
             k = trace[s]
             if s == M + 1 and ftail:
                 # hooks after the last module's in forward (zero3_container_steps), before the backward's root
