@@ -414,3 +414,70 @@ def test_offload_microstep_lifetimes_on_the_timeline() -> None:
     assert {"forward:2", "reduce", "first_step:update", "steady:reduce"} <= where["offload_accumulated_grads_cpu"]
     assert where["offload_microstep_reduce"] == {"reduce:1"}
     assert where["offload_grad_norm_fp64"] == {"reduce", "steady:reduce"}
+
+
+def _walk_microstep(numels: list[int], layout, W: int, rbs: int, D: int, copies) -> list[tuple[int, int]]:
+    """Micro-step 1's reduce of ZeRO-2 under CPU offload walked hook by hook from DeepSpeed's rules (tensors each
+    used alone: no autograd sibling): hooks in the reverse of model order; a gradient whose arrival would take
+    the bucket past RBS flushes it first (l.1422), beside itself; one over RBS is cloned in its hook (l.1443-1446:
+    clone beside the autograd gradient) and reduced alone; a flush holds its flat copy (``copies``, the flush
+    replay's, one per flush in order) and a clone reduced alone; after it the owned gradients' host buffers are
+    made (l.1822-1824) and an owned clone is kept to the epilogue (no clear before the boundary), another rank's
+    dropped. Per rank: (most accelerator bytes at one moment, most bytes with the host buffers - that)."""
+    P = layout.P
+    out = []
+    for r in range(W):
+        def owns(i):
+            a, n = layout.starts[i], numels[i]
+            return max(0, min(a + n, (r + 1) * P) - max(a, r * P)) > 0
+        acc = keep = 0
+        best_a = best_c = 0
+        bucket: list[int] = []
+        j = 0
+
+        def moment(accel: int, host: int) -> None:
+            nonlocal best_a, best_c
+            best_a = max(best_a, accel)
+            best_c = max(best_c, accel + host)
+
+        def flush(trigger: int) -> None:
+            nonlocal acc, keep, j
+            big = numels[bucket[0]] * D if len(bucket) == 1 and numels[bucket[0]] > rbs else 0
+            moment(copies[j] + trigger * D + big + keep, acc)
+            acc += sum(numels[i] for i in bucket if owns(i)) * D
+            moment(trigger * D + big + keep, acc)
+            if big and owns(bucket[0]):
+                keep += big
+            j += 1
+
+        for i in reversed(range(len(numels))):
+            n = numels[i]
+            if bucket and sum(numels[k] for k in bucket) + n > rbs:
+                flush(n)
+                bucket = []
+            moment(n * D * (2 if n > rbs else 1) + keep, acc)
+            bucket.append(i)
+        if bucket:
+            flush(0)
+        out.append((best_a, best_c - best_a))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_offload_microstep_matches_the_hook_walk(seed: int) -> None:
+    from advisor.model.inventory import from_dict
+    rng = random.Random(500 + seed)
+    W = rng.choice((1, 2, 3, 5, 8, 16))
+    rbs = rng.choice((50, 300, 2000))
+    numels = [rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))) for _ in range(rng.randint(1, 12))]
+    inv = from_dict({"name": "walk", "tensors": [{"name": f"m{i}.w", "shape": [n]} for i, n in enumerate(numels)]},
+                    "walk")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs, "overlap_comm": False,
+                                                 "contiguous_gradients": True,
+                                                 "offload_optimizer": {"device": "cpu"}}})
+    wrapper = state.select_optimizer(ec)[0]
+    layouts = state.placement(ec, inv, W).zero12
+    copies = state._zero12_flush_replay(ec, inv, layouts, W)[10]
+    got = state.zero12_offload_microstep_terms(ec, inv, layouts, W, wrapper).to_list()
+    assert got == _walk_microstep(numels, layouts[0], W, rbs, 2, copies)

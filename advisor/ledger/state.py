@@ -3195,20 +3195,25 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
         return Runs.const(W, (0, 0))
     D, rbs, st, order, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     lay = layouts[0]
-    clones = zero12_offload_xl_clone_modeled(ec, wrapper)
-    big = [n if (clones and n > rbs) else 0 for n in sizes]
-    xcum = list(itertools.accumulate(big, initial=0))  # elements of clones before a hook position
-    # moments (x, y, R, accelerator R): value = R + D (meet(x) + keep(y)); host part D meet(x)
+    clones = zero12_offload_xl_clone_modeled(ec, wrapper) and max(sizes, default=0) > rbs
+    if clones:
+        big = [n if n > rbs else 0 for n in sizes]
+        xcum = list(itertools.accumulate(big, initial=0))  # elements of clones before a hook position
+        seen = list(map(operator.add, hooked, big))        # a hook's gradients: its own, its sibling, a clone
+    else:  # no gradient over the bucket (generate's large buckets): nothing cloned, O(tensors) at C level
+        xcum = None
+        seen = hooked
+    # moments (x, y, R): value = R + D (meet(x) + keep(y)), its host part D meet(x); emitted in (x, y) order
+    # (flush j at s_j, its bucket's hooks at s_j, its end at (s_{j+1}, s_j), then flush j + 1 at s_{j+1})
     mom: list[tuple[int, int, int]] = []
     for j, (ks, trig) in enumerate(flushes):
         u = (hooked[trig] * D) if trig is not None else 0
         xj = xl[j] if clones else 0
         s0, s1 = ks.start, ks.stop
         mom.append((s0, s0, copies[j] + u + xj))          # the flush, before its copy loop
+        if s1 > s0:                                        # the hooks of its bucket's gradients (before it)
+            mom.append((s0, s0, max(seen[s0:s1]) * D))
         mom.append((s1, s0, u + xj))                      # after it: its buffers made, the flat copy freed
-        for k in ks:                                      # each hook of the next bucket, after its flush
-            mom.append((s0, s0, (hooked[k] + big[k]) * D))
-    mom.sort(key=lambda m: (m[0], m[1]))
     xs = [m[0] for m in mom]
     ys = [m[1] for m in mom]
     Rs = [m[2] for m in mom]
@@ -3225,7 +3230,7 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
                 return csum[min(max(x, a), b)] - csum[a]
 
             def keep(x: int) -> int:
-                return xcum[min(max(x, a), b)] - xcum[a]
+                return xcum[min(max(x, a), b)] - xcum[a] if xcum is not None else 0
             i1 = bisect.bisect_right(xs, a)  # moments 0..i1-1: nothing made or kept yet
             acc_best = comb_best = pre[i1 - 1] if i1 else 0
             i = i1
@@ -3236,12 +3241,15 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
                 comb_best = max(comb_best, R + k + meet(x) * D)
                 i += 1
             if i < n_m:
-                full_k, full_m = (xcum[b] - xcum[a]) * D, (csum[b] - csum[a]) * D
+                full_k, full_m = keep(b) * D, (csum[b] - csum[a]) * D
                 acc_best = max(acc_best, suf[i] + full_k)
                 comb_best = max(comb_best, suf[i] + full_k + full_m)
             yield acc_best, comb_best - acc_best
 
-    return Runs.at_points(W, (_change_points(lay, W) if lay.P > 0 else set()), value_at)
+    # every rank where there are fewer ranks than tensors (the change points cost O(tensors) to find), else
+    # the ranks where a figure may change
+    pts = set(range(W)) if W <= T else (_change_points(lay, W) if lay.P > 0 else set())
+    return Runs.at_points(W, pts, value_at)
 
 
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
