@@ -333,17 +333,25 @@ def _list_start_at(text: str, key: str) -> int | None:
 #: A JSON string (its quotes, escapes and content), and the whitespace JSON allows between tokens.
 _JSON_STRING = r'"(?:[^"\\]++|\\.)*+"'
 _JSON_WS = r"[ \t\n\r]"
-#: An object nested at most 3 deep (objects and arrays in it, and in those, and in those): a
-#: tensor entry as written (``{"name": "w", "shape": [4096, 4096], "meta": {"tp": [0, 1]}}``),
-#: strings read whole (brackets in a name are text). Each level's pattern holds the one below.
-_TEXT_RUN = r'[^{}\[\]"]++'
-_ARRAY_1 = r'\[(?:' + _TEXT_RUN + "|" + _JSON_STRING + r')*+\]'
-_OBJECT_1 = r'\{(?:' + _TEXT_RUN + "|" + _JSON_STRING + "|" + _ARRAY_1 + r')*+\}'
-_ARRAY_2 = r'\[(?:' + _TEXT_RUN + "|" + _JSON_STRING + "|" + _ARRAY_1 + "|" + _OBJECT_1 + r')*+\]'
-_OBJECT_2 = r'\{(?:' + _TEXT_RUN + "|" + _JSON_STRING + "|" + _ARRAY_2 + "|" + _OBJECT_1 + r')*+\}'
-_ARRAY_3 = r'\[(?:' + _TEXT_RUN + "|" + _JSON_STRING + "|" + _ARRAY_2 + "|" + _OBJECT_2 + r')*+\]'
-_OBJECT_3 = r'\{(?:' + _TEXT_RUN + "|" + _JSON_STRING + "|" + _ARRAY_3 + "|" + _OBJECT_2 + r')*+\}'
-_FLAT_ENTRY = _JSON_WS + "*+" + _OBJECT_3 + _JSON_WS + "*+"
+#: How deep the regex of :func:`first_non_object_at` reads objects and arrays inside an entry.
+_REGEX_DEPTH = 5
+
+
+def _nested_object_pattern(depth: int) -> str:
+    """A regex for a JSON object whose objects and arrays nest at most ``depth`` levels (itself
+    the first): a tensor entry as written (``{"name": "w", "shape": [4096, 4096], "meta": {"tp":
+    [0, 1]}}``), strings read whole (brackets in a name are text). Each level's pattern holds the
+    one below; possessive repeats, so the match is linear in the text."""
+    text_run = r'[^{}\[\]"]++'
+    array = r'\[(?:' + text_run + "|" + _JSON_STRING + r')*+\]'
+    obj = r'\{(?:' + text_run + "|" + _JSON_STRING + "|" + array + r')*+\}'
+    for _ in range(depth - 1):
+        array, obj = (r'\[(?:' + text_run + "|" + _JSON_STRING + "|" + array + "|" + obj + r')*+\]',
+                      r'\{(?:' + text_run + "|" + _JSON_STRING + "|" + array + "|" + obj + r')*+\}')
+    return obj
+
+
+_FLAT_ENTRY = _JSON_WS + "*+" + _nested_object_pattern(_REGEX_DEPTH) + _JSON_WS + "*+"
 #: An object / array holding no bracket (strings already replaced by ``S``): the innermost groups.
 _INNER_OBJECT = r"\{[^{}\[\]]*\}"
 _INNER_ARRAY = r"\[[^{}\[\]]*\]"
@@ -359,7 +367,7 @@ def first_non_object_at(text: str, key: str) -> int | None:
     parse then says what is wrong.
 
     Read without building any entry, at C speed (``re``): one match over the run of objects the
-    list begins with (:data:`_OBJECT_3`, nested at most 3 deep, strings read whole; 0.4 s for 1.9M
+    list begins with (:func:`_nested_object_pattern`, nested at most :data:`_REGEX_DEPTH` deep, strings read whole; 0.4 s for 1.9M
     tensors, 34 MB; 1.1 s for 2M with an object inside each, 53 MB), and what follows it: ``]``
     (every entry an object), the start of another value (that entry is the first non-object; the
     objects before it are counted), or an object nested deeper, for which

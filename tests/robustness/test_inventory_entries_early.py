@@ -63,12 +63,12 @@ def test_first_non_object_at_equals_the_parsed_list(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(300))
 def test_the_windowed_reading_equals_the_parsed_list(seed: int, monkeypatch) -> None:
-    """Objects nested deeper than the regex reads (4 levels here) are read from a first window of the text (1 MiB), cut anywhere:
+    """Objects nested deeper than the regex reads (7 levels here) are read from a first window of the text (1 MiB), cut anywhere:
     inside a string, an escape, a number, an object. Cut at every size here, the answer is the
     parsed list's (or None: every entry an object)."""
     rng = random.Random(seed)
     ts = [{"name": rng.choice(['a"b', "x\\", "{[", "]}", "e\u00e9", ",", "}, 7, [", 'q"}, "s']), "shape": [rng.randint(1, 9)],
-           "m": {"k": _value(rng, 3), "deep": {"a": {"b": [{"c": "}, 1"}]}}}} for _ in range(rng.randrange(1, 6))]
+           "m": {"k": _value(rng, 3), "deep": {"a": {"b": {"c": {"d": [{"e": "}, 1"}]}}}}}} for _ in range(rng.randrange(1, 6))]
     if seed % 3:
         ts.insert(rng.randrange(len(ts) + 1), _value(rng, 3) if rng.random() < 0.5 else rng.choice([[], "s{", 5, None]))
     text = json.dumps({"tensors": ts}, indent=rng.choice([None, 1]), ensure_ascii=rng.random() < 0.5)
