@@ -367,8 +367,9 @@ def first_non_object_at(text: str, key: str) -> int | None:
     parse then says what is wrong.
 
     Read without building any entry, at C speed (``re``): one match over the run of objects the
-    list begins with (:func:`_nested_object_pattern`, nested at most :data:`_REGEX_DEPTH` deep, strings read whole; 0.4 s for 1.9M
-    tensors, 34 MB; 1.1 s for 2M with an object inside each, 53 MB), and what follows it: ``]``
+    list begins with (:func:`_nested_object_pattern`, nested at most :data:`_REGEX_DEPTH` deep,
+    strings read whole; ~0.4 s for 1.9M tensors, 34 MB; ~1 s for 2M with an object inside each,
+    53 MB), and what follows it: ``]``
     (every entry an object), the start of another value (that entry is the first non-object; the
     objects before it are counted), or an object nested deeper, for which
     :func:`_collapsed_first_non_object` reads the list instead.
