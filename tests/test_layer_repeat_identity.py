@@ -33,10 +33,14 @@ def _layered(rng: random.Random, layers: tuple[int, int] = (1, 14)) -> tuple[Inv
         o, i = rng.randint(1, 60), rng.randint(1, 60)
         frozen = rng.random() < 0.1
         g = rng.choice([0, 0, 1])
-        if rng.random() < 0.5:  # an nn.Linear
+        r = rng.random()
+        if r < 0.4:  # an nn.Linear
             unit.append((f"{grp}m{mi}.weight", (o, i), not frozen, g))
             if rng.random() < 0.7:
                 unit.append((f"{grp}m{mi}.bias", (o,), not frozen, g))
+        elif r < 0.6:  # a GPT-2 Conv1D (in, out) or a LayerNorm: an autograd sibling at ZeRO-3 too
+            unit.append((f"{grp}m{mi}.weight", (i, o) if r < 0.5 else (o,), not frozen, g))
+            unit.append((f"{grp}m{mi}.bias", (o,), not frozen, g))
         else:
             for pn in rng.sample(["weight", "bias", "scale"], rng.randint(1, 3)):
                 unit.append((f"{grp}m{mi}.{pn}", (rng.randint(1, 400),), not frozen, g))

@@ -1,8 +1,8 @@
 """The column-wise ZeRO-3 reduce-flush pass (state._zero3_reduce_flush_bytes, issue 21's bounds) against
 the gradient-by-gradient walk it replaces where it applies (state._zero3_reduce_flush_walk, the rules of
 state.zero3_reduce_flush_bytes, whose hand-computed figures tests/test_timeline.py checks): bytes, words
-and regions equal on seeded random inventories (layers and not, nn.Linear pairs, frozen tensors, zero-size
-tensors), W 1-8, bucket sizes from one gradient to all of them, reduce_scatter, the fp64 norm copy, the
+and regions equal on seeded random inventories (layers and not, nn.Linear pairs, Conv1D and LayerNorm pairs
+whose whole sibling gradient counts at ZeRO-3, frozen tensors, zero-size tensors), W 1-8, bucket sizes from one gradient to all of them, reduce_scatter, the fp64 norm copy, the
 fp32 gradient tails an NVMe optimizer swap keeps after each flush, and with random gathered bytes per
 module (the joint pass of state.zero3_backward_fetch)."""
 import random
@@ -21,9 +21,14 @@ def _inventory(rng: random.Random) -> Inventory:
     for li in range(rng.randint(0, 8)):
         for mi in range(rng.randint(1, 3)):
             o = rng.randint(1, 20)
-            if rng.random() < 0.5:  # an nn.Linear: 2-D weight (out, in), 1-D bias of out
+            r = rng.random()
+            if r < 0.4:  # an nn.Linear: 2-D weight (out, in), 1-D bias of out
                 out.append(TensorSpec(f"{prefix}.{li}.m{mi}.weight", (o, rng.randint(1, 20)),
                                       trainable=rng.random() < 0.9))
+                out.append(TensorSpec(f"{prefix}.{li}.m{mi}.bias", (o,), trainable=rng.random() < 0.9))
+            elif r < 0.6:  # a GPT-2 Conv1D (weight (in, out), bias of out) or a LayerNorm: autograd siblings at ZeRO-3
+                w = (rng.randint(1, 20), o) if r < 0.5 else (o,)
+                out.append(TensorSpec(f"{prefix}.{li}.m{mi}.weight", w, trainable=rng.random() < 0.9))
                 out.append(TensorSpec(f"{prefix}.{li}.m{mi}.bias", (o,), trainable=rng.random() < 0.9))
             else:
                 for pn in rng.sample(["weight", "bias", "scale"], rng.randint(1, 3)):

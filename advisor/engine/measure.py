@@ -343,8 +343,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     ``cells``: dicts with ``id``, ``config`` (a DeepSpeed config dict), ``inventory``
     (:class:`Inventory` or its dict form) and optionally ``steps`` (default 2), ``submodules``
     (the per-module proxy; default: only when ``zero_init``), ``linear`` (each weight and bias the
-    ledger takes as an nn.Linear's at the config's ZeRO stage, :func:`advisor.ledger.state.linear_pairs`,
-    runs ``F.linear``: both gradients from one autograd node, as the ledger assumes),
+    ledger takes as made by one autograd node at the config's ZeRO stage,
+    :func:`advisor.ledger.state.autograd_node_pairs`, runs that node: ``F.linear`` for an nn.Linear's,
+    ``torch.addmm`` for a GPT-2 Conv1D's, ``F.layer_norm`` for a LayerNorm's),
     ``containers`` (the module tree the dotted names spell: parameterless containers, numbered ones in an
     ``nn.ModuleList``, worker ``_build_model``).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
@@ -359,12 +360,12 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
         for c in cells:
             inv = c["inventory"]
             inv_d = inv.to_dict() if isinstance(inv, Inventory) else inv
-            pairs: dict[int, int] = {}
+            pairs: dict[int, tuple[int, str]] = {}
             if c.get("linear"):  # the ledger's own rule, not a copy of it
                 from advisor.config.effective import effective_config
-                from advisor.ledger.state import linear_pairs
+                from advisor.ledger.state import autograd_node_pairs
                 inv_o = inv if isinstance(inv, Inventory) else inventory_from_dict(inv, "measure")
-                pairs = linear_pairs(inv_o, effective_config(c["config"]).zero.stage)
+                pairs = autograd_node_pairs(inv_o, effective_config(c["config"]).zero.stage)
             nvme_dir = os.path.join(base, "nvme", str(c["id"]).replace("/", "_"))
             os.makedirs(nvme_dir, exist_ok=True)
             job_cells.append({"id": c["id"], "config": _prepare_config(c["config"], nvme_dir),
@@ -375,7 +376,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               # default: only under zero.Init
                               "submodules": bool(c.get("submodules", c.get("zero_init"))),
                               # biased Linears as nn.Linear's one autograd node (worker _build_model)
-                              "linear_pairs": sorted(pairs.items()),
+                              "linear_pairs": sorted((w, b) for w, (b, kind) in pairs.items() if kind == "linear"),
+                              # GPT-2 Conv1D and LayerNorm pairs as their own nodes (worker _build_model)
+                              "node_pairs": sorted((w, b, kind) for w, (b, kind) in pairs.items() if kind != "linear"),
                               # the module tree of the dotted names (worker _build_model)
                               "containers": bool(c.get("containers")),
                               # tests only: an unknown buffer in forward (worker._injected_buffer)

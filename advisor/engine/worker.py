@@ -515,7 +515,7 @@ _GRAD_FACTOR = 2.0 ** -8
 
 
 def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, int] | None" = None,
-                 containers: bool = False):
+                 containers: bool = False, nodes: "dict[int, tuple[int, str]] | None" = None):
     """The proxy model of ``inventory`` and its optimizer param groups (trainable tensors by their
     ``group``). Flat (``submodules`` false): every parameter registered on one module. With
     ``submodules``: one child module per owning module of the inventory's names
@@ -530,6 +530,11 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
     node (AddmmBackward0), which makes the weight's and the bias's gradients together; the input is
     a 2-byte scalar expanded to (1, in), so no activation of any size is saved (addmm saves mat2
     only when the input needs a gradient). The module's other parameters are touched alone.
+    ``nodes`` ({weight index: (bias index, kind)}, :func:`advisor.ledger.state.autograd_node_pairs`'
+    others; implies ``submodules``): a GPT-2 Conv1D's weight (in, out) and bias run ``torch.addmm(bias, x,
+    weight)`` (AddmmBackward0 makes both gradients, the weight's without a transpose), a LayerNorm's
+    ``F.layer_norm`` (native_layer_norm_backward makes both; its contiguous (1, n) input, saved for
+    backward, is n x D bytes of the proxy's own).
     ``containers`` (implies ``submodules``): the module tree the dotted names spell, as a real
     model's (``model.layers.0.mlp.up_proj``): every prefix of an owning module's name is a module
     owning no parameter; one whose children are numbered (``stack`` of ``stack.0.l1``) is an
@@ -587,19 +592,29 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
             for j, t in enumerate(tensors):
                 self.register_parameter(f"p{j}", _param(t))
                 self._names.append(f"p{j}")
-            #: (local weight index, local bias index) run as one F.linear, or None
+            #: (local weight index, local bias index, kind) run as one node, or None; kind "linear"
+            #: (F.linear), "conv1d" (HF Conv1D's torch.addmm(bias, x, weight)), "layer_norm" (F.layer_norm)
             self._pair = pair
 
         def forward(self, s):
             if self._pair is None:
                 return _touch(self, self._names, s)
-            jw, jb = self._pair
+            jw, jb, kind = self._pair
             for j, n in enumerate(self._names):
                 if j == min(jw, jb):
                     w, b = getattr(self, f"p{jw}"), getattr(self, f"p{jb}")
-                    x = torch.ones((), dtype=w.dtype, device=w.device).expand(1, w.shape[1])
+                    one = torch.ones((), dtype=w.dtype, device=w.device)
+                    if kind == "linear":
+                        y = F.linear(one.expand(1, w.shape[1]), w, b)
+                    elif kind == "conv1d":
+                        # addmm saves its mat1 (the expanded 2-byte scalar), not a copy
+                        y = torch.addmm(b, one.expand(1, w.shape[0]), w)
+                    else:
+                        # native_layer_norm takes a contiguous input and saves it for backward: (1, n) x D
+                        # bytes of the proxy's own, an activation of the real model's
+                        y = F.layer_norm(one.expand(1, w.shape[0]).contiguous(), (w.shape[0],), w, b)
                     # mean before the fp32 cast, as _touch: only the (1, out) output is made in forward
-                    s = s + F.linear(x, w, b).mean().float() * _GRAD_FACTOR
+                    s = s + y.mean().float() * _GRAD_FACTOR
                 elif j != max(jw, jb):
                     s = _touch(self, (n,), s)
             return s
@@ -668,11 +683,13 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
                 owners.setdefault(module_of(t["name"]), []).append(i)
             #: inventory index of each leaf's parameters, in the leaf's order
             self.index = list(owners.values())
-            pairs = linear or {}
+            pairs = {iw: (ib, "linear") for iw, ib in (linear or {}).items()}
+            pairs.update({iw: (ib, kind) for iw, (ib, kind) in (nodes or {}).items()})
             built = []
             for ix in self.index:
                 pos = {i: j for j, i in enumerate(ix)}
-                pair = next(((pos[iw], pos[pairs[iw]]) for iw in ix if iw in pairs and pairs[iw] in pos), None)
+                pair = next(((pos[iw], pos[pairs[iw][0]], pairs[iw][1]) for iw in ix
+                             if iw in pairs and pairs[iw][0] in pos), None)
                 built.append(Leaf([tensors[i] for i in ix], pair))
             if containers:
                 # the inventory's declared modules owning no parameter (advisor.model.inventory.ModuleSpec):
@@ -705,7 +722,7 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
             return s
 
     tensors = inventory["tensors"]
-    submodules = submodules or bool(linear) or containers
+    submodules = submodules or bool(linear) or bool(nodes) or containers
     model = Modular(tensors) if submodules else Proxy(tensors)
     if submodules:
         by_index = {i: getattr(leaf, n) for leaf, ix in zip(model.owners if containers else model.leaves, model.index)
@@ -844,6 +861,8 @@ def _build_in_load_phase(cell: dict, submodules: bool):
     from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as _Ins
     # the ledger's nn.Linear pairs (state.linear_pairs, asked by measure.run_measure_many)
     linear = {int(w): int(b) for w, b in cell.get("linear_pairs") or ()}
+    # and its Conv1D / LayerNorm pairs (state.autograd_node_pairs)
+    nodes = {int(w): (int(b), str(k)) for w, b, k in cell.get("node_pairs") or ()}
     containers = bool(cell.get("containers"))
     # a ZeRO-3 engine built by an earlier cell of this process replaced F.linear with
     # zero3_linear_wrap for good (partition_parameters.py _enable_mem_efficient_linear: "This will
@@ -856,8 +875,8 @@ def _build_in_load_phase(cell: dict, submodules: bool):
         # polyfill registration rejects the replacement's signature (TypeError): import it first
         import torch._dynamo  # noqa: F401
         with deepspeed.zero.Init(config_dict_or_path=cell["config"]):
-            return _build_model(cell["inventory"], submodules, linear, containers)
-    return _build_model(cell["inventory"], submodules, linear, containers)
+            return _build_model(cell["inventory"], submodules, linear, containers, nodes)
+    return _build_model(cell["inventory"], submodules, linear, containers, nodes)
 
 
 def _injected_buffer(nbytes: int, dev):

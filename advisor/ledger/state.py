@@ -743,8 +743,8 @@ def autograd_siblings(inv: Inventory) -> list[int]:
     (measured: torch 2.13, F.linear on bf16, the bias's post-accumulate hook sees weight.grad
     None; the ZeRO-2 engine cell z2_bf16_linear_smallbucket_w2). The later-registered of the pair
     (the bias) arrives first, as in ZeRO-2's reverse model order, so the later one gets the
-    earlier one's elements. ZeRO-1/2 only: under ZeRO-3 F.linear is DeepSpeed's
-    LinearFunctionForZeroStage3 (see :func:`zero3_reduce_flush_bytes`). Bytes are elements x the
+    earlier one's elements. At ZeRO-3 F.linear is DeepSpeed's LinearFunctionForZeroStage3 (see
+    :func:`zero3_reduce_flush_bytes`); the other pairs are :func:`zero3_autograd_siblings`. Bytes are elements x the
     gradient's dtype. Memoised per tensor list, O(tensors)."""
     def compute() -> list[int]:
         tensors = inv.tensors
@@ -791,6 +791,31 @@ def autograd_pairs(inv: Inventory) -> dict[int, int]:
     return inv.memo(("autograd_pairs",), compute)
 
 
+def zero3_autograd_siblings(inv: Inventory, linear: bool = True) -> "list[int] | None":
+    """:func:`autograd_siblings` at ZeRO-3 (None where there is none): the pairs one torch autograd node makes at
+    ZeRO-3 too, i.e. all but the nn.Linear's that ``memory_efficient_linear`` (``linear``) routes through
+    ``zero/linear.py`` LinearFunctionForZeroStage3 (:func:`zero3_linear_pairs`, weight first): a GPT-2
+    Conv1D's torch.addmm (AddmmBackward0) and a LayerNorm's native_layer_norm_backward. The bias's hook fires
+    first (:func:`zero3_backward_grad_order`: a module's parameters in reverse) while the weight's gradient,
+    made by the same node, is still whole. Measured (2026-12-06, ZeRO-3 bf16, W = 2, reduce_bucket_size
+    10,000, real addmm / layer_norm nodes in measure's proxy): a GPT-2 MLP's c_fc.bias arrival flushes
+    c_proj.weight's bucket with c_fc.weight's 19,264-element gradient whole beside it, +38,711 B in the
+    steady backward and +38,703 B in the first (7.1% / 11.9%) without it. A square Conv1D has an nn.Linear's
+    shapes and is taken as one (weight first, no sibling). Once per tensor list and flag."""
+    def compute() -> "list[int] | None":
+        skip = zero3_linear_pairs(inv) if linear else {}
+        pairs = [(iw, ib) for iw, ib in autograd_pairs(inv).items() if iw not in skip]
+        if not pairs:
+            return None
+        sib = autograd_siblings(inv)
+        out = [0] * len(inv.tensors)
+        for iw, ib in pairs:
+            j = max(iw, ib)
+            out[j] = sib[j]
+        return out
+    return inv.memo(("zero3_autograd_siblings", bool(linear)), compute)
+
+
 def linear_pairs(inv: Inventory, stage: int) -> dict[int, int]:
     """{weight index: bias index} of the tensors the ledger takes as an nn.Linear's weight and bias
     (one ``F.linear`` autograd node) at ZeRO stage ``stage``: at 3 :func:`zero3_linear_pairs`
@@ -805,6 +830,28 @@ def linear_pairs(inv: Inventory, stage: int) -> dict[int, int]:
     tensors = inv.tensors
     return {iw: ib for iw, ib in autograd_pairs(inv).items()
             if len(tensors[iw].shape) == 2 and tensors[ib].shape[0] == tensors[iw].shape[0]}
+
+
+def autograd_node_pairs(inv: Inventory, stage: int) -> dict[int, tuple[int, str]]:
+    """{weight index: (bias index, kind)} of every weight and bias the ledger takes as made by one autograd
+    node at ZeRO stage ``stage``, for ``ds-advisor measure``'s proxy to build that node (engine/measure.py
+    ``run_measure_many``, worker ``_build_model``): kind ``linear`` where :func:`linear_pairs` says (F.linear);
+    of the other :func:`autograd_pairs`, ``conv1d`` a 2-D weight (in, out) with a bias of out elements (HF
+    ``pytorch_utils.py`` Conv1D.forward: torch.addmm(bias, x, weight)) and ``layer_norm`` a 1-D weight with a
+    bias of as many (torch ``nn/modules/normalization.py`` LayerNorm: F.layer_norm, one
+    native_layer_norm_backward node makes both gradients). Other pairs (a conv's 4-D weight) stay one node
+    per parameter in the proxy."""
+    tensors = inv.tensors
+    out = {iw: (ib, "linear") for iw, ib in linear_pairs(inv, stage).items()}
+    for iw, ib in autograd_pairs(inv).items():
+        if iw in out:
+            continue
+        w, b = tensors[iw].shape, tensors[ib].shape
+        if len(w) == 2 and b[0] == w[1]:
+            out[iw] = (ib, "conv1d")
+        elif len(w) == 1 and b[0] == w[0]:
+            out[iw] = (ib, "layer_norm")
+    return out
 
 
 def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str, tuple[int, int, int]] | None":
@@ -839,9 +886,10 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     (ZeRO-3's default ``memory_efficient_linear`` routes F.linear through ``zero/linear.py``
     LinearFunctionForZeroStage3, whose backward returns the weight's gradient before the bias's:
     measured, the weight's hook fires with the bias's out x D bytes whole, 154 B for TINY's l2;
-    :func:`autograd_siblings` is the ZeRO-1/2 side, plain F.linear; with ``memory_efficient_linear``
-    off F.linear is torch's at ZeRO-3 too, the bias first, and the weight's gradient whole beside it
-    is not counted either). Bytes are the maximum over these
+    :func:`autograd_siblings` is the ZeRO-1/2 side, plain F.linear). Counted: the whole gradient the
+    arriving one's autograd node made with it where that node is torch's (:func:`zero3_autograd_siblings`:
+    a GPT-2 Conv1D's addmm, a LayerNorm's, and with ``memory_efficient_linear`` off F.linear too: the
+    bias's hook first, the weight's gradient whole beside it). Bytes are the maximum over these
     instants, and the third item the maximum over those in each region of backward: ``start``
     (arrivals of modules outside the layers before any layer's: those after the last layer in
     forward, e.g. lm_head, the final norm), ``body`` (arrivals of a layer's gradient, module names
@@ -979,16 +1027,19 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         elif pa < L:
             i, n = order[pa], ns[pa]
             gp = g_at(pa)
+            sb = sibs[i] * C if sibs is not None else 0
             if pa in extra:
                 lo, fb, pm = extra[pa]
                 where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
                          f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
-                         f"arriving {n * C:,} B" + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
+                         f"arriving {n * C:,} B" + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
+                         + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
                          + (f" + gathered {gp:,} B" if gp else "")
                          + (f" + earlier flushes' kept fp32 gradient tails {kept_at[pa]:,} B"
                             if kept_at is not None and kept_at[pa] else ""))
             else:
                 where = (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+                         + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
                          + (f" + gathered {gp:,} B" if gp else ""))
         elif held_end:
             fb, pm = flat_of(a, L)
@@ -1001,13 +1052,18 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             where = f"end of backward: gathered {at_end:,} B"
         return where
 
+    # the arriving gradient's autograd sibling, still whole (zero3_autograd_siblings); per tensor or None
+    sibs = zero3_autograd_siblings(inv, linear)
     per = None if tails else _flush_period(inv, order, inl, gathered)
     if per is not None:
-        return _flush_periodic(per, L, ns, C, order, inl, flushes, flat_of, gathered, a, P, words)
+        return _flush_periodic(per, L, ns, C, order, inl, flushes, flat_of, gathered, a, P, words, sibs)
 
     # the columns packed (_packed, 8 bytes a value): as lists of int objects they were ~0.4 GB at once for
     # 1e5 layers, generate's peak (issue 21)
     nC = map(operator.mul, ns, itertools.repeat(C))
+    if sibs is not None:
+        # the arriving gradient's autograd sibling, still whole (zero3_autograd_siblings)
+        nC = map(operator.add, nC, map(operator.mul, map(sibs.__getitem__, order), itertools.repeat(C)))
     if gathered is not None:
         mod_of, at_fetch, during, at_end = gathered
         mods = _packed(map(mod_of.__getitem__, order))
@@ -1134,7 +1190,8 @@ def _flush_period(inv: Inventory, order: list[int], inl: bytes, gathered: "tuple
 
 def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, order: list[int], inl: bytes,
                     flushes: list[tuple[int, int]], flat_of: Any, gathered: "tuple | None", a: int,
-                    P: "Sequence[int]", words: Any) -> "tuple[int, str, tuple[int, int, int]] | None":
+                    P: "Sequence[int]", words: Any,
+                    sibs: "Sequence[int] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
     """:func:`_zero3_reduce_flush_bytes`'s column pass (no fp32 gradient tails) where :func:`_flush_period`
     found R identical layers at ``[p0, p0 + R v)``: the values of every other position and of the first of
     those layers are made one by one, the other layers' are the first's (a flush's plus its buffers, the
@@ -1167,7 +1224,8 @@ def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, or
 
     def arrive_at(p: int) -> int:
         e = extra.get(p)
-        return ns[p] * C + g_at(p) + (e[1] + e[2] * 8 if e else 0)
+        # + the arriving gradient's autograd sibling (zero3_autograd_siblings: the same in every identical layer)
+        return ns[p] * C + g_at(p) + (e[1] + e[2] * 8 if e else 0) + (sibs[order[p]] * C if sibs is not None else 0)
     arr_b, arr_a = [arrive_at(p) for p in before], [arrive_at(p) for p in after]
     fet_b = [fetch_at(p) for p in before] if gathered is not None else []
     fet_a = [fetch_at(p) for p in after] if gathered is not None else []
@@ -1257,8 +1315,10 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
     prev_mod = -1
     g = 0  # parameters gathered at this moment (gathered given)
     kept = btail = 0  # tails kept by the flushes done; those of the bucket's gradients (kept at its flush)
+    sibs = zero3_autograd_siblings(inv, linear)
     for i in zero3_backward_grad_order(inv, linear):
         n = tensors[i].numel
+        sb = sibs[i] * C if sibs is not None else 0  # its autograd sibling's gradient, whole beside it
         # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
         # the layers' backward; another module's before any layer's (after the last layer in
         # forward: final norm, lm_head) at the start, after them (embeddings) at the end
@@ -1276,21 +1336,24 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
                 best, where = nb, f"fetch of {tensors[i].name}'s module: gathered {at_fetch[prev_mod]:,} B"
         if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
             fb = flat_bytes(held, count, flat)
-            nb = fb + (own + n) * C + pmax * 8 + g + kept
+            nb = fb + (own + n) * C + sb + pmax * 8 + g + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
                                    f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
-                                   f"arriving {n * C:,} B" + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
+                                   f"arriving {n * C:,} B"
+                                   + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
+                                   + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
                                    + (f" + gathered {g:,} B" if g else "")
                                    + (f" + earlier flushes' kept fp32 gradient tails {kept:,} B" if kept else ""))
             held = count = flat = own = pmax = 0
             kept, btail = kept + btail, 0
         else:
-            nb = (own + n) * C + g + kept
+            nb = (own + n) * C + sb + g + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:  # arrives, no flush: whole until copied into the bucket
                 best, where = nb, (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
+                                   + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
                                    + (f" + gathered {g:,} B" if g else ""))
         if not contiguous or held + n > rbs:
             own += n  # stays its own tensor in the bucket (__add_grad_to_ipg_bucket, l. 1626)

@@ -261,3 +261,11 @@ TINY_CALLS = {"name": "tiny-mlp-calls", "tensors": TINY["tensors"], "modules": [
 TINY_SEQ = {"name": "tiny-mlp-seq", "tensors": [
     {"name": t["name"].replace(f"l{k}.", f"seq.{int(k) - 1}."), "shape": t["shape"]}
     for t in TINY["tensors"] for k in (t["name"][1],)], "modules": [{"name": "seq", "sequential": True}]}
+#: A GPT-2 MLP block's parameter shapes on TINY's sizes: LayerNorms (1-D weight and bias) and HF Conv1Ds (weight
+#: (in, out), bias of out: torch.addmm(bias, x, weight)), which measure's proxy runs as their real nodes
+#: (state.autograd_node_pairs); at ZeRO-3 neither is DeepSpeed's LinearFunctionForZeroStage3
+TINY_GPT = {"name": "tiny-gpt-mlp", "tensors": [
+    {"name": "mlp.ln_1.weight", "shape": [64]}, {"name": "mlp.ln_1.bias", "shape": [64]},
+    {"name": "mlp.c_fc.weight", "shape": [64, 301]}, {"name": "mlp.c_fc.bias", "shape": [301]},
+    {"name": "mlp.c_proj.weight", "shape": [301, 77]}, {"name": "mlp.c_proj.bias", "shape": [77]},
+    {"name": "ln_f.weight", "shape": [77]}, {"name": "ln_f.bias", "shape": [77]}]}

@@ -116,6 +116,16 @@ CELLS = [
      {"submodules": True, "linear": True}),
     ("z2_bf16_linear_smallbucket_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
      {"linear": True}),
+    # GPT-2's Conv1D (torch.addmm) and LayerNorm pairs as real nodes (issue 15; parity.TINY_GPT, worker Leaf kinds
+    # conv1d / layer_norm). At ZeRO-3 addmm is not replaced (only F.linear is), so AddmmBackward0 makes c_fc's
+    # two gradients and c_fc.bias's hook fires with c_fc.weight's 19,264-element gradient whole, as it flushes
+    # c_proj.weight's bucket: flat 46,356 + whole 46,354 + c_fc.bias 602 + c_fc.weight 38,528 B
+    # (state.zero3_autograd_siblings). Without it backward:1 was +38,703 B (11.9%) and backward:2 +38,711 B (7.1%)
+    # on both ranks; now within 0.05% (2026-12-06, 2 runs). At ZeRO-2 the same proxy matched the ledger's
+    # existing siblings (state.autograd_siblings) within 0.05% in backward; forward holds the proxy's own (1, out)
+    # outputs and LayerNorm inputs (+768 B, 0.45% at forward:1)
+    ("z3_bf16_gpt_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY_GPT,
+     {"submodules": True, "linear": True}),
     ("z1_bf16_w2", _cfg(1, "bf16"), 2, False, parity.TINY),
     ("z1_fp16_w2", _cfg(1, "fp16"), 2, False, parity.TINY),
     ("z2_bf16_w2", _cfg(2, "bf16"), 2, False, parity.TINY),
