@@ -58,3 +58,20 @@ def test_deepspeed_spellings_only_where_asked():
     assert not hasattr(torch, "bf16")
     assert dtypes.dtype_problem("bf16") is not None
     assert dtypes.dtype_problem("bf16", deepspeed_names=True) is None
+
+
+def test_the_inventory_schema_lists_the_names_the_reader_takes():
+    """schemas/inventory.schema.json's dtype enum is the set the inventory reader accepts."""
+    import json
+    from pathlib import Path
+    from advisor.model.inventory import _INVENTORY_DTYPES
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "inventory.schema.json").read_text())
+    def find(d):
+        if isinstance(d, dict):
+            if "dtype" in d and isinstance(d["dtype"], dict) and "enum" in d["dtype"]:
+                return d["dtype"]["enum"]
+            for v in d.values():
+                if (r := find(v)) is not None:
+                    return r
+        return None
+    assert set(find(schema)) == set(_INVENTORY_DTYPES)
