@@ -416,19 +416,27 @@ def test_offload_microstep_lifetimes_on_the_timeline() -> None:
     assert where["offload_grad_norm_fp64"] == {"reduce", "steady:reduce"}
 
 
-def _walk_microstep(numels: list[int], layout, W: int, rbs: int, D: int, copies) -> list[tuple[int, int]]:
+def _walk_microstep(numels: list[int], layout, W: int, rbs: int, D: int, copies,
+                    groups: "list[int] | None" = None, layouts=None) -> list[tuple[int, int]]:
     """Micro-step 1's reduce of ZeRO-2 under CPU offload walked hook by hook from DeepSpeed's rules (tensors each
     used alone: no autograd sibling): hooks in the reverse of model order; a gradient whose arrival would take
     the bucket past RBS flushes it first (l.1422), beside itself; one over RBS is cloned in its hook (l.1443-1446:
     clone beside the autograd gradient) and reduced alone; a flush holds its flat copy (``copies``, the flush
     replay's, one per flush in order) and a clone reduced alone; after it the owned gradients' host buffers are
     made (l.1822-1824) and an owned clone is kept to the epilogue (no clear before the boundary), another rank's
-    dropped. Per rank: (most accelerator bytes at one moment, most bytes with the host buffers - that)."""
-    P = layout.P
+    dropped. Per rank: (most accelerator bytes at one moment, most bytes with the host buffers - that).
+    ``groups`` (the tensors' param groups, model order) with ``layouts`` (one per group): a rank owns a
+    tensor meeting its slice of the tensor's own group's buffer; the bucket fills across groups (l.1422)."""
+    groups = groups or [0] * len(numels)
+    layouts = layouts or [layout]
+    starts, seen = [], {}
+    for g in groups:
+        starts.append(layouts[g].starts[seen.get(g, 0)])
+        seen[g] = seen.get(g, 0) + 1
     out = []
     for r in range(W):
         def owns(i):
-            a, n = layout.starts[i], numels[i]
+            a, n, P = starts[i], numels[i], layouts[groups[i]].P
             return max(0, min(a + n, (r + 1) * P) - max(a, r * P)) > 0
         acc = keep = 0
         best_a = best_c = 0
@@ -481,3 +489,27 @@ def test_offload_microstep_matches_the_hook_walk(seed: int) -> None:
     copies = state._zero12_flush_replay(ec, inv, layouts, W)[10]
     got = state.zero12_offload_microstep_terms(ec, inv, layouts, W, wrapper).to_list()
     assert got == _walk_microstep(numels, layouts[0], W, rbs, 2, copies)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_offload_microstep_groups_match_the_hook_walk(seed: int) -> None:
+    from advisor.model.inventory import from_dict
+    rng = random.Random(700 + seed)
+    W = rng.choice((1, 2, 3, 5, 8, 16))
+    rbs = rng.choice((50, 300, 2000))
+    G = rng.choice((2, 3))
+    n = rng.randint(G, 14)
+    groups = [i % G if i < G else rng.randrange(G) for i in range(n)]
+    numels = [rng.choice((1, 7, 64, 199, 256, 1500, rng.randint(1, 3000))) for _ in range(n)]
+    inv = from_dict({"name": "walk", "tensors": [{"name": f"m{i}.w", "shape": [x], "group": g}
+                                                 for i, (g, x) in enumerate(zip(groups, numels))]}, "walk")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": rbs, "overlap_comm": True,
+                                                 "contiguous_gradients": True,
+                                                 "offload_optimizer": {"device": "cpu"}}})
+    wrapper = state.select_optimizer(ec)[0]
+    layouts = state.placement(ec, inv, W).zero12
+    assert len(layouts) == G and state.zero12_offload_microstep_modeled(ec, wrapper, 2, G)
+    copies = state._zero12_flush_replay(ec, inv, layouts, W)[10]
+    got = state.zero12_offload_microstep_terms(ec, inv, layouts, W, wrapper).to_list()
+    assert got == _walk_microstep(numels, None, W, rbs, 2, copies, groups, layouts)

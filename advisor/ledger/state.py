@@ -3217,9 +3217,10 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
 def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
     """Whether the ledger replays the reduce inside a ZeRO-2 micro-step before the accumulation boundary
     under CPU optimizer offload (:func:`zero12_offload_microstep_terms`): the flushes replayed
-    (:func:`zero12_offload_flush_modeled`), GA > 1, one param group. Other plans keep the boundary's reduce
-    terms at micro-step 1 and ``offload_accumulated_grads_cpu`` from initialize (an over-estimate there)."""
-    return (ec.zero.stage == 2 and ga > 1 and groups == 1 and zero12_offload_flush_modeled(ec, wrapper))
+    (:func:`zero12_offload_flush_modeled`), GA > 1, any param groups (``groups``, kept for the callers). Other
+    plans keep the boundary's reduce terms at micro-step 1 and ``offload_accumulated_grads_cpu`` from
+    initialize."""
+    return ec.zero.stage == 2 and ga > 1 and zero12_offload_flush_modeled(ec, wrapper)
 
 
 def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
@@ -3252,12 +3253,17 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
     flush) at the flush's flat copy, 86,418 B, before any buffer. Only the iteration's first micro-step has
     a timeline instant (``reduce:1``): the later ones before the boundary hold the buffers from the start,
     measured below the boundary's backward in every cell (backward:3 vs backward:4 at GA 2).
-    O(tensors + flushes) per piece of ranks (one param group: the tensors meeting a slice are one run of
-    the hook order)."""
-    if not layouts or len(layouts) != 1:
+    Several param groups: the hooks fill one bucket across groups and a rank owns the tensors meeting its slice
+    of their own group's buffer, one run of each group's (:class:`_GroupRuns`); engine
+    z2_bf16_oo_cpu_overlap_groups_tbsga2_w2 (TINY_FROZEN_GROUPS): initialize / forward:1 were 13.0% over on
+    both ranks, backward:1 17.0% over, before. O(tensors + flushes) per piece of ranks with one param group
+    (the tensors meeting a slice are one run of the hook order); with several, the moments between a rank's
+    first and last owned tensor times the groups."""
+    if not layouts:
         return Runs.const(W, (0, 0))
     D, rbs, st, order, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     lay = layouts[0]
+    G = len(layouts)
     clones = zero12_offload_xl_clone_modeled(ec, wrapper) and max(sizes, default=0) > rbs
     if clones:
         big = [n if n > rbs else 0 for n in sizes]
@@ -3283,17 +3289,29 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
     n_m = len(mom)
     pre = list(itertools.accumulate(Rs, max))
     suf = list(itertools.accumulate(reversed(Rs), max))[::-1] + [None]
+    if G > 1:  # a rank meets one run of each group's tensors in hook order
+        gruns = _GroupRuns(order, G, order.numels)
+        gclone = _GroupRuns(order, G, big).cum if xcum is not None else None
 
     def value_at(rs: Iterable[int]):
         for r in rs:
-            jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
-            a, b = (T - jh, T - jl) if jh > jl else (0, 0)  # hook order is the reverse of model order
+            if G == 1:
+                jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
+                a, b = (T - jh, T - jl) if jh > jl else (0, 0)  # hook order is the reverse of model order
 
-            def meet(x: int) -> int:
-                return csum[min(max(x, a), b)] - csum[a]
+                def meet(x: int, a: int = a, b: int = b) -> int:
+                    return csum[min(max(x, a), b)] - csum[a]
 
-            def keep(x: int) -> int:
-                return xcum[min(max(x, a), b)] - xcum[a] if xcum is not None else 0
+                def keep(x: int, a: int = a, b: int = b) -> int:
+                    return xcum[min(max(x, a), b)] - xcum[a] if xcum is not None else 0
+            else:
+                a, b, runs = gruns.runs(layouts, r)
+
+                def meet(x: int, runs: list = runs) -> int:
+                    return gruns.before(runs, x)
+
+                def keep(x: int, runs: list = runs) -> int:
+                    return gruns.before(runs, x, gclone) if gclone is not None else 0
             i1 = bisect.bisect_right(xs, a)  # moments 0..i1-1: nothing made or kept yet
             acc_best = comb_best = pre[i1 - 1] if i1 else 0
             i = i1
@@ -3304,14 +3322,20 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
                 comb_best = max(comb_best, R + k + meet(x) * D)
                 i += 1
             if i < n_m:
-                full_k, full_m = keep(b) * D, (csum[b] - csum[a]) * D
+                full_k, full_m = keep(T) * D, meet(T) * D
                 acc_best = max(acc_best, suf[i] + full_k)
                 comb_best = max(comb_best, suf[i] + full_k + full_m)
             yield acc_best, comb_best - acc_best
 
     # every rank where there are fewer ranks than tensors (the change points cost O(tensors) to find), else
     # the ranks where a figure may change
-    pts = set(range(W)) if W <= T else (_change_points(lay, W) if lay.P > 0 else set())
+    if W <= T:
+        pts = set(range(W))
+    else:
+        pts = set()
+        for lg in layouts:
+            if lg.P > 0:
+                pts |= _change_points(lg, W)
     return Runs.at_points(W, pts, value_at)
 
 
@@ -3866,6 +3890,46 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
     return Runs.at_points(W, pts, values)
 
 
+class _GroupRuns:
+    """Where a rank's kept gradients lie in the hook order of a ZeRO-1/2 flush replay with several param
+    groups: each group's tensors in hook order, their hook positions and running sums of ``values`` (per
+    hook position, e.g. elements). A rank meets one run of each group's tensors (its slice of that group's
+    flat buffer, :meth:`Zero12Layout.meeting`; the hooks run in the reverse of model order)."""
+
+    __slots__ = ("pos", "cum")
+
+    def __init__(self, order: "_FlushOrder", G: int, values: "Sequence[int]"):
+        self.pos: list[list[int]] = [[] for _ in range(G)]
+        self.cum: list[list[int]] = [[0] for _ in range(G)]
+        for k, g in enumerate(order.groups):
+            self.pos[g].append(k)
+            self.cum[g].append(self.cum[g][-1] + values[k])
+
+    def runs(self, layouts: list[Zero12Layout], r: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+        """(a, b, runs): runs = (group, first, end) of each group's tensors meeting rank r's slice, as indices
+        into that group's hook order; [a, b) the hook positions from the first of them to the last (outside
+        it nothing the rank keeps changes)."""
+        runs = []
+        for g, lg in enumerate(layouts):
+            jl, jh = lg.meeting(r) if lg.P > 0 else (0, 0)
+            n_g = len(self.pos[g])
+            if jh > jl:
+                runs.append((g, n_g - jh, n_g - jl))
+        a = min((self.pos[g][x] for g, x, _ in runs), default=0)
+        b = max((self.pos[g][y - 1] + 1 for g, _, y in runs), default=0)
+        return a, b, runs
+
+    def before(self, runs: list[tuple[int, int, int]], x: int, cum: "list[list[int]] | None" = None) -> int:
+        """The sum of the values (``cum``: other running sums over the same positions) of the run tensors at
+        hook positions before x."""
+        cum = self.cum if cum is None else cum
+        tot = 0
+        for g, x0, y0 in runs:
+            c = bisect.bisect_left(self.pos[g], x)
+            tot += cum[g][min(max(c, x0), y0)] - cum[g][x0]
+        return tot
+
+
 def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
                                  hooked: list[int], csum: list[int], flushes: list,
                                  inv: "Inventory | None" = None) -> Runs:
@@ -3915,15 +3979,9 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
     ov = bool(ec.zero.overlap_comm)
     starts = [ks.start for ks, _ in flushes]
     if G > 1:
-        # several param groups: each group's tensors, in hook order, with their hook positions and
-        # running elements; a rank meets one run of each group's (its slice of that group's flat buffer)
+        # several param groups: a rank meets one run of each group's tensors in hook order
         order = _zero12_flush_replay(ec, inv, layouts, W)[3]
-        pos_g: list[list[int]] = [[] for _ in range(G)]
-        cg_g: list[list[int]] = [[0] for _ in range(G)]
-        for k in range(T):
-            g = order.groups[k]
-            pos_g[g].append(k)
-            cg_g[g].append(cg_g[g][-1] + order.numels[k])
+        gruns = _GroupRuns(order, G, order.numels)
     bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
     # without the flat copy or the previous flush's gradients (overlap_comm), which A adds
     base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
@@ -3947,23 +4005,10 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
                 def met(x: int, a: int = a, b: int = b) -> int:  # elements meeting the slice before position x
                     return csum[min(max(x, a), b)] - csum[a]
             else:
-                runs = []  # (group, first, end) of the group's tensors meeting the rank's slice, hook order
-                for g, lg in enumerate(layouts):
-                    jl, jh = lg.meeting(r) if lg.P > 0 else (0, 0)
-                    n_g = len(pos_g[g])
-                    if jh > jl:
-                        runs.append((g, n_g - jh, n_g - jl))
-                # [a, b): the hook positions from the first such tensor to the last, outside which nothing
-                # kept changes
-                a = min((pos_g[g][x] for g, x, _ in runs), default=0)
-                b = max((pos_g[g][y - 1] + 1 for g, _, y in runs), default=0)
+                a, b, runs = gruns.runs(layouts, r)
 
                 def met(x: int, runs: list = runs) -> int:
-                    tot = 0
-                    for g, x0, y0 in runs:
-                        c = bisect.bisect_left(pos_g[g], x)
-                        tot += cg_g[g][min(max(c, x0), y0)] - cg_g[g][x0]
-                    return tot
+                    return gruns.before(runs, x)
             best = 0
             j1 = bisect.bisect_right(starts, a)  # flushes 0..j1-1 start at or before a: nothing kept yet
             if j1:
