@@ -351,7 +351,7 @@ def _nested_object_pattern(depth: int) -> str:
     return obj
 
 
-_FLAT_ENTRY = _JSON_WS + "*+" + _nested_object_pattern(_REGEX_DEPTH) + _JSON_WS + "*+"
+_OBJECT_ENTRY = _JSON_WS + "*+" + _nested_object_pattern(_REGEX_DEPTH) + _JSON_WS + "*+"
 #: An object / array holding no bracket (strings already replaced by ``S``): the innermost groups.
 _INNER_OBJECT = r"\{[^{}\[\]]*\}"
 _INNER_ARRAY = r"\[[^{}\[\]]*\]"
@@ -384,16 +384,16 @@ def first_non_object_at(text: str, key: str) -> int | None:
         return None
     if re.compile(_JSON_WS + r"*+\]").match(text, i + 1):
         return None  # an empty list
-    run = re.compile("(?:" + _FLAT_ENTRY + ",)*+").match(text, i + 1)
+    run = re.compile("(?:" + _OBJECT_ENTRY + ",)*+").match(text, i + 1)
     p = run.end()
-    if re.compile(_FLAT_ENTRY + r"\]").match(text, p):
+    if re.compile(_OBJECT_ENTRY + r"\]").match(text, p):
         return None  # the last entry, an object, and the list's end
     q = re.compile(_JSON_WS + "*+").match(text, p).end()
     c = text[q:q + 1]
-    if c == "{":  # an object with objects inside (or malformed): read the list the slower way
+    if c == "{":  # an object nested deeper than the regex reads (or malformed): read the list the slower way
         return _collapsed_first_non_object(text, i) if depth_ok(text) else None
     if c and c in _VALUE_START:
-        return sum(1 for _ in re.compile(_FLAT_ENTRY + ",").finditer(text, i + 1, p))
+        return sum(1 for _ in re.compile(_OBJECT_ENTRY + ",").finditer(text, i + 1, p))
     return None
 
 
@@ -401,8 +401,9 @@ def _collapsed_first_non_object(text: str, i: int) -> int | None:
     """:func:`first_non_object_at` for the list whose ``[`` is at offset ``i``, for any nesting
     (``text`` passed :func:`depth_ok`), read from the first MiB of the text after the ``[``, then,
     when that does not decide, from all of it (:func:`_collapsed_window`): a non-object entry in
-    the first MiB costs that MiB (22M ``[]`` after one ``{"a": {}}``), the whole list read ~4 s and
-    0.55 GB at 64 MiB."""
+    the first MiB costs that MiB (22M ``[]`` after one 6-deep object: 0.7 s, 0.2 GB); the whole
+    list read costs up to ~5 s and ~1 GB at 64 MiB (re.sub's piece lists, ~15x the text, when
+    every entry is nested past :data:`_REGEX_DEPTH`: benchmarks/results/bounds.txt)."""
     end = min(len(text), i + 1 + _COLLAPSE_WINDOW)
     got = _collapsed_window(text[i + 1:end], whole=end == len(text))
     return _collapsed_window(text[i + 1:], whole=True) if got is _GROW else got
