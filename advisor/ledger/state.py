@@ -2016,9 +2016,14 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     q_param = _packed(itertools.chain(itertools.chain.from_iterable(members),
                                       itertools.chain.from_iterable(reversed(members))))
     half = len(q_param) // 2
-    q_step = _packed(itertools.chain(
-        map((1).__add__, map(mod_of.__getitem__, itertools.islice(q_param, half))),
-        map((2 * M + 1).__sub__, map(mod_of.__getitem__, itertools.islice(q_param, half, None)))))
+    if bounds is not None:
+        # consecutive modules: q_param's first half is every parameter in order, so its modules are mod_of, and its
+        # second half lists the modules' parameters from the last module to the first: mod_of reversed
+        q_step = _packed(itertools.chain(map((1).__add__, mod_of), map((2 * M + 1).__sub__, reversed(mod_of))))
+    else:
+        q_step = _packed(itertools.chain(
+            map((1).__add__, map(mod_of.__getitem__, itertools.islice(q_param, half))),
+            map((2 * M + 1).__sub__, map(mod_of.__getitem__, itertools.islice(q_param, half, None)))))
     q_len = len(q_param)
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
     coalesce = not seq
