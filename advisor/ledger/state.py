@@ -3088,28 +3088,25 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     hook), else 0."""
     M = _XL_M
     M3M = M * M * M + M  # a clone bytes' weight in a packed value: in the total and in the clone field
-    ks_of: dict = {}  # (group, flat start) -> flush position
-    cs: list[int] = []
-    us: list[int] = []
-    kall: list[int] = []
-    keys: list[int] = []  # the non-owner moment of flush position k with O_r = 0 (-1: not extra-large)
-    K = 0
-    h = 0
+    # columns over flush positions, packed (issue 21: 1e5 layers are 9e5 tensors; a dict or a tuple per tensor
+    # was ~100 MB more at once): the clone bytes, u, the clones before each, and each tensor's flush position
+    # by (group, index in the group) for the owner look-ups. Flat order visits a group's tensors by index,
+    # hook order (the reverse of model order) backwards
+    G = len(layouts)
+    pos = [array.array("q", itertools.repeat(-1, len(lay.numels))) for lay in layouts]
+    seen = [0] * G
+    cs = array.array("q")
+    us = array.array("q")
     for g, P, a, n in items:
+        j = seen[g]
+        seen[g] = j + 1
         if n <= 0 or not P:
             continue
-        c = n * D if n > rbs else 0
-        u = um.get((g, a), 0) if um else 0
-        ks_of[(g, a)] = len(cs)
-        cs.append(c)
-        us.append(u)
-        kall.append(K)
-        keys.append((((c + K + u) * M + u) * M + c + K) * M if c else -1)
-        if c:
-            h = max(h, 2 * c)
-            K += c
-    if not hook_order:
-        h = 0
+        pos[g][len(pos[g]) - 1 - j if hook_order else j] = len(cs)
+        cs.append(n * D if n > rbs else 0)
+        us.append(um.get((g, a), 0) if um else 0)
+    kall = array.array("q", itertools.accumulate(cs, initial=0))
+    h = 2 * max(cs, default=0) if hook_order else 0
     T = len(cs)
     points: set[int] = set()
     for lay in layouts:
@@ -3127,10 +3124,11 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
                 continue
             jl, jh = lay.meeting(r)
             lo, hi = r * P, (r + 1) * P
+            pg = pos[g]
             for j in range(jl, jh):
-                a, n = lay.starts[j], lay.numels[j]
-                k = ks_of.get((g, a)) if n > 0 else None
-                if k is not None:
+                k = pg[j]
+                if k >= 0:
+                    a, n = lay.starts[j], lay.numels[j]
                     own.append((k, min(a + n, hi) - max(a, lo)))
         own.sort()
         owned_of.append(own)
@@ -3146,19 +3144,25 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     stack_k: list[int] = []
     stack_v: list[int] = []
     q = 0
-    for k in range(T):
-        v = keys[k]
+    nq = len(queries)
+    for k in itertools.compress(range(T), cs):  # only the extra-large positions have a non-owner moment
+        while q < nq and queries[q][0] < k:
+            _, left, O, i = queries[q]
+            q += 1
+            x = bisect.bisect_left(stack_k, left)
+            if x < len(stack_k):
+                best[i] = max(best[i], stack_v[x] - O * M3M)
+        c, u, K = cs[k], us[k], kall[k]
+        v = (((c + K + u) * M + u) * M + c + K) * M  # the non-owner moment of position k with O_r = 0
         while stack_v and stack_v[-1] <= v:
             stack_k.pop()
             stack_v.pop()
         stack_k.append(k)
         stack_v.append(v)
-        while q < len(queries) and queries[q][0] == k:
-            _, left, O, i = queries[q]
-            q += 1
-            x = bisect.bisect_left(stack_k, left)
-            if x < len(stack_k) and stack_v[x] >= 0:
-                best[i] = max(best[i], stack_v[x] - O * M3M)
+    for _, left, O, i in queries[q:]:
+        x = bisect.bisect_left(stack_k, left)
+        if x < len(stack_k):
+            best[i] = max(best[i], stack_v[x] - O * M3M)
     for i, own in enumerate(owned_of):
         O = 0
         for k, sl in own:
