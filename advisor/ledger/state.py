@@ -497,8 +497,7 @@ def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) 
         idx = by[g]
         # p_i = zero3_partition_numel(n_i, W) = ceil(n_i / W), inlined (one call per tensor
         # was ~0.2 s of a 1M-tensor inventory)
-        parts = list(map(operator.neg, map(operator.floordiv, map(operator.neg, map(operator.attrgetter("numel"), map(
-            tensors.__getitem__, idx))), itertools.repeat(W))))
+        parts = [-(-tensors[i].numel // W) for i in idx]
         if sub_group_size is None or sub_group_size >= sum(parts):
             out.append(SubGroup(g, tuple(idx), sum(parts)))
             continue
@@ -518,11 +517,13 @@ def zero3_partition_sums(inventory: Inventory, W: int) -> tuple[int, int]:
     :func:`zero3_partition_numel` (§3.2): once per (tensor list, W), since movement, step time
     and generate's plans each ask for them (an O(tensors) pass apiece)."""
     def compute() -> tuple[int, int]:
-        # p_i = ceil(n_i / W) by C-level maps (a Python expression per tensor before, issue 21)
-        ts = inventory.tensors
-        parts = list(map(operator.neg, map(operator.floordiv, map(operator.neg, map(operator.attrgetter("numel"), ts)),
-                                            itertools.repeat(W))))
-        return sum(parts), sum(itertools.compress(parts, map(operator.attrgetter("trainable"), ts)))
+        a = t_ = 0
+        for t in inventory.tensors:
+            p = zero3_partition_numel(t.numel, W)
+            a += p
+            if t.trainable:
+                t_ += p
+        return a, t_
     return inventory.memo(("zero3_partition_sums", W), compute)
 
 
@@ -537,12 +538,6 @@ def zero3_persistent(inventory: Inventory, zero) -> list[bool]:
 
 
 def _zero3_persistent(inventory: Inventory, zero) -> list[bool]:
-    pt, mt = zero.param_persistence_threshold, zero.model_persistence_threshold
-    small = list(map(pt.__ge__, map(operator.attrgetter("numel"), inventory.tensors)))
-    if sum(itertools.compress(map(operator.attrgetter("numel"), inventory.tensors), small)) <= mt:
-        # the running persistent numel never passes the model threshold: n_i <= the parameter threshold
-        # alone decides (C-level, issue 21)
-        return small
     out = []
     tot = 0
     for t in inventory.tensors:
@@ -774,18 +769,14 @@ def autograd_pairs(inv: Inventory) -> dict[int, int]:
         # (9e5 of them at 1e5 layers, ~0.15 GB at once, for a model without biases, where no weight is
         # looked at; issue 21). A name ending ".bias" is what rpartition(".") splits into a non-empty
         # head and "bias"; the last tensor of a name wins, as before
-        # (the names ending so found by a C-level map, the rest of the tests on those only)
-        names = list(map(operator.attrgetter("name"), tensors))
         biases: dict[str, int] = {}
-        for i in itertools.compress(range(len(names)), map(operator.methodcaller("endswith", ".bias"), names)):
-            t = tensors[i]
-            if t.trainable and len(t.name) > 5:
+        for i, t in enumerate(tensors):
+            if t.trainable and len(t.name) > 5 and t.name.endswith(".bias"):
                 biases[t.name[:-5]] = i
         weights: dict[str, int] = {}
         if biases:
-            for i in itertools.compress(range(len(names)), map(operator.methodcaller("endswith", ".weight"), names)):
-                t = tensors[i]
-                if t.trainable and len(t.name) > 7 and t.name[:-7] in biases:
+            for i, t in enumerate(tensors):
+                if t.trainable and len(t.name) > 7 and t.name.endswith(".weight") and t.name[:-7] in biases:
                     weights[t.name[:-7]] = i
         out: dict[int, int] = {}
         for head, ib in biases.items():
@@ -4353,7 +4344,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         sub_n: list[collections.Counter] = []
         sub_p: list[dict[int, int]] = []
         for sg in sgs:
-            cn = collections.Counter(map(operator.attrgetter("numel"), map(inv.tensors.__getitem__, sg.tensors)))
+            cn = collections.Counter(inv.tensors[i].numel for i in sg.tensors)
             cp: dict[int, int] = {}
             for n, c in cn.items():
                 p = _ceil_div(n, W)
@@ -4664,9 +4655,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
             # moments, +12,653 B (1.02%) over the prep instant without it; at a 16-bit model the prep's
             # fp32 gradient and flat copy are larger, so it shows only in fp32
             big = inv.memo(("zero3_norm_partition", W),  # once per (tensor list, W): generate asks per plan
-                           # ceil(n / W) is non-decreasing in n: that of the largest trainable n (C-level max)
-                           lambda: _ceil_div(max(itertools.compress(map(operator.attrgetter("numel"), inv.tensors),
-                                                                    map(operator.attrgetter("trainable"), inv.tensors))), W))
+                           lambda: max(_ceil_div(t.numel, W) for t in inv.tensors if t.trainable))
             b.add("accelerator", "workspace", "grad_norm_fp64", big * 8, "step_norm",
                   f"max_i ceil(n_i/W) x 8 = {big} x 8 (the largest gradient partition cast to fp64 for its norm, "
                   "one at a time)",

@@ -224,16 +224,12 @@ class Inventory:
     @property
     def numel(self) -> int:
         """All parameters, trainable or frozen (elements; summed once per tensor list, see :meth:`memo`)."""
-        import operator
-        return self.memo(("numel",), lambda: sum(map(operator.attrgetter("numel"), self.tensors)))
+        return self.memo(("numel",), lambda: sum(t.numel for t in self.tensors))
 
     @property
     def trainable_numel(self) -> int:
         """Trainable parameters (elements; summed once per tensor list)."""
-        import operator
-        from itertools import compress
-        return self.memo(("trainable_numel",), lambda: sum(compress(map(operator.attrgetter("numel"), self.tensors),
-                                                                    map(operator.attrgetter("trainable"), self.tensors))))
+        return self.memo(("trainable_numel",), lambda: sum(t.numel for t in self.tensors if t.trainable))
 
     #: One memo of values derived from ``tensors`` (see :meth:`memo`); not part of the value.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -281,11 +277,6 @@ class Inventory:
         """Tensors split by optimizer param group, groups in index order, each in model order
         (fresh lists; the split itself is memoised, see :meth:`memo`)."""
         def split() -> tuple[tuple[TensorSpec, ...], ...]:
-            import operator
-            ts = self.tensors
-            if ts and set(map(operator.attrgetter("group"), ts)) == {0} and (
-                    not trainable_only or all(map(operator.attrgetter("trainable"), ts))):
-                return (tuple(ts),)  # one group of every tensor (C-level checks, issue 21)
             by: dict[int, list[TensorSpec]] = {}
             for t in self.tensors:
                 if trainable_only and not t.trainable:
