@@ -959,9 +959,8 @@ def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
         in_layer = in_layer_flags(inv)
         order = zero3_backward_grad_order(inv, linear)
         tensors = inv.tensors
-        # C-level maps (a Python expression per gradient before, issue 21)
-        ns = list(map(operator.attrgetter("numel"), map(tensors.__getitem__, order)))
-        return order, ns, bytes(map(in_layer.__getitem__, order)), _packed(itertools.accumulate(ns, initial=0))
+        ns = [tensors[i].numel for i in order]
+        return order, ns, bytes(in_layer[i] for i in order), _packed(itertools.accumulate(ns, initial=0))
     return inv.memo(("zero3_grad_columns", bool(linear)), compute)
 
 
@@ -985,8 +984,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
     F = inv.memo(("zero3_grad_padded_prefix", bool(linear), W),
-                 lambda: _packed(itertools.accumulate(map(operator.mul, map(operator.floordiv, map(
-                     operator.neg, ns), itertools.repeat(W)), itertools.repeat(-W)), initial=0)))  # ceil(n/W) x W
+                 lambda: _packed(itertools.accumulate((-(-n // W) * W for n in ns), initial=0)))
     # the flushes: a bucket started at position a is flushed as the gradient at p arrives, p the first with
     # P[p + 1] - P[a] > rbs (stage3.py l. 1583); that gradient starts the next bucket
     flushes: list[tuple[int, int]] = []
@@ -1070,7 +1068,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         g = _packed(map(during.__getitem__, mods))
         arrive = _packed(map(operator.add, nC, g))
         is_fetch = bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
-        fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))  # C-level (issue 21)
+        fetch = _packed(at_fetch[m] if f else 0 for m, f in zip(mods, is_fetch))
     else:
         at_end = 0
         g = None
@@ -1093,7 +1091,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         kept_end = vals[-1]
         arrive = _packed(map(operator.add, arrive, kept_at))
         if fetch is not None:
-            fetch = _packed(map(operator.mul, map(operator.add, fetch, kept_at), is_fetch))
+            fetch = _packed(v + k if f else 0 for v, k, f in zip(fetch, kept_at, is_fetch))
     # regions: before the first layer gradient 0, then a layer's 1, another module's 2
     f = inl.find(1)
     if f < 0:
@@ -1980,14 +1978,11 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
             at = _packed(map(acc.__getitem__, bounds))
             return _packed(map(operator.sub, itertools.islice(at, 1, None), at))
         mod_numel, mod_pad = per_module(numel), per_module(pad)
-        # per module, C-level maps (a generator expression per module was ~0.3 s each at 1e5 layers, issue 21):
-        # coalesced (>= 2 parameters, not sequential): its copies dn x D, else its own buffer pp x D
-        co = bytes(map((2).__le__, map(len, members))) if not seq else bytes(M)
-        f_during = _packed(map(operator.mul, map(tuple.__getitem__, zip(mod_pad, mod_numel), co),
-                               itertools.repeat(D)))
+        f_during = _packed(dn * D if c >= 2 and not seq else pp * D
+                           for dn, pp, c in zip(mod_numel, mod_pad, map(len, members)))
         # a coalesced module's fetch is its flat buffer + its copies; a single (or sequential) one its buffer
-        f_fetch = _packed(map(operator.add, f_during, map(operator.mul, mod_pad, map(operator.mul, co,
-                                                                                       itertools.repeat(D)))))
+        f_fetch = _packed(pp * D + dd if c >= 2 and not seq else dd
+                          for dd, pp, c in zip(f_during, mod_pad, map(len, members)))
     else:
         f_fetch, f_during = [0] * M, [0] * M
         for k, idx in enumerate(members):
@@ -2028,12 +2023,10 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     bucket, max_live, reuse = int(zero.prefetch_bucket_size), int(zero.max_live_parameters), int(zero.max_reuse_distance)
     coalesce = not seq
     # packed (8 bytes a value, not an int object each: issue 21's memory at 1e5 layers)
-    # C-level maps (no Python frame per parameter): D, or 0 for a persistent parameter, times n or pad
     def param_cols(numel: "Sequence[int]", pad: "Sequence[int]", keep: "Sequence[bool]") -> tuple:
-        lent_D = bytes(map(operator.not_, keep))
-        return (_packed(map(operator.mul, numel, map(operator.mul, lent_D, itertools.repeat(D)))),  # a waited coalesced param
-                _packed(map(operator.mul, pad, map(operator.mul, lent_D, itertools.repeat(D)))),    # a param in its own buffer
-                _packed(map(operator.mul, pad, itertools.repeat(D))))
+        return (_packed(0 if k else n * D for k, n in zip(keep, numel)),  # a waited coalesced param's bytes
+                _packed(0 if k else p * D for k, p in zip(keep, pad)),    # a param in its own buffer
+                _packed(p * D for p in pad))
     lr = None
     if rep is not None:
         from advisor.model.parallel import layer_repeat
