@@ -49,9 +49,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-#: The child reports its own peak RSS (KiB on Linux) on stderr at exit.
+#: The child reports its own peak RSS (KiB on Linux) on stderr at exit: its address space's VmHWM
+#: (/proc/self/status), since ru_maxrss keeps the pre-exec (vforked parent's) high-water mark across exec.
 CHILD = ("import atexit, resource, runpy, sys\n"
-         "atexit.register(lambda: print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))\n"
+         "def _hwm():\n"
+         "    try:\n"
+         "        return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+         "    except (OSError, StopIteration):\n"
+         "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+         "atexit.register(lambda: print('MAXRSS', _hwm(), file=sys.stderr))\n"
          "sys.argv = ['ds-advisor'] + sys.argv[1:]\n"
          "runpy.run_module('advisor', run_name='__main__')\n")
 
