@@ -248,3 +248,41 @@ def test_fetch_replay_periodic_forward_equals_reference_walk(seed):
     finally:
         state._ReplayJump.step = orig
     assert jumps  # the periods were found and skipped (else this compares nothing new)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_reduce_flush_walk_equals_whole_walk(seed, no_repeat):
+    # state._zero3_reduce_flush_walk (a gradient over the bucket, or contiguous_gradients off) skips whole
+    # periods of identical layers once the bucket's state at a layer's start repeats; against the walk over
+    # every gradient, on 4-40 layers, buckets from below the largest gradient to several layers, with and
+    # without gathered bytes per module (the same in every layer but a few at each end)
+    rng = random.Random(900 + seed)
+    for _ in range(20):
+        inv, _ = _layered(rng, (4, 40))
+        if not inv.has_trainable():
+            continue
+        largest = max(t.numel for t in inv.tensors if t.trainable)
+        rep = parallel.layer_repeat(inv)
+        layer = sum(t.numel for t in inv.tensors[rep.head:rep.head + rep.unit]) if rep else largest
+        rbs = rng.choice([max(1, largest // 2), largest, layer // 3 + 1, layer, 2 * layer + 5, 7 * layer // 3])
+        W, C = rng.randint(1, 8), rng.choice([2, 4])
+        contiguous, rs, norm, linear = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.8
+        gathered = None
+        if rng.random() < 0.5:
+            _, mod_of, names, _ = state.module_index(inv)
+            mrep = state._module_repeat(inv)
+            M = len(names)
+            at_fetch = [rng.randint(0, 900) for _ in range(M)]
+            during = [rng.randint(0, 900) for _ in range(M)]
+            if mrep is not None:
+                h, mu, c = mrep
+                ua, ud = [rng.randint(0, 900) for _ in range(mu)], [rng.randint(0, 900) for _ in range(mu)]
+                e0, e1 = rng.randint(0, 2), rng.randint(0, 2)
+                for t in range(e0, c - e1):
+                    at_fetch[h + t * mu:h + (t + 1) * mu] = ua
+                    during[h + t * mu:h + (t + 1) * mu] = ud
+            gathered = (list(mod_of), at_fetch, during, rng.randint(0, 900))
+
+        def run(i: Inventory):
+            return state._zero3_reduce_flush_walk(i, W, C, rbs, contiguous, rs, norm, gathered, linear)
+        assert run(_copy(inv)) == no_repeat(run, inv)

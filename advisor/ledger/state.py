@@ -1314,7 +1314,32 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
     g = 0  # parameters gathered at this moment (gathered given)
     kept = btail = 0  # tails kept by the flushes done; those of the bucket's gradients (kept at its flush)
     sibs = zero3_autograd_siblings(inv, linear)
-    for i in zero3_backward_grad_order(inv, linear):
+    order = zero3_backward_grad_order(inv, linear)
+    # identical layers (_flush_period, no tails): the bucket's state at a layer's first gradient (elements,
+    # count, flat elements, own whole elements, fp64 partition) decides the rest of the walk; once it repeats
+    # an earlier layer's, whole periods of layers are skipped: their moments equal those seen, and the state
+    # after them is the same (issue 21; tests/test_layer_repeat_identity.py compares with the whole walk)
+    per = None if tails else _flush_period(inv, order, _zero3_grad_columns(inv, linear)[2], gathered)
+    p0, v, R = per if per is not None else (-1, 1, 0)
+    mark, r_at, states = p0, 0, {}
+    skip_to = -1
+    for pos, i in enumerate(order):
+        if pos < skip_to:
+            continue
+        if pos == mark:
+            st = (held, count, flat, own, pmax)
+            r0 = states.get(st)
+            states[st] = r_at
+            mark = pos + v if r_at + 1 < R else -1
+            if r0 is not None and (R - r_at) // (r_at - r0):
+                skip_to = pos + (R - r_at) // (r_at - r0) * (r_at - r0) * v
+                mark = -1
+                if count:
+                    lo, hi = order[skip_to - count], order[skip_to - 1]
+                if gathered is not None:
+                    prev_mod = mod_of[order[skip_to - 1]]
+                continue
+            r_at += 1
         n = tensors[i].numel
         sb = sibs[i] * C if sibs is not None else 0  # its autograd sibling's gradient, whole beside it
         # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
