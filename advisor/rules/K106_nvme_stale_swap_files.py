@@ -1,8 +1,8 @@
 """K106 nvme-stale-swap-files: ``nvme_path`` holds swap files an earlier run left; counted as free space.
 
 A run that was killed leaves DeepSpeed's swap files under ``nvme_path/zero_stage_3``:
-``optimizer/rank{r}/*.tensor.swp`` and ``{dtype}params/rank{r}/*.tensor.swp``
-(:func:`advisor.ledger.state.swap_folder`). The filesystem counts them as used, but the next run
+``optimizer/rank{r}/*.tensor.swp`` and ``{dtype}params/rank{r}/*.tensor.swp``.
+The filesystem counts them as used, but the next run
 of this node's ranks frees that space itself: the parameter swapper empties its folder when it
 starts (``partitioned_param_swapper.py`` l.88, ``shutil.rmtree``) and the optimizer swapper
 rewrites its files by name (``optimizer_utils.py`` l.33, ``{param id}.tensor.swp``). So check
