@@ -513,3 +513,34 @@ def test_offload_microstep_groups_match_the_hook_walk(seed: int) -> None:
     copies = state._zero12_flush_replay(ec, inv, layouts, W)[10]
     got = state.zero12_offload_microstep_terms(ec, inv, layouts, W, wrapper).to_list()
     assert got == _walk_microstep(numels, None, W, rbs, 2, copies, groups, layouts)
+
+
+def test_zero1_overlap_offload_ga2_flush_by_hand() -> None:
+    """parity.TINY at W = 2, ZeRO-1 bf16, reduce_bucket_size 10,000, overlap_comm, CPU offload, GA 2. Micro-step
+    1's hooks move nothing (reduce_ready_partitions_and_remove_grads, stage_1_and_2.py l.2293-2295), so the
+    boundary's hooks (autograd order: l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight) meet every
+    param.grad whole. l2.weight (23,177 elements, flat [19,565, 42,742)) is over the bucket: cloned (l.1446) and
+    flushed by l1.bias's hook; at that flush l1.bias (301) and l1.weight (19,264) are still whole, and l1.bias's
+    autograd node has just made l1.weight's new gradient beside its old param.grad (19,264 more): u = (301 +
+    19,264 + 19,264) x 2 = 77,658 B. P = 43,212 / 2 = 21,606 (2 B alignment padding), so rank 1's slice of
+    l2.weight is 42,742 - 21,606 = 21,136 elements (fp64 copy 169,088 B, l.1886). Engine
+    (z1_bf16_overlap_oo_cpu_tbsga2_bigtensor_w2, rank 1's backward:2 peak): l.1886 169,120 B (the slice and 32
+    B of norm scalars), engine.py l.3428 77,662 B, l.1446 46,354 B. The clone is made beside those same
+    gradients, under that moment: h = 0, and micro-step 1 clones nothing."""
+    from advisor.model.inventory import from_dict
+    sys_path = __import__("os").path.join(__import__("os").path.dirname(__file__), "engine")
+    __import__("sys").path.insert(0, sys_path)
+    import parity
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000, "overlap_comm": True,
+                                                 "offload_optimizer": {"device": "cpu"}}})
+    wrapper = state.select_optimizer(ec)[0]
+    assert state.zero12_offload_flush_modeled(ec, wrapper, 2)
+    inv = from_dict(parity.TINY, "tiny")
+    layout = state.zero12_group_layout(tuple(t.numel for t in inv.tensors), 2, 2, False)
+    assert layout.P == 21606
+    got = state.zero12_offload_reduce_terms(ec, [layout], 2, wrapper, inv, 2).to_list()
+    assert got[1] == (21136, 23177 * 2, 0, (301 + 19264 + 19264) * 2)
+    # the flat-copy moment (zero12_offload_flush_bytes): at l1.bias's flush, l2.weight's clone (46,354 B) and
+    # allreduce_bucket's flat copy of it (l.2367: it spans both ranks' slices, 46,354 B) beside the same u
+    assert state.zero12_offload_flush_bytes(ec, inv, [layout], 2, wrapper, 2) == 2 * 23177 * 2 + 77658

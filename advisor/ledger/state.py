@@ -2981,15 +2981,21 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     rbs = int(ec.zero.reduce_bucket_size)
     D = DTYPE_BYTES[ec.model_dtype]
     unmoved: dict = {}
+    held = False
     seq = None  # ZeRO-1 with overlap_comm: the flushes in hook order (the replay's), not the flat buffer's
     if inv is not None and zero12_offload_flush_modeled(ec, wrapper, ga):
         D_, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
+        held = zero12_boundary_holds_all(ec, ga)  # every unmoved gradient whole, in hook order too
         if ec.zero.stage == 1 and st == 2:
             seq = order
         for ks, trig in flushes:
             if trig is None:
                 continue
-            u = (hooked[trig] if st == 2 else csum[T] - csum[trig]) * D_
+            # held (ZeRO-1 overlap_comm, GA > 1): the trigger's autograd sibling is made whole beside the
+            # sibling's own micro-step-1 param.grad (engine z1_bf16_overlap_oo_cpu_tbsga2_bigtensor_w2: rank 1's
+            # l2.weight flush held l1.bias, l1.weight and l1.weight's new gradient, 77,662 B, engine.py l.3428)
+            u = (hooked[trig] if st == 2 and not held else
+                 csum[T] - csum[trig] + (hooked[trig] - order.numels[trig] if held else 0)) * D_
             for k in ks:
                 g, a0, _ = order[k]
                 unmoved[(g, a0)] = u
@@ -3000,7 +3006,8 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     if not clones:
         rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
     if unmoved or (xl and ec.zero.stage == 1):
-        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq)
+        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
+                                           hook_clone=not held)
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
     key = ("offload_reduce_terms", W, rbs, D)
@@ -3014,7 +3021,7 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
 
 def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int,
                                 unmoved: "dict | None" = None, zero1: bool = False,
-                                seq: "_FlushOrder | None" = None) -> Runs:
+                                seq: "_FlushOrder | None" = None, hook_clone: bool = True) -> Runs:
     """:func:`zero12_offload_reduce_terms` with an extra-large gradient or gradients not yet in the
     bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed. ``zero1``: c_r also holds
     the clones of earlier extra-large gradients rank r owns no part of, kept to the end of the epilogue
@@ -3025,7 +3032,9 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     clone's own moment there (the gradients not yet moved, the autograd gradient and its clone) is not
     modelled; the engine's cells peak at the norm copies (z1_bf16_oo_cpu_smallbucket_w4). With
     ``overlap_comm`` the clone is made in its hook, where only its autograd gradient and the clone are the
-    reduce's (h = 2 x n_p x D, as ZeRO-2's). Engine: z1_bf16_oo_cpu_xgroups_w2 (two groups, a kept clone
+    reduce's (h = 2 x n_p x D, as ZeRO-2's), unless ``hook_clone`` is False: at GA > 1 the boundary's hooks
+    clone beside every unmoved gradient (:func:`zero12_boundary_holds_all`), a moment under the flush's norm
+    copies with the same gradients (u), so h = 0 as in the epilogue, and micro-step 1 clones nothing. Engine: z1_bf16_oo_cpu_xgroups_w2 (two groups, a kept clone
     of the other group's gradient), z1_bf16_overlap_oo_cpu_bigtensor_w2."""
     M = _XL_M
     um = unmoved or {}
@@ -3036,7 +3045,7 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     else:
         items = ((g, lay.P, a, n) for g, lay in enumerate(layouts) for a, n in zip(lay.starts, lay.numels))
     if zero1:
-        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order)
+        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order, hook_clone)
 
     def pack(s: int, c: int, u: int = 0) -> int:
         return (((s * 8 + c + u) * M + u) * M + c) * M + s
@@ -3081,7 +3090,8 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
 
 
 def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int, um: dict,
-                              items: "Iterable[tuple[int, int, int, int]]", hook_order: bool) -> Runs:
+                              items: "Iterable[tuple[int, int, int, int]]", hook_order: bool,
+                              hook_clone: bool = True) -> Runs:
     """:func:`_zero12_offload_reduce_runs` for ZeRO-1 with several param groups or in hook order
     (``items``: (group, P, flat start, numel) in flush order): per rank r the largest of, over the
     tensors p it owns part of, s_{p,r} x 8 + c_p + u_p + kept_r(p), and over the extra-large p it owns
@@ -3115,7 +3125,7 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
         cs.append(n * D if n > rbs else 0)
         us.append(um.get((g, a), 0) if um else 0)
     kall = array.array("q", itertools.accumulate(cs, initial=0))
-    h = 2 * max(cs, default=0) if hook_order else 0
+    h = 2 * max(cs, default=0) if hook_order and hook_clone else 0
     T = len(cs)
     points: set[int] = set()
     for lay in layouts:
@@ -3204,11 +3214,13 @@ def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str, ga: int = 1)
     clone (l.2272-2274; the kept ones in hook order, :func:`_zero12_offload_reduce_runs`'s ``seq``). Engine
     z1_bf16_overlap_oo_cpu_bigtensor_w2 (2026-12-06): backward:1 rank 0 +38,580 B (l1.weight's clone, l.1446),
     rank 1 +85,548 B (l2.weight's clone and l1's gradients whole at l1.bias's flush) without the replay. At
-    GA > 1 (the boundary's hooks meet micro-step 1's param.grad) it is not replayed. ``ga``: the plan's
-    gradient accumulation steps."""
+    GA > 1 the boundary's hooks meet every param.grad micro-step 1 left (:func:`zero12_boundary_holds_all`):
+    the same hook order, with the trigger and every later gradient whole at a flush, as ZeRO-1's epilogue.
+    Engine z1_bf16_overlap_oo_cpu_tbsga2_bigtensor_w2 (2026-12-06), before: backward:2/4 rank 0 +38,578 B
+    (l1.weight's clone, l.1446), rank 1 +124,076 B (l2.weight's clone 46,354 B and 77,662 B of param.grad made
+    in micro-step 1's backward, engine.py l.3428). ``ga``: the plan's gradient accumulation steps."""
     z = ec.zero
-    return (z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
-            and not (z.stage == 1 and z.overlap_comm and ga > 1))
+    return z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
 
 
 def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
@@ -3229,15 +3241,18 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     Measured (tests/engine/test_peak_parity.py, TINY at W = 4, one flush of all 43,209 elements):
     z2_bf16_oo_cpu_w4 ranks 1 and 3, whose largest slices are 8,460 and 10,330 elements (fp64 67,680
     and 82,640 B), peak at the flat copy, 86,418 B = N x 2; z1_fp16_oo_cpu_w4 rank 1 at the N x 2 B
-    of autograd gradients. 0 without contiguous_gradients or with overlap_comm at ZeRO-1 (not modelled).
+    of autograd gradients. 0 without contiguous_gradients. ZeRO-1 with ``overlap_comm`` at GA > 1 flushes in hook order
+    with every unmoved gradient whole (:func:`zero12_boundary_holds_all`): the ZeRO-1 formula over that order.
     Bytes."""
     if not (layouts and zero12_offload_flush_modeled(ec, wrapper, ga)):
         return 0
-    D, _, st, _, _, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
-    if st == 2:
+    D, _, st, _, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    if st == 2 and not zero12_boundary_holds_all(ec, ga):
         return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
                     for j, (_, trig) in enumerate(flushes)), default=0)
-    return max([csum[T] * D] + [copies[j] + (0 if trig is None else (csum[T] - csum[trig]) * D) + xl[j]
+    # ZeRO-1 overlap_comm at GA > 1 (st 2, hook order): the trigger's autograd sibling is whole too
+    sib = (lambda k: hooked[k] - sizes[k]) if st == 2 else (lambda k: 0)
+    return max([csum[T] * D] + [copies[j] + (0 if trig is None else (csum[T] - csum[trig] + sib(trig)) * D) + xl[j]
                                 for j, (_, trig) in enumerate(flushes)])
 
 

@@ -451,6 +451,17 @@ CELLS = [
     ("z1_bf16_overlap_oo_cpu_bigtensor_w2", _cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True,
                                                  offload_optimizer={"device": "cpu"}), 2, False, parity.TINY,
      {"linear": True}),
+    # the same at GA 2 (issue 15): the boundary's hooks meet every param.grad micro-step 1 left
+    # (state.zero12_boundary_holds_all), in hook order, and the trigger's autograd sibling is made whole beside its
+    # own old param.grad. Before (2026-12-06, state.zero12_offload_flush_modeled False here) backward:2/4 rank 0
+    # +38,578 B (l1.weight's clone, stage_1_and_2.py l.1446), rank 1 +124,076 B (l2.weight's clone 46,354 B and
+    # 77,662 B of gradients, engine.py l.3428, at l2.weight's flush's fp64 norm copy, l.1886); replaying the flushes
+    # with ZeRO-2's hook moment (2 x clone in micro-step 1) put backward:1 +92,708 B over. Now every phase within
+    # 0.16% (the forward's proxy scalars) on both ranks
+    ("z1_bf16_overlap_oo_cpu_tbsga2_bigtensor_w2", {**_cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True,
+                                                          offload_optimizer={"device": "cpu"}),
+                                                   "train_batch_size": 4}, 2, False, parity.TINY,
+     {"linear": True, "steps": 4}),
 ]
 
 
