@@ -171,8 +171,9 @@ def test_noncontig_groups_step_frees_each_group_by_hand() -> None:
         assert (at["first_step:g0:prep"], at["first_step:g0:update"]) == (prep, upd), r
 
 
-def test_noncontig_not_modelled_at_zero1() -> None:
-    # ZeRO-1 without contiguous_gradients is not replayed; at ZeRO-2 overlap_comm (previous_reduced_grads,
+def test_noncontig_modelled_at_zero1_only_at_ga1_one_group() -> None:
+    # ZeRO-1 without contiguous_gradients is replayed at GA 1 with one param group only
+    # (test_zero1_noncontig_transients_by_hand); at ZeRO-2 overlap_comm (previous_reduced_grads,
     # l.2264-2267: the walk above), GA > 1 (test_noncontig_accumulation_keeps_the_slice_gradients_by_hand) and
     # several param groups (the groups walk) are
     base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
@@ -185,7 +186,10 @@ def test_noncontig_not_modelled_at_zero1() -> None:
     assert state.zero12_transients_modeled(plain, w, 2, 1)
     assert state.zero12_transients_modeled(plain, w, 1, 2)
     z1 = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False}})
-    assert not state.zero12_transients_modeled(z1, state.select_optimizer(z1)[0], 1, 1)
+    w1 = state.select_optimizer(z1)[0]
+    assert state.zero12_transients_modeled(z1, w1, 1, 1)
+    assert not state.zero12_transients_modeled(z1, w1, 2, 1)
+    assert not state.zero12_transients_modeled(z1, w1, 1, 2)
     assert state.zero12_transients_modeled(plain, w, 1, 1)
 
 
@@ -216,3 +220,26 @@ def test_noncontig_accumulation_keeps_the_slice_gradients_by_hand(overlap: bool)
         live = {x.key for x, ents in zip(tl.instants, tl.entries) if any(n == "prev_grads_in_partition" for n, *_ in ents)}
         assert {"forward:2", "backward:2", "reduce", "steady:forward"} <= live, (r, live)
         assert not live & {"forward:1", "backward:1", "reduce:1", "first_step:norm", "first_step:update"}, (r, live)
+
+
+def test_zero1_noncontig_transients_by_hand() -> None:
+    """parity.TINY at W = 2, ZeRO-1 bf16 without contiguous_gradients, reduce_bucket_size 10,000. The epilogue
+    (reduce_gradients l.971-976) puts the gradients in the bucket by reference in model order: l1.weight (19,264)
+    alone, l1.bias (301) alone, l2.weight (23,177) alone, then l2.bias + l3.weight + l3.bias (77 + 385 + 5 = 467) at
+    the end; a bucket of one tensor is flattened as a view, so the largest flat copy (allreduce_bucket l.2367) is
+    467 x 2 = 934 B, beside all 43,209 x 2 = 86,418 B of gradients, whole to the step (no partition copy at ZeRO-1
+    without contiguous_gradients, l.2272). The step's fp64 norm copy: the rank's largest slice x 8 (P = 21,606;
+    rank 0 meets l1.weight whole, 19,264 x 8 = 154,112 B; rank 1 l2.weight's 42,742 - 21,606 = 21,136 elements,
+    169,088 B). Engine (z1_bf16_noncontig_smallbucket_w2, 2026-12-06): backward 934 B at l.2367 beside 86,418 B of
+    engine.py l.3428 gradients; step l.2684 154,120 / 169,096 B (+8 B of norm scalars)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    import parity
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000,
+                                                 "contiguous_gradients": False}})
+    inv = from_dict(parity.TINY, "tiny")
+    layout = state.zero12_group_layout(tuple(t.numel for t in inv.tensors), 2, 2, False)
+    got = state.zero12_backward_transients(ec, inv, [layout], 2, 1).to_list()
+    assert got == [(0, 934 + 86418, 154112), (0, 934 + 86418, 169088)]

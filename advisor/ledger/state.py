@@ -3460,13 +3460,19 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing;
     z2_bf16_noncontig_overlap_normlife_w2: a gradient outside the slice kept to the next flush;
     z2_bf16_noncontig_groups_tbsga2_w2: several groups, each stepped apart with its own gradients);
-    ``groups`` = the plan's trainable param groups. Other plans keep the lifetimes of the module docstring."""
+    ``groups`` = the plan's trainable param groups. ZeRO-1 with ``contiguous_gradients`` off at GA 1 and one param
+    group: every gradient whole to the step beside each flush's flat copy (:func:`zero12_backward_transients`;
+    z1_bf16_noncontig_smallbucket_w2: backward:1/2 were -84,518 / -46,328 B on ranks 0 / 1 and step:2 +24,512 /
+    +39,488 B with the coarse lifetimes; z1_bf16_noncontig_w2, one flush, matched too). At GA > 1 or with several
+    groups it is not (z1_bf16_noncontig_tbsga2_w2, coarse, 2026-12-06: forward:2 +86,474 B, micro-step 1's
+    gradients; backward:1 -85,446 / -47,256 B; step:4 +24,512 / +39,488 B). Other plans keep the lifetimes of the
+    module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
             and (z.contiguous_gradients
-                 or z.stage == 2))
+                 or z.stage == 2 or (ga == 1 and groups == 1)))
 
 
 class _FlushOrder:
@@ -3793,6 +3799,19 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     held = zero12_boundary_holds_all(ec, ga)
+    if not ec.zero.contiguous_gradients and ec.zero.stage == 1:
+        # ZeRO-1 without contiguous_gradients (GA 1, :func:`zero12_transients_modeled`): the epilogue puts each
+        # gradient in the bucket by reference (a gradient over RBS too: the extra-large path is the contiguous
+        # branch's, l.1441-1449) and a flush copies nothing into a partition (l.2272: ``if
+        # self.contiguous_gradients and ...``), so all N x D stay whole beside each flush's flat copy: reduce_ipg_grads
+        # -> _buffered_reduce_fallback_preserving_fp32 (l.2232) -> allreduce_bucket's ``self.flatten(bucket)``
+        # (l.2367), the bucket's elements x D, a view for a bucket of one tensor (as _zero12_noncontig_transients).
+        # The step's fp64 norm copy (get_grad_norm_direct l.2684) as the contiguous plans'. Engine (TINY, W 2):
+        # z1_bf16_noncontig_smallbucket_w2 backward 934 B of flat copy (l2.bias, l3.weight, l3.bias) beside the
+        # 86,418 B of gradients; z1_bf16_noncontig_w2 (one flush) the whole N x D flat copy
+        whole = csum[T] * D
+        R = max(((csum[ks.stop] - csum[ks.start]) * D for ks, _ in flushes if len(ks) > 1), default=0) + whole
+        return zero12_largest_slices(layouts, W).map(lambda sl: (0, R, sl * 8))
     if not ec.zero.contiguous_gradients:
         return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes, inv)
     F = len(flushes)

@@ -461,8 +461,9 @@ CELLS = [
     ("z1_bf16_overlap_oo_cpu_tbsga2_bigtensor_w2", {**_cfg(1, "bf16", reduce_bucket_size=10000, overlap_comm=True,
                                                           offload_optimizer={"device": "cpu"}),
                                                    "train_batch_size": 4}, 2, False, parity.TINY,
-     {"linear": True, "steps": 4}),    # ZeRO-1 without contiguous_gradients (issue 15): still the coarse lifetimes (state.zero12_transients_modeled
-    # takes contiguous_gradients off at ZeRO-2 only); its residuals are in UNMATCHED_ISSUE15
+     {"linear": True, "steps": 4}),
+    # ZeRO-1 without contiguous_gradients (issue 15): every gradient whole to the step beside each flush's flat
+    # copy (state.zero12_backward_transients); before, the coarse lifetimes (UNMATCHED_ISSUE15's note)
     ("z1_bf16_noncontig_smallbucket_w2", _cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000), 2,
      False, parity.TINY, {"linear": True}),
 ]
@@ -509,28 +510,17 @@ UNMATCHED_LINEAR: dict = {}
 #: z3_fp32_nonpersist_w2 matches in every phase (the newcomer's step:1 -15.8% / step:2 +15.8% did not
 #: reproduce); only its first backward is in RACY, as z3_fp32_zinit_w2's. z0_bf16_w2's step:1/step:2 were
 #: +172,860 B (fused_optimizer.py l.287's per-parameter fp32 copies), now state fp32_grad_copies.
-#: Still coarse (2026-12-06, measured here, both ranks, engine - ledger): ZeRO-1 with contiguous_gradients off.
-#: Its epilogue (reduce_gradients l.971-976) puts each gradient in the bucket by reference, and at ZeRO-1 a flush
-#: copies nothing into a partition (l.2272: ``if self.contiguous_gradients and ...``), so every 16-bit gradient
-#: (N x D = 86,418 B, engine.py l.3428) stays whole from its backward to the step, beside the largest flush's flat
-#: copy (allreduce_bucket l.2367: 934 B here, whose buckets over two ranks' slices are the small ones; a bucket of
-#: one tensor is flattened as a view), with no ipg buffer (setup_buckets: contiguous_gradients only); the step
-#: holds the partition's fp64 norm copy (get_grad_norm_direct l.2684). The ledger keeps the coarse lifetimes:
-#: backward:1/2 -84,518 / -84,514 B on rank 0 (-24.5% / -16.3%) and -46,328 / -46,324 B on rank 1 (the coarse
-#: backward holds about N x D resp. half of it more than the whole gradients and the flat copy), step:2 +24,512 B (rank 0) / +39,488 B (rank 1) (the norm
-#: copy, l.2684, 154,120 / 169,096 B, missing). Taking it into zero12_backward_transients as if contiguous
-#: (probed, not landed) matched at the default bucket (z1_bf16_noncontig_w2, one flush: every phase within
-#: 0.03%) but here left backward:1/2 45,388 B over on both ranks, and at GA 2 (z1_bf16_noncontig_tbsga2_w2)
-#: backward:1 46,316 B and backward:2 6,412 B over: the contiguous model's per-gradient moves and the GA terms
-#: (accumulate_grad_new, ipg_bucket_accumulated) do not hold here. Coarse at GA 2 it was forward:2 +86,474 B
-#: (+50.0%, micro-step 1's gradients), backward:1 -85,446 B, backward:2 rank 1 +39,156 B (the flat copy).
-UNMATCHED_ISSUE15: dict = {
-    "z1_bf16_noncontig_smallbucket_w2": {
-        "backward:1": "-84,518 B (rank 0), -46,328 B (rank 1): coarse lifetimes over the whole gradients + flat copy",
-        "backward:2": "-84,514 B (rank 0), -46,324 B (rank 1): as backward:1",
-        "step:2": "+24,512 B (rank 0), +39,488 B (rank 1): the fp64 norm copy, l.2684, missing",
-    },
-}
+#: z1_bf16_noncontig_smallbucket_w2 (ZeRO-1 without contiguous_gradients, 2026-12-06) was here with the coarse
+#: lifetimes: backward:1/2 -84,518 / -84,514 B on rank 0 (-24.5% / -16.3%) and -46,328 / -46,324 B on rank 1, step:2
+#: +24,512 / +39,488 B (the fp64 norm copy, l.2684, missing). Its epilogue (reduce_gradients l.971-976) puts each
+#: gradient in the bucket by reference and a ZeRO-1 flush copies nothing into a partition (l.2272), so every
+#: 16-bit gradient (N x D = 86,418 B, engine.py l.3428) stays whole to the step beside the largest flush's flat copy
+#: (allreduce_bucket l.2367: 934 B here; a bucket of one tensor is flattened as a view). Now
+#: state.zero12_backward_transients models it at GA 1 with one param group: every phase within 1% on both ranks.
+#: Still coarse: the same at GA > 1 (z1_bf16_noncontig_tbsga2_w2, measured once, not a cell: forward:2 +86,474 B
+#: (+50.0%, micro-step 1's gradients), backward:1 -85,446 / -47,256 B (ranks 0 / 1), backward:2 rank 1 +39,156 B
+#: (the flat copy), step:4 +24,512 / +39,488 B) and with several param groups (not measured).
+UNMATCHED_ISSUE15: dict = {}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
 #: fp32, so averaged_gradients ((I_r + P - Cov_r) x 4: 170,968 B on rank 0, 94,588 B on rank 1) stood in
