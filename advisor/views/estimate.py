@@ -228,7 +228,8 @@ class EstimateResult:
             "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective},
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
             "sharding": _sharding_words(self.plan.cluster, z.stage),
-            "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch, "checkpointing": w.checkpointing,
+            "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch or ec.train_micro_batch_size_per_gpu or 1,
+                         "checkpointing": w.checkpointing,
                          "attention": w.attention},
             "runtime_overhead": ("the accelerator fit row adds per-rank runtime overhead terms (fit[].overhead: "
                                  "CUDA context, NCCL buffers, allocator reserve, DeepSpeed extras), each with its "
