@@ -156,7 +156,9 @@ def expected(cell: dict[str, Any]) -> dict[str, Any]:
         # ... and ZeRO-3's kept NVMe gradient tails, whole once backward has returned (life "step" where the
         # flush walk counts them flush by flush inside backward: state.zero3_flush_grad_tails)
         bwd.update({k: v for k, v in model_state_bytes(rl, ("step",)).items() if k == "opt_unswapped_grad_tails"})
-        ranks[rl.rank] = {"steady": fold_for_cpu(model_state_bytes(rl, ("persistent",))),
+        # resting after a step: "persistent" and what lives as persistent from the first reduce on (ZeRO-2
+        # CPU offload's host accumulation buffer at GA > 1, made by micro-step 1's reduce: timeline.py)
+        ranks[rl.rank] = {"steady": fold_for_cpu(model_state_bytes(rl, ("persistent", "from_first_reduce"))),
                           "bwd": fold_for_cpu(bwd),
                           "in_step": fold_for_cpu({k: v for k, v in model_state_bytes(rl, ("step",)).items()
                                                    if k != "opt_unswapped_grad_tails"})}
