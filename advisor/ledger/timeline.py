@@ -184,6 +184,30 @@ class Instant:
 
 
 @dataclass(frozen=True)
+class LoadOptions:
+    """The inputs a :class:`LoadAssumption` was resolved from (:func:`resolve_load`'s arguments but the
+    config), so a caller that changes the ZeRO stage (a fix, :func:`advisor.views.fixes._load_for`)
+    resolves the load again from them rather than from the assumption's words.
+
+    ``zero_init``, ``dtype``, ``low_cpu_mem_usage``: what the user gave (``--zero-init`` /
+    ``--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage`` / ``--no-low-cpu-mem-usage``), None
+    where nothing was given and the value was assumed; ``hf``: the HF Trainer loads the model
+    (``--hf`` or an accelerate file); ``hf_is_zero3``: the Trainer's ``is_zero3()`` of the config as
+    written (:func:`hf_zero3`); ``checkpoint_dtype``: the model config.json's dtype
+    (:func:`checkpoint_load_dtype`); ``accelerate``: ``zero_init`` is accelerate's
+    ``zero3_init_flag`` as resolved for the written stage, not a flag
+    (:func:`advisor.views.estimate.load_assumption`)."""
+
+    zero_init: bool | None = None
+    dtype: str | None = None
+    low_cpu_mem_usage: bool | None = None
+    hf: bool = False
+    hf_is_zero3: bool | None = None
+    checkpoint_dtype: str | None = None
+    accelerate: bool = False
+
+
+@dataclass(frozen=True)
 class LoadAssumption:
     """How the model is materialised before ``deepspeed.initialize`` (see the module docstring).
 
@@ -200,6 +224,9 @@ class LoadAssumption:
     #: HF from_pretrained under ZeRO-3 (zero.Init): the dtype of the checkpoint's state dict rank 0
     #: loads whole after the model is built (:func:`hf_state_dict_entries`); None: no such step.
     state_dict_dtype: str | None = None
+    #: What it was resolved from (:class:`LoadOptions`; by default nothing given, no HF Trainer).
+    #: Not part of the assumption's value (equality) nor of its JSON.
+    options: LoadOptions = field(default=LoadOptions(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"zero_init": self.zero_init, "zero_init_source": self.zero_init_source, "dtype": self.dtype,
@@ -274,7 +301,8 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     # HF under ZeRO-3: rank 0 reads the checkpoint's tensors as stored (no cast): its dtype, else
     # the load dtype assumed for it (transformers modeling_utils.py _load_pretrained_model)
     sd = (checkpoint_dtype if checkpoint_dtype in LOAD_DTYPES else dt) if hf and zi else None
-    return LoadAssumption(zi, zs, dt, ds, lc, ls, sd)
+    return LoadAssumption(zi, zs, dt, ds, lc, ls, sd, LoadOptions(zero_init, dtype, low_cpu_mem_usage, hf,
+                                                                  hf_is_zero3, checkpoint_dtype))
 
 
 def checkpoint_load_dtype(hf_config: dict[str, Any] | None) -> str | None:

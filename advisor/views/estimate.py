@@ -377,7 +377,7 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
     if zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
         from dataclasses import replace
         flag = launch.plugin.zero3_init_flag
-        load = replace(load, zero_init_source=(
+        load = replace(load, options=replace(load.options, accelerate=True), zero_init_source=(
             f"accelerate: deepspeed_config.zero3_init_flag {str(flag).lower()}" if flag is not None else
             "accelerate: zero3_init_flag not set, so zero.Init follows ZeRO-3 (DeepSpeedPlugin: is_zero3())")
             + (f" (no zero.Init below ZeRO-3: stage {plan.config.zero.stage})" if flag and not z3i else ""))

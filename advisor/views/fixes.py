@@ -383,7 +383,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                        derived={})
 
     def judged(cand: FitCandidate, p: "Plan") -> FitCandidate:
-        pf = fit(p, _capacity_for(p, capacity, hardware), overhead, load=_load_for(load, p, plan, hf), hf=hf)
+        pf = fit(p, _capacity_for(p, capacity, hardware), overhead, load=_load_for(load, p, plan), hf=hf)
         cand.verdict = pf.verdict
         cand.need = {r.tier: r.need for r in pf.rows}
         cand.verdicts = {r.tier: r.verdict for r in pf.rows}
@@ -431,25 +431,27 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     return out
 
 
-def _load_for(load: "LoadAssumption", p: "Plan", plan: "Plan", hf: bool) -> "LoadAssumption":
+def _load_for(load: "LoadAssumption", p: "Plan", plan: "Plan") -> "LoadAssumption":
     """The load assumption a candidate ``p`` runs with when it changes ``plan``'s ZeRO stage:
-    zero.Init is resolved again for the new stage (:func:`advisor.ledger.timeline.resolve_load`:
-    assumed, or the HF Trainer's choice, exactly at ZeRO-3; a ``--zero-init`` / ``--no-zero-init``
-    flag kept as given), so a fix that moves to ZeRO-3 is judged as ``estimate --set
-    zero_optimization.stage=3`` judges it. The load dtype, low_cpu_mem_usage and the state dict's
-    dtype stay as resolved for ``plan``. ``load`` itself for an unchanged stage."""
+    resolved again for the new stage from the options ``load`` was resolved from
+    (``load.options``, :class:`advisor.ledger.timeline.LoadOptions`, with
+    :func:`advisor.ledger.timeline.resolve_load`): zero.Init assumed, or the HF Trainer's choice,
+    exactly at ZeRO-3 (the Trainer's ``is_zero3()`` of the candidate's stage, which ``--set`` writes
+    as a number); a ``--zero-init`` / ``--no-zero-init`` flag, ``--load-dtype`` and
+    ``--low-cpu-mem-usage`` kept as given; so a fix that moves to ZeRO-3 is judged as ``estimate
+    --set zero_optimization.stage=3`` judges it. Under an accelerate file whose ``zero3_init_flag``
+    chose zero.Init for the written stage, ``load`` as it is (not re-derived here). ``load`` itself
+    for an unchanged stage."""
     if load is None or p.config.zero.stage == plan.config.zero.stage:
         return load
+    o = load.options
+    if o.accelerate:
+        return load  # accelerate's zero3_init_flag as resolved for the written stage: not re-derived here
     from advisor.ledger.timeline import resolve_load
 
-    src = load.zero_init_source
-    flag = True if src == "--zero-init" or src.startswith("--zero-init ignored") else (
-        False if src == "--no-zero-init" else None)
-    if flag is None and src.startswith("accelerate:"):
-        return load  # accelerate's zero3_init_flag as resolved for the written stage: not re-derived here
-    r = resolve_load(p.config, flag, hf=hf, hf_is_zero3=(p.config.zero.stage == 3) if hf else None)
-    sd = (load.state_dict_dtype or load.dtype) if hf and r.zero_init else None
-    return replace(load, zero_init=r.zero_init, zero_init_source=r.zero_init_source, state_dict_dtype=sd)
+    return resolve_load(p.config, o.zero_init, o.dtype, o.low_cpu_mem_usage, hf=o.hf,
+                        hf_is_zero3=(p.config.zero.stage == 3) if o.hf else None,
+                        checkpoint_dtype=o.checkpoint_dtype)
 
 
 #: At most this many single candidates are paired (so at most 15 pairs are re-estimated), those
