@@ -171,9 +171,10 @@ def test_noncontig_groups_step_frees_each_group_by_hand() -> None:
         assert (at["first_step:g0:prep"], at["first_step:g0:update"]) == (prep, upd), r
 
 
-def test_noncontig_modelled_at_zero1_only_at_ga1_one_group() -> None:
-    # ZeRO-1 without contiguous_gradients is replayed at GA 1 with one param group only
-    # (test_zero1_noncontig_transients_by_hand); at ZeRO-2 overlap_comm (previous_reduced_grads,
+def test_noncontig_modelled_at_zero1_with_overlap_only_at_ga1_one_group() -> None:
+    # ZeRO-1 without contiguous_gradients is replayed at any GA and param groups without overlap_comm
+    # (test_zero1_noncontig_transients_by_hand, test_zero1_noncontig_accumulation_by_hand), with it at GA 1 and one
+    # param group only (its boundary hooks at GA > 1: state.zero12_transients_modeled); at ZeRO-2 overlap_comm (previous_reduced_grads,
     # l.2264-2267: the walk above), GA > 1 (test_noncontig_accumulation_keeps_the_slice_gradients_by_hand) and
     # several param groups (the groups walk) are
     base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
@@ -185,11 +186,18 @@ def test_noncontig_modelled_at_zero1_only_at_ga1_one_group() -> None:
     assert state.zero12_transients_modeled(ov, w, 1, 1)
     assert state.zero12_transients_modeled(plain, w, 2, 1)
     assert state.zero12_transients_modeled(plain, w, 1, 2)
-    z1 = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False}})
+    z1 = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False,
+                                                         "overlap_comm": False}})
     w1 = state.select_optimizer(z1)[0]
     assert state.zero12_transients_modeled(z1, w1, 1, 1)
-    assert not state.zero12_transients_modeled(z1, w1, 2, 1)
-    assert not state.zero12_transients_modeled(z1, w1, 1, 2)
+    assert state.zero12_transients_modeled(z1, w1, 2, 1)
+    assert state.zero12_transients_modeled(z1, w1, 1, 2)
+    assert state.zero12_transients_modeled(z1, w1, 4, 3)
+    z1o = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False,
+                                                          "overlap_comm": True}})
+    assert state.zero12_transients_modeled(z1o, w1, 1, 1)
+    assert not state.zero12_transients_modeled(z1o, w1, 2, 1)
+    assert not state.zero12_transients_modeled(z1o, w1, 1, 2)
     assert state.zero12_transients_modeled(plain, w, 1, 1)
 
 
@@ -243,3 +251,34 @@ def test_zero1_noncontig_transients_by_hand() -> None:
     layout = state.zero12_group_layout(tuple(t.numel for t in inv.tensors), 2, 2, False)
     got = state.zero12_backward_transients(ec, inv, [layout], 2, 1).to_list()
     assert got == [(0, 934 + 86418, 154112), (0, 934 + 86418, 169088)]
+
+
+def test_zero1_noncontig_accumulation_by_hand() -> None:
+    """parity.TINY at W = 2, ZeRO-1 bf16 without contiguous_gradients or overlap_comm, GA 2 (train_batch_size 4),
+    reduce_bucket_size 50,000: the whole model (43,209 elements) is one bucket. Micro-step 1 reduces nothing
+    (runtime/engine.py allreduce_gradients l.3088-3092: stage 1 calls reduce_gradients only at the accumulation
+    boundary; stage_1_and_2.py process_gradients l.2290 moves nothing without overlap_comm), and no ipg buffer exists
+    (setup_buckets l.3260: contiguous_gradients only), so its backward and micro-step 2's forward hold the N x D =
+    43,209 x 2 = 86,418 B of param.grad over the first forward's bytes; the boundary's epilogue walks those
+    accumulated gradients into one bucket by reference (reduce_gradients l.971-976) and flattens it
+    (allreduce_bucket l.2367), another 86,418 B: 172,836 B. On both ranks. The engine's tracker (the note of
+    tests/engine/test_peak_parity.py z1_bf16_noncontig_tbsga2_w2, 2026-12-06, 2 runs): forward:2 - forward:1 =
+    259,322 - 172,904 = 86,418 B of engine.py l.3428 gradients; backward:2 - forward:1 = 345,716 - 172,904 =
+    172,812 B (the forward's 56 B of proxy scalars gone)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    import parity
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 50000,
+                                                 "contiguous_gradients": False, "overlap_comm": False}})
+    inv = from_dict(parity.TINY, "tiny")
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    for r in (0, 1):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
+        at = {x.key: sum(e[-1] for e in ents) for x, ents in zip(tl.instants, tl.entries)}
+        got = {k: at[k] - at["forward:1"] for k in ("backward:1", "forward:2", "reduce")}
+        assert got == {"backward:1": 86418, "forward:2": 86418, "reduce": 172836}, (r, got)

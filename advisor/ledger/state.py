@@ -3460,19 +3460,32 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     it the first backward was 25.3% under on rank 0, the whole gradients and their flat copy missing;
     z2_bf16_noncontig_overlap_normlife_w2: a gradient outside the slice kept to the next flush;
     z2_bf16_noncontig_groups_tbsga2_w2: several groups, each stepped apart with its own gradients);
-    ``groups`` = the plan's trainable param groups. ZeRO-1 with ``contiguous_gradients`` off at GA 1 and one param
-    group: every gradient whole to the step beside each flush's flat copy (:func:`zero12_backward_transients`;
-    z1_bf16_noncontig_smallbucket_w2: backward:1/2 were -84,518 / -46,328 B on ranks 0 / 1 and step:2 +24,512 /
-    +39,488 B with the coarse lifetimes; z1_bf16_noncontig_w2, one flush, matched too). At GA > 1 or with several
-    groups it is not (z1_bf16_noncontig_tbsga2_w2, coarse, 2026-12-06: forward:2 +86,474 B, micro-step 1's
-    gradients; backward:1 -85,446 / -47,256 B; step:4 +24,512 / +39,488 B). Other plans keep the lifetimes of the
-    module docstring."""
+    ``groups`` = the plan's trainable param groups. ZeRO-1 with ``contiguous_gradients`` off: every gradient whole
+    to the step beside each flush's flat copy (:func:`zero12_backward_transients`; z1_bf16_noncontig_smallbucket_w2:
+    backward:1/2 were -84,518 / -46,328 B on ranks 0 / 1 and step:2 +24,512 / +39,488 B with the coarse lifetimes;
+    z1_bf16_noncontig_w2, one flush, matched too), without ``overlap_comm`` at any GA and any param groups: before
+    the boundary nothing is reduced (engine.py allreduce_gradients l.3088-3092: stage 1 calls reduce_gradients only
+    at the accumulation boundary; process_gradients l.2290 moves nothing without ``overlap_comm``), so micro-step
+    1's N x D param.grad live into the next forward (``lp_grads_accumulated``) and each later backward adds its new
+    gradient into them (``accumulate_grad_new``), as with contiguous_gradients, but with no ipg buffer to keep
+    (setup_buckets l.3260: contiguous_gradients only); the boundary's epilogue then walks the accumulated param.grad
+    as GA 1's walks the fresh ones (reduce_gradients l.971-976), group by group in one bucket. Engine, 2 runs each,
+    every phase of both ranks within 0.5% (the forward's proxy scalars): z1_bf16_noncontig_tbsga2_w2 (coarse before,
+    2026-12-06: forward:2 +86,474 B, micro-step 1's gradients; backward:1 -85,446 / -47,256 B; backward:2 rank 1
+    +39,156 B; step:4 +24,512 / +39,488 B) and z1_bf16_noncontig_groups_tbsga2_w2 (TINY_FROZEN_GROUPS, two groups,
+    real Linears; coarse: forward:2 +39,966 B, backward:1 -39,260 B, step:4 +39,172 / +17,172 B); one probe run each
+    within 0.02% of fp16 at GA 2 and of the groups at GA 1. With ``overlap_comm`` at GA > 1 it is not: the boundary's
+    hooks reduce in autograd's order (l.2290) beside the accumulated param.grad, and a new gradient over the bucket
+    is live beside all N x D at its flush (probe, TINY at reduce_bucket_size 10,000, real Linears, 2026-12-06:
+    backward:2 +45,772 B, 17.6%, on both ranks with this model; l2.weight's new gradient at engine.py l.3428), so
+    there ZeRO-1 without contiguous_gradients is modelled at GA 1 and one param group only. Other plans keep the
+    lifetimes of the module docstring."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and ec.comm_dtype == ec.model_dtype
             and (z.contiguous_gradients
-                 or z.stage == 2 or (ga == 1 and groups == 1)))
+                 or z.stage == 2 or not z.overlap_comm or (ga == 1 and groups == 1)))
 
 
 class _FlushOrder:
@@ -3800,7 +3813,11 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     held = zero12_boundary_holds_all(ec, ga)
     if not ec.zero.contiguous_gradients and ec.zero.stage == 1:
-        # ZeRO-1 without contiguous_gradients (GA 1, :func:`zero12_transients_modeled`): the epilogue puts each
+        # ZeRO-1 without contiguous_gradients (:func:`zero12_transients_modeled`: any GA and param groups without
+        # overlap_comm; GA 1 and one group with it). At GA > 1 the boundary's epilogue walks the param.grad micro-step
+        # 1 left, accumulated in place (accumulateGrad), the same N x D storages: R is GA 1's, and what lives before
+        # the boundary is _zero12_entries' lp_grads_accumulated / accumulate_grad_new (no ipg buffer, l.3260). The
+        # epilogue puts each
         # gradient in the bucket by reference (a gradient over RBS too: the extra-large path is the contiguous
         # branch's, l.1441-1449) and a flush copies nothing into a partition (l.2272: ``if
         # self.contiguous_gradients and ...``), so all N x D stay whole beside each flush's flat copy: reduce_ipg_grads

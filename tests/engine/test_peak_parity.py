@@ -466,6 +466,21 @@ CELLS = [
     # copy (state.zero12_backward_transients); before, the coarse lifetimes (UNMATCHED_ISSUE15's note)
     ("z1_bf16_noncontig_smallbucket_w2", _cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000), 2,
      False, parity.TINY, {"linear": True}),
+    # the same at GA 2 (issue 15): micro-step 1 reduces nothing (engine.py l.3088-3092) and has no ipg buffer (l.3260),
+    # so its N x D param.grad live into micro-step 2 (state lp_grads_accumulated), whose epilogue walks them,
+    # accumulated, as GA 1's. Before (2026-12-06, coarse lifetimes) forward:2 +86,474 B (engine.py l.3428's kept
+    # gradients), backward:1 -85,446 / -47,256 B (ranks 0 / 1), backward:2 rank 1 +39,156 B, step:4 +24,512 / +39,488 B
+    # (no fp64 norm instant, l.2684); now every phase within 0.03% on both ranks (2 runs; fp16 the same, one probe)
+    ("z1_bf16_noncontig_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False), "train_batch_size": 4}, 2, False,
+     parity.TINY, {"steps": 4}),
+    # and with two param groups (TINY_FROZEN_GROUPS at 10,000, real Linears): the epilogue walks group 0 then group 1
+    # into one bucket (l.971-976), l1.weight alone, then l1.bias + l3 flattened; each group steps apart. Before
+    # (coarse; the flat proxy, 2026-12-06) forward:2 +39,966 B, backward:1 -39,260 / -39,882 B, step:4 +39,172 /
+    # +17,172 B; now every phase within 0.5% on both ranks (2 runs; the forward's 636 B are the proxy's F.linear
+    # inputs, worker.py l.608), as is its GA-1 twin (one probe run)
+    ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
+                                            "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
+     {"linear": True, "steps": 4}),
 ]
 
 
@@ -517,9 +532,12 @@ UNMATCHED_LINEAR: dict = {}
 #: 16-bit gradient (N x D = 86,418 B, engine.py l.3428) stays whole to the step beside the largest flush's flat copy
 #: (allreduce_bucket l.2367: 934 B here; a bucket of one tensor is flattened as a view). Now
 #: state.zero12_backward_transients models it at GA 1 with one param group: every phase within 1% on both ranks.
-#: Still coarse: the same at GA > 1 (z1_bf16_noncontig_tbsga2_w2, measured once, not a cell: forward:2 +86,474 B
-#: (+50.0%, micro-step 1's gradients), backward:1 -85,446 / -47,256 B (ranks 0 / 1), backward:2 rank 1 +39,156 B
-#: (the flat copy), step:4 +24,512 / +39,488 B) and with several param groups (not measured).
+#: At GA > 1 and with several param groups (without overlap_comm) it matches too: z1_bf16_noncontig_tbsga2_w2 and
+#: z1_bf16_noncontig_groups_tbsga2_w2, their coarse residuals in their notes. Still coarse: ZeRO-1 without
+#: contiguous_gradients with overlap_comm at GA > 1 (probe, not a cell: TINY at reduce_bucket_size 10,000, real
+#: Linears, GA 2, 2026-12-06: with this model backward:2/4 +45,772 / +45,776 B on both ranks, 17.6%, l2.weight's new
+#: gradient at engine.py l.3428 beside the accumulated ones when the boundary's hooks flush; its GA-1 twin matched
+#: within 0.11%).
 UNMATCHED_ISSUE15: dict = {}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
