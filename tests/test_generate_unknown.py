@@ -122,7 +122,35 @@ def test_a_tie_breaks_toward_less_recompute_then_the_faster_plan():
     res.request = type("R", (), {"tie_tolerance": 0.03})()
     gen._explain_ranks(res)
     assert few.why.startswith("within 3% of the fastest and simplest")
-    assert many.why == "tie; recomputes more (checkpointing 40: 16.0% of the step's FLOPs vs 3.2%)"
+    assert many.why == ("faster than #1 by 0.10 s (within 3%: #1 is simpler, this one recomputes more: "
+                        "checkpointing 40, 16.0% of the step's FLOPs vs 3.2%)")
+    assert few.why.endswith("; the fastest is #2 (10.00 s)")
     # beyond the tie the faster plan leads whatever it recomputes
     slow = _cand(10.40, [], stage=3)
     assert gen.rank([slow, many]) == [many, slow]
+
+
+def test_after_the_tie_winner_every_plan_follows_by_step_time():
+    """The simplest plan within 3 % of the fastest goes first (the config written); every other
+    plan follows by its step time, not by simplicity. Hand-built: A 10.00 s (data parallel, no
+    offload), B 9.90 s (optimizer offload), C 9.80 s (TP2), D 10.50 s (beyond the tie, 10.5 >
+    9.8 x 1.03 = 10.094). A wins the tie; then C (9.80) before B (9.90), though B is simpler
+    (no model parallelism): the old order was A, B, C, D. Equal times go simplest first: B before
+    E, a TP2 plan at B's 9.90 s."""
+    a = _cand(10.00, [])
+    b = _cand(9.90, [], opt="cpu")
+    c = _cand(9.80, [])
+    c.tp = 2
+    d = _cand(10.50, [])
+    assert gen.rank([d, b, c, a]) == [a, c, b, d]
+    e = _cand(9.90, [])
+    e.tp = 2
+    assert gen.rank([e, d, b, c, a]) == [a, c, b, e, d]
+    res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=gen.rank([d, b, c, a]), rejected=[],
+                           nvme_path=None)
+    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    gen._explain_ranks(res)
+    assert a.why == "within 3% of the fastest and simplest; compute 0.00 s of 10.00 s; the fastest is #2 (9.80 s)"
+    assert c.why.startswith("faster than #1 by 0.20 s (within 3%: #1 is simpler, this one model parallel (TP2+SP))")
+    assert b.why.startswith("faster than #1 by 0.10 s (within 3%: #1 is simpler, this one offloads more)")
+    assert not d.why.startswith("faster") and "within 3%" not in d.why and "tie" not in d.why

@@ -96,7 +96,19 @@ phase it happens in):
   they are synchronous, exposed in full;
 * a window lasts max(compute, each link's overlapped seconds): links are separate resources;
   what a link needs beyond the compute is **exposed**;
-* step: the CPU optimizer step; with NVMe optimizer swap, ``pipeline_read`` lets the sub-group
+* step: the CPU optimizer step, after the backward pass of the accumulation boundary and before
+  the next forward: ``engine.step`` calls ``_take_model_step`` -> ``self.optimizer.step()`` only at
+  the boundary (``runtime/engine.py`` l.3611-3615, l.3505-3516), and the optimizer's ``step`` runs
+  DeepSpeedCPUAdam per sub-group / param group synchronously (``stage3.py`` l.2910-2927:
+  unscale, ``_optimizer_step``, then ``_reassign_or_swap_out_partitioned_parameters``;
+  ``stage_1_and_2.py`` ``step`` l.3013, ``_optimizer_step`` l.3084 / l.3139): the next forward
+  starts after it returns, so nothing hides it. Only SuperOffload
+  (``offload_optimizer.super_offload``, ZeRO-3 on CUDA; ``engine.py`` l.2748-2750) steps CPU
+  sub-groups during the boundary's backward, and only with ``gradient_clipping`` 0
+  (``superoffload/superoffload_stage3.py`` ``partition_grads`` l.168-181, ``not self.clip_grad``;
+  with clipping ``_step_with_clipping`` steps them after backward): not modelled, the assumptions
+  say so (:data:`SUPER_OFFLOAD_NOTE`: the CPU step counted in full is then an upper bound).
+  With NVMe optimizer swap, ``pipeline_read`` lets the sub-group
   reads overlap the CPU step of the previous sub-group and ``pipeline_write`` the writes that of
   the next, each flag for its own direction (``swap_tensor/pipelined_optimizer_swapper.py``
   l.76-77: ``async_swap_in = pipeline_read``, ``async_swap_out = pipeline_write``): max(CPU step,
@@ -312,6 +324,23 @@ def mfu_for(hardware: "Hardware") -> tuple[float, str]:
     if v:
         return float(v), f"{a.name} preset's assumed_mfu"
     return MFU, "default assumption (advisor.ledger.steptime.MFU)"
+
+
+#: SuperOffload with gradient_clipping 0 steps CPU sub-groups asynchronously during the boundary's
+#: backward (``runtime/superoffload/superoffload_stage3.py`` ``partition_grads`` l.168-181); the
+#: model counts the CPU step in full after backward, as DeepSpeed runs it otherwise.
+SUPER_OFFLOAD_NOTE = ("offload_optimizer.super_offload with gradient_clipping 0: DeepSpeed steps CPU sub-groups "
+                      "during the boundary's backward (superoffload_stage3.py partition_grads); not modelled, the CPU "
+                      "optimizer step is counted in full after backward (an upper bound)")
+
+
+def super_offload_overlaps(ec: Any) -> bool:
+    """Whether DeepSpeed 0.19.8 overlaps this config's CPU optimizer step with backward: SuperOffload
+    (``offload_optimizer.super_offload``, ZeRO-3 only: ``engine.py`` l.2748-2750 picks
+    SuperOffloadOptimizer_Stage3 there) with ``gradient_clipping`` 0 (``superoffload_stage3.py``
+    l.170: ``not self.clip_grad``)."""
+    return bool(ec.zero.stage == 3 and ec.offload_optimizer_effective == "cpu"
+                and ec.zero.offload_optimizer.super_offload and not ec.gradient_clipping)
 
 
 def cpu_optimizer_elements(plan: "Plan") -> int:
@@ -682,6 +711,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "cpu_optimizer_threads": threads_info,
                    "fp16_overflow_check_note": FP16_OVERFLOW_CHECK_NOTE if n_opt and ec.zero.stage == 3
                    and ec.fp16_enabled else None,
+                   "super_offload_note": SUPER_OFFLOAD_NOTE if n_opt and super_offload_overlaps(ec) else None,
                    "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
                               "NVMe optimizer swap reads (pipeline_read) / writes (pipeline_write) overlap the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
@@ -891,6 +921,8 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
             out.append(f"    ({st.assumptions['host_memory_bandwidth_note']})")
         if st.assumptions.get("fp16_overflow_check_note"):
             out.append(f"    (left out: {st.assumptions['fp16_overflow_check_note']})")
+        if st.assumptions.get("super_offload_note"):
+            out.append(f"    ({st.assumptions['super_offload_note']})")
     for note in (st.assumptions.get("nvme_tier_assumed") or {}).values():
         out.append(f"  NVMe tier assumed: {note}")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():

@@ -33,9 +33,13 @@ x tokens / (peak x MFU) plus recomputation, ring collectives, PCIe copies and NV
 optimizer step over the node's host memory bandwidth, and DeepSpeed's overlap: the step is the
 critical path, each plan's output names the resource that costs it most);
 
-* plans within ``tie_tolerance`` (3 %) of the fastest are ties, broken towards the simplest
+* plans within ``tie_tolerance`` (3 %) of the fastest are ties, won by the simplest
   (no model parallelism, fewest offloads, least recomputation, lowest stage, then the faster plan:
-  :func:`simplicity`): the cost model cannot resolve finer differences.
+  :func:`simplicity`): the cost model cannot resolve finer differences. That plan is first (the
+  config written); every other plan follows by step time (equal times simplest first), each
+  saying what its step spends against the first: every part's exposed seconds more or less, its
+  CPU optimizer step with the bytes per rank and the rate per rank it assumes, the recompute it
+  adds or saves, and, for a faster plan inside the tie, by how much and what made it less simple.
 
 No torch or deepspeed import.
 """
@@ -985,7 +989,8 @@ def simplicity(c: Candidate) -> tuple:
 def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
     """Best first. Plans within ``tolerance`` (a fraction, default 3 %) of the fastest step time
     are a tie (finer differences are below the cost model's resolution: it leaves latency and
-    kernel overheads out) and go first, simplest first (:func:`simplicity`); the rest follow by step time.
+    kernel overheads out): the simplest of them (:func:`simplicity`) goes first, and is the config
+    written; every other plan follows by step time, equal times simplest first.
 
     A part whose rate the hardware spec lacks (``Candidate.unknown``) counts 0 in a step time, so
     times are compared only over the same parts: the plans whose unknown parts are the ones every
@@ -1004,77 +1009,110 @@ def rank(cands: list[Candidate], tolerance: float = 0.03) -> list[Candidate]:
 
 
 def _rank_times(cands: list[Candidate], tolerance: float) -> list[Candidate]:
-    """:func:`rank`'s order within plans whose step times cover the same parts."""
+    """:func:`rank`'s order within plans whose step times cover the same parts: first the
+    simplest plan (:func:`simplicity`) within ``tolerance`` of the fastest, the one a tie gives
+    the config; then every other plan by step time, equal times simplest first. So a plan the
+    model finds faster than the first one (an optimizer offload whose freed memory removes
+    recomputation, a tensor-parallel layout) is listed right after it, with what it spends
+    (:func:`_explain_ranks`), not below slower, simpler plans."""
     if not cands:
         return []
     fastest = min(c.step_time_s for c in cands)
-    tied = sorted((c for c in cands if c.step_time_s <= fastest * (1 + tolerance)), key=simplicity)
-    rest = sorted((c for c in cands if c.step_time_s > fastest * (1 + tolerance)), key=lambda c: (c.step_time_s, simplicity(c)))
-    return tied + rest
+    first = min((c for c in cands if c.step_time_s <= fastest * (1 + tolerance)), key=simplicity)
+    rest = sorted((c for c in cands if c is not first), key=lambda c: (c.step_time_s, simplicity(c)))
+    return [first] + rest
 
 
 def _explain_ranks(res: SearchResult) -> None:
-    """Fill each ranked plan's ``why``: the best names what bounds it; the others name the part
-    of the step that costs them most against the best, or, in a tie, what makes them less simple."""
+    """Fill each ranked plan's ``why``: the best names what bounds it (and, when it won a tie, the
+    fastest plan); every other names what its step spends against the best, each part's exposed
+    seconds more (+) or less (-) than the best's, largest first: its CPU optimizer step with the
+    bytes it streams per rank and the rate per rank it assumes (:func:`_cpu_rate_words`), the
+    recompute a plan adds or saves. A plan within the tie tolerance of the fastest also says why it
+    is not first (:func:`_tie_reason`); one faster than the best says by how much."""
     if not res.ranked:
         return
     best = res.ranked[0]
     names = PART_NAMES
     tol = res.request.tie_tolerance
     # every plan can be incomplete (two plans each missing a different part): then all are compared
-    fastest = min(c.step_time_s for c in ([c for c in res.ranked if not c.incomplete] or res.ranked))
+    pool = [c for c in res.ranked if not c.incomplete] or res.ranked
+    fastest_c = min(pool, key=lambda c: c.step_time_s)
+    fastest = fastest_c.step_time_s
     bound = max(names, key=lambda k: best.parts.get(k, 0))
-    best.why = (f"{'fastest' if best.step_time_s == fastest else f'within {tol:.0%} of the fastest and simplest'}; "
-                f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s")
+    won = best.step_time_s == fastest
+    best.why = (f"{'fastest' if won else f'within {tol:.0%} of the fastest and simplest'}; "
+                f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s"
+                + ("" if won else f"; the fastest is #{res.ranked.index(fastest_c) + 1} ({fastest:,.2f} s)"))
     common = set(best.unknown)
     for c in res.ranked[1:]:
         if c.incomplete:
             c.why = (f"incomplete: {unknown_words([k for k in c.unknown if k not in common])} unknown; ranked after "
                      "the plans whose step time is complete")
             continue
-        if c.step_time_s <= fastest * (1 + tol):
-            a, b = simplicity(c), simplicity(best)
-            deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
-            k = max(deltas, key=lambda x: deltas[x])
-            if deltas[k] > 0.005 and c.step_time_s > best.step_time_s:
-                co = c.cpu_optimizer
-                detail = (" ({amount:1} per rank at {rate:1/s} " + _cpu_rate_words(co) + ")"
-                          if k == "cpu_optimizer" and co else "")
-                _why(c, f"+{deltas[k]:,.2f} s {names[k]}" + detail + f"; within {tol:.0%} of the fastest", co)
-            elif a[0] > b[0]:
-                c.why = f"tie; model parallel ({c.layout()})"
-            elif a[1] > b[1]:
-                cpu_d = deltas["cpu_optimizer"]
-                if cpu_d > 0.005 and c.cpu_optimizer:
-                    # the CPU step is in the time; name what pays for it (less recompute: the memory the
-                    # offload frees lets fewer layers be checkpointed)
-                    paid = (f", {-deltas['compute']:,.2f} s less compute (recomputes less: checkpointing "
-                            f"{c.checkpointing} vs {best.checkpointing})" if deltas["compute"] < -0.005 else "")
-                    _why(c, f"tie; offloads more: +{cpu_d:,.2f} s CPU optimizer step ({{amount:1}} per rank at "
-                            f"{{rate:1/s}} {_cpu_rate_words(c.cpu_optimizer)}){paid}", c.cpu_optimizer)
-                else:
-                    c.why = "tie; offloads more"
-            elif a[2:4] > b[2:4]:
-                c.why = (f"tie; recomputes more (checkpointing {c.checkpointing}: {c.recompute:.1%} of the step's FLOPs"
-                         f" vs {best.recompute:.1%})")
-            elif a[4] > b[4]:
-                c.why = f"tie; shards more (ZeRO-{c.combo.stage})"
-            elif c.step_time_s > best.step_time_s:
-                c.why = f"tie; +{c.step_time_s - best.step_time_s:,.2f} s"
-            else:
-                c.why = f"tie; smaller micro-batch ({c.micro})"
-            continue
-        deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
-        k = max(deltas, key=lambda x: deltas[x])
-        if k == "cpu_optimizer" and c.cpu_optimizer:
-            _why(c, f"+{deltas[k]:,.2f} s CPU optimizer step" + " ({amount:1} per rank at {rate:1/s} "
-                 + _cpu_rate_words(c.cpu_optimizer) + ")", c.cpu_optimizer)
-        elif k == "compute" and c.checkpointing != "none":
-            c.why = f"+{deltas[k]:,.2f} s recomputation (checkpointing)"
-        elif k == "network" and c.ga > best.ga and c.combo.stage >= 2:
-            c.why = f"+{deltas[k]:,.2f} s collectives (GA {c.ga}: a reduction per micro-step)"
+        spent = _delta_words(c, best)
+        if c.step_time_s < best.step_time_s - 0.005:  # within the tie tolerance: #1 won it as the simpler plan
+            template = (f"faster than #1 by {best.step_time_s - c.step_time_s:,.2f} s (within {tol:.0%}: #1 is "
+                        f"simpler, this one {_tie_reason(c, best)})" + (f": {spent}" if spent else ""))
+        elif c.step_time_s <= best.step_time_s + 0.005:
+            template = f"as fast as #1 (this one {_tie_reason(c, best)})" + (f": {spent}" if spent else "")
         else:
-            c.why = f"+{deltas[k]:,.2f} s {names[k]}"
+            template = (spent or f"+{c.step_time_s - best.step_time_s:,.2f} s") \
+                + (f"; within {tol:.0%} of the fastest" if c.step_time_s <= fastest * (1 + tol) else "")
+        if "{amount" in template:
+            _why(c, template, c.cpu_optimizer)
+        else:
+            c.why, c.why_sized = template, None
+
+
+def _cpu_words(seconds: float, co: dict, sign: str = "+") -> str:
+    """A CPU optimizer step's seconds, the bytes it streams per rank and its rate per rank (a sized
+    template: ``{amount}``, ``{rate}``, :func:`_why`)."""
+    return (f"{sign}{seconds:,.2f} s CPU optimizer step ({{amount:1}} per rank at {{rate:1/s}} "
+            f"{_cpu_rate_words(co)})")
+
+
+def _delta_words(c: "Candidate", best: "Candidate") -> str:
+    """What plan ``c`` spends against ``best``: each part whose exposed seconds differ by more than
+    5 ms, more (+) first, largest first, then less (-), as a sized template (braces doubled except
+    the CPU step's ``{amount}`` / ``{rate}``)."""
+    names = PART_NAMES
+    deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
+    more = sorted((k for k in names if deltas[k] > 0.005), key=lambda k: -deltas[k])
+    less = sorted((k for k in names if deltas[k] < -0.005), key=lambda k: deltas[k])
+    out = []
+    for k in more + less:
+        d = deltas[k]
+        sign = "+" if d > 0 else "-"
+        if k == "cpu_optimizer" and c.cpu_optimizer and d > 0:
+            out.append(_cpu_words(d, c.cpu_optimizer, sign))
+            continue
+        word = names[k]
+        if k == "compute" and c.recompute != best.recompute and (d > 0) == (c.recompute > best.recompute):
+            word = (f"recomputation (checkpointing {c.checkpointing} vs {best.checkpointing})" if d > 0 else
+                    f"compute (recomputes less: checkpointing {c.checkpointing} vs {best.checkpointing})")
+        elif k == "network" and d > 0 and c.ga > best.ga and c.combo.stage >= 2:
+            word = f"collectives (GA {c.ga}: a reduction per micro-step)"
+        out.append(f"{sign}{abs(d):,.2f} s {word}")
+    return ", ".join(out)
+
+
+def _tie_reason(c: "Candidate", best: "Candidate") -> str:
+    """What makes a plan within the tie tolerance less simple than the best: the first key of
+    :func:`simplicity` in which it is, in words (completing "this one ...")."""
+    a, b = simplicity(c), simplicity(best)
+    if a[0] > b[0]:
+        return f"model parallel ({c.layout()})"
+    if a[1] > b[1]:
+        return "offloads more"
+    if a[2:4] > b[2:4]:
+        return (f"recomputes more: checkpointing {c.checkpointing}, {c.recompute:.1%} of the step's FLOPs"
+                f" vs {best.recompute:.1%}")
+    if a[4] > b[4]:
+        return f"shards more: ZeRO-{c.combo.stage}"
+    if c.micro < best.micro:
+        return f"has the smaller micro-batch ({c.micro})"
+    return "is as simple: the search order decides"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1175,9 +1213,24 @@ SPENT_NAMES = (("compute", "compute"), ("network", "net"), ("pcie", "pcie"), ("n
                ("cpu_optimizer", "cpu-opt"))
 
 
-def spent_text(c: "Candidate") -> str:
-    """What a plan's step spends its time on: each resource's exposed seconds (those > 0)."""
-    return " ".join(f"{short} {c.parts[k]:,.2f}" for k, short in SPENT_NAMES if c.parts.get(k, 0) > 0.005)
+def spent_text(c: "Candidate", units: str = "GiB") -> str:
+    """What a plan's step spends its time on: each resource's exposed seconds (those > 0); the CPU
+    optimizer step's with the bytes it streams per rank and the rate per rank it assumes (in
+    ``units``, GiB or GB: :func:`advisor.findings.render_sized`), e.g. "cpu-opt 3.32 (86.2 GiB/rank
+    at 26.0 GiB/s)"."""
+    from advisor.findings import render_sized
+
+    out = []
+    for k, short in SPENT_NAMES:
+        if c.parts.get(k, 0) <= 0.005:
+            continue
+        out.append(f"{short} {c.parts[k]:,.2f}")
+        co = c.cpu_optimizer
+        if k == "cpu_optimizer" and co and co.get("cpu_optimizer_bytes_per_s_per_rank"):
+            out[-1] += render_sized(" ({amount:1}/rank at {rate:1/s})",
+                                    {"amount": co["cpu_optimizer_bytes_per_rank"],
+                                     "rate": co["cpu_optimizer_bytes_per_s_per_rank"]}, units)
+    return " ".join(out)
 
 
 def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | None = None) -> str:
@@ -1207,7 +1260,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
                      _gb(c.accelerator), _gb(c.host), _gb(c.nvme),
-                     (">=" if c.unknown else "") + f"{c.step_time_s:,.2f}", spent_text(c),
+                     (">=" if c.unknown else "") + f"{c.step_time_s:,.2f}", spent_text(c, units),
                      render_sized(*c.why_sized, units) if c.why_sized else c.why))
     if any(c.tp * c.pp * c.sp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
         head_row = head_row[:1] + ("parallel",) + head_row[1:]
