@@ -2596,6 +2596,46 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
     return None
 
 
+def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]) -> tuple[int, int]:
+    """(H, F) in bytes: the two moments of BF16_Optimizer's gradient epilogue (``runtime/bf16_optimizer.py``,
+    the wrapper :func:`select_optimizer` picks for ZeRO-1 + bf16 + ``grad_accum_dtype`` fp32), each beside
+    every 16-bit param.grad (``lp_grads``, N x D), nothing else transient.
+
+    H: every micro-step's ``backward_epilogue`` (l.503-505, called by ``engine.py`` _backward_epilogue
+    l.3159-3161 before any all-reduce) runs ``update_hp_grads`` (l.532-538), which adds each gradient into
+    the fp32 flat buffer through ``lp.grad.data.to(hp_grad.dtype)`` (l.523): one copy of n_i x G at a time,
+    so H = max_i n_i x G (G = the grad_accum_dtype's bytes), 0 when G = D (``.to`` returns the tensor).
+
+    F: at the accumulation boundary ``allreduce_gradients`` (stage 1 without ``reduce_gradients``:
+    ``engine.py`` l.3088-3095) calls ``buffered_allreduce_fallback`` (l.3921), which takes
+    ``get_grads_for_reduction`` = one fp32 flat buffer of N_pad,g elements per param group (l.191, l.541-545)
+    and ``allreduce_no_retain`` (l.3828-3839) puts them in buckets, flushing as soon as a bucket's numel exceeds
+    MEMORY_OPT_ALLREDUCE_SIZE (5e8 elements; ``allreduce_gradients(bucket_size=...)`` l.3073). A flush's
+    ``allreduce_bucket`` (l.3795-3821) flattens it (a copy, sum x G, for more than one buffer; a view of a single
+    one: torch ``flatten_dense_tensors``) and casts that to ``communication_data_type`` when it differs
+    (l.3800-3801: sum x C; bf16 by default with bf16 on, ``engine.py`` communication_data_type l.1719-1730),
+    both live through the all-reduce. F = the largest flush's bytes.
+
+    Measured on the engine (tests/engine/test_peak_parity.py z1_bf16_gaccfp32_tbsga2_w2, TINY at W = 2:
+    H = 23,177 x 4 = 92,708 B was every backward's +92,736 B residual with the coarse lifetimes)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    G = DTYPE_BYTES[ec.grad_dtype]
+    C = DTYPE_BYTES[ec.comm_dtype]
+    H = max((lay.largest for lay in layouts), default=0) * G if G != D else 0
+    F = cur = count = 0
+
+    def flush(total: int, k: int) -> int:
+        return (total * G if k > 1 else 0) + (total * C if C != G else 0)
+    for lay in layouts:
+        cur += lay.n_pad
+        count += 1
+        if cur > MEMORY_OPT_ALLREDUCE_SIZE:
+            F, cur, count = max(F, flush(cur, count)), 0, 0
+    if count:
+        F = max(F, flush(cur, count))
+    return H, F
+
+
 def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
     """(wrapper, basic optimizer) DeepSpeed 0.19.8 builds for ``ec`` (§2).
 
@@ -3479,7 +3519,15 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     is live beside all N x D at its flush (probe, TINY at reduce_bucket_size 10,000, real Linears, 2026-12-06:
     backward:2 +45,772 B, 17.6%, on both ranks with this model; l2.weight's new gradient at engine.py l.3428), so
     there ZeRO-1 without contiguous_gradients is modelled at GA 1 and one param group only. Other plans keep the
-    lifetimes of the module docstring."""
+    lifetimes of the module docstring.
+    Not modelled, measured on TINY at W = 2 (2026-12-06, one run each, ranks 0 / 1): ZeRO-2 bf16
+    with ``communication_data_type`` fp32: backward:1 +173,802 / +211,992 B (the flush's flat copy, allreduce_bucket
+    l.2367, 86,418 B, and its fp32 cast, l.2377, 172,836 B), step:2 +24,512 / +39,488 B (the fp64 norm copy,
+    get_grad_norm_direct l.2684); ZeRO-2 bf16 with ``grad_accum_dtype`` fp32 at GA 2: backward:1 +163,506 /
+    +170,994 B (the flat copy, l.2367, and _add_to_grad_partition_buffer's fp32 cast of the rank's gradient slices,
+    l.1326: 77,056 / 84,544 B), forward:2 +86,480 B (the compact fp32 partition buffer, l.1270, kept across
+    micro-steps), step:4 +154,148 / +169,124 B (the fp64 norm copies, l.2684). BF16_Optimizer (ZeRO-1 with
+    ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
@@ -4175,6 +4223,32 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               f"N_pad x 4 = {npad_t} x 4 (full model, NOT partitioned)", f"{S}._setup_for_real_optimizer")
         b.add("accelerator", "gradients", "lp_grads", n_t * D, "backward", f"N x 2 = {n_t} x 2 (param.grad)",
               "engine.py:DeepSpeedEngine.backward")
+        cast, comm = bf16_optimizer_epilogue_terms(ec, layouts)
+        if cast:
+            b.add("accelerator", "workspace", "bf16_hp_grad_cast", cast, "reduce",
+                  f"max_i n_i x G = {largest} x {DTYPE_BYTES[ec.grad_dtype]} (lp.grad.to(grad_accum_dtype) of one "
+                  "gradient at a time, added into the fp32 buffer; every param.grad alive: "
+                  "bf16_optimizer_epilogue_terms)",
+                  f"{S}._update_hp_grad (bf16_optimizer.py l.523, from backward_epilogue l.503-505 at every "
+                  "micro-step, engine.py _backward_epilogue l.3159-3161)")
+        if comm > cast:
+            b.add("accelerator", "workspace", "bf16_allreduce_flat", comm - cast, "boundary_reduce",
+                  f"max(0, F - H) = {comm} - {cast}: the boundary all-reduce's largest flush (the flat copy of "
+                  "several groups' fp32 buffers and its cast to communication_data_type) over the cast moment "
+                  "above (bf16_optimizer_epilogue_terms)",
+                  "runtime/engine.py:DeepSpeedEngine.allreduce_bucket (self.flatten(bucket) l.3796, "
+                  "tensor.to(self.communication_data_type) l.3800-3801), from buffered_allreduce_fallback "
+                  "(optimizer.get_grads_for_reduction, l.3921-3931)")
+        if ga > 1:
+            # no zero_grad before the boundary (engine.py _take_model_step l.3522-3527 runs only there);
+            # backward_prologue zeroes param.grad in place (bf16_optimizer.py clear_lp_grads l.612-623), so
+            # the 16-bit gradients live through every later micro-step's forward (engine, this file's
+            # z1_bf16_gaccfp32_tbsga2_w2: forward:2 +86,474 B on both ranks without it)
+            b.add("accelerator", "gradients", "lp_grads_accumulated", n_t * D, "accumulated_forward",
+                  f"N x D = {n_t} x {D} (every param.grad of the earlier micro-steps: zeroed, not freed, by "
+                  "backward_prologue)",
+                  f"{S}.clear_lp_grads (torch._foreach_zero_, l.612-623); freed by zero_grad(set_to_none) after "
+                  "the step (engine.py _take_model_step l.3522-3527)")
         return
     if off:
         b.add(_host(pin), "gradients", "fp32_grad", p_t * 4, "persistent",

@@ -481,6 +481,22 @@ CELLS = [
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
+    # bf16 with fp32 gradient accumulation at ZeRO-1 (issue 15; "data_types": {"grad_accum_dtype": "fp32"}):
+    # DeepSpeed picks BF16_Optimizer (engine.py _do_optimizer_sanity_check l.2305-2310). Every micro-step's
+    # backward_epilogue adds each param.grad into the fp32 buffer through lp.grad.to(fp32) (bf16_optimizer.py l.523)
+    # beside every 16-bit gradient; before the boundary param.grad is zeroed, not freed (clear_lp_grads l.612-623);
+    # at the boundary the groups' fp32 buffers are all-reduced in one bucket, flattened (a copy for several) and cast
+    # to communication_data_type (bf16 by default; engine.py allreduce_bucket l.3796-3801):
+    # state.bf16_optimizer_epilogue_terms. Before (2026-12-06, coarse lifetimes): every backward +92,736 B on both
+    # ranks (21.5%: l2.weight's fp32 copy, 23,177 x 4 B), forward:2 / forward:4 +86,474 / +86,478 B (micro-step 1's
+    # param.grad); the two-group cell's boundary holds the cat of both buffers and its bf16 cast, (19,568 + 392) x
+    # 6 B, 42,704 B over the cast moment (13.2% without it). Now every phase within 0.03% on both ranks (2 runs),
+    # as were the same at GA 1, with communication_data_type fp32 (no cast) and on NORM_LIFE (one buffer's bf16
+    # cast, 138,000 B, over m0's 80,000 B fp32 copy), one probe run each
+    ("z1_bf16_gaccfp32_tbsga2_w2", {**_cfg(1, "bf16"), "data_types": {"grad_accum_dtype": "fp32"}, "train_batch_size": 4},
+     2, False, parity.TINY, {"steps": 4}),
+    ("z1_bf16_gaccfp32_groups_w2", {**_cfg(1, "bf16"), "data_types": {"grad_accum_dtype": "fp32"}}, 2, False,
+     parity.TINY_FROZEN_GROUPS),
 ]
 
 
