@@ -3510,14 +3510,14 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     gradient into them (``accumulate_grad_new``), as with contiguous_gradients, but with no ipg buffer to keep
     (setup_buckets l.3260: contiguous_gradients only); the boundary's epilogue then walks the accumulated param.grad
     as GA 1's walks the fresh ones (reduce_gradients l.971-976), group by group in one bucket. Engine, 2 runs each,
-    every phase of both ranks within 0.5% (the forward's proxy scalars): z1_bf16_noncontig_tbsga2_w2 (coarse before,
+    every phase of both ranks within 0.51% (the forward's proxy scalars): z1_bf16_noncontig_tbsga2_w2 (coarse before,
     2026-12-06: forward:2 +86,474 B, micro-step 1's gradients; backward:1 -85,446 / -47,256 B; backward:2 rank 1
     +39,156 B; step:4 +24,512 / +39,488 B) and z1_bf16_noncontig_groups_tbsga2_w2 (TINY_FROZEN_GROUPS, two groups,
     real Linears; coarse: forward:2 +39,966 B, backward:1 -39,260 B, step:4 +39,172 / +17,172 B); one probe run each
     within 0.02% of fp16 at GA 2 and of the groups at GA 1. With ``overlap_comm`` at GA > 1 it is not: the boundary's
     hooks reduce in autograd's order (l.2290) beside the accumulated param.grad, and a new gradient over the bucket
     is live beside all N x D at its flush (probe, TINY at reduce_bucket_size 10,000, real Linears, 2026-12-06:
-    backward:2 +45,772 B, 17.6%, on both ranks with this model; l2.weight's new gradient at engine.py l.3428), so
+    backward:2 +45,772 B, 17.6%, on both ranks with this model: l2.weight's new gradient at engine.py l.3428), so
     there ZeRO-1 without contiguous_gradients is modelled at GA 1 and one param group only. Other plans keep the
     lifetimes of the module docstring.
     Not modelled, measured on TINY at W = 2 (2026-12-06, one run each, ranks 0 / 1): ZeRO-2 bf16

@@ -476,7 +476,7 @@ CELLS = [
     # and with two param groups (TINY_FROZEN_GROUPS at 10,000, real Linears): the epilogue walks group 0 then group 1
     # into one bucket (l.971-976), l1.weight alone, then l1.bias + l3 flattened; each group steps apart. Before
     # (coarse; the flat proxy, 2026-12-06) forward:2 +39,966 B, backward:1 -39,260 / -39,882 B, step:4 +39,172 /
-    # +17,172 B; now every phase within 0.5% on both ranks (2 runs; the forward's 636 B are the proxy's F.linear
+    # +17,172 B; now every phase within 0.51% on both ranks (2 runs; the forward's 636 B are the proxy's F.linear
     # inputs, worker.py l.608), as is its GA-1 twin (one probe run)
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
@@ -551,9 +551,12 @@ UNMATCHED_LINEAR: dict = {}
 #: At GA > 1 and with several param groups (without overlap_comm) it matches too: z1_bf16_noncontig_tbsga2_w2 and
 #: z1_bf16_noncontig_groups_tbsga2_w2, their coarse residuals in their notes. Still coarse: ZeRO-1 without
 #: contiguous_gradients with overlap_comm at GA > 1 (probe, not a cell: TINY at reduce_bucket_size 10,000, real
-#: Linears, GA 2, 2026-12-06: with this model backward:2/4 +45,772 / +45,776 B on both ranks, 17.6%, l2.weight's new
-#: gradient at engine.py l.3428 beside the accumulated ones when the boundary's hooks flush; its GA-1 twin matched
-#: within 0.11%).
+#: Linears, GA 2, 2026-12-06, both ranks alike). With the coarse lifetimes it keeps: forward:2 / forward:4 +87,054 /
+#: +87,058 B (micro-step 1's gradients), backward:1 -84,844 / -46,654 B (ranks 0 / 1), backward:2 rank 0 -38,778 B,
+#: step:4 +24,512 / +39,488 B (no fp64 norm instant). With the no-overlap model taken over (probed, not landed) every
+#: phase within 0.4% but backward:2/4 +45,772 / +45,776 B (17.6%): 46,670 B of engine.py l.3428 gradients beside the
+#: accumulated 86,418 B, l2.weight's new gradient (46,354 B) live as its hook flushes the bucket (l.2290 -> l.1422),
+#: while that model's boundary holds only the epilogue's flat copy (934 B). Its GA-1 twin matched within 0.11%.
 UNMATCHED_ISSUE15: dict = {}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
