@@ -151,6 +151,6 @@ def test_after_the_tie_winner_every_plan_follows_by_step_time():
     res.request = type("R", (), {"tie_tolerance": 0.03})()
     gen._explain_ranks(res)
     assert a.why == "within 3% of the fastest and simplest; compute 0.00 s of 10.00 s; the fastest is #2 (9.80 s)"
-    assert c.why.startswith("faster than #1 by 0.20 s (within 3%: #1 is simpler, this one model parallel (TP2+SP))")
+    assert c.why.startswith("faster than #1 by 0.20 s (within 3%: #1 is simpler, this one is model parallel (TP2+SP))")
     assert b.why.startswith("faster than #1 by 0.10 s (within 3%: #1 is simpler, this one offloads more)")
     assert not d.why.startswith("faster") and "within 3%" not in d.why and "tie" not in d.why

@@ -1102,7 +1102,7 @@ def _tie_reason(c: "Candidate", best: "Candidate") -> str:
     :func:`simplicity` in which it is, in words (completing "this one ...")."""
     a, b = simplicity(c), simplicity(best)
     if a[0] > b[0]:
-        return f"model parallel ({c.layout()})"
+        return f"is model parallel ({c.layout()})"
     if a[1] > b[1]:
         return "offloads more"
     if a[2:4] > b[2:4]:
