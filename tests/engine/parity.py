@@ -271,3 +271,18 @@ TINY_GPT = {"name": "tiny-gpt-mlp", "tensors": [
     {"name": "mlp.c_fc.weight", "shape": [64, 301]}, {"name": "mlp.c_fc.bias", "shape": [301]},
     {"name": "mlp.c_proj.weight", "shape": [301, 77]}, {"name": "mlp.c_proj.bias", "shape": [77]},
     {"name": "ln_f.weight", "shape": [77]}, {"name": "ln_f.bias", "shape": [77]}]}
+
+
+def largest_gather_buffer(inv: dict, world: int, dtype_bytes: int) -> int:
+    """Bytes of the largest module's flat all-gather buffer at ZeRO-3: for each module (a tensor name's
+    prefix before its last dot), the sum over its parameters of ceil(numel / W) x W elements
+    (partition_parameters.py _all_gather_dtype l. 1343: each parameter's padded partition, gathered
+    into one flat buffer) at the model's dtype. Computed from the cell's inventory, independently of
+    the ledger: TINY's l2 at W = 2, bf16: (11,589 + 39) x 2 x 2 = 46,512 B."""
+    import math
+    mods: dict = {}
+    for t in inv["tensors"]:
+        n = math.prod(t["shape"])
+        mod = t["name"].rsplit(".", 1)[0]
+        mods[mod] = mods.get(mod, 0) + -(-n // world) * world
+    return max(mods.values(), default=0) * dtype_bytes

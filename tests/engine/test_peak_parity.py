@@ -652,6 +652,22 @@ for _cid, _phases in RACY.items():
                             "a released module's all-gather buffer held by gloo")
 
 
+#: The race is a property of gloo, not of a cell: every ZeRO-3 cell with W >= 2 fetches module by
+#: module in its first iteration (no trace yet), so every one is exposed. Cells not listed above take
+#: the same bound, computed from their inventory. Seen in the clean-clone CI of 2026-12-06 on two
+#: cells not listed then: z3_bf16_nonpersist_calls_pb1000_w2 rank 1 and z3_bf16_nonpersist_seq_pb1000_w2
+#: rank 0, backward:1 engine 412,273 B, ledger 398,414 B: +13,859 B, the figure of every W = 2 bf16
+#: race above (unattributed 125,558 B at deepspeed/utils/nvtx.py wrapped_fn, the fetch); both had
+#: matched within 1% in 2 runs each the session before.
+for _c in CELLS:
+    _z = _c[1]["zero_optimization"]
+    if _z["stage"] == 3 and _c[2] >= 2 and _c[0] not in RACY:
+        _d = 4 if not any(_c[1].get(k, {}).get("enabled") for k in ("bf16", "fp16")) else 2
+        _b = parity.largest_gather_buffer(_c[4], _c[2], _d)
+        RACY[_c[0]] = {ph: (_b, "the largest module's all-gather buffer held by gloo")
+                       for ph in ("forward:1", "backward:1")}
+
+
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     # only the cells this session selected (-k): one engine launch per world size among them

@@ -88,7 +88,24 @@ def test_save_parity(cell, runs):
     phases = {(r["rank"], r["phase"]) for r in rows if "phase" in r}
     want = {(r, ph) for r in (0, 1) for ph in (("save:16bit", "save") if opts.get("save_16bit") else ("save",))}
     assert phases == want, phases
-    bad = [r for r in rows if "error" in r or abs(r["rel_diff"]) > 0.01]
+    # gloo's race (test_peak_parity.RACY): the 16-bit gather goes module by module
+    # (_allgather_params_coalesced), and a finished gather's flat buffer may still be held by gloo's
+    # thread while the next module is gathered. Seen in the clean-clone CI of 2026-12-06:
+    # z3_bf16_gather_nonpersist_save_w2 rank 1 save:16bit engine 530,781 B, ledger 492,224 B
+    # (+38,557 B; unattributed 85,040 B at _allgather_params_coalesced l. 2052), after 2 runs within
+    # 1%. Allowed over the ledger, never under: at most the largest module's gather buffer.
+    race = 0
+    if cfg["zero_optimization"]["stage"] == 3 and cfg["zero_optimization"].get(
+            "stage3_gather_16bit_weights_on_model_save"):
+        race = parity.largest_gather_buffer(inv, 2, 2)
+
+    def ok(r):
+        if "error" in r:
+            return False
+        if abs(r["rel_diff"]) <= 0.01:
+            return True
+        return r["phase"] == "save:16bit" and r["ledger"] * 0.99 <= r["measured"] <= r["ledger"] * 1.01 + race
+    bad = [r for r in rows if not ok(r)]
     assert not bad, "\n".join(
         f"r{r['rank']} {r.get('phase')}: engine {r.get('measured')} ledger {r.get('ledger')} "
         f"({r.get('ledger_instant')}); unattributed {r.get('unattributed', [])[:3]}" if "phase" in r else str(r)
