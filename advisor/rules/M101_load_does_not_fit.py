@@ -6,7 +6,11 @@ per rank (fp32 = 4 B for a model built in torch's default dtype), times the rank
 HF Trainer builds the model under zero.Init only at ZeRO-3. estimate's timeline carries this as
 its ``load`` instant (``--zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage`` change the
 assumption; the JSON's ``load`` section states it); the finding is raised when that instant, not
-the training step, is what does not fit the node's host memory.
+the training step, is what does not fit the node's host memory. It also names the largest need once
+the model is loaded and partitioned: the training step's, or the checkpoint save's when that is
+larger (``engine.save_checkpoint``'s host copy of the file it writes, or ``save_16bit_model``
+gathering the 16-bit weights on rank 0 under ``stage3_gather_16bit_weights_on_model_save``), which
+is no part of the step and is said as the save's.
 
 With the HF Trainer at ZeRO-3 the model is built under zero.Init, but ``from_pretrained`` then
 reads the whole checkpoint on rank 0 (transformers 5 ``modeling_utils.py``

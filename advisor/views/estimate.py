@@ -155,6 +155,9 @@ class FitRow:
     overhead: list[OverheadTerm] = field(default_factory=list)
     #: Host row: the node's largest sum over the load phase's instants (the load section's per-node figure).
     load_need: int | None = None
+    #: The timeline key of the peak without the load phase (``steady_need``'s instant): a save instant
+    #: (:func:`is_save_instant`) when the checkpoint save, not the training step, holds the most.
+    steady_instant: str = ""
 
     @property
     def fits(self) -> bool | None:
@@ -479,7 +482,7 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     st_terms = overhead.terms(st["bytes"], **shape)
     rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
                        pk["phase"], pk["instant"], pk["label"], st["bytes"] + sum(t.bytes for t in st_terms),
-                       st["label"], tracked=pk["bytes"], overhead=terms))
+                       st["label"], tracked=pk["bytes"], overhead=terms, steady_instant=st["instant"]))
     # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
@@ -532,7 +535,8 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
         rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme, scope,
                            inst[j].phase if tier == "host" else "files", inst[j].key, label, sums[jst],
                            inst[jst].label, ranks,
-                           load_need=max((sums[k] for k in jl), default=0) if tier == "host" else None))
+                           load_need=max((sums[k] for k in jl), default=0) if tier == "host" else None,
+                           steady_instant=inst[jst].key))
     return rows
 
 
@@ -546,6 +550,25 @@ def _load_ways_out(ld: LoadAssumption) -> list[str]:
     if not ld.low_cpu_mem_usage:
         out.append("low_cpu_mem_usage=True (one copy of the weights instead of two)")
     return out
+
+
+def is_save_instant(key: str) -> bool:
+    """Whether timeline instant ``key`` is one of the checkpoint save's (phase ``save``:
+    ``engine.save_checkpoint``'s ``save``, ``save:model``, ``save:optim``; ``save_16bit_model``'s
+    ``save:16bit`` / ``save:16bit:end``, :mod:`advisor.ledger.timeline`), not the training step's."""
+    return key == "save" or key.startswith("save:")
+
+
+def _after_load(r: FitRow, label: bool = True) -> str:
+    """M101 / M103's words (a ``{steady_need}`` template) for ``r``'s largest need once the model is
+    loaded and partitioned, with its instant's label (``label``): the training step's, or, when a
+    save instant holds more, the checkpoint save's (``engine.save_checkpoint``'s files, or
+    ``save_16bit_model`` gathering the 16-bit weights on rank 0 under
+    ``stage3_gather_16bit_weights_on_model_save``), which is no part of the step."""
+    said = literal(f" ({r.steady_label})") if label and r.steady_label else ""
+    if is_save_instant(r.steady_instant):
+        return "the checkpoint save then needs {steady_need} at its peak" + said + ", more than the training step"
+    return "the training step itself needs {steady_need}" + said
 
 
 def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: bool = False) -> list[Finding]:
@@ -583,7 +606,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                 message=(literal(f"{r.tier} {r.scope}") + ": deepspeed.initialize needs {need}: with the whole model "
                          "on the accelerator there is no room for a param group's flat copy, so ZeRO-1/2 builds it in "
                          "host memory (the group's parameters copied there and the flat buffer, on every rank) but "
-                         "only {capacity} is available: over by {over}; the training step itself needs {steady_need}"),
+                         "only {capacity} is available: over by {over}; " + _after_load(r, label=False)),
                 sizes={"need": r.need, "capacity": cap, "over": over, "steady_need": steady},
                 fix=("ZeRO-3 under deepspeed.zero.Init (each rank only ever holds its partition: no whole model, no "
                      "flat copy), more host memory, fewer ranks per node (each builds its own copy), or an "
@@ -603,8 +626,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                 message=(literal(f"{r.tier} {r.scope}") + ": deepspeed.initialize needs {need} (the whole model, "
                          "moved to the accelerator by module.to(device) before ZeRO partitions it, since it was "
                          "not built under deepspeed.zero.Init) but only {capacity} is available: over by {over}; "
-                         "the training step itself needs {steady_need}"
-                         + literal(f" ({r.steady_label})" if r.steady_label else "")),
+                         + _after_load(r)),
                 sizes={"need": r.need, "capacity": cap, "over": over, "steady_need": steady},
                 fix=(hf_note + "Build the model under deepspeed.zero.Init so that each rank only ever holds its "
                      "partition: `with deepspeed.zero.Init(config_dict_or_path=ds_config): model = ...` at ZeRO-3 "
@@ -619,9 +641,8 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                          "the HF Trainer's from_pretrained reads the whole state dict on rank 0 "
                          + literal(f"({ld.state_dict_dtype}, every checkpoint file at once)")
                          + " beside what the node's ranks hold in host memory then (their zero.Init partitions "
-                         "with offload_param), but only {capacity} is available: over by {over}; the training "
-                         "step itself needs {steady_need}"
-                         + literal(f" ({r.steady_label})" if r.steady_label else "")),
+                         "with offload_param), but only {capacity} is available: over by {over}; "
+                         + _after_load(r)),
                 sizes={"need": r.need, "capacity": cap, "over": r.need - cap, "steady_need": steady},
                 fix=("more host memory on rank 0's node, "
                      + ("the checkpoint saved in 16-bit (half its fp32 bytes), " if ld.state_dict_dtype == "fp32"
@@ -641,8 +662,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                 message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} ({r.ranks} ranks x "
                          f"{{per_rank}}: every rank builds the whole model in {literal(ld.dtype)} in host memory "
                          f"before deepspeed.initialize, without deepspeed.zero.Init{cast}) but only {{capacity}} is "
-                         "available: over by {over}; the training step itself needs "
-                         f"{{steady_need}} ({literal(r.steady_label)})"),
+                         "available: over by {over}; " + _after_load(r)),
                 sizes={"need": r.need, "per_rank": per_rank, "capacity": cap, "over": r.need - cap,
                        "steady_need": steady},
                 fix=("build the model under deepspeed.zero.Init so each rank only materialises its partition: "
@@ -655,10 +675,12 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
         if not (load_over or init_over) or steady > cap:
             need = steady if load_over or init_over else r.need
             label = r.steady_label if load_over or init_over else r.label
+            saving = is_save_instant(r.steady_instant if load_over or init_over else r.instant)
             over = need - cap
             out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
-                message=(literal(f"{r.tier} {r.scope}") + ": the step needs {need} at its peak"
+                message=(literal(f"{r.tier} {r.scope}") + (": the checkpoint save needs {need} at its peak" if saving
+                                                           else ": the step needs {need} at its peak")
                          + literal(f"{' (' + label + ')' if label else ''}") + " but only {capacity} is available: "
                          "over by {over}"),
                 sizes={"need": need, "capacity": cap, "over": over},
