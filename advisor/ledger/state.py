@@ -3520,10 +3520,15 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     backward:2 +45,772 B, 17.6%, on both ranks with this model: l2.weight's new gradient at engine.py l.3428), so
     there ZeRO-1 without contiguous_gradients is modelled at GA 1 and one param group only. Other plans keep the
     lifetimes of the module docstring.
-    Not modelled, measured on TINY at W = 2 (2026-12-06, one run each, ranks 0 / 1): ZeRO-2 bf16
-    with ``communication_data_type`` fp32: backward:1 +173,802 / +211,992 B (the flush's flat copy, allreduce_bucket
-    l.2367, 86,418 B, and its fp32 cast, l.2377, 172,836 B), step:2 +24,512 / +39,488 B (the fp64 norm copy,
-    get_grad_norm_direct l.2684); ZeRO-2 bf16 with ``grad_accum_dtype`` fp32 at GA 2: backward:1 +163,506 /
+    A ``communication_data_type`` unlike the model's (``contiguous_gradients`` on): each flush's run is cast to it
+    beside its flat copy (allreduce_bucket l.2376-2377; :func:`_zero12_flush_replay`'s copies). Measured on TINY at
+    W = 2 (2026-12-06, bf16 with fp32 communication, one probe run each): ZeRO-2 with the coarse lifetimes was
+    backward:1 +173,802 / +211,992 B on ranks 0 / 1 (the flat copy, l.2367, 86,418 B, and its fp32 cast, l.2377,
+    172,836 B), step:2 +24,512 / +39,488 B (the fp64 norm copy, get_grad_norm_direct l.2684); now every phase within
+    0.03% on both ranks, as are ZeRO-1, ZeRO-1 / ZeRO-2 at reduce_bucket_size 10,000 (real Linears: several flushes)
+    and ZeRO-2 under CPU optimizer offload there (its flush term without the cast was backward:1 +31,938 B, 5.3%, on
+    rank 0), within 0.37% (the forward's proxy scalars). Not modelled, measured the same way: ZeRO-2 bf16 with
+    ``grad_accum_dtype`` fp32 at GA 2: backward:1 +163,506 /
     +170,994 B (the flat copy, l.2367, and _add_to_grad_partition_buffer's fp32 cast of the rank's gradient slices,
     l.1326: 77,056 / 84,544 B), forward:2 +86,480 B (the compact fp32 partition buffer, l.1270, kept across
     micro-steps), step:4 +154,148 / +169,124 B (the fp64 norm copies, l.2684). BF16_Optimizer (ZeRO-1 with
@@ -3531,7 +3536,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and ec.comm_dtype == ec.model_dtype
+            and (ec.comm_dtype == ec.model_dtype or z.contiguous_gradients)
             and (z.contiguous_gradients
                  or z.stage == 2 or not z.overlap_comm or (ga == 1 and groups == 1)))
 
@@ -3615,12 +3620,15 @@ def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero
     :func:`zero12_backward_transients` describes them: (D, RBS, stage, order, sizes, hooked, T, csum,
     flushes, touched, copies, xl), with ``copies[j]`` the bytes of flush j's flat copy
     (allreduce_bucket's ``self.flatten(bucket)``, ``stage_1_and_2.py`` l.2367; 0 when its runs are one
-    slice each) and ``xl[j]`` those of an extra-large gradient reduced alone in its own storage.
+    slice each), with a ``communication_data_type`` unlike the model's also the run's cast to it (l.2376-2377,
+    run x C, live with the flat copy through the all-reduce), and ``xl[j]`` those of an extra-large gradient reduced
+    alone in its own storage.
     Shared by :func:`zero12_backward_transients` and :func:`zero12_offload_flush_bytes` (the
     same flushes run under CPU optimizer offload: reduce_ipg_grads -> average_tensor, l.2205-2228).
-    Kept once per (layouts, tensor list, W, RBS, stage, D), compared by identity: a plan asks for it
+    Kept once per (layouts, tensor list, W, RBS, stage, D, C), compared by identity: a plan asks for it
     from its transients, its offload flush and its offload norm terms."""
-    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), _zero12_replay_stage(ec), DTYPE_BYTES[ec.model_dtype])
+    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), _zero12_replay_stage(ec), DTYPE_BYTES[ec.model_dtype],
+           DTYPE_BYTES[ec.comm_dtype])
     memo = layouts[0]._memo if layouts else {}
     got = memo.get(key)
     if (got is not None and got[1] is inv and len(got[0]) == len(layouts)
@@ -3719,6 +3727,15 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
     flushes = _Flushes(f_start, f_trig)
     Ps = [lay.P for lay in layouts]
     Wl = W - 1
+    # a communication_data_type unlike the model's: allreduce_bucket casts the flat run to it (l.2376-2377,
+    # ``tensor.to(communication_data_type)``), both live through the all-reduce; a run of one slice is cast
+    # from its view. Engine (TINY, W 2, bf16 with fp32 communication, one flush): the flat copy 86,418 B
+    # (l.2367) beside its fp32 cast 172,836 B (l.2377) at backward's peak
+    C = DTYPE_BYTES[ec.comm_dtype]
+    cast = C if C != D else 0
+
+    def run_bytes(cnt: int, num: int) -> int:
+        return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
 
     def copy_bytes(ks: range, ranges: list[tuple[int, int]]) -> int:
         # the bucket's slices in order, one per (parameter, owning rank), neighbours owned by the
@@ -3779,19 +3796,19 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
                 if t <= m:
                     cnt += t
                     num += t * n
-                    best = max(best, num if cnt > 1 else 0)
+                    best = max(best, run_bytes(cnt, num))
                     cnt = num = 0
                     m -= t
                     c = rbs // n + 1  # a full run from empty
                     q = m // c
                     if q:
-                        best = max(best, c * n if c > 1 else 0)
+                        best = max(best, run_bytes(c, c * n))
                         m -= q * c
                 else:
                     cnt += m
                     num += m * n
                     m = 0
-        return max(best, num if cnt > 1 else 0) * D
+        return max(best, run_bytes(cnt, num))
 
     touched = _RankRanges()
     copies = _packed(copy_bytes(ks, touched.open()) for ks, _ in flushes)
