@@ -994,7 +994,8 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     if short:  # the M100 fix: candidate changes re-estimated (advisor.views.fixes)
         from advisor.views.fixes import fit_candidates
         cands = fit_candidates(plan, capacity or Capacity(), overhead, pf.load, short, fit=plan_fit,
-                               has_activations=pf.activations is not None, hardware=hardware, hf=hf)
+                               has_activations=pf.activations is not None, hardware=hardware, hf=hf,
+                               activations=activations_for)
         before = {r.tier: r.verdict for r in pf.rows}
         pf.findings = [computed_fix(f, cands, pf.activations, before) if f.code == "M100" and f.data.get("tier") in short
                        else f for f in pf.findings]

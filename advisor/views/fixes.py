@@ -324,11 +324,13 @@ def _launch_changes(plan: "Plan", tiers: set[str], has_activations: bool,
 
 def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettings", load: "LoadAssumption",
                    tiers: set[str], fit: Callable[..., Any], has_activations: bool, hardware: Any = None,
-                   hf: bool = False) -> list[FitCandidate]:
+                   hf: bool = False, activations: Callable[..., Any] | None = None) -> list[FitCandidate]:
     """Every candidate for the short ``tiers`` ("accelerator", "host", "nvme"), re-estimated
     (each with its plan's verdict and every tier's), fastest modelled step first with a hardware
     spec, else the fewest bytes moved. ``fit`` is :func:`advisor.views.estimate.plan_fit` (passed
-    in: that module calls this one); ``has_activations``: the plan's activations are estimated
+    in: that module calls this one; ``activations`` its :func:`advisor.views.estimate.activations_for`, which
+    lets a pair whose activations alone overflow the accelerator be dropped before its ledger:
+    :func:`_surely_over`); ``has_activations``: the plan's activations are estimated
     (activation checkpointing is then a candidate). A candidate DeepSpeed would refuse
     (:func:`advisor.ledger.state.unsupported_reason`, or a batch triple it asserts on where the
     plan's own is consistent) is left out. Never raises for a plan that
@@ -375,19 +377,27 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown), launch=launch),
                         list(sets), cl, replace(wl)))
 
+    ledgers = _LedgerCache(plan) if REUSE else None
+
     def trial(sets: list[str], cl: Any, wl: Any) -> "Plan | None":
         ec = effective_config(apply_overrides(base, sets)) if sets else plan.config
         if sets and refused(ec, cl):
             return None
-        return replace(plan, config=ec, written=None if sets else plan.written, cluster=cl, workload=replace(wl),
-                       derived={})
+        p = replace(plan, config=ec, written=None if sets else plan.written, cluster=cl, workload=replace(wl),
+                    derived={})
+        if ledgers is not None:
+            ledgers.lend(p)
+        return p
 
-    def judged(cand: FitCandidate, p: "Plan") -> FitCandidate:
+    def judged(cand: FitCandidate, p: "Plan", pair: bool = False) -> FitCandidate:
         pf = fit(p, _capacity_for(p, capacity, hardware), overhead, load=_load_for(load, p, plan), hf=hf)
+        if ledgers is not None:
+            ledgers.keep(p)
         cand.verdict = pf.verdict
         cand.need = {r.tier: r.need for r in pf.rows}
         cand.verdicts = {r.tier: r.verdict for r in pf.rows}
-        cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
+        if not (pair and REUSE) or cand.verdict == "fits":  # a pair is offered only when it fits
+            cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
         return cand
 
     def order(c: FitCandidate) -> tuple:
@@ -420,15 +430,87 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             p = trial(s1 + s2, cl, wl)
             if p is None:
                 continue
+            if REUSE and activations is not None and _surely_over(p, _capacity_for(p, capacity, hardware), hf,
+                                                                  activations):
+                continue  # its accelerator row cannot fit: a pair that does not fit is not offered
             shown = c1.set + c2.set
             cand = judged(FitCandidate(f"{c1.change} and {c2.change}", set=shown, flags=c1.flags + c2.flags,
                                        yaml=_yaml_edits(plan, shown), launch=c1.launch + c2.launch,
-                                       combined=True), p)
+                                       combined=True), p, pair=True)
             if cand.verdict == "fits":
                 pairs.append(cand)
         pairs.sort(key=order)
         out += pairs
     return out
+
+
+#: Whether :func:`fit_candidates` reuses work across candidates (:class:`_LedgerCache`, :func:`_surely_over`,
+#: a dropped pair's costs not computed). Off, every candidate is judged from scratch: the reference
+#: tests/test_fix_cache_identity.py compares with, output for output (issue 21).
+REUSE = True
+
+
+class _LedgerCache:
+    """The ledgers :func:`fit_candidates` computed, lent to the candidates with the same inputs.
+
+    :func:`advisor.ledger.state.compute_ledger` reads the plan's effective config, its cluster (the
+    ZeRO group, the model-parallel shape) and its inventory, and
+    :func:`advisor.ledger.state.placement_of` the config, the inventory and the ZeRO group; neither
+    reads the workload (micro-batch and sequence only size activations, checkpointing only
+    recomputes them) nor the zero.Init load assumption (the timeline's load entries). Every
+    candidate has the plan's inventory, so a candidate whose config and cluster are equal (by
+    value, ``==`` on the dataclasses) to one already judged gets that ledger: activation
+    checkpointing alone (the plan's own ledger), a pair that adds checkpointing or a micro-batch
+    to a config change (the change's). At 1e5 layers a ZeRO-1 ledger under CPU offload is ~2 s of
+    CPU (its per-rank reduce replay, :func:`advisor.ledger.state.zero12_offload_reduce_terms`).
+    The lent ledger is the same :class:`advisor.ledger.state.Ledger` bound to the candidate's plan
+    (its rank ledgers shared, which the fit only reads); ``zero12_step_groups`` (the timeline's
+    per-rank step groups, from the placement and the ZeRO group) goes with it."""
+
+    _KEYS = ("placement", "zero12_step_groups")
+
+    def __init__(self, plan: "Plan") -> None:
+        self.inventory = plan.inventory
+        self.kept: list[tuple[Any, Any, dict]] = []
+        if "ledger" in plan.derived:
+            self.kept.append((plan.config, plan.cluster, plan.derived))
+
+    def lend(self, p: "Plan") -> None:
+        """Give ``p`` (a fresh candidate plan, empty ``derived``) a kept ledger of equal inputs."""
+        if p.inventory is not self.inventory:
+            return
+        for ec, cl, d in self.kept:
+            if ec == p.config and cl == p.cluster:
+                p.derived["ledger"] = replace(d["ledger"], plan=p)
+                for k in self._KEYS:
+                    if k in d:
+                        p.derived[k] = d[k]
+                return
+
+    def keep(self, p: "Plan") -> None:
+        """Keep ``p``'s ledger (after its fit) for the candidates judged after it."""
+        if p.inventory is self.inventory and "ledger" in p.derived and not any(
+                ec == p.config and cl == p.cluster for ec, cl, _ in self.kept):
+            self.kept.append((p.config, p.cluster, p.derived))
+
+
+def _surely_over(p: "Plan", capacity: "Capacity", hf: bool, activations_for: Callable[..., Any]) -> bool:
+    """True when ``p``'s accelerator row is sure not to fit, from its activations alone (no
+    ledger): the saved activations plus the loss spike, ``saved_accelerator + loss_spike``, are on
+    the accelerator at every forward instant of every rank's timeline
+    (:func:`advisor.ledger.timeline.role_timeline`; forward:1 is always an instant,
+    :func:`advisor.ledger.timeline.instants`), beside the ledger's entries live there (bytes >= 0),
+    so the tracked peak is at least that much, and the row's need adds the runtime-overhead terms
+    (>= 0) to it (:func:`advisor.views.estimate.fit_rows`). Over ``capacity.accelerator``, the row
+    and so the plan do not fit (:attr:`advisor.views.estimate.FitRow.verdict`). Only where
+    :func:`advisor.views.estimate.plan_fit` uses these activations unchanged: one pipeline stage
+    (with several, each stage's own) and formula activations (a traced estimate runs the model).
+    ``activations_for`` is :func:`advisor.views.estimate.activations_for` (passed in: that module
+    calls this one); the workload is copied, since it fills it in."""
+    if capacity.accelerator is None or p.cluster.pipeline_parallel > 1 or p.workload.activations == "trace":
+        return False
+    acts = activations_for(p.config, p.inventory, p.cluster, replace(p.workload), hf=hf or p.hf is not None)[0]
+    return acts is not None and acts.saved_accelerator + acts.loss_spike > capacity.accelerator
 
 
 def _load_for(load: "LoadAssumption", p: "Plan", plan: "Plan") -> "LoadAssumption":
