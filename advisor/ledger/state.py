@@ -3541,6 +3541,15 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
                  or z.stage == 2 or not z.overlap_comm or (ga == 1 and groups == 1)))
 
 
+#: The ZeRO-1/2 flush-replay passes' column-wise forms (issue 21: generate at 1e5 layers runs them for every
+#: ZeRO-1/2 plan of every layout, each a Python loop per flush or per tensor): a bucket whose slices all lie
+#: in one rank's partition is found by the min/max of its flat span (copy 0: one slice, a view), and the per-flush
+#: maxima of :func:`zero12_backward_transients` and :func:`_zero12_kept_xl` are taken by C-level maps and
+#: accumulations. False: the per-flush walks they replace, kept as the reference
+#: (tests/test_generate_cache_identity.py compares the two on random inventories and configs).
+ZERO12_COLUMNS = True
+
+
 class _FlushOrder:
     """The tensors of a ZeRO-1/2 flush replay in hook order, as packed columns: ``order[k]`` is
     (param group index, flat start, numel) in elements, as the list of tuples it replaces
@@ -3736,6 +3745,7 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
 
     def run_bytes(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
+    one_group = ZERO12_COLUMNS and order.groups is None and len(Ps) == 1 and Ps[0] > 0
 
     def copy_bytes(ks: range, ranges: list[tuple[int, int]]) -> int:
         # the bucket's slices in order, one per (parameter, owning rank), neighbours owned by the
@@ -3743,9 +3753,19 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
         # The owners of p are (first rank, end rank, slice elements per rank): the first and last
         # owner hold part of their slice, the ranks between a whole P. ``ranges`` gets the ranks
         # the bucket's slices belong to, overlapping or touching ranges merged.
+        k0, k1 = ks.start, ks.stop
+        if one_group and k1 > k0:
+            # every slice in one rank r's partition (the span's min start and max end, zero-size tensors
+            # only widening it): the walk below merges them into one block of one slice, whose run is a
+            # view (no flat copy; its cast only), and gives ranges the one pair (r, r + 1)
+            P = Ps[0]
+            lo = min(order.starts[k0:k1])
+            r = lo // P
+            if max(order.numels[k0:k1]) > 0 and (max(map(operator.add, order.starts[k0:k1], order.numels[k0:k1])) - 1) // P == r <= Wl:
+                ranges.append((r, r + 1))
+                return run_bytes(1, sum(order.numels[k0:k1]))
         blocks: list[list[int]] = []  # [n, m, owner of the last slice]
         ca = cb = -1
-        k0, k1 = ks.start, ks.stop
         og = itertools.repeat(0) if order.groups is None else order.groups[k0:k1]
         for g, a0, n0 in zip(og, order.starts[k0:k1], order.numels[k0:k1]):
             P = Ps[g]
@@ -3913,15 +3933,23 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # every gradient from the trigger on; in hook order (overlap_comm) also the sibling's new one
         return suffix_at(trig) + (hooked[trig] - sizes[trig] if st == 2 else 0)
 
-    B = [(0 if trig is None else unmoved(trig) * D) + xl[j]
-         for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
-    A = [copies[j] + B[j] for j in range(len(flushes))]
-    pre_max = list(A)
-    for j in range(1, F):
-        pre_max[j] = max(pre_max[j - 1], A[j])
-    suf_max = [None] * (F + 1)
-    for j in range(F - 1, -1, -1):
-        suf_max[j] = A[j] if suf_max[j + 1] is None else max(A[j], suf_max[j + 1])
+    if ZERO12_COLUMNS and not held and F:
+        # the same columns by C-level maps: only the last flush is the epilogue's (no trigger, _Flushes)
+        trig = flushes.trig
+        B = list(map(operator.add, map(D.__mul__, map(hooked.__getitem__, trig[:-1])), xl[:-1])) + [xl[F - 1]]
+        A = list(map(operator.add, copies, B))
+        pre_max = list(itertools.accumulate(A, max))
+        suf_max = list(itertools.accumulate(reversed(A), max))[::-1] + [None]
+    else:
+        B = [(0 if trig is None else unmoved(trig) * D) + xl[j]
+             for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
+        A = [copies[j] + B[j] for j in range(len(flushes))]
+        pre_max = list(A)
+        for j in range(1, F):
+            pre_max[j] = max(pre_max[j - 1], A[j])
+        suf_max = [None] * (F + 1)
+        for j in range(F - 1, -1, -1):
+            suf_max[j] = A[j] if suf_max[j + 1] is None else max(A[j], suf_max[j + 1])
 
     kept = _zero12_kept_xl(ec, layouts, W, order, flushes, xl)
     # ZeRO-1 overlap_comm at GA > 1: the boundary's accumulation moments by flushes done before them,
@@ -3938,11 +3966,21 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     acc_pre = list(itertools.accumulate(acc, max)) if acc else []  # max of acc[0..c]
     acc_suf = (list(itertools.accumulate(reversed(acc), max))[::-1] + [-1]) if acc else []  # max of acc[c..]
 
+    # the held regime's flushes with a moment (acc >= 0), their bytes and how many lie at or before each flush
+    acc_ok = [e >= 0 for e in acc] if ZERO12_COLUMNS else None
+    acc_okD = [e * D for e in itertools.compress(acc, acc_ok)] if ZERO12_COLUMNS else None
+    acc_okn = list(itertools.accumulate(acc_ok)) if ZERO12_COLUMNS else None
+
     def boundary(f: int, inter: int, K: tuple) -> int:
         # A_r of the held overlap_comm regime over the N x D of lp_grads, bytes: O(1) per piece of ranks
         # without kept extra-large gradients (prefix / suffix maxima around the flush f that allocates
         # grads_in_partition), O(flushes) with them
-        if K:
+        if K and acc_ok is not None:
+            # the loop below by C-level maps: flushes c <= f without, c > f with the rank's I_r x D
+            v = list(map(operator.add, acc_okD, itertools.compress(K, acc_ok)))
+            cut = acc_okn[min(f, len(acc_okn) - 1)] if acc_okn else 0
+            best = max(0, max(v[:cut], default=0), max(v[cut:], default=-inter * D) + inter * D)
+        elif K:
             best = 0
             for c, e in enumerate(acc):
                 if e >= 0:
@@ -3965,8 +4003,14 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             # ZeRO-1 non-owners keep the extra-large gradients of earlier flushes (_zero12_kept_xl):
             # every moment from the flush after each one on, to the end of the epilogue
             red += K[F]
-            for j in range(F):
-                red = max(red, A[j] + K[j] + (inter * D if j > f else 0))
+            if ZERO12_COLUMNS:  # the loop below, C-level: flushes j <= f without, j > f with I_r x D
+                AK = list(map(operator.add, A, K))  # K has F + 1 terms: F sums
+                red = max(red, max(AK[:f + 1], default=red))
+                if f + 1 < F:
+                    red = max(red, max(AK[f + 1:]) + inter * D)
+            else:
+                for j in range(F):
+                    red = max(red, A[j] + K[j] + (inter * D if j > f else 0))
             if f < F:
                 red = max(red, B[f] + K[f] + inter * D)
             return (0, red) if st != 2 else (_zero12_auto(st, sufmax, flushes, f, inter, D), red)
@@ -4009,7 +4053,12 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
     ``p.grad = None``). Engine: tests/engine/test_peak_parity.py z1_bf16_bigtensor_w2, rank 1 +38,560 B
     (l1.weight's 19,264 x 2 B, engine.py l.3428) without it. () on every rank without such a gradient.
     O(X x (X + F)) for X extra-large gradients and F flushes."""
-    big = [(j, order[ks[0]]) for j, (ks, _) in enumerate(flushes) if xl[j]]
+    if ZERO12_COLUMNS:  # the flushes with an extra-large gradient, found at C level (every flush walked below)
+        if ec.zero.stage != 1 or not layouts:
+            return Runs.const(W, ())
+        big = [(j, order[flushes.starts[j]]) for j in itertools.compress(range(len(xl)), xl)]
+    else:
+        big = [(j, order[ks[0]]) for j, (ks, _) in enumerate(flushes) if xl[j]]
     if ec.zero.stage != 1 or not big or not layouts:
         return Runs.const(W, ())
     F = len(flushes)
@@ -4029,6 +4078,21 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
                 if not (r0 <= r <= r1):
                     add[j + 1] += xl[j]
             yield tuple(itertools.accumulate(add))
+
+    if ZERO12_COLUMNS:
+        # every extra-large gradient (one per flush: a flush of one tensor) less those rank r owns part of,
+        # set to 0 by one C-level pass over the owners' ranges
+        oj = array.array("q", (j + 1 for j, _, _ in owners))
+        o0 = array.array("q", (r0 for _, r0, _ in owners))
+        o1 = array.array("q", (r1 for _, _, r1 in owners))
+        every = [0, *xl]
+
+        def values(starts):  # noqa: F811  (the column-wise form of the loop above)
+            for r in starts:
+                add = list(every)
+                for k in itertools.compress(oj, map(operator.and_, map(r.__ge__, o0), map(r.__le__, o1))):
+                    add[k] = 0
+                yield tuple(itertools.accumulate(add))
 
     return Runs.at_points(W, pts, values)
 
