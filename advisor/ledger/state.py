@@ -2083,6 +2083,21 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         inflight: dict[int, list] = {}
         n = cur = 0
 
+        def all_gather(ids: list, cur: int) -> int:
+            # one all-gather of ids (zero3_fetch_replay's first rule, partition_parameters.py l. 1343 /
+            # l. 1379-1398): >= 2 coalesced into one flat buffer, each in flight until its first wait; one
+            # parameter (or allgather_sequential) its own padded buffer. The bytes live after it
+            if len(ids) >= 2 and coalesce:
+                h = [sum(pad_b[i] for i in ids), {i: data_b[i] for i in ids}, set(ids), False]
+                for i in ids:
+                    inflight[i] = h
+                return cur + h[0]
+            for i in ids:
+                nb = own_b[i]
+                cur += nb
+                avail[i] = nb
+            return cur
+
         def queue_prefetch(qpos: int, n: int, cur: int) -> tuple:
             # the prefetch under the bucket and max_live, from queue position qpos; a container's
             # hook (zero3_container_steps) runs only this, a module's fetch runs it after its own
@@ -2101,17 +2116,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     taken += numel[i]
             if take:
                 n += sum(numel[i] for i in take)
-                if len(take) >= 2 and coalesce:
-                    flat = sum(pad_b[i] for i in take)
-                    h = [flat, {i: data_b[i] for i in take}, set(take), False]
-                    cur += flat
-                    for i in take:
-                        inflight[i] = h
-                else:
-                    for i in take:
-                        nb = own_b[i]
-                        cur += nb
-                        avail[i] = nb
+                cur = all_gather(take, cur)
             return qpos, n, cur
         fwd_best, fwd_where = 0, ""
         fetch_b, during_b = [0] * M, [0] * M
@@ -2163,17 +2168,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 need = [i for i in own if i not in avail and i not in inflight]
                 if need:
                     n += sum(numel[i] for i in need)
-                    if len(need) >= 2 and coalesce:
-                        flat = sum(pad_b[i] for i in need)
-                        h = [flat, {i: data_b[i] for i in need}, set(need), False]
-                        cur += flat
-                        for i in need:
-                            inflight[i] = h
-                    else:
-                        for i in need:
-                            nb = own_b[i]
-                            cur += nb
-                            avail[i] = nb
+                    cur = all_gather(need, cur)
                     if cur > peak:
                         peak = cur
                 if inflight:
