@@ -37,3 +37,20 @@ def test_a_step_peak_after_the_load_is_called_the_training_step(cli):
     # more than the save's 28e9 B copy
     assert f["data"]["steady_need"] >= 7_000_000_000 * 12
     assert "the training step itself needs" in f["message"] and "checkpoint save" not in f["message"]
+
+
+def test_m100_names_a_save_peak_as_the_checkpoint_save(cli):
+    """A 20B ZeRO-2 job through the HF Trainer (bf16 "auto" with the Trainer's default bf16=False: fp32
+    training) on 4 ranks of a node with 64 GB of host memory and no offload: the step keeps nothing on
+    the host, while save_16bit_model's torch.save copies rank 0's parameters to host memory; at
+    ZeRO-1/2 they are views of one flat buffer (stage_1_and_2.py: the bit16 groups flattened), so the
+    copy is the whole storage, 20e9 x 4 B = 80e9 B > 64e9 B. M100 says it is the save that needs it."""
+    p = cli(["estimate", "sample_configs/hf_trainer_zero3_auto.json", "--hf", "--params", "20000000000",
+             "--world-size", "4", "--gpus-per-node", "4", "--gpu-memory", "141GB", "--host-memory", "64GB",
+             "--seq-len", "2048", "--set", "zero_optimization.stage=2",
+             "--set", "zero_optimization.offload_optimizer.device=none", "--format", "json"])
+    assert p.returncode in (0, 1), p.stderr
+    (f,) = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "M100" and f["data"]["tier"] == "host"]
+    assert f["data"]["need"] == 20_000_000_000 * 4
+    assert "the checkpoint save needs" in f["message"] and "(save_16bit_model:" in f["message"]
+    assert "the step needs" not in f["message"]
