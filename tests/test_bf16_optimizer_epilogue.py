@@ -98,3 +98,29 @@ def test_timeline_every_micro_step_epilogue_and_kept_grads():
     assert at["forward:1"] == rest
     moments = 2 * 21606 * 4
     assert at["steady:reduce"] == rest + moments + grads + 23177 * 4
+
+
+def test_immediate_grad_update_adds_in_the_hook_and_frees_param_grad():
+    # bf16.immediate_grad_update: each post-accumulate hook adds its gradient's fp32 copy and sets param.grad = None
+    # (bf16_optimizer.py accumulate_hp_grads_and_remove_lp l.707-715): the hook moment is the parameter's 16-bit
+    # gradient and its copy, l2's 23177 x (2 + 4); no 16-bit gradient outlives its hook. Engine probe (TINY W 2, GA 2):
+    # backward 484,794 B on both ranks = this + 36 B of scalars; forward:2 and the steps hold no param.grad
+    cfg = _cfg(bf16={"enabled": True, "immediate_grad_update": True}, train_batch_size=4)
+    ec = effective_config(cfg)
+    assert ec.bf16_immediate_grad_update
+    led = _led(cfg, TINY)
+    it = _items(led)
+    assert it["bf16_hp_grad_cast"].bytes == 23177 * 6 and it["bf16_hp_grad_cast"].life == "autograd"
+    assert it["bf16_allreduce_flat"].bytes == 43212 * 2          # the one buffer's bf16 cast, alone at the boundary
+    assert "lp_grads" not in it and "lp_grads_accumulated" not in it
+    tl = role_timeline(led, led.rank(0), resolve_load(ec), ga=2, rank=0)
+    at = dict(zip([x.key for x in tl.instants], tl.series(("accelerator",))))
+    rest = 43212 * 2 + 21606 * 4 + 43212 * 4
+    assert at["backward:1"] == at["backward:2"] == rest + 23177 * 6
+    assert at["forward:2"] == rest
+    assert at["reduce"] == rest + 43212 * 2
+    assert at["first_step:update"] == rest + 2 * 21606 * 4
+    # an nn.Linear's bias hook runs with its weight's gradient whole (autograd_siblings): l1.bias's moment
+    # (301 + 19264) x 2 + 301 x 4 = 40,334 B is under l1.weight's own, 19264 x 6
+    ec2 = effective_config(_cfg(bf16={"enabled": True, "immediate_grad_update": True}))
+    assert bf16_optimizer_epilogue_terms(ec2, zero12_layouts(ec2, GROUPS, 2), GROUPS)[0] == 19264 * 6

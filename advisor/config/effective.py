@@ -154,6 +154,10 @@ class EffectiveConfig:
     #: ``dynamic_loss_scale`` / ``loss_scale``; the ZeRO optimizers' ``CreateLossScaler``).
     fp16_loss_scale: float = FP16.value("loss_scale")
     bf16_enabled: bool = BF16.value("enabled")
+    #: bf16.immediate_grad_update (``runtime/precision_config.py``): BF16_Optimizer adds each gradient into its fp32
+    #: buffer in the parameter's post-accumulate hook and frees param.grad (``bf16_optimizer.py``
+    #: accumulate_hp_grads_and_remove_lp), instead of in the backward epilogue.
+    bf16_immediate_grad_update: bool = BF16.value("immediate_grad_update")
     #: data_types.grad_accum_dtype; None = the model dtype.
     grad_accum_dtype: Dtype | None = None
     #: communication_data_type; None = the model dtype.
@@ -370,6 +374,8 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
             notes.append(Note(f"/{bf16_key}", "legacy alias of bf16", "deprecated-alias"))
         ec.bf16_enabled = bool(_Reader(notes, _section(raw, bf16_key), f"/{bf16_key}", True).setting(
             _as_bool, BF16, "enabled"))
+        ec.bf16_immediate_grad_update = bool(_Reader(notes, _section(raw, bf16_key), f"/{bf16_key}", True).setting(
+            _as_bool, BF16, "immediate_grad_update"))
     dt = _section(raw, "data_types")
     ec.grad_accum_dtype = _dtype(dt.get("grad_accum_dtype"))
     ec.communication_data_type = _dtype(raw.get("communication_data_type"))

@@ -2591,7 +2591,8 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
     return None
 
 
-def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]) -> tuple[int, int]:
+def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layout],
+                                   inv: Inventory | None = None) -> tuple[int, int]:
     """(H, F) in bytes: the two moments of BF16_Optimizer's gradient epilogue (``runtime/bf16_optimizer.py``,
     the wrapper :func:`select_optimizer` picks for ZeRO-1 + bf16 + ``grad_accum_dtype`` fp32), each beside
     every 16-bit param.grad (``lp_grads``, N x D), nothing else transient.
@@ -2611,12 +2612,25 @@ def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layou
     (l.3800-3801: sum x C; bf16 by default with bf16 on, ``engine.py`` communication_data_type l.1719-1730),
     both live through the all-reduce. F = the largest flush's bytes.
 
+    With ``bf16.immediate_grad_update`` (``inv`` given) the add runs in each parameter's post-accumulate hook,
+    which then frees param.grad (accumulate_hp_grads_and_remove_lp l.707-715; hooks l.717-727,
+    ``utils/torch.py`` register_grad_hook): H = max_p ((n_p + s_p) x D + n_p x G), the parameter's gradient, the
+    one its autograd node made with it and not yet accumulated (s_p, :func:`autograd_siblings`) and its copy, with
+    no other 16-bit gradient alive; the epilogue adds nothing (update_hp_grads l.532-534, returning at l.533).
+
     Measured on the engine (tests/engine/test_peak_parity.py z1_bf16_gaccfp32_tbsga2_w2, TINY at W = 2:
-    H = 23,177 x 4 = 92,708 B was every backward's +92,736 B residual with the coarse lifetimes)."""
+    H = 23,177 x 4 = 92,708 B was every backward's +92,736 B residual with the coarse lifetimes; with
+    immediate_grad_update, probe runs at GA 2 and with real Linears, 2026-12-06: backward 484,794 B, the persistent
+    345,696 B + l2.weight's 46,354 + 92,708 B + 36 B of scalars)."""
     D = DTYPE_BYTES[ec.model_dtype]
     G = DTYPE_BYTES[ec.grad_dtype]
     C = DTYPE_BYTES[ec.comm_dtype]
-    H = max((lay.largest for lay in layouts), default=0) * G if G != D else 0
+    if inv is not None and ec.bf16_immediate_grad_update:
+        cp = G if G != D else 0
+        H = max((((t.numel + s) * D + t.numel * cp) for t, s in zip(inv.tensors, autograd_siblings(inv))
+                 if t.trainable), default=0)
+    else:
+        H = max((lay.largest for lay in layouts), default=0) * G if G != D else 0
     F = cur = count = 0
 
     def flush(total: int, k: int) -> int:
@@ -4297,6 +4311,26 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     if wrapper == "BF16_Optimizer":
         b.add("accelerator", "gradients", "fp32_grad_accum", npad_t * 4, "persistent",
               f"N_pad x 4 = {npad_t} x 4 (full model, NOT partitioned)", f"{S}._setup_for_real_optimizer")
+        if ec.bf16_immediate_grad_update:
+            # each gradient is added in its post-accumulate hook and param.grad freed there (bf16_optimizer.py
+            # accumulate_hp_grads_and_remove_lp l.707-715, create_grad_acc_hooks l.717-727): no N x D of 16-bit
+            # gradients at the epilogue, before the boundary or in the step (engine probe, TINY W 2, GA 2: with them
+            # counted every step and forward:2 were 86,3xx B, 14-20%, over)
+            hook, comm = bf16_optimizer_epilogue_terms(ec, layouts, inv)
+            if hook:
+                b.add("accelerator", "workspace", "bf16_hp_grad_cast", hook, "autograd",
+                      "max_p ((n_p + s_p) x D + n_p x G): a parameter's 16-bit gradient, the one its autograd node "
+                      "made with it (s_p, autograd_siblings) and its grad_accum_dtype copy, in its hook "
+                      "(bf16_optimizer_epilogue_terms)",
+                      f"{S}.accumulate_hp_grads_and_remove_lp (_update_hp_grad l.523, then lp_param.grad = None)")
+            if comm:
+                b.add("accelerator", "workspace", "bf16_allreduce_flat", comm, "boundary_reduce",
+                      "F: the boundary all-reduce's largest flush (the flat copy of several groups' fp32 buffers and "
+                      "its cast to communication_data_type; bf16_optimizer_epilogue_terms)",
+                      "runtime/engine.py:DeepSpeedEngine.allreduce_bucket (self.flatten(bucket) l.3796, "
+                      "tensor.to(self.communication_data_type) l.3800-3801), from buffered_allreduce_fallback "
+                      "(optimizer.get_grads_for_reduction, l.3921-3931)")
+            return
         b.add("accelerator", "gradients", "lp_grads", n_t * D, "backward", f"N x 2 = {n_t} x 2 (param.grad)",
               "engine.py:DeepSpeedEngine.backward")
         cast, comm = bf16_optimizer_epilogue_terms(ec, layouts)
