@@ -3094,7 +3094,7 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     else:
         items = ((g, lay.P, a, n) for g, lay in enumerate(layouts) for a, n in zip(lay.starts, lay.numels))
     if zero1:
-        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order, hook_clone)
+        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order, hook_clone, seq)
 
     def pack(s: int, c: int, u: int = 0) -> int:
         return (((s * 8 + c + u) * M + u) * M + c) * M + s
@@ -3140,7 +3140,7 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
 
 def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int, um: dict,
                               items: "Iterable[tuple[int, int, int, int]]", hook_order: bool,
-                              hook_clone: bool = True) -> Runs:
+                              hook_clone: bool = True, seq: "_FlushOrder | None" = None) -> Runs:
     """:func:`_zero12_offload_reduce_runs` for ZeRO-1 with several param groups or in hook order
     (``items``: (group, P, flat start, numel) in flush order): per rank r the largest of, over the
     tensors p it owns part of, s_{p,r} x 8 + c_p + u_p + kept_r(p), and over the extra-large p it owns
@@ -3161,18 +3161,35 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     # by (group, index in the group) for the owner look-ups. Flat order visits a group's tensors by index,
     # hook order (the reverse of model order) backwards
     G = len(layouts)
-    pos = [array.array("q", itertools.repeat(-1, len(lay.numels))) for lay in layouts]
-    seen = [0] * G
-    cs = array.array("q")
-    us = array.array("q")
-    for g, P, a, n in items:
-        j = seen[g]
-        seen[g] = j + 1
-        if n <= 0 or not P:
-            continue
-        pos[g][len(pos[g]) - 1 - j if hook_order else j] = len(cs)
-        cs.append(n * D if n > rbs else 0)
-        us.append(um.get((g, a), 0) if um else 0)
+    # (``seq``: the hook order ``items`` walks, when ``hook_order``)
+    cols = ZERO12_COLUMNS and G == 1 and layouts[0].P > 0 and (seq is not None or not hook_order)
+    if cols:
+        # one param group: the loop below by C-level maps over the group's columns in flush order (hook
+        # order: the replay's ``seq``, whose j-th tensor is the layout's len - 1 - j), tensors of no elements dropped
+        lay = layouts[0]
+        A, N = (seq.starts, seq.numels) if hook_order else (lay.starts, lay.numels)
+        keep = list(map((0).__lt__, N))
+        Nk = _packed(itertools.compress(N, keep))
+        cs = _packed(map(operator.mul, map(rbs.__lt__, Nk), map(D.__mul__, Nk)))
+        us = (_packed(map(um.get, zip(itertools.repeat(0), itertools.compress(A, keep)), itertools.repeat(0))) if um
+              else array.array("q", itertools.repeat(0, len(cs))))
+        # a kept tensor's position among the kept ones, -1 for the others: (count so far) x kept - 1
+        at = _packed(map(operator.sub, map(operator.mul, itertools.accumulate(keep), keep), itertools.repeat(1)))
+        pos = [_packed(reversed(at)) if hook_order else at]
+        del keep, Nk, at
+    else:
+        pos = [array.array("q", itertools.repeat(-1, len(lay.numels))) for lay in layouts]
+        seen = [0] * G
+        cs = array.array("q")
+        us = array.array("q")
+        for g, P, a, n in items:
+            j = seen[g]
+            seen[g] = j + 1
+            if n <= 0 or not P:
+                continue
+            pos[g][len(pos[g]) - 1 - j if hook_order else j] = len(cs)
+            cs.append(n * D if n > rbs else 0)
+            us.append(um.get((g, a), 0) if um else 0)
     kall = array.array("q", itertools.accumulate(cs, initial=0))
     h = 2 * max(cs, default=0) if hook_order and hook_clone else 0
     T = len(cs)
@@ -3185,6 +3202,27 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     owned_of: list[list[tuple[int, int]]] = []
     queries: list[tuple[int, int, int, int]] = []  # (right end, left end, O_r, piece)
     for i, r in enumerate(starts):
+        if cols:
+            # the loop below by C-level maps: the kept tensors meeting rank r's slice, (flush position, slice
+            # elements) in flush order, and the queries at the extra-large ones
+            lay = layouts[0]
+            P = lay.P
+            jl, jh = lay.meeting(r)
+            lo, hi = r * P, (r + 1) * P
+            ks = pos[0][jl:jh]
+            A, N = lay.starts[jl:jh], lay.numels[jl:jh]
+            sl = map(operator.sub, map(min, map(operator.add, A, N), itertools.repeat(hi)),
+                     map(max, A, itertools.repeat(lo)))
+            kk = list(map((-1).__lt__, ks))
+            own = sorted(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
+            owned_of.append(own)
+            left, O = 0, 0
+            for k in itertools.compress(map(operator.itemgetter(0), own), map(cs.__getitem__, map(operator.itemgetter(0), own))):
+                queries.append((k, left, O, i))
+                left, O = k + 1, O + cs[k]
+            if left < T:
+                queries.append((T - 1, left, O, i))
+            continue
         own = []
         for g, lay in enumerate(layouts):
             P = lay.P
@@ -3232,6 +3270,20 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
         if x < len(stack_k):
             best[i] = max(best[i], stack_v[x] - O * M3M)
     for i, own in enumerate(owned_of):
+        if ZERO12_COLUMNS and own:
+            # the loop below by C-level maps: O = the clones owned before each (exclusive prefix sums),
+            # tot = c + K - O, the packed value (((s 8 + tot + u) M + u) M + tot) M + s
+            kz = list(map(operator.itemgetter(0), own))
+            sz = list(map(operator.itemgetter(1), own))
+            cz = list(map(cs.__getitem__, kz))
+            uz = list(map(us.__getitem__, kz))
+            tot = list(map(operator.sub, map(operator.add, cz, map(kall.__getitem__, kz)),
+                           itertools.accumulate(cz, initial=0)))
+            Mm = M.__mul__
+            v = map(operator.add, map(Mm, map(operator.add, map(Mm, map(operator.add, map(Mm, map(
+                operator.add, map(operator.add, map((8).__mul__, sz), tot), uz)), uz)), tot)), sz)
+            best[i] = max(best[i], max(v))
+            continue
         O = 0
         for k, sl in own:
             c, u = cs[k], us[k]
