@@ -3588,11 +3588,15 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     172,836 B), step:2 +24,512 / +39,488 B (the fp64 norm copy, get_grad_norm_direct l.2684); now every phase within
     0.03% on both ranks, as are ZeRO-1, ZeRO-1 / ZeRO-2 at reduce_bucket_size 10,000 (real Linears: several flushes)
     and ZeRO-2 under CPU optimizer offload there (its flush term without the cast was backward:1 +31,938 B, 5.3%, on
-    rank 0), within 0.37% (the forward's proxy scalars). Not modelled, measured the same way: ZeRO-2 bf16 with
-    ``grad_accum_dtype`` fp32 at GA 2: backward:1 +163,506 /
-    +170,994 B (the flat copy, l.2367, and _add_to_grad_partition_buffer's fp32 cast of the rank's gradient slices,
-    l.1326: 77,056 / 84,544 B), forward:2 +86,480 B (the compact fp32 partition buffer, l.1270, kept across
-    micro-steps), step:4 +154,148 / +169,124 B (the fp64 norm copies, l.2684). BF16_Optimizer (ZeRO-1 with
+    rank 0), within 0.37% (the forward's proxy scalars). Not modelled, measured the same way (2 runs, the same bytes):
+    ZeRO-2 bf16 with ``grad_accum_dtype`` fp32 at GA 2 (_use_compact_grad_partition_buffer l.1259-1266: no
+    grads_in_partition; the rank's fp32 partition ``flat_partition``, P x 4, made at its first reduce, l.1268-1274 via
+    _get_compact_grad_partition_slice l.1313-1322): backward:1 +163,506 / +170,994 B, exactly a flush moment of
+    persistent 172,848 + ipg 100,000 + that buffer 86,424 + the flat copy (l.2367, 86,418) + the fp32 cast of the
+    rank's largest slice in the flush as _add_to_grad_partition_buffer adds it (l.1324-1326: 19,264 x 4 = 77,056 on
+    rank 0, l1.weight; 21,136 x 4 = 84,544 on rank 1, its part of l2.weight) + 32 B of scalars; forward:2 +86,480 B
+    (the buffer kept across micro-steps), step:4 +154,148 / +169,124 B (the fp64 norm copy of the largest slice,
+    get_grad_norm_direct l.2684: 19,264 / 21,136 x 8 B among its site's storages at the peak). BF16_Optimizer (ZeRO-1 with
     ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`."""
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
