@@ -656,7 +656,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
-    from advisor.ledger.timeline import (SAVE_GPU_ONLY, init_entries, load_entries, rank_only_entries, resolve_load,
+    from advisor.ledger.timeline import (GPU_ONLY, init_entries, load_entries, rank_only_entries, resolve_load,
                                          role_timeline, save_entries)
 
     ec = effective_config(config)
@@ -685,11 +685,11 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             idx = [i for i, x in enumerate(tl.instants) if x.key in want or (event and x.phase == event)]
             if not idx:  # initialize:cast without a cast (the ledger has no such instant): nothing to compare
                 continue
-            # a CPU run makes no host copy of a CPU storage at save (timeline.SAVE_GPU_ONLY): the
-            # ledger's figure without them is compared, the difference reported as gpu_only
+            # a CPU run makes no host copy of a CPU storage at save, nor partial offload's backup AdamW step
+            # (timeline.GPU_ONLY): the ledger's figure without them is compared, the difference reported as gpu_only
             gpu_only = [0] * len(ser)
             if rec.get("accelerator") == "cpu":
-                gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in SAVE_GPU_ONLY and x[1] in tiers)
+                gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers)
                             for i in range(len(ser))]
             best = max(idx, key=lambda i: ser[i] - gpu_only[i])
             got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]

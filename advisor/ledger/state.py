@@ -527,6 +527,38 @@ def zero3_partition_sums(inventory: Inventory, W: int) -> tuple[int, int]:
     return inventory.memo(("zero3_partition_sums", W), compute)
 
 
+def twin_flow_on_accelerator(ec: EffectiveConfig, n_sub_groups: int) -> list[bool]:
+    """Per ZeRO-3 sub-group (DeepSpeed's order, :func:`zero3_sub_groups`): True where partial
+    optimizer offload (Twin-Flow, ``offload_optimizer`` ``device: cpu`` with ``ratio`` < 1) keeps its
+    fp32 master, fp32 gradient and optimizer state on the accelerator. DeepSpeed 0.19.8
+    ``runtime/zero/stage3.py`` l.1100-1108 (_create_fp32_partitions): sub-group i goes to 'cpu' when
+    i >= int((1 - ratio) x n_sub_groups), else to the accelerator, so the first int((1 - ratio) x n)
+    stay there (ratio 0.5 over 3 sub-groups: 1; the int() of a float, as DeepSpeed computes it).
+    ``offload_config.py`` l.99 bounds ratio to [0, 1]; ``config.py`` l.396-400 (offload_ratio_check)
+    refuses ratio < 1 below stage 3. All False without CPU optimizer offload, at ratio 1, and for
+    ``device: nvme`` (not modelled: its swappable sub-groups ignore the split, l.1117)."""
+    if not twin_flow_splits(ec) or n_sub_groups <= 0:
+        return [False] * max(0, n_sub_groups)
+    cut = int((1 - ec.zero.offload_optimizer.ratio) * n_sub_groups)
+    return [i < cut for i in range(n_sub_groups)]
+
+
+def twin_flow_splits(ec: EffectiveConfig) -> bool:
+    """Whether :func:`twin_flow_on_accelerator` may keep a sub-group on the accelerator: ZeRO-3,
+    ``offload_optimizer`` ``device: cpu``, ``ratio`` < 1."""
+    r = ec.zero.offload_optimizer.ratio
+    return ec.zero.stage == 3 and ec.offload_optimizer_effective == "cpu" and r is not None and r < 1.0
+
+
+#: Items of partial optimizer offload that only a GPU (an accelerator whose name is not 'cpu') makes:
+#: ``stage3.py`` _optimizer_step (l.1249-1258) steps a sub-group with the backup torch AdamW only where
+#: ``subgroup_to_device[i]`` is not 'cpu', and on DeepSpeed's CPU accelerator its name is 'cpu'
+#: (``accelerator/cpu_accelerator.py`` l.28), so there DeepSpeedCPUAdam steps every sub-group: no
+#: foreach sqrt temporary, no 0-dim step tensors. A CPU measurement leaves them out
+#: (``advisor.engine.measure.peak_parity``, through ``timeline.GPU_ONLY``).
+TWIN_FLOW_GPU_ONLY = ("backup_adamw_sqrt", "backup_adamw_step")
+
+
 def zero3_persistent(inventory: Inventory, zero) -> list[bool]:
     """Which parameters ZeRO-3 keeps gathered on every rank (per tensor, model order), frozen ones
     too (§3.2; ``parameter_offload.py`` mark_persistent_parameters walks module.named_parameters()):
@@ -2700,6 +2732,11 @@ def unsupported_reason(ec: EffectiveConfig, dp_world_size: int | None = None) ->
         return ("bf16 with grad_accum_dtype fp32 at stage 0: NotImplementedError 'unsupported mix' "
                 "(engine.py: _do_optimizer_sanity_check; BF16_Optimizer needs ZeRO-1 or pipeline parallelism)")
     if ec.zero.stage == 3:
+        r = ec.zero.offload_optimizer.ratio
+        if ec.offload_optimizer_effective != "none" and r is not None and r != 1.0 \
+                and select_optimizer(ec)[1] != "DeepSpeedCPUAdam":
+            return (f"offload_optimizer.ratio {r:g} (partial offload) with {select_optimizer(ec)[1]}: "
+                    "'Hybrid Optimizer Only Supports DeepSpeedCPUAdam' (runtime/zero/stage3.py l.316)")
         for what, off in (("offload_optimizer", ec.zero.offload_optimizer), ("offload_param", ec.zero.offload_param)):
             if off.device == "nvme" and not off.nvme_path:
                 return f"{what}.device nvme without nvme_path: the swapper fails (swap_tensor: os.path.join(None, ...))"
@@ -4905,15 +4942,60 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     al = aio_alignment_elems(ec, M)
     swappable = pl.opt_swapped
     moments = _moment_items(ec)
-    ram = sum(s for s, sw in zip(Sk, swappable) if not sw)
+    # partial optimizer offload (Twin-Flow): the first int((1 - ratio) x n) sub-groups stay on the accelerator
+    on_acc = pl.opt_on_accelerator or [False] * len(sgs)
+    acc_k = [s for s, sw, a in zip(Sk, swappable, on_acc) if a and not sw]
+    acc = sum(acc_k)
+    ram = sum(s for s, sw in zip(Sk, swappable) if not sw) - acc
     files = pl.opt_swap_numel(ec)
     tier = "accelerator" if oo == "none" else "host_pageable"
+    twin = (f" over the {len(sgs) - len(acc_k)} host sub-groups (offload_optimizer.ratio "
+            f"{z.offload_optimizer.ratio:g}: sub-groups i >= int((1 - ratio) x {len(sgs)}) = {len(acc_k)})"
+            if acc_k else "")
     b.add(tier, "master_weights", "fp32_master", ram * M, "persistent",
-          f"sum_k S_k x 4 = {ram} x 4" + (" (separate copy even for fp32 models)" if ec.model_dtype == "fp32" else ""),
+          f"sum_k S_k x 4 = {ram} x 4" + twin
+          + (" (separate copy even for fp32 models)" if ec.model_dtype == "fp32" else ""),
           f"{S}._create_fp32_partitions")
     for m in moments:
-        b.add(tier, "optimizer_states", m, ram * 4, "persistent", f"sum_k S_k x 4 = {ram} x 4",
+        b.add(tier, "optimizer_states", m, ram * 4, "persistent", f"sum_k S_k x 4 = {ram} x 4" + twin,
               _opt_src(basic) + " (state zeros_like(fp32 partition))")
+    if acc_k:
+        # stage3.py l.1100-1108 (subgroup_to_device), l.1157-1160: fp16_partitioned_groups_flat[i].to(
+        # subgroup_to_device[i], fp32).clone() on the accelerator; the backup torch.optim.AdamW (l.313-325, built
+        # only with DeepSpeedCPUAdam) steps them (_optimizer_step l.1249-1258), its state made lazily at the first
+        # step on the parameter's device (torch/optim/adam.py Adam._init_group: zeros_like(p), 'step' a 0-dim
+        # CPU float32 tensor unless capturable / fused)
+        words = (f"sum over the {len(acc_k)} accelerator sub-groups (i < int((1 - ratio) x {len(sgs)}), "
+                 f"offload_optimizer.ratio {z.offload_optimizer.ratio:g}) of S_k x 4 = {acc} x 4")
+        b.add("accelerator", "master_weights", "fp32_master", acc * M, "persistent", words,
+              f"{S}._create_fp32_partitions (l.1100-1108 subgroup_to_device, l.1157-1160 .to(device).clone())")
+        for m in moments:
+            b.add("accelerator", "optimizer_states", m, acc * 4, "persistent", words + " (backup AdamW's state, "
+                  "created at the first step)",
+                  f"{S}.__init__ backup_optimizer (l.313-325), _optimizer_step (l.1255-1258); "
+                  "torch/optim/adam.py Adam._init_group (zeros_like(p))")
+        b.add("host_pageable", "optimizer_states", "backup_adamw_step", 4 * len(acc_k), "persistent",
+              f"4 B x {len(acc_k)} accelerator sub-groups (the backup AdamW's 0-dim fp32 'step', on the CPU; "
+              "not made on a CPU accelerator)",
+              "torch/optim/adam.py Adam._init_group (torch.tensor(0.0) unless capturable / fused); "
+              f"{S}._optimizer_step (l.1255-1258)")
+        # torch AdamW on CUDA defaults to foreach (torch/optim/optimizer.py _default_to_fused_or_foreach;
+        # torch/utils/_foreach_utils.py: cuda, not cpu); _multi_tensor_adam (adam.py l.790) makes
+        # exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), one S_k x 4 copy of the sub-group's moment,
+        # the rest in place; one sub-group per step call (l.1256 params = [fp32_param])
+        b.add("accelerator", "workspace", "backup_adamw_sqrt", max(acc_k) * 4, "step",
+              f"max over the accelerator sub-groups of S_k x 4 = {max(acc_k)} x 4 (foreach AdamW's "
+              "exp_avg_sq_sqrt, one sub-group at a time; not made on a CPU accelerator)",
+              "torch/optim/adam.py _multi_tensor_adam (torch._foreach_sqrt(device_exp_avg_sqs)); "
+              f"{S}._optimizer_step (l.1255-1258)")
+    if oo != "none" and (z.offload_optimizer.ratio if z.offload_optimizer.ratio is not None else 1.0) < 1.0:
+        # stage3.py l.313-317 (any optimizer offload with ratio != 1, whether or not a sub-group stays on the
+        # accelerator): torch.randn(1, device=accelerator).to(self.dtype) wrapped as the backup AdamW's first
+        # parameter; on a GPU dropped when the first accelerator sub-group replaces group 0's params (l.1256),
+        # kept here (D bytes, an upper bound)
+        b.add("accelerator", "workspace", "backup_optimizer_param", D, "persistent",
+              f"1 element x D = {D} B (the backup AdamW's placeholder parameter)",
+              f"{S}.__init__ (l.313-317 backup_gpu_param)")
     if files:
         b.add("nvme", "master_weights", "fp32_master", files * M, "persistent",
               f"sum over swappable sub-groups of A_{al}(S_k) x 4", "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
@@ -4971,7 +5053,15 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                   f"{S}.get_grad_norm_direct (g.to(get_norm_dtype()), l.2457)")
     else:
         b.add(_host(oo_pin), "gradients", "fp32_grad", ram * 4, "persistent",
-              f"sum over RAM sub-groups S_k x 4 = {ram} x 4 (one buffer per sub-group)", f"{S}.initialize_optimizer_states")
+              f"sum over RAM sub-groups S_k x 4 = {ram} x 4 (one buffer per sub-group)" + twin,
+              f"{S}.initialize_optimizer_states")
+        if acc_k:
+            # initialize_optimizer_states l.1338-1342: the host buffer .to(subgroup_to_device[i]): an
+            # accelerator copy per accelerator sub-group (the host buffer is dropped)
+            b.add("accelerator", "gradients", "fp32_grad", acc * 4, "persistent",
+                  f"sum over the {len(acc_k)} accelerator sub-groups of S_k x 4 = {acc} x 4 (offload_optimizer.ratio "
+                  f"{z.offload_optimizer.ratio:g})",
+                  f"{S}.initialize_optimizer_states (l.1338-1342 subgroup_gradient_buffer.to(subgroup_to_device[i]))")
     if oo == "nvme":
         bc = z.offload_optimizer.buffer_count
         big = _align(max(Sk), al)
@@ -5179,6 +5269,9 @@ class Placement:
       (``offload_param: nvme`` caps the buffers at ``max_in_cpu`` elements over the groups in
       order: ``stage3.py:_create_param_groups_fp16_flat_cpu_memory``, ``_move_to_flat_buffer``);
       all True unless parameters go to NVMe.
+    * ``opt_on_accelerator``: per sub-group, partial optimizer offload keeps its fp32 master,
+      fp32 gradient and moments on the accelerator (:func:`twin_flow_on_accelerator`); all False
+      (or empty) otherwise.
     """
 
     W: int
@@ -5187,6 +5280,7 @@ class Placement:
     sub_groups: list[SubGroup]
     opt_swapped: list[bool]
     in_flat: list[bool]
+    opt_on_accelerator: list[bool] = field(default_factory=list)
 
     def opt_swap_numel(self, ec: EffectiveConfig) -> int:
         """Elements of each NVMe swap file set (fp32 master, and each moment alike): the sum over
@@ -5270,7 +5364,7 @@ def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None =
         terms = Runs.const(W, None)
     smin = swap_threshold_bytes(ec)
     swapped = [ec.offload_optimizer_effective == "nvme" and sg.numel * 4 >= smin for sg in sgs]
-    return Placement(W, zero12, terms, sgs, swapped, _zero3_in_flat(ec, sgs))
+    return Placement(W, zero12, terms, sgs, swapped, _zero3_in_flat(ec, sgs), twin_flow_on_accelerator(ec, len(sgs)))
 
 
 def placement_of(plan: Plan) -> Placement:
@@ -5472,6 +5566,11 @@ def compute_ledger(plan: Plan) -> Ledger:
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")
+    ratio = z.offload_optimizer.ratio
+    if z.stage == 3 and ec.offload_optimizer_effective == "nvme" and ratio is not None and ratio < 1.0:
+        excluded.append(f"offload_optimizer.ratio {ratio:g} with device nvme: the partial-offload "
+                        "split (stage3.py l.1100-1108) is modelled for device cpu only; here every sub-group is "
+                        "counted swapped or in host memory as at ratio 1")
     return Ledger(plan=plan, ranks=ranks, wrapper=wrapper, basic_optimizer=basic, excluded=excluded)
 
 

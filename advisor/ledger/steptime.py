@@ -349,8 +349,11 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
     the sum of the rank's trainable parameter partitions p_i (``zero3_partition_numel``); under
     expert parallelism e the dense tensors over the W ZeRO ranks plus the rank's routed experts
     over the expert-data-parallel group of W / e (``moe/utils.py:
-    split_params_into_different_moe_groups_for_optimizer``). 0 when the optimizer is not offloaded."""
-    from advisor.ledger.state import zero12_layouts, zero3_partition_sums
+    split_params_into_different_moe_groups_for_optimizer``); with partial offload
+    (``offload_optimizer.ratio`` < 1 at ZeRO-3) only the host sub-groups' S_k
+    (:func:`advisor.ledger.state.twin_flow_on_accelerator`). 0 when the optimizer is not offloaded."""
+    from advisor.ledger.state import (twin_flow_on_accelerator, twin_flow_splits, zero12_layouts, zero3_partition_sums,
+                                      zero3_sub_groups)
     from advisor.model.parallel import split_experts
     ec = plan.config
     if ec.offload_optimizer_effective not in ("cpu", "nvme"):
@@ -367,6 +370,14 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
         dense, experts = split_experts(inv)
         parts = [(dense, W), (experts, W // ep)]
     n = 0
+    if twin_flow_splits(ec):
+        # partial optimizer offload (offload_optimizer.ratio < 1): DeepSpeedCPUAdam steps only the host
+        # sub-groups; the first int((1 - ratio) x n) are the backup AdamW's, on the accelerator (stage3.py
+        # l.1100-1108, _optimizer_step l.1249-1258). The sub-groups of every param group in order (expert groups
+        # after the dense ones: moe/utils.py split_params_into_different_moe_groups_for_optimizer appends them)
+        sizes = [sg.numel for sub, w in parts if sub.tensors
+                 for sg in zero3_sub_groups(sub, w, ec.zero.sub_group_size)]
+        return sum(sz for sz, a in zip(sizes, twin_flow_on_accelerator(ec, len(sizes))) if not a)
     for sub, w in parts:
         if not sub.tensors:
             continue

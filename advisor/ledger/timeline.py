@@ -150,7 +150,7 @@ from typing import Any
 from advisor.config.dtypes import TORCH_TO_TRAINING, TRAINING_DTYPE_BYTES, torch_dtype_name
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import (TIERS, Entry, Ledger, RankLedger, module_names, placement_of,
+from advisor.ledger.state import (TIERS, TWIN_FLOW_GPU_ONLY, Entry, Ledger, RankLedger, module_names, placement_of,
                                   swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
@@ -740,6 +740,10 @@ SAVE_FILES_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_checkpoint l.4869-4
 #: fragments' ``.cpu()`` copies (``Tensor.cpu()`` of a CPU tensor returns it): a CPU run has none.
 SAVE_GPU_ONLY = ("save_16bit_staging", "save_model_file_staging", "save_optim_file_staging", "save_frozen_fragments",
                  "save_16bit_module_copy")
+#: Every item a run on DeepSpeed's CPU accelerator does not make: the save's host copies above and partial
+#: optimizer offload's backup AdamW step (:data:`advisor.ledger.state.TWIN_FLOW_GPU_ONLY`: on the CPU accelerator
+#: DeepSpeedCPUAdam steps every sub-group). ``advisor.engine.measure.peak_parity`` compares the ledger without them.
+GPU_ONLY = SAVE_GPU_ONLY + TWIN_FLOW_GPU_ONLY
 
 
 def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
@@ -777,10 +781,18 @@ def _largest_optim_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[in
     (zero_pp_rank_*_optim_states.pt), which torch.save copies to host memory: ZeRO-1/2 the fp32
     partition of a param group and each moment, P x 4 (the padded storage: the file holds an
     un-padded view of it); ZeRO-3 a sub-group's fp32 flat partition and moments, S x 4. 0 with
-    optimizer offload (the state is in host memory or on NVMe already) and without a ZeRO
+    optimizer offload (the state is in host memory or on NVMe already), except the accelerator
+    sub-groups' fp32 flat partitions under partial offload (``ratio`` < 1), and without a ZeRO
     optimizer file (stage 0 without BF16_Optimizer)."""
     plan = ledger.plan
     st = ec.zero.stage
+    pl = placement_of(plan) if st == 3 else None
+    if pl is not None and any(pl.opt_on_accelerator):
+        # partial offload: the file's fp32 flat groups (stage3.py _rigid_state_dict l.3444) include the
+        # accelerator sub-groups'; the moments in it are DeepSpeedCPUAdam's (l.3443 self.optimizer.state_dict()),
+        # the host sub-groups' only
+        big = max(sg.numel for sg, a in zip(pl.sub_groups, pl.opt_on_accelerator) if a)
+        return big * 4, "the largest accelerator sub-group's fp32 flat partition (partial offload), S x 4"
     if ec.offload_optimizer_effective != "none":
         return 0, "optimizer state already in host memory (offload_optimizer)"
     if st in (1, 2) or ledger.wrapper == "BF16_Optimizer":
