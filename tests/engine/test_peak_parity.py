@@ -96,6 +96,19 @@ CELLS = [
     # apart; counted at every backward instant the ledger read 60,400 B more than the engine
     ("z3_bf16_oo_cpu_normlife_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}),
      2, False, NORM_LIFE, {"submodules": True}),
+    # partial optimizer offload (Twin-Flow, offload_optimizer.ratio < 1; state.twin_flow_on_accelerator): TINY's
+    # partitions at W = 2 in sub-groups of 5,000 elements are S = [9,632, 11,740, 235], ratio 0.5 keeps
+    # int(0.5 x 3) = 1 of them on the accelerator; sub_group_size 200 gives [9,632, 11,740, 232, 3] and ratio 0.25
+    # keeps int(0.75 x 4) = 3. On this CPU accelerator DeepSpeedCPUAdam steps every sub-group (stage3.py
+    # l.1250-1254: cur_device == 'cpu' for the accelerator's own name too) and the tiers are one device: these
+    # cells prove the totals (per sub-group master, gradient and moments, the backup AdamW's 1-element
+    # parameter), not the tier split nor the backup AdamW's step (timeline.GPU_ONLY leaves its items out here)
+    ("z3_bf16_oo_cpu_ratio_w2", _cfg(3, "bf16", reduce_bucket_size=50000, sub_group_size=5000,
+                                     offload_optimizer={"device": "cpu", "ratio": 0.5}),
+     2, False, parity.TINY, {"submodules": True}),
+    ("z3_fp32_oo_cpu_ratio_sg4_w2", _cfg(3, "fp32", reduce_bucket_size=50000, sub_group_size=200,
+                                         offload_optimizer={"device": "cpu", "ratio": 0.25}),
+     2, False, parity.TINY, {"submodules": True}),
     # several flushes (reduce_bucket_size 10,000 < l2.weight's 23,177 elements): each flush runs
     # while the gradient that does not fit is still whole, in autograd's order
     ("z3_bf16_smallbucket_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, TINY_MEANS,
