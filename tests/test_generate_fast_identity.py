@@ -81,6 +81,16 @@ def test_layer_period_is_the_layer_size_counted_by_hand(tmp_path):
                 TensorSpec(ts[k].name, ts[k].shape, False, ts[k].group, ts[k].dtype)):
         inv = Inventory(gpt2.name, ts[:k] + [bad] + ts[k + 1:], gpt2.source, dict(gpt2.meta))
         assert parallel.layer_period(inv) is None
+    # layers numbered from 3, not 0 (layer_of reads 3..7: no stage split by index 0..L-1), and a single layer:
+    # no period (layer_repeat's detector, issue 21); the ledger then accounts every stage on its own
+    renum = [TensorSpec(t.name.replace(f"h.{parallel.layer_of(t)}.", f"h.{parallel.layer_of(t) + 3}.")
+                        if parallel.layer_of(t) is not None else t.name, t.shape, t.trainable, t.group, t.dtype)
+             for t in gpt2.tensors]
+    assert parallel.layer_repeat(Inventory(gpt2.name, renum)).first == 3
+    assert parallel.layer_period(Inventory(gpt2.name, renum)) is None
+    one = _model(tmp_path, {"model_type": "gpt2", "n_embd": 64, "n_layer": 1, "n_head": 4, "n_inner": None,
+                            "vocab_size": 100, "n_positions": 64}, 2)
+    assert parallel.layer_period(one) is None
 
 
 @pytest.mark.parametrize("seed", range(6))

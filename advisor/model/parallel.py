@@ -108,7 +108,6 @@ def layer_repeat(inv: Inventory) -> "LayerRepeat | None":
 
 
 def _layer_repeat(inv: Inventory) -> "LayerRepeat | None":
-    import itertools
     flags = in_layer_flags(inv)
     a = flags.find(1)
     if a < 0:
@@ -275,45 +274,26 @@ def _tp_rules(inv: Inventory) -> tuple:
 
 def layer_period(inv: Inventory, rules: bool = False) -> int | None:
     """T, the tensors of each decoder layer, when every layer of ``inv`` is the same up to its index:
-    the layer tensors are one block of L x T consecutive tensors (L = the layers found), layer i's
-    being the i-th T of them, and the tensor at offset j of every layer has the same shape,
-    trainable flag, param group, dtype (and, with ``rules``, tensor-parallel rule: :func:`tp_rule`,
-    which :func:`shard` applies only when tp > 1), and its name is
-    layer 0's with the layer index (the first :data:`_LAYER_RE` match, as :func:`layer_of` reads it)
-    replaced by i. None otherwise (no layers, or layers that differ). Then two pipeline stages of
-    :func:`shard` holding only layers, as many each (the stages between the first and the last), hold
-    the same tensors up to the layer indices in their names. Once per tensor list
-    (:meth:`Inventory.memo`); the comparisons run at C level (lists compared whole, names by
-    ``str.format`` mapped over the indices), O(tensors)."""
+    :func:`layer_repeat`'s unit, where its layers are numbered from 0 (as :func:`layer_of` reads them:
+    the first :data:`_LAYER_RE` match of a layer tensor's name is its layer number, and layer i's
+    tensors are the i-th T of the one block of layer tensors) and, with ``rules``, the tensor at offset
+    j of every layer has the same tensor-parallel rule (:func:`tp_rule`, which :func:`shard` applies
+    only when tp > 1). None otherwise. Then two pipeline stages of :func:`shard` holding only layers,
+    as many each (the stages between the first and the last), hold the same tensors up to the layer
+    indices in their names. One detector of identical layers (:func:`layer_repeat`, issue 21; this
+    was a second scan of its own, which also took a single layer, or layers whose tensors' name
+    prefixes differ, for a period: there this answers None, and the ledger accounts each stage on its
+    own, the same figures). Once per tensor list (:meth:`Inventory.memo`)."""
     def compute() -> int | None:
-        tensors = inv.tensors
-        idx = inv.memo(("layer_of",), lambda: tuple(layer_of(t) for t in tensors))
-        n = len(idx)
-        a = next((k for k, i in enumerate(idx) if i is not None), n)
-        if a == n:
+        rep = layer_repeat(inv)
+        if rep is None or rep.first != 0:
             return None
-        b = n - next((k for k, i in enumerate(reversed(idx)) if i is not None), n)
-        L = max(i for i in idx[a:b] if i is not None) + 1
-        if (b - a) % L:
-            return None
-        T = (b - a) // L
-        if list(idx[a:b]) != list(itertools.chain.from_iterable(itertools.repeat(i, T) for i in range(L))):
-            return None
-        tpr = _tp_rules(inv) if rules else None
-        for j in range(T):
-            col = tensors[a + j:b:T]
-            t0 = col[0]
-            m = _LAYER_RE.search(t0.name)
-            if m is None:
+        if rules:
+            tpr = _tp_rules(inv)
+            a, b, T = rep.head, rep.end, rep.unit
+            if any(tpr[a + j:b:T].count(tpr[a + j]) != rep.count for j in range(T)):
                 return None
-            template = t0.name[:m.start(1)].replace("{", "{{").replace("}", "}}") + "{}" + \
-                t0.name[m.end(1):].replace("{", "{{").replace("}", "}}")
-            if (list(map(operator.attrgetter("name"), col)) != list(map(template.format, range(L)))
-                    or any(list(map(operator.attrgetter(f), col)).count(getattr(t0, f)) != L
-                           for f in ("shape", "trainable", "group", "dtype"))
-                    or (tpr is not None and tpr[a + j:b:T].count(tpr[a + j]) != L)):
-                return None
-        return T
+        return rep.unit
     return inv.memo(("layer_period", bool(rules)), compute)
 
 
