@@ -5543,8 +5543,9 @@ def compute_ledger(plan: Plan) -> Ledger:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
     excluded = [
         "activations (depend on the model's forward, not on the config)",
-        "optimizer-kernel temporaries (the CUDA context, NCCL buffers and the caching allocator's reserve are "
-        "the fit table's runtime-overhead rows)",
+        "optimizer-kernel temporaries" + (" other than partial offload's backup AdamW sqrt copy (backup_adamw_sqrt)"
+                                          if twin_flow_splits(ec) else "")
+        + " (the CUDA context, NCCL buffers and the caching allocator's reserve are the fit table's runtime-overhead rows)",
         ("ZeRO-3 backward copies: the whole gradient flush when communication_data_type differs from the model's "
          "dtype or under qgZ, a flush's gradients divided by gradient_predivide_factor, and an nn.Linear's bias "
          "gradient, whole as its weight's arrives (LinearFunctionForZeroStage3 returns both at once; out x D bytes); "
