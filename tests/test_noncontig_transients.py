@@ -171,12 +171,13 @@ def test_noncontig_groups_step_frees_each_group_by_hand() -> None:
         assert (at["first_step:g0:prep"], at["first_step:g0:update"]) == (prep, upd), r
 
 
-def test_noncontig_modelled_at_zero1_with_overlap_only_at_ga1_one_group() -> None:
-    # ZeRO-1 without contiguous_gradients is replayed at any GA and param groups without overlap_comm
-    # (test_zero1_noncontig_transients_by_hand, test_zero1_noncontig_accumulation_by_hand), with it at GA 1 and one
-    # param group only (its boundary hooks at GA > 1: state.zero12_transients_modeled); at ZeRO-2 overlap_comm (previous_reduced_grads,
+def test_noncontig_modelled_at_zero1_and_zero2_at_any_ga_and_groups() -> None:
+    # ZeRO-1 without contiguous_gradients is replayed at any GA and param groups, overlap_comm on or off
+    # (test_zero1_noncontig_transients_by_hand, test_zero1_noncontig_accumulation_by_hand,
+    # test_zero1_noncontig_overlap_accumulation_by_hand); at ZeRO-2 overlap_comm (previous_reduced_grads,
     # l.2264-2267: the walk above), GA > 1 (test_noncontig_accumulation_keeps_the_slice_gradients_by_hand) and
-    # several param groups (the groups walk) are
+    # several param groups (the groups walk) are. What still keeps the coarse lifetimes: optimizer offload and a
+    # gradient or communication dtype other than the model's
     base = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
     ov = effective_config({**base, "zero_optimization": {"stage": 2, "contiguous_gradients": False,
                                                          "overlap_comm": True}})
@@ -196,8 +197,16 @@ def test_noncontig_modelled_at_zero1_with_overlap_only_at_ga1_one_group() -> Non
     z1o = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False,
                                                           "overlap_comm": True}})
     assert state.zero12_transients_modeled(z1o, w1, 1, 1)
-    assert not state.zero12_transients_modeled(z1o, w1, 2, 1)
-    assert not state.zero12_transients_modeled(z1o, w1, 1, 2)
+    assert state.zero12_transients_modeled(z1o, w1, 2, 1)
+    assert state.zero12_transients_modeled(z1o, w1, 1, 2)
+    assert state.zero12_transients_modeled(z1o, w1, 3, 2)
+    z1oc = effective_config({**base, "zero_optimization": {"stage": 1, "contiguous_gradients": False,
+                                                           "overlap_comm": True,
+                                                           "offload_optimizer": {"device": "cpu"}}})
+    assert not state.zero12_transients_modeled(z1oc, state.select_optimizer(z1oc)[0], 2, 1)
+    z1comm = effective_config({**base, "communication_data_type": "fp32",
+                               "zero_optimization": {"stage": 1, "contiguous_gradients": False, "overlap_comm": True}})
+    assert not state.zero12_transients_modeled(z1comm, state.select_optimizer(z1comm)[0], 2, 1)
     assert state.zero12_transients_modeled(plain, w, 1, 1)
 
 
@@ -282,3 +291,38 @@ def test_zero1_noncontig_accumulation_by_hand() -> None:
         at = {x.key: sum(e[-1] for e in ents) for x, ents in zip(tl.instants, tl.entries)}
         got = {k: at[k] - at["forward:1"] for k in ("backward:1", "forward:2", "reduce")}
         assert got == {"backward:1": 86418, "forward:2": 86418, "reduce": 172836}, (r, got)
+
+
+def test_zero1_noncontig_overlap_accumulation_by_hand() -> None:
+    """parity.TINY at W = 2, ZeRO-1 bf16 without contiguous_gradients, with overlap_comm, GA 2 (train_batch_size 4),
+    reduce_bucket_size 10,000, real Linears. Micro-step 1's hooks move nothing (stage_1_and_2.py
+    reduce_ready_partitions_and_remove_grads l.2293-2295: only at the accumulation boundary), so its N x D = 43,209 x 2
+    = 86,418 B of param.grad live into micro-step 2. There each node's new gradients are whole beside them before
+    accumulateGrad adds them in place: l2's AddmmBackward0 makes l2.bias's and l2.weight's, (77 + 23,177) x 2 =
+    46,508 B, the largest (backward:2 = 86,418 + 46,508 = 132,926 B over forward:1). The boundary's hooks, in the
+    reverse of model order (l3.bias 5, l3.weight 385, l2.bias 77, l2.weight 23,177, l1.bias 301, l1.weight 19,264),
+    flush when the bucket would pass 10,000 elements (l.1422): at l2.weight's hook the bucket l3.bias, l3.weight,
+    l2.bias, flattened (allreduce_bucket l.2367): 467 x 2 = 934 B; at l1.bias's hook l2.weight alone (a view) while
+    l1.weight's new gradient, made with l1.bias's, is whole: 19,264 x 2 = 38,528 B; the rest single tensors. No flush
+    moves a gradient out of param.grad (l.2272), so the reduce holds 86,418 + 38,528 = 124,946 B. On both ranks.
+    The engine's tracker (tests/engine/test_peak_parity.py z1_bf16_noncontig_overlap_tbsga2_w2, 2026-12-06, 2 runs):
+    backward:2 peaks at 305,972 B, l2's new 46,354 + 154 B beside the 86,418 B; its event order has l2.weight's new
+    gradient freed before the 934 B flat copy is made, and l1.weight's 38,528 B live as l1.bias's new one is freed."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    import parity
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000,
+                                                 "contiguous_gradients": False, "overlap_comm": True}})
+    inv = from_dict(parity.TINY, "tiny")
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    for r in (0, 1):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
+        at = {x.key: sum(e[-1] for e in ents) for x, ents in zip(tl.instants, tl.entries)}
+        got = {k: at[k] - at["forward:1"] for k in ("backward:1", "forward:2", "backward:2", "reduce")}
+        assert got == {"backward:1": 86418, "forward:2": 86418, "backward:2": 86418 + 46508,
+                       "reduce": 86418 + 38528}, (r, got)

@@ -3561,7 +3561,7 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
 def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> bool:
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
-    whose gradients are reduced in the model dtype, ``contiguous_gradients`` on, ``overlap_comm``
+    whose gradients are reduced in the model dtype, ``contiguous_gradients`` on (off: below), ``overlap_comm``
     on or off, at any GA: at ZeRO-2 every micro-step reduces in its backward as at GA = 1 and the previous
     micro-step's grads_in_partition is its own entry (``prev_grads_in_partition``); at ZeRO-1 only
     the boundary's backward reduces, as at GA = 1, and what the earlier micro-steps leave is its own
@@ -3612,12 +3612,19 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     2026-12-06: forward:2 +86,474 B, micro-step 1's gradients; backward:1 -85,446 / -47,256 B; backward:2 rank 1
     +39,156 B; step:4 +24,512 / +39,488 B) and z1_bf16_noncontig_groups_tbsga2_w2 (TINY_FROZEN_GROUPS, two groups,
     real Linears; coarse: forward:2 +39,966 B, backward:1 -39,260 B, step:4 +39,172 / +17,172 B); one probe run each
-    within 0.02% of fp16 at GA 2 and of the groups at GA 1. With ``overlap_comm`` at GA > 1 it is not: the boundary's
-    hooks reduce in autograd's order (l.2290) beside the accumulated param.grad, and a new gradient over the bucket
-    is live beside all N x D at its flush (probe, TINY at reduce_bucket_size 10,000, real Linears, 2026-12-06:
-    backward:2 +45,772 B, 17.6%, on both ranks with this model: l2.weight's new gradient at engine.py l.3428), so
-    there ZeRO-1 without contiguous_gradients is modelled at GA 1 and one param group only. Other plans keep the
-    lifetimes of the module docstring.
+    within 0.02% of fp16 at GA 2 and of the groups at GA 1. With ``overlap_comm`` at GA > 1 the boundary's hooks
+    flush in autograd's order (l.2290 -> l.2294 -> l.1422) beside the accumulated param.grad, which no flush moves
+    (l.2272): the new gradients are added in place and freed before each post-accumulate hook, so a flush holds its
+    flat copy beside N x D, and the backward peaks at an autograd node's new gradients beside N x D, as without
+    overlap_comm (:func:`zero12_backward_transients`). Taking it as GA 1's (the epilogue's flat copy only) left
+    backward:2 +45,772 B (17.6%) under the engine: l2.weight's new 46,354 B at engine.py l.3428. Engine, TINY at
+    reduce_bucket_size 10,000, real Linears, 2026-12-06, every phase of both ranks within 0.51% (the forward's proxy
+    inputs): z1_bf16_noncontig_overlap_tbsga2_w2 (coarse before: forward:2 +87,054 B, backward:1 -84,844 / -46,654 B,
+    backward:2 rank 0 -38,778 B, step:4 +24,512 / +39,488 B) and z1_bf16_noncontig_overlap_groups_tbsga2_w2
+    (TINY_FROZEN_GROUPS; coarse: forward:2 +40,546 B, backward:1 -38,658 / -39,280 B, step:4 +39,172 / +17,172 B),
+    2 runs each; one or two probe runs each within 0.51% at GA 3, in fp16 and fp32 at GA 2, and with two groups at
+    GA 1. So ``ga`` and ``groups`` no longer restrict which plans are modelled (kept for the callers). Other plans
+    keep the lifetimes of the module docstring.
     A ``communication_data_type`` unlike the model's (``contiguous_gradients`` on): each flush's run is cast to it
     beside its flat copy (allreduce_bucket l.2376-2377; :func:`_zero12_flush_replay`'s copies). Measured on TINY at
     W = 2 (2026-12-06, bf16 with fp32 communication, one probe run each): ZeRO-2 with the coarse lifetimes was
@@ -3638,9 +3645,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     z = ec.zero
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and (ec.comm_dtype == ec.model_dtype or z.contiguous_gradients)
-            and (z.contiguous_gradients
-                 or z.stage == 2 or not z.overlap_comm or (ga == 1 and groups == 1)))
+            and (ec.comm_dtype == ec.model_dtype or z.contiguous_gradients))
 
 
 #: The ZeRO-1/2 flush-replay passes' column-wise forms (issue 21: generate at 1e5 layers runs them for every
@@ -4000,8 +4005,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     held = zero12_boundary_holds_all(ec, ga)
     if not ec.zero.contiguous_gradients and ec.zero.stage == 1:
-        # ZeRO-1 without contiguous_gradients (:func:`zero12_transients_modeled`: any GA and param groups without
-        # overlap_comm; GA 1 and one group with it). At GA > 1 the boundary's epilogue walks the param.grad micro-step
+        # ZeRO-1 without contiguous_gradients (:func:`zero12_transients_modeled`: any GA and param groups,
+        # overlap_comm on or off). At GA > 1 without overlap_comm the boundary's epilogue walks the param.grad micro-step
         # 1 left, accumulated in place (accumulateGrad), the same N x D storages: R is GA 1's, and what lives before
         # the boundary is _zero12_entries' lp_grads_accumulated / accumulate_grad_new (no ipg buffer, l.3260). The
         # epilogue puts each
@@ -4014,6 +4019,21 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # z1_bf16_noncontig_smallbucket_w2 backward 934 B of flat copy (l2.bias, l3.weight, l3.bias) beside the
         # 86,418 B of gradients; z1_bf16_noncontig_w2 (one flush) the whole N x D flat copy
         whole = csum[T] * D
+        if held and st == 2:
+            # with overlap_comm at GA > 1 the boundary's hooks flush in autograd's order
+            # (process_gradients l.2290 -> reduce_ready_partitions_and_remove_grads l.2294 -> l.1422) beside the
+            # N x D of accumulated param.grad, which no flush moves either (l.2272). accumulateGrad adds each new
+            # gradient into param.grad in place and it is freed before the post-accumulate hook flushes (engine
+            # trace, TINY at RBS 10,000, GA 2: l2.weight's new 46,354 B freed, then the 934 B flat copy of l3.bias,
+            # l3.weight, l2.bias at allreduce_bucket l.2367), so a flush holds its flat copy and the new gradient
+            # of its trigger's autograd sibling (not yet accumulated) beside N x D, and the backward's own moment
+            # is a node's new gradients, max_k (n_k + s_k) x D, beside N x D (the accumulate_grad_new entry, as
+            # without overlap_comm): the autograd node's outputs before their AccumulateGrad runs
+            R = whole + max((((csum[ks.stop] - csum[ks.start]) * D if len(ks) > 1 else 0)
+                             + (0 if trig is None else (hooked[trig] - sizes[trig]) * D)
+                             for ks, trig in flushes), default=0)
+            A = max(hooked, default=0) * D
+            return zero12_largest_slices(layouts, W).map(lambda sl: (A, R, sl * 8))
         R = max(((csum[ks.stop] - csum[ks.start]) * D for ks, _ in flushes if len(ks) > 1), default=0) + whole
         return zero12_largest_slices(layouts, W).map(lambda sl: (0, R, sl * 8))
     if not ec.zero.contiguous_gradients:
@@ -4615,7 +4635,17 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)",
                   "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
                   f"only at the accumulation boundary); made by autograd in {_AUTOGRAD_GRADS}")
-        if held_overlap:
+        if held_overlap and not z.contiguous_gradients:
+            # without contiguous_gradients no hook moves a gradient out of param.grad (l.2272): the moment is a
+            # node's new gradients beside all N x D, as without overlap_comm (zero12_backward_transients)
+            b.add("accelerator", "gradients", "accumulate_grad_new", terms[5], "accumulated_backward",
+                  f"max_k (n_k + s_k) x D = {terms[5] // D} x {D}: a micro-step's new gradient (and the one its "
+                  "autograd node made with it, state.autograd_siblings) whole while torch adds it into the "
+                  "param.grad kept from the earlier micro-steps; the boundary's hooks move none of them "
+                  "(contiguous_gradients off; zero12_backward_transients)",
+                  "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); "
+                  f"{S}.reduce_ipg_grads (l.2272: no copy into a partition without contiguous_gradients)")
+        elif held_overlap:
             # the hooks move each accumulated gradient right after torch adds its new one: the moment
             # is the new gradient beside those not yet moved, not beside all N (zero12_backward_transients)
             b.add("accelerator", "gradients", "accumulate_grad_new", terms[5], "accumulated_backward",

@@ -494,6 +494,22 @@ CELLS = [
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
+    # the same two with overlap_comm (issue 15): micro-step 1's hooks move nothing (l.2293-2295), the boundary's flush
+    # in autograd's order (l.2290 -> l.1422) and no flush moves a gradient out of param.grad (l.2272). The new
+    # gradients are added in place and freed before each hook (the tracker's event order), so backward:2 peaks at l2's
+    # AddmmBackward0 outputs, (23,177 + 77) x 2 B, beside the accumulated 86,418 B, and a flush holds its flat copy
+    # and its trigger's sibling (l1.weight's new 38,528 B at l1.bias's hook) beside them:
+    # state.zero12_backward_transients. Before (coarse lifetimes, 2026-12-06): forward:2 +87,054 B, backward:1
+    # -84,844 / -46,654 B (ranks 0 / 1), backward:2 rank 0 -38,778 B, step:4 +24,512 / +39,488 B; the groups cell
+    # forward:2 +40,546 B, backward:1 -38,658 / -39,280 B, step:4 +39,172 / +17,172 B. Now every phase of both ranks
+    # within 0.51% (2 runs each; the forward's 636 B of proxy inputs); probes within 0.51% at GA 3, in fp16 and fp32,
+    # and the groups at GA 1
+    ("z1_bf16_noncontig_overlap_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, overlap_comm=True,
+                                                    reduce_bucket_size=10000), "train_batch_size": 4}, 2, False,
+     parity.TINY, {"linear": True, "steps": 4}),
+    ("z1_bf16_noncontig_overlap_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, overlap_comm=True,
+                                                           reduce_bucket_size=10000), "train_batch_size": 4}, 2,
+     False, parity.TINY_FROZEN_GROUPS, {"linear": True, "steps": 4}),
     # bf16 with fp32 gradient accumulation at ZeRO-1 (issue 15; "data_types": {"grad_accum_dtype": "fp32"}):
     # DeepSpeed picks BF16_Optimizer (engine.py _do_optimizer_sanity_check l.2305-2310). Every micro-step's
     # backward_epilogue adds each param.grad into the fp32 buffer through lp.grad.to(fp32) (bf16_optimizer.py l.523)
@@ -562,14 +578,12 @@ UNMATCHED_LINEAR: dict = {}
 #: (allreduce_bucket l.2367: 934 B here; a bucket of one tensor is flattened as a view). Now
 #: state.zero12_backward_transients models it at GA 1 with one param group: every phase within 1% on both ranks.
 #: At GA > 1 and with several param groups (without overlap_comm) it matches too: z1_bf16_noncontig_tbsga2_w2 and
-#: z1_bf16_noncontig_groups_tbsga2_w2, their coarse residuals in their notes. Still coarse: ZeRO-1 without
-#: contiguous_gradients with overlap_comm at GA > 1 (probe, not a cell: TINY at reduce_bucket_size 10,000, real
-#: Linears, GA 2, 2026-12-06, both ranks alike). With the coarse lifetimes it keeps: forward:2 / forward:4 +87,054 /
-#: +87,058 B (micro-step 1's gradients), backward:1 -84,844 / -46,654 B (ranks 0 / 1), backward:2 rank 0 -38,778 B,
-#: step:4 +24,512 / +39,488 B (no fp64 norm instant). With the no-overlap model taken over (probed, not landed) every
-#: phase within 0.4% but backward:2/4 +45,772 / +45,776 B (17.6%): 46,670 B of engine.py l.3428 gradients beside the
-#: accumulated 86,418 B, l2.weight's new gradient (46,354 B) live as its hook flushes the bucket (l.2290 -> l.1422),
-#: while that model's boundary holds only the epilogue's flat copy (934 B). Its GA-1 twin matched within 0.11%.
+#: z1_bf16_noncontig_groups_tbsga2_w2, their coarse residuals in their notes. With overlap_comm at GA > 1 too:
+#: z1_bf16_noncontig_overlap_tbsga2_w2 and z1_bf16_noncontig_overlap_groups_tbsga2_w2, their coarse residuals in their
+#: notes. The earlier probe's reading of the no-overlap model's backward:2/4 +45,772 / +45,776 B (l2.weight's new
+#: gradient live as its hook flushes) was not what the engine does: the tracker's event order has that new gradient
+#: freed (accumulated in place) before the hook's 934 B flat copy is made; the model then lacked the moment before it,
+#: l2's AddmmBackward0 outputs beside the accumulated 86,418 B (state accumulate_grad_new was 0 on that path).
 UNMATCHED_ISSUE15: dict = {}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
