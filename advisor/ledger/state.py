@@ -2653,7 +2653,7 @@ def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layou
     Measured on the engine (tests/engine/test_peak_parity.py z1_bf16_gaccfp32_tbsga2_w2, TINY at W = 2:
     H = 23,177 x 4 = 92,708 B was every backward's +92,736 B residual with the coarse lifetimes; with
     immediate_grad_update, probe runs at GA 2 and with real Linears, 2026-12-06: backward 484,794 B, the persistent
-    345,696 B + l2.weight's 46,354 + 92,708 B + 36 B of scalars)."""
+    345,696 B + l2.weight's 46,354 + 92,708 B + 36 B of scalars; the cell z1_bf16_gaccfp32_igu_tbsga2_w2)."""
     D = DTYPE_BYTES[ec.model_dtype]
     G = DTYPE_BYTES[ec.grad_dtype]
     C = DTYPE_BYTES[ec.comm_dtype]
@@ -3632,7 +3632,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     172,836 B), step:2 +24,512 / +39,488 B (the fp64 norm copy, get_grad_norm_direct l.2684); now every phase within
     0.03% on both ranks, as are ZeRO-1, ZeRO-1 / ZeRO-2 at reduce_bucket_size 10,000 (real Linears: several flushes)
     and ZeRO-2 under CPU optimizer offload there (its flush term without the cast was backward:1 +31,938 B, 5.3%, on
-    rank 0), within 0.37% (the forward's proxy scalars). Not modelled, measured the same way (2 runs, the same bytes):
+    rank 0), within 0.37% (the forward's proxy scalars); ZeRO-2 at 10,000 is the cell z2_bf16_commfp32_w2. Not modelled, measured the same way (2 runs, the same bytes):
     ZeRO-2 bf16 with ``grad_accum_dtype`` fp32 at GA 2 (_use_compact_grad_partition_buffer l.1259-1266: no
     grads_in_partition; the rank's fp32 partition ``flat_partition``, P x 4, made at its first reduce, l.1268-1274 via
     _get_compact_grad_partition_slice l.1313-1322): backward:1 +163,506 / +170,994 B, exactly a flush moment of

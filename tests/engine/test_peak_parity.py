@@ -526,6 +526,28 @@ CELLS = [
      2, False, parity.TINY, {"steps": 4}),
     ("z1_bf16_gaccfp32_groups_w2", {**_cfg(1, "bf16"), "data_types": {"grad_accum_dtype": "fp32"}}, 2, False,
      parity.TINY_FROZEN_GROUPS),
+    # the same BF16_Optimizer with bf16.immediate_grad_update at GA 2 (issue 15): each post-accumulate hook adds its
+    # gradient's fp32 copy into the fp32 buffer and sets param.grad = None (bf16_optimizer.py
+    # accumulate_hp_grads_and_remove_lp l.707-715), so no 16-bit gradient outlives its hook: the cast moment is one
+    # gradient and its copy, in backward (state.bf16_optimizer_epilogue_terms). bf15's probe (2026-12-06, one run):
+    # with the epilogue model every step and forward:2 were 86,3xx B (14-20%) over and backward 40,028 B (7.6%) over.
+    # As a cell (2026-12-06, 3 runs): every phase of both ranks within 0.02% (backward:4 engine 657,646 B, ledger
+    # 657,606 B; the rest the worker's scalars)
+    ("z1_bf16_gaccfp32_igu_tbsga2_w2", {**_cfg(1, "bf16"), "bf16": {"enabled": True, "immediate_grad_update": True},
+                                       "data_types": {"grad_accum_dtype": "fp32"}, "train_batch_size": 4},
+     2, False, parity.TINY, {"steps": 4}),
+    # ZeRO-2 on a bf16 model with communication_data_type fp32 (issue 15), several flushes (reduce_bucket_size 10,000):
+    # each flush's run is flattened (a copy for several slices, a view for one) and cast to fp32 beside it
+    # (stage_1_and_2.py allreduce_bucket l.2367 / l.2376-2377; state._zero12_flush_replay's copies). bf15's probe at
+    # reduce_bucket_size 50,000 with the coarse lifetimes (2026-12-06): backward:1 +173,802 / +211,992 B (ranks 0 / 1),
+    # step:2 +24,512 / +39,488 B (no fp64 norm instant, get_grad_norm_direct l.2684). Real Linears, as
+    # z2_bf16_linear_smallbucket_w2: the ledger takes l1.weight / l1.bias as one AddmmBackward0's pair
+    # (state.autograd_siblings); on the flat proxy (one MeanBackward0 per parameter) backward:1 was -23,446 / -38,488 B
+    # (ranks 0 / 1), the same -38,488 B as the flat proxy without the fp32 cast (2026-12-06, one launch): the proxy's,
+    # not the cast's. As a cell (2026-12-06, 3 runs): every phase of both ranks within 0.01% but the forward's proxy
+    # F.linear inputs (+636 B, 0.37%); backward:2 engine 590,282 / 637,570 B, ledger 590,242 / 637,530 B
+    ("z2_bf16_commfp32_w2", {**_cfg(2, "bf16", reduce_bucket_size=10000), "communication_data_type": "fp32"}, 2, False,
+     parity.TINY, {"linear": True}),
 ]
 
 
