@@ -28,6 +28,9 @@ mean something on a loaded machine too:
   2.1M tensors and of the most a 64 MiB file can list (4.8M), check ZeRO-3 at 1e5 layers;
   refusals of tensors lists whose entries are not objects: 2.1M ``[64, 64]`` and 22M ``[]`` (64 MiB), and the
   22M ``[]`` after one tensor object (flat, and with an object inside it);
+* issue 21, cand21: the M100 fixes at 1e5 layers, each candidate re-estimated: ``estimate --hardware
+  workstation-4090`` and ``check`` of ZeRO-1 on one 24 GB GPU (no single change fits: the pairs are
+  tried), ``check`` of ZeRO-3 on 8 ranks of 6 GB;
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
@@ -261,6 +264,18 @@ def main() -> None:
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("check ZeRO-3, 1e5 layers, 8", ["check", str(z3b), "--model", str(deep), "--world-size", "8", *cap],
          ["check", str(z3b), "--model", str(shallow), "--world-size", "8", *cap]),
+        # issue 21, cand21: the M100 fixes re-estimate each candidate (ZeRO-1 on one 24 GB GPU: the optimizer to
+        # host, ZeRO-2, ZeRO-3, checkpointing, one more rank, then the pairs, since no single change fits)
+        ("estimate --hardware fixes, 1e5", ["estimate", str(z1), "--model", str(deep), "--hardware", "workstation-4090"],
+         ["estimate", str(z1), "--model", str(shallow), "--hardware", "workstation-4090"]),
+        ("check fixes ZeRO-1, 1e5 layers", ["check", str(z1), "--model", str(deep), "--world-size", "1",
+                                            "--gpu-memory", "24GB", "--host-memory", "119GB"],
+         ["check", str(z1), "--model", str(shallow), "--world-size", "1", "--gpu-memory", "24GB",
+          "--host-memory", "119GB"]),
+        ("check fixes ZeRO-3, 1e5 layers", ["check", str(z3b), "--model", str(deep), "--world-size", "8",
+                                            "--gpu-memory", "6GB", "--host-memory", "2TB"],
+         ["check", str(z3b), "--model", str(shallow), "--world-size", "8", "--gpu-memory", "6GB",
+          "--host-memory", "2TB"]),
         ("refuse 1e6 layers", ["estimate", str(z3), "--model", str(deeper)],
          ["estimate", str(z3), "--model", str(shallow)]),
         ("refuse dgx-h100:999999999", ["estimate", str(z3), "--model", "gpt2", "--hardware", "dgx-h100:999999999"],
