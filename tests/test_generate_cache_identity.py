@@ -5,7 +5,8 @@ generate at 1e5 layers runs the ZeRO-1/2 flush replay and the passes that read i
 of every layout. ``state.ZERO12_COLUMNS`` selects their column-wise forms: a bucket whose slices
 all lie in one rank's partition answered from its flat span (one slice: a view, no copy), the
 per-flush unmoved / copy / prefix and suffix maxima, the kept extra-large gradients and the
-held regime's boundary maxima by C-level maps. False selects the per-flush walks they replace.
+held regime's accumulation moments and boundary maxima, and ZeRO-1 CPU offload's kept clones
+(``_zero12_offload_kept_runs``) by C-level maps. False selects the per-flush walks they replace.
 The tests compare the two on seeded random inventories (sizes around the bucket, zero-size
 tensors, several param groups, frozen tensors) and configs (ZeRO-1/2, overlap_comm,
 contiguous_gradients, CPU offload, fp32 communication, GA 1/2, W 1-9): whole ledgers, every role's ranks and

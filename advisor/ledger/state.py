@@ -4078,7 +4078,19 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     # E[c] (elements): a hook position k in flush c's bucket after its first (c flushes done) or the
     # trigger of flush c (c done, flush c's extra-large gradient still pending), N - moved_k + hooked_k
     acc: list[int] = []
-    if held and st == 2:
+    if held and st == 2 and ZERO12_COLUMNS:
+        # the loop below with each bucket's maximum a C-level max over a slice of the column
+        # e[k] = N - moved_k + hooked_k (elements), position k's accumulation moment
+        e = _packed(map(operator.add, map(csum[T].__sub__, itertools.islice(csum, T)), hooked))
+        fs, ft = flushes.starts, flushes.trig
+        for c in range(F):
+            best = max(e[fs[c] + (c > 0):fs[c + 1]], default=-1)
+            t = ft[c]
+            if t >= 0:
+                best = max(best, e[t] + xl[c] // D)
+            acc.append(best)
+        del e
+    elif held and st == 2:
         for c, (ks, trig) in enumerate(flushes):
             best = max((csum[T] - csum[k] + hooked[k] for k in ks if k > ks.start or c == 0), default=-1)
             if trig is not None:
