@@ -8,7 +8,7 @@ per-flush unmoved / copy / prefix and suffix maxima, the kept extra-large gradie
 held regime's accumulation moments and boundary maxima, and ZeRO-1 CPU offload's kept clones
 (``_zero12_offload_kept_runs``) by C-level maps. False selects the per-flush walks they replace.
 The tests compare the two on seeded random inventories (sizes around the bucket, zero-size
-tensors, several param groups, frozen tensors) and configs (ZeRO-1/2, overlap_comm,
+tensors, several param groups, frozen tensors, nn.Linear weight/bias pairs) and configs (ZeRO-1/2, overlap_comm,
 contiguous_gradients, CPU offload, fp32 communication, GA 1/2, W 1-9): whole ledgers, every role's ranks and
 entries with their formulas; and generate's JSON report, text table and written config.
 """
@@ -36,6 +36,11 @@ def _inventory(rng: random.Random, rbs: int) -> Inventory:
                 n = 0
             tensors.append(TensorSpec(f"layers.{layer}.{name}.weight", (n,), rng.random() > 0.08,
                                       f"g{rng.randrange(groups)}" if groups > 1 else "default", "bf16"))
+        # an nn.Linear's weight and bias: autograd siblings (state.autograd_siblings), whole in each other's hook
+        o, i = rng.choice([1, 4, 16]), rng.choice([2, max(1, rbs // 8), rbs])
+        grp = f"g{rng.randrange(groups)}" if groups > 1 else "default"
+        tensors.append(TensorSpec(f"layers.{layer}.fc.weight", (o, i), True, grp, "bf16"))
+        tensors.append(TensorSpec(f"layers.{layer}.fc.bias", (o,), True, grp, "bf16"))
     tensors.insert(0, TensorSpec("embed.weight", (rng.choice([rbs // 2 or 1, 3 * rbs]),), True, "default", "bf16"))
     return Inventory("rand", tensors, "test", {})
 

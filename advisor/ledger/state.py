@@ -3074,7 +3074,26 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
         held = zero12_boundary_holds_all(ec, ga)  # every unmoved gradient whole, in hook order too
         if ec.zero.stage == 1 and st == 2:
             seq = order
-        for ks, trig in flushes:
+        F = len(flushes)
+        if ZERO12_COLUMNS and F > 1:
+            # the loop below by C-level maps: u per flush with a trigger (all but the epilogue's, the last),
+            # repeated over its bucket's positions, keyed by (group, flat start) in position order (a later
+            # position's value replaces an earlier one of the same key, as the loop's assignments do)
+            trig = flushes.trig[:F - 1]
+            if st == 2 and not held:
+                uf = map(hooked.__getitem__, trig)
+            else:
+                uf = map(csum[T].__sub__, map(csum.__getitem__, trig))
+                if held:
+                    uf = map(operator.add, uf, map(operator.sub, map(hooked.__getitem__, trig),
+                                                   map(order.numels.__getitem__, trig)))
+            fs = flushes.starts
+            end = fs[F - 1]
+            us = itertools.chain.from_iterable(map(itertools.repeat, map(D_.__mul__, uf),
+                                                   map(operator.sub, fs[1:F], fs[:F - 1])))
+            gs = itertools.repeat(0) if order.groups is None else itertools.islice(order.groups, end)
+            unmoved = dict(zip(zip(gs, itertools.islice(order.starts, end)), us))
+        for ks, trig in (() if ZERO12_COLUMNS and F > 1 else flushes):
             if trig is None:
                 continue
             # held (ZeRO-1 overlap_comm, GA > 1): the trigger's autograd sibling is made whole beside the
