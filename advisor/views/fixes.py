@@ -489,9 +489,11 @@ class _LedgerCache:
 
     def keep(self, p: "Plan") -> None:
         """Keep ``p``'s ledger (after its fit) for the candidates judged after it."""
-        if p.inventory is self.inventory and "ledger" in p.derived and not any(
+        d = p.derived
+        if p.inventory is self.inventory and "ledger" in d and not any(
                 ec == p.config and cl == p.cluster for ec, cl, _ in self.kept):
-            self.kept.append((p.config, p.cluster, p.derived))
+            # only what is lent: the rest of ``derived`` (movement roles, ...) goes with the candidate
+            self.kept.append((p.config, p.cluster, {k: d[k] for k in ("ledger", *self._KEYS) if k in d}))
 
 
 def _surely_over(p: "Plan", capacity: "Capacity", hf: bool, activations_for: Callable[..., Any]) -> bool:
