@@ -180,7 +180,13 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
       (S_k x 4 >= max(1 MiB, aio.block_size)) is not in the .pt but copied as
       ``offloaded_tensors/rank{r:02d}/{first}_{last}.tensor.swp``, ``exp_avg-…``, ``exp_avg_sq-…``
       of A_256(S_k) x 4 bytes each (gradient swap files excluded); ids are the parameters'
-      ``ds_id`` = index in ``model.parameters()`` order in a fresh process.
+      ``ds_id`` = index in ``model.parameters()`` order in a fresh process. With partial offload
+      (``offload_optimizer: {device: cpu, ratio < 1}``) the moments and step are the host
+      sub-groups' only (the fp32 flat groups are all of them): the first int((1 - ratio) x n) are
+      stepped by the backup torch AdamW, whose state ``_rigid_state_dict`` (l.3442-3444) does not save
+      (:func:`advisor.ledger.state.twin_flow_backup_stepped`). That is a GPU run's file: on DeepSpeed's
+      CPU accelerator DeepSpeedCPUAdam steps every sub-group and the file holds every moment (not
+      proved on a GPU here; no engine run checks this figure).
     * any ZeRO stage: global rank 0 copies ``zero_to_fp32.py`` and ``zero_to_torch.py`` into save_dir;
       every stage: global rank 0 writes ``latest`` (the tag) when ``save_latest``.
     """
@@ -255,6 +261,9 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
         oo_nvme = ec.offload_optimizer_effective == "nvme"
         k_al = aio_alignment_elems(ec, 4)
         pl = placement_of(plan)  # the ledger's sub-groups and which of them are swapped to NVMe
+        # partial offload (Twin-Flow): the accelerator sub-groups' moments are the backup AdamW's, not in the file
+        on_acc = pl.opt_on_accelerator
+        n_acc = sum(on_acc)
         frozen_part = sum(zero3_partition_numel(t.numel, W) for t in frozen) * D
         grouped = W > LIST_RANKS_UP_TO
         n_of, stride = (W, _mp(cluster)) if grouped else (1, 1)
@@ -271,8 +280,10 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                                   + (" + frozen partitions p_i x D" if frozen_part else ""), count=n_of, stride=stride))
             in_pt = 0
             nsub_pt = 0
+            mom_pt = 0  # elements whose moments the file holds (DeepSpeedCPUAdam's sub-groups)
+            nsub_mom = 0
             swapped: list[CkptFile] = []
-            for sg, on_nvme in zip(pl.sub_groups, pl.opt_swapped):
+            for i, (sg, on_nvme) in enumerate(zip(pl.sub_groups, pl.opt_swapped)):
                 S = sg.numel
                 if on_nvme:
                     first, last = sg.tensors[0], sg.tensors[-1]
@@ -285,13 +296,30 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                 else:
                     in_pt += S
                     nsub_pt += 1
-            oparts = {"fp32_flat_groups": in_pt * 4, "optimizer_state": k * in_pt * 4, "step": s * nsub_pt}
+                    if not (on_acc and on_acc[i]):
+                        mom_pt += S
+                        nsub_mom += 1
+            oparts = {"fp32_flat_groups": in_pt * 4, "optimizer_state": k * mom_pt * 4, "step": s * nsub_mom}
+            if n_acc:
+                formula = (f"per sub-group S_k x 4 fp32 flat (all {nsub_pt}) + {k} x S_k x 4 moments + step of the "
+                           f"{nsub_mom} host sub-groups only: sum S_k = {in_pt}, host {mom_pt} (partial offload, "
+                           f"ratio {z.offload_optimizer.ratio:g}: the backup AdamW's moments of the first {n_acc} are "
+                           "not saved, stage3.py _rigid_state_dict l.3442-3444)")
+            else:
+                formula = (f"per sub-group S_k x 4 fp32 flat + {k} x S_k x 4 moments + step, "
+                           f"sum S_k = {in_pt}" + (" (swapped sub-groups are in offloaded_tensors/)" if swapped else ""))
             files.append(CkptFile(f"{d}/{optim_states_name(rid, ec.bf16_enabled)}", rank, sum(oparts.values()),
-                                  "optim_states", oparts, count=n_of, stride=stride,
-                                  formula=(f"per sub-group S_k x 4 fp32 flat + {k} x S_k x 4 moments + step, "
-                                           f"sum S_k = {in_pt}" + (" (swapped sub-groups are in offloaded_tensors/)"
-                                                                   if swapped else ""))))
+                                  "optim_states", oparts, count=n_of, stride=stride, formula=formula))
             files.extend(swapped)
+        if n_acc:
+            notes.append(
+                f"partial optimizer offload (offload_optimizer.ratio {z.offload_optimizer.ratio:g}): the first {n_acc} "
+                f"of {len(pl.sub_groups)} sub-groups are stepped on the GPU by the backup torch AdamW (stage3.py "
+                "l.313-326, _optimizer_step l.1249-1258), whose state save_checkpoint does not write: the "
+                "optimizer-states file holds DeepSpeedCPUAdam's moments of the host sub-groups only, and every "
+                "sub-group's fp32 partition (_rigid_state_dict l.3442-3444); a resume restarts the others' moments "
+                "(lint O008). These sizes are a GPU run's: on DeepSpeed's CPU accelerator DeepSpeedCPUAdam steps "
+                "every sub-group, so a CPU run's file holds all the moments")
         if oo_nvme:
             notes.append("stage-3 NVMe optimizer: the state is the copied swap folder offloaded_tensors/; "
                          "a restart reads it back through the same folder")

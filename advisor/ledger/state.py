@@ -539,8 +539,26 @@ def twin_flow_on_accelerator(ec: EffectiveConfig, n_sub_groups: int) -> list[boo
     ``device: nvme`` (not modelled: its swappable sub-groups ignore the split, l.1117)."""
     if not twin_flow_splits(ec) or n_sub_groups <= 0:
         return [False] * max(0, n_sub_groups)
-    cut = int((1 - ec.zero.offload_optimizer.ratio) * n_sub_groups)
+    cut = twin_flow_backup_stepped(ec, n_sub_groups)
     return [i < cut for i in range(n_sub_groups)]
+
+
+def twin_flow_backup_stepped(ec: EffectiveConfig, n_sub_groups: int) -> int:
+    """How many ZeRO-3 sub-groups (the first ones, DeepSpeed's order) a GPU run steps with the backup
+    torch AdamW under partial optimizer offload, not with DeepSpeedCPUAdam: int((1 - ratio) x n) with any
+    optimizer offload device at ZeRO-3 and ``ratio`` < 1, else 0. ``stage3.py`` l.1100-1108 maps every
+    sub-group to a device whenever the optimizer is offloaded (cpu or nvme), and _optimizer_step
+    l.1249-1258 picks the optimizer by that map alone (a swapped sub-group included). Their moments
+    live in ``backup_optimizer.state``, which no checkpoint saves (``_rigid_state_dict`` l.3442-3444
+    saves ``self.optimizer.state_dict()``, DeepSpeedCPUAdam's, whose state holds the sub-groups it
+    stepped only: torch/optim/optimizer.py state_dict l.757-760 packs ``self.state``;
+    ``_rigid_load_state_dict`` l.3551-3552 loads that alone, so a resume restarts those moments and
+    their step count). On DeepSpeed's CPU accelerator (its name is 'cpu') these sub-groups map to 'cpu'
+    too and DeepSpeedCPUAdam steps them: this count is a GPU run's."""
+    r = ec.zero.offload_optimizer.ratio
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective == "none" or r is None or r >= 1.0 or n_sub_groups <= 0:
+        return 0
+    return int((1 - r) * n_sub_groups)
 
 
 def twin_flow_splits(ec: EffectiveConfig) -> bool:
