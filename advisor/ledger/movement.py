@@ -38,7 +38,10 @@ Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = 
   ``partition_grads``), then the fp32 gradient at the boundary
   (``_offload_grad_partition_at_boundary``), and the updated 16-bit partition back to the
   accelerator unless parameters are offloaded too; offloaded parameters cross PCIe on every
-  fetch.
+  fetch. Under partial optimizer offload (``offload_optimizer.ratio`` < 1, the ledger's
+  ``Placement.opt_on_accelerator``) the boundary fp32 gradient and the updated partition cross for
+  the host sub-groups only; the accelerator sub-groups' fp32 masters cross to host only when
+  parameters are offloaded too.
 * Collectives: the ZeRO paper's volumes (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
   Training Trillion Parameter Models", SC'20, section 7): stages 0-2 move ~2 x Psi per step
   (reduce-scatter + all-gather, or all-reduce), stage 3 ~3 x Psi (forward all-gather, backward
@@ -839,6 +842,14 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
     if st == 3:
         p3_all, p3_t = zero3_partition_sums(inv, W)
         if oo in ("cpu", "nvme"):
+            # partial optimizer offload (Twin-Flow, offload_optimizer.ratio < 1): the first int((1 - ratio) x n)
+            # sub-groups keep their fp32 master and fp32 gradient on the accelerator (stage3.py l.1100-1108,
+            # l.1157-1160, l.1337-1342), so their boundary gradient copy and their updated 16-bit copy stay on it;
+            # the pinned grad_partitions_flat_buffer is on self.device = 'cpu' for every parameter (l.333, l.790-792)
+            acc = sum(sg.numel for sg, a in zip(pl.sub_groups, pl.opt_on_accelerator) if a)
+            host_t = p3_t - acc
+            twin = (f" over the host sub-groups only: P3 - {acc:,} accelerator sub-group elements (offload_optimizer."
+                    f"ratio {z.offload_optimizer.ratio:g})" if acc else "")
             # overlap_comm=false: partition_grads runs on the default stream (stage3.py l.340-341:
             # reduce_and_partition_stream = default_stream() without overlap_comm): exposed
             add(PCIE, "to_host", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", ov,
@@ -847,13 +858,28 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             add(PCIE, "to_accelerator", "gradients", "grad_partitions_flat_buffer", ga * p3_t * G, "backward", ov,
                 "host gradient buffer copied back to the accelerator to accumulate / convert: GA x P3 x G",
                 "stage3.py partition_grads (grad_buffer.to(device))" + ov_src)
-            add(PCIE, "to_host", "gradients", "fp32_grad", p3_t * M, "backward", ov,
-                "fp32 gradient partition to host at the boundary: P3 x 4",
-                "stage3.py _offload_grad_partition_at_boundary" + ov_src)
+            # _offload_grad_partition_at_boundary l.1456-1457: copy_ into fp32_partitioned_groups_flat[i].grad, which
+            # lies on subgroup_to_device[i] (l.1342): a PCIe copy for 'cpu' sub-groups only
+            add(PCIE, "to_host", "gradients", "fp32_grad", host_t * M, "backward", ov,
+                "fp32 gradient partition to host at the boundary: P3 x 4" + twin,
+                "stage3.py _offload_grad_partition_at_boundary (l.1456-1457; .grad on subgroup_to_device[i], "
+                "l.1342)" + ov_src)
             if op == "none":
-                add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", p3_t * D, "after_step", False,
-                    "updated 16-bit partitions copied to the accelerator: P3 x D", "stage3.py _optimizer_step / "
-                    "_reassign_or_swap_out_partitioned_parameters")
+                # _reassign_or_swap_out_partitioned_parameters l.2858-2859: fp16 flat (accelerator) .copy_(fp32 flat on
+                # subgroup_to_device[i]): crosses PCIe for 'cpu' sub-groups only
+                add(PCIE, "to_accelerator", "parameters", "lp_param_partitions", host_t * D, "after_step", False,
+                    "updated 16-bit partitions copied to the accelerator: P3 x D" + twin,
+                    "stage3.py _optimizer_step / _reassign_or_swap_out_partitioned_parameters (l.2858-2859)")
+            elif acc:
+                # parameters offloaded too: the host 16-bit partition .copy_(the accelerator fp32 master) of each
+                # accelerator sub-group (l.2858-2859; param NVMe: _partitioned_params_swap_out l.1280-1290 into a host
+                # swap buffer); a blocking device-to-host copy with a dtype change converts on the CPU, so the fp32
+                # crosses (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: conversion_device = kCPU when blocking)
+                add(PCIE, "to_host", "parameters", "lp_param_partitions", acc * M, "after_step", False,
+                    f"accelerator sub-groups' updated fp32 masters into the host 16-bit partitions: {acc:,} x 4 "
+                    f"(offload_optimizer.ratio {z.offload_optimizer.ratio:g}; blocking copy, cast on the CPU)",
+                    "stage3.py _reassign_or_swap_out_partitioned_parameters (l.2858-2859) / _partitioned_params_swap_out "
+                    "(l.1280-1290); aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda")
         elif op != "none":
             add(PCIE, "to_host", "parameters", "lp_param_partitions", p3_t * D, "after_step", False,
                 "parameters offloaded, optimizer on the accelerator: updated partitions back to host: P3 x D",
