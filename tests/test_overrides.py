@@ -18,7 +18,7 @@ from advisor.config.validation import InputValueError
 from tests.conftest import run_cli, run_json
 from tests.rules.test_rules import FIX, _produce
 
-FIXED_CODES = ("B001", "C001", "M001", "M002", "M003", "M004", "O006")
+FIXED_CODES = ("B001", "C001", "M001", "M002", "M003", "M004", "O006", "O008")
 
 
 def test_parse_reads_json_else_string():
