@@ -63,7 +63,7 @@ import itertools
 import math
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Sequence, get_args
+from typing import Any, Iterable, Iterator, Literal, Sequence, get_args
 
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.config.validation import MAX_RANK_ROLES, MAX_ZERO12_CHANGE_RANKS
@@ -78,6 +78,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
+               "accumulated_reduce",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
                "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
 
@@ -3595,6 +3596,26 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
     return Runs.zip(*(one(lay) for lay in layouts))
 
 
+def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
+    """Whether this plan is the ZeRO-2 compact fp32 gradient partition regime :func:`zero12_backward_transients`
+    models: DeepSpeedZeroOptimizer at stage 2 on a bf16 model with ``data_types.grad_accum_dtype`` fp32, no optimizer
+    offload, ``contiguous_gradients`` on, ``overlap_comm`` off, communication in the model dtype.
+    ``stage_1_and_2.py`` _use_compact_grad_partition_buffer (l.1259-1266: fp32 accumulation unlike the model's, no
+    Muon group) then keeps no grads_in_partition (copy_grads_in_partition returns at l.2179-2182): average_tensor asks
+    each of the rank's own gradient slices for its piece of one fp32 buffer of P elements per group
+    (_get_compact_grad_partition_slice l.1312-1321, built by _build_compact_grad_partition_buffer l.1268-1274 at the
+    rank's first flush, before its all-reduce), and allreduce_and_copy(_with_multiple_ranks) adds each reduced slice
+    into it through ``source.to(fp32)`` (_add_to_grad_partition_buffer l.1324-1326) while the flush's flat copy
+    (allreduce_bucket l.2367) is live. The buffer is the step's fp32 gradient (_get_preflattened_grad_partition
+    l.2904-2909) and lives across micro-steps until the step frees it (``averaged_gradients[i] = None``, l.3131).
+    Engine (TINY, W 2, GA 2: z2_bf16_gaccfp32_tbsga2_w2). fp16, overlap_comm, fp32 communication, several param
+    groups and CPU offload are not measured in this regime and keep the coarse lifetimes."""
+    z = ec.zero
+    return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
+            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
+            and z.contiguous_gradients and not z.overlap_comm)
+
+
 def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> bool:
     """Whether :func:`zero12_backward_transients` models the ZeRO-1/2 backward and step-norm
     transients of this plan: DeepSpeedZeroOptimizer without optimizer offload, a 16-bit or fp32 model
@@ -3669,8 +3690,11 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     172,836 B), step:2 +24,512 / +39,488 B (the fp64 norm copy, get_grad_norm_direct l.2684); now every phase within
     0.03% on both ranks, as are ZeRO-1, ZeRO-1 / ZeRO-2 at reduce_bucket_size 10,000 (real Linears: several flushes)
     and ZeRO-2 under CPU optimizer offload there (its flush term without the cast was backward:1 +31,938 B, 5.3%, on
-    rank 0), within 0.37% (the forward's proxy scalars); ZeRO-2 at 10,000 is the cell z2_bf16_commfp32_w2. Not modelled, measured the same way (2 runs, the same bytes):
-    ZeRO-2 bf16 with ``grad_accum_dtype`` fp32 at GA 2 (_use_compact_grad_partition_buffer l.1259-1266: no
+    rank 0), within 0.37% (the forward's proxy scalars); ZeRO-2 at 10,000 is the cell z2_bf16_commfp32_w2. ZeRO-2 bf16
+    with ``grad_accum_dtype`` fp32, one param group, without ``overlap_comm`` (:func:`zero12_compact_grad_buffer`,
+    :func:`_zero12_compact_transients`; cell z2_bf16_gaccfp32_tbsga2_w2: every phase within 0.03% on both ranks, 4
+    runs) was coarse, measured the same way (2 runs, the same bytes) at GA 2 (_use_compact_grad_partition_buffer
+    l.1259-1266: no
     grads_in_partition; the rank's fp32 partition ``flat_partition``, P x 4, made at its first reduce, l.1268-1274 via
     _get_compact_grad_partition_slice l.1313-1322): backward:1 +163,506 / +170,994 B, exactly a flush moment of
     persistent 172,848 + ipg 100,000 + that buffer 86,424 + the flat copy (l.2367, 86,418) + the fp32 cast of the
@@ -3680,6 +3704,8 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     get_grad_norm_direct l.2684: 19,264 / 21,136 x 8 B among its site's storages at the peak). BF16_Optimizer (ZeRO-1 with
     ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`."""
     z = ec.zero
+    if zero12_compact_grad_buffer(ec, wrapper):
+        return groups == 1
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and (ec.comm_dtype == ec.model_dtype or z.contiguous_gradients))
@@ -4196,7 +4222,201 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             red = max(red, B[f] + inter * D)
         return _zero12_auto(st, sufmax, flushes, f, inter, D), red
 
+    if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
+        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax)
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
+
+
+def _xl_runs(own: list[tuple[int, int, int]], P: int, rbs: int) -> Iterator[tuple[int, int, int, int, list]]:
+    """The runs allreduce_and_scatter (``stage_1_and_2.py`` l.1558-1575) makes of one gradient's slices, one per owner
+    rank in ascending order (``own``: (first rank, end rank, slice elements) as ranges, the ranks between the ends a
+    whole P each): slices are added to a run until its elements exceed ``rbs``, which closes it. Yields (first rank,
+    end rank, elements, slices, [(first rank, end rank, slice elements)]) per run; the whole runs between the ends,
+    all alike, as one item covering their ranks (elements and slices of one of them). O(ends), not O(ranks)."""
+    start = own[0][0] if own else 0
+    cum = cnt = 0
+    members: list[tuple[int, int, int]] = []
+    for a, b, n in own:
+        m = b - a
+        r = a
+        while m > 0:
+            if cnt == 0 and m > 1 and n == P and P > 0:
+                c = rbs // P + 1  # a run from empty: the slices it takes to exceed rbs
+                q = (m // c) if c > 0 else 0
+                if q:
+                    yield r, r + q * c, c * P, c, [(r, r + q * c, P)]
+                    r += q * c
+                    m -= q * c
+                    start = r
+                    continue
+            # one slice at a time (few: ends, or the rest of a block)
+            if cnt == 0:
+                start = r
+            take = 1
+            if n > 0 and cnt and m > 1:
+                # P-slices until the run exceeds rbs
+                take = min(m, max(1, (rbs - cum) // n + 1))
+            cum += take * n
+            cnt += take
+            members.append((r, r + take, n))
+            r += take
+            m -= take
+            if cum > rbs:
+                yield start, r, cum, cnt, members
+                cum = cnt = 0
+                members = []
+    if cnt:
+        yield start, members[-1][1], cum, cnt, members
+
+
+def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
+                               flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
+                               hooked: "Sequence[int]", first: Runs, gmax: Runs) -> Runs:
+    """Runs of (A_r, R_r, G_r, A'_r, R'_r) per rank, bytes, for :func:`zero12_compact_grad_buffer`'s regime (ZeRO-2,
+    bf16 with ``grad_accum_dtype`` fp32, one param group): :func:`zero12_backward_transients`' terms with the compact
+    fp32 buffer (P x 4) in place of grads_in_partition, and A'_r / R'_r what a micro-step after the first adds
+    (the buffer kept from micro-step 1, GA > 1).
+
+    ``stage_1_and_2.py``: average_tensor asks each of the rank's own slices for its piece of the buffer
+    (_get_compact_grad_partition_slice, l.1674), which makes it at the rank's first flush f_r, before the
+    all-reduce (l.1268-1274), and keeps the rank's slices apart (no merging where an output exists, l.1677-1683);
+    allreduce_and_copy(_with_multiple_ranks) adds each reduced slice of the rank into it through
+    ``source.to(fp32)`` (l.1324-1326), one at a time, while the flush's flat copy (allreduce_bucket l.2367) is live.
+    A gradient over reduce_bucket_size is reduced in its own autograd storage (l.1444-1449) and, where the rank
+    owns part of it, copy_grads_in_partition returns without replacing it (l.2179-2182, l.2269-2270), so it stays
+    whole to the end of the epilogue (_clear_param_grad_only l.1063); the other ranks clear it (l.2262-2268).
+    With A_j = flush j's flat copy + the gradients not yet in the bucket (+ its extra-large one), as
+    :func:`zero12_backward_transients`, K_r,j = the extra-large gradients of flushes before j the rank owns part
+    of, and c_r,j the rank's largest slice in flush j:
+    R_r = max(max_{j < f_r} A_j, max_{j > f_r} (A_j + K_r,j) + P x 4,
+    max_{j: c_r,j > 0} (A_j + K_r,j + x_r,j + c_r,j x 4) + P x 4, K_r,F + P x 4 at the end of the epilogue),
+    x_r,j = the flush's elements x D where every slice lies in the rank's partition and there are several
+    (flattened on the rank that keeps them apart, a view on the others, where A_j has no copy); at an extra-large
+    gradient's flush, whose slices allreduce_and_scatter cuts into runs of up to RBS elements (:func:`_xl_runs`), the
+    rank's cast is beside its own run's flat copy, not the largest run's (W 4 probe: rank 3's cast of its 10,333
+    elements of l2.weight came after the 12,844-element run of ranks 1-2 was freed); R'_r = the same with
+    P x 4 at every flush, less R_r. A_r = max over hooks of the hooked gradient(s) x D, + K_r and P x 4 from f_r's
+    trigger on; A'_r = the same with P x 4 at every hook, less A_r. G_r = the rank's largest slice x 8
+    (get_grad_norm_direct l.2684 over the buffer's fp32 views). A rank between the ends of a tensor holds no other,
+    so K_r,j = 0 at its whole-partition slices. Engine: tests/engine/test_peak_parity.py z2_bf16_gaccfp32_tbsga2_w2
+    (one flush); probes at reduce_bucket_size 10,000 (four flushes, two extra-large gradients, real Linears; W 2 at
+    GA 2 and W 4 at GA 1, one run each, 2026-12-06): every phase of every rank within 0.01%, the forward's proxy
+    scalars aside. O(tensors + flushes log flushes + U log U) for U slice updates (<= 3 per tensor, and per
+    extra-large gradient <= 3 per run of :func:`_xl_runs`, its whole runs between the ends as one)."""
+    P = layouts[0].P if layouts else 0
+    pbuf = sum(lay.P for lay in layouts) * 4
+    F = len(flushes)
+    Wl = W - 1
+
+    def owners(a0: int, n0: int) -> list[tuple[int, int, int]]:
+        # (first rank, end rank, slice elements) of a tensor at flat start a0 of n0 elements
+        if n0 <= 0 or not P:
+            return []
+        r0, r1 = a0 // P, min((a0 + n0 - 1) // P, Wl)
+        if r0 > r1:
+            return []
+        out = [(r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - a0)]
+        if r1 > r0 + 1:
+            out.append((r0 + 1, r1, P))
+        if r1 > r0:
+            out.append((r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
+        return out
+
+    # the extra-large gradients: (flush, first owner, end owner, bytes); per rank piece the (flush, bytes) it keeps
+    xls = []
+    for j in range(F):
+        if xl[j]:
+            ks, _ = flushes[j]
+            o = owners(order.starts[ks.start], order.numels[ks.start])
+            if o:
+                xls.append((j, o[0][0], o[-1][1], order.numels[ks.start] * D))
+    pts = sorted({0, W, *(a for _, a, _, _ in xls), *(b for _, _, b, _ in xls)})
+    # per piece of ranks: (flushes of its kept gradients, ascending; their bytes accumulated), by a sweep over the
+    # owner ranges (each gradient listed on the pieces it covers only)
+    kept_lists: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    by_start = sorted(xls, key=lambda x: x[1])
+    active: list[tuple[int, int, int, int]] = []
+    nxt = 0
+    for lo in pts[:-1]:
+        while nxt < len(by_start) and by_start[nxt][1] <= lo:
+            active.append(by_start[nxt])
+            nxt += 1
+        active = [x for x in active if x[2] > lo]
+        mine_xl = sorted((x[0], x[3]) for x in active)
+        kept_lists.append((tuple(j for j, _ in mine_xl),
+                           tuple(itertools.accumulate((by for _, by in mine_xl), initial=0))))
+    kept = Runs(pts, kept_lists) if xls else Runs.const(W, ((), (0,)))
+
+    def K(lst: tuple, j: int) -> int:  # bytes kept at flush j (or at the hooks of its bucket): flushes before j
+        return lst[1][bisect.bisect_left(lst[0], j)]
+
+    def at_rank(r: int) -> tuple:
+        return kept_lists[bisect.bisect_right(pts, r) - 1] if xls else ((), (0,))
+
+    ups: list[tuple[int, int, int]] = []
+    for j in range(F):
+        ks, _ = flushes[j]
+        if xl[j]:
+            # an extra-large gradient, alone: one slice per owner rank, ascending, never merged; allreduce_and_scatter
+            # cuts them into runs, each closed by the slice that takes it over RBS elements (l.1558-1575), and
+            # flattens each run of several (l.2367): a rank's cast lives beside its own run's copy only
+            base = A[j] - copies[j]
+            a0, n0 = order.starts[ks.start], order.numels[ks.start]
+            o = owners(a0, n0)
+            for ra, rb, elems, cnt, sizes_of in _xl_runs(o, P, rbs):
+                cp = elems * D if cnt > 1 else 0
+                for x0, x1, n in sizes_of:
+                    ups.append((x0, x1, base + cp + n * 4 + (K(at_rank(x0), j) if x1 == x0 + 1 else 0)))
+            continue
+        sl = [x for k in ks for x in owners(order.starts[k], order.numels[k])]
+        # every slice in one rank's partition, several: merged into one (a view) on the other ranks, flattened there
+        # (a flush under RBS elements is one run); an extra-large gradient's slices are of distinct ranks
+        own = (sum(order.numels[k] for k in ks) * D
+               if (not copies[j] and len(sl) > 1 and all(x[:2] == sl[0][:2] for x in sl)) else 0)
+        for a, b, n in sl:
+            ups.append((a, b, A[j] + own + n * 4 + (K(at_rank(a), j) if b == a + 1 else 0)))
+    at_slice = Runs.from_updates(W, ups, -1, "max")
+
+    H = [max(hooked[ks.start:ks.stop], default=0) for ks, _ in flushes]  # the largest hook of each bucket
+
+    def table(v: list[int]) -> list[list[int]]:  # sparse table: range maxima in O(1)
+        t = [list(v)]
+        w = 1
+        while 2 * w <= len(v):
+            prev = t[-1]
+            t.append(list(map(max, prev[:len(prev) - w], prev[w:])))
+            w *= 2
+        return t
+
+    tA, tH = table(A), table(H)
+
+    def rmax(t: list[list[int]], a: int, b: int) -> int:  # max of v[a:b], -1 if empty
+        if b <= a:
+            return -1
+        e = (b - a).bit_length() - 1
+        return max(t[e][a], t[e][b - (1 << e)])
+
+    sufmax0 = max(hooked, default=0)
+
+    def one(row: tuple) -> tuple[int, int, int, int, int]:
+        f, g, m, lst = row
+        before = rmax(tA, 0, min(f, F))
+        cuts = sorted({min(max(jj + 1, f + 1), F) for jj in lst[0]} | {f + 1, F})  # K constant between cuts
+        after = max((rmax(tA, a, b) + K(lst, a) for a, b in zip(cuts, cuts[1:]) if b > a), default=-1)
+        after = after + pbuf if after >= 0 else 0
+        end = K(lst, F) + pbuf
+        mine = m + pbuf if m >= 0 else 0
+        red1 = max(before, after, mine, end)
+        redn = max(before + pbuf if before >= 0 else 0, after, mine, end)
+        # hooks: before f_r's bucket no buffer; f_r's trigger and every later bucket with it and K_r
+        t = flushes[f][1] if f < F else None
+        hooks_after = max((rmax(tH, a, b) * D + K(lst, a) for a, b in zip(cuts, cuts[1:]) if b > a), default=-1)
+        auto1 = max(rmax(tH, 0, min(f + 1, F)) * D, (hooked[t] * D + pbuf) if t is not None else 0,
+                    hooks_after + pbuf if hooks_after >= 0 else 0)
+        auton = max(sufmax0 * D + pbuf, hooks_after + pbuf if hooks_after >= 0 else 0)
+        return auto1, red1, g * 8, auton - auto1, redn - red1
+
+    return Runs.zip(first, gmax, at_slice, kept).map(one)
 
 
 def _zero12_auto(st: int, sufmax: list[int], flushes: list, f: int, inter: int, D: int) -> int:
@@ -4722,7 +4942,16 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "accumulated (an nn.Linear's weight as its bias's hook runs; state.autograd_siblings)",
                   f"{S}.reduce_independent_p_g_buckets_and_remove_grads; made by autograd in "
                   f"{_AUTOGRAD_GRADS}")
-        if z.contiguous_gradients:
+        if len(terms) > 8:
+            b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
+                  "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
+                  "bucket + the fp32 cast of the rank's largest gradient slice (g x 4, at every flush from the "
+                  "rank's first on) + the compact fp32 buffer P x 4 from that flush on (made inside it), or P x 4 "
+                  "at the end of the epilogue (zero12_backward_transients, zero12_compact_grad_buffer)",
+                  f"{S}.allreduce_bucket (self.flatten(bucket), l.2367) / _add_to_grad_partition_buffer "
+                  "(output.add_(source.to(output.dtype)), l.1324-1326) / _build_compact_grad_partition_buffer "
+                  f"(l.1268-1274); the gradients not yet in the bucket made by autograd in {_AUTOGRAD_GRADS}")
+        elif z.contiguous_gradients:
             b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
                   "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
                   "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "
@@ -4742,6 +4971,25 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         b.add("accelerator", "workspace", "grad_norm_fp64", norm, "step_norm",
               "largest gradient slice of the rank x 8 (fp64 copy, one slice at a time)",
               f"{S}.get_grad_norm_direct (g.data.to(get_norm_dtype()))")
+        if len(terms) > 8:  # zero12_compact_grad_buffer: bf16 with grad_accum_dtype fp32 at ZeRO-2
+            auto_n, red_n = terms[8:10]
+            if ga > 1:
+                pbuf = p_t * 4
+                b.add("accelerator", "gradients", "compact_grad_partition_kept", pbuf, "accumulated_forward",
+                      f"P x 4 = {p_t} x 4 (the compact fp32 partition buffer micro-step 1's reduce made, kept into "
+                      "the next micro-steps until the step frees it)",
+                      f"{S}._get_compact_grad_partition_buffer (averaged_gradients[i] kept, l.1303-1310) / step "
+                      "(averaged_gradients[i] = None, l.3131)")
+                if auto_n:
+                    b.add("accelerator", "gradients", "compact_grad_partition_kept_backward", auto_n,
+                          "accumulated_backward",
+                          "P x 4 less what backward_transient counts of it: a later micro-step's hooks run with the "
+                          "buffer made in micro-step 1", f"{S}._get_compact_grad_partition_buffer (l.1303-1310)")
+                if red_n:
+                    b.add("accelerator", "gradients", "compact_grad_partition_kept_reduce", red_n,
+                          "accumulated_reduce",
+                          "the worst flush of a later micro-step (the buffer live from its start) less "
+                          "reduce_transient's", f"{S}._get_compact_grad_partition_buffer (l.1303-1310)")
 
 
 def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str, pl: Placement,

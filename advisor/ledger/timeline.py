@@ -58,7 +58,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   ``reduce:1`` only / the boundary's reduces only (ZeRO-2 under offload at GA > 1: no fp64 norm copy before the
   boundary, ``state.zero12_offload_microstep_terms``); ``from_first_reduce``: as ``persistent`` from after
   ``reduce:1`` on (the host buffers it makes); ``accumulated_backward``: their backward only (ZeRO-1's new gradient being
-  accumulated); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
+  accumulated); ``accumulated_reduce``: their reduce only (ZeRO-2's compact fp32 gradient buffer kept from micro-step 1,
+  ``state._zero12_compact_transients``); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
   parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``; with parameters on NVMe
   a module's coalesced re-fetch, ``state.zero3_nvme_refetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
@@ -1198,6 +1199,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if life == "accumulated_backward":
         # ZeRO-1, GA > 1: the backward of every micro-step after an iteration's first
         return ph == "backward" and k != "backward:1"
+    if life == "accumulated_reduce":
+        # ZeRO-2 compact fp32 gradient buffer, GA > 1: the reduce of every micro-step after an iteration's first
+        return ph == "reduce" and k != "reduce:1"
     if life == "first_microstep_backward":
         # ZeRO-1 under offload, GA > 1: micro-step 1's backward (no reduce before the boundary)
         return k == "backward:1"

@@ -548,6 +548,19 @@ CELLS = [
     # F.linear inputs (+636 B, 0.37%); backward:2 engine 590,282 / 637,570 B, ledger 590,242 / 637,530 B
     ("z2_bf16_commfp32_w2", {**_cfg(2, "bf16", reduce_bucket_size=10000), "communication_data_type": "fp32"}, 2, False,
      parity.TINY, {"linear": True}),
+    # bf16 with grad_accum_dtype fp32 at ZeRO-2 (issue 15): DeepSpeedZeroOptimizer's compact fp32 gradient partition
+    # (state.zero12_compact_grad_buffer: stage_1_and_2.py _use_compact_grad_partition_buffer l.1259-1266): no
+    # grads_in_partition; the rank's P x 4 buffer is made inside its first flush (l.1268-1274) and kept across
+    # micro-steps to the step (l.3131); each reduced slice of the rank is cast to fp32 as it is added (l.1326) beside
+    # the flush's flat copy (l.2367). Before (2026-12-06, coarse lifetimes, 2 runs): backward:1/2/4 +163,506 / +170,994 B
+    # on ranks 0 / 1 (the flat copy 86,418 B + the cast of l1.weight, 19,264 x 4 B, / of rank 1's part of l2.weight,
+    # 21,136 x 4 B), forward:2 / forward:4 +86,480 B (the kept buffer), step:4 +154,148 / +169,124 B (the fp64 norm
+    # copy of that slice, get_grad_norm_direct l.2684); now every phase within 0.03% on both ranks (4 runs); probes
+    # at reduce_bucket_size 10,000 with real Linears (W 2 GA 2, W 4 GA 1; one run each) within 0.01% in backward:
+    # an extra-large gradient the rank owns part of stays whole to the epilogue's end (l.2179-2182), and its
+    # slices' runs are flattened one by one (state._xl_runs)
+    ("z2_bf16_gaccfp32_tbsga2_w2", {**_cfg(2, "bf16"), "data_types": {"grad_accum_dtype": "fp32"},
+                                    "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
 ]
 
 

@@ -1,0 +1,141 @@
+"""ZeRO-2 (DeepSpeedZeroOptimizer) on a bf16 model with ``data_types.grad_accum_dtype`` fp32, by hand from DeepSpeed
+0.19.8's code (stage_1_and_2.py): _use_compact_grad_partition_buffer (l.1259-1266) keeps no grads_in_partition
+(copy_grads_in_partition returns at l.2179-2182); the rank's fp32 buffer of P elements is made inside its first flush
+(_build_compact_grad_partition_buffer l.1268-1274, from average_tensor l.1674 before the all-reduce), each reduced
+slice of the rank is added into it through ``source.to(fp32)`` (_add_to_grad_partition_buffer l.1324-1326) beside the
+flush's flat copy (allreduce_bucket l.2367), the buffer is kept across micro-steps until the step frees it (l.3131)
+and the step's norm casts each slice to fp64 (get_grad_norm_direct l.2684).
+Engine (tests/engine/test_peak_parity.py z2_bf16_gaccfp32_tbsga2_w2, TINY at W = 2, GA 2, one flush): backward
+522,778 / 530,266 B on ranks 0 / 1, forward:2 259,328 B, steady step 586,268 / 601,244 B: the figures below + 32-60 B
+of scalars."""
+
+from __future__ import annotations
+
+from advisor.config.effective import effective_config
+from advisor.ledger.state import Cluster, Plan, compute_ledger, zero12_transients_modeled
+from advisor.ledger.timeline import resolve_load, role_timeline
+from advisor.model.inventory import Inventory, TensorSpec
+
+#: n = [19264, 301, 23177, 77, 385, 5], N = 43,209; at W = 2 N_pad = 43,212, P = 21,606. Rank 0 owns
+#: 19264 + 301 + 2041 elements (largest slice 19,264), rank 1 21136 + 77 + 385 + 5 (+ 3 of padding; largest 21,136)
+TINY = Inventory(name="tiny", tensors=[TensorSpec(f"l{i}.w", (n,)) for i, n in
+                                       enumerate([19264, 301, 23177, 77, 385, 5])], source="test")
+P = 21606
+PERSISTENT = 43212 * 2 + P * 4          # the bf16 flat partitions' whole model + the rank's fp32 master
+MOMENTS = 2 * P * 4                     # AdamW's exp_avg / exp_avg_sq, from the first update on
+IPG = 50000 * 2                          # one ipg buffer of reduce_bucket_size elements (no overlap_comm)
+FLAT = 43209 * 2                         # the one flush's flat copy of all six gradients
+LARGEST = {0: 19264, 1: 21136}
+
+
+def _cfg(ga=2, **zero):
+    return {"train_micro_batch_size_per_gpu": 1, "train_batch_size": 2 * ga, "bf16": {"enabled": True},
+            "data_types": {"grad_accum_dtype": "fp32"},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "overlap_comm": False,
+                                  "contiguous_gradients": True, **zero}}
+
+
+def _at(cfg, r, ga):
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, TINY, Cluster(world_size=2)))
+    tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=ga, rank=r)
+    return dict(zip([x.key for x in tl.instants], tl.series(("accelerator",))))
+
+
+def test_flush_holds_buffer_flat_copy_and_the_cast_of_the_rank_largest_slice():
+    for r in (0, 1):
+        at = _at(_cfg(), r, 2)
+        flush = PERSISTENT + IPG + P * 4 + FLAT + LARGEST[r] * 4
+        assert at["reduce:1"] == flush                  # engine 522,778 / 530,266 B (+32 B of scalars)
+        assert at["reduce"] == flush                    # the boundary's: the buffer kept, the same flush
+        assert at["steady:reduce"] == flush + MOMENTS   # engine 695,630 / 703,118 B
+
+
+def test_buffer_kept_across_micro_steps_and_norm_copy_at_the_step():
+    for r in (0, 1):
+        at = _at(_cfg(), r, 2)
+        assert at["forward:1"] == PERSISTENT             # made by the first flush, not before
+        assert at["forward:2"] == PERSISTENT + P * 4     # engine 259,328 B (+56 B of scalars)
+        # the step's norm: each fp32 slice cast to fp64, one at a time, the largest beside the buffer
+        assert at["steady_step:norm"] == PERSISTENT + MOMENTS + P * 4 + LARGEST[r] * 8  # engine 586,268 / 601,244 B
+
+
+def test_ga1_has_no_kept_buffer_in_forward():
+    for r in (0, 1):
+        at = _at(_cfg(ga=1), r, 1)
+        assert at["reduce"] == PERSISTENT + IPG + P * 4 + FLAT + LARGEST[r] * 4
+        assert at["steady:forward"] == PERSISTENT + MOMENTS   # the step freed the buffer (l.3131)
+
+
+def test_regime_taken_only_where_measured():
+    led_ok = compute_ledger(Plan(effective_config(_cfg()), TINY, Cluster(world_size=2)))
+    assert any(e.item == "reduce_transient" for e in led_ok.rank(0).entries)
+    ec = effective_config(_cfg(overlap_comm=True))
+    assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
+    ec = effective_config({**_cfg(), "bf16": {"enabled": False}, "fp16": {"enabled": True}})
+    assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
+    assert not zero12_transients_modeled(effective_config(_cfg()), "DeepSpeedZeroOptimizer", 2, 2)
+
+
+def test_owned_extra_large_gradient_kept_whole_to_the_end_of_the_epilogue():
+    # reduce_bucket_size 10,000: hook order l5, l4, l3 | l2 (23,177 > RBS: reduced alone in its own storage) | l1 |
+    # l0 (19,264, alone at the epilogue). Rank 0 owns l0, l1 and 2,041 elements of l2, so copy_grads_in_partition
+    # returns without replacing l2's autograd storage (l.2179-2182): at the epilogue's flush l2's gradient (46,354 B)
+    # is still whole beside l0's own storage and the fp32 cast of l0's slice (19,264 x 4; a one-slice run: no flat
+    # copy). Engine (real Linears, the same moment on rank 0): backward 441,242 B = this + 32 B of scalars
+    at = _at(_cfg(ga=2, reduce_bucket_size=10000), 0, 2)
+    assert at["reduce:1"] == PERSISTENT + 10000 * 2 + P * 4 + 23177 * 2 + 19264 * 2 + 19264 * 4
+    assert at["reduce"] == at["reduce:1"]
+
+
+def test_one_rank_flush_of_several_slices_is_flattened_on_that_rank():
+    # big (40,000), t1, t2 (10,000 each): N = 60,000, P = 30,000; rank 0 holds big[0, 30000), rank 1 big's last 10,000,
+    # t1 and t2. Hook order t2, t1, big: big's hook flushes t2 + t1 (20,000 + 40,000 > 50,000), both in rank 1's
+    # partition: merged into one slice on rank 0 (a view, no flat copy), kept apart on rank 1 (each has an output,
+    # l.1677-1683), so rank 1 flattens 20,000 x 2 B; then the epilogue flushes big, two slices (a flat copy)
+    inv = Inventory(name="t", tensors=[TensorSpec(f"l{i}.w", (n,)) for i, n in enumerate([40000, 10000, 10000])],
+                    source="test")
+    led = compute_ledger(Plan(effective_config(_cfg(ga=1)), inv, Cluster(world_size=2)))
+    red = {r: next(e.bytes for e in led.rank(r).entries if e.item == "reduce_transient") for r in (0, 1)}
+    P2 = 30000
+    # rank 1, flush 0 (its first: the buffer made): t1 + t2 flattened, big's gradient (its trigger, not yet in the
+    # bucket), the cast of a 10,000-element slice; flush 1: big's flat copy and the cast of rank 1's 10,000
+    f0 = 20000 * 2 + 40000 * 2 + 10000 * 4 + P2 * 4
+    f1 = 40000 * 2 + 10000 * 4 + P2 * 4
+    assert red[1] == max(f0, f1) == f0
+    # rank 0: flush 0 holds no slice of it (the view, big's gradient), flush 1 its first: big's copy, its 30,000 cast
+    assert red[0] == max(40000 * 2, 40000 * 2 + 30000 * 4 + P2 * 4)
+
+
+def test_extra_large_gradient_runs_as_allreduce_and_scatter_cuts_them():
+    # stage_1_and_2.py allreduce_and_scatter l.1558-1575: slices appended one by one, a run closed by the slice that
+    # takes it over numel_per_bucket (= reduce_bucket_size); walked here slice by slice over every rank
+    import random
+    from advisor.ledger.state import _xl_runs
+
+    def walk(own, rbs):
+        out, cum, cur = {}, 0, []
+        for r, n in [(r, n) for a, b, n in own for r in range(a, b)]:
+            cur.append((r, n))
+            cum += n
+            if cum > rbs:
+                out.update({rr: (cum, len(cur), nn) for rr, nn in cur})
+                cur, cum = [], 0
+        out.update({rr: (cum, len(cur), nn) for rr, nn in cur})
+        return out
+
+    rng = random.Random(15)
+    for _ in range(3000):
+        P, rbs, W = rng.randint(1, 50), rng.randint(1, 200), rng.randint(1, 30)
+        r0 = rng.randint(0, W - 1)
+        r1 = rng.randint(r0, W - 1)
+        own = [(r0, r0 + 1, rng.randint(1, P))] + ([(r0 + 1, r1, P)] if r1 > r0 + 1 else []) \
+            + ([(r1, r1 + 1, rng.randint(1, P))] if r1 > r0 else [])
+        got = {}
+        for _, _, elems, cnt, members in _xl_runs(own, P, rbs):
+            got.update({r: (elems, cnt, n) for x0, x1, n in members for r in range(x0, x1)})
+        assert got == walk(own, rbs), (own, P, rbs)
+    # the whole runs between the ends come as one item, not one per rank: 1e6 ranks of P = 10 at RBS 95
+    items = list(_xl_runs([(0, 1, 5), (1, 1_000_000, 10), (1_000_000, 1_000_001, 3)], 10, 95))
+    assert len(items) <= 4
