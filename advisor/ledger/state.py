@@ -3107,6 +3107,12 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
                     uf = map(operator.add, uf, map(operator.sub, map(hooked.__getitem__, trig),
                                                    map(order.numels.__getitem__, trig)))
             fs = flushes.starts
+            if ZERO12_OFFLOAD_PERIOD:
+                uf = list(uf)
+                got = _zero12_offload_periodic_runs(ec, inv, layouts, W, rbs, wrapper, ga, st, fs,
+                                                    [x * D_ for x in uf])
+                if got is not None:
+                    return got
             end = fs[F - 1]
             us = itertools.chain.from_iterable(map(itertools.repeat, map(D_.__mul__, uf),
                                                    map(operator.sub, fs[1:F], fs[:F - 1])))
@@ -3141,6 +3147,103 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     runs = _zero12_offload_reduce_runs(layouts, W, rbs, D)
     layouts[0]._memo[key] = (tuple(layouts), runs)
     return runs
+
+
+def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
+                                  rbs: int, wrapper: str, ga: int, st: int, fs: "Sequence[int]",
+                                  uf: list[int]) -> "Runs | None":
+    """:func:`zero12_offload_reduce_terms` with flushes replayed (``fs``: the flush starts in hook order, len
+    F + 1; ``uf``: u bytes of each flush but the epilogue's, whose u is 0) from the repeating unit of
+    identical layers (``model.parallel.layer_repeat``), or None where that does not apply and the walk
+    runs: one param group with P > 0, no tensor of 0 elements (equal flat starts would share a u), no
+    extra-large gradient counted (c_p = 0: neither :func:`_zero12_kept_xl`'s clones nor K, O of
+    :func:`_zero12_offload_kept_runs`, h = 0), W <= :data:`_PERIOD_MAX_W` and identical layers covering all but
+    max(T / 4, 4096) of the T tensors. Then both walks (:func:`_zero12_offload_reduce_runs`, ZeRO-1's kept
+    runs and ZeRO-2's updates) give each rank r the largest over the tensors p it owns part of of the packed
+    (s_{p,r} x 8 + u_p, u_p, 0, s_{p,r}), lexicographic; u_p is its flush's (constant over a bucket, a
+    range of flat indices: hook order is the flat order (ZeRO-1's epilogue loop, l.971-976) or its reverse
+    (:func:`_zero12_flush_replay`)), and s_{p,r} = n_p for every p but the first and last meeting r's slice.
+    So per rank and bucket the largest is that of the largest numel in the range, and a range of at least
+    one whole layer inside the identical layers holds one layer's largest: O(buckets + layer size) per rank,
+    not O(tensors) (issue 21: 9e5 tensors at 1e5 layers, ~2 s per candidate fix). Byte-identical to the
+    walks (tests/test_offload_period_identity.py)."""
+    from advisor.model.parallel import layer_repeat
+    if len(layouts) != 1 or W > _PERIOD_MAX_W:
+        return None
+    lay = layouts[0]
+    P = lay.P
+    N = lay.numels
+    T = len(N)
+    if P <= 0 or not T or fs[-1] != T or fs[-2] <= 0 or min(N) <= 0:
+        return None  # fs[-2] 0: no gradient before the epilogue's flush, no u (the walks' largest slices)
+    if zero12_offload_xl_clone_modeled(ec, wrapper, ga) and lay.largest > rbs:
+        return None  # an extra-large gradient's clone: c_p, K and O of the walks
+    lr = layer_repeat(inv)
+    if lr is None:
+        return None
+    B0, U = lr.head, lr.unit
+    B1 = B0 + U * lr.count
+    if B1 > T or T - (B1 - B0) > max(T // 4, 4096):
+        return None
+    key = ("offload_period", B0, U, B1)
+    lmax = lay._memo.get(key)
+    if lmax is None:
+        # the layout's tensors are the inventory's (all trainable, one group) when its numels repeat there too
+        unit = N[B0:B0 + U]
+        if N[B0:B1] != unit * lr.count:
+            return None
+        lmax = lay._memo[key] = max(unit)
+    # the buckets as flat index ranges [lo_i, lo_{i+1}) with u of each, ascending
+    F = len(fs) - 1
+    us = list(uf) + [0]
+    if st == 2:  # hook order is the flat order reversed: position k is flat index T - 1 - k
+        lows = [T - fs[j + 1] for j in reversed(range(F))]
+        us.reverse()
+    else:
+        lows = list(fs[:F])
+    M = _XL_M
+    A = lay.starts
+
+    def rmax(x: int, y: int) -> int:  # the largest numel of flat indices [x, y), x < y
+        m = 0
+        if x < B0:
+            m = max(N[x:min(y, B0)])
+        if y > B1:
+            m = max(m, max(N[max(x, B1):y]))
+        a, b = max(x, B0), min(y, B1)
+        if b - a >= U:
+            m = max(m, lmax)
+        elif b > a:
+            m = max(m, max(N[a:b]))
+        return m
+
+    def u_of(j: int) -> int:
+        return us[bisect.bisect_right(lows, j) - 1]
+
+    def pack(s: int, u: int) -> int:
+        return (((s * 8 + u) * M + u) * M) * M + s
+
+    def value_at(rs: Iterable[int]):
+        for r in rs:
+            jl, jh = lay.meeting(r)
+            best = 0
+            if jh > jl:
+                lo, hi = r * P, (r + 1) * P
+                for j in {jl, jh - 1}:  # the two that may be cut by the slice's ends
+                    a, n = A[j], N[j]
+                    best = max(best, pack(min(a + n, hi) - max(a, lo), u_of(j)))
+                x, y = jl + 1, jh - 1  # the rest lie whole in the slice
+                if y > x:
+                    i = bisect.bisect_right(lows, x) - 1
+                    while i < len(lows) and lows[i] < y:
+                        sx = max(x, lows[i])
+                        sy = min(y, lows[i + 1] if i + 1 < len(lows) else T)
+                        if sy > sx:
+                            best = max(best, pack(rmax(sx, sy), us[i]))
+                        i += 1
+            yield (best % M, (best // M) % M, 0, (best // M // M) % M)
+
+    return Runs.at_points(W, range(W), value_at)
 
 
 def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int,
@@ -3718,6 +3821,12 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
 #: accumulations. False: the per-flush walks they replace, kept as the reference
 #: (tests/test_generate_cache_identity.py compares the two on random inventories and configs).
 ZERO12_COLUMNS = True
+
+#: :func:`zero12_offload_reduce_terms` from identical layers' repeating unit where it applies
+#: (:func:`_zero12_offload_periodic_runs`); False: always the per-tensor walks (tests compare the two).
+ZERO12_OFFLOAD_PERIOD = True
+#: The most ranks :func:`_zero12_offload_periodic_runs` evaluates one by one (O(buckets) each); more take the walks.
+_PERIOD_MAX_W = 4096
 
 
 class _FlushOrder:
