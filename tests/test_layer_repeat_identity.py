@@ -286,3 +286,115 @@ def test_reduce_flush_walk_equals_whole_walk(seed, no_repeat):
         def run(i: Inventory):
             return state._zero3_reduce_flush_walk(i, W, C, rbs, contiguous, rs, norm, gathered, linear)
         assert run(_copy(inv)) == no_repeat(run, inv)
+
+
+def _back_zero(rng: random.Random, inv: Inventory):
+    """A ZeRO-3 section whose backward reaches a steady state over a few layers (buckets and max live of
+    a few layers, reuse distances that keep none, some or all of the last layers after the forward)."""
+    import types
+    total = sum(t.numel for t in inv.tensors)
+    rep = parallel.layer_repeat(inv)
+    layer = sum(t.numel for t in inv.tensors[rep.head:rep.head + rep.unit]) if rep else total // 8 + 1
+    return types.SimpleNamespace(
+        param_persistence_threshold=rng.choice([0, 0, 0, 50, 10**9]),
+        model_persistence_threshold=rng.choice([10**18, 10**18, total // 2]),
+        prefetch_bucket_size=rng.choice([0, layer // 3 + 1, layer, 2 * layer + 7, 5 * layer, total]),
+        max_live_parameters=rng.choice([layer, 3 * layer + 1, 6 * layer, 20 * layer + 3, 10**9]),
+        max_reuse_distance=rng.choice([0, 0, layer, 4 * layer, 15 * layer, 10**9]),
+        allgather_sequential=rng.random() < 0.1)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fetch_replay_periodic_backward_equals_reference_walk(seed, monkeypatch):
+    # state._ReplayJump.back: the backward over 8-90 identical layers skips whole periods once its state
+    # repeats (non-persistent parameters, prefetch buckets, max live, reuse distances keeping some of the last
+    # layers after the forward); every field of the Zero3Fetch (the GA-1 backward and the GA-2 refetch) equals
+    # the reference walk's (state._zero3_fetch_replay_reference, every step walked) and the fast walk's with
+    # the backward's periods off (state.BACKWARD_PERIODS)
+    rng = random.Random(1700 + seed)
+    skipped = []
+    orig = state._ReplayJump.back
+
+    def counting(self, *a):
+        r = orig(self, *a)
+        if r is not None:
+            skipped.append(r)
+        return r
+    monkeypatch.setattr(state._ReplayJump, "back", counting)
+    for _ in range(20):
+        inv, _ = _layered(rng, (8, 90))
+        zero = _back_zero(rng, inv)
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        fast = _fields(state._zero3_fetch_replay(inv, zero, W, D))
+        assert fast == _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
+        with monkeypatch.context() as m:
+            m.setattr(state, "BACKWARD_PERIODS", False)
+            assert fast == _fields(state._zero3_fetch_replay(_copy(inv), zero, W, D))
+    assert skipped  # the backward's periods were found and skipped (else this compares nothing new)
+
+
+@pytest.mark.parametrize("wrong", [lambda m: m - 1, lambda m: 0], ids=["one fewer", "none"])
+def test_wrong_backward_repeat_count_is_caught(wrong, monkeypatch):
+    # the comparison above must fail when the skipped layers and their fetch columns are written for fewer
+    # periods than the state moved (state._BACK_PERIODS_HOOK): a wrong repeat count is caught. (One more is
+    # not an error: it writes layers the walk then reaches and writes again.)
+    rng = random.Random(4242)
+    monkeypatch.setattr(state, "_BACK_PERIODS_HOOK", wrong)
+    caught = tried = 0
+    for _ in range(60):
+        inv, _ = _layered(rng, (8, 90))
+        zero = _back_zero(rng, inv)
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        got = []
+        orig = state._ReplayJump.back
+
+        def record(self, *a):
+            r = orig(self, *a)
+            got.append(r)
+            return r
+        with monkeypatch.context() as m:
+            m.setattr(state._ReplayJump, "back", record)
+            fast = _fields(state._zero3_fetch_replay(inv, zero, W, D))
+        if not any(r is not None for r in got):
+            continue
+        tried += 1
+        caught += fast != _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
+    assert tried >= 5 and caught >= tried // 2, (tried, caught)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_estimate_equal_with_backward_periods_off(seed, monkeypatch):
+    # the ledger over the replay (ZeRO-3, GA 1 and 2): estimate's JSON is the same with the backward's periods
+    # skipped and walked (state.BACKWARD_PERIODS), on configs whose buckets / max live / reuse are a few layers
+    from advisor.views.estimate import estimate
+    rng = random.Random(2300 + seed)
+    skipped = []
+    orig = state._ReplayJump.back
+
+    def counting(self, *a):
+        r = orig(self, *a)
+        skipped.append(r is not None)
+        return r
+    monkeypatch.setattr(state._ReplayJump, "back", counting)
+    for _ in range(8):
+        inv, _ = _layered(rng, (8, 60))
+        if not inv.has_trainable():
+            continue
+        zero = _back_zero(rng, inv)
+        z = {"stage": 3, "stage3_param_persistence_threshold": zero.param_persistence_threshold,
+             "stage3_prefetch_bucket_size": zero.prefetch_bucket_size,
+             "stage3_max_live_parameters": zero.max_live_parameters,
+             "stage3_max_reuse_distance": zero.max_reuse_distance}
+        ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),
+                               "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "zero_optimization": z,
+                               "bf16": {"enabled": True}})
+        W = rng.choice([2, 4, 8])
+
+        def run(i: Inventory) -> str:
+            return json.dumps(estimate(Plan(ec, i, Cluster(world_size=W, gpus_per_node=W))).to_dict(),
+                              sort_keys=True, default=str)
+        on = run(_copy(inv))
+        with monkeypatch.context() as m:
+            m.setattr(state, "BACKWARD_PERIODS", False)
+            assert on == run(_copy(inv))
+    assert any(skipped)

@@ -1880,7 +1880,15 @@ def _replay_jump_plan(inv: Inventory, rep: "tuple[int, int, int] | None", lr: An
     t_true = t_flip if (lo - h) % mu == 0 else t_flip + 1  # the first layer all of whose modules skip it
     checks = sorted({t0 + d for t0 in (1 << i for i in range(1, c.bit_length())) for d in range(_JUMP_PERIOD + 1)
                      if 2 <= t0 + d < c})
-    return _ReplayJump(h, mu, c, lr.head, lr.unit, t_flip, t_true, [1 + h + t * mu for t in checks])
+    a, u = lr.head, lr.unit
+    bounds = module_index(inv)[3]
+    # the backward's checks: layer c - 1 - r's first backward step (its last module's, 2 M + 1 - k), r as the
+    # forward's t; only where the layers start at module boundaries (bounds[h + t mu] = a + t u)
+    back = []
+    if bounds is not None and bounds[h] == a and bounds[h + mu] == a + u:
+        back = [2 * M + 2 - h - (c - r) * mu for r in checks if c - 1 - r >= 1]
+    return _ReplayJump(h, mu, c, a, u, t_flip, t_true, [1 + h + t * mu for t in checks], back,
+                       len(inv.tensors) + len(inv.tensors) - a, M)
 
 
 @dataclass
@@ -1913,6 +1921,9 @@ class _ReplayJump:
     t_flip: int
     t_true: int
     checks: list
+    back_checks: list = field(default_factory=list)
+    bq0: int = 0  # the queue position just past the layers' backward entries (B_{-1}: half + N - a)
+    M: int = 0
 
     def step(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, have: set,
              seen: dict, bucket: int, max_live: int, numel: "Sequence[int]") -> "tuple[int, int, int] | None":
@@ -1999,9 +2010,131 @@ class _ReplayJump:
                 inflight[nbase + j] = made[hid]
         return s + ds, qpos + shift, n
 
+    def back(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, seen: dict,
+             snap: list, q_param: "Sequence[int]", fetch_b: list, during_b: list, cb: "Sequence[int]",
+             periods: "Any" = None) -> "tuple[int, int] | None":
+        """The backward's periods (issue 21: the other 9e5 module steps at 1e5 layers). At layer t's first
+        backward step ``s`` (layers run from the last to the first) the state is taken relative to layer t as
+        the forward's: the queue position past B_t (layer t's first backward entry, bq0 - (t + 1) u), and for
+        every parameter at queue positions B_t .. qpos its availability (counted bytes), its all-gather handle
+        and its last popped step (relative to s), with n and cur. Nothing else decides the rest of the
+        backward: a backward step never skips its release (nxt_use is -1 there, no module is used again) but
+        module 0's, which is not in the layers, and the parameters past the queue's front are as the forward
+        left them (the forward's popped steps are below every backward step: as never popped).
+
+        Unlike the forward's, those parameters need not be as the run started (the forward keeps the last
+        layers, by the reuse distance): ``snap`` holds their state once, at the first check (positions from
+        ``snap[0]``, values ``snap[1]``: counted bytes or None), and m periods of p layers are skipped only where
+        that state repeats with period p u over every position the skipped periods and their source reach
+        (checked by comparing the snapshot with itself shifted by p u). The skipped layers end as the source
+        layers t + 1 .. t + p did (each parameter's availability and bytes), their fetch and during bytes are
+        the source modules' (``fetch_b``, ``during_b``: the same state gives the same moments), and the state
+        moves m p layers down. Returns (the step to go on from, queue position) with the run's state changed
+        in place, else None and nothing changed (tests/test_layer_repeat_identity.py compares with the
+        reference walk). ``periods`` (tests only): m -> how many skipped periods are written."""
+        h, mu, a, u, c = self.h, self.mu, self.a, self.u, self.c
+        t = (2 * self.M + 2 - h - s) // mu - 1
+        B = self.bq0 - (t + 1) * u
+        if not B <= qpos <= self.bq0 or qpos - B > _JUMP_WINDOW or not snap:
+            return None
+        if snap[0] is None:
+            # the first check: the state the forward left past the queue's front (nothing in flight there)
+            ahead = q_param[qpos:self.bq0]
+            if any(map(inflight.__contains__, ahead)):
+                snap.clear()  # (never the case: a handle is waited at its module's forward step; walked)
+                return None
+            snap[0], snap[1] = qpos, list(map(avail.get, ahead))
+        wp = q_param[B:qpos]
+        pb = a + t * u  # layer t's first parameter
+        hs = list(map(inflight.get, wp))
+        ids: dict = {}
+        for hh in hs:
+            if hh is not None and id(hh) not in ids:
+                ids[id(hh)] = hh
+        order = {k: j for j, k in enumerate(ids)}
+        if ids:
+            wset = set(wp)
+            if any(x not in wset for hh in ids.values() for x in hh[2]):
+                return None
+        hdesc = tuple((hh[0], hh[3], tuple(sorted(x - pb for x in hh[2])),
+                       None if hh[3] else tuple(sorted((x - pb, b) for x, b in hh[1].items())))
+                      for hh in ids.values())
+        sig = ("back", qpos - B, tuple(map(avail.get, wp)), tuple(order[id(hh)] if hh is not None else -1 for hh in hs),
+               hdesc, tuple(recent[i] - s if recent[i] != _NEVER else _NEVER for i in wp), cur, n)
+        prev = seen.get(sig)
+        seen[sig] = (t, qpos)
+        if prev is None:
+            return None
+        tj, qj = prev
+        p = tj - t
+        pu = p * u
+        q0, fe = snap
+        if p <= 0 or qj < q0 or qpos - qj != pu:
+            return None
+        m = min(t // p, (self.bq0 - qpos) // pu)
+        if m < 1:
+            return None
+        # the state past the front repeats with period p u from the source's front on: the first position x
+        # where it does not bounds the periods, qpos + (m - 1) p u <= x
+        lo = qj - q0
+        hi = qpos + (m - 1) * pu - q0
+        bad = next(itertools.compress(itertools.count(lo), map(operator.ne, fe[lo:hi], fe[lo + pu:hi + pu])), None)
+        if bad is not None:
+            m = (bad + q0 - qpos) // pu + 1
+            if m < 1:
+                return None
+        # the skipped layers' container hooks are the source layers' (zero3_container_steps)
+        k_src, k_lo = h + (t + 1) * mu, h + (t + 1 - m * p) * mu
+        if cb[k_lo:k_src] != cb[k_src:k_src + p * mu] * m:
+            return None
+        src = range(a + (t + 1) * u, a + (t + 1 + p) * u)
+        if any(map(inflight.__contains__, src)):
+            return None
+        src_av = list(map(avail.get, src))
+        shift = m * pu
+        for i in wp:
+            inflight.pop(i, None)
+        # the skipped layers t - m p + 1 .. t end as the source layers t + 1 .. t + p (m blocks at C level);
+        # ``periods`` (tests only) writes another count of them, which the identity tests must catch
+        mf = m if periods is None else max(0, min(periods(m), (t + 1) // p))
+        starts = range(src.start - pu, src.start - mf * pu - 1, -pu)
+        offs = [j for j, v in enumerate(src_av) if v is not None]
+        vals = [v for v in src_av if v is not None]
+        gone = [j for j, v in enumerate(src_av) if v is None]
+        def placed(rel: list) -> Iterator[int]:
+            return map(operator.add, itertools.chain.from_iterable(itertools.repeat(rel, mf)),
+                       itertools.chain.from_iterable(map(itertools.repeat, starts, itertools.repeat(len(rel), mf))))
+        avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, mf))))
+        collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
+        k_fill = k_src - mf * p * mu
+        fetch_b[k_fill:k_src] = fetch_b[k_src:k_src + p * mu] * mf
+        during_b[k_fill:k_src] = during_b[k_src:k_src + p * mu] * mf
+        # the window moved m p layers down (parameters - m p u, steps + m p mu)
+        ds = m * p * mu
+        ns = s + ds
+        for i, v, r in zip(wp, sig[2], sig[5]):
+            j = i - shift
+            if v is None:
+                avail.pop(j, None)
+            else:
+                avail[j] = v
+            recent[j] = r if r == _NEVER else r + ns
+        made = [[flat, ({} if waited else {x + pb - shift: bb for x, bb in data}), {x + pb - shift for x in left}, waited]
+                for flat, waited, left, data in hdesc]
+        for i, hid in zip(wp, sig[3]):
+            if hid >= 0:
+                inflight[i - shift] = made[hid]
+        return ns, qpos + shift
+
 
 #: :func:`_zero3_fetch_replay`'s "never popped" step (below every step of the trace)
 _NEVER = -10**18
+#: True: :func:`_zero3_fetch_replay`'s backward skips whole periods of identical layers (:meth:`_ReplayJump.back`);
+#: False: it walks every step (tests compare the two with the reference walk)
+BACKWARD_PERIODS = True
+#: tests only: m -> the number of skipped periods whose layers and columns :meth:`_ReplayJump.back` writes (None: m,
+#: every one; another count is a wrong repeat the identity tests must catch)
+_BACK_PERIODS_HOOK = None
 
 
 def padded_numels(inv: Inventory, W: int) -> "Sequence[int]":
@@ -2173,20 +2306,33 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
         # identical layers (_replay_jump_plan): the forward's state at some layers' first step, to find a period
+        # and the backward's (_ReplayJump.back, BACKWARD_PERIODS), after the forward's
         checks = list(jump.checks) if jump is not None else []
+        if jump is not None and not forward_only and BACKWARD_PERIODS:
+            checks += jump.back_checks
         next_check = checks.pop(0) if checks else -1
         seen: dict = {}
+        snap: list = [None, None]
         skip_to = -1
         for s in range(M + 1 if forward_only else len(trace)):
             if s < skip_to:
                 continue
             if s == next_check:
                 next_check = checks.pop(0) if checks else -1
-                got = jump.step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live, numel)
-                if got is not None:
-                    skip_to, qpos, n = got
-                    next_check = -1
-                    continue
+                if s <= M:
+                    got = jump.step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live, numel)
+                    if got is not None:
+                        skip_to, qpos, n = got
+                        while next_check >= 0 and next_check <= M:  # the forward's other checks
+                            next_check = checks.pop(0) if checks else -1
+                        continue
+                else:
+                    got = jump.back(s, qpos, n, cur, recent, avail, inflight, seen, snap, q_param, fetch_b,
+                                    during_b, cb, _BACK_PERIODS_HOOK)
+                    if got is not None:
+                        skip_to, qpos = got
+                        next_check = -1
+                        continue
             k = trace[s]
             if s == M + 1 and ftail:
                 # hooks after the last module's in forward (zero3_container_steps), before the backward's root
