@@ -95,3 +95,44 @@ def test_the_period_is_taken(monkeypatch):
     for seed in range(60):
         _terms(monkeypatch, seed, True)
     assert took["all"] >= 30 and took["yes"] >= 0.8 * took["all"], took
+
+
+def _one_group(rng: random.Random) -> Inventory:
+    """One param group whose tensors often end exactly on, or one element past, a partition boundary."""
+    T = rng.randint(1, 60)
+    base = rng.choice([1, 2, 7, 16, 64])
+    if rng.random() < 0.4:  # small tensors: some start one element before a partition bound and cross it
+        sizes = [rng.choice([0, 1, 2, 2, 3]) for _ in range(T)]
+    else:
+        sizes = [rng.choice([0, 1, base, base + 1, 2 * base - 1, 5 * base, rng.randint(1, 9 * base)]) for _ in range(T)]
+    return Inventory("one", [TensorSpec(f"layers.{i}.w", (n,), True, 0, "bf16") for i, n in enumerate(sizes)],
+                     "test", {})
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_one_group_replay_columns_equal_the_walk(monkeypatch, block):
+    """The flush replay's bucket flat copies and rank ranges (state._zero12_flush_replay_compute): one param
+    group's bucket answered from the layout's monotone columns and its runs of tensors whole in one rank
+    folded (ZERO12_COLUMNS) equal the per-tensor block walk, W 1-9, tensors around the partition bounds,
+    ZeRO-1/2, fp32 communication (the run's cast: its elements count), parameter alignment on and off."""
+    for i in range(60):
+        seed = block * 1000 + i
+        outs = []
+        for columns in (True, False):
+            rng = random.Random(seed)
+            inv = _one_group(rng)
+            W = rng.choice([1, 2, 3, 4, 5, 8, 9])
+            n = max(1, sum(t.numel for t in inv.tensors))
+            cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                   "zero_optimization": {"stage": rng.choice([1, 2]), "overlap_comm": rng.random() < 0.5,
+                                         "reduce_bucket_size": rng.choice([1, 3, max(1, n // 5), max(1, n // 2), n + 1]),
+                                         "parameter_alignment": rng.random() < 0.5}}
+            if rng.random() < 0.5:
+                cfg["communication_data_type"] = "fp32"
+            with monkeypatch.context() as m:
+                m.setattr(state, "ZERO12_COLUMNS", columns)
+                ec = effective_config(cfg)
+                layouts = state.zero12_layouts(ec, inv, W, state.select_optimizer(ec)[0])
+                got = state._zero12_flush_replay_compute(ec, inv, layouts, W)
+            outs.append((list(got[10]), list(got[9].triples()), list(got[11])))
+        assert outs[0] == outs[1], seed
