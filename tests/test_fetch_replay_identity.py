@@ -94,3 +94,25 @@ def test_all_persistent_equals_reference(seed):
         W, D = rng.randint(1, 8), rng.choice([2, 4])
         fast = state._zero3_fetch_replay(inv, zero, W, D)
         assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_refetch_held_pass_equals_reference(seed, monkeypatch):
+    # the GA-2 refetch whose prefetch stops (n at max live, or no bucket) with parameters still in flight ends in
+    # one pass (state.REFETCH_HELD_PASS): every field equals the reference walk's and the fast walk's with the
+    # pass off, and the pass is taken in these cases (else this compares nothing new)
+    rng = random.Random(3000 + seed)
+    monkeypatch.setattr(state, "PASSES", __import__("collections").Counter())
+    for _ in range(50):
+        inv = _inventory(rng)
+        zero = _zero(rng, inv)
+        if rng.random() < 0.5:  # persistent layers, max live reached: the 1e5-layer default's regime
+            zero.param_persistence_threshold = 10**9
+            zero.max_live_parameters = rng.randint(1, sum(t.numel for t in inv.tensors))
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        fast = state._zero3_fetch_replay(inv, zero, W, D)
+        assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D)
+        with monkeypatch.context() as m:
+            m.setattr(state, "REFETCH_HELD_PASS", False)
+            assert fast == state._zero3_fetch_replay(inv, zero, W, D)
+    assert state.PASSES["refetch_held"]

@@ -398,3 +398,23 @@ def test_estimate_equal_with_backward_periods_off(seed, monkeypatch):
             m.setattr(state, "BACKWARD_PERIODS", False)
             assert on == run(_copy(inv))
     assert any(skipped)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_fetch_replay_periods_with_growing_n_equal_reference_walk(seed, monkeypatch):
+    # the GA-2 refetch keeps every persistent parameter it gathers, so n grows by a constant per period:
+    # _ReplayJump.step skips periods only while every prefetch's limit stays the bucket (n + growth below max
+    # live - bucket); the Zero3Fetch equals the reference walk's and the pass is taken
+    rng = random.Random(5100 + seed)
+    monkeypatch.setattr(state, "PASSES", __import__("collections").Counter())
+    for _ in range(30):
+        inv, _ = _layered(rng, (16, 90))
+        zero = _back_zero(rng, inv)
+        total = sum(t.numel for t in inv.tensors)
+        zero.param_persistence_threshold = rng.choice([10**9, 50])
+        zero.prefetch_bucket_size = rng.choice([1, total // 40 + 1, total // 10])
+        zero.max_live_parameters = rng.choice([total // 2, total, 10**9])
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        assert _fields(state._zero3_fetch_replay(inv, zero, W, D)) == \
+            _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
+    assert state.PASSES["forward_periods_n_growing"]

@@ -1952,14 +1952,15 @@ class _ReplayJump:
                hdesc, tuple(r - s if r != _NEVER else _NEVER for r in recent[base:qpos]), cur)
         prev = seen.get(sig)
         if prev is None:
-            # n can only be bounded when the state repeats: keep it, and the numel this period could gather
+            # n is compared only when the state repeats: keep it
             seen[sig] = (t, n, qpos)
             return None
         seen[sig] = (t, n, qpos)  # a later repeat is compared with the latest
         tj, nj, _ = prev
         p = t - tj
-        if p <= 0 or n != nj:
-            return None  # (n grown: the prefetch limit min(max live - n, bucket) may differ later; walked)
+        g = n - nj  # the numel gathered and kept per period (the GA-2 refetch keeps the persistent ones)
+        if p <= 0 or g < 0:
+            return None
         if t <= self.t_flip:
             end = self.t_flip
         elif tj >= self.t_true:
@@ -1967,6 +1968,14 @@ class _ReplayJump:
         else:
             return None
         m = min((end - t) // p, (lim - qpos) // (p * u))
+        if g and bucket > 0:
+            # n grows by g a period: the run repeats only while every prefetch's limit min(max live - n, bucket)
+            # is the bucket. Within the source period n never passed nj + 2 p x (a layer's numel): it grows
+            # only by gathering, at most the parameters the queue passed (p u positions, p layers) and the
+            # modules run (p layers); so m periods more keep it when nj + 2 p layer + m g <= max live - bucket
+            room = max_live - bucket - nj - 2 * p * sum(numel[a:a + u])
+            m = min(m, room // g) if room >= 0 else 0
+        # (bucket <= 0: no prefetch, n decides nothing)
         if m < 1:
             return None
         # the skipped layers' parameters end as the source period's: checked first, nothing changed before
@@ -2008,7 +2017,8 @@ class _ReplayJump:
         for j, hid in enumerate(sig[2]):
             if hid >= 0:
                 inflight[nbase + j] = made[hid]
-        return s + ds, qpos + shift, n
+        PASSES["forward_periods_n_growing" if g else "forward_periods"] += 1
+        return s + ds, qpos + shift, n + m * g
 
     def back(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, seen: dict,
              snap: list, q_param: "Sequence[int]", fetch_b: list, during_b: list, cb: "Sequence[int]",
@@ -2124,6 +2134,7 @@ class _ReplayJump:
         for i, hid in zip(wp, sig[3]):
             if hid >= 0:
                 inflight[i - shift] = made[hid]
+        PASSES["backward_periods"] += 1
         return ns, qpos + shift
 
 
@@ -2132,6 +2143,11 @@ _NEVER = -10**18
 #: True: :func:`_zero3_fetch_replay`'s backward skips whole periods of identical layers (:meth:`_ReplayJump.back`);
 #: False: it walks every step (tests compare the two with the reference walk)
 BACKWARD_PERIODS = True
+#: True: the GA-2 refetch's forward, once its prefetch has stopped with parameters still in flight, ends in one
+#: pass (run's held_rest); False: walked (tests compare the two with the reference walk)
+REFETCH_HELD_PASS = True
+#: how many times each shortcut above was taken in this process (tests check they are exercised)
+PASSES: collections.Counter = collections.Counter()
 #: tests only: m -> the number of skipped periods whose layers and columns :meth:`_ReplayJump.back` writes (None: m,
 #: every one; another count is a wrong repeat the identity tests must catch)
 _BACK_PERIODS_HOOK = None
@@ -2302,6 +2318,48 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 n += sum(numel[i] for i in take)
                 cur = all_gather(take, cur)
             return qpos, n, cur
+        def held_rest(k: int, cur: int) -> "tuple[list, int] | None":
+            # the rest of a forward-only run (the GA-2 refetch) from module k in one pass, where the prefetch has
+            # stopped for good (no bucket, or n at max live: n only grows, the modules left are persistent and
+            # never released) with parameters gathered ahead of their modules (issue 21: at 1e5 layers, n reaches
+            # max live with ~2e5 parameters in flight and the walk waited them module by module). The queue's
+            # front qpos is in module B (positions are parameters in the forward half, consecutive modules); each
+            # parameter of modules k .. B before it is in flight or available, one past it was never gathered.
+            # Every byte a wait adds is 0 (persistent), so a module's moment is cur before it plus the flat buffer
+            # of what it gathers itself (its parameters past the front, >= 2 coalesced; freed by its own wait), and
+            # cur falls only by a prefetched handle's flat buffer, at the module of its last parameter. Modules
+            # k + 1 .. B - 1 gather nothing and never pass module k's moment. Returns ([(moment, where), ...] in
+            # order, cur after the forward), or None (then walked; tests/test_fetch_replay_identity.py)
+            lo = mod_start[k]
+            if any(i not in avail and i not in inflight for i in range(lo, qpos)):
+                return None
+            hs = {id(hh): hh for hh in inflight.values()}.values()
+            if any(not hh[3] and any(hh[1].values()) for hh in hs):
+                return None
+            B = mod_of[qpos] if qpos < half else M
+            last = [mod_of[max(hh[2])] for hh in hs]
+            if min(last, default=B) < k:
+                return None
+            before = sum(hh[0] for hh, lm in zip(hs, last) if lm < B)
+            at = sum(hh[0] for hh, lm in zip(hs, last) if lm == B)
+            out = []
+            if k < B:
+                out.append((cur, f"module {names[k]}'s fetch"))
+            if B == M:
+                return out, cur - before
+            cb_ = cur - before
+            hi = mod_start[B + 1]
+            need = hi - qpos
+            out.append((cb_ + (sum(pad_b[qpos:hi]) if need >= 2 and coalesce else 0), f"module {names[B]}'s fetch"))
+            ca = cb_ - at
+            if B + 1 < M:
+                tail = [ca + (mp * D if c >= 2 and coalesce else 0)
+                        for mp, c in zip(itertools.islice(mod_pad, B + 1, None),
+                                         map(len, itertools.islice(members, B + 1, None)))]
+                tb = max(tail)
+                out.append((tb, f"module {names[B + 1 + tail.index(tb)]}'s fetch"))
+            return out, ca
+
         fwd_best, fwd_where = 0, ""
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
@@ -2340,6 +2398,17 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     qpos, n, cur = queue_prefetch(qpos, n, cur)
                 if cur > fwd_best:
                     fwd_best, fwd_where = cur, _TAIL_WHERE
+            if (forward_only and k > last_lent and k > 0 and (inflight or qpos > mod_start[k])
+                    and (bucket <= 0 or max_live - n <= 0) and bounds is not None and qpos <= half
+                    and REFETCH_HELD_PASS):
+                got = held_rest(k, cur)
+                if got is not None:
+                    for pk, where in got[0]:
+                        if pk > fwd_best:
+                            fwd_best, fwd_where = pk, where
+                    cur = got[1]
+                    PASSES["refetch_held"] += 1
+                    break
             if (forward_only and k > last_lent and k > 0 and not inflight and qpos <= mod_start[k]
                     and (bucket <= 0 or max_live - n <= 0)):
                 # the rest of this forward, in one pass (issue 21: ~3/4 of the 9e5 steps of the GA-2 refetch at
