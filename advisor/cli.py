@@ -1805,9 +1805,13 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
     if fmt != "text":
         _echo(_render("generate", fmt, res, top=top))
     else:
+        from advisor.render.escape import safe_text
         from advisor.render.style import width, wrap
+        # the paths escaped as the "exists" error escapes them (_fail: safe_text), so a control
+        # character or undecodable byte in -o reaches the terminal as \xNN / \udcNN, not raw
         report = _render("generate", fmt, res, top=top, stream=sys.stdout if output else sys.stderr) + (
-            "\n" + wrap(f"wrote {output} and its workload sidecar {side} (check and estimate read it back)",
+            "\n" + wrap(safe_text(f"wrote {output} and its workload sidecar {side} "
+                                   "(check and estimate read it back)"),
                         width(sys.stdout)) if output else "")
         if output:
             click.echo(report)

@@ -466,3 +466,18 @@ def test_generate_takes_the_load_options_of_estimate_and_check():
     assert p.returncode == 1 and d["best"] is None and d["request"]["zero_init"] is False
     z3 = [r for r in d["rejected"] if r["stage"] == 3]
     assert z3 and all(r["tier"] == "accelerator" and r["need"] >= 13_015_864_320 * 2 > r["usable"] for r in z3)
+
+
+def test_cli_wrote_line_escapes_the_path_as_the_exists_error_does(tmp_path):
+    # newcomer D8: -o with an ESC sequence and an undecodable byte; the file is written under its
+    # real name, the "wrote" line shows \x1b / \udcff as the "exists" error for the same path does
+    name = os.fsdecode(b"h\x1b[31mred\xff\x07.json")
+    out = os.path.join(os.fsdecode(bytes(tmp_path)), name)
+    p = run_cli(ARGS + ["--output", out])
+    assert p.returncode == 0, p.stderr
+    assert os.path.exists(out)
+    wrote = p.stdout + p.stderr
+    assert "\x1b" not in wrote and "\x07" not in wrote
+    assert "wrote " in wrote and "h\\x1b[31mred\\udcff\\x07.json" in wrote
+    again = run_cli(ARGS + ["--output", out])
+    assert again.returncode == 2 and "h\\x1b[31mred\\udcff\\x07.json exists" in again.stderr
