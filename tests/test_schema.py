@@ -408,3 +408,26 @@ def test_committed_schema_is_what_the_generator_produces():
 
     assert render(build_schema()) == schema_path().read_text(encoding="utf-8"), \
         "schemas/deepspeed-config.schema.json is stale: run python -m advisor.config._schemagen"
+
+
+@needs_deepspeed
+def test_enum_string_message_lists_deepspeeds_accepted_values():
+    # newcomer D7: "bfp16" was told "expected a string or null". The accepted values are taken from
+    # DeepSpeed's own refusal (runtime/config.py get_communication_data_type: "Supported data types:
+    # ['fp16', 'bf16', 'fp32']"), and each is checked to be accepted there, in any case.
+    import ast
+    import re
+    from deepspeed.runtime.config import get_communication_data_type
+
+    with pytest.raises(ValueError) as e:
+        get_communication_data_type({"communication_data_type": "bfp16"})
+    accepted = ast.literal_eval(re.search(r"Supported data types: (\[[^\]]*\])", str(e.value)).group(1))
+    assert sorted(accepted) == ["bf16", "fp16", "fp32"]
+    for v in accepted:
+        assert get_communication_data_type({"communication_data_type": v.upper()}) is not None
+    (f,) = [f for f in findings_for({**BASE, "communication_data_type": "bfp16"}) if f.code == "S004"]
+    for text in (f.message, f.fix):
+        assert "a string" not in text
+        listed = re.findall(r'"(\w+)"', text.split("expected ")[-1])
+        assert sorted(listed) == sorted(accepted), text
+    assert not [f for f in findings_for({**BASE, "communication_data_type": "BF16"}) if f.code in ("S003", "S004")]

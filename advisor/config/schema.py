@@ -259,10 +259,14 @@ def _describe(s: dict[str, Any]) -> str:
     if "anyOf" in s:
         return " or ".join(_describe(x) for x in s["anyOf"])
     t = s.get("type")
+    words = dict(_TYPE_WORDS)
+    values = _ci_values(s.get("pattern"))
+    if values:  # a case-insensitive enum (e.g. communication_data_type): the values, not "a string"
+        words["string"] = "one of " + ", ".join(json.dumps(v) for v in values) + " (any case)"
     if isinstance(t, list):
-        desc = " or ".join(_TYPE_WORDS.get(x, x) for x in t)
+        desc = " or ".join(words.get(x, x) for x in t)
     elif t:
-        desc = _TYPE_WORDS.get(t, t)
+        desc = words.get(t, t)
     elif "$ref" in s:
         desc = "an object"
     else:
@@ -277,6 +281,26 @@ def _describe(s: dict[str, Any]) -> str:
     if "exclusiveMaximum" in s:
         bounds.append(f"< {s['exclusiveMaximum']}")
     return desc + (" " + " and ".join(bounds) if bounds else "")
+
+
+def _ci_values(pattern: Any) -> list[str] | None:
+    """The values of a case-insensitive enum pattern as ``_schemagen._ci_enum`` writes it
+    (``^([Ff][Pp]32|[Bb][Ff]16)$`` -> ``["fp32", "bf16"]``: DeepSpeed lower-/upper-cases these
+    strings before comparing, e.g. runtime/config.py:get_communication_data_type, whose
+    ValueError lists fp16, bf16, fp32); None for any other pattern."""
+    if not isinstance(pattern, str):
+        return None
+    m = re.fullmatch(r"\^\((.*)\)\$", pattern)
+    if not m:
+        return None
+    out = []
+    for alt in m.group(1).split("|"):
+        parts = re.findall(r"\[([A-Z])([a-z])\]|([0-9_\-])", alt)
+        if not alt or "".join(f"[{u}{l}]" if u else d for u, l, d in parts) != alt \
+                or any(u and u.lower() != l for u, l, _ in parts):
+            return None
+        out.append("".join(l or d for _, l, d in parts))
+    return out
 
 
 _TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true/false", "string": "a string",
