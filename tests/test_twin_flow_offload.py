@@ -157,3 +157,29 @@ def test_save_copies_the_largest_accelerator_sub_group():
     assert _largest_optim_file_storage(led.plan.config, led)[0] == 11740 * 4
     led = _ledger(_cfg(1.0, 200))
     assert _largest_optim_file_storage(led.plan.config, led)[0] == 0
+
+
+def _estimate_json(tmp_path, cfg):
+    import json
+    import subprocess
+    (tmp_path / "tiny.json").write_text(json.dumps(parity.TINY))
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    p = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(tmp_path / "cfg.json"), "--model",
+                        str(tmp_path / "tiny.json"), "--world-size", "2", "--format", "json"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode in (0, 1), p.stderr
+    return json.loads(p.stdout)
+
+
+def test_estimate_assumptions_name_the_split(tmp_path):
+    """estimate's assumptions say how many sub-groups the ratio keeps on the accelerator (newcomer D3:
+    "effective: cpu" at ratio 0 while nothing was on the host). S_5000 has 3 sub-groups: ratio 0.5 ->
+    int(0.5 x 3) = 1 on the accelerator, 2 on the host; sub_group_size 1e9 >= 21,607 is one sub-group:
+    ratio 0 -> int(1 x 1) = 1 on the accelerator, 0 on the host (stage3.py l.1105)."""
+    oo = _estimate_json(tmp_path, _cfg(0.5, 5000))["assumptions"]["offload_optimizer"]
+    assert (oo["effective"], oo["sub_groups_on_accelerator"], oo["sub_groups_on_host"]) == ("cpu", 1, 2)
+    oo = _estimate_json(tmp_path, _cfg(0.0, 10**9))["assumptions"]["offload_optimizer"]
+    assert (oo["sub_groups_on_accelerator"], oo["sub_groups_on_host"]) == (1, 0)
+    oo = _estimate_json(tmp_path, _cfg(1.0, 5000))["assumptions"]["offload_optimizer"]
+    assert "sub_groups_on_host" not in oo  # full offload: no split to name

@@ -421,9 +421,15 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                           f"{a['precision']['grad_accum']}, communication {a['precision']['communication']}, "
                           f"{key_words('master_weights')} {a['precision']['master_weights']}")
             console.print("  optimizer: " + optimizer_words(a["optimizer"]), markup=False)
-            console.print(f"  offload_optimizer: {a['offload_optimizer']['written']} (effective: "
-                          f"{a['offload_optimizer']['effective']}); offload_param: {a['offload_param']['written']} "
-                          f"(effective: {a['offload_param']['effective']})")
+            oo = a["offload_optimizer"]
+            split = ""
+            if "sub_groups_on_host" in oo:  # ZeRO-3 partial offload: the ratio splits per sub-group
+                split = (f", ratio {oo['ratio']:g}: optimizer state of {oo['sub_groups_on_host']} sub-group(s) per rank on "
+                         f"the host, {oo['sub_groups_on_accelerator']} on the accelerator")
+                if not oo["sub_groups_on_host"]:
+                    split += " (only the gradient partitions on the host)"
+            console.print(f"  offload_optimizer: {oo['written']} (effective: {oo['effective']}{split}); "
+                          f"offload_param: {a['offload_param']['written']} (effective: {a['offload_param']['effective']})")
             ra = a.get("deepspeed_release")
             if ra:
                 console.print(f"  release: {ra['release']}; {ra['accounting']}", markup=False)  # defaults: notes

@@ -67,6 +67,21 @@ TOPOLOGY_CODES = ("G001", "G002", "G003", "G004")
 DEFAULT_OVERHEAD = OverheadSettings()
 
 
+def _partial_offload_split(plan: Plan) -> dict[str, Any]:
+    """Under ZeRO-3 partial optimizer offload (``offload_optimizer`` ``device: cpu``, ``ratio`` < 1), how
+    many of a rank's sub-groups keep their fp32 master, fp32 gradient and moments on the accelerator and
+    how many are offloaded (``stage3.py`` l.1100-1108: i < int((1 - ratio) x n) stays on the accelerator;
+    :func:`advisor.ledger.state.twin_flow_on_accelerator`), so "effective: cpu" is not read as every
+    sub-group on the host (ratio 0: none is; rule O009). Empty without partial offload."""
+    from advisor.ledger.state import placement_of, twin_flow_splits
+    ec = plan.config
+    if not twin_flow_splits(ec) or plan.inventory is None:
+        return {}
+    acc = placement_of(plan).opt_on_accelerator
+    k = sum(1 for a in acc if a)
+    return {"ratio": ec.zero.offload_optimizer.ratio, "sub_groups_on_accelerator": k, "sub_groups_on_host": len(acc) - k}
+
+
 @dataclass
 class Role:
     """A set of ranks with identical ledgers (and the same activations), with its timeline
@@ -228,7 +243,8 @@ class EstimateResult:
                           "master_weights": "fp32"},
             "optimizer": {"type": ec.optimizer.type or "none given (client optimizer; Adam assumed)",
                           "basic": self.ledger.basic_optimizer, "wrapper": self.ledger.wrapper},
-            "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective},
+            "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective,
+                                  **_partial_offload_split(self.plan)},
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
             "sharding": _sharding_words(self.plan.cluster, z.stage),
             "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch or ec.train_micro_batch_size_per_gpu or 1,
