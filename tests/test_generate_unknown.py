@@ -82,6 +82,40 @@ def test_generate_without_host_memory_bandwidth_ranks_cpu_offload_after_complete
     json.dumps(js)
 
 
+def test_generate_with_only_the_core_figure_marks_the_cpu_step_a_lower_bound():
+    """Newcomer D1 (issue 23): dgx-h100 without host_memory_bandwidth_bytes_per_s but with its
+    one-core figure. The CPU step is then timed at the threads' rate only (torchrun's default, 1
+    thread per rank with 4 ranks per node: 1 x the preset's host_core_bandwidth_bytes_per_s), the
+    most a rank can stream, so it was ranked as if complete (unknown_parts [], lower bound false).
+    Each offloading plan must name it unknown, be a lower bound, follow the complete plans, and
+    print its rate as "<="; the threads flag is a JSON boolean (D10), not 1.0."""
+    d = copy.deepcopy(_presets()["systems"]["dgx-h100"])
+    del d["host_memory_bandwidth_bytes_per_s"]
+    d["nodes"] = 1
+    core_bw = d["host_core_bandwidth_bytes_per_s"]
+    inv = resolve_model("llama-3-8b")
+    req = gen.Request(global_batch=16, seq_len=4096, nodes=1, gpus_per_node=4, model_parallel=False)
+    res = gen.search(inv, from_dict(d), req, top=100)
+    offl = [c.combo.offload_optimizer != "none" for c in res.ranked]
+    assert any(offl) and not all(offl) and offl == sorted(offl)
+    for c in res.ranked:
+        assert ("cpu_optimizer" in c.unknown) == (c.combo.offload_optimizer != "none") == c.incomplete
+    inc = [c for c in res.ranked if c.incomplete]
+    for c in inc:
+        co = c.cpu_optimizer
+        assert co["cpu_optimizer_bytes_per_s_per_rank"] == core_bw  # 1 thread x one core
+        assert c.parts["cpu_optimizer"] == co["cpu_optimizer_bytes_per_rank"] / core_bw
+        assert co["cpu_optimizer_threads_limited"] is True
+    assert not any("below the rank's share" in n for n in res.notes), res.notes
+    text = gen.table_text(res, top=100)
+    assert "/rank at <= " in text and "/rank at 2" not in text, text
+    js = gen.result_json(res, top=100)
+    for p in js["plans"]:
+        assert p["step_time_is_lower_bound"] == p["incomplete"] == ("cpu_optimizer" in p["unknown_parts"])
+        if p["cpu_optimizer"]:
+            assert json.loads(json.dumps(p["cpu_optimizer"]))["cpu_optimizer_threads_limited"] is True
+
+
 def test_generate_without_network_bandwidth_says_every_time_leaves_it_out():
     """4 nodes without network_bytes_per_s: every plan's collectives across nodes have no rate.
     No plan is ranked as complete-against-incomplete (all share it); the note says the ranking is

@@ -436,6 +436,45 @@ def test_cpu_optimizer_rate_is_the_lesser_of_the_node_share_and_the_threads_by_h
         assert "exceed the node's 16 physical cores" in th["note"]
 
 
+@pytest.mark.parametrize("omp,rate,fix", [
+    # torchrun's default, 1 thread per rank: 1 x 5e9; the node gives 16 // 8 = 2 cores per rank
+    (None, 5e9, 2),
+    # 2 threads per rank: 2 x 5e9 = 1e10, no more cores per rank to give
+    (2, 10e9, None),
+])
+def test_cpu_optimizer_without_host_memory_bandwidth_is_a_lower_bound_by_hand(omp, rate, fix):
+    """Issue 23 (newcomer D1): a spec with the per-core figure but no host_memory_bandwidth_bytes_per_s
+    leaves min(share, threads x core)'s share unknown. The CPU step is timed at the threads' rate,
+    the fastest it can run (N x 42 B / rate, 42 = 28 kernel + 8 unscale + 4 + 2 copy), and must be
+    marked a lower bound: the term, the unknown list, ">=" on the step, "<=" on the rate, and no
+    claim of a share the spec does not give. With the bandwidth (1e11 / 8 = 12.5e9 per rank) none
+    of it."""
+    from advisor.ledger.steptime import breakdown_lines
+    bare = from_dict({"nodes": 1, "accelerators_per_node": 8, "host_cores_per_node": 16,
+                      "host_core_bandwidth_bytes_per_s": 5e9,
+                      "accelerator": {"name": "toy", "memory_bytes": 1e11, "peak_bf16_flops": 1e12,
+                                      "host_link": {"bytes_per_s": 1e10}}})
+    assert bare.host_memory_bandwidth_bytes_per_s is None
+    st = step_time(_cpu_plan(8, 8, omp), bare, seq_len=1000)
+    cpu = next(t for t in st.terms if t.name == "cpu_optimizer")
+    assert cpu.rate == pytest.approx(rate) and cpu.seconds == pytest.approx(N * 42 / rate)
+    assert cpu.lower_bound and any(u.startswith("cpu_optimizer (no host_memory_bandwidth_bytes_per_s")
+                                   for u in st.unknown)
+    th = st.assumptions["cpu_optimizer_threads"]
+    assert th["share_bytes_per_s"] is None and th["fix_threads"] == fix
+    assert "below the rank's share" not in th["note"] and "no host_memory_bandwidth_bytes_per_s" in th["note"]
+    assert ("OMP_NUM_THREADS=2" in th["note"]) == (fix == 2)
+    text = "\n".join(breakdown_lines(st))
+    assert text.startswith(f"step time (model): >= {st.total:,.2f} s"), text
+    r = rate / 2**30
+    assert f"per rank per step at <= {r:.1f} GiB/s per rank" in " ".join(text.split()), text
+    assert "below the rank's share" not in text
+    full = step_time(_cpu_plan(8, 8, omp), _cpu_hw(), seq_len=1000)
+    fcpu = next(t for t in full.terms if t.name == "cpu_optimizer")
+    assert not fcpu.lower_bound and not full.unknown and fcpu.rate == pytest.approx(min(12.5e9, rate))
+    assert breakdown_lines(full)[0].startswith(f"step time (model): {full.total:,.2f} s")
+
+
 def test_one_rank_per_node_gets_the_physical_cores_by_hand():
     # one rank, OMP_NUM_THREADS unset: torch's default, 16 threads: min(1e11, 16 x 5e9 = 8e10) = 8e10
     st = step_time(_cpu_plan(1, 1), _cpu_hw(1), seq_len=1000)

@@ -72,7 +72,9 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   OMP_NUM_THREADS, else the launcher's default (:func:`cpu_threads_per_rank`: torchrun and
   accelerate 1 per rank with several ranks per node; torch's physical cores with one); where the
   threads limit the step, the breakdown names the fix (OMP_NUM_THREADS, ``deepspeed
-  --bind_cores_to_rank``).
+  --bind_cores_to_rank``). A spec without ``host_memory_bandwidth_bytes_per_s`` but with the
+  per-core figure leaves the min's share term unknown: the step is timed at the threads' rate, the
+  fastest it can run, and marked a lower bound (``Term.lower_bound``, listed in ``unknown``).
 
 Overlap, as DeepSpeed 0.19.8 applies it (the ledger's ``overlap`` flag on each movement, and the
 phase it happens in):
@@ -229,7 +231,11 @@ FP16_OVERFLOW_CHECK_NOTE = ("fp16 at ZeRO-3 with the optimizer offloaded: DeepSp
 class Term:
     """One part of the step: ``seconds`` it takes on its resource and the part of it that is
     ``exposed`` (on the critical path). ``amount`` in ``unit`` (FLOP or bytes) at ``rate``
-    (FLOP/s or bytes/s); None where the hardware spec lacks the rate."""
+    (FLOP/s or bytes/s); None where the hardware spec lacks the rate. ``lower_bound``: the rate
+    is an upper limit only, one of its figures missing from the hardware spec (the CPU optimizer
+    step timed at its OpenMP threads' rate without ``host_memory_bandwidth_bytes_per_s``, whose
+    per-rank share could be lower), so ``seconds`` is a lower bound and the part counts as unknown
+    (:class:`StepTime` ``unknown``)."""
 
     name: str
     resource: str
@@ -242,6 +248,7 @@ class Term:
     overlapped: bool = False
     formula: str = ""
     source: str = ""
+    lower_bound: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -627,9 +634,19 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
         threads, t_src = cpu_threads_per_rank(plan, hardware)
         rate_, limit = cpu_optimizer_rate(host_bw, rpn, threads, core_bw)
         share = host_bw / rpn if host_bw else None
+        # without the node's host memory bandwidth, the threads' rate (when known) is only the most
+        # a rank can stream: the min's other term, the rank's share, is missing, so the seconds are a
+        # lower bound and the part is unknown (never counted as if complete, issue 23)
+        share_missing = rate_ is not None and share is None
         if rate_ is None:
             unknown.append("cpu_optimizer (no host_memory_bandwidth_bytes_per_s in the hardware spec)")
-        if core_bw:
+        elif share_missing:
+            unknown.append("cpu_optimizer (no host_memory_bandwidth_bytes_per_s in the hardware spec: timed at its "
+                           "OpenMP threads' rate alone, the fastest it can run, so the step time is a lower bound)")
+        if core_bw and share_missing:
+            formula = (f"{n_opt:,} elements x {bpe} B ({words}) / ({threads} OpenMP threads per rank x one core's "
+                       "bandwidth); the rank's share of the node's host memory bandwidth is unknown (a lower bound)")
+        elif core_bw:
             formula = (f"{n_opt:,} elements x {bpe} B ({words}) / min(host memory bandwidth / {rpn} ranks per node, "
                        f"{threads if threads else '?'} OpenMP threads per rank x one core's bandwidth)"
                        + (": the threads limit it" if limit == "threads" else ""))
@@ -637,7 +654,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
             formula = (f"{n_opt:,} elements x {bpe} B ({words}) x {rpn} ranks per node / host memory "
                        "bandwidth")
         terms.append(Term("cpu_optimizer", "host_memory", "step", nbytes, "bytes", rate_,
-                          nbytes / rate_ if rate_ else None, formula=formula,
+                          nbytes / rate_ if rate_ else None, formula=formula, lower_bound=share_missing,
                           source="csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX; csrc/adam/cpu_adam_impl.cpp "
                                  "(#pragma omp parallel for); ops/adam/cpu_adam.py DeepSpeedCPUAdam.step; stage3.py / "
                                  "stage_1_and_2.py unscale_and_clip_grads"))
@@ -649,6 +666,17 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                                                                                          or "")}
         if not core_bw:
             threads_info["note"] = CPU_OPTIMIZER_THREADS_NOTE
+        elif share_missing:
+            k = threads_fix(cores, rpn, share, core_bw)
+            more = bool(k and k > threads)
+            threads_info["fix_threads"] = k if more else None
+            threads_info["note"] = (
+                f"{threads} OpenMP thread{'s' if threads != 1 else ''} per rank ({t_src}) stream at most "
+                f"{threads} x one core's bandwidth; the hardware spec gives no host_memory_bandwidth_bytes_per_s, so "
+                "the rank's share of the node's host memory bandwidth, which can be lower, is unknown and the CPU "
+                "step is a lower bound (>=): give the node's measured (STREAM) figure in a --hardware JSON"
+                + (f"; more threads stream more only up to that share: OMP_NUM_THREADS={k} per rank (--omp-threads "
+                   f"{k} here, physical cores // ranks per node) is the most the node's cores give" if more else ""))
         elif limit == "threads":
             k = threads_fix(cores, rpn, share, core_bw)
             threads_info["fix_threads"] = k
@@ -845,21 +873,26 @@ def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", th
     """The CPU optimizer step's text line: ``amount`` bytes of host memory traffic per rank per
     step at ``rate`` bytes/s per rank (None: unknown), in ``units`` (GiB = 2^30 or GB = 1e9 bytes);
     ``threads``: the step time's ``assumptions["cpu_optimizer_threads"]``, which names what limits
-    the rate (the node's share of host memory bandwidth, or the rank's OpenMP threads)."""
+    the rate (the node's share of host memory bandwidth, or the rank's OpenMP threads); a rate of
+    threads only, the spec giving no host memory bandwidth, is shown as "<=" (an upper limit)."""
     from advisor.units import rate as rate_text, size
 
     t = threads or {}
+    at = " at "
     if t.get("limited_by") == "threads":
         n = t.get("threads_per_rank")
         why = (f"{n} OpenMP thread{'s' if n != 1 else ''} per rank x "
                f"{rate_text(t.get('core_bandwidth_bytes_per_s') or 0, units, digits=1)} per core")
+        if t.get("share_bytes_per_s") is None:  # the other term of the min is missing: an upper limit only
+            at = " at <= "
+            why += "; the rank's share of host memory bandwidth unknown: no host_memory_bandwidth_bytes_per_s"
     elif t.get("core_bandwidth_bytes_per_s"):
         why = (f"host memory bandwidth / ranks per node; {t.get('threads_per_rank')} OpenMP threads per rank "
                "would stream more")
     else:
         why = "host memory bandwidth / ranks per node"
     return (f"  CPU optimizer: {size(amount, units, digits=1)} per rank per step"
-            + (f" at {rate_text(rate, units, digits=1)} per rank ({why})"
+            + (f"{at}{rate_text(rate, units, digits=1)} per rank ({why})"
                if rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
 
 
@@ -898,13 +931,14 @@ RESOURCE_NAMES = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copi
 
 
 def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
-    """Text lines: the step seconds, what each resource is busy for and what of it is exposed
+    """Text lines: the step seconds (">=" when a part is unknown, ``st.unknown``: a lower bound),
+    what each resource is busy for and what of it is exposed
     (sizes in ``units``, :func:`cpu_optimizer_line`), and each NVMe tier direction the aio
     settings hold below the tier's rate."""
     from advisor.units import rate as rate_text, size
     busy, exp = st.by_resource(False), st.by_resource(True)
     names = RESOURCE_NAMES
-    out = [f"step time (model): {st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
+    out = [f"step time (model): {'>= ' if st.unknown else ''}{st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
            f"{st.assumptions.get('mfu_source')})"]
     for k in ("compute", NETWORK, PCIE, NVME, "host_memory"):
         if k in busy:

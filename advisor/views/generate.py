@@ -345,8 +345,9 @@ class Candidate:
     #: (template, sizes) when ``why`` names sizes (:func:`advisor.findings.render_sized`): the
     #: table prints it in its ``--units``; ``why`` holds it in the default units (GiB).
     why_sized: tuple[str, dict] | None = None
-    #: The CPU optimizer step's bytes per rank and bytes/s per rank (offloaded optimizer only).
-    cpu_optimizer: dict[str, float] = field(default_factory=dict)
+    #: The CPU optimizer step's bytes per rank and bytes/s per rank (offloaded optimizer only), and
+    #: ``cpu_optimizer_threads_limited`` True where its OpenMP threads limit the rate.
+    cpu_optimizer: dict[str, float | bool] = field(default_factory=dict)
     #: Parts of the step time the hardware spec gives no rate for (:func:`unknown_parts`): counted
     #: as 0, so ``step_time_s`` is a lower bound; :func:`rank` never ranks it as if they were free.
     unknown: list[str] = field(default_factory=list)
@@ -476,8 +477,11 @@ PART_NAMES = {"compute": "compute", "network": "collectives", "pcie": "PCIe offl
 def unknown_parts(st: Any) -> list[str]:
     """The parts of a step time (``compute``, ``network``, ``pcie``, ``nvme``, ``cpu_optimizer``)
     with at least one term the hardware spec gives no rate for (:class:`advisor.ledger.steptime.Term`
-    ``seconds`` None: counted as 0 on the critical path), in that order."""
-    have = {UNKNOWN_PART[t.resource][0] for t in st.terms if t.seconds is None and t.resource in UNKNOWN_PART}
+    ``seconds`` None: counted as 0 on the critical path) or only an upper limit of its rate for
+    (``lower_bound``: its seconds a lower bound, e.g. the CPU optimizer step at its threads' rate
+    without ``host_memory_bandwidth_bytes_per_s``), in that order."""
+    have = {UNKNOWN_PART[t.resource][0] for t in st.terms
+            if (t.seconds is None or t.lower_bound) and t.resource in UNKNOWN_PART}
     return [k for k in PART_NAMES if k in have]
 
 
@@ -496,7 +500,7 @@ def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float
     parts (:func:`unknown_parts`) with a term whose rate the hardware spec lacks (counted as 0 in
     ``total``, so ``total`` is a lower bound), absent when none. ``notes`` collects the step
     time's CPU-threads note when the rank's OpenMP threads limit its CPU optimizer step
-    (``cpu_optimizer_threads_limited`` is then 1)."""
+    (``cpu_optimizer_threads_limited`` is then True)."""
     from advisor.ledger import steptime as stm
 
     st = stm.step_time(plan, hardware, seq_len=req.seq_len, global_batch=req.global_batch,
@@ -515,7 +519,7 @@ def step_time(plan: Plan, hardware: Any, req: Request, recompute_fraction: float
         th = st.assumptions.get("cpu_optimizer_threads") or {}
         if th.get("limited_by") == "threads" and th.get("note") and notes is not None:
             notes.add(th["note"])  # the same for every plan of one request: one note for the run
-            out["cpu_optimizer_threads_limited"] = 1.0
+            out["cpu_optimizer_threads_limited"] = True  # type: ignore[assignment]  # a flag: JSON true, not 1.0
     return out
 
 
@@ -881,14 +885,16 @@ def unknown_notes(ranked: list[Candidate]) -> list[str]:
     common = [k for k in PART_NAMES if all(k in c.unknown for c in ranked)]
     if common:
         out.append(f"step time leaves out {unknown_words(common)} for every plan: the hardware spec gives no rate "
-                   "for it, so plans are ranked on the other parts and each step time is a lower bound (>=); add it "
-                   "to a --hardware JSON to rank by it")
+                   "for it, so each step time counts it at 0 or at a lower bound (the CPU step at its OpenMP threads' "
+                   "rate) and is a lower bound (>=), plans ranked on what is known; add it to a --hardware JSON to "
+                   "rank by it")
     extra = [c for c in ranked if c.incomplete]
     if extra:
         parts = [k for k in PART_NAMES if any(k in c.unknown and k not in common for c in extra)]
         out.append(f"{len(extra)} plan{'s' if len(extra) != 1 else ''} need{'s' if len(extra) == 1 else ''} "
                    f"{unknown_words(parts)}, which the hardware spec gives no rate for: "
-                   f"{'its' if len(extra) == 1 else 'their'} step time leaves it out (a lower bound, >=), so "
+                   f"{'its' if len(extra) == 1 else 'their'} step time leaves it out or counts a lower bound of it "
+                   "(>=), so "
                    f"{'it is' if len(extra) == 1 else 'they are'} ranked after the plans whose time is complete, "
                    "marked incomplete")
     return out
@@ -1065,10 +1071,11 @@ def _explain_ranks(res: SearchResult) -> None:
             c.why, c.why_sized = template, None
 
 
-def _cpu_words(seconds: float, co: dict, sign: str = "+") -> str:
+def _cpu_words(seconds: float, co: dict, sign: str = "+", upper: bool = False) -> str:
     """A CPU optimizer step's seconds, the bytes it streams per rank and its rate per rank (a sized
-    template: ``{amount}``, ``{rate}``, :func:`_why`)."""
-    return (f"{sign}{seconds:,.2f} s CPU optimizer step ({{amount:1}} per rank at {{rate:1/s}} "
+    template: ``{amount}``, ``{rate}``, :func:`_why`); ``upper``: the rate is only an upper limit
+    (its step time a lower bound, :func:`unknown_parts`), written "at <="."""
+    return (f"{sign}{seconds:,.2f} s CPU optimizer step ({{amount:1}} per rank at {'<= ' if upper else ''}{{rate:1/s}} "
             f"{_cpu_rate_words(co)})")
 
 
@@ -1085,7 +1092,7 @@ def _delta_words(c: "Candidate", best: "Candidate") -> str:
         d = deltas[k]
         sign = "+" if d > 0 else "-"
         if k == "cpu_optimizer" and c.cpu_optimizer and d > 0:
-            out.append(_cpu_words(d, c.cpu_optimizer, sign))
+            out.append(_cpu_words(d, c.cpu_optimizer, sign, "cpu_optimizer" in c.unknown))
             continue
         word = names[k]
         if k == "compute" and c.recompute != best.recompute and (d > 0) == (c.recompute > best.recompute):
@@ -1227,7 +1234,8 @@ def spent_text(c: "Candidate", units: str = "GiB") -> str:
         out.append(f"{short} {c.parts[k]:,.2f}")
         co = c.cpu_optimizer
         if k == "cpu_optimizer" and co and co.get("cpu_optimizer_bytes_per_s_per_rank"):
-            out[-1] += render_sized(" ({amount:1}/rank at {rate:1/s})",
+            # a rate the spec gives only an upper limit of (no host memory bandwidth): "<="
+            out[-1] += render_sized(" ({amount:1}/rank at " + ("<= " if k in c.unknown else "") + "{rate:1/s})",
                                     {"amount": co["cpu_optimizer_bytes_per_rank"],
                                      "rate": co["cpu_optimizer_bytes_per_s_per_rank"]}, units)
     return " ".join(out)
