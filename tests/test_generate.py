@@ -481,3 +481,39 @@ def test_cli_wrote_line_escapes_the_path_as_the_exists_error_does(tmp_path):
     assert "wrote " in wrote and "h\\x1b[31mred\\udcff\\x07.json" in wrote
     again = run_cli(ARGS + ["--output", out])
     assert again.returncode == 2 and "h\\x1b[31mred\\udcff\\x07.json exists" in again.stderr
+
+
+def test_cli_refuses_a_sequence_past_a_learned_position_table(tmp_path):
+    # newcomer D5: every plan of the request would carry error W001 (check: NO-GO), yet generate wrote
+    # one and exited 0. gpt2's learned table has n_positions rows (transformers' GPT2Config).
+    from transformers import GPT2Config
+
+    n_pos = GPT2Config().n_positions
+    out = tmp_path / "w001.json"
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "64", "--seq-len", str(n_pos + 1), "--output", str(out)])
+    assert p.returncode == 2, p.stderr  # README: 2 bad usage
+    assert "W001" in p.stderr and f"at most {n_pos}" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not out.exists() and not (tmp_path / "w001.workload.json").exists()
+    ok = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                  "--global-batch", "64", "--seq-len", str(n_pos), "--output", str(out)])
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_shorter_sequence_suggestion_stays_within_the_positions(tmp_path):
+    # newcomer D5: the "shorter sequence" suggestion went past the model's positions. A RoPE model
+    # (W001 is a warning there) with 4,096 positions, 1M tokens on one GPU: nothing fits, and the
+    # suggestion is at most the config's max_position_embeddings.
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+           "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 8192, "vocab_size": 128256, "max_position_embeddings": 4096,
+           "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+    model = tmp_path / "rope4k.json"
+    model.write_text(json.dumps(cfg))
+    p = run_cli(["generate", "--model", str(model), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
+                 "--global-batch", "1", "--seq-len", str(2 ** 20), "--output", str(tmp_path / "o.json")])
+    assert p.returncode == 1, p.stderr
+    assert "warning W001" in p.stderr
+    import re
+    (s,) = re.findall(r"shorter sequence: --seq-len (\d+)", p.stderr)
+    assert 0 < int(s) <= cfg["max_position_embeddings"]

@@ -638,7 +638,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     module docstring). ``hardware``: an
     :class:`advisor.cluster.hardware.Hardware` whose shape is the request's (``nodes`` x
     ``gpus_per_node``). Raises AdvisorError for requests no plan can express (global batch not a
-    multiple of DP, a model without architecture facts). The result's ``ranked`` is best first."""
+    multiple of DP, a model without architecture facts, a sequence longer than a learned position
+    table: rule W001's error). The result's ``ranked`` is best first."""
     meta = inv.meta or {}
     for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size"):
         if k not in meta:
@@ -653,6 +654,13 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         raise AdvisorError(f"--global-batch {req.global_batch} is not a multiple of the data-parallel size {dp} "
                            f"(= {req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} GPUs): "
                            f"use {' or '.join(map(str, near))}")
+    from advisor.rules.W001_seq_len_beyond_positions import positions_problem
+    pos = positions_problem(meta, req.seq_len)
+    if pos is not None and pos[0] == "error":
+        # every plan of the request has this sequence length, so each would carry error W001 and
+        # check would say NO-GO on the config written (newcomer D5): no plan is written, exit 2
+        raise AdvisorError(f"--seq-len {req.seq_len}: error W001: {pos[1]}: use --seq-len at most "
+                           f"{int(meta['max_seq_len'])}")
     per_rank = req.global_batch // dp
     tier = choose_nvme_tier(hardware)
     nvme_path = _nvme_path(tier)
@@ -671,10 +679,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                      + (f" (read-oriented: {', '.join(ro)}; never used for write-active state)" if ro else ""))
     if cap.host is None:
         notes.append("host memory unknown (hardware spec without host_memory_bytes): host offload not considered")
-    from advisor.rules.W001_seq_len_beyond_positions import positions_problem
-    pos = positions_problem(meta, req.seq_len)
-    if pos is not None:
-        notes.append(f"{'error' if pos[0] == 'error' else 'warning'} W001: {pos[1]}")
+    if pos is not None:  # a warning (RoPE / ALiBi / unknown positions): the errors were refused above
+        notes.append(f"warning W001: {pos[1]}")
     combos = [c for c in enumerate_combos(nvme_ok=tier is not None)
               if cap.host is not None or (c.offload_optimizer == "none" and c.offload_param == "none")]
 
@@ -1179,7 +1185,10 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
             out.append(("an NVMe tier: a read-write drive of at least {nvme:T} per node (mounted e.g. at "
                         f"/local_nvme) fits with ZeRO-3 {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
                         f"checkpointing {b.checkpointing} " + "({nvme:T} of swap files per node)", {"nvme": need}))
+    # a shorter length, never past the model's positions (max_position_embeddings: rule W001)
     lo, hi, best_s = 1, req.seq_len - 1, None
+    if (inv.meta or {}).get("max_seq_len"):
+        hi = min(hi, int(inv.meta["max_seq_len"]))
     while lo <= hi:
         mid = (lo + hi) // 2
         res = search(inv, hardware, replace(req, seq_len=mid), top=1)
