@@ -704,3 +704,23 @@ def test_h001_train_batch_size_fix_names_the_arguments_it_is_computed_from():
     assert f"ds train_batch_size={f.data['config']} vs hf {f.data['trainer_arg']}={f.data['trainer']}" == want
     assert "--per-device-train-batch-size" in f.fix and "--gradient-accumulation-steps" in f.fix
     assert "Trainer argument train_batch_size" not in f.fix
+
+
+def test_accelerate_json_is_read_with_json_load_not_yaml(tmp_path):
+    # newcomer D6: accelerate reads a config named *.json with json.load (accelerate/commands/config/
+    # config_args.py load_config_from_file); a "\ud800" escape is valid JSON (json.loads reads it) but
+    # not valid YAML, so the file must not be refused as "not valid YAML". As .yaml, YAML refuses it.
+    from tests.conftest import run_cli
+
+    text = ('{"distributed_type":"DEEPSPEED","num_processes":8,"num_machines":1,"mixed_precision":"bf16",'
+            '"deepspeed_config":{"zero_stage":3,"zero3_save_16bit_model":true},"machine_rank":0,"\\ud800k":1}')
+    assert "\ud800k" in json.loads(text)
+    (tmp_path / "acc.json").write_text(text)
+    p = run_cli(["lint", str(tmp_path / "acc.json")])
+    assert "not valid YAML" not in p.stderr, p.stderr
+    assert p.returncode == 0 and "accelerate config" in p.stdout + p.stderr, p.stdout + p.stderr
+    launch = hf.read_accelerate_config(str(tmp_path / "acc.json"), text)
+    assert launch.num_processes == 8 and launch.mixed_precision == "bf16"
+    (tmp_path / "acc.yaml").write_text(text)
+    y = run_cli(["lint", str(tmp_path / "acc.yaml")])
+    assert y.returncode == 2 and "not valid YAML" in y.stderr

@@ -708,15 +708,21 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     if source.endswith(".json"):
         # accelerate/commands/config/config_args.py load_config_from_file: a path ending in ".json"
         # (case-sensitive) is read with json.load, every other with yaml.safe_load
+        from advisor.config.readers import MAX_DEPTH, depth_ok
+        if not depth_ok(text):
+            raise AdvisorError(f"{source}: nesting deeper than {MAX_DEPTH} levels; not an accelerate config")
         try:
-            json.loads(text)
+            data = json.loads(text)  # json.load's reading, not YAML's (a "\ud800" escape is valid JSON)
+        except RecursionError:
+            raise AdvisorError(f"{source}: nesting too deep to parse") from None
         except ValueError as e:
             where = f"line {e.lineno} column {e.colno}: " if isinstance(e, json.JSONDecodeError) else ""
             raise AdvisorError(
                 f"{source}: {where}not JSON ({getattr(e, 'msg', e)}): accelerate launch reads a config file named "
                 "*.json with json.load (accelerate/commands/config/config_args.py load_config_from_file) and fails "
                 "on YAML; write the file as JSON or rename it to .yaml")
-    data = parse_yaml(text, source, what="accelerate config")
+    else:
+        data = parse_yaml(text, source, what="accelerate config")
     if not isinstance(data, dict) or "distributed_type" not in data:
         raise AdvisorError(f"{source}: not an accelerate config (no distributed_type)")
     dt = str(data["distributed_type"]).upper().replace("DISTRIBUTEDTYPE.", "")
