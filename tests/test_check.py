@@ -115,6 +115,24 @@ def test_nvidia_smi_csv_is_parsed_in_mib():
         parse_nvidia_smi_csv("0, NVIDIA A100-SXM4-80GB, [N/A], [N/A]")
 
 
+def test_nvidia_smi_line_with_more_fields_than_asked_is_not_probed(tmp_path):
+    # newcomer D9: the query asks 4 fields (index, name, memory.total, memory.used: NVIDIA_SMI_QUERY);
+    # a 5-field line shifted the columns and read as 0 MiB total -> NO-GO on 0 GiB. It must be
+    # "could not be probed" like any other unreadable answer; a comma inside the name still reads.
+    assert parse_nvidia_smi_csv("0, Foo, Bar GPU, 81559, 0")[0].name == "Foo, Bar GPU"
+    for bad in ("0, NVIDIA H100 80GB HBM3, 81559, 0, 0", "0, NVIDIA H100 80GB HBM3, 0, 0", "x, NVIDIA H100, 81559, 0"):
+        with pytest.raises(ValueError):
+            parse_nvidia_smi_csv(bad)
+    bin_ = fake_smi(tmp_path, [("NVIDIA H100 80GB HBM3, 81559", 0, 0)] * 8)  # prints the 5-field line
+    assert "0, NVIDIA H100 80GB HBM3, 81559, 0, 0" in (bin_ / "nvidia-smi").read_text()
+    args = [str(SAMPLES / "zero2.json"), "--params", "1000000", "--gpu-memory", "80GB"]
+    rc, d, _ = check(args, TORCHRUN_8, bin_)
+    assert d["probe_failed"] is True and any("accelerators could not be probed" in w for w in d["warnings"])
+    assert tier(d, "accelerator")["capacity"] == 80 * 10**9 and rc == 0
+    rc, d, _ = check(args + ["--strict"], TORCHRUN_8, bin_)
+    assert rc == 3
+
+
 def test_rocm_smi_json_is_parsed():
     text = json.dumps({"card0": {"VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "10960896"},
                        "card1": {"VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "0"},

@@ -130,13 +130,36 @@ def parse_nvidia_smi_csv(text: str) -> list[Device]:
         if len(parts) < 4:
             raise ValueError(f"unexpected nvidia-smi line: {cut(repr(line.strip()), 200)}")
         index, name, total, used = parts[0], ", ".join(parts[1:-2]), parts[-2], parts[-1]
+        # four fields were asked for (NVIDIA_SMI_QUERY); a name may hold commas, but a name part
+        # that is a number (or [N/A]) means more fields than asked: the columns would be shifted
+        # (newcomer D9: "0, NVIDIA H100 80GB HBM3, 81559, 0, 0" read as 0 MiB total)
+        extra = [x for x in parts[2:-2] if _numeric_field(x)]
+        if extra:
+            raise ValueError(f"unexpected nvidia-smi line ({len(parts)} fields, expected 4: index, name, "
+                             f"memory.total, memory.used): {cut(repr(line.strip()), 200)}")
+        if not index.isdigit():
+            raise ValueError(f"unexpected nvidia-smi line (index {cut(repr(index), 40)} is not a GPU number): "
+                             f"{cut(repr(line.strip()), 200)}")
         try:
             t = as_float(total, f"nvidia-smi memory.total of GPU {index}", lo=0, hi=MAX_DEVICE_MIB)
             u = as_float(used, f"nvidia-smi memory.used of GPU {index}", lo=0, hi=MAX_DEVICE_MIB)
         except ValueError as e:
             raise ValueError(f"nvidia-smi reports no memory size for GPU {index} ({name}): {e}") from None
+        if int(t) <= 0:
+            raise ValueError(f"nvidia-smi reports no memory size for GPU {index} ({name}): memory.total {total} MiB")
         out.append(Device(index, name, int(t) * MIB, int(u) * MIB))
     return out
+
+
+def _numeric_field(x: str) -> bool:
+    """True for what nvidia-smi writes in a numeric column: a number or ``[N/A]``-like."""
+    if x.startswith("[") and x.endswith("]"):
+        return True
+    try:
+        float(x)
+        return True
+    except ValueError:
+        return False
 
 
 def parse_rocm_smi_json(text: str) -> list[Device]:
