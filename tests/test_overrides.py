@@ -140,3 +140,16 @@ def test_every_computed_fix_on_the_corpus_and_cases_clears_its_finding():
                          if g.code == f.code and g.pointer == f.pointer]
                 assert again == [], (p.name, ws, f.data["set"], [g.message for g in again])
     assert {"B001", "C001", "M001", "M002"} <= tried, tried
+
+
+def test_set_echo_escapes_an_undecodable_byte_once():
+    # newcomer D10: --set with a byte that is not UTF-8 (argv: surrogate \udcff) echoed '\\udcff'
+    # (escaped twice) beside '\x1b[2J' (escaped once). Both must read as one escape, no raw ESC.
+    import os
+    from tests.conftest import SAMPLES, run_cli
+
+    arg = os.fsdecode(b"zero_optimization.\xff\x1b[2J=1")
+    p = run_cli(["lint", str(SAMPLES / "zero2.json"), "--set", arg])
+    assert p.returncode == 2 and "\x1b" not in p.stderr
+    assert "--set 'zero_optimization.\\udcff\\x1b[2J=1'" in p.stderr, p.stderr
+    assert "\\\\udcff" not in p.stderr

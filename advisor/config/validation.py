@@ -152,7 +152,9 @@ def shown(value: Any, limit: int = MAX_ECHO) -> str:
         return f"YAML binary data ({len(value)} bytes)"
     if isinstance(value, (set, frozenset)):
         return f"a YAML set of {len(value)} items"
-    r = repr(value) if not isinstance(value, str) else repr(value.encode("utf-8", "backslashreplace").decode())
+    # repr escapes every non-printable character, lone surrogates included ('\udcff', encodable
+    # as UTF-8); escaping them first would print the backslash twice (newcomer D10: '\\udcff')
+    r = repr(value)
     return cut(r, limit)
 
 
