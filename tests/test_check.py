@@ -824,3 +824,15 @@ def test_check_takes_estimates_load_options_c11_20b_zero2_on_256gb(tmp_path):
     rc, dn, _ = check(z3 + ["--no-zero-init"], env, bin_)
     assert (rc, dn["verdict"]) == (1, "no-go") and "M101" in codes(dn)
     assert dn["load"]["host_per_node"] == 4 * 4 * N
+
+
+def test_more_ranks_per_node_than_world_size_is_k111_naming_both(tmp_path):
+    # newcomer D10: torchrun sets LOCAL_WORLD_SIZE to the ranks on this node, all counted in
+    # WORLD_SIZE; LOCAL_WORLD_SIZE=8 with WORLD_SIZE=4 was accepted silently.
+    bin_ = fake_smi(tmp_path, gpus(H100, 8))
+    args = [str(SAMPLES / "zero2.json"), "--params", "1000000"]
+    _, d, _ = check(args, {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_WORLD_SIZE": "8", "LOCAL_RANK": "0"}, bin_)
+    msgs = [f["message"] for f in d["findings"] if f["code"] == "K111"]
+    assert len(msgs) == 1 and "LOCAL_WORLD_SIZE=8" in msgs[0] and "WORLD_SIZE=4" in msgs[0], d["findings"]
+    _, d, _ = check(args, {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "0"}, bin_)
+    assert "K111" not in codes(d)

@@ -255,6 +255,13 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     ws_v = shape.world_size.value if shape.world_size else None
     if ws_v and g and ws_v % g and ws_v > g:
         shape.notes.append(f"world size {ws_v} is not a multiple of {g} ranks per node")
+    if ws_v and g and g > ws_v and shape.gpus_per_node.source == "LOCAL_WORLD_SIZE":
+        # torchrun's LOCAL_WORLD_SIZE is the ranks started on this node, all of them in WORLD_SIZE
+        # (torch/distributed/elastic/agent/server/api.py): more on one node than in the job is a
+        # launch the two variables disagree on (newcomer D10: 8 ranks per node on a 4-rank job)
+        shape.notes.append(f"{g} ranks per node ({shape.gpus_per_node.source}={g}) > world size {ws_v} "
+                           f"({shape.world_size.source}={ws_v}): one node cannot run more ranks than the job has; "
+                           "the launch environment is inconsistent")
     if ws_v and g and shape.num_nodes and shape.num_nodes.value * g < ws_v:
         shape.notes.append(f"{shape.num_nodes.value} node(s) x {g} ranks per node = {shape.num_nodes.value * g} "
                            f"< world size {ws_v}")

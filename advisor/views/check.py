@@ -910,7 +910,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     else:
         findings_extra = []
     for n in launch.notes:
-        if "not a multiple" in n or "< world size" in n:
+        if "not a multiple" in n or "< world size" in n or "> world size" in n:
             findings_extra.append(emit("K111", "warning", "", f"launch shape: {n}"))
     for n in launch.invalid:
         findings_extra.append(emit("K112", "warning", "", f"{n}: ignored; the launch shape comes from the next "
