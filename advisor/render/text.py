@@ -320,9 +320,13 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                                          (False, True, True, True), cols, bold=frozenset({len(rows) - 1})))
             a_w = d["assumptions"]["workload"]
             pk = role["peak"]
+            lb = d["assumptions"].get("peak_lower_bound")
             console.print("  peak live at once: " + "; ".join(
-                f"{tier} {size(pk[tier]['bytes'], units)} at {pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
+                f"{tier} {'>= ' if lb and tier == 'accelerator' else ''}{size(pk[tier]['bytes'], units)} at "
+                f"{pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
                 if pk[tier]["bytes"]), markup=False)
+            if lb:
+                console.print(safe_text(f"  warning: the accelerator peak is a lower bound: {lb}"), markup=False)
             for tier in ("accelerator", "host"):
                 if pk[tier]["bytes"] and pk[tier].get("top"):
                     console.print(f"    {tier} at its peak ({U}): " + ", ".join(

@@ -943,6 +943,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
             warnings.append(f"{t.tier} capacity unknown: not checked (give "
                             + ("--gpu-memory" if t.tier == "accelerator" else "--host-memory") + " or --hardware)")
 
+    lb = result.ledger.peak_lower_bound if result.roles else ""
+    if lb:  # the accelerator verdict may say fits where the real peak does not
+        warnings.append(f"the accelerator peak is a lower bound: {lb}")
     extra = [f.located(loaded.positions, loaded.source) for f in findings_extra + nv_findings]
     all_findings = sort_findings(list(result.findings) + extra)
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,

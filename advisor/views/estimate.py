@@ -256,6 +256,7 @@ class EstimateResult:
             "load": self.load.to_dict() if self.load else None,
             "deepspeed_release": self._release_assumption(),
             "excluded": excluded,
+            "peak_lower_bound": self.ledger.peak_lower_bound or None,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
         }
 

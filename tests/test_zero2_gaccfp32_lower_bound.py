@@ -1,0 +1,63 @@
+"""ZeRO-2 with ``data_types.grad_accum_dtype`` fp32 (newcomer D2): the estimate never prints a silently lower
+number than bf16 accumulation.
+
+DeepSpeed 0.19.8 ``runtime/zero/stage_1_and_2.py``: with bf16 accumulation each rank keeps grads_in_partition,
+P x 2 bytes (copy_grads_in_partition l.2184-2194), and at GA > 1 the previous micro-step's one too until the
+boundary (all_grad_tensors, l.1038-1040, freed l.1059); with fp32 accumulation on a bf16 model
+(_use_compact_grad_partition_buffer l.1259-1266) there is no grads_in_partition but one fp32 buffer of P elements,
+P x 4 bytes (_build_compact_grad_partition_buffer l.1268-1274), kept to the step (l.3131), with each reduced slice
+cast to fp32 as it is added (l.1324-1326). So at GA 1 the fp32 regime holds at least 4P - 2P = 2P bytes more, and at
+GA > 1 at least as much (4P against 2P + 2P). llama-3-8b at W 8: P = ceil(8,030,261,248 / 8) plus padding, at
+least 1,003,782,656 elements. Where the regime is not modelled (overlap_comm, fp16, several param groups) the
+estimate says its accelerator peak is a lower bound (``assumptions.peak_lower_bound``, ``>=`` in text).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "sample_configs", "zero2.json")
+P = 8_030_261_248 // 8  # elements of a rank's partition, at least (padding only adds)
+
+
+def _estimate(*sets: str, fmt: str = "json"):
+    args = [sys.executable, "-m", "advisor", "estimate", SAMPLE, "--model", "llama-3-8b", "--world-size", "8",
+            "--seq-len", "2048", "--set", "train_micro_batch_size_per_gpu=1", "--set", "zero_optimization.stage=2"]
+    for s in sets:
+        args += ["--set", s]
+    p = subprocess.run(args + ["--format", fmt], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT)
+    assert p.returncode in (0, 1), p.stderr
+    return json.loads(p.stdout) if fmt == "json" else p.stdout
+
+
+def _peak(d) -> int:
+    return max(r["peak"]["accelerator"]["bytes"] for r in d["ranks"])
+
+
+FP32 = 'data_types={"grad_accum_dtype":"fp32"}'
+
+
+def test_modelled_fp32_accumulation_is_not_below_bf16():
+    for ga in (1, 8):
+        shape = ("zero_optimization.overlap_comm=false", f"gradient_accumulation_steps={ga}", f"train_batch_size={8 * ga}")
+        bf16, fp32 = _estimate(*shape), _estimate(*shape, FP32)
+        assert bf16["assumptions"]["peak_lower_bound"] is None and fp32["assumptions"]["peak_lower_bound"] is None
+        assert _peak(fp32) - _peak(bf16) >= (2 * P if ga == 1 else 0), (ga, _peak(bf16), _peak(fp32))
+
+
+def test_coarse_regime_says_lower_bound():
+    """The newcomer's exact command (the sample's overlap_comm on, GA 8): the peak is marked a lower bound."""
+    shape = ("train_batch_size=64", "gradient_accumulation_steps=8")
+    d = _estimate(*shape, FP32)
+    lb = d["assumptions"]["peak_lower_bound"]
+    assert lb and "overlap_comm on" in lb and lb in d["assumptions"]["excluded"]
+    text = _estimate(*shape, FP32, fmt="text")
+    assert "accelerator >= " in text and "lower bound" in text
+    # fp16 with fp32 accumulation at ZeRO-2 is not modelled either; bf16 accumulation is
+    assert _estimate(*shape, 'bf16={"enabled":false}', 'fp16={"enabled":true}', FP32)["assumptions"]["peak_lower_bound"]
+    assert _estimate(*shape)["assumptions"]["peak_lower_bound"] is None
