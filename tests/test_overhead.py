@@ -185,3 +185,17 @@ def test_runtime_overhead_spec_errors_are_one_line(ro, msg):
     with pytest.raises(HardwareSpecError, match=msg) as ei:
         from_dict({"nodes": 1, "accelerators_per_node": 1, "accelerator": {"name": "x", "memory_bytes": 1e10, "runtime_overhead": ro}})
     assert "/accelerator/runtime_overhead" in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_zero3_allocator_row_says_its_citation_band_is_widened():
+    """newcomer D10: the dgx-h100 allocator row read "band 3%-50%" while its citation (the preset's
+    one source text) said "band 3-25%". The row must say that ZeRO-3 raised the preset's top
+    (25%, the preset's own allocator_fraction) to the llama-cookbook #120 figure, 63 / 42 - 1 = 50%."""
+    from advisor.cluster.hardware import resolve_hardware
+    d = resolve_hardware("dgx-h100").accelerator.runtime_overhead
+    lo, hi = d.allocator_fraction[1], d.allocator_fraction[2]
+    assert f"band {lo:.0%}-{hi:.0%}".replace("%-", "-") in d.source  # the preset's text: "band 3-25%"
+    a = _t(runtime_overhead(10 * GIB, env={}, defaults=d, zero_stage=3), "allocator")
+    top = 63 / 42 - 1
+    assert f"band {lo:.0%}-{top:.0%}" in a.formula
+    assert f"raised from {hi:.0%} to {top:.0%}" in a.source

@@ -230,7 +230,11 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
         (f, f_lo, f_hi), a_src = defaults.allocator_fraction, defaults.source
     zero3 = zero_stage == 3 and not expandable and f_hi < ZERO3_ALLOCATOR_HIGH
     if zero3:
-        f_hi, a_src = ZERO3_ALLOCATOR_HIGH, f"{a_src}; {ZERO3_ALLOCATOR_SOURCE}"
+        # the preset's source text states its own band (e.g. "band 3-25%"): say that ZeRO-3 widens
+        # it, so the row's band and its citation agree (newcomer D10)
+        a_src = (f"{a_src}; {ZERO3_ALLOCATOR_SOURCE} (at ZeRO-3 the band's top is raised from {f_hi:.0%} "
+                 f"to {ZERO3_ALLOCATOR_HIGH:.0%})")
+        f_hi = ZERO3_ALLOCATOR_HIGH
     terms.append(OverheadTerm(
         "allocator", "allocator reserve and fragmentation", _ceil_times(peak_bytes, f), _ceil_times(peak_bytes, f_lo),
         _ceil_times(peak_bytes, f_hi),
