@@ -1711,7 +1711,8 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
 
     \b
     Exit codes: 0 a config was chosen (and written); 1 nothing fits (the smallest change that
-    would is printed); 2 bad usage, unreadable input, or --output exists without --force.
+    would is printed); 2 bad usage, unreadable input, a --seq-len past the model's learned
+    position table (every plan would carry error W001), or --output exists without --force.
     """
     from dataclasses import replace
 
