@@ -2090,7 +2090,9 @@ class _ReplayJump:
         # where it does not bounds the periods, qpos + (m - 1) p u <= x
         lo = qj - q0
         hi = qpos + (m - 1) * pu - q0
-        bad = next(itertools.compress(itertools.count(lo), map(operator.ne, fe[lo:hi], fe[lo + pu:hi + pu])), None)
+        # (lazily: stops at the first difference, no copy of the range)
+        bad = next(itertools.compress(itertools.count(lo), map(operator.ne, itertools.islice(fe, lo, hi),
+                                                                itertools.islice(fe, lo + pu, hi + pu))), None)
         if bad is not None:
             m = (bad + q0 - qpos) // pu + 1
             if m < 1:
@@ -2365,6 +2367,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         fwd_best, fwd_where = 0, ""
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
+        held_tried = False
         # identical layers (_replay_jump_plan): the forward's state at some layers' first step, to find a period
         # and the backward's (_ReplayJump.back, BACKWARD_PERIODS), after the forward's
         checks = list(jump.checks) if jump is not None else []
@@ -2402,7 +2405,8 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     fwd_best, fwd_where = cur, _TAIL_WHERE
             if (forward_only and k > last_lent and k > 0 and (inflight or qpos > mod_start[k])
                     and (bucket <= 0 or max_live - n <= 0) and bounds is not None and qpos <= half
-                    and REFETCH_HELD_PASS):
+                    and REFETCH_HELD_PASS and not held_tried):
+                held_tried = True  # once: a refusal is O(parameters in flight), not to be paid at every step
                 got = held_rest(k, cur)
                 if got is not None:
                     for pk, where in got[0]:
