@@ -418,3 +418,21 @@ def test_fetch_replay_periods_with_growing_n_equal_reference_walk(seed, monkeypa
         assert _fields(state._zero3_fetch_replay(inv, zero, W, D)) == \
             _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
     assert state.PASSES["forward_periods_n_growing"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fetch_replay_periods_with_growing_bytes_equal_reference_walk(seed, monkeypatch):
+    # a reuse distance over the whole model keeps every gathered layer through the forward: cur grows by one
+    # layer's bytes a layer. _ReplayJump.step skips periods with cur shifted by a constant, the forward's largest
+    # moment moved to the last skipped period's copy of the source period's; equal to the reference walk's
+    rng = random.Random(6100 + seed)
+    monkeypatch.setattr(state, "PASSES", __import__("collections").Counter())
+    for _ in range(30):
+        inv, _ = _layered(rng, (16, 90))
+        zero = _back_zero(rng, inv)
+        zero.max_reuse_distance = 10**9
+        zero.param_persistence_threshold = rng.choice([0, 50])
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        assert _fields(state._zero3_fetch_replay(inv, zero, W, D)) == \
+            _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
+    assert state.PASSES["forward_periods_cur_growing"]

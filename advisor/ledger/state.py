@@ -1928,7 +1928,8 @@ class _ReplayJump:
     M: int = 0
 
     def step(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, have: set,
-             seen: dict, bucket: int, max_live: int, numel: "Sequence[int]") -> "tuple[int, int, int] | None":
+             seen: dict, bucket: int, max_live: int, numel: "Sequence[int]",
+             fwd: list) -> "tuple[int, int, int, int] | None":
         """At forward step ``s`` (a checked layer's first): record its state, or skip periods when it repeats
         an earlier one: then (the step to go on from, queue position, n) with ``recent``, ``avail`` and
         ``inflight`` changed in place; else None and nothing changed."""
@@ -1951,17 +1952,21 @@ class _ReplayJump:
                        None if hh[3] else tuple(sorted((x - base, b) for x, b in hh[1].items())))
                       for hh in ids.values())
         sig = (qpos - base, tuple(map(avail.get, win)), tuple(order[id(hh)] if hh is not None else -1 for hh in hs),
-               hdesc, tuple(r - s if r != _NEVER else _NEVER for r in recent[base:qpos]), cur)
+               hdesc, tuple(r - s if r != _NEVER else _NEVER for r in recent[base:qpos]))
         prev = seen.get(sig)
+        # n and cur are compared only when the rest repeats: kept, with the forward's largest moment so far
+        seen[sig] = (t, n, qpos, cur, fwd[0], fwd[1])  # a later repeat is compared with the latest
         if prev is None:
-            # n is compared only when the state repeats: keep it
-            seen[sig] = (t, n, qpos)
             return None
-        seen[sig] = (t, n, qpos)  # a later repeat is compared with the latest
-        tj, nj, _ = prev
+        tj, nj, _, cj, bj, _ = prev
         p = t - tj
         g = n - nj  # the numel gathered and kept per period (the GA-2 refetch keeps the persistent ones)
+        gc = cur - cj  # the bytes kept per period (a reuse distance over the model keeps every layer)
         if p <= 0 or g < 0:
+            return None
+        if gc > 0 and not (fwd[0] > bj and h + tj * mu <= fwd[1] < h + t * mu):
+            # each skipped period's moments are the source period's + gc more than the one before: the largest is
+            # the last period's copy of the source's largest, known only where the source set the forward's best
             return None
         if t <= self.t_flip:
             end = self.t_flip
@@ -2020,7 +2025,11 @@ class _ReplayJump:
             if hid >= 0:
                 inflight[nbase + j] = made[hid]
         PASSES["forward_periods_n_growing" if g else "forward_periods"] += 1
-        return s + ds, qpos + shift, n + m * g
+        if gc:
+            PASSES["forward_periods_cur_shifted" if gc < 0 else "forward_periods_cur_growing"] += 1
+        if gc > 0:
+            fwd[0], fwd[1] = fwd[0] + m * gc, fwd[1] + ds
+        return s + ds, qpos + shift, n + m * g, cur + m * gc
 
     def back(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, seen: dict,
              snap: list, q_param: "Sequence[int]", fetch_b: list, during_b: list, cb: "Sequence[int]",
@@ -2364,7 +2373,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 out.append((tb, f"module {names[B + 1 + tail.index(tb)]}'s fetch"))
             return out, ca
 
-        fwd_best, fwd_where = 0, ""
+        fwd_best, fwd_where, fwd_k = 0, "", -1  # fwd_k: the module of the forward's best when a module's fetch
         fetch_b, during_b = [0] * M, [0] * M
         start = 0
         held_tried = False
@@ -2383,9 +2392,13 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
             if s == next_check:
                 next_check = checks.pop(0) if checks else -1
                 if s <= M:
-                    got = jump.step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live, numel)
+                    fwd = [fwd_best, fwd_k]
+                    got = jump.step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live, numel, fwd)
                     if got is not None:
-                        skip_to, qpos, n = got
+                        skip_to, qpos, n, cur = got
+                        if fwd[0] != fwd_best:
+                            fwd_best, fwd_k = fwd
+                            fwd_where = f"module {names[fwd_k]}'s fetch"
                         while next_check >= 0 and next_check <= M:  # the forward's other checks
                             next_check = checks.pop(0) if checks else -1
                         continue
@@ -2473,6 +2486,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
             if s <= M:  # forward
                 if peak > fwd_best:
                     fwd_best, fwd_where = peak, ("the root module's prefetch" if k < 0 else f"module {names[k]}'s fetch")
+                    fwd_k = k
                 if k < 0:
                     continue
             elif k < 0:
