@@ -681,3 +681,78 @@ def test_estimate_of_an_accelerate_file_takes_its_capacities_from_hardware(tmp_p
     cap = {r["tier"]: r["capacity"] for r in a["fit"]}
     assert cap["accelerator"] is not None and cap == {r["tier"]: r["capacity"] for r in b["fit"]}
     assert cap["host"] == 512_000_000_000
+
+
+# A DeepSpeed accelerate config as `accelerate config` writes it (accelerate docs, usage_guides/deepspeed).
+_ACC_WRITTEN = """compute_environment: LOCAL_MACHINE
+debug: false
+deepspeed_config:
+  gradient_accumulation_steps: 1
+  offload_optimizer_device: none
+  offload_param_device: none
+  zero3_init_flag: false
+  zero_stage: 2
+distributed_type: DEEPSPEED
+downcast_bf16: 'no'
+machine_rank: 0
+main_training_function: main
+mixed_precision: fp16
+num_machines: 1
+num_processes: 8
+rdzv_backend: static
+same_network: true
+tpu_env: []
+tpu_use_cluster: false
+tpu_use_sudo: false
+use_cpu: false
+"""
+
+
+def test_accelerate_known_keys_are_accelerates_fields():
+    """The known top-level keys are the dataclass fields accelerate's unknown-key check compares with
+    (accelerate/commands/config/config_args.py from_yaml_file), plus the two legacy keys its
+    process_config removes before that check."""
+    args = __import__("pytest").importorskip("accelerate.commands.config.config_args")
+    from advisor.config.hf import ACCELERATE_CLUSTER_KEYS, ACCELERATE_SAGEMAKER_KEYS
+
+    legacy = {"fp16", "dynamo_backend"}
+    assert ACCELERATE_CLUSTER_KEYS == set(args.ClusterConfig.__dataclass_fields__) | legacy
+    assert ACCELERATE_SAGEMAKER_KEYS == set(args.SageMakerConfig.__dataclass_fields__) | legacy
+
+
+def test_accelerate_unknown_top_level_key(tmp_path):
+    """H010 exactly where accelerate's own reader (load_config_from_file) refuses the file with
+    'had unknown keys ([...])', naming the same keys; a typo gets its close match as the fix."""
+    import yaml
+    args = __import__("pytest").importorskip("accelerate.commands.config.config_args")
+
+    base = yaml.safe_load(_ACC_WRITTEN)
+    cases = {
+        "written.yaml": (_ACC_WRITTEN, []),
+        "legacy_fp16.yaml": (_ACC_WRITTEN.replace("mixed_precision: fp16", "fp16: true"), []),
+        "zzk.yaml": (_ACC_WRITTEN + "zzk: 1\n", ["zzk"]),
+        "typo.yaml": (_ACC_WRITTEN.replace("num_processes: 8", "num_proceses: 8"), ["num_proceses"]),
+        "sagemaker_field.yaml": (_ACC_WRITTEN + "region: us-east-1\n", ["region"]),
+        "zzk.json": (json.dumps({**base, "zzk": 1}), ["zzk"]),
+    }
+    for name, (text, unknown) in cases.items():
+        (tmp_path / name).write_text(text)
+        try:
+            args.load_config_from_file(str(tmp_path / name))
+            refused = []
+        except ValueError as e:
+            refused = re.search(r"unknown keys \((\[.*?\])\)", str(e)).group(1)
+            refused = __import__("ast").literal_eval(refused)
+        assert refused == unknown, (name, refused)
+        rc, out = run_json(["lint", name, "--format", "json"], cwd=tmp_path)
+        found = [f for f in out["files"][0]["findings"] if f["code"] == "H010"]
+        assert sorted(f["data"]["key"] for f in found) == unknown, (name, found)
+        assert (rc == 1) == bool(unknown), (name, rc)
+        for f in found:
+            assert f["pointer"] == "/" + f["data"]["key"] and f["severity"] == "error"
+    rc, out = run_json(["lint", "typo.yaml", "--format", "json"], cwd=tmp_path)
+    typo = next(f for f in out["files"][0]["findings"] if f["code"] == "H010")
+    assert typo["data"]["suggestion"] == "num_processes" and "num_processes" in typo["fix"]
+    rc, out = run_json(["lint", "sagemaker_field.yaml", "--format", "json"], cwd=tmp_path)
+    sm = next(f for f in out["files"][0]["findings"] if f["code"] == "H010")
+    assert "SageMakerConfig" in sm["message"]

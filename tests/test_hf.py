@@ -718,8 +718,12 @@ def test_accelerate_json_is_read_with_json_load_not_yaml(tmp_path):
     (tmp_path / "acc.json").write_text(text)
     p = run_cli(["lint", str(tmp_path / "acc.json")])
     assert "not valid YAML" not in p.stderr, p.stderr
-    assert p.returncode == 0 and "accelerate config" in p.stdout + p.stderr, p.stdout + p.stderr
+    # read as JSON; its one finding is the key "\ud800k" itself, which accelerate's from_json_file then
+    # refuses as an unknown key (H010), as it would any key that is not a ClusterConfig field
+    assert p.returncode == 1 and "accelerate config" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert "error H010" in p.stdout and p.stdout.count("error ") == 1, p.stdout
     launch = hf.read_accelerate_config(str(tmp_path / "acc.json"), text)
+    assert [f.code for f in launch.findings] == ["H010"]
     assert launch.num_processes == 8 and launch.mixed_precision == "bf16"
     (tmp_path / "acc.yaml").write_text(text)
     y = run_cli(["lint", str(tmp_path / "acc.yaml")])

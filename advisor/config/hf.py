@@ -729,7 +729,7 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
     if dt != "DEEPSPEED":
         raise AdvisorError(f"{source}: accelerate config with distributed_type {shown(data['distributed_type'])}, "
                            "not DEEPSPEED: DeepSpeed is not used")
-    findings: list[Finding] = []
+    findings: list[Finding] = accelerate_unknown_keys(data)
     ds = data.get("deepspeed_config") or {}
     if not isinstance(ds, dict):
         raise AdvisorError(f"{source}: deepspeed_config must be a mapping")
@@ -931,17 +931,69 @@ def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
     return cfg, False
 
 
-#: Top-level keys of an accelerate config file (``ClusterConfig`` / ``SageMakerConfig`` fields,
-#: accelerate/commands/config/config_args.py): a ``--set`` naming one is refused (see
+#: The fields of accelerate's ``BaseConfig`` (accelerate 1.15.0, checked against the installed 1.16.0:
+#: accelerate/commands/config/config_args.py ``class BaseConfig``), plus the two legacy keys
+#: ``BaseConfig.process_config`` converts and removes before its unknown-key check (``fp16`` ->
+#: ``mixed_precision``, ``dynamo_backend`` -> ``dynamo_config``), so a file may hold them.
+_ACCELERATE_BASE_KEYS = frozenset({"compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug",
+                                   "fp16", "dynamo_backend"})
+#: Top-level keys ``ClusterConfig.from_yaml_file`` / ``from_json_file`` accept: the dataclass fields of
+#: ``ClusterConfig`` (accelerate/commands/config/config_args.py ``class ClusterConfig``), read for a file
+#: whose ``compute_environment`` is LOCAL_MACHINE or absent (``load_config_from_file``).
+ACCELERATE_CLUSTER_KEYS = _ACCELERATE_BASE_KEYS | {
+    "num_processes", "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port",
+    "rdzv_backend", "same_network", "main_training_function", "enable_cpu_affinity", "fp8_config",
+    "deepspeed_config", "fsdp_config", "parallelism_config", "megatron_lm_config", "mpirun_config",
+    "downcast_bf16", "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands",
+    "tpu_vm", "tpu_env", "dynamo_config"}
+#: Top-level keys ``SageMakerConfig`` accepts (same file, ``class SageMakerConfig``), read for any other
+#: ``compute_environment``.
+ACCELERATE_SAGEMAKER_KEYS = _ACCELERATE_BASE_KEYS | {
+    "ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "num_machines", "gpu_ids",
+    "base_job_name", "pytorch_version", "transformers_version", "py_version", "sagemaker_inputs_file",
+    "sagemaker_metrics_file", "additional_args", "dynamo_config", "enable_cpu_affinity"}
+#: Top-level keys of an accelerate config file of either class: a ``--set`` naming one is refused (see
 #: :func:`accelerate_overrides`); a DeepSpeed config has none of them at the top level.
-ACCELERATE_FILE_KEYS = frozenset({
-    "compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
-    "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
-    "same_network", "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config",
-    "fsdp_config", "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name",
-    "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env",
-    "dynamo_config", "ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "fp16",
-    "dynamo_backend"})
+ACCELERATE_FILE_KEYS = ACCELERATE_CLUSTER_KEYS | ACCELERATE_SAGEMAKER_KEYS
+
+
+def accelerate_unknown_keys(data: Mapping[str, Any]) -> list[Finding]:
+    """H010 errors for the top-level keys of an accelerate config file that accelerate refuses:
+    ``from_yaml_file`` / ``from_json_file`` (accelerate/commands/config/config_args.py, ~l.134 and
+    ~l.150) raise ValueError "The config file at ... had unknown keys" for any key that is not a field
+    of the class ``load_config_from_file`` picks (``ClusterConfig`` for compute_environment
+    LOCAL_MACHINE or absent, else ``SageMakerConfig``). Each finding names the key, a close known
+    key (difflib, cutoff 0.8, as the DeepSpeed unknown-key suggestion) or the other class that
+    knows it, with the fix: rename or remove it."""
+    import difflib
+
+    from advisor.errors import cut
+
+    env = data.get("compute_environment", "LOCAL_MACHINE")
+    cluster = str(env) == "LOCAL_MACHINE"
+    known = ACCELERATE_CLUSTER_KEYS if cluster else ACCELERATE_SAGEMAKER_KEYS
+    cls = "ClusterConfig" if cluster else "SageMakerConfig"
+    out: list[Finding] = []
+    for key in data:
+        name = str(key)
+        if name in known:
+            continue
+        shown_key = cut(name)
+        near = difflib.get_close_matches(name.lower(), sorted(known), n=1, cutoff=0.8) if len(name) < 200 else []
+        if near:
+            hint, fix = f"; did you mean {near[0]}?", f"rename {shown_key} to {near[0]}"
+        elif name in ACCELERATE_FILE_KEYS:
+            other = "SageMakerConfig (compute_environment AMAZON_SAGEMAKER)" if cluster else \
+                "ClusterConfig (compute_environment LOCAL_MACHINE)"
+            hint, fix = f"; it is a field of {other}", f"remove {shown_key}, or set the compute_environment that has it"
+        else:
+            hint, fix = "", f"remove {shown_key}"
+        out.append(emit("H010", "error", pointer(name),
+                        f"{shown_key}: not a key accelerate knows here: accelerate launch reads this file as {cls} "
+                        f"and raises ValueError 'The config file at ... had unknown keys' "
+                        f"(accelerate/commands/config/config_args.py from_yaml_file/from_json_file){hint}",
+                        fix, data={"kind": "unknown-key", "key": shown_key, "suggestion": near[0] if near else None}))
+    return out
 
 
 def accelerate_overrides(launch: AccelerateLaunch, base: dict, overrides: Iterable[str]) -> dict:

@@ -294,7 +294,7 @@ def internal_error(e: BaseException) -> Finding:
 
 
 #: H findings that hold whatever the Trainer's arguments are (reported without them).
-_ARGLESS_H = ("H002", "H004", "H006")
+_ARGLESS_H = ("H002", "H004", "H006", "H010")
 
 
 #: Rules run on the DeepSpeed config accelerate builds and hands DeepSpeed (what its launch does
@@ -358,7 +358,7 @@ def lint_accelerate(inp, *, trainer_args_given: bool, select: set[str] | None = 
                     trainer_args: dict | None = None) -> list[Finding]:
     """Findings for an accelerate config file (``advisor.config.inputs.ConfigInput`` with a
     launch): what ``accelerate launch`` and the DeepSpeed plugin say about it (H004 launch errors,
-    H006 assumptions, H002 "auto" nobody fills; with Trainer arguments every H finding of the
+    H006 assumptions, H010 keys accelerate refuses, H002 "auto" nobody fills; with Trainer arguments every H finding of the
     Trainer's replay). The file's own keys are accelerate's, so no DeepSpeed schema rule runs on
     it; the DeepSpeed config accelerate builds from its fields is accelerate's work. A
     ``deepspeed_config_file`` it names is linted on its own (the caller lints it with hf=True).
