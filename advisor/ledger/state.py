@@ -1856,6 +1856,26 @@ _JUMP_PERIOD = 8
 _JUMP_WINDOW = 1 << 14
 
 
+def _window_handles(hs: list) -> tuple:
+    """The distinct all-gather handles among a window's in-flight entries ``hs`` (None where none),
+    by identity in first-seen order, and each entry's handle slot (-1 for none): the part of a
+    :class:`_ReplayJump` signature that says which window positions share a handle."""
+    ids: dict = {}
+    for hh in hs:
+        if hh is not None and id(hh) not in ids:
+            ids[id(hh)] = hh
+    order = {k: j for j, k in enumerate(ids)}
+    return ids, tuple(order[id(hh)] if hh is not None else -1 for hh in hs)
+
+
+def _handles_desc(ids: dict, origin: int) -> tuple:
+    """Each handle's (numel, coalesced flag, parameter positions, per-parameter bytes) relative to
+    ``origin`` (a window's or layer's first queue position), so equal states a period apart compare equal."""
+    return tuple((hh[0], hh[3], tuple(sorted(x - origin for x in hh[2])),
+                  None if hh[3] else tuple(sorted((x - origin, b) for x, b in hh[1].items())))
+                 for hh in ids.values())
+
+
 def _replay_jump_plan(inv: Inventory, rep: "tuple[int, int, int] | None", lr: Any, M: int,
                       prefix: "Sequence[int]", reuse: int) -> "_ReplayJump | None":
     """The :class:`_ReplayJump` of :func:`_zero3_fetch_replay`'s forward over identical layers (module repeat
@@ -1940,19 +1960,12 @@ class _ReplayJump:
         if not base <= qpos <= lim or qpos - base > _JUMP_WINDOW:
             return None  # (a window past _JUMP_WINDOW parameters: not taken, its cost would approach the walk's)
         win = range(base, qpos)
-        hs = list(map(inflight.get, win))
-        ids: dict = {}
-        for hh in hs:
-            if hh is not None and id(hh) not in ids:
-                ids[id(hh)] = hh
-        order = {k: j for j, k in enumerate(ids)}
+        ids, slots = _window_handles(list(map(inflight.get, win)))
         if any(x < base or x >= qpos for hh in ids.values() for x in hh[2]):
             return None
-        hdesc = tuple((hh[0], hh[3], tuple(sorted(x - base for x in hh[2])),
-                       None if hh[3] else tuple(sorted((x - base, b) for x, b in hh[1].items())))
-                      for hh in ids.values())
-        sig = (qpos - base, tuple(map(avail.get, win)), tuple(order[id(hh)] if hh is not None else -1 for hh in hs),
-               hdesc, tuple(r - s if r != _NEVER else _NEVER for r in recent[base:qpos]))
+        hdesc = _handles_desc(ids, base)
+        sig = (qpos - base, tuple(map(avail.get, win)), slots, hdesc,
+               tuple(r - s if r != _NEVER else _NEVER for r in recent[base:qpos]))
         prev = seen.get(sig)
         # n and cur are compared only when the rest repeats: kept, with the forward's largest moment so far
         seen[sig] = (t, n, qpos, cur, fwd[0], fwd[1])  # a later repeat is compared with the latest
@@ -2067,21 +2080,14 @@ class _ReplayJump:
             snap[0], snap[1] = qpos, list(map(avail.get, ahead))
         wp = q_param[B:qpos]
         pb = a + t * u  # layer t's first parameter
-        hs = list(map(inflight.get, wp))
-        ids: dict = {}
-        for hh in hs:
-            if hh is not None and id(hh) not in ids:
-                ids[id(hh)] = hh
-        order = {k: j for j, k in enumerate(ids)}
+        ids, slots = _window_handles(list(map(inflight.get, wp)))
         if ids:
             wset = set(wp)
             if any(x not in wset for hh in ids.values() for x in hh[2]):
                 return None
-        hdesc = tuple((hh[0], hh[3], tuple(sorted(x - pb for x in hh[2])),
-                       None if hh[3] else tuple(sorted((x - pb, b) for x, b in hh[1].items())))
-                      for hh in ids.values())
-        sig = ("back", qpos - B, tuple(map(avail.get, wp)), tuple(order[id(hh)] if hh is not None else -1 for hh in hs),
-               hdesc, tuple(recent[i] - s if recent[i] != _NEVER else _NEVER for i in wp), cur, n)
+        hdesc = _handles_desc(ids, pb)
+        sig = ("back", qpos - B, tuple(map(avail.get, wp)), slots, hdesc,
+               tuple(recent[i] - s if recent[i] != _NEVER else _NEVER for i in wp), cur, n)
         prev = seen.get(sig)
         seen[sig] = (t, qpos)
         if prev is None:
