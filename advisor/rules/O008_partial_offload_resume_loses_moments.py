@@ -32,11 +32,9 @@ accept that a resume restarts the GPU sub-groups' moments::
 
 from __future__ import annotations
 
-from advisor.config.versions import key_status
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import zero_raw, zptr
+from advisor.rules._util import zero3_partial_offload_ratio, zptr
 
-RATIO = "/zero_optimization/offload_optimizer/ratio"
 SOURCE = "stage3.py _optimizer_step l.1249-1258, _rigid_state_dict l.3442-3444, _rigid_load_state_dict l.3551-3552"
 
 
@@ -50,17 +48,11 @@ class PartialOffloadResumeLosesMoments(Rule):
     def check(self, ctx: LintContext):
         ec = ctx.effective
         z = ec.zero
-        r = z.offload_optimizer.ratio
-        b = zero_raw(ctx.raw).get("offload_optimizer")
-        if z.stage != 3 or ec.offload_optimizer_effective != "cpu" or r is None or r >= 1.0 \
-                or not isinstance(b, dict) or "ratio" not in b:
+        r = zero3_partial_offload_ratio(ctx)
+        if r is None:
             return
-        if ctx.release is not None and key_status(RATIO, ctx.release.checked).state == "absent":
-            return  # before 0.12.3 there is no ratio: V001 reports the unknown key
         # lazily: lint of other configs never loads the ledger
-        from advisor.ledger.state import select_optimizer, twin_flow_backup_stepped, zero3_sub_groups
-        if select_optimizer(ec)[1] != "DeepSpeedCPUAdam":
-            return  # stage3.py l.316 refuses the config ('Hybrid Optimizer Only Supports DeepSpeedCPUAdam')
+        from advisor.ledger.state import twin_flow_backup_stepped, zero3_sub_groups
         which = f"the first int((1 - {r:g}) x n) of each rank's n sub-groups"
         data: dict = {}
         if ctx.inventory is not None and ctx.dp_world_size:

@@ -33,11 +33,9 @@ finding computes one and checks it against the model's partitions), or, at ratio
 
 from __future__ import annotations
 
-from advisor.config.versions import key_status
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import zero_raw, zptr
+from advisor.rules._util import zero3_partial_offload_ratio, zptr
 
-RATIO = "/zero_optimization/offload_optimizer/ratio"
 SOURCE = "stage3.py l.1100-1108"
 #: Most candidate sub_group_size values tried for the fix (each is one O(tensors) pass).
 MAX_TRIES = 40
@@ -94,18 +92,11 @@ class PartialOffloadMovesNothing(Rule):
     severity = "warning"
 
     def check(self, ctx: LintContext):
-        ec = ctx.effective
-        z = ec.zero
-        r = z.offload_optimizer.ratio
-        b = zero_raw(ctx.raw).get("offload_optimizer")
-        if z.stage != 3 or ec.offload_optimizer_effective != "cpu" or r is None or r >= 1.0 \
-                or not isinstance(b, dict) or "ratio" not in b:
+        z = ctx.effective.zero
+        r = zero3_partial_offload_ratio(ctx)
+        if r is None:
             return
-        if ctx.release is not None and key_status(RATIO, ctx.release.checked).state == "absent":
-            return  # before 0.12.3 there is no ratio: V001 reports the unknown key
-        from advisor.ledger.state import select_optimizer, zero3_sub_groups
-        if select_optimizer(ec)[1] != "DeepSpeedCPUAdam":
-            return  # stage3.py l.316 refuses the config ('Hybrid Optimizer Only Supports DeepSpeedCPUAdam'): M090
+        from advisor.ledger.state import zero3_sub_groups
         ptr = zptr("offload_optimizer", "ratio")
         if r <= 0.0:
             yield self.finding(

@@ -37,6 +37,27 @@ def zptr(*tokens: str) -> str:
     return pointer("zero_optimization", *tokens)
 
 
+def zero3_partial_offload_ratio(ctx: Any) -> float | None:
+    """The ``offload_optimizer.ratio`` (< 1) of a ZeRO-3 config whose partial optimizer offload DeepSpeed
+    runs, else None: the key written, stage 3, the optimizer offloaded to the CPU, a release that knows
+    the key (0.12.3 on; before, V001 reports it unknown) and DeepSpeedCPUAdam as the optimizer
+    (stage3.py l.316 refuses any other: 'Hybrid Optimizer Only Supports DeepSpeedCPUAdam', M090).
+    The gate of O008 and O009."""
+    from advisor.config.versions import key_status
+    ec = ctx.effective
+    r = ec.zero.offload_optimizer.ratio
+    b = zero_raw(ctx.raw).get("offload_optimizer")
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective != "cpu" or r is None or r >= 1.0 \
+            or not isinstance(b, dict) or "ratio" not in b:
+        return None
+    if ctx.release is not None and key_status("/zero_optimization/offload_optimizer/ratio",
+                                              ctx.release.checked).state == "absent":
+        return None
+    # lazily: lint of other configs never loads the ledger
+    from advisor.ledger.state import select_optimizer
+    return r if select_optimizer(ec)[1] == "DeepSpeedCPUAdam" else None
+
+
 def first_key(d: dict, *names: str) -> str | None:
     """The first of ``names`` present in ``d``."""
     for n in names:
