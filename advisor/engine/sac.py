@@ -310,28 +310,15 @@ def sac_policy(hf_config: dict[str, Any], seq_len: int, micro_batch: int, budget
         raise ValueError(f"SAC budget must be a fraction from 0 to 1 of a layer's activation bytes, got {budget!r}")
     if solver not in SOLVERS:
         raise ValueError(f"SAC solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
-    torch = _imports()
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    _imports()  # TraceUnavailable when torch or transformers is missing, before any torch import
     from torch.distributed._tools.sac_estimator import SACEstimator
-    from transformers import AutoModelForCausalLM
 
-    from advisor.engine.trace import _DTYPES, _checked_dtype_attention, _decoder_layers, refuse_flash_stand_in
+    from advisor.engine.trace import _decoder_layers
 
-    attn = _checked_dtype_attention(dtype, attention)
     t0 = time.perf_counter()
     full = build_config(hf_config, dropout=dropout, source=source)
     n = min(int(full.num_hidden_layers), max_layers)
-    cfg = build_config(hf_config, layers=n, dropout=dropout, source=source)
-    refuse_flash_stand_in(cfg, attention, source)
-    mode = FakeTensorMode()
-    try:
-        with mode:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, _DTYPES[dtype]), attn_implementation=attn)
-            ids = torch.randint(0, int(cfg.get_text_config().vocab_size), (micro_batch, seq_len))
-    except (ValueError, KeyError, TypeError) as e:
-        raise TraceUnavailable(f"{source}: transformers cannot build a causal LM for model_type {cfg.model_type!r}: "
-                               f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    model.train()
+    torch, mode, model, ids, cfg = _fake_model(hf_config, seq_len, micro_batch, dtype, attention, n, dropout, source)
     est = SACEstimator()
     if not hasattr(est, "_estimate_runtime"):  # pragma: no cover - a torch whose estimator changed
         raise TraceUnavailable("this torch's SACEstimator has no per-op cost hook (_estimate_runtime)")
