@@ -648,7 +648,8 @@ def _estimate_options(f):
 
 
 def _workload(config: str, a, data=None) -> "ResolvedWorkload":  # noqa: F821 (advisor.views.workload)
-    """The workload for CONFIG: each flag, else the sidecar generate wrote next to it
+    """The workload for CONFIG: each flag (the attributes of ``a`` named as the workload's FIELDS; a
+    command passes ``SimpleNamespace(**locals())`` of its click parameters), else the sidecar generate wrote next to it
     (advisor.views.workload), else the default; what the config ``data`` holds itself (its
     micro-batch, sequence_parallel_size) is never the sidecar's. Raises click errors (exit 2) on a
     bad sidecar."""
@@ -1550,10 +1551,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
             raise _fail(problem)
     loaded = inp.loaded
     from types import SimpleNamespace
-    wl = _workload(config, SimpleNamespace(
-        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
-        megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
-        checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor), loaded.data)
+    wl = _workload(config, SimpleNamespace(**locals()), loaded.data)
     _check_checkpointing(wl, inv)
     result = run_check(loaded, inv, world_size=world_size, world_size_source=ws_source,
                        gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
@@ -1929,10 +1927,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel
     loaded = inp.loaded
     # the workload as estimate reads it (flag > sidecar > default): the step time behind the save
     # interval's steps is estimate's on the same inputs
-    wl = _workload(config, SimpleNamespace(
-        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
-        megatron_sp=megatron_sp, expert_parallel=expert_parallel, seq_len=seq_len, micro_batch=micro_batch,
-        checkpointing=checkpointing, attention=attention, moe_capacity_factor=moe_capacity_factor), loaded.data)
+    wl = _workload(config, SimpleNamespace(**locals()), loaded.data)
     _check_checkpointing(wl, inv)
     v = wl.values
     if str(v["checkpointing"]).startswith("sac"):
