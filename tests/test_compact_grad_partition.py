@@ -68,11 +68,23 @@ def test_ga1_has_no_kept_buffer_in_forward():
         assert at["steady:forward"] == PERSISTENT + MOMENTS   # the step freed the buffer (l.3131)
 
 
+def test_overlap_comm_adds_only_the_second_ipg_buffer():
+    # setup_buckets l.3272-3278: a second reduce_bucket_size buffer; the flush is the same code (reduce_ipg_grads
+    # l.2226-2228 -> average_tensor), the index swap (l.1425-1427) moves no buffer. Engine
+    # (z2_bf16_gaccfp32_overlap_tbsga2_w2): backward 622,778 / 630,266 B, steady backward 795,630 / 803,118 B
+    assert zero12_transients_modeled(effective_config(_cfg(overlap_comm=True)), "DeepSpeedZeroOptimizer", 2, 1)
+    for r in (0, 1):
+        at = _at(_cfg(overlap_comm=True), r, 2)
+        flush = PERSISTENT + 2 * IPG + P * 4 + FLAT + LARGEST[r] * 4
+        assert at["reduce:1"] == at["reduce"] == flush
+        assert at["steady:reduce"] == flush + MOMENTS
+        assert at["forward:2"] == PERSISTENT + P * 4
+        assert at["steady_step:norm"] == PERSISTENT + MOMENTS + P * 4 + LARGEST[r] * 8  # engine 586,268 / 601,244 B
+
+
 def test_regime_taken_only_where_measured():
     led_ok = compute_ledger(Plan(effective_config(_cfg()), TINY, Cluster(world_size=2)))
     assert any(e.item == "reduce_transient" for e in led_ok.rank(0).entries)
-    ec = effective_config(_cfg(overlap_comm=True))
-    assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
     ec = effective_config({**_cfg(), "bf16": {"enabled": False}, "fp16": {"enabled": True}})
     assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
     assert not zero12_transients_modeled(effective_config(_cfg()), "DeepSpeedZeroOptimizer", 2, 2)

@@ -3943,7 +3943,7 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
 def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     """Whether this plan is the ZeRO-2 compact fp32 gradient partition regime :func:`zero12_backward_transients`
     models: DeepSpeedZeroOptimizer at stage 2 on a bf16 model with ``data_types.grad_accum_dtype`` fp32, no optimizer
-    offload, ``contiguous_gradients`` on, ``overlap_comm`` off, communication in the model dtype.
+    offload, ``contiguous_gradients`` on, ``overlap_comm`` on or off, communication in the model dtype.
     ``stage_1_and_2.py`` _use_compact_grad_partition_buffer (l.1259-1266: fp32 accumulation unlike the model's, no
     Muon group) then keeps no grads_in_partition (copy_grads_in_partition returns at l.2179-2182): average_tensor asks
     each of the rank's own gradient slices for its piece of one fp32 buffer of P elements per group
@@ -3952,12 +3952,21 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     into it through ``source.to(fp32)`` (_add_to_grad_partition_buffer l.1324-1326) while the flush's flat copy
     (allreduce_bucket l.2367) is live. The buffer is the step's fp32 gradient (_get_preflattened_grad_partition
     l.2904-2909) and lives across micro-steps until the step frees it (``averaged_gradients[i] = None``, l.3131).
-    Engine (TINY, W 2, GA 2: z2_bf16_gaccfp32_tbsga2_w2). fp16, overlap_comm, fp32 communication, several param
-    groups and CPU offload are not measured in this regime and keep the coarse lifetimes."""
+    Engine (TINY, W 2, GA 2: z2_bf16_gaccfp32_tbsga2_w2). ``overlap_comm`` changes no storage of this regime: the
+    second ipg buffer (setup_buckets l.3272-3278, :func:`ipg_bucket_bytes`) aside, the flush is the same code
+    (reduce_ipg_grads l.2226-2228 -> average_tensor on ``reduction_stream``, None on CPU, l.599) and the bucket index swap
+    (l.1425-1427) moves no buffer; allreduce_and_copy_with_multiple_ranks' ``record_stream`` (l.1530-1531, l.1542-1543) only
+    delays a GPU's reuse of the flat copy until the side stream's reduce completes (GPU-only, not modelled, as for
+    the model-dtype regime). Engine, 2026-12-06: z2_bf16_gaccfp32_overlap_tbsga2_w2 (TINY, W 2, GA 2) with the
+    coarse lifetimes was backward:1/2 +163,506 / +170,994 B on ranks 0 / 1, forward:2 +86,480 B, step:4 +154,148 /
+    +169,124 B, the figures of the cell without overlap_comm before it was modelled; with this regime every phase
+    within 0.03%, the engine's backward exactly the no-overlap cell's + 100,000 B (50,000 x 2, the second ipg buffer).
+    fp16, fp32 communication, several param groups and CPU offload are not measured in this regime and keep the
+    coarse lifetimes."""
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
-            and z.contiguous_gradients and not z.overlap_comm)
+            and z.contiguous_gradients)
 
 
 def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> str:
@@ -3979,11 +3988,10 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         w = f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}"
         if z.stage == 2 and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32":
             # the compact fp32 buffer regime is modelled only as zero12_compact_grad_buffer says
-            why = [x for x, on in (("overlap_comm on", z.overlap_comm),
-                                   ("contiguous_gradients off", not z.contiguous_gradients),
+            why = [x for x, on in (("contiguous_gradients off", not z.contiguous_gradients),
                                    (f"communication_data_type {ec.comm_dtype}", ec.comm_dtype != ec.model_dtype),
                                    (f"{groups} param groups", groups != 1)) if on]
-            w += " (modelled with one param group, contiguous_gradients on, overlap_comm off; here " + ", ".join(why) + ")"
+            w += " (modelled with one param group, contiguous_gradients on; here " + ", ".join(why) + ")"
         what.append(w)
     if ec.comm_dtype != ec.model_dtype and not z.contiguous_gradients:
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
@@ -4071,7 +4079,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     0.03% on both ranks, as are ZeRO-1, ZeRO-1 / ZeRO-2 at reduce_bucket_size 10,000 (real Linears: several flushes)
     and ZeRO-2 under CPU optimizer offload there (its flush term without the cast was backward:1 +31,938 B, 5.3%, on
     rank 0), within 0.37% (the forward's proxy scalars); ZeRO-2 at 10,000 is the cell z2_bf16_commfp32_w2. ZeRO-2 bf16
-    with ``grad_accum_dtype`` fp32, one param group, without ``overlap_comm`` (:func:`zero12_compact_grad_buffer`,
+    with ``grad_accum_dtype`` fp32, one param group, ``overlap_comm`` on or off (:func:`zero12_compact_grad_buffer`,
     :func:`_zero12_compact_transients`; cell z2_bf16_gaccfp32_tbsga2_w2: every phase within 0.03% on both ranks, 4
     runs) was coarse, measured the same way (2 runs, the same bytes) at GA 2 (_use_compact_grad_partition_buffer
     l.1259-1266: no

@@ -561,6 +561,15 @@ CELLS = [
     # slices' runs are flattened one by one (state._xl_runs)
     ("z2_bf16_gaccfp32_tbsga2_w2", {**_cfg(2, "bf16"), "data_types": {"grad_accum_dtype": "fp32"},
                                     "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    # the same with overlap_comm (the HF / accelerate sample configs turn it on): the regime's storages unchanged but
+    # for the second ipg buffer (setup_buckets l.3272-3278, 50,000 x 2 B); the flush is the same code on
+    # reduction_stream, None on CPU (l.599). With the coarse lifetimes (2026-12-06, 2 runs, the same bytes):
+    # backward:1/2/4 +163,506 / +170,994 B on ranks 0 / 1, forward:2 / forward:4 +86,480 B, step:4 +154,148 / +169,124 B,
+    # the no-overlap cell's figures before it was modelled; now every phase within 0.03% (engine backward:1
+    # 622,778 / 630,266 B, the no-overlap cell's + 100,000 B)
+    ("z2_bf16_gaccfp32_overlap_tbsga2_w2", {**_cfg(2, "bf16", overlap_comm=True),
+                                            "data_types": {"grad_accum_dtype": "fp32"}, "train_batch_size": 4},
+     2, False, parity.TINY, {"steps": 4}),
 ]
 
 
