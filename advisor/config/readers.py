@@ -355,7 +355,7 @@ _OBJECT_ENTRY = _JSON_WS + "*+" + _nested_object_pattern(_REGEX_DEPTH) + _JSON_W
 #: An object / array holding no bracket (strings already replaced by ``S``): the innermost groups.
 _INNER_OBJECT = r"\{[^{}\[\]]*\}"
 _INNER_ARRAY = r"\[[^{}\[\]]*\]"
-#: How a JSON value that is not an object begins (then, in :func:`_collapsed_first_non_object`,
+#: How a JSON value that is not an object begins (then, in :func:`_streamed_object_scan`,
 #: strings are ``S`` and inner arrays ``A``); anything else is malformed JSON, the parser's to say.
 _VALUE_START = frozenset('["-0123456789tfn')
 
@@ -364,7 +364,16 @@ def first_non_object_at(text: str, key: str) -> int | None:
     """The index of the first entry of the list at ``key`` of the JSON object ``text`` (its top
     level) that is not an object; None when every entry is an object, or when the scan cannot be
     sure (no list at ``key``, the key written twice, JSON malformed where the scan looks): the full
-    parse then says what is wrong.
+    parse then says what is wrong. :func:`object_list_scan`'s first value."""
+    return object_list_scan(text, key)[0]
+
+
+def object_list_scan(text: str, key: str) -> tuple[int | None, int | None]:
+    """(the index of the first entry of the list at ``key`` of the JSON object ``text`` (its top
+    level) that is not an object, the number of entries where every one is an object and the scan
+    counted them): (I, None), (None, N), or (None, None) when every entry is an object but the scan
+    did not count them, or when it cannot be sure (no list at ``key``, the key written twice, JSON
+    malformed where the scan looks): the full parse then says what is wrong.
 
     Read without building any entry, at C speed (``re``): one match over the run of objects the
     list begins with (:func:`_nested_object_pattern`, nested at most :data:`_REGEX_DEPTH` deep,
@@ -372,7 +381,7 @@ def first_non_object_at(text: str, key: str) -> int | None:
     53 MB), and what follows it: ``]``
     (every entry an object), the start of another value (that entry is the first non-object; the
     objects before it are counted), or an object nested deeper, for which
-    :func:`_collapsed_first_non_object` reads the list instead.
+    :func:`_streamed_object_scan` reads the list instead, window by window, and counts its entries.
 
     Lets a caller refuse a list whose entries cannot be what it needs (an inventory's tensors are
     objects) before parsing millions of them: ``{"tensors": [{"shape": [1]}, [], [], ...]}`` (22M
@@ -381,69 +390,83 @@ def first_non_object_at(text: str, key: str) -> int | None:
     import re
     i = _list_start_at(text, key)
     if i is None:
-        return None
+        return None, None
     if re.compile(_JSON_WS + r"*+\]").match(text, i + 1):
-        return None  # an empty list
+        return None, 0  # an empty list
     run = re.compile("(?:" + _OBJECT_ENTRY + ",)*+").match(text, i + 1)
     p = run.end()
     if re.compile(_OBJECT_ENTRY + r"\]").match(text, p):
-        return None  # the last entry, an object, and the list's end
+        return None, None  # the last entry, an object, and the list's end (not counted: one more pass)
     q = re.compile(_JSON_WS + "*+").match(text, p).end()
     c = text[q:q + 1]
     if c == "{":  # an object nested deeper than the regex reads (or malformed): read the list the slower way
-        return _collapsed_first_non_object(text, i) if depth_ok(text) else None
+        return _streamed_object_scan(text, i) if depth_ok(text) else (None, None)
     if c and c in _VALUE_START:
-        return sum(1 for _ in re.compile(_OBJECT_ENTRY + ",").finditer(text, i + 1, p))
-    return None
+        return sum(1 for _ in re.compile(_OBJECT_ENTRY + ",").finditer(text, i + 1, p)), None
+    return None, None
 
 
-def _collapsed_first_non_object(text: str, i: int) -> int | None:
-    """:func:`first_non_object_at` for the list whose ``[`` is at offset ``i``, for any nesting
-    (``text`` passed :func:`depth_ok`), read from the first MiB of the text after the ``[``, then,
-    when that does not decide, from all of it (:func:`_collapsed_window`): a non-object entry in
-    the first MiB costs that MiB (22M ``[]`` after one 6-deep object: 0.7 s, 0.2 GB); the whole
-    list read costs up to ~5 s and ~1 GB at 64 MiB (re.sub's piece lists, ~15x the text, when
-    every entry is nested past :data:`_REGEX_DEPTH`: benchmarks/results/bounds.txt)."""
-    end = min(len(text), i + 1 + _COLLAPSE_WINDOW)
-    got = _collapsed_window(text[i + 1:end], whole=end == len(text))
-    return _collapsed_window(text[i + 1:], whole=True) if got is _GROW else got
-
-
-_GROW = object()
-#: Characters :func:`_collapsed_first_non_object` reads first (1 MiB).
+#: Characters :func:`_streamed_object_scan` reads at a time (1 MiB; more where a string crosses its end).
 _COLLAPSE_WINDOW = 1 << 20
+#: The whitespace JSON allows between tokens, as a ``str.translate`` table deleting it.
+_DELETE_WS = {ord(c): None for c in " \t\n\r"}
 
 
-def _collapsed_window(chunk: str, whole: bool) -> "int | None | object":
-    """The first non-object entry's index in ``chunk``, the text after a list's ``[`` (all of it
-    when ``whole``, else a prefix): strings become ``S`` and whitespace goes, then each pass
-    replaces every innermost object by ``O`` and every innermost array by ``A`` until the entries
-    before the first one that is not ``O`` are all ``O``; passes are bounded by the objects'
-    nesting (at most :data:`MAX_DEPTH`), each linear in the chunk. In a prefix only what it holds
-    whole is read (up to a string it cuts), and :data:`_GROW` asks for more where that does not decide."""
+def _streamed_object_scan(text: str, i: int) -> tuple[int | None, int | None]:
+    """:func:`object_list_scan` for the list whose ``[`` is at offset ``i``, for any nesting
+    (``text`` passed :func:`depth_ok`), read window by window (:data:`_COLLAPSE_WINDOW` characters,
+    extended to the end of a string the window cuts), so memory is a window's, not the text's: in
+    each window strings become ``S`` (a split at the quotes where it holds no backslash, else
+    ``re.sub``) and whitespace goes (``str.translate``), then each pass replaces every innermost
+    object by ``O`` and every innermost array by ``A`` until none is left; the entries before the
+    first one that is not ``O`` are counted and dropped, and what an unfinished entry holds so far
+    is carried into the next window, every run between its brackets squashed to ``x`` (at most
+    2 x :data:`MAX_DEPTH` + 1 characters in valid JSON). A non-object entry in the first window
+    costs that window; a list of 2,000,001 objects six deep (66 MB) ~3 s and ~0.2 GB, where collapsing
+    the whole text at once took ~5.7 s and ~1 GB (re.sub's piece lists, ~15x the text; issue 21)."""
     import re
-    s = re.sub(_JSON_STRING, "S", chunk)
-    if not whole and (q := s.find('"')) >= 0:
-        s = s[:q]  # a string the window cuts: nothing after its quote is known
-    s = re.sub(_JSON_WS + "+", "", s)
-    inner_object, inner_array, objects = re.compile(_INNER_OBJECT), re.compile(_INNER_ARRAY), re.compile(r"(?:O,)*")
-    undecided = None if whole else _GROW
-    base = 0  # entries already read as objects and cut off the front of s
-    for _ in range(MAX_DEPTH + 1):
+    scan = re.compile(r'(?:[^"]++|' + _JSON_STRING + r")*+")  # stops at a string the window cuts
+    string = re.compile(_JSON_STRING)
+    inner_object, inner_array = re.compile(_INNER_OBJECT), re.compile(_INNER_ARRAY)
+    objects, squash = re.compile(r"(?:O,)*+"), re.compile(r"[^{}\[\]]++")
+    n, pos, carry, count = len(text), i + 1, "", 0
+    while pos < n:
+        end = min(n, pos + max(1, _COLLAPSE_WINDOW))
+        e = scan.match(text, pos, end).end()
+        if e < end:  # a string crosses the window's end: read on to its end
+            m = string.match(text, e)
+            if m is None:
+                return None, None  # an unterminated string: malformed
+            e = m.end()
+        chunk = text[pos:e]
+        pos = e
+        chunk = "S".join(chunk.split('"')[0::2]) if "\\" not in chunk else string.sub("S", chunk)
+        s = carry + chunk.translate(_DELETE_WS)
+        for _ in range(MAX_DEPTH + 2):
+            t = inner_array.sub("A", inner_object.sub("O", s))
+            if len(t) == len(s):
+                break
+            s = t
         p = objects.match(s).end()
+        count += p // 2
         c = s[p:p + 1]
-        if c == "O" and s[p + 1:p + 2] == "]":
-            return None  # every entry an object
-        if c and (c in "AS" or (c in _VALUE_START and c != '"')):
-            return base + p // 2
-        if c != "{":
-            return undecided  # malformed here (",,", "O:", "]" after a comma), or the window's end
-        base += p // 2
-        rest = inner_array.sub("A", inner_object.sub("O", s[p:]))
-        if len(rest) == len(s) - p:
-            return undecided  # nothing left to collapse: an object the window cuts, or malformed
-        s = rest
-    return undecided
+        if c == "O":
+            if s[p + 1:p + 2] == "]":
+                return None, count + 1  # the last entry, an object, and the list's end
+            if p + 1 != len(s):
+                return None, None  # malformed ("O{", "O}")
+            carry = "O"  # a whole object whose comma (or the list's end) is in the next window
+        elif c == "{":
+            carry = squash.sub("x", s[p:])  # an unfinished entry: only its open brackets matter
+            if len(carry) > 2 * MAX_DEPTH + 1:
+                return None, None  # closers without openers: malformed
+        elif c and (c in "AS" or c in _VALUE_START):
+            return count, None
+        elif c:
+            return None, None  # malformed here (",,", "]" after a comma)
+        else:
+            carry = ""
+    return None, None  # the list never ends: malformed
 
 
 def long_number_at(text: str) -> tuple[int | None, int | None]:
