@@ -73,6 +73,9 @@ class OffloadOptimizer:
     fast_init: bool = OFFLOAD_OPTIMIZER.value("fast_init")
     ratio: float = OFFLOAD_OPTIMIZER.value("ratio")
     super_offload: bool = OFFLOAD_OPTIMIZER.value("super_offload")
+    #: the share of a rank's cores SuperOffload pins its DeepSpeedCPUAdam worker process to
+    #: (``superoffload/superoffload_utils.py`` _set_cpu_affinity l.219-228); read only with ``super_offload``
+    cpuadam_cores_perc: float = OFFLOAD_OPTIMIZER.value("cpuadam_cores_perc")
 
 
 @dataclass
@@ -335,7 +338,8 @@ _OFFLOAD_PARAM_READ = (("device", _device), ("nvme_path", _path), ("buffer_count
                        ("buffer_size", _as_int), ("max_in_cpu", _as_int), ("pin_memory", _as_bool))
 _OFFLOAD_OPTIMIZER_READ = (("device", _device), ("nvme_path", _path), ("buffer_count", _as_int),
                            ("pin_memory", _as_bool), ("pipeline_read", _as_bool), ("pipeline_write", _as_bool),
-                           ("fast_init", _as_bool), ("ratio", _as_float), ("super_offload", _as_bool))
+                           ("fast_init", _as_bool), ("ratio", _as_float), ("super_offload", _as_bool),
+                           ("cpuadam_cores_perc", _as_float))
 _AIO_READ = (("block_size", _as_int), ("queue_depth", _as_int), ("intra_op_parallelism", _as_int),
              ("single_submit", _as_bool), ("overlap_events", _as_bool), ("use_gds", _as_bool))
 

@@ -104,13 +104,30 @@ phase it happens in):
   DeepSpeedCPUAdam per sub-group / param group synchronously (``stage3.py`` l.2910-2927:
   unscale, ``_optimizer_step``, then ``_reassign_or_swap_out_partitioned_parameters``;
   ``stage_1_and_2.py`` ``step`` l.3013, ``_optimizer_step`` l.3084 / l.3139): the next forward
-  starts after it returns, so nothing hides it. Only SuperOffload
-  (``offload_optimizer.super_offload``, ZeRO-3 on CUDA; ``engine.py`` l.2748-2750) steps CPU
-  sub-groups during the boundary's backward, and only with ``gradient_clipping`` 0
-  (``superoffload/superoffload_stage3.py`` ``partition_grads`` l.168-181, ``not self.clip_grad``;
-  with clipping ``_step_with_clipping`` steps them after backward): not modelled, the assumptions
-  say so (:data:`SUPER_OFFLOAD_NOTE`: the CPU step counted in full is then an upper bound).
-  With NVMe optimizer swap, ``pipeline_read`` lets the sub-group
+  starts after it returns, so nothing hides it.
+* **SuperOffload** (``offload_optimizer.super_offload``, ZeRO-3 with the optimizer on the CPU, CUDA
+  only; ``engine.py`` l.2748-2750, :func:`super_offload_on`): each rank's DeepSpeedCPUAdam runs in
+  a worker process pinned to ``cpuadam_cores_perc`` of the rank's cores, the training process to
+  the rest (``superoffload_utils.py`` l.207-228, :func:`super_offload_cores`). With
+  ``gradient_clipping`` 0, at the accumulation boundary ``partition_grads`` submits each host
+  sub-group to the worker as soon as the reduce flush carrying its last gradient has partitioned
+  it (``superoffload_stage3.py`` l.163-181; :func:`sub_group_ready_fractions`), so the worker's
+  gradient copy + Adam kernel (:data:`SUPER_OFFLOAD_GRAD_COPY_BYTES` + 28 B per element, term
+  ``cpu_optimizer_async``) runs beside the rest of that backward, one sub-group at a time;
+  ``step`` waits for what is left (l.200, :func:`super_offload_tail`: the **exposed** part), then
+  unscales and copies the 16-bit partitions back (l.239-246, term ``cpu_optimizer``). With
+  clipping (l.248-268) every host sub-group is stepped after backward and waited on: nothing is
+  hidden. An fp16 overflow's rollback (``adam_rollback``, l.348-358) is left out (a skipped step).
+* **partial optimizer offload** (Twin-Flow, ``offload_optimizer.ratio`` < 1 at ZeRO-3): the first
+  int((1 - ratio) x n) sub-groups are stepped by the backup torch AdamW on the accelerator
+  (``stage3.py`` l.313-325, l.1100-1108, ``_optimizer_step`` l.1249-1258), a term of accelerator
+  memory bandwidth (**gpu_optimizer**: elements x :func:`backup_adamw_bytes_per_element` / the
+  accelerator's ``memory_bandwidth_bytes_per_s``). The step's sub-group loop enqueues those
+  kernels and goes on to the host sub-groups without waiting, so the GPU step runs beside the CPU
+  step up to the first host sub-group's blocking 16-bit copy to the accelerator (with the 16-bit
+  partitions on the host, ``offload_param`` cpu/nvme, beside all of it): exposed = max(0, GPU step
+  - the CPU seconds before that copy).
+* NVMe optimizer swap: ``pipeline_read`` lets the sub-group
   reads overlap the CPU step of the previous sub-group and ``pipeline_write`` the writes that of
   the next, each flag for its own direction (``swap_tensor/pipelined_optimizer_swapper.py``
   l.76-77: ``async_swap_in = pipeline_read``, ``async_swap_out = pipeline_write``): max(CPU step,
@@ -333,21 +350,189 @@ def mfu_for(hardware: "Hardware") -> tuple[float, str]:
     return MFU, "default assumption (advisor.ledger.steptime.MFU)"
 
 
-#: SuperOffload with gradient_clipping 0 steps CPU sub-groups asynchronously during the boundary's
-#: backward (``runtime/superoffload/superoffload_stage3.py`` ``partition_grads`` l.168-181); the
-#: model counts the CPU step in full after backward, as DeepSpeed runs it otherwise.
-SUPER_OFFLOAD_NOTE = ("offload_optimizer.super_offload with gradient_clipping 0: DeepSpeed steps CPU sub-groups "
-                      "during the boundary's backward (superoffload_stage3.py partition_grads); not modelled, the CPU "
-                      "optimizer step is counted in full after backward (an upper bound)")
+#: Bytes of accelerator memory torch's foreach AdamW step streams per element of a sub-group the
+#: backup optimizer steps under partial optimizer offload (torch.optim.AdamW on CUDA defaults to the
+#: foreach implementation, ``torch/optim/optimizer.py`` _default_to_fused_or_foreach; non-capturable,
+#: no amsgrad; ``torch/optim/adam.py`` _multi_tensor_adam, torch 2.13 lines): ``_foreach_lerp_(exp_avgs,
+#: grads)`` l.704 reads 8 B and writes 4 B (12); ``_foreach_mul_(exp_avg_sqs, beta2)`` l.708, 8;
+#: ``_foreach_addcmul_(exp_avg_sqs, grads, grads)`` l.721 reads the moment and the gradient (one tensor
+#: passed twice, one load from memory) and writes the moment, 12; ``exp_avg_sq_sqrt =
+#: _foreach_sqrt(exp_avg_sqs)`` l.790, 8; ``_foreach_div_`` l.792 and ``_foreach_add_(.., eps)`` l.793 on
+#: that copy, 8 each; ``_foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt)`` l.794 reads 12 B and
+#: writes 4 (16): 72 B, fp32 throughout. Weight decay != 0 adds ``_foreach_mul_(params, 1 - lr x wd)``
+#: l.691, 8 B (:data:`BACKUP_ADAMW_DECAY_BYTES`).
+BACKUP_ADAMW_BYTES = 72
+#: The decoupled weight decay's pass of the backup AdamW (``torch/optim/adam.py`` l.688-691), only where
+#: ``weight_decay`` != 0; DeepSpeedCPUAdam's default is 0 (``ops/adam/cpu_adam.py`` __init__), and the
+#: backup AdamW takes the CPU optimizer's (``stage3.py`` l.318-325).
+BACKUP_ADAMW_DECAY_BYTES = 8
+#: Bytes SuperOffload's worker process streams per element before its Adam kernel: it copies the fp32
+#: gradient into its own reusable host buffer (``superoffload/superoffload_utils.py``
+#: superoffload_optimizer_worker l.133-134, ``param_grad_cpu.copy_(param_grad)``: read 4 B, write 4 B).
+#: The updated parameter it sends back lives in the same shared-memory storage (torch.multiprocessing
+#: shares CPU tensors in place and the sender's cache returns that storage), so the main process's
+#: ``copy_`` of it (superoffload_stage3.py l.133) copies a tensor onto itself: not counted.
+SUPER_OFFLOAD_GRAD_COPY_BYTES = 8
+#: The resource name of the accelerator-memory-bound step terms (partial optimizer offload's backup AdamW).
+ACCEL_MEMORY = "accelerator_memory"
+
+
+def super_offload_on(ec: Any) -> bool:
+    """Whether DeepSpeed 0.19.8 runs SuperOffloadOptimizer_Stage3 for this config:
+    ``offload_optimizer.super_offload`` at ZeRO-3 (``engine.py`` l.2748-2750 picks it only in the
+    stage-3 branch; its ``__init__`` asserts a CUDA accelerator, ``superoffload_stage3.py`` l.20-24) with
+    the optimizer offloaded to the CPU."""
+    return bool(ec.zero.stage == 3 and ec.offload_optimizer_effective == "cpu" and ec.zero.offload_optimizer.super_offload)
 
 
 def super_offload_overlaps(ec: Any) -> bool:
     """Whether DeepSpeed 0.19.8 overlaps this config's CPU optimizer step with backward: SuperOffload
-    (``offload_optimizer.super_offload``, ZeRO-3 only: ``engine.py`` l.2748-2750 picks
-    SuperOffloadOptimizer_Stage3 there) with ``gradient_clipping`` 0 (``superoffload_stage3.py``
-    l.170: ``not self.clip_grad``)."""
-    return bool(ec.zero.stage == 3 and ec.offload_optimizer_effective == "cpu"
-                and ec.zero.offload_optimizer.super_offload and not ec.gradient_clipping)
+    (:func:`super_offload_on`) with ``gradient_clipping`` 0. ``partition_grads`` (``superoffload_stage3.py``
+    l.167-181) hands each host sub-group whose every gradient has been partitioned at the accumulation
+    boundary to the DeepSpeedCPUAdam worker process (``async_step``) only under ``not self.clip_grad``
+    (l.170); with clipping ``step`` -> ``_step_with_clipping`` (l.227-228, l.248-268) steps every host
+    sub-group after backward and waits for each (``_sync_cpu_optimizer_step`` l.330-346)."""
+    return super_offload_on(ec) and not ec.gradient_clipping
+
+
+def lp_copy_bytes(D: int) -> int:
+    """Bytes the updated 16-bit partition's copy from the fp32 master streams per element: read 4 B,
+    write D B (``stage3.py`` _reassign_or_swap_out_partitioned_parameters l.2854-2859
+    ``fp16_partitioned_groups_flat[i].data.copy_(fp32...)``; ``stage_1_and_2.py`` step
+    ``param_buffer_of_bit16_for_cpu_offload_groups``); 0 for an fp32 model (D = 4), as the CPU
+    optimizer term counts it."""
+    return 4 + D if D < 4 else 0
+
+
+def backup_adamw_bytes_per_element(ec: Any) -> tuple[int, str]:
+    """(accelerator memory bytes per element per step of a sub-group partial optimizer offload keeps on
+    the accelerator, formula): the backup torch AdamW's foreach step (:data:`BACKUP_ADAMW_BYTES`, plus
+    :data:`BACKUP_ADAMW_DECAY_BYTES` where the optimizer's ``weight_decay`` is not 0), the unscale pass
+    on its fp32 gradient (:data:`UNSCALE_BYTES`, ``stage3.py`` step l.2918 -> l.2988 ``grad.mul_``, every
+    sub-group) and the 16-bit copy (:func:`lp_copy_bytes`, l.2854-2859), all on the accelerator: its
+    fp32 master, gradient and moments live there (``stage3.py`` l.1100-1108, l.1157-1160)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    try:
+        wd = float(ec.optimizer.params.get("weight_decay", 0) or 0)
+    except (TypeError, ValueError):
+        wd = 0.0
+    decay = BACKUP_ADAMW_DECAY_BYTES if wd else 0
+    copy = lp_copy_bytes(D)
+    return BACKUP_ADAMW_BYTES + decay + UNSCALE_BYTES + copy, (
+        f"{BACKUP_ADAMW_BYTES} B foreach AdamW (lerp_ 12, mul_ 8, addcmul_ 12, sqrt 8, div_ 8, add_ 8, addcdiv_ 16)"
+        + (f" + {decay} B weight decay" if decay else "")
+        + f" + {UNSCALE_BYTES} B unscale pass" + (f" + {copy} B 16-bit copy" if copy else ""))
+
+
+def offload_sub_groups(plan: "Plan") -> list[tuple[int, bool]]:
+    """One rank's ZeRO-3 sub-groups in DeepSpeed's order as (S_k elements, kept on the accelerator by
+    partial optimizer offload): every param group's sub-groups (:func:`advisor.ledger.state.zero3_sub_groups`),
+    expert groups after the dense ones (``moe/utils.py`` split_params_into_different_moe_groups_for_optimizer
+    appends them), each flagged by :func:`advisor.ledger.state.twin_flow_on_accelerator`. Empty below
+    ZeRO-3 or without optimizer offload."""
+    from advisor.ledger.state import twin_flow_on_accelerator, zero3_sub_groups
+    ec = plan.config
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective not in ("cpu", "nvme"):
+        return []
+    sizes = [sg.numel for sub, w in _rank_parts(plan) if sub.tensors
+             for sg in zero3_sub_groups(sub, w, ec.zero.sub_group_size)]
+    return list(zip(sizes, twin_flow_on_accelerator(ec, len(sizes))))
+
+
+def _rank_parts(plan: "Plan") -> list[tuple[Any, int]]:
+    """(inventory, partition world) of each part one rank's optimizer holds: the rank's tensors over
+    the W ZeRO ranks, or under expert parallelism e the dense tensors over W and the rank's routed
+    experts over the expert-data-parallel group of W / e (``moe/utils.py``, as the ledger:
+    state.py _model_parallel_roles)."""
+    from advisor.model.parallel import split_experts
+    W = plan.cluster.zero_world_size
+    ep = plan.cluster.expert_parallel
+    inv = _rank_inventory(plan)
+    if ep > 1:
+        dense, experts = split_experts(inv)
+        return [(dense, W), (experts, W // ep)]
+    return [(inv, W)]
+
+
+def sub_group_ready_fractions(plan: "Plan") -> list[float] | None:
+    """Per ZeRO-3 sub-group (DeepSpeed's order, :func:`offload_sub_groups`): the fraction of a backward
+    pass's gradient elements delivered when the reduce flush that partitions its last gradient runs,
+    i.e. when SuperOffload can hand it to its CPU worker (``superoffload_stage3.py`` partition_grads
+    l.163-165 counts a sub-group's partitioned gradients, l.167-181 submits the complete ones).
+    Gradients arrive in :func:`advisor.ledger.state.zero3_backward_grad_order`; the ipg bucket flushes
+    before an arriving gradient that would take it past ``reduce_bucket_size`` (``stage3.py``
+    reduce_independent_p_g_buckets_and_remove_grads l.1583-1585) and once more in the epilogue (fraction
+    1). Backward's time is taken as proportional to the gradient elements delivered (the 4 N backward
+    FLOPs spread over the parameters by their size): an approximation of where in backward each flush
+    falls. None under expert parallelism (several param-group parts: not modelled)."""
+    from advisor.ledger.state import zero3_backward_grad_order, zero3_sub_groups
+    ec = plan.config
+    parts = _rank_parts(plan)
+    if len(parts) != 1:
+        return None
+    inv, W = parts[0]
+    sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
+    owner: dict[int, int] = {}
+    for k, sg in enumerate(sgs):
+        for i in sg.tensors:
+            owner[i] = k
+    order = zero3_backward_grad_order(inv, bool(ec.zero.memory_efficient_linear))
+    total = sum(inv.tensors[i].numel for i in order) or 1
+    left = [len(sg.tensors) for sg in sgs]
+    ready = [1.0] * len(sgs)
+    bucket: list[int] = []
+    elems = 0
+    done = 0
+
+    def flush(at: int) -> None:
+        for i in bucket:
+            k = owner.get(i)
+            if k is None:
+                continue
+            left[k] -= 1
+            if left[k] == 0:
+                ready[k] = at / total
+        bucket.clear()
+
+    for i in order:
+        n = inv.tensors[i].numel
+        if elems + n > ec.zero.reduce_bucket_size and elems > 0:
+            flush(done)
+            elems = 0
+        bucket.append(i)
+        elems += n
+        done += n
+    flush(total)
+    return ready
+
+
+def super_offload_tail(ready_s: list[float], step_s: list[float], backward_end_s: float) -> float:
+    """Seconds SuperOffload's CPU worker is still stepping after the boundary's backward ends: one worker
+    process per rank takes the sub-groups in the order they are submitted, one at a time
+    (``superoffload_utils.py``: one ``mp.Process``, a FIFO ``SimpleQueue``, l.101-145), so sub-group k
+    finishes at max(the previous one's finish, its submission ``ready_s[k]``) + ``step_s[k]``; ``step``
+    waits for all before the rest of the step (``superoffload_stage3.py`` l.200
+    ``_wait_for_async_operations``). Times in seconds from the start of the boundary's backward, which
+    ends at ``backward_end_s``. Returns max(0, last finish - backward_end_s)."""
+    t = 0.0
+    for r, c in sorted(zip(ready_s, step_s)):
+        t = max(t, r) + c
+    return max(0.0, t - backward_end_s)
+
+
+def super_offload_cores(cores_per_node: int | None, ranks_per_node: int, perc: float) -> tuple[int | None, int | None]:
+    """(cores of a rank's SuperOffload worker, cores left to its main process): ``_set_cpu_affinity``
+    (``superoffload_utils.py`` l.214-228) splits the rank's affinity at int((1 - cpuadam_cores_perc) x n):
+    the first cores to the training process, the rest to the DeepSpeedCPUAdam worker. n = the node's
+    physical cores // ranks per node (the rank's cores under ``deepspeed --bind_cores_to_rank``; without
+    it every rank splits the whole node the same way, so the ranks' workers share the same last cores,
+    about the same per rank). An empty list for the main process means all cores (psutil
+    ``cpu_affinity([])``), given as n. (None, None) when the cores are unknown."""
+    if not cores_per_node:
+        return None, None
+    n = max(1, cores_per_node // max(1, ranks_per_node))
+    split = int((1 - perc) * n)
+    return max(1, n - split), (split or n)
 
 
 def cpu_optimizer_elements(plan: "Plan") -> int:
@@ -359,33 +544,17 @@ def cpu_optimizer_elements(plan: "Plan") -> int:
     split_params_into_different_moe_groups_for_optimizer``); with partial offload
     (``offload_optimizer.ratio`` < 1 at ZeRO-3) only the host sub-groups' S_k
     (:func:`advisor.ledger.state.twin_flow_on_accelerator`). 0 when the optimizer is not offloaded."""
-    from advisor.ledger.state import (twin_flow_on_accelerator, twin_flow_splits, zero12_layouts, zero3_partition_sums,
-                                      zero3_sub_groups)
-    from advisor.model.parallel import split_experts
+    from advisor.ledger.state import twin_flow_splits, zero12_layouts, zero3_partition_sums
     ec = plan.config
-    if ec.offload_optimizer_effective not in ("cpu", "nvme"):
+    if ec.offload_optimizer_effective not in ("cpu", "nvme") or ec.zero.stage not in (1, 2, 3):
         return 0
-    W = plan.cluster.zero_world_size
-    ep = plan.cluster.expert_parallel
-    inv = _rank_inventory(plan)
-    if ec.zero.stage not in (1, 2, 3):
-        return 0
-    # under expert parallelism e the rank's routed experts are their own param groups, partitioned
-    # over the expert-data-parallel group of W / e ranks (as the ledger: state.py _model_parallel_roles)
-    parts = [(inv, W)]
-    if ep > 1:
-        dense, experts = split_experts(inv)
-        parts = [(dense, W), (experts, W // ep)]
-    n = 0
     if twin_flow_splits(ec):
         # partial optimizer offload (offload_optimizer.ratio < 1): DeepSpeedCPUAdam steps only the host
         # sub-groups; the first int((1 - ratio) x n) are the backup AdamW's, on the accelerator (stage3.py
-        # l.1100-1108, _optimizer_step l.1249-1258). The sub-groups of every param group in order (expert groups
-        # after the dense ones: moe/utils.py split_params_into_different_moe_groups_for_optimizer appends them)
-        sizes = [sg.numel for sub, w in parts if sub.tensors
-                 for sg in zero3_sub_groups(sub, w, ec.zero.sub_group_size)]
-        return sum(sz for sz, a in zip(sizes, twin_flow_on_accelerator(ec, len(sizes))) if not a)
-    for sub, w in parts:
+        # l.1100-1108, _optimizer_step l.1249-1258): backup_adamw_bytes_per_element times them
+        return sum(sz for sz, acc in offload_sub_groups(plan) if not acc)
+    n = 0
+    for sub, w in _rank_parts(plan):
         if not sub.tensors:
             continue
         if ec.zero.stage in (1, 2):
@@ -535,6 +704,136 @@ def _ranks_per_node(plan: "Plan", hardware: "Hardware") -> int:
     return max(1, min(g, plan.cluster.world_size))
 
 
+def _super_offload_split(plan: "Plan", hardware: "Hardware", cpu: Term, terms: list[Term], n_host: int,
+                         host_bw: float | None, rpn: int, threads: int | None, core_bw: float | None,
+                         cores: int | None) -> dict[str, Any]:
+    """SuperOffload's CPU work (:func:`super_offload_on`), in place on the ``cpu`` term and ``terms``.
+
+    The rank's DeepSpeedCPUAdam runs in a worker process (``superoffload_utils.py``
+    SuperOffloadCPUOptimizer, always DeepSpeedCPUAdam, l.76) that copies each sub-group's fp32 gradient into
+    its buffer and steps it: :data:`SUPER_OFFLOAD_GRAD_COPY_BYTES` + :data:`CPU_ADAM_KERNEL_BYTES` per
+    element at the worker's rate (its cores, :func:`super_offload_cores`, the rank's OpenMP threads at
+    most: a spawned process inherits OMP_NUM_THREADS). The training process then unscales every sub-group's
+    gradient and copies the 16-bit partition back (``_step_without_clipping`` / ``_step_with_clipping``
+    l.239-268: :data:`UNSCALE_BYTES` + :func:`lp_copy_bytes`) on its own cores. With ``gradient_clipping``
+    0 the worker's part becomes the ``cpu_optimizer_async`` term of the boundary's backward
+    (:func:`super_offload_overlaps`); with clipping it stays in the step, waited on sub-group by sub-group.
+    Returns the step time's ``assumptions["super_offload"]``."""
+    ec = plan.config
+    perc = float(ec.zero.offload_optimizer.cpuadam_cores_perc)
+    w_cores, m_cores = super_offload_cores(cores, rpn, perc)
+    w_thr = min(threads, w_cores) if threads and w_cores else threads
+    m_thr = min(threads, m_cores) if threads and m_cores else threads
+    rate_w, _ = cpu_optimizer_rate(host_bw, rpn, w_thr, core_bw)
+    rate_m, _ = cpu_optimizer_rate(host_bw, rpn, m_thr, core_bw)
+    wb = CPU_ADAM_KERNEL_BYTES + SUPER_OFFLOAD_GRAD_COPY_BYTES
+    mb = UNSCALE_BYTES + lp_copy_bytes(DTYPE_BYTES[ec.model_dtype])
+    host = [sz for sz, acc in offload_sub_groups(plan) if not acc]
+    main_s = n_host * mb / rate_m if rate_m else None
+    work_s = n_host * wb / rate_w if rate_w else None
+    overlaps = super_offload_overlaps(ec)
+    src = ("runtime/superoffload/superoffload_stage3.py partition_grads l.167-181, step l.196-233, "
+           "_step_without_clipping / _step_with_clipping l.239-268; superoffload_utils.py worker l.101-154, "
+           "_set_cpu_affinity l.207-228")
+    worker_words = (f"{n_host:,} elements x {wb} B ({SUPER_OFFLOAD_GRAD_COPY_BYTES} B gradient copy into the worker's "
+                    f"buffer + {CPU_ADAM_KERNEL_BYTES} B Adam kernel) / the worker's rate ({w_thr if w_thr else '?'} "
+                    f"threads on its {w_cores if w_cores else '?'} cores, cpuadam_cores_perc {perc:g})")
+    main_words = (f"{n_host:,} elements x {mb} B ({UNSCALE_BYTES} B unscale pass"
+                  + (f" + {mb - UNSCALE_BYTES} B 16-bit copy" if mb > UNSCALE_BYTES else "")
+                  + f") / the training process's rate ({m_thr if m_thr else '?'} threads on its "
+                    f"{m_cores if m_cores else '?'} cores)")
+    if overlaps:
+        cpu.amount, cpu.rate, cpu.seconds = n_host * mb, rate_m, main_s
+        cpu.formula = ("SuperOffload, gradient_clipping 0, after backward: " + main_words
+                       + "; the Adam step ran in the worker during the boundary's backward (cpu_optimizer_async)")
+        cpu.source = src
+        terms.append(Term("cpu_optimizer_async", "host_memory", "backward", n_host * wb, "bytes", rate_w, work_s,
+                          overlapped=True, lower_bound=cpu.lower_bound,
+                          formula="SuperOffload's worker during the boundary's backward: " + worker_words
+                                  + "; each sub-group from the reduce flush that partitions its last gradient, one at "
+                                    "a time; what runs past backward's end is exposed",
+                          source=src))
+        first_pre = host[0] * UNSCALE_BYTES / rate_m if host and rate_m else None
+    else:
+        amount = n_host * (mb + wb)
+        secs_ = main_s + work_s if main_s is not None and work_s is not None else None
+        cpu.amount, cpu.seconds = amount, secs_
+        cpu.rate = amount / secs_ if secs_ else None
+        cpu.formula = ("SuperOffload with gradient_clipping: after backward, each host sub-group waited on in turn: "
+                       + main_words + " + " + worker_words)
+        cpu.source = src
+        first_pre = (host[0] * (UNSCALE_BYTES / rate_m + wb / rate_w) if host and rate_m and rate_w else None)
+    return {"overlaps_backward": overlaps, "cpuadam_cores_perc": perc, "worker_cores": w_cores,
+            "main_cores": m_cores, "worker_threads": w_thr, "main_threads": m_thr,
+            "worker_bytes_per_s": rate_w, "main_bytes_per_s": rate_m, "worker_bytes_per_element": wb,
+            "main_bytes_per_element": mb, "host_sub_groups": len(host), "first_pre_s": first_pre,
+            "worker_seconds": work_s, "boundary_backward_s": None, "hidden_seconds": None, "exposed_seconds": None,
+            "ready_model": None,
+            "left_out": ("the rollback (adam_rollback) of an fp16 overflow step, host memory shared with the "
+                         "gradients' PCIe copies, and the training process's own CPU use during backward")}
+
+
+def _super_offload_critical_path(plan: "Plan", terms: list[Term], info: dict[str, Any], backward_s: float) -> float:
+    """The seconds SuperOffload's worker adds after the boundary's backward (:func:`super_offload_tail`),
+    set as the ``cpu_optimizer_async`` term's exposed part; ``info`` (the assumptions' ``super_offload``)
+    gets the hidden and exposed seconds. The boundary's backward is the last of GA micro-steps' backward
+    passes: ``backward_s`` / GA (the async step runs only at the boundary, ``superoffload_stage3.py`` l.167);
+    each sub-group is submitted at :func:`sub_group_ready_fractions` of it (all at its end under expert
+    parallelism, not modelled: an upper bound)."""
+    asyn = next((t for t in terms if t.name == "cpu_optimizer_async"), None)
+    if asyn is None:
+        return 0.0
+    ec = plan.config
+    ga = max(1, derive_batch(ec, plan.cluster.dp_world_size)[2] or 1)
+    bb = backward_s / ga
+    rate = info.get("worker_bytes_per_s")
+    if not rate:
+        asyn.exposed = 0.0  # unknown rate: listed in unknown with the cpu_optimizer term
+        return 0.0
+    subs = offload_sub_groups(plan)
+    fr = sub_group_ready_fractions(plan)
+    if fr is None or len(fr) != len(subs):
+        fr = [1.0] * len(subs)
+        info["ready_model"] = "every sub-group at the end of backward (expert parallelism: not modelled, an upper bound)"
+    else:
+        info["ready_model"] = ("a sub-group is submitted at the reduce flush of its last gradient, backward's time "
+                               "taken as proportional to the gradient elements delivered")
+    wb = info["worker_bytes_per_element"]
+    host = [(f * bb, sz * wb / rate) for (sz, acc), f in zip(subs, fr) if not acc]
+    tail = super_offload_tail([r for r, _ in host], [c for _, c in host], bb)
+    asyn.exposed = tail
+    info.update(boundary_backward_s=bb, hidden_seconds=max(0.0, (asyn.seconds or 0.0) - tail), exposed_seconds=tail)
+    return tail
+
+
+def _backup_adamw_term(plan: "Plan", hardware: "Hardware", unknown: list[str]) -> Term | None:
+    """The step's accelerator-memory term of partial optimizer offload (``offload_optimizer.ratio`` < 1 at
+    ZeRO-3, :func:`advisor.ledger.state.twin_flow_splits`): the sub-groups kept on the accelerator
+    (:func:`offload_sub_groups`) are stepped by the backup torch AdamW on the GPU (``stage3.py``
+    _optimizer_step l.1249-1258; built l.313-325), bandwidth-bound: elements x
+    :func:`backup_adamw_bytes_per_element` / the accelerator's memory bandwidth (the preset's data-sheet
+    figure, a peak: the seconds are a lower bound of the kernels'). None without such sub-groups; seconds
+    None (listed in ``unknown``) when the spec gives no ``memory_bandwidth_bytes_per_s``."""
+    from advisor.ledger.state import twin_flow_splits
+    ec = plan.config
+    if not twin_flow_splits(ec):
+        return None
+    acc = sum(sz for sz, a in offload_sub_groups(plan) if a)
+    if not acc:
+        return None
+    bpe, words = backup_adamw_bytes_per_element(ec)
+    a = hardware.accelerator
+    bw = getattr(a, "memory_bandwidth_bytes_per_s", None) if a is not None else None
+    if not bw:
+        unknown.append("gpu_optimizer (no memory_bandwidth_bytes_per_s for the accelerator in the hardware spec)")
+    amount = acc * bpe
+    return Term("gpu_optimizer", ACCEL_MEMORY, "step", amount, "bytes", bw, amount / bw if bw else None,
+                formula=f"{acc:,} elements on the accelerator (offload_optimizer.ratio "
+                        f"{ec.zero.offload_optimizer.ratio:g}) x {bpe} B ({words}) / the accelerator's memory bandwidth",
+                source="runtime/zero/stage3.py l.313-325 (backup torch.optim.AdamW), l.1100-1108 (subgroup_to_device), "
+                       "_optimizer_step l.1249-1258; torch/optim/adam.py _multi_tensor_adam l.688-794")
+
+
 def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch: int | None = None,
               recompute_fraction: float = 0.0, precision: str | None = None, mfu: float | None = None,
               movements: list[Movement] | None = None) -> StepTime:
@@ -626,6 +925,8 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     n_opt = cpu_optimizer_elements(plan)
     host_bw = getattr(hardware, "host_memory_bandwidth_bytes_per_s", None)
     threads_info: dict[str, Any] | None = None
+    so_info: dict[str, Any] | None = None
+    first_pre: float | None = None  # the first host sub-group's CPU seconds before its 16-bit copy back
     if n_opt:
         bpe, words = cpu_adam_bytes_per_element(ec)
         nbytes = n_opt * bpe
@@ -658,6 +959,13 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                           source="csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX; csrc/adam/cpu_adam_impl.cpp "
                                  "(#pragma omp parallel for); ops/adam/cpu_adam.py DeepSpeedCPUAdam.step; stage3.py / "
                                  "stage_1_and_2.py unscale_and_clip_grads"))
+        if super_offload_on(ec):
+            so_info = _super_offload_split(plan, hardware, terms[-1], terms, n_opt, host_bw, rpn, threads, core_bw,
+                                           cores)
+        else:
+            host = [sz for sz, acc in offload_sub_groups(plan) if not acc]
+            first_pre = (host[0] * (bpe - lp_copy_bytes(DTYPE_BYTES[ec.model_dtype])) / rate_
+                         if host and rate_ else None)
         threads_info = {"threads_per_rank": threads, "threads_source": t_src,
                         "core_bandwidth_bytes_per_s": core_bw, "host_cores_per_node": cores,
                         "threads_bytes_per_s": threads * core_bw if threads and core_bw else None,
@@ -694,6 +1002,10 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                                     "physical cores (oversubscribed, not modelled: DeepSpeed's launcher without "
                                     "--bind_cores_to_rank leaves every rank torch's default of all cores)")
 
+    gpu = _backup_adamw_term(plan, hardware, unknown)
+    if gpu is not None:
+        terms.append(gpu)
+
     # ---- critical path ----------------------------------------------------------------------
     def secs(t: Term) -> float:
         return t.seconds or 0.0
@@ -722,9 +1034,27 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     cpu_s = secs(cpu) if cpu else 0.0
     swap_s = sum(secs(t) for t in swap)
     step_w = max(cpu_s, swap_s)
-    windows["step"] = step_w
     if cpu is not None:
         cpu.exposed = cpu_s
+    if so_info is not None:
+        step_w += _super_offload_critical_path(plan, terms, so_info, windows["backward"])
+        first_pre = so_info.get("first_pre_s")
+    if gpu is not None:
+        # stage3.py step's sub-group loop (l.2910-2927) enqueues the accelerator sub-groups' backup AdamW
+        # (the first ones, l.1100-1108) and goes on to the host sub-groups without waiting: the GPU step runs
+        # beside the CPU step until the first host sub-group's 16-bit copy back, a copy_ to the accelerator
+        # from the host (l.2857-2858) without non_blocking, which waits for the stream's queued kernels
+        # (torch aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: without non_blocking it is
+        # at::cuda::memcpy_and_sync, cudaMemcpyAsync then cudaStreamSynchronize, c10/cuda/CUDAFunctions.h).
+        # With the 16-bit partitions on the host (offload_param cpu/nvme) that copy is host-side, and the
+        # whole CPU step hides it; the next forward's kernels queue behind it either way.
+        on_accel = ec.offload_param_effective == "none" and first_pre is not None
+        hide = first_pre if on_accel else cpu_s
+        gpu.exposed = max(0.0, secs(gpu) - (hide or 0.0))
+        gpu.formula += (f"; overlaps the CPU step up to the first host sub-group's copy back ({hide or 0.0:.4g} s)"
+                        if on_accel else f"; overlaps the whole CPU step ({cpu_s:.4g} s)")
+        step_w += gpu.exposed
+    windows["step"] = step_w
     for t in swap:
         t.exposed = (max(0.0, swap_s - cpu_s) * secs(t) / swap_s) if swap_s else 0.0
     sync = 0.0
@@ -750,8 +1080,11 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "cpu_optimizer_threads": threads_info,
                    "fp16_overflow_check_note": FP16_OVERFLOW_CHECK_NOTE if n_opt and ec.zero.stage == 3
                    and ec.fp16_enabled else None,
-                   "super_offload_note": SUPER_OFFLOAD_NOTE if n_opt and super_offload_overlaps(ec) else None,
-                   "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full; "
+                   "super_offload": so_info,
+                   "overlap": "within a window max(compute, each link); synchronous movements and the CPU step in full "
+                              "(SuperOffload without clipping: its worker beside the boundary's backward, what runs past "
+                              "it exposed; partial offload's GPU step beside the CPU step up to the first host "
+                              "sub-group's copy back); "
                               "NVMe optimizer swap reads (pipeline_read) / writes (pipeline_write) overlap the CPU step"}
     return StepTime(total=total, terms=terms, windows=windows, unknown=unknown, assumptions=assumptions)
 
@@ -927,7 +1260,47 @@ def collective_bandwidth_line(terms: list, units: str = "GiB", most: int = 4) ->
 #: Each resource of the step time in the breakdown's order, with the name the breakdown (text and
 #: HTML report) gives it.
 RESOURCE_NAMES = {"compute": "compute", NETWORK: "collectives", PCIE: "PCIe copies", NVME: "NVMe swap",
-                  "host_memory": "CPU optimizer step"}
+                  "host_memory": "CPU optimizer step", ACCEL_MEMORY: "GPU optimizer step"}
+
+
+#: How :func:`gpu_optimizer_line` begins (the renderer redraws it in the output's units).
+GPU_OPTIMIZER_LINE_PREFIX = "  GPU optimizer step (partial offload's backup AdamW): "
+#: How :func:`super_offload_lines` begin (likewise).
+SUPER_OFFLOAD_LINE_PREFIXES = ("  SuperOffload CPU step in the boundary's backward", "    (SuperOffload with gradient_clipping")
+
+
+def gpu_optimizer_line(term: Any, units: str = "GiB") -> str:
+    """The text line of partial optimizer offload's GPU step (the ``gpu_optimizer`` :class:`Term` or its
+    dict, the step-time JSON's): its accelerator memory traffic per rank, the bandwidth, and the seconds
+    the CPU step does not hide, in ``units`` (GiB: 2^30, GB: 1e9 bytes)."""
+    from advisor.units import rate as rate_text, size
+    d = term if isinstance(term, dict) else term.to_dict()
+    r = d.get("rate")
+    return (GPU_OPTIMIZER_LINE_PREFIX + f"{size(d.get('amount') or 0, units, digits=1)} of accelerator memory "
+            "traffic per rank per step"
+            + (f" at {rate_text(r, units, digits=1)} (the data sheet's, a peak: a lower bound)" if r else
+               " (no memory_bandwidth_bytes_per_s: unknown)")
+            + f"; {d.get('exposed') or 0.0:,.3f} s of its {d.get('seconds') or 0.0:,.3f} s not hidden by the CPU step")
+
+
+def super_offload_lines(info: dict[str, Any] | None, units: str = "GiB") -> list[str]:
+    """Text lines of SuperOffload's CPU step (the step time's ``assumptions["super_offload"]``, None: none):
+    with ``gradient_clipping`` 0 the worker's seconds during the boundary's backward, hidden and exposed;
+    with clipping, that it steps after backward."""
+    from advisor.units import rate as rate_text
+    if not info:
+        return []
+    cores = (f"{info.get('worker_threads') or '?'} threads on {info.get('worker_cores') or '?'} cores "
+             f"(cpuadam_cores_perc {info.get('cpuadam_cores_perc'):g})")
+    rate = info.get("worker_bytes_per_s")
+    at = f" at {rate_text(rate, units, digits=1)}" if rate else ""
+    if not info.get("overlaps_backward"):
+        return [SUPER_OFFLOAD_LINE_PREFIXES[1] + f": the worker steps each host sub-group after backward, "
+                f"waited on in turn, {cores}{at}; nothing hidden)"]
+    return [SUPER_OFFLOAD_LINE_PREFIXES[0] + f" ({info.get('boundary_backward_s') or 0.0:,.3f} s): "
+            f"worker busy {info.get('worker_seconds') or 0.0:,.3f} s, hidden {info.get('hidden_seconds') or 0.0:,.3f} s, "
+            f"exposed {info.get('exposed_seconds') or 0.0:,.3f} s after backward ({cores}{at})",
+            f"    ({info.get('ready_model')}; left out: {info.get('left_out')})"]
 
 
 def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
@@ -940,7 +1313,7 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     names = RESOURCE_NAMES
     out = [f"step time (model): {'>= ' if st.unknown else ''}{st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
            f"{st.assumptions.get('mfu_source')})"]
-    for k in ("compute", NETWORK, PCIE, NVME, "host_memory"):
+    for k in ("compute", NETWORK, PCIE, NVME, "host_memory", ACCEL_MEMORY):
         if k in busy:
             out.append(f"  {names[k]:<20} busy {busy[k]:>9,.3f} s   exposed {exp.get(k, 0.0):>9,.3f} s")
             if k == NETWORK:
@@ -966,8 +1339,10 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
             out.append(f"    ({st.assumptions['host_memory_bandwidth_note']})")
         if st.assumptions.get("fp16_overflow_check_note"):
             out.append(f"    (left out: {st.assumptions['fp16_overflow_check_note']})")
-        if st.assumptions.get("super_offload_note"):
-            out.append(f"    ({st.assumptions['super_offload_note']})")
+        out.extend(super_offload_lines(st.assumptions.get("super_offload"), units))
+    gpu = next((t for t in st.terms if t.name == "gpu_optimizer"), None)
+    if gpu is not None:
+        out.append(gpu_optimizer_line(gpu, units))
     for note in (st.assumptions.get("nvme_tier_assumed") or {}).values():
         out.append(f"  NVMe tier assumed: {note}")
     for tier, note in (st.assumptions.get("nvme_aio") or {}).items():

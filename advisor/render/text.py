@@ -567,11 +567,17 @@ def step_time_lines(stt: dict, given_step_time_s: float | None = None, units: st
     both print these."""
     from advisor.ledger import steptime as _stm
     cpu = next((t for t in stt.get("terms") or [] if t.get("name") == "cpu_optimizer"), None)
+    gpu = next((t for t in stt.get("terms") or [] if t.get("name") == "gpu_optimizer"), None)
+    so = (stt.get("assumptions") or {}).get("super_offload")
     out = []
     for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
         if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
             line = _stm.cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
                                            (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
+        elif gpu is not None and line.startswith(_stm.GPU_OPTIMIZER_LINE_PREFIX):  # likewise
+            line = _stm.gpu_optimizer_line(gpu, units)
+        elif so and line.startswith(_stm.SUPER_OFFLOAD_LINE_PREFIXES):  # likewise (its first line has the rate)
+            line = _stm.super_offload_lines(so, units)[0]
         elif line.startswith(_stm.BANDWIDTH_LINE_PREFIX):  # likewise
             line = _stm.collective_bandwidth_line(stt.get("terms") or [], units) or line
         out.append(line)

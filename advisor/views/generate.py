@@ -468,10 +468,11 @@ UNKNOWN_PART = {"compute": ("compute", "the accelerator's peak FLOP/s"),
                 "network": ("network", "network_bytes_per_s across nodes, or peer_bytes_per_s within one"),
                 "pcie": ("pcie", "the accelerator's host link bandwidth"),
                 "nvme": ("nvme", "a storage tier holding the NVMe path"),
-                "host_memory": ("cpu_optimizer", "host_memory_bandwidth_bytes_per_s")}
+                "host_memory": ("cpu_optimizer", "host_memory_bandwidth_bytes_per_s"),
+                "accelerator_memory": ("gpu_optimizer", "the accelerator's memory_bandwidth_bytes_per_s")}
 #: How the table and notes name each part.
 PART_NAMES = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap",
-              "cpu_optimizer": "CPU optimizer step"}
+              "cpu_optimizer": "CPU optimizer step", "gpu_optimizer": "GPU optimizer step (partial offload)"}
 
 
 def unknown_parts(st: Any) -> list[str]:
