@@ -204,3 +204,17 @@ def test_lint_knows_the_superoffload_keys(tmp_path):
     p.write_text(json.dumps(cfg))
     found = [(f.code, f.pointer) for f in lint_config(load_config(str(p)))]
     assert ("S001", "/zero_optimization/offload_optimizer/cpuadam_core_perc") in found, found  # unknown key
+
+
+def test_report_redraws_both_lines_in_its_units():
+    """estimate stores the breakdown in GiB; the text and HTML reports redraw the sized lines in --units:
+    the HBM rate 1e11 B/s is 100.0 GB/s (93.1 GiB/s), the worker's 1e10 B/s 10.0 GB/s (9.3 GiB/s)."""
+    from advisor.render.text import step_time_lines
+    st = step_time(_plan(ratio=0.5), _hw(1e10, hbm=1e11), seq_len=1000)
+    stt = st.to_dict()
+    stt["lines"] = breakdown_lines(st)
+    gib = [ln for ln in stt["lines"] if "backup AdamW" in ln or "SuperOffload CPU step" in ln]
+    assert len(gib) == 2 and "93.1 GiB/s" in gib[0] + gib[1] and "9.3 GiB/s" in gib[0] + gib[1]
+    gb = [ln for ln in step_time_lines(stt, units="GB") if "backup AdamW" in ln or "SuperOffload CPU step" in ln]
+    assert len(gb) == 2 and "100.0 GB/s" in gb[0] + gb[1] and "10.0 GB/s" in gb[0] + gb[1]
+    assert "GiB" not in gb[0] + gb[1]
