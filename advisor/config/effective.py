@@ -209,6 +209,18 @@ class EffectiveConfig:
         return dev
 
     @property
+    def contiguous_gradients_effective(self) -> bool:
+        """``contiguous_gradients`` as the optimizer runs it. ZeRO-1/2 (DeepSpeedZeroOptimizer) forces it on
+        under optimizer offload: ``stage_1_and_2.py`` l.299-300 ("CPU-Offload requires contiguous gradients")
+        ``self.contiguous_gradients = contiguous_gradients or self.cpu_offload``, ``cpu_offload`` True for any
+        ``offload_optimizer.device`` other than none (l.220-222), so a written ``false`` still gets the ipg bucket,
+        grads_in_partition and the extra-large clone (l.1441-1446). Other stages as written (ZeRO-3: ``stage3.py``
+        l.428 ``self.contiguous_gradients = contiguous_gradients``). ``zero.contiguous_gradients`` keeps the
+        written value (DeepSpeedZeroConfig's)."""
+        z = self.zero
+        return bool(z.contiguous_gradients) or (z.stage in (1, 2) and self.offload_optimizer_effective != "none")
+
+    @property
     def offload_param_effective(self) -> Device:
         """offload_param is honoured only by ZeRO-3."""
         return self.zero.offload_param.device if self.zero.stage == 3 else "none"

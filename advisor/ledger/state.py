@@ -2865,8 +2865,7 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
         wrapper, _ = select_optimizer(ec)
         if wrapper == "BF16_Optimizer":
             return None
-        off = ec.offload_optimizer_effective != "none"
-        if not (z.contiguous_gradients or off):
+        if not ec.contiguous_gradients_effective:  # forced on under optimizer offload (l.299-300)
             return None
         B = 4 if (z.stage == 1 and ec.grad_dtype == "fp32") else DTYPE_BYTES[ec.model_dtype]
         mult = 2 if z.overlap_comm else 1
@@ -3278,7 +3277,7 @@ def zero12_offload_xl_clone_modeled(ec: EffectiveConfig, wrapper: str, ga: int =
     the gradient keeps its clone (:func:`_zero12_kept_xl`), which the per-rank terms carry for every param
     group (:func:`_zero12_offload_reduce_runs`). ``ga``: the plan's gradient accumulation steps."""
     z = ec.zero
-    return (zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
+    return (zero12_offload_norm_modeled(ec, wrapper) and ec.contiguous_gradients_effective
             and (z.stage == 2 or zero12_offload_flush_modeled(ec, wrapper, ga)))
 
 
@@ -3740,7 +3739,7 @@ def zero12_offload_flush_modeled(ec: EffectiveConfig, wrapper: str, ga: int = 1)
     (l1.weight's clone, l.1446), rank 1 +124,076 B (l2.weight's clone 46,354 B and 77,662 B of param.grad made
     in micro-step 1's backward, engine.py l.3428). ``ga``: the plan's gradient accumulation steps."""
     z = ec.zero
-    return z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and z.contiguous_gradients
+    return z.stage in (1, 2) and zero12_offload_norm_modeled(ec, wrapper) and ec.contiguous_gradients_effective
 
 
 def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
@@ -3966,20 +3965,37 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
-            and z.contiguous_gradients)
+            and ec.contiguous_gradients_effective)
 
 
 def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> str:
     """Why a ZeRO-1/2 plan's backward and step-norm transients are left off the ledger (so its accelerator
     peak is a lower bound), or "" where :func:`zero12_transients_modeled` models them or the plan is not
-    DeepSpeedZeroOptimizer without optimizer offload (other wrappers and the offload reduce have their own
-    terms). What is left off: each flush's flat copy (``stage_1_and_2.py`` allreduce_bucket l.2367), its cast to
+    DeepSpeedZeroOptimizer (other wrappers have their own terms). What is left off: each flush's flat copy (``stage_1_and_2.py`` allreduce_bucket l.2367), its cast to
     ``communication_data_type`` (l.2376-2377), the cast of the reduced slices into an fp32 accumulation buffer
     (_add_to_grad_partition_buffer l.1324-1326), the previous micro-step's partition (l.1038-1040) and the fp64
     norm copy (get_grad_norm_direct l.2684): on TINY the coarse lifetimes were backward +45-48% under the engine
     for ZeRO-2 bf16 with fp32 accumulation (z2_bf16_gaccfp32_tbsga2_w2 before it was modelled) and +48-66% for
-    fp32 communication (z2_bf16_commfp32_w2 before)."""
+    fp32 communication (z2_bf16_commfp32_w2 before).
+    Under optimizer offload the reduce has its own terms (:func:`zero12_offload_reduce_terms`,
+    :func:`zero12_offload_flush_bytes`, with ``contiguous_gradients`` forced on, ``EffectiveConfig.
+    contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
+    unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
+    says the peak is a lower bound there too. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
+    UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
+    _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
+    86,424 B; the fp64 norm copy of each slice, copy_grads_in_partition l.2152); ZeRO-2 bf16 at CPU offload (one
+    probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
+    cast l.1326), forward:2 to step:4 +4-9% on rank 1."""
     z = ec.zero
+    if z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective != "none" \
+            and ec.grad_dtype != ec.model_dtype:
+        return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
+                "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
+                "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
+                "modelled, so the accelerator peak is a lower bound (+12-36% in the engine's phases on its small "
+                "model at ZeRO-1, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
             or zero12_transients_modeled(ec, wrapper, ga, groups):
         return ""
@@ -3988,12 +4004,12 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         w = f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}"
         if z.stage == 2 and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32":
             # the compact fp32 buffer regime is modelled only as zero12_compact_grad_buffer says
-            why = [x for x, on in (("contiguous_gradients off", not z.contiguous_gradients),
+            why = [x for x, on in (("contiguous_gradients off", not ec.contiguous_gradients_effective),
                                    (f"communication_data_type {ec.comm_dtype}", ec.comm_dtype != ec.model_dtype),
                                    (f"{groups} param groups", groups != 1)) if on]
             w += " (modelled with one param group, contiguous_gradients on; here " + ", ".join(why) + ")"
         what.append(w)
-    if ec.comm_dtype != ec.model_dtype and not z.contiguous_gradients:
+    if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective:
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
     if ec.model_dtype not in ("fp16", "bf16", "fp32"):
         what.append(f"model dtype {ec.model_dtype}")
@@ -4096,7 +4112,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
         return groups == 1
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and (ec.comm_dtype == ec.model_dtype or z.contiguous_gradients))
+            and (ec.comm_dtype == ec.model_dtype or ec.contiguous_gradients_effective))
 
 
 #: The ZeRO-1/2 flush-replay passes' column-wise forms (issue 21: generate at 1e5 layers runs them for every
@@ -4500,7 +4516,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     held = zero12_boundary_holds_all(ec, ga)
-    if not ec.zero.contiguous_gradients and ec.zero.stage == 1:
+    if not ec.contiguous_gradients_effective and ec.zero.stage == 1:
         # ZeRO-1 without contiguous_gradients (:func:`zero12_transients_modeled`: any GA and param groups,
         # overlap_comm on or off). At GA > 1 without overlap_comm the boundary's epilogue walks the param.grad micro-step
         # 1 left, accumulated in place (accumulateGrad), the same N x D storages: R is GA 1's, and what lives before
@@ -4532,7 +4548,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             return zero12_largest_slices(layouts, W).map(lambda sl: (A, R, sl * 8))
         R = max(((csum[ks.stop] - csum[ks.start]) * D for ks, _ in flushes if len(ks) > 1), default=0) + whole
         return zero12_largest_slices(layouts, W).map(lambda sl: (0, R, sl * 8))
-    if not ec.zero.contiguous_gradients:
+    if not ec.contiguous_gradients_effective:
         return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes, inv)
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
@@ -5290,10 +5306,10 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                 # +172,868 B (this and the transients) without it
                 b.add("accelerator", "gradients", "prev_grads_in_partition", inter_t * D, "accumulated",
                       f"I_r x D = {inter_t} x {D} (the previous micro-step's "
-                      + ("grads_in_partition" if z.contiguous_gradients else "gradients meeting the slice, whole")
+                      + ("grads_in_partition" if ec.contiguous_gradients_effective else "gradients meeting the slice, whole")
                       + ", held by all_grad_tensors until the accumulation boundary)",
                       f"{S}.independent_gradient_partition_epilogue (all_grad_tensors) / "
-                      + ("copy_grads_in_partition" if z.contiguous_gradients else "reduce_ipg_grads"))
+                      + ("copy_grads_in_partition" if ec.contiguous_gradients_effective else "reduce_ipg_grads"))
     # ZeRO-1 with overlap_comm at GA > 1 with its transients: the boundary's hooks move gradients micro-step 1
     # left whole (zero12_boundary_holds_all); its A_r is the boundary's accumulation over lp_grads
     held_overlap = z.stage == 1 and z.overlap_comm and ga > 1 and len(terms) > 5
@@ -5337,7 +5353,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)",
                   "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
                   f"only at the accumulation boundary); made by autograd in {_AUTOGRAD_GRADS}")
-        if held_overlap and not z.contiguous_gradients:
+        if held_overlap and not ec.contiguous_gradients_effective:
             # without contiguous_gradients no hook moves a gradient out of param.grad (l.2272): the moment is a
             # node's new gradients beside all N x D, as without overlap_comm (zero12_backward_transients)
             b.add("accelerator", "gradients", "accumulate_grad_new", terms[5], "accumulated_backward",
@@ -5384,7 +5400,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"{S}.allreduce_bucket (self.flatten(bucket), l.2367) / _add_to_grad_partition_buffer "
                   "(output.add_(source.to(output.dtype)), l.1324-1326) / _build_compact_grad_partition_buffer "
                   f"(l.1268-1274); the gradients not yet in the bucket made by autograd in {_AUTOGRAD_GRADS}")
-        elif z.contiguous_gradients:
+        elif ec.contiguous_gradients_effective:
             b.add("accelerator", "workspace", "reduce_transient", red, "reduce",
                   "max over bucket flushes of the flat copy (run of > 1 slices x D) + gradients not yet in the "
                   "bucket + grads_in_partition (I_r x D) once allocated, or averaged_gradients "

@@ -1421,7 +1421,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 placement_of(plan).zero12, plan.cluster.zero_world_size)
         groups = per_rank[r]
     D = DTYPE_BYTES[ec.model_dtype]
-    shared = bool(ec.zero.contiguous_gradients)  # one grads_in_partition for every group (_group_bytes)
+    shared = ec.contiguous_gradients_effective  # one grads_in_partition for every group (_group_bytes)
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
     for inst in ins:

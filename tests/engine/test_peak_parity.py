@@ -491,6 +491,24 @@ CELLS = [
     # (coarse; the flat proxy, 2026-12-06) forward:2 +39,966 B, backward:1 -39,260 / -39,882 B, step:4 +39,172 /
     # +17,172 B; now every phase within 0.51% on both ranks (2 runs; the forward's 636 B are the proxy's F.linear
     # inputs, worker.py l.608), as is its GA-1 twin (one probe run)
+    # ZeRO-1 without contiguous_gradients under CPU optimizer offload (issue 15): DeepSpeed forces contiguous_gradients
+    # on there (stage_1_and_2.py l.299-300, ``contiguous_gradients or self.cpu_offload``), so it is the contiguous
+    # offload reduce: the ipg bucket, the boundary epilogue's flushes with the clone of a gradient over the bucket
+    # (l.1446), kept by a rank owning none of it (l.2272-2274), and the fp64 norm copies (l.1886)
+    # (EffectiveConfig.contiguous_gradients_effective). Before (2026-12-06, the ledger took the written false: no flush
+    # replay) backward:2 / backward:4 +86,454 / +86,458 B on rank 0 (l1.weight's clone 38,528 B, l.1446, and
+    # 47,890 B of gradients, engine.py l.3428), +85,852 / +85,856 B on rank 1 (both clones, 84,882 B); now every phase
+    # within 0.16% (the forward's proxy scalars) on both ranks (3 runs). Its GA-1 twin was backward:1/2 +86,454 /
+    # +85,852 B (ranks 0 / 1) before and matched after (one probe run), as did GA 1 with communication_data_type fp32
+    ("z1_bf16_noncontig_oo_cpu_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000,
+                                                   offload_optimizer={"device": "cpu"}), "train_batch_size": 4}, 2,
+     False, parity.TINY, {"linear": True, "steps": 4}),
+    # the same with grad_accum_dtype fp32: not modelled (UNMATCHED_ISSUE15; state.zero12_transients_unmodeled marks
+    # the peak a lower bound)
+    ("z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False,
+                                                            reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+                                                     "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
@@ -628,7 +646,23 @@ UNMATCHED_LINEAR: dict = {}
 #: gradient live as its hook flushes) was not what the engine does: the tracker's event order has that new gradient
 #: freed (accumulated in place) before the hook's 934 B flat copy is made; the model then lacked the moment before it,
 #: l2's AddmmBackward0 outputs beside the accumulated 86,418 B (state accumulate_grad_new was 0 on that path).
-UNMATCHED_ISSUE15: dict = {}
+UNMATCHED_ISSUE15: dict = {
+    # ZeRO-1 bf16 with grad_accum_dtype fp32 under CPU optimizer offload (DeepSpeedZeroOptimizer: select_optimizer
+    # takes BF16_Optimizer only without cpu offload), TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears
+    # (2026-12-06, 2 runs, the same bytes): every phase from backward:1 on is over the ledger, which counts the offload
+    # reduce in the model dtype. Unattributed at the marks: param.grad_accum, ``param.grad.to(fp32)`` kept across
+    # micro-steps (stage_1_and_2.py _fill_param_grad_accum_attribute l.1237: N x 4 = 172,836 B; use_grad_accum_attribute
+    # l.401-402 at stage 1), the compact fp32 partition (_build_compact_grad_partition_buffer l.1270, 86,424 B), the
+    # fp64 norm copy of each slice (copy_grads_in_partition l.2152: 154,120 / 169,096 B on ranks 0 / 1 at the mark) and
+    # rank 1's extra-large clone in fp32 at the step (l.1446, 77,056 B). Residuals rank 0 (rank 1), engine - ledger:
+    # backward:1 +124,978 (+124,978) 24.0%, forward:2 +87,050 (+87,050), backward:2 +172,878 (+172,276), step:2
+    # +126,476 (+203,540, 35.8%), forward:4 +87,054, backward:4 +172,882 (+172,280), step:4 +126,496 (+203,560).
+    # state.zero12_transients_unmodeled says the peak is a lower bound for this plan (and ZeRO-2's, whose probe was
+    # backward:1 +78,024 / +132,140 B on ranks 0 / 1, +4-9% on rank 1's later phases)
+    "z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2": {
+        "backward:1": 124978, "forward:2": 87050, "backward:2": 172878, "step:2": 126476, "forward:4": 87054,
+        "backward:4": 172882, "step:4": 126496},
+}
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
 #: fp32, so averaged_gradients ((I_r + P - Cov_r) x 4: 170,968 B on rank 0, 94,588 B on rank 1) stood in
