@@ -73,9 +73,13 @@ def test_cut_is_deepspeeds_int_of_a_float():
     # (1 - 0.7) x 3 = 0.9000000000000001 in floating point: int() is 0, every sub-group on the host
     assert twin_flow_on_accelerator(effective_config(_cfg(0.7, 5000)), 3) == [False] * 3
     assert twin_flow_on_accelerator(effective_config(_cfg(0.0, 5000)), 3) == [True] * 3
-    # ratio 1, NVMe (its swappable sub-groups ignore the split) and no offload: no split
+    # ratio 1 and no offload: no split
     assert twin_flow_on_accelerator(effective_config(_cfg(1.0, 5000)), 3) == [False] * 3
-    assert twin_flow_on_accelerator(effective_config(_cfg(0.5, 5000, device="nvme")), 3) == [False] * 3
+    # NVMe: the same cut for the sub-groups not swapped; a swapped one stays an NVMe file (stage3.py l.1117;
+    # tests/test_twin_flow_nvme.py)
+    ec = effective_config(_cfg(0.5, 5000, device="nvme"))
+    assert twin_flow_on_accelerator(ec, 3) == [True, False, False]
+    assert twin_flow_on_accelerator(ec, 3, [True, False, False]) == [False] * 3
 
 
 def test_tier_split_bf16_ratio_half():

@@ -530,20 +530,44 @@ def zero3_partition_sums(inventory: Inventory, W: int) -> tuple[int, int]:
     return inventory.memo(("zero3_partition_sums", W), compute)
 
 
-def twin_flow_on_accelerator(ec: EffectiveConfig, n_sub_groups: int) -> list[bool]:
+def twin_flow_on_accelerator(ec: EffectiveConfig, n_sub_groups: int,
+                             swapped: "list[bool] | None" = None) -> list[bool]:
     """Per ZeRO-3 sub-group (DeepSpeed's order, :func:`zero3_sub_groups`): True where partial
-    optimizer offload (Twin-Flow, ``offload_optimizer`` ``device: cpu`` with ``ratio`` < 1) keeps its
-    fp32 master, fp32 gradient and optimizer state on the accelerator. DeepSpeed 0.19.8
+    optimizer offload (Twin-Flow, ``offload_optimizer`` ``device: cpu`` or ``nvme`` with ``ratio`` < 1)
+    keeps its fp32 master, fp32 gradient and optimizer state on the accelerator. DeepSpeed 0.19.8
     ``runtime/zero/stage3.py`` l.1100-1108 (_create_fp32_partitions): sub-group i goes to 'cpu' when
     i >= int((1 - ratio) x n_sub_groups), else to the accelerator, so the first int((1 - ratio) x n)
     stay there (ratio 0.5 over 3 sub-groups: 1; the int() of a float, as DeepSpeed computes it).
     ``offload_config.py`` l.99 bounds ratio to [0, 1]; ``config.py`` l.396-400 (offload_ratio_check)
-    refuses ratio < 1 below stage 3. All False without CPU optimizer offload, at ratio 1, and for
-    ``device: nvme`` (not modelled: its swappable sub-groups ignore the split, l.1117)."""
+    refuses ratio < 1 below stage 3. With ``device: nvme`` a swappable sub-group (``swapped[i]``,
+    :attr:`Placement.opt_swapped`) is not on the accelerator whatever its index: l.1117 tests
+    ``_swappable_optimizer_subgroup(i)`` before ``subgroup_to_device`` is read (l.1157), so its fp32
+    master is an NVMe swap file (:func:`twin_flow_backup_swapped`). All False without optimizer offload
+    and at ratio 1."""
     if not twin_flow_splits(ec) or n_sub_groups <= 0:
         return [False] * max(0, n_sub_groups)
     cut = twin_flow_backup_stepped(ec, n_sub_groups)
-    return [i < cut for i in range(n_sub_groups)]
+    sw = swapped if swapped is not None else [False] * n_sub_groups
+    return [i < cut and not sw[i] for i in range(n_sub_groups)]
+
+
+def twin_flow_backup_swapped(ec: EffectiveConfig, swapped: list[bool]) -> list[bool]:
+    """Per ZeRO-3 sub-group: True where partial optimizer offload to NVMe (``device: nvme``, ``ratio`` < 1)
+    steps a sub-group swapped to NVMe with the backup torch AdamW (a GPU run). DeepSpeed 0.19.8
+    ``stage3.py``: a swappable sub-group's fp32 master is an NVMe file (l.1117-1121, whatever
+    ``subgroup_to_device[i]`` says), swapped into the pinned buffers for its step (_prepare_sub_group
+    l.2702-2708), and _optimizer_step (l.1249-1258) steps it with ``backup_optimizer`` where
+    ``subgroup_to_device[i]`` is the accelerator (i < int((1 - ratio) x n), l.1105). That torch AdamW then
+    keeps exp_avg / exp_avg_sq in its own ``state`` as zeros_like of the swapped-in host parameter
+    (torch/optim/adam.py Adam._init_group): host memory, never swapped, since the swapper swaps only
+    DeepSpeedCPUAdam's state (``swap_tensor/optimizer_utils.py`` _get_state_tensors l.492-502 reads
+    ``self.optimizer.state[parameter]``, empty for these), so their NVMe files are the fp32 master's alone.
+    On DeepSpeed's CPU accelerator (name 'cpu', ``accelerator/cpu_accelerator.py`` l.28) DeepSpeedCPUAdam
+    steps them as at ratio 1."""
+    if not swapped or not twin_flow_splits(ec) or ec.offload_optimizer_effective != "nvme":
+        return [False] * len(swapped)
+    cut = twin_flow_backup_stepped(ec, len(swapped))
+    return [i < cut and sw for i, sw in enumerate(swapped)]
 
 
 def twin_flow_backup_stepped(ec: EffectiveConfig, n_sub_groups: int) -> int:
@@ -565,10 +589,12 @@ def twin_flow_backup_stepped(ec: EffectiveConfig, n_sub_groups: int) -> int:
 
 
 def twin_flow_splits(ec: EffectiveConfig) -> bool:
-    """Whether :func:`twin_flow_on_accelerator` may keep a sub-group on the accelerator: ZeRO-3,
-    ``offload_optimizer`` ``device: cpu``, ``ratio`` < 1."""
+    """Whether partial optimizer offload splits the sub-groups (:func:`twin_flow_on_accelerator`,
+    :func:`twin_flow_backup_swapped`): ZeRO-3, ``offload_optimizer`` ``device: cpu`` or ``nvme``,
+    ``ratio`` < 1 (``stage3.py`` l.1100-1108 maps the sub-groups whenever the optimizer is offloaded)."""
     r = ec.zero.offload_optimizer.ratio
-    return ec.zero.stage == 3 and ec.offload_optimizer_effective == "cpu" and r is not None and r < 1.0
+    return (ec.zero.stage == 3 and ec.offload_optimizer_effective in ("cpu", "nvme")
+            and r is not None and r < 1.0)
 
 
 #: Items of partial optimizer offload that only a GPU (an accelerator whose name is not 'cpu') makes:
@@ -576,8 +602,11 @@ def twin_flow_splits(ec: EffectiveConfig) -> bool:
 #: ``subgroup_to_device[i]`` is not 'cpu', and on DeepSpeed's CPU accelerator its name is 'cpu'
 #: (``accelerator/cpu_accelerator.py`` l.28), so there DeepSpeedCPUAdam steps every sub-group: no
 #: foreach sqrt temporary, no 0-dim step tensors. A CPU measurement leaves them out
-#: (``advisor.engine.measure.peak_parity``, through ``timeline.GPU_ONLY``).
-TWIN_FLOW_GPU_ONLY = ("backup_adamw_sqrt", "backup_adamw_step")
+#: (``advisor.engine.measure.peak_parity``, through ``timeline.GPU_ONLY``). With ``device: nvme`` the backup
+#: AdamW's moments of the swapped sub-groups it steps and its single-tensor step's host temporaries
+#: (:func:`twin_flow_backup_swapped`) are such items too: there DeepSpeedCPUAdam steps those sub-groups, their
+#: moments made in step 1 and swapped out as at ratio 1.
+TWIN_FLOW_GPU_ONLY = ("backup_adamw_sqrt", "backup_adamw_step", "backup_adamw_host_moments", "backup_adamw_host_denom")
 
 
 def zero3_persistent(inventory: Inventory, zero) -> list[bool]:
@@ -5722,10 +5751,13 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     on_acc = pl.opt_on_accelerator or [False] * len(sgs)
     acc_k = [s for s, sw, a in zip(Sk, swappable, on_acc) if a and not sw]
     acc = sum(acc_k)
+    # partial offload to NVMe: the swapped sub-groups the backup AdamW steps (twin_flow_backup_swapped)
+    bk_sw = pl.opt_backup_swapped or [False] * len(sgs)
+    bsw = [s for s, bk in zip(Sk, bk_sw) if bk]
     ram = sum(s for s, sw in zip(Sk, swappable) if not sw) - acc
     files = pl.opt_swap_numel(ec)
     tier = "accelerator" if oo == "none" else "host_pageable"
-    twin = (f" over the {len(sgs) - len(acc_k)} host sub-groups (offload_optimizer.ratio "
+    twin = (f" over the {sum(1 for sw in swappable if not sw) - len(acc_k)} host sub-groups (offload_optimizer.ratio "
             f"{z.offload_optimizer.ratio:g}: sub-groups i >= int((1 - ratio) x {len(sgs)}) = {len(acc_k)})"
             if acc_k else "")
     b.add(tier, "master_weights", "fp32_master", ram * M, "persistent",
@@ -5750,11 +5782,14 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                   "created at the first step)",
                   f"{S}.__init__ backup_optimizer (l.313-325), _optimizer_step (l.1255-1258); "
                   "torch/optim/adam.py Adam._init_group (zeros_like(p))")
-        b.add("host_pageable", "optimizer_states", "backup_adamw_step", 4 * len(acc_k), "persistent",
-              f"4 B x {len(acc_k)} accelerator sub-groups (the backup AdamW's 0-dim fp32 'step', on the CPU; "
+    if acc_k or bsw:
+        nb = len(acc_k) + len(bsw)
+        b.add("host_pageable", "optimizer_states", "backup_adamw_step", 4 * nb, "persistent",
+              f"4 B x {nb} sub-groups the backup AdamW steps (the backup AdamW's 0-dim fp32 'step', on the CPU; "
               "not made on a CPU accelerator)",
               "torch/optim/adam.py Adam._init_group (torch.tensor(0.0) unless capturable / fused); "
               f"{S}._optimizer_step (l.1255-1258)")
+    if acc_k:
         # torch AdamW on CUDA defaults to foreach (torch/optim/optimizer.py _default_to_fused_or_foreach;
         # torch/utils/_foreach_utils.py: cuda, not cpu); _multi_tensor_adam (adam.py l.790) makes
         # exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), one S_k x 4 copy of the sub-group's moment,
@@ -5772,22 +5807,52 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         b.add("accelerator", "workspace", "backup_optimizer_param", D, "persistent",
               f"1 element x D = {D} B (the backup AdamW's placeholder parameter)",
               f"{S}.__init__ (l.313-317 backup_gpu_param)")
+    mfiles = pl.opt_swap_numel(ec, moments=True)
     if files:
         b.add("nvme", "master_weights", "fp32_master", files * M, "persistent",
               f"sum over swappable sub-groups of A_{al}(S_k) x 4", "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
+    if mfiles:
+        bwords = (f", not the {len(bsw)} the backup AdamW steps (offload_optimizer.ratio {z.offload_optimizer.ratio:g}: "
+                  f"i < int((1 - ratio) x {len(sgs)}))" if bsw else "")
         for m in moments:
-            b.add("nvme", "optimizer_states", m, files * 4, "persistent",
-                  f"sum over swappable sub-groups of A_{al}(S_k) x 4 ({m}-*.tensor.swp)",
-                  "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state")
-    swapped = [s for s, sw in zip(Sk, swappable) if sw]
+            b.add("nvme", "optimizer_states", m, mfiles * 4, "persistent",
+                  f"sum over swappable sub-groups of A_{al}(S_k) x 4 ({m}-*.tensor.swp){bwords}",
+                  "runtime/swap_tensor/partitioned_optimizer_swapper.py:PartitionedOptimizerSwapper.swap_out_optimizer_state"
+                  + ("; swap_tensor/optimizer_utils.py _get_state_tensors l.492-502 (DeepSpeedCPUAdam's state only)"
+                     if bsw else ""))
+    if bsw:
+        # partial offload to NVMe (twin_flow_backup_swapped): the swapped sub-groups i < int((1 - ratio) x n) are
+        # stepped by the backup torch AdamW on their swapped-in host fp32 master (_prepare_sub_group l.2702-2705,
+        # _optimizer_step l.1255-1258). Its state is zeros_like of that host parameter, made at its first step
+        # (torch/optim/adam.py Adam._init_group l.178) and kept in backup_optimizer.state, never swapped
+        # (optimizer_utils.py _get_state_tensors l.492-502 reads DeepSpeedCPUAdam's state only)
+        words = (f"2 moments x sum over the {len(bsw)} swapped sub-groups the backup AdamW steps (i < int((1 - ratio) x "
+                 f"{len(sgs)}), offload_optimizer.ratio {z.offload_optimizer.ratio:g}) of S_k x 4 = 2 x {sum(bsw)} x 4")
+        b.add("host_pageable", "optimizer_states", "backup_adamw_host_moments", 2 * sum(bsw) * 4, "persistent",
+              words + " (created at the first step; not made on a CPU accelerator, where DeepSpeedCPUAdam steps them)",
+              f"{S}._optimizer_step (l.1255-1258 backup_optimizer); torch/optim/adam.py Adam._init_group l.178 "
+              "(zeros_like(p) of the swapped-in host parameter); swap_tensor/optimizer_utils.py _get_state_tensors")
+        # a host parameter: torch picks the single-tensor AdamW (optimizer.py _default_to_fused_or_foreach: foreach
+        # only on cuda / xpu / mtia / privateuse1), whose denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        # (adam.py l.544) holds the sqrt and the quotient at once: 2 x S_k x 4, one sub-group per step call
+        b.add("host_pageable", "workspace", "backup_adamw_host_denom", 2 * max(bsw) * 4, "step",
+              f"2 x max over the backup-stepped swapped sub-groups of S_k x 4 = 2 x {max(bsw)} x 4 (single-tensor AdamW "
+              "on a host parameter: exp_avg_sq.sqrt() and its quotient; not made on a CPU accelerator)",
+              "torch/optim/adam.py _single_tensor_adam l.544; torch/optim/optimizer.py _default_to_fused_or_foreach; "
+              f"{S}._optimizer_step (l.1255-1258)")
+    swapped = [s for s, sw, bk in zip(Sk, swappable, bk_sw) if sw and not bk]
     if swapped:
         # first step: the moments of a swapped sub-group do not exist yet, so the basic optimizer
         # creates them as ordinary host tensors (zeros_like of the fp32 partition in the swap
         # buffer) before the sub-group is swapped out; later steps swap them into the pool.
+        # Under partial offload to NVMe only the swapped sub-groups DeepSpeedCPUAdam steps (i >= int((1 - ratio) x n));
+        # on DeepSpeed's CPU accelerator it steps them all, so a CPU run's figure is the max over every swapped one
+        # (tests/engine/test_peak_parity.py z3_bf16_oo_nvme_ratio_w2: the largest swapped sub-group is a host one)
         big_sw = max(swapped)
         b.add("host_pageable", "optimizer_states", "first_step_moments", len(moments) * big_sw * 4, "first_step",
               f"{len(moments)} x max over swappable sub-groups S_k x 4 = {len(moments)} x {big_sw} x 4 "
-              "(created in step 1, swapped out to NVMe and freed)",
+              "(created in step 1, swapped out to NVMe and freed)"
+              + (" (DeepSpeedCPUAdam's sub-groups: not the backup AdamW's)" if bsw else ""),
               _opt_src(basic) + " (state zeros_like on the host at the first step); "
               f"{S}._optimizer_states_and_gradient_swap_out")
     nsub = len(sgs)
@@ -6046,8 +6111,10 @@ class Placement:
       order: ``stage3.py:_create_param_groups_fp16_flat_cpu_memory``, ``_move_to_flat_buffer``);
       all True unless parameters go to NVMe.
     * ``opt_on_accelerator``: per sub-group, partial optimizer offload keeps its fp32 master,
-      fp32 gradient and moments on the accelerator (:func:`twin_flow_on_accelerator`); all False
-      (or empty) otherwise.
+      fp32 gradient and moments on the accelerator (:func:`twin_flow_on_accelerator`; never a
+      swapped one); all False (or empty) otherwise.
+    * ``opt_backup_swapped``: per sub-group, partial optimizer offload to NVMe steps it, swapped, with
+      the backup AdamW, whose moments stay in host memory (:func:`twin_flow_backup_swapped`).
     """
 
     W: int
@@ -6057,13 +6124,16 @@ class Placement:
     opt_swapped: list[bool]
     in_flat: list[bool]
     opt_on_accelerator: list[bool] = field(default_factory=list)
+    opt_backup_swapped: list[bool] = field(default_factory=list)
 
-    def opt_swap_numel(self, ec: EffectiveConfig) -> int:
-        """Elements of each NVMe swap file set (fp32 master, and each moment alike): the sum over
-        swapped sub-groups of A_k(S_k), k = :func:`aio_alignment_elems` for 4-byte elements
-        (``swap_tensor/optimizer_utils.py:_io_aligned_numel``)."""
+    def opt_swap_numel(self, ec: EffectiveConfig, moments: bool = False) -> int:
+        """Elements of each NVMe swap file set: the sum over swapped sub-groups of A_k(S_k),
+        k = :func:`aio_alignment_elems` for 4-byte elements (``swap_tensor/optimizer_utils.py:_io_aligned_numel``),
+        for the fp32 master; ``moments``: for each moment, whose files only DeepSpeedCPUAdam's sub-groups have
+        (not those of :attr:`opt_backup_swapped`, whose moments the backup AdamW keeps in host memory)."""
         al = aio_alignment_elems(ec, 4)
-        return sum(_align(sg.numel, al) for sg, sw in zip(self.sub_groups, self.opt_swapped) if sw)
+        bk = self.opt_backup_swapped if moments and self.opt_backup_swapped else [False] * len(self.sub_groups)
+        return sum(_align(sg.numel, al) for sg, sw, b in zip(self.sub_groups, self.opt_swapped, bk) if sw and not b)
 
 
 def zero3_param_swap_bytes(ec: EffectiveConfig, partitions: "Iterable[int]") -> int:
@@ -6140,7 +6210,8 @@ def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None =
         terms = Runs.const(W, None)
     smin = swap_threshold_bytes(ec)
     swapped = [ec.offload_optimizer_effective == "nvme" and sg.numel * 4 >= smin for sg in sgs]
-    return Placement(W, zero12, terms, sgs, swapped, _zero3_in_flat(ec, sgs), twin_flow_on_accelerator(ec, len(sgs)))
+    return Placement(W, zero12, terms, sgs, swapped, _zero3_in_flat(ec, sgs),
+                     twin_flow_on_accelerator(ec, len(sgs), swapped), twin_flow_backup_swapped(ec, swapped))
 
 
 def placement_of(plan: Plan) -> Placement:
@@ -6319,8 +6390,8 @@ def compute_ledger(plan: Plan) -> Ledger:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
     excluded = [
         "activations (depend on the model's forward, not on the config)",
-        "optimizer-kernel temporaries" + (" other than partial offload's backup AdamW sqrt copy (backup_adamw_sqrt)"
-                                          if twin_flow_splits(ec) else "")
+        "optimizer-kernel temporaries" + (" other than partial offload's backup AdamW sqrt copies (backup_adamw_sqrt, "
+                                          "backup_adamw_host_denom)" if twin_flow_splits(ec) else "")
         + " (the CUDA context, NCCL buffers and the caching allocator's reserve are the fit table's runtime-overhead rows)",
         ("ZeRO-3 backward copies: the whole gradient flush when communication_data_type differs from the model's "
          "dtype or under qgZ, a flush's gradients divided by gradient_predivide_factor, and an nn.Linear's bias "
@@ -6343,11 +6414,6 @@ def compute_ledger(plan: Plan) -> Ledger:
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")
-    ratio = z.offload_optimizer.ratio
-    if z.stage == 3 and ec.offload_optimizer_effective == "nvme" and ratio is not None and ratio < 1.0:
-        excluded.append(f"offload_optimizer.ratio {ratio:g} with device nvme: the partial-offload "
-                        "split (stage3.py l.1100-1108) is modelled for device cpu only; here every sub-group is "
-                        "counted swapped or in host memory as at ratio 1")
     lower = ""
     if z.stage in (1, 2) and inv.has_trainable():
         groups = len(inv.memo(("trainable_groups",), lambda: tuple(sorted({t.group for t in inv.tensors if t.trainable}))))

@@ -329,6 +329,18 @@ CELLS = [
     ("z3_bf16_oo_nvme_w2", _cfg(3, "bf16", reduce_bucket_size=50000, sub_group_size=300000,
                                 offload_optimizer={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 4}),
      2, False, parity.BIG, {"submodules": True, "linear": True}),
+    # the same with partial offload (issue 15; offload_optimizer.ratio 0.5): int(0.5 x 3) = 1, sub-group 0 (swapped)
+    # is a GPU run's backup-AdamW sub-group, its moments host tensors beside its NVMe master file
+    # (state.twin_flow_backup_swapped; tests/test_twin_flow_nvme.py). On this CPU accelerator DeepSpeedCPUAdam steps
+    # every sub-group as at ratio 1 (stage3.py l.1250-1254, the accelerator's name is 'cpu'), so the backup items
+    # (timeline.GPU_ONLY: 8,445,956 B in the step, 4,222,980 B after it) are left out and the cell proves the rest:
+    # the placeholder parameter, and the first step's DeepSpeedCPUAdam moments, whose max over the swapped
+    # sub-groups is sub-group 1's (530,966 > 527,872) on both paths. Every phase of both ranks within 0.03%
+    # (2026-12-06, 2 runs); the tier split and the backup AdamW's host moments are not proven here
+    ("z3_bf16_oo_nvme_ratio_w2", _cfg(3, "bf16", reduce_bucket_size=50000, sub_group_size=300000,
+                                      offload_optimizer={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 4,
+                                                         "ratio": 0.5}),
+     2, False, parity.BIG, {"submodules": True, "linear": True}),
     # parameters on NVMe with steps: max_in_cpu 1000 puts every swappable partition (the weights')
     # on NVMe (partitioned_param_swapper.py), fetched through buffer_count x buffer_size pinned buffers.
     # The first iteration is the replay's (one module at a time, no prefetch: forward:1 holds l2's flat

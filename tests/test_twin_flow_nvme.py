@@ -1,0 +1,119 @@
+"""Partial optimizer offload to NVMe at ZeRO-3 (``offload_optimizer: {device: nvme, ratio: r < 1}``): the
+ledger's tier split per sub-group, computed here by hand from DeepSpeed 0.19.8's rules. This is a GPU run's
+split; on DeepSpeed's CPU accelerator (the engine cell z3_bf16_oo_nvme_ratio_w2) every sub-group maps to 'cpu'
+and DeepSpeedCPUAdam steps them all, so the CPU run does not prove it.
+
+* ``stage3.py`` l.1100-1108: sub-group i maps to 'cpu' when i >= int((1 - ratio) x n), else to the accelerator.
+* l.1117-1121: a sub-group with S_k x 4 >= max(MIN_AIO_BYTES, aio block_size) = 1 MiB
+  (``swap_tensor/utils.py`` l.14; ``optimizer_utils.py`` is_swappable_tensor l.225-232) is swapped to NVMe
+  whatever its device: its fp32 master is a swap file of A(S_k) x 4 B, A rounding up to
+  AIO_ALIGNED_BYTES / 4 = 256 elements (utils.py l.15, optimizer_utils.py l.181-182, _io_aligned_numel l.545-547).
+* l.1157-1160: an unswapped sub-group's fp32 master is ``.to(subgroup_to_device[i])``: the accelerator for i < cut.
+* _optimizer_step l.1249-1258: i < cut is stepped by the backup torch AdamW, whose state (exp_avg, exp_avg_sq,
+  zeros_like(p): torch/optim/adam.py l.178) of a swapped sub-group lies beside its swapped-in host parameter and
+  is never swapped: the swapper swaps ``self.optimizer.state[parameter]`` only (DeepSpeedCPUAdam's;
+  optimizer_utils.py _get_state_tensors l.492-502), so such a sub-group has no moment swap files. On a host
+  parameter torch runs the single-tensor AdamW (optimizer.py _default_to_fused_or_foreach: no foreach on
+  cpu), whose ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)`` holds two S_k x 4 temporaries (adam.py l.544).
+
+BIG (tests/engine/parity.py) at W = 2: partitions l1.weight 1,055,744 / 2 = 527,872, l1.bias 1,031 -> 516,
+l2.weight 1,060,899 -> 530,450, l2.bias 1,029 -> 515. sub_group_size 300,000 (stage3.py _create_fp16_sub_groups,
+a sub-group closes once its sum reaches the size): [527,872], [516 + 530,450 = 530,966], [515]; the first two
+swapped (over 1 MiB), the last (2,060 B) not.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine"))
+import parity  # noqa: E402
+
+from advisor.config.effective import effective_config  # noqa: E402
+from advisor.ledger.state import Cluster, Plan, compute_ledger, placement_of  # noqa: E402
+from advisor.model.inventory import from_dict  # noqa: E402
+
+S = [527872, 530966, 515]
+
+
+def A(n):
+    return -(-n // 256) * 256
+
+
+def _cfg(ratio, dtype="bf16"):
+    c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+         "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000, "sub_group_size": 300000,
+                               "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 4,
+                                                     "ratio": ratio}}}
+    if dtype != "fp32":
+        c[dtype] = {"enabled": True}
+    return c
+
+
+def _ledger(cfg):
+    return compute_ledger(Plan(effective_config(cfg), from_dict(parity.BIG, "big"), Cluster(world_size=2)))
+
+
+def _by(led, r=0):
+    out: dict[tuple[str, str], int] = {}
+    for e in led.rank(r).entries:
+        out[(e.item, e.tier)] = out.get((e.item, e.tier), 0) + e.bytes
+    return out
+
+
+def test_sub_groups_and_split():
+    pl = placement_of(_ledger(_cfg(0.5)).plan)
+    assert [sg.numel for sg in pl.sub_groups] == S
+    assert pl.opt_swapped == [True, True, False]
+    # int((1 - 0.5) x 3) = 1: sub-group 0 is the backup AdamW's, swapped; none on the accelerator
+    assert pl.opt_backup_swapped == [True, False, False]
+    assert pl.opt_on_accelerator == [False, False, False]
+    # ratio 0: int(1 x 3) = 3: the two swapped ones are the backup AdamW's, the unswapped one on the accelerator
+    pl = placement_of(_ledger(_cfg(0.0)).plan)
+    assert pl.opt_backup_swapped == [True, True, False]
+    assert pl.opt_on_accelerator == [False, False, True]
+    pl = placement_of(_ledger(_cfg(1.0)).plan)
+    assert pl.opt_backup_swapped == [False] * 3 and pl.opt_on_accelerator == [False] * 3
+
+
+def test_tier_split_ratio_half():
+    by = _by(_ledger(_cfg(0.5)))
+    # master files: every swapped sub-group; moment files: sub-group 1 only (DeepSpeedCPUAdam's)
+    assert by[("fp32_master", "nvme")] == (A(S[0]) + A(S[1])) * 4
+    for m in ("exp_avg", "exp_avg_sq"):
+        assert by[(m, "nvme")] == A(S[1]) * 4 == 531200 * 4
+        assert by[(m, "host_pageable")] == S[2] * 4      # the unswapped host sub-group
+        assert (m, "accelerator") not in by
+    assert by[("fp32_master", "host_pageable")] == S[2] * 4
+    # the backup AdamW's moments of sub-group 0, in host memory
+    assert by[("backup_adamw_host_moments", "host_pageable")] == 2 * S[0] * 4
+    assert by[("backup_adamw_host_denom", "host_pageable")] == 2 * S[0] * 4
+    assert by[("backup_adamw_step", "host_pageable")] == 4
+    assert ("backup_adamw_sqrt", "accelerator") not in by   # no accelerator sub-group: no foreach step
+    # step 1's DeepSpeedCPUAdam moments of its swapped sub-groups (sub-group 1), made before its swap-out
+    assert by[("first_step_moments", "host_pageable")] == 2 * S[1] * 4
+    # the pinned swap pool: buffer_count x A(max S_k) x 4, as at ratio 1
+    assert by[("opt_swap_buffers", "host_pinned")] == 4 * A(max(S)) * 4
+
+
+def test_tier_split_ratio_zero():
+    by = _by(_ledger(_cfg(0.0)))
+    assert by[("fp32_master", "nvme")] == (A(S[0]) + A(S[1])) * 4
+    assert not any(t == "nvme" and i in ("exp_avg", "exp_avg_sq") and v for (i, t), v in by.items())
+    for item in ("fp32_master", "exp_avg", "exp_avg_sq", "fp32_grad"):
+        assert by[(item, "accelerator")] == S[2] * 4, item
+    assert by[("backup_adamw_host_moments", "host_pageable")] == 2 * (S[0] + S[1]) * 4
+    assert by[("backup_adamw_host_denom", "host_pageable")] == 2 * S[1] * 4
+    assert by[("backup_adamw_sqrt", "accelerator")] == S[2] * 4
+    assert by[("backup_adamw_step", "host_pageable")] == 4 * 3
+    assert ("first_step_moments", "host_pageable") not in by   # DeepSpeedCPUAdam steps no swapped sub-group
+
+
+def test_ratio_one_unchanged_and_no_exclusion():
+    led = _ledger(_cfg(1.0))
+    by = _by(led)
+    for m in ("exp_avg", "exp_avg_sq"):
+        assert by[(m, "nvme")] == (A(S[0]) + A(S[1])) * 4
+    assert not any(i.startswith("backup_") for i, _ in by)
+    assert not any("ratio" in x for x in _ledger(_cfg(0.5)).excluded)
