@@ -117,3 +117,71 @@ def test_ratio_one_unchanged_and_no_exclusion():
         assert by[(m, "nvme")] == (A(S[0]) + A(S[1])) * 4
     assert not any(i.startswith("backup_") for i, _ in by)
     assert not any("ratio" in x for x in _ledger(_cfg(0.5)).excluded)
+
+
+def test_host_optimizer_term_counts_swapped_sub_groups():
+    """The step time's host optimizer elements: DeepSpeedCPUAdam's sub-groups (i >= cut) and the swapped ones the
+    backup AdamW steps on their host master; not the unswapped accelerator one (ratio 0: sub-group 2)."""
+    from advisor.ledger.steptime import cpu_optimizer_elements
+    assert cpu_optimizer_elements(_ledger(_cfg(1.0)).plan) == sum(S)
+    assert cpu_optimizer_elements(_ledger(_cfg(0.5)).plan) == sum(S)
+    assert cpu_optimizer_elements(_ledger(_cfg(0.0)).plan) == S[0] + S[1]
+
+
+def test_checkpoint_swap_files():
+    """save_checkpoint copies each rank's swap files (offloaded_tensors/rank{r}/{first}_{last}.tensor.swp and a
+    {moment}- one per DeepSpeedCPUAdam state tensor): at ratio 0.5 sub-group 0 (parameter 0) has its master's file
+    only, sub-group 1 (parameters 1-2) its master's and both moments', each A(S_k) x 4 B."""
+    from advisor.ledger.checkpoint import checkpoint_files
+    led = _ledger(_cfg(0.5))
+    f = {x.path: x.bytes for x in checkpoint_files(led.plan, tag="ckpt").files}
+    for r in ("00", "01"):
+        d = f"ckpt/offloaded_tensors/rank{r}/"
+        assert f[d + "0_0.tensor.swp"] == A(S[0]) * 4
+        assert d + "exp_avg-0_0.tensor.swp" not in f and d + "exp_avg_sq-0_0.tensor.swp" not in f
+        for nm in ("1_2", "exp_avg-1_2", "exp_avg_sq-1_2"):
+            assert f[d + nm + ".tensor.swp"] == A(S[1]) * 4
+    f1 = {x.path for x in checkpoint_files(_ledger(_cfg(1.0)).plan, tag="ckpt").files}
+    assert "ckpt/offloaded_tensors/rank00/exp_avg-0_0.tensor.swp" in f1
+
+
+def test_movement_nvme_bytes():
+    """The movement ledger's NVMe bytes per step: the fp32 master of every swapped sub-group read and written
+    (A(S_0) + A(S_1)) x 4; each moment only sub-group 1's, DeepSpeedCPUAdam's, A(S_1) x 4 (ratio 1: both)."""
+    from advisor.ledger.movement import rank_movements
+
+    def nv(ratio):
+        out = {}
+        for m in rank_movements(_ledger(_cfg(ratio)).plan, 0):
+            if m.link == "nvme" and m.cls in ("master_weights", "optimizer_states"):
+                out[(m.item, m.direction)] = m.bytes
+        return out
+    half, full = nv(0.5), nv(1.0)
+    for d in ("read", "write"):
+        assert half[("fp32_master", d)] == full[("fp32_master", d)] == (A(S[0]) + A(S[1])) * 4
+        for m in ("exp_avg", "exp_avg_sq"):
+            assert half[(m, d)] == A(S[1]) * 4
+            assert full[(m, d)] == (A(S[0]) + A(S[1])) * 4
+
+
+def test_estimate_names_the_nvme_split(tmp_path):
+    """estimate's assumptions: at ratio 0.5 over [swapped, swapped, unswapped] no sub-group is on the accelerator,
+    one is in host memory (sub-group 2), two are NVMe files, one of them (sub-group 0) the backup AdamW's; the
+    text says so, and the ledger no longer lists the ratio as not modelled."""
+    import json
+    import subprocess
+    (tmp_path / "big.json").write_text(json.dumps(parity.BIG))
+    (tmp_path / "cfg.json").write_text(json.dumps(_cfg(0.5)))
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+
+    def run(fmt):
+        return subprocess.run([sys.executable, "-m", "advisor", "estimate", str(tmp_path / "cfg.json"), "--model",
+                               str(tmp_path / "big.json"), "--world-size", "2", "--format", fmt],
+                              capture_output=True, text=True, env=env, timeout=300)
+    p = run("json")
+    assert p.returncode in (0, 1), p.stderr
+    oo = json.loads(p.stdout)["assumptions"]["offload_optimizer"]
+    assert (oo["sub_groups_on_accelerator"], oo["sub_groups_on_host"], oo["sub_groups_on_nvme"],
+            oo["sub_groups_on_nvme_backup_stepped"]) == (0, 1, 2, 1)
+    t = run("text")
+    assert "2 swapped to NVMe (1 of them stepped by the backup AdamW" in t.stdout, t.stdout

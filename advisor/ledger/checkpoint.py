@@ -184,7 +184,9 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
       (``offload_optimizer: {device: cpu, ratio < 1}``) the moments and step are the host
       sub-groups' only (the fp32 flat groups are all of them): the first int((1 - ratio) x n) are
       stepped by the backup torch AdamW, whose state ``_rigid_state_dict`` (l.3442-3444) does not save
-      (:func:`advisor.ledger.state.twin_flow_backup_stepped`). That is a GPU run's file: on DeepSpeed's
+      (:func:`advisor.ledger.state.twin_flow_backup_stepped`); with ``device: nvme`` a swapped sub-group among
+      them has its master's swap file only, no moment files (:func:`advisor.ledger.state.twin_flow_backup_swapped`).
+      That is a GPU run's file: on DeepSpeed's
       CPU accelerator DeepSpeedCPUAdam steps every sub-group and the file holds every moment (not
       proved on a GPU here; no engine run checks this figure).
     * any ZeRO stage: global rank 0 copies ``zero_to_fp32.py`` and ``zero_to_torch.py`` into save_dir;
@@ -288,7 +290,10 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                 if on_nvme:
                     first, last = sg.tensors[0], sg.tensors[-1]
                     a = align_up(S, k_al) * 4
-                    for nm in (f"{first}_{last}", *(f"{m}-{first}_{last}" for m in opt.items)):
+                    # partial offload to NVMe: a swapped sub-group the backup AdamW steps has its master file only
+                    # (state.twin_flow_backup_swapped: the swapper swaps DeepSpeedCPUAdam's state alone)
+                    bk = pl.opt_backup_swapped and pl.opt_backup_swapped[i]
+                    for nm in (f"{first}_{last}", *(() if bk else (f"{m}-{first}_{last}" for m in opt.items))):
                         swapped.append(CkptFile(f"{d}/offloaded_tensors/{rdir}/{nm}.tensor.swp", rank, a,
                                                 "offloaded_tensors", {"swap_file": a},
                                                 formula=f"A_{k_al}(S_k) x 4 = A_{k_al}({S}) x 4 (copy of the swap file)",

@@ -921,7 +921,16 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         pipelined = {"read": bool(z.offload_optimizer.pipeline_read), "write": bool(z.offload_optimizer.pipeline_write)}
         src = ("reference 5.4 (measured); swap_tensor/partitioned_optimizer_swapper.py swap_in/swap_out_optimizer_state, "
                "optimizer_utils.py _io_aligned_numel")
-        master = pl.opt_swap_numel(ec) * M  # the ledger's NVMe fp32_master (and each moment) files
+        master = pl.opt_swap_numel(ec) * M  # the ledger's NVMe fp32_master files
+        # each moment's files: not those of the swapped sub-groups a GPU run's backup AdamW steps under partial
+        # offload (ratio < 1), whose moments stay in host memory (state.twin_flow_backup_swapped)
+        moments = pl.opt_swap_numel(ec, moments=True) * M
+        nbk = sum(pl.opt_backup_swapped or ())
+        bwords = (f", not the {nbk} swapped sub-group(s) the backup AdamW steps (offload_optimizer.ratio "
+                  f"{z.offload_optimizer.ratio:g}: i < int((1 - ratio) x n); their moments stay in host memory)"
+                  if nbk else "")
+        bsrc = ("; stage3.py l.1100-1108, _optimizer_step l.1255-1258; optimizer_utils.py _get_state_tensors "
+                "l.492-502" if nbk else "")
         # this rank's gradient pieces: advisor.ledger.state.zero3_grad_swap_bytes over r_i
         grads = terms if terms is not None else pl.terms[r][0]
         sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
@@ -929,9 +938,9 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined[direction],
                 f"fp32 master {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src, path=path)
             for item in opt.items:
-                add(NVME, direction, "optimizer_states", item, master, "step", pipelined[direction],
-                    f"{opt_name} {item} {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src,
-                    path=path, first_step_bytes=0 if direction == "read" else None)
+                add(NVME, direction, "optimizer_states", item, moments, "step", pipelined[direction],
+                    f"{opt_name} {item} {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}{bwords}",
+                    src + bsrc, path=path, first_step_bytes=0 if direction == "read" else None)
         gsrc = "reference 5.4; optimizer_utils.py _swap_out_gradients, _adjust_for_misaligned_lengths"
         gwords = (f"fp32 gradient pieces with r_i x 4 >= {min_aio:,} B, aligned part floor(r_i/{k}) x {k} x 4 "
                   f"(the unaligned tail stays in memory)")

@@ -428,15 +428,21 @@ def offload_sub_groups(plan: "Plan") -> list[tuple[int, bool]]:
     """One rank's ZeRO-3 sub-groups in DeepSpeed's order as (S_k elements, kept on the accelerator by
     partial optimizer offload): every param group's sub-groups (:func:`advisor.ledger.state.zero3_sub_groups`),
     expert groups after the dense ones (``moe/utils.py`` split_params_into_different_moe_groups_for_optimizer
-    appends them), each flagged by :func:`advisor.ledger.state.twin_flow_on_accelerator`. Empty below
+    appends them), each flagged by :func:`advisor.ledger.state.twin_flow_on_accelerator`. With
+    ``device: nvme`` a swapped sub-group (S_k x 4 >= the aio swap size, ``stage3.py`` l.1117) is never flagged:
+    where the backup AdamW steps it (i < int((1 - ratio) x n)) it does so on the swapped-in host master, torch's
+    single-tensor AdamW (:func:`advisor.ledger.state.twin_flow_backup_swapped`), counted with the host
+    sub-groups at the CPU optimizer's rate (a lower bound: not DeepSpeedCPUAdam's kernel). Empty below
     ZeRO-3 or without optimizer offload."""
-    from advisor.ledger.state import twin_flow_on_accelerator, zero3_sub_groups
+    from advisor.ledger.state import swap_threshold_bytes, twin_flow_on_accelerator, zero3_sub_groups
     ec = plan.config
     if ec.zero.stage != 3 or ec.offload_optimizer_effective not in ("cpu", "nvme"):
         return []
     sizes = [sg.numel for sub, w in _rank_parts(plan) if sub.tensors
              for sg in zero3_sub_groups(sub, w, ec.zero.sub_group_size)]
-    return list(zip(sizes, twin_flow_on_accelerator(ec, len(sizes))))
+    smin = swap_threshold_bytes(ec)
+    sw = [ec.offload_optimizer_effective == "nvme" and sz * 4 >= smin for sz in sizes]
+    return list(zip(sizes, twin_flow_on_accelerator(ec, len(sizes), sw)))
 
 
 def _rank_parts(plan: "Plan") -> list[tuple[Any, int]]:

@@ -430,7 +430,10 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             if "sub_groups_on_host" in oo:  # ZeRO-3 partial offload: the ratio splits per sub-group
                 split = (f", ratio {oo['ratio']:g}: optimizer state of {oo['sub_groups_on_host']} sub-group(s) per rank on "
                          f"the host, {oo['sub_groups_on_accelerator']} on the accelerator")
-                if not oo["sub_groups_on_host"]:
+                if "sub_groups_on_nvme" in oo:
+                    split += (f", {oo['sub_groups_on_nvme']} swapped to NVMe ({oo['sub_groups_on_nvme_backup_stepped']} of "
+                              "them stepped by the backup AdamW, their moments in host memory)")
+                if not oo["sub_groups_on_host"] and not oo.get("sub_groups_on_nvme"):
                     split += " (only the gradient partitions on the host)"
             console.print(f"  offload_optimizer: {oo['written']} (effective: {oo['effective']}{split}); "
                           f"offload_param: {a['offload_param']['written']} (effective: {a['offload_param']['effective']})")

@@ -68,7 +68,7 @@ DEFAULT_OVERHEAD = OverheadSettings()
 
 
 def _partial_offload_split(plan: Plan) -> dict[str, Any]:
-    """Under ZeRO-3 partial optimizer offload (``offload_optimizer`` ``device: cpu``, ``ratio`` < 1), how
+    """Under ZeRO-3 partial optimizer offload (``offload_optimizer`` ``device: cpu`` or ``nvme``, ``ratio`` < 1), how
     many of a rank's sub-groups keep their fp32 master, fp32 gradient and moments on the accelerator and
     how many are offloaded (``stage3.py`` l.1100-1108: i < int((1 - ratio) x n) stays on the accelerator;
     :func:`advisor.ledger.state.twin_flow_on_accelerator`), so "effective: cpu" is not read as every
@@ -77,9 +77,17 @@ def _partial_offload_split(plan: Plan) -> dict[str, Any]:
     ec = plan.config
     if not twin_flow_splits(ec) or plan.inventory is None:
         return {}
-    acc = placement_of(plan).opt_on_accelerator
+    pl = placement_of(plan)
+    acc = pl.opt_on_accelerator
     k = sum(1 for a in acc if a)
-    return {"ratio": ec.zero.offload_optimizer.ratio, "sub_groups_on_accelerator": k, "sub_groups_on_host": len(acc) - k}
+    if ec.offload_optimizer_effective != "nvme":
+        return {"ratio": ec.zero.offload_optimizer.ratio, "sub_groups_on_accelerator": k, "sub_groups_on_host": len(acc) - k}
+    # device nvme: a swapped sub-group stays an NVMe file whatever its index (stage3.py l.1117); those with
+    # i < int((1 - ratio) x n) a GPU run steps with the backup AdamW, their moments in host memory
+    # (advisor.ledger.state.twin_flow_backup_swapped)
+    nv = sum(1 for sw in pl.opt_swapped if sw)
+    return {"ratio": ec.zero.offload_optimizer.ratio, "sub_groups_on_accelerator": k, "sub_groups_on_host": len(acc) - k - nv,
+            "sub_groups_on_nvme": nv, "sub_groups_on_nvme_backup_stepped": sum(1 for b in pl.opt_backup_swapped if b)}
 
 
 @dataclass
