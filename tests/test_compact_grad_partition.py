@@ -87,7 +87,8 @@ def test_regime_taken_only_where_measured():
     assert any(e.item == "reduce_transient" for e in led_ok.rank(0).entries)
     ec = effective_config({**_cfg(), "bf16": {"enabled": False}, "fp16": {"enabled": True}})
     assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
-    assert not zero12_transients_modeled(effective_config(_cfg()), "DeepSpeedZeroOptimizer", 2, 2)
+    ec = effective_config(_cfg(contiguous_gradients=False))
+    assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
 
 
 def test_owned_extra_large_gradient_kept_whole_to_the_end_of_the_epilogue():
@@ -123,6 +124,7 @@ def test_one_rank_flush_of_several_slices_is_flattened_on_that_rank():
 def test_extra_large_gradient_runs_as_allreduce_and_scatter_cuts_them():
     # stage_1_and_2.py allreduce_and_scatter l.1558-1575: slices appended one by one, a run closed by the slice that
     # takes it over numel_per_bucket (= reduce_bucket_size); walked here slice by slice over every rank
+    import os
     import random
     from advisor.ledger.state import _xl_runs
 
@@ -151,3 +153,71 @@ def test_extra_large_gradient_runs_as_allreduce_and_scatter_cuts_them():
     # the whole runs between the ends come as one item, not one per rank: 1e6 ranks of P = 10 at RBS 95
     items = list(_xl_runs([(0, 1, 5), (1, 1_000_000, 10), (1_000_000, 1_000_001, 3)], 10, 95))
     assert len(items) <= 4
+
+
+def test_two_groups_one_buffer_each_made_at_the_rank_first_flush_of_its_group():
+    # TINY_FROZEN_GROUPS' shapes, 1-D (no autograd siblings): group 0 = a0 (19,264), a1 (301); frozen f0, f1; group 1 =
+    # b0 (385), b1 (5). Group 0: 19,565 elements padded to 19,568 (2W-aligned), P0 = 9,784: rank 0 a0[0, 9784), rank 1
+    # a0's other 9,480 and a1. Group 1: 390 -> 392, P1 = 196: rank 0 b0[0, 196), rank 1 b0's other 189 and b1.
+    # Hooks (reverse order): b1, b0, a1 (691 in the 10,000-element bucket), a0 (19,264 > RBS): flush 0 = {b1, b0, a1}
+    # inside a0's hook (a0's autograd storage live), one run of several slices flattened (691 x 2 B, l.2367); the
+    # epilogue's flush 1 = a0 alone in its own storage (l.1444-1449), its two slices one run over RBS, flattened.
+    # Each group's buffer (_get_compact_grad_partition_buffer(group_idx), l.1303-1310) is made at the rank's first
+    # slice of that group: rank 0 makes group 1's at flush 0 and group 0's at flush 1; rank 1 both at flush 0.
+    # Engine (real Linears, the same moments): backward 302,492 / 301,276 B = forward:1 + the figures below + 32 B
+    inv = Inventory(name="g", tensors=[TensorSpec("a0.w", (19264,)), TensorSpec("a1.w", (301,)),
+                                       TensorSpec("f0.w", (23177,), trainable=False),
+                                       TensorSpec("f1.w", (77,), trainable=False),
+                                       TensorSpec("b0.w", (385,), group=1), TensorSpec("b1.w", (5,), group=1)],
+                    source="test")
+    cfg = _cfg(ga=2, reduce_bucket_size=10000)
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    assert zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 2)
+    P0, P1, ipg = 9784, 196, 10000 * 2
+    bufs = (P0 + P1) * 4
+    f0_copy, a0 = 691 * 2, 19264 * 2
+    flush0 = {0: f0_copy + a0 + P1 * 4 + 196 * 4,            # rank 0: group 1's buffer, the cast of b0's 196
+              1: f0_copy + a0 + bufs + 301 * 4}              # rank 1: both buffers, the cast of a1's 301
+    flush1 = {r: a0 + a0 + bufs + n * 4 for r, n in ((0, 9784), (1, 9480))}  # a0 whole, its flat copy, the cast
+    for r in (0, 1):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
+        at = dict(zip([x.key for x in tl.instants], tl.series(("accelerator",))))
+        assert at["reduce:1"] - at["forward:1"] == ipg + max(flush0[r], flush1[r])  # 176,112 / 174,896 B
+        assert at["forward:2"] - at["forward:1"] == bufs                           # both kept (l.3131)
+        assert at["reduce"] == at["reduce:1"]
+
+
+def test_groups_walk_agrees_with_the_one_group_terms_on_one_group(monkeypatch):
+    # the several-groups walk (state._zero12_compact_groups_transients, per-rank buffers as a step function of the
+    # flush) must reduce to the one-group terms (state._zero12_compact_transients, engine-checked by
+    # z2_bf16_gaccfp32_tbsga2_w2 and probes at reduce_bucket_size 10,000, W 2 and 4) when there is one group: random
+    # 1-D inventories (no autograd siblings), reduce bucket sizes that make extra-large gradients and several
+    # flushes, W from 1 to 9 (several ranks per tensor and several tensors per rank)
+    import os
+    import random
+
+    from advisor.ledger import state
+
+    rng = random.Random(1515)
+    calls = []
+    one = state._zero12_compact_transients
+
+    def both(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax):
+        a = one(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax)
+        b = state._zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax)
+        calls.append(W)
+        for r in range(W):
+            assert a[r] == b[r], (W, rbs, r, a[r], b[r])
+        return a
+
+    monkeypatch.setattr(state, "_zero12_compact_transients", both)
+    for _ in range(int(os.environ.get("COMPACT_ITERS", 60))):
+        inv = Inventory(name="r", tensors=[TensorSpec(f"t{i}.w", (rng.randint(1, 3000),))
+                                           for i in range(rng.randint(1, 9))], source="test")
+        W = rng.randint(1, 9)
+        cfg = _cfg(ga=2, reduce_bucket_size=rng.choice([50, 500, 2000, 50000]), overlap_comm=rng.random() < 0.5)
+        cfg["train_batch_size"] = 2 * W
+        ec = effective_config(cfg)
+        state.zero12_backward_transients(ec, inv, state.zero12_layouts(ec, inv, W), W, 2)
+    assert len(calls) == int(os.environ.get("COMPACT_ITERS", 60))

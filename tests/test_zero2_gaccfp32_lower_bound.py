@@ -8,7 +8,7 @@ boundary (all_grad_tensors, l.1038-1040, freed l.1059); with fp32 accumulation o
 P x 4 bytes (_build_compact_grad_partition_buffer l.1268-1274), kept to the step (l.3131), with each reduced slice
 cast to fp32 as it is added (l.1324-1326). So at GA 1 the fp32 regime holds at least 4P - 2P = 2P bytes more, and at
 GA > 1 at least as much (4P against 2P + 2P). llama-3-8b at W 8: P = ceil(8,030,261,248 / 8) plus padding, at
-least 1,003,782,656 elements. Where the regime is not modelled (contiguous_gradients off, fp16, several param groups) the
+least 1,003,782,656 elements. Where the regime is not modelled (contiguous_gradients off, fp16, fp32 communication) the
 estimate says its accelerator peak is a lower bound (``assumptions.peak_lower_bound``, ``>=`` in text).
 """
 

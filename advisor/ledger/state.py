@@ -3989,8 +3989,9 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     coarse lifetimes was backward:1/2 +163,506 / +170,994 B on ranks 0 / 1, forward:2 +86,480 B, step:4 +154,148 /
     +169,124 B, the figures of the cell without overlap_comm before it was modelled; with this regime every phase
     within 0.03%, the engine's backward exactly the no-overlap cell's + 100,000 B (50,000 x 2, the second ipg buffer).
-    fp16, fp32 communication, several param groups and CPU offload are not measured in this regime and keep the
-    coarse lifetimes."""
+    Several param groups: one buffer per group, each made at the rank's first flush holding a slice of that group
+    (:func:`_zero12_compact_groups_transients`; z2_bf16_gaccfp32_groups_tbsga2_w2). fp16, fp32 communication and
+    CPU offload are not measured in this regime and keep the coarse lifetimes."""
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
@@ -4034,9 +4035,8 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         if z.stage == 2 and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32":
             # the compact fp32 buffer regime is modelled only as zero12_compact_grad_buffer says
             why = [x for x, on in (("contiguous_gradients off", not ec.contiguous_gradients_effective),
-                                   (f"communication_data_type {ec.comm_dtype}", ec.comm_dtype != ec.model_dtype),
-                                   (f"{groups} param groups", groups != 1)) if on]
-            w += " (modelled with one param group, contiguous_gradients on; here " + ", ".join(why) + ")"
+                                   (f"communication_data_type {ec.comm_dtype}", ec.comm_dtype != ec.model_dtype)) if on]
+            w += " (modelled with contiguous_gradients on, communication in the model dtype; here " + ", ".join(why) + ")"
         what.append(w)
     if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective:
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
@@ -4124,7 +4124,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     0.03% on both ranks, as are ZeRO-1, ZeRO-1 / ZeRO-2 at reduce_bucket_size 10,000 (real Linears: several flushes)
     and ZeRO-2 under CPU optimizer offload there (its flush term without the cast was backward:1 +31,938 B, 5.3%, on
     rank 0), within 0.37% (the forward's proxy scalars); ZeRO-2 at 10,000 is the cell z2_bf16_commfp32_w2. ZeRO-2 bf16
-    with ``grad_accum_dtype`` fp32, one param group, ``overlap_comm`` on or off (:func:`zero12_compact_grad_buffer`,
+    with ``grad_accum_dtype`` fp32, any param groups, ``overlap_comm`` on or off (:func:`zero12_compact_grad_buffer`,
     :func:`_zero12_compact_transients`; cell z2_bf16_gaccfp32_tbsga2_w2: every phase within 0.03% on both ranks, 4
     runs) was coarse, measured the same way (2 runs, the same bytes) at GA 2 (_use_compact_grad_partition_buffer
     l.1259-1266: no
@@ -4138,7 +4138,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper):
-        return groups == 1
+        return True
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
             and (ec.comm_dtype == ec.model_dtype or ec.contiguous_gradients_effective))
@@ -4701,6 +4701,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         return _zero12_auto(st, sufmax, flushes, f, inter, D), red
 
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
+        if len(layouts) > 1:
+            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax)
         return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax)
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
 
@@ -4879,13 +4881,18 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
     def one(row: tuple) -> tuple[int, int, int, int, int]:
         f, g, m, lst = row
         before = rmax(tA, 0, min(f, F))
-        cuts = sorted({min(max(jj + 1, f + 1), F) for jj in lst[0]} | {f + 1, F})  # K constant between cuts
+        # K constant between cuts (f = F: a rank holding only padding, no flush slice of it: no segment after)
+        cuts = sorted({min(max(jj + 1, f + 1), F) for jj in lst[0]} | {min(f + 1, F), F})
         after = max((rmax(tA, a, b) + K(lst, a) for a, b in zip(cuts, cuts[1:]) if b > a), default=-1)
         after = after + pbuf if after >= 0 else 0
         end = K(lst, F) + pbuf
         mine = m + pbuf if m >= 0 else 0
-        red1 = max(before, after, mine, end)
-        redn = max(before + pbuf if before >= 0 else 0, after, mine, end)
+        # flush f_r's own largest run copy beside the buffer it made: average_tensor makes the buffer while it lists
+        # the slices (l.1674), before allreduce_and_scatter flattens any run (l.1708), so at an extra-large
+        # gradient's flush a run of other ranks' slices is flattened beside it (under ``mine`` elsewhere)
+        at_f = A[f] + K(lst, f) + pbuf if f < F else 0
+        red1 = max(before, after, mine, end, at_f)
+        redn = max(before + pbuf if before >= 0 else 0, after, mine, end, at_f)
         # hooks: before f_r's bucket no buffer; f_r's trigger and every later bucket with it and K_r
         t = flushes[f][1] if f < F else None
         hooks_after = max((rmax(tH, a, b) * D + K(lst, a) for a, b in zip(cuts, cuts[1:]) if b > a), default=-1)
@@ -4895,6 +4902,147 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
         return auto1, red1, g * 8, auton - auto1, redn - red1
 
     return Runs.zip(first, gmax, at_slice, kept).map(one)
+
+
+def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
+                                      flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
+                                      hooked: "Sequence[int]", gmax: Runs) -> Runs:
+    """:func:`_zero12_compact_transients` with several param groups: runs of (A_r, R_r, G_r, A'_r, R'_r) per rank,
+    bytes. Each group g has its own compact fp32 buffer of P_g x 4 bytes (``stage_1_and_2.py``
+    _get_compact_grad_partition_buffer(group_idx), l.1303-1310), made by average_tensor at the rank's first flush
+    holding a slice of ITS partition of that group (_get_compact_grad_partition_slice l.1312-1321, called per slice at
+    l.1674), so at flush j the rank holds buf_r(j) = sum of P_g x 4 over the groups whose first flush f_r,g <= j (the
+    one made inside j included: it exists before the all-reduce). The terms are the one-group terms with that step
+    function in place of P x 4 from f_r on: R_r = max over flushes j of A_j + K_r,j + buf_r(j) and, at each slice of
+    the rank in j, + x_r,j + c x 4 (its fp32 cast, l.1324-1326; x_r,j the flattened run where the rank keeps several
+    slices of a one-rank flush apart), an extra-large gradient's slices by their :func:`_xl_runs`; K_r,F + every
+    buffer at the end of the epilogue. A_r: the hooks of flush j's bucket run with buf_r(j - 1) (j's trigger with
+    buf_r(j)). A'_r / R'_r: a later micro-step, every buffer live from its start (kept to the step, l.3131), less
+    A_r / R_r. G_r = the rank's largest slice x 8 (get_grad_norm_direct l.2684, over every group's fp32 views).
+    Engine, TINY_FROZEN_GROUPS (two groups, l2 frozen) at reduce_bucket_size 10,000, W 2, GA 2: with the coarse
+    lifetimes backward:1/2/4 +116,224 / +115,008 B on ranks 0 / 1 (the epilogue's flush of l1.weight: its autograd
+    storage 38,528 B, its flat copy l.2367 38,528 B, the cast of the rank's 9,783- / 9,481-element slice, and the two
+    buffers), forward:2 +39,976 B (both buffers kept), step:4 +78,308 / +75,876 B (the fp64 norm copy).
+    Evaluated rank by rank at the points where a slice starts or ends (every rank when W <= tensors):
+    O(points x (tensors + flushes))."""
+    F = len(flushes)
+    Ps = [lay.P for lay in layouts]
+    G = len(layouts)
+    pb = [P_g * 4 for P_g in Ps]
+    bufend = sum(pb)
+    grp = order.groups
+
+    def gi(k: int) -> int:
+        return 0 if grp is None else grp[k]
+
+    def owners(g: int, a0: int, n0: int) -> list[tuple[int, int, int]]:
+        P = Ps[g]
+        if n0 <= 0 or not P:
+            return []
+        r0, r1 = a0 // P, min((a0 + n0 - 1) // P, W - 1)
+        if r0 > r1:
+            return []
+        out = [(r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - a0)]
+        if r1 > r0 + 1:
+            out.append((r0 + 1, r1, P))
+        if r1 > r0:
+            out.append((r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
+        return out
+
+    # every slice update as (first rank, end rank, flush, group, bytes at the slice's moment less K_r,j and the
+    # buffers): a flush's slice of n elements A_j + x_j + n x 4; an extra-large gradient's run member its run's copy
+    # + n x 4 beside the gradient (:func:`_xl_runs`)
+    ent: list[tuple[int, int, int, int, int]] = []
+    for j in range(F):
+        ks, _ = flushes[j]
+        if xl[j]:
+            g = gi(ks.start)
+            base = A[j] - copies[j]
+            for _, _, elems, cnt, sizes_of in _xl_runs(owners(g, order.starts[ks.start], order.numels[ks.start]),
+                                                       Ps[g], rbs):
+                cp = elems * D if cnt > 1 else 0
+                ent.extend((x0, x1, j, g, base + cp + n * 4) for x0, x1, n in sizes_of)
+            continue
+        sl = [(gi(k), a, b, n) for k in ks for a, b, n in owners(gi(k), order.starts[k], order.numels[k])]
+        own = (sum(order.numels[k] for k in ks) * D
+               if (not copies[j] and len(sl) > 1 and all(x[1:3] == sl[0][1:3] for x in sl)) else 0)
+        ent.extend((a, b, j, g, A[j] + own + n * 4) for g, a, b, n in sl)
+    ent.sort()
+    xlb = [order.numels[flushes[j][0].start] * D if xl[j] else 0 for j in range(F)]
+    H = [max(hooked[ks.start:ks.stop], default=0) * D for ks, _ in flushes]  # the largest hook of each bucket
+    TR = [(hooked[t] * D if t is not None else -1) for t in (flushes[j][1] for j in range(F))]  # each trigger
+
+    def table(v: list[int]) -> list[list[int]]:  # sparse table: range maxima in O(1)
+        t = [list(v)]
+        w = 1
+        while 2 * w <= len(v):
+            prev = t[-1]
+            t.append(list(map(max, prev[:len(prev) - w], prev[w:])))
+            w *= 2
+        return t
+
+    tA, tH, tT = table(A), table(H), table(TR)
+
+    def rmax(t: list[list[int]], a: int, b: int) -> int:  # max of v[a:b], -1 if empty
+        if b <= a:
+            return -1
+        e = (b - a).bit_length() - 1
+        return max(t[e][a], t[e][b - (1 << e)])
+
+    def segs(cuts: "Iterable[int]") -> list[tuple[int, int]]:
+        c = sorted({0, F, *(x for x in cuts if 0 <= x <= F)})
+        return [(x, y) for x, y in zip(c, c[1:]) if y > x]
+
+    def value_at(starts: "Iterable[int]") -> "Iterator[tuple[int, int, int, int]]":
+        active: list[tuple[int, int, int, int, int]] = []
+        k = 0
+        for r in starts:
+            while k < len(ent) and ent[k][0] <= r:
+                active.append(ent[k])
+                k += 1
+            active = [x for x in active if x[1] > r]
+            f = [F] * G  # the rank's first flush per group
+            xj = set()
+            for _, _, j, g, _ in active:
+                if j < f[g]:
+                    f[g] = j
+                if xlb[j]:
+                    xj.add(j)
+            made = sorted((f[g], pb[g]) for g in range(G) if f[g] < F)
+            mf = [m for m, _ in made]
+            mb = list(itertools.accumulate((b for _, b in made), initial=0))
+            kx = sorted(xj)
+            kb = list(itertools.accumulate((xlb[j] for j in kx), initial=0))
+
+            def buf(j: int) -> int:  # the rank's buffers live at flush j (made at or before it)
+                return mb[bisect.bisect_right(mf, j)] if j >= 0 else 0
+
+            def K(j: int) -> int:  # the rank's extra-large gradients of flushes before j, kept whole
+                return kb[bisect.bisect_left(kx, j)]
+
+            red1 = redn = K(F) + bufend
+            for a, b in segs([*mf, *(j + 1 for j in kx)]):
+                m = rmax(tA, a, b)
+                red1 = max(red1, m + K(a) + buf(a))
+                redn = max(redn, m + K(a) + bufend)
+            for _, _, j, _, v in active:
+                red1 = max(red1, v + K(j) + buf(j))
+                redn = max(redn, v + K(j) + bufend)
+            auto1 = auton = 0
+            # the hooks of bucket j run with the buffers of flushes before j; a trigger with flush j's
+            for a, b in segs([*(m + 1 for m in mf), *(j + 1 for j in kx)]):
+                m = rmax(tH, a, b)
+                auto1 = max(auto1, m + K(a) + buf(a - 1))
+                auton = max(auton, m + K(a) + bufend)
+            for a, b in segs([*mf, *(j + 1 for j in kx)]):
+                m = rmax(tT, a, b)
+                if m >= 0:
+                    auto1 = max(auto1, m + K(a) + buf(a))
+                    auton = max(auton, m + K(a) + bufend)
+            yield auto1, red1, auton, redn
+
+    vals = Runs.at_points(W, {p for e in ent for p in e[:2]} if W > len(order) else range(W), value_at)
+    return Runs.zip(vals, gmax).map(lambda t: (t[0][0], t[0][1], t[1] * 8, t[0][2] - t[0][0], t[0][3] - t[0][1]))
 
 
 def _zero12_auto(st: int, sufmax: list[int], flushes: list, f: int, inter: int, D: int) -> int:

@@ -600,6 +600,16 @@ CELLS = [
     ("z2_bf16_gaccfp32_overlap_tbsga2_w2", {**_cfg(2, "bf16", overlap_comm=True),
                                             "data_types": {"grad_accum_dtype": "fp32"}, "train_batch_size": 4},
      2, False, parity.TINY, {"steps": 4}),
+    # the same regime with two param groups (TINY_FROZEN_GROUPS at reduce_bucket_size 10,000: l1.weight over the
+    # bucket, alone in the epilogue's flush): one compact buffer per group, each made at the rank's first flush holding
+    # a slice of that group (state._zero12_compact_groups_transients). With the coarse lifetimes (2026-12-06, 2 runs
+    # with and without overlap_comm, the same bytes): backward:1/2/4 +116,224 / +115,008 B on ranks 0 / 1 (l1.weight's
+    # autograd storage and flat copy, 38,528 B each, the fp32 cast of the rank's slice, both buffers), forward:2 /
+    # forward:4 +39,976 B, step:4 +78,308 / +75,876 B (the fp64 norm copy); now every phase within 0.04%, but
+    # step:2 (-752 B, -0.31%: the ledger's one step instant for both groups)
+    ("z2_bf16_gaccfp32_groups_tbsga2_w2", {**_cfg(2, "bf16", reduce_bucket_size=10000),
+                                           "data_types": {"grad_accum_dtype": "fp32"}, "train_batch_size": 4},
+     2, False, parity.TINY_FROZEN_GROUPS, {"steps": 4}),
 ]
 
 
