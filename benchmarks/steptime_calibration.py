@@ -27,30 +27,32 @@ load average of every round.
    gave 1.00 / 1.51 / 1.02 for 4M / 16M / 33M elements: on that machine such runs get 15-30 % of
    the cores, and the smallest size's 64 MiB of state is partly cache-resident when the step
    runs alone, up to 112 GB/s effective against ~15 GB/s from memory.)
-2. **aio swap.** DeepSpeed's aio (``AsyncIOBuilder``, ``aio_handle`` at the DeepSpeed config's
-   aio defaults: block_size 1 MiB, queue_depth 8, intra_op_parallelism 1, single_submit false,
-   overlap_events true, ``runtime/swap_tensor/constants.py``) writing and reading swap files the
-   way the optimizer swapper does (``swap_tensor/utils.py`` ``swap_out_tensors``: one
-   ``async_pwrite`` per sub-group file from page-locked buffers made by
-   ``new_cpu_locked_tensor``, ``SwapBufferPool``, then ``wait``; reads the same). The model is
-   bytes / the tier's bandwidth, so the tier is measured the way a spec should state it: at the
-   config's aio settings, by DeepSpeed's aio itself, one file per synchronous op as DeepSpeed's
-   tuning sweep measures a drive (``deepspeed/nvme`` ds_io, ``sync_pwrite`` / ``sync_pread``;
-   O_DIRECT as ``deepspeed_aio_common.cpp`` opens the files, no page cache, no fsync). Two other
-   figures are recorded: an independent probe with the same request size and depth (O_DIRECT,
-   queue_depth x intra_op_parallelism Python threads, each one blocking ``pwrite`` / ``preadv`` at
-   a time), and ``dd`` with O_DIRECT at one request in flight, which shows what a tier figure
-   measured at another depth does to the model. On a loaded machine the single aio thread must be
-   scheduled to refill its queue after each completion, which the threads probe (eight
-   independent threads) is less exposed to.
+2. **aio swap** (:func:`aio_rounds`). DeepSpeed's aio (``AsyncIOBuilder``, ``aio_handle`` at the
+   DeepSpeed config's aio defaults: block_size 1 MiB, queue_depth 8, intra_op_parallelism 1,
+   single_submit false, overlap_events true, ``runtime/swap_tensor/constants.py``) swapping one
+   sub-group as the optimizer swapper does: its three files (fp32 partition, exp_avg, exp_avg_sq)
+   into three separately allocated page-locked buffers, submitted together, then ``wait``. Per
+   round and direction the model's inputs (A) and the swap (B) run back to back, A B in even
+   rounds and B A in odd ones, so a drift of the shared disk inside the pair cancels over many
+   short rounds; the report gives each ratio's median, min-max and how many rounds are within
+   25 %, with the load and the runnable-task count of every round. The inputs are measured into
+   the swap's own buffers and files (one synchronous op each, as DeepSpeed's ds_io sweep measures a
+   drive, O_DIRECT as ``deepspeed_aio_common.cpp`` opens the files): on this VM a read's rate
+   follows its destination buffer, per allocation (``benchmarks/aio_read_buffers.py``), which
+   made the earlier runs' separate-buffer ratios 0.73-1.77 -- a method error (model input and
+   swap in different memory, minutes apart in the round's order), recorded here as
+   ``own_buffer``. Two models: the tier stated at the aio settings (``nvme_rate`` returns it), and
+   the aio model (``nvme_rate`` of a tier stating its rate at 1 MiB x 32 x 2 threads and its
+   latency at 64 KiB x depth 1, at the defaults).
 
 3. **aio settings** (``--aio-sweep``). The model limits the tier's rate by the config's aio
    settings (``advisor.ledger.movement.aio_bandwidth``: Little's law, bytes in flight over one
    request's latency plus its transfer, capped by the rate). Each round calibrates its two inputs
    on this disk -- the rate from 1 MiB x depth 32 x 2 threads, the latency from 64 KiB requests
-   at depth 1 (time per request less its transfer at that rate) -- then times DeepSpeed's aio at
-   seven other settings (128 KiB, 256 KiB and 1 MiB at depth 1; 1 MiB at depth 2; 256 KiB at
-   depth 4; DeepSpeed's defaults 1 MiB x 8; 1 MiB x 1 x 4 threads) and forms model / measured.
+   at depth 1 (time per request less its transfer at that rate) -- beside each of seven other
+   settings (128 KiB, 256 KiB and 1 MiB at depth 1; 1 MiB at depth 2; 256 KiB at depth 4;
+   DeepSpeed's defaults 1 MiB x 8; 1 MiB x 1 x 4 threads), before or after it in turn, and forms
+   model / measured per pair.
 
 Writes benchmarks/results/steptime_calibration-<host><tag>.json and prints a table. No assertion (the
 timings are the machine's): the proof target is |model / measured - 1| <= 25 %.
@@ -63,7 +65,7 @@ timings are the machine's): the proof target is |model / measured - 1| <= 25 %.
    add, wall clock) right before the steps, and the model divides 28 B per element by that
    function of them.
 
-Usage: python benchmarks/steptime_calibration.py [--dir /tmp] [--rounds 7] [--swap-mib 256]
+Usage: python benchmarks/steptime_calibration.py [--dir /tmp] [--rounds 7] [--swap-file-mib 64] [--swap-mib 256]
 [--aio-sweep] [--adam-threads] [--skip adam] [--skip aio] [--tag=-NAME]
 (the cpu_adam and async_io ops are built on first use in TORCH_EXTENSIONS_DIR).
 """
@@ -71,9 +73,7 @@ Usage: python benchmarks/steptime_calibration.py [--dir /tmp] [--rounds 7] [--sw
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import json
-import mmap
 import os
 import platform
 import socket
@@ -90,7 +90,7 @@ BW_ELEMS = 32 * 2 ** 20  # 128 MiB fp32 per bandwidth buffer (4x a 32 MiB L3)
 STEPS_PER_ROUND = 3
 AIO = {"block_size": 1 << 20, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
        "overlap_events": True}
-SWAP_FILES = 4  # sub-group files per swap, as the optimizer swapper writes several per step
+SWAP_FILES = 3  # files per sub-group swap: the fp32 partition, exp_avg, exp_avg_sq (optimizer_utils.py l.46-75, l.492-508)
 
 
 def _timed(fn, clock) -> tuple[float, float]:
@@ -274,133 +274,165 @@ def cpu_adam_threads(rounds: int, cores: int) -> dict:
 # aio
 
 
-def direct_io(path: str, nbytes: int, block: int, inflight: int, write: bool) -> float:
-    """Seconds to write (or read) ``nbytes`` of ``path`` with O_DIRECT in ``block``-byte requests,
-    ``inflight`` requests outstanding (one Python thread each, a blocking pwrite / preadv per
-    request; the GIL is released in the syscall), no fsync."""
-    flags = (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_DIRECT
-    fd = os.open(path, flags, 0o644)
-    nblocks = nbytes // block
-    bufs = [mmap.mmap(-1, block) for _ in range(inflight)]  # page-aligned, as O_DIRECT needs
-
-    def worker(i: int) -> None:
-        buf = bufs[i]
-        for k in range(i, nblocks, inflight):
-            if write:
-                os.pwrite(fd, buf, k * block)
-            else:
-                os.preadv(fd, [buf], k * block)
+def _pfn_runs(addr: int, nbytes: int) -> int | None:
+    """Physically contiguous runs of the pages under [addr, addr + nbytes) (``/proc/self/pagemap``,
+    bits 0-54 the page frame number; needs CAP_SYS_ADMIN, else the PFNs read 0: None). A virtio
+    disk gets one scatter-gather segment per run, so this says how scattered a buffer is."""
+    import struct
+    page = os.sysconf("SC_PAGE_SIZE")
+    first, n = addr // page, -(-nbytes // page)
     try:
-        t = time.perf_counter()
-        with cf.ThreadPoolExecutor(inflight) as ex:
-            list(ex.map(worker, range(inflight)))
-        return time.perf_counter() - t
-    finally:
-        os.close(fd)
-        for b in bufs:
-            b.close()
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(first * 8)
+            raw = f.read(n * 8)
+    except OSError:
+        return None
+    pfns = [e & ((1 << 55) - 1) for e in struct.unpack(f"{n}Q", raw)]
+    if not any(pfns):
+        return None
+    return 1 + sum(1 for a, b in zip(pfns, pfns[1:]) if b != a + 1)
 
 
-def dd_qd1(path: str, nbytes: int) -> tuple[float, float]:
-    """(write, read) bytes/s of ``dd`` with O_DIRECT, 1 MiB blocks, one request in flight (no fsync)."""
-    mb = nbytes // 2 ** 20
-    t = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "oflag=direct"],
-                   check=True, capture_output=True)
-    w = nbytes / (time.perf_counter() - t)
-    t = time.perf_counter()
-    subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=1M", "iflag=direct"], check=True, capture_output=True)
-    return w, nbytes / (time.perf_counter() - t)
+def _loadavg() -> tuple[float, int]:
+    """(1-minute load, runnable tasks now) from /proc/loadavg: the second is the instant's count,
+    the first a minute's average."""
+    with open("/proc/loadavg") as f:
+        parts = f.read().split()
+    return float(parts[0]), int(parts[3].split("/")[0])
 
 
-def aio_rounds(torch, folder: str, nbytes: int, rounds: int) -> dict:
-    """Interleaved rounds: tier (O_DIRECT at the aio settings), DeepSpeed aio swap-out of
-    SWAP_FILES files, tier read, aio swap-in; per-round model / measured."""
+def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
+    """The optimizer swap against the model, interleaved: per round and direction the model's
+    inputs (A) and the swap (B) in alternating order (A B, then B A next round: a drift of the
+    disk within a pair cancels over the rounds), many short rounds, the per-round ratio's median
+    and spread, the load of each round.
+
+    **B, the swap, as DeepSpeed's optimizer swapper submits it.** One ``aio_handle`` at the
+    config's aio settings (``partitioned_optimizer_swapper.py`` l.30-34); a sub-group's
+    ``num_tensors()`` files -- the fp32 partition and each swappable optimizer state, for Adam
+    exp_avg and exp_avg_sq (``optimizer_utils.py`` l.46-75, l.492-508): SWAP_FILES = 3 -- each
+    into its own page-locked buffer of the ``SwapBufferManager`` (``utils.py`` l.192: ``count``
+    separate ``new_cpu_locked_tensor`` allocations; ``partitioned_optimizer_swapper.py`` l.79-85
+    takes ``num_tensors()`` of them), submitted together and then waited on
+    (``swap_in_tensors`` / ``swap_out_tensors``, ``utils.py`` l.19-26; ``aio_handle.wait()``,
+    ``partitioned_optimizer_swapper.py`` l.105-106 and l.177-183).
+
+    **A, the model's inputs, into the same buffers and files.** On this VM a read's rate follows
+    its destination buffer, per page-locked allocation (benchmarks/aio_read_buffers.py), so the
+    inputs are measured into the swap's own buffers, one synchronous op per buffer and file, as
+    DeepSpeed's ds_io sweep measures a drive (``sync_pwrite`` / ``sync_pread``):
+
+    * ``stated``: the tier's figure at the config's aio settings (a spec that states its ``aio``):
+      the model is that figure, ``nvme_rate`` returns it unchanged;
+    * ``aio``: the drive's rate at DEEP (1 MiB x 32 x 2 threads) and one request's latency at
+      SMALL_QD1 (64 KiB at depth 1, less its transfer at that rate): the model is
+      ``nvme_rate`` of a ``StorageTier`` stating that rate at DEEP and that latency, at the
+      config's settings -- the aio term (``advisor.ledger.movement.aio_bandwidth``) as estimate
+      computes it.
+
+    Recorded beside them, not model inputs: ``own_buffer``, the swap's bytes as one file into a
+    page-locked buffer of its own (how a tuning tool run apart from training would state the
+    tier: the method of the earlier runs whose separate-buffer ratios were 0.73-1.77), and each
+    buffer's physically contiguous page runs (:func:`_pfn_runs`)."""
+    from types import SimpleNamespace
     from deepspeed.ops.op_builder import AsyncIOBuilder
+    from advisor.cluster.hardware import StorageTier
+    from advisor.ledger.movement import nvme_rate
     lib = AsyncIOBuilder().load(verbose=False)
-    h = lib.aio_handle(AIO["block_size"], AIO["queue_depth"], AIO["single_submit"], AIO["overlap_events"],
-                       AIO["intra_op_parallelism"])
-    per = nbytes // SWAP_FILES
+
+    def handle(a: dict):
+        return lib.aio_handle(a["block_size"], a["queue_depth"], AIO["single_submit"], AIO["overlap_events"],
+                              a["intra_op_parallelism"])
+    h, h_deep, h_small = handle(AIO), handle(DEEP), handle(SMALL_QD1)
     ex = torch.empty(0, dtype=torch.uint8)
-    # separate page-locked buffers, one per sub-group file, as DeepSpeed's SwapBufferPool holds them
-    # (recorded, not the proof figure: see below)
-    sep = [h.new_cpu_locked_tensor(per, ex) for _ in range(SWAP_FILES)]
-    for b in sep:
-        b.fill_(7)
-    paths = [os.path.join(folder, f"steptime_swap_{os.getpid()}_{i}.bin") for i in range(SWAP_FILES)]
-    probe = os.path.join(folder, f"steptime_tier_{os.getpid()}.bin")
-    inflight = AIO["queue_depth"] * AIO["intra_op_parallelism"]
+    bufs = [h.new_cpu_locked_tensor(file_bytes, ex).zero_() for _ in range(SWAP_FILES)]  # utils.py l.192
+    total = file_bytes * SWAP_FILES
+    own = h.new_cpu_locked_tensor(total, ex).zero_()
+    small_bytes = min(file_bytes, 16 * 2 ** 20)
+    small = bufs[0].narrow(0, 0, small_bytes)
+    tag = f"{os.getpid()}"
+    paths = [os.path.join(folder, f"steptime_swap_{tag}_{i}.bin") for i in range(SWAP_FILES)]
+    own_path = os.path.join(folder, f"steptime_own_{tag}.bin")
+    small_path = os.path.join(folder, f"steptime_small_{tag}.bin")
+    aio_cfg = SimpleNamespace(**{k: AIO[k] for k in StorageTier.AIO_KEYS})
 
-    whole = h.new_cpu_locked_tensor(nbytes, ex)
-    whole.fill_(7)
-    # The swap reads and writes the same memory the tier probe does (slices of ``whole``): on this VM a
-    # read's rate follows its destination buffer, per allocation (benchmarks/aio_read_buffers.py: the
-    # same file read into two page-locked 256 MiB buffers of one process ran at 2.1 and 3.5 GB/s; four
-    # files into slices of one buffer ran at that buffer's rate), so probing the tier into one buffer
-    # and swapping into others compared two allocations, not the swap path (the 0.72 read of run 2).
-    bufs = [whole.narrow(0, i * per, per) for i in range(SWAP_FILES)]
-
-    def tier_aio(write: bool) -> float:
-        """One file of ``nbytes`` by one synchronous aio op, as DeepSpeed's tuning sweep measures a
-        drive (deepspeed/nvme ds_io, ``--engine aio_handle``: sync_pwrite / sync_pread)."""
+    def per_file(hd, write: bool) -> float:
         t = time.perf_counter()
-        (h.sync_pwrite if write else h.sync_pread)(whole, probe)
+        for b, p in zip(bufs, paths):
+            (hd.sync_pwrite if write else hd.sync_pread)(b, p)
         return time.perf_counter() - t
 
-    def swap(write: bool, buffers=None) -> float:
+    def one(hd, buf, path: str, write: bool) -> float:
         t = time.perf_counter()
-        for b, p in zip(buffers or bufs, paths):
+        (hd.sync_pwrite if write else hd.sync_pread)(buf, path)
+        return time.perf_counter() - t
+
+    def swap(write: bool) -> float:
+        t = time.perf_counter()
+        for b, p in zip(bufs, paths):
             assert (h.async_pwrite(b, p, 0) if write else h.async_pread(b, p, 0)) == 0
-        h.wait()
+        assert h.wait() == len(bufs)
         return time.perf_counter() - t
+
+    def inputs(write: bool) -> dict:
+        deep = total / per_file(h_deep, write)
+        per_req = one(h_small, small, small_path, write) / (small_bytes / SMALL_QD1["block_size"])
+        lat = max(1e-7, per_req - SMALL_QD1["block_size"] / deep)
+        stated = total / per_file(h, write)
+        own_rate = total / one(h, own, own_path, write)
+        return {"deep": deep, "latency_s": lat, "stated": stated, "own_buffer": own_rate}
+
+    def model_rate(x: dict, d: str) -> float:
+        tier = StorageTier(name="probe", mounts=(folder,), capacity_bytes=1, read_bytes_per_s=x["deep"],
+                           write_bytes_per_s=x["deep"], aio=tuple(sorted(DEEP.items())),
+                           read_latency_s=x["latency_s"], write_latency_s=x["latency_s"])
+        return nvme_rate(tier, d, aio_cfg)
 
     rows = []
     try:
-        swap(True)
-        direct_io(probe, nbytes, AIO["block_size"], inflight, True)  # files exist before timing
-        dd_w, dd_r = dd_qd1(probe, nbytes)
+        per_file(h, True)  # every file exists at full size before any read
+        one(h, own, own_path, True)
+        one(h_small, small, small_path, True)
+        buffer_runs = [_pfn_runs(b.data_ptr(), file_bytes) for b in bufs]
+        own_runs = _pfn_runs(own.data_ptr(), total)
         for r in range(rounds):
-            load = os.getloadavg()[0]
-            thr_w = nbytes / direct_io(probe, nbytes, AIO["block_size"], inflight, True)
-            tier_w = nbytes / tier_aio(True)
-            aio_w = nbytes / swap(True)
-            thr_r = nbytes / direct_io(probe, nbytes, AIO["block_size"], inflight, False)
-            tier_r = nbytes / tier_aio(False)
-            aio_r = nbytes / swap(False)
-            sep_w = nbytes / swap(True, sep)
-            sep_r = nbytes / swap(False, sep)
-            rows.append({"round": r, "load1": load, "tier_write": tier_w, "aio_write": aio_w, "tier_read": tier_r,
-                         "aio_read": aio_r, "threads_write": thr_w, "threads_read": thr_r,
-                         "aio_write_separate_buffers": sep_w, "aio_read_separate_buffers": sep_r,
-                         "write_model_over_measured_separate_buffers": sep_w / tier_w,
-                         "read_model_over_measured_separate_buffers": sep_r / tier_r,
-                         "write_model_over_measured": aio_w / tier_w, "read_model_over_measured": aio_r / tier_r,
-                         "write_model_over_measured_threads": aio_w / thr_w,
-                         "read_model_over_measured_threads": aio_r / thr_r})
+            for write in (True, False):
+                d = "write" if write else "read"
+                load1, running = _loadavg()
+                if r % 2 == 0:
+                    x = inputs(write)
+                    t = swap(write)
+                else:
+                    t = swap(write)
+                    x = inputs(write)
+                meas = total / t
+                mod = model_rate(x, d)
+                rows.append({"round": r, "direction": d, "order": "AB" if r % 2 == 0 else "BA", "load1": load1,
+                             "runnable": running, "swap": meas, "tier_deep": x["deep"], "latency_s": x["latency_s"],
+                             "tier_stated": x["stated"], "own_buffer": x["own_buffer"], "model_aio": mod,
+                             # model / measured of the time: measured rate / model rate
+                             "stated_model_over_measured": meas / x["stated"],
+                             "aio_model_over_measured": meas / mod,
+                             "own_buffer_model_over_measured": meas / x["own_buffer"]})
     finally:
-        for p in paths + [probe]:
+        for p in paths + [own_path, small_path]:
             if os.path.exists(p):
                 os.unlink(p)
-        for b in sep + [whole]:  # bufs are slices of whole
+        for b in bufs + [own]:
             h.free_cpu_locked_tensor(b)
-    out = {"path": folder, "bytes_per_swap": nbytes, "files_per_swap": SWAP_FILES, "aio": AIO,
-           "tier_method": "one file by one synchronous aio op at the aio settings (sync_pwrite / sync_pread, as "
-                          "DeepSpeed's ds_io tuning sweep measures a drive)",
-           "threads_method": f"independent check: O_DIRECT, {AIO['block_size']} B requests, {inflight} in flight "
-                             "(Python threads, pwrite / preadv), no fsync",
-           "dd_qd1_write_bytes_per_s": dd_w, "dd_qd1_read_bytes_per_s": dd_r, "rows": rows}
-    for k in ("tier_write", "aio_write", "tier_read", "aio_read", "threads_write", "threads_read",
-              "aio_write_separate_buffers", "aio_read_separate_buffers", "write_model_over_measured_separate_buffers",
-              "read_model_over_measured_separate_buffers",
-              "write_model_over_measured", "read_model_over_measured", "write_model_over_measured_threads",
-              "read_model_over_measured_threads"):
-        out[k] = _summary([x[k] for x in rows])
-    # what a hardware spec's storage tier for this folder would state (schemas/hardware.schema.json)
-    out["tier_spec"] = {"read_bytes_per_s": round(out["tier_read"]["median"]),
-                        "write_bytes_per_s": round(out["tier_write"]["median"]),
-                        "aio": {k: AIO[k] for k in ("block_size", "queue_depth", "intra_op_parallelism")}}
-    out["write_model_over_measured_dd_qd1"] = statistics.median(x["aio_write"] for x in rows) / dd_w
-    out["read_model_over_measured_dd_qd1"] = statistics.median(x["aio_read"] for x in rows) / dd_r
+    out = {"path": folder, "file_bytes": file_bytes, "files_per_swap": SWAP_FILES, "bytes_per_swap": total,
+           "aio": AIO, "deep": DEEP, "small_qd1": SMALL_QD1, "small_bytes": small_bytes, "rounds": rounds,
+           "order": "per round and direction: A (model inputs) then B (swap) in even rounds, B then A in odd",
+           "buffer_pfn_runs": buffer_runs, "own_buffer_pfn_runs": own_runs, "rows": rows}
+    for d in ("write", "read"):
+        mine = [x for x in rows if x["direction"] == d]
+        s = {k: _summary([x[k] for x in mine]) for k in
+             ("swap", "tier_deep", "latency_s", "tier_stated", "own_buffer", "model_aio", "load1", "runnable",
+              "stated_model_over_measured", "aio_model_over_measured", "own_buffer_model_over_measured")}
+        for k in ("stated_model_over_measured", "aio_model_over_measured", "own_buffer_model_over_measured"):
+            xs = [x[k] for x in mine]
+            s[k]["within_25pct_rounds"] = sum(1 for v in xs if abs(v - 1) <= 0.25)
+        out[d] = s
     return out
 
 
@@ -428,8 +460,8 @@ def aio_settings_rounds(torch, folder: str, nbytes: int, small_bytes: int, round
     (``sync_pwrite`` / ``sync_pread`` of an ``aio_handle`` built at the setting, overlap_events
     on, as ds_io measures a drive). Per round and direction: the tier's rate B from DEEP, the
     request latency L = t_request - block / B from SMALL_QD1 (``small_bytes`` at 64 KiB, depth 1),
-    then each PREDICTED setting measured and modelled as aio_bandwidth(B, L, setting): the
-    round's model / measured."""
+    measured beside each PREDICTED setting (before it or after it in turn), which is modelled as
+    aio_bandwidth(B, L, setting): the pair's model / measured."""
     from types import SimpleNamespace
     from deepspeed.ops.op_builder import AsyncIOBuilder
     from advisor.ledger.movement import aio_bandwidth
@@ -450,25 +482,36 @@ def aio_settings_rounds(torch, folder: str, nbytes: int, small_bytes: int, round
         (h.sync_pwrite if write else h.sync_pread)(t, path)
         return time.perf_counter() - w
 
+    def inputs(write: bool) -> tuple[float, float]:
+        rate = nbytes / op(DEEP, write, buf)
+        if write:
+            op(DEEP, True, buf)  # the small write truncates nothing, but keep the file whole
+        t_small = op(SMALL_QD1, write, small)
+        if write:
+            op(DEEP, True, buf)
+        per_req = t_small / (small_bytes / SMALL_QD1["block_size"])
+        return rate, max(1e-7, per_req - SMALL_QD1["block_size"] / rate)
+
     rows = []
     try:
         op(DEEP, True, buf)  # the file exists at full size before any read
         for r in range(rounds):
-            load = os.getloadavg()[0]
             for write in (True, False):
                 d = "write" if write else "read"
-                rate = nbytes / op(DEEP, write, buf)
-                if write:
-                    op(DEEP, True, buf)  # the small write truncates nothing, but keep the file whole
-                t_small = op(SMALL_QD1, write, small)
-                if write:
-                    op(DEEP, True, buf)
-                per_req = t_small / (small_bytes / SMALL_QD1["block_size"])
-                lat = max(1e-7, per_req - SMALL_QD1["block_size"] / rate)
-                for a in PREDICTED:
+                for i, a in enumerate(PREDICTED):
+                    # each setting beside its own inputs, A B or B A in turn (a drift of the disk
+                    # within the pair cancels over the rounds); the earlier version calibrated once
+                    # per round and then ran all seven settings, the last ~2 s after its inputs
+                    load1, running = _loadavg()
+                    ab = (r + i) % 2 == 0
+                    if ab:
+                        rate, lat = inputs(write)
                     meas = nbytes / op(a, write, buf)
+                    if not ab:
+                        rate, lat = inputs(write)
                     model = aio_bandwidth(rate, lat, SimpleNamespace(**a, overlap_events=True))
-                    rows.append({"round": r, "load1": load, "direction": d, "setting": _key(a), **a,
+                    rows.append({"round": r, "load1": load1, "runnable": running, "order": "AB" if ab else "BA",
+                                 "direction": d, "setting": _key(a), **a,
                                  "tier_rate": rate, "latency_s": lat, "measured": meas, "model": model,
                                  "model_over_measured": model / meas})
     finally:
@@ -477,20 +520,24 @@ def aio_settings_rounds(torch, folder: str, nbytes: int, small_bytes: int, round
         h0.free_cpu_locked_tensor(buf)
     out = {"path": folder, "bytes_per_op": nbytes, "small_bytes": small_bytes, "rounds": rounds,
            "deep": DEEP, "small_qd1": SMALL_QD1,
-           "method": "one file per synchronous aio op (sync_pwrite / sync_pread, overlap_events on); per round "
-                     "the tier rate from the deep setting, the latency from 64 KiB at depth 1, the model "
+           "method": "one file per synchronous aio op (sync_pwrite / sync_pread, overlap_events on); beside each "
+                     "setting (AB / BA in turn) the tier rate from the deep setting, the latency from 64 KiB at "
+                     "depth 1, the model "
                      "advisor.ledger.movement.aio_bandwidth(rate, latency, setting)",
            "settings": [], "rows": rows}
     for d in ("write", "read"):
         mine = [x for x in rows if x["direction"] == d]
-        out[f"{d}_tier_rate"] = _summary([x["tier_rate"] for x in mine[::len(PREDICTED)]])
-        out[f"{d}_latency_s"] = _summary([x["latency_s"] for x in mine[::len(PREDICTED)]])
+        out[f"{d}_tier_rate"] = _summary([x["tier_rate"] for x in mine])
+        out[f"{d}_latency_s"] = _summary([x["latency_s"] for x in mine])
+        out[f"{d}_load1"] = _summary([x["load1"] for x in mine])
         for a in PREDICTED:
             xs = [x for x in mine if x["setting"] == _key(a)]
             out["settings"].append({"direction": d, "setting": _key(a), **a,
                                     "measured": _summary([x["measured"] for x in xs]),
                                     "model": _summary([x["model"] for x in xs]),
-                                    "model_over_measured": _summary([x["model_over_measured"] for x in xs])})
+                                    "model_over_measured": {**_summary([x["model_over_measured"] for x in xs]),
+                                                            "within_25pct_rounds": sum(
+                                                                1 for x in xs if abs(x["model_over_measured"] - 1) <= 0.25)}})
     return out
 
 
@@ -498,7 +545,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp", help="folder on the disk to test (swap files are written there)")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--swap-mib", type=int, default=256)
+    ap.add_argument("--swap-mib", type=int, default=256, help="bytes per op of --aio-sweep, MiB")
+    ap.add_argument("--swap-file-mib", type=int, default=64,
+                    help="one swap file (a sub-group's fp32 partition or one moment) of the swap check, MiB")
     ap.add_argument("--skip", choices=("adam", "aio"), action="append", default=[])
     ap.add_argument("--aio-sweep", action="store_true",
                     help="also time DeepSpeed aio at several block sizes / queue depths / threads against the model")
@@ -534,7 +583,7 @@ def main() -> int:
         res["cpu_adam_threads"] = cpu_adam_threads(a.rounds, os.cpu_count() or 1)
     if "aio" not in a.skip:
         try:
-            res["aio"] = aio_rounds(torch, a.dir, a.swap_mib * 2 ** 20, a.rounds)
+            res["aio"] = aio_rounds(torch, a.dir, a.swap_file_mib * 2 ** 20, a.rounds)
         except Exception as e:  # noqa: BLE001  (report, do not hide: the JSON says why)
             res["aio"] = {"error": f"{type(e).__name__}: {e}"}
     if a.aio_sweep:
@@ -587,16 +636,20 @@ def main() -> int:
     if ai and "error" in ai:
         print(f"aio: {ai['error']}")
     elif ai:
+        print(f"aio swap: {ai['files_per_swap']} files x {ai['file_bytes'] >> 20} MiB into separate page-locked "
+              f"buffers, {ai['rounds']} rounds, inputs and swap alternating (AB / BA)")
         for d in ("write", "read"):
-            r = ai[f"{d}_model_over_measured"]
-            print(f"aio {d}: {ai[f'aio_{d}']['median'] / 1e9:.2f} GB/s, tier {ai[f'tier_{d}']['median'] / 1e9:.2f} GB/s "
-                  f"-> model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}); against the threads probe "
-                  f"({ai[f'threads_{d}']['median'] / 1e9:.2f} GB/s) "
-                  f"{ai[f'{d}_model_over_measured_threads']['median']:.2f}; against dd at queue depth 1 "
-                  f"({ai[f'dd_qd1_{d}_bytes_per_s'] / 1e9:.2f} GB/s): {ai[f'{d}_model_over_measured_dd_qd1']:.2f}; "
-                  f"swap into separate buffers {ai[f'{d}_model_over_measured_separate_buffers']['median']:.2f} "
-                  f"({ai[f'{d}_model_over_measured_separate_buffers']['min']:.2f}-"
-                  f"{ai[f'{d}_model_over_measured_separate_buffers']['max']:.2f})")
+            x = ai[d]
+            ld, rn = x["load1"], x["runnable"]
+            print(f"  {d}: swap {x['swap']['median'] / 1e9:.2f} GB/s ({x['swap']['min'] / 1e9:.2f}-"
+                  f"{x['swap']['max'] / 1e9:.2f}), load {ld['min']:.1f}-{ld['max']:.1f}, runnable "
+                  f"{rn['min']:.0f}-{rn['max']:.0f}")
+            for k, what in (("stated", "tier stated at the aio settings"),
+                            ("aio", "aio model from rate at 1 MiB x 32 x 2 + latency"),
+                            ("own_buffer", "tier probed into its own buffer (not the model's method)")):
+                r = x[f"{k}_model_over_measured"]
+                print(f"    {what:<58} model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}), "
+                      f"{r['within_25pct_rounds']}/{r['n']} rounds within 25 %")
     sw = res.get("aio_settings")
     if sw and "error" in sw:
         print(f"aio settings: {sw['error']}")
