@@ -90,6 +90,7 @@ BW_ELEMS = 32 * 2 ** 20  # 128 MiB fp32 per bandwidth buffer (4x a 32 MiB L3)
 STEPS_PER_ROUND = 3
 AIO = {"block_size": 1 << 20, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
        "overlap_events": True}
+MIB = 2 ** 20
 SWAP_FILES = 3  # files per sub-group swap: the fp32 partition, exp_avg, exp_avg_sq (optimizer_utils.py l.46-75, l.492-508)
 
 
@@ -353,6 +354,12 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
     tag = f"{os.getpid()}"
     paths = [os.path.join(folder, f"steptime_swap_{tag}_{i}.bin") for i in range(SWAP_FILES)]
     own_path = os.path.join(folder, f"steptime_own_{tag}.bin")
+    # the same bytes as files of MIN_SWAPPABLE_BYTES (1 MiB, swap_tensor/utils.py l.14-16: the
+    # smallest tensor DeepSpeed swaps), into slices of the same buffers: one request per file, so
+    # each op runs at depth 1 (io_prep_generator::prep_iocbs submits min(queue depth, the op's
+    # remaining blocks), deepspeed_aio_utils.cpp l.77-100) and pays its own open / submit / reap
+    small_files = [(b.narrow(0, k * MIB, MIB), os.path.join(folder, f"steptime_1m_{tag}_{i}_{k}.bin"))
+                   for i, b in enumerate(bufs) for k in range(file_bytes // MIB)]
     small_path = os.path.join(folder, f"steptime_small_{tag}.bin")
     aio_cfg = SimpleNamespace(**{k: AIO[k] for k in StorageTier.AIO_KEYS})
 
@@ -374,6 +381,13 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
         assert h.wait() == len(bufs)
         return time.perf_counter() - t
 
+    def swap_small(write: bool) -> float:
+        t = time.perf_counter()
+        for b, p in small_files:
+            assert (h.async_pwrite(b, p, 0) if write else h.async_pread(b, p, 0)) == 0
+        assert h.wait() == len(small_files)
+        return time.perf_counter() - t
+
     def inputs(write: bool) -> dict:
         deep = total / per_file(h_deep, write)
         per_req = one(h_small, small, small_path, write) / (small_bytes / SMALL_QD1["block_size"])
@@ -391,6 +405,7 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
     rows = []
     try:
         per_file(h, True)  # every file exists at full size before any read
+        swap_small(True)  # and is overwritten, as the swapper rewrites its files by name
         one(h, own, own_path, True)
         one(h_small, small, small_path, True)
         buffer_runs = [_pfn_runs(b.data_ptr(), file_bytes) for b in bufs]
@@ -402,7 +417,9 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
                 if r % 2 == 0:
                     x = inputs(write)
                     t = swap(write)
+                    t1 = swap_small(write)
                 else:
+                    t1 = swap_small(write)
                     t = swap(write)
                     x = inputs(write)
                 meas = total / t
@@ -413,9 +430,11 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
                              # model / measured of the time: measured rate / model rate
                              "stated_model_over_measured": meas / x["stated"],
                              "aio_model_over_measured": meas / mod,
-                             "own_buffer_model_over_measured": meas / x["own_buffer"]})
+                             "own_buffer_model_over_measured": meas / x["own_buffer"],
+                             "swap_1mib_files": total / t1,
+                             "stated_model_over_measured_1mib_files": total / t1 / x["stated"]})
     finally:
-        for p in paths + [own_path, small_path]:
+        for p in paths + [own_path, small_path] + [q for _, q in small_files]:
             if os.path.exists(p):
                 os.unlink(p)
         for b in bufs + [own]:
@@ -428,8 +447,10 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
         mine = [x for x in rows if x["direction"] == d]
         s = {k: _summary([x[k] for x in mine]) for k in
              ("swap", "tier_deep", "latency_s", "tier_stated", "own_buffer", "model_aio", "load1", "runnable",
-              "stated_model_over_measured", "aio_model_over_measured", "own_buffer_model_over_measured")}
-        for k in ("stated_model_over_measured", "aio_model_over_measured", "own_buffer_model_over_measured"):
+              "stated_model_over_measured", "aio_model_over_measured", "own_buffer_model_over_measured",
+              "swap_1mib_files", "stated_model_over_measured_1mib_files")}
+        for k in ("stated_model_over_measured", "aio_model_over_measured", "own_buffer_model_over_measured",
+                  "stated_model_over_measured_1mib_files"):
             xs = [x[k] for x in mine]
             s[k]["within_25pct_rounds"] = sum(1 for v in xs if abs(v - 1) <= 0.25)
         out[d] = s
@@ -646,8 +667,9 @@ def main() -> int:
                   f"{rn['min']:.0f}-{rn['max']:.0f}")
             for k, what in (("stated", "tier stated at the aio settings"),
                             ("aio", "aio model from rate at 1 MiB x 32 x 2 + latency"),
-                            ("own_buffer", "tier probed into its own buffer (not the model's method)")):
-                r = x[f"{k}_model_over_measured"]
+                            ("own_buffer", "tier probed into its own buffer (not the model's method)"),
+                            ("stated", "the same bytes as 1 MiB files, against the stated tier")):
+                r = x[f"{k}_model_over_measured" + ("_1mib_files" if what.startswith("the same") else "")]
                 print(f"    {what:<58} model/measured {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}), "
                       f"{r['within_25pct_rounds']}/{r['n']} rounds within 25 %")
     sw = res.get("aio_settings")
