@@ -15,10 +15,12 @@ bias correction restarts), so training does not continue as if uninterrupted. Wi
 the world size known the finding names how many sub-groups this hits; int() of a float can make it
 none (ratio 0.7 over 3 sub-groups: int(0.9000000000000001) = 0), and then nothing is reported. On
 DeepSpeed's CPU accelerator every sub-group maps to 'cpu' and nothing is lost; the finding is about
-GPU runs. Releases before 0.12.3 have no ``ratio`` (O007 explains). Only ``device: cpu`` is judged:
-with ``device: nvme`` the split also applies (l.1100 maps every offloaded sub-group), but how a
-swapped sub-group stepped by the backup AdamW is saved is not modelled here (the ledger lists that
-regime as not modelled).
+GPU runs. Releases before 0.12.3 have no ``ratio`` (O007 explains). With ``device: nvme`` the split
+applies too (l.1100 maps every offloaded sub-group): a sub-group swapped to NVMe (l.1117) among the first
+int((1 - ratio) x n) is stepped by the backup AdamW on its swapped-in host copy, its moments host tensors
+in that optimizer's state, swapped by nothing (``swap_tensor/optimizer_utils.py`` _get_state_tensors
+l.492-502 reads DeepSpeedCPUAdam's state) and saved by nothing: the checkpoint's ``offloaded_tensors``
+hold its master's swap file only (:func:`advisor.ledger.state.twin_flow_backup_swapped`).
 
 Anti-pattern::
 
@@ -48,7 +50,7 @@ class PartialOffloadResumeLosesMoments(Rule):
     def check(self, ctx: LintContext):
         ec = ctx.effective
         z = ec.zero
-        r = zero3_partial_offload_ratio(ctx)
+        r = zero3_partial_offload_ratio(ctx, ("cpu", "nvme"))
         if r is None:
             return
         # lazily: lint of other configs never loads the ledger
@@ -66,8 +68,10 @@ class PartialOffloadResumeLosesMoments(Rule):
             data = dict(gpu_sub_groups=cut, sub_groups=len(sgs), gpu_elements=elems)
         yield self.finding(
             zptr("offload_optimizer", "ratio"),
-            f"offload_optimizer.ratio {r:g} (partial offload): {which} are stepped on the GPU by a backup torch "
-            "AdamW whose moments save_checkpoint does not write (only DeepSpeedCPUAdam's state is saved and "
+            f"offload_optimizer.ratio {r:g} (partial offload): {which} are stepped by a backup torch AdamW "
+            + ("(on the GPU, or for a sub-group swapped to NVMe on its host copy) " if ec.offload_optimizer_effective == "nvme"
+               else "on the GPU ")
+            + "whose moments save_checkpoint does not write (only DeepSpeedCPUAdam's state is saved and "
             f"loaded: {SOURCE}); a resume restarts their exp_avg, exp_avg_sq and step from zero",
             "set zero_optimization.offload_optimizer.ratio to 1 (every sub-group on DeepSpeedCPUAdam, all moments "
             "saved), or accept that a resume restarts the GPU sub-groups' optimizer moments",

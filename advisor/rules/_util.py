@@ -37,9 +37,10 @@ def zptr(*tokens: str) -> str:
     return pointer("zero_optimization", *tokens)
 
 
-def zero3_partial_offload_ratio(ctx: Any) -> float | None:
+def zero3_partial_offload_ratio(ctx: Any, devices: tuple[str, ...] = ("cpu",)) -> float | None:
     """The ``offload_optimizer.ratio`` (< 1) of a ZeRO-3 config whose partial optimizer offload DeepSpeed
-    runs, else None: the key written, stage 3, the optimizer offloaded to the CPU, a release that knows
+    runs, else None: the key written, stage 3, the optimizer offloaded to one of ``devices`` (the CPU unless
+    the rule judges NVMe too, whose swapped sub-groups stay NVMe files: stage3.py l.1117), a release that knows
     the key (0.12.3 on; before, V001 reports it unknown) and DeepSpeedCPUAdam as the optimizer
     (stage3.py l.316 refuses any other: 'Hybrid Optimizer Only Supports DeepSpeedCPUAdam', M090).
     The gate of O008 and O009."""
@@ -47,7 +48,7 @@ def zero3_partial_offload_ratio(ctx: Any) -> float | None:
     ec = ctx.effective
     r = ec.zero.offload_optimizer.ratio
     b = zero_raw(ctx.raw).get("offload_optimizer")
-    if ec.zero.stage != 3 or ec.offload_optimizer_effective != "cpu" or r is None or r >= 1.0 \
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective not in devices or r is None or r >= 1.0 \
             or not isinstance(b, dict) or "ratio" not in b:
         return None
     if ctx.release is not None and key_status("/zero_optimization/offload_optimizer/ratio",
