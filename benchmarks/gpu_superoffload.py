@@ -41,8 +41,29 @@ def main(clip: float, out: str) -> None:
                                  "offload_optimizer": {"device": "cpu", "super_offload": True}}}
     engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16) * 0.01
+    zo = engine.optimizer
+    spent: dict[str, float] = {}
+
+    def timed(name):
+        orig = getattr(zo, name)
+
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return orig(*a, **k)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+        setattr(zo, name, wrapper)
+
+    for name in ("_wait_for_async_operations", "unscale_and_clip_grads", "_sync_cpu_optimizer_step",
+                 "_reassign_or_swap_out_partitioned_parameters", "_optimizer_step", "partition_grads",
+                 "_get_norm_groups", "_overflow_check_and_loss_scale_update", "_pre_step", "_partition_all_parameters",
+                 "_post_step", "_prepare_sub_group", "_release_sub_group"):
+        if hasattr(zo, name):
+            timed(name)
     rows = []
     for _ in range(STEPS):
+        spent.clear()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = engine(x).float().pow(2).mean()
@@ -54,8 +75,8 @@ def main(clip: float, out: str) -> None:
         engine.step()
         torch.cuda.synchronize()
         t3 = time.perf_counter()
-        rows.append({"forward_s": t1 - t0, "backward_s": t2 - t1, "step_s": t3 - t2, "total_s": t3 - t0})
-    zo = engine.optimizer
+        rows.append({"forward_s": t1 - t0, "backward_s": t2 - t1, "step_s": t3 - t2, "total_s": t3 - t0,
+                     "inside_s": dict(spent)})
     cs = []
     for i, _ in enumerate(zo.fp16_groups):
         if zo.subgroup_to_device[i] != "cpu":
