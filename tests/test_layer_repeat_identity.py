@@ -436,3 +436,32 @@ def test_fetch_replay_periods_with_growing_bytes_equal_reference_walk(seed, monk
         assert _fields(state._zero3_fetch_replay(inv, zero, W, D)) == \
             _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
     assert state.PASSES["forward_periods_cur_growing"]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_fetch_replay_plain_window_and_frozen_equal_reference_walk(seed, monkeypatch):
+    # _ReplayJump.plain_step (issue 21, generate's ZeRO-3 candidate): prefetch buckets below one parameter (each
+    # prefetch takes one, so the queue's front runs ahead further each layer and step's window never repeats), a
+    # few persistent parameters, max live reached mid-forward or never, reuse distances keeping none, some or all
+    # layers; the window skipped while it grows or holds, and the layers where nothing changes skipped whole.
+    # Every field of the Zero3Fetch equals the reference walk's and the fast walk's with FORWARD_PLAIN off
+    rng = random.Random(8100 + seed)
+    monkeypatch.setattr(state, "PASSES", __import__("collections").Counter())
+    for _ in range(12):
+        inv, _ = _layered(rng, (24, 120))
+        zero = _back_zero(rng, inv)
+        rep = parallel.layer_repeat(inv)
+        layer = sum(t.numel for t in inv.tensors[rep.head:rep.head + rep.unit]) if rep else 1
+        total = sum(t.numel for t in inv.tensors)
+        zero.param_persistence_threshold = rng.choice([0, 30, 50])
+        zero.prefetch_bucket_size = rng.choice([1, 2, 20, layer // 4 + 1])
+        zero.max_live_parameters = rng.choice([10**9, total // 3, total // 2, 8 * layer, 20 * layer + 3])
+        zero.max_reuse_distance = rng.choice([0, 10 * layer, 40 * layer, 10**9])
+        zero.allgather_sequential = rng.random() < 0.1
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        fast = _fields(state._zero3_fetch_replay(inv, zero, W, D))
+        assert fast == _fields(state._zero3_fetch_replay_reference(_copy(inv), zero, W, D))
+        with monkeypatch.context() as m:
+            m.setattr(state, "FORWARD_PLAIN", False)
+            assert fast == _fields(state._zero3_fetch_replay(_copy(inv), zero, W, D))
+    assert state.PASSES["forward_plain_periods"], state.PASSES

@@ -1975,6 +1975,139 @@ class _ReplayJump:
     back_checks: list = field(default_factory=list)
     bq0: int = 0  # the queue position just past the layers' backward entries (B_{-1}: half + N - a)
     M: int = 0
+    # set by _zero3_fetch_replay for the plain-window and frozen skips (:meth:`plain_step`): each parameter's
+    # bytes gathered alone (own_b), each queue position's step (q_step), the persistence flags (keep)
+    own_b: Any = None
+    q_step: Any = None
+    keep: Any = None
+
+    def rearm(self, t: int) -> "list[int]":
+        """The forward's check steps after a skip that landed at layer ``t``: layers t + 2, t + 3, ... as the
+        first checks were placed from layer 0 (powers of two, each with the :data:`_JUMP_PERIOD` layers after it),
+        so a later regime of the run (the prefetch reaching max live, the front leaving the layers) is found too."""
+        c, h, mu = self.c, self.h, self.mu
+        return sorted({1 + h + (t + t0 + d) * mu for t0 in (1 << i for i in range(1, c.bit_length()))
+                       for d in range(_JUMP_PERIOD + 1) if t + t0 + d < c})
+
+    def plain_step(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict,
+                   have: set, seen: dict, bucket: int, max_live: int, numel: "Sequence[int]",
+                   fwd: list) -> "tuple[int, int, int, int] | None":
+        """The forward's skips where the window (a layer's first parameter to the queue's front) is too long or
+        grows each layer, so :meth:`step`'s signature never repeats (issue 21: generate's ZeRO-3 candidate, whose
+        one-parameter prefetches run the front ahead by ~5 layers every 7). Two states are taken, both exact:
+
+        * frozen: no prefetch can take anything (no bucket, or n at max live), nothing is in flight, and every
+          parameter of layers t .. c - 1 is available, popped at or after its own step (no module pops its
+          entries) and either persistent or kept by its release rule (its later use already passed by the
+          prefetch: ``recent`` > its step + 1, or every module of its layer within the reuse distance, layers
+          from ``t_true``). Then no step of those layers gathers, pops, prefetches or releases anything: each
+          moment is cur; the run goes on after the layers with the state unchanged.
+        * plain window: every position from layer t's first to the front is available with the bytes of a
+          parameter gathered alone (``own_b``: 0 if persistent), not in flight, and popped at its own step
+          (``q_step``: the prefetch passed it, no module has run it). A layer's module then finds its parameters
+          gathered (nothing fetched, nothing popped), and the front's prefetches depend only on the front's
+          position within a layer (the phase, (qpos - a) mod u), the limit min(max live - n, bucket) and the
+          parameters past the front (as the run started: the same in every layer). When layer t's state and an
+          earlier checked layer tj's have the same phase (and, first tried, the same n), the window at tj held
+          the whole period's modules (L_j >= p u), and every prefetch's limit stays the bucket (or n repeats),
+          the run from t repeats the run from tj with the window longer by e = L - L_j each period, n by g and
+          cur by gc: m periods are skipped while the front stays in the layers and the window holds a period's
+          modules (e < 0). The skipped layers end as the source period's; the new window is plain.
+
+        Returns (the step to go on from, queue position, n, cur) with the run's state changed in place, else None
+        and nothing changed (tests/test_layer_repeat_identity.py compares with the reference walk)."""
+        h, mu, a, u, c = self.h, self.mu, self.a, self.u, self.c
+        t = (s - 1 - h) // mu
+        base = a + t * u
+        lim = a + c * u
+        q_step, own_b, keep = self.q_step, self.own_b, self.keep
+        # ---- frozen: nothing of layers t .. c - 1 changes (wherever the front is: no prefetch takes anything)
+        if (bucket <= 0 or max_live - n <= 0) and not inflight:
+            flip = a + max(t, min(self.t_true, c)) * u  # params below: their release must be skipped by recent
+            if (all(map(avail.__contains__, range(base, lim)))
+                    and all(map(operator.ge, recent[base:lim], q_step[base:lim]))
+                    and all(map(operator.or_, keep[base:flip],
+                                map(operator.gt, recent[base:flip], map((1).__add__, q_step[base:flip]))))):
+                if cur > fwd[0]:
+                    fwd[0], fwd[1] = cur, h + t * mu
+                PASSES["forward_frozen"] += 1
+                return 1 + h + c * mu, qpos, n, cur
+        if not base <= qpos <= lim:
+            return None
+        # ---- plain window: [base, qpos), checked once per position (positions already found plain stay so until
+        # the front or a release reaches them: the module at the window's start releases only its own, before it)
+        pc = seen.setdefault(("plain_cache",), [0, 0])
+        lo = max(base, pc[1]) if pc[0] <= base else base
+        if lo < qpos:
+            bad = next(itertools.compress(itertools.count(lo), map(operator.not_, map(
+                operator.and_, map(operator.eq, map(avail.get, range(lo, qpos)), own_b[lo:qpos]),
+                map(operator.eq, recent[lo:qpos], q_step[lo:qpos])))), None)
+            if bad is None and inflight:
+                bad = next(itertools.compress(itertools.count(lo), map(inflight.__contains__, range(lo, qpos))), None)
+            pc[0], pc[1] = (base, qpos) if bad is None else (base, bad)
+            if bad is not None:
+                return None
+        else:
+            pc[0] = base
+        L = qpos - base
+        rec = (t, n, qpos, cur, fwd[0], fwd[1], L)
+        k1, k2 = ("plain", L % u, n), ("plain", L % u)
+        prev = seen.get(k1) or seen.get(k2)
+        seen[k1] = seen[k2] = rec
+        if prev is None:
+            return None
+        tj, nj, qj, cj, bj, _, Lj = prev
+        p = t - tj
+        e, g, gc = L - Lj, n - nj, cur - cj
+        pu = p * u
+        if p <= 0 or g < 0 or Lj < pu or L < pu:
+            return None
+        if gc > 0 and not (fwd[0] > bj and h + tj * mu <= fwd[1] < h + t * mu):
+            return None  # (as step's: the largest moment moves to the last period's copy of the source's)
+        if t <= self.t_flip:
+            end = self.t_flip
+        elif tj >= self.t_true:
+            end = c
+        else:
+            return None
+        m = (end - t) // p
+        if pu + e > 0:
+            m = min(m, (lim - qpos) // (pu + e))  # the front stays in the layers
+        if e < 0:
+            m = min(m, (L - pu) // -e + 1)  # every skipped period's window holds its modules
+        if g and bucket > 0:
+            # n within the source period stayed below nj + what it gathered: the parameters the front passed
+            # (qj .. qpos) and the modules' own (none here, a layer's numel each bounds it)
+            room = max_live - bucket - nj - p * sum(numel[a:a + u]) - sum(numel[qj:qpos])
+            m = min(m, room // g) if room >= 0 else 0
+        if m < 1:
+            return None
+        src = range(a + tj * u, base)
+        if any(map(inflight.__contains__, src)):
+            return None
+        src_av = list(map(avail.get, src))
+        if any(v is None and i in have for i, v in zip(src, src_av)):
+            return None
+        nbase, nq = base + m * pu, qpos + m * (pu + e)
+        # the skipped layers [base, nbase) end as the source's (m blocks at C level), the new window is plain
+        offs = [j for j, v in enumerate(src_av) if v is not None]
+        vals = [v for v in src_av if v is not None]
+        gone = [j for j, v in enumerate(src_av) if v is None]
+        starts = range(base, nbase, pu)
+
+        def placed(rel: list) -> Iterator[int]:
+            return map(operator.add, itertools.chain.from_iterable(itertools.repeat(rel, m)),
+                       itertools.chain.from_iterable(map(itertools.repeat, starts, itertools.repeat(len(rel), m))))
+        avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, m))))
+        collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
+        avail.update(zip(range(max(nbase, qpos), nq), own_b[max(nbase, qpos):nq]))
+        recent[qpos:nq] = q_step[qpos:nq]
+        pc[0], pc[1] = nbase, nq
+        ds = m * p * mu
+        PASSES["forward_plain_periods"] += 1
+        if gc > 0:
+            fwd[0], fwd[1] = fwd[0] + m * gc, fwd[1] + ds
+        return s + ds, nq, n + m * g, cur + m * gc
 
     def step(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, have: set,
              seen: dict, bucket: int, max_live: int, numel: "Sequence[int]",
@@ -2191,6 +2324,10 @@ _NEVER = -10**18
 #: True: :func:`_zero3_fetch_replay`'s backward skips whole periods of identical layers (:meth:`_ReplayJump.back`);
 #: False: it walks every step (tests compare the two with the reference walk)
 BACKWARD_PERIODS = True
+#: True: :func:`_zero3_fetch_replay`'s forward also skips a window too long for :meth:`_ReplayJump.step` or growing
+#: each layer, and the layers where nothing changes (:meth:`_ReplayJump.plain_step`), checking again after each skip;
+#: False: only :meth:`_ReplayJump.step`, once (tests compare the two with the reference walk)
+FORWARD_PLAIN = True
 #: True: the GA-2 refetch's forward, once its prefetch has stopped with parameters still in flight, ends in one
 #: pass (run's held_rest); False: walked (tests compare the two with the reference walk)
 REFETCH_HELD_PASS = True
@@ -2321,6 +2458,8 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     cf, cb, ftail = zero3_container_steps(inv)
     has_containers = any(cf) or any(cb)
     jump = _replay_jump_plan(inv, rep, lr, M, prefix, reuse)
+    if jump is not None:
+        jump.own_b, jump.q_step, jump.keep = own_b, q_step, keep
 
     def run(have: set, forward_only: bool) -> tuple:
         # _zero3_fetch_replay_reference's run with fetch / all_gather / release inlined into one loop
@@ -2430,12 +2569,22 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     fwd = [fwd_best, fwd_k]
                     got = jump.step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live, numel, fwd)
                     if got is not None:
+                        seen.pop(("plain_cache",), None)  # the window was rewritten: plain_step checks it again
+                    elif FORWARD_PLAIN:
+                        got = jump.plain_step(s, qpos, n, cur, recent, avail, inflight, have, seen, bucket, max_live,
+                                              numel, fwd)
+                    if got is not None:
                         skip_to, qpos, n, cur = got
                         if fwd[0] != fwd_best:
                             fwd_best, fwd_k = fwd
                             fwd_where = f"module {names[fwd_k]}'s fetch"
-                        while next_check >= 0 and next_check <= M:  # the forward's other checks
-                            next_check = checks.pop(0) if checks else -1
+                        # the forward's other checks: none before the landing; with FORWARD_PLAIN, placed again
+                        # from the landing layer as from layer 0 (a later regime: max live reached, the front
+                        # out of the layers)
+                        back = [x for x in itertools.chain((next_check,), checks) if x > M]
+                        fore = jump.rearm((skip_to - 1 - jump.h) // jump.mu) if FORWARD_PLAIN and skip_to <= M else []
+                        checks = [x for x in fore if x >= skip_to] + back
+                        next_check = checks.pop(0) if checks else -1
                         continue
                 else:
                     got = jump.back(s, qpos, n, cur, recent, avail, inflight, seen, snap, q_param, fetch_b,
