@@ -6,7 +6,8 @@ What DeepSpeed does (0.19.8, ``runtime/zero/offload_config.py``, ``zero/stage3.p
 * ``device: "none"`` (the default): the block is parsed and nothing else in it is read
   (``pin_memory``, ``buffer_count``, ``nvme_path``... have no effect);
 * ``device: "cpu"``: only ``pin_memory`` (and for the optimizer ``ratio``, ``super_offload``,
-  ``cpuadam_cores_perc``) matter. ``nvme_path``, ``buffer_count``, ``buffer_size``,
+  ``cpuadam_cores_perc``) matter; ``super_offload`` only at stage 3 (``engine.py`` l.2748-2750) and
+  ``cpuadam_cores_perc`` only with it (``superoffload_stage3.py`` l.57). ``nvme_path``, ``buffer_count``, ``buffer_size``,
   ``max_in_cpu``, ``pipeline_read``/``pipeline_write`` and ``fast_init`` belong to NVMe
   swapping and are not read. ``nvme_path`` with ``device: "cpu"`` is a warning: it usually means
   the user believes state goes to NVMe while it fills host memory;
@@ -34,6 +35,26 @@ NVME_ONLY = {
     "offload_param": ("nvme_path", "buffer_count", "buffer_size", "max_in_cpu"),
     "offload_optimizer": ("nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "pipeline", "fast_init"),
 }
+
+
+#: SuperOffload's keys (``offload_config.py`` l.102-106).
+SUPER_OFFLOAD_KEYS = ("super_offload", "cpuadam_cores_perc")
+
+
+def superoffload_no_effect(z, key: str, value) -> str | None:
+    """Why a SuperOffload key of ``offload_optimizer`` (device cpu) has no effect, or None: ``engine.py``
+    l.2748-2750 builds SuperOffloadOptimizer_Stage3 only in the ZeRO-3 branch, so below stage 3 neither key
+    is read (``super_offload`` false is the default and says nothing); ``cpuadam_cores_perc`` is read only
+    by SuperOffload's worker (``superoffload_stage3.py`` l.57 -> ``superoffload_utils.py`` _set_cpu_affinity),
+    so without ``super_offload`` it is not used."""
+    if z.stage != 3:
+        if key == "super_offload" and value is not True:
+            return None
+        return (f"SuperOffload runs only at ZeRO stage 3 (engine.py builds SuperOffloadOptimizer_Stage3 in the "
+                f"stage-3 branch); this is stage {z.stage}")
+    if key == "cpuadam_cores_perc" and not z.offload_optimizer.super_offload:
+        return "only SuperOffload's CPU Adam worker reads it, and offload_optimizer.super_offload is off"
+    return None
 
 
 @register
@@ -71,6 +92,10 @@ class OffloadSettingsNoEffect(Rule):
                     else:
                         yield self.finding(zptr(block, k), f"{block}.{k} only applies to NVMe offload; device is "
                                                            "\"cpu\"", f"remove {block}.{k}")
+                elif dev == "cpu" and block == "offload_optimizer" and k in SUPER_OFFLOAD_KEYS:
+                    why = superoffload_no_effect(z, k, v)
+                    if why:
+                        yield self.finding(zptr(block, k), f"{block}.{k} has no effect: {why}", f"remove {block}.{k}")
         if isinstance(ctx.raw.get("aio"), dict) and ctx.raw["aio"]:
             nvme = z.stage == 3 and "nvme" in (z.offload_param.device, z.offload_optimizer.device)
             if not nvme:
