@@ -82,11 +82,34 @@ def test_overlap_comm_adds_only_the_second_ipg_buffer():
         assert at["steady_step:norm"] == PERSISTENT + MOMENTS + P * 4 + LARGEST[r] * 8  # engine 586,268 / 601,244 B
 
 
+def test_fp16_model_takes_the_same_buffer():
+    # _use_compact_grad_partition_buffer (l.1259-1266) asks only for fp32 accumulation unlike self.dtype: an fp16 model
+    # takes the same path with the same 2-byte gradients. Engine (TINY, W 2, GA 2, 2 runs): backward 522,778 /
+    # 530,266 B, the bf16 cell's bytes
+    cfg = {**_cfg(), "bf16": {"enabled": False}, "fp16": {"enabled": True}}
+    assert zero12_transients_modeled(effective_config(cfg), "DeepSpeedZeroOptimizer", 2, 1)
+    for r in (0, 1):
+        at = _at(cfg, r, 2)
+        assert at["reduce:1"] == PERSISTENT + IPG + P * 4 + FLAT + LARGEST[r] * 4
+        assert at["forward:2"] == PERSISTENT + P * 4
+
+
+def test_fp32_communication_casts_the_run_not_the_slices():
+    # allreduce_bucket casts the flat run to fp32 (l.2376-2377) and returns that cast, so the reduced slices reach
+    # _add_to_grad_partition_buffer already fp32 and ``source.to(fp32)`` copies nothing (l.1326): the flush holds the
+    # flat copy (N x 2), its fp32 cast (N x 4) and the buffer, no per-slice cast. Engine (TINY, one flush, W 2, GA 2):
+    # backward 618,558 B on both ranks = this + 32 B of scalars (2 runs at reduce_bucket_size 10,000, real Linears,
+    # also within 0.01%)
+    cfg = {**_cfg(), "communication_data_type": "fp32"}
+    assert zero12_transients_modeled(effective_config(cfg), "DeepSpeedZeroOptimizer", 2, 1)
+    for r in (0, 1):
+        at = _at(cfg, r, 2)
+        assert at["reduce:1"] == PERSISTENT + IPG + P * 4 + FLAT + 43209 * 4
+
+
 def test_regime_taken_only_where_measured():
     led_ok = compute_ledger(Plan(effective_config(_cfg()), TINY, Cluster(world_size=2)))
     assert any(e.item == "reduce_transient" for e in led_ok.rank(0).entries)
-    ec = effective_config({**_cfg(), "bf16": {"enabled": False}, "fp16": {"enabled": True}})
-    assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
     ec = effective_config(_cfg(contiguous_gradients=False))
     assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
 
@@ -203,9 +226,10 @@ def test_groups_walk_agrees_with_the_one_group_terms_on_one_group(monkeypatch):
     calls = []
     one = state._zero12_compact_transients
 
-    def both(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax):
-        a = one(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax)
-        b = state._zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax)
+    def both(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax, C=0):
+        a = one(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax, C=C)
+        b = state._zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
+                                                      C=C)
         calls.append(W)
         for r in range(W):
             assert a[r] == b[r], (W, rbs, r, a[r], b[r])
@@ -217,6 +241,9 @@ def test_groups_walk_agrees_with_the_one_group_terms_on_one_group(monkeypatch):
                                            for i in range(rng.randint(1, 9))], source="test")
         W = rng.randint(1, 9)
         cfg = _cfg(ga=2, reduce_bucket_size=rng.choice([50, 500, 2000, 50000]), overlap_comm=rng.random() < 0.5)
+        cfg["communication_data_type"] = rng.choice([None, "fp32", "fp16"])
+        if rng.random() < 0.3:
+            cfg["bf16"], cfg["fp16"] = {"enabled": False}, {"enabled": True}
         cfg["train_batch_size"] = 2 * W
         ec = effective_config(cfg)
         state.zero12_backward_transients(ec, inv, state.zero12_layouts(ec, inv, W), W, 2)

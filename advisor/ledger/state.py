@@ -4119,8 +4119,9 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
 
 def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     """Whether this plan is the ZeRO-2 compact fp32 gradient partition regime :func:`zero12_backward_transients`
-    models: DeepSpeedZeroOptimizer at stage 2 on a bf16 model with ``data_types.grad_accum_dtype`` fp32, no optimizer
-    offload, ``contiguous_gradients`` on, ``overlap_comm`` on or off, communication in the model dtype.
+    models: DeepSpeedZeroOptimizer at stage 2 on a bf16 or fp16 model with ``data_types.grad_accum_dtype`` fp32, no
+    optimizer offload, ``contiguous_gradients`` on, ``overlap_comm`` on or off, any ``communication_data_type``, any
+    param groups.
     ``stage_1_and_2.py`` _use_compact_grad_partition_buffer (l.1259-1266: fp32 accumulation unlike the model's, no
     Muon group) then keeps no grads_in_partition (copy_grads_in_partition returns at l.2179-2182): average_tensor asks
     each of the rank's own gradient slices for its piece of one fp32 buffer of P elements per group
@@ -4139,12 +4140,20 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     +169,124 B, the figures of the cell without overlap_comm before it was modelled; with this regime every phase
     within 0.03%, the engine's backward exactly the no-overlap cell's + 100,000 B (50,000 x 2, the second ipg buffer).
     Several param groups: one buffer per group, each made at the rank's first flush holding a slice of that group
-    (:func:`_zero12_compact_groups_transients`; z2_bf16_gaccfp32_groups_tbsga2_w2). fp16, fp32 communication and
-    CPU offload are not measured in this regime and keep the coarse lifetimes."""
+    (:func:`_zero12_compact_groups_transients`; z2_bf16_gaccfp32_groups_tbsga2_w2). An fp16 model: the same path
+    (l.1259-1266 asks only for fp32 accumulation unlike ``self.dtype``); probes (TINY, W 2, GA 2, 2026-12-06, 2 runs,
+    and one at reduce_bucket_size 10,000 with real Linears) had the bf16 cell's coarse residuals to the byte and now
+    every phase within 0.03% (the forward's proxy scalars aside). A ``communication_data_type`` unlike the model's:
+    each run is cast to it beside its flat copy (allreduce_bucket l.2376-2377, :func:`_zero12_flush_replay`'s
+    copies) and, fp32, the reduced slices reach _add_to_grad_partition_buffer already fp32, so ``source.to(fp32)``
+    copies nothing (l.1326); probes at fp32 (TINY one flush, and reduce_bucket_size 10,000 with real Linears, 2 runs,
+    and TINY_FROZEN_GROUPS) were backward +80% over the coarse ledger (the run's fp32 cast, 92,708 B for l2.weight, at
+    l.2377) and now every phase within 0.01% (the proxy scalars aside). ``contiguous_gradients`` off
+    (_buffered_reduce_fallback_preserving_fp32, l.2231-2235: whole gradients kept, all-reduced, not reduce-scattered)
+    and CPU offload are not modelled in this regime and keep the coarse lifetimes."""
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
-            and ec.contiguous_gradients_effective)
+            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32" and ec.contiguous_gradients_effective)
 
 
 def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> str:
@@ -4181,11 +4190,10 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     what = []
     if ec.grad_dtype != ec.model_dtype:
         w = f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}"
-        if z.stage == 2 and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32":
-            # the compact fp32 buffer regime is modelled only as zero12_compact_grad_buffer says
-            why = [x for x, on in (("contiguous_gradients off", not ec.contiguous_gradients_effective),
-                                   (f"communication_data_type {ec.comm_dtype}", ec.comm_dtype != ec.model_dtype)) if on]
-            w += " (modelled with contiguous_gradients on, communication in the model dtype; here " + ", ".join(why) + ")"
+        if z.stage == 2 and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32":
+            # the compact fp32 buffer regime is modelled only as zero12_compact_grad_buffer says: with
+            # contiguous_gradients (off: _buffered_reduce_fallback_preserving_fp32, l.2231-2235, not modelled)
+            w += " (modelled with contiguous_gradients on; here contiguous_gradients off)"
         what.append(w)
     if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective:
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
@@ -4851,8 +4859,10 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
 
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
         if len(layouts) > 1:
-            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax)
-        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax)
+            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
+                                                     C=DTYPE_BYTES[ec.comm_dtype])
+        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
+                                          C=DTYPE_BYTES[ec.comm_dtype])
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
 
 
@@ -4900,7 +4910,7 @@ def _xl_runs(own: list[tuple[int, int, int]], P: int, rbs: int) -> Iterator[tupl
 
 def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
-                               hooked: "Sequence[int]", first: Runs, gmax: Runs) -> Runs:
+                               hooked: "Sequence[int]", first: Runs, gmax: Runs, C: int = 0) -> Runs:
     """Runs of (A_r, R_r, G_r, A'_r, R'_r) per rank, bytes, for :func:`zero12_compact_grad_buffer`'s regime (ZeRO-2,
     bf16 with ``grad_accum_dtype`` fp32, one param group): :func:`zero12_backward_transients`' terms with the compact
     fp32 buffer (P x 4) in place of grads_in_partition, and A'_r / R'_r what a micro-step after the first adds
@@ -4932,6 +4942,15 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
     GA 2 and W 4 at GA 1, one run each, 2026-12-06): every phase of every rank within 0.01%, the forward's proxy
     scalars aside. O(tensors + flushes log flushes + U log U) for U slice updates (<= 3 per tensor, and per
     extra-large gradient <= 3 per run of :func:`_xl_runs`, its whole runs between the ends as one)."""
+    # communication_data_type bytes C (0: the model's): allreduce_bucket casts each run to it (l.2376-2377), so a run
+    # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
+    # slice reaches _add_to_grad_partition_buffer in C: ``source.to(fp32)`` copies it (n x 4) unless C is fp32 (l.1326)
+    cast = C if C and C != D else 0
+    S4 = 0 if C == 4 and cast else 4
+
+    def run(cnt: int, num: int) -> int:
+        return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
+
     P = layouts[0].P if layouts else 0
     pbuf = sum(lay.P for lay in layouts) * 4
     F = len(flushes)
@@ -4993,17 +5012,18 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
             a0, n0 = order.starts[ks.start], order.numels[ks.start]
             o = owners(a0, n0)
             for ra, rb, elems, cnt, sizes_of in _xl_runs(o, P, rbs):
-                cp = elems * D if cnt > 1 else 0
+                cp = run(cnt, elems)
                 for x0, x1, n in sizes_of:
-                    ups.append((x0, x1, base + cp + n * 4 + (K(at_rank(x0), j) if x1 == x0 + 1 else 0)))
+                    ups.append((x0, x1, base + cp + n * S4 + (K(at_rank(x0), j) if x1 == x0 + 1 else 0)))
             continue
         sl = [x for k in ks for x in owners(order.starts[k], order.numels[k])]
         # every slice in one rank's partition, several: merged into one (a view) on the other ranks, flattened there
         # (a flush under RBS elements is one run); an extra-large gradient's slices are of distinct ranks
         own = (sum(order.numels[k] for k in ks) * D
-               if (not copies[j] and len(sl) > 1 and all(x[:2] == sl[0][:2] for x in sl)) else 0)
+               if (copies[j] == sum(order.numels[k] for k in ks) * cast and len(sl) > 1
+                   and all(x[:2] == sl[0][:2] for x in sl)) else 0)
         for a, b, n in sl:
-            ups.append((a, b, A[j] + own + n * 4 + (K(at_rank(a), j) if b == a + 1 else 0)))
+            ups.append((a, b, A[j] + own + n * S4 + (K(at_rank(a), j) if b == a + 1 else 0)))
     at_slice = Runs.from_updates(W, ups, -1, "max")
 
     H = [max(hooked[ks.start:ks.stop], default=0) for ks, _ in flushes]  # the largest hook of each bucket
@@ -5055,7 +5075,7 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
 
 def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                       flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
-                                      hooked: "Sequence[int]", gmax: Runs) -> Runs:
+                                      hooked: "Sequence[int]", gmax: Runs, C: int = 0) -> Runs:
     """:func:`_zero12_compact_transients` with several param groups: runs of (A_r, R_r, G_r, A'_r, R'_r) per rank,
     bytes. Each group g has its own compact fp32 buffer of P_g x 4 bytes (``stage_1_and_2.py``
     _get_compact_grad_partition_buffer(group_idx), l.1303-1310), made by average_tensor at the rank's first flush
@@ -5074,6 +5094,15 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
     buffers), forward:2 +39,976 B (both buffers kept), step:4 +78,308 / +75,876 B (the fp64 norm copy).
     Evaluated rank by rank at the points where a slice starts or ends (every rank when W <= tensors):
     O(points x (tensors + flushes))."""
+    # communication_data_type bytes C (0: the model's): allreduce_bucket casts each run to it (l.2376-2377), so a run
+    # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
+    # slice reaches _add_to_grad_partition_buffer in C: ``source.to(fp32)`` copies it (n x 4) unless C is fp32 (l.1326)
+    cast = C if C and C != D else 0
+    S4 = 0 if C == 4 and cast else 4
+
+    def run(cnt: int, num: int) -> int:
+        return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
+
     F = len(flushes)
     Ps = [lay.P for lay in layouts]
     G = len(layouts)
@@ -5109,13 +5138,14 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
             base = A[j] - copies[j]
             for _, _, elems, cnt, sizes_of in _xl_runs(owners(g, order.starts[ks.start], order.numels[ks.start]),
                                                        Ps[g], rbs):
-                cp = elems * D if cnt > 1 else 0
-                ent.extend((x0, x1, j, g, base + cp + n * 4) for x0, x1, n in sizes_of)
+                cp = run(cnt, elems)
+                ent.extend((x0, x1, j, g, base + cp + n * S4) for x0, x1, n in sizes_of)
             continue
         sl = [(gi(k), a, b, n) for k in ks for a, b, n in owners(gi(k), order.starts[k], order.numels[k])]
         own = (sum(order.numels[k] for k in ks) * D
-               if (not copies[j] and len(sl) > 1 and all(x[1:3] == sl[0][1:3] for x in sl)) else 0)
-        ent.extend((a, b, j, g, A[j] + own + n * 4) for g, a, b, n in sl)
+               if (copies[j] == sum(order.numels[k] for k in ks) * cast and len(sl) > 1
+                   and all(x[1:3] == sl[0][1:3] for x in sl)) else 0)
+        ent.extend((a, b, j, g, A[j] + own + n * S4) for g, a, b, n in sl)
     ent.sort()
     xlb = [order.numels[flushes[j][0].start] * D if xl[j] else 0 for j in range(F)]
     H = [max(hooked[ks.start:ks.stop], default=0) * D for ks, _ in flushes]  # the largest hook of each bucket
