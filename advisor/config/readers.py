@@ -295,7 +295,7 @@ def list_length_at(text: str, key: str) -> int | None:
     return n if type(n) is int and n >= 0 else None
 
 
-def _list_start_at(text: str, key: str) -> int | None:
+def list_start_at(text: str, key: str) -> int | None:
     """The offset of the ``[`` opening the list at ``key`` of the JSON object ``text`` (its top
     level), found without parsing that list: the top level's other values are skipped by ``json``'s
     own decoder, the key read by its string scanner. None when ``text`` is not an object with a list
@@ -388,7 +388,7 @@ def object_list_scan(text: str, key: str) -> tuple[int | None, int | None]:
     ``[]`` after one object in 64 MiB) was parsed whole, 1.6 GB, before it was refused (issue 21;
     the scan before this one read the first entry only)."""
     import re
-    i = _list_start_at(text, key)
+    i = list_start_at(text, key)
     if i is None:
         return None, None
     if re.compile(_JSON_WS + r"*+\]").match(text, i + 1):

@@ -363,12 +363,16 @@ def refuse_over_limit(text: str, source: str) -> None:
     """
     if text.count(",") < MAX_TENSORS:
         return
-    from advisor.config.readers import list_length_at, object_list_scan
+    from advisor.config.readers import list_length_at, list_start_at, object_list_scan
     bad, n = object_list_scan(text, "tensors")
     if bad is not None:
         raise ModelSpecError(f"{source}: /tensors/{bad}: expected an object")
     if n is None:
-        if text.count("{") <= MAX_TENSORS:
+        # every entry an object: only a list holding more than MAX_TENSORS "{" can be too long. Counted from the
+        # list's "[" (every "{" before it is the document's own, or another key's), so an inventory of exactly
+        # MAX_TENSORS tensors (MAX_TENSORS + 1 "{" with the top-level object's) is not parsed twice
+        i = list_start_at(text, "tensors")
+        if text.count("{", 0 if i is None else i) <= MAX_TENSORS:
             return
         n = list_length_at(text, "tensors")
     if n is not None and n > MAX_TENSORS:

@@ -79,3 +79,23 @@ def test_deep_objects_over_the_limit_refused_in_one_pass(tmp_path, monkeypatch) 
     monkeypatch.undo()
     monkeypatch.setattr(inventory, "MAX_TENSORS", 11)
     assert len(specs.resolve_model(str(f)).tensors) == 11
+
+
+def test_at_the_limit_not_counted_by_a_second_parse(tmp_path, monkeypatch) -> None:
+    """MAX_TENSORS objects: MAX_TENSORS + 1 ``{`` with the document's own (and more with a meta before
+    the list); only those from the list's ``[`` on can be tensors, so the list is not parsed to count it."""
+    monkeypatch.setattr(inventory, "MAX_TENSORS", 10)
+    f = tmp_path / "inv.json"
+    f.write_text(json.dumps({"meta": {"a": {}}, "tensors": [{"name": f"w{i}", "shape": [2, 3]} for i in range(10)]}))
+
+    def no_count(*a, **k):
+        raise AssertionError("counted by a parse")
+
+    monkeypatch.setattr(readers, "list_length_at", no_count)
+    assert len(specs.resolve_model(str(f)).tensors) == 10
+    g = tmp_path / "over.json"
+    g.write_text(json.dumps({"meta": {"a": {}}, "tensors": [{"name": f"w{i}", "shape": [2, 3]} for i in range(11)]}))
+    monkeypatch.undo()
+    monkeypatch.setattr(inventory, "MAX_TENSORS", 10)
+    with pytest.raises(ModelSpecError, match=r"/tensors: 11 tensors, over the limit 10$"):
+        specs.resolve_model(str(g))
