@@ -78,7 +78,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
-               "accumulated_reduce",
+               "accumulated_reduce", "reduce_step",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
                "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
 
@@ -3502,12 +3502,14 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     if not layouts:
         return Runs.const(W, (0, 0, 0, 0))
     rbs = int(ec.zero.reduce_bucket_size)
-    D = DTYPE_BYTES[ec.model_dtype]
+    # the gradients moved, unmoved and cloned: fp32 grad_accum under zero12_offload_fp32_accum, else 16-bit
+    D = zero12_offload_grad_bytes(ec, wrapper, ga, len(layouts))
     unmoved: dict = {}
     held = False
     seq = None  # ZeRO-1 with overlap_comm: the flushes in hook order (the replay's), not the flat buffer's
     if inv is not None and zero12_offload_flush_modeled(ec, wrapper, ga):
-        D_, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
+        _, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
+        D_ = D  # the replay's counts are elements
         held = zero12_boundary_holds_all(ec, ga)  # every unmoved gradient whole, in hook order too
         if ec.zero.stage == 1 and st == 2:
             seq = order
@@ -3944,6 +3946,10 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     if not (layouts and zero12_offload_flush_modeled(ec, wrapper, ga)):
         return 0
     D, _, st, _, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
+    G = zero12_offload_grad_bytes(ec, wrapper, ga, len(layouts))
+    if G != D:  # fp32 grad_accum (zero12_offload_fp32_accum): the flush's gradients, copies and clones in fp32
+        return max([csum[T] * G] + [(copies[j] + xl[j]) // D * G + (0 if trig is None else (csum[T] - csum[trig]) * G)
+                                    for j, (_, trig) in enumerate(flushes)])
     if st == 2 and not zero12_boundary_holds_all(ec, ga):
         return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
                     for j, (_, trig) in enumerate(flushes)), default=0)
@@ -3951,6 +3957,95 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     sib = (lambda k: hooked[k] - sizes[k]) if st == 2 else (lambda k: 0)
     return max([csum[T] * D] + [copies[j] + (0 if trig is None else (csum[T] - csum[trig] + sib(trig)) * D) + xl[j]
                                 for j, (_, trig) in enumerate(flushes)])
+
+
+def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> bool:
+    """Whether the ledger models ZeRO-1 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
+    DeepSpeedZeroOptimizer (select_optimizer takes BF16_Optimizer only without offload), one param group,
+    ``overlap_comm`` off (``contiguous_gradients`` is forced on, ``stage_1_and_2.py`` l.299-300), GA > 1 (measured:
+    tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2). The gradients are then fp32
+    ``param.grad_accum`` storages (use_grad_accum_attribute, l.397-404: dtype != gradient_accumulation_dtype and
+    stage 1), not the 16-bit param.grad, from the first hook to the boundary reduce:
+
+    - each hook (process_gradients l.2288-2289 -> _fill_param_grad_accum_attribute l.1234-1240) makes
+      ``param.grad.to(fp32)`` (l.1237; at a later micro-step that copy is added into the kept one, l.1239) and then
+      drops param.grad: micro-step 1's moment is the fp32 copies so far beside the hook's 16-bit gradient and its
+      autograd sibling's, a later micro-step's all N x 4 beside a new gradient, its fp32 copy and the sibling
+      (:func:`zero12_offload_fp32_accum_hooks`); the N x 4 live into the next forward (no epilogue before the
+      boundary at stage 1, engine.py allreduce_gradients l.3088-3092);
+    - the boundary's reduce (reduce_gradients' loop, l.971-976) moves grad_accum into the fp32 ipg bucket (setup_buckets
+      l.3266, _gradient_reduction_buffer_dtype l.1253-1254) or clones it in fp32 when over the bucket (l.1446): the
+      flush terms of :func:`zero12_offload_reduce_terms` / :func:`zero12_offload_flush_bytes` with 4-byte gradients;
+    - _use_compact_grad_partition_buffer (l.1259-1266) holds: average_tensor writes the rank's slices into the compact
+      fp32 partition (_get_compact_grad_partition_slice l.1312-1321, built l.1268-1270, P x 4), live through the step
+      until ``self.averaged_gradients[i] = None`` after the group's _optimizer_step (l.3084, l.3098); the fp64 norm copy
+      of each slice is copy_grads_in_partition's (l.2152), s x 8 as set_norm_for_param_grad_in_gpu's;
+    - copy_grads_in_partition clears grad_accum of the rank's own gradients only (clear_grad_attribute l.2159); the
+      others stay (reduce_ipg_grads l.2272-2274 at stage 1), as views of the ipg bucket or their fp32 clones, past
+      the epilogue (_clear_param_grad_only l.2630-2640 keeps grad_accum) into the step, until zero_grad
+      (l.2613-2624, from engine.py _take_model_step l.3525-3526): :func:`zero12_offload_fp32_accum_kept`."""
+    z = ec.zero
+    return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
+            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and not z.overlap_comm and ga > 1
+            and groups == 1)
+
+
+def zero12_offload_grad_bytes(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> int:
+    """Bytes per element of the gradients a ZeRO-1/2 offload reduce moves: 4 under
+    :func:`zero12_offload_fp32_accum` (param.grad_accum, ``stage_1_and_2.py`` l.1237), else the model dtype's."""
+    return 4 if zero12_offload_fp32_accum(ec, wrapper, ga, groups) else DTYPE_BYTES[ec.model_dtype]
+
+
+def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tuple[int, int]:
+    """(A1, A2), bytes, of the backward hooks under :func:`zero12_offload_fp32_accum`, hooks in autograd's order
+    (the reverse of the model's; an nn.Linear's bias first, its weight whole: :func:`autograd_siblings`).
+    A1 = max_k (4 x c_k + D x (n_k + s_k)): micro-step 1's hook k, with c_k the elements hooked up to and including
+    k (each made ``param.grad.to(fp32)``, ``stage_1_and_2.py`` l.1237, before param.grad is dropped, l.1240), n_k its
+    16-bit gradient and s_k its autograd sibling's. A2 = 4 x N + max_k ((4 + D) x n_k + D x s_k): a later
+    micro-step's hook, every grad_accum kept, its new gradient, the fp32 copy added into grad_accum (l.1239) and the
+    sibling. D = model dtype bytes, N the trainable elements."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    sib = autograd_siblings(inv)
+    a1 = a2 = c = 0
+    N = sum(t.numel for t in inv.tensors if t.trainable)
+    for i in range(len(inv.tensors) - 1, -1, -1):
+        t = inv.tensors[i]
+        if not t.trainable:
+            continue
+        c += t.numel
+        a1 = max(a1, 4 * c + D * (t.numel + sib[i]))
+        a2 = max(a2, (4 + D) * t.numel + D * sib[i])
+    return a1, 4 * N + a2
+
+
+def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> Runs:
+    """Runs of, per rank r, the bytes of grad_accum storages the boundary reduce leaves to the step under
+    :func:`zero12_offload_fp32_accum` (one param group): the fp32 clone (``stage_1_and_2.py`` l.1446) of every
+    gradient over ``reduce_bucket_size`` whose tensor does not meet r's slice, n_p x 4, plus the fp32 ipg bucket
+    (RBS x 4, setup_buckets l.3266), which _release_ipg_buffers (l.924-930) only un-references, when a gradient moved
+    into it does not meet r's slice (its grad_accum is a view of it, reduce_independent_p_g_buckets_and_remove_grads l.1456-1461, and
+    is not cleared: only is_param_in_current_partition ones are copied and cleared, l.2272-2274 / l.2159). Freed by
+    zero_grad after the step (l.2613-2624). O(tensors + points x log tensors)."""
+    if len(layouts) != 1:
+        return Runs.const(W, 0)
+    lay = layouts[0]
+    rbs = int(ec.zero.reduce_bucket_size)
+    N = lay.numels
+    xcum = list(itertools.accumulate((n * 4 if n > rbs else 0 for n in N), initial=0))
+    scum = list(itertools.accumulate((1 if 0 < n <= rbs else 0 for n in N), initial=0))
+    T = len(N)
+
+    def value_at(rs: Iterable[int]):
+        for r in rs:
+            jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
+            jh = max(jh, jl)
+            kept = xcum[T] - (xcum[jh] - xcum[jl])
+            if scum[T] - (scum[jh] - scum[jl]) > 0:
+                kept += rbs * 4
+            yield kept
+
+    pts = set(range(W)) if W <= T else (_change_points(lay, W) if lay.P > 0 else {0})
+    return Runs.at_points(W, pts, value_at)
 
 
 def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
@@ -4169,7 +4264,8 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     :func:`zero12_offload_flush_bytes`, with ``contiguous_gradients`` forced on, ``EffectiveConfig.
     contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
-    says the peak is a lower bound there too. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` models it (ZeRO-1 bf16,
+    GA > 1, one param group, ``overlap_comm`` off: the cell below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4178,12 +4274,13 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     cast l.1326), forward:2 to step:4 +4-9% on rank 1."""
     z = ec.zero
     if z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective != "none" \
-            and ec.grad_dtype != ec.model_dtype:
+            and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups):
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled, so the accelerator peak is a lower bound (+12-36% in the engine's phases on its small "
-                "model at ZeRO-1, up to +23% at ZeRO-2)")
+                "modelled here (only ZeRO-1 bf16 at GA > 1 with one param group and overlap_comm off is), so the "
+                "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
+                "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
             or zero12_transients_modeled(ec, wrapper, ga, groups):
         return ""
@@ -5454,7 +5551,7 @@ _AUTOGRAD_GRADS = "runtime/engine.py:DeepSpeedEngine.backward (loss.backward, l.
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
             offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0, offload_unmoved: int = 0,
-            offload_microstep: tuple = ()) -> None:
+            offload_microstep: tuple = (), offload_kept: "int | None" = None) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
     are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
     of the in-backward fp64 copy of a gradient slice under CPU offload, at the rank's largest
@@ -5465,7 +5562,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     ``offload_unmoved`` = u_r of :func:`zero12_offload_reduce_terms`, the gradients not yet in the
     bucket beside that norm copy; ``offload_microstep`` = (a_r, h_r) of :func:`zero12_offload_microstep_terms`
     (ZeRO-2 at GA > 1, one param group) or (): the reduce of a micro-step before the boundary, whose
-    entries then replace the boundary's at ``reduce:1``."""
+    entries then replace the boundary's at ``reduce:1``; ``offload_kept`` = bytes of
+    :func:`zero12_offload_fp32_accum_kept` where :func:`zero12_offload_fp32_accum` holds (None elsewhere): the
+    fp32 gradient regime's entries (the compact partition, grad_accum across micro-steps and into the step)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -5615,6 +5714,25 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "2 x max_p n_p x D over gradients of more than reduce_bucket_size elements: the clone made "
                   "while the autograd gradient it replaces is alive (clone, then grad_reduc.data = clone)",
                   f"{S}.reduce_independent_p_g_buckets_and_remove_grads (_offload_gradient_safety_enabled)")
+        if offload_kept is not None:
+            # zero12_offload_fp32_accum: the compact fp32 partition average_tensor writes the rank's slices into,
+            # from the boundary reduce through the group's update; and the grad_accum storages of gradients the
+            # rank does not own, left by the reduce to the step. Engine z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2
+            # step:2 / step:4 rank 0 +126,476 B (86,424 + the bucket's 40,000), rank 1 +203,540 B (also l1.weight's
+            # fp32 clone, 77,056 B) without them
+            b.add("accelerator", "gradients", "offload_compact_grad_partition", p_t * 4, "reduce_step",
+                  f"P x 4 = {p_t} x 4 (the compact fp32 gradient partition: average_tensor's destination for the "
+                  "rank's slices under grad_accum_dtype fp32; zero12_offload_fp32_accum)",
+                  f"{S}._build_compact_grad_partition_buffer (l.1268-1270, from _get_compact_grad_partition_slice "
+                  "l.1312-1321); freed by step (averaged_gradients[i] = None, l.3098)")
+            if offload_kept:
+                b.add("accelerator", "gradients", "offload_kept_grad_accum", offload_kept, "step",
+                      "the fp32 clones of gradients over reduce_bucket_size meeting no part of the rank's slice "
+                      "(n_p x 4) + the fp32 ipg bucket (RBS x 4) while a gradient moved into it does not meet the "
+                      "slice: their grad_accum is never cleared by the reduce (zero12_offload_fp32_accum_kept)",
+                      f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for "
+                      "is_param_in_current_partition, l.2272-2274) / _clear_param_grad_only (keeps grad_accum, "
+                      "l.2630-2640); freed by zero_grad (l.2613-2624)")
         if ga > 1 and z.stage == 2:
             # ZeRO-2 only: copy_grads_in_partition accumulates through the host buffer when
             # micro_step_id > 0 or before the boundary (l.2166). ZeRO-1 reduces only at the boundary
@@ -5690,8 +5808,12 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # allreduce_gradients l.3088-3092: stage 1 reduces only at the boundary; the backward hook's
         # process_gradients l.2285-2291 only sets up the bucket), so its param.grad and the ipg
         # bucket it allocated stay into the next micro-step's forward
-        b.add("accelerator", "gradients", "lp_grads_accumulated", n_t * D, "accumulated_forward",
-              f"N x D = {n_t} x {D} (every param.grad of the earlier micro-steps, reduced at the boundary)",
+        gacc = offload_kept is not None  # zero12_offload_fp32_accum: param.grad_accum in fp32, not param.grad
+        GD = 4 if gacc else D
+        b.add("accelerator", "gradients", "lp_grads_accumulated", n_t * GD, "accumulated_forward",
+              (f"N x 4 = {n_t} x 4 (every param.grad_accum, fp32, of the earlier micro-steps: stage_1_and_2.py "
+               "_fill_param_grad_accum_attribute l.1237; reduced at the boundary)" if gacc else
+               f"N x D = {n_t} x {D} (every param.grad of the earlier micro-steps, reduced at the boundary)"),
               "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
               "only at the accumulation boundary)")
         ipg_acc = ipg_bucket_bytes(ec)
@@ -5705,8 +5827,11 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             # without offload lp_grads (in_backward) counts them; under offload the boundary's flush term
             # does (zero12_offload_flush_bytes), and micro-step 1's backward, which reduces nothing, had none
             # (tests/engine/test_peak_parity.py z1_bf16_oo_cpu_tbsga2_w2: backward:1 +86,452 B on both ranks)
-            b.add("accelerator", "gradients", "lp_grads_first_microstep", n_t * D, "first_microstep_backward",
-                  f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)",
+            a1 = zero12_offload_fp32_accum_hooks(ec, inv)[0] if gacc else n_t * D
+            b.add("accelerator", "gradients", "lp_grads_first_microstep", a1, "first_microstep_backward",
+                  (f"A1 = max_k (4 c_k + D (n_k + s_k)) = {a1}: micro-step 1's fp32 grad_accum copies so far beside a "
+                   "hook's 16-bit gradient and its autograd sibling's (zero12_offload_fp32_accum_hooks)" if gacc else
+                   f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)"),
                   "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
                   f"only at the accumulation boundary); made by autograd in {_AUTOGRAD_GRADS}")
         if held_overlap and not ec.contiguous_gradients_effective:
@@ -5729,7 +5854,13 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "moved into the ipg bucket (overlap_comm; zero12_backward_transients)",
                   "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); "
                   f"{S}.process_gradients (l.2284-2291, overlap_comm) -> reduce_independent_p_g_buckets_and_remove_grads")
-    if z.stage == 1 and ga > 1 and (off or len(terms) > 5) and not held_overlap:
+    if offload_kept is not None:
+        a2 = zero12_offload_fp32_accum_hooks(ec, inv)[1]
+        b.add("accelerator", "gradients", "accumulate_grad_new", a2, "accumulated_backward",
+              f"A2 = 4 N + max_k ((4 + D) n_k + D s_k) = {a2}: every fp32 grad_accum kept, a later micro-step's "
+              "new 16-bit gradient, its fp32 copy being added and its autograd sibling (zero12_offload_fp32_accum_hooks)",
+              f"{S}._fill_param_grad_accum_attribute (param.grad_accum.add_(param.grad.to(fp32)), l.1239)")
+    elif z.stage == 1 and ga > 1 and (off or len(terms) > 5) and not held_overlap:
         sib = autograd_siblings(inv)
         new_max = max((t.numel + sib[i] for i, t in enumerate(inv.tensors) if t.trainable), default=0)
         b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",
@@ -6579,6 +6710,10 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         if zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)):
             split = Runs.zip(split, zero12_offload_microstep_terms(ec, inv, pl.zero12, W, wrapper)).map(
                 lambda t: t[0] + t[1])
+        elif zero12_offload_fp32_accum(ec, wrapper, ga, len(pl.zero12)):
+            # the grad_accum storages the boundary reduce leaves to the step (a fifth figure, offload_kept)
+            split = Runs.zip(split, zero12_offload_fp32_accum_kept(ec, pl.zero12, W)).map(
+                lambda t: t[0] + (t[1],))
     figures = Runs.zip(terms, split).groups()
     oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if st in (1, 2) and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
@@ -6599,7 +6734,10 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                     offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0),
                     offload_flush=oflush,
                     offload_unmoved=gk[3] if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
-                    offload_microstep=tuple(gk[4:6]) if zero12_offload_norm_modeled(ec, wrapper) and gk else ())
+                    offload_microstep=(tuple(gk[4:6]) if zero12_offload_norm_modeled(ec, wrapper) and gk
+                                       and zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)) else ()),
+                    offload_kept=(gk[4] if zero12_offload_fp32_accum(ec, wrapper, ga, len(pl.zero12)) and gk
+                                  else None))
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         _frozen(b, ec, frozen, W)
@@ -6737,7 +6875,10 @@ def compute_ledger(plan: Plan) -> Ledger:
                         "inside each collective; runtime/comm/coalesced_collectives.py all_to_all_quant_reduce, "
                         "partition_parameters.py CUDAQuantizer) are not modelled here; the bytes they communicate "
                         "are in the movement ledger (advisor/ledger/movement.py qgz_rank_bytes, QWZ_BYTES, qwz_scale_groups)")
-    if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer":
+    if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer" and not (
+            inv.has_trainable() and zero12_offload_fp32_accum(ec, wrapper, ga, len(inv.memo(
+                ("trainable_groups",), lambda: tuple(sorted({t.group for t in inv.tensors if t.trainable})))))):
+        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, GA > 1, one group, overlap_comm off)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

@@ -1211,6 +1211,10 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if life == "boundary_reduce":
         # ZeRO-2 under offload, GA > 1: the accumulation boundary's reduce only (its fp64 norm copies)
         return ph == "reduce" and k != "reduce:1"
+    if life == "reduce_step":
+        # ZeRO-1 under offload with fp32 gradient accumulation (state.zero12_offload_fp32_accum): the compact fp32
+        # partition, from the boundary's reduce through the step's update
+        return (ph == "reduce" and k != "reduce:1") or (ph in ("first_step", "steady_step") and not k.endswith(":post"))
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":

@@ -515,8 +515,12 @@ CELLS = [
     ("z1_bf16_noncontig_oo_cpu_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000,
                                                    offload_optimizer={"device": "cpu"}), "train_batch_size": 4}, 2,
      False, parity.TINY, {"linear": True, "steps": 4}),
-    # the same with grad_accum_dtype fp32: not modelled (UNMATCHED_ISSUE15; state.zero12_transients_unmodeled marks
-    # the peak a lower bound)
+    # the same with grad_accum_dtype fp32 (state.zero12_offload_fp32_accum): param.grad_accum in fp32 from each hook
+    # (l.1237) kept across micro-steps, the fp32 ipg bucket, the boundary's fp32 clones (l.1446), the compact fp32
+    # partition (l.1270) through the step, and the grad_accum the rank does not own left to the step (l.2272-2274).
+    # Before (2026-12-06, the reduce in bf16, UNMATCHED_ISSUE15) rank 0 (rank 1): backward:1 +124,978 (+124,978) 24.0%,
+    # forward:2 +87,050, backward:2 +172,878 (+172,276), step:2 +126,476 (+203,540, 35.8%), forward:4 +87,054,
+    # backward:4 +172,882 (+172,280), step:4 +126,496 (+203,560); now every phase within 0.16% on both ranks (2 runs)
     ("z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False,
                                                             reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
                                                      "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
@@ -668,23 +672,11 @@ UNMATCHED_LINEAR: dict = {}
 #: gradient live as its hook flushes) was not what the engine does: the tracker's event order has that new gradient
 #: freed (accumulated in place) before the hook's 934 B flat copy is made; the model then lacked the moment before it,
 #: l2's AddmmBackward0 outputs beside the accumulated 86,418 B (state accumulate_grad_new was 0 on that path).
-UNMATCHED_ISSUE15: dict = {
-    # ZeRO-1 bf16 with grad_accum_dtype fp32 under CPU optimizer offload (DeepSpeedZeroOptimizer: select_optimizer
-    # takes BF16_Optimizer only without cpu offload), TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears
-    # (2026-12-06, 2 runs, the same bytes): every phase from backward:1 on is over the ledger, which counts the offload
-    # reduce in the model dtype. Unattributed at the marks: param.grad_accum, ``param.grad.to(fp32)`` kept across
-    # micro-steps (stage_1_and_2.py _fill_param_grad_accum_attribute l.1237: N x 4 = 172,836 B; use_grad_accum_attribute
-    # l.401-402 at stage 1), the compact fp32 partition (_build_compact_grad_partition_buffer l.1270, 86,424 B), the
-    # fp64 norm copy of each slice (copy_grads_in_partition l.2152: 154,120 / 169,096 B on ranks 0 / 1 at the mark) and
-    # rank 1's extra-large clone in fp32 at the step (l.1446, 77,056 B). Residuals rank 0 (rank 1), engine - ledger:
-    # backward:1 +124,978 (+124,978) 24.0%, forward:2 +87,050 (+87,050), backward:2 +172,878 (+172,276), step:2
-    # +126,476 (+203,540, 35.8%), forward:4 +87,054, backward:4 +172,882 (+172,280), step:4 +126,496 (+203,560).
-    # state.zero12_transients_unmodeled says the peak is a lower bound for this plan (and ZeRO-2's, whose probe was
-    # backward:1 +78,024 / +132,140 B on ranks 0 / 1, +4-9% on rank 1's later phases)
-    "z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2": {
-        "backward:1": 124978, "forward:2": 87050, "backward:2": 172878, "step:2": 126476, "forward:4": 87054,
-        "backward:4": 172882, "step:4": 126496},
-}
+UNMATCHED_ISSUE15: dict = {}
+#: z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 was listed here (ZeRO-1 bf16, grad_accum_dtype fp32, CPU optimizer
+#: offload: +12-36% from backward:1 on with the reduce counted in bf16; the fp32 grad_accum copies l.1237, the compact
+#: partition l.1270, rank 1's fp32 clone l.1446 and the ipg bucket kept by unowned grad_accum views at the step); it
+#: matches since state.zero12_offload_fp32_accum models that regime (ZeRO-2's stays a lower bound).
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
 #: fp32, so averaged_gradients ((I_r + P - Cov_r) x 4: 170,968 B on rank 0, 94,588 B on rank 1) stood in

@@ -1,0 +1,87 @@
+"""ZeRO-1 bf16 under CPU optimizer offload with ``data_types.grad_accum_dtype`` fp32 (state.zero12_offload_fp32_accum),
+hand-computed from DeepSpeed 0.19.8 ``runtime/zero/stage_1_and_2.py`` on the engine cell's model (TINY of
+tests/engine/parity.py as nn.Linear pairs, W 2, GA 2, reduce_bucket_size 10,000; the engine cell is
+tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, which these figures matched within 0.16%).
+
+Facts used, each from the source:
+- use_grad_accum_attribute at stage 1 when the model dtype is not the accumulation dtype (l.397-404): every hook makes
+  ``param.grad_accum = param.grad.to(fp32)`` (l.1237) or adds such a copy (l.1239), then drops param.grad (l.1240);
+- the ipg bucket is fp32 then (setup_buckets l.3266 with _gradient_reduction_buffer_dtype l.1253-1254): RBS x 4;
+- gradients over the bucket are cloned (l.1446), in fp32 since grad_accum is what is reduced (l.1248-1249);
+- the compact fp32 partition P x 4 (l.1268-1270) lives to the end of the group's step (l.3098);
+- copy_grads_in_partition's fp64 norm copy of the rank's slice (l.2152), s x 8;
+- only gradients meeting the rank's slice are copied and cleared (l.2272-2274, l.2159): the others' grad_accum (bucket
+  views, fp32 clones) stay to zero_grad after the step (l.2613-2624).
+TINY: l1.weight 19,264, l1.bias 301, l2.weight 23,177, l2.bias 77, l3.weight 385, l3.bias 5: N = 43,209, N_pad =
+43,212 (2W alignment), P = 21,606. Rank 0's slice [0, 21,606) meets l1.weight, l1.bias, l2.weight (2,041 of it);
+rank 1's [21,606, 43,212) l2.weight (21,136), l2.bias, l3.*."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger.state import Cluster, Plan, compute_ledger
+from advisor.ledger.timeline import resolve_load, role_timeline
+from advisor.model.inventory import from_dict
+
+TINY = {"name": "tiny-mlp", "tensors": [
+    {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+    {"name": "l2.weight", "shape": [77, 301]}, {"name": "l2.bias", "shape": [77]},
+    {"name": "l3.weight", "shape": [5, 77]}, {"name": "l3.bias", "shape": [5]}]}
+N, P, RBS = 43209, 21606, 10000
+
+
+def _cfg(stage=1, ga=2, overlap=False, gacc="fp32"):
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "data_types": {"grad_accum_dtype": gacc},
+            "zero_optimization": {"stage": stage, "reduce_bucket_size": RBS, "overlap_comm": overlap,
+                                  "contiguous_gradients": False, "offload_optimizer": {"device": "cpu"}}}
+
+
+def _timeline(cfg, r):
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, from_dict(TINY, "tiny-mlp"), Cluster(world_size=2)))
+    tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=ec.gradient_accumulation_steps or 1, rank=r)
+    ser = tl.series(("accelerator", "host_pinned", "host_pageable"))
+    return led, {x.key: ser[i] for i, x in enumerate(tl.instants)}
+
+
+def test_modelled_not_a_lower_bound():
+    led, _ = _timeline(_cfg(), 0)
+    assert not led.peak_lower_bound
+    # outside the measured regime the peak stays a lower bound: ZeRO-2, overlap_comm, GA 1
+    for cfg in (_cfg(stage=2), _cfg(overlap=True), _cfg(ga=1)):
+        led, _ = _timeline(cfg, 0)
+        assert "grad_accum_dtype fp32" in led.peak_lower_bound
+
+
+@pytest.mark.parametrize("r", (0, 1))
+def test_hand_computed_instants(r):
+    led, at = _timeline(_cfg(), r)
+    base = at["initialize"]  # the persistent state: what every instant below adds to
+    ipg = RBS * 4
+    # micro-step 1's hooks in autograd order (l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight; a bias's
+    # hook sees its weight's 16-bit gradient whole): the largest is l1.weight's, every fp32 copy made beside its
+    # 16-bit gradient: 4 N + 2 x 19,264
+    assert at["backward:1"] - base == ipg + 4 * N + 2 * 19264
+    # the next forward: every grad_accum and the bucket (no epilogue before the boundary at stage 1)
+    assert at["forward:2"] - base == ipg + 4 * N
+    # micro-step 2's hooks: all grad_accum, l2.weight's new gradient and its fp32 copy
+    assert at["backward:2"] - base == ipg + 4 * N + (2 + 4) * 23177
+    compact = P * 4
+    if r == 0:
+        # l1.weight's flush (triggered by l1.bias): its fp32 clone, its slice's fp64 norm copy, every later grad_accum
+        reduce = 19264 * 8 + 19264 * 4 + (N - 19264) * 4
+        kept = ipg  # l2.bias, l3.* were moved into the bucket and are not rank 0's
+    else:
+        # l2.weight's flush (triggered by l2.bias): its fp32 clone, rank 1's 21,136 elements in fp64, l2.bias and l3.*
+        # unmoved, and l1.weight's clone, not rank 1's, kept
+        reduce = 21136 * 8 + 23177 * 4 + (77 + 385 + 5) * 4 + 19264 * 4
+        kept = ipg + 19264 * 4  # l1.bias's bucket view and l1.weight's clone
+    assert at["reduce"] - base == ipg + compact + reduce
+    assert at["steady:reduce"] == at["reduce"] + (at["steady:forward"] - at["forward:2"])
+    # the step holds the compact partition and what the reduce left (over the step's own entries, as without it)
+    ref_led, ref = _timeline(_cfg(gacc="bf16"), r)
+    assert at["first_step:update"] - ref["first_step:update"] == compact + kept
+    assert sum(e.bytes for e in led.rank(r).by_item("offload_kept_grad_accum")) == kept
