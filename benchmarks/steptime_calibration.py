@@ -40,7 +40,7 @@ load average of every round.
    drive, O_DIRECT as ``deepspeed_aio_common.cpp`` opens the files): on this VM a read's rate
    follows its destination buffer, per allocation (``benchmarks/aio_read_buffers.py``), which
    made the earlier runs' separate-buffer ratios 0.73-1.77 -- a method error (model input and
-   swap in different memory, minutes apart in the round's order), recorded here as
+   swap in different memory, seconds apart in the round's order), recorded here as
    ``own_buffer``. Two models: the tier stated at the aio settings (``nvme_rate`` returns it), and
    the aio model (``nvme_rate`` of a tier stating its rate at 1 MiB x 32 x 2 threads and its
    latency at 64 KiB x depth 1, at the defaults).
@@ -316,7 +316,11 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
     separate ``new_cpu_locked_tensor`` allocations; ``partitioned_optimizer_swapper.py`` l.79-85
     takes ``num_tensors()`` of them), submitted together and then waited on
     (``swap_in_tensors`` / ``swap_out_tensors``, ``utils.py`` l.19-26; ``aio_handle.wait()``,
-    ``partitioned_optimizer_swapper.py`` l.105-106 and l.177-183).
+    ``partitioned_optimizer_swapper.py`` l.105-106 and l.177-183). The handle's threads take its
+    ops one at a time (``deepspeed_aio_thread.cpp`` l.24-35; each op split over all of them,
+    ``deepspeed_py_io_handle.cpp`` l.175-181), so the three files go one after another, each at
+    up to ``queue_depth`` requests (``deepspeed_aio_utils.cpp`` l.77-100): the model's
+    bytes / rate, with no per-file term.
 
     **A, the model's inputs, into the same buffers and files.** On this VM a read's rate follows
     its destination buffer, per page-locked allocation (benchmarks/aio_read_buffers.py), so the
