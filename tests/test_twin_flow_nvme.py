@@ -185,3 +185,49 @@ def test_estimate_names_the_nvme_split(tmp_path):
             oo["sub_groups_on_nvme_backup_stepped"]) == (0, 1, 2, 1)
     t = run("text")
     assert "2 swapped to NVMe (1 of them stepped by the backup AdamW" in t.stdout, t.stdout
+
+
+def _gpu_runs():
+    import json
+    p = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
+                     "gpu_twin_flow_nvme-h100.json")
+    return json.load(open(p))["runs"]
+
+
+def test_ledger_matches_the_h100_run():
+    """The real engine on an H100 (benchmarks/gpu_twin_flow_nvme.py, DeepSpeed 0.19.8, world size 1, ratios 0.5 and 0,
+    recorded in benchmarks/results/gpu_twin_flow_nvme-h100.json) against the ledger at W = 1, sub-group by sub-group:
+    the swapped ones (fp32 master of 0 elements between steps), the backup AdamW's (its state non-empty) with their
+    moments on the host for a swapped sub-group and on the accelerator otherwise, DeepSpeedCPUAdam's state empty for
+    them, and each swap file's bytes: the master's of every swapped sub-group, the moments' of DeepSpeedCPUAdam's only."""
+    runs = _gpu_runs()
+    assert {r["ratio"] for r in runs} == {0.5, 0.0}
+    for run in runs:
+        led = compute_ledger(Plan(effective_config(_cfg(run["ratio"])), from_dict(parity.BIG, "big"),
+                                  Cluster(world_size=1)))
+        pl = placement_of(led.plan)
+        by = _by(led)
+        assert [sg.numel for sg in pl.sub_groups] == run["sub_groups"]
+        assert pl.opt_swapped == run["swappable"]
+        backup = [bool(s) for s in run["backup_state"]]
+        assert [a or b for a, b in zip(pl.opt_on_accelerator, pl.opt_backup_swapped)] == backup
+        assert all(not c for c, b in zip(run["cpuadam_state"], backup) if b)
+        host_moments = acc_moments = 0
+        for i, st in enumerate(run["backup_state"]):
+            if not st:
+                continue
+            dev = {st[m]["device"].split(":")[0] for m in ("exp_avg", "exp_avg_sq")}
+            assert dev == ({"cpu"} if pl.opt_backup_swapped[i] else {"cuda"}), (run["ratio"], i, dev)
+            n = sum(st[m]["numel"] for m in ("exp_avg", "exp_avg_sq")) * 4
+            if pl.opt_backup_swapped[i]:
+                host_moments += n
+            else:
+                acc_moments += n
+            assert run["fp32_master"][i]["device"].startswith("cuda") == pl.opt_on_accelerator[i]
+        assert by.get(("backup_adamw_host_moments", "host_pageable"), 0) == host_moments
+        assert by.get(("exp_avg", "accelerator"), 0) + by.get(("exp_avg_sq", "accelerator"), 0) == acc_moments
+        files = {name.rsplit("/", 1)[1]: size for name, size in run["swap_files"] if "_gradient_" not in name}
+        master = sum(v for k, v in files.items() if not k.startswith("exp_avg"))
+        assert by[("fp32_master", "nvme")] == master
+        for m in ("exp_avg", "exp_avg_sq"):
+            assert by.get((m, "nvme"), 0) == sum(v for k, v in files.items() if k.startswith(m + "-"))

@@ -336,7 +336,8 @@ CELLS = [
     # (timeline.GPU_ONLY: 8,445,956 B in the step, 4,222,980 B after it) are left out and the cell proves the rest:
     # the placeholder parameter, and the first step's DeepSpeedCPUAdam moments, whose max over the swapped
     # sub-groups is sub-group 1's (530,966 > 527,872) on both paths. Every phase of both ranks within 0.03%
-    # (2026-12-06, 2 runs); the tier split and the backup AdamW's host moments are not proven here
+    # (2026-12-06, 3 runs); the tier split and the backup AdamW's host moments are not proven here (an H100 run
+    # showed the placement, not the peak: benchmarks/results/gpu_twin_flow_nvme-h100.json, tests/test_twin_flow_nvme.py)
     ("z3_bf16_oo_nvme_ratio_w2", _cfg(3, "bf16", reduce_bucket_size=50000, sub_group_size=300000,
                                       offload_optimizer={"device": "nvme", "nvme_path": "/tmp", "buffer_count": 4,
                                                          "ratio": 0.5}),
