@@ -50,8 +50,10 @@ def _timeline(cfg, r):
 def test_modelled_not_a_lower_bound():
     led, _ = _timeline(_cfg(), 0)
     assert not led.peak_lower_bound
-    # outside the measured regime the peak stays a lower bound: ZeRO-2, overlap_comm, GA 1
-    for cfg in (_cfg(stage=2), _cfg(overlap=True), _cfg(ga=1)):
+    led, _ = _timeline(_cfg(ga=1), 0)
+    assert not led.peak_lower_bound
+    # outside the measured regime the peak stays a lower bound: ZeRO-2, ZeRO-1 with overlap_comm
+    for cfg in (_cfg(stage=2), _cfg(overlap=True), _cfg(stage=2, ga=1)):
         led, _ = _timeline(cfg, 0)
         assert "grad_accum_dtype fp32" in led.peak_lower_bound
 
@@ -85,3 +87,15 @@ def test_hand_computed_instants(r):
     ref_led, ref = _timeline(_cfg(gacc="bf16"), r)
     assert at["first_step:update"] - ref["first_step:update"] == compact + kept
     assert sum(e.bytes for e in led.rank(r).by_item("offload_kept_grad_accum")) == kept
+
+
+@pytest.mark.parametrize("r", (0, 1))
+def test_ga1_hooks_and_reduce(r):
+    # GA 1: every backward is a first micro-step (the hooks' moment as micro-step 1's at GA 2), the reduce and the
+    # step as at GA 2's boundary (engine probe: the same residuals to the byte before)
+    _, at = _timeline(_cfg(ga=1), r)
+    _, at2 = _timeline(_cfg(), r)
+    base = at["initialize"]
+    assert at["backward:1"] - base == RBS * 4 + 4 * N + 2 * 19264
+    assert at["reduce"] == at2["reduce"]
+    assert at["first_step:update"] == at2["first_step:update"]

@@ -3962,8 +3962,11 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
 def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> bool:
     """Whether the ledger models ZeRO-1 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
     DeepSpeedZeroOptimizer (select_optimizer takes BF16_Optimizer only without offload), one param group,
-    ``overlap_comm`` off (``contiguous_gradients`` is forced on, ``stage_1_and_2.py`` l.299-300), GA > 1 (measured:
-    tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2). The gradients are then fp32
+    ``overlap_comm`` off (``contiguous_gradients`` is forced on, ``stage_1_and_2.py`` l.299-300), any GA (measured:
+    tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 at GA 2, every phase within 0.16%;
+    its GA-1 twin in a probe run, 2026-12-06, before: backward:1/2 +172,878 / +172,276 B, step:1/2 +126,476 /
+    +203,540 B on ranks 0 / 1, the same storages). With ``overlap_comm`` (probe, GA 2) each hook reduces and
+    allreduce_bucket's flat copy and cast (l.2367, l.2377) are beside the fp32 copies: not modelled. The gradients are then fp32
     ``param.grad_accum`` storages (use_grad_accum_attribute, l.397-404: dtype != gradient_accumulation_dtype and
     stage 1), not the 16-bit param.grad, from the first hook to the boundary reduce:
 
@@ -3986,8 +3989,7 @@ def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, gr
       (l.2613-2624, from engine.py _take_model_step l.3525-3526): :func:`zero12_offload_fp32_accum_kept`."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and not z.overlap_comm and ga > 1
-            and groups == 1)
+            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and not z.overlap_comm and groups == 1)
 
 
 def zero12_offload_grad_bytes(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> int:
@@ -4265,7 +4267,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
     says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` models it (ZeRO-1 bf16,
-    GA > 1, one param group, ``overlap_comm`` off: the cell below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    one param group, ``overlap_comm`` off: the cell below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4278,7 +4280,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled here (only ZeRO-1 bf16 at GA > 1 with one param group and overlap_comm off is), so the "
+                "modelled here (only ZeRO-1 bf16 with one param group and overlap_comm off is), so the "
                 "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
                 "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
@@ -5725,6 +5727,14 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "rank's slices under grad_accum_dtype fp32; zero12_offload_fp32_accum)",
                   f"{S}._build_compact_grad_partition_buffer (l.1268-1270, from _get_compact_grad_partition_slice "
                   "l.1312-1321); freed by step (averaged_gradients[i] = None, l.3098)")
+            if ga == 1:
+                # every backward is a first micro-step: the hooks' fp32 copies beside a 16-bit gradient (at GA > 1
+                # micro-step 1's are lp_grads_first_microstep, the later ones accumulate_grad_new)
+                a1 = zero12_offload_fp32_accum_hooks(ec, inv)[0]
+                b.add("accelerator", "gradients", "offload_grad_accum_hooks", a1, "autograd",
+                      f"A1 = max_k (4 c_k + D (n_k + s_k)) = {a1}: the fp32 grad_accum copies made so far beside a "
+                      "hook's 16-bit gradient and its autograd sibling's (zero12_offload_fp32_accum_hooks)",
+                      f"{S}._fill_param_grad_accum_attribute (param.grad.to(fp32), l.1237)")
             if offload_kept:
                 b.add("accelerator", "gradients", "offload_kept_grad_accum", offload_kept, "step",
                       "the fp32 clones of gradients over reduce_bucket_size meeting no part of the rank's slice "
@@ -5854,7 +5864,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "moved into the ipg bucket (overlap_comm; zero12_backward_transients)",
                   "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); "
                   f"{S}.process_gradients (l.2284-2291, overlap_comm) -> reduce_independent_p_g_buckets_and_remove_grads")
-    if offload_kept is not None:
+    if offload_kept is not None and ga > 1:
         a2 = zero12_offload_fp32_accum_hooks(ec, inv)[1]
         b.add("accelerator", "gradients", "accumulate_grad_new", a2, "accumulated_backward",
               f"A2 = 4 N + max_k ((4 + D) n_k + D s_k) = {a2}: every fp32 grad_accum kept, a later micro-step's "
@@ -6878,7 +6888,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer" and not (
             inv.has_trainable() and zero12_offload_fp32_accum(ec, wrapper, ga, len(inv.memo(
                 ("trainable_groups",), lambda: tuple(sorted({t.group for t in inv.tensors if t.trainable})))))):
-        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, GA > 1, one group, overlap_comm off)
+        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, one group, overlap_comm off)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")
