@@ -110,8 +110,24 @@ def test_fp32_communication_casts_the_run_not_the_slices():
 def test_regime_taken_only_where_measured():
     led_ok = compute_ledger(Plan(effective_config(_cfg()), TINY, Cluster(world_size=2)))
     assert any(e.item == "reduce_transient" for e in led_ok.rank(0).entries)
-    ec = effective_config(_cfg(contiguous_gradients=False))
+    ec = effective_config({**_cfg(contiguous_gradients=False), "communication_data_type": "fp32"})
     assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
+
+
+def test_noncontiguous_keeps_the_gradients_meeting_the_slice_whole_beside_the_buffer():
+    # contiguous_gradients off: reduce_ipg_grads -> _buffered_reduce_fallback_preserving_fp32 (l.2231-2235) ->
+    # _allreduce_noncontiguous_bucket_preserving_fp32 (l.2484-2511): the whole bucket flattened (l.2367), each of the
+    # rank's slices cast to fp32 into its buffer (l.2506-2508, l.1326); gradients meeting the slice stay whole in
+    # param.grad (l.2270 needs contiguous_gradients) to the epilogue's _clear_param_grad_only (l.1067), none into
+    # the next micro-step. No ipg buffer (setup_buckets: contiguous_gradients only). TINY at 50,000: one flush of all
+    # six gradients at the epilogue: N x 2 of gradients + their N x 2 flat copy + the buffer + the largest slice's cast.
+    # Engine (2026-12-06): backward 509,196 / 516,684 B on ranks 0 / 1 = this + 32 B of scalars
+    for r in (0, 1):
+        at = _at(_cfg(contiguous_gradients=False), r, 2)
+        flush = PERSISTENT + FLAT + FLAT + P * 4 + LARGEST[r] * 4
+        assert at["reduce:1"] == at["reduce"] == flush
+        assert at["forward:2"] == PERSISTENT + P * 4        # the buffer only: param.grad cleared at the epilogue
+        assert at["steady:reduce"] == flush + MOMENTS
 
 
 def test_owned_extra_large_gradient_kept_whole_to_the_end_of_the_epilogue():

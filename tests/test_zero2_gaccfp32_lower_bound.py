@@ -8,7 +8,7 @@ boundary (all_grad_tensors, l.1038-1040, freed l.1059); with fp32 accumulation o
 P x 4 bytes (_build_compact_grad_partition_buffer l.1268-1274), kept to the step (l.3131), with each reduced slice
 cast to fp32 as it is added (l.1324-1326). So at GA 1 the fp32 regime holds at least 4P - 2P = 2P bytes more, and at
 GA > 1 at least as much (4P against 2P + 2P). llama-3-8b at W 8: P = ceil(8,030,261,248 / 8) plus padding, at
-least 1,003,782,656 elements. Where the regime is not modelled (contiguous_gradients off) the
+least 1,003,782,656 elements. Where the regime is not modelled (contiguous_gradients off with another communication_data_type) the
 estimate says its accelerator peak is a lower bound (``assumptions.peak_lower_bound``, ``>=`` in text).
 """
 
@@ -61,11 +61,14 @@ def test_newcomer_command_is_modelled_with_overlap_comm():
 
 
 def test_coarse_regime_says_lower_bound():
-    """The regime still coarse (contiguous_gradients off): the peak is marked a lower bound."""
-    shape = ("train_batch_size=64", "gradient_accumulation_steps=8", "zero_optimization.contiguous_gradients=false")
+    """The regime still coarse (contiguous_gradients off with fp32 communication): the peak is marked a lower bound."""
+    shape = ("train_batch_size=64", "gradient_accumulation_steps=8", "zero_optimization.contiguous_gradients=false",
+             "communication_data_type=fp32")
     d = _estimate(*shape, FP32)
     lb = d["assumptions"]["peak_lower_bound"]
     assert lb and "contiguous_gradients off" in lb and "overlap_comm" not in lb and lb in d["assumptions"]["excluded"]
+    # contiguous_gradients off with communication in the model dtype is modelled
+    assert _estimate(*shape[:3], FP32)["assumptions"]["peak_lower_bound"] is None
     text = _estimate(*shape, FP32, fmt="text")
     assert "accelerator >= " in text and "lower bound" in text
     # with contiguous_gradients on, fp16 with fp32 accumulation and fp32 communication are modelled (same code path)

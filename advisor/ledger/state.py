@@ -4214,7 +4214,7 @@ def zero12_step_groups(layouts: list[Zero12Layout], W: int) -> Runs:
     return Runs.zip(*(one(lay) for lay in layouts))
 
 
-def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
+def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str, noncontig: bool = False) -> bool:
     """Whether this plan is the ZeRO-2 compact fp32 gradient partition regime :func:`zero12_backward_transients`
     models: DeepSpeedZeroOptimizer at stage 2 on a bf16 or fp16 model with ``data_types.grad_accum_dtype`` fp32, no
     optimizer offload, ``contiguous_gradients`` on, ``overlap_comm`` on or off, any ``communication_data_type``, any
@@ -4245,12 +4245,20 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str) -> bool:
     copies) and, fp32, the reduced slices reach _add_to_grad_partition_buffer already fp32, so ``source.to(fp32)``
     copies nothing (l.1326); probes at fp32 (TINY one flush, and reduce_bucket_size 10,000 with real Linears, 2 runs,
     and TINY_FROZEN_GROUPS) were backward +80% over the coarse ledger (the run's fp32 cast, 92,708 B for l2.weight, at
-    l.2377) and now every phase within 0.01% (the proxy scalars aside). ``contiguous_gradients`` off
-    (_buffered_reduce_fallback_preserving_fp32, l.2231-2235: whole gradients kept, all-reduced, not reduce-scattered)
-    and CPU offload are not modelled in this regime and keep the coarse lifetimes."""
+    l.2377) and now every phase within 0.01% (the proxy scalars aside). ``noncontig``: the same buffer with
+    ``contiguous_gradients`` off (_buffered_reduce_fallback_preserving_fp32, l.2231-2235: whole gradients, all-reduced,
+    not reduce-scattered; :func:`_zero12_noncontig_compact_transients`), communication in the model dtype only; probes
+    (TINY at 50,000 and at 10,000 with real Linears x2, with overlap_comm, TINY_FROZEN_GROUPS; 2026-12-06): backward
+    +63-66% coarse, now every phase within 0.01% (the proxy scalars aside). CPU offload is not modelled in this
+    regime (:func:`zero12_transients_unmodeled`)."""
     z = ec.zero
-    return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32" and ec.contiguous_gradients_effective)
+    if not (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
+            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32"):
+        return False
+    if noncontig:
+        # contiguous_gradients off (:func:`_zero12_noncontig_compact_transients`), communication in the model dtype
+        return not ec.contiguous_gradients_effective and ec.comm_dtype == ec.model_dtype
+    return ec.contiguous_gradients_effective
 
 
 def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> str:
@@ -4290,9 +4298,10 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     if ec.grad_dtype != ec.model_dtype:
         w = f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}"
         if z.stage == 2 and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32":
-            # the compact fp32 buffer regime is modelled only as zero12_compact_grad_buffer says: with
-            # contiguous_gradients (off: _buffered_reduce_fallback_preserving_fp32, l.2231-2235, not modelled)
-            w += " (modelled with contiguous_gradients on; here contiguous_gradients off)"
+            # the compact fp32 buffer regime is modelled as zero12_compact_grad_buffer says: contiguous_gradients off
+            # (_buffered_reduce_fallback_preserving_fp32, l.2231-2235) only with communication in the model dtype
+            w += " (the compact fp32 gradient buffer: not modelled with contiguous_gradients off and another " \
+                 "communication_data_type)"
         what.append(w)
     if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective:
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
@@ -4393,7 +4402,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     get_grad_norm_direct l.2684: 19,264 / 21,136 x 8 B among its site's storages at the peak). BF16_Optimizer (ZeRO-1 with
     ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`."""
     z = ec.zero
-    if zero12_compact_grad_buffer(ec, wrapper):
+    if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
@@ -4834,6 +4843,8 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         R = max(((csum[ks.stop] - csum[ks.start]) * D for ks, _ in flushes if len(ks) > 1), default=0) + whole
         return zero12_largest_slices(layouts, W).map(lambda sl: (0, R, sl * 8))
     if not ec.contiguous_gradients_effective:
+        if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer", noncontig=True):
+            return _zero12_noncontig_compact_transients(ec, layouts, W, D, order, hooked, csum, flushes)
         return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes, inv)
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
@@ -5541,6 +5552,108 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
         return auto, max((inter + p_t - cov) * D, red), g * 8
 
     return Runs.zip(terms, kept, gmax).map(figure)
+
+
+def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
+                                         order: "_FlushOrder", hooked: "Sequence[int]", csum: "Sequence[int]",
+                                         flushes: "_Flushes") -> Runs:
+    """Runs of (A_r, R_r, G_r, A'_r, R'_r) per rank, bytes, as :func:`_zero12_compact_transients`, for the compact fp32
+    buffer regime with ``contiguous_gradients`` off (:func:`zero12_compact_grad_buffer` ``noncontig``): the flushes of
+    :func:`_zero12_noncontig_transients` (whole gradients in ``bucket.grads``, no ipg buffer) go through
+    reduce_ipg_grads -> _buffered_reduce_fallback_preserving_fp32 (``stage_1_and_2.py`` l.2231-2235), one run of the
+    whole bucket -> _allreduce_noncontiguous_bucket_preserving_fp32 (l.2484-2511): allreduce_bucket flattens it
+    (l.2367, a view for one gradient) and, per gradient the rank owns part of, the rank's buffer slice
+    (_get_compact_grad_partition_slice l.2506, the group's buffer made there at the rank's first such gradient) gets
+    the reduced slice through ``source.to(fp32)`` (n x 4, l.1326) beside that flat copy. After the flush a gradient
+    wholly outside the rank's slice is dropped (l.2267) and one meeting it stays whole in param.grad (l.2270 needs
+    contiguous_gradients) until the epilogue's _clear_param_grad_only (l.1067): no averaged_gradients are built from
+    them (l.1034-1037), and at GA > 1 none survives into the next micro-step, only the buffers (kept to the step).
+    R_r = max over flushes j of (bucket_j + unmoved_j) x D + kept_r(j) x D + copy_j + buf_r(j) + c_r,j x 4, and
+    kept_r(F) x D + every buffer at the end of the epilogue; kept_r(j) the gradients meeting the rank's slices flushed
+    before j (whole), c_r,j its largest slice in flush j, buf_r(j) its buffers made at or before j. With
+    ``overlap_comm`` flush j first holds flush j - 1's gradients outside the slice (previous_reduced_grads, cleared at
+    l.2488 before the flatten), beside buf_r(j - 1). A_r = max (n_p + s_p) x D (never above its bucket's flush);
+    R'_r: a later micro-step, every buffer from its start, less R_r; A'_r = 0. G_r = the rank's largest slice x 8.
+    Engine probes (TINY at reduce_bucket_size 10,000, real Linears, W 2, GA 2, 2026-12-06): coarse backward:1
+    +162,572 / +170,998 B on ranks 0 / 1 (all 16-bit gradients whole, 86,422 B at engine.py l.3428, the cast of the
+    rank's slice of l2.weight / l1.weight at l.1326 and the buffer), forward:2 +87,060 B, step:4 +154,148 / +169,124 B.
+    Evaluated rank by rank at the points where a slice starts or ends: O(points x (flushes + tensors))."""
+    F = len(flushes)
+    Ps = [lay.P for lay in layouts]
+    G = len(layouts)
+    pb = [P_g * 4 for P_g in Ps]
+    bufend = sum(pb)
+    ov = bool(ec.zero.overlap_comm)
+    grp = order.groups
+
+    def gi(k: int) -> int:
+        return 0 if grp is None else grp[k]
+
+    def owners(g: int, a0: int, n0: int) -> list[tuple[int, int, int]]:
+        P = Ps[g]
+        if n0 <= 0 or not P:
+            return []
+        r0, r1 = a0 // P, min((a0 + n0 - 1) // P, W - 1)
+        if r0 > r1:
+            return []
+        out = [(r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - a0)]
+        if r1 > r0 + 1:
+            out.append((r0 + 1, r1, P))
+        if r1 > r0:
+            out.append((r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
+        return out
+
+    bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
+    base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
+    copy = [bucket[j] * D if len(ks) > 1 else 0 for j, (ks, _) in enumerate(flushes)]
+    # every slice: (first rank, end rank, flush, group, slice elements, tensor elements)
+    ent: list[tuple[int, int, int, int, int, int]] = []
+    for j in range(F):
+        for k in flushes[j][0]:
+            g = gi(k)
+            ent.extend((a, b, j, g, n, order.numels[k]) for a, b, n in owners(g, order.starts[k], order.numels[k]))
+    ent.sort()
+
+    def value_at(starts: "Iterable[int]") -> "Iterator[tuple[int, int, int, int, int]]":
+        active: list[tuple[int, int, int, int, int, int]] = []
+        i = 0
+        for r in starts:
+            while i < len(ent) and ent[i][0] <= r:
+                active.append(ent[i])
+                i += 1
+            active = [x for x in active if x[1] > r]
+            f = [F] * G
+            cast = [0] * F
+            meet = [0] * F  # elements of the flush's gradients meeting the rank's slice (kept whole after it)
+            for _, _, j, g, n, whole in active:
+                f[g] = min(f[g], j)
+                cast[j] = max(cast[j], n * 4)
+                meet[j] += whole
+            buf = [0] * F
+            for g in range(G):
+                if f[g] < F:
+                    buf[f[g]] += pb[g]
+            buf = list(itertools.accumulate(buf))
+            red1 = redn = 0
+            kept = 0
+            for j in range(F):
+                at = base[j] + kept * D + copy[j] + cast[j]
+                red1 = max(red1, at + buf[j])
+                redn = max(redn, at + bufend)
+                if ov and j:
+                    prev = base[j] + kept * D + (bucket[j - 1] - meet[j - 1]) * D
+                    red1 = max(red1, prev + buf[j - 1])
+                    redn = max(redn, prev + bufend)
+                kept += meet[j]
+            red1 = max(red1, kept * D + bufend)
+            redn = max(redn, kept * D + bufend)
+            yield red1, redn
+
+    pts = {p for e in ent for p in e[:2]} if W > len(order) else range(W)
+    vals = Runs.at_points(W, pts, value_at)
+    auto = max(hooked, default=0) * D
+    return Runs.zip(vals, zero12_largest_slices(layouts, W)).map(
+        lambda t: (auto, t[0][0], t[1] * 8, 0, t[0][1] - t[0][0]))
 
 
 #: Where a gradient autograd makes is allocated, as an allocation-level tracker sees it: inside
