@@ -486,11 +486,17 @@ def zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -
                                lambda: tuple(_zero3_sub_groups(inventory, W, sub_group_size))))
 
 
+#: True: :func:`_zero3_sub_groups` cuts each param group at the bisections of its p_i prefix sums (C-level
+#: columns, one p_i per distinct size); False: the per-tensor walk, the reference of
+#: tests/test_inventory_columns_identity.py.
+SUB_GROUP_COLUMNS = True
+
+
 def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) -> list[SubGroup]:
     tensors = inventory.tensors
-    by: dict[int, list[int]] = {}
-    if all(t.trainable and t.group == 0 for t in tensors):
-        by[0] = list(range(len(tensors)))  # the common case: one group of every tensor
+    by: dict[int, "Sequence[int]"] = {}
+    if all(map(operator.attrgetter("trainable"), tensors)) and not any(map(operator.attrgetter("group"), tensors)):
+        by[0] = range(len(tensors))  # the common case: one group of every tensor
     else:
         for i, t in enumerate(tensors):
             if t.trainable:
@@ -498,6 +504,23 @@ def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) 
     out: list[SubGroup] = []
     for g in sorted(by):
         idx = by[g]
+        if SUB_GROUP_COLUMNS:
+            # p_i = ceil(n_i / W) once per distinct size, their prefix sums packed; a sub-group started at
+            # tensor a ends at the first q with P[q] - P[a] >= sub_group_size (p_i >= 1: P rises)
+            ns = list(map(operator.attrgetter("numel"), map(tensors.__getitem__, idx)))
+            p_of = {n: -(-n // W) for n in set(ns)}
+            P = _packed(itertools.accumulate(map(p_of.__getitem__, ns), initial=0))
+            del ns
+            L = len(idx)
+            if sub_group_size is None or sub_group_size >= P[L]:
+                out.append(SubGroup(g, tuple(idx), P[L]))
+                continue
+            a = 0
+            while a < L:
+                q = min(L, bisect.bisect_left(P, P[a] + sub_group_size, a + 1))
+                out.append(SubGroup(g, tuple(idx[a:q]), P[q] - P[a]))
+                a = q
+            continue
         # p_i = zero3_partition_numel(n_i, W) = ceil(n_i / W), inlined (one call per tensor
         # was ~0.2 s of a 1M-tensor inventory)
         parts = [-(-tensors[i].numel // W) for i in idx]
