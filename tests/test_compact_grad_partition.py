@@ -107,11 +107,18 @@ def test_fp32_communication_casts_the_run_not_the_slices():
         assert at["reduce:1"] == PERSISTENT + IPG + P * 4 + FLAT + 43209 * 4
 
 
-def test_regime_taken_only_where_measured():
-    led_ok = compute_ledger(Plan(effective_config(_cfg()), TINY, Cluster(world_size=2)))
-    assert any(e.item == "reduce_transient" for e in led_ok.rank(0).entries)
-    ec = effective_config({**_cfg(contiguous_gradients=False), "communication_data_type": "fp32"})
-    assert not zero12_transients_modeled(ec, "DeepSpeedZeroOptimizer", 2, 1)
+def test_noncontiguous_fp32_communication_frees_the_flat_copy_before_the_buffer():
+    # allreduce_bucket casts the flat bucket to fp32 (l.2376-2377), copies the result back and returns the cast
+    # (l.2391-2393): the flat copy is freed before _allreduce_noncontiguous_bucket_preserving_fp32's loop makes the
+    # buffer (l.2506), whose slices come fp32 (no n x 4 cast). TINY at 50,000 (one flush): micro-step 1's flush holds
+    # N x 2 of gradients + max(flat copy N x 2, buffer P x 4) + the cast N x 4; micro-step 2 both (the buffer kept).
+    # Engine (2026-12-06): backward:1 518,558 B, backward:2 604,976 B on both ranks = these + 32-38 B of scalars
+    cfg = {**_cfg(contiguous_gradients=False), "communication_data_type": "fp32"}
+    assert zero12_transients_modeled(effective_config(cfg), "DeepSpeedZeroOptimizer", 2, 1)
+    for r in (0, 1):
+        at = _at(cfg, r, 2)
+        assert at["reduce:1"] == PERSISTENT + FLAT + max(FLAT, P * 4) + 43209 * 4
+        assert at["reduce"] == PERSISTENT + FLAT + FLAT + P * 4 + 43209 * 4
 
 
 def test_noncontiguous_keeps_the_gradients_meeting_the_slice_whole_beside_the_buffer():

@@ -4270,17 +4270,22 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str, noncontig: boo
     and TINY_FROZEN_GROUPS) were backward +80% over the coarse ledger (the run's fp32 cast, 92,708 B for l2.weight, at
     l.2377) and now every phase within 0.01% (the proxy scalars aside). ``noncontig``: the same buffer with
     ``contiguous_gradients`` off (_buffered_reduce_fallback_preserving_fp32, l.2231-2235: whole gradients, all-reduced,
-    not reduce-scattered; :func:`_zero12_noncontig_compact_transients`), communication in the model dtype only; probes
+    not reduce-scattered; :func:`_zero12_noncontig_compact_transients`); probes
     (TINY at 50,000 and at 10,000 with real Linears x2, with overlap_comm, TINY_FROZEN_GROUPS; 2026-12-06): backward
-    +63-66% coarse, now every phase within 0.01% (the proxy scalars aside). CPU offload is not modelled in this
-    regime (:func:`zero12_transients_unmodeled`)."""
+    +63-66% coarse, now every phase within 0.01% (the proxy scalars aside); with fp32 communication too (TINY at
+    50,000, at 10,000 with real Linears, TINY_FROZEN_GROUPS with overlap_comm: within 0.01%; at 50,000 micro-step 1's
+    flush holds the flat copy or the buffer, not both, allreduce_bucket returning the cast, l.2391-2393). CPU offload
+    is not modelled in this regime (:func:`zero12_transients_unmodeled`). With ``contiguous_gradients`` on and a
+    ``communication_data_type`` neither the model's nor fp32 (fp16 on a bf16 model, not measured) the slice casts are
+    counted beside their run's flat copy too, which allreduce_bucket has freed by then (l.2393): an overestimate of at
+    most that copy."""
     z = ec.zero
     if not (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32"):
         return False
     if noncontig:
-        # contiguous_gradients off (:func:`_zero12_noncontig_compact_transients`), communication in the model dtype
-        return not ec.contiguous_gradients_effective and ec.comm_dtype == ec.model_dtype
+        # contiguous_gradients off (:func:`_zero12_noncontig_compact_transients`)
+        return not ec.contiguous_gradients_effective
     return ec.contiguous_gradients_effective
 
 
@@ -4319,13 +4324,9 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         return ""
     what = []
     if ec.grad_dtype != ec.model_dtype:
-        w = f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}"
-        if z.stage == 2 and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32":
-            # the compact fp32 buffer regime is modelled as zero12_compact_grad_buffer says: contiguous_gradients off
-            # (_buffered_reduce_fallback_preserving_fp32, l.2231-2235) only with communication in the model dtype
-            w += " (the compact fp32 gradient buffer: not modelled with contiguous_gradients off and another " \
-                 "communication_data_type)"
-        what.append(w)
+        # (ZeRO-2's compact fp32 gradient buffer, bf16 / fp16 with fp32 accumulation, is modelled in every bucket
+        # option without offload: zero12_compact_grad_buffer)
+        what.append(f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}")
     if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective:
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
     if ec.model_dtype not in ("fp16", "bf16", "fp32"):
@@ -5628,6 +5629,12 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
 
     bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
     base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
+    # a communication_data_type of C bytes unlike the model's: allreduce_bucket casts the flat bucket (a view for one
+    # gradient) to it (l.2376-2377) and returns the cast, so the reduced slices reach _add_to_grad_partition_buffer in
+    # C: ``source.to(fp32)`` copies them (n x 4, l.1326) unless C is fp32
+    C = DTYPE_BYTES[ec.comm_dtype]
+    cb = C if C != D else 0
+    S4 = 0 if (cb and C == 4) else 4
     copy = [bucket[j] * D if len(ks) > 1 else 0 for j, (ks, _) in enumerate(flushes)]
     # every slice: (first rank, end rank, flush, group, slice elements, tensor elements)
     ent: list[tuple[int, int, int, int, int, int]] = []
@@ -5650,7 +5657,7 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
             meet = [0] * F  # elements of the flush's gradients meeting the rank's slice (kept whole after it)
             for _, _, j, g, n, whole in active:
                 f[g] = min(f[g], j)
-                cast[j] = max(cast[j], n * 4)
+                cast[j] = max(cast[j], n * S4)
                 meet[j] += whole
             buf = [0] * F
             for g in range(G):
@@ -5660,7 +5667,15 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
             red1 = redn = 0
             kept = 0
             for j in range(F):
-                at = base[j] + kept * D + copy[j] + cast[j]
+                if cb:
+                    # the flat copy and its cast through the all-reduce; allreduce_bucket returns the cast and the
+                    # copy is freed (l.2391-2393) before the loop makes the buffer and adds the slices (l.2498-2508)
+                    at = base[j] + kept * D + copy[j] + bucket[j] * cb
+                    red1 = max(red1, at + (buf[j - 1] if j else 0))
+                    redn = max(redn, at + bufend)
+                    at = base[j] + kept * D + bucket[j] * cb + cast[j]
+                else:
+                    at = base[j] + kept * D + copy[j] + cast[j]
                 red1 = max(red1, at + buf[j])
                 redn = max(redn, at + bufend)
                 if ov and j:
