@@ -443,11 +443,12 @@ def test_fetch_replay_plain_window_and_frozen_equal_reference_walk(seed, monkeyp
     # _ReplayJump.plain_step (issue 21, generate's ZeRO-3 candidate): prefetch buckets below one parameter (each
     # prefetch takes one, so the queue's front runs ahead further each layer and step's window never repeats), a
     # few persistent parameters, max live reached mid-forward or never, reuse distances keeping none, some or all
-    # layers; the window skipped while it grows or holds, and the layers where nothing changes skipped whole.
-    # Every field of the Zero3Fetch equals the reference walk's and the fast walk's with FORWARD_PLAIN off
+    # layers; the window skipped while it grows, holds or shrinks, in forward and backward (plain_back), and the
+    # forward's layers where nothing changes skipped whole. Every field of the Zero3Fetch equals the reference
+    # walk's and the fast walk's with FORWARD_PLAIN off, and both directions' skips are taken
     rng = random.Random(8100 + seed)
     monkeypatch.setattr(state, "PASSES", __import__("collections").Counter())
-    for _ in range(12):
+    for _ in range(16):
         inv, _ = _layered(rng, (24, 120))
         zero = _back_zero(rng, inv)
         rep = parallel.layer_repeat(inv)
@@ -464,4 +465,4 @@ def test_fetch_replay_plain_window_and_frozen_equal_reference_walk(seed, monkeyp
         with monkeypatch.context() as m:
             m.setattr(state, "FORWARD_PLAIN", False)
             assert fast == _fields(state._zero3_fetch_replay(_copy(inv), zero, W, D))
-    assert state.PASSES["forward_plain_periods"], state.PASSES
+    assert state.PASSES["forward_plain_periods"] and state.PASSES["backward_plain_periods"], state.PASSES

@@ -2083,7 +2083,7 @@ class _ReplayJump:
         p = t - tj
         e, g, gc = L - Lj, n - nj, cur - cj
         pu = p * u
-        if p <= 0 or g < 0 or Lj < pu or L < pu:
+        if p <= 0 or Lj < pu or L < pu:
             return None
         if gc > 0 and not (fwd[0] > bj and h + tj * mu <= fwd[1] < h + t * mu):
             return None  # (as step's: the largest moment moves to the last period's copy of the source's)
@@ -2102,7 +2102,8 @@ class _ReplayJump:
             # n within the source period stayed below nj + what it gathered: the parameters the front passed
             # (qj .. qpos) and the modules' own (none here, a layer's numel each bounds it)
             room = max_live - bucket - nj - p * sum(numel[a:a + u]) - sum(numel[qj:qpos])
-            m = min(m, room // g) if room >= 0 else 0
+            # (n falling: the limit stayed the bucket in the source period, so it does in every copy)
+            m = 0 if room < 0 else min(m, room // g) if g > 0 else m
         if m < 1:
             return None
         src = range(a + tj * u, base)
@@ -2229,6 +2230,118 @@ class _ReplayJump:
             fwd[0], fwd[1] = fwd[0] + m * gc, fwd[1] + ds
         return s + ds, qpos + shift, n + m * g, cur + m * gc
 
+    def rearm_back(self, t: int) -> "list[int]":
+        """The backward's check steps after a skip that landed at layer ``t`` (its first backward step next):
+        layers t - 2, t - 3, ... placed as :meth:`rearm`'s, downwards."""
+        c, h, mu, M = self.c, self.h, self.mu, self.M
+        return sorted({2 * M + 2 - h - (t - t0 - d + 1) * mu for t0 in (1 << i for i in range(1, c.bit_length()))
+                       for d in range(_JUMP_PERIOD + 1) if t - t0 - d >= 1})
+
+    def plain_back(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, seen: dict,
+                   bucket: int, max_live: int, numel: "Sequence[int]", q_param: "Sequence[int]", fetch_b: list,
+                   during_b: list, cb: "Sequence[int]") -> "tuple[int, int, int, int] | None":
+        """The backward's plain-window skip (:meth:`plain_step`'s, in the backward half of the queue; issue 21:
+        generate's ZeRO-3 candidate keeps ~24,000 layers gathered ahead, too long a window for :meth:`back`).
+        At layer t's first backward step the window is the queue positions B_t (layer t's first backward entry)
+        .. qpos; plain: each position's parameter available with its bytes gathered alone, not in flight, popped
+        at that position's step. A backward module then finds its parameters gathered, pops nothing, prefetches
+        and releases them all (no module is used again). The parameters past the front decide the prefetch by
+        whether they are available alone (nothing reads their popped step: a backward step is above it, or equal
+        where the forward's front passed the same position); those of layers the forward released are as the run
+        started (persistent ones available, 0 bytes), and a backward module visiting one past the front leaves it
+        so (it releases all but the persistent): so from the first position X0 past the front at the first check
+        from which every position is so, they stay so until the front passes them. The skip is taken where the
+        source period's front started past X0 and the copies' front stays in the layers; then, as
+        :meth:`plain_step`, m periods move the window on (longer by e each), n by g and cur by gc; the skipped
+        modules' fetch and during bytes are the source's + i gc in the i-th copy, the skipped layers end released
+        as the source's. Returns (step, queue position, n, cur), else None and nothing changed."""
+        h, mu, a, u, c = self.h, self.mu, self.a, self.u, self.c
+        t = (2 * self.M + 2 - h - s) // mu - 1
+        B = self.bq0 - (t + 1) * u
+        lo_q, hi_q = self.bq0 - c * u, self.bq0
+        if not (B <= qpos <= hi_q or qpos == len(q_param)):  # (the queue done: the front reads nothing more)
+            return None
+        q_step, own_b, keep = self.q_step, self.own_b, self.keep
+        x0 = seen.get(("bplain_x0",))
+        if x0 is None:
+            # the first position from which every one to the layers' end is as the run started (scanned from the end)
+            qf = min(qpos, hi_q)
+            seen[("bplain_x0",)] = x0 = hi_q - next(itertools.compress(itertools.count(), map(operator.ne, map(
+                avail.get, reversed(q_param[qf:hi_q])), map(lambda i: 0 if keep[i] else None,
+                                                              reversed(q_param[qf:hi_q])))), hi_q - qf)
+            if any(map(inflight.__contains__, q_param[x0:hi_q])):
+                seen[("bplain_x0",)] = x0 = hi_q + 1  # (never the case: nothing past the front is in flight)
+        pc = seen.setdefault(("bplain_cache",), [0, 0])
+        lo = max(B, pc[1]) if pc[0] <= B else B
+        if lo < qpos:
+            ps = q_param[lo:qpos]
+            bad = next(itertools.compress(itertools.count(lo), map(operator.not_, map(
+                operator.and_, map(operator.eq, map(avail.get, ps), map(own_b.__getitem__, ps)),
+                map(operator.eq, map(recent.__getitem__, ps), q_step[lo:qpos])))), None)
+            if bad is None and inflight:
+                bad = next(itertools.compress(itertools.count(lo), map(inflight.__contains__, ps)), None)
+            pc[0], pc[1] = (B, qpos) if bad is None else (B, bad)
+            if bad is not None:
+                return None
+        else:
+            pc[0] = B
+        L = qpos - B
+        rec = (t, n, qpos, cur, L)
+        k1, k2 = ("bplain", L % u, n), ("bplain", L % u)
+        prev = seen.get(k1) or seen.get(k2)
+        seen[k1] = seen[k2] = rec
+        if prev is None:
+            return None
+        tj, nj, qj, cj, Lj = prev
+        p = tj - t
+        e, g, gc = L - Lj, n - nj, cur - cj
+        pu = p * u
+        if p <= 0 or Lj < pu or L < pu or qj < x0:
+            return None
+        m = t // p  # layers t - m p + 1 >= 1: module 0's (no release) is not in the layers
+        if pu + e > 0:
+            m = min(m, (hi_q - qpos) // (pu + e))
+        if e < 0:
+            m = min(m, (L - pu) // -e + 1)
+        if g and bucket > 0:
+            room = max_live - bucket - nj - p * sum(numel[a:a + u]) - sum(map(numel.__getitem__, q_param[qj:qpos]))
+            m = 0 if room < 0 else min(m, room // g) if g > 0 else m
+        if m < 1:
+            return None
+        k_src, k_lo = h + (t + 1) * mu, h + (t + 1 - m * p) * mu
+        if cb[k_lo:k_src] != cb[k_src:k_src + p * mu] * m:
+            return None
+        src = range(a + (t + 1) * u, a + (t + 1 + p) * u)
+        if any(map(inflight.__contains__, src)):
+            return None
+        src_av = list(map(avail.get, src))
+        nB, nq = B + m * pu, qpos + m * (pu + e)
+        # the skipped layers t - m p + 1 .. t end as the source layers t + 1 .. t + p (m blocks at C level)
+        starts = range(src.start - pu, src.start - m * pu - 1, -pu)
+        offs = [j for j, v in enumerate(src_av) if v is not None]
+        vals = [v for v in src_av if v is not None]
+        gone = [j for j, v in enumerate(src_av) if v is None]
+
+        def placed(rel: list) -> Iterator[int]:
+            return map(operator.add, itertools.chain.from_iterable(itertools.repeat(rel, m)),
+                       itertools.chain.from_iterable(map(itertools.repeat, starts, itertools.repeat(len(rel), m))))
+        avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, m))))
+        collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
+        # their modules' moments: the source's, + i gc in the i-th copy (every moment of a copy shifted alike)
+        w = p * mu
+        src_f, src_d = fetch_b[k_src:k_src + w], during_b[k_src:k_src + w]
+        for i in range(1, m + 1):
+            lo_k = k_src - i * w
+            fetch_b[lo_k:lo_k + w] = [v + i * gc for v in src_f] if gc else src_f
+            during_b[lo_k:lo_k + w] = [v + i * gc for v in src_d] if gc else src_d
+        # the window moved on: plain from the old front to the new
+        newp = q_param[max(nB, qpos):nq]
+        avail.update(zip(newp, map(own_b.__getitem__, newp)))
+        collections.deque(map(recent.__setitem__, q_param[qpos:nq], q_step[qpos:nq]), 0)
+        pc[0], pc[1] = nB, nq
+        PASSES["backward_plain_periods"] += 1
+        return s + m * p * mu, nq, n + m * g, cur + m * gc
+
     def back(self, s: int, qpos: int, n: int, cur: int, recent: Any, avail: dict, inflight: dict, seen: dict,
              snap: list, q_param: "Sequence[int]", fetch_b: list, during_b: list, cb: "Sequence[int]",
              periods: "Any" = None) -> "tuple[int, int] | None":
@@ -2347,9 +2460,10 @@ _NEVER = -10**18
 #: True: :func:`_zero3_fetch_replay`'s backward skips whole periods of identical layers (:meth:`_ReplayJump.back`);
 #: False: it walks every step (tests compare the two with the reference walk)
 BACKWARD_PERIODS = True
-#: True: :func:`_zero3_fetch_replay`'s forward also skips a window too long for :meth:`_ReplayJump.step` or growing
-#: each layer, and the layers where nothing changes (:meth:`_ReplayJump.plain_step`), checking again after each skip;
-#: False: only :meth:`_ReplayJump.step`, once (tests compare the two with the reference walk)
+#: True: :func:`_zero3_fetch_replay`'s forward and backward also skip a window too long for :meth:`_ReplayJump.step` /
+#: :meth:`_ReplayJump.back` or growing each layer, and the forward's layers where nothing changes
+#: (:meth:`_ReplayJump.plain_step`, :meth:`_ReplayJump.plain_back`), checking again after each skip; False: only
+#: step and back, once each (tests compare the two with the reference walk)
 FORWARD_PLAIN = True
 #: True: the GA-2 refetch's forward, once its prefetch has stopped with parameters still in flight, ends in one
 #: pass (run's held_rest); False: walked (tests compare the two with the reference walk)
@@ -2616,6 +2730,15 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                         skip_to, qpos = got
                         next_check = -1
                         continue
+                    if FORWARD_PLAIN:
+                        got = jump.plain_back(s, qpos, n, cur, recent, avail, inflight, seen, bucket, max_live, numel,
+                                              q_param, fetch_b, during_b, cb)
+                        if got is not None:
+                            skip_to, qpos, n, cur = got
+                            checks = [x for x in jump.rearm_back((2 * M + 2 - jump.h - skip_to) // jump.mu - 1)
+                                      if x >= skip_to]
+                            next_check = checks.pop(0) if checks else -1
+                            continue
             k = trace[s]
             if s == M + 1 and ftail:
                 # hooks after the last module's in forward (zero3_container_steps), before the backward's root
