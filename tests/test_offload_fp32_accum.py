@@ -52,8 +52,11 @@ def test_modelled_not_a_lower_bound():
     assert not led.peak_lower_bound
     led, _ = _timeline(_cfg(ga=1), 0)
     assert not led.peak_lower_bound
-    # outside the measured regime the peak stays a lower bound: ZeRO-2, ZeRO-1 with overlap_comm
-    for cfg in (_cfg(stage=2), _cfg(overlap=True), _cfg(stage=2, ga=1)):
+    for cfg in (_cfg(stage=2), _cfg(stage=2, ga=1)):  # ZeRO-2: state.zero12_offload_compact
+        led, _ = _timeline(cfg, 0)
+        assert not led.peak_lower_bound
+    # outside the measured regimes the peak stays a lower bound: overlap_comm
+    for cfg in (_cfg(overlap=True), _cfg(stage=2, overlap=True)):
         led, _ = _timeline(cfg, 0)
         assert "grad_accum_dtype fp32" in led.peak_lower_bound
 
@@ -99,3 +102,43 @@ def test_ga1_hooks_and_reduce(r):
     assert at["backward:1"] - base == RBS * 4 + 4 * N + 2 * 19264
     assert at["reduce"] == at2["reduce"]
     assert at["first_step:update"] == at2["first_step:update"]
+
+
+# ZeRO-2 (state.zero12_offload_compact). Hook order l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight; buckets
+# of 10,000: [l3.*, l2.bias] flushed by l2.weight's hook, l2.weight (cloned, bf16, l.1446) alone flushed by l1.bias's,
+# [l1.bias] by l1.weight's, l1.weight's clone alone by the epilogue. The 16-bit ipg bucket is RBS x 2.
+
+@pytest.mark.parametrize("r", (0, 1))
+def test_zero2_ga1(r):
+    _, at = _timeline(_cfg(stage=2, ga=1), r)
+    base = at["initialize"]
+    if r == 0:
+        # l1.weight's flush: its clone, the fp64 norm copy of its (rank 0's) slice
+        moment = 19264 * 8 + 19264 * 2
+    else:
+        # l2.weight's flush in l1.bias's hook: its clone, rank 1's 21,136 elements in fp64, l1.bias and l1.weight whole
+        moment = 21136 * 8 + 23177 * 2 + (301 + 19264) * 2
+    assert at["reduce"] - base == RBS * 2 + P * 4 + moment
+    # the step holds the partition until the group's update is done (l.3098); the next forward does not
+    _, ref = _timeline(_cfg(stage=2, ga=1, gacc="bf16"), r)
+    assert at["first_step:update"] - ref["first_step:update"] == P * 4
+    assert at["steady:forward"] == ref["steady:forward"]
+
+
+@pytest.mark.parametrize("r", (0, 1))
+def test_zero2_ga2_first_microstep(r):
+    _, at = _timeline(_cfg(stage=2), r)
+    base = at["initialize"]
+    if r == 0:
+        # the epilogue's flush of l1.weight's clone: the fp32 cast of rank 0's slice (all of l1.weight, l.1326) beside
+        # the partition, and l2.weight's clone kept (rank 0 owns part of it: not cleared before the boundary, l.2145-2161)
+        moment = 19264 * 2 + 19264 * 4 + 23177 * 2
+    else:
+        # l2.weight's flush: its flat copy of two ranks' runs (l.2367) and clone, l1.bias and l1.weight whole, and the
+        # cast of rank 1's 21,136 elements
+        moment = 23177 * 2 + 23177 * 2 + (301 + 19264) * 2 + 21136 * 4
+    assert at["reduce:1"] - base == RBS * 2 + P * 4 + moment
+    # no host buffer (accumulated_grads_in_cpu): the next forward holds the partition only
+    _, ref = _timeline(_cfg(stage=2, gacc="bf16"), r)
+    assert at["forward:2"] - base == P * 4
+    assert at["forward:1"] == ref["forward:1"]

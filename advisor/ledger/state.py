@@ -78,7 +78,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
-               "accumulated_reduce", "reduce_step",
+               "accumulated_reduce", "reduce_step", "compact_accumulated",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
                "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
 
@@ -4196,6 +4196,28 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
     return Runs.at_points(W, pts, value_at)
 
 
+def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -> bool:
+    """Whether the ledger models ZeRO-2 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
+    DeepSpeedZeroOptimizer, one param group, ``overlap_comm`` off, ``communication_data_type`` the model's, any GA.
+    The gradients stay 16-bit param.grad (use_grad_accum_attribute is stage 1 only, ``stage_1_and_2.py`` l.401-404),
+    reduced in the hooks as without fp32 accumulation, but _use_compact_grad_partition_buffer (l.1259-1266) holds, so
+    average_tensor adds the rank's reduced slices, each cast to fp32 (_add_to_grad_partition_buffer
+    ``source.to(output.dtype)`` l.1324-1326), into the compact fp32 partition P x 4 (built at the rank's first slice,
+    _get_compact_grad_partition_slice l.1312-1321 / l.1268-1270), and copy_grads_in_partition's offload branch
+    (l.2145-2161) only records the parameter before the boundary: no accumulated_grads_in_cpu host buffer
+    (async_accumulate_grad_in_cpu_via_gpu is the other branch, l.2162-2169), the compact partition accumulates on the
+    accelerator across micro-steps, and at the boundary its slices' fp64 norm copies (l.2152) and the copy to the
+    host fp32 gradient replace the 16-bit ones; step frees it (l.3098). Engine probes (TINY W 2, RBS 10,000, real
+    Linears, 2026-12-06): GA 1 every phase from backward on +86,476-86,504 B (the compact partition) on both ranks;
+    GA 2 backward:1 +78,024 / +132,140 B on ranks 0 / 1 (the compact partition and the cast of the rank's slice,
+    l.1326, beside the flush), later phases the compact partition less the host buffers counted
+    (rank 1 +39,2xx B)."""
+    z = ec.zero
+    return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
+            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
+            and not z.overlap_comm and groups == 1)
+
+
 def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
     """Whether the ledger replays the reduce inside a ZeRO-2 micro-step before the accumulation boundary
     under CPU optimizer offload (:func:`zero12_offload_microstep_terms`): the flushes replayed
@@ -4246,6 +4268,7 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
     D, rbs, st, order, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     lay = layouts[0]
     G = len(layouts)
+    compact = zero12_offload_compact(ec, wrapper, G)
     clones = zero12_offload_xl_clone_modeled(ec, wrapper) and max(sizes, default=0) > rbs
     if clones:
         big = [n if n > rbs else 0 for n in sizes]
@@ -4257,14 +4280,25 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
     # moments (x, y, R): value = R + D (meet(x) + keep(y)), its host part D meet(x); emitted in (x, y) order
     # (flush j at s_j, its bucket's hooks at s_j, its end at (s_{j+1}, s_j), then flush j + 1 at s_{j+1})
     mom: list[tuple[int, int, int]] = []
+    # zero12_offload_compact: per moment, the hook position from which the rank's compact partition exists (it is
+    # built at the flush holding the rank's first slice) and, for a flush, its positions (the cast of the rank's
+    # largest slice in it, l.1326, is live there)
+    cpos: list[int] = []
+    span: list = []
     for j, (ks, trig) in enumerate(flushes):
         u = (hooked[trig] * D) if trig is not None else 0
         xj = xl[j] if clones else 0
         s0, s1 = ks.start, ks.stop
         mom.append((s0, s0, copies[j] + u + xj))          # the flush, before its copy loop
+        cpos.append(s1)
+        span.append((s0, s1))
         if s1 > s0:                                        # the hooks of its bucket's gradients (before it)
             mom.append((s0, s0, max(seen[s0:s1]) * D))
+            cpos.append(s0)
+            span.append(None)
         mom.append((s1, s0, u + xj))                      # after it: its buffers made, the flat copy freed
+        cpos.append(s1)
+        span.append(None)
     xs = [m[0] for m in mom]
     ys = [m[1] for m in mom]
     Rs = [m[2] for m in mom]
@@ -4294,6 +4328,10 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
 
                 def keep(x: int, runs: list = runs) -> int:
                     return gruns.before(runs, x, gclone) if gclone is not None else 0
+            if compact and G == 1:
+                yield _compact_microstep_value(lay, r, a, b, T, mom, cpos, span, pre, suf,
+                                               lambda x, keep=keep: keep(x) * D)
+                continue
             i1 = bisect.bisect_right(xs, a)  # moments 0..i1-1: nothing made or kept yet
             acc_best = comb_best = pre[i1 - 1] if i1 else 0
             i = i1
@@ -4319,6 +4357,43 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
             if lg.P > 0:
                 pts |= _change_points(lg, W)
     return Runs.at_points(W, pts, value_at)
+
+
+def _compact_microstep_value(lay: Zero12Layout, r: int, a: int, b: int, T: int, mom: list, cpos: list, span: list,
+                             pre: list, suf: list, keep) -> tuple[int, int]:
+    """(a_r, 0) of :func:`zero12_offload_microstep_terms` under :func:`zero12_offload_compact` for rank r of one
+    param group, whose tensors are hook positions [a, b): each moment's bytes R + the clones kept (keep, x D) + the
+    compact partition P x 4 once the flush holding the rank's first slice has run (cpos) + at a flush the fp32 cast of
+    the rank's largest slice in it (``stage_1_and_2.py`` _add_to_grad_partition_buffer l.1326, s x 4); no host buffer
+    (copy_grads_in_partition l.2145-2161 returns before the boundary). Moments before the rank's range hold none of
+    these (the prefix maximum), those after it all the clones and the partition (the suffix maximum). ``keep``:
+    bytes of the clones kept before a hook position."""
+    P4 = lay.P * 4 if b > a else 0
+    n_m = len(mom)
+    best = 0
+    i = 0
+    # moments wholly before the rank's first tensor: neither partition nor clones nor casts
+    while i < n_m and cpos[i] <= a and (span[i] is None or span[i][1] <= a):
+        i += 1
+    if i:
+        best = pre[i - 1]
+    A, Nn = lay.starts, lay.numels
+    lo_r, hi_r = r * lay.P, (r + 1) * lay.P
+    while i < n_m and mom[i][1] < b:
+        x, y, R = mom[i]
+        v = R + keep(y) + (P4 if cpos[i] > a else 0)
+        sp = span[i]
+        if sp is not None and b > a:
+            s_best = 0
+            for k in range(max(sp[0], a), min(sp[1], b)):
+                m = T - 1 - k  # hook order is the reverse of model order
+                s_best = max(s_best, min(A[m] + Nn[m], hi_r) - max(A[m], lo_r))
+            v += s_best * 4
+        best = max(best, v)
+        i += 1
+    if i < n_m:
+        best = max(best, suf[i] + keep(T) + P4)
+    return best, 0
 
 
 def zero12_groups_stepped_apart(ec: EffectiveConfig, wrapper: str, ngroups: int) -> bool:
@@ -4425,8 +4500,8 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     :func:`zero12_offload_flush_bytes`, with ``contiguous_gradients`` forced on, ``EffectiveConfig.
     contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
-    says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` models it (ZeRO-1 bf16,
-    one param group, ``overlap_comm`` off: the cell below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` (ZeRO-1) or :func:`zero12_offload_compact` (ZeRO-2) models
+    it (bf16, one param group, ``overlap_comm`` off: the cells below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4435,11 +4510,12 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     cast l.1326), forward:2 to step:4 +4-9% on rank 1."""
     z = ec.zero
     if z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective != "none" \
-            and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups):
+            and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups) \
+            and not zero12_offload_compact(ec, wrapper, groups):
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled here (only ZeRO-1 bf16 with one param group and overlap_comm off is), so the "
+                "modelled here (only bf16 with one param group and overlap_comm off is), so the "
                 "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
                 "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
@@ -6017,7 +6093,18 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                       f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for "
                       "is_param_in_current_partition, l.2272-2274) / _clear_param_grad_only (keeps grad_accum, "
                       "l.2630-2640); freed by zero_grad (l.2613-2624)")
-        if ga > 1 and z.stage == 2:
+        if zero12_offload_compact(ec, wrapper, ng):
+            # the compact fp32 partition: made inside the reduce (at GA > 1 micro-step 1's, whose moments
+            # zero12_offload_microstep_terms counts it in), accumulated on the accelerator to the step. Engine probes
+            # (TINY W 2, RBS 10,000): GA 1 +86,476-86,504 B from backward on without it; GA 2 rank 1 +39,2xx B (it, less
+            # the host buffers below, which this regime does not make)
+            b.add("accelerator", "gradients", "offload_compact_grad_partition", p_t * 4,
+                  "reduce_step" if ga == 1 else "compact_accumulated",
+                  f"P x 4 = {p_t} x 4 (the compact fp32 gradient partition the reduce adds the rank's slices into, "
+                  "across micro-steps; zero12_offload_compact)",
+                  f"{S}._build_compact_grad_partition_buffer (l.1268-1270, from _get_compact_grad_partition_slice "
+                  "l.1312-1321); freed by step (averaged_gradients[i] = None, l.3098)")
+        elif ga > 1 and z.stage == 2:
             # ZeRO-2 only: copy_grads_in_partition accumulates through the host buffer when
             # micro_step_id > 0 or before the boundary (l.2166). ZeRO-1 reduces only at the boundary
             # (l.2294), and micro_step_id, bumped by setup_buckets only while not ready_for_gradients

@@ -1260,6 +1260,11 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # ZeRO-1 under offload with fp32 gradient accumulation (state.zero12_offload_fp32_accum): the compact fp32
         # partition, from the boundary's reduce through the step's update
         return (ph == "reduce" and k != "reduce:1") or (ph in ("first_step", "steady_step") and not k.endswith(":post"))
+    if life == "compact_accumulated":
+        # ZeRO-2 under offload with fp32 accumulation at GA > 1 (state.zero12_offload_compact): the compact fp32
+        # partition from micro-step 1's reduce (whose moments count it themselves) through the step's update
+        return ((ph in ("forward", "backward", "reduce") and k not in ("forward:1", "backward:1", "reduce:1"))
+                or (ph in ("first_step", "steady_step") and not k.endswith(":post")))
     if life == "autograd":
         return ph == "backward"
     if life == "reduce":

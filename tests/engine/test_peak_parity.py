@@ -526,6 +526,16 @@ CELLS = [
                                                             reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
                                                      "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # ZeRO-2 in the same regime (state.zero12_offload_compact): 16-bit gradients reduced in the hooks, the rank's slices
+    # cast to fp32 (l.1326) and added into the compact fp32 partition (l.1270), which accumulates on the accelerator
+    # across micro-steps (copy_grads_in_partition's offload branch only records the parameter before the boundary,
+    # l.2145-2161: no host buffer). Before (2026-12-06, one probe run, the host-buffer model and no partition)
+    # backward:1 +78,024 / +132,140 B on ranks 0 / 1 (22.6%), later phases rank 1 +39,2xx B (6.4%); its GA-1 twin
+    # +86,476-86,504 B from backward on (a probe, matched after). Now every phase within 0.16% on both ranks (2 runs)
+    ("z2_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False,
+                                                            reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+                                                     "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
