@@ -9,8 +9,9 @@ runtime-overhead block). Four files: inside the device tool's 8-file limit.
 
 Order (priority): check CUDA (none: say so, exit 2, write nothing); install the wheels in ``--wheels``
 (default ``.whl``, made by ``benchmarks/gpu_peak_wheels.sh``) into /tmp/site when ``import deepspeed``
-fails; set ``TORCH_CUDA_ARCH_LIST`` to the card's capability when unset (the image's '9.0a' breaks
-DeepSpeed 0.19.8's ``op_builder/builder.py`` l.710 ``int()`` parse of the arch list); start gpu_peak.py's
+fails; set ``TORCH_CUDA_ARCH_LIST`` to the card's capability when unset or unparsable by DeepSpeed
+(:func:`arch_list`: the image's '9.0a' breaks 0.19.8's ``op_builder/builder.py`` l.710 / l.744 ``int()``
+parse of the arch list); start gpu_peak.py's
 JIT builds of fused_adam and cpu_adam at ``nice 19`` (unless ``--no-prebuild``) so they use the cores
 gpu_compute.py leaves idle (gpu_peak.py's own build then finds them in TORCH_EXTENSIONS_DIR or waits on
 torch's build lock; gpu_session.json says the compute cells ran beside them); gpu_compute.py with
@@ -33,6 +34,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,6 +60,21 @@ def plan_budget(total_s: float, elapsed_s: float) -> dict:
     compute = min(COMPUTE_MAX_S, max(COMPUTE_MIN_S, COMPUTE_SHARE * left), left)
     peak = left - compute - PEAK_OVERRUN_S
     return {"left": left, "compute": compute, "peak": peak if peak >= 30.0 else 0.0}
+
+
+def arch_list(value: str | None, capability: str) -> str:
+    """The ``TORCH_CUDA_ARCH_LIST`` DeepSpeed 0.19.8's JIT builder can parse: ``value`` when every entry
+    (';' or space separated) is MAJOR.MINOR with an optional '+PTX', as ``op_builder/builder.py`` l.710
+    and l.744 ``int()`` each part; else ``capability`` (the card's, 'MAJOR.MINOR')."""
+    entries = (value or "").replace(" ", ";").split(";")
+    entries = [e.strip() for e in entries if e.strip()]
+
+    def ok(e: str) -> bool:
+        parts = e.split(".")
+        return len(parts) == 2 and all(x.split("+")[0].isdigit() for x in parts) and e.count("+") <= 1 and (
+            "+" not in e or e.endswith("+PTX"))
+
+    return value.strip() if entries and all(ok(e) for e in entries) else capability  # type: ignore[union-attr]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -158,16 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     record["deepspeed_importable"] = have is not None and have.returncode == 0
     if not record["deepspeed_importable"]:
         say("deepspeed still not importable: " + ((have.stderr if have else "") or "")[-400:])
-    env.setdefault("TORCH_CUDA_ARCH_LIST", cap)  # builder.py l.710 int()-parses it; the image may say '9.0a'
-    say(f"capability {cap}, TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']}")
+    was = env.get("TORCH_CUDA_ARCH_LIST")
+    env["TORCH_CUDA_ARCH_LIST"] = arch_list(was, cap)  # builder.py l.710 int()-parses it; the image may say '9.0a'
+    record["torch_cuda_arch_list"] = {"was": was, "set": env["TORCH_CUDA_ARCH_LIST"]}
+    say(f"capability {cap}, TORCH_CUDA_ARCH_LIST {was!r} -> {env['TORCH_CUDA_ARCH_LIST']!r}")
 
     builds: dict = {}
     if record["deepspeed_importable"] and not a.no_prebuild:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import gpu_peak  # stdlib-only at import: its BUILD snippet, the one statement of the ops it needs
 
+        nice = ["nice", "-n", "19"] if shutil.which("nice") else []
         for op in ("fused_adam", "cpu_adam"):
-            builds[op] = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", gpu_peak.BUILD, op], env=env,
+            builds[op] = subprocess.Popen([*nice, sys.executable, "-c", gpu_peak.BUILD, op], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         say("op builds started at nice 19 beside gpu_compute.py: " + ", ".join(builds))
     record["builds_beside_compute"] = sorted(builds)

@@ -172,3 +172,14 @@ def test_without_cuda_the_driver_and_gpu_compute_write_nothing(tmp_path, capsys)
     assert not out.exists()
     assert g.main(["--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_arch_list_keeps_what_deepspeed_parses_and_replaces_the_rest():
+    """DeepSpeed 0.19.8's op_builder/builder.py l.710 and l.744 int() each MAJOR / MINOR part (after '+'):
+    '9.0a' raises there, so the card's capability replaces it."""
+    m = _load("gpu_session")
+    assert m.arch_list("9.0a", "9.0") == "9.0"
+    assert m.arch_list(None, "9.0") == "9.0" and m.arch_list("  ", "9.0") == "9.0"
+    assert m.arch_list("8.0;9.0+PTX", "9.0") == "8.0;9.0+PTX"
+    assert m.arch_list("8.0 9.0", "9.0") == "8.0 9.0"
+    assert m.arch_list("9.0;10.0a", "9.0") == "9.0" and m.arch_list("9", "9.0") == "9.0"
