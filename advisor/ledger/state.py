@@ -5424,7 +5424,9 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
     Engine, TINY_FROZEN_GROUPS (two groups, l2 frozen) at reduce_bucket_size 10,000, W 2, GA 2: with the coarse
     lifetimes backward:1/2/4 +116,224 / +115,008 B on ranks 0 / 1 (the epilogue's flush of l1.weight: its autograd
     storage 38,528 B, its flat copy l.2367 38,528 B, the cast of the rank's 9,783- / 9,481-element slice, and the two
-    buffers), forward:2 +39,976 B (both buffers kept), step:4 +78,308 / +75,876 B (the fp64 norm copy).
+    buffers), forward:2 +39,976 B (both buffers kept), step:4 +78,308 / +75,876 B (the fp64 norm copy). W 4 probe
+    (real Linears, one run, 2026-12-06): every phase of the four ranks within 0.6% (the forward's proxy scalars; the
+    first step -0.22%, the one step instant for both groups).
     Evaluated rank by rank at the points where a slice starts or ends (every rank when W <= tensors):
     O(points x (tensors + flushes))."""
     # communication_data_type bytes C (0: the model's): allreduce_bucket casts each run to it (l.2376-2377), so a run
@@ -5800,6 +5802,8 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
     Engine probes (TINY at reduce_bucket_size 10,000, real Linears, W 2, GA 2, 2026-12-06): coarse backward:1
     +162,572 / +170,998 B on ranks 0 / 1 (all 16-bit gradients whole, 86,422 B at engine.py l.3428, the cast of the
     rank's slice of l2.weight / l1.weight at l.1326 and the buffer), forward:2 +87,060 B, step:4 +154,148 / +169,124 B.
+    At W 4 (one run, with and without fp32 communication): every phase of the four ranks within 0.6% (the proxy
+    scalars).
     Evaluated rank by rank at the points where a slice starts or ends: O(points x (flushes + tensors))."""
     F = len(flushes)
     Ps = [lay.P for lay in layouts]
