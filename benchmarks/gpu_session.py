@@ -52,12 +52,13 @@ COMPUTE_SHARE, COMPUTE_MAX_S, COMPUTE_MIN_S = 0.25, 90.0, 20.0
 BUDGET_RANGE = (60.0, 570.0)
 
 
-def plan_budget(total_s: float, elapsed_s: float) -> dict:
+def plan_budget(total_s: float, elapsed_s: float, compute_done: bool = False) -> dict:
     """Seconds for each step given the session's ``total_s`` and the ``elapsed_s`` already spent:
-    ``compute`` (gpu_compute.py's --budget-s), ``peak`` (gpu_peak.py's --budget-s: the time left after
-    compute, less PEAK_OVERRUN_S for its last cell and its write; 0 when under 30 s, and it is skipped)."""
+    ``compute`` (gpu_compute.py's --budget-s; 0 once ``compute_done``), ``peak`` (gpu_peak.py's
+    --budget-s: the time left after compute, less PEAK_OVERRUN_S for its last cell and its write; 0
+    when under 30 s, and it is skipped)."""
     left = max(0.0, total_s - elapsed_s)
-    compute = min(COMPUTE_MAX_S, max(COMPUTE_MIN_S, COMPUTE_SHARE * left), left)
+    compute = 0.0 if compute_done else min(COMPUTE_MAX_S, max(COMPUTE_MIN_S, COMPUTE_SHARE * left), left)
     peak = left - compute - PEAK_OVERRUN_S
     return {"left": left, "compute": compute, "peak": peak if peak >= 30.0 else 0.0}
 
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     record["builds_beside_compute"] = sorted(builds)
 
     for name, script in steps:
-        b = plan_budget(a.budget_s, time.monotonic() - T0)
+        b = plan_budget(a.budget_s, time.monotonic() - T0, compute_done=name != "gpu_compute")
         budget = b["compute"] if name == "gpu_compute" else b["peak"]
         if name == "gpu_peak":
             record["prebuild"] = {}
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     bp.kill()
                     record["prebuild"][op] = {"rc": None, "tail": "killed: past the budget"}
                 say(f"prebuild {op}: rc {record['prebuild'][op]['rc']}")
-            b = plan_budget(a.budget_s, time.monotonic() - T0)
+            b = plan_budget(a.budget_s, time.monotonic() - T0, compute_done=True)
             budget = b["peak"]
         if name == "gpu_peak" and not record["deepspeed_importable"]:
             record["steps"].append({"step": name, "skipped": "deepspeed not importable"})

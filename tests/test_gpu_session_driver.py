@@ -79,6 +79,9 @@ def test_budget_split_by_hand():
     assert m.plan_budget(420, 350) == {"left": 70, "compute": 20, "peak": 0}
     # past the budget: nothing is started
     assert m.plan_budget(420, 500) == {"left": 0, "compute": 0, "peak": 0}
+    # after gpu_compute.py: gpu_peak.py gets all that is left but the overrun, 420 - 100 - 60 = 260
+    assert m.plan_budget(420, 100, compute_done=True) == {"left": 320, "compute": 0, "peak": 260}
+    assert m.plan_budget(420, 340, compute_done=True) == {"left": 80, "compute": 0, "peak": 0}
 
 
 # ---- the comparisons, from hand-made records -----------------------------------------------
