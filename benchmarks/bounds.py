@@ -28,6 +28,10 @@ mean something on a loaded machine too:
   2.1M tensors and of the most a 64 MiB file can list (4.8M), check ZeRO-3 at 1e5 layers;
   refusals of tensors lists whose entries are not objects: 2.1M ``[64, 64]`` and 22M ``[]`` (64 MiB), and the
   22M ``[]`` after one tensor object (flat, and with an object inside it);
+* issue 21, inv21: an inventory at the tensor limit (exactly MAX_TENSORS = 2,000,000 nameless ``[64, 64]``
+  tensors, 40 MB): estimate and check of ZeRO-3 on 8 ranks, generate's refusal of it (no architecture in
+  its meta) and generate with one; the refusal of 2,000,001 objects nested six deep (66 MB, past the
+  regex of ``readers.object_list_scan``: read window by window);
 * issue 21, cand21: the M100 fixes at 1e5 layers, each candidate re-estimated: ``estimate --hardware
   workstation-4090`` and ``check`` of ZeRO-1 on one 24 GB GPU (no single change fits: the pairs are
   tried), ``check`` of ZeRO-3 on 8 ranks of 6 GB;
@@ -181,6 +185,21 @@ def main() -> None:
             for _ in range(n // 100_000):
                 out.write(",[]" * 100_000)
             out.write(",[]" * (n % 100_000) + "]}")
+    # inv21: exactly MAX_TENSORS tensors (with and without the architecture generate needs), and 2,000,001
+    # objects six deep, past the scan's regex
+    inv2m, inv2m_meta, deep6 = tmp / "inv2m.json", tmp / "inv2m_meta.json", tmp / "deep6.json"
+    arch = {"family": "llama", "hidden_size": 64, "num_layers": 32, "num_heads": 4, "num_kv_heads": 4,
+            "intermediate_size": 128, "vocab_size": 1000, "max_seq_len": 128}
+    for f, n, entry, head in ((inv2m, 2_000_000, '{"shape": [64, 64]}', '{"tensors": ['),
+                              (inv2m_meta, 2_000_000, '{"shape": [64, 64]}', '{"meta": ' + json.dumps(arch) + ', "tensors": ['),
+                              (deep6, 2_000_001, '{"a":{"a":{"a":{"a":{"a":{}}}}}}', '{"tensors": [')):
+        with f.open("w") as out:
+            out.write(head + entry)
+            for _ in range((n - 1) // 100_000):
+                out.write(("," + entry) * 100_000)
+            out.write(("," + entry) * ((n - 1) % 100_000) + "]}")
+    inv10_meta = tmp / "inv10_meta.json"
+    inv10_meta.write_text(json.dumps({"meta": arch, "tensors": [{"shape": [64, 64]}] * 10}))
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
     M = str(1 << 20)
     cases = [
@@ -264,6 +283,21 @@ def main() -> None:
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("check ZeRO-3, 1e5 layers, 8", ["check", str(z3b), "--model", str(deep), "--world-size", "8", *cap],
          ["check", str(z3b), "--model", str(shallow), "--world-size", "8", *cap]),
+        ("estimate, 2M-tensor inventory", ["estimate", str(z3b), "--model", str(inv2m)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        ("check, 2M-tensor inventory, 8", ["check", str(z3b), "--model", str(inv2m), "--world-size", "8", *cap],
+         ["check", str(z3b), "--model", str(inv10), "--world-size", "8", *cap]),
+        ("generate refuse, 2M no arch", ["generate", "--model", str(inv2m), "--hardware", "dgx-h100", "--nodes", "1",
+                                         "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
+         ["generate", "--model", str(inv10), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "8", "--seq-len", "128"]),
+        ("generate, 2M-tensor inventory", ["generate", "--model", str(inv2m_meta), "--hardware", "dgx-h100",
+                                           "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8",
+                                           "--seq-len", "128"],
+         ["generate", "--model", str(inv10_meta), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "8", "--seq-len", "128"]),
+        ("refuse 2M six-deep inventory", ["estimate", str(z3b), "--model", str(deep6)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
         # issue 21, cand21: the M100 fixes re-estimate each candidate (ZeRO-1 on one 24 GB GPU: the optimizer to
         # host, ZeRO-2, ZeRO-3, checkpointing, one more rank, then the pairs, since no single change fits)
         ("estimate --hardware fixes, 1e5", ["estimate", str(z1), "--model", str(deep), "--hardware", "workstation-4090"],

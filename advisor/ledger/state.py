@@ -467,10 +467,11 @@ def zero3_rank_numel(n: int, W: int, r: int) -> int:
 @dataclass(frozen=True)
 class SubGroup:
     """A ZeRO-3 sub-group: its optimizer param group, indices into ``Inventory.tensors`` (model
-    order) and S_k = sum of their partitions p_i (elements)."""
+    order; a ``range`` where one param group holds every tensor, else a tuple: a tuple of 2M ints held
+    ~72 MB at the tensor limit, issue 21) and S_k = sum of their partitions p_i (elements)."""
 
     group: int
-    tensors: tuple[int, ...]
+    tensors: Sequence[int]
     numel: int
 
 
@@ -512,13 +513,14 @@ def _zero3_sub_groups(inventory: Inventory, W: int, sub_group_size: int | None) 
             P = _packed(itertools.accumulate(map(p_of.__getitem__, ns), initial=0))
             del ns
             L = len(idx)
+            held = (lambda s: s) if isinstance(idx, range) else tuple  # a range's slice is a range
             if sub_group_size is None or sub_group_size >= P[L]:
-                out.append(SubGroup(g, tuple(idx), P[L]))
+                out.append(SubGroup(g, held(idx), P[L]))
                 continue
             a = 0
             while a < L:
                 q = min(L, bisect.bisect_left(P, P[a] + sub_group_size, a + 1))
-                out.append(SubGroup(g, tuple(idx[a:q]), P[q] - P[a]))
+                out.append(SubGroup(g, held(idx[a:q]), P[q] - P[a]))
                 a = q
             continue
         # p_i = zero3_partition_numel(n_i, W) = ceil(n_i / W), inlined (one call per tensor
