@@ -3658,6 +3658,10 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     if inv is not None and zero12_offload_flush_modeled(ec, wrapper, ga):
         _, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
         D_ = D  # the replay's counts are elements
+        # the trigger's autograd sibling (held) is a 16-bit param.grad not yet hooked, also under fp32 grad_accum
+        # (ZeRO-1 overlap_comm: its hook, which casts it, l.1237, has not run). Engine
+        # z1_bf16_noncontig_oo_cpu_gaccfp32_overlap_tbsga2_w2 rank 1 backward:2 -38,464 B (l1.weight at 4 B) before
+        Dm = DTYPE_BYTES[ec.model_dtype]
         held = zero12_boundary_holds_all(ec, ga)  # every unmoved gradient whole, in hook order too
         if ec.zero.stage == 1 and st == 2:
             seq = order
@@ -3667,22 +3671,26 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             # repeated over its bucket's positions, keyed by (group, flat start) in position order (a later
             # position's value replaces an earlier one of the same key, as the loop's assignments do)
             trig = flushes.trig[:F - 1]
-            if st == 2 and not held:
-                uf = map(hooked.__getitem__, trig)
+            # ub: u per flush in bytes
+            if st == 2 and not held:  # the trigger (D_: fp32 grad_accum under ZeRO-1 GA 1) and its sibling (Dm)
+                ub = map(D_.__mul__, map(hooked.__getitem__, trig))
+                if Dm != D_:
+                    ub = map(operator.add, map(D_.__mul__, map(order.numels.__getitem__, trig)),
+                             map(Dm.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
+                                                 map(order.numels.__getitem__, trig))))
             else:
-                uf = map(csum[T].__sub__, map(csum.__getitem__, trig))
-                if held:
-                    uf = map(operator.add, uf, map(operator.sub, map(hooked.__getitem__, trig),
-                                                   map(order.numels.__getitem__, trig)))
+                ub = map(D_.__mul__, map(csum[T].__sub__, map(csum.__getitem__, trig)))
+                if held:  # the sibling's 16-bit gradient, Dm bytes (beside fp32 grad_accum too)
+                    ub = map(operator.add, ub, map(Dm.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
+                                                                    map(order.numels.__getitem__, trig))))
             fs = flushes.starts
             if ZERO12_OFFLOAD_PERIOD:
-                uf = list(uf)
-                got = _zero12_offload_periodic_runs(ec, inv, layouts, W, rbs, wrapper, ga, st, fs,
-                                                    [x * D_ for x in uf])
+                ub = list(ub)
+                got = _zero12_offload_periodic_runs(ec, inv, layouts, W, rbs, wrapper, ga, st, fs, ub)
                 if got is not None:
                     return got
             end = fs[F - 1]
-            us = itertools.chain.from_iterable(map(itertools.repeat, map(D_.__mul__, uf),
+            us = itertools.chain.from_iterable(map(itertools.repeat, ub,
                                                    map(operator.sub, fs[1:F], fs[:F - 1])))
             gs = itertools.repeat(0) if order.groups is None else itertools.islice(order.groups, end)
             unmoved = dict(zip(zip(gs, itertools.islice(order.starts, end)), us))
@@ -3692,8 +3700,8 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             # held (ZeRO-1 overlap_comm, GA > 1): the trigger's autograd sibling is made whole beside the
             # sibling's own micro-step-1 param.grad (engine z1_bf16_overlap_oo_cpu_tbsga2_bigtensor_w2: rank 1's
             # l2.weight flush held l1.bias, l1.weight and l1.weight's new gradient, 77,662 B, engine.py l.3428)
-            u = (hooked[trig] if st == 2 and not held else
-                 csum[T] - csum[trig] + (hooked[trig] - order.numels[trig] if held else 0)) * D_
+            u = (order.numels[trig] * D_ + (hooked[trig] - order.numels[trig]) * Dm if st == 2 and not held else
+                 (csum[T] - csum[trig]) * D_ + ((hooked[trig] - order.numels[trig]) * Dm if held else 0))
             for k in ks:
                 g, a0, _ = order[k]
                 unmoved[(g, a0)] = u
@@ -4096,8 +4104,21 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     D, _, st, _, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     G = zero12_offload_grad_bytes(ec, wrapper, ga, len(layouts))
     if G != D:  # fp32 grad_accum (zero12_offload_fp32_accum): the flush's gradients, copies and clones in fp32
-        return max([csum[T] * G] + [(copies[j] + xl[j]) // D * G + (0 if trig is None else (csum[T] - csum[trig]) * G)
-                                    for j, (_, trig) in enumerate(flushes)])
+        # the replay's copies[j] = E_j x D (+ E_j x C for a communication_data_type unlike the model's): E_j elements
+        # flattened, in fp32 here (allreduce_bucket l.2367), and cast to C unless C is fp32 (l.2376-2377)
+        C = DTYPE_BYTES[ec.comm_dtype]
+        per = D + (C if C != D else 0)
+        flat = G + (C if C != G else 0)
+        # ZeRO-1 overlap_comm (st 2): the trigger's autograd sibling, a 16-bit param.grad not yet hooked; at GA > 1
+        # every later grad_accum too (micro-step 1's, zero12_boundary_holds_all), at GA 1 only the trigger's own
+        sib = (lambda k: (hooked[k] - sizes[k]) * D) if st == 2 else (lambda k: 0)
+        if zero12_boundary_holds_all(ec, ga):
+            unmoved = lambda k: (csum[T] - csum[k]) * G  # noqa: E731
+        else:
+            unmoved = lambda k: sizes[k] * G  # noqa: E731
+        return max([csum[T] * G if zero12_boundary_holds_all(ec, ga) else 0]
+                   + [copies[j] // per * flat + xl[j] // D * G + (0 if trig is None else unmoved(trig) + sib(trig))
+                      for j, (_, trig) in enumerate(flushes)])
     if st == 2 and not zero12_boundary_holds_all(ec, ga):
         return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
                     for j, (_, trig) in enumerate(flushes)), default=0)
@@ -4110,11 +4131,21 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
 def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> bool:
     """Whether the ledger models ZeRO-1 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
     DeepSpeedZeroOptimizer (select_optimizer takes BF16_Optimizer only without offload), one param group,
-    ``overlap_comm`` off (``contiguous_gradients`` is forced on, ``stage_1_and_2.py`` l.299-300), any GA (measured:
-    tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 at GA 2, every phase within 0.16%;
-    its GA-1 twin in a probe run, 2026-12-06, before: backward:1/2 +172,878 / +172,276 B, step:1/2 +126,476 /
-    +203,540 B on ranks 0 / 1, the same storages). With ``overlap_comm`` (probe, GA 2) each hook reduces and
-    allreduce_bucket's flat copy and cast (l.2367, l.2377) are beside the fp32 copies: not modelled. The gradients are then fp32
+    ``overlap_comm`` on or off (``contiguous_gradients`` is forced on, ``stage_1_and_2.py`` l.299-300), any GA
+    (measured: tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 at GA 2, every phase within
+    0.16%; its GA-1 twin in a probe run, 2026-12-06, before: backward:1/2 +172,878 / +172,276 B, step:1/2 +126,476 /
+    +203,540 B on ranks 0 / 1, the same storages). With ``overlap_comm`` the boundary's hooks reduce in autograd's
+    order (process_gradients l.2290 -> reduce_ready_partitions_and_remove_grads l.2294; reduce_gradients skips its
+    loop, l.971): a flush's fp32 flat copy (allreduce_bucket l.2367) and its cast to ``communication_data_type``
+    (l.2376-2377) sit beside the grad_accum not yet moved and the trigger's autograd sibling, a 16-bit param.grad not
+    yet hooked (:func:`zero12_offload_flush_bytes`, :func:`zero12_offload_reduce_terms`); at GA > 1 every later
+    grad_accum (micro-step 1's, :func:`zero12_boundary_holds_all`), at GA 1 the trigger's only, and there the hooks
+    hold one fp32 copy at a time (A1o of :func:`zero12_offload_fp32_accum_hooks`). Engine
+    z1_bf16_noncontig_oo_cpu_gaccfp32_overlap_tbsga2_w2 (2026-12-06, 2 runs) was backward:2/4 +242,374 B (rank 0,
+    36.3%) / +171,972 B (rank 1) over the ledger before any fp32 term, +84,238 / -38,464 B with the overlap-off terms
+    (the cast 46,354 B and l1.weight's 16-bit gradient 38,528 B missing at rank 0's l2.weight flush; the sibling
+    counted at 4 B on rank 1), now every phase within 0.16%; its GA-1 twin (probe, 1 run) -77,024 / -46,966 B at
+    backward with GA 2's unmoved terms, now within 0.16%. The gradients are then fp32
     ``param.grad_accum`` storages (use_grad_accum_attribute, l.397-404: dtype != gradient_accumulation_dtype and
     stage 1), not the 16-bit param.grad, from the first hook to the boundary reduce:
 
@@ -4137,7 +4168,7 @@ def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, gr
       (l.2613-2624, from engine.py _take_model_step l.3525-3526): :func:`zero12_offload_fp32_accum_kept`."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and not z.overlap_comm and groups == 1)
+            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and groups == 1)
 
 
 def zero12_offload_grad_bytes(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> int:
@@ -4146,17 +4177,24 @@ def zero12_offload_grad_bytes(ec: EffectiveConfig, wrapper: str, ga: int = 1, gr
     return 4 if zero12_offload_fp32_accum(ec, wrapper, ga, groups) else DTYPE_BYTES[ec.model_dtype]
 
 
-def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tuple[int, int]:
-    """(A1, A2), bytes, of the backward hooks under :func:`zero12_offload_fp32_accum`, hooks in autograd's order
+def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tuple[int, int, int]:
+    """(A1, A2, A1o), bytes, of the backward hooks under :func:`zero12_offload_fp32_accum`, hooks in autograd's order
     (the reverse of the model's; an nn.Linear's bias first, its weight whole: :func:`autograd_siblings`).
     A1 = max_k (4 x c_k + D x (n_k + s_k)): micro-step 1's hook k, with c_k the elements hooked up to and including
     k (each made ``param.grad.to(fp32)``, ``stage_1_and_2.py`` l.1237, before param.grad is dropped, l.1240), n_k its
     16-bit gradient and s_k its autograd sibling's. A2 = 4 x N + max_k ((4 + D) x n_k + D x s_k): a later
     micro-step's hook, every grad_accum kept, its new gradient, the fp32 copy added into grad_accum (l.1239) and the
-    sibling. D = model dtype bytes, N the trainable elements."""
+    sibling. A1o = max_k (4 x n_k + D x (n_k + s_k) + [n_{k-1} > RBS] 4 x n_{k-1}): the hooks of a boundary that is
+    also micro-step 1 with ``overlap_comm`` (GA 1), where each hook moves its grad_accum into the fp32 ipg bucket at
+    once (process_gradients l.2288-2291 -> reduce_independent_p_g_buckets_and_remove_grads, ``grad_reduc.data =
+    new_grad_tensor.data`` l.1461 frees the copy) or clones it when over the bucket (l.1446), that clone reduced
+    by the next hook's flush (extra_large_param_to_reduce, l.2213-2227), so at hook k only the previous hook's
+    clone is beside it. D = model dtype bytes, N the trainable elements, RBS = reduce_bucket_size. Engine probe
+    (TINY W 2, GA 1, overlap_comm, 2026-12-06): backward:1 -77,024 / -46,966 B on ranks 0 / 1 with A1 in its place."""
     D = DTYPE_BYTES[ec.model_dtype]
+    rbs = int(ec.zero.reduce_bucket_size)
     sib = autograd_siblings(inv)
-    a1 = a2 = c = 0
+    a1 = a2 = a1o = c = prev = 0
     N = sum(t.numel for t in inv.tensors if t.trainable)
     for i in range(len(inv.tensors) - 1, -1, -1):
         t = inv.tensors[i]
@@ -4165,7 +4203,9 @@ def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tupl
         c += t.numel
         a1 = max(a1, 4 * c + D * (t.numel + sib[i]))
         a2 = max(a2, (4 + D) * t.numel + D * sib[i])
-    return a1, 4 * N + a2
+        a1o = max(a1o, 4 * t.numel + D * (t.numel + sib[i]) + (4 * prev if prev > rbs else 0))
+        prev = t.numel
+    return a1, 4 * N + a2, a1o
 
 
 def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> Runs:
@@ -4200,7 +4240,11 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
 
 def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -> bool:
     """Whether the ledger models ZeRO-2 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
-    DeepSpeedZeroOptimizer, one param group, ``overlap_comm`` off, ``communication_data_type`` the model's, any GA.
+    DeepSpeedZeroOptimizer, one param group, ``overlap_comm`` on or off, ``communication_data_type`` the model's, any
+    GA. ``overlap_comm`` only adds the second ipg buffer (``stage_1_and_2.py`` l.3272-3278, counted by
+    :func:`ipg_bucket_bytes`) and runs the reduce on reduction_stream: engine z2_bf16_noncontig_oo_cpu_gaccfp32_overlap_tbsga2_w2
+    (2026-12-06, 2 runs) had the overlap-off cell's residuals to the byte before (backward:1 +78,024 / +132,140 B,
+    rank 1 +39,2xx B later), now every phase within 0.16%, as its GA-1 twin (probe).
     The gradients stay 16-bit param.grad (use_grad_accum_attribute is stage 1 only, ``stage_1_and_2.py`` l.401-404),
     reduced in the hooks as without fp32 accumulation, but _use_compact_grad_partition_buffer (l.1259-1266) holds, so
     average_tensor adds the rank's reduced slices, each cast to fp32 (_add_to_grad_partition_buffer
@@ -4217,7 +4261,7 @@ def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
             and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
-            and not z.overlap_comm and groups == 1)
+            and groups == 1)
 
 
 def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
@@ -4503,7 +4547,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
     says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` (ZeRO-1) or :func:`zero12_offload_compact` (ZeRO-2) models
-    it (bf16, one param group, ``overlap_comm`` off: the cells below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    it (bf16, one param group, ``overlap_comm`` on or off: the cells below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4517,7 +4561,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled here (only bf16 with one param group and overlap_comm off is), so the "
+                "modelled here (only bf16 with one param group is, ZeRO-2 with communication_data_type bf16), so the "
                 "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
                 "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
@@ -6083,7 +6127,21 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "rank's slices under grad_accum_dtype fp32; zero12_offload_fp32_accum)",
                   f"{S}._build_compact_grad_partition_buffer (l.1268-1270, from _get_compact_grad_partition_slice "
                   "l.1312-1321); freed by step (averaged_gradients[i] = None, l.3098)")
-            if ga == 1:
+            if ga == 1 and z.overlap_comm:
+                # the hooks reduce as they go (the boundary is micro-step 1): one fp32 copy at a time. A hook's
+                # moments are its copy's (A1o) or, for a gradient over the bucket, its clone's beside that copy
+                # (offload_xl_grad_cloning, same lifetime): the entry is what A1o adds over the latter, so the
+                # backward instant holds the larger, not both
+                a1 = max(zero12_offload_fp32_accum_hooks(ec, inv)[2] - clone_in_hook, 0)
+                if a1:
+                    b.add("accelerator", "gradients", "offload_grad_accum_hooks", a1, "autograd",
+                          f"A1o - h = {a1}, A1o = max_k (4 n_k + D (n_k + s_k) + [n_(k-1) > RBS] 4 n_(k-1)): a "
+                          "hook's fp32 grad_accum copy beside its 16-bit gradient, its autograd sibling's and the "
+                          "previous hook's fp32 clone (overlap_comm: each copy moved into the ipg bucket in its hook; "
+                          "zero12_offload_fp32_accum_hooks), over the clone's moment h (offload_xl_grad_cloning)",
+                          f"{S}._fill_param_grad_accum_attribute (param.grad.to(fp32), l.1237) -> "
+                          "reduce_independent_p_g_buckets_and_remove_grads (l.1446, l.1461)")
+            elif ga == 1:
                 # every backward is a first micro-step: the hooks' fp32 copies beside a 16-bit gradient (at GA > 1
                 # micro-step 1's are lp_grads_first_microstep, the later ones accumulate_grad_new)
                 a1 = zero12_offload_fp32_accum_hooks(ec, inv)[0]
@@ -7255,7 +7313,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer" and not (
             inv.has_trainable() and zero12_offload_fp32_accum(ec, wrapper, ga, len(inv.memo(
                 ("trainable_groups",), lambda: tuple(sorted({t.group for t in inv.tensors if t.trainable})))))):
-        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, one group, overlap_comm off)
+        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, one group, overlap_comm on or off)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

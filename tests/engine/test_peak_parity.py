@@ -536,6 +536,27 @@ CELLS = [
                                                             reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
                                                      "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # the two above with overlap_comm (issue 15; the HF/accelerate sample configs turn it on). ZeRO-1: the boundary's
+    # hooks reduce in autograd's order (l.2290 -> l.2294), so l1.bias's hook flushes l2.weight's fp32 clone (l.1446)
+    # with its fp32 flat copy (allreduce_bucket l.2367, 92,708 B) and bf16 cast (l.2377, 46,354 B) beside l1's
+    # unmoved grad_accum (78,260 B) and l1.weight's 16-bit gradient (engine.py l.3428, 38,528 B). Before (2026-12-06,
+    # 2 runs, the same bytes) rank 0 (rank 1): backward:1 +124,978 (+124,978), forward:2 +87,050, backward:2 +242,374
+    # (+171,972) 36.3%, step:2 +126,476 (+203,540), i.e. the overlap-off cell's residuals but the boundary's; with
+    # the overlap-off terms backward:2 +84,238 (-38,464: the sibling counted at 4 B). ZeRO-2: the overlap-off cell's
+    # residuals to the byte before (only the second ipg buffer differs). Now every phase within 0.16% on both ranks
+    # (2 runs); their GA-1 twins (probe, 1 run) too (state.zero12_offload_fp32_accum_hooks A1o)
+    ("z1_bf16_noncontig_oo_cpu_gaccfp32_overlap_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False,
+                                                                    reduce_bucket_size=10000, overlap_comm=True,
+                                                                    offload_optimizer={"device": "cpu"}),
+                                                             "train_batch_size": 4,
+                                                             "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
+    ("z2_bf16_noncontig_oo_cpu_gaccfp32_overlap_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False,
+                                                                    reduce_bucket_size=10000, overlap_comm=True,
+                                                                    offload_optimizer={"device": "cpu"}),
+                                                             "train_batch_size": 4,
+                                                             "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
@@ -687,7 +708,7 @@ UNMATCHED_ISSUE15: dict = {}
 #: z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 was listed here (ZeRO-1 bf16, grad_accum_dtype fp32, CPU optimizer
 #: offload: +12-36% from backward:1 on with the reduce counted in bf16; the fp32 grad_accum copies l.1237, the compact
 #: partition l.1270, rank 1's fp32 clone l.1446 and the ipg bucket kept by unowned grad_accum views at the step); it
-#: matches since state.zero12_offload_fp32_accum models that regime (ZeRO-2's stays a lower bound).
+#: matches since state.zero12_offload_fp32_accum models that regime (ZeRO-2's since state.zero12_offload_compact).
 #: z2_fp32_w2 was listed here (backward:1/2 rank 1 +78,296 B, step:1 rank 0 +65,856 B, step:2 rank 0
 #: +67,740 B, rank 1 +82,716 B): the ledger kept the lifetimes of plans without modeled transients for
 #: fp32, so averaged_gradients ((I_r + P - Cov_r) x 4: 170,968 B on rank 0, 94,588 B on rank 1) stood in
