@@ -705,8 +705,9 @@ def module_index(inv: Inventory) -> tuple:
             bounds = _packed(itertools.chain(starts, (L,)))
             del starts
             members = list(map(range, bounds, itertools.islice(bounds, 1, None)))
-            mod_of = _packed(itertools.chain.from_iterable(map(itertools.repeat, range(len(heads)),
-                                                               map(len, members))))
+            # every module one tensor (a nameless inventory's t0, t1, ...): tensor i is module i
+            mod_of = _packed(range(L)) if len(heads) == L else _packed(itertools.chain.from_iterable(
+                map(itertools.repeat, range(len(heads)), map(len, members))))
             return members, mod_of, heads, bounds
         index: dict[str, int] = {}
         members_l: list[list[int]] = []
