@@ -69,10 +69,11 @@ def _expand_paths(paths: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _inventory(model: str | None, params: int | None, activations: str | None = None):
+def _inventory(model: str | None, params: int | None, activations: str | None = None, architecture: bool = False):
     """--model (preset, HF config.json or inventory JSON) or --params N -> Inventory, or None.
     With ``activations == "trace"``, a config.json of a model type without a built-in
-    architecture is built by transformers on fake tensors (advisor.engine.trace)."""
+    architecture is built by transformers on fake tensors (advisor.engine.trace). ``architecture``
+    (generate): an inventory file without the architecture is refused before its tensors are built."""
     if model and params:
         raise click.UsageError("give --model or --params, not both")
     if params is not None:
@@ -85,7 +86,7 @@ def _inventory(model: str | None, params: int | None, activations: str | None = 
             def build(d, path):
                 from advisor.engine.trace import inventory_from_hf_config  # torch: only when asked
                 return inventory_from_hf_config(d, path)
-        inv = resolve_model(model, build_unknown=build)
+        inv = resolve_model(model, build_unknown=build, architecture=architecture)
         if len(inv.tensors) > GC_FREEZE_TENSORS:
             # The inventory lives until the process ends and holds no cycles: keep the cyclic GC
             # from walking its objects on every collection the ledger triggers (a 1e5-layer
@@ -1743,7 +1744,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
         raise click.UsageError("give --model (or model = ... in a [tool.ds-advisor] table of pyproject.toml or "
                                "a .ds-advisor.toml above --output or the current folder)")
     try:
-        inv = _inventory(model, params)
+        inv = _inventory(model, params, architecture=True)
         hw = resolve_hardware(hardware)
     except AdvisorError as e:
         raise _fail(str(e))

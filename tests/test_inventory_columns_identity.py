@@ -121,3 +121,24 @@ def test_sub_groups_cut_by_bisection_equal_the_walk(seed, monkeypatch):
             monkeypatch.setattr(state, "SUB_GROUP_COLUMNS", columns)
             got[columns] = [(sg.group, tuple(sg.tensors), sg.numel) for sg in state._zero3_sub_groups(inv, W, sgs)]
         assert got[True] == got[False], (W, sgs)
+
+
+@pytest.mark.parametrize("meta", [None, {}, {"hidden_size": 64}, "x",
+                                  {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 8,
+                                   "vocab_size": None}])
+def test_generate_refuses_an_inventory_without_architecture_before_building_it(tmp_path, monkeypatch, meta):
+    """generate's refusal of an inventory lacking the architecture (2M tensors: ~5.5 s and 650 MB, all of it
+    building the tensors) comes before the tensors are built, with the message search() gives the built one."""
+    from advisor.errors import AdvisorError
+    from advisor.model import inventory, specs
+    from advisor.views import generate
+    f = tmp_path / "inv.json"
+    f.write_text(json.dumps({"name": "n", **({} if meta is None else {"meta": meta}),
+                             "tensors": [{"name": "w", "shape": [2, 2]}]}))
+    built = specs.resolve_model(str(f))  # as estimate reads it (a meta that is no object is dropped)
+    with pytest.raises(AdvisorError) as searched:
+        generate.search(built, None, None)
+    monkeypatch.setattr(specs, "from_dict", lambda *a, **k: pytest.fail("built before the refusal"))
+    with pytest.raises(AdvisorError) as early:
+        specs.resolve_model(str(f), architecture=True)
+    assert str(early.value) == str(searched.value)

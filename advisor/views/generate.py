@@ -642,10 +642,10 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     multiple of DP, a model without architecture facts, a sequence longer than a learned position
     table: rule W001's error). The result's ``ranked`` is best first."""
     meta = inv.meta or {}
-    for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size"):
-        if k not in meta:
-            raise AdvisorError(f"model {inv.name}: generate needs the architecture ({k} missing): give a preset "
-                               "or a Hugging Face config.json, not a bare parameter count")
+    from advisor.model.specs import architecture_missing
+    problem = architecture_missing(meta, inv.name)
+    if problem:
+        raise AdvisorError(problem)
     dp = req.world_size
     if req.global_batch % dp:
         lo = (req.global_batch // dp) * dp
