@@ -4693,6 +4693,13 @@ ZERO12_OFFLOAD_PERIOD = True
 #: The most ranks :func:`_zero12_offload_periodic_runs` evaluates one by one (O(buckets) each); more take the walks.
 _PERIOD_MAX_W = 4096
 
+#: :func:`_zero12_flush_replay_compute` skips whole periods of its flush walk where the hook order repeats
+#: (identical layers, :func:`_zero12_flush_period`): the flush starts, triggers, extra-large gradients, flat copies
+#: and touched rank ranges of a skipped period are the previous period's, shifted; and
+#: :func:`zero12_backward_transients` gives :meth:`Runs.from_updates` each rank range's first flush only.
+#: False: the plain per-flush walk (tests/test_zero12_period_identity.py compares the two).
+ZERO12_FLUSH_PERIOD = True
+
 
 class _FlushOrder:
     """The tensors of a ZeRO-1/2 flush replay in hook order, as packed columns: ``order[k]`` is
@@ -4895,8 +4902,31 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
     # 180,003 tensors at 2e4 layers and RBS 4,096, as generate tries), and a list of (range, trigger)
     # tuples with the per-flush lists below was ~60 MB there, kept in the memo (issue 21)
     f_start, f_trig = array.array("q"), array.array("q")  # flush j: [f_start[j], f_start[j+1]), trigger or -1
+    one_group = ZERO12_COLUMNS and order.groups is None and len(layouts) == 1 and layouts[0].P > 0
+    per = _zero12_flush_period(inv, sizes, T, st) if ZERO12_FLUSH_PERIOD and one_group else None
+    skips: list[tuple[int, int, int]] = []  # (j1, q, m): flushes j1 + q .. j1 + q + m q - 1 are j1 .. j1 + q - 1 shifted
+    seen: dict[int, int] = {}  # phase of a flush start in the period -> that flush's index
     s0 = 0
     while True:
+        if per is not None and f_start and per[0] <= s0 < per[1]:
+            # the walk's own state at a flush start s0 is s0 alone (the bucket is empty): where the sizes repeat
+            # with period v over [p0, pend), a flush from s0 + d (d a multiple of v) reads sizes s0 + d .. k + d,
+            # which equal s0 .. k's while k + d < pend, so its end and trigger are s0's shifted by d. A phase seen
+            # at flush j1 again at flush j: flushes j1 .. j - 1 repeat, shifted by d = s0 - f_start[j1], as long
+            # as their largest trigger (s0, the start of j) shifted stays below pend; flush 0 (the only one with
+            # an empty f_start, ``if f_start and k <= s0``) is never a period's
+            p0, pend, v = per
+            j = len(f_start)
+            j1 = seen.setdefault((s0 - p0) % v, j)
+            if j1 < j:
+                d, q = s0 - f_start[j1], j - j1
+                m = (pend - 1 - s0) // d
+                if m > 0:
+                    f_start.extend(_shifted_periods(f_start[j1:j], d, m))
+                    f_trig.extend(_shifted_periods(f_trig[j1:j], d, m))
+                    skips.append((j1, q, m))
+                    s0 += m * d
+                seen = {(s0 - p0) % v: len(f_start)}
         k = bisect.bisect_right(csum, csum[s0] + rbs) - 1
         if f_start and k <= s0:
             k = s0 + 1
@@ -4919,7 +4949,6 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
 
     def run_bytes(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
-    one_group = ZERO12_COLUMNS and order.groups is None and len(Ps) == 1 and Ps[0] > 0
     lay0 = layouts[0] if one_group else None
 
     def copy_bytes(ks: range, ranges: list[tuple[int, int]]) -> int:
@@ -5014,11 +5043,103 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
         return max(best, run_bytes(cnt, num))
 
     touched = _RankRanges()
-    copies = _packed(copy_bytes(ks, touched.open()) for ks, _ in flushes)
-    # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
-    # bucket (extra_large_param_to_reduce): it is live through its flush
-    xl = _packed(sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes)
+    if not skips:
+        copies = _packed(copy_bytes(ks, touched.open()) for ks, _ in flushes)
+        # a gradient over RBS elements is reduced in its own autograd storage, never moved into the
+        # bucket (extra_large_param_to_reduce): it is live through its flush
+        xl = _packed(sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0 for ks, _ in flushes)
+        return D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl
+    # the walk's skipped periods: a flush's extra-large gradient depends on its sizes only (the shifted flushes'
+    # are the period's); its flat copy and rank ranges also on where its flat span lies, so a skipped period
+    # takes the previous one's while the base period and the skipped ones lie in one rank r's partition
+    # [r P, (r + 1) P), r < W: every flush there with elements takes copy_bytes' one-rank branch (run_bytes(1,
+    # elements), ranges (r, r + 1)), one without none (copy 0, no range); past it the flushes are walked
+    P = Ps[0]
+    F = len(flushes)
+    cl: list[int] = []
+    xll: list[int] = []
+    j = 0
+
+    def walk(upto: int) -> None:
+        nonlocal j
+        for jj in range(j, upto):
+            ks, _ = flushes[jj]
+            cl.append(copy_bytes(ks, touched.open()))
+            xll.append(sizes[ks[0]] * D if len(ks) == 1 and sizes[ks[0]] > rbs else 0)
+        j = max(j, upto)
+
+    def walk_copies(upto: int) -> None:  # the flushes' copies and ranges only (their xl already the period's)
+        nonlocal j
+        for jj in range(j, upto):
+            cl.append(copy_bytes(flushes[jj][0], touched.open()))
+        j = max(j, upto)
+
+    for j1, q, m in skips:
+        walk(j1 + q)  # a skip's base period starts at or after the previous skip's end
+        end = j1 + q + m * q
+        xll.extend(xll[j1:j1 + q] * m)
+        while j < end:
+            b0 = j - q  # the period before j, walked or taken: the base of the next ones
+            a = f_start[b0]
+            d = f_start[j] - a
+            if st == 2:  # hook position k is flat index T - 1 - k: the base period is flat [T - a - d, T - a)
+                r = lay0.starts[T - a - 1] // P
+                ok = lay0.ends[T - a - 1] <= (r + 1) * P
+                room = T - bisect.bisect_left(lay0.starts, r * P) - a  # positions from a on with start >= r P
+            else:
+                r = lay0.starts[a] // P
+                ok = True
+                room = bisect.bisect_right(lay0.ends, (r + 1) * P) - a  # positions from a on ending by (r + 1) P
+            m2 = max(0, min((end - j) // q, room // d - 1)) if ok and r <= Wl else 0
+            if m2:
+                cl.extend(cl[b0:j] * m2)
+                lo, hi = bisect.bisect_left(touched.fj, b0), bisect.bisect_left(touched.fj, j)
+                touched.ra.extend(touched.ra[lo:hi] * m2)
+                touched.rb.extend(touched.rb[lo:hi] * m2)
+                touched.fj.extend(_shifted_periods(touched.fj[lo:hi], q, m2))
+                touched._j += m2 * q
+                j += m2 * q
+            # the period across rank r's end walked; the next one (in one rank again) is the next base
+            walk_copies(min(j + q, end))
+    walk(F)
+    copies = _packed(cl)
+    xl = _packed(xll)
+    del cl, xll
     return D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl
+
+
+def _shifted_periods(base: "Sequence[int]", d: int, m: int) -> "array.array":
+    """``base`` repeated m times, the i-th copy (1-based) each value + i x d: the columns of m skipped periods
+    of a walk whose positions advance d a period, built a column at a time (q C-level ranges, not m x q values
+    one by one)."""
+    q = len(base)
+    out = array.array("q", bytes(8 * q * m))
+    for c in range(q):
+        b = base[c]
+        out[c::q] = array.array("q", range(b + d, b + d * m + 1, d))
+    return out
+
+
+def _zero12_flush_period(inv: Inventory, sizes: "Sequence[int]", T: int, st: int) -> "tuple[int, int, int] | None":
+    """(p0, pend, v): hook positions [p0, pend) of a one-group ZeRO-1/2 flush replay whose sizes repeat with
+    period v (``sizes[k + v] == sizes[k]`` for p0 <= k < pend - v, checked here by one C-level comparison), from
+    ``model.parallel.layer_repeat``'s identical layers (at least 4): the trainable tensors of a layer, in model
+    order (ZeRO-1's epilogue loop) or its reverse (autograd's hook order); None where there are none."""
+    from advisor.model.parallel import layer_repeat
+    lr = layer_repeat(inv)
+    if lr is None or lr.count < 4:
+        return None
+    ts = inv.tensors
+    h = sum(1 for t in ts[:lr.head] if t.trainable)  # trainable tensors before the layers
+    v = sum(1 for t in ts[lr.head:lr.head + lr.unit] if t.trainable)
+    if not v:
+        return None
+    a, b = h, h + v * lr.count
+    if st == 2:
+        a, b = T - b, T - a
+    if a < 0 or b > T or sizes[a:b - v] != sizes[a + v:b]:
+        return None
+    return a, b, v
 
 
 def zero12_boundary_holds_all(ec: EffectiveConfig, ga: int) -> bool:
@@ -5119,7 +5240,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     F = len(flushes)
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
     # of the rank); each rank's largest gradient slice (the fp64 norm copy)
-    first = Runs.from_updates(W, touched.triples(), F, "min")
+    if ZERO12_FLUSH_PERIOD:
+        # each rank range's first flush only (touched is in flush order, so a range's later flushes never give
+        # the min): the same bounds (every range's ends) and values, from ~2 rank ranges instead of one a flush
+        once = dict(zip(zip(reversed(touched.ra), reversed(touched.rb)), reversed(touched.fj)))
+        first = Runs.from_updates(W, ((a, b, j) for (a, b), j in once.items()), F, "min")
+    else:
+        first = Runs.from_updates(W, touched.triples(), F, "min")
     gmax = zero12_largest_slices(layouts, W)  # max over the parameters' owner slices, once per layout
     # sufmax[k] = the largest gradient at or after position k of order (0 past the end)
     sufmax = list(itertools.accumulate(reversed(hooked), max, initial=0))[::-1]
