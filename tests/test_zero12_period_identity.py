@@ -38,17 +38,19 @@ def _model(rng: random.Random) -> tuple[Inventory, int]:
     if not any(tr for _, _, tr in unit):
         unit[0] = (unit[0][0], unit[0][1], True)
     per_layer = sum(s[0] * (s[1] if len(s) > 1 else 1) for _, s, tr in unit if tr)
-    tensors = [TensorSpec("model.embed_tokens.weight", (rng.randint(1, 400), h), True, 0, "bf16")]
+    # no head or tail at times: the period then starts at hook position 0, where the walk's first flush (an empty
+    # bucket when the first gradient is over the bucket) is no period's
+    tensors = [TensorSpec("model.embed_tokens.weight", (rng.randint(1, 400), h), True, 0, "bf16")][:rng.randint(0, 1)]
     for t in range(layers):
         tensors += [TensorSpec(f"model.layers.{t}.{n}", s, tr, 0, "bf16") for n, s, tr in unit]
     tail = [("model.norm.weight", (h,)), ("lm_head.weight", (rng.randint(1, 900), h))]
-    tensors += [TensorSpec(n, s, True, 0, "bf16") for n, s in tail[:rng.randint(0, 2)]]
+    tensors += [TensorSpec(n, s, True, 0, "bf16") for n, s in tail[:rng.choice([0, 0, 1, 2])]]
     return Inventory("rand", tensors, "test", {}), per_layer
 
 
 def _config(rng: random.Random, inv: Inventory, per_layer: int, W: int) -> dict:
     largest = max(t.numel for t in inv.tensors if t.trainable)
-    rbs = rng.choice([max(1, largest // 2), largest, largest + 1, max(1, per_layer // 3), per_layer - 1,
+    rbs = rng.choice([max(1, largest // 2), max(1, largest // 2), largest, largest + 1, max(1, per_layer // 3), per_layer - 1,
                       per_layer + 7, 3 * per_layer + 1, rng.randint(1, 5 * per_layer)])
     ga = rng.choice([1, 1, 2, 3])
     z = {"stage": rng.choice([1, 2]), "reduce_bucket_size": max(1, rbs), "overlap_comm": rng.random() < 0.5,
@@ -147,3 +149,20 @@ def test_skip_covers_most_flushes_of_a_deep_model(monkeypatch):
         # flush starts (the first call: values a skipped period each) are skipped over most of the flushes,
         # and so are their rank ranges (the later calls: one a rank partition), whatever W 8's boundaries cut
         assert calls[0] * 2 > F and sum(calls[2:]) * 2 > F, (stage, F, calls)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_wrong_period_hint_is_refused(monkeypatch, seed):
+    """The period comes from ``model.parallel.layer_repeat``; the replay checks it on the sizes themselves. A hint
+    one tensor short of the layer (sizes that do not repeat with it) must give the plain walk's columns."""
+    from advisor.model import parallel
+    real = parallel.layer_repeat
+
+    def wrong(inv):
+        lr = real(inv)
+        if lr is None or lr.unit < 2:
+            return lr
+        return parallel.LayerRepeat(lr.head, lr.unit - 1, lr.count, lr.prefix, lr.first)
+    walk = _run(monkeypatch, 50_000 + seed, False)
+    monkeypatch.setattr(parallel, "layer_repeat", wrong)
+    assert _run(monkeypatch, 50_000 + seed, True) == walk
