@@ -5260,10 +5260,16 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # every gradient from the trigger on; in hook order (overlap_comm) also the sibling's new one
         return suffix_at(trig) + (hooked[trig] - sizes[trig] if st == 2 else 0)
 
-    if ZERO12_COLUMNS and not held and F:
+    if ZERO12_COLUMNS and F:
         # the same columns by C-level maps: only the last flush is the epilogue's (no trigger, _Flushes)
-        trig = flushes.trig
-        B = list(map(operator.add, map(D.__mul__, map(hooked.__getitem__, trig[:-1])), xl[:-1])) + [xl[F - 1]]
+        trig = flushes.trig[:-1]
+        if not held:
+            un = map(hooked.__getitem__, trig)
+        else:  # unmoved(trig): every gradient from the trigger on (+ in hook order its sibling's new one)
+            un = map(csum[T].__sub__, map(csum.__getitem__, trig))
+            if st == 2:
+                un = map(operator.add, un, map(operator.sub, map(hooked.__getitem__, trig), map(sizes.__getitem__, trig)))
+        B = list(map(operator.add, map(D.__mul__, un), xl[:-1])) + [xl[F - 1]]
         A = list(map(operator.add, copies, B))
         pre_max = list(itertools.accumulate(A, max))
         suf_max = list(itertools.accumulate(reversed(A), max))[::-1] + [None]
