@@ -5767,20 +5767,39 @@ def _zero12_kept_xl(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, or
     if ZERO12_COLUMNS:  # the flushes with an extra-large gradient, found at C level (every flush walked below)
         if ec.zero.stage != 1 or not layouts:
             return Runs.const(W, ())
-        big = [(j, order[flushes.starts[j]]) for j in itertools.compress(range(len(xl)), xl)]
+        js = list(itertools.compress(range(len(xl)), xl))
+        ks = list(map(flushes.starts.__getitem__, js))
+        a0s = list(map(order.starts.__getitem__, ks))
+        n0s = list(map(order.numels.__getitem__, ks))
+        big = js
     else:
         big = [(j, order[ks[0]]) for j, (ks, _) in enumerate(flushes) if xl[j]]
     if ec.zero.stage != 1 or not big or not layouts:
         return Runs.const(W, ())
     F = len(flushes)
-    owners = []
-    for j, (g, a0, n0) in big:
-        P = layouts[g].P
-        r0, r1 = (a0 // P, min((a0 + n0 - 1) // P, W - 1)) if P else (W, -1)
-        owners.append((j, r0, r1))
+    if ZERO12_COLUMNS and order.groups is None and len(layouts) == 1 and layouts[0].P:
+        # the loop below by C-level maps (one group, P > 0): r0 = a0 // P, r1 = min((a0 + n0 - 1) // P, W - 1)
+        P = layouts[0].P
+        owners = list(zip(js, map(operator.floordiv, a0s, itertools.repeat(P)),
+                          map(min, map(operator.floordiv, map(operator.sub, map(operator.add, a0s, n0s),
+                                                              itertools.repeat(1)), itertools.repeat(P)),
+                              itertools.repeat(W - 1))))
+    else:
+        if ZERO12_COLUMNS:
+            gs = itertools.repeat(0) if order.groups is None else map(order.groups.__getitem__, ks)
+            big = list(zip(js, zip(gs, a0s, n0s)))
+        owners = []
+        for j, (g, a0, n0) in big:
+            P = layouts[g].P
+            r0, r1 = (a0 // P, min((a0 + n0 - 1) // P, W - 1)) if P else (W, -1)
+            owners.append((j, r0, r1))
     pts = {0}
-    for _, r0, r1 in owners:
-        pts.update((r0, r1 + 1))
+    if ZERO12_COLUMNS:  # each owner range's r0 and r1 + 1, C-level
+        pts.update(map(operator.itemgetter(1), owners))
+        pts.update(map((1).__add__, map(operator.itemgetter(2), owners)))
+    else:
+        for _, r0, r1 in owners:
+            pts.update((r0, r1 + 1))
 
     def values(starts):
         for r in starts:
