@@ -512,16 +512,16 @@ def sub_group_ready_fractions(plan: "Plan") -> list[float] | None:
     return ready
 
 
-def super_offload_tail(ready_s: list[float], step_s: list[float], backward_end_s: float) -> float:
+def super_offload_tail(ready_s: list[float], cost_s: list[float], backward_end_s: float) -> float:
     """Seconds SuperOffload's CPU worker is still stepping after the boundary's backward ends: one worker
     process per rank takes the sub-groups in the order they are submitted, one at a time
     (``superoffload_utils.py``: one ``mp.Process``, a FIFO ``SimpleQueue``, l.101-145), so sub-group k
-    finishes at max(the previous one's finish, its submission ``ready_s[k]``) + ``step_s[k]``; ``step``
+    finishes at max(the previous one's finish, its submission ``ready_s[k]``) + ``cost_s[k]`` (its step seconds); ``step``
     waits for all before the rest of the step (``superoffload_stage3.py`` l.200
     ``_wait_for_async_operations``). Times in seconds from the start of the boundary's backward, which
     ends at ``backward_end_s``. Returns max(0, last finish - backward_end_s)."""
     t = 0.0
-    for r, c in sorted(zip(ready_s, step_s)):
+    for r, c in sorted(zip(ready_s, cost_s)):
         t = max(t, r) + c
     return max(0.0, t - backward_end_s)
 

@@ -20,7 +20,7 @@ applies too (l.1100 maps every offloaded sub-group): a sub-group swapped to NVMe
 int((1 - ratio) x n) is stepped by the backup AdamW on its swapped-in host copy, its moments host tensors
 in that optimizer's state, swapped by nothing (``swap_tensor/optimizer_utils.py`` _get_state_tensors
 l.492-502 reads DeepSpeedCPUAdam's state) and saved by nothing: the checkpoint's ``offloaded_tensors``
-hold its master's swap file only (:func:`advisor.ledger.state.twin_flow_backup_swapped`).
+hold its master's swap file only.
 
 Anti-pattern::
 
