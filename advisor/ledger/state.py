@@ -4120,6 +4120,19 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
         return max([csum[T] * G if zero12_boundary_holds_all(ec, ga) else 0]
                    + [copies[j] // per * flat + xl[j] // D * G + (0 if trig is None else unmoved(trig) + sib(trig))
                       for j, (_, trig) in enumerate(flushes)])
+    if ZERO12_COLUMNS and len(flushes):
+        # the two walks below by C-level maps: only the last flush is the epilogue's (no trigger, _Flushes)
+        tr = flushes.trig[:-1]
+        if st == 2 and not zero12_boundary_holds_all(ec, ga):
+            un = map(hooked.__getitem__, tr)
+            floor = 0
+        else:
+            un = map(csum[T].__sub__, map(csum.__getitem__, tr))
+            if st == 2:
+                un = map(operator.add, un, map(operator.sub, map(hooked.__getitem__, tr), map(sizes.__getitem__, tr)))
+            floor = csum[T] * D
+        return max(floor, max(map(operator.add, map(operator.add, copies, itertools.chain(map(D.__mul__, un), (0,))),
+                                  xl)))
     if st == 2 and not zero12_boundary_holds_all(ec, ga):
         return max((copies[j] + (0 if trig is None else hooked[trig] * D) + xl[j]
                     for j, (_, trig) in enumerate(flushes)), default=0)
