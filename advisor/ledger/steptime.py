@@ -705,6 +705,11 @@ def _rank_inventory(plan: "Plan"):
     return plan.inventory
 
 
+def _count(n: int | None, noun: str) -> str:
+    """``n`` ``noun`` with the plural when ``n`` is not 1 ("1 thread", "12 cores"); "? cores" when unknown."""
+    return f"{n if n else '?'} {noun}{'' if n == 1 else 's'}"
+
+
 def _ranks_per_node(plan: "Plan", hardware: "Hardware") -> int:
     g = plan.cluster.gpus_per_node or hardware.accelerators_per_node or 1
     return max(1, min(g, plan.cluster.world_size))
@@ -742,12 +747,12 @@ def _super_offload_split(plan: "Plan", hardware: "Hardware", cpu: Term, terms: l
            "_step_without_clipping / _step_with_clipping l.239-268; superoffload_utils.py worker l.101-154, "
            "_set_cpu_affinity l.207-228")
     worker_words = (f"{n_host:,} elements x {wb} B ({SUPER_OFFLOAD_GRAD_COPY_BYTES} B gradient copy into the worker's "
-                    f"buffer + {CPU_ADAM_KERNEL_BYTES} B Adam kernel) / the worker's rate ({w_thr if w_thr else '?'} "
-                    f"threads on its {w_cores if w_cores else '?'} cores, cpuadam_cores_perc {perc:g})")
+                    f"buffer + {CPU_ADAM_KERNEL_BYTES} B Adam kernel) / the worker's rate ({_count(w_thr, 'thread')} "
+                    f"on its {_count(w_cores, 'core')}, cpuadam_cores_perc {perc:g})")
     main_words = (f"{n_host:,} elements x {mb} B ({UNSCALE_BYTES} B unscale pass"
                   + (f" + {mb - UNSCALE_BYTES} B 16-bit copy" if mb > UNSCALE_BYTES else "")
-                  + f") / the training process's rate ({m_thr if m_thr else '?'} threads on its "
-                    f"{m_cores if m_cores else '?'} cores)")
+                  + f") / the training process's rate ({_count(m_thr, 'thread')} on its "
+                    f"{_count(m_cores, 'core')})")
     if overlaps:
         cpu.amount, cpu.rate, cpu.seconds = n_host * mb, rate_m, main_s
         cpu.formula = ("SuperOffload, gradient_clipping 0, after backward: " + main_words
@@ -1208,14 +1213,20 @@ def _first_fetch_exposed(plan: "Plan", terms: list[Term]) -> None:
             terms.append(part)
 
 
-def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", threads: dict | None = None) -> str:
+def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", threads: dict | None = None,
+                       worker: Any = None) -> str:
     """The CPU optimizer step's text line: ``amount`` bytes of host memory traffic per rank per
     step at ``rate`` bytes/s per rank (None: unknown), in ``units`` (GiB = 2^30 or GB = 1e9 bytes);
     ``threads``: the step time's ``assumptions["cpu_optimizer_threads"]``, which names what limits
     the rate (the node's share of host memory bandwidth, or the rank's OpenMP threads); a rate of
-    threads only, the spec giving no host memory bandwidth, is shown as "<=" (an upper limit)."""
-    from advisor.units import rate as rate_text, size
+    threads only, the spec giving no host memory bandwidth, is shown as "<=" (an upper limit).
 
+    ``worker``: SuperOffload's ``cpu_optimizer_async`` :class:`Term` (or its dict, the step-time
+    JSON's; :func:`_super_offload_split`, gradient_clipping 0): the line then names both terms, each
+    with its bytes, rate and seconds (seconds = bytes / rate), the worker's split into hidden in the
+    boundary's backward and exposed after it, so that the breakdown's "CPU optimizer step busy" (their
+    sum) reads off this line."""
+    from advisor.units import rate as rate_text, size
     t = threads or {}
     at = " at "
     if t.get("limited_by") == "threads":
@@ -1230,6 +1241,19 @@ def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", th
                "would stream more")
     else:
         why = "host memory bandwidth / ranks per node"
+    if worker is not None:
+        w = worker if isinstance(worker, dict) else worker.to_dict()
+        wr, ws, we = w.get("rate"), w.get("seconds"), w.get("exposed")
+
+        def part(b: float, r: float | None, s: float | None) -> str:
+            return (f"{size(b, units, digits=1)}{at}{rate_text(r, units, digits=1)} = {s:,.3f} s" if r and s is not None
+                    else f"{size(b, units, digits=1)} (rate unknown: give host_memory_bandwidth_bytes_per_s)")
+        wtxt = part(w.get("amount") or 0.0, wr, ws)
+        if wr and ws is not None and we is not None:
+            wtxt += f" ({max(0.0, ws - we):,.3f} s hidden in the boundary's backward, {we:,.3f} s exposed)"
+        secs = amount / rate if rate else None
+        return (f"  CPU optimizer: worker {wtxt} + after backward {part(amount, rate, secs)}, per rank per step"
+                + (f" ({why})" if rate else ""))
     return (f"  CPU optimizer: {size(amount, units, digits=1)} per rank per step"
             + (f"{at}{rate_text(rate, units, digits=1)} per rank ({why})"
                if rate else " (host memory bandwidth unknown: give host_memory_bandwidth_bytes_per_s)"))
@@ -1296,7 +1320,7 @@ def super_offload_lines(info: dict[str, Any] | None, units: str = "GiB") -> list
     from advisor.units import rate as rate_text
     if not info:
         return []
-    cores = (f"{info.get('worker_threads') or '?'} threads on {info.get('worker_cores') or '?'} cores "
+    cores = (f"{_count(info.get('worker_threads'), 'thread')} on {_count(info.get('worker_cores'), 'core')} "
              f"(cpuadam_cores_perc {info.get('cpuadam_cores_perc'):g})")
     rate = info.get("worker_bytes_per_s")
     at = f" at {rate_text(rate, units, digits=1)}" if rate else ""
@@ -1332,7 +1356,8 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     cpu = next((t for t in st.terms if t.name == "cpu_optimizer"), None)
     if cpu is not None:
         th = st.assumptions.get("cpu_optimizer_threads") or {}
-        out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units, th))
+        out.append(cpu_optimizer_line(cpu.amount, cpu.rate, units, th,
+                                      next((t for t in st.terms if t.name == "cpu_optimizer_async"), None)))
         if th.get("core_bandwidth_assumed"):
             out.append("    (one core's bandwidth is the preset's assumed figure (Little's law, its source): measure one "
                        "thread with benchmarks/steptime_calibration.py and give host_core_bandwidth_bytes_per_s)")

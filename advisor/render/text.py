@@ -576,7 +576,9 @@ def step_time_lines(stt: dict, given_step_time_s: float | None = None, units: st
     for line in stt.get("lines") or [f"step time: not modelled ({stt.get('why')})"]:
         if cpu is not None and line.startswith("  CPU optimizer:"):  # stored in GiB: in ``units`` here
             line = _stm.cpu_optimizer_line(cpu["amount"], cpu.get("rate"), units,
-                                           (stt.get("assumptions") or {}).get("cpu_optimizer_threads"))
+                                           (stt.get("assumptions") or {}).get("cpu_optimizer_threads"),
+                                           next((t for t in stt.get("terms") or []
+                                                 if t.get("name") == "cpu_optimizer_async"), None))
         elif gpu is not None and line.startswith(_stm.GPU_OPTIMIZER_LINE_PREFIX):  # likewise
             line = _stm.gpu_optimizer_line(gpu, units)
         elif so and line.startswith(_stm.SUPER_OFFLOAD_LINE_PREFIXES):  # likewise (its first line has the rate)

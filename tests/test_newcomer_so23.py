@@ -1,0 +1,71 @@
+"""Issue 23, a newcomer's defects D5/D6: SuperOffload's CPU optimizer line names both of its terms
+(the worker's during the boundary's backward and the training process's after it) with bytes,
+rate and seconds that agree; counts printed with their plural; JSON type names in the --hardware /
+--model type errors; generate's sidecar through a symlink; --zero-init below ZeRO-3 warned."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import run_cli
+
+#: A ZeRO-3 SuperOffload config with gradient_clipping 0 (the worker overlaps the boundary's backward).
+SO_NOCLIP = {
+    "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "gradient_clipping": 0.0, "bf16": {"enabled": True},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
+    "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                          "reduce_bucket_size": 50000000, "stage3_param_persistence_threshold": 100000,
+                          "offload_optimizer": {"device": "cpu", "super_offload": True, "cpuadam_cores_perc": 0.8,
+                                                "pin_memory": True},
+                          "sub_group_size": 100000000},
+}
+
+#: llama-3-8b's parameters (its HF config: the models list), over 8 ranks (ZeRO-3 partition).
+LLAMA3_8B = 8_030_261_248
+UNIT = {"GiB": 2 ** 30, "GB": 1e9}
+
+_NUM = r"([\d,]+\.\d+)"
+_LINE = re.compile(rf"CPU optimizer: worker {_NUM} (GiB|GB) at {_NUM} (GiB|GB)/s = {_NUM} s \({_NUM} s hidden in "
+                   rf"the boundary's backward, {_NUM} s exposed\) \+ after backward {_NUM} (GiB|GB) at {_NUM} "
+                   rf"(GiB|GB)/s = {_NUM} s, per rank per step")
+
+
+def _f(x: str) -> float:
+    return float(x.replace(",", ""))
+
+
+@pytest.mark.parametrize("units", ["GiB", "GB"])
+def test_superoffload_cpu_line_bytes_over_rate_are_its_seconds(tmp_path, units):
+    cfg = tmp_path / "so_noclip.json"
+    cfg.write_text(json.dumps(SO_NOCLIP))
+    p = run_cli(["estimate", str(cfg), "--hardware", "dgx-h100", "--model", "llama-3-8b", "--seq-len", "2048",
+                 "--units", units],
+                env={"COLUMNS": "400"})
+    assert p.returncode == 0, p.stderr
+    text = re.sub(r"\s*\n\s+", " ", p.stdout)  # unfold the folded lines
+    m = _LINE.search(text)
+    assert m, text[text.find("CPU optimizer"):][:600]
+    wb, wu, wr, wru, ws, wh, we, mb, mu, mr, mru, ms = m.groups()
+    assert wu == wru == mu == mru == units
+    # each term: printed bytes / printed rate == printed seconds (within the 1-digit rounding of bytes and rate)
+    assert _f(wb) / _f(wr) == pytest.approx(_f(ws), rel=0.01)
+    assert _f(mb) / _f(mr) == pytest.approx(_f(ms), rel=0.01)
+    assert _f(wh) + _f(we) == pytest.approx(_f(ws), abs=0.0015)
+    # the breakdown's "CPU optimizer step busy" is the two terms' sum, its exposed part the worker's
+    # exposed seconds plus the after-backward term
+    b = re.search(rf"CPU optimizer step\s+busy\s+{_NUM} s\s+exposed\s+{_NUM} s", text)
+    assert b, text
+    assert _f(b.group(1)) == pytest.approx(_f(ws) + _f(ms), abs=0.0015)
+    assert _f(b.group(2)) == pytest.approx(_f(we) + _f(ms), abs=0.0015)
+    # the worker's bytes by hand: each rank's 1/8 partition of the elements x (8 B gradient copy into the
+    # worker's buffer + 28 B DeepSpeedCPUAdam kernel) = 36,136,175,616 B (the issue's figure)
+    n = LLAMA3_8B // 8
+    assert n * 36 == 36_136_175_616
+    assert _f(wb) == pytest.approx(round(n * 36 / UNIT[units], 1), abs=0.051)
+    # counts with their plural: no "1 threads"
+    assert not re.search(r"\b1 (threads|cores)\b", text), re.search(r".{60}\b1 (threads|cores)\b.{20}", text)
+    assert re.search(r"\b1 thread on \d+ cores\b", text), text[text.find("SuperOffload CPU step"):][:400]
