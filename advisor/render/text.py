@@ -315,7 +315,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     rows.append((label, "not estimated", "", ""))
                     continue
                 rows.append((label, *(_fmt(role["tiers"][tier][cls]) for tier in ("accelerator", "host", "nvme"))))
-            rows.append(("total", *(_fmt(role["tiers"][x]["total"]) for x in ("accelerator", "host", "nvme"))))
+            # each class's row is its largest size; they are not all live together (the peak line below is)
+            rows.append(("total (not all live at once)",
+                         *(_fmt(role["tiers"][x]["total"]) for x in ("accelerator", "host", "nvme"))))
             console.print(box_or_records(f"Per-rank training state, {title} ({unit_note(units)})", head, rows,
                                          (False, True, True, True), cols, bold=frozenset({len(rows) - 1})))
             a_w = d["assumptions"]["workload"]
@@ -390,9 +392,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(line, markup=False)
         ck = d.get("checkpoint")
         if ck and ck.get("files"):
-            big = [f for f in ck["files"] if f["bytes"] >= 2**20]
-            rows = [(f.get("path") or f["name"], f"{f['count']} ranks, each" if f.get("count", 1) > 1
-                     else f"rank {f['rank']}", f"{f['bytes']:,}", _fmt(f["bytes"])) for f in big[:8]]
+            big = checkpoint_rank_rows([f for f in ck["files"] if f["bytes"] >= 2**20])
+            rows = [(path, who, f"{b:,}", _fmt(b)) for path, who, b in big[:8]]
             if len(big) > 8:
                 rows.append((f"... {len(big) - 8} more files of the same kind", "", "", ""))
             console.print(box_or_records("Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
@@ -485,6 +486,30 @@ def param_words(m: dict[str, Any]) -> str:
     words = [] if f"{n:,}" in str(m.get("name", "")) else [f"{n:,} parameters"]
     words.append("all trainable" if t == n else f"{t:,} trainable")
     return ", ".join(words)
+
+
+def checkpoint_rank_rows(files: list[dict]) -> list[tuple[str, str, int]]:
+    """(path, written by, bytes) rows of estimate's checkpoint files (``checkpoint.files`` of its
+    JSON), one row for the files that differ only in the rank number of their name
+    (``..._rank_3_...``) and have the same bytes: 'global_step{N}/bf16_zero_pp_rank_{r}_mp_rank_00_
+    optim_states.pt' written by 'ranks 0-7, each' instead of eight identical lines. A file the JSON
+    already counts (``count`` > 1) keeps its 'N ranks, each'. Order: each group at its first file."""
+    import re
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for f in files:
+        path = f.get("path") or f["name"]
+        key = (re.sub(r"(?<=_rank_)\d+(?=_mp_rank)", "{r}", path), f["bytes"]) \
+            if f.get("count", 1) == 1 and "rank" in f else (path, -1 - len(groups))
+        groups.setdefault(key, []).append(f)
+    rows = []
+    for (pattern, _), fs in groups.items():
+        f = fs[0]
+        if len(fs) > 1:
+            rows.append((pattern, _ranks_title([x["rank"] for x in fs]) + ", each", f["bytes"]))
+        else:
+            rows.append((f.get("path") or f["name"], f"{f['count']} ranks, each" if f.get("count", 1) > 1
+                         else f"rank {f['rank']}", f["bytes"]))
+    return rows
 
 
 def _ranks_title(ranks: Any) -> str:
