@@ -127,14 +127,17 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         cap = f["capacity"]
         peak = f.get("peak", f["need"])
         verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
-        if f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
+        lb = ">= " if f.get("lower_bound") else ""  # the peak is a floor (rule M104): so is every need from it
+        if f.get("verdict") == "tight" and lb and not (0 <= (f["headroom"] or 0) < f["uncertainty"]):
+            verdict = "TIGHT (peak is a lower bound: M104)"
+        elif f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
             verdict = f"TIGHT (within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])})"
         phase = key_words(f.get("phase") or "")  # "first_step": the JSON's key, in words
         rows = [(f["tier"], "peak live" + (f" ({phase})" if phase else ""),
-                 size(peak, units, suffix=False), "", "", "")]
+                 lb + size(peak, units, suffix=False), "", "", "")]
         rows += [("", "+ " + p["label"], size(p["bytes"], units, suffix=False), "", "", "")
                  for p in f.get("parts") or []]
-        rows.append(("", "= need", size(f["need"], units, suffix=False),
+        rows.append(("", "= need", lb + size(f["need"], units, suffix=False),
                      "unknown" if cap is None else size(cap, units, suffix=False),
                      "" if cap is None else size(f["headroom"], units, suffix=False), verdict))
         # the scope under the tier's name, next to the peak-live row (not rows below it): the
@@ -164,13 +167,14 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
     out = Text(title)
     for rows, verdict, f in blocks:
         first, *parts, need = rows
-        for x in _lines(f"{first[0]}, {f['scope']}: {first[1]} {size(f.get('peak', f['need']), units).replace(' ', nb)}", ""):
+        lb = ">=" + nb if f.get("lower_bound") else ""
+        for x in _lines(f"{first[0]}, {f['scope']}: {first[1]} {lb}{size(f.get('peak', f['need']), units).replace(' ', nb)}", ""):
             out.append("\n" + x)
         for r, p in zip(parts, f.get("parts") or []):
             for x in _lines(f"{r[1]} {size(p['bytes'], units).replace(' ', nb)}", "  "):
                 out.append("\n" + x)
         cap = f["capacity"]
-        text = (f"= need {f['scope']} {size(f['need'], units).replace(' ', nb)}; capacity "
+        text = (f"= need {f['scope']} {lb}{size(f['need'], units).replace(' ', nb)}; capacity "
                 + ("unknown" if cap is None else size(cap, units).replace(" ", nb))
                 + ("" if cap is None else f"; headroom {size(f['headroom'], units).replace(' ', nb)}") + ": ")
         lines = _lines(text + verdict.replace(" ", nb) if len(verdict) < 20 else text + verdict, "  ")
@@ -830,15 +834,18 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         cap = "unknown" if t.capacity is None else gb(t.capacity)
         head = "" if t.headroom is None else f", headroom {gb(t.headroom)}"
         L.append(f"  {paint(t.verdict.upper(), color)}{' ' * (7 - len(t.verdict))} {t.tier} [{t.scope}]: "
-                 f"need {gb(t.need)} of {cap}{head}"
+                 f"need {'>= ' if t.lower_bound else ''}{gb(t.need)} of {cap}{head}"
                  + (f"  [capacity from {t.capacity_source}]" if t.capacity_source else ""))
         fr = t.fit
         if fr is not None and fr.overhead:  # the runtime overhead rows inside that need
-            L.append(f"          tracked peak {gb(fr.tracked or 0)}, plus runtime overhead per rank:")
+            L.append(f"          tracked peak {'>= ' if t.lower_bound else ''}{gb(fr.tracked or 0)}, plus runtime "
+                     "overhead per rank:")
             for o in fr.overhead:
                 band = "" if o.low == o.high else f" (band {gb(o.low)}-{gb(o.high)})"
                 L.append(f"          + {o.name} {gb(o.bytes)}{band}: {o.formula} [{o.source}]")
-            if t.verdict == "tight":
+            if t.verdict == "tight" and t.lower_bound:
+                L.append("          tight: the tracked peak is a lower bound, its transients not modelled (M104)")
+            if t.verdict == "tight" and fr.overhead_tight:
                 L.append(f"          tight: headroom {gb(t.headroom or 0)} < {gb(fr.uncertainty)} the overhead may "
                          f"exceed its defaults by ({', '.join(fr.uncertain)})")
     for x in r.excluded:
@@ -858,7 +865,9 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
     if r.exit_code == EXIT_PROBE:
         L.append(f"{paint('NO-GO', color)}: the environment could not be probed (--strict) (exit {r.exit_code})")
     else:
-        L.append(f"{paint(r.verdict.upper(), color)} (exit {r.exit_code})")
+        why = "" if r.verdict != "tight" or not any(t.lower_bound for t in r.tiers) else \
+            ": the accelerator need is a lower bound (M104), not a fit"
+        L.append(f"{paint(r.verdict.upper(), color)}{why} (exit {r.exit_code})")
     return "\n".join(L)
 
 

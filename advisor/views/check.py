@@ -542,10 +542,16 @@ class TierVerdict:
             return "no-go"
         return "tight" if self.fit is not None and self.fit.verdict == "tight" else "go"
 
+    @property
+    def lower_bound(self) -> bool:
+        """The need is a floor: the accelerator's tracked peak leaves transients off (rule M104)."""
+        return bool(self.fit is not None and getattr(self.fit, "lower_bound", ""))
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of one verdict row (accelerator: with its overhead terms)."""
         d = {"tier": self.tier, "scope": self.scope, "need": self.need, "capacity": self.capacity,
-             "capacity_source": self.capacity_source, "headroom": self.headroom, "verdict": self.verdict}
+             "capacity_source": self.capacity_source, "headroom": self.headroom, "verdict": self.verdict,
+             "lower_bound": self.lower_bound}
         if self.fit is not None and self.fit.overhead:
             d.update(tracked=self.fit.tracked, overhead=[t.to_dict() for t in self.fit.overhead],
                      uncertainty=self.fit.uncertainty, uncertain_terms=self.fit.uncertain)
@@ -583,7 +589,7 @@ class CheckResult:
     @property
     def verdict(self) -> str:
         """"no-go" (any tier that does not fit, or any error-level finding), else "tight" (a tier
-        fits only inside the runtime overhead's uncertainty), else "go"."""
+        fits only inside the runtime overhead's uncertainty, or its need is a lower bound: M104), else "go"."""
         if any(t.verdict == "no-go" for t in self.tiers) or any(f.severity == "error" for f in self.findings):
             return "no-go"
         return "tight" if any(t.verdict == "tight" for t in self.tiers) else "go"
@@ -943,9 +949,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
             warnings.append(f"{t.tier} capacity unknown: not checked (give "
                             + ("--gpu-memory" if t.tier == "accelerator" else "--host-memory") + " or --hardware)")
 
-    lb = result.ledger.peak_lower_bound if result.roles else ""
-    if lb:  # the accelerator verdict may say fits where the real peak does not
-        warnings.append(f"the accelerator peak is a lower bound: {lb}")
+    # a lower-bound accelerator peak (ledger.peak_lower_bound) is rule M104's finding among result.findings,
+    # and the accelerator row's verdict is at best "tight" (FitRow.verdict)
     extra = [f.located(loaded.positions, loaded.source) for f in findings_extra + nv_findings]
     all_findings = sort_findings(list(result.findings) + extra)
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,

@@ -181,6 +181,9 @@ class FitRow:
     #: The timeline key of the peak without the load phase (``steady_need``'s instant): a save instant
     #: (:func:`is_save_instant`) when the checkpoint save, not the training step, holds the most.
     steady_instant: str = ""
+    #: Accelerator row: the ledger's ``peak_lower_bound`` (why the tracked peak is a floor, rule M104),
+    #: "" when the peak is modelled. A lower-bound row is never "fits": at best "tight".
+    lower_bound: str = ""
 
     @property
     def fits(self) -> bool | None:
@@ -199,11 +202,17 @@ class FitRow:
     @property
     def verdict(self) -> str:
         """"fits", "tight" (0 <= headroom < the overhead's uncertainty: the terms'
-        :func:`advisor.cluster.overhead.verdict` rule), "does not fit", or "unknown" (no capacity)."""
+        :func:`advisor.cluster.overhead.verdict` rule; or any headroom when the peak is a lower bound,
+        :attr:`lower_bound`, rule M104), "does not fit", or "unknown" (no capacity)."""
         if self.capacity is None:
             return "unknown"
         h = self.capacity - self.need
-        return "does not fit" if h < 0 else "tight" if h < self.uncertainty else "fits"
+        return "does not fit" if h < 0 else "tight" if h < self.uncertainty or self.lower_bound else "fits"
+
+    @property
+    def overhead_tight(self) -> bool:
+        """Tight by the runtime overhead's band alone (0 <= headroom < uncertainty: rule M102)."""
+        return self.capacity is not None and 0 <= self.capacity - self.need < self.uncertainty
 
     @property
     def uncertain(self) -> list[str]:
@@ -218,7 +227,8 @@ class FitRow:
                 "tracked": self.tracked, "overhead": [t.to_dict() for t in self.overhead],
                 "peak": self.need if self.tracked is None else self.tracked,
                 "parts": [{"label": t.name, "bytes": t.bytes} for t in self.overhead],
-                "uncertainty": self.uncertainty, "uncertain_terms": self.uncertain}
+                "uncertainty": self.uncertainty, "uncertain_terms": self.uncertain,
+                "lower_bound": bool(self.lower_bound)}
 
 
 @dataclass
@@ -507,7 +517,8 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     st_terms = overhead.terms(st["bytes"], **shape)
     rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
                        pk["phase"], pk["instant"], pk["label"], st["bytes"] + sum(t.bytes for t in st_terms),
-                       st["label"], tracked=pk["bytes"], overhead=terms, steady_instant=st["instant"]))
+                       st["label"], tracked=pk["bytes"], overhead=terms, steady_instant=st["instant"],
+                       lower_bound=ledger.peak_lower_bound))
     # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
@@ -605,7 +616,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
     is "tight", naming the uncertain overhead terms."""
     out = []
     for r in rows:
-        if r.verdict == "tight":
+        if r.overhead_tight:
             out.append(emit(
                 code="M102", severity="warning", pointer="/zero_optimization",
                 message=(literal(f"{r.tier} {r.scope}") + ": tight: {need} needed of {capacity} leaves "
@@ -958,7 +969,12 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
             role.load = load
             role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
     rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
-    return PlanFit(ledger, acts, note, load, roles, rows, fit_findings(rows, load, hf=via_hf))
+    found = fit_findings(rows, load, hf=via_hf)
+    if ledger.peak_lower_bound and roles:  # M104: every output says the accelerator peak is a floor
+        from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
+        groups = len({t.group for t in inventory.tensors if t.trainable})
+        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups))
+    return PlanFit(ledger, acts, note, load, roles, rows, found)
 
 
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,

@@ -1,0 +1,67 @@
+"""M104 peak-is-lower-bound: The accelerator peak is a lower bound: this plan's ZeRO-1/2 transients are not modelled.
+
+For a few ZeRO-1/2 regimes the ledger does not replay DeepSpeed 0.19.8's backward and step-norm
+transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucket flush's flat copy
+(``runtime/zero/stage_1_and_2.py`` allreduce_bucket l.2367), its cast to ``communication_data_type``
+(l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
+(l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are ZeRO-1/2 under CPU optimizer
+offload with ``data_types.grad_accum_dtype`` unlike the model's dtype and several param groups (or ZeRO-2
+with another ``communication_data_type``), and, without offload, the combinations
+``zero12_transients_modeled`` does not cover. There the accelerator peak estimate prints (and every
+need derived from it) is a floor: the engine measured +12-66% on the affected phases of its small model
+before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
+``assumptions.peak_lower_bound``; ``check`` never says GO for such a plan (its accelerator verdict is
+TIGHT, exit 4, or NO-GO).
+
+Anti-pattern: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu, a model whose
+norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04 GiB of headroom.
+
+Fix: a setting under which the transients are modelled: one param group (ZeRO-1/2 under offload with
+fp32 accumulation), ``data_types.grad_accum_dtype`` equal to the model dtype, ``contiguous_gradients``
+true with ``communication_data_type`` the model dtype; or measure the real peak on one accelerator
+(``ds-advisor measure``) before relying on the fit.
+"""
+
+from __future__ import annotations
+
+from advisor.rules import Rule, emit, register
+
+
+@register
+class PeakIsLowerBound(Rule):
+    """Explanation and registry entry for M104; the findings come from estimate / check
+    (:func:`lower_bound_finding`)."""
+
+    code = "M104"
+    name = "peak-is-lower-bound"
+    produced_by = "estimate"
+    severity = "warning"
+
+    def check(self, ctx):
+        return ()
+
+
+def lower_bound_fix(ec, groups: int) -> str:
+    """The settings that make this plan's ZeRO-1/2 transients modelled (the conditions of
+    ``advisor.ledger.state.zero12_transients_unmodeled`` / ``zero12_offload_fp32_accum`` /
+    ``zero12_offload_compact`` / ``zero12_transients_modeled``), as a fix sentence."""
+    ways = []
+    if ec.grad_dtype != ec.model_dtype:
+        ways.append(f"data_types.grad_accum_dtype {ec.model_dtype} (the model dtype)")
+    if ec.offload_optimizer_effective != "none":
+        if groups > 1:
+            ways.append(f"one param group (the inventory has {groups} trainable groups)")
+        if ec.zero.stage == 2 and ec.comm_dtype != ec.model_dtype:
+            ways.append(f"communication_data_type {ec.model_dtype}")
+    elif ec.comm_dtype != ec.model_dtype:
+        ways.append(f"contiguous_gradients true or communication_data_type {ec.model_dtype}")
+    head = ("for a modelled peak set " + " or ".join(ways) + "; otherwise ") if ways else ""
+    return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
+
+
+def lower_bound_finding(reason: str, ec, groups: int):
+    """M104's warning for a plan whose ledger says ``peak_lower_bound`` = ``reason`` (the ledger's
+    words: what is not modelled, with its DeepSpeed lines)."""
+    return emit(code="M104", severity="warning", pointer="/zero_optimization",
+                message="accelerator peak is a lower bound (need >= the figure shown): " + reason,
+                fix=lower_bound_fix(ec, groups), data={"tier": "accelerator", "peak_lower_bound": True})

@@ -1,0 +1,93 @@
+"""Issue #15 (newcomer defect D1): a lower-bound accelerator peak must never be hidden.
+
+The newcomer's files (tests/data/lb15: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu,
+``contiguous_gradients`` false, a 168M-parameter inventory with 2 param groups) fall in the regime
+``advisor/ledger/state.py`` zero12_transients_unmodeled leaves coarse: ``zero12_offload_fp32_accum`` models
+ZeRO-1 offload with fp32 accumulation for one param group only (DeepSpeed 0.19.8 stage_1_and_2.py
+l.1237 param.grad_accum, l.1268-1274 the compact fp32 partition). At --seq-len 1024 on 8 ranks its
+accelerator need was 5.46 GiB of --gpu-memory 5.9GB (5.49 GiB) and check said GO. What must hold:
+rule M104 fires exactly when estimate's JSON has assumptions.peak_lower_bound; check is TIGHT (exit 4,
+errors.EXIT_TIGHT), never GO, with the reason in its verdict line; -q prints it; SARIF and GitHub
+annotations carry M104; every accelerator need is printed ">=".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from advisor.errors import EXIT_TIGHT
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "lb15"
+CFG = DATA / "z1_nc_oo_gacc.json"
+SHAPE = ["--world-size", "8", "--seq-len", "1024", "--host-memory", "500GB"]
+GPU = ["--gpu-memory", "5.9GB", "--runtime-overhead", "0.1GiB"]
+
+
+def run(cmd: str, *args: str) -> subprocess.CompletedProcess:
+    pp = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "advisor", cmd, *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pp, "LANG": "C.UTF-8",
+                                                      "HOME": "/root", "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("inv", ["inv2g.json", "inv1g.json"])
+def test_m104_fires_exactly_when_the_peak_is_a_lower_bound(inv):
+    p = run("estimate", str(CFG), "--model", str(DATA / inv), *SHAPE, *GPU, "--format", "json")
+    d = json.loads(p.stdout)  # exit 1 when a tier does not fit (one group's modelled peak is over 5.9 GB)
+    lb = d["assumptions"].get("peak_lower_bound")
+    m104 = [f for f in d["findings"] if f["code"] == "M104"]
+    # two groups: the regime zero12_offload_fp32_accum does not model; one group: modelled
+    assert bool(lb) == (inv == "inv2g.json")
+    assert len(m104) == (1 if lb else 0) and all(f["severity"] == "warning" for f in m104)
+    acc = [r for r in d["fit"] if r["tier"] == "accelerator"][0]
+    host = [r for r in d["fit"] if r["tier"] == "host"][0]
+    assert acc["lower_bound"] is bool(lb) and host["lower_bound"] is False
+    if lb:
+        # the fit itself has room (need < 5.9e9 bytes), yet the verdict is not "fits"
+        assert acc["need"] < 5_900_000_000 == acc["capacity"] and acc["verdict"] == "tight"
+
+
+def test_check_is_tight_not_go_at_the_newcomers_5_9gb():
+    p = run("check", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU, "--format", "json")
+    d = json.loads(p.stdout)
+    acc = [t for t in d["tiers"] if t["tier"] == "accelerator"][0]
+    assert 0 < acc["headroom"] and acc["need"] < acc["capacity"] == 5_900_000_000
+    assert acc["lower_bound"] is True and acc["verdict"] == "tight"
+    assert d["verdict"] == "tight" and p.returncode == EXIT_TIGHT == 4
+    assert any(f["code"] == "M104" for f in d["findings"])
+    t = run("check", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU)
+    last = t.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("TIGHT") and "lower bound" in last and "(exit 4)" in last, last
+    row = [x for x in t.stdout.splitlines() if "accelerator [per rank]" in x][0]
+    assert row.split()[0] == "TIGHT" and "need >= " in row, row
+
+
+def test_check_quiet_still_says_it():
+    p = run("check", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU, "-q")
+    assert p.returncode == 4 and "M104" in p.stdout and "lower bound" in p.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "check"])
+def test_sarif_and_github_carry_m104(cmd):
+    p = run(cmd, str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU, "--format", "sarif")
+    s = json.loads(p.stdout)
+    run0 = s["runs"][0]
+    assert any(r["ruleId"] == "M104" for r in run0["results"])
+    assert any(r["id"] == "M104" for r in run0["tool"]["driver"]["rules"])
+    g = run(cmd, str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU, "--format", "github")
+    assert "M104" in g.stdout and g.stdout.count("::warning") >= 1
+
+
+def test_estimate_text_marks_every_accelerator_need():
+    p = run("estimate", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU)
+    fit = p.stdout[p.stdout.index("Fit:"):].splitlines()[1:]
+    acc = fit[:[i for i, x in enumerate(fit) if "host" in x][0]]  # the accelerator rows, table or lines
+    marked = [x for x in acc if "peak live (" in x or "= need" in x]
+    assert len(marked) == 2 and all(">=" in x for x in marked), acc
+    assert "TIGHT" in "\n".join(acc) and "lower bound" in p.stdout[p.stdout.index("peak live at once"):]
