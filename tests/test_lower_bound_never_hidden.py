@@ -91,3 +91,23 @@ def test_estimate_text_marks_every_accelerator_need():
     marked = [x for x in acc if "peak live (" in x or "= need" in x]
     assert len(marked) == 2 and all(">=" in x for x in marked), acc
     assert "TIGHT" in "\n".join(acc) and "lower bound" in p.stdout[p.stdout.index("peak live at once"):]
+
+
+def test_generate_rejects_a_lower_bound_plan_and_says_why():
+    """generate ranks only "fits" plans: the newcomer's plan, with room by its (floor) need, is rejected as
+    tight because of the lower bound, and its rejection says so rather than citing the overhead band."""
+    from advisor.cluster.hardware import Capacity
+    from advisor.config.loading import parse_text
+    from advisor.ledger.state import Cluster
+    from advisor.model.inventory import load_inventory
+    from advisor.plan import Workload
+    from advisor.planning import build_plan
+    from advisor.views.estimate import plan_fit
+    from advisor.views.generate import _rejection
+    plan = build_plan(parse_text(CFG.read_text(), str(CFG)), load_inventory(str(DATA / "inv2g.json")),
+                      Cluster(world_size=8), workload=Workload(seq_len=1024))
+    pf = plan_fit(plan, Capacity(accelerator=80 * 10**9, host=None, nvme=None))
+    acc = [r for r in pf.rows if r.tier == "accelerator"][0]
+    assert acc.need < 40 * 10**9 and acc.verdict == "tight" and not acc.overhead_tight  # room: not the band
+    rej = _rejection(pf)
+    assert rej is not None and rej.lower_bound and "lower bound" in rej.describe() and ">=" in rej.describe()

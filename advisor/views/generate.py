@@ -24,7 +24,8 @@ the ledger, activations and step timeline computed, and the fit rows judged agai
 hardware's capacities (accelerator per rank: the timeline peak plus the runtime overhead rows,
 CUDA context, NCCL buffers, allocator reserve, DeepSpeed extras, advisor/cluster/overhead.py;
 host and NVMe: one node's ranks summed, the load phase included). Only plans whose verdict is
-"fits" are ranked ("tight" ones are rejected and say so), so a plan generate writes is one
+"fits" are ranked ("tight" ones, those whose accelerator peak is a lower bound (rule M104) among them,
+are rejected and say so), so a plan generate writes is one
 ``estimate`` says fits for the same model, hardware and workload sidecar.
 
 Step time (seconds per optimizer step), the ranking key (:func:`step_time`): the one step-time
@@ -305,6 +306,8 @@ class Rejection:
     #: tight: the bytes the overhead may exceed its defaults by, and those terms.
     uncertainty: int = 0
     terms: tuple[str, ...] = ()
+    #: tight because the accelerator peak is a lower bound (FitRow.lower_bound, rule M104): its fit is unknown.
+    lower_bound: bool = False
 
     @property
     def over(self) -> int | None:
@@ -318,9 +321,12 @@ class Rejection:
         if self.verdict == "tight":  # enough digits that each pair compares as stated (units.digits_to_compare)
             from advisor.units import digits_to_compare
             dn = digits_to_compare(self.need, self.usable, units)
+            ge = ">= " if self.lower_bound else ""  # the peak is a floor (FitRow.lower_bound, rule M104)
+            head = f"{self.tier} {self.scope}: needs {ge}{size(self.need, units, digits=dn)} of {size(self.usable, units, digits=dn)}"
+            if self.lower_bound and not 0 <= -self.over < self.uncertainty:
+                return head + ": tight (the peak is a lower bound, its ZeRO-1/2 transients not modelled: M104)"
             dh = digits_to_compare(-self.over, self.uncertainty, units)
-            return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=dn)} of "
-                    f"{size(self.usable, units, digits=dn)}: tight (headroom {size(-self.over, units, digits=dh)} < "
+            return (head + f": tight (headroom {size(-self.over, units, digits=dh)} < "
                     f"{size(self.uncertainty, units, digits=dh)}: {', '.join(self.terms)})")
         return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, "
                 f"{size(self.usable, units, digits=1)} available, over by {size(self.over, units, digits=1)}")
@@ -544,7 +550,7 @@ def _rejection(pf: Any) -> Rejection | None:
         for r in rows:
             if r.verdict == want and (r.need or want != "unknown"):
                 return Rejection(r.tier, r.need, r.capacity, r.scope, want if want != "unknown" else "does not fit",
-                                 r.uncertainty, tuple(r.uncertain))
+                                 r.uncertainty, tuple(r.uncertain), bool(r.lower_bound))
     r = rows[0]
     return Rejection(r.tier, r.need, r.capacity, r.scope)
 
