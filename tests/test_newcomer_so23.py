@@ -69,3 +69,38 @@ def test_superoffload_cpu_line_bytes_over_rate_are_its_seconds(tmp_path, units):
     # counts with their plural: no "1 threads"
     assert not re.search(r"\b1 (threads|cores)\b", text), re.search(r".{60}\b1 (threads|cores)\b.{20}", text)
     assert re.search(r"\b1 thread on \d+ cores\b", text), text[text.find("SuperOffload CPU step"):][:400]
+
+
+@pytest.mark.parametrize("value, words", [
+    (None, "got null"), (True, "got true"), (False, "got false"), ("80e9", "got a string ('80e9')"),
+    ({}, "got an object {}"), ([1, None], "got an array [1, null]"),
+])
+def test_hardware_json_type_errors_name_json_types(tmp_path, value, words):
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"base": "dgx-h100", "accelerator": {"name": "h", "memory_bytes": value}}))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    p = run_cli(["estimate", str(cfg), "--params", "1000000", "--hardware", str(hw)])
+    err = p.stderr.strip()
+    assert p.returncode == 2, (p.returncode, err)
+    assert f"/accelerator/memory_bytes: expected a number, {words}" in err, err
+    assert "None" not in err and "True" not in err and "False" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"name": "m", "family": "llama", "num_layers": 2, "hidden_size": None, "num_heads": 4,
+      "intermediate_size": 256, "vocab_size": 1000, "max_seq_len": 128}, "hidden_size must be a positive integer, got null"),
+    ({"name": "t", "tensors": [{"name": "w", "shape": [4, None]}]}, "got an array [4, null]"),
+    ({"name": "m", "family": "llama", "num_layers": True, "hidden_size": 64, "num_heads": 4,
+      "intermediate_size": 256, "vocab_size": 1000, "max_seq_len": 128}, "got true"),
+])
+def test_model_json_type_errors_name_json_types(tmp_path, spec, words):
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps(spec))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    p = run_cli(["estimate", str(cfg), "--model", str(m), "--hardware", "dgx-h100"])
+    err = p.stderr.strip()
+    assert p.returncode == 2, (p.returncode, err)
+    assert words in err, err
+    assert "None" not in err and "True" not in err and "Traceback" not in err

@@ -31,7 +31,7 @@ from typing import Any
 
 from advisor.cluster.overhead import MIB, OverheadDefaults
 from advisor.config.validation import (MAX_GPUS_PER_NODE, MAX_NODES, InputValueError, finite_number, number_in,
-                                       shown, type_name)
+                                       json_shown, shown, type_name)
 from advisor.errors import HardwareSpecError
 
 ACCESS_CLASSES = ("read-write", "read-oriented")
@@ -339,7 +339,7 @@ class _P:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
-            raise self.err(f"{ptr}/{key}", f"expected an integer from {minimum} to {maximum}, got {shown(v)}")
+            raise self.err(f"{ptr}/{key}", f"expected an integer from {minimum} to {maximum}, got {json_shown(v)}")
         return v
 
     def str_(self, d: dict, key: str, ptr: str, required: bool = False) -> str | None:
@@ -349,7 +349,7 @@ class _P:
             return None
         v = d[key]
         if not isinstance(v, str) or not v:
-            raise self.err(f"{ptr}/{key}", f"expected a non-empty string, got {shown(v)}")
+            raise self.err(f"{ptr}/{key}", f"expected a non-empty string, got {json_shown(v)}")
         return v
 
     def keys(self, d: Any, allowed: set[str], ptr: str) -> dict:
@@ -401,7 +401,7 @@ class _P:
             if (not isinstance(v, list) or len(v) != 3
                     or any(not finite_number(x) or not 0 <= x < top for x in v)):
                 raise self.err(f"{ptr}/{k}", f"expected [default, low, high] of numbers from 0 to below {top:,}, "
-                                             f"got {shown(v)}")
+                                             f"got {json_shown(v)}")
             vals[k] = v
         src = d.get("source")
         if not isinstance(src, str) or not src:
@@ -415,7 +415,7 @@ class _P:
     def _mfu(self, d: dict, ptr: str) -> float | None:
         v = self.num(d, "assumed_mfu", ptr)
         if v is not None and v > 1:
-            raise self.err(f"{ptr}/assumed_mfu", f"expected a fraction from 0 to 1, got {shown(v)}")
+            raise self.err(f"{ptr}/assumed_mfu", f"expected a fraction from 0 to 1, got {json_shown(v)}")
         return v
 
     def endurance(self, d: Any, ptr: str) -> Endurance:
@@ -435,16 +435,16 @@ class _P:
                       "read_latency_s", "write_latency_s", "source"}, ptr)
         scope = d.get("scope", "node-local")
         if scope not in ("node-local", "shared"):
-            raise self.err(f"{ptr}/scope", f"expected node-local or shared, got {shown(scope)}")
+            raise self.err(f"{ptr}/scope", f"expected node-local or shared, got {json_shown(scope)}")
         mounts = d.get("mounts")
         if not isinstance(mounts, list) or not mounts:
-            raise self.err(f"{ptr}/mounts", f"expected a non-empty list of absolute paths, got {shown(mounts)}")
+            raise self.err(f"{ptr}/mounts", f"expected a non-empty list of absolute paths, got {json_shown(mounts)}")
         for i, m in enumerate(mounts):
             if not isinstance(m, str) or not m.startswith("/"):
-                raise self.err(f"{ptr}/mounts/{i}", f"expected an absolute path, got {shown(m)}")
+                raise self.err(f"{ptr}/mounts/{i}", f"expected an absolute path, got {json_shown(m)}")
         access = d.get("access")
         if access not in ACCESS_CLASSES:
-            raise self.err(f"{ptr}/access", f"expected one of {', '.join(ACCESS_CLASSES)}, got {shown(access)}")
+            raise self.err(f"{ptr}/access", f"expected one of {', '.join(ACCESS_CLASSES)}, got {json_shown(access)}")
         return StorageTier(
             name=self.str_(d, "name", ptr, required=True),
             mounts=tuple(mounts),
@@ -465,7 +465,7 @@ class _P:
     def _latency(self, d: dict, key: str, ptr: str) -> float | None:
         v = self.num(d, key, ptr)
         if v is not None and not 0 < v <= 10:
-            raise self.err(f"{ptr}/{key}", f"expected seconds above 0 and at most 10, got {shown(v)}")
+            raise self.err(f"{ptr}/{key}", f"expected seconds above 0 and at most 10, got {json_shown(v)}")
         return v
 
     def aio(self, d: Any, ptr: str) -> tuple[tuple[str, int], ...]:
@@ -475,7 +475,7 @@ class _P:
             if k in d:
                 v = d[k]
                 if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 40:
-                    raise self.err(f"{ptr}/{k}", f"expected a positive integer up to 2^40, got {shown(v)}")
+                    raise self.err(f"{ptr}/{k}", f"expected a positive integer up to 2^40, got {json_shown(v)}")
                 out.append((k, v))
         if not out:
             raise self.err(ptr, f"expected at least one of {', '.join(StorageTier.AIO_KEYS)}")

@@ -79,7 +79,7 @@ def dtype_problem(v: Any, *, deepspeed_names: bool = False) -> str | None:
     Hugging Face config.json takes torch's names only (from_pretrained: ``getattr(torch, name)``)."""
     if torch_dtype_name(v) is not None or (deepspeed_names and v in TRAINING_DTYPE_ALIASES):
         return None
-    from advisor.config.validation import shown
-    what = f"unknown dtype {shown(v)}" if isinstance(v, str) else f"expected a dtype name, got {shown(v)}"
+    from advisor.config.validation import json_shown, shown
+    what = f"unknown dtype {shown(v)}" if isinstance(v, str) else f"expected a dtype name, got {json_shown(v)}"
     return (f"{what} (one of torch's: {', '.join(TORCH_DTYPE_BYTES)}; optionally with the prefix torch."
             + ("; or DeepSpeed's fp32, fp16, bf16)" if deepspeed_names else ")"))

@@ -128,10 +128,10 @@ def number_in(value: Any, source: str, *, lo: float, hi: float, allow_zero: bool
     Raises :class:`InputValueError` naming ``source``; ``what`` ends the out-of-range message (the
     range's meaning)."""
     if not finite_number(value):
-        raise InputValueError(source, f"expected a number, got {shown(value)}")
+        raise InputValueError(source, f"expected a number, got {json_shown(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         raise InputValueError(source, f"expected a {'non-negative' if allow_zero else 'positive'} number, "
-                                      f"got {shown(value)}")
+                                      f"got {json_shown(value)}")
     if value != 0 and not lo <= value <= hi:
         size = "too large" if value > hi else "too small"
         raise InputValueError(source, f"{shown(value)} is {size}: outside {lo:g} to {hi:g}" + (f", {what}" if what else ""))
@@ -176,6 +176,28 @@ def type_name(value: Any) -> str:
     return t if t == "null" else article(t)
 
 
+def json_shown(value: Any, limit: int = MAX_ECHO) -> str:
+    """A wrong value for a type error's "got ...", in JSON's words (the --hardware / --model JSON, a
+    DeepSpeed config): ``null``, ``true`` / ``false``, "a string ('8')", "an object {...}", "an array
+    [...]" (:func:`type_name`, then the value as JSON, cut to ``limit``); a number as written (:func:`shown`), as a YAML-only value likewise. One
+    helper, so that no message says Python's ``None`` / ``True`` of a JSON file (newcomer D6)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"a string ({shown(value, limit)})"
+    if isinstance(value, (dict, list, tuple)):
+        import json
+        from advisor.errors import cut
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=True)
+        except (TypeError, ValueError, RecursionError):
+            return type_name(value)
+        return f"{type_name(value)} {cut(text, limit)}"
+    return shown(value, limit)
+
+
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
 
 
@@ -193,7 +215,7 @@ def as_int(value: Any, source: str, *, lo: int | None = None, hi: int | None = N
     elif isinstance(value, str) and _INT_RE.match(value.strip()):
         n = int(value.strip())
     if n is None:
-        raise InputValueError(source, f"expected an integer, got {shown(value)}")
+        raise InputValueError(source, f"expected an integer, got {json_shown(value)}")
     if lo is not None and n < lo:
         raise InputValueError(source, f"{n} is below the minimum {lo}")
     if hi is not None and n > hi:
@@ -220,7 +242,7 @@ def as_float(value: Any, source: str, *, lo: float | None = None, hi: float | No
         except ValueError:
             f = None
     if f is None:
-        raise InputValueError(source, f"expected a number, got {shown(value)}")
+        raise InputValueError(source, f"expected a number, got {json_shown(value)}")
     if not math.isfinite(f):
         if _finite_decimal(value):  # 400 nines, 1e999: a number, just past the float range (about 1.8e308)
             raise InputValueError(source, f"{shown(value)} is too large" + (f" (at most {hi:g})" if hi is not None
@@ -259,19 +281,19 @@ def as_bool(value: Any, source: str) -> bool:
         return True
     if s in ("n", "no", "f", "false", "off", "0"):
         return False
-    raise InputValueError(source, f"expected true or false, got {shown(value)}")
+    raise InputValueError(source, f"expected true or false, got {json_shown(value)}")
 
 
 def as_str(value: Any, source: str, *, choices: tuple[str, ...] | None = None, lower: bool = False) -> str:
     """A string (ints allowed and written as text); with ``choices`` one of them. Containers,
     None and floats raise InputValueError."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise InputValueError(source, f"expected a string, got {shown(value)}")
+        raise InputValueError(source, f"expected a string, got {json_shown(value)}")
     s = str(value)
     if lower:
         s = s.lower()
     if choices is not None and s not in choices:
-        raise InputValueError(source, f"expected one of {', '.join(choices)}, got {shown(value)}")
+        raise InputValueError(source, f"expected one of {', '.join(choices)}, got {json_shown(value)}")
     return s
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from advisor.config.dtypes import TORCH_DTYPE_BYTES, TRAINING_DTYPE_ALIASES, dtype_problem
-from advisor.config.validation import shown
+from advisor.config.validation import json_shown, shown
 
 #: Largest tensor an inventory may list (elements): 2^48, far above any real parameter.
 MAX_TENSOR_NUMEL = 1 << 48
@@ -132,7 +132,7 @@ def _checked_modules(d: Any, names: "Iterable[str]", source: str) -> tuple[Modul
                                      "only a leaf is declared ('sequential' for an nn.Sequential)")
             if before is not None and (not isinstance(before, str) or before not in owning):
                 raise ModelSpecError(f"{where}/before: expected the name of a module owning parameters or null, "
-                                     f"got {shown(before)}")
+                                     f"got {json_shown(before)}")
         out.append(ModuleSpec(name, seq, None if seq else before, True if seq else bwd))
     return tuple(out)
 
@@ -325,7 +325,7 @@ def from_param_count(n: int, name: str | None = None, chunk: int = PARAM_CHUNK) 
     Raises ModelSpecError for n < 1.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ModelSpecError(f"--params must be a positive integer, got {n!r}")
+        raise ModelSpecError(f"--params must be a positive integer, got {json_shown(n)}")
     if n > MAX_PARAMS:
         raise ModelSpecError(f"--params {n} is over the {MAX_PARAMS:.0e}-parameter limit")
     while n // chunk > MAX_PARAM_CHUNKS:
@@ -508,7 +508,7 @@ def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
             or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TENSOR_NUMEL for x in shape)
             or math.prod(shape) > MAX_TENSOR_NUMEL):
         raise ModelSpecError(f"{where}/shape: expected a list of at most 8 positive integers with a product of at "
-                             f"most {MAX_TENSOR_NUMEL}, got {shown(shape)}")
+                             f"most {MAX_TENSOR_NUMEL}, got {json_shown(shape)}")
     trainable = t.get("trainable", True)
     group = t.get("group", 0)
     if not isinstance(trainable, bool):

@@ -32,7 +32,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
-from advisor.config.validation import MAX_DIM, MAX_SEQ_LEN, shown
+from advisor.config.validation import MAX_DIM, MAX_SEQ_LEN, json_shown, shown
 from advisor.errors import ModelSpecError, cut
 from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
@@ -216,13 +216,13 @@ def checked_meta(meta: dict[str, Any], source: str) -> dict[str, Any]:
         if t.startswith("int"):
             lo, hi = (0 if k in _NONNEG else 1), limits.get(k, MAX_DIM)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ModelSpecError(f"{where}: expected an integer from {lo} to {hi:,}, got {shown(v)}")
+                raise ModelSpecError(f"{where}: expected an integer from {lo} to {hi:,}, got {json_shown(v)}")
         elif t == "bool" and not isinstance(v, bool):
-            raise ModelSpecError(f"{where}: expected true or false, got {shown(v)}")
+            raise ModelSpecError(f"{where}: expected true or false, got {json_shown(v)}")
         elif t == "float" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1):
-            raise ModelSpecError(f"{where}: expected a probability in [0, 1), got {shown(v)}")
+            raise ModelSpecError(f"{where}: expected a probability in [0, 1), got {json_shown(v)}")
         elif t == "str" and not isinstance(v, str):
-            raise ModelSpecError(f"{where}: expected a string, got {shown(v)}")
+            raise ModelSpecError(f"{where}: expected a string, got {json_shown(v)}")
     return {k: v for k, v in meta.items() if v is not None}
 
 
@@ -245,13 +245,13 @@ def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, 
         raise bad(f"unsupported family {shown(spec.family)}; supported: {', '.join(FAMILIES)}")
     for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size", "max_seq_len"):
         if not _posint(getattr(spec, k)):
-            raise bad(f"{n(k)} must be a positive integer, got {shown(getattr(spec, k))}")
+            raise bad(f"{n(k)} must be a positive integer, got {json_shown(getattr(spec, k))}")
     # every count's type before any arithmetic on it: a spec's "num_experts": null or "8" reached
     # num_layers * num_experts below as a TypeError (issue 21, fuzz round c)
     for k in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "mtp_layers"):
         v = getattr(spec, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise bad(f"{n(k)} must be a non-negative integer, got {shown(v)}")
+            raise bad(f"{n(k)} must be a non-negative integer, got {json_shown(v)}")
     for k, hi in (("num_layers", MAX_LAYERS), ("hidden_size", MAX_DIM), ("num_heads", MAX_DIM),
                   ("intermediate_size", MAX_DIM), ("vocab_size", MAX_DIM), ("max_seq_len", MAX_SEQ_LEN),
                   ("num_kv_heads", MAX_DIM), ("head_dim", MAX_DIM), ("moe_intermediate_size", MAX_DIM),
@@ -275,16 +275,16 @@ def validate_spec(spec: ModelSpec, source: str | None = None, names: "dict[str, 
               "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         v = getattr(spec, k)
         if v is not None and not _posint(v):
-            raise bad(f"{n(k)} must be a positive integer or absent, got {shown(v)}")
+            raise bad(f"{n(k)} must be a positive integer or absent, got {json_shown(v)}")
     for k in ("attention_dropout", "residual_dropout", "embedding_dropout"):
         v = getattr(spec, k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise bad(f"{n(k)} must be a probability in [0, 1), got {shown(v)}")
+            raise bad(f"{n(k)} must be a probability in [0, 1), got {json_shown(v)}")
     for k, allowed in (("norm", ("rmsnorm", "layernorm")), ("mlp", ("gated", "plain")),
                        ("position_embedding", ("rope", "learned", "alibi")),
                        ("expert_layout", ("fused", "per_expert"))):
         if getattr(spec, k) not in allowed:
-            raise bad(f"{k} must be one of {', '.join(allowed)}, got {getattr(spec, k)!r}")
+            raise bad(f"{k} must be one of {', '.join(allowed)}, got {json_shown(getattr(spec, k))}")
     if spec.head_dim is None and not spec.is_mla and spec.hidden_size % spec.num_heads:
         raise bad(f"{n('hidden_size')} {spec.hidden_size} is not divisible by {n('num_heads')} {spec.num_heads}; "
                   "give head_dim")
