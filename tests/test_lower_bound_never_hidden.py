@@ -14,6 +14,7 @@ annotations carry M104; every accelerator need is printed ">=".
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,18 @@ def test_generate_rejects_a_lower_bound_plan_and_says_why():
     assert acc.need < 40 * 10**9 and acc.verdict == "tight" and not acc.overhead_tight  # room: not the band
     rej = _rejection(pf)
     assert rej is not None and rej.lower_bound and "lower bound" in rej.describe() and ">=" in rej.describe()
+
+
+def test_timeline_and_html_report_mark_the_floor(tmp_path):
+    p = run("estimate", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU)
+    # the timeline's accelerator peak marker ("*") carries ">=", the legend says why
+    starred = [x for x in p.stdout[p.stdout.index("Step timeline"):].splitlines() if "*" in x and ">=" in x]
+    assert starred and "lower bound" in p.stdout[p.stdout.index("(* = the tier's peak instant"):].splitlines()[0]
+    out = tmp_path / "r.html"
+    h = run("report", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU, "--output", str(out))
+    assert h.returncode in (0, 4), h.stderr
+    page = out.read_text()
+    need = re.search(r"id=fit-need-accelerator data-bytes=(\d+)><b>([^<]*)</b>", page)
+    assert need and need.group(2).startswith("&ge; "), need
+    assert re.search(r"id=fit-peak-accelerator>.*?data-bytes=\d+>&ge; ", page)
+    assert "TIGHT (peak is a lower bound: M104)" in page and "M104" in page

@@ -704,18 +704,21 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                  "<th>bytes</th><th>capacity</th><th>headroom</th><th>verdict</th></tr>")
     for f in d["fit"]:
         tier = _e(f["tier"])
+        ge = "&ge; " if f.get("lower_bound") else ""  # the peak is a floor (rule M104): so is the need
         verdict = ("<span class=meta>give a capacity</span>" if f["fits"] is None else
+                   "<span class=bad>TIGHT (peak is a lower bound: M104)</span>" if f.get("verdict") == "tight" and ge
+                   and not 0 <= (f["headroom"] or 0) < f.get("uncertainty", 0) else
                    "<span class=bad>TIGHT</span>" if f.get("verdict") == "tight" else
                    "<span class=ok>fits</span>" if f["fits"] else "<span class=bad>DOES NOT FIT</span>")
         peak = f.get("peak", f["need"])
         parts.append(f"<tr id=fit-peak-{tier}><td>{tier}</td><td>{_e(f['scope'])}</td><td>peak live</td>"
-                     f"<td>{_e(key_words(f.get('phase') or ''))}</td><td class=num data-bytes={int(peak)}>{_gb(peak)}</td>"
+                     f"<td>{_e(key_words(f.get('phase') or ''))}</td><td class=num data-bytes={int(peak)}>{ge}{_gb(peak)}</td>"
                      "<td></td><td></td><td></td></tr>")
         for p in f.get("parts") or []:
             parts.append(f"<tr class=fit-part><td></td><td></td><td>+ {_e(p['label'])}</td><td></td>"
                          f"<td class=num data-bytes={int(p['bytes'])}>{_gb(p['bytes'])}</td><td></td><td></td><td></td></tr>")
         parts.append(f"<tr id=fit-{tier}><td></td><td></td><td><b>= need</b></td><td></td>"
-                     f"<td class=num id=fit-need-{tier} data-bytes={int(f['need'])}><b>{_gb(f['need'])}</b></td>"
+                     f"<td class=num id=fit-need-{tier} data-bytes={int(f['need'])}><b>{ge}{_gb(f['need'])}</b></td>"
                      f"<td class=num>{_gb(f['capacity'])}</td>"
                      f"<td class=num>{'' if f['headroom'] is None else _gb(f['headroom'])}</td><td>{verdict}</td></tr>")
     parts.append("</table>")
@@ -724,8 +727,9 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         pk = worst["peak"]["accelerator"]
         rk = worst["ranks"]
         who = f"rank {rk[0]}" if len(rk) == 1 else f"ranks {_rank_span(rk, 0)}"
+        lb = d["assumptions"].get("peak_lower_bound")
         parts.append(f"<p>Accelerator peak of the worst rank ({_e(who)}, {_e(key_words(pk['phase']))} phase), before the "
-                     f"runtime overhead rows: "
+                     f"runtime overhead rows{', at least (a lower bound, M104: ' + _e(lb) + ')' if lb else ''}: "
                      f"<span id=peak-accelerator data-bytes={int(pk['bytes'])}>{_bytes(pk['bytes'])}</span>.</p>")
 
     if d["ranks"]:
@@ -741,7 +745,10 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
             parts.append(f"<h2 id=timeline>Live bytes over the step ({_e(who)})</h2>"
                          "<p>What is live together at each instant of the step timeline (load, initialize, "
                          "forward/backward, reduce, first and steady optimizer step, save); a star marks each "
-                         f"tier's peak. Largest contributors at the peak: {tops}.</p>"
+                         f"tier's peak"
+                         + (" (the accelerator's a lower bound: its ZeRO-1/2 transients are not modelled, M104)"
+                            if d["assumptions"].get("peak_lower_bound") else "")
+                         + f". Largest contributors at the peak: {tops}.</p>"
                          f"<div class=chart id=timeline-chart>{svg}</div>")
 
     stt = d.get("step_time")

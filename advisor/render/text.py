@@ -342,13 +342,14 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 for row in role["timeline"]:
                     marks = [("*" if pk[x]["bytes"] and pk[x]["instant"] == row["instant"] else "") for x in
                              ("accelerator", "host", "nvme")]
-                    rows.append((row["label"], *(f"{_fmt(row[x])}{m}" for x, m in zip(("accelerator", "host", "nvme"),
-                                                                                      marks))))
+                    rows.append((row["label"], *(f"{'>=' if lb and x == 'accelerator' and m else ''}{_fmt(row[x])}{m}"
+                                                 for x, m in zip(("accelerator", "host", "nvme"), marks))))
                 # the unit in the header, as the fit table
                 console.print(box_or_records(f"Step timeline, {title}: live bytes at each instant ({U})",
                                              ("instant", *(f"{tier}\n{U}" for tier in ("accelerator", "host", "nvme"))),
                                              rows, (False, True, True, True), cols))
-                console.print("  (* = the tier's peak instant)")
+                console.print("  (* = the tier's peak instant" + ("; >= the accelerator's is a lower bound, M104)"
+                                                                  if lb else ")"))
             if role.get("activations"):
                 ac = role["activations"]
                 mode = ac.get("recompute") or ("full" if a_w["checkpointing"] == "full" else "none")
