@@ -104,3 +104,43 @@ def test_model_json_type_errors_name_json_types(tmp_path, spec, words):
     assert p.returncode == 2, (p.returncode, err)
     assert words in err, err
     assert "None" not in err and "True" not in err and "Traceback" not in err
+
+
+def _zero_cfg(tmp_path, stage: int):
+    cfg = tmp_path / f"z{stage}.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": stage}}))
+    return str(cfg)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_zero_init_below_zero3_is_a_warning(tmp_path, stage):
+    cfg = _zero_cfg(tmp_path, stage)
+    p = run_cli(["estimate", cfg, "--params", "1000000", "--seq-len", "512", "--zero-init"])
+    assert p.returncode in (0, 1), p.stderr
+    err = " ".join(p.stderr.split())
+    assert f"ds-advisor: warning: --zero-init ignored: deepspeed.zero.Init partitions for ZeRO-3 only (stage {stage})" \
+        in err, err
+    assert "only applicable to ZeRO-3" in err
+    c = run_cli(["check", cfg, "--params", "1000000", "--seq-len", "512", "--zero-init", "--gpu-memory", "80GB",
+                 "--world-size", "2"])
+    assert "--zero-init ignored" in " ".join((c.stdout + c.stderr).split()), c.stdout + c.stderr
+
+
+def test_zero_init_warning_only_where_ignored(tmp_path):
+    for args in ([_zero_cfg(tmp_path, 3), "--zero-init"], [_zero_cfg(tmp_path, 2), "--no-zero-init"],
+                 [_zero_cfg(tmp_path, 2)]):
+        p = run_cli(["estimate", *args, "--params", "1000000", "--seq-len", "512"])
+        assert "--zero-init ignored" not in p.stderr, (args, p.stderr)
+
+
+def test_zero_init_is_zero3_only_in_deepspeed_source():
+    """The warning's reason, read from the installed DeepSpeed's zero.Init docstring (not imported)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("deepspeed not installed: the reason's source cannot be read here")
+    src = (Path(list(spec.submodule_search_locations)[0]) / "runtime" / "zero" / "partition_parameters.py").read_text()
+    init = src[src.index("class Init("):]
+    assert "Only applicable to training with ZeRO-3." in init[:init.index("def __init__") + 8000]

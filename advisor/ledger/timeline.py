@@ -248,6 +248,26 @@ def hf_zero3(plan: Any) -> bool | None:
     return isinstance(z, dict) and z.get("stage") == 3 and not isinstance(z.get("stage"), bool)
 
 
+#: How ``LoadAssumption.zero_init_source`` begins when ``--zero-init`` is given below ZeRO-3
+#: (:func:`zero_init_ignored_warning` turns it into a stderr warning).
+ZERO_INIT_IGNORED = "--zero-init ignored"
+
+
+def zero_init_ignored_warning(zero_init_source: str | None) -> str | None:
+    """The warning (without the "ds-advisor: warning: " prefix) when ``--zero-init`` was given at
+    ZeRO-0/1/2 (``zero_init_source`` from :func:`resolve_load`), else None. Why it does nothing
+    there: deepspeed.zero.Init is "Only applicable to training with ZeRO-3" (DeepSpeed 0.19.8
+    ``runtime/zero/partition_parameters.py`` class Init, docstring l.977-1046), and transformers
+    enters it only when the DeepSpeed config is ZeRO-3 (transformers 5.25.0 ``modeling_utils.py``
+    l.1435 ``needs_zero3_init = is_deepspeed_zero3_enabled() and ...``; ``integrations/deepspeed.py``
+    l.286-288 ``is_zero3()``), so the model is built whole before deepspeed.initialize."""
+    if not zero_init_source or not zero_init_source.startswith(ZERO_INIT_IGNORED):
+        return None
+    return (zero_init_source + ": DeepSpeed's zero.Init is only applicable to ZeRO-3 (partition_parameters.py Init) "
+            "and transformers enters it only when is_deepspeed_zero3_enabled(); the load phase assumes the model "
+            "built whole before deepspeed.initialize")
+
+
 def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str | None = None,
                  low_cpu_mem_usage: bool | None = None, hf: bool = False,
                  hf_is_zero3: bool | None = None, checkpoint_dtype: str | None = None) -> LoadAssumption:
@@ -267,7 +287,7 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     st = ec.zero.stage
     if zero_init is not None:
         if zero_init and st != 3:
-            zi, zs = False, f"--zero-init ignored: deepspeed.zero.Init partitions for ZeRO-3 only (stage {st})"
+            zi, zs = False, f"{ZERO_INIT_IGNORED}: deepspeed.zero.Init partitions for ZeRO-3 only (stage {st})"
         else:
             zi, zs = bool(zero_init), "--zero-init" if zero_init else "--no-zero-init"
     elif hf and st == 3 and hf_is_zero3 is False:
