@@ -127,3 +127,27 @@ def test_timeline_and_html_report_mark_the_floor(tmp_path):
     assert need and need.group(2).startswith("&ge; "), need
     assert re.search(r"id=fit-peak-accelerator>.*?data-bytes=\d+>&ge; ", page)
     assert "TIGHT (peak is a lower bound: M104)" in page and "M104" in page
+
+
+def test_estimate_json_and_sarif_validate_and_the_schema_requires_the_flag():
+    import copy
+
+    import jsonschema
+    d = json.loads(run("estimate", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU,
+                       "--format", "json").stdout)
+    from referencing import Registry, Resource
+    schemas = [json.loads((ROOT / "schemas" / f"{n}-output.schema.json").read_text()) for n in ("lint", "estimate")]
+    v = jsonschema.Draft202012Validator(schemas[1], registry=Registry().with_resources(
+        [(s["$id"], Resource.from_contents(s)) for s in schemas]))  # estimate's findings refer to lint's
+    v.validate(d)
+    bad = copy.deepcopy(d)
+    del bad["fit"][0]["lower_bound"]  # a fit row without the flag is not estimate's output
+    with pytest.raises(jsonschema.ValidationError):
+        v.validate(bad)
+    bad["fit"][0]["lower_bound"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        v.validate(bad)
+    log = json.loads(run("check", str(CFG), "--model", str(DATA / "inv2g.json"), *SHAPE, *GPU,
+                         "--format", "sarif").stdout)
+    jsonschema.Draft4Validator(json.loads((ROOT / "tests" / "fixtures" / "sarif" / "sarif-schema-2.1.0.json")
+                                          .read_text())).validate(log)
