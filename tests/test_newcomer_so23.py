@@ -144,3 +144,27 @@ def test_zero_init_is_zero3_only_in_deepspeed_source():
     src = (Path(list(spec.submodule_search_locations)[0]) / "runtime" / "zero" / "partition_parameters.py").read_text()
     init = src[src.index("class Init("):]
     assert "Only applicable to training with ZeRO-3." in init[:init.index("def __init__") + 8000]
+
+
+def test_generate_through_a_symlink_names_the_sidecar_after_the_target(tmp_path):
+    """issue #21's rule: write through a symlink or refuse it, never replace it. generate writes the
+    config through ``link.json``; its sidecar goes beside the file written (``existing.workload.json``),
+    where estimate of either name finds it (no "no workload sidecar" warning)."""
+    import os
+    target = tmp_path / "existing.json"
+    target.write_text('{"train_micro_batch_size_per_gpu": 1}\n')
+    link = tmp_path / "link.json"
+    link.symlink_to("existing.json")
+    g = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "64", "--seq-len", "1024", "-o", str(link), "--force"])
+    assert g.returncode == 0, g.stderr
+    assert os.path.islink(link) and os.readlink(link) == "existing.json"  # not replaced
+    assert json.loads(target.read_text()).get("zero_optimization") is not None  # written through
+    assert (tmp_path / "existing.workload.json").is_file()
+    assert not (tmp_path / "link.workload.json").exists()
+    assert json.loads((tmp_path / "existing.workload.json").read_text())["seq_len"] == 1024
+    for name in (target, link):
+        p = run_cli(["estimate", str(name), "--hardware", "dgx-h100", "--model", "gpt2"])
+        assert p.returncode in (0, 1), p.stderr
+        assert "no workload sidecar" not in p.stderr and "no --seq-len" not in p.stderr, p.stderr
+        assert "1,024" in p.stdout or "1024" in p.stdout

@@ -92,8 +92,18 @@ def _int(v: Any) -> bool:
 
 
 def sidecar_path(config_path: str) -> str:
-    """``dir/name.json`` -> ``dir/name.workload.json`` (any extension is replaced)."""
-    root, _ = os.path.splitext(config_path)
+    """``dir/name.json`` -> ``dir/name.workload.json`` (any extension is replaced). A symlink's
+    sidecar is named after its final target: ``generate -o link.json`` writes the config through the
+    link (:func:`advisor.files.write_atomic`, issue #21's rule: write through a symlink or refuse it,
+    never replace it), so the sidecar goes beside the file written, where ``estimate target.json`` and
+    ``estimate link.json`` both find it (newcomer D6c: it was ``link.workload.json``). A symlink loop
+    keeps the name given (the config's own read reports the loop)."""
+    path = config_path
+    if os.path.islink(path):
+        real = os.path.realpath(path)
+        if not os.path.islink(real):
+            path = real
+    root, _ = os.path.splitext(path)
     return root + ".workload.json"
 
 
@@ -111,7 +121,11 @@ def find_sidecar(config_path: str | None) -> str | None:
     if not config_path or config_path == "-" or not os.path.lexists(config_path):
         return None
     sp = sidecar_path(config_path)
-    return sp if regular_file_at(sp, what="workload sidecar") else None
+    if regular_file_at(sp, what="workload sidecar"):
+        return sp
+    # a sidecar named after the link itself (written before D6c, or by hand) is still read
+    by_name = os.path.splitext(config_path)[0] + ".workload.json"
+    return by_name if by_name != sp and regular_file_at(by_name, what="workload sidecar") else None
 
 
 @dataclass
