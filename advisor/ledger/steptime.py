@@ -1237,7 +1237,7 @@ def cpu_optimizer_line(amount: float, rate: float | None, units: str = "GiB", th
             at = " at <= "
             why += "; the rank's share of host memory bandwidth unknown: no host_memory_bandwidth_bytes_per_s"
     elif t.get("core_bandwidth_bytes_per_s"):
-        why = (f"host memory bandwidth / ranks per node; {t.get('threads_per_rank')} OpenMP threads per rank "
+        why = (f"host memory bandwidth / ranks per node; {_count(t.get('threads_per_rank'), 'OpenMP thread')} per rank "
                "would stream more")
     else:
         why = "host memory bandwidth / ranks per node"

@@ -388,7 +388,7 @@ def _sharding_words(cl: Cluster, stage: int) -> str:
     if cl.expert_parallel > 1:
         parts.append(f"expert parallelism {cl.expert_parallel} (experts over the EP group, their ZeRO over "
                      f"{cl.zero_world_size // cl.expert_parallel} expert-data-parallel ranks)")
-    zero = (f"ZeRO-{stage} over a data-parallel group of {cl.zero_world_size} ranks"
+    zero = (f"ZeRO-{stage} over a data-parallel group of {cl.zero_world_size} rank{'' if cl.zero_world_size == 1 else 's'}"
             + (f" (DP {cl.dp_world_size} x Ulysses SP {cl.sequence_parallel})" if cl.sequence_parallel > 1 else "")
             if stage else "no ZeRO (every data-parallel rank holds its full model states)")
     return "; ".join(parts + [zero]) if parts else (zero if stage else "none (every rank holds full model states)")
