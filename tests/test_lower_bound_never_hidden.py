@@ -151,3 +151,16 @@ def test_estimate_json_and_sarif_validate_and_the_schema_requires_the_flag():
                          "--format", "sarif").stdout)
     jsonschema.Draft4Validator(json.loads((ROOT / "tests" / "fixtures" / "sarif" / "sarif-schema-2.1.0.json")
                                           .read_text())).validate(log)
+
+
+def test_m100_fix_candidates_in_the_same_regime_carry_the_floor():
+    """At the model's 2,048 positions the plan does not fit 5.9 GB (M100); its re-estimated candidates keep
+    ZeRO-1 offload, fp32 accumulation and 2 param groups, so their accelerator needs are floors too."""
+    p = run("check", str(CFG), "--model", str(DATA / "inv2g.json"), "--world-size", "8", *GPU, "--format", "json")
+    d = json.loads(p.stdout)
+    m100 = [f for f in d["findings"] if f["code"] == "M100"]
+    assert p.returncode == 1 and m100, d["findings"]
+    cands = m100[0]["data"]["candidates"]
+    # ZeRO-3 is not DeepSpeedZeroOptimizer (no ZeRO-1/2 transients left off); every other candidate stays in the regime
+    assert cands and all(c["lower_bound"] == ("zero_optimization.stage=3" not in c["set"]) for c in cands), cands
+    assert "accelerator >= " in m100[0]["fix"] and "lower-bound peak (M104)" in m100[0]["fix"]

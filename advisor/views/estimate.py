@@ -773,7 +773,8 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
         return [t for t, v in c.verdicts.items() if t != tier and v == "does not fit"]
 
     def cost(c) -> str:
-        parts = [f"{literal(tier)} {sized(c.need[tier])}"]
+        ge = ">= " if c.lower_bound and tier == "accelerator" else ""  # a floor (rule M104)
+        parts = [f"{literal(tier)} {ge}{sized(c.need[tier])}"]
         if c.step_time_s is not None:
             parts.append(f"step {c.step_time_s:.2f} s")
         parts.append(f"{sized(c.moved_bytes)} moved per step")
@@ -788,13 +789,15 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
             f"fits the {literal(tier)} on its own (another tier's shortfall has its own finding)"
         fix = (why + f"re-estimated, each of these {whole} ({order}): "
                + "; ".join(cost(c) for c in fits[:4]) + ("" if len(fits) <= 4 else f"; {len(fits) - 4} more in data")
-               + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102): "
+               + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102)"
+                  + (" or with a lower-bound peak (M104)" if any(c.lower_bound for c in tight) else "") + ": "
                   + "; ".join(cost(c) for c in tight[:2])))
     else:
         tight = [c for c in mine if c.verdicts[tier] == "tight" and c not in elsewhere]
         tried = literal(", ".join(c.change for c in mine if c not in tight) or "no other single change applies")
-        fix = why + ("re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
-                     "with --runtime-overhead): " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
+        lbw = " or with a lower-bound peak (M104)" if any(c.lower_bound for c in tight) else ""
+        fix = why + (f"re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
+                     f"with --runtime-overhead){lbw}: " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
                      f"fits (tried: {tried})" if tight else
                      f"no single change fits when re-estimated (tried: {tried})")
         fix += ("; `ds-advisor generate` searches combinations of stage, offload, micro-batch and checkpointing"

@@ -69,6 +69,8 @@ class FitCandidate:
     need: dict[str, int] = field(default_factory=dict)
     moved_bytes: int = 0
     step_time_s: float | None = None
+    #: The re-estimated plan's accelerator peak is a lower bound (FitRow.lower_bound, rule M104): at best tight.
+    lower_bound: bool = False
 
     @property
     def how(self) -> str:
@@ -83,7 +85,8 @@ class FitCandidate:
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "set": self.set, "flags": self.flags, "yaml": self.yaml, "launch": self.launch,
                 "combined": self.combined, "verdict": self.verdict,
-                "verdicts": self.verdicts, "need": self.need, "moved_bytes": self.moved_bytes, "step_time_s": self.step_time_s}
+                "verdicts": self.verdicts, "need": self.need, "moved_bytes": self.moved_bytes, "step_time_s": self.step_time_s,
+                "lower_bound": self.lower_bound}
 
 
 def _base_dict(plan: "Plan") -> dict | None:
@@ -396,6 +399,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         cand.verdict = pf.verdict
         cand.need = {r.tier: r.need for r in pf.rows}
         cand.verdicts = {r.tier: r.verdict for r in pf.rows}
+        cand.lower_bound = bool(pf.ledger.peak_lower_bound)
         if not (pair and REUSE) or cand.verdict == "fits":  # a pair is offered only when it fits
             cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
         return cand
