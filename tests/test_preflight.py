@@ -216,3 +216,23 @@ def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
     assert "[measured free memory]" in rows[0] and "buffered_allreduce_fallback" in rows[3], rows
     assert lines[i + 5].startswith("  host"), lines  # the host row has no overhead rows
     assert r.rows[0].need == 96 * 2**30 + -(-96 * 2**30 // 10) + 10**9  # 24 B + its 10 % per parameter, the bucket
+
+
+def test_a_lower_bound_peak_is_never_fits():
+    """ZeRO-2, bf16, grad_accum_dtype fp32, CPU optimizer offload, communication_data_type fp32: the regime
+    advisor/ledger/state.py zero12_transients_unmodeled leaves coarse (zero12_offload_compact models ZeRO-2
+    offload only with communication_data_type bf16), so the need is a floor: with 1 TB free (headroom far
+    beyond the overhead's band) the verdict is tight, not fits, and the line and M104 say why (issue #15)."""
+    m = _mlp()
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "communication_data_type": "fp32",
+           "data_types": {"grad_accum_dtype": "fp32"},
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
+    acc = r.rows[0]
+    assert acc.headroom > acc.uncertainty and acc.lower_bound and acc.verdict == "tight" == r.verdict
+    assert "need >= " in acc.line() and "lower bound" in acc.line() and r.to_dict()["rows"][0]["lower_bound"] is True
+    assert "M104" in [f.code for f in r.findings]
+    cfg["communication_data_type"] = "bf16"  # modelled (zero12_offload_compact): a plain fit
+    r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
+    assert not r.rows[0].lower_bound and r.verdict == "fits" and "M104" not in [f.code for f in r.findings]

@@ -80,6 +80,8 @@ class PreflightRow:
     uncertainty: int = 0
     uncertain_terms: list[str] = field(default_factory=list)
     overhead: list[dict] = field(default_factory=list)
+    #: accelerator: the need is a floor (estimate's FitRow.lower_bound, rule M104): at best "tight"
+    lower_bound: bool = False
 
     @property
     def headroom(self) -> int | None:
@@ -94,7 +96,10 @@ class PreflightRow:
         head = "" if self.capacity is None else f", headroom {size(self.headroom, units)}"
         tight = (f" (within {size(self.uncertainty, units)} the overhead may exceed its defaults by: "
                  f"{', '.join(self.uncertain_terms)})" if self.verdict == "tight" else "")
-        return (f"{self.tier} {self.scope}: need {size(self.need, units)} of {cap} free{head}: "
+        if self.verdict == "tight" and self.lower_bound and not 0 <= (self.headroom or 0) < self.uncertainty:
+            tight = " (the peak is a lower bound: M104)"
+        ge = ">= " if self.lower_bound else ""
+        return (f"{self.tier} {self.scope}: need {ge}{size(self.need, units)} of {cap} free{head}: "
                 f"{self.verdict}{tight} [capacity: {self.capacity_source}]")
 
 
@@ -142,7 +147,7 @@ class PreflightResult:
                 "rows": [{"tier": r.tier, "scope": r.scope, "need": r.need, "capacity": r.capacity,
                           "capacity_source": r.capacity_source, "headroom": r.headroom, "verdict": r.verdict,
                           "uncertainty": r.uncertainty, "uncertain_terms": r.uncertain_terms,
-                          "overhead": r.overhead} for r in self.rows],
+                          "overhead": r.overhead, "lower_bound": r.lower_bound} for r in self.rows],
                 "findings": [f.to_dict() for f in self.findings], "notes": self.notes}
 
 
@@ -387,7 +392,8 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
         if r.tier == "accelerator":
             rows.append(PreflightRow(r.tier, r.scope, r.need, r.capacity, acc_src, r.verdict, r.uncertainty,
                                      r.uncertain, [{k: api_words(v) if isinstance(v, str) else v
-                                                    for k, v in t.to_dict().items()} for t in r.overhead]))
+                                                    for k, v in t.to_dict().items()} for t in r.overhead],
+                                     bool(r.lower_bound)))
         else:  # host: the step without the load phase (the model is built already)
             need = r.steady_need if r.steady_need is not None else r.need
             v = "unknown" if host is None else "fits" if need <= host else "does not fit"
