@@ -5599,6 +5599,26 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
     return Runs.zip(first, gmax, at_slice, kept).map(one)
 
 
+def partition_owners(P: int, W: int, a0: int, n0: int) -> list[tuple[int, int, int]]:
+    """The ranks whose ZeRO-1/2 partition (``P`` elements each, ``W`` ranks; the last rank's
+    partition holds the padding) a flat slice of ``n0`` elements starting at element ``a0`` touches,
+    as (first rank, end rank, elements of the slice each of those ranks holds): at most three
+    runs (the first rank's part, the whole partitions between, the last rank's part), so a slice
+    over many ranks costs O(1). [] for an empty slice or an empty partition. Source of the layout:
+    ``stage_1_and_2.py`` get_data_parallel_partitions l.2559 (equal partitions of the padded flat group)."""
+    if n0 <= 0 or not P:
+        return []
+    r0, r1 = a0 // P, min((a0 + n0 - 1) // P, W - 1)
+    if r0 > r1:
+        return []
+    out = [(r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - a0)]
+    if r1 > r0 + 1:
+        out.append((r0 + 1, r1, P))
+    if r1 > r0:
+        out.append((r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
+    return out
+
+
 def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                       flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
                                       hooked: "Sequence[int]", gmax: Runs, C: int = 0) -> Runs:
@@ -5642,18 +5662,7 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
         return 0 if grp is None else grp[k]
 
     def owners(g: int, a0: int, n0: int) -> list[tuple[int, int, int]]:
-        P = Ps[g]
-        if n0 <= 0 or not P:
-            return []
-        r0, r1 = a0 // P, min((a0 + n0 - 1) // P, W - 1)
-        if r0 > r1:
-            return []
-        out = [(r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - a0)]
-        if r1 > r0 + 1:
-            out.append((r0 + 1, r1, P))
-        if r1 > r0:
-            out.append((r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
-        return out
+        return partition_owners(Ps[g], W, a0, n0)
 
     # every slice update as (first rank, end rank, flush, group, bytes at the slice's moment less K_r,j and the
     # buffers): a flush's slice of n elements A_j + x_j + n x 4; an extra-large gradient's run member its run's copy
@@ -6029,18 +6038,7 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
         return 0 if grp is None else grp[k]
 
     def owners(g: int, a0: int, n0: int) -> list[tuple[int, int, int]]:
-        P = Ps[g]
-        if n0 <= 0 or not P:
-            return []
-        r0, r1 = a0 // P, min((a0 + n0 - 1) // P, W - 1)
-        if r0 > r1:
-            return []
-        out = [(r0, r0 + 1, min(a0 + n0, (r0 + 1) * P) - a0)]
-        if r1 > r0 + 1:
-            out.append((r0 + 1, r1, P))
-        if r1 > r0:
-            out.append((r1, r1 + 1, min(a0 + n0, (r1 + 1) * P) - r1 * P))
-        return out
+        return partition_owners(Ps[g], W, a0, n0)
 
     bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
     base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
