@@ -210,3 +210,35 @@ def test_zero2_overlap(r, ga):
     for k in keys:
         assert at[k] - ref[k] == RBS * 2
     assert at["first_step:update"] == ref["first_step:update"]
+
+
+# Several param groups (issue 15; every HF Trainer run has the weight-decay groups): TINY_FROZEN_GROUPS of
+# tests/engine/parity.py as nn.Linears: group 0 = l1.weight (19,264) and l1.bias (301), l2 frozen, group 1 = l3.weight
+# (385) and l3.bias (5). Group 0: 19,565 elements padded to 19,568 (2W alignment), P0 = 9,784: rank 0 l1.weight[0,
+# 9,784), rank 1 its other 9,480 and l1.bias. Group 1: 390 -> 392, P1 = 196. ZeRO-2 keeps one compact fp32 buffer per
+# group (_get_compact_grad_partition_buffer(group_idx), l.1303-1310), made at the rank's first slice of that group.
+# Hooks l3.bias, l3.weight, l1.bias, then l1.weight (19,264 > RBS - 691): flush 0 = {l3.*, l1.bias} inside l1.weight's
+# hook; the epilogue's flush 1 = l1.weight's clone alone (l.1446), its two ranks' slices one run, flattened (l.2367):
+# clone + flat copy + both buffers + the fp32 cast of the rank's slice (l.1326). Engine cell
+# z2_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2 (2 runs): backward:1 - initialize = 176,140 / 174,924 B on ranks
+# 0 / 1, i.e. these figures + 28 B of proxy scalars.
+TINY_FROZEN_GROUPS = {"name": "tiny-frozen-groups", "tensors": [
+    {"name": "l1.weight", "shape": [301, 64]}, {"name": "l1.bias", "shape": [301]},
+    {"name": "l2.weight", "shape": [77, 301], "trainable": False}, {"name": "l2.bias", "shape": [77], "trainable": False},
+    {"name": "l3.weight", "shape": [5, 77], "group": 1}, {"name": "l3.bias", "shape": [5], "group": 1}]}
+
+
+@pytest.mark.parametrize("r, slice_r", ((0, 9784), (1, 9480)))
+def test_zero2_two_groups_one_buffer_each(r, slice_r):
+    ec = effective_config(_cfg(stage=2))
+    led = compute_ledger(Plan(ec, from_dict(TINY_FROZEN_GROUPS, "tiny-frozen-groups"), Cluster(world_size=2)))
+    assert led.peak_lower_bound == ""
+    tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
+    ser = tl.series(("accelerator",))
+    at = {x.key: ser[i] for i, x in enumerate(tl.instants)}
+    bufs = (9784 + 196) * 4
+    assert at["reduce:1"] - at["initialize"] == RBS * 2 + 19264 * 2 + 19264 * 2 + bufs + slice_r * 4
+    assert at["forward:2"] - at["initialize"] == bufs  # both kept to the step, no host buffer
+    # ZeRO-1 in the same regime with two groups stays a lower bound (param.grad_accum per group not modelled)
+    led1 = compute_ledger(Plan(effective_config(_cfg(stage=1)), from_dict(TINY_FROZEN_GROUPS, "t"), Cluster(world_size=2)))
+    assert "lower bound" in led1.peak_lower_bound

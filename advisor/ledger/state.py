@@ -4254,8 +4254,13 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
 
 def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -> bool:
     """Whether the ledger models ZeRO-2 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
-    DeepSpeedZeroOptimizer, one param group, ``overlap_comm`` on or off, ``communication_data_type`` the model's, any
-    GA. ``overlap_comm`` only adds the second ipg buffer (``stage_1_and_2.py`` l.3272-3278, counted by
+    DeepSpeedZeroOptimizer, any number of param groups, ``overlap_comm`` on or off, ``communication_data_type`` the
+    model's, any GA. Several param groups (``groups``, kept for the callers): one compact buffer per group, made at the
+    rank's first flush holding a slice of that group (l.1303-1310; :func:`_compact_groups_microstep_value`); engine
+    z2_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2 (TINY_FROZEN_GROUPS, 2026-12-06, 2 runs, the same bytes):
+    backward:1 +78,314 / +76,486 B (21.7%) on ranks 0 / 1 before (one group's buffer 39,920 B, l.1270, and the fp32
+    cast of the rank's slice 39,136 / 37,920 B, l.1326, at the epilogue's flush), the later phases already within
+    0.4%; now every phase within 0.4% (step:2 -0.40%, the one step instant for both groups). ``overlap_comm`` only adds the second ipg buffer (``stage_1_and_2.py`` l.3272-3278, counted by
     :func:`ipg_bucket_bytes`) and runs the reduce on reduction_stream: engine z2_bf16_noncontig_oo_cpu_gaccfp32_overlap_tbsga2_w2
     (2026-12-06, 2 runs) had the overlap-off cell's residuals to the byte before (backward:1 +78,024 / +132,140 B,
     rank 1 +39,2xx B later), now every phase within 0.16%, as its GA-1 twin (probe).
@@ -4274,8 +4279,7 @@ def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -
     (rank 1 +39,2xx B)."""
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype
-            and groups == 1)
+            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype)
 
 
 def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
@@ -4392,6 +4396,10 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
                 yield _compact_microstep_value(lay, r, a, b, T, mom, cpos, span, pre, suf,
                                                lambda x, keep=keep: keep(x) * D)
                 continue
+            if compact:
+                yield _compact_groups_microstep_value(layouts, order, gruns, runs, r, a, b, mom, cpos, span, pre, suf,
+                                                      lambda x, keep=keep: keep(x) * D, T)
+                continue
             i1 = bisect.bisect_right(xs, a)  # moments 0..i1-1: nothing made or kept yet
             acc_best = comb_best = pre[i1 - 1] if i1 else 0
             i = i1
@@ -4453,6 +4461,48 @@ def _compact_microstep_value(lay: Zero12Layout, r: int, a: int, b: int, T: int, 
         i += 1
     if i < n_m:
         best = max(best, suf[i] + keep(T) + P4)
+    return best, 0
+
+
+def _compact_groups_microstep_value(layouts: list[Zero12Layout], order: "_FlushOrder", gruns: "_GroupRuns",
+                                    runs: list, r: int, a: int, b: int, mom: list, cpos: list, span: list, pre: list,
+                                    suf: list, keep, T: int) -> tuple[int, int]:
+    """:func:`_compact_microstep_value` with several param groups: (a_r, 0), bytes, for rank r whose tensors of group
+    g are the hook positions of ``runs`` (:meth:`_GroupRuns.runs`; [a, b) from the first to the last). Each group has
+    its own compact fp32 buffer P_g x 4 (``stage_1_and_2.py`` _get_compact_grad_partition_buffer(group_idx)
+    l.1303-1310), made by average_tensor at the flush holding the rank's first slice of THAT group
+    (_get_compact_grad_partition_slice l.1312-1321, per slice at l.1674): a moment holds R + the clones kept + the
+    buffers of the groups whose first hook position the moment has passed (cpos) + at a flush the fp32 cast of the
+    rank's largest slice in it (_add_to_grad_partition_buffer l.1326, s x 4; the slice of tensor k within its own
+    group's partition r x P_g .. (r + 1) x P_g). Moments before a hold none of these (the prefix maximum), those
+    from b on every buffer and clone (the suffix maximum). O(moments in [a, b) x (groups + bucket tensors))."""
+    bufs = [(gruns.pos[g][x0], layouts[g].P * 4) for g, x0, _ in runs]
+    allb = sum(p4 for _, p4 in bufs)
+    grp = order.groups
+
+    def slice_of(k: int) -> int:
+        g = 0 if grp is None else grp[k]
+        P = layouts[g].P
+        st, n = order.starts[k], order.numels[k]
+        return max(0, min(st + n, (r + 1) * P) - max(st, r * P))
+
+    n_m = len(mom)
+    best = 0
+    i = 0
+    while i < n_m and cpos[i] <= a and (span[i] is None or span[i][1] <= a):
+        i += 1
+    if i:
+        best = pre[i - 1]
+    while i < n_m and mom[i][1] < b:
+        x, y, R = mom[i]
+        v = R + keep(y) + sum(p4 for f, p4 in bufs if cpos[i] > f)
+        sp = span[i]
+        if sp is not None and b > a:
+            v += max((slice_of(k) for k in range(max(sp[0], a), min(sp[1], b))), default=0) * 4
+        best = max(best, v)
+        i += 1
+    if i < n_m:
+        best = max(best, suf[i] + keep(T) + allb)
     return best, 0
 
 
@@ -4561,7 +4611,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
     says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` (ZeRO-1) or :func:`zero12_offload_compact` (ZeRO-2) models
-    it (bf16, one param group, ``overlap_comm`` on or off: the cells below now within 0.16%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    it (bf16, ``overlap_comm`` on or off: the cells below now within 0.16%; ZeRO-1 one param group only, ZeRO-2 any). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4575,7 +4625,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled here (only bf16 with one param group is, ZeRO-2 with communication_data_type bf16), so the "
+                "modelled here (only bf16 is: ZeRO-1 with one param group, ZeRO-2 with communication_data_type bf16), so the "
                 "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
                 "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
