@@ -239,6 +239,18 @@ def test_zero2_two_groups_one_buffer_each(r, slice_r):
     bufs = (9784 + 196) * 4
     assert at["reduce:1"] - at["initialize"] == RBS * 2 + 19264 * 2 + 19264 * 2 + bufs + slice_r * 4
     assert at["forward:2"] - at["initialize"] == bufs  # both kept to the step, no host buffer
-    # ZeRO-1 in the same regime with two groups stays a lower bound (param.grad_accum per group not modelled)
-    led1 = compute_ledger(Plan(effective_config(_cfg(stage=1)), from_dict(TINY_FROZEN_GROUPS, "t"), Cluster(world_size=2)))
-    assert "lower bound" in led1.peak_lower_bound
+
+
+def test_zero1_two_groups_bucket_kept_where_a_group_misses_the_slice():
+    # ZeRO-1: only gradients meeting the rank's slice of their own group's partition are copied and cleared (l.2272-2274,
+    # l.2159); the others' grad_accum views keep the fp32 ipg bucket (RBS x 4, setup_buckets l.3266) to zero_grad.
+    # Rank 0 ([0, 9,784) of group 0, [0, 196) of group 1): l1.bias (group 0 elements 19,264..19,565) and l3.bias (385..390)
+    # miss it; l1.weight (19,264 > RBS, cloned, l.1446) meets it. Rank 1 meets every tensor: nothing kept. Engine
+    # z1_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2: step:2 rank 0 +38,476 B without the bucket, rank 1 matched
+    ec = effective_config(_cfg(stage=1))
+    led = compute_ledger(Plan(ec, from_dict(TINY_FROZEN_GROUPS, "t"), Cluster(world_size=2)))
+    assert led.peak_lower_bound == ""
+    kept = {r: sum(e.bytes for e in led.rank(r).entries if e.item == "offload_kept_grad_accum") for r in (0, 1)}
+    assert kept == {0: RBS * 4, 1: 0}
+    part = {r: sum(e.bytes for e in led.rank(r).entries if e.item == "offload_compact_grad_partition") for r in (0, 1)}
+    assert part == {0: (9784 + 196) * 4, 1: (9784 + 196) * 4}  # both groups' compact partitions (l.1268-1270)

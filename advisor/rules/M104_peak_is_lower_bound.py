@@ -5,8 +5,8 @@ transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucke
 (``runtime/zero/stage_1_and_2.py`` allreduce_bucket l.2367), its cast to ``communication_data_type``
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
 (l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are ZeRO-1/2 under CPU optimizer
-offload with ``data_types.grad_accum_dtype`` unlike the model's dtype and several param groups (or ZeRO-2
-with another ``communication_data_type``), and, without offload, the combinations
+offload with ``data_types.grad_accum_dtype`` unlike the model's dtype on an fp16 model (or ZeRO-2 with another
+``communication_data_type``; bf16 is modelled with any number of param groups), and, without offload, the combinations
 ``zero12_transients_modeled`` does not cover. There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-66% on the affected phases of its small model
 before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
@@ -14,9 +14,10 @@ before the regimes it now models were modelled. The finding is raised whenever e
 TIGHT, exit 4, or NO-GO).
 
 Anti-pattern: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu, a model whose
-norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04 GiB of headroom.
+norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04 GiB of headroom (that regime
+is modelled since; the same plan at ZeRO-2 with ``communication_data_type`` fp32 is still a floor).
 
-Fix: a setting under which the transients are modelled: one param group (ZeRO-1/2 under offload with
+Fix: a setting under which the transients are modelled: a bf16 model (ZeRO-1/2 under offload with
 fp32 accumulation), ``data_types.grad_accum_dtype`` equal to the model dtype, ``contiguous_gradients``
 true with ``communication_data_type`` the model dtype; or measure the real peak on one accelerator
 (``ds-advisor measure``) before relying on the fit.
@@ -49,8 +50,8 @@ def lower_bound_fix(ec, groups: int) -> str:
     if ec.grad_dtype != ec.model_dtype:
         ways.append(f"data_types.grad_accum_dtype {ec.model_dtype} (the model dtype)")
     if ec.offload_optimizer_effective != "none":
-        if groups > 1:
-            ways.append(f"one param group (the inventory has {groups} trainable groups)")
+        if ec.grad_dtype != ec.model_dtype and ec.model_dtype != "bf16":
+            ways.append("a bf16 model (bf16 with grad_accum_dtype fp32 is modelled, any param groups)")
         if ec.zero.stage == 2 and ec.comm_dtype != ec.model_dtype:
             ways.append(f"communication_data_type {ec.model_dtype}")
     elif ec.comm_dtype != ec.model_dtype:

@@ -563,6 +563,18 @@ CELLS = [
     # then) backward:1 +78,314 / +76,486 B (21.7%) on ranks 0 / 1: one group's buffer 39,920 B (l.1270) and the fp32
     # cast of the rank's slice 39,136 / 37,920 B (l.1326) at the epilogue's flush; the later phases within 0.4% already.
     # Now every phase within 0.4% (step:2 -0.40%, the one step instant for both groups)
+    # ZeRO-1's (state.zero12_offload_fp32_accum, any param groups): the hooks' fp32 grad_accum copies run in autograd's
+    # order across groups, both groups' compact partitions are made in the boundary reduce, and a rank keeps the fp32
+    # ipg bucket to the step where any group's bucketed gradient misses its slice of that group (l.2272-2274): rank 0
+    # here (l1.bias, l3.bias). Before (2026-12-06, 2 runs, the same bytes; the one-group terms, kept bytes 0 for
+    # several groups) only step:2 / step:4 rank 0 +38,476 / +40,070 B (10.5%); as a lower bound (coarse) backward:2
+    # +116,386 B (27.6%). Now every phase within 0.4%; overlap_comm and GA-1 twins (probes, 1 run) too
+    ("z1_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False,
+                                                                   reduce_bucket_size=10000,
+                                                                   offload_optimizer={"device": "cpu"}),
+                                                            "train_batch_size": 4,
+                                                            "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY_FROZEN_GROUPS, {"linear": True, "steps": 4}),
     ("z2_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False,
                                                                    reduce_bucket_size=10000,
                                                                    offload_optimizer={"device": "cpu"}),
