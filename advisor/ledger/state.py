@@ -3654,6 +3654,7 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     # the gradients moved, unmoved and cloned: fp32 grad_accum under zero12_offload_fp32_accum, else 16-bit
     D = zero12_offload_grad_bytes(ec, wrapper, ga, len(layouts))
     unmoved: dict = {}
+    upos = None  # ZERO12_KEPT_COLS: u per flush position (ZeRO-1, one group), in place of ``unmoved``
     held = False
     seq = None  # ZeRO-1 with overlap_comm: the flushes in hook order (the replay's), not the flat buffer's
     if inv is not None and zero12_offload_flush_modeled(ec, wrapper, ga):
@@ -3693,8 +3694,17 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             end = fs[F - 1]
             us = itertools.chain.from_iterable(map(itertools.repeat, ub,
                                                    map(operator.sub, fs[1:F], fs[:F - 1])))
-            gs = itertools.repeat(0) if order.groups is None else itertools.islice(order.groups, end)
-            unmoved = dict(zip(zip(gs, itertools.islice(order.starts, end)), us))
+            lay0 = layouts[0]
+            if (ZERO12_KEPT_COLS and ec.zero.stage == 1 and order.groups is None and len(layouts) == 1
+                    and lay0.P > 0 and len(order.numels) and min(order.numels) > 0
+                    and (seq is not None or list(order.starts) == list(lay0.starts))):
+                # u per flush position as one column, not a dict keyed by flat start (9e5 entries a plan at
+                # 1e5 layers, issue 21): every tensor has elements, so the starts are distinct and position k's
+                # key is its own; positions of the epilogue's flush (k >= end) have none, u 0, as um.get's default
+                upos = _packed(itertools.chain(us, itertools.repeat(0, len(order.numels) - end)))
+            else:
+                gs = itertools.repeat(0) if order.groups is None else itertools.islice(order.groups, end)
+                unmoved = dict(zip(zip(gs, itertools.islice(order.starts, end)), us))
         for ks, trig in (() if ZERO12_COLUMNS and F > 1 else flushes):
             if trig is None:
                 continue
@@ -3708,13 +3718,13 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
                 unmoved[(g, a0)] = u
     clones = zero12_offload_xl_clone_modeled(ec, wrapper, ga)
     xl = clones and any(n > rbs for lay in layouts for n in lay.numels)
-    if not xl and not unmoved:
+    if not xl and not unmoved and upos is None:
         return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0, 0))
     if not clones:
         rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
-    if unmoved or (xl and ec.zero.stage == 1):
+    if unmoved or upos is not None or (xl and ec.zero.stage == 1):
         return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
-                                           hook_clone=not held)
+                                           hook_clone=not held, upos=upos)
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
     key = ("offload_reduce_terms", W, rbs, D)
@@ -3825,7 +3835,8 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
 
 def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int,
                                 unmoved: "dict | None" = None, zero1: bool = False,
-                                seq: "_FlushOrder | None" = None, hook_clone: bool = True) -> Runs:
+                                seq: "_FlushOrder | None" = None, hook_clone: bool = True,
+                                upos: "Sequence[int] | None" = None) -> Runs:
     """:func:`zero12_offload_reduce_terms` with an extra-large gradient or gradients not yet in the
     bucket at a flush (``unmoved``: (group, flat start) -> u_p bytes), computed. ``zero1``: c_r also holds
     the clones of earlier extra-large gradients rank r owns no part of, kept to the end of the epilogue
@@ -3849,7 +3860,7 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     else:
         items = ((g, lay.P, a, n) for g, lay in enumerate(layouts) for a, n in zip(lay.starts, lay.numels))
     if zero1:
-        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order, hook_clone, seq)
+        return _zero12_offload_kept_runs(layouts, W, rbs, D, um, items, hook_order, hook_clone, seq, upos)
 
     def pack(s: int, c: int, u: int = 0) -> int:
         return (((s * 8 + c + u) * M + u) * M + c) * M + s
@@ -3895,7 +3906,8 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
 
 def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int, um: dict,
                               items: "Iterable[tuple[int, int, int, int]]", hook_order: bool,
-                              hook_clone: bool = True, seq: "_FlushOrder | None" = None) -> Runs:
+                              hook_clone: bool = True, seq: "_FlushOrder | None" = None,
+                              upos: "Sequence[int] | None" = None) -> Runs:
     """:func:`_zero12_offload_reduce_runs` for ZeRO-1 with several param groups or in hook order
     (``items``: (group, P, flat start, numel) in flush order): per rank r the largest of, over the
     tensors p it owns part of, s_{p,r} x 8 + c_p + u_p + kept_r(p), and over the extra-large p it owns
@@ -3906,7 +3918,10 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     queries sorted by their right end): O((T + Q) log T) for T tensors and Q = the pieces' owned
     tensors, not the O(T x X) of a sweep per tensor over X extra-large ones (at 2,000 layers of
     generate's h = 64 llama, whose MLP weights are all over the RBS = h^2 bucket, that sweep took
-    generate from 4.3 s to 116 s). Evaluated at the ranks where some group's ownership changes
+    generate from 4.3 s to 116 s). With one param group (:data:`ZERO12_KEPT_COLS`) a rank's owned tensors are
+    one run [pl, ph) of flush positions, so O_r is 0 before it and all of r's clones after it, and the queries
+    are a prefix and a suffix maximum of the non-owner moments, C-level: no Python step per extra-large
+    gradient (tests/test_offload_kept_cols_identity.py). Evaluated at the ranks where some group's ownership changes
     (:func:`_change_points`); h = 2 x the largest clone in hook order (``overlap_comm``: made in its
     hook), else 0."""
     M = _XL_M
@@ -3926,8 +3941,11 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
         keep = list(map((0).__lt__, N))
         Nk = _packed(itertools.compress(N, keep))
         cs = _packed(map(operator.mul, map(rbs.__lt__, Nk), map(D.__mul__, Nk)))
-        us = (_packed(map(um.get, zip(itertools.repeat(0), itertools.compress(A, keep)), itertools.repeat(0))) if um
-              else array.array("q", itertools.repeat(0, len(cs))))
+        if upos is not None:  # u per position (zero12_offload_reduce_terms, every tensor with elements: keep all)
+            us = _packed(itertools.compress(upos, keep))
+        else:
+            us = (_packed(map(um.get, zip(itertools.repeat(0), itertools.compress(A, keep)), itertools.repeat(0)))
+                  if um else array.array("q", itertools.repeat(0, len(cs))))
         # a kept tensor's position among the kept ones, -1 for the others: (count so far) x kept - 1
         at = _packed(map(operator.sub, map(operator.mul, itertools.accumulate(keep), keep), itertools.repeat(1)))
         pos = [_packed(reversed(at)) if hook_order else at]
@@ -3956,6 +3974,7 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     # per piece start r: its owned tensors (flush position, slice elements), in flush order
     owned_of: list[list[tuple[int, int]]] = []
     queries: list[tuple[int, int, int, int]] = []  # (right end, left end, O_r, piece)
+    spans: list[tuple[int, int, int, int]] = []  # ZERO12_KEPT_COLS: (piece, pl, ph, O_r after the run)
     for i, r in enumerate(starts):
         if cols:
             # the loop below by C-level maps: the kept tensors meeting rank r's slice, (flush position, slice
@@ -3971,6 +3990,14 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
             kk = list(map((-1).__lt__, ks))
             own = sorted(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
             owned_of.append(own)
+            if ZERO12_KEPT_COLS and (not own or own[-1][0] - own[0][0] + 1 == len(own)):
+                # the owned positions are one run [pl, ph) (the slice's tensors, kept ones, in flat order or its
+                # reverse): no non-owned extra-large gradient lies inside it, so the non-owner moments are those
+                # before pl (O_r = 0) and from ph on (O_r = every owned clone): a prefix and a suffix maximum below,
+                # the queries' answers (a query's own owned position is a non-owner value under its owner one)
+                pl, ph = (own[0][0], own[-1][0] + 1) if own else (T, T)
+                spans.append((i, pl, ph, sum(map(cs.__getitem__, map(operator.itemgetter(0), own)))))
+                continue
             left, O = 0, 0
             for k in itertools.compress(map(operator.itemgetter(0), own), map(cs.__getitem__, map(operator.itemgetter(0), own))):
                 queries.append((k, left, O, i))
@@ -4001,12 +4028,32 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
         if left < T:
             queries.append((T - 1, left, O, i))
     best = [0] * len(starts)
+    if spans:
+        # the non-owner moment of each extra-large position k with O_r = 0 (the stack's v below), its prefix
+        # maxima and suffix maxima over the extra-large positions, C-level
+        xk = list(itertools.compress(range(T), cs))
+        cz = list(itertools.compress(cs, cs))
+        ck = list(map(operator.add, cz, itertools.compress(kall, cs)))
+        uz = list(itertools.compress(us, cs))
+        Mm = M.__mul__
+        v = list(map(Mm, map(operator.add, map(Mm, map(operator.add, map(Mm, map(operator.add, ck, uz)), uz)), ck)))
+        pre = list(itertools.accumulate(v, max))
+        suf = list(itertools.accumulate(reversed(v), max))  # suf[X - 1 - n]: the largest of v[n:]
+        X = len(v)
+        del cz, ck, uz, v
+        for i, pl, ph, O in spans:
+            n = bisect.bisect_left(xk, pl)
+            if n:
+                best[i] = max(best[i], pre[n - 1])
+            n = bisect.bisect_left(xk, ph)
+            if n < X:
+                best[i] = max(best[i], suf[X - 1 - n] - O * M3M)
     queries.sort()
     stack_k: list[int] = []
     stack_v: list[int] = []
     q = 0
     nq = len(queries)
-    for k in itertools.compress(range(T), cs):  # only the extra-large positions have a non-owner moment
+    for k in itertools.compress(range(T) if queries else (), cs):  # only the extra-large positions have one
         while q < nq and queries[q][0] < k:
             _, left, O, i = queries[q]
             q += 1
@@ -4766,6 +4813,12 @@ ZERO12_COLUMNS = True
 #: :func:`zero12_offload_reduce_terms` from identical layers' repeating unit where it applies
 #: (:func:`_zero12_offload_periodic_runs`); False: always the per-tensor walks (tests compare the two).
 ZERO12_OFFLOAD_PERIOD = True
+#: ZeRO-1's CPU-offload kept-clone runs (:func:`_zero12_offload_kept_runs`, one param group) by C-level columns:
+#: u per flush position as an array (no dict keyed by flat start), and each rank's non-owner moments as a prefix
+#: and a suffix maximum (its owned tensors are one run of flush positions), not a monotonic stack and a query per
+#: owned extra-large gradient (issue 21: 3e5 of them at 1e5 layers, RBS h^2, every plan generate tries).
+#: False: the dict and the stack, kept as the reference (tests/test_offload_kept_cols_identity.py compares).
+ZERO12_KEPT_COLS = True
 #: The most ranks :func:`_zero12_offload_periodic_runs` evaluates one by one (O(buckets) each); more take the walks.
 _PERIOD_MAX_W = 4096
 
