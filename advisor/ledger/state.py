@@ -3988,7 +3988,13 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
             sl = map(operator.sub, map(min, map(operator.add, A, N), itertools.repeat(hi)),
                      map(max, A, itertools.repeat(lo)))
             kk = list(map((-1).__lt__, ks))
-            own = sorted(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
+            if ZERO12_KEPT_COLS:
+                # already in flush order: positions rise with the flat index (flat order) or fall (hook order)
+                own = list(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
+                if hook_order:
+                    own.reverse()
+            else:
+                own = sorted(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
             owned_of.append(own)
             if ZERO12_KEPT_COLS and (not own or own[-1][0] - own[0][0] + 1 == len(own)):
                 # the owned positions are one run [pl, ph) (the slice's tensors, kept ones, in flat order or its
