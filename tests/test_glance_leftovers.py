@@ -70,7 +70,7 @@ def test_every_estimate_table_keeps_labels_with_values_when_narrow(name, cols):
     # the state table: each total on the line of its tier's label (a row or a record)
     r = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
     acc = _g(r["tiers"]["accelerator"]["total"])
-    assert any(x.startswith(("total", "│ total")) and acc in x for x in lines), (acc, text)
+    assert any(x.startswith(("sum of the rows", "│ sum of the rows")) and acc in x for x in lines), (acc, text)
 
 
 C09 = CASES / "C09-checkpoint-size-8b"

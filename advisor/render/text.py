@@ -319,11 +319,12 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     rows.append((label, "not estimated", "", ""))
                     continue
                 rows.append((label, *(_fmt(role["tiers"][tier][cls]) for tier in ("accelerator", "host", "nvme"))))
-            # each class's row is its largest size; they are not all live together (the peak line below is)
-            rows.append(("total (not all live at once)",
-                         *(_fmt(role["tiers"][x]["total"]) for x in ("accelerator", "host", "nvme"))))
+            rows.append(("sum of the rows", *(_fmt(role["tiers"][x]["total"]) for x in ("accelerator", "host", "nvme"))))
             console.print(box_or_records(f"Per-rank training state, {title} ({unit_note(units)})", head, rows,
                                          (False, True, True, True), cols, bold=frozenset({len(rows) - 1})))
+            console.print("  (each row is the class's largest size; the rows are not all live at once, and load, "
+                          "save and step transients are only on the timeline: the peak below is what is live "
+                          "together)", markup=False)
             a_w = d["assumptions"]["workload"]
             pk = role["peak"]
             lb = d["assumptions"].get("peak_lower_bound")
@@ -398,9 +399,11 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
         ck = d.get("checkpoint")
         if ck and ck.get("files"):
             big = checkpoint_rank_rows([f for f in ck["files"] if f["bytes"] >= 2**20])
-            rows = [(path, who, f"{b:,}", _fmt(b)) for path, who, b in big[:8]]
+            rows = [(path, who, f"{b:,}", _fmt(b)) for path, who, b, _ in big[:8]]
             if len(big) > 8:
-                rows.append((f"... {len(big) - 8} more files of the same kind", "", "", ""))
+                rest = big[8:]
+                rows.append((f"... {sum(n for *_, n in rest):,} more files, none larger than "
+                             f"{_fmt(rest[0][2])} {U} (--format json lists every file)", "", "", ""))
             console.print(box_or_records("Durable checkpoint (engine.save_checkpoint; not activation checkpointing)",
                                          ("file", "written by", "bytes", U), rows, (False, False, True, True), cols,
                                          wrap=None))
@@ -493,12 +496,13 @@ def param_words(m: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
-def checkpoint_rank_rows(files: list[dict]) -> list[tuple[str, str, int]]:
-    """(path, written by, bytes) rows of estimate's checkpoint files (``checkpoint.files`` of its
-    JSON), one row for the files that differ only in the rank number of their name
-    (``..._rank_3_...``) and have the same bytes: 'global_step{N}/bf16_zero_pp_rank_{r}_mp_rank_00_
-    optim_states.pt' written by 'ranks 0-7, each' instead of eight identical lines. A file the JSON
-    already counts (``count`` > 1) keeps its 'N ranks, each'. Order: each group at its first file."""
+def checkpoint_rank_rows(files: list[dict]) -> list[tuple[str, str, int, int]]:
+    """(path, written by, bytes of each file, number of files) rows of estimate's checkpoint files
+    (``checkpoint.files`` of its JSON), one row for the files that differ only in the rank number of
+    their name (``..._rank_3_...``) and have the same bytes: 'global_step{N}/bf16_zero_pp_rank_{r}_
+    mp_rank_00_optim_states.pt' written by 'ranks 0-7, each' instead of eight identical lines. A file
+    the JSON already counts (``count`` > 1) keeps its 'N ranks, each'. Largest files first (a
+    stable sort: equal sizes keep the JSON's order), so a cut list never hides the largest."""
     import re
     groups: dict[tuple[str, int], list[dict]] = {}
     for f in files:
@@ -510,11 +514,12 @@ def checkpoint_rank_rows(files: list[dict]) -> list[tuple[str, str, int]]:
     for (pattern, _), fs in groups.items():
         f = fs[0]
         if len(fs) > 1:
-            rows.append((pattern, _ranks_title([x["rank"] for x in fs]) + ", each", f["bytes"]))
+            rows.append((pattern, _ranks_title([x["rank"] for x in fs]) + ", each", f["bytes"], len(fs)))
         else:
-            rows.append((f.get("path") or f["name"], f"{f['count']} ranks, each" if f.get("count", 1) > 1
-                         else f"rank {f['rank']}", f["bytes"]))
-    return rows
+            n = int(f.get("count", 1))
+            rows.append((f.get("path") or f["name"], f"{n} ranks, each" if n > 1 else f"rank {f['rank']}",
+                         f["bytes"], n))
+    return sorted(rows, key=lambda r: -r[2])
 
 
 def _ranks_title(ranks: Any) -> str:
