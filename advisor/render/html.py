@@ -706,8 +706,9 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         tier = _e(f["tier"])
         ge = "&ge; " if f.get("lower_bound") else ""  # the peak is a floor (rule M104): so is the need
         verdict = ("<span class=meta>give a capacity</span>" if f["fits"] is None else
-                   "<span class=bad>TIGHT (peak is a lower bound: M104)</span>" if f.get("verdict") == "tight" and ge
-                   and not 0 <= (f["headroom"] or 0) < f.get("uncertainty", 0) else
+                   "<span class=bad>TIGHT (peak is a lower bound: M104"
+                   + ("; within the runtime overhead's band: M102" if 0 <= (f["headroom"] or 0) < f.get("uncertainty", 0)
+                      else "") + ")</span>" if f.get("verdict") == "tight" and ge else
                    "<span class=bad>TIGHT</span>" if f.get("verdict") == "tight" else
                    "<span class=ok>fits</span>" if f["fits"] else "<span class=bad>DOES NOT FIT</span>")
         peak = f.get("peak", f["need"])

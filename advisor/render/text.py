@@ -128,10 +128,11 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         peak = f.get("peak", f["need"])
         verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
         lb = ">= " if f.get("lower_bound") else ""  # the peak is a floor (rule M104): so is every need from it
-        if f.get("verdict") == "tight" and lb and not (0 <= (f["headroom"] or 0) < f["uncertainty"]):
-            verdict = "TIGHT (peak is a lower bound: M104)"
-        elif f.get("verdict") == "tight":  # fits only inside the runtime overhead's band (rule M102)
-            verdict = f"TIGHT (within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])})"
+        if f.get("verdict") == "tight":  # a lower-bound peak (M104) and/or inside the overhead's band (M102): each named
+            band = 0 <= (f["headroom"] or 0) < f["uncertainty"]
+            why = (["peak is a lower bound: M104"] if lb else []) + (
+                [f"within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])}"] if band else [])
+            verdict = f"TIGHT ({'; '.join(why)})"
         phase = key_words(f.get("phase") or "")  # "first_step": the JSON's key, in words
         rows = [(f["tier"], "peak live" + (f" ({phase})" if phase else ""),
                  lb + size(peak, units, suffix=False), "", "", "")]

@@ -60,9 +60,26 @@ def lower_bound_fix(ec, groups: int) -> str:
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 
 
-def lower_bound_finding(reason: str, ec, groups: int):
+def lower_bound_finding(reason: str, ec, groups: int, row=None):
     """M104's warning for a plan whose ledger says ``peak_lower_bound`` = ``reason`` (the ledger's
-    words: what is not modelled, with its DeepSpeed lines)."""
+    words: what is not modelled, with its DeepSpeed lines). ``row``: the accelerator's
+    :class:`advisor.views.estimate.FitRow` (bytes per rank), whose tracked peak, need (peak plus the
+    runtime overhead rows) and capacity the message and data name, so every format (GitHub and SARIF
+    show no fit table) carries the floor's figures."""
+    from advisor.findings import literal
+
+    sizes: dict = {}
+    data: dict = {"tier": "accelerator", "peak_lower_bound": True}
+    figures = ""
+    if row is not None:
+        peak = row.need if row.tracked is None else row.tracked
+        sizes = {"peak": peak, "need": row.need}
+        data.update({"peak": peak, "need": row.need, "capacity": row.capacity})
+        figures = " (peak >= {peak}, need >= {need}"
+        if row.capacity is not None:
+            sizes["capacity"] = row.capacity
+            figures += " of {capacity}"
+        figures += literal(f" {row.scope}") + ")"
     return emit(code="M104", severity="warning", pointer="/zero_optimization",
-                message="accelerator peak is a lower bound (need >= the figure shown): " + reason,
-                fix=lower_bound_fix(ec, groups), data={"tier": "accelerator", "peak_lower_bound": True})
+                message="accelerator peak is a lower bound" + figures + ": " + (literal(reason) if sizes else reason),
+                sizes=sizes or None, fix=lower_bound_fix(ec, groups), data=data)

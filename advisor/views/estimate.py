@@ -157,6 +157,13 @@ class Role:
                 for i, x in enumerate(tl.instants)]
 
 
+def _flag_lower_bound(peak: dict[str, dict[str, Any]], lower_bound: bool) -> dict[str, dict[str, Any]]:
+    """``peak`` (:meth:`Role.peak`) with ``lower_bound`` on its accelerator entry: true when the
+    ledger's ``peak_lower_bound`` says the accelerator's tracked bytes are a floor (rule M104)."""
+    peak["accelerator"] = {**peak["accelerator"], "lower_bound": lower_bound}
+    return peak
+
+
 @dataclass
 class FitRow:
     tier: str
@@ -296,6 +303,7 @@ class EstimateResult:
         text and HTML renderers (not JSON-serialisable)."""
         inv = self.plan.inventory
         cl = self.plan.cluster
+        lower_bound = bool(self.ledger.peak_lower_bound)  # every role's accelerator bytes are a floor (M104)
         d: dict[str, Any] = {
             "schema_version": ESTIMATE_SCHEMA_VERSION,
             "tool": f"ds-advisor {__version__}",
@@ -320,8 +328,9 @@ class EstimateResult:
                     "tiers": r.tiers(),
                     "host_split": r.host_split(),
                     "phases": r.phases(),
-                    "peak": r.peak(),
-                    "timeline": r.timeline_dict(),
+                    "peak": _flag_lower_bound(r.peak(), lower_bound),
+                    "timeline": [{**x, "accelerator_lower_bound": True} for x in r.timeline_dict()] if lower_bound
+                    else r.timeline_dict(),
                     "activations": None if r.activations is None else {
                         "per_layer": r.activations.per_layer,
                         "layers_on_rank": r.activations.layers_on_rank,
@@ -616,10 +625,13 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
     is "tight", naming the uncertain overhead terms."""
     out = []
     for r in rows:
+        # a lower-bound peak (rule M104: FitRow.lower_bound, the accelerator row) makes its need a floor and
+        # its excess over the capacity a floor too: ">= X", "over by at least Y"
+        ge = ">= " if r.lower_bound else ""
         if r.overhead_tight:
             out.append(emit(
                 code="M102", severity="warning", pointer="/zero_optimization",
-                message=(literal(f"{r.tier} {r.scope}") + ": tight: {need} needed of {capacity} leaves "
+                message=(literal(f"{r.tier} {r.scope}") + ": tight: " + ge + "{need} needed of {capacity} leaves "
                          "{headroom}, less than the {uncertainty} the runtime overhead may exceed "
                          f"its defaults by ({literal(', '.join(r.uncertain))})"),
                 sizes={"need": r.need, "capacity": r.capacity or 0, "headroom": r.headroom or 0,
@@ -628,7 +640,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                      "smaller micro-batch, activation checkpointing, offload, more ranks, "
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "headroom": r.headroom,
-                      "uncertainty": r.uncertainty, "terms": r.uncertain}))
+                      "uncertainty": r.uncertainty, "terms": r.uncertain, "lower_bound": bool(ge)}))
         if r.fits is not False:
             continue
         cap = r.capacity or 0
@@ -715,10 +727,10 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
             over = need - cap
             out.append(emit(
                 code="M100", severity="error", pointer="/zero_optimization",
-                message=(literal(f"{r.tier} {r.scope}") + (": the checkpoint save needs {need} at its peak" if saving
-                                                           else ": the step needs {need} at its peak")
+                message=(literal(f"{r.tier} {r.scope}") + (": the checkpoint save needs " + ge + "{need} at its peak"
+                                                           if saving else ": the step needs " + ge + "{need} at its peak")
                          + literal(f"{' (' + label + ')' if label else ''}") + " but only {capacity} is available: "
-                         "over by {over}"),
+                         + ("over by at least {over}" if ge else "over by {over}")),
                 sizes={"need": need, "capacity": cap, "over": over},
                 fix=("shard more (higher ZeRO stage or more ranks), offload to host/NVMe, activation "
                      "checkpointing or a smaller micro-batch, or shrink buffers"
@@ -727,7 +739,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                      "or more host memory" if r.tier == "host" else
                      "more space on the shared filesystem, or a node-local drive for nvme_path (each node's "
                      "ranks then swap to their own)" if "shared tier" in r.scope else "more NVMe space per node"),
-                data={"tier": r.tier, "need": need, "capacity": r.capacity, "over": over}))
+                data={"tier": r.tier, "need": need, "capacity": r.capacity, "over": over, "lower_bound": bool(ge)}))
     return out
 
 
@@ -976,7 +988,8 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     if ledger.peak_lower_bound and roles:  # M104: every output says the accelerator peak is a floor
         from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
         groups = len({t.group for t in inventory.tensors if t.trainable})
-        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups))
+        acc = next((r for r in rows if r.tier == "accelerator" and r.lower_bound), None)
+        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups, acc))
     return PlanFit(ledger, acts, note, load, roles, rows, found)
 
 

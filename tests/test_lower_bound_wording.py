@@ -1,0 +1,109 @@
+"""Second newcomer's defects 1-4 (tests/data/lb15, /tmp/s14/nc2_report.md): a lower-bound accelerator need
+(rule M104, ``FitRow.lower_bound``) keeps its ">=" in every finding that states it, M104 names the figures, the
+estimate text's TIGHT reason names both M104 and M102 when both hold, and the JSON flags the peak itself.
+
+Every expected figure comes from the JSON's own fit row (bytes) printed in GiB (2^30 bytes, units.py), not
+from the code's strings: need, capacity, over = need - capacity, uncertainty."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "lb15"
+ARGS = [str(DATA / "z1_nc_oo_gacc.json"), "--model", str(DATA / "inv2g.json"), "--world-size", "8",
+        "--host-memory", "512GB"]
+
+
+def run(cmd: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", cmd, *ARGS, *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                                                      "LANG": "C.UTF-8", "HOME": "/root", "COLUMNS": "200"})
+
+
+def gib(b: int) -> str:
+    return f"{b / 2**30:.2f} GiB"
+
+
+def acc_row(gpu: str) -> tuple[dict, dict]:
+    d = json.loads(run("estimate", "--gpu-memory", gpu, "--format", "json").stdout)
+    return d, [r for r in d["fit"] if r["tier"] == "accelerator"][0]
+
+
+@pytest.mark.parametrize("fmt", ["text", "github", "sarif", "json"])
+def test_m100_keeps_the_floor(fmt):
+    d, acc = acc_row("9GiB")
+    assert acc["lower_bound"] is True and acc["need"] > acc["capacity"]
+    out = run("check", "--gpu-memory", "9GiB", "--format", fmt).stdout
+    want = (f"needs >= {gib(acc['need'])} at its peak", f"over by at least {gib(acc['need'] - acc['capacity'])}")
+    for w in want:
+        assert w in " ".join(out.split()), (w, out)
+    m100 = [f for f in d["findings"] if f["code"] == "M100"][0]
+    assert m100["data"]["lower_bound"] is True and m100["data"]["need"] == acc["need"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "github", "sarif"])
+def test_m102_keeps_the_floor(fmt):
+    d, acc = acc_row("11GiB")
+    assert 0 <= acc["headroom"] < acc["uncertainty"] and acc["lower_bound"] is True
+    out = " ".join(run("check", "--gpu-memory", "11GiB", "--format", fmt).stdout.split())
+    assert f"tight: >= {gib(acc['need'])} needed of {gib(acc['capacity'])}" in out, out
+
+
+@pytest.mark.parametrize("gpu", ["11GiB", "9GiB"])
+def test_m104_names_the_need_and_capacity(gpu):
+    d, acc = acc_row(gpu)
+    m104 = [f for f in d["findings"] if f["code"] == "M104"][0]
+    assert (m104["data"]["need"], m104["data"]["capacity"], m104["data"]["peak"]) == (
+        acc["need"], acc["capacity"], acc["peak"])
+    for fmt in ("github", "sarif"):
+        out = " ".join(run("check", "--gpu-memory", gpu, "--format", fmt).stdout.split())
+        line = out[out.index("accelerator peak is a lower bound ("):]  # SARIF: the result, not the rule text
+        assert line.startswith(f"accelerator peak is a lower bound (peak >= {gib(acc['peak'])}, need >= "
+                               f"{gib(acc['need'])} of {gib(acc['capacity'])} per rank)"), line[:200]
+        assert "the figure shown" not in out
+
+
+def test_estimate_text_tight_names_both_reasons():
+    d, acc = acc_row("11GiB")
+    assert 0 <= acc["headroom"] < acc["uncertainty"]  # inside the overhead band (M102) and a floor (M104)
+    out = " ".join(run("estimate", "--gpu-memory", "11GiB").stdout.split())
+    i = out.index(f"= need per rank >= {gib(acc['need'])}")
+    verdict = out[i:out.index(")", out.index("TIGHT (", i)) + 1]
+    assert "M104" in verdict and f"within {gib(acc['uncertainty'])}" in verdict, verdict
+
+
+def test_json_peak_and_timeline_carry_the_flag():
+    import jsonschema
+    from referencing import Registry, Resource
+
+    d, acc = acc_row("11GiB")
+    for role in d["ranks"]:
+        assert role["peak"]["accelerator"]["lower_bound"] is True
+        assert "lower_bound" not in role["peak"]["host"]
+        assert role["timeline"] and all(x["accelerator_lower_bound"] is True for x in role["timeline"])
+    assert max(r["peak"]["accelerator"]["bytes"] for r in d["ranks"]) == acc["peak"]
+    one = json.loads(subprocess.run(
+        [sys.executable, "-m", "advisor", "estimate", str(DATA / "z1_nc_oo_gacc.json"), "--model",
+         str(DATA / "inv1g.json"), "--world-size", "8", "--format", "json"], capture_output=True, text=True,
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/root"}).stdout)
+    assert not one["assumptions"]["peak_lower_bound"]  # one param group: modelled
+    assert all(r["peak"]["accelerator"]["lower_bound"] is False and not any(
+        "accelerator_lower_bound" in x for x in r["timeline"]) for r in one["ranks"])
+    schemas = [json.loads((ROOT / "schemas" / f"{n}-output.schema.json").read_text()) for n in ("lint", "estimate")]
+    v = jsonschema.Draft202012Validator(schemas[1], registry=Registry().with_resources(
+        [(s["$id"], Resource.from_contents(s)) for s in schemas]))
+    v.validate(d)
+    v.validate(one)
+    bad = json.loads(json.dumps(d))
+    del bad["ranks"][0]["peak"]["accelerator"]["lower_bound"]
+    with pytest.raises(jsonschema.ValidationError):
+        v.validate(bad)
+    bad["ranks"][0]["peak"]["accelerator"]["lower_bound"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        v.validate(bad)
