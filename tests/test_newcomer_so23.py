@@ -72,7 +72,7 @@ def test_superoffload_cpu_line_bytes_over_rate_are_its_seconds(tmp_path, units):
 
 
 @pytest.mark.parametrize("value, words", [
-    (None, "got null"), (True, "got true"), (False, "got false"), ("80e9", "got a string ('80e9')"),
+    (None, "got null"), (True, "got true"), (False, "got false"), ("80e9", 'got a string "80e9"'),
     ({}, "got an object {}"), ([1, None], "got an array [1, null]"),
 ])
 def test_hardware_json_type_errors_name_json_types(tmp_path, value, words):

@@ -146,11 +146,11 @@ def test_modules_change_the_memo():
     ([{"name": "x", "after": "l1"}], "/modules/0: unknown key"),
     ([{"name": ""}], "/modules/0/name: expected a non-empty string"),
     ([{"name": "a", "before": "l9"}], "/modules/0/before: expected the name of a module owning parameters"),
-    ([{"name": "l1"}], "/modules/0/name: 'l1' owns parameters"),
-    ([{"name": "stack"}], "/modules/0/name: 'stack' contains modules owning parameters"),
-    ([{"name": "stack.0.l1.x", "sequential": True}], "/modules/0/name: 'stack.0.l1.x' contains no module"),
+    ([{"name": "l1"}], '/modules/0/name: "l1" owns parameters'),
+    ([{"name": "stack"}], '/modules/0/name: "stack" contains modules owning parameters'),
+    ([{"name": "stack.0.l1.x", "sequential": True}], '/modules/0/name: "stack.0.l1.x" contains no module'),
     ([{"name": "stack", "sequential": True, "before": None}], "/modules/0: a sequential container takes no"),
-    ([{"name": "a"}, {"name": "a"}], "/modules/1/name: 'a' is declared twice"),
+    ([{"name": "a"}, {"name": "a"}], '/modules/1/name: "a" is declared twice'),
     ([{"name": "a", "backward": "no"}], "/modules/0/backward: expected true or false"),
 ])
 def test_bad_modules_named_in_one_line(modules, where):

@@ -31,7 +31,7 @@ from typing import Any
 
 from advisor.cluster.overhead import MIB, OverheadDefaults
 from advisor.config.validation import (MAX_GPUS_PER_NODE, MAX_NODES, InputValueError, finite_number, number_in,
-                                       json_shown, shown, type_name)
+                                       json_quoted, json_shown, shown)
 from advisor.errors import HardwareSpecError
 
 ACCESS_CLASSES = ("read-write", "read-oriented")
@@ -354,7 +354,7 @@ class _P:
 
     def keys(self, d: Any, allowed: set[str], ptr: str) -> dict:
         if not isinstance(d, dict):
-            raise self.err(ptr, f"expected an object, got {type_name(d)}")
+            raise self.err(ptr, f"expected an object, got {json_shown(d)}")
         extra = sorted(set(d) - allowed)
         if extra:
             import difflib
@@ -371,7 +371,7 @@ class _P:
         if isinstance(d, str):
             acc = _presets()["accelerators"].get(d)
             if acc is None:
-                raise self.err(ptr, f"unknown accelerator preset {d!r} (known: {', '.join(sorted(_presets()['accelerators']))})")
+                raise self.err(ptr, f"unknown accelerator preset {json_quoted(d)} (known: {', '.join(sorted(_presets()['accelerators']))})")
             return _P(f"preset {d}").accelerator(acc, "")
         self.keys(d, {"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops", "memory_bandwidth_bytes_per_s",
                       "host_link", "peer_bytes_per_s", "assumed_mfu", "runtime_overhead", "source"}, ptr)
@@ -490,7 +490,7 @@ class _P:
             base_name = self.str_(d, "base", "")
             base = _presets()["systems"].get(base_name)
             if base is None:
-                raise self.err("/base", f"unknown preset {base_name!r} (known: {', '.join(sorted(_presets()['systems']))})")
+                raise self.err("/base", f"unknown preset {json_quoted(base_name)} (known: {', '.join(sorted(_presets()['systems']))})")
             merged = copy.deepcopy(base)
             merged.update({k: v for k, v in d.items() if k != "base"})
             d = merged
@@ -503,7 +503,7 @@ class _P:
             hl, hn = self.link(d["host_link"], "/host_link")
         storage = d.get("storage", [])
         if not isinstance(storage, list):
-            raise self.err("/storage", f"expected a list of storage tiers, got {type_name(storage)}")
+            raise self.err("/storage", f"expected a list of storage tiers, got {json_shown(storage)}")
         tiers = tuple(self.tier(t, f"/storage/{i}") for i, t in enumerate(storage))
         names = [t.name for t in tiers]
         if len(set(names)) != len(names):

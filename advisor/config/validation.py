@@ -176,20 +176,28 @@ def type_name(value: Any) -> str:
     return t if t == "null" else article(t)
 
 
+def json_quoted(text: str, limit: int = MAX_ECHO) -> str:
+    """A string from a JSON file as JSON writes it (``"x"``, escapes included, non-ASCII as ``\\u``), cut to
+    ``limit``: the quoting of :func:`json_shown`, for a message naming a string value (an unknown preset)."""
+    import json
+    from advisor.errors import cut
+    return cut(json.dumps(text, ensure_ascii=True), limit)
+
+
 def json_shown(value: Any, limit: int = MAX_ECHO) -> str:
     """A wrong value for a type error's "got ...", in JSON's words (the --hardware / --model JSON, a
-    DeepSpeed config): ``null``, ``true`` / ``false``, "a string ('8')", "an object {...}", "an array
+    DeepSpeed config): ``null``, ``true`` / ``false``, 'a string "8"', "an object {...}", "an array
     [...]" (:func:`type_name`, then the value as JSON, cut to ``limit``); a number as written (:func:`shown`), as a YAML-only value likewise. One
     helper, so that no message says Python's ``None`` / ``True`` of a JSON file (newcomer D6)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
-        return f"a string ({shown(value, limit)})"
+    import json
+    from advisor.errors import cut
+    if isinstance(value, str):  # JSON's quoting ("8"), not Python's ('8'): the file's own spelling
+        return f"a string {json_quoted(value, limit)}"
     if isinstance(value, (dict, list, tuple)):
-        import json
-        from advisor.errors import cut
         try:
             text = json.dumps(value, default=str, ensure_ascii=True)
         except (TypeError, ValueError, RecursionError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from advisor.config.dtypes import TORCH_DTYPE_BYTES, TRAINING_DTYPE_ALIASES, dtype_problem
-from advisor.config.validation import json_shown, shown
+from advisor.config.validation import json_quoted, json_shown
 
 #: Largest tensor an inventory may list (elements): 2^48, far above any real parameter.
 MAX_TENSOR_NUMEL = 1 << 48
@@ -106,29 +106,29 @@ def _checked_modules(d: Any, names: "Iterable[str]", source: str) -> tuple[Modul
     for j, e in enumerate(d):
         where = f"{source}: /modules/{j}"
         if not isinstance(e, dict):
-            raise ModelSpecError(f"{where}: expected an object")
+            raise ModelSpecError(f"{where}: expected an object, got {json_shown(e)}")
         extra = set(e) - {"name", "sequential", "before", "backward"}
         if extra:
-            raise ModelSpecError(f"{where}: unknown key {shown(sorted(extra)[0])}")
+            raise ModelSpecError(f"{where}: unknown key {json_quoted(sorted(extra)[0])}")
         name, seq = e.get("name"), e.get("sequential", False)
         before, bwd = e.get("before"), e.get("backward", True)
         if not isinstance(name, str) or not name:
-            raise ModelSpecError(f"{where}/name: expected a non-empty string")
+            raise ModelSpecError(f"{where}/name: expected a non-empty string, got {json_shown(name)}")
         if not isinstance(seq, bool) or not isinstance(bwd, bool):
             raise ModelSpecError(f"{where}/{'sequential' if not isinstance(seq, bool) else 'backward'}: expected true or false")
         if name in seen:
-            raise ModelSpecError(f"{where}/name: {shown(name)} is declared twice")
+            raise ModelSpecError(f"{where}/name: {json_quoted(name)} is declared twice")
         seen.add(name)
         if name in owning:
-            raise ModelSpecError(f"{where}/name: {shown(name)} owns parameters")
+            raise ModelSpecError(f"{where}/name: {json_quoted(name)} owns parameters")
         if seq:
             if "before" in e or "backward" in e:
                 raise ModelSpecError(f"{where}: a sequential container takes no 'before' or 'backward'")
             if name not in prefixes:
-                raise ModelSpecError(f"{where}/name: {shown(name)} contains no module owning parameters")
+                raise ModelSpecError(f"{where}/name: {json_quoted(name)} contains no module owning parameters")
         else:
             if name in prefixes:
-                raise ModelSpecError(f"{where}/name: {shown(name)} contains modules owning parameters: "
+                raise ModelSpecError(f"{where}/name: {json_quoted(name)} contains modules owning parameters: "
                                      "only a leaf is declared ('sequential' for an nn.Sequential)")
             if before is not None and (not isinstance(before, str) or before not in owning):
                 raise ModelSpecError(f"{where}/before: expected the name of a module owning parameters or null, "
@@ -502,7 +502,7 @@ def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
     ModelSpecError naming ``source``, the tensor and the field."""
     where = f"{source}: /tensors/{i}"
     if not isinstance(t, dict):
-        raise ModelSpecError(f"{where}: expected an object")
+        raise ModelSpecError(f"{where}: expected an object")  # as the streaming scan says it (no value there)
     shape = t.get("shape")
     if (not isinstance(shape, list) or len(shape) > 8
             or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TENSOR_NUMEL for x in shape)
@@ -512,9 +512,9 @@ def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
     trainable = t.get("trainable", True)
     group = t.get("group", 0)
     if not isinstance(trainable, bool):
-        raise ModelSpecError(f"{where}/trainable: expected true or false")
+        raise ModelSpecError(f"{where}/trainable: expected true or false, got {json_shown(trainable)}")
     if not isinstance(group, int) or isinstance(group, bool) or group < 0:
-        raise ModelSpecError(f"{where}/group: expected a non-negative integer")
+        raise ModelSpecError(f"{where}/group: expected a non-negative integer, got {json_shown(group)}")
     dtype = t.get("dtype")
     if dtype is not None and (problem := dtype_problem(dtype, deepspeed_names=True)):
         raise ModelSpecError(f"{where}/dtype: {problem}")
