@@ -63,3 +63,12 @@ def test_inventory_group_names_the_value(tmp_path, value):
     err = cli(tmp_path, "--model", "i.json")
     assert err.endswith(f"/tensors/1/group: expected a non-negative integer, got {json_words(value)}"), err
     assert "'" not in err.split("got ", 1)[1]
+
+
+@pytest.mark.parametrize("value", ["str", True, []])
+def test_storage_endurance_names_the_value(tmp_path, value):
+    tier = {"name": "n", "mounts": ["/x"], "scope": "node-local", "access": "read-write",
+            "capacity_bytes": 10**12, "read_bytes_per_s": 10**9, "write_bytes_per_s": 10**9, "endurance": value}
+    (tmp_path / "h.json").write_text(json.dumps({"base": "dgx-h100", "storage": [tier]}))
+    err = cli(tmp_path, "--model", str(DATA / "inv2g.json"), "--hardware", "h.json")
+    assert err.endswith(f"/storage/0/endurance: expected an object, got {json_words(value)}"), err
