@@ -1968,6 +1968,24 @@ def _replay_jump_plan(inv: Inventory, rep: "tuple[int, int, int] | None", lr: An
                        len(inv.tensors) + len(inv.tensors) - a, M)
 
 
+def _copy_avail_blocks(avail: dict, src: range, src_av: list, pu: int, m: int) -> None:
+    """The fetch replay's period jump, on ``avail`` (position -> the step it is available at, or
+    absent): the ``m`` skipped blocks of ``pu`` positions right before ``src`` take the source
+    block's values (``src_av``: ``avail.get`` over ``src``), block i (1..m) at ``src.start - i pu``;
+    a source position without a value removes the copies'. At C level (map / chain), no Python
+    loop over the m x pu positions."""
+    starts = range(src.start - pu, src.start - m * pu - 1, -pu)
+    offs = [j for j, v in enumerate(src_av) if v is not None]
+    vals = [v for v in src_av if v is not None]
+    gone = [j for j, v in enumerate(src_av) if v is None]
+
+    def placed(rel: list) -> Iterator[int]:
+        return map(operator.add, itertools.chain.from_iterable(itertools.repeat(rel, m)),
+                   itertools.chain.from_iterable(map(itertools.repeat, starts, itertools.repeat(len(rel), m))))
+    avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, m))))
+    collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
+
+
 @dataclass
 class _ReplayJump:
     """Periodic forward of :func:`_zero3_fetch_replay`'s run over identical layers (issue 21: 9e5 module steps
@@ -2320,16 +2338,7 @@ class _ReplayJump:
         src_av = list(map(avail.get, src))
         nB, nq = B + m * pu, qpos + m * (pu + e)
         # the skipped layers t - m p + 1 .. t end as the source layers t + 1 .. t + p (m blocks at C level)
-        starts = range(src.start - pu, src.start - m * pu - 1, -pu)
-        offs = [j for j, v in enumerate(src_av) if v is not None]
-        vals = [v for v in src_av if v is not None]
-        gone = [j for j, v in enumerate(src_av) if v is None]
-
-        def placed(rel: list) -> Iterator[int]:
-            return map(operator.add, itertools.chain.from_iterable(itertools.repeat(rel, m)),
-                       itertools.chain.from_iterable(map(itertools.repeat, starts, itertools.repeat(len(rel), m))))
-        avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, m))))
-        collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
+        _copy_avail_blocks(avail, src, src_av, pu, m)
         # their modules' moments: the source's, + i gc in the i-th copy (every moment of a copy shifted alike)
         w = p * mu
         src_f, src_d = fetch_b[k_src:k_src + w], during_b[k_src:k_src + w]
@@ -2427,15 +2436,7 @@ class _ReplayJump:
         # the skipped layers t - m p + 1 .. t end as the source layers t + 1 .. t + p (m blocks at C level);
         # ``periods`` (tests only) writes another count of them, which the identity tests must catch
         mf = m if periods is None else max(0, min(periods(m), (t + 1) // p))
-        starts = range(src.start - pu, src.start - mf * pu - 1, -pu)
-        offs = [j for j, v in enumerate(src_av) if v is not None]
-        vals = [v for v in src_av if v is not None]
-        gone = [j for j, v in enumerate(src_av) if v is None]
-        def placed(rel: list) -> Iterator[int]:
-            return map(operator.add, itertools.chain.from_iterable(itertools.repeat(rel, mf)),
-                       itertools.chain.from_iterable(map(itertools.repeat, starts, itertools.repeat(len(rel), mf))))
-        avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, mf))))
-        collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
+        _copy_avail_blocks(avail, src, src_av, pu, mf)
         k_fill = k_src - mf * p * mu
         fetch_b[k_fill:k_src] = fetch_b[k_src:k_src + p * mu] * mf
         during_b[k_fill:k_src] = during_b[k_src:k_src + p * mu] * mf
