@@ -116,3 +116,24 @@ def test_json_peak_and_timeline_carry_the_flag():
     bad["ranks"][0]["peak"]["accelerator"]["lower_bound"] = "yes"
     with pytest.raises(jsonschema.ValidationError):
         v.validate(bad)
+
+
+def test_the_reason_is_printed_once_beside_the_peak_only_when_m104_is_suppressed(tmp_path):
+    """The lower bound's reason (the JSON's assumptions.peak_lower_bound) is the M104 finding's message; the estimate
+    text's peak line points to M104 instead of repeating it, and states it itself when the config suppresses M104
+    (README "Per-file suppression": a suppressed finding is hidden), so the reason is never lost."""
+    d, _ = acc_row("100GiB")
+    reason = d["assumptions"]["peak_lower_bound"]
+    frag = " ".join(reason.split()[:12])  # the reason's first words, wrapped anywhere by the renderer
+    peak_line = lambda out: " ".join(out.split("peak live at once:")[1].split("Step timeline")[0].split())
+    out = run("estimate", "--gpu-memory", "100GiB").stdout
+    assert frag in " ".join(out.split("Findings")[1].split())  # in M104's message
+    assert frag not in peak_line(out) and "M104" in peak_line(out)
+    cfg = json.loads((DATA / "z2_nc_oo_gacc_commfp32.json").read_text())
+    cfg["ds_advisor"] = {"ignore": ["M104"]}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    out = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(tmp_path / "c.json"), *ARGS[1:],
+                          "--gpu-memory", "100GiB"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8", "HOME": "/root",
+                              "COLUMNS": "200"}).stdout
+    assert "warning M104" not in out and frag in peak_line(out)

@@ -334,7 +334,13 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 f"{pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
                 if pk[tier]["bytes"]), markup=False)
             if lb:
-                console.print(safe_text(f"  warning: the accelerator peak is a lower bound: {lb}"), markup=False)
+                # the reason is printed once, as finding M104 (and among the assumptions' exclusions); here
+                # only when M104 is not among the findings (suppressed in the config)
+                if any(f.get("code") == "M104" for f in d.get("findings") or ()):
+                    console.print("  warning: the accelerator peak is a lower bound: what is not modelled is "
+                                  "finding M104 below", markup=False)
+                else:
+                    console.print(safe_text(f"  warning: the accelerator peak is a lower bound: {lb}"), markup=False)
             for tier in ("accelerator", "host"):
                 if pk[tier]["bytes"] and pk[tier].get("top"):
                     console.print(f"    {tier} at its peak ({U}): " + ", ".join(
