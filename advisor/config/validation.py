@@ -34,6 +34,36 @@ MAX_ZERO12_CHANGE_RANKS = 1 << 16
 #: tensors of distinct sizes at 65,536 ranks had 65,536 roles: 25 s CPU, 2.2 GB). Presets and
 #: config.json models repeat their layers and stay far below it (1e5 layers at 2^16 ranks: 25).
 MAX_RANK_ROLES = 1 << 13
+#: Most parameter tensors a model may have for ``generate`` (its own work limit; ``estimate``,
+#: ``check`` and the other commands take up to ``advisor.model.inventory.MAX_TENSORS`` = 2,000,000).
+#: generate is a search: every stage/offload combination over every tensor x pipeline layout it
+#: tries builds its own ledger (``advisor.views.generate.search``: about 30 distinct ledgers on one
+#: 8-GPU node), and each ledger's passes walk every tensor, so its cost is tensors x ledgers, and
+#: the tensor count is the part known before any plan is built. Measured (benchmarks/results/
+#: bounds.txt, genlim21, a shared 2-core machine; CPU seconds / peak MB of the whole command on
+#: one 8-GPU node, global batch 8, sequence 128): nameless [64, 64] tensors, each its own module
+#: (no layer repeat) 2.1 s / 50 MB at 1e4, 8.3 s / 132 MB at 5e4, 16.5 s / 250 MB at 1e5; the
+#: llama layers of bounds.py's deep.json (9 tensors a layer, repeated) 4.9 s / 148 MB at 1e4
+#: layers, 9.0 s / 235 MB at 2e4, 22 s / 548 MB at 5e4, ~44 s / 1.1 GB at 1e5 (9e5 tensors). Real
+#: models stay far below it: the presets have 146-1,137 tensors (fused experts); a per-expert
+#: (transformers 4) DeepSeek-V3 has 45,395, a Kimi-K2-shaped one (384 experts) ~68,000-70,000, the
+#: most of any released model the families here cover -- the limit must not refuse them, which
+#: is why it is not lower than that although a no-repeat inventory at it takes ~16 s, not ~10.
+MAX_GENERATE_TENSORS = 100_000
+
+
+def generate_tensors_problem(tensors: int, name: str) -> str | None:
+    """The one-line refusal of a model of ``tensors`` parameter tensors for ``generate``
+    (:data:`MAX_GENERATE_TENSORS`), naming the model ``name`` (its file or preset), the count,
+    the limit and what to run instead; None within the limit."""
+    if tensors <= MAX_GENERATE_TENSORS:
+        return None
+    return (f"model {name}: {tensors:,} parameter tensors, over generate's limit of {MAX_GENERATE_TENSORS:,} "
+            "(its search builds a ledger per ZeRO stage/offload and layout, each walking every tensor): "
+            "write the config yourself and run estimate or check on it, which take up to 2,000,000 tensors "
+            "and 100,000 layers")  # MAX_TENSORS, specs.MAX_LAYERS: tests/test_generate_limit21.py checks both
+
+
 #: Most parameters a model may have (``--params``, settings files): 10^16, far past any model.
 MAX_PARAMS = 10**16
 #: Most nodes (``--nodes``, ``--hardware NAME:N``, a spec's ``nodes``).

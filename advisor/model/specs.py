@@ -996,7 +996,8 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
     ``build_unknown(config_dict, path)``: called for a config.json whose model_type is not
     built in (``--activations trace``: :func:`advisor.engine.trace.inventory_from_hf_config`).
 
-    ``architecture``: an inventory file whose meta lacks what generate needs (:func:`architecture_missing`) is
+    ``architecture``: an inventory file whose meta lacks what generate needs (:func:`architecture_missing`), or
+    that lists more tensors than generate's limit (``advisor.config.validation.MAX_GENERATE_TENSORS``), is
     refused before its tensors are built (2M tensors took ~5.5 s and 650 MB to be refused after; issue 21).
 
     Files are told apart by content, not by name. Raises ModelSpecError (one line naming the
@@ -1026,6 +1027,11 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
                 # a null field is a missing one (checked_meta drops it before search reads the meta)
                 known = {k: v for k, v in meta.items() if v is not None} if isinstance(meta, dict) else {}
                 problem = architecture_missing(known, str(d.get("name", os.path.basename(path))))
+                ts = d["tensors"]
+                if not problem and isinstance(ts, list):
+                    # generate's own work limit, from the list's length before its entries become objects
+                    from advisor.config.validation import generate_tensors_problem
+                    problem = generate_tensors_problem(len(ts), path)
                 if problem:
                     raise ModelSpecError(problem)
             with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)

@@ -646,12 +646,20 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     :class:`advisor.cluster.hardware.Hardware` whose shape is the request's (``nodes`` x
     ``gpus_per_node``). Raises AdvisorError for requests no plan can express (global batch not a
     multiple of DP, a model without architecture facts, a sequence longer than a learned position
-    table: rule W001's error). The result's ``ranked`` is best first."""
+    table: rule W001's error) and, as WorkLimitError, a model of more tensors than generate's limit
+    (``advisor.config.validation.MAX_GENERATE_TENSORS``), before any plan is built. The result's ``ranked`` is
+    best first."""
     meta = inv.meta or {}
     from advisor.model.specs import architecture_missing
+    from advisor.config.validation import generate_tensors_problem
     problem = architecture_missing(meta, inv.name)
     if problem:
         raise AdvisorError(problem)
+    # generate's own work limit (MAX_GENERATE_TENSORS): each ledger the search builds walks every
+    # tensor, so the tensor count is refused here, before any plan is built
+    problem = generate_tensors_problem(len(inv.tensors), inv.name)
+    if problem:
+        raise WorkLimitError(problem)
     dp = req.world_size
     if req.global_batch % dp:
         lo = (req.global_batch // dp) * dp
