@@ -320,7 +320,8 @@ def aio_rounds(torch, folder: str, file_bytes: int, rounds: int) -> dict:
     ops one at a time (``deepspeed_aio_thread.cpp`` l.24-35; each op split over all of them,
     ``deepspeed_py_io_handle.cpp`` l.175-181), so the three files go one after another, each at
     up to ``queue_depth`` requests (``deepspeed_aio_utils.cpp`` l.77-100): the model's
-    bytes / rate, with no per-file term.
+    bytes / rate (its per-file term, ``movement.AIO_PER_FILE_S``, 3 files x ~80 us beside ~65 ms of
+    transfer, is left out here; ``benchmarks/aio_per_file.py`` measures it).
 
     **A, the model's inputs, into the same buffers and files.** On this VM a read's rate follows
     its destination buffer, per page-locked allocation (benchmarks/aio_read_buffers.py), so the

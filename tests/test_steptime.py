@@ -62,22 +62,24 @@ def test_critical_path_of_an_nvme_offloaded_step_by_hand(pipeline):
     #   reading, x 20 us = 20,000 B writing: aio_bandwidth) R = 1e9 x 8,388,608 / 8,473,608 B/s,
     #   W = 1e9 x 8,388,608 / 8,408,608 B/s: the step reads master + 2 moments + the fp32 grad
     #   (16N B) and writes master + 2 moments (12N B): 16N / R + 12N / W = 0.11824 s; the grad
-    #   write at the boundary (4N / W) is synchronous: 16.8 ms;
+    #   write at the boundary (4N / W) is synchronous: 16.8 ms; each file (one aio op: the one
+    #   sub-group's master and two moment files, and the tensor's one gradient piece) adds 66 us read,
+    #   91 us written (movement.AIO_PER_FILE_S): 4 files read and 3 written in the swap, 1 at the boundary;
     # CPU Adam: N x (28 + 8 + 4 + 2) B / 1e10 B/s = 17.6 ms (kernel 28 B, the ZeRO-3 unscale pass
     #   grad.mul_ 8 B, the bf16 copy 6 B).
     # Pipelined: step = max(CPU, NVMe swap); not pipelined: their sum.
     st = step_time(_nvme_plan(pipeline), _hw(), seq_len=1000)
     compute = 6 * N * 1000 / 4e11
     R, W = 1e9 * 8_388_608 / 8_473_608, 1e9 * 8_388_608 / 8_408_608
-    swap = 16 * N / R + 12 * N / W
+    swap = 16 * N / R + 4 * 66e-6 + 12 * N / W + 3 * 91e-6
     cpu = 42 * N / 1e10
-    sync = 4 * N / W + 2 * N / 1e10
+    sync = 4 * N / W + 91e-6 + 2 * N / 1e10
     step = max(cpu, swap) if pipeline else cpu + swap
     assert st.total == pytest.approx(compute + step + sync, rel=1e-9)
     exp = st.by_resource()
     assert exp["host_memory"] == pytest.approx(cpu)
     assert exp["pcie"] == pytest.approx(2 * N / 1e10)
-    assert exp["nvme"] == pytest.approx(swap - cpu + 4 * N / W if pipeline else swap + 4 * N / W)
+    assert exp["nvme"] == pytest.approx(swap - cpu + 4 * N / W + 91e-6 if pipeline else swap + 4 * N / W + 91e-6)
     assert not st.unknown
 
 
@@ -203,9 +205,10 @@ def test_nvme_tier_measured_at_the_configs_aio_settings():
     assert rr["same"] == pytest.approx(1e9, rel=1e-12)
     assert rr["other"] == pytest.approx(8_388_608 * b32 / (8_388_608 + b32 * 85e-6), rel=1e-12)
     assert rr["sheet"] == pytest.approx(1e9 * 8_388_608 / 8_473_608, rel=1e-12)
-    # at the measured settings the step is the critical path at the tier's own figures
-    assert same.total == pytest.approx(6 * N * 1000 / 4e11 + max(42 * N / 1e10, 28 * N / 1e9) + 4 * N / 1e9
-                                       + 2 * N / 1e10, rel=1e-9)
+    # at the measured settings the step is the critical path at the tier's own figures, each file
+    # (4 read, 3 + 1 written) adding movement.AIO_PER_FILE_S (66 us read, 91 us written)
+    assert same.total == pytest.approx(6 * N * 1000 / 4e11 + max(42 * N / 1e10, 28 * N / 1e9 + 4 * 66e-6 + 3 * 91e-6)
+                                       + 4 * N / 1e9 + 91e-6 + 2 * N / 1e10, rel=1e-9)
 
 
 @pytest.mark.parametrize("aio,msg", [({}, "expected at least one of"), ({"queue_depth": 0}, "queue_depth: expected a positive"),
@@ -334,7 +337,8 @@ def test_nvme_offloaded_step_at_queue_depth_1_by_hand():
     cpu = 42 * N / 1e10
     for qd, nv in ((1, 0.511859e9), (8, 0.893488e9)):
         st = step_time(_nvme_plan_aio({"queue_depth": qd}), hw, seq_len=1000)
-        want = compute + max(cpu, 28 * N / nv) + 4 * N / nv + 2 * N / 1e10
+        # each file adds movement.AIO_PER_FILE_S: 4 read, 3 written in the swap, 1 at the boundary
+        want = compute + max(cpu, 28 * N / nv + 4 * 66e-6 + 3 * 91e-6) + 4 * N / nv + 91e-6 + 2 * N / 1e10
         assert st.total == pytest.approx(want, rel=1e-5), qd
         r = st.assumptions["nvme_aio_rates"]["n"]
         assert r["read"]["limited"] and r["read"]["aio_bytes_per_s"] == pytest.approx(nv, rel=1e-5)
@@ -593,16 +597,17 @@ def test_pipeline_read_and_pipeline_write_overlap_their_own_direction_by_hand(re
     pipeline_write. The plan of the critical-path test above with one flag: the pipelined
     direction overlaps the CPU step, the other is added in full. Reads 16N B at R, writes 12N B
     at W (the swap), CPU 42N B at 1e10 B/s; synchronous: the boundary grad write 4N / W and the
-    bf16 partitions back over PCIe 2N / 1e10."""
+    bf16 partitions back over PCIe 2N / 1e10. Each file adds movement.AIO_PER_FILE_S (66 us read,
+    91 us written): 4 files read (master, two moments, the gradient piece), 3 written, 1 at the boundary."""
     inv = Inventory("one", [TensorSpec("w", (N,), trainable=True)])
     raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
            "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme",
                                                                    "pipeline_read": read, "pipeline_write": write}}}
     st = step_time(Plan(effective_config(raw), inv, Cluster(world_size=1, gpus_per_node=1)), _hw(), seq_len=1000)
     R, W = 1e9 * 8_388_608 / 8_473_608, 1e9 * 8_388_608 / 8_408_608
-    reads, writes, cpu = 16 * N / R, 12 * N / W, 42 * N / 1e10
+    reads, writes, cpu = 16 * N / R + 4 * 66e-6, 12 * N / W + 3 * 91e-6, 42 * N / 1e10
     step = max(cpu, reads) + writes if read else max(cpu, writes) + reads
-    assert st.total == pytest.approx(6 * N * 1000 / 4e11 + step + 4 * N / W + 2 * N / 1e10, rel=1e-9)
+    assert st.total == pytest.approx(6 * N * 1000 / 4e11 + step + 4 * N / W + 91e-6 + 2 * N / 1e10, rel=1e-9)
     assert st.windows["step"] == pytest.approx(max(cpu, reads if read else writes), rel=1e-9)
 
 
@@ -866,25 +871,26 @@ def test_nvme_parameter_reads_split_over_forward_and_backward_by_hand():
     stage3_max_reuse_distance 0: every fetch swaps the partition in first
     (partition_parameters.py _ensure_availability_of_partitioned_params l.1706-1720, or the
     coordinator's aio prefetch l.667-690), in forward and again in backward: 2N B read per pass
-    (four 2 MiB partitions, 512-element aligned) at R = 1e8 x 8,388,608 / 8,397,108 B/s =
-    83.97 ms per pass; compute forward 20.97 ms, backward 41.94 ms; PCIe fetches 2N B per pass at
+    (four 2 MiB partitions, 512-element aligned, four files) at R = 1e8 x 8,388,608 / 8,397,108 B/s
+    plus 4 x 66 us (movement.AIO_PER_FILE_S) = 84.23 ms per pass; compute forward 20.97 ms, backward 41.94 ms; PCIe fetches 2N B per pass at
     1e10 (hidden). Each window is max(its compute, its reads): 83.97 + 83.97 ms; charging both
     reads to forward (the old model) read max(20.97, 167.9) + 41.94 = 209.9 ms. After the step the
-    partitions are written (2N / W, W = 1e8 x 8,388,608 / 8,390,608) and the updated partitions
-    copied to host (2N / 1e10), both synchronous."""
+    partitions are written (2N / W + 4 x 91 us, W = 1e8 x 8,388,608 / 8,390,608) and the updated
+    partitions copied to host (2N / 1e10), both synchronous."""
     plan = _four_module_plan(3, True, world=1, stage3_max_reuse_distance=0,
                              offload_param={"device": "nvme", "nvme_path": "/nvme", "max_in_cpu": 0})
     st = step_time(plan, _slow_nvme_hw(), seq_len=1000)
     R, W = 1e8 * 8_388_608 / 8_397_108, 1e8 * 8_388_608 / 8_390_608
+    rd, wr = 2 * N / R + 4 * 66e-6, 2 * N / W + 4 * 91e-6  # one pass's reads, the write after the step
     reads = {t.phase: t for t in st.terms if t.resource == "nvme" and t.name.startswith("nvme:lp_param_partitions:read")}
     assert set(reads) == {"forward", "backward"}
     assert all(t.amount == 2 * N and t.overlapped for t in reads.values())
     cf, cb = 2 * N * 1000 / 4e11, 4 * N * 1000 / 4e11
-    assert st.windows["forward"] == pytest.approx(max(cf, 2 * N / R), rel=1e-9)
-    assert st.windows["backward"] == pytest.approx(max(cb, 2 * N / R), rel=1e-9)
-    want = max(cf, 2 * N / R) + max(cb, 2 * N / R) + 2 * N / W + 2 * N / 1e10
+    assert st.windows["forward"] == pytest.approx(max(cf, rd), rel=1e-9)
+    assert st.windows["backward"] == pytest.approx(max(cb, rd), rel=1e-9)
+    want = max(cf, rd) + max(cb, rd) + wr + 2 * N / 1e10
     assert st.total == pytest.approx(want, rel=1e-9)
-    old = max(cf, 4 * N / R) + cb + 2 * N / W + 2 * N / 1e10
+    old = max(cf, 2 * rd) + cb + wr + 2 * N / 1e10
     assert old - st.total == pytest.approx(cb, rel=1e-6)  # the backward compute the reads no longer hide behind
 
 

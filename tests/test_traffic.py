@@ -269,7 +269,9 @@ def test_seconds_use_the_rank_share_of_each_link():
     assert w.tier == "raid"
     # 8 ranks share the array, at DeepSpeed's aio defaults: 8 x 8 MiB = 67,108,864 B in flight against
     # 30.4e9 B/s x 20 us = 608,000 B (advisor.ledger.movement.aio_bandwidth) -> 30.4e9 x 67,108,864 / 67,716,864
-    assert w.seconds == pytest.approx(w.bytes / (30.4e9 * 67_108_864 / 67_716_864 / 8))
+    # -- plus one file's aio op (one sub-group, one fp32 master file: 91 us written, movement.AIO_PER_FILE_S)
+    assert w.files == 1
+    assert w.seconds == pytest.approx(w.bytes / (30.4e9 * 67_108_864 / 67_716_864 / 8) + 91e-6)
     p = next(m for m in ms if m.link == PCIE)
     assert p.seconds == pytest.approx(p.bytes / 64e9)
     n = next(m for m in ms if m.link == NETWORK)
@@ -309,7 +311,11 @@ def test_movement_section_shape_for_estimate():
     assert role["nvme"]["write_bytes"] == role["nvme"]["read_bytes"] == 16 * 6_700_000_000
     # the case's aio (1 MiB x queue_depth 16), one rank: 16,777,216 B in flight against
     # 6.9e9 B/s x 20 us = 138,000 B (advisor.ledger.movement.aio_bandwidth)
-    assert role["nvme"]["write_seconds"] == pytest.approx(16 * 6.7e9 / (6.9e9 * 16_777_216 / 16_915_216))
+    # 6.9e9 B/s x 20 us = 138,000 B (advisor.ledger.movement.aio_bandwidth), plus 91 us per file written
+    # (movement.AIO_PER_FILE_S): 67 sub-groups of sub_group_size 1e8 (6.7e9 / 1e8, rounded up) x 3 files
+    # (master, two moments) + one gradient file per tensor of the 400 (from_param_count)
+    assert role["nvme"]["write_seconds"] == pytest.approx(16 * 6.7e9 / (6.9e9 * 16_777_216 / 16_915_216)
+                                                          + (3 * 67 + 400) * 91e-6)
     assert s["endurance"][0]["days_of_life"] == pytest.approx(3.887, abs=0.01)
     text = "\n".join(movement_lines(s))
     assert "projected life 3.9 days" in text and "fp32_master" in text

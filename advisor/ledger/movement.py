@@ -114,7 +114,8 @@ from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
-                                  zero3_param_swap_bytes, zero3_param_swap_bytes_counted, zero3_partition_counts,
+                                  zero3_param_swap_bytes_counted, zero3_partition_counts,
+                                  zero3_grad_swap_files_by_rank, zero3_param_swap_files,
                                   zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage,
                                   QUANT_SCALE_BYTES, QUANT_TARGET_GROUP, module_names, quant_groups)
 
@@ -156,6 +157,9 @@ class Movement:
     #: Network movements only: True within one node (the peer link), False across nodes (the
     #: NIC share); None: decided from the job's shape (data-parallel collectives).
     intra_node: bool | None = None
+    #: NVMe movements only: the files (one aio op each) the bytes are in, per optimizer step; each
+    #: adds :data:`AIO_PER_FILE_S` to the seconds (:func:`timed`).
+    files: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -352,7 +356,8 @@ def _rank_terms(plan: "Plan") -> "Runs":
     if st in (1, 2) and oo == "cpu" and pl.zero12:
         return pl.terms.map(lambda t: (t[1], t[0]))
     if st == 3 and oo == "nvme":
-        return pl.terms.map(lambda t: t[0])
+        # (gradient bytes written, gradient files): ranks whose pieces differ in count time differently
+        return Runs.zip(pl.terms, zero3_grad_swap_files_by_rank(ec, plan.inventory, W)).map(lambda t: (t[0][0], t[1]))
     return Runs.const(W, None)
 
 
@@ -931,38 +936,48 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                   if nbk else "")
         bsrc = ("; stage3.py l.1100-1108, _optimizer_step l.1255-1258; optimizer_utils.py _get_state_tensors "
                 "l.492-502" if nbk else "")
-        # this rank's gradient pieces: advisor.ledger.state.zero3_grad_swap_bytes over r_i
-        grads = terms if terms is not None else pl.terms[r][0]
+        # this rank's gradient pieces: advisor.ledger.state.zero3_grad_swap_bytes over r_i, and their files
+        grads, gfiles = terms if terms is not None else (pl.terms[r][0],
+                                                         zero3_grad_swap_files_by_rank(ec, inv, W)[r])
+        mfiles, ofiles = pl.opt_swap_files(), pl.opt_swap_files(moments=True)
         sg_words = f"sum over swappable sub-groups (S_k x 4 >= {min_aio:,} B) of A_{k}(S_k) x 4"
         for direction in ("read", "write"):
             add(NVME, direction, "master_weights", "fp32_master", master, "step", pipelined[direction],
-                f"fp32 master {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src, path=path)
+                f"fp32 master {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}", src, path=path,
+                files=mfiles)
             for item in opt.items:
                 add(NVME, direction, "optimizer_states", item, moments, "step", pipelined[direction],
                     f"{opt_name} {item} {'swapped in' if direction == 'read' else 'swapped out'}: {sg_words}{bwords}",
-                    src + bsrc, path=path, first_step_bytes=0 if direction == "read" else None)
+                    src + bsrc, path=path, first_step_bytes=0 if direction == "read" else None, files=ofiles)
         gsrc = "reference 5.4; optimizer_utils.py _swap_out_gradients, _adjust_for_misaligned_lengths"
         gwords = (f"fp32 gradient pieces with r_i x 4 >= {min_aio:,} B, aligned part floor(r_i/{k}) x {k} x 4 "
                   f"(the unaligned tail stays in memory)")
         add(NVME, "write", "gradients", "fp32_grad", grads, "step", False,
             "written when the boundary's gradient reduction completes (measured inside engine.step): " + gwords, gsrc,
-            path=path)
+            path=path, files=gfiles)
         add(NVME, "read", "gradients", "fp32_grad", grads, "step", pipelined["read"], "read back for the step: " + gwords, gsrc,
-            path=path)
+            path=path, files=gfiles)
 
     if st == 3 and op == "nvme":
         path = z.offload_param.nvme_path
         kp = aio_alignment_elems(ec, D)
         # trainable sub-groups outside the max_in_cpu flat buffer (the ledger's Placement.in_flat)
         # are swapped after every step; frozen partitions never enter the buffer
-        wbytes = zero3_param_swap_bytes(ec, (zero3_partition_numel(inv.tensors[i].numel, W)
-                                             for sg, flat in zip(pl.sub_groups, pl.in_flat) if not flat
-                                             for i in sg.tensors))
-        fbytes = zero3_param_swap_bytes_counted(ec, zero3_partition_counts(inv, W, "frozen"))
+        wcounts: dict[int, int] = {}
+        for sg, flat in zip(pl.sub_groups, pl.in_flat):
+            if not flat:
+                for i in sg.tensors:
+                    p_i = zero3_partition_numel(inv.tensors[i].numel, W)
+                    wcounts[p_i] = wcounts.get(p_i, 0) + 1
+        wbytes = zero3_param_swap_bytes_counted(ec, wcounts)
+        wfiles = zero3_param_swap_files(ec, wcounts)
+        fcounts = zero3_partition_counts(inv, W, "frozen")
+        fbytes = zero3_param_swap_bytes_counted(ec, fcounts)
+        ffiles = zero3_param_swap_files(ec, fcounts)
         psrc = "reference 5.1/5.4 (measured N2); stage3.py _partitioned_params_swap_out, partitioned_param_swapper.py"
         add(NVME, "write", "parameters", "lp_param_partitions", wbytes, "after_step", False,
             f"trainable partitions beyond max_in_cpu ({z.offload_param.max_in_cpu:,} elements) written after every "
-            f"step: sum A_{kp}(p_i) x D", psrc, path=path)
+            f"step: sum A_{kp}(p_i) x D", psrc, path=path, files=wfiles)
         # Every fetch swaps the partition in before its all-gather (partition_parameters.py
         # _ensure_availability_of_partitioned_params l.1706-1720, or the coordinator's aio prefetch
         # __prefetch_nvme_param_partitions l.667-690, forward and backward alike: fetch_sub_module runs
@@ -974,21 +989,22 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
         add(NVME, "read", "parameters", "lp_param_partitions", ga * wbytes, "forward", nv_over,
             f"trainable NVMe partitions read on every forward fetch: GA x sum A_{kp}(p_i) x D", psrc, path=path,
             # staying gathered, the first micro-step still re-reads them once, in backward
-            first_step_bytes=(ga + 1) * wbytes if gathered else None)
+            first_step_bytes=(ga + 1) * wbytes if gathered else None, files=ga * wfiles)
         if not gathered:
             add(NVME, "read", "parameters", "lp_param_partitions", ga * wbytes, "backward", nv_over,
                 f"trainable NVMe partitions read again on every backward fetch (released after forward): GA x sum "
-                f"A_{kp}(p_i) x D", psrc, path=path)
+                f"A_{kp}(p_i) x D", psrc, path=path, files=ga * wfiles)
         # Frozen: the first-step backward re-fetch happens only where a gradient flows through the
         # layer (not for leading frozen layers such as embeddings); the inventory has no graph, so
         # the first step is counted like the others (measured: a frozen first layer, no re-fetch).
         fsrc = psrc + "; tests/engine/test_nvme_traffic.py (frozen layer)"
         add(NVME, "read", "parameters", "frozen_params", ga * fbytes, "forward", nv_over,
             f"frozen partitions (never put in the max_in_cpu buffer) read on every forward fetch, never written: "
-            f"GA x sum A_{kp}(p_i) x D", fsrc, path=path)
+            f"GA x sum A_{kp}(p_i) x D", fsrc, path=path, files=ga * ffiles)
         if not gathered:
             add(NVME, "read", "parameters", "frozen_params", ga * fbytes, "backward", nv_over,
-                f"frozen partitions read again on every backward fetch: GA x sum A_{kp}(p_i) x D", fsrc, path=path)
+                f"frozen partitions read again on every backward fetch: GA x sum A_{kp}(p_i) x D", fsrc, path=path,
+                files=ga * ffiles)
     return rows
 
 
@@ -1003,6 +1019,22 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
 #: 1.0/2.0 TB drives). An assumption for any other drive: random (not sequential, 10-13 us there)
 #: because the swap files sit wherever the filesystem put them, and the larger of the two.
 NVME_LATENCY_S = {"read": 85e-6, "write": 20e-6}
+
+
+#: Seconds each swapped file (one aio op) adds to its bytes' time, by direction: DeepSpeed swaps one
+#: file per tensor (a ZeRO-3 parameter partition, ``partitioned_param_swapper.py`` l.148-161; an
+#: optimizer sub-group's state, ``optimizer_utils.py`` l.46-75; a gradient piece, l.256-287), and each
+#: op stats (reads) and opens its file with O_DIRECT (``deepspeed_py_io_handle.cpp`` l.288-303,
+#: l.324-335), is handed to the handle's thread and back (l.281, ``deepspeed_aio_thread.cpp``), starts
+#: its requests anew (``deepspeed_aio_utils.cpp`` l.77-100: a one-block file is one request in flight)
+#: and is closed in ``wait`` (l.232). Fitted as t = bytes / R + files x c over the same 64 MiB as
+#: files of 1-64 MiB at DeepSpeed's aio defaults (``benchmarks/aio_per_file.py``), pooled median of
+#: 45 rounds per direction on this project's 2-vCPU Intel Xeon VM (virtio ext4, load 2.6-2.8;
+#: ``benchmarks/results/aio_per_file-vm-run{1,2,3}.json``; per-run medians 51-166 us writing,
+#: 47-78 us reading): that machine's figure, an assumption elsewhere (its syscall and virtio costs;
+#: a bare-metal host's are likely lower). There a 1 MiB file took 1.13-1.49x (writes) and
+#: 1.10-1.17x (reads), a 4 MiB file 1.09-1.15x / 1.04-1.13x the time of the same bytes as one file.
+AIO_PER_FILE_S = {"write": 91e-6, "read": 66e-6}
 
 
 def aio_bandwidth(rate: float, latency_s: float, aio: Any, streams: int = 1) -> float:
@@ -1108,8 +1140,9 @@ def timed(movements: list[Movement], hardware: "Hardware", ranks_per_node: int =
           world_size: int | None = None, aio: Any | None = None) -> list[Movement]:
     """Copies of ``movements`` with ``seconds`` (bytes / :func:`link_bandwidth`, NVMe at the
     config's ``aio`` settings when given, on a shared tier at the node's share while the job's
-    ceil(world_size / ranks_per_node) nodes swap at once) and NVMe ``tier`` names filled from
-    ``hardware``."""
+    ceil(world_size / ranks_per_node) nodes swap at once, plus ``files`` x :data:`AIO_PER_FILE_S`
+    for the direction: each rank's handle runs its ops one after another, ``deepspeed_aio_thread.cpp``)
+    and NVMe ``tier`` names filled from ``hardware``."""
     ranks = {m.rank for m in movements}
     ws = world_size or (max(ranks) + 1 if ranks else 1)
     multi = ws > ranks_per_node
@@ -1118,7 +1151,10 @@ def timed(movements: list[Movement], hardware: "Hardware", ranks_per_node: int =
     for m in movements:
         bw = link_bandwidth(m, hardware, ranks_per_node, multi, aio, nodes)
         tier = hardware.tier_for_path(m.path) if m.link == NVME else None
-        out.append(replace(m, seconds=(m.bytes / bw) if bw else None, tier=tier.name if tier else m.tier))
+        secs = (m.bytes / bw) if bw else None
+        if secs is not None and m.link == NVME and m.files:
+            secs += m.files * AIO_PER_FILE_S["write" if m.direction == "write" else "read"]
+        out.append(replace(m, seconds=secs, tier=tier.name if tier else m.tier))
     return out
 
 

@@ -7232,7 +7232,26 @@ def zero3_grad_swap_by_rank(ec: EffectiveConfig, inv: Inventory, W: int,
     return _zero3_grad_swap_by_rank(inv, W, sub_groups, smin, al)
 
 
-def _zero3_grad_swap_by_rank(inv: Inventory, W: int, sub_groups: "list[SubGroup]", smin: int, al: int) -> Runs:
+def zero3_grad_swap_files_by_rank(ec: EffectiveConfig, inv: Inventory, W: int) -> Runs | None:
+    """Runs of how many NVMe fp32 gradient files a rank writes (and reads back) per step with
+    ``offload_optimizer: nvme`` at ZeRO-3: one per piece :func:`zero3_grad_swap_bytes` writes (its
+    aligned part >= the swap threshold; ``optimizer_utils.py`` l.256-287 ``_swap_out_gradients``:
+    ``get_or_create_gradient_paths`` names a file per offset and ``swap_out_tensors`` writes each),
+    over the same parameters as :func:`zero3_grad_swap_by_rank`; None when there is no optimizer swap."""
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective != "nvme":
+        return None
+    smin = swap_threshold_bytes(ec)
+    al = aio_alignment_elems(ec, 4)
+    sgs = ec.zero.sub_group_size
+    return inv.memo(("zero3_grad_swap_files_by_rank", W, sgs, smin, al),
+                    lambda: _zero3_grad_swap_by_rank(inv, W, zero3_sub_groups(inv, W, sgs), smin, al,
+                                                     files=True).map(lambda v: v[0]))
+
+
+def _zero3_grad_swap_by_rank(inv: Inventory, W: int, sub_groups: "list[SubGroup]", smin: int, al: int,
+                             files: bool = False) -> Runs:
+    """The walk of :func:`zero3_grad_swap_by_rank`; ``files``: each written piece counts 1 (the file
+    count of :func:`zero3_grad_swap_files_by_rank`) and no kept bytes."""
     dg: dict[int, int] = {}  # a difference array over ranks, kept sparse: rank -> change
     dt: dict[int, int] = {}
 
@@ -7253,9 +7272,13 @@ def _zero3_grad_swap_by_rank(inv: Inventory, W: int, sub_groups: "list[SubGroup]
             p = _ceil_div(n, W)
             q = min(n // p, W) if p else W
             f, t = zero3_grad_swap_bytes(p, smin, al)
+            if files:
+                f, t = (1 if f else 0), 0
             add(0, q, f * c, t * c)
             if q < W:
                 f, t = zero3_grad_swap_bytes(n - q * p, smin, al)
+                if files:
+                    f, t = (1 if f else 0), 0
                 add(q, q + 1, f * c, t * c)
     pts = sorted(r for r in set(dg) | set(dt) if 0 < r < W)
     starts = [0] + pts
@@ -7315,6 +7338,14 @@ class Placement:
         bk = self.opt_backup_swapped if moments and self.opt_backup_swapped else [False] * len(self.sub_groups)
         return sum(_align(sg.numel, al) for sg, sw, b in zip(self.sub_groups, self.opt_swapped, bk) if sw and not b)
 
+    def opt_swap_files(self, moments: bool = False) -> int:
+        """Files of one NVMe swap file set (one per swapped sub-group: the swapper opens one file per
+        sub-group and state, ``optimizer_utils.py`` l.46-75 ``OptimizerStateSwapInfo`` swap paths, each
+        its own ``async_pread`` / ``async_pwrite``, ``swap_tensor/utils.py`` l.19-26), the same sub-groups
+        as :meth:`opt_swap_numel`: the fp32 master's, or with ``moments`` each moment's."""
+        bk = self.opt_backup_swapped if moments and self.opt_backup_swapped else [False] * len(self.sub_groups)
+        return sum(1 for sw, b in zip(self.opt_swapped, bk) if sw and not b)
+
 
 def zero3_param_swap_bytes(ec: EffectiveConfig, partitions: "Iterable[int]") -> int:
     """NVMe bytes of 16-bit parameter partitions ``partitions`` (elements p_i) swapped out by
@@ -7348,6 +7379,16 @@ def zero3_param_swap_bytes_counted(ec: EffectiveConfig, counts: "dict[int, int]"
     pmin = swap_threshold_bytes(ec)
     kp = aio_alignment_elems(ec, D)
     return sum(_align(p, kp) * D * c for p, c in counts.items() if p * D >= pmin)
+
+
+def zero3_param_swap_files(ec: EffectiveConfig, counts: "dict[int, int]") -> int:
+    """How many files the partitions {p_i (elements): how many} of :func:`zero3_param_swap_bytes_counted`
+    are: one per swapped partition, p_i x D >= max(1 MiB, aio.block_size) (``partitioned_param_swapper.py``
+    l.148-161 ``_get_swap_paths``: ``{ds_id}_param.tensor.swp``; ``swap_in`` / ``_swap_out`` l.259-318,
+    one ``async_pread`` / ``async_pwrite`` each, ``swap_tensor/utils.py`` l.19-26)."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    pmin = swap_threshold_bytes(ec)
+    return sum(c for p, c in counts.items() if p * D >= pmin)
 
 
 def _zero3_in_flat(ec: EffectiveConfig, sgs: list[SubGroup]) -> list[bool]:
