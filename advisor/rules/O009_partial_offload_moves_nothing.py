@@ -18,6 +18,20 @@ is added through it (l.2030-2038) and copied into the accelerator fp32 gradient 
 partitions are on the host. The finding needs the model and the world size (n); without them it is
 silent, except at ratio 0, where every n gives n.
 
+With ``device: nvme`` the same split is made (l.1100-1108 maps the sub-groups whenever the optimizer
+is offloaded), so int((1 - ratio) x n) = 0 moves nothing there either. And more often: a swappable
+sub-group (S x 4 >= max(1 MiB, ``aio.block_size``), ``_swappable_optimizer_subgroup`` l.1264-1269) is
+tested first (l.1117) and its fp32 master made an NVMe swap file whatever ``subgroup_to_device`` says;
+only a sub-group under the swap size is put on the device it maps to (l.1157-1161). The first
+int((1 - ratio) x n) sub-groups, when swapped, are then stepped by the backup torch AdamW on their
+swapped-in host copy (``_prepare_sub_group`` l.2702-2708, ``_optimizer_step`` l.1249-1258), their
+moments in that optimizer's host state (confirmed on an H100, ``benchmarks/results/gpu_twin_flow_nvme-h100.json``):
+no sub-group reaches the accelerator. Under NVMe the rule fires when no sub-group is on the accelerator
+(:func:`advisor.ledger.state.twin_flow_on_accelerator`, the ledger's placement), ratio 0 included; it needs
+the model and the world size (which sub-groups are swapped), and without them it is silent. Its fix is
+``device: cpu``, where the ratio splits as written (with a ``sub_group_size`` that splits, where
+int((1 - ratio) x n) is 0), or ratio 1.
+
 Anti-pattern (llama-3-8b, world size 8: one sub-group of 1,003,782,656 elements per rank)::
 
     "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5},
@@ -25,7 +39,7 @@ Anti-pattern (llama-3-8b, world size 8: one sub-group of 1,003,782,656 elements 
 
 Fix: a ``sub_group_size`` that makes enough sub-groups for int((1 - ratio) x n) >= 1 (the
 finding computes one and checks it against the model's partitions), or, at ratio 0,
-``offload_optimizer.device: none``::
+``offload_optimizer.device: none``; under ``device: nvme``, ``device: cpu`` (see above)::
 
     "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5},
                           "sub_group_size": 500000000}
@@ -37,6 +51,8 @@ from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import zero3_partial_offload_ratio, zptr
 
 SOURCE = "stage3.py l.1100-1108"
+NVME_SOURCE = ("stage3.py l.1117-1121: a swappable sub-group's fp32 master is an NVMe file whatever subgroup_to_device "
+               "says; l.1157-1161 only the others go to their device")
 #: Most candidate sub_group_size values tried for the fix (each is one O(tensors) pass).
 MAX_TRIES = 40
 
@@ -93,11 +109,14 @@ class PartialOffloadMovesNothing(Rule):
 
     def check(self, ctx: LintContext):
         z = ctx.effective.zero
-        r = zero3_partial_offload_ratio(ctx)
+        r = zero3_partial_offload_ratio(ctx, ("cpu", "nvme"))
         if r is None:
             return
         from advisor.ledger.state import zero3_sub_groups
         ptr = zptr("offload_optimizer", "ratio")
+        if ctx.effective.offload_optimizer_effective == "nvme":
+            yield from self._nvme(ctx, r, ptr)
+            return
         if r <= 0.0:
             yield self.finding(
                 ptr,
@@ -132,3 +151,50 @@ class PartialOffloadMovesNothing(Rule):
             f"int((1 - {r:g}) x {n2}) = {backup_count(r, n2)} on the accelerator)",
             set=[f"zero_optimization.sub_group_size={s}"], sub_groups=n, suggested_sub_group_size=s,
             suggested_sub_groups=n2)
+
+    def _nvme(self, ctx: LintContext, r: float, ptr: str):
+        """``device: nvme``: fires when no sub-group is on the accelerator (needs the model and W)."""
+        if ctx.inventory is None or not ctx.dp_world_size:
+            return  # which sub-groups are swapped is unknown without the model and the world size
+        from advisor.ledger.state import swap_threshold_bytes, twin_flow_on_accelerator, zero3_sub_groups
+        ec = ctx.effective
+        W = ctx.dp_world_size
+        sgs = zero3_sub_groups(ctx.inventory, W, ec.zero.sub_group_size)
+        n = len(sgs)
+        smin = swap_threshold_bytes(ec)
+        swapped = [sg.numel * 4 >= smin for sg in sgs]
+        if n == 0 or any(twin_flow_on_accelerator(ec, n, swapped)):
+            return
+        cut = backup_count(r, n)
+        where = (f"each rank has {n} sub-group{'s' if n != 1 else ''} (sub_group_size {ec.zero.sub_group_size} at "
+                 f"world size {W})")
+        if cut == 0:
+            msg = (f"offload_optimizer.ratio {r:g} moves no sub-group to the accelerator: {where} and "
+                   f"int((1 - {r:g}) x {n}) = 0 ({SOURCE}), so every sub-group is offloaded to NVMe, as at ratio 1")
+        else:
+            k = sum(swapped[:cut])
+            msg = (f"offload_optimizer.ratio {r:g} moves no sub-group to the accelerator under device nvme: {where}, "
+                   f"int((1 - {r:g}) x {n}) = {cut} map to the accelerator ({SOURCE}), but "
+                   f"{'all ' if k > 1 else ''}{k} of them {'are' if k != 1 else 'is'} swapped (S x 4 >= {smin:,} B) and "
+                   f"stay{'s' if k == 1 else ''} NVMe file{'' if k == 1 else 's'} ({NVME_SOURCE}): the backup torch AdamW steps "
+                   f"{'them' if k != 1 else 'it'} on the host copy swapped in for the step (stage3.py _optimizer_step "
+                   "l.1249-1258), its moments in host memory, where DeepSpeedCPUAdam would step and swap them at ratio 1")
+        # under device cpu the ratio splits as written; with int(...) = 0 it needs a sub_group_size that splits
+        sets = ["zero_optimization.offload_optimizer.device=cpu"]
+        fix = "set zero_optimization.offload_optimizer.device to cpu, where the ratio keeps "
+        data: dict = {"sub_groups": n, "mapped_to_accelerator": cut}
+        if cut == 0:
+            split = splitting_sub_group_size(ctx.inventory, W, r)
+            if split is None:
+                yield self.finding(ptr, msg, "no sub_group_size splits this model's partitions so that "
+                                   f"int((1 - {r:g}) x n) >= 1: lower the ratio, or drop it (full offload)", **data)
+                return
+            s, n2 = split
+            sets.append(f"zero_optimization.sub_group_size={s}")
+            fix += (f"int((1 - {r:g}) x {n2}) = {backup_count(r, n2)} sub-group(s) on the accelerator with "
+                    f"sub_group_size {s} ({n2} sub-groups per rank)")
+            data["suggested_sub_group_size"] = s
+        else:
+            fix += f"the first {cut} sub-group(s) on the accelerator"
+        yield self.finding(ptr, msg, fix + "; or drop the ratio (ratio 1: every sub-group on NVMe, stepped by "
+                           "DeepSpeedCPUAdam)", set=sets, **data)
