@@ -107,6 +107,20 @@ def test_fp32_communication_casts_the_run_not_the_slices():
         assert at["reduce:1"] == PERSISTENT + IPG + P * 4 + FLAT + 43209 * 4
 
 
+def test_fp16_communication_on_bf16_is_a_cast_and_frees_the_flat_copy_before_the_slice_cast():
+    # fp16 on a bf16 model: allreduce_bucket casts (``communication_data_type != tensor.dtype``, l.2376-2377; the same
+    # bytes, still a copy) and returns the cast, so the flat copy is freed (l.2391-2393) before ``source.to(fp32)``
+    # copies the slice (l.1326; fp16 is not fp32). One flush of all six (no flat copy at its slice casts): the flush
+    # holds the larger of FLAT + its cast and the cast + the largest slice's fp32 copy. Engine (TINY at
+    # reduce_bucket_size 10,000, real Linears, W 2, GA 2, 2026-12-06, 2 runs) within 0.37% on every phase (the
+    # forward's proxy scalars); before, with the cast compared by bytes, rank 0 38,560 B under (l1.weight's 38,528 B
+    # fp16 cast, l.2377), then rank 1 46,318 B over with l2.weight's flat copy counted beside its slice cast
+    cfg = {**_cfg(), "communication_data_type": "fp16"}
+    for r in (0, 1):
+        at = _at(cfg, r, 2)
+        assert at["reduce:1"] == PERSISTENT + IPG + P * 4 + max(FLAT + 43209 * 2, 43209 * 2 + LARGEST[r] * 4)
+
+
 def test_noncontiguous_fp32_communication_frees_the_flat_copy_before_the_buffer():
     # allreduce_bucket casts the flat bucket to fp32 (l.2376-2377), copies the result back and returns the cast
     # (l.2391-2393): the flat copy is freed before _allreduce_noncontiguous_bucket_preserving_fp32's loop makes the

@@ -32,11 +32,14 @@ TINY = {"name": "tiny-mlp", "tensors": [
 N, P, RBS = 43209, 21606, 10000
 
 
-def _cfg(stage=1, ga=2, overlap=False, gacc="fp32"):
-    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "bf16": {"enabled": True},
-            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "data_types": {"grad_accum_dtype": gacc},
-            "zero_optimization": {"stage": stage, "reduce_bucket_size": RBS, "overlap_comm": overlap,
-                                  "contiguous_gradients": False, "offload_optimizer": {"device": "cpu"}}}
+def _cfg(stage=1, ga=2, overlap=False, gacc="fp32", dtype="bf16", comm=None):
+    c = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, dtype: {"enabled": True},
+         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "data_types": {"grad_accum_dtype": gacc},
+         "zero_optimization": {"stage": stage, "reduce_bucket_size": RBS, "overlap_comm": overlap,
+                               "contiguous_gradients": False, "offload_optimizer": {"device": "cpu"}}}
+    if comm:
+        c["communication_data_type"] = comm
+    return c
 
 
 def _timeline(cfg, r):
@@ -60,16 +63,23 @@ def test_modelled_not_a_lower_bound():
                 _cfg(stage=2, overlap=True, ga=1)):
         led, _ = _timeline(cfg, 0)
         assert not led.peak_lower_bound
-    # outside the measured regimes the peak stays a lower bound: ZeRO-2 with fp32 communication
-    cfg = _cfg(stage=2, overlap=True)
-    cfg["communication_data_type"] = "fp32"
-    led, _ = _timeline(cfg, 0)
-    assert "grad_accum_dtype fp32" in led.peak_lower_bound
+    # an fp16 model (engine: z1_fp16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, ZeRO-2 and GA-1 probes) and ZeRO-2 with
+    # another communication_data_type (z2_bf16_noncontig_oo_cpu_gaccfp32_commfp16_tbsga2_w2, fp32 and GA-1 probes)
+    for cfg in (_cfg(dtype="fp16"), _cfg(dtype="fp16", ga=1), _cfg(stage=2, dtype="fp16"), _cfg(stage=2, comm="fp32"),
+                _cfg(stage=2, comm="fp16"), _cfg(stage=2, overlap=True, comm="fp32"), _cfg(stage=2, ga=1, comm="fp16")):
+        led, _ = _timeline(cfg, 0)
+        assert not led.peak_lower_bound
+    # outside the measured regimes the peak stays a lower bound: a 16-bit accumulation dtype unlike the model's
+    led, _ = _timeline(_cfg(dtype="fp16", gacc="bf16"), 0)
+    assert "grad_accum_dtype bf16" in led.peak_lower_bound
 
 
+@pytest.mark.parametrize("dtype", ("bf16", "fp16"))
 @pytest.mark.parametrize("r", (0, 1))
-def test_hand_computed_instants(r):
-    led, at = _timeline(_cfg(), r)
+def test_hand_computed_instants(r, dtype):
+    # fp16: the same grad_accum path (l.397-404 asks only for an accumulation dtype unlike the model's), D = 2 as bf16;
+    # the loss scaler and overflow check hold scalars (runtime/utils.py has_inf_or_nan l.228: amax / amin)
+    led, at = _timeline(_cfg(dtype=dtype), r)
     base = at["initialize"]  # the persistent state: what every instant below adds to
     ipg = RBS * 4
     # micro-step 1's hooks in autograd order (l3.bias, l3.weight, l2.bias, l2.weight, l1.bias, l1.weight; a bias's
@@ -93,7 +103,7 @@ def test_hand_computed_instants(r):
     assert at["reduce"] - base == ipg + compact + reduce
     assert at["steady:reduce"] == at["reduce"] + (at["steady:forward"] - at["forward:2"])
     # the step holds the compact partition and what the reduce left (over the step's own entries, as without it)
-    ref_led, ref = _timeline(_cfg(gacc="bf16"), r)
+    ref_led, ref = _timeline(_cfg(gacc=dtype, dtype=dtype), r)
     assert at["first_step:update"] - ref["first_step:update"] == compact + kept
     assert sum(e.bytes for e in led.rank(r).by_item("offload_kept_grad_accum")) == kept
 
@@ -131,9 +141,10 @@ def test_zero2_ga1(r):
     assert at["steady:forward"] == ref["steady:forward"]
 
 
+@pytest.mark.parametrize("dtype", ("bf16", "fp16"))
 @pytest.mark.parametrize("r", (0, 1))
-def test_zero2_ga2_first_microstep(r):
-    _, at = _timeline(_cfg(stage=2), r)
+def test_zero2_ga2_first_microstep(r, dtype):
+    _, at = _timeline(_cfg(stage=2, dtype=dtype), r)
     base = at["initialize"]
     if r == 0:
         # the epilogue's flush of l1.weight's clone: the fp32 cast of rank 0's slice (all of l1.weight, l.1326) beside
@@ -145,7 +156,7 @@ def test_zero2_ga2_first_microstep(r):
         moment = 23177 * 2 + 23177 * 2 + (301 + 19264) * 2 + 21136 * 4
     assert at["reduce:1"] - base == RBS * 2 + P * 4 + moment
     # no host buffer (accumulated_grads_in_cpu): the next forward holds the partition only
-    _, ref = _timeline(_cfg(stage=2, gacc="bf16"), r)
+    _, ref = _timeline(_cfg(stage=2, gacc=dtype, dtype=dtype), r)
     assert at["forward:2"] - base == P * 4
     assert at["forward:1"] == ref["forward:1"]
 
@@ -254,3 +265,51 @@ def test_zero1_two_groups_bucket_kept_where_a_group_misses_the_slice():
     assert kept == {0: RBS * 4, 1: 0}
     part = {r: sum(e.bytes for e in led.rank(r).entries if e.item == "offload_compact_grad_partition") for r in (0, 1)}
     assert part == {0: (9784 + 196) * 4, 1: (9784 + 196) * 4}  # both groups' compact partitions (l.1268-1270)
+
+
+# ZeRO-2 with a communication_data_type unlike the model's (bf16): allreduce_bucket casts each run to it
+# (l.2376-2377, beside its flat copy l.2367, a view for a run of one slice) and returns the cast, so the flat copy is
+# freed (l.2391-2393) before _add_to_grad_partition_buffer casts the rank's slice to fp32 (``source.to(fp32)``, l.1326,
+# nothing when the communication is fp32). Micro-step 1's flushes as in test_zero2_ga2_first_microstep: l2.weight's
+# clone flushed whole (both ranks' runs, a flat copy) in l1.bias's hook with l1.bias and l1.weight whole; l1.weight's
+# clone (rank 0's slice only, a view) by the epilogue, l2.weight's clone kept by rank 0. Engine probes (2 runs each,
+# 2026-12-06) matched these within 0.16%.
+
+@pytest.mark.parametrize("r", (0, 1))
+def test_zero2_comm_fp32_first_microstep(r):
+    _, at = _timeline(_cfg(stage=2, comm="fp32"), r)
+    base = at["initialize"]
+    # l2.weight's flush on either rank: its flat copy (bf16) and fp32 cast, its clone, l1.bias and l1.weight whole; no
+    # slice cast (the reduced run is fp32). Rank 0's partition is made at this flush (its first slice, l.1312-1321).
+    # The epilogue's (19,264 x (4 + 2) + 23,177 x 2 = 161,938 B on rank 0) is smaller
+    moment = 23177 * (2 + 4) + 23177 * 2 + (301 + 19264) * 2
+    assert at["reduce:1"] - base == RBS * 2 + P * 4 + moment
+
+
+@pytest.mark.parametrize("r", (0, 1))
+def test_zero2_comm_fp16_first_microstep(r):
+    # fp16 on a bf16 model is a cast of the same bytes (state.zero12_comm_cast_bytes compares dtypes)
+    _, at = _timeline(_cfg(stage=2, comm="fp16"), r)
+    base = at["initialize"]
+    if r == 0:
+        # the epilogue's flush of l1.weight's clone: its fp16 cast (the run is a view), the clone, the fp32 cast of
+        # rank 0's slice (all of l1.weight), l2.weight's clone kept
+        moment = 19264 * 2 + 19264 * 2 + 19264 * 4 + 23177 * 2
+    else:
+        # l2.weight's flush: after allreduce_bucket its fp16 cast (the bf16 flat copy freed), the clone, l1.bias and
+        # l1.weight whole, the fp32 cast of rank 1's 21,136 elements; above the all-reduce moment (flat + cast,
+        # 23,177 x 2 more, the slice cast not yet made)
+        moment = 23177 * 2 + 23177 * 2 + (301 + 19264) * 2 + 21136 * 4
+        assert 21136 * 4 > 23177 * 2
+    assert at["reduce:1"] - base == RBS * 2 + P * 4 + moment
+
+
+def test_comm_cast_bytes():
+    from advisor.ledger.state import zero12_comm_cast_bytes
+    # allreduce_bucket l.2376-2377: ``if communication_data_type != tensor.dtype``, by dtype: bf16 -> fp16 copies 2 B
+    want = {("bf16", "fp16"): 2, ("bf16", "fp32"): 4, ("bf16", None): 0, ("fp16", "bf16"): 2, ("fp16", "fp16"): 0}
+    for (dtype, comm), b in want.items():
+        assert zero12_comm_cast_bytes(effective_config(_cfg(stage=2, dtype=dtype, comm=comm))) == b, (dtype, comm)
+    # a flat bucket in fp32 (ZeRO-1's fp32 grad_accum, l.3266) cast only when the communication is not fp32
+    assert zero12_comm_cast_bytes(effective_config(_cfg(comm="fp32")), "fp32") == 0
+    assert zero12_comm_cast_bytes(effective_config(_cfg()), "fp32") == 2

@@ -219,20 +219,21 @@ def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
 
 
 def test_a_lower_bound_peak_is_never_fits():
-    """ZeRO-2, bf16, grad_accum_dtype fp32, CPU optimizer offload, communication_data_type fp32: the regime
-    advisor/ledger/state.py zero12_transients_unmodeled leaves coarse (zero12_offload_compact models ZeRO-2
-    offload only with communication_data_type bf16), so the need is a floor: with 1 TB free (headroom far
-    beyond the overhead's band) the verdict is tight, not fits, and the line and M104 say why (issue #15)."""
+    """ZeRO-1, fp16, grad_accum_dtype fp32, no optimizer offload: the regime advisor/ledger/state.py
+    zero12_transients_unmodeled leaves coarse (DeepSpeedZeroOptimizer's fp32 param.grad_accum copies,
+    stage_1_and_2.py l.397-404, l.1237, are modelled only under CPU optimizer offload), so the need is a floor: with
+    1 TB free (headroom far beyond the overhead's band) the verdict is tight, not fits, and the line and M104 say why
+    (issue #15)."""
     m = _mlp()
-    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "communication_data_type": "fp32",
+    cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
            "data_types": {"grad_accum_dtype": "fp32"},
-           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+           "zero_optimization": {"stage": 1},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
     r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
     acc = r.rows[0]
     assert acc.headroom > acc.uncertainty and acc.lower_bound and acc.verdict == "tight" == r.verdict
     assert "need >= " in acc.line() and "lower bound" in acc.line() and r.to_dict()["rows"][0]["lower_bound"] is True
     assert "M104" in [f.code for f in r.findings]
-    cfg["communication_data_type"] = "bf16"  # modelled (zero12_offload_compact): a plain fit
+    cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}  # modelled (zero12_offload_fp32_accum): a fit
     r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
     assert not r.rows[0].lower_bound and r.verdict == "fits" and "M104" not in [f.code for f in r.findings]

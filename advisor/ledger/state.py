@@ -4161,9 +4161,8 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
     if G != D:  # fp32 grad_accum (zero12_offload_fp32_accum): the flush's gradients, copies and clones in fp32
         # the replay's copies[j] = E_j x D (+ E_j x C for a communication_data_type unlike the model's): E_j elements
         # flattened, in fp32 here (allreduce_bucket l.2367), and cast to C unless C is fp32 (l.2376-2377)
-        C = DTYPE_BYTES[ec.comm_dtype]
-        per = D + (C if C != D else 0)
-        flat = G + (C if C != G else 0)
+        per = D + zero12_comm_cast_bytes(ec)
+        flat = G + zero12_comm_cast_bytes(ec, "fp32")
         # ZeRO-1 overlap_comm (st 2): the trigger's autograd sibling, a 16-bit param.grad not yet hooked; at GA > 1
         # every later grad_accum too (micro-step 1's, zero12_boundary_holds_all), at GA 1 only the trigger's own
         sib = (lambda k: (hooked[k] - sizes[k]) * D) if st == 2 else (lambda k: 0)
@@ -4197,8 +4196,15 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
 
 
 def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> bool:
-    """Whether the ledger models ZeRO-1 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
-    DeepSpeedZeroOptimizer (select_optimizer takes BF16_Optimizer only without offload), any param groups
+    """Whether the ledger models ZeRO-1 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 or fp16
+    model: DeepSpeedZeroOptimizer (select_optimizer takes BF16_Optimizer only for bf16 without offload, engine.py
+    l.2305-2310). An fp16 model takes the same code (use_grad_accum_attribute, ``stage_1_and_2.py`` l.397-404, asks only
+    for an accumulation dtype unlike ``self.dtype``); what fp16 adds, the loss scaler and the overflow check
+    (update_offload_overflow_tracker l.1791-1793 -> ``runtime/utils.py`` has_inf_or_nan l.228, amax / amin), holds
+    scalars only. Engine (TINY W 2, GA 2, RBS 10,000, real Linears, 2026-12-06, 2 runs: z1_fp16_noncontig_oo_cpu_
+    gaccfp32_tbsga2_w2): with the reduce counted in fp16 the bf16 cell's residuals to the byte (backward:1 +124,978 B,
+    backward:2 +172,878 / +172,276 B, step:2 +126,476 / +203,540 B on ranks 0 / 1), now every phase within 0.16%. Any
+    param groups
     (``groups``, kept for the callers: the hooks run in autograd's order across groups, the compact partitions are all
     made in the boundary reduce, :func:`zero12_offload_fp32_accum_kept` meets each group's slice; engine
     z1_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2, TINY_FROZEN_GROUPS, 2026-12-06, 2 runs: only step:2 / step:4
@@ -4240,7 +4246,7 @@ def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, gr
       (l.2613-2624, from engine.py _take_model_step l.3525-3526): :func:`zero12_offload_fp32_accum_kept`."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32")
+            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32")
 
 
 def zero12_offload_grad_bytes(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> int:
@@ -4320,9 +4326,19 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
 
 
 def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -> bool:
-    """Whether the ledger models ZeRO-2 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 model:
-    DeepSpeedZeroOptimizer, any number of param groups, ``overlap_comm`` on or off, ``communication_data_type`` the
-    model's, any GA. Several param groups (``groups``, kept for the callers): one compact buffer per group, made at the
+    """Whether the ledger models ZeRO-2 under CPU optimizer offload with ``grad_accum_dtype`` fp32 on a bf16 or fp16
+    model: DeepSpeedZeroOptimizer, any number of param groups, ``overlap_comm`` on or off, any
+    ``communication_data_type``, any GA. fp16: the same path (_use_compact_grad_partition_buffer l.1259-1266 asks
+    only for fp32 accumulation unlike ``self.dtype``; the overflow check holds scalars, ``runtime/utils.py`` l.228);
+    engine probe (TINY W 2, GA 2, 2026-12-06, 2 runs) had the bf16 cell's coarse residuals to the byte (backward:1
+    +78,024 / +132,140 B), now within 0.16%. A ``communication_data_type`` unlike the model's: allreduce_bucket
+    casts each run to it (l.2376-2377, :func:`zero12_comm_cast_bytes`) and returns the cast, the flat copy freed
+    (l.2391-2393) before _add_to_grad_partition_buffer casts the rank's slice to fp32 (l.1326), which copies nothing
+    when the communication is fp32 (:func:`_compact_microstep_value`). Engine probes (TINY W 2, GA 2, bf16, 2026-12-06,
+    2 runs): fp32 communication backward:1 +86,456 / +85,522 B coarse, -14,416 / -84,512 B with the slice cast
+    counted (it is fp32 already), fp16 communication +116,552 / +132,140 B coarse, +38,556 B on rank 0 with the cast
+    compared by bytes (bf16 to fp16 is a copy of the same size); now every phase within 0.16%.
+    Several param groups (``groups``, kept for the callers): one compact buffer per group, made at the
     rank's first flush holding a slice of that group (l.1303-1310; :func:`_compact_groups_microstep_value`); engine
     z2_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2 (TINY_FROZEN_GROUPS, 2026-12-06, 2 runs, the same bytes):
     backward:1 +78,314 / +76,486 B (21.7%) on ranks 0 / 1 before (one group's buffer 39,920 B, l.1270, and the fp32
@@ -4346,7 +4362,7 @@ def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -
     (rank 1 +39,2xx B)."""
     z = ec.zero
     return (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype == "bf16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype)
+            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32")
 
 
 def zero12_offload_microstep_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int) -> bool:
@@ -4416,13 +4432,17 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
     # largest slice in it, l.1326, is live there)
     cpos: list[int] = []
     span: list = []
+    # zero12_offload_compact with a communication_data_type unlike the model's: allreduce_bucket returns the cast
+    # (l.2393), so the flush's flat copy (copies[j] less the cast of its E_j elements) is freed before
+    # _add_to_grad_partition_buffer casts a slice to fp32 (l.1326; no copy there when the cast is already fp32)
+    cast = zero12_comm_cast_bytes(ec)
     for j, (ks, trig) in enumerate(flushes):
         u = (hooked[trig] * D) if trig is not None else 0
         xj = xl[j] if clones else 0
         s0, s1 = ks.start, ks.stop
         mom.append((s0, s0, copies[j] + u + xj))          # the flush, before its copy loop
         cpos.append(s1)
-        span.append((s0, s1))
+        span.append((s0, s1, copies[j] - (csum[s1] - csum[s0]) * cast if cast else 0))
         if s1 > s0:                                        # the hooks of its bucket's gradients (before it)
             mom.append((s0, s0, max(seen[s0:s1]) * D))
             cpos.append(s0)
@@ -4430,6 +4450,9 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
         mom.append((s1, s0, u + xj))                      # after it: its buffers made, the flat copy freed
         cpos.append(s1)
         span.append(None)
+    # bytes per element of _add_to_grad_partition_buffer's fp32 cast of a reduced slice (l.1326): none when the
+    # communication_data_type is fp32 (allreduce_bucket returned an fp32 tensor, ``source.to(fp32)`` is itself)
+    S4 = 0 if ec.comm_dtype == "fp32" else 4
     xs = [m[0] for m in mom]
     ys = [m[1] for m in mom]
     Rs = [m[2] for m in mom]
@@ -4461,11 +4484,11 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
                     return gruns.before(runs, x, gclone) if gclone is not None else 0
             if compact and G == 1:
                 yield _compact_microstep_value(lay, r, a, b, T, mom, cpos, span, pre, suf,
-                                               lambda x, keep=keep: keep(x) * D)
+                                               lambda x, keep=keep: keep(x) * D, S4)
                 continue
             if compact:
                 yield _compact_groups_microstep_value(layouts, order, gruns, runs, r, a, b, mom, cpos, span, pre, suf,
-                                                      lambda x, keep=keep: keep(x) * D, T)
+                                                      lambda x, keep=keep: keep(x) * D, T, S4)
                 continue
             i1 = bisect.bisect_right(xs, a)  # moments 0..i1-1: nothing made or kept yet
             acc_best = comb_best = pre[i1 - 1] if i1 else 0
@@ -4495,14 +4518,19 @@ def zero12_offload_microstep_terms(ec: EffectiveConfig, inv: Inventory, layouts:
 
 
 def _compact_microstep_value(lay: Zero12Layout, r: int, a: int, b: int, T: int, mom: list, cpos: list, span: list,
-                             pre: list, suf: list, keep) -> tuple[int, int]:
+                             pre: list, suf: list, keep, S4: int = 4) -> tuple[int, int]:
     """(a_r, 0) of :func:`zero12_offload_microstep_terms` under :func:`zero12_offload_compact` for rank r of one
     param group, whose tensors are hook positions [a, b): each moment's bytes R + the clones kept (keep, x D) + the
     compact partition P x 4 once the flush holding the rank's first slice has run (cpos) + at a flush the fp32 cast of
-    the rank's largest slice in it (``stage_1_and_2.py`` _add_to_grad_partition_buffer l.1326, s x 4); no host buffer
+    the rank's largest slice in it (``stage_1_and_2.py`` _add_to_grad_partition_buffer l.1326, s x S4); no host buffer
     (copy_grads_in_partition l.2145-2161 returns before the boundary). Moments before the rank's range hold none of
     these (the prefix maximum), those after it all the clones and the partition (the suffix maximum). ``keep``:
-    bytes of the clones kept before a hook position."""
+    bytes of the clones kept before a hook position. ``S4``: 4, or 0 with fp32 communication (the reduced slice is
+    fp32 already, l.1326 copies nothing). With a ``communication_data_type`` unlike the model's the flush's flat copy
+    (span[i][2] bytes) is freed when allreduce_bucket returns its cast (l.2391-2393), before the slices are cast: the
+    flush holds R, then R - flat + s x S4, so the larger of the two (engine, TINY W 2 GA 2, bf16 with fp16
+    communication: rank 1's l2.weight flush 718,030 B, the flat copy 46,354 B freed beside the 84,544 B slice cast;
+    with fp32 communication rank 1 was 84,512 B over with the cast counted)."""
     P4 = lay.P * 4 if b > a else 0
     n_m = len(mom)
     best = 0
@@ -4523,7 +4551,7 @@ def _compact_microstep_value(lay: Zero12Layout, r: int, a: int, b: int, T: int, 
             for k in range(max(sp[0], a), min(sp[1], b)):
                 m = T - 1 - k  # hook order is the reverse of model order
                 s_best = max(s_best, min(A[m] + Nn[m], hi_r) - max(A[m], lo_r))
-            v += s_best * 4
+            v += max(0, s_best * S4 - sp[2])
         best = max(best, v)
         i += 1
     if i < n_m:
@@ -4533,7 +4561,7 @@ def _compact_microstep_value(lay: Zero12Layout, r: int, a: int, b: int, T: int, 
 
 def _compact_groups_microstep_value(layouts: list[Zero12Layout], order: "_FlushOrder", gruns: "_GroupRuns",
                                     runs: list, r: int, a: int, b: int, mom: list, cpos: list, span: list, pre: list,
-                                    suf: list, keep, T: int) -> tuple[int, int]:
+                                    suf: list, keep, T: int, S4: int = 4) -> tuple[int, int]:
     """:func:`_compact_microstep_value` with several param groups: (a_r, 0), bytes, for rank r whose tensors of group
     g are the hook positions of ``runs`` (:meth:`_GroupRuns.runs`; [a, b) from the first to the last). Each group has
     its own compact fp32 buffer P_g x 4 (``stage_1_and_2.py`` _get_compact_grad_partition_buffer(group_idx)
@@ -4542,7 +4570,8 @@ def _compact_groups_microstep_value(layouts: list[Zero12Layout], order: "_FlushO
     buffers of the groups whose first hook position the moment has passed (cpos) + at a flush the fp32 cast of the
     rank's largest slice in it (_add_to_grad_partition_buffer l.1326, s x 4; the slice of tensor k within its own
     group's partition r x P_g .. (r + 1) x P_g). Moments before a hold none of these (the prefix maximum), those
-    from b on every buffer and clone (the suffix maximum). O(moments in [a, b) x (groups + bucket tensors))."""
+    from b on every buffer and clone (the suffix maximum); ``S4`` and the flat copy freed before the slice casts
+    (span[i][2]) as there. O(moments in [a, b) x (groups + bucket tensors))."""
     bufs = [(gruns.pos[g][x0], layouts[g].P * 4) for g, x0, _ in runs]
     allb = sum(p4 for _, p4 in bufs)
     grp = order.groups
@@ -4565,7 +4594,7 @@ def _compact_groups_microstep_value(layouts: list[Zero12Layout], order: "_FlushO
         v = R + keep(y) + sum(p4 for f, p4 in bufs if cpos[i] > f)
         sp = span[i]
         if sp is not None and b > a:
-            v += max((slice_of(k) for k in range(max(sp[0], a), min(sp[1], b))), default=0) * 4
+            v += max(0, max((slice_of(k) for k in range(max(sp[0], a), min(sp[1], b))), default=0) * S4 - sp[2])
         best = max(best, v)
         i += 1
     if i < n_m:
@@ -4650,10 +4679,13 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str, noncontig: boo
     +63-66% coarse, now every phase within 0.01% (the proxy scalars aside); with fp32 communication too (TINY at
     50,000, at 10,000 with real Linears, TINY_FROZEN_GROUPS with overlap_comm: within 0.01%; at 50,000 micro-step 1's
     flush holds the flat copy or the buffer, not both, allreduce_bucket returning the cast, l.2391-2393). CPU offload
-    is not modelled in this regime (:func:`zero12_transients_unmodeled`). With ``contiguous_gradients`` on and a
-    ``communication_data_type`` neither the model's nor fp32 (fp16 on a bf16 model, not measured) the slice casts are
-    counted beside their run's flat copy too, which allreduce_bucket has freed by then (l.2393): an overestimate of at
-    most that copy."""
+    has its own terms (:func:`zero12_offload_compact`). With ``contiguous_gradients`` on and a
+    ``communication_data_type`` neither the model's nor fp32 (fp16 on a bf16 model: a cast of the same bytes,
+    :func:`zero12_comm_cast_bytes`) a flush holds its flat copy and cast through the all-reduce, then the cast and the
+    slice's fp32 copy (l.1326), the flat copy freed (l.2391-2393). Engine probe (TINY at reduce_bucket_size 10,000,
+    real Linears, W 2, GA 2, 2026-12-06, 2 runs): rank 0 backward +38,560 B (8.7%) with the cast compared by bytes
+    (l1.weight's fp16 cast missing), rank 1 46,318 B over with the flat copy beside the slice cast; now every phase
+    within 0.37% (the forward's proxy scalars), as the same model without fp32 accumulation (+7,260 B, 2.0%, before)."""
     z = ec.zero
     if not (z.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32"):
@@ -4678,7 +4710,9 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     contiguous_gradients_effective``), which know gradients in the model dtype only: with a ``grad_accum_dtype``
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
     says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` (ZeRO-1) or :func:`zero12_offload_compact` (ZeRO-2) models
-    it (bf16, ``overlap_comm`` on or off, any param groups: the cells below now within 0.16%, the two-group ones 0.4%). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    it (fp32 accumulation on a bf16 or fp16 model, ``overlap_comm`` on or off, any param groups, at ZeRO-2 any
+    ``communication_data_type``: the cells below now within 0.16%, the two-group ones 0.4%), leaving only a 16-bit
+    ``grad_accum_dtype`` unlike the model's under offload. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4692,7 +4726,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled here (only bf16 is, any param groups; ZeRO-2 with communication_data_type bf16), so the "
+                "modelled here (only grad_accum_dtype fp32 on a bf16 or fp16 model is), so the "
                 "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
                 "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
@@ -4911,6 +4945,16 @@ class _RankRanges:
         return list(zip(self.ra[lo:hi], self.rb[lo:hi]))
 
 
+def zero12_comm_cast_bytes(ec: EffectiveConfig, src: str | None = None) -> int:
+    """Bytes per element of allreduce_bucket's cast of a flat bucket in dtype ``src`` (the model dtype by default) to
+    ``communication_data_type``: C = its bytes where the two dtypes differ, else 0 (``stage_1_and_2.py`` l.2376-2377,
+    ``if communication_data_type != tensor.dtype: tensor_to_allreduce = tensor.to(communication_data_type)``). By
+    dtype, not by size: fp16 communication on a bf16 model is a copy of the same bytes. Engine (TINY W 2, ZeRO-2 bf16,
+    grad_accum_dtype fp32, CPU optimizer offload, communication_data_type fp16, GA 2, 2026-12-06): backward:1 rank 0
+    +38,556 B under the ledger, l1.weight's fp16 cast (19,264 x 2 = 38,528 B, l.2377) missing while it compared bytes."""
+    return DTYPE_BYTES[ec.comm_dtype] if ec.comm_dtype != (src or ec.model_dtype) else 0
+
+
 def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
     """The ZeRO-1/2 reduce's bucket flushes, replayed in DeepSpeed's order, as
     :func:`zero12_backward_transients` describes them: (D, RBS, stage, order, sizes, hooked, T, csum,
@@ -4924,7 +4968,7 @@ def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero
     Kept once per (layouts, tensor list, W, RBS, stage, D, C), compared by identity: a plan asks for it
     from its transients, its offload flush and its offload norm terms."""
     key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), _zero12_replay_stage(ec), DTYPE_BYTES[ec.model_dtype],
-           DTYPE_BYTES[ec.comm_dtype])
+           zero12_comm_cast_bytes(ec))
     memo = layouts[0]._memo if layouts else {}
     got = memo.get(key)
     if (got is not None and got[1] is inv and len(got[0]) == len(layouts)
@@ -5080,8 +5124,7 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
     # ``tensor.to(communication_data_type)``), both live through the all-reduce; a run of one slice is cast
     # from its view. Engine (TINY, W 2, bf16 with fp32 communication, one flush): the flat copy 86,418 B
     # (l.2367) beside its fp32 cast 172,836 B (l.2377) at backward's peak
-    C = DTYPE_BYTES[ec.comm_dtype]
-    cast = C if C != D else 0
+    cast = zero12_comm_cast_bytes(ec)
 
     def run_bytes(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
@@ -5509,9 +5552,9 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
         if len(layouts) > 1:
             return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
-                                                     C=DTYPE_BYTES[ec.comm_dtype])
+                                                     C=zero12_comm_cast_bytes(ec))
         return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
-                                          C=DTYPE_BYTES[ec.comm_dtype])
+                                          C=zero12_comm_cast_bytes(ec))
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
 
 
@@ -5591,11 +5634,12 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
     GA 2 and W 4 at GA 1, one run each, 2026-12-06): every phase of every rank within 0.01%, the forward's proxy
     scalars aside. O(tensors + flushes log flushes + U log U) for U slice updates (<= 3 per tensor, and per
     extra-large gradient <= 3 per run of :func:`_xl_runs`, its whole runs between the ends as one)."""
-    # communication_data_type bytes C (0: the model's): allreduce_bucket casts each run to it (l.2376-2377), so a run
+    # communication_data_type bytes C (0: the model's dtype, zero12_comm_cast_bytes: bf16 to fp16 is a cast too):
+    # allreduce_bucket casts each run to it (l.2376-2377), so a run
     # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
     # slice reaches _add_to_grad_partition_buffer in C: ``source.to(fp32)`` copies it (n x 4) unless C is fp32 (l.1326)
-    cast = C if C and C != D else 0
-    S4 = 0 if C == 4 and cast else 4
+    cast = C
+    S4 = 0 if C == 4 else 4
 
     def run(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
@@ -5662,8 +5706,9 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
             o = owners(a0, n0)
             for ra, rb, elems, cnt, sizes_of in _xl_runs(o, P, rbs):
                 cp = run(cnt, elems)
+                fl = cp - elems * cast if cast else 0  # freed before the slice casts (allreduce_bucket l.2391-2393)
                 for x0, x1, n in sizes_of:
-                    ups.append((x0, x1, base + cp + n * S4 + (K(at_rank(x0), j) if x1 == x0 + 1 else 0)))
+                    ups.append((x0, x1, base + cp + max(0, n * S4 - fl) + (K(at_rank(x0), j) if x1 == x0 + 1 else 0)))
             continue
         sl = [x for k in ks for x in owners(order.starts[k], order.numels[k])]
         # every slice in one rank's partition, several: merged into one (a view) on the other ranks, flattened there
@@ -5671,8 +5716,13 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
         own = (sum(order.numels[k] for k in ks) * D
                if (copies[j] == sum(order.numels[k] for k in ks) * cast and len(sl) > 1
                    and all(x[:2] == sl[0][:2] for x in sl)) else 0)
+        # with a cast (a communication_data_type unlike the model's) allreduce_bucket returns it and the flat copy is
+        # freed (l.2391-2393) before _add_to_grad_partition_buffer's ``source.to(fp32)`` (l.1326): the flush holds
+        # the larger of its all-reduce moment and the slice cast's, not both. Engine (TINY W 2, RBS 10,000, bf16 with
+        # fp16 communication, 2026-12-06): rank 1 46,318 B over with the flat copy of l2.weight counted beside it
+        fl = own + copies[j] - sum(order.numels[k] for k in ks) * cast if cast else 0
         for a, b, n in sl:
-            ups.append((a, b, A[j] + own + n * S4 + (K(at_rank(a), j) if b == a + 1 else 0)))
+            ups.append((a, b, A[j] + own + max(0, n * S4 - fl) + (K(at_rank(a), j) if b == a + 1 else 0)))
     at_slice = Runs.from_updates(W, ups, -1, "max")
 
     H = [max(hooked[ks.start:ks.stop], default=0) for ks, _ in flushes]  # the largest hook of each bucket
@@ -5765,11 +5815,12 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
     first step -0.22%, the one step instant for both groups).
     Evaluated rank by rank at the points where a slice starts or ends (every rank when W <= tensors):
     O(points x (tensors + flushes))."""
-    # communication_data_type bytes C (0: the model's): allreduce_bucket casts each run to it (l.2376-2377), so a run
+    # communication_data_type bytes C (0: the model's dtype, zero12_comm_cast_bytes: bf16 to fp16 is a cast too):
+    # allreduce_bucket casts each run to it (l.2376-2377), so a run
     # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
     # slice reaches _add_to_grad_partition_buffer in C: ``source.to(fp32)`` copies it (n x 4) unless C is fp32 (l.1326)
-    cast = C if C and C != D else 0
-    S4 = 0 if C == 4 and cast else 4
+    cast = C
+    S4 = 0 if C == 4 else 4
 
     def run(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
@@ -5799,13 +5850,15 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
             for _, _, elems, cnt, sizes_of in _xl_runs(owners(g, order.starts[ks.start], order.numels[ks.start]),
                                                        Ps[g], rbs):
                 cp = run(cnt, elems)
-                ent.extend((x0, x1, j, g, base + cp + n * S4) for x0, x1, n in sizes_of)
+                fl = cp - elems * cast if cast else 0  # freed before the slice casts, as in _zero12_compact_transients
+                ent.extend((x0, x1, j, g, base + cp + max(0, n * S4 - fl)) for x0, x1, n in sizes_of)
             continue
         sl = [(gi(k), a, b, n) for k in ks for a, b, n in owners(gi(k), order.starts[k], order.numels[k])]
         own = (sum(order.numels[k] for k in ks) * D
                if (copies[j] == sum(order.numels[k] for k in ks) * cast and len(sl) > 1
                    and all(x[1:3] == sl[0][1:3] for x in sl)) else 0)
-        ent.extend((a, b, j, g, A[j] + own + n * S4) for g, a, b, n in sl)
+        fl = own + copies[j] - sum(order.numels[k] for k in ks) * cast if cast else 0
+        ent.extend((a, b, j, g, A[j] + own + max(0, n * S4 - fl)) for g, a, b, n in sl)
     ent.sort()
     xlb = [order.numels[flushes[j][0].start] * D if xl[j] else 0 for j in range(F)]
     H = [max(hooked[ks.start:ks.stop], default=0) * D for ks, _ in flushes]  # the largest hook of each bucket
@@ -6168,9 +6221,8 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
     # a communication_data_type of C bytes unlike the model's: allreduce_bucket casts the flat bucket (a view for one
     # gradient) to it (l.2376-2377) and returns the cast, so the reduced slices reach _add_to_grad_partition_buffer in
     # C: ``source.to(fp32)`` copies them (n x 4, l.1326) unless C is fp32
-    C = DTYPE_BYTES[ec.comm_dtype]
-    cb = C if C != D else 0
-    S4 = 0 if (cb and C == 4) else 4
+    cb = zero12_comm_cast_bytes(ec)
+    S4 = 0 if ec.comm_dtype == "fp32" else 4
     copy = [bucket[j] * D if len(ks) > 1 else 0 for j, (ks, _) in enumerate(flushes)]
     # every slice: (first rank, end rank, flush, group, slice elements, tensor elements)
     ent: list[tuple[int, int, int, int, int, int]] = []

@@ -5,9 +5,9 @@ transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucke
 (``runtime/zero/stage_1_and_2.py`` allreduce_bucket l.2367), its cast to ``communication_data_type``
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
 (l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are ZeRO-1/2 under CPU optimizer
-offload with ``data_types.grad_accum_dtype`` unlike the model's dtype on an fp16 model (or ZeRO-2 with another
-``communication_data_type``; bf16 is modelled with any number of param groups), and, without offload, the combinations
-``zero12_transients_modeled`` does not cover. There the accelerator peak estimate prints (and every
+offload with a 16-bit ``data_types.grad_accum_dtype`` unlike the model's dtype (fp32 accumulation on a bf16 or fp16
+model is modelled, any param groups, at ZeRO-2 any ``communication_data_type``), and, without offload, the
+combinations ``zero12_transients_modeled`` does not cover (e.g. ZeRO-1 on an fp16 model with fp32 accumulation). There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-66% on the affected phases of its small model
 before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
 ``assumptions.peak_lower_bound``; ``check`` never says GO for such a plan (its accelerator verdict is
@@ -15,10 +15,11 @@ TIGHT, exit 4, or NO-GO).
 
 Anti-pattern: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu, a model whose
 norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04 GiB of headroom (that regime
-is modelled since; the same plan at ZeRO-2 with ``communication_data_type`` fp32 is still a floor).
+is modelled since, and so are its fp16 and ZeRO-2 fp32-communication twins; the same plan on an fp16 model
+without optimizer offload is still a floor).
 
-Fix: a setting under which the transients are modelled: a bf16 model (ZeRO-1/2 under offload with
-fp32 accumulation), ``data_types.grad_accum_dtype`` equal to the model dtype, ``contiguous_gradients``
+Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` fp32 under
+CPU optimizer offload, ``data_types.grad_accum_dtype`` equal to the model dtype, ``contiguous_gradients``
 true with ``communication_data_type`` the model dtype; or measure the real peak on one accelerator
 (``ds-advisor measure``) before relying on the fit.
 """
@@ -50,10 +51,8 @@ def lower_bound_fix(ec, groups: int) -> str:
     if ec.grad_dtype != ec.model_dtype:
         ways.append(f"data_types.grad_accum_dtype {ec.model_dtype} (the model dtype)")
     if ec.offload_optimizer_effective != "none":
-        if ec.grad_dtype != ec.model_dtype and ec.model_dtype != "bf16":
-            ways.append("a bf16 model (bf16 with grad_accum_dtype fp32 is modelled, any param groups)")
-        if ec.zero.stage == 2 and ec.comm_dtype != ec.model_dtype:
-            ways.append(f"communication_data_type {ec.model_dtype}")
+        if ec.grad_dtype not in (ec.model_dtype, "fp32") and ec.model_dtype in ("bf16", "fp16"):
+            ways.append("data_types.grad_accum_dtype fp32 (modelled under offload, any param groups)")
     elif ec.comm_dtype != ec.model_dtype:
         ways.append(f"contiguous_gradients true or communication_data_type {ec.model_dtype}")
     head = ("for a modelled peak set " + " or ".join(ways) + "; otherwise ") if ways else ""

@@ -581,6 +581,30 @@ CELLS = [
                                                             "train_batch_size": 4,
                                                             "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, parity.TINY_FROZEN_GROUPS, {"linear": True, "steps": 4}),
+    # issue 15's last two lower-bound regimes (M104). An fp16 model in the same regime (state.zero12_offload_fp32_accum /
+    # zero12_offload_compact take fp16: use_grad_accum_attribute l.397-404 and _use_compact_grad_partition_buffer
+    # l.1259-1266 ask only for an accumulation dtype unlike the model's; the loss scaler and the offload overflow check,
+    # runtime/utils.py has_inf_or_nan l.228, hold scalars). Before (2026-12-06, 2 runs, the same bytes; a lower bound)
+    # the bf16 cell's coarse residuals to the byte: rank 0 (rank 1) backward:1 +124,978 (+124,978), forward:2 +87,050,
+    # backward:2 +172,878 (+172,276), step:2 +126,476 (+203,540) 35.8%; now every phase within 0.16% on both ranks (2
+    # probe runs and this cell), as its ZeRO-2 twin and the GA-1 twins of both (probes)
+    ("z1_fp16_noncontig_oo_cpu_gaccfp32_tbsga2_w2", {**_cfg(1, "fp16", contiguous_gradients=False,
+                                                            reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+                                                     "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # ZeRO-2 with a communication_data_type unlike the model's: allreduce_bucket casts each run to it (l.2376-2377;
+    # fp16 on bf16 too, a copy of the same bytes: state.zero12_comm_cast_bytes compares dtypes) and returns the cast,
+    # so the flat copy is freed (l.2391-2393) before the slice's fp32 cast (l.1326; none with fp32 communication).
+    # Before (2026-12-06, 2 runs, the same bytes; a lower bound) rank 0 / 1 backward:1 +116,552 / +132,140 B (22.6%),
+    # later phases rank 1 +39,2xx B; with the bf16 terms rank 0 +38,556 B (l1.weight's fp16 cast, 19,264 x 2 B, compared
+    # by bytes). Now every phase within 0.16% on both ranks; fp32 communication (coarse +86,456 / +85,522 B, then
+    # -14,416 / -84,512 B with the slice cast counted) and the GA-1 twins in probes (2 runs) too
+    ("z2_bf16_noncontig_oo_cpu_gaccfp32_commfp16_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False,
+                                                                     reduce_bucket_size=10000,
+                                                                     offload_optimizer={"device": "cpu"}),
+                                                              "train_batch_size": 4, "communication_data_type": "fp16",
+                                                              "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
