@@ -1,0 +1,131 @@
+"""O010 super-offload-with-nvme: SuperOffload with an NVMe offload stops at the first step.
+
+What DeepSpeed does: ``offload_optimizer.super_offload`` at ZeRO-3 makes ``engine.py`` (l.2748-2750)
+build ``SuperOffloadOptimizer_Stage3`` whatever ``offload_optimizer.device`` / ``offload_param.device``
+say, and nothing in the config refuses NVMe beside it (``offload_config.py`` l.102: a plain bool). But
+its overrides assume every sub-group is held in host memory:
+
+* ``offload_optimizer: nvme``: a swappable sub-group (S x 4 >= max(1 MiB, ``aio.block_size``),
+  ``stage3.py`` ``_swappable_optimizer_subgroup`` l.1264-1269) has an empty fp32 partition
+  (l.1117-1118) whose ``.grad`` is None between steps (``_optimizer_states_and_gradient_swap_out``
+  l.2781). SuperOffload's ``partition_grads`` replaces stage3's (which swaps the boundary's fp32
+  gradients out, ``_offload_grad_partition_at_boundary``) and writes every gradient into
+  ``fp32_partitioned_groups_flat[i].grad.narrow(...)`` (``superoffload_stage3.py`` l.158-160) at the
+  accumulation boundary, with or without clipping: ``AttributeError: 'NoneType' object has no attribute
+  'narrow'`` in the first boundary's backward.
+* ``offload_param: nvme`` (the optimizer on the CPU): a sub-group past the ``max_in_cpu`` flat buffer
+  has no 16-bit flat partition (``stage3.py`` l.984-998: ``fp16_partitioned_group_flat = None``).
+  stage3's ``_reassign_or_swap_out_partitioned_parameters`` swaps such a sub-group out (l.2854-2864);
+  SuperOffload's override copies into it for every host sub-group without that check
+  (``superoffload_stage3.py`` l.116-121): ``AttributeError: 'NoneType' object has no attribute 'data'``
+  in the first step.
+
+Measured on DeepSpeed 0.19.8's CPU engine with SuperOffload's CUDA assert (l.20-24) and the CPU
+accelerator's missing stream patched out (``tests/engine/test_superoffload_nvme_engine.py``): the two
+crashes at those lines, and the same model trains with both offloads on the CPU. With the model and
+the world size the rule checks the sub-groups (:func:`advisor.ledger.state.zero3_sub_groups`, the
+ledger's swap size and ``max_in_cpu`` placement) and is silent where none is swapped / all fit the
+buffer; without them it flags an NVMe optimizer (any sub-group of 262,144 fp32 elements is swapped) and
+``max_in_cpu`` 0, and is silent on other ``offload_param`` NVMe configs. estimate, check and generate
+give no estimate for a config it flags (``refuses``). A sub-group on the accelerator under
+``offload_optimizer.ratio`` < 1 takes stage3's paths and is not counted.
+
+Anti-pattern::
+
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme",
+                                                            "super_offload": true}}
+
+Fix: SuperOffload keeps the optimizer in host memory: ``offload_optimizer.device: cpu`` (and, with
+``offload_param: nvme``, a ``max_in_cpu`` that holds every sub-group, or ``offload_param.device: cpu``);
+or drop ``super_offload`` to swap to NVMe::
+
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true}}
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+from advisor.rules._util import zptr
+
+SOURCE_OPT = ("superoffload_stage3.py l.158-160 partition_grads writes fp32_partitioned_groups_flat[i].grad, None for a "
+              "swapped sub-group (stage3.py l.1117-1118, l.2781)")
+SOURCE_PARAM = ("superoffload_stage3.py l.116-121 copies into fp16_partitioned_groups_flat[i], None past max_in_cpu "
+                "(stage3.py l.984-998), where stage3.py l.2854-2864 swaps it out instead")
+
+
+@register
+class SuperOffloadWithNvme(Rule):
+    code = "O010"
+    reads_stage = True
+    name = "super-offload-with-nvme"
+    severity = "error"
+    refuses = True
+
+    def check(self, ctx: LintContext):
+        ec = ctx.effective
+        z = ec.zero
+        if z.stage != 3 or not z.offload_optimizer.super_offload:
+            return
+        oo, op = ec.offload_optimizer_effective, ec.offload_param_effective
+        if oo not in ("cpu", "nvme"):
+            return
+        if oo == "nvme":
+            yield from self._optimizer(ctx)
+        elif op == "nvme":
+            yield from self._params(ctx)
+
+    def _sub_groups(self, ctx: LintContext):
+        """(sub-groups, per sub-group on the host under a ratio) with the model and W, else None."""
+        if ctx.inventory is None or not ctx.dp_world_size:
+            return None
+        from advisor.ledger.state import twin_flow_on_accelerator, zero3_sub_groups
+        ec = ctx.effective
+        sgs = zero3_sub_groups(ctx.inventory, ctx.dp_world_size, ec.zero.sub_group_size)
+        return sgs, [not a for a in twin_flow_on_accelerator(ec, len(sgs))]
+
+    def _optimizer(self, ctx: LintContext):
+        from advisor.ledger.state import swap_threshold_bytes
+        smin = swap_threshold_bytes(ctx.effective)
+        got = self._sub_groups(ctx)
+        if got is not None:
+            sgs, _ = got
+            k = sum(1 for sg in sgs if sg.numel * 4 >= smin)  # swappable whatever the ratio maps (l.1117)
+            if not k:
+                return
+            which = f"{k} of each rank's {len(sgs)} sub-group(s) {'is' if k == 1 else 'are'} swapped to NVMe"
+        else:
+            which = f"every sub-group of S x 4 >= {smin:,} B is swapped to NVMe"
+        yield self.finding(
+            zptr("offload_optimizer", "super_offload"),
+            f"SuperOffload with offload_optimizer device nvme stops in the first accumulation boundary's backward: "
+            f"{which}, its fp32 partition empty and its .grad None, and SuperOffload's partition_grads writes the "
+            f"gradients into that .grad ({SOURCE_OPT}): AttributeError: 'NoneType' object has no attribute 'narrow'",
+            "set zero_optimization.offload_optimizer.device to cpu (SuperOffload steps host-resident sub-groups), or "
+            "drop offload_optimizer.super_offload to swap the optimizer to NVMe",
+            set=["zero_optimization.offload_optimizer.device=cpu"])
+
+    def _params(self, ctx: LintContext):
+        ec = ctx.effective
+        cap = ec.zero.offload_param.max_in_cpu
+        got = self._sub_groups(ctx)
+        if got is not None:
+            from advisor.ledger.state import _zero3_in_flat
+            sgs, host = got
+            out = [not f and h and sg.numel > 0 for sg, f, h in zip(sgs, _zero3_in_flat(ec, sgs), host)]
+            k = sum(out)
+            if not k:
+                return
+            which = (f"{k} of each rank's {len(sgs)} sub-group(s) {'lies' if k == 1 else 'lie'} past the max_in_cpu "
+                     f"buffer ({cap:,} elements)")
+        elif cap <= 0:
+            which = "max_in_cpu 0 leaves every sub-group without a host flat buffer"
+        else:
+            return  # which sub-groups fit max_in_cpu is unknown without the model and the world size
+        yield self.finding(
+            zptr("offload_optimizer", "super_offload"),
+            f"SuperOffload with offload_param device nvme stops in the first step: {which}, its 16-bit flat partition "
+            f"None, and SuperOffload copies the updated parameters into it ({SOURCE_PARAM}): AttributeError: "
+            "'NoneType' object has no attribute 'data'",
+            "set zero_optimization.offload_param.max_in_cpu to at least the rank's parameter partitions (every "
+            "sub-group in the host buffer), or offload_param.device to cpu, or drop offload_optimizer.super_offload",
+            set=["zero_optimization.offload_param.device=cpu"])
