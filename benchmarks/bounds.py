@@ -16,7 +16,10 @@ mean something on a loaded machine too:
   (~53k change ranks) and 8,000 tensors of distinct sizes at 8,192 ranks (~8k rank roles, near
   MAX_RANK_ROLES), with 65,536 of them at 65,536 ranks refused;
 * generate of the 1e5-layer model on 8 GPUs vs 32 layers, at global batch 8 / sequence 128 and at
-  global batch 64 / sequence 512 (~4,400 plans);
+  global batch 64 / sequence 512: refused since genlim21 (exit 2, over generate's own limit of
+  MAX_GENERATE_TENSORS = 100,000 tensors), as is generate of the 2M-tensor inventory; generate at its
+  limit, both kinds (11,110 llama layers = 99,993 tensors; 100,000 nameless tensors, no layer repeat),
+  and a real model's shape at its most tensors (Kimi-K2, one module per expert: 69,975) vs the fused preset;
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * issue 21, round 2: an accelerate YAML with 2^20 ranks on one node (refused: over 1,024 per
@@ -54,6 +57,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tree measured: its limits and presets build the inputs
 
 
 #: The child reports its own peak RSS (KiB on Linux) on stderr at exit: its address space's VmHWM
@@ -198,6 +202,21 @@ def main() -> None:
             for _ in range((n - 1) // 100_000):
                 out.write(("," + entry) * 100_000)
             out.write(("," + entry) * ((n - 1) % 100_000) + "]}")
+    # genlim21: generate at its own limit (MAX_GENERATE_TENSORS = 100,000 tensors), both kinds: the deep llama
+    # layers (9 L + 3 tensors: 11,110 layers = 99,993 tensors) and nameless tensors without a layer repeat
+    # (exactly 100,000); and a real model's shape: Kimi-K2 with one module per expert (69,975 tensors)
+    from advisor.config import validation
+    # a tree from before genlim21 (a BEFORE run) has no such limit: the same inputs, at the value it got
+    lim = getattr(validation, "MAX_GENERATE_TENSORS", 100_000)
+    deep_lim, inv_lim = tmp / "deep_lim.json", tmp / "inv_lim.json"
+    deep_lim.write_text(json.dumps({**hf, "num_hidden_layers": (lim - 3) // 9}))
+    with inv_lim.open("w") as out:
+        out.write('{"meta": ' + json.dumps(arch) + ', "tensors": [' + ",".join(['{"shape": [64, 64]}'] * lim)
+                  + "]}")
+    from advisor.model.specs import get_preset
+    kimi = tmp / "kimi_k2_per_expert.json"
+    kimi.write_text(json.dumps({**get_preset("deepseek-v3").to_dict(), "name": "kimi-k2-per-expert",
+                                "expert_layout": "per_expert", "num_experts": 384, "first_dense_layers": 1}))
     inv10_meta = tmp / "inv10_meta.json"
     inv10_meta.write_text(json.dumps({"meta": arch, "tensors": [{"shape": [64, 64]}] * 10}))
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
@@ -233,6 +252,21 @@ def main() -> None:
          ["estimate", str(z2), "--model", str(distinct8k), "--world-size", "8"]),
         ("refuse ZeRO-2, 64k sizes, 65536", ["estimate", str(z2), "--model", str(distinct64k), "--world-size", "65536"],
          ["estimate", str(z2), "--model", str(distinct8k), "--world-size", "8"]),
+        ("generate at its limit, 99,993 deep", ["generate", "--model", str(deep_lim), "--hardware", "dgx-h100",
+                                                "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8",
+                                                "--seq-len", "128"],
+         ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "8", "--seq-len", "128"]),
+        ("generate at its limit, 1e5 no-rep", ["generate", "--model", str(inv_lim), "--hardware", "dgx-h100",
+                                               "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8",
+                                               "--seq-len", "128"],
+         ["generate", "--model", str(inv10_meta), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "8", "--seq-len", "128"]),
+        ("generate, Kimi-K2 per-expert 16x8", ["generate", "--model", str(kimi), "--hardware", "dgx-h100",
+                                               "--nodes", "16", "--gpus-per-node", "8", "--global-batch", "128",
+                                               "--seq-len", "4096"],
+         ["generate", "--model", "deepseek-v3", "--hardware", "dgx-h100", "--nodes", "16", "--gpus-per-node", "8",
+          "--global-batch", "128", "--seq-len", "4096"]),
         ("generate, 1e5 layers, 8 GPUs", ["generate", "--model", str(deep), "--hardware", "dgx-h100", "--nodes", "1",
                                           "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
          ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
