@@ -44,7 +44,8 @@ Terms (each a :class:`Term`: amount, rate, seconds, formula, source):
   microseconds against milliseconds.
 * **PCIe** copies and **NVMe** reads/writes: the movement ledger's bytes over the accelerator's
   host link, or the storage tier's read/write bandwidth shared by the node's ranks
-  (:func:`advisor.ledger.movement.link_bandwidth`). Read and write on one tier share the drive:
+  (:func:`advisor.ledger.movement.link_bandwidth`), NVMe plus each swapped file's aio op
+  (files x :data:`advisor.ledger.movement.AIO_PER_FILE_S`, :func:`advisor.ledger.movement.timed`). Read and write on one tier share the drive:
   they are added, not overlapped with each other. The tier's rate is limited by the config's
   ``aio`` settings (:func:`advisor.ledger.movement.aio_bandwidth`: by Little's law, the bytes
   O the node's ranks keep in flight, ranks x intra_op_parallelism x queue_depth x block_size,
@@ -151,7 +152,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from advisor.config.effective import DTYPE_BYTES, derive_batch
-from advisor.ledger.movement import NETWORK, NVME, PCIE, Movement, movement_roles, nvme_rate
+from advisor.ledger.movement import AIO_PER_FILE_S, NETWORK, NVME, PCIE, Movement, movement_roles, nvme_rate
 from advisor.model.flops import FORWARD_SHARE, attention_flops_per_token  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -924,9 +925,15 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
         if name in seen:  # one item moved in two passes (ZeRO-3's forward and backward fetches)
             name += f":{m.phase}"
         seen.add(name)
+        formula = m.formula
+        if m.link == NVME and m.files and m.seconds is not None:
+            # the seconds include each file's aio op (movement.timed), so the rate is the bytes' effective one
+            c = AIO_PER_FILE_S["write" if m.direction == "write" else "read"]
+            formula += (f"; + {m.files:,} file(s) x {c * 1e6:.0f} us each (aio per-file cost, "
+                        "movement.AIO_PER_FILE_S): the rate shown includes it")
         terms.append(Term(name, m.link, m.phase, m.bytes, "bytes",
                           (m.bytes / m.seconds) if m.seconds else None, m.seconds, overlapped=m.overlap,
-                          formula=m.formula, source=m.source))
+                          formula=formula, source=m.source))
 
     _first_fetch_exposed(plan, terms)
     nvme_aio = nvme_aio_notes(plan, hardware, movements)
