@@ -124,3 +124,18 @@ def test_immediate_grad_update_adds_in_the_hook_and_frees_param_grad():
     # (301 + 19264) x 2 + 301 x 4 = 40,334 B is under l1.weight's own, 19264 x 6
     ec2 = effective_config(_cfg(bf16={"enabled": True, "immediate_grad_update": True}))
     assert bf16_optimizer_epilogue_terms(ec2, zero12_layouts(ec2, GROUPS, 2), GROUPS)[0] == 19264 * 6
+
+
+def test_casts_are_decided_by_dtype_not_by_size():
+    # allreduce_bucket casts when ``self.communication_data_type != tensor.dtype`` (engine.py l.3800-3801), a dtype
+    # test: a bf16 flat buffer sent in fp16 is a copy of the same 2 B per element. BF16_Optimizer with a bf16 buffer
+    # (grad_acc_dtype bf16, bf16_optimizer.py l.71-73, l.191) is DeepSpeed's pipeline-parallel bf16 path (engine.py
+    # l.2315-2320; select_optimizer builds the ledger's BF16_Optimizer with fp32 accumulation only), so the function
+    # is called directly: one group's buffer (43,212 elements at W 2) is a view, its fp16 cast 43,212 x 2 B; no hp
+    # copy (l.523: ``.to(bf16)`` of a bf16 gradient is itself). The byte comparison gave (0, 0)
+    ec = effective_config(_cfg(communication_data_type="fp16", data_types={"grad_accum_dtype": "bf16"}))
+    assert bf16_optimizer_epilogue_terms(ec, zero12_layouts(ec, TINY, 2)) == (0, 43212 * 2)
+    # and the bf16 communication of a bf16 buffer copies nothing
+    ec = effective_config(_cfg(data_types={"grad_accum_dtype": "bf16"}))
+    assert ec.comm_dtype == "bf16"
+    assert bf16_optimizer_epilogue_terms(ec, zero12_layouts(ec, TINY, 2)) == (0, 0)

@@ -3243,17 +3243,22 @@ def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layou
     345,696 B + l2.weight's 46,354 + 92,708 B + 36 B of scalars; the cell z1_bf16_gaccfp32_igu_tbsga2_w2)."""
     D = DTYPE_BYTES[ec.model_dtype]
     G = DTYPE_BYTES[ec.grad_dtype]
-    C = DTYPE_BYTES[ec.comm_dtype]
+    # casts are decided by dtype, as DeepSpeed decides them (``.to`` of another dtype copies; bf16 and fp16 are both
+    # 2 B): the hp add's ``lp.grad.data.to(hp_grad.dtype)`` (l.523) and allreduce_bucket's ``if
+    # self.communication_data_type != tensor.dtype`` (``engine.py`` l.3800-3801, on the G-dtype flat buffer).
+    # select_optimizer takes this wrapper only with grad_accum_dtype fp32 (engine.py l.2305-2310), the one 4-byte
+    # dtype, so the byte comparison this replaced gave the same figures on every plan the ledger builds
+    cp = G if ec.grad_dtype != ec.model_dtype else 0
+    C = zero12_comm_cast_bytes(ec, ec.grad_dtype)
     if inv is not None and ec.bf16_immediate_grad_update:
-        cp = G if G != D else 0
         H = max((((t.numel + s) * D + t.numel * cp) for t, s in zip(inv.tensors, autograd_siblings(inv))
                  if t.trainable), default=0)
     else:
-        H = max((lay.largest for lay in layouts), default=0) * G if G != D else 0
+        H = max((lay.largest for lay in layouts), default=0) * cp
     F = cur = count = 0
 
     def flush(total: int, k: int) -> int:
-        return (total * G if k > 1 else 0) + (total * C if C != G else 0)
+        return (total * G if k > 1 else 0) + total * C
     for lay in layouts:
         cur += lay.n_pad
         count += 1
@@ -4948,7 +4953,8 @@ class _RankRanges:
 def zero12_comm_cast_bytes(ec: EffectiveConfig, src: str | None = None) -> int:
     """Bytes per element of allreduce_bucket's cast of a flat bucket in dtype ``src`` (the model dtype by default) to
     ``communication_data_type``: C = its bytes where the two dtypes differ, else 0 (``stage_1_and_2.py`` l.2376-2377,
-    ``if communication_data_type != tensor.dtype: tensor_to_allreduce = tensor.to(communication_data_type)``). By
+    ``if communication_data_type != tensor.dtype: tensor_to_allreduce = tensor.to(communication_data_type)``; the
+    engine's own allreduce_bucket, BF16_Optimizer's flush, the same test, ``engine.py`` l.3800-3801). By
     dtype, not by size: fp16 communication on a bf16 model is a copy of the same bytes. Engine (TINY W 2, ZeRO-2 bf16,
     grad_accum_dtype fp32, CPU optimizer offload, communication_data_type fp16, GA 2, 2026-12-06): backward:1 rank 0
     +38,556 B under the ledger, l1.weight's fp16 cast (19,264 x 2 = 38,528 B, l.2377) missing while it compared bytes."""
