@@ -204,9 +204,15 @@ def test_noncontig_modelled_at_zero1_and_zero2_at_any_ga_and_groups() -> None:
                                                            "overlap_comm": True,
                                                            "offload_optimizer": {"device": "cpu"}}})
     assert not state.zero12_transients_modeled(z1oc, state.select_optimizer(z1oc)[0], 2, 1)
+    # another communication_data_type: ZeRO-1's flushes hold their casts (test_zero1_noncontig_comm_cast_by_hand);
+    # ZeRO-2's (_zero12_noncontig_transients) are not modelled
     z1comm = effective_config({**base, "communication_data_type": "fp32",
                                "zero_optimization": {"stage": 1, "contiguous_gradients": False, "overlap_comm": True}})
-    assert not state.zero12_transients_modeled(z1comm, state.select_optimizer(z1comm)[0], 2, 1)
+    assert state.zero12_transients_modeled(z1comm, state.select_optimizer(z1comm)[0], 2, 1)
+    z2comm = effective_config({**base, "communication_data_type": "fp32",
+                               "zero_optimization": {"stage": 2, "contiguous_gradients": False, "overlap_comm": True}})
+    assert not state.zero12_transients_modeled(z2comm, state.select_optimizer(z2comm)[0], 2, 1)
+    assert state.zero12_transients_unmodeled(z2comm, state.select_optimizer(z2comm)[0], 2, 1)
     assert state.zero12_transients_modeled(plain, w, 1, 1)
 
 
@@ -326,3 +332,53 @@ def test_zero1_noncontig_overlap_accumulation_by_hand() -> None:
         got = {k: at[k] - at["forward:1"] for k in ("backward:1", "forward:2", "backward:2", "reduce")}
         assert got == {"backward:1": 86418, "forward:2": 86418, "backward:2": 86418 + 46508,
                        "reduce": 86418 + 38528}, (r, got)
+
+
+@pytest.mark.parametrize("comm,C", (("fp32", 4), ("fp16", 2)))
+def test_zero1_noncontig_comm_cast_by_hand(comm: str, C: int) -> None:
+    """parity.TINY at W = 2, ZeRO-1 bf16 without contiguous_gradients, reduce_bucket_size 10,000, with a
+    communication_data_type unlike the model's: the buckets of test_zero1_noncontig_transients_by_hand (l1.weight
+    19,264 alone, l1.bias 301 alone, l2.weight 23,177 alone, then 467 elements flattened, 934 B), each also cast to
+    it while the all-reduce runs (allreduce_bucket l.2376-2377: ``communication_data_type != tensor.dtype``, so
+    fp16 on bf16 too, from a view for one tensor); the largest is l2.weight's 23,177 x C (fp32 92,708 B, fp16
+    46,354 B), beside the 86,418 B of whole gradients. Engine (TINY W 2, GA 2, real Linears, 2026-12-06, probe):
+    fp32 communication backward:2 352,006 B = 172,848 persistent + 86,418 + 92,708 + 32 B of scalars."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    import parity
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "communication_data_type": comm,
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000,
+                                                 "contiguous_gradients": False}})
+    inv = from_dict(parity.TINY, "tiny")
+    layout = state.zero12_group_layout(tuple(t.numel for t in inv.tensors), 2, 2, False)
+    got = state.zero12_backward_transients(ec, inv, [layout], 2, 1).to_list()
+    R = 86418 + max(23177 * C, 934 + 467 * C)
+    assert got == [(0, R, 154112), (0, R, 169088)]
+
+
+def test_zero1_noncontig_overlap_comm_fp32_by_hand() -> None:
+    """test_zero1_noncontig_overlap_accumulation_by_hand's boundary with communication_data_type fp32: each flush
+    also holds its run's fp32 cast (allreduce_bucket l.2376-2377). At l1.bias's hook l2.weight alone is cast,
+    23,177 x 4 = 92,708 B, beside l1.weight's new 38,528 B; the other flushes are smaller (the 467-element bucket
+    934 + 1,868 B; l1.bias 1,204 B; the epilogue's l1.weight 77,056 B). So the reduce holds 86,418 + 92,708 +
+    38,528 = 217,654 B over forward:1. Engine (TINY W 2, GA 2, 2026-12-06, probe): backward:2 390,538 B = 172,848
+    persistent + 217,654 + 36 B of scalars."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    import parity
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": True},
+                           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "communication_data_type": "fp32",
+                           "zero_optimization": {"stage": 1, "reduce_bucket_size": 10000,
+                                                 "contiguous_gradients": False, "overlap_comm": True}})
+    inv = from_dict(parity.TINY, "tiny")
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2)))
+    assert not led.peak_lower_bound
+    for r in (0, 1):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
+        at = {x.key: sum(e[-1] for e in ents) for x, ents in zip(tl.instants, tl.entries)}
+        assert at["reduce"] - at["forward:1"] == 86418 + 92708 + 38528, r

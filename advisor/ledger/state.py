@@ -4701,6 +4701,22 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str, noncontig: boo
     return ec.contiguous_gradients_effective
 
 
+def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
+    """Whether a ``grad_accum_dtype`` unlike the model's changes nothing DeepSpeedZeroOptimizer holds under CPU
+    optimizer offload: ZeRO-2 with a 16-bit accumulation dtype (bf16 model with fp16, fp16 with bf16). DeepSpeed 0.19.8,
+    ``runtime/zero/stage_1_and_2.py``: the dtype is read at l.395-404, where param.grad_accum
+    (``use_grad_accum_attribute``) needs ``not self.partition_gradients`` (ZeRO-1 only); the compact partition needs
+    fp32 (_use_compact_grad_partition_buffer l.1260-1262); the ipg buffers take ``self.dtype`` without grad_accum
+    (_gradient_reduction_buffer_dtype l.1253-1254, setup_buckets l.3267 / l.3276); its other readers, l.1038-1053,
+    run only ``if self.cpu_offload is False``. So the plan runs the model-dtype offload path and the ledger's terms for
+    it apply. Engine (TINY W 2, GA 2, reduce_bucket_size 10,000, real Linears, 2026-12-06): ZeRO-2 bf16 with
+    grad_accum_dtype fp16 under CPU offload, every phase of both ranks within 0.16% with the model-dtype terms (the
+    forward's proxy scalars), as the GA-1 twin, fp32 communication and an fp16 model with bf16 accumulation (probes).
+    ZeRO-1 keeps param.grad_accum (l.1237) in that dtype: not this path (:func:`zero12_transients_unmodeled`)."""
+    return (ec.zero.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
+            and ec.grad_dtype != "fp32" and ec.model_dtype in ("bf16", "fp16"))
+
+
 def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> str:
     """Why a ZeRO-1/2 plan's backward and step-norm transients are left off the ledger (so its accelerator
     peak is a lower bound), or "" where :func:`zero12_transients_modeled` models them or the plan is not
@@ -4716,8 +4732,14 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
     says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` (ZeRO-1) or :func:`zero12_offload_compact` (ZeRO-2) models
     it (fp32 accumulation on a bf16 or fp16 model, ``overlap_comm`` on or off, any param groups, at ZeRO-2 any
-    ``communication_data_type``: the cells below now within 0.16%, the two-group ones 0.4%), leaving only a 16-bit
-    ``grad_accum_dtype`` unlike the model's under offload. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    ``communication_data_type``: the cells below now within 0.16%, the two-group ones 0.4%) or where ZeRO-2 never
+    reads a 16-bit one (:func:`zero12_offload_grad_accum_unused`), leaving only ZeRO-1 with a 16-bit
+    ``grad_accum_dtype`` unlike the model's under offload. That one keeps param.grad_accum in its dtype (l.1237) with
+    no compact partition (l.1260-1262, fp32 only); engine probe (TINY W 2, GA 2, bf16 with fp16 accumulation, 2026-12-06,
+    model-dtype terms): backward:1 +38,560 B on both ranks (the hook's ``param.grad.to(fp16)`` copy beside its
+    gradient, l.1237: l1.weight 19,264 x 2 B), step:2 / step:4 +20,052 / +58,588 B on ranks 0 / 1 (the 16-bit ipg
+    bucket, RBS x 2 = 20,000 B, kept to the step, setup_buckets l.3266; on rank 1 also l1.weight's clone l.1446,
+    38,528 B), +10.3% at most; an fp16 model with bf16 accumulation the same bytes. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4727,7 +4749,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     z = ec.zero
     if z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective != "none" \
             and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups) \
-            and not zero12_offload_compact(ec, wrapper, groups):
+            and not zero12_offload_compact(ec, wrapper, groups) and not zero12_offload_grad_accum_unused(ec, wrapper):
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
                 "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
                 "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
@@ -4742,7 +4764,8 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         # (ZeRO-2's compact fp32 gradient buffer, bf16 / fp16 with fp32 accumulation, is modelled in every bucket
         # option without offload: zero12_compact_grad_buffer)
         what.append(f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}")
-    if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective:
+    if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective and z.stage == 2:
+        # (ZeRO-1's is modelled: zero12_transients_modeled)
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
     if ec.model_dtype not in ("fp16", "bf16", "fp32"):
         what.append(f"model dtype {ec.model_dtype}")
@@ -4839,13 +4862,22 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     rank 0, l1.weight; 21,136 x 4 = 84,544 on rank 1, its part of l2.weight) + 32 B of scalars; forward:2 +86,480 B
     (the buffer kept across micro-steps), step:4 +154,148 / +169,124 B (the fp64 norm copy of the largest slice,
     get_grad_norm_direct l.2684: 19,264 / 21,136 x 8 B among its site's storages at the peak). BF16_Optimizer (ZeRO-1 with
-    ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`."""
+    ``grad_accum_dtype`` fp32) is modelled apart: :func:`bf16_optimizer_epilogue_terms`.
+    ZeRO-1 with ``contiguous_gradients`` off and a ``communication_data_type`` unlike the model's: the same flushes,
+    each also holding its run's cast (allreduce_bucket l.2376-2377, :func:`zero12_backward_transients`). Engine (TINY W 2,
+    reduce_bucket_size 10,000, real Linears, 2026-12-06; before, the plan was a lower bound): bf16 with fp32
+    communication at GA 2 had the coarse residuals of z1_bf16_noncontig_tbsga2_w2 (forward:2 +87,054 B, backward:1
+    -84,844 / -46,654 B, step:4 +24,512 / +39,488 B) and, with the flush's flat copy alone, backward:2 +46,232 B
+    (+84,764 B with overlap_comm: l2.weight's fp32 cast, 92,708 B at l.2377); now every phase of both ranks within
+    0.37% (the forward's proxy scalars): fp32 and fp16 communication, overlap_comm on and off, GA 1 and 2, an fp16
+    model with fp32 communication (probes, one run each; the cell z1_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-2 there
+    (_zero12_noncontig_transients) is not modelled."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and (ec.comm_dtype == ec.model_dtype or ec.contiguous_gradients_effective))
+            and (ec.comm_dtype == ec.model_dtype or ec.contiguous_gradients_effective or z.stage == 1))
 
 
 #: The ZeRO-1/2 flush-replay passes' column-wise forms (issue 21: generate at 1e5 layers runs them for every
@@ -5401,6 +5433,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # z1_bf16_noncontig_smallbucket_w2 backward 934 B of flat copy (l2.bias, l3.weight, l3.bias) beside the
         # 86,418 B of gradients; z1_bf16_noncontig_w2 (one flush) the whole N x D flat copy
         whole = csum[T] * D
+        # a communication_data_type unlike the model's: allreduce_bucket casts the flat copy (or the one gradient's
+        # view) to it, ``tensor.to(communication_data_type)`` (l.2376-2377), both live through the all-reduce and the
+        # copy back (l.2391-2393): E x C more at each flush (zero12_comm_cast_bytes: by dtype, fp16 on bf16 too).
+        # Engine (TINY W 2, bf16, reduce_bucket_size 10,000, GA 2, 2026-12-06): fp32 communication backward:2
+        # +46,232 B (+84,764 B with overlap_comm) under the engine with the flat copy alone, l2.weight's fp32 cast
+        # 23,177 x 4 = 92,708 B at l.2377; fp16 communication's 46,354 B cast tied with the new-gradient moment
+        cast = zero12_comm_cast_bytes(ec)
         if held and st == 2:
             # with overlap_comm at GA > 1 the boundary's hooks flush in autograd's order
             # (process_gradients l.2290 -> reduce_ready_partitions_and_remove_grads l.2294 -> l.1422) beside the
@@ -5412,11 +5451,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             # is a node's new gradients, max_k (n_k + s_k) x D, beside N x D (the accumulate_grad_new entry, as
             # without overlap_comm): the autograd node's outputs before their AccumulateGrad runs
             R = whole + max((((csum[ks.stop] - csum[ks.start]) * D if len(ks) > 1 else 0)
+                             + (csum[ks.stop] - csum[ks.start]) * cast
                              + (0 if trig is None else (hooked[trig] - sizes[trig]) * D)
                              for ks, trig in flushes), default=0)
             A = max(hooked, default=0) * D
             return zero12_largest_slices(layouts, W).map(lambda sl: (A, R, sl * 8))
-        R = max(((csum[ks.stop] - csum[ks.start]) * D for ks, _ in flushes if len(ks) > 1), default=0) + whole
+        R = max((((csum[ks.stop] - csum[ks.start]) * D if len(ks) > 1 else 0) + (csum[ks.stop] - csum[ks.start]) * cast
+                 for ks, _ in flushes), default=0) + whole
         return zero12_largest_slices(layouts, W).map(lambda sl: (0, R, sl * 8))
     if not ec.contiguous_gradients_effective:
         if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer", noncontig=True):

@@ -605,6 +605,16 @@ CELLS = [
                                                               "train_batch_size": 4, "communication_data_type": "fp16",
                                                               "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # ZeRO-2 under CPU offload with a 16-bit grad_accum_dtype unlike the model's (issue 15; a lower bound before, M104):
+    # DeepSpeed reads it nowhere at ZeRO-2 (param.grad_accum needs stage 1, l.401; the compact partition fp32,
+    # l.1260-1262; the ipg buffers self.dtype, l.1253-1254), so the model-dtype terms apply
+    # (state.zero12_offload_grad_accum_unused). Engine (2026-12-06, one probe run each): every phase of both ranks
+    # within 0.16% (the forward's proxy scalars), as at GA 1, with overlap_comm, fp32 communication and an fp16 model
+    # with bf16 accumulation
+    ("z2_bf16_oo_cpu_gaccfp16_tbsga2_w2", {**_cfg(2, "bf16", overlap_comm=False, reduce_bucket_size=10000,
+                                                  offload_optimizer={"device": "cpu"}),
+                                           "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp16"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
@@ -624,6 +634,16 @@ CELLS = [
     ("z1_bf16_noncontig_overlap_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, overlap_comm=True,
                                                            reduce_bucket_size=10000), "train_batch_size": 4}, 2,
      False, parity.TINY_FROZEN_GROUPS, {"linear": True, "steps": 4}),
+    # the same with communication_data_type fp32 (issue 15; a lower bound before, M104): every flush also holds its
+    # run's cast, allreduce_bucket l.2376-2377, through the all-reduce (state.zero12_backward_transients, by dtype:
+    # zero12_comm_cast_bytes). Before (2026-12-06, one probe run): the coarse residuals above; with the flat copy alone
+    # backward:2 / backward:4 +84,764 / +84,768 B on both ranks (l2.weight's fp32 cast, 23,177 x 4 = 92,708 B at
+    # l.2377); now every phase of both ranks within 0.37% (the forward's proxy scalars), as without overlap_comm (was
+    # +46,232 B), with fp16 communication, at GA 1 and on an fp16 model (probes)
+    ("z1_bf16_noncontig_overlap_commfp32_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, overlap_comm=True,
+                                                             reduce_bucket_size=10000), "train_batch_size": 4,
+                                                      "communication_data_type": "fp32"}, 2, False,
+     parity.TINY, {"linear": True, "steps": 4}),
     # bf16 with fp32 gradient accumulation at ZeRO-1 (issue 15; "data_types": {"grad_accum_dtype": "fp32"}):
     # DeepSpeed picks BF16_Optimizer (engine.py _do_optimizer_sanity_check l.2305-2310). Every micro-step's
     # backward_epilogue adds each param.grad into the fp32 buffer through lp.grad.to(fp32) (bf16_optimizer.py l.523)
