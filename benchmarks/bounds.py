@@ -20,6 +20,8 @@ mean something on a loaded machine too:
   MAX_GENERATE_TENSORS = 100,000 tensors), as is generate of the 2M-tensor inventory; generate at its
   limit, both kinds (11,110 llama layers = 99,993 tensors; 100,000 nameless tensors, no layer repeat),
   and a real model's shape at its most tensors (Kimi-K2, one module per expert: 69,975) vs the fused preset;
+  generate at its second limit (MAX_GENERATE_MICRO_BATCHES = 64 micro-batch sizes: 7,560 sequences per rank)
+  for gpt2 on one GPU and with the tensor limit on 8 GPUs, and past it (6,720 divisors, refused);
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * issue 21, round 2: an accelerate YAML with 2^20 ranks on one node (refused: over 1,024 per
@@ -267,6 +269,22 @@ def main() -> None:
                                                "--seq-len", "4096"],
          ["generate", "--model", "deepseek-v3", "--hardware", "dgx-h100", "--nodes", "16", "--gpus-per-node", "8",
           "--global-batch", "128", "--seq-len", "4096"]),
+        # genlim21: the second limit, micro-batch sizes searched (MAX_GENERATE_MICRO_BATCHES = 64 divisors of the
+        # sequences per rank): at it (7,560 per rank: 64 divisors) for gpt2 on one GPU and for the deep model at the
+        # tensor limit on 8 GPUs, and past it (963,761,198,400 per rank: 6,720 divisors), refused
+        ("generate at micro limit, gpt2 1", ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1",
+                                             "--gpus-per-node", "1", "--global-batch", "7560", "--seq-len", "1024"],
+         ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
+          "--global-batch", "8", "--seq-len", "1024"]),
+        ("generate at both limits, deep 8", ["generate", "--model", str(deep_lim), "--hardware", "dgx-h100",
+                                             "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "60480",
+                                             "--seq-len", "128"],
+         ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "60480", "--seq-len", "128"]),
+        ("generate refuse, 6,720 micro", ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1",
+                                          "--gpus-per-node", "1", "--global-batch", "963761198400", "--seq-len", "1024"],
+         ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
+          "--global-batch", "8", "--seq-len", "1024"]),
         ("generate, 1e5 layers, 8 GPUs", ["generate", "--model", str(deep), "--hardware", "dgx-h100", "--nodes", "1",
                                           "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
          ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
