@@ -69,12 +69,42 @@ def test_modelled_not_a_lower_bound():
                 _cfg(stage=2, comm="fp16"), _cfg(stage=2, overlap=True, comm="fp32"), _cfg(stage=2, ga=1, comm="fp16")):
         led, _ = _timeline(cfg, 0)
         assert not led.peak_lower_bound
-    # outside the measured regimes the peak stays a lower bound: a 16-bit accumulation dtype unlike the model's at
-    # ZeRO-1, kept in param.grad_accum (l.401, l.1237; engine probe +10.3% at most with the model-dtype terms)
-    led, _ = _timeline(_cfg(dtype="fp16", gacc="bf16"), 0)
+    # a 16-bit accumulation dtype unlike the model's at ZeRO-1 (test_zero1_16bit_accumulation_by_hand)
+    for cfg in (_cfg(dtype="fp16", gacc="bf16"), _cfg(gacc="fp16"), _cfg(gacc="fp16", ga=1, overlap=True)):
+        led, _ = _timeline(cfg, 0)
+        assert not led.peak_lower_bound
+    # outside the measured regimes the peak stays a lower bound: an fp32 model with a 16-bit accumulation dtype
+    led, _ = _timeline(_cfg(dtype="fp32", gacc="bf16"), 0)
     assert "grad_accum_dtype bf16" in led.peak_lower_bound
-    led, _ = _timeline(_cfg(gacc="fp16"), 0)
-    assert "grad_accum_dtype fp16" in led.peak_lower_bound
+
+
+@pytest.mark.parametrize("dtype,gacc", (("bf16", "fp16"), ("fp16", "bf16")))
+@pytest.mark.parametrize("r", (0, 1))
+def test_zero1_16bit_accumulation_by_hand(r, dtype, gacc):
+    # ZeRO-1 with a 16-bit grad_accum_dtype unlike the model's: param.grad_accum (l.397-404 ask only for a dtype
+    # unlike self.dtype) in G = 2 bytes, the ipg bucket in it (l.1253-1254, l.3266: RBS x 2), no compact partition
+    # (l.1260-1262: fp32 only). The figures of test_hand_computed_instants with 4 -> 2 and no P x 4. Engine (TINY W 2,
+    # GA 2, RBS 10,000, real Linears, 2026-12-06, bf16 with fp16; initialize 395,192 B): backward:1 540,170 B
+    # (+ 144,946 + 32 B of scalars), forward:2 502,242 (+ 106,418 + 632 of proxy inputs), backward:2 (its reduce)
+    # 655,758 / 670,132 B (+ 260,530 / 274,904 + 36); the steps 20,052 / 58,588 B over the model-dtype plan's
+    led, at = _timeline(_cfg(dtype=dtype, gacc=gacc), r)
+    assert not led.peak_lower_bound
+    base = at["initialize"]
+    ipg = RBS * 2
+    assert at["backward:1"] - base == ipg + 2 * N + 2 * 19264      # l1.weight's hook: every copy beside its gradient
+    assert at["forward:2"] - base == ipg + 2 * N
+    assert at["backward:2"] - base == ipg + 2 * N + (2 + 2) * 23177  # l2.weight's new gradient and its copy
+    if r == 0:
+        reduce = 19264 * 8 + 19264 * 2 + (N - 19264) * 2
+        kept = ipg
+    else:
+        reduce = 21136 * 8 + 23177 * 2 + (77 + 385 + 5) * 2 + 19264 * 2
+        kept = ipg + 19264 * 2
+    assert at["reduce"] - base == ipg + reduce
+    _, ref = _timeline(_cfg(gacc=dtype, dtype=dtype), r)
+    assert at["first_step:update"] - ref["first_step:update"] == kept
+    assert sum(e.bytes for e in led.rank(r).by_item("offload_kept_grad_accum")) == kept
+    assert sum(e.bytes for e in led.rank(r).by_item("offload_compact_grad_partition")) == 0
 
 
 @pytest.mark.parametrize("r", (0, 1))

@@ -4163,11 +4163,14 @@ def zero12_offload_flush_bytes(ec: EffectiveConfig, inv: Inventory, layouts: lis
         return 0
     D, _, st, _, sizes, hooked, T, csum, flushes, _, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     G = zero12_offload_grad_bytes(ec, wrapper, ga, len(layouts))
-    if G != D:  # fp32 grad_accum (zero12_offload_fp32_accum): the flush's gradients, copies and clones in fp32
+    # grad_accum (zero12_offload_fp32_accum), decided by dtype: a 16-bit accumulation dtype unlike the model's has
+    # G = D bytes but is its own path (param.grad_accum, l.1237), which a byte compare would miss
+    if zero12_offload_fp32_accum(ec, wrapper, ga, len(layouts)):
+        # the flush's gradients, copies and clones in the accumulation dtype (G bytes):
         # the replay's copies[j] = E_j x D (+ E_j x C for a communication_data_type unlike the model's): E_j elements
-        # flattened, in fp32 here (allreduce_bucket l.2367), and cast to C unless C is fp32 (l.2376-2377)
+        # flattened, in G here (allreduce_bucket l.2367), and cast to C unless C is that dtype (l.2376-2377)
         per = D + zero12_comm_cast_bytes(ec)
-        flat = G + zero12_comm_cast_bytes(ec, "fp32")
+        flat = G + zero12_comm_cast_bytes(ec, ec.grad_dtype)
         # ZeRO-1 overlap_comm (st 2): the trigger's autograd sibling, a 16-bit param.grad not yet hooked; at GA > 1
         # every later grad_accum too (micro-step 1's, zero12_boundary_holds_all), at GA 1 only the trigger's own
         sib = (lambda k: (hooked[k] - sizes[k]) * D) if st == 2 else (lambda k: 0)
@@ -4248,16 +4251,26 @@ def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, gr
     - copy_grads_in_partition clears grad_accum of the rank's own gradients only (clear_grad_attribute l.2159); the
       others stay (reduce_ipg_grads l.2272-2274 at stage 1), as views of the ipg bucket or their fp32 clones, past
       the epilogue (_clear_param_grad_only l.2630-2640 keeps grad_accum) into the step, until zero_grad
-      (l.2613-2624, from engine.py _take_model_step l.3525-3526): :func:`zero12_offload_fp32_accum_kept`."""
+      (l.2613-2624, from engine.py _take_model_step l.3525-3526): :func:`zero12_offload_fp32_accum_kept`.
+    A 16-bit ``grad_accum_dtype`` unlike the model's (bf16 model with fp16, fp16 with bf16) takes the same
+    param.grad_accum path (l.397-404 ask only for a dtype unlike ``self.dtype``) in G = 2 bytes, with no compact
+    partition (_use_compact_grad_partition_buffer l.1260-1262: fp32 only), so the reduced slices go to the host as the
+    model dtype's do: every term here in G bytes (:func:`zero12_offload_grad_bytes`), no compact partition. Engine
+    (TINY W 2, GA 2, RBS 10,000, real Linears, 2026-12-06, bf16 with fp16 accumulation): with the model-dtype terms
+    backward:1 +38,560 B on both ranks (the hook's grad_accum copy beside its gradient, A1), step:2 / step:4
+    +20,052 / +58,588 B on ranks 0 / 1 (the 16-bit ipg bucket and rank 1's clone of l1.weight, kept by grad_accum to
+    the step: :func:`zero12_offload_fp32_accum_kept`)."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype == "fp32")
+            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype in ("fp32", "fp16", "bf16")
+            and ec.grad_dtype != ec.model_dtype)
 
 
 def zero12_offload_grad_bytes(ec: EffectiveConfig, wrapper: str, ga: int = 1, groups: int = 1) -> int:
-    """Bytes per element of the gradients a ZeRO-1/2 offload reduce moves: 4 under
+    """Bytes per element of the gradients a ZeRO-1/2 offload reduce moves: the ``grad_accum_dtype``'s under
     :func:`zero12_offload_fp32_accum` (param.grad_accum, ``stage_1_and_2.py`` l.1237), else the model dtype's."""
-    return 4 if zero12_offload_fp32_accum(ec, wrapper, ga, groups) else DTYPE_BYTES[ec.model_dtype]
+    return (DTYPE_BYTES[ec.grad_dtype] if zero12_offload_fp32_accum(ec, wrapper, ga, groups)
+            else DTYPE_BYTES[ec.model_dtype])
 
 
 def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tuple[int, int, int]:
@@ -4265,7 +4278,8 @@ def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tupl
     (the reverse of the model's; an nn.Linear's bias first, its weight whole: :func:`autograd_siblings`).
     A1 = max_k (4 x c_k + D x (n_k + s_k)): micro-step 1's hook k, with c_k the elements hooked up to and including
     k (each made ``param.grad.to(fp32)``, ``stage_1_and_2.py`` l.1237, before param.grad is dropped, l.1240), n_k its
-    16-bit gradient and s_k its autograd sibling's. A2 = 4 x N + max_k ((4 + D) x n_k + D x s_k): a later
+    16-bit gradient and s_k its autograd sibling's (4: G, the grad_accum dtype's bytes, 2 for a 16-bit one).
+    A2 = 4 x N + max_k ((4 + D) x n_k + D x s_k): a later
     micro-step's hook, every grad_accum kept, its new gradient, the fp32 copy added into grad_accum (l.1239) and the
     sibling. A1o = max_k (4 x n_k + D x (n_k + s_k) + [n_{k-1} > RBS] 4 x n_{k-1}): the hooks of a boundary that is
     also micro-step 1 with ``overlap_comm`` (GA 1), where each hook moves its grad_accum into the fp32 ipg bucket at
@@ -4275,6 +4289,7 @@ def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tupl
     clone is beside it. D = model dtype bytes, N the trainable elements, RBS = reduce_bucket_size. Engine probe
     (TINY W 2, GA 1, overlap_comm, 2026-12-06): backward:1 -77,024 / -46,966 B on ranks 0 / 1 with A1 in its place."""
     D = DTYPE_BYTES[ec.model_dtype]
+    G = DTYPE_BYTES[ec.grad_dtype]  # 4 for fp32 as written above; a 16-bit accumulation dtype's copies are G = 2
     rbs = int(ec.zero.reduce_bucket_size)
     sib = autograd_siblings(inv)
     a1 = a2 = a1o = c = prev = 0
@@ -4284,11 +4299,11 @@ def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tupl
         if not t.trainable:
             continue
         c += t.numel
-        a1 = max(a1, 4 * c + D * (t.numel + sib[i]))
-        a2 = max(a2, (4 + D) * t.numel + D * sib[i])
-        a1o = max(a1o, 4 * t.numel + D * (t.numel + sib[i]) + (4 * prev if prev > rbs else 0))
+        a1 = max(a1, G * c + D * (t.numel + sib[i]))
+        a2 = max(a2, (G + D) * t.numel + D * sib[i])
+        a1o = max(a1o, G * t.numel + D * (t.numel + sib[i]) + (G * prev if prev > rbs else 0))
         prev = t.numel
-    return a1, 4 * N + a2, a1o
+    return a1, G * N + a2, a1o
 
 
 def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> Runs:
@@ -4304,10 +4319,11 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
     engine (TINY_FROZEN_GROUPS, W 2, GA 2, 2 runs, 2026-12-06): step:2 / step:4 rank 0 +38,476 / +40,070 B without the
     bucket (l1.bias and l3.bias miss rank 0's slices), now within 0.4%. O(tensors + points x groups x log tensors)."""
     rbs = int(ec.zero.reduce_bucket_size)
+    G = DTYPE_BYTES[ec.grad_dtype]  # the grad_accum dtype's bytes: 4 above, 2 for a 16-bit one (clones and bucket)
     cols = []
     for lay in layouts:
         N = lay.numels
-        cols.append((lay, list(itertools.accumulate((n * 4 if n > rbs else 0 for n in N), initial=0)),
+        cols.append((lay, list(itertools.accumulate((n * G if n > rbs else 0 for n in N), initial=0)),
                      list(itertools.accumulate((1 if 0 < n <= rbs else 0 for n in N), initial=0)), len(N)))
 
     def value_at(rs: Iterable[int]):
@@ -4318,7 +4334,7 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
                 jh = max(jh, jl)
                 kept += xcum[T] - (xcum[jh] - xcum[jl])
                 small += scum[T] - (scum[jh] - scum[jl])
-            yield kept + (rbs * 4 if small > 0 else 0)
+            yield kept + (rbs * G if small > 0 else 0)
 
     if W <= sum(c[3] for c in cols):
         pts = set(range(W))
@@ -4712,7 +4728,7 @@ def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
     it apply. Engine (TINY W 2, GA 2, reduce_bucket_size 10,000, real Linears, 2026-12-06): ZeRO-2 bf16 with
     grad_accum_dtype fp16 under CPU offload, every phase of both ranks within 0.16% with the model-dtype terms (the
     forward's proxy scalars), as the GA-1 twin, fp32 communication and an fp16 model with bf16 accumulation (probes).
-    ZeRO-1 keeps param.grad_accum (l.1237) in that dtype: not this path (:func:`zero12_transients_unmodeled`)."""
+    ZeRO-1 keeps param.grad_accum (l.1237) in that dtype: not this path (:func:`zero12_offload_fp32_accum`)."""
     return (ec.zero.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
             and ec.grad_dtype != "fp32" and ec.model_dtype in ("bf16", "fp16"))
 
@@ -4732,14 +4748,10 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     unlike the model's the fp32 regime of _use_compact_grad_partition_buffer (l.1259-1266) is left off, so this
     says the peak is a lower bound there too, except where :func:`zero12_offload_fp32_accum` (ZeRO-1) or :func:`zero12_offload_compact` (ZeRO-2) models
     it (fp32 accumulation on a bf16 or fp16 model, ``overlap_comm`` on or off, any param groups, at ZeRO-2 any
-    ``communication_data_type``: the cells below now within 0.16%, the two-group ones 0.4%) or where ZeRO-2 never
-    reads a 16-bit one (:func:`zero12_offload_grad_accum_unused`), leaving only ZeRO-1 with a 16-bit
-    ``grad_accum_dtype`` unlike the model's under offload. That one keeps param.grad_accum in its dtype (l.1237) with
-    no compact partition (l.1260-1262, fp32 only); engine probe (TINY W 2, GA 2, bf16 with fp16 accumulation, 2026-12-06,
-    model-dtype terms): backward:1 +38,560 B on both ranks (the hook's ``param.grad.to(fp16)`` copy beside its
-    gradient, l.1237: l1.weight 19,264 x 2 B), step:2 / step:4 +20,052 / +58,588 B on ranks 0 / 1 (the 16-bit ipg
-    bucket, RBS x 2 = 20,000 B, kept to the step, setup_buckets l.3266; on rank 1 also l1.weight's clone l.1446,
-    38,528 B), +10.3% at most; an fp16 model with bf16 accumulation the same bytes. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    ``communication_data_type``: the cells below now within 0.16%, the two-group ones 0.4%; a 16-bit accumulation
+    dtype unlike a 16-bit model's too, at ZeRO-1 in G = 2 bytes, cell z1_bf16_oo_cpu_gaccfp16_tbsga2_w2) or where
+    ZeRO-2 never reads a 16-bit one (:func:`zero12_offload_grad_accum_unused`), leaving an fp32 model with a 16-bit
+    ``grad_accum_dtype`` under offload (not measured). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4751,9 +4763,10 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
             and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups) \
             and not zero12_offload_compact(ec, wrapper, groups) and not zero12_offload_grad_accum_unused(ec, wrapper):
         return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
-                "model: the fp32 gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the compact fp32 "
-                "gradient partition (l.1268-1274), its slices' casts and fp64 norm copies (l.1326, l.2152) are not "
-                "modelled here (only grad_accum_dtype fp32 on a bf16 or fp16 model is), so the "
+                f"model: the {ec.grad_dtype} gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the "
+                "compact fp32 gradient partition where fp32 (l.1268-1274), the casts and fp64 norm copies (l.1326, "
+                "l.2152) are not "
+                "modelled here (only a bf16 or fp16 model's other grad_accum_dtype is), so the "
                 "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
                 "it was modelled, up to +23% at ZeRO-2)")
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
@@ -6503,16 +6516,18 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "while the autograd gradient it replaces is alive (clone, then grad_reduc.data = clone)",
                   f"{S}.reduce_independent_p_g_buckets_and_remove_grads (_offload_gradient_safety_enabled)")
         if offload_kept is not None:
+            Gb = DTYPE_BYTES[ec.grad_dtype]  # the grad_accum dtype's bytes (zero12_offload_fp32_accum)
             # zero12_offload_fp32_accum: the compact fp32 partition average_tensor writes the rank's slices into,
             # from the boundary reduce through the group's update; and the grad_accum storages of gradients the
             # rank does not own, left by the reduce to the step. Engine z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2
             # step:2 / step:4 rank 0 +126,476 B (86,424 + the bucket's 40,000), rank 1 +203,540 B (also l1.weight's
             # fp32 clone, 77,056 B) without them
-            b.add("accelerator", "gradients", "offload_compact_grad_partition", p_t * 4, "reduce_step",
-                  f"P x 4 = {p_t} x 4 (the compact fp32 gradient partition: average_tensor's destination for the "
-                  "rank's slices under grad_accum_dtype fp32; zero12_offload_fp32_accum)",
-                  f"{S}._build_compact_grad_partition_buffer (l.1268-1270, from _get_compact_grad_partition_slice "
-                  "l.1312-1321); freed by step (averaged_gradients[i] = None, l.3098)")
+            if ec.grad_dtype == "fp32":  # a 16-bit accumulation dtype has none (l.1260-1262 ask for fp32)
+                b.add("accelerator", "gradients", "offload_compact_grad_partition", p_t * 4, "reduce_step",
+                      f"P x 4 = {p_t} x 4 (the compact fp32 gradient partition: average_tensor's destination for "
+                      "the rank's slices under grad_accum_dtype fp32; zero12_offload_fp32_accum)",
+                      f"{S}._build_compact_grad_partition_buffer (l.1268-1270, from _get_compact_grad_partition_slice "
+                      "l.1312-1321); freed by step (averaged_gradients[i] = None, l.3098)")
             if ga == 1 and z.overlap_comm:
                 # the hooks reduce as they go (the boundary is micro-step 1): one fp32 copy at a time. A hook's
                 # moments are its copy's (A1o) or, for a gradient over the bucket, its clone's beside that copy
@@ -6521,7 +6536,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                 a1 = max(zero12_offload_fp32_accum_hooks(ec, inv)[2] - clone_in_hook, 0)
                 if a1:
                     b.add("accelerator", "gradients", "offload_grad_accum_hooks", a1, "autograd",
-                          f"A1o - h = {a1}, A1o = max_k (4 n_k + D (n_k + s_k) + [n_(k-1) > RBS] 4 n_(k-1)): a "
+                          f"A1o - h = {a1}, A1o = max_k (G n_k + D (n_k + s_k) + [n_(k-1) > RBS] G n_(k-1)), "
+                          f"G = {Gb}: a "
                           "hook's fp32 grad_accum copy beside its 16-bit gradient, its autograd sibling's and the "
                           "previous hook's fp32 clone (overlap_comm: each copy moved into the ipg bucket in its hook; "
                           "zero12_offload_fp32_accum_hooks), over the clone's moment h (offload_xl_grad_cloning)",
@@ -6532,13 +6548,15 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                 # micro-step 1's are lp_grads_first_microstep, the later ones accumulate_grad_new)
                 a1 = zero12_offload_fp32_accum_hooks(ec, inv)[0]
                 b.add("accelerator", "gradients", "offload_grad_accum_hooks", a1, "autograd",
-                      f"A1 = max_k (4 c_k + D (n_k + s_k)) = {a1}: the fp32 grad_accum copies made so far beside a "
+                      f"A1 = max_k (G c_k + D (n_k + s_k)) = {a1}, G = {Gb}: the grad_accum copies made so far "
+                      "beside a "
                       "hook's 16-bit gradient and its autograd sibling's (zero12_offload_fp32_accum_hooks)",
                       f"{S}._fill_param_grad_accum_attribute (param.grad.to(fp32), l.1237)")
             if offload_kept:
                 b.add("accelerator", "gradients", "offload_kept_grad_accum", offload_kept, "step",
-                      "the fp32 clones of gradients over reduce_bucket_size meeting no part of the rank's slice "
-                      "(n_p x 4) + the fp32 ipg bucket (RBS x 4) while a gradient moved into it does not meet the "
+                      f"the {ec.grad_dtype} clones of gradients over reduce_bucket_size meeting no part of the "
+                      f"rank's slice (n_p x {Gb}) + the {ec.grad_dtype} ipg bucket (RBS x {Gb}) while a gradient "
+                      "moved into it does not meet the "
                       "slice: their grad_accum is never cleared by the reduce (zero12_offload_fp32_accum_kept)",
                       f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for "
                       "is_param_in_current_partition, l.2272-2274) / _clear_param_grad_only (keeps grad_accum, "
@@ -6630,7 +6648,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # process_gradients l.2285-2291 only sets up the bucket), so its param.grad and the ipg
         # bucket it allocated stay into the next micro-step's forward
         gacc = offload_kept is not None  # zero12_offload_fp32_accum: param.grad_accum in fp32, not param.grad
-        GD = 4 if gacc else D
+        GD = DTYPE_BYTES[ec.grad_dtype] if gacc else D
         b.add("accelerator", "gradients", "lp_grads_accumulated", n_t * GD, "accumulated_forward",
               (f"N x 4 = {n_t} x 4 (every param.grad_accum, fp32, of the earlier micro-steps: stage_1_and_2.py "
                "_fill_param_grad_accum_attribute l.1237; reduced at the boundary)" if gacc else
@@ -6650,7 +6668,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
             # (tests/engine/test_peak_parity.py z1_bf16_oo_cpu_tbsga2_w2: backward:1 +86,452 B on both ranks)
             a1 = zero12_offload_fp32_accum_hooks(ec, inv)[0] if gacc else n_t * D
             b.add("accelerator", "gradients", "lp_grads_first_microstep", a1, "first_microstep_backward",
-                  (f"A1 = max_k (4 c_k + D (n_k + s_k)) = {a1}: micro-step 1's fp32 grad_accum copies so far beside a "
+                  (f"A1 = max_k (G c_k + D (n_k + s_k)) = {a1}, G = {DTYPE_BYTES[ec.grad_dtype]}: micro-step 1's "
+                   "grad_accum copies so far beside a "
                    "hook's 16-bit gradient and its autograd sibling's (zero12_offload_fp32_accum_hooks)" if gacc else
                    f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)"),
                   "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
@@ -6678,7 +6697,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     if offload_kept is not None and ga > 1:
         a2 = zero12_offload_fp32_accum_hooks(ec, inv)[1]
         b.add("accelerator", "gradients", "accumulate_grad_new", a2, "accumulated_backward",
-              f"A2 = 4 N + max_k ((4 + D) n_k + D s_k) = {a2}: every fp32 grad_accum kept, a later micro-step's "
+              f"A2 = G N + max_k ((G + D) n_k + D s_k) = {a2}, G = {DTYPE_BYTES[ec.grad_dtype]}: every grad_accum "
+              "kept, a later micro-step's "
               "new 16-bit gradient, its fp32 copy being added and its autograd sibling (zero12_offload_fp32_accum_hooks)",
               f"{S}._fill_param_grad_accum_attribute (param.grad_accum.add_(param.grad.to(fp32)), l.1239)")
     elif z.stage == 1 and ga > 1 and (off or len(terms) > 5) and not held_overlap:

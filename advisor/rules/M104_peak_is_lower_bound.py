@@ -4,10 +4,9 @@ For a few ZeRO-1/2 regimes the ledger does not replay DeepSpeed 0.19.8's backwar
 transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucket flush's flat copy
 (``runtime/zero/stage_1_and_2.py`` allreduce_bucket l.2367), its cast to ``communication_data_type``
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
-(l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are ZeRO-1 under CPU optimizer
-offload with a 16-bit ``data_types.grad_accum_dtype`` unlike the model's dtype (fp32 accumulation on a bf16 or fp16
-model is modelled, any param groups, at ZeRO-2 any ``communication_data_type``; ZeRO-2 never reads a 16-bit one), and,
-without offload, the combinations ``zero12_transients_modeled`` does not cover (e.g. ZeRO-1 on an fp16 model with fp32
+(l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are ZeRO-1/2 under CPU optimizer
+offload with a 16-bit ``data_types.grad_accum_dtype`` on an fp32 model (a bf16 or fp16 model's other accumulation
+dtype is modelled, any param groups, at ZeRO-2 any ``communication_data_type``), and, without offload, the combinations ``zero12_transients_modeled`` does not cover (e.g. ZeRO-1 on an fp16 model with fp32
 accumulation, ZeRO-2 with ``contiguous_gradients`` off and another ``communication_data_type``). There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-66% on the affected phases of its small model
 before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
@@ -52,8 +51,8 @@ def lower_bound_fix(ec, groups: int) -> str:
     if ec.grad_dtype != ec.model_dtype:
         ways.append(f"data_types.grad_accum_dtype {ec.model_dtype} (the model dtype)")
     if ec.offload_optimizer_effective != "none":
-        if ec.grad_dtype not in (ec.model_dtype, "fp32") and ec.model_dtype in ("bf16", "fp16"):
-            ways.append("data_types.grad_accum_dtype fp32 (modelled under offload, any param groups)")
+        if ec.grad_dtype != ec.model_dtype and ec.model_dtype == "fp32":
+            ways.append("a bf16 or fp16 model (its grad_accum_dtype is modelled under offload, any param groups)")
     elif ec.comm_dtype != ec.model_dtype and ec.zero.stage == 2:
         # (ZeRO-1 with contiguous_gradients off casts its flushes in the modelled terms: zero12_transients_modeled)
         ways.append(f"contiguous_gradients true or communication_data_type {ec.model_dtype}")

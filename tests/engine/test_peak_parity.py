@@ -605,13 +605,16 @@ CELLS = [
                                                               "train_batch_size": 4, "communication_data_type": "fp16",
                                                               "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
-    # ZeRO-2 under CPU offload with a 16-bit grad_accum_dtype unlike the model's (issue 15; a lower bound before, M104):
-    # DeepSpeed reads it nowhere at ZeRO-2 (param.grad_accum needs stage 1, l.401; the compact partition fp32,
-    # l.1260-1262; the ipg buffers self.dtype, l.1253-1254), so the model-dtype terms apply
-    # (state.zero12_offload_grad_accum_unused). Engine (2026-12-06, one probe run each): every phase of both ranks
-    # within 0.16% (the forward's proxy scalars), as at GA 1, with overlap_comm, fp32 communication and an fp16 model
-    # with bf16 accumulation
-    ("z2_bf16_oo_cpu_gaccfp16_tbsga2_w2", {**_cfg(2, "bf16", overlap_comm=False, reduce_bucket_size=10000,
+    # a 16-bit grad_accum_dtype unlike the model's under CPU offload (issue 15; a lower bound before, M104). ZeRO-1 keeps
+    # param.grad_accum in it (l.397-404, l.1237) with no compact partition (l.1260-1262: fp32 only):
+    # state.zero12_offload_fp32_accum's terms in G = 2 bytes. Before (2026-12-06, model-dtype terms, 2 probe runs, the
+    # same bytes) backward:1 +38,560 B on both ranks (l1.weight's hook copy, l.1237), step:2 / step:4 +20,052 / +58,588 B
+    # on ranks 0 / 1 (10.3%: the 16-bit ipg bucket, l.3266, and rank 1's l1.weight clone, l.1446, kept by grad_accum
+    # to the step); now every phase within 0.16% (2 probe runs), as at GA 1 and 3, with overlap_comm (GA 1 and 2), fp32
+    # communication, an fp16 model with bf16 accumulation and two param groups (0.24%) in probes. ZeRO-2 never reads
+    # a 16-bit one (state.zero12_offload_grad_accum_unused): the model-dtype terms matched within 0.16% (probes: GA 1
+    # and 2, overlap_comm, fp32 communication, fp16 with bf16)
+    ("z1_bf16_oo_cpu_gaccfp16_tbsga2_w2", {**_cfg(1, "bf16", overlap_comm=False, reduce_bucket_size=10000,
                                                   offload_optimizer={"device": "cpu"}),
                                            "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp16"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
