@@ -4757,7 +4757,18 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
     86,424 B; the fp64 norm copy of each slice, copy_grads_in_partition l.2152); ZeRO-2 bf16 at CPU offload (one
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
-    cast l.1326), forward:2 to step:4 +4-9% on rank 1."""
+    cast l.1326), forward:2 to step:4 +4-9% on rank 1.
+    Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) is left off:
+    the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
+    boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
+    slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
+    10,000, real Linears, 2026-12-06, one probe run each, coarse lifetimes): contiguous_gradients on, ranks 0 / 1,
+    backward:1 +39,498 / +77,688 B, forward:2 +213,472 B (123.5%: grad_accum 172,836 + the bucket 40,000),
+    backward:2 +202,974 / +263,438 B (the compact partition 86,424, the slice cast 77,056, the run's cast 38,528; on
+    rank 1 the fp32 flat copy l.2367, 92,708), step:2 +21,296 / +113,328 B, step:4 +65,452 / +195,674 B; off (the
+    newcomer's tests/data/lb15 plan), forward:2 +173,472 B (100.4%), backward:2 +202,974 / +256,478 B (+295,010 on
+    rank 1 with overlap_comm), step:4 +198,288 / +251,454 B. Not modelled: the offload terms
+    (:func:`zero12_offload_fp32_accum`) hold the same hooks and partition but reduce into host buffers."""
     z = ec.zero
     if z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective != "none" \
             and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups) \
@@ -4782,11 +4793,13 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
     if ec.model_dtype not in ("fp16", "bf16", "fp32"):
         what.append(f"model dtype {ec.model_dtype}")
+    measured = ("+5-124% by phase on the engine's small model, +100-124% at the next forward: param.grad_accum, "
+                "l.1237, and the fp32 ipg bucket kept across micro-steps" if z.stage == 1 and ec.grad_dtype != ec.model_dtype else
+                "+45-66% in backward on the engine's small model where such regimes were measured coarse")
     return (f"ZeRO-{z.stage} backward and gradient-norm transients for this plan ({'; '.join(what) or 'this combination'}): "
             "the flushes' flat copies and casts, the fp32 accumulation of the reduced slices, the previous "
             "micro-step's partition and the fp64 norm copy are not modelled (stage_1_and_2.py l.2367, l.2376-2377, "
-            "l.1324-1326, l.2684), so the accelerator peak is a lower bound (+45-66% in backward on the engine's "
-            "small model where such regimes were measured coarse)")
+            f"l.1324-1326, l.2684), so the accelerator peak is a lower bound ({measured})")
 
 
 def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> bool:
