@@ -27,7 +27,7 @@ int((1 - ratio) x n) sub-groups, when swapped, are then stepped by the backup to
 swapped-in host copy (``_prepare_sub_group`` l.2702-2708, ``_optimizer_step`` l.1249-1258), their
 moments in that optimizer's host state (confirmed on an H100, ``benchmarks/results/gpu_twin_flow_nvme-h100.json``):
 no sub-group reaches the accelerator. Under NVMe the rule fires when no sub-group is on the accelerator
-(:func:`advisor.ledger.state.twin_flow_on_accelerator`, the ledger's placement), ratio 0 included; it needs
+(``advisor.ledger.state.twin_flow_on_accelerator``, the ledger's placement), ratio 0 included; it needs
 the model and the world size (which sub-groups are swapped), and without them it is silent. Its fix is
 ``device: cpu``, where the ratio splits as written (with a ``sub_group_size`` that splits, where
 int((1 - ratio) x n) is 0), or ratio 1.

@@ -23,7 +23,7 @@ its overrides assume every sub-group is held in host memory:
 Measured on DeepSpeed 0.19.8's CPU engine with SuperOffload's CUDA assert (l.20-24) and the CPU
 accelerator's missing stream patched out (``tests/engine/test_superoffload_nvme_engine.py``): the two
 crashes at those lines, and the same model trains with both offloads on the CPU. With the model and
-the world size the rule checks the sub-groups (:func:`advisor.ledger.state.zero3_sub_groups`, the
+the world size the rule checks the sub-groups (``advisor.ledger.state.zero3_sub_groups``, the
 ledger's swap size and ``max_in_cpu`` placement) and is silent where none is swapped / all fit the
 buffer; without them it flags an NVMe optimizer (any sub-group of 262,144 fp32 elements is swapped) and
 ``max_in_cpu`` 0, and is silent on other ``offload_param`` NVMe configs. estimate, check and generate
