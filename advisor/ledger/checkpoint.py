@@ -53,7 +53,8 @@ from advisor.units import DEFAULT_UNITS
 from advisor.model.inventory import Inventory, TensorSpec
 from advisor.plan import Cluster, Plan
 from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, optimizer_states, placement_of,
-                                  select_optimizer, unsupported_reason, zero3_partition_numel)
+                                  plan_optimizer, unsupported_reason,
+                                  zero3_partition_numel)
 
 #: Size in bytes of the recovery scripts DeepSpeed 0.19.8 copies into save_dir (measured in the
 #: installed package: ``deepspeed/utils/zero_to_fp32.py``, ``zero_to_torch.py``).
@@ -193,7 +194,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
       every stage: global rank 0 writes ``latest`` (the tag) when ``save_latest``.
     """
     ec, inv, cluster = plan.config, plan.inventory, plan.cluster
-    wrapper, basic = select_optimizer(ec)
+    wrapper, basic = plan_optimizer(plan)
     W = cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
     z = ec.zero

@@ -3269,8 +3269,9 @@ def bf16_optimizer_epilogue_terms(ec: EffectiveConfig, layouts: list[Zero12Layou
     return H, F
 
 
-def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
-    """(wrapper, basic optimizer) DeepSpeed 0.19.8 builds for ``ec`` (§2).
+def select_optimizer(ec: EffectiveConfig, pipeline_parallel: int = 1) -> tuple[str, str]:
+    """(wrapper, basic optimizer) DeepSpeed 0.19.8 builds for ``ec`` (§2) on a model of
+    ``pipeline_parallel`` stages (the plan's ``Cluster.pipeline_parallel``; :func:`plan_optimizer` passes it).
 
     Basic (``engine.py`` ``_configure_basic_optimizer``): ``torch_adam`` -> torch.optim.AdamW
     (Adam when ``adam_w_mode: false``); else ``offload_optimizer.device`` cpu or nvme as written,
@@ -3281,6 +3282,16 @@ def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
     DeepSpeedZeroOptimizer_Stage3; stage 1 + bf16 + fp32 grad accumulation without
     ``device: cpu`` -> BF16_Optimizer; stages 1/2 -> DeepSpeedZeroOptimizer; stage 0 16-bit ->
     FP16_Optimizer (FusedAdam) or FP16_UnfusedOptimizer; stage 0 fp32 -> none.
+
+    Pipeline parallelism (``engine.py`` l.582: ``self.pipeline_parallelism = isinstance(model, PipelineModule)``)
+    changes one branch: at stage 0 a bf16 model accumulating in bf16 (grad_accum_dtype unset or bf16,
+    ``get_data_types`` l.1806-1809) takes BF16_Optimizer with ``grad_acc_dtype`` bf16 (l.2316-2320 ->
+    ``_configure_bf16_optimizer`` l.2363-2364, l.2611-2629), not FP16_Optimizer on bf16 (DDP_BFLOAT16, l.2321 ->
+    ``_configure_fp16_optimizer`` l.2360-2362). At ZeRO-1/2 the choice (l.2305-2311) does not read it; an fp32 model
+    and fp16 take the same wrappers with or without it; a stage-0 dtype mix raises either way (l.2322-2323);
+    ZeRO-2/3 under a PipelineModule are refused (``pipe/engine.py`` l.76-77, rule G001).
+    DeepSpeed asks for a PipelineModule, not for more than one stage: the plan says one by ``pipeline_parallel``
+    > 1 (a PipelineModule of one stage is not a plan ds-advisor builds).
     """
     o = ec.optimizer
     written = ec.zero.offload_optimizer.device
@@ -3308,9 +3319,17 @@ def select_optimizer(ec: EffectiveConfig) -> tuple[str, str]:
             wrapper = "DeepSpeedZeroOptimizer"
     elif ec.model_dtype == "fp32":
         wrapper = basic
+    elif ec.bf16_enabled and ec.grad_dtype == "bf16" and pipeline_parallel > 1:
+        wrapper = "BF16_Optimizer"
     else:
         wrapper = "FP16_Optimizer" if basic == "FusedAdam" else "FP16_UnfusedOptimizer"
     return wrapper, basic
+
+
+def plan_optimizer(plan: Plan) -> tuple[str, str]:
+    """:func:`select_optimizer` of ``plan``: its config on its pipeline degree (the one place a plan's
+    wrapper is chosen; the ledger, placement and checkpoint files read it)."""
+    return select_optimizer(plan.config, plan.cluster.pipeline_parallel)
 
 
 def unsupported_reason(ec: EffectiveConfig, dp_world_size: int | None = None) -> str | None:
@@ -3322,7 +3341,8 @@ def unsupported_reason(ec: EffectiveConfig, dp_world_size: int | None = None) ->
         return "fp16 and bf16 cannot both be enabled (runtime/config.py: DeepSpeedConfig._do_error_check)"
     if ec.zero.stage == 0 and ec.bf16_enabled and ec.grad_dtype == "fp32":
         return ("bf16 with grad_accum_dtype fp32 at stage 0: NotImplementedError 'unsupported mix' "
-                "(engine.py: _do_optimizer_sanity_check; BF16_Optimizer needs ZeRO-1 or pipeline parallelism)")
+                "(engine.py: _do_optimizer_sanity_check l.2322-2323, with or without pipeline parallelism; "
+                "BF16_Optimizer with fp32 accumulation needs ZeRO-1)")
     if ec.zero.stage == 3:
         r = ec.zero.offload_optimizer.ratio
         if ec.offload_optimizer_effective != "none" and r is not None and r != 1.0 \
@@ -6409,8 +6429,19 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {ng} flat fp32 partitions" if step_b else "0 (python int)", _opt_src(basic))
     if wrapper == "BF16_Optimizer":
-        b.add("accelerator", "gradients", "fp32_grad_accum", npad_t * 4, "persistent",
-              f"N_pad x 4 = {npad_t} x 4 (full model, NOT partitioned)", f"{S}._setup_for_real_optimizer")
+        # the gradient buffer is in grad_acc_dtype (zeros_like(bf16_groups_flat[i], dtype=self.grad_acc_dtype),
+        # bf16_optimizer.py l.191): fp32 at ZeRO-1 (engine.py l.2305-2310), bf16 at stage 0 under pipeline
+        # parallelism (l.2316-2320; select_optimizer). The item keeps DeepSpeed's name (fp32_groups_gradients_flat)
+        G = DTYPE_BYTES[ec.grad_dtype]
+        b.add("accelerator", "gradients", "fp32_grad_accum", npad_t * G, "persistent",
+              f"N_pad x G = {npad_t} x {G} (full model, NOT partitioned; G = grad_accum_dtype {ec.grad_dtype})",
+              f"{S}._setup_for_real_optimizer (fp32_groups_gradients_flat, l.191)")
+        if G != M:
+            # step(): param_partition.grad = grad_partition.to(param_partition.dtype) when the dtypes differ
+            # (l.417-419), freed after optimizer.step (l.424-426): P x 4 through the update
+            b.add("accelerator", "gradients", "fp32_grad", p_t * M, "step",
+                  f"P x 4 = {p_t} x 4 (the gradient partition cast from {ec.grad_dtype} for the basic optimizer's "
+                  "step, freed after it)", f"{S}.step (l.414-426)")
         if ec.bf16_immediate_grad_update:
             # each gradient is added in its post-accumulate hook and param.grad freed there (bf16_optimizer.py
             # accumulate_hp_grads_and_remove_lp l.707-715, create_grad_acc_hooks l.717-727): no N x D of 16-bit
@@ -7552,7 +7583,9 @@ def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None =
     sgs: list[SubGroup] = []
     if not has_groups:
         terms = Runs.const(W, None)
-    elif st in (1, 2):
+    elif st in (1, 2) or wrapper == "BF16_Optimizer":
+        # BF16_Optimizer (stage 1, or stage 0 under pipeline parallelism: select_optimizer) lays its groups out
+        # as ZeRO-1 does, over its data-parallel group at any stage (bf16_optimizer.py l.152-211)
         zero12 = zero12_layouts(ec, inv, W, wrapper)
         check_zero12_work(zero12, W, st)
         terms = Runs.zip(zero12_rank_terms(ec, zero12, W), zero12_flat_copy(zero12, W)).map(lambda ab: ab[0] + ab[1])
@@ -7573,7 +7606,8 @@ def placement_of(plan: Plan) -> Placement:
     files all read. Never raises for a config DeepSpeed refuses (the ledger does)."""
     pl = plan.derived.get("placement")
     if pl is None:
-        pl = plan.derived["placement"] = placement(plan.config, plan.inventory, plan.cluster.zero_world_size)
+        pl = plan.derived["placement"] = placement(plan.config, plan.inventory, plan.cluster.zero_world_size,
+                                                   plan_optimizer(plan)[0])
     return pl
 
 
@@ -7589,18 +7623,21 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     so the work is O(tensors x roles) whatever W is. ``pl``: the :class:`Placement`
     of ``inv`` over ``W`` (computed when None)."""
     st = ec.zero.stage
+    # BF16_Optimizer takes the ZeRO-1/2 layout and entries at stage 0 too (under pipeline parallelism:
+    # select_optimizer); the ZeRO-1/2 transient gates below all ask for DeepSpeedZeroOptimizer
+    z12 = st in (1, 2) or wrapper == "BF16_Optimizer"
     has_groups = inv.has_trainable()
     frozen = list(inv.memo(("frozen_numels",), lambda: tuple(t.numel for t in inv.tensors if not t.trainable)))
     pl = pl or placement(ec, inv, W, wrapper)
     terms = pl.terms
-    if st in (1, 2) and has_groups and zero12_transients_modeled(ec, wrapper, ga, len(pl.zero12)):
+    if z12 and has_groups and zero12_transients_modeled(ec, wrapper, ga, len(pl.zero12)):
         terms = Runs.zip(terms, zero12_backward_transients(ec, inv, pl.zero12, W, ga)).map(lambda ab: ab[0] + ab[1])
     # ranks with the same totals may still split them differently over the groups a step updates
     # one at a time (the timeline's per-group step instants): keep those ranks apart
     split = Runs.const(W, ())
-    if st in (1, 2) and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
+    if z12 and has_groups and zero12_groups_stepped_apart(ec, wrapper, len(pl.zero12)):
         split = zero12_step_groups(pl.zero12, W)
-    elif st in (1, 2) and has_groups and zero12_offload_norm_modeled(ec, wrapper):
+    elif z12 and has_groups and zero12_offload_norm_modeled(ec, wrapper):
         split = zero12_offload_reduce_terms(ec, pl.zero12, W, wrapper, inv, ga)
         if zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)):
             split = Runs.zip(split, zero12_offload_microstep_terms(ec, inv, pl.zero12, W, wrapper)).map(
@@ -7610,7 +7647,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
             split = Runs.zip(split, zero12_offload_fp32_accum_kept(ec, pl.zero12, W)).map(
                 lambda t: t[0] + (t[1],))
     figures = Runs.zip(terms, split).groups()
-    oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if st in (1, 2) and has_groups else 0
+    oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if z12 and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
         raise WorkLimitError(
             f"ZeRO-{st} over {W:,} data-parallel ranks: {len(figures):,} distinct per-rank states (rank roles), more "
@@ -7621,9 +7658,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         b = _Builder(rs[0])
         if not has_groups:
             pass
-        elif st == 0:
-            _stage0(b, ec, inv, wrapper, basic)
-        elif st in (1, 2):
+        elif z12:
             _zero12(b, ec, inv, W, wrapper, basic, ga, pl.zero12, k,
                     offload_norm=gk[0] * 8 if zero12_offload_norm_modeled(ec, wrapper) and gk else 0,
                     offload_xl=gk[1:3] if zero12_offload_norm_modeled(ec, wrapper) and gk else (0, 0),
@@ -7633,6 +7668,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                                        and zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)) else ()),
                     offload_kept=(gk[4] if zero12_offload_fp32_accum(ec, wrapper, ga, len(pl.zero12)) and gk
                                   else None))
+        elif st == 0:
+            _stage0(b, ec, inv, wrapper, basic)
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         _frozen(b, ec, frozen, W)
@@ -7741,7 +7778,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     why = unsupported_reason(ec, cl.dp_world_size)
     if why:
         raise ValueError(f"DeepSpeed 0.19.8 rejects this configuration: {why}")
-    wrapper, basic = select_optimizer(ec)
+    wrapper, basic = plan_optimizer(plan)
     from advisor.config.effective import derive_batch
     ga = derive_batch(ec, cl.dp_world_size)[2] or 1
     if cl.model_parallel:

@@ -1132,10 +1132,10 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
             # independent_gradient_partition_epilogue run per backward), not only at the boundary
             out.append(Instant("reduce:1", "reduce", "first iteration, gradient reduce in the backward of micro-step 1"))
         elif k == 1 and ga > 1 and ledger.wrapper == "BF16_Optimizer":
-            # BF16_Optimizer adds every micro-step's gradients into its fp32 buffer in backward_epilogue
+            # BF16_Optimizer adds every micro-step's gradients into its grad_accum_dtype buffer in backward_epilogue
             # (bf16_optimizer.py l.503-538; state.bf16_optimizer_epilogue_terms), all-reducing only at the boundary
             out.append(Instant("reduce:1", "reduce",
-                               "first iteration, gradients added into the fp32 accumulation buffer after the "
+                               f"first iteration, gradients added into the {ec.grad_dtype} accumulation buffer after the "
                                "backward of micro-step 1"))
     norm = any(e.item == "grad_norm_fp64" for rl in ledger.ranks for e in rl.entries)
     out.append(Instant("reduce", "reduce", "first iteration, gradient reduce at the accumulation boundary"))

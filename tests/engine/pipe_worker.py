@@ -16,7 +16,9 @@ import os
 import sys
 
 
-def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int) -> int:
+def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: str = "") -> int:
+    """``cfg_json``: a DeepSpeed config (JSON text) to run instead of the ZeRO-1 fp32 one; without it the
+    run also saves a checkpoint."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
     import torch.nn as nn
@@ -64,6 +66,8 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int) -> int:
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
            "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
            "steps_per_print": 10**9}
+    if cfg_json:
+        cfg = {**json.loads(cfg_json), "steps_per_print": 10**9}
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
                                            config=cfg)
     g = torch.Generator().manual_seed(0)
@@ -73,10 +77,13 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int) -> int:
     _walk(engine, c)
     out = {"rank": rank, "stage": engine.stage_id, "parts": [int(x) for x in model.parts],
            "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
-           "census": c.result(), "wrapper": type(engine.optimizer).__name__}
+           "census": c.result(), "wrapper": type(engine.optimizer).__name__,
+           "grad_acc_dtype": str(getattr(engine.optimizer, "grad_acc_dtype", ""))}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(out, fh)
     tdist.barrier()
+    if cfg_json:
+        return 0
     # the files the PipelineEngine writes (engine.save_checkpoint; the test reads them back)
     engine.save_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
     tdist.barrier()
@@ -85,4 +92,4 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int) -> int:
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    sys.exit(main(a[0], *map(int, a[1:6])))
+    sys.exit(main(a[0], *map(int, a[1:6]), *a[6:7]))

@@ -41,10 +41,9 @@ def _inventory() -> Inventory:
     return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
 
 
-@pytest.fixture(scope="module")
-def pipe_run(tmp_path_factory):
-    """One 2-stage run of pipe_worker.py: (its output folder, {rank: its JSON})."""
-    tmp_path = tmp_path_factory.mktemp("pipe")
+def _run_pipe(tmp_path, cfg: dict | None = None) -> dict:
+    """One 2-stage run of pipe_worker.py in ``tmp_path`` (``cfg``: a DeepSpeed config other than ``CFG``,
+    then no checkpoint is saved): {rank: its JSON}."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -54,10 +53,17 @@ def pipe_run(tmp_path_factory):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipe_worker.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(port), worker, str(tmp_path),
-           str(V), str(H), str(F), str(L), "2"]
+           str(V), str(H), str(F), str(L), "2"] + ([json.dumps(cfg)] if cfg else [])
     p = run_group(cmd, 600, env=env)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    return tmp_path, {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+    return {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+
+
+@pytest.fixture(scope="module")
+def pipe_run(tmp_path_factory):
+    """One 2-stage run of pipe_worker.py: (its output folder, {rank: its JSON})."""
+    tmp_path = tmp_path_factory.mktemp("pipe")
+    return tmp_path, _run_pipe(tmp_path)
 
 
 def test_two_stage_pipeline_census_matches_the_ledger(pipe_run):
@@ -106,3 +112,26 @@ def test_pipeline_checkpoint_files_match_the_engine(pipe_run):
         assert storage == f.bytes, (path, storage, f.bytes)
         if path in hand:
             assert f.bytes == hand[path]
+
+
+BF16_Z0 = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
+
+
+def test_bf16_zero0_pipeline_takes_bf16_optimizer(tmp_path):
+    """bf16 at ZeRO-0 on a PipelineModule: the real engine builds BF16_Optimizer with a bf16 gradient buffer
+    (engine.py _do_optimizer_sanity_check l.2316-2320, _configure_bf16_optimizer grad_acc_dtype l.2626), not the
+    FP16_Optimizer the same config builds without a PipelineModule; the census of its buffers (one train_batch,
+    GA 2) equals the ledger's persistent entries on both stages, and the hand figures of
+    tests/test_pipeline_wrapper.py (W = 2: dp 1 per stage, N_pad = N)."""
+    got = _run_pipe(tmp_path, BF16_Z0)
+    led = compute_ledger(Plan(effective_config(BF16_Z0), _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
+    assert led.wrapper == "BF16_Optimizer"
+    block = H + 2 * F * H
+    for r, n in ((0, V * H + 2 * block), (1, 2 * block + H + V * H)):
+        assert got[r]["wrapper"] == "BF16_Optimizer" and got[r]["grad_acc_dtype"] == "torch.bfloat16"
+        census = got[r]["census"]
+        want = fold_for_cpu(model_state_bytes(led.rank(r), ("persistent",)))
+        for item in ("lp_params_flat", "fp32_master", "exp_avg", "exp_avg_sq", "fp32_grad_accum"):
+            assert census[item] == want[item], (r, item, census[item], want[item])
+        assert census["fp32_grad_accum"]["unpinned"] == n * 2 and census["fp32_master"]["unpinned"] == n * 4

@@ -1,0 +1,123 @@
+"""The optimizer wrapper under pipeline parallelism (issue 15), against DeepSpeed 0.19.8's source.
+
+``engine.py`` ``_do_optimizer_sanity_check`` (l.2295-2326) picks the wrapper; its only branch that reads
+``self.pipeline_parallelism`` (``isinstance(model, PipelineModule)``, l.582) is stage 0 with a bf16 model
+accumulating in bf16 (l.2316-2320): BF16_Optimizer, where the same config without a PipelineModule builds
+FP16_Optimizer on bf16 (DDP_BFLOAT16, l.2321 -> ``_configure_fp16_optimizer`` l.2360-2362). BF16_Optimizer
+then keeps its gradient buffer in grad_acc_dtype (``bf16_optimizer.py`` l.191: ``zeros_like(bf16_groups_flat[i],
+dtype=self.grad_acc_dtype)``) and partitions its fp32 master over the data-parallel group at any stage
+(l.163-185, aligned to 2 x W elements, ``nccl_start_alignment_factor`` l.101).
+
+The hand figures below are also what the real PipelineEngine holds: tests/engine/test_pipeline_engine.py
+``test_bf16_zero0_pipeline_takes_bf16_optimizer`` (2 stages, W = 2, gloo, the census of the engine's tensors).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger.state import (Cluster, Plan, compute_ledger, plan_optimizer, select_optimizer,
+                                  unsupported_reason)
+from advisor.model.inventory import Inventory, TensorSpec
+
+V, H, F, L = 96, 32, 80, 4
+
+
+def _inventory() -> Inventory:
+    """tests/engine/pipe_worker.py's model in Hugging Face names (embedding, 4 blocks, norm + head)."""
+    ts = [TensorSpec("model.embed_tokens.weight", (V, H))]
+    for i in range(L):
+        ts += [TensorSpec(f"model.layers.{i}.input_layernorm.weight", (H,)),
+               TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
+               TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
+    ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
+    return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+
+
+def _cfg(stage: int, dtype: str = "bf16", accum: str | None = None, oo: str = "none") -> dict:
+    c = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+         "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": stage}}
+    if dtype != "fp32":
+        c[dtype] = {"enabled": True}
+    if accum:
+        c["data_types"] = {"grad_accum_dtype": accum}
+    if oo != "none":
+        c["zero_optimization"]["offload_optimizer"] = {"device": oo}
+    return c
+
+
+# (stage, model dtype, grad_accum_dtype, offload) -> (wrapper without a PipelineModule, wrapper with one)
+@pytest.mark.parametrize("stage,dtype,accum,oo,flat,piped", [
+    # stage 0: l.2313-2321; only bf16 with bf16 accumulation reads pipeline_parallelism (l.2316)
+    (0, "bf16", None, "none", "FP16_Optimizer", "BF16_Optimizer"),
+    (0, "bf16", "bf16", "none", "FP16_Optimizer", "BF16_Optimizer"),
+    (0, "fp16", None, "none", "FP16_Optimizer", "FP16_Optimizer"),
+    (0, "fp32", None, "none", "FusedAdam", "FusedAdam"),  # l.2314-2315: no wrapper
+    # stage 1: l.2305-2311 never reads it
+    (1, "bf16", "fp32", "none", "BF16_Optimizer", "BF16_Optimizer"),
+    (1, "bf16", None, "none", "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer"),
+    (1, "bf16", "fp32", "cpu", "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer"),  # zero_cpu_offload, l.2306
+    (1, "fp16", None, "none", "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer"),
+])
+def test_wrapper_with_and_without_a_pipeline_module(stage, dtype, accum, oo, flat, piped):
+    ec = effective_config(_cfg(stage, dtype, accum, oo))
+    assert select_optimizer(ec)[0] == flat
+    assert select_optimizer(ec, pipeline_parallel=2)[0] == piped
+    inv = _inventory()
+    assert plan_optimizer(Plan(ec, inv, Cluster(world_size=4, pipeline_parallel=2)))[0] == piped
+    assert plan_optimizer(Plan(ec, inv, Cluster(world_size=4)))[0] == flat
+
+
+def test_stage0_dtype_mix_is_refused_under_pipeline_parallelism_too():
+    """bf16 + grad_accum_dtype fp32 at stage 0 reaches the ``else: raise NotImplementedError`` of l.2322-2323
+    whether or not the model is a PipelineModule (the PP branch l.2316 sits under ``model_dtype ==
+    grad_accum_dtype``)."""
+    ec = effective_config(_cfg(0, "bf16", "fp32"))
+    why = unsupported_reason(ec)
+    assert "NotImplementedError" in why and "with or without pipeline parallelism" in why
+    with pytest.raises(ValueError):
+        compute_ledger(Plan(ec, _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
+
+
+# Stage sizes (elements): DeepSpeed's partition_method "type:Block" puts the embedding and 2 blocks on stage 0,
+# 2 blocks, the norm and the head on stage 1 (the engine run's parts [0, 3, 6]).
+BLOCK = H + 2 * F * H
+N0 = V * H + 2 * BLOCK          # 13,376
+N1 = 2 * BLOCK + H + V * H      # 13,408
+
+
+@pytest.mark.parametrize("world,dp", [(2, 1), (4, 2)])
+def test_bf16_zero0_pipeline_ledger_is_bf16_optimizer_with_a_bf16_buffer(world, dp):
+    """Per stage, N_pad = A_{2 dp}(N) (both N are multiples of 4 here): 16-bit flat N x 2; fp32 master and each
+    Adam moment P x 4 with P = N / dp (partitioned over the stage's data-parallel group, bf16_optimizer.py
+    l.180-185); the gradient buffer N x 2 in bf16 (l.191), whole; in the step the partition's fp32 cast
+    P x 4 (l.417-419, freed after the step l.424-426). FP16_Optimizer kept the master and moments whole
+    (N x 4 each) and its gradient copies N x 4."""
+    led = compute_ledger(Plan(effective_config(_cfg(0)), _inventory(),
+                              Cluster(world_size=world, pipeline_parallel=2)))
+    assert led.wrapper == "BF16_Optimizer"
+    for r in range(world):
+        n = N0 if r < dp else N1
+        p = n // dp
+        got = {(e.item, e.life): e.bytes for e in led.rank(r).entries if e.bytes}
+        assert got[("lp_params_flat", "persistent")] == n * 2
+        assert got[("fp32_master", "persistent")] == p * 4
+        assert got[("exp_avg", "persistent")] == got[("exp_avg_sq", "persistent")] == p * 4
+        assert got[("fp32_grad_accum", "persistent")] == n * 2
+        assert got[("fp32_grad", "step")] == p * 4
+        # one group, communication_data_type bf16 = the buffer's: the reduce flattens a single buffer as a view
+        # and casts nothing (engine.py allreduce_bucket l.3796-3801), the hp add's .to(bf16) returns the tensor
+        assert not any(e.item in ("bf16_hp_grad_cast", "bf16_allreduce_flat", "allreduce_bucket_flat")
+                       for e in led.rank(r).entries if e.bytes)
+
+
+def test_bf16_zero1_fp32_accum_keeps_its_fp32_buffer_under_pipeline_parallelism():
+    """Stage 1 bf16 + fp32 accumulation: the same BF16_Optimizer with or without PP; its buffer N x 4 and no
+    step cast (grad_partition is fp32 already, l.417-419)."""
+    led = compute_ledger(Plan(effective_config(_cfg(1, "bf16", "fp32")), _inventory(),
+                              Cluster(world_size=2, pipeline_parallel=2)))
+    assert led.wrapper == "BF16_Optimizer"
+    got = {(e.item, e.life): e.bytes for e in led.rank(0).entries if e.bytes}
+    assert got[("fp32_grad_accum", "persistent")] == N0 * 4
+    assert ("fp32_grad", "step") not in got
