@@ -121,3 +121,27 @@ def test_bf16_zero1_fp32_accum_keeps_its_fp32_buffer_under_pipeline_parallelism(
     got = {(e.item, e.life): e.bytes for e in led.rank(0).entries if e.bytes}
     assert got[("fp32_grad_accum", "persistent")] == N0 * 4
     assert ("fp32_grad", "step") not in got
+
+
+def test_bf16_zero0_pipeline_checkpoint_files_at_dp2():
+    """W = 4, 2 stages, dp 2: the model-states file of each stage (dp rank 0) holds BF16_Optimizer's state dict
+    (engine.py ``_common_checkpoint_state`` l.5020, not a ZeRO engine; bf16_optimizer.py state_dict l.629-645: the
+    rank's fp32 partition P x 4 and Adam's 2 x P x 4, FusedAdam's step a python int), and every dp rank writes
+    ``bf16_zero_pp_rank_{r}_mp_rank_{stage}_optim_states.pt`` with its own (``_configure_checkpointing``
+    l.1916-1921: the wrapper has a dp_process_group; ``_get_zero_ckpt_prefix`` bf16_), plus the recovery scripts
+    (``_save_zero_checkpoint`` l.5565-5566). The module is in the layer files (PipelineEngine). The same 2-stage
+    files at W = 2 are the real engine's (tests/engine/test_pipeline_engine.py)."""
+    from advisor.ledger.checkpoint import checkpoint_files
+    res = checkpoint_files(Plan(effective_config(_cfg(0)), _inventory(), Cluster(world_size=4, pipeline_parallel=2)),
+                           tag="t")
+    assert res.wrapper == "BF16_Optimizer"
+    by = {f.path: f for f in res.files}
+    for stage, n in ((0, N0), (1, N1)):
+        p = n // 2
+        ms = by[f"t/mp_rank_{stage:02d}_model_states.pt"]
+        assert ms.bytes == 3 * p * 4 and ms.parts["module"] == 0
+        for r in (0, 1):
+            f = by[f"t/bf16_zero_pp_rank_{r}_mp_rank_{stage:02d}_optim_states.pt"]
+            assert f.bytes == 3 * p * 4
+            assert f.rank == stage * 2 + r  # global rank (stage x W_z + z)
+    assert "zero_to_fp32.py" in by and "zero_to_torch.py" in by

@@ -52,7 +52,8 @@ from advisor.findings import literal, render_sized
 from advisor.units import DEFAULT_UNITS
 from advisor.model.inventory import Inventory, TensorSpec
 from advisor.plan import Cluster, Plan
-from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, optimizer_states, placement_of,
+from advisor.ledger.state import (aio_alignment_elems, align_up, ceil_div, optimizer_states, placement,
+                                  placement_of,
                                   plan_optimizer, unsupported_reason,
                                   zero3_partition_numel)
 
@@ -156,7 +157,8 @@ class FilesResult:
 LIST_RANKS_UP_TO = 256
 
 
-def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = True) -> FilesResult:
+def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = True,
+                     optimizer: tuple[str, str] | None = None) -> FilesResult:
     """The files ``engine.save_checkpoint(save_dir, tag)`` writes, per stage/precision (§6).
 
     Formulas (D = model dtype bytes, N = trainable elements, W = data-parallel size, P / P3 the
@@ -174,6 +176,13 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
       rank on load; ``{bf16_}zero_pp_rank_{r}_mp_rank_00_optim_states.pt`` by every dp rank r =
       fp32 partition P x 4 (saved as an un-padded view, so the padded storage is written) + k x P x 4
       moments + s per group.
+    * stage 0 with BF16_Optimizer (bf16 under pipeline parallelism, :func:`advisor.ledger.state.plan_optimizer`):
+      both. The model-states file holds the module and, the engine not being a ZeRO one
+      (``_common_checkpoint_state`` l.5020: ``optimizer.state_dict() if not zero_optimizer_state``), BF16_Optimizer's
+      state dict (l.629-645: the fp32 partition P x 4, the base optimizer's k x P x 4 moments + steps); the
+      wrapper has a ``dp_process_group``, so every dp rank also writes ``bf16_zero_pp_rank_{r}_..._optim_states.pt``
+      (``_configure_checkpointing`` l.1916-1921, ``_save_zero_checkpoint`` l.5549-5567, the same state dict) and
+      global rank 0 the recovery scripts (engine run: tests/engine/test_pipeline_engine.py).
     * stage 3: every rank r writes ``zero_pp_rank_{r}_mp_rank_00_model_states.pt`` (0 tensor bytes:
       parameters are partitioned placeholders; + frozen partitions p_i x D) and
       ``{bf16_}zero_pp_rank_{r}_mp_rank_00_optim_states.pt`` = per sub-group S_k x 4 fp32 flat +
@@ -194,7 +203,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
       every stage: global rank 0 writes ``latest`` (the tag) when ``save_latest``.
     """
     ec, inv, cluster = plan.config, plan.inventory, plan.cluster
-    wrapper, basic = plan_optimizer(plan)
+    wrapper, basic = optimizer or plan_optimizer(plan)  # optimizer: a pipeline stage's (_model_parallel_files)
     W = cluster.zero_world_size
     D = DTYPE_BYTES[ec.model_dtype]
     z = ec.zero
@@ -221,7 +230,19 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
     d = tag
     files = res.files
 
-    if z.stage == 0:
+    bf16_zero0 = z.stage == 0 and wrapper == "BF16_Optimizer"
+    if bf16_zero0:
+        Ps = [(lay.P, lay.n_pad - lay.n) for lay in placement_of(plan).zero12]
+        P_sum = sum(P for P, _ in Ps)
+        parts = {"module": (N + n_frozen) * D, "fp32_groups": P_sum * 4, "optimizer_state": k * P_sum * 4,
+                 "step": s * len(Ps)}
+        files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
+                              readers=cluster.world_size,
+                              formula=(f"module N_all x D + BF16_Optimizer state dict: fp32 partition P x 4 + {k} x P x 4 "
+                                       f"(+ step) = {N + n_frozen} x {D} + {P_sum} x 4 + {k} x {P_sum} x 4 + "
+                                       f"{s} x {len(Ps)}; P = N_pad / W")))
+        _zero12_optim_files(files, d, ec, cluster, W, Ps, k, s)
+    elif z.stage == 0:
         if ec.model_dtype == "fp32":
             parts = {"module": (N + n_frozen) * 4, "optimizer_state": k * N * 4, "step": s * ntensors}
             formula = (f"module N_all x 4 + optimizer {k} x N x 4 + step = {N + n_frozen} x 4 + {k} x {N} x 4 "
@@ -250,16 +271,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                 formula += " + frozen_param_fragments (a CPU copy on GPU nodes; aliases the module on CPU)"
         files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
                               readers=cluster.world_size, formula=formula))
-        grouped = W > LIST_RANKS_UP_TO
-        for r in range(1 if grouped else W):
-            P_sum = sum(P for P, _ in Ps)
-            oparts = {"fp32_partition": P_sum * 4, "optimizer_state": k * P_sum * 4, "step": s * len(Ps)}
-            files.append(CkptFile(
-                f"{d}/{optim_states_name('{r}' if grouped else r, ec.bf16_enabled)}", r * _mp(cluster),
-                sum(oparts.values()), "optim_states", oparts,
-                formula=(f"fp32 partition P x 4 + {k} x P x 4 moments + step; P = N_pad / W = {P_sum} "
-                         f"(written padded: the un-padded fp32 view keeps its whole storage)"),
-                count=W if grouped else 1, stride=_mp(cluster)))
+        _zero12_optim_files(files, d, ec, cluster, W, Ps, k, s)
     else:  # stage 3
         oo_nvme = ec.offload_optimizer_effective == "nvme"
         k_al = aio_alignment_elems(ec, 4)
@@ -329,7 +341,7 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
         if oo_nvme:
             notes.append("stage-3 NVMe optimizer: the state is the copied swap folder offloaded_tensors/; "
                          "a restart reads it back through the same folder")
-    if z.stage in (1, 2, 3):
+    if z.stage in (1, 2, 3) or bf16_zero0:
         for nm, size in RECOVERY_SCRIPTS.items():
             files.append(CkptFile(nm, 0, size, "script", {"script": size},
                                   formula="copied from deepspeed/utils by global rank 0 (_copy_recovery_script)"))
@@ -355,6 +367,22 @@ def pipeline_layer_indices(inv: "Inventory") -> dict[str, int]:
             for k, (t, i) in enumerate(zip(inv.tensors, idx))}
 
 
+def _zero12_optim_files(files: list, d: str, ec, cluster: Cluster, W: int, Ps: list[tuple[int, int]], k: int,
+                        s: int) -> None:
+    """The ``{bf16_}zero_pp_rank_{r}_mp_rank_00_optim_states.pt`` of every dp rank r (ZeRO-1/2, BF16_Optimizer):
+    fp32 partition P x 4 + k x P x 4 moments + s per group (``Ps``: (P, padding) per group)."""
+    grouped = W > LIST_RANKS_UP_TO
+    P_sum = sum(P for P, _ in Ps)
+    for r in range(1 if grouped else W):
+        oparts = {"fp32_partition": P_sum * 4, "optimizer_state": k * P_sum * 4, "step": s * len(Ps)}
+        files.append(CkptFile(
+            f"{d}/{optim_states_name('{r}' if grouped else r, ec.bf16_enabled)}", r * _mp(cluster),
+            sum(oparts.values()), "optim_states", oparts,
+            formula=(f"fp32 partition P x 4 + {k} x P x 4 moments + step; P = N_pad / W = {P_sum} "
+                     f"(written padded: the un-padded fp32 view keeps its whole storage)"),
+            count=W if grouped else 1, stride=_mp(cluster)))
+
+
 def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesResult) -> FilesResult:
     """:func:`checkpoint_files` under tensor / pipeline parallelism (module docstring): per stage,
     the files of the stage's tensor-parallel shard over its ZeRO group (the same function on the
@@ -364,13 +392,17 @@ def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesRes
     from advisor.model.parallel import shard
     ec, cl = plan.config, plan.cluster
     tp, pp, wz = cl.tensor_parallel, cl.pipeline_parallel, cl.zero_world_size
+    wrapper, basic = res.wrapper, res.basic_optimizer
     D = DTYPE_BYTES[ec.model_dtype]
     layer_idx = pipeline_layer_indices(plan.inventory) if pp > 1 else {}
     files = res.files
     tail: list[CkptFile] = []
     for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
         sub = Plan(ec, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
-        base = checkpoint_files(sub, tag, save_latest)
+        # the stage's shard is still a PipelineModule's: its wrapper is the whole plan's (plan_optimizer reads
+        # the pipeline degree the shard's own cluster no longer carries), given through the cache placement_of reads
+        sub.derived["placement"] = placement(ec, sh.inventory, wz, wrapper)
+        base = checkpoint_files(sub, tag, save_latest, optimizer=(wrapper, basic))
         for m in range(tp):
             mp = sh.stage * tp + m if pp > 1 else m
             for f in base.files:

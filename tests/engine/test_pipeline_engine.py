@@ -123,7 +123,8 @@ def test_bf16_zero0_pipeline_takes_bf16_optimizer(tmp_path):
     (engine.py _do_optimizer_sanity_check l.2316-2320, _configure_bf16_optimizer grad_acc_dtype l.2626), not the
     FP16_Optimizer the same config builds without a PipelineModule; the census of its buffers (one train_batch,
     GA 2) equals the ledger's persistent entries on both stages, and the hand figures of
-    tests/test_pipeline_wrapper.py (W = 2: dp 1 per stage, N_pad = N)."""
+    tests/test_pipeline_wrapper.py (W = 2: dp 1 per stage, N_pad = N); the checkpoint files equal
+    advisor.ledger.checkpoint's."""
     got = _run_pipe(tmp_path, BF16_Z0)
     led = compute_ledger(Plan(effective_config(BF16_Z0), _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
     assert led.wrapper == "BF16_Optimizer"
@@ -135,3 +136,24 @@ def test_bf16_zero0_pipeline_takes_bf16_optimizer(tmp_path):
         for item in ("lp_params_flat", "fp32_master", "exp_avg", "exp_avg_sq", "fp32_grad_accum"):
             assert census[item] == want[item], (r, item, census[item], want[item])
         assert census["fp32_grad_accum"]["unpinned"] == n * 2 and census["fp32_master"]["unpinned"] == n * 4
+    # the checkpoint: the model-states file holds BF16_Optimizer's state dict (not a ZeRO engine, engine.py
+    # l.5020) and, the wrapper having a dp_process_group (l.1916-1921), each stage's dp rank writes a
+    # bf16_zero_pp_rank_0_mp_rank_XX optim file with the same state dict, and rank 0 the recovery scripts
+    import torch
+
+    from advisor.ledger.checkpoint import checkpoint_files
+    from tests.engine.test_checkpoint_engine import _tensor_bytes
+
+    out = tmp_path / "ckpt"
+    real = {os.path.relpath(os.path.join(d, f), out): os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs}
+    want = checkpoint_files(Plan(effective_config(BF16_Z0), _inventory(), Cluster(world_size=2, pipeline_parallel=2)),
+                            tag="t")
+    listed = {f.path: f for f in want.files}
+    assert set(real) == set(listed), (sorted(real), sorted(listed))
+    for path, f in listed.items():
+        if path.endswith(".pt"):
+            storage, _ = _tensor_bytes(torch.load(real[path], map_location="cpu", weights_only=False))
+            assert storage == f.bytes, (path, storage, f.bytes)
+    # by hand, stage 0: fp32 partition N x 4 + Adam's 2 x N x 4 (FusedAdam's step is a python int)
+    n0 = V * H + 2 * block
+    assert listed["t/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"].bytes == 3 * n0 * 4
