@@ -14,7 +14,14 @@ DeepSpeed integration sets them (``transformers/integrations/deepspeed.py``
 ``trainer_config_finalize``): ``reduce_bucket_size = h^2``, ``stage3_prefetch_bucket_size =
 int(0.9 h^2)``, ``stage3_param_persistence_threshold = 10 h`` (elements).
 
-Pruning (none changes which plans rank): tensor x pipeline layouts are tried by their step-time
+Micro-batches (:func:`micro_batch_representatives`): within a gradient-accumulation range (GA 1, 2,
+>= 3) memory grows with b at a fixed recompute setting, so the micro-batches that choose one setting
+are a run of consecutive divisors (a piece), found by bisection; only the piece's fastest plan is
+ranked (its largest b; under pipeline parallelism, whose 1F1B bubble grows with b, its smallest), so
+O(pieces x log divisors) recompute choices are made, not one per divisor of the sequences per rank
+(``MICRO_BATCH_SEARCH`` "exhaustive" keeps that one as the reference the tests compare).
+
+Pruning (none changes which plan ranks first): tensor x pipeline layouts are tried by their step-time
 lower bound and skipped when it cannot beat the best plan found (:func:`layout_lower_bound`); a
 stage/offload combo whose first plan does not fit is probed with its least-memory plan (smallest
 micro-batch, full recompute) and skipped when that does not fit either.
@@ -197,6 +204,20 @@ def divisors(n: int) -> list[int]:
                 large.append(n // i)
         i += 1
     return small + large[::-1]
+
+
+def divisors_cached(n: int) -> tuple[int, ...]:
+    """:func:`divisors` of ``n`` as a tuple, computed once per ``n`` in a process (O(sqrt n): ~0.1 s at
+    --global-batch's limit 2^40; search asks it per layout, and suggest per request)."""
+    got = _DIVISORS.get(n)
+    if got is None:
+        if len(_DIVISORS) > 64:
+            _DIVISORS.clear()
+        got = _DIVISORS[n] = tuple(divisors(n))
+    return got
+
+
+_DIVISORS: dict[int, tuple[int, ...]] = {}
 
 
 def hidden_sizes(h: int) -> dict[str, int]:
@@ -408,10 +429,12 @@ class SearchResult:
     #: them in its ``--units``; ``suggestions`` holds them in the default units (GiB).
     suggestions_sized: list[tuple[str, dict]] = field(default_factory=list)
     #: Candidates fitted (each one :func:`advisor.views.estimate.plan_fit`); they partition into
-    #: ``ranked`` (fit, the cheapest recompute setting of its stage x offload x micro-batch),
-    #: ``superseded`` (fit, but a setting with fewer extra FLOPs of the same stage x offload x
-    #: micro-batch fits too) and ``rejected`` (does not fit, or tight):
-    #: evaluated == len(ranked) + superseded + len(rejected).
+    #: ``ranked`` (fit, the cheapest recompute setting of its stage x offload x micro-batch, and the
+    #: representative of its piece: :func:`micro_batch_representatives`), ``superseded`` (fit, but a setting
+    #: with fewer extra FLOPs of the same stage x offload x micro-batch fits too, or the same setting is
+    #: ranked at the micro-batch of its piece whose step is no slower) and ``rejected`` (does not fit, or
+    #: tight): evaluated == len(ranked) + superseded + len(rejected). Plans the search decides without
+    #: fitting them (:func:`implied_fit`, micro-batches inside a piece) are in none of them.
     evaluated: int = 0
     superseded: int = 0
     #: Layouts (t, p) considered, (1, 1) included, and those not evaluated because their
@@ -640,6 +663,112 @@ def layout_lower_bound(inv: Inventory, hardware: Any, req: Request, tp: int, pp:
     return comp + tpc
 
 
+#: How :func:`search` tries the micro-batches of a (layout, stage/offload) pair: "pieces"
+#: (:func:`micro_batch_representatives`: O(settings x log divisors) recompute choices, the plans that can
+#: rank first) or "exhaustive" (every divisor of the sequences per rank, each with its recompute choice:
+#: the reference, kept for tests/test_generate_micro_pieces21.py, which compares the two).
+MICRO_BATCH_SEARCH = "pieces"
+
+
+def ga_regimes(micros: list[int], per_rank: int) -> list[list[int]]:
+    """``micros`` (ascending divisors of ``per_rank``) split by gradient accumulation GA = per_rank / b
+    into the three ranges within which a plan's structure does not change: GA >= 3, GA = 2, GA = 1.
+    Across them it does: the ledger's entries differ at GA 1 and GA > 1 (search's ``led_cache``; e.g.
+    ``timeline.py`` lifetimes ``accumulated*``, ZeRO-2's ``reduce:1``), and the timeline's micro-steps are
+    [1], [1, GA] or, ZeRO-3 refetching at GA > 2, [1, 2, GA] (``timeline._instants``); step-time terms
+    like ``(GA - 1) x ...`` vanish at GA 1 (``movement._rank_movements`` adds no zero-byte row).
+    Within one range only the activations' b-linear terms and the GA-scaled movement bytes change.
+    Ascending lists, empty ones left out."""
+    out = [[b for b in micros if per_rank // b >= 3], [b for b in micros if per_rank // b == 2],
+           [b for b in micros if per_rank // b == 1]]
+    return [r for r in out if r]
+
+
+def implied_fit(g0: int, b0: int, ck0: str, g: int, b: int, ck: str, fits: bool = False) -> bool | None:
+    """What plan (GA range ``g0``, micro-batch ``b0``, recompute ``ck0``), fitted, says of (``g``, ``b``,
+    ``ck``) of the same layout and stage/offload (:func:`micro_batch_representatives`: memory is
+    non-decreasing in b within a GA range, :func:`ga_regimes`, and non-increasing in k of L, as
+    :func:`cheapest_recompute`'s bisection has it): ``fits`` True (it fitted): True when (g, b, ck) fits
+    too (same range, b <= b0, the same setting or k >= k0); ``fits`` False (it did not fit): False when
+    (g, b, ck) does not either (b >= b0, the same setting, k <= k0, or ck0 full: every layer recomputed keeps
+    the least of any setting, the premise of search's least-memory probe). None: nothing follows."""
+    if g != g0:
+        return None
+    same = ck == ck0
+    if fits:
+        if b <= b0 and (same or (ck.isdigit() and ck0.isdigit() and int(ck) >= int(ck0))):
+            return True
+        return None
+    if b >= b0 and (same or ck0 == "full" or (ck.isdigit() and ck0.isdigit() and int(ck) <= int(ck0))):
+        return False
+    return None
+
+
+def micro_batch_representatives(micros: list[int], per_rank: int, choose: Any, pipeline: bool) -> list:
+    """The plans of one (layout, stage/offload) pair that can rank first, with O(pieces x log divisors)
+    calls of ``choose(b)`` (the plan generate makes of micro-batch ``b``: the recompute setting with the
+    least extra FLOPs that fits, or None) in place of one per divisor. Descending micro-batch.
+
+    Why it gives the exhaustive search's best plan (tests/test_generate_micro_pieces21.py compares them):
+
+    * memory is non-decreasing in b at a fixed recompute setting within a GA range (:func:`ga_regimes`):
+      the ledger's entries are the same for every GA > 1 (no micro-batch term, ``advisor.ledger.state``)
+      and each activation term is linear in b (``advisor.model.activations.layer_terms``: s b h, b a s^2,
+      ``moe_capacity(s b)``), as is the 1F1B in-flight count times b, min(p - stage, GA) x b =
+      min((p - stage) b, per_rank) (``runtime/pipe/schedule.py`` ``TrainSchedule.num_pipe_buffers``); so
+      a setting that fits at b fits at every smaller b of its range, and the setting chosen is
+      monotone: its (extra FLOPs, :data:`advisor.model.activations.RECOMPUTE_ORDER`) key never falls as b
+      grows (a cheaper setting fitting at b fits below it). The micro-batches choosing one setting are
+      thus one run of consecutive divisors (a *piece*), and where ``choose`` gives the same setting at
+      two divisors it gives it at each between: bisection finds every piece's ends;
+    * at a fixed setting the step time (:mod:`advisor.ledger.steptime`) within a GA range: compute and
+      recompute are G x s / DP tokens whatever b; every movement's bytes are GA x (a constant) or GA x
+      b x (a constant) (``movement.py``: ZeRO-2/3 collectives and fetches per micro-step, the TP/PP/MoE/
+      Ulysses activation traffic per micro-batch) or once per step; the windows take their max and sum,
+      so without pipeline parallelism it never grows with b, and the piece's largest b is as fast as
+      any of its plans and wins :func:`simplicity`'s last key (the larger micro-batch). Under pipeline
+      parallelism (ZeRO-0/1 only, G001) every term but the 1F1B bubble, (p - 1) / GA of the compute,
+      is GA x b x (a constant) or once per step, so the step time grows with b and the piece's
+      smallest b is the fastest (its simplicity key the least).
+
+    So the piece's largest (``pipeline``: smallest) micro-batch is the one plan of the piece ranked;
+    every other plan of the piece is fitted only where the bisection reads it (counted superseded).
+    Caveat: equal up to float rounding, e.g. a TP degree t whose (t - 1) / t is not a binary fraction
+    rounds ``int(GA x ... x (t - 1) / t x b s h D)`` by a byte differently at two b of the same tokens."""
+    out: list = []
+    for xs in ga_regimes(micros, per_rank):
+        known: dict[int, Any] = {}
+
+        def at(i: int) -> Any:
+            if i not in known:
+                known[i] = choose(xs[i])
+            return known[i]
+
+        def key(c: Any) -> Any:
+            return None if c is None else c.checkpointing
+
+        stack = [(0, len(xs) - 1)]
+        while stack:
+            i, j = stack.pop()
+            if j - i <= 1 or key(at(i)) == key(at(j)):
+                at(i), at(j)
+                continue
+            m = (i + j) // 2
+            stack += [(m, j), (i, m)]
+        idx = sorted(known)
+        runs: list[list[int]] = []
+        for i in idx:
+            if runs and key(known[runs[-1][-1]]) == key(known[i]):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        for run in runs:
+            c = known[run[0] if pipeline else run[-1]]
+            if c is not None:
+                out.append(c)
+    return sorted(out, key=lambda c: -c.micro)
+
+
 def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResult:
     """Enumerate, fit (estimate's :func:`advisor.views.estimate.plan_fit`) and rank (see the
     module docstring). ``hardware``: an
@@ -679,7 +808,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     per_rank = req.global_batch // dp
     if req.micro_batch is None:  # generate's second work limit: the micro-batch sizes it would search
         from advisor.config.validation import generate_micro_batches_problem
-        problem = generate_micro_batches_problem(len(divisors(per_rank)), per_rank)
+        problem = generate_micro_batches_problem(len(divisors_cached(per_rank)), per_rank)
         if problem:
             raise WorkLimitError(problem)
     tier = choose_nvme_tier(hardware)
@@ -762,13 +891,13 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                           pipeline_parallel=pp, sequence_parallel=sp, megatron_sequence_parallel=tp > 1,
                           omp_threads=req.omp_threads, omp_threads_source=req.omp_threads_source)
         size_inv = inv if tp * pp == 1 else _shard_inventory(inv, tp, pp)
-        micros = [m for m in divisors(per_rank) if req.micro_batch is None or m == req.micro_batch]
+        micros = [m for m in divisors_cached(per_rank) if req.micro_batch is None or m == req.micro_batch]
         if not micros:  # --micro-batch does not divide this layout's sequences per rank
             continue
         fixed_ck = req.checkpointing
+        Ls = -(-L // pp)  # layers of the largest stage (runtime/utils.py:partition_uniform)
         if fixed_ck is not None and fixed_ck.isdigit() and int(fixed_ck) > Ls:
             continue  # K checkpointed layers of a stage that holds fewer (advisor.model.activations)
-        Ls = -(-L // pp)  # layers of the largest stage (runtime/utils.py:partition_uniform)
         layout_combos = combos if pp == 1 else [c for c in combos if c.stage <= 1]  # G001: PP with ZeRO-0/1 only
         for combo in layout_combos:
             # The ledger's entries depend on the config only through the stage, offload and whether
@@ -825,40 +954,74 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             if probe is not None and probe.rejection is not None:
                 rejected.extend(done.values())  # the first plan and the probe: neither fits
                 continue
-            counted: set[int] = set()
-            for b in reversed(micros):  # largest micro-batch first: memory falls with b
-                tried: list[Candidate] = []  # this (combo, micro-batch)'s candidates, in order
+            chosen_at: dict[int, Candidate | None] = {}  # micro-batch -> the setting chosen there (None: none fits)
+            # what the plans fitted so far imply (micro_batch_representatives: memory grows with b within a GA
+            # range, and falls as k of L grows): (GA range, b, setting) fitted and fitting / not fitting
+            fit_at: list[tuple[int, int, str]] = []
+            miss_at: list[tuple[int, int, str]] = []
+            acts_of: dict[str, Any] = {}  # setting -> an ActivationEstimate of it (its recompute fraction: no b term)
 
-                def candidate(ck: str) -> Candidate:
-                    c = evaluate(b, ck)
-                    tried.append(c)
-                    return c
+            def judged(b: int, ck: str) -> Candidate:
+                """``evaluate(b, ck)``, or in the "pieces" search a stand-in (not fitted, not counted) where
+                a plan fitted already decides it: one of the same setting at a larger b of the same GA
+                range (or with k of L, fewer layers) fits, or one at a smaller b (more layers) does not
+                (:func:`implied_fit`)."""
+                if MICRO_BATCH_SEARCH != "exhaustive" and (b, ck) not in done:
+                    g = min(per_rank // b, 3)
+                    if any(implied_fit(g2, b2, ck2, g, b, ck) is False for g2, b2, ck2 in miss_at):
+                        stub = Candidate(combo, b, per_rank // b, ck, 0, 0, 0, 0, "implied", tp=tp, pp=pp, sp=sp)
+                        stub.rejection = Rejection("accelerator", 0, None, "implied")
+                        return stub
+                    if ck in acts_of and any(implied_fit(g2, b2, ck2, g, b, ck, fits=True) for g2, b2, ck2 in fit_at):
+                        stub = Candidate(combo, b, per_rank // b, ck, 0, 0, 0, 0, "implied", tp=tp, pp=pp, sp=sp)
+                        fitted[id(stub)] = (None, acts_of[ck])
+                        return stub
+                c = evaluate(b, ck)
+                (fit_at if c.rejection is None else miss_at).append((min(per_rank // b, 3), b, ck))
+                acts_of.setdefault(ck, fitted[id(c)][1])
+                return c
 
-                try:
+            def choose(b: int) -> Candidate | None:
+                """The plan of micro-batch ``b``: --checkpointing's setting if it fits, else the recompute
+                setting with the least extra FLOPs that fits (:func:`cheapest_recompute`); None: none fits."""
+                if b not in chosen_at:
                     if fixed_ck is not None:  # --checkpointing given: that setting, not the search
-                        c = candidate(fixed_ck)
-                        chosen = c if c.rejection is None else None
+                        c = judged(b, fixed_ck)
+                        chosen_at[b] = c if c.rejection is None else None
+                    elif (MICRO_BATCH_SEARCH != "exhaustive" and judged(b, "none").rejection is not None
+                          and judged(b, "full").rejection is not None):
+                        chosen_at[b] = None  # every layer recomputed keeps the least: nothing fits (the probe's premise)
                     else:
-                        chosen = cheapest_recompute(recompute_settings(Ls, req.hf), Ls, candidate,
-                                                    lambda c: fitted[id(c)][1])
-                except WorkLimitError as e:
-                    # past a work limit for this stage over this world size (it does not depend on the
-                    # micro-batch, so it is the combo's first plan): the combo is not searched, and says why
-                    limited.append(f"{e} (offload {combo.label()}" + (f", TP {tp} x PP {pp})" if tp * pp > 1 else ")"))
-                    fitting = []
-                    break
-                for c in tried:  # every candidate is counted once: ranked, superseded or rejected
-                    counted.add(id(c))
-                    if c is chosen:
-                        continue
-                    if c.rejection is None:
-                        superseded += 1
-                    else:
-                        rejected.append(c)
-                if chosen is not None:
-                    fitting.append(chosen)
-            if probe is not None and id(probe) not in counted:  # it fits; a cheaper recompute at its micro-batch won
-                superseded += 1
+                        chosen_at[b] = cheapest_recompute(recompute_settings(Ls, req.hf), Ls,
+                                                          lambda ck: judged(b, ck), lambda c: fitted[id(c)][1])
+                return chosen_at[b]
+
+            try:
+                if MICRO_BATCH_SEARCH == "exhaustive":  # the reference: every divisor (tests compare)
+                    fitting = [c for c in (choose(b) for b in reversed(micros)) if c is not None]
+                else:
+                    fitting = micro_batch_representatives(micros, per_rank, choose, pp > 1)
+                    # a representative implied to fit is fitted now (its figures and step time); one that did
+                    # not fit would break the monotony the search rests on: not ranked, counted rejected
+                    fitting = [c if (c.micro, c.checkpointing) in done else evaluate(c.micro, c.checkpointing)
+                               for c in fitting]
+                    fitting = [c for c in fitting if c.rejection is None]
+            except WorkLimitError as e:
+                # past a work limit for this stage over this world size (it does not depend on the
+                # micro-batch, so it is the combo's first plan): the combo is not searched, and says why
+                limited.append(f"{e} (offload {combo.label()}" + (f", TP {tp} x PP {pp})" if tp * pp > 1 else ")"))
+                fitting = []
+            # every plan fitted is counted once: ranked (``fitting``), superseded (fits, not ranked: a setting with
+            # fewer extra FLOPs fits at its micro-batch, or its setting is ranked at a micro-batch whose step is
+            # no slower, micro_batch_representatives) or rejected (does not fit, or tight)
+            ranked_ids = {id(c) for c in fitting}
+            for c in done.values():
+                if id(c) in ranked_ids:
+                    continue
+                if c.rejection is None:
+                    superseded += 1
+                else:
+                    rejected.append(c)
             for cand in fitting:
                 plan, a = fitted[id(cand)]
                 parts = step_time(plan, hardware, req, a.recompute_flops_fraction if a is not None else 0.0,
@@ -1288,8 +1451,8 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
     head = (f"{res.inventory.name} on {req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} {acc.name if acc else '?'}; "
             f"global batch {req.global_batch}, sequence {req.seq_len}, {req.precision}, "
             f"{res.evaluated} plans evaluated = {len(res.ranked)} ranked + {res.superseded} superseded (fit, but "
-            f"less recompute fits at the same stage, offload and micro-batch) + {len(res.rejected)} rejected "
-            f"(estimate's fit: peak + runtime overhead)")
+            f"less recompute fits at the same stage, offload and micro-batch, or its setting is ranked at a "
+            f"micro-batch no slower) + {len(res.rejected)} rejected (estimate's fit: peak + runtime overhead)")
     lines = [head]
     head_row = ("#", "stage", "offload", "micro", "GA", "ckpt", f"accel {U}", f"host {U}", f"nvme {U}", "step s",
                 "exposed s", "why")
