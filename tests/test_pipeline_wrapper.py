@@ -145,3 +145,21 @@ def test_bf16_zero0_pipeline_checkpoint_files_at_dp2():
             assert f.bytes == 3 * p * 4
             assert f.rank == stage * 2 + r  # global rank (stage x W_z + z)
     assert "zero_to_fp32.py" in by and "zero_to_torch.py" in by
+
+
+def test_bf16_zero0_pipeline_movement_all_gathers_the_updated_partitions():
+    """BF16_Optimizer's step ends with update_lp_params (bf16_optimizer.py l.431 -> l.593-603): each rank copies its
+    fp32 partition into its 16-bit one and all_gather_dp_groups gathers the flat 16-bit group over the data-parallel
+    group: (W-1)/W x N_pad x 2 bytes sent per rank after the step, which FP16_Optimizer (whole master) never
+    sends. W = 4, 2 stages: dp 2, so 1/2 x N x 2 per rank of each stage; at dp 1 nothing."""
+    from advisor.ledger.movement import movement_for
+    for world, dp in ((4, 2), (2, 1)):
+        plan = Plan(effective_config(_cfg(0)), _inventory(), Cluster(world_size=world, pipeline_parallel=2))
+        got = {m.rank: m.bytes for m in movement_for(plan) if m.item == "param_allgather"}
+        if dp == 1:
+            assert not got
+            continue
+        assert got == {0: N0 // 2 * 2, 1: N0 // 2 * 2, 2: N1 // 2 * 2, 3: N1 // 2 * 2}
+    # without a PipelineModule the same config is FP16_Optimizer on bf16: no all-gather
+    flat = Plan(effective_config(_cfg(0)), _inventory(), Cluster(world_size=4))
+    assert not [m for m in movement_for(flat) if m.item == "param_allgather"]

@@ -113,7 +113,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement_of, swap_threshold_bytes,
+from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement,
+                                  placement_of, plan_optimizer, swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_grad_swap_files_by_rank, zero3_param_swap_files,
                                   zero3_partition_numel, zero3_persistent, zero3_stays_gathered, zero12_rank_coverage,
@@ -417,6 +418,9 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
     out = []
     for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
         sub = Plan(plan.config, sh.inventory, Cluster(world_size=wz, gpus_per_node=cl.gpus_per_node), plan.workload)
+        # the stage's shard is still a PipelineModule's: its wrapper is the whole plan's (state.plan_optimizer;
+        # BF16_Optimizer at ZeRO-0 under pipeline parallelism), given through the cache placement_of reads
+        sub.derived["placement"] = placement(plan.config, sh.inventory, wz, plan_optimizer(plan)[0])
         extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
         extra += moe_movements(plan, sh.stage, sh.layers, last=sh.stage == pp - 1)
         extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0])
@@ -737,6 +741,12 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
             add(NETWORK, "send", "gradients", "grad_allreduce", 2 * f * inv.trainable_numel * C,
                 "backward", False, "all-reduce of all gradients: 2 x (W-1)/W x N x C",
                 "ZeRO paper s.7 (data parallel baseline 2 Psi); engine.allreduce_gradients")
+            if pl.zero12:  # BF16_Optimizer at ZeRO-0 (pipeline parallelism): its fp32 master is partitioned
+                n_pad0 = sum(lay.n_pad for lay in pl.zero12)
+                add(NETWORK, "send", "parameters", "param_allgather", f * n_pad0 * D, "after_step", False,
+                    "all-gather of updated 16-bit partitions: (W-1)/W x N_pad x D (BF16_Optimizer)",
+                    "bf16_optimizer.py BF16_Optimizer.update_lp_params l.593-603 (all_gather_dp_groups), "
+                    "from step l.431")
         elif st in (1, 2):
             times = ga if st == 2 else 1
             add(NETWORK, "send", "gradients", "grad_reduce_scatter", times * f * n_pad * C, "backward",
