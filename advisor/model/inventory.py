@@ -22,7 +22,7 @@ import math
 import operator
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from advisor.config.dtypes import TORCH_DTYPE_BYTES, TRAINING_DTYPE_ALIASES, dtype_problem
 from advisor.config.validation import json_quoted, json_shown
@@ -410,9 +410,114 @@ def from_dict(d: Any, source: str, *, consume: bool = False) -> Inventory:
         del part, specs
     if consume:
         entries.clear()
+    return _inventory_of(d, out, source)
+
+
+def _inventory_of(d: dict, out: "TensorList", source: str) -> Inventory:
+    """The Inventory of an inventory's JSON form ``d`` whose tensors are ``out`` (already built and
+    checked): its name, meta and modules (checked against the tensor names)."""
     return Inventory(name=str(d.get("name", os.path.basename(source))), tensors=out, source=source,
                      meta=d.get("meta") if isinstance(d.get("meta"), dict) else {},
                      modules=_checked_modules(d.get("modules"), map(operator.attrgetter("name"), out), source))
+
+
+class ChunkedText:
+    """An inventory's JSON text whose ``tensors`` list is read :data:`FROM_DICT_CHUNK` entries at a
+    time (:func:`chunked_text`): ``rest`` is the document parsed with that list left empty (its name,
+    meta, modules), ``spans`` the text offsets of each run of entries (objects, without the commas
+    around the run)."""
+
+    __slots__ = ("text", "rest", "spans")
+
+    def __init__(self, text: str, rest: dict, spans: "list[tuple[int, int]]"):
+        self.text, self.rest, self.spans = text, rest, spans
+
+    def chunks(self) -> "Iterator[list[Any]] | None":
+        """Each run's entries, parsed (``json.loads`` of the run, the guards of ``readers.parse_json``:
+        finite numbers); a run that does not parse ends the iteration with None."""
+        import json
+        from advisor.config.readers import _finite_float, _refuse_constant
+        for a, b in self.spans:
+            try:
+                part = json.loads("[" + self.text[a:b] + "]", parse_constant=_refuse_constant,
+                                  parse_float=_finite_float)
+            except (ValueError, RecursionError):  # JSONDecodeError, non-finite, digit limit
+                yield None
+                return
+            yield part
+
+    def build(self, source: str) -> "Inventory | None":
+        """The Inventory, built run by run (each run's dicts dropped once its TensorSpecs exist), or None
+        when some run does not parse or holds an entry :func:`from_dict` would refuse: the caller's
+        whole parse (``readers.parse_json`` then :func:`from_dict`) then says what is wrong, the error
+        it always gave (a syntax error after a bad entry is the one reported)."""
+        out = TensorList()
+        interned: dict[tuple[int, ...], tuple[int, int]] = {}
+        for part in self.chunks():
+            if part is None or not part:
+                return None
+            a = len(out)
+            specs = _bulk_tensors(part, a, interned)
+            if specs is None:
+                try:
+                    specs = [_checked_tensor(t, a + i, source) for i, t in enumerate(part)]
+                except ModelSpecError:
+                    return None
+            out.extend(specs)
+            del part, specs
+        if not out or len(out) > MAX_TENSORS:
+            return None
+        return _inventory_of(self.rest, out, source)
+
+
+def chunked_text(text: str) -> "ChunkedText | None":
+    """``text`` (an inventory's JSON that :func:`refuse_over_limit` passed) as a :class:`ChunkedText`,
+    or None where the chunked read does not apply: the top level is not an object with a ``tensors``
+    list written once (``readers.list_start_at``), the list is empty or not objects all the way
+    (``readers._OBJECT_ENTRY``: nested at most ``_REGEX_DEPTH`` deep), nesting is past
+    ``readers.MAX_DEPTH``, or the rest of the document does not parse. Entries are found by the
+    regex alone (C speed, no object built); JSON is context-free, so each run parsed alone gives the
+    entries the whole parse gives.
+
+    Why: ``json.loads`` of the whole file held every entry's dict at once, ~300 B a tensor: the
+    peak of reading a 2,000,000-tensor inventory was 616 MB traced (tracemalloc), over the issue's
+    "few hundred MB" before the ledger ran (issue 21)."""
+    import json
+    import re
+    from advisor.config.readers import (_OBJECT_ENTRY, _finite_float, _refuse_constant, depth_ok, gc_paused,
+                                        list_start_at)
+    if not depth_ok(text):
+        return None
+    i = list_start_at(text, "tensors")
+    if i is None:
+        return None
+    run = _CHUNK_RE.get(FROM_DICT_CHUNK)
+    if run is None:
+        run = _CHUNK_RE[FROM_DICT_CHUNK] = (re.compile("(?:" + _OBJECT_ENTRY + ",){1,%d}+" % FROM_DICT_CHUNK),
+                                            re.compile(_OBJECT_ENTRY + r"\]"))
+    many, last = run
+    spans, pos = [], i + 1
+    while (m := many.match(text, pos)) is not None:
+        spans.append((pos, m.end() - 1))
+        pos = m.end()
+    m = last.match(text, pos)
+    if m is None:
+        return None  # an empty list, an entry that is not an object (or nested deeper), malformed
+    spans.append((pos, m.end() - 1))
+    try:
+        with gc_paused():
+            rest = json.loads(text[:i] + "[]" + text[m.end():], parse_constant=_refuse_constant,
+                              parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rest, dict) or rest.get("tensors") != []:
+        return None
+    return ChunkedText(text, rest, spans)
+
+
+#: FROM_DICT_CHUNK -> the compiled regexes of :func:`chunked_text` (a run of up to that many entries
+#: each followed by a comma; the last entry and the list's ``]``).
+_CHUNK_RE: dict[int, tuple[Any, Any]] = {}
 
 
 def _slot_setters() -> tuple[Any, ...]:
@@ -527,6 +632,14 @@ def load_inventory(path: str) -> Inventory:
     error = error_as(ModelSpecError)
     text = read_text(path, limit=MAX_MODEL_BYTES, what="inventory", error=error)
     refuse_over_limit(text, path)
+    chunked = chunked_text(text)
+    if chunked is not None:
+        from advisor.config.readers import gc_paused
+        with gc_paused():
+            inv = chunked.build(path)
+        if inv is not None:
+            return inv
+        del chunked
     return from_dict(parse_json(text, "<stdin>" if path == "-" else path, what="inventory", error=error), path,
                      consume=True)
 

@@ -963,17 +963,40 @@ def list_presets() -> list[tuple[str, int, str, str]]:
 # resolve
 # --------------------------------------------------------------------------------------------
 
-def _read_json(path: str) -> Any:
+def _read_json(path: str, architecture: bool = False) -> Any:
     """A model file through the guarded reader (regular files only, size and depth bounded,
     finite numbers); ModelSpecError with one line ``file:line:col: problem``. An inventory
-    listing more than MAX_TENSORS tensors is refused before it is parsed into objects."""
-    from advisor.config.readers import MAX_MODEL_BYTES, error_as, parse_json, read_text
-    from advisor.model.inventory import refuse_over_limit
+    listing more than MAX_TENSORS tensors is refused before it is parsed into objects.
+
+    An inventory whose tensors list ``inventory.chunked_text`` reads run by run comes back built (an
+    Inventory, its meta checked), so the whole list's dicts are never alive at once (issue 21); not with
+    ``architecture`` (generate: its refusals read the meta and the list's length first). Anything else,
+    and any inventory the chunked read declines, is the whole parse's dict."""
+    from advisor.config.readers import MAX_MODEL_BYTES, error_as, gc_paused, parse_json, read_text
+    from advisor.model.inventory import chunked_text, refuse_over_limit
     error = error_as(ModelSpecError)
     text = read_text(path, limit=MAX_MODEL_BYTES, what="model file", error=error)
     source = "<stdin>" if path == "-" else path
     refuse_over_limit(text, path)  # an inventory over MAX_TENSORS, before its objects are built
+    # generate (``architecture``) refuses on the meta and on the list's length before any entry is parsed
+    # (resolve_model): the whole parse's path, as before
+    chunked = None if architecture else chunked_text(text)
+    if chunked is not None:
+        with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)
+            inv = chunked.build(path)
+        if inv is not None:
+            inv.meta = checked_meta(inv.meta, path)
+            return inv
+        del chunked
     return parse_json(text, source, what="model file", error=error)
+
+
+def _architecture_problem(d: dict, path: str) -> str | None:
+    """:func:`architecture_missing` of an inventory's JSON form ``d`` (a null field is a missing one:
+    checked_meta drops it before search reads the meta)."""
+    meta = d.get("meta")
+    known = {k: v for k, v in meta.items() if v is not None} if isinstance(meta, dict) else {}
+    return architecture_missing(known, str(d.get("name", os.path.basename(path))))
 
 
 #: The architecture facts generate's search needs of a model (``advisor.views.generate.search``), checked on an
@@ -1019,14 +1042,13 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
             raise ModelSpecError(f"{path}: a folder given as --model must hold a config.json")
         path = cand
     if os.path.lexists(path) and not os.path.isdir(path):
-        d = _read_json(path)
+        d = _read_json(path, architecture)
+        if isinstance(d, Inventory):
+            return d
         if isinstance(d, dict) and "tensors" in d:
             from advisor.config.readers import gc_paused
             if architecture:
-                meta = d.get("meta")
-                # a null field is a missing one (checked_meta drops it before search reads the meta)
-                known = {k: v for k, v in meta.items() if v is not None} if isinstance(meta, dict) else {}
-                problem = architecture_missing(known, str(d.get("name", os.path.basename(path))))
+                problem = _architecture_problem(d, path)
                 ts = d["tensors"]
                 if not problem and isinstance(ts, list):
                     # generate's own work limit, from the list's length before its entries become objects
