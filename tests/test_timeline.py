@@ -841,13 +841,13 @@ def test_zero3_backward_grad_order_is_by_module_in_reverse():
                     source="test")
     assert [names[i] for i in zero3_backward_grad_order(inv)] == ["c", "params.2", "b.w", "a.b", "a.w"]
     # consecutive modules: the plain reverse of the inventory (TINY3M: l3.b first, l1.w last)
-    assert zero3_backward_grad_order(TINY3M) == [5, 4, 3, 2, 1, 0]
+    assert list(zero3_backward_grad_order(TINY3M)) == [5, 4, 3, 2, 1, 0]
     # TINY3's modules are nn.Linears (2-D weight (out, in), bias (out)): under ZeRO-3's
     # memory_efficient_linear one LinearFunctionForZeroStage3 node returns (grad_input,
     # grad_weight, grad_bias) and the weight's hook fires first (measured, the engine's allocation
     # log: l3.weight, l3.bias, l2.weight, l2.bias, l1.weight, l1.bias); without it, the reverse
-    assert zero3_backward_grad_order(TINY3) == [4, 5, 2, 3, 0, 1]
-    assert zero3_backward_grad_order(TINY3, linear=False) == [5, 4, 3, 2, 1, 0]
+    assert list(zero3_backward_grad_order(TINY3)) == [4, 5, 2, 3, 0, 1]
+    assert list(zero3_backward_grad_order(TINY3, linear=False)) == [5, 4, 3, 2, 1, 0]
 
 
 def test_zero3_linear_weight_first_flushes_with_its_module_gathered():

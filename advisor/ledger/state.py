@@ -737,7 +737,8 @@ def module_index(inv: Inventory) -> tuple:
         bounds = _packed(itertools.chain((0,), itertools.compress(range(1, L), map(operator.ne, names,
                                                                                   itertools.islice(names, 1, None))),
                                          (L,)))
-        heads = list(map(names.__getitem__, itertools.islice(bounds, len(bounds) - 1)))
+        # every module one tensor (a nameless inventory's t0, t1, ...): the heads are the names, not a copy
+        heads = names if len(bounds) - 1 == L else list(map(names.__getitem__, itertools.islice(bounds, len(bounds) - 1)))
         # every head distinct (each module's tensors consecutive): adjacent in sorted order, not a set of them (a
         # 2M-entry set was 67 MB; the sort of names mostly in order is a few merges)
         ordered = sorted(heads)
@@ -763,8 +764,8 @@ def module_index(inv: Inventory) -> tuple:
     return inv.memo(("module_index",), compute)
 
 
-def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> list[int]:
-    """Indices into ``inv.tensors`` of the trainable parameters in the order ZeRO-3's gradient
+def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> "Sequence[int]":
+    """Indices into ``inv.tensors`` (packed, an ``array('q')``) of the trainable parameters in the order ZeRO-3's gradient
     hooks fire in backward: module by module (:func:`module_of`) in the reverse of the order the
     modules first appear in the inventory (taken as the forward order), and within a module in
     the reverse of its parameters' order, except an nn.Linear's (:func:`zero3_linear_pairs`) when
@@ -788,9 +789,11 @@ def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> list[int]:
     allocation log): l3.weight, l3.bias, l2.weight, l2.bias, l1.weight, l1.bias, the bias's
     gradient already made when the weight's hook fires. Once per tensor list and flag
     (``Inventory.memo``), O(tensors)."""
-    def compute() -> list[int]:
+    def compute() -> "Sequence[int]":
         tensors = inv.tensors
-        idx = [i for i, t in enumerate(tensors) if t.trainable]
+        # packed (:func:`_packed`): a list held an int object per tensor, 56 MB of a 2M-tensor estimate's peak
+        # (tracemalloc, issue 21)
+        idx = _packed(itertools.compress(range(len(tensors)), map(operator.attrgetter("trainable"), tensors)))
         # a module's parameters are usually consecutive in the inventory; then the order is
         # simply the reverse. One set look-up per module change detects the other case.
         if module_index(inv)[3] is not None:
@@ -813,9 +816,9 @@ def zero3_backward_grad_order(inv: Inventory, linear: bool = True) -> list[int]:
         out: list[int] = []
         for ix in reversed(list(mods.values())):
             out.extend(reversed(ix))
-        return _weights_first(out)
+        return _weights_first(_packed(out))
 
-    def _weights_first(order: list[int]) -> list[int]:
+    def _weights_first(order: "Sequence[int]") -> "Sequence[int]":
         pairs = zero3_linear_pairs(inv) if linear else {}
         if not pairs:
             return order
@@ -1300,7 +1303,7 @@ def _flush_period(inv: Inventory, order: list[int], inl: bytes, gathered: "tuple
         return None
     u = lr.unit
     last = order[f0 + (c - 1) * v:f1]
-    if last != [o - (c - 1) * u for o in order[f0:f0 + v]]:
+    if list(last) != [o - (c - 1) * u for o in order[f0:f0 + v]]:
         return None
     if gathered is None:
         return f0, v, c
