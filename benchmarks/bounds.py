@@ -20,8 +20,9 @@ mean something on a loaded machine too:
   MAX_GENERATE_TENSORS = 100,000 tensors), as is generate of the 2M-tensor inventory; generate at its
   limit, both kinds (11,110 llama layers = 99,993 tensors; 100,000 nameless tensors, no layer repeat),
   and a real model's shape at its most tensors (Kimi-K2, one module per expert: 69,975) vs the fused preset;
-  generate at its second limit (MAX_GENERATE_MICRO_BATCHES = 64 micro-batch sizes: 7,560 sequences per rank)
-  for gpt2 on one GPU and with the tensor limit on 8 GPUs, and past it (6,720 divisors, refused);
+  generate at 64 micro-batch sizes (7,560 sequences per rank; genlim21's MAX_GENERATE_MICRO_BATCHES, gone since
+  mb21 searched them by pieces) for gpt2 on one GPU and with the tensor limit on 8 GPUs, at 6,720 divisors
+  (963,761,198,400 per rank, one GPU), and gpt2 on 65,536 nodes x 8 at global batch 2^40;
 * ``check --format json`` at 2^20 ranks and ``report`` (HTML, T rules, movement) at 65,536
   nodes of 8 GPUs with NVMe offload (JSON and HTML name ranks as ranges, never every rank);
 * issue 21, round 2: an accelerate YAML with 2^20 ranks on one node (refused: over 1,024 per
@@ -281,10 +282,19 @@ def main() -> None:
                                              "--seq-len", "128"],
          ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
           "--global-batch", "60480", "--seq-len", "128"]),
-        ("generate refuse, 6,720 micro", ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1",
-                                          "--gpus-per-node", "1", "--global-batch", "963761198400", "--seq-len", "1024"],
+        # mb21: the micro-batches searched by pieces (O(log divisors) per piece), the limit gone: the 6,720-divisor
+        # request runs (genlim21 refused it, > 200 s before), and gpt2 on 65,536 x 8 at global batch 2^40 (22
+        # divisors, each plan a 2^19-rank ledger: ~28 s before)
+        ("generate, 6,720 micro-batches", ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1",
+                                           "--gpus-per-node", "1", "--global-batch", "963761198400", "--seq-len",
+                                           "1024"],
          ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
           "--global-batch", "8", "--seq-len", "1024"]),
+        ("generate gpt2 65536x8, gb 2^40", ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes",
+                                            "65536", "--gpus-per-node", "8", "--global-batch", str(1 << 40),
+                                            "--seq-len", "1024"],
+         ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+          "--global-batch", "64", "--seq-len", "1024"]),
         ("generate, 1e5 layers, 8 GPUs", ["generate", "--model", str(deep), "--hardware", "dgx-h100", "--nodes", "1",
                                           "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
          ["generate", "--model", str(shallow), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",

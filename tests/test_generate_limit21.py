@@ -1,6 +1,6 @@
-"""Issue 21, genlim21: generate's own work limits (advisor.config.validation.MAX_GENERATE_TENSORS, and
-MAX_GENERATE_MICRO_BATCHES: the divisors of the sequences per rank, each a micro-batch searched; counted here
-from the prime factorisation, d(n) = product of (exponent + 1)).
+"""Issue 21, genlim21: generate's own work limit (advisor.config.validation.MAX_GENERATE_TENSORS). Its
+second one, MAX_GENERATE_MICRO_BATCHES (64 divisors of the sequences per rank), went with mb21's search by
+pieces (tests/test_generate_micro_pieces21.py: the plans fitted grow with log divisors, not divisors).
 
 generate builds a ledger per ZeRO stage/offload and layout, each walking every tensor, so it refuses a
 model of more parameter tensors than its limit before any plan is built (exit 2, one line naming the
@@ -147,63 +147,3 @@ def test_real_per_expert_moe_models_are_not_refused(tmp_path, experts, first_den
     assert len(inv.tensors) == expected
     assert generate_tensors_problem(len(inv.tensors), inv.name) is None
     assert max(len(resolve_model(n).tensors) for n in preset_names()) < MAX_GENERATE_TENSORS
-
-
-# --- the second limit: micro-batch sizes searched (MAX_GENERATE_MICRO_BATCHES) ---------------------------------
-
-
-def _divisor_count(n: int) -> int:
-    """d(n) from n's prime factorisation: the product of (exponent + 1) (independent of generate.divisors)."""
-    count, p = 1, 2
-    while p * p <= n:
-        e = 0
-        while n % p == 0:
-            n //= p
-            e += 1
-        count *= e + 1
-        p += 1
-    return count * (2 if n > 1 else 1)
-
-
-def test_micro_batch_sizes_over_the_limit_are_refused_before_any_plan(monkeypatch):
-    """720,720 = 2^4 3^2 5 7 11 13 has 5 x 3 x 2^4 = 240 divisors: refused (WorkLimitError) before a plan is fitted;
-    the same global batch with --micro-batch given searches one size and is not refused."""
-    from advisor.cluster.hardware import resolve_hardware
-    from advisor.config.validation import MAX_GENERATE_MICRO_BATCHES
-    from advisor.model.specs import resolve_model
-    from advisor.views import estimate, generate as gen
-    from dataclasses import replace
-    assert _divisor_count(720_720) == 240 > MAX_GENERATE_MICRO_BATCHES
-    inv = resolve_model("gpt2")
-    hw = replace(resolve_hardware("dgx-h100"), nodes=1, accelerators_per_node=1)
-    monkeypatch.setattr(estimate, "plan_fit", lambda *a, **k: pytest.fail("a plan was fitted before the refusal"))
-    with pytest.raises(WorkLimitError) as e:
-        gen.search(inv, hw, gen.Request(global_batch=720_720, seq_len=1024, nodes=1, gpus_per_node=1))
-    assert "720,720 sequences per rank have 240 divisors" in str(e.value) and "--micro-batch" in str(e.value)
-    assert f"limit of {MAX_GENERATE_MICRO_BATCHES}" in str(e.value)
-
-
-def test_micro_batch_limit_counts_per_rank_and_takes_the_limit():
-    """7,560 = 2^3 3^3 5 7: 4 x 4 x 2 x 2 = 64 divisors, exactly the limit; 2^63 (64 divisors) too; one more
-    sequence per rank of 2^64 (65) is over."""
-    from advisor.config.validation import MAX_GENERATE_MICRO_BATCHES, generate_micro_batches_problem
-    from advisor.views.generate import divisors
-    for n in (7_560, 1 << 63):
-        assert _divisor_count(n) == MAX_GENERATE_MICRO_BATCHES
-        assert generate_micro_batches_problem(_divisor_count(n), n) is None
-    assert len(divisors(7_560)) == _divisor_count(7_560)
-    assert generate_micro_batches_problem(_divisor_count(1 << 64), 1 << 64) is not None
-
-
-def test_micro_batch_limit_cli_exit_2_and_micro_batch_given_runs(tmp_path):
-    """One line, exit 2, on 8 GPUs (per rank = global batch / 8); with --micro-batch the same request is searched.
-    963,761,198,400 per rank (6,720 divisors) took more than 200 s before the limit."""
-    assert 8 * 963_761_198_400 > 1 << 40  # --global-batch's limit: so on one GPU, as the benchmark measured
-    args = ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
-            "--global-batch", "963761198400", "--seq-len", "1024", "--format", "json"]
-    p = run_cli(args)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-500:]
-    assert f"{_divisor_count(963_761_198_400):,} divisors" in p.stderr
-    q = run_cli([*args, "--micro-batch", "4"])
-    assert q.returncode == 0, q.stderr[-500:]
-    assert json.loads(q.stdout)["best"]["train_micro_batch_size_per_gpu"] == 4

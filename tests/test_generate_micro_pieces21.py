@@ -153,3 +153,52 @@ def test_the_identity_test_catches_a_broken_bisection(tmp_path, monkeypatch, mut
         if caught:
             break
     assert caught, f"mutant {mutant} went unnoticed by the identity shapes"
+
+
+def _divisor_count(n: int) -> int:
+    """d(n) from n's prime factorisation: the product of (exponent + 1) (independent of generate.divisors)."""
+    count, p = 1, 2
+    while p * p <= n:
+        e = 0
+        while n % p == 0:
+            n //= p
+            e += 1
+        count *= e + 1
+        p += 1
+    return count * (2 if n > 1 else 1)
+
+
+def test_plans_fitted_grow_with_log_divisors_not_divisors(monkeypatch):
+    """gpt2 on one H100, sequence 1024: 7,560 sequences per rank (2^3 3^3 5 7: 64 divisors) and
+    963,761,198,400 (2^6 3^4 5^2 7^2 11 13 17 19: 6,720 divisors, the most of any number up to --global-batch's
+    2^40; more than 200 s when each divisor was searched, then refused by genlim21's 64-divisor limit) are both
+    searched, and the second fits fewer than 4x the plans of the first for 105x the divisors: the search by
+    pieces reads O(log divisors) micro-batches per piece. The exhaustive reference fits each divisor's recompute
+    choice (at least one plan per divisor and stage/offload combination that passes the probe)."""
+    assert (_divisor_count(7_560), _divisor_count(963_761_198_400)) == (64, 6_720)
+    inv = resolve_model("gpt2")
+    hw = replace(resolve_hardware("dgx-h100"), nodes=1, accelerators_per_node=1)
+    got = {}
+    for per_rank in (7_560, 963_761_198_400):
+        res = gen.search(inv, hw, gen.Request(global_batch=per_rank, seq_len=1024, nodes=1, gpus_per_node=1))
+        assert res.best is not None
+        got[per_rank] = res.evaluated
+    assert got[963_761_198_400] < 4 * got[7_560], got
+    monkeypatch.setattr(gen, "MICRO_BATCH_SEARCH", "exhaustive")
+    assert gen.search(inv, hw, gen.Request(global_batch=7_560, seq_len=1024, nodes=1,
+                                           gpus_per_node=1)).evaluated > 2 * got[7_560]
+
+
+def test_many_divisors_cli_runs_and_micro_batch_given_still_searches_one():
+    """The request genlim21 refused (exit 2) now writes a config (exit 0); --micro-batch still fixes it."""
+    from tests.conftest import run_cli
+    args = ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "1",
+            "--global-batch", "963761198400", "--seq-len", "1024", "--format", "json"]
+    p = run_cli(args)
+    assert p.returncode == 0, p.stderr[-500:]
+    best = json.loads(p.stdout)["best"]
+    assert best["train_batch_size"] == 963_761_198_400
+    assert 963_761_198_400 % best["train_micro_batch_size_per_gpu"] == 0
+    q = run_cli([*args, "--micro-batch", "4"])
+    assert q.returncode == 0, q.stderr[-500:]
+    assert json.loads(q.stdout)["best"]["train_micro_batch_size_per_gpu"] == 4

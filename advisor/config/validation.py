@@ -64,27 +64,6 @@ def generate_tensors_problem(tensors: int, name: str) -> str | None:
             "and 100,000 layers")  # MAX_TENSORS, specs.MAX_LAYERS: tests/test_generate_limit21.py checks both
 
 
-#: Most micro-batch sizes ``generate`` tries (its second work limit): each divisor of the data-parallel layout's
-#: sequences per rank (``--global-batch`` / ranks) is a micro-batch, searched over every stage/offload
-#: combination with its recompute settings, so the plans grow with the divisor count, whatever the model's
-#: size. Measured (benchmarks/results/bounds.txt, genlim21; gpt2 on one GPU, sequence 1024, CPU s / MB):
-#: 7,560 per rank (64 divisors) 3.8 s / 64 MB, 4,132 plans; 720,720 (240) 19 s / 152 MB, 20,661 plans;
-#: 963,761,198,400 (6,720) more than 200 s; with the tensor limit (99,993 tensors, 8 GPUs, 64 divisors) 35 s /
-#: 186 MB, ~15,000 plans -- not "seconds": the micro-batches too large to fit are still each tried. A power of
-#: two stays below it up to 2^63, and ``--micro-batch`` (one size) is never refused.
-MAX_GENERATE_MICRO_BATCHES = 64
-
-
-def generate_micro_batches_problem(count: int, per_rank: int) -> str | None:
-    """The one-line refusal of a ``generate`` search over ``count`` micro-batch sizes (the divisors of
-    ``per_rank`` sequences per rank), past :data:`MAX_GENERATE_MICRO_BATCHES`; None within it."""
-    if count <= MAX_GENERATE_MICRO_BATCHES:
-        return None
-    return (f"--global-batch: {per_rank:,} sequences per rank have {count:,} divisors, each a micro-batch generate "
-            f"would search, over its limit of {MAX_GENERATE_MICRO_BATCHES:,}: give --micro-batch, or a global batch "
-            "whose sequences per rank have fewer divisors (a power of two)")
-
-
 #: Most parameters a model may have (``--params``, settings files): 10^16, far past any model.
 MAX_PARAMS = 10**16
 #: Most nodes (``--nodes``, ``--hardware NAME:N``, a spec's ``nodes``).

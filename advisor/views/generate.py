@@ -805,12 +805,6 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         # check would say NO-GO on the config written (newcomer D5): no plan is written, exit 2
         raise AdvisorError(f"--seq-len {req.seq_len}: error W001: {pos[1]}: use --seq-len at most "
                            f"{int(meta['max_seq_len'])}")
-    per_rank = req.global_batch // dp
-    if req.micro_batch is None:  # generate's second work limit: the micro-batch sizes it would search
-        from advisor.config.validation import generate_micro_batches_problem
-        problem = generate_micro_batches_problem(len(divisors_cached(per_rank)), per_rank)
-        if problem:
-            raise WorkLimitError(problem)
     tier = choose_nvme_tier(hardware)
     nvme_path = _nvme_path(tier)
     cap = _capacity(hardware, tier)
