@@ -67,6 +67,11 @@ def _layered(rng: random.Random, layers: tuple[int, int] = (1, 14)) -> tuple[Inv
     return Inventory("rand", head + layers + tail), want
 
 
+def want_head(inv: Inventory) -> int:
+    """The first layer tensor's index."""
+    return parallel.in_layer_flags(inv).find(1)
+
+
 def _copy(inv: Inventory) -> Inventory:
     return Inventory(inv.name, list(inv.tensors))  # a fresh tensor list: nothing memoised
 
@@ -83,11 +88,22 @@ def no_repeat(monkeypatch):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_layer_repeat_found_only_for_identical_layers(seed):
+    """All layers identical: found as built (lead 0). A perturbed layer: none with parallel.LEADING_LAYERS off;
+    with it on, at most the identical layers after the perturbed one, which the property check below holds to."""
     rng = random.Random(seed)
     for _ in range(30):
         inv, want = _layered(rng)
         rep = parallel.layer_repeat(inv)
-        assert (None if rep is None else (rep.head, rep.unit, rep.count)) == want
+        if want is not None or rep is None:
+            assert (None if rep is None else (rep.head, rep.unit, rep.count, rep.lead)) == \
+                (None if want is None else (*want, 0))
+        else:
+            assert rep.lead > 0 and rep.head >= want_head(inv)
+            parallel.LEADING_LAYERS = False
+            try:
+                assert parallel.layer_repeat(_copy(inv)) is None
+            finally:
+                parallel.LEADING_LAYERS = True
         if rep is not None:  # the property it claims, tensor by tensor
             for t in range(rep.count):
                 for j in range(rep.unit):

@@ -1298,6 +1298,9 @@ def _flush_period(inv: Inventory, order: list[int], inl: bytes, gathered: "tuple
     f1 = inl.rfind(1) + 1
     if f0 < 0 or inl.find(0, f0, f1) >= 0:
         return None
+    if lr.lead:  # leading layers unlike the others (an MoE's dense ones): in backward order after the repeating ones
+        ts = inv.tensors
+        f1 -= sum(1 for t in ts[lr.head - lr.lead:lr.head] if t.trainable)
     v, rest = divmod(f1 - f0, c)
     if rest or not v:
         return None

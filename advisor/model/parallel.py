@@ -82,16 +82,21 @@ class LayerRepeat:
     is N copies of one layer): tensors ``[head, head + unit x count)`` are ``count`` layers of ``unit``
     tensors each, and tensor ``head + t x unit + j`` is tensor ``head + j`` with its layer number
     ``first + t`` in place of ``first`` in its name (``{prefix}{first + t}.{suffix_j}``) and the same
-    shape, numel, trainable flag, param group and dtype. Every tensor before ``head`` and after the
-    layers is outside any layer (:func:`in_layer_flags` 0). The ledger's passes over identical layers
-    use it to walk a few layers and repeat the rest (``advisor.ledger.state``); only names and sizes
-    are compared, so an inventory file with identical layers qualifies too."""
+    shape, numel, trainable flag, param group and dtype. Every tensor after the layers is outside any
+    layer (:func:`in_layer_flags` 0); the tensors before ``head`` are outside any layer too, or (with
+    :data:`LEADING_LAYERS`) end with leading layers unlike the repeating ones, numbered apart from them
+    (:attr:`lead`: an MoE's first dense layers, issue 21's per-expert Kimi-K2 / DeepSeek-V3). The ledger's
+    passes over identical layers use it to walk a few layers and repeat the rest (``advisor.ledger.state``);
+    only names and sizes are compared, so an inventory file with identical layers qualifies too."""
 
     head: int
     unit: int
     count: int
     prefix: str
     first: int
+    #: tensors of the leading layers just before ``head`` (in_layer_flags 1), 0 where ``head`` is the
+    #: first layer tensor
+    lead: int = 0
 
     @property
     def end(self) -> int:
@@ -102,9 +107,17 @@ class LayerRepeat:
 def layer_repeat(inv: Inventory) -> "LayerRepeat | None":
     """The :class:`LayerRepeat` of ``inv`` when its layer tensors are contiguous, numbered
     ``first, first + 1, ...`` from their first one, and identical but for that number (names and
-    every field compared, C-level column comparisons), else None; once per tensor list
-    (``Inventory.memo``)."""
+    every field compared, C-level column comparisons) -- with :data:`LEADING_LAYERS` the longest such run
+    of layers ending at the last layer, after leading layers unlike them (``lead`` tensors) -- else None;
+    once per tensor list (``Inventory.memo``)."""
     return inv.memo(("layer_repeat",), lambda: _layer_repeat(inv))
+
+
+#: Whether :func:`layer_repeat` also finds identical layers after leading layers unlike them (an MoE's
+#: ``first_dense_layers``: Kimi-K2's 60 MoE layers after 1 dense one, issue 21); False: only a model whose
+#: layers are all identical (the passes then walk every tensor of such an MoE). The shortcut's switch:
+#: tests/test_moe_leading_layers_identity.py compares the ledgers both ways.
+LEADING_LAYERS = True
 
 
 def _layer_repeat(inv: Inventory) -> "LayerRepeat | None":
@@ -115,6 +128,45 @@ def _layer_repeat(inv: Inventory) -> "LayerRepeat | None":
     b = flags.rfind(1) + 1
     if flags.find(0, a, b) >= 0:
         return None
+    rep = _repeat_from(inv, a, b)
+    if rep is not None or not LEADING_LAYERS:
+        return rep
+    # leading layers unlike the others: the unit is the last layer's tensors, and the repeating layers the
+    # longest run of identical ones ending at b -- found by bisection on k, the layers counted back from b
+    # (the last k layers identical implies the last k - 1 are), each probe C-level column comparisons
+    ts = inv.tensors
+    m = _LAYER_RE.search(ts[b - 1].name)
+    p_last = ts[b - 1].name[:m.end()]
+    u = 0
+    while b - u > a and ts[b - 1 - u].name.startswith(p_last):
+        u += 1
+
+    def probe(k: int) -> "LayerRepeat | None":
+        r = _repeat_from(inv, b - k * u, b)
+        return r if r is not None and r.unit == u and r.count == k else None
+    lo, hi = 1, (b - a) // u  # probe(lo) holds or lo == 1; probe(hi + 1) fails
+    if (b - a) % u == 0:
+        hi -= 1  # all layers identical was _repeat_from(a, b), which failed
+    while lo < hi:
+        k = (lo + hi + 1) // 2
+        if probe(k) is not None:
+            lo = k
+        else:
+            hi = k - 1
+    rep = probe(lo) if lo >= 2 else None
+    if rep is None:
+        return None
+    # the leading layers numbered apart from the repeating ones: a container name (``model.layers.i``) is then
+    # new in each repeating layer, as the passes assume
+    nums = set(map(int, (mm.group(1) for mm in map(_LAYER_RE.search, map(operator.attrgetter("name"),
+                                                                             ts[a:rep.head])))))
+    if any(rep.first <= x < rep.first + rep.count for x in nums):
+        return None
+    return LayerRepeat(rep.head, rep.unit, rep.count, rep.prefix, rep.first, rep.head - a)
+
+
+def _repeat_from(inv: Inventory, a: int, b: int) -> "LayerRepeat | None":
+    """The :class:`LayerRepeat` of tensors [a, b) (all in a layer) when they are identical layers, else None."""
     ts = inv.tensors
     m = _LAYER_RE.search(ts[a].name)
     prefix, first = ts[a].name[:m.start(1)], int(m.group(1))
@@ -286,7 +338,7 @@ def layer_period(inv: Inventory, rules: bool = False) -> int | None:
     own, the same figures). Once per tensor list (:meth:`Inventory.memo`)."""
     def compute() -> int | None:
         rep = layer_repeat(inv)
-        if rep is None or rep.first != 0:
+        if rep is None or rep.first != 0 or rep.lead:
             return None
         if rules:
             tpr = _tp_rules(inv)

@@ -1,0 +1,218 @@
+"""Issue 21: identical MoE layers after leading dense ones are walked as a repeat, exactly.
+
+A per-expert MoE (Kimi-K2: 1 dense layer, then 60 MoE layers of 384 experts each; DeepSeek-V3: 3 dense, 58 MoE)
+has layers that are not all identical, so ``model.parallel.layer_repeat`` found no repeat and every pass of
+generate's ledgers walked all ~70,000 tensors. With ``parallel.LEADING_LAYERS`` it finds the longest run of
+identical layers ending at the last one (``LayerRepeat.lead``: the leading layers' tensors just before it), and
+the passes that read it (ZeRO-1/2 flush replay, CPU-offload reduce terms, ZeRO-3 fetch replay, reduce-flush walk,
+container steps, zero.Init load peak) repeat one of those layers. Compared on seeded MoE inventories (1-3 leading
+dense layers, 4-12 MoE layers, 2-9 experts, shared experts or not, a router bias or not, frozen embeddings at
+times) and configs (ZeRO 0-3, CPU/NVMe offload, GA 1-2, buckets, persistence, W 1-8): estimate's whole JSON
+equal with the switch on and off (off: no repeat, the plain walk of every tensor). The repeat must be found in
+every model built (a change that declines it is caught by the first test), and a repeat that claims one layer
+too many (a dense layer taken for an MoE one) must change the figures (the last test: the comparison can fail).
+"""
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from advisor.config.effective import effective_config
+from advisor.ledger import timeline
+from advisor.ledger.state import Cluster, Plan
+from advisor.model import parallel
+from advisor.model.inventory import Inventory, TensorSpec
+
+
+def _moe(rng: random.Random) -> tuple[Inventory, tuple[int, int, int, int]]:
+    """A DeepseekV3-style per-expert MoE (transformers 4 modeling_deepseek_v3.py module names) and the
+    (head, unit, count, lead) its repeat must have."""
+    h = rng.choice([4, 8, 12])
+    ffn, moe_ffn = rng.randint(5, 40), rng.randint(2, 20)
+    experts = rng.randint(2, 9)
+    dense_n, moe_n = rng.randint(1, 3), rng.randint(4, 12)
+    attn = [("self_attn.q_proj.weight", (h, h)), ("self_attn.kv_proj.weight", (rng.randint(2, 9), h)),
+            ("self_attn.o_proj.weight", (h, h))]
+    norms = [("input_layernorm.weight", (h,)), ("post_attention_layernorm.weight", (h,))]
+    dense = attn + [("mlp.gate_proj.weight", (ffn, h)), ("mlp.up_proj.weight", (ffn, h)),
+                    ("mlp.down_proj.weight", (h, ffn))] + norms
+    moe = list(attn)
+    for e in range(experts):
+        moe += [(f"mlp.experts.{e}.gate_proj.weight", (moe_ffn, h)), (f"mlp.experts.{e}.up_proj.weight", (moe_ffn, h)),
+                (f"mlp.experts.{e}.down_proj.weight", (h, moe_ffn))]
+    moe.append(("mlp.gate.weight", (experts, h)))
+    if rng.random() < 0.5:
+        moe.append(("mlp.gate.e_score_correction_bias", (experts,)))
+    if rng.random() < 0.7:
+        s = moe_ffn * rng.randint(1, 2)
+        moe += [("mlp.shared_experts.gate_proj.weight", (s, h)), ("mlp.shared_experts.up_proj.weight", (s, h)),
+                ("mlp.shared_experts.down_proj.weight", (h, s))]
+    moe += norms
+    vocab = rng.randint(10, 300)
+    frozen_embed = rng.random() < 0.2
+    tensors = [TensorSpec("model.embed_tokens.weight", (vocab, h), not frozen_embed)]
+    for i in range(dense_n):
+        tensors += [TensorSpec(f"model.layers.{i}.{n}", s) for n, s in dense]
+    for i in range(dense_n, dense_n + moe_n):
+        tensors += [TensorSpec(f"model.layers.{i}.{n}", s) for n, s in moe]
+    tensors += [TensorSpec("model.norm.weight", (h,)), TensorSpec("lm_head.weight", (vocab, h))]
+    return Inventory("moe", tensors), (1 + dense_n * len(dense), len(moe), moe_n, dense_n * len(dense))
+
+
+def _copy(inv: Inventory) -> Inventory:
+    return Inventory(inv.name, list(inv.tensors))  # a fresh tensor list: nothing memoised
+
+
+def _config(rng: random.Random) -> dict:
+    stage = rng.choice([0, 1, 1, 2, 2, 3, 3, 3])
+    z: dict = {"stage": stage}
+    if rng.random() < 0.6:
+        z["reduce_bucket_size"] = rng.choice([50, 500, 5000, 10**6])
+    if stage in (1, 2):
+        z["overlap_comm"] = rng.random() < 0.5
+        z["contiguous_gradients"] = rng.random() < 0.8
+    if stage == 3:
+        z["stage3_param_persistence_threshold"] = rng.choice([0, 100, 10**5])
+        z["stage3_prefetch_bucket_size"] = rng.choice([0, 100, 1000, 5 * 10**7])
+        z["stage3_max_live_parameters"] = rng.choice([100, 10**9])
+        z["stage3_max_reuse_distance"] = rng.choice([0, 500, 10**9])
+        z["contiguous_gradients"] = rng.random() < 0.8
+    if stage >= 1 and rng.random() < 0.4:
+        dev = rng.choice(["cpu", "nvme"]) if stage == 3 else "cpu"
+        z["offload_optimizer"] = {"device": dev, **({"nvme_path": "/nvme"} if dev == "nvme" else {})}
+        if stage == 3 and rng.random() < 0.5:
+            z["offload_param"] = {"device": dev, **({"nvme_path": "/nvme"} if dev == "nvme" else {})}
+    prec = rng.choice([{"bf16": {"enabled": True}}, {"fp16": {"enabled": True}}, {}])
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "zero_optimization": z, **prec}
+
+
+def _estimate_json(ec, inv: Inventory, W: int, load) -> str:
+    from advisor.views.estimate import estimate
+    return json.dumps(estimate(Plan(ec, inv, Cluster(world_size=W, gpus_per_node=W)), load=load).to_dict(),
+                      sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_repeat_after_leading_layers_found_exactly(seed, monkeypatch):
+    rng = random.Random(seed)
+    for _ in range(10):
+        inv, want = _moe(rng)
+        rep = parallel.layer_repeat(inv)
+        assert rep is not None and (rep.head, rep.unit, rep.count, rep.lead) == want
+        assert parallel.layer_period(inv) is None  # pipeline stages of unlike layers: accounted stage by stage
+        for t in range(rep.count):  # the property it claims, tensor by tensor
+            for j in range(rep.unit):
+                a, b = inv.tensors[rep.head + j], inv.tensors[rep.head + t * rep.unit + j]
+                assert b.name == a.name.replace(f"{rep.prefix}{rep.first}.", f"{rep.prefix}{rep.first + t}.", 1)
+                assert (a.shape, a.trainable, a.group, a.dtype) == (b.shape, b.trainable, b.group, b.dtype)
+        with monkeypatch.context() as m:
+            m.setattr(parallel, "LEADING_LAYERS", False)
+            assert parallel.layer_repeat(_copy(inv)) is None
+
+
+def test_a_leading_layer_numbered_as_a_repeating_one_is_refused():
+    rng = random.Random(7)
+    inv, (head, unit, count, lead) = _moe(rng)
+    ts = list(inv.tensors)
+    first = int(ts[head].name.split(".")[2])
+    ts[1] = TensorSpec(ts[1].name.replace("layers.0.", f"layers.{first + 1}.", 1), ts[1].shape)
+    assert parallel.layer_repeat(Inventory("moe", ts)) is None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_estimate_equal_with_and_without_the_leading_layers_repeat(seed, monkeypatch):
+    rng = random.Random(2100 + seed)
+    for _ in range(5):
+        inv, _ = _moe(rng)
+        ec = effective_config(_config(rng))
+        W = rng.choice([1, 2, 3, 4, 8])
+        load = dataclasses.replace(timeline.LoadAssumption(), zero_init=rng.random() < 0.6,
+                                   dtype=rng.choice(["fp32", "bf16"]))
+        fast = _estimate_json(ec, _copy(inv), W, load)
+        with monkeypatch.context() as m:
+            m.setattr(parallel, "LEADING_LAYERS", False)
+            plain = _estimate_json(ec, _copy(inv), W, load)
+        assert fast == plain
+
+
+def test_a_repeat_one_layer_too_long_changes_the_figures(monkeypatch):
+    """The comparison can fail: a repeat that takes the last dense layer for an MoE one (head one layer earlier,
+    count + 1, as a detector skipping its checks would) gives other figures than the plain walk."""
+    rng = random.Random(5)
+    inv, (head, unit, count, lead) = _moe(rng)
+    real = parallel.layer_repeat(_copy(inv))
+    wrong = parallel.LayerRepeat(head - unit, unit, count + 1, real.prefix, real.first - 1, lead - unit)
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                           "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "bf16": {"enabled": True},
+                           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}})
+    load = dataclasses.replace(timeline.LoadAssumption(), zero_init=True, dtype="bf16")
+    with monkeypatch.context() as m:
+        m.setattr(parallel, "LEADING_LAYERS", False)
+        plain = _estimate_json(ec, _copy(inv), 8, load)
+    with monkeypatch.context() as m:
+        m.setattr(parallel, "layer_repeat", lambda i: wrong)
+        assert _estimate_json(ec, _copy(inv), 8, load) != plain
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_offload_reduce_terms_equal_and_periodic(seed, monkeypatch):
+    """ZeRO-1/2 CPU offload, buckets of the largest gradient and over (several flushes, none over the bucket: the
+    CPU-offload reduce terms' periodic runs apply):
+    estimate equal both ways, and the periodic runs taken with the repeat (None without it)."""
+    from advisor.ledger import state
+    taken = []
+    real = state._zero12_offload_periodic_runs
+
+    def spy(*a, **k):
+        r = real(*a, **k)
+        taken.append(r is not None)
+        return r
+    monkeypatch.setattr(state, "_zero12_offload_periodic_runs", spy)
+    rng = random.Random(4200 + seed)
+    for _ in range(4):
+        inv, _ = _moe(rng)
+        largest = max(t.numel for t in inv.tensors)  # a bucket of at least it: no gradient over the bucket
+        z = {"stage": rng.choice([1, 2]), "reduce_bucket_size": rng.choice([largest, largest + 3, 2 * largest]),
+             "overlap_comm": rng.random() < 0.5,
+             "offload_optimizer": {"device": "cpu"}}
+        ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),
+                               "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "zero_optimization": z,
+                               **rng.choice([{"bf16": {"enabled": True}}, {"fp16": {"enabled": True}}, {}])})
+        W = rng.choice([2, 3, 4, 8])
+        load = timeline.LoadAssumption()
+        del taken[:]
+        fast = _estimate_json(ec, _copy(inv), W, load)
+        # (a frozen embedding shifts the layout's tensors off the inventory's indices: the periodic runs decline)
+        assert taken and all(taken) == inv.tensors[0].trainable
+        del taken[:]
+        with monkeypatch.context() as m:
+            m.setattr(parallel, "LEADING_LAYERS", False)
+            plain = _estimate_json(ec, _copy(inv), W, load)
+        assert not any(taken)
+        assert fast == plain
+
+
+def test_the_passes_take_the_repeat(monkeypatch):
+    """The comparison above is not between two plain walks: over its models the ZeRO-3 reduce-flush period, the
+    ZeRO-1/2 flush replay's period and the fetch replay's jump are found (each None without the repeat)."""
+    from advisor.ledger import state
+    seen: dict = {}
+    for name in ("_flush_period", "_zero12_flush_period", "_replay_jump_plan"):
+        def spy(*a, _f=getattr(state, name), _n=name, **k):
+            r = _f(*a, **k)
+            seen.setdefault(_n, set()).add(r is not None)
+            return r
+        monkeypatch.setattr(state, name, spy)
+    for seed in range(4):
+        rng = random.Random(2100 + seed)
+        for _ in range(5):
+            inv, _ = _moe(rng)
+            ec = effective_config(_config(rng))
+            W = rng.choice([1, 2, 3, 4, 8])
+            load = dataclasses.replace(timeline.LoadAssumption(), zero_init=rng.random() < 0.6,
+                                       dtype=rng.choice(["fp32", "bf16"]))
+            _estimate_json(ec, _copy(inv), W, load)
+    assert all(True in seen.get(n, ()) for n in ("_flush_period", "_zero12_flush_period", "_replay_jump_plan")), seen
