@@ -19,7 +19,8 @@ mean something on a loaded machine too:
   global batch 64 / sequence 512: refused since genlim21 (exit 2, over generate's own limit of
   MAX_GENERATE_TENSORS = 100,000 tensors), as is generate of the 2M-tensor inventory; generate at its
   limit, both kinds (11,110 llama layers = 99,993 tensors; 100,000 nameless tensors, no layer repeat),
-  and a real model's shape at its most tensors (Kimi-K2, one module per expert: 69,975) vs the fused preset;
+  and a real model's shape at its most tensors (Kimi-K2, one module per expert: 69,975; DeepSeek-V3's, 45,395) vs
+  the fused preset;
   generate at 64 micro-batch sizes (7,560 sequences per rank; genlim21's MAX_GENERATE_MICRO_BATCHES, gone since
   mb21 searched them by pieces) for gpt2 on one GPU and with the tensor limit on 8 GPUs, at 6,720 divisors
   (963,761,198,400 per rank, one GPU), and gpt2 on 65,536 nodes x 8 at global batch 2^40;
@@ -220,6 +221,10 @@ def main() -> None:
     kimi = tmp / "kimi_k2_per_expert.json"
     kimi.write_text(json.dumps({**get_preset("deepseek-v3").to_dict(), "name": "kimi-k2-per-expert",
                                 "expert_layout": "per_expert", "num_experts": 384, "first_dense_layers": 1}))
+    # moe21: the same with DeepSeek-V3's own counts (256 experts, 3 dense layers: 45,395 tensors)
+    dsv3 = tmp / "deepseek_v3_per_expert.json"
+    dsv3.write_text(json.dumps({**get_preset("deepseek-v3").to_dict(), "name": "deepseek-v3-per-expert",
+                                "expert_layout": "per_expert", "num_experts": 256, "first_dense_layers": 3}))
     inv10_meta = tmp / "inv10_meta.json"
     inv10_meta.write_text(json.dumps({"meta": arch, "tensors": [{"shape": [64, 64]}] * 10}))
     cap = ["--gpu-memory", "80GB", "--host-memory", "2TB"]
@@ -268,6 +273,11 @@ def main() -> None:
         ("generate, Kimi-K2 per-expert 16x8", ["generate", "--model", str(kimi), "--hardware", "dgx-h100",
                                                "--nodes", "16", "--gpus-per-node", "8", "--global-batch", "128",
                                                "--seq-len", "4096"],
+         ["generate", "--model", "deepseek-v3", "--hardware", "dgx-h100", "--nodes", "16", "--gpus-per-node", "8",
+          "--global-batch", "128", "--seq-len", "4096"]),
+        ("generate, DSV3 per-expert 16x8", ["generate", "--model", str(dsv3), "--hardware", "dgx-h100",
+                                                   "--nodes", "16", "--gpus-per-node", "8", "--global-batch", "128",
+                                                   "--seq-len", "4096"],
          ["generate", "--model", "deepseek-v3", "--hardware", "dgx-h100", "--nodes", "16", "--gpus-per-node", "8",
           "--global-batch", "128", "--seq-len", "4096"]),
         # genlim21: the second limit, micro-batch sizes searched (MAX_GENERATE_MICRO_BATCHES = 64 divisors of the
