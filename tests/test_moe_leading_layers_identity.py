@@ -157,10 +157,11 @@ def test_a_repeat_one_layer_too_long_changes_the_figures(monkeypatch):
         assert _estimate_json(ec, _copy(inv), 8, load) != plain
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_offload_reduce_terms_equal_and_periodic(seed, monkeypatch):
     """ZeRO-1/2 CPU offload, buckets of the largest gradient and over (several flushes, none over the bucket: the
-    CPU-offload reduce terms' periodic runs apply):
+    CPU-offload reduce terms' periodic runs apply), or of the largest layer gradient (the embedding and lm_head
+    over it, cloned: periodic at ZeRO-2, state.ZERO12_OFFLOAD_XL_PERIOD, the walk at ZeRO-1):
     estimate equal both ways, and the periodic runs taken with the repeat (None without it)."""
     from advisor.ledger import state
     taken = []
@@ -172,10 +173,15 @@ def test_offload_reduce_terms_equal_and_periodic(seed, monkeypatch):
         return r
     monkeypatch.setattr(state, "_zero12_offload_periodic_runs", spy)
     rng = random.Random(4200 + seed)
-    for _ in range(4):
+    xls: set = set()
+    for k in range(8):
         inv, _ = _moe(rng)
         largest = max(t.numel for t in inv.tensors)  # a bucket of at least it: no gradient over the bucket
-        z = {"stage": rng.choice([1, 2]), "reduce_bucket_size": rng.choice([largest, largest + 3, 2 * largest]),
+        in_layer = max(t.numel for t in inv.tensors if ".layers." in t.name)
+        # or of the largest layer tensor: the embedding / lm_head over it, cloned in their hooks (ZeRO-2 periodic)
+        xl = (k == 0 or rng.random() < 0.5) and largest > in_layer
+        stage = 2 if k == 0 else rng.choice([1, 2])
+        z = {"stage": stage, "reduce_bucket_size": in_layer if xl else rng.choice([largest, largest + 3, 2 * largest]),
              "overlap_comm": rng.random() < 0.5,
              "offload_optimizer": {"device": "cpu"}}
         ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),
@@ -186,13 +192,20 @@ def test_offload_reduce_terms_equal_and_periodic(seed, monkeypatch):
         del taken[:]
         fast = _estimate_json(ec, _copy(inv), W, load)
         # (a frozen embedding shifts the layout's tensors off the inventory's indices: the periodic runs decline)
-        assert taken and all(taken) == inv.tensors[0].trainable
+        # (ZeRO-1 with a gradient over the bucket: the walk where its clones are modelled, kept by ranks not owning it)
+        assert taken and (xl and stage == 1 or all(taken) == inv.tensors[0].trainable)
+        xls.add(xl and stage == 2 and all(taken) or not (xl and stage == 2 and inv.tensors[0].trainable))
         del taken[:]
         with monkeypatch.context() as m:
             m.setattr(parallel, "LEADING_LAYERS", False)
             plain = _estimate_json(ec, _copy(inv), W, load)
         assert not any(taken)
         assert fast == plain
+        if xl and stage == 2:  # and with the repeat, the walk of the extra-large case alone
+            with monkeypatch.context() as m:
+                m.setattr(state, "ZERO12_OFFLOAD_XL_PERIOD", False)
+                assert _estimate_json(ec, _copy(inv), W, load) == fast
+    assert False not in xls  # the extra-large periodic case is taken wherever it applies
 
 
 def test_the_passes_take_the_repeat(monkeypatch):

@@ -3760,7 +3760,7 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             fs = flushes.starts
             if ZERO12_OFFLOAD_PERIOD:
                 ub = list(ub)
-                got = _zero12_offload_periodic_runs(ec, inv, layouts, W, rbs, wrapper, ga, st, fs, ub)
+                got = _zero12_offload_periodic_runs(ec, inv, layouts, W, rbs, wrapper, ga, st, fs, ub, D)
                 if got is not None:
                     return got
             end = fs[F - 1]
@@ -3810,13 +3810,15 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
 
 def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
                                   rbs: int, wrapper: str, ga: int, st: int, fs: "Sequence[int]",
-                                  uf: list[int]) -> "Runs | None":
+                                  uf: list[int], D: int = 0) -> "Runs | None":
     """:func:`zero12_offload_reduce_terms` with flushes replayed (``fs``: the flush starts in hook order, len
     F + 1; ``uf``: u bytes of each flush but the epilogue's, whose u is 0) from the repeating unit of
     identical layers (``model.parallel.layer_repeat``), or None where that does not apply and the walk
     runs: one param group with P > 0, no tensor of 0 elements (equal flat starts would share a u), no
     extra-large gradient counted (c_p = 0: neither :func:`_zero12_kept_xl`'s clones nor K, O of
-    :func:`_zero12_offload_kept_runs`, h = 0), W <= :data:`_PERIOD_MAX_W` and identical layers covering all but
+    :func:`_zero12_offload_kept_runs`, h = 0; or, at ZeRO-2 with :data:`ZERO12_OFFLOAD_XL_PERIOD`, extra-large
+    gradients outside the repeating layers only: their c_p, h and every rank's clone moment as the walk's),
+    W <= :data:`_PERIOD_MAX_W` and identical layers covering all but
     max(T / 4, 4096) of the T tensors. Then both walks (:func:`_zero12_offload_reduce_runs`, ZeRO-1's kept
     runs and ZeRO-2's updates) give each rank r the largest over the tensors p it owns part of of the packed
     (s_{p,r} x 8 + u_p, u_p, 0, s_{p,r}), lexicographic; u_p is its flush's (constant over a bucket, a
@@ -3835,8 +3837,11 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
     T = len(N)
     if P <= 0 or not T or fs[-1] != T or fs[-2] <= 0 or min(N) <= 0:
         return None  # fs[-2] 0: no gradient before the epilogue's flush, no u (the walks' largest slices)
-    if zero12_offload_xl_clone_modeled(ec, wrapper, ga) and lay.largest > rbs:
-        return None  # an extra-large gradient's clone: c_p, K and O of the walks
+    xl = zero12_offload_xl_clone_modeled(ec, wrapper, ga) and lay.largest > rbs
+    if xl and (ec.zero.stage != 2 or not ZERO12_OFFLOAD_XL_PERIOD):
+        # ZeRO-1's extra-large gradients (st is the replay's order: 2 for ZeRO-1 with overlap_comm too): the kept
+        # clones, K and O of the walks
+        return None
     lr = layer_repeat(inv)
     if lr is None:
         return None
@@ -3852,6 +3857,8 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
         if N[B0:B1] != unit * lr.count:
             return None
         lmax = lay._memo[key] = max(unit)
+    if xl and lmax > rbs:
+        return None  # an extra-large gradient inside the repeating layers
     # the buckets as flat index ranges [lo_i, lo_{i+1}) with u of each, ascending
     F = len(fs) - 1
     us = list(uf) + [0]
@@ -3879,18 +3886,29 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
     def u_of(j: int) -> int:
         return us[bisect.bisect_right(lows, j) - 1]
 
-    def pack(s: int, u: int) -> int:
-        return (((s * 8 + u) * M + u) * M) * M + s
+    def pack(s: int, u: int, n: int = 0) -> int:  # n: the tensor's numel, its clone c_p = n x D when extra-large
+        c = n * D if xl and n > rbs else 0
+        return (((s * 8 + c + u) * M + u) * M + c) * M + s
+
+    # ZeRO-2's extra-large gradients (all outside the repeating layers, checked above): every rank holds each
+    # one's clone at its flush (pack(0, c_p, u_p), the walk's ``whole``), and h is the largest clone's moment
+    # 2 c_p; a whole tensor's (s x 8 + c + u, u, c, s) grows with its numel, so a range's largest is still its
+    # largest numel's (rmax)
+    whole, h = 0, 0
+    if xl:
+        for j in itertools.compress(range(T), map(rbs.__lt__, N)):
+            whole = max(whole, pack(0, u_of(j), N[j]))
+            h = max(h, 2 * N[j] * D)
 
     def value_at(rs: Iterable[int]):
         for r in rs:
             jl, jh = lay.meeting(r)
-            best = 0
+            best = whole
             if jh > jl:
                 lo, hi = r * P, (r + 1) * P
                 for j in {jl, jh - 1}:  # the two that may be cut by the slice's ends
                     a, n = A[j], N[j]
-                    best = max(best, pack(min(a + n, hi) - max(a, lo), u_of(j)))
+                    best = max(best, pack(min(a + n, hi) - max(a, lo), u_of(j), n))
                 x, y = jl + 1, jh - 1  # the rest lie whole in the slice
                 if y > x:
                     i = bisect.bisect_right(lows, x) - 1
@@ -3898,9 +3916,10 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
                         sx = max(x, lows[i])
                         sy = min(y, lows[i + 1] if i + 1 < len(lows) else T)
                         if sy > sx:
-                            best = max(best, pack(rmax(sx, sy), us[i]))
+                            m = rmax(sx, sy)
+                            best = max(best, pack(m, us[i], m))
                         i += 1
-            yield (best % M, (best // M) % M, 0, (best // M // M) % M)
+            yield (best % M, (best // M) % M, h, (best // M // M) % M)
 
     return Runs.at_points(W, range(W), value_at)
 
@@ -4983,6 +5002,12 @@ ZERO12_COLUMNS = True
 #: :func:`zero12_offload_reduce_terms` from identical layers' repeating unit where it applies
 #: (:func:`_zero12_offload_periodic_runs`); False: always the per-tensor walks (tests compare the two).
 ZERO12_OFFLOAD_PERIOD = True
+
+#: Whether :func:`_zero12_offload_periodic_runs` also takes ZeRO-2 plans whose extra-large gradients (over
+#: reduce_bucket_size, cloned in their hooks) all lie outside the repeating layers (a per-expert MoE's
+#: embedding and lm_head, issue 21: Kimi-K2's 163,840 x 7,168 over the default 5e8 bucket); False: the walk
+#: there. tests/test_moe_leading_layers_identity.py compares both.
+ZERO12_OFFLOAD_XL_PERIOD = True
 #: ZeRO-1's CPU-offload kept-clone runs (:func:`_zero12_offload_kept_runs`, one param group) by C-level columns:
 #: u per flush position as an array (no dict keyed by flat start), and each rank's non-owner moments as a prefix
 #: and a suffix maximum (its owned tensors are one run of flush positions), not a monotonic stack and a query per
