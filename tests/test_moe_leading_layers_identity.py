@@ -160,8 +160,9 @@ def test_a_repeat_one_layer_too_long_changes_the_figures(monkeypatch):
 @pytest.mark.parametrize("seed", range(8))
 def test_offload_reduce_terms_equal_and_periodic(seed, monkeypatch):
     """ZeRO-1/2 CPU offload, buckets of the largest gradient and over (several flushes, none over the bucket: the
-    CPU-offload reduce terms' periodic runs apply), or of the largest layer gradient (the embedding and lm_head
-    over it, cloned: periodic at ZeRO-2, state.ZERO12_OFFLOAD_XL_PERIOD, the walk at ZeRO-1):
+    CPU-offload reduce terms' periodic runs apply), or of the largest layer gradient or one less (the embedding,
+    lm_head and a layer tensor over it, cloned: periodic at ZeRO-2, state.ZERO12_OFFLOAD_XL_PERIOD, the walk at
+    ZeRO-1):
     estimate equal both ways, and the periodic runs taken with the repeat (None without it)."""
     from advisor.ledger import state
     taken = []
@@ -181,7 +182,9 @@ def test_offload_reduce_terms_equal_and_periodic(seed, monkeypatch):
         # or of the largest layer tensor: the embedding / lm_head over it, cloned in their hooks (ZeRO-2 periodic)
         xl = (k == 0 or rng.random() < 0.5) and largest > in_layer
         stage = 2 if k == 0 else rng.choice([1, 2])
-        z = {"stage": stage, "reduce_bucket_size": in_layer if xl else rng.choice([largest, largest + 3, 2 * largest]),
+        # (in_layer - 1: a layer tensor over the bucket too, in every repeating layer)
+        z = {"stage": stage, "reduce_bucket_size": rng.choice([in_layer, in_layer - 1]) if xl else
+             rng.choice([largest, largest + 3, 2 * largest]),
              "overlap_comm": rng.random() < 0.5,
              "offload_optimizer": {"device": "cpu"}}
         ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),

@@ -3817,7 +3817,7 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
     runs: one param group with P > 0, no tensor of 0 elements (equal flat starts would share a u), no
     extra-large gradient counted (c_p = 0: neither :func:`_zero12_kept_xl`'s clones nor K, O of
     :func:`_zero12_offload_kept_runs`, h = 0; or, at ZeRO-2 with :data:`ZERO12_OFFLOAD_XL_PERIOD`, extra-large
-    gradients outside the repeating layers only: their c_p, h and every rank's clone moment as the walk's),
+    gradients: their c_p, h and every rank's clone moment as the walk's),
     W <= :data:`_PERIOD_MAX_W` and identical layers covering all but
     max(T / 4, 4096) of the T tensors. Then both walks (:func:`_zero12_offload_reduce_runs`, ZeRO-1's kept
     runs and ZeRO-2's updates) give each rank r the largest over the tensors p it owns part of of the packed
@@ -3857,8 +3857,6 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
         if N[B0:B1] != unit * lr.count:
             return None
         lmax = lay._memo[key] = max(unit)
-    if xl and lmax > rbs:
-        return None  # an extra-large gradient inside the repeating layers
     # the buckets as flat index ranges [lo_i, lo_{i+1}) with u of each, ascending
     F = len(fs) - 1
     us = list(uf) + [0]
@@ -3890,10 +3888,10 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
         c = n * D if xl and n > rbs else 0
         return (((s * 8 + c + u) * M + u) * M + c) * M + s
 
-    # ZeRO-2's extra-large gradients (all outside the repeating layers, checked above): every rank holds each
-    # one's clone at its flush (pack(0, c_p, u_p), the walk's ``whole``), and h is the largest clone's moment
-    # 2 c_p; a whole tensor's (s x 8 + c + u, u, c, s) grows with its numel, so a range's largest is still its
-    # largest numel's (rmax)
+    # ZeRO-2's extra-large gradients: every rank holds each one's clone at its flush (pack(0, c_p, u_p), the
+    # walk's ``whole``; one pass over those over the bucket only, C-level compress), and h is the largest clone's
+    # moment 2 c_p; a whole tensor's (s x 8 + c + u, u, c, s) grows with its numel (c = n x D past the bucket),
+    # so a range's largest is still its largest numel's (rmax), inside the repeating layers too
     whole, h = 0, 0
     if xl:
         for j in itertools.compress(range(T), map(rbs.__lt__, N)):
@@ -5003,9 +5001,9 @@ ZERO12_COLUMNS = True
 #: (:func:`_zero12_offload_periodic_runs`); False: always the per-tensor walks (tests compare the two).
 ZERO12_OFFLOAD_PERIOD = True
 
-#: Whether :func:`_zero12_offload_periodic_runs` also takes ZeRO-2 plans whose extra-large gradients (over
-#: reduce_bucket_size, cloned in their hooks) all lie outside the repeating layers (a per-expert MoE's
-#: embedding and lm_head, issue 21: Kimi-K2's 163,840 x 7,168 over the default 5e8 bucket); False: the walk
+#: Whether :func:`_zero12_offload_periodic_runs` also takes ZeRO-2 plans with extra-large gradients (over
+#: reduce_bucket_size, cloned in their hooks: issue 21's per-expert Kimi-K2 at generate's bucket h^2 =
+#: 51,380,224 has its embedding, lm_head and every layer's o_proj, 7,168 x 16,384, over it); False: the walk
 #: there. tests/test_moe_leading_layers_identity.py compares both.
 ZERO12_OFFLOAD_XL_PERIOD = True
 #: ZeRO-1's CPU-offload kept-clone runs (:func:`_zero12_offload_kept_runs`, one param group) by C-level columns:
