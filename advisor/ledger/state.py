@@ -3846,6 +3846,15 @@ def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: 
     if lr is None:
         return None
     B0, U = lr.head, lr.unit
+    if len(inv.tensors) != T:
+        # frozen tensors (a per-expert MoE's e_score_correction_bias buffers): the layout lists the trainable ones
+        # in order, so the layers' are its [B0, B0 + U x count) with these B0, U; only the numels' period checked
+        # below is relied on
+        ts = inv.tensors
+        B0 = sum(1 for t in ts[:lr.head] if t.trainable)
+        U = sum(1 for t in ts[lr.head:lr.head + lr.unit] if t.trainable)
+        if not U:
+            return None
     B1 = B0 + U * lr.count
     if B1 > T or T - (B1 - B0) > max(T // 4, 4096):
         return None
