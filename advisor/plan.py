@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from advisor.config.effective import EffectiveConfig, effective_config
+from advisor.config.effective import EffectiveConfig, effective_config, pipeline_effective
 from advisor.config.versions import DEFAULT_RELEASE, current_release
 from advisor.model.inventory import Inventory
 
@@ -116,9 +116,10 @@ class HFResolution:
 class Plan:
     """One job: the effective config DeepSpeed will use x the model inventory x the cluster.
 
-    ``config`` is what DeepSpeed receives (after the HF resolution when ``hf`` is set);
-    ``written`` the effective config of the file as written (what lint judges; the same object
-    as ``config`` without ``--hf``). ``loaded`` is the config file (source and line positions),
+    ``config`` is what DeepSpeed runs (after the HF resolution when ``hf`` is set, and with what the
+    pipeline degree turns off: :func:`advisor.config.effective.pipeline_effective`);
+    ``written`` the effective config of the file as written (what lint judges; None when it is
+    ``config`` itself: without ``--hf`` and nothing the pipeline degree changes). ``loaded`` is the config file (source and line positions),
     None for a plan built from a dict (generate's candidates, tests)."""
 
     config: EffectiveConfig
@@ -140,6 +141,17 @@ class Plan:
     #: movements per hardware): filled by :func:`advisor.ledger.state.ledger_of` and
     #: :func:`advisor.ledger.movement.movement_roles`. Not part of the plan's identity.
     derived: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # the config as the engine runs it on this cluster's pipeline degree (overlap_comm off under a
+        # PipelineModule, engine.py l.2663-2666: advisor.config.effective.pipeline_effective); the file's
+        # own effective config stays ``written`` for lint. Every construction (dataclasses.replace too)
+        # passes here; a pipeline stage's sub-plan (one stage's cluster) takes the already-run config.
+        ec = pipeline_effective(self.config, self.cluster.pipeline_parallel)
+        if ec is not self.config:
+            if self.written is None:
+                object.__setattr__(self, "written", self.config)
+            object.__setattr__(self, "config", ec)
 
     @property
     def deepspeed_version(self) -> str:

@@ -233,3 +233,20 @@ def test_tensor_parallel_plan_round_trip_through_check(tmp_path):
     d = json.loads(c.stdout)
     assert not [f for f in d["findings"] if f["code"] == "B001"], d["findings"]
     assert c.returncode == 0 and d["verdict"] == "go", (c.returncode, d.get("verdict"))
+
+
+def test_pipeline_plans_write_overlap_comm_false(small_gpu_search):
+    """Under a PipelineModule DeepSpeed 0.19.8 turns ZeRO-1/2's overlap_comm off with a warning (engine.py
+    _configure_zero_optimizer l.2663-2666), so a PP candidate's config says false, what the engine runs; a
+    data-parallel-only one keeps true (the reduce on a side stream, stage_1_and_2.py l.2239-2245), as does ZeRO-3."""
+    inv, hw, req, res = small_gpu_search
+    piped = [c for c in res.ranked + res.rejected if c.pp > 1 and c.combo.stage == 1 and c.config]
+    assert piped, "the 40 GB search has ZeRO-1 pipeline plans"
+    for c in piped:
+        assert c.config["zero_optimization"]["overlap_comm"] is False
+    for stage, pp, want in ((1, 2, False), (1, 1, True), (2, 1, True), (3, 1, True)):
+        cfg = gen.build_config(gen.Combo(stage), 1, 2, 8, "none", inv, req, None, pp=pp)
+        assert cfg["zero_optimization"]["overlap_comm"] is want, (stage, pp)
+        hf = gen.build_config(gen.Combo(stage), 1, 2, 8, "none", inv, dataclasses.replace(req, hf=True), None,
+                              hf=True, pp=pp)
+        assert hf["zero_optimization"]["overlap_comm"] is want, (stage, pp)

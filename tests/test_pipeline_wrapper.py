@@ -163,3 +163,73 @@ def test_bf16_zero0_pipeline_movement_all_gathers_the_updated_partitions():
     # without a PipelineModule the same config is FP16_Optimizer on bf16: no all-gather
     flat = Plan(effective_config(_cfg(0)), _inventory(), Cluster(world_size=4))
     assert not [m for m in movement_for(flat) if m.item == "param_allgather"]
+
+
+# ---- overlap_comm under a PipelineModule (issue 15) ------------------------------------------------------------
+# engine.py _configure_zero_optimizer l.2663-2666: "if isinstance(self.module, PipelineModule): if overlap_comm:
+# logger.warning('Pipeline parallelism does not support overlapped communication, will be disabled.');
+# overlap_comm = False", before DeepSpeedZeroOptimizer is built (l.2670). stage_1_and_2.py l.3272-3278 appends the
+# second ipg buffer only "if self.overlap_comm"; l.2239-2245 reduces on the default stream without it.
+RBS = 1_000  # reduce_bucket_size, elements
+
+
+def _z1_overlap(overlap: bool, dtype: str = "bf16") -> dict:
+    c = _cfg(1, dtype)
+    c["zero_optimization"].update(overlap_comm=overlap, contiguous_gradients=True, reduce_bucket_size=RBS)
+    return c
+
+
+def test_overlap_comm_is_off_in_the_plan_under_pipeline_parallelism():
+    from advisor.config.effective import pipeline_effective
+    ec = effective_config(_z1_overlap(True))
+    assert ec.zero.overlap_comm is True
+    assert pipeline_effective(ec, 2).zero.overlap_comm is False
+    assert pipeline_effective(ec, 1) is ec
+    piped = Plan(ec, _inventory(), Cluster(world_size=4, pipeline_parallel=2))
+    assert piped.config.zero.overlap_comm is False
+    assert piped.as_written.zero.overlap_comm is True  # lint judges the file as written
+    assert ec.zero.overlap_comm is True                # the file's config is not changed in place
+    assert Plan(ec, _inventory(), Cluster(world_size=4)).config.zero.overlap_comm is True
+    # ZeRO-3 keeps it (no PipelineModule runs it: G001), ZeRO-0 does not read it either way
+    z3 = effective_config({"zero_optimization": {"stage": 3, "overlap_comm": True}})
+    assert pipeline_effective(z3, 2) is z3
+
+
+@pytest.mark.parametrize("dtype,B", [("bf16", 2), ("fp16", 2), ("fp32", 4)])
+def test_zero1_pipeline_plan_with_overlap_comm_has_one_ipg_bucket(dtype, B):
+    """ZeRO-1 (DeepSpeedZeroOptimizer), 2 stages, W 4 (dp 2): with overlap_comm true the ledger is the one of
+    overlap_comm false, entry by entry, and its ipg bucket is one buffer, RBS x B (stage_1_and_2.py l.3266-3270,
+    B the model dtype's bytes), not RBS x B x 2; without a PipelineModule overlap_comm true does add the second."""
+    inv = _inventory()
+    pp = Cluster(world_size=4, pipeline_parallel=2)
+    on = compute_ledger(Plan(effective_config(_z1_overlap(True, dtype)), inv, pp))
+    off = compute_ledger(Plan(effective_config(_z1_overlap(False, dtype)), inv, pp))
+    assert on.wrapper == off.wrapper == "DeepSpeedZeroOptimizer"
+    for r in range(4):
+        assert on.rank(r).entries == off.rank(r).entries
+        ipg = [e.bytes for e in on.rank(r).entries if e.item == "ipg_bucket"]
+        assert ipg == [RBS * B]
+    flat = compute_ledger(Plan(effective_config(_z1_overlap(True, dtype)), inv, Cluster(world_size=2)))
+    assert [e.bytes for e in flat.rank(0).entries if e.item == "ipg_bucket"] == [RBS * B * 2]
+
+
+def test_zero1_pipeline_step_time_has_no_overlapped_gradient_reduce():
+    """The gradient reduce-scatter of a ZeRO-1 PP plan written with overlap_comm true runs on the compute stream
+    (stage_1_and_2.py l.2239-2245 with overlap_comm False), so its movement is not overlapped and the step time's
+    term is exposed in full; the same plan without pipeline parallelism overlaps it with the backward."""
+    from advisor.cluster.hardware import resolve_hardware
+    from advisor.ledger import steptime as stm
+    from advisor.ledger.movement import movement_for
+    from advisor.plan import Workload
+    hw = resolve_hardware("dgx-h100:8")
+    inv = _inventory()
+    for world, pp, overlapped in ((4, 2, False), (2, 1, True)):
+        plan = Plan(effective_config(_z1_overlap(True)), inv, Cluster(world_size=world, pipeline_parallel=pp),
+                    Workload(16, 1))
+        rs = [m for m in movement_for(plan) if m.item == "grad_reduce_scatter"]
+        assert rs and all(m.overlap is overlapped for m in rs)
+        st = stm.step_time(plan, hw, seq_len=16)
+        t = [x for x in st.terms if x.name.startswith("network:grad_reduce_scatter")]
+        assert t and all(x.overlapped is overlapped for x in t)
+        if not overlapped:
+            assert all(x.exposed == pytest.approx(x.seconds) for x in t)

@@ -25,7 +25,7 @@ default and a note says so, so that estimate never crashes on a bad config.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from advisor.config.dtypes import TRAINING_DTYPE_BYTES, training_dtype
@@ -224,6 +224,25 @@ class EffectiveConfig:
     def offload_param_effective(self) -> Device:
         """offload_param is honoured only by ZeRO-3."""
         return self.zero.offload_param.device if self.zero.stage == 3 else "none"
+
+
+def pipeline_effective(ec: EffectiveConfig, pipeline_parallel: int) -> EffectiveConfig:
+    """``ec`` as DeepSpeed 0.19.8 runs it on a model of ``pipeline_parallel`` stages (a PipelineModule when
+    > 1): the one place the pipeline degree changes a config value, called once per plan
+    (:class:`advisor.plan.Plan`), so every reader of ``zero.overlap_comm`` (the ledger's ZeRO-1/2 ipg buckets
+    and flush orders, the movements' overlap flags, the step time) sees what the engine runs.
+
+    ``overlap_comm`` is off at ZeRO-1/2 under pipeline parallelism: ``engine.py`` _configure_zero_optimizer
+    l.2663-2666 ``if isinstance(self.module, PipelineModule): if overlap_comm: logger.warning("Pipeline
+    parallelism does not support overlapped communication, will be disabled."); overlap_comm = False`` before
+    it builds DeepSpeedZeroOptimizer (l.2670); BF16_Optimizer (ZeRO-1 with bf16 and fp32 accumulation,
+    ``_configure_bf16_optimizer`` l.2363-2364) never reads the key (``bf16_optimizer.py`` has no
+    overlap_comm), so false is what either wrapper runs. ZeRO-2/3 under a PipelineModule are refused
+    (``pipe/engine.py`` l.76-77, rule G001); ZeRO-0 does not read it (rule Z002). Returns ``ec`` itself when
+    nothing changes, else a copy (``ec`` is the file's effective config, which lint judges)."""
+    if pipeline_parallel > 1 and ec.zero.stage in (1, 2) and ec.zero.overlap_comm:
+        return replace(ec, zero=replace(ec.zero, overlap_comm=False), notes=list(ec.notes))
+    return ec
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ No torch or deepspeed import.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -63,7 +64,7 @@ from typing import Any
 
 from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and tests use it from here)
 from advisor.config.defaults import OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, ZERO, hidden_size_values
-from advisor.config.effective import DTYPE_BYTES, effective_config
+from advisor.config.effective import DTYPE_BYTES, effective_config, pipeline_effective
 from advisor.errors import AdvisorError, WorkLimitError
 from advisor.model.inventory import Inventory
 from advisor.model.parallel import forget_shard
@@ -241,6 +242,16 @@ def sub_group_size_for(inv: Inventory, w: int, combo: Combo) -> int:
     return min(SUB_GROUP_DEFAULT, target)
 
 
+@functools.lru_cache(maxsize=None)
+def pipeline_effective_overlap(stage: int, pp: int) -> bool:
+    """The ``overlap_comm`` generate writes at ZeRO ``stage`` on ``pp`` pipeline stages: true (the ZeRO-1/2
+    gradient reduce and ZeRO-3's fetches on side streams), unless the engine turns it off there
+    (:func:`advisor.config.effective.pipeline_effective`: ZeRO-1/2 under a PipelineModule, ``engine.py``
+    l.2663-2666), so the written config is the one DeepSpeed runs."""
+    ec = effective_config({"zero_optimization": {"stage": stage, "overlap_comm": True}})
+    return pipeline_effective(ec, pp).zero.overlap_comm
+
+
 def param_buffer_size_for(inv: Inventory, w: int, dtype_bytes: int) -> int:
     """``offload_param.buffer_size`` (elements): at least the largest ZeRO-3 partition p_i that
     goes to NVMe (rule M001), DeepSpeed's 1e8 otherwise; rounded up to a multiple of 1e6."""
@@ -251,13 +262,15 @@ def param_buffer_size_for(inv: Inventory, w: int, dtype_bytes: int) -> int:
 
 
 def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str, inv: Inventory,
-                 req: Request, nvme_path: str | None, hf: bool = False, sp: int = 1) -> dict[str, Any]:
+                 req: Request, nvme_path: str | None, hf: bool = False, sp: int = 1, pp: int = 1) -> dict[str, Any]:
     """The DeepSpeed config dict of one plan (``hf``: "auto" where the HF Trainer fills values in:
     batch sizes, gradient_clipping, optimizer params, precision ``enabled``, and the three
     hidden-size based zero keys). ``sp`` > 1: DeepSpeed-Ulysses ``sequence_parallel_size``, with
     which DeepSpeed checks the batch over world / sp ranks (``runtime/config.py``
     ``DeepSpeedConfig.__init__`` :468-469: ``world_size = dist.get_world_size() / sequence_parallel_size``);
-    ``dp`` is that data-parallel size."""
+    ``dp`` is that data-parallel size. ``pp`` > 1: the plan's pipeline stages; ``overlap_comm`` is then written
+    false, as DeepSpeed runs it under a PipelineModule (``engine.py`` l.2663-2666:
+    :func:`advisor.config.effective.pipeline_effective`), not true with a warning the engine overrides."""
     h = int(inv.meta["hidden_size"])
     A = "auto"
     hs = hidden_sizes(h)
@@ -274,7 +287,7 @@ def build_config(combo: Combo, micro: int, ga: int, dp: int, checkpointing: str,
     cfg["optimizer"] = {"type": OPTIMIZERS[req.optimizer], "params": opt_params}
     z: dict[str, Any] = {"stage": combo.stage}
     if combo.stage >= 1:
-        z["overlap_comm"] = True
+        z["overlap_comm"] = pipeline_effective_overlap(combo.stage, pp)
         z["contiguous_gradients"] = True
         z["reduce_bucket_size"] = A if hf else hs["reduce_bucket_size"]
     if combo.stage in (1, 2) and combo.offload_optimizer == "cpu":
@@ -907,7 +920,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 if (b, ck) in done:
                     return done[(b, ck)]
                 ga = per_rank // b
-                cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path, sp=sp)
+                cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path, sp=sp, pp=pp)
                 plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, req.attention,
                                                                           moe_capacity_factor=req.moe_capacity_factor))
                 hit = led_cache.get(ga > 1)
@@ -1053,7 +1066,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     if req.hf and ranked:
         for c in ranked[:top]:
             c.config = build_config(c.combo, c.micro, c.ga, req.world_size // (c.tp * c.pp * c.sp), c.checkpointing,
-                                    inv, req, nvme_path, hf=True, sp=c.sp)
+                                    inv, req, nvme_path, hf=True, sp=c.sp, pp=c.pp)
     return result
 
 
