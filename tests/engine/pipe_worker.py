@@ -77,7 +77,11 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     out = {"rank": rank, "stage": engine.stage_id, "parts": [int(x) for x in model.parts],
            "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
            "census": c.result(), "wrapper": type(engine.optimizer).__name__,
-           "grad_acc_dtype": str(getattr(engine.optimizer, "grad_acc_dtype", ""))}
+           "grad_acc_dtype": str(getattr(engine.optimizer, "grad_acc_dtype", "")),
+           # DeepSpeedZeroOptimizer's overlap_comm as built, and its ipg buffers (elements) after the step
+           "overlap_comm": getattr(engine.optimizer, "overlap_comm", None),
+           "ipg_buffers": {str(k): [int(t.numel()) for t in b.buffer]
+                           for k, b in getattr(engine.optimizer, "ipg_buckets", {}).items()}}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(out, fh)
     tdist.barrier()

@@ -157,3 +157,31 @@ def test_bf16_zero0_pipeline_takes_bf16_optimizer(tmp_path):
     # by hand, stage 0: fp32 partition N x 4 + Adam's 2 x N x 4 (FusedAdam's step is a python int)
     n0 = V * H + 2 * block
     assert listed["t/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"].bytes == 3 * n0 * 4
+
+
+Z1_BF16_OVERLAP = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+                   "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+                   "zero_optimization": {"stage": 1, "overlap_comm": True, "contiguous_gradients": True,
+                                         "reduce_bucket_size": 1000}}
+
+
+def test_zero1_pipeline_runs_without_overlap_comm(tmp_path):
+    """ZeRO-1 bf16 written with overlap_comm true on a PipelineModule: the real engine builds DeepSpeedZeroOptimizer
+    with overlap_comm False (engine.py _configure_zero_optimizer l.2663-2666), which the plan says too
+    (advisor.config.effective.pipeline_effective); the census of its model states equals the ledger's and the one
+    of the same run written with overlap_comm false."""
+    got = _run_pipe(tmp_path, Z1_BF16_OVERLAP)
+    off = {**Z1_BF16_OVERLAP, "zero_optimization": {**Z1_BF16_OVERLAP["zero_optimization"], "overlap_comm": False}}
+    (tmp_path / "off").mkdir()
+    got_off = _run_pipe(tmp_path / "off", off)
+    plan = Plan(effective_config(Z1_BF16_OVERLAP), _inventory(), Cluster(world_size=2, pipeline_parallel=2))
+    assert plan.config.zero.overlap_comm is False and plan.as_written.zero.overlap_comm is True
+    led = compute_ledger(plan)
+    assert led.wrapper == "DeepSpeedZeroOptimizer"
+    for r in (0, 1):
+        assert got[r]["wrapper"] == "DeepSpeedZeroOptimizer" and got[r]["overlap_comm"] is False, got[r]
+        assert got_off[r]["overlap_comm"] is False and got_off[r]["census"] == got[r]["census"]
+        census = got[r]["census"]
+        want = fold_for_cpu(model_state_bytes(led.rank(r), ("persistent",)))
+        for item in ("lp_params_flat", "fp32_master", "exp_avg", "exp_avg_sq"):
+            assert census[item] == want[item], (r, item, census[item], want[item])
