@@ -159,7 +159,12 @@ def test_generate_takes_the_workload_options_fixed_and_records_them(tmp_path):
 
 
 def test_generate_fixed_parallel_sizes_and_capacity_factor(tmp_path):
+    # --tensor-parallel fixes TP only: the pipeline degree is still searched (32eaee4 ranks one plan per run of
+    # micro-batches, so a TP 2 x PP 2 plan now reaches the top five); fixing both fixes both
     _, d, side = _gen(tmp_path, "--tensor-parallel", "2")
+    assert d["plans"] and all(p["tensor_parallel"] == 2 for p in d["plans"])
+    assert side["tensor_parallel"] == 2
+    _, d, side = _gen(tmp_path, "--tensor-parallel", "2", "--pipeline-parallel", "1", name="tp.json")
     assert d["plans"] and all(p["tensor_parallel"] == 2 and p["pipeline_parallel"] == 1 for p in d["plans"])
     assert side["tensor_parallel"] == 2
     cfg, d, side = _gen(tmp_path, "--sequence-parallel", "4", seq="32768", name="u.json")
