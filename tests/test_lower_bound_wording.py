@@ -124,11 +124,15 @@ def test_the_reason_is_printed_once_beside_the_peak_only_when_m104_is_suppressed
     (README "Per-file suppression": a suppressed finding is hidden), so the reason is never lost."""
     d, _ = acc_row("100GiB")
     reason = d["assumptions"]["peak_lower_bound"]
-    frag = " ".join(reason.split()[:12])  # the reason's first words, wrapped anywhere by the renderer
+    frag = " ".join(reason.split(":", 1)[1].split()[:12])  # words after its first clause, wrapped anywhere
     peak_line = lambda out: " ".join(out.split("peak live at once:")[1].split("Step timeline")[0].split())
     out = run("estimate", "--gpu-memory", "100GiB").stdout
     assert frag in " ".join(out.split("Findings")[1].split())  # in M104's message
     assert frag not in peak_line(out) and "M104" in peak_line(out)
+    # said once in all (the M104 finding), estimate's exclusions and check's "not counted" lines point to it
+    assert " ".join(out.split()).count(frag) == 1
+    chk = run("check", "--gpu-memory", "100GiB").stdout
+    assert " ".join(chk.split()).count(frag) == 1 and "finding M104 says what" in " ".join(chk.split())
     cfg = json.loads(Path(ARGS[0]).read_text())  # the plan above (still a lower bound)
     cfg["ds_advisor"] = {"ignore": ["M104"]}
     (tmp_path / "c.json").write_text(json.dumps(cfg))
@@ -137,3 +141,4 @@ def test_the_reason_is_printed_once_beside_the_peak_only_when_m104_is_suppressed
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8", "HOME": "/root",
                               "COLUMNS": "200"}).stdout
     assert "warning M104" not in out and frag in peak_line(out)
+    assert " ".join(out.split()).count(frag) == 2  # beside the peak and in the exclusions: no finding holds it

@@ -72,6 +72,14 @@ def key_words(key: str) -> str:
 
 
 
+def excluded_words(x: str, m104_messages: "list[str]") -> str:
+    """An exclusion as printed: the lower-bound reason that a shown M104 finding states in full (its message quotes
+    ``assumptions.peak_lower_bound``) is named by its first clause and pointed to, so the text says it once."""
+    if any(x in m for m in m104_messages):
+        return x.split(":", 1)[0] + ": not modelled, so the accelerator peak is a lower bound (finding M104 says what)"
+    return x
+
+
 def optimizer_words(o: dict[str, Any]) -> str:
     """"AdamW -> FusedAdam wrapped by DeepSpeedZeroOptimizer", or only the named optimizer when
     DeepSpeed would not build one (a refused config has no ledger)."""
@@ -474,8 +482,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               f"{w['checkpointing']}, attention {w['attention']}")
             for n in a["notes"]:
                 console.print(safe_text(f"  note {n['pointer']}: {n['message']}"), markup=False)  # a key's [..] too
+            m104 = [f.text(units)[0] for f in result.findings if f.code == "M104"]
             for x in a["excluded"]:
-                console.print(safe_text(f"  excluded: {x}"), markup=False)
+                console.print(safe_text(f"  excluded: {excluded_words(x, m104)}"), markup=False)
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
             for f in result.findings:  # the Findings behind d["findings"], sizes in ``units``
@@ -861,8 +870,9 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
             if t.verdict == "tight" and fr.overhead_tight:
                 L.append(f"          tight: headroom {gb(t.headroom or 0)} < {gb(fr.uncertainty)} the overhead may "
                          f"exceed its defaults by ({', '.join(fr.uncertain)})")
+    m104 = [f.text(units)[0] for f in r.findings if f.code == "M104"]
     for x in r.excluded:
-        L.append(f"  not counted: {x}")
+        L.append(f"  not counted: {excluded_words(x, m104)}")
     if r.findings:
         L.append("findings")
         for f in r.findings:
