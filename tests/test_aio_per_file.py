@@ -98,3 +98,16 @@ def test_a_last_rank_with_a_short_piece_writes_one_file_fewer_by_hand():
     floor(262,145 / 256) x 256 = 262,144 elements = 1 MiB, a file each; rank 7 holds n - 7 p = 262,138
     elements, 1,048,552 B < 1 MiB: no file. The movement rows of rank 7 carry 0 gradient files."""
     assert _grad_files([2 ** 21 + 1], 8) == [1] * 7 + [0]
+
+
+def test_the_text_names_the_files_and_their_seconds_by_hand():
+    """The newcomer found the file counts only inside the JSON terms' formulas: the step-time text's NVMe line now
+    says them. 64 partitions of 1 MiB: 64 files written after the step and 64 read in each of forward and backward,
+    192 files, 64 x 91 us + 128 x 66 us = 14.272 ms of the busy time."""
+    from advisor.ledger.steptime import breakdown_lines
+    st = step_time(_param_plan([2 ** 19] * 64), _hw(), seq_len=16)
+    assert st.assumptions["nvme_files"] == {"files": 192, "seconds": pytest.approx(64 * 91e-6 + 128 * 66e-6)}
+    text = " ".join(" ".join(breakdown_lines(st)).split())
+    assert "192 aio files per step" in text and f"{64 * 91e-6 + 128 * 66e-6:,.3f} s of the busy time" in text
+    one = step_time(_param_plan([2 ** 25]), _hw(), seq_len=16)  # one file a pass: 3 files, 91 + 2 x 66 us
+    assert one.assumptions["nvme_files"]["files"] == 3 and "3 aio files per step" in " ".join(breakdown_lines(one))

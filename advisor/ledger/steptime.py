@@ -918,6 +918,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
     if movements is None:
         movements = step_movements(movement_roles(plan, hardware), pp)
     seen: set[str] = set()
+    nvme_files = {"files": 0, "seconds": 0.0}  # the aio per-file part of the NVMe terms (text: breakdown_lines)
     for m in movements:
         if m.seconds is None:
             unknown.append(f"{m.link} {m.item} (no {m.link} bandwidth in the hardware spec)")
@@ -929,6 +930,8 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
         if m.link == NVME and m.files and m.seconds is not None:
             # the seconds include each file's aio op (movement.timed), so the rate is the bytes' effective one
             c = AIO_PER_FILE_S["write" if m.direction == "write" else "read"]
+            nvme_files["files"] += m.files
+            nvme_files["seconds"] += m.files * c
             formula += (f"; + {m.files:,} file(s) x {c * 1e6:.0f} us each (aio per-file cost, "
                         "movement.AIO_PER_FILE_S): the rate shown includes it")
         terms.append(Term(name, m.link, m.phase, m.bytes, "bytes",
@@ -1092,6 +1095,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
                    "tokens_per_rank_per_step": tokens, "active_parameters": n_active, "ranks_per_node": rpn,
                    "host_memory_bandwidth_bytes_per_s": host_bw, "nvme_aio": nvme_aio,
                    "nvme_aio_rates": aio_rates, "nvme_tier_assumed": tier_assumed or None,
+                   "nvme_files": nvme_files if nvme_files["files"] else None,
                    "collectives": COLLECTIVE_MODEL,
                    "host_memory_bandwidth_note": HOST_BW_PEAK_NOTE if n_opt and host_bw and
                    "theoretical peak" in (getattr(hardware, "source", "") or "") else None,
@@ -1353,6 +1357,12 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     for k in ("compute", NETWORK, PCIE, NVME, "host_memory", ACCEL_MEMORY):
         if k in busy:
             out.append(f"  {names[k]:<20} busy {busy[k]:>9,.3f} s   exposed {exp.get(k, 0.0):>9,.3f} s")
+            nf = st.assumptions.get("nvme_files") if k == NVME else None
+            if nf:
+                out.append(f"    ({nf['files']:,} aio files per step (one per swapped partition or state), at "
+                           f"{AIO_PER_FILE_S['write'] * 1e6:.0f} us written / {AIO_PER_FILE_S['read'] * 1e6:.0f} us "
+                           f"read each: {nf['seconds']:,.3f} s of the busy time; movement.AIO_PER_FILE_S, this "
+                           "project's measured figure)")
             if k == NETWORK:
                 cm = st.assumptions.get("collectives") or COLLECTIVE_MODEL
                 out.append(f"    ({cm['all_gather']}, {cm['all_reduce']}; within a node {cm['within_node']}, "
