@@ -1397,8 +1397,55 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
     return out
 
 
+def request_problem(inv: Inventory, req: Request) -> str | None:
+    """Why no plan of the request can exist whatever the memory, naming the flag, or None: checked
+    by :func:`run` before the search (exit 2, one line), so that such a request is not reported as
+    "no plan fits" with suggestions about memory. Not in :func:`search` itself: :func:`suggest`'s
+    searches change the nodes and drop model parallelism, where a layout without plans is skipped.
+
+    - ``--checkpointing K`` past the layers a pipeline stage holds: estimate's check,
+      :func:`advisor.model.activations.checkpointing_problem` (ceil(L / p) layers per stage,
+      ``runtime/utils.py`` partition_uniform l. 606-624), at the pipeline degree given, else 1 (the search's
+      most layers per stage).
+    - ``--micro-batch b`` dividing no searched layout's sequences per rank: a layout (t, p, u) has
+      global batch / (world / (t x p x u)) sequences per rank and its micro-batches are their
+      divisors (``train_batch_size = micro x GA x DP``, ``runtime/config.py``
+      _batch_assertion l. 590-605); the layouts are the search's (:func:`model_parallel_layouts`,
+      :func:`ulysses_degrees`, the degrees given, and the pipeline degrees whose stages hold
+      ``--checkpointing K``)."""
+    from advisor.model.activations import checkpointing_problem
+    ck = req.checkpointing
+    if ck is not None:
+        problem = checkpointing_problem(ck, inv, req.pipeline_parallel or 1)
+        if problem:
+            return f"--checkpointing {ck}: {problem}"
+    if req.micro_batch is None or req.global_batch % req.world_size:
+        return None  # the global batch's own refusal (search) comes first
+    L = int((inv.meta or {}).get("num_layers") or 1)
+    k = int(ck) if ck is not None and str(ck).isdigit() else 0
+    layouts = [(t, p, 1) for t, p in model_parallel_layouts(inv, req)] + [(1, 1, u) for u in ulysses_degrees(inv, req)]
+    layouts = [lay for lay in layouts if req.layout_allowed(*lay) and k <= -(-L // lay[1])]
+    if not layouts:
+        return None  # the degrees given are no layout: search's own refusal names them
+    per_rank = sorted({req.global_batch * t * p * u // req.world_size for t, p, u in layouts})
+    if any(n % req.micro_batch == 0 for n in per_rank):
+        return None
+    usable = sorted({d for n in per_rank for d in divisors_cached(n)})
+    if len(usable) > 12:  # one line: the usable sizes nearest the one given
+        lo = [d for d in usable if d < req.micro_batch][-3:]
+        usable = lo + [d for d in usable if d > req.micro_batch][:3]
+    return (f"--micro-batch {req.micro_batch} divides no layout's sequences per rank (--global-batch "
+            f"{req.global_batch} on {req.world_size} ranks: {', '.join(map(str, per_rank))} per rank in the "
+            f"layouts generate can write): use {', '.join(map(str, usable[:-1]))}"
+            + (" or " if len(usable) > 1 else "") + str(usable[-1]))
+
+
 def run(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResult:
-    """:func:`search`, plus :func:`suggest` when nothing fits (then raises :class:`NothingFits`)."""
+    """:func:`request_problem` (raises AdvisorError), then :func:`search`, plus :func:`suggest`
+    when nothing fits (then raises :class:`NothingFits`)."""
+    problem = request_problem(inv, req)
+    if problem:
+        raise AdvisorError(problem)
     res = search(inv, hardware, req, top=top)
     if res.best is None:
         from advisor.findings import render_sized

@@ -1,0 +1,92 @@
+"""Issue 21, genmsg21: generate refuses, before the search (exit 2, one line), a request no plan can
+express whatever the memory, naming the real cause (newcomer defects 1-3). Before, these ran the
+search, found nothing and said "no plan fits ... a smaller model" (exit 1), or, through suggest()'s
+data-parallel re-searches, "--pipeline-parallel 2: not a layout ... on 16 ranks ... --no-model-parallel
+is set" (neither true).
+
+Expected values, by hand:
+
+* gpt2 has 12 layers (transformers GPT2Config n_layer = 12). A pipeline stage of p holds at most
+  ceil(12 / p) layers: DeepSpeed ``runtime/utils.py`` partition_uniform (l. 606-624) gives chunks of
+  12 // p plus one for the first 12 % p parts: p = 2 -> 6, p = 4 -> 3, p = 1 -> 12.
+* Micro-batches: ``runtime/config.py`` _batch_assertion (l. 590-605) train_batch = micro x GA x DP,
+  so a micro-batch divides global / DP sequences per rank. On 1 x 8 with --global-batch 64 the
+  layouts generate writes for gpt2 (TP divides 8 and gpt2's 12 heads -> 1, 2, 4; PP divides 12;
+  T x P divides 8; Ulysses u divides 8 and 12 heads -> 2, 4) have T x P x U in {1, 2, 4, 8}, so
+  DP = 8, 4, 2, 1 and 8, 16, 32, 64 sequences per rank; their divisors are 1, 2, 4, 8, 16, 32, 64,
+  and 3 divides none. Data parallel only (--no-model-parallel): 8 per rank, divisors 1, 2, 4, 8.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.conftest import run_cli
+
+GEN = ["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+       "--seq-len", "128", "--global-batch", "64"]
+GPT2_LAYERS = 12  # transformers GPT2Config.n_layer
+
+
+def _one_line_refusal(p, *words):
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("ds-advisor:")]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    for wrong in ("no plan fits", "smaller model", "16 ranks", "--no-model-parallel is set"):
+        assert wrong not in p.stderr, (wrong, p.stderr)
+    return lines[0]
+
+
+@pytest.mark.parametrize("k,pp", [(7, 2), (4, 4)])
+def test_checkpointing_past_a_stage_names_layers_per_stage(k, pp):
+    per_stage = math.ceil(GPT2_LAYERS / pp)  # partition_uniform: 6 for p = 2, 3 for p = 4
+    p = run_cli([*GEN, "--checkpointing", str(k), "--pipeline-parallel", str(pp)])
+    line = _one_line_refusal(p, f"--checkpointing {k}", f"gpt2 has {GPT2_LAYERS} layers",
+                             f"{per_stage} per pipeline stage (pipeline parallel {pp})", f"give at most {per_stage}")
+    # the same words estimate says for that input (one check, advisor.model.activations.checkpointing_problem)
+    est = run_cli(["estimate", "-", "--model", "gpt2", "--world-size", "8", "--gpus-per-node", "8", "--seq-len",
+                   "128", "--checkpointing", str(k), "--pipeline-parallel", str(pp)],
+                  stdin=json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
+                                    "zero_optimization": {"stage": 1}}))
+    assert est.returncode == 2, est.stderr[-2000:]
+    assert line.split(": ", 2)[2] in est.stderr
+
+
+@pytest.mark.parametrize("k", [13, 999])
+def test_checkpointing_past_the_layers(k):
+    p = run_cli([*GEN, "--checkpointing", str(k)])
+    _one_line_refusal(p, f"--checkpointing {k}", f"gpt2 has {GPT2_LAYERS} layers", f"give at most {GPT2_LAYERS}")
+
+
+def test_micro_batch_dividing_no_layout_names_the_usable_sizes():
+    p = run_cli([*GEN, "--micro-batch", "3"])
+    line = _one_line_refusal(p, "--micro-batch 3", "8, 16, 32, 64 per rank")
+    assert line.endswith("use 1, 2, 4, 8, 16, 32 or 64"), line
+    p = run_cli([*GEN, "--micro-batch", "16", "--no-model-parallel"])  # 16 > 8 per rank data parallel
+    line = _one_line_refusal(p, "--micro-batch 16", "8 per rank")
+    assert line.endswith("use 1, 2, 4 or 8"), line
+
+
+def _best(args):
+    p = run_cli([*GEN, *args, "--format", "json"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)["plans"][0]  # best first
+
+
+def test_neighbouring_valid_inputs_still_run():
+    b = _best(["--checkpointing", "6", "--pipeline-parallel", "2"])  # exactly a stage's layers
+    assert (b["pipeline_parallel"], b["checkpointing"]) == (2, "6")
+    b = _best(["--checkpointing", str(GPT2_LAYERS)])
+    assert b["checkpointing"] == str(GPT2_LAYERS)
+    b = _best(["--micro-batch", "4"])
+    assert b["micro_batch"] == 4
+    # 16 divides no data-parallel per-rank count (8) but TP/PP layouts' (16, 32, 64): not refused
+    b = _best(["--micro-batch", "16"])
+    assert b["micro_batch"] == 16
+    assert b["tensor_parallel"] * b["pipeline_parallel"] * b["sequence_parallel"] >= 2
