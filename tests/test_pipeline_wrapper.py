@@ -233,3 +233,49 @@ def test_zero1_pipeline_step_time_has_no_overlapped_gradient_reduce():
         assert t and all(x.overlapped is overlapped for x in t)
         if not overlapped:
             assert all(x.exposed == pytest.approx(x.seconds) for x in t)
+
+
+# the texts that describe the plan: estimate's assumptions.sharding and checkpoint's restart note. Under
+# BF16_Optimizer at ZeRO-0 the fp32 master and moments are partitioned over the stage's data-parallel ranks
+# (bf16_optimizer.py l.163-185, dp_process_group engine.py l.2626), and a load of the optimizer state raises
+# KeyError in BF16_Optimizer._load_legacy_checkpoint (bf16_optimizer.py l.669-670: state_dict_list[dp_rank] on the
+# model-states file's one state dict, engine.py l.4693-4696; the real engine: test_pipeline_engine.py). The old
+# stage-0 words ("holds its full model states", "no conversion needed") are the FP16_Optimizer's and stay there.
+FULL_SHARDING = "no ZeRO (every data-parallel rank holds its full model states)"
+FULL_RESTART = ("stage 0: every rank holds the full state, so a restart at another world size loads the same file "
+                "(no conversion needed)")
+
+
+def _texts(cfg: dict, world: int, pp: int) -> tuple[str, list[str]]:
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.views.estimate import estimate
+    plan = Plan(effective_config(cfg), _inventory(), Cluster(world_size=world, pipeline_parallel=pp))
+    return estimate(plan).assumptions()["sharding"], checkpoint_plan(plan).to_dict()["notes"]
+
+
+def test_bf16_zero0_pipeline_texts_say_partitioned_and_not_resumable():
+    """World 8, 2 stages: 4 data-parallel ranks per stage hold a quarter of the fp32 master and moments each."""
+    sharding, notes = _texts(_cfg(0), 8, 2)
+    assert sharding.startswith("2 pipeline stages") and FULL_SHARDING not in sharding
+    assert "BF16_Optimizer" in sharding and "partitions the fp32 master and optimizer moments" in sharding
+    assert "data-parallel group of 4 ranks" in sharding
+    assert FULL_RESTART not in notes and not any("no conversion needed" in n for n in notes)
+    restart = [n for n in notes if n.startswith("stage 0 with BF16_Optimizer")]
+    assert len(restart) == 1
+    assert "partitioned over 4 data-parallel rank(s)" in restart[0]
+    assert "KeyError" in restart[0] and "_load_legacy_checkpoint" in restart[0] and "l.670" in restart[0]
+    assert "load_module_only=True" in restart[0]
+
+
+@pytest.mark.parametrize("cfg,world,pp", [
+    (_cfg(0, "fp16"), 8, 2),  # FP16_Optimizer under a PipelineModule: whole master on every rank
+    (_cfg(0, "fp16"), 8, 1),
+    (_cfg(0), 8, 1),          # bf16 without a PipelineModule: FP16_Optimizer on bf16 (engine.py l.2321)
+])
+def test_fp16_optimizer_zero0_texts_unchanged(cfg, world, pp):
+    plan = Plan(effective_config(cfg), _inventory(), Cluster(world_size=world, pipeline_parallel=pp))
+    assert plan_optimizer(plan)[0] == "FP16_Optimizer"
+    sharding, notes = _texts(cfg, world, pp)
+    assert sharding == ("2 pipeline stages (layers by partition_uniform; embeddings on the first, the head on the "
+                        "last); " + FULL_SHARDING if pp == 2 else "none (every rank holds full model states)")
+    assert FULL_RESTART in notes and not any("BF16_Optimizer" in n for n in notes)

@@ -68,6 +68,24 @@ PICKLE_NOTE = ("sizes are tensor payload (the storages torch.save serialises); t
                "pickle/zip overhead of a few KB per file (measured 3-4 KB at 43 k parameters), negligible at "
                "billions of parameters")
 
+#: The restart note of stage 0 with BF16_Optimizer (bf16 under pipeline parallelism, ``plan_optimizer``), ``{dp}``
+#: the data-parallel ranks its fp32 master and moments are partitioned over. DeepSpeed 0.19.8: the engine is not
+#: a ZeRO one (``engine.py`` l.4677 ``has_zero_optimizer_state = self.zero_optimization()``), so ``_load_checkpoint``
+#: hands the optimizer the model-states file's one state dict (l.4693-4696), and
+#: ``BF16_Optimizer._load_legacy_checkpoint`` indexes it as a per-rank list (``bf16_optimizer.py`` l.669-670:
+#: ``state_dict_list[dp_rank]``): KeyError on every rank, at the saved world size too (engine run:
+#: tests/engine/test_pipeline_engine.py). A universal checkpoint does not help: the optimizer's universal loader
+#: gets its folder only from ``_load_zero_checkpoint`` (l.4746, l.4763), which needs ZeRO (l.4455), so with
+#: ``load_universal`` the same dict reaches the same line. ``load_module_only=True`` skips the optimizer and
+#: refreshes the fp32 master from the loaded weights (l.4670-4673). These last two are read, not run.
+BF16_ZERO0_RESUME_NOTE = (
+    "stage 0 with BF16_Optimizer (bf16 under pipeline parallelism): the fp32 master and optimizer moments are "
+    "partitioned over {dp} data-parallel rank(s), not held whole; DeepSpeed 0.19.8's load_checkpoint cannot restore "
+    "them at any world size (the non-ZeRO engine passes the model-states file's single state dict, which "
+    "BF16_Optimizer._load_legacy_checkpoint indexes by data-parallel rank: KeyError, bf16_optimizer.py l.670), and "
+    "a universal checkpoint does not help (its loader is reached through ZeRO only); "
+    "load_checkpoint(..., load_module_only=True) resumes the weights only (optimizer state lost)")
+
 
 # ------------------------------------------------------------------------------------------------
 # files
@@ -983,6 +1001,8 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
                      "ranks: resuming at another data-parallel world size needs DeepSpeed's universal checkpoint "
                      "(python -m deepspeed.checkpoint.ds_to_universal, then \"checkpoint\": {\"load_universal\": "
                      "true}); zero_to_fp32.py recovers the weights only")
+    elif plan_optimizer(plan)[0] == "BF16_Optimizer":
+        notes.append(BF16_ZERO0_RESUME_NOTE.format(dp=cluster.zero_world_size))
     else:
         notes.append("stage 0: every rank holds the full state, so a restart at another world size loads the same "
                      "file (no conversion needed)")

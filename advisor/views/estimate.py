@@ -31,7 +31,7 @@ from advisor.cluster.overhead import OverheadSettings, OverheadTerm, deepspeed_e
 from advisor.rules import emit
 from advisor.findings import Finding, literal
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, unsupported_reason
+from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, plan_optimizer, unsupported_reason
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.ledger.movement import movement_plan  # noqa: F401  (re-exported: estimate's callers name it here)
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
@@ -271,7 +271,7 @@ class EstimateResult:
             "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective,
                                   **_partial_offload_split(self.plan)},
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
-            "sharding": _sharding_words(self.plan.cluster, z.stage),
+            "sharding": _sharding_words(self.plan.cluster, z.stage, plan_optimizer(self.plan)[0]),
             "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch or ec.train_micro_batch_size_per_gpu or 1,
                          "checkpointing": w.checkpointing,
                          "attention": w.attention},
@@ -385,8 +385,11 @@ class EstimateResult:
                 "fits": None if host is None or host.capacity is None else node <= host.capacity}
 
 
-def _sharding_words(cl: Cluster, stage: int) -> str:
-    """The assumptions' one-line description of how model states are split."""
+def _sharding_words(cl: Cluster, stage: int, wrapper: str = "") -> str:
+    """The assumptions' one-line description of how model states are split; ``wrapper``: the plan's
+    (:func:`advisor.ledger.state.plan_optimizer`). At stage 0 BF16_Optimizer (bf16 under pipeline
+    parallelism) still partitions the fp32 master and moments over the data-parallel group
+    (``bf16_optimizer.py`` l.90, ``engine.py`` ``_configure_bf16_optimizer`` l.2626), so that is said."""
     parts = []
     if cl.tensor_parallel > 1:
         parts.append(f"tensor parallelism {cl.tensor_parallel} (Megatron column/row-parallel linears and "
@@ -399,7 +402,11 @@ def _sharding_words(cl: Cluster, stage: int) -> str:
                      f"{cl.zero_world_size // cl.expert_parallel} expert-data-parallel ranks)")
     zero = (f"ZeRO-{stage} over a data-parallel group of {cl.zero_world_size} rank{'' if cl.zero_world_size == 1 else 's'}"
             + (f" (DP {cl.dp_world_size} x Ulysses SP {cl.sequence_parallel})" if cl.sequence_parallel > 1 else "")
-            if stage else "no ZeRO (every data-parallel rank holds its full model states)")
+            if stage else
+            f"no ZeRO stage, but BF16_Optimizer (bf16 under pipeline parallelism) partitions the fp32 master and "
+            f"optimizer moments over a data-parallel group of {cl.zero_world_size} "
+            f"rank{'' if cl.zero_world_size == 1 else 's'}; the 16-bit weights and gradients are whole on every rank"
+            if wrapper == "BF16_Optimizer" else "no ZeRO (every data-parallel rank holds its full model states)")
     return "; ".join(parts + [zero]) if parts else (zero if stage else "none (every rank holds full model states)")
 
 

@@ -6,7 +6,8 @@ up/down projections, final norm + head) split into ``num_stages`` stages by Deep
 ``train_batch`` and takes a census of the engine's tensors with ``advisor.engine.worker``'s
 census (the same attribution ``ds-advisor measure`` uses). Writes ``rank{r}.json`` with the
 stage id, the parameter names/shapes this stage holds and the census, then saves a checkpoint
-(``engine.save_checkpoint(out_dir/ckpt, tag="t")``) for the checkpoint-file test.
+(``engine.save_checkpoint(out_dir/ckpt, tag="t")``) for the checkpoint-file test, loads it back
+(``engine.load_checkpoint``) and writes ``load{r}.json`` with what the load raised, if anything.
 """
 
 from __future__ import annotations
@@ -87,6 +88,18 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     tdist.barrier()
     # the files the PipelineEngine writes (engine.save_checkpoint; the test reads them back)
     engine.save_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
+    tdist.barrier()
+    # and loads it back into the same engine (same world size): load{r}.json holds the exception type and the
+    # innermost frame (file basename, function) when the load raises, else nulls
+    import traceback
+    res = {"error": None, "file": None, "function": None}
+    try:
+        engine.load_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
+    except Exception as e:  # the outcome is the measurement
+        fr = traceback.extract_tb(e.__traceback__)[-1]
+        res = {"error": type(e).__name__, "file": os.path.basename(fr.filename), "function": fr.name}
+    with open(os.path.join(out_dir, f"load{rank}.json"), "w") as fh:
+        json.dump(res, fh)
     tdist.barrier()
     return 0
 

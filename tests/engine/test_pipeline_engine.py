@@ -157,6 +157,18 @@ def test_bf16_zero0_pipeline_takes_bf16_optimizer(tmp_path):
     # by hand, stage 0: fp32 partition N x 4 + Adam's 2 x N x 4 (FusedAdam's step is a python int)
     n0 = V * H + 2 * block
     assert listed["t/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"].bytes == 3 * n0 * 4
+    # loading it back into the same engine (same world size) raises KeyError in BF16_Optimizer's legacy loader on
+    # both stages (engine.py l.4693-4696 hands it the model-states file's one state dict, bf16_optimizer.py l.670
+    # indexes it by dp rank), which the checkpoint plan's restart note says instead of "no conversion needed"
+    for r in (0, 1):
+        loaded = json.loads((tmp_path / f"load{r}.json").read_text())
+        assert loaded == {"error": "KeyError", "file": "bf16_optimizer.py", "function": "_load_legacy_checkpoint"}, \
+            (r, loaded)
+    from advisor.ledger.checkpoint import checkpoint_plan
+    notes = checkpoint_plan(Plan(effective_config(BF16_Z0), _inventory(),
+                                 Cluster(world_size=2, pipeline_parallel=2))).to_dict()["notes"]
+    assert any("KeyError" in n and "_load_legacy_checkpoint" in n for n in notes)
+    assert not any("no conversion needed" in n for n in notes)
 
 
 Z1_BF16_OVERLAP = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
