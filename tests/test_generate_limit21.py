@@ -41,7 +41,7 @@ def _llama_layers_over_limit() -> int:
 
 
 def _inventory_file(path, n: int) -> None:
-    with path.open("w") as out:  # nameless [64, 64] tensors, as benchmarks/bounds.py's 2M-tensor row
+    with path.open("w") as out:  # nameless [64, 64] tensors, as benchmarks/bounds.py's MAX_TENSORS row
         out.write('{"meta": ' + json.dumps(ARCH) + ', "tensors": [' + ",".join(['{"shape": [64, 64]}'] * n) + "]}")
 
 
@@ -121,7 +121,7 @@ def test_inventory_file_at_the_limit_is_read(tmp_path):
 
 
 def test_estimate_keeps_its_own_limit(tmp_path):
-    """The model generate refuses is one estimate takes (its limits are 2,000,000 tensors / 100,000 layers)."""
+    """The model generate refuses is one estimate takes (its limits are MAX_TENSORS tensors / 100,000 layers)."""
     f = tmp_path / "config.json"
     f.write_text(json.dumps({**HF, "num_hidden_layers": _llama_layers_over_limit()}))
     cfg = tmp_path / "ds.json"

@@ -82,3 +82,40 @@ def test_at_the_limit_is_read_as_before(tmp_path, monkeypatch) -> None:
     bare.write_text(json.dumps({"tensors": [1] * 11}))
     with pytest.raises(ModelSpecError, match=r"/tensors/0: expected an object$"):
         specs.resolve_model(str(bare))
+
+
+def _list_file(path, n: int, entry: str) -> None:
+    with path.open("w") as out:  # joined per piece: no n-element list of entries held at once
+        out.write('{"tensors": [' + entry)
+        for _ in range((n - 1) // 100_000):
+            out.write(("," + entry) * 100_000)
+        out.write(("," + entry) * ((n - 1) % 100_000) + "]}")
+
+
+def test_the_real_limit_takes_max_tensors_and_refuses_one_more(tmp_path) -> None:
+    """At the limit itself (500,000 since issue 21's maxt21, not a patched 10): MAX_TENSORS nameless
+    tensors are read; MAX_TENSORS + 1 are refused, as objects (counted before the parse), as objects
+    nested six deep (past the scan's regex: read window by window) and as lists (at the first entry)."""
+    n = inventory.MAX_TENSORS
+    at = tmp_path / "at.json"
+    _list_file(at, n, '{"shape": [1]}')
+    assert len(specs.resolve_model(str(at)).tensors) == n
+    for entry in ('{"shape": [1]}', '{"a":{"a":{"a":{"a":{"a":{}}}}}}'):
+        over = tmp_path / "over.json"
+        _list_file(over, n + 1, entry)
+        with pytest.raises(ModelSpecError) as e:
+            specs.resolve_model(str(over))
+        assert str(e.value) == f"{over}: /tensors: {n + 1} tensors, over the limit {n}"
+    lists = tmp_path / "lists.json"
+    _list_file(lists, n + 1, "[1]")
+    with pytest.raises(ModelSpecError, match=r"/tensors/0: expected an object$"):
+        specs.resolve_model(str(lists))
+
+
+def test_the_limit_takes_the_largest_real_model() -> None:
+    """The limit must not refuse a released model's inventory: the most tensors of one the families here
+    cover is a Kimi-K2 with one module per expert (DeepSeek-V3's layout, 61 layers, 384 routed experts, the
+    first layer dense): per layer 9 attention + norm tensors, the dense MLP 3, an MoE layer 384 x 3 expert
+    tensors + the shared expert's 3 + the router's weight and bias; plus embedding, final norm, lm_head:
+    9 x 61 + 3 + 60 x (384 x 3 + 5) + 3 = 69,975 (the count tests/test_generate_limit21.py checks)."""
+    assert 9 * 61 + 3 + 60 * (384 * 3 + 5) + 3 == 69_975 <= inventory.MAX_TENSORS

@@ -35,7 +35,7 @@ MAX_ZERO12_CHANGE_RANKS = 1 << 16
 #: config.json models repeat their layers and stay far below it (1e5 layers at 2^16 ranks: 25).
 MAX_RANK_ROLES = 1 << 13
 #: Most parameter tensors a model may have for ``generate`` (its own work limit; ``estimate``,
-#: ``check`` and the other commands take up to ``advisor.model.inventory.MAX_TENSORS`` = 2,000,000).
+#: ``check`` and the other commands take up to ``advisor.model.inventory.MAX_TENSORS``).
 #: generate is a search: every stage/offload combination over every tensor x pipeline layout it
 #: tries builds its own ledger (``advisor.views.generate.search``: about 30 distinct ledgers on one
 #: 8-GPU node), and each ledger's passes walk every tensor, so its cost is tensors x ledgers, and
@@ -60,7 +60,7 @@ def generate_tensors_problem(tensors: int, name: str) -> str | None:
         return None
     return (f"model {name}: {tensors:,} parameter tensors, over generate's limit of {MAX_GENERATE_TENSORS:,} "
             "(its search builds a ledger per ZeRO stage/offload and layout, each walking every tensor): "
-            "write the config yourself and run estimate or check on it, which take up to 2,000,000 tensors "
+            "write the config yourself and run estimate or check on it, which take up to 500,000 tensors "
             "and 100,000 layers")  # MAX_TENSORS, specs.MAX_LAYERS: tests/test_generate_limit21.py checks both
 
 

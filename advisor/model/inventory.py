@@ -29,8 +29,12 @@ from advisor.config.validation import json_quoted, json_shown
 
 #: Largest tensor an inventory may list (elements): 2^48, far above any real parameter.
 MAX_TENSOR_NUMEL = 1 << 48
-#: Most tensors an inventory may list (bounded work).
-MAX_TENSORS = 2_000_000
+#: Most tensors an inventory may list (bounded work, issue 21's "seconds and a few hundred MB").
+#: At 2,000,000 (benchmarks/results/bounds.txt, mem21) estimate took ~10 s CPU / 504 MB and check of
+#: ZeRO-3 on 8 ranks ~17 s / 874 MB, every pass walking each tensor where no layer repeats; real
+#: models list far fewer: the largest preset 1,137 tensors, a per-expert Kimi-K2 69,975 (README).
+#: 500,000 is ~7x Kimi-K2 per expert and ~1/4 of the 2M work (measured: bounds.txt, maxt21).
+MAX_TENSORS = 500_000
 from advisor.errors import ModelSpecError
 
 

@@ -1,4 +1,4 @@
-"""Issue 21: an inventory of 2,000,001 objects nested six deep (past the regex of
+"""Issue 21: an inventory of MAX_TENSORS + 1 objects nested six deep (2,000,001 then; past the regex of
 ``readers.object_list_scan``) took 8.2 s and 1 GB to be refused: the whole text collapsed at once
 (re.sub's piece lists), then parsed again to count it. ``readers._streamed_object_scan`` reads it
 window by window and counts the entries in the same pass.
