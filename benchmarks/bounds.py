@@ -17,7 +17,7 @@ mean something on a loaded machine too:
   MAX_RANK_ROLES), with 65,536 of them at 65,536 ranks refused;
 * generate of the 1e5-layer model on 8 GPUs vs 32 layers, at global batch 8 / sequence 128 and at
   global batch 64 / sequence 512: refused since genlim21 (exit 2, over generate's own limit of
-  MAX_GENERATE_TENSORS = 100,000 tensors), as is generate of the 2M-tensor inventory; generate at its
+  MAX_GENERATE_TENSORS = 100,000 tensors), as is generate of the inventory at MAX_TENSORS; generate at its
   limit, both kinds (11,110 llama layers = 99,993 tensors; 100,000 nameless tensors, no layer repeat),
   and a real model's shape at its most tensors (Kimi-K2, one module per expert: 69,975; DeepSeek-V3's, 45,395) vs
   the fused preset;
@@ -35,10 +35,12 @@ mean something on a loaded machine too:
   2.1M tensors and of the most a 64 MiB file can list (4.8M), check ZeRO-3 at 1e5 layers;
   refusals of tensors lists whose entries are not objects: 2.1M ``[64, 64]`` and 22M ``[]`` (64 MiB), and the
   22M ``[]`` after one tensor object (flat, and with an object inside it);
-* issue 21, inv21: an inventory at the tensor limit (exactly MAX_TENSORS = 2,000,000 nameless ``[64, 64]``
-  tensors, 40 MB): estimate and check of ZeRO-3 on 8 ranks, generate's refusal of it (no architecture in
-  its meta) and generate with one; the refusal of 2,000,001 objects nested six deep (66 MB, past the
-  regex of ``readers.object_list_scan``: read window by window);
+* issue 21, inv21 / maxt21: an inventory at the tensor limit (exactly MAX_TENSORS nameless ``[64, 64]``
+  tensors: 2,000,000 until maxt21, 40 MB; 500,000 since, 10 MB): estimate and check of ZeRO-3 on 8 ranks,
+  generate's refusal of it (no architecture in its meta) and generate with one; the refusals of
+  MAX_TENSORS + 1 tensors: objects, ``[64, 64]`` lists, and objects nested six deep (past the regex of
+  ``readers.object_list_scan``: read window by window). The round 2/3 rows of 1M and 1.9M tensors are
+  refusals since maxt21 (over the limit);
 * issue 21, cand21: the M100 fixes at 1e5 layers, each candidate re-estimated: ``estimate --hardware
   workstation-4090`` and ``check`` of ZeRO-1 on one 24 GB GPU (no single change fits: the pairs are
   tried), ``check`` of ZeRO-3 on 8 ranks of 6 GB;
@@ -193,14 +195,18 @@ def main() -> None:
             for _ in range(n // 100_000):
                 out.write(",[]" * 100_000)
             out.write(",[]" * (n % 100_000) + "]}")
-    # inv21: exactly MAX_TENSORS tensors (with and without the architecture generate needs), and 2,000,001
-    # objects six deep, past the scan's regex
-    inv2m, inv2m_meta, deep6 = tmp / "inv2m.json", tmp / "inv2m_meta.json", tmp / "deep6.json"
+    # inv21 / maxt21: exactly MAX_TENSORS tensors (with and without the architecture generate needs), and
+    # MAX_TENSORS + 1: objects, [64, 64] lists, objects six deep (past the scan's regex)
+    from advisor.model.inventory import MAX_TENSORS
+    inv_at, inv_at_meta, deep6 = tmp / "inv_at_limit.json", tmp / "inv_at_limit_meta.json", tmp / "deep6.json"
+    over_obj, over_lists = tmp / "inv_over_limit.json", tmp / "inv_over_limit_lists.json"
     arch = {"family": "llama", "hidden_size": 64, "num_layers": 32, "num_heads": 4, "num_kv_heads": 4,
             "intermediate_size": 128, "vocab_size": 1000, "max_seq_len": 128}
-    for f, n, entry, head in ((inv2m, 2_000_000, '{"shape": [64, 64]}', '{"tensors": ['),
-                              (inv2m_meta, 2_000_000, '{"shape": [64, 64]}', '{"meta": ' + json.dumps(arch) + ', "tensors": ['),
-                              (deep6, 2_000_001, '{"a":{"a":{"a":{"a":{"a":{}}}}}}', '{"tensors": [')):
+    for f, n, entry, head in ((inv_at, MAX_TENSORS, '{"shape": [64, 64]}', '{"tensors": ['),
+                              (inv_at_meta, MAX_TENSORS, '{"shape": [64, 64]}', '{"meta": ' + json.dumps(arch) + ', "tensors": ['),
+                              (over_obj, MAX_TENSORS + 1, '{"shape": [64, 64]}', '{"tensors": ['),
+                              (over_lists, MAX_TENSORS + 1, '[64, 64]', '{"tensors": ['),
+                              (deep6, MAX_TENSORS + 1, '{"a":{"a":{"a":{"a":{"a":{}}}}}}', '{"tensors": [')):
         with f.open("w") as out:
             out.write(head + entry)
             for _ in range((n - 1) // 100_000):
@@ -330,7 +336,7 @@ def main() -> None:
         ("lint, 2M {} array (8 MB)", ["lint", str(arr2m)], ["lint", str(arr10)]),
         ("check, 2M {} array (8 MB)", ["check", str(arr2m), "--params", "1000000", *cap],
          ["check", str(arr10), "--params", "1000000", *cap]),
-        ("estimate, 1M-tensor inventory", ["estimate", str(z3b), "--model", str(inv1m)],
+        ("refuse 1M-tensor inventory", ["estimate", str(z3b), "--model", str(inv1m)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("estimate ZeRO-3, 1e5 layers, 2^20", ["estimate", str(z3b), "--model", str(deep), "--world-size", M],
          ["estimate", str(z3b), "--model", str(shallow), "--world-size", M]),
@@ -339,7 +345,7 @@ def main() -> None:
          ["report", str(z3b), "--model", str(shallow), "--world-size", "8", "-o", html, "--force"]),
         ("estimate ZeRO-2, 1e5 layers, 8", ["estimate", str(z2), "--model", str(deep), "--world-size", "8"],
          ["estimate", str(z2), "--model", str(shallow), "--world-size", "8"]),
-        ("estimate, 1.9M-tensor inventory", ["estimate", str(z3b), "--model", str(inv19m)],
+        ("refuse 1.9M-tensor inventory", ["estimate", str(z3b), "--model", str(inv19m)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("refuse 2.1M-tensor inventory", ["estimate", str(z3b), "--model", str(inv21m)],
          ["estimate", str(z3b), "--model", str(inv10)]),
@@ -355,20 +361,24 @@ def main() -> None:
          ["estimate", str(z3b), "--model", str(inv10)]),
         ("check ZeRO-3, 1e5 layers, 8", ["check", str(z3b), "--model", str(deep), "--world-size", "8", *cap],
          ["check", str(z3b), "--model", str(shallow), "--world-size", "8", *cap]),
-        ("estimate, 2M-tensor inventory", ["estimate", str(z3b), "--model", str(inv2m)],
+        (f"estimate, {MAX_TENSORS // 1000}k-tensor inventory", ["estimate", str(z3b), "--model", str(inv_at)],
          ["estimate", str(z3b), "--model", str(inv10)]),
-        ("check, 2M-tensor inventory, 8", ["check", str(z3b), "--model", str(inv2m), "--world-size", "8", *cap],
+        (f"check, {MAX_TENSORS // 1000}k-tensor inventory, 8", ["check", str(z3b), "--model", str(inv_at), "--world-size", "8", *cap],
          ["check", str(z3b), "--model", str(inv10), "--world-size", "8", *cap]),
-        ("generate refuse, 2M no arch", ["generate", "--model", str(inv2m), "--hardware", "dgx-h100", "--nodes", "1",
+        (f"generate refuse, {MAX_TENSORS // 1000}k no arch", ["generate", "--model", str(inv_at), "--hardware", "dgx-h100", "--nodes", "1",
                                          "--gpus-per-node", "8", "--global-batch", "8", "--seq-len", "128"],
          ["generate", "--model", str(inv10), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
           "--global-batch", "8", "--seq-len", "128"]),
-        ("generate, 2M-tensor inventory", ["generate", "--model", str(inv2m_meta), "--hardware", "dgx-h100",
+        (f"generate, {MAX_TENSORS // 1000}k-tensor inventory", ["generate", "--model", str(inv_at_meta), "--hardware", "dgx-h100",
                                            "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8",
                                            "--seq-len", "128"],
          ["generate", "--model", str(inv10_meta), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
           "--global-batch", "8", "--seq-len", "128"]),
-        ("refuse 2M six-deep inventory", ["estimate", str(z3b), "--model", str(deep6)],
+        (f"refuse {MAX_TENSORS + 1:,} objects", ["estimate", str(z3b), "--model", str(over_obj)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        (f"refuse {MAX_TENSORS + 1:,} [64, 64]", ["estimate", str(z3b), "--model", str(over_lists)],
+         ["estimate", str(z3b), "--model", str(inv10)]),
+        (f"refuse {MAX_TENSORS + 1:,} six-deep", ["estimate", str(z3b), "--model", str(deep6)],
          ["estimate", str(z3b), "--model", str(inv10)]),
         # issue 21, cand21: the M100 fixes re-estimate each candidate (ZeRO-1 on one 24 GB GPU: the optimizer to
         # host, ZeRO-2, ZeRO-3, checkpointing, one more rank, then the pairs, since no single change fits)
