@@ -74,16 +74,19 @@ PICKLE_NOTE = ("sizes are tensor payload (the storages torch.save serialises); t
 #: hands the optimizer the model-states file's one state dict (l.4693-4696), and
 #: ``BF16_Optimizer._load_legacy_checkpoint`` indexes it as a per-rank list (``bf16_optimizer.py`` l.669-670:
 #: ``state_dict_list[dp_rank]``): KeyError on every rank, at the saved world size too (engine run:
-#: tests/engine/test_pipeline_engine.py). A universal checkpoint does not help: the optimizer's universal loader
-#: gets its folder only from ``_load_zero_checkpoint`` (l.4746, l.4763), which needs ZeRO (l.4455), so with
-#: ``load_universal`` the same dict reaches the same line. ``load_module_only=True`` skips the optimizer and
-#: refreshes the fp32 master from the loaded weights (l.4670-4673). These last two are read, not run.
+#: tests/engine/test_pipeline_engine.py; by hand also at 2 stages x 2 data-parallel ranks). ``load_module_only=True``
+#: skips the optimizer and refreshes the fp32 master from the loaded weights (l.4670-4673); it loads (the same
+#: engine run). A universal checkpoint does not help: ``ds_to_universal`` stops on this checkpoint
+#: (``ds_to_universal.py`` l.1088: AssertionError, no ``universal_checkpoint_info``; run by hand on the
+#: 2 x 2 checkpoint), and read, not run: the optimizer's universal loader gets its folder only from
+#: ``_load_zero_checkpoint`` (l.4746, l.4763), which needs ZeRO (l.4455).
 BF16_ZERO0_RESUME_NOTE = (
     "stage 0 with BF16_Optimizer (bf16 under pipeline parallelism): the fp32 master and optimizer moments are "
     "partitioned over {dp} data-parallel rank(s), not held whole; DeepSpeed 0.19.8's load_checkpoint cannot restore "
     "them at any world size (the non-ZeRO engine passes the model-states file's single state dict, which "
     "BF16_Optimizer._load_legacy_checkpoint indexes by data-parallel rank: KeyError, bf16_optimizer.py l.670), and "
-    "a universal checkpoint does not help (its loader is reached through ZeRO only); "
+    "ds_to_universal does not convert it (AssertionError: no universal_checkpoint_info) and the universal loader "
+    "is reached through ZeRO only; "
     "load_checkpoint(..., load_module_only=True) resumes the weights only (optimizer state lost)")
 
 

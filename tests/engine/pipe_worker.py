@@ -7,7 +7,8 @@ up/down projections, final norm + head) split into ``num_stages`` stages by Deep
 census (the same attribution ``ds-advisor measure`` uses). Writes ``rank{r}.json`` with the
 stage id, the parameter names/shapes this stage holds and the census, then saves a checkpoint
 (``engine.save_checkpoint(out_dir/ckpt, tag="t")``) for the checkpoint-file test, loads it back
-(``engine.load_checkpoint``) and writes ``load{r}.json`` with what the load raised, if anything.
+(``engine.load_checkpoint``, in full and with ``load_module_only``) and writes ``load{r}.json`` with what
+each load raised, if anything.
 """
 
 from __future__ import annotations
@@ -89,15 +90,18 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     # the files the PipelineEngine writes (engine.save_checkpoint; the test reads them back)
     engine.save_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
     tdist.barrier()
-    # and loads it back into the same engine (same world size): load{r}.json holds the exception type and the
-    # innermost frame (file basename, function) when the load raises, else nulls
+    # and loads it back into the same engine (same world size), in full and with load_module_only: load{r}.json
+    # holds, for each, the exception type and the innermost frame (file basename, function) when the load raises,
+    # else nulls
     import traceback
-    res = {"error": None, "file": None, "function": None}
-    try:
-        engine.load_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
-    except Exception as e:  # the outcome is the measurement
-        fr = traceback.extract_tb(e.__traceback__)[-1]
-        res = {"error": type(e).__name__, "file": os.path.basename(fr.filename), "function": fr.name}
+    res = {}
+    for key, kw in (("full", {}), ("module_only", {"load_module_only": True})):
+        res[key] = {"error": None, "file": None, "function": None}
+        try:
+            engine.load_checkpoint(os.path.join(out_dir, "ckpt"), tag="t", **kw)
+        except Exception as e:  # the outcome is the measurement
+            fr = traceback.extract_tb(e.__traceback__)[-1]
+            res[key] = {"error": type(e).__name__, "file": os.path.basename(fr.filename), "function": fr.name}
     with open(os.path.join(out_dir, f"load{rank}.json"), "w") as fh:
         json.dump(res, fh)
     tdist.barrier()
