@@ -7651,6 +7651,26 @@ def _zero3_in_flat(ec: EffectiveConfig, sgs: list[SubGroup]) -> list[bool]:
     return out
 
 
+def zero3_max_in_cpu_needed(sgs: list[SubGroup], which: list[bool]) -> int:
+    """The least ``offload_param.max_in_cpu`` (elements) that puts every sub-group k with ``which[k]``
+    (and a nonzero size) in the host flat buffer, the inverse of :func:`_zero3_in_flat`. DeepSpeed 0.19.8
+    ``stage3.py``: param group j's buffer is its partitions' sum, cut to max(0, max_in_cpu - the groups
+    before) when that total passes max_in_cpu (_create_param_groups_fp16_flat_cpu_memory l.888-900), and
+    sub-group k gets a slice where flat_offset + its elements <= that buffer (l.984-987); so k needs
+    max_in_cpu >= (groups before) + (its offset in the group) + its elements. 0 when none is asked."""
+    need = 0
+    agg = 0
+    for g in sorted({sg.group for sg in sgs}):
+        idx = [k for k, sg in enumerate(sgs) if sg.group == g]
+        off = 0
+        for k in idx:
+            if which[k] and sgs[k].numel > 0:
+                need = max(need, agg + off + sgs[k].numel)
+            off += sgs[k].numel
+        agg += off
+    return need
+
+
 def placement(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str | None = None) -> Placement:
     """The :class:`Placement` of ``inv`` over a ZeRO group of ``W`` ranks (``wrapper`` defaults
     to :func:`select_optimizer`'s). O(tensors log tensors), whatever W is."""

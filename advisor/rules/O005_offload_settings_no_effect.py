@@ -29,12 +29,7 @@ Fix: either switch to NVMe (ZeRO-3) or delete the NVMe-only keys::
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import is_auto, zero_raw, zptr
-
-NVME_ONLY = {
-    "offload_param": ("nvme_path", "buffer_count", "buffer_size", "max_in_cpu"),
-    "offload_optimizer": ("nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "pipeline", "fast_init"),
-}
+from advisor.rules._util import NVME_ONLY, is_auto, zero_raw, zptr
 
 
 #: SuperOffload's keys (``offload_config.py`` l.102-106).

@@ -39,7 +39,11 @@ Anti-pattern (llama-3-8b, world size 8: one sub-group of 1,003,782,656 elements 
 
 Fix: a ``sub_group_size`` that makes enough sub-groups for int((1 - ratio) x n) >= 1 (the
 finding computes one and checks it against the model's partitions), or, at ratio 0,
-``offload_optimizer.device: none``; under ``device: nvme``, ``device: cpu`` (see above)::
+``offload_optimizer.device: none`` (the block's other keys then have no effect: removed, O005);
+under ``device: nvme``, ``device: cpu`` without the NVMe-only keys (``nvme_path``...; see above), and
+at ratio 0 under NVMe ``ratio: 1`` (device cpu would keep every sub-group on the accelerator, the
+ratio-0 finding again). A ratio outside [0, 1] is refused by DeepSpeed (``offload_config.py`` l.99,
+reported by S004); the rule is silent on it::
 
     "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5},
                           "sub_group_size": 500000000}
@@ -48,7 +52,7 @@ finding computes one and checks it against the model's partitions), or, at ratio
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import zero3_partial_offload_ratio, zptr
+from advisor.rules._util import offload_switch_set, zero3_partial_offload_ratio, zptr
 
 SOURCE = "stage3.py l.1100-1108"
 NVME_SOURCE = ("stage3.py l.1117-1121: a swappable sub-group's fp32 master is an NVMe file whatever subgroup_to_device "
@@ -124,9 +128,10 @@ class PartialOffloadMovesNothing(Rule):
                 f"gradients and optimizer moments stay on the accelerator ({SOURCE}), stepped by the backup torch "
                 "AdamW; only the gradient partitions are on the host (self.device 'cpu', stage3.py l.333, "
                 "grad_partitions_flat_buffer l.791-793) and pass through it each micro-step (l.2030-2038)",
-                "set zero_optimization.offload_optimizer.device to none (no host copy of the gradients), or a "
-                "ratio above 0 to offload some sub-groups",
-                set=["zero_optimization.offload_optimizer.device=none"])
+                "set zero_optimization.offload_optimizer.device to none (no host copy of the gradients; the "
+                "block's other keys, ratio included, are then read by nothing, so remove them), or a ratio above 0 "
+                "to offload some sub-groups",
+                set=offload_switch_set(ctx, {"offload_optimizer": "none"}))
             return
         if ctx.inventory is None or not ctx.dp_world_size:
             return  # n is unknown without the model and the world size
@@ -176,13 +181,22 @@ class PartialOffloadMovesNothing(Rule):
             msg = (f"offload_optimizer.ratio {r:g} moves no sub-group to the accelerator under device nvme: {where}, "
                    f"int((1 - {r:g}) x {n}) = {cut} map to the accelerator ({SOURCE}), but "
                    f"{'all ' if k > 1 else ''}{k} of them {'are' if k != 1 else 'is'} swapped (S x 4 >= {smin:,} B) and "
-                   f"stay{'s' if k == 1 else ''} NVMe file{'' if k == 1 else 's'} ({NVME_SOURCE}): the backup torch AdamW steps "
+                   f"stay{'s an' if k == 1 else ''} NVMe file{'' if k == 1 else 's'} ({NVME_SOURCE}): the backup torch AdamW steps "
                    f"{'them' if k != 1 else 'it'} on the host copy swapped in for the step (stage3.py _optimizer_step "
                    "l.1249-1258), its moments in host memory, where DeepSpeedCPUAdam would step and swap them at ratio 1")
-        # under device cpu the ratio splits as written; with int(...) = 0 it needs a sub_group_size that splits
-        sets = ["zero_optimization.offload_optimizer.device=cpu"]
-        fix = "set zero_optimization.offload_optimizer.device to cpu, where the ratio keeps "
         data: dict = {"sub_groups": n, "mapped_to_accelerator": cut}
+        if cut == n:  # ratio 0: under device cpu every sub-group would stay on the accelerator, O009's ratio-0 case
+            yield self.finding(
+                ptr, msg, "set zero_optimization.offload_optimizer.ratio to 1 (every sub-group on NVMe, as now, "
+                "stepped by DeepSpeedCPUAdam with its moments swapped too), or, to keep every sub-group on the "
+                "accelerator as ratio 0 asks, offload_optimizer.device none (nothing offloaded; remove the block's "
+                "other keys)", set=["zero_optimization.offload_optimizer.ratio=1"], **data)
+            return
+        # under device cpu the ratio splits as written; with int(...) = 0 it needs a sub_group_size that splits.
+        # The block is rewritten without its NVMe-only keys (nvme_path...), which device cpu does not read (O005)
+        sets = offload_switch_set(ctx, {"offload_optimizer": "cpu"})
+        fix = ("set zero_optimization.offload_optimizer.device to cpu and remove its NVMe-only keys (nvme_path, "
+               "buffer_count, pipeline_read/write, fast_init), where the ratio keeps ")
         if cut == 0:
             split = splitting_sub_group_size(ctx.inventory, W, r)
             if split is None:

@@ -36,8 +36,10 @@ Anti-pattern::
                                                             "super_offload": true}}
 
 Fix: SuperOffload keeps the optimizer in host memory: ``offload_optimizer.device: cpu`` (and, with
-``offload_param: nvme``, a ``max_in_cpu`` that holds every sub-group, or ``offload_param.device: cpu``);
-or drop ``super_offload`` to swap to NVMe::
+``offload_param: nvme``, a ``max_in_cpu`` that holds every sub-group -- with the model and W the finding
+gives the least, the sum of the partitions up to the last host sub-group's end, ``stage3.py`` l.888-900
+and l.984-987 -- or ``offload_param.device: cpu``), each without the NVMe-only keys (``nvme_path``...)
+that device cpu does not read (O005); or drop ``super_offload`` to swap to NVMe::
 
     "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true}}
 """
@@ -45,7 +47,7 @@ or drop ``super_offload`` to swap to NVMe::
 from __future__ import annotations
 
 from advisor.rules import LintContext, Rule, register
-from advisor.rules._util import zptr
+from advisor.rules._util import offload_switch_set, zptr
 
 SOURCE_OPT = ("superoffload_stage3.py l.158-160 partition_grads writes fp32_partitioned_groups_flat[i].grad, None for a "
               "swapped sub-group (stage3.py l.1117-1118, l.2781)")
@@ -95,21 +97,32 @@ class SuperOffloadWithNvme(Rule):
             which = f"{k} of each rank's {len(sgs)} sub-group(s) {'is' if k == 1 else 'are'} swapped to NVMe"
         else:
             which = f"every sub-group of S x 4 >= {smin:,} B is swapped to NVMe"
+        # the fix moves the optimizer to the CPU without its NVMe-only keys (nvme_path..., O005); with
+        # offload_param nvme past max_in_cpu the params check would then fire: that block moves too
+        devices = {"offload_optimizer": "cpu"}
+        also = ""
+        if ctx.effective.offload_param_effective == "nvme" and any(True for _ in self._params(ctx)):
+            devices["offload_param"] = "cpu"
+            also = (" and offload_param.device to cpu (SuperOffload also fails on parameters past max_in_cpu, "
+                    "below)")
         yield self.finding(
             zptr("offload_optimizer", "super_offload"),
             f"SuperOffload with offload_optimizer device nvme stops in the first accumulation boundary's backward: "
             f"{which}, its fp32 partition empty and its .grad None, and SuperOffload's partition_grads writes the "
             f"gradients into that .grad ({SOURCE_OPT}): AttributeError: 'NoneType' object has no attribute 'narrow'",
-            "set zero_optimization.offload_optimizer.device to cpu (SuperOffload steps host-resident sub-groups), or "
-            "drop offload_optimizer.super_offload to swap the optimizer to NVMe",
-            set=["zero_optimization.offload_optimizer.device=cpu"])
+            f"set zero_optimization.offload_optimizer.device to cpu (SuperOffload steps host-resident sub-groups){also}, "
+            "removing the NVMe-only keys (nvme_path...), or drop offload_optimizer.super_offload to swap the "
+            "optimizer to NVMe",
+            set=offload_switch_set(ctx, devices))
 
     def _params(self, ctx: LintContext):
         ec = ctx.effective
         cap = ec.zero.offload_param.max_in_cpu
         got = self._sub_groups(ctx)
+        need = "the rank's parameter partitions"
+        data: dict = {}
         if got is not None:
-            from advisor.ledger.state import _zero3_in_flat
+            from advisor.ledger.state import _zero3_in_flat, zero3_max_in_cpu_needed
             sgs, host = got
             out = [not f and h and sg.numel > 0 for sg, f, h in zip(sgs, _zero3_in_flat(ec, sgs), host)]
             k = sum(out)
@@ -117,6 +130,9 @@ class SuperOffloadWithNvme(Rule):
                 return
             which = (f"{k} of each rank's {len(sgs)} sub-group(s) {'lies' if k == 1 else 'lie'} past the max_in_cpu "
                      f"buffer ({cap:,} elements)")
+            n_need = zero3_max_in_cpu_needed(sgs, [h for h in host])
+            need = f"{n_need:,} elements"
+            data["max_in_cpu_needed"] = n_need
         elif cap <= 0:
             which = "max_in_cpu 0 leaves every sub-group without a host flat buffer"
         else:
@@ -126,6 +142,7 @@ class SuperOffloadWithNvme(Rule):
             f"SuperOffload with offload_param device nvme stops in the first step: {which}, its 16-bit flat partition "
             f"None, and SuperOffload copies the updated parameters into it ({SOURCE_PARAM}): AttributeError: "
             "'NoneType' object has no attribute 'data'",
-            "set zero_optimization.offload_param.max_in_cpu to at least the rank's parameter partitions (every "
-            "sub-group in the host buffer), or offload_param.device to cpu, or drop offload_optimizer.super_offload",
-            set=["zero_optimization.offload_param.device=cpu"])
+            f"set zero_optimization.offload_param.max_in_cpu to at least {need} (every host sub-group in the host "
+            "buffer, stage3.py l.888-900, l.984-987), or offload_param.device to cpu removing its NVMe-only keys "
+            "(nvme_path...), or drop offload_optimizer.super_offload",
+            set=offload_switch_set(ctx, {"offload_param": "cpu"}), **data)

@@ -28,6 +28,14 @@ def section(raw: dict, *path: str) -> dict:
     return cur if isinstance(cur, dict) else {}
 
 
+#: Per offload block, the keys only NVMe swapping reads (``offload_config.py``; ``stage3.py``
+#: _configure_tensor_swapping): under ``device: cpu`` they have no effect (O005).
+NVME_ONLY = {
+    "offload_param": ("nvme_path", "buffer_count", "buffer_size", "max_in_cpu"),
+    "offload_optimizer": ("nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "pipeline", "fast_init"),
+}
+
+
 def zero_raw(raw: dict) -> dict:
     """The raw ``zero_optimization`` dict ({} for absent, or for the legacy boolean form)."""
     return section(raw, "zero_optimization")
@@ -48,7 +56,9 @@ def zero3_partial_offload_ratio(ctx: Any, devices: tuple[str, ...] = ("cpu",)) -
     ec = ctx.effective
     r = ec.zero.offload_optimizer.ratio
     b = zero_raw(ctx.raw).get("offload_optimizer")
-    if ec.zero.stage != 3 or ec.offload_optimizer_effective not in devices or r is None or r >= 1.0 \
+    # offload_config.py l.99 bounds ratio to [0, 1] (Field(1.0, ge=0.0, le=1.0)): a ratio below 0 is refused at
+    # deepspeed.initialize (S004 reports it) and no sub-group split is computed from it
+    if ec.zero.stage != 3 or ec.offload_optimizer_effective not in devices or r is None or r >= 1.0 or r < 0.0 \
             or not isinstance(b, dict) or "ratio" not in b:
         return None
     if ctx.release is not None and key_status("/zero_optimization/offload_optimizer/ratio",
@@ -57,6 +67,39 @@ def zero3_partial_offload_ratio(ctx: Any, devices: tuple[str, ...] = ("cpu",)) -
     # lazily: lint of other configs never loads the ledger
     from advisor.ledger.state import select_optimizer
     return r if select_optimizer(ec)[1] == "DeepSpeedCPUAdam" else None
+
+
+def offload_switch_set(ctx: Any, devices: dict[str, str]) -> list[str]:
+    """``--set`` strings (:mod:`advisor.config.overrides`) that move ZeRO-3 offload blocks to other devices
+    and leave no key O005 reports: ``devices`` maps ``offload_optimizer`` / ``offload_param`` to ``"cpu"``
+    or ``"none"``. Each block is written whole from the config's own, with its new device and without the
+    keys that device does not read (:data:`NVME_ONLY` for cpu, O005's; every other key for none, where
+    ``offload_config.py`` reads nothing else); an ``aio`` section, read only by the NVMe swappers, is
+    emptied when no block is left on NVMe. A block that is not an object gets ``<block>.device=<device>``."""
+    import json
+
+    zr = zero_raw(ctx.raw)
+    out: list[str] = []
+    for block, dev in devices.items():
+        b = zr.get(block)
+        if not isinstance(b, dict):
+            out.append(f"zero_optimization.{block}.device={dev}")
+            continue
+        if dev == "none":
+            kept: dict = {"device": "none"}
+        else:
+            kept = {k: v for k, v in b.items() if k not in NVME_ONLY[block]}
+            kept["device"] = dev
+        try:
+            out.append(f"zero_optimization.{block}={json.dumps(kept)}")
+        except (TypeError, ValueError):  # a value JSON cannot write: only the device
+            out.append(f"zero_optimization.{block}.device={dev}")
+    ec = ctx.effective
+    after = {"offload_optimizer": ec.offload_optimizer_effective, "offload_param": ec.offload_param_effective}
+    after.update(devices)
+    if "nvme" not in after.values() and isinstance(ctx.raw.get("aio"), dict) and ctx.raw["aio"]:
+        out.append("aio={}")
+    return out
 
 
 def first_key(d: dict, *names: str) -> str | None:
