@@ -90,3 +90,17 @@ def test_neighbouring_valid_inputs_still_run():
     b = _best(["--micro-batch", "16"])
     assert b["micro_batch"] == 16
     assert b["tensor_parallel"] * b["pipeline_parallel"] * b["sequence_parallel"] >= 2
+
+
+def test_memory_miss_with_a_fixed_degree_keeps_it_in_the_suggestions():
+    # The same false line came from suggest() whenever nothing fit with a degree given: its
+    # re-searches dropped model parallelism (model_parallel=False) but kept --pipeline-parallel 2, and
+    # search refused that as "--no-model-parallel is set" (exit 2). Qwen2.5-32B with PP 2 on 1 x 2
+    # H100 fits no plan (PP takes ZeRO-0/1 only, rule G001): exit 1, the suggestion keeping PP 2.
+    p = run_cli(["generate", "--model", "qwen2.5-32b", "--hardware", "dgx-h100", "--nodes", "1",
+                 "--gpus-per-node", "2", "--seq-len", "4096", "--global-batch", "64", "--pipeline-parallel", "2"],
+                timeout=600)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "no plan fits qwen2.5-32b on 1 x 2" in p.stderr
+    assert "--no-model-parallel is set" not in p.stderr and "not a layout" not in p.stderr
+    assert "--pipeline-parallel 2 fixed" in " ".join(p.stderr.split())

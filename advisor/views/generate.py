@@ -645,6 +645,14 @@ def ulysses_degrees(inv: Inventory, req: Request) -> list[int]:
     return out
 
 
+def layout_writable(inv: Inventory, req: Request) -> bool:
+    """Whether some layout generate searches (:func:`model_parallel_layouts`, :func:`ulysses_degrees`)
+    matches the degrees given (``Request.layout_allowed``); :func:`search` refuses the request
+    otherwise, and :func:`suggest` skips such a re-search (its nodes or sequence changed)."""
+    return (any(req.layout_allowed(t, p, 1) for t, p in model_parallel_layouts(inv, req))
+            or any(req.layout_allowed(1, 1, u) for u in ulysses_degrees(inv, req)))
+
+
 def _shard_inventory(inv: Inventory, tp: int, pp: int) -> Inventory:
     """Stage 0's tensor-parallel shard (the sizes of the config's buckets and sub-groups)."""
     from advisor.model.parallel import shard
@@ -857,7 +865,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     queue: list[tuple[int, int, int]] = [(t, p, 1) for t, p in layouts]
     # degrees given (--tensor-parallel ...) are fixed: only the layouts that match them
     queue = [lay for lay in queue if req.layout_allowed(*lay)]
-    if not queue and not any(req.layout_allowed(1, 1, u) for u in ulysses_degrees(inv, req)):
+    if not queue and not layout_writable(inv, req):
         given = ", ".join(f"{f} {v}" for f, v in (("--tensor-parallel", req.tensor_parallel),
                                                  ("--pipeline-parallel", req.pipeline_parallel),
                                                  ("--sequence-parallel", req.sequence_parallel)) if v is not None)
@@ -1348,19 +1356,33 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
     (a multiple of 128, or any length below 128) that fits. Each with numbers: (text, sizes), the
     text a sized template (:func:`advisor.findings.render_sized`) naming ``sizes`` in bytes.
     These searches are data parallel only (up to 64 + 20 searches: with every tensor/pipeline
-    layout each, minutes): a suggested plan fits, a 3D one might need less."""
+    layout each, minutes): a suggested plan fits, a 3D one might need less. Degrees given
+    (--tensor-parallel ...) stay fixed, the others 1: the one layout they name, said in the text."""
     out: list[tuple[str, dict]] = []
     mp_searched = req.model_parallel and not req.hf
-    req = replace(req, model_parallel=False)
+    fixed = [v for v in (req.tensor_parallel, req.pipeline_parallel, req.sequence_parallel) if v is not None]
+    if fixed and max(fixed) > 1:
+        # degrees given stay fixed (the one layout they name; data parallelism alone would not be the
+        # request, and search refuses it: newcomer genmsg21 saw "--no-model-parallel is set" here)
+        req = replace(req, tensor_parallel=req.tensor_parallel or 1, pipeline_parallel=req.pipeline_parallel or 1,
+                      sequence_parallel=req.sequence_parallel or 1)
+    else:
+        req = replace(req, model_parallel=False)
     g = req.gpus_per_node
+
+    def where(b: Candidate) -> str:
+        return "" if b.layout() == "-" else f"{b.layout()}, "
+
     for n in range(req.nodes + 1, req.nodes * 64 + 1):
         if req.global_batch % (n * g):
             continue
         r2 = replace(req, nodes=n)
+        if request_problem(inv, r2) or not layout_writable(inv, r2):
+            continue  # no plan of that shape whatever the memory (e.g. --micro-batch past the sequences per rank)
         res = search(inv, replace(hardware, nodes=n), r2, top=1)
         if res.best:
             b = res.best
-            out.append((f"more GPUs: {n} nodes x {g} GPUs ({n * g} ranks, +{(n - req.nodes) * g}) fit with ZeRO-"
+            out.append((f"more GPUs: {n} nodes x {g} GPUs ({n * g} ranks, +{(n - req.nodes) * g}) fit with {where(b)}ZeRO-"
                         f"{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
                         f"checkpointing {b.checkpointing}: " + "{accelerator:1} per GPU", {"accelerator": b.accelerator}))
             break
@@ -1373,25 +1395,32 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
             b = res.best
             need = b.nvme
             out.append(("an NVMe tier: a read-write drive of at least {nvme:T} per node (mounted e.g. at "
-                        f"/local_nvme) fits with ZeRO-3 {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
+                        f"/local_nvme) fits with {where(b)}ZeRO-3 {b.combo.label()}, micro-batch {b.micro} x GA {b.ga}, "
                         f"checkpointing {b.checkpointing} " + "({nvme:T} of swap files per node)", {"nvme": need}))
     # a shorter length, never past the model's positions (max_position_embeddings: rule W001)
+    u = req.sequence_parallel or 1  # a fixed Ulysses degree: lengths it divides (u x m tokens)
     lo, hi, best_s = 1, req.seq_len - 1, None
     if (inv.meta or {}).get("max_seq_len"):
         hi = min(hi, int(inv.meta["max_seq_len"]))
+    hi //= u
     while lo <= hi:
         mid = (lo + hi) // 2
-        res = search(inv, hardware, replace(req, seq_len=mid), top=1)
-        if res.best:
-            best_s, lo = mid, mid + 1
+        r2 = replace(req, seq_len=mid * u)
+        res = search(inv, hardware, r2, top=1) if layout_writable(inv, r2) else None  # Ulysses: u divides s
+        if res is not None and res.best:
+            best_s, lo = mid * u, mid + 1
         else:
             hi = mid - 1
     if best_s:
         s = best_s if best_s < 128 else best_s // 128 * 128
         out.append((f"shorter sequence: --seq-len {s} (from {req.seq_len}) fits", {}))
     if not out:
-        out.append(("no single change up to 64x the nodes, an NVMe tier or a shorter sequence fits with ZeRO data "
-                    "parallelism: " + ("a smaller model (tensor/pipeline parallelism was searched on the requested "
+        given = ", ".join(f"{f} {v}" for f, v in (("--tensor-parallel", req.tensor_parallel),
+                                                 ("--pipeline-parallel", req.pipeline_parallel),
+                                                 ("--sequence-parallel", req.sequence_parallel)) if (v or 1) > 1)
+        out.append(("no single change up to 64x the nodes, an NVMe tier or a shorter sequence fits with "
+                    + (f"{given} fixed: other degrees or a smaller model" if given else "ZeRO data parallelism: ")
+                    + ("" if given else "a smaller model (tensor/pipeline parallelism was searched on the requested "
                                        "nodes too)" if mp_searched else
                                        "use tensor/pipeline parallelism or a smaller model"), {}))
     return out
