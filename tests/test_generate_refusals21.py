@@ -104,3 +104,53 @@ def test_memory_miss_with_a_fixed_degree_keeps_it_in_the_suggestions():
     assert "no plan fits qwen2.5-32b on 1 x 2" in p.stderr
     assert "--no-model-parallel is set" not in p.stderr and "not a layout" not in p.stderr
     assert "--pipeline-parallel 2 fixed" in " ".join(p.stderr.split())
+
+
+# --- newcomer D1-D3 (gm2): the layout refusal before the --checkpointing / --micro-batch checks, and the
+# global batch counted per layout. By hand: llama-3-8b has 32 layers (LlamaConfig num_hidden_layers), so
+# PP 3 divides none of its layers into equal stages (model_parallel_layouts: p divides the layers); gpt2's
+# 12 layers: PP 5 does not divide them, PP 16 neither (and 16 stages on 8 ranks: T x P divides no world).
+
+LAYOUT = "not a layout generate can write"
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--model", "llama-3-8b", "--gpus-per-node", "6", "--global-batch", "12", "--seq-len", "2048",
+      "--pipeline-parallel", "3", "--checkpointing", "12"], "--pipeline-parallel 3"),
+    (["--model", "llama-3-8b", "--gpus-per-node", "6", "--global-batch", "12", "--seq-len", "2048",
+      "--pipeline-parallel", "3", "--checkpointing", "11"], "--pipeline-parallel 3"),
+    (["--model", "gpt2", "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "128",
+      "--pipeline-parallel", "5", "--checkpointing", "4"], "--pipeline-parallel 5"),
+    (["--model", "gpt2", "--gpus-per-node", "8", "--global-batch", "64", "--seq-len", "128",
+      "--pipeline-parallel", "16", "--checkpointing", "2"], "--pipeline-parallel 16"),
+])
+def test_layout_refusal_comes_before_the_checkpointing_check(args, flag):
+    p = run_cli(["generate", "--hardware", "dgx-h100", "--nodes", "1", *args])
+    line = _one_line_refusal(p, f"{flag}: {LAYOUT}")
+    assert "give at most" not in line and "per pipeline stage" not in line, line
+
+
+def test_global_batch_counts_the_data_parallel_ranks_of_the_fixed_layout():
+    # PP 2 on 1 x 8 for gpt2: layouts (T, 2) with T in 1, 2, 4 (T divides 8 and 12 heads; T x 2 divides 8),
+    # DP = 8 / (2T) = 4, 2, 1; 12 = 3 x 4 is a multiple of all: runs (not "data-parallel size 8 ... use 8 or 16")
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "12", "--seq-len", "1024", "--pipeline-parallel", "2", "--format", "json"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    b = json.loads(p.stdout)["plans"][0]
+    dp = 8 // (b["tensor_parallel"] * b["pipeline_parallel"] * b["sequence_parallel"])
+    assert b["pipeline_parallel"] == 2 and b["micro_batch"] * b["gradient_accumulation"] * dp == 12, b
+    # data parallel (no degree given): DP 8, 12 is no multiple -> the multiples of 8 on either side
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "12", "--seq-len", "1024"])
+    assert _one_line_refusal(p, "data-parallel size 8").endswith("use 8 or 16")
+
+
+@pytest.mark.parametrize("degrees", [["--tensor-parallel", "1", "--pipeline-parallel", "2"],
+                                     ["--sequence-parallel", "2"]])
+def test_global_batch_no_fixed_layout_divides_names_its_multiples(degrees):
+    # TP 1 x PP 2, or Ulysses 2 (divides 8 GPUs, 12 heads, 1024 tokens), on 8 ranks: one layout, DP 4;
+    # 10 is no multiple of 4: the multiples on either side are 8 and 12
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "10", "--seq-len", "1024", *degrees])
+    line = _one_line_refusal(p, "--global-batch 10 is not a multiple of the data-parallel size 4")
+    assert line.endswith("use 8 or 12"), line

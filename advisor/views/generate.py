@@ -614,14 +614,15 @@ def model_parallel_layouts(inv: Inventory, req: Request) -> list[tuple[int, int]
     return sorted(out, key=lambda x: (x[0] * x[1], x[1]))
 
 
-def ulysses_degrees(inv: Inventory, req: Request) -> list[int]:
+def ulysses_degrees(inv: Inventory, req: Request, batch: bool = True) -> list[int]:
     """DeepSpeed-Ulysses degrees u > 1 generate tries (with t = p = 1: ZeRO over DP x SP, as the
     HF/ALST integration runs it): u divides the GPUs per node (its all-to-alls stay on the peer
     link), the attention heads and the key/value heads (``sequence/layer.py`` scatters heads over
     the group; an uneven head count takes a slower path without overlap), the world size, and
     the data-parallel size world / u divides the global batch, and u divides the sequence (each
     rank holds s / u tokens). None for the HF Trainer path
-    (``req.hf``) or with ``req.model_parallel`` False.
+    (``req.hf``) or with ``req.model_parallel`` False. ``batch`` False: without the global-batch
+    test (the degrees whose layout exists on these ranks, :func:`layout_problem`).
 
     Only with t = p = 1: DeepSpeed 0.19.8 builds Ulysses groups over data x sequence only
     (``deepspeed/__init__.py`` l. 537-546 mesh ("data_parallel", "sequence_parallel");
@@ -639,7 +640,7 @@ def ulysses_degrees(inv: Inventory, req: Request) -> list[int]:
         # DeepSpeed's refusals (rule G005), and kv % u too: KV heads replicated over u > kv are not modelled
         if u == 1 or not a or ulysses_heads_problem(a, kv, u) or kv % u or req.world_size % u or req.seq_len % u:
             continue
-        if req.global_batch % (req.world_size // u):
+        if batch and req.global_batch % (req.world_size // u):
             continue
         out.append(u)
     return out
@@ -651,6 +652,53 @@ def layout_writable(inv: Inventory, req: Request) -> bool:
     otherwise, and :func:`suggest` skips such a re-search (its nodes or sequence changed)."""
     return (any(req.layout_allowed(t, p, 1) for t, p in model_parallel_layouts(inv, req))
             or any(req.layout_allowed(1, 1, u) for u in ulysses_degrees(inv, req)))
+
+
+def _batch_fits(req: Request, t: int, p: int, u: int) -> bool:
+    """Whether the layout's data-parallel size world / (t x p x u) divides the global batch
+    (``train_batch_size = micro x GA x DP``, ``runtime/config.py`` _batch_assertion l. 590-605)."""
+    return req.global_batch % (req.world_size // (t * p * u)) == 0
+
+
+def layout_problem(inv: Inventory, req: Request) -> str | None:
+    """Why no layout generate searches can hold the request, naming the flag, or None; :func:`search`
+    raises it (exit 2) and :func:`request_problem` says it first (before ``--checkpointing`` /
+    ``--micro-batch``, which are about the layouts this leaves).
+
+    1. The degrees given (``--tensor-parallel`` ...) match no layout of :func:`model_parallel_layouts`
+       / :func:`ulysses_degrees` on these ranks, whatever the global batch.
+    2. The global batch: without degrees given, a multiple of the world (the data-parallel plan
+       :func:`search` tries first); with degrees given, a multiple of the data-parallel size
+       world / (T x P x U) of some layout matching them. Names the nearest valid values."""
+    given = [(f, v) for f, v in (("--tensor-parallel", req.tensor_parallel),
+                                 ("--pipeline-parallel", req.pipeline_parallel),
+                                 ("--sequence-parallel", req.sequence_parallel)) if v is not None]
+    lays = ([(t, p, 1) for t, p in model_parallel_layouts(inv, req)]
+            + [(1, 1, u) for u in ulysses_degrees(inv, req, batch=False)])
+    lays = [lay for lay in lays if req.layout_allowed(*lay)]
+    names = ", ".join(f"{f} {v}" for f, v in given)
+    if not lays:
+        return (f"{names}: not a layout generate can write for {inv.name} on {req.world_size} ranks (TP "
+                "divides the GPUs per node, the heads, KV heads and MLP width; PP divides the layers; "
+                "T x P divides the world; Ulysses with T = P = 1, dividing the heads, KV heads, GPUs per "
+                "node, world and sequence)" + ("" if req.model_parallel else "; --no-model-parallel is set"))
+    dps = sorted({req.world_size // (t * p * u) for t, p, u in lays}) if given else [req.world_size]
+    if any(req.global_batch % d == 0 for d in dps):
+        return None
+    from advisor.config.validation import MAX_GLOBAL_BATCH
+    g = req.global_batch
+    lo = max((g // d) * d for d in dps)  # the nearest valid values on either side
+    hi = min((g // d + 1) * d for d in dps)
+    near = [x for x in dict.fromkeys((lo, hi)) if 0 < x <= MAX_GLOBAL_BATCH]
+    shape = f"{req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} GPUs"
+    if not given:
+        what = f"the data-parallel size {dps[0]} (= {shape})"
+    elif len(dps) == 1:
+        what = f"the data-parallel size {dps[0]} (= {shape} / {req.world_size // dps[0]}, {names} given)"
+    else:
+        what = (f"any data-parallel size of the layouts with {names} on {shape} "
+                f"({', '.join(map(str, dps))})")
+    return f"--global-batch {g} is not a multiple of {what}: use {' or '.join(map(str, near))}"
 
 
 def _shard_inventory(inv: Inventory, tp: int, pp: int) -> Inventory:
@@ -674,7 +722,7 @@ def layout_lower_bound(inv: Inventory, hardware: Any, req: Request, tp: int, pp:
     per_token = 6.0 * n_active + _steptime.attention_flops_per_token(meta, req.seq_len)
     comp = per_token * req.global_batch * req.seq_len / req.world_size / (peak * req.mfu)
     m = req.global_batch // (req.world_size // (tp * pp))
-    comp *= 1 + (pp - 1) / m
+    comp *= 1 + (pp - 1) / m if pp > 1 else 1.0  # m >= 1: search keeps layouts whose DP divides G
     tpc = 0.0
     bw = getattr(hardware, "peer_bytes_per_s", None) or getattr(hardware, "host_link_bytes_per_s", None)
     if tp > 1 and bw:
@@ -810,15 +858,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     problem = generate_tensors_problem(len(inv.tensors), inv.name)
     if problem:
         raise WorkLimitError(problem)
-    dp = req.world_size
-    if req.global_batch % dp:
-        lo = (req.global_batch // dp) * dp
-        from advisor.config.validation import MAX_GLOBAL_BATCH
-        # the multiples on either side, each once, each one --global-batch accepts
-        near = [x for x in dict.fromkeys((lo, lo + dp)) if 0 < x <= MAX_GLOBAL_BATCH]
-        raise AdvisorError(f"--global-batch {req.global_batch} is not a multiple of the data-parallel size {dp} "
-                           f"(= {req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} GPUs): "
-                           f"use {' or '.join(map(str, near))}")
+    problem = layout_problem(inv, req)  # degrees given and global batch: no layout holds the request
+    if problem:
+        raise AdvisorError(problem)
     from advisor.rules.W001_seq_len_beyond_positions import positions_problem
     pos = positions_problem(meta, req.seq_len)
     if pos is not None and pos[0] == "error":
@@ -856,23 +898,16 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
     skipped: list[tuple[int, int, float]] = []  # (t, p, lower bound s) of the layouts pruned
     limited: list[str] = []
-    layouts = model_parallel_layouts(inv, req)
-    bounds = {lay: layout_lower_bound(inv, hardware, req, *lay) for lay in layouts[1:]}
+    # the layouts whose data-parallel size divides the global batch (with degrees given, (1, 1) may not)
+    layouts = [lay for lay in model_parallel_layouts(inv, req) if _batch_fits(req, *lay, 1)]
+    bounds = {lay: layout_lower_bound(inv, hardware, req, *lay) for lay in layouts if lay != (1, 1)}
     # data parallelism first (the simplest: it wins every tie), then the layouts by their lower
     # bound, fastest first, so that a good plan is found early and prunes the rest
-    layouts = layouts[:1] + sorted(layouts[1:], key=lambda lay: (bounds[lay] is None, bounds[lay] or 0.0,
-                                                                  lay[0] * lay[1], lay[1]))
+    layouts = sorted(layouts, key=lambda lay: (lay != (1, 1), bounds.get(lay) is None, bounds.get(lay) or 0.0,
+                                               lay[0] * lay[1], lay[1]))
     queue: list[tuple[int, int, int]] = [(t, p, 1) for t, p in layouts]
     # degrees given (--tensor-parallel ...) are fixed: only the layouts that match them
     queue = [lay for lay in queue if req.layout_allowed(*lay)]
-    if not queue and not layout_writable(inv, req):
-        given = ", ".join(f"{f} {v}" for f, v in (("--tensor-parallel", req.tensor_parallel),
-                                                 ("--pipeline-parallel", req.pipeline_parallel),
-                                                 ("--sequence-parallel", req.sequence_parallel)) if v is not None)
-        raise AdvisorError(f"{given}: not a layout generate can write for {inv.name} on {req.world_size} ranks (TP "
-                           "divides the GPUs per node, the heads, KV heads and MLP width; PP divides the layers; "
-                           "T x P divides the world; Ulysses with T = P = 1, dividing the heads, KV heads, GPUs per "
-                           "node, world and sequence)" + ("" if req.model_parallel else "; --no-model-parallel is set"))
     ulysses_added = False
     qi = 0
     while True:
@@ -1374,8 +1409,6 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
         return "" if b.layout() == "-" else f"{b.layout()}, "
 
     for n in range(req.nodes + 1, req.nodes * 64 + 1):
-        if req.global_batch % (n * g):
-            continue
         r2 = replace(req, nodes=n)
         if request_problem(inv, r2) or not layout_writable(inv, r2):
             continue  # no plan of that shape whatever the memory (e.g. --micro-batch past the sequences per rank)
@@ -1432,6 +1465,8 @@ def request_problem(inv: Inventory, req: Request) -> str | None:
     "no plan fits" with suggestions about memory. Not in :func:`search` itself: :func:`suggest`'s
     searches change the nodes and drop model parallelism, where a layout without plans is skipped.
 
+    - First :func:`layout_problem` (degrees given that are no layout on these ranks, a global batch no
+      such layout's data-parallel size divides): the checks below are about the layouts it leaves.
     - ``--checkpointing K`` past the layers a pipeline stage holds: estimate's check,
       :func:`advisor.model.activations.checkpointing_problem` (ceil(L / p) layers per stage,
       ``runtime/utils.py`` partition_uniform l. 606-624), at the pipeline degree given, else 1 (the search's
@@ -1443,17 +1478,20 @@ def request_problem(inv: Inventory, req: Request) -> str | None:
       :func:`ulysses_degrees`, the degrees given, and the pipeline degrees whose stages hold
       ``--checkpointing K``)."""
     from advisor.model.activations import checkpointing_problem
+    problem = layout_problem(inv, req)  # first: the K and micro-batch checks are about the layouts it leaves
+    if problem:
+        return problem
     ck = req.checkpointing
     if ck is not None:
         problem = checkpointing_problem(ck, inv, req.pipeline_parallel or 1)
         if problem:
             return f"--checkpointing {ck}: {problem}"
-    if req.micro_batch is None or req.global_batch % req.world_size:
-        return None  # the global batch's own refusal (search) comes first
+    if req.micro_batch is None:
+        return None
     L = int((inv.meta or {}).get("num_layers") or 1)
     k = int(ck) if ck is not None and str(ck).isdigit() else 0
     layouts = [(t, p, 1) for t, p in model_parallel_layouts(inv, req)] + [(1, 1, u) for u in ulysses_degrees(inv, req)]
-    layouts = [lay for lay in layouts if req.layout_allowed(*lay) and k <= -(-L // lay[1])]
+    layouts = [lay for lay in layouts if req.layout_allowed(*lay) and k <= -(-L // lay[1]) and _batch_fits(req, *lay)]
     if not layouts:
         return None  # the degrees given are no layout: search's own refusal names them
     per_rank = sorted({req.global_batch * t * p * u // req.world_size for t, p, u in layouts})
