@@ -154,3 +154,12 @@ def test_global_batch_no_fixed_layout_divides_names_its_multiples(degrees):
                  "--global-batch", "10", "--seq-len", "1024", *degrees])
     line = _one_line_refusal(p, "--global-batch 10 is not a multiple of the data-parallel size 4")
     assert line.endswith("use 8 or 12"), line
+
+
+def test_micro_batch_check_reads_the_fixed_layouts_when_the_world_does_not_divide_the_batch():
+    # before, request_problem returned early on 12 % 8 (the global batch's refusal was to come first);
+    # PP 2: DP 4, 2, 1 -> 3, 6, 12 sequences per rank; their divisors 1, 2, 3, 4, 6, 12; 5 divides none
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "12", "--seq-len", "1024", "--pipeline-parallel", "2", "--micro-batch", "5"])
+    line = _one_line_refusal(p, "--micro-batch 5", "3, 6, 12 per rank")
+    assert line.endswith("use 1, 2, 3, 4, 6 or 12"), line
