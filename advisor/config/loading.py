@@ -34,8 +34,8 @@ from advisor.errors import ConfigLoadError, NotAnObjectError, int_limit_problem
 from advisor.findings import escape_token
 
 from advisor.config.validation import type_name
-from advisor.config.readers import (MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok, gc_paused,
-                                    non_finite_path, read_bytes)
+from advisor.config.readers import (MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok,
+                                    duplicate_key_problem, gc_paused, non_finite_path, read_bytes, repeated_member)
 
 from advisor.errors import MAX_ECHO_CHARS, cut  # noqa: F401  (the one echo-cutting helper)
 
@@ -85,10 +85,11 @@ class _PositionDecoder(HjsonDecoder):
             def pairs_hook(pairs):
                 result: dict[str, Any] = {}
                 offs: dict[str, int] = {}
+                j = repeated_member(pairs)
+                if j is not None:
+                    raise _DuplicateKey(pairs[j][0], starts[j] if j < len(starts) else None)
                 for i, (k, v) in enumerate(pairs):
                     off = starts[i] if i < len(starts) else None
-                    if k in result:
-                        raise _DuplicateKey(k, off)
                     result[k] = v
                     if off is not None:
                         offs[k] = off
@@ -248,7 +249,7 @@ def _parse_hjson(text: str, source: str) -> tuple[dict[str, Any], dict[str, tupl
         data = dec.decode(text)
     except _DuplicateKey as e:
         line, col = LineIndex(text).line_col(e.offset) if e.offset is not None else (None, None)
-        raise ConfigLoadError(source, f"duplicate key {e.key!r} (DeepSpeed refuses duplicate keys)", line, col)
+        raise ConfigLoadError(source, duplicate_key_problem(e.key) + " (DeepSpeed refuses duplicate keys)", line, col)
     except HjsonDecodeError as e:
         raise _non_finite_error(text, source) or ConfigLoadError(source, f"not valid JSON/HJSON: {e.msg}", e.lineno,
                                                                  e.colno)

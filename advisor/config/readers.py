@@ -269,6 +269,125 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class DuplicateKey(ValueError):
+    """A key written twice in one JSON object: ``key``, the object's index in the order a parse closes
+    objects (``closed``, 0 = the first object to close) and the repeat's index among its members (``member``)."""
+
+    def __init__(self, key: str, closed: int = -1, member: int = -1):
+        self.key, self.closed, self.member = key, closed, member
+        super().__init__(key)
+
+
+def repeated_member(pairs: "list[tuple[str, Any]]") -> int | None:
+    """The index of the first member of an object's ``pairs`` whose key an earlier member already has,
+    else None. The one duplicate-key test: DeepSpeed 0.19.8 reads its config with
+    ``object_pairs_hook=dict_raise_error_on_duplicate_keys`` (deepspeed/runtime/config.py l.430, l.444;
+    the hook, deepspeed/runtime/config_utils.py l.205-212, refuses any object whose dict is shorter than
+    its pairs), and ``json.loads`` would otherwise keep the last value silently: an inventory
+    ``{"tensors": [1.5M entries], "tensors": [1 entry]}`` was read as its one tensor."""
+    seen: set[str] = set()
+    for i, (k, _) in enumerate(pairs):
+        if k in seen:
+            return i
+        seen.add(k)
+    return None
+
+
+def duplicate_key_problem(key: str) -> str:
+    """The one-line words for a key written twice in one object (every reader of JSON or HJSON says it so)."""
+    from advisor.errors import cut
+    return f"duplicate key {cut(repr(key))}"
+
+
+def unique_object_hook(then: "Callable[[dict], Any] | None" = None) -> "Callable[[list], Any]":
+    """An ``object_pairs_hook`` for ``json.loads`` that raises :class:`DuplicateKey` on an object with a key
+    written twice and otherwise returns its dict (or ``then(dict)``); it counts the objects it closes, so the
+    error can be placed in the text (:func:`duplicate_key_position`)."""
+    count = itertools.count()
+
+    def hook(pairs: list) -> Any:
+        k = next(count)
+        d = dict(pairs)
+        if len(d) != len(pairs):
+            j = repeated_member(pairs)
+            raise DuplicateKey(pairs[j][0], k, j)
+        return d if then is None else then(d)
+    return hook
+
+
+#: A JSON string (a key where a colon follows it), or a brace: the tokens :func:`duplicate_key_position` reads.
+_KEY_OR_BRACE = r'"(?:[^"\\]|\\.)*+"(?:[ \t\n\r]*+(:))?|[{}]'
+
+
+def duplicate_key_position(text: str, dup: DuplicateKey) -> tuple[int | None, int | None]:
+    """(line, column) of the repeated key ``dup`` names in ``text`` (the text its parse read), or (None, None).
+
+    A repeat in the top-level object is found by :func:`_top_level_keys` (its lists of objects skipped at C
+    speed: the 1.5M-entry list before a second ``"tensors"`` costs ~0.3 s); one inside a nested object by
+    counting objects as they close up to the ``dup.closed``-th, one regex token at a time (cost up to that
+    object only)."""
+    import re
+    top = _top_level_keys(text)
+    if top is not None:
+        seen: set[str] = set()
+        for k, off in top:
+            if k in seen and k == dup.key:
+                return LineIndex(text).line_col(off)
+            seen.add(k)
+    stack: list[list[int]] = []
+    closed = 0
+    for m in re.compile(_KEY_OR_BRACE).finditer(text):
+        c = text[m.start()]
+        if c == "{":
+            stack.append([])
+        elif c == "}":
+            if not stack:
+                return None, None
+            keys = stack.pop()
+            if closed == dup.closed:
+                return LineIndex(text).line_col(keys[dup.member]) if 0 <= dup.member < len(keys) else (None, None)
+            closed += 1
+        elif m.group(1) and stack:
+            stack[-1].append(m.start())
+    return None, None
+
+
+def _top_level_keys(text: str) -> "list[tuple[str, int]] | None":
+    """Every member key of the top-level JSON object ``text`` with its offset, in order; a list value of
+    objects (nested at most ``_REGEX_DEPTH`` deep) is skipped by the regex of :func:`object_list_scan`,
+    any other value by ``json``'s decoder. None when ``text`` is not such an object or is malformed."""
+    import re
+    from json.decoder import scanstring
+    ws = re.compile(r"[ \t\n\r]*")
+    run = re.compile("(?:" + _OBJECT_ENTRY + ",)*+" + _OBJECT_ENTRY + r"\]")
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+    out: list[tuple[str, int]] = []
+    try:
+        i = ws.match(text, 0).end()
+        if text[i:i + 1] != "{":
+            return None
+        i = ws.match(text, i + 1).end()
+        while text[i:i + 1] == '"':
+            at = i
+            k, i = scanstring(text, i + 1)
+            out.append((k, at))
+            i = ws.match(text, i).end()
+            if text[i:i + 1] != ":":
+                return None
+            i = ws.match(text, i + 1).end()
+            m = run.match(text, i + 1) if text[i:i + 1] == "[" else None
+            i = m.end() if m is not None else decoder.raw_decode(text, i)[1]
+            i = ws.match(text, i).end()
+            if text[i:i + 1] == "}":
+                return out
+            if text[i:i + 1] != ",":
+                return None
+            i = ws.match(text, i + 1).end()
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def list_length_at(text: str, key: str) -> int | None:
     """The length of the list at ``key`` of the JSON object ``text`` (its top level), counted
     by a parse that keeps no object: each object, as it closes, is replaced by one int (the
@@ -279,7 +398,8 @@ def list_length_at(text: str, key: str) -> int | None:
 
     Lets a caller refuse a list over its limit before building its millions of objects: a
     64 MiB inventory of 4.8M ``{"shape": [1]}`` took 1.5 GB to parse before its tensor count
-    was checked (issue 21)."""
+    was checked (issue 21). Raises :class:`DuplicateKey` when some object writes a key twice (``{"tensors":
+    [1.5M entries], "tensors": [1]}`` counted 1, the last list, and was read: issue D6)."""
     if not text.lstrip().startswith("{") or not depth_ok(text):
         return None  # not an object: the parse's result would be the document's own value
 
@@ -289,7 +409,10 @@ def list_length_at(text: str, key: str) -> int | None:
 
     try:
         with gc_paused():
-            n = json.loads(text, object_hook=closed, parse_constant=_refuse_constant, parse_float=_finite_float)
+            n = json.loads(text, object_pairs_hook=unique_object_hook(closed), parse_constant=_refuse_constant,
+                           parse_float=_finite_float)
+    except DuplicateKey:
+        raise  # a key written twice: the caller refuses it (which list json.loads would keep is no count)
     except (ValueError, RecursionError):  # JSONDecodeError, _NonFinite, digit limit
         return None
     return n if type(n) is int and n >= 0 else None
@@ -480,12 +603,16 @@ def long_number_at(text: str) -> tuple[int | None, int | None]:
 
 def parse_json(text: str, source: str, *, what: str = "JSON file", error: ErrorFactory = config_error) -> Any:
     """Strict JSON (``json.loads``) with the guards of this module: nesting bounded, numbers
-    finite (``NaN``, ``Infinity``, ``1e999`` refused), every error one line with its position."""
+    finite (``NaN``, ``Infinity``, ``1e999`` refused), a key written twice in one object refused
+    (:func:`repeated_member`, as DeepSpeed refuses it in its config), every error one line with its position."""
     if not depth_ok(text):
         raise error(source, f"nesting deeper than {MAX_DEPTH} levels; not a {what}", None, None)
     try:
         with gc_paused():
-            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+            return json.loads(text, object_pairs_hook=unique_object_hook(), parse_constant=_refuse_constant,
+                              parse_float=_finite_float)
+    except DuplicateKey as e:
+        raise error(source, duplicate_key_problem(e.key), *duplicate_key_position(text, e)) from None
     except _NonFinite as e:
         at = text.find(e.literal)
         line, col = LineIndex(text).line_col(at) if at >= 0 else (None, None)
@@ -684,4 +811,5 @@ def read_json_file(path: str, *, limit: int, what: str, error: ErrorFactory = co
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_MODEL_BYTES", "MAX_HARDWARE_BYTES", "MAX_YAML_BYTES", "MAX_DEPTH",
            "MAX_YAML_NODES", "read_bytes", "read_text", "decode_text", "parse_json", "parse_yaml",
-           "read_json_file", "list_length_at", "first_non_object_at", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]
+           "read_json_file", "list_length_at", "DuplicateKey", "repeated_member", "duplicate_key_problem",
+           "unique_object_hook", "duplicate_key_position", "first_non_object_at", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]

@@ -363,11 +363,17 @@ def refuse_over_limit(text: str, source: str) -> None:
       64 MiB took 16 s and 1.7 GB to parse first; after one object, 3.0 s and 1.6 GB, now 0.3 s
       and 160 MB: issue 21); where that scan read the list window by window (entries nested
       deeper than its regex) it has counted them too, and a count over the limit is refused
-      without a second pass (2,000,001 objects six deep: 8.2 s and 1 GB, now ~3 s and ~0.2 GB).
+      without a second pass (2,000,001 objects six deep: 8.2 s and 1 GB, now ~3 s and ~0.2 GB);
+    * a key written twice in one object is refused (``file:line:col: duplicate key 'tensors'``) by that
+      counting pass: ``{"tensors": [1.5M entries], "tensors": [1 entry]}`` counted the last list, 1, and was
+      read as one tensor after all 1.5M objects were built (issue D6). ``list_start_at`` declines a
+      ``tensors`` written twice, so either order reaches the count when the text holds more than
+      MAX_TENSORS ``{``; with fewer, no list can hold that many objects, and the parse refuses the repeat.
     """
     if text.count(",") < MAX_TENSORS:
         return
-    from advisor.config.readers import list_length_at, list_start_at, object_list_scan
+    from advisor.config.readers import (DuplicateKey, duplicate_key_position, duplicate_key_problem, error_as,
+                                        list_length_at, list_start_at, object_list_scan)
     bad, n = object_list_scan(text, "tensors")
     if bad is not None:
         raise ModelSpecError(f"{source}: /tensors/{bad}: expected an object")
@@ -378,7 +384,10 @@ def refuse_over_limit(text: str, source: str) -> None:
         i = list_start_at(text, "tensors")
         if text.count("{", 0 if i is None else i) <= MAX_TENSORS:
             return
-        n = list_length_at(text, "tensors")
+        try:
+            n = list_length_at(text, "tensors")
+        except DuplicateKey as e:  # "tensors" (or any key) twice: refused whichever list comes first (issue D6)
+            raise error_as(ModelSpecError)(source, duplicate_key_problem(e.key), *duplicate_key_position(text, e))
     if n is not None and n > MAX_TENSORS:
         raise _over_limit(n, source)
 
@@ -440,12 +449,12 @@ class ChunkedText:
         """Each run's entries, parsed (``json.loads`` of the run, the guards of ``readers.parse_json``:
         finite numbers); a run that does not parse ends the iteration with None."""
         import json
-        from advisor.config.readers import _finite_float, _refuse_constant
+        from advisor.config.readers import _finite_float, _refuse_constant, unique_object_hook
         for a, b in self.spans:
             try:
-                part = json.loads("[" + self.text[a:b] + "]", parse_constant=_refuse_constant,
-                                  parse_float=_finite_float)
-            except (ValueError, RecursionError):  # JSONDecodeError, non-finite, digit limit
+                part = json.loads("[" + self.text[a:b] + "]", object_pairs_hook=unique_object_hook(),
+                                  parse_constant=_refuse_constant, parse_float=_finite_float)
+            except (ValueError, RecursionError):  # JSONDecodeError, non-finite, digit limit, a key twice
                 yield None
                 return
             yield part
@@ -489,7 +498,7 @@ def chunked_text(text: str) -> "ChunkedText | None":
     import json
     import re
     from advisor.config.readers import (_OBJECT_ENTRY, _finite_float, _refuse_constant, depth_ok, gc_paused,
-                                        list_start_at)
+                                        list_start_at, unique_object_hook)
     if not depth_ok(text):
         return None
     i = list_start_at(text, "tensors")
@@ -510,9 +519,9 @@ def chunked_text(text: str) -> "ChunkedText | None":
     spans.append((pos, m.end() - 1))
     try:
         with gc_paused():
-            rest = json.loads(text[:i] + "[]" + text[m.end():], parse_constant=_refuse_constant,
-                              parse_float=_finite_float)
-    except (ValueError, RecursionError):
+            rest = json.loads(text[:i] + "[]" + text[m.end():], object_pairs_hook=unique_object_hook(),
+                              parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):  # also readers.DuplicateKey: the whole parse names the key and its place
         return None
     if not isinstance(rest, dict) or rest.get("tensors") != []:
         return None
