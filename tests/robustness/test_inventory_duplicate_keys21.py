@@ -109,3 +109,14 @@ def test_cli_exit_2_one_line(tmp_path) -> None:
     assert r.returncode == 2, r.stderr
     col = len('{"tensors": [' + ENTRY % 0 + "], ") + 1  # the second "tensors", 1-based
     assert r.stderr.strip().splitlines() == [f"ds-advisor: {path}:1:{col}: duplicate key 'tensors'"]
+
+
+def test_real_limit_repeat_refused_without_building(tmp_path, monkeypatch) -> None:
+    """At the real MAX_TENSORS: MAX_TENSORS + 1 small objects then a one-entry list under the same key (the
+    newcomer's file, smaller) is refused by the counting pass; nothing reaches from_dict or the chunked build."""
+    n = inventory.MAX_TENSORS + 1
+    path = _write(tmp_path, '{"tensors": [' + ", ".join(['{"shape": [1]}'] * n) + '],\n"tensors": [{"shape": [1]}]}')
+    monkeypatch.setattr(inventory, "from_dict", lambda *a, **k: pytest.fail("entries built"))
+    monkeypatch.setattr(inventory, "chunked_text", lambda *a, **k: pytest.fail("entries built"))
+    with pytest.raises(ModelSpecError, match=rf"^{path}:2:1: duplicate key 'tensors'$"):
+        inventory.load_inventory(path)
