@@ -352,40 +352,50 @@ def duplicate_key_position(text: str, dup: DuplicateKey) -> tuple[int | None, in
     return None, None
 
 
-def _top_level_keys(text: str) -> "list[tuple[str, int]] | None":
-    """Every member key of the top-level JSON object ``text`` with its offset, in order; a list value of
-    objects (nested at most ``_REGEX_DEPTH`` deep) is skipped by the regex of :func:`object_list_scan`,
-    any other value by ``json``'s decoder. None when ``text`` is not such an object or is malformed."""
+def _top_level_members(text: str, skip_object_lists: bool = False):
+    """Walk the members of the top-level JSON object ``text``: yield (key, key offset, value offset) for each, in
+    order, then skip its value (by ``json``'s decoder; with ``skip_object_lists``, a list value of objects nested at
+    most ``_REGEX_DEPTH`` deep by the regex of :func:`object_list_scan`, at C speed). The key is read by ``json``'s
+    string scanner. Raises ValueError (or RecursionError) when ``text`` is not such an object, is empty (``{}``) or is
+    malformed, whether at once or once walked that far; a caller that stops at a key reads no further. The one
+    walk of :func:`_top_level_keys` and :func:`list_start_at`."""
     import re
     from json.decoder import scanstring
     ws = re.compile(r"[ \t\n\r]*")
-    run = re.compile("(?:" + _OBJECT_ENTRY + ",)*+" + _OBJECT_ENTRY + r"\]")
+    run = re.compile("(?:" + _OBJECT_ENTRY + ",)*+" + _OBJECT_ENTRY + r"\]") if skip_object_lists else None
     decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
-    out: list[tuple[str, int]] = []
-    try:
-        i = ws.match(text, 0).end()
-        if text[i:i + 1] != "{":
-            return None
+    i = ws.match(text, 0).end()
+    if text[i:i + 1] != "{":
+        raise ValueError("not an object")
+    i = ws.match(text, i + 1).end()
+    while text[i:i + 1] == '"':
+        at = i
+        k, i = scanstring(text, i + 1)
+        i = ws.match(text, i).end()
+        if text[i:i + 1] != ":":
+            raise ValueError("no colon")
         i = ws.match(text, i + 1).end()
-        while text[i:i + 1] == '"':
-            at = i
-            k, i = scanstring(text, i + 1)
-            out.append((k, at))
-            i = ws.match(text, i).end()
-            if text[i:i + 1] != ":":
-                return None
-            i = ws.match(text, i + 1).end()
-            m = run.match(text, i + 1) if text[i:i + 1] == "[" else None
-            i = m.end() if m is not None else decoder.raw_decode(text, i)[1]
-            i = ws.match(text, i).end()
-            if text[i:i + 1] == "}":
-                return out
-            if text[i:i + 1] != ",":
-                return None
-            i = ws.match(text, i + 1).end()
+        yield k, at, i
+        m = run.match(text, i + 1) if run is not None and text[i:i + 1] == "[" else None
+        i = m.end() if m is not None else decoder.raw_decode(text, i)[1]
+        i = ws.match(text, i).end()
+        if text[i:i + 1] == "}":
+            return
+        if text[i:i + 1] != ",":
+            raise ValueError("no comma")
+        i = ws.match(text, i + 1).end()
+    raise ValueError("not a member")
+
+
+def _top_level_keys(text: str) -> "list[tuple[str, int]] | None":
+    """Every member key of the top-level JSON object ``text`` with its offset, in order; a list value of
+    objects (nested at most ``_REGEX_DEPTH`` deep) is skipped by the regex of :func:`object_list_scan`,
+    any other value by ``json``'s decoder (:func:`_top_level_members`). None when ``text`` is not such an object
+    or is malformed."""
+    try:
+        return [(k, at) for k, at, _ in _top_level_members(text, skip_object_lists=True)]
     except (ValueError, RecursionError):
         return None
-    return None
 
 
 def list_length_at(text: str, key: str) -> int | None:
@@ -421,33 +431,13 @@ def list_length_at(text: str, key: str) -> int | None:
 def list_start_at(text: str, key: str) -> int | None:
     """The offset of the ``[`` opening the list at ``key`` of the JSON object ``text`` (its top
     level), found without parsing that list: the top level's other values are skipped by ``json``'s
-    own decoder, the key read by its string scanner. None when ``text`` is not an object with a list
-    at ``key``, names ``key`` twice (``json.loads`` keeps the last, which this scan does not reach),
-    or is malformed before the list: the full parse then says what is wrong."""
-    import re
-    from json.decoder import scanstring
-    ws = re.compile(r"[ \t\n\r]*")
-    decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+    own decoder, the key read by its string scanner (:func:`_top_level_members`). None when ``text`` is not an
+    object with a list at ``key``, names ``key`` twice (``json.loads`` keeps the last, which this scan does not
+    reach), or is malformed before the list: the full parse then says what is wrong."""
     try:
-        i = ws.match(text, 0).end()
-        if text[i:i + 1] != "{":
-            return None
-        i = ws.match(text, i + 1).end()
-        while text[i:i + 1] == '"':
-            k, i = scanstring(text, i + 1)
-            i = ws.match(text, i).end()
-            if text[i:i + 1] != ":":
-                return None
-            i = ws.match(text, i + 1).end()
+        for k, _, i in _top_level_members(text):
             if k == key:
-                if text[i:i + 1] != "[" or text.find(json.dumps(key), i) >= 0:
-                    return None
-                return i
-            _, i = decoder.raw_decode(text, i)
-            i = ws.match(text, i).end()
-            if text[i:i + 1] != ",":
-                return None
-            i = ws.match(text, i + 1).end()
+                return None if text[i:i + 1] != "[" or text.find(json.dumps(key), i) >= 0 else i
     except (ValueError, RecursionError):  # malformed, non-finite, digit limit, deep: the full parse's to say
         return None
     return None
