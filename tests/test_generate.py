@@ -304,7 +304,9 @@ def test_cli_nothing_fits_exit_1_with_suggestion(tmp_path):
 
 
 def test_cli_bad_global_batch_is_usage_error():
-    p = run_cli(ARGS[:-4] + ["--global-batch", "60", "--seq-len", "1024"])
+    # data parallelism only: 60 is no multiple of the 8 ranks (without --no-model-parallel, a layout
+    # whose data-parallel size divides 60 is searched instead: tests/test_generate_refusals21.py)
+    p = run_cli(ARGS[:-4] + ["--global-batch", "60", "--seq-len", "1024", "--no-model-parallel"])
     assert p.returncode == 2 and "multiple of the data-parallel size 8" in p.stderr
 
 

@@ -139,9 +139,19 @@ def test_global_batch_counts_the_data_parallel_ranks_of_the_fixed_layout():
     b = json.loads(p.stdout)["plans"][0]
     dp = 8 // (b["tensor_parallel"] * b["pipeline_parallel"] * b["sequence_parallel"])
     assert b["pipeline_parallel"] == 2 and b["micro_batch"] * b["gradient_accumulation"] * dp == 12, b
-    # data parallel (no degree given): DP 8, 12 is no multiple -> the multiples of 8 on either side
+    # no degree given: data parallelism (DP 8) cannot hold 12, but the layouts above can (runtime/config.py
+    # _batch_assertion: train_batch_size = micro x GA x DP), so a plan of one of them, and a note naming
+    # the multiples of 8 on either side; only --no-model-parallel (DP 8 alone) refuses
     p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
-                 "--global-batch", "12", "--seq-len", "1024"])
+                 "--global-batch", "12", "--seq-len", "1024", "--format", "json"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    for b in out["plans"]:
+        dp = 8 // (b["tensor_parallel"] * b["pipeline_parallel"] * b["sequence_parallel"])
+        assert dp < 8 and b["micro_batch"] * b["gradient_accumulation"] * dp == 12, b
+    assert any("not a multiple of the world 8" in n and "--global-batch 8 or 16" in n for n in out["notes"]), out["notes"]
+    p = run_cli(["generate", "--model", "gpt2", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "12", "--seq-len", "1024", "--no-model-parallel"])
     assert _one_line_refusal(p, "data-parallel size 8").endswith("use 8 or 16")
 
 

@@ -667,9 +667,11 @@ def layout_problem(inv: Inventory, req: Request) -> str | None:
 
     1. The degrees given (``--tensor-parallel`` ...) match no layout of :func:`model_parallel_layouts`
        / :func:`ulysses_degrees` on these ranks, whatever the global batch.
-    2. The global batch: without degrees given, a multiple of the world (the data-parallel plan
-       :func:`search` tries first); with degrees given, a multiple of the data-parallel size
-       world / (T x P x U) of some layout matching them. Names the nearest valid values."""
+    2. The global batch: a multiple of the data-parallel size world / (T x P x U) of some layout
+       that matches the degrees given (all of them when none is given: :func:`search` tries data
+       parallelism first, but a global batch smaller than the world, or not a multiple of it, is
+       still held by a tensor- or pipeline-parallel layout whose data-parallel size divides it).
+       Names the nearest valid values."""
     given = [(f, v) for f, v in (("--tensor-parallel", req.tensor_parallel),
                                  ("--pipeline-parallel", req.pipeline_parallel),
                                  ("--sequence-parallel", req.sequence_parallel)) if v is not None]
@@ -682,7 +684,7 @@ def layout_problem(inv: Inventory, req: Request) -> str | None:
                 "divides the GPUs per node, the heads, KV heads and MLP width; PP divides the layers; "
                 "T x P divides the world; Ulysses with T = P = 1, dividing the heads, KV heads, GPUs per "
                 "node, world and sequence)" + ("" if req.model_parallel else "; --no-model-parallel is set"))
-    dps = sorted({req.world_size // (t * p * u) for t, p, u in lays}) if given else [req.world_size]
+    dps = sorted({req.world_size // (t * p * u) for t, p, u in lays})
     if any(req.global_batch % d == 0 for d in dps):
         return None
     from advisor.config.validation import MAX_GLOBAL_BATCH
@@ -691,13 +693,16 @@ def layout_problem(inv: Inventory, req: Request) -> str | None:
     hi = min((g // d + 1) * d for d in dps)
     near = [x for x in dict.fromkeys((lo, hi)) if 0 < x <= MAX_GLOBAL_BATCH]
     shape = f"{req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} GPUs"
-    if not given:
+    if len(dps) == 1 and dps[0] == req.world_size:
         what = f"the data-parallel size {dps[0]} (= {shape})"
     elif len(dps) == 1:
         what = f"the data-parallel size {dps[0]} (= {shape} / {req.world_size // dps[0]}, {names} given)"
     else:
-        what = (f"any data-parallel size of the layouts with {names} on {shape} "
-                f"({', '.join(map(str, dps))})")
+        # largest first (data parallelism's, the world, when no degree is given); one line, so at most 8
+        shown = sorted(dps, reverse=True)
+        listed = ", ".join(map(str, shown[:8])) + (f", ... ({len(shown)} sizes)" if len(shown) > 8 else "")
+        what = (f"any data-parallel size of the layouts {f'with {names} ' if names else ''}on {shape} "
+                f"({listed})")
     return f"--global-batch {g} is not a multiple of {what}: use {' or '.join(map(str, near))}"
 
 
@@ -900,6 +905,16 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     limited: list[str] = []
     # the layouts whose data-parallel size divides the global batch (with degrees given, (1, 1) may not)
     layouts = [lay for lay in model_parallel_layouts(inv, req) if _batch_fits(req, *lay, 1)]
+    if req.layout_allowed(1, 1, 1) and not _batch_fits(req, 1, 1, 1):
+        # no degree given, yet data parallelism cannot hold the batch (micro x GA x world): the
+        # model-parallel layouts whose data-parallel size divides it are searched, and the batch
+        # sizes that would let data parallelism alone run are named (layout_problem passed)
+        g, w = req.global_batch, req.world_size
+        near = ", ".join(str(x) for x in dict.fromkeys(((g // w) * w, (g // w + 1) * w)) if x > 0)
+        notes.append(f"--global-batch {g} is not a multiple of the world {w}: data parallelism alone cannot "
+                     f"hold it (train_batch_size = micro-batch x GA x data-parallel ranks), so only layouts whose "
+                     f"data-parallel size divides it were searched; --global-batch {near.replace(', ', ' or ')} "
+                     "would allow data parallelism alone")
     bounds = {lay: layout_lower_bound(inv, hardware, req, *lay) for lay in layouts if lay != (1, 1)}
     # data parallelism first (the simplest: it wins every tie), then the layouts by their lower
     # bound, fastest first, so that a good plan is found early and prunes the rest
@@ -1087,7 +1102,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             fitted.clear()  # the combo's plans (ledgers, timelines) are not read again: memory (issue 21)
     if queue and queue[-1][0] * queue[-1][1] > 1:
         forget_shard(inv, queue[-1][0], queue[-1][1])
-    if skipped and len(skipped) == len(layouts) - 1:
+    # "not needed" only where data parallelism was searched: a global batch it cannot hold (not a
+    # multiple of the world) leaves only model-parallel layouts, and the best plan is one of them
+    if skipped and (1, 1) in layouts and len(skipped) == len(layouts) - 1:
         notes.append(f"tensor/pipeline parallelism considered, not needed: each of its {len(skipped)} layouts has a "
                      "step-time lower bound slower than the best data-parallel plan (JSON: pruned_layouts)")
     elif skipped:

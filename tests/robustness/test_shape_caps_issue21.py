@@ -62,7 +62,10 @@ def test_generate_at_the_cap_is_not_refused_by_it(tmp_path):
     p = run_cli(["generate", "--model", "llama-3-8b", "--hardware", hw, "--nodes", "1024", "--gpus-per-node", "1024",
                  "--global-batch", "8", "--seq-len", "512"], timeout=120)
     assert p.returncode == 2, p.stderr
-    assert "over the limit" not in p.stderr and "not a multiple of the data-parallel size 1048576" in p.stderr, p.stderr
+    # no degree given: every layout's data-parallel size (2^20 / (T x P), T | 8 GPUs... and heads, P | 32
+    # layers) is above 8, the smallest 2^20 / (8 x 32) = 4096, so the batch is refused, naming that multiple
+    assert "over the limit" not in p.stderr and "not a multiple of any data-parallel size" in p.stderr, p.stderr
+    assert "(1048576, 524288," in p.stderr and p.stderr.rstrip().endswith("use 4096"), p.stderr
 
 
 def test_checkpoint_refuses_more_nodes_than_ranks(tmp_path):
