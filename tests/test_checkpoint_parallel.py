@@ -76,3 +76,27 @@ def test_ulysses_grouped_files_stride_one():
     opt = next(f for f in files if f.kind == "optim_states")
     assert (opt.rank, opt.count, opt.stride) == (0, 1024, 1)
     assert opt.rank + (opt.count - 1) * opt.stride == 1023
+
+
+def test_pipeline_plan_lists_no_16bit_model_file():
+    """save_16bit_model under the PipelineEngine writes no model (runtime/pipe/engine.py module_state_dict
+    l.1308-1325 writes layer files into save_checkpoint's tag and returns None; measured in
+    tests/engine/test_pipeline_engine.py): at pipeline 2 the plan says writes False, 0 bytes, and rank 0's
+    timeline holds no save_16bit_staging; the same bf16 ZeRO-0 config without pipeline parallelism writes
+    N x 2 bytes (engine.py l.5741-5751: rank 0 saves module.state_dict())."""
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from advisor.ledger.state import compute_ledger
+    from advisor.ledger.timeline import save_rank0_entries
+
+    z0 = {**Z1, "zero_optimization": {"stage": 0}}
+    inv = resolve_model("llama-3-8b")
+    for pp in (1, 2):
+        plan = Plan(effective_config(z0), inv, Cluster(world_size=2, pipeline_parallel=pp))
+        s16 = checkpoint_plan(plan).save16
+        led = compute_ledger(plan)
+        staged = [e for e in save_rank0_entries(plan.config, led, 0) if e.item == "save_16bit_staging"]
+        if pp == 1:
+            assert s16.writes and s16.bytes == inv.numel * 2 and staged
+        else:
+            assert not s16.writes and s16.bytes == 0 and not staged
+            assert "layer_XX-model_states.pt" in s16.note

@@ -26,7 +26,8 @@ Three parts, each a pure function of its inputs (no torch, no deepspeed):
    so exact numel x D) and leaves the module out of ``mp_rank_XX_model_states.pt``
    (``PipelineEngine.module_state_dict`` :1308-1325 returns None).
 2. :func:`save_16bit_model_plan` — ``engine.save_16bit_model`` (:5707): the consolidated 16-bit
-   ``pytorch_model.bin`` and the memory spike while ZeRO-3 gathers it (:5631).
+   ``pytorch_model.bin`` and the memory spike while ZeRO-3 gathers it (:5631). Under the
+   PipelineEngine it writes no model (:data:`PIPELINE_SAVE16_NOTE`, :func:`pipeline_saves_16bit`).
 3. Timing and resilience: write/read time at a storage bandwidth, the recovery cost of a failure,
    the Young/Daly save interval and the expected fraction of time lost.
 
@@ -601,6 +602,30 @@ def saves_16bit_weights(ec: EffectiveConfig) -> bool:
     return not (ec.zero.stage == 3 and not ec.zero.gather_16bit_weights_on_model_save)
 
 
+#: What ``engine.save_16bit_model`` does under the PipelineEngine (pipeline parallelism; ZeRO 0-1 only, pipe/engine.py
+#: l.75-77). Below ZeRO-3 it calls ``self.module_state_dict()`` (runtime/engine.py l.5741), which the PipelineEngine
+#: overrides (runtime/pipe/engine.py l.1308-1325) to write the layer files into ``self._curr_ckpt_path`` and return
+#: None; that path is set only inside ``save_checkpoint`` / ``load_checkpoint`` (engine.py l.5389-5391, l.4617-4619).
+#: Measured on the real engine (tests/engine/test_pipeline_engine.py, bf16 ZeRO-0, 2 stages, W = 2): before any
+#: save_checkpoint it raises AttributeError ('PipelineEngine' object has no attribute '_curr_ckpt_path'), after one
+#: AssertionError ("PipelineEngine expects module_state_dict() to be called from save_checkpoint()"), and after a
+#: load_checkpoint it returns True having rewritten the layer files into the loaded tag and written a
+#: pytorch_model.bin on rank 0 that holds None.
+PIPELINE_SAVE16_NOTE = (
+    "pipeline parallelism: the PipelineEngine cannot write it (save_16bit_model calls module_state_dict, which "
+    "under the PipelineEngine writes the layer files into the current save_checkpoint tag and returns None, "
+    "runtime/pipe/engine.py l.1308-1325: it raises outside save_checkpoint, and after a load_checkpoint it writes "
+    "a pytorch_model.bin holding None); the model weights are the layer_XX-model_states.pt files save_checkpoint "
+    "writes (runtime/pipe/module.py save_state_dict l.607-642), one per PipelineModule layer, in the model dtype")
+
+
+def pipeline_saves_16bit(cluster: Cluster) -> bool:
+    """False under pipeline parallelism (``cluster.pipeline_parallel`` > 1): the PipelineEngine's
+    ``save_16bit_model`` writes no model file (:data:`PIPELINE_SAVE16_NOTE`, runtime/pipe/engine.py
+    l.1308-1325; measured in tests/engine/test_pipeline_engine.py)."""
+    return cluster.pipeline_parallel <= 1
+
+
 def save_16bit_model_plan(plan: Plan) -> Save16:
     """What ``engine.save_16bit_model`` (``engine.py:5707``) writes and the memory it needs.
 
@@ -611,6 +636,9 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
       and rank 0 copies each into a CPU state dict that grows to N_all x D host bytes; the file
       holds N_all x D (exact on GPU nodes, where ``.cpu()`` copies only the view). Modules are
       taken from tensor names (``a.b.weight`` -> module ``a.b``).
+    * Pipeline parallelism (``cluster.pipeline_parallel`` > 1): writes nothing usable
+      (:data:`PIPELINE_SAVE16_NOTE`): ``writes`` False, 0 bytes; the layer files of
+      :func:`checkpoint_files` hold the weights.
     * Stages 0-2: rank 0 writes the module state_dict (stage 1/2: the padded flat buffer N_pad x D,
       as in the model-states file); host staging on rank 0 up to the largest storage (torch.save
       copies one storage at a time to host).
@@ -619,6 +647,8 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
     D = DTYPE_BYTES[ec.model_dtype]
     W = plan.cluster.zero_world_size
     n_all = inv.numel
+    if not pipeline_saves_16bit(plan.cluster):
+        return Save16(False, 0, 0, 0, PIPELINE_SAVE16_NOTE)
     if ec.zero.stage == 3:
         if not saves_16bit_weights(ec):
             return Save16(False, 0, 0, 0, "stage 3 without stage3_gather_16bit_weights_on_model_save: "

@@ -1001,9 +1001,11 @@ def save_rank0_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[E
     if not mb:
         return out
     src = SAVE_FILES_SOURCE + "; only dp rank 0 writes the model-states file (engine.py l.1909-1911)"
-    out.append(Entry(rank, "host_pageable", "parameters", "save_16bit_staging", mb, "save_16bit",
-                     f"{what}: {mb:,} B (save_16bit_model: torch.save of the module state dict on rank 0)",
-                     "runtime/engine.py:DeepSpeedEngine.save_16bit_model l.5745-5751 -> " + SAVE_FILES_SOURCE))
+    from advisor.ledger.checkpoint import pipeline_saves_16bit  # the PipelineEngine writes no 16-bit model
+    if pipeline_saves_16bit(ledger.plan.cluster):
+        out.append(Entry(rank, "host_pageable", "parameters", "save_16bit_staging", mb, "save_16bit",
+                         f"{what}: {mb:,} B (save_16bit_model: torch.save of the module state dict on rank 0)",
+                         "runtime/engine.py:DeepSpeedEngine.save_16bit_model l.5745-5751 -> " + SAVE_FILES_SOURCE))
     out.append(Entry(rank, "host_pageable", "parameters", "save_model_file_staging", mb, "save_model",
                      f"{what}: {mb:,} B (torch.save's host copy of one accelerator storage at a time)", src))
     ob, _ = _largest_optim_file_storage(ec, ledger)
@@ -1157,8 +1159,11 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         out.append(Instant("steady_step:post", "steady_step",
                            "steady optimizer step: persistent parameters gathered again (_post_step)"))
     gather = st == 3 and ec.zero.gather_16bit_weights_on_model_save
-    out.append(Instant("save:16bit", "save", "save_16bit_model: " + ("the largest module gathered" if gather
-                                                                     else "rank 0 writes the module state dict")))
+    from advisor.ledger.checkpoint import pipeline_saves_16bit
+    out.append(Instant("save:16bit", "save", "save_16bit_model: " + (
+        "the largest module gathered" if gather else "rank 0 writes the module state dict"
+        if pipeline_saves_16bit(ledger.plan.cluster) else "writes no model under the PipelineEngine "
+        "(runtime/pipe/engine.py module_state_dict l.1308-1325)")))
     if gather:
         out.append(Instant("save:16bit:end", "save", "save_16bit_model: rank 0's state dict whole"))
     out.append(Instant("save:model", "save", "save_checkpoint: the model-states file"))

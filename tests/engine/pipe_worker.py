@@ -8,7 +8,9 @@ census (the same attribution ``ds-advisor measure`` uses). Writes ``rank{r}.json
 stage id, the parameter names/shapes this stage holds and the census, then saves a checkpoint
 (``engine.save_checkpoint(out_dir/ckpt, tag="t")``) for the checkpoint-file test, loads it back
 (``engine.load_checkpoint``, in full and with ``load_module_only``) and writes ``load{r}.json`` with what
-each load raised, if anything.
+each load raised, if anything. Around those it calls ``engine.save_16bit_model`` three times (before any
+save_checkpoint, after it, after the loads) and writes ``s16_{r}.json`` with what each returned or raised and
+the files it left (rank 0 also: the type of the object a written pytorch_model.bin holds).
 """
 
 from __future__ import annotations
@@ -16,6 +18,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+
+
+def _save16(engine, save_dir: str) -> dict:
+    """``engine.save_16bit_model(save_dir)`` on this rank: what it returned or raised (exception type, message,
+    innermost frame) and the files under ``save_dir`` afterwards (relative paths)."""
+    import traceback
+    out = {"returned": None, "error": None, "message": None, "file": None, "function": None}
+    try:
+        out["returned"] = engine.save_16bit_model(save_dir)
+    except Exception as e:  # the outcome is the measurement
+        fr = traceback.extract_tb(e.__traceback__)[-1]
+        out.update(error=type(e).__name__, message=str(e)[:200], file=os.path.basename(fr.filename), function=fr.name)
+    out["files"] = sorted(os.path.relpath(os.path.join(d, f), save_dir) for d, _, fs in os.walk(save_dir) for f in fs)
+    return out
 
 
 def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: str = "") -> int:
@@ -87,8 +103,12 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(out, fh)
     tdist.barrier()
+    s16 = {"before_save": _save16(engine, os.path.join(out_dir, "s16_before_save"))}
+    tdist.barrier()
     # the files the PipelineEngine writes (engine.save_checkpoint; the test reads them back)
     engine.save_checkpoint(os.path.join(out_dir, "ckpt"), tag="t")
+    tdist.barrier()
+    s16["after_save"] = _save16(engine, os.path.join(out_dir, "s16_after_save"))
     tdist.barrier()
     # and loads it back into the same engine (same world size), in full and with load_module_only: load{r}.json
     # holds, for each, the exception type and the innermost frame (file basename, function) when the load raises,
@@ -104,6 +124,14 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
             res[key] = {"error": type(e).__name__, "file": os.path.basename(fr.filename), "function": fr.name}
     with open(os.path.join(out_dir, f"load{rank}.json"), "w") as fh:
         json.dump(res, fh)
+    tdist.barrier()
+    s16["after_load"] = _save16(engine, os.path.join(out_dir, "s16_after_load"))
+    tdist.barrier()
+    if rank == 0 and os.path.exists(os.path.join(out_dir, "s16_after_load", "pytorch_model.bin")):
+        held = torch.load(os.path.join(out_dir, "s16_after_load", "pytorch_model.bin"), weights_only=False)
+        s16["after_load"]["file_holds"] = type(held).__name__
+    with open(os.path.join(out_dir, f"s16_{rank}.json"), "w") as fh:
+        json.dump(s16, fh)
     tdist.barrier()
     return 0
 

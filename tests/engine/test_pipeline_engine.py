@@ -199,3 +199,37 @@ def test_zero1_pipeline_runs_without_overlap_comm(tmp_path):
         want = fold_for_cpu(model_state_bytes(led.rank(r), ("persistent",)))
         for item in ("lp_params_flat", "fp32_master", "exp_avg", "exp_avg_sq"):
             assert census[item] == want[item], (r, item, census[item], want[item])
+
+
+def test_save_16bit_model_under_the_pipeline_engine_writes_no_model(tmp_path):
+    """bf16 ZeRO-0, 2 stages, W = 2: the real PipelineEngine's ``save_16bit_model`` (engine.py l.5741 calls the
+    overridden module_state_dict, runtime/pipe/engine.py l.1308-1325) raises AttributeError before any
+    save_checkpoint (``_curr_ckpt_path`` is only ever set by save/load_checkpoint), AssertionError after one
+    (save_checkpoint resets it to None, engine.py l.5391), and after a load_checkpoint writes a
+    pytorch_model.bin on rank 0 that holds None; so the checkpoint plan lists no 16-bit model file (writes
+    False, 0 bytes) and names the layer files, which hold the weights: by hand N x 2 bytes of bf16 over the six
+    layer files (embedding, 4 blocks, norm + head) -- the file bytes read back with torch.load."""
+    import torch
+
+    from advisor.ledger.checkpoint import checkpoint_plan
+    from tests.engine.test_checkpoint_engine import _tensor_bytes
+
+    _run_pipe(tmp_path, BF16_Z0)
+    for r in (0, 1):
+        got = json.loads((tmp_path / f"s16_{r}.json").read_text())
+        assert got["before_save"]["error"] == "AttributeError" and "_curr_ckpt_path" in got["before_save"]["message"]
+        assert got["after_save"]["error"] == "AssertionError" and got["after_save"]["function"] == "module_state_dict"
+        assert got["before_save"]["files"] == got["after_save"]["files"] == []
+        assert got["after_load"]["error"] is None and got["after_load"]["returned"] is True
+        assert got["after_load"]["files"] == (["pytorch_model.bin"] if r == 0 else [])
+    assert json.loads((tmp_path / "s16_0.json").read_text())["after_load"]["file_holds"] == "NoneType"
+
+    cp = checkpoint_plan(Plan(effective_config(BF16_Z0), _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
+    assert cp.save16.writes is False and cp.save16.bytes == 0
+    assert "layer_XX-model_states.pt" in cp.save16.note and "pipe/engine.py l.1308-1325" in cp.save16.note
+    layers = [f for f in cp.files.files if "layer_" in f.path]
+    n = V * H + L * (H + 2 * F * H) + H + V * H
+    assert sum(f.bytes for f in layers) == n * 2
+    real = sum(_tensor_bytes(torch.load(tmp_path / "ckpt" / "t" / os.path.basename(f.path), map_location="cpu",
+                                        weights_only=False))[0] for f in layers)
+    assert real == n * 2
