@@ -159,7 +159,7 @@ def test_bulk_inventory_equals_tensor_by_tensor_construction() -> None:
     ({"name": "x", "shape": [2], "trainable": 1}, "/tensors/3/trainable"),
     ({"name": "x", "shape": [2], "group": -1}, "/tensors/3/group"),
     ({"name": "x", "shape": [2], "group": True}, "/tensors/3/group"),
-    ([2], "/tensors/3: expected an object"),
+    ([2], "/tensors/3: expected an object (one tensor, e.g. {\"name\": \"w\", \"shape\": [64, 64]}), got an array"),
 ])
 def test_bad_tensor_named_at_its_index(bad, where: str) -> None:
     from advisor.errors import ModelSpecError

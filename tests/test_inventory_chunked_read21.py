@@ -63,7 +63,7 @@ def test_chunked_equals_whole_parse(tmp_path, monkeypatch, chunk, seed):
     ('{"shape": [1], "trainable": 1}', "/tensors/3/trainable"),
     ('{"shape": [1e999]}', "non-finite"),              # a number json refuses
     ('{"shape": [1], }', "not valid JSON"),             # a syntax error inside an entry
-    ('[1]', "/tensors/3: expected an object"),         # not an object
+    ('[1]', "/tensors/3: expected an object (one tensor, e.g. {\"name\": \"w\", \"shape\": [64, 64]}), got an array"),         # not an object
 ])
 def test_errors_are_the_whole_parse(tmp_path, monkeypatch, chunk, bad, expect):
     monkeypatch.setattr(inventory, "FROM_DICT_CHUNK", chunk)

@@ -59,7 +59,7 @@ def test_over_the_limit_is_refused_before_the_parse(tmp_path, monkeypatch) -> No
     # the message a parsed inventory gets from from_dict
     with pytest.raises(ModelSpecError) as parsed:
         inventory.from_dict(json.loads(over.read_text()), str(over))
-    assert str(parsed.value) == f"{over}: /tensors: 11 tensors, over the limit 10"
+    assert str(parsed.value) == f"{over}: /tensors: 11 entries, over the limit of 10 tensors"
 
     def no_parse(*a, **k):
         raise AssertionError("parsed into objects before the tensor count was checked")
@@ -80,7 +80,7 @@ def test_at_the_limit_is_read_as_before(tmp_path, monkeypatch) -> None:
     # not objects: refused at the first entry, before the parse (tests/robustness/test_inventory_entries_early.py)
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"tensors": [1] * 11}))
-    with pytest.raises(ModelSpecError, match=r"/tensors/0: expected an object$"):
+    with pytest.raises(ModelSpecError, match=r"/tensors/0: expected an object \(one tensor.*\), got a number$"):
         specs.resolve_model(str(bare))
 
 
@@ -105,10 +105,10 @@ def test_the_real_limit_takes_max_tensors_and_refuses_one_more(tmp_path) -> None
         _list_file(over, n + 1, entry)
         with pytest.raises(ModelSpecError) as e:
             specs.resolve_model(str(over))
-        assert str(e.value) == f"{over}: /tensors: {n + 1} tensors, over the limit {n}"
+        assert str(e.value) == f"{over}: /tensors: {n + 1:,} entries, over the limit of {n:,} tensors"
     lists = tmp_path / "lists.json"
     _list_file(lists, n + 1, "[1]")
-    with pytest.raises(ModelSpecError, match=r"/tensors/0: expected an object$"):
+    with pytest.raises(ModelSpecError, match=r"/tensors/0: expected an object \(one tensor.*\), got an array$"):
         specs.resolve_model(str(lists))
 
 

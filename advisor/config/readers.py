@@ -473,6 +473,12 @@ _INNER_ARRAY = r"\[[^{}\[\]]*\]"
 _VALUE_START = frozenset('["-0123456789tfn')
 
 
+#: What a JSON value is, in the words of ``validation.json_kind``, told by the
+#: character it begins with (in :func:`_streamed_object_scan`'s collapsed text, ``S`` a string, ``A`` an array).
+_KIND_OF_START = {'"': "a string", "S": "a string", "[": "an array", "A": "an array", "t": "true", "f": "false",
+                  "n": "null", **{c: "a number" for c in "-0123456789"}}
+
+
 def first_non_object_at(text: str, key: str) -> int | None:
     """The index of the first entry of the list at ``key`` of the JSON object ``text`` (its top
     level) that is not an object; None when every entry is an object, or when the scan cannot be
@@ -482,11 +488,18 @@ def first_non_object_at(text: str, key: str) -> int | None:
 
 
 def object_list_scan(text: str, key: str) -> tuple[int | None, int | None]:
+    """:func:`object_list_scan_kind` without the kind: (I, N)."""
+    return object_list_scan_kind(text, key)[:2]
+
+
+def object_list_scan_kind(text: str, key: str) -> tuple[int | None, int | None, str | None]:
     """(the index of the first entry of the list at ``key`` of the JSON object ``text`` (its top
     level) that is not an object, the number of entries where every one is an object and the scan
     counted them): (I, None), (None, N), or (None, None) when every entry is an object but the scan
     did not count them, or when it cannot be sure (no list at ``key``, the key written twice, JSON
-    malformed where the scan looks): the full parse then says what is wrong.
+    malformed where the scan looks): the full parse then says what is wrong. The third value is what
+    entry I is (``validation.json_kind``'s words: "a number", "an array", ...), read from its first character;
+    None with no I.
 
     Read without building any entry, at C speed (``re``): one match over the run of objects the
     list begins with (:func:`_nested_object_pattern`, nested at most :data:`_REGEX_DEPTH` deep,
@@ -503,20 +516,20 @@ def object_list_scan(text: str, key: str) -> tuple[int | None, int | None]:
     import re
     i = list_start_at(text, key)
     if i is None:
-        return None, None
+        return None, None, None
     if re.compile(_JSON_WS + r"*+\]").match(text, i + 1):
-        return None, 0  # an empty list
+        return None, 0, None  # an empty list
     run = re.compile("(?:" + _OBJECT_ENTRY + ",)*+").match(text, i + 1)
     p = run.end()
     if re.compile(_OBJECT_ENTRY + r"\]").match(text, p):
-        return None, None  # the last entry, an object, and the list's end (not counted: one more pass)
+        return None, None, None  # the last entry, an object, and the list's end (not counted: one more pass)
     q = re.compile(_JSON_WS + "*+").match(text, p).end()
     c = text[q:q + 1]
     if c == "{":  # an object nested deeper than the regex reads (or malformed): read the list the slower way
-        return _streamed_object_scan(text, i) if depth_ok(text) else (None, None)
+        return _streamed_object_scan(text, i) if depth_ok(text) else (None, None, None)
     if c and c in _VALUE_START:
-        return sum(1 for _ in re.compile(_OBJECT_ENTRY + ",").finditer(text, i + 1, p)), None
-    return None, None
+        return sum(1 for _ in re.compile(_OBJECT_ENTRY + ",").finditer(text, i + 1, p)), None, _KIND_OF_START[c]
+    return None, None, None
 
 
 #: Characters :func:`_streamed_object_scan` reads at a time (1 MiB; more where a string crosses its end).
@@ -525,8 +538,8 @@ _COLLAPSE_WINDOW = 1 << 20
 _DELETE_WS = {ord(c): None for c in " \t\n\r"}
 
 
-def _streamed_object_scan(text: str, i: int) -> tuple[int | None, int | None]:
-    """:func:`object_list_scan` for the list whose ``[`` is at offset ``i``, for any nesting
+def _streamed_object_scan(text: str, i: int) -> tuple[int | None, int | None, str | None]:
+    """:func:`object_list_scan_kind` for the list whose ``[`` is at offset ``i``, for any nesting
     (``text`` passed :func:`depth_ok`), read window by window (:data:`_COLLAPSE_WINDOW` characters,
     extended to the end of a string the window cuts), so memory is a window's, not the text's: in
     each window strings become ``S`` (a split at the quotes where it holds no backslash, else
@@ -549,7 +562,7 @@ def _streamed_object_scan(text: str, i: int) -> tuple[int | None, int | None]:
         if e < end:  # a string crosses the window's end: read on to its end
             m = string.match(text, e)
             if m is None:
-                return None, None  # an unterminated string: malformed
+                return None, None, None  # an unterminated string: malformed
             e = m.end()
         chunk = text[pos:e]
         pos = e
@@ -565,21 +578,21 @@ def _streamed_object_scan(text: str, i: int) -> tuple[int | None, int | None]:
         c = s[p:p + 1]
         if c == "O":
             if s[p + 1:p + 2] == "]":
-                return None, count + 1  # the last entry, an object, and the list's end
+                return None, count + 1, None  # the last entry, an object, and the list's end
             if p + 1 != len(s):
-                return None, None  # malformed ("O{", "O}")
+                return None, None, None  # malformed ("O{", "O}")
             carry = "O"  # a whole object whose comma (or the list's end) is in the next window
         elif c == "{":
             carry = squash.sub("x", s[p:])  # an unfinished entry: only its open brackets matter
             if len(carry) > 2 * MAX_DEPTH + 1:
-                return None, None  # closers without openers: malformed
+                return None, None, None  # closers without openers: malformed
         elif c and (c in "AS" or c in _VALUE_START):
-            return count, None
+            return count, None, _KIND_OF_START[c]
         elif c:
-            return None, None  # malformed here (",,", "]" after a comma)
+            return None, None, None  # malformed here (",,", "]" after a comma)
         else:
             carry = ""
-    return None, None  # the list never ends: malformed
+    return None, None, None  # the list never ends: malformed
 
 
 def long_number_at(text: str) -> tuple[int | None, int | None]:
@@ -802,4 +815,4 @@ def read_json_file(path: str, *, limit: int, what: str, error: ErrorFactory = co
 __all__ = ["MAX_CONFIG_BYTES", "MAX_MODEL_BYTES", "MAX_HARDWARE_BYTES", "MAX_YAML_BYTES", "MAX_DEPTH",
            "MAX_YAML_NODES", "read_bytes", "read_text", "decode_text", "parse_json", "parse_yaml",
            "read_json_file", "list_length_at", "DuplicateKey", "repeated_member", "duplicate_key_problem",
-           "unique_object_hook", "duplicate_key_position", "first_non_object_at", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]
+           "unique_object_hook", "duplicate_key_position", "first_non_object_at", "object_list_scan_kind", "regular_file_at", "non_finite_path", "gc_paused", "LineIndex", "depth_ok", "error_as", "config_error"]

@@ -34,8 +34,19 @@ MAX_ZERO12_CHANGE_RANKS = 1 << 16
 #: tensors of distinct sizes at 65,536 ranks had 65,536 roles: 25 s CPU, 2.2 GB). Presets and
 #: config.json models repeat their layers and stay far below it (1e5 layers at 2^16 ranks: 25).
 MAX_RANK_ROLES = 1 << 13
+#: Most tensors an inventory may list, for every command (bounded work, issue 21's "seconds and a few
+#: hundred MB"); ``advisor.model.inventory`` enforces it (and re-exports the name). At 2,000,000
+#: (benchmarks/results/bounds.txt, mem21) estimate took ~10 s CPU / 504 MB and check of ZeRO-3 on 8 ranks
+#: ~17 s / 874 MB, every pass walking each tensor where no layer repeats; real models list far fewer: the
+#: largest preset 1,137 tensors, a per-expert Kimi-K2 69,975 (README). 500,000 is ~7x Kimi-K2 per expert
+#: and ~1/4 of the 2M work (measured: bounds.txt, maxt21). Every message and README figure naming it is
+#: written from this name (``{MAX_TENSORS:,}``).
+MAX_TENSORS = 500_000
+#: Most layers a model spec may have (a preset, a config.json; ``advisor.model.specs`` enforces it and
+#: re-exports the name): bounded work, the inventory has one entry per tensor, several per layer.
+MAX_LAYERS = 100_000
 #: Most parameter tensors a model may have for ``generate`` (its own work limit; ``estimate``,
-#: ``check`` and the other commands take up to ``advisor.model.inventory.MAX_TENSORS``).
+#: ``check`` and the other commands take up to :data:`MAX_TENSORS`).
 #: generate is a search: every stage/offload combination over every tensor x pipeline layout it
 #: tries builds its own ledger (``advisor.views.generate.search``: about 30 distinct ledgers on one
 #: 8-GPU node), and each ledger's passes walk every tensor, so its cost is tensors x ledgers, and
@@ -60,8 +71,8 @@ def generate_tensors_problem(tensors: int, name: str) -> str | None:
         return None
     return (f"model {name}: {tensors:,} parameter tensors, over generate's limit of {MAX_GENERATE_TENSORS:,} "
             "(its search builds a ledger per ZeRO stage/offload and layout, each walking every tensor): "
-            "write the config yourself and run estimate or check on it, which take up to 500,000 tensors "
-            "and 100,000 layers")  # MAX_TENSORS, specs.MAX_LAYERS: tests/test_generate_limit21.py checks both
+            f"write the config yourself and run estimate or check on it, which take up to {MAX_TENSORS:,} tensors "
+            f"and {MAX_LAYERS:,} layers")
 
 
 #: Most parameters a model may have (``--params``, settings files): 10^16, far past any model.
@@ -204,6 +215,17 @@ def type_name(value: Any) -> str:
     """What ``value`` is, in JSON's words with its article: "an object", "a string", "null"."""
     t = JSON_TYPE.get(type(value).__name__, type(value).__name__)
     return t if t == "null" else article(t)
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON ``value`` is, without the value: "an object", "an array", "a string", "a number"
+    (integer or not), "true", "false", "null" -- the words ``readers.object_list_scan_kind`` reads from a
+    value's first character, so a refusal says the same whether a scan or the parse found the value."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else ("true" if value else "false")
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {dict: "an object", list: "an array", tuple: "an array", str: "a string"}.get(type(value), type_name(value))
 
 
 def json_quoted(text: str, limit: int = MAX_ECHO) -> str:

@@ -25,16 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from advisor.config.dtypes import TORCH_DTYPE_BYTES, TRAINING_DTYPE_ALIASES, dtype_problem
-from advisor.config.validation import json_quoted, json_shown
+from advisor.config.validation import MAX_TENSORS, json_kind, json_quoted, json_shown  # MAX_TENSORS: the limit, and why, is there
 
 #: Largest tensor an inventory may list (elements): 2^48, far above any real parameter.
 MAX_TENSOR_NUMEL = 1 << 48
-#: Most tensors an inventory may list (bounded work, issue 21's "seconds and a few hundred MB").
-#: At 2,000,000 (benchmarks/results/bounds.txt, mem21) estimate took ~10 s CPU / 504 MB and check of
-#: ZeRO-3 on 8 ranks ~17 s / 874 MB, every pass walking each tensor where no layer repeats; real
-#: models list far fewer: the largest preset 1,137 tensors, a per-expert Kimi-K2 69,975 (README).
-#: 500,000 is ~7x Kimi-K2 per expert and ~1/4 of the 2M work (measured: bounds.txt, maxt21).
-MAX_TENSORS = 500_000
 from advisor.errors import ModelSpecError
 
 
@@ -343,7 +337,21 @@ def from_param_count(n: int, name: str | None = None, chunk: int = PARAM_CHUNK) 
 
 
 def _over_limit(n: int, source: str) -> ModelSpecError:
-    return ModelSpecError(f"{source}: /tensors: {n} tensors, over the limit {MAX_TENSORS}")
+    """The refusal of a ``tensors`` list of ``n`` entries, more than :data:`MAX_TENSORS`: "entries", not
+    "tensors", since a list that long is refused before its entries are checked (they may be numbers)."""
+    return ModelSpecError(f"{source}: /tensors: {n:,} entries, over the limit of {MAX_TENSORS:,} tensors")
+
+
+#: What every entry of an inventory's ``tensors`` list must be, as the refusals say it.
+TENSOR_ENTRY = 'an object (one tensor, e.g. {"name": "w", "shape": [64, 64]})'
+
+
+def _not_a_tensor(i: int, kind: str, source: str) -> ModelSpecError:
+    """The refusal of entry ``i`` of ``tensors``, which is ``kind`` (``validation.json_kind``'s words: "a
+    number", "an array", "null", ...), not an object: one line naming the file, the entry and what it must be.
+    The same words whether the counting scan (``readers.object_list_scan_kind``, from the entry's first
+    character) or the parse (:func:`from_dict`, from the value) finds it."""
+    return ModelSpecError(f"{source}: /tensors/{i}: expected {TENSOR_ENTRY}, got {kind}")
 
 
 def refuse_over_limit(text: str, source: str) -> None:
@@ -358,8 +366,8 @@ def refuse_over_limit(text: str, source: str) -> None:
       refused over the limit;
     * a list with an entry that is not an object (``[[64, 64], ...]``, ``[1, 1, ...]``, or
       ``[{"shape": [1]}, [], [], ...]``) is refused at the first such entry, ``/tensors/I: expected
-      an object`` as :func:`from_dict` would say, found by
-      :func:`advisor.config.readers.object_list_scan` without parsing the list (22M ``[]`` in
+      an object (one tensor ...), got an array`` as :func:`from_dict` would say, found by
+      :func:`advisor.config.readers.object_list_scan_kind` without parsing the list (22M ``[]`` in
       64 MiB took 16 s and 1.7 GB to parse first; after one object, 3.0 s and 1.6 GB, now 0.3 s
       and 160 MB: issue 21); where that scan read the list window by window (entries nested
       deeper than its regex) it has counted them too, and a count over the limit is refused
@@ -373,10 +381,10 @@ def refuse_over_limit(text: str, source: str) -> None:
     if text.count(",") < MAX_TENSORS:
         return
     from advisor.config.readers import (DuplicateKey, duplicate_key_position, duplicate_key_problem, error_as,
-                                        list_length_at, list_start_at, object_list_scan)
-    bad, n = object_list_scan(text, "tensors")
+                                        list_length_at, list_start_at, object_list_scan_kind)
+    bad, n, kind = object_list_scan_kind(text, "tensors")
     if bad is not None:
-        raise ModelSpecError(f"{source}: /tensors/{bad}: expected an object")
+        raise _not_a_tensor(bad, kind, source)
     if n is None:
         # every entry an object: only a list holding more than MAX_TENSORS "{" can be too long. Counted from the
         # list's "[" (every "{" before it is the document's own, or another key's), so an inventory of exactly
@@ -405,8 +413,14 @@ def from_dict(d: Any, source: str, *, consume: bool = False) -> Inventory:
     :data:`FROM_DICT_CHUNK` entries is released as soon as its TensorSpecs exist and the list is
     left empty: the parsed dicts (~290 B a tensor) and the specs (~180 B) of a 1.9M-tensor file
     peaked together at 1.0 GB (issue 21). The file readers pass it; the result is the same."""
-    if not isinstance(d, dict) or not isinstance(d.get("tensors"), list) or not d["tensors"]:
-        raise ModelSpecError(f"{source}: an inventory needs a non-empty 'tensors' list")
+    if not isinstance(d, dict):
+        raise ModelSpecError(f"{source}: expected an object with a non-empty 'tensors' list (an inventory), "
+                             f"got {json_kind(d)}")
+    if "tensors" not in d:
+        raise ModelSpecError(f"{source}: an inventory needs a non-empty 'tensors' list; there is no 'tensors' key")
+    if not isinstance(d["tensors"], list) or not d["tensors"]:
+        got = "an empty array" if d["tensors"] == [] else json_kind(d["tensors"])
+        raise ModelSpecError(f"{source}: /tensors: expected a non-empty array of tensor objects, got {got}")
     entries = d["tensors"]
     if len(entries) > MAX_TENSORS:
         raise _over_limit(len(entries), source)
@@ -620,7 +634,7 @@ def _checked_tensor(t: Any, i: int, source: str) -> TensorSpec:
     ModelSpecError naming ``source``, the tensor and the field."""
     where = f"{source}: /tensors/{i}"
     if not isinstance(t, dict):
-        raise ModelSpecError(f"{where}: expected an object")  # as the streaming scan says it (no value there)
+        raise _not_a_tensor(i, json_kind(t), source)  # as the counting scan says it (kind words, no value)
     shape = t.get("shape")
     if (not isinstance(shape, list) or len(shape) > 8
             or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TENSOR_NUMEL for x in shape)

@@ -32,7 +32,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
-from advisor.config.validation import MAX_DIM, MAX_SEQ_LEN, json_shown, shown
+from advisor.config.validation import MAX_DIM, MAX_LAYERS, MAX_SEQ_LEN, json_shown, shown
 from advisor.errors import ModelSpecError, cut
 from advisor.model.inventory import Inventory, TensorSpec, from_dict
 
@@ -168,9 +168,8 @@ def _posint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
-#: Documented limits of a model spec (bounded work: the inventory has one entry per tensor).
-MAX_LAYERS = 100_000
-#: Largest width (hidden, intermediate, vocab, heads, head_dim, ...): MAX_DIM (config.validation,
+#: Documented limits of a model spec (bounded work: the inventory has one entry per tensor). Most layers:
+#: MAX_LAYERS (config.validation, with the other tensor limits). Largest width (hidden, intermediate, vocab, heads, head_dim, ...): MAX_DIM (config.validation,
 #: shared with --hidden-size). Most positions (max_seq_len): MAX_SEQ_LEN (config.validation,
 #: the one bound of tokens per sequence, shared with --seq-len and a workload sidecar's seq_len).
 #: Most routed experts per layer.

@@ -3,7 +3,7 @@ objects (``[[64, 64], ...]``, ``[1, ...]``, 22M ``[]`` in 64 MiB) has few ``{``,
 before the parse (``inventory.refuse_over_limit``) never ran: the whole list was parsed (16 s and
 1.7 GB for the 22M ``[]``) before it was refused. Now such a list, with as many commas as the
 limit, is refused at its first entry with the message ``from_dict`` gives it
-(``/tensors/0: expected an object``), found by ``readers.first_non_object_at`` without parsing the list.
+(``/tensors/0: expected an object (one tensor ...), got an array``), found by ``readers.first_non_object_at`` without parsing the list.
 
 ``first_non_object_at`` is checked against ``json.loads`` itself on random documents; the refusal's
 memory is measured in a child process (its peak RSS against the text it reads)."""
@@ -88,7 +88,13 @@ def test_first_non_object_at_leaves_what_it_cannot_be_sure_of(text: str) -> None
     assert readers.first_non_object_at(text, "tensors") is None
 
 
-@pytest.mark.parametrize("entry", ["[64, 64]", "1", "null", '"w"', "[]", "0.5", "true"])
+#: What each refusal says an entry is (JSON's words, by hand) and what it must be.
+KIND = {"[64, 64]": "an array", "1": "a number", "null": "null", '"w"': "a string", "[]": "an array", "0.5": "a number",
+        "true": "true", "false": "false", "-2": "a number", '"[1]"': "a string"}
+MUST = 'expected an object (one tensor, e.g. {"name": "w", "shape": [64, 64]}), got '
+
+
+@pytest.mark.parametrize("entry", ["[64, 64]", "1", "null", '"w"', "[]", "0.5", "true", "false", "-2", '"[1]"'])
 def test_non_object_entries_refused_before_the_parse(tmp_path, monkeypatch, entry) -> None:
     monkeypatch.setattr(inventory, "MAX_TENSORS", 10)
     f = tmp_path / "inv.json"
@@ -96,7 +102,7 @@ def test_non_object_entries_refused_before_the_parse(tmp_path, monkeypatch, entr
     # the message the parsed inventory gets from from_dict's entry check (at the limit it counts first)
     with pytest.raises(ModelSpecError) as parsed:
         inventory.from_dict({"tensors": json.loads(f.read_text())["tensors"][:10]}, str(f))
-    assert str(parsed.value) == f"{f}: /tensors/0: expected an object"
+    assert str(parsed.value) == f"{f}: /tensors/0: {MUST}{KIND[entry]}"
 
     def no_parse(*a, **k):
         raise AssertionError("parsed before its entries were checked")
@@ -116,7 +122,7 @@ def test_object_entries_and_short_lists_read_as_before(tmp_path, monkeypatch) ->
     # fewer commas than the limit: not scanned; a later non-object entry: from_dict after the parse names it
     g = tmp_path / "mixed.json"
     g.write_text(json.dumps({"tensors": [{"shape": [2]}, 1]}))
-    with pytest.raises(ModelSpecError, match=r"/tensors/1: expected an object$"):
+    with pytest.raises(ModelSpecError, match=r"/tensors/1: expected an object \(one tensor.*\), got a number$"):
         specs.resolve_model(str(g))
 
 
@@ -144,6 +150,6 @@ def test_22m_empty_lists_refused_in_bounded_memory(tmp_path) -> None:
                        env=clean_env(PYTHONPATH=str(ROOT)), timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     msg, peak = p.stdout.splitlines()
-    assert msg == f"{f}: /tensors/0: expected an object"
+    assert msg == f"{f}: /tensors/0: {MUST}an array"
     # the text as bytes and as str (64 MiB each), little more
     assert int(peak) < 3 * readers.MAX_MODEL_BYTES, peak

@@ -4,7 +4,7 @@ millions of entries that are not objects (``[{"name": "a", "shape": [1]}, [], []
 ``estimate`` took 3.0 s CPU and 1.66 GB before refusing it (over the tensor limit, not at the bad
 entry). Now ``readers.first_non_object_at`` finds the first entry that is not an object without
 parsing the list, and the CLI refuses the file with the one line ``from_dict`` gives that entry
-(``FILE: /tensors/1: expected an object``), exit 2.
+(``FILE: /tensors/1: expected an object (one tensor ...), got an array``), exit 2.
 
 The scan is checked against ``json.loads`` on random documents in test_inventory_entries_early.py;
 here the CLI's line and its peak RSS are checked. The child reports its own peak RSS as its address
@@ -65,27 +65,30 @@ FLAT = '{"name": "a", "shape": [1]}'
 NESTED = '{"name": "a", "shape": [1], "meta": {"x": [[1]]}}'  # an object inside: the scan's slower reading
 
 
-@pytest.mark.parametrize("head, filler, index, rss_bound", [
-    ([FLAT], "[]", 1, 4 * readers.MAX_MODEL_BYTES),                 # 22M empty lists after one tensor
-    ([FLAT] * 5 + ['"w"'], "5", 5, 4 * readers.MAX_MODEL_BYTES),    # a string mid-list, 33M ints after it
-    ([NESTED], "[]", 1, 12 * readers.MAX_MODEL_BYTES),              # the parse it replaced took 26x (1.66 GB)
+MUST = 'expected an object (one tensor, e.g. {"name": "w", "shape": [64, 64]}), got '
+
+
+@pytest.mark.parametrize("head, filler, index, kind, rss_bound", [
+    ([FLAT], "[]", 1, "an array", 4 * readers.MAX_MODEL_BYTES),                 # 22M empty lists after one tensor
+    ([FLAT] * 5 + ['"w"'], "5", 5, "a string", 4 * readers.MAX_MODEL_BYTES),    # a string mid-list, 33M ints after it
+    ([NESTED], "[]", 1, "an array", 12 * readers.MAX_MODEL_BYTES),              # the parse it replaced took 26x (1.66 GB)
 ])
-def test_a_later_non_object_entry_is_refused_without_the_parse(tmp_path, head, filler, index, rss_bound):
+def test_a_later_non_object_entry_is_refused_without_the_parse(tmp_path, head, filler, index, kind, rss_bound):
     f = tmp_path / "inv.json"
     _write(f, head, filler)
     rc, err, rss = _estimate(tmp_path, f)
     assert rc == 2, err[-2000:]
-    assert err.strip() == f"ds-advisor: {f}: /tensors/{index}: expected an object", err[-2000:]
+    assert err.strip() == f"ds-advisor: {f}: /tensors/{index}: {MUST}{kind}", err[-2000:]
     assert rss < rss_bound, (rss, rss_bound)
 
 
-@pytest.mark.parametrize("entries, index", [
-    ([FLAT, "[64, 64]"] + [FLAT] * 9, 1),
-    ([NESTED] * 3 + ['"w"'] + [FLAT] * 8, 3),
-    ([FLAT] * 9 + ["null", FLAT], 9),
-    ([FLAT, NESTED, FLAT, "0.5"] + [NESTED] * 8, 3),
+@pytest.mark.parametrize("entries, index, kind", [
+    ([FLAT, "[64, 64]"] + [FLAT] * 9, 1, "an array"),
+    ([NESTED] * 3 + ['"w"'] + [FLAT] * 8, 3, "a string"),
+    ([FLAT] * 9 + ["null", FLAT], 9, "null"),
+    ([FLAT, NESTED, FLAT, "0.5"] + [NESTED] * 8, 3, "a number"),
 ])
-def test_the_first_bad_entry_is_named_as_from_dict_names_it(tmp_path, monkeypatch, entries, index):
+def test_the_first_bad_entry_is_named_as_from_dict_names_it(tmp_path, monkeypatch, entries, index, kind):
     """At a limit of 10 tensors (so the scan runs on a small file): the message is the one the
     parsed inventory gets from from_dict, and nothing is parsed first."""
     monkeypatch.setattr(inventory, "MAX_TENSORS", 10)
@@ -93,7 +96,7 @@ def test_the_first_bad_entry_is_named_as_from_dict_names_it(tmp_path, monkeypatc
     f.write_text('{"name": "x", "tensors": [' + ", ".join(entries) + "]}")
     with pytest.raises(ModelSpecError) as parsed:
         inventory.from_dict({"tensors": json.loads(f.read_text())["tensors"][:10]}, str(f))
-    assert str(parsed.value) == f"{f}: /tensors/{index}: expected an object"
+    assert str(parsed.value) == f"{f}: /tensors/{index}: {MUST}{kind}"
 
     def no_parse(*a, **k):
         raise AssertionError("parsed before its entries were checked")

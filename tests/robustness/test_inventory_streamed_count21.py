@@ -74,7 +74,7 @@ def test_deep_objects_over_the_limit_refused_in_one_pass(tmp_path, monkeypatch) 
     for load in (specs.resolve_model, inventory.load_inventory):
         with pytest.raises(ModelSpecError) as early:
             load(str(f))
-        assert str(early.value) == f"{f}: /tensors: 11 tensors, over the limit 10"
+        assert str(early.value) == f"{f}: /tensors: 11 entries, over the limit of 10 tensors"
     # at the limit: read as before (the entries' extra keys are ignored by from_dict)
     monkeypatch.undo()
     monkeypatch.setattr(inventory, "MAX_TENSORS", 11)
@@ -97,5 +97,5 @@ def test_at_the_limit_not_counted_by_a_second_parse(tmp_path, monkeypatch) -> No
     g.write_text(json.dumps({"meta": {"a": {}}, "tensors": [{"name": f"w{i}", "shape": [2, 3]} for i in range(11)]}))
     monkeypatch.undo()
     monkeypatch.setattr(inventory, "MAX_TENSORS", 10)
-    with pytest.raises(ModelSpecError, match=r"/tensors: 11 tensors, over the limit 10$"):
+    with pytest.raises(ModelSpecError, match=r"/tensors: 11 entries, over the limit of 10 tensors$"):
         specs.resolve_model(str(g))
