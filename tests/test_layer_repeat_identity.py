@@ -17,6 +17,7 @@ from advisor.ledger import state, timeline
 from advisor.ledger.state import Cluster, Plan
 from advisor.model import parallel
 from advisor.model.inventory import Inventory, TensorSpec
+from layer_repeat_cases import fresh_copy, random_zero_config
 
 
 def _layered(rng: random.Random, layers: tuple[int, int] = (1, 14)) -> tuple[Inventory, tuple[int, int, int] | None]:
@@ -72,8 +73,7 @@ def want_head(inv: Inventory) -> int:
     return parallel.in_layer_flags(inv).find(1)
 
 
-def _copy(inv: Inventory) -> Inventory:
-    return Inventory(inv.name, list(inv.tensors))  # a fresh tensor list: nothing memoised
+_copy = fresh_copy
 
 
 @pytest.fixture
@@ -128,24 +128,7 @@ def test_container_steps_and_load_peak_equal_whole_walk(seed, no_repeat):
 
 
 def _config(rng: random.Random) -> dict:
-    stage = rng.choice([0, 1, 2, 3, 3, 3])
-    z: dict = {"stage": stage}
-    if rng.random() < 0.5:
-        z["reduce_bucket_size"] = rng.choice([50, 500, 5000, 10**6])
-    if stage == 3:
-        z["stage3_param_persistence_threshold"] = rng.choice([0, 100, 10**5])
-        z["stage3_prefetch_bucket_size"] = rng.choice([0, 100, 1000, 5 * 10**7])
-        z["stage3_max_live_parameters"] = rng.choice([100, 10**9])
-        z["stage3_max_reuse_distance"] = rng.choice([0, 500, 10**9])
-        z["contiguous_gradients"] = rng.random() < 0.8
-    if stage >= 1 and rng.random() < 0.4:
-        dev = rng.choice(["cpu", "nvme"]) if stage == 3 else "cpu"
-        z["offload_optimizer"] = {"device": dev, **({"nvme_path": "/nvme"} if dev == "nvme" else {})}
-        if stage == 3 and rng.random() < 0.5:
-            z["offload_param"] = {"device": dev, **({"nvme_path": "/nvme"} if dev == "nvme" else {})}
-    prec = rng.choice([{"bf16": {"enabled": True}}, {"fp16": {"enabled": True}}, {}])
-    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": rng.choice([1, 2]),
-            "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "zero_optimization": z, **prec}
+    return random_zero_config(rng)  # the draws this file always made (tests/layer_repeat_cases.py)
 
 
 @pytest.mark.parametrize("seed", range(12))
