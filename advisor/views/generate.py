@@ -342,6 +342,17 @@ class Rejection:
     terms: tuple[str, ...] = ()
     #: tight because the accelerator peak is a lower bound (FitRow.lower_bound, rule M104): its fit is unknown.
     lower_bound: bool = False
+    #: The row's need without the load phase and deepspeed.initialize before partitioning (FitRow.steady_need,
+    #: estimate's ONE_OFF); None where the row has none. Below ``need``: the row's peak is in the load phase.
+    steady_need: int | None = None
+
+    @property
+    def load_binds(self) -> bool:
+        """The row's peak is the load phase (the model materialised before deepspeed.initialize partitions it)
+        and the row would leave room without it: steady_need <= usable (headroom not judged: a load option's
+        re-search, :func:`load_suggestion`, says whether a plan then fits)."""
+        return (self.steady_need is not None and self.usable is not None and self.steady_need < self.need
+                and self.steady_need <= self.usable)
 
     @property
     def over(self) -> int | None:
@@ -586,7 +597,7 @@ def _rejection(pf: Any) -> Rejection | None:
         for r in rows:
             if r.verdict == want and (r.need or want != "unknown"):
                 return Rejection(r.tier, r.need, r.capacity, r.scope, want if want != "unknown" else "does not fit",
-                                 r.uncertainty, tuple(r.uncertain), bool(r.lower_bound))
+                                 r.uncertainty, tuple(r.uncertain), bool(r.lower_bound), r.steady_need)
     r = rows[0]
     return Rejection(r.tier, r.need, r.capacity, r.scope)
 
@@ -1401,8 +1412,51 @@ def _why(c: "Candidate", template: str, co: dict | None) -> None:
     c.why, c.why_sized = render_sized(template, sizes, DEFAULT_UNITS), (template, sizes)
 
 
-def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict]]:
-    """When nothing fits: (1) the fewest nodes (same GPUs per node, same global batch, so the
+def load_suggestion(inv: Inventory, hardware: Any, req: Request, rejected: list[Candidate]) -> tuple[str, dict] | None:
+    """When the load phase is what does not fit: the load flag (``--load-dtype`` the training precision,
+    ``--zero-init``, ``--low-cpu-mem-usage``) with which a plan of the same request fits, or None.
+
+    Asked only where a rejected plan's binding row peaks in the load phase and fits without it
+    (:attr:`Rejection.load_binds`: every rank materialises the whole model before deepspeed.initialize
+    partitions it, :func:`advisor.ledger.timeline.resolve_load`); each option is then proven by a
+    re-search of the request with it (:func:`search`, estimate's fit), so a suggestion always names a
+    plan that fits. The options are only those the request does not already take: 16-bit weights
+    (``from_pretrained(torch_dtype=torch.bfloat16)`` halves the fp32 copy; with fp32 training there is
+    none), deepspeed.zero.Init (partitions at construction, ZeRO-3 only: ``runtime/zero/partition_parameters.py``
+    ``Init``; pipeline parallelism runs at ZeRO 0-1, ``runtime/pipe/engine.py`` l.75-77), one copy of
+    the weights while loading. One at a time, then all together when none fits alone."""
+    bound = [c.rejection for c in rejected if c.rejection is not None and c.rejection.load_binds]
+    if not bound:
+        return None
+    options: list[tuple[str, dict[str, Any]]] = []
+    if req.precision in ("bf16", "fp16") and req.load_dtype != req.precision:
+        options.append((f"--load-dtype {req.precision}", {"load_dtype": req.precision}))
+    if req.zero_init is False:
+        options.append(("--zero-init", {"zero_init": True}))
+    if req.low_cpu_mem_usage is False:
+        options.append(("--low-cpu-mem-usage", {"low_cpu_mem_usage": True}))
+    tries = options + ([(" ".join(f for f, _ in options), {k: v for _, kw in options for k, v in kw.items()})]
+                       if len(options) > 1 else [])
+    worst = min(bound, key=lambda r: r.need - r.usable)  # the closest, as the rejected line names it
+    for flags, kw in tries:
+        res = search(inv, hardware, replace(req, **kw), top=1)
+        if res.best:
+            b = res.best
+            where = "" if b.layout() == "-" else f"{b.layout()}, "
+            torch_dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(kw.get("load_dtype", ""))
+            how = f" (from_pretrained(..., torch_dtype=torch.{torch_dtype}))" if torch_dtype else ""
+            return (f"the load phase is what does not fit (the weights as loaded, before deepspeed.initialize "
+                    f"partitions them: {worst.tier} {worst.scope} " + "{load:1}, {steady:1} without "
+                    f"it): {flags}{how} fits with {where}ZeRO-{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} "
+                    f"x GA {b.ga}, checkpointing {b.checkpointing}: " + "{accelerator:1} per GPU",
+                    {"load": worst.need, "steady": worst.steady_need, "accelerator": b.accelerator})
+    return None
+
+
+def suggest(inv: Inventory, hardware: Any, req: Request,
+            rejected: list[Candidate] | None = None) -> list[tuple[str, dict]]:
+    """When nothing fits: (0) with the search's ``rejected`` plans, the load flag that fits when the
+    load phase binds (:func:`load_suggestion`); (1) the fewest nodes (same GPUs per node, same global batch, so the
     batch must split evenly) up to 64x the request; (2) a read-write NVMe tier of the size the
     best NVMe plan needs per node, when the hardware has none; (3) the longest sequence length
     (a multiple of 128, or any length below 128) that fits. Each with numbers: (text, sizes), the
@@ -1412,6 +1466,9 @@ def suggest(inv: Inventory, hardware: Any, req: Request) -> list[tuple[str, dict
     (--tensor-parallel ...) stay fixed, the others 1: the one layout they name, said in the text."""
     out: list[tuple[str, dict]] = []
     mp_searched = req.model_parallel and not req.hf
+    loaded = load_suggestion(inv, hardware, req, rejected or [])
+    if loaded:
+        out.append(loaded)
     fixed = [v for v in (req.tensor_parallel, req.pipeline_parallel, req.sequence_parallel) if v is not None]
     if fixed and max(fixed) > 1:
         # degrees given stay fixed (the one layout they name; data parallelism alone would not be the
@@ -1535,7 +1592,7 @@ def run(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResu
         from advisor.findings import render_sized
         from advisor.units import DEFAULT_UNITS
 
-        res.suggestions_sized = suggest(inv, hardware, req)
+        res.suggestions_sized = suggest(inv, hardware, req, res.rejected)
         res.suggestions = [render_sized(t, s, DEFAULT_UNITS) for t, s in res.suggestions_sized]
         raise NothingFits("no plan fits " + f"{inv.name} on {req.nodes} x {req.gpus_per_node} "
                           f"{hardware.accelerator.name if hardware.accelerator else 'accelerators'}", res)
