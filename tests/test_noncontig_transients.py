@@ -204,15 +204,16 @@ def test_noncontig_modelled_at_zero1_and_zero2_at_any_ga_and_groups() -> None:
                                                            "overlap_comm": True,
                                                            "offload_optimizer": {"device": "cpu"}}})
     assert not state.zero12_transients_modeled(z1oc, state.select_optimizer(z1oc)[0], 2, 1)
-    # another communication_data_type: ZeRO-1's flushes hold their casts (test_zero1_noncontig_comm_cast_by_hand);
-    # ZeRO-2's (_zero12_noncontig_transients) are not modelled
+    # another communication_data_type: ZeRO-1's and ZeRO-2's flushes hold their casts
+    # (test_zero1_noncontig_comm_cast_by_hand, test_zero2_noncontig_comm_cast_by_hand)
     z1comm = effective_config({**base, "communication_data_type": "fp32",
                                "zero_optimization": {"stage": 1, "contiguous_gradients": False, "overlap_comm": True}})
     assert state.zero12_transients_modeled(z1comm, state.select_optimizer(z1comm)[0], 2, 1)
-    z2comm = effective_config({**base, "communication_data_type": "fp32",
-                               "zero_optimization": {"stage": 2, "contiguous_gradients": False, "overlap_comm": True}})
-    assert not state.zero12_transients_modeled(z2comm, state.select_optimizer(z2comm)[0], 2, 1)
-    assert state.zero12_transients_unmodeled(z2comm, state.select_optimizer(z2comm)[0], 2, 1)
+    for ov in (False, True):
+        z2comm = effective_config({**base, "communication_data_type": "fp32",
+                                   "zero_optimization": {"stage": 2, "contiguous_gradients": False, "overlap_comm": ov}})
+        assert state.zero12_transients_modeled(z2comm, state.select_optimizer(z2comm)[0], 2, 1)
+        assert state.zero12_transients_unmodeled(z2comm, state.select_optimizer(z2comm)[0], 2, 1) == ""
     assert state.zero12_transients_modeled(plain, w, 1, 1)
 
 
@@ -382,3 +383,33 @@ def test_zero1_noncontig_overlap_comm_fp32_by_hand() -> None:
         tl = role_timeline(led, led.rank(r), resolve_load(ec), ga=2, rank=r)
         at = {x.key: sum(e[-1] for e in ents) for x, ents in zip(tl.instants, tl.entries)}
         assert at["reduce"] - at["forward:1"] == 86418 + 92708 + 38528, r
+
+
+@pytest.mark.parametrize("overlap", (False, True))
+@pytest.mark.parametrize("comm,C", (("fp32", 4), ("fp16", 2)))
+def test_zero2_noncontig_comm_cast_by_hand(comm: str, C: int, overlap: bool) -> None:
+    """parity.TINY at W = 2, ZeRO-2 bf16 without contiguous_gradients, reduce_bucket_size 10,000, with a
+    communication_data_type unlike the model's. Hooks in autograd's order (l3.bias 5, l3.weight 385, l2.bias 77,
+    l2.weight 23,177, l1.bias 301, l1.weight 19,264); a gradient that takes the bucket past 10,000 flushes it first
+    (l.1422): [l3.*, l2.bias] (467, flattened: 934 B) at l2.weight's hook, [l2.weight] (a view) at l1.bias's, whose
+    autograd sibling l1.weight (19,264) is made with it, [l1.bias] at l1.weight's, [l1.weight] in the epilogue. Each
+    flush also holds its run's cast to C bytes while the all-reduce runs (allreduce_bucket l.2376-2377, by dtype: fp16
+    on bf16 too); with overlap_comm the previous flush's dropped gradients (467 x 2 B) are cleared before it
+    (l.2411-2415), under the cast. The largest: l2.weight's, (23,177 + 301 + 19,264) x 2 B of gradients + 23,177 x C,
+    and on rank 1 the 467 elements its slice keeps whole (l.2266-2270) + 934 B. Engine (TINY W 2, GA 2, real Linears,
+    2026-12-06, probe, fp32): backward:1 351,076 / 352,010 B = 172,848 persistent + 178,192 / 179,126 + 36 B of
+    scalars, the fp32 cast 92,708 B at l.2377 among the storages."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    import parity
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                           "communication_data_type": comm,
+                           "zero_optimization": {"stage": 2, "reduce_bucket_size": 10000,
+                                                 "contiguous_gradients": False, "overlap_comm": overlap}})
+    inv = from_dict(parity.TINY, "tiny")
+    layout = state.zero12_group_layout(tuple(t.numel for t in inv.tensors), 2, 2, False)
+    got = state.zero12_backward_transients(ec, inv, [layout], 2, 1).to_list()
+    R = (23177 + 301 + 19264) * 2 + 23177 * C
+    A = (23177 + 77) * 2  # l2's AddmmBackward0 outputs at l2.bias's hook
+    assert got == [(A, R, 19264 * 8), (A, R + 934, 21136 * 8)]

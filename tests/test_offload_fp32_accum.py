@@ -73,9 +73,15 @@ def test_modelled_not_a_lower_bound():
     for cfg in (_cfg(dtype="fp16", gacc="bf16"), _cfg(gacc="fp16"), _cfg(gacc="fp16", ga=1, overlap=True)):
         led, _ = _timeline(cfg, 0)
         assert not led.peak_lower_bound
-    # outside the measured regimes the peak stays a lower bound: an fp32 model with a 16-bit accumulation dtype
-    led, _ = _timeline(_cfg(dtype="fp32", gacc="bf16"), 0)
-    assert "grad_accum_dtype bf16" in led.peak_lower_bound
+    # an fp32 model with a 16-bit accumulation dtype (test_fp32_model_16bit_accumulation_by_hand; ZeRO-2:
+    # test_zero2_16bit_accumulation_is_the_model_dtype_path)
+    for cfg in (_cfg(dtype="fp32", gacc="bf16"), _cfg(dtype="fp32", gacc="fp16", ga=1, overlap=True),
+                _cfg(stage=2, dtype="fp32", gacc="bf16"), _cfg(stage=2, dtype="fp32", gacc="fp16", overlap=True)):
+        led, _ = _timeline(cfg, 0)
+        assert not led.peak_lower_bound
+    # without offload ZeRO-1 with a grad_accum_dtype unlike the model's stays a lower bound (not this regime)
+    led, _ = _timeline({**_cfg(dtype="fp16"), "zero_optimization": {"stage": 1, "reduce_bucket_size": RBS}}, 0)
+    assert "grad_accum_dtype fp32" in led.peak_lower_bound
 
 
 @pytest.mark.parametrize("dtype,gacc", (("bf16", "fp16"), ("fp16", "bf16")))
@@ -108,14 +114,46 @@ def test_zero1_16bit_accumulation_by_hand(r, dtype, gacc):
 
 
 @pytest.mark.parametrize("r", (0, 1))
+def test_fp32_model_16bit_accumulation_by_hand(r):
+    # ZeRO-1 on an fp32 model (D = 4) with grad_accum_dtype bf16 (G = 2): the path of
+    # test_zero1_16bit_accumulation_by_hand (l.397-404 ask only for a dtype unlike self.dtype; l.1260-1262 no compact
+    # partition), the hooks' 4-byte gradients beside their 2-byte copies, the ipg bucket in bf16 (l.1253-1254,
+    # setup_buckets l.3266: RBS x 2 = 20,000 B, not RBS x 4). Hooks in autograd's order (l3.bias 5, l3.weight 385,
+    # l2.bias 77, l2.weight 23,177, l1.bias 301, l1.weight 19,264; a bias's AddmmBackward0 sibling is its weight):
+    # micro-step 1 peaks at l1.weight's hook, every copy (N x 2) beside its fp32 gradient (19,264 x 4); micro-step 2 at
+    # l2.weight's, N x 2 kept + its new gradient x 4 + its copy x 2. Engine (TINY W 2, GA 2, RBS 10,000, real Linears,
+    # CPU offload, 2026-12-06, 2 probe runs, initialize 617,536 B): backward:1 +183,522 (+48 B of scalars), forward:2
+    # +107,670 (+1,252 of proxy inputs), backward:2 +260,582 / +274,956 (the reduce, +52), step:2 +192,916 / +231,452
+    # (+68 / +76): the model-dtype plan's N_pad x 4 = 172,848 B at the update + what grad_accum keeps
+    led, at = _timeline(_cfg(dtype="fp32", gacc="bf16"), r)
+    assert not led.peak_lower_bound
+    base = at["initialize"]
+    ipg = RBS * 2
+    assert at["backward:1"] - base == ipg + 2 * N + 4 * 19264
+    assert at["forward:2"] - base == ipg + 2 * N
+    assert at["backward:2"] - base == ipg + 2 * N + (4 + 2) * 23177
+    if r == 0:
+        reduce = 19264 * 8 + 19264 * 2 + (N - 19264) * 2
+        kept = ipg
+    else:
+        reduce = 21136 * 8 + 23177 * 2 + (77 + 385 + 5) * 2 + 19264 * 2
+        kept = ipg + 19264 * 2
+    assert at["reduce"] - base == ipg + reduce
+    assert at["first_step:update"] - base == 43212 * 4 + kept
+    _, ref = _timeline(_cfg(gacc="fp32", dtype="fp32"), r)
+    assert ref["first_step:update"] - ref["initialize"] == 43212 * 4
+
+
+@pytest.mark.parametrize("r", (0, 1))
 @pytest.mark.parametrize("ga", (1, 2))
-@pytest.mark.parametrize("dtype,gacc", (("bf16", "fp16"), ("fp16", "bf16")))
+@pytest.mark.parametrize("dtype,gacc", (("bf16", "fp16"), ("fp16", "bf16"), ("fp32", "bf16"), ("fp32", "fp16")))
 def test_zero2_16bit_accumulation_is_the_model_dtype_path(dtype, gacc, ga, r):
     # ZeRO-2 never reads a 16-bit grad_accum_dtype (stage_1_and_2.py: param.grad_accum needs stage 1, l.401; the
     # compact partition fp32, l.1260-1262; the ipg buffers self.dtype, l.1253-1254; l.1038-1053 only without
     # offload), so DeepSpeed runs the plan as with grad_accum_dtype = the model's: the same bytes at every instant of
     # every rank, and not a lower bound (engine: tests/engine/test_peak_parity.py z2_bf16_oo_cpu_gaccfp16_tbsga2_w2;
-    # probes at GA 1, with overlap_comm, fp32 communication and fp16 with bf16 accumulation, all within 0.16%)
+    # probes at GA 1, with overlap_comm, fp32 communication and fp16 with bf16 accumulation, all within 0.16%; an fp32
+    # model with bf16 accumulation, GA 2, 2 probe runs, 2026-12-06: every phase within 0.20%, the proxy inputs)
     led, got = _timeline(_cfg(stage=2, ga=ga, dtype=dtype, gacc=gacc), r)
     assert led.peak_lower_bound == ""
     _, want = _timeline(_cfg(stage=2, ga=ga, dtype=dtype, gacc=dtype), r)

@@ -3230,7 +3230,8 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
     ZeRO-1/2 (§4.2; ``stage_1_and_2.py`` DeepSpeedZeroOptimizer.setup_buckets): RBS x B x
     (1 + overlap_comm), allocated at full size on every backward when ``contiguous_gradients``
     or the optimizer is offloaded and released at the end of it (``_release_ipg_buffers`` from
-    ``independent_gradient_partition_epilogue``: lifetime ``in_backward``, not in the step); B = model dtype bytes, 4 at stage 1 with grad_accum_dtype fp32;
+    ``independent_gradient_partition_epilogue``: lifetime ``in_backward``, not in the step); B = model dtype bytes,
+    at stage 1 with a grad_accum_dtype unlike the model's that dtype's (4 for fp32, 2 for a 16-bit one);
     none under BF16_Optimizer (:func:`select_optimizer`). ZeRO-3 (§4.4; ``stage3.py``
     DeepSpeedZeroOptimizer_Stage3.__init__, ipg_buckets[dtype].buffer): RBS x C (comm dtype) when
     ``contiguous_gradients``, allocated at initialize and kept. RBS is elements."""
@@ -3241,7 +3242,12 @@ def ipg_bucket_bytes(ec: EffectiveConfig) -> tuple[int, str, str] | None:
             return None
         if not ec.contiguous_gradients_effective:  # forced on under optimizer offload (l.299-300)
             return None
-        B = 4 if (z.stage == 1 and ec.grad_dtype == "fp32") else DTYPE_BYTES[ec.model_dtype]
+        # at stage 1 with a grad_accum_dtype unlike the model's the buckets take that dtype
+        # (use_grad_accum_attribute l.397-404 -> _gradient_reduction_buffer_dtype l.1253-1254): 4 for fp32, 2 for
+        # a 16-bit one on an fp32 model (engine probe, TINY W 2 GA 2, fp32 + bf16 under CPU offload: setup_buckets
+        # l.3266 allocated 20,000 B at reduce_bucket_size 10,000, not 40,000)
+        B = (DTYPE_BYTES[ec.grad_dtype] if (z.stage == 1 and ec.grad_dtype != ec.model_dtype)
+             else DTYPE_BYTES[ec.model_dtype])
         mult = 2 if z.overlap_comm else 1
         return (z.reduce_bucket_size * B * mult,
                 f"reduce_bucket_size x B x (1 + overlap_comm) = {z.reduce_bucket_size:,} elements x {B} bytes x "
@@ -4351,10 +4357,18 @@ def zero12_offload_fp32_accum(ec: EffectiveConfig, wrapper: str, ga: int = 1, gr
     (TINY W 2, GA 2, RBS 10,000, real Linears, 2026-12-06, bf16 with fp16 accumulation): with the model-dtype terms
     backward:1 +38,560 B on both ranks (the hook's grad_accum copy beside its gradient, A1), step:2 / step:4
     +20,052 / +58,588 B on ranks 0 / 1 (the 16-bit ipg bucket and rank 1's clone of l1.weight, kept by grad_accum to
-    the step: :func:`zero12_offload_fp32_accum_kept`)."""
+    the step: :func:`zero12_offload_fp32_accum_kept`). An fp32 model with a 16-bit accumulation dtype takes the same
+    path (l.397-404) with D = 4 and G = 2, the ipg bucket in G (l.1253-1254, :func:`ipg_bucket_bytes`). Engine (TINY W
+    2, GA 2, RBS 10,000, real Linears, 2026-12-06, fp32 with bf16, 2 probe runs, the same bytes) with the model-dtype
+    terms: every phase from backward:1 on 18,744-105,166 B (12.7%) over the engine (N x 4 of gradients counted where
+    grad_accum holds N x 2, l.1237), step:2 / step:4 +20,068 / +58,604 B under (the bf16 bucket and rank 1's bf16 clone
+    of l1.weight kept to the step, l.3266 / l.1446); with these terms and an fp32 bucket -18,748 B at forward:2 (the
+    bucket RBS x 2, not x 4); now every phase within 0.20% (the forward's proxy inputs), as with fp16 accumulation,
+    overlap_comm and at GA 1 (probes, one run each; tests/engine/test_peak_parity.py z1_fp32_oo_cpu_gaccbf16_tbsga2_w2)."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype in ("fp32", "fp16", "bf16")
+            and ((ec.model_dtype in ("bf16", "fp16") and ec.grad_dtype in ("fp32", "fp16", "bf16"))
+                 or (ec.model_dtype == "fp32" and ec.grad_dtype in ("fp16", "bf16")))
             and ec.grad_dtype != ec.model_dtype)
 
 
@@ -4820,9 +4834,13 @@ def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
     it apply. Engine (TINY W 2, GA 2, reduce_bucket_size 10,000, real Linears, 2026-12-06): ZeRO-2 bf16 with
     grad_accum_dtype fp16 under CPU offload, every phase of both ranks within 0.16% with the model-dtype terms (the
     forward's proxy scalars), as the GA-1 twin, fp32 communication and an fp16 model with bf16 accumulation (probes).
+    An fp32 model with a 16-bit one reads the same lines the same way (engine, fp32 + bf16, GA 2, 2 probe runs,
+    2026-12-06: every phase within 0.20% with the model-dtype terms, the forward's proxy inputs; fp16 accumulation is
+    the same test of the same lines, not measured).
     ZeRO-1 keeps param.grad_accum (l.1237) in that dtype: not this path (:func:`zero12_offload_fp32_accum`)."""
     return (ec.zero.stage == 2 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "cpu"
-            and ec.grad_dtype != "fp32" and ec.model_dtype in ("bf16", "fp16"))
+            and ec.grad_dtype != "fp32" and ec.model_dtype in ("bf16", "fp16", "fp32")
+            and ec.grad_dtype != ec.model_dtype)
 
 
 def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, groups: int = 1) -> str:
@@ -4842,8 +4860,9 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     it (fp32 accumulation on a bf16 or fp16 model, ``overlap_comm`` on or off, any param groups, at ZeRO-2 any
     ``communication_data_type``: the cells below now within 0.16%, the two-group ones 0.4%; a 16-bit accumulation
     dtype unlike a 16-bit model's too, at ZeRO-1 in G = 2 bytes, cell z1_bf16_oo_cpu_gaccfp16_tbsga2_w2) or where
-    ZeRO-2 never reads a 16-bit one (:func:`zero12_offload_grad_accum_unused`), leaving an fp32 model with a 16-bit
-    ``grad_accum_dtype`` under offload (not measured). Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
+    ZeRO-2 never reads a 16-bit one (:func:`zero12_offload_grad_accum_unused`), an fp32 model's 16-bit one too (ZeRO-1 in
+    G = 2 bytes, D = 4; probes 2026-12-06 within 0.20%), which leaves no measured dtype combination under offload
+    here. Engine (TINY at W 2, GA 2, reduce_bucket_size 10,000, real Linears,
     2026-12-06): ZeRO-1 bf16 (tests/engine/test_peak_parity.py z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2, in
     UNMATCHED_ISSUE15) +12-36% on every phase from backward:1 on (param.grad_accum, ``param.grad.to(fp32)`` at
     _fill_param_grad_accum_attribute l.1237, N x 4 = 172,836 B kept across micro-steps; the compact buffer l.1270,
@@ -4862,27 +4881,21 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     rank 1 with overlap_comm), step:4 +198,288 / +251,454 B. Not modelled: the offload terms
     (:func:`zero12_offload_fp32_accum`) hold the same hooks and partition but reduce into host buffers."""
     z = ec.zero
-    if z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective != "none" \
-            and ec.grad_dtype != ec.model_dtype and not zero12_offload_fp32_accum(ec, wrapper, ga, groups) \
-            and not zero12_offload_compact(ec, wrapper, groups) and not zero12_offload_grad_accum_unused(ec, wrapper):
-        return (f"ZeRO-{z.stage} under optimizer offload with grad_accum_dtype {ec.grad_dtype} on a {ec.model_dtype} "
-                f"model: the {ec.grad_dtype} gradient copies (param.grad_accum, stage_1_and_2.py l.1237), the "
-                "compact fp32 gradient partition where fp32 (l.1268-1274), the casts and fp64 norm copies (l.1326, "
-                "l.2152) are not "
-                "modelled here (only a bf16 or fp16 model's other grad_accum_dtype is), so the "
-                "accelerator peak is a lower bound (+12-36% in the engine's phases on its small model at ZeRO-1 before "
-                "it was modelled, up to +23% at ZeRO-2)")
+    # under optimizer offload (always CPU at ZeRO-1/2, EffectiveConfig.offload_optimizer_effective) every pair of the
+    # three training dtypes is modelled: ZeRO-1 by zero12_offload_fp32_accum (a bf16 / fp16 model with any other
+    # accumulation dtype, an fp32 one with a 16-bit one), ZeRO-2 by zero12_offload_compact (fp32 accumulation on a
+    # 16-bit model) or zero12_offload_grad_accum_unused (a 16-bit accumulation dtype, never read), or the model dtype's
+    # terms (engine probes and cells, 2026-12-06: every phase within 0.4%)
     if z.stage not in (1, 2) or wrapper != "DeepSpeedZeroOptimizer" or ec.offload_optimizer_effective != "none" \
             or zero12_transients_modeled(ec, wrapper, ga, groups):
         return ""
     what = []
+    # (ZeRO-2 with contiguous_gradients off and another communication_data_type is modelled since:
+    # _zero12_noncontig_transients holds each flush's cast)
     if ec.grad_dtype != ec.model_dtype:
         # (ZeRO-2's compact fp32 gradient buffer, bf16 / fp16 with fp32 accumulation, is modelled in every bucket
         # option without offload: zero12_compact_grad_buffer)
         what.append(f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}")
-    if ec.comm_dtype != ec.model_dtype and not ec.contiguous_gradients_effective and z.stage == 2:
-        # (ZeRO-1's is modelled: zero12_transients_modeled)
-        what.append(f"communication_data_type {ec.comm_dtype} with contiguous_gradients off")
     if ec.model_dtype not in ("fp16", "bf16", "fp32"):
         what.append(f"model dtype {ec.model_dtype}")
     measured = ("+5-124% by phase on the engine's small model, +100-124% at the next forward: param.grad_accum, "
@@ -4988,14 +5001,21 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     -84,844 / -46,654 B, step:4 +24,512 / +39,488 B) and, with the flush's flat copy alone, backward:2 +46,232 B
     (+84,764 B with overlap_comm: l2.weight's fp32 cast, 92,708 B at l.2377); now every phase of both ranks within
     0.37% (the forward's proxy scalars): fp32 and fp16 communication, overlap_comm on and off, GA 1 and 2, an fp16
-    model with fp32 communication (probes, one run each; the cell z1_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-2 there
-    (_zero12_noncontig_transients) is not modelled."""
+    model with fp32 communication (probes, one run each; the cell z1_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-2 there:
+    :func:`_zero12_noncontig_transients` holds each flush's cast beside its flat copy (l.2376-2377), after the previous
+    flush's dropped gradients are cleared with overlap_comm (l.2411-2415). Engine (TINY W 2, GA 2, reduce_bucket_size
+    10,000, real Linears, 2026-12-06; a lower bound before): bf16 with fp32 communication, coarse, backward:1 / 2 / 4
+    +92,744 B on rank 0 and +131,868 B on rank 1 (l2.weight's fp32 cast 92,708 B at l.2377 missing; rank 1 also the
+    whole gradients its slice keeps), step:4 +24,512 / +39,488 B (the fp64 norm copy); now every phase of both ranks
+    within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
+    model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
+    z2_bf16_noncontig_commfp32_tbsga2_w2)."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            and (ec.comm_dtype == ec.model_dtype or ec.contiguous_gradients_effective or z.stage == 1))
+            )
 
 
 #: The ZeRO-1/2 flush-replay passes' column-wise forms (issue 21: generate at 1e5 layers runs them for every
@@ -6291,7 +6311,15 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
     bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
     # without the flat copy or the previous flush's gradients (overlap_comm), which A adds
     base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
-    copy = [bucket[j] * D if len(ks) > 1 else 0 for j, (ks, _) in enumerate(flushes)]
+    # a communication_data_type unlike the model's: allreduce_bucket casts the flat copy (or the one gradient's view)
+    # to it, ``tensor.to(communication_data_type)`` (l.2376-2377), both live through the all-reduce; it returns the
+    # cast (l.2393), freeing the flat copy, and allreduce_and_copy copies the cast back into the gradients
+    # (l.2431-2438), so the flush's moment is copy + cast, after _clear_previous_reduced_grads (l.2415) with
+    # overlap_comm (zero12_comm_cast_bytes: by dtype). Engine (TINY W 2, bf16, fp32 communication, reduce_bucket_size
+    # 10,000, GA 2, 2026-12-06): backward:1 / 2 / 4 +92,744 B on rank 0, +131,868 B on rank 1 under the coarse
+    # lifetimes, l2.weight's fp32 cast 23,177 x 4 = 92,708 B at l.2377 among the unattributed storages
+    cast = zero12_comm_cast_bytes(ec)
+    copy = [(bucket[j] * D if len(ks) > 1 else 0) + bucket[j] * cast for j, (ks, _) in enumerate(flushes)]
     # A_j for a rank none of whose slice is in flush j - 1 (overlap_comm: all of it kept until flush j)
     A = [base[j] + max(copy[j], bucket[j - 1] * D if ov and j else 0) for j in range(len(flushes))]
     F = len(A)

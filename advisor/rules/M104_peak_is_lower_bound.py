@@ -4,10 +4,12 @@ For a few ZeRO-1/2 regimes the ledger does not replay DeepSpeed 0.19.8's backwar
 transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucket flush's flat copy
 (``runtime/zero/stage_1_and_2.py`` allreduce_bucket l.2367), its cast to ``communication_data_type``
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
-(l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are ZeRO-1/2 under CPU optimizer
-offload with a 16-bit ``data_types.grad_accum_dtype`` on an fp32 model (a bf16 or fp16 model's other accumulation
-dtype is modelled, any param groups, at ZeRO-2 any ``communication_data_type``), and, without offload, the combinations ``zero12_transients_modeled`` does not cover (e.g. ZeRO-1 on an fp16 model with fp32
-accumulation, ZeRO-2 with ``contiguous_gradients`` off and another ``communication_data_type``). There the accelerator peak estimate prints (and every
+(l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are, without optimizer offload, the
+combinations ``zero12_transients_modeled`` does not cover: a ``data_types.grad_accum_dtype`` unlike the model's
+outside ZeRO-2's fp32 accumulation (e.g. ZeRO-1 on an fp16 model with fp32 accumulation; bf16 with fp32 takes
+BF16_Optimizer, which is modelled). Under CPU optimizer offload every dtype combination is modelled, any param groups,
+any ``communication_data_type``; so is ZeRO-2 with ``contiguous_gradients`` off and another
+``communication_data_type``. There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-66% on the affected phases of its small model
 before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
 ``assumptions.peak_lower_bound``; ``check`` never says GO for such a plan (its accelerator verdict is
@@ -18,9 +20,8 @@ norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04
 is modelled since, and so are its fp16 and ZeRO-2 fp32-communication twins; the same plan on an fp16 model
 without optimizer offload is still a floor).
 
-Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` fp32 under
-CPU optimizer offload, ``data_types.grad_accum_dtype`` equal to the model dtype, ``contiguous_gradients``
-true (ZeRO-2) with ``communication_data_type`` the model dtype; or measure the real peak on one accelerator
+Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` equal to the model
+dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there); or measure the real peak on one accelerator
 (``ds-advisor measure``) before relying on the fit.
 """
 
@@ -50,12 +51,9 @@ def lower_bound_fix(ec, groups: int) -> str:
     ways = []
     if ec.grad_dtype != ec.model_dtype:
         ways.append(f"data_types.grad_accum_dtype {ec.model_dtype} (the model dtype)")
-    if ec.offload_optimizer_effective != "none":
-        if ec.grad_dtype != ec.model_dtype and ec.model_dtype == "fp32":
-            ways.append("a bf16 or fp16 model (its grad_accum_dtype is modelled under offload, any param groups)")
-    elif ec.comm_dtype != ec.model_dtype and ec.zero.stage == 2:
-        # (ZeRO-1 with contiguous_gradients off casts its flushes in the modelled terms: zero12_transients_modeled)
-        ways.append(f"contiguous_gradients true or communication_data_type {ec.model_dtype}")
+    if ec.offload_optimizer_effective == "none" and ec.grad_dtype != ec.model_dtype:
+        # every grad_accum_dtype is modelled under CPU optimizer offload (state.zero12_transients_unmodeled)
+        ways.append("offload_optimizer cpu (every grad_accum_dtype is modelled there)")
     head = ("for a modelled peak set " + " or ".join(ways) + "; otherwise ") if ways else ""
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 

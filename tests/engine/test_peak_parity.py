@@ -618,6 +618,27 @@ CELLS = [
                                                   offload_optimizer={"device": "cpu"}),
                                            "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp16"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # an fp32 model with grad_accum_dtype bf16 under CPU offload (issue 15; a lower bound before, M104): ZeRO-1 keeps
+    # param.grad_accum in bf16 (l.397-404, l.1237) beside the hooks' fp32 gradients, the ipg bucket in bf16
+    # (l.1253-1254, l.3266: RBS x 2): state.zero12_offload_fp32_accum's terms with D = 4, G = 2. Before (2026-12-06,
+    # model-dtype terms, 2 probe runs, the same bytes) every phase from backward:1 on up to 105,166 B (12.7%) over the
+    # engine (N x 4 counted where grad_accum holds N x 2) and step:2 / step:4 +20,068 / +58,604 B under (the bf16 bucket,
+    # rank 1's bf16 clone of l1.weight kept to the step); now every phase within 0.20% (2 probe runs), as with fp16
+    # accumulation, overlap_comm and at GA 1 in probes. ZeRO-2 never reads it (state.zero12_offload_grad_accum_unused:
+    # the model-dtype terms, within 0.20% in 2 probe runs)
+    ("z1_fp32_oo_cpu_gaccbf16_tbsga2_w2", {**_cfg(1, "fp32", overlap_comm=False, reduce_bucket_size=10000,
+                                                  offload_optimizer={"device": "cpu"}),
+                                           "train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # ZeRO-2 without contiguous_gradients with communication_data_type fp32 (issue 15; a lower bound before, M104): each
+    # flush also holds its run's fp32 cast beside its flat copy through the all-reduce (allreduce_bucket l.2376-2377;
+    # state._zero12_noncontig_transients). Before (2026-12-06, coarse lifetimes, 2 probe runs, the same bytes):
+    # backward:1 / 2 / 4 +92,744 B on rank 0, +131,868 B on rank 1 (l2.weight's cast 23,177 x 4 = 92,708 B at l.2377),
+    # step:4 +24,512 / +39,488 B; now every phase within 0.37% (the forward's proxy inputs), as fp16 communication, an
+    # fp16 model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS (0.50%) with and without overlap_comm (probes)
+    ("z2_bf16_noncontig_commfp32_tbsga2_w2", {**_cfg(2, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
+                                              "train_batch_size": 4, "communication_data_type": "fp32"}, 2, False,
+     parity.TINY, {"linear": True, "steps": 4}),
     ("z1_bf16_noncontig_groups_tbsga2_w2", {**_cfg(1, "bf16", contiguous_gradients=False, reduce_bucket_size=10000),
                                             "train_batch_size": 4}, 2, False, parity.TINY_FROZEN_GROUPS,
      {"linear": True, "steps": 4}),
