@@ -4879,7 +4879,18 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     rank 1 the fp32 flat copy l.2367, 92,708), step:2 +21,296 / +113,328 B, step:4 +65,452 / +195,674 B; off (the
     newcomer's tests/data/lb15 plan), forward:2 +173,472 B (100.4%), backward:2 +202,974 / +256,478 B (+295,010 on
     rank 1 with overlap_comm), step:4 +198,288 / +251,454 B. Not modelled: the offload terms
-    (:func:`zero12_offload_fp32_accum`) hold the same hooks and partition but reduce into host buffers."""
+    (:func:`zero12_offload_fp32_accum`) hold the same hooks and partition but reduce into host buffers.
+    Remeasured with contiguous_gradients on (2026-12-06, the same bytes as above) and taken apart by allocation
+    site over the 172,848 B persistent (what a model needs): backward:1 = the fp32 bucket 40,000 + A1 of
+    :func:`zero12_offload_fp32_accum_hooks` (4 N + 2 x 19,264 at l1.weight's hook) + 36 B of scalars; forward:2 =
+    40,000 + 4 N; backward:2, the boundary's reduce, rank 0 at l1.weight's flush = 40,000 + 4 N (no grad_accum moved
+    yet) + P x 4 + 19,264 x (2 + 4) (its fp16 cast, l.2377, and its slice's fp32 copy, l.1326; one slice: no flat copy),
+    rank 1 at l2.weight's = 40,000 + 4 (N - 301) (l1.bias moved into the bucket, l1.weight kept: not the rank's,
+    l.2272-2274) + P x 4 + 23,177 x (4 + 2) (the two ranks' slices flattened, l.2367, and cast); step:2 = the bucket
+    (kept by unowned grad_accum views, :func:`zero12_offload_fp32_accum_kept`, with rank 1's 19,264 x 4 of l1.weight)
+    + P x 4 + the largest slice x 8 (l.2684). So the pieces are the offload terms' hooks and kept storages with the
+    no-offload ZeRO-1 flush walk in 4-byte gradients and the compact partition of :func:`_zero12_compact_transients`
+    (ZeRO-2's, which drops unowned gradients after their flush where ZeRO-1 keeps them)."""
     z = ec.zero
     # under optimizer offload (always CPU at ZeRO-1/2, EffectiveConfig.offload_optimizer_effective) every pair of the
     # three training dtypes is modelled: ZeRO-1 by zero12_offload_fp32_accum (a bf16 / fp16 model with any other
