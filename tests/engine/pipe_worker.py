@@ -22,7 +22,8 @@ import sys
 
 def _save16(engine, save_dir: str) -> dict:
     """``engine.save_16bit_model(save_dir)`` on this rank: what it returned or raised (exception type, message,
-    innermost frame) and the files under ``save_dir`` afterwards (relative paths)."""
+    innermost frame) and the files under ``save_dir`` once every rank is done (relative paths; a collective:
+    every rank calls it)."""
     import traceback
     out = {"returned": None, "error": None, "message": None, "file": None, "function": None}
     try:
@@ -30,6 +31,8 @@ def _save16(engine, save_dir: str) -> dict:
     except Exception as e:  # the outcome is the measurement
         fr = traceback.extract_tb(e.__traceback__)[-1]
         out.update(error=type(e).__name__, message=str(e)[:200], file=os.path.basename(fr.filename), function=fr.name)
+    import torch.distributed as tdist
+    tdist.barrier()  # every rank has returned or raised: the listing sees the files of all of them (a shared dir)
     out["files"] = sorted(os.path.relpath(os.path.join(d, f), save_dir) for d, _, fs in os.walk(save_dir) for f in fs)
     return out
 
