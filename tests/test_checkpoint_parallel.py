@@ -83,7 +83,7 @@ def test_pipeline_plan_lists_no_16bit_model_file():
     l.1308-1325 writes layer files into save_checkpoint's tag and returns None; measured in
     tests/engine/test_pipeline_engine.py): at pipeline 2 the plan says writes False, 0 bytes, and rank 0's
     timeline holds no save_16bit_staging; the same bf16 ZeRO-0 config without pipeline parallelism writes
-    N x 2 bytes (engine.py l.5741-5751: rank 0 saves module.state_dict())."""
+    N x 2 bytes (engine.py l.5742-5751: rank 0 saves module.state_dict())."""
     from advisor.ledger.checkpoint import checkpoint_plan
     from advisor.ledger.state import compute_ledger
     from advisor.ledger.timeline import save_rank0_entries

@@ -603,7 +603,7 @@ def saves_16bit_weights(ec: EffectiveConfig) -> bool:
 
 
 #: What ``engine.save_16bit_model`` does under the PipelineEngine (pipeline parallelism; ZeRO 0-1 only, pipe/engine.py
-#: l.75-77). Below ZeRO-3 it calls ``self.module_state_dict()`` (runtime/engine.py l.5741), which the PipelineEngine
+#: l.75-77). Below ZeRO-3 it calls ``self.module_state_dict()`` (runtime/engine.py l.5742), which the PipelineEngine
 #: overrides (runtime/pipe/engine.py l.1308-1325) to write the layer files into ``self._curr_ckpt_path`` and return
 #: None; that path is set only inside ``save_checkpoint`` / ``load_checkpoint`` (engine.py l.5389-5391, l.4617-4619).
 #: Measured on the real engine (tests/engine/test_pipeline_engine.py, bf16 ZeRO-0, 2 stages, W = 2): before any

@@ -202,7 +202,7 @@ def test_zero1_pipeline_runs_without_overlap_comm(tmp_path):
 
 
 def test_save_16bit_model_under_the_pipeline_engine_writes_no_model(tmp_path):
-    """bf16 ZeRO-0, 2 stages, W = 2: the real PipelineEngine's ``save_16bit_model`` (engine.py l.5741 calls the
+    """bf16 ZeRO-0, 2 stages, W = 2: the real PipelineEngine's ``save_16bit_model`` (engine.py l.5742 calls the
     overridden module_state_dict, runtime/pipe/engine.py l.1308-1325) raises AttributeError before any
     save_checkpoint (``_curr_ckpt_path`` is only ever set by save/load_checkpoint), AssertionError after one
     (save_checkpoint resets it to None, engine.py l.5391), and after a load_checkpoint writes a
@@ -221,7 +221,7 @@ def test_save_16bit_model_under_the_pipeline_engine_writes_no_model(tmp_path):
         assert got["after_save"]["error"] == "AssertionError" and got["after_save"]["function"] == "module_state_dict"
         assert got["before_save"]["files"] == got["after_save"]["files"] == []
         assert got["after_load"]["error"] is None and got["after_load"]["returned"] is True
-        assert got["after_load"]["files"] == ["pytorch_model.bin"]  # rank 0's (engine.py l.5747-5750)
+        assert got["after_load"]["files"] == ["pytorch_model.bin"]  # rank 0's (engine.py l.5749-5751)
     assert json.loads((tmp_path / "s16_0.json").read_text())["after_load"]["file_holds"] == "NoneType"
 
     cp = checkpoint_plan(Plan(effective_config(BF16_Z0), _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
