@@ -712,6 +712,61 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     return rows
 
 
+#: The timeline instants a PipelineEngine ``train_batch`` spans (the pipe worker's tracker phases): the
+#: first call runs the first iteration (every micro-step's forward and backward, the boundary's reduce, the
+#: first optimizer step), the second the steady one.
+TRAIN_BATCH_PHASES = {"train_batch:1": ("forward", "backward", "reduce", "first_step"),
+                      "train_batch:2": ("steady",)}
+
+
+def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int, pipeline_parallel: int,
+                         seq_len: int, measured: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank and ``train_batch`` call: the real PipelineEngine's high-water mark of live bytes
+    (``measured[r]["phases"]``: the allocation tracker's report, tests/engine/pipe_worker.py with tracking)
+    beside the ledger timeline's largest instant of that step, for the plan on ``world_size`` ranks in
+    ``pipeline_parallel`` stages at sequence length ``seq_len`` (``Workload.seq_len``: the pipe buffers of
+    ``advisor.ledger.state.pipeline_stage_entries``), and the relative difference.
+
+    ``PipelineEngine.train_batch`` runs the pipe schedule (``runtime/pipe/schedule.py`` TrainSchedule: 1F1B,
+    the micro-steps' forwards and backwards of different micro-batches interleaved, then the boundary's
+    reduce and the optimizer step) in one call, so a phase is a whole step and is compared with the largest
+    instant of the timeline's iteration (:data:`TRAIN_BATCH_PHASES`): the step's peak per stage, not
+    per phase. Totals over every tier but nvme (a CPU run), gloo's own buffers (:data:`CPU_ONLY_SITES`)
+    left out as in :func:`peak_parity`; ``unattributed``: the tracker's storages no census claimed at the
+    peak, by allocation site."""
+    from advisor.config.effective import derive_batch, effective_config
+    from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.timeline import GPU_ONLY, resolve_load, role_timeline
+    from advisor.plan import Workload
+
+    ec = effective_config(config)
+    led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size, pipeline_parallel=pipeline_parallel),
+                              Workload(seq_len=seq_len)))
+    ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
+    load = resolve_load(ec, zero_init=False)
+    tiers = ("accelerator", "host_pinned", "host_pageable")
+    rows: list[dict[str, Any]] = []
+    for r, rec in sorted(measured.items()):
+        tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
+        ser = tl.series(tiers)
+        gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers) for i in range(len(ser))]
+        for ph in rec["phases"]:
+            kinds = TRAIN_BATCH_PHASES.get(ph["phase"])
+            if not kinds:
+                continue
+            idx = [i for i, x in enumerate(tl.instants)
+                   if (x.key.startswith("steady") if kinds == ("steady",)
+                       else x.phase in kinds and not x.key.startswith("steady"))]
+            best = max(idx, key=lambda i: ser[i] - gpu_only[i])
+            exp = ser[best] - gpu_only[best]
+            got = ph.get("peak_excl_cpu_only", ph["peak"])
+            at = [u for u in ph["unattributed"] if not u["site"].startswith(CPU_ONLY_SITES)]
+            rows.append({"rank": r, "stage": rec.get("stage"), "phase": ph["phase"], "measured": got,
+                         "cpu_only": ph["peak"] - got, "ledger": exp, "ledger_instant": tl.instants[best].key,
+                         "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0), "unattributed": at})
+    return rows
+
+
 #: The worker's allocation site of the proxy model's parameters (worker ``_build_model._param``):
 #: the model a training script builds, which the ledger counts as its load / initialize entries of
 #: class ``parameters`` (:data:`MODEL_BUILD_LIVES`; no DeepSpeed source to cite: the user's code).

@@ -7818,8 +7818,99 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     return list(roles.values())
 
 
+#: DeepSpeed's PipelineEngine (``runtime/pipe/engine.py``): the source of :func:`pipeline_stage_entries`.
+PIPE_SRC = "runtime/pipe/engine.py:PipelineEngine"
+
+
+def pipe_buffers_used(pp: int, stage: int, ga: int) -> int:
+    """The pipe buffers a stage's train_batch fills: ``TrainSchedule.num_pipe_buffers`` =
+    max(2, min(stages - stage_id, micro_batches)) (``runtime/pipe/schedule.py`` l.247-256), of which the
+    schedule's buffer ids (micro-batch id mod that count) reach at most ``ga`` (the micro-batches)."""
+    return min(max(2, min(pp - stage, ga)), max(1, ga))
+
+
+def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: Any, stage: int, pp: int,
+                           ga: int, wrapper: str, dp: int = 1) -> list[Entry]:
+    """What DeepSpeed's PipelineEngine holds on a rank of pipeline ``stage`` (of ``pp`` > 1) beside the
+    ZeRO entries, in bytes (rank 0's entry fields; :func:`_model_parallel_roles` rewrites the rank):
+
+    * ZeRO-1 with ``contiguous_gradients`` (forced on under optimizer offload): the boundary's
+      ``reduce_gradients(pipeline_parallel=True)`` appends a second ipg buffer of reduce_bucket_size x C
+      (C = the communication dtype's bytes) beside the one the backward hooks' setup_buckets made, and the
+      epilogue releases both (``stage_1_and_2.py`` l.962-968, l.978 -> l.1061); lifetime ``boundary_reduce``.
+      Measured on a 2-stage PipelineModule (tests/engine/test_pipeline_engine.py, the peak cells): both
+      100,000 B buffers live at the reduce, the stage's step peak.
+    * Needing the sequence length (``workload.seq_len``; none when it is not given), with S = b x s x h x D
+      (micro-batch b: ``workload.micro_batch``, else the config's for ``dp`` data-parallel ranks; hidden size
+      h; D the model dtype's bytes, the activations' dtype):
+
+      - a stage after the first: the activation receive buffer ``pipe_recv_buf``, S, allocated at the first
+        receive and kept (``_exec_recv_activations`` l.1123-1124, ``_recv_tensor_meta`` ->
+        ``_allocate_or_extend_buffers`` l.1284-1294);
+      - a stage before the last: the gradient receive buffer ``grad_layer``, S (``_exec_recv_grads`` l.1178-1180);
+      - the first stage: each used pipe buffer's input ids, b x s x 8 (int64; ``_exec_load_micro_batch`` l.898
+        clones them to the device; the first stage sends no gradient, so ``_exec_send_grads`` l.1111 never
+        frees them);
+      - the last stage: each used pipe buffer's output, b x s x V x D (V = vocab_size: the head's logits),
+        kept through the step, since ``_exec_backward_pass`` returns for the last stage (l.796-799) before
+        freeing ``pipe_buffers['outputs']`` (l.865-866); its autograd graph keeps the received input
+        (``recvd``, l.1128-1129, a leaf that requires grad) and that input's gradient alive: 2 x S more per
+        buffer.
+
+      Used pipe buffers: :func:`pipe_buffers_used`. Lifetime ``persistent`` (they are made in the first
+      train_batch and kept; counted from initialize on, S to b x s x V x D early there). On the first
+      stage the labels are not loaded; on the last stage ``batch[1].to(device)`` is a copy on a GPU only
+      (b x s x 8 per buffer, not counted: on a CPU run it is the script's own tensor).
+
+    The activations of the micro-batches in flight (1F1B: min(stages - stage, micro-batches),
+    ``advisor.model.activations``) are not here: they are the activation estimate's."""
+    out: list[Entry] = []
+    z = ec.zero
+    if z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.contiguous_gradients_effective:
+        C = DTYPE_BYTES[ec.comm_dtype]
+        out.append(Entry(0, "accelerator", "workspace", "ipg_bucket_pipeline", z.reduce_bucket_size * C,
+                         "boundary_reduce",
+                         f"reduce_bucket_size x C = {z.reduce_bucket_size:,} elements x {C} bytes (the second ipg buffer "
+                         "reduce_gradients(pipeline_parallel=True) appends at the accumulation boundary, beside "
+                         "setup_buckets'; both released by the epilogue)",
+                         "runtime/zero/stage_1_and_2.py:DeepSpeedZeroOptimizer.reduce_gradients l.962-968"))
+    s_len = getattr(workload, "seq_len", None) if workload is not None else None
+    h = (meta or {}).get("hidden_size")
+    if not s_len or not h:
+        return out
+    from advisor.config.effective import derive_batch
+    b = getattr(workload, "micro_batch", None) or derive_batch(ec, max(1, dp))[1] or 1
+    D = DTYPE_BYTES[ec.model_dtype]
+    S = b * s_len * h * D
+    nb = pipe_buffers_used(pp, stage, ga)
+    words = f"b x s x h x D = {b} x {s_len:,} x {h:,} x {D}"
+    if stage > 0:
+        out.append(Entry(0, "accelerator", "activations", "pipe_recv_buf", S, "persistent",
+                         words + " (the activation receive buffer, kept)",
+                         f"{PIPE_SRC}._exec_recv_activations l.1123-1124 (_allocate_or_extend_buffers)"))
+    if stage < pp - 1:
+        out.append(Entry(0, "accelerator", "activations", "pipe_grad_buf", S, "persistent",
+                         words + " (the gradient receive buffer grad_layer, kept)",
+                         f"{PIPE_SRC}._exec_recv_grads l.1178-1180"))
+    if stage == 0:
+        out.append(Entry(0, "accelerator", "activations", "pipe_inputs_kept", nb * b * s_len * 8, "persistent",
+                         f"buffers x b x s x 8 = {nb} x {b} x {s_len:,} x 8 (each used pipe buffer's input ids, "
+                         "int64, never freed on the first stage)",
+                         f"{PIPE_SRC}._exec_load_micro_batch l.898"))
+    V = (meta or {}).get("vocab_size")
+    if stage == pp - 1 and V:
+        out.append(Entry(0, "accelerator", "activations", "pipe_outputs_kept", nb * (b * s_len * V * D + 2 * S),
+                         "persistent",
+                         f"buffers x (b x s x V x D + 2 x S) = {nb} x ({b} x {s_len:,} x {V:,} x {D} + 2 x {S:,}) "
+                         "(each used pipe buffer's output kept by the last stage, with the received input and its "
+                         "gradient its graph holds)",
+                         f"{PIPE_SRC}._exec_backward_pass l.796-799 (returns before l.865-866 frees the outputs); "
+                         "_exec_recv_activations l.1128-1129"))
+    return out
+
+
 def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
-                          ga: int) -> list[RankLedger]:
+                          ga: int, workload: Any = None) -> list[RankLedger]:
     """Roles under tensor / pipeline / expert parallelism: for each pipeline stage, the tensors
     one tensor-parallel rank holds (:func:`advisor.model.parallel.shard`, from the model's
     structure), accounted by :func:`_roles` over the ZeRO group (DP x SP ranks: ZeRO never
@@ -7875,6 +7966,8 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                     combos[(di, ei)] = zs
         for (di, ei), zs in combos.items():
             entries = list(d_roles[di].entries)
+            if pp > 1:
+                entries += pipeline_stage_entries(ec, inv.meta, workload, s, pp, ga, wrapper, cl.dp_world_size)
             if ei >= 0:
                 entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts) "
                                     f"over the expert-data-parallel group of {Wz // ep}: {e.formula}",
@@ -7919,7 +8012,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     from advisor.config.effective import derive_batch
     ga = derive_batch(ec, cl.dp_world_size)[2] or 1
     if cl.model_parallel:
-        ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga)
+        ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga, plan.workload)
     else:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
     excluded = [

@@ -37,19 +37,42 @@ def _save16(engine, save_dir: str) -> dict:
     return out
 
 
-def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: str = "") -> int:
-    """``cfg_json``: a DeepSpeed config (JSON text) to run instead of the ZeRO-1 fp32 one."""
+def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: str = "", track: str = "") -> int:
+    """``cfg_json``: a DeepSpeed config (JSON text) to run instead of the ZeRO-1 fp32 one. ``track`` ("1"): run
+    ``advisor.engine.worker``'s allocation-level ``StorageTracker`` (the one of the peak-parity cells) from the
+    model's build on, with phases ``load``, ``initialize``, ``train_batch:1`` and ``train_batch:2`` (two
+    ``train_batch`` calls: the pipe schedule interleaves the micro-steps, so a phase is the whole step), and write
+    ``track{r}.json`` (the tracker's report per phase: peak, unattributed sites) instead of saving a checkpoint."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
     import torch.nn as nn
     import deepspeed
     import torch.distributed as tdist
     from deepspeed.pipe import LayerSpec, PipelineModule
+    from advisor.engine import worker as wk
     from advisor.engine.worker import Census, _install_patches, _walk
 
     _install_patches()
     deepspeed.init_distributed(dist_backend="gloo")
     rank = tdist.get_rank()
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
+           "steps_per_print": 10**9}
+    if cfg_json:
+        cfg = {**json.loads(cfg_json), "steps_per_print": 10**9}
+    # the data (two train_batch calls' micro-batches), made before the tracker starts: the training script's
+    g = torch.Generator().manual_seed(0)
+    ga, mb = int(cfg.get("gradient_accumulation_steps", 1)), int(cfg.get("train_micro_batch_size_per_gpu", 1))
+    seq = int(os.environ.get("PIPE_SEQ", "8"))
+    batch = [(torch.randint(0, V, (mb, seq), generator=g), torch.randint(0, V, (mb, seq), generator=g))
+             for _ in range(2 * ga)]
+    tracker = restore = None
+    if track:
+        tracker = wk.StorageTracker()
+        wk._TRACKER[:] = [tracker]
+        restore = wk._settle_collectives()
+        tracker.mode.__enter__()
+        tracker.set_phase("load")
 
     class Embed(nn.Module):
         def __init__(self):
@@ -81,18 +104,36 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     def loss_fn(logits, labels):
         return nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
 
+    torch.manual_seed(0)
     layers = [LayerSpec(Embed)] + [LayerSpec(Block) for _ in range(L)] + [LayerSpec(Head)]
     model = PipelineModule(layers, num_stages=stages, loss_fn=loss_fn, partition_method="type:Block")
-    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
-           "steps_per_print": 10**9}
-    if cfg_json:
-        cfg = {**json.loads(cfg_json), "steps_per_print": 10**9}
+    if tracker is not None:
+        wk._phase(tracker, "initialize")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
                                            config=cfg)
-    g = torch.Generator().manual_seed(0)
-    batch = [(torch.randint(0, V, (1, 8), generator=g), torch.randint(0, V, (1, 8), generator=g)) for _ in range(2)]
-    engine.train_batch(data_iter=iter(batch))
+    wk._phase(tracker, None)
+    assert int(engine.gradient_accumulation_steps()) == ga
+    it = iter(batch)
+    if tracker is None:
+        engine.train_batch(data_iter=it)
+    else:
+        import gc
+        for k in (1, 2):
+            wk._phase(tracker, f"train_batch:{k}")
+            engine.train_batch(data_iter=it)
+            wk._phase(tracker, None)
+            # claim the engine's tensors on the tracker's records (the census of the non-PP worker)
+            _walk(engine, Census(True))
+        tracker.mode.__exit__(None, None, None)
+        wk._TRACKER.clear()
+        restore()
+        rep = tracker.report(wk._CLAIMED)
+        with open(os.path.join(out_dir, f"track{rank}.json"), "w") as fh:
+            json.dump({"rank": rank, "stage": engine.stage_id, "num_pipe_buffers": engine.num_pipe_buffers,
+                       "wrapper": type(engine.optimizer).__name__, "phases": rep}, fh)
+        gc.collect()
+        tdist.barrier()
+        return 0
     c = Census(True)
     _walk(engine, c)
     out = {"rank": rank, "stage": engine.stage_id, "parts": [int(x) for x in model.parts],
@@ -141,4 +182,4 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    sys.exit(main(a[0], *map(int, a[1:6]), *a[6:7]))
+    sys.exit(main(a[0], *map(int, a[1:6]), *a[6:8]))

@@ -41,9 +41,10 @@ def _inventory() -> Inventory:
     return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
 
 
-def _run_pipe(tmp_path, cfg: dict | None = None) -> dict:
-    """One 2-stage run of pipe_worker.py in ``tmp_path`` (``cfg``: a DeepSpeed config other than ``CFG``,
-    then no checkpoint is saved): {rank: its JSON}."""
+def _run_pipe(tmp_path, cfg: dict | None = None, track: bool = False, world: int = 2) -> dict:
+    """One 2-stage run of pipe_worker.py in ``tmp_path`` on ``world`` ranks (``cfg``: a DeepSpeed config other
+    than ``CFG``, then no checkpoint is saved; ``track``: the allocation tracker over two train_batch calls):
+    {rank: its JSON} (``track``: the worker's track{r}.json)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -51,12 +52,13 @@ def _run_pipe(tmp_path, cfg: dict | None = None) -> dict:
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
            "PYTHONPATH": package_path()}
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipe_worker.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world),
            "--master_addr", "127.0.0.1", "--master_port", str(port), worker, str(tmp_path),
-           str(V), str(H), str(F), str(L), "2"] + ([json.dumps(cfg)] if cfg else [])
+           str(V), str(H), str(F), str(L), "2"] + ([json.dumps(cfg or CFG)] if cfg or track else []) + (["1"] if track else [])
     p = run_group(cmd, 600, env=env)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    return {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+    name = "track" if track else "rank"
+    return {r: json.loads((tmp_path / f"{name}{r}.json").read_text()) for r in range(world)}
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +235,64 @@ def test_save_16bit_model_under_the_pipeline_engine_writes_no_model(tmp_path):
     real = sum(_tensor_bytes(torch.load(tmp_path / "ckpt" / "t" / os.path.basename(f.path), map_location="cpu",
                                         weights_only=False))[0] for f in layers)
     assert real == n * 2
+
+
+#: The pipe worker's sequence length (pipe_worker.py PIPE_SEQ, default 8): the Workload the ledger is given.
+SEQ = 8
+#: Peak cells under pipeline parallelism (issue 15): 2 stages x 1 data-parallel rank, bf16, GA 2 (two micro-batches
+#: through the 1F1B schedule), the allocation tracker over two train_batch calls. Measured before the pipe entries
+#: (2026-12-06, ledger without state.pipeline_stage_entries): ZeRO-0 (BF16_Optimizer) stage 0 +660 B (+0.22%),
+#: stage 1 +5,782 B (+1.96%: the last stage's kept outputs, module.py exec_func l.368, 3,072 B; their received
+#: inputs and gradients, _exec_recv_activations l.1128 and engine.py backward l.3428, 2 x 1,024 B; pipe_recv_buf
+#: 512 B); ZeRO-1 stage 0 +100,664 B (+32%) and stage 1 +105,910 B (+34%) at the boundary's reduce: the second
+#: ipg buffer reduce_gradients(pipeline_parallel=True) appends (stage_1_and_2.py l.962-968, tracker site
+#: reduce_gradients:966, 100,000 B) beside setup_buckets' (l.3266).
+PIPE_PEAK_CELLS = [
+    ("pp2_z0_bf16_ga2_w2", {**BF16_Z0}),
+    ("pp2_z1_bf16_ga2_w2", {**BF16_Z0, "zero_optimization": {"stage": 1, "reduce_bucket_size": 50000,
+                                                              "overlap_comm": False, "contiguous_gradients": True}}),
+]
+
+
+@pytest.mark.parametrize("cell", PIPE_PEAK_CELLS, ids=[c[0] for c in PIPE_PEAK_CELLS])
+def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
+    """The step's peak per stage on the real PipelineEngine (the worker's StorageTracker over each of two
+    train_batch calls, every storage created and freed) against the ledger timeline's largest instant of the
+    same iteration (advisor.engine.measure.pipeline_peak_parity), within 1% on both stages. train_batch runs
+    the 1F1B schedule's interleaved micro-steps in one call, so this proves each step's peak per stage, not
+    the per-phase peaks of the non-pipeline cells (tests/engine/test_peak_parity.py); on this tiny model the
+    peak is the boundary's reduce (ZeRO-1) or the optimizer step (ZeRO-0), so it proves the ZeRO entries
+    under a PipelineModule and the pipe buffers kept through the step, not the activations of the
+    micro-batches in flight."""
+    from advisor.engine.measure import pipeline_peak_parity
+    from advisor.ledger.state import pipeline_stage_entries
+
+    cid, cfg = cell
+    got = _run_pipe(tmp_path, cfg, track=True)
+    assert [got[r]["stage"] for r in (0, 1)] == [0, 1]
+    # TrainSchedule.num_pipe_buffers = max(2, min(stages - stage_id, micro_batches)) (schedule.py l.255-256)
+    assert [got[r]["num_pipe_buffers"] for r in (0, 1)] == [2, 2]
+    rows = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got)
+    assert {(r["rank"], r["phase"]) for r in rows} == {(r, f"train_batch:{k}") for r in (0, 1) for k in (1, 2)}
+    bad = [r for r in rows if abs(r["rel_diff"]) > 0.01]
+    assert not bad, "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} "
+                               f"({r['ledger_instant']}); unattributed {r['unattributed'][:6]}" for r in bad)
+    # the pipe entries by hand: S = b x s x h x D = 1 x 8 x 32 x 2 = 512 B; 2 pipe buffers used (GA 2)
+    S = 1 * SEQ * H * 2
+    from advisor.config.effective import effective_config as _ec
+    from advisor.plan import Workload
+    ec = _ec(cfg)
+    want = {0: {"pipe_grad_buf": S, "pipe_inputs_kept": 2 * SEQ * 8},
+            1: {"pipe_recv_buf": S, "pipe_outputs_kept": 2 * (SEQ * V * 2 + 2 * S)}}
+    wrapper = "DeepSpeedZeroOptimizer" if ec.zero.stage == 1 else "BF16_Optimizer"
+    for s in (0, 1):
+        ents = {e.item: e.bytes for e in pipeline_stage_entries(ec, _inventory().meta, Workload(seq_len=SEQ), s, 2, 2,
+                                                                wrapper)}
+        if ec.zero.stage == 1:
+            want[s]["ipg_bucket_pipeline"] = 50000 * 2  # reduce_bucket_size x bf16 (stage_1_and_2.py l.964-967)
+        assert ents == want[s], (s, ents)
+    if ec.zero.stage == 1:
+        # the engine's own record of that second buffer, live at the step's peak on both stages
+        for r in rows:
+            sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in r["unattributed"]}
+            assert sites.get("deepspeed/runtime/zero/stage_1_and_2.py:reduce_gradients") == 100000, r
