@@ -48,6 +48,8 @@ critical path, each plan's output names the resource that costs it most);
   saying what its step spends against the first: every part's exposed seconds more or less, its
   CPU optimizer step with the bytes per rank and the rate per rank it assumes, the recompute it
   adds or saves, and, for a faster plan inside the tie, by how much and what made it less simple.
+  Differences under :func:`time_resolution` (0.5% of the best step, at least 10 us) are not named: such a
+  plan is "as fast as #1" (the ranking itself uses only the tie tolerance).
 
 No torch or deepspeed import.
 """
@@ -524,6 +526,36 @@ UNKNOWN_PART = {"compute": ("compute", "the accelerator's peak FLOP/s"),
                 "host_memory": ("cpu_optimizer", "host_memory_bandwidth_bytes_per_s"),
                 "accelerator_memory": ("gpu_optimizer", "the accelerator's memory_bandwidth_bytes_per_s")}
 #: How the table and notes name each part.
+#: Generate's time resolution, as a fraction of the best plan's step time: two step times, or one part's exposed
+#: seconds in two plans, that differ by less are "as fast" and the part is not named (``_explain_ranks``,
+#: ``_delta_words``, ``spent_text``). Relative, because what the step-time model can tell apart scales with the
+#: step: it is a product of rates given to two or three figures (peak FLOP/s x MFU, link and PCIe/NVMe rates,
+#: advisor.ledger.steptime) and leaves out hook, launch and latency overheads (``Request.tie_tolerance``'s reason),
+#: so 0.5% of a 30 s step (150 ms) is below what it resolves, while the absolute 5 ms used before (issue 21) was
+#: that noise there and, for a 2 ms step (gpt2 at sequence 128 on 8 H100s), more than a part's whole time: every
+#: plan of such a search read "as fast as #1" and listed no part at all. 0.5% is a sixth of the 3% tie tolerance,
+#: so a plan that beats the tie winner by a tolerance's worth is always said to ("faster than #1 by ...").
+TIME_RESOLUTION = 0.005
+#: The resolution's absolute floor, seconds: 10 us, about one kernel launch or one collective's latency on
+#: NVLink, which the step-time model leaves out (its assumptions line), so a smaller difference is not one it
+#: can claim whatever the step.
+TIME_RESOLUTION_FLOOR_S = 1e-5
+
+
+def time_resolution(step_s: float) -> float:
+    """The smallest difference of seconds generate names for a step of ``step_s`` seconds (the best plan's, or
+    the plan's own for its parts): :data:`TIME_RESOLUTION` of it, at least :data:`TIME_RESOLUTION_FLOOR_S`."""
+    return max(TIME_RESOLUTION * step_s, TIME_RESOLUTION_FLOOR_S)
+
+
+def seconds_text(s: float) -> str:
+    """``s`` seconds as generate prints them: two decimals from 0.1 s up (and for 0), else two significant
+    digits (0.0021, 0.000047), so a difference :func:`time_resolution` keeps is never printed "0.00"."""
+    if s == 0 or abs(s) >= 0.095:
+        return f"{s:,.2f}"
+    return f"{s:.{max(2, 1 - math.floor(math.log10(abs(s))))}f}"
+
+
 PART_NAMES = {"compute": "compute", "network": "collectives", "pcie": "PCIe offload", "nvme": "NVMe swap",
               "cpu_optimizer": "CPU optimizer step", "gpu_optimizer": "GPU optimizer step (partial offload)"}
 
@@ -1121,7 +1153,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     elif skipped:
         notes.append(f"{len(skipped)} tensor/pipeline-parallel layouts not evaluated: even their lower bound (compute "
                      "/ (t x p) with the 1F1B bubble at micro-batch 1, plus the tensor-parallel all-reduces) is slower "
-                     "than the best plan: " + ", ".join(f"TP {t} x PP {p} ({lb:,.2f} s)" for t, p, lb in skipped))
+                     "than the best plan: " + ", ".join(f"TP {t} x PP {p} ({seconds_text(lb)} s)" for t, p, lb in skipped))
     if limited:
         notes.append(f"{len(limited)} stage/offload combinations not evaluated (over a documented work limit): "
                      + "; ".join(dict.fromkeys(limited)))
@@ -1315,22 +1347,24 @@ def _explain_ranks(res: SearchResult) -> None:
     bound = max(names, key=lambda k: best.parts.get(k, 0))
     won = best.step_time_s == fastest
     best.why = (f"{'fastest' if won else f'within {tol:.0%} of the fastest and simplest'}; "
-                f"{names[bound]} {best.parts.get(bound, 0):,.2f} s of {best.step_time_s:,.2f} s"
-                + ("" if won else f"; the fastest is #{res.ranked.index(fastest_c) + 1} ({fastest:,.2f} s)"))
+                f"{names[bound]} {seconds_text(best.parts.get(bound, 0))} s of {seconds_text(best.step_time_s)} s"
+                + ("" if won else f"; the fastest is #{res.ranked.index(fastest_c) + 1} ({seconds_text(fastest)} s)"))
+    res_s = time_resolution(best.step_time_s)
     common = set(best.unknown)
     for c in res.ranked[1:]:
         if c.incomplete:
             c.why = (f"incomplete: {unknown_words([k for k in c.unknown if k not in common])} unknown; ranked after "
                      "the plans whose step time is complete")
             continue
-        spent = _delta_words(c, best)
-        if c.step_time_s < best.step_time_s - 0.005:  # within the tie tolerance: #1 won it as the simpler plan
-            template = (f"faster than #1 by {best.step_time_s - c.step_time_s:,.2f} s (within {tol:.0%}: #1 is "
+        spent = _delta_words(c, best, res_s)
+        # faster than #1 by more than the resolution: #1 won the tie (within tol of the fastest) as the simpler plan
+        if c.step_time_s < best.step_time_s - res_s:
+            template = (f"faster than #1 by {seconds_text(best.step_time_s - c.step_time_s)} s (within {tol:.0%}: #1 is "
                         f"simpler, this one {_tie_reason(c, best)})" + (f": {spent}" if spent else ""))
-        elif c.step_time_s <= best.step_time_s + 0.005:
+        elif c.step_time_s <= best.step_time_s + res_s:
             template = f"as fast as #1 (this one {_tie_reason(c, best)})" + (f": {spent}" if spent else "")
         else:
-            template = (spent or f"+{c.step_time_s - best.step_time_s:,.2f} s") \
+            template = (spent or f"+{seconds_text(c.step_time_s - best.step_time_s)} s") \
                 + (f"; within {tol:.0%} of the fastest" if c.step_time_s <= fastest * (1 + tol) else "")
         if "{amount" in template:
             _why(c, template, c.cpu_optimizer)
@@ -1342,18 +1376,20 @@ def _cpu_words(seconds: float, co: dict, sign: str = "+", upper: bool = False) -
     """A CPU optimizer step's seconds, the bytes it streams per rank and its rate per rank (a sized
     template: ``{amount}``, ``{rate}``, :func:`_why`); ``upper``: the rate is only an upper limit
     (its step time a lower bound, :func:`unknown_parts`), written "at <="."""
-    return (f"{sign}{seconds:,.2f} s CPU optimizer step ({{amount:1}} per rank at {'<= ' if upper else ''}{{rate:1/s}} "
+    return (f"{sign}{seconds_text(seconds)} s CPU optimizer step ({{amount:1}} per rank at {'<= ' if upper else ''}{{rate:1/s}} "
             f"{_cpu_rate_words(co)})")
 
 
-def _delta_words(c: "Candidate", best: "Candidate") -> str:
+def _delta_words(c: "Candidate", best: "Candidate", res_s: float | None = None) -> str:
     """What plan ``c`` spends against ``best``: each part whose exposed seconds differ by more than
-    5 ms, more (+) first, largest first, then less (-), as a sized template (braces doubled except
-    the CPU step's ``{amount}`` / ``{rate}``)."""
+    ``res_s`` (default :func:`time_resolution` of the best's step time), more (+) first, largest first, then
+    less (-), as a sized template (braces doubled except the CPU step's ``{amount}`` / ``{rate}``)."""
     names = PART_NAMES
+    if res_s is None:
+        res_s = time_resolution(best.step_time_s)
     deltas = {k: c.parts.get(k, 0) - best.parts.get(k, 0) for k in names}
-    more = sorted((k for k in names if deltas[k] > 0.005), key=lambda k: -deltas[k])
-    less = sorted((k for k in names if deltas[k] < -0.005), key=lambda k: deltas[k])
+    more = sorted((k for k in names if deltas[k] > res_s), key=lambda k: -deltas[k])
+    less = sorted((k for k in names if deltas[k] < -res_s), key=lambda k: deltas[k])
     out = []
     for k in more + less:
         d = deltas[k]
@@ -1367,7 +1403,7 @@ def _delta_words(c: "Candidate", best: "Candidate") -> str:
                     f"compute (recomputes less: checkpointing {c.checkpointing} vs {best.checkpointing})")
         elif k == "network" and d > 0 and c.ga > best.ga and c.combo.stage >= 2:
             word = f"collectives (GA {c.ga}: a reduction per micro-step)"
-        out.append(f"{sign}{abs(d):,.2f} s {word}")
+        out.append(f"{sign}{seconds_text(abs(d))} s {word}")
     return ", ".join(out)
 
 
@@ -1615,10 +1651,11 @@ def spent_text(c: "Candidate", units: str = "GiB") -> str:
     from advisor.findings import render_sized
 
     out = []
+    res_s = time_resolution(c.step_time_s)  # a part under the plan's own resolution is not worth a column word
     for k, short in SPENT_NAMES:
-        if c.parts.get(k, 0) <= 0.005:
+        if c.parts.get(k, 0) <= res_s:
             continue
-        out.append(f"{short} {c.parts[k]:,.2f}")
+        out.append(f"{short} {seconds_text(c.parts[k])}")
         co = c.cpu_optimizer
         if k == "cpu_optimizer" and co and co.get("cpu_optimizer_bytes_per_s_per_rank"):
             # a rate the spec gives only an upper limit of (no host memory bandwidth): "<="
@@ -1655,7 +1692,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
                      _gb(c.accelerator), _gb(c.host), _gb(c.nvme),
-                     (">=" if c.unknown else "") + f"{c.step_time_s:,.2f}", spent_text(c, units),
+                     (">=" if c.unknown else "") + seconds_text(c.step_time_s), spent_text(c, units),
                      render_sized(*c.why_sized, units) if c.why_sized else c.why))
     if any(c.tp * c.pp * c.sp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
         head_row = head_row[:1] + ("parallel",) + head_row[1:]
