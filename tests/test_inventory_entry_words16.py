@@ -94,3 +94,20 @@ def test_the_scans_kind_is_the_parsed_values(seed):
     parsed = json.loads(text)["tensors"]
     assert (i, n) == (len(objs), None)
     assert kind == json_kind(parsed[i]), (text, kind)
+
+
+def test_generates_limit_does_not_call_numbers_parameter_tensors(tmp_path, monkeypatch):
+    """generate's own limit counts the list before its entries are built; a list over it whose entries are not
+    all objects is refused at its first bad entry, not as "N parameter tensors"."""
+    from advisor.config import validation
+    monkeypatch.setattr(validation, "MAX_GENERATE_TENSORS", 3)
+    arch = {"family": "llama", "hidden_size": 64, "num_layers": 1, "num_heads": 4, "num_kv_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100, "max_seq_len": 128}
+    f = tmp_path / "inv.json"
+    f.write_text(json.dumps({"meta": arch, "tensors": [{"shape": [2]}, None, 1, 2]}))
+    with pytest.raises(ModelSpecError) as e:
+        specs.resolve_model(str(f), architecture=True)
+    assert str(e.value) == f"{f}: /tensors/1: {MUST}null"
+    f.write_text(json.dumps({"meta": arch, "tensors": [{"shape": [2]}] * 4}))  # all objects: the limit's words
+    with pytest.raises(ModelSpecError, match=r"4 parameter tensors, over generate's limit of 3 "):
+        specs.resolve_model(str(f), architecture=True)

@@ -1053,6 +1053,8 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
                     # generate's own work limit, from the list's length before its entries become objects
                     from advisor.config.validation import generate_tensors_problem
                     problem = generate_tensors_problem(len(ts), path)
+                    if problem and not all(isinstance(t, dict) for t in ts):
+                        problem = None  # not all tensors: from_dict names the first entry that is not one
                 if problem:
                     raise ModelSpecError(problem)
             with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)
