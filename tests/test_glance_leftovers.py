@@ -182,14 +182,20 @@ def test_recompute_text_says_what_one_layer_adds_and_what_was_freed_before_it():
 
 
 def test_generate_suggests_each_nearby_global_batch_once():
-    """--global-batch 4 on 8 data-parallel ranks: the multiples of 8 around 4 are 0 (no batch)
-    and 8, said once ("use 8", it said "use 8 or 8"); 20 -> 16 or 24."""
+    """--global-batch 4 on 8 data-parallel ranks (--no-model-parallel: data parallelism alone): the
+    multiples of 8 around 4 are 0 (no batch) and 8, said once ("use 8", it said "use 8 or 8");
+    20 -> 16 or 24. Without --no-model-parallel a layout whose data-parallel size divides 4 runs,
+    and its note names the same multiples, 8 once."""
     base = ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
             "--seq-len", "2048", *V]
-    p = run_cli([*base, "--global-batch", "4"])
+    p = run_cli([*base, "--global-batch", "4", "--no-model-parallel"])
     assert p.returncode == 2 and p.stderr.rstrip().endswith("(= 1 node x 8 GPUs): use 8"), p.stderr
-    p = run_cli([*base, "--global-batch", "20"])
+    p = run_cli([*base, "--global-batch", "20", "--no-model-parallel"])
     assert p.returncode == 2 and p.stderr.rstrip().endswith("use 16 or 24"), p.stderr
+    p = run_cli([*base, "--global-batch", "4", "--format", "json"])
+    assert p.returncode == 0, p.stderr
+    notes = [n for n in json.loads(p.stdout)["notes"] if "not a multiple of the world 8" in n]
+    assert len(notes) == 1 and "--global-batch 8 would allow" in notes[0], notes
 
 
 @pytest.mark.parametrize("flags,low_cpu,sixteen", [((), False, True), (("--no-low-cpu-mem-usage",), True, True),
