@@ -7840,7 +7840,8 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
       epilogue releases both (``stage_1_and_2.py`` l.962-968, l.978 -> l.1061); lifetime ``boundary_reduce``.
       Measured on a 2-stage PipelineModule (tests/engine/test_pipeline_engine.py, the peak cells): both
       100,000 B buffers live at the reduce, the stage's step peak.
-    * Needing the sequence length (``workload.seq_len``; none when it is not given), with S = b x s x h x D
+    * Needing the sequence length (``workload.seq_len``, else the model's ``max_seq_len``; none when neither is
+      known: :func:`compute_ledger` then lists them as excluded), with S = b x s x h x D
       (micro-batch b: ``workload.micro_batch``, else the config's for ``dp`` data-parallel ranks; hidden size
       h; D the model dtype's bytes, the activations' dtype):
 
@@ -7874,7 +7875,8 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
                          "reduce_gradients(pipeline_parallel=True) appends at the accumulation boundary, beside "
                          "setup_buckets'; both released by the epilogue)",
                          "runtime/zero/stage_1_and_2.py:DeepSpeedZeroOptimizer.reduce_gradients l.962-968"))
-    s_len = getattr(workload, "seq_len", None) if workload is not None else None
+    # the estimate's sequence length: the one given, else the model's max_seq_len (views/estimate.py's default)
+    s_len = (getattr(workload, "seq_len", None) if workload is not None else None) or (meta or {}).get("max_seq_len")
     h = (meta or {}).get("hidden_size")
     if not s_len or not h:
         return out
@@ -8016,6 +8018,10 @@ def compute_ledger(plan: Plan) -> Ledger:
     else:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
     excluded = [
+        *(["pipeline-parallel pipe buffers (the p2p receive buffers, the last stage's kept outputs: they need the "
+           "sequence length and the hidden size)"]
+          if cl.pipeline_parallel > 1 and not ((plan.workload.seq_len or (inv.meta or {}).get("max_seq_len"))
+                                                and (inv.meta or {}).get("hidden_size")) else []),
         "activations (depend on the model's forward, not on the config)",
         "optimizer-kernel temporaries" + (" other than partial offload's backup AdamW sqrt copies (backup_adamw_sqrt, "
                                           "backup_adamw_host_denom)" if twin_flow_splits(ec) else "")

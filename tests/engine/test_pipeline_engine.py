@@ -246,7 +246,10 @@ SEQ = 8
 #: inputs and gradients, _exec_recv_activations l.1128 and engine.py backward l.3428, 2 x 1,024 B; pipe_recv_buf
 #: 512 B); ZeRO-1 stage 0 +100,664 B (+32%) and stage 1 +105,910 B (+34%) at the boundary's reduce: the second
 #: ipg buffer reduce_gradients(pipeline_parallel=True) appends (stage_1_and_2.py l.962-968, tracker site
-#: reduce_gradients:966, 100,000 B) beside setup_buckets' (l.3266).
+#: reduce_gradients:966, 100,000 B) beside setup_buckets' (l.3266). With them: every stage and step within 0.1% (2 runs).
+#: Probes at W = 4 (2 stages x DP 2, the same configs, 1 run each, not cells): ZeRO-1 ranks 0/1 +0.007%, ranks 2/3
+#: +0.08% (339,990 vs 339,712 B at steady:reduce); ZeRO-0 ranks 0/1 +0.015%, ranks 2/3 +0.15% (193,626 vs 193,344 B);
+#: what remains is the loss scalars and fwd_outputs (engine.py _exec_forward_pass l.757, add_to_total_loss l.772).
 PIPE_PEAK_CELLS = [
     ("pp2_z0_bf16_ga2_w2", {**BF16_Z0}),
     ("pp2_z1_bf16_ga2_w2", {**BF16_Z0, "zero_optimization": {"stage": 1, "reduce_bucket_size": 50000,
