@@ -279,3 +279,42 @@ def test_fp16_optimizer_zero0_texts_unchanged(cfg, world, pp):
     assert sharding == ("2 pipeline stages (layers by partition_uniform; embeddings on the first, the head on the "
                         "last); " + FULL_SHARDING if pp == 2 else "none (every rank holds full model states)")
     assert FULL_RESTART in notes and not any("BF16_Optimizer" in n for n in notes)
+
+
+def test_last_stage_kept_outputs_counted_once_in_backward():
+    """The last stage keeps each used pipe buffer's output (runtime/pipe/engine.py _exec_backward_pass l.796-799
+    returns before l.865-866 frees it); in a backward one of them is the micro-batch being run back, whose 16-bit
+    logits the activation estimate's saved tensors hold, so a backward instant counts the kept outputs of the other
+    buffers only; a forward instant all of them (l.751 replaces a buffer's output after the forward). By hand on a
+    2-stage plan, GA 2 (2 pipe buffers: max(2, min(stages - stage, micro-batches)), schedule.py l.255-256),
+    b = 1, s = 8, V = 96, bf16: one buffer's logits 1 x 8 x 96 x 2 = 1,536 B."""
+    from types import SimpleNamespace
+
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    from advisor.plan import Workload
+
+    V, H, F, L = 96, 32, 80, 4
+    ts = [TensorSpec("model.embed_tokens.weight", (V, H))]
+    for i in range(L):
+        ts += [TensorSpec(f"model.layers.{i}.input_layernorm.weight", (H,)),
+               TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
+               TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
+    ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
+    inv = Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2, pipeline_parallel=2), Workload(seq_len=8)))
+    load = resolve_load(ec, zero_init=False)
+    acts = SimpleNamespace(saved_accelerator=10_000, loss_spike=0, loss_backward_spike=0, recompute_layer=0,
+                           saved_host=0)
+    tiers = ("accelerator",)
+    for r, logits in ((0, 0), (1, 1536)):
+        bare = role_timeline(led, led.rank(r), load, ga=2, rank=r)
+        with_acts = role_timeline(led, led.rank(r), load, activations=acts, ga=2, rank=r)
+        for i, x in enumerate(bare.instants):
+            extra = with_acts.series(tiers)[i] - bare.series(tiers)[i]
+            if x.phase == "forward":
+                assert extra == 10_000, (r, x.key, extra)
+            elif x.phase == "backward":
+                assert extra == 10_000 - logits, (r, x.key, extra)

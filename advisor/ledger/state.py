@@ -7852,11 +7852,15 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
       - the first stage: each used pipe buffer's input ids, b x s x 8 (int64; ``_exec_load_micro_batch`` l.898
         clones them to the device; the first stage sends no gradient, so ``_exec_send_grads`` l.1111 never
         frees them);
-      - the last stage: each used pipe buffer's output, b x s x V x D (V = vocab_size: the head's logits),
-        kept through the step, since ``_exec_backward_pass`` returns for the last stage (l.796-799) before
-        freeing ``pipe_buffers['outputs']`` (l.865-866); its autograd graph keeps the received input
-        (``recvd``, l.1128-1129, a leaf that requires grad) and that input's gradient alive: 2 x S more per
-        buffer.
+      - the last stage: each used pipe buffer's output, b x s x V x D (``pipe_outputs_kept``; V = vocab_size:
+        the head's logits), kept through the step, since ``_exec_backward_pass`` returns for the last stage
+        (l.796-799) before freeing ``pipe_buffers['outputs']`` (l.865-866); its autograd graph keeps the
+        received input (``recvd``, l.1128-1129, a leaf that requires grad) and that input's gradient alive:
+        2 x S more per buffer (``pipe_inputs_grads_kept``). In a backward the micro-batch being run back is one
+        of those buffers, whose logits the activation estimate's saved tensors already hold
+        (``advisor.model.activations``: the 16-bit logits), so the timeline counts the kept outputs of the
+        other buffers only there (``timeline.role_timeline``); in a forward the buffer's old output is
+        still kept while the new one is made (l.751 replaces it after the forward).
 
       Used pipe buffers: :func:`pipe_buffers_used`. Lifetime ``persistent`` (they are made in the first
       train_batch and kept; counted from initialize on, S to b x s x V x D early there). On the first
@@ -7901,13 +7905,15 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
                          f"{PIPE_SRC}._exec_load_micro_batch l.898"))
     V = (meta or {}).get("vocab_size")
     if stage == pp - 1 and V:
-        out.append(Entry(0, "accelerator", "activations", "pipe_outputs_kept", nb * (b * s_len * V * D + 2 * S),
-                         "persistent",
-                         f"buffers x (b x s x V x D + 2 x S) = {nb} x ({b} x {s_len:,} x {V:,} x {D} + 2 x {S:,}) "
-                         "(each used pipe buffer's output kept by the last stage, with the received input and its "
-                         "gradient its graph holds)",
-                         f"{PIPE_SRC}._exec_backward_pass l.796-799 (returns before l.865-866 frees the outputs); "
-                         "_exec_recv_activations l.1128-1129"))
+        out.append(Entry(0, "accelerator", "activations", "pipe_outputs_kept", nb * b * s_len * V * D, "persistent",
+                         f"buffers x b x s x V x D = {nb} x {b} x {s_len:,} x {V:,} x {D} (each used pipe buffer's "
+                         "output, the logits, kept by the last stage through the step)",
+                         f"{PIPE_SRC}._exec_backward_pass l.796-799 (returns before l.865-866 frees the outputs)"))
+    if stage == pp - 1 and stage > 0:
+        out.append(Entry(0, "accelerator", "activations", "pipe_inputs_grads_kept", nb * 2 * S, "persistent",
+                         f"buffers x 2 x S = {nb} x 2 x {S:,} (the received input, a leaf that requires grad, and its "
+                         "gradient, which the kept outputs' autograd graph holds)",
+                         f"{PIPE_SRC}._exec_recv_activations l.1128-1129; _exec_backward_pass l.796-799"))
     return out
 
 

@@ -1468,6 +1468,19 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list) ->
     return acts[k]
 
 
+def _kept_output_in_activations(ledger: Ledger, rl: RankLedger, ga: int, sized: list) -> int:
+    """Bytes counted twice at a backward instant of a pipeline's last stage with activations: the kept
+    outputs (``state.pipeline_stage_entries``' ``pipe_outputs_kept``, one per pipe buffer used) include the
+    micro-batch being run back, whose logits the activation estimate's saved tensors hold
+    (``advisor.model.activations``: the 16-bit logits the model returns); one buffer's share, 0 elsewhere."""
+    from advisor.ledger.state import pipe_buffers_used
+    pp = ledger.plan.cluster.pipeline_parallel
+    if pp <= 1 or not rl.stages:
+        return 0
+    kept = sum(nb for e, nb in sized if e.item == "pipe_outputs_kept" and e.tier == "accelerator")
+    return kept // pipe_buffers_used(pp, max(rl.stages), ga) if kept else 0
+
+
 def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activations: Any = None,
                   ga: int | None = None, rank: int | None = None) -> Timeline:
     """The :class:`Timeline` of one rank role ``rl`` (bytes per ledger tier, plus the pseudo-tier
@@ -1531,6 +1544,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 acc = a.saved_accelerator + a.loss_spike
             else:
                 acc = _backward_activations(a, sized, d, here)
+                acc -= _kept_output_in_activations(ledger, rl, ga, sized)
             d["accelerator"] += acc
             here.append(("activations", "accelerator", "activations", acc))
             if a.saved_host:

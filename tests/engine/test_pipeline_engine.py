@@ -286,7 +286,7 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     from advisor.plan import Workload
     ec = _ec(cfg)
     want = {0: {"pipe_grad_buf": S, "pipe_inputs_kept": 2 * SEQ * 8},
-            1: {"pipe_recv_buf": S, "pipe_outputs_kept": 2 * (SEQ * V * 2 + 2 * S)}}
+            1: {"pipe_recv_buf": S, "pipe_outputs_kept": 2 * SEQ * V * 2, "pipe_inputs_grads_kept": 2 * 2 * S}}
     wrapper = "DeepSpeedZeroOptimizer" if ec.zero.stage == 1 else "BF16_Optimizer"
     for s in (0, 1):
         ents = {e.item: e.bytes for e in pipeline_stage_entries(ec, _inventory().meta, Workload(seq_len=SEQ), s, 2, 2,
