@@ -585,14 +585,42 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
             else:
                 out += bufs[:1]
         return out + _state_dict_instant_entries(ec, ledger, load, rank, swap_min)
+    cl = ledger.plan.cluster
+    whole = "whole model"
+    if cl.pipeline_parallel > 1:
+        # PIPELINE_STAGE_LOAD: a PipelineModule built from LayerSpecs builds only its stage's layers
+        inv = _stage_inventory(ledger, rank)
+        whole = f"stage {cl.coords(rank)[0]}'s layers ({PIPELINE_STAGE_LOAD})"
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2
     return [Entry(rank, "host_pageable", "parameters", "load_model_copy", N * Dl * copies, "load",
                   f"{'' if copies == 1 else '2 x '}N x {Dl} = {N} x {Dl}{'' if copies == 1 else ' x 2'} "
-                  f"(whole model in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
+                  f"({whole} in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
                   "engine.py:DeepSpeedEngine._configure_distributed_model (the module is built before "
-                  "initialize); runtime/zero/partition_parameters.py:Init is what avoids it")]
+                  "initialize); runtime/zero/partition_parameters.py:Init is what avoids it"
+                  + ("; runtime/pipe/module.py:PipelineModule._build (LayerSpec.build only for "
+                     "this stage's layers)" if cl.pipeline_parallel > 1 else ""))]
+
+
+#: The load assumption under pipeline parallelism (words the load entry and the estimate's assumptions carry).
+PIPELINE_STAGE_LOAD = ("PipelineModule from LayerSpecs builds only its stage: deepspeed/runtime/pipe/module.py "
+                       "PipelineModule._build (l.235-276) calls LayerSpec.build / TiedLayerSpec.build only for "
+                       "specs[_local_start:_local_stop], the stage's layers (_set_bounds, l.543-553), so each rank "
+                       "loads its stage's shard; a model built whole and then split (nn.Module layers) is not this")
+
+
+def _stage_inventory(ledger: Ledger, rank: int) -> Any:
+    """The inventory of ``rank``'s pipeline stage, tensor-parallel shard included
+    (:func:`advisor.model.parallel.shard`, the split the ledger uses for the stage), memoised in
+    ``plan.derived['init_shards']`` as :func:`init_entries` reads it."""
+    from advisor.model.parallel import shard
+    cl = ledger.plan.cluster
+    shards = ledger.plan.derived.get("init_shards")
+    if shards is None:
+        shards = ledger.plan.derived["init_shards"] = shard(ledger.plan.inventory, cl.tensor_parallel,
+                                                            cl.pipeline_parallel, cl.expert_parallel)
+    return shards[min(cl.coords(rank)[0], len(shards) - 1)].inventory
 
 
 def largest_gathered_module(inv: Any, W: int) -> int:
@@ -716,13 +744,7 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     cl = ledger.plan.cluster
     if cl.model_parallel:
         # the rank's module is its pipeline stage's tensor-parallel shard (what the engine moves)
-        from advisor.model.parallel import shard
-        stage = cl.coords(rank)[0]
-        shards = ledger.plan.derived.get("init_shards")
-        if shards is None:
-            shards = ledger.plan.derived["init_shards"] = shard(inv, cl.tensor_parallel, cl.pipeline_parallel,
-                                                                cl.expert_parallel)
-        inv = shards[min(stage, len(shards) - 1)].inventory
+        inv = _stage_inventory(ledger, rank)
     # the sizes and the O(tensors) peaks below are per (tensor list, dtypes, W): memoised, since
     # generate asks for them once per rank role of every plan (Inventory.memo)
     sizes = inv.memo("init_sizes", lambda: [t.numel for t in inv.tensors])

@@ -474,7 +474,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                            "from_pretrained loads it)" if ld.get("state_dict_dtype") else ")"))
                 console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
                               f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
-                              f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: {host}", markup=False)
+                              f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: {host}"
+                              + (f"; per pipeline stage: {ld['per_stage']}" if ld.get("per_stage") else ""),
+                              markup=False)
             w = a["workload"]
             if w["seq_len"]:
                 console.print(f"  workload: {key_words('seq_len')} {w['seq_len']}, "

@@ -379,8 +379,12 @@ class EstimateResult:
         cl = self.plan.cluster
         per_node = cl.gpus_per_node or min(cl.world_size, 8)
         node = host.load_need if host is not None and host.load_need is not None else per_rank * per_node
+        from advisor.ledger.timeline import PIPELINE_STAGE_LOAD
+        staged = cl.pipeline_parallel > 1 and not (self.load and self.load.zero_init)
         return {**(self.load.to_dict() if self.load else {}), "host_per_rank": per_rank,
                 "ranks_per_node": per_node, "host_per_node": node,
+                # under pipeline parallelism each rank builds its stage only (ledger.timeline.load_entries)
+                "per_stage": PIPELINE_STAGE_LOAD if staged else None,
                 "capacity": host.capacity if host else None,
                 "fits": None if host is None or host.capacity is None else node <= host.capacity}
 
