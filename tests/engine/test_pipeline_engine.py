@@ -299,3 +299,43 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
         for r in rows:
             sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in r["unattributed"]}
             assert sites.get("deepspeed/runtime/zero/stage_1_and_2.py:reduce_gradients") == 100000, r
+
+
+#: Load cells under pipeline parallelism (issue 15): the same tracker's ``load`` phase, opened before
+#: ``PipelineModule(layers, ...)`` and closed before ``deepspeed.initialize`` (pipe_worker.py), i.e. the model's
+#: construction from LayerSpecs. The worker builds in torch's default dtype (fp32) under either config (bf16 is
+#: applied by initialize's cast), so both cells' load is the stage's parameters x 4 B.
+#: Measured 2026-12-06 (both cells): stage 0 53,504 B, stage 1 53,632 B, engine = ledger to the byte; the whole
+#: model the ledger charged every rank before is 107,136 B (+100% / +99.8%).
+PIPE_LOAD_CELLS = [("pp2_load_z1_fp32_w2", CFG), ("pp2_load_z0_bf16_w2", {**BF16_Z0})]
+
+
+@pytest.mark.parametrize("cell", PIPE_LOAD_CELLS, ids=[c[0] for c in PIPE_LOAD_CELLS])
+def test_pipeline_load_builds_only_the_stage(tmp_path, cell):
+    """PipelineModule._build calls LayerSpec.build only for the stage's layers (runtime/pipe/module.py
+    l.235-276, specs[_local_start:_local_stop]): the engine's high-water mark of live bytes while the
+    PipelineModule is built is the stage's parameters, and the ledger's load instant (timeline.load_entries,
+    advisor.ledger.timeline.PIPELINE_STAGE_LOAD) says the same within 1%, each stage below the whole model
+    (which the ledger charged every rank before)."""
+    from advisor.engine.measure import CPU_ONLY_SITES
+    from advisor.ledger.timeline import resolve_load, role_timeline
+
+    cid, cfg = cell
+    got = _run_pipe(tmp_path, cfg, track=True)
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, _inventory(), Cluster(world_size=2, pipeline_parallel=2)))
+    whole = _inventory().numel * 4
+    # by hand: stage 0 = embedding + 2 blocks, stage 1 = 2 blocks + norm + head (type:Block splits 4 blocks 2/2)
+    blk = H + 2 * F * H
+    by_hand = {0: (V * H + 2 * blk) * 4, 1: (2 * blk + H + V * H) * 4}
+    for r in (0, 1):
+        ph = next(p for p in got[r]["phases"] if p["phase"] == "load")
+        measured = ph.get("peak_excl_cpu_only", ph["peak"])
+        tl = role_timeline(led, led.rank(r), resolve_load(ec, zero_init=False), ga=2, rank=r)
+        i = next(k for k, x in enumerate(tl.instants) if x.key == "load")
+        ledger = tl.series(("accelerator", "host_pinned", "host_pageable"))[i]
+        stage = got[r]["stage"]
+        assert ledger == by_hand[stage] < whole, (r, ledger, by_hand, whole)
+        assert abs(measured - ledger) <= 0.01 * ledger, (
+            f"r{r} stage {stage}: engine {measured} B, ledger {ledger} B, whole model {whole} B; unattributed "
+            f"{[u for u in ph['unattributed'] if not u['site'].startswith(CPU_ONLY_SITES)][:6]}")
