@@ -102,7 +102,9 @@ transformers 5 always initialises on the meta device). Under ``zero.Init`` (only
 ZeRO-3; ``runtime/zero/partition_parameters.py`` Init) each parameter is partitioned as it is
 created: no full copy. The HF Trainer builds the model under zero.Init exactly when ZeRO-3 is
 enabled (``transformers.integrations.deepspeed.is_deepspeed_zero3_enabled`` in
-``from_pretrained``). A reading checkpoint shard is not counted.
+``from_pretrained``). A reading checkpoint shard is not counted. Under pipeline parallelism each
+rank builds only its stage (:data:`PIPELINE_STAGE_LOAD`): N is the stage's shard
+(:func:`advisor.model.parallel.shard`), as in :func:`init_entries`.
 
 Initialize without zero.Init (:func:`init_entries`; DeepSpeed 0.19.8 ``runtime/engine.py``
 DeepSpeedEngine._configure_distributed_model, l. 2080-2094): with fp16/bf16 on, the parameters are
