@@ -542,10 +542,10 @@ TIME_RESOLUTION = 0.005
 TIME_RESOLUTION_FLOOR_S = 1e-5
 
 
-def time_resolution(step_s: float) -> float:
-    """The smallest difference of seconds generate names for a step of ``step_s`` seconds (the best plan's, or
+def time_resolution(step_time_s: float) -> float:
+    """The smallest difference of seconds generate names for a step of ``step_time_s`` seconds (the best plan's, or
     the plan's own for its parts): :data:`TIME_RESOLUTION` of it, at least :data:`TIME_RESOLUTION_FLOOR_S`."""
-    return max(TIME_RESOLUTION * step_s, TIME_RESOLUTION_FLOOR_S)
+    return max(TIME_RESOLUTION * step_time_s, TIME_RESOLUTION_FLOOR_S)
 
 
 def seconds_text(s: float) -> str:
