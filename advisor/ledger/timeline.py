@@ -836,21 +836,37 @@ SAVE_GPU_ONLY = ("save_16bit_staging", "save_model_file_staging", "save_optim_fi
 GPU_ONLY = SAVE_GPU_ONLY + TWIN_FLOW_GPU_ONLY
 
 
-def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
+def _rank_shard(ec: EffectiveConfig, ledger: Ledger, rank: int) -> tuple[Any, Any]:
+    """(inventory, ZeRO-1/2 group layouts) of what ``rank``'s files hold: the whole model without model
+    parallelism (``placement_of(plan)``, unchanged), else the rank's pipeline stage / tensor-parallel
+    shard over its ZeRO group (:func:`_stage_inventory`, the split ``advisor checkpoint`` writes its
+    per-rank files from: checkpoint._model_parallel_files)."""
+    plan = ledger.plan
+    if not plan.cluster.model_parallel:
+        return plan.inventory, placement_of(plan).zero12
+    from advisor.ledger.state import placement
+    inv = _stage_inventory(ledger, rank)
+    memo = ledger.__dict__.setdefault("_shard_zero12", {})
+    got = memo.get(id(inv))
+    if got is None or got[0] is not inv:
+        got = memo[id(inv)] = (inv, placement(ec, inv, max(1, plan.cluster.zero_world_size), ledger.wrapper).zero12)
+    return inv, got[1]
+
+
+def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger, rank: int = 0) -> tuple[int, str]:
     """(bytes, what) of the largest accelerator storage in the model-states file dp rank 0 writes
     below ZeRO-3 (the module state dict, at stage 0 with the optimizer's state dict), which
     torch.save copies to host memory: ZeRO-1/2 and BF16_Optimizer module weights are views of the
     padded flat 16-bit group buffer (n_pad x D, the whole storage is written); stage 0
     FP16_Optimizer flattens each group's 16-bit params and its fp32 copy (group numel x 4);
     otherwise one tensor (the largest, n x 4 for its fp32 master / moments, or n x D)."""
-    plan = ledger.plan
-    inv = plan.inventory
+    inv, zero12 = _rank_shard(ec, ledger, rank)
     D = DTYPE_BYTES[ec.model_dtype]
     # per tensor list, not per plan: generate asks for each of its plans (issue 21)
     frozen = inv.memo(("max_frozen_numel",), lambda: max((t.numel for t in inv.tensors if not t.trainable),
                                                          default=0)) * D
     if ec.zero.stage in (1, 2) or ledger.wrapper == "BF16_Optimizer":
-        lays = placement_of(plan).zero12
+        lays = zero12
         b = max((lay.n_pad for lay in lays), default=0) * D
         what = "the largest param group's padded flat 16-bit buffer, n_pad x D"
         if ec.zero.stage == 0 and ec.offload_optimizer_effective == "none":
@@ -866,7 +882,7 @@ def _largest_model_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[in
     return n * 4, "the largest tensor's fp32 parameter, master copy or moment, n x 4"
 
 
-def _largest_optim_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
+def _largest_optim_file_storage(ec: EffectiveConfig, ledger: Ledger, rank: int = 0) -> tuple[int, str]:
     """(bytes, what) of the largest accelerator storage in the rank's ZeRO optimizer-states file
     (zero_pp_rank_*_optim_states.pt), which torch.save copies to host memory: ZeRO-1/2 the fp32
     partition of a param group and each moment, P x 4 (the padded storage: the file holds an
@@ -886,11 +902,11 @@ def _largest_optim_file_storage(ec: EffectiveConfig, ledger: Ledger) -> tuple[in
     if ec.offload_optimizer_effective != "none":
         return 0, "optimizer state already in host memory (offload_optimizer)"
     if st in (1, 2) or ledger.wrapper == "BF16_Optimizer":
-        return max((lay.P for lay in placement_of(plan).zero12), default=0) * 4, \
+        return max((lay.P for lay in _rank_shard(ec, ledger, rank)[1]), default=0) * 4, \
             "the largest param group's fp32 partition (and each moment), P x 4"
     if st == 3:
         W = max(1, plan.cluster.zero_world_size)
-        sgs = zero3_sub_groups(plan.inventory, W, ec.zero.sub_group_size)
+        sgs = zero3_sub_groups(_rank_shard(ec, ledger, rank)[0], W, ec.zero.sub_group_size)
         return max((sg.numel for sg in sgs), default=0) * 4, \
             "the largest sub-group's fp32 flat partition (and each moment), S x 4"
     return 0, "no ZeRO optimizer-states file at stage 0"
@@ -966,12 +982,71 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
                              "model-states file is written)",
                              "runtime/engine.py:DeepSpeedEngine._get_zero_frozen_param_attributes l.5430-5446 "
                              "(_get_param_fragment_func l.5426-5427)"))
-    ob, what = _largest_optim_file_storage(ec, ledger)
-    if ob and not (rank == 0 and _rank0_model_staging(ec, ledger)[0] >= ob):
+    ob, what = _largest_optim_file_storage(ec, ledger, rank)
+    # rank 0 counts the larger of its model file's and its optimizer file's storage itself (save_rank0_entries),
+    # except under pipeline parallelism, where its module staging is the layer files' (_pipeline_layer_staging)
+    if ob and (plan.cluster.pipeline_parallel > 1 or not (rank == 0 and _rank0_model_staging(ec, ledger)[0] >= ob)):
         out.append(Entry(rank, "host_pageable", "optimizer_states", "save_optim_file_staging", ob, "save_optim",
                          f"{what}: {ob:,} B (torch.save's host copy of one accelerator storage at a time)",
                          SAVE_FILES_SOURCE))
     return out
+
+
+def _rank_checkpoint_files(ledger: Ledger, rank: int) -> list[Any]:
+    """The files ``rank`` writes in one ``save_checkpoint``, as ``advisor checkpoint`` lists them
+    (:func:`advisor.ledger.checkpoint.checkpoint_files`, memoised per plan): the save's host staging
+    is derived from these entries, one source for both views."""
+    from advisor.ledger.checkpoint import checkpoint_files
+    derived = ledger.plan.derived
+    by = derived.get("save_files_by_rank")
+    if by is None:
+        by = {}
+        for f in checkpoint_files(ledger.plan).files:
+            if f.kind in ("script", "latest"):
+                continue
+            for k in range(max(1, f.count)):
+                by.setdefault(f.rank + k * f.stride, []).append(f)
+        derived["save_files_by_rank"] = by
+    return by.get(rank, [])
+
+
+def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
+    """Host staging of ``save_checkpoint``'s module under pipeline parallelism, bytes, from the layer
+    files ``rank`` writes as ``advisor checkpoint`` lists them (:func:`_rank_checkpoint_files`):
+    PipelineEngine.module_state_dict (``runtime/pipe/engine.py`` l.1308-1325) calls
+    PipelineModule.save_state_dict (``runtime/pipe/module.py`` l.607-642): data-parallel rank 0 of
+    the stage (per tensor-parallel rank) writes each layer's ``layer_XX-model_states.pt``, one layer at
+    a time; the torch checkpoint engine preserves storage sharing (``checkpoint_engine/checkpoint_engine.py``
+    l.62-63), so each layer's state dict is ``clone_tensors_for_torch_save``'d to the CPU
+    (``checkpoint/utils.py`` l.41-59: ``item.detach().to('cpu')``, the view's own elements) and
+    torch.save writes those host tensors (no further copy). The previous layer's clone is dropped
+    when ``final_state_dict`` is rebound (module.py l.637-641), so the host peak is the largest layer
+    file the rank writes, at ``save:model``; ``mp_rank_XX_model_states.pt`` holds no module. Only the
+    writers hold it: a rank-only entry (:func:`rank_only_entries`), each writer a role of its own.
+    The optimizer-states file is :func:`save_entries`' (the stage's partition, :func:`_rank_shard`)."""
+    files = _rank_checkpoint_files(ledger, rank)
+    out: list[Entry] = []
+    layers = [f for f in files if f.kind == "model_states" and "/layer_" in f.path]
+    if layers:
+        big = max(layers, key=lambda f: f.bytes)
+        out.append(Entry(rank, "host_pageable", "parameters", "save_model_file_staging", big.bytes, "save_model",
+                         f"the largest layer file this rank writes, {big.path.rsplit('/', 1)[-1]}: {big.bytes:,} B "
+                         f"(its state dict cloned to the CPU, one layer at a time; {len(layers)} layer files)",
+                         "runtime/pipe/module.py:PipelineModule.save_state_dict l.607-642 -> "
+                         "checkpoint/utils.py:clone_tensors_for_torch_save l.41-59 (runtime/pipe/engine.py "
+                         "module_state_dict l.1308-1325)"))
+    return out
+
+
+def pipeline_layer_writers(ledger: Ledger) -> list[int]:
+    """Global ranks that write ``layer_XX-model_states.pt`` files (checkpoint's entries): data-parallel
+    rank 0 of each pipeline stage, per tensor-parallel rank (pipe/module.py save_state_dict
+    l.615-625, checkpoint_parallel_write_pipeline off). Empty without pipeline parallelism."""
+    if ledger.plan.cluster.pipeline_parallel <= 1:
+        return []
+    _rank_checkpoint_files(ledger, 0)
+    by = ledger.plan.derived["save_files_by_rank"]
+    return sorted(r for r, fs in by.items() if any("/layer_" in f.path for f in fs))
 
 
 def _rank0_model_staging(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:
@@ -998,6 +1073,8 @@ def save_rank0_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[E
       ``save_16bit_model``'s pytorch_model.bin (the module state dict, the same storages).
       Counted at ``save:optim`` instead of the optimizer file's storage when larger there
       (the files are written one after the other; the copy of the larger storage is the peak)."""
+    if ledger.plan.cluster.pipeline_parallel > 1:
+        return _pipeline_layer_staging(ledger, rank)  # the layer files' writers, rank 0 among them
     if rank != 0:
         return []
     z = ec.zero
@@ -1032,7 +1109,7 @@ def save_rank0_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[E
                          "runtime/engine.py:DeepSpeedEngine.save_16bit_model l.5745-5751 -> " + SAVE_FILES_SOURCE))
     out.append(Entry(rank, "host_pageable", "parameters", "save_model_file_staging", mb, "save_model",
                      f"{what}: {mb:,} B (torch.save's host copy of one accelerator storage at a time)", src))
-    ob, _ = _largest_optim_file_storage(ec, ledger)
+    ob, _ = _largest_optim_file_storage(ec, ledger, rank)
     if ob and mb >= ob:
         # the optimizer file's largest storage on rank 0, in its own file after the model file
         out.append(Entry(rank, "host_pageable", "optimizer_states", "save_optim_file_staging", ob, "save_optim",
@@ -1076,6 +1153,13 @@ def rank_only_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption,
     model-states file's host copies below it). A rank with any of them is a role of its own
     (:func:`advisor.views.estimate.group_roles`), so a role's timeline is true for every rank of it."""
     return hf_state_dict_entries(ec, ledger, load, rank) + save_rank0_entries(ec, ledger, rank)
+
+
+def rank_only_ranks(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption) -> list[int]:
+    """The ranks with :func:`rank_only_entries`: rank 0, and under pipeline parallelism every rank that
+    writes layer files (:func:`pipeline_layer_writers`); each is a role of its own."""
+    cands = sorted({0, *pipeline_layer_writers(ledger)})
+    return [r for r in cands if rank_only_entries(ec, ledger, load, r)]
 
 
 def stepped_groups(ledger: Ledger) -> int:

@@ -36,7 +36,7 @@ from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.ledger.movement import movement_plan  # noqa: F401  (re-exported: estimate's callers name it here)
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
 from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, checkpoint_load_dtype,
-                                     hf_zero3, rank_only_entries, resolve_load, role_timeline, zero12_flat_fallback)
+                                     hf_zero3, rank_only_entries, rank_only_ranks, resolve_load, role_timeline, zero12_flat_fallback)
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -462,11 +462,12 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
     load = load or resolve_load(ledger.plan.config)
     # a rank with entries of its own (rank 0's save-time gather: timeline.rank_only_entries) is its
     # own role, so no role's timeline shows them on ranks that do not hold them
-    if rank_only_entries(ledger.plan.config, ledger, load, 0):
+    # (rank 0's; under pipeline parallelism also each stage's layer-file writer: timeline.rank_only_ranks)
+    for r0 in rank_only_ranks(ledger.plan.config, ledger, load):
         for role in list(out):
-            if 0 in role.ranks and len(role.ranks) > 1:
-                rest = role.ranks & RankSet.span(1, role.ranks[-1] + 1)
-                role.ranks = RankSet.of([0])
+            if r0 in role.ranks and len(role.ranks) > 1:
+                rest = role.ranks & (RankSet.span(0, r0) | RankSet.span(r0 + 1, role.ranks[-1] + 1))
+                role.ranks = RankSet.of([r0])
                 out.append(Role(ranks=rest, ledger=role.ledger, activations=activations))
     for role in out:
         role.load = load

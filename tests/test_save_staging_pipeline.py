@@ -1,0 +1,105 @@
+"""Save-time host staging is what each rank writes (issue 15): the timeline's ``save:model`` /
+``save:optim`` host bytes come from the same per-rank file entries ``advisor checkpoint`` lists.
+
+DeepSpeed 0.19.8 under a PipelineEngine: module_state_dict (runtime/pipe/engine.py l.1308-1325) has
+PipelineModule.save_state_dict (runtime/pipe/module.py l.607-642) write one layer_XX-model_states.pt
+per layer on data-parallel rank 0 of the stage, each layer's state dict cloned to the CPU
+(checkpoint/utils.py clone_tensors_for_torch_save l.41-59; the torch checkpoint engine preserves
+storage sharing, checkpoint_engine.py l.62-63) one layer at a time; mp_rank_XX_model_states.pt holds
+no module. The optimizer file is torch.save'd one accelerator storage at a time
+(torch/serialization.py l.1290-1310): the largest is the stage's fp32 partition P x 4.
+
+By hand, Llama-3-8B (hidden 4096, intermediate 14336, 32 heads / 8 KV heads of 128, vocabulary
+128,256, 32 layers, untied): one layer q, o 4096 x 4096 + k, v 4096 x 1024 + 3 x 4096 x 14336 +
+2 x 4096 = 218,112,000; embed_tokens = lm_head = 128,256 x 4096 = 525,336,576; final norm 4096.
+PP 2 on 8 ranks: ZeRO group W = 4, 16 layers a stage (partition_uniform), the embedding on stage 0
+(layer_00), the final norm + lm_head on stage 1 (layer_33).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+EMB = 128_256 * 4096
+STAGES = [EMB + 16 * LAYER, 16 * LAYER + 4096 + EMB]
+
+
+def _run(tmp_path, cfg: dict, *extra):
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps(cfg))
+    out = run_cli(["estimate", str(p), "--model", "llama-3-8b", "--seq-len", "2048", "--format", "json", *extra])
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+def _save_hosts(rank: dict) -> dict[str, int]:
+    return {e["instant"]: e["host"] for e in rank["timeline"] if e["phase"] == "save"}
+
+
+def _largest_file_by_rank(d: dict) -> dict[tuple[int, str], int]:
+    """(rank, kind) -> bytes of the largest file of that kind the rank writes (checkpoint's entries)."""
+    by: dict[tuple[int, str], int] = {}
+    for f in d["checkpoint"]["files"]:
+        if f["kind"] not in ("model_states", "optim_states"):
+            continue
+        for k in range(f.get("count", 1)):
+            key = (f["rank"] + k * f.get("rank_stride", 1), f["kind"])
+            by[key] = max(by.get(key, 0), f["bytes"])
+    return by
+
+
+def test_llama3_8b_pp2_zero1_bf16_each_rank_stages_its_own_files(tmp_path):
+    assert sum(STAGES) == 8_030_261_248  # Llama-3-8B's published parameter count
+    d = _run(tmp_path, {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+                        "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}},
+             "--world-size", "8", "--pipeline-parallel", "2")
+    for r in d["ranks"]:
+        (rank,) = [a for a, _ in r["rank_ranges"]] if len(r["rank_ranges"]) == 1 else [None]
+        (stage,) = r["stages"]
+        h = _save_hosts(r)
+        # the optimizer file: its largest storage, the stage's fp32 partition P = N_stage / 4 (no padding:
+        # both stages' N are multiples of 2 x W), P x 4 = N_stage bytes
+        assert h["save:optim"] == STAGES[stage] // 4 * 4, (rank, h)
+        # the layer files: only data-parallel rank 0 of the stage (global ranks 0 and 4) writes them; the
+        # largest is the embedding (stage 0) / final norm + lm_head (stage 1), in bf16
+        want = {0: EMB * 2, 4: (EMB + 4096) * 2}.get(rank, 0)
+        assert h["save:model"] == want, (rank, h)
+    # the old figures: rank 0 staged the whole model in bf16 (N x 2 = 16,060,522,496) and N / W x 4
+    assert max(max(_save_hosts(r).values()) for r in d["ranks"]) == max(STAGES)
+
+
+PLANS = [
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}, ("--pipeline-parallel", "2")),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}, ("--pipeline-parallel", "2")),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}, ("--pipeline-parallel", "2",
+                                                                      "--tensor-parallel", "2")),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}, ()),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}, ()),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}, ()),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}, ()),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}, ("--tensor-parallel", "2")),
+]
+
+
+@pytest.mark.parametrize("cfg,extra", PLANS, ids=[f"z{c['zero_optimization']['stage']}{''.join(e)}" for c, e in PLANS])
+def test_save_staging_never_exceeds_the_files_the_rank_writes(tmp_path, cfg, extra):
+    """torch.save stages at most what it writes (one storage, or one layer's clone, at a time), so per
+    rank the host staging at save:model / save:optim is at most the bytes of the file of that kind it
+    writes (DeepSpeed writes the model-states / layer files, then the optimizer-states file)."""
+    cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, **cfg}
+    d = _run(tmp_path, cfg, "--world-size", "8", *extra)
+    files = _largest_file_by_rank(d)
+    for r in d["ranks"]:
+        h = _save_hosts(r)
+        after = h["save"]  # what the host holds once the save has returned (not staging)
+        for a, b in r["rank_ranges"]:
+            for rank in range(a, b + 1):
+                # save:model stages (part of) the model-states / layer file being written, save:optim the
+                # optimizer-states file: never more than the largest such file this rank writes
+                assert h["save:model"] - after <= files.get((rank, "model_states"), 0), (rank, h, files)
+                assert h["save:optim"] - after <= files.get((rank, "optim_states"), 0), (rank, h, files)
