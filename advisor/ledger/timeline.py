@@ -137,7 +137,11 @@ file; at ZeRO-2/3 also the ``.cpu()`` copies of the frozen parameters. At ZeRO-3
 with checkpoint_event_prologue (``stage3.py`` l.3844: the persistent parameters partitioned) and
 end with the epilogue (gathered again). ``save_16bit_model`` with the gather: every rank holds one
 gathered module at a time, rank 0 the CPU copies made so far (N x D at the end, beside the
-persistent parameters gathered again). On a CPU accelerator there are no host copies
+persistent parameters gathered again). Under tensor / pipeline parallelism each rank's storages
+are its own shard's (:func:`_rank_shard`); under pipeline parallelism the module goes to the layer
+files (runtime/pipe/engine.py module_state_dict l.1308-1325) that data-parallel rank 0 of each stage
+clones to the CPU one layer at a time (:func:`_pipeline_layer_staging`, from the same per-rank file
+entries ``advisor checkpoint`` lists). On a CPU accelerator there are no host copies
 (:data:`SAVE_GPU_ONLY`); the engine's save parity is ``tests/engine/test_save_parity.py``.
 
 No torch or deepspeed import.
@@ -1061,7 +1065,9 @@ def _rank0_model_staging(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]
 
 
 def save_rank0_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
-    """The save entries only global rank 0 holds, bytes (empty on other ranks):
+    """The save entries only global rank 0 holds, bytes (empty on other ranks; under pipeline
+    parallelism instead the layer-file staging of every rank that writes layer files,
+    :func:`_pipeline_layer_staging`):
 
     * ZeRO-3 with ``stage3_gather_16bit_weights_on_model_save``, in ``save_16bit_model``: rank 0's
       state dict of ``param.detach().cpu()`` copies grows to N x D host bytes (a CPU accelerator

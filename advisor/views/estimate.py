@@ -444,9 +444,10 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
 
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
                 load: LoadAssumption | None = None, timelines: bool = True) -> list[Role]:
-    """Group ranks whose (tier, class, item, life) -> bytes maps are identical, rank 0 apart when
-    it carries entries no other rank has (:func:`advisor.ledger.timeline.rank_only_entries`: the
-    ZeRO-3 save-time 16-bit gather), each role with its timeline (true for every rank of it;
+    """Group ranks whose (tier, class, item, life) -> bytes maps are identical, rank 0 (and under
+    pipeline parallelism each layer-file writer) apart when it carries entries no other rank has
+    (:func:`advisor.ledger.timeline.rank_only_entries`: the ZeRO-3 save-time 16-bit gather, the
+    layer files' staging; :func:`advisor.ledger.timeline.rank_only_ranks`), each role with its timeline (true for every rank of it;
     ``timelines`` False: none, for a caller that splits the roles and computes their own).
 
     The ledger already comes as one :class:`RankLedger` per role (ranks with identical entries,
