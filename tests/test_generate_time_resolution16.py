@@ -23,7 +23,7 @@ def _cand(t: float, parts: dict, stage: int = 3) -> gen.Candidate:
 def _explained(*cands: gen.Candidate) -> list[gen.Candidate]:
     res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=list(cands), rejected=[],
                            nvme_path=None)
-    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    res.request = type("R", (), {"tie_tolerance": 0.03, "world_size": 8})()  # data-parallel 8
     gen._explain_ranks(res)
     return list(cands)
 

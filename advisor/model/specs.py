@@ -1046,17 +1046,16 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
             return d
         if isinstance(d, dict) and "tensors" in d:
             from advisor.config.readers import gc_paused
-            if architecture:
-                problem = _architecture_problem(d, path)
-                ts = d["tensors"]
-                if not problem and isinstance(ts, list):
-                    # generate's own work limit, from the list's length before its entries become objects
-                    from advisor.config.validation import generate_tensors_problem
-                    problem = generate_tensors_problem(len(ts), path)
-                    if problem and not all(isinstance(t, dict) for t in ts):
-                        problem = None  # not all tensors: from_dict names the first entry that is not one
+            ts = d["tensors"]
+            # a tensors value that is not a non-empty list of objects is the file's real defect: from_dict names
+            # it (/tensors or /tensors/i, what was found) before generate asks for the architecture
+            if architecture and isinstance(ts, list) and ts and all(isinstance(t, dict) for t in ts):
+                # then generate's own work limit, from the list's length before its entries become objects
+                from advisor.config.validation import generate_tensors_problem
+                problem = _architecture_problem(d, path) or generate_tensors_problem(len(ts), path)
                 if problem:
                     raise ModelSpecError(problem)
+            del ts
             with gc_paused():  # a million TensorSpecs, no cycles (see gc_paused)
                 inv = from_dict(d, path, consume=True)  # d's tensors are not read again
             inv.meta = checked_meta(inv.meta, path)
@@ -1071,6 +1070,10 @@ def resolve_model(spec: str, build_unknown: Any = None, flag: str | None = "--mo
             return inv
         if isinstance(d, dict) and "family" in d:
             return expand(ModelSpec.from_dict(d, source=path))
+        if not isinstance(d, dict):  # what was found, in JSON's words (validation.json_kind)
+            from advisor.config.validation import json_kind
+            raise ModelSpecError(f"{path}: expected an object (a Hugging Face config.json, an inventory with "
+                                 f"tensors or a model spec with family), got {json_kind(d)}")
         raise ModelSpecError(f"{path}: not a Hugging Face config.json (no model_type), an inventory "
                              "(no tensors) or a model spec (no family)")
     if _norm_key(spec) in _index():

@@ -1360,9 +1360,9 @@ def _explain_ranks(res: SearchResult) -> None:
         # faster than #1 by more than the resolution: #1 won the tie (within tol of the fastest) as the simpler plan
         if c.step_time_s < best.step_time_s - res_s:
             template = (f"faster than #1 by {seconds_text(best.step_time_s - c.step_time_s)} s (within {tol:.0%}: #1 is "
-                        f"simpler, this one {_tie_reason(c, best)})" + (f": {spent}" if spent else ""))
+                        f"simpler, this one {_tie_reason(c, best, res.request.world_size)})" + (f": {spent}" if spent else ""))
         elif c.step_time_s <= best.step_time_s + res_s:
-            template = f"as fast as #1 (this one {_tie_reason(c, best)})" + (f": {spent}" if spent else "")
+            template = f"as fast as #1 (this one {_tie_reason(c, best, res.request.world_size)})" + (f": {spent}" if spent else "")
         else:
             template = (spent or f"+{seconds_text(c.step_time_s - best.step_time_s)} s") \
                 + (f"; within {tol:.0%} of the fastest" if c.step_time_s <= fastest * (1 + tol) else "")
@@ -1407,9 +1407,14 @@ def _delta_words(c: "Candidate", best: "Candidate", res_s: float | None = None) 
     return ", ".join(out)
 
 
-def _tie_reason(c: "Candidate", best: "Candidate") -> str:
+def _tie_reason(c: "Candidate", best: "Candidate", world_size: int) -> str:
     """What makes a plan within the tie tolerance less simple than the best: the first key of
-    :func:`simplicity` in which it is, in words (completing "this one ...")."""
+    :func:`simplicity` in which it is, in words (completing "this one ...").
+
+    A higher ZeRO stage shards more only over a data-parallel size (``world_size`` / (t x p x sp)) above 1:
+    ZeRO partitions states over the data-parallel group (``runtime/zero/stage_1_and_2.py`` l.289-294: ``dp_size =
+    dist.get_world_size(group=self.dp_process_group)``, ``partition_count = [dp_size ...]``), so at data-parallel size 1 each partition is the
+    whole; the stage then changes only DeepSpeed's optimizer wrapper and its hooks, and says so."""
     a, b = simplicity(c), simplicity(best)
     if a[0] > b[0]:
         return f"is model parallel ({c.layout()})"
@@ -1419,7 +1424,11 @@ def _tie_reason(c: "Candidate", best: "Candidate") -> str:
         return (f"recomputes more: checkpointing {c.checkpointing}, {c.recompute:.1%} of the step's FLOPs"
                 f" vs {best.recompute:.1%}")
     if a[4] > b[4]:
-        return f"shards more: ZeRO-{c.combo.stage}"
+        # a[0] == b[0] here: the same t x p x sp, so the same data-parallel size as the best
+        if world_size // max(1, c.tp * c.pp * c.sp) > 1:
+            return f"shards more: ZeRO-{c.combo.stage}"
+        return (f"runs a higher ZeRO stage (ZeRO-{c.combo.stage} vs ZeRO-{best.combo.stage}), which shards nothing at "
+                "data-parallel size 1: only DeepSpeed's optimizer wrapper and its hooks differ")
     if c.micro < best.micro:
         return f"has the smaller micro-batch ({c.micro})"
     return "is as simple: the search order decides"
@@ -1768,7 +1777,8 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
         "superseded": res.superseded,
         "plans": [dict(c.row(), config=c.config) for c in res.ranked[:top]],
         "fitting": len(res.ranked),
-        "rejected": [{"stage": c.combo.stage, "offload_optimizer": c.combo.offload_optimizer,
+        "rejected": [{"tensor_parallel": c.tp, "pipeline_parallel": c.pp, "megatron_sp": c.tp > 1,
+                      "sequence_parallel": c.sp, "gradient_accumulation": c.ga, "stage": c.combo.stage, "offload_optimizer": c.combo.offload_optimizer,
                       "offload_param": c.combo.offload_param, "micro_batch": c.micro, "checkpointing": c.checkpointing,
                       "tier": c.rejection.tier, "need": c.rejection.need, "usable": c.rejection.usable,
                       "over": c.rejection.over, "verdict": c.rejection.verdict} for c in res.rejected],
