@@ -425,6 +425,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             console.print(f"  per save: {ck['per_save_bytes']:,} bytes ({size(ck['per_save_bytes'], units)}): tensor "
                           f"payload plus the small `latest` and recovery scripts; each .pt file adds a few KB of "
                           f"pickle overhead. `ds-advisor checkpoint` gives save/restore times and the save interval.")
+            # --save-dir: the tier's wear, or why it is not counted (the step-time section exists iff --hardware)
+            for line in estimate_save_dir_lines(ck.get("storage"), d.get("step_time") is not None, units):
+                console.print(line, markup=False)
         de = d.get("deepspeed_estimate")
         if de:
             if "error" in de:
@@ -683,6 +686,60 @@ def world_default_words(source: str | None) -> str:
             "one)")
 
 
+def save_dir_lines(st: dict[str, Any] | None, units: str = DEFAULT_UNITS) -> list[str]:
+    """The save dir's tier lines of a checkpoint plan's ``storage()`` dict (``CheckpointPlan.storage``): the tier,
+    its rates and the bytes written per save, then saves and bytes per day and the drive's wear; [] when no tier
+    holds the save dir (the checkpoint report's notes say why; estimate says it in :func:`estimate_save_dir_lines`).
+    One writer for the checkpoint command and estimate, so both print the same figures."""
+    def _size(n: int) -> str:
+        return f"{n:,} B" if n < 10**6 else size(n, units)
+
+    lines: list[str] = []
+    if not st or not st["tier"]:
+        return lines
+    lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
+                 f"write {rate(st['write_bytes_per_s'], units)}, read {rate(st['read_bytes_per_s'], units)}; "
+                 f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
+                 f"{'on the busiest node' if st.get('written_by', 'the busiest node') == 'the busiest node' else 'by ' + st['written_by']}")
+    if st["bytes_written_per_day"] is not None:
+        s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
+             f"{st['saves_per_day']:,.2f} saves/day, {size(st['bytes_written_per_day'], units, prefix='T', digits=3)} "
+             "written per day")
+        if st.get("swap_bytes_per_day") is not None:  # the NVMe swap on the same tier (views/estimate.share_save_tier)
+            s += (f" ({size(st['checkpoint_bytes_per_day'], units, prefix='T', digits=3)} of saves + "
+                  f"{size(st['swap_bytes_per_day'], units, prefix='T', digits=3)} of the {st['shares_tier_with']}, "
+                  "which writes to the same tier)")
+        if st["endurance_used_per_day"] is not None:
+            s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
+                  f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None
+                                        else "unlimited"))
+            if st["warranty_days"]:
+                s += f" (warranty {st['warranty_days']:,.0f} days)"
+        else:
+            s += " (endurance unknown)"
+        lines.append(s)
+    else:
+        lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
+    return lines
+
+
+def estimate_save_dir_lines(st: dict[str, Any] | None, hardware_given: bool, units: str = DEFAULT_UNITS) -> list[str]:
+    """estimate's lines about ``--save-dir`` (``st``: its checkpoint section's ``storage``, None without a save
+    dir): the tier's wear (:func:`save_dir_lines`), or one note saying why it is not counted -- no ``--hardware``
+    (no storage tiers known) or no tier of the hardware spec holding the path (a relative path never matches a
+    tier's absolute mounts: ``Hardware.tier_for_path``)."""
+    if not st:
+        return []
+    if st["tier"]:
+        return save_dir_lines(st, units)
+    if not hardware_given:
+        why = "no --hardware, so no storage tier is known"
+    else:
+        why = "no storage tier of the --hardware spec holds it" + (
+            "" if str(st["save_dir"]).startswith("/") else " (give an absolute path)")
+    return [f"  note: save_dir {st['save_dir']}: its tier's wear is not counted: {why}"]
+
+
 def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: bool = False) -> str:
     """Human-readable report (sizes in ``units``); files that differ only in the rank are folded
     into one row."""
@@ -762,32 +819,7 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
                      f"{_fmt_s(rc['worst_total'])} worst")
     elif plan.write_bandwidth is None:
         lines.append("  give --write-bandwidth (and --node-mtbf-hours) for save time and the save interval")
-    st = plan.storage()
-    if st and st["tier"]:
-        t = plan.tier
-        lines.append(f"  save_dir {st['save_dir']} on tier '{st['tier']}' [{st['access']}] ({', '.join(st['mounts'])}; "
-                     f"write {rate(t.write_bytes_per_s, units)}, read {rate(t.read_bytes_per_s, units)}; "
-                     f"endurance {st['endurance'] or 'unknown'}): {_size(st['bytes_written_per_save'])} written per save "
-                     f"{'on the busiest node' if st.get('written_by', 'the busiest node') == 'the busiest node' else 'by ' + st['written_by']}")
-        if st["bytes_written_per_day"] is not None:
-            s = (f"    one save every {_fmt_s(st['save_interval_s'])} ({st['interval_source']}): "
-                 f"{st['saves_per_day']:,.2f} saves/day, {size(st['bytes_written_per_day'], units, prefix='T', digits=3)} "
-                 "written per day")
-            if st.get("swap_bytes_per_day") is not None:  # the NVMe swap on the same tier (views/estimate.share_save_tier)
-                s += (f" ({size(st['checkpoint_bytes_per_day'], units, prefix='T', digits=3)} of saves + "
-                      f"{size(st['swap_bytes_per_day'], units, prefix='T', digits=3)} of the {st['shares_tier_with']}, "
-                      "which writes to the same tier)")
-            if st["endurance_used_per_day"] is not None:
-                s += (f", {100 * st['endurance_used_per_day']:.3g}% of the drive's rated endurance per day, "
-                      f"projected life " + (f"{st['days_of_life']:,.0f} days" if st["days_of_life"] is not None
-                                            else "unlimited"))
-                if st["warranty_days"]:
-                    s += f" (warranty {st['warranty_days']:,.0f} days)"
-            else:
-                s += " (endurance unknown)"
-            lines.append(s)
-        else:
-            lines.append("    give --node-mtbf-hours (Young/Daly interval) or --save-interval for writes per day")
+    lines += save_dir_lines(plan.storage(), units)
     for x in plan.findings:
         msg, fix = x.text(units)
         lines.append(f"  {paint(x.severity, color)} {x.code}: {msg}")
