@@ -41,7 +41,7 @@ def test_every_plan_incomplete_in_a_different_part_is_ranked_and_explained():
     ranked = gen.rank([p, q])
     assert ranked == [q, p] and p.incomplete and q.incomplete
     res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=ranked, rejected=[], nvme_path=None)
-    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    res.request = type("R", (), {"tie_tolerance": 0.03, "world_size": 8})()  # data-parallel 8
     gen._explain_ranks(res)
     assert q.why.startswith("fastest")
 
@@ -153,7 +153,7 @@ def test_a_tie_breaks_toward_less_recompute_then_the_faster_plan():
     ranked = gen.rank([many, few])
     assert ranked == [few, many]
     res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=ranked, rejected=[], nvme_path=None)
-    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    res.request = type("R", (), {"tie_tolerance": 0.03, "world_size": 8})()  # data-parallel 8
     gen._explain_ranks(res)
     assert few.why.startswith("within 3% of the fastest and simplest")
     assert many.why == ("faster than #1 by 0.10 s (within 3%: #1 is simpler, this one recomputes more: "
@@ -182,7 +182,7 @@ def test_after_the_tie_winner_every_plan_follows_by_step_time():
     assert gen.rank([e, d, b, c, a]) == [a, c, b, e, d]
     res = gen.SearchResult(request=None, hardware=None, inventory=None, ranked=gen.rank([d, b, c, a]), rejected=[],
                            nvme_path=None)
-    res.request = type("R", (), {"tie_tolerance": 0.03})()
+    res.request = type("R", (), {"tie_tolerance": 0.03, "world_size": 8})()  # data-parallel 8
     gen._explain_ranks(res)
     assert a.why == "within 3% of the fastest and simplest; compute 0.00 s of 10.00 s; the fastest is #2 (9.80 s)"
     assert c.why.startswith("faster than #1 by 0.20 s (within 3%: #1 is simpler, this one is model parallel (TP2+SP))")
