@@ -405,6 +405,36 @@ def _zero12_optim_files(files: list, d: str, ec, cluster: Cluster, W: int, Ps: l
             count=W if grouped else 1, stride=_mp(cluster)))
 
 
+def pipeline_layer_files(inv: "Inventory", tp: int, pp: int, ep: int, wz: int, D: int,
+                         tag: str = DEFAULT_TAG) -> dict[tuple[int, int], list[CkptFile]]:
+    """(pipeline stage, tensor-parallel rank) -> the ``layer_XX[-model_MM]-model_states.pt`` files its
+    data-parallel rank 0 writes (global rank (stage x W_z) x t + m), bytes = the layer's parameters of
+    the stage's shard x D: PipelineModule.save_state_dict (``runtime/pipe/module.py`` l.607-642,
+    checkpoint_parallel_write_pipeline off) writes each layer's state dict, cloned
+    (``checkpoint/utils.py`` clone_tensors_for_torch_save l.41-59). Memoised per tensor list: the
+    one source of :func:`checkpoint_files`' layer entries and of the save's layer staging
+    (``advisor.ledger.timeline._pipeline_layer_staging``)."""
+    def build() -> dict[tuple[int, int], list[CkptFile]]:
+        from advisor.model.parallel import shard
+        layer_idx = pipeline_layer_indices(inv)
+        out: dict[tuple[int, int], list[CkptFile]] = {}
+        for sh in shard(inv, tp, pp, ep):
+            by: dict[int, int] = {}
+            for t in sh.inventory.tensors:
+                idx = layer_idx.get(t.name, 0)
+                by[idx] = by.get(idx, 0) + t.numel
+            for m in range(tp):
+                suffix = f"-model_{m:02d}" if tp > 1 else ""
+                out[(sh.stage, m)] = [
+                    CkptFile(f"{tag}/layer_{idx:02d}{suffix}-model_states.pt", (sh.stage * wz) * tp + m, by[idx] * D,
+                             "model_states", {"module": by[idx] * D}, readers=wz,
+                             formula=f"layer {idx}'s parameters, cloned: {by[idx]:,} x {D} "
+                             "(pipe/module.py save_state_dict, data-parallel rank 0 of the stage)")
+                    for idx in sorted(by)]
+        return out
+    return inv.memo(("pipeline_layer_files", tp, pp, ep, wz, D, tag), build)
+
+
 def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesResult) -> FilesResult:
     """:func:`checkpoint_files` under tensor / pipeline parallelism (module docstring): per stage,
     the files of the stage's tensor-parallel shard over its ZeRO group (the same function on the
@@ -416,7 +446,7 @@ def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesRes
     tp, pp, wz = cl.tensor_parallel, cl.pipeline_parallel, cl.zero_world_size
     wrapper, basic = res.wrapper, res.basic_optimizer
     D = DTYPE_BYTES[ec.model_dtype]
-    layer_idx = pipeline_layer_indices(plan.inventory) if pp > 1 else {}
+    layer_files = pipeline_layer_files(plan.inventory, tp, pp, cl.expert_parallel, wz, D, tag) if pp > 1 else {}
     files = res.files
     tail: list[CkptFile] = []
     for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):
@@ -444,16 +474,7 @@ def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesRes
                                      bytes=sum(parts.values()), parts=parts, formula=formula,
                                      stride=f.stride * tp, readers=min(f.readers, wz) if f.readers > 1 else 1))
             if pp > 1:
-                by: dict[int, int] = {}
-                for t in sh.inventory.tensors:
-                    idx = layer_idx.get(t.name, 0)
-                    by[idx] = by.get(idx, 0) + t.numel
-                suffix = f"-model_{m:02d}" if tp > 1 else ""
-                for idx in sorted(by):
-                    files.append(CkptFile(f"{tag}/layer_{idx:02d}{suffix}-model_states.pt",
-                                          (sh.stage * wz) * tp + m, by[idx] * D, "model_states", {"module": by[idx] * D},
-                                          readers=wz, formula=f"layer {idx}'s parameters, cloned: {by[idx]:,} x {D} "
-                                          "(pipe/module.py save_state_dict, data-parallel rank 0 of the stage)"))
+                files.extend(layer_files[(sh.stage, m)])
     files.extend(tail)
     res.notes.append(f"model parallelism: {tp * pp} model-parallel ranks (t {tp} x p {pp}) write their own "
                      "mp_rank_XX files" + ("; the PipelineEngine writes the module as layer_XX files" if pp > 1 else ""))

@@ -996,27 +996,27 @@ def save_entries(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
     return out
 
 
-def _rank_checkpoint_files(ledger: Ledger, rank: int) -> list[Any]:
-    """The files ``rank`` writes in one ``save_checkpoint``, as ``advisor checkpoint`` lists them
-    (:func:`advisor.ledger.checkpoint.checkpoint_files`, memoised per plan): the save's host staging
-    is derived from these entries, one source for both views."""
-    from advisor.ledger.checkpoint import checkpoint_files
-    derived = ledger.plan.derived
-    by = derived.get("save_files_by_rank")
-    if by is None:
-        by = {}
-        for f in checkpoint_files(ledger.plan).files:
-            if f.kind in ("script", "latest"):
-                continue
-            for k in range(max(1, f.count)):
-                by.setdefault(f.rank + k * f.stride, []).append(f)
-        derived["save_files_by_rank"] = by
-    return by.get(rank, [])
+def _rank_layer_files(ledger: Ledger, rank: int) -> list[Any]:
+    """The ``layer_XX-model_states.pt`` files ``rank`` writes in one ``save_checkpoint`` under
+    pipeline parallelism, the entries ``advisor checkpoint`` lists
+    (:func:`advisor.ledger.checkpoint.pipeline_layer_files`, memoised per tensor list): the save's
+    layer staging is derived from these, one source for both views. Empty for a rank that writes none."""
+    from advisor.ledger.checkpoint import pipeline_layer_files
+    cl = ledger.plan.cluster
+    if cl.pipeline_parallel <= 1:
+        return []
+    wz, tp = max(1, cl.zero_world_size), cl.tensor_parallel
+    stage, zr, m = cl.coords(rank)
+    if zr != 0:
+        return []
+    files = pipeline_layer_files(ledger.plan.inventory, tp, cl.pipeline_parallel, cl.expert_parallel, wz,
+                                 DTYPE_BYTES[ledger.plan.config.model_dtype])
+    return [f for f in files.get((stage, m), []) if f.rank == rank]
 
 
 def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
     """Host staging of ``save_checkpoint``'s module under pipeline parallelism, bytes, from the layer
-    files ``rank`` writes as ``advisor checkpoint`` lists them (:func:`_rank_checkpoint_files`):
+    files ``rank`` writes as ``advisor checkpoint`` lists them (:func:`_rank_layer_files`):
     PipelineEngine.module_state_dict (``runtime/pipe/engine.py`` l.1308-1325) calls
     PipelineModule.save_state_dict (``runtime/pipe/module.py`` l.607-642): data-parallel rank 0 of
     the stage (per tensor-parallel rank) writes each layer's ``layer_XX-model_states.pt``, one layer at
@@ -1028,9 +1028,8 @@ def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
     file the rank writes, at ``save:model``; ``mp_rank_XX_model_states.pt`` holds no module. Only the
     writers hold it: a rank-only entry (:func:`rank_only_entries`), each writer a role of its own.
     The optimizer-states file is :func:`save_entries`' (the stage's partition, :func:`_rank_shard`)."""
-    files = _rank_checkpoint_files(ledger, rank)
     out: list[Entry] = []
-    layers = [f for f in files if f.kind == "model_states" and "/layer_" in f.path]
+    layers = _rank_layer_files(ledger, rank)
     if layers:
         big = max(layers, key=lambda f: f.bytes)
         out.append(Entry(rank, "host_pageable", "parameters", "save_model_file_staging", big.bytes, "save_model",
@@ -1043,14 +1042,15 @@ def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
 
 
 def pipeline_layer_writers(ledger: Ledger) -> list[int]:
-    """Global ranks that write ``layer_XX-model_states.pt`` files (checkpoint's entries): data-parallel
-    rank 0 of each pipeline stage, per tensor-parallel rank (pipe/module.py save_state_dict
-    l.615-625, checkpoint_parallel_write_pipeline off). Empty without pipeline parallelism."""
-    if ledger.plan.cluster.pipeline_parallel <= 1:
+    """Global ranks that write ``layer_XX-model_states.pt`` files: data-parallel rank 0 of each
+    pipeline stage, per tensor-parallel rank ((stage x W_z) x t + m, as
+    :func:`advisor.ledger.checkpoint.pipeline_layer_files` places them; pipe/module.py
+    save_state_dict l.615-625, checkpoint_parallel_write_pipeline off). Empty without pipeline parallelism."""
+    cl = ledger.plan.cluster
+    if cl.pipeline_parallel <= 1:
         return []
-    _rank_checkpoint_files(ledger, 0)
-    by = ledger.plan.derived["save_files_by_rank"]
-    return sorted(r for r, fs in by.items() if any("/layer_" in f.path for f in fs))
+    wz, tp = max(1, cl.zero_world_size), cl.tensor_parallel
+    return [(s * wz) * tp + m for s in range(cl.pipeline_parallel) for m in range(tp)]
 
 
 def _rank0_model_staging(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:

@@ -442,6 +442,15 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
     return load
 
 
+def _minus(a: RankSet, b: RankSet) -> RankSet:
+    """The ranks of ``a`` not in ``b`` (``b`` a few ranks), O(ranges of a + |b|)."""
+    out = a
+    for r in b:
+        if r in out:
+            out = out & (RankSet.span(0, r) | RankSet.span(r + 1, out[-1] + 1))
+    return out
+
+
 def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
                 load: LoadAssumption | None = None, timelines: bool = True) -> list[Role]:
     """Group ranks whose (tier, class, item, life) -> bytes maps are identical, rank 0 (and under
@@ -464,12 +473,26 @@ def group_roles(ledger: Ledger, activations: ActivationEstimate | None = None,
     # a rank with entries of its own (rank 0's save-time gather: timeline.rank_only_entries) is its
     # own role, so no role's timeline shows them on ranks that do not hold them
     # (rank 0's; under pipeline parallelism also each stage's layer-file writer: timeline.rank_only_ranks)
-    for r0 in rank_only_ranks(ledger.plan.config, ledger, load):
-        for role in list(out):
-            if r0 in role.ranks and len(role.ranks) > 1:
-                rest = role.ranks & (RankSet.span(0, r0) | RankSet.span(r0 + 1, role.ranks[-1] + 1))
-                role.ranks = RankSet.of([r0])
-                out.append(Role(ranks=rest, ledger=role.ledger, activations=activations))
+    # (ranks of one role whose own entries are equal, e.g. a stage's tensor-parallel layer writers, stay together)
+    ec = ledger.plan.config
+    own = {r: tuple(sorted((e.tier, e.cls, e.item, e.life, e.bytes) for e in rank_only_entries(ec, ledger, load, r)))
+           for r in rank_only_ranks(ec, ledger, load)}
+    for role in list(out):
+        mine = [r for r in own if r in role.ranks]
+        if not mine:
+            continue
+        by: dict[tuple, list[int]] = {}
+        for r in mine:
+            by.setdefault(own[r], []).append(r)
+        rest = role.ranks
+        parts = []
+        for rs in by.values():
+            part = RankSet.of(rs)
+            rest = _minus(rest, part)
+            parts.append(part)
+        role.ranks = parts[0]
+        for part in parts[1:] + ([rest] if len(rest) else []):
+            out.append(Role(ranks=part, ledger=role.ledger, activations=activations))
     for role in out:
         role.load = load
         if timelines:
