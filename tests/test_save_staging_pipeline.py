@@ -83,6 +83,8 @@ PLANS = [
     ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}, ()),
     ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}, ()),
     ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}, ("--tensor-parallel", "2")),
+    ({"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}, ("--tensor-parallel", "2")),
+    ({"fp16": {"enabled": True}, "zero_optimization": {"stage": 1}}, ("--pipeline-parallel", "4")),
 ]
 
 
