@@ -32,6 +32,19 @@ TINY = {"name": "tiny-mlp", "tensors": [
 N, P, RBS = 43209, 21606, 10000
 
 
+def _reduce_and_kept(r: int, ipg: int, g: int) -> tuple[int, int]:
+    """Bytes of rank ``r``'s boundary reduce over the ipg bucket, and what it keeps to the step, for
+    grad_accum copies of ``g`` bytes (TINY, W 2, RBS 10,000; stage_1_and_2.py's flush of a bucket).
+    Rank 0: l1.weight's flush (triggered by l1.bias): its clone, its slice's fp64 norm copy, every
+    later grad_accum; l2.bias and l3.* were moved into the bucket and are not rank 0's, so only the
+    bucket is kept. Rank 1: l2.weight's flush (triggered by l2.bias): its clone, rank 1's 21,136
+    elements in fp64, l2.bias and l3.* unmoved, and l1.weight's clone, not rank 1's, kept (with
+    l1.bias's bucket view)."""
+    if r == 0:
+        return 19264 * 8 + 19264 * g + (N - 19264) * g, ipg
+    return 21136 * 8 + 23177 * g + (77 + 385 + 5) * g + 19264 * g, ipg + 19264 * g
+
+
 def _cfg(stage=1, ga=2, overlap=False, gacc="fp32", dtype="bf16", comm=None):
     c = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, dtype: {"enabled": True},
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "data_types": {"grad_accum_dtype": gacc},
@@ -100,12 +113,7 @@ def test_zero1_16bit_accumulation_by_hand(r, dtype, gacc):
     assert at["backward:1"] - base == ipg + 2 * N + 2 * 19264      # l1.weight's hook: every copy beside its gradient
     assert at["forward:2"] - base == ipg + 2 * N
     assert at["backward:2"] - base == ipg + 2 * N + (2 + 2) * 23177  # l2.weight's new gradient and its copy
-    if r == 0:
-        reduce = 19264 * 8 + 19264 * 2 + (N - 19264) * 2
-        kept = ipg
-    else:
-        reduce = 21136 * 8 + 23177 * 2 + (77 + 385 + 5) * 2 + 19264 * 2
-        kept = ipg + 19264 * 2
+    reduce, kept = _reduce_and_kept(r, ipg, 2)
     assert at["reduce"] - base == ipg + reduce
     _, ref = _timeline(_cfg(gacc=dtype, dtype=dtype), r)
     assert at["first_step:update"] - ref["first_step:update"] == kept
@@ -132,12 +140,7 @@ def test_fp32_model_16bit_accumulation_by_hand(r):
     assert at["backward:1"] - base == ipg + 2 * N + 4 * 19264
     assert at["forward:2"] - base == ipg + 2 * N
     assert at["backward:2"] - base == ipg + 2 * N + (4 + 2) * 23177
-    if r == 0:
-        reduce = 19264 * 8 + 19264 * 2 + (N - 19264) * 2
-        kept = ipg
-    else:
-        reduce = 21136 * 8 + 23177 * 2 + (77 + 385 + 5) * 2 + 19264 * 2
-        kept = ipg + 19264 * 2
+    reduce, kept = _reduce_and_kept(r, ipg, 2)
     assert at["reduce"] - base == ipg + reduce
     assert at["first_step:update"] - base == 43212 * 4 + kept
     _, ref = _timeline(_cfg(gacc="fp32", dtype="fp32"), r)
@@ -177,15 +180,7 @@ def test_hand_computed_instants(r, dtype):
     # micro-step 2's hooks: all grad_accum, l2.weight's new gradient and its fp32 copy
     assert at["backward:2"] - base == ipg + 4 * N + (2 + 4) * 23177
     compact = P * 4
-    if r == 0:
-        # l1.weight's flush (triggered by l1.bias): its fp32 clone, its slice's fp64 norm copy, every later grad_accum
-        reduce = 19264 * 8 + 19264 * 4 + (N - 19264) * 4
-        kept = ipg  # l2.bias, l3.* were moved into the bucket and are not rank 0's
-    else:
-        # l2.weight's flush (triggered by l2.bias): its fp32 clone, rank 1's 21,136 elements in fp64, l2.bias and l3.*
-        # unmoved, and l1.weight's clone, not rank 1's, kept
-        reduce = 21136 * 8 + 23177 * 4 + (77 + 385 + 5) * 4 + 19264 * 4
-        kept = ipg + 19264 * 4  # l1.bias's bucket view and l1.weight's clone
+    reduce, kept = _reduce_and_kept(r, ipg, 4)
     assert at["reduce"] - base == ipg + compact + reduce
     assert at["steady:reduce"] == at["reduce"] + (at["steady:forward"] - at["forward:2"])
     # the step holds the compact partition and what the reduce left (over the step's own entries, as without it)

@@ -19,20 +19,14 @@ import pytest
 from advisor.config.effective import effective_config
 from advisor.ledger.state import (Cluster, Plan, compute_ledger, plan_optimizer, select_optimizer,
                                   unsupported_reason)
-from advisor.model.inventory import Inventory, TensorSpec
+from advisor.model.inventory import Inventory
 
-V, H, F, L = 96, 32, 80, 4
+from tests.pipe_proxy import F, H, V, pipe_inventory
 
 
 def _inventory() -> Inventory:
     """tests/engine/pipe_worker.py's model in Hugging Face names (embedding, 4 blocks, norm + head)."""
-    ts = [TensorSpec("model.embed_tokens.weight", (V, H))]
-    for i in range(L):
-        ts += [TensorSpec(f"model.layers.{i}.input_layernorm.weight", (H,)),
-               TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
-               TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
-    ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
-    return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+    return pipe_inventory()
 
 
 def _cfg(stage: int, dtype: str = "bf16", accum: str | None = None, oo: str = "none") -> dict:
@@ -293,14 +287,7 @@ def test_last_stage_kept_outputs_counted_once_in_backward():
     from advisor.ledger.timeline import resolve_load, role_timeline
     from advisor.plan import Workload
 
-    V, H, F, L = 96, 32, 80, 4
-    ts = [TensorSpec("model.embed_tokens.weight", (V, H))]
-    for i in range(L):
-        ts += [TensorSpec(f"model.layers.{i}.input_layernorm.weight", (H,)),
-               TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
-               TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
-    ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
-    inv = Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+    inv = _inventory()
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
            "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
     ec = effective_config(cfg)

@@ -18,27 +18,21 @@ import sys
 import pytest
 
 from tests.conftest import run_group
+from tests.pipe_proxy import F, H, L, V, pipe_inventory
 
 from advisor.config.effective import effective_config
 from advisor.engine.measure import package_path
 from advisor.ledger.state import Cluster, Plan, compute_ledger, fold_for_cpu, model_state_bytes
-from advisor.model.inventory import Inventory, TensorSpec
+from advisor.model.inventory import Inventory
 
 pytestmark = pytest.mark.engine
 
-V, H, F, L = 96, 32, 80, 4
 CFG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
        "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
 
 
 def _inventory() -> Inventory:
-    ts = [TensorSpec("model.embed_tokens.weight", (V, H))]
-    for i in range(L):
-        ts += [TensorSpec(f"model.layers.{i}.input_layernorm.weight", (H,)),
-               TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
-               TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
-    ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
-    return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+    return pipe_inventory()
 
 
 def _run_pipe(tmp_path, cfg: dict | None = None, track: bool = False, world: int = 2) -> dict:
