@@ -703,6 +703,16 @@ def _batch_fits(req: Request, t: int, p: int, u: int) -> bool:
     return req.global_batch % (req.world_size // (t * p * u)) == 0
 
 
+def nearby_batches(g: int, dps: list[int]) -> list[int]:
+    """The global batches nearest ``g`` on either side that some data-parallel size of ``dps`` divides
+    (``train_batch_size = micro x GA x DP``, ``runtime/config.py`` _batch_assertion), once each, above 0
+    and within ``MAX_GLOBAL_BATCH``: what a refusal or note offers instead of ``g``."""
+    from advisor.config.validation import MAX_GLOBAL_BATCH
+    lo = max((g // d) * d for d in dps)
+    hi = min((g // d + 1) * d for d in dps)
+    return [x for x in dict.fromkeys((lo, hi)) if 0 < x <= MAX_GLOBAL_BATCH]
+
+
 def layout_problem(inv: Inventory, req: Request) -> str | None:
     """Why no layout generate searches can hold the request, naming the flag, or None; :func:`search`
     raises it (exit 2) and :func:`request_problem` says it first (before ``--checkpointing`` /
@@ -730,11 +740,8 @@ def layout_problem(inv: Inventory, req: Request) -> str | None:
     dps = sorted({req.world_size // (t * p * u) for t, p, u in lays})
     if any(req.global_batch % d == 0 for d in dps):
         return None
-    from advisor.config.validation import MAX_GLOBAL_BATCH
     g = req.global_batch
-    lo = max((g // d) * d for d in dps)  # the nearest valid values on either side
-    hi = min((g // d + 1) * d for d in dps)
-    near = [x for x in dict.fromkeys((lo, hi)) if 0 < x <= MAX_GLOBAL_BATCH]
+    near = nearby_batches(g, dps)
     shape = f"{req.nodes} node{'s' if req.nodes != 1 else ''} x {req.gpus_per_node} GPUs"
     if len(dps) == 1 and dps[0] == req.world_size:
         what = f"the data-parallel size {dps[0]} (= {shape})"
@@ -953,10 +960,10 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         # model-parallel layouts whose data-parallel size divides it are searched, and the batch
         # sizes that would let data parallelism alone run are named (layout_problem passed)
         g, w = req.global_batch, req.world_size
-        near = ", ".join(str(x) for x in dict.fromkeys(((g // w) * w, (g // w + 1) * w)) if x > 0)
+        near = " or ".join(map(str, nearby_batches(g, [w])))
         notes.append(f"--global-batch {g} is not a multiple of the world {w}: data parallelism alone cannot "
                      f"hold it (train_batch_size = micro-batch x GA x data-parallel ranks), so only layouts whose "
-                     f"data-parallel size divides it were searched; --global-batch {near.replace(', ', ' or ')} "
+                     f"data-parallel size divides it were searched; --global-batch {near} "
                      "would allow data parallelism alone")
     bounds = {lay: layout_lower_bound(inv, hardware, req, *lay) for lay in layouts if lay != (1, 1)}
     # data parallelism first (the simplest: it wins every tie), then the layouts by their lower
