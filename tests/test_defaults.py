@@ -59,6 +59,9 @@ def test_aio_top_level_and_legacy_section_constants():
     for d in D.AIO.fields:
         assert getattr(sc, f"AIO_{d.field.upper()}_DEFAULT") == d.value, d.field
     assert rc.GRADIENT_CLIPPING_DEFAULT == D.TOP.value("gradient_clipping")
+    assert (rc.CHECKPOINT, rc.CHECKPOINT_PARALLEL_WRITE) == D.CHECKPOINT_PARALLEL_WRITE.path
+    assert rc.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT is D.CHECKPOINT_PARALLEL_WRITE.value(
+        rc.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE)
     assert D.LEGACY_SECTIONS == {pc.BFLOAT16_OLD: pc.BFLOAT16}
 
 

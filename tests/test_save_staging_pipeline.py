@@ -105,3 +105,60 @@ def test_save_staging_never_exceeds_the_files_the_rank_writes(tmp_path, cfg, ext
                 # optimizer-states file: never more than the largest such file this rank writes
                 assert h["save:model"] - after <= files.get((rank, "model_states"), 0), (rank, h, files)
                 assert h["save:optim"] - after <= files.get((rank, "optim_states"), 0), (rank, h, files)
+
+
+def test_llama3_8b_pp2_parallel_write_spreads_the_layer_files_over_each_stage(tmp_path):
+    """``checkpoint.parallel_write.pipeline_stage``: PipelineModule.save_state_dict spreads a stage's layers over
+    its data-parallel ranks (runtime/pipe/module.py l.618-621, ``ds_utils.partition_uniform(num_layers,
+    dp_size)``), so each rank writes (and clones, one layer at a time) its share. By hand, PP 2 on 8 ranks (DP 4):
+    each stage has 17 layers (stage 0: embedding + layers 1-16; stage 1: layers 17-32 + norm/head 33);
+    partition_uniform(17, 4) = [0, 5, 9, 13, 17] (runtime/utils.py l.606-624: 17 = 4 x 4 + 1, the first rank one
+    more), so dp rank 0 writes local layers 0-4, ranks 1-3 four each; the global writer is stage x 4 + dp rank."""
+    d = _run(tmp_path, {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+                        "bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+                        "checkpoint": {"parallel_write": {"pipeline_stage": True}}},
+             "--world-size", "8", "--pipeline-parallel", "2")
+    bounds = [0, 5, 9, 13, 17]
+    want_writer = {s * 17 + j: s * 4 + k for s in (0, 1) for k in range(4) for j in range(bounds[k], bounds[k + 1])}
+    got_writer = {int(f["name"][6:8]): f["rank"] for f in d["checkpoint"]["files"] if f["name"].startswith("layer_")}
+    assert got_writer == want_writer
+    # save:model per rank: the largest layer it clones, bf16 (rank 0 the embedding, rank 7 the norm + lm_head,
+    # every other rank a transformer layer); before, ranks other than 0 and 4 staged no layer
+    want = {0: EMB * 2, 7: (EMB + 4096) * 2, **{r: LAYER * 2 for r in (1, 2, 3, 4, 5, 6)}}
+    seen = set()
+    for r in d["ranks"]:
+        h = _save_hosts(r)
+        (stage,) = r["stages"]
+        for a, b in r["rank_ranges"]:
+            for rank in range(a, b + 1):
+                seen.add(rank)
+                assert h["save:model"] == want[rank], (rank, h)
+                # the optimizer file's largest storage is the stage's fp32 partition, whoever writes layers
+                assert h["save:optim"] == STAGES[stage] // 4 * 4, (rank, h)
+    assert seen == set(range(8))
+
+
+@pytest.mark.parametrize("value,want,noted", [(True, True, False), (1, True, False), (False, False, False),
+                                              (0, False, False), ("true", False, True), (None, False, True)])
+def test_parallel_write_is_read_as_deepspeed_reads_it(value, want, noted):
+    """runtime/config.py get_checkpoint_parallel_write_pipeline (l.398-406): a value ``in [True, False]`` (so 1 and
+    0 too) is taken, anything else raises DeepSpeedConfigError (the effective config notes it and assumes the
+    default, false: runtime/constants.py CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT)."""
+    from advisor.config.effective import effective_config
+    ec = effective_config({"train_batch_size": 8, "checkpoint": {"parallel_write": {"pipeline_stage": value}}})
+    assert ec.checkpoint_parallel_write_pipeline is want
+    assert any(n.pointer == "/checkpoint/parallel_write/pipeline_stage" for n in ec.notes) is noted
+    assert effective_config({"train_batch_size": 8}).checkpoint_parallel_write_pipeline is False
+
+
+def test_partition_uniform_is_deepspeeds():
+    """The layer-file writers (and the stage split) use advisor.model.parallel.partition_uniform, a copy of
+    DeepSpeed's runtime/utils.py partition_uniform (l.606-624): equal on every (items, parts) up to 40 x 12,
+    fewer items than parts included."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.utils import partition_uniform as ds_partition_uniform
+
+    from advisor.model.parallel import partition_uniform
+    for n in range(0, 41):
+        for p in range(1, 13):
+            assert partition_uniform(n, p) == [int(x) for x in ds_partition_uniform(n, p)], (n, p)

@@ -17,6 +17,8 @@ Sources (file:symbol relative to the installed ``deepspeed`` 0.19.8 package):
   ``DeepSpeedBF16Config`` (the legacy top-level ``bfloat16`` section is read as ``bf16`` when
   there is no ``bf16`` section: ``runtime/precision_config.py:get_bfloat16_config``);
 * ``aio``: ``runtime/swap_tensor/constants.py`` (``AIO_*_DEFAULT``; a plain dict, not pydantic);
+* ``checkpoint.parallel_write``: ``runtime/constants.py`` (``CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT``; a
+  plain dict);
 * top level: ``runtime/constants.py`` (``GRADIENT_CLIPPING_DEFAULT``).
 
 ``tests/test_defaults.py`` checks every value, alias and deprecation here against the installed
@@ -186,6 +188,15 @@ AIO = SectionDefaults(("aio",), "runtime/swap_tensor/constants.py:AIO_*_DEFAULT"
     Default("overlap_events", True),
     Default("use_gds", False),
 ))
+
+#: ``checkpoint.parallel_write``: a plain dict read by ``runtime/config.py:get_checkpoint_parallel_write_pipeline``
+#: (l.398-406: true or false, anything else raises DeepSpeedConfigError), default
+#: ``CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT`` (``runtime/constants.py`` l.362-364).
+CHECKPOINT_PARALLEL_WRITE = SectionDefaults(
+    ("checkpoint", "parallel_write"),
+    "runtime/constants.py:CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT", (
+        Default("pipeline_stage", False, means="data-parallel rank 0 of each pipeline stage writes its layer files"),
+    ))
 
 TOP = SectionDefaults((), "runtime/constants.py:*_DEFAULT", (
     Default("gradient_clipping", 1.0),  # GRADIENT_CLIPPING_DEFAULT (older releases: 0.0)

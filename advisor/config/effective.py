@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from advisor.config.dtypes import TRAINING_DTYPE_BYTES, training_dtype
-from advisor.config.defaults import (AIO, BF16, FP16, LEGACY_SECTIONS, OFFLOAD_OPTIMIZER, OFFLOAD_PARAM, TOP, ZERO,
-                                     Default, SectionDefaults)
+from advisor.config.defaults import (AIO, BF16, CHECKPOINT_PARALLEL_WRITE, FP16, LEGACY_SECTIONS, OFFLOAD_OPTIMIZER,
+                                     OFFLOAD_PARAM, TOP, ZERO, Default, SectionDefaults)
 
 Dtype = Literal["fp16", "bf16", "fp32"]
 Device = Literal["none", "cpu", "nvme"]
@@ -161,6 +161,10 @@ class EffectiveConfig:
     #: buffer in the parameter's post-accumulate hook and frees param.grad (``bf16_optimizer.py``
     #: accumulate_hp_grads_and_remove_lp), instead of in the backward epilogue.
     bf16_immediate_grad_update: bool = BF16.value("immediate_grad_update")
+    #: checkpoint.parallel_write.pipeline_stage: under the PipelineEngine each stage's layer files are spread over
+    #: its data-parallel ranks (``runtime/pipe/module.py`` save_state_dict l.618-621) instead of all written by
+    #: data-parallel rank 0 (:func:`advisor.ledger.checkpoint.pipeline_layer_files`).
+    checkpoint_parallel_write_pipeline: bool = CHECKPOINT_PARALLEL_WRITE.value("pipeline_stage")
     #: data_types.grad_accum_dtype; None = the model dtype.
     grad_accum_dtype: Dtype | None = None
     #: communication_data_type; None = the model dtype.
@@ -333,6 +337,14 @@ class _Reader:
         return out
 
 
+def _ds_true_false(v: Any) -> bool | None:
+    """A value DeepSpeed's ``v in [True, False]`` test accepts (a bool, or a number equal to 0 or 1), as a bool;
+    None for any other (``runtime/config.py`` get_checkpoint_parallel_write_pipeline l.402-406 raises on it)."""
+    if isinstance(v, (bool, int, float)) and v in (True, False):
+        return bool(v)
+    return None
+
+
 def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
     v = raw.get(key)
     return v if isinstance(v, dict) else {}
@@ -411,6 +423,11 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
             _as_bool, BF16, "enabled"))
         ec.bf16_immediate_grad_update = bool(_Reader(notes, _section(raw, bf16_key), f"/{bf16_key}", True).setting(
             _as_bool, BF16, "immediate_grad_update"))
+    # checkpoint.parallel_write.pipeline_stage: DeepSpeed takes a value ``in [True, False]`` (so 0 and 1 too) and
+    # raises DeepSpeedConfigError for anything else (runtime/config.py l.398-406): noted, the default assumed
+    ec.checkpoint_parallel_write_pipeline = bool(_Reader(
+        notes, _section(_section(raw, "checkpoint"), "parallel_write"), "/checkpoint/parallel_write", False).setting(
+        _ds_true_false, CHECKPOINT_PARALLEL_WRITE, "pipeline_stage"))
     dt = _section(raw, "data_types")
     ec.grad_accum_dtype = _dtype(dt.get("grad_accum_dtype"))
     ec.communication_data_type = _dtype(raw.get("communication_data_type"))

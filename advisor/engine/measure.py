@@ -733,7 +733,15 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     instant of the timeline's iteration (:data:`TRAIN_BATCH_PHASES`): the step's peak per stage, not
     per phase. Totals over every tier but nvme (a CPU run), gloo's own buffers (:data:`CPU_ONLY_SITES`)
     left out as in :func:`peak_parity`; ``unattributed``: the tracker's storages no census claimed at the
-    peak, by allocation site."""
+    peak, by allocation site.
+
+    The worker's ``save`` phase (``engine.save_checkpoint`` after the second ``train_batch``) gives two rows:
+    ``save``, its high-water mark against the largest of the timeline's ``save:model`` / ``save:optim`` /
+    ``save`` instants (:data:`PHASE_INSTANTS`), and ``save:after``, what is live once it has returned (the
+    tracker's phase end, its unclaimed storages ``end_unattributed``) against the ``save`` instant. On a CPU
+    run the ledger's items that only a GPU makes (:data:`advisor.ledger.timeline.GPU_ONLY`: torch.save's host
+    copy of an accelerator storage) are left out of the ledger's figure, as in :func:`peak_parity`, and
+    reported as ``gpu_only``."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.timeline import GPU_ONLY, resolve_load, role_timeline
@@ -750,20 +758,30 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
         tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
         ser = tl.series(tiers)
         gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers) for i in range(len(ser))]
+        cpu = rec.get("accelerator", "cpu") == "cpu"  # the pipe worker runs on DS_ACCELERATOR=cpu
         for ph in rec["phases"]:
             kinds = TRAIN_BATCH_PHASES.get(ph["phase"])
-            if not kinds:
-                continue
-            idx = [i for i, x in enumerate(tl.instants)
-                   if (x.key.startswith("steady") if kinds == ("steady",)
-                       else x.phase in kinds and not x.key.startswith("steady"))]
-            best = max(idx, key=lambda i: ser[i] - gpu_only[i])
-            exp = ser[best] - gpu_only[best]
-            got = ph.get("peak_excl_cpu_only", ph["peak"])
-            at = [u for u in ph["unattributed"] if not u["site"].startswith(CPU_ONLY_SITES)]
-            rows.append({"rank": r, "stage": rec.get("stage"), "phase": ph["phase"], "measured": got,
-                         "cpu_only": ph["peak"] - got, "ledger": exp, "ledger_instant": tl.instants[best].key,
-                         "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0), "unattributed": at})
+            compared = []  # (row phase, instant keys, engine bytes, its unclaimed storages)
+            if ph["phase"] == "save":
+                compared = [("save", PHASE_INSTANTS["save"], ph.get("peak_excl_cpu_only", ph["peak"]),
+                             ph["unattributed"]),
+                            ("save:after", ("save",), ph["end"], ph.get("end_unattributed", ph["unattributed"]))]
+            elif kinds:
+                idx = [i for i, x in enumerate(tl.instants)
+                       if (x.key.startswith("steady") if kinds == ("steady",)
+                           else x.phase in kinds and not x.key.startswith("steady"))]
+                compared = [(ph["phase"], tuple(tl.instants[i].key for i in idx),
+                             ph.get("peak_excl_cpu_only", ph["peak"]), ph["unattributed"])]
+            for name, keys, got, unclaimed in compared:
+                idx = [i for i, x in enumerate(tl.instants) if x.key in keys]
+                off = gpu_only if cpu else [0] * len(ser)
+                best = max(idx, key=lambda i: ser[i] - off[i])
+                exp = ser[best] - off[best]
+                at = [u for u in unclaimed if not u["site"].startswith(CPU_ONLY_SITES)]
+                rows.append({"rank": r, "stage": rec.get("stage"), "phase": name, "measured": got,
+                             "cpu_only": ph["peak"] - got if name != "save:after" else 0, "ledger": exp,
+                             "gpu_only": off[best], "ledger_instant": tl.instants[best].key,
+                             "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0), "unattributed": at})
     return rows
 
 

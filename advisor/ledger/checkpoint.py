@@ -22,8 +22,9 @@ Three parts, each a pure function of its inputs (no torch, no deepspeed):
    the PipelineEngine writes the module as one ``layer_{idx:02d}[-model_{m:02d}]-model_states.pt``
    per PipelineModule layer (``runtime/pipe/module.py`` ``ckpt_layer_path`` :588-596, the
    ``-model_XX`` part from ``get_rank_repr`` when the topology has a model axis;
-   ``save_state_dict`` :607-642: data-parallel rank 0 of the stage writes them, each tensor cloned,
-   so exact numel x D) and leaves the module out of ``mp_rank_XX_model_states.pt``
+   ``save_state_dict`` :607-642: data-parallel rank 0 of the stage writes them, or with
+   ``checkpoint.parallel_write.pipeline_stage`` the stage's data-parallel ranks a share each, each tensor
+   cloned, so exact numel x D) and leaves the module out of ``mp_rank_XX_model_states.pt``
    (``PipelineEngine.module_state_dict`` :1308-1325 returns None).
 2. :func:`save_16bit_model_plan` — ``engine.save_16bit_model`` (:5707): the consolidated 16-bit
    ``pytorch_model.bin`` and the memory spike while ZeRO-3 gathers it (:5631). Under the
@@ -406,33 +407,62 @@ def _zero12_optim_files(files: list, d: str, ec, cluster: Cluster, W: int, Ps: l
 
 
 def pipeline_layer_files(inv: "Inventory", tp: int, pp: int, ep: int, wz: int, D: int,
-                         tag: str = DEFAULT_TAG) -> dict[tuple[int, int], list[CkptFile]]:
-    """(pipeline stage, tensor-parallel rank) -> the ``layer_XX[-model_MM]-model_states.pt`` files its
-    data-parallel rank 0 writes (global rank (stage x W_z) x t + m), bytes = the layer's parameters of
-    the stage's shard x D: PipelineModule.save_state_dict (``runtime/pipe/module.py`` l.607-642,
-    checkpoint_parallel_write_pipeline off) writes each layer's state dict, cloned
-    (``checkpoint/utils.py`` clone_tensors_for_torch_save l.41-59). Memoised per tensor list: the
-    one source of :func:`checkpoint_files`' layer entries and of the save's layer staging
-    (``advisor.ledger.timeline._pipeline_layer_staging``)."""
+                         tag: str = DEFAULT_TAG, dp: int = 1) -> dict[tuple[int, int], list[CkptFile]]:
+    """(pipeline stage, tensor-parallel rank) -> the ``layer_XX[-model_MM]-model_states.pt`` files of that
+    stage's shard, bytes = the layer's parameters of the stage's shard x D, each with the global rank that
+    writes it: PipelineModule.save_state_dict (``runtime/pipe/module.py`` l.607-642) writes each layer's state
+    dict, cloned (``checkpoint/utils.py`` clone_tensors_for_torch_save l.41-59). Who writes: with
+    ``checkpoint.parallel_write.pipeline_stage`` off (``dp`` = 1, the default) data-parallel rank 0 of the stage
+    writes them all (l.623-626); on (``dp`` = the data-parallel size, ``grid.data_parallel_size``), the stage's
+    layers ``forward_funcs`` are spread over its data-parallel ranks by ``ds_utils.partition_uniform(num_layers,
+    dp_size)`` (l.618-621: data-parallel rank d writes local layers [offsets[d], offsets[d + 1]), the first
+    ``num_layers mod dp`` ranks one more; with fewer layers than ranks the last write none); global rank
+    ((stage x DP + d) x SP) x t + m, SP = ``wz`` / ``dp`` (topology axes pipe, data, model:
+    :meth:`advisor.plan.Cluster.coords`). A stage's layers are the indices its tensors are in
+    (:func:`pipeline_layer_indices`, contiguous: every layer of the ``[embedding] + blocks + [head]`` list has
+    parameters). Memoised per tensor list: the one source of :func:`checkpoint_files`' layer entries and of the
+    save's layer staging (``advisor.ledger.timeline._pipeline_layer_staging``)."""
+    from bisect import bisect_right
+
+    from advisor.model.parallel import partition_uniform
+
     def build() -> dict[tuple[int, int], list[CkptFile]]:
         from advisor.model.parallel import shard
         layer_idx = pipeline_layer_indices(inv)
+        sp = max(1, wz // max(1, dp))
         out: dict[tuple[int, int], list[CkptFile]] = {}
         for sh in shard(inv, tp, pp, ep):
             by: dict[int, int] = {}
             for t in sh.inventory.tensors:
                 idx = layer_idx.get(t.name, 0)
                 by[idx] = by.get(idx, 0) + t.numel
+            first = min(by, default=0)
+            offsets = partition_uniform(max(by, default=-1) - first + 1, max(1, dp))
+            # local layer j -> the data-parallel rank d with offsets[d] <= j < offsets[d + 1] (the last such d:
+            # the empty parts of fewer layers than ranks repeat an offset)
+            writer = {idx: bisect_right(offsets, idx - first) - 1 for idx in by}
+            who = ("data-parallel rank 0 of the stage" if dp <= 1 else
+                   "data-parallel rank {d} of the stage: checkpoint.parallel_write.pipeline_stage, local layers "
+                   f"spread by partition_uniform {offsets}")
             for m in range(tp):
                 suffix = f"-model_{m:02d}" if tp > 1 else ""
                 out[(sh.stage, m)] = [
-                    CkptFile(f"{tag}/layer_{idx:02d}{suffix}-model_states.pt", (sh.stage * wz) * tp + m, by[idx] * D,
+                    CkptFile(f"{tag}/layer_{idx:02d}{suffix}-model_states.pt",
+                             (sh.stage * wz + writer[idx] * sp) * tp + m, by[idx] * D,
                              "model_states", {"module": by[idx] * D}, readers=wz,
                              formula=f"layer {idx}'s parameters, cloned: {by[idx]:,} x {D} "
-                             "(pipe/module.py save_state_dict, data-parallel rank 0 of the stage)")
+                             f"(pipe/module.py save_state_dict, {who.format(d=writer[idx])})")
                     for idx in sorted(by)]
         return out
-    return inv.memo(("pipeline_layer_files", tp, pp, ep, wz, D, tag), build)
+    return inv.memo(("pipeline_layer_files", tp, pp, ep, wz, D, tag, dp), build)
+
+
+def pipeline_write_dp(plan: Plan) -> int:
+    """The data-parallel ranks a stage's layer files are spread over (:func:`pipeline_layer_files`' ``dp``):
+    the data-parallel size (PipelineParallelGrid ``data_parallel_size``, :attr:`advisor.plan.Cluster.dp_world_size`)
+    with ``checkpoint.parallel_write.pipeline_stage`` on (``EffectiveConfig.checkpoint_parallel_write_pipeline``;
+    the PipelineEngine hands it to the module, ``runtime/pipe/engine.py`` l.222), else 1 (data-parallel rank 0)."""
+    return plan.cluster.dp_world_size if plan.config.checkpoint_parallel_write_pipeline else 1
 
 
 def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesResult) -> FilesResult:
@@ -446,7 +476,8 @@ def _model_parallel_files(plan: Plan, tag: str, save_latest: bool, res: FilesRes
     tp, pp, wz = cl.tensor_parallel, cl.pipeline_parallel, cl.zero_world_size
     wrapper, basic = res.wrapper, res.basic_optimizer
     D = DTYPE_BYTES[ec.model_dtype]
-    layer_files = pipeline_layer_files(plan.inventory, tp, pp, cl.expert_parallel, wz, D, tag) if pp > 1 else {}
+    layer_files = (pipeline_layer_files(plan.inventory, tp, pp, cl.expert_parallel, wz, D, tag, pipeline_write_dp(plan))
+                   if pp > 1 else {})
     files = res.files
     tail: list[CkptFile] = []
     for sh in shard(plan.inventory, tp, pp, cl.expert_parallel):

@@ -140,9 +140,12 @@ gathered module at a time, rank 0 the CPU copies made so far (N x D at the end, 
 persistent parameters gathered again). Under tensor / pipeline parallelism each rank's storages
 are its own shard's (:func:`_rank_shard`); under pipeline parallelism the module goes to the layer
 files (runtime/pipe/engine.py module_state_dict l.1308-1325) that data-parallel rank 0 of each stage
+(with ``checkpoint.parallel_write.pipeline_stage``, each data-parallel rank its share of the stage's layers)
 clones to the CPU one layer at a time (:func:`_pipeline_layer_staging`, from the same per-rank file
 entries ``advisor checkpoint`` lists). On a CPU accelerator there are no host copies
-(:data:`SAVE_GPU_ONLY`); the engine's save parity is ``tests/engine/test_save_parity.py``.
+(:data:`SAVE_GPU_ONLY`), except the layer clones, which ``clone_tensors_for_torch_save`` makes on any
+device; the engine's save parity is ``tests/engine/test_save_parity.py``, under pipeline parallelism
+``tests/engine/test_pipeline_engine.py`` (each stage's save peak and what is live after it).
 
 No torch or deepspeed import.
 """
@@ -1001,17 +1004,23 @@ def _rank_layer_files(ledger: Ledger, rank: int) -> list[Any]:
     pipeline parallelism, the entries ``advisor checkpoint`` lists
     (:func:`advisor.ledger.checkpoint.pipeline_layer_files`, memoised per tensor list): the save's
     layer staging is derived from these, one source for both views. Empty for a rank that writes none."""
-    from advisor.ledger.checkpoint import pipeline_layer_files
     cl = ledger.plan.cluster
     if cl.pipeline_parallel <= 1:
         return []
-    wz, tp = max(1, cl.zero_world_size), cl.tensor_parallel
-    stage, zr, m = cl.coords(rank)
-    if zr != 0:
-        return []
-    files = pipeline_layer_files(ledger.plan.inventory, tp, cl.pipeline_parallel, cl.expert_parallel, wz,
-                                 DTYPE_BYTES[ledger.plan.config.model_dtype])
-    return [f for f in files.get((stage, m), []) if f.rank == rank]
+    stage, _, m = cl.coords(rank)
+    return [f for f in _layer_files(ledger).get((stage, m), []) if f.rank == rank]
+
+
+def _layer_files(ledger: Ledger) -> dict[tuple[int, int], list[Any]]:
+    """:func:`advisor.ledger.checkpoint.pipeline_layer_files` for the ledger's plan (who writes: rank 0 of
+    each stage's data-parallel group, or its data-parallel ranks with ``checkpoint.parallel_write.pipeline_stage``,
+    :func:`advisor.ledger.checkpoint.pipeline_write_dp`)."""
+    from advisor.ledger.checkpoint import pipeline_layer_files, pipeline_write_dp
+    plan = ledger.plan
+    cl = plan.cluster
+    return pipeline_layer_files(plan.inventory, cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel,
+                                max(1, cl.zero_world_size), DTYPE_BYTES[plan.config.model_dtype],
+                                dp=pipeline_write_dp(plan))
 
 
 def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
@@ -1019,20 +1028,26 @@ def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
     files ``rank`` writes as ``advisor checkpoint`` lists them (:func:`_rank_layer_files`):
     PipelineEngine.module_state_dict (``runtime/pipe/engine.py`` l.1308-1325) calls
     PipelineModule.save_state_dict (``runtime/pipe/module.py`` l.607-642): data-parallel rank 0 of
-    the stage (per tensor-parallel rank) writes each layer's ``layer_XX-model_states.pt``, one layer at
-    a time; the torch checkpoint engine preserves storage sharing (``checkpoint_engine/checkpoint_engine.py``
+    the stage (per tensor-parallel rank; with ``checkpoint.parallel_write.pipeline_stage`` each
+    data-parallel rank its share of the stage's layers) writes each layer's ``layer_XX-model_states.pt``,
+    one layer at a time; the torch checkpoint engine preserves storage sharing (``checkpoint_engine/checkpoint_engine.py``
     l.62-63), so each layer's state dict is ``clone_tensors_for_torch_save``'d to the CPU
     (``checkpoint/utils.py`` l.41-59: ``item.detach().to('cpu')``, the view's own elements) and
     torch.save writes those host tensors (no further copy). The previous layer's clone is dropped
     when ``final_state_dict`` is rebound (module.py l.637-641), so the host peak is the largest layer
     file the rank writes, at ``save:model``; ``mp_rank_XX_model_states.pt`` holds no module. Only the
     writers hold it: a rank-only entry (:func:`rank_only_entries`), each writer a role of its own.
+    Item ``save_layer_clone``, not in :data:`SAVE_GPU_ONLY`: on a tensor already on the CPU the clone is
+    made too (utils.py l.53-55: ``device == item.device`` -> ``item.detach().clone()``), so a CPU run
+    holds it (measured: the tracker's site ``checkpoint/utils.py:clone_tensors_for_torch_save:57``,
+    10,304 B on both stages of the pipe proxy, the largest layer file;
+    ``tests/engine/test_pipeline_engine.py``).
     The optimizer-states file is :func:`save_entries`' (the stage's partition, :func:`_rank_shard`)."""
     out: list[Entry] = []
     layers = _rank_layer_files(ledger, rank)
     if layers:
         big = max(layers, key=lambda f: f.bytes)
-        out.append(Entry(rank, "host_pageable", "parameters", "save_model_file_staging", big.bytes, "save_model",
+        out.append(Entry(rank, "host_pageable", "parameters", "save_layer_clone", big.bytes, "save_model",
                          f"the largest layer file this rank writes, {big.path.rsplit('/', 1)[-1]}: {big.bytes:,} B "
                          f"(its state dict cloned to the CPU, one layer at a time; {len(layers)} layer files)",
                          "runtime/pipe/module.py:PipelineModule.save_state_dict l.607-642 -> "
@@ -1042,15 +1057,14 @@ def _pipeline_layer_staging(ledger: Ledger, rank: int) -> list[Entry]:
 
 
 def pipeline_layer_writers(ledger: Ledger) -> list[int]:
-    """Global ranks that write ``layer_XX-model_states.pt`` files: data-parallel rank 0 of each
-    pipeline stage, per tensor-parallel rank ((stage x W_z) x t + m, as
-    :func:`advisor.ledger.checkpoint.pipeline_layer_files` places them; pipe/module.py
-    save_state_dict l.615-625, checkpoint_parallel_write_pipeline off). Empty without pipeline parallelism."""
-    cl = ledger.plan.cluster
-    if cl.pipeline_parallel <= 1:
+    """Global ranks that write ``layer_XX-model_states.pt`` files, as
+    :func:`advisor.ledger.checkpoint.pipeline_layer_files` places them (pipe/module.py save_state_dict
+    l.615-626): data-parallel rank 0 of each pipeline stage per tensor-parallel rank ((stage x W_z) x t + m),
+    or with ``checkpoint.parallel_write.pipeline_stage`` each data-parallel rank given a share of the stage's
+    layers. Empty without pipeline parallelism."""
+    if ledger.plan.cluster.pipeline_parallel <= 1:
         return []
-    wz, tp = max(1, cl.zero_world_size), cl.tensor_parallel
-    return [(s * wz) * tp + m for s in range(cl.pipeline_parallel) for m in range(tp)]
+    return sorted({f.rank for fs in _layer_files(ledger).values() for f in fs})
 
 
 def _rank0_model_staging(ec: EffectiveConfig, ledger: Ledger) -> tuple[int, str]:

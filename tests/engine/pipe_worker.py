@@ -41,8 +41,9 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     """``cfg_json``: a DeepSpeed config (JSON text) to run instead of the ZeRO-1 fp32 one. ``track`` ("1"): run
     ``advisor.engine.worker``'s allocation-level ``StorageTracker`` (the one of the peak-parity cells) from the
     model's build on, with phases ``load``, ``initialize``, ``train_batch:1`` and ``train_batch:2`` (two
-    ``train_batch`` calls: the pipe schedule interleaves the micro-steps, so a phase is the whole step), and write
-    ``track{r}.json`` (the tracker's report per phase: peak, unattributed sites) instead of saving a checkpoint."""
+    ``train_batch`` calls: the pipe schedule interleaves the micro-steps, so a phase is the whole step), then
+    ``save`` (``engine.save_checkpoint(out_dir/save, tag="t")``: its peak and its end, what is live once it has
+    returned), and write ``track{r}.json`` (the tracker's report per phase: peak, unattributed sites) instead of saving a checkpoint."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
     import torch.nn as nn
@@ -124,6 +125,13 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
             wk._phase(tracker, None)
             # claim the engine's tensors on the tracker's records (the census of the non-PP worker)
             _walk(engine, Census(True))
+        # the save phase: engine.save_checkpoint into the run's own folder (runtime/engine.py l.4869-4966; under
+        # the PipelineEngine the module goes to the layer_XX files, runtime/pipe/module.py save_state_dict
+        # l.607-642), its high-water mark and what is live when it has returned (the phase's end)
+        wk._phase(tracker, "save")
+        engine.save_checkpoint(os.path.join(out_dir, "save"), tag="t")
+        wk._phase(tracker, None)
+        _walk(engine, Census(True))
         tracker.mode.__exit__(None, None, None)
         wk._TRACKER.clear()
         restore()

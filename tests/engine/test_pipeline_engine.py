@@ -244,6 +244,11 @@ SEQ = 8
 #: Probes at W = 4 (2 stages x DP 2, the same configs, 1 run each, not cells): ZeRO-1 ranks 0/1 +0.007%, ranks 2/3
 #: +0.08% (339,990 vs 339,712 B at steady:reduce); ZeRO-0 ranks 0/1 +0.015%, ranks 2/3 +0.15% (193,626 vs 193,344 B);
 #: what remains is the loss scalars and fwd_outputs (engine.py _exec_forward_pass l.757, add_to_total_loss l.772).
+#: The same runs' save phase (engine.save_checkpoint after train_batch:2; 2026-12-06, 2 runs each): before
+#: timeline.save_layer_clone the ledger counted the layer clone as a GPU-only host copy, so the CPU figure lacked it:
+#: engine 198,232 / 203,926 B (ZeRO-1 stages 0 / 1) vs ledger 187,904 / 193,344 B (+5.5%, the site
+#: checkpoint/utils.py:clone_tensors_for_torch_save:57, 10,304 B); with it ZeRO-1 +0.012% / +0.14%, ZeRO-0
+#: +0.011% / +0.12% (save), and what is live after the save +0.013% / +0.14% (the step's residue above).
 PIPE_PEAK_CELLS = [
     ("pp2_z0_bf16_ga2_w2", {**BF16_Z0}),
     ("pp2_z1_bf16_ga2_w2", {**BF16_Z0, "zero_optimization": {"stage": 1, "reduce_bucket_size": 50000,
@@ -270,7 +275,8 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     # TrainSchedule.num_pipe_buffers = max(2, min(stages - stage_id, micro_batches)) (schedule.py l.255-256)
     assert [got[r]["num_pipe_buffers"] for r in (0, 1)] == [2, 2]
     rows = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got)
-    assert {(r["rank"], r["phase"]) for r in rows} == {(r, f"train_batch:{k}") for r in (0, 1) for k in (1, 2)}
+    assert {(r["rank"], r["phase"]) for r in rows} == {(r, ph) for r in (0, 1)
+                                                       for ph in ("train_batch:1", "train_batch:2", "save", "save:after")}
     bad = [r for r in rows if abs(r["rel_diff"]) > 0.01]
     assert not bad, "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} "
                                f"({r['ledger_instant']}); unattributed {r['unattributed'][:6]}" for r in bad)
@@ -291,8 +297,22 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     if ec.zero.stage == 1:
         # the engine's own record of that second buffer, live at the step's peak on both stages
         for r in rows:
-            sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in r["unattributed"]}
-            assert sites.get("deepspeed/runtime/zero/stage_1_and_2.py:reduce_gradients") == 100000, r
+            if r["phase"].startswith("train_batch"):
+                sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in r["unattributed"]}
+                assert sites.get("deepspeed/runtime/zero/stage_1_and_2.py:reduce_gradients") == 100000, r
+    # the save (engine.save_checkpoint after the second train_batch): each stage's dp rank 0 clones one layer's
+    # state dict at a time (runtime/pipe/module.py save_state_dict l.607-642), on the CPU too (checkpoint/utils.py
+    # l.53-55: same device -> clone()), so the save's peak is what is live after it + the largest layer file,
+    # by hand a Block's (H + 2 x F x H) x 2 B = 10,304 B on both stages (stage 1's norm + head: (H + V x H) x 2 =
+    # 6,208 B), the tracker's clone site's bytes; the ledger's timeline.save_layer_clone entry says the same
+    clone = (H + 2 * F * H) * 2
+    for r in (0, 1):
+        peak, after = (next(x for x in rows if x["rank"] == r and x["phase"] == ph) for ph in ("save", "save:after"))
+        sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in peak["unattributed"]}
+        assert sites.get("deepspeed/checkpoint/utils.py:clone_tensors_for_torch_save") == clone, peak
+        assert peak["ledger_instant"] == "save:model" and peak["ledger"] - after["ledger"] == clone, (peak, after)
+        # torch.save's host copies of accelerator storages (save_optim_file_staging) are not made on the CPU
+        assert peak["gpu_only"] == 0 and after["gpu_only"] == 0
 
 
 #: Load cells under pipeline parallelism (issue 15): the same tracker's ``load`` phase, opened before
@@ -333,3 +353,49 @@ def test_pipeline_load_builds_only_the_stage(tmp_path, cell):
         assert abs(measured - ledger) <= 0.01 * ledger, (
             f"r{r} stage {stage}: engine {measured} B, ledger {ledger} B, whole model {whole} B; unattributed "
             f"{[u for u in ph['unattributed'] if not u['site'].startswith(CPU_ONLY_SITES)][:6]}")
+
+
+#: checkpoint.parallel_write.pipeline_stage on the ZeRO-1 peak cell's config, 2 stages x 2 data-parallel ranks (W 4).
+PW_CFG = {**dict(PIPE_PEAK_CELLS)["pp2_z1_bf16_ga2_w2"], "checkpoint": {"parallel_write": {"pipeline_stage": True}}}
+
+
+def test_pipeline_parallel_write_spreads_the_layer_files(tmp_path):
+    """Cell pp2_z1_bf16_pw_w4: with ``checkpoint.parallel_write.pipeline_stage`` the real PipelineModule's
+    save_state_dict spreads each stage's layers over its data-parallel ranks (runtime/pipe/module.py l.618-621:
+    ``ds_utils.partition_uniform(num_layers, dp_size)``; the PipelineEngine sets the flag from the config,
+    runtime/pipe/engine.py l.222), so every rank clones the layers it writes, not only data-parallel rank 0.
+
+    By hand: each stage holds 3 layers (stage 0: embedding + 2 blocks, stage 1: 2 blocks + head);
+    partition_uniform(3, 2) = [0, 2, 3] (runtime/utils.py l.606-624: the first 3 mod 2 ranks get one more), so
+    dp rank 0 writes local layers 0-1 and dp rank 1 local layer 2: layer_00, 01 by rank 0, layer_02 by rank 1,
+    layer_03, 04 by rank 2, layer_05 by rank 3 (global rank = stage x 2 + dp rank). The save's peak on each rank
+    is what is live after it + the largest layer it clones (bf16): a Block's (H + 2 F H) x 2 = 10,304 B on ranks
+    0-2, the norm + head's (H + V H) x 2 = 6,208 B on rank 3 (with the flag off ranks 1 and 3 clone nothing:
+    the ledger without it was 9.6% / 5.7% under them). Every phase of every rank within 1%.
+    Measured 2026-12-06 (2 runs): save +0.020% (ranks 0, 1), +0.23% (ranks 2, 3), after the save +0.022% / +0.25%,
+    train_batch within 0.09% (the step's loss scalars and fwd_outputs, as in the W 2 cells)."""
+    from advisor.engine.measure import pipeline_peak_parity
+    from advisor.ledger.checkpoint import checkpoint_files
+
+    got = _run_pipe(tmp_path, PW_CFG, track=True, world=4)
+    assert [got[r]["stage"] for r in range(4)] == [0, 0, 1, 1]
+    rows = pipeline_peak_parity(PW_CFG, _inventory(), 4, 2, SEQ, got)
+    assert {(r["rank"], r["phase"]) for r in rows} == {(r, ph) for r in range(4)
+                                                       for ph in ("train_batch:1", "train_batch:2", "save", "save:after")}
+    bad = [r for r in rows if abs(r["rel_diff"]) > 0.01]
+    assert not bad, "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} "
+                               f"({r['ledger_instant']}); unattributed {r['unattributed'][:6]}" for r in bad)
+    block, head = (H + 2 * F * H) * 2, (H + V * H) * 2
+    clone = {0: block, 1: block, 2: block, 3: head}
+    for r in range(4):
+        peak, after = (next(x for x in rows if x["rank"] == r and x["phase"] == ph) for ph in ("save", "save:after"))
+        sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in peak["unattributed"]}
+        assert sites.get("deepspeed/checkpoint/utils.py:clone_tensors_for_torch_save") == clone[r], (r, peak)
+        assert peak["ledger"] - after["ledger"] == clone[r], (r, peak, after)
+    # advisor checkpoint's writers of the layer files, by hand, and the files the engine wrote
+    listed = checkpoint_files(Plan(effective_config(PW_CFG), _inventory(), Cluster(world_size=4, pipeline_parallel=2)),
+                              tag="t")
+    writers = {f.name: f.rank for f in listed.files if f.name.startswith("layer_")}
+    assert writers == {"layer_00-model_states.pt": 0, "layer_01-model_states.pt": 0, "layer_02-model_states.pt": 1,
+                       "layer_03-model_states.pt": 2, "layer_04-model_states.pt": 2, "layer_05-model_states.pt": 3}
+    assert set(writers) == {f for f in os.listdir(tmp_path / "save" / "t") if f.startswith("layer_")}
