@@ -4823,6 +4823,40 @@ def zero12_compact_grad_buffer(ec: EffectiveConfig, wrapper: str, noncontig: boo
     return ec.contiguous_gradients_effective
 
 
+def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1) -> bool:
+    """Whether this plan is the ZeRO-1 fp32 gradient accumulation regime without offload that
+    :func:`zero12_backward_transients` models: DeepSpeedZeroOptimizer at stage 1 on an fp16 model with
+    ``data_types.grad_accum_dtype`` fp32 (bf16 with fp32 takes BF16_Optimizer, ``engine.py`` l.2305-2310), no optimizer
+    offload, ``contiguous_gradients`` on, ``overlap_comm`` off, ``communication_data_type`` the model's, one param group
+    (``groups``: the plan's trainable param groups). What was measured; other ZeRO-1 plans with an accumulation dtype
+    unlike the model's stay lower bounds (:func:`zero12_transients_unmodeled`).
+
+    ``stage_1_and_2.py``: each backward hook makes ``param.grad_accum = param.grad.to(fp32)`` (l.1237, added into at a
+    later micro-step, l.1239) and drops param.grad (l.1240): the hooks' moments are
+    :func:`zero12_offload_fp32_accum_hooks`' A1 / A2 (the same hooks as under offload), and the N x 4 live into the
+    next forward beside the fp32 ipg bucket (setup_buckets l.3266, :func:`ipg_bucket_bytes`); nothing is reduced before
+    the boundary (engine.py allreduce_gradients l.3088-3092). The boundary's epilogue loop (reduce_gradients
+    l.971-976, params in model order) then flushes 4-byte gradients: each run's flat copy (allreduce_bucket l.2367,
+    elements x 4 for several slices) and its cast to the fp16 communication dtype (l.2376-2377, elements x 2, also of a
+    one-slice run: the tensor is fp32), the rank's slice cast back, ``source.to(fp32)`` (_add_to_grad_partition_buffer
+    l.1324-1326) into the compact fp32 partition P x 4 (_use_compact_grad_partition_buffer l.1259-1266, built at the
+    rank's first flush, l.1268-1270), the gradients not yet moved whole in fp32: :func:`_zero12_compact_transients`
+    with its keep flag for ZeRO-1. After a flush copy_grads_in_partition clears grad_accum of the rank's own gradients
+    (l.2270-2272 -> l.2179-2182, clear_grad_attribute l.1348-1350); the others keep theirs (l.2272-2274: stage 1 copies
+    only ``is_param_in_current_partition``), a view of the ipg bucket or, over reduce_bucket_size, the whole fp32
+    storage (l.1441-1449: no clone without offload), through the epilogue (_clear_param_grad_only keeps grad_accum,
+    l.2630-2640) to the step's norm (get_grad_norm_direct l.2684), until step frees them before the update loop
+    (free_grad_in_param_list(params_not_in_partition), l.2898-2901, called at the top of the group's update):
+    :func:`zero12_offload_fp32_accum_kept`'s bytes, at the norm instant. Engine (TINY W 2, GA 2, reduce_bucket_size
+    10,000, real Linears, 2026-12-06; tests/engine/test_peak_parity.py z1_fp16_gaccfp32_tbsga2_w2), coarse before on
+    ranks 0 / 1: forward:2 +213,472 B (123.5%), backward:2 +202,974 / +263,438 B, step:2 +21,296 / +113,328 B, step:4
+    +65,452 / +195,674 B; with this regime every phase of both ranks within 0.17% (the forward's proxy inputs)."""
+    z = ec.zero
+    return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
+            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.contiguous_gradients_effective
+            and not z.overlap_comm and ec.comm_dtype == ec.model_dtype and groups == 1)
+
+
 def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
     """Whether a ``grad_accum_dtype`` unlike the model's changes nothing DeepSpeedZeroOptimizer holds under CPU
     optimizer offload: ZeRO-2 with a 16-bit accumulation dtype (bf16 model with fp16, fp16 with bf16). DeepSpeed 0.19.8,
@@ -4869,8 +4903,12 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     86,424 B; the fp64 norm copy of each slice, copy_grads_in_partition l.2152); ZeRO-2 bf16 at CPU offload (one
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
     cast l.1326), forward:2 to step:4 +4-9% on rank 1.
-    Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) is left off:
-    the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
+    Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) with
+    ``contiguous_gradients`` on, ``overlap_comm`` off, one param group and the model's communication dtype is modelled
+    since (:func:`zero1_compact_grad_accum`, cell z1_fp16_gaccfp32_tbsga2_w2: every phase within 0.37%, the decomposition
+    below); with ``contiguous_gradients`` off (the newcomer's tests/data/lb15 plan), ``overlap_comm`` on, several param
+    groups or another ``communication_data_type`` it is left off, as a 16-bit accumulation dtype unlike the model's
+    at ZeRO-1 without offload (not measured). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
     boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
     slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
     10,000, real Linears, 2026-12-06, one probe run each, coarse lifetimes): contiguous_gradients on, ranks 0 / 1,
@@ -4878,7 +4916,7 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     backward:2 +202,974 / +263,438 B (the compact partition 86,424, the slice cast 77,056, the run's cast 38,528; on
     rank 1 the fp32 flat copy l.2367, 92,708), step:2 +21,296 / +113,328 B, step:4 +65,452 / +195,674 B; off (the
     newcomer's tests/data/lb15 plan), forward:2 +173,472 B (100.4%), backward:2 +202,974 / +256,478 B (+295,010 on
-    rank 1 with overlap_comm), step:4 +198,288 / +251,454 B. Not modelled: the offload terms
+    rank 1 with overlap_comm), step:4 +198,288 / +251,454 B. The offload terms
     (:func:`zero12_offload_fp32_accum`) hold the same hooks and partition but reduce into host buffers.
     Remeasured with contiguous_gradients on (2026-12-06, the same bytes as above) and taken apart by allocation
     site over the 172,848 B persistent (what a model needs): backward:1 = the fp32 bucket 40,000 + A1 of
@@ -4890,7 +4928,9 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     (kept by unowned grad_accum views, :func:`zero12_offload_fp32_accum_kept`, with rank 1's 19,264 x 4 of l1.weight)
     + P x 4 + the largest slice x 8 (l.2684). So the pieces are the offload terms' hooks and kept storages with the
     no-offload ZeRO-1 flush walk in 4-byte gradients and the compact partition of :func:`_zero12_compact_transients`
-    (ZeRO-2's, which drops unowned gradients after their flush where ZeRO-1 keeps them)."""
+    (ZeRO-2's, which drops unowned gradients after their flush where ZeRO-1 keeps them: its ``keep_unowned`` flag),
+    which :func:`zero1_compact_grad_accum` now joins; the kept storages are freed before the update
+    (free_grad_in_param_list l.2898-2901), so they sit at the norm instant only."""
     z = ec.zero
     # under optimizer offload (always CPU at ZeRO-1/2, EffectiveConfig.offload_optimizer_effective) every pair of the
     # three training dtypes is modelled: ZeRO-1 by zero12_offload_fp32_accum (a bf16 / fp16 model with any other
@@ -5020,13 +5060,15 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     whole gradients its slice keeps), step:4 +24,512 / +39,488 B (the fp64 norm copy); now every phase of both ranks
     within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
     model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
-    z2_bf16_noncontig_commfp32_tbsga2_w2)."""
+    z2_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-1 on an fp16 model with fp32 accumulation without offload
+    (``contiguous_gradients`` on, ``overlap_comm`` off, one param group): :func:`zero1_compact_grad_accum`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
+    if zero1_compact_grad_accum(ec, wrapper, groups):
+        return True
     return (z.stage in (1, 2) and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype
-            )
+            and ec.model_dtype in ("fp16", "bf16", "fp32") and ec.grad_dtype == ec.model_dtype)
 
 
 #: The ZeRO-1/2 flush-replay passes' column-wise forms (issue 21: generate at 1e5 layers runs them for every
@@ -5160,8 +5202,7 @@ def _zero12_flush_replay(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero
     same flushes run under CPU optimizer offload: reduce_ipg_grads -> average_tensor, l.2205-2228).
     Kept once per (layouts, tensor list, W, RBS, stage, D, C), compared by identity: a plan asks for it
     from its transients, its offload flush and its offload norm terms."""
-    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), _zero12_replay_stage(ec), DTYPE_BYTES[ec.model_dtype],
-           zero12_comm_cast_bytes(ec))
+    key = ("flush_replay", W, int(ec.zero.reduce_bucket_size), _zero12_replay_stage(ec)) + _zero12_replay_bytes(ec, layouts)
     memo = layouts[0]._memo if layouts else {}
     got = memo.get(key)
     if (got is not None and got[1] is inv and len(got[0]) == len(layouts)
@@ -5203,6 +5244,16 @@ def _one_rank_runs_folded(lay: Zero12Layout, order: "_FlushOrder", k0: int, k1: 
         k = ke
 
 
+def _zero12_replay_bytes(ec: EffectiveConfig, layouts: list[Zero12Layout]) -> tuple[int, int]:
+    """(D, C) of a ZeRO-1/2 flush replay, bytes per element: D of the gradients the flushes move, C of a run's cast
+    to ``communication_data_type`` (0: none). The model dtype's and :func:`zero12_comm_cast_bytes`, except under
+    :func:`zero1_compact_grad_accum`, whose epilogue moves the fp32 param.grad_accum (``stage_1_and_2.py`` l.1237,
+    get_gradient_for_reduction) and casts every run, fp32, to the fp16 communication dtype (l.2376-2377)."""
+    if zero1_compact_grad_accum(ec, "DeepSpeedZeroOptimizer", len(layouts)):
+        return DTYPE_BYTES[ec.grad_dtype], zero12_comm_cast_bytes(ec, ec.grad_dtype)
+    return DTYPE_BYTES[ec.model_dtype], zero12_comm_cast_bytes(ec)
+
+
 def _zero12_replay_stage(ec: EffectiveConfig) -> int:
     """2 when a ZeRO-1/2 reduce moves each gradient in its backward hook, in autograd's order (ZeRO-2;
     ZeRO-1 with ``overlap_comm``: ``stage_1_and_2.py`` process_gradients l.2290 ``if self.partition_gradients
@@ -5214,7 +5265,7 @@ def _zero12_replay_stage(ec: EffectiveConfig) -> int:
 
 def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> tuple:
     """:func:`_zero12_flush_replay`, computed."""
-    D = DTYPE_BYTES[ec.model_dtype]
+    D, cast = _zero12_replay_bytes(ec, layouts)
     rbs = int(ec.zero.reduce_bucket_size)
     st = _zero12_replay_stage(ec)
     # every trainable tensor as three packed columns (group, flat start, numel), groups in index
@@ -5316,8 +5367,7 @@ def _zero12_flush_replay_compute(ec: EffectiveConfig, inv: Inventory, layouts: l
     # a communication_data_type unlike the model's: allreduce_bucket casts the flat run to it (l.2376-2377,
     # ``tensor.to(communication_data_type)``), both live through the all-reduce; a run of one slice is cast
     # from its view. Engine (TINY, W 2, bf16 with fp32 communication, one flush): the flat copy 86,418 B
-    # (l.2367) beside its fp32 cast 172,836 B (l.2377) at backward's peak
-    cast = zero12_comm_cast_bytes(ec)
+    # (l.2367) beside its fp32 cast 172,836 B (l.2377) at backward's peak (cast: _zero12_replay_bytes, above)
 
     def run_bytes(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
@@ -5751,6 +5801,14 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             red = max(red, B[f] + inter * D)
         return _zero12_auto(st, sufmax, flushes, f, inter, D), red
 
+    if zero1_compact_grad_accum(ec, "DeepSpeedZeroOptimizer", len(layouts)):
+        # ZeRO-1's epilogue walk in 4-byte gradients (D, copies, xl, A from the replay, _zero12_replay_bytes) into the
+        # compact partition, keeping the gradients the rank does not own: R_r and G_r. No hook moves a gradient (A_r
+        # 0: the hooks' fp32 copies are their own entries, zero12_offload_fp32_accum_hooks) and no partition exists
+        # before the boundary (A'_r = R'_r = 0)
+        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
+                                          C=_zero12_replay_bytes(ec, layouts)[1], keep_unowned=True).map(
+            lambda t: (0, t[1], t[2], 0, 0))
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
         if len(layouts) > 1:
             return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
@@ -5804,7 +5862,8 @@ def _xl_runs(own: list[tuple[int, int, int]], P: int, rbs: int) -> Iterator[tupl
 
 def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
-                               hooked: "Sequence[int]", first: Runs, gmax: Runs, C: int = 0) -> Runs:
+                               hooked: "Sequence[int]", first: Runs, gmax: Runs, C: int = 0,
+                               keep_unowned: bool = False) -> Runs:
     """Runs of (A_r, R_r, G_r, A'_r, R'_r) per rank, bytes, for :func:`zero12_compact_grad_buffer`'s regime (ZeRO-2,
     bf16 with ``grad_accum_dtype`` fp32, one param group): :func:`zero12_backward_transients`' terms with the compact
     fp32 buffer (P x 4) in place of grads_in_partition, and A'_r / R'_r what a micro-step after the first adds
@@ -5835,7 +5894,13 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
     (one flush); probes at reduce_bucket_size 10,000 (four flushes, two extra-large gradients, real Linears; W 2 at
     GA 2 and W 4 at GA 1, one run each, 2026-12-06): every phase of every rank within 0.01%, the forward's proxy
     scalars aside. O(tensors + flushes log flushes + U log U) for U slice updates (<= 3 per tensor, and per
-    extra-large gradient <= 3 per run of :func:`_xl_runs`, its whole runs between the ends as one)."""
+    extra-large gradient <= 3 per run of :func:`_xl_runs`, its whole runs between the ends as one).
+    ``keep_unowned``: ZeRO-1's walk (:func:`zero1_compact_grad_accum`, the epilogue's order and 4-byte gradients in
+    ``A``, ``copies`` and ``xl``): K_r,j = the extra-large gradients of flushes before j the rank owns NO part of,
+    whose fp32 grad_accum stage 1 never clears (reduce_ipg_grads l.2272-2274 copies, and so clears, only the rank's
+    own, l.2179-2182), where ZeRO-2 clears those and keeps its own (l.2262-2270); a rank between the ends of a
+    tensor owns no other, so it keeps every other one, as its neighbours do. Engine (TINY W 2, GA 2, 2026-12-06):
+    rank 1's boundary peak at l2.weight's flush holds l1.weight's 19,264 x 4 B (l.1237) that rank 0 owns."""
     # communication_data_type bytes C (0: the model's dtype, zero12_comm_cast_bytes: bf16 to fp16 is a cast too):
     # allreduce_bucket casts each run to it (l.2376-2377), so a run
     # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
@@ -5885,7 +5950,11 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
             active.append(by_start[nxt])
             nxt += 1
         active = [x for x in active if x[2] > lo]
-        mine_xl = sorted((x[0], x[3]) for x in active)
+        if keep_unowned:  # ZeRO-1: the gradients whose owner range misses this piece of ranks
+            held = set(map(id, active))
+            mine_xl = sorted((x[0], x[3]) for x in xls if id(x) not in held)
+        else:
+            mine_xl = sorted((x[0], x[3]) for x in active)
         kept_lists.append((tuple(j for j, _ in mine_xl),
                            tuple(itertools.accumulate((by for _, by in mine_xl), initial=0))))
     kept = Runs(pts, kept_lists) if xls else Runs.const(W, ((), (0,)))
@@ -5910,7 +5979,8 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
                 cp = run(cnt, elems)
                 fl = cp - elems * cast if cast else 0  # freed before the slice casts (allreduce_bucket l.2391-2393)
                 for x0, x1, n in sizes_of:
-                    ups.append((x0, x1, base + cp + max(0, n * S4 - fl) + (K(at_rank(x0), j) if x1 == x0 + 1 else 0)))
+                    ups.append((x0, x1, base + cp + max(0, n * S4 - fl)
+                                + (K(at_rank(x0), j) if x1 == x0 + 1 or keep_unowned else 0)))
             continue
         sl = [x for k in ks for x in owners(order.starts[k], order.numels[k])]
         # every slice in one rank's partition, several: merged into one (a view) on the other ranks, flattened there
@@ -5924,7 +5994,8 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
         # fp16 communication, 2026-12-06): rank 1 46,318 B over with the flat copy of l2.weight counted beside it
         fl = own + copies[j] - sum(order.numels[k] for k in ks) * cast if cast else 0
         for a, b, n in sl:
-            ups.append((a, b, A[j] + own + max(0, n * S4 - fl) + (K(at_rank(a), j) if b == a + 1 else 0)))
+            ups.append((a, b, A[j] + own + max(0, n * S4 - fl)
+                        + (K(at_rank(a), j) if b == a + 1 or keep_unowned else 0)))
     at_slice = Runs.from_updates(W, ups, -1, "max")
 
     H = [max(hooked[ks.start:ks.stop], default=0) for ks, _ in flushes]  # the largest hook of each bucket
@@ -6746,7 +6817,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     else:
         # stage-2 16-bit model with fp32 accumulation: averaged_gradients is one compact fp32
         # buffer per group and the step's flat fp32 grad is a view of it (_get_preflattened_grad_partition)
-        compact = (z.stage == 2 and ec.grad_dtype == "fp32" and ec.model_dtype != "fp32")
+        # (ZeRO-1 on fp16 with fp32 accumulation without offload too: zero1_compact_grad_accum)
+        compact = ((z.stage == 2 and ec.grad_dtype == "fp32" and ec.model_dtype != "fp32")
+                   or zero1_compact_grad_accum(ec, wrapper, ng))
         b.add("accelerator", "gradients", "fp32_grad", p_max * 4, "step",
               f"P x 4 = {p_max} x 4 (one param group at a time; for an fp32 model whose slice lies in one "
               "tensor it is a view of the kept grads: (I_r + P - Cov_r) x 4, the averaged_gradients storage, "
@@ -6793,10 +6866,32 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
         # ZeRO-1 reduces at the accumulation boundary (reduce_gradients), so every 16-bit
         # param.grad is alive until then (reference section 4.5 / 10.12, measured snapshot
         # "pre_reduce"). Not in the parity snapshots (bwd is taken after the reduce).
-        b.add("accelerator", "gradients", "lp_grads", n_t * D, "in_backward",
-              f"N x D = {n_t} x {D} (every param.grad until the boundary reduce)",
-              f"{S}.reduce_gradients (stage 1: no reduction in the backward hooks); made by autograd in "
-              f"{_AUTOGRAD_GRADS}")
+        if zero1_compact_grad_accum(ec, wrapper, ng):
+            # each hook turns param.grad into an fp32 grad_accum (l.1237) and drops it (l.1240): the backward holds
+            # the copies made so far beside a hook's 16-bit gradient, not N x D (micro-step 1's; a later one's are
+            # accumulate_grad_new). Engine z1_fp16_gaccfp32_tbsga2_w2 backward:1: 4 N + 19,264 x 2 at l1.weight's hook
+            a1 = zero12_offload_fp32_accum_hooks(ec, inv)[0]
+            b.add("accelerator", "gradients", "grad_accum_hooks", a1,
+                  "autograd" if ga == 1 else "first_microstep_backward",
+                  f"A1 = max_k (4 c_k + D (n_k + s_k)) = {a1}: the fp32 grad_accum copies made so far beside a hook's "
+                  "16-bit gradient and its autograd sibling's (zero12_offload_fp32_accum_hooks; zero1_compact_grad_accum)",
+                  f"{S}._fill_param_grad_accum_attribute (param.grad.to(fp32), l.1237; param.grad = None, l.1240)")
+        else:
+            b.add("accelerator", "gradients", "lp_grads", n_t * D, "in_backward",
+                  f"N x D = {n_t} x {D} (every param.grad until the boundary reduce)",
+                  f"{S}.reduce_gradients (stage 1: no reduction in the backward hooks); made by autograd in "
+                  f"{_AUTOGRAD_GRADS}")
+        if zero1_compact_grad_accum(ec, wrapper, ng) and offload_kept:
+            # the grad_accum the boundary reduce leaves on the rank (not its own: l.2272-2274), to the step's norm;
+            # step frees them before the group's update (free_grad_in_param_list, l.2898-2901). Engine
+            # z1_fp16_gaccfp32_tbsga2_w2 step:2 rank 0 the fp32 ipg bucket 40,000 B (l.3266) and rank 1 also l1.weight's
+            # 19,264 x 4 B (l.1237) at get_grad_norm_direct's peak
+            b.add("accelerator", "gradients", "kept_grad_accum", offload_kept, "step_norm",
+                  f"the fp32 grad_accum of gradients over reduce_bucket_size meeting no part of the rank's slice "
+                  f"(n_p x 4) + the fp32 ipg bucket (RBS x 4) while a gradient moved into it does not meet the slice "
+                  "(zero12_offload_fp32_accum_kept; zero1_compact_grad_accum)",
+                  f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for is_param_in_current_partition, "
+                  "l.2272-2274); freed by step's free_grad_in_param_list (l.2898-2901) before the update")
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
@@ -6911,7 +7006,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               f"{S}.get_grad_norm_direct (g.data.to(get_norm_dtype()))")
         if len(terms) > 8:  # zero12_compact_grad_buffer: bf16 with grad_accum_dtype fp32 at ZeRO-2
             auto_n, red_n = terms[8:10]
-            if ga > 1:
+            if ga > 1 and z.stage == 2:  # ZeRO-1 (zero1_compact_grad_accum) makes the partition at the boundary
                 pbuf = p_t * 4
                 b.add("accelerator", "gradients", "compact_grad_partition_kept", pbuf, "accumulated_forward",
                       f"P x 4 = {p_t} x 4 (the compact fp32 partition buffer micro-step 1's reduce made, kept into "
@@ -7783,6 +7878,9 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
             # the grad_accum storages the boundary reduce leaves to the step (a fifth figure, offload_kept)
             split = Runs.zip(split, zero12_offload_fp32_accum_kept(ec, pl.zero12, W)).map(
                 lambda t: t[0] + (t[1],))
+    elif z12 and has_groups and zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)):
+        # the grad_accum the boundary reduce leaves to the step's norm, per rank (offload_kept)
+        split = zero12_offload_fp32_accum_kept(ec, pl.zero12, W).map(lambda v: (v,))
     figures = Runs.zip(terms, split).groups()
     oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if z12 and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
@@ -7804,6 +7902,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                     offload_microstep=(tuple(gk[4:6]) if zero12_offload_norm_modeled(ec, wrapper) and gk
                                        and zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)) else ()),
                     offload_kept=(gk[4] if zero12_offload_fp32_accum(ec, wrapper, ga, len(pl.zero12)) and gk
+                                  else gk[0] if zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)) and gk
                                   else None))
         elif st == 0:
             _stage0(b, ec, inv, wrapper, basic)
@@ -8049,10 +8148,12 @@ def compute_ledger(plan: Plan) -> Ledger:
                         "inside each collective; runtime/comm/coalesced_collectives.py all_to_all_quant_reduce, "
                         "partition_parameters.py CUDAQuantizer) are not modelled here; the bytes they communicate "
                         "are in the movement ledger (advisor/ledger/movement.py qgz_rank_bytes, QWZ_BYTES, qwz_scale_groups)")
+    ng1 = len(inv.memo(("trainable_groups",), lambda: tuple(sorted({t.group for t in inv.tensors if t.trainable}))))
     if ec.zero.stage == 1 and ec.grad_dtype == "fp32" and wrapper == "DeepSpeedZeroOptimizer" and not (
-            inv.has_trainable() and zero12_offload_fp32_accum(ec, wrapper, ga, len(inv.memo(
-                ("trainable_groups",), lambda: tuple(sorted({t.group for t in inv.tensors if t.trainable})))))):
-        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off)
+            inv.has_trainable() and (zero12_offload_fp32_accum(ec, wrapper, ga, ng1)
+                                     or zero1_compact_grad_accum(ec, wrapper, ng1))):
+        # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off) and
+        # zero1_compact_grad_accum (fp16 without offload, contiguous_gradients on, overlap_comm off, one group)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

@@ -6,11 +6,13 @@ transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucke
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
 (l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are, without optimizer offload, the
 combinations ``zero12_transients_modeled`` does not cover: a ``data_types.grad_accum_dtype`` unlike the model's
-outside ZeRO-2's fp32 accumulation (e.g. ZeRO-1 on an fp16 model with fp32 accumulation; bf16 with fp32 takes
-BF16_Optimizer, which is modelled). Under CPU optimizer offload every dtype combination is modelled, any param groups,
+outside ZeRO-2's fp32 accumulation (e.g. ZeRO-1 on an fp16 model with fp32 accumulation with
+``contiguous_gradients`` off, ``overlap_comm`` on, several param groups or another ``communication_data_type``: with
+``contiguous_gradients`` on, ``overlap_comm`` off and one group it is modelled; bf16 with fp32 takes BF16_Optimizer,
+which is modelled). Under CPU optimizer offload every dtype combination is modelled, any param groups,
 any ``communication_data_type``; so is ZeRO-2 with ``contiguous_gradients`` off and another
 ``communication_data_type``. There the accelerator peak estimate prints (and every
-need derived from it) is a floor: the engine measured +12-66% on the affected phases of its small model
+need derived from it) is a floor: the engine measured +12-124% on the affected phases of its small model
 before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
 ``assumptions.peak_lower_bound``; ``check`` never says GO for such a plan (its accelerator verdict is
 TIGHT, exit 4, or NO-GO).
@@ -21,8 +23,9 @@ is modelled since, and so are its fp16 and ZeRO-2 fp32-communication twins; the 
 without optimizer offload is still a floor).
 
 Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` equal to the model
-dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there); or measure the real peak on one accelerator
-(``ds-advisor measure``) before relying on the fit.
+dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there), or for ZeRO-1 on fp16 with fp32
+accumulation and one param group ``contiguous_gradients`` on with ``overlap_comm`` off; or measure the real peak on
+one accelerator (``ds-advisor measure``) before relying on the fit.
 """
 
 from __future__ import annotations
@@ -54,6 +57,18 @@ def lower_bound_fix(ec, groups: int) -> str:
     if ec.offload_optimizer_effective == "none" and ec.grad_dtype != ec.model_dtype:
         # every grad_accum_dtype is modelled under CPU optimizer offload (state.zero12_transients_unmodeled)
         ways.append("offload_optimizer cpu (every grad_accum_dtype is modelled there)")
+    if (ec.zero.stage == 1 and ec.offload_optimizer_effective == "none" and ec.model_dtype == "fp16"
+            and ec.grad_dtype == "fp32" and groups == 1):
+        # the buckets state.zero1_compact_grad_accum models (one param group, the model's communication dtype)
+        need = []
+        if not ec.contiguous_gradients_effective:
+            need.append("zero_optimization.contiguous_gradients true")
+        if ec.zero.overlap_comm:
+            need.append("zero_optimization.overlap_comm false")
+        if ec.comm_dtype != ec.model_dtype:
+            need.append(f"communication_data_type {ec.model_dtype}")
+        if need:
+            ways.append(" and ".join(need))
     head = ("for a modelled peak set " + " or ".join(ways) + "; otherwise ") if ways else ""
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 

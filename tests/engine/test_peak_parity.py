@@ -630,6 +630,16 @@ CELLS = [
                                                   offload_optimizer={"device": "cpu"}),
                                            "train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # ZeRO-1 on fp16 with grad_accum_dtype fp32 without offload (issue 15, M104's last lower bound with
+    # contiguous_gradients on): the hooks keep param.grad_accum in fp32 (l.1237) beside the fp32 ipg bucket (l.3266)
+    # across micro-steps; the boundary's epilogue flushes 4-byte gradients (flat copy l.2367, fp16 cast l.2377) into
+    # the compact fp32 partition (l.1270, the slice's copy l.1326), and the gradients a rank does not own keep their
+    # grad_accum to the step's norm (l.2272-2274, freed at l.2898-2901): state.zero1_compact_grad_accum. Before
+    # (2026-12-06, coarse lifetimes, probe runs, the same bytes): forward:2 +213,472 B (123.5%), backward:2 +202,974 /
+    # +263,438 B on ranks 0 / 1, step:2 +21,296 / +113,328 B, step:4 +65,452 / +195,674 B
+    ("z1_fp16_gaccfp32_tbsga2_w2", {**_cfg(1, "fp16", overlap_comm=False, reduce_bucket_size=10000),
+                                    "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, parity.TINY, {"linear": True, "steps": 4}),
     # ZeRO-2 without contiguous_gradients with communication_data_type fp32 (issue 15; a lower bound before, M104): each
     # flush also holds its run's fp32 cast beside its flat copy through the all-reduce (allreduce_bucket l.2376-2377;
     # state._zero12_noncontig_transients). Before (2026-12-06, coarse lifetimes, 2 probe runs, the same bytes):
