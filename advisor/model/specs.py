@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from advisor.config.validation import MAX_DIM, MAX_LAYERS, MAX_SEQ_LEN, json_shown, shown
 from advisor.errors import ModelSpecError, cut
-from advisor.model.inventory import Inventory, TensorSpec, from_dict
+from advisor.model.inventory import Inventory, LayerTensorSpec, TensorSpec, from_dict
 
 #: Families :func:`expand` knows, keyed by Hugging Face ``model_type``.
 FAMILIES: tuple[str, ...] = (
@@ -447,9 +447,10 @@ def _repeat_layers(out: list[TensorSpec], build: "Callable[[list[TensorSpec], st
         return
     out.extend(first)
     # TensorSpec has slots (no __dict__): each copy's slots are set through their descriptors,
-    # the shape tuple and numel shared with the template
+    # the shape tuple and numel shared with the template; a copy is a LayerTensorSpec, its name
+    # the layer's prefix and the template's suffix, joined when read (no name string per tensor)
     slots = [getattr(TensorSpec, f).__set__ for f in ("shape", "trainable", "group", "dtype", "numel")]
-    set_name = TensorSpec.name.__set__  # type: ignore[attr-defined]
+    set_prefix, set_suffix = LayerTensorSpec.prefix.__set__, LayerTensorSpec.suffix.__set__
     tmpl = [(t.name[len(p0):], [(st, getattr(t, f)) for st, f in
                                 zip(slots, ("shape", "trainable", "group", "dtype", "numel"))]) for t in first]
     new = object.__new__
@@ -461,10 +462,11 @@ def _repeat_layers(out: list[TensorSpec], build: "Callable[[list[TensorSpec], st
     try:
         for p in prefixes[1:]:
             for suffix, d in tmpl:
-                c = new(TensorSpec)
+                c = new(LayerTensorSpec)
                 for st, v in d:
                     st(c, v)
-                set_name(c, p + suffix)
+                set_prefix(c, p)
+                set_suffix(c, suffix)
                 append(c)
     finally:
         if was:
