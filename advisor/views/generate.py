@@ -893,6 +893,28 @@ def micro_batch_representatives(micros: list[int], per_rank: int, choose: Any, p
     return sorted(out, key=lambda c: -c.micro)
 
 
+#: The ledgers' roles shared by the searches of one :func:`suggest` (None outside it): its up to 64 + 20
+#: re-searches of the request (more nodes, an NVMe tier, the sequence-length bisection) fit the same
+#: (config, cluster) plans again, and a plan's ledger (:func:`advisor.ledger.state.compute_ledger`) reads only
+#: its config, inventory and cluster, and its workload only under pipeline parallelism (the pipe buffers,
+#: ``state.pipeline_stage_entries``; the sequence length also in ``excluded``). Issue 21: on Kimi-K2 per-expert
+#: (nothing fits on 16 x 8) the sequence bisection's 12 searches recomputed each ZeRO-1/2 ledger 12 times.
+#: Scoped to suggest so that a search that finds a plan keeps no ledger past its combo (memory).
+_SHARED_LEDGERS: "dict[tuple, tuple] | None" = None
+#: False: :func:`suggest`'s searches compute every ledger again (the reference tests/test_generate_shared_ledgers17.py
+#: compares with).
+SHARE_LEDGERS = True
+
+
+def _ledger_key(cfg: dict[str, Any], cluster: Cluster, workload: Any) -> tuple:
+    """What a plan's ledger is a function of, for :data:`_SHARED_LEDGERS`: the config written (micro-batch,
+    GA and recompute in it), the cluster, and the workload but for the sequence length without pipeline
+    parallelism (read by the ledger only for the pipe buffers and the words of ``excluded``, both PP only:
+    ``state.compute_ledger``, ``state._model_parallel_roles``). The inventory is the search's own."""
+    w = workload if cluster.pipeline_parallel > 1 else replace(workload, seq_len=None)
+    return json.dumps(cfg, sort_keys=True), repr(cluster), repr(w)
+
+
 def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResult:
     """Enumerate, fit (estimate's :func:`advisor.views.estimate.plan_fit`) and rank (see the
     module docstring). ``hardware``: an
@@ -1032,14 +1054,24 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, req.attention,
                                                                           moe_capacity_factor=req.moe_capacity_factor))
                 hit = led_cache.get(ga > 1)
+                shared_key = None
                 if hit is not None:
                     plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
                                                     list(hit.excluded))
+                elif _SHARED_LEDGERS is not None:
+                    shared_key = _ledger_key(cfg, cluster, plan.workload)
+                    got = _SHARED_LEDGERS.get(shared_key)
+                    if got is not None:
+                        plan.derived["ledger"] = Ledger(plan, got[0], got[1], got[2], list(got[3]), got[4])
                 load = resolve_load(plan.config, req.zero_init, req.load_dtype, req.low_cpu_mem_usage, hf=req.hf,
                                     checkpoint_dtype=ckpt_dtype)
                 pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                 led_cache.setdefault(ga > 1, pf.ledger)
+                if shared_key is not None and shared_key not in _SHARED_LEDGERS:
+                    led = pf.ledger  # its roles only: the Ledger holds its plan and every figure derived from it
+                    _SHARED_LEDGERS[shared_key] = (led.ranks, led.wrapper, led.basic_optimizer, tuple(led.excluded),
+                                                   led.peak_lower_bound)
                 rows = {r.tier: r for r in pf.rows}
                 a = pf.activations
                 cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, sp=sp, accelerator=rows["accelerator"].need,
@@ -1516,6 +1548,15 @@ def suggest(inv: Inventory, hardware: Any, req: Request,
     These searches are data parallel only (up to 64 + 20 searches: with every tensor/pipeline
     layout each, minutes): a suggested plan fits, a 3D one might need less. Degrees given
     (--tensor-parallel ...) stay fixed, the others 1: the one layout they name, said in the text."""
+    global _SHARED_LEDGERS
+    outer, _SHARED_LEDGERS = _SHARED_LEDGERS, ({} if SHARE_LEDGERS else None)  # the re-searches share ledgers
+    try:
+        return _suggest(inv, hardware, req, rejected)
+    finally:
+        _SHARED_LEDGERS = outer
+
+
+def _suggest(inv: Inventory, hardware: Any, req: Request, rejected: list[Candidate] | None) -> list[tuple[str, dict]]:
     out: list[tuple[str, dict]] = []
     mp_searched = req.model_parallel and not req.hf
     loaded = load_suggestion(inv, hardware, req, rejected or [])

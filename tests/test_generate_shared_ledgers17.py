@@ -1,0 +1,60 @@
+"""Issue 21 (perf17): the re-searches of generate's "nothing fits" suggestions share their plans' ledgers.
+
+``advisor.views.generate.suggest`` re-runs the search for more nodes, an NVMe tier and, by bisection, a
+shorter sequence; each re-search fits the same (config, cluster) plans again. Within :func:`suggest` the
+ledgers' roles are kept (``generate._SHARED_LEDGERS``, keyed by ``generate._ledger_key``: the config written,
+the cluster, the workload but for the sequence length without pipeline parallelism).
+``generate.SHARE_LEDGERS = False`` computes every ledger again (``advisor.ledger.state.compute_ledger``):
+the reference. The tests compare the two on a request whose suggestion is a shorter sequence, with data
+parallelism and with a fixed pipeline degree (where the last stage's kept logits, b x s x V x D, and the
+receive buffers depend on the sequence length, so a key without it names another length: 5,376 instead
+of 5,760 here), and check that sharing does skip ledgers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor.cluster.hardware import from_dict
+from advisor.ledger import state
+from advisor.model.specs import resolve_model
+from advisor.views import generate as gen
+
+HF = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+      "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 8192, "num_hidden_layers": 4}
+
+
+def _hw(mem: float):
+    return from_dict({"nodes": 1, "accelerators_per_node": 2, "host_memory_bytes": 1e12,
+                      "host_memory_bandwidth_bytes_per_s": 1e10,
+                      "accelerator": {"name": "toy", "memory_bytes": mem, "peak_bf16_flops": 1e14,
+                                      "host_link": {"bytes_per_s": 1e10}}})
+
+
+def _run(monkeypatch, tmp_path, mem: float, pp: int | None, share: bool) -> tuple[str, int]:
+    (tmp_path / "config.json").write_text(json.dumps(HF))
+    inv = resolve_model(str(tmp_path / "config.json"))  # a fresh tensor list each run: no memo shared
+    calls = []
+    real = state.compute_ledger
+    with monkeypatch.context() as m:
+        m.setattr(gen, "SHARE_LEDGERS", share)
+        m.setattr(state, "compute_ledger", lambda plan: calls.append(1) or real(plan))
+        req = gen.Request(global_batch=8, seq_len=8192, nodes=1, gpus_per_node=2, pipeline_parallel=pp)
+        with pytest.raises(gen.NothingFits) as e:
+            gen.run(inv, _hw(mem), req, top=3)
+    res = e.value.result
+    return json.dumps([gen.result_json(res, top=3), res.suggestions], sort_keys=True), len(calls)
+
+
+@pytest.mark.parametrize("mem, pp, length", [(4e9, None, 3968), (6e9, 2, 5760)])
+def test_suggestions_equal_those_of_searches_that_compute_every_ledger(monkeypatch, tmp_path, mem, pp, length):
+    shared, n_shared = _run(monkeypatch, tmp_path, mem, pp, True)
+    alone, n_alone = _run(monkeypatch, tmp_path, mem, pp, False)
+    assert shared == alone
+    assert f"shorter sequence: --seq-len {length} (from 8192) fits" in alone
+    if pp is None:  # the bisection's searches fit the plans of the first again: sharing computes fewer ledgers
+        assert n_shared < n_alone, (n_shared, n_alone)
+    else:  # each length its own pipe buffers: nothing to share
+        assert n_shared == n_alone, (n_shared, n_alone)
