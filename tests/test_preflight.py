@@ -222,7 +222,7 @@ def test_a_lower_bound_peak_is_never_fits():
     """ZeRO-1, fp16, grad_accum_dtype fp32, no optimizer offload, overlap_comm on: the regime advisor/ledger/state.py
     zero12_transients_unmodeled leaves coarse (DeepSpeedZeroOptimizer's fp32 param.grad_accum copies,
     stage_1_and_2.py l.397-404, l.1237, are modelled under CPU optimizer offload, and without it only with
-    contiguous_gradients on, overlap_comm off and one param group, state.zero1_compact_grad_accum), so the need is a
+    contiguous_gradients on and overlap_comm off, state.zero1_compact_grad_accum), so the need is a
     floor: with 1 TB free (headroom far beyond the overhead's band) the verdict is tight, not fits, and the line and
     M104 say why (issue #15)."""
     m = _mlp()

@@ -4827,9 +4827,10 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     """Whether this plan is the ZeRO-1 fp32 gradient accumulation regime without offload that
     :func:`zero12_backward_transients` models: DeepSpeedZeroOptimizer at stage 1 on an fp16 model with
     ``data_types.grad_accum_dtype`` fp32 (bf16 with fp32 takes BF16_Optimizer, ``engine.py`` l.2305-2310), no optimizer
-    offload, ``contiguous_gradients`` on, ``overlap_comm`` off, ``communication_data_type`` the model's, one param group
-    (``groups``: the plan's trainable param groups). What was measured; other ZeRO-1 plans with an accumulation dtype
-    unlike the model's stay lower bounds (:func:`zero12_transients_unmodeled`).
+    offload, ``contiguous_gradients`` on, ``overlap_comm`` off, ``communication_data_type`` the model's, any param groups
+    (``groups``, the plan's trainable param groups, kept for the callers: the walk is
+    :func:`_zero12_compact_groups_transients` for several). What was measured; other ZeRO-1 plans with an accumulation
+    dtype unlike the model's stay lower bounds (:func:`zero12_transients_unmodeled`).
 
     ``stage_1_and_2.py``: each backward hook makes ``param.grad_accum = param.grad.to(fp32)`` (l.1237, added into at a
     later micro-step, l.1239) and drops param.grad (l.1240): the hooks' moments are
@@ -4850,11 +4851,19 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     :func:`zero12_offload_fp32_accum_kept`'s bytes, at the norm instant. Engine (TINY W 2, GA 2, reduce_bucket_size
     10,000, real Linears, 2026-12-06; tests/engine/test_peak_parity.py z1_fp16_gaccfp32_tbsga2_w2), coarse before on
     ranks 0 / 1: forward:2 +213,472 B (123.5%), backward:2 +202,974 / +263,438 B, step:2 +21,296 / +113,328 B, step:4
-    +65,452 / +195,674 B; with this regime every phase of both ranks within 0.17% (the forward's proxy inputs)."""
+    +65,452 / +195,674 B; with this regime every phase of both ranks within 0.17% (the forward's proxy inputs).
+    Several param groups (the HF Trainer's decay / no-decay pair): the epilogue walks group 0 then group 1 through the
+    one fp32 bucket, each group's compact partition made at the rank's first flush of that group (l.1303-1310), and
+    step's loop frees a group's unowned grad_accum only at that group's turn (l.3075, l.3103), so those of the later
+    groups live through group 0's update (entry kept_grad_accum_later_groups). Engine (TINY as decay / no-decay groups,
+    tests/engine/test_peak_parity.py z1_fp16_gaccfp32_groups_tbsga2_w2, 2 runs, and TINY_FROZEN_GROUPS, GA 1 too,
+    probes, 2026-12-06): coarse forward:2 +213,472 B (123.5%), backward:2 +202,206 / +263,272 B; with the groups' walk
+    but the kept grad_accum to the norm only, step:2 rank 0 +17,232 B (the bucket l2.bias / l3.bias keep at group 0's
+    update); now every phase within 0.37%."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.contiguous_gradients_effective
-            and not z.overlap_comm and ec.comm_dtype == ec.model_dtype and groups == 1)
+            and not z.overlap_comm and ec.comm_dtype == ec.model_dtype)
 
 
 def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -4904,10 +4913,10 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
     cast l.1326), forward:2 to step:4 +4-9% on rank 1.
     Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) with
-    ``contiguous_gradients`` on, ``overlap_comm`` off, one param group and the model's communication dtype is modelled
-    since (:func:`zero1_compact_grad_accum`, cell z1_fp16_gaccfp32_tbsga2_w2: every phase within 0.37%, the decomposition
-    below); with ``contiguous_gradients`` off (the newcomer's tests/data/lb15 plan), ``overlap_comm`` on, several param
-    groups or another ``communication_data_type`` it is left off, as a 16-bit accumulation dtype unlike the model's
+    ``contiguous_gradients`` on, ``overlap_comm`` off, any param groups and the model's communication dtype is modelled
+    since (:func:`zero1_compact_grad_accum`, cells z1_fp16_gaccfp32_tbsga2_w2 and z1_fp16_gaccfp32_groups_tbsga2_w2:
+    every phase within 0.37%, the decomposition below); with ``contiguous_gradients`` off (the newcomer's
+    tests/data/lb15 plan), ``overlap_comm`` on or another ``communication_data_type`` it is left off, as a 16-bit accumulation dtype unlike the model's
     at ZeRO-1 without offload (not measured). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
     boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
     slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
@@ -5061,7 +5070,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
     model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
     z2_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-1 on an fp16 model with fp32 accumulation without offload
-    (``contiguous_gradients`` on, ``overlap_comm`` off, one param group): :func:`zero1_compact_grad_accum`."""
+    (``contiguous_gradients`` on, ``overlap_comm`` off, any param groups): :func:`zero1_compact_grad_accum`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
@@ -5806,9 +5815,12 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # compact partition, keeping the gradients the rank does not own: R_r and G_r. No hook moves a gradient (A_r
         # 0: the hooks' fp32 copies are their own entries, zero12_offload_fp32_accum_hooks) and no partition exists
         # before the boundary (A'_r = R'_r = 0)
+        C = _zero12_replay_bytes(ec, layouts)[1]
+        if len(layouts) > 1:  # one compact partition per group, made at the rank's first flush of that group
+            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
+                                                     C=C, keep_unowned=True).map(lambda t: (0, t[1], t[2], 0, 0))
         return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
-                                          C=_zero12_replay_bytes(ec, layouts)[1], keep_unowned=True).map(
-            lambda t: (0, t[1], t[2], 0, 0))
+                                          C=C, keep_unowned=True).map(lambda t: (0, t[1], t[2], 0, 0))
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
         if len(layouts) > 1:
             return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
@@ -6067,7 +6079,8 @@ def partition_owners(P: int, W: int, a0: int, n0: int) -> list[tuple[int, int, i
 
 def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                       flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
-                                      hooked: "Sequence[int]", gmax: Runs, C: int = 0) -> Runs:
+                                      hooked: "Sequence[int]", gmax: Runs, C: int = 0,
+                                      keep_unowned: bool = False) -> Runs:
     """:func:`_zero12_compact_transients` with several param groups: runs of (A_r, R_r, G_r, A'_r, R'_r) per rank,
     bytes. Each group g has its own compact fp32 buffer of P_g x 4 bytes (``stage_1_and_2.py``
     _get_compact_grad_partition_buffer(group_idx), l.1303-1310), made by average_tensor at the rank's first flush
@@ -6086,6 +6099,10 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
     buffers), forward:2 +39,976 B (both buffers kept), step:4 +78,308 / +75,876 B (the fp64 norm copy). W 4 probe
     (real Linears, one run, 2026-12-06): every phase of the four ranks within 0.6% (the forward's proxy scalars; the
     first step -0.22%, the one step instant for both groups).
+    ``keep_unowned``: ZeRO-1's walk (:func:`zero1_compact_grad_accum`), as in :func:`_zero12_compact_transients`: the
+    extra-large gradients kept whole are those of groups' flushes the rank owns NO slice of (their fp32 grad_accum,
+    never cleared at stage 1: l.2272-2274), not its own. Engine (TINY as decay / no-decay groups, W 2, GA 2,
+    2026-12-06): rank 1's boundary peak at l2.weight's flush holds l1.weight's 19,264 x 4 B, which rank 0 owns.
     Evaluated rank by rank at the points where a slice starts or ends (every rank when W <= tensors):
     O(points x (tensors + flushes))."""
     # communication_data_type bytes C (0: the model's dtype, zero12_comm_cast_bytes: bf16 to fp16 is a cast too):
@@ -6134,6 +6151,7 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
         ent.extend((a, b, j, g, A[j] + own + max(0, n * S4 - fl)) for g, a, b, n in sl)
     ent.sort()
     xlb = [order.numels[flushes[j][0].start] * D if xl[j] else 0 for j in range(F)]
+    xall = [j for j in range(F) if xlb[j]]
     H = [max(hooked[ks.start:ks.stop], default=0) * D for ks, _ in flushes]  # the largest hook of each bucket
     TR = [(hooked[t] * D if t is not None else -1) for t in (flushes[j][1] for j in range(F))]  # each trigger
 
@@ -6173,6 +6191,8 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
                     f[g] = j
                 if xlb[j]:
                     xj.add(j)
+            if keep_unowned:  # ZeRO-1: the extra-large gradients the rank owns no slice of (see the docstring)
+                xj = set(xall) - xj
             made = sorted((f[g], pb[g]) for g in range(G) if f[g] < F)
             mf = [m for m, _ in made]
             mb = list(itertools.accumulate((b for _, b in made), initial=0))
@@ -6573,7 +6593,7 @@ _AUTOGRAD_GRADS = "runtime/engine.py:DeepSpeedEngine.backward (loss.backward, l.
 def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
             ga: int, layouts: list[Zero12Layout], terms: tuple, offload_norm: int = 0,
             offload_xl: tuple[int, int] = (0, 0), offload_flush: int = 0, offload_unmoved: int = 0,
-            offload_microstep: tuple = (), offload_kept: "int | None" = None) -> None:
+            offload_microstep: tuple = (), offload_kept: "int | None" = None, kept_later: int = 0) -> None:
     """ZeRO-1/2 and BF16_Optimizer entries of one rank whose (I_r, Cov_r, P_max,r, F_r, single_r)
     are ``terms`` (:func:`zero12_rank_terms`, :func:`zero12_flat_copy`); ``offload_norm`` = bytes
     of the in-backward fp64 copy of a gradient slice under CPU offload, at the rank's largest
@@ -6586,7 +6606,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     (ZeRO-2 at GA > 1, one param group) or (): the reduce of a micro-step before the boundary, whose
     entries then replace the boundary's at ``reduce:1``; ``offload_kept`` = bytes of
     :func:`zero12_offload_fp32_accum_kept` where :func:`zero12_offload_fp32_accum` holds (None elsewhere): the
-    fp32 gradient regime's entries (the compact partition, grad_accum across micro-steps and into the step)."""
+    fp32 gradient regime's entries (the compact partition, grad_accum across micro-steps and into the step);
+    ``kept_later`` = the part of ``offload_kept`` in param groups after the first under :func:`zero1_compact_grad_accum`
+    (kept into the update: the step frees a group's at that group's turn)."""
     z = ec.zero
     D = DTYPE_BYTES[ec.model_dtype]
     M = 4
@@ -6892,6 +6914,16 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "(zero12_offload_fp32_accum_kept; zero1_compact_grad_accum)",
                   f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for is_param_in_current_partition, "
                   "l.2272-2274); freed by step's free_grad_in_param_list (l.2898-2901) before the update")
+        if zero1_compact_grad_accum(ec, wrapper, ng) and kept_later:
+            # several param groups: step's loop frees group i's unowned grad_accum at group i's turn (l.3075, l.3103),
+            # so those of the later groups (and the ipg bucket while a later group's gradient in it misses the slice)
+            # live through group 0's update, which makes that group's fp32 gradient and, at the first step, its Adam
+            # moments. Engine (TINY as decay / no-decay groups, W 2, GA 2, 2026-12-06): rank 0's first step peaks there
+            # with the fp32 ipg bucket (l.3266, 40,000 B) that l2.bias / l3.bias keep (group 1, not rank 0's slice)
+            b.add("accelerator", "gradients", "kept_grad_accum_later_groups", kept_later, "step",
+                  "the kept_grad_accum of param groups after the first (zero12_offload_fp32_accum_kept over them): "
+                  "freed at their own group's turn of the update loop (zero1_compact_grad_accum)",
+                  f"{S}.step (free_grad_in_param_list(params_not_in_partition[i]) per group, l.3075, l.3103)")
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
@@ -7879,8 +7911,11 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
             split = Runs.zip(split, zero12_offload_fp32_accum_kept(ec, pl.zero12, W)).map(
                 lambda t: t[0] + (t[1],))
     elif z12 and has_groups and zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)):
-        # the grad_accum the boundary reduce leaves to the step's norm, per rank (offload_kept)
-        split = zero12_offload_fp32_accum_kept(ec, pl.zero12, W).map(lambda v: (v,))
+        # the grad_accum the boundary reduce leaves to the step's norm, per rank (offload_kept), and the part of it
+        # of the groups after the first, which the step frees only at their own update (kept_later)
+        split = Runs.zip(zero12_offload_fp32_accum_kept(ec, pl.zero12, W),
+                         zero12_offload_fp32_accum_kept(ec, pl.zero12[1:], W) if len(pl.zero12) > 1
+                         else Runs.const(W, 0))
     figures = Runs.zip(terms, split).groups()
     oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if z12 and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
@@ -7903,7 +7938,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                                        and zero12_offload_microstep_modeled(ec, wrapper, ga, len(pl.zero12)) else ()),
                     offload_kept=(gk[4] if zero12_offload_fp32_accum(ec, wrapper, ga, len(pl.zero12)) and gk
                                   else gk[0] if zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)) and gk
-                                  else None))
+                                  else None),
+                    kept_later=gk[1] if zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)) and gk else 0)
         elif st == 0:
             _stage0(b, ec, inv, wrapper, basic)
         else:
@@ -8153,7 +8189,7 @@ def compute_ledger(plan: Plan) -> Ledger:
             inv.has_trainable() and (zero12_offload_fp32_accum(ec, wrapper, ga, ng1)
                                      or zero1_compact_grad_accum(ec, wrapper, ng1))):
         # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off) and
-        # zero1_compact_grad_accum (fp16 without offload, contiguous_gradients on, overlap_comm off, one group)
+        # zero1_compact_grad_accum (fp16 without offload, contiguous_gradients on, overlap_comm off, any groups)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

@@ -84,6 +84,11 @@ XGROUPS = {"name": "xgroups", "tensors": [
     {"name": "a.w", "shape": [12000]}, {"name": "b.w", "shape": [12000]},
     {"name": "c.w", "shape": [40000], "group": 1}, {"name": "d.w", "shape": [100], "group": 1}]}
 
+#: TINY in the HF Trainer's two param groups (weight decay on the weights, none on the biases and norms:
+#: transformers Trainer.get_decay_parameter_names / create_optimizer): group 0 the weights, group 1 the biases
+TINY_DECAY_GROUPS = {"name": "tiny-decay-groups", "tensors": [
+    dict(t, group=1 if t["name"].endswith("bias") else 0) for t in parity.TINY["tensors"]]}
+
 CELLS = [
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
@@ -640,6 +645,17 @@ CELLS = [
     ("z1_fp16_gaccfp32_tbsga2_w2", {**_cfg(1, "fp16", overlap_comm=False, reduce_bucket_size=10000),
                                     "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, parity.TINY, {"linear": True, "steps": 4}),
+    # the same with the HF Trainer's two param groups (TINY_DECAY_GROUPS; issue 15): the epilogue walks group 0 then
+    # group 1, each group's compact fp32 partition made at the rank's first flush of it (l.1303-1310;
+    # state._zero12_compact_groups_transients with keep_unowned: rank 1 keeps l1.weight's fp32 grad_accum, which rank 0
+    # owns), and the step frees each group's unowned grad_accum at its own turn (l.3103), so rank 0's first update of
+    # group 0 runs beside the fp32 ipg bucket group 1's l2.bias / l3.bias keep (kept_grad_accum_later_groups). Before
+    # (2026-12-06, probe run, the same bytes): as a lower bound (coarse) forward:2 +213,472 B (123.5%), backward:2
+    # +202,206 / +263,272 B on ranks 0 / 1, step:4 +66,604 / +155,352 B; with the groups' compact walk but the kept
+    # grad_accum to the norm only, step:2 rank 0 +17,232 B (3.8%: the bucket at the update); now every phase within 0.37%
+    ("z1_fp16_gaccfp32_groups_tbsga2_w2", {**_cfg(1, "fp16", overlap_comm=False, reduce_bucket_size=10000),
+                                           "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, TINY_DECAY_GROUPS, {"linear": True, "steps": 4}),
     # ZeRO-2 without contiguous_gradients with communication_data_type fp32 (issue 15; a lower bound before, M104): each
     # flush also holds its run's fp32 cast beside its flat copy through the all-reduce (allreduce_bucket l.2376-2377;
     # state._zero12_noncontig_transients). Before (2026-12-06, coarse lifetimes, 2 probe runs, the same bytes):
