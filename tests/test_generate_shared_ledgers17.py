@@ -1,4 +1,8 @@
-"""Issue 21 (perf17): the re-searches of generate's "nothing fits" suggestions share their plans' ledgers.
+"""Issue 21 (perf17): generate's searches share the ledgers of plans that have the same one.
+
+(1) The Ulysses layouts (1, 1, u) partition over the same DP x SP ranks as data parallelism, so their plans
+take the data-parallel plans' ledgers (``generate._dp_ledger_key``: the config but for batch sizes and the
+Ulysses degree, GA > 1). (2) The re-searches of the "nothing fits" suggestions share their plans' ledgers.
 
 ``advisor.views.generate.suggest`` re-runs the search for more nodes, an NVMe tier and, by bisection, a
 shorter sequence; each re-search fits the same (config, cluster) plans again. Within :func:`suggest` the
@@ -20,7 +24,7 @@ import pytest
 from advisor.cluster.hardware import from_dict
 from advisor.ledger import state
 from advisor.model.specs import resolve_model
-from advisor.views import generate as gen
+from advisor.views import estimate, generate as gen
 
 HF = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
       "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 8192, "num_hidden_layers": 4}
@@ -58,3 +62,35 @@ def test_suggestions_equal_those_of_searches_that_compute_every_ledger(monkeypat
         assert n_shared < n_alone, (n_shared, n_alone)
     else:  # each length its own pipe buffers: nothing to share
         assert n_shared == n_alone, (n_shared, n_alone)
+
+
+def _search(monkeypatch, tmp_path, share: bool, **kw) -> tuple[str, list, list]:
+    (tmp_path / "config.json").write_text(json.dumps(HF))
+    inv = resolve_model(str(tmp_path / "config.json"))
+    calls, ledgers = [], []
+    real, real_fit = state.compute_ledger, estimate.plan_fit
+
+    def fit(plan, *a, **k):  # each plan's ledger as the fit read it: every role's ranks and entries
+        pf = real_fit(plan, *a, **k)
+        ledgers.append(repr([(list(rl.ranks.ranges), rl.entries) for rl in pf.ledger.ranks]))
+        return pf
+    with monkeypatch.context() as m:
+        m.setattr(gen, "SHARE_LEDGERS", share)
+        m.setattr(state, "compute_ledger", lambda plan: calls.append(plan.cluster.sequence_parallel) or real(plan))
+        m.setattr(estimate, "plan_fit", fit)
+        res = gen.search(inv, _hw(kw.pop("mem")), gen.Request(nodes=1, gpus_per_node=2, **kw), top=50)
+    return json.dumps(gen.result_json(res, top=50), sort_keys=True), calls, ledgers
+
+
+@pytest.mark.parametrize("kw", [dict(mem=3e9, global_batch=2, seq_len=8192), dict(mem=4e9, global_batch=2, seq_len=8192)])
+def test_ulysses_layouts_share_the_data_parallel_ledgers(monkeypatch, tmp_path, kw):
+    """The Ulysses layouts (1, 1, u) partition over the same DP x SP ranks as data parallelism: their ledgers
+    are the data-parallel plans' (generate._dp_ledger_key), the search's result (every rejected plan's figures
+    included: nothing fits, so the Ulysses layout is searched) the same as with each computed."""
+    shared, n_shared, led_shared = _search(monkeypatch, tmp_path, True, **dict(kw))
+    alone, n_alone, led_alone = _search(monkeypatch, tmp_path, False, **dict(kw))
+    assert shared == alone
+    # plan by plan, the ledger a shared one stands for is the one computed for that plan (but for entries'
+    # words the per-combo led_cache already shares: none here differ)
+    assert led_shared == led_alone
+    assert 2 in n_alone and n_shared.count(2) < n_alone.count(2), (n_shared, n_alone)

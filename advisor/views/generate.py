@@ -71,8 +71,8 @@ from advisor.errors import AdvisorError, WorkLimitError
 from advisor.model.inventory import Inventory
 from advisor.model.parallel import forget_shard
 from advisor.ledger import steptime as _steptime
-from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, zero3_partition_numel,
-                                  zero3_partition_sums)
+from advisor.ledger.state import (MIN_AIO_BYTES, Cluster, Ledger, Plan, ceil_div, unsupported_reason,
+                                  zero3_partition_numel, zero3_partition_sums)
 
 #: Model FLOPs utilisation assumed for the compute term (named in every output): the step-time
 #: model's (advisor.ledger.steptime.MFU).
@@ -915,6 +915,27 @@ def _ledger_key(cfg: dict[str, Any], cluster: Cluster, workload: Any) -> tuple:
     return json.dumps(cfg, sort_keys=True), repr(cluster), repr(w)
 
 
+#: The config keys a data-parallel plan's ledger does not read (:func:`_dp_ledger_key`).
+_NOT_IN_LEDGER = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                  "sequence_parallel_size")
+
+
+def _dp_ledger_key(cfg: dict[str, Any], cluster: Cluster) -> tuple:
+    """What the ledger of a plan without tensor, pipeline or expert parallelism is a function of, within one
+    search (one inventory): its config but for the batch sizes and the Ulysses degree, whether GA > 1, and the
+    ZeRO group's size. Such a ledger is ``state._roles`` over ``Cluster.zero_world_size`` (DP x SP) ranks with
+    GA from ``derive_batch``, which its terms compare with 1 only (``ga > 1``, ``ga == 1``: the one other use,
+    ``state.pipe_buffers_used``, is PP's): no ledger term reads the micro-batch or GA itself (the premise of the
+    search's per-combo ``led_cache``), the train batch or ``sequence_parallel_size`` (Ulysses' all-to-alls are
+    the movement ledger's, ``ledger/movement.py``), and the data-parallel size only in
+    ``state.unsupported_reason``, which a shared ledger is checked against. Issue 21: the Ulysses layouts
+    (1, 1, u) of Kimi-K2 per-expert on 16 x 8 all partition over the same 128 ranks, and each recomputed the
+    same ZeRO-1/2 ledgers (~0.3 s each)."""
+    assert cluster.tensor_parallel == cluster.pipeline_parallel == cluster.expert_parallel == 1
+    kept = {k: v for k, v in cfg.items() if k not in _NOT_IN_LEDGER}
+    return json.dumps(kept, sort_keys=True), cfg["gradient_accumulation_steps"] > 1, cluster.zero_world_size
+
+
 def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResult:
     """Enumerate, fit (estimate's :func:`advisor.views.estimate.plan_fit`) and rank (see the
     module docstring). ``hardware``: an
@@ -973,6 +994,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     superseded = 0
     L = int(meta["num_layers"])
     fitted: dict[int, tuple[Plan, Any]] = {}  # id(candidate) -> its plan and activations
+    dp_ledgers: dict[tuple, tuple] = {}  # _dp_ledger_key -> the roles of a data-parallel (and Ulysses) plan
     skipped: list[tuple[int, int, float]] = []  # (t, p, lower bound s) of the layouts pruned
     limited: list[str] = []
     # the layouts whose data-parallel size divides the global batch (with degrees given, (1, 1) may not)
@@ -1054,24 +1076,32 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, req.attention,
                                                                           moe_capacity_factor=req.moe_capacity_factor))
                 hit = led_cache.get(ga > 1)
-                shared_key = None
+                shared_key = dp_key = None
                 if hit is not None:
                     plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
                                                     list(hit.excluded))
-                elif _SHARED_LEDGERS is not None:
-                    shared_key = _ledger_key(cfg, cluster, plan.workload)
-                    got = _SHARED_LEDGERS.get(shared_key)
-                    if got is not None:
+                else:
+                    got = None
+                    if tp * pp == 1 and SHARE_LEDGERS:
+                        dp_key = _dp_ledger_key(cfg, cluster)
+                        got = dp_ledgers.get(dp_key)
+                    if got is None and _SHARED_LEDGERS is not None:
+                        shared_key = _ledger_key(cfg, cluster, plan.workload)
+                        got = _SHARED_LEDGERS.get(shared_key)
+                    if got is not None and unsupported_reason(plan.config, cluster.dp_world_size) is None:
                         plan.derived["ledger"] = Ledger(plan, got[0], got[1], got[2], list(got[3]), got[4])
                 load = resolve_load(plan.config, req.zero_init, req.load_dtype, req.low_cpu_mem_usage, hf=req.hf,
                                     checkpoint_dtype=ckpt_dtype)
                 pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                 led_cache.setdefault(ga > 1, pf.ledger)
-                if shared_key is not None and shared_key not in _SHARED_LEDGERS:
+                if shared_key is not None or dp_key is not None:
                     led = pf.ledger  # its roles only: the Ledger holds its plan and every figure derived from it
-                    _SHARED_LEDGERS[shared_key] = (led.ranks, led.wrapper, led.basic_optimizer, tuple(led.excluded),
-                                                   led.peak_lower_bound)
+                    roles = (led.ranks, led.wrapper, led.basic_optimizer, tuple(led.excluded), led.peak_lower_bound)
+                    if dp_key is not None:
+                        dp_ledgers.setdefault(dp_key, roles)
+                    if shared_key is not None:
+                        _SHARED_LEDGERS.setdefault(shared_key, roles)
                 rows = {r.tier: r for r in pf.rows}
                 a = pf.activations
                 cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, sp=sp, accelerator=rows["accelerator"].need,
