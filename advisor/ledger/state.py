@@ -277,6 +277,24 @@ def _packed(values: "Iterable[int]") -> "Sequence[int]":
             return [*out, *chunk, *it]
 
 
+def _narrow(values: "Iterable[int]") -> "Sequence[int]":
+    """:func:`_packed`, 4 bytes a value (``array('i')``) while every value fits a C int, else as
+    :func:`_packed` gives it (``array('q')`` or a list): for the ZeRO-3 fetch replay's columns of queue
+    positions, steps and per-module bytes, ~1.8M values each at 1e5 layers (issue 21). Its typecode
+    depends on the values: a reader may index, slice, iterate, compare and concatenate it with its own
+    slices, but copy it into another array only through ``array.array(typecode, ...)``."""
+    it = iter(values)
+    out = array.array("i")
+    while True:
+        chunk = list(itertools.islice(it, 65536))
+        if not chunk:
+            return out
+        try:
+            out.fromlist(chunk)
+        except OverflowError:  # fromlist leaves ``out`` as it was
+            return _packed(itertools.chain(out, chunk, it))
+
+
 @dataclass(frozen=True)
 class Zero12Layout:
     """Flat layout of one ZeRO-1/2 (or BF16_Optimizer) param group, elements (§3.1).
@@ -674,11 +692,94 @@ def zero3_stays_gathered(inventory: Inventory, zero, persistent: "list[bool] | N
     return zero.max_reuse_distance >= 2 * non_persist
 
 
-def module_names(inv: Inventory) -> list[str]:
-    """:func:`module_of` of every tensor's name, in inventory order; once per tensor list
-    (``Inventory.memo``: the load peak, the backward order and the fetch passes each walked the
-    names again, ~0.3 s apiece at 1M tensors, issue 21). Callers must not mutate it."""
-    def compute() -> list[str]:
+class JoinedNames(_AbcSequence):
+    """A sequence of strings ``heads[i] + tails[i]``, joined when read (iteration is a C-level map): the
+    module names of an inventory of repeated layers (:func:`module_names`), whose heads are the layers'
+    prefixes (``LayerTensorSpec.prefix``, one string per layer, shared with the tensors) and whose tails
+    are one string per position in the layer: two pointer columns (16 B a tensor), not a name string
+    each (9e5 module names were 79 MB of check ZeRO-3's peak at 1e5 layers, issue 21)."""
+
+    __slots__ = ("heads", "tails")
+
+    def __init__(self, heads: "list[str]", tails: "list[str]"):
+        self.heads, self.tails = heads, tails
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return list(map(operator.add, self.heads[i], self.tails[i]))
+        return self.heads[i] + self.tails[i]
+
+    def __iter__(self) -> "Iterator[str]":
+        return map(operator.add, self.heads, self.tails)
+
+    def __reversed__(self) -> "Iterator[str]":
+        return map(operator.add, reversed(self.heads), reversed(self.tails))
+
+    def take(self, idx: "Iterable[int]") -> "JoinedNames":
+        """The names at ``idx``, joined too (module_index's module names: no string per module)."""
+        idx = list(idx)
+        return JoinedNames(list(map(self.heads.__getitem__, idx)), list(map(self.tails.__getitem__, idx)))
+
+    def membership(self) -> "_JoinedMembership":
+        """A container whose ``in`` is ``in set(self)`` without making the strings (see the class)."""
+        return _JoinedMembership(self)
+
+
+class _JoinedMembership:
+    """``q in`` this is ``q in set(names)`` for a :class:`JoinedNames`: for each distinct tail t that ends q,
+    whether q minus t is the head of a name with tail t (the heads with each tail, as sets of the shared
+    head strings: zero3_container_steps' set of every module name was 104 MB at 1e5 layers, issue 21)."""
+
+    __slots__ = ("by_tail",)
+
+    def __init__(self, names: JoinedNames):
+        tails = set(names.tails)
+        self.by_tail = {t: set(itertools.compress(names.heads, map(t.__eq__, names.tails))) for t in tails}
+
+    def __contains__(self, q: object) -> bool:
+        if not isinstance(q, str):
+            return False
+        for t, heads in self.by_tail.items():
+            if q.endswith(t) and (q[:len(q) - len(t)] if t else q) in heads:
+                return True
+        return False
+
+
+def _layer_module_names(ts: "Sequence[Any]") -> "JoinedNames | None":
+    """:func:`module_names` of ``ts`` as a :class:`JoinedNames` where some are LayerTensorSpecs (their
+    module, :func:`module_of` of prefix + suffix, is the prefix + the suffix's own module part: the last dot
+    of the name is the suffix's, which starts with one), else None."""
+    from advisor.model.inventory import LayerTensorSpec
+    if not any(map(isinstance, ts, itertools.repeat(LayerTensorSpec))):
+        return None
+    L = len(ts)
+    heads = list(map(getattr, ts, itertools.repeat("prefix"), itertools.repeat(None)))
+    sufs = list(map(getattr, ts, itertools.repeat("suffix"), itertools.repeat(None)))
+    tail_of: dict = {None: ""}
+    for sfx in set(sufs):
+        if sfx is not None and sfx.startswith("."):
+            tail_of[sfx] = sfx if sfx.rpartition(".")[2].isdigit() else sfx.rpartition(".")[0]
+    tails = list(map(tail_of.get, sufs, itertools.repeat(None)))
+    del sufs
+    # plain TensorSpecs (no prefix) and any copy whose suffix has no dot (renamed whole): the whole module name
+    for i in itertools.compress(range(L), map(operator.not_, map(operator.and_, map(bool, heads),
+                                                                 map(operator.is_not, tails, itertools.repeat(None))))):
+        heads[i], tails[i] = module_of(ts[i].name), ""
+    return JoinedNames(heads, tails)
+
+
+def module_names(inv: Inventory) -> "Sequence[str]":
+    """:func:`module_of` of every tensor's name, in inventory order (a list, or a :class:`JoinedNames` for
+    an inventory of repeated layers); once per tensor list (``Inventory.memo``: the load peak, the backward
+    order and the fetch passes each walked the names again, ~0.3 s apiece at 1M tensors, issue 21). Callers
+    must not mutate it."""
+    def compute() -> "Sequence[str]":
+        joined = _layer_module_names(inv.tensors)
+        if joined is not None:
+            return joined
         # module_of inlined (no Python call per tensor; the names and their rpartition by C-level map)
         names = list(map(operator.attrgetter("name"), inv.tensors))
         return [head if dot and not last.isdigit() else name
@@ -738,7 +839,9 @@ def module_index(inv: Inventory) -> tuple:
                                                                                   itertools.islice(names, 1, None))),
                                          (L,)))
         # every module one tensor (a nameless inventory's t0, t1, ...): the heads are the names, not a copy
-        heads = names if len(bounds) - 1 == L else list(map(names.__getitem__, itertools.islice(bounds, len(bounds) - 1)))
+        heads = names if len(bounds) - 1 == L else (
+            names.take(itertools.islice(bounds, len(bounds) - 1)) if isinstance(names, JoinedNames)
+            else list(map(names.__getitem__, itertools.islice(bounds, len(bounds) - 1))))
         # every head distinct (each module's tensors consecutive): adjacent in sorted order, not a set of them (a
         # 2M-entry set was 67 MB; the sort of names mostly in order is a few merges)
         ordered = sorted(heads)
@@ -1835,7 +1938,7 @@ def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]
 
     def compute():
         nonlocal owning
-        owning = set(names)
+        owning = names.membership() if isinstance(names, JoinedNames) else set(names)
         # declared modules (leaves between a layer's modules, a Sequential) go through the whole scan; the
         # repeat below is taken from the names alone
         rep = None if inv.modules else _module_repeat(inv)
@@ -2192,7 +2295,7 @@ class _ReplayJump:
         avail.update(zip(placed(offs), itertools.chain.from_iterable(itertools.repeat(vals, m))))
         collections.deque(map(avail.pop, placed(gone), itertools.repeat(None)), 0)
         avail.update(zip(range(max(nbase, qpos), nq), own_b[max(nbase, qpos):nq]))
-        recent[qpos:nq] = q_step[qpos:nq]
+        recent[qpos:nq] = array.array(recent.typecode, q_step[qpos:nq])  # q_step: _narrow's typecode
         pc[0], pc[1] = nbase, nq
         ds = m * p * mu
         PASSES["forward_plain_periods"] += 1
@@ -2562,11 +2665,11 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         # layer's part repeated (_spread: C-level copies; ~0.1 s a column at 1e5 layers before, issue 21)
         h, mu, c = rep
         rmods = list(itertools.chain(range(h + mu), range(h + c * mu, M)))
-        r_numel = _packed(sum(map(numel.__getitem__, members[k])) for k in rmods)
-        r_pad = _packed(sum(map(pad.__getitem__, members[k])) for k in rmods)
+        r_numel = _narrow(sum(map(numel.__getitem__, members[k])) for k in rmods)
+        r_pad = _narrow(sum(map(pad.__getitem__, members[k])) for k in rmods)
         r_co = [len(members[k]) >= 2 and not seq for k in rmods]
-        r_during = _packed((dn if cc else pp) * D for dn, pp, cc in zip(r_numel, r_pad, r_co))
-        r_fetch = _packed(dd + (pp * D if cc else 0) for dd, pp, cc in zip(r_during, r_pad, r_co))
+        r_during = _narrow((dn if cc else pp) * D for dn, pp, cc in zip(r_numel, r_pad, r_co))
+        r_fetch = _narrow(dd + (pp * D if cc else 0) for dd, pp, cc in zip(r_during, r_pad, r_co))
         mod_numel, mod_pad, f_during, f_fetch = (_spread(col, h, mu, c) for col in (r_numel, r_pad, r_during, r_fetch))
     elif bounds is not None:
         # consecutive modules: per-module sums as differences of prefix sums (C-level passes)
@@ -2597,23 +2700,23 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     # ---- a later iteration: the coordinator over the complete trace
     # trace steps: root (forward), modules, root (backward), modules reversed; numel of each step
     # packed int64 columns (_packed), not lists of int objects: 1.8M steps at 1e5 layers (issue 21)
-    trace = _packed(itertools.chain((-1,), range(M), (-1,), range(M - 1, -1, -1)))
+    trace = _narrow(itertools.chain((-1,), range(M), (-1,), range(M - 1, -1, -1)))
     prefix = _packed(itertools.accumulate(itertools.chain((0,), mod_numel, (0,), reversed(mod_numel)), initial=0))
     # step s -> the next step of its module trace[s] in the trace (-1: none): module k runs at forward
     # step k + 1 and backward step 2 M + 1 - k, nowhere else
-    nxt_use = _packed(itertools.chain((-1,), range(2 * M + 1, M + 1, -1), (-1,), itertools.repeat(-1, M)))
+    nxt_use = _narrow(itertools.chain((-1,), range(2 * M + 1, M + 1, -1), (-1,), itertools.repeat(-1, M)))
     # the coordinator's queue of (parameter, step) in trace order, consumed front to back only: two
     # packed columns read through a cursor, shared by both runs (a deque of tuples per run before)
     # module k runs at forward step k + 1 and backward step 2 M + 1 - k (C-level passes, issue 21)
-    q_param = _packed(itertools.chain(itertools.chain.from_iterable(members),
+    q_param = _narrow(itertools.chain(itertools.chain.from_iterable(members),
                                       itertools.chain.from_iterable(reversed(members))))
     half = len(q_param) // 2
     if bounds is not None:
         # consecutive modules: q_param's first half is every parameter in order, so its modules are mod_of, and its
         # second half lists the modules' parameters from the last module to the first: mod_of reversed
-        q_step = _packed(itertools.chain(map((1).__add__, mod_of), map((2 * M + 1).__sub__, reversed(mod_of))))
+        q_step = _narrow(itertools.chain(map((1).__add__, mod_of), map((2 * M + 1).__sub__, reversed(mod_of))))
     else:
-        q_step = _packed(itertools.chain(
+        q_step = _narrow(itertools.chain(
             map((1).__add__, map(mod_of.__getitem__, itertools.islice(q_param, half))),
             map((2 * M + 1).__sub__, map(mod_of.__getitem__, itertools.islice(q_param, half, None)))))
     q_len = len(q_param)
@@ -2621,9 +2724,9 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     coalesce = not seq
     # packed (8 bytes a value, not an int object each: issue 21's memory at 1e5 layers)
     def param_cols(numel: "Sequence[int]", pad: "Sequence[int]", keep: "Sequence[bool]") -> tuple:
-        return (_packed(0 if k else n * D for k, n in zip(keep, numel)),  # a waited coalesced param's bytes
-                _packed(0 if k else p * D for k, p in zip(keep, pad)),    # a param in its own buffer
-                _packed(p * D for p in pad))
+        return (_narrow(0 if k else n * D for k, n in zip(keep, numel)),  # a waited coalesced param's bytes
+                _narrow(0 if k else p * D for k, p in zip(keep, pad)),    # a param in its own buffer
+                _narrow(p * D for p in pad))
     lr = None
     if rep is not None:
         from advisor.model.parallel import layer_repeat
@@ -2639,7 +2742,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
         data_b, own_b, pad_b = param_cols(numel, pad, keep)
     # for run's forward-only tail: each module's first queue position, the last module with a
     # non-persistent parameter (-1: none)
-    mod_start = _packed(itertools.accumulate(map(len, members), initial=0))
+    mod_start = _narrow(itertools.accumulate(map(len, members), initial=0))
     last_lent = max(itertools.compress(mod_of, map(operator.not_, keep)), default=-1)
 
     cf, cb, ftail = zero3_container_steps(inv)
