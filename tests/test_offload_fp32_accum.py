@@ -93,12 +93,15 @@ def test_modelled_not_a_lower_bound():
         led, _ = _timeline(cfg, 0)
         assert not led.peak_lower_bound
     # without offload ZeRO-1 with a grad_accum_dtype unlike the model's is not this regime: modelled with
-    # contiguous_gradients on and overlap_comm off (state.zero1_compact_grad_accum, engine cell z1_fp16_gaccfp32_tbsga2_w2),
-    # a lower bound with overlap_comm (not measured against a model)
-    led, _ = _timeline({**_cfg(dtype="fp16"), "zero_optimization": {"stage": 1, "reduce_bucket_size": RBS}}, 0)
-    assert not led.peak_lower_bound
+    # contiguous_gradients on, overlap_comm on or off (state.zero1_compact_grad_accum, engine cells
+    # z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_overlap_groups_tbsga2_w2), a lower bound with contiguous_gradients
+    # off (not measured against a model)
+    for ov in (False, True):
+        led, _ = _timeline({**_cfg(dtype="fp16"), "zero_optimization": {"stage": 1, "reduce_bucket_size": RBS,
+                                                                        "overlap_comm": ov}}, 0)
+        assert not led.peak_lower_bound
     led, _ = _timeline({**_cfg(dtype="fp16"), "zero_optimization": {"stage": 1, "reduce_bucket_size": RBS,
-                                                                    "overlap_comm": True}}, 0)
+                                                                    "contiguous_gradients": False}}, 0)
     assert "grad_accum_dtype fp32" in led.peak_lower_bound
 
 

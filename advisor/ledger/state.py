@@ -4930,8 +4930,8 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     """Whether this plan is the ZeRO-1 fp32 gradient accumulation regime without offload that
     :func:`zero12_backward_transients` models: DeepSpeedZeroOptimizer at stage 1 on an fp16 model with
     ``data_types.grad_accum_dtype`` fp32 (bf16 with fp32 takes BF16_Optimizer, ``engine.py`` l.2305-2310), no optimizer
-    offload, ``contiguous_gradients`` on, ``overlap_comm`` off, ``communication_data_type`` the model's, any param groups
-    (``groups``, the plan's trainable param groups, kept for the callers: the walk is
+    offload, ``contiguous_gradients`` on, ``overlap_comm`` on or off, ``communication_data_type`` the model's, any param
+    groups (``groups``, the plan's trainable param groups, kept for the callers: the walk is
     :func:`_zero12_compact_groups_transients` for several). What was measured; other ZeRO-1 plans with an accumulation
     dtype unlike the model's stay lower bounds (:func:`zero12_transients_unmodeled`).
 
@@ -4962,11 +4962,22 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     tests/engine/test_peak_parity.py z1_fp16_gaccfp32_groups_tbsga2_w2, 2 runs, and TINY_FROZEN_GROUPS, GA 1 too,
     probes, 2026-12-06): coarse forward:2 +213,472 B (123.5%), backward:2 +202,206 / +263,272 B; with the groups' walk
     but the kept grad_accum to the norm only, step:2 rank 0 +17,232 B (the bucket l2.bias / l3.bias keep at group 0's
-    update); now every phase within 0.37%."""
+    update); now every phase within 0.37%.
+    ``overlap_comm``: two fp32 ipg buffers (setup_buckets l.3266, l.3275; :func:`ipg_bucket_bytes`); micro-step 1's
+    hooks still reduce nothing (reduce_ready_partitions_and_remove_grads l.2293-2295), and the boundary's hooks move
+    each fp32 grad_accum in autograd's order (process_gradients l.2285-2291), every grad_accum already live at GA > 1
+    (:func:`zero12_boundary_holds_all`): the same walk in hook order (:func:`_zero12_replay_stage`), a flush's trigger
+    beside its autograd sibling's new gradient in the model dtype (:func:`zero12_backward_transients`' Ds). At GA 1 the
+    hooks' moments lie under the flushes' (no entry of their own; the kept grad_accum entry as at GA > 1). Engine
+    (tests/engine/test_peak_parity.py z1_fp16_gaccfp32_overlap_groups_tbsga2_w2, 2 runs; TINY one group and GA 1
+    probes, 2026-12-06): coarse forward:2 +253,472 B (146.6%), backward:2 +262,348 / +300,704 B; with the sibling in
+    4 bytes backward:2 -38,492 B (-5.3%); now every phase within 0.37%. Not measured: a plan whose unowned bucketed
+    gradients fall in both buffers (the index swaps at each hook's flush, l.1427-1429) keeps both to the norm, where
+    :func:`zero12_offload_fp32_accum_kept` counts one (TINY's sit in one)."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
             and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.contiguous_gradients_effective
-            and not z.overlap_comm and ec.comm_dtype == ec.model_dtype)
+            and ec.comm_dtype == ec.model_dtype)
 
 
 def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -5016,10 +5027,11 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
     cast l.1326), forward:2 to step:4 +4-9% on rank 1.
     Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) with
-    ``contiguous_gradients`` on, ``overlap_comm`` off, any param groups and the model's communication dtype is modelled
-    since (:func:`zero1_compact_grad_accum`, cells z1_fp16_gaccfp32_tbsga2_w2 and z1_fp16_gaccfp32_groups_tbsga2_w2:
-    every phase within 0.37%, the decomposition below); with ``contiguous_gradients`` off (the newcomer's
-    tests/data/lb15 plan), ``overlap_comm`` on or another ``communication_data_type`` it is left off, as a 16-bit accumulation dtype unlike the model's
+    ``contiguous_gradients`` on, ``overlap_comm`` on or off, any param groups and the model's communication dtype is
+    modelled since (:func:`zero1_compact_grad_accum`, cells z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2
+    and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2: every phase within 0.37%, the decomposition below); with
+    ``contiguous_gradients`` off (the newcomer's tests/data/lb15 plan) or another ``communication_data_type`` it is
+    left off, as a 16-bit accumulation dtype unlike the model's
     at ZeRO-1 without offload (not measured). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
     boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
     slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
@@ -5173,7 +5185,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
     model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
     z2_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-1 on an fp16 model with fp32 accumulation without offload
-    (``contiguous_gradients`` on, ``overlap_comm`` off, any param groups): :func:`zero1_compact_grad_accum`."""
+    (``contiguous_gradients`` on, any param groups, ``overlap_comm`` on or off): :func:`zero1_compact_grad_accum`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
@@ -5797,27 +5809,35 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     p_t = sum(lay.P for lay in layouts)
     # flush j's bytes without the rank's grads_in_partition, which counts only for j > first_r:
     # red_r = max(base_r, max_{j <= first_r} A_j, max_{j > first_r} A_j + I_r D)
-    def unmoved(trig: int) -> int:
-        if not held:
-            return hooked[trig]
+    # the bytes of a new autograd gradient not yet accumulated (the trigger's sibling in hook order): the model dtype's,
+    # D but under zero1_compact_grad_accum, whose gradients moved are the 4-byte grad_accum (_zero12_replay_bytes).
+    # Engine (TINY W 2 GA 2, fp16 with fp32 accumulation, overlap_comm, 2026-12-06): the boundary's peak at l1.bias's
+    # hook flushing l2.weight holds l1.weight's new fp16 gradient, 19,264 x 2 B (77,056 counted in 4 bytes: -5.3%)
+    Ds = DTYPE_BYTES[ec.model_dtype]
+
+    def unmoved_bytes(trig: int) -> int:
+        if not held:  # the trigger's gradient in D, its sibling's new one in the model dtype
+            return sizes[trig] * D + (hooked[trig] - sizes[trig]) * Ds
         # every gradient from the trigger on; in hook order (overlap_comm) also the sibling's new one
-        return suffix_at(trig) + (hooked[trig] - sizes[trig] if st == 2 else 0)
+        return suffix_at(trig) * D + ((hooked[trig] - sizes[trig]) * Ds if st == 2 else 0)
 
     if ZERO12_COLUMNS and F:
         # the same columns by C-level maps: only the last flush is the epilogue's (no trigger, _Flushes)
         trig = flushes.trig[:-1]
         if not held:
-            un = map(hooked.__getitem__, trig)
-        else:  # unmoved(trig): every gradient from the trigger on (+ in hook order its sibling's new one)
-            un = map(csum[T].__sub__, map(csum.__getitem__, trig))
+            un = map(operator.add, map(D.__mul__, map(sizes.__getitem__, trig)),
+                     map(Ds.__mul__, map(operator.sub, map(hooked.__getitem__, trig), map(sizes.__getitem__, trig))))
+        else:  # unmoved_bytes(trig): every gradient from the trigger on (+ in hook order its sibling's new one)
+            un = map(D.__mul__, map(csum[T].__sub__, map(csum.__getitem__, trig)))
             if st == 2:
-                un = map(operator.add, un, map(operator.sub, map(hooked.__getitem__, trig), map(sizes.__getitem__, trig)))
-        B = list(map(operator.add, map(D.__mul__, un), xl[:-1])) + [xl[F - 1]]
+                un = map(operator.add, un, map(Ds.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
+                                                               map(sizes.__getitem__, trig))))
+        B = list(map(operator.add, un, xl[:-1])) + [xl[F - 1]]
         A = list(map(operator.add, copies, B))
         pre_max = list(itertools.accumulate(A, max))
         suf_max = list(itertools.accumulate(reversed(A), max))[::-1] + [None]
     else:
-        B = [(0 if trig is None else unmoved(trig) * D) + xl[j]
+        B = [(0 if trig is None else unmoved_bytes(trig)) + xl[j]
              for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
         A = [copies[j] + B[j] for j in range(len(flushes))]
         pre_max = list(A)
@@ -7006,27 +7026,28 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   f"N x D = {n_t} x {D} (every param.grad until the boundary reduce)",
                   f"{S}.reduce_gradients (stage 1: no reduction in the backward hooks); made by autograd in "
                   f"{_AUTOGRAD_GRADS}")
-        if zero1_compact_grad_accum(ec, wrapper, ng) and offload_kept:
-            # the grad_accum the boundary reduce leaves on the rank (not its own: l.2272-2274), to the step's norm;
-            # step frees them before the group's update (free_grad_in_param_list, l.2898-2901). Engine
-            # z1_fp16_gaccfp32_tbsga2_w2 step:2 rank 0 the fp32 ipg bucket 40,000 B (l.3266) and rank 1 also l1.weight's
-            # 19,264 x 4 B (l.1237) at get_grad_norm_direct's peak
-            b.add("accelerator", "gradients", "kept_grad_accum", offload_kept, "step_norm",
-                  f"the fp32 grad_accum of gradients over reduce_bucket_size meeting no part of the rank's slice "
-                  f"(n_p x 4) + the fp32 ipg bucket (RBS x 4) while a gradient moved into it does not meet the slice "
-                  "(zero12_offload_fp32_accum_kept; zero1_compact_grad_accum)",
-                  f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for is_param_in_current_partition, "
-                  "l.2272-2274); freed by step's free_grad_in_param_list (l.2898-2901) before the update")
-        if zero1_compact_grad_accum(ec, wrapper, ng) and kept_later:
-            # several param groups: step's loop frees group i's unowned grad_accum at group i's turn (l.3075, l.3103),
-            # so those of the later groups (and the ipg bucket while a later group's gradient in it misses the slice)
-            # live through group 0's update, which makes that group's fp32 gradient and, at the first step, its Adam
-            # moments. Engine (TINY as decay / no-decay groups, W 2, GA 2, 2026-12-06): rank 0's first step peaks there
-            # with the fp32 ipg bucket (l.3266, 40,000 B) that l2.bias / l3.bias keep (group 1, not rank 0's slice)
-            b.add("accelerator", "gradients", "kept_grad_accum_later_groups", kept_later, "step",
-                  "the kept_grad_accum of param groups after the first (zero12_offload_fp32_accum_kept over them): "
-                  "freed at their own group's turn of the update loop (zero1_compact_grad_accum)",
-                  f"{S}.step (free_grad_in_param_list(params_not_in_partition[i]) per group, l.3075, l.3103)")
+    if zero1_compact_grad_accum(ec, wrapper, ng) and offload_kept:
+        # (also with overlap_comm at GA 1, whose hooks the backward_transient counts, not the entries above)
+        # the grad_accum the boundary reduce leaves on the rank (not its own: l.2272-2274), to the step's norm;
+        # step frees them before the group's update (free_grad_in_param_list, l.2898-2901). Engine
+        # z1_fp16_gaccfp32_tbsga2_w2 step:2 rank 0 the fp32 ipg bucket 40,000 B (l.3266) and rank 1 also l1.weight's
+        # 19,264 x 4 B (l.1237) at get_grad_norm_direct's peak
+        b.add("accelerator", "gradients", "kept_grad_accum", offload_kept, "step_norm",
+              f"the fp32 grad_accum of gradients over reduce_bucket_size meeting no part of the rank's slice "
+              f"(n_p x 4) + the fp32 ipg bucket (RBS x 4) while a gradient moved into it does not meet the slice "
+              "(zero12_offload_fp32_accum_kept; zero1_compact_grad_accum)",
+              f"{S}.reduce_ipg_grads (stage 1: copy_grads_in_partition only for is_param_in_current_partition, "
+              "l.2272-2274); freed by step's free_grad_in_param_list (l.2898-2901) before the update")
+    if zero1_compact_grad_accum(ec, wrapper, ng) and kept_later:
+        # several param groups: step's loop frees group i's unowned grad_accum at group i's turn (l.3075, l.3103),
+        # so those of the later groups (and the ipg bucket while a later group's gradient in it misses the slice)
+        # live through group 0's update, which makes that group's fp32 gradient and, at the first step, its Adam
+        # moments. Engine (TINY as decay / no-decay groups, W 2, GA 2, 2026-12-06): rank 0's first step peaks there
+        # with the fp32 ipg bucket (l.3266, 40,000 B) that l2.bias / l3.bias keep (group 1, not rank 0's slice)
+        b.add("accelerator", "gradients", "kept_grad_accum_later_groups", kept_later, "step",
+              "the kept_grad_accum of param groups after the first (zero12_offload_fp32_accum_kept over them): "
+              "freed at their own group's turn of the update loop (zero1_compact_grad_accum)",
+              f"{S}.step (free_grad_in_param_list(params_not_in_partition[i]) per group, l.3075, l.3103)")
     ipg = ipg_bucket_bytes(ec)
     if ipg is not None:
         b.add("accelerator", "workspace", "ipg_bucket", ipg[0], ipg[2], ipg[1], f"{S}.setup_buckets")
@@ -8292,7 +8313,7 @@ def compute_ledger(plan: Plan) -> Ledger:
             inv.has_trainable() and (zero12_offload_fp32_accum(ec, wrapper, ga, ng1)
                                      or zero1_compact_grad_accum(ec, wrapper, ng1))):
         # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off) and
-        # zero1_compact_grad_accum (fp16 without offload, contiguous_gradients on, overlap_comm off, any groups)
+        # zero1_compact_grad_accum (fp16 without offload, contiguous_gradients on, any groups and overlap_comm)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

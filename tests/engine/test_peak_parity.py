@@ -656,6 +656,17 @@ CELLS = [
     ("z1_fp16_gaccfp32_groups_tbsga2_w2", {**_cfg(1, "fp16", overlap_comm=False, reduce_bucket_size=10000),
                                            "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
      2, False, TINY_DECAY_GROUPS, {"linear": True, "steps": 4}),
+    # and with overlap_comm (issue 15; HF / DeepSpeed example configs set it): the boundary's hooks move each fp32
+    # grad_accum into one of the two fp32 ipg buffers (l.3266, l.3275) in autograd's order (process_gradients
+    # l.2285-2291 -> l.1422), every grad_accum of micro-step 1 live when they start (state.zero12_boundary_holds_all),
+    # and a flush's trigger holds its sibling's new gradient in fp16, not 4 bytes (zero12_backward_transients' Ds).
+    # Before (2026-12-06, probe run, this cell): as a lower bound (coarse) forward:2 +253,472 B (146.6%: both fp32
+    # buffers and the grad_accum), backward:2 +262,348 / +300,704 B on ranks 0 / 1, step:4 +66,604 / +155,352 B; with
+    # the sibling in 4 bytes, backward:2 -38,492 B (-5.3%, TINY one group); now every phase within 0.37%, also TINY one
+    # group and GA 1 (probes; at GA 1 the kept grad_accum at the norm had no entry: step:2 +40,036 / +117,092 B)
+    ("z1_fp16_gaccfp32_overlap_groups_tbsga2_w2", {**_cfg(1, "fp16", overlap_comm=True, reduce_bucket_size=10000),
+                                                   "train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp32"}},
+     2, False, TINY_DECAY_GROUPS, {"linear": True, "steps": 4}),
     # ZeRO-2 without contiguous_gradients with communication_data_type fp32 (issue 15; a lower bound before, M104): each
     # flush also holds its run's fp32 cast beside its flat copy through the all-reduce (allreduce_bucket l.2376-2377;
     # state._zero12_noncontig_transients). Before (2026-12-06, coarse lifetimes, 2 probe runs, the same bytes):
