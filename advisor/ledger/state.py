@@ -1914,7 +1914,7 @@ def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]
         # up from the longest stops at one already seen (all of its own prefixes were seen with it), so each
         # prefix is split off once, not once per module under it (a per-module split: ~4 s at 1e5 layers)
         seen: set = set()
-        out = array.array("q", [0]) * len(names)
+        out = array.array("i", [0]) * len(names)  # hooks per module: small counts, 4 bytes each (issue 21)
         pending = 0
         for k in order:
             if k < 0:  # a declared leaf: -1 - its index in ``leaves``

@@ -64,9 +64,11 @@ class LayerTensorSpec(TensorSpec):
     (one prefix per layer, one suffix per tensor of the layer), not one name string per tensor
     (9e5 names, ~78 MB of a 1e5-layer estimate's peak, issue 21). Equal to, and hashed as, the
     TensorSpec of the same fields; ``dataclasses.replace`` gives a plain one (its name assigned
-    whole)."""
+    whole). The prefix is held in TensorSpec's own ``name`` slot, which the ``name`` property
+    shadows here (one slot more per tensor, not two)."""
 
-    __slots__ = ("prefix", "suffix")
+    __slots__ = ("suffix",)
+    prefix = TensorSpec.__dict__["name"]  # TensorSpec's name slot, read and set under this name
 
     @property  # type: ignore[override]
     def name(self) -> str:  # noqa: D102 - the class docstring says it
