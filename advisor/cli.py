@@ -586,6 +586,7 @@ class EstimateArgs:
     zero_init: bool | None
     load_dtype: str | None
     low_cpu_mem_usage: bool | None
+    pipeline_build: str | None
     trainer_args: dict | None
     hidden_size: int | None
     overrides: tuple[str, ...] = ()
@@ -594,17 +595,25 @@ class EstimateArgs:
 
 
 #: The load-phase options (:func:`advisor.views.estimate.load_assumption`), in EstimateArgs' order.
-LOAD_OPTION_NAMES = ("zero_init", "load_dtype", "low_cpu_mem_usage")
+LOAD_OPTION_NAMES = ("zero_init", "load_dtype", "low_cpu_mem_usage", "pipeline_build")
 
 
 def _load_options(f):
     """Click decorator: the load-phase options estimate, report, check and generate share
-    (``--zero-init/--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage/--no-low-cpu-mem-usage``;
-    each None when not given), with one meaning: :func:`advisor.views.estimate.load_assumption`
-    (:func:`advisor.ledger.timeline.resolve_load`) turns them into the load phase."""
+    (``--zero-init/--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage/--no-low-cpu-mem-usage``,
+    ``--pipeline-build``; each None when not given), with one meaning:
+    :func:`advisor.views.estimate.load_assumption` (:func:`advisor.ledger.timeline.resolve_load`) turns
+    them into the load phase."""
+    from advisor.plan import PIPELINE_BUILDS
+    deco = _opt("--pipeline-build", "pipeline_build", type=click.Choice(list(PIPELINE_BUILDS)), default=None,
+                help="Load phase under pipeline parallelism: stage = a PipelineModule from LayerSpecs, each rank "
+                     "building only its stage's layers (default); whole = the model built whole on every rank and "
+                     "its modules given to PipelineModule, which keeps the other stages' layers referenced "
+                     "(runtime/pipe/module.py _layer_specs): the whole model per rank at load, the other stages' "
+                     "layers in host memory after it.")(f)
     deco = _opt("--low-cpu-mem-usage/--no-low-cpu-mem-usage", "low_cpu_mem_usage", default=None,
                 help="Load phase: one copy of the weights while loading (default yes; no = a random-init "
-                     "model plus the loaded state dict, twice the bytes).")(f)
+                     "model plus the loaded state dict, twice the bytes).")(deco)
     from advisor.config.dtypes import TRAINING_DTYPE_BYTES
     deco = _opt("--load-dtype", type=click.Choice(list(TRAINING_DTYPE_BYTES)), default=None,
                 help="Load phase: dtype the weights are built/loaded in. Default: with --hf the checkpoint's "
@@ -779,7 +788,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                         trainer_written=getattr(inp.resolution, "base", None),
                         accelerate_fields=not inp.launch.deepspeed_config_file)
         cap = _hardware_capacity(cap, hw, aplan)
-        load = load_assumption(aplan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, config_input=inp)
+        load = load_assumption(aplan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, config_input=inp,
+                               pipeline_build=a.pipeline_build)
         _warn_zero_init_ignored(load.zero_init_source if load else None)
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
@@ -791,7 +801,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            trainer_args=hf_targs, hardware=hw, step_time_s=a.step_time_s if hw is not None else None,
                            cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl,
                            save_dir=a.save_dir, save_interval_s=a.save_interval)
-    load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage)
+    load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, pipeline_build=a.pipeline_build)
     _warn_zero_init_ignored(load.zero_init_source if load else None)
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
@@ -1512,7 +1522,7 @@ def run() -> None:
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, moe_capacity_factor, gpu_memory,
           host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, zero_init,
-          load_dtype, low_cpu_mem_usage, fmt, quiet):
+          load_dtype, low_cpu_mem_usage, pipeline_build, fmt, quiet):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1569,7 +1579,7 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
                        gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
                        host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
                        config_input=inp, overhead=ovh, allow_tight=allow_tight, zero_init=zero_init,
-                       load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage)
+                       load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage, pipeline_build=pipeline_build)
     warn = _seq_len_warning(wl, inv)
     if warn:
         result.warnings.insert(0, warn)
@@ -1712,7 +1722,7 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro_batch, checkpointing, attention,
              moe_capacity_factor, tensor_parallel, pipeline_parallel, sequence_parallel, output, force, hf, margin,
              runtime_overhead, fragmentation, omp_threads, optimizer, precision, top, model_parallel, zero_init,
-             load_dtype, low_cpu_mem_usage, fmt):
+             load_dtype, low_cpu_mem_usage, pipeline_build, fmt):
     """Search ZeRO stage x offload x micro-batch x accumulation x checkpointing (and tensor x
     pipeline parallelism where it could be faster, or where ZeRO alone does not fit) for the plans
     that fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
@@ -1781,7 +1791,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
                       checkpointing=checkpointing, tensor_parallel=tensor_parallel,
                       pipeline_parallel=pipeline_parallel, sequence_parallel=sequence_parallel,
                       zero_init=zero_init, load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage,
-                      omp_threads=omp.value if omp else None, omp_threads_source=omp.source if omp else "")
+                      pipeline_build=pipeline_build, omp_threads=omp.value if omp else None, omp_threads_source=omp.source if omp else "")
     try:
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:

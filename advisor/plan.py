@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     from advisor.findings import Finding
 
 
+#: How a PipelineModule gets its layers (the load option ``--pipeline-build``, read by
+#: :func:`advisor.ledger.timeline.load_entries`): ``stage``, LayerSpecs each rank builds for its stage only
+#: (``timeline.PIPELINE_STAGE_LOAD``); ``whole``, the modules of a model built whole on every rank
+#: (``timeline.PIPELINE_WHOLE_LOAD``). Here, not in the ledger, so the CLI's option list imports no ledger.
+PIPELINE_BUILDS = ("stage", "whole")
+
+
 @dataclass(frozen=True)
 class Cluster:
     """The launch shape. ``world_size`` is the total number of ranks; the data-parallel

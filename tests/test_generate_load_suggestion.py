@@ -94,3 +94,28 @@ def test_steady_state_binds_so_no_load_option_is_suggested():
     assert not any(c.rejection.load_binds for c in res.rejected)
     assert gen.load_suggestion(inv, hw, _request(), res.rejected) is None
     assert gen.search(inv, hw, _request(load_dtype="bf16")).best is None  # and indeed it would not fit
+
+
+
+def test_whole_pipeline_build_suggests_layer_specs():
+    """--pipeline-build whole (the model built whole on every rank, its modules given to PipelineModule): Llama-3-8B
+    at --pipeline-parallel 8 on one node, loaded in bf16, with 1.2e11 B of host. By hand every rank loads the whole
+    model, 8 ranks x N x 2 = 128,484,179,968 B per node > 1.2e11, and keeps the other stages' layers after it,
+    7 x N x 2 = 112,423,657,472 B per node (N - its stage, per rank), beside the save's host staging: no plan's
+    host fits. Built from LayerSpecs each rank loads and keeps its stage only (N x 2 per node at load, nothing
+    kept) and a plan fits: the suggestion is --pipeline-build stage, proven by the re-search (no other load
+    option applies: bf16 is the load dtype, zero.Init and low_cpu_mem_usage not refused)."""
+    host = 12 * 10**10
+    hw, inv = _hw(host), resolve_model("llama-3-8b")
+    assert G * N_8B * 2 > host > 7 * N_8B * 2
+    req = _request(load_dtype="bf16", pipeline_build="whole")
+    res = gen.search(inv, hw, req)
+    assert res.best is None
+    host_rej = [c.rejection for c in res.rejected if c.rejection.tier == "host"]
+    assert host_rej and all(r.need >= 7 * N_8B * 2 for r in host_rej), host_rej
+    text, sizes = gen.suggest(inv, hw, req, res.rejected)[0]
+    assert "--pipeline-build stage" in text and "LayerSpec" in text and "the model built whole" in text, text
+    assert sizes["load"] > host
+    assert gen.search(inv, hw, replace(req, pipeline_build="stage")).best is not None
+    # with LayerSpecs (the default) the same request fits, so no suggestion is needed
+    assert gen.search(inv, hw, replace(req, pipeline_build=None)).best is not None

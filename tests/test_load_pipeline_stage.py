@@ -52,3 +52,74 @@ def test_without_pipeline_parallelism_every_rank_loads_the_whole_model(tmp_path)
     ld = d["load"]
     assert ld["per_stage"] is None
     assert ld["host_per_rank"] == N * 4 and ld["host_per_node"] == 8 * N * 4
+
+
+def test_pipeline_build_whole_loads_the_whole_model_and_keeps_the_other_stages(tmp_path):
+    """--pipeline-build whole: the model built whole on every rank and its modules given to PipelineModule, which
+    keeps every layer in ``self._layer_specs = list(layers)`` (runtime/pipe/module.py l.188) and registers only the
+    stage's (_build l.235-276): by hand each rank loads N x 4 B (fp32) and, from initialize on, holds the other
+    stages' layers in host memory, (N - its stage) x 4 B, beside the bf16 ZeRO-1 step's host bytes (none here:
+    no offload)."""
+    d = _estimate(tmp_path, "--pipeline-parallel", "8", "--pipeline-build", "whole")
+    ld = d["load"]
+    assert ld["pipeline_build"] == "whole" and ld["pipeline_build_source"] == "--pipeline-build whole"
+    assert "_layer_specs" in ld["per_stage"]
+    assert ld["host_per_rank"] == N * 4 == 282_214_825_984
+    assert ld["host_per_node"] == 8 * N * 4  # ranks per node x the whole model, as without pipeline parallelism
+    for r in d["ranks"]:
+        (stage,) = r["stages"]
+        host = r["phases"]["host"]
+        assert host["load"] == N * 4, (stage, host)
+        for ph in ("forward", "backward", "steady_step"):
+            assert host[ph] == (N - STAGES[stage]) * 4, (stage, ph, host)
+    # the load section validates against the output schema (pipeline_build), whose lifetimes hold the kept layers'
+    import jsonschema
+    from tests.conftest import ROOT
+    schema = json.loads((ROOT / "schemas" / "estimate-output.schema.json").read_text())
+    jsonschema.validate(ld, schema["properties"]["load"])
+    assert "whole" in schema["properties"]["load"]["properties"]["pipeline_build"]["enum"]
+    assert '"after_load"' in (ROOT / "schemas" / "estimate-output.schema.json").read_text()
+
+
+def test_pipeline_build_stage_is_the_default_and_says_so(tmp_path):
+    d = _estimate(tmp_path, "--pipeline-parallel", "8", "--pipeline-build", "stage")
+    ld = d["load"]
+    assert ld["pipeline_build"] == "stage" and ld["pipeline_build_source"] == "--pipeline-build stage"
+    default = _estimate(tmp_path, "--pipeline-parallel", "8")["load"]
+    assert default["pipeline_build"] == "stage" and default["pipeline_build_source"].startswith("assumed")
+    assert ld["host_per_rank"] == default["host_per_rank"] == max(STAGES) * 4
+    for r in d["ranks"]:
+        assert r["phases"]["host"]["forward"] == 0, r["phases"]["host"]
+
+
+def test_pipeline_build_whole_in_text_and_check(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
+                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}))
+    common = ["--model", "llama-3.1-70b", "--world-size", "8", "--gpus-per-node", "8", "--seq-len", "4096",
+              "--pipeline-parallel", "8"]
+    p = run_cli(["estimate", str(cfg), *common, "--hardware", "dgx-h100", "--pipeline-build", "whole"])
+    assert p.returncode in (0, 1), p.stderr
+    assert "pipeline build whole (--pipeline-build whole)" in p.stdout and "_layer_specs" in p.stdout
+    # check: 8 x N x 4 = 2.26e12 B at load does not fit 2.0e12 B of host; built per stage (N x 4 per node) it does
+    args = ["check", str(cfg), *common, "--gpu-memory", "80GB", "--host-memory", "2000GB", "--format", "json"]
+    whole = run_cli(args + ["--pipeline-build", "whole"])
+    stage = run_cli(args)
+    w, s = json.loads(whole.stdout), json.loads(stage.stdout)
+    assert w["load"]["host_per_node"] == 8 * N * 4 > 2_000_000_000_000 >= s["load"]["host_per_node"] == N * 4
+    host_w = next(t for t in w["tiers"] if t["tier"] == "host")
+    host_s = next(t for t in s["tiers"] if t["tier"] == "host")
+    assert host_w["verdict"] == "no-go" and host_s["verdict"] != "no-go", (host_w, host_s)
+    assert whole.returncode == 1
+    # M101 names the LayerSpecs way out, and not zero.Init: ZeRO-2/3 are refused under a PipelineModule
+    # (runtime/pipe/engine.py l.76-77)
+    (m101,) = [f for f in w["findings"] if f["code"] == "M101"]
+    assert "LayerSpec" in m101["fix"] and "--pipeline-build stage" in m101["fix"], m101["fix"]
+    assert "zero.Init" not in m101["fix"], m101["fix"]
+
+
+def test_pipeline_build_refused_value_is_one_line(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8}))
+    p = run_cli(["estimate", str(cfg), "--model", "gpt2", "--pipeline-build", "layers"])
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "--pipeline-build" in p.stderr

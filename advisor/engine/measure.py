@@ -720,7 +720,8 @@ TRAIN_BATCH_PHASES = {"train_batch:1": ("forward", "backward", "reduce", "first_
 
 
 def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int, pipeline_parallel: int,
-                         seq_len: int, measured: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+                         seq_len: int, measured: dict[int, dict[str, Any]], load: Any = None,
+                         build_rows: bool = False) -> list[dict[str, Any]]:
     """Per rank and ``train_batch`` call: the real PipelineEngine's high-water mark of live bytes
     (``measured[r]["phases"]``: the allocation tracker's report, tests/engine/pipe_worker.py with tracking)
     beside the ledger timeline's largest instant of that step, for the plan on ``world_size`` ranks in
@@ -741,7 +742,13 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     tracker's phase end, its unclaimed storages ``end_unattributed``) against the ``save`` instant. On a CPU
     run the ledger's items that only a GPU makes (:data:`advisor.ledger.timeline.GPU_ONLY`: torch.save's host
     copy of an accelerator storage) are left out of the ledger's figure, as in :func:`peak_parity`, and
-    reported as ``gpu_only``."""
+    reported as ``gpu_only``.
+
+    ``load``: the :class:`advisor.ledger.timeline.LoadAssumption` the worker's model build matches (default:
+    no zero.Init, fp32, the stage built from LayerSpecs); ``build_rows``: also the rows ``load`` (the tracker's
+    load phase, PipelineModule's construction, its high-water mark against the ``load`` instant) and
+    ``initialize`` (what is live when ``deepspeed.initialize`` has returned against the ``initialize`` instant:
+    compared at its end, as :func:`peak_parity` compares it)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.timeline import GPU_ONLY, resolve_load, role_timeline
@@ -751,7 +758,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size, pipeline_parallel=pipeline_parallel),
                               Workload(seq_len=seq_len)))
     ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
-    load = resolve_load(ec, zero_init=False)
+    load = load if load is not None else resolve_load(ec, zero_init=False)
     tiers = ("accelerator", "host_pinned", "host_pageable")
     rows: list[dict[str, Any]] = []
     for r, rec in sorted(measured.items()):
@@ -766,6 +773,11 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
                 compared = [("save", PHASE_INSTANTS["save"], ph.get("peak_excl_cpu_only", ph["peak"]),
                              ph["unattributed"]),
                             ("save:after", ("save",), ph["end"], ph.get("end_unattributed", ph["unattributed"]))]
+            elif build_rows and ph["phase"] == "load":
+                compared = [("load", ("load",), ph.get("peak_excl_cpu_only", ph["peak"]), ph["unattributed"])]
+            elif build_rows and ph["phase"] == "initialize":
+                # compared at its end, as peak_parity does (the optimizer's construction inside it is not an instant)
+                compared = [("initialize", ("initialize",), ph["end"], ph.get("end_unattributed", ph["unattributed"]))]
             elif kinds:
                 idx = [i for i, x in enumerate(tl.instants)
                        if (x.key.startswith("steady") if kinds == ("steady",)

@@ -81,7 +81,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
                "accumulated_reduce", "reduce_step", "compact_accumulated",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
-               "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward"]
+               "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward", "after_load"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -8122,7 +8122,7 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
         still kept while the new one is made (l.751 replaces it after the forward).
 
       Used pipe buffers: :func:`pipe_buffers_used`. Lifetime ``persistent`` (they are made in the first
-      train_batch and kept; counted from initialize on, S to b x s x V x D early there). On the first
+      train_batch and kept; not at the ``initialize`` instant: ``timeline.PIPE_TRAIN_BATCH_ITEMS``). On the first
       stage the labels are not loaded; on the last stage ``batch[1].to(device)`` is a copy on a GPU only
       (b x s x 8 per buffer, not counted: on a CPU run it is the script's own tensor).
 

@@ -65,6 +65,9 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
   ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later).
+* ``after_load``: every instant after the load's, ``initialize:cast`` / ``initialize:module`` included
+  (``pipe_offstage_layers``: under ``--pipeline-build whole`` the other stages' modules a PipelineModule
+  keeps referenced, :data:`PIPELINE_WHOLE_LOAD`).
 * An entry with ``alias_of`` is a view of that item: it costs 0 while that item is live.
 * ZeRO-1/2 transients (plans ``state.zero12_transients_modeled`` accepts; computed by
   ``state.zero12_backward_transients``): ``autograd`` at the backward instants (a gradient being
@@ -104,7 +107,10 @@ created: no full copy. The HF Trainer builds the model under zero.Init exactly w
 enabled (``transformers.integrations.deepspeed.is_deepspeed_zero3_enabled`` in
 ``from_pretrained``). A reading checkpoint shard is not counted. Under pipeline parallelism each
 rank builds only its stage (:data:`PIPELINE_STAGE_LOAD`): N is the stage's shard
-(:func:`advisor.model.parallel.shard`), as in :func:`init_entries`.
+(:func:`advisor.model.parallel.shard`), as in :func:`init_entries`. With ``--pipeline-build whole``
+(a model built whole whose modules are given to PipelineModule, :data:`PIPELINE_WHOLE_LOAD`) N is
+the whole model (its tensor-parallel shard) and the other stages' layers stay in host memory in the
+load dtype for the rest of the run (entry ``pipe_offstage_layers``, life ``after_load``).
 
 Initialize without zero.Init (:func:`init_entries`; DeepSpeed 0.19.8 ``runtime/engine.py``
 DeepSpeedEngine._configure_distributed_model, l. 2080-2094): with fp16/bf16 on, the parameters are
@@ -174,6 +180,7 @@ _CONSUMED_BEFORE_UPDATE = ("averaged_gradients",)
 _IN_REDUCE_TRANSIENT = ("averaged_gradients", "lp_grads")
 
 LOAD_DTYPES = tuple(TRAINING_DTYPE_BYTES)  # fp32, fp16, bf16 (advisor.config.dtypes)
+from advisor.plan import PIPELINE_BUILDS  # noqa: E402  (--pipeline-build's values: stage, whole)
 #: The load assumption's source when the HF Trainer does not see the ZeRO-3 DeepSpeed runs (:func:`hf_zero3`).
 HF_NOT_ZERO3 = ("HF Trainer: zero_optimization.stage is not the number 3 in the file, so HfDeepSpeedConfig.is_zero3() "
                 "is false and from_pretrained does not use deepspeed.zero.Init (DeepSpeed still runs ZeRO-3)")
@@ -199,8 +206,9 @@ class LoadOptions:
     config), so a caller that changes the ZeRO stage (a fix, :func:`advisor.views.fixes._load_for`)
     resolves the load again from them rather than from the assumption's words.
 
-    ``zero_init``, ``dtype``, ``low_cpu_mem_usage``: what the user gave (``--zero-init`` /
-    ``--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage`` / ``--no-low-cpu-mem-usage``), None
+    ``zero_init``, ``dtype``, ``low_cpu_mem_usage``, ``pipeline_build``: what the user gave (``--zero-init`` /
+    ``--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage`` / ``--no-low-cpu-mem-usage``,
+    ``--pipeline-build``), None
     where nothing was given and the value was assumed; ``hf``: the HF Trainer loads the model
     (``--hf`` or an accelerate file); ``hf_is_zero3``: the Trainer's ``is_zero3()`` of the config as
     written (:func:`hf_zero3`); ``checkpoint_dtype``: the model config.json's dtype
@@ -215,6 +223,8 @@ class LoadOptions:
     hf_is_zero3: bool | None = None
     checkpoint_dtype: str | None = None
     accelerate: bool = False
+    #: ``--pipeline-build stage|whole`` as given (None: not given, ``stage`` assumed).
+    pipeline_build: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +233,10 @@ class LoadAssumption:
 
     ``zero_init``: built under ``deepspeed.zero.Init``; ``dtype``: the dtype the weights are
     built/loaded in (fp32, fp16, bf16); ``low_cpu_mem_usage``: no second full copy while
-    loading; ``*_source``: why (a flag, the HF Trainer's behaviour, or the default assumed)."""
+    loading; ``pipeline_build`` (only read under pipeline parallelism): ``stage``, a PipelineModule
+    from LayerSpecs builds only its stage (:data:`PIPELINE_STAGE_LOAD`), or ``whole``, the model built
+    whole on every rank and its modules given to PipelineModule (:data:`PIPELINE_WHOLE_LOAD`);
+    ``*_source``: why (a flag, the HF Trainer's behaviour, or the default assumed)."""
 
     zero_init: bool = False
     zero_init_source: str = "assumed: the model is built before deepspeed.initialize without deepspeed.zero.Init"
@@ -237,11 +250,15 @@ class LoadAssumption:
     #: What it was resolved from (:class:`LoadOptions`; by default nothing given, no HF Trainer).
     #: Not part of the assumption's value (equality) nor of its JSON.
     options: LoadOptions = field(default=LoadOptions(), compare=False)
+    pipeline_build: str = "stage"
+    pipeline_build_source: str = ("assumed: a PipelineModule from LayerSpecs, each rank building its stage's layers "
+                                  "(pass --pipeline-build whole for a model built whole and then given as modules)")
 
     def to_dict(self) -> dict[str, Any]:
         return {"zero_init": self.zero_init, "zero_init_source": self.zero_init_source, "dtype": self.dtype,
                 "dtype_source": self.dtype_source, "low_cpu_mem_usage": self.low_cpu_mem_usage,
-                "low_cpu_mem_usage_source": self.low_cpu_mem_usage_source, "state_dict_dtype": self.state_dict_dtype}
+                "low_cpu_mem_usage_source": self.low_cpu_mem_usage_source, "state_dict_dtype": self.state_dict_dtype,
+                "pipeline_build": self.pipeline_build, "pipeline_build_source": self.pipeline_build_source}
 
 
 def hf_zero3(plan: Any) -> bool | None:
@@ -279,7 +296,8 @@ def zero_init_ignored_warning(zero_init_source: str | None) -> str | None:
 
 def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str | None = None,
                  low_cpu_mem_usage: bool | None = None, hf: bool = False,
-                 hf_is_zero3: bool | None = None, checkpoint_dtype: str | None = None) -> LoadAssumption:
+                 hf_is_zero3: bool | None = None, checkpoint_dtype: str | None = None,
+                 pipeline_build: str | None = None) -> LoadAssumption:
     """The :class:`LoadAssumption` for a plan: flags win; with ``hf`` the HF Trainer's behaviour
     (zero.Init exactly at ZeRO-3); otherwise the same choice, stated as assumed (a plain script
     may build the model before initialize at ZeRO-3: ``--no-zero-init``); fp32, one copy.
@@ -292,7 +310,9 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     with ``hf`` and no ``dtype`` the load dtype is the checkpoint's,
     as transformers >= 5 loads it (``modeling_utils.py`` PreTrainedModel.from_pretrained:
     ``if dtype is None: dtype = "auto"``, transformers 5.25.0 l.4236-4237); without one, fp32.
-    Raises ValueError for an unknown ``dtype``."""
+    ``pipeline_build`` (``stage`` / ``whole``, :data:`PIPELINE_BUILDS`; None: ``stage`` assumed): how a
+    PipelineModule gets its layers, read only under pipeline parallelism (:func:`load_entries`).
+    Raises ValueError for an unknown ``dtype`` or ``pipeline_build``."""
     st = ec.zero.stage
     if zero_init is not None:
         if zero_init and st != 3:
@@ -331,8 +351,14 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     # HF under ZeRO-3: rank 0 reads the checkpoint's tensors as stored (no cast): its dtype, else
     # the load dtype assumed for it (transformers modeling_utils.py _load_pretrained_model)
     sd = (checkpoint_dtype if checkpoint_dtype in LOAD_DTYPES else dt) if hf and zi else None
+    if pipeline_build is not None and pipeline_build not in PIPELINE_BUILDS:
+        raise ValueError(f"pipeline build {pipeline_build!r}: expected one of {', '.join(PIPELINE_BUILDS)}")
+    pb, pbs = ((pipeline_build, f"--pipeline-build {pipeline_build}") if pipeline_build is not None else
+               ("stage", LoadAssumption.pipeline_build_source))
     return LoadAssumption(zi, zs, dt, ds, lc, ls, sd, LoadOptions(zero_init, dtype, low_cpu_mem_usage, hf,
-                                                                  hf_is_zero3, checkpoint_dtype))
+                                                                  hf_is_zero3, checkpoint_dtype,
+                                                                  pipeline_build=pipeline_build),
+                          pipeline_build=pb, pipeline_build_source=pbs)
 
 
 def checkpoint_load_dtype(hf_config: dict[str, Any] | None) -> str | None:
@@ -596,20 +622,38 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         return out + _state_dict_instant_entries(ec, ledger, load, rank, swap_min)
     cl = ledger.plan.cluster
     whole = "whole model"
-    if cl.pipeline_parallel > 1:
+    pp_whole = cl.pipeline_parallel > 1 and load.pipeline_build == "whole"
+    if pp_whole:
+        # PIPELINE_WHOLE_LOAD: every rank builds the whole model (its tensor-parallel shard), then
+        # PipelineModule keeps the stage's modules and holds the others in _layer_specs
+        inv = _whole_inventory(ledger)
+        whole = f"whole model, built before PipelineModule keeps stage {cl.coords(rank)[0]}'s layers"
+    elif cl.pipeline_parallel > 1:
         # PIPELINE_STAGE_LOAD: a PipelineModule built from LayerSpecs builds only its stage's layers
         inv = _stage_inventory(ledger, rank)
         whole = f"stage {cl.coords(rank)[0]}'s layers ({PIPELINE_STAGE_LOAD})"
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2
-    return [Entry(rank, "host_pageable", "parameters", "load_model_copy", N * Dl * copies, "load",
-                  f"{'' if copies == 1 else '2 x '}N x {Dl} = {N} x {Dl}{'' if copies == 1 else ' x 2'} "
-                  f"({whole} in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
-                  "engine.py:DeepSpeedEngine._configure_distributed_model (the module is built before "
-                  "initialize); runtime/zero/partition_parameters.py:Init is what avoids it"
-                  + ("; runtime/pipe/module.py:PipelineModule._build (LayerSpec.build only for "
-                     "this stage's layers)" if cl.pipeline_parallel > 1 else ""))]
+    out = [Entry(rank, "host_pageable", "parameters", "load_model_copy", N * Dl * copies, "load",
+                 f"{'' if copies == 1 else '2 x '}N x {Dl} = {N} x {Dl}{'' if copies == 1 else ' x 2'} "
+                 f"({whole} in {load.dtype} on every rank before deepspeed.initialize; no zero.Init)",
+                 "engine.py:DeepSpeedEngine._configure_distributed_model (the module is built before "
+                 "initialize); runtime/zero/partition_parameters.py:Init is what avoids it"
+                 + ("; runtime/pipe/module.py:PipelineModule.__init__ (layers = the modules of the whole model)"
+                    if pp_whole else "; runtime/pipe/module.py:PipelineModule._build (LayerSpec.build only for "
+                    "this stage's layers)" if cl.pipeline_parallel > 1 else ""))]
+    if pp_whole:
+        Ns = _stage_inventory(ledger, rank).numel
+        off = max(0, N - Ns)
+        if off:
+            out.append(Entry(rank, "host_pageable", "parameters", "pipe_offstage_layers", off * Dl, "after_load",
+                             f"(N - N_stage) x {Dl} = ({N} - {Ns}) x {Dl} (the other stages' modules, in "
+                             f"{load.dtype}, held by PipelineModule._layer_specs from the load on: "
+                             f"{PIPELINE_WHOLE_LOAD})",
+                             "runtime/pipe/module.py:PipelineModule.__init__ l.188 (self._layer_specs = "
+                             "list(layers)), _build l.235-276 (registers specs[_local_start:_local_stop] only)"))
+    return out
 
 
 #: The load assumption under pipeline parallelism (words the load entry and the estimate's assumptions carry).
@@ -617,6 +661,44 @@ PIPELINE_STAGE_LOAD = ("PipelineModule from LayerSpecs builds only its stage: de
                        "PipelineModule._build (l.235-276) calls LayerSpec.build / TiedLayerSpec.build only for "
                        "specs[_local_start:_local_stop], the stage's layers (_set_bounds, l.543-553), so each rank "
                        "loads its stage's shard; a model built whole and then split (nn.Module layers) is not this")
+
+
+#: The load assumption under pipeline parallelism with ``--pipeline-build whole`` (the words the
+#: ``pipe_offstage_layers`` entry and the estimate's load section carry).
+PIPELINE_WHOLE_LOAD = ("the model built whole on every rank and its modules given to PipelineModule: "
+                       "deepspeed/runtime/pipe/module.py PipelineModule.__init__ keeps every layer in "
+                       "self._layer_specs = list(layers) (l.188) and _build (l.235-276) registers only the "
+                       "stage's, specs[_local_start:_local_stop] (an nn.Module is added as it is, l.251-255); "
+                       "nothing frees the others, so each rank holds the whole model in the load dtype at load "
+                       "and the other stages' layers, in the load dtype, in host memory for the PipelineModule's "
+                       "life (self.to(device) l.215, initialize's cast and module.to move only the registered "
+                       "stage)")
+
+
+#: The pipe entries (``state.pipeline_stage_entries``, lifetime ``persistent``) the PipelineEngine makes in its
+#: first ``train_batch``, not in ``deepspeed.initialize``: the receive buffers (runtime/pipe/engine.py
+#: _exec_recv_activations l.1123-1124, _exec_recv_grads l.1178-1180), the first stage's input ids
+#: (_exec_load_micro_batch l.898) and the last stage's kept outputs with their graph's inputs and gradients
+#: (_exec_backward_pass l.796-799): absent at the ``initialize`` instant (cell pp2_whole_z1_bf16_w2: what is live
+#: after initialize was 5,616 B (stage 1) / 624 B (stage 0) under the ledger while they were counted there).
+PIPE_TRAIN_BATCH_ITEMS = ("pipe_recv_buf", "pipe_grad_buf", "pipe_inputs_kept", "pipe_outputs_kept",
+                          "pipe_inputs_grads_kept")
+
+
+def _whole_inventory(ledger: Ledger) -> Any:
+    """The whole model as one rank builds it before a PipelineModule keeps its stage
+    (``--pipeline-build whole``): the plan's inventory, its tensor-parallel / expert shard
+    (:func:`advisor.model.parallel.shard` at one pipeline stage) under TP / EP; memoised in
+    ``plan.derived['whole_shard']``."""
+    cl = ledger.plan.cluster
+    if cl.tensor_parallel <= 1 and cl.expert_parallel <= 1:
+        return ledger.plan.inventory
+    got = ledger.plan.derived.get("whole_shard")
+    if got is None:
+        from advisor.model.parallel import shard
+        got = ledger.plan.derived["whole_shard"] = shard(ledger.plan.inventory, cl.tensor_parallel, 1,
+                                                         cl.expert_parallel)[0].inventory
+    return got
 
 
 def _stage_inventory(ledger: Ledger, rank: int) -> Any:
@@ -1424,6 +1506,10 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return ph == "reduce"
     if life == "step_norm":
         return k.endswith(":norm")
+    if life == "after_load":
+        # --pipeline-build whole: the other stages' modules PipelineModule._layer_specs holds (PIPELINE_WHOLE_LOAD),
+        # live at every instant after the load's (whose load_model_copy is the whole model)
+        return ph != "load"
     if k in BEFORE_PARTITION:
         return life == ("init_cast" if k == "initialize:cast" else "init_module")
     if life in ("init_cast", "init_module"):
@@ -1450,6 +1536,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # made by micro-step 1's reduce (ZeRO-2 under offload, GA > 1: accumulated_grads_in_cpu), kept after it
         return k not in ("initialize", "forward:1", "backward:1", "reduce:1")
     if life == "persistent":
+        if k == "initialize" and e.item in PIPE_TRAIN_BATCH_ITEMS:
+            # made by the first train_batch (runtime/pipe/engine.py), not by deepspeed.initialize
+            return False
         if e.item == "lp_params_gathered" and (k in ("save:model", "save:optim") or (k == "save:16bit" and save_gather)):
             # save_checkpoint / the 16-bit gather start with checkpoint_event_prologue, which partitions
             # every parameter, the persistent ones too (stage3.py l.3844-3845), until the epilogue

@@ -478,7 +478,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(f"  load phase: zero.Init {'yes' if ld['zero_init'] else 'no'} ({ld['zero_init_source']}); "
                               f"dtype {ld['dtype']} ({ld['dtype_source']}); low_cpu_mem_usage "
                               f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: {host}"
-                              + (f"; per pipeline stage: {ld['per_stage']}" if ld.get("per_stage") else ""),
+                              + ((f"; per pipeline stage: {ld['per_stage']}" if ld.get("pipeline_build") != "whole"
+                                  else f"; pipeline build whole ({ld['pipeline_build_source']}): {ld['per_stage']}")
+                                 if ld.get("per_stage") else ""),
                               markup=False)
             w = a["workload"]
             if w["seq_len"]:

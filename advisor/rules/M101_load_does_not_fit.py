@@ -28,7 +28,11 @@ create ``TrainingArguments(deepspeed=...)`` before ``from_pretrained`` and it do
 load in 16-bit (``torch_dtype=torch.bfloat16`` halves it), fewer ranks per node or more host
 memory. ``low_cpu_mem_usage=True`` (one copy of the weights while loading) is already assumed
 (transformers >= 5 always loads so); the fix names it only when the estimate was told it is off
-(``--no-low-cpu-mem-usage``: a random-init model plus the loaded state dict, two copies).
+(``--no-low-cpu-mem-usage``: a random-init model plus the loaded state dict, two copies). Under
+pipeline parallelism (ZeRO 0-1 only, so zero.Init is no way out there) a model built whole and given
+to ``PipelineModule`` as modules (``--pipeline-build whole``) is loaded whole on every rank, and the
+other stages' layers stay referenced by the PipelineModule after it; the fix then names the layers
+as ``LayerSpec`` objects, which each rank builds for its own stage only.
 """
 
 from __future__ import annotations

@@ -730,7 +730,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
               config_input: Any = None, trainer_args: dict | None = None, overhead: Any = None,
               allow_tight: bool = False, world_size_source: str = "--world-size",
               zero_init: bool | None = None, load_dtype: str | None = None,
-              low_cpu_mem_usage: bool | None = None) -> CheckResult:
+              low_cpu_mem_usage: bool | None = None, pipeline_build: str | None = None) -> CheckResult:
     """Probe this node, run lint and the estimate, and judge every tier.
 
     ``config_input``: the :class:`advisor.config.inputs.ConfigInput` when CONFIG is an accelerate
@@ -755,7 +755,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     runtime overhead terms (default: the cited defaults, ``env``'s NCCL/CUDA variables read).
     The probe's free memory (total - used) is read before the job starts, so every overhead term
     applies. ``allow_tight``: a "tight" verdict exits 0 with a warning instead of 4.
-    ``zero_init`` / ``load_dtype`` / ``low_cpu_mem_usage``: the load phase, as estimate takes them
+    ``zero_init`` / ``load_dtype`` / ``low_cpu_mem_usage`` / ``pipeline_build``: the load phase, as estimate takes them
     (None: not given; :func:`advisor.views.estimate.load_assumption`): without zero.Init every rank
     builds the whole model in host memory (ranks per node x N x load-dtype bytes per node, M101) and
     initialize holds it whole on each accelerator (the timeline's ``initialize:module``, rule M103).
@@ -898,7 +898,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         ovh = dataclasses.replace(ovh, defaults=None)
     from advisor.views.estimate import load_assumption
     load = load_assumption(plan, zero_init, load_dtype, low_cpu_mem_usage,
-                           config_input=config_input if accelerate else None)
+                           config_input=config_input if accelerate else None, pipeline_build=pipeline_build)
     from advisor.ledger.timeline import zero_init_ignored_warning
     zi_warn = zero_init_ignored_warning(load.zero_init_source if load else None)
     if zi_warn:  # --zero-init below ZeRO-3 does nothing: a warning, not only the load line's note

@@ -379,12 +379,14 @@ class EstimateResult:
         cl = self.plan.cluster
         per_node = cl.gpus_per_node or min(cl.world_size, 8)
         node = host.load_need if host is not None and host.load_need is not None else per_rank * per_node
-        from advisor.ledger.timeline import PIPELINE_STAGE_LOAD
+        from advisor.ledger.timeline import PIPELINE_STAGE_LOAD, PIPELINE_WHOLE_LOAD
         staged = cl.pipeline_parallel > 1 and not (self.load and self.load.zero_init)
+        whole = staged and self.load is not None and self.load.pipeline_build == "whole"
         return {**(self.load.to_dict() if self.load else {}), "host_per_rank": per_rank,
                 "ranks_per_node": per_node, "host_per_node": node,
-                # under pipeline parallelism each rank builds its stage only (ledger.timeline.load_entries)
-                "per_stage": PIPELINE_STAGE_LOAD if staged else None,
+                # under pipeline parallelism each rank builds its stage only, or the whole model with
+                # --pipeline-build whole (ledger.timeline.load_entries)
+                "per_stage": (PIPELINE_WHOLE_LOAD if whole else PIPELINE_STAGE_LOAD) if staged else None,
                 "capacity": host.capacity if host else None,
                 "fits": None if host is None or host.capacity is None else node <= host.capacity}
 
@@ -415,10 +417,11 @@ def _sharding_words(cl: Cluster, stage: int, wrapper: str = "") -> str:
 
 
 def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None = None,
-                    low_cpu_mem_usage: bool | None = None, config_input: Any = None) -> LoadAssumption:
+                    low_cpu_mem_usage: bool | None = None, config_input: Any = None,
+                    pipeline_build: str | None = None) -> LoadAssumption:
     """The load phase's :class:`LoadAssumption` for ``plan`` and the load options (the CLI's
-    ``--zero-init/--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage/--no-low-cpu-mem-usage``;
-    None: not given). The one place estimate, report and check turn the options into an
+    ``--zero-init/--no-zero-init``, ``--load-dtype``, ``--low-cpu-mem-usage/--no-low-cpu-mem-usage``,
+    ``--pipeline-build``; None: not given). The one place estimate, report and check turn the options into an
     assumption (:func:`advisor.ledger.timeline.resolve_load`), so each option means the same in
     all of them. ``config_input``: the :class:`advisor.config.inputs.ConfigInput` of an accelerate
     file (its ``launch`` set): the HF path, zero.Init as accelerate resolves it
@@ -428,10 +431,10 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
     launch = getattr(config_input, "launch", None)
     if launch is None:
         return resolve_load(plan.config, zero_init, dtype, low_cpu_mem_usage, hf=plan.hf is not None,
-                            hf_is_zero3=hf_zero3(plan), checkpoint_dtype=ckpt)
+                            hf_is_zero3=hf_zero3(plan), checkpoint_dtype=ckpt, pipeline_build=pipeline_build)
     z3i = getattr(config_input.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
     load = resolve_load(plan.config, zero_init if zero_init is not None else z3i, dtype, low_cpu_mem_usage,
-                        hf=True, checkpoint_dtype=ckpt)
+                        hf=True, checkpoint_dtype=ckpt, pipeline_build=pipeline_build)
     if zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
         from dataclasses import replace
         flag = launch.plugin.zero3_init_flag
@@ -621,11 +624,16 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     return rows
 
 
-def _load_ways_out(ld: LoadAssumption) -> list[str]:
-    """M101's load-side remedies the estimate did not already assume: 16-bit loading when the
+def _load_ways_out(ld: LoadAssumption, pipeline: bool = False) -> list[str]:
+    """M101's load-side remedies the estimate did not already assume: under pipeline parallelism
+    (``pipeline``) with ``--pipeline-build whole``, the layers as LayerSpecs (each rank builds only its
+    stage, :data:`advisor.ledger.timeline.PIPELINE_STAGE_LOAD`); 16-bit loading when the
     model loads in fp32, ``low_cpu_mem_usage=True`` only when it was assumed off
     (``--no-low-cpu-mem-usage``: two copies; it is on by default, transformers >= 5 always)."""
     out = []
+    if pipeline and ld.pipeline_build == "whole":
+        out.append("PipelineModule layers given as LayerSpecs, not built modules (each rank then builds only its "
+                   "pipeline stage and keeps no other stage's layers; --pipeline-build stage)")
     if ld.dtype == "fp32":
         out.append("load in 16-bit (torch_dtype=torch.bfloat16 halves it; --load-dtype bf16)")
     if not ld.low_cpu_mem_usage:
@@ -652,13 +660,15 @@ def _after_load(r: FitRow, label: bool = True) -> str:
     return "the training step itself needs {steady_need}" + said
 
 
-def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: bool = False) -> list[Finding]:
+def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: bool = False,
+                 pipeline: bool = False) -> list[Finding]:
     """One error per tier that does not fit: M101 when it is the load phase that does not fit
     (the whole model on every rank before deepspeed.initialize, and its cast to the 16-bit dtype in
     host memory), M103 when it is deepspeed.initialize with the whole model on the accelerator
     before ZeRO partitions it (no zero.Init; ``hf``: say that the HF Trainer itself uses zero.Init
     at ZeRO-3), M100 when the training step does (too); one warning (M102) per tier whose verdict
-    is "tight", naming the uncertain overhead terms."""
+    is "tight", naming the uncertain overhead terms. ``pipeline``: the plan has pipeline stages (M101 then
+    names LayerSpecs under ``--pipeline-build whole``)."""
     out = []
     for r in rows:
         # a lower-bound peak (rule M104: FitRow.lower_bound, the accelerator row) makes its need a floor and
@@ -749,11 +759,14 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                          "available: over by {over}; " + _after_load(r)),
                 sizes={"need": r.need, "per_rank": per_rank, "capacity": cap, "over": r.need - cap,
                        "steady_need": steady},
-                fix=("build the model under deepspeed.zero.Init so each rank only materialises its partition: "
-                     "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
-                     "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
-                     "TrainingArguments(deepspeed=...) exists before from_pretrained. Other ways out: "
-                     + "".join(w + ", " for w in _load_ways_out(ld)) + "fewer ranks per node, or more host memory"),
+                # under pipeline parallelism ZeRO-3 (and so zero.Init) is refused (runtime/pipe/engine.py l.75-77)
+                fix=(("Ways out: " if pipeline else
+                      "build the model under deepspeed.zero.Init so each rank only materialises its partition: "
+                      "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
+                      "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
+                      "TrainingArguments(deepspeed=...) exists before from_pretrained. Other ways out: ")
+                     + "".join(w + ", " for w in _load_ways_out(ld, pipeline))
+                     + "fewer ranks per node, or more host memory"),
                 data={"tier": r.tier, "need": r.need, "capacity": r.capacity, "over": r.need - cap,
                       "per_rank": per_rank, "ranks": r.ranks, "steady_need": steady}))
         if not (load_over or init_over) or steady > cap:
@@ -1020,7 +1033,7 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
             role.load = load
             role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
     rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
-    found = fit_findings(rows, load, hf=via_hf)
+    found = fit_findings(rows, load, hf=via_hf, pipeline=cluster.pipeline_parallel > 1)
     if ledger.peak_lower_bound and roles:  # M104: every output says the accelerator peak is a floor
         from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
         groups = len({t.group for t in inventory.tensors if t.trainable})

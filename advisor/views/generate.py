@@ -145,11 +145,12 @@ class Request:
     omp_threads: int | None = None
     omp_threads_source: str = ""
     #: The load phase, as estimate and check take it (``--zero-init/--no-zero-init``,
-    #: ``--load-dtype``, ``--low-cpu-mem-usage``; None: the default,
+    #: ``--load-dtype``, ``--low-cpu-mem-usage``, ``--pipeline-build``; None: the default,
     #: :func:`advisor.ledger.timeline.resolve_load` per plan's stage, ``hf`` as the Trainer loads).
     zero_init: bool | None = None
     load_dtype: str | None = None
     low_cpu_mem_usage: bool | None = None
+    pipeline_build: str | None = None
 
     def layout_allowed(self, tp: int, pp: int, sp: int) -> bool:
         """Whether the layout (tensor, pipeline, Ulysses degrees) matches the degrees given."""
@@ -1091,7 +1092,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     if got is not None and unsupported_reason(plan.config, cluster.dp_world_size) is None:
                         plan.derived["ledger"] = Ledger(plan, got[0], got[1], got[2], list(got[3]), got[4])
                 load = resolve_load(plan.config, req.zero_init, req.load_dtype, req.low_cpu_mem_usage, hf=req.hf,
-                                    checkpoint_dtype=ckpt_dtype)
+                                    checkpoint_dtype=ckpt_dtype, pipeline_build=req.pipeline_build)
                 pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                 led_cache.setdefault(ga > 1, pf.ledger)
@@ -1538,20 +1539,31 @@ def load_suggestion(inv: Inventory, hardware: Any, req: Request, rejected: list[
     (``from_pretrained(torch_dtype=torch.bfloat16)`` halves the fp32 copy; with fp32 training there is
     none), deepspeed.zero.Init (partitions at construction, ZeRO-3 only: ``runtime/zero/partition_parameters.py``
     ``Init``; pipeline parallelism runs at ZeRO 0-1, ``runtime/pipe/engine.py`` l.75-77), one copy of
-    the weights while loading. One at a time, then all together when none fits alone."""
+    the weights while loading, and under ``--pipeline-build whole`` the stage built from LayerSpecs
+    (``--pipeline-build stage``: each rank builds only its stage's layers, ``runtime/pipe/module.py``
+    PipelineModule._build l.235-276, :data:`advisor.ledger.timeline.PIPELINE_STAGE_LOAD`). One at a time,
+    then all together when none fits alone."""
     bound = [c.rejection for c in rejected if c.rejection is not None and c.rejection.load_binds]
-    if not bound:
+    # --pipeline-build whole: the other stages' layers stay in host memory after the load too
+    # (timeline.PIPELINE_WHOLE_LOAD), so a host rejection of a pipeline plan is theirs even where the load is
+    # not its peak
+    kept = [c.rejection for c in rejected if c.rejection is not None and c.rejection.tier == "host" and c.pp > 1
+            ] if req.pipeline_build == "whole" else []
+    if not bound and not kept:
         return None
     options: list[tuple[str, dict[str, Any]]] = []
-    if req.precision in ("bf16", "fp16") and req.load_dtype != req.precision:
-        options.append((f"--load-dtype {req.precision}", {"load_dtype": req.precision}))
-    if req.zero_init is False:
-        options.append(("--zero-init", {"zero_init": True}))
-    if req.low_cpu_mem_usage is False:
-        options.append(("--low-cpu-mem-usage", {"low_cpu_mem_usage": True}))
+    if bound:  # the load's own options help only where the load is the peak
+        if req.precision in ("bf16", "fp16") and req.load_dtype != req.precision:
+            options.append((f"--load-dtype {req.precision}", {"load_dtype": req.precision}))
+        if req.zero_init is False:
+            options.append(("--zero-init", {"zero_init": True}))
+        if req.low_cpu_mem_usage is False:
+            options.append(("--low-cpu-mem-usage", {"low_cpu_mem_usage": True}))
+    if kept:
+        options.append(("--pipeline-build stage", {"pipeline_build": "stage"}))
     tries = options + ([(" ".join(f for f, _ in options), {k: v for _, kw in options for k, v in kw.items()})]
                        if len(options) > 1 else [])
-    worst = min(bound, key=lambda r: r.need - r.usable)  # the closest, as the rejected line names it
+    worst = min(bound or kept, key=lambda r: r.need - r.usable)  # the closest, as the rejected line names it
     for flags, kw in tries:
         res = search(inv, hardware, replace(req, **kw), top=1)
         if res.best:
@@ -1559,9 +1571,14 @@ def load_suggestion(inv: Inventory, hardware: Any, req: Request, rejected: list[
             where = "" if b.layout() == "-" else f"{b.layout()}, "
             torch_dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(kw.get("load_dtype", ""))
             how = f" (from_pretrained(..., torch_dtype=torch.{torch_dtype}))" if torch_dtype else ""
-            return (f"the load phase is what does not fit (the weights as loaded, before deepspeed.initialize "
-                    f"partitions them: {worst.tier} {worst.scope} " + "{load:1}, {steady:1} without "
-                    f"it): {flags}{how} fits with {where}ZeRO-{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} "
+            if kw.get("pipeline_build") == "stage":
+                how += " (PipelineModule(layers=[LayerSpec(...), ...]): each rank builds only its stage)"
+            what = (f"the load phase is what does not fit (the weights as loaded, before deepspeed.initialize "
+                    f"partitions them: {worst.tier} {worst.scope} " + "{load:1}, {steady:1} without it)" if bound else
+                    f"the model built whole is what does not fit (every rank loads the whole model and keeps the "
+                    f"other stages' layers in host memory: {worst.tier} {worst.scope} " + "{load:1} at its peak, "
+                    "{steady:1} after the load)")
+            return (what + f": {flags}{how} fits with {where}ZeRO-{b.combo.stage} {b.combo.label()}, micro-batch {b.micro} "
                     f"x GA {b.ga}, checkpointing {b.checkpointing}: " + "{accelerator:1} per GPU",
                     {"load": worst.need, "steady": worst.steady_need, "accelerator": b.accelerator})
     return None
@@ -1849,7 +1866,7 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
         "request": {"nodes": req.nodes, "gpus_per_node": req.gpus_per_node, "global_batch": req.global_batch,
                     "seq_len": req.seq_len, "precision": req.precision, "optimizer": req.optimizer,
                     "hf": req.hf, "zero_init": req.zero_init, "load_dtype": req.load_dtype,
-                    "low_cpu_mem_usage": req.low_cpu_mem_usage},
+                    "low_cpu_mem_usage": req.low_cpu_mem_usage, "pipeline_build": req.pipeline_build},
         "assumptions": res.assumptions(),
         "evaluated": res.evaluated,
         "superseded": res.superseded,

@@ -43,7 +43,8 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
     model's build on, with phases ``load``, ``initialize``, ``train_batch:1`` and ``train_batch:2`` (two
     ``train_batch`` calls: the pipe schedule interleaves the micro-steps, so a phase is the whole step), then
     ``save`` (``engine.save_checkpoint(out_dir/save, tag="t")``: its peak and its end, what is live once it has
-    returned), and write ``track{r}.json`` (the tracker's report per phase: peak, unattributed sites) instead of saving a checkpoint."""
+    returned), and write ``track{r}.json`` (the tracker's report per phase: peak, unattributed sites) instead of saving a checkpoint.
+    Environment ``PIPE_BUILD=whole``: the layers are modules of the model built whole on every rank, not LayerSpecs."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
     import torch.nn as nn
@@ -106,7 +107,12 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
         return nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
 
     torch.manual_seed(0)
-    layers = [LayerSpec(Embed)] + [LayerSpec(Block) for _ in range(L)] + [LayerSpec(Head)]
+    if os.environ.get("PIPE_BUILD") == "whole":
+        # the model built whole on every rank, its modules given to PipelineModule (no LayerSpecs): _build adds the
+        # stage's modules as they are (runtime/pipe/module.py l.251-255), _layer_specs keeps them all (l.188)
+        layers = [Embed()] + [Block() for _ in range(L)] + [Head()]
+    else:
+        layers = [LayerSpec(Embed)] + [LayerSpec(Block) for _ in range(L)] + [LayerSpec(Head)]
     model = PipelineModule(layers, num_stages=stages, loss_fn=loss_fn, partition_method="type:Block")
     if tracker is not None:
         wk._phase(tracker, "initialize")
