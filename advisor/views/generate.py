@@ -1063,8 +1063,14 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             # The ledger's entries depend on the config only through the stage, offload and whether
             # GA > 1 (advisor.ledger.state: no micro-batch or recompute term), so its roles are computed
             # once per (combo, GA > 1) and given to each plan's own Ledger (its timeline reads that
-            # plan's GA).
-            led_cache: dict[bool, Ledger] = {}
+            # plan's GA). Not under pipeline parallelism: its pipe buffers are b x s x h x D each and
+            # max(2, min(stages - stage, GA)) of them (state.pipeline_stage_entries, pipe_buffers_used), so
+            # there the roles are per (GA, micro-batch) -- shared across micro-batches, a PP plan at GA 2
+            # and b 8 took b 1's buffers: gpt2 on 2 ranks, PP 2, accelerator 11.72 GB where estimate says 12.57.
+            led_cache: dict[Any, Ledger] = {}
+
+            def led_key(b: int, ga: int) -> Any:
+                return ga > 1 if pp == 1 else (ga, b)
             fitting: list[Candidate] = []
             done: dict[tuple[int, str], Candidate] = {}  # (micro-batch, recompute) -> its fitted candidate
 
@@ -1076,7 +1082,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 cfg = build_config(combo, b, ga, mdp, ck, size_inv, req, nvme_path, sp=sp, pp=pp)
                 plan = Plan(effective_config(cfg), inv, cluster, Workload(req.seq_len, b, ck, req.attention,
                                                                           moe_capacity_factor=req.moe_capacity_factor))
-                hit = led_cache.get(ga > 1)
+                hit = led_cache.get(led_key(b, ga))
                 shared_key = dp_key = None
                 if hit is not None:
                     plan.derived["ledger"] = Ledger(plan, hit.ranks, hit.wrapper, hit.basic_optimizer,
@@ -1095,7 +1101,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                                     checkpoint_dtype=ckpt_dtype, pipeline_build=req.pipeline_build)
                 pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
-                led_cache.setdefault(ga > 1, pf.ledger)
+                led_cache.setdefault(led_key(b, ga), pf.ledger)
                 if shared_key is not None or dp_key is not None:
                     led = pf.ledger  # its roles only: the Ledger holds its plan and every figure derived from it
                     roles = (led.ranks, led.wrapper, led.basic_optimizer, tuple(led.excluded), led.peak_lower_bound)
