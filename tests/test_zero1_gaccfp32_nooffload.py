@@ -91,11 +91,41 @@ def test_ga1_boundary_is_the_same_reduce(r):
     assert s["reduce"] == REDUCE[r] and s["first_step:norm"] == NORM[r]
 
 
-@pytest.mark.parametrize("zero", ({"contiguous_gradients": False}, {"contiguous_gradients": False, "overlap_comm": True}))
-def test_noncontiguous_buckets_stay_a_lower_bound(zero):
-    # contiguous_gradients off has no compact-partition walk of this kind (_buffered_reduce_fallback_preserving_fp32,
-    # l.2231-2235): not modelled (engine probes 2026-12-06: forward:2 +173,472 B, backward:2 +202,974 / +256,478 B)
-    led, _ = _series(_cfg(**zero), 0)
+# contiguous_gradients off (the newcomer's tests/data/lb15 buckets; engine probes 2026-12-06, 2 runs, TINY and its decay /
+# no-decay groups, GA 1 and 2, overlap_comm on and off: every phase within 0.37%). No ipg buffer (setup_buckets needs
+# contiguous_gradients, l.3260); the boundary's bucket holds the gradients by reference and
+# _buffered_reduce_fallback_preserving_fp32 (l.2231-2235 -> l.2484-2511) flushes each run: a one-gradient run is not
+# flattened, cast to fp16 (l.2377, x 2) and the rank's slice cast back into the compact partition (l.1326, x 4); stage 1
+# clears no gradient without contiguous_gradients (l.2272), so every fp32 grad_accum (4 N) lives to the step's norm.
+# Rank 0 peaks at l1.weight's flush, rank 1 at l2.weight's (+ l1.weight's new fp16 gradient beside l1.bias's hook, which
+# triggers that flush, with overlap_comm)
+NC_BACKWARD1 = PERSIST + 4 * N + 19264 * 2
+NC_REDUCE = {0: PERSIST + 4 * N + 4 * P + 19264 * (2 + 4), 1: PERSIST + 4 * N + 4 * P + 23177 * 2 + 21136 * 4}
+NC_NORM = {0: PERSIST + 4 * N + 4 * P + 19264 * 8, 1: PERSIST + 4 * N + 4 * P + 21136 * 8}
+NC_ENGINE = {(False, "backward:1"): 384248, (False, "forward:2"): 346320, (False, "reduce", 0): 547724,
+             (False, "reduce", 1): 563038, (False, "first_step:norm", 0): 586252, (False, "first_step:norm", 1): 601228,
+             (True, "reduce", 0): 547728, (True, "reduce", 1): 601570}
+
+
+@pytest.mark.parametrize("ov", (False, True))
+@pytest.mark.parametrize("r", (0, 1))
+def test_noncontiguous_by_hand(r, ov):
+    led, s = _series(_cfg(contiguous_gradients=False, overlap_comm=ov), r)
+    assert not led.peak_lower_bound
+    assert s["backward:1"] == NC_BACKWARD1 and s["forward:2"] == PERSIST + 4 * N
+    assert s["reduce"] == NC_REDUCE[r] + (19264 * 2 if ov and r == 1 else 0)
+    assert s["first_step:norm"] == NC_NORM[r]
+    for key, eng in NC_ENGINE.items():
+        if key[0] == ov and (len(key) == 2 or key[2] == r):
+            got = s[key[1]]
+            assert 0 <= eng - got <= 36 or key[1] == "forward:2" and eng - got == 636, (key, eng, got)
+
+
+@pytest.mark.parametrize("zero", ({}, {"contiguous_gradients": False, "overlap_comm": True}))
+def test_another_communication_dtype_stays_a_lower_bound(zero):
+    # fp32 communication casts every run to 4 bytes and the reduced slice reaches the partition without a copy
+    # (l.2376-2377, l.1326): not modelled here (engine probe 2026-12-06: backward:2 +140,038 / +217,084 B coarse)
+    led, _ = _series({**_cfg(**zero), "communication_data_type": "fp32"}, 0)
     assert "grad_accum_dtype fp32" in led.peak_lower_bound
 
 

@@ -4930,9 +4930,10 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     """Whether this plan is the ZeRO-1 fp32 gradient accumulation regime without offload that
     :func:`zero12_backward_transients` models: DeepSpeedZeroOptimizer at stage 1 on an fp16 model with
     ``data_types.grad_accum_dtype`` fp32 (bf16 with fp32 takes BF16_Optimizer, ``engine.py`` l.2305-2310), no optimizer
-    offload, ``contiguous_gradients`` on, ``overlap_comm`` on or off, ``communication_data_type`` the model's, any param
+    offload, ``communication_data_type`` the model's, ``contiguous_gradients`` and ``overlap_comm`` on or off, any param
     groups (``groups``, the plan's trainable param groups, kept for the callers: the walk is
-    :func:`_zero12_compact_groups_transients` for several). What was measured; other ZeRO-1 plans with an accumulation
+    :func:`_zero12_compact_groups_transients` for several; without contiguous_gradients
+    :func:`_zero12_noncontig_compact_transients` with ``keep_all``). What was measured; other ZeRO-1 plans with an accumulation
     dtype unlike the model's stay lower bounds (:func:`zero12_transients_unmodeled`).
 
     ``stage_1_and_2.py``: each backward hook makes ``param.grad_accum = param.grad.to(fp32)`` (l.1237, added into at a
@@ -4973,11 +4974,18 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     probes, 2026-12-06): coarse forward:2 +253,472 B (146.6%), backward:2 +262,348 / +300,704 B; with the sibling in
     4 bytes backward:2 -38,492 B (-5.3%); now every phase within 0.37%. Not measured: a plan whose unowned bucketed
     gradients fall in both buffers (the index swaps at each hook's flush, l.1427-1429) keeps both to the norm, where
-    :func:`zero12_offload_fp32_accum_kept` counts one (TINY's sit in one)."""
+    :func:`zero12_offload_fp32_accum_kept` counts one (TINY's sit in one).
+    ``contiguous_gradients`` off (the newcomer's tests/data/lb15 buckets): no ipg buffer (setup_buckets l.3260); the
+    bucket holds the grad_accum by reference and reduce_ipg_grads -> _buffered_reduce_fallback_preserving_fp32
+    (l.2231-2235 -> l.2484-2511) flattens each run (l.2367, a view for one gradient), casts it to fp16 (l.2377) and the
+    rank's slices back into the compact partition (l.1326); stage 1 clears no gradient without contiguous_gradients
+    (l.2272), so all N x 4 stay whole through the boundary and to the step (kept_grad_accum = N x 4, the later
+    groups' through group 0's update). Engine probes (TINY and its decay / no-decay groups, GA 1 and 2, overlap_comm on
+    and off, W 2, 2 runs of the TINY GA-2 pair, 2026-12-06): coarse forward:2 +173,472 B (100.4%), backward:2 +202,974 /
+    +256,478 B (+295,010 on rank 1 with overlap_comm), step:4 +198,288 / +251,454 B; now every phase within 0.37%."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.contiguous_gradients_effective
-            and ec.comm_dtype == ec.model_dtype)
+            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype)
 
 
 def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -5027,11 +5035,12 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
     cast l.1326), forward:2 to step:4 +4-9% on rank 1.
     Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) with
-    ``contiguous_gradients`` on, ``overlap_comm`` on or off, any param groups and the model's communication dtype is
-    modelled since (:func:`zero1_compact_grad_accum`, cells z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2
-    and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2: every phase within 0.37%, the decomposition below); with
-    ``contiguous_gradients`` off (the newcomer's tests/data/lb15 plan) or another ``communication_data_type`` it is
-    left off, as a 16-bit accumulation dtype unlike the model's
+    the model's communication dtype is modelled since, any buckets and param groups (:func:`zero1_compact_grad_accum`,
+    cells z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2 and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2,
+    ``contiguous_gradients`` off, the newcomer's tests/data/lb15 buckets, in probes: every phase within 0.37%, the
+    decomposition below); with another ``communication_data_type`` (engine probe, TINY W 2 GA 2 with fp32
+    communication, 2026-12-06, coarse: forward:2 +213,472 B (123.5%), backward:2 +140,038 / +217,084 B, step:4
+    +65,452 / +195,674 B; each run cast to 4 bytes, the reduced slice added without a cast copy) it is left off, as a 16-bit accumulation dtype unlike the model's
     at ZeRO-1 without offload (not measured). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
     boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
     slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
@@ -5185,7 +5194,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
     model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
     z2_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-1 on an fp16 model with fp32 accumulation without offload
-    (``contiguous_gradients`` on, any param groups, ``overlap_comm`` on or off): :func:`zero1_compact_grad_accum`."""
+    (the model's communication dtype; any buckets and param groups): :func:`zero1_compact_grad_accum`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
@@ -5747,6 +5756,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     tensors), whatever W is: a parameter's owners are one range of ranks (:class:`Runs`)."""
     D, rbs, st, order, sizes, hooked, T, csum, flushes, touched, copies, xl = _zero12_flush_replay(ec, inv, layouts, W)
     held = zero12_boundary_holds_all(ec, ga)
+    if not ec.contiguous_gradients_effective and zero1_compact_grad_accum(ec, "DeepSpeedZeroOptimizer", len(layouts)):
+        # ZeRO-1 fp16 with fp32 accumulation without contiguous_gradients: _buffered_reduce_fallback_preserving_fp32's
+        # walk (l.2231-2235) into the compact partitions, every grad_accum whole (keep_all); the hooks' fp32 copies are
+        # their own entries (A_r 0), no partition before the boundary (A'_r = R'_r = 0)
+        return _zero12_noncontig_compact_transients(ec, layouts, W, D, order, hooked, csum, flushes, keep_all=True,
+                                                    held=held, C=_zero12_replay_bytes(ec, layouts)[1]).map(
+            lambda t: (0, t[1], t[2], 0, 0))
     if not ec.contiguous_gradients_effective and ec.zero.stage == 1:
         # ZeRO-1 without contiguous_gradients (:func:`zero12_transients_modeled`: any GA and param groups,
         # overlap_comm on or off). At GA > 1 without overlap_comm the boundary's epilogue walks the param.grad micro-step
@@ -6602,7 +6618,8 @@ def _zero12_noncontig_transients(ec: EffectiveConfig, layouts: list[Zero12Layout
 
 def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int, D: int,
                                          order: "_FlushOrder", hooked: "Sequence[int]", csum: "Sequence[int]",
-                                         flushes: "_Flushes") -> Runs:
+                                         flushes: "_Flushes", keep_all: bool = False, held: bool = True,
+                                         C: "int | None" = None) -> Runs:
     """Runs of (A_r, R_r, G_r, A'_r, R'_r) per rank, bytes, as :func:`_zero12_compact_transients`, for the compact fp32
     buffer regime with ``contiguous_gradients`` off (:func:`zero12_compact_grad_buffer` ``noncontig``): the flushes of
     :func:`_zero12_noncontig_transients` (whole gradients in ``bucket.grads``, no ipg buffer) go through
@@ -6625,6 +6642,15 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
     rank's slice of l2.weight / l1.weight at l.1326 and the buffer), forward:2 +87,060 B, step:4 +154,148 / +169,124 B.
     At W 4 (one run, with and without fp32 communication): every phase of the four ranks within 0.6% (the proxy
     scalars).
+    ``keep_all``: ZeRO-1's walk (:func:`zero1_compact_grad_accum` with ``contiguous_gradients`` off: ``D`` the 4-byte
+    grad_accum, ``C`` the cast of a run to the communication dtype, :func:`_zero12_replay_bytes`): stage 1 clears no
+    gradient after a flush (l.2272-2274 copy, and so clear, only with contiguous_gradients), so every grad_accum made
+    so far stays whole through the boundary: all N at each flush when they exist before it (``held``: the epilogue, or
+    overlap_comm at GA > 1), else those hooked up to the trigger (overlap_comm at GA 1), beside the trigger's autograd
+    sibling's new gradient in the model dtype (hook order); no previous_reduced_grads (ZeRO-2's, l.2262-2266). Engine
+    (TINY W 2 GA 2 at reduce_bucket_size 10,000, fp16 with fp32 accumulation, 2026-12-06): rank 0's boundary peak at
+    l1.weight's flush, 4 N + P x 4 + its fp16 cast 19,264 x 2 + its slice cast back 19,264 x 4; rank 1's at
+    l2.weight's (+ l1.weight's new fp16 gradient beside l1.bias's hook with overlap_comm).
     Evaluated rank by rank at the points where a slice starts or ends: O(points x (flushes + tensors))."""
     F = len(flushes)
     Ps = [lay.P for lay in layouts]
@@ -6642,10 +6668,16 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
 
     bucket = [csum[ks.stop] - csum[ks.start] for ks, _ in flushes]
     base = [(bucket[j] + (0 if trig is None else hooked[trig])) * D for j, (_, trig) in enumerate(flushes)]
+    if keep_all:  # ZeRO-1: every grad_accum made so far whole (not the bucket's alone), the sibling in the model dtype
+        Ds = DTYPE_BYTES[ec.model_dtype]
+        T = len(order)
+        base = [(csum[T] if held or trig is None else csum[trig + 1]) * D
+                + (0 if trig is None or not ov else (hooked[trig] - order.numels[trig]) * Ds)
+                for _, trig in flushes]
     # a communication_data_type of C bytes unlike the model's: allreduce_bucket casts the flat bucket (a view for one
     # gradient) to it (l.2376-2377) and returns the cast, so the reduced slices reach _add_to_grad_partition_buffer in
     # C: ``source.to(fp32)`` copies them (n x 4, l.1326) unless C is fp32
-    cb = zero12_comm_cast_bytes(ec)
+    cb = zero12_comm_cast_bytes(ec) if C is None else C
     S4 = 0 if ec.comm_dtype == "fp32" else 4
     copy = [bucket[j] * D if len(ks) > 1 else 0 for j, (ks, _) in enumerate(flushes)]
     # every slice: (first rank, end rank, flush, group, slice elements, tensor elements)
@@ -6690,13 +6722,14 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
                     at = base[j] + kept * D + copy[j] + cast[j]
                 red1 = max(red1, at + buf[j])
                 redn = max(redn, at + bufend)
-                if ov and j:
+                if ov and j and not keep_all:
                     prev = base[j] + kept * D + (bucket[j - 1] - meet[j - 1]) * D
                     red1 = max(red1, prev + buf[j - 1])
                     redn = max(redn, prev + bufend)
-                kept += meet[j]
-            red1 = max(red1, kept * D + bufend)
-            redn = max(redn, kept * D + bufend)
+                kept += 0 if keep_all else meet[j]
+            end = (csum[len(order)] if keep_all else kept) * D + bufend
+            red1 = max(red1, end)
+            redn = max(redn, end)
             yield red1, redn
 
     pts = {p for e in ent for p in e[:2]} if W > len(order) else range(W)
@@ -7086,7 +7119,10 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                    f"N x D = {n_t} x {D} (every param.grad of micro-step 1: no reduce before the boundary)"),
                   "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092, stage 1: reduce_gradients "
                   f"only at the accumulation boundary); made by autograd in {_AUTOGRAD_GRADS}")
-        if held_overlap and not ec.contiguous_gradients_effective:
+        # (zero1_compact_grad_accum: its hooks' moments are the accumulate_grad_new entry below, in fp32 grad_accum)
+        if held_overlap and zero1_compact_grad_accum(ec, wrapper, ng):
+            pass
+        elif held_overlap and not ec.contiguous_gradients_effective:
             # without contiguous_gradients no hook moves a gradient out of param.grad (l.2272): the moment is a
             # node's new gradients beside all N x D, as without overlap_comm (zero12_backward_transients)
             b.add("accelerator", "gradients", "accumulate_grad_new", terms[5], "accumulated_backward",
@@ -8037,9 +8073,16 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
     elif z12 and has_groups and zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)):
         # the grad_accum the boundary reduce leaves to the step's norm, per rank (offload_kept), and the part of it
         # of the groups after the first, which the step frees only at their own update (kept_later)
-        split = Runs.zip(zero12_offload_fp32_accum_kept(ec, pl.zero12, W),
-                         zero12_offload_fp32_accum_kept(ec, pl.zero12[1:], W) if len(pl.zero12) > 1
-                         else Runs.const(W, 0))
+        if ec.contiguous_gradients_effective:
+            split = Runs.zip(zero12_offload_fp32_accum_kept(ec, pl.zero12, W),
+                             zero12_offload_fp32_accum_kept(ec, pl.zero12[1:], W) if len(pl.zero12) > 1
+                             else Runs.const(W, 0))
+        else:
+            # without contiguous_gradients stage 1 clears no grad_accum in the reduce (l.2272): all N x 4 to the step,
+            # freed at their group's turn (free_grad_in_param_list of params_not_in_partition l.3103 and
+            # params_in_partition l.3128), the later groups' through group 0's update
+            n4 = [sum(lay.n for lay in pl.zero12) * 4, sum(lay.n for lay in pl.zero12[1:]) * 4]
+            split = Runs.const(W, tuple(n4))
     figures = Runs.zip(terms, split).groups()
     oflush = zero12_offload_flush_bytes(ec, inv, pl.zero12, W, wrapper, ga) if z12 and has_groups else 0
     if len(figures) > MAX_RANK_ROLES:
@@ -8313,7 +8356,7 @@ def compute_ledger(plan: Plan) -> Ledger:
             inv.has_trainable() and (zero12_offload_fp32_accum(ec, wrapper, ga, ng1)
                                      or zero1_compact_grad_accum(ec, wrapper, ng1))):
         # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off) and
-        # zero1_compact_grad_accum (fp16 without offload, contiguous_gradients on, any groups and overlap_comm)
+        # zero1_compact_grad_accum (fp16 without offload, the model's communication dtype, any buckets and groups)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")
