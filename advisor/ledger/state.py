@@ -733,19 +733,22 @@ class _JoinedMembership:
     whether q minus t is the head of a name with tail t (the heads with each tail, as sets of the shared
     head strings: zero3_container_steps' set of every module name was 104 MB at 1e5 layers, issue 21)."""
 
-    __slots__ = ("by_tail",)
+    __slots__ = ("names", "tails", "by_tail")
 
     def __init__(self, names: JoinedNames):
-        tails = set(names.tails)
-        self.by_tail = {t: set(itertools.compress(names.heads, map(t.__eq__, names.tails))) for t in tails}
+        self.names, self.tails, self.by_tail = names, set(names.tails), {}
+
+    def _heads(self, t: str) -> set:
+        # made for a tail when a query first ends with it (a pass over the columns each)
+        got = self.by_tail.get(t)
+        if got is None:
+            got = self.by_tail[t] = set(itertools.compress(self.names.heads, map(t.__eq__, self.names.tails)))
+        return got
 
     def __contains__(self, q: object) -> bool:
         if not isinstance(q, str):
             return False
-        for t, heads in self.by_tail.items():
-            if q.endswith(t) and (q[:len(q) - len(t)] if t else q) in heads:
-                return True
-        return False
+        return any((q[:len(q) - len(t)] if t else q) in self._heads(t) for t in self.tails if q.endswith(t))
 
 
 def _layer_module_names(ts: "Sequence[Any]") -> "JoinedNames | None":
@@ -1023,14 +1026,21 @@ def autograd_pairs(inv: Inventory) -> dict[int, int]:
         # (9e5 of them at 1e5 layers, ~0.15 GB at once, for a model without biases, where no weight is
         # looked at; issue 21). A name ending ".bias" is what rpartition(".") splits into a non-empty
         # head and "bias"; the last tensor of a name wins, as before
+        # the candidates by C-level maps, each name read once (a repeated layer's is joined when read:
+        # inventory.LayerTensorSpec), the Python test only for names with the ending
+        def ending(end: str) -> "Iterator[int]":
+            return itertools.compress(itertools.count(), map(operator.methodcaller("endswith", end),
+                                                              map(operator.attrgetter("name"), tensors)))
         biases: dict[str, int] = {}
-        for i, t in enumerate(tensors):
-            if t.trainable and len(t.name) > 5 and t.name.endswith(".bias"):
+        for i in ending(".bias"):
+            t = tensors[i]
+            if t.trainable and len(t.name) > 5:
                 biases[t.name[:-5]] = i
         weights: dict[str, int] = {}
         if biases:
-            for i, t in enumerate(tensors):
-                if t.trainable and len(t.name) > 7 and t.name.endswith(".weight") and t.name[:-7] in biases:
+            for i in ending(".weight"):
+                t = tensors[i]
+                if t.trainable and len(t.name) > 7 and t.name[:-7] in biases:
                     weights[t.name[:-7]] = i
         out: dict[int, int] = {}
         for head, ib in biases.items():
