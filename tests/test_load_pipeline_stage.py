@@ -123,3 +123,24 @@ def test_pipeline_build_refused_value_is_one_line(tmp_path):
     cfg.write_text(json.dumps({"train_batch_size": 8}))
     p = run_cli(["estimate", str(cfg), "--model", "gpt2", "--pipeline-build", "layers"])
     assert p.returncode == 2 and "Traceback" not in p.stderr and "--pipeline-build" in p.stderr
+
+
+def test_m101_under_pipeline_stage_build_says_each_rank_builds_its_stage(tmp_path):
+    """Under the default build (LayerSpecs) each rank builds only its stage's layers (pipe/module.py _build
+    l.235-276), so M101 must not say that every rank builds the whole model: llama-3.1-70b PP 8 on one node of
+    8 ranks holds N x 4 B per node at load (the stages together), over a 100 GB host."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
+                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}))
+    args = ["check", str(cfg), "--model", "llama-3.1-70b", "--world-size", "8", "--gpus-per-node", "8",
+            "--seq-len", "4096", "--pipeline-parallel", "8", "--gpu-memory", "80GB", "--host-memory", "100GB",
+            "--format", "json"]
+    d = json.loads(run_cli(args).stdout)
+    assert d["load"]["host_per_node"] == N * 4 > 100_000_000_000, d["load"]
+    (m101,) = [f for f in d["findings"] if f["code"] == "M101"]
+    assert "pipeline stage's layers" in m101["message"] and "whole model" not in m101["message"], m101["message"]
+    assert "zero.Init" not in m101["message"] + m101["fix"], m101
+    # built whole (--pipeline-build whole) it does say so, and that the other stages' layers are kept
+    w = json.loads(run_cli(args + ["--pipeline-build", "whole"]).stdout)
+    (m101w,) = [f for f in w["findings"] if f["code"] == "M101"]
+    assert "whole model" in m101w["message"] and "other stages' layers" in m101w["message"], m101w["message"]

@@ -1,6 +1,7 @@
 """M101 load-does-not-fit: The host runs out while the model loads: every rank builds the whole model before deepspeed.initialize.
 
-Without ``deepspeed.zero.Init``, each rank materialises the complete model in host memory
+Without ``deepspeed.zero.Init``, each rank materialises the complete model (under pipeline
+parallelism from LayerSpecs: its stage's layers, pipe/module.py ``_build``) in host memory
 before ``deepspeed.initialize`` moves it to the accelerator and partitions it: N x the load dtype
 per rank (fp32 = 4 B for a model built in torch's default dtype), times the ranks of a node. The
 HF Trainer builds the model under zero.Init only at ZeRO-3. estimate's timeline carries this as

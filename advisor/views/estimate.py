@@ -751,12 +751,24 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
             per_rank = r.need // max(1, r.ranks)
             cast = ("; deepspeed.initialize then casts it to the 16-bit dtype one tensor at a time"
                     if r.instant == "initialize:cast" else "")
+            # what each rank builds: under pipeline parallelism its stage's layers (LayerSpecs, the default) or
+            # the whole model with the other stages' layers kept (--pipeline-build whole); zero.Init is no
+            # option there (ZeRO-3 is refused under a PipelineModule, runtime/pipe/engine.py l.75-77)
+            if pipeline and ld.pipeline_build != "whole":
+                builds = (f"{r.ranks} ranks, {{per_rank}} per rank on average: every rank builds its pipeline stage's "
+                          f"layers from LayerSpecs in {literal(ld.dtype)} in host memory before "
+                          f"deepspeed.initialize{cast}")
+            elif pipeline:
+                builds = (f"{r.ranks} ranks x {{per_rank}}: every rank builds the whole model in {literal(ld.dtype)} "
+                          f"in host memory and PipelineModule keeps the other stages' layers it was given{cast}")
+            else:
+                builds = (f"{r.ranks} ranks x {{per_rank}}: every rank builds the whole model in "
+                          f"{literal(ld.dtype)} in host memory before deepspeed.initialize, without "
+                          f"deepspeed.zero.Init{cast}")
             out.append(emit(
                 code="M101", severity="error", pointer="/zero_optimization/stage",
-                message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} ({r.ranks} ranks x "
-                         f"{{per_rank}}: every rank builds the whole model in {literal(ld.dtype)} in host memory "
-                         f"before deepspeed.initialize, without deepspeed.zero.Init{cast}) but only {{capacity}} is "
-                         "available: over by {over}; " + _after_load(r)),
+                message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} ({builds}) but only "
+                         "{capacity} is available: over by {over}; " + _after_load(r)),
                 sizes={"need": r.need, "per_rank": per_rank, "capacity": cap, "over": r.need - cap,
                        "steady_need": steady},
                 # under pipeline parallelism ZeRO-3 (and so zero.Init) is refused (runtime/pipe/engine.py l.75-77)
