@@ -93,15 +93,15 @@ def test_modelled_not_a_lower_bound():
         led, _ = _timeline(cfg, 0)
         assert not led.peak_lower_bound
     # without offload ZeRO-1 with a grad_accum_dtype unlike the model's is not this regime: modelled with
-    # the model's communication dtype, any buckets (state.zero1_compact_grad_accum, engine cells
-    # z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_overlap_groups_tbsga2_w2, contiguous_gradients off in probes), a
-    # lower bound with fp32 communication (not measured against a model)
+    # the model's or fp32 communication, any buckets (state.zero1_compact_grad_accum, engine cells
+    # z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_overlap_groups_tbsga2_w2, the rest in probes), a lower bound with
+    # bf16 communication (not measured against a model)
     for ov in (False, True):
         for cg in (False, True):
             led, _ = _timeline({**_cfg(dtype="fp16"), "zero_optimization": {
                 "stage": 1, "reduce_bucket_size": RBS, "overlap_comm": ov, "contiguous_gradients": cg}}, 0)
             assert not led.peak_lower_bound
-    led, _ = _timeline({**_cfg(dtype="fp16"), "communication_data_type": "fp32",
+    led, _ = _timeline({**_cfg(dtype="fp16"), "communication_data_type": "bf16",
                         "zero_optimization": {"stage": 1, "reduce_bucket_size": RBS}}, 0)
     assert "grad_accum_dtype fp32" in led.peak_lower_bound
 

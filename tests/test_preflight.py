@@ -219,7 +219,7 @@ def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
 
 
 def test_a_lower_bound_peak_is_never_fits():
-    """ZeRO-1, fp16, grad_accum_dtype fp32, no optimizer offload, communication_data_type fp32: the regime advisor/ledger/state.py
+    """ZeRO-1, fp16, grad_accum_dtype fp32, no optimizer offload, communication_data_type bf16: the regime advisor/ledger/state.py
     zero12_transients_unmodeled leaves coarse (DeepSpeedZeroOptimizer's fp32 param.grad_accum copies,
     stage_1_and_2.py l.397-404, l.1237, are modelled under CPU optimizer offload, and without it only with
     the model's communication dtype, state.zero1_compact_grad_accum), so the need is a
@@ -228,7 +228,7 @@ def test_a_lower_bound_peak_is_never_fits():
     m = _mlp()
     cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
            "data_types": {"grad_accum_dtype": "fp32"},
-           "communication_data_type": "fp32", "zero_optimization": {"stage": 1},
+           "communication_data_type": "bf16", "zero_optimization": {"stage": 1},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
     r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
     acc = r.rows[0]

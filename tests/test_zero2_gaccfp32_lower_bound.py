@@ -67,7 +67,7 @@ def test_coarse_regime_says_lower_bound():
     not below bf16 accumulation's peak under the same offload (the compact fp32 partition P x 4 on the accelerator,
     no host buffer, against bf16 accumulation's accelerator gradients), with any communication_data_type: fp32 casts
     every flushed run to 4 bytes (l.2376-2377) beside its flat copy, so its peak is not below the model dtype's. The
-    regime still coarse, ZeRO-1 on an fp16 model with fp32 accumulation and no offload with fp32 communication
+    regime still coarse, ZeRO-1 on an fp16 model with fp32 accumulation and no offload with bf16 communication
     (DeepSpeedZeroOptimizer's fp32 param.grad_accum copies, l.397-404, l.1237, without the walk of
     state.zero1_compact_grad_accum, which models the sample's own settings), is a lower bound."""
     shape = ("train_batch_size=64", "gradient_accumulation_steps=8")
@@ -78,7 +78,7 @@ def test_coarse_regime_says_lower_bound():
     comm32 = _estimate(*shape, FP32, OFF, "communication_data_type=fp32")
     assert comm32["assumptions"]["peak_lower_bound"] is None and _peak(comm32) >= _peak(fp32)
     Z1FP16 = ("zero_optimization.stage=1", 'bf16={"enabled":false}', 'fp16={"enabled":true}',
-              "communication_data_type=fp32")
+              "communication_data_type=bf16")
     assert _estimate(*shape, FP32, *Z1FP16[:3])["assumptions"]["peak_lower_bound"] is None
     d = _estimate(*shape, FP32, *Z1FP16)
     lb = d["assumptions"]["peak_lower_bound"]

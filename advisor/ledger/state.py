@@ -4940,8 +4940,8 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     """Whether this plan is the ZeRO-1 fp32 gradient accumulation regime without offload that
     :func:`zero12_backward_transients` models: DeepSpeedZeroOptimizer at stage 1 on an fp16 model with
     ``data_types.grad_accum_dtype`` fp32 (bf16 with fp32 takes BF16_Optimizer, ``engine.py`` l.2305-2310), no optimizer
-    offload, ``communication_data_type`` the model's, ``contiguous_gradients`` and ``overlap_comm`` on or off, any param
-    groups (``groups``, the plan's trainable param groups, kept for the callers: the walk is
+    offload, ``communication_data_type`` the model's or fp32, ``contiguous_gradients`` and ``overlap_comm`` on or off, any
+    param groups (``groups``, the plan's trainable param groups, kept for the callers: the walk is
     :func:`_zero12_compact_groups_transients` for several; without contiguous_gradients
     :func:`_zero12_noncontig_compact_transients` with ``keep_all``). What was measured; other ZeRO-1 plans with an accumulation
     dtype unlike the model's stay lower bounds (:func:`zero12_transients_unmodeled`).
@@ -4992,10 +4992,18 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     (l.2272), so all N x 4 stay whole through the boundary and to the step (kept_grad_accum = N x 4, the later
     groups' through group 0's update). Engine probes (TINY and its decay / no-decay groups, GA 1 and 2, overlap_comm on
     and off, W 2, 2 runs of the TINY GA-2 pair, 2026-12-06): coarse forward:2 +173,472 B (100.4%), backward:2 +202,974 /
-    +256,478 B (+295,010 on rank 1 with overlap_comm), step:4 +198,288 / +251,454 B; now every phase within 0.37%."""
+    +256,478 B (+295,010 on rank 1 with overlap_comm), step:4 +198,288 / +251,454 B; now every phase within 0.37%.
+    ``communication_data_type`` fp32: the 4-byte runs are reduced as they are (no cast, l.2376) and the reduced slices
+    reach the fp32 partition without ``source.to(fp32)``'s copy (l.1326; the walks' ``fp32_slices``); without
+    contiguous_gradients and with overlap_comm the boundary's peak is then a hook's accumulation beside the partitions
+    made before it (:func:`_zero12_noncontig_compact_transients`' hook moments). Engine probes (TINY and its decay /
+    no-decay groups, GA 1 and 2, overlap_comm, contiguous_gradients off, 8 cells, TINY GA 2 in 2 runs, 2026-12-06):
+    coarse forward:2 +213,472 B (123.5%), backward:2 +140,038 / +217,084 B; +62,982 B (13%) at rank 1's backward:2
+    without the hook moments (buckets off, overlap on, two groups); now every phase within 0.37%. bf16 communication
+    (an fp16 model) stays a lower bound: probes +76% / +96% at backward:2, not modelled."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.comm_dtype == ec.model_dtype)
+            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.comm_dtype in (ec.model_dtype, "fp32"))
 
 
 def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -5045,12 +5053,12 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
     cast l.1326), forward:2 to step:4 +4-9% on rank 1.
     Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) with
-    the model's communication dtype is modelled since, any buckets and param groups (:func:`zero1_compact_grad_accum`,
-    cells z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2 and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2,
-    ``contiguous_gradients`` off, the newcomer's tests/data/lb15 buckets, in probes: every phase within 0.37%, the
-    decomposition below); with another ``communication_data_type`` (engine probe, TINY W 2 GA 2 with fp32
-    communication, 2026-12-06, coarse: forward:2 +213,472 B (123.5%), backward:2 +140,038 / +217,084 B, step:4
-    +65,452 / +195,674 B; each run cast to 4 bytes, the reduced slice added without a cast copy) it is left off, as a 16-bit accumulation dtype unlike the model's
+    the model's or fp32 communication dtype is modelled since, any buckets and param groups
+    (:func:`zero1_compact_grad_accum`, cells z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2 and
+    z1_fp16_gaccfp32_overlap_groups_tbsga2_w2, ``contiguous_gradients`` off, the newcomer's tests/data/lb15 buckets, and
+    fp32 communication in probes: every phase within 0.37%, the decomposition below); with bf16 communication (engine
+    probes, TINY W 2 GA 2, 2026-12-06, coarse: forward:2 +213,472 B (123.5%), backward:2 +263,438 B (76%) on rank 1;
+    the newcomer's buckets with two groups +95.7%: each run cast to bf16, the slices cast back) it is left off, as a 16-bit accumulation dtype unlike the model's
     at ZeRO-1 without offload (not measured). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
     boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
     slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
@@ -5204,7 +5212,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
     model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
     z2_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-1 on an fp16 model with fp32 accumulation without offload
-    (the model's communication dtype; any buckets and param groups): :func:`zero1_compact_grad_accum`."""
+    (the model's or fp32 communication; any buckets and param groups): :func:`zero1_compact_grad_accum`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
@@ -5965,11 +5973,15 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # 0: the hooks' fp32 copies are their own entries, zero12_offload_fp32_accum_hooks) and no partition exists
         # before the boundary (A'_r = R'_r = 0)
         C = _zero12_replay_bytes(ec, layouts)[1]
+        # fp32 communication: the 4-byte runs are reduced as they are (no cast, l.2376) and the rank's slices reach the
+        # fp32 partition without ``source.to(fp32)``'s copy (l.1326)
+        f32 = ec.comm_dtype == "fp32"
         if len(layouts) > 1:  # one compact partition per group, made at the rank's first flush of that group
             return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
-                                                     C=C, keep_unowned=True).map(lambda t: (0, t[1], t[2], 0, 0))
+                                                     C=C, keep_unowned=True, fp32_slices=f32).map(
+                lambda t: (0, t[1], t[2], 0, 0))
         return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
-                                          C=C, keep_unowned=True).map(lambda t: (0, t[1], t[2], 0, 0))
+                                          C=C, keep_unowned=True, fp32_slices=f32).map(lambda t: (0, t[1], t[2], 0, 0))
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
         if len(layouts) > 1:
             return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
@@ -6024,7 +6036,7 @@ def _xl_runs(own: list[tuple[int, int, int]], P: int, rbs: int) -> Iterator[tupl
 def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
                                hooked: "Sequence[int]", first: Runs, gmax: Runs, C: int = 0,
-                               keep_unowned: bool = False) -> Runs:
+                               keep_unowned: bool = False, fp32_slices: bool = False) -> Runs:
     """Runs of (A_r, R_r, G_r, A'_r, R'_r) per rank, bytes, for :func:`zero12_compact_grad_buffer`'s regime (ZeRO-2,
     bf16 with ``grad_accum_dtype`` fp32, one param group): :func:`zero12_backward_transients`' terms with the compact
     fp32 buffer (P x 4) in place of grads_in_partition, and A'_r / R'_r what a micro-step after the first adds
@@ -6067,7 +6079,7 @@ def _zero12_compact_transients(layouts: list[Zero12Layout], W: int, D: int, rbs:
     # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
     # slice reaches _add_to_grad_partition_buffer in C: ``source.to(fp32)`` copies it (n x 4) unless C is fp32 (l.1326)
     cast = C
-    S4 = 0 if C == 4 else 4
+    S4 = 0 if C == 4 or fp32_slices else 4
 
     def run(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
@@ -6229,7 +6241,7 @@ def partition_owners(P: int, W: int, a0: int, n0: int) -> list[tuple[int, int, i
 def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: int, rbs: int, order: "_FlushOrder",
                                       flushes: "_Flushes", copies: "Sequence[int]", A: list[int], xl: "Sequence[int]",
                                       hooked: "Sequence[int]", gmax: Runs, C: int = 0,
-                                      keep_unowned: bool = False) -> Runs:
+                                      keep_unowned: bool = False, fp32_slices: bool = False) -> Runs:
     """:func:`_zero12_compact_transients` with several param groups: runs of (A_r, R_r, G_r, A'_r, R'_r) per rank,
     bytes. Each group g has its own compact fp32 buffer of P_g x 4 bytes (``stage_1_and_2.py``
     _get_compact_grad_partition_buffer(group_idx), l.1303-1310), made by average_tensor at the rank's first flush
@@ -6259,7 +6271,7 @@ def _zero12_compact_groups_transients(layouts: list[Zero12Layout], W: int, D: in
     # costs its flat copy (several slices) + its cast (:func:`_zero12_flush_replay`'s run_bytes), and the reduced
     # slice reaches _add_to_grad_partition_buffer in C: ``source.to(fp32)`` copies it (n x 4) unless C is fp32 (l.1326)
     cast = C
-    S4 = 0 if C == 4 else 4
+    S4 = 0 if C == 4 or fp32_slices else 4
 
     def run(cnt: int, num: int) -> int:
         return (num * D if cnt > 1 else 0) + (num * cast if cnt else 0)
@@ -6740,8 +6752,29 @@ def _zero12_noncontig_compact_transients(ec: EffectiveConfig, layouts: list[Zero
             end = (csum[len(order)] if keep_all else kept) * D + bufend
             red1 = max(red1, end)
             redn = max(redn, end)
+            if hook_at:
+                # ZeRO-1 with overlap_comm: the boundary's hooks are its reduce; hook k accumulates beside the buffers
+                # the flushes before it made (a flush runs in its trigger's hook, after that hook's accumulation)
+                for done, v in hook_at:
+                    red1 = max(red1, v + (buf[done - 1] if done else 0))
+                    redn = max(redn, v + bufend)
             yield red1, redn
 
+    # keep_all with overlap_comm: each hook position k's accumulation moment (bytes over the persistent state) with the
+    # number of flushes done before it: the grad_accum live then (all N when ``held``, else those hooked before k), the
+    # new 16-bit gradient and its sibling's (model dtype) and the fp32 copy being added (l.1237-1239). Engine (TINY as
+    # decay / no-decay groups, W 2 GA 2, fp32 communication, contiguous_gradients off, overlap_comm, 2026-12-06): the
+    # boundary's peak is l1.weight's hook, 4 N + 19,264 x (2 + 4) beside both ranks' partitions, +62,982 B (13%) over
+    # the flushes' moments, which fp32 communication leaves without casts
+    hook_at: list[tuple[int, int]] = []
+    if keep_all and ov:
+        Ds = DTYPE_BYTES[ec.model_dtype]
+        trigs = [t for _, t in flushes if t is not None]
+        T = len(order)
+        for k in range(T):
+            done = bisect.bisect_left(trigs, k)
+            live = csum[T] if held else csum[k]
+            hook_at.append((done, live * D + order.numels[k] * 4 + hooked[k] * Ds))
     pts = {p for e in ent for p in e[:2]} if W > len(order) else range(W)
     vals = Runs.at_points(W, pts, value_at)
     auto = max(hooked, default=0) * D
@@ -8366,7 +8399,7 @@ def compute_ledger(plan: Plan) -> Ledger:
             inv.has_trainable() and (zero12_offload_fp32_accum(ec, wrapper, ga, ng1)
                                      or zero1_compact_grad_accum(ec, wrapper, ng1))):
         # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off) and
-        # zero1_compact_grad_accum (fp16 without offload, the model's communication dtype, any buckets and groups)
+        # zero1_compact_grad_accum (fp16 without offload, fp16 / fp32 communication, any buckets and groups)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

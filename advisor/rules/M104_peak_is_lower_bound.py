@@ -7,8 +7,8 @@ transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucke
 (l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are, without optimizer offload, the
 combinations ``zero12_transients_modeled`` does not cover: a ``data_types.grad_accum_dtype`` unlike the model's
 outside ZeRO-2's fp32 accumulation (e.g. ZeRO-1 on an fp16 model with fp32 accumulation with
-another ``communication_data_type``: with the model's it is modelled, any ``contiguous_gradients`` / ``overlap_comm``
-and param groups; bf16 with fp32 takes BF16_Optimizer,
+a ``communication_data_type`` other than the model's and fp32 (bf16): with the model's or fp32 it is modelled, any
+``contiguous_gradients`` / ``overlap_comm`` and param groups; bf16 with fp32 takes BF16_Optimizer,
 which is modelled). Under CPU optimizer offload every dtype combination is modelled, any param groups,
 any ``communication_data_type``; so is ZeRO-2 with ``contiguous_gradients`` off and another
 ``communication_data_type``. There the accelerator peak estimate prints (and every
@@ -24,7 +24,7 @@ without optimizer offload is still a floor).
 
 Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` equal to the model
 dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there), or for ZeRO-1 on fp16 with fp32
-accumulation the model's ``communication_data_type``; or measure the real peak on
+accumulation the model's (or fp32) ``communication_data_type``; or measure the real peak on
 one accelerator (``ds-advisor measure``) before relying on the fit.
 """
 
@@ -59,12 +59,9 @@ def lower_bound_fix(ec, groups: int) -> str:
         ways.append("offload_optimizer cpu (every grad_accum_dtype is modelled there)")
     if (ec.zero.stage == 1 and ec.offload_optimizer_effective == "none" and ec.model_dtype == "fp16"
             and ec.grad_dtype == "fp32"):
-        # what state.zero1_compact_grad_accum models (any buckets and param groups, the model's communication dtype)
-        need = []
-        if ec.comm_dtype != ec.model_dtype:
-            need.append(f"communication_data_type {ec.model_dtype}")
-        if need:
-            ways.append(" and ".join(need))
+        # what state.zero1_compact_grad_accum models (any buckets and param groups, the model's or fp32 communication)
+        if ec.comm_dtype not in (ec.model_dtype, "fp32"):
+            ways.append(f"communication_data_type {ec.model_dtype} (or fp32)")
     head = ("for a modelled peak set " + " or ".join(ways) + "; otherwise ") if ways else ""
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 
