@@ -733,10 +733,12 @@ class _JoinedMembership:
     whether q minus t is the head of a name with tail t (the heads with each tail, as sets of the shared
     head strings: zero3_container_steps' set of every module name was 104 MB at 1e5 layers, issue 21)."""
 
-    __slots__ = ("names", "tails", "by_tail")
+    __slots__ = ("names", "tails", "by_tail", "dotted")
 
     def __init__(self, names: JoinedNames):
         self.names, self.tails, self.by_tail = names, set(names.tails), {}
+        # every tail "" or ".<module part>" (_layer_module_names): a tail ending q is then q[i:] at one of q's dots
+        self.dotted = all(t[:1] == "." for t in self.tails if t)
 
     def _heads(self, t: str) -> set:
         # made for a tail when a query first ends with it (a pass over the columns each)
@@ -748,7 +750,18 @@ class _JoinedMembership:
     def __contains__(self, q: object) -> bool:
         if not isinstance(q, str):
             return False
-        return any((q[:len(q) - len(t)] if t else q) in self._heads(t) for t in self.tails if q.endswith(t))
+        if not self.dotted:
+            return any((q[:len(q) - len(t)] if t else q) in self._heads(t) for t in self.tails if q.endswith(t))
+        # the tails that end q, found at q's dots, not by trying each of the layer's tails: Kimi-K2 per-expert has
+        # ~1,000 tails, and generate asked 12,480 queries (7.2M endswith, twice its CPU time, issue 21)
+        if "" in self.tails and q in self._heads(""):
+            return True
+        i = q.find(".")
+        while i >= 0:
+            if q[i:] in self.tails and q[:i] in self._heads(q[i:]):
+                return True
+            i = q.find(".", i + 1)
+        return False
 
 
 def _layer_module_names(ts: "Sequence[Any]") -> "JoinedNames | None":
