@@ -894,13 +894,13 @@ def micro_batch_representatives(micros: list[int], per_rank: int, choose: Any, p
     return sorted(out, key=lambda c: -c.micro)
 
 
-#: The ledgers' roles shared by the searches of one :func:`suggest` (None outside it): its up to 64 + 20
+#: The ledgers' roles shared by the searches of one :func:`run` (None outside it): :func:`suggest`'s up to 64 + 20
 #: re-searches of the request (more nodes, an NVMe tier, the sequence-length bisection) fit the same
 #: (config, cluster) plans again, and a plan's ledger (:func:`advisor.ledger.state.compute_ledger`) reads only
 #: its config, inventory and cluster, and its workload only under pipeline parallelism (the pipe buffers,
 #: ``state.pipeline_stage_entries``; the sequence length also in ``excluded``). Issue 21: on Kimi-K2 per-expert
 #: (nothing fits on 16 x 8) the sequence bisection's 12 searches recomputed each ZeRO-1/2 ledger 12 times.
-#: Scoped to suggest so that a search that finds a plan keeps no ledger past its combo (memory).
+#: Scoped to :func:`run` (its first search's too) and dropped as soon as a plan fits (memory).
 _SHARED_LEDGERS: "dict[tuple, tuple] | None" = None
 #: False: :func:`suggest`'s searches compute every ledger again (the reference tests/test_generate_shared_ledgers17.py
 #: compares with).
@@ -1602,7 +1602,8 @@ def suggest(inv: Inventory, hardware: Any, req: Request,
     layout each, minutes): a suggested plan fits, a 3D one might need less. Degrees given
     (--tensor-parallel ...) stay fixed, the others 1: the one layout they name, said in the text."""
     global _SHARED_LEDGERS
-    outer, _SHARED_LEDGERS = _SHARED_LEDGERS, ({} if SHARE_LEDGERS else None)  # the re-searches share ledgers
+    outer = _SHARED_LEDGERS  # the re-searches share ledgers, with run's first search's where it kept them
+    _SHARED_LEDGERS = outer if outer is not None else {} if SHARE_LEDGERS else None
     try:
         return _suggest(inv, hardware, req, rejected)
     finally:
@@ -1733,16 +1734,23 @@ def run(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchResu
     problem = request_problem(inv, req)
     if problem:
         raise AdvisorError(problem)
-    res = search(inv, hardware, req, top=top)
-    if res.best is None:
-        from advisor.findings import render_sized
-        from advisor.units import DEFAULT_UNITS
-
+    global _SHARED_LEDGERS
+    outer = _SHARED_LEDGERS
+    # the search's ledgers kept for suggest's re-searches (_SHARED_LEDGERS), dropped when a plan fits
+    _SHARED_LEDGERS = outer if outer is not None else {} if SHARE_LEDGERS else None
+    try:
+        res = search(inv, hardware, req, top=top)
+        if res.best is not None:
+            return res
         res.suggestions_sized = suggest(inv, hardware, req, res.rejected)
-        res.suggestions = [render_sized(t, s, DEFAULT_UNITS) for t, s in res.suggestions_sized]
-        raise NothingFits("no plan fits " + f"{inv.name} on {req.nodes} x {req.gpus_per_node} "
-                          f"{hardware.accelerator.name if hardware.accelerator else 'accelerators'}", res)
-    return res
+    finally:
+        _SHARED_LEDGERS = outer
+    from advisor.findings import render_sized
+    from advisor.units import DEFAULT_UNITS
+
+    res.suggestions = [render_sized(t, s, DEFAULT_UNITS) for t, s in res.suggestions_sized]
+    raise NothingFits("no plan fits " + f"{inv.name} on {req.nodes} x {req.gpus_per_node} "
+                      f"{hardware.accelerator.name if hardware.accelerator else 'accelerators'}", res)
 
 
 # ---------------------------------------------------------------------------------------------
