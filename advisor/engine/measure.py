@@ -583,6 +583,13 @@ PHASE_INSTANTS = {
     # after the last step (worker._save_phases): save_16bit_model, then save_checkpoint
     "save:16bit": ("save:16bit", "save:16bit:end"), "save": ("save:model", "save:optim", "save"),
 }
+#: The instants the tracker's ``initialize`` phase (from the end of the cast, or of ZeRO-3's partitioning, to
+#: deepspeed.initialize's return) is compared with at its high-water mark, where the plan's timeline has the
+#: instants inside the optimizer's construction (advisor.ledger.timeline.INIT_TRANSIENTS: ZeRO-1/2's
+#: DeepSpeedZeroOptimizer, the flatten and, without optimizer offload, initialize_optimizer_states' zeros).
+#: Elsewhere (stage 0's FP16_Optimizer / BF16_Optimizer, ZeRO-1's BF16_Optimizer, ZeRO-3) initialize is
+#: compared at its end only: see :func:`peak_parity`.
+INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize")
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
 STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
 
@@ -641,8 +648,18 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     Open world: the engine side counts *every* storage, not only those the census knows, so a
     buffer neither side names shows up as a difference. On a CPU accelerator the accelerator and
     pageable host tiers are the same RAM, so both sides are totals over every tier except nvme:
-    the tier split is not proven by a CPU run. The ``initialize`` phase compares the bytes live at
-    its end; before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
+    the tier split is not proven by a CPU run. The ``initialize`` phase compares its high-water mark
+    with the largest of :data:`INIT_PEAK_INSTANTS` where the plan's timeline models the transients inside
+    the optimizer's construction (ZeRO-1/2 with DeepSpeedZeroOptimizer, with and without CPU optimizer
+    offload, fp16 / bf16 / fp32: the flatten and initialize_optimizer_states' zeros,
+    advisor.ledger.timeline.zero12_init_transients; its unclaimed storages are the peak's); elsewhere it
+    compares the bytes live at its end (the tracker's ``end``, its unclaimed storages ``end_unattributed``),
+    since a transient of the phase is not modelled there. Measured 2026-12-06 (TINY, W = 2, high-water
+    mark - end): ZeRO-3 +46,356 B (z3_bf16_w2, z3_bf16_oo_cpu_w2, z3_bf16_zinit_nvme_small_w2: one
+    module's flat all-gather buffer, partition_parameters.py _allgather_params_sequential l.2142, the
+    persistent parameters gathered at the end of initialize); stage 0 FP16_Optimizer +172,836 B
+    (z0_bf16_w2: fused_optimizer.py initialize_optimizer_states l.127, the zeroed fp32 flat gradient of
+    the warm-up step). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
     ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
     the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
     in-place partitioning) compare their peaks with the timeline's instants of those names.
@@ -656,8 +673,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
-    from advisor.ledger.timeline import (GPU_ONLY, init_entries, load_entries, rank_only_entries, resolve_load,
-                                         role_timeline, save_entries)
+    from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_entries, load_entries, rank_only_entries,
+                                         resolve_load, role_timeline, save_entries)
 
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
@@ -682,6 +699,11 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 continue
             # the :norm instants are ZeRO-1/2 only; a step updating one param group at a time has
             # a prep and an update instant per group (timeline.stepped_groups): all of the phase's
+            # initialize at its high-water mark where the timeline models the transients inside it
+            # (INIT_PEAK_COMPARED), else at its end (the tracker's end against the instant initialize)
+            init_peak = ph["phase"] == "initialize" and any(x.key in INIT_TRANSIENTS for x in tl.instants)
+            if init_peak:
+                want = INIT_PEAK_INSTANTS
             idx = [i for i, x in enumerate(tl.instants) if x.key in want or (event and x.phase == event)]
             if not idx:  # initialize:cast without a cast (the ledger has no such instant): nothing to compare
                 continue
@@ -692,15 +714,16 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers)
                             for i in range(len(ser))]
             best = max(idx, key=lambda i: ser[i] - gpu_only[i])
-            got = ph["end"] if ph["phase"] == "initialize" else ph["peak"]
+            at_end = ph["phase"] == "initialize" and not init_peak
+            got = ph["end"] if at_end else ph["peak"]
             cpu_only = 0
-            if ph["phase"] != "initialize" and "peak_excl_cpu_only" in ph:
+            if not at_end and "peak_excl_cpu_only" in ph:
                 cpu_only = got - ph["peak_excl_cpu_only"]
                 got = ph["peak_excl_cpu_only"]
             exp = ser[best] - gpu_only[best]
             # the storages at the instant compared: initialize's end (the tracker's end_unattributed),
             # else the phase's high-water mark
-            at = ph.get("end_unattributed", ph["unattributed"]) if ph["phase"] == "initialize" else ph["unattributed"]
+            at = ph.get("end_unattributed", ph["unattributed"]) if at_end else ph["unattributed"]
             # gloo's own buffers (CPU_ONLY_SITES) are the row's cpu_only bytes, outside the comparison: not
             # listed as unattributed (issue 15: gloo's reduce-scatter buffer was, on a ZeRO-3 --params run)
             at = [u for u in at if not u["site"].startswith(CPU_ONLY_SITES)]

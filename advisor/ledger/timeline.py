@@ -10,7 +10,10 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
 2. without ``zero.Init`` (:func:`init_entries`), phase ``initialize``: ``initialize:cast`` (the
    parameters cast to the 16-bit dtype in host memory, when the load dtype differs) and
    ``initialize:module`` (the whole model moved to the accelerator, before the optimizer
-   partitions or flattens it); then ``initialize``, after ``deepspeed.initialize``;
+   partitions or flattens it); at ZeRO-1/2 (DeepSpeedZeroOptimizer) ``initialize:flatten`` (a param group's
+   flat copy beside the module's parameters) and, without optimizer offload, ``initialize:optimizer_states``
+   (initialize_optimizer_states' zeroed fp32 gradient partitions: :func:`zero12_init_transients`); then
+   ``initialize``, after ``deepspeed.initialize``;
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
    boundary, when GA > 1) of the first iteration; at ZeRO-3 with GA > 2 also ``forward:2``
    (micro-step 2 fetches again what the first backward released);
@@ -64,7 +67,9 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   a module's coalesced re-fetch, ``state.zero3_nvme_refetch_bytes``).
 * ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
-  ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later).
+  ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later);
+  ``init_flatten``: only at ``initialize:flatten`` (its entries are all that is live there);
+  ``init_optimizer_states``: only at ``initialize:optimizer_states``, beside everything live at ``initialize``.
 * ``after_load``: every instant after the load's, ``initialize:cast`` / ``initialize:module`` included
   (``pipe_offstage_layers``: under ``--pipeline-build whole`` the other stages' modules a PipelineModule
   keeps referenced, :data:`PIPELINE_WHOLE_LOAD`).
@@ -187,6 +192,13 @@ HF_NOT_ZERO3 = ("HF Trainer: zero_optimization.stage is not the number 3 in the 
 #: The instants of deepspeed.initialize before the optimizer partitions the model (no zero.Init):
 #: one-off, like the load; the fit reports the step's peak without them too.
 BEFORE_PARTITION = ("initialize:cast", "initialize:module")
+#: The instants inside ZeRO-1/2's optimizer construction (DeepSpeedZeroOptimizer.__init__, no zero.Init):
+#: ``initialize:flatten``, a param group's flat 16-bit copy made beside the module's parameters, and
+#: ``initialize:optimizer_states``, initialize_optimizer_states' zeroed fp32 gradient partitions
+#: (:func:`zero12_init_transients`). One-off, like :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
+INIT_TRANSIENTS = ("initialize:flatten", "initialize:optimizer_states")
+#: Lifetime of each :data:`INIT_TRANSIENTS` instant's entries (live there only).
+INIT_TRANSIENT_LIVES = {"init_flatten": "initialize:flatten", "init_optimizer_states": "initialize:optimizer_states"}
 
 
 @dataclass(frozen=True)
@@ -828,7 +840,8 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     (:func:`zero3_module_partition_peak`) where they go on the accelerator, or the first
     partition in host memory with offload_param cpu, beside the pinned swap buffers with nvme
     (Init(module=...) makes the swapper before partitioning). Under tensor / pipeline / expert
-    parallelism N is the rank's shard (:func:`advisor.model.parallel.shard`)."""
+    parallelism N is the rank's shard (:func:`advisor.model.parallel.shard`). At ZeRO-1/2 also the entries of
+    the instants inside the optimizer's construction (:func:`zero12_init_transients`)."""
     if load.zero_init:
         return []
     inv = ledger.plan.inventory
@@ -880,7 +893,92 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         # (partition_parameters.py l.1836 torch.empty(partition_size)), so measure lists them in_ledger
         src += "; " + src_p
     out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula, src))
+    if zero12_init_transients_apply(ec, ledger, load):
+        extra += zero12_init_transients(ec, ledger, rank)
     return out + extra
+
+
+def zero12_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
+    """Whether the timeline has the :data:`INIT_TRANSIENTS` instants: ZeRO-1/2's DeepSpeedZeroOptimizer
+    (not BF16_Optimizer) built on a model made without zero.Init, without tensor / pipeline parallelism
+    (``initialize:optimizer_states`` only without optimizer offload: with it the zeroed partitions are kept,
+    the ledger's ``fp32_grad``, and DeepSpeed frees nothing at the end of __init__)."""
+    return (ec.zero.stage in (1, 2) and ledger.wrapper == "DeepSpeedZeroOptimizer" and load is not None
+            and not load.zero_init and not ledger.plan.cluster.model_parallel)
+
+
+def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
+    """Entries of the two instants inside ZeRO-1/2's DeepSpeedZeroOptimizer.__init__ (DeepSpeed 0.19.8
+    ``runtime/zero/stage_1_and_2.py``), bytes per rank (the same on every rank: each holds the whole flat
+    group and a P-element partition of it).
+
+    * ``init_flatten_params`` / ``init_flatten_master`` (life ``init_flatten``, instant ``initialize:flatten``):
+      param group g is flattened on the accelerator (flatten_on_accelerator, l.449-453: the usual case; the host
+      fallback is :func:`zero12_flat_fallback`) by flatten_dense_tensors_aligned (l.505-508), a new n_pad_g x D
+      buffer made while the group's parameters are still their own storages; they become views of it only
+      at _update_model_bit16_weights (l.534). Live then: the module's parameters not yet flattened
+      (N - sum_{h<g} n_h) x D (frozen ones included), the flat buffers of groups h <= g, sum n_pad_h x D, and
+      the fp32 master partitions of the earlier groups (l.560-561 detach().clone().to(fp32): sum_{h<g} P_h x 4,
+      in host memory under optimizer offload). The instant is the group g with the most bytes.
+    * ``init_optimizer_grad_zeros`` (life ``init_optimizer_states``, instant ``initialize:optimizer_states``,
+      no optimizer offload only): initialize_optimizer_states (l.934-953, called at l.734) makes a zeroed
+      gradient partition per group, torch.zeros(partition_size_g) in the fp32 master's dtype, all of them
+      before it drops them (l.950-952: ``group.grad = None`` without cpu_offload): sum_g P_g x 4 beside what is
+      live at the end of initialize (the flat buffers and the fp32 master partitions). With offload they are
+      kept (the ledger's ``fp32_grad``).
+
+    Engine (TINY, W = 2, 2026-12-06): z1_bf16_w2 / z1_fp16_w2 initialize's high-water mark 259,276 B = flat
+    86,424 + master 86,424 + the zeros 86,424 (site initialize_optimizer_states:937) + 4 B, where its end is
+    172,852 B; z2_fp32_w2 345,700 B = the fp32 module's 172,836 B + flat 172,848 B (the flatten; the zeros'
+    moment is 4 B from it)."""
+    lays = placement_of(ledger.plan).zero12
+    if not lays:
+        return []
+    D = DTYPE_BYTES[ec.model_dtype]
+    M = 4
+    off = ec.offload_optimizer_effective != "none"
+    m_tier = ("host_pinned" if ec.zero.offload_optimizer.pin_memory else "host_pageable") if off else "accelerator"
+    S = "runtime/zero/stage_1_and_2.py:DeepSpeedZeroOptimizer"
+    g_best, parts = zero12_flatten_terms(ledger, None)
+    src_f = (f"{S}.__init__ (flatten_dense_tensors_aligned l.505-508 beside the group's parameters, made views of "
+             "it at _update_model_bit16_weights l.534)")
+    out = [Entry(rank, "accelerator", "parameters", "init_flatten_params", parts[0], "init_flatten",
+                 f"(N - sum_(h<g) n_h + sum_(h<=g) n_pad_h) x {D} at param group g = {g_best}: the module's "
+                 "parameters not yet flattened beside the flat buffers made so far", src_f)]
+    if parts[1]:
+        out.append(Entry(rank, m_tier, "master_weights", "init_flatten_master", parts[1], "init_flatten",
+                         f"sum_(h<g) P_h x 4 at g = {g_best}: the earlier groups' fp32 master partitions",
+                         f"{S}.__init__ (single_partition_of_fp32_groups, l.560-561)"))
+    if not off:
+        pt = sum(lay.P for lay in lays)
+        out.append(Entry(rank, "accelerator", "gradients", "init_optimizer_grad_zeros", pt * M, "init_optimizer_states",
+                         f"sum_g P_g x 4 = {pt} x 4 (a zeroed fp32 gradient partition per param group, all made "
+                         "before any is dropped)",
+                         f"{S}.initialize_optimizer_states (torch.zeros l.937-939; group.grad = None l.950-952)"))
+    return out
+
+
+def zero12_flatten_terms(ledger: Ledger, free_after_move: int | None) -> tuple[int, tuple[int, int]]:
+    """(g, (accelerator parameter bytes, fp32 master bytes)) per rank at the ``initialize:flatten`` instant
+    (:func:`zero12_init_transients`): the param group g whose flattening has the most bytes live. A group
+    flattened in host memory (:func:`zero12_flat_fallback`'s test: ``free_after_move`` < n_pad_g x D; None: every
+    group on the accelerator) has its parameters moved off the accelerator first (``param.data =
+    torch.empty(1)``, stage_1_and_2.py l.455-460), so only its flat buffer, moved in (l.524), counts there."""
+    plan = ledger.plan
+    lays = placement_of(plan).zero12
+    D = DTYPE_BYTES[plan.config.model_dtype]
+    best, g_best, parts = -1, 0, (0, 0)
+    done_n = done_pad = done_p = 0
+    for g, lay in enumerate(lays):
+        host = free_after_move is not None and free_after_move < lay.n_pad * D
+        params = (plan.inventory.numel - done_n - (lay.n if host else 0) + done_pad + lay.n_pad) * D
+        master = done_p * 4
+        if params + master > best:
+            best, g_best, parts = params + master, g, (params, master)
+        done_n += lay.n
+        done_pad += lay.n_pad
+        done_p += lay.P
+    return g_best, parts
 
 
 def zero12_flat_fallback(ledger: Ledger, free_after_move: int | None) -> int:
@@ -1326,6 +1424,12 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         out.append(Instant("initialize:module", "initialize",
                            "initialize: the whole model on the accelerator, not yet partitioned" if st == 3 else
                            "initialize: the whole model moved to the accelerator (module.to)"))
+    if zero12_init_transients_apply(ec, ledger, load):
+        out.append(Instant("initialize:flatten", "initialize",
+                           "initialize: a flat 16-bit group made beside the parameters"))
+        if ec.offload_optimizer_effective == "none":
+            out.append(Instant("initialize:optimizer_states", "initialize",
+                               "initialize: initialize_optimizer_states' fp32 zeros"))
     out.append(Instant("initialize", "initialize", "after deepspeed.initialize"))
     micro = [1] if ga <= 1 else [1, ga]
     if ga > 2 and any(e.item in ("zero3_refetch_prefetch", "zero3_nvme_refetch") for rl in ledger.ranks
@@ -1442,6 +1546,13 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
           first_fetch: bool = False, first_bwd: tuple[str, ...] = (), save_gather: bool = False) -> bool:
     k, ph = inst.key, inst.phase
     life = e.life
+    if life in INIT_TRANSIENT_LIVES:
+        return k == INIT_TRANSIENT_LIVES[life]
+    if k == "initialize:flatten":  # its entries hold every byte live there (zero12_init_transients)
+        return False
+    if k == "initialize:optimizer_states":  # what is live at the end of initialize, beside the zeros
+        inst = Instant("initialize", ph, inst.label)
+        k = "initialize"
     if life == "first_forward":
         return k == "forward:1"
     if life == "first_backward":

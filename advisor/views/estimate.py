@@ -35,8 +35,9 @@ from advisor.ledger.state import CLASSES, Ledger, RankLedger, ledger_of, plan_op
 from advisor.ledger.ranks import RankSet, rank_fields
 from advisor.ledger.movement import movement_plan  # noqa: F401  (re-exported: estimate's callers name it here)
 from advisor.plan import Cluster, Plan, Workload  # noqa: F401  (Workload re-exported for callers)
-from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, LoadAssumption, Timeline, checkpoint_load_dtype,
-                                     hf_zero3, rank_only_entries, rank_only_ranks, resolve_load, role_timeline, zero12_flat_fallback)
+from advisor.ledger.timeline import (BEFORE_PARTITION, HF_NOT_ZERO3, INIT_TRANSIENTS, LoadAssumption, Timeline,
+                                     checkpoint_load_dtype, hf_zero3, rank_only_entries, rank_only_ranks, resolve_load, role_timeline, zero12_flat_fallback,
+                                     zero12_flatten_terms)
 
 #: Report tiers: host merges pinned and pageable (both are split out under host_split).
 #: ``estimate --format json`` schema (advisor/schemas/estimate-output.schema.json). 2: ranks are
@@ -52,10 +53,13 @@ TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pagea
 #: out of the class table (``tiers``, what every step allocates), on the timeline and in the peak.
 OUTSIDE_STEP = ("load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                 "save_optim", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
-                "first_forward", "first_backward")
+                "init_flatten", "init_optimizer_states", "first_forward", "first_backward")
 #: What the fit's "steady" need leaves out: the load phase and deepspeed.initialize before the
 #: optimizer partitions the model (timeline.BEFORE_PARTITION).
-ONE_OFF = ("load",) + BEFORE_PARTITION
+ONE_OFF = ("load",) + BEFORE_PARTITION + INIT_TRANSIENTS
+#: Left out of the accelerator fit's need (fit_rows): the flatten instant, which DeepSpeed only reaches
+#: when the accelerator has room for it.
+FLATTEN_ONLY = ("initialize:flatten",)
 
 #: Topology rules (advisor/rules/G00x) whose error means DeepSpeed refuses the launch shape (they
 #: are among the rules that ``refuses``: :func:`advisor.rules.refusals`).
@@ -553,20 +557,11 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     if not roles:
         return [FitRow("accelerator", 0, capacity.accelerator, "per rank"),
                 FitRow("host", 0, capacity.host, f"per node ({per_node} rank{'s' if per_node != 1 else ''})")]
-    worst = max(roles, key=lambda r: r.peak()["accelerator"]["bytes"])
-    pk = worst.peak()["accelerator"]
-    st = worst.peak(ONE_OFF)["accelerator"]
     ec = ledger.plan.config
     trainable = ledger.plan.inventory.trainable_numel  # whole model: an upper bound under TP/PP (capped at 5e8)
     shape = dict(world_size=cl.world_size, tensor_parallel=cl.tensor_parallel, pipeline_parallel=cl.pipeline_parallel,
                  deepspeed=deepspeed_extras(ec.zero.stage, trainable, DTYPE_BYTES[ec.grad_dtype]),
                  zero_stage=ec.zero.stage)
-    terms = overhead.terms(pk["bytes"], **shape)
-    st_terms = overhead.terms(st["bytes"], **shape)
-    rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
-                       pk["phase"], pk["instant"], pk["label"], st["bytes"] + sum(t.bytes for t in st_terms),
-                       st["label"], tracked=pk["bytes"], overhead=terms, steady_instant=st["instant"],
-                       lower_bound=ledger.peak_lower_bound))
     # the node's ranks: the per_node lowest ranks, each with its role (roles' rank lists are sorted)
     first = sorted((r, i) for i, role in enumerate(roles) for r in role.ranks[:per_node])[:per_node]
     node = [roles[i] for _, i in first]
@@ -590,13 +585,32 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
         at_mod = max(tl.series(TIER_SET["accelerator"])[j_mod] for tl in tls)
         # DeepSpeed calls empty_cache() just before it asks for the free memory: the allocator's
         # reserve is not counted there, the CUDA context and the NCCL buffers are
-        fallback = zero12_flat_fallback(ledger, capacity.accelerator - at_mod - sum(
-            t.bytes for t in overhead.terms(at_mod, **shape) if t.key != "allocator"))
+        free = capacity.accelerator - at_mod - sum(t.bytes for t in overhead.terms(at_mod, **shape)
+                                                   if t.key != "allocator")
+        fallback = zero12_flat_fallback(ledger, free)
         if fallback:
             # on every role's timeline (the same on each rank), so the timeline table, the HTML
             # chart and the roles' peaks show the instant that decides the host row
             for role in roles:
                 tl_of(role).put(j_mod, FLAT_FALLBACK_ITEM, "host_pageable", "parameters", fallback, FLAT_FALLBACK_LABEL)
+            if "initialize:flatten" in keys:
+                # the group flattened in host memory is not beside its parameters on the accelerator
+                _, (acc_b, _m) = zero12_flatten_terms(ledger, free)
+                for role in roles:
+                    tl_of(role).put(keys.index("initialize:flatten"), "init_flatten_params", "accelerator",
+                                    "parameters", acc_b)
+    # after the fallback's terms are on the timelines: the flatten instant's accelerator bytes depend on it
+    # initialize:flatten is not a need: DeepSpeed flattens a group on the accelerator only when its free memory
+    # holds the flat buffer (stage_1_and_2.py l.449-453), else in host memory (the fallback above)
+    worst = max(roles, key=lambda r: r.peak(FLATTEN_ONLY)["accelerator"]["bytes"])
+    pk = worst.peak(FLATTEN_ONLY)["accelerator"]
+    st = worst.peak(ONE_OFF)["accelerator"]
+    terms = overhead.terms(pk["bytes"], **shape)
+    st_terms = overhead.terms(st["bytes"], **shape)
+    rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
+                       pk["phase"], pk["instant"], pk["label"], st["bytes"] + sum(t.bytes for t in st_terms),
+                       st["label"], tracked=pk["bytes"], overhead=terms, steady_instant=st["instant"],
+                       lower_bound=ledger.peak_lower_bound))
     for tier, ts in (("host", TIER_SET["host"]), ("nvme", TIER_SET["nvme"])):
         sums = [0] * len(inst)
         for tl in tls:
@@ -610,7 +624,7 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
             nodes = -(-cl.world_size // per_node)
             scope = f"all {nodes} node{'s' if nodes != 1 else ''} together ({cl.world_size} ranks, shared tier)"
         j = max(range(len(inst)), key=lambda k: (sums[k], -k))
-        js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in BEFORE_PARTITION]
+        js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in ONE_OFF]
         jst = max(js, key=lambda k: (sums[k], -k))
         if tier == "nvme" and not (sums[j] or capacity.nvme):
             continue
