@@ -1333,3 +1333,33 @@ def test_zero1_overlap_comm_boundary_accumulation_walks_deepspeeds_rules():
         for r in range(W):
             got = [e.bytes for e in led.rank(r).entries if e.item == "accumulate_grad_new"]
             assert got == [want[r]], (seed, W, rbs, sizes, r)
+
+
+def test_zero12_initialize_has_the_flatten_and_the_optimizer_states_zeros():
+    # stage_1_and_2.py DeepSpeedZeroOptimizer.__init__: flatten_dense_tensors_aligned (l.505-508) makes the
+    # n_pad-element flat copy while the parameters are still their own storages (views of it only at l.534);
+    # initialize_optimizer_states (l.934-953) makes torch.zeros(partition_size) in fp32 per group and drops
+    # it without cpu_offload (l.950-952). MLP: N = 43,209; W = 2: n_pad = A_4(N) = 43,212, P = 21,606
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
+    N = 43209
+    tl = _tl(cfg, MLP, 2)
+    keys = [x.key for x in tl.instants]
+    assert keys[:6] == ["load", "initialize:cast", "initialize:module", "initialize:flatten",
+                        "initialize:optimizer_states", "initialize"]
+    assert _at(tl, "initialize:flatten") == (N + 43212) * 2
+    assert _at(tl, "initialize") == 43212 * 2 + 21606 * 4  # the flat buffer + the fp32 master partition
+    assert _at(tl, "initialize:optimizer_states") == 43212 * 2 + 21606 * 4 + 21606 * 4
+    # fp32 at W = 4: n_pad = A_8(N) = 43,216, P = 10,804; the module's fp32 parameters beside the flat copy
+    fp32 = {**cfg, "bf16": {"enabled": False}, "zero_optimization": {"stage": 2}}
+    tl = _tl(fp32, MLP, 4)
+    assert _at(tl, "initialize:flatten") == (N + 43216) * 4
+    assert _at(tl, "initialize:optimizer_states") == 43216 * 4 + 10804 * 4 + 10804 * 4
+    # CPU optimizer offload keeps the zeros (the fp32 gradient partition): no such instant, the flatten stays
+    off = {**cfg, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    tl = _tl(off, MLP, 2)
+    keys = [x.key for x in tl.instants]
+    assert "initialize:optimizer_states" not in keys and _at(tl, "initialize:flatten") == (N + 43212) * 2
+    # ZeRO-3 builds no DeepSpeedZeroOptimizer
+    tl = _tl({**cfg, "zero_optimization": {"stage": 3}}, MLP, 2, zero_init=False)
+    assert not {"initialize:flatten", "initialize:optimizer_states"} & {x.key for x in tl.instants}
