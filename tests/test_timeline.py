@@ -1363,3 +1363,16 @@ def test_zero12_initialize_has_the_flatten_and_the_optimizer_states_zeros():
     # ZeRO-3 builds no DeepSpeedZeroOptimizer
     tl = _tl({**cfg, "zero_optimization": {"stage": 3}}, MLP, 2, zero_init=False)
     assert not {"initialize:flatten", "initialize:optimizer_states"} & {x.key for x in tl.instants}
+
+
+def test_fp16_optimizer_initialize_has_its_warm_up_zeros():
+    # fused_optimizer.py FP16_Optimizer.initialize_optimizer_states (l.125-134): a zeroed fp32 gradient of each
+    # flat fp32 master's size (torch.zeros l.127) for a warm-up step, dropped after it (l.132): N x 4 more than
+    # what is live at initialize (the bf16 flat N x 2, the fp32 master N x 4, Adam's two moments 2 x N x 4)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
+    N = 43209
+    tl = _tl(cfg, MLP, 2)
+    assert "initialize:flatten" not in [x.key for x in tl.instants]
+    assert _at(tl, "initialize") == N * 2 + N * 4 * 3
+    assert _at(tl, "initialize:optimizer_states") == N * 2 + N * 4 * 4

@@ -195,7 +195,7 @@ BEFORE_PARTITION = ("initialize:cast", "initialize:module")
 #: The instants inside ZeRO-1/2's optimizer construction (DeepSpeedZeroOptimizer.__init__, no zero.Init):
 #: ``initialize:flatten``, a param group's flat 16-bit copy made beside the module's parameters, and
 #: ``initialize:optimizer_states``, initialize_optimizer_states' zeroed fp32 gradient partitions
-#: (:func:`zero12_init_transients`). One-off, like :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
+#: (:func:`zero12_init_transients`; stage 0's FP16_Optimizer has the latter: :func:`fp16_optimizer_init_transients`). One-off, like :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
 INIT_TRANSIENTS = ("initialize:flatten", "initialize:optimizer_states")
 #: Lifetime of each :data:`INIT_TRANSIENTS` instant's entries (live there only).
 INIT_TRANSIENT_LIVES = {"init_flatten": "initialize:flatten", "init_optimizer_states": "initialize:optimizer_states"}
@@ -895,6 +895,8 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula, src))
     if zero12_init_transients_apply(ec, ledger, load):
         extra += zero12_init_transients(ec, ledger, rank)
+    elif fp16_optimizer_init_transient_applies(ec, ledger, load):
+        extra += fp16_optimizer_init_transients(ledger, rank)
     return out + extra
 
 
@@ -956,6 +958,29 @@ def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> li
                          "before any is dropped)",
                          f"{S}.initialize_optimizer_states (torch.zeros l.937-939; group.grad = None l.950-952)"))
     return out
+
+
+def fp16_optimizer_init_transient_applies(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
+    """Whether the timeline has ``initialize:optimizer_states`` for stage 0's FP16_Optimizer (fp16 / bf16 with a
+    fused Adam, no pipeline or tensor parallelism, no zero.Init): :func:`fp16_optimizer_init_transients`."""
+    return (ec.zero.stage == 0 and ledger.wrapper == "FP16_Optimizer" and load is not None and not load.zero_init
+            and not ledger.plan.cluster.model_parallel)
+
+
+def fp16_optimizer_init_transients(ledger: Ledger, rank: int) -> list[Entry]:
+    """The entry of ``initialize:optimizer_states`` for stage 0's FP16_Optimizer, bytes per rank: DeepSpeed
+    0.19.8 ``runtime/fp16/fused_optimizer.py`` FP16_Optimizer.initialize_optimizer_states (l.125-134, called
+    at the end of __init__, l.123) gives each fp32 flat master a zeroed gradient of its size
+    (``torch.zeros(self.fp32_groups_flat[i].size())``, l.127), runs the optimizer's step on it (which makes the
+    moments, already counted from ``initialize`` on) and drops it (l.132): the fp32 master's bytes (the ledger's
+    ``fp32_master``, N x 4) once more, beside everything live at ``initialize``.
+    Engine (TINY, W = 2, 2026-12-06, z0_bf16_w2): initialize's high-water mark 777,766 B = its end 604,930 B +
+    172,836 B at fused_optimizer.py initialize_optimizer_states:127."""
+    nb = sum(e.bytes for e in ledger.rank(rank).entries if e.item == "fp32_master")
+    return [Entry(rank, "accelerator", "gradients", "init_optimizer_grad_zeros", nb, "init_optimizer_states",
+                  f"N x 4 = {nb // 4} x 4 (a zeroed fp32 gradient per flat fp32 master, for the warm-up step)",
+                  "runtime/fp16/fused_optimizer.py:FP16_Optimizer.initialize_optimizer_states (torch.zeros l.127; "
+                  ".grad = None l.132)")] if nb else []
 
 
 def zero12_flatten_terms(ledger: Ledger, free_after_move: int | None) -> tuple[int, tuple[int, int]]:
@@ -1424,6 +1449,9 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         out.append(Instant("initialize:module", "initialize",
                            "initialize: the whole model on the accelerator, not yet partitioned" if st == 3 else
                            "initialize: the whole model moved to the accelerator (module.to)"))
+    if fp16_optimizer_init_transient_applies(ec, ledger, load):
+        out.append(Instant("initialize:optimizer_states", "initialize",
+                           "initialize: initialize_optimizer_states' fp32 zeros"))
     if zero12_init_transients_apply(ec, ledger, load):
         out.append(Instant("initialize:flatten", "initialize",
                            "initialize: a flat 16-bit group made beside the parameters"))
