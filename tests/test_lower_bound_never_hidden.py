@@ -7,14 +7,14 @@ need was 5.46 GiB of --gpu-memory 5.9GB (5.49 GiB) and check said GO. That regim
 (``zero12_offload_fp32_accum`` with any param groups, engine cell z1_bf16_noncontig_oo_cpu_gaccfp32_groups_tbsga2_w2):
 its two-group need is the one-group figure, over 5.9 GB. So is the same plan at ZeRO-2 with ``communication_data_type``
 fp32 (MODELLED; ``zero12_offload_compact`` with any communication dtype since issue 15's last regimes). The lower-bound
-checks below use the newcomer's plan on an fp16 model without optimizer offload with ``communication_data_type`` bf16
-(CFG), a regime still left coarse (``zero12_transients_modeled`` does not cover ZeRO-1's fp32 param.grad_accum copies
-with a 16-bit communication dtype unlike the model's, stage_1_and_2.py l.397-404, l.1237; engine probes 2026-12-06, TINY
-W 2 GA 2: backward:2 +263,438 B (76%) on rank 1, forward:2 +123.5%; with these buckets and two groups +95.7% / +100.4%);
-with the model's or fp32 it is modelled in every bucket setting
-(NOOFF, the newcomer's own buckets: ``contiguous_gradients`` off, ``overlap_comm`` on; CONTIG; ``zero1_compact_grad_accum``,
-engine cells z1_fp16_gaccfp32_tbsga2_w2 and, with two param groups as in inv2g.json,
-z1_fp16_gaccfp32_groups_tbsga2_w2 and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2; contiguous_gradients off in probes). What must hold:
+checks below use the newcomer's plan on an fp16 model without optimizer offload with ``grad_accum_dtype`` bf16 (CFG),
+a regime still left coarse (``zero12_transients_modeled`` does not cover ZeRO-1's param.grad_accum copies in a 16-bit
+dtype unlike the model's, stage_1_and_2.py l.397-404, l.1237; engine probe 2026-12-06, these buckets, two groups, W 2
+GA 2: forward:2 +50%, step:4 +15% on rank 1); with fp32 accumulation it is modelled in every bucket setting and
+communication dtype (NOOFF, the newcomer's own buckets: ``contiguous_gradients`` off, ``overlap_comm`` on; CONTIG;
+``zero1_compact_grad_accum``, engine cells z1_fp16_gaccfp32_tbsga2_w2 and, with two param groups as in inv2g.json,
+z1_fp16_gaccfp32_groups_tbsga2_w2 and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2; contiguous_gradients off and fp32 / bf16
+communication in probes). What must hold:
 rule M104 fires exactly when estimate's JSON has assumptions.peak_lower_bound; check is TIGHT (exit 4,
 errors.EXIT_TIGHT), never GO, with the reason in its verdict line; -q prints it; SARIF and GitHub
 annotations carry M104; every accelerator need is printed ">=".
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "lb15"
 NEWCOMER = DATA / "z1_nc_oo_gacc.json"
 NOOFF = DATA / "z1_nc_fp16_gacc_nooff.json"  # NEWCOMER on fp16 without optimizer offload: modelled since
-CFG = DATA / "z1_nc_fp16_gacc_nooff_commbf16.json"  # NOOFF with communication_data_type bf16: still a floor
+CFG = DATA / "z1_nc_fp16_gaccbf16_nooff.json"  # NOOFF with grad_accum_dtype bf16: still a floor
 MODELLED = DATA / "z2_nc_oo_gacc_commfp32.json"  # NEWCOMER at ZeRO-2 with communication_data_type fp32: modelled
 CONTIG = DATA / "z1_fp16_gacc_nooff_contig.json"  # NOOFF with contiguous_gradients on, overlap_comm off
 SHAPE = ["--world-size", "8", "--seq-len", "1024", "--host-memory", "500GB"]
@@ -60,8 +60,8 @@ def test_m104_fires_exactly_when_the_peak_is_a_lower_bound(cfg, inv, floor):
     d = json.loads(p.stdout)  # exit 1 when a tier does not fit (the newcomer's modelled peak is over 5.9 GB)
     lb = d["assumptions"].get("peak_lower_bound")
     m104 = [f for f in d["findings"] if f["code"] == "M104"]
-    # ZeRO-1 fp16 with fp32 accumulation without offload and bf16 communication: not modelled; with the model's
-    # communication dtype, the newcomer's ZeRO-1 and its ZeRO-2 fp32-communication twin: modelled
+    # ZeRO-1 fp16 with bf16 accumulation without offload: not modelled; with fp32 accumulation, the newcomer's ZeRO-1
+    # and its ZeRO-2 fp32-communication twin: modelled
     assert bool(lb) is floor
     assert len(m104) == (1 if lb else 0) and all(f["severity"] == "warning" for f in m104)
     acc = [r for r in d["fit"] if r["tier"] == "accelerator"][0]
@@ -173,26 +173,26 @@ def test_estimate_json_and_sarif_validate_and_the_schema_requires_the_flag():
 
 def test_m100_fix_candidates_in_the_same_regime_carry_the_floor():
     """At the model's 2,048 positions the plan does not fit 5.9 GB (M100); its re-estimated candidates that keep
-    ZeRO-1 on fp16 with fp32 accumulation and no optimizer offload have floors for accelerator needs too; those that
-    leave the regime do not: ZeRO-2 (the compact fp32 partition, state.zero12_compact_grad_buffer), CPU optimizer
-    offload (state.zero12_offload_fp32_accum, fp16 included) and ZeRO-3 (not DeepSpeedZeroOptimizer)."""
+    a 16-bit accumulation dtype unlike the model's (bf16 on fp16) without optimizer offload at ZeRO-1/2 have floors for
+    accelerator needs too (ZeRO-2 with it is not measured either); those that leave the regime do not: CPU optimizer
+    offload (state.zero12_offload_fp32_accum, every dtype pair) and ZeRO-3 (not DeepSpeedZeroOptimizer)."""
     p = run("check", str(CFG), "--model", str(DATA / "inv2g.json"), "--world-size", "8", *GPU, "--format", "json")
     d = json.loads(p.stdout)
     m100 = [f for f in d["findings"] if f["code"] == "M100"]
     assert p.returncode == 1 and m100, d["findings"]
     cands = m100[0]["data"]["candidates"]
-    leave = {"zero_optimization.stage=2", "zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu"}
+    leave = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu"}
     assert cands and all(c["lower_bound"] == (not set(c["set"]) & leave) for c in cands), cands
     assert any(c["lower_bound"] for c in cands) and any(set(c["set"]) & leave for c in cands), cands
     assert "accelerator >= " in m100[0]["fix"] and "lower-bound peak (M104)" in m100[0]["fix"]
 
 
-def test_m104_fix_names_the_modelled_communication_dtype():
-    """CFG is a floor only through its bf16 communication_data_type: M104's fix names the setting
-    state.zero1_compact_grad_accum needs (the model's communication dtype; its buckets, contiguous_gradients off and
-    overlap_comm on, are modelled), which the NOOFF cases above show modelled, on one param group and on two (the HF
-    Trainer's decay / no-decay pair)."""
+def test_m104_fix_names_only_the_accumulation_dtype_and_offload():
+    """CFG is a floor through its bf16 accumulation alone: M104's fix names the model's grad_accum_dtype and CPU
+    optimizer offload, not its buckets or communication dtype (modelled with fp32 accumulation: the NOOFF cases above),
+    on one param group and on two (the HF Trainer's decay / no-decay pair)."""
     for inv in ("inv1g.json", "inv2g.json"):
         d = json.loads(run("estimate", str(CFG), "--model", str(DATA / inv), *SHAPE, *GPU, "--format", "json").stdout)
         fix = " ".join(f["fix"] for f in d["findings"] if f["code"] == "M104")
-        assert "communication_data_type fp16" in fix and "contiguous_gradients" not in fix, (inv, fix)
+        assert "data_types.grad_accum_dtype fp16" in fix and "offload_optimizer cpu" in fix, (inv, fix)
+        assert "contiguous_gradients" not in fix and "communication_data_type" not in fix, (inv, fix)

@@ -4,7 +4,7 @@ estimate text's TIGHT reason names both M104 and M102 when both hold, and the JS
 
 Every expected figure comes from the JSON's own fit row (bytes) printed in GiB (2^30 bytes, units.py), not
 from the code's strings: need, capacity, over = need - capacity, uncertainty. The plan: the newcomer's ZeRO-1 file on
-an fp16 model without optimizer offload with communication_data_type bf16 (z1_nc_fp16_gacc_nooff_commbf16.json, still
+an fp16 model without optimizer offload with grad_accum_dtype bf16 (z1_nc_fp16_gaccbf16_nooff.json, still
 unmodelled; z1_nc_fp16_gacc_nooff.json and its ZeRO-2 fp32-communication twin, used here before, are modelled since
 issue 15's last regimes); the capacities are set from its need: TIGHT = need + half the overhead band (M102 and
 M104 both hold), OVER = need - 1 GiB (M100)."""
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "lb15"
-ARGS = [str(DATA / "z1_nc_fp16_gacc_nooff_commbf16.json"), "--model", str(DATA / "inv2g.json"), "--world-size", "8",
+ARGS = [str(DATA / "z1_nc_fp16_gaccbf16_nooff.json"), "--model", str(DATA / "inv2g.json"), "--world-size", "8",
         "--host-memory", "512GB"]
 
 

@@ -219,16 +219,15 @@ def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
 
 
 def test_a_lower_bound_peak_is_never_fits():
-    """ZeRO-1, fp16, grad_accum_dtype fp32, no optimizer offload, communication_data_type bf16: the regime advisor/ledger/state.py
-    zero12_transients_unmodeled leaves coarse (DeepSpeedZeroOptimizer's fp32 param.grad_accum copies,
-    stage_1_and_2.py l.397-404, l.1237, are modelled under CPU optimizer offload, and without it only with
-    the model's communication dtype, state.zero1_compact_grad_accum), so the need is a
+    """ZeRO-1, fp16, grad_accum_dtype bf16, no optimizer offload: the regime advisor/ledger/state.py
+    zero12_transients_unmodeled leaves coarse (DeepSpeedZeroOptimizer's param.grad_accum copies, stage_1_and_2.py
+    l.397-404, l.1237, are modelled under CPU optimizer offload, and without it only for fp32 accumulation,
+    state.zero1_compact_grad_accum; engine probe 2026-12-06: forward:2 +50%), so the need is a
     floor: with 1 TB free (headroom far beyond the overhead's band) the verdict is tight, not fits, and the line and
     M104 say why (issue #15)."""
     m = _mlp()
     cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
-           "data_types": {"grad_accum_dtype": "fp32"},
-           "communication_data_type": "bf16", "zero_optimization": {"stage": 1},
+           "data_types": {"grad_accum_dtype": "bf16"}, "zero_optimization": {"stage": 1},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
     r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
     acc = r.rows[0]

@@ -4953,7 +4953,7 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     """Whether this plan is the ZeRO-1 fp32 gradient accumulation regime without offload that
     :func:`zero12_backward_transients` models: DeepSpeedZeroOptimizer at stage 1 on an fp16 model with
     ``data_types.grad_accum_dtype`` fp32 (bf16 with fp32 takes BF16_Optimizer, ``engine.py`` l.2305-2310), no optimizer
-    offload, ``communication_data_type`` the model's or fp32, ``contiguous_gradients`` and ``overlap_comm`` on or off, any
+    offload, any ``communication_data_type``, ``contiguous_gradients`` and ``overlap_comm`` on or off, any
     param groups (``groups``, the plan's trainable param groups, kept for the callers: the walk is
     :func:`_zero12_compact_groups_transients` for several; without contiguous_gradients
     :func:`_zero12_noncontig_compact_transients` with ``keep_all``). What was measured; other ZeRO-1 plans with an accumulation
@@ -5012,11 +5012,13 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     made before it (:func:`_zero12_noncontig_compact_transients`' hook moments). Engine probes (TINY and its decay /
     no-decay groups, GA 1 and 2, overlap_comm, contiguous_gradients off, 8 cells, TINY GA 2 in 2 runs, 2026-12-06):
     coarse forward:2 +213,472 B (123.5%), backward:2 +140,038 / +217,084 B; +62,982 B (13%) at rank 1's backward:2
-    without the hook moments (buckets off, overlap on, two groups); now every phase within 0.37%. bf16 communication
-    (an fp16 model) stays a lower bound: probes +76% / +96% at backward:2, not modelled."""
+    without the hook moments (buckets off, overlap on, two groups); now every phase within 0.37%. bf16 communication:
+    the runs' cast is 2 bytes as fp16's and the slices are cast back, so the plan is the fp16-communication one (probes,
+    TINY GA 1 and 2 in 2 runs and the newcomer's buckets with two groups: coarse backward:2 +76% / +96%, now within
+    0.37%)."""
     z = ec.zero
     return (z.stage == 1 and wrapper == "DeepSpeedZeroOptimizer" and ec.offload_optimizer_effective == "none"
-            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32" and ec.comm_dtype in (ec.model_dtype, "fp32"))
+            and ec.model_dtype == "fp16" and ec.grad_dtype == "fp32")
 
 
 def zero12_offload_grad_accum_unused(ec: EffectiveConfig, wrapper: str) -> bool:
@@ -5066,13 +5068,13 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
     probe run) backward:1 +13% / +23% on ranks 0 / 1 (the compact buffer, the extra-large clones l.1446, the fp32
     cast l.1326), forward:2 to step:4 +4-9% on rank 1.
     Without offload, ZeRO-1 on an fp16 model with ``grad_accum_dtype`` fp32 (bf16 takes BF16_Optimizer) with
-    the model's or fp32 communication dtype is modelled since, any buckets and param groups
-    (:func:`zero1_compact_grad_accum`, cells z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2 and
-    z1_fp16_gaccfp32_overlap_groups_tbsga2_w2, ``contiguous_gradients`` off, the newcomer's tests/data/lb15 buckets, and
-    fp32 communication in probes: every phase within 0.37%, the decomposition below); with bf16 communication (engine
-    probes, TINY W 2 GA 2, 2026-12-06, coarse: forward:2 +213,472 B (123.5%), backward:2 +263,438 B (76%) on rank 1;
-    the newcomer's buckets with two groups +95.7%: each run cast to bf16, the slices cast back) it is left off, as a 16-bit accumulation dtype unlike the model's
-    at ZeRO-1 without offload (not measured). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
+    any communication dtype is modelled since, any buckets and param groups (:func:`zero1_compact_grad_accum`, cells
+    z1_fp16_gaccfp32_tbsga2_w2, z1_fp16_gaccfp32_groups_tbsga2_w2 and z1_fp16_gaccfp32_overlap_groups_tbsga2_w2,
+    ``contiguous_gradients`` off, the newcomer's tests/data/lb15 buckets, and fp32 / bf16 communication in probes: every
+    phase within 0.37%, the decomposition below); left off: a 16-bit accumulation dtype unlike the model's at ZeRO-1
+    without offload (engine probe 2026-12-06, fp16 with bf16 accumulation, the newcomer's buckets, two groups, W 2 GA 2:
+    forward:2 +87,054 B (50%), step:4 +78,296 B (15%) on rank 1, backward:1 -13.6% on rank 0; the ledger's peak under
+    the engine's on both ranks). The regime: the hooks keep param.grad_accum (l.1237, N x 4) across micro-steps beside an fp32 ipg bucket (l.3266, RBS x 4), the
     boundary reduces into the compact fp32 partition (l.1268-1270) through the run's cast to fp16 (l.2377) and the
     slice's cast back (l.1326), and the step's fp64 norm copies (l.2684). Engine (TINY W 2, GA 2, reduce_bucket_size
     10,000, real Linears, 2026-12-06, one probe run each, coarse lifetimes): contiguous_gradients on, ranks 0 / 1,
@@ -5225,7 +5227,7 @@ def zero12_transients_modeled(ec: EffectiveConfig, wrapper: str, ga: int, groups
     within 0.37% (the forward's proxy inputs; 0.50% with two param groups), 2 runs, as fp16 communication, an fp16
     model, overlap_comm, GA 1 and TINY_FROZEN_GROUPS with and without overlap_comm (probes, one run each; the cell
     z2_bf16_noncontig_commfp32_tbsga2_w2). ZeRO-1 on an fp16 model with fp32 accumulation without offload
-    (the model's or fp32 communication; any buckets and param groups): :func:`zero1_compact_grad_accum`."""
+    (any communication dtype, buckets and param groups): :func:`zero1_compact_grad_accum`."""
     z = ec.zero
     if zero12_compact_grad_buffer(ec, wrapper) or zero12_compact_grad_buffer(ec, wrapper, noncontig=True):
         return True
@@ -8412,7 +8414,7 @@ def compute_ledger(plan: Plan) -> Ledger:
             inv.has_trainable() and (zero12_offload_fp32_accum(ec, wrapper, ga, ng1)
                                      or zero1_compact_grad_accum(ec, wrapper, ng1))):
         # modelled under zero12_offload_fp32_accum (ZeRO-1 CPU offload, any groups, overlap_comm on or off) and
-        # zero1_compact_grad_accum (fp16 without offload, fp16 / fp32 communication, any buckets and groups)
+        # zero1_compact_grad_accum (fp16 without offload, any communication dtype, buckets and groups)
         excluded.append("ZeRO-1 grad_accum_dtype fp32 param.grad_accum buffers (reference section 4.2)")
     if not optimizer_states(ec).known:
         excluded.append(f"optimizer {ec.optimizer.type!r}: state assumed Adam-like (two fp32 moments)")

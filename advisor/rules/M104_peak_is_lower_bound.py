@@ -6,10 +6,9 @@ transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucke
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
 (l.1268-1274) and the fp64 norm copies (l.2152, l.2684). Those regimes are, without optimizer offload, the
 combinations ``zero12_transients_modeled`` does not cover: a ``data_types.grad_accum_dtype`` unlike the model's
-outside ZeRO-2's fp32 accumulation (e.g. ZeRO-1 on an fp16 model with fp32 accumulation with
-a ``communication_data_type`` other than the model's and fp32 (bf16): with the model's or fp32 it is modelled, any
-``contiguous_gradients`` / ``overlap_comm`` and param groups; bf16 with fp32 takes BF16_Optimizer,
-which is modelled). Under CPU optimizer offload every dtype combination is modelled, any param groups,
+outside ZeRO-2's fp32 accumulation and ZeRO-1 fp16's (modelled with any ``communication_data_type``,
+``contiguous_gradients`` / ``overlap_comm`` and param groups; bf16 with fp32 takes BF16_Optimizer, which is modelled):
+a 16-bit accumulation dtype unlike the model's at ZeRO-1, e.g. bf16 on fp16 (engine probe: forward:2 +50%). Under CPU optimizer offload every dtype combination is modelled, any param groups,
 any ``communication_data_type``; so is ZeRO-2 with ``contiguous_gradients`` off and another
 ``communication_data_type``. There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-124% on the affected phases of its small model
@@ -20,11 +19,10 @@ TIGHT, exit 4, or NO-GO).
 Anti-pattern: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu, a model whose
 norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04 GiB of headroom (that regime
 is modelled since, and so are its fp16 and ZeRO-2 fp32-communication twins; the same plan on an fp16 model
-without optimizer offload is still a floor).
+without optimizer offload is modelled too; with bf16 accumulation it is a floor).
 
 Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` equal to the model
-dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there), or for ZeRO-1 on fp16 with fp32
-accumulation the model's (or fp32) ``communication_data_type``; or measure the real peak on
+dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there); or measure the real peak on
 one accelerator (``ds-advisor measure``) before relying on the fit.
 """
 
@@ -57,11 +55,6 @@ def lower_bound_fix(ec, groups: int) -> str:
     if ec.offload_optimizer_effective == "none" and ec.grad_dtype != ec.model_dtype:
         # every grad_accum_dtype is modelled under CPU optimizer offload (state.zero12_transients_unmodeled)
         ways.append("offload_optimizer cpu (every grad_accum_dtype is modelled there)")
-    if (ec.zero.stage == 1 and ec.offload_optimizer_effective == "none" and ec.model_dtype == "fp16"
-            and ec.grad_dtype == "fp32"):
-        # what state.zero1_compact_grad_accum models (any buckets and param groups, the model's or fp32 communication)
-        if ec.comm_dtype not in (ec.model_dtype, "fp32"):
-            ways.append(f"communication_data_type {ec.model_dtype} (or fp32)")
     head = ("for a modelled peak set " + " or ".join(ways) + "; otherwise ") if ways else ""
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 
