@@ -849,9 +849,9 @@ def module_index(inv: Inventory) -> tuple:
         L = len(names)
         if not L:
             return [], [], [], [0]
-        # packed columns (8 bytes a value, not an int object each: ~60 MB at 1e5 layers; the list of module
-        # starts alone was 81 MB of a 2M-tensor estimate's peak, issue 21)
-        bounds = _packed(itertools.chain((0,), itertools.compress(range(1, L), map(operator.ne, names,
+        # packed columns (4 bytes a value, _narrow, not an int object each: ~60 MB at 1e5 layers; the list of
+        # module starts alone was 81 MB of a 2M-tensor estimate's peak, issue 21)
+        bounds = _narrow(itertools.chain((0,), itertools.compress(range(1, L), map(operator.ne, names,
                                                                                   itertools.islice(names, 1, None))),
                                          (L,)))
         # every module one tensor (a nameless inventory's t0, t1, ...): the heads are the names, not a copy
@@ -866,7 +866,7 @@ def module_index(inv: Inventory) -> tuple:
         if distinct:
             members = ModuleRanges(bounds)
             # every module one tensor (a nameless inventory's t0, t1, ...): tensor i is module i
-            mod_of = _packed(range(L)) if len(heads) == L else _packed(itertools.chain.from_iterable(
+            mod_of = _narrow(range(L)) if len(heads) == L else _narrow(itertools.chain.from_iterable(
                 map(itertools.repeat, range(len(heads)), map(len, members))))
             return members, mod_of, heads, bounds
         index: dict[str, int] = {}
