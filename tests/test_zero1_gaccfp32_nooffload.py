@@ -244,3 +244,20 @@ def test_two_param_groups_by_hand(r):
     for (k, rr), eng in GENGINE.items():
         if rr == r:
             assert abs(eng - s[k]) <= 0.01 * eng, (k, eng, s[k])
+
+
+def test_overlap_comm_keeps_both_buffers_by_hand():
+    """overlap_comm's two fp32 ipg buffers: setup_buckets resets the index to 0 (l.3270) and each flush a hook triggers
+    swaps it (l.1427-1429), so eight 6,000-element tensors at reduce_bucket_size 10,000 are flushed one at a time,
+    alternately from buffer 0 and 1, in hook order t7 .. t0; rank 0 owns t0-t3 (P = 24,000) and keeps the views of
+    t4-t7 (l.2272-2274), rank 1 those of t0-t3, in both buffers: 2 x RBS x 4 to the step's norm. Engine probe
+    (2026-12-06, W 2, GA 2 and GA 1, flat proxy): steady_step:norm 608,060 B on both ranks, 40,060 B over the ledger
+    that counted one buffer; now +60 B (proxy scalars)."""
+    inv = {"name": "small8", "tensors": [{"name": f"t{i}.w", "shape": [6000]} for i in range(8)]}
+    n, p = 48000, 24000
+    for r in (0, 1):
+        led, s = _series(_cfg(overlap_comm=True), r, inv)
+        assert not led.peak_lower_bound
+        base = n * 2 + p * 4 + 4 * p + 6000 * 8 + 2 * BUCKET  # flat fp16, master, partition, the fp64 copy, 2 buffers
+        assert s["first_step:norm"] == base
+        assert s["steady_step:norm"] == base + 8 * p and 608060 - s["steady_step:norm"] == 60

@@ -4538,7 +4538,8 @@ def zero12_offload_fp32_accum_hooks(ec: EffectiveConfig, inv: Inventory) -> tupl
     return a1, G * N + a2, a1o
 
 
-def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int) -> Runs:
+def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layout], W: int,
+                                   buffer_of: "list[list[int]] | None" = None) -> Runs:
     """Runs of, per rank r, the bytes of grad_accum storages the boundary reduce leaves to the step under
     :func:`zero12_offload_fp32_accum` (any param groups): the fp32 clone (``stage_1_and_2.py`` l.1446) of every
     gradient over ``reduce_bucket_size`` whose tensor does not meet r's slice, n_p x 4, plus the fp32 ipg bucket
@@ -4549,24 +4550,31 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
     partition (each group its own flat buffer, get_data_parallel_partitions l.2559), the clones summed over the groups
     and the one ipg bucket (every group's hooks fill it) kept where any group's bucketed gradient misses the slice;
     engine (TINY_FROZEN_GROUPS, W 2, GA 2, 2 runs, 2026-12-06): step:2 / step:4 rank 0 +38,476 / +40,070 B without the
-    bucket (l1.bias and l3.bias miss rank 0's slices), now within 0.4%. O(tensors + points x groups x log tensors)."""
+    bucket (l1.bias and l3.bias miss rank 0's slices), now within 0.4%. O(tensors + points x groups x log tensors).
+    ``buffer_of``: with ``overlap_comm`` (:func:`zero1_compact_grad_accum`) the bucket has two buffers and a gradient
+    sits in the one its flush used (per group, per tensor: 0 or 1, :func:`_zero1_overlap_buffers`); each buffer a
+    missing gradient sits in is kept (RBS x 4 each)."""
     rbs = int(ec.zero.reduce_bucket_size)
     G = DTYPE_BYTES[ec.grad_dtype]  # the grad_accum dtype's bytes: 4 above, 2 for a 16-bit one (clones and bucket)
     cols = []
-    for lay in layouts:
+    for gi, lay in enumerate(layouts):
         N = lay.numels
+        par = buffer_of[gi] if buffer_of else None
         cols.append((lay, list(itertools.accumulate((n * G if n > rbs else 0 for n in N), initial=0)),
-                     list(itertools.accumulate((1 if 0 < n <= rbs else 0 for n in N), initial=0)), len(N)))
+                     [list(itertools.accumulate((1 if 0 < n <= rbs and (par[i] if par else 0) == b else 0
+                                                 for i, n in enumerate(N)), initial=0)) for b in (0, 1)], len(N)))
 
     def value_at(rs: Iterable[int]):
         for r in rs:
-            kept = small = 0
-            for lay, xcum, scum, T in cols:
+            kept = 0
+            small = [0, 0]
+            for lay, xcum, scums, T in cols:
                 jl, jh = lay.meeting(r) if lay.P > 0 else (0, 0)
                 jh = max(jh, jl)
                 kept += xcum[T] - (xcum[jh] - xcum[jl])
-                small += scum[T] - (scum[jh] - scum[jl])
-            yield kept + (rbs * G if small > 0 else 0)
+                for b, scum in enumerate(scums):
+                    small[b] += scum[T] - (scum[jh] - scum[jl])
+            yield kept + rbs * G * sum(1 for v in small if v > 0)
 
     if W <= sum(c[3] for c in cols):
         pts = set(range(W))
@@ -4576,6 +4584,27 @@ def zero12_offload_fp32_accum_kept(ec: EffectiveConfig, layouts: list[Zero12Layo
             if lay.P > 0:
                 pts |= _change_points(lay, W)
     return Runs.at_points(W, pts, value_at)
+
+
+def _zero1_overlap_buffers(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int) -> list[list[int]]:
+    """Per param group, per tensor: which of the two ipg buffers (0 / 1) its gradient is copied into at the
+    accumulation boundary under :func:`zero1_compact_grad_accum` with ``overlap_comm``: setup_buckets resets the index
+    to 0 (``stage_1_and_2.py`` l.3270) and every flush a hook triggers swaps it (l.1427-1429, extra-large and empty
+    flushes included), so the gradients of the replay's flush j sit in buffer j mod 2 (:func:`_zero12_flush_replay`,
+    hook order). Engine (TINY W 2, 2026-12-06): l3.*, l2.bias (flush 0) and l1.bias (flush 2, after l2.weight's
+    extra-large flush 1) all in buffer 0, setup_buckets l.3266."""
+    _, _, _, order, *_rest = _zero12_flush_replay(ec, inv, layouts, W)
+    flushes = _rest[4]
+    out = [[0] * len(lay.numels) for lay in layouts]
+    grp = order.groups
+    for j, (ks, _) in enumerate(flushes):
+        for k in ks:
+            g = 0 if grp is None else grp[k]
+            i = bisect.bisect_left(layouts[g].starts, order.starts[k])
+            while i + 1 < len(layouts[g].numels) and layouts[g].numels[i] == 0:
+                i += 1  # a zero-size tensor shares its start
+            out[g][i] = j % 2
+    return out
 
 
 def zero12_offload_compact(ec: EffectiveConfig, wrapper: str, groups: int = 1) -> bool:
@@ -4995,9 +5024,9 @@ def zero1_compact_grad_accum(ec: EffectiveConfig, wrapper: str, groups: int = 1)
     hooks' moments lie under the flushes' (no entry of their own; the kept grad_accum entry as at GA > 1). Engine
     (tests/engine/test_peak_parity.py z1_fp16_gaccfp32_overlap_groups_tbsga2_w2, 2 runs; TINY one group and GA 1
     probes, 2026-12-06): coarse forward:2 +253,472 B (146.6%), backward:2 +262,348 / +300,704 B; with the sibling in
-    4 bytes backward:2 -38,492 B (-5.3%); now every phase within 0.37%. Not measured: a plan whose unowned bucketed
-    gradients fall in both buffers (the index swaps at each hook's flush, l.1427-1429) keeps both to the norm, where
-    :func:`zero12_offload_fp32_accum_kept` counts one (TINY's sit in one).
+    4 bytes backward:2 -38,492 B (-5.3%); now every phase within 0.37%. The kept bucket: the index swaps at each hook's
+    flush (l.1427-1429), so a rank keeps each buffer its missing gradients sit in (:func:`_zero1_overlap_buffers`;
+    TINY's sit in buffer 0; eight 6,000-element tensors, probe: both, 40,060 B under with one, now +60 B).
     ``contiguous_gradients`` off (the newcomer's tests/data/lb15 buckets): no ipg buffer (setup_buckets l.3260); the
     bucket holds the grad_accum by reference and reduce_ipg_grads -> _buffered_reduce_fallback_preserving_fp32
     (l.2231-2235 -> l.2484-2511) flattens each run (l.2367, a view for one gradient), casts it to fp16 (l.2377) and the
@@ -8132,9 +8161,11 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
         # the grad_accum the boundary reduce leaves to the step's norm, per rank (offload_kept), and the part of it
         # of the groups after the first, which the step frees only at their own update (kept_later)
         if ec.contiguous_gradients_effective:
-            split = Runs.zip(zero12_offload_fp32_accum_kept(ec, pl.zero12, W),
-                             zero12_offload_fp32_accum_kept(ec, pl.zero12[1:], W) if len(pl.zero12) > 1
-                             else Runs.const(W, 0))
+            # with overlap_comm each of the two buffers a missing gradient sits in (_zero1_overlap_buffers)
+            bo = _zero1_overlap_buffers(ec, inv, pl.zero12, W) if ec.zero.overlap_comm else None
+            split = Runs.zip(zero12_offload_fp32_accum_kept(ec, pl.zero12, W, bo),
+                             zero12_offload_fp32_accum_kept(ec, pl.zero12[1:], W, bo[1:] if bo else None)
+                             if len(pl.zero12) > 1 else Runs.const(W, 0))
         else:
             # without contiguous_gradients stage 1 clears no grad_accum in the reduce (l.2272): all N x 4 to the step,
             # freed at their group's turn (free_grad_in_param_list of params_not_in_partition l.3103 and
