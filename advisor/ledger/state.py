@@ -5144,8 +5144,11 @@ def zero12_transients_unmodeled(ec: EffectiveConfig, wrapper: str, ga: int, grou
         what.append(f"{ec.model_dtype} model with grad_accum_dtype {ec.grad_dtype}")
     if ec.model_dtype not in ("fp16", "bf16", "fp32"):
         what.append(f"model dtype {ec.model_dtype}")
-    measured = ("+5-124% by phase on the engine's small model, +100-124% at the next forward: param.grad_accum, "
-                "l.1237, and the fp32 ipg bucket kept across micro-steps" if z.stage == 1 and ec.grad_dtype != ec.model_dtype else
+    # the ZeRO-1 floor left (zero1_compact_grad_accum models fp32 accumulation on fp16): a 16-bit accumulation dtype
+    # unlike the model's; engine probe 2026-12-06 (fp16 with bf16 accumulation, TINY as decay / no-decay groups,
+    # contiguous_gradients off, overlap_comm, W 2 GA 2): forward:2 +87,054 B (50.4%), step:4 +15% on rank 1
+    measured = ("up to +50% by phase on the engine's small model, at the next forward: param.grad_accum, l.1237, kept "
+                "across micro-steps" if z.stage == 1 and ec.grad_dtype != ec.model_dtype else
                 "+45-66% in backward on the engine's small model where such regimes were measured coarse")
     return (f"ZeRO-{z.stage} backward and gradient-norm transients for this plan ({'; '.join(what) or 'this combination'}): "
             "the flushes' flat copies and casts, the fp32 accumulation of the reduced slices, the previous "
