@@ -2861,7 +2861,10 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
             return out, ca
 
         fwd_best, fwd_where, fwd_k = 0, "", -1  # fwd_k: the module of the forward's best when a module's fetch
-        fetch_b, during_b = [0] * M, [0] * M
+        # per-module moments of the backward (written at s > M only): none in a forward-only run (the GA-2 refetch,
+        # whose forward moment alone is read), which kept two unread M-entry lists and their packed copies at the
+        # replay's peak (issue 21)
+        fetch_b, during_b = ([0] * M, [0] * M) if not forward_only else (None, None)
         start = 0
         held_tried = False
         # identical layers (_replay_jump_plan): the forward's state at some layers' first step, to find a period
@@ -3016,6 +3019,8 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                 qpos, n, cur = queue_prefetch(qpos, n, cur)
             if cur > fwd_best:
                 fwd_best, fwd_where = cur, _TAIL_WHERE
+        if forward_only:
+            return (fwd_best, fwd_where), None, None, cur if M else 0, start
         return (fwd_best, fwd_where), _packed(fetch_b), _packed(during_b), cur if M else 0, start
 
     if all(keep):
