@@ -199,17 +199,27 @@ def test_peak_model_states_never_exceed_stage_0_16bit(k, W, data):
     assert max(m[1:]) <= m[0]
 
 
-def test_fp32_accumulation_at_stage_1_declares_what_it_leaves_out():
-    """Why the peak property above excludes grad_accum_dtype fp32: at ZeRO-1 with
-    DeepSpeedZeroOptimizer the param.grad_accum fp32 buffers (§4.2) are not itemised, so stage 1
-    would look smaller than it is. The ledger must say so."""
+@pytest.mark.parametrize("gacc, floor", [("bf16", True), ("fp32", False)])
+def test_accumulation_unlike_the_model_at_stage_1_declares_what_it_leaves_out(gacc, floor):
+    """Why the peak property above keeps grad_accum_dtype to the model's: at ZeRO-1 without offload a 16-bit
+    accumulation dtype unlike the model's (fp16 model, bf16 accumulation) leaves the flushes' casts and the
+    param.grad_accum copies (stage_1_and_2.py l.1237, l.2377) unitemised, so stage 1 would look smaller than it
+    is (an engine probe, README's M104 list: forward:2 +50%); the ledger must say so. fp32 accumulation is
+    itemised since the ZeRO-1 fp32-accumulation walk (state.zero1_compact_grad_accum, engine cells
+    z1_fp16_gaccfp32_*): then there is nothing to declare, and the fp32 grad_accum copies are entries."""
     inv = Inventory("x", [TensorSpec("w", (4096, 17))])
-    cfg = make_config({"dtype": "fp16", "grad_accum": "fp32", "oo": "none", "op": "none", "rbs": 1000,
+    cfg = make_config({"dtype": "fp16", "grad_accum": gacc, "oo": "none", "op": "none", "rbs": 1000,
                        "overlap": None, "sgs": 10 ** 9, "torch_adam": False, "persist": 0, "pin": True,
                        "contiguous": True}, 1)
     led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(4)))
     assert led.wrapper == "DeepSpeedZeroOptimizer"
-    assert any("grad_accum" in x for x in led.excluded), led.excluded
+    declared = [x for x in led.excluded if "grad_accum" in x]
+    assert bool(declared) == floor, led.excluded
+    assert bool(led.peak_lower_bound) == floor, led.peak_lower_bound
+    if not floor:
+        # the hooks' fp32 grad_accum (4 B per element of the one 4096 x 17 tensor, l.1237) is an entry
+        hooks = sum(e.bytes for e in led.ranks[0].entries if e.item == "grad_accum_hooks")
+        assert hooks >= 4096 * 17 * 4, hooks
 
 
 def _k(**over) -> dict:
