@@ -507,7 +507,8 @@ def test_initialize_without_zero_init_puts_the_whole_model_on_the_accelerator():
     N = 43209
     tl = _tl(cfg, MLP, 4, zero_init=False)
     keys = [x.key for x in tl.instants]
-    assert keys[:4] == ["load", "initialize:cast", "initialize:module", "initialize"]
+    # (between initialize:module and initialize: the parameters gathered for their gradient hooks, tested below)
+    assert keys[:5] == ["load", "initialize:cast", "initialize:module", "initialize:grad_hooks", "initialize"]
     # cast fp32 -> bf16: at tensor 0 all of it fp32 plus tensor 0 in bf16; later tensors are
     # smaller than the bytes already halved, so tensor 0 is the peak
     assert _at(tl, "initialize:cast", HOST) == N * 4 + 19264 * 2 and _at(tl, "initialize:cast") == 0
@@ -1376,3 +1377,20 @@ def test_fp16_optimizer_initialize_has_its_warm_up_zeros():
     assert "initialize:flatten" not in [x.key for x in tl.instants]
     assert _at(tl, "initialize") == N * 2 + N * 4 * 3
     assert _at(tl, "initialize:optimizer_states") == N * 2 + N * 4 * 4
+
+
+def test_zero3_initialize_gathers_each_parameter_for_its_gradient_hook():
+    # stage3.py create_reduce_and_remove_grad_hooks (called at l.519 of __init__): param.all_gather() (l.1504),
+    # the hook registered, param.partition() (l.1531), one parameter at a time: the largest one's flat buffer,
+    # ceil(n / W) x W elements (partition_parameters.py _allgather_params_sequential l.2142), beside what
+    # initialize holds. MLP's largest tensor: 23,177 -> W = 4: 5,795 x 4 = 23,180 elements
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 3}}
+    for zi in (False, True):
+        tl = _tl(cfg, MLP, 4, zero_init=zi)
+        keys = [x.key for x in tl.instants]
+        assert keys.index("initialize:grad_hooks") == keys.index("initialize") - 1
+        assert _at(tl, "initialize:grad_hooks") - _at(tl, "initialize") == 23180 * 2
+    # fp32: the buffer in fp32; W = 1: the whole tensor
+    tl = _tl({**cfg, "bf16": {"enabled": False}}, MLP, 1, zero_init=True)
+    assert _at(tl, "initialize:grad_hooks") - _at(tl, "initialize") == 23177 * 4

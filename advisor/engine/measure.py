@@ -587,10 +587,11 @@ PHASE_INSTANTS = {
 #: deepspeed.initialize's return) is compared with at its high-water mark, where the plan's timeline has the
 #: instants inside the optimizer's construction (advisor.ledger.timeline.INIT_TRANSIENTS: ZeRO-1/2's
 #: DeepSpeedZeroOptimizer, the flatten and, without optimizer offload, initialize_optimizer_states' zeros;
-#: stage 0's FP16_Optimizer, its warm-up step's zeros). Elsewhere (stage 0 without a 16-bit wrapper or with
-#: FP16_UnfusedOptimizer / BF16_Optimizer, ZeRO-1's BF16_Optimizer, ZeRO-3) initialize is compared at its end
-#: only: see :func:`peak_parity`.
-INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize")
+#: stage 0's FP16_Optimizer, its warm-up step's zeros; ZeRO-3, the gather for each gradient hook). Elsewhere
+#: (stage 0 without a 16-bit wrapper or with FP16_UnfusedOptimizer / BF16_Optimizer, ZeRO-1's BF16_Optimizer,
+#: ZeRO-3 with hpZ or quantized weights, tensor / pipeline parallelism) initialize is compared at its end only:
+#: see :func:`peak_parity`.
+INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:grad_hooks", "initialize")
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
 STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
 
@@ -654,13 +655,13 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     the optimizer's construction (ZeRO-1/2 with DeepSpeedZeroOptimizer, with and without CPU optimizer
     offload, fp16 / bf16 / fp32: the flatten and initialize_optimizer_states' zeros,
     advisor.ledger.timeline.zero12_init_transients; stage 0's FP16_Optimizer: the zeroed fp32 flat gradient of
-    its warm-up step, timeline.fp16_optimizer_init_transients; its unclaimed storages are the peak's); elsewhere it
+    its warm-up step, timeline.fp16_optimizer_init_transients; ZeRO-3, with and without zero.Init and offload: each
+    parameter gathered whole for its gradient hook, timeline.zero3_init_transients; its unclaimed storages are
+    the peak's); elsewhere it
     compares the bytes live at its end (the tracker's ``end``, its unclaimed storages ``end_unattributed``),
     since a transient of the phase is not modelled there. Measured 2026-12-06 (TINY, W = 2, high-water
-    mark - end): ZeRO-3 +46,356 B (z3_bf16_w2, z3_bf16_oo_cpu_w2, z3_bf16_zinit_nvme_small_w2: one
-    module's flat all-gather buffer, partition_parameters.py _allgather_params_sequential l.2142, the
-    persistent parameters gathered at the end of initialize); ZeRO-1's BF16_Optimizer +16 B (its end is its
-    peak: z1_bf16_gaccfp32_tbsga2_w2, z1_bf16_gaccfp32_groups_w2). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
+    mark - end): ZeRO-1's BF16_Optimizer +16 B (its end is its peak: z1_bf16_gaccfp32_tbsga2_w2,
+    z1_bf16_gaccfp32_groups_w2). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
     ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
     the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
     in-place partitioning) compare their peaks with the timeline's instants of those names.

@@ -12,7 +12,9 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    ``initialize:module`` (the whole model moved to the accelerator, before the optimizer
    partitions or flattens it); at ZeRO-1/2 (DeepSpeedZeroOptimizer) ``initialize:flatten`` (a param group's
    flat copy beside the module's parameters) and, without optimizer offload, ``initialize:optimizer_states``
-   (initialize_optimizer_states' zeroed fp32 gradient partitions: :func:`zero12_init_transients`); then
+   (initialize_optimizer_states' zeroed fp32 gradient partitions: :func:`zero12_init_transients`; stage 0's
+   FP16_Optimizer has the latter too), at ZeRO-3 ``initialize:grad_hooks`` (each parameter gathered whole in turn as
+   its gradient hook is registered: :func:`zero3_init_transients`, with zero.Init too); then
    ``initialize``, after ``deepspeed.initialize``;
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
    boundary, when GA > 1) of the first iteration; at ZeRO-3 with GA > 2 also ``forward:2``
@@ -69,7 +71,8 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
   ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later);
   ``init_flatten``: only at ``initialize:flatten`` (its entries are all that is live there);
-  ``init_optimizer_states``: only at ``initialize:optimizer_states``, beside everything live at ``initialize``.
+  ``init_optimizer_states`` / ``init_grad_hooks``: only at ``initialize:optimizer_states`` /
+  ``initialize:grad_hooks``, beside everything live at ``initialize``.
 * ``after_load``: every instant after the load's, ``initialize:cast`` / ``initialize:module`` included
   (``pipe_offstage_layers``: under ``--pipeline-build whole`` the other stages' modules a PipelineModule
   keeps referenced, :data:`PIPELINE_WHOLE_LOAD`).
@@ -196,9 +199,12 @@ BEFORE_PARTITION = ("initialize:cast", "initialize:module")
 #: ``initialize:flatten``, a param group's flat 16-bit copy made beside the module's parameters, and
 #: ``initialize:optimizer_states``, initialize_optimizer_states' zeroed fp32 gradient partitions
 #: (:func:`zero12_init_transients`; stage 0's FP16_Optimizer has the latter: :func:`fp16_optimizer_init_transients`). One-off, like :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
-INIT_TRANSIENTS = ("initialize:flatten", "initialize:optimizer_states")
+#: At ZeRO-3, ``initialize:grad_hooks``: each parameter gathered whole in turn as its gradient hook is
+#: registered (:func:`zero3_init_transients`).
+INIT_TRANSIENTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:grad_hooks")
 #: Lifetime of each :data:`INIT_TRANSIENTS` instant's entries (live there only).
-INIT_TRANSIENT_LIVES = {"init_flatten": "initialize:flatten", "init_optimizer_states": "initialize:optimizer_states"}
+INIT_TRANSIENT_LIVES = {"init_flatten": "initialize:flatten", "init_optimizer_states": "initialize:optimizer_states",
+                        "init_grad_hooks": "initialize:grad_hooks"}
 
 
 @dataclass(frozen=True)
@@ -841,9 +847,11 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     partition in host memory with offload_param cpu, beside the pinned swap buffers with nvme
     (Init(module=...) makes the swapper before partitioning). Under tensor / pipeline / expert
     parallelism N is the rank's shard (:func:`advisor.model.parallel.shard`). At ZeRO-1/2 also the entries of
-    the instants inside the optimizer's construction (:func:`zero12_init_transients`)."""
+    the instants inside the optimizer's construction (:func:`zero12_init_transients`); at ZeRO-3, with or without
+    zero.Init, :func:`zero3_init_transients`."""
+    hooks = zero3_init_transients(ec, ledger, rank) if zero3_init_transients_apply(ec, ledger, load) else []
     if load.zero_init:
-        return []
+        return hooks
     inv = ledger.plan.inventory
     cl = ledger.plan.cluster
     if cl.model_parallel:
@@ -897,7 +905,41 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         extra += zero12_init_transients(ec, ledger, rank)
     elif fp16_optimizer_init_transient_applies(ec, ledger, load):
         extra += fp16_optimizer_init_transients(ledger, rank)
-    return out + extra
+    return out + extra + hooks
+
+
+def zero3_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
+    """Whether the timeline has ``initialize:grad_hooks`` (:func:`zero3_init_transients`): ZeRO-3 with trainable
+    parameters, without tensor / pipeline parallelism, hpZ or quantized weights (their gathers differ), with or
+    without zero.Init."""
+    z = ec.zero
+    return (z.stage == 3 and ledger.wrapper == "DeepSpeedZeroOptimizer_Stage3" and load is not None
+            and not ledger.plan.cluster.model_parallel and (z.zero_hpz_partition_size or 1) <= 1
+            and not z.zero_quantized_weights and ledger.plan.inventory.has_trainable())
+
+
+def zero3_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
+    """The entry of ``initialize:grad_hooks`` at ZeRO-3, bytes per rank: DeepSpeed 0.19.8
+    ``runtime/zero/stage3.py`` DeepSpeedZeroOptimizer_Stage3.__init__ calls create_reduce_and_remove_grad_hooks
+    (l.519), which for every trainable parameter in turn gathers it whole (``param.all_gather()`` l.1504:
+    partition_parameters.py _allgather_params_sequential, a flat buffer of ceil(n / W) x W elements in the 16-bit
+    dtype, l.2142) to register its gradient hook, then partitions it again (``param.partition()`` l.1531): the
+    largest such buffer, beside everything live at ``initialize`` (the optimizer's partitions and buffers are made
+    before it). Engine (TINY, W = 2, 2026-12-06): z3_bf16_w2 / z3_bf16_oo_cpu_w2 / z3_bf16_zinit_nvme_small_w2
+    initialize's high-water mark is its end + 46,356 B = (11,589 x 2) x 2 B, l2.weight's buffer, at site
+    _allgather_params_sequential:2142."""
+    from advisor.ledger.state import zero3_partition_numel
+    inv = ledger.plan.inventory
+    W = max(1, ledger.plan.cluster.zero_world_size)
+    D = DTYPE_BYTES[ec.model_dtype]
+    big = inv.memo(("zero3_hook_gather", W), lambda: max(
+        (zero3_partition_numel(t.numel, W) * W for t in inv.tensors if t.trainable), default=0))
+    return [Entry(rank, "accelerator", "parameters", "init_grad_hook_gather", big * D, "init_grad_hooks",
+                  f"max_p ceil(n_p / W) x W x {D} = {big} x {D} (the largest trainable parameter gathered whole "
+                  "while its gradient hook is registered)",
+                  "runtime/zero/stage3.py:DeepSpeedZeroOptimizer_Stage3.create_reduce_and_remove_grad_hooks "
+                  "(param.all_gather() l.1504, param.partition() l.1531) -> runtime/zero/partition_parameters.py:"
+                  "_allgather_params_sequential (torch.empty l.2142)")] if big else []
 
 
 def zero12_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
@@ -1449,6 +1491,9 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         out.append(Instant("initialize:module", "initialize",
                            "initialize: the whole model on the accelerator, not yet partitioned" if st == 3 else
                            "initialize: the whole model moved to the accelerator (module.to)"))
+    if zero3_init_transients_apply(ec, ledger, load):
+        out.append(Instant("initialize:grad_hooks", "initialize",
+                           "initialize: a parameter gathered for its gradient hook"))
     if fp16_optimizer_init_transient_applies(ec, ledger, load):
         out.append(Instant("initialize:optimizer_states", "initialize",
                            "initialize: initialize_optimizer_states' fp32 zeros"))
@@ -1578,7 +1623,7 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return k == INIT_TRANSIENT_LIVES[life]
     if k == "initialize:flatten":  # its entries hold every byte live there (zero12_init_transients)
         return False
-    if k == "initialize:optimizer_states":  # what is live at the end of initialize, beside the zeros
+    if k in ("initialize:optimizer_states", "initialize:grad_hooks"):  # what is live at initialize's end, beside it
         inst = Instant("initialize", ph, inst.label)
         k = "initialize"
     if life == "first_forward":
