@@ -507,8 +507,10 @@ def test_initialize_without_zero_init_puts_the_whole_model_on_the_accelerator():
     N = 43209
     tl = _tl(cfg, MLP, 4, zero_init=False)
     keys = [x.key for x in tl.instants]
-    # (between initialize:module and initialize: the parameters gathered for their gradient hooks, tested below)
-    assert keys[:5] == ["load", "initialize:cast", "initialize:module", "initialize:grad_hooks", "initialize"]
+    # (between initialize:module and initialize: the fp32 masters' cast and the parameters gathered for their
+    # gradient hooks, tested below)
+    assert keys[:6] == ["load", "initialize:cast", "initialize:module", "initialize:fp32_partitions",
+                        "initialize:grad_hooks", "initialize"]
     # cast fp32 -> bf16: at tensor 0 all of it fp32 plus tensor 0 in bf16; later tensors are
     # smaller than the bytes already halved, so tensor 0 is the peak
     assert _at(tl, "initialize:cast", HOST) == N * 4 + 19264 * 2 and _at(tl, "initialize:cast") == 0
@@ -1394,3 +1396,18 @@ def test_zero3_initialize_gathers_each_parameter_for_its_gradient_hook():
     # fp32: the buffer in fp32; W = 1: the whole tensor
     tl = _tl({**cfg, "bf16": {"enabled": False}}, MLP, 1, zero_init=True)
     assert _at(tl, "initialize:grad_hooks") - _at(tl, "initialize") == 23177 * 4
+
+
+def test_zero3_initialize_casts_and_clones_each_fp32_master():
+    # stage3.py _create_fp32_partitions without offload in 16-bit (l.1167-1171): converted = partition.to(fp32),
+    # then converted.clone(): at sub-group i the masters made so far and the cast, beside the 16-bit partitions.
+    # MLP, W = 2, sub_group_size 10,000 -> S = [21,372, 235] (zero3_sub_groups' docstring, measured):
+    # max(21,372 + 21,372, 21,607 + 235) x 4; the partitions: sum ceil(n/2) = 21,607 elements x 2 B
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "sub_group_size": 10000}}
+    tl = _tl(cfg, MLP, 2, zero_init=True)
+    assert _at(tl, "initialize:fp32_partitions") == 21372 * 2 * 4 + 21607 * 2
+    # optimizer offload casts into host memory (another branch): no such instant
+    off = {**cfg, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    assert "initialize:fp32_partitions" not in [x.key for x in _tl(off, MLP, 2, zero_init=True).instants]

@@ -591,7 +591,8 @@ PHASE_INSTANTS = {
 #: (stage 0 without a 16-bit wrapper or with FP16_UnfusedOptimizer / BF16_Optimizer, ZeRO-1's BF16_Optimizer,
 #: ZeRO-3 with hpZ or quantized weights, tensor / pipeline parallelism) initialize is compared at its end only:
 #: see :func:`peak_parity`.
-INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:grad_hooks", "initialize")
+INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:fp32_partitions",
+                      "initialize:grad_hooks", "initialize")
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
 STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
 

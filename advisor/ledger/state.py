@@ -77,7 +77,7 @@ Tier = Literal["accelerator", "host_pinned", "host_pageable", "nvme"]
 StateClass = Literal["parameters", "gradients", "master_weights", "optimizer_states", "activations", "workspace"]
 Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward_backward", "step_prep",
                "first_step", "load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
-               "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module", "init_flatten", "init_optimizer_states", "init_grad_hooks",
+               "save_optim", "autograd", "reduce", "step_norm", "init_cast", "init_module", "init_flatten", "init_optimizer_states", "init_grad_hooks", "init_fp32_partitions",
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
                "accumulated_reduce", "reduce_step", "compact_accumulated",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",

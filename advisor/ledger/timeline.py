@@ -201,10 +201,12 @@ BEFORE_PARTITION = ("initialize:cast", "initialize:module")
 #: (:func:`zero12_init_transients`; stage 0's FP16_Optimizer has the latter: :func:`fp16_optimizer_init_transients`). One-off, like :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
 #: At ZeRO-3, ``initialize:grad_hooks``: each parameter gathered whole in turn as its gradient hook is
 #: registered (:func:`zero3_init_transients`).
-INIT_TRANSIENTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:grad_hooks")
+#: and, without offload in 16-bit, ``initialize:fp32_partitions`` (each sub-group's fp32 master made by a cast and a clone).
+INIT_TRANSIENTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:fp32_partitions",
+                   "initialize:grad_hooks")
 #: Lifetime of each :data:`INIT_TRANSIENTS` instant's entries (live there only).
 INIT_TRANSIENT_LIVES = {"init_flatten": "initialize:flatten", "init_optimizer_states": "initialize:optimizer_states",
-                        "init_grad_hooks": "initialize:grad_hooks"}
+                        "init_grad_hooks": "initialize:grad_hooks", "init_fp32_partitions": "initialize:fp32_partitions"}
 
 
 @dataclass(frozen=True)
@@ -918,6 +920,14 @@ def zero3_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: LoadA
             and not z.zero_quantized_weights and ledger.plan.inventory.has_trainable())
 
 
+def zero3_fp32_convert_applies(ec: EffectiveConfig) -> bool:
+    """Whether ZeRO-3's _create_fp32_partitions casts each 16-bit sub-group partition and clones the cast
+    (stage3.py l.1167-1171, its last branch): fp16 / bf16 without optimizer or parameter offload (with optimizer
+    offload the cast goes to host memory, l.1157-1160; in fp32 ``.to`` returns the tensor itself, l.1161-1166)."""
+    return ((ec.fp16_enabled or ec.bf16_enabled) and ec.offload_optimizer_effective == "none"
+            and ec.offload_param_effective == "none")
+
+
 def zero3_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
     """The entry of ``initialize:grad_hooks`` at ZeRO-3, bytes per rank: DeepSpeed 0.19.8
     ``runtime/zero/stage3.py`` DeepSpeedZeroOptimizer_Stage3.__init__ calls create_reduce_and_remove_grad_hooks
@@ -927,14 +937,34 @@ def zero3_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> lis
     largest such buffer, beside everything live at ``initialize`` (the optimizer's partitions and buffers are made
     before it). Engine (TINY, W = 2, 2026-12-06): z3_bf16_w2 / z3_bf16_oo_cpu_w2 / z3_bf16_zinit_nvme_small_w2
     initialize's high-water mark is its end + 46,356 B = (11,589 x 2) x 2 B, l2.weight's buffer, at site
-    _allgather_params_sequential:2142."""
+    _allgather_params_sequential:2142.
+
+    Before it, where :func:`zero3_fp32_convert_applies`, ``init_fp32_convert`` (life ``init_fp32_partitions``,
+    instant ``initialize:fp32_partitions``, beside the 16-bit partitions only: the optimizer's buffers come later):
+    _create_fp32_partitions casts each sub-group's 16-bit partition to fp32 and clones the cast (l.1168-1170), so
+    at sub-group i the masters made so far and the cast live together, max_i (sum_(h<=i) s_h + s_i) x 4.
+    Engine: z3_bf16_smallbucket_w1 (W = 1, where the fp32 master is N x 4 and the ipg bucket small) 432,095 B =
+    86,418 + 2 x 172,836 + 5 at stage3.py _create_fp32_partitions:1170, above its grad-hooks moment (412,026)."""
     from advisor.ledger.state import zero3_partition_numel
     inv = ledger.plan.inventory
     W = max(1, ledger.plan.cluster.zero_world_size)
     D = DTYPE_BYTES[ec.model_dtype]
     big = inv.memo(("zero3_hook_gather", W), lambda: max(
         (zero3_partition_numel(t.numel, W) * W for t in inv.tensors if t.trainable), default=0))
-    return [Entry(rank, "accelerator", "parameters", "init_grad_hook_gather", big * D, "init_grad_hooks",
+    out = []
+    if zero3_fp32_convert_applies(ec):
+        from advisor.ledger.state import zero3_sub_groups
+        sgs = zero3_sub_groups(inv, W, ec.zero.sub_group_size)
+        worst = done = 0
+        for sg in sgs:
+            done += sg.numel
+            worst = max(worst, done + sg.numel)
+        out.append(Entry(rank, "accelerator", "master_weights", "init_fp32_convert", worst * 4, "init_fp32_partitions",
+                         f"max_i (sum_(h<=i) s_h + s_i) x 4 = {worst} x 4 (the fp32 masters made so far and sub-group "
+                         "i's cast, cloned into its master), beside the 16-bit partitions",
+                         "runtime/zero/stage3.py:DeepSpeedZeroOptimizer_Stage3._create_fp32_partitions "
+                         "(converted = ....to(self.device, dtype) l.1168-1169, converted.clone() l.1170)"))
+    return out + [Entry(rank, "accelerator", "parameters", "init_grad_hook_gather", big * D, "init_grad_hooks",
                   f"max_p ceil(n_p / W) x W x {D} = {big} x {D} (the largest trainable parameter gathered whole "
                   "while its gradient hook is registered)",
                   "runtime/zero/stage3.py:DeepSpeedZeroOptimizer_Stage3.create_reduce_and_remove_grad_hooks "
@@ -1491,6 +1521,9 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         out.append(Instant("initialize:module", "initialize",
                            "initialize: the whole model on the accelerator, not yet partitioned" if st == 3 else
                            "initialize: the whole model moved to the accelerator (module.to)"))
+    if zero3_init_transients_apply(ec, ledger, load) and zero3_fp32_convert_applies(ec):
+        out.append(Instant("initialize:fp32_partitions", "initialize",
+                           "initialize: a sub-group's fp32 master cast and cloned"))
     if zero3_init_transients_apply(ec, ledger, load):
         out.append(Instant("initialize:grad_hooks", "initialize",
                            "initialize: a parameter gathered for its gradient hook"))
@@ -1623,6 +1656,8 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return k == INIT_TRANSIENT_LIVES[life]
     if k == "initialize:flatten":  # its entries hold every byte live there (zero12_init_transients)
         return False
+    if k == "initialize:fp32_partitions":  # the 16-bit partitions beside it (zero3_init_transients)
+        return e.item == "lp_param_partitions"
     if k in ("initialize:optimizer_states", "initialize:grad_hooks"):  # what is live at initialize's end, beside it
         inst = Instant("initialize", ph, inst.label)
         k = "initialize"

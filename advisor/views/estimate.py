@@ -54,7 +54,7 @@ TIER_SET = {"accelerator": ("accelerator",), "host": ("host_pinned", "host_pagea
 OUTSIDE_STEP = ("load", "load_state_dict", "save", "save_16bit", "save_16bit_end", "save_gather", "save_model",
                 "save_optim", "first_step", "autograd", "reduce", "step_norm", "init_cast", "init_module",
                 "init_flatten", "init_optimizer_states", "init_grad_hooks",
-                "first_forward", "first_backward")
+                "init_fp32_partitions", "first_forward", "first_backward")
 #: What the fit's "steady" need leaves out: the load phase and deepspeed.initialize before the
 #: optimizer partitions the model (timeline.BEFORE_PARTITION).
 ONE_OFF = ("load",) + BEFORE_PARTITION + INIT_TRANSIENTS
