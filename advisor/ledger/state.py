@@ -259,14 +259,12 @@ def zero12_param_alignment(dtype_bytes: int, parameter_alignment: bool) -> int:
     return 16 // math.gcd(16, dtype_bytes) if parameter_alignment else 1
 
 
-def _packed(values: "Iterable[int]") -> "Sequence[int]":
-    """``values`` as an ``array('q')`` (indexing and bisect as on a list, 8 bytes an element, not
-    an int object each: generate at 1e5 layers keeps these per layout and world size, issue 21),
-    or a list when one exceeds int64 (2^48-element tensors x 2e6 tensors could)."""
-    # filled in chunks, not from one list of every value (an int object each: 1.8M of them, ~65 MB, for
-    # a trace at 1e5 layers, issue 21); fromlist leaves the array as it was when a value overflows
+def _filled(values: "Iterable[int]", typecode: str, overflow) -> "Sequence[int]":
+    """``values`` in an ``array(typecode)`` filled in chunks, not from one list of every value (an int
+    object each: 1.8M of them, ~65 MB, for a trace at 1e5 layers, issue 21); when a value does not fit,
+    ``overflow(iterable of every value)`` gives the result (fromlist leaves the array as it was)."""
     it = iter(values)
-    out = array.array("q")
+    out = array.array(typecode)
     while True:
         chunk = list(itertools.islice(it, 65536))
         if not chunk:
@@ -274,7 +272,14 @@ def _packed(values: "Iterable[int]") -> "Sequence[int]":
         try:
             out.fromlist(chunk)
         except OverflowError:
-            return [*out, *chunk, *it]
+            return overflow(itertools.chain(out, chunk, it))
+
+
+def _packed(values: "Iterable[int]") -> "Sequence[int]":
+    """``values`` as an ``array('q')`` (indexing and bisect as on a list, 8 bytes an element, not
+    an int object each: generate at 1e5 layers keeps these per layout and world size, issue 21),
+    or a list when one exceeds int64 (2^48-element tensors x 2e6 tensors could)."""
+    return _filled(values, "q", list)
 
 
 def _narrow(values: "Iterable[int]") -> "Sequence[int]":
@@ -283,16 +288,7 @@ def _narrow(values: "Iterable[int]") -> "Sequence[int]":
     positions, steps and per-module bytes, ~1.8M values each at 1e5 layers (issue 21). Its typecode
     depends on the values: a reader may index, slice, iterate, compare and concatenate it with its own
     slices, but copy it into another array only through ``array.array(typecode, ...)``."""
-    it = iter(values)
-    out = array.array("i")
-    while True:
-        chunk = list(itertools.islice(it, 65536))
-        if not chunk:
-            return out
-        try:
-            out.fromlist(chunk)
-        except OverflowError:  # fromlist leaves ``out`` as it was
-            return _packed(itertools.chain(out, chunk, it))
+    return _filled(values, "i", _packed)
 
 
 @dataclass(frozen=True)
