@@ -294,6 +294,14 @@ def _b(default: bool, doc: str = "") -> dict[str, Any]:
     return s
 
 
+def _true_false(path: tuple[str, ...], default: bool) -> dict[str, Any]:
+    """A key DeepSpeed checks with ``value in [True, False]`` (``defaults.TRUE_FALSE_KEYS``, with its source): the
+    schema still asks for a boolean; ``x-ds-true-false`` tells the lint that 0/1 pass DeepSpeed's test (a style
+    warning) and that anything else is refused while DeepSpeed parses the config."""
+    from advisor.config.defaults import TRUE_FALSE_KEYS
+    return dict(_b(default), **{"x-ds-true-false": TRUE_FALSE_KEYS[path]})
+
+
 def _i(default: Any = None, minimum: int | None = None, nullable: bool = False, doc: str = "") -> dict[str, Any]:
     s: dict[str, Any] = {"type": ["integer", "null"] if nullable else "integer"}
     if minimum is not None:
@@ -417,7 +425,8 @@ def dict_sections() -> dict[str, Any]:
                                       "default": K.CHECKPOINT_TAG_VALIDATION_DEFAULT},
         C.LOAD_UNIVERSAL_CHECKPOINT: _b(C.LOAD_UNIVERSAL_CHECKPOINT_DEFAULT),
         C.USE_NODE_LOCAL_STORAGE_CHECKPOINT: _b(C.USE_NODE_LOCAL_STORAGE_CHECKPOINT_DEFAULT),
-        C.CHECKPOINT_PARALLEL_WRITE: _dict_section({C.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE: _b(False)},
+        C.CHECKPOINT_PARALLEL_WRITE: _dict_section({C.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE: _true_false(
+            (K.CHECKPOINT, C.CHECKPOINT_PARALLEL_WRITE, C.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE), False)},
                                                    "Parallel checkpoint writing."),
         K.CHECKPOINT_SERIALIZATION: _b(K.CHECKPOINT_SERIALIZATION_DEFAULT),
         K.CHECKPOINT_WRITER: _dict_section({

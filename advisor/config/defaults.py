@@ -192,6 +192,26 @@ AIO = SectionDefaults(("aio",), "runtime/swap_tensor/constants.py:AIO_*_DEFAULT"
 #: ``checkpoint.parallel_write``: a plain dict read by ``runtime/config.py:get_checkpoint_parallel_write_pipeline``
 #: (l.398-406: true or false, anything else raises DeepSpeedConfigError), default
 #: ``CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT`` (``runtime/constants.py`` l.362-364).
+#: Keys DeepSpeed 0.19.8 validates with ``value in [True, False]`` and otherwise raises ``DeepSpeedConfigError
+#: ("... value of '<v>' is invalid, expecting: true or false")`` while parsing the config, by key path -> source.
+#: ``in [True, False]`` compares with ``==``, so 1, 0, 1.0 and 0.0 pass (1 == True) and are later used for their
+#: truth (``pipe/module.py`` l.618 ``if self.checkpoint_parallel_write_pipeline``). Found by grepping the 0.19.8
+#: tree for ``in [True, False]`` / ``expecting: true or false``: this is the only such key (the other checkpoint
+#: checks, ``model_checkpointing/config.py`` l.22-28 and ``runtime/config.py`` l.388-395, are string enums).
+TRUE_FALSE_KEYS: dict[tuple[str, ...], str] = {
+    ("checkpoint", "parallel_write", "pipeline_stage"):
+        "runtime/config.py:get_checkpoint_parallel_write_pipeline l.398-406",
+}
+
+
+def ds_true_false(v: Any) -> bool | None:
+    """A value DeepSpeed's ``v in [True, False]`` test accepts (a bool, or a number equal to 0 or 1), as a bool;
+    None for any other, which DeepSpeed refuses while parsing the config (the keys of ``TRUE_FALSE_KEYS``)."""
+    if isinstance(v, (bool, int, float)) and v in (True, False):
+        return bool(v)
+    return None
+
+
 CHECKPOINT_PARALLEL_WRITE = SectionDefaults(
     ("checkpoint", "parallel_write"),
     "runtime/constants.py:CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT", (

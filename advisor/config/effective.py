@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from advisor.config.dtypes import TRAINING_DTYPE_BYTES, training_dtype
 from advisor.config.defaults import (AIO, BF16, CHECKPOINT_PARALLEL_WRITE, FP16, LEGACY_SECTIONS, OFFLOAD_OPTIMIZER,
-                                     OFFLOAD_PARAM, TOP, ZERO, Default, SectionDefaults)
+                                     OFFLOAD_PARAM, TOP, ZERO, Default, SectionDefaults, ds_true_false)
 
 Dtype = Literal["fp16", "bf16", "fp32"]
 Device = Literal["none", "cpu", "nvme"]
@@ -337,14 +337,6 @@ class _Reader:
         return out
 
 
-def _ds_true_false(v: Any) -> bool | None:
-    """A value DeepSpeed's ``v in [True, False]`` test accepts (a bool, or a number equal to 0 or 1), as a bool;
-    None for any other (``runtime/config.py`` get_checkpoint_parallel_write_pipeline l.402-406 raises on it)."""
-    if isinstance(v, (bool, int, float)) and v in (True, False):
-        return bool(v)
-    return None
-
-
 def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
     v = raw.get(key)
     return v if isinstance(v, dict) else {}
@@ -423,11 +415,11 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
             _as_bool, BF16, "enabled"))
         ec.bf16_immediate_grad_update = bool(_Reader(notes, _section(raw, bf16_key), f"/{bf16_key}", True).setting(
             _as_bool, BF16, "immediate_grad_update"))
-    # checkpoint.parallel_write.pipeline_stage: DeepSpeed takes a value ``in [True, False]`` (so 0 and 1 too) and
-    # raises DeepSpeedConfigError for anything else (runtime/config.py l.398-406): noted, the default assumed
+    # checkpoint.parallel_write.pipeline_stage: read as DeepSpeed does (defaults.ds_true_false, TRUE_FALSE_KEYS: 1 and
+    # 1.0 are true); anything else DeepSpeed refuses: noted, the default assumed
     ec.checkpoint_parallel_write_pipeline = bool(_Reader(
         notes, _section(_section(raw, "checkpoint"), "parallel_write"), "/checkpoint/parallel_write", False).setting(
-        _ds_true_false, CHECKPOINT_PARALLEL_WRITE, "pipeline_stage"))
+        ds_true_false, CHECKPOINT_PARALLEL_WRITE, "pipeline_stage"))
     dt = _section(raw, "data_types")
     ec.grad_accum_dtype = _dtype(dt.get("grad_accum_dtype"))
     ec.communication_data_type = _dtype(raw.get("communication_data_type"))

@@ -406,6 +406,21 @@ def _map_error(err, hf: bool) -> list[Finding]:
         return [emit("S003", "error", ptr, f"{where} is {_shown(inst)}; expected {_describe(sch)}",
                         f"set {key} to {_describe(sch)}")]
 
+    if v == "type" and sch.get("x-ds-true-false"):
+        # DeepSpeed's own ``value in [True, False]`` test (defaults.TRUE_FALSE_KEYS, source in the schema)
+        from advisor.config.defaults import ds_true_false
+        src = sch["x-ds-true-false"]
+        as_bool = ds_true_false(inst)
+        if as_bool is not None:
+            return [emit("S003", "warning", ptr,
+                         f"{where} is {_shown(inst)}, not true or false; DeepSpeed 0.19.8 accepts it ({src}: "
+                         f"{_shown(inst)} in [True, False] holds) and reads it as {json.dumps(as_bool)}",
+                         f"write {json.dumps(as_bool)}")]
+        return [emit("S003", "error", ptr,
+                     f"{where} is {_shown(inst)}, expected true or false: DeepSpeed 0.19.8 refuses it while parsing "
+                     f"the config (DeepSpeedConfigError \"value of '{inst}' is invalid, expecting: true or false\", "
+                     f"{src})", f"set {key} to true or false")]
+
     if v == "type":
         expected = err.validator_value
         if ctx == "pydantic":
