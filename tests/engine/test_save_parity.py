@@ -116,4 +116,7 @@ def test_save_parity(cell, runs):
         r1 = next(r for r in rows if r["rank"] == 1 and r["phase"] == "save:16bit")
         assert r0["ledger_instant"] == "save:16bit:end"
         assert r0["ledger"] - r1["ledger"] == 43209 * 2          # N x D on rank 0 (the ledger's GPU copy)
-        assert abs((r0["measured"] - r1["measured"]) - 86428) <= 64  # the CPU run's padded storages
+        # the CPU run's padded storages (64 B), and gloo's race above on either rank: at most one module's gather
+        # buffer more on one side (clean-clone CIs of 2026-12-06 under load: 772 B past the 64 B, and 46,356 B,
+        # l2.weight's whole buffer, on rank 1; both passed alone)
+        assert abs((r0["measured"] - r1["measured"]) - 86428) <= 64 + race, (r0["measured"], r1["measured"], race)
