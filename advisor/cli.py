@@ -684,12 +684,11 @@ def _check_checkpointing(wl, inv) -> None:
         raise _fail(f"{src} {v['checkpointing']}: {problem}")
 
 
-def _warn_zero_init_ignored(zero_init_source: str | None) -> None:
-    """Warn on stderr when ``--zero-init`` was given below ZeRO-3 (the load assumption's
-    ``zero_init_source``; :func:`advisor.ledger.timeline.zero_init_ignored_warning` says why)."""
-    from advisor.ledger.timeline import zero_init_ignored_warning
-    w = zero_init_ignored_warning(zero_init_source)
-    if w:
+def _warn_load_ignored(load) -> None:
+    """Warn on stderr for each load option given where it does nothing (``--zero-init`` below ZeRO-3,
+    ``--pipeline-build`` without pipeline parallelism; :func:`advisor.ledger.timeline.load_ignored_warnings`)."""
+    from advisor.ledger.timeline import load_ignored_warnings
+    for w in load_ignored_warnings(load):
         _say(f"ds-advisor: warning: {w}")
 
 
@@ -790,7 +789,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         cap = _hardware_capacity(cap, hw, aplan)
         load = load_assumption(aplan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, config_input=inp,
                                pipeline_build=a.pipeline_build)
-        _warn_zero_init_ignored(load.zero_init_source if load else None)
+        _warn_load_ignored(load)
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
     # the one plan of this command: effective config, HF resolution, cluster, workload
@@ -802,7 +801,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            cluster=lint_cluster, plan=plan, keep_refusals=True, workload=wl,
                            save_dir=a.save_dir, save_interval_s=a.save_interval)
     load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, pipeline_build=a.pipeline_build)
-    _warn_zero_init_ignored(load.zero_init_source if load else None)
+    _warn_load_ignored(load)
     return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
                         load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
 

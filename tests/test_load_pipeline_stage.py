@@ -144,3 +144,26 @@ def test_m101_under_pipeline_stage_build_says_each_rank_builds_its_stage(tmp_pat
     w = json.loads(run_cli(args + ["--pipeline-build", "whole"]).stdout)
     (m101w,) = [f for f in w["findings"] if f["code"] == "M101"]
     assert "whole model" in m101w["message"] and "other stages' layers" in m101w["message"], m101w["message"]
+
+
+def test_pipeline_build_without_pipeline_parallelism_is_ignored_and_said(tmp_path):
+    """nits17: ``--pipeline-build whole`` at pipeline degree 1 was accepted silently and the JSON said
+    pipeline_build "whole" from "--pipeline-build whole" (and "stage", a LayerSpecs assumption, without the flag),
+    though there is no PipelineModule (the schema: "read only under pipeline parallelism"). Like ``--zero-init``
+    below ZeRO-3 it is now ignored with a warning, and the load section claims no PipelineModule build."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+    base = ["estimate", str(cfg), "--model", "gpt2", "--world-size", "2", "--seq-len", "128", "--format", "json"]
+    plain, flagged = run_cli(base), run_cli(base + ["--pipeline-build", "whole"])
+    assert plain.returncode in (0, 1) and flagged.returncode in (0, 1), flagged.stderr
+    a, b = json.loads(plain.stdout), json.loads(flagged.stdout)
+    for d in (a, b):
+        assert d["load"]["pipeline_build"] is None
+        assert "PipelineModule" not in d["load"]["pipeline_build_source"].replace("no PipelineModule", "")
+    assert "--pipeline-build ignored" in flagged.stderr and "--pipeline-build" not in plain.stderr
+    assert b["load"]["pipeline_build_source"].startswith("--pipeline-build ignored")
+    # the figures do not move: nothing reads the option without pipeline parallelism
+    assert a["ranks"] == b["ranks"] and a["load"]["host_per_rank"] == b["load"]["host_per_rank"]
+    pp = json.loads(run_cli(base[:5] + ["4", "--pipeline-parallel", "2", "--pipeline-build", "whole"]
+                            + base[6:]).stdout)
+    assert pp["load"]["pipeline_build"] == "whole"

@@ -253,7 +253,7 @@ class LoadAssumption:
 
     ``zero_init``: built under ``deepspeed.zero.Init``; ``dtype``: the dtype the weights are
     built/loaded in (fp32, fp16, bf16); ``low_cpu_mem_usage``: no second full copy while
-    loading; ``pipeline_build`` (only read under pipeline parallelism): ``stage``, a PipelineModule
+    loading; ``pipeline_build`` (only read under pipeline parallelism; None where the plan has none): ``stage``, a PipelineModule
     from LayerSpecs builds only its stage (:data:`PIPELINE_STAGE_LOAD`), or ``whole``, the model built
     whole on every rank and its modules given to PipelineModule (:data:`PIPELINE_WHOLE_LOAD`);
     ``*_source``: why (a flag, the HF Trainer's behaviour, or the default assumed)."""
@@ -270,7 +270,7 @@ class LoadAssumption:
     #: What it was resolved from (:class:`LoadOptions`; by default nothing given, no HF Trainer).
     #: Not part of the assumption's value (equality) nor of its JSON.
     options: LoadOptions = field(default=LoadOptions(), compare=False)
-    pipeline_build: str = "stage"
+    pipeline_build: str | None = "stage"
     pipeline_build_source: str = ("assumed: a PipelineModule from LayerSpecs, each rank building its stage's layers "
                                   "(pass --pipeline-build whole for a model built whole and then given as modules)")
 
@@ -299,6 +299,27 @@ def hf_zero3(plan: Any) -> bool | None:
 ZERO_INIT_IGNORED = "--zero-init ignored"
 
 
+#: How ``LoadAssumption.pipeline_build_source`` begins when ``--pipeline-build`` is given without pipeline
+#: parallelism (:func:`load_ignored_warnings` turns it into a stderr warning).
+PIPELINE_BUILD_IGNORED = "--pipeline-build ignored"
+#: Why ``LoadAssumption.pipeline_build`` is None at pipeline degree 1: there is no PipelineModule to build.
+PIPELINE_BUILD_NOT_READ = ("not read without pipeline parallelism (--pipeline-parallel 1): no PipelineModule, "
+                           "the model is built as one module")
+
+
+def load_ignored_warnings(load: "LoadAssumption | None") -> list[str]:
+    """The warnings (without the "ds-advisor: warning: " prefix) for load options given where they do nothing:
+    ``--zero-init`` below ZeRO-3 (:func:`zero_init_ignored_warning`) and ``--pipeline-build`` without pipeline
+    parallelism (no PipelineModule: the option only chooses how a PipelineModule gets its layers,
+    ``pipe/module.py`` PipelineModule.__init__ / _build, LayerSpec.build)."""
+    if load is None:
+        return []
+    out = [w for w in (zero_init_ignored_warning(load.zero_init_source),) if w]
+    if load.pipeline_build_source.startswith(PIPELINE_BUILD_IGNORED):
+        out.append(load.pipeline_build_source)
+    return out
+
+
 def zero_init_ignored_warning(zero_init_source: str | None) -> str | None:
     """The warning (without the "ds-advisor: warning: " prefix) when ``--zero-init`` was given at
     ZeRO-0/1/2 (``zero_init_source`` from :func:`resolve_load`), else None. Why it does nothing
@@ -317,7 +338,7 @@ def zero_init_ignored_warning(zero_init_source: str | None) -> str | None:
 def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str | None = None,
                  low_cpu_mem_usage: bool | None = None, hf: bool = False,
                  hf_is_zero3: bool | None = None, checkpoint_dtype: str | None = None,
-                 pipeline_build: str | None = None) -> LoadAssumption:
+                 pipeline_build: str | None = None, pipeline_parallel: int | None = None) -> LoadAssumption:
     """The :class:`LoadAssumption` for a plan: flags win; with ``hf`` the HF Trainer's behaviour
     (zero.Init exactly at ZeRO-3); otherwise the same choice, stated as assumed (a plain script
     may build the model before initialize at ZeRO-3: ``--no-zero-init``); fp32, one copy.
@@ -331,7 +352,10 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     as transformers >= 5 loads it (``modeling_utils.py`` PreTrainedModel.from_pretrained:
     ``if dtype is None: dtype = "auto"``, transformers 5.25.0 l.4236-4237); without one, fp32.
     ``pipeline_build`` (``stage`` / ``whole``, :data:`PIPELINE_BUILDS`; None: ``stage`` assumed): how a
-    PipelineModule gets its layers, read only under pipeline parallelism (:func:`load_entries`).
+    PipelineModule gets its layers, read only under pipeline parallelism (:func:`load_entries`);
+    ``pipeline_parallel`` (the plan's pipeline degree; None: unknown): at 1 there is no PipelineModule, so
+    ``pipeline_build`` is None with why, and a given ``--pipeline-build`` is ignored
+    (:data:`PIPELINE_BUILD_IGNORED`, :func:`load_ignored_warnings`), as ``--zero-init`` is below ZeRO-3.
     Raises ValueError for an unknown ``dtype`` or ``pipeline_build``."""
     st = ec.zero.stage
     if zero_init is not None:
@@ -373,8 +397,12 @@ def resolve_load(ec: EffectiveConfig, zero_init: bool | None = None, dtype: str 
     sd = (checkpoint_dtype if checkpoint_dtype in LOAD_DTYPES else dt) if hf and zi else None
     if pipeline_build is not None and pipeline_build not in PIPELINE_BUILDS:
         raise ValueError(f"pipeline build {pipeline_build!r}: expected one of {', '.join(PIPELINE_BUILDS)}")
-    pb, pbs = ((pipeline_build, f"--pipeline-build {pipeline_build}") if pipeline_build is not None else
-               ("stage", LoadAssumption.pipeline_build_source))
+    if pipeline_parallel == 1:
+        pb, pbs = None, (f"{PIPELINE_BUILD_IGNORED} ({pipeline_build}): " if pipeline_build is not None else "") + \
+            PIPELINE_BUILD_NOT_READ
+    else:
+        pb, pbs = ((pipeline_build, f"--pipeline-build {pipeline_build}") if pipeline_build is not None else
+                   ("stage", LoadAssumption.pipeline_build_source))
     return LoadAssumption(zi, zs, dt, ds, lc, ls, sd, LoadOptions(zero_init, dtype, low_cpu_mem_usage, hf,
                                                                   hf_is_zero3, checkpoint_dtype,
                                                                   pipeline_build=pipeline_build),

@@ -899,10 +899,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     from advisor.views.estimate import load_assumption
     load = load_assumption(plan, zero_init, load_dtype, low_cpu_mem_usage,
                            config_input=config_input if accelerate else None, pipeline_build=pipeline_build)
-    from advisor.ledger.timeline import zero_init_ignored_warning
-    zi_warn = zero_init_ignored_warning(load.zero_init_source if load else None)
-    if zi_warn:  # --zero-init below ZeRO-3 does nothing: a warning, not only the load line's note
-        warnings.append(zi_warn)
+    from advisor.ledger.timeline import load_ignored_warnings
+    # --zero-init below ZeRO-3, --pipeline-build without pipeline parallelism do nothing: a warning each
+    warnings.extend(load_ignored_warnings(load))
     result = estimate(plan, Capacity(accelerator=acc_cap, host=host_cap, nvme=None), findings, hf=plan.hf is not None,
                       overhead=ovh, load=load)
     tiers: list[TierVerdict] = []

@@ -436,10 +436,12 @@ def load_assumption(plan: Plan, zero_init: bool | None = None, dtype: str | None
     launch = getattr(config_input, "launch", None)
     if launch is None:
         return resolve_load(plan.config, zero_init, dtype, low_cpu_mem_usage, hf=plan.hf is not None,
-                            hf_is_zero3=hf_zero3(plan), checkpoint_dtype=ckpt, pipeline_build=pipeline_build)
+                            hf_is_zero3=hf_zero3(plan), checkpoint_dtype=ckpt, pipeline_build=pipeline_build,
+                            pipeline_parallel=plan.cluster.pipeline_parallel)
     z3i = getattr(config_input.resolution, "zero3_init", None)  # accelerate's zero3_init_flag, as resolved
     load = resolve_load(plan.config, zero_init if zero_init is not None else z3i, dtype, low_cpu_mem_usage,
-                        hf=True, checkpoint_dtype=ckpt, pipeline_build=pipeline_build)
+                        hf=True, checkpoint_dtype=ckpt, pipeline_build=pipeline_build,
+                        pipeline_parallel=plan.cluster.pipeline_parallel)
     if zero_init is None and z3i is not None:  # the file's choice, not a flag: say so
         from dataclasses import replace
         flag = launch.plugin.zero3_init_flag
@@ -1047,7 +1049,8 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     via_hf = hf or plan.hf is not None
     acts, note = activations_for(ec, inventory, cluster, workload, hf=via_hf)
     load = load or resolve_load(ec, hf=via_hf, hf_is_zero3=hf_zero3(plan),
-                                checkpoint_dtype=checkpoint_load_dtype(inventory.hf_config))
+                                checkpoint_dtype=checkpoint_load_dtype(inventory.hf_config),
+                                pipeline_parallel=cluster.pipeline_parallel)
     staged = cluster.pipeline_parallel > 1 and acts is not None
     # staged: the roles are split per stage below, each part with its own timeline (group_roles' would
     # be computed for nothing: half of generate's ~50k role timelines at 2^20 ranks, issue 21)

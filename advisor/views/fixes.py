@@ -539,7 +539,8 @@ def _load_for(load: "LoadAssumption", p: "Plan", plan: "Plan") -> "LoadAssumptio
 
     return resolve_load(p.config, o.zero_init, o.dtype, o.low_cpu_mem_usage, hf=o.hf,
                         hf_is_zero3=(p.config.zero.stage == 3) if o.hf else None,
-                        checkpoint_dtype=o.checkpoint_dtype, pipeline_build=o.pipeline_build)
+                        checkpoint_dtype=o.checkpoint_dtype, pipeline_build=o.pipeline_build,
+                        pipeline_parallel=p.cluster.pipeline_parallel)
 
 
 #: At most this many single candidates are paired (so at most 15 pairs are re-estimated), those

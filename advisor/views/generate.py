@@ -1098,7 +1098,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                     if got is not None and unsupported_reason(plan.config, cluster.dp_world_size) is None:
                         plan.derived["ledger"] = Ledger(plan, got[0], got[1], got[2], list(got[3]), got[4])
                 load = resolve_load(plan.config, req.zero_init, req.load_dtype, req.low_cpu_mem_usage, hf=req.hf,
-                                    checkpoint_dtype=ckpt_dtype, pipeline_build=req.pipeline_build)
+                                    checkpoint_dtype=ckpt_dtype, pipeline_build=req.pipeline_build,
+                                    pipeline_parallel=plan.cluster.pipeline_parallel)
                 pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                 led_cache.setdefault(led_key(b, ga), pf.ledger)
