@@ -166,3 +166,79 @@ def test_a_wrong_period_hint_is_refused(monkeypatch, seed):
     walk = _run(monkeypatch, 50_000 + seed, False)
     monkeypatch.setattr(parallel, "layer_repeat", wrong)
     assert _run(monkeypatch, 50_000 + seed, True) == walk
+
+
+def _runs_model(rng: random.Random) -> Inventory:
+    """Tensors without layer names (no ``layer_repeat``): runs of equal shapes, some of them long (the period-1
+    repeat ``state._equal_sizes_run`` finds), short ones and frozen tensors between."""
+    tensors = []
+    for r in range(rng.randint(1, 5)):
+        shape = rng.choice([(64, 64), (rng.randint(1, 90), rng.randint(1, 40)), (rng.randint(1, 300),)])
+        length = rng.choice([1, 3, 63, 64, 65, rng.randint(64, 700)])
+        tensors += [TensorSpec(f"w{r}_{i}", shape, rng.random() > 0.02, 0, "bf16") for i in range(length)]
+    if not any(t.trainable for t in tensors):
+        tensors.append(TensorSpec("last", (8, 8), True, 0, "bf16"))
+    return Inventory("runs", tensors, "test", {})
+
+
+def _runs_run(monkeypatch, seed: int, period: bool):
+    rng = random.Random(seed)
+    inv = _runs_model(rng)
+    W = rng.choice([1, 2, 3, 4, 8, 9, 16, 64])
+    largest = max(t.numel for t in inv.tensors if t.trainable)
+    rbs = rng.choice([largest, largest + 1, 2 * largest - 1, 3 * largest + 5, rng.randint(1, 4 * largest),
+                      rng.randint(1, 40 * largest)])
+    ga = rng.choice([1, 1, 2, 3])
+    z = {"stage": rng.choice([1, 2]), "reduce_bucket_size": rbs, "overlap_comm": rng.random() < 0.5,
+         "contiguous_gradients": rng.random() < 0.8}
+    if rng.random() < 0.3:
+        z["offload_optimizer"] = {"device": "cpu"}
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "train_batch_size": ga * W,
+           "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": z}
+    with monkeypatch.context() as m:
+        m.setattr(state, "ZERO12_FLUSH_PERIOD", period)
+        ec = effective_config(cfg)
+        try:
+            led = repr([(rl.rank, list(rl.ranks.ranges), rl.entries)
+                        for rl in compute_ledger(Plan(ec, inv, Cluster(world_size=W))).ranks])
+        except ValueError as e:
+            led = f"ValueError: {e}"
+        layouts = state.zero12_layouts(ec, inv, W, state.select_optimizer(ec)[0])
+        cols = _columns(state._zero12_flush_replay_compute(ec, inv, layouts, W))
+    return cols, led
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_equal_size_runs_skip_equals_the_plain_walk(monkeypatch, block):
+    """perf17b: without identical layers the period is the longest run of equal sizes (period 1, at least
+    ``state.ZERO12_EQUAL_RUN`` long); its skip gives the plain walk's replay columns and ledger."""
+    skipped = [0]
+    shifted = state._shifted_periods
+
+    def counted(base, d, m):
+        skipped[0] += 1
+        return shifted(base, d, m)
+    monkeypatch.setattr(state, "_shifted_periods", counted)
+    taken = 0
+    n = 20
+    for i in range(n):
+        seed = 70_000 + block * 1000 + i
+        before = skipped[0]
+        fast = _runs_run(monkeypatch, seed, True)
+        taken += skipped[0] > before
+        walk = _runs_run(monkeypatch, seed, False)
+        assert fast[0] == walk[0], ("replay columns", seed)
+        assert fast[1] == walk[1], ("ledger", seed)
+    assert taken >= n // 3, taken
+
+
+def test_equal_sizes_run_found():
+    """The run is the first longest one of equal consecutive sizes, and none shorter than the threshold."""
+    k = state.ZERO12_EQUAL_RUN
+    sizes = [5] * 3 + [7] * (k + 2) + [5] + [9] * (k + 2) + [7] * k
+    assert state._equal_sizes_run(sizes, len(sizes)) == (3, 3 + k + 2, 1)
+    short = [1, 2] * k
+    assert state._equal_sizes_run(short, len(short)) is None
+    assert state._equal_sizes_run([4] * k, k) == (0, k, 1)
+    assert state._equal_sizes_run([4] * (k - 1), k - 1) is None

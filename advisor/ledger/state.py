@@ -5745,22 +5745,43 @@ def _zero12_flush_period(inv: Inventory, sizes: "Sequence[int]", T: int, st: int
     """(p0, pend, v): hook positions [p0, pend) of a one-group ZeRO-1/2 flush replay whose sizes repeat with
     period v (``sizes[k + v] == sizes[k]`` for p0 <= k < pend - v, checked here by one C-level comparison), from
     ``model.parallel.layer_repeat``'s identical layers (at least 4): the trainable tensors of a layer, in model
-    order (ZeRO-1's epilogue loop) or its reverse (autograd's hook order); None where there are none."""
+    order (ZeRO-1's epilogue loop) or its reverse (autograd's hook order); where there are none, the longest run
+    of at least :data:`ZERO12_EQUAL_RUN` equal sizes, period 1 (issue 21: an inventory of 1e5 nameless tensors of
+    one shape has no layers; the walk's state at a flush start is that start alone, so a period of the sizes is all
+    the skip needs, whatever made it); None where neither is found."""
     from advisor.model.parallel import layer_repeat
     lr = layer_repeat(inv)
     if lr is None or lr.count < 4:
-        return None
+        return _equal_sizes_run(sizes, T)
     ts = inv.tensors
     h = sum(1 for t in ts[:lr.head] if t.trainable)  # trainable tensors before the layers
     v = sum(1 for t in ts[lr.head:lr.head + lr.unit] if t.trainable)
     if not v:
-        return None
+        return _equal_sizes_run(sizes, T)
     a, b = h, h + v * lr.count
     if st == 2:
         a, b = T - b, T - a
     if a < 0 or b > T or sizes[a:b - v] != sizes[a + v:b]:
-        return None
+        return _equal_sizes_run(sizes, T)
     return a, b, v
+
+
+#: the shortest run of equal consecutive sizes :func:`_zero12_flush_period` takes as a period-1 repeat
+ZERO12_EQUAL_RUN = 64
+
+
+def _equal_sizes_run(sizes: "Sequence[int]", T: int) -> "tuple[int, int, int] | None":
+    """(a, b, 1): the first longest run ``sizes[a:b]`` of equal values, at least :data:`ZERO12_EQUAL_RUN` long,
+    else None; the change points found by C-level maps (no Python step per size)."""
+    if T < ZERO12_EQUAL_RUN:
+        return None
+    cuts = [0, *itertools.compress(range(1, T), map(operator.ne, itertools.islice(sizes, 1, T), sizes)), T]
+    lens = list(map(operator.sub, itertools.islice(cuts, 1, None), cuts))
+    n = max(lens)
+    if n < ZERO12_EQUAL_RUN:
+        return None
+    a = cuts[lens.index(n)]
+    return a, a + n, 1
 
 
 def zero12_boundary_holds_all(ec: EffectiveConfig, ga: int) -> bool:
