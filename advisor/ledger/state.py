@@ -3928,8 +3928,19 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     if not clones:
         rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
     if unmoved or upos is not None or (xl and ec.zero.stage == 1):
-        return _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
+        # kept per layouts (compared by identity) and the walk's exact inputs, u and the hook order as their
+        # bytes: generate's plans at other micro-batch sizes and GA repeat them (issue 21: the 1e5-tensor
+        # inventory without layers asked 88 times for 14 distinct walks, ~45 ms each)
+        key = ("offload_reduce_runs", W, rbs, D, ec.zero.stage == 1, not held, ZERO12_COLUMNS, ZERO12_KEPT_COLS,
+               None if seq is None else tuple(map(_exact_column, (seq.groups, seq.starts, seq.numels))),
+               _exact_column(upos), tuple(unmoved.items()))
+        got = layouts[0]._memo.get(key)
+        if got is not None and len(got[0]) == len(layouts) and all(a is b for a, b in zip(got[0], layouts)):
+            return got[1]
+        runs = _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
                                            hook_clone=not held, upos=upos)
+        layouts[0]._memo[key] = (tuple(layouts), runs)
+        return runs
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
     key = ("offload_reduce_terms", W, rbs, D)
@@ -3939,6 +3950,16 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     runs = _zero12_offload_reduce_runs(layouts, W, rbs, D)
     layouts[0]._memo[key] = (tuple(layouts), runs)
     return runs
+
+
+def _exact_column(col: "Sequence[int] | None") -> Any:
+    """A packed column (:func:`_packed` / :func:`_narrow`: an array, or a list past int64) or None as a hashable
+    memo key equal exactly when the values are: an array's typecode and bytes, else the tuple of its values."""
+    if col is None:
+        return None
+    if isinstance(col, array.array):
+        return col.typecode, col.tobytes()
+    return tuple(col)
 
 
 def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
