@@ -1260,14 +1260,18 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
                  lambda: _packed(itertools.accumulate((-(-n // W) * W for n in ns), initial=0)))
     # the flushes: a bucket started at position a is flushed as the gradient at p arrives, p the first with
     # P[p + 1] - P[a] > rbs (stage3.py l. 1583); that gradient starts the next bucket
-    flushes: list[tuple[int, int]] = []
-    a = 0
-    while True:
-        j = bisect.bisect_right(P, P[a] + rbs, a + 1)
-        if j > L:
-            break
-        flushes.append((a, j - 1))
-        a = j - 1
+    # (once per tensor list, flag and bucket size: the pure pass and the gathered ones of every W and plan share them)
+    def find_flushes() -> tuple:
+        flushes: list[tuple[int, int]] = []
+        a = 0
+        while True:
+            j = bisect.bisect_right(P, P[a] + rbs, a + 1)
+            if j > L:
+                break
+            flushes.append((a, j - 1))
+            a = j - 1
+        return flushes, a
+    flushes, a = inv.memo(("zero3_grad_flushes", bool(linear), rbs), find_flushes)
 
     def flat_of(lo: int, hi: int) -> tuple[int, int]:
         # (flat-buffer bytes, fp64 norm-copy elements) of the bucket holding positions lo .. hi - 1
@@ -1347,11 +1351,19 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         g = None
         arrive = _packed(nC)
         fetch = None
-    extra = {}
-    for lo, p in flushes:
-        fb, pm = flat_of(lo, p)
-        extra[p] = (lo, fb, pm)
-        arrive[p] += fb + pm * 8
+    def flush_extra() -> tuple:
+        # each flush's (bucket start, flat buffer bytes, fp64 norm-copy elements) by trigger position, and the bytes
+        # the flush adds there as a column (0 elsewhere): once per (flushes, W, C, reduce_scatter, norm), read only
+        extra = {}
+        add = [0] * L
+        for lo, p in flushes:
+            fb, pm = flat_of(lo, p)
+            extra[p] = (lo, fb, pm)
+            add[p] = fb + pm * 8
+        return extra, _packed(add)
+    extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, bool(reduce_scatter), bool(norm)),
+                          flush_extra)
+    arrive = _packed(map(operator.add, arrive, add))
     kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
     kept_end = 0
     if tails:
