@@ -7295,8 +7295,9 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               "new 16-bit gradient, its fp32 copy being added and its autograd sibling (zero12_offload_fp32_accum_hooks)",
               f"{S}._fill_param_grad_accum_attribute (param.grad_accum.add_(param.grad.to(fp32)), l.1239)")
     elif z.stage == 1 and ga > 1 and (off or len(terms) > 5) and not held_overlap:
-        sib = autograd_siblings(inv)
-        new_max = max((t.numel + sib[i] for i, t in enumerate(inv.tensors) if t.trainable), default=0)
+        # once per tensor list (a pass over every tensor per plan: 46 plans at the 1e5-tensor limit, issue 21)
+        new_max = inv.memo(("zero1_new_grad_max",), lambda: max(
+            (t.numel + s for t, s in zip(inv.tensors, autograd_siblings(inv)) if t.trainable), default=0))
         b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",
               f"max_p (n_p + s_p) x D = {new_max} x {D}: a micro-step's new gradient (and the one its "
               "autograd node made with it, state.autograd_siblings) whole while torch adds it into the "
