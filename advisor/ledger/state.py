@@ -2782,6 +2782,14 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     if jump is not None:
         jump.own_b, jump.q_step, jump.keep = own_b, q_step, keep
 
+    if isinstance(members, ModuleRanges):
+        # consecutive modules: module k's tensors as ModuleRanges.__getitem__ gives them for 0 <= k < M, without its
+        # checks (a Python call per module step, 1.2M at the 1e5-tensor limit, issue 21)
+        mb_ = members.bounds
+        member = (lambda k: range(mb_[k], mb_[k + 1]))
+    else:
+        member = members.__getitem__
+
     def run(have: set, forward_only: bool) -> tuple:
         # _zero3_fetch_replay_reference's run with fetch / all_gather / release inlined into one loop
         # (the same operations in the same order; tests/test_fetch_replay_identity.py compares them)
@@ -2966,7 +2974,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
                     qpos, n, cur = queue_prefetch(qpos, n, cur)
             peak = cur
             if k >= 0:
-                own = members[k]
+                own = member(k)
                 need = [i for i in own if i not in avail and i not in inflight]
                 if need:
                     n += sum(numel[i] for i in need)
