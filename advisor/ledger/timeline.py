@@ -1009,6 +1009,24 @@ def zero12_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: Load
             and not load.zero_init and not ledger.plan.cluster.model_parallel)
 
 
+def zero12_init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> str | None:
+    """The ``excluded`` line (estimate's JSON ``assumptions.excluded``) for a plan whose ZeRO-1/2
+    DeepSpeedZeroOptimizer transients inside deepspeed.initialize are not modelled because of model parallelism
+    (:func:`zero12_init_transients_apply` without its ``model_parallel`` test holds, with it not): the timeline has
+    no ``initialize:flatten`` / ``initialize:optimizer_states`` there (README: "pipeline / tensor parallelism ...
+    not modelled yet"), so initialize's figure is its end, not its high-water mark; None otherwise."""
+    cl = ledger.plan.cluster
+    if not (cl.model_parallel and ec.zero.stage in (1, 2) and ledger.wrapper == "DeepSpeedZeroOptimizer"
+            and load is not None and not load.zero_init):
+        return None
+    par = " and ".join(w for w, d in (("pipeline", cl.pipeline_parallel), ("tensor", cl.tensor_parallel),
+                                      ("expert", cl.expert_parallel)) if d > 1)
+    return (f"ZeRO-{ec.zero.stage} initialize transients under {par} parallelism (initialize:flatten, a param "
+            f"group's flat 16-bit copy beside its parameters, and initialize:optimizer_states, "
+            f"initialize_optimizer_states' fp32 zeros: stage_1_and_2.py l.505-508, timeline.zero12_init_transients): not modelled yet, "
+            f"initialize is its end, not its high-water mark")
+
+
 def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
     """Entries of the two instants inside ZeRO-1/2's DeepSpeedZeroOptimizer.__init__ (DeepSpeed 0.19.8
     ``runtime/zero/stage_1_and_2.py``), bytes per rank (the same on every rank: each holds the whole flat
@@ -1548,6 +1566,10 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
                                f"initialize: parameters cast {load.dtype} -> {ec.model_dtype} in host memory"))
         out.append(Instant("initialize:module", "initialize",
                            "initialize: the whole model on the accelerator, not yet partitioned" if st == 3 else
+                           # under a PipelineModule each rank moves only its stage's layers (engine.py
+                           # _configure_distributed_model module.to; pipe/module.py builds the stage only)
+                           "initialize: the stage's layers moved to the accelerator (module.to)"
+                           if ledger.plan.cluster.pipeline_parallel > 1 else
                            "initialize: the whole model moved to the accelerator (module.to)"))
     if zero3_init_transients_apply(ec, ledger, load) and zero3_fp32_convert_applies(ec):
         out.append(Instant("initialize:fp32_partitions", "initialize",

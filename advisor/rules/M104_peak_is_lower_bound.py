@@ -8,7 +8,7 @@ transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucke
 combinations ``zero12_transients_modeled`` does not cover: a ``data_types.grad_accum_dtype`` unlike the model's
 outside ZeRO-2's fp32 accumulation and ZeRO-1 fp16's (modelled with any ``communication_data_type``,
 ``contiguous_gradients`` / ``overlap_comm`` and param groups; bf16 with fp32 takes BF16_Optimizer, which is modelled):
-a 16-bit accumulation dtype unlike the model's at ZeRO-1, e.g. bf16 on fp16 (engine probe: forward:2 +50%). Under CPU optimizer offload every dtype combination is modelled, any param groups,
+a 16-bit accumulation dtype unlike the model's at ZeRO-1/2, e.g. bf16 on fp16 (engine probe at ZeRO-1: forward:2 +50%). Under CPU optimizer offload every dtype combination is modelled, any param groups,
 any ``communication_data_type``; so is ZeRO-2 with ``contiguous_gradients`` off and another
 ``communication_data_type``. There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-124% on the affected phases of its small model

@@ -267,6 +267,10 @@ class EstimateResult:
         excluded = [x for x in self.ledger.excluded if not (have_acts and x.startswith("activations"))]
         if self.activations_note:
             excluded = [x for x in excluded if not x.startswith("activations")] + [self.activations_note]
+        from advisor.ledger.timeline import zero12_init_transients_excluded
+        init_excl = zero12_init_transients_excluded(ec, self.ledger, self.load)
+        if init_excl:
+            excluded = excluded + [init_excl]
         return {
             "zero_stage": z.stage,
             "precision": {"model": ec.model_dtype, "grad_accum": ec.grad_dtype, "communication": ec.comm_dtype,
@@ -784,8 +788,14 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                           f"deepspeed.zero.Init{cast}")
             out.append(emit(
                 code="M101", severity="error", pointer="/zero_optimization/stage",
-                message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} ({builds}) but only "
-                         "{capacity} is available: over by {over}; " + _after_load(r)),
+                # which instant the figure is: the load (the load row's figure) or initialize's cast (the timeline's
+                # instant initialize:cast: the load's model plus the 16-bit copy of the tensor being cast), so the
+                # figure and the load row's visibly agree
+                message=(literal(f"{r.tier} {r.scope}") + f": loading the model needs {{need}} "
+                         + (f"at deepspeed.initialize's {literal(ld.dtype)} -> 16-bit cast (instant initialize:cast: "
+                            f"the load's figure plus the 16-bit copy of the tensor being cast) "
+                            if r.instant == "initialize:cast" else "at the load (instant load) ")
+                         + f"({builds}) but only {{capacity}} is available: over by {{over}}; " + _after_load(r)),
                 sizes={"need": r.need, "per_rank": per_rank, "capacity": cap, "over": r.need - cap,
                        "steady_need": steady},
                 # under pipeline parallelism ZeRO-3 (and so zero.Init) is refused (runtime/pipe/engine.py l.75-77)
