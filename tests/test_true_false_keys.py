@@ -70,3 +70,14 @@ def test_every_true_false_check_in_deepspeed_is_listed():
                 found.add(f"{f.relative_to(root).as_posix()}:{func}")
     listed = {src.split(" ")[0] for src in TRUE_FALSE_KEYS.values()}
     assert found == listed
+
+
+def test_a_written_float_is_echoed_as_written(tmp_path):
+    """DeepSpeed's hjson reader makes 1.0 the int 1 (checked here with hjson itself); the finding quotes the
+    file's 1.0, not 1 (nits17)."""
+    import hjson
+    assert type(hjson.loads('{"a": 1.0}')["a"]) is int
+    p = tmp_path / "c.json"
+    p.write_text('{"train_micro_batch_size_per_gpu": 1,\n "checkpoint": {"parallel_write": {"pipeline_stage": 1.0}}}')
+    fs = [f for f in validate_config(load_config(str(p))) if f.pointer == "/checkpoint/parallel_write/pipeline_stage"]
+    assert fs and fs[0].severity == "warning" and "pipeline_stage is 1.0 " in fs[0].message, fs

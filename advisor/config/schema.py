@@ -102,6 +102,8 @@ def validate_config(loaded: "LoadedConfig", hf: bool = False) -> list[Finding]:
             out.extend(_to_original(f, red, amap) for f in _map_error(err, hf))
         else:
             out.extend(_map_error(err, hf))
+    if loaded.text:
+        out = [_as_written(f, loaded) for f in out]
     seen: set[tuple[str, str]] = set()
     uniq = []
     for f in out:
@@ -109,6 +111,29 @@ def validate_config(loaded: "LoadedConfig", hf: bool = False) -> list[Finding]:
             seen.add((f.code, f.pointer))
             uniq.append(f)
     return uniq
+
+
+#: A member from its key (``LoadedConfig.positions`` points at the key) to a number value: the number's text.
+_MEMBER_NUMBER = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^\s:]+)[ \t]*:[ \t]*(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
+
+
+def _as_written(f: Finding, loaded: "LoadedConfig") -> Finding:
+    """``f`` with a true/false key's number echoed as the file writes it: DeepSpeed's reader (hjson,
+    ``runtime/config.py`` l.444; the advisor's ``loading._hjson_float``) turns ``1.0`` into the int 1, so the
+    parsed value alone would echo ``1.0`` as ``1``."""
+    v = (f.data or {}).get("true_false") if isinstance(f.data, dict) else None
+    pos = loaded.positions.get(f.pointer)
+    if v is None or pos is None:
+        return f
+    lines = loaded.text.splitlines()
+    line, col = pos
+    m = _MEMBER_NUMBER.match(lines[line - 1], col - 1) if 0 < line <= len(lines) else None
+    shown = json.dumps(v)
+    if m is None or m.group(1) == shown:
+        return f
+    return dataclasses.replace(f, message=f.message.replace(
+        f"is {shown}, not true or false", f"is {m.group(1)} (DeepSpeed's hjson reader makes it {shown}), "
+        f"not true or false", 1))
 
 
 #: Elements of an array the schema sees one by one; past them, each distinct later element once.
@@ -415,7 +440,7 @@ def _map_error(err, hf: bool) -> list[Finding]:
             return [emit("S003", "warning", ptr,
                          f"{where} is {_shown(inst)}, not true or false; DeepSpeed 0.19.8 accepts it ({src}: "
                          f"{_shown(inst)} in [True, False] holds) and reads it as {json.dumps(as_bool)}",
-                         f"write {json.dumps(as_bool)}")]
+                         f"write {json.dumps(as_bool)}", data={"true_false": inst})]
         return [emit("S003", "error", ptr,
                      f"{where} is {_shown(inst)}, expected true or false: DeepSpeed 0.19.8 refuses it while parsing "
                      f"the config (DeepSpeedConfigError \"value of '{inst}' is invalid, expecting: true or false\", "
