@@ -21,7 +21,8 @@ Custom annotations (ignored by JSON Schema validators, read by ``advisor.config.
 ``x-ds-read`` ("pydantic" | "dict" | "open"), ``x-ds-removed`` (a key 0.19.8 refuses, with
 DeepSpeed's message and the replacement), ``x-hf-auto`` (the HF Trainer / accelerate fill
 this key's ``"auto"``), ``x-ds-replacement`` (a deprecated key's replacement),
-``x-ds-model`` (the pydantic class a section comes from).
+``x-ds-model`` (the pydantic class a section comes from), ``x-ds-true-false`` (a key DeepSpeed checks with
+``value in [True, False]``, its source: ``defaults.TRUE_FALSE_KEYS``).
 
 Only this module imports deepspeed; nothing imported by ``ds-advisor lint`` imports it.
 """
