@@ -1261,16 +1261,18 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     # the flushes: a bucket started at position a is flushed as the gradient at p arrives, p the first with
     # P[p + 1] - P[a] > rbs (stage3.py l. 1583); that gradient starts the next bucket
     # (once per tensor list, flag and bucket size: the pure pass and the gathered ones of every W and plan share them)
+    # (packed columns, not a list of (start, trigger) tuples: kept, ~7 MB a list at 1e5 tensors)
     def find_flushes() -> tuple:
-        flushes: list[tuple[int, int]] = []
+        los, ps = array.array("q"), array.array("q")
         a = 0
         while True:
             j = bisect.bisect_right(P, P[a] + rbs, a + 1)
             if j > L:
                 break
-            flushes.append((a, j - 1))
+            los.append(a)
+            ps.append(j - 1)
             a = j - 1
-        return flushes, a
+        return _FlushPairs(los, ps), a
     flushes, a = inv.memo(("zero3_grad_flushes", bool(linear), rbs), find_flushes)
 
     def flat_of(lo: int, hi: int) -> tuple[int, int]:
@@ -1354,13 +1356,14 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     def flush_extra() -> tuple:
         # each flush's (bucket start, flat buffer bytes, fp64 norm-copy elements) by trigger position, and the bytes
         # the flush adds there as a column (0 elsewhere): once per (flushes, W, C, reduce_scatter, norm), read only
-        extra = {}
+        fbs, pms = [], []
         add = [0] * L
         for lo, p in flushes:
             fb, pm = flat_of(lo, p)
-            extra[p] = (lo, fb, pm)
+            fbs.append(fb)
+            pms.append(pm)
             add[p] = fb + pm * 8
-        return extra, _packed(add)
+        return _FlushExtra(flushes, _packed(fbs), _packed(pms)), _packed(add)
     extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, bool(reduce_scatter), bool(norm)),
                           flush_extra)
     arrive = _packed(map(operator.add, arrive, add))
@@ -1408,6 +1411,46 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
                   (mods.__getitem__ if gathered is not None else None), kept_at, kept_end, held_end, at_end, extra,
                   gathered[1] if gathered is not None else None)
     return best, where, tuple(reg)
+
+
+class _FlushPairs:
+    """ZeRO-3 reduce flushes as two packed columns (:func:`_packed`-like arrays): iterating gives (bucket start,
+    trigger position) pairs in order, as the list of tuples it replaces (kept in the inventory's memo)."""
+
+    __slots__ = ("los", "ps")
+
+    def __init__(self, los: "Sequence[int]", ps: "Sequence[int]"):
+        self.los, self.ps = los, ps
+
+    def __iter__(self) -> "Iterator[tuple[int, int]]":
+        return zip(self.los, self.ps)
+
+    def __len__(self) -> int:
+        return len(self.ps)
+
+
+class _FlushExtra:
+    """A flush's (bucket start, flat buffer bytes, fp64 norm-copy elements) by its trigger position, as the dict
+    it replaces answers ``p in extra`` and ``extra[p]`` (triggers rise: bisection), from packed columns."""
+
+    __slots__ = ("pairs", "fbs", "pms")
+
+    def __init__(self, pairs: _FlushPairs, fbs: "Sequence[int]", pms: "Sequence[int]"):
+        self.pairs, self.fbs, self.pms = pairs, fbs, pms
+
+    def _at(self, p: int) -> int:
+        ps = self.pairs.ps
+        j = bisect.bisect_left(ps, p)
+        return j if j < len(ps) and ps[j] == p else -1
+
+    def __contains__(self, p: int) -> bool:
+        return self._at(p) >= 0
+
+    def __getitem__(self, p: int) -> tuple[int, int, int]:
+        j = self._at(p)
+        if j < 0:
+            raise KeyError(p)
+        return self.pairs.los[j], self.fbs[j], self.pms[j]
 
 
 def _flush_period(inv: Inventory, order: list[int], inl: bytes, gathered: "tuple | None") -> "tuple[int, int, int] | None":
@@ -3882,8 +3925,10 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     upos = None  # ZERO12_KEPT_COLS: u per flush position (ZeRO-1, one group), in place of ``unmoved``
     held = False
     seq = None  # ZeRO-1 with overlap_comm: the flushes in hook order (the replay's), not the flat buffer's
+    flushes_ = Dm_ = st_ = None  # the replay u comes from (None: no u), for the memo below
     if inv is not None and zero12_offload_flush_modeled(ec, wrapper, ga):
         _, _, st, order, _, hooked, T, csum, flushes, _, _, _ = _zero12_flush_replay(ec, inv, layouts, W)
+        flushes_, st_, Dm_ = flushes, st, DTYPE_BYTES[ec.model_dtype]
         D_ = D  # the replay's counts are elements
         # the trigger's autograd sibling (held) is a 16-bit param.grad not yet hooked, also under fp32 grad_accum
         # (ZeRO-1 overlap_comm: its hook, which casts it, l.1237, has not run). Engine
@@ -3948,18 +3993,19 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     if not clones:
         rbs = max(rbs, max((n for lay in layouts for n in lay.numels), default=0))  # no clone counted
     if unmoved or upos is not None or (xl and ec.zero.stage == 1):
-        # kept per layouts (compared by identity) and the walk's exact inputs, u and the hook order as their
-        # bytes: generate's plans at other micro-batch sizes and GA repeat them (issue 21: the 1e5-tensor
-        # inventory without layers asked 88 times for 14 distinct walks, ~45 ms each)
+        # kept per layouts and flush replay (compared by identity: u and the hook order are made from the replay's
+        # columns, D, Dm, held and st alone) and the other inputs: generate's plans at other micro-batch sizes
+        # and GA repeat them (issue 21: the 1e5-tensor inventory without layers asked 88 times for 14 distinct
+        # walks, ~45 ms each). Not keyed by u's bytes: ~2 MB a key, +150 MB at that limit
         key = ("offload_reduce_runs", W, rbs, D, ec.zero.stage == 1, not held, ZERO12_COLUMNS, ZERO12_KEPT_COLS,
-               None if seq is None else tuple(map(_exact_column, (seq.groups, seq.starts, seq.numels))),
-               _exact_column(upos), tuple(unmoved.items()))
+               Dm_, st_, seq is None, upos is None)
         got = layouts[0]._memo.get(key)
-        if got is not None and len(got[0]) == len(layouts) and all(a is b for a, b in zip(got[0], layouts)):
-            return got[1]
+        if (got is not None and got[1] is flushes_ and len(got[0]) == len(layouts)
+                and all(a is b for a, b in zip(got[0], layouts))):
+            return got[2]
         runs = _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
                                            hook_clone=not held, upos=upos)
-        layouts[0]._memo[key] = (tuple(layouts), runs)
+        layouts[0]._memo[key] = (tuple(layouts), flushes_, runs)
         return runs
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
     # this pass is O(tensors) (issue 21); the layouts are kept with the figure and compared by identity
@@ -3970,16 +4016,6 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     runs = _zero12_offload_reduce_runs(layouts, W, rbs, D)
     layouts[0]._memo[key] = (tuple(layouts), runs)
     return runs
-
-
-def _exact_column(col: "Sequence[int] | None") -> Any:
-    """A packed column (:func:`_packed` / :func:`_narrow`: an array, or a list past int64) or None as a hashable
-    memo key equal exactly when the values are: an array's typecode and bytes, else the tuple of its values."""
-    if col is None:
-        return None
-    if isinstance(col, array.array):
-        return col.typecode, col.tobytes()
-    return tuple(col)
 
 
 def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
