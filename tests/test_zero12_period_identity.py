@@ -52,15 +52,22 @@ def _config(rng: random.Random, inv: Inventory, per_layer: int, W: int) -> dict:
     largest = max(t.numel for t in inv.tensors if t.trainable)
     rbs = rng.choice([max(1, largest // 2), max(1, largest // 2), largest, largest + 1, max(1, per_layer // 3), per_layer - 1,
                       per_layer + 7, 3 * per_layer + 1, rng.randint(1, 5 * per_layer)])
+    return _bf16_zero12_config(rng, rbs, W, offload_p=0.25, comm_fp32_p=0.25)
+
+
+def _bf16_zero12_config(rng: random.Random, rbs: int, W: int, offload_p: float, comm_fp32_p: float | None) -> dict:
+    """A random bf16 ZeRO-1/2 AdamW config at reduce_bucket_size ``rbs`` (at least 1) and world size ``W``: GA 1-3,
+    overlap_comm / contiguous_gradients drawn, CPU optimizer offload with probability ``offload_p``, fp32
+    communication with probability ``comm_fp32_p`` (None: not drawn)."""
     ga = rng.choice([1, 1, 2, 3])
     z = {"stage": rng.choice([1, 2]), "reduce_bucket_size": max(1, rbs), "overlap_comm": rng.random() < 0.5,
          "contiguous_gradients": rng.random() < 0.8}
-    if rng.random() < 0.25:
+    if rng.random() < offload_p:
         z["offload_optimizer"] = {"device": "cpu"}
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "train_batch_size": ga * W,
            "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
            "zero_optimization": z}
-    if rng.random() < 0.25:
+    if comm_fp32_p is not None and rng.random() < comm_fp32_p:
         cfg["communication_data_type"] = "fp32"
     return cfg
 
@@ -76,7 +83,12 @@ def _run(monkeypatch, seed: int, period: bool):
     rng = random.Random(seed)
     inv, per_layer = _model(rng)
     W = rng.choice([1, 2, 3, 4, 8, 9, 16, 64])
-    cfg = _config(rng, inv, per_layer, W)
+    return _replay_and_ledger(monkeypatch, _config(rng, inv, per_layer, W), inv, W, period)
+
+
+def _replay_and_ledger(monkeypatch, cfg: dict, inv: Inventory, W: int, period: bool) -> tuple:
+    """The flush replay's columns and the ledger (its repr, or the ValueError's text) of ``cfg`` on ``inv``
+    at world size ``W``, with the period skip on or off (``state.ZERO12_FLUSH_PERIOD``)."""
     with monkeypatch.context() as m:
         m.setattr(state, "ZERO12_FLUSH_PERIOD", period)
         ec = effective_config(cfg)
@@ -85,14 +97,15 @@ def _run(monkeypatch, seed: int, period: bool):
                         for rl in compute_ledger(Plan(ec, inv, Cluster(world_size=W))).ranks])
         except ValueError as e:
             led = f"ValueError: {e}"
-        wrapper = state.select_optimizer(ec)[0]
-        layouts = state.zero12_layouts(ec, inv, W, wrapper)
+        layouts = state.zero12_layouts(ec, inv, W, state.select_optimizer(ec)[0])
         cols = _columns(state._zero12_flush_replay_compute(ec, inv, layouts, W))
     return cols, led
 
 
-@pytest.mark.parametrize("block", range(6))
-def test_period_skip_equals_the_plain_walk(monkeypatch, block):
+def _skips_taken(monkeypatch, run, seeds) -> int:
+    """For each seed, ``run(monkeypatch, seed, True)`` (the period skip on) equals ``run(monkeypatch,
+    seed, False)`` (fresh layouts and replay, nothing shared: the plain walk) in replay columns and
+    ledger; returns how many seeds took the skip (``state._shifted_periods`` called)."""
     skipped = [0]
     shifted = state._shifted_periods
 
@@ -101,15 +114,20 @@ def test_period_skip_equals_the_plain_walk(monkeypatch, block):
         return shifted(base, d, m)
     monkeypatch.setattr(state, "_shifted_periods", counted)
     taken = 0
-    n = 20
-    for i in range(n):
-        seed = block * 1000 + i
+    for seed in seeds:
         before = skipped[0]
-        fast = _run(monkeypatch, seed, True)
+        fast = run(monkeypatch, seed, True)
         taken += skipped[0] > before
-        walk = _run(monkeypatch, seed, False)  # fresh layouts and replay: nothing shared
+        walk = run(monkeypatch, seed, False)
         assert fast[0] == walk[0], ("replay columns", seed)
         assert fast[1] == walk[1], ("ledger", seed)
+    return taken
+
+
+@pytest.mark.parametrize("block", range(6))
+def test_period_skip_equals_the_plain_walk(monkeypatch, block):
+    n = 20
+    taken = _skips_taken(monkeypatch, _run, [block * 1000 + i for i in range(n)])
     assert taken >= n // 2, taken  # the skip is exercised, not declined everywhere
 
 
@@ -188,48 +206,16 @@ def _runs_run(monkeypatch, seed: int, period: bool):
     largest = max(t.numel for t in inv.tensors if t.trainable)
     rbs = rng.choice([largest, largest + 1, 2 * largest - 1, 3 * largest + 5, rng.randint(1, 4 * largest),
                       rng.randint(1, 40 * largest)])
-    ga = rng.choice([1, 1, 2, 3])
-    z = {"stage": rng.choice([1, 2]), "reduce_bucket_size": rbs, "overlap_comm": rng.random() < 0.5,
-         "contiguous_gradients": rng.random() < 0.8}
-    if rng.random() < 0.3:
-        z["offload_optimizer"] = {"device": "cpu"}
-    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "train_batch_size": ga * W,
-           "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-           "zero_optimization": z}
-    with monkeypatch.context() as m:
-        m.setattr(state, "ZERO12_FLUSH_PERIOD", period)
-        ec = effective_config(cfg)
-        try:
-            led = repr([(rl.rank, list(rl.ranks.ranges), rl.entries)
-                        for rl in compute_ledger(Plan(ec, inv, Cluster(world_size=W))).ranks])
-        except ValueError as e:
-            led = f"ValueError: {e}"
-        layouts = state.zero12_layouts(ec, inv, W, state.select_optimizer(ec)[0])
-        cols = _columns(state._zero12_flush_replay_compute(ec, inv, layouts, W))
-    return cols, led
+    cfg = _bf16_zero12_config(rng, rbs, W, offload_p=0.3, comm_fp32_p=None)
+    return _replay_and_ledger(monkeypatch, cfg, inv, W, period)
 
 
 @pytest.mark.parametrize("block", range(3))
 def test_equal_size_runs_skip_equals_the_plain_walk(monkeypatch, block):
     """perf17b: without identical layers the period is the longest run of equal sizes (period 1, at least
     ``state.ZERO12_EQUAL_RUN`` long); its skip gives the plain walk's replay columns and ledger."""
-    skipped = [0]
-    shifted = state._shifted_periods
-
-    def counted(base, d, m):
-        skipped[0] += 1
-        return shifted(base, d, m)
-    monkeypatch.setattr(state, "_shifted_periods", counted)
-    taken = 0
     n = 20
-    for i in range(n):
-        seed = 70_000 + block * 1000 + i
-        before = skipped[0]
-        fast = _runs_run(monkeypatch, seed, True)
-        taken += skipped[0] > before
-        walk = _runs_run(monkeypatch, seed, False)
-        assert fast[0] == walk[0], ("replay columns", seed)
-        assert fast[1] == walk[1], ("ledger", seed)
+    taken = _skips_taken(monkeypatch, _runs_run, [70_000 + block * 1000 + i for i in range(n)])
     assert taken >= n // 3, taken
 
 
