@@ -78,3 +78,15 @@ def test_excluded_lists_zero12_initialize_transients_under_model_parallelism(tmp
     assert len(excluded("--world-size", "4", "--pipeline-parallel", "2")) == 1
     assert len(excluded("--world-size", "4", "--tensor-parallel", "2")) == 1
     assert excluded("--world-size", "2") == []  # modelled there: the timeline has the instants
+
+
+def test_zero12_flat_copy_exclusion_only_where_there_are_param_groups(tmp_path):
+    """The exclusion of ZeRO-1/2's initialize flat copy (stage_1_and_2.py __init__, flatten_on_accelerator) is
+    listed for ZeRO-1/2 plans only: a ZeRO-3 plan has no such copy (README's main command printed it)."""
+    got = {}
+    for stage in (2, 3):
+        cfg = _cfg(tmp_path, {"train_batch_size": 8, "bf16": {"enabled": True}, "zero_optimization": {"stage": stage}},
+                   f"z{stage}.json")
+        p = run_cli(["estimate", str(cfg), "--model", "gpt2", "--world-size", "8", "--format", "json"])
+        got[stage] = [x for x in json.loads(p.stdout)["assumptions"]["excluded"] if "flat copy of a param group" in x]
+    assert len(got[2]) == 1 and got[3] == [], got

@@ -8533,9 +8533,10 @@ def compute_ledger(plan: Plan) -> Ledger:
          if ec.zero.stage == 3 else
          "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
          "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)"),
-        "ZeRO-1/2's flat copy of a param group at initialize when it is built on the accelerator (stage_1_and_2.py "
-        "__init__ does so only when the free memory holds it; built in host memory otherwise, which the fit's host "
-        "row counts when a capacity is given)",
+        # only where there is such a copy: ZeRO-1/2's param groups (a ZeRO-3 plan has none to leave out)
+        *(["ZeRO-1/2's flat copy of a param group at initialize when it is built on the accelerator (stage_1_and_2.py "
+           "__init__ does so only when the free memory holds it; built in host memory otherwise, which the fit's host "
+           "row counts when a capacity is given)"] if ec.zero.stage in (1, 2) else []),
     ]
     z = ec.zero
     if z.stage == 3 and (z.zero_quantized_weights or z.zero_quantized_gradients):
