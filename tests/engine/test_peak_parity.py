@@ -17,6 +17,7 @@ are totals over every tier (NVMe files aside); the tier split is not proven here
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -947,6 +948,29 @@ for _c in CELLS:
         _b = parity.largest_gather_buffer(_c[4], _c[2], _d)
         RACY[_c[0]] = {ph: (_b, "the largest module's all-gather buffer held by gloo")
                        for ph in ("initialize", "forward:1", "backward:1")}
+#: Parameters that are not persistent are re-fetched module by module in EVERY forward and backward, not only in
+#: the first iteration: DeepSpeed 0.19.8 marks persistent only a parameter with ds_numel <=
+#: stage3_param_persistence_threshold (runtime/zero/parameter_offload.py l. 325; default 1e5, runtime/zero/config.py
+#: l. 228) and releases the others after each module's forward and backward, so gloo's hold on a finished
+#: all-gather's flat buffer can fall in any micro-step. Seen in the clean-clone CI of 2026-12-06 (stop 36):
+#: z3_fp32_nonpersist_w2 rank 1 backward:2 engine 977,553 B, ledger 896,152 B (+81,401 B, under l2's 93,024 B fp32
+#: buffer); alone, 4 runs of that cell matched every phase within 0.2% (one of them with the +27,693 B first-backward
+#: race). Those cells take the same one-sided bound, the largest module's buffer, in every forward:k / backward:k
+#: ("forward:*", "backward:*": see race_bound).
+for _c in CELLS:
+    _z = _c[1]["zero_optimization"]
+    _thr = _z.get("stage3_param_persistence_threshold", 100_000)
+    if _z["stage"] == 3 and _c[2] >= 2 and any(math.prod(t["shape"]) > _thr for t in _c[4]["tensors"]):
+        _d = 4 if not any(_c[1].get(k, {}).get("enabled") for k in ("bf16", "fp16")) else 2
+        _b = parity.largest_gather_buffer(_c[4], _c[2], _d)
+        for _ph in ("forward:*", "backward:*"):
+            RACY[_c[0]].setdefault(_ph, (_b, "a non-persistent module's all-gather buffer held by gloo"))
+
+
+def race_bound(race: dict, phase: str) -> int:
+    """Bytes a RACY entry ``race`` (one cell's) allows over the ledger in ``phase``: the phase's own entry,
+    else its kind's ``forward:*`` / ``backward:*`` entry, else 0."""
+    return (race.get(phase) or race.get(phase.split(":")[0] + ":*") or (0, ""))[0]
 
 
 @pytest.fixture(scope="module")
@@ -991,7 +1015,7 @@ def test_peak_parity(cell, runs):
             return False
         if abs(r["rel_diff"]) <= 0.01:
             return True
-        extra = race.get(r["phase"], (0, ""))[0]
+        extra = race_bound(race, r["phase"])
         return r["ledger"] * 0.99 <= r["measured"] <= r["ledger"] * 1.01 + extra
     bad = [r for r in rows if not ok(r)]
     assert not bad, "\n".join(
