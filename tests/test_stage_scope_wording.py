@@ -90,3 +90,32 @@ def test_zero12_flat_copy_exclusion_only_where_there_are_param_groups(tmp_path):
         p = run_cli(["estimate", str(cfg), "--model", "gpt2", "--world-size", "8", "--format", "json"])
         got[stage] = [x for x in json.loads(p.stdout)["assumptions"]["excluded"] if "flat copy of a param group" in x]
     assert len(got[2]) == 1 and got[3] == [], got
+
+
+def test_excluded_lists_every_initialize_transient_not_modelled(tmp_path):
+    """Issue 15: where the timeline has no instant for a transient inside deepspeed.initialize, assumptions.excluded
+    says so -- ZeRO-3's gather for each gradient hook (stage3.py l.1504) under tensor parallelism, hpZ or quantized
+    weights (timeline.zero3_init_transients_apply leaves them out), stage 0 FP16_UnfusedOptimizer's warm-up step
+    (unfused_optimizer.py l.412-433); nothing where it is modelled, or where initialize makes nothing above its end
+    (ZeRO-1's BF16_Optimizer, bf16_optimizer.py l.152-226: every buffer it makes is kept)."""
+    def excluded(data, *extra):
+        d = json.loads(run_cli(["estimate", _cfg(tmp_path, data), "--model", "gpt2", "--seq-len", "128",
+                                "--format", "json", *extra]).stdout)
+        return d["assumptions"]["optimizer"]["wrapper"], [x for x in d["assumptions"]["excluded"]
+                                                          if "initialize transient" in x]
+    z3 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}
+    w, got = excluded(z3, "--world-size", "4", "--tensor-parallel", "2")
+    assert w == "DeepSpeedZeroOptimizer_Stage3" and len(got) == 1 and "initialize:grad_hooks" in got[0], got
+    assert "tensor parallelism" in got[0]
+    assert excluded(z3, "--world-size", "4") == (w, [])
+    for key, val, words in (("zero_hpz_partition_size", 2, "hpZ"), ("zero_quantized_weights", True, "quantized")):
+        cfg = {**z3, "zero_optimization": {"stage": 3, key: val}}
+        _, got = excluded(cfg, "--world-size", "4")
+        assert len(got) == 1 and words in got[0] and "initialize:grad_hooks" in got[0], (key, got)
+    unfused = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+    w, got = excluded(unfused, "--world-size", "2")
+    assert w == "FP16_UnfusedOptimizer" and len(got) == 1 and "l.412-433" in got[0], got
+    bf16opt = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+               "data_types": {"grad_accum_dtype": "fp32"}}
+    assert excluded(bf16opt, "--world-size", "2") == ("BF16_Optimizer", [])

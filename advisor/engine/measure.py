@@ -587,10 +587,11 @@ PHASE_INSTANTS = {
 #: deepspeed.initialize's return) is compared with at its high-water mark, where the plan's timeline has the
 #: instants inside the optimizer's construction (advisor.ledger.timeline.INIT_TRANSIENTS: ZeRO-1/2's
 #: DeepSpeedZeroOptimizer, the flatten and, without optimizer offload, initialize_optimizer_states' zeros;
-#: stage 0's FP16_Optimizer, its warm-up step's zeros; ZeRO-3, the gather for each gradient hook). Elsewhere
-#: (stage 0 without a 16-bit wrapper or with FP16_UnfusedOptimizer / BF16_Optimizer, ZeRO-1's BF16_Optimizer,
-#: ZeRO-3 with hpZ or quantized weights, tensor / pipeline parallelism) initialize is compared at its end only:
-#: see :func:`peak_parity`.
+#: stage 0's FP16_Optimizer, its warm-up step's zeros; ZeRO-3 without hpZ or quantized weights, the gather for each
+#: gradient hook), or where nothing in it rises above its end (timeline.init_end_is_peak: ZeRO-1's BF16_Optimizer,
+#: stage 0 fp32 with FusedAdam; the instant ``initialize``). Elsewhere (stage 0's FP16_UnfusedOptimizer or another
+#: basic optimizer at fp32, ZeRO-3 with hpZ or quantized weights, tensor / pipeline parallelism, no cell measures
+#: any of them) initialize is compared at its end only: see :func:`peak_parity`.
 INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:fp32_partitions",
                       "initialize:grad_hooks", "initialize")
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
@@ -657,12 +658,12 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     offload, fp16 / bf16 / fp32: the flatten and initialize_optimizer_states' zeros,
     advisor.ledger.timeline.zero12_init_transients; stage 0's FP16_Optimizer: the zeroed fp32 flat gradient of
     its warm-up step, timeline.fp16_optimizer_init_transients; ZeRO-3, with and without zero.Init and offload: each
-    parameter gathered whole for its gradient hook, timeline.zero3_init_transients; its unclaimed storages are
-    the peak's); elsewhere it
+    parameter gathered whole for its gradient hook, timeline.zero3_init_transients; ZeRO-1's BF16_Optimizer and stage 0
+    fp32 with FusedAdam, whose initialize makes nothing above its end, timeline.init_end_is_peak, against the instant
+    ``initialize``; its unclaimed storages are the peak's); elsewhere it
     compares the bytes live at its end (the tracker's ``end``, its unclaimed storages ``end_unattributed``),
-    since a transient of the phase is not modelled there. Measured 2026-12-06 (TINY, W = 2, high-water
-    mark - end): ZeRO-1's BF16_Optimizer +16 B (its end is its peak: z1_bf16_gaccfp32_tbsga2_w2,
-    z1_bf16_gaccfp32_groups_w2). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
+    since a transient of the phase is not modelled there (stage 0's FP16_UnfusedOptimizer, ZeRO-3 with hpZ or
+    quantized weights, tensor / pipeline parallelism: no cell measures them). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
     ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
     the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
     in-place partitioning) compare their peaks with the timeline's instants of those names.
@@ -676,8 +677,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
-    from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_entries, load_entries, rank_only_entries,
-                                         resolve_load, role_timeline, save_entries)
+    from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, init_entries, load_entries,
+                                         rank_only_entries, resolve_load, role_timeline, save_entries)
 
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
@@ -704,7 +705,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             # a prep and an update instant per group (timeline.stepped_groups): all of the phase's
             # initialize at its high-water mark where the timeline models the transients inside it
             # (INIT_PEAK_COMPARED), else at its end (the tracker's end against the instant initialize)
-            init_peak = ph["phase"] == "initialize" and any(x.key in INIT_TRANSIENTS for x in tl.instants)
+            init_peak = ph["phase"] == "initialize" and (any(x.key in INIT_TRANSIENTS for x in tl.instants)
+                                                         or init_end_is_peak(ec, led, load))
             if init_peak:
                 want = INIT_PEAK_INSTANTS
             idx = [i for i, x in enumerate(tl.instants) if x.key in want or (event and x.phase == event)]

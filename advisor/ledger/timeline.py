@@ -1009,22 +1009,93 @@ def zero12_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: Load
             and not load.zero_init and not ledger.plan.cluster.model_parallel)
 
 
-def zero12_init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> str | None:
-    """The ``excluded`` line (estimate's JSON ``assumptions.excluded``) for a plan whose ZeRO-1/2
-    DeepSpeedZeroOptimizer transients inside deepspeed.initialize are not modelled because of model parallelism
-    (:func:`zero12_init_transients_apply` without its ``model_parallel`` test holds, with it not): the timeline has
-    no ``initialize:flatten`` / ``initialize:optimizer_states`` there (README: "pipeline / tensor parallelism ...
-    not modelled yet"), so initialize's figure is its end, not its high-water mark; None otherwise."""
-    cl = ledger.plan.cluster
-    if not (cl.model_parallel and ec.zero.stage in (1, 2) and ledger.wrapper == "DeepSpeedZeroOptimizer"
-            and load is not None and not load.zero_init):
+def init_end_is_peak(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
+    """Whether deepspeed.initialize makes nothing above what it leaves live at its end, after the module's move (the
+    timeline's ``initialize`` instant is its high-water mark; no instant inside the optimizer's construction is
+    needed), on a model built without zero.Init and without tensor / pipeline parallelism. DeepSpeed 0.19.8:
+
+    * ZeRO-1's BF16_Optimizer (bf16, fp32 gradient accumulation: ``runtime/bf16_optimizer.py``
+      _setup_for_real_optimizer l.152-226). Per param group g it makes the flat 16-bit copy beside the group's
+      parameters (l.166-171, n_pad_g x 2 over n_g x 2 until they become views of it), the fp32 master partition
+      (``.clone().float()`` l.182: P_g x 2 + P_g x 4 for a moment) and keeps a zeroed flat gradient in the
+      accumulation dtype (``torch.zeros_like`` l.191, n_pad_g x 4), nothing dropped: the end less group g's flatten moment is
+      sum_(h>=g) (6 n_pad_h + 4 P_h - 2 n_h) - 2 n_pad_g >= 4 n_pad_g + 4 P_g > 0 bytes, less its clone moment
+      4 n_pad_g - 2 P_g (+ the later groups') > 0. The engine (TINY, W = 2, 2026-12-06, 2 runs):
+      z1_bf16_gaccfp32_tbsga2_w2 / _igu_tbsga2_w2 high-water mark 345,716 B = end 345,700 B + the worker's 16 B
+      input (worker.py _run_cell_tracked, made before the tracker's next phase), z1_bf16_gaccfp32_groups_w2 206,208 =
+      206,192 + 16.
+    * Stage 0 without a 16-bit wrapper: an fp32 model and its basic optimizer FusedAdam (``runtime/engine.py``
+      _configure_basic_optimizer; ``ops/adam/fused_adam.py`` __init__ l.96 makes a 4 B overflow flag, its moments
+      only at the first step). Engine: z0_fp32_w1 / z0_fp32_w2 172,872 B = end 172,840 + the worker's 32 B input,
+      z0_fp32_onetensor_w2 800,036 = 800,004 + 32.
+
+    Not claimed (initialize is still compared at its end there, :func:`advisor.engine.measure.peak_parity`):
+    stage 0's FP16_UnfusedOptimizer (its warm-up step's 16-bit and fp32 zero gradients and a torch optimizer
+    step, ``runtime/fp16/unfused_optimizer.py`` initialize_optimizer_states l.412-433: not modelled, no cell),
+    another basic optimizer at stage 0 fp32 (not measured), pipeline / tensor parallelism."""
+    if load is None or load.zero_init or ledger.plan.cluster.model_parallel:
+        return False
+    if ledger.wrapper == "BF16_Optimizer":
+        return ec.zero.stage == 1
+    return ec.zero.stage == 0 and ec.model_dtype == "fp32" and ledger.wrapper == "FusedAdam"
+
+
+def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> str | None:
+    """The ``excluded`` line (estimate's JSON ``assumptions.excluded``) for a plan whose transients inside
+    deepspeed.initialize are not modelled, so that the timeline's ``initialize`` figure is its end, not its
+    high-water mark; None where they are (:func:`zero12_init_transients_apply`,
+    :func:`fp16_optimizer_init_transient_applies`, :func:`zero3_init_transients_apply`) or where nothing rises above
+    the end (:func:`init_end_is_peak`; BF16_Optimizer anywhere: the same source argument, not measured under
+    pipeline parallelism), or on a plan built under zero.Init without ZeRO-3. Listed (README: "pipeline / tensor
+    parallelism ... not modelled yet"):
+
+    * ZeRO-1/2's DeepSpeedZeroOptimizer under tensor / pipeline / expert parallelism: ``initialize:flatten`` (a param
+      group's flat 16-bit copy beside its parameters) and ``initialize:optimizer_states`` (initialize_optimizer_states'
+      fp32 zeros), stage_1_and_2.py l.505-508 / l.937, :func:`zero12_init_transients`;
+    * ZeRO-3 under tensor / expert parallelism (pipeline parallelism is refused there), with hpZ
+      (zero_hpz_partition_size > 1) or with quantized weights (zero_quantized_weights): ``initialize:grad_hooks``,
+      each trainable parameter gathered whole while its gradient hook is registered (stage3.py l.1504 ->
+      partition_parameters.py l.2142; hpZ and qwZ gather otherwise), and ``initialize:fp32_partitions``,
+      :func:`zero3_init_transients`;
+    * stage 0's FP16_Optimizer under tensor / pipeline parallelism: its warm-up step's zeroed fp32 flat gradient
+      (fused_optimizer.py l.127), :func:`fp16_optimizer_init_transients`;
+    * stage 0's FP16_UnfusedOptimizer: its warm-up step's 16-bit and fp32 zero gradients beside a step of the
+      basic optimizer (unfused_optimizer.py initialize_optimizer_states l.412-433)."""
+    if load is None:
         return None
-    par = " and ".join(w for w, d in (("pipeline", cl.pipeline_parallel), ("tensor", cl.tensor_parallel),
+    cl = ledger.plan.cluster
+    z = ec.zero
+    w = ledger.wrapper
+    par = " and ".join(x for x, d in (("pipeline", cl.pipeline_parallel), ("tensor", cl.tensor_parallel),
                                       ("expert", cl.expert_parallel)) if d > 1)
-    return (f"ZeRO-{ec.zero.stage} initialize transients under {par} parallelism (initialize:flatten, a param "
-            f"group's flat 16-bit copy beside its parameters, and initialize:optimizer_states, "
-            f"initialize_optimizer_states' fp32 zeros: stage_1_and_2.py l.505-508, timeline.zero12_init_transients): not modelled yet, "
-            f"initialize is its end, not its high-water mark")
+    tail = "not modelled yet, initialize is its end, not its high-water mark"
+    if z.stage == 3 and w == "DeepSpeedZeroOptimizer_Stage3":
+        if zero3_init_transients_apply(ec, ledger, load) or not ledger.plan.inventory.has_trainable():
+            return None
+        why = [x for x, on in ((f"{par} parallelism", cl.model_parallel),
+                               (f"hpZ (zero_hpz_partition_size {z.zero_hpz_partition_size})",
+                                (z.zero_hpz_partition_size or 1) > 1),
+                               ("quantized weights (zero_quantized_weights)", z.zero_quantized_weights)) if on]
+        return (f"ZeRO-3 initialize transients under {' and '.join(why)} (initialize:grad_hooks, each trainable "
+                f"parameter gathered whole while its gradient hook is registered: stage3.py l.1504, "
+                f"partition_parameters.py l.2142; initialize:fp32_partitions, _create_fp32_partitions' cast and "
+                f"clone l.1168-1170; timeline.zero3_init_transients): {tail}")
+    if load.zero_init:
+        return None
+    if z.stage in (1, 2) and w == "DeepSpeedZeroOptimizer" and cl.model_parallel:
+        return (f"ZeRO-{z.stage} initialize transients under {par} parallelism (initialize:flatten, a param "
+                f"group's flat 16-bit copy beside its parameters, and initialize:optimizer_states, "
+                f"initialize_optimizer_states' fp32 zeros: stage_1_and_2.py l.505-508, "
+                f"timeline.zero12_init_transients): {tail}")
+    if z.stage == 0 and w == "FP16_Optimizer" and cl.model_parallel:
+        return (f"stage 0 FP16_Optimizer's initialize transient under {par} parallelism "
+                f"(initialize:optimizer_states, its warm-up step's zeroed fp32 flat gradient: fused_optimizer.py l.127, "
+                f"timeline.fp16_optimizer_init_transients): {tail}")
+    if z.stage == 0 and w == "FP16_UnfusedOptimizer":
+        return ("stage 0 FP16_UnfusedOptimizer's initialize transients (its warm-up step's 16-bit and fp32 zero "
+                "gradients beside a step of the basic optimizer: unfused_optimizer.py initialize_optimizer_states "
+                f"l.412-433): {tail}")
+    return None
 
 
 def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:

@@ -267,8 +267,8 @@ class EstimateResult:
         excluded = [x for x in self.ledger.excluded if not (have_acts and x.startswith("activations"))]
         if self.activations_note:
             excluded = [x for x in excluded if not x.startswith("activations")] + [self.activations_note]
-        from advisor.ledger.timeline import zero12_init_transients_excluded
-        init_excl = zero12_init_transients_excluded(ec, self.ledger, self.load)
+        from advisor.ledger.timeline import init_transients_excluded
+        init_excl = init_transients_excluded(ec, self.ledger, self.load)
         if init_excl:
             excluded = excluded + [init_excl]
         return {
