@@ -1129,9 +1129,11 @@ def autograd_node_pairs(inv: Inventory, stage: int) -> dict[int, tuple[int, str]
 
 def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, str, tuple[int, int, int]] | None":
     """(bytes, which instant, (start, body, end) bytes) of the most ZeRO-3's gradient reduce holds beside its persistent
-    buffers at one instant of backward, or None where it is not modelled (ZeRO++ qgZ, a
-    communication dtype unlike the model's: its ``.to`` copies are not counted). W = 1 takes the
-    same path (measured: a flush of several gradients is a ``torch.cat`` of them, unpadded).
+    buffers at one instant of backward, or None where it is not modelled (ZeRO++ qgZ:
+    :func:`zero3_reduce_flush_modeled`). W = 1 takes the same path (measured: a flush of several gradients is
+    a ``torch.cat`` of them, unpadded). Whole gradients are D bytes an element (the model's dtype), the bucket
+    and the flat buffer C (``communication_data_type``); a flush's casts to C and to ``grad_accum_dtype`` are
+    :func:`_zero3_flush_casts`.
 
     DeepSpeed 0.19.8 ``stage3.py``; gradients arrive in :func:`zero3_backward_grad_order`.
     reduce_independent_p_g_buckets_and_remove_grads (l. 1583-1585): when the bucket holds elements
@@ -1170,9 +1172,9 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     and the epilogue's flush); memoised per (tensor list, W, dtype bytes, bucket size,
     contiguous_gradients, reduce_scatter), one O(tensors) pass."""
     z = ec.zero
-    if W < 1 or z.zero_quantized_gradients or ec.comm_dtype != ec.model_dtype:
+    if not zero3_reduce_flush_modeled(ec) or W < 1:
         return None
-    C = DTYPE_BYTES[ec.comm_dtype]
+    C, D, G = _zero3_flush_dtypes(ec)
     rbs = int(z.reduce_bucket_size)
     contiguous, rs = bool(z.contiguous_gradients), bool(z.reduce_scatter)
     norm = ec.offload_optimizer_effective != "none"
@@ -1180,9 +1182,57 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     tails = zero3_flush_grad_tails(ec, inv, W)
     tkey = (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4)) if tails else None
     # once per (tensor list, W, C, bucket size, flags): generate asks per plan (Inventory.memo)
-    return inv.memo(("zero3_reduce_flush_bytes", W, C, rbs, contiguous, rs, norm, linear, tkey),
+    return inv.memo(("zero3_reduce_flush_bytes", W, C, D, G, rbs, contiguous, rs, norm, linear, tkey),
                     lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm, linear=linear,
-                                                      tails=tails))
+                                                      tails=tails, D=D, G=G))
+
+
+def zero3_reduce_flush_modeled(ec: EffectiveConfig) -> bool:
+    """Whether :func:`zero3_reduce_flush_bytes` models this ZeRO-3 plan's gradient reduce: not under ZeRO++ qgZ
+    (its quantized all-to-all buffers). Any ``communication_data_type`` and ``grad_accum_dtype``: their casts are
+    :func:`_zero3_flush_casts`. Measured on the engine (TINY, real Linears, W = 2, reduce_bucket_size 10,000,
+    2026-12-06): a bf16 model with communication_data_type fp32 (with and without CPU optimizer offload, and with
+    reduce_scatter off), grad_accum_dtype fp32, and both: every backward and step phase within 0.01% on both ranks,
+    where the ledger had left the flush out (backward:1 +68% without offload, backward:2 +25% with it); the engine
+    cell is z3_bf16_oo_cpu_linear_commfp32_smallbucket_w2."""
+    return not ec.zero.zero_quantized_gradients
+
+
+def zero3_backward_copies_excluded(ec: EffectiveConfig, inv: Inventory) -> str:
+    """The words of a ZeRO-3 plan's ``excluded`` line for its backward copies ("" where none is left out): what
+    of the gradient reduce this plan has and the ledger leaves out. The whole flush where
+    :func:`zero3_reduce_flush_modeled` says no (qgZ); without ``reduce_scatter``, a flush's gradients divided by
+    ``gradient_predivide_factor`` or multiplied back (``stage3.py`` __avg_scatter_grads l. 1922-1923,
+    __avg_scatter_contiguous_grads l. 1882-1883; with reduce_scatter l. 395 asserts the factor is 1); an
+    nn.Linear's bias gradient, whole as its weight's hook fires, where ``memory_efficient_linear`` (on by
+    default) routes the model's nn.Linear modules (:func:`zero3_linear_pairs`) through ``zero/linear.py``
+    LinearFunctionForZeroStage3 (l. 134, 141: both made at once; out x D bytes). A communication_data_type or
+    grad_accum_dtype unlike the model's is counted (:func:`_zero3_flush_casts`), and with
+    ``memory_efficient_linear`` off the weight whole at its bias's arrival (:func:`zero3_autograd_siblings`)."""
+    z = ec.zero
+    parts = []
+    if not zero3_reduce_flush_modeled(ec):
+        parts.append("the whole gradient flush under qgZ")
+    if not z.reduce_scatter:
+        parts.append("without reduce_scatter, a flush's gradient_predivide_factor copies (stage3.py "
+                     "__avg_scatter_grads l. 1922-1923 divides each gradient into a copy when the factor is not 1; "
+                     "__avg_scatter_contiguous_grads l. 1882-1883 multiplies the all-reduced bucket into a copy when "
+                     "it is not the world size, so at the default 1 too)")
+    if z.memory_efficient_linear and zero3_linear_pairs(inv):
+        parts.append("an nn.Linear's bias gradient, whole as its weight's arrives (LinearFunctionForZeroStage3 "
+                     "returns both at once; out x D bytes)")
+    counted = ("the flush's flat buffer, its casts to communication_data_type and back, the gradients held whole "
+               "and the in-step flatten/cast are on the timeline")
+    if not parts:
+        return ""
+    return "ZeRO-3 backward copies: " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] \
+        + f"; otherwise {counted}"
+
+
+def _zero3_flush_dtypes(ec: EffectiveConfig) -> tuple[int, int, int]:
+    """(C, D, G) bytes of ZeRO-3's communication_data_type, model dtype and gradient_accumulation_dtype
+    (``engine.py`` get_data_types l. 1799-1810: grad_accum_dtype, else the model's)."""
+    return DTYPE_BYTES[ec.comm_dtype], DTYPE_BYTES[ec.model_dtype], DTYPE_BYTES[ec.grad_dtype]
 
 
 def zero3_flush_grad_tails(ec: EffectiveConfig, inv: Inventory, W: int) -> "tuple[int, ...] | None":
@@ -1241,7 +1291,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
                               reduce_scatter: bool, norm: bool = False,
                               gathered: "tuple | None" = None,
                               linear: bool = True,
-                              tails: "tuple[int, ...] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
+                              tails: "tuple[int, ...] | None" = None,
+                              D: int = 0, G: int = 0) -> "tuple[int, str, tuple[int, int, int]] | None":
     """The walk of :func:`zero3_reduce_flush_bytes` (``gathered``, ``tails``: see :func:`_zero3_reduce_flush_walk`;
     the tails a flush keeps are added to every later instant, a constant between two flushes).
     With ``contiguous_gradients`` and no gradient larger than the bucket, no gradient ever stays its own
@@ -1249,11 +1300,15 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     gradient's (+ what is gathered, + a flush's buffers at the few flushes): computed column-wise, the
     flushes found by bisection over the numel prefix sums (issue 21: the walk was ~1 s per pass at 1e5
     layers, three passes per plan). The same figures and words as the walk
-    (tests/test_reduce_flush_identity.py compares them on random inventories)."""
+    (tests/test_reduce_flush_identity.py compares them on random inventories). ``D``, ``G``: the model's and the
+    gradient partitions' dtype bytes (0: C's), for the casts of :func:`_zero3_flush_casts`; whole gradients are
+    D bytes a element, the flat buffer C."""
     order, ns, inl, P = _zero3_grad_columns(inv, linear)
     L = len(ns)
     if not L or not contiguous or rbs < 1 or max(ns) > rbs:
-        return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear, tails)
+        return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear, tails,
+                                        D=D, G=G)
+    D = D or C
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
     F = inv.memo(("zero3_grad_padded_prefix", bool(linear), W),
@@ -1276,18 +1331,20 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     flushes, a = inv.memo(("zero3_grad_flushes", bool(linear), rbs), find_flushes)
 
     def flat_of(lo: int, hi: int) -> tuple[int, int]:
-        # (flat-buffer bytes, fp64 norm-copy elements) of the bucket holding positions lo .. hi - 1
+        # (flat-buffer bytes with the flush's casts, fp64 norm-copy elements) of the bucket holding positions
+        # lo .. hi - 1; flat + norm elements x 8 is the flush's largest moment (_zero3_flush_casts)
         held = P[hi] - P[lo]
         count = hi - lo
+        q = (F[hi] - F[lo]) // W  # the rank's reduce-scatter outputs, sum ceil(n_i/W) (rank 0's)
         if held <= rbs and not reduce_scatter:
-            fb = 0  # an in-place all_reduce of the contiguous buffer
+            fb, q = 0, held  # an in-place all_reduce of the contiguous buffer (cast whole to G, if at all)
         elif count == 1 and held % W == 0:
             fb = 0  # one unpadded tensor: a view
         else:
             fb = (F[hi] - F[lo]) * C
         # max over the bucket of min(ceil(n/W), split): non-decreasing in n, so that of its largest n (C-level max)
         pm = min(-(-max(ns[lo:hi]) // W), NORM_SPLIT_ELEMENTS) if norm else 0
-        return fb, pm
+        return _zero3_flush_casts(fb, 0, q, pm, C, D, G) - pm * 8, pm
 
     def bucket(lo: int, hi: int) -> str:
         count = hi - lo
@@ -1304,12 +1361,12 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         elif pa < L:
             i, n = order[pa], ns[pa]
             gp = g_at(pa)
-            sb = sibs[i] * C if sibs is not None else 0
+            sb = sibs[i] * D if sibs is not None else 0
             if pa in extra:
                 lo, fb, pm = extra[pa]
                 where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
                          f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
-                         f"arriving {n * C:,} B" + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
+                         f"arriving {n * D:,} B" + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
                          + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
                          + (f" + gathered {gp:,} B" if gp else "")
                          + (f" + earlier flushes' kept fp32 gradient tails {kept_at[pa]:,} B"
@@ -1333,14 +1390,14 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     sibs = zero3_autograd_siblings(inv, linear)
     per = None if tails else _flush_period(inv, order, inl, gathered)
     if per is not None:
-        return _flush_periodic(per, L, ns, C, order, inl, flushes, flat_of, gathered, a, P, words, sibs)
+        return _flush_periodic(per, L, ns, D, order, inl, flushes, flat_of, gathered, a, P, words, sibs)
 
     # the columns packed (_packed, 8 bytes a value): as lists of int objects they were ~0.4 GB at once for
     # 1e5 layers, generate's peak (issue 21)
-    nC = map(operator.mul, ns, itertools.repeat(C))
+    nC = map(operator.mul, ns, itertools.repeat(D))
     if sibs is not None:
         # the arriving gradient's autograd sibling, still whole (zero3_autograd_siblings)
-        nC = map(operator.add, nC, map(operator.mul, map(sibs.__getitem__, order), itertools.repeat(C)))
+        nC = map(operator.add, nC, map(operator.mul, map(sibs.__getitem__, order), itertools.repeat(D)))
     if gathered is not None:
         mod_of, at_fetch, during, at_end = gathered
         mods = _packed(map(mod_of.__getitem__, order))
@@ -1364,7 +1421,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             pms.append(pm)
             add[p] = fb + pm * 8
         return _FlushExtra(flushes, _packed(fbs), _packed(pms)), _packed(add)
-    extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, bool(reduce_scatter), bool(norm)),
+    extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, D, G, bool(reduce_scatter), bool(norm)),
                           flush_extra)
     arrive = _packed(map(operator.add, arrive, add))
     kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
@@ -1517,7 +1574,7 @@ def _flush_period(inv: Inventory, order: list[int], inl: bytes, gathered: "tuple
     return f0 + (c - 1 - t_hi) * v, v, R
 
 
-def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, order: list[int], inl: bytes,
+def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], D: int, order: list[int], inl: bytes,
                     flushes: list[tuple[int, int]], flat_of: Any, gathered: "tuple | None", a: int,
                     P: "Sequence[int]", words: Any,
                     sibs: "Sequence[int] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
@@ -1526,7 +1583,8 @@ def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, or
     those layers are made one by one, the other layers' are the first's (a flush's plus its buffers, the
     flushes listed), so maxima and first positions come from one layer, the flushes and the rest (issue 21:
     three passes over 9e5 gradients per plan at 1e5 layers). The same figures and words
-    (tests/test_layer_repeat_identity.py compares with the whole columns)."""
+    (tests/test_layer_repeat_identity.py compares with the whole columns). ``D``: a whole gradient's bytes per
+    element (the model dtype's)."""
     p0, v, R = per
     p1 = p0 + R * v
     if gathered is not None:
@@ -1554,7 +1612,7 @@ def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, or
     def arrive_at(p: int) -> int:
         e = extra.get(p)
         # + the arriving gradient's autograd sibling (zero3_autograd_siblings: the same in every identical layer)
-        return ns[p] * C + g_at(p) + (e[1] + e[2] * 8 if e else 0) + (sibs[order[p]] * C if sibs is not None else 0)
+        return ns[p] * D + g_at(p) + (e[1] + e[2] * 8 if e else 0) + (sibs[order[p]] * D if sibs is not None else 0)
     arr_b, arr_a = [arrive_at(p) for p in before], [arrive_at(p) for p in after]
     fet_b = [fetch_at(p) for p in before] if gathered is not None else []
     fet_a = [fetch_at(p) for p in after] if gathered is not None else []
@@ -1605,6 +1663,28 @@ def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], C: int, or
                        extra, at_fetch), tuple(reg)
 
 
+def _zero3_flush_casts(fb: int, own: int, q: int, pm: int, C: int, D: int, G: int) -> int:
+    """Bytes of one ZeRO-3 reduce flush's buffers at their largest moment: its flat buffer ``fb`` (bytes), the
+    ``communication_data_type`` copies of the ``own`` elements held whole in the bucket, the cast of the ``q``
+    elements this rank gets back to the gradient partitions' dtype, and the fp64 norm copy of ``pm`` elements.
+    C, D, G: communication, model and gradient-accumulation dtype bytes (G 0: C's). The whole gradients themselves
+    (arriving, held in the bucket) are the caller's.
+
+    DeepSpeed 0.19.8 ``stage3.py``: the ipg bucket's buffer is of ``communication_data_type`` (l. 478, 782-784;
+    each gradient the bucket takes is cast into it by ``copy_``, l. 1637, and param.grad is then that view, l. 1640), so
+    __avg_scatter_grads' ``g.to(communication_data_type)`` (l. 1919-1920) copies only the gradients held whole
+    (``own`` x C, where C differs from D), all made before reduce_scatter_coalesced's flat buffer; its outputs,
+    views of that buffer, are cast to ``gradient_accumulation_dtype`` (l. 1943-1944: q x G where G differs from C;
+    q = sum ceil(n_i/W), rank 0's) while it is alive. __avg_scatter_contiguous_grads (no reduce_scatter) casts
+    its whole buffer (l. 1885-1886, q = the bucket's elements). partition_grads (l. 2006) then runs on those
+    partitions: the flat buffer and the C copies are freed with __avg_scatter_grads' locals where there was a cast
+    (else its outputs keep the flat buffer), and each partition's fp64 norm copy (``pm`` x 8, under optimizer
+    offload, _constant_buffered_norm2 l. 1446) is made there. With C = D = G: ``fb + pm x 8``."""
+    cx = C if C != D else 0
+    gx = G if G and G != C else 0
+    return max(fb + own * cx + q * gx, (0 if gx else fb) + q * gx + pm * 8)
+
+
 #: bytes.translate table: 0 <-> 1 (the complement of a 0/1 flag column)
 _FLIP = bytes([1, 0]) + bytes(range(2, 256))
 
@@ -1613,12 +1693,15 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
                              reduce_scatter: bool, norm: bool = False,
                              gathered: "tuple | None" = None,
                              linear: bool = True,
-                             tails: "tuple[int, ...] | None" = None) -> "tuple[int, str, tuple[int, int, int]] | None":
+                             tails: "tuple[int, ...] | None" = None,
+                             D: int = 0, G: int = 0) -> "tuple[int, str, tuple[int, int, int]] | None":
     # gathered: (module index per tensor, bytes at each module's fetch, bytes while its backward
     # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
     # tails: per tensor, the fp32 gradient bytes kept after its flush (zero3_flush_grad_tails):
     # live at every later moment of backward
+    # D, G: the model's and the gradient partitions' dtype bytes (0: C's); see _zero3_flush_casts
     from advisor.model.parallel import in_layer_flags
+    D = D or C
     # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
     in_layer = in_layer_flags(inv)
     best, where = 0, ""
@@ -1630,10 +1713,13 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
         # names only for a new maximum (not per gradient)
         return tensors[lo].name if count == 1 else f"{count} gradients, {tensors[lo].name} .. {tensors[hi].name}"
 
-    def flat_bytes(held: int, count: int, flat: int) -> int:
+    def flat_bytes(held: int, count: int, flat: int, own: int = 0, pm: int = 0) -> int:
+        # the flush's flat buffer, its casts (_zero3_flush_casts) and fp64 norm copy at their largest moment
         if contiguous and held <= rbs and not reduce_scatter:
-            return 0  # an in-place all_reduce of the contiguous buffer
-        return 0 if (count == 1 and held % W == 0) else flat * C  # one unpadded tensor: a view
+            fb = 0  # an in-place all_reduce of the contiguous buffer
+        else:
+            fb = 0 if (count == 1 and held % W == 0) else flat * C  # one unpadded tensor: a view
+        return _zero3_flush_casts(fb, own, flat // W if W else 0, pm, C, D, G)
 
     # the bucket as running totals (no re-walk per gradient): elements, count, flat-buffer elements
     # sum ceil(n_i/W) x W, elements of its own whole gradients, its first and last tensor indices
@@ -1672,7 +1758,7 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
                 continue
             r_at += 1
         n = tensors[i].numel
-        sb = sibs[i] * C if sibs is not None else 0  # its autograd sibling's gradient, whole beside it
+        sb = sibs[i] * D if sibs is not None else 0  # its autograd sibling's gradient, whole beside it
         # where in backward this arrival (and the flush it triggers) happens: a layer's gradient in
         # the layers' backward; another module's before any layer's (after the last layer in
         # forward: final norm, lm_head) at the start, after them (embeddings) at the end
@@ -1684,18 +1770,18 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
             # the module's fetch, before its gradients: its all-gather buffers beside the bucket's whole gradients
             prev_mod = mod_of[i]
             g = during[prev_mod]
-            nb = at_fetch[prev_mod] + own * C + kept
+            nb = at_fetch[prev_mod] + own * D + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, f"fetch of {tensors[i].name}'s module: gathered {at_fetch[prev_mod]:,} B"
         if held and held + n > rbs:  # stage3.py l. 1583: flush before the arriving gradient joins
-            fb = flat_bytes(held, count, flat)
-            nb = fb + (own + n) * C + sb + pmax * 8 + g + kept
+            fb = flat_bytes(held, count, flat, own, pmax)
+            nb = fb + (own + n) * D + sb + g + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:
                 best, where = nb, (f"flush of {bucket(count, lo, hi)} ({held:,} elements) as {tensors[i].name}'s "
-                                   f"gradient arrives whole: flat {fb:,} + whole in bucket {own * C:,} + "
-                                   f"arriving {n * C:,} B"
+                                   f"gradient arrives whole: flat {fb - pmax * 8:,} + whole in bucket {own * D:,} + "
+                                   f"arriving {n * D:,} B"
                                    + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
                                    + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
                                    + (f" + gathered {g:,} B" if g else "")
@@ -1703,7 +1789,7 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
             held = count = flat = own = pmax = 0
             kept, btail = kept + btail, 0
         else:
-            nb = (own + n) * C + sb + g + kept
+            nb = (own + n) * D + sb + g + kept
             reg[ri] = max(reg[ri], nb)
             if nb > best:  # arrives, no flush: whole until copied into the bucket
                 best, where = nb, (f"{tensors[i].name}'s gradient arriving whole ({n:,} elements)"
@@ -1722,12 +1808,12 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
         if tails:
             btail += tails[i]
     if held:  # the backward epilogue's flush, nothing arriving
-        fb = flat_bytes(held, count, flat)
-        nb = fb + own * C + pmax * 8 + at_end + kept
+        fb = flat_bytes(held, count, flat, own, pmax)
+        nb = fb + own * D + at_end + kept
         reg[2] = max(reg[2], nb)
         if nb > best:
             best, where = nb, (f"end-of-backward flush of {bucket(count, lo, hi)} ({held:,} elements): "
-                               f"flat {fb:,} + whole in bucket {own * C:,} B"
+                               f"flat {fb - pmax * 8:,} + whole in bucket {own * D:,} B"
                                + (f" + fp64 norm copy {pmax * 8:,} B" if pmax else "")
                                + (f" + gathered {at_end:,} B" if at_end else "")
                                + (f" + earlier flushes' kept fp32 gradient tails {kept:,} B" if kept else ""))
@@ -3295,9 +3381,9 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     if pure is None:
         v = max(max(at_fetch, default=0), start, end, frozen)
         return v, f"the largest gathered moment of backward, {v:,} B", ()
-    C = DTYPE_BYTES[ec.comm_dtype]
+    C, D, G = _zero3_flush_dtypes(ec)
     norm = ec.offload_optimizer_effective != "none"
-    key = ("zero3_backward_fetch", first, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
+    key = ("zero3_backward_fetch", first, W, C, D, G, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
            bool(z.reduce_scatter), norm, z.param_persistence_threshold, z.model_persistence_threshold,
            int(z.prefetch_bucket_size), int(z.max_live_parameters), int(z.max_reuse_distance),
            bool(getattr(z, "allgather_sequential", False)), bool(z.memory_efficient_linear))
@@ -3306,7 +3392,7 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
         key += (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4))
     joint = inv.memo(key, lambda: _zero3_reduce_flush_bytes(
         inv, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients), bool(z.reduce_scatter), norm,
-        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear), tails=tails))
+        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear), tails=tails, D=D, G=G))
     jb, jwhere, jreg = joint if joint is not None else (0, "", (0, 0, 0))
     jreg = list(jreg)
     # moments the gradient walk does not pass: the root's prefetch, modules without a trainable parameter
@@ -7654,6 +7740,9 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         b.add("accelerator", "workspace", "zero3_reduce_flush", rs[0], "in_backward",
               f"max over backward's gradient arrivals and bucket flushes of (flat buffer sum over the flush's "
               f"params ceil(n_i/W) x W x C + the bucket's gradients held whole + the arriving gradient, whole"
+              + (" + at a flush, the casts to communication_data_type of the gradients held whole and of the "
+                 "rank's outputs to grad_accum_dtype (_zero3_flush_casts)"
+                 if len(set(_zero3_flush_dtypes(ec))) > 1 else "")
               + (" + at a flush, under CPU/NVMe optimizer offload, the fp64 norm copy of the bucket's largest "
                  "gradient partition, max_i min(ceil(n_i/W), 250,000,000) x 8" if oo != "none" else "")
               + f") = {rs[0]} ({rs[1]})",
@@ -8517,6 +8606,7 @@ def compute_ledger(plan: Plan) -> Ledger:
         ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga, plan.workload)
     else:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
+    z3_copies = zero3_backward_copies_excluded(ec, inv) if ec.zero.stage == 3 else None
     excluded = [
         *(["pipeline-parallel pipe buffers (the p2p receive buffers, the last stage's kept outputs: they need the "
            "sequence length and the hidden size)"]
@@ -8526,13 +8616,10 @@ def compute_ledger(plan: Plan) -> Ledger:
         "optimizer-kernel temporaries" + (" other than partial offload's backup AdamW sqrt copies (backup_adamw_sqrt, "
                                           "backup_adamw_host_denom)" if twin_flow_splits(ec) else "")
         + " (the CUDA context, NCCL buffers and the caching allocator's reserve are the fit table's runtime-overhead rows)",
-        ("ZeRO-3 backward copies: the whole gradient flush when communication_data_type differs from the model's "
-         "dtype or under qgZ, a flush's gradients divided by gradient_predivide_factor, and an nn.Linear's bias "
-         "gradient, whole as its weight's arrives (LinearFunctionForZeroStage3 returns both at once; out x D bytes); "
-         "otherwise the flush's flat buffer, the gradients held whole and the in-step flatten/cast are on the timeline"
-         if ec.zero.stage == 3 else
-         "transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
-         "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)"),
+        # ZeRO-3: only what of its gradient reduce this plan leaves out (none: no line)
+        *(([z3_copies] if z3_copies else []) if z3_copies is not None else
+          ["transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
+           "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)"]),
         # only where there is such a copy: ZeRO-1/2's param groups (a ZeRO-3 plan has none to leave out)
         *(["ZeRO-1/2's flat copy of a param group at initialize when it is built on the accelerator (stage_1_and_2.py "
            "__init__ does so only when the free memory holds it; built in host memory otherwise, which the fit's host "

@@ -135,6 +135,17 @@ CELLS = [
      {"submodules": True, "linear": True}),
     ("z2_bf16_linear_smallbucket_w2", _cfg(2, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY,
      {"linear": True}),
+    # ZeRO-3 with communication_data_type fp32 on a bf16 model (issue 15), CPU optimizer offload, several flushes: the
+    # ipg bucket is fp32 (stage3.py l. 782-784) and takes each bf16 gradient by a casting copy_ (l. 1637); at
+    # l2.bias's arrival l2.weight, too large for the bucket and held whole in bf16 (46,354 B), is cast to fp32
+    # (l. 1920: 92,708 B) before reduce_scatter_coalesced's fp32 flat buffer (92,712 B), whose outputs are cast back
+    # to bf16 (l. 1944: 23,178 B); state._zero3_flush_casts. The ledger had left this flush out (backward:2 +162,453 B,
+    # +25%; without offload backward:1 +208,637 B, +68%); now every phase within 0.01% beside the proxy's forward
+    # scalars. The same without offload, with reduce_scatter off, with grad_accum_dtype fp32 (and both) matched in a
+    # probe run (2026-12-06, state.zero3_reduce_flush_modeled)
+    ("z3_bf16_oo_cpu_linear_commfp32_smallbucket_w2",
+     {**_cfg(3, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
+      "communication_data_type": "fp32"}, 2, False, parity.TINY, {"submodules": True, "linear": True}),
     # GPT-2's Conv1D (torch.addmm) and LayerNorm pairs as real nodes (issue 15; parity.TINY_GPT, worker Leaf kinds
     # conv1d / layer_norm). At ZeRO-3 addmm is not replaced (only F.linear is), so AddmmBackward0 makes c_fc's
     # two gradients and c_fc.bias's hook fires with c_fc.weight's 19,264-element gradient whole, as it flushes
