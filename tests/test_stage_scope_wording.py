@@ -1,7 +1,7 @@
 """Wording defects a newcomer found (nits17), each checked against what the plan is, not against today's text:
 (a) under pipeline parallelism initialize:module moves one stage's layers, not the whole model; (b) M101 says which
 instant its figure is (the load, or initialize's cast); (c) explain M104 names every ZeRO stage it fires at;
-(d) ZeRO-1/2's initialize transients not modelled under PP/TP are listed in assumptions.excluded.
+(d) ZeRO-1/2's initialize transients not modelled under TP are listed in assumptions.excluded.
 Each test failed before its fix."""
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def test_excluded_lists_zero12_initialize_transients_under_model_parallelism(tmp
         assert d["assumptions"]["optimizer"]["wrapper"] == "DeepSpeedZeroOptimizer"
         return [x for x in d["assumptions"]["excluded"] if "initialize:flatten" in x]
 
-    assert len(excluded("--world-size", "4", "--pipeline-parallel", "2")) == 1
+    # modelled under pipeline parallelism over the rank's stage (issue 15: tests/engine/test_pipeline_engine.py)
+    assert excluded("--world-size", "4", "--pipeline-parallel", "2") == []
     assert len(excluded("--world-size", "4", "--tensor-parallel", "2")) == 1
     assert excluded("--world-size", "2") == []  # modelled there: the timeline has the instants
 

@@ -589,9 +589,10 @@ PHASE_INSTANTS = {
 #: DeepSpeedZeroOptimizer, the flatten and, without optimizer offload, initialize_optimizer_states' zeros;
 #: stage 0's FP16_Optimizer, its warm-up step's zeros; ZeRO-3 without hpZ or quantized weights, the gather for each
 #: gradient hook), or where nothing in it rises above its end (timeline.init_end_is_peak: ZeRO-1's BF16_Optimizer,
-#: stage 0 fp32 with FusedAdam; the instant ``initialize``). Elsewhere (stage 0's FP16_UnfusedOptimizer or another
-#: basic optimizer at fp32, ZeRO-3 with hpZ or quantized weights, tensor / pipeline parallelism, no cell measures
-#: any of them) initialize is compared at its end only: see :func:`peak_parity`.
+#: stage 0 fp32 with FusedAdam; the instant ``initialize``). Elsewhere (stage 0's FP16_UnfusedOptimizer, cell
+#: z0_bf16_torchadam_w2; another basic optimizer at fp32, ZeRO-3 with hpZ or quantized weights, tensor parallelism:
+#: no cell) initialize is compared at its end only: see :func:`peak_parity`. Under pipeline parallelism
+#: :func:`pipeline_peak_parity` compares it the same way (ZeRO-1/2 over the rank's stage, BF16_Optimizer).
 INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:fp32_partitions",
                       "initialize:grad_hooks", "initialize")
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
@@ -662,8 +663,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     fp32 with FusedAdam, whose initialize makes nothing above its end, timeline.init_end_is_peak, against the instant
     ``initialize``; its unclaimed storages are the peak's); elsewhere it
     compares the bytes live at its end (the tracker's ``end``, its unclaimed storages ``end_unattributed``),
-    since a transient of the phase is not modelled there (stage 0's FP16_UnfusedOptimizer, ZeRO-3 with hpZ or
-    quantized weights, tensor / pipeline parallelism: no cell measures them). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
+    since a transient of the phase is not modelled there (stage 0's FP16_UnfusedOptimizer: z0_bf16_torchadam_w2;
+    ZeRO-3 with hpZ or quantized weights, tensor parallelism: no cell measures them; pipeline parallelism:
+    :func:`pipeline_peak_parity`). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
     ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
     the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
     in-place partitioning) compare their peaks with the timeline's instants of those names.
@@ -704,7 +706,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             # the :norm instants are ZeRO-1/2 only; a step updating one param group at a time has
             # a prep and an update instant per group (timeline.stepped_groups): all of the phase's
             # initialize at its high-water mark where the timeline models the transients inside it
-            # (INIT_PEAK_COMPARED), else at its end (the tracker's end against the instant initialize)
+            # (timeline.INIT_TRANSIENTS) or none rises above its end (timeline.init_end_is_peak), else at its end
+            # (the tracker's end against the instant initialize)
             init_peak = ph["phase"] == "initialize" and (any(x.key in INIT_TRANSIENTS for x in tl.instants)
                                                          or init_end_is_peak(ec, led, load))
             if init_peak:
@@ -775,11 +778,18 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     ``load``: the :class:`advisor.ledger.timeline.LoadAssumption` the worker's model build matches (default:
     no zero.Init, fp32, the stage built from LayerSpecs); ``build_rows``: also the rows ``load`` (the tracker's
     load phase, PipelineModule's construction, its high-water mark against the ``load`` instant) and
-    ``initialize`` (what is live when ``deepspeed.initialize`` has returned against the ``initialize`` instant:
-    compared at its end, as :func:`peak_parity` compares it)."""
+    ``initialize``: where the plan's timeline models its high-water mark (ZeRO-1/2's DeepSpeedZeroOptimizer over the
+    rank's stage, timeline.zero12_init_transients; BF16_Optimizer, timeline.init_end_is_peak) its high-water mark
+    against the largest of the timeline's ``initialize:cast`` / ``initialize:module`` and :data:`INIT_PEAK_INSTANTS`
+    (the pipe worker's phase spans the whole of deepspeed.initialize), else what is live when it has returned
+    against the ``initialize`` instant (its end, as :func:`peak_parity` compares it there). Measured 2026-12-06
+    (2 stages, DP 1): pp2_z1_bf16_ga2_w2's high-water mark 133,764 / 134,084 B (ledger 133,760 / 134,080 at
+    ``initialize:optimizer_states``, the stage's zeroed fp32 partition, stage_1_and_2.py l.937), where its end is
+    80,272 / 80,464 B."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
-    from advisor.ledger.timeline import GPU_ONLY, resolve_load, role_timeline
+    from advisor.ledger.timeline import (BEFORE_PARTITION, GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, resolve_load,
+                                         role_timeline)
     from advisor.plan import Workload
 
     ec = effective_config(config)
@@ -794,17 +804,24 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
         ser = tl.series(tiers)
         gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers) for i in range(len(ser))]
         cpu = rec.get("accelerator", "cpu") == "cpu"  # the pipe worker runs on DS_ACCELERATOR=cpu
+        # initialize at its high-water mark where the timeline models it, as in peak_parity
+        init_peak = any(x.key in INIT_TRANSIENTS for x in tl.instants) or init_end_is_peak(ec, led, load)
         for ph in rec["phases"]:
             kinds = TRAIN_BATCH_PHASES.get(ph["phase"])
             compared = []  # (row phase, instant keys, engine bytes, its unclaimed storages)
+            at_end = {"save:after"} | ({"initialize"} if not init_peak else set())  # rows of the phase's end
             if ph["phase"] == "save":
                 compared = [("save", PHASE_INSTANTS["save"], ph.get("peak_excl_cpu_only", ph["peak"]),
                              ph["unattributed"]),
                             ("save:after", ("save",), ph["end"], ph.get("end_unattributed", ph["unattributed"]))]
             elif build_rows and ph["phase"] == "load":
                 compared = [("load", ("load",), ph.get("peak_excl_cpu_only", ph["peak"]), ph["unattributed"])]
+            elif build_rows and ph["phase"] == "initialize" and init_peak:
+                # the pipe worker's initialize spans the whole of deepspeed.initialize, the cast and the move too
+                compared = [("initialize", BEFORE_PARTITION + INIT_PEAK_INSTANTS, ph.get("peak_excl_cpu_only", ph["peak"]),
+                             ph["unattributed"])]
             elif build_rows and ph["phase"] == "initialize":
-                # compared at its end, as peak_parity does (the optimizer's construction inside it is not an instant)
+                # compared at its end, as peak_parity does where the optimizer's construction has no instant
                 compared = [("initialize", ("initialize",), ph["end"], ph.get("end_unattributed", ph["unattributed"]))]
             elif kinds:
                 idx = [i for i, x in enumerate(tl.instants)
@@ -819,7 +836,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
                 exp = ser[best] - off[best]
                 at = [u for u in unclaimed if not u["site"].startswith(CPU_ONLY_SITES)]
                 rows.append({"rank": r, "stage": rec.get("stage"), "phase": name, "measured": got,
-                             "cpu_only": ph["peak"] - got if name != "save:after" else 0, "ledger": exp,
+                             "cpu_only": 0 if name in at_end else ph["peak"] - got, "ledger": exp,
                              "gpu_only": off[best], "ledger_instant": tl.instants[best].key,
                              "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0), "unattributed": at})
     return rows

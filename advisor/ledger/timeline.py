@@ -1002,17 +1002,20 @@ def zero3_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> lis
 
 def zero12_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
     """Whether the timeline has the :data:`INIT_TRANSIENTS` instants: ZeRO-1/2's DeepSpeedZeroOptimizer
-    (not BF16_Optimizer) built on a model made without zero.Init, without tensor / pipeline parallelism
-    (``initialize:optimizer_states`` only without optimizer offload: with it the zeroed partitions are kept,
-    the ledger's ``fp32_grad``, and DeepSpeed frees nothing at the end of __init__)."""
+    (not BF16_Optimizer) built on a model made without zero.Init, without tensor / expert parallelism (under
+    pipeline parallelism over the rank's stage, :func:`_rank_shard`; ``initialize:optimizer_states`` only
+    without optimizer offload: with it the zeroed partitions are kept, the ledger's ``fp32_grad``, and DeepSpeed
+    frees nothing at the end of __init__)."""
+    cl = ledger.plan.cluster
     return (ec.zero.stage in (1, 2) and ledger.wrapper == "DeepSpeedZeroOptimizer" and load is not None
-            and not load.zero_init and not ledger.plan.cluster.model_parallel)
+            and not load.zero_init and cl.tensor_parallel <= 1 and cl.expert_parallel <= 1)
+
 
 
 def init_end_is_peak(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
     """Whether deepspeed.initialize makes nothing above what it leaves live at its end, after the module's move (the
     timeline's ``initialize`` instant is its high-water mark; no instant inside the optimizer's construction is
-    needed), on a model built without zero.Init and without tensor / pipeline parallelism. DeepSpeed 0.19.8:
+    needed), on a model built without zero.Init and without tensor / expert parallelism. DeepSpeed 0.19.8:
 
     * ZeRO-1's BF16_Optimizer (bf16, fp32 gradient accumulation: ``runtime/bf16_optimizer.py``
       _setup_for_real_optimizer l.152-226). Per param group g it makes the flat 16-bit copy beside the group's
@@ -1028,16 +1031,24 @@ def init_end_is_peak(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption |
       _configure_basic_optimizer; ``ops/adam/fused_adam.py`` __init__ l.96 makes a 4 B overflow flag, its moments
       only at the first step). Engine: z0_fp32_w1 / z0_fp32_w2 172,872 B = end 172,840 + the worker's 32 B input,
       z0_fp32_onetensor_w2 800,036 = 800,004 + 32.
+    * Under pipeline parallelism BF16_Optimizer over the rank's stage (stage 0 bf16 accumulating in bf16, or ZeRO-1
+      as above; the gradient buffer n_pad_g x 2 at bf16 keeps both differences > 0: 2 n_pad_g + 4 P_g and
+      2 n_pad_g - 2 P_g). Engine (tests/engine/test_pipeline_engine.py pp2_z0_bf16_ga2_w2, 2 stages, DP 1,
+      2026-12-06): the pipe worker's initialize (the whole of deepspeed.initialize, the cast included) high-water
+      mark 107,028 / 107,284 B = its end + 4 B (stage 0 / 1).
 
     Not claimed (initialize is still compared at its end there, :func:`advisor.engine.measure.peak_parity`):
     stage 0's FP16_UnfusedOptimizer (its warm-up step's 16-bit and fp32 zero gradients and a torch optimizer
     step, ``runtime/fp16/unfused_optimizer.py`` initialize_optimizer_states l.412-433: not modelled, no cell),
-    another basic optimizer at stage 0 fp32 (not measured), pipeline / tensor parallelism."""
-    if load is None or load.zero_init or ledger.plan.cluster.model_parallel:
+    another basic optimizer at stage 0 fp32 (not measured), tensor / expert parallelism, stage 0 fp32 under pipeline
+    parallelism (not measured)."""
+    cl = ledger.plan.cluster
+    if load is None or load.zero_init or cl.tensor_parallel > 1 or cl.expert_parallel > 1:
         return False
-    if ledger.wrapper == "BF16_Optimizer":
-        return ec.zero.stage == 1
-    return ec.zero.stage == 0 and ec.model_dtype == "fp32" and ledger.wrapper == "FusedAdam"
+    if ledger.wrapper == "BF16_Optimizer":  # stage 0 only under pipeline parallelism (state.select_optimizer)
+        return ec.zero.stage in (0, 1)
+    return (ec.zero.stage == 0 and ec.model_dtype == "fp32" and ledger.wrapper == "FusedAdam"
+            and not cl.model_parallel)
 
 
 def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> str | None:
@@ -1049,7 +1060,8 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
     pipeline parallelism), or on a plan built under zero.Init without ZeRO-3. Listed (README: "pipeline / tensor
     parallelism ... not modelled yet"):
 
-    * ZeRO-1/2's DeepSpeedZeroOptimizer under tensor / pipeline / expert parallelism: ``initialize:flatten`` (a param
+    * ZeRO-1/2's DeepSpeedZeroOptimizer under tensor / expert parallelism (modelled under pipeline parallelism, over
+      the rank's stage): ``initialize:flatten`` (a param
       group's flat 16-bit copy beside its parameters) and ``initialize:optimizer_states`` (initialize_optimizer_states'
       fp32 zeros), stage_1_and_2.py l.505-508 / l.937, :func:`zero12_init_transients`;
     * ZeRO-3 under tensor / expert parallelism (pipeline parallelism is refused there), with hpZ
@@ -1082,7 +1094,8 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
                 f"clone l.1168-1170; timeline.zero3_init_transients): {tail}")
     if load.zero_init:
         return None
-    if z.stage in (1, 2) and w == "DeepSpeedZeroOptimizer" and cl.model_parallel:
+    if z.stage in (1, 2) and w == "DeepSpeedZeroOptimizer" and not zero12_init_transients_apply(ec, ledger, load):
+        par = " and ".join(x for x, d in (("tensor", cl.tensor_parallel), ("expert", cl.expert_parallel)) if d > 1)
         return (f"ZeRO-{z.stage} initialize transients under {par} parallelism (initialize:flatten, a param "
                 f"group's flat 16-bit copy beside its parameters, and initialize:optimizer_states, "
                 f"initialize_optimizer_states' fp32 zeros: stage_1_and_2.py l.505-508, "
@@ -1122,7 +1135,7 @@ def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> li
     86,424 + master 86,424 + the zeros 86,424 (site initialize_optimizer_states:937) + 4 B, where its end is
     172,852 B; z2_fp32_w2 345,700 B = the fp32 module's 172,836 B + flat 172,848 B (the flatten; the zeros'
     moment is 4 B from it)."""
-    lays = placement_of(ledger.plan).zero12
+    lays = _rank_shard(ec, ledger, rank)[1]
     if not lays:
         return []
     D = DTYPE_BYTES[ec.model_dtype]
@@ -1130,7 +1143,7 @@ def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> li
     off = ec.offload_optimizer_effective != "none"
     m_tier = ("host_pinned" if ec.zero.offload_optimizer.pin_memory else "host_pageable") if off else "accelerator"
     S = "runtime/zero/stage_1_and_2.py:DeepSpeedZeroOptimizer"
-    g_best, parts = zero12_flatten_terms(ledger, None)
+    g_best, parts = zero12_flatten_terms(ledger, None, rank)
     src_f = (f"{S}.__init__ (flatten_dense_tensors_aligned l.505-508 beside the group's parameters, made views of "
              "it at _update_model_bit16_weights l.534)")
     out = [Entry(rank, "accelerator", "parameters", "init_flatten_params", parts[0], "init_flatten",
@@ -1172,20 +1185,23 @@ def fp16_optimizer_init_transients(ledger: Ledger, rank: int) -> list[Entry]:
                   ".grad = None l.132)")] if nb else []
 
 
-def zero12_flatten_terms(ledger: Ledger, free_after_move: int | None) -> tuple[int, tuple[int, int]]:
+def zero12_flatten_terms(ledger: Ledger, free_after_move: int | None,
+                         rank: int | None = None) -> tuple[int, tuple[int, int]]:
     """(g, (accelerator parameter bytes, fp32 master bytes)) per rank at the ``initialize:flatten`` instant
     (:func:`zero12_init_transients`): the param group g whose flattening has the most bytes live. A group
     flattened in host memory (:func:`zero12_flat_fallback`'s test: ``free_after_move`` < n_pad_g x D; None: every
     group on the accelerator) has its parameters moved off the accelerator first (``param.data =
-    torch.empty(1)``, stage_1_and_2.py l.455-460), so only its flat buffer, moved in (l.524), counts there."""
+    torch.empty(1)``, stage_1_and_2.py l.455-460), so only its flat buffer, moved in (l.524), counts there.
+    ``rank``: under pipeline parallelism the rank's stage (:func:`_rank_shard`: a PipelineModule's optimizer sees
+    only its stage's parameters, ``runtime/pipe/module.py`` _build l.235-276); None: the plan's model."""
     plan = ledger.plan
-    lays = placement_of(plan).zero12
+    inv, lays = _rank_shard(plan.config, ledger, rank) if rank is not None else (plan.inventory, placement_of(plan).zero12)
     D = DTYPE_BYTES[plan.config.model_dtype]
     best, g_best, parts = -1, 0, (0, 0)
     done_n = done_pad = done_p = 0
     for g, lay in enumerate(lays):
         host = free_after_move is not None and free_after_move < lay.n_pad * D
-        params = (plan.inventory.numel - done_n - (lay.n if host else 0) + done_pad + lay.n_pad) * D
+        params = (inv.numel - done_n - (lay.n if host else 0) + done_pad + lay.n_pad) * D
         master = done_p * 4
         if params + master > best:
             best, g_best, parts = params + master, g, (params, master)

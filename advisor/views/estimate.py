@@ -602,8 +602,9 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
                 tl_of(role).put(j_mod, FLAT_FALLBACK_ITEM, "host_pageable", "parameters", fallback, FLAT_FALLBACK_LABEL)
             if "initialize:flatten" in keys:
                 # the group flattened in host memory is not beside its parameters on the accelerator
-                _, (acc_b, _m) = zero12_flatten_terms(ledger, free)
+                # per role: under pipeline parallelism each rank flattens its stage's groups
                 for role in roles:
+                    _, (acc_b, _m) = zero12_flatten_terms(ledger, free, role.ranks[0])
                     tl_of(role).put(keys.index("initialize:flatten"), "init_flatten_params", "accelerator",
                                     "parameters", acc_b)
     # after the fallback's terms are on the timelines: the flatten instant's accelerator bytes depend on it

@@ -275,9 +275,9 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     assert [got[r]["stage"] for r in (0, 1)] == [0, 1]
     # TrainSchedule.num_pipe_buffers = max(2, min(stages - stage_id, micro_batches)) (schedule.py l.255-256)
     assert [got[r]["num_pipe_buffers"] for r in (0, 1)] == [2, 2]
-    rows = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got)
-    assert {(r["rank"], r["phase"]) for r in rows} == {(r, ph) for r in (0, 1)
-                                                       for ph in ("train_batch:1", "train_batch:2", "save", "save:after")}
+    rows = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got, build_rows=True)
+    assert {(r["rank"], r["phase"]) for r in rows} == {
+        (r, ph) for r in (0, 1) for ph in ("load", "initialize", "train_batch:1", "train_batch:2", "save", "save:after")}
     bad = [r for r in rows if abs(r["rel_diff"]) > 0.01]
     assert not bad, "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} "
                                f"({r['ledger_instant']}); unattributed {r['unattributed'][:6]}" for r in bad)
@@ -295,6 +295,19 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
         if ec.zero.stage == 1:
             want[s]["ipg_bucket_pipeline"] = 50000 * 2  # reduce_bucket_size x bf16 (stage_1_and_2.py l.964-967)
         assert ents == want[s], (s, ents)
+    # initialize at its high-water mark (issue 15): ZeRO-1's initialize_optimizer_states makes the stage's zeroed
+    # fp32 gradient partition (stage_1_and_2.py l.937) beside what initialize leaves, by hand the stage's
+    # parameters x 4 B at DP 1 (P = n_pad, 2-element aligned: 13,376 / 13,408 elements); BF16_Optimizer (stage 0)
+    # keeps every buffer it makes, so the end is the peak (timeline.init_end_is_peak)
+    for r in (0, 1):
+        ini = next(x for x in rows if x["rank"] == r and x["phase"] == "initialize")
+        end = next(p for p in got[r]["phases"] if p["phase"] == "initialize")["end"]
+        if ec.zero.stage == 1:
+            zeros = {0: (V * H + 2 * (H + 2 * F * H)) * 4, 1: (2 * (H + 2 * F * H) + H + V * H) * 4}[got[r]["stage"]]
+            assert ini["ledger_instant"] == "initialize:optimizer_states", ini
+            assert abs(ini["measured"] - end - zeros) <= 64, (ini, end, zeros)
+        else:
+            assert ini["ledger_instant"] == "initialize" and abs(ini["measured"] - end) <= 64, (ini, end)
     if ec.zero.stage == 1:
         # the engine's own record of that second buffer, live at the step's peak on both stages
         for r in rows:
