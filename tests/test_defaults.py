@@ -59,6 +59,8 @@ def test_aio_top_level_and_legacy_section_constants():
     for d in D.AIO.fields:
         assert getattr(sc, f"AIO_{d.field.upper()}_DEFAULT") == d.value, d.field
     assert rc.GRADIENT_CLIPPING_DEFAULT == D.TOP.value("gradient_clipping")
+    assert rc.GRADIENT_PREDIVIDE_FACTOR_DEFAULT == D.TOP.value(rc.GRADIENT_PREDIVIDE_FACTOR)
+    assert rc.PRESCALE_GRADIENTS_DEFAULT is D.TOP.value(rc.PRESCALE_GRADIENTS)
     assert (rc.CHECKPOINT, rc.CHECKPOINT_PARALLEL_WRITE) == D.CHECKPOINT_PARALLEL_WRITE.path
     assert rc.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE_DEFAULT is D.CHECKPOINT_PARALLEL_WRITE.value(
         rc.CHECKPOINT_PARALLEL_WRITE_PIPELINE_STAGE)

@@ -1,5 +1,5 @@
-"""ZeRO-3's reduce flush with a communication_data_type or grad_accum_dtype unlike the model's
-(state._zero3_flush_casts). Figures by hand from DeepSpeed 0.19.8 ``stage3.py``: the ipg bucket is of the
+"""ZeRO-3's reduce flush with a communication_data_type or grad_accum_dtype unlike the model's, and
+gradient_predivide_factor's copies without reduce_scatter (state._zero3_flush_copies, state._zero3_predivide_copies). Figures by hand from DeepSpeed 0.19.8 ``stage3.py``: the ipg bucket is of the
 communication dtype C (l. 782-784) and takes each gradient by a casting copy_ (l. 1637); a gradient too large for
 the bucket stays whole in the model's dtype D and __avg_scatter_grads casts it to C (l. 1919-1920) before
 ``coalesced_collectives.py`` reduce_scatter_coalesced's flat buffer (sum ceil(n_i/W) x W x C); its outputs (rank 0:
@@ -67,12 +67,41 @@ def test_offload_norm_copy_comes_after_the_casts():
     assert state.zero3_reduce_flush_bytes(ec, TINY, 2)[0] == 255106
 
 
+def test_predivide_factor_copies_without_reduce_scatter():
+    # __avg_scatter_grads (l2.weight's bucket is over reduce_bucket_size): each gradient divided into a copy when the
+    # factor is not 1 (l. 1922-1923: 23,177 x 2), the rank's output multiplied into another when it is not the world
+    # size either (l. 1933-1935: 11,589 x 2). Engine (2026-12-06): sites l. 1923 46,354 B and 1935 23,178 B
+    base = FLAT * 2 + L2W * 2 + L2B * 2
+    pre4 = state.zero3_reduce_flush_bytes(_ec({"gradient_predivide_factor": 4.0}, reduce_scatter=False), TINY, 2)
+    assert pre4[0] == base + L2W * 2 + Q * 2 == 162396, pre4
+    pre2 = state.zero3_reduce_flush_bytes(_ec({"gradient_predivide_factor": 2.0}, reduce_scatter=False), TINY, 2)
+    assert pre2[0] == base + L2W * 2 == 139218, pre2
+    # prescale_gradients: postscale_gradients off (engine.py l. 1736-1737), stage3.py scales nothing into a copy
+    pres = state.zero3_reduce_flush_bytes(_ec({"gradient_predivide_factor": 4.0, "prescale_gradients": True},
+                                              reduce_scatter=False), TINY, 2)
+    assert pres[0] == base, pres
+
+
+def test_all_reduce_path_multiplies_the_bucket_into_a_copy():
+    # reduce_bucket_size 50,000 holds all of TINY (43,209 elements): no flush until the epilogue's, which takes
+    # __avg_scatter_contiguous_grads (contiguous, within the bucket, no reduce_scatter): the bucket is divided in
+    # place and multiplied back into a copy since the factor (1) is not the world size (l. 1882-1883): 43,209 x 2,
+    # above any arrival (l2.weight whole 23,177 x 2)
+    n = sum(t.numel for t in TINY.tensors)
+    got = state.zero3_reduce_flush_bytes(_ec(reduce_bucket_size=50000, reduce_scatter=False), TINY, 2)
+    assert got[0] == n * 2 == 86418, got
+    # with reduce_scatter the epilogue's flat buffer (sum ceil(n_i/W) x W x 2) instead
+    got = state.zero3_reduce_flush_bytes(_ec(reduce_bucket_size=50000), TINY, 2)
+    assert got[0] == sum(-(-t.numel // 2) * 2 for t in TINY.tensors) * 2 == 86428, got
+
+
 def test_excluded_names_only_what_the_plan_has():
     one = from_dict({"name": "one", "tensors": [{"name": "params.0", "shape": [200000]}]}, "one")
     assert state.zero3_backward_copies_excluded(_ec({"communication_data_type": "fp32"}), one) == ""
+    # without reduce_scatter: the short ranks' zero-padded partitions (l. 1898-1902), not in rank 0's walk
+    assert "zero-padded" in state.zero3_backward_copies_excluded(_ec(reduce_scatter=False), one)
     # TINY's nn.Linears under memory_efficient_linear: the bias whole at its weight's hook
     assert "bias gradient" in state.zero3_backward_copies_excluded(_ec(), TINY)
     assert state.zero3_backward_copies_excluded(_ec(memory_efficient_linear=False), TINY) == ""
-    assert "gradient_predivide_factor" in state.zero3_backward_copies_excluded(_ec(reduce_scatter=False), one)
     assert state.zero3_reduce_flush_bytes(_ec(zero_quantized_gradients=True), TINY, 2) is None
     assert "qgZ" in state.zero3_backward_copies_excluded(_ec(zero_quantized_gradients=True), one)

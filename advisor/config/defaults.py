@@ -220,6 +220,8 @@ CHECKPOINT_PARALLEL_WRITE = SectionDefaults(
 
 TOP = SectionDefaults((), "runtime/constants.py:*_DEFAULT", (
     Default("gradient_clipping", 1.0),  # GRADIENT_CLIPPING_DEFAULT (older releases: 0.0)
+    Default("gradient_predivide_factor", 1.0),  # GRADIENT_PREDIVIDE_FACTOR_DEFAULT
+    Default("prescale_gradients", False),  # PRESCALE_GRADIENTS_DEFAULT
 ))
 
 #: The legacy top-level section name -> the section it stands for (read only when the new name

@@ -152,6 +152,10 @@ class EffectiveConfig:
     train_micro_batch_size_per_gpu: int | None = None
     gradient_accumulation_steps: int | None = None
     gradient_clipping: float = TOP.value("gradient_clipping")  # 0.19.8 default (older releases: 0.0)
+    #: gradient_predivide_factor / prescale_gradients (``runtime/config.py``; ZeRO-3 stage3.py takes the factor,
+    #: and ``postscale_gradients`` = not prescale_gradients, engine.py l. 1736-1737)
+    gradient_predivide_factor: float = TOP.value("gradient_predivide_factor")
+    prescale_gradients: bool = TOP.value("prescale_gradients")
     fp16_enabled: bool = FP16.value("enabled")
     #: fp16.loss_scale: 0 = dynamic loss scaling, else the static scale (``engine.py``
     #: ``dynamic_loss_scale`` / ``loss_scale``; the ZeRO optimizers' ``CreateLossScaler``).
@@ -400,6 +404,12 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
         f = _as_float(gc)
         if f is not None:
             ec.gradient_clipping = f
+    pf = _as_float(raw.get("gradient_predivide_factor"))  # read silently: rule Z005 / the schema report a bad value
+    if pf is not None:
+        ec.gradient_predivide_factor = pf
+    ps = _as_bool(raw.get("prescale_gradients"))
+    if ps is not None:
+        ec.prescale_gradients = ps
 
     # precision -------------------------------------------------------------------------
     fp16 = _section(raw, "fp16")

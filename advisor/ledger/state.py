@@ -1133,7 +1133,7 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     :func:`zero3_reduce_flush_modeled`). W = 1 takes the same path (measured: a flush of several gradients is
     a ``torch.cat`` of them, unpadded). Whole gradients are D bytes an element (the model's dtype), the bucket
     and the flat buffer C (``communication_data_type``); a flush's casts to C and to ``grad_accum_dtype`` are
-    :func:`_zero3_flush_casts`.
+    :func:`_zero3_flush_copies`.
 
     DeepSpeed 0.19.8 ``stage3.py``; gradients arrive in :func:`zero3_backward_grad_order`.
     reduce_independent_p_g_buckets_and_remove_grads (l. 1583-1585): when the bucket holds elements
@@ -1175,6 +1175,7 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     if not zero3_reduce_flush_modeled(ec) or W < 1:
         return None
     C, D, G = _zero3_flush_dtypes(ec)
+    pf = zero3_predivide_factor(ec)
     rbs = int(z.reduce_bucket_size)
     contiguous, rs = bool(z.contiguous_gradients), bool(z.reduce_scatter)
     norm = ec.offload_optimizer_effective != "none"
@@ -1182,47 +1183,57 @@ def zero3_reduce_flush_bytes(ec: EffectiveConfig, inv: Inventory, W: int) -> "tu
     tails = zero3_flush_grad_tails(ec, inv, W)
     tkey = (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4)) if tails else None
     # once per (tensor list, W, C, bucket size, flags): generate asks per plan (Inventory.memo)
-    return inv.memo(("zero3_reduce_flush_bytes", W, C, D, G, rbs, contiguous, rs, norm, linear, tkey),
+    return inv.memo(("zero3_reduce_flush_bytes", W, C, D, G, pf, rbs, contiguous, rs, norm, linear, tkey),
                     lambda: _zero3_reduce_flush_bytes(inv, W, C, rbs, contiguous, rs, norm, linear=linear,
-                                                      tails=tails, D=D, G=G))
+                                                      tails=tails, D=D, G=G, predivide=pf))
+
+
+def zero3_predivide_factor(ec: EffectiveConfig) -> "float | None":
+    """``gradient_predivide_factor`` where ZeRO-3 applies it (``postscale_gradients``, i.e. not
+    ``prescale_gradients``: ``engine.py`` l. 1736-1737, passed to ``stage3.py`` l. 381-382), else None."""
+    return None if ec.prescale_gradients else float(ec.gradient_predivide_factor)
 
 
 def zero3_reduce_flush_modeled(ec: EffectiveConfig) -> bool:
     """Whether :func:`zero3_reduce_flush_bytes` models this ZeRO-3 plan's gradient reduce: not under ZeRO++ qgZ
     (its quantized all-to-all buffers). Any ``communication_data_type`` and ``grad_accum_dtype``: their casts are
-    :func:`_zero3_flush_casts`. Measured on the engine (TINY, real Linears, W = 2, reduce_bucket_size 10,000,
-    2026-12-06): a bf16 model with communication_data_type fp32 (with and without CPU optimizer offload, and with
-    reduce_scatter off), grad_accum_dtype fp32, and both: every backward and step phase within 0.01% on both ranks,
-    where the ledger had left the flush out (backward:1 +68% without offload, backward:2 +25% with it); the engine
-    cell is z3_bf16_oo_cpu_linear_commfp32_smallbucket_w2."""
+    :func:`_zero3_flush_copies`, as are gradient_predivide_factor's (without reduce_scatter). Measured on the engine
+    (TINY, real Linears, W = 2, reduce_bucket_size 10,000, 2026-12-06): a bf16 model with communication_data_type
+    fp32 (with and without CPU optimizer offload, and with reduce_scatter off), grad_accum_dtype fp32, and both:
+    every backward and step phase within 0.01% on both ranks, where the ledger had left the flush out
+    (backward:1 +68% without offload, backward:2 +25% with it); without reduce_scatter, gradient_predivide_factor 2
+    and 4: within 0.01%, where the ledger had backward:1 +46,399 B (+14.0%) and +69,575 B (+20.9%). The engine
+    cells are z3_bf16_oo_cpu_linear_commfp32_smallbucket_w2 and z3_bf16_linear_nors_pre4_smallbucket_w2."""
     return not ec.zero.zero_quantized_gradients
 
 
 def zero3_backward_copies_excluded(ec: EffectiveConfig, inv: Inventory) -> str:
     """The words of a ZeRO-3 plan's ``excluded`` line for its backward copies ("" where none is left out): what
     of the gradient reduce this plan has and the ledger leaves out. The whole flush where
-    :func:`zero3_reduce_flush_modeled` says no (qgZ); without ``reduce_scatter``, a flush's gradients divided by
-    ``gradient_predivide_factor`` or multiplied back (``stage3.py`` __avg_scatter_grads l. 1922-1923,
-    __avg_scatter_contiguous_grads l. 1882-1883; with reduce_scatter l. 395 asserts the factor is 1); an
+    :func:`zero3_reduce_flush_modeled` says no (qgZ); without ``reduce_scatter``, the zero-padded partitions
+    ``stage3.py`` __avg_scatter_contiguous_grads makes for a rank whose share of a gradient is short (l. 1898-1902;
+    measured, TINY W = 2, reduce_bucket_size 50,000: rank 1 +23,950 B, the ledger's walk being rank 0's); an
     nn.Linear's bias gradient, whole as its weight's hook fires, where ``memory_efficient_linear`` (on by
     default) routes the model's nn.Linear modules (:func:`zero3_linear_pairs`) through ``zero/linear.py``
     LinearFunctionForZeroStage3 (l. 134, 141: both made at once; out x D bytes). A communication_data_type or
-    grad_accum_dtype unlike the model's is counted (:func:`_zero3_flush_casts`), and with
+    grad_accum_dtype unlike the model's and gradient_predivide_factor's copies are counted
+    (:func:`_zero3_flush_copies`), and with
     ``memory_efficient_linear`` off the weight whole at its bias's arrival (:func:`zero3_autograd_siblings`)."""
     z = ec.zero
     parts = []
     if not zero3_reduce_flush_modeled(ec):
         parts.append("the whole gradient flush under qgZ")
     if not z.reduce_scatter:
-        parts.append("without reduce_scatter, a flush's gradient_predivide_factor copies (stage3.py "
-                     "__avg_scatter_grads l. 1922-1923 divides each gradient into a copy when the factor is not 1; "
-                     "__avg_scatter_contiguous_grads l. 1882-1883 multiplies the all-reduced bucket into a copy when "
-                     "it is not the world size, so at the default 1 too)")
+        parts.append("without reduce_scatter, the zero-padded gradient partitions an in-bucket all-reduce flush "
+                     "makes on a rank whose share of a gradient is short (stage3.py __avg_scatter_contiguous_grads "
+                     "l. 1898-1902: ceil(n_i/W) x grad_accum_dtype bytes each, on the last ranks; rank 0's figure is "
+                     "counted)")
     if z.memory_efficient_linear and zero3_linear_pairs(inv):
         parts.append("an nn.Linear's bias gradient, whole as its weight's arrives (LinearFunctionForZeroStage3 "
                      "returns both at once; out x D bytes)")
-    counted = ("the flush's flat buffer, its casts to communication_data_type and back, the gradients held whole "
-               "and the in-step flatten/cast are on the timeline")
+    counted = ("the flush's flat buffer, its casts to communication_data_type and back, its "
+               "gradient_predivide_factor copies, the gradients held whole and the in-step flatten/cast are on the "
+               "timeline")
     if not parts:
         return ""
     return "ZeRO-3 backward copies: " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] \
@@ -1292,7 +1303,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
                               gathered: "tuple | None" = None,
                               linear: bool = True,
                               tails: "tuple[int, ...] | None" = None,
-                              D: int = 0, G: int = 0) -> "tuple[int, str, tuple[int, int, int]] | None":
+                              D: int = 0, G: int = 0,
+                              predivide: "float | None" = 1.0) -> "tuple[int, str, tuple[int, int, int]] | None":
     """The walk of :func:`zero3_reduce_flush_bytes` (``gathered``, ``tails``: see :func:`_zero3_reduce_flush_walk`;
     the tails a flush keeps are added to every later instant, a constant between two flushes).
     With ``contiguous_gradients`` and no gradient larger than the bucket, no gradient ever stays its own
@@ -1301,13 +1313,14 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     flushes found by bisection over the numel prefix sums (issue 21: the walk was ~1 s per pass at 1e5
     layers, three passes per plan). The same figures and words as the walk
     (tests/test_reduce_flush_identity.py compares them on random inventories). ``D``, ``G``: the model's and the
-    gradient partitions' dtype bytes (0: C's), for the casts of :func:`_zero3_flush_casts`; whole gradients are
-    D bytes a element, the flat buffer C."""
+    gradient partitions' dtype bytes (0: C's), for the casts of :func:`_zero3_flush_copies`; whole gradients are
+    D bytes a element, the flat buffer C. ``predivide``: gradient_predivide_factor under postscale_gradients (None: with
+    prescale_gradients), for the flush's predivide copies (:func:`_zero3_flush_copies`)."""
     order, ns, inl, P = _zero3_grad_columns(inv, linear)
     L = len(ns)
     if not L or not contiguous or rbs < 1 or max(ns) > rbs:
         return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear, tails,
-                                        D=D, G=G)
+                                        D=D, G=G, predivide=predivide)
     D = D or C
     tensors = inv.tensors
     # prefix sums of sum ceil(n_i/W) x W (the reduce-scatter's flat buffer), once per tensor list, flag and W
@@ -1332,11 +1345,12 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
 
     def flat_of(lo: int, hi: int) -> tuple[int, int]:
         # (flat-buffer bytes with the flush's casts, fp64 norm-copy elements) of the bucket holding positions
-        # lo .. hi - 1; flat + norm elements x 8 is the flush's largest moment (_zero3_flush_casts)
+        # lo .. hi - 1; flat + norm elements x 8 is the flush's largest moment (_zero3_flush_copies)
         held = P[hi] - P[lo]
         count = hi - lo
         q = (F[hi] - F[lo]) // W  # the rank's reduce-scatter outputs, sum ceil(n_i/W) (rank 0's)
-        if held <= rbs and not reduce_scatter:
+        ar = held <= rbs and not reduce_scatter
+        if ar:
             fb, q = 0, held  # an in-place all_reduce of the contiguous buffer (cast whole to G, if at all)
         elif count == 1 and held % W == 0:
             fb = 0  # one unpadded tensor: a view
@@ -1344,7 +1358,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             fb = (F[hi] - F[lo]) * C
         # max over the bucket of min(ceil(n/W), split): non-decreasing in n, so that of its largest n (C-level max)
         pm = min(-(-max(ns[lo:hi]) // W), NORM_SPLIT_ELEMENTS) if norm else 0
-        return _zero3_flush_casts(fb, 0, q, pm, C, D, G) - pm * 8, pm
+        return (_zero3_flush_copies(fb, 0, q, pm, C, D, G, held, *_zero3_predivide_copies(predivide, W, ar))
+                - pm * 8, pm)
 
     def bucket(lo: int, hi: int) -> str:
         count = hi - lo
@@ -1421,7 +1436,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             pms.append(pm)
             add[p] = fb + pm * 8
         return _FlushExtra(flushes, _packed(fbs), _packed(pms)), _packed(add)
-    extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, D, G, bool(reduce_scatter), bool(norm)),
+    extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, D, G, predivide, bool(reduce_scatter),
+                           bool(norm)),
                           flush_extra)
     arrive = _packed(map(operator.add, arrive, add))
     kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
@@ -1663,26 +1679,53 @@ def _flush_periodic(per: tuple[int, int, int], L: int, ns: list[int], D: int, or
                        extra, at_fetch), tuple(reg)
 
 
-def _zero3_flush_casts(fb: int, own: int, q: int, pm: int, C: int, D: int, G: int) -> int:
+def _zero3_predivide_copies(pf: "float | None", W: int, all_reduce: bool) -> tuple[bool, bool]:
+    """(divide, multiply): whether a ZeRO-3 flush divides its gradients by ``gradient_predivide_factor`` ``pf``
+    into copies and multiplies the reduced outputs back into copies. DeepSpeed 0.19.8 ``stage3.py``, under
+    ``postscale_gradients`` (not prescale_gradients; ``pf`` None otherwise): __avg_scatter_grads divides each
+    gradient into a copy when pf != 1 (l. 1922-1923) and multiplies the outputs when pf is also not the world
+    size (l. 1933-1935); __avg_scatter_contiguous_grads (``all_reduce``: no reduce_scatter, the bucket within
+    reduce_bucket_size) divides the bucket in place (l. 1872-1873) and multiplies it into a copy when pf is not
+    the world size (l. 1882-1883), at the default 1 too. With reduce_scatter, l. 395-396 assert pf == 1 and
+    postscale: no copy. The world size is the partition group's W (_gradient_averaging_world_size l. 689-692:
+    the same without expert parallelism)."""
+    if pf is None:
+        return False, False
+    if all_reduce:
+        return False, pf != W
+    return pf != 1, pf != 1 and pf != W
+
+
+def _zero3_flush_copies(fb: int, own: int, q: int, pm: int, C: int, D: int, G: int, held: int = 0,
+                        div: bool = False, mul: bool = False) -> int:
     """Bytes of one ZeRO-3 reduce flush's buffers at their largest moment: its flat buffer ``fb`` (bytes), the
-    ``communication_data_type`` copies of the ``own`` elements held whole in the bucket, the cast of the ``q``
-    elements this rank gets back to the gradient partitions' dtype, and the fp64 norm copy of ``pm`` elements.
-    C, D, G: communication, model and gradient-accumulation dtype bytes (G 0: C's). The whole gradients themselves
-    (arriving, held in the bucket) are the caller's.
+    ``communication_data_type`` copies of the ``own`` elements held whole in the bucket, the copies of the
+    ``held`` elements of the bucket divided by gradient_predivide_factor (``div``), the ``q`` elements this rank
+    gets back multiplied by it (``mul``) and cast to the gradient partitions' dtype, and the fp64 norm copy of
+    ``pm`` elements. C, D, G: communication, model and gradient-accumulation dtype bytes (G 0: C's); ``div`` /
+    ``mul``: :func:`_zero3_predivide_copies`. The whole gradients themselves (arriving, held in the bucket) are
+    the caller's.
 
     DeepSpeed 0.19.8 ``stage3.py``: the ipg bucket's buffer is of ``communication_data_type`` (l. 478, 782-784;
     each gradient the bucket takes is cast into it by ``copy_``, l. 1637, and param.grad is then that view, l. 1640), so
     __avg_scatter_grads' ``g.to(communication_data_type)`` (l. 1919-1920) copies only the gradients held whole
-    (``own`` x C, where C differs from D), all made before reduce_scatter_coalesced's flat buffer; its outputs,
-    views of that buffer, are cast to ``gradient_accumulation_dtype`` (l. 1943-1944: q x G where G differs from C;
-    q = sum ceil(n_i/W), rank 0's) while it is alive. __avg_scatter_contiguous_grads (no reduce_scatter) casts
-    its whole buffer (l. 1885-1886, q = the bucket's elements). partition_grads (l. 2006) then runs on those
-    partitions: the flat buffer and the C copies are freed with __avg_scatter_grads' locals where there was a cast
-    (else its outputs keep the flat buffer), and each partition's fp64 norm copy (``pm`` x 8, under optimizer
-    offload, _constant_buffered_norm2 l. 1446) is made there. With C = D = G: ``fb + pm x 8``."""
+    (``own`` x C, where C differs from D), then each gradient is divided into a copy (l. 1922-1923: ``held`` x C,
+    the cast list freed as it is replaced), all before reduce_scatter_coalesced's flat buffer; its outputs, views
+    of that buffer, are multiplied into copies (l. 1933-1935: q x C, the flat buffer then freed) and cast to
+    ``gradient_accumulation_dtype`` (l. 1943-1944: q x G where G differs from C; q = sum ceil(n_i/W), rank 0's).
+    __avg_scatter_contiguous_grads (no reduce_scatter, fb 0, q = the bucket's elements) multiplies and casts its
+    whole buffer (l. 1882-1886). partition_grads (l. 2006) then runs on those partitions: the flat buffer and
+    the copies made before it are freed with __avg_scatter_grads' locals where the outputs were copied (else
+    they keep the flat buffer), and each partition's fp64 norm copy (``pm`` x 8, under optimizer offload,
+    _constant_buffered_norm2 l. 1446) is made there. With C = D = G and no copies: ``fb + pm x 8``."""
     cx = C if C != D else 0
     gx = G if G and G != C else 0
-    return max(fb + own * cx + q * gx, (0 if gx else fb) + q * gx + pm * 8)
+    a = own * cx                      # the .to(C) copies of the gradients held whole
+    d = held * C if div else 0        # the divided copies (replace the list of a)
+    x = d if div else a               # what that list holds through the collective
+    out = q * C if mul else fb        # what holds the outputs after the multiply (the flat buffer's views)
+    pre = max(a + d, x + fb + (q * C if mul else 0), x + out + q * gx)
+    return max(pre, (q * gx if gx else out) + pm * 8)
 
 
 #: bytes.translate table: 0 <-> 1 (the complement of a 0/1 flag column)
@@ -1694,12 +1737,14 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
                              gathered: "tuple | None" = None,
                              linear: bool = True,
                              tails: "tuple[int, ...] | None" = None,
-                             D: int = 0, G: int = 0) -> "tuple[int, str, tuple[int, int, int]] | None":
+                             D: int = 0, G: int = 0,
+                             predivide: "float | None" = 1.0) -> "tuple[int, str, tuple[int, int, int]] | None":
     # gathered: (module index per tensor, bytes at each module's fetch, bytes while its backward
     # runs, bytes at the epilogue): the parameters gathered beside each moment (zero3_backward_fetch)
     # tails: per tensor, the fp32 gradient bytes kept after its flush (zero3_flush_grad_tails):
     # live at every later moment of backward
-    # D, G: the model's and the gradient partitions' dtype bytes (0: C's); see _zero3_flush_casts
+    # D, G: the model's and the gradient partitions' dtype bytes (0: C's), predivide the factor; see
+    # _zero3_flush_copies
     from advisor.model.parallel import in_layer_flags
     D = D or C
     # which tensors are a layer's, once per tensor list (the flush pass runs per W, bucket size ...)
@@ -1714,12 +1759,14 @@ def _zero3_reduce_flush_walk(inv: Inventory, W: int, C: int, rbs: int, contiguou
         return tensors[lo].name if count == 1 else f"{count} gradients, {tensors[lo].name} .. {tensors[hi].name}"
 
     def flat_bytes(held: int, count: int, flat: int, own: int = 0, pm: int = 0) -> int:
-        # the flush's flat buffer, its casts (_zero3_flush_casts) and fp64 norm copy at their largest moment
-        if contiguous and held <= rbs and not reduce_scatter:
-            fb = 0  # an in-place all_reduce of the contiguous buffer
+        # the flush's flat buffer, its copies (_zero3_flush_copies) and fp64 norm copy at their largest moment
+        ar = contiguous and held <= rbs and not reduce_scatter
+        if ar:
+            fb, q = 0, held  # an in-place all_reduce of the contiguous buffer
         else:
             fb = 0 if (count == 1 and held % W == 0) else flat * C  # one unpadded tensor: a view
-        return _zero3_flush_casts(fb, own, flat // W if W else 0, pm, C, D, G)
+            q = flat // W if W else 0
+        return _zero3_flush_copies(fb, own, q, pm, C, D, G, held, *_zero3_predivide_copies(predivide, W, ar))
 
     # the bucket as running totals (no re-walk per gradient): elements, count, flat-buffer elements
     # sum ceil(n_i/W) x W, elements of its own whole gradients, its first and last tensor indices
@@ -3382,8 +3429,9 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
         v = max(max(at_fetch, default=0), start, end, frozen)
         return v, f"the largest gathered moment of backward, {v:,} B", ()
     C, D, G = _zero3_flush_dtypes(ec)
+    pf = zero3_predivide_factor(ec)
     norm = ec.offload_optimizer_effective != "none"
-    key = ("zero3_backward_fetch", first, W, C, D, G, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
+    key = ("zero3_backward_fetch", first, W, C, D, G, pf, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
            bool(z.reduce_scatter), norm, z.param_persistence_threshold, z.model_persistence_threshold,
            int(z.prefetch_bucket_size), int(z.max_live_parameters), int(z.max_reuse_distance),
            bool(getattr(z, "allgather_sequential", False)), bool(z.memory_efficient_linear))
@@ -3392,7 +3440,8 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
         key += (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4))
     joint = inv.memo(key, lambda: _zero3_reduce_flush_bytes(
         inv, W, C, int(z.reduce_bucket_size), bool(z.contiguous_gradients), bool(z.reduce_scatter), norm,
-        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear), tails=tails, D=D, G=G))
+        (mod_of, at_fetch, during, end), linear=bool(z.memory_efficient_linear), tails=tails, D=D, G=G,
+        predivide=pf))
     jb, jwhere, jreg = joint if joint is not None else (0, "", (0, 0, 0))
     jreg = list(jreg)
     # moments the gradient walk does not pass: the root's prefetch, modules without a trainable parameter
@@ -7741,7 +7790,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               f"max over backward's gradient arrivals and bucket flushes of (flat buffer sum over the flush's "
               f"params ceil(n_i/W) x W x C + the bucket's gradients held whole + the arriving gradient, whole"
               + (" + at a flush, the casts to communication_data_type of the gradients held whole and of the "
-                 "rank's outputs to grad_accum_dtype (_zero3_flush_casts)"
+                 "rank's outputs to grad_accum_dtype (_zero3_flush_copies)"
                  if len(set(_zero3_flush_dtypes(ec))) > 1 else "")
               + (" + at a flush, under CPU/NVMe optimizer offload, the fp64 norm copy of the bucket's largest "
                  "gradient partition, max_i min(ceil(n_i/W), 250,000,000) x 8" if oo != "none" else "")

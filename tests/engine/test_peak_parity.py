@@ -139,13 +139,22 @@ CELLS = [
     # ipg bucket is fp32 (stage3.py l. 782-784) and takes each bf16 gradient by a casting copy_ (l. 1637); at
     # l2.bias's arrival l2.weight, too large for the bucket and held whole in bf16 (46,354 B), is cast to fp32
     # (l. 1920: 92,708 B) before reduce_scatter_coalesced's fp32 flat buffer (92,712 B), whose outputs are cast back
-    # to bf16 (l. 1944: 23,178 B); state._zero3_flush_casts. The ledger had left this flush out (backward:2 +162,453 B,
+    # to bf16 (l. 1944: 23,178 B); state._zero3_flush_copies. The ledger had left this flush out (backward:2 +162,453 B,
     # +25%; without offload backward:1 +208,637 B, +68%); now every phase within 0.01% beside the proxy's forward
     # scalars. The same without offload, with reduce_scatter off, with grad_accum_dtype fp32 (and both) matched in a
     # probe run (2026-12-06, state.zero3_reduce_flush_modeled)
     ("z3_bf16_oo_cpu_linear_commfp32_smallbucket_w2",
      {**_cfg(3, "bf16", reduce_bucket_size=10000, offload_optimizer={"device": "cpu"}),
       "communication_data_type": "fp32"}, 2, False, parity.TINY, {"submodules": True, "linear": True}),
+    # ZeRO-3 without reduce_scatter, gradient_predivide_factor 4 (issue 15): l2.bias's arrival flushes l2.weight (over
+    # the bucket: __avg_scatter_grads), which divides it into a copy (stage3.py l. 1922-1923: 46,354 B) before the
+    # flat buffer (46,356 B) and multiplies the rank's output into another (l. 1933-1935, 4 != W: 23,178 B);
+    # state._zero3_predivide_copies. The ledger had backward:1 +69,575 B (+20.9%), backward:2 +69,583 B (+12.8%) on
+    # both ranks; now every phase within 0.01% beside the proxy's forward scalars. Factor 2 (= W: no multiply)
+    # matched in a probe (it was +46,399 B, +14.0%)
+    ("z3_bf16_linear_nors_pre4_smallbucket_w2",
+     {**_cfg(3, "bf16", reduce_bucket_size=10000, reduce_scatter=False), "gradient_predivide_factor": 4.0},
+     2, False, parity.TINY, {"submodules": True, "linear": True}),
     # GPT-2's Conv1D (torch.addmm) and LayerNorm pairs as real nodes (issue 15; parity.TINY_GPT, worker Leaf kinds
     # conv1d / layer_norm). At ZeRO-3 addmm is not replaced (only F.linear is), so AddmmBackward0 makes c_fc's
     # two gradients and c_fc.bias's hook fires with c_fc.weight's 19,264-element gradient whole, as it flushes
