@@ -940,12 +940,18 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
 
 def zero3_init_transients_apply(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
     """Whether the timeline has ``initialize:grad_hooks`` (:func:`zero3_init_transients`): ZeRO-3 with trainable
-    parameters, without tensor / pipeline parallelism, hpZ or quantized weights (their gathers differ), with or
-    without zero.Init."""
+    parameters, without tensor / pipeline parallelism or quantized weights (a partition carrying ds_quant_scale adds
+    its scales' gather, partition_parameters.py l.2152-2157; not run: DeepSpeed's quantizer has no CPU kernel), with
+    or without zero.Init. hpZ too: the hook's ``param.all_gather()`` gathers the primary partition ``ds_tensor``
+    over ``param.ds_process_group`` (partition_parameters.py _all_gather l.1723-1745 ->
+    _allgather_params_sequential l.2136-2142, get_partition_dp_group l.2320-2321), as without it. Engine
+    (z3_bf16_hpz2_w2, TINY, W = 2, zero_hpz_partition_size 2, 2026-12-06, 2 runs): initialize's high-water mark
+    362,431 B = its end + 46,356 B (l2.weight's buffer) on both ranks, the ledger 362,426 B; once rank 1 had
+    46,960 B (l1.bias's 604 B buffer still held beside it: gloo's thread, the race RACY bounds)."""
     z = ec.zero
     return (z.stage == 3 and ledger.wrapper == "DeepSpeedZeroOptimizer_Stage3" and load is not None
-            and not ledger.plan.cluster.model_parallel and (z.zero_hpz_partition_size or 1) <= 1
-            and not z.zero_quantized_weights and ledger.plan.inventory.has_trainable())
+            and not ledger.plan.cluster.model_parallel and not z.zero_quantized_weights
+            and ledger.plan.inventory.has_trainable())
 
 
 def zero3_fp32_convert_applies(ec: EffectiveConfig) -> bool:
@@ -1064,10 +1070,10 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
       the rank's stage): ``initialize:flatten`` (a param
       group's flat 16-bit copy beside its parameters) and ``initialize:optimizer_states`` (initialize_optimizer_states'
       fp32 zeros), stage_1_and_2.py l.505-508 / l.937, :func:`zero12_init_transients`;
-    * ZeRO-3 under tensor / expert parallelism (pipeline parallelism is refused there), with hpZ
-      (zero_hpz_partition_size > 1) or with quantized weights (zero_quantized_weights): ``initialize:grad_hooks``,
-      each trainable parameter gathered whole while its gradient hook is registered (stage3.py l.1504 ->
-      partition_parameters.py l.2142; hpZ and qwZ gather otherwise), and ``initialize:fp32_partitions``,
+    * ZeRO-3 under tensor / expert parallelism (pipeline parallelism is refused there) or with quantized weights
+      (zero_quantized_weights): ``initialize:grad_hooks``, each trainable parameter gathered whole while its
+      gradient hook is registered (stage3.py l.1504 -> partition_parameters.py l.2142; qwZ gathers its scales too,
+      a tensor-parallel shard is another inventory), and ``initialize:fp32_partitions``,
       :func:`zero3_init_transients`;
     * stage 0's FP16_Optimizer under tensor / pipeline parallelism: its warm-up step's zeroed fp32 flat gradient
       (fused_optimizer.py l.127), :func:`fp16_optimizer_init_transients`;
@@ -1085,8 +1091,6 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
         if zero3_init_transients_apply(ec, ledger, load) or not ledger.plan.inventory.has_trainable():
             return None
         why = [x for x, on in ((f"{par} parallelism", cl.model_parallel),
-                               (f"hpZ (zero_hpz_partition_size {z.zero_hpz_partition_size})",
-                                (z.zero_hpz_partition_size or 1) > 1),
                                ("quantized weights (zero_quantized_weights)", z.zero_quantized_weights)) if on]
         return (f"ZeRO-3 initialize transients under {' and '.join(why)} (initialize:grad_hooks, each trainable "
                 f"parameter gathered whole while its gradient hook is registered: stage3.py l.1504, "

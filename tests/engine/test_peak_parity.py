@@ -261,6 +261,10 @@ CELLS = [
     # UNMATCHED_ISSUE15 with the cause
     ("z0_bf16_torchadam_w2", {**_cfg(0, "bf16"), "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}},
      2, False, parity.TINY),
+    # ZeRO-3 with hpZ (zero_hpz_partition_size 2 = W): initialize's high-water mark (the hook's gather of the primary
+    # partition, timeline.zero3_init_transients_apply) matches; its other phases are in UNMATCHED_ISSUE15
+    ("z3_bf16_hpz2_w2", _cfg(3, "bf16", reduce_bucket_size=50000, zero_hpz_partition_size=2), 2, False, parity.TINY,
+     {"submodules": True}),
     ("z0_fp32_onetensor_w2", _cfg(0, "fp32"), 2, False, ONE_TENSOR),
     ("z3_fp32_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
      parity.TINY, {"submodules": True, "steps": 4}),
@@ -871,6 +875,17 @@ UNMATCHED_ISSUE15: dict = {
     # (unfused_optimizer.py initialize_optimizer_states): high-water mark 1,050,824 B = end + 86,418 (16-bit zero
     # grads, l.415) + 172,836 (fp32 zero grads, l.421) + 186,620 (the step, l.425).
     "z0_bf16_torchadam_w2": {"step:1": 186_640, "step:2": 186_640},
+    # ZeRO-3 hpZ at zero_hpz_partition_size = W = 2 (2026-12-06, 2 runs, both ranks alike; initialize, its
+    # high-water mark, and both steps match within 0.01%). forward:2 / backward:2 -43,089 / -43,163 B: the ledger keeps
+    # hpZ's secondary partitions (lp_param_secondary, N / 2 x 2 = 43,214 B) through the steady iteration, which the
+    # engine frees at every step (stage3.py step l.2846 invalidate_secondary_tensor) and makes again only as each
+    # parameter is released after use (_partition_param_sec l.1915): none is live at the tracker's peaks there.
+    # initialize:module +27,098 B: the secondary partitions made beside the primary ones while Init(module=...)
+    # partitions in place (sites _partition_param_sec:1915, 42,744 B, and _cast_module_mixed_precision:1862), not in
+    # the ledger's partition peak. forward:1 +6,617 B (1.6%) and backward:1 -47,255 B: not analysed yet (the fetches
+    # of the first iteration under hpZ; the tracker's peak sites are the per-module gather's, nvtx wrapped_fn).
+    "z3_bf16_hpz2_w2": {"initialize:module": 27_098, "forward:1": 6_617, "backward:1": -47_255,
+                        "forward:2": -43_089, "backward:2": -43_163},
 }
 #: z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 was listed here (ZeRO-1 bf16, grad_accum_dtype fp32, CPU optimizer
 #: offload: +12-36% from backward:1 on with the reduce counted in bf16; the fp32 grad_accum copies l.1237, the compact
