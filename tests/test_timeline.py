@@ -1411,3 +1411,27 @@ def test_zero3_initialize_casts_and_clones_each_fp32_master():
     # optimizer offload casts into host memory (another branch): no such instant
     off = {**cfg, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
     assert "initialize:fp32_partitions" not in [x.key for x in _tl(off, MLP, 2, zero_init=True).instants]
+
+
+def test_zero1_initialize_transients_under_pipeline_parallelism_are_the_stages():
+    """Issue 15: a PipelineModule's ZeRO-1 optimizer flattens and partitions only its stage's parameters
+    (runtime/pipe/module.py _build l.235-276), so initialize:optimizer_states is initialize + the stage's zeroed fp32
+    partition (stage_1_and_2.py l.937) and initialize:flatten the stage's bf16 parameters beside their flat copy
+    (l.505-508); with --pipeline-build whole the other stages' fp32 modules (module.py l.188) are live at both.
+    By hand, pipe_worker's model at DP 1: stage 0 = embedding + 2 blocks, stage 1 = 2 blocks + norm + head."""
+    from tests.pipe_proxy import F, H, L, V, pipe_inventory
+    assert L == 4
+    blk = H + 2 * F * H
+    n = {0: V * H + 2 * blk, 1: 2 * blk + H + V * H}  # elements per stage (even: no alignment padding at DP 1)
+    assert n[0] % 2 == 0 and n[1] % 2 == 0
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+                           "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}})
+    led = compute_ledger(Plan(ec, pipe_inventory(), Cluster(world_size=2, pipeline_parallel=2)))
+    for build in ("stage", "whole"):
+        for r in (0, 1):
+            tl = role_timeline(led, led.rank(r), resolve_load(ec, zero_init=False, pipeline_build=build), ga=2, rank=r)
+            ser = tl.series(("accelerator", "host_pinned", "host_pageable"))
+            at = {x.key: ser[i] for i, x in enumerate(tl.instants)}
+            off = n[1 - r] * 4 if build == "whole" else 0  # the other stage's modules, fp32
+            assert at["initialize:optimizer_states"] - at["initialize"] == n[r] * 4, (build, r, at)
+            assert at["initialize:flatten"] == off + n[r] * 2 + n[r] * 2, (build, r, at)

@@ -1795,8 +1795,9 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     life = e.life
     if life in INIT_TRANSIENT_LIVES:
         return k == INIT_TRANSIENT_LIVES[life]
-    if k == "initialize:flatten":  # its entries hold every byte live there (zero12_init_transients)
-        return False
+    if k == "initialize:flatten":  # its entries hold every byte live there (zero12_init_transients) but the
+        # other stages' modules a whole build keeps (after_load: no stage's optimizer touches them)
+        return life == "after_load"
     if k == "initialize:fp32_partitions":  # the 16-bit partitions beside it (zero3_init_transients)
         return e.item == "lp_param_partitions"
     if k in ("initialize:optimizer_states", "initialize:grad_hooks"):  # what is live at initialize's end, beside it
