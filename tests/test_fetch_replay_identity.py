@@ -116,3 +116,38 @@ def test_refetch_held_pass_equals_reference(seed, monkeypatch):
             m.setattr(state, "REFETCH_HELD_PASS", False)
             assert fast == state._zero3_fetch_replay(inv, zero, W, D)
     assert state.PASSES["refetch_held"]
+
+
+def _equal_run_inventory(rng: random.Random) -> Inventory:
+    """Nameless one-tensor modules (t0, t1, ...: no layer repeat) with a run of 64-200 equal numels between a
+    few random ones, the way generate's 100,000-tensor limit is one run."""
+    sizes = [rng.randint(1, 400) for _ in range(rng.randint(0, 6))]
+    sizes += [rng.randint(1, 400)] * rng.randint(64, 200)
+    sizes += [rng.randint(1, 400) for _ in range(rng.randint(0, 6))]
+    return Inventory("eq", [TensorSpec(f"t{i}", (n,)) for i, n in enumerate(sizes)])
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_equal_run_as_layers_equals_reference(seed, monkeypatch):
+    # state.ZERO3_EQUAL_RUN: the longest run of equal one-tensor modules is taken as identical layers for the
+    # period skips (state._zero3_equal_run); every field equals the reference walk's and the walk's with the run
+    # off, with prefetch buckets of a fraction of a parameter to several, max live and reuse distances reached
+    # or not, and the skips are taken (else this compares nothing new)
+    rng = random.Random(9100 + seed)
+    monkeypatch.setattr(state, "PASSES", __import__("collections").Counter())
+    for _ in range(12):
+        inv = _equal_run_inventory(rng)
+        zero = _zero(rng, inv)
+        n = max(t.numel for t in inv.tensors)
+        if rng.random() < 0.7:
+            zero.prefetch_bucket_size = rng.choice([1, n // 2 + 1, n, 3 * n + 1, 7 * n])
+            zero.max_live_parameters = rng.choice([10**9, 20 * n, 50 * n + 3])
+            zero.max_reuse_distance = rng.choice([0, 10 * n, 10**9])
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        assert state._zero3_equal_run(inv, [t.numel for t in inv.tensors], len(inv.tensors)) is not None
+        fast = state._zero3_fetch_replay(inv, zero, W, D)
+        assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D), (seed, vars(zero), W, D)
+        with monkeypatch.context() as m:
+            m.setattr(state, "ZERO3_EQUAL_RUN", False)
+            assert fast == state._zero3_fetch_replay(Inventory("eq", list(inv.tensors)), zero, W, D)
+    assert sum(v for k, v in state.PASSES.items() if "periods" in k or "frozen" in k), state.PASSES

@@ -2176,6 +2176,27 @@ def zero3_container_steps(inv: Inventory) -> "tuple[Sequence[int], Sequence[int]
     return inv.memo(("zero3_container_steps",), compute)
 
 
+#: True: :func:`_zero3_fetch_replay` takes the longest run of one-tensor modules of equal numel
+#: (:func:`_zero3_equal_run`) as identical layers where the inventory has none; False: walked (tests compare the two
+#: with the reference walk)
+ZERO3_EQUAL_RUN = True
+
+
+def _zero3_equal_run(inv: Inventory, numel: "Sequence[int]", M: int) -> "Any | None":
+    """Where every module owns one tensor (module k is tensor k: a nameless inventory's t0, t1, ...) and no module is
+    declared (``Inventory.modules``), the first longest run of at least :data:`ZERO12_EQUAL_RUN` tensors of equal
+    numel as a ``model.parallel.LayerRepeat`` of one-tensor layers (head, unit 1, count), else None. The fetch
+    replay's rules read a module's tensors only through their numel, padded numel (of the numel) and persistence
+    (compared by the replay itself), so such a run is identical layers to it."""
+    if M != len(inv.tensors) or inv.modules:
+        return None
+    got = _equal_sizes_run(numel, M)
+    if got is None:
+        return None
+    from advisor.model.parallel import LayerRepeat
+    return LayerRepeat(got[0], 1, got[1] - got[0], "", 0)
+
+
 def _module_repeat(inv: Inventory) -> "tuple[int, int, int] | None":
     """(modules before the first layer, modules per layer, layers) in :func:`module_index` order when
     the inventory's layers are identical (``model.parallel.layer_repeat``, at least 4 of them) and its
@@ -2866,6 +2887,12 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     # ---- first iteration: one module at a time, every parameter, no prefetch: a coalesced all-gather's
     # flat buffer sum pad_i x D beside its cats sum n_i x D; one parameter (or sequential) its own pad_i x D
     rep = _module_repeat(inv) if bounds is not None else None
+    # no identical layers: the longest run of one-tensor modules of equal numel stands in for them (a layer of one
+    # module of one tensor), for the columns below and the period skips (_replay_jump_plan); issue 21: the
+    # 100,000 nameless tensors of generate's limit, 2e5 module steps per run walked one by one before
+    eq = _zero3_equal_run(inv, numel, M) if rep is None and bounds is not None and ZERO3_EQUAL_RUN else None
+    if eq is not None:
+        rep = (eq.head, 1, eq.count)
     if rep is not None:
         # identical layers (model.parallel.layer_repeat): every per-module column below is the same in each
         # layer, so it is made for the modules before the layers, one layer and those after them, and the
@@ -2937,7 +2964,7 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     lr = None
     if rep is not None:
         from advisor.model.parallel import layer_repeat
-        lr = layer_repeat(inv)
+        lr = eq if eq is not None else layer_repeat(inv)
         if keep[lr.head:lr.end] != keep[lr.head:lr.head + lr.unit] * lr.count:
             lr = None  # persistence differs between layers (stage3_model_persistence_threshold reached in them)
     if lr is not None:
@@ -2954,7 +2981,8 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
 
     cf, cb, ftail = zero3_container_steps(inv)
     has_containers = any(cf) or any(cb)
-    jump = _replay_jump_plan(inv, rep, lr, M, prefix, reuse)
+    # an equal-size run's modules are periodic, container hooks between them need not be: no period skips then
+    jump = None if eq is not None and has_containers else _replay_jump_plan(inv, rep, lr, M, prefix, reuse)
     if jump is not None:
         jump.own_b, jump.q_step, jump.keep = own_b, q_step, keep
 
