@@ -5566,10 +5566,13 @@ class _Flushes:
     hook order of the bucket's tensors, position of the triggering tensor or None for the
     epilogue's), as the list of tuples it replaces (issue 21)."""
 
-    __slots__ = ("starts", "trig")
+    __slots__ = ("starts", "trig", "memo")
 
     def __init__(self, starts: "Sequence[int]", trig: "Sequence[int]"):
         self.starts, self.trig = starts, trig  # len(starts) = flushes + 1; trig -1: the epilogue's
+        #: figures of the replay alone that its readers derive (zero12_backward_transients): a replay is kept
+        #: across the plans that share it, so they are made once per replay, not per plan (issue 21)
+        self.memo: dict = {}
 
     def __len__(self) -> int:
         return len(self.trig)
@@ -6006,6 +6009,11 @@ def _zero12_flush_period(inv: Inventory, sizes: "Sequence[int]", T: int, st: int
     return a, b, v
 
 
+#: True: :func:`zero12_backward_transients` keeps what it derives from a flush replay alone on the replay's
+#: ``_Flushes.memo``; False: derived again per plan (tests compare the two)
+ZERO12_TRANSIENT_MEMO = True
+
+
 #: the shortest run of equal consecutive sizes :func:`_zero12_flush_period` takes as a period-1 repeat
 ZERO12_EQUAL_RUN = 64
 
@@ -6136,18 +6144,28 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             return _zero12_noncontig_compact_transients(ec, layouts, W, D, order, hooked, csum, flushes)
         return _zero12_noncontig_transients(ec, layouts, W, D, hooked, csum, flushes, inv)
     F = len(flushes)
+    # what follows from the replay alone (its flushes, W, D, stage) and the few inputs in each key is kept on its
+    # _Flushes (read only): generate's plans share replays (88 plans, 27 replays at the 1e5-tensor limit, issue 21)
+    dm = flushes.memo if isinstance(flushes, _Flushes) and ZERO12_TRANSIENT_MEMO else {}
     # the flush that allocates each rank's grads_in_partition (the first flush holding a slice
     # of the rank); each rank's largest gradient slice (the fp64 norm copy)
-    if ZERO12_FLUSH_PERIOD:
+    first = dm.get(("first", ZERO12_FLUSH_PERIOD))
+    if first is None and ZERO12_FLUSH_PERIOD:
         # each rank range's first flush only (touched is in flush order, so a range's later flushes never give
         # the min): the same bounds (every range's ends) and values, from ~2 rank ranges instead of one a flush
         once = dict(zip(zip(reversed(touched.ra), reversed(touched.rb)), reversed(touched.fj)))
-        first = Runs.from_updates(W, ((a, b, j) for (a, b), j in once.items()), F, "min")
-    else:
-        first = Runs.from_updates(W, touched.triples(), F, "min")
+        first = dm[("first", True)] = Runs.from_updates(W, ((a, b, j) for (a, b), j in once.items()), F, "min")
+    elif first is None:
+        first = dm[("first", False)] = Runs.from_updates(W, touched.triples(), F, "min")
     gmax = zero12_largest_slices(layouts, W)  # max over the parameters' owner slices, once per layout
-    # sufmax[k] = the largest gradient at or after position k of order (0 past the end)
-    sufmax = list(itertools.accumulate(reversed(hooked), max, initial=0))[::-1]
+
+    def sufmax() -> list:
+        # sufmax()[k] = the largest gradient at or after position k of order (0 past the end); ZeRO-2's figures
+        # alone read it
+        got = dm.get("sufmax")
+        if got is None:
+            got = dm["sufmax"] = list(itertools.accumulate(reversed(hooked), max, initial=0))[::-1]
+        return got
     suffix_at = (lambda k: csum[T] - csum[k])  # elements at or after position k
     p_t = sum(lay.P for lay in layouts)
     # flush j's bytes without the rank's grads_in_partition, which counts only for j > first_r:
@@ -6164,7 +6182,10 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # every gradient from the trigger on; in hook order (overlap_comm) also the sibling's new one
         return suffix_at(trig) * D + ((hooked[trig] - sizes[trig]) * Ds if st == 2 else 0)
 
-    if ZERO12_COLUMNS and F:
+    got = dm.get(("columns", held, Ds)) if ZERO12_COLUMNS and F else None
+    if got is not None:
+        B, A, pre_max, suf_max = got
+    elif ZERO12_COLUMNS and F:
         # the same columns by C-level maps: only the last flush is the epilogue's (no trigger, _Flushes)
         trig = flushes.trig[:-1]
         if not held:
@@ -6175,10 +6196,13 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             if st == 2:
                 un = map(operator.add, un, map(Ds.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
                                                                map(sizes.__getitem__, trig))))
-        B = list(map(operator.add, un, xl[:-1])) + [xl[F - 1]]
-        A = list(map(operator.add, copies, B))
-        pre_max = list(itertools.accumulate(A, max))
-        suf_max = list(itertools.accumulate(reversed(A), max))[::-1] + [None]
+        # packed (_packed: 8 bytes a value, not an int object each), as they are kept with the replay; suf_max
+        # without the list's closing None, never read (suf_max[f + 1] for f + 1 < F only)
+        B = _packed(itertools.chain(map(operator.add, un, xl[:-1]), (xl[F - 1],)))
+        A = _packed(map(operator.add, copies, B))
+        pre_max = _packed(itertools.accumulate(A, max))
+        suf_max = _packed(itertools.accumulate(reversed(A), max))[::-1]
+        dm[("columns", held, Ds)] = B, A, pre_max, suf_max
     else:
         B = [(0 if trig is None else unmoved_bytes(trig)) + xl[j]
              for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
@@ -6194,33 +6218,40 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
     # ZeRO-1 overlap_comm at GA > 1: the boundary's accumulation moments by flushes done before them,
     # E[c] (elements): a hook position k in flush c's bucket after its first (c flushes done) or the
     # trigger of flush c (c done, flush c's extra-large gradient still pending), N - moved_k + hooked_k
-    acc: list[int] = []
-    if held and st == 2 and ZERO12_COLUMNS:
-        # the loop below with each bucket's maximum a C-level max over a slice of the column
-        # e[k] = N - moved_k + hooked_k (elements), position k's accumulation moment
-        e = _packed(map(operator.add, map(csum[T].__sub__, itertools.islice(csum, T)), hooked))
-        fs, ft = flushes.starts, flushes.trig
-        for c in range(F):
-            best = max(e[fs[c] + (c > 0):fs[c + 1]], default=-1)
-            t = ft[c]
-            if t >= 0:
-                best = max(best, e[t] + xl[c] // D)
-            acc.append(best)
-        del e
-    elif held and st == 2:
-        for c, (ks, trig) in enumerate(flushes):
-            best = max((csum[T] - csum[k] + hooked[k] for k in ks if k > ks.start or c == 0), default=-1)
-            if trig is not None:
-                best = max(best, csum[T] - csum[trig] + hooked[trig] + xl[c] // D)
-            acc.append(best)
+    got = dm.get(("acc", held and st == 2, ZERO12_COLUMNS))
+    if got is not None:
+        acc, acc_pre, acc_suf, acc_ok, acc_okD, acc_okn = got
+    else:
+        acc: list[int] = []
+        if held and st == 2 and ZERO12_COLUMNS:
+            # the loop below with each bucket's maximum a C-level max over a slice of the column
+            # e[k] = N - moved_k + hooked_k (elements), position k's accumulation moment
+            e = _packed(map(operator.add, map(csum[T].__sub__, itertools.islice(csum, T)), hooked))
+            fs, ft = flushes.starts, flushes.trig
+            for c in range(F):
+                best = max(e[fs[c] + (c > 0):fs[c + 1]], default=-1)
+                t = ft[c]
+                if t >= 0:
+                    best = max(best, e[t] + xl[c] // D)
+                acc.append(best)
+            del e
+        elif held and st == 2:
+            for c, (ks, trig) in enumerate(flushes):
+                best = max((csum[T] - csum[k] + hooked[k] for k in ks if k > ks.start or c == 0), default=-1)
+                if trig is not None:
+                    best = max(best, csum[T] - csum[trig] + hooked[trig] + xl[c] // D)
+                acc.append(best)
 
-    acc_pre = list(itertools.accumulate(acc, max)) if acc else []  # max of acc[0..c]
-    acc_suf = (list(itertools.accumulate(reversed(acc), max))[::-1] + [-1]) if acc else []  # max of acc[c..]
+        acc_pre = list(itertools.accumulate(acc, max)) if acc else []  # max of acc[0..c]
+        acc_suf = (list(itertools.accumulate(reversed(acc), max))[::-1] + [-1]) if acc else []  # max of acc[c..]
 
-    # the held regime's flushes with a moment (acc >= 0), their bytes and how many lie at or before each flush
-    acc_ok = [e >= 0 for e in acc] if ZERO12_COLUMNS else None
-    acc_okD = [e * D for e in itertools.compress(acc, acc_ok)] if ZERO12_COLUMNS else None
-    acc_okn = list(itertools.accumulate(acc_ok)) if ZERO12_COLUMNS else None
+        # the held regime's flushes with a moment (acc >= 0), their bytes and how many lie at or before each flush
+        acc_ok = [e >= 0 for e in acc] if ZERO12_COLUMNS else None
+        acc_okD = [e * D for e in itertools.compress(acc, acc_ok)] if ZERO12_COLUMNS else None
+        acc_okn = list(itertools.accumulate(acc_ok)) if ZERO12_COLUMNS else None
+        if ZERO12_COLUMNS:  # kept with the replay: packed (8 bytes a value), read by index, slice and map only
+            acc, acc_pre, acc_suf, acc_okD, acc_okn = map(_packed, (acc, acc_pre, acc_suf, acc_okD, acc_okn))
+        dm[("acc", held and st == 2, ZERO12_COLUMNS)] = acc, acc_pre, acc_suf, acc_ok, acc_okD, acc_okn
 
     def boundary(f: int, inter: int, K: tuple) -> int:
         # A_r of the held overlap_comm regime over the N x D of lp_grads, bytes: O(1) per piece of ranks
@@ -6264,7 +6295,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
                     red = max(red, A[j] + K[j] + (inter * D if j > f else 0))
             if f < F:
                 red = max(red, B[f] + K[f] + inter * D)
-            return (0, red) if st != 2 else (_zero12_auto(st, sufmax, flushes, f, inter, D), red)
+            return (0, red) if st != 2 else (_zero12_auto(st, sufmax(), flushes, f, inter, D), red)
         if F:
             red = max(red, pre_max[min(f, F - 1)])
         if f + 1 < F and suf_max[f + 1] is not None:
@@ -6274,7 +6305,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
             # extra-large gradient is still in its own storage while copy_grads_in_partition
             # copies it (grad_reduc.data = the new view frees it after)
             red = max(red, B[f] + inter * D)
-        return _zero12_auto(st, sufmax, flushes, f, inter, D), red
+        return _zero12_auto(st, sufmax(), flushes, f, inter, D), red
 
     if zero1_compact_grad_accum(ec, "DeepSpeedZeroOptimizer", len(layouts)):
         # ZeRO-1's epilogue walk in 4-byte gradients (D, copies, xl, A from the replay, _zero12_replay_bytes) into the
@@ -6286,16 +6317,18 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # fp32 partition without ``source.to(fp32)``'s copy (l.1326)
         f32 = ec.comm_dtype == "fp32"
         if len(layouts) > 1:  # one compact partition per group, made at the rank's first flush of that group
-            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
+            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, list(A), xl, hooked,
+                                                     gmax,
                                                      C=C, keep_unowned=True, fp32_slices=f32).map(
                 lambda t: (0, t[1], t[2], 0, 0))
-        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
+        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, list(A), xl, hooked, first, gmax,
                                           C=C, keep_unowned=True, fp32_slices=f32).map(lambda t: (0, t[1], t[2], 0, 0))
     if zero12_compact_grad_buffer(ec, "DeepSpeedZeroOptimizer"):
         if len(layouts) > 1:
-            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, gmax,
+            return _zero12_compact_groups_transients(layouts, W, D, rbs, order, flushes, copies, list(A), xl, hooked,
+                                                     gmax,
                                                      C=zero12_comm_cast_bytes(ec))
-        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, A, xl, hooked, first, gmax,
+        return _zero12_compact_transients(layouts, W, D, rbs, order, flushes, copies, list(A), xl, hooked, first, gmax,
                                           C=zero12_comm_cast_bytes(ec))
     return Runs.zip(zero12_rank_terms(ec, layouts, W), first, gmax, kept).map(figure)
 
