@@ -749,6 +749,58 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
 TRAIN_BATCH_PHASES = {"train_batch:1": ("forward", "backward", "reduce", "first_step"),
                       "train_batch:2": ("steady",)}
 
+#: The timeline's optimizer-step events (:func:`pipe_instruction_instants` names them for every instant of theirs).
+STEP_EVENTS = ("first_step", "steady_step")
+
+
+def pipe_instruction_instants(phase: str, ga: int) -> tuple[str, ...] | None:
+    """The timeline instant keys that the pipe worker's instruction phase ``phase``
+    (``train_batch:<k>/<Instruction>:<n>``, tests/engine/pipe_worker.py: the n-th run of that pipe instruction
+    in the k-th ``train_batch``, from its start to the next instruction's) spans at ``ga`` micro-batches;
+    ``()`` where the timeline has no instant for it (a middle micro-batch, the steady iteration's earlier
+    micro-batches, the send / receive / load instructions, the phases before the first and after the last
+    instruction); None for a phase that is not an instruction phase.
+
+    Each stage's TrainSchedule runs every micro-batch's ForwardPass and BackwardPass, then ReduceTiedGrads,
+    ReduceGrads and OptimizerStep (runtime/pipe/schedule.py TrainSchedule.steps l.197-245: the reduce and the
+    step only at the last step, l.238-241), so for k = 1: ForwardPass:n -> ``forward:n`` (n = 1 or ga, and ``forward:2``
+    where the timeline has it), BackwardPass:1 -> ``backward:1`` and ``reduce:1`` (BF16_Optimizer's
+    accumulation into its fp32 buffer: update_hp_grads, runtime/pipe/engine.py _exec_backward_pass l.859-862),
+    BackwardPass:ga -> ``backward:ga``, ReduceGrads -> ``reduce`` (the PipelineEngine turns the backward's own
+    allreduce off, engine.py l.80: the boundary's reduce is _exec_reduce_grads, l.287-295; ZeRO-1's second ipg
+    buffer is made there); ReduceTiedGrads, which runs before it (the tied weights' in-place all-reduce,
+    l.269-285; ZeRO-2's epilogue never runs, ZeRO-2/3 being refused with pipeline parallelism, l.76-77), has no
+    instant of its own: what it holds is backward:ga's remainder, in the step's row;
+    OptimizerStep -> every ``first_step`` instant (the event's name, :data:`STEP_EVENTS`); for k = 2 the same
+    at ga with the ``steady`` instants."""
+    head, sep, tail = phase.partition("/")
+    if not sep or head not in TRAIN_BATCH_PHASES:
+        return None
+    it = int(head.rsplit(":", 1)[1])
+    name, _, num = tail.partition(":")
+    n = int(num) if num.isdigit() else 0
+    if it == 1:
+        if name == "ForwardPass" and (n in (1, 2) or n == ga):
+            return (f"forward:{n}",)
+        if name == "BackwardPass" and n == 1:
+            return ("backward:1", "reduce:1") if ga > 1 else ("backward:1",)
+        if name == "BackwardPass" and n == ga:
+            return (f"backward:{ga}",)
+        if name == "ReduceGrads":
+            return ("reduce",)
+        if name == "OptimizerStep":
+            return ("first_step",)
+        return ()
+    if name == "ForwardPass" and n == ga:
+        return ("steady:forward",)
+    if name == "BackwardPass" and n == ga:
+        return ("steady:backward",)
+    if name == "ReduceGrads":
+        return ("steady:reduce",)
+    if name == "OptimizerStep":
+        return ("steady_step",)
+    return ()
+
 
 def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int, pipeline_parallel: int,
                          seq_len: int, measured: dict[int, dict[str, Any]], load: Any = None,
@@ -761,11 +813,20 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
 
     ``PipelineEngine.train_batch`` runs the pipe schedule (``runtime/pipe/schedule.py`` TrainSchedule: 1F1B,
     the micro-steps' forwards and backwards of different micro-batches interleaved, then the boundary's
-    reduce and the optimizer step) in one call, so a phase is a whole step and is compared with the largest
-    instant of the timeline's iteration (:data:`TRAIN_BATCH_PHASES`): the step's peak per stage, not
-    per phase. Totals over every tier but nvme (a CPU run), gloo's own buffers (:data:`CPU_ONLY_SITES`)
-    left out as in :func:`peak_parity`; ``unattributed``: the tracker's storages no census claimed at the
-    peak, by allocation site.
+    reduce and the optimizer step) in one call. Its row ``train_batch:<k>`` (the tracker's high-water mark
+    over the whole call: what says OOM or not) is compared with the largest instant of the timeline's
+    iteration (:data:`TRAIN_BATCH_PHASES`). The worker splits each call into phases by the schedule's
+    instructions (``train_batch:<k>/<Instruction>:<n>``, tests/engine/pipe_worker.py ``_instruction_phases``);
+    each one with timeline instants (:func:`pipe_instruction_instants`: the forwards and backwards of
+    micro-batches 1 and ga, the boundary's reduce, the optimizer step) gives a row of that name against the
+    largest of its instants, and the ``train_batch`` row carries the instant of the step's peak:
+    ``engine_peak_phase`` (the instruction phase holding the engine's high-water mark), ``engine_peak_instants``
+    (the instants it spans) and ``same_instant`` (the ledger's largest instant is one of them). Totals over
+    every tier but nvme (a CPU run), gloo's own buffers (:data:`CPU_ONLY_SITES`) left out as in
+    :func:`peak_parity`; ``unattributed``: the tracker's storages no census claimed at the peak, by
+    allocation site. The timeline is without activations (``role_timeline``'s ``activations`` None), so a
+    forward or backward row differs by the activations of the micro-batches in flight (the test's
+    UNMATCHED_PIPE_ISSUE15 lists them with their causes).
 
     The worker's ``save`` phase (``engine.save_checkpoint`` after the second ``train_batch``) gives two rows:
     ``save``, its high-water mark against the largest of the timeline's ``save:model`` / ``save:optim`` /
@@ -829,16 +890,32 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
                            else x.phase in kinds and not x.key.startswith("steady"))]
                 compared = [(ph["phase"], tuple(tl.instants[i].key for i in idx),
                              ph.get("peak_excl_cpu_only", ph["peak"]), ph["unattributed"])]
+            elif pipe_instruction_instants(ph["phase"], ga):
+                # an instruction of the pipe schedule with instants of its own (an event name: all its instants)
+                want = pipe_instruction_instants(ph["phase"], ga)
+                keys = tuple(x.key for x in tl.instants
+                             if x.key in want or x.phase in want and x.phase in STEP_EVENTS)
+                if keys:
+                    compared = [(ph["phase"], keys, ph.get("peak_excl_cpu_only", ph["peak"]), ph["unattributed"])]
             for name, keys, got, unclaimed in compared:
                 idx = [i for i, x in enumerate(tl.instants) if x.key in keys]
                 off = gpu_only if cpu else [0] * len(ser)
                 best = max(idx, key=lambda i: ser[i] - off[i])
                 exp = ser[best] - off[best]
                 at = [u for u in unclaimed if not u["site"].startswith(CPU_ONLY_SITES)]
-                rows.append({"rank": r, "stage": rec.get("stage"), "phase": name, "measured": got,
-                             "cpu_only": 0 if name in at_end else ph["peak"] - got, "ledger": exp,
-                             "gpu_only": off[best], "ledger_instant": tl.instants[best].key,
-                             "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0), "unattributed": at})
+                row = {"rank": r, "stage": rec.get("stage"), "phase": name, "measured": got,
+                       "cpu_only": 0 if name in at_end else ph["peak"] - got, "ledger": exp,
+                       "gpu_only": off[best], "ledger_instant": tl.instants[best].key,
+                       "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0), "unattributed": at}
+                if kinds and "peak_phase" in ph:
+                    # the instant of the step's peak: the instruction phase where the engine peaks, the
+                    # timeline instants it spans, and whether the ledger's largest instant is one of them
+                    want = pipe_instruction_instants(f"{name}/{ph['peak_phase']}", ga) or ()
+                    spans = tuple(x.key for x in tl.instants
+                                  if x.key in want or x.phase in want and x.phase in STEP_EVENTS)
+                    row.update(engine_peak_phase=ph["peak_phase"], engine_peak_instants=spans,
+                               same_instant=row["ledger_instant"] in spans)
+                rows.append(row)
     return rows
 
 

@@ -37,6 +37,60 @@ def _save16(engine, save_dir: str) -> dict:
     return out
 
 
+def _instruction_phases(engine, tracker, wk) -> dict:
+    """Split each ``train_batch`` into tracker phases by the pipe schedule's instructions: the PipelineEngine runs
+    each instruction through its class's ``_INSTRUCTION_MAP`` (runtime/pipe/engine.py l.1360-1371: OptimizerStep
+    -> _exec_optimizer_step l.1221, ReduceGrads -> _exec_reduce_grads l.287, ReduceTiedGrads ->
+    _exec_reduce_tied_grads l.269, LoadMicroBatch l.889, ForwardPass l.699, BackwardPass l.792, SendActivation
+    l.1024, RecvActivation l.1116, SendGrad l.1060, RecvGrad l.1159), looked up on ``self`` in _exec_schedule
+    (l.1373-1387), so an instance attribute with wrapped methods is what runs. Each instruction opens the phase
+    ``train_batch:<k>/<Instruction>:<n>`` (n: its n-th run in this train_batch, i.e. the micro-batch in the
+    order this stage runs them) which lasts until the next instruction starts; ``train_batch:<k>/start`` is
+    train_batch before the first instruction, ``train_batch:<k>/end`` after _exec_schedule returns (the loss
+    aggregation, l.372-373). Returns the state the caller sets per call: ``k`` (the train_batch call) and ``n``
+    (counters, reset per call)."""
+    from types import MethodType
+    state = {"k": 0, "n": {}}
+
+    def wrap(name, fn):
+        def run(self, *a, **kw):
+            n = state["n"][name] = state["n"].get(name, 0) + 1
+            wk._phase(tracker, f"train_batch:{state['k']}/{name}:{n}")
+            return fn(self, *a, **kw)
+        return run
+
+    engine._INSTRUCTION_MAP = {cls: wrap(cls.__name__, fn) for cls, fn in type(engine)._INSTRUCTION_MAP.items()}
+    orig = engine._exec_schedule
+
+    def exec_schedule(self, sched):
+        out = orig(sched)
+        wk._phase(tracker, f"train_batch:{state['k']}/end")
+        return out
+
+    engine._exec_schedule = MethodType(exec_schedule, engine)
+    return state
+
+
+def _whole_train_batch(rep: list[dict]) -> list[dict]:
+    """The tracker's report with a row ``train_batch:<k>`` per call before its instruction phases: the call's
+    high-water mark is the largest of its phases' (they cover the call without a gap: each starts at what is
+    live when the previous ends), its storages at that mark and its end those of the phase that holds them;
+    ``peak_phase``: that phase (without the CPU-only sites, the mark compared)."""
+    out: list[dict] = []
+    for ph in rep:
+        head, sep, _ = ph["phase"].partition("/")
+        if sep and head.startswith("train_batch:"):
+            subs = [x for x in rep if x["phase"].startswith(head + "/")]
+            if ph is subs[0]:
+                top = max(subs, key=lambda x: x["peak_excl_cpu_only"])
+                out.append({"phase": head, "peak": max(x["peak"] for x in subs), "end": subs[-1]["end"],
+                            "peak_excl_cpu_only": top["peak_excl_cpu_only"], "by_item": top["by_item"],
+                            "unattributed": top["unattributed"], "end_unattributed": subs[-1]["end_unattributed"],
+                            "peak_phase": top["phase"].partition("/")[2]})
+        out.append(ph)
+    return out
+
+
 def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: str = "", track: str = "") -> int:
     """``cfg_json``: a DeepSpeed config (JSON text) to run instead of the ZeRO-1 fp32 one. ``track`` ("1"): run
     ``advisor.engine.worker``'s allocation-level ``StorageTracker`` (the one of the peak-parity cells) from the
@@ -125,8 +179,10 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
         engine.train_batch(data_iter=it)
     else:
         import gc
+        step = _instruction_phases(engine, tracker, wk)
         for k in (1, 2):
-            wk._phase(tracker, f"train_batch:{k}")
+            step["k"], step["n"] = k, {}
+            wk._phase(tracker, f"train_batch:{k}/start")
             engine.train_batch(data_iter=it)
             wk._phase(tracker, None)
             # claim the engine's tensors on the tracker's records (the census of the non-PP worker)
@@ -141,7 +197,7 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
         tracker.mode.__exit__(None, None, None)
         wk._TRACKER.clear()
         restore()
-        rep = tracker.report(wk._CLAIMED)
+        rep = _whole_train_batch(tracker.report(wk._CLAIMED))
         with open(os.path.join(out_dir, f"track{rank}.json"), "w") as fh:
             json.dump({"rank": rank, "stage": engine.stage_id, "num_pipe_buffers": engine.num_pipe_buffers,
                        "wrapper": type(engine.optimizer).__name__, "phases": rep}, fh)

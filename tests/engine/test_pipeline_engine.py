@@ -256,17 +256,76 @@ PIPE_PEAK_CELLS = [
                                                               "overlap_comm": False, "contiguous_gradients": True}}),
 ]
 
+#: The instruction phases of each train_batch (pipe_worker.py splits the tracker's train_batch by the schedule's
+#: instructions) that have timeline instants (measure.pipe_instruction_instants), by hand from TrainSchedule.steps
+#: (runtime/pipe/schedule.py l.197-245) for 2 stages and 2 micro-batches: stage 0 runs F1 F2 B1 B2, stage 1 F1 B1
+#: F2 B2, both then ReduceTiedGrads, ReduceGrads, OptimizerStep; the steady call's micro-batch 1 has no instant.
+PIPE_INSTRUCTION_ROWS = ("train_batch:1/ForwardPass:1", "train_batch:1/ForwardPass:2", "train_batch:1/BackwardPass:1",
+                         "train_batch:1/BackwardPass:2", "train_batch:1/ReduceGrads:1", "train_batch:1/OptimizerStep:1",
+                         "train_batch:2/ForwardPass:2", "train_batch:2/BackwardPass:2", "train_batch:2/ReduceGrads:1",
+                         "train_batch:2/OptimizerStep:1")
+#: Instruction phases off by more than 1% (issue 15): cell -> {(rank, phase): engine - ledger bytes}, measured
+#: 2026-12-06 (2 runs, the same bytes). The reduce and the optimizer step match on both stages (within 0.12%), as
+#: do the whole steps; the forward and backward passes do not, for three causes read from the tracker's sites:
+#: (a) the activations of the micro-batches in flight: pipeline_peak_parity's timeline is without activations (the
+#: proxy's blocks, norm x MLP without attention, have no formula in advisor.model.activations), while the engine
+#: holds the layers' outputs and saved tensors (site runtime/pipe/module.py exec_func l.368: 5,888 B on stage 0
+#: after micro-batch 1's forward, 11,008 B after micro-batch 2's; 6,656 / 8,192 / 9,728 B on stage 1), the forward's
+#: clone of its inputs (engine.py _exec_forward_pass l.705, 64 B a micro-batch on stage 0), the loss (l.757) and in
+#: backward the activations' gradients (engine.py _exec_backward_pass l.855, runtime/engine.py backward l.3428,
+#: beside the parameters' gradients the ledger counts);
+#: (b) was stage 0's 1F1B warm-up, now modeled (timeline.pipe_warmup_forwards): it runs micro-batch 2's forward
+#: before micro-batch 1's backward (schedule.py l.197-245, num_pipe_buffers = min(stages - stage, micro-batches) = 2
+#: in flight), while the timeline's forward:2 and steady:forward came after micro-step 1's backward: the ledger
+#: counted there micro-step 1's bf16 gradients (26,752 B) and, at ZeRO-1, the ipg bucket setup_buckets makes in the
+#: first backward hook (stage_1_and_2.py l.3266, 100,000 B), which the engine does not hold yet: -116,112 B (-55.9%)
+#: and -115,592 B (-36.7%) at ZeRO-1, -16,112 B (-12.0%) and -15,592 B (-6.5%) at ZeRO-0; now what is left there is
+#: (a) and (c): 11,008 + 128 + 16 - 512 = +10,640 B (in the steady call +11,160 B: the gradient buffer the ledger
+#: counts exists by then, +512 B, and 8 B more of scalars);
+#: (c) the pipe buffers the ledger counts from the first train_batch on (timeline.PIPE_TRAIN_BATCH_ITEMS) are made
+#: during it: stage 0's gradient buffer at the first RecvGrad (engine.py _allocate_zeros l.1274, 512 B) and its
+#: second micro-batch's input ids (l.898, 64 B), so after micro-batch 1's forward 5,888 + 64 + 16 - 576 = +5,392 B;
+#: stage 1's kept outputs and input gradients (pipe_outputs_kept, pipe_inputs_grads_kept) likewise micro-batch by
+#: micro-batch.
+UNMATCHED_PIPE_ISSUE15 = {
+    "pp2_z0_bf16_ga2_w2": {
+        (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
+        (0, "train_batch:1/BackwardPass:1"): 6288, (0, "train_batch:1/BackwardPass:2"): 11600,
+        (0, "train_batch:2/ForwardPass:2"): 11160, (0, "train_batch:2/BackwardPass:2"): 11608,
+        (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/ForwardPass:2"): 6804,
+        (1, "train_batch:1/BackwardPass:2"): 13462,
+        (1, "train_batch:2/ForwardPass:2"): 7892, (1, "train_batch:2/BackwardPass:2"): 13594},
+    "pp2_z1_bf16_ga2_w2": {
+        (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
+        (0, "train_batch:1/BackwardPass:1"): 6288, (0, "train_batch:1/BackwardPass:2"): 5456,
+        (0, "train_batch:2/ForwardPass:2"): 11160, (0, "train_batch:2/BackwardPass:2"): 5464,
+        (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/ForwardPass:2"): 6804,
+        (1, "train_batch:1/BackwardPass:2"): 7320,
+        (1, "train_batch:2/ForwardPass:2"): 7892, (1, "train_batch:2/BackwardPass:2"): 7452},
+}
+#: The instruction phase where each stage's step peaks on the engine (the whole train_batch's high-water mark):
+#: ZeRO-1 at the boundary's reduce (ReduceGrads: reduce_gradients' second ipg buffer beside setup_buckets', l.962-968),
+#: ZeRO-0 (BF16_Optimizer) in the optimizer step (the fp32 master's update beside the bf16 gradients); the ledger's
+#: largest instant of the iteration must be one that instruction spans.
+PIPE_PEAK_INSTRUCTION = {"pp2_z0_bf16_ga2_w2": "OptimizerStep:1", "pp2_z1_bf16_ga2_w2": "ReduceGrads:1"}
+
 
 @pytest.mark.parametrize("cell", PIPE_PEAK_CELLS, ids=[c[0] for c in PIPE_PEAK_CELLS])
 def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     """The step's peak per stage on the real PipelineEngine (the worker's StorageTracker over each of two
     train_batch calls, every storage created and freed) against the ledger timeline's largest instant of the
-    same iteration (advisor.engine.measure.pipeline_peak_parity), within 1% on both stages. train_batch runs
-    the 1F1B schedule's interleaved micro-steps in one call, so this proves each step's peak per stage, not
-    the per-phase peaks of the non-pipeline cells (tests/engine/test_peak_parity.py); on this tiny model the
-    peak is the boundary's reduce (ZeRO-1) or the optimizer step (ZeRO-0), so it proves the ZeRO entries
-    under a PipelineModule and the pipe buffers kept through the step, not the activations of the
-    micro-batches in flight."""
+    same iteration (advisor.engine.measure.pipeline_peak_parity), within 1% on both stages, and the instant of
+    that peak: the worker splits each train_batch by the pipe schedule's instructions, the engine's peak is in
+    the instruction PIPE_PEAK_INSTRUCTION names and the ledger's largest instant is one that instruction spans.
+    Per instruction (the timeline's instants of each forward, backward, the boundary's reduce and the optimizer
+    step: measure.pipe_instruction_instants) the reduce and the step match within 1%; the forward and backward
+    passes are listed in UNMATCHED_PIPE_ISSUE15 with their measured residuals and causes (the activations of the
+    micro-batches in flight, which the compared timeline lacks), and the test fails when one of them moves by more
+    than a quarter of the 1% band or comes within 1%. Stage 0's 1F1B warm-up (micro-batch 2's forward before
+    micro-batch 1's backward, timeline.pipe_warmup_forwards) is modeled: by hand its forward:2 and steady:forward
+    hold what its forward:1 and the save's rest hold, no gradient of micro-step 1. On this tiny model the step's peak is the boundary's reduce
+    (ZeRO-1) or the optimizer step (ZeRO-0), so it proves the ZeRO entries under a PipelineModule and the pipe
+    buffers kept through the step, not the activations of the micro-batches in flight."""
     from advisor.engine.measure import pipeline_peak_parity
     from advisor.ledger.state import pipeline_stage_entries
 
@@ -277,10 +336,26 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     assert [got[r]["num_pipe_buffers"] for r in (0, 1)] == [2, 2]
     rows = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got, build_rows=True)
     assert {(r["rank"], r["phase"]) for r in rows} == {
-        (r, ph) for r in (0, 1) for ph in ("load", "initialize", "train_batch:1", "train_batch:2", "save", "save:after")}
-    bad = [r for r in rows if abs(r["rel_diff"]) > 0.01]
-    assert not bad, "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} "
-                               f"({r['ledger_instant']}); unattributed {r['unattributed'][:6]}" for r in bad)
+        (r, ph) for r in (0, 1)
+        for ph in ("load", "initialize", "train_batch:1", "train_batch:2", "save", "save:after") + PIPE_INSTRUCTION_ROWS}
+    report = "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} ({r['ledger_instant']}) "
+                       f"{r['measured'] - r['ledger']:+} B {r['rel_diff']:+.3%}; unattributed {r['unattributed'][:6]}"
+                       for r in rows)
+    print(report)
+    off = UNMATCHED_PIPE_ISSUE15[cid]
+    fixed = [k for k in off if all(abs(r["rel_diff"]) <= 0.01 for r in rows if (r["rank"], r["phase"]) == k)]
+    assert not fixed, f"now within 1%, take off UNMATCHED_PIPE_ISSUE15[{cid!r}]: {fixed}"
+    # a listed phase still off by what was measured (within a quarter of the 1% band), so a change shows
+    moved = [(k, r["measured"] - r["ledger"]) for r in rows for k in [(r["rank"], r["phase"])]
+             if k in off and abs(r["measured"] - r["ledger"] - off[k]) > 0.0025 * r["ledger"]]
+    assert not moved, (moved, report)
+    bad = [r for r in rows if (r["rank"], r["phase"]) not in off and abs(r["rel_diff"]) > 0.01]
+    assert not bad, report
+    # the instant of each step's peak: the engine's peak instruction, and the ledger's largest instant of that
+    # iteration is one of the instants it spans
+    for r in rows:
+        if r["phase"] in ("train_batch:1", "train_batch:2"):
+            assert r["engine_peak_phase"] == PIPE_PEAK_INSTRUCTION[cid] and r["same_instant"], r
     # the pipe entries by hand: S = b x s x h x D = 1 x 8 x 32 x 2 = 512 B; 2 pipe buffers used (GA 2)
     S = 1 * SEQ * H * 2
     from advisor.config.effective import effective_config as _ec
@@ -311,7 +386,8 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     if ec.zero.stage == 1:
         # the engine's own record of that second buffer, live at the step's peak on both stages
         for r in rows:
-            if r["phase"].startswith("train_batch"):
+            if r["phase"] in ("train_batch:1", "train_batch:2", "train_batch:1/ReduceGrads:1",
+                              "train_batch:2/ReduceGrads:1"):
                 sites = {u["site"].rsplit(":", 1)[0]: u["bytes"] for u in r["unattributed"]}
                 assert sites.get("deepspeed/runtime/zero/stage_1_and_2.py:reduce_gradients") == 100000, r
     # the save (engine.save_checkpoint after the second train_batch): each stage's dp rank 0 clones one layer's
@@ -393,7 +469,8 @@ def test_pipeline_parallel_write_spreads_the_layer_files(tmp_path):
 
     got = _run_pipe(tmp_path, PW_CFG, track=True, world=4)
     assert [got[r]["stage"] for r in range(4)] == [0, 0, 1, 1]
-    rows = pipeline_peak_parity(PW_CFG, _inventory(), 4, 2, SEQ, got)
+    # the whole steps and the save (the instruction phases' residuals are the W 2 cells', UNMATCHED_PIPE_ISSUE15)
+    rows = [r for r in pipeline_peak_parity(PW_CFG, _inventory(), 4, 2, SEQ, got) if "/" not in r["phase"]]
     assert {(r["rank"], r["phase"]) for r in rows} == {(r, ph) for r in range(4)
                                                        for ph in ("train_batch:1", "train_batch:2", "save", "save:after")}
     bad = [r for r in rows if abs(r["rel_diff"]) > 0.01]
@@ -457,7 +534,9 @@ def test_pipeline_whole_build_keeps_the_other_stages(tmp_path):
     for r in (0, 1):
         ents = {e.item: e for e in load_entries(ec, led, load, r)}
         assert ents["load_model_copy"].bytes == whole and ents["pipe_offstage_layers"].bytes == off[r], ents
-    rows = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got, load=load, build_rows=True)
+    # the whole steps, the build and the save (the instruction phases' residuals: the W 2 cells', UNMATCHED_PIPE_ISSUE15)
+    rows = [r for r in pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, got, load=load, build_rows=True)
+            if "/" not in r["phase"]]
     assert {(r["rank"], r["phase"]) for r in rows} == {
         (r, ph) for r in (0, 1) for ph in ("load", "initialize", "train_batch:1", "train_batch:2", "save", "save:after")}
     report = "\n".join(f"r{r['rank']} {r['phase']}: engine {r['measured']} ledger {r['ledger']} ({r['ledger_instant']}) "
@@ -472,3 +551,35 @@ def test_pipeline_whole_build_keeps_the_other_stages(tmp_path):
         stage_only = pipeline_peak_parity(cfg, _inventory(), 2, 2, SEQ, {r: got[r]})
         tb = next(x for x in stage_only if x["phase"] == "train_batch:2")
         assert tb["measured"] - tb["ledger"] > 0.9 * off[r], tb
+
+
+def test_pipe_warmup_forwards_follow_deepspeeds_train_schedule():
+    """timeline.pipe_warmup_forwards against DeepSpeed's own TrainSchedule (runtime/pipe/schedule.py): for 2-4 stages,
+    every stage and GA 1-5, the forward instants it names are exactly those of micro-step GA when the schedule runs
+    micro-batch GA's ForwardPass before its first BackwardPass (in every iteration alike: the schedule is the same
+    per train_batch), and at such an instant the role's timeline holds what its forward:1 holds (first iteration)."""
+    from deepspeed.runtime.pipe.schedule import BackwardPass, ForwardPass, TrainSchedule
+
+    from advisor.ledger.timeline import pipe_warmup_forwards, resolve_load, role_timeline
+
+    for pp in (2, 3, 4):
+        for stage in range(pp):
+            for ga in range(1, 6):
+                order = [type(c) for step in TrainSchedule(micro_batches=ga, stages=pp, stage_id=stage).steps()
+                         for c in step if type(c) in (ForwardPass, BackwardPass)]
+                fwd_ga = [i for i, c in enumerate(order) if c is ForwardPass][ga - 1]
+                first = ga > 1 and fwd_ga < order.index(BackwardPass)
+                got = pipe_warmup_forwards(pp, stage, ga)
+                assert (f"forward:{ga}" in got and "steady:forward" in got) == first and (bool(got) == first), \
+                    (pp, stage, ga, got)
+    cfg = dict(PIPE_PEAK_CELLS)["pp2_z1_bf16_ga2_w2"]
+    ec = effective_config(cfg)
+    from advisor.plan import Workload
+    led = compute_ledger(Plan(ec, _inventory(), Cluster(world_size=2, pipeline_parallel=2), Workload(seq_len=SEQ)))
+    for r, warm in ((0, True), (1, False)):
+        tl = role_timeline(led, led.rank(r), resolve_load(ec, zero_init=False), ga=2, rank=r)
+        ser = dict(zip((x.key for x in tl.instants), tl.series(("accelerator", "host_pinned", "host_pageable"))))
+        # stage 1 (the last) runs F1 B1 F2 B2: its forward:2 holds micro-step 1's gradients (N_stage x 2 B bf16)
+        # and ZeRO-1's ipg bucket (reduce_bucket_size x 2 B); stage 0 (F1 F2 B1 B2) none of them
+        n1 = (2 * (H + 2 * F * H) + H + V * H) * 2 + 50000 * 2
+        assert ser["forward:2"] - ser["forward:1"] == (0 if warm else n1), (r, ser)
