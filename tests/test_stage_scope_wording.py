@@ -117,6 +117,11 @@ def test_excluded_lists_every_initialize_transient_not_modelled(tmp_path):
                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
     w, got = excluded(unfused, "--world-size", "2")
     assert w == "FP16_UnfusedOptimizer" and len(got) == 1 and "l.412-433" in got[0], got
+    # stage 0 FP16_Optimizer's warm-up zeros: modelled under pipeline parallelism (the stage's), not under tensor
+    fp16 = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}, "zero_optimization": {"stage": 0}}
+    assert excluded(fp16, "--world-size", "4", "--pipeline-parallel", "2") == ("FP16_Optimizer", [])
+    w, got = excluded(fp16, "--world-size", "4", "--tensor-parallel", "2")
+    assert w == "FP16_Optimizer" and len(got) == 1 and "tensor parallelism" in got[0], got
     bf16opt = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
                "data_types": {"grad_accum_dtype": "fp32"}}
     assert excluded(bf16opt, "--world-size", "2") == ("BF16_Optimizer", [])

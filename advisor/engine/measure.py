@@ -592,7 +592,8 @@ PHASE_INSTANTS = {
 #: stage 0 fp32 with FusedAdam; the instant ``initialize``). Elsewhere (stage 0's FP16_UnfusedOptimizer, cell
 #: z0_bf16_torchadam_w2; another basic optimizer at fp32, ZeRO-3 with quantized weights, tensor parallelism:
 #: no cell) initialize is compared at its end only: see :func:`peak_parity`. Under pipeline parallelism
-#: :func:`pipeline_peak_parity` compares it the same way (ZeRO-1/2 over the rank's stage, BF16_Optimizer).
+#: :func:`pipeline_peak_parity` compares it the same way (ZeRO-1/2 and FP16_Optimizer over the rank's stage,
+#: BF16_Optimizer).
 INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:fp32_partitions",
                       "initialize:grad_hooks", "initialize")
 #: Tracker step phase -> the timeline event whose every instant it spans (per-group instants too), GA = 1.
@@ -840,7 +841,8 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     no zero.Init, fp32, the stage built from LayerSpecs); ``build_rows``: also the rows ``load`` (the tracker's
     load phase, PipelineModule's construction, its high-water mark against the ``load`` instant) and
     ``initialize``: where the plan's timeline models its high-water mark (ZeRO-1/2's DeepSpeedZeroOptimizer over the
-    rank's stage, timeline.zero12_init_transients; BF16_Optimizer, timeline.init_end_is_peak) its high-water mark
+    rank's stage, timeline.zero12_init_transients; stage 0's FP16_Optimizer, timeline.fp16_optimizer_init_transients;
+    BF16_Optimizer, timeline.init_end_is_peak) its high-water mark
     against the largest of the timeline's ``initialize:cast`` / ``initialize:module`` and :data:`INIT_PEAK_INSTANTS`
     (the pipe worker's phase spans the whole of deepspeed.initialize), else what is live when it has returned
     against the ``initialize`` instant (its end, as :func:`peak_parity` compares it there). Measured 2026-12-06

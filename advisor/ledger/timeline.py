@@ -1095,7 +1095,7 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
       gradient hook is registered (stage3.py l.1504 -> partition_parameters.py l.2142; qwZ gathers its scales too,
       a tensor-parallel shard is another inventory), and ``initialize:fp32_partitions``,
       :func:`zero3_init_transients`;
-    * stage 0's FP16_Optimizer under tensor / pipeline parallelism: its warm-up step's zeroed fp32 flat gradient
+    * stage 0's FP16_Optimizer under tensor / expert parallelism: its warm-up step's zeroed fp32 flat gradient
       (fused_optimizer.py l.127), :func:`fp16_optimizer_init_transients`;
     * stage 0's FP16_UnfusedOptimizer: its warm-up step's 16-bit and fp32 zero gradients beside a step of the
       basic optimizer (unfused_optimizer.py initialize_optimizer_states l.412-433)."""
@@ -1124,7 +1124,8 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
                 f"group's flat 16-bit copy beside its parameters, and initialize:optimizer_states, "
                 f"initialize_optimizer_states' fp32 zeros: stage_1_and_2.py l.505-508, "
                 f"timeline.zero12_init_transients): {tail}")
-    if z.stage == 0 and w == "FP16_Optimizer" and cl.model_parallel:
+    if z.stage == 0 and w == "FP16_Optimizer" and not fp16_optimizer_init_transient_applies(ec, ledger, load):
+        par = " and ".join(x for x, d in (("tensor", cl.tensor_parallel), ("expert", cl.expert_parallel)) if d > 1)
         return (f"stage 0 FP16_Optimizer's initialize transient under {par} parallelism "
                 f"(initialize:optimizer_states, its warm-up step's zeroed fp32 flat gradient: fused_optimizer.py l.127, "
                 f"timeline.fp16_optimizer_init_transients): {tail}")
@@ -1188,9 +1189,13 @@ def zero12_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> li
 
 def fp16_optimizer_init_transient_applies(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
     """Whether the timeline has ``initialize:optimizer_states`` for stage 0's FP16_Optimizer (fp16 / bf16 with a
-    fused Adam, no pipeline or tensor parallelism, no zero.Init): :func:`fp16_optimizer_init_transients`."""
+    fused Adam, no tensor / expert parallelism, no zero.Init): :func:`fp16_optimizer_init_transients`. Under
+    pipeline parallelism over the rank's stage (its fp32 master is the stage's): engine
+    (tests/engine/test_pipeline_engine.py pp2_z0_fp16_ga2_w2, 2 stages, DP 1, 2026-12-06) initialize's high-water
+    mark 240,772 / 241,348 B = its end + the stage's 53,504 / 53,632 B at fused_optimizer.py l.127."""
+    cl = ledger.plan.cluster
     return (ec.zero.stage == 0 and ledger.wrapper == "FP16_Optimizer" and load is not None and not load.zero_init
-            and not ledger.plan.cluster.model_parallel)
+            and cl.tensor_parallel <= 1 and cl.expert_parallel <= 1)
 
 
 def fp16_optimizer_init_transients(ledger: Ledger, rank: int) -> list[Entry]:
