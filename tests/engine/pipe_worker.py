@@ -94,8 +94,9 @@ def _whole_train_batch(rep: list[dict]) -> list[dict]:
 def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: str = "", track: str = "") -> int:
     """``cfg_json``: a DeepSpeed config (JSON text) to run instead of the ZeRO-1 fp32 one. ``track`` ("1"): run
     ``advisor.engine.worker``'s allocation-level ``StorageTracker`` (the one of the peak-parity cells) from the
-    model's build on, with phases ``load``, ``initialize``, ``train_batch:1`` and ``train_batch:2`` (two
-    ``train_batch`` calls: the pipe schedule interleaves the micro-steps, so a phase is the whole step), then
+    model's build on, with phases ``load``, ``initialize``, then two ``train_batch`` calls split by the pipe
+    schedule's instructions (``train_batch:<k>/<Instruction>:<n>``, :func:`_instruction_phases`; the report adds
+    each call's whole row ``train_batch:<k>``, :func:`_whole_train_batch`), then
     ``save`` (``engine.save_checkpoint(out_dir/save, tag="t")``: its peak and its end, what is live once it has
     returned), and write ``track{r}.json`` (the tracker's report per phase: peak, unattributed sites) instead of saving a checkpoint.
     Environment ``PIPE_BUILD=whole``: the layers are modules of the model built whole on every rank, not LayerSpecs."""
