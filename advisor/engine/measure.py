@@ -640,6 +640,26 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     return PHASE_INSTANTS[f"{kind}:2"], STEP_PHASES.get(f"{kind}:2")
 
 
+def torch_step_cpu_figures(led: Any) -> tuple[int, int]:
+    """(GPU bytes, CPU bytes) of torch's optimizer step temporaries for the ledger ``led``'s plan where a GPU
+    run takes torch's foreach step and DeepSpeed's CPU accelerator the single-tensor loop (the ledger's item
+    ``torch_step_foreach``, :data:`advisor.ledger.state.TORCH_STEP_GPU_ONLY`), else (0, 0). The CPU figure is
+    :func:`advisor.ledger.state.torch_step_temporaries` on the single-tensor path (``torch/optim/adam.py``
+    _single_tensor_adam l.544: max_i (n_(i-1) + 2 n_i) x 4 for AdamW; ``adagrad.py`` l.425), the one the
+    engine on this machine makes; the GPU figure (foreach, l.790) is the ledger's, read from torch's source and
+    not measured here. A per-group step instant holds the group's share of both (f x P_g x 4)."""
+    from advisor.ledger.state import (placement_of, torch_step_lists, torch_step_path, torch_step_temporaries)
+    plan, basic = led.plan, led.basic_optimizer
+    host = plan.config.offload_optimizer_effective != "none"
+    if (torch_step_path(plan.config, basic, host) != "foreach" or torch_step_path(plan.config, basic, host, "cpu")
+            != "single" or not plan.inventory.has_trainable() or plan.cluster.model_parallel):
+        return 0, 0
+    lists = torch_step_lists(plan.config, plan.inventory, plan.cluster.zero_world_size, led.wrapper,
+                             placement_of(plan))
+    return (torch_step_temporaries(plan.config, basic, lists, "foreach")[0],
+            torch_step_temporaries(plan.config, basic, lists, "single")[0])
+
+
 def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 measured: dict[int, dict[str, Any]], zero_init: bool = False,
                 load_dtype: str | None = None) -> list[dict[str, Any]]:
@@ -680,6 +700,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32)."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.state import TORCH_STEP_GPU_ONLY
     from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, init_entries, load_entries,
                                          rank_only_entries, resolve_load, role_timeline, save_entries)
 
@@ -688,6 +709,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
     load = resolve_load(ec, zero_init=zero_init, dtype=load_dtype)
     tiers = ("accelerator", "host_pinned", "host_pageable")
+    torch_gpu, torch_cpu = torch_step_cpu_figures(led)
     rows = []
     for r, rec in sorted(measured.items()):
         if "error" in rec or "tracker" not in rec:
@@ -719,9 +741,14 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             # a CPU run makes no host copy of a CPU storage at save, nor partial offload's backup AdamW step
             # (timeline.GPU_ONLY): the ledger's figure without them is compared, the difference reported as gpu_only
             gpu_only = [0] * len(ser)
+            cpu_path = [0] * len(ser)
             if rec.get("accelerator") == "cpu":
                 gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers)
                             for i in range(len(ser))]
+                # torch's step on the CPU: the single-tensor loop's temporaries in place of the GPU's foreach ones
+                cpu_path = [sum(x[3] * torch_cpu // torch_gpu for x in tl.entries[i] if x[0] in TORCH_STEP_GPU_ONLY)
+                            for i in range(len(ser))] if torch_gpu else cpu_path
+                gpu_only = [g - c for g, c in zip(gpu_only, cpu_path)]
             best = max(idx, key=lambda i: ser[i] - gpu_only[i])
             at_end = ph["phase"] == "initialize" and not init_peak
             got = ph["end"] if at_end else ph["peak"]
@@ -738,7 +765,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
             at = [u for u in at if not u["site"].startswith(CPU_ONLY_SITES)]
             unattributed, in_ledger = split_unclaimed(at, tl.entries[best], sources, tiers, model)
             rows.append({"rank": r, "phase": ph["phase"], "measured": got, "cpu_only": cpu_only, "ledger": exp,
-                         "gpu_only": gpu_only[best],
+                         "gpu_only": gpu_only[best], "cpu_path": cpu_path[best],
                          "ledger_instant": keys[best], "rel_diff": (got - exp) / exp if exp else (0.0 if not got else 1.0),
                          "unattributed": unattributed, "in_ledger": in_ledger})
     return rows

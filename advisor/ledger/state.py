@@ -81,7 +81,8 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "first_forward", "first_backward", "accumulated", "accumulated_forward", "accumulated_backward",
                "accumulated_reduce", "reduce_step", "compact_accumulated",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
-               "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward", "after_load"]
+               "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward", "after_load",
+               "step_update"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -647,6 +648,176 @@ def twin_flow_splits(ec: EffectiveConfig) -> bool:
 #: (:func:`twin_flow_backup_swapped`) are such items too: there DeepSpeedCPUAdam steps those sub-groups, their
 #: moments made in step 1 and swapped out as at ratio 1.
 TWIN_FLOW_GPU_ONLY = ("backup_adamw_sqrt", "backup_adamw_step", "backup_adamw_host_moments", "backup_adamw_host_denom")
+
+
+#: The torch optimizers DeepSpeed 0.19.8 hands its fp32 tensors to whose step makes temporaries
+#: (:func:`torch_step_temporaries`): ``torch_adam`` -> torch.optim.AdamW / Adam, Adagrad without CPU offload ->
+#: torch.optim.Adagrad (``engine.py`` _configure_basic_optimizer l.2377-2382, l.2495-2500).
+TORCH_STEP_OPTIMIZERS = ("AdamW", "Adam", "Adagrad")
+#: The item of torch's foreach step temporaries where a GPU run makes them and a CPU run does not
+#: (:func:`torch_step_path`): torch picks _multi_tensor_adam / _multi_tensor_adagrad by default only for
+#: tensors on cuda / xpu / mtia / privateuse1 (``torch/optim/optimizer.py`` _default_to_fused_or_foreach
+#: l.161-186, ``torch/utils/_foreach_utils.py`` l.8-10), so on DeepSpeed's CPU accelerator the same step runs
+#: _single_tensor_adam / _single_tensor_adagrad, whose figure (``device="cpu"``) a CPU measurement compares
+#: instead (``advisor.engine.measure.peak_parity``; ``timeline.GPU_ONLY``). The GPU figure is read from torch
+#: 2.13's source, not measured here (no GPU run).
+TORCH_STEP_GPU_ONLY = ("torch_step_foreach",)
+
+
+def torch_step_path(ec: EffectiveConfig, basic: str, host: bool, device: str = "gpu") -> str | None:
+    """Which of torch's step implementations steps the fp32 tensors DeepSpeed hands ``basic``: "fused",
+    "foreach", "single" (tensor), or None where ``basic`` is not one of :data:`TORCH_STEP_OPTIMIZERS`.
+    ``host``: the tensors are host tensors (optimizer offload); ``device``: "gpu" (what the ledger
+    models) or "cpu" (DeepSpeed's CPU accelerator, where every tensor is a host tensor).
+
+    ``torch/optim/adam.py`` adam() l.937-967 (adagrad.py adagrad() l.319-340 alike): ``fused`` / ``foreach``
+    as the optimizer's params give them (DeepSpeed passes the config's ``optimizer.params``, ``foreach`` popped
+    and passed again for torch_adam: ``engine.py`` l.2380-2382), else foreach where every tensor is on a
+    foreach device (``optimizer.py`` _default_to_fused_or_foreach l.178-185: cuda, xpu, mtia, privateuse1 --
+    never cpu), else the single-tensor loop."""
+    if basic not in TORCH_STEP_OPTIMIZERS:
+        return None
+    p = ec.optimizer.params or {}
+    if p.get("fused"):
+        return "fused"
+    fe = p.get("foreach")
+    if fe is None:
+        fe = not host and device != "cpu"
+    return "foreach" if fe else "single"
+
+
+def torch_step_lists(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, pl: "Placement") -> list[tuple[int, ...]]:
+    """The numels (elements, fp32) of the tensors each torch ``step`` call is given, one tuple per param
+    group / sub-group in DeepSpeed's order (torch's Optimizer.step loops over its param_groups, each one
+    ``adam()`` / ``adagrad()`` call whose locals are freed on return):
+
+    * stage 0 (no wrapper, or FP16_UnfusedOptimizer): each param group's trainable parameters in model order
+      (fp32 ones; FP16_UnfusedOptimizer's fp32 copies ``fp32_groups``, ``fp16/unfused_optimizer.py`` __init__,
+      stepped by ``self.optimizer.step()`` l.230);
+    * ZeRO-1/2 (DeepSpeedZeroOptimizer): group g's flat fp32 partition, P_g (``stage_1_and_2.py``
+      _optimizer_step l.2967-2983: ``self.optimizer.param_groups = [original_param_groups[group_no]]``, whose
+      params are ``[single_partition_of_fp32_groups[g]]``); BF16_Optimizer: ``fp32_groups_flat_partition[g]``,
+      P_g, one ``self.optimizer.step()`` over every group (``bf16_optimizer.py`` l.422);
+    * ZeRO-3: sub-group k's fp32 partition S_k = sum ceil(n_i / W) (``stage3.py`` _optimizer_step l.1235-1262:
+      ``param_groups[...]['params'] = [fp32_param]``, one sub-group per call)."""
+    if ec.zero.stage == 3:
+        return list(inv.memo(("torch_step_lists3", W, tuple((sg.numel, len(sg.tensors)) for sg in pl.sub_groups)),
+                             lambda: tuple((sum(_ceil_div(inv.tensors[i].numel, W) for i in sg.tensors),)
+                                           for sg in pl.sub_groups)))
+    if ec.zero.stage in (1, 2) or wrapper == "BF16_Optimizer":
+        return [(lay.P,) for lay in pl.zero12]
+    return list(inv.memo(("torch_step_lists0",), lambda: tuple(tuple(t.numel for t in g) for g in inv.groups())))
+
+
+def torch_step_temporaries(ec: EffectiveConfig, basic: str, lists: "list[tuple[int, ...]]",
+                           path: str | None) -> tuple[int, str]:
+    """(bytes, formula) of the largest set of temporaries torch 2.13's ``basic`` step makes at once over the
+    step calls ``lists`` (:func:`torch_step_lists`) on ``path`` (:func:`torch_step_path`); fp32 tensors, 4 B an
+    element. The moments, the 0-dim step tensors and the in-place updates are the optimizer state's, not these.
+
+    * Adam / AdamW single-tensor (``torch/optim/adam.py`` _single_tensor_adam l.347-551): ``denom =
+      (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` (l.544) makes the sqrt and the quotient while the
+      previous parameter's denom is still bound: max_i (n_(i-1) + 2 n_i) within a call; a ``grad`` copy
+      (``-grads[i]`` with maximize, l.397; ``grad.add(param, alpha=weight_decay)`` for Adam's coupled weight
+      decay, l.428) adds n_i: n_(i-1) + 3 n_i. AdamW decays in place (``param.mul_``, l.419).
+    * Adam / AdamW foreach (_multi_tensor_adam l.553-800, not capturable): ``exp_avg_sq_sqrt =
+      torch._foreach_sqrt(device_exp_avg_sqs)`` (l.790), every tensor's at once: N_call; the grads copy of
+      maximize / coupled weight decay (l.675, l.697) is deleted before it (``del device_grads`` l.726); the bias
+      corrections are Python floats (l.771-779).
+    * Adagrad single-tensor (``torch/optim/adagrad.py`` _single_tensor_adagrad l.364-429): ``std =
+      state_sum.sqrt().add_(eps)`` (l.425) beside the previous std: n_(i-1) + n_i, + n_i for a grad copy
+      (weight decay l.400, maximize l.393).
+    * Adagrad foreach (_multi_tensor_adagrad l.432-540): ``std = torch._foreach_sqrt`` (l.530) and the
+      numerator ``torch._foreach_mul(device_grads, minus_clr)`` (l.538; with weight decay or maximize the grads
+      copy, l.520, scaled in place instead): 2 N_call.
+    * fused (``_fused_adam`` / ``_fused_adagrad``): one kernel in place, none.
+
+    The config's ``weight_decay`` / ``maximize`` apply to every group (a client's per-group values are not
+    read); defaults torch's (Adam 0, AdamW 1e-2 decoupled, Adagrad 0)."""
+    if path in (None, "fused") or not lists:
+        return 0, ""
+    p = ec.optimizer.params or {}
+    wd = p.get("weight_decay", 1e-2 if basic == "AdamW" else 0) or 0
+    maxi = bool(p.get("maximize"))
+    adam = basic in ("Adam", "AdamW")
+    decoupled = bool(p.get("decoupled_weight_decay", basic == "AdamW"))
+    copy = 1 if (maxi or (wd and not (adam and decoupled))) else 0
+    if path == "foreach":
+        f = 1 if adam else 2
+        big = max(sum(c) for c in lists)
+        what = ("exp_avg_sq_sqrt = torch._foreach_sqrt, every tensor of the call at once" if adam else
+                "torch._foreach_sqrt std and the numerator list")
+        return f * big * 4, f"{f} x max over step calls of N_call x 4 = {f} x {big} x 4 (foreach: {what})"
+    k = (2 if adam else 1) + copy
+    best, at = 0, (0, 0)
+    for c in lists:
+        prev = 0
+        for n in c:
+            if prev + k * n > best:
+                best, at = prev + k * n, (prev, n)
+            prev = n
+    what = ("the previous denom, exp_avg_sq.sqrt() and its quotient" if adam else "the previous std and the sqrt")
+    if copy:
+        what += " and the grad copy" + (" (maximize)" if maxi else " (weight decay)")
+    return best * 4, (f"max_i (n_(i-1) + {k} n_i) x 4 = ({at[0]} + {k} x {at[1]}) x 4 (single-tensor: {what})")
+
+
+#: DeepSpeed's own optimizers, whose step updates the parameter and its state in place in one kernel (no
+#: step temporaries): FusedAdam ``ops/adam/fused_adam.py`` l.179-191 (multi_tensor_applier of multi_tensor_adam),
+#: DeepSpeedCPUAdam ``ops/adam/cpu_adam.py`` l.170 (ds_opt_adam.adam_update), FusedLion ``ops/lion/fused_lion.py``
+#: l.118-128, DeepSpeedCPULion ``ops/lion/cpu_lion.py`` l.130, DeepSpeedCPUAdagrad ``ops/adagrad/cpu_adagrad.py``
+#: l.94-100 (their state is made before the kernel: :data:`_OPTIMIZER_STATES`).
+IN_PLACE_OPTIMIZERS = ("FusedAdam", "DeepSpeedCPUAdam", "FusedLion", "DeepSpeedCPULion", "DeepSpeedCPUAdagrad")
+
+
+def optimizer_kernel_excluded(ec: EffectiveConfig, basic: str) -> list[str]:
+    """The ``Ledger.excluded`` lines of the basic optimizer's step: none for DeepSpeed's in-place kernels
+    (:data:`IN_PLACE_OPTIMIZERS`) and for torch's Adam / AdamW / Adagrad, whose temporaries are entries
+    (:func:`torch_step_temporaries`) -- except amsgrad's third state tensor (``torch/optim/adam.py``
+    _init_group l.187-190, max_exp_avg_sq, N x 4) and capturable's 0-dim bias-correction tensors
+    (l.734-746); any other optimizer's step temporaries are left out."""
+    p = ec.optimizer.params or {}
+    if basic in TORCH_STEP_OPTIMIZERS:
+        out = []
+        if p.get("amsgrad") and basic != "Adagrad":
+            out.append(f"torch {basic}'s amsgrad state max_exp_avg_sq (N x 4 beside the moments; "
+                       "torch/optim/adam.py _init_group)")
+        if p.get("capturable") and torch_step_path(ec, basic, ec.offload_optimizer_effective != "none") != "fused":
+            out.append(f"torch {basic}'s capturable step: its 0-dim bias-correction tensors (torch/optim/adam.py "
+                       "_multi_tensor_adam l.734-746)")
+        return out
+    if basic in IN_PLACE_OPTIMIZERS:
+        return []
+    return [f"the optimizer step's temporaries of {basic} (DeepSpeed's FusedAdam, DeepSpeedCPUAdam, Lion and "
+            "DeepSpeedCPUAdagrad kernels make none; torch's Adam, AdamW and Adagrad are modelled)"]
+
+
+def _torch_step(b: "_Builder", ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str,
+                pl: "Placement") -> None:
+    """The step temporaries of torch's optimizer (:func:`torch_step_temporaries`), entry ``torch_step_foreach``
+    (GPU-only: :data:`TORCH_STEP_GPU_ONLY`) or ``torch_step_temporaries`` (what a CPU run makes too: host
+    tensors under optimizer offload, or ``foreach`` given), lifetime ``step_update``."""
+    if basic not in TORCH_STEP_OPTIMIZERS:
+        return
+    host = ec.offload_optimizer_effective != "none"
+    path = torch_step_path(ec, basic, host)
+    nb, formula = torch_step_temporaries(ec, basic, torch_step_lists(ec, inv, W, wrapper, pl), path)
+    if not nb:
+        return
+    cpu_same = torch_step_path(ec, basic, host, "cpu") == path
+    src = ("torch/optim/adagrad.py " + ("_multi_tensor_adagrad l.530-540" if path == "foreach" else
+                                         "_single_tensor_adagrad l.425") if basic == "Adagrad" else
+           "torch/optim/adam.py " + ("_multi_tensor_adam l.790" if path == "foreach" else "_single_tensor_adam l.544"))
+    src += "; torch/optim/optimizer.py _default_to_fused_or_foreach l.161-186; " + {
+        3: "runtime/zero/stage3.py _optimizer_step l.1235-1262"}.get(
+        ec.zero.stage, "runtime/zero/stage_1_and_2.py _optimizer_step l.2967-2983" if ec.zero.stage in (1, 2) else
+        "runtime/bf16_optimizer.py step l.422" if wrapper == "BF16_Optimizer" else
+        "runtime/fp16/unfused_optimizer.py step l.230" if wrapper == "FP16_UnfusedOptimizer" else
+        "runtime/engine.py _take_model_step (the basic optimizer's step)")
+    b.add("host_pageable" if host else "accelerator", "workspace",
+          "torch_step_temporaries" if cpu_same else "torch_step_foreach", nb, "step_update",
+          formula + ("" if cpu_same else "; a GPU's default, from torch's source (on a CPU torch takes the "
+                     "single-tensor loop instead)"), src)
 
 
 def zero3_persistent(inventory: Inventory, zero) -> list[bool]:
@@ -8502,6 +8673,8 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
             _stage0(b, ec, inv, wrapper, basic)
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
+        if has_groups:
+            _torch_step(b, ec, inv, W, wrapper, basic, pl)
         _frozen(b, ec, frozen, W)
         key = (gk, tuple((e.tier, e.cls, e.item, e.bytes, e.life, e.formula, e.source, e.alias_of) for e in b.entries))
         if key in roles:
@@ -8723,9 +8896,7 @@ def compute_ledger(plan: Plan) -> Ledger:
           if cl.pipeline_parallel > 1 and not ((plan.workload.seq_len or (inv.meta or {}).get("max_seq_len"))
                                                 and (inv.meta or {}).get("hidden_size")) else []),
         "activations (depend on the model's forward, not on the config)",
-        "optimizer-kernel temporaries" + (" other than partial offload's backup AdamW sqrt copies (backup_adamw_sqrt, "
-                                          "backup_adamw_host_denom)" if twin_flow_splits(ec) else "")
-        + " (the CUDA context, NCCL buffers and the caching allocator's reserve are the fit table's runtime-overhead rows)",
+        *optimizer_kernel_excluded(ec, basic),
         # ZeRO-3: only what of its gradient reduce this plan leaves out (none: no line)
         *(([z3_copies] if z3_copies else []) if z3_copies is not None else
           ["transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "

@@ -67,7 +67,9 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   ``state._zero12_compact_transients``); ``refetch_forward``: the first iteration's ``forward:2`` only (ZeRO-3's prefetch of the
   parameters the first backward released, ``state.zero3_refetch_prefetch_bytes``; with parameters on NVMe
   a module's coalesced re-fetch, ``state.zero3_nvme_refetch_bytes``).
-* ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only.
+* ``step``: prep and update; ``step_prep``: prep only; ``first_step``: ``first_step:update`` only; ``step_update``:
+  every update instant (torch's optimizer step temporaries, ``state.torch_step_temporaries``; at a per-group update
+  the group's own figure).
 * ``init``: ``initialize`` only; ``init_cast`` / ``init_module``: only at ``initialize:cast`` /
   ``initialize:module``, where nothing else of the ledger exists yet (the optimizer is built later);
   ``init_flatten``: only at ``initialize:flatten`` (its entries are all that is live there);
@@ -174,7 +176,7 @@ from typing import Any
 from advisor.config.dtypes import TORCH_TO_TRAINING, TRAINING_DTYPE_BYTES, torch_dtype_name
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
 from advisor.model.inventory import Inventory
-from advisor.ledger.state import (TIERS, TWIN_FLOW_GPU_ONLY, Entry, Ledger, RankLedger, module_names, placement_of,
+from advisor.ledger.state import (TIERS, TORCH_STEP_GPU_ONLY, TWIN_FLOW_GPU_ONLY, Entry, Ledger, RankLedger, module_names, placement_of,
                                   swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
@@ -1278,8 +1280,10 @@ SAVE_GPU_ONLY = ("save_16bit_staging", "save_model_file_staging", "save_optim_fi
                  "save_16bit_module_copy")
 #: Every item a run on DeepSpeed's CPU accelerator does not make: the save's host copies above and partial
 #: optimizer offload's backup AdamW step (:data:`advisor.ledger.state.TWIN_FLOW_GPU_ONLY`: on the CPU accelerator
-#: DeepSpeedCPUAdam steps every sub-group). ``advisor.engine.measure.peak_parity`` compares the ledger without them.
-GPU_ONLY = SAVE_GPU_ONLY + TWIN_FLOW_GPU_ONLY
+#: DeepSpeedCPUAdam steps every sub-group), and torch's foreach step temporaries (:data:`advisor.ledger.state.
+#: TORCH_STEP_GPU_ONLY`: on the CPU torch takes the single-tensor loop, whose figure measure compares in their place).
+#: ``advisor.engine.measure.peak_parity`` compares the ledger without them.
+GPU_ONLY = SAVE_GPU_ONLY + TWIN_FLOW_GPU_ONLY + TORCH_STEP_GPU_ONLY
 
 
 def _rank_shard(ec: EffectiveConfig, ledger: Ledger, rank: int) -> tuple[Any, Any]:
@@ -1804,6 +1808,11 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
         return 0 if view else P_g * 4
     if e.item == "flat_grad_partition":
         return flat_g * D if prep else 0
+    if e.item in ("torch_step_temporaries", "torch_step_foreach"):
+        # torch's step on group g's one flat fp32 partition (state.torch_step_temporaries: f x P_g x 4 for a
+        # one-tensor call; the entry holds the largest group's)
+        p_max = max(x[0] for x in groups)
+        return 0 if prep or not p_max else e.bytes * P_g // p_max
     if e.item == "averaged_gradients":
         held = groups[g:] if (prep or view) else groups[g + 1:]
         if not shared:
@@ -1965,6 +1974,8 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         return k in ("first_step:prep", "steady_step:prep")
     if life == "first_step":
         return k == "first_step:update"
+    if life == "step_update":
+        return ph in ("first_step", "steady_step") and k.endswith(":update")
     return False
 
 

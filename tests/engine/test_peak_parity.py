@@ -257,9 +257,18 @@ CELLS = [
     # engine vs 480,200,000 B ledger); the ledger's initialize was the same at a7d3f59, 4636123 and fa83377
     ("z0_fp32_w2", _cfg(0, "fp32"), 2, False, parity.TINY),
     # stage 0's FP16_UnfusedOptimizer (bf16 with torch's AdamW: torch_adam, state.select_optimizer): initialize is
-    # compared at its end (its warm-up step is not modelled: timeline.init_transients_excluded), its step is in
-    # UNMATCHED_ISSUE15 with the cause
+    # compared at its end (its warm-up step is not modelled: timeline.init_transients_excluded); its step holds
+    # torch's step temporaries (state.torch_step_temporaries), on this CPU the single-tensor loop's
+    # max_i (n_(i-1) + 2 n_i) x 4 = (301 + 2 x 23,177) x 4 = 186,620 B (torch/optim/adam.py l.544), which measure
+    # compares in place of the ledger's GPU foreach figure (N x 4 = 172,836 B, l.790; measure.torch_step_cpu_figures).
+    # Engine 2026-12-06 (2 runs): step:1/2 1,050,844 B vs 1,050,824 on both ranks (before: UNMATCHED_ISSUE15, +186,640)
     ("z0_bf16_torchadam_w2", {**_cfg(0, "bf16"), "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}},
+     2, False, parity.TINY),
+    # ZeRO-2 with torch's AdamW: _optimizer_step hands it group 0's flat fp32 partition alone (stage_1_and_2.py
+    # l.2967-2983), so the CPU's single-tensor step holds 2 x P x 4 = 2 x 21,606 x 4 = 172,848 B at the update
+    # (the GPU's foreach: P x 4). Engine 2026-12-06 (2 runs): step:1 605,000 / step:2 605,004 B vs 604,972 on both
+    # ranks; without it the ledger's step peak was first_step:norm, 412,444 B (-32%)
+    ("z2_bf16_torchadam_w2", {**_cfg(2, "bf16"), "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}},
      2, False, parity.TINY),
     # ZeRO-3 with hpZ (zero_hpz_partition_size 2 = W): initialize's high-water mark (the hook's gather of the primary
     # partition, timeline.zero3_init_transients_apply) matches; its other phases are in UNMATCHED_ISSUE15
@@ -864,17 +873,6 @@ UNMATCHED_LINEAR: dict = {}
 #: freed (accumulated in place) before the hook's 934 B flat copy is made; the model then lacked the moment before it,
 #: l2's AddmmBackward0 outputs beside the accumulated 86,418 B (state accumulate_grad_new was 0 on that path).
 UNMATCHED_ISSUE15: dict = {
-    # stage 0 FP16_UnfusedOptimizer with torch's AdamW (2026-12-06, 2 runs, both ranks alike): step:1 / step:2 engine
-    # 1,050,844 B, ledger 864,204 B (+186,640 B, +21.6%): torch's step temporaries, not in the ledger. On the CPU
-    # torch takes _single_tensor_adam (torch/optim/adam.py l.347; foreach only on cuda-like devices), whose
-    # ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` (l.544) makes the sqrt and the quotient
-    # while the previous parameter's denom is still bound: max_i (n_(i-1) + 2 n_i) x 4 = (301 + 2 x 23,177) x 4 =
-    # 186,620 B at l2.weight (+20 B of scalars); on a GPU _multi_tensor_adam's _foreach_sqrt (l.790) makes every
-    # parameter's at once, N x 4 = 172,836 B: the two paths differ, so one ledger figure cannot match both.
-    # initialize (compared at its end, 604,950 B = the ledger) has the same step inside its warm-up
-    # (unfused_optimizer.py initialize_optimizer_states): high-water mark 1,050,824 B = end + 86,418 (16-bit zero
-    # grads, l.415) + 172,836 (fp32 zero grads, l.421) + 186,620 (the step, l.425).
-    "z0_bf16_torchadam_w2": {"step:1": 186_640, "step:2": 186_640},
     # ZeRO-3 hpZ at zero_hpz_partition_size = W = 2 (2026-12-06, 2 runs, both ranks alike; initialize, its
     # high-water mark, and both steps match within 0.01%). forward:2 / backward:2 -43,089 / -43,163 B: the ledger keeps
     # hpZ's secondary partitions (lp_param_secondary, N / 2 x 2 = 43,214 B) through the steady iteration, which the
@@ -887,6 +885,12 @@ UNMATCHED_ISSUE15: dict = {
     "z3_bf16_hpz2_w2": {"initialize:module": 27_098, "forward:1": 6_617, "backward:1": -47_255,
                         "forward:2": -43_089, "backward:2": -43_163},
 }
+#: z0_bf16_torchadam_w2 was listed here (stage 0 FP16_UnfusedOptimizer with torch's AdamW, step:1/2 engine 1,050,844 B
+#: vs ledger 864,204 B, +186,640): torch's single-tensor AdamW denom temporaries (torch/optim/adam.py l.544),
+#: modelled since as state.torch_step_temporaries (the GPU's foreach figure in the ledger, the CPU's compared here).
+#: Its initialize stays compared at its end: the warm-up step's high-water mark, 1,050,824 B = end + 86,418 (16-bit
+#: zero grads, unfused_optimizer.py l.415) + 172,836 (fp32 zero grads, l.421) + 186,620 (the step, l.425), is not
+#: modelled (timeline.init_transients_excluded).
 #: z1_bf16_noncontig_oo_cpu_gaccfp32_tbsga2_w2 was listed here (ZeRO-1 bf16, grad_accum_dtype fp32, CPU optimizer
 #: offload: +12-36% from backward:1 on with the reduce counted in bf16; the fp32 grad_accum copies l.1237, the compact
 #: partition l.1270, rank 1's fp32 clone l.1446 and the ipg bucket kept by unowned grad_accum views at the step); it
