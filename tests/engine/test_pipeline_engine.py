@@ -295,6 +295,23 @@ UNMATCHED_PIPE_ISSUE15 = {
         (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/ForwardPass:2"): 6804,
         (1, "train_batch:1/BackwardPass:2"): 13462,
         (1, "train_batch:2/ForwardPass:2"): 7892, (1, "train_batch:2/BackwardPass:2"): 13594},
+    # FP16_Optimizer (stage 0 fp16), 2026-12-06, 2 runs, the same bytes; beyond (a)-(c), two ledger causes:
+    # (d) its all-reduce bucket's flat copy (state allreduce_bucket_flat, N x 2, life in_backward: engine.py
+    # allreduce_bucket) is counted at the backward instants, but under the PipelineEngine the backward does not
+    # all-reduce (enable_backward_allreduce False, runtime/pipe/engine.py l.80): ReduceGrads does (l.287-295,
+    # allreduce_gradients), where the ledger's reduce instant matches (+16 / +146 B): backward:1 -26,752 + 6,288 =
+    # -20,464 B (stage 0), -26,816 + 276 = -26,540 B (stage 1), backward:2 -26,752 + 11,600 = -15,152 B;
+    # (e) micro-step 1's fp16 param.grad lives into micro-step 2's forward (no zero_grad before the boundary), which
+    # the ledger counts for BF16_Optimizer / ZeRO-1 (lp_grads_accumulated) but not for FP16_Optimizer: stage 1's
+    # forward:2 +26,816 + 6,804 = +33,620 B, steady:forward +26,816 + 7,888 = +34,704 B (stage 0 runs both forwards
+    # before any backward, timeline.pipe_warmup_forwards)
+    "pp2_z0_fp16_ga2_w2": {
+        (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
+        (0, "train_batch:1/BackwardPass:1"): -20464, (0, "train_batch:1/BackwardPass:2"): -15152,
+        (0, "train_batch:2/ForwardPass:2"): 11156, (0, "train_batch:2/BackwardPass:2"): -15148,
+        (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/BackwardPass:1"): -26540,
+        (1, "train_batch:1/ForwardPass:2"): 33620, (1, "train_batch:1/BackwardPass:2"): -13354,
+        (1, "train_batch:2/ForwardPass:2"): 34704, (1, "train_batch:2/BackwardPass:2"): -13226},
     "pp2_z1_bf16_ga2_w2": {
         (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
         (0, "train_batch:1/BackwardPass:1"): 6288, (0, "train_batch:1/BackwardPass:2"): 5456,
@@ -307,7 +324,8 @@ UNMATCHED_PIPE_ISSUE15 = {
 #: ZeRO-1 at the boundary's reduce (ReduceGrads: reduce_gradients' second ipg buffer beside setup_buckets', l.962-968),
 #: ZeRO-0 (BF16_Optimizer) in the optimizer step (the fp32 master's update beside the bf16 gradients); the ledger's
 #: largest instant of the iteration must be one that instruction spans.
-PIPE_PEAK_INSTRUCTION = {"pp2_z0_bf16_ga2_w2": "OptimizerStep:1", "pp2_z1_bf16_ga2_w2": "ReduceGrads:1"}
+PIPE_PEAK_INSTRUCTION = {"pp2_z0_bf16_ga2_w2": "OptimizerStep:1", "pp2_z0_fp16_ga2_w2": "OptimizerStep:1",
+                         "pp2_z1_bf16_ga2_w2": "ReduceGrads:1"}
 
 
 def _assert_initialize_peak(rows: list, got: dict, zeros_made: bool) -> None:
