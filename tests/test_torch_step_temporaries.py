@@ -107,3 +107,16 @@ def test_zero2_per_group_update_holds_the_group_own():
            for i, x in enumerate(tl.instants) if x.phase == "first_step"}
     assert got["first_step:g0:update"] == Ps[0] * 4 and got["first_step:g1:update"] == Ps[1] * 4
     assert got["first_step:g0:prep"] == 0 == got["first_step:g1:prep"]
+
+
+def test_pipeline_stage_figures_are_the_stage_partition():
+    # ZeRO-1 under 2 pipeline stages, data-parallel 1: each stage's optimizer steps its own flat fp32 partition
+    # (pipe/module.py builds the stage only); the plan's stage split (timeline._rank_shard) puts l1.weight, l1.bias,
+    # l2.weight on stage 0 (19,264 + 301 + 23,177 = 42,742 elements) and l2.bias, l3 on stage 1 (77 + 385 + 5 = 467,
+    # padded to 468 = A_2W at W 1) -- the foreach figure x 4 B, the CPU's single-tensor 2 x that
+    from advisor.engine.measure import torch_step_cpu_figures
+    c = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+         "bf16": {"enabled": True}, "optimizer": ADAMW, "zero_optimization": {"stage": 1}}
+    led = compute_ledger(Plan(effective_config(c), TINY, Cluster(world_size=2, pipeline_parallel=2)))
+    got = [(_items(led, r)["torch_step_foreach"].bytes, torch_step_cpu_figures(led, r)) for r in range(2)]
+    assert got == [(42_742 * 4, (42_742 * 4, 2 * 42_742 * 4)), (468 * 4, (468 * 4, 2 * 468 * 4))]

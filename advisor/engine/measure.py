@@ -640,22 +640,32 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     return PHASE_INSTANTS[f"{kind}:2"], STEP_PHASES.get(f"{kind}:2")
 
 
-def torch_step_cpu_figures(led: Any) -> tuple[int, int]:
+def torch_step_cpu_figures(led: Any, rank: int = 0) -> tuple[int, int]:
     """(GPU bytes, CPU bytes) of torch's optimizer step temporaries for the ledger ``led``'s plan where a GPU
     run takes torch's foreach step and DeepSpeed's CPU accelerator the single-tensor loop (the ledger's item
     ``torch_step_foreach``, :data:`advisor.ledger.state.TORCH_STEP_GPU_ONLY`), else (0, 0). The CPU figure is
     :func:`advisor.ledger.state.torch_step_temporaries` on the single-tensor path (``torch/optim/adam.py``
     _single_tensor_adam l.544: max_i (n_(i-1) + 2 n_i) x 4 for AdamW; ``adagrad.py`` l.425), the one the
     engine on this machine makes; the GPU figure (foreach, l.790) is the ledger's, read from torch's source and
-    not measured here. A per-group step instant holds the group's share of both (f x P_g x 4)."""
-    from advisor.ledger.state import (placement_of, torch_step_lists, torch_step_path, torch_step_temporaries)
+    not measured here. A per-group step instant holds the group's share of both (f x P_g x 4). Under model
+    parallelism the figures of ``rank``'s shard (its pipeline stage: timeline._rank_shard)."""
+    from advisor.ledger.state import (placement, placement_of, torch_step_lists, torch_step_path,
+                                      torch_step_temporaries)
+    from advisor.ledger.timeline import _rank_shard
     plan, basic = led.plan, led.basic_optimizer
     host = plan.config.offload_optimizer_effective != "none"
     if (torch_step_path(plan.config, basic, host) != "foreach" or torch_step_path(plan.config, basic, host, "cpu")
-            != "single" or not plan.inventory.has_trainable() or plan.cluster.model_parallel):
+            != "single" or not plan.inventory.has_trainable()):
         return 0, 0
-    lists = torch_step_lists(plan.config, plan.inventory, plan.cluster.zero_world_size, led.wrapper,
-                             placement_of(plan))
+    W = max(1, plan.cluster.zero_world_size)
+    if plan.cluster.model_parallel:
+        inv = _rank_shard(plan.config, led, rank)[0]
+        pl = placement(plan.config, inv, W, led.wrapper)
+    else:
+        inv, pl = plan.inventory, placement_of(plan)
+    if not inv.has_trainable():
+        return 0, 0
+    lists = torch_step_lists(plan.config, inv, W, led.wrapper, pl)
     return (torch_step_temporaries(plan.config, basic, lists, "foreach")[0],
             torch_step_temporaries(plan.config, basic, lists, "single")[0])
 
@@ -709,12 +719,12 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
     load = resolve_load(ec, zero_init=zero_init, dtype=load_dtype)
     tiers = ("accelerator", "host_pinned", "host_pageable")
-    torch_gpu, torch_cpu = torch_step_cpu_figures(led)
     rows = []
     for r, rec in sorted(measured.items()):
         if "error" in rec or "tracker" not in rec:
             rows.append({"rank": r, "error": rec.get("error", "no tracker record")})
             continue
+        torch_gpu, torch_cpu = torch_step_cpu_figures(led, r)
         tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
         every = (list(led.rank(r).entries) + load_entries(ec, led, load, r) + init_entries(ec, led, load, r)
                  + save_entries(ec, led, r) + rank_only_entries(ec, led, load, r))
@@ -878,6 +888,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     80,272 / 80,464 B."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
+    from advisor.ledger.state import TORCH_STEP_GPU_ONLY
     from advisor.ledger.timeline import (BEFORE_PARTITION, GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, resolve_load,
                                          role_timeline)
     from advisor.plan import Workload
@@ -893,6 +904,11 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
         tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
         ser = tl.series(tiers)
         gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers) for i in range(len(ser))]
+        # torch's step on the CPU: the single-tensor loop's temporaries in place of the GPU's foreach ones (peak_parity)
+        torch_gpu, torch_cpu = torch_step_cpu_figures(led, r)
+        if torch_gpu:
+            gpu_only = [g - sum(x[3] * torch_cpu // torch_gpu for x in tl.entries[i] if x[0] in TORCH_STEP_GPU_ONLY)
+                        for i, g in enumerate(gpu_only)]
         cpu = rec.get("accelerator", "cpu") == "cpu"  # the pipe worker runs on DS_ACCELERATOR=cpu
         # initialize at its high-water mark where the timeline models it, as in peak_parity
         init_peak = any(x.key in INIT_TRANSIENTS for x in tl.instants) or init_end_is_peak(ec, led, load)
