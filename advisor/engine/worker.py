@@ -432,6 +432,14 @@ def _walk(engine, c: Census, extra: dict | None = None) -> None:
         for k, v in st.items():
             item = k if k in ("exp_avg", "exp_avg_sq", "sum", "step") else f"optim_{k}"
             c.add_all(item, v)
+    # the first torch Adagrad, replaced by ZeRO-1/2's rebuilt one over the fp32 partitions (stage_1_and_2.py
+    # l.943-946) and kept by the engine (engine.py l.2353 self.basic_optimizer): its 16-bit parameters' state
+    # (advisor.ledger.state.adagrad_rebuilt; stage3.py l.1357-1358 likewise)
+    first = getattr(engine, "basic_optimizer", None)
+    if first is not None and first is not basic and first is not opt:
+        for p, st in first.state.items():
+            for k, v in st.items():
+                c.add_all({"sum": "adagrad_lp_state", "step": "adagrad_lp_step"}.get(k, f"optim_{k}"), v)
 
     # ---- gradients
     c.add_all("grad_partitions_flat_buffer", getattr(opt, "grad_partitions_flat_buffer", None))

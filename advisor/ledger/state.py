@@ -770,6 +770,44 @@ def torch_step_temporaries(ec: EffectiveConfig, basic: str, lists: "list[tuple[i
 IN_PLACE_OPTIMIZERS = ("FusedAdam", "DeepSpeedCPUAdam", "FusedLion", "DeepSpeedCPULion", "DeepSpeedCPUAdagrad")
 
 
+def adagrad_rebuilt(ec: EffectiveConfig, wrapper: str, basic: str) -> bool:
+    """Whether the ZeRO optimizer rebuilds torch's Adagrad over its fp32 partitions (basic torch.optim.Adagrad:
+    no CPU offload): ZeRO-1/2 ``stage_1_and_2.py`` initialize_optimizer_states l.943-946, ZeRO-3 ``stage3.py``
+    l.1357-1358 (``self.optimizer = torch.optim.Adagrad(<the fp32 partitions>, **self.optimizer.defaults)``),
+    whose state Adagrad makes at construction (``adagrad.py`` __init__ l.78-98): the moments exist from
+    initialize, not from the first update (``timeline``'s lazy state). The first Adagrad, over the 16-bit
+    parameters, is kept by the engine (``engine.py`` l.2353 ``self.basic_optimizer``) with its state
+    (:func:`_adagrad_first_state`)."""
+    return basic == "Adagrad" and (ec.zero.stage == 3 or (ec.zero.stage in (1, 2)
+                                                          and wrapper == "DeepSpeedZeroOptimizer"))
+
+
+def _adagrad_first_state(b: "_Builder", ec: EffectiveConfig, inv: Inventory, S: str, where: str) -> None:
+    """The first torch Adagrad's state, kept (:func:`adagrad_rebuilt`): 'sum' full_like of each 16-bit parameter
+    it was built over (whole: ZeRO partitions them later, in the ZeRO optimizer's construction) and a 0-dim step
+    each (``adagrad.py`` __init__ l.78-98). Engine: z1_bf16_adagrad_w2 (probe) 86,442 B allocated at
+    ``engine.py`` l.2500 live from initialize through the second step; census z2 / z3-bf16-oo_none-adagrad-w1
+    (engine.basic_optimizer.state). Under ``zero.Init`` a ZeRO-3 parameter is an empty placeholder when the
+    Adagrad is built, so full_like makes ~0 there: this figure is then an upper bound."""
+    D = DTYPE_BYTES[ec.model_dtype]
+    n_all, nt = inv.memo(("trainable_numel_count",), lambda: (sum(t.numel for t in inv.tensors if t.trainable),
+                                                              sum(1 for t in inv.tensors if t.trainable)))
+    b.add("accelerator", "optimizer_states", "adagrad_lp_state", n_all * D, "persistent",
+          f"N x D = {n_all} x {D} (the first Adagrad's 'sum' of the 16-bit parameters, kept{where})",
+          "engine.py:DeepSpeedEngine._configure_basic_optimizer (l.2500 torch.optim.Adagrad), kept as "
+          "self.basic_optimizer (l.2353); torch/optim/adagrad.py:Adagrad.__init__; " + S)
+    b.add("host_pageable", "optimizer_states", "adagrad_lp_step", 4 * nt, "persistent",
+          f"4 B x {nt} step tensors of the 16-bit parameters (kept, as above)", "torch/optim/adagrad.py:Adagrad.__init__")
+    if ec.zero.stage == 3:
+        # without zero.Init the ZeRO-3 optimizer partitions the whole module after _configure_basic_optimizer made
+        # this state (engine.py l.2332 before l.2359): at initialize:module (the whole model, before partitioning)
+        # it is live too (engine z3_bf16_adagrad_w2 probe: initialize:module +86,418 B over the ledger without it)
+        b.add("accelerator", "optimizer_states", "adagrad_lp_state_before_partition", n_all * D + 4 * nt, "init_module",
+              f"N x D + 4 x {nt} = {n_all} x {D} + {4 * nt} (the first Adagrad's state, beside the whole module before "
+              "ZeRO-3 partitions it)", "engine.py:DeepSpeedEngine._configure_optimizer (l.2332, before "
+              "_configure_zero_optimizer l.2359); torch/optim/adagrad.py:Adagrad.__init__")
+
+
 def optimizer_kernel_excluded(ec: EffectiveConfig, basic: str) -> list[str]:
     """The ``Ledger.excluded`` lines of the basic optimizer's step: none for DeepSpeed's in-place kernels
     (:data:`IN_PLACE_OPTIMIZERS`) and for torch's Adam / AdamW / Adagrad, whose temporaries are entries
@@ -7350,6 +7388,8 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
     step_b = optimizer_states(ec).step_bytes * ng if optimizer_states(ec).step_bytes else 0
     b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
           f"4 B x {ng} flat fp32 partitions" if step_b else "0 (python int)", _opt_src(basic))
+    if adagrad_rebuilt(ec, wrapper, basic):
+        _adagrad_first_state(b, ec, inv, f"{S}.initialize_optimizer_states (l.943-946)", "")
     if wrapper == "BF16_Optimizer":
         # the gradient buffer is in grad_acc_dtype (zeros_like(bf16_groups_flat[i], dtype=self.grad_acc_dtype),
         # bf16_optimizer.py l.191): fp32 at ZeRO-1 (engine.py l.2305-2310), bf16 at stage 0 under pipeline
@@ -8074,6 +8114,9 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     for m in moments:
         b.add(tier, "optimizer_states", m, ram * 4, "persistent", f"sum_k S_k x 4 = {ram} x 4" + twin,
               _opt_src(basic) + " (state zeros_like(fp32 partition))")
+    if adagrad_rebuilt(ec, "DeepSpeedZeroOptimizer_Stage3", basic):
+        _adagrad_first_state(b, ec, inv, f"{S}.initialize_optimizer_states (l.1357-1358)",
+                             "; under zero.Init an upper bound")
     if acc_k:
         # stage3.py l.1100-1108 (subgroup_to_device), l.1157-1160: fp16_partitioned_groups_flat[i].to(
         # subgroup_to_device[i], fp32).clone() on the accelerator; the backup torch.optim.AdamW (l.313-325, built

@@ -180,7 +180,7 @@ from advisor.ledger.state import (TIERS, TORCH_STEP_GPU_ONLY, TWIN_FLOW_GPU_ONLY
                                   swap_threshold_bytes,
                                   zero3_param_swap_bytes_counted, zero3_partition_counts,
                                   zero3_param_swap_bytes, zero3_partition_numel, zero3_sub_groups,
-                                  zero12_groups_stepped_apart, zero12_step_groups)
+                                  adagrad_rebuilt, zero12_groups_stepped_apart, zero12_step_groups)
 
 #: Lazy-state optimizers create their state at the first update; these wrappers already hold it.
 _EAGER_STATE_WRAPPERS = ("FP16_Optimizer", "FP16_UnfusedOptimizer")
@@ -2107,7 +2107,9 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
         ga = derive_batch(ec, ledger.plan.cluster.dp_world_size)[2] or 1
     r = rl.rank if rank is None else rank
     ins = instants(ec, ledger, ga, load)
-    lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS
+    # the ZeRO optimizers' rebuilt torch Adagrad makes its state at initialize (state.adagrad_rebuilt)
+    lazy = ledger.wrapper not in _EAGER_STATE_WRAPPERS and not adagrad_rebuilt(ec, ledger.wrapper,
+                                                                                ledger.basic_optimizer)
     consumed = ec.zero.stage in (1, 2)
     ents = (list(rl.entries) + _load_and_init(ec, ledger, load, r) + save_entries(ec, ledger, r)
             + rank_only_entries(ec, ledger, load, r))
