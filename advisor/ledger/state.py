@@ -4041,7 +4041,7 @@ def _moment_items(ec: EffectiveConfig) -> tuple[str, ...]:
     return optimizer_states(ec).items
 
 
-def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basic: str) -> None:
+def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basic: str, ga: int = 1) -> None:
     D = DTYPE_BYTES[ec.model_dtype]
 
     def sums() -> tuple[int, int, int]:
@@ -4093,6 +4093,15 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
           "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
+    if wrapper == "FP16_Optimizer" and ga > 1:
+        # no zero_grad before the accumulation boundary: the engine zeroes only in _take_model_step (engine.py
+        # l.3529-3530, optimizer.zero_grad -> fused_optimizer.py zero_grad l.137, set_to_none), so micro-step 1's
+        # param.grad lives into the later micro-steps' forwards (measured on a 2-stage PipelineModule, fp16 GA 2:
+        # the last stage's forward of micro-batch 2 held them, engine.py backward l.3428, +26,816 B without this)
+        b.add("accelerator", "gradients", "lp_grads_accumulated", N * gD, "accumulated_forward",
+              f"N x D = {N} x {gD} (every param.grad of the earlier micro-steps, kept to the boundary)",
+              "runtime/engine.py:DeepSpeedEngine._take_model_step (optimizer.zero_grad only at the boundary, "
+              "l.3529-3530)")
     # big: the largest all-reduce bucket of more than one tensor (see sums above)
     b.add("accelerator", "workspace", "allreduce_bucket_flat", big * gD, "in_backward",
           f"largest all-reduce bucket x D = {big} x {gD} (tensors until numel > {MEMORY_OPT_ALLREDUCE_SIZE:,}; "
@@ -8713,7 +8722,7 @@ def _roles(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, basic: str
                                   else None),
                     kept_later=gk[1] if zero1_compact_grad_accum(ec, wrapper, len(pl.zero12)) and gk else 0)
         elif st == 0:
-            _stage0(b, ec, inv, wrapper, basic)
+            _stage0(b, ec, inv, wrapper, basic, ga)
         else:
             _stage3(b, ec, inv, W, basic, pl, k, ga=ga)
         if has_groups:
