@@ -660,7 +660,8 @@ TORCH_STEP_OPTIMIZERS = ("AdamW", "Adam", "Adagrad")
 #: l.161-186, ``torch/utils/_foreach_utils.py`` l.8-10), so on DeepSpeed's CPU accelerator the same step runs
 #: _single_tensor_adam / _single_tensor_adagrad, whose figure (``device="cpu"``) a CPU measurement compares
 #: instead (``advisor.engine.measure.peak_parity``; ``timeline.GPU_ONLY``). The GPU figure is read from torch
-#: 2.13's source, not measured here (no GPU run).
+#: 2.13's source, not measured on a GPU (none lent); its lists are measured through torch's CPU foreach fallback
+#: (``foreach=True``: tests/engine/test_torch_step_kernels.py, equal to the byte).
 TORCH_STEP_GPU_ONLY = ("torch_step_foreach",)
 
 
