@@ -191,11 +191,16 @@ def test_hpz_secondary_partition_by_hand():
     led = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
     W, h = 32, 8
     want = 2 * sum(-(-t.numel // W) * W // h for t in inv.tensors)
+    # two entries by lifetime (timeline.hpz_secondary_live): the persistent parameters' (n <= the default
+    # stage3_param_persistence_threshold 1e5: the norms) and the others'
     (e,) = led.ranks[0].by_item("lp_param_secondary")
-    assert e.bytes == want and e.tier == "accelerator"
+    (p,) = led.ranks[0].by_item("lp_param_secondary_persist")
+    assert p.bytes == 2 * sum(-(-t.numel // W) * W // h for t in inv.tensors if t.numel <= 100_000) > 0
+    assert e.bytes + p.bytes == want and e.tier == p.tier == "accelerator"
+    assert (e.life, p.life) == ("hpz_secondary", "hpz_secondary_persistent")
     cfg["zero_optimization"]["zero_hpz_partition_size"] = 1
     plain = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
-    assert plain.ranks[0].by_item("lp_param_secondary") == []
+    assert plain.ranks[0].by_item("lp_param_secondary") == plain.ranks[0].by_item("lp_param_secondary_persist") == []
     cfg["zero_optimization"].update(zero_hpz_partition_size=1, zero_quantized_weights=True)
     q = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=32)))
     assert any("qwZ" in x for x in q.excluded)
@@ -236,8 +241,10 @@ def test_quantized_nontrainable_weights_int8_partitions_by_hand():
     # (_partition_param_sec l. 1922-1924): 2^21 -> ceil(2^21/8000) = 263 -> 512 groups; 48,000 ->
     # 6 groups (48,000 % 48 == 0, 8,000 per group); the trainable bias keeps 512 x 2 bytes
     cfg["zero_optimization"].update(zero_quantized_nontrainable_weights=True, zero_hpz_partition_size=8)
-    sec = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16))).ranks[0].by_item("lp_param_secondary")
-    assert [x.bytes for x in sec] == [2 ** 21 + 48000 + 4 * (512 + 6) + 512 * 2]
+    # (the bias, 4,096 <= the persistence threshold 1e5, in the persistent parameters' entry)
+    hl = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16))).ranks[0]
+    assert [x.bytes for x in hl.by_item("lp_param_secondary")] == [2 ** 21 + 48000 + 4 * (512 + 6)]
+    assert [x.bytes for x in hl.by_item("lp_param_secondary_persist")] == [512 * 2]
 
 
 def test_expert_parallel_8_mixtral_each_rank_holds_one_expert_per_layer():

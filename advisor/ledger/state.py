@@ -32,13 +32,17 @@ offload at GA > 1: micro-step 1's backward, every param.grad before any reduce);
 :func:`zero12_offload_microstep_terms`); ``from_first_reduce`` (kept from micro-step 1's reduce on: the
 host buffers of async_accumulate_grad_in_cpu_via_gpu); ``init_cast`` / ``init_module`` (deepspeed.initialize before the
 optimizer is built, without zero.Init: the module cast in host memory, then the whole model on the
-accelerator; :func:`advisor.ledger.timeline.init_entries`). Where each lifetime sits on the step timeline (and which persistent
+accelerator; :func:`advisor.ledger.timeline.init_entries`); ``hpz_secondary`` / ``hpz_secondary_backward`` /
+``hpz_secondary_persistent`` (ZeRO++ hpZ's secondary partitions of the non-persistent parameters released after a
+forward / only after their backward, of the persistent ones; freed at every step's end and made again at their
+next release: :func:`advisor.ledger.timeline.hpz_secondary_live`). Where each lifetime sits on the step timeline (and which persistent
 items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry with
 ``alias_of`` set is a view of that item's storage: it costs nothing while that item is live.
 
 Items (the census names used by the engine harness; see the reference section 8):
-  parameters:        lp_params_flat, lp_param_partitions, lp_params_gathered, lp_param_secondary (added:
-                     ZeRO++ hpZ secondary partition),
+  parameters:        lp_params_flat, lp_param_partitions, lp_params_gathered, lp_param_secondary /
+                     lp_param_secondary_persist (added: ZeRO++ hpZ secondary partition, non-persistent /
+                     persistent parameters'),
                      offload_bit16_param_buffer, max_in_cpu_buffer, frozen_params (added:
                      trainable=False tensors)
   gradients:         lp_grads, averaged_gradients, grad_partitions_flat_buffer, fp32_grad,
@@ -82,7 +86,7 @@ Life = Literal["persistent", "backward", "step", "init", "in_backward", "forward
                "accumulated_reduce", "reduce_step", "compact_accumulated",
                "first_microstep_backward", "first_microstep_reduce", "boundary_reduce", "from_first_reduce",
                "refetch_forward", "steady_forward", "steady_backward", "steady_forward_backward", "after_load",
-               "step_update"]
+               "step_update", "hpz_secondary", "hpz_secondary_backward", "hpz_secondary_persistent"]
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 CLASSES: tuple[StateClass, ...] = get_args(StateClass)
@@ -2426,10 +2430,17 @@ def _module_repeat(inv: Inventory) -> "tuple[int, int, int] | None":
 
 def zero3_fetch_replay_applies(zero, W: int, offload_param: str = "none") -> bool:
     """Whether :func:`zero3_fetch_replay` models this plan's fetches: W > 1 (at W = 1 nothing is
-    gathered, ``all_gather_coalesced`` returns a NoGatherHandle), no quantized weights, no hpZ
-    secondary partition, no all-reduce fetch, parameters not swapped to NVMe (the prefetch queue
-    stops at a partition still on NVMe, ``partitioned_param_coordinator.py`` _is_currently_on_nvme)."""
-    return not (W <= 1 or zero.zero_quantized_weights or (zero.zero_hpz_partition_size or 1) > 1
+    gathered, ``all_gather_coalesced`` returns a NoGatherHandle), no quantized weights, no all-reduce
+    fetch, parameters not swapped to NVMe (the prefetch queue stops at a partition still on NVMe,
+    ``partitioned_param_coordinator.py`` _is_currently_on_nvme). hpZ (zero_hpz_partition_size h > 1)
+    too: a fetch from the secondary partition gathers over the hpZ group into a buffer of the same
+    size, the secondary's ceil(n_i / W) x W / h elements x h ranks (``partition_parameters.py``
+    _all_gather_sequential l.1378; _all_gather_dtype l.1341 partition_sz = ds_numel x W / h, x h), and
+    the coordinator's fetch, prefetch and release order is the same; the secondary partitions' own
+    lifetimes are timeline.hpz_secondary_live. Engine: z3_bf16_hpz2_w2 (TINY, W = h = 2, 2026-12-06,
+    2 runs) forward:1 / backward:1 / forward:2 / backward:2 within 0.03% of the replay plus those
+    lifetimes on both ranks (the reference's rule before: backward:1 -9.7%, forward:2 -7.5%)."""
+    return not (W <= 1 or zero.zero_quantized_weights
                 or getattr(zero, "use_all_reduce_for_fetch_params", False) or offload_param == "nvme")
 
 
@@ -7970,7 +7981,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
     if replay is not None:
         _zero3_fetch_entries(b, ec, inv, W, D, replay, ga)
     else:
-        # the fetch is not replayed (W = 1, quantized weights, hpZ, NVMe parameters): the reference's rule.
+        # the fetch is not replayed (W = 1, quantized weights, NVMe parameters): the reference's rule.
         # NVMe parameters only stop the coordinator's prefetch (a partition still on NVMe ends the queue,
         # partitioned_param_coordinator.py _is_currently_on_nvme); the first iteration has no prefetch
         # (incomplete trace), so its figures are the replay's (measured, z3_bf16_op_nvme_w2: the reference's
@@ -8036,27 +8047,50 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               "__params_to_release")
     hpz = z.zero_hpz_partition_size or 1
     if hpz > 1 and W > 1:
-        # ZeRO++ hpZ: a secondary 16-bit partition of every parameter over the hpZ group (within the node)
+        # ZeRO++ hpZ: a secondary 16-bit partition of every parameter over the hpZ group (within the node),
+        # in two entries by when it is live (timeline.hpz_secondary_live): the persistent parameters' (remade only by the
+        # step's _partition_all_parameters) and the others' (remade at each release after use)
         h = min(hpz, W)
         qnt = bool(z.zero_quantized_nontrainable_weights)
-        sec = qsec = qscales = 0
-        for t in inv.tensors:
+        sums = {True: [0, 0, 0], False: [0, 0, 0]}  # persistent? -> [16-bit, int8, scale bytes]
+        for t, keep in zip(inv.tensors, zero3_persistent(inv, z)):
             s_i = _ceil_div(t.numel, W) * W // h
             g = quant_groups(s_i) if qnt and not t.trainable else None
+            acc = sums[bool(keep)]
             if g is None:
-                sec += s_i
+                acc[0] += s_i
             else:  # _partition_param_sec l. 1922-1924: a frozen secondary partition is int8 + fp32 scales
-                qsec += s_i
-                qscales += g * QUANT_SCALE_BYTES
-        b.add("accelerator" if op == "none" else _host(z.offload_param.pin_memory), "parameters", "lp_param_secondary",
-              sec * D + qsec + qscales, "persistent",
-              f"sum_i A_W(n_i) / h x D = {sec} x {D} (hpZ secondary partition, h = zero_hpz_partition_size "
-              f"{h}: the backward all-gather reads it within the node)"
-              + (f" + frozen int8 {qsec} x 1 + fp32 scales {qscales} (zero_quantized_nontrainable_weights)"
-                 if qsec else ""),
-              "runtime/zero/partition_parameters.py:Init._partition_param_sec (secondary_partition_size = "
-              "_aligned_size(param) // num_ranks_in_param_group)" + ("; l. 1922-1924 quantizer_module.quantize"
-                                                                      if qsec else ""))
+                acc[1] += s_i
+                acc[2] += g * QUANT_SCALE_BYTES
+        sec_tier = "accelerator" if op == "none" else _host(z.offload_param.pin_memory)
+        # a later forward releases a non-persistent parameter only where the reuse window
+        # (stage3_max_reuse_distance, elements of the trace ahead: partitioned_param_coordinator.py
+        # __params_to_release l.653-662) can end before its backward use, at most 2 N elements ahead
+        fwd_release = 2 * inv.numel > int(z.max_reuse_distance)
+        for keep, item, life, words in (
+                (False, "lp_param_secondary", "hpz_secondary" if fwd_release else "hpz_secondary_backward",
+                 "params above stage3_param_persistence_threshold: made at Init(module=...) / zero.Init, freed by "
+                 "every step's _post_step (stage3.py l.2846 invalidate_secondary_tensor), made again as each is "
+                 "released after its " + ("forward" if fwd_release else
+                                          "backward (2 N <= stage3_max_reuse_distance: no forward releases it)")
+                 + " (partitioned_param_coordinator.py __release_param l.629 -> partition_parameters.py _partition "
+                 "l.1768-1769)"),
+                (True, "lp_param_secondary_persist", "hpz_secondary_persistent",
+                 "persistent params: made at Init(module=...) / zero.Init, freed by the first step's _post_step "
+                 "(stage3.py l.2846); never released in a later forward (__params_to_release skips ds_persist), so "
+                 "made again only by each step's _partition_all_parameters (stage3.py l.2878) and "
+                 "save_checkpoint's prologue (l.3845)")):
+            sec, qsec, qscales = sums[keep]
+            if not (sec or qsec):
+                continue
+            b.add(sec_tier, "parameters", item, sec * D + qsec + qscales, life,
+                  f"sum_i A_W(n_i) / h x D = {sec} x {D} (hpZ secondary partition, h = zero_hpz_partition_size "
+                  f"{h}: the backward all-gather reads it within the node; {words})"
+                  + (f" + frozen int8 {qsec} x 1 + fp32 scales {qscales} (zero_quantized_nontrainable_weights)"
+                     if qsec else ""),
+                  "runtime/zero/partition_parameters.py:Init._partition_param_sec (secondary_partition_size = "
+                  "_aligned_size(param) // num_ranks_in_param_group, l.1912-1915)"
+                  + ("; l. 1922-1924 quantizer_module.quantize" if qsec else ""))
 
     # ---- gradient partition buffer and ipg bucket
     g_tier = _host(oo_pin) if oo != "none" else "accelerator"

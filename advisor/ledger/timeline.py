@@ -878,15 +878,20 @@ def cast_peak(sizes: list[int], Dl: int, D: int) -> tuple[int, int]:
     return best, at
 
 
-def zero3_module_partition_peak(sizes: list[int], W: int) -> tuple[int, int]:
+def zero3_module_partition_peak(sizes: list[int], W: int, h: int = 1) -> tuple[int, int]:
     """Elements live on one device while ZeRO-3 partitions a whole model that is already there
     (``partition_parameters.py`` _convert_to_zero_parameters -> _partition_param, in
     ``module.parameters()`` order: each partition ``ceil(n_i / W)`` allocated on that device
-    while the whole tensor is alive, then free_param drops it): (elements, index of the tensor)."""
+    while the whole tensor is alive, then free_param drops it): (elements, index of the tensor).
+    With hpZ (``h`` = zero_hpz_partition_size > 1) each tensor's secondary partition,
+    ceil(n_i / W) x W / h elements, is made just before its primary one (_partition l.1768-1769 ->
+    _partition_param_sec l.1912-1915) and kept. Engine z3_bf16_hpz2_w2 (TINY, W = h = 2, 2026-12-06,
+    2 runs): initialize:module 132,780 B on both ranks, this 66,388 x 2 = 132,776 B at l2.weight
+    (42,744 B of secondaries at site _partition_param_sec:1915; 105,682 B without them)."""
     total = sum(sizes)
     best, at, freed, parts = 0, 0, 0, 0
     for i, n in enumerate(sizes):
-        parts += zero3_partition_numel(n, W)
+        parts += zero3_partition_numel(n, W) + (zero3_partition_numel(n, W) * W // h if h > 1 else 0)
         v = total - freed + parts
         if v > best:
             best, at = v, i
@@ -942,10 +947,12 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         op = ec.offload_param_effective
         src_p = "runtime/zero/partition_parameters.py:Init._convert_to_zero_parameters (_partition_param)"
         if op == "none":
-            el, i = inv.memo(("zero3_module_partition_peak", W), lambda: zero3_module_partition_peak(sizes, W))
+            h = min(ec.zero.zero_hpz_partition_size or 1, W)
+            el, i = inv.memo(("zero3_module_partition_peak", W, h), lambda: zero3_module_partition_peak(sizes, W, h))
             acc = el * D
             formula += (f", then ZeRO-3 partitions it in place: peak {el} x {D} at tensor {i} "
-                        "(its partition made before the whole tensor is freed)")
+                        "(its partition made before the whole tensor is freed"
+                        + (f"; hpZ's secondary partitions, A_W(n_i) / {h}, made before each" if h > 1 else "") + ")")
         else:
             p0 = zero3_partition_numel(sizes[0], W) if sizes else 0
             formula += ", at ZeRO-3 before the first parameter is partitioned"
@@ -960,6 +967,8 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         # the partitions made in place are part of this entry: cite their allocation too
         # (partition_parameters.py l.1836 torch.empty(partition_size)), so measure lists them in_ledger
         src += "; " + src_p
+        if (ec.zero.zero_hpz_partition_size or 1) > 1 and W > 1:
+            src += "; runtime/zero/partition_parameters.py:Init._partition_param_sec (hpZ's secondary, l.1915)"
     out.append(Entry(rank, "accelerator", "parameters", "init_module_whole", acc, "init_module", formula, src))
     if zero12_init_transients_apply(ec, ledger, load):
         extra += zero12_init_transients(ec, ledger, rank)
@@ -1831,6 +1840,43 @@ def _group_bytes(e: Entry, inst: Instant, groups: tuple[tuple[int, int, int, int
     return None
 
 
+#: ZeRO++ hpZ's secondary partitions (state lp_param_secondary / lp_param_secondary_persist): :func:`hpz_secondary_live`.
+HPZ_SECONDARY_LIVES = ("hpz_secondary", "hpz_secondary_backward", "hpz_secondary_persistent")
+
+
+def hpz_secondary_live(life: str, k: str, ph: str, save_gather: bool = False) -> bool:
+    """Whether hpZ's secondary partitions of life ``life`` are live at instant ``k`` (phase ``ph``), DeepSpeed 0.19.8.
+    Each partition() makes a parameter's secondary before its primary, when it has none
+    (``partition_parameters.py`` _partition l.1768-1769 -> _partition_param_sec l.1906-1915), so Init(module=...)
+    / zero.Init make every one at initialize (the whole-model moment: :func:`zero3_module_partition_peak`);
+    the first iteration's fetches read them (all_gather_coalesced l.1571-1575) and the releases find them made
+    (l.1906). Every step's _post_step frees them all (``stage3.py`` l.2846 invalidate_secondary_tensor, after the
+    update): none at ``:post``. Then ``hpz_secondary`` (the non-persistent parameters') is made again as each
+    parameter is released after its forward (``partitioned_param_coordinator.py`` __release_param l.629), so it is
+    live through the later forwards (counted whole: at a forward's start only the released ones exist),
+    backwards and steps; ``hpz_secondary_backward`` the same where no forward releases them (the reuse window,
+    stage3_max_reuse_distance, reaches their backward use: l.653-662), so only from the later backwards on
+    (counted whole there too: a module's is made as it is released after its backward; engine probe
+    TINY with stage3_param_persistence_threshold 1,000, W = h = 2, 2026-12-06: forward:2 617,067 B as without
+    hpZ, backward:2 595,441 B where the whole 42,442 B puts the ledger at 620,934, -4.1%); ``hpz_secondary_persistent`` (the persistent parameters', which no forward releases:
+    __params_to_release skips ds_persist) is not live in the later forwards and backwards, and made again by
+    each step's _partition_all_parameters (``stage3.py`` l.2878 -> release_and_reset_all), so live in every step.
+    Save: checkpoint_event_prologue (l.3845) partitions the persistent ones, the 16-bit gather releases the others
+    after each module, and the epilogue frees them all (l.3848). Engine z3_bf16_hpz2_w2 (TINY, every parameter
+    persistent, W = h = 2, 2026-12-06, 2 runs): forward:2 / backward:2 were 43,089 / 43,163 B under the ledger
+    with the secondaries (43,214 B) kept, now within 0.03%; step:2 matches with them live."""
+    if ph == "load" or k in BEFORE_PARTITION or k.endswith(":post"):
+        return False
+    persist = life == "hpz_secondary_persistent"
+    if ph == "save":
+        return (k == "save:16bit" and save_gather) or (persist and k in ("save:model", "save:optim"))
+    if ph in ("first_step", "steady_step") or life == "hpz_secondary":
+        return True
+    if life == "hpz_secondary_backward" and ph in ("backward", "reduce"):
+        return True
+    return not k.startswith("steady")
+
+
 def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False,
           first_fetch: bool = False, first_bwd: tuple[str, ...] = (), save_gather: bool = False) -> bool:
     k, ph = inst.key, inst.phase
@@ -1840,11 +1886,13 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
     if k == "initialize:flatten":  # its entries hold every byte live there (zero12_init_transients) but the
         # other stages' modules a whole build keeps (after_load: no stage's optimizer touches them)
         return life == "after_load"
-    if k == "initialize:fp32_partitions":  # the 16-bit partitions beside it (zero3_init_transients)
-        return e.item == "lp_param_partitions"
+    if k == "initialize:fp32_partitions":  # the 16-bit partitions beside it (zero3_init_transients), hpZ's too
+        return e.item == "lp_param_partitions" or life in HPZ_SECONDARY_LIVES
     if k in ("initialize:optimizer_states", "initialize:grad_hooks"):  # what is live at initialize's end, beside it
         inst = Instant("initialize", ph, inst.label)
         k = "initialize"
+    if life in HPZ_SECONDARY_LIVES:
+        return hpz_secondary_live(life, k, ph, save_gather)
     if life == "first_forward":
         return k == "forward:1"
     if life == "first_backward":

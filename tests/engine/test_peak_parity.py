@@ -271,7 +271,12 @@ CELLS = [
     ("z2_bf16_torchadam_w2", {**_cfg(2, "bf16"), "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}},
      2, False, parity.TINY),
     # ZeRO-3 with hpZ (zero_hpz_partition_size 2 = W): initialize's high-water mark (the hook's gather of the primary
-    # partition, timeline.zero3_init_transients_apply) matches; its other phases are in UNMATCHED_ISSUE15
+    # partition, timeline.zero3_init_transients_apply); initialize:module with the secondary partitions made before
+    # each primary one (timeline.zero3_module_partition_peak: 132,776 B vs engine 132,780); the fetch replay (the
+    # secondary's all-gather buffer is the primary's size); the secondaries live in the first iteration, freed by
+    # each step's _post_step and, every parameter of TINY being persistent, made again only by the next step's
+    # _partition_all_parameters (timeline.hpz_secondary_live): forward:2 532,265 B vs 532,140, step:2 618,625 vs
+    # 618,568 (2026-12-06, 2 runs, both ranks; all phases within 0.04%)
     ("z3_bf16_hpz2_w2", _cfg(3, "bf16", reduce_bucket_size=50000, zero_hpz_partition_size=2), 2, False, parity.TINY,
      {"submodules": True}),
     ("z0_fp32_onetensor_w2", _cfg(0, "fp32"), 2, False, ONE_TENSOR),
@@ -872,19 +877,13 @@ UNMATCHED_LINEAR: dict = {}
 #: gradient live as its hook flushes) was not what the engine does: the tracker's event order has that new gradient
 #: freed (accumulated in place) before the hook's 934 B flat copy is made; the model then lacked the moment before it,
 #: l2's AddmmBackward0 outputs beside the accumulated 86,418 B (state accumulate_grad_new was 0 on that path).
-UNMATCHED_ISSUE15: dict = {
-    # ZeRO-3 hpZ at zero_hpz_partition_size = W = 2 (2026-12-06, 2 runs, both ranks alike; initialize, its
-    # high-water mark, and both steps match within 0.01%). forward:2 / backward:2 -43,089 / -43,163 B: the ledger keeps
-    # hpZ's secondary partitions (lp_param_secondary, N / 2 x 2 = 43,214 B) through the steady iteration, which the
-    # engine frees at every step (stage3.py step l.2846 invalidate_secondary_tensor) and makes again only as each
-    # parameter is released after use (_partition_param_sec l.1915): none is live at the tracker's peaks there.
-    # initialize:module +27,098 B: the secondary partitions made beside the primary ones while Init(module=...)
-    # partitions in place (sites _partition_param_sec:1915, 42,744 B, and _cast_module_mixed_precision:1862), not in
-    # the ledger's partition peak. forward:1 +6,617 B (1.6%) and backward:1 -47,255 B: not analysed yet (the fetches
-    # of the first iteration under hpZ; the tracker's peak sites are the per-module gather's, nvtx wrapped_fn).
-    "z3_bf16_hpz2_w2": {"initialize:module": 27_098, "forward:1": 6_617, "backward:1": -47_255,
-                        "forward:2": -43_089, "backward:2": -43_163},
-}
+UNMATCHED_ISSUE15: dict = {}
+#: z3_bf16_hpz2_w2 (ZeRO-3 hpZ, zero_hpz_partition_size = W = 2) was here: initialize:module +27,098 B (the secondary
+#: partitions made beside the primary ones while Init(module=...) partitions in place, site _partition_param_sec:1915,
+#: now timeline.zero3_module_partition_peak's h), forward:1 +6,617 B / backward:1 -47,255 B (the reference's gathered
+#: rule in place of the fetch replay, which applies to hpZ: state.zero3_fetch_replay_applies), forward:2 / backward:2
+#: -43,089 / -43,163 B (the secondaries kept through the steady iteration, which step frees, stage3.py l.2846:
+#: timeline.hpz_secondary_live). Engine 2026-12-06, 2 runs, both ranks: every phase within 0.04%.
 #: z0_bf16_torchadam_w2 was listed here (stage 0 FP16_UnfusedOptimizer with torch's AdamW, step:1/2 engine 1,050,844 B
 #: vs ledger 864,204 B, +186,640): torch's single-tensor AdamW denom temporaries (torch/optim/adam.py l.544),
 #: modelled since as state.torch_step_temporaries (the GPU's foreach figure in the ledger, the CPU's compared here).
