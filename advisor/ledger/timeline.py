@@ -745,7 +745,19 @@ ACCUMULATED_LIVES = ("accumulated", "accumulated_forward", "compact_accumulated"
 #: all-reduces in ``_exec_reduce_grads`` (l.287-295), so under pipeline parallelism they are live at the reduce
 #: instants, not at the backward ones (measured on a 2-stage PipelineModule, stage 0 fp16 FP16_Optimizer: backward
 #: -26,752 / -26,816 B under the engine with them, the reduce instant = the engine's ReduceGrads within 0.06%).
+#: Without pipeline parallelism the engine all-reduces only at the accumulation boundary (engine.py
+#: ``allreduce_gradients`` l.3088-3095: "Communicate only at gradient accumulation boundaries" below ZeRO-2), so at
+#: GA > 1 they are not live in an earlier micro-step's backward either (measured, stage 0 fp16 and bf16 at GA 2,
+#: W 2: backward:1 was -86,384 B, -11.1%, on both ranks with them; cell z0_fp16_tbsga2_w2).
 PIPE_REDUCE_ONLY_ITEMS = ("allreduce_bucket_flat",)
+
+
+def _before_boundary(key: str, ga: int) -> bool:
+    """Whether the timeline instant ``key`` is the backward of a micro-step before the accumulation boundary of
+    its iteration: ``backward:k`` with k < ``ga`` (the first iteration's micro-steps; the steady iteration's
+    ``steady:backward`` is its last, the boundary's)."""
+    kind, _, num = key.partition(":")
+    return kind == "backward" and num.isdigit() and int(num) < ga
 
 
 def pipe_warmup_forwards(pp: int, stage: int, ga: int) -> tuple[str, ...]:
@@ -2207,7 +2219,8 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                      if _live(e, inst, lazy, consumed, transients, first_fetch, first_bwd, save_gather)]
         if inst.key in warmup:  # a 1F1B warm-up forward: no backward of this iteration before it
             sized = [(e, nb) for e, nb in sized if e.life not in ACCUMULATED_LIVES]
-        if pipe and inst.phase == "backward":  # the PipelineEngine all-reduces in ReduceGrads, not in backward
+        if inst.phase == "backward" and (pipe or _before_boundary(inst.key, ga)):
+            # the PipelineEngine all-reduces in ReduceGrads, not in backward; the engine, only at the boundary
             sized = [(e, nb) for e, nb in sized if e.item not in PIPE_REDUCE_ONLY_ITEMS]
         items_on = {e.item for e, _ in sized}
         d = {t: 0 for t in TIERS}

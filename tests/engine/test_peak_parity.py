@@ -280,6 +280,10 @@ CELLS = [
     ("z3_bf16_hpz2_w2", _cfg(3, "bf16", reduce_bucket_size=50000, zero_hpz_partition_size=2), 2, False, parity.TINY,
      {"submodules": True}),
     ("z0_fp32_onetensor_w2", _cfg(0, "fp32"), 2, False, ONE_TENSOR),
+    # stage 0 FP16_Optimizer at GA 2 without pipeline parallelism: micro-step 1's param.grad lives to the boundary
+    # (state lp_grads_accumulated) and the engine all-reduces only at the boundary (timeline.PIPE_REDUCE_ONLY_ITEMS:
+    # backward:1 was -86,384 B, -11.1%, with the all-reduce's flat copy counted there)
+    ("z0_fp16_tbsga2_w2", {**_cfg(0, "fp16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
     ("z3_fp32_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
      parity.TINY, {"submodules": True, "steps": 4}),
     ("z3_fp32_onetensor_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
