@@ -151,3 +151,26 @@ def test_equal_run_as_layers_equals_reference(seed, monkeypatch):
             m.setattr(state, "ZERO3_EQUAL_RUN", False)
             assert fast == state._zero3_fetch_replay(Inventory("eq", list(inv.tensors)), zero, W, D)
     assert sum(v for k, v in state.PASSES.items() if "periods" in k or "frozen" in k), state.PASSES
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_refetch_same_start_equals_reference(seed, monkeypatch):
+    # state.REFETCH_SAME_START: where every persistent parameter is the first module's (or none is), the GA-2
+    # refetch is the run's forward, not a second walk; every field equals the reference walk's and the fast walk's
+    # with the shortcut off, on cases where it applies (none persistent) and where it does not
+    rng = random.Random(9900 + seed)
+    applied = 0
+    for _ in range(25):
+        inv = _inventory(rng) if rng.random() < 0.5 else _equal_run_inventory(rng)
+        zero = _zero(rng, inv)
+        if rng.random() < 0.6:
+            zero.param_persistence_threshold = 0
+        W, D = rng.randint(2, 8), rng.choice([2, 4])
+        keep = state.zero3_persistent(inv, zero)
+        applied += not any(keep)
+        fast = state._zero3_fetch_replay(inv, zero, W, D)
+        assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D), (seed, vars(zero), W, D)
+        with monkeypatch.context() as m:
+            m.setattr(state, "REFETCH_SAME_START", False)
+            assert fast == state._zero3_fetch_replay(Inventory("r", list(inv.tensors), modules=inv.modules), zero, W, D)
+    assert applied

@@ -433,8 +433,11 @@ def _change_points(layout: Zero12Layout, W: int) -> set[int]:
     got = layout._memo.get(key)
     if got is None:
         P = layout.P
-        lasts = [(b - 1) // P if b > a else a // P for a, b in zip(layout.starts, layout.ends)]
-        firsts = [a // P for a in layout.starts]
+        # C-level maps into sets of the few distinct ranks (a Python expression per tensor before: ~20 ms a layout
+        # at the 1e5-tensor limit, issue 21); last = (b - 1) // P if b > a else a // P = (b - (b > a)) // P
+        starts, ends = layout.starts, layout.ends
+        lasts = set(map(operator.floordiv, map(operator.sub, ends, map(operator.gt, ends, starts)), itertools.repeat(P)))
+        firsts = set(map(operator.floordiv, starts, itertools.repeat(P)))
         got = layout._memo[key] = {*firsts, *(f + 1 for f in firsts), *lasts, *(x + 1 for x in lasts)}
     return got
 
@@ -1633,7 +1636,8 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         g = _packed(map(during.__getitem__, mods))
         arrive = _packed(map(operator.add, nC, g))
         is_fetch = bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
-        fetch = _packed(at_fetch[m] if f else 0 for m, f in zip(mods, is_fetch))
+        # at_fetch[m] where the position starts a module's run, else 0: times the 0/1 flag, C-level (issue 21)
+        fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))
     else:
         at_end = 0
         g = None
@@ -1666,7 +1670,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         kept_end = vals[-1]
         arrive = _packed(map(operator.add, arrive, kept_at))
         if fetch is not None:
-            fetch = _packed(v + k if f else 0 for v, k, f in zip(fetch, kept_at, is_fetch))
+            fetch = _packed(map(operator.mul, map(operator.add, fetch, kept_at), is_fetch))  # (v + k) x flag
     # regions: before the first layer gradient 0, then a layer's 1, another module's 2
     f = inl.find(1)
     if f < 0:
@@ -3070,6 +3074,9 @@ FORWARD_PLAIN = True
 #: True: the GA-2 refetch's forward, once its prefetch has stopped with parameters still in flight, ends in one
 #: pass (run's held_rest); False: walked (tests compare the two with the reference walk)
 REFETCH_HELD_PASS = True
+#: True: :func:`_zero3_fetch_replay`'s GA-2 refetch takes the run's forward where both start alike (every persistent
+#: parameter the first module's); False: walked again (tests compare the two with the reference walk)
+REFETCH_SAME_START = True
 #: how many times each shortcut above was taken in this process (tests check they are exercised)
 PASSES: collections.Counter = collections.Counter()
 #: tests only: m -> the number of skipped periods whose layers and columns :meth:`_ReplayJump.back` writes (None: m,
@@ -3471,7 +3478,14 @@ def _zero3_fetch_replay(inv: Inventory, zero, W: int, D: int) -> Zero3Fetch:
     else:
         fwd, fetch_b, during_b, end, start = run(set(itertools.compress(range(len(tensors)), keep)), False)
     # GA > 1, micro-step 2: the first backward released every persistent parameter but the first module's
-    refetch = run({i for i in members[0] if keep[i]}, True)[0] if M else (0, "")
+    if REFETCH_SAME_START and M and not all(keep) and not any(itertools.compress(mod_of, keep)):
+        # every persistent parameter is the first module's (or none is): the refetch starts from the run's state,
+        # and its forward is the run's (both walks take the same steps up to the backward, where the refetch stops;
+        # the reference walk's run too): its figures, not a second walk (issue 21: the larger half of the replay at
+        # generate's 100,000-tensor limit, none persistent)
+        refetch = fwd
+    else:
+        refetch = run({i for i in members[0] if keep[i]}, True)[0] if M else (0, "")
     return Zero3Fetch(mod_of, first_forward, _packed(f_fetch), _packed(f_during), first_end,
                       fwd, fetch_b, during_b, end, start, refetch)
 
@@ -4380,7 +4394,7 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
                 g, a0, _ = order[k]
                 unmoved[(g, a0)] = u
     clones = zero12_offload_xl_clone_modeled(ec, wrapper, ga)
-    xl = clones and any(n > rbs for lay in layouts for n in lay.numels)
+    xl = clones and any(lay.largest > rbs for lay in layouts)  # each layout's largest numel, kept (issue 21)
     if not xl and not unmoved and upos is None:
         return zero12_largest_slices(layouts, W).map(lambda s: (s, 0, 0, 0))
     if not clones:
@@ -4690,23 +4704,26 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
                      map(max, A, itertools.repeat(lo)))
             kk = list(map((-1).__lt__, ks))
             if ZERO12_KEPT_COLS:
-                # already in flush order: positions rise with the flat index (flat order) or fall (hook order)
-                own = list(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
+                # already in flush order: positions rise with the flat index (flat order) or fall (hook order); two
+                # columns (positions, slice elements), not a tuple per owned tensor (issue 21)
+                kz, sz = list(itertools.compress(ks, kk)), list(itertools.compress(sl, kk))
                 if hook_order:
-                    own.reverse()
+                    kz.reverse()
+                    sz.reverse()
             else:
                 own = sorted(zip(itertools.compress(ks, kk), itertools.compress(sl, kk)))
-            owned_of.append(own)
-            if ZERO12_KEPT_COLS and (not own or own[-1][0] - own[0][0] + 1 == len(own)):
+                kz, sz = list(map(operator.itemgetter(0), own)), list(map(operator.itemgetter(1), own))
+            owned_of.append((kz, sz))
+            if ZERO12_KEPT_COLS and (not kz or kz[-1] - kz[0] + 1 == len(kz)):
                 # the owned positions are one run [pl, ph) (the slice's tensors, kept ones, in flat order or its
                 # reverse): no non-owned extra-large gradient lies inside it, so the non-owner moments are those
                 # before pl (O_r = 0) and from ph on (O_r = every owned clone): a prefix and a suffix maximum below,
                 # the queries' answers (a query's own owned position is a non-owner value under its owner one)
-                pl, ph = (own[0][0], own[-1][0] + 1) if own else (T, T)
-                spans.append((i, pl, ph, sum(map(cs.__getitem__, map(operator.itemgetter(0), own)))))
+                pl, ph = (kz[0], kz[-1] + 1) if kz else (T, T)
+                spans.append((i, pl, ph, sum(cs[pl:ph])))
                 continue
             left, O = 0, 0
-            for k in itertools.compress(map(operator.itemgetter(0), own), map(cs.__getitem__, map(operator.itemgetter(0), own))):
+            for k in itertools.compress(kz, map(cs.__getitem__, kz)):
                 queries.append((k, left, O, i))
                 left, O = k + 1, O + cs[k]
             if left < T:
@@ -4779,14 +4796,22 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
         if x < len(stack_k):
             best[i] = max(best[i], stack_v[x] - O * M3M)
     for i, own in enumerate(owned_of):
-        if ZERO12_COLUMNS and own:
+        if isinstance(own, tuple) or (ZERO12_COLUMNS and own):
             # the loop below by C-level maps: O = the clones owned before each (exclusive prefix sums),
-            # tot = c + K - O, the packed value (((s 8 + tot + u) M + u) M + tot) M + s
-            kz = list(map(operator.itemgetter(0), own))
-            sz = list(map(operator.itemgetter(1), own))
-            cz = list(map(cs.__getitem__, kz))
-            uz = list(map(us.__getitem__, kz))
-            tot = list(map(operator.sub, map(operator.add, cz, map(kall.__getitem__, kz)),
+            # tot = c + K - O, the packed value (((s 8 + tot + u) M + u) M + tot) M + s. The one-group columns'
+            # (positions, slice elements), the others' (position, slice elements) pairs
+            if isinstance(own, tuple):
+                kz, sz = own
+                if not kz:
+                    continue
+            else:
+                kz = list(map(operator.itemgetter(0), own))
+                sz = list(map(operator.itemgetter(1), own))
+            if kz[-1] - kz[0] + 1 == len(kz):  # consecutive positions: slices of the columns
+                cz, uz, kalz = cs[kz[0]:kz[-1] + 1], us[kz[0]:kz[-1] + 1], kall[kz[0]:kz[-1] + 1]
+            else:
+                cz, uz, kalz = list(map(cs.__getitem__, kz)), list(map(us.__getitem__, kz)), map(kall.__getitem__, kz)
+            tot = list(map(operator.sub, map(operator.add, cz, kalz),
                            itertools.accumulate(cz, initial=0)))
             Mm = M.__mul__
             v = map(operator.add, map(Mm, map(operator.add, map(Mm, map(operator.add, map(Mm, map(
