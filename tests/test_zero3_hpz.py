@@ -52,13 +52,14 @@ def test_initialize_module_holds_the_secondaries_made_so_far_by_hand():
 def test_secondaries_live_in_the_first_iteration_and_each_step_by_hand():
     """Every TINY parameter persistent (the default threshold 1e5): the secondaries (43,214 elements x 2 B at
     W = h = 2: sum ceil(n / 2) x 2 / 2 = 9,632 + 151 + 11,589 + 39 + 193 + 3 = 21,607) are live from initialize
-    through the first step's update, not after _post_step, not in the later forward and backward (no
-    persistent parameter is released there), and again in the steady step."""
+    through the first step's _post_step (its all-gather of the persistent parameters comes before
+    invalidate_secondary_tensor, stage3.py l.2841-2846), not in the later forward and backward (no persistent
+    parameter is released there), and again in the steady step."""
     hp, plain = _series(_cfg(2), 2), _series(_cfg(1), 2)
     S = 21607 * 2
     for k, want in (("initialize", S), ("forward:1", S), ("backward:1", S), ("first_step:update", S),
-                    ("first_step:post", 0), ("steady:forward", 0), ("steady:backward", 0),
-                    ("steady_step:prep", S), ("steady_step:update", S), ("steady_step:post", 0)):
+                    ("first_step:post", S), ("steady:forward", 0), ("steady:backward", 0),
+                    ("steady_step:prep", S), ("steady_step:update", S), ("steady_step:post", S)):
         assert hp[k] - plain[k] == want, (k, hp[k] - plain[k])
 
 
@@ -67,14 +68,17 @@ def test_non_persistent_secondaries_made_again_at_their_release_by_hand():
     their secondaries again (9,632 + 11,589 elements x 2 B = 42,442 B); the biases and l3.weight (151 + 39 + 193 + 3
     = 386 elements, 772 B) only the step. With the default stage3_max_reuse_distance (1e9 elements > 2 N) no forward
     releases them (the reuse window reaches their backward use, partitioned_param_coordinator.py l.653-662): from
-    the later backward on (engine probe: forward:2 617,067 B with and without hpZ). With a window of 1,000 elements
-    the forward releases them: from the later forward on. Counted whole where they are made one module at a time."""
+    the later backward on, module by module (engine probe: forward:2 617,067 B with and without hpZ). With a window
+    of 1,000 elements the forward releases them: from the later forward on, counted whole."""
     plain = _series(_cfg(1, stage3_param_persistence_threshold=1000), 2)
     hp = _series(_cfg(2, stage3_param_persistence_threshold=1000), 2)
-    for k, want in (("forward:1", 42442 + 772), ("first_step:post", 0), ("steady:forward", 0),
-                    ("steady:backward", 42442), ("steady_step:update", 42442 + 772), ("steady_step:post", 0)):
+    for k, want in (("forward:1", 42442 + 772), ("first_step:post", 42442 + 772), ("steady:forward", 0),
+                    ("steady_step:update", 42442 + 772), ("steady_step:post", 42442 + 772)):
         assert hp[k] - plain[k] == want, (k, hp[k] - plain[k])
+    # the later backward: each module's made as it is released after its backward (state.zero3_backward_fetch's
+    # moments); engine probes 2026-12-06 (W = 2, both ranks): backward:2 595,441 B with hpZ, 578,543 B without
+    assert hp["steady:backward"] - plain["steady:backward"] == 595441 - 578543
     plain = _series(_cfg(1, stage3_param_persistence_threshold=1000, stage3_max_reuse_distance=1000), 2)
     hp = _series(_cfg(2, stage3_param_persistence_threshold=1000, stage3_max_reuse_distance=1000), 2)
-    for k, want in (("steady:forward", 42442), ("steady:backward", 42442), ("steady_step:post", 0)):
+    for k, want in (("steady:forward", 42442), ("steady:backward", 42442), ("steady_step:post", 42442 + 772)):
         assert hp[k] - plain[k] == want, (k, hp[k] - plain[k])

@@ -3665,6 +3665,31 @@ def _frozen_modules(inv: Inventory) -> list[int]:
     return inv.memo(("frozen_modules",), compute)
 
 
+def hpz_secondary_parts(inv: Inventory, zero, W: int, D: int) -> "list[tuple[bool, int, int, int]]":
+    """Per tensor (model order): (persistent, 16-bit elements, int8 elements, scale bytes) of its ZeRO++ hpZ
+    secondary partition, h = min(zero_hpz_partition_size, W): A_W(n_i) / h elements (``partition_parameters.py``
+    _partition_param_sec l.1912-1915: _aligned_size(param) // num_ranks_in_param_group), int8 with fp32 scales for
+    a frozen parameter under zero_quantized_nontrainable_weights (l.1922-1924); empty without hpZ."""
+    h = min(zero.zero_hpz_partition_size or 1, W)
+    if h <= 1:
+        return []
+    qnt = bool(zero.zero_quantized_nontrainable_weights)
+    out = []
+    for t, keep in zip(inv.tensors, zero3_persistent(inv, zero)):
+        s_i = _ceil_div(t.numel, W) * W // h
+        g = quant_groups(s_i) if qnt and not t.trainable else None
+        out.append((bool(keep), s_i, 0, 0) if g is None else (bool(keep), 0, s_i, g * QUANT_SCALE_BYTES))
+    return out
+
+
+def hpz_forward_releases(inv: Inventory, zero) -> bool:
+    """Whether a later forward may release a non-persistent parameter under hpZ (making its secondary partition
+    again then): only where the reuse window, stage3_max_reuse_distance elements of the trace ahead, can end
+    before the parameter's backward use, at most 2 N elements ahead (``partitioned_param_coordinator.py``
+    __params_to_release l.653-662); else each is released after its backward."""
+    return 2 * inv.numel > int(zero.max_reuse_distance)
+
+
 def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zero3Fetch,
                          first: bool) -> "tuple[int, str, tuple[int, int, int]]":
     """(bytes, where, (start, body, end) bytes) that ZeRO-3's gathered parameters add to a backward
@@ -3680,12 +3705,32 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     (``end``); also the backward root's prefetch (``start``) and the fetches of modules without a
     trainable parameter (no arrival of theirs). ``first``: the first iteration's figures (every
     parameter of one module at a time), else a later iteration's. Where the flush is not modelled
-    (:func:`zero3_reduce_flush_bytes` is None), the largest gathered moment, without regions."""
+    (:func:`zero3_reduce_flush_bytes` is None), the largest gathered moment, without regions.
+
+    hpZ where no forward releases a parameter (:func:`hpz_forward_releases` false), a later backward: the
+    non-persistent parameters' secondary partitions (freed by the step, ``stage3.py`` l.2846) are made again as
+    each module is released after its backward (``partition_parameters.py`` _partition l.1768-1769), so each
+    moment of module m holds those of the modules after it in forward, the epilogue all but the first's."""
     mod_of = fetch.mod_of
     at_fetch, during, end = ((fetch.first_fetch, fetch.first_during, fetch.first_end) if first
                              else (fetch.fetch, fetch.during, fetch.end))
     start = 0 if first else fetch.start
     z = ec.zero
+    D0 = DTYPE_BYTES[ec.model_dtype]
+    hpz_key: tuple = ()
+    if not first and not hpz_forward_releases(inv, z):
+        parts = hpz_secondary_parts(inv, z, W, D0)
+        if parts and not all(p[0] for p in parts):
+            M = len(at_fetch)
+            per_mod = [0] * M
+            for m, (keep, n16, n8, sc) in zip(mod_of, parts):
+                if not keep:
+                    per_mod[m] += n16 * D0 + n8 + sc
+            after = list(itertools.accumulate(reversed(per_mod), initial=0))[::-1][1:]  # modules k > m
+            at_fetch = [a + x for a, x in zip(at_fetch, after)]
+            during = [a + x for a, x in zip(during, after)]
+            end = end + (after[0] if M else 0)
+            hpz_key = ("hpz", min(z.zero_hpz_partition_size, W))
     pure = zero3_reduce_flush_bytes(ec, inv, W)
     frozen = max(map(at_fetch.__getitem__, _frozen_modules(inv)), default=0)
     if pure is None:
@@ -3697,7 +3742,7 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     key = ("zero3_backward_fetch", first, W, C, D, G, pf, int(z.reduce_bucket_size), bool(z.contiguous_gradients),
            bool(z.reduce_scatter), norm, z.param_persistence_threshold, z.model_persistence_threshold,
            int(z.prefetch_bucket_size), int(z.max_live_parameters), int(z.max_reuse_distance),
-           bool(getattr(z, "allgather_sequential", False)), bool(z.memory_efficient_linear))
+           bool(getattr(z, "allgather_sequential", False)), bool(z.memory_efficient_linear)) + hpz_key
     tails = zero3_flush_grad_tails(ec, inv, W)
     if tails:
         key += (z.sub_group_size, swap_threshold_bytes(ec), aio_alignment_elems(ec, 4))
@@ -8076,28 +8121,25 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         # in two entries by when it is live (timeline.hpz_secondary_live): the persistent parameters' (remade only by the
         # step's _partition_all_parameters) and the others' (remade at each release after use)
         h = min(hpz, W)
-        qnt = bool(z.zero_quantized_nontrainable_weights)
         sums = {True: [0, 0, 0], False: [0, 0, 0]}  # persistent? -> [16-bit, int8, scale bytes]
-        for t, keep in zip(inv.tensors, zero3_persistent(inv, z)):
-            s_i = _ceil_div(t.numel, W) * W // h
-            g = quant_groups(s_i) if qnt and not t.trainable else None
-            acc = sums[bool(keep)]
-            if g is None:
-                acc[0] += s_i
-            else:  # _partition_param_sec l. 1922-1924: a frozen secondary partition is int8 + fp32 scales
-                acc[1] += s_i
-                acc[2] += g * QUANT_SCALE_BYTES
+        for keep, n16, n8, sc in hpz_secondary_parts(inv, z, W, D):
+            acc = sums[keep]
+            acc[0] += n16
+            acc[1] += n8
+            acc[2] += sc
         sec_tier = "accelerator" if op == "none" else _host(z.offload_param.pin_memory)
         # a later forward releases a non-persistent parameter only where the reuse window
         # (stage3_max_reuse_distance, elements of the trace ahead: partitioned_param_coordinator.py
         # __params_to_release l.653-662) can end before its backward use, at most 2 N elements ahead
-        fwd_release = 2 * inv.numel > int(z.max_reuse_distance)
+        # where the replay's later backward holds them (zero3_backward_fetch), the entry is not live there
+        fwd_release = hpz_forward_releases(inv, z) or not zero3_fetch_replay_applies(z, W, op)
         for keep, item, life, words in (
                 (False, "lp_param_secondary", "hpz_secondary" if fwd_release else "hpz_secondary_backward",
                  "params above stage3_param_persistence_threshold: made at Init(module=...) / zero.Init, freed by "
                  "every step's _post_step (stage3.py l.2846 invalidate_secondary_tensor), made again as each is "
                  "released after its " + ("forward" if fwd_release else
-                                          "backward (2 N <= stage3_max_reuse_distance: no forward releases it)")
+                                          "backward (2 N <= stage3_max_reuse_distance: no forward releases it; "
+                                          "in the later backwards inside zero3_gathered_params_backward's moments)")
                  + " (partitioned_param_coordinator.py __release_param l.629 -> partition_parameters.py _partition "
                  "l.1768-1769)"),
                 (True, "lp_param_secondary_persist", "hpz_secondary_persistent",

@@ -1862,29 +1862,29 @@ def hpz_secondary_live(life: str, k: str, ph: str, save_gather: bool = False) ->
     (``partition_parameters.py`` _partition l.1768-1769 -> _partition_param_sec l.1906-1915), so Init(module=...)
     / zero.Init make every one at initialize (the whole-model moment: :func:`zero3_module_partition_peak`);
     the first iteration's fetches read them (all_gather_coalesced l.1571-1575) and the releases find them made
-    (l.1906). Every step's _post_step frees them all (``stage3.py`` l.2846 invalidate_secondary_tensor, after the
-    update): none at ``:post``. Then ``hpz_secondary`` (the non-persistent parameters') is made again as each
+    (l.1906). Every step's _post_step frees them all (``stage3.py`` l.2846 invalidate_secondary_tensor), after its
+    all-gather of the persistent parameters (l.2841), so they are live at ``:post`` beside the gathered ones
+    (engine z3_bf16_hpz2_w4 probe, W = 4, h = 2, 2026-12-06: step:1 402,617 B on every rank = ``first_step:post``
+    without them 359,344 + 43,224 + 49 B of scalars) and gone from the next instant on. Then ``hpz_secondary`` (the non-persistent parameters') is made again as each
     parameter is released after its forward (``partitioned_param_coordinator.py`` __release_param l.629), so it is
     live through the later forwards (counted whole: at a forward's start only the released ones exist),
     backwards and steps; ``hpz_secondary_backward`` the same where no forward releases them (the reuse window,
-    stage3_max_reuse_distance, reaches their backward use: l.653-662), so only from the later backwards on
-    (counted whole there too: a module's is made as it is released after its backward; engine probe
-    TINY with stage3_param_persistence_threshold 1,000, W = h = 2, 2026-12-06: forward:2 617,067 B as without
-    hpZ, backward:2 595,441 B where the whole 42,442 B puts the ledger at 620,934, -4.1%); ``hpz_secondary_persistent`` (the persistent parameters', which no forward releases:
+    stage3_max_reuse_distance, reaches their backward use: l.653-662) and the fetch is replayed: in the later
+    backwards each module's is made as it is released after its backward, which the replay's backward moments
+    hold (``state.zero3_backward_fetch``), so this entry is live in the first iteration and the steps only;
+    ``hpz_secondary_persistent`` (the persistent parameters', which no forward releases:
     __params_to_release skips ds_persist) is not live in the later forwards and backwards, and made again by
     each step's _partition_all_parameters (``stage3.py`` l.2878 -> release_and_reset_all), so live in every step.
     Save: checkpoint_event_prologue (l.3845) partitions the persistent ones, the 16-bit gather releases the others
     after each module, and the epilogue frees them all (l.3848). Engine z3_bf16_hpz2_w2 (TINY, every parameter
     persistent, W = h = 2, 2026-12-06, 2 runs): forward:2 / backward:2 were 43,089 / 43,163 B under the ledger
     with the secondaries (43,214 B) kept, now within 0.03%; step:2 matches with them live."""
-    if ph == "load" or k in BEFORE_PARTITION or k.endswith(":post"):
+    if ph == "load" or k in BEFORE_PARTITION:
         return False
     persist = life == "hpz_secondary_persistent"
     if ph == "save":
         return (k == "save:16bit" and save_gather) or (persist and k in ("save:model", "save:optim"))
     if ph in ("first_step", "steady_step") or life == "hpz_secondary":
-        return True
-    if life == "hpz_secondary_backward" and ph in ("backward", "reduce"):
         return True
     return not k.startswith("steady")
 

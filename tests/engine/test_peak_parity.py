@@ -279,6 +279,13 @@ CELLS = [
     # 618,568 (2026-12-06, 2 runs, both ranks; all phases within 0.04%)
     ("z3_bf16_hpz2_w2", _cfg(3, "bf16", reduce_bucket_size=50000, zero_hpz_partition_size=2), 2, False, parity.TINY,
      {"submodules": True}),
+    # hpZ 2 inside W = 4 (the usual shape: h = GPUs per node < W): secondaries of ceil(n / 4) x 4 / 2 elements
+    # (43,224 B), unlike the primaries (21,612 B); the step's high-water mark is _post_step's all-gather of the
+    # persistent parameters with the secondaries not yet freed (stage3.py l.2841-2846), which at W = 2 ties with
+    # the update: step:1 402,617 B = first_step:post without them (359,344) + 43,224 + 49 B of scalars
+    # (2026-12-06, 2 runs, every rank; initialize:module 115,318 vs 115,314, every phase within 0.06%)
+    ("z3_bf16_hpz2_w4", _cfg(3, "bf16", reduce_bucket_size=50000, zero_hpz_partition_size=2), 4, False, parity.TINY,
+     {"submodules": True}),
     ("z0_fp32_onetensor_w2", _cfg(0, "fp32"), 2, False, ONE_TENSOR),
     # stage 0 FP16_Optimizer at GA 2 without pipeline parallelism: micro-step 1's param.grad lives to the boundary
     # (state lp_grads_accumulated) and the engine all-reduces only at the boundary (timeline.PIPE_REDUCE_ONLY_ITEMS:
