@@ -5,6 +5,7 @@ max live, reuse distances, persistence thresholds, allgather_sequential; layered
 container modules one and two levels deep (the prefetch of state.zero3_container_steps), declared
 parameterless leaves (with and without a backward hook, before a module or after the last) and nn.Sequential
 layer lists (Inventory.modules)."""
+import dataclasses
 import random
 import types
 
@@ -96,6 +97,17 @@ def test_all_persistent_equals_reference(seed):
         assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D)
 
 
+def _same_as_reference_and_off(monkeypatch, switch: str, inv: Inventory, zero, W: int, D: int) -> None:
+    """The fast fetch replay equals the reference walk's in every field, and the fast walk's with the state switch
+    ``switch`` off (on a copy of the inventory with a new tensor list: the original's memo holds the walk with the
+    switch on)."""
+    fast = state._zero3_fetch_replay(inv, zero, W, D)
+    assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D), (vars(zero), W, D)
+    with monkeypatch.context() as m:
+        m.setattr(state, switch, False)
+        assert fast == state._zero3_fetch_replay(dataclasses.replace(inv, tensors=list(inv.tensors)), zero, W, D)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_refetch_held_pass_equals_reference(seed, monkeypatch):
     # the GA-2 refetch whose prefetch stops (n at max live, or no bucket) with parameters still in flight ends in
@@ -110,11 +122,7 @@ def test_refetch_held_pass_equals_reference(seed, monkeypatch):
             zero.param_persistence_threshold = 10**9
             zero.max_live_parameters = rng.randint(1, sum(t.numel for t in inv.tensors))
         W, D = rng.randint(2, 8), rng.choice([2, 4])
-        fast = state._zero3_fetch_replay(inv, zero, W, D)
-        assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D)
-        with monkeypatch.context() as m:
-            m.setattr(state, "REFETCH_HELD_PASS", False)
-            assert fast == state._zero3_fetch_replay(inv, zero, W, D)
+        _same_as_reference_and_off(monkeypatch, "REFETCH_HELD_PASS", inv, zero, W, D)
     assert state.PASSES["refetch_held"]
 
 
@@ -145,11 +153,7 @@ def test_equal_run_as_layers_equals_reference(seed, monkeypatch):
             zero.max_reuse_distance = rng.choice([0, 10 * n, 10**9])
         W, D = rng.randint(2, 8), rng.choice([2, 4])
         assert state._zero3_equal_run(inv, [t.numel for t in inv.tensors], len(inv.tensors)) is not None
-        fast = state._zero3_fetch_replay(inv, zero, W, D)
-        assert fast == state._zero3_fetch_replay_reference(inv, zero, W, D), (seed, vars(zero), W, D)
-        with monkeypatch.context() as m:
-            m.setattr(state, "ZERO3_EQUAL_RUN", False)
-            assert fast == state._zero3_fetch_replay(Inventory("eq", list(inv.tensors)), zero, W, D)
+        _same_as_reference_and_off(monkeypatch, "ZERO3_EQUAL_RUN", inv, zero, W, D)
     assert sum(v for k, v in state.PASSES.items() if "periods" in k or "frozen" in k), state.PASSES
 
 

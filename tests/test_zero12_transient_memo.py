@@ -21,6 +21,7 @@ from advisor.config.effective import effective_config
 from advisor.ledger import state
 from advisor.ledger.state import Cluster, Plan, compute_ledger
 from advisor.model.inventory import Inventory, TensorSpec
+from test_shared_walks_identity17b import _ledger  # one ledger-to-text for the identity tests
 
 
 def _model(rng: random.Random) -> Inventory:
@@ -48,14 +49,6 @@ def _config(rng: random.Random, rbs: int, W: int, stage: int, overlap: bool, con
     return cfg
 
 
-def _ledger(cfg: dict, inv: Inventory, W: int) -> str:
-    try:
-        return repr([(rl.rank, list(rl.ranks.ranges), rl.entries)
-                     for rl in compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=W))).ranks])
-    except ValueError as e:
-        return f"ValueError: {e}"
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_kept_transients_equal_per_plan(monkeypatch, seed):
     rng = random.Random(4400 + seed)
@@ -80,9 +73,9 @@ def test_kept_transients_equal_per_plan(monkeypatch, seed):
         rbs = rng.choice([max(1, largest // 2), largest, 3 * largest + 1, 10**6])
         stage, overlap, contiguous = rng.choice([1, 2]), rng.random() < 0.5, rng.random() < 0.8
         cfgs = [_config(rng, rbs, W, stage, overlap, contiguous) for _ in range(4)]
-        kept = [_ledger(c, inv, W) for c in cfgs]  # one inventory: the later plans read the replay's memo
+        kept = [_ledger(inv, c, W) for c in cfgs]  # one inventory: the later plans read the replay's memo
         with monkeypatch.context() as m:
             m.setattr(state, "ZERO12_TRANSIENT_MEMO", False)
-            fresh = [_ledger(c, Inventory("rand", list(inv.tensors), "test", {}), W) for c in cfgs]
+            fresh = [_ledger(Inventory("rand", list(inv.tensors), "test", {}), c, W) for c in cfgs]
         assert kept == fresh, seed
     assert hits[0], "no plan read a kept figure: the comparison tests nothing"
