@@ -82,3 +82,18 @@ def test_non_persistent_secondaries_made_again_at_their_release_by_hand():
     hp = _series(_cfg(2, stage3_param_persistence_threshold=1000, stage3_max_reuse_distance=1000), 2)
     for k, want in (("steady:forward", 42442), ("steady:backward", 42442), ("steady_step:post", 42442 + 772)):
         assert hp[k] - plain[k] == want, (k, hp[k] - plain[k])
+
+
+def test_zero_init_load_holds_the_secondaries_by_hand():
+    """Under zero.Init (TINY built in fp32, cast to bf16: 6 B an element while cast) the load's high-water mark is
+    l2.weight being built (23,177 x 6 = 139,062 B) beside l1's partitions ((9,632 + 151) x 2 = 19,566 B) and, with
+    hpZ at W = h = 2, l1's secondary partitions made before them (19,566 B more): 178,194 B, the engine's
+    (probe z3_bf16_hpz2_zinit_w2, 2026-12-06, both ranks); 158,628 B without hpZ."""
+    def load(hpz):
+        ec = effective_config(_cfg(hpz))
+        led = compute_ledger(Plan(ec, TINY, Cluster(world_size=2)))
+        tl = role_timeline(led, led.rank(0), resolve_load(ec, zero_init=True, dtype=None), ga=1, rank=0)
+        ser = tl.series(("accelerator", "host_pinned", "host_pageable"))
+        return dict(zip((x.key for x in tl.instants), ser))["load"]
+    assert load(2) == 2 * 19566 + 23177 * 6 == 178194
+    assert load(1) == 19566 + 23177 * 6 == 158628

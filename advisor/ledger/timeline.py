@@ -425,7 +425,7 @@ def checkpoint_load_dtype(hf_config: dict[str, Any] | None) -> str | None:
 
 def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
                         cast: bool | None = None, swap_min: int | None = None,
-                        skip: "tuple[int, int, int] | None" = None) -> tuple[int, int, str]:
+                        skip: "tuple[int, int, int] | None" = None, pf: int = 1) -> tuple[int, int, str]:
     """The high-water mark of building a model under ``deepspeed.zero.Init`` on one rank:
     (bytes of partitions live then, bytes of full tensors live then, the module and moment).
 
@@ -459,7 +459,13 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
     listed. Each layer adds the same partitions d >= 0 (bytes) to what is built, so a left-out layer's
     instants are those of the first plus a multiple of d: all equal to the first's (d = 0), or all
     below the last layer's same instant (d > 0); either way none is the first strictly largest, and
-    the walk adds layers x d before the last layer instead (:func:`zero_init_load_peak_of`)."""
+    the walk adds layers x d before the last layer instead (:func:`zero_init_load_peak_of`).
+
+    ``pf``: each parameter's partitions in units of its primary one: 1, or with hpZ (h = zero_hpz_partition_size
+    dividing W) 1 + W / h, its secondary partition of ceil(n / W) x W / h elements made just before the primary
+    one (_partition l.1768-1769 -> _partition_param_sec l.1912-1915) and kept beside it. Engine probe
+    z3_bf16_hpz2_zinit_w2 (TINY, W = h = 2, 2026-12-06): load 178,194 B on both ranks, 158,628 B without the
+    secondaries (-19,566 B: l1's 19,566 B of them beside l2.weight being built)."""
     if cast is None:
         cast = Dl != D
     # the same walk as written above, with the running maximum kept as a number: a candidate
@@ -470,8 +476,9 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
     mods = list(map(operator.itemgetter(0), sizes))
     if skip is None and len(mods) > 1 and not any(map(operator.eq, mods, itertools.islice(mods, 1, None))):
         if SIZE_RUNS:
-            return _single_param_load_peak_runs(mods, list(map(operator.itemgetter(1), sizes)), W, D, build, swap_min)
-        return _single_param_load_peak(sizes, mods, W, D, build, swap_min)
+            return _single_param_load_peak_runs(mods, list(map(operator.itemgetter(1), sizes)), W, D, build, swap_min,
+                                                pf)
+        return _single_param_load_peak(sizes, mods, W, D, build, swap_min, pf)
     best = (0, 0, "")
     top = 0
     done = 0  # partitions of the modules already built, bytes
@@ -493,7 +500,7 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
             c = n * build
             if done + c > top:
                 top, best = done + c, (done, c, f"{mod}: building a parameter")
-            pb = zero3_partition_numel(n, W) * D
+            pb = zero3_partition_numel(n, W) * D * pf
             if swap_min is not None and pb >= swap_min:
                 pb = 0
             if done + pb + n * D > top:
@@ -511,7 +518,7 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
         parts = 0
         for k in range(i, j):  # partitioning: this tensor's partition allocated before its whole copy is freed
             n = sizes[k][1]
-            pb = zero3_partition_numel(n, W) * D
+            pb = zero3_partition_numel(n, W) * D * pf
             parts += 0 if swap_min is not None and pb >= swap_min else pb
             if done + parts + full > top:
                 top, best = done + parts + full, (done + parts, full, f"{mod}: partitioning")
@@ -522,7 +529,7 @@ def zero_init_load_peak(sizes: list[tuple[str, int]], W: int, D: int, Dl: int,
 
 
 def _single_param_load_peak(sizes: list[tuple[str, int]], mods: list[str], W: int, D: int, build: int,
-                            swap_min: int | None) -> tuple[int, int, str]:
+                            swap_min: int | None, pf: int = 1) -> tuple[int, int, str]:
     """:func:`zero_init_load_peak` where every module has one parameter (no two neighbours share a
     module: Llama-like layers without biases): the same instants, as columns (issue 21: the walk was
     ~0.5 s at 1e5 layers). Module k's building instant is done_k + n_k x build, its partitioning
@@ -532,7 +539,7 @@ def _single_param_load_peak(sizes: list[tuple[str, int]], mods: list[str], W: in
     # once (the command's peak); each instant's value is made, compared and dropped (C-level maps),
     # and equal sizes share one partition int.
     ns = list(map(operator.itemgetter(1), sizes))
-    pb_of = {n: -(-n // W) * D for n in set(ns)}
+    pb_of = {n: -(-n // W) * D * pf for n in set(ns)}
     if swap_min is not None:
         pb_of = {n: 0 if pb >= swap_min else pb for n, pb in pb_of.items()}
     kept = list(map(pb_of.__getitem__, ns))
@@ -561,7 +568,7 @@ SIZE_RUNS = True
 
 
 def _single_param_load_peak_runs(mods: list[str], ns: list[int], W: int, D: int, build: int,
-                                 swap_min: int | None) -> tuple[int, int, str]:
+                                 swap_min: int | None, pf: int = 1) -> tuple[int, int, str]:
     """:func:`_single_param_load_peak` over runs of consecutive tensors of equal size (an inventory of N
     identical tensors is one run): in a run of k tensors of n elements each adds the same partition
     pb >= 0 to what is built, so its building instants done_j + n x build and its partitioning instants
@@ -572,7 +579,7 @@ def _single_param_load_peak_runs(mods: list[str], ns: list[int], W: int, D: int,
     starts = [0, *itertools.compress(range(1, L), map(operator.ne, ns, itertools.islice(ns, 1, None)))]
     rn = list(map(ns.__getitem__, starts))
     lens = list(map(operator.sub, itertools.chain(itertools.islice(starts, 1, None), (L,)), starts))
-    pb_of = {n: -(-n // W) * D for n in set(rn)}
+    pb_of = {n: -(-n // W) * D * pf for n in set(rn)}
     if swap_min is not None:
         pb_of = {n: 0 if pb >= swap_min else pb for n, pb in pb_of.items()}
     kept = list(map(pb_of.__getitem__, rn))
@@ -595,7 +602,7 @@ def _single_param_load_peak_runs(mods: list[str], ns: list[int], W: int, D: int,
 
 
 def zero_init_load_peak_of(inv: Inventory, W: int, D: int, Dl: int, cast: bool | None = None,
-                           swap_min: int | None = None, repeat: bool = True) -> tuple[int, int, str]:
+                           swap_min: int | None = None, repeat: bool = True, pf: int = 1) -> tuple[int, int, str]:
     """:func:`zero_init_load_peak` of ``inv``'s parameters (owning modules, :func:`module_names`, in
     inventory order). Where its layers are identical (``model.parallel.layer_repeat``, at least 4)
     and ``repeat``, only the first and last layer are listed and the others skipped (``skip``): the same
@@ -609,13 +616,13 @@ def zero_init_load_peak_of(inv: Inventory, W: int, D: int, Dl: int, cast: bool |
         if SIZE_RUNS and len(names) > 1 and not any(map(operator.eq, names, itertools.islice(names, 1, None))):
             # every module one parameter: no (module, size) pair per tensor (zero_init_load_peak's dispatch)
             build = Dl + (D if (Dl != D if cast is None else cast) else 0)
-            return _single_param_load_peak_runs(names, ns, W, D, build, swap_min)
-        return zero_init_load_peak(list(zip(names, ns)), W, D, Dl, cast, swap_min)
+            return _single_param_load_peak_runs(names, ns, W, D, build, swap_min, pf)
+        return zero_init_load_peak(list(zip(names, ns)), W, D, Dl, cast, swap_min, pf=pf)
     h, u, e = rep.head, rep.unit, rep.end
     idx = list(itertools.chain(range(h + u), range(e - u, len(names))))
     ts = inv.tensors
     sizes = [(names[i], ts[i].numel) for i in idx]
-    return zero_init_load_peak(sizes, W, D, Dl, cast, swap_min, skip=(h + u, u, rep.count - 2))
+    return zero_init_load_peak(sizes, W, D, Dl, cast, swap_min, skip=(h + u, u, rep.count - 2), pf=pf)
 
 
 def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank: int) -> list[Entry]:
@@ -636,8 +643,11 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         op = ec.offload_param_effective
         swap_min = swap_threshold_bytes(ec) if op == "nvme" else None
         # once per (tensor list, its arguments), not per plan: generate's plans share the inventory
-        parts, full, where = inv.memo(("zero_init_load_peak", W, D, Dl, cast, swap_min),
-                                      lambda: zero_init_load_peak_of(inv, W, D, Dl, cast, swap_min))
+        # hpZ: each secondary partition made beside its primary one (zero_init_load_peak's pf)
+        h = min(ec.zero.zero_hpz_partition_size or 1, W)
+        pf = 1 + W // h if h > 1 and W % h == 0 and op != "nvme" else 1
+        parts, full, where = inv.memo(("zero_init_load_peak", W, D, Dl, cast, swap_min) + ((pf,) if pf > 1 else ()),
+                                      lambda: zero_init_load_peak_of(inv, W, D, Dl, cast, swap_min, pf=pf))
         src = "runtime/zero/partition_parameters.py:Init (_post_init_method, _partition_param)"
         out = [Entry(rank, "accelerator", "parameters", "zero_init_module_whole", full, "load",
                      f"the parameters of one module whole in {ec.model_dtype}"
@@ -650,6 +660,7 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
             tier = "host_pinned" if pin else "host_pageable"
         out.append(Entry(rank, tier, "parameters", "zero_init_partitions", parts, "load",
                          "sum ceil(n_i / W) x D of the parameters partitioned before that instant"
+                         + (f", x {pf} with hpZ's secondary partitions (ceil(n_i / W) x W / {h} each)" if pf > 1 else "")
                          + (f" (nvme: those below the {swap_min:,} B aio swap size, kept in host memory; "
                             "_partition_param puts them on the cpu)" if swap_min is not None else ""), src))
         if op == "nvme":
