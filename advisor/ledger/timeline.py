@@ -981,8 +981,17 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
             formula += ", at ZeRO-3 before the first parameter is partitioned"
             if op == "cpu":
                 tier = "host_pinned" if ec.zero.offload_param.pin_memory else "host_pageable"
-                extra.append(Entry(rank, tier, "parameters", "init_first_partition", p0 * D, "init_module",
-                                   f"ceil(n_0 / W) x {D} = {p0} x {D} (the first partition, in host memory)", src_p))
+                # hpZ: its secondary partition is made first, on the same remote device (_partition
+                # l.1768-1769 -> _partition_param_sec l.1915, device=self.remote_device). Engine probe
+                # z3_bf16_hpz2_op_w2 (TINY, W = h = 2, 2026-12-06): on the CPU accelerator both tiers are one
+                # device, whose sum peaks later, at l2.weight (l1's and l2.weight's partitions and secondaries beside
+                # l2 and l3 whole): 132,776 B vs this instant's 124,946 (+6.3%); a GPU's accelerator tier peaks here
+                h = min(ec.zero.zero_hpz_partition_size or 1, W)
+                s0 = p0 * W // h if h > 1 and W % h == 0 else 0
+                extra.append(Entry(rank, tier, "parameters", "init_first_partition", (p0 + s0) * D, "init_module",
+                                   f"ceil(n_0 / W) x {D} = {p0} x {D} (the first partition, in host memory)"
+                                   + (f" + its hpZ secondary, ceil(n_0 / W) x W / {h} x {D} = {s0} x {D}" if s0 else ""),
+                                   src_p + ("; Init._partition_param_sec" if s0 else "")))
             else:
                 extra += _swap_buffer_entries(ledger, rank, "init_module", "made by Init(module=...) before it partitions")
     src = src_e + " (self.module.to(self.device), l. 2094)"
