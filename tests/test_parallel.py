@@ -241,9 +241,12 @@ def test_quantized_nontrainable_weights_int8_partitions_by_hand():
     # (_partition_param_sec l. 1922-1924): 2^21 -> ceil(2^21/8000) = 263 -> 512 groups; 48,000 ->
     # 6 groups (48,000 % 48 == 0, 8,000 per group); the trainable bias keeps 512 x 2 bytes
     cfg["zero_optimization"].update(zero_quantized_nontrainable_weights=True, zero_hpz_partition_size=8)
-    # (the bias, 4,096 <= the persistence threshold 1e5, in the persistent parameters' entry)
+    # (the frozen ones in their own entry, never freed: stage3.py invalidate_secondary_tensor walks the trainable
+    # fp16_groups only, l.755-759; the trainable bias, 4,096 <= the persistence threshold 1e5, in the persistent one)
     hl = compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=16))).ranks[0]
-    assert [x.bytes for x in hl.by_item("lp_param_secondary")] == [2 ** 21 + 48000 + 4 * (512 + 6)]
+    assert [(x.bytes, x.life) for x in hl.by_item("lp_param_secondary_frozen")] == [
+        (2 ** 21 + 48000 + 4 * (512 + 6), "persistent")]
+    assert hl.by_item("lp_param_secondary") == []
     assert [x.bytes for x in hl.by_item("lp_param_secondary_persist")] == [512 * 2]
 
 

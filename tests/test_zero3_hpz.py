@@ -97,3 +97,23 @@ def test_zero_init_load_holds_the_secondaries_by_hand():
         return dict(zip((x.key for x in tl.instants), ser))["load"]
     assert load(2) == 2 * 19566 + 23177 * 6 == 178194
     assert load(1) == 19566 + 23177 * 6 == 158628
+
+
+def test_frozen_parameters_keep_their_secondaries_by_hand():
+    """l2 frozen: invalidate_secondary_tensor walks the optimizer's fp16_groups, trainable parameters only
+    (stage3.py l.755-759; partitioned_param_coordinator.py l.594 'not trainable so their secondary tensor never
+    expire'), so l2's secondaries, (11,589 + 39) x 2 B = 23,256 B at W = h = 2, stay through the later forward,
+    where the trainable ones' are gone. Engine probes (TINY_FROZEN_GROUPS, W = 2, 2026-12-06, both ranks), hpZ 2
+    less without: forward:2 392,729 - 369,473 and backward:2 432,567 - 409,311 = 23,256 B; initialize and step:1
+    43,214 B (every secondary)."""
+    frozen = Inventory("tiny-frozen", [TensorSpec(n, s, trainable=not n.startswith("l2")) for n, s in SIZES])
+
+    def at(hpz, key):
+        ec = effective_config(_cfg(hpz))
+        led = compute_ledger(Plan(ec, frozen, Cluster(world_size=2)))
+        tl = role_timeline(led, led.rank(0), resolve_load(ec, zero_init=False, dtype=None), ga=1, rank=0)
+        ser = tl.series(("accelerator", "host_pinned", "host_pageable"))
+        return dict(zip((x.key for x in tl.instants), ser))[key]
+    assert at(2, "steady:forward") - at(1, "steady:forward") == (11589 + 39) * 2
+    # the first forward: every secondary, (9,632 + 151 + 11,589 + 39 + 193 + 3) x 2
+    assert at(2, "forward:1") - at(1, "forward:1") == 21607 * 2

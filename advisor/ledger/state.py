@@ -41,8 +41,8 @@ items only appear at the first step) is :mod:`advisor.ledger.timeline`. An entry
 
 Items (the census names used by the engine harness; see the reference section 8):
   parameters:        lp_params_flat, lp_param_partitions, lp_params_gathered, lp_param_secondary /
-                     lp_param_secondary_persist (added: ZeRO++ hpZ secondary partition, non-persistent /
-                     persistent parameters'),
+                     lp_param_secondary_persist / lp_param_secondary_frozen (added: ZeRO++ hpZ secondary
+                     partition, non-persistent / persistent trainable parameters', frozen ones'),
                      offload_bit16_param_buffer, max_in_cpu_buffer, frozen_params (added:
                      trainable=False tensors)
   gradients:         lp_grads, averaged_gradients, grad_partitions_flat_buffer, fp32_grad,
@@ -3665,9 +3665,9 @@ def _frozen_modules(inv: Inventory) -> list[int]:
     return inv.memo(("frozen_modules",), compute)
 
 
-def hpz_secondary_parts(inv: Inventory, zero, W: int, D: int) -> "list[tuple[bool, int, int, int]]":
-    """Per tensor (model order): (persistent, 16-bit elements, int8 elements, scale bytes) of its ZeRO++ hpZ
-    secondary partition, h = min(zero_hpz_partition_size, W): A_W(n_i) / h elements (``partition_parameters.py``
+def hpz_secondary_parts(inv: Inventory, zero, W: int, D: int) -> "list[tuple[bool, bool, int, int, int]]":
+    """Per tensor (model order): (persistent, trainable, 16-bit elements, int8 elements, scale bytes) of its ZeRO++
+    hpZ secondary partition, h = min(zero_hpz_partition_size, W): A_W(n_i) / h elements (``partition_parameters.py``
     _partition_param_sec l.1912-1915: _aligned_size(param) // num_ranks_in_param_group), int8 with fp32 scales for
     a frozen parameter under zero_quantized_nontrainable_weights (l.1922-1924); empty without hpZ."""
     h = min(zero.zero_hpz_partition_size or 1, W)
@@ -3678,7 +3678,8 @@ def hpz_secondary_parts(inv: Inventory, zero, W: int, D: int) -> "list[tuple[boo
     for t, keep in zip(inv.tensors, zero3_persistent(inv, zero)):
         s_i = _ceil_div(t.numel, W) * W // h
         g = quant_groups(s_i) if qnt and not t.trainable else None
-        out.append((bool(keep), s_i, 0, 0) if g is None else (bool(keep), 0, s_i, g * QUANT_SCALE_BYTES))
+        tr = bool(t.trainable)
+        out.append((bool(keep), tr, s_i, 0, 0) if g is None else (bool(keep), tr, 0, s_i, g * QUANT_SCALE_BYTES))
     return out
 
 
@@ -3720,11 +3721,11 @@ def zero3_backward_fetch(ec: EffectiveConfig, inv: Inventory, W: int, fetch: Zer
     hpz_key: tuple = ()
     if not first and not hpz_forward_releases(inv, z):
         parts = hpz_secondary_parts(inv, z, W, D0)
-        if parts and not all(p[0] for p in parts):
+        if parts and not all(p[0] or not p[1] for p in parts):
             M = len(at_fetch)
             per_mod = [0] * M
-            for m, (keep, n16, n8, sc) in zip(mod_of, parts):
-                if not keep:
+            for m, (keep, tr, n16, n8, sc) in zip(mod_of, parts):
+                if tr and not keep:  # a frozen parameter's is never freed (lp_param_secondary_frozen)
                     per_mod[m] += n16 * D0 + n8 + sc
             after = list(itertools.accumulate(reversed(per_mod), initial=0))[::-1][1:]  # modules k > m
             at_fetch = [a + x for a, x in zip(at_fetch, after)]
@@ -8121,9 +8122,10 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
         # in two entries by when it is live (timeline.hpz_secondary_live): the persistent parameters' (remade only by the
         # step's _partition_all_parameters) and the others' (remade at each release after use)
         h = min(hpz, W)
-        sums = {True: [0, 0, 0], False: [0, 0, 0]}  # persistent? -> [16-bit, int8, scale bytes]
-        for keep, n16, n8, sc in hpz_secondary_parts(inv, z, W, D):
-            acc = sums[keep]
+        # persistent (True), the other trainable ones (False), frozen ("frozen") -> [16-bit, int8, scale bytes]
+        sums: dict = {True: [0, 0, 0], False: [0, 0, 0], "frozen": [0, 0, 0]}
+        for keep, tr, n16, n8, sc in hpz_secondary_parts(inv, z, W, D):
+            acc = sums[keep if tr else "frozen"]
             acc[0] += n16
             acc[1] += n8
             acc[2] += sc
@@ -8146,7 +8148,12 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
                  "persistent params: made at Init(module=...) / zero.Init, freed by the first step's _post_step "
                  "(stage3.py l.2846); never released in a later forward (__params_to_release skips ds_persist), so "
                  "made again only by each step's _partition_all_parameters (stage3.py l.2878) and "
-                 "save_checkpoint's prologue (l.3845)")):
+                 "save_checkpoint's prologue (l.3845)"),
+                ("frozen", "lp_param_secondary_frozen", "persistent",
+                 "frozen params: never freed, since invalidate_secondary_tensor walks only the optimizer's "
+                 "fp16_groups, its trainable parameters (stage3.py l.755-759, _get_trainable_parameter_groups "
+                 "l.726-735; partitioned_param_coordinator.py l.594: 'not trainable so their secondary tensor "
+                 "never expire')")):
             sec, qsec, qscales = sums[keep]
             if not (sec or qsec):
                 continue

@@ -1895,7 +1895,9 @@ def hpz_secondary_live(life: str, k: str, ph: str, save_gather: bool = False) ->
     ``hpz_secondary_persistent`` (the persistent parameters', which no forward releases:
     __params_to_release skips ds_persist) is not live in the later forwards and backwards, and made again by
     each step's _partition_all_parameters (``stage3.py`` l.2878 -> release_and_reset_all), so live in every step.
-    Save: checkpoint_event_prologue (l.3845) partitions the persistent ones, the 16-bit gather releases the others
+    A frozen parameter's secondary is never freed (invalidate_secondary_tensor walks the optimizer's fp16_groups,
+    trainable parameters only, ``stage3.py`` l.755-759): ``state`` gives it life ``persistent``
+    (lp_param_secondary_frozen). Save: checkpoint_event_prologue (l.3845) partitions the persistent ones, the 16-bit gather releases the others
     after each module, and the epilogue frees them all (l.3848). Engine z3_bf16_hpz2_w2 (TINY, every parameter
     persistent, W = h = 2, 2026-12-06, 2 runs): forward:2 / backward:2 were 43,089 / 43,163 B under the ledger
     with the secondaries (43,214 B) kept, now within 0.03%; step:2 matches with them live."""
@@ -1919,7 +1921,7 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # other stages' modules a whole build keeps (after_load: no stage's optimizer touches them)
         return life == "after_load"
     if k == "initialize:fp32_partitions":  # the 16-bit partitions beside it (zero3_init_transients), hpZ's too
-        return e.item == "lp_param_partitions" or life in HPZ_SECONDARY_LIVES
+        return e.item in ("lp_param_partitions", "lp_param_secondary_frozen") or life in HPZ_SECONDARY_LIVES
     if k in ("initialize:optimizer_states", "initialize:grad_hooks"):  # what is live at initialize's end, beside it
         inst = Instant("initialize", ph, inst.label)
         k = "initialize"
