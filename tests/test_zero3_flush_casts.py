@@ -97,11 +97,15 @@ def test_all_reduce_path_multiplies_the_bucket_into_a_copy():
 
 def test_excluded_names_only_what_the_plan_has():
     one = from_dict({"name": "one", "tensors": [{"name": "params.0", "shape": [200000]}]}, "one")
-    assert state.zero3_backward_copies_excluded(_ec({"communication_data_type": "fp32"}), one) == ""
-    # without reduce_scatter: the short ranks' zero-padded partitions (l. 1898-1902), not in rank 0's walk
-    assert "zero-padded" in state.zero3_backward_copies_excluded(_ec(reduce_scatter=False), one)
+    assert state.zero3_backward_copies_excluded(_ec({"communication_data_type": "fp32"}), [(one, 2)]) == ""
+    # without reduce_scatter: the short ranks' zero-padded partitions (l. 1898-1902), not in rank 0's walk, only
+    # for a gradient within the bucket (l. 1674: __avg_scatter_contiguous_grads) whose n % W != 0
+    odd = from_dict({"name": "odd", "tensors": [{"name": "params.0", "shape": [9999]}]}, "odd")
+    assert "zero-padded" in state.zero3_backward_copies_excluded(_ec(reduce_scatter=False), [(odd, 2)])
+    assert state.zero3_backward_copies_excluded(_ec(reduce_scatter=False), [(one, 2)]) == ""  # over the bucket
     # TINY's nn.Linears under memory_efficient_linear: the bias whole at its weight's hook
-    assert "bias gradient" in state.zero3_backward_copies_excluded(_ec(), TINY)
-    assert state.zero3_backward_copies_excluded(_ec(memory_efficient_linear=False), TINY) == ""
+    assert "bias gradient" in state.zero3_backward_copies_excluded(_ec(), [(TINY, 2)])
+    assert state.zero3_backward_copies_excluded(_ec(memory_efficient_linear=False), [(TINY, 2)]) == ""
+    # qgZ in the ledger's config (across nodes: state.ledger_config keeps it only there)
     assert state.zero3_reduce_flush_bytes(_ec(zero_quantized_gradients=True), TINY, 2) is None
-    assert "qgZ" in state.zero3_backward_copies_excluded(_ec(zero_quantized_gradients=True), one)
+    assert "qgZ" in state.zero3_backward_copies_excluded(_ec(zero_quantized_gradients=True), [(one, 2)])

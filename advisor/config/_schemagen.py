@@ -22,7 +22,8 @@ Custom annotations (ignored by JSON Schema validators, read by ``advisor.config.
 DeepSpeed's message and the replacement), ``x-hf-auto`` (the HF Trainer / accelerate fill
 this key's ``"auto"``), ``x-ds-replacement`` (a deprecated key's replacement),
 ``x-ds-model`` (the pydantic class a section comes from), ``x-ds-true-false`` (a key DeepSpeed checks with
-``value in [True, False]``, its source: ``defaults.TRUE_FALSE_KEYS``).
+``value in [True, False]``, its source: ``defaults.TRUE_FALSE_KEYS``), ``x-ds-unchecked`` (a bound DeepSpeed never
+checks: what a value outside it does, with the source; rule S004 gives it as the reason).
 
 Only this module imports deepspeed; nothing imported by ``ds-advisor lint`` imports it.
 """
@@ -288,6 +289,15 @@ class _Gen:
 # ------------------------------------------------------------------------------------------
 # plain-dict sections (hand-written from the 0.19.8 sources)
 
+#: ``x-ds-unchecked`` of gradient_predivide_factor: why a factor <= 0 is refused though DeepSpeed 0.19.8 accepts it.
+PREDIVIDE_UNCHECKED = (
+    "DeepSpeed 0.19.8 never checks it (runtime/config.py get_gradient_predivide_factor l.237-238 reads it as is), "
+    "and 0 divides by zero where the gradients are pre-divided: a ZeroDivisionError at stage 0 (engine.py "
+    "allreduce_bucket l.3808-3809) and at ZeRO-1/2 without reduce_scatter (stage_1_and_2.py gradient_reduction_w_predivide l.1499-1500), inf/NaN "
+    "gradients at ZeRO-3 without reduce_scatter (stage3.py __avg_scatter_contiguous_grads l.1872-1873, __avg_scatter_grads l.1922-1923); a negative factor only flips "
+    "the gradients' sign before the reduce and back after it (engine.py l.3809, l.3813)")
+
+
 def _b(default: bool, doc: str = "") -> dict[str, Any]:
     s: dict[str, Any] = {"type": "boolean", "default": default}
     if doc:
@@ -348,7 +358,8 @@ def dict_sections() -> dict[str, Any]:
                               "description": "Global gradient-norm clipping; 0 disables. Default 1.0 in 0.19."},
         C.PRESCALE_GRADIENTS: _b(C.PRESCALE_GRADIENTS_DEFAULT),
         C.GRADIENT_PREDIVIDE_FACTOR: {"type": "number", "exclusiveMinimum": 0,
-                                      "default": C.GRADIENT_PREDIVIDE_FACTOR_DEFAULT},
+                                      "default": C.GRADIENT_PREDIVIDE_FACTOR_DEFAULT,
+                                      "x-ds-unchecked": PREDIVIDE_UNCHECKED},
         C.GRADIENT_ALLREDUCE_OP: {"type": "string", "pattern": _ci_enum(list(C.GRADIENT_ALLREDUCE_OP_SUPPORTED)),
                                   "default": C.GRADIENT_ALLREDUCE_OP_DEFAULT},
         C.COMMUNICATION_DATA_TYPE: {"type": ["string", "null"], "pattern": _ci_enum(["fp32", "fp16", "bf16"]),

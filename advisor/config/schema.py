@@ -495,8 +495,10 @@ def _map_error(err, hf: bool) -> list[Finding]:
                          f"to {coerced} and accepts it{extra}", f"write {coerced}")]
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "pattern",
              "minItems", "maxItems", "minLength"):
-        consequence = ("DeepSpeed 0.19.8 rejects it at deepspeed.initialize" if ctx == "pydantic"
-                       else "DeepSpeed does not accept it")
+        # a bound DeepSpeed never checks carries what a value outside it does (x-ds-unchecked, _schemagen)
+        consequence = sch.get("x-ds-unchecked") or (
+            "DeepSpeed 0.19.8 rejects it at deepspeed.initialize" if ctx == "pydantic"
+            else "DeepSpeed does not accept it")
         return [emit("S004", "error", ptr,
                         f"{where} is {_shown(inst)}, expected {_describe(sch)}: {consequence}",
                         f"set {key} to {_describe(sch)}")]

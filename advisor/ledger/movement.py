@@ -700,12 +700,8 @@ def rank_movements(plan: "Plan", r: int) -> list[Movement]:
 
 
 def _ranks_per_node(plan: "Plan", hardware: "Hardware | None" = None) -> int:
-    cl = plan.cluster
-    if cl.gpus_per_node:
-        return max(1, min(cl.gpus_per_node, cl.world_size))
-    if hardware is not None and hardware.accelerators_per_node:
-        return max(1, min(hardware.accelerators_per_node, cl.world_size))
-    return max(1, min(cl.world_size, 8))
+    from advisor.ledger.state import ranks_per_node  # the one rule, which the ledger's qgZ path reads too
+    return ranks_per_node(plan, hardware)
 
 
 def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None) -> list[Movement]:

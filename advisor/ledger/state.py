@@ -1411,9 +1411,40 @@ def zero3_predivide_factor(ec: EffectiveConfig) -> "float | None":
     return None if ec.prescale_gradients else float(ec.gradient_predivide_factor)
 
 
+def ranks_per_node(plan: Plan, hardware: Any = None) -> int:
+    """Ranks on one node (DeepSpeed's ``get_accelerator().device_count()``): ``--gpus-per-node``, else the
+    hardware's accelerators per node, else min(world size, 8); never more than the world size."""
+    cl = plan.cluster
+    if cl.gpus_per_node:
+        return max(1, min(cl.gpus_per_node, cl.world_size))
+    if hardware is not None and getattr(hardware, "accelerators_per_node", None):
+        return max(1, min(hardware.accelerators_per_node, cl.world_size))
+    return max(1, min(cl.world_size, 8))
+
+
+def ledger_config(plan: Plan) -> EffectiveConfig:
+    """``plan.config`` as the ledger's code paths read it. ZeRO++ qgZ (``zero_quantized_gradients``) changes
+    ZeRO-3's gradient reduce only when the job spans nodes: ``stage3.py`` __avg_scatter_grads takes
+    all_to_all_quant_reduce only where ``num_nodes = world // device_count() > 1`` (l. 1925-1929), else
+    reduce_scatter_coalesced as without qgZ (l. 1930; qgZ asserts reduce_scatter on, l. 389-390), and
+    __avg_scatter_contiguous_grads never reads it: on one node the flush is modelled as without qgZ
+    (:func:`zero3_reduce_flush_modeled`). The same config otherwise (memoised in ``plan.derived``)."""
+    ec = plan.config
+    z = ec.zero
+    if not (z.stage == 3 and z.zero_quantized_gradients):
+        return ec
+    if plan.cluster.world_size // ranks_per_node(plan) > 1:
+        return ec
+    got = plan.derived.get("ledger_config")
+    if got is None:
+        got = plan.derived["ledger_config"] = replace(ec, zero=replace(z, zero_quantized_gradients=False))
+    return got
+
+
 def zero3_reduce_flush_modeled(ec: EffectiveConfig) -> bool:
     """Whether :func:`zero3_reduce_flush_bytes` models this ZeRO-3 plan's gradient reduce: not under ZeRO++ qgZ
-    (its quantized all-to-all buffers). Any ``communication_data_type`` and ``grad_accum_dtype``: their casts are
+    across nodes (its quantized all-to-all buffers; on one node :func:`ledger_config` turns qgZ off, as DeepSpeed
+    takes reduce_scatter_coalesced there). Any ``communication_data_type`` and ``grad_accum_dtype``: their casts are
     :func:`_zero3_flush_copies`, as are gradient_predivide_factor's (without reduce_scatter). Measured on the engine
     (TINY, real Linears, W = 2, reduce_bucket_size 10,000, 2026-12-06): a bf16 model with communication_data_type
     fp32 (with and without CPU optimizer offload, and with reduce_scatter off), grad_accum_dtype fp32, and both:
@@ -1424,37 +1455,76 @@ def zero3_reduce_flush_modeled(ec: EffectiveConfig) -> bool:
     return not ec.zero.zero_quantized_gradients
 
 
-def zero3_backward_copies_excluded(ec: EffectiveConfig, inv: Inventory) -> str:
+def zero3_flush_paths(ec: EffectiveConfig, inv: Inventory) -> tuple[int, int]:
+    """(all-reduce, reduce-scatter): how many of ``inv``'s trainable gradients each ZeRO-3 flush path takes.
+    DeepSpeed 0.19.8 ``stage3.py`` __reduce_and_partition_ipg_grads (l. 1674-1678) takes
+    __avg_scatter_contiguous_grads (an in-place all_reduce of the bucket's contiguous buffer) when
+    ``contiguous_gradients``, no ``reduce_scatter`` and the bucket's elements <= ``reduce_bucket_size``; every other
+    flush takes __avg_scatter_grads -> ``coalesced_collectives.py`` reduce_scatter_coalesced. A gradient of n <=
+    ``reduce_bucket_size`` elements is always in such a bucket (l. 1583: the bucket is flushed before it would pass
+    the size); one larger is alone in its bucket (l. 1583 flushes it as the next arrives), over the size."""
+    z = ec.zero
+    rbs = int(z.reduce_bucket_size)
+    ns = _zero3_grad_columns(inv, bool(z.memory_efficient_linear))[1]
+    if not z.contiguous_gradients or z.reduce_scatter:
+        return 0, len(ns)
+    small = sum(1 for n in ns if n <= rbs)
+    return small, len(ns) - small
+
+
+def zero3_short_shares(ec: EffectiveConfig, inv: Inventory, W: int) -> int:
+    """How many of ``inv``'s trainable gradients reach __avg_scatter_contiguous_grads (:func:`zero3_flush_paths`)
+    with a share short on some rank: partition_numel is ceil(n/W) (``partition_parameters.py`` _padding_size
+    l. 1693-1696, _aligned_size // W l. 1909-1910) while the rank's slice of the reduced buffer is
+    min((r + 1) ceil(n/W), n) - min(r ceil(n/W), n) (``stage3.py`` l. 1890-1893), shorter on the last ranks exactly
+    when n % W != 0 (W > 1); such a rank gets a zero-padded copy (l. 1898-1902)."""
+    z = ec.zero
+    if W <= 1 or not z.contiguous_gradients or z.reduce_scatter:
+        return 0
+    rbs = int(z.reduce_bucket_size)
+    ns = _zero3_grad_columns(inv, bool(z.memory_efficient_linear))[1]
+    return inv.memo(("zero3_short_shares", bool(z.memory_efficient_linear), rbs, W),
+                    lambda: sum(1 for n in ns if n <= rbs and n % W))
+
+
+def zero3_backward_copies_excluded(ec: EffectiveConfig, walks: "Sequence[tuple[Inventory, int]]") -> str:
     """The words of a ZeRO-3 plan's ``excluded`` line for its backward copies ("" where none is left out): what
-    of the gradient reduce this plan has and the ledger leaves out. The whole flush where
-    :func:`zero3_reduce_flush_modeled` says no (qgZ); without ``reduce_scatter``, the zero-padded partitions
-    ``stage3.py`` __avg_scatter_contiguous_grads makes for a rank whose share of a gradient is short (l. 1898-1902;
-    measured, TINY W = 2, reduce_bucket_size 50,000: rank 1 +23,950 B, the ledger's walk being rank 0's); an
-    nn.Linear's bias gradient, whole as its weight's hook fires, where ``memory_efficient_linear`` (on by
-    default) routes the model's nn.Linear modules (:func:`zero3_linear_pairs`) through ``zero/linear.py``
-    LinearFunctionForZeroStage3 (l. 134, 141: both made at once; out x D bytes). A communication_data_type or
-    grad_accum_dtype unlike the model's and gradient_predivide_factor's copies are counted
-    (:func:`_zero3_flush_copies`), and with
+    of the gradient reduce this plan has and the ledger leaves out. ``walks``: the (tensor list, partition group
+    size W) each rank role walks (the plan's inventory and zero world size; under tensor / pipeline / expert
+    parallelism each shard's). The whole flush where :func:`zero3_reduce_flush_modeled` says no (qgZ across
+    nodes: ``stage3.py`` l. 1927-1929 all_to_all_quant_reduce); the zero-padded partitions
+    __avg_scatter_contiguous_grads makes for a rank whose share of a gradient is short, only where some gradient
+    takes that path with n % W != 0 (:func:`zero3_short_shares`; measured, TINY W = 2, reduce_bucket_size 50,000:
+    rank 1 +23,950 B, the ledger's walk being rank 0's); an nn.Linear's bias gradient, whole as its weight's hook
+    fires, where ``memory_efficient_linear`` (on by default) routes the model's nn.Linear modules
+    (:func:`zero3_linear_pairs`) through ``zero/linear.py`` LinearFunctionForZeroStage3 (l. 134, 141: both made
+    at once; out x D bytes). A communication_data_type or grad_accum_dtype unlike the model's and
+    gradient_predivide_factor's copies are counted (:func:`_zero3_flush_copies`), and with
     ``memory_efficient_linear`` off the weight whole at its bias's arrival (:func:`zero3_autograd_siblings`)."""
     z = ec.zero
     parts = []
-    if not zero3_reduce_flush_modeled(ec):
-        parts.append("the whole gradient flush under qgZ")
-    if not z.reduce_scatter:
-        parts.append("without reduce_scatter, the zero-padded gradient partitions an in-bucket all-reduce flush "
-                     "makes on a rank whose share of a gradient is short (stage3.py __avg_scatter_contiguous_grads "
-                     "l. 1898-1902: ceil(n_i/W) x grad_accum_dtype bytes each, on the last ranks; rank 0's figure is "
-                     "counted)")
-    if z.memory_efficient_linear and zero3_linear_pairs(inv):
+    modeled = zero3_reduce_flush_modeled(ec)
+    if not modeled:
+        parts.append("the whole gradient flush under qgZ across nodes (stage3.py __avg_scatter_grads l. 1927-1929: "
+                     "all_to_all_quant_reduce; the gradients held whole, their casts and the quantized buffers: no "
+                     "flush is on the timeline)")
+    short = sum(zero3_short_shares(ec, inv, W) for inv, W in walks) if modeled else 0
+    if short:
+        parts.append(f"without reduce_scatter, the zero-padded gradient partitions an in-bucket all-reduce flush "
+                     f"makes on a rank whose share of a gradient is short ({short:,} gradients of n % W != 0 within "
+                     "reduce_bucket_size; stage3.py __avg_scatter_contiguous_grads l. 1898-1902: ceil(n_i/W) x "
+                     "grad_accum_dtype bytes each, on the last ranks; rank 0's figure is counted)")
+    if z.memory_efficient_linear and any(zero3_linear_pairs(inv) for inv, _ in walks):
         parts.append("an nn.Linear's bias gradient, whole as its weight's arrives (LinearFunctionForZeroStage3 "
                      "returns both at once; out x D bytes)")
-    counted = ("the flush's flat buffer, its casts to communication_data_type and back, its "
-               "gradient_predivide_factor copies, the gradients held whole and the in-step flatten/cast are on the "
-               "timeline")
     if not parts:
         return ""
-    return "ZeRO-3 backward copies: " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] \
-        + f"; otherwise {counted}"
+    line = "ZeRO-3 backward copies: " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+    if modeled:
+        line += ("; otherwise the flush's buffers, its casts to communication_data_type and back, its "
+                 "gradient_predivide_factor copies, the gradients held whole and the in-step flatten/cast are on "
+                 "the timeline")
+    return line
 
 
 def _zero3_flush_dtypes(ec: EffectiveConfig) -> tuple[int, int, int]:
@@ -8176,17 +8246,28 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
 
     rs = zero3_reduce_flush_bytes(ec, inv, W)
     if rs is not None:
+        # the words and sources of the flush paths this plan's gradients take (stage3.py l. 1674-1678)
+        n_ar, n_rs = zero3_flush_paths(ec, inv)
+        ar_words = ("in-bucket all-reduce (no reduce_scatter: the bucket's contiguous buffer reduced in place, "
+                    "multiplied back into a copy unless gradient_predivide_factor is W, cast to grad_accum_dtype "
+                    "where it differs)")
+        rs_words = "flat buffer sum over the flush's params ceil(n_i/W) x W x C"
+        flush_words = " or ".join(([rs_words] if n_rs else []) + ([ar_words] if n_ar else [])) or rs_words
+        flush_src = "; ".join(
+            (["runtime/comm/coalesced_collectives.py:reduce_scatter_coalesced (torch.cat of the interleaved, padded "
+              "partitions)"] if n_rs or not n_ar else [])
+            + ([f"{S}.__avg_scatter_contiguous_grads (all_reduce in place, l. 1880; buffer_to_reduce.mul, "
+                "l. 1882-1883)"] if n_ar else []))
         b.add("accelerator", "workspace", "zero3_reduce_flush", rs[0], "in_backward",
-              f"max over backward's gradient arrivals and bucket flushes of (flat buffer sum over the flush's "
-              f"params ceil(n_i/W) x W x C + the bucket's gradients held whole + the arriving gradient, whole"
+              f"max over backward's gradient arrivals and bucket flushes of ({flush_words} + the bucket's "
+              f"gradients held whole + the arriving gradient, whole"
               + (" + at a flush, the casts to communication_data_type of the gradients held whole and of the "
                  "rank's outputs to grad_accum_dtype (_zero3_flush_copies)"
                  if len(set(_zero3_flush_dtypes(ec))) > 1 else "")
               + (" + at a flush, under CPU/NVMe optimizer offload, the fp64 norm copy of the bucket's largest "
                  "gradient partition, max_i min(ceil(n_i/W), 250,000,000) x 8" if oo != "none" else "")
               + f") = {rs[0]} ({rs[1]})",
-              "runtime/comm/coalesced_collectives.py:reduce_scatter_coalesced (torch.cat of the interleaved, "
-              f"padded partitions); {S}.reduce_independent_p_g_buckets_and_remove_grads (flush before the "
+              f"{flush_src}; {S}.reduce_independent_p_g_buckets_and_remove_grads (flush before the "
               "arriving gradient joins) / __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads"
               + (" -> partition_grads -> _offload_grad_partition_at_boundary -> _constant_buffered_norm2 "
                  "(part.to(get_norm_dtype()), one partition at a time while the flush's reduce-scatter output "
@@ -9028,6 +9109,24 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
     return out
 
 
+def _zero_walks(inv: Inventory, cl: Cluster) -> list[tuple[Inventory, int]]:
+    """The (tensor list, ZeRO partition group size) each rank role of the plan accounts: the model over the
+    zero world size, or under tensor / pipeline / expert parallelism each stage's shard (its routed experts over
+    the expert-data-parallel group of W / ep), as :func:`_model_parallel_roles` takes them."""
+    Wz = cl.zero_world_size
+    if not cl.model_parallel:
+        return [(inv, Wz)]
+    from advisor.model.parallel import shard, split_experts
+    out: list[tuple[Inventory, int]] = []
+    for sh in shard(inv, cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel):
+        if cl.expert_parallel > 1:
+            dense, experts = split_experts(sh.inventory)
+            out += [(dense, Wz), (experts, max(1, Wz // cl.expert_parallel))]
+        else:
+            out.append((sh.inventory, Wz))
+    return out
+
+
 def compute_ledger(plan: Plan) -> Ledger:
     """Per-rank bytes by tier x class x item for ``plan`` (bytes; config sizes are elements).
 
@@ -9037,7 +9136,7 @@ def compute_ledger(plan: Plan) -> Ledger:
     and the DeepSpeed file:function it comes from. Raises ValueError when
     :func:`unsupported_reason` says DeepSpeed refuses the combination.
     """
-    ec = plan.config
+    ec = ledger_config(plan)  # qgZ on one node: the reduce as without it
     inv = plan.inventory
     cl = plan.cluster
     why = unsupported_reason(ec, cl.dp_world_size)
@@ -9050,7 +9149,7 @@ def compute_ledger(plan: Plan) -> Ledger:
         ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga, plan.workload)
     else:
         ranks = _roles(ec, inv, cl.zero_world_size, wrapper, basic, ga, placement_of(plan))
-    z3_copies = zero3_backward_copies_excluded(ec, inv) if ec.zero.stage == 3 else None
+    z3_copies = zero3_backward_copies_excluded(ec, _zero_walks(inv, cl)) if ec.zero.stage == 3 else None
     excluded = [
         *(["pipeline-parallel pipe buffers (the p2p receive buffers, the last stage's kept outputs: they need the "
            "sequence length and the hidden size)"]
@@ -9059,13 +9158,20 @@ def compute_ledger(plan: Plan) -> Ledger:
         "activations (depend on the model's forward, not on the config)",
         *optimizer_kernel_excluded(ec, basic),
         # ZeRO-3: only what of its gradient reduce this plan leaves out (none: no line)
-        *(([z3_copies] if z3_copies else []) if z3_copies is not None else
-          ["transient copies inside backward (reduce-scatter staging) and ZeRO-3's in-step flatten/cast "
-           "temporaries (ZeRO-1/2's flattened and fp32 grads are on the timeline)"]),
-        # only where there is such a copy: ZeRO-1/2's param groups (a ZeRO-3 plan has none to leave out)
-        *(["ZeRO-1/2's flat copy of a param group at initialize when it is built on the accelerator (stage_1_and_2.py "
-           "__init__ does so only when the free memory holds it; built in host memory otherwise, which the fit's host "
-           "row counts when a capacity is given)"] if ec.zero.stage in (1, 2) else []),
+        *([z3_copies] if z3_copies else []),
+        # only DeepSpeedZeroOptimizer reduce-scatters inside backward (stage_1_and_2.py average_tensor); stage 0's
+        # wrappers and BF16_Optimizer all-reduce at the boundary (engine.py allreduce_bucket, their flat copy is the
+        # ledger's allreduce_bucket_flat / bf16_epilogue terms)
+        *(["transient copies inside backward (reduce-scatter staging; ZeRO-1/2's flattened and fp32 grads are on the "
+           "timeline)"] if wrapper == "DeepSpeedZeroOptimizer" else []),
+        # only where DeepSpeedZeroOptimizer may build a param group's flat copy in host memory (stage_1_and_2.py
+        # l.449-460): the accelerator flatten is the timeline's initialize:flatten (timeline.zero12_init_transients;
+        # init_transients_excluded names it where it is not modelled); BF16_Optimizer flattens on the accelerator
+        # (bf16_optimizer.py l.166-171) and timeline.zero12_flat_fallback is 0 for it
+        *(["ZeRO-1/2's flat copy of a param group built in host memory at initialize when the accelerator's free "
+           "memory cannot hold it (stage_1_and_2.py __init__ l.449-460: the group's parameters copied to the CPU "
+           "beside the flat buffer): counted on the fit's host row only when an accelerator capacity is given and "
+           "without tensor / pipeline / expert parallelism"] if wrapper == "DeepSpeedZeroOptimizer" else []),
     ]
     z = ec.zero
     if z.stage == 3 and (z.zero_quantized_weights or z.zero_quantized_gradients):
