@@ -26,7 +26,8 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
     config is first resolved as the HF Trainer does it, once
     (:func:`advisor.config.hf.resolve_for_estimate`: "auto" batch sizes, precision, bucket
     sizes from the model's hidden size or ``hidden_size``); ``Plan.config`` is then the
-    effective config of the resolved dict, ``Plan.written`` that of the file. Never raises on
+    effective config of the resolved dict, ``Plan.written`` that of the file; with no optimizer block its
+    ``optimizer.client`` is the Trainer's own (:func:`advisor.config.hf.trainer_optimizer`). Never raises on
     bad values (they fall back to DeepSpeed's defaults with a note, see
     :func:`advisor.config.effective.effective_config`)."""
     cluster = cluster or Cluster()
@@ -41,6 +42,12 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
         resolved, found = resolve_for_estimate(loaded.data, t, inventory, cluster.world_size, hidden_size=h)
         resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None)
         config = effective_config(resolved)
+        # no optimizer block: the Trainer builds torch's AdamW and passes it to deepspeed.initialize as the
+        # client optimizer (advisor.config.hf.trainer_optimizer), not DeepSpeed's FusedAdam
+        from advisor.config.hf import trainer_optimizer
+        cls, params, words = trainer_optimizer(resolved, t)
+        if words:
+            config.optimizer.client, config.optimizer.params, config.optimizer.client_note = cls, params, words
     from advisor.config.versions import apply_release_defaults
     apply_release_defaults(written, loaded.data)  # the target release's defaults the ledger reads
     if config is not written:

@@ -133,6 +133,12 @@ class Optimizer:
     torch_adam: bool = False
     adam_w_mode: bool = True
     params: dict[str, Any] = field(default_factory=dict)
+    #: with no section: the torch.optim class the client passes to ``deepspeed.initialize`` when the plan knows
+    #: it (the HF Trainer's own AdamW: :func:`advisor.planning.build_plan`), else None (a client optimizer,
+    #: Adam assumed -> FusedAdam); ``params`` then holds its ``fused`` / ``foreach`` / ``weight_decay``.
+    client: str | None = None
+    #: why ``client`` is what it is and how to change it (the estimate's optimizer line)
+    client_note: str = ""
 
     @property
     def family(self) -> str:

@@ -102,6 +102,10 @@ class TrainerArgs:
     save_on_each_node: bool = False
     auto_find_batch_size: bool = False
     world_size: int = 1
+    #: ``TrainingArguments.optim``: "adamw_torch_fused" with torch >= 2.8, else "adamw_torch" (transformers
+    #: 5.25.0 ``training_args.py`` l.806-811, ``pytorch_utils.py`` l.37); the ledger models torch 2.13, so the
+    #: fused default. Read only when the DeepSpeed config has no optimizer block (:func:`trainer_optimizer`).
+    optim: str = "adamw_torch_fused"
     #: ``ACCELERATE_MIXED_PRECISION`` (what ``accelerate launch`` exports); TrainingArguments
     #: starts from it and overrides it with fp16/bf16.
     env_mixed_precision: str = "no"
@@ -1089,6 +1093,57 @@ def resolve_for_estimate(raw: dict, trainer_args: TrainerArgs | Mapping[str, Any
     res = resolve_trainer(raw, args, hidden_size=hidden_size if hidden_size is not None else h,
                           model_config=meta if h is not None else None)
     return res.config, res.findings
+
+
+#: The Trainer's ``optim`` values ds-advisor models as the client optimizer (both torch.optim.AdamW:
+#: transformers 5.25.0 ``trainer_optimizer.py`` _get_adamw_torch l.201-208 adds ``fused=True`` for the second).
+TRAINER_ADAMW_OPTIMS = ("adamw_torch", "adamw_torch_fused")
+
+
+def trainer_optimizer(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mapping[str, Any] | None"
+                      ) -> tuple[str | None, dict[str, Any], str]:
+    """(torch class, its params, the assumption in words) of the optimizer the HF Trainer hands
+    ``deepspeed.initialize`` for the resolved config ``raw``; (None, {}, "") when ``raw`` has an optimizer
+    block (the Trainer then passes a DummyOptim and DeepSpeed builds the block's optimizer).
+
+    transformers 5.25.0: ``integrations/deepspeed.py`` deepspeed_optim_sched l.577-590 -- no "optimizer" in the
+    config -> ``trainer.create_optimizer()`` (``trainer.py`` l.1274-1341: two param groups, the decay group at
+    ``args.weight_decay`` and the no-decay group at 0.0) and ``zero_allow_untested_optimizer`` true;
+    ``TrainingArguments.optim`` defaults to "adamw_torch_fused" on torch >= 2.8, else "adamw_torch"
+    (``training_args.py`` l.806-811) -> torch.optim.AdamW, ``fused=True`` for the fused one
+    (``trainer_optimizer.py`` _get_adamw_torch l.201-208; without it torch 2.13 takes foreach on a GPU). Another
+    ``optim`` is not modelled: (None, {}, words) and the caller keeps its Adam assumption.
+
+    Under optimizer offload (``zero_optimization.offload_optimizer.device`` not "none", written) with
+    ``zero_force_ds_cpu_optimizer`` true (its default, DeepSpeed ``runtime/constants.py`` l.41-42) accelerate
+    1.16.0 swaps the Trainer's optimizer for DeepSpeedCPUAdam before ``deepspeed.initialize`` (``accelerator.py``
+    l.2336-2345, ``utils/deepspeed.py`` map_pytorch_optim_to_deepspeed l.29: AdamW -> ``adamw_mode`` true), so
+    (None, {}, words): the caller's DeepSpeedCPUAdam for a written CPU offload is that optimizer (without the
+    swap DeepSpeed would refuse the client optimizer, ``engine.py`` l.2342-2346)."""
+    if isinstance(raw.get("optimizer"), dict):
+        return None, {}, ""
+    args = trainer_args if isinstance(trainer_args, TrainerArgs) else TrainerArgs.from_mapping(trainer_args or {})
+    how = "write an optimizer block in the DeepSpeed config, or set the Trainer's optim, to change it"
+    optim = args.optim if isinstance(args.optim, str) else str(args.optim)
+    z = raw.get("zero_optimization")
+    oo = z.get("offload_optimizer") if isinstance(z, dict) else None
+    dev = oo.get("device", "none") if isinstance(oo, dict) else "none"
+    if dev not in ("none", None) and raw.get("zero_force_ds_cpu_optimizer", True) is not False:
+        return None, {}, (f"none given (the HF Trainer builds its optim {optim!r}; under offload_optimizer accelerate "
+                          "swaps it for DeepSpeedCPUAdam before deepspeed.initialize; write an optimizer block "
+                          "in the DeepSpeed config to change it)")
+    if optim not in TRAINER_ADAMW_OPTIMS:
+        return None, {}, (f"none given (the HF Trainer builds its optim {optim!r}, not modelled: Adam assumed; "
+                          "write an optimizer block in the DeepSpeed config to model DeepSpeed's)")
+    fused = optim == "adamw_torch_fused"
+    params: dict[str, Any] = {"weight_decay": args.weight_decay, "lr": args.learning_rate,
+                              "betas": [args.adam_beta1, args.adam_beta2], "eps": args.adam_epsilon}
+    if fused:
+        params["fused"] = True
+    words = (f"none given (the HF Trainer builds torch.optim.AdamW{'(fused=True)' if fused else ''}: "
+             f"TrainingArguments.optim {optim!r}" + (", the default on torch >= 2.8" if fused else "")
+             + f"; {how})")
+    return "AdamW", params, words
 
 
 # -- lint integration -------------------------------------------------------------------------------

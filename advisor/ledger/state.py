@@ -694,6 +694,17 @@ def torch_step_path(ec: EffectiveConfig, basic: str, host: bool, device: str = "
     return "foreach" if fe else "single"
 
 
+def step_tier(ec: EffectiveConfig, basic: str) -> str:
+    """The tier of torch's 0-dim ``step`` state tensors: the parameter's device (fp32 partitions on the
+    accelerator: "accelerator") when ``fused`` or ``capturable`` is on, else a CPU tensor ("host_pageable"):
+    ``torch/optim/adam.py`` _init_group l.163-175 ("Deliberately host `step` on CPU if both capturable and fused
+    are off"); under optimizer offload the partitions are host tensors either way. DeepSpeed's own optimizers
+    keep a python int or a CPU tensor (:data:`_OPTIMIZER_STATES`): "host_pageable"."""
+    p = ec.optimizer.params or {}
+    on_device = basic in ("Adam", "AdamW") and (p.get("fused") or p.get("capturable"))
+    return "accelerator" if on_device and ec.offload_optimizer_effective == "none" else "host_pageable"
+
+
 def torch_step_lists(ec: EffectiveConfig, inv: Inventory, W: int, wrapper: str, pl: "Placement") -> list[tuple[int, ...]]:
     """The numels (elements, fp32) of the tensors each torch ``step`` call is given, one tuple per param
     group / sub-group in DeepSpeed's order (torch's Optimizer.step loops over its param_groups, each one
@@ -4029,6 +4040,11 @@ def select_optimizer(ec: EffectiveConfig, pipeline_parallel: int = 1) -> tuple[s
     """(wrapper, basic optimizer) DeepSpeed 0.19.8 builds for ``ec`` (§2) on a model of
     ``pipeline_parallel`` stages (the plan's ``Cluster.pipeline_parallel``; :func:`plan_optimizer` passes it).
 
+    No optimizer section: the client optimizer ``ec.optimizer.client`` where the plan knows it (the HF Trainer's
+    torch.optim.AdamW, :func:`advisor.config.hf.trainer_optimizer`; DeepSpeed keeps a client optimizer as the basic
+    one, ``engine.py`` _configure_optimizer l.2334-2337), else a client Adam assumed -> FusedAdam (with neither a
+    section nor a client optimizer DeepSpeed builds no optimizer at all, ``engine.py`` l.653-689: not a training
+    plan, so the script is taken to pass one).
     Basic (``engine.py`` ``_configure_basic_optimizer``): ``torch_adam`` -> torch.optim.AdamW
     (Adam when ``adam_w_mode: false``); else ``offload_optimizer.device`` cpu or nvme as written,
     at any stage (``engine.zero_use_cpu_optimizer``) -> DeepSpeedCPUAdam; else FusedAdam.
@@ -4037,7 +4053,9 @@ def select_optimizer(ec: EffectiveConfig, pipeline_parallel: int = 1) -> tuple[s
     Wrapper (``engine._configure_optimizer`` / ``_do_optimizer_sanity_check``): stage 3 ->
     DeepSpeedZeroOptimizer_Stage3; stage 1 + bf16 + fp32 grad accumulation without
     ``device: cpu`` -> BF16_Optimizer; stages 1/2 -> DeepSpeedZeroOptimizer; stage 0 16-bit ->
-    FP16_Optimizer (FusedAdam) or FP16_UnfusedOptimizer; stage 0 fp32 -> none.
+    FP16_Optimizer (FusedAdam) or FP16_UnfusedOptimizer (any other basic optimizer, a client's too:
+    ``_configure_fp16_optimizer`` l.2560-2564 ``use_fused_optimizer = isinstance(optimizer, FusedAdam)``);
+    stage 0 fp32 -> none.
 
     Pipeline parallelism (``engine.py`` l.582: ``self.pipeline_parallelism = isinstance(model, PipelineModule)``)
     changes one branch: at stage 0 a bf16 model accumulating in bf16 (grad_accum_dtype unset or bf16,
@@ -4052,7 +4070,9 @@ def select_optimizer(ec: EffectiveConfig, pipeline_parallel: int = 1) -> tuple[s
     o = ec.optimizer
     written = ec.zero.offload_optimizer.device
     fam = o.family
-    if fam in ("adam", "adamw", "none"):
+    if fam == "none" and o.client:
+        basic = o.client  # the client's torch optimizer (the HF Trainer's AdamW: EffectiveConfig.optimizer.client)
+    elif fam in ("adam", "adamw", "none"):
         if o.torch_adam:
             basic = "AdamW" if (fam != "adam" or o.adam_w_mode) else "Adam"
         elif written in ("cpu", "nvme"):
@@ -4229,8 +4249,8 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
               f"4 B x {ntensors} step tensors of the 16-bit params (kept, as above)",
               "torch/optim/adagrad.py:Adagrad.__init__")
     step_b = optimizer_states(ec).step_bytes * ntensors if optimizer_states(ec).step_bytes else 0
-    b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
-          f"4 B x {ntensors} param tensors (torch Adam keeps a 0-dim fp32 CPU step)" if step_b else
+    b.add(step_tier(ec, basic), "optimizer_states", "step", step_b, "persistent",
+          f"4 B x {ntensors} param tensors (torch Adam keeps a 0-dim fp32 step: step_tier)" if step_b else
           "0 (step is a python int)", _opt_src(basic))
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
@@ -7548,7 +7568,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               f"P x 4 = {p_t} x 4" + (" (DeepSpeedCPUAdam zeros_like: never pinned)" if off else ""),
               _opt_src(basic))
     step_b = optimizer_states(ec).step_bytes * ng if optimizer_states(ec).step_bytes else 0
-    b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
+    b.add(step_tier(ec, basic), "optimizer_states", "step", step_b, "persistent",
           f"4 B x {ng} flat fp32 partitions" if step_b else "0 (python int)", _opt_src(basic))
     if adagrad_rebuilt(ec, wrapper, basic):
         _adagrad_first_state(b, ec, inv, f"{S}.initialize_optimizer_states (l.943-946)", "")
@@ -8406,7 +8426,7 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               f"{S}._optimizer_states_and_gradient_swap_out")
     nsub = len(sgs)
     step_b = optimizer_states(ec).step_bytes * nsub if optimizer_states(ec).step_bytes else 0
-    b.add("host_pageable", "optimizer_states", "step", step_b, "persistent",
+    b.add(step_tier(ec, basic), "optimizer_states", "step", step_b, "persistent",
           f"4 B x {nsub} sub-groups" if step_b else "0 (python int)", _opt_src(basic))
     if oo == "none":
         # _prepare_fp32_grad_for_sub_group (stage3.py l.2686): self.flatten(averaged_gradients[k]).to(fp32).

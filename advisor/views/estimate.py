@@ -275,7 +275,8 @@ class EstimateResult:
             "zero_stage": z.stage,
             "precision": {"model": ec.model_dtype, "grad_accum": ec.grad_dtype, "communication": ec.comm_dtype,
                           "master_weights": "fp32"},
-            "optimizer": {"type": ec.optimizer.type or "none given (client optimizer; Adam assumed)",
+            "optimizer": {"type": ec.optimizer.type or ec.optimizer.client_note
+                                  or "none given (client optimizer; Adam assumed)",
                           "basic": self.ledger.basic_optimizer, "wrapper": self.ledger.wrapper},
             "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective,
                                   **_partial_offload_split(self.plan)},
