@@ -117,6 +117,9 @@ class HFResolution:
     config: dict[str, Any]
     findings: list["Finding"]
     trainer_args_given: bool
+    #: the Trainer arguments given (:class:`advisor.config.hf.TrainerArgs` fields), for a config derived from
+    #: ``config`` again (a fix candidate: :func:`advisor.config.hf.trainer_effective_config`)
+    trainer_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -40,14 +40,11 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
         t = dict(trainer_args or {})
         h = t.pop("hidden_size", None) or hidden_size
         resolved, found = resolve_for_estimate(loaded.data, t, inventory, cluster.world_size, hidden_size=h)
-        resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None)
-        config = effective_config(resolved)
+        resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None, trainer_args=t)
         # no optimizer block: the Trainer builds torch's AdamW and passes it to deepspeed.initialize as the
         # client optimizer (advisor.config.hf.trainer_optimizer), not DeepSpeed's FusedAdam
-        from advisor.config.hf import trainer_optimizer
-        cls, params, words = trainer_optimizer(resolved, t)
-        if words:
-            config.optimizer.client, config.optimizer.params, config.optimizer.client_note = cls, params, words
+        from advisor.config.hf import trainer_effective_config
+        config = trainer_effective_config(resolved, t)
     from advisor.config.versions import apply_release_defaults
     apply_release_defaults(written, loaded.data)  # the target release's defaults the ledger reads
     if config is not written:

@@ -1146,6 +1146,19 @@ def trainer_optimizer(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mappi
     return "AdamW", params, words
 
 
+def trainer_effective_config(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mapping[str, Any] | None") -> Any:
+    """:func:`advisor.config.effective.effective_config` of the resolved ``raw`` as the HF Trainer runs it: with no
+    optimizer block its ``optimizer.client`` / ``params`` / ``client_note`` are the Trainer's own optimizer
+    (:func:`trainer_optimizer`). The one place a Trainer plan's config is made (``planning.build_plan`` and the
+    fix candidates' re-derived configs)."""
+    from advisor.config.effective import effective_config
+    ec = effective_config(dict(raw))
+    cls, params, words = trainer_optimizer(raw, trainer_args)
+    if words:
+        ec.optimizer.client, ec.optimizer.params, ec.optimizer.client_note = cls, params, words
+    return ec
+
+
 # -- lint integration -------------------------------------------------------------------------------
 
 def findings_for_context(ctx: Any) -> list[Finding]:

@@ -349,6 +349,11 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
                 or (batch_ok and derive_batch(ec, cluster.dp_world_size)[3] is not None))
 
     base = _base_dict(plan)
+    if plan.hf is not None:  # the Trainer's own optimizer where the config has no optimizer block
+        from advisor.config.hf import trainer_effective_config
+
+        def effective_config(raw):  # noqa: F811
+            return trainer_effective_config(raw, plan.hf.trainer_args)
     # one change each: (candidate, internal --set strings, cluster, workload)
     singles: list[tuple[FitCandidate, list[str], Any, Any]] = []
     if base is not None:
