@@ -877,6 +877,13 @@ def _build_in_load_phase(cell: dict, submodules: bool):
     # persist unless manually reset"); a cell's own process would have torch's, so put it back
     if hasattr(_Ins, "linear_bk"):
         torch.nn.functional.linear = _Ins.linear_bk
+    # an earlier hpZ cell's engine left its intra-node group in deepspeed.utils.groups (stage3.py l.753
+    # _create_zero_param_parallel_group, never released), and every later ZeRO-3 engine of the process takes it
+    # whatever its zero_hpz_partition_size (stage3.py l.267; partition_parameters.py _partition_param_sec l.1915
+    # then makes secondary partitions: z3_bf16_nonpersist_w4 after z3_bf16_hpz2_w4, +43,224 B from initialize on
+    # every rank); a cell's own process starts without it
+    from deepspeed.utils import groups as _groups
+    _groups._ZERO_PARAM_INTRA_PARALLEL_GROUP = None
     if cell.get("zero_init"):
         # torch imports torch._dynamo on the first call through a torch._compile-wrapped function
         # (torch.empty here); imported while zero.Init has replaced torch.Tensor.__new__, dynamo's
