@@ -401,8 +401,8 @@ def _walk(engine, c: Census, extra: dict | None = None) -> None:
     for p in module.parameters():
         if not p.requires_grad:
             c.add("frozen_params", getattr(p, "ds_tensor", None))
-            if p.data.numel() > 0:
-                c.add("frozen_params", p.data)
+            if p.data.numel() > 0:  # ZeRO-3: only a persistent one's gathered copy is non-empty
+                c.add("frozen_params_gathered" if stage3 else "frozen_params", p.data)
     for p in module.parameters():
         if p.requires_grad and not stage3:
             c.add("lp_params_flat", p.data)

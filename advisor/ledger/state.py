@@ -44,7 +44,8 @@ Items (the census names used by the engine harness; see the reference section 8)
                      lp_param_secondary_persist / lp_param_secondary_frozen (added: ZeRO++ hpZ secondary
                      partition, non-persistent / persistent trainable parameters', frozen ones'),
                      offload_bit16_param_buffer, max_in_cpu_buffer, frozen_params (added:
-                     trainable=False tensors)
+                     trainable=False tensors), frozen_params_gathered (ZeRO-3: the persistent
+                     frozen ones gathered, with lp_params_gathered's lifetime)
   gradients:         lp_grads, averaged_gradients, grad_partitions_flat_buffer, fp32_grad,
                      fp32_grad_accum, offload_accumulated_grads_cpu, opt_unswapped_grad_tails,
                      fp32_grad_copies (added: ZeRO-0 FP16_Optimizer.step's per-parameter fp32 casts)
@@ -8495,9 +8496,14 @@ def _stage3(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, basic: str
               "runtime/swap_tensor/optimizer_utils.py:OptimizerSwapper._swap_out_gradients; "
               f"{S}.partition_grads -> _swap_out_offload_fp32_gradients")
     if persist_frozen and not aliased:
-        b.add("accelerator", "parameters", "frozen_params", persist_frozen * D, "persistent",
+        # its own item so the timeline gives it lp_params_gathered's lifetime (timeline.PERSIST_GATHERED):
+        # engine, TINY_FROZEN_GROUPS at W 2 (z3_bf16_groups_w2): as one "persistent from initialize"
+        # frozen_params entry it put the gathered l2 (46,512 B) at initialize, the first iteration and
+        # the step, where DeepSpeed holds only its partition (-46.5 kB, -22% at initialize)
+        b.add("accelerator", "parameters", "frozen_params_gathered", persist_frozen * D, "persistent",
               f"persistent frozen params gathered: sum ceil(n_i/W) x W x D = {persist_frozen} x {D}",
-              "runtime/zero/parameter_offload.py:mark_persistent_parameters")
+              "runtime/zero/parameter_offload.py:mark_persistent_parameters l.317-329 (ds_numel only, "
+              "frozen ones too); stage3.py:_post_step l.2840-2841")
     return {"P3": P3, "S": Sk}
 
 

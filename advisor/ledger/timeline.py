@@ -1323,6 +1323,13 @@ SAVE_FILES_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_checkpoint l.4869-4
                      "_save_zero_checkpoint l.5549-5566 -> runtime/checkpoint_engine/torch_checkpoint_engine.py:save "
                      "-> torch/serialization.py:_save l.1279-1310 (storage.cpu(), one storage at a time)")
 #: Save-time items that exist only when the state is on a GPU: torch.save's host copy of an
+#: ZeRO-3's gathered persistent parameters: the trainable ones (lp_params_gathered) and the frozen ones
+#: (frozen_params_gathered). Both are ds_persist (parameter_offload.py mark_persistent_parameters l.317-329
+#: looks at ds_numel only, not requires_grad), so both share one lifetime: partitioned at initialize,
+#: gathered for good at their first fetch, released by the step's _partition_all_parameters and all-gathered
+#: again by _post_step (stage3.py l.2840-2841), partitioned by checkpoint_event_prologue (l.3843-3845).
+PERSIST_GATHERED = ("lp_params_gathered", "frozen_params_gathered")
+
 #: accelerator storage (torch/serialization.py l.1290: skipped for a CPU storage) and the frozen
 #: fragments' ``.cpu()`` copies (``Tensor.cpu()`` of a CPU tensor returns it): a CPU run has none.
 SAVE_GPU_ONLY = ("save_16bit_staging", "save_model_file_staging", "save_optim_file_staging", "save_frozen_fragments",
@@ -1783,7 +1790,7 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
     if norm:
         out.append(Instant("first_step:norm", "first_step", "first optimizer step: gradient norm"))
     out += _step_instants("first_step", "first", where, ngs)
-    post = st == 3 and any(e.item == "lp_params_gathered" and e.bytes for rl in ledger.ranks for e in rl.entries)
+    post = st == 3 and any(e.item in PERSIST_GATHERED and e.bytes for rl in ledger.ranks for e in rl.entries)
     if post:
         out.append(Instant("first_step:post", "first_step",
                            "first optimizer step: persistent parameters gathered again (_post_step)"))
@@ -2024,19 +2031,19 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         if k == "initialize" and e.item in PIPE_TRAIN_BATCH_ITEMS:
             # made by the first train_batch (runtime/pipe/engine.py), not by deepspeed.initialize
             return False
-        if e.item == "lp_params_gathered" and (k in ("save:model", "save:optim") or (k == "save:16bit" and save_gather)):
+        if e.item in PERSIST_GATHERED and (k in ("save:model", "save:optim") or (k == "save:16bit" and save_gather)):
             # save_checkpoint / the 16-bit gather start with checkpoint_event_prologue, which partitions
             # every parameter, the persistent ones too (stage3.py l.3844-3845), until the epilogue
             # all-gathers them again (l.3847-3850)
             return False
-        if e.item == "lp_params_gathered" and (
+        if e.item in PERSIST_GATHERED and (
                 (first_fetch and (k == "forward:1" or k in first_bwd)) or
                 (ph in ("first_step", "steady_step") and not k.endswith(":post"))):
             # forward:1: gathered and released module by module (the zero3_first_fetch entry
             # stands for them); the step: stage3.py step -> _partition_all_parameters releases
             # every parameter, the persistent ones too, until _post_step all-gathers them again
             return False
-        if e.item == "lp_params_gathered" and k == "initialize":
+        if e.item in PERSIST_GATHERED and k == "initialize":
             # ZeRO-3 persistent parameters are partitioned like the rest at initialize and gathered
             # for good at their first fetch (partitioned_param_coordinator.py fetch_sub_module;
             # __params_to_release skips ds_persist): not yet at the end of initialize (engine: -86,423 B there)

@@ -97,6 +97,14 @@ CELLS = [
     ("z3_bf16_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, False, parity.TINY, {"submodules": True}),
     ("z3_bf16_oo_cpu_w2", _cfg(3, "bf16", reduce_bucket_size=50000, offload_optimizer={"device": "cpu"}), 2,
      False, parity.TINY, {"submodules": True}),
+    # frozen parameters under ZeRO-3 (LoRA / PEFT): l2 (23,254 elements, frozen) is ds_persist like the
+    # trainable ones (parameter_offload.py mark_persistent_parameters l.317-329 looks at ds_numel only), so
+    # its gathered copy (frozen_params_gathered) lives as lp_params_gathered does: absent at initialize,
+    # released by the step, all-gathered again by _post_step (stage3.py l.2840-2841). As a "persistent from
+    # initialize" entry the ledger was 46.5 kB high at initialize / forward:1 / backward:1 (-16% to -22%)
+    # and 37 kB high at step:2; every phase of both ranks within 0.4% after (issue 15)
+    ("z3_bf16_groups_w2", _cfg(3, "bf16", reduce_bucket_size=10000), 2, False, parity.TINY_FROZEN_GROUPS,
+     {"submodules": True}),
     # the fp64 norm copy of optimizer offload lives inside its flush: the ten-partition flush
     # (flat 98,000 + arriving m0 40,000 + 2,450 x 8) and the epilogue's (m0 alone, 10,000 x 8) are
     # apart; counted at every backward instant the ledger read 60,400 B more than the engine

@@ -293,9 +293,12 @@ def test_stage_3_model_states_do_not_grow_with_the_world_size(k, W, extra, data)
     W2 = W + extra
     a = ledger(make_config(k, 3), inv, W)
     b = ledger(make_config(k, 3), inv, W2)
-    # Gathered persistent parameters: trainable (lp_params_gathered) and frozen (part of frozen_params).
-    ga = max(item_bytes(a, "lp_params_gathered", "accelerator", r.rank) + item_bytes(a, "frozen_params", "accelerator", r.rank) for r in a.ranks)
-    gb = max(item_bytes(b, "lp_params_gathered", "accelerator", r.rank) + item_bytes(b, "frozen_params", "accelerator", r.rank) for r in b.ranks)
+    # Gathered persistent parameters: trainable (lp_params_gathered) and frozen (frozen_params_gathered;
+    # frozen_params, their partitions, as before).
+    ga = max(item_bytes(a, "lp_params_gathered", "accelerator", r.rank) + item_bytes(a, "frozen_params", "accelerator", r.rank)
+             + item_bytes(a, "frozen_params_gathered", "accelerator", r.rank) for r in a.ranks)
+    gb = max(item_bytes(b, "lp_params_gathered", "accelerator", r.rank) + item_bytes(b, "frozen_params", "accelerator", r.rank)
+             + item_bytes(b, "frozen_params_gathered", "accelerator", r.rank) for r in b.ranks)
     assert worst(b) - worst(a) <= max(0, gb - ga)
     if k["persist"] == 0:
         assert worst(b) <= worst(a)
