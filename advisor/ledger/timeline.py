@@ -1322,7 +1322,6 @@ SAVE_16BIT_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_16bit_model l.5707-
 SAVE_FILES_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_checkpoint l.4869-4966 -> _save_checkpoint l.5377-5405, "
                      "_save_zero_checkpoint l.5549-5566 -> runtime/checkpoint_engine/torch_checkpoint_engine.py:save "
                      "-> torch/serialization.py:_save l.1279-1310 (storage.cpu(), one storage at a time)")
-#: Save-time items that exist only when the state is on a GPU: torch.save's host copy of an
 #: ZeRO-3's gathered persistent parameters: the trainable ones (lp_params_gathered) and the frozen ones
 #: (frozen_params_gathered). Both are ds_persist (parameter_offload.py mark_persistent_parameters l.317-329
 #: looks at ds_numel only, not requires_grad), so both share one lifetime: partitioned at initialize,
@@ -1330,6 +1329,7 @@ SAVE_FILES_SOURCE = ("runtime/engine.py:DeepSpeedEngine.save_checkpoint l.4869-4
 #: again by _post_step (stage3.py l.2840-2841), partitioned by checkpoint_event_prologue (l.3843-3845).
 PERSIST_GATHERED = ("lp_params_gathered", "frozen_params_gathered")
 
+#: Save-time items that exist only when the state is on a GPU: torch.save's host copy of an
 #: accelerator storage (torch/serialization.py l.1290: skipped for a CPU storage) and the frozen
 #: fragments' ``.cpu()`` copies (``Tensor.cpu()`` of a CPU tensor returns it): a CPU run has none.
 SAVE_GPU_ONLY = ("save_16bit_staging", "save_model_file_staging", "save_optim_file_staging", "save_frozen_fragments",
