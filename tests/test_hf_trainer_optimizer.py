@@ -82,8 +82,13 @@ def test_stage0_fp16_unfused_wrapper_fused_step_on_device():
     assert (step.tier, step.bytes) == ("accelerator", 4 * NT)
     assert [e.bytes for e in items["exp_avg"]] == [N * 4] and [e.bytes for e in items["exp_avg_sq"]] == [N * 4]
     from advisor.ledger.timeline import init_transients_excluded, resolve_load
-    line = init_transients_excluded(led.plan.config, led, resolve_load(led.plan.config))
-    assert line and "FP16_UnfusedOptimizer's initialize transients" in line
+    # its warm-up step is modelled (timeline.unfused_optimizer_init_transients): the two zeroed gradients, no
+    # temporaries for the fused step
+    assert init_transients_excluded(led.plan.config, led, resolve_load(led.plan.config)) is None
+    from advisor.ledger.timeline import init_entries
+    warm = {e.item: e.bytes for e in init_entries(led.plan.config, led, resolve_load(led.plan.config), 0)
+            if e.item.startswith("init_warmup")}
+    assert warm == {"init_warmup_lp_grads": N * 2, "init_warmup_fp32_grads": N * 4}
     # the estimate's optimizer line says the assumption and how to change it
     from advisor.views.estimate import estimate
     a = estimate(led.plan).to_dict()["assumptions"]["optimizer"]

@@ -97,7 +97,7 @@ def test_excluded_lists_every_initialize_transient_not_modelled(tmp_path):
     """Issue 15: where the timeline has no instant for a transient inside deepspeed.initialize, assumptions.excluded
     says so -- ZeRO-3's gather for each gradient hook (stage3.py l.1504) under tensor parallelism or quantized
     weights (timeline.zero3_init_transients_apply leaves them out), stage 0 FP16_UnfusedOptimizer's warm-up step
-    (unfused_optimizer.py l.412-433); nothing where it is modelled, or where initialize makes nothing above its end
+    (unfused_optimizer.py l.412-433) under tensor parallelism; nothing where it is modelled, or where initialize makes nothing above its end
     (ZeRO-1's BF16_Optimizer, bf16_optimizer.py l.152-226: every buffer it makes is kept)."""
     def excluded(data, *extra):
         d = json.loads(run_cli(["estimate", _cfg(tmp_path, data), "--model", "gpt2", "--seq-len", "128",
@@ -115,8 +115,12 @@ def test_excluded_lists_every_initialize_transient_not_modelled(tmp_path):
     assert excluded({**z3, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}, "--world-size", "4") == (w, [])
     unfused = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
-    w, got = excluded(unfused, "--world-size", "2")
+    # stage 0 FP16_UnfusedOptimizer's warm-up step: modelled (timeline.unfused_optimizer_init_transients), not under
+    # tensor parallelism
+    assert excluded(unfused, "--world-size", "2") == ("FP16_UnfusedOptimizer", [])
+    w, got = excluded(unfused, "--world-size", "4", "--tensor-parallel", "2")
     assert w == "FP16_UnfusedOptimizer" and len(got) == 1 and "l.412-433" in got[0], got
+    assert "tensor parallelism" in got[0]
     # stage 0 FP16_Optimizer's warm-up zeros: modelled under pipeline parallelism (the stage's), not under tensor
     fp16 = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}, "zero_optimization": {"stage": 0}}
     assert excluded(fp16, "--world-size", "4", "--pipeline-parallel", "2") == ("FP16_Optimizer", [])

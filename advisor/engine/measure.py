@@ -587,11 +587,12 @@ PHASE_INSTANTS = {
 #: deepspeed.initialize's return) is compared with at its high-water mark, where the plan's timeline has the
 #: instants inside the optimizer's construction (advisor.ledger.timeline.INIT_TRANSIENTS: ZeRO-1/2's
 #: DeepSpeedZeroOptimizer, the flatten and, without optimizer offload, initialize_optimizer_states' zeros;
-#: stage 0's FP16_Optimizer, its warm-up step's zeros; ZeRO-3 without quantized weights, hpZ too, the gather for each
-#: gradient hook), or where nothing in it rises above its end (timeline.init_end_is_peak: ZeRO-1's BF16_Optimizer,
-#: stage 0 fp32 with FusedAdam; the instant ``initialize``). Elsewhere (stage 0's FP16_UnfusedOptimizer, cell
-#: z0_bf16_torchadam_w2; another basic optimizer at fp32, ZeRO-3 with quantized weights, tensor parallelism:
-#: no cell) initialize is compared at its end only: see :func:`peak_parity`. Under pipeline parallelism
+#: stage 0's FP16_Optimizer, its warm-up step's zeros; stage 0's FP16_UnfusedOptimizer, its warm-up step's 16-bit and
+#: fp32 zeros and the step, timeline.unfused_optimizer_init_transients; ZeRO-3 without quantized weights, hpZ too, the
+#: gather for each gradient hook), or where nothing in it rises above its end (timeline.init_end_is_peak: ZeRO-1's
+#: BF16_Optimizer, stage 0 fp32 with FusedAdam; the instant ``initialize``). Elsewhere (another basic optimizer at
+#: fp32, ZeRO-3 with quantized weights, tensor parallelism: no cell) initialize is compared at its end only: see
+#: :func:`peak_parity`. Under pipeline parallelism
 #: :func:`pipeline_peak_parity` compares it the same way (ZeRO-1/2 and FP16_Optimizer over the rank's stage,
 #: BF16_Optimizer).
 INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "initialize:fp32_partitions",
@@ -689,13 +690,16 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     the optimizer's construction (ZeRO-1/2 with DeepSpeedZeroOptimizer, with and without CPU optimizer
     offload, fp16 / bf16 / fp32: the flatten and initialize_optimizer_states' zeros,
     advisor.ledger.timeline.zero12_init_transients; stage 0's FP16_Optimizer: the zeroed fp32 flat gradient of
-    its warm-up step, timeline.fp16_optimizer_init_transients; ZeRO-3, with and without zero.Init, offload and hpZ: each
+    its warm-up step, timeline.fp16_optimizer_init_transients; stage 0's FP16_UnfusedOptimizer: its warm-up step's
+    16-bit and fp32 zero gradients and the basic optimizer's step temporaries (on a CPU run the single-tensor loop's,
+    as at the step), timeline.unfused_optimizer_init_transients; ZeRO-3, with and without zero.Init, offload and hpZ:
+    each
     parameter gathered whole for its gradient hook, timeline.zero3_init_transients; ZeRO-1's BF16_Optimizer and stage 0
     fp32 with FusedAdam, whose initialize makes nothing above its end, timeline.init_end_is_peak, against the instant
     ``initialize``; its unclaimed storages are the peak's); elsewhere it
     compares the bytes live at its end (the tracker's ``end``, its unclaimed storages ``end_unattributed``),
-    since a transient of the phase is not modelled there (stage 0's FP16_UnfusedOptimizer: z0_bf16_torchadam_w2;
-    ZeRO-3 with quantized weights, tensor parallelism: no cell measures them; pipeline parallelism:
+    since a transient of the phase is not modelled there (ZeRO-3 with quantized weights, tensor parallelism: no cell
+    measures them; pipeline parallelism:
     :func:`pipeline_peak_parity`). Before it, without zero.Init, ``initialize:cast`` (the worker's phase up to
     ``_configure_distributed_model``'s return: the parameters cast one at a time, compared where
     the ledger has that instant) and, at ZeRO-3, ``initialize:module`` (up to the end of the
@@ -878,7 +882,8 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     no zero.Init, fp32, the stage built from LayerSpecs); ``build_rows``: also the rows ``load`` (the tracker's
     load phase, PipelineModule's construction, its high-water mark against the ``load`` instant) and
     ``initialize``: where the plan's timeline models its high-water mark (ZeRO-1/2's DeepSpeedZeroOptimizer over the
-    rank's stage, timeline.zero12_init_transients; stage 0's FP16_Optimizer, timeline.fp16_optimizer_init_transients;
+    rank's stage, timeline.zero12_init_transients; stage 0's FP16_Optimizer, timeline.fp16_optimizer_init_transients,
+    FP16_UnfusedOptimizer, timeline.unfused_optimizer_init_transients (not measured under pipeline parallelism);
     BF16_Optimizer, timeline.init_end_is_peak) its high-water mark
     against the largest of the timeline's ``initialize:cast`` / ``initialize:module`` and :data:`INIT_PEAK_INSTANTS`
     (the pipe worker's phase spans the whole of deepspeed.initialize), else what is live when it has returned

@@ -669,8 +669,9 @@ TORCH_STEP_OPTIMIZERS = ("AdamW", "Adam", "Adagrad")
 #: _single_tensor_adam / _single_tensor_adagrad, whose figure (``device="cpu"``) a CPU measurement compares
 #: instead (``advisor.engine.measure.peak_parity``; ``timeline.GPU_ONLY``). The GPU figure is read from torch
 #: 2.13's source, not measured on a GPU (none lent); its lists are measured through torch's CPU foreach fallback
-#: (``foreach=True``: tests/engine/test_torch_step_kernels.py, equal to the byte).
-TORCH_STEP_GPU_ONLY = ("torch_step_foreach",)
+#: (``foreach=True``: tests/engine/test_torch_step_kernels.py, equal to the byte). ``init_warmup_step_foreach`` is the
+#: same step run by FP16_UnfusedOptimizer's warm-up inside deepspeed.initialize (``timeline.WARMUP_STEP_ITEMS``).
+TORCH_STEP_GPU_ONLY = ("torch_step_foreach", "init_warmup_step_foreach")
 
 
 def torch_step_path(ec: EffectiveConfig, basic: str, host: bool, device: str = "gpu") -> str | None:
@@ -4256,11 +4257,13 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
           "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
-    if wrapper == "FP16_Optimizer" and ga > 1:
+    if wrapper in ("FP16_Optimizer", "FP16_UnfusedOptimizer") and ga > 1:
         # no zero_grad before the accumulation boundary: the engine zeroes only in _take_model_step (engine.py
-        # l.3529-3530, optimizer.zero_grad -> fused_optimizer.py zero_grad l.137, set_to_none), so micro-step 1's
-        # param.grad lives into the later micro-steps' forwards (measured on a 2-stage PipelineModule, fp16 GA 2:
-        # the last stage's forward of micro-batch 2 held them, engine.py backward l.3428, +26,816 B without this)
+        # l.3529-3530, optimizer.zero_grad -> fused_optimizer.py zero_grad l.137 / unfused_optimizer.py zero_grad
+        # l.110, set_to_none), so micro-step 1's param.grad lives into the later micro-steps' forwards (measured on a
+        # 2-stage PipelineModule, fp16 GA 2: the last stage's forward of micro-batch 2 held them, engine.py backward
+        # l.3428, +26,816 B without this; FP16_UnfusedOptimizer: cell z0_fp16_torchadam_groups_tbsga2_w1, forward:2 /
+        # forward:4 +39,910 B = N_t x 2 at engine.py backward:3428 without it)
         b.add("accelerator", "gradients", "lp_grads_accumulated", N * gD, "accumulated_forward",
               f"N x D = {N} x {gD} (every param.grad of the earlier micro-steps, kept to the boundary)",
               "runtime/engine.py:DeepSpeedEngine._take_model_step (optimizer.zero_grad only at the boundary, "

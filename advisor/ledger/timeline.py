@@ -13,9 +13,9 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    partitions or flattens it); at ZeRO-1/2 (DeepSpeedZeroOptimizer) ``initialize:flatten`` (a param group's
    flat copy beside the module's parameters) and, without optimizer offload, ``initialize:optimizer_states``
    (initialize_optimizer_states' zeroed fp32 gradient partitions: :func:`zero12_init_transients`; stage 0's
-   FP16_Optimizer has the latter too), at ZeRO-3 ``initialize:grad_hooks`` (each parameter gathered whole in turn as
-   its gradient hook is registered: :func:`zero3_init_transients`, with zero.Init too); then
-   ``initialize``, after ``deepspeed.initialize``;
+   FP16_Optimizer has the latter too, FP16_UnfusedOptimizer its warm-up step there), at ZeRO-3
+   ``initialize:grad_hooks`` (each parameter gathered whole in turn as its gradient hook is registered:
+   :func:`zero3_init_transients`, with zero.Init too); then ``initialize``, after ``deepspeed.initialize``;
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
    boundary, when GA > 1) of the first iteration; at ZeRO-3 with GA > 2 also ``forward:2``
    (micro-step 2 fetches again what the first backward released);
@@ -200,7 +200,9 @@ BEFORE_PARTITION = ("initialize:cast", "initialize:module")
 #: The instants inside ZeRO-1/2's optimizer construction (DeepSpeedZeroOptimizer.__init__, no zero.Init):
 #: ``initialize:flatten``, a param group's flat 16-bit copy made beside the module's parameters, and
 #: ``initialize:optimizer_states``, initialize_optimizer_states' zeroed fp32 gradient partitions
-#: (:func:`zero12_init_transients`; stage 0's FP16_Optimizer has the latter: :func:`fp16_optimizer_init_transients`). One-off, like :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
+#: (:func:`zero12_init_transients`; stage 0's FP16_Optimizer has the latter: :func:`fp16_optimizer_init_transients`;
+#: stage 0's FP16_UnfusedOptimizer its warm-up step there: :func:`unfused_optimizer_init_transients`). One-off, like
+#: :data:`BEFORE_PARTITION`: the fit's steady need leaves them out.
 #: At ZeRO-3, ``initialize:grad_hooks``: each parameter gathered whole in turn as its gradient hook is
 #: registered (:func:`zero3_init_transients`).
 #: and, without offload in 16-bit, ``initialize:fp32_partitions`` (each sub-group's fp32 master made by a cast and a clone).
@@ -1006,6 +1008,8 @@ def init_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         extra += zero12_init_transients(ec, ledger, rank)
     elif fp16_optimizer_init_transient_applies(ec, ledger, load):
         extra += fp16_optimizer_init_transients(ledger, rank)
+    elif unfused_optimizer_init_transient_applies(ec, ledger, load):
+        extra += unfused_optimizer_init_transients(ec, ledger, rank)
     return out + extra + hooks
 
 
@@ -1115,10 +1119,9 @@ def init_end_is_peak(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption |
       mark 107,028 / 107,284 B = its end + 4 B (stage 0 / 1).
 
     Not claimed (initialize is still compared at its end there, :func:`advisor.engine.measure.peak_parity`):
-    stage 0's FP16_UnfusedOptimizer (its warm-up step's 16-bit and fp32 zero gradients and a torch optimizer
-    step, ``runtime/fp16/unfused_optimizer.py`` initialize_optimizer_states l.412-433: not modelled, no cell),
     another basic optimizer at stage 0 fp32 (not measured), tensor / expert parallelism, stage 0 fp32 under pipeline
-    parallelism (not measured)."""
+    parallelism (not measured). Stage 0's FP16_UnfusedOptimizer does rise above its end (its warm-up step):
+    :func:`unfused_optimizer_init_transients`."""
     cl = ledger.plan.cluster
     if load is None or load.zero_init or cl.tensor_parallel > 1 or cl.expert_parallel > 1:
         return False
@@ -1132,7 +1135,8 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
     """The ``excluded`` line (estimate's JSON ``assumptions.excluded``) for a plan whose transients inside
     deepspeed.initialize are not modelled, so that the timeline's ``initialize`` figure is its end, not its
     high-water mark; None where they are (:func:`zero12_init_transients_apply`,
-    :func:`fp16_optimizer_init_transient_applies`, :func:`zero3_init_transients_apply`) or where nothing rises above
+    :func:`fp16_optimizer_init_transient_applies`, :func:`unfused_optimizer_init_transient_applies`,
+    :func:`zero3_init_transients_apply`) or where nothing rises above
     the end (:func:`init_end_is_peak`; BF16_Optimizer anywhere: the same source argument, not measured under
     pipeline parallelism), or on a plan built under zero.Init without ZeRO-3. Listed (README: "pipeline / tensor
     parallelism ... not modelled yet"):
@@ -1148,8 +1152,9 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
       :func:`zero3_init_transients`;
     * stage 0's FP16_Optimizer under tensor / expert parallelism: its warm-up step's zeroed fp32 flat gradient
       (fused_optimizer.py l.127), :func:`fp16_optimizer_init_transients`;
-    * stage 0's FP16_UnfusedOptimizer: its warm-up step's 16-bit and fp32 zero gradients beside a step of the
-      basic optimizer (unfused_optimizer.py initialize_optimizer_states l.412-433)."""
+    * stage 0's FP16_UnfusedOptimizer under tensor / expert parallelism: its warm-up step's 16-bit and fp32 zero
+      gradients beside a step of the basic optimizer (unfused_optimizer.py initialize_optimizer_states l.412-433),
+      :func:`unfused_optimizer_init_transients`."""
     if load is None:
         return None
     cl = ledger.plan.cluster
@@ -1180,10 +1185,12 @@ def init_transients_excluded(ec: EffectiveConfig, ledger: Ledger, load: LoadAssu
         return (f"stage 0 FP16_Optimizer's initialize transient under {par} parallelism "
                 f"(initialize:optimizer_states, its warm-up step's zeroed fp32 flat gradient: fused_optimizer.py l.127, "
                 f"timeline.fp16_optimizer_init_transients): {tail}")
-    if z.stage == 0 and w == "FP16_UnfusedOptimizer":
-        return ("stage 0 FP16_UnfusedOptimizer's initialize transients (its warm-up step's 16-bit and fp32 zero "
-                "gradients beside a step of the basic optimizer: unfused_optimizer.py initialize_optimizer_states "
-                f"l.412-433): {tail}")
+    if z.stage == 0 and w == "FP16_UnfusedOptimizer" and not unfused_optimizer_init_transient_applies(ec, ledger, load):
+        par = " and ".join(x for x, d in (("tensor", cl.tensor_parallel), ("expert", cl.expert_parallel)) if d > 1)
+        return (f"stage 0 FP16_UnfusedOptimizer's initialize transients under {par} parallelism "
+                "(initialize:optimizer_states, its warm-up step's 16-bit and fp32 zero gradients beside a step of the "
+                "basic optimizer: unfused_optimizer.py initialize_optimizer_states l.412-433, "
+                f"timeline.unfused_optimizer_init_transients): {tail}")
     return None
 
 
@@ -1263,6 +1270,143 @@ def fp16_optimizer_init_transients(ledger: Ledger, rank: int) -> list[Entry]:
                   f"N x 4 = {nb // 4} x 4 (a zeroed fp32 gradient per flat fp32 master, for the warm-up step)",
                   "runtime/fp16/fused_optimizer.py:FP16_Optimizer.initialize_optimizer_states (torch.zeros l.127; "
                   ".grad = None l.132)")] if nb else []
+
+
+#: The ledger's torch step-temporaries item (``state._torch_step``, life ``step_update``) -> the item of the same
+#: step run once inside deepspeed.initialize by FP16_UnfusedOptimizer's warm-up
+#: (:func:`unfused_optimizer_init_transients`); ``init_warmup_step_foreach`` is GPU-only like ``torch_step_foreach``
+#: (``state.TORCH_STEP_GPU_ONLY``).
+WARMUP_STEP_ITEMS = {"torch_step_temporaries": "init_warmup_step_temporaries",
+                     "torch_step_foreach": "init_warmup_step_foreach"}
+
+
+def unfused_optimizer_init_transient_applies(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption | None) -> bool:
+    """Whether the timeline has ``initialize:optimizer_states`` for stage 0's FP16_UnfusedOptimizer (fp16 / bf16
+    with a basic optimizer other than FusedAdam: torch's AdamW / Adam with ``torch_adam``, torch's Adagrad, a
+    client's; ``state.select_optimizer``), no tensor / expert parallelism, no zero.Init (zero.Init is ZeRO-3 only):
+    :func:`unfused_optimizer_init_transients`. Under pipeline parallelism over the rank's stage (:func:`_rank_shard`),
+    as FP16_Optimizer's: the same constructor runs over the stage's parameters."""
+    cl = ledger.plan.cluster
+    return (ec.zero.stage == 0 and ledger.wrapper == "FP16_UnfusedOptimizer" and load is not None
+            and not load.zero_init and cl.tensor_parallel <= 1 and cl.expert_parallel <= 1)
+
+
+def unfused_optimizer_init_transients(ec: EffectiveConfig, ledger: Ledger, rank: int) -> list[Entry]:
+    """The entries of ``initialize:optimizer_states`` for stage 0's FP16_UnfusedOptimizer, bytes per rank (life
+    ``init_optimizer_states``: beside everything live at ``initialize``). DeepSpeed 0.19.8
+    ``runtime/fp16/unfused_optimizer.py`` FP16_UnfusedOptimizer.__init__ ends with initialize_optimizer_states
+    (l.108; l.412-433), a warm-up step: every 16-bit parameter of ``fp16_groups`` (the trainable ones with elements,
+    ``is_optimized_parameter``, l.73) gets ``param.grad = torch.zeros(param.size(), dtype=param.dtype)`` (l.413-417),
+    then every fp32 copy of ``fp32_groups`` a zeroed fp32 gradient (l.419-423), then ``self.optimizer.step()``
+    (l.425) runs the basic optimizer over the fp32 copies, and only after it returns are all the gradients dropped
+    (l.427-433). So at the step's high-water mark live together, beside what ``initialize`` holds:
+
+    * ``init_warmup_lp_grads``: N_t x D (N_t the trainable elements of the rank's model, D the 16-bit dtype's bytes);
+    * ``init_warmup_fp32_grads``: N_t x 4;
+    * the step's temporaries (``state.torch_step_temporaries`` over ``state.torch_step_lists``: the same
+      ``self.optimizer.step()`` over the same fp32 copies as every later step, unfused_optimizer.py step l.230), of
+      param group g's call (:func:`unfused_warmup_group`), item :data:`WARMUP_STEP_ITEMS` on the ledger's path (the
+      GPU's foreach; a CPU run compares the single-tensor figure); none for an in-place or unmodelled kernel.
+
+    The optimizer's state is made inside that step (torch's lazy ``_init_group``, ``torch/optim/adam.py`` l.160-184)
+    and kept: the ledger's moments and step tensors, live from ``initialize`` on (``_EAGER_STATE_WRAPPERS``), are in
+    the end already; nothing of the warm-up outlives it. With several param groups torch's Adam / AdamW makes a
+    group's state just before its call, so at group g's call the later groups' is not there yet
+    (:func:`unfused_warmup_state_bytes`, applied by :func:`role_timeline`).
+    Engine (TINY, W = 2, 2026-12-06, z0_bf16_torchadam_w2): initialize's high-water mark 1,050,824 B = its end +
+    86,418 (N x 2, l.415) + 172,836 (N x 4, l.421) + 186,620 (the CPU's single-tensor AdamW, (301 + 2 x 23,177) x 4,
+    torch/optim/adam.py l.544)."""
+    inv = _rank_shard(ec, ledger, rank)[0]
+    n = inv.trainable_numel
+    if not n:
+        return []
+    D = DTYPE_BYTES[ec.model_dtype]
+    S = "runtime/fp16/unfused_optimizer.py:FP16_UnfusedOptimizer.initialize_optimizer_states"
+    out = [Entry(rank, "accelerator", "gradients", "init_warmup_lp_grads", n * D, "init_optimizer_states",
+                 f"N_t x {D} = {n} x {D} (a zeroed 16-bit gradient per trainable parameter, for the warm-up step)",
+                 f"{S} (torch.zeros l.415; param.grad = None l.429)"),
+           Entry(rank, "accelerator", "gradients", "init_warmup_fp32_grads", n * 4, "init_optimizer_states",
+                 f"N_t x 4 = {n} x 4 (a zeroed fp32 gradient per fp32 copy, beside the 16-bit ones)",
+                 f"{S} (torch.zeros l.421; param.grad = None l.433)")]
+    g, t_g, _ = unfused_warmup_group(ec, ledger, rank)
+    for e in ledger.rank(rank).entries:
+        if e.item in WARMUP_STEP_ITEMS and e.life == "step_update" and e.bytes and t_g:
+            what = (f"param group {g}'s step call: {t_g} B of the largest call's {e.bytes} B"
+                    if t_g != e.bytes else "the warm-up step")
+            out.append(Entry(rank, e.tier, e.cls, WARMUP_STEP_ITEMS[e.item], t_g, "init_optimizer_states",
+                             e.formula + f" ({what}, beside both zeroed gradients)",
+                             e.source + f"; {S} (self.optimizer.step() l.425)"))
+    return out
+
+
+#: The basic optimizers whose state the warm-up makes one param group at a time and whose ledger items
+#: (``state.optimizer_states``' moments and ``step``) are the fp32 copies' state alone: torch's Adam / AdamW (torch's
+#: Adam.step loops over the param groups, ``_init_group`` l.238 then ``adam()`` l.248 for each: ``torch/optim/adam.py``
+#: l.229). torch's Adagrad makes its fp32 state by group too, but its ``sum`` / ``step`` items also name the 16-bit
+#: parameters' state kept from its construction (``state._stage0``): there the instant counts every group's state,
+#: an upper bound.
+WARMUP_STATE_BY_GROUP = ("Adam", "AdamW")
+
+
+def unfused_warmup_group(ec: EffectiveConfig, ledger: Ledger, rank: int) -> tuple[int, int, tuple[int, int, int, int]]:
+    """(g, t_g, (n_made, N_t, k_made, K)) of FP16_UnfusedOptimizer's warm-up step on ``rank``
+    (:func:`unfused_optimizer_init_transients`): torch's Adam.step runs one ``_init_group`` + ``adam()`` call per
+    param group (``torch/optim/adam.py`` step l.229-248), so at group g's call the lazily made state exists for
+    groups 0..g only (n_made of the N_t trainable elements, k_made of the K trainable tensors; ``torch/optim/adam.py``
+    _init_group l.160-184) beside that call's temporaries t_g (``state.torch_step_temporaries`` over group g's list
+    alone, on the ledger's path). g is the group where temporaries less the state not yet made is the largest (the
+    last group: all state, its own temporaries). For an optimizer outside :data:`WARMUP_STATE_BY_GROUP` every group's
+    state is counted (n_made = N_t) and g is the group with the largest temporaries. Engine (cell
+    z0_fp16_torchadam_groups_tbsga2_w1, TINY with l2 frozen and l3 in group 1, W = 1, 2026-12-06): initialize's
+    high-water mark 596,608 B, at group 0's step, = the whole-state instant 599,736 B - group 1's state not yet made
+    (390 x 8 + 2 x 4 = 3,128 B)."""
+    from advisor.ledger.state import (optimizer_states, placement, torch_step_lists, torch_step_path,
+                                      torch_step_temporaries)
+    plan = ledger.plan
+    inv = _rank_shard(ec, ledger, rank)[0]
+    W = max(1, plan.cluster.zero_world_size)
+    pl = placement(ec, inv, W, ledger.wrapper) if plan.cluster.model_parallel else placement_of(plan)
+    basic = ledger.basic_optimizer
+    lists = torch_step_lists(ec, inv, W, ledger.wrapper, pl)
+    path = torch_step_path(ec, basic, ec.offload_optimizer_effective != "none")
+    temps = [torch_step_temporaries(ec, basic, [c], path)[0] for c in lists]
+    n_t, k_t = sum(sum(c) for c in lists), sum(len(c) for c in lists)
+    if not lists:
+        return 0, 0, (0, 0, 0, 0)
+    if basic not in WARMUP_STATE_BY_GROUP or len(lists) == 1:
+        g = max(range(len(lists)), key=lambda i: (temps[i], -i))
+        return g, temps[g], (n_t, n_t, k_t, k_t)
+    st = optimizer_states(ec)
+    per_el = 4 * len(st.items)
+    per_t = st.step_bytes or 0
+    best, g, made = None, 0, (0, 0)
+    n = k = 0
+    for i, c in enumerate(lists):
+        n += sum(c)
+        k += len(c)
+        v = temps[i] - (n_t - n) * per_el - (k_t - k) * per_t
+        if best is None or v > best:
+            best, g, made = v, i, (n, k)
+    return g, temps[g], (made[0], n_t, made[1], k_t)
+
+
+def unfused_warmup_state_bytes(ec: EffectiveConfig, ledger: Ledger, rank: int, entries: Any) -> dict[int, int]:
+    """The bytes of the lazily made optimizer-state entries among ``entries`` (``rank``'s role's) at
+    FP16_UnfusedOptimizer's warm-up instant, keyed by ``id(entry)``, where they are less than the entry
+    (:func:`unfused_warmup_group`: the groups stepped so far); empty where every group's state is counted there."""
+    from advisor.ledger.state import optimizer_states
+    _, _, (n, n_t, k, k_t) = unfused_warmup_group(ec, ledger, rank)
+    if n == n_t and k == k_t:
+        return {}
+    moments = optimizer_states(ec).items
+    out = {}
+    for e in entries:
+        if e.cls == "optimizer_states" and e.life == "persistent":
+            if e.item in moments and n_t:
+                out[id(e)] = e.bytes * n // n_t
+            elif e.item == "step" and k_t:
+                out[id(e)] = e.bytes * k // k_t
+    return out
 
 
 def zero12_flatten_terms(ledger: Ledger, free_after_move: int | None,
@@ -1756,6 +1900,9 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
     if fp16_optimizer_init_transient_applies(ec, ledger, load):
         out.append(Instant("initialize:optimizer_states", "initialize",
                            "initialize: initialize_optimizer_states' fp32 zeros"))
+    if unfused_optimizer_init_transient_applies(ec, ledger, load):
+        out.append(Instant("initialize:optimizer_states", "initialize",
+                           "initialize: the warm-up step on 16-bit and fp32 zero gradients"))
     if zero12_init_transients_apply(ec, ledger, load):
         out.append(Instant("initialize:flatten", "initialize",
                            "initialize: a flat 16-bit group made beside the parameters"))
@@ -2230,6 +2377,8 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     cl = ledger.plan.cluster
     pipe = cl.pipeline_parallel > 1
     warmup = pipe_warmup_forwards(cl.pipeline_parallel, cl.coords(r)[0], ga) if pipe else ()
+    unfused_made = (unfused_warmup_state_bytes(ec, ledger, r, rl.entries)
+                    if unfused_optimizer_init_transient_applies(ec, ledger, load) else {})
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
     for inst in ins:
@@ -2246,6 +2395,9 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
         else:
             sized = [(e, e.bytes) for e in ents
                      if _live(e, inst, lazy, consumed, transients, first_fetch, first_bwd, save_gather)]
+        if inst.key == "initialize:optimizer_states" and unfused_made:
+            # FP16_UnfusedOptimizer's warm-up at its param group g: the later groups' state not made yet
+            sized = [(e, unfused_made.get(id(e), nb)) for e, nb in sized]
         if inst.key in warmup:  # a 1F1B warm-up forward: no backward of this iteration before it
             sized = [(e, nb) for e, nb in sized if e.life not in ACCUMULATED_LIVES]
         if inst.phase == "backward" and (pipe or _before_boundary(inst.key, ga)):
