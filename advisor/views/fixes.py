@@ -336,19 +336,24 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     :func:`_surely_over`); ``has_activations``: the plan's activations are estimated
     (activation checkpointing is then a candidate). A candidate DeepSpeed would refuse
     (:func:`advisor.ledger.state.unsupported_reason`, or a batch triple it asserts on where the
-    plan's own is consistent) is left out. Never raises for a plan that
+    plan's own is consistent) is left out, and so is one whose config, on its cluster, has an error
+    finding from lint's schema and rules that the plan's own config lacks (:func:`_lint_errors`: G001
+    for ZeRO-2/3 under pipeline parallelism, single or paired). Never raises for a plan that
     :func:`advisor.views.estimate.plan_fit` accepted."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.config.overrides import apply_overrides
     from advisor.ledger.state import unsupported_reason
 
     batch_ok = derive_batch(plan.config, plan.cluster.dp_world_size)[3] is None
-
-    def refused(ec, cluster) -> bool:  # DeepSpeed would not start it: not a way out
-        return (unsupported_reason(ec, cluster.dp_world_size) is not None
-                or (batch_ok and derive_batch(ec, cluster.dp_world_size)[3] is not None))
-
     base = _base_dict(plan)
+    # lint's own error findings on the plan's config: a candidate is refused for an error it adds
+    base_errors = _lint_errors(plan, base, plan.cluster) if base is not None else frozenset()
+
+    def refused(ec, cluster, raw=None) -> bool:  # DeepSpeed would not start it (or lint says so): not a way out
+        return (unsupported_reason(ec, cluster.dp_world_size) is not None
+                or (batch_ok and derive_batch(ec, cluster.dp_world_size)[3] is not None)
+                or (raw is not None and bool(_lint_errors(plan, raw, cluster) - base_errors)))
+
     if plan.hf is not None:  # the Trainer's own optimizer where the config has no optimizer block
         from advisor.config.hf import trainer_effective_config
 
@@ -358,8 +363,9 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     singles: list[tuple[FitCandidate, list[str], Any, Any]] = []
     if base is not None:
         for words, sets in _config_changes(plan, tiers, hardware):
-            ec = effective_config(apply_overrides(base, sets))
-            if refused(ec, plan.cluster):
+            raw = apply_overrides(base, sets)
+            ec = effective_config(raw)
+            if refused(ec, plan.cluster, raw):
                 continue
             # a fresh workload: activations_for fills in its micro-batch (from the config when not given)
             mb = ec.train_micro_batch_size_per_gpu if any(x.startswith("train_micro_batch_size_per_gpu=")
@@ -374,13 +380,14 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     for words, flags, cl, wl in _launch_changes(plan, tiers, has_activations, hf):
         launch = [x for x in flags if not x.startswith("--")]
         flags = [x for x in flags if x.startswith("--")]
-        ec, sets, shown = plan.config, [], []
+        ec, sets, shown, raw = plan.config, [], [], base
         if base is not None and cl.dp_world_size != plan.cluster.dp_world_size:
             words, sets, shown, more = _global_batch_at(plan, words, cl.dp_world_size)
             flags = flags + more
             if sets:
-                ec = effective_config(apply_overrides(base, sets))
-        if refused(ec, cl):
+                raw = apply_overrides(base, sets)
+                ec = effective_config(raw)
+        if refused(ec, cl, raw):
             continue
         singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown), launch=launch),
                         list(sets), cl, replace(wl)))
@@ -388,8 +395,9 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     ledgers = _LedgerCache(plan) if REUSE else None
 
     def trial(sets: list[str], cl: Any, wl: Any) -> "Plan | None":
-        ec = effective_config(apply_overrides(base, sets)) if sets else plan.config
-        if sets and refused(ec, cl):
+        raw = apply_overrides(base, sets) if sets else base
+        ec = effective_config(raw) if sets else plan.config
+        if (sets or cl != plan.cluster) and refused(ec, cl, raw):
             return None
         p = replace(plan, config=ec, written=None if sets else plan.written, cluster=cl, workload=replace(wl),
                     derived={})
@@ -451,6 +459,30 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         pairs.sort(key=order)
         out += pairs
     return out
+
+
+def _lint_errors(plan: "Plan", raw: Any, cluster: Any) -> frozenset[tuple[str, str]]:
+    """(code, pointer) of every error finding lint's schema and rules
+    (:func:`advisor.views.lint.lint_config`) give the config dict ``raw`` (what DeepSpeed receives)
+    on ``cluster`` with ``plan``'s model: a candidate that adds one is one the tool's own lint
+    refuses, e.g. G001 for ZeRO-2/3 under pipeline parallelism (DeepSpeed runtime/pipe/engine.py
+    ``PipelineEngine.__init__``: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"), so
+    it is never offered. Memoised per plan (``plan.derived``) by the dict's JSON and the cluster."""
+    import json
+
+    from advisor.config.loading import LoadedConfig
+    from advisor.views.lint import lint_config
+
+    if not isinstance(raw, dict):
+        return frozenset()
+    memo = plan.derived.setdefault("fix_lint_errors", {})
+    key = (json.dumps(raw, sort_keys=True, default=str), cluster)
+    if key not in memo:
+        fs = lint_config(LoadedConfig(source=plan.source or "<config>", data=raw), world_size=cluster.world_size,
+                         dp_world_size=cluster.dp_world_size, inventory=plan.inventory, cluster=cluster,
+                         keep_refusals=True)
+        memo[key] = frozenset((f.code, f.pointer) for f in fs if f.severity == "error")
+    return memo[key]
 
 
 #: Whether :func:`fit_candidates` reuses work across candidates (:class:`_LedgerCache`, :func:`_surely_over`,
