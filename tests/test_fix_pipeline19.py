@@ -45,3 +45,20 @@ def test_no_zero23_candidate_under_pipeline_parallelism(gpu):
         if c["verdict"] in ("fits", "tight"):  # offered: applied, lint refuses nothing new
             again = _applied(PP_ARGS + ["--gpu-memory", gpu], c)
             assert not [g for g in again["findings"] if g["code"] == "G001"], (c["change"], again["findings"])
+
+
+def _rank0_moved(d: dict) -> int:
+    (role,) = [r for r in d["movement"]["ranks"] if any(a <= 0 <= b for a, b in r["rank_ranges"])]
+    return sum(m["bytes"] for m in role["movements"])
+
+
+def test_pipeline_candidate_moves_what_its_direct_run_moves():
+    args = PP_ARGS + ["--gpu-memory", "24GB", "--hardware", "dgx-h100"]
+    rc, d = run_json(args)
+    cands = _candidates(d)
+    assert cands
+    for c in cands:
+        again = _applied(args, c)
+        direct = _rank0_moved(again)
+        assert direct > 0 and c["moved_bytes"] == direct, (c["change"], c["moved_bytes"], direct)
+        assert c["step_time_s"] == pytest.approx(again["step_time"]["step_time_s"], rel=1e-12), c["change"]

@@ -613,18 +613,23 @@ def _capacity_for(plan: "Plan", capacity: "Capacity", hardware: Any) -> "Capacit
 
 
 def _costs(plan: "Plan", hardware: Any, acts: Any) -> tuple[int, float | None]:
-    """(rank 0's bytes moved per step over all links, modelled step seconds or None)."""
-    from advisor.ledger.movement import movement_roles
+    """(rank 0's bytes moved per step over all links, modelled step seconds or None), as estimate
+    computes them for the candidate's config run directly (:func:`advisor.views.estimate.estimate`):
+    the movement ledger of :func:`advisor.ledger.movement.movement_plan` (under tensor / pipeline
+    parallelism the ledger shards the model per stage itself, under expert parallelism alone the
+    rank's experts), and the step time from :func:`advisor.ledger.steptime.step_movements` (the slowest
+    stage's movements under pipeline parallelism, rank 0's otherwise). Under model parallelism this
+    returned 0 bytes and no step time before, so every PP candidate showed "0.00 GiB moved"."""
+    from advisor.ledger.movement import movement_plan, movement_roles
 
-    if plan.cluster.model_parallel:
-        return 0, None  # movement and step time are the first stage's: not compared here
-    roles = movement_roles(plan, hardware, activations=acts)
+    mp = movement_plan(plan)
+    roles = movement_roles(mp, hardware, activations=acts)
     moved = sum(m.bytes for m in roles[0][1]) if roles else 0
     seq = plan.workload.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
     if hardware is None or not seq:
         return moved, None
     from advisor.ledger import steptime as stm
-    st = stm.step_time(plan, hardware, seq_len=int(seq),
+    st = stm.step_time(mp, hardware, seq_len=int(seq),
                        recompute_fraction=acts.recompute_flops_fraction if acts is not None else 0.0,
-                       movements=roles[0][1] if roles else [])
+                       movements=stm.step_movements(roles, mp.cluster.pipeline_parallel))
     return moved, st.total
