@@ -792,6 +792,16 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         _warn_load_ignored(load)
         return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
                             step_time_s=a.step_time_s, load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
+    if hf_targs is not None:  # the sidecar's Trainer arguments where the config says "auto" and no flag does
+        from advisor.views.workload import trainer_args_for
+        hf_targs = trainer_args_for(wl, hf_targs, loaded.data)
+        if wl.trainer_assumed:  # said, as check lists them with its assumptions
+            msg = (f"HF Trainer arguments from {os.path.basename(wl.sidecar or '')} for the config's \"auto\" keys "
+                   f"(no flag gives them): " + ", ".join(f"{k}={v}" for k, v in wl.trainer_assumed.items()))
+            if warnings is not None:
+                warnings.append(msg)
+            else:
+                _say(f"ds-advisor: warning: {msg}")
     # the one plan of this command: effective config, HF resolution, cluster, workload
     plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=hf_targs, workload=workload)
     cap = _hardware_capacity(cap, hw, plan)
@@ -1518,10 +1528,11 @@ def run() -> None:
 @_opt("-q", "--quiet", is_flag=True, help="Print nothing when the verdict is go.")
 @_release_option
 @display_options("units", "color")
+@_trainer_options  # estimate's Trainer arguments (TRAINER_OPTS), last in --help
 def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel, sequence_parallel,
           megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention, moe_capacity_factor, gpu_memory,
           host_memory, runtime_overhead, fragmentation, hardware, hf, overrides, strict, allow_tight, zero_init,
-          load_dtype, low_cpu_mem_usage, pipeline_build, fmt, quiet):
+          load_dtype, low_cpu_mem_usage, pipeline_build, fmt, quiet, trainer_args, hidden_size):
     """Pre-launch gate: will CONFIG fit on this node? Run it first in a job script, on each node.
 
     \b
@@ -1535,7 +1546,9 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     \b
     The workload (--seq-len, --micro-batch, --checkpointing, --attention, the parallel sizes)
     comes from the flags, else from CONFIG's sidecar CONFIG.workload.json that `generate`
-    writes, else the defaults; the verdict lists every value it assumed.
+    writes, else the defaults; the verdict lists every value it assumed. With --hf the Trainer
+    arguments (--per-device-train-batch-size ..., as estimate's) fill the config's "auto" keys,
+    else the sidecar's record of them (generate --hf), else TrainingArguments' defaults.
 
     \b
     Exit codes:
@@ -1564,7 +1577,9 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
                                "use estimate --activations trace")
     gpu_b, host_b = (_size_flag(f, v) for f, v in (("--gpu-memory", gpu_memory), ("--host-memory", host_memory)))
     ovh = _overhead(runtime_overhead, fragmentation)
-    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides)
+    targs = _targs(trainer_args, hidden_size)  # the Trainer arguments given, as estimate takes them
+    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides,
+                                      trainer_args=targs)
     ovh = ovh.for_hardware(hw)
     if hw is not None and gpus_per_node is not None:  # as estimate's job_shape refuses it
         problem = hw.ranks_per_node_problem(gpus_per_node, "--gpus-per-node", f"--hardware {hardware}")
@@ -1574,9 +1589,16 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     from types import SimpleNamespace
     wl = _workload(config, SimpleNamespace(**locals()), loaded.data)
     _check_checkpointing(wl, inv)
+    # --hf alone is TrainingArguments' defaults; the sidecar's Trainer arguments (generate --hf) fill
+    # the config's "auto" keys no flag gives (advisor.views.workload.trainer_args_for), as in estimate
+    if hf and targs is None:
+        targs = {}
+    if targs is not None and inp.launch is None:
+        from advisor.views.workload import trainer_args_for
+        targs = trainer_args_for(wl, targs, loaded.data)
     result = run_check(loaded, inv, world_size=world_size, world_size_source=ws_source,
-                       gpus_per_node=gpus_per_node, gpu_memory=gpu_b,
-                       host_memory=host_b, hardware=hw, hf=hf, strict=strict, workload=wl,
+                       gpus_per_node=gpus_per_node, gpu_memory=gpu_b, trainer_args=targs,
+                       host_memory=host_b, hardware=hw, hf=hf or targs is not None, strict=strict, workload=wl,
                        config_input=inp, overhead=ovh, allow_tight=allow_tight, zero_init=zero_init,
                        load_dtype=load_dtype, low_cpu_mem_usage=low_cpu_mem_usage, pipeline_build=pipeline_build)
     warn = _seq_len_warning(wl, inv)
@@ -1816,7 +1838,13 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
                                           "attention": attention, "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
                                           "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1,
                                           "moe_capacity_factor": moe_capacity_factor,
-                                          **config_record(_json.loads(text))},
+                                          **config_record(_json.loads(text)),
+                                          # --hf: the Trainer arguments the plan assumed, for the config's
+                                          # "auto" batch and precision keys (the "HF Trainer:" line)
+                                          **({"trainer": {"per_device_train_batch_size": b.micro,
+                                                          "gradient_accumulation_steps": b.ga,
+                                                          **({precision: True} if precision != "fp32" else {})}}
+                                             if hf else {})},
                                  force=force)
         except FileExistsError as e:
             raise _fail(str(e))

@@ -57,6 +57,19 @@ LIMITS: dict[str, tuple[int | float, str]] = {
 CONFIG_HELD = {"micro_batch": "train_micro_batch_size_per_gpu", "sequence_parallel": "sequence_parallel_size"}
 #: The config's batch keys a sidecar records (``batch``), checked against the config (W002).
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+#: The HF Trainer arguments a sidecar records (``trainer``, written by ``generate --hf``) -> the config key
+#: the Trainer fills from each where the config says "auto" (transformers 5.25.0 integrations/deepspeed.py
+#: ``HfTrainerDeepSpeedConfig.trainer_config_process``: ``fill_match("train_micro_batch_size_per_gpu",
+#: args.per_device_train_batch_size)``, ``fill_match("gradient_accumulation_steps",
+#: args.gradient_accumulation_steps)``, ``fill_match("bf16.enabled", ...)`` / ``fp16.enabled`` from
+#: ``args.bf16`` / ``args.fp16``). Under ``--hf`` such a key is "auto" in the config the sidecar is
+#: written for, so the sidecar's value plays the part the config's own value plays without --hf
+#: (:func:`trainer_args_for`).
+TRAINER_AUTO: dict[str, tuple[str, ...]] = {
+    "per_device_train_batch_size": ("train_micro_batch_size_per_gpu",),
+    "gradient_accumulation_steps": ("gradient_accumulation_steps",),
+    "bf16": ("bf16.enabled", "bfloat16.enabled"), "fp16": ("fp16.enabled",),
+}
 #: Top-level keys left out of :func:`config_digest`: our own suppression section (editing it
 #: changes nothing DeepSpeed does).
 _DIGEST_SKIP = ("ds_advisor",)
@@ -144,6 +157,9 @@ class ResolvedWorkload:
     recorded: dict[str, Any] = field(default_factory=dict)
     #: The config's own values of :data:`CONFIG_HELD` fields, for the assumptions.
     config_values: dict[str, Any] = field(default_factory=dict)
+    #: The HF Trainer arguments taken from the sidecar by :func:`trainer_args_for` (name -> value), for the
+    #: assumptions.
+    trainer_assumed: dict[str, Any] = field(default_factory=dict)
 
     def assumed(self) -> list[str]:
         """One line per value not given on the command line (for the check/estimate notes)."""
@@ -154,12 +170,17 @@ class ResolvedWorkload:
                 continue
             if o == "config":
                 cv = self.config_values.get(k)
+                if k == "micro_batch" and cv == "auto" and "per_device_train_batch_size" in self.trainer_assumed:
+                    continue  # the Trainer fills it: its per_device_train_batch_size line below says from where
                 out.append(f"{k} = {cv if cv is not None else CONFIG_HELD[k]} (the config's {CONFIG_HELD[k]})")
                 continue
             shown = "the model's maximum context" if (k == "seq_len" and v is None) else (
                 "train_micro_batch_size_per_gpu" if (k == "micro_batch" and v is None) else (
                     "the config's sequence_parallel_size, else 1" if (k == "sequence_parallel" and v is None) else v))
             out.append(f"{k} = {shown} ({o})")
+        side = os.path.basename(self.sidecar or "")
+        for k, v in self.trainer_assumed.items():
+            out.append(f"HF Trainer {k} = {v} (from {side}, for the config's \"auto\" {TRAINER_AUTO[k][0]})")
         return out
 
 
@@ -208,19 +229,41 @@ def read_sidecar(path: str) -> dict[str, Any]:
     batch = d.get("batch")
     if isinstance(batch, dict):
         out["batch"] = {k: batch[k] for k in BATCH_KEYS if _int(batch.get(k))}
+    trainer = d.get("trainer")
+    if trainer is not None:
+        if not isinstance(trainer, dict):
+            raise ConfigLoadError(path, f"/trainer: invalid value {shown(trainer)} (an object of HF Trainer arguments)")
+        rec: dict[str, Any] = {}
+        for k in TRAINER_AUTO:
+            if trainer.get(k) is None:
+                continue
+            v = trainer[k]
+            if k in ("bf16", "fp16"):
+                if not isinstance(v, bool):
+                    raise ConfigLoadError(path, f"/trainer/{k}: invalid value {shown(v)} (true or false)")
+            elif not _int(v) or v < 1:
+                raise ConfigLoadError(path, f"/trainer/{k}: invalid value {shown(v)} (a positive integer)")
+            elif v > MAX_GLOBAL_BATCH:  # the bound --per-device-train-batch-size / --gradient-accumulation-steps have
+                raise ConfigLoadError(path, f"/trainer/{k}: {v} is over the limit {MAX_GLOBAL_BATCH:,} (the bound "
+                                            f"--{k.replace('_', '-')} has)")
+            rec[k] = v
+        if rec.get("bf16") and rec.get("fp16"):  # TrainingArguments.__post_init__ refuses both
+            raise ConfigLoadError(path, "/trainer: bf16 and fp16 both true (the HF Trainer takes at most one)")
+        out["trainer"] = rec
     return out
 
 
 def write_sidecar(config_path: str, values: dict[str, Any], written_by: str = "ds-advisor generate",
                   force: bool = False) -> str:
-    """Write ``values`` (FIELDS keys, plus :func:`config_record`'s ``config_sha256`` and ``batch``)
-    next to ``config_path``; returns the sidecar's path.
+    """Write ``values`` (FIELDS keys, plus :func:`config_record`'s ``config_sha256`` and ``batch``, and
+    under ``generate --hf`` ``trainer``: the :data:`TRAINER_AUTO` arguments the plan assumed) next to
+    ``config_path``; returns the sidecar's path.
     Written by :func:`advisor.files.write_atomic` (never partial, never over an existing file
     without ``force``). Raises FileExistsError, or OSError when it cannot be written."""
     from advisor.files import write_atomic
     path = sidecar_path(config_path)
     d = {"written_by": written_by, **{k: values[k] for k in FIELDS if k in values},
-         **{k: values[k] for k in ("config_sha256", "batch") if k in values}}
+         **{k: values[k] for k in ("config_sha256", "batch", "trainer") if k in values}}
     write_atomic(path, json.dumps(d, indent=2) + "\n", force=force)
     return path
 
@@ -270,3 +313,42 @@ def resolve(config_path: str | None, flags: dict[str, Any], config_data: Any = N
             conflicts.append(("sequence_parallel_size", usp, side["sequence_parallel"]))
         stale = "config_sha256" in side and side["config_sha256"] != config_digest(data)
     return ResolvedWorkload(vals, origin, sp, conflicts, stale, side, held)
+
+
+def _config_value(data: Any, dotted: str) -> Any:
+    """``data``'s value at the dotted key (``bf16.enabled``), None when absent."""
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def trainer_args_for(wl: ResolvedWorkload, given: dict | None, config_data: Any) -> dict:
+    """The HF Trainer arguments of an ``--hf`` run of the config whose workload is ``wl``: ``given``
+    (the Trainer-argument flags, :class:`advisor.config.hf.TrainerArgs` fields; None = none given), and
+    for each :data:`TRAINER_AUTO` argument not given whose config key (``config_data``, as DeepSpeed
+    gets it) says "auto", the sidecar's: its ``trainer`` record (``generate --hf``), else, for the
+    micro-batch, its ``micro_batch``. So ``generate --hf`` -> ``check --hf`` / ``estimate --hf`` judge the
+    batch and precision generate chose, as the config's own values are judged without ``--hf``
+    (flag > sidecar > default, the precedence of every workload field; the Trainer's
+    TrainingArguments defaults, per-device batch 8, GA 1, no bf16, only where neither says).
+    A precision flag (``--bf16`` / ``--fp16``) replaces the sidecar's precision. The arguments taken
+    from the sidecar are set on ``wl.trainer_assumed`` (listed with the assumptions)."""
+    out = dict(given or {})
+    rec = dict((wl.recorded or {}).get("trainer") or {})
+    if "per_device_train_batch_size" not in rec and _int((wl.recorded or {}).get("micro_batch")):
+        rec["per_device_train_batch_size"] = wl.recorded["micro_batch"]
+    if out.get("bf16") or out.get("fp16"):
+        rec.pop("bf16", None)
+        rec.pop("fp16", None)
+    data = config_data if isinstance(config_data, dict) else {}
+    taken: dict[str, Any] = {}
+    for k, keys in TRAINER_AUTO.items():
+        if k in out or k not in rec:
+            continue
+        if any(_config_value(data, key) == "auto" for key in keys):
+            out[k] = taken[k] = rec[k]
+    wl.trainer_assumed = taken
+    return out
