@@ -4489,22 +4489,28 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             # the loop below by C-level maps: u per flush with a trigger (all but the epilogue's, the last),
             # repeated over its bucket's positions, keyed by (group, flat start) in position order (a later
             # position's value replaces an earlier one of the same key, as the loop's assignments do)
-            trig = flushes.trig[:F - 1]
-            # ub: u per flush in bytes
-            if st == 2 and not held:  # the trigger (D_: fp32 grad_accum under ZeRO-1 GA 1) and its sibling (Dm)
-                ub = map(D_.__mul__, map(hooked.__getitem__, trig))
-                if Dm != D_:
-                    ub = map(operator.add, map(D_.__mul__, map(order.numels.__getitem__, trig)),
-                             map(Dm.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
-                                                 map(order.numels.__getitem__, trig))))
-            else:
-                ub = map(D_.__mul__, map(csum[T].__sub__, map(csum.__getitem__, trig)))
-                if held:  # the sibling's 16-bit gradient, Dm bytes (beside fp32 grad_accum too)
-                    ub = map(operator.add, ub, map(Dm.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
-                                                                    map(order.numels.__getitem__, trig))))
+            # ub: u per flush in bytes. It follows from the replay (its triggers, hook order, csum, hooked and st) and
+            # (D_, Dm, held) alone: kept on the replay's _Flushes.memo under those three, as zero12_backward_transients'
+            # columns are (generate's 88 plans at the 1e5-tensor limit share 27 replays, issue 21)
+            dm = flushes.memo if isinstance(flushes, _Flushes) and ZERO12_OFFLOAD_U_MEMO else {}
+            ukey = ("offload_u", D_, Dm, held)
+            ub = dm.get(ukey)
+            if ub is None:
+                trig = flushes.trig[:F - 1]
+                if st == 2 and not held:  # the trigger (D_: fp32 grad_accum under ZeRO-1 GA 1) and its sibling (Dm)
+                    ub = map(D_.__mul__, map(hooked.__getitem__, trig))
+                    if Dm != D_:
+                        ub = map(operator.add, map(D_.__mul__, map(order.numels.__getitem__, trig)),
+                                 map(Dm.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
+                                                     map(order.numels.__getitem__, trig))))
+                else:
+                    ub = map(D_.__mul__, map(csum[T].__sub__, map(csum.__getitem__, trig)))
+                    if held:  # the sibling's 16-bit gradient, Dm bytes (beside fp32 grad_accum too)
+                        ub = map(operator.add, ub, map(Dm.__mul__, map(operator.sub, map(hooked.__getitem__, trig),
+                                                                        map(order.numels.__getitem__, trig))))
+                ub = dm[ukey] = _packed(ub)  # read by index, iteration and list() only
             fs = flushes.starts
             if ZERO12_OFFLOAD_PERIOD:
-                ub = list(ub)
                 got = _zero12_offload_periodic_runs(ec, inv, layouts, W, rbs, wrapper, ga, st, fs, ub, D)
                 if got is not None:
                     return got
@@ -4514,11 +4520,15 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
             lay0 = layouts[0]
             if (ZERO12_KEPT_COLS and ec.zero.stage == 1 and order.groups is None and len(layouts) == 1
                     and lay0.P > 0 and len(order.numels) and min(order.numels) > 0
-                    and (seq is not None or list(order.starts) == list(lay0.starts))):
+                    and (seq is not None or _replay_in_flat_order(dm, order, lay0))):
                 # u per flush position as one column, not a dict keyed by flat start (9e5 entries a plan at
                 # 1e5 layers, issue 21): every tensor has elements, so the starts are distinct and position k's
-                # key is its own; positions of the epilogue's flush (k >= end) have none, u 0, as um.get's default
-                upos = _packed(itertools.chain(us, itertools.repeat(0, len(order.numels) - end)))
+                # key is its own; positions of the epilogue's flush (k >= end) have none, u 0, as um.get's default.
+                # From ub and the replay alone: kept beside it under the same key
+                upos = dm.get(("offload_upos",) + ukey[1:])
+                if upos is None:
+                    upos = dm[("offload_upos",) + ukey[1:]] = _packed(
+                        itertools.chain(us, itertools.repeat(0, len(order.numels) - end)))
             else:
                 gs = itertools.repeat(0) if order.groups is None else itertools.islice(order.groups, end)
                 unmoved = dict(zip(zip(gs, itertools.islice(order.starts, end)), us))
@@ -4563,6 +4573,16 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     runs = _zero12_offload_reduce_runs(layouts, W, rbs, D)
     layouts[0]._memo[key] = (tuple(layouts), runs)
     return runs
+
+
+def _replay_in_flat_order(dm: dict, order: "_FlushOrder", lay: Zero12Layout) -> bool:
+    """Whether a one-group flush replay's hook order is the layout's flat order (the same flat starts), kept on the
+    replay's ``_Flushes.memo`` ``dm``: a replay is made from one layout list and kept with it (compared by identity,
+    :func:`_zero12_flush_replay`), so the answer is the replay's; an O(tensors) comparison per plan otherwise."""
+    got = dm.get("flat_order")
+    if got is None:
+        got = dm["flat_order"] = list(order.starts) == list(lay.starts)
+    return got
 
 
 def _zero12_offload_periodic_runs(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout], W: int,
@@ -5928,6 +5948,10 @@ ZERO12_OFFLOAD_XL_PERIOD = True
 #: owned extra-large gradient (issue 21: 3e5 of them at 1e5 layers, RBS h^2, every plan generate tries).
 #: False: the dict and the stack, kept as the reference (tests/test_offload_kept_cols_identity.py compares).
 ZERO12_KEPT_COLS = True
+#: True: :func:`zero12_offload_reduce_terms` keeps u per flush (and per flush position) on the flush replay's
+#: ``_Flushes.memo``, keyed by (gradient bytes D, model dtype bytes Dm, whether the boundary holds every gradient),
+#: what u reads beside the replay; False: made again per plan (tests/test_offload_u_memo19.py compares the two)
+ZERO12_OFFLOAD_U_MEMO = True
 #: The most ranks :func:`_zero12_offload_periodic_runs` evaluates one by one (O(buckets) each); more take the walks.
 _PERIOD_MAX_W = 4096
 
