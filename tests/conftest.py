@@ -81,6 +81,15 @@ def run_json(args: list[str], **kw) -> tuple[int, dict]:
         raise AssertionError(f"not JSON (rc={p.returncode}): {p.stdout[:500]} {p.stderr[:500]}")
 
 
+@pytest.fixture(autouse=True)
+def _content_memos_empty():
+    """The process-wide memo keyed by content (``state._OFFLOAD_RUNS_BY_CONTENT``) starts empty in every test: a
+    test's reference path never reads what an earlier test kept."""
+    from advisor.ledger import state
+    state._OFFLOAD_RUNS_BY_CONTENT.clear()
+    yield
+
+
 @pytest.fixture
 def cli():
     return run_cli

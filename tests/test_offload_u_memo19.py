@@ -123,3 +123,65 @@ def test_u_memo_keys_plans_apart(monkeypatch, a, b, key_at):
     assert ka[key_at] != kb[key_at] and ka[:key_at] + ka[key_at + 1:] == kb[:key_at] + kb[key_at + 1:]
     assert ua != ub
 
+
+# --- the runs kept by content (state.ZERO12_OFFLOAD_CONTENT_MEMO) -------------------------------------------------
+
+
+def _counting_walks(monkeypatch) -> list:
+    calls = [0]
+    walk = state._zero12_offload_reduce_runs
+
+    def counted(*a, **k):
+        calls[0] += 1
+        return walk(*a, **k)
+    monkeypatch.setattr(state, "_zero12_offload_reduce_runs", counted)
+    return calls
+
+
+def _fresh_all(cfg: dict, tensors: list, W: int, monkeypatch) -> str:
+    with monkeypatch.context() as m:
+        m.setattr(state, "ZERO12_OFFLOAD_U_MEMO", False)
+        m.setattr(state, "ZERO12_OFFLOAD_CONTENT_MEMO", False)
+        return _ledger(cfg, Inventory("u", list(tensors), "test", {}), W)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_kept_by_content_equal_fresh_ones(monkeypatch, seed):
+    """A second inventory of the same numbers under other names (a pipeline stage like another) reads the first's
+    runs; its ledgers are those of a fresh inventory with nothing kept."""
+    rng = random.Random(1950 + seed)
+    calls = _counting_walks(monkeypatch)
+    tensors = _tensors(rng)
+    renamed = [TensorSpec("s1." + t.name, t.shape, t.trainable, t.group, t.dtype) for t in tensors]
+    W = rng.choice([1, 2, 3, 4, 8])
+    largest = max(t.numel for t in tensors if t.trainable)
+    rbs = rng.choice([max(1, largest // 2), largest, 2 * largest + 1])
+    first, second = Inventory("u", list(tensors), "test", {}), Inventory("u", list(renamed), "test", {})
+    for ga, overlap, accum32 in ((1, False, False), (2, True, False), (1, True, True), (2, False, True)):
+        cfg = _config(W, 1, rbs, ga, overlap, accum32)
+        _ledger(cfg, first, W)
+        before = calls[0]
+        got = _ledger(cfg, second, W)
+        assert calls[0] == before, cfg  # no walk: the first inventory's runs
+        assert got == _fresh_all(cfg, renamed, W, monkeypatch), (seed, cfg)
+
+
+def test_content_key_holds_every_column():
+    """Layouts that differ in one tensor's size, and u columns that differ in one position, give different runs by
+    the walk itself, and so must different keys."""
+    W, rbs, D = 4, 1000, 2
+    numels = [300] * 30 + [17] * 30
+    lays = [state.zero12_group_layout(numels, W, D, True)]
+    other = [state.zero12_group_layout(numels[:5] + [2000] + numels[6:], W, D, True)]
+    up = [4000 - 10 * k for k in range(len(numels))]
+    up2 = list(up)
+    up2[40] = 10 ** 6
+
+    def runs(ls, u):
+        return list(state._zero12_offload_reduce_runs(ls, W, rbs, D, zero1=True, hook_clone=False, upos=u).pieces())
+    key = state._offload_runs_content_key
+    assert runs(lays, up) != runs(other, up)
+    assert key(lays, W, rbs, D, True, False, None, up) != key(other, W, rbs, D, True, False, None, up)
+    assert runs(lays, up) != runs(lays, up2)
+    assert key(lays, W, rbs, D, True, False, None, up) != key(lays, W, rbs, D, True, False, None, up2)
+    assert key(lays, W, rbs, D, True, False, None, up) == key(list(lays), W, rbs, D, True, False, None, list(up))

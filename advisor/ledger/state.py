@@ -64,6 +64,7 @@ import array
 import bisect
 import collections
 import functools
+import hashlib
 import itertools
 import math
 import operator
@@ -4560,8 +4561,18 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
         if (got is not None and got[1] is flushes_ and len(got[0]) == len(layouts)
                 and all(a is b for a, b in zip(got[0], layouts))):
             return got[2]
-        runs = _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
-                                           hook_clone=not held, upos=upos)
+        # by content too: a pipeline plan's stages of equal tensors (nameless or repeated layers) are other
+        # inventories with other layouts and replays, but the same columns (issue 21: 30 walks, 14 distinct)
+        ckey = None if unmoved else _offload_runs_content_key(layouts, W, rbs, D, ec.zero.stage == 1, not held,
+                                                              seq, upos)
+        runs = _OFFLOAD_RUNS_BY_CONTENT.get(ckey) if ckey is not None else None
+        if runs is None:
+            runs = _zero12_offload_reduce_runs(layouts, W, rbs, D, unmoved, zero1=ec.zero.stage == 1, seq=seq,
+                                               hook_clone=not held, upos=upos)
+            if ckey is not None:
+                _OFFLOAD_RUNS_BY_CONTENT[ckey] = runs
+                while len(_OFFLOAD_RUNS_BY_CONTENT) > _OFFLOAD_RUNS_KEPT:
+                    del _OFFLOAD_RUNS_BY_CONTENT[next(iter(_OFFLOAD_RUNS_BY_CONTENT))]  # the oldest
         layouts[0]._memo[key] = (tuple(layouts), flushes_, runs)
         return runs
     # once per (layouts, W, RBS, D): generate's plans share the layouts (zero12_layouts' memo) and
@@ -4573,6 +4584,51 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
     runs = _zero12_offload_reduce_runs(layouts, W, rbs, D)
     layouts[0]._memo[key] = (tuple(layouts), runs)
     return runs
+
+
+#: True: :func:`zero12_offload_reduce_terms` also keeps :func:`_zero12_offload_reduce_runs`' runs by the content of
+#: every input they read (:func:`_offload_runs_content_key`), across layouts and replays; False: only by identity
+#: (tests/test_offload_u_memo19.py compares the two)
+ZERO12_OFFLOAD_CONTENT_MEMO = True
+#: :data:`ZERO12_OFFLOAD_CONTENT_MEMO`'s store: content key -> Runs (read only), the oldest dropped past
+#: :data:`_OFFLOAD_RUNS_KEPT` entries (a Runs is O(change ranks), at most MAX_ZERO12_CHANGE_RANKS pieces)
+_OFFLOAD_RUNS_BY_CONTENT: dict = {}
+_OFFLOAD_RUNS_KEPT = 64
+
+
+def _offload_runs_content_key(layouts: list[Zero12Layout], W: int, rbs: int, D: int, zero1: bool, hook_clone: bool,
+                              seq: "_FlushOrder | None", upos: "Sequence[int] | None") -> "tuple | None":
+    """The key :func:`zero12_offload_reduce_terms` keeps :func:`_zero12_offload_reduce_runs`' runs under by content
+    (no ``unmoved`` dict: u as ``upos`` or none): W, RBS, D, ``zero1``, ``hook_clone``, and a BLAKE2b digest (20
+    bytes) of every column the walk reads: each layout's (P, n, n_pad, flat starts, numels), the hook order ``seq``
+    (param groups, flat starts, numels) and u per position ``upos``, each with its length; and the switches that pick
+    the walk's forms (:data:`ZERO12_COLUMNS`, :data:`ZERO12_KEPT_COLS`: a reference walk never reads the fast one's
+    runs). None (not kept) when
+    :data:`ZERO12_OFFLOAD_CONTENT_MEMO` is off or a value does not fit int64."""
+    if not ZERO12_OFFLOAD_CONTENT_MEMO:
+        return None
+    h = hashlib.blake2b(digest_size=20)
+
+    def col(c: "Sequence[int] | None") -> None:
+        if c is None:
+            h.update(b"-")
+            return
+        a = c if isinstance(c, array.array) and c.typecode == "q" else array.array("q", c)
+        h.update(b"|" + len(a).to_bytes(8, "little"))
+        h.update(memoryview(a).cast("B"))
+    try:
+        for lay in layouts:
+            col((lay.P, lay.n, lay.n_pad))
+            col(lay.starts)
+            col(lay.numels)
+        col(None if seq is None else seq.groups)
+        col(None if seq is None else seq.starts)
+        col(None if seq is None else seq.numels)
+        col(upos)
+    except OverflowError:
+        return None
+    return ("offload_reduce_runs", len(layouts), W, rbs, D, bool(zero1), bool(hook_clone), seq is None,
+            upos is None, ZERO12_COLUMNS, ZERO12_KEPT_COLS, h.digest())
 
 
 def _replay_in_flat_order(dm: dict, order: "_FlushOrder", lay: Zero12Layout) -> bool:
