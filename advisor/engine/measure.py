@@ -883,7 +883,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     load phase, PipelineModule's construction, its high-water mark against the ``load`` instant) and
     ``initialize``: where the plan's timeline models its high-water mark (ZeRO-1/2's DeepSpeedZeroOptimizer over the
     rank's stage, timeline.zero12_init_transients; stage 0's FP16_Optimizer, timeline.fp16_optimizer_init_transients,
-    FP16_UnfusedOptimizer, timeline.unfused_optimizer_init_transients (not measured under pipeline parallelism);
+    FP16_UnfusedOptimizer, timeline.unfused_optimizer_init_transients;
     BF16_Optimizer, timeline.init_end_is_peak) its high-water mark
     against the largest of the timeline's ``initialize:cast`` / ``initialize:module`` and :data:`INIT_PEAK_INSTANTS`
     (the pipe worker's phase spans the whole of deepspeed.initialize), else what is live when it has returned
