@@ -671,6 +671,27 @@ PIPELINE_SAVE16_NOTE = (
     "writes (runtime/pipe/module.py save_state_dict l.607-642), one per PipelineModule layer, in the model dtype")
 
 
+#: Why ``engine.save_16bit_model`` writes nothing at ZeRO-3 without ``stage3_gather_16bit_weights_on_model_save``:
+#: ``zero_optimization_partition_weights()`` and not ``zero_gather_16bit_weights_on_model_save()`` -> it logs "Did not
+#: save the model" and returns False (runtime/engine.py l.5730-5740). The one wording of this fact: the checkpoint
+#: section's note (:func:`save_16bit_model_plan`) and the timeline's ``save:16bit`` label (:func:`save16_instant_words`).
+ZERO3_SAVE16_WHY = ("at stage 3 without stage3_gather_16bit_weights_on_model_save it returns False without writing "
+                    "(runtime/engine.py l.5730-5740)")
+
+
+def save16_instant_words(ec: EffectiveConfig, cluster: Cluster) -> str:
+    """What the step timeline's ``save:16bit`` instant says ``engine.save_16bit_model`` does, from the
+    predicates and words :func:`save_16bit_model_plan` reads (:func:`pipeline_saves_16bit`,
+    :func:`saves_16bit_weights`, :data:`ZERO3_SAVE16_WHY`), so the timeline and the checkpoint section
+    never disagree: under the PipelineEngine no model; ZeRO-3 with the gather, its largest module gathered
+    (the instant's spike); ZeRO-3 without it, nothing; stages 0-2, rank 0's module state dict."""
+    if not pipeline_saves_16bit(cluster):
+        return "writes no model under the PipelineEngine (runtime/pipe/engine.py module_state_dict l.1308-1325)"
+    if ec.zero.stage == 3:
+        return "the largest module gathered" if saves_16bit_weights(ec) else f"writes nothing: {ZERO3_SAVE16_WHY}"
+    return "rank 0 writes the module state dict"
+
+
 def pipeline_saves_16bit(cluster: Cluster) -> bool:
     """False under pipeline parallelism (``cluster.pipeline_parallel`` > 1): the PipelineEngine's
     ``save_16bit_model`` writes no model file (:data:`PIPELINE_SAVE16_NOTE`, runtime/pipe/engine.py
@@ -703,8 +724,7 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
         return Save16(False, 0, 0, 0, PIPELINE_SAVE16_NOTE)
     if ec.zero.stage == 3:
         if not saves_16bit_weights(ec):
-            return Save16(False, 0, 0, 0, "stage 3 without stage3_gather_16bit_weights_on_model_save: "
-                          "save_16bit_model writes nothing (use zero_to_fp32.py on the checkpoint)")
+            return Save16(False, 0, 0, 0, ZERO3_SAVE16_WHY + "; use zero_to_fp32.py on the checkpoint")
         mods: dict[str, int] = {}
         for t in inv.tensors:
             mods[_module_of(t)] = mods.get(_module_of(t), 0) + zero3_partition_numel(t.numel, W) * W * D

@@ -1954,11 +1954,8 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
         out.append(Instant("steady_step:post", "steady_step",
                            "steady optimizer step: persistent parameters gathered again (_post_step)"))
     gather = st == 3 and ec.zero.gather_16bit_weights_on_model_save
-    from advisor.ledger.checkpoint import pipeline_saves_16bit
-    out.append(Instant("save:16bit", "save", "save_16bit_model: " + (
-        "the largest module gathered" if gather else "rank 0 writes the module state dict"
-        if pipeline_saves_16bit(ledger.plan.cluster) else "writes no model under the PipelineEngine "
-        "(runtime/pipe/engine.py module_state_dict l.1308-1325)")))
+    from advisor.ledger.checkpoint import save16_instant_words  # the checkpoint section's own predicates and words
+    out.append(Instant("save:16bit", "save", "save_16bit_model: " + save16_instant_words(ec, ledger.plan.cluster)))
     if gather:
         out.append(Instant("save:16bit:end", "save", "save_16bit_model: rank 0's state dict whole"))
     out.append(Instant("save:model", "save", "save_checkpoint: the model-states file"))
