@@ -120,7 +120,10 @@ def test_mtbf_and_activations_wording(tmp_path):
           "recompute_layer": 2**30}
     full = activation_words(ac, True)
     assert "80 layers x" not in full and "keep only their inputs" in full and "3.00 GiB" in full
-    assert activation_words(ac, False) == "no checkpointing: 80 layers x 1.00 GiB each = 80.00 GiB kept for backward"
+    # without recompute: 80 layers x 1 GiB kept, and a 2 GiB loss head the row words add
+    none = dict(ac, saved_accelerator=82 * 2**30, loss_head=2 * 2**30, recompute_layer=0)
+    assert activation_words(none, False) == \
+        "no checkpointing: 80 layers x 1.00 GiB each = 80.00 GiB kept for backward"
 
 
 @pytest.mark.parametrize("text,literal,col", [('{"train_batch_size": NaN}', "NaN", 22),

@@ -65,6 +65,69 @@ def _state_rows(text: str) -> list[float]:
     return [_gib(x.split("│")[2]) for x in text.splitlines() if x.startswith("│ activations ")]
 
 
+def _check_line_adds_up(line: str, ac: dict, row_bytes: int) -> None:
+    """No-recompute line: "... = KEPT GiB kept for backward + part GiB ... = TOTAL GiB, the activations row":
+    KEPT + parts == TOTAL (to the printed rounding), TOTAL is the JSON row, KEPT the saved bytes less the loss head."""
+    segs = _unparen(line).split(" = ")
+    assert len(segs) == 3 and segs[2].endswith("GiB, the activations row"), line
+    kept = _gib(re.match(r"([\d,.]+) GiB kept for backward", segs[1]).group(1))
+    parts = [_gib(x) for x in re.findall(r"\+ [^+=]*?([\d,.]+) GiB", segs[1])]
+    total = _gib(segs[2].split()[0])
+    assert abs(kept + sum(parts) - total) <= 0.005 * (len(parts) + 1) + 1e-9, line
+    assert round(row_bytes / GIB, 2) == total, (line, row_bytes)
+    assert round((ac["saved_accelerator"] - ac["loss_head"]) / GIB, 2) == kept, line
+    # every term the row holds is named: the loss head, the largest transient, the ledger's own entries
+    want = [ac["loss_head"], max(ac["loss_spike"], ac["loss_backward_spike"], ac["recompute_layer"])]
+    want += [x["bytes"] for x in ac["row_items"]]
+    assert sorted(parts) == sorted(round(b / GIB, 2) for b in want if b), (line, want)
+
+
+def test_pipeline_activation_line_names_the_micro_batches_in_flight():
+    text, d = _estimate(PP_ARGS)
+    pp, dp = d["cluster"]["pipeline_parallel"], d["cluster"]["dp_world_size"]
+    ga = 32 // (4 * dp)  # train_batch_size / (micro-batch x data-parallel ranks)
+    lines, rows = _activation_lines(text), _state_rows(text)
+    assert len(lines) == len(rows) == 2  # one role per stage shown
+    shown = sorted({r["stages"][0]: r for r in d["ranks"]}.items())
+    for (stage, r), line, row in zip(shown, lines, rows):
+        ac = r["activations"]
+        flight = min(pp - stage, ga)  # DeepSpeed's 1F1B in-flight forwards on this stage
+        assert ac["in_flight"] == flight
+        # llama's layers are alike: the layers' saved bytes are layers x one layer x in flight, exactly
+        assert ac["layers_on_rank"] * ac["per_layer"] * flight == ac["saved_accelerator"] - ac["loss_head"]
+        m = re.search(r"(\d+) layers x ([\d.]+) GiB each x (\d+) micro-batch(?:es)? in flight \(1F1B: "
+                      r"min\(stages - stage, micro-batches\), runtime/pipe/schedule\.py", line)
+        assert m and int(m.group(1)) == ac["layers_on_rank"] and int(m.group(3)) == flight, line
+        tiers = r["tiers"]["accelerator"]["activations"]
+        _check_line_adds_up(line, ac, tiers)
+        assert round(tiers / GIB, 2) == row  # the printed total is the table's row
+
+
+def test_m100_names_the_peak_stage_activations():
+    """M100's "saved for backward" is the peak rank's (stage 0: 2 micro-batches in flight, no loss head),
+    the figure at the timeline's peak, not a stage-less mix of stage 0's in-flight and stage 1's head."""
+    _, d = _estimate(PP_ARGS + ["--gpu-memory", "80GB"])
+    m100 = next(f for f in d["findings"] if f["code"] == "M100" and f["data"].get("tier") == "accelerator")
+    worst = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
+    at_peak = next(c["bytes"] for c in worst["peak"]["accelerator"]["top"] if c["item"] == "activations")
+    assert worst["activations"]["saved_accelerator"] == at_peak
+    assert f"({at_peak / GIB:.2f} GiB saved for backward, {worst['activations']['in_flight']} micro-batches " \
+           "in flight)" in m100["fix"], m100["fix"]
+
+
+def test_readme_activation_line_names_every_term_of_the_row():
+    text, d = _estimate(README_ARGS)
+    (line,), (row,) = _activation_lines(text), _state_rows(text)
+    r = d["ranks"][0]
+    ac = r["activations"]
+    assert ac["in_flight"] == 1 and "in flight" not in line  # no pipeline: nothing to name
+    assert ac["loss_backward_spike"] > ac["loss_spike"]  # the transient the old line left out
+    _check_line_adds_up(line, ac, r["tiers"]["accelerator"]["activations"])
+    assert round(r["tiers"]["accelerator"]["activations"] / GIB, 2) == row
+    # the smaller transient is named as not added
+    assert f"not added: the loss's fp32 logits copy in forward {ac['loss_spike'] / GIB:.2f} GiB" in line
+
+
 def _save16(args: list[str]) -> tuple[str, dict]:
     d = json.loads(run_cli(["estimate", *args, "--format", "json"], env=WIDE).stdout)
     label = next(x["label"] for x in d["ranks"][0]["timeline"] if x["instant"] == "save:16bit")

@@ -284,6 +284,13 @@ class ActivationInputs:
     params_outside_layers: int = 0
 
 
+#: Where a pipeline stage's in-flight micro-batches come from: DeepSpeed's 1F1B ``TrainSchedule.num_pipe_buffers``
+#: (runtime/pipe/schedule.py l.247-256), "the maximum number of in-flight forward passes, since we need to remember
+#: the activations of forward passes in order to run backpropagation": min(stages - stage_id, micro_batches) before
+#: its max(2, .) floor for the buffers (the activations are those of forwards run, not of buffers allocated).
+IN_FLIGHT_SOURCE = "1F1B: min(stages - stage, micro-batches), runtime/pipe/schedule.py TrainSchedule.num_pipe_buffers"
+
+
 @dataclass
 class ActivationEstimate:
     """Bytes per rank. ``per_layer`` is one layer's saved activations with no checkpointing
@@ -316,6 +323,10 @@ class ActivationEstimate:
     checkpointed_layers: int = 0
     #: What the estimate could not follow (e.g. a DeepSpeed setting that would fail).
     notes: list[str] = field(default_factory=list)
+    #: Micro-batches whose saved activations a rank holds at once (:data:`IN_FLIGHT_SOURCE`): 1 without
+    #: pipeline parallelism; a pipeline stage's 1F1B forwards before its first backward, min(stages - stage,
+    #: micro-batches); the stage-less worst case, the stages. The layers' saved bytes are x this (the loss head not).
+    in_flight: int = 1
     #: Accelerator activation peak of the same rank without recomputation (bytes): what the
     #: recompute setting saves is this minus peak_accelerator (0 when not computed).
     peak_without_recompute: int = 0
@@ -688,7 +699,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     else:
         bounds = partition_uniform(L, p)
         layers_on_rank = bounds[x.stage + 1] - bounds[x.stage]
-        # runtime/pipe/schedule.py:TrainSchedule.num_pipe_buffers: min(stages - stage_id, micro_batches)
+        # IN_FLIGHT_SOURCE: min(stages - stage_id, micro_batches)
         in_flight = min(p - x.stage, x.micro_batches or p)
         last = x.stage == p - 1
     frac = layers_on_rank / L
@@ -836,4 +847,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes,
                               peak_without_recompute=peak_none, host_offload_bytes=host_out,
                               host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0,
-                              recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed)
+                              recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed,
+                              in_flight=in_flight)

@@ -206,27 +206,43 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
     return out
 
 
-def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS) -> str:
+def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS, pipeline: bool = False) -> str:
     """The activations line's words, so a product is only printed where it is the total.
 
     ``mode``: the recompute (``ranks[].activations.recompute``: "none", "full", "layers" (k of L
     checkpointed), "selective"; True/False for full/none). Without recompute "80 layers x 1.52 GiB
-    each = 121.60 GiB kept for backward"; with it, what is saved for backward, and the one-layer
-    figure only as what a layer would keep without recompute."""
+    each = 121.60 GiB kept for backward" (the saved bytes less the loss head, which
+    :func:`activation_row_words` adds); under pipeline parallelism (``pipeline``) the micro-batches in
+    flight (``in_flight``) are a factor of it, with their source
+    (:data:`advisor.model.activations.IN_FLIGHT_SOURCE`). With recompute, what is saved for backward,
+    and the one-layer figure only as what a layer would keep without recompute."""
+    from advisor.model.activations import IN_FLIGHT_SOURCE
     mode = {True: "full", False: "none"}.get(mode, mode)  # type: ignore[arg-type]
     n = ac["layers_on_rank"]
+    f = ac.get("in_flight") or 1
+    flight = (f" x {f} micro-batch{'es' if f != 1 else ''} in flight ({IN_FLIGHT_SOURCE})"
+              if pipeline or f != 1 else "")
+    in_saved = (f" ({f} micro-batch{'es' if f != 1 else ''} in flight: {IN_FLIGHT_SOURCE})"
+                if pipeline or f != 1 else "")
     if mode == "sac" and (ac.get("sac_policy") or {}).get("scope") == "model":  # the whole-model MILP's choice
         k = ac.get("checkpointed_layers", n)
         return (f"op-level selective checkpointing in {k} of the {n} layers, chosen by torch's whole-model MILP "
                 f"under {size((ac.get('sac_policy') or {}).get('budget_bytes') or 0, units)} of activations; saved "
-                f"for backward {size(ac['saved_accelerator'], units)} on the accelerator (loss head included)")
+                f"for backward {size(ac['saved_accelerator'], units)} on the accelerator (loss head included)"
+                + in_saved)
     if mode == "sac":  # trace mode: per_layer is what a layer keeps under the op-level policy
         return (f"op-level selective checkpointing in the {n} layers (torch's SAC policy: the ops it picks are "
                 f"kept, the rest recomputed in backward): {n} layers x {size(ac['per_layer'], units)} each; saved "
-                f"for backward {size(ac['saved_accelerator'], units)} on the accelerator (loss head included)")
+                f"for backward {size(ac['saved_accelerator'], units)} on the accelerator (loss head included)"
+                + in_saved)
     if mode in (None, "", "none"):
-        return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each = "
-                f"{size(n * ac['per_layer'], units)} kept for backward")
+        kept = ac["saved_accelerator"] - (ac.get("loss_head") or 0)
+        if n * ac["per_layer"] * f == kept:
+            return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each{flight} = "
+                    f"{size(kept, units)} kept for backward")
+        # layers of different sizes (MoE after dense layers): the largest is not each layer's
+        return (f"no checkpointing: {n} layers (the largest {size(ac['per_layer'], units)}){flight}: "
+                f"{size(kept, units)} kept for backward")
     how = {"full": f"full checkpointing: the {n} layers keep only their inputs",
            "layers": f"{ac.get('checkpointed_layers')} of the {n} layers checkpointed (they keep only their input and "
                      "are recomputed in backward)",
@@ -234,10 +250,44 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
            }.get(mode, f"recompute {mode}")
     return (how + f"; saved for backward {size(ac['saved_accelerator'], units)} on the accelerator"
             + (f", {size(ac['saved_host'], units)} on the host" if ac.get("saved_host") else "")
-            + " (loss head included)"
+            + " (loss head included)" + in_saved
             + (_recompute_words(ac, units) if ac.get("recompute_layer") else "")
             + (f"; each layer keeps {size(ac['per_layer'], units)}" if mode == "selective"
                else f"; without recompute each layer would keep {size(ac['per_layer'], units)}"))
+
+
+#: The step's activation transients on top of what is saved for backward (advisor.model.activations.
+#: ActivationEstimate: ``loss_spike``, ``loss_backward_spike``, ``recompute_layer``): the row and the
+#: timeline add the largest of them only (``peak_accelerator``), as none is live with another.
+_TRANSIENTS = (("loss_backward_spike", "the loss backward's fp32 gradients"),
+               ("loss_spike", "the loss's fp32 logits copy in forward"),
+               ("recompute_layer", "one layer recomputed in backward"))
+
+
+def activation_row_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS) -> str:
+    """Every term of the accelerator activations row (``ranks[].tiers.accelerator.activations``) after
+    :func:`activation_words`, ending in that row's figure: the loss head (without recompute; with it the
+    saved figure includes it), the largest of the step's transients (:data:`_TRANSIENTS`; the smaller ones
+    named as not added: they are not live together), and the ledger's own activation entries
+    (``row_items``: the PipelineEngine's kept buffers). The terms are ``saved_accelerator`` +
+    max(transients) + the entries (``ActivationEstimate.peak_accelerator`` + ``Role.step_entries``)."""
+    mode = {True: "full", False: "none"}.get(mode, mode)  # type: ignore[arg-type]
+    none = mode in (None, "", "none")
+    # without recompute the line so far ends in the layers' kept bytes; with it, in other words
+    parts = [] if none else [f"; the row: saved {size(ac['saved_accelerator'], units)}"]
+    if none and ac.get("loss_head"):
+        parts.append(f"+ loss head {size(ac['loss_head'], units)}")
+    trans = [(ac.get(k) or 0, words) for k, words in _TRANSIENTS]
+    top = max(trans, key=lambda x: x[0])
+    if top[0]:
+        others = [f"{w} {size(b, units)}" for b, w in trans if b and (b, w) != top]
+        parts.append(f"+ {top[1]} {size(top[0], units)} (the largest transient"
+                     + (f"; not live with it, so not added: {', '.join(others)}" if others else "") + ")")
+    items = [x for x in ac.get("row_items") or [] if x["bytes"]]
+    parts += [f"+ {x['item']} {size(x['bytes'], units)}" for x in items]
+    total = ac["saved_accelerator"] + top[0] + sum(x["bytes"] for x in items)
+    return ((" " if none and parts else "") + " ".join(parts) + f" = {size(total, units)}"
+            + (", the activations row" if none else ""))
 
 
 def _recompute_words(ac: dict[str, Any], units: str) -> str:
@@ -371,9 +421,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 mode = ac.get("recompute") or ("full" if a_w["checkpointing"] == "full" else "none")
                 saves = (ac.get("peak_without_recompute") or 0) - (ac["saved_accelerator"] + max(
                     ac["loss_spike"], ac.get("loss_backward_spike") or 0, ac["recompute_layer"]))
-                console.print("  activations: " + activation_words(ac, mode, units)
-                              + f"; loss head {size(ac['loss_head'], units)} + fp32 logits spike "
-                              f"{size(ac['loss_spike'], units)}"
+                console.print("  activations: " + activation_words(ac, mode, units, pipeline=staged)
+                              + activation_row_words(ac, mode, units)
                               + (f"; recomputation saves {size(saves, units)} at the peak and adds "
                                  f"{ac['recompute_flops_fraction']:.0%} of the step's FLOPs"
                                  if ac["recompute_flops_fraction"] else ""))

@@ -111,15 +111,22 @@ class Role:
         one-off load-phase copy, save-time gather and first-step transients are on the timeline
         only), with "total"."""
         out: dict[str, dict[str, int]] = {t: {c: 0 for c in CLASSES} for t in REPORT_TIERS}
-        for e in self.ledger.entries:
-            if e.life not in OUTSIDE_STEP:
-                out[_TIER_OF[e.tier]][e.cls] += e.bytes
+        for e in self.step_entries():
+            out[_TIER_OF[e.tier]][e.cls] += e.bytes
         if self.activations is not None:
             out["accelerator"]["activations"] += self.activations.peak_accelerator
             out["host"]["activations"] += self.activations.saved_host
         for t in out:
             out[t]["total"] = sum(v for k, v in out[t].items() if k != "total")
         return out
+
+    def step_entries(self, tier: str | None = None, cls: str | None = None) -> list:
+        """The ledger entries :meth:`tiers` counts (every life of the training step, not
+        :data:`OUTSIDE_STEP`), of report tier ``tier`` and class ``cls`` when given: with the activation
+        estimate's :attr:`~advisor.model.activations.ActivationEstimate.peak_accelerator`, the accelerator
+        activations row is these (the PipelineEngine's kept buffers, ``state.pipeline_stage_entries``)."""
+        return [e for e in self.ledger.entries if e.life not in OUTSIDE_STEP
+                and (tier is None or _TIER_OF[e.tier] == tier) and (cls is None or e.cls == cls)]
 
     def host_split(self) -> dict[str, int]:
         return {"pinned": self.ledger.total("host_pinned"), "pageable": self.ledger.total("host_pageable")}
@@ -356,6 +363,11 @@ class EstimateResult:
                         "recompute": r.activations.recompute,
                         "checkpointed_layers": r.activations.checkpointed_layers,
                         "peak_without_recompute": r.activations.peak_without_recompute or None,
+                        # micro-batches whose layers' activations are held at once (1F1B under pipeline parallelism)
+                        "in_flight": r.activations.in_flight,
+                        # the ledger's own activation entries the accelerator row adds to these figures
+                        "row_items": [{"item": e.item, "bytes": e.bytes}
+                                      for e in r.step_entries("accelerator", "activations")],
                         **({"sac_policy": r.activations.sac_policy} if r.activations.sac_policy else {}),
                     },
                     "items": [
@@ -868,7 +880,8 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
 
     from advisor.config.validation import float_of  # need: an int past the float range from a 400-digit bucket
     if tier == "accelerator" and acts is not None and need and acts.saved_accelerator >= 0.3 * float_of(need):
-        why = (f"activations ({sized(acts.saved_accelerator)} saved for backward) are "
+        flight = f", {acts.in_flight} micro-batches in flight" if acts.in_flight > 1 else ""
+        why = (f"activations ({sized(acts.saved_accelerator)} saved for backward{flight}) are "
                f"{100 * acts.saved_accelerator / need:.0f}% of the peak. ")
 
     def still_short(c) -> list[str]:  # tiers short before and after: this change does not fix them
@@ -1023,6 +1036,20 @@ def split_by_stage(roles: list[Role], cluster: Cluster, acts: dict[int, Activati
     return out
 
 
+def peak_role_activations(pf: "PlanFit") -> ActivationEstimate | None:
+    """The activations of the role whose timeline holds the accelerator row's peak (:func:`fit_rows`'
+    worst role), for M100's words: under pipeline parallelism each stage has its own
+    (:func:`split_by_stage`), and ``pf.activations`` is the stage-less worst case (the first stage's
+    in-flight micro-batches with the last stage's loss head), which no rank holds."""
+    row = next((r for r in pf.rows if r.tier == "accelerator"), None)
+    if row is None or not pf.roles:
+        return pf.activations
+    for role in pf.roles:
+        if role.timeline is not None and role.peak(FLATTEN_ONLY)["accelerator"]["bytes"] == row.tracked:
+            return role.activations
+    return pf.activations
+
+
 @dataclass
 class PlanFit:
     """The fit of one plan (:func:`plan_fit`): the ledger, activations, roles with their
@@ -1145,7 +1172,8 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                                has_activations=pf.activations is not None, hardware=hardware, hf=hf,
                                activations=activations_for)
         before = {r.tier: r.verdict for r in pf.rows}
-        pf.findings = [computed_fix(f, cands, pf.activations, before) if f.code == "M100" and f.data.get("tier") in short
+        pf.findings = [computed_fix(f, cands, peak_role_activations(pf), before)
+                       if f.code == "M100" and f.data.get("tier") in short
                        else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
     fit_found = [f.located(positions, source) for f in pf.findings]
