@@ -1826,26 +1826,24 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
     except AdvisorError as e:
         raise _fail(str(e))
     text = gen.config_text(res.best.config)
+    b = res.best
+    # what the plan assumed, for check / estimate to read back (advisor.views.workload)
+    workload = {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
+                "attention": attention, "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
+                "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1,
+                "moe_capacity_factor": moe_capacity_factor}
+    # --hf: the Trainer arguments the plan assumed, for the config's "auto" batch and precision keys (the
+    # "HF Trainer:" line)
+    trainer = ({"per_device_train_batch_size": b.micro, "gradient_accumulation_steps": b.ga,
+                **({precision: True} if precision != "fp32" else {})} if hf else {})
     if output:
         try:
             gen.write_atomic(output, text, force=force)
             import json as _json
             from advisor.views.workload import config_record, write_sidecar
-            b = res.best
-            # what the plan assumed, for check / estimate to read back (advisor.views.workload), and
-            # the config it was written for (its digest and batch keys: rule W002)
-            side = write_sidecar(output, {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
-                                          "attention": attention, "tensor_parallel": b.tp, "pipeline_parallel": b.pp,
-                                          "sequence_parallel": b.sp, "expert_parallel": 1, "megatron_sp": b.tp > 1,
-                                          "moe_capacity_factor": moe_capacity_factor,
-                                          **config_record(_json.loads(text)),
-                                          # --hf: the Trainer arguments the plan assumed, for the config's
-                                          # "auto" batch and precision keys (the "HF Trainer:" line)
-                                          **({"trainer": {"per_device_train_batch_size": b.micro,
-                                                          "gradient_accumulation_steps": b.ga,
-                                                          **({precision: True} if precision != "fp32" else {})}}
-                                             if hf else {})},
-                                 force=force)
+            # with the config it was written for (its digest and batch keys: rule W002)
+            side = write_sidecar(output, {**workload, **config_record(_json.loads(text)),
+                                          **({"trainer": trainer} if trainer else {})}, force=force)
         except FileExistsError as e:
             raise _fail(str(e))
         except OSError as e:
@@ -1866,7 +1864,31 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
         else:
             click.echo(report, err=True)
             click.echo(text, nl=False)
+    if not output:  # a later check / estimate of the config would assume its workload: say which flags give it
+        _say(_no_sidecar_words(workload, trainer))
     sys.exit(EXIT_OK)
+
+
+def _no_sidecar_words(workload: dict, trainer: dict | None = None) -> str:
+    """generate's stderr line when the config goes to standard output (no ``-o``, or ``-o -``): no
+    workload sidecar (:func:`advisor.views.workload.write_sidecar`) is written, so a later check or
+    estimate of the config assumes its workload (``ResolvedWorkload.assumed``) unless given the flags that
+    carry the plan's (``workload``: the sidecar's fields; the micro-batch is the config's own), and under
+    --hf the Trainer arguments the plan assumed (``trainer``, the sidecar's ``trainer``) are named."""
+    flags = []
+    for k, v in workload.items():  # the flags whose value is not already the commands' default
+        if k == "micro_batch" or v is None or v is False or v == OPTIONS[k][1].get("default") or (
+                k == "sequence_parallel" and v == 1):
+            continue
+        flag = OPTIONS[k][0][0]
+        flags.append(flag if v is True else f"{flag} {v}")
+    head = "ds-advisor: the config went to standard output, so no workload sidecar was written: "
+    hf = ("; the plan assumed the HF Trainer arguments " + ", ".join(f"{k}={v}" for k, v in trainer.items())
+          if trainer else "")
+    if not flags:
+        return head + "a later check or estimate of it assumes the default workload, which is this plan's" + hf
+    return (head + "a later check or estimate of it assumes its workload unless given " + " ".join(flags) + hf
+            + " (with -o NAME.json they go in NAME.workload.json beside it)")
 
 
 @main.command()

@@ -147,3 +147,35 @@ def test_save_16bit_label_agrees_with_the_checkpoint_section():
     assert s16["writes"] is True and s16["gather_accelerator_bytes"] > 0 and "gathered" in label
     label, s16 = _save16([str(SAMPLES / "zero2.json"), "--params", "100000000", "--world-size", "8"])
     assert s16["writes"] is True and label == "save_16bit_model: rank 0 writes the module state dict"
+
+
+def test_tight_verdict_says_what_its_figure_is():
+    """The README command is TIGHT: its headroom is less than how far the runtime overhead terms may
+    exceed their estimates (each term's band top less its figure, summed here from the JSON), and the
+    verdict says that figure is the runtime-overhead band, not a bare "within X"."""
+    text, d = _estimate(README_ARGS)
+    acc = next(f for f in d["fit"] if f["tier"] == "accelerator")
+    band = sum(t["high"] - t["bytes"] for t in acc["overhead"])
+    assert acc["verdict"] == "tight" and 0 <= acc["headroom"] < band
+    flat = " ".join(text.split())
+    verdict = flat[flat.index("TIGHT ("):]
+    assert verdict.startswith(f"TIGHT (the headroom is inside the runtime-overhead band: up to {band / GIB:.2f} GiB "
+                              "more if "), verdict[:200]
+    named = [t["name"] for t in acc["overhead"] if t["high"] > t["bytes"]]
+    assert all(n in verdict[:verdict.index("reach their band's top")] for n in named), verdict[:300]
+
+
+def test_generate_to_stdout_says_no_sidecar_was_written(tmp_path):
+    """generate -o - (and without -o) prints the config on stdout and writes no workload sidecar: one
+    stderr line says so and names the flags that carry the plan's workload; stdout stays the config."""
+    args = ["generate", "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+            "--global-batch", "64", "--seq-len", "2048"]
+    p = run_cli(args + ["-o", "-"], cwd=tmp_path, env={"COLUMNS": "400"})
+    assert p.returncode == 0, p.stderr[-1000:]
+    json.loads(p.stdout)  # the config alone
+    assert not list(tmp_path.iterdir())  # nothing written
+    line = next(x for x in p.stderr.splitlines() if "no workload sidecar was written" in x)
+    assert "--seq-len 2048" in line
+    q = run_cli(args + ["-o", str(tmp_path / "c.json")], cwd=tmp_path, env={"COLUMNS": "400"})
+    assert q.returncode == 0 and (tmp_path / "c.workload.json").exists()
+    assert "no workload sidecar" not in q.stdout + q.stderr

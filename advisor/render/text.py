@@ -139,7 +139,9 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         if f.get("verdict") == "tight":  # a lower-bound peak (M104) and/or inside the overhead's band (M102): each named
             band = 0 <= (f["headroom"] or 0) < f["uncertainty"]
             why = (["peak is a lower bound: M104"] if lb else []) + (
-                [f"within {size(f['uncertainty'], units)}: {', '.join(f['uncertain_terms'])}"] if band else [])
+                # the band: how far the runtime overhead terms may exceed their estimates (each term's high - default)
+                [f"the headroom is inside the runtime-overhead band: up to {size(f['uncertainty'], units)} more if "
+                 f"{', '.join(f['uncertain_terms'])} reach their band's top"] if band else [])
             verdict = f"TIGHT ({'; '.join(why)})"
         phase = key_words(f.get("phase") or "")  # "first_step": the JSON's key, in words
         rows = [(f["tier"], "peak live" + (f" ({phase})" if phase else ""),
