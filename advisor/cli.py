@@ -1873,8 +1873,8 @@ def _no_sidecar_words(workload: dict, trainer: dict | None = None) -> str:
     """generate's stderr line when the config goes to standard output (no ``-o``, or ``-o -``): no
     workload sidecar (:func:`advisor.views.workload.write_sidecar`) is written, so a later check or
     estimate of the config assumes its workload (``ResolvedWorkload.assumed``) unless given the flags that
-    carry the plan's (``workload``: the sidecar's fields; the micro-batch is the config's own), and under
-    --hf the Trainer arguments the plan assumed (``trainer``, the sidecar's ``trainer``) are named."""
+    carry the plan's (``workload``: the sidecar's fields; the micro-batch is the config's own), under --hf
+    with the Trainer arguments the plan assumed (``trainer``, the sidecar's ``trainer``) as their flags."""
     flags = []
     for k, v in workload.items():  # the flags whose value is not already the commands' default
         if k == "micro_batch" or v is None or v is False or v == OPTIONS[k][1].get("default") or (
@@ -1882,12 +1882,12 @@ def _no_sidecar_words(workload: dict, trainer: dict | None = None) -> str:
             continue
         flag = OPTIONS[k][0][0]
         flags.append(flag if v is True else f"{flag} {v}")
+    # --hf: the Trainer arguments (TRAINER_OPTS: --per-device-train-batch-size ...; the precision, --bf16 / --fp16)
+    flags += [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in (trainer or {}).items()]
     head = "ds-advisor: the config went to standard output, so no workload sidecar was written: "
-    hf = ("; the plan assumed the HF Trainer arguments " + ", ".join(f"{k}={v}" for k, v in trainer.items())
-          if trainer else "")
     if not flags:
-        return head + "a later check or estimate of it assumes the default workload, which is this plan's" + hf
-    return (head + "a later check or estimate of it assumes its workload unless given " + " ".join(flags) + hf
+        return head + "a later check or estimate of it assumes the default workload, which is this plan's"
+    return (head + "a later check or estimate of it assumes its workload unless given " + " ".join(flags)
             + " (with -o NAME.json they go in NAME.workload.json beside it)")
 
 

@@ -179,3 +179,12 @@ def test_generate_to_stdout_says_no_sidecar_was_written(tmp_path):
     q = run_cli(args + ["-o", str(tmp_path / "c.json")], cwd=tmp_path, env={"COLUMNS": "400"})
     assert q.returncode == 0 and (tmp_path / "c.workload.json").exists()
     assert "no workload sidecar" not in q.stdout + q.stderr
+    # --hf: the sidecar would carry the Trainer arguments too; the line names them as check / estimate --hf's flags
+    side = json.loads((tmp_path / "c.json").with_name("c.workload.json").read_text())
+    h = run_cli(args + ["--hf"], cwd=tmp_path, env={"COLUMNS": "400"})
+    line = next(x for x in h.stderr.splitlines() if "no workload sidecar was written" in x)
+    hq = run_cli(args + ["--hf", "-o", str(tmp_path / "h.json")], cwd=tmp_path, env={"COLUMNS": "400"})
+    tr = json.loads((tmp_path / "h.workload.json").read_text())["trainer"]
+    assert hq.returncode == 0 and "trainer" not in side
+    assert f"--per-device-train-batch-size {tr['per_device_train_batch_size']} " \
+           f"--gradient-accumulation-steps {tr['gradient_accumulation_steps']}" in line and "--bf16" in line, line
