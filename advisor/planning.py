@@ -27,7 +27,9 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
     (:func:`advisor.config.hf.resolve_for_estimate`: "auto" batch sizes, precision, bucket
     sizes from the model's hidden size or ``hidden_size``); ``Plan.config`` is then the
     effective config of the resolved dict, ``Plan.written`` that of the file; with no optimizer block its
-    ``optimizer.client`` is the Trainer's own (:func:`advisor.config.hf.trainer_optimizer`). Never raises on
+    ``optimizer.client`` is the Trainer's own (:func:`advisor.config.hf.trainer_optimizer`) and ``Plan.inventory`` is
+    ``inventory`` in the Trainer's two param groups, decay / no-decay (:func:`advisor.config.hf.trainer_param_groups`;
+    the one place they are made). Never raises on
     bad values (they fall back to DeepSpeed's defaults with a note, see
     :func:`advisor.config.effective.effective_config`)."""
     cluster = cluster or Cluster()
@@ -43,8 +45,16 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
         resolution = HFResolution(resolved, found, trainer_args_given=trainer_args is not None, trainer_args=t)
         # no optimizer block: the Trainer builds torch's AdamW and passes it to deepspeed.initialize as the
         # client optimizer (advisor.config.hf.trainer_optimizer), not DeepSpeed's FusedAdam
-        from advisor.config.hf import trainer_effective_config
+        from advisor.config.hf import trainer_effective_config, trainer_param_groups
         config = trainer_effective_config(resolved, t)
+        # and, with it, its two param groups (decay / no-decay): ZeRO flattens, pads and steps each apart
+        groups = trainer_param_groups(resolved, inventory.tensors)
+        if groups is not None:
+            inventory = inventory.regrouped(groups)
+        elif config.optimizer.client_note:  # the inventory's own groups, kept (trainer_param_groups)
+            from advisor.config.hf import TRAINER_GROUPS_WORDS
+            config.optimizer.client_note = config.optimizer.client_note.replace(
+                TRAINER_GROUPS_WORDS, "the inventory's own param groups")
     from advisor.config.versions import apply_release_defaults
     apply_release_defaults(written, loaded.data)  # the target release's defaults the ledger reads
     if config is not written:

@@ -14,7 +14,9 @@ Sources (transformers 5.25.0, accelerate 1.16.0, DeepSpeed 0.19.8, torch 2.13 as
 * accelerate ``accelerator.py`` l.2336-2345: with offload_optimizer and zero_force_ds_cpu_optimizer (default true)
   the Trainer's optimizer becomes DeepSpeedCPUAdam (``utils/deepspeed.py`` map_pytorch_optim_to_deepspeed).
 
-TINY proxy (tests/engine/parity.py): 6 tensors, N = 43,209 elements, one param group in the inventory.
+TINY proxy (tests/engine/parity.py): 6 tensors, N = 43,209 elements, one param group in the inventory; under
+``--hf`` without an optimizer block the plan holds the Trainer's two (tests/test_trainer_groups.py): the three weights
+(N_DECAY = 42,826) and the three biases.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from advisor.planning import build_plan
 
 TINY = from_dict(parity.TINY, "tiny")
 N, NT = 43_209, 6
+N_DECAY = 301 * 64 + 77 * 301 + 5 * 77
 
 
 def _cfg(stage, **zero):
@@ -97,15 +100,18 @@ def test_stage0_fp16_unfused_wrapper_fused_step_on_device():
 
 
 def test_adamw_torch_takes_foreach_and_zero2_hands_it_the_partition():
-    # "adamw_torch": no fused flag -> torch 2.13's foreach on a GPU: N x 4 at stage 0 (one inventory group)
+    # "adamw_torch": no fused flag -> torch 2.13's foreach on a GPU, one _foreach_sqrt list per param group: the
+    # Trainer's decay group is TINY's three weights (the biases are no-decay, trainer.py l.1431), N_decay =
+    # 301 x 64 + 77 x 301 + 5 x 77 = 42,826 -> N_decay x 4 at stage 0
     led = _ledger(_cfg(0), targs={"optim": "adamw_torch"})
     (e,) = _by_item(led)["torch_step_foreach"]
-    assert e.bytes == N * 4
+    assert e.bytes == N_DECAY * 4
     assert _by_item(led)["step"][0].tier == "host_pageable"  # neither fused nor capturable: a CPU step
-    # ZeRO-2, W 2: P = 43,212 / 2 = 21,606 (N rounded up to the 2W alignment), the flat fp32 partition per call
+    # ZeRO-2, W 2: the decay group's P = 42,828 / 2 = 21,414 (N_decay rounded up to the 2W alignment), the flat fp32
+    # partition per call, the larger of the two groups' calls (the no-decay group's: 384 / 2 = 192)
     led = _ledger(_cfg(2, reduce_bucket_size=50000), targs={"optim": "adamw_torch"})
     assert (led.wrapper, led.basic_optimizer) == ("DeepSpeedZeroOptimizer", "AdamW")
-    assert _by_item(led)["torch_step_foreach"][0].bytes == 21_606 * 4
+    assert _by_item(led)["torch_step_foreach"][0].bytes == 21_414 * 4
 
 
 def test_offload_becomes_cpu_adam_and_without_hf_nothing_changes():

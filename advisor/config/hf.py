@@ -37,6 +37,7 @@ import copy
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
@@ -1100,6 +1101,10 @@ def resolve_for_estimate(raw: dict, trainer_args: TrainerArgs | Mapping[str, Any
 TRAINER_ADAMW_OPTIMS = ("adamw_torch", "adamw_torch_fused")
 
 
+#: The Trainer's param groups in the optimizer line of estimate's assumptions (:func:`trainer_param_groups`).
+TRAINER_GROUPS_WORDS = "two param groups (decay / no-decay)"
+
+
 def trainer_optimizer(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mapping[str, Any] | None"
                       ) -> tuple[str | None, dict[str, Any], str]:
     """(torch class, its params, the assumption in words) of the optimizer the HF Trainer hands
@@ -1129,21 +1134,107 @@ def trainer_optimizer(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mappi
     oo = z.get("offload_optimizer") if isinstance(z, dict) else None
     dev = oo.get("device", "none") if isinstance(oo, dict) else "none"
     if dev not in ("none", None) and raw.get("zero_force_ds_cpu_optimizer", True) is not False:
-        return None, {}, (f"none given (the HF Trainer builds its optim {optim!r}; under offload_optimizer accelerate "
-                          "swaps it for DeepSpeedCPUAdam before deepspeed.initialize; write an optimizer block "
-                          "in the DeepSpeed config to change it)")
+        return None, {}, (f"none given (the HF Trainer builds its optim {optim!r} over {TRAINER_GROUPS_WORDS}; under "
+                          "offload_optimizer accelerate swaps it for DeepSpeedCPUAdam over the same groups before "
+                          "deepspeed.initialize; write an optimizer block in the DeepSpeed config to change it)")
     if optim not in TRAINER_ADAMW_OPTIMS:
-        return None, {}, (f"none given (the HF Trainer builds its optim {optim!r}, not modelled: Adam assumed; "
-                          "write an optimizer block in the DeepSpeed config to model DeepSpeed's)")
+        return None, {}, (f"none given (the HF Trainer builds its optim {optim!r} over {TRAINER_GROUPS_WORDS}, "
+                          "not modelled: Adam assumed; write an optimizer block in the DeepSpeed config to model "
+                          "DeepSpeed's)")
     fused = optim == "adamw_torch_fused"
     params: dict[str, Any] = {"weight_decay": args.weight_decay, "lr": args.learning_rate,
                               "betas": [args.adam_beta1, args.adam_beta2], "eps": args.adam_epsilon}
     if fused:
         params["fused"] = True
-    words = (f"none given (the HF Trainer builds torch.optim.AdamW{'(fused=True)' if fused else ''}: "
+    words = (f"none given (the HF Trainer builds torch.optim.AdamW{'(fused=True)' if fused else ''} over "
+             f"{TRAINER_GROUPS_WORDS}: "
              f"TrainingArguments.optim {optim!r}" + (", the default on torch >= 2.8" if fused else "")
              + f"; {how})")
     return "AdamW", params, words
+
+
+#: transformers 5.25.0 ``trainer.py`` Trainer.get_decay_parameter_names l.1423-1433: a parameter whose lower-cased
+#: name matches one of these goes to the Trainer's no-decay param group (``trainer_pt_utils.py`` get_parameter_names
+#: l.1348-1366 searches them in each ancestor's relative name, ``f"{name}.{n}".lower()``; a match there is a match in
+#: the full name, whose ``(?:^|\.)`` reads the relative name's start as the dot before it, so one search of the whole
+#: lower-cased name gives the same set).
+TRAINER_NO_DECAY_PATTERNS = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
+_NO_DECAY_SEARCH = re.compile("|".join(TRAINER_NO_DECAY_PATTERNS)).search
+
+
+def trainer_no_decay(tensors: "list[Any]") -> list[bool]:
+    """For each tensor of ``tensors`` (objects with ``name`` and ``shape``, in ``model.parameters()`` order): True
+    where the HF Trainer puts it in its no-decay param group (transformers 5.25.0 ``trainer.py`` create_optimizer
+    l.1285-1300: group 0 the names Trainer.get_decay_parameter_names l.1423-1433 gives, at ``args.weight_decay``;
+    group 1 every other trainable parameter, at 0.0).
+
+    get_decay_parameter_names leaves out (a) every parameter whose lower-cased name matches
+    :data:`TRAINER_NO_DECAY_PATTERNS` -- applied here exactly -- and (b) every parameter inside an ``nn.LayerNorm``
+    (``get_parameter_names(model, [nn.LayerNorm], ...)``: by the module's class). A tensor list has no classes, so
+    for (b) ds-advisor assumes: a module whose parameters are exactly a 1-D ``weight`` followed by a 1-D ``bias`` of
+    the same length (``nn.LayerNorm``'s ``elementwise_affine`` pair, registered in that order) is an nn.LayerNorm.
+    That is exact for every model type ds-advisor builds (GPT-2's ``ln_1`` / ``ln_2`` / ``ln_f`` and BLOOM's ``ln_f``
+    are the only LayerNorm weights no pattern names; tests/test_trainer_groups.py checks every family against
+    transformers' own function on the real module). Where it cannot know: an ``nn.LayerNorm(bias=False)`` whose
+    name matches no pattern is taken as decay (the Trainer: no-decay), and another module of exactly a 1-D weight
+    and bias (``nn.BatchNorm1d``, ``nn.GroupNorm``) whose name matches no pattern as no-decay (the Trainer: decay).
+    Names are searched as a :class:`advisor.model.inventory.LayerTensorSpec` holds them (its layer prefix and
+    suffix apart, each searched once: the suffix starts with the dot, so no pattern spans the two except through
+    that dot, which ``prefix + "."`` keeps), so a 1e5-layer model costs one search per layer and per suffix."""
+    search = _NO_DECAY_SEARCH
+    seen: dict[str, bool] = {}  # a layer prefix (searched with the dot after it) or a suffix -> its match
+
+    def hit(text: str, dot: str = "") -> bool:
+        v = seen.get(text)
+        if v is None:
+            v = seen[text] = search((text + dot).lower()) is not None
+        return v
+
+    out = [hit(t.prefix, ".") or hit(sfx) if (sfx := getattr(t, "suffix", None)) and sfx[0] == "."
+           else search(t.name.lower()) is not None for t in tensors]
+    n = len(tensors)
+    for i in [i for i, t in enumerate(tensors) if len(t.shape) == 1]:
+        t = tensors[i]
+        if out[i] or i + 1 >= n:
+            continue
+        name = t.name
+        if not name.endswith(".weight"):
+            continue
+        mod = name[:-len("weight")]  # "M." of the module M
+        nxt = tensors[i + 1]
+        if (nxt.name == mod + "bias" and tuple(nxt.shape) == tuple(t.shape)
+                and not (i > 0 and tensors[i - 1].name.startswith(mod))
+                and not (i + 2 < n and tensors[i + 2].name.startswith(mod))):
+            out[i] = True
+    return out
+
+
+def trainer_param_groups(raw: Mapping[str, Any], tensors: "list[Any]") -> list[int] | None:
+    """The param group index of each tensor of ``tensors`` (an inventory's, in model order) as the HF Trainer
+    hands the model to ``deepspeed.initialize`` for the resolved config ``raw``: 0 the decay group, 1 the no-decay
+    group (:func:`trainer_no_decay`); a frozen tensor keeps its own (the Trainer puts it in neither,
+    ``p.requires_grad`` in create_optimizer l.1290-1298). None where the groups are not the Trainer's to make, or
+    already given:
+
+    * ``raw`` has an optimizer block: the Trainer passes DummyOptim(params=model_parameters), the flat list of
+      trainable parameters (transformers 5.25.0 ``integrations/deepspeed.py`` l.578-579, l.671), and DeepSpeed builds
+      the block's optimizer over that list (``runtime/engine.py`` _configure_basic_optimizer l.2476-2493:
+      ``adam_optimizer(model_parameters, ...)``), one group, as torch.optim.Optimizer makes of a list of tensors;
+    * the inventory already holds groups (a trainable tensor in a group other than 0: an inventory exported from
+      a live optimizer's param groups, ``inventory.from_module(param_groups=...)``): kept as given.
+
+    Without a block the groups hold whatever the Trainer's ``optim`` (create_optimizer builds them before choosing
+    the class, l.1284-1299), and under optimizer offload accelerate 1.16.0's DeepSpeedCPUAdam is built from the
+    same groups (``utils/deepspeed.py`` map_pytorch_optim_to_deepspeed l.96: ``optimizer_class(optimizer.param_groups,
+    ...)``). An empty group (a model without biases or norms; or all of it no-decay) is dropped by DeepSpeed 0.19.8
+    before any ZeRO stage sees it (``runtime/engine.py`` _configure_optimizer l.2348:
+    ``param_groups[:] = [pg for pg in ... if len(pg["params"]) != 0]``), as :meth:`Inventory.groups` lists only the
+    groups that hold a tensor."""
+    if isinstance(raw.get("optimizer"), dict):
+        return None
+    if any(t.group != 0 for t in tensors if t.trainable):
+        return None
+    return [t.group if not t.trainable else int(nd) for t, nd in zip(tensors, trainer_no_decay(tensors))]
 
 
 def trainer_effective_config(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mapping[str, Any] | None") -> Any:

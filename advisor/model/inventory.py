@@ -319,6 +319,42 @@ class Inventory:
             return tuple(tuple(by[k]) for k in sorted(by))
         return [list(g) for g in self.memo(("groups", trainable_only), split)]
 
+    def regrouped(self, groups: "list[int]") -> "Inventory":
+        """This inventory with tensor i in param group ``groups[i]`` (itself when no group changes). A tensor
+        whose group is unchanged is the same object; a changed :class:`LayerTensorSpec` stays one (its prefix and
+        suffix shared, issue 21). The memo's name-only tables (``layer_repeat``, ``in_layer_flags``: which tensors
+        are copies of one layer, by name and shape) go with it; every other derived table is made again."""
+        ts = self.tensors
+        changed = [i for i, t, g in zip(range(len(ts)), ts, groups) if t.group != g]
+        if not changed:
+            return self
+        d = TensorSpec.__dict__
+        sets = [(d[f].__set__, operator.attrgetter(f)) for f in ("shape", "trainable", "dtype", "numel")]
+        set_name, set_group = d["name"].__set__, d["group"].__set__
+        set_prefix, set_suffix = LayerTensorSpec.prefix.__set__, LayerTensorSpec.suffix.__set__
+        new = object.__new__
+        out = list(ts)
+        for i in changed:
+            t = ts[i]
+            c = new(type(t))
+            for st, get in sets:
+                st(c, get(t))
+            if type(t) is LayerTensorSpec:
+                set_prefix(c, t.prefix)
+                set_suffix(c, t.suffix)
+            else:
+                set_name(c, t.name)
+            set_group(c, groups[i])
+            out[i] = c
+        inv = Inventory(name=self.name, tensors=out, source=self.source, meta=self.meta, hf_config=self.hf_config,
+                        modules=self.modules)
+        keep = self._memo.get("keep")
+        if keep is not None and keep[0] is ts and keep[1] == ts.version:
+            for key in (("layer_repeat",), ("in_layer_flags",)):
+                if key in self._memo:
+                    inv.memo(key, lambda v=self._memo[key]: v)
+        return inv
+
     def has_trainable(self) -> bool:
         """True when some tensor is trainable, i.e. :meth:`groups` is not empty (without copying
         the groups: the ledger asks once per plan and rank role)."""
