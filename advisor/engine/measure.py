@@ -347,7 +347,10 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     :func:`advisor.ledger.state.autograd_node_pairs`, runs that node: ``F.linear`` for an nn.Linear's,
     ``torch.addmm`` for a GPT-2 Conv1D's, ``F.layer_norm`` for a LayerNorm's),
     ``containers`` (the module tree the dotted names spell: parameterless containers, numbered ones in an
-    ``nn.ModuleList``, worker ``_build_model``).
+    ``nn.ModuleList``, worker ``_build_model``), ``trainer_optimizer`` (the HF Trainer's own optimizer passed as
+    the client one: ``{"hf_config": config.json dict, "weight_decay", "lr", "fused"}``, its param groups made by
+    transformers' own code on the real module, worker ``_trainer_optimizer``; the record then holds
+    ``group_numels``, the param groups DeepSpeed kept).
     Raises :class:`MeasureError` when the launch itself fails (a crashed rank, a timeout);
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
     being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told where the
@@ -384,7 +387,9 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                               # tests only: an unknown buffer in forward (worker._injected_buffer)
                               "inject_forward_bytes": int(c.get("inject_forward_bytes", 0)),
                               # a checkpoint save after the last step (worker._save_phases)
-                              "save": bool(c.get("save")), "save_16bit": bool(c.get("save_16bit"))})
+                              "save": bool(c.get("save")), "save_16bit": bool(c.get("save_16bit")),
+                              # the HF Trainer's optimizer as the client one (worker._trainer_optimizer)
+                              "trainer_optimizer": c.get("trainer_optimizer")})
         job_path = os.path.join(base, "job.json")
         with open(job_path, "w") as fh:
             json.dump({"cells": job_cells}, fh)
@@ -673,7 +678,7 @@ def torch_step_cpu_figures(led: Any, rank: int = 0) -> tuple[int, int]:
 
 def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
                 measured: dict[int, dict[str, Any]], zero_init: bool = False,
-                load_dtype: str | None = None) -> list[dict[str, Any]]:
+                load_dtype: str | None = None, plan: Any = None) -> list[dict[str, Any]]:
     """Per rank and tracker phase: the engine's high-water mark of live bytes (every storage the
     allocation tracker saw created and not yet freed) beside the ledger timeline's largest
     instant in that phase, and the relative difference; plus the storages no census claimed at the
@@ -711,15 +716,17 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     as DeepSpeed derives it, from ``gradient_accumulation_steps`` or ``train_batch_size`` /
     (micro-batch x world size): :func:`advisor.config.effective.derive_batch`) the phases map to
     the timeline by :func:`phase_instants`. ``load_dtype``: the dtype the proxy was built in
-    (default fp32)."""
+    (default fp32). ``plan``: the ledger's :class:`advisor.plan.Plan` when it is not ``config`` on ``inventory``
+    (``planning.build_plan``'s under ``--hf``: the Trainer's optimizer and param groups); ``config`` and
+    ``inventory`` are then not read."""
     from advisor.config.effective import derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.state import TORCH_STEP_GPU_ONLY
     from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, init_entries, load_entries,
                                          rank_only_entries, resolve_load, role_timeline, save_entries)
 
-    ec = effective_config(config)
-    led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size)))
+    ec = plan.config if plan is not None else effective_config(config)
+    led = compute_ledger(plan if plan is not None else Plan(ec, inventory, Cluster(world_size=world_size)))
     ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
     load = resolve_load(ec, zero_init=zero_init, dtype=load_dtype)
     tiers = ("accelerator", "host_pinned", "host_pageable")

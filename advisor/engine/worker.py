@@ -742,6 +742,8 @@ def _build_model(inventory: dict, submodules: bool = False, linear: "dict[int, i
         if t.get("trainable", True):
             groups.setdefault(int(t.get("group", 0)), []).append(by_index[i])
     param_groups = [{"params": groups[k]} for k in sorted(groups)]
+    #: each inventory tensor's parameter, in inventory order (not registered: a plain attribute)
+    model.__dict__["inventory_params"] = [by_index[i] for i in range(len(tensors))]
     return model, param_groups
 
 
@@ -894,6 +896,49 @@ def _build_in_load_phase(cell: dict, submodules: bool):
     return _build_model(cell["inventory"], submodules, linear, containers, nodes)
 
 
+def _trainer_optimizer(spec: dict, model, inventory: dict):
+    """The HF Trainer's own optimizer over the proxy ``model`` (cell option ``trainer_optimizer``): the real
+    transformers model of ``spec["hf_config"]`` (a config.json dict) is built on the meta device, its parameter names
+    checked to be the proxy's ``inventory``'s (in ``model.parameters()`` order), and the two param groups made exactly as
+    transformers 5.25.0 ``trainer.py`` create_optimizer l.1284-1300 makes them -- its own
+    ``Trainer.get_decay_parameter_names`` (l.1423-1433, which reads nothing of the Trainer) on the real module;
+    the decay group at ``spec["weight_decay"]``, the rest at 0.0, an empty group kept as the Trainer keeps it --
+    then ``torch.optim.AdamW(groups, lr=..., fused=spec["fused"])`` (``trainer_optimizer.py`` _get_adamw_torch
+    l.201-208; fused AdamW runs on the CPU in torch 2.13). A tensor the proxy has and transformers does not (the
+    DeepSeek-V3 router score bias: a buffer there) is refused."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Trainer
+    cfg = dict(spec["hf_config"])
+    mt = cfg.pop("model_type")
+    with torch.device("meta"):
+        real = AutoModelForCausalLM.from_config(AutoConfig.for_model(mt, **cfg))
+    real_names = [n for n, _ in real.named_parameters()]
+    proxy = model.inventory_params
+    names = [t["name"] for t in inventory["tensors"]]
+    if names != real_names:
+        raise ValueError(f"trainer_optimizer: the proxy's names are not {mt}'s: "
+                         f"{sorted(set(names) ^ set(real_names))[:4]}")
+    decay = set(Trainer.get_decay_parameter_names(None, real))
+    groups = [{"params": [p for n, p in zip(names, proxy) if n in decay and p.requires_grad],
+               "weight_decay": float(spec.get("weight_decay", 0.0))},
+              {"params": [p for n, p in zip(names, proxy) if n not in decay and p.requires_grad],
+               "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=float(spec.get("lr", 5e-5)), fused=bool(spec.get("fused")))
+
+
+def _group_numels(opt) -> "list[int] | None":
+    """Elements of each param group as the ZeRO optimizer ``opt`` holds them (ZeRO-1/2 ``bit16_groups``, ZeRO-3
+    ``trainable_param_groups`` from stage3.py l.440, BF16_Optimizer ``bf16_groups``), None for another wrapper."""
+    for attr in ("bit16_groups", "bf16_groups"):
+        gs = getattr(opt, attr, None)
+        if gs is not None:
+            return [sum(int(getattr(p, "ds_numel", p.numel())) for p in g) for g in gs]
+    gs = getattr(opt, "trainable_param_groups", None)
+    if gs is not None:
+        return [sum(int(getattr(p, "ds_numel", p.numel())) for p in g["params"]) for g in gs]
+    return None
+
+
 def _injected_buffer(nbytes: int, dev):
     """``nbytes`` bytes (uint8) on ``dev`` that nothing in DeepSpeed or the ledger accounts for, or
     None for 0: the cell option ``inject_forward_bytes`` (tests/engine/test_measure_cli.py) proves
@@ -951,10 +996,15 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
         model, groups = _build_in_load_phase(cell, submodules)
     finally:
         torch.set_default_dtype(default_dtype)
+    client = (_trainer_optimizer(cell["trainer_optimizer"], model, cell["inventory"])
+              if cell.get("trainer_optimizer") else None)
     t0 = time.time()
     module_after: dict[str, int] = {}
     with _initialize_phases(tracker, bool(cell.get("zero_init")), module_after):
-        engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
+        if client is not None:  # as accelerate hands the Trainer's optimizer over (accelerator.py l.2329-2347)
+            engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=client, config=config)
+        else:
+            engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
     _phase(tracker, None)
     opt = engine.optimizer
     basic = _basic_optimizer(engine)
@@ -1041,6 +1091,8 @@ def _run_cell_tracked(cell: dict, rank: int, cpu_accel: bool, tracker) -> dict:
         "skipped_steps": int(getattr(engine, "skipped_steps", 0) or 0),
         # the module's parameter bytes by dtype when _configure_distributed_model returned
         "module_after_to": module_after,
+        # the elements of each param group the ZeRO optimizer holds (DeepSpeed's, after it dropped empty ones)
+        "group_numels": _group_numels(opt),
     }
     if get_accelerator().device_name() != "cpu":
         out["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())

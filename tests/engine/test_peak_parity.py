@@ -24,6 +24,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import hf_small  # noqa: E402
 import parity  # noqa: E402
 
 from advisor.engine.measure import peak_instant, peak_parity, run_measure_many  # noqa: E402
@@ -90,7 +92,61 @@ XGROUPS = {"name": "xgroups", "tensors": [
 TINY_DECAY_GROUPS = {"name": "tiny-decay-groups", "tensors": [
     dict(t, group=1 if t["name"].endswith("bias") else 0) for t in parity.TINY["tensors"]]}
 
+def _hf_cell(cid: str, model_type: str, zero: dict, W: int = 2, frozen: tuple[str, ...] = (), **extra):
+    """A cell of the HF Trainer with no optimizer block (issue 15, hf19): the ledger's side is the plan
+    ``estimate --hf`` makes (planning.build_plan with hf: the Trainer's resolved config, its fused torch AdamW, its
+    two param groups from advisor.config.hf.trainer_param_groups) on ds-advisor's own inventory of the small
+    config.json (tests/hf_small.py; specs.spec_from_hf_config + expand, what ``--model config.json`` reads), tensors
+    named in ``frozen`` (suffixes) frozen; the engine's side is that resolved config, with the
+    ``zero_allow_untested_optimizer`` the Trainer adds (transformers 5.25.0 integrations/deepspeed.py l.591), and the
+    Trainer's optimizer built in the worker by transformers' own grouping on the real module transformers builds
+    from the same config.json (worker._trainer_optimizer: torch.optim.AdamW(groups, fused=True), fused AdamW
+    running on the CPU in torch 2.13). The proxy carries the real model's parameter names, shapes and order (the
+    worker refuses it otherwise) and runs the ledger's autograd pairs as real nodes ({"linear": True}); it is the
+    proxy, not transformers' forward, because these cells compare model state: the real forward's activations are
+    not in peak_parity's ledger side."""
+    import json
+
+    from advisor.config.loading import parse_text
+    from advisor.model.specs import expand, spec_from_hf_config
+    from advisor.plan import Cluster as _Cluster
+    from advisor.planning import build_plan
+    inv = expand(spec_from_hf_config(dict(hf_small.SMALL[model_type]), source=f"{model_type} config.json"))
+    if frozen:
+        from dataclasses import replace
+        inv.tensors = [replace(t, trainable=False) if t.name.endswith(frozen) else t for t in inv.tensors]
+    written = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+               "bf16": {"enabled": "auto"}, "zero_optimization": zero}
+    targs = {"per_device_train_batch_size": 1, "bf16": True, "weight_decay": 0.01}
+    plan = build_plan(parse_text(json.dumps(written), f"{cid}.json"), inv, _Cluster(world_size=W), hf=True,
+                      trainer_args=targs)
+    HF_PLANS[cid] = plan
+    engine_cfg = {**plan.hf.config, "zero_allow_untested_optimizer": True}
+    opt = {"hf_config": hf_small.SMALL[model_type], "weight_decay": targs["weight_decay"],
+           "lr": plan.config.optimizer.params["lr"], "fused": bool(plan.config.optimizer.params.get("fused"))}
+    return (cid, engine_cfg, W, False, inv.to_dict(), {"linear": True, "trainer_optimizer": opt, **extra})
+
+
+#: cell id -> the ledger's Plan of an HF Trainer cell (_hf_cell)
+HF_PLANS: dict = {}
+_Z12 = {"reduce_bucket_size": 50000, "overlap_comm": False, "contiguous_gradients": True}
+
 CELLS = [
+    # the HF Trainer's own optimizer and param groups (hf19): GPT-2's no-decay group is every bias and every
+    # LayerNorm weight (ln_1 / ln_2 / ln_f by their class: no name pattern matches them), 8 of 12 tensors per layer:
+    # groups of 147,456 and 1,792 elements, which DeepSpeed holds as such on both ranks (group_numels). Engine
+    # 2026-12-06, 2 runs each, both ranks: every phase within 0.19% (forward:1 +1,082 B, the proxy's forward scalars;
+    # the rest within 0.02%), the peak at step:2 on both sides. The ledger with the inventory in one group (the
+    # plan before hf19) is 10.4% under at ZeRO-1/2's step:1 (1,492,484 B vs the engine's 1,647,392: the first
+    # update of group 0 runs while group 1's gradients are still held, state.zero12_step_groups) and ZeRO-3's
+    # step:2 -0.3% (its sub-groups per param group)
+    _hf_cell("z2_bf16_hf_gpt2_w2", "gpt2", {"stage": 2, **_Z12}),
+    _hf_cell("z1_bf16_hf_gpt2_w2", "gpt2", {"stage": 1, **_Z12}),
+    _hf_cell("z3_bf16_hf_gpt2_w2", "gpt2", {"stage": 3, "reduce_bucket_size": 50000}, submodules=True),
+    # Llama with its RMSNorm weights frozen: the Trainer's no-decay group is empty (create_optimizer keeps only
+    # p.requires_grad), and DeepSpeed 0.19.8 drops an empty param group (engine.py l.2348): one group of 139,264
+    # elements on both ranks; every phase within 0.01% (2 runs)
+    _hf_cell("z2_bf16_hf_llama_frozennorms_w2", "llama", {"stage": 2, **_Z12}, frozen=("norm.weight", "layernorm.weight")),
     ("z0_fp32_w1", _cfg(0, "fp32"), 1, False, parity.TINY),
     # ZeRO-3 with a small reduce bucket: the default reduce_bucket_size (5e8 elements) puts a
     # 1e9 B bucket on both sides, beside which a 170 kB residual is 0.02% and no phase can fail
@@ -1087,7 +1143,13 @@ def test_peak_parity(cell, runs):
     cr = runs[cid]
     assert cr.error is None, cr.error
     inventory = from_dict(inv, inv["name"])
-    rows = peak_parity(cfg, inventory, W, cr.ranks, zero_init=zi, load_dtype=extra.get("load_dtype"))
+    plan = HF_PLANS.get(cid)
+    rows = peak_parity(cfg, inventory, W, cr.ranks, zero_init=zi, load_dtype=extra.get("load_dtype"), plan=plan)
+    if plan is not None:
+        # the param groups DeepSpeed holds (after dropping an empty one) are the plan's, element for element
+        want_groups = [sum(t.numel for t in g) for g in plan.inventory.groups()]
+        for r, rec in cr.ranks.items():
+            assert rec.get("group_numels") == want_groups, (r, rec.get("group_numels"), want_groups)
     # what _configure_distributed_model leaves on the module (the timeline's initialize:module):
     # without zero.Init every parameter whole, cast to the 16-bit dtype if one is on (engine.py
     # _cast_module_mixed_precision, module.to(device)); under zero.Init nothing (partitioned at load)
