@@ -1710,23 +1710,15 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
 
     # the columns packed (_packed, 8 bytes a value): as lists of int objects they were ~0.4 GB at once for
     # 1e5 layers, generate's peak (issue 21)
-    nC = map(operator.mul, ns, itertools.repeat(D))
-    if sibs is not None:
-        # the arriving gradient's autograd sibling, still whole (zero3_autograd_siblings)
-        nC = map(operator.add, nC, map(operator.mul, map(sibs.__getitem__, order), itertools.repeat(D)))
-    if gathered is not None:
-        mod_of, at_fetch, during, at_end = gathered
-        mods = _packed(map(mod_of.__getitem__, order))
-        g = _packed(map(during.__getitem__, mods))
-        arrive = _packed(map(operator.add, nC, g))
-        is_fetch = bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
-        # at_fetch[m] where the position starts a module's run, else 0: times the 0/1 flag, C-level (issue 21)
-        fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))
-    else:
-        at_end = 0
-        g = None
-        arrive = _packed(nC)
-        fetch = None
+    def whole_bytes() -> "Sequence[int]":
+        # each position's arriving gradient and its autograd sibling (zero3_autograd_siblings), still whole, bytes:
+        # from the tensor list, linear and D alone, once per (tensor list, linear, D) (issue 21: 27 passes a generate)
+        nC = map(operator.mul, ns, itertools.repeat(D))
+        if sibs is not None:
+            nC = map(operator.add, nC, map(operator.mul, map(sibs.__getitem__, order), itertools.repeat(D)))
+        return _packed(nC)
+    nC = inv.memo(("zero3_flush_whole_bytes", bool(linear), D), whole_bytes)
+
     def flush_extra() -> tuple:
         # each flush's (bucket start, flat buffer bytes, fp64 norm-copy elements) by trigger position, and the bytes
         # the flush adds there as a column (0 elsewhere): once per (flushes, W, C, reduce_scatter, norm), read only
@@ -1741,7 +1733,25 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, D, G, predivide, bool(reduce_scatter),
                            bool(norm)),
                           flush_extra)
-    arrive = _packed(map(operator.add, arrive, add))
+    if gathered is not None:
+        mod_of, at_fetch, during, at_end = gathered
+
+        def module_cols() -> tuple:
+            # each position's module and whether it starts a module's run: from mod_of and the order alone, kept
+            # with the mod_of they were made from (module_index's, the tensor list's: compared by identity below)
+            mods = _packed(map(mod_of.__getitem__, order))
+            return mod_of, mods, bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
+        got = inv.memo(("zero3_flush_module_cols", bool(linear)), module_cols)
+        _, mods, is_fetch = got if got[0] is mod_of else module_cols()
+        # whole gradients + what is gathered during the position's module + the flush's buffers, one C-level pass
+        arrive = _packed(map(operator.add, map(operator.add, nC, map(during.__getitem__, mods)), add))
+        # at_fetch[m] where the position starts a module's run, else 0: times the 0/1 flag, C-level (issue 21)
+        fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))
+    else:
+        at_end = 0
+        mods = None
+        arrive = _packed(map(operator.add, nC, add))
+        fetch = None
     kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
     kept_end = 0
     if tails:
@@ -1782,7 +1792,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     # the first instant, in walk order, with the largest bytes: at a position, the module's fetch first
     pa = arrive.index(best) if best in arrive else L
     pf = fetch.index(best) if fetch is not None and best in fetch else L
-    where = words(best, pa, pf, (g.__getitem__ if g is not None else lambda p: 0),
+    where = words(best, pa, pf, ((lambda p: during[mods[p]]) if gathered is not None else lambda p: 0),
                   (mods.__getitem__ if gathered is not None else None), kept_at, kept_end, held_end, at_end, extra,
                   gathered[1] if gathered is not None else None)
     return best, where, tuple(reg)
