@@ -17,4 +17,9 @@ def pipe_inventory() -> Inventory:
                TensorSpec(f"model.layers.{i}.mlp.up_proj.weight", (F, H)),
                TensorSpec(f"model.layers.{i}.mlp.down_proj.weight", (H, F))]
     ts += [TensorSpec("model.norm.weight", (H,)), TensorSpec("lm_head.weight", (V, H))]
-    return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V})
+    # the block's architecture for the activation formula (advisor.model.activations.layer_terms): no attention,
+    # one learned scale without normalisation (x * weight), a plain MLP with ReLU (pipe_worker.py Block); the head
+    # a scale and lm_head, the loss transformers' ForCausalLMLoss (pipe_worker.py loss_fn)
+    return Inventory("pipe-proxy", ts, "hand", {"num_layers": L, "hidden_size": H, "vocab_size": V,
+                                               "intermediate_size": F, "attention_free": True, "norm": "scale",
+                                               "mlp": "plain", "activation": "relu"})

@@ -570,3 +570,75 @@ def test_korthikanti_per_layer_memory_on_transformers_gpt2(checkpointing):
     paper = s * b * h * 34 + (5 * a * s * s * b if scores else 0)
     cpu = 2 * s * b * h + (a * s * s * b if scores else 0) + 2 * 2 * 2 * s * b
     assert tr.per_layer[-1] == paper + cpu, (tr.per_layer, paper, cpu)
+
+
+def test_relu_saves_its_output_once_as_the_trace():
+    """ReLU saves its output (torch derivatives.yaml ``relu: threshold_backward(grad, result, 0)``), the tensor the
+    next op saves as its input too: one storage. Llama with hidden_act relu, traced: per layer exactly one D sbf less
+    than with SiLU (which saves its input, the gate's output, beside its output the product saves)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from advisor.engine.trace import trace_activations
+    from advisor.model.specs import expand, spec_from_hf_config
+
+    got = {}
+    for act in ("relu", "silu"):
+        cfg = dict(SMALL["llama"], hidden_act=act)
+        meta = expand(spec_from_hf_config(cfg, source="llama")).meta
+        tr = trace_activations(cfg, S, B)
+        est = estimate_activations(meta, ActivationInputs(S, B, 2))
+        assert est.per_layer == tr.per_layer[-1], (act, est.per_layer, tr.per_layer)
+        got[act] = est.per_layer
+    assert got["silu"] - got["relu"] == 2 * S * B * SMALL["llama"]["intermediate_size"]
+
+
+def _proxy_block_saved_bytes(s: int, b: int) -> int:
+    """Distinct non-parameter storages autograd saves in one forward of tests/engine/pipe_worker.py's Block
+    (``x + down_proj(relu(up_proj(x * w)))``, bf16), read from torch's saved-tensor hooks on the real ops."""
+    torch = pytest.importorskip("torch")
+    from tests.pipe_proxy import F, H
+
+    up, down = torch.nn.Linear(H, F, bias=False).bfloat16(), torch.nn.Linear(F, H, bias=False).bfloat16()
+    w = torch.nn.Parameter(torch.ones(H, dtype=torch.bfloat16))
+    params = {p.untyped_storage().data_ptr() for p in (w, up.weight, down.weight)}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    x = torch.randn(b, s, H, dtype=torch.bfloat16, requires_grad=True) * 1  # a non-leaf, as the stage's input is
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = x + down(torch.relu(up(x * w)))
+    assert y.dtype == torch.bfloat16
+    return sum(seen.values())
+
+
+def test_pipe_proxy_block_activations_by_hand():
+    """The pipeline proxy's block (tests/pipe_proxy.py meta: attention_free, norm scale, plain ReLU MLP) by hand
+    from autograd's saved tensors: x * w saves x (MulBackward0, the weight requiring grad: D sbh), up_proj saves
+    its input x * w (MmBackward0: D sbh), relu its output (ReluBackward0: result, D sbf), which down_proj saves as
+    its input (the same storage); the residual add saves nothing. D = 2 (bf16), s = 8, b = 1, h = 32, f = 80:
+    2 x 512 + 1,280 = 2,304 B, and torch's own saved-tensor hooks on the same ops say the same."""
+    from tests.pipe_proxy import F, H, L, V, pipe_inventory
+
+    meta = pipe_inventory().meta
+    s, b, D = 8, 1, 2
+    by_hand = 2 * D * s * b * H + D * s * b * F
+    assert by_hand == 2304
+    assert sum(layer_terms(meta, s, b, D, "flash").values()) == by_hand
+    assert _proxy_block_saved_bytes(s, b) == by_hand
+    # per stage at 2 stages, GA 2 (partition_uniform: 2 blocks each): stage 0 holds min(2 - 0, 2) = 2 micro-batches in
+    # flight, each 2 blocks + its output the PipelineEngine keeps (D sbh, engine.py l.751) + the input ids' clone the
+    # embedding saves (int64, l.705); stage 1 one, 2 blocks + the head: x * norm's input and lm_head's input (D sbh
+    # each), ForCausalLMLoss's fp32 log-softmax (4 sbV), the logits (D sbV) and the shifted labels (int64 sb)
+    e0 = estimate_activations(meta, ActivationInputs(s, b, D, pipeline_parallel=2, stage=0, micro_batches=2))
+    assert (e0.in_flight, e0.pipe_kept) == (2, D * s * b * H + 8 * s * b)
+    assert e0.saved_accelerator == 2 * (L // 2 * by_hand + D * s * b * H + 8 * s * b) == 10368
+    e1 = estimate_activations(meta, ActivationInputs(s, b, D, pipeline_parallel=2, stage=1, micro_batches=2))
+    head = 2 * D * s * b * H + 4 * s * b * V + D * s * b * V + 8 * s * b
+    assert (e1.in_flight, e1.pipe_kept, e1.loss_head) == (1, 0, head)
+    assert e1.saved_accelerator == L // 2 * by_hand + head == 10304
+    assert e1.loss_spike == 4 * s * b * V  # the fp32 copy of the logits at the loss

@@ -146,17 +146,21 @@ def test_expert_parallel_zero_over_expert_data_parallel_group():
 
 def test_pipeline_activations_in_flight_per_stage():
     """1F1B: stage s keeps min(p - s, micro-batches) micro-batches (schedule.py
-    TrainSchedule.num_pipe_buffers); only the last stage has the loss head."""
+    TrainSchedule.num_pipe_buffers); only the last stage has the loss head. Each micro-batch in flight also holds
+    what the PipelineEngine keeps of it: a stage before the last its output, 16-bit s x h (engine.py l.751, freed
+    at l.866), the first stage the clone of its input ids, int64 s (l.705)."""
     meta = resolve_model("llama-2-7b").meta
     base = dict(seq_len=1024, micro_batch=1, checkpointing="full", pipeline_parallel=4, micro_batches=8)
     kept_per_layer = 2 * 1024 * 4096  # full checkpointing keeps each layer's 16-bit input
     for s in range(4):
         a = estimate_activations(meta, ActivationInputs(**base, stage=s))
         assert a.layers_on_rank == 8
-        assert a.saved_accelerator - a.loss_head == kept_per_layer * 8 * (4 - s)
+        pipe = (2 * 1024 * 4096 if s < 3 else 0) + (8 * 1024 if s == 0 else 0)
+        assert (a.in_flight, a.pipe_kept) == (4 - s, pipe)
+        assert a.saved_accelerator - a.loss_head == (kept_per_layer * 8 + pipe) * (4 - s)
         assert (a.loss_head > 0) == (s == 3)
     few = estimate_activations(meta, ActivationInputs(**{**base, "micro_batches": 2}, stage=0))
-    assert few.saved_accelerator == kept_per_layer * 8 * 2
+    assert few.saved_accelerator == (kept_per_layer * 8 + 2 * 1024 * 4096 + 8 * 1024) * 2
 
 
 def test_ulysses_activations_are_the_local_sequence():

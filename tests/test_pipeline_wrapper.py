@@ -305,3 +305,40 @@ def test_last_stage_kept_outputs_counted_once_in_backward():
                 assert extra == 10_000, (r, x.key, extra)
             elif x.phase == "backward":
                 assert extra == 10_000 - logits, (r, x.key, extra)
+
+
+def test_activations_per_instant_follow_the_micro_batches_in_flight():
+    """Under pipeline parallelism the estimate's saved activations are the most a stage holds (in_flight =
+    min(stages - stage, GA) micro-batches); a timeline instant holds those in flight there (timeline.pipe_in_flight),
+    by hand from the 1F1B order (runtime/pipe/schedule.py TrainSchedule: 2 stages, GA 2, stage 0 runs F1 F2 B1 B2,
+    stage 1 F1 B1 F2 B2): stage 0 one after F1, two after F2 and at B1's start, one at B2's (B1 done), the steady
+    iteration alike; stage 1 one throughout. The pipe buffers the first train_batch makes lazily
+    (timeline.pipe_first_batch_share): stage 0's gradient buffer from the first backward on, its second input ids
+    from F2 on."""
+    from advisor.ledger.timeline import pipe_first_batch_share, pipe_in_flight, pipe_schedule, resolve_load, role_timeline
+    from advisor.model.activations import ActivationEstimate
+    from advisor.plan import Workload
+
+    assert pipe_schedule(2, 0, 2) == [("F", 1), ("F", 2), ("B", 1), ("B", 2)]
+    assert pipe_schedule(2, 1, 2) == [("F", 1), ("B", 1), ("F", 2), ("B", 2)]
+    keys = ("forward:1", "forward:2", "backward:1", "backward:2", "steady:forward", "steady:backward")
+    assert [pipe_in_flight(2, 0, 2, k) for k in keys] == [1, 2, 2, 1, 2, 1]
+    assert [pipe_in_flight(2, 1, 2, k) for k in keys] == [1] * 6
+    assert [pipe_first_batch_share("pipe_grad_buf", 2, 0, 2, k) for k in keys] == [(0, 1), (0, 1), (1, 1), (1, 1),
+                                                                                  None, None]
+    assert [pipe_first_batch_share("pipe_inputs_kept", 2, 0, 2, k) for k in keys[:4]] == [(1, 2)] + [(2, 2)] * 3
+    inv = _inventory()
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2, pipeline_parallel=2), Workload(seq_len=8)))
+    load = resolve_load(ec, zero_init=False)
+    # 2 micro-batches of 3,000 B each (stage 0 has no loss head)
+    acts = {0: ActivationEstimate(per_layer=1_500, layers_on_rank=2, saved_accelerator=6_000, saved_host=0,
+                                  recompute_layer=0, loss_head=0, loss_spike=0, in_flight=2)}
+    bare = role_timeline(led, led.rank(0), load, ga=2, rank=0)
+    with_acts = role_timeline(led, led.rank(0), load, activations=acts[0], ga=2, rank=0)
+    extra = {x.key: with_acts.series(("accelerator",))[i] - bare.series(("accelerator",))[i]
+             for i, x in enumerate(bare.instants) if x.phase in ("forward", "backward")}
+    assert extra == {"forward:1": 3000, "forward:2": 6000, "backward:1": 6000, "backward:2": 3000,
+                     "steady:forward": 6000, "steady:backward": 3000}, extra

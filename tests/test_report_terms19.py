@@ -93,9 +93,14 @@ def test_pipeline_activation_line_names_the_micro_batches_in_flight():
         ac = r["activations"]
         flight = min(pp - stage, ga)  # DeepSpeed's 1F1B in-flight forwards on this stage
         assert ac["in_flight"] == flight
-        # llama's layers are alike: the layers' saved bytes are layers x one layer x in flight, exactly
-        assert ac["layers_on_rank"] * ac["per_layer"] * flight == ac["saved_accelerator"] - ac["loss_head"]
-        m = re.search(r"(\d+) layers x ([\d.]+) GiB each x (\d+) micro-batch(?:es)? in flight \(1F1B: "
+        # llama's layers are alike: the layers' saved bytes are (layers x one layer + what the PipelineEngine keeps
+        # of each micro-batch: stage 0's output, 16-bit s x b x h, and its input ids' clone, int64 s x b;
+        # engine.py l.751, l.705) x in flight, exactly
+        assert ac["pipe_kept"] == ((2 * 4096 * 4 * 8192 + 8 * 4096 * 4) if stage == 0 else 0)
+        assert (ac["layers_on_rank"] * ac["per_layer"] + ac["pipe_kept"]) * flight == \
+            ac["saved_accelerator"] - ac["loss_head"]
+        m = re.search(r"(\d+) layers x ([\d.]+) GiB each(?: \+ [\d.,]+ [KMG]iB the PipelineEngine keeps[^)]*\))? x "
+                      r"(\d+) micro-batch(?:es)? in flight \(1F1B: "
                       r"min\(stages - stage, micro-batches\), runtime/pipe/schedule\.py", line)
         assert m and int(m.group(1)) == ac["layers_on_rank"] and int(m.group(3)) == flight, line
         tiers = r["tiers"]["accelerator"]["activations"]

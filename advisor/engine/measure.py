@@ -853,7 +853,7 @@ def pipe_instruction_instants(phase: str, ga: int) -> tuple[str, ...] | None:
 
 def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int, pipeline_parallel: int,
                          seq_len: int, measured: dict[int, dict[str, Any]], load: Any = None,
-                         build_rows: bool = False) -> list[dict[str, Any]]:
+                         build_rows: bool = False, activations: bool = True) -> list[dict[str, Any]]:
     """Per rank and ``train_batch`` call: the real PipelineEngine's high-water mark of live bytes
     (``measured[r]["phases"]``: the allocation tracker's report, tests/engine/pipe_worker.py with tracking)
     beside the ledger timeline's largest instant of that step, for the plan on ``world_size`` ranks in
@@ -873,9 +873,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     (the instants it spans) and ``same_instant`` (the ledger's largest instant is one of them). Totals over
     every tier but nvme (a CPU run), gloo's own buffers (:data:`CPU_ONLY_SITES`) left out as in
     :func:`peak_parity`; ``unattributed``: the tracker's storages no census claimed at the peak, by
-    allocation site. The timeline is without activations (``role_timeline``'s ``activations`` None), so a
-    forward or backward row differs by the activations of the micro-batches in flight (the test's
-    UNMATCHED_PIPE_ISSUE15 lists them with their causes).
+    allocation site.
 
     The worker's ``save`` phase (``engine.save_checkpoint`` after the second ``train_batch``) gives two rows:
     ``save``, its high-water mark against the largest of the timeline's ``save:model`` / ``save:optim`` /
@@ -888,6 +886,12 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     ``load``: the :class:`advisor.ledger.timeline.LoadAssumption` the worker's model build matches (default:
     no zero.Init, fp32, the stage built from LayerSpecs); ``build_rows``: also the rows ``load`` (the tracker's
     load phase, PipelineModule's construction, its high-water mark against the ``load`` instant) and
+    ``activations`` (default True): each stage's timeline carries that stage's activations as the estimate
+    view computes them (:func:`advisor.views.estimate.activations_for` at ``seq_len``, the config's
+    micro-batch, no recompute; the formulas of :mod:`advisor.model.activations`, where the inventory's ``meta``
+    gives an architecture), so a forward or backward row holds the micro-batches in flight at its instant
+    (``timeline.pipe_in_flight``); False, or a model without an architecture: none.
+
     ``initialize``: where the plan's timeline models its high-water mark (ZeRO-1/2's DeepSpeedZeroOptimizer over the
     rank's stage, timeline.zero12_init_transients; stage 0's FP16_Optimizer, timeline.fp16_optimizer_init_transients,
     FP16_UnfusedOptimizer, timeline.unfused_optimizer_init_transients;
@@ -908,12 +912,19 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     ec = effective_config(config)
     led = compute_ledger(Plan(ec, inventory, Cluster(world_size=world_size, pipeline_parallel=pipeline_parallel),
                               Workload(seq_len=seq_len)))
+    acts: dict[int, Any] = {}
+    if activations:
+        from advisor.views.estimate import activations_for, stage_of
+        cl = led.plan.cluster
+        for s in range(pipeline_parallel):
+            acts[s] = activations_for(ec, inventory, cl, Workload(seq_len=seq_len), stage=s)[0]
     ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
     load = load if load is not None else resolve_load(ec, zero_init=False)
     tiers = ("accelerator", "host_pinned", "host_pageable")
     rows: list[dict[str, Any]] = []
     for r, rec in sorted(measured.items()):
-        tl = role_timeline(led, led.rank(r), load, ga=ga, rank=r)
+        tl = role_timeline(led, led.rank(r), load, activations=acts.get(stage_of(led.plan.cluster, r)) if acts else None,
+                           ga=ga, rank=r)
         ser = tl.series(tiers)
         gpu_only = [sum(x[3] for x in tl.entries[i] if x[0] in GPU_ONLY and x[1] in tiers) for i in range(len(ser))]
         # torch's step on the CPU: the single-tensor loop's temporaries in place of the GPU's foreach ones (peak_parity)

@@ -170,7 +170,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.config.dtypes import TORCH_TO_TRAINING, TRAINING_DTYPE_BYTES, torch_dtype_name
@@ -786,6 +786,91 @@ def pipe_warmup_forwards(pp: int, stage: int, ga: int) -> tuple[str, ...]:
     if pp <= 1 or ga <= 1 or ga > pp - stage:
         return ()
     return ("forward:2", f"forward:{ga}", "steady:forward")
+
+
+def pipe_schedule(pp: int, stage: int, ga: int) -> list[tuple[str, int]]:
+    """The forward and backward passes pipeline ``stage`` (of ``pp``) runs in one ``train_batch`` at ``ga``
+    micro-batches, in order: ("F" | "B", micro-batch 1..ga). DeepSpeed's TrainSchedule.steps
+    (runtime/pipe/schedule.py l.197-245) runs 2 (ga + pp - 1) steps, step ``i`` a forward where i and the stage
+    have the same parity, else a backward, of the micro-batch ``_step_to_micro_batch`` (l.258-278) names:
+    forward (i - i % 2) / 2 - stage // 2 (even and odd steps alike, l.280-288), backward
+    i / 2 - pp + (stage + 1) // 2 on an even step (l.290-293), (i - 1) / 2 - pp + 1 + stage // 2 on an odd
+    one (l.295-298); ids outside 0..ga-1 run nothing (``_valid_micro_batch`` l.80)."""
+    out: list[tuple[str, int]] = []
+    for i in range(2 * (ga + pp - 1)):
+        fwd = i % 2 == stage % 2
+        if fwd:
+            mb = (i - i % 2) // 2 - stage // 2
+        elif i % 2 == 0:
+            mb = i // 2 - pp + (stage + 1) // 2
+        else:
+            mb = (i - 1) // 2 - pp + 1 + stage // 2
+        if 0 <= mb < ga:
+            out.append(("F" if fwd else "B", mb + 1))
+    return out
+
+
+def pipe_instant_passes(pp: int, stage: int, ga: int, key: str) -> tuple[int, int] | None:
+    """(forwards, backwards) pipeline ``stage`` has run in its ``train_batch`` at the timeline instant ``key``
+    (:func:`pipe_schedule`): ``forward:k`` is micro-batch k's forward done (it counts), ``backward:k`` and
+    ``reduce:1`` (BF16_Optimizer's accumulation inside backward 1) micro-batch k's backward begun (it does not
+    count; ``reduce:1`` counts backward 1); ``steady:forward`` / ``steady:backward`` are micro-step ga's, the
+    schedule being the same in every iteration. None for any other instant."""
+    kind, _, num = key.partition(":")
+    if kind == "steady" and num in ("forward", "backward"):
+        kind, k = num, ga
+    elif kind in ("forward", "backward", "reduce") and num.isdigit():
+        k = int(num)
+    else:
+        return None
+    if kind == "reduce" and k != 1 or not 1 <= k <= ga:
+        return None
+    order = pipe_schedule(pp, stage, ga)
+    at = order.index(("F" if kind == "forward" else "B", k))
+    fwd = sum(1 for c, _ in order[:at] if c == "F") + (kind == "forward")
+    bwd = sum(1 for c, _ in order[:at] if c == "B") + (kind == "reduce")
+    return fwd, bwd
+
+
+def pipe_in_flight(pp: int, stage: int, ga: int, key: str) -> int | None:
+    """Micro-batches whose activations pipeline ``stage`` holds at the timeline instant ``key``: forwards run
+    minus backwards done (:func:`pipe_instant_passes`; autograd frees a micro-batch's saved tensors in its
+    backward and the PipelineEngine its kept output at the backward's end, runtime/pipe/engine.py l.866). At most
+    min(pp - stage, ga), the 1F1B bound the activation estimate's ``in_flight`` counts (schedule.py
+    num_pipe_buffers l.247-256), reached at the first backward's start; fewer at ``forward:1`` (one) and at
+    ``backward:ga`` (one: the others are run back). None where ``key`` is no such instant."""
+    got = pipe_instant_passes(pp, stage, ga, key)
+    return None if got is None else got[0] - got[1]
+
+
+def pipe_first_batch_share(item: str, pp: int, stage: int, ga: int, key: str) -> tuple[int, int] | None:
+    """(numerator, denominator) of a pipe entry's bytes (:data:`PIPE_TRAIN_BATCH_ITEMS`,
+    ``state.pipeline_stage_entries``, counted whole from the first ``train_batch`` on) that the PipelineEngine has
+    made at the first iteration's instant ``key``: it makes them lazily, micro-batch by micro-batch
+    (runtime/pipe/engine.py): the first stage's input ids at each LoadMicroBatch (l.898), one per pipe buffer
+    used; the gradient receive buffer at the first RecvGrad, just before the first backward (_allocate_zeros via
+    _exec_recv_grads l.1178-1180); the last stage's outputs at each forward (l.751), kept to the step, the one
+    being made counted by the activations (its logits), and the received inputs (l.1128) and their gradients
+    (made in each backward) its graph holds. Measured on a 2-stage PipelineModule at GA 2
+    (tests/engine/test_pipeline_engine.py): stage 0's gradient buffer (512 B) and second input ids (64 B) absent
+    at its first forward, stage 1's kept logits one more per micro-batch. None where all are made (the receive
+    buffer, at the first RecvActivation before any forward; the steady iteration; the reduce and the step)."""
+    from advisor.ledger.state import pipe_buffers_used
+    if key.startswith("steady") or item not in PIPE_TRAIN_BATCH_ITEMS or item == "pipe_recv_buf":
+        return None
+    got = pipe_instant_passes(pp, stage, ga, key)
+    if got is None:
+        return None
+    fwd, bwd = got
+    nb = pipe_buffers_used(pp, stage, ga)
+    backward = not key.startswith("forward")
+    if item == "pipe_grad_buf":
+        return (1 if backward or bwd else 0), 1
+    if item == "pipe_inputs_kept":
+        return min(fwd, nb), nb
+    if item == "pipe_outputs_kept":  # a forward's own output is the activations' until the forward ends
+        return min(fwd - (not backward), nb), nb
+    return min(fwd, nb) + min(bwd, nb), 2 * nb  # pipe_inputs_grads_kept: the inputs and their gradients
 
 
 def _whole_inventory(ledger: Ledger) -> Any:
@@ -2334,8 +2419,9 @@ def _kept_output_in_activations(ledger: Ledger, rl: RankLedger, ga: int, sized: 
     pp = ledger.plan.cluster.pipeline_parallel
     if pp <= 1 or not rl.stages:
         return 0
-    kept = sum(nb for e, nb in sized if e.item == "pipe_outputs_kept" and e.tier == "accelerator")
-    return kept // pipe_buffers_used(pp, max(rl.stages), ga) if kept else 0
+    kept = [(e, nb) for e, nb in sized if e.item == "pipe_outputs_kept" and e.tier == "accelerator"]
+    # one buffer's share of the entry, at most what is kept at this instant (pipe_first_batch_share)
+    return sum(min(nb, e.bytes // pipe_buffers_used(pp, max(rl.stages), ga)) for e, nb in kept)
 
 
 def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activations: Any = None,
@@ -2399,6 +2485,14 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             sized = [(e, unfused_made.get(id(e), nb)) for e, nb in sized]
         if inst.key in warmup:  # a 1F1B warm-up forward: no backward of this iteration before it
             sized = [(e, nb) for e, nb in sized if e.life not in ACCUMULATED_LIVES]
+        if pipe:  # the pipe buffers the first train_batch has made by this instant
+            st = cl.coords(r)[0]
+            shares = {e.item: pipe_first_batch_share(e.item, cl.pipeline_parallel, st, ga, inst.key)
+                      for e, _ in sized if e.item in PIPE_TRAIN_BATCH_ITEMS}
+            if any(v is not None for v in shares.values()):
+                sized = [(e, nb if shares.get(e.item) is None else nb * shares[e.item][0] // shares[e.item][1])
+                         for e, nb in sized]
+                sized = [(e, nb) for e, nb in sized if nb]
         if inst.phase == "backward" and (pipe or _before_boundary(inst.key, ga)):
             # the PipelineEngine all-reduces in ReduceGrads, not in backward; the engine, only at the boundary
             sized = [(e, nb) for e, nb in sized if e.item not in PIPE_REDUCE_ONLY_ITEMS]
@@ -2411,6 +2505,12 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             d[e.tier] += nb
             here.append((e.item, e.tier, e.cls, nb))
         a = activations
+        if a is not None and pipe and inst.phase in ("forward", "backward") and getattr(a, "in_flight", 1) > 1:
+            # the micro-batches in flight at this instant, not the most the stage ever holds
+            n = pipe_in_flight(cl.pipeline_parallel, cl.coords(r)[0], ga, inst.key)
+            if n is not None and n < a.in_flight:
+                per_mb = (a.saved_accelerator - a.loss_head) // a.in_flight
+                a = replace(a, saved_accelerator=a.saved_accelerator - (a.in_flight - n) * per_mb)
         if a is not None and inst.phase in ("forward", "backward"):
             if inst.phase == "forward":
                 acc = a.saved_accelerator + a.loss_spike

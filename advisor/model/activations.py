@@ -35,7 +35,10 @@ blocks it departs where transformers' code does (below).
   model dtype (D b a s^2 only); Gemma 2's logit soft-capping keeps its tanh (D b a s^2).
 * MLP: a gated MLP (SwiGLU/GeGLU) saves gate, up, product and the activation's tensors; a plain
   MLP (GPT-2, BLOOM) the activation's tensors and the second linear's input. SiLU/GELU save one
-  tensor, GPT-2's ``gelu_new`` four (:data:`ACTIVATION_SAVED`). MoE: transformers' grouped_mm
+  tensor, GPT-2's ``gelu_new`` four (:data:`ACTIVATION_SAVED`); ReLU saves its output, which the next
+  op saves as its input too: one tensor fewer (:data:`ACTIVATION_SAVES_OUTPUT`; traced Llama with
+  ``hidden_act: relu``, tests/test_activations.py). An inventory's meta may describe a block without
+  attention (``attention_free``: one norm and the MLP on a residual) and a ``scale`` norm (``x * weight``). MoE: transformers' grouped_mm
   experts: each token's k routed copies (D sbk h), their MLPs, their outputs, the router's fp32
   softmax (4 sb E) and index/weight tensors, plus shared experts. DeepSpeed's MoE layer
   (``deepspeed.moe.layer.MoE``, ``moe_capacity_factor`` given: :func:`moe_capacity`) instead
@@ -54,6 +57,11 @@ blocks it departs where transformers' code does (below).
 * Dropout (probabilities from config.json: GPT-2 ``attn_pdrop``/``resid_pdrop``/``embd_pdrop``
   default 0.1): a mask per residual dropout (2 per layer) and on the embedding, 1 byte per
   element (CUDA ``native_dropout``: bool); eager attention dropout keeps its mask (b a s^2).
+* Pipeline parallelism (``stage`` given): a stage holds the activations of min(stages - stage,
+  micro-batches) micro-batches at most (1F1B, ``in_flight``; the timeline counts those in flight at
+  each instant), each with what the PipelineEngine keeps of it (``pipe_kept``): a stage before the last
+  its output (D sbh, ``runtime/pipe/engine.py`` l.751 to l.866), the first stage the clone of the input
+  ids its embedding saves (8 sb, l.705).
 * Loss head: final norm, lm_head input (D sbh), the log-softmax output in fp32 (4 sbV,
   ``ForCausalLMLoss`` upcasts logits), plus the 16-bit logits the model returns (D sbV); at the
   loss the fp32 copy of the logits (4 sbV) exists as well: the forward spike. In backward the
@@ -349,6 +357,11 @@ class ActivationEstimate:
     #: says what is added and what is freed, not only the net (0 and 0 where not split).
     recompute_layer_peak: int = 0
     recompute_freed: int = 0
+    #: Of each in-flight micro-batch's (saved_accelerator - loss_head) / in_flight bytes (:attr:`in_flight`: the
+    #: most a stage holds; the timeline counts, per instant, the ones in flight there,
+    #: ``advisor.ledger.timeline.pipe_in_flight``): what the PipelineEngine itself keeps of it (the stage's output on a
+    #: stage before the last, the clone of the input ids on the first), 0 without pipeline parallelism.
+    pipe_kept: int = 0
 
     @property
     def peak_accelerator(self) -> int:
@@ -372,6 +385,10 @@ def _m(meta: dict[str, Any], *names: str, default: Any = None) -> Any:
 #: saves four (its input, the tanh output, 1 + tanh, 0.5 x).
 ACTIVATION_SAVED = {"silu": 1, "swish": 1, "gelu": 1, "gelu_pytorch_tanh": 1, "relu": 1, "gelu_new": 4,
                     "gelu_fast": 4}
+#: Activation functions whose one saved tensor is their output (torch ``tools/autograd/derivatives.yaml``:
+#: ``relu: threshold_backward(grad, result, 0)``), the tensor the next op (the second linear of a plain MLP,
+#: the product of a gated one) saves as its input too: one storage, counted once.
+ACTIVATION_SAVES_OUTPUT = frozenset({"relu"})
 #: Families whose RMSNorm computes in fp32 and scales by (1 + weight) in fp32 (GemmaRMSNorm):
 #: it saves the fp32 input and the fp32 normalised tensor, no 16-bit copy.
 _GEMMA_NORM = frozenset({"gemma", "gemma2"})
@@ -421,9 +438,14 @@ def norm_bytes(meta: dict[str, Any], n: int, rows: int, D: int, stat_bytes: int 
     """Bytes one norm saves for ``n`` elements in ``rows`` rows: LlamaRMSNorm 4n (fp32 input,
     saved by pow) + 4 rows (fp32 rsqrt) + D n (normalised, saved by the weight multiply);
     GemmaRMSNorm 8n + 4 rows (fp32 input and fp32 normalised) + 4h (fp32 1 + weight); LayerNorm D n + 2 stat_bytes
-    rows (input, mean and rstd: fp32 on CUDA, ``layer_norm_kernel.cu``)."""
+    rows (input, mean and rstd: fp32 on CUDA, ``layer_norm_kernel.cu``); ``norm: scale`` (a learned scale with
+    no normalisation, ``x * weight``: an inventory's meta, e.g. tests/pipe_proxy.py) D n, its input, which
+    ``MulBackward0`` saves because the weight requires grad (torch ``tools/autograd/derivatives.yaml``
+    ``mul.Tensor``: self's gradient needs other, other's needs self)."""
     if _m(meta, "norm", default="rmsnorm") == "layernorm":
         return D * n + 2 * stat_bytes * rows
+    if _m(meta, "norm", default="rmsnorm") == "scale":
+        return D * n
     if meta.get("family") in _GEMMA_NORM:
         return 8 * n + 4 * rows + 4 * int(meta["hidden_size"])  # + the fp32 (1 + weight)
     return 4 * n + 4 * rows + D * n
@@ -445,7 +467,8 @@ def _dims(meta: dict[str, Any]) -> tuple[int, int, int, int, int, int, Any]:
     dict, with the defaults transformers' configs use (kv heads = heads, head dim = hidden / heads,
     v head dim = head dim). Raises KeyError naming a missing required field."""
     h = int(meta["hidden_size"])
-    a = int(meta["num_heads"])
+    # an attention-free block (``attention_free``) has no heads: 1 stands in, its attention term is 0
+    a = int(meta.get("num_heads") or 1) if _m(meta, "attention_free", default=False) else int(meta["num_heads"])
     kv = int(_m(meta, "num_kv_heads", default=a))
     d = int(_m(meta, "head_dim", default=h // a))
     return h, a, kv, d, int(_m(meta, "v_head_dim", default=d)), int(meta["intermediate_size"]), meta.get("family")
@@ -471,15 +494,23 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     """
     h, a, kv, d, v_d, f, fam = _dims(meta)
     gated = _m(meta, "mlp", default="gated") == "gated"
-    act_saved = ACTIVATION_SAVED.get(str(_m(meta, "activation", default="silu")), 1)
+    act = str(_m(meta, "activation", default="silu"))
+    act_saved = ACTIVATION_SAVED.get(act, 1) - (act in ACTIVATION_SAVES_OUTPUT)
+    attention_free = bool(_m(meta, "attention_free", default=False))
     p_attn = float(_m(meta, "attention_dropout", default=0.0) or 0.0)
     p_res = float(_m(meta, "residual_dropout", default=0.0) or 0.0)
     n_sh = s * b * h
     rs = t if sp else 1  # norm/residual regions: sharded only with sequence parallelism
     terms: dict[str, int] = {}
     n_norms = 4 if _m(meta, "sandwich_norm", default=False) else 2
-    terms["norms"] = n_norms * norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs
-    terms["linear_inputs"] = 2 * D * n_sh // rs  # q/k/v input and MLP input (norm outputs)
+    if attention_free:
+        # ``attention_free`` (an inventory's meta): a block of one norm and the MLP on a residual,
+        # ``x + mlp(norm(x))`` (tests/pipe_proxy.py); the residual add saves nothing (AddBackward0)
+        terms["norms"] = norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs
+        terms["linear_inputs"] = D * n_sh // rs  # the MLP's input (the norm's output)
+    else:
+        terms["norms"] = n_norms * norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs
+        terms["linear_inputs"] = 2 * D * n_sh // rs  # q/k/v input and MLP input (norm outputs)
     a_t, kv_t = max(1, a // t), max(1, kv // t)
     if selective:
         # the checkpointed core keeps its inputs q, k (after RoPE), v at their own heads; its
@@ -515,7 +546,7 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
     if _m(meta, "qk_norm", default=False):  # Qwen3: RMSNorm per head on q and k
         qk = (a_t + kv_t) * d
         att += 4 * s * b * qk + 4 * s * b * (a_t + kv_t) + D * s * b * qk
-    terms["attention"] = att
+    terms["attention"] = 0 if attention_free else att
     if p_res > 0:
         terms["dropout"] = 2 * mask_bytes * n_sh // rs
     experts = int(_m(meta, "num_experts", default=0) or 0)
@@ -703,6 +734,17 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         in_flight = min(p - x.stage, x.micro_batches or p)
         last = x.stage == p - 1
     frac = layers_on_rank / L
+    # what the PipelineEngine keeps of each in-flight micro-batch beside autograd's saved tensors
+    # (runtime/pipe/engine.py): a stage before the last keeps its output, the hidden state it sends on,
+    # in pipe_buffers['outputs'] from its forward (_exec_forward_pass l.751) to the end of its backward
+    # (_exec_backward_pass l.866); the first stage's forward runs on a clone of the loaded input ids
+    # (l.705), which the embedding saves for its backward (int64)
+    pipe_kept = 0
+    if p > 1 and x.stage is not None:
+        if x.stage < p - 1:
+            pipe_kept += D * s * b * h // (t if x.sequence_parallel else 1)
+        if x.stage == 0:
+            pipe_kept += 8 * s * b
     all_layers = int((n_dense * per_dense + n_moe * per_moe) * frac)
     largest_layer = max(per_dense if n_dense else 0, per_moe if n_moe else 0) if layers_on_rank else 0
     rs = t if x.sequence_parallel else 1
@@ -831,6 +873,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         saved_acc = all_layers * in_flight + loss_saved
         recompute = recompute_gross = recompute_freed = 0
         frac_flops = 0.0
+    saved_acc += pipe_kept * in_flight
     if mode != "none":
         from dataclasses import replace as _replace
 
@@ -848,4 +891,4 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               peak_without_recompute=peak_none, host_offload_bytes=host_out,
                               host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0,
                               recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed,
-                              in_flight=in_flight)
+                              in_flight=in_flight, pipe_kept=pipe_kept)

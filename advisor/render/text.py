@@ -239,6 +239,11 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
                 + in_saved)
     if mode in (None, "", "none"):
         kept = ac["saved_accelerator"] - (ac.get("loss_head") or 0)
+        pk = ac.get("pipe_kept") or 0  # what the PipelineEngine keeps of each micro-batch (activations.pipe_kept)
+        if pk and (n * ac["per_layer"] + pk) * f == kept:
+            return (f"no checkpointing: ({n} layers x {size(ac['per_layer'], units)} each + {size(pk, units)} the "
+                    f"PipelineEngine keeps: the stage's output, the input ids){flight} = {size(kept, units)} kept "
+                    "for backward")
         if n * ac["per_layer"] * f == kept:
             return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each{flight} = "
                     f"{size(kept, units)} kept for backward")

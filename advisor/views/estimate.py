@@ -365,6 +365,8 @@ class EstimateResult:
                         "peak_without_recompute": r.activations.peak_without_recompute or None,
                         # micro-batches whose layers' activations are held at once (1F1B under pipeline parallelism)
                         "in_flight": r.activations.in_flight,
+                        # of each in-flight micro-batch: what the PipelineEngine keeps (a stage's output, input ids)
+                        "pipe_kept": r.activations.pipe_kept,
                         # the ledger's own activation entries the accelerator row adds to these figures
                         "row_items": [{"item": e.item, "bytes": e.bytes}
                                       for e in r.step_entries("accelerator", "activations")],
@@ -943,6 +945,8 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
     never reads it; see advisor.model.activations)."""
     meta = inventory.meta or {}
     needed = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
+    if meta.get("attention_free"):  # a block without attention has no heads (activations.layer_terms)
+        needed = tuple(k for k in needed if k != "num_heads")
     if not all(k in meta for k in needed):
         return None, "activations: not estimated (give --model with an architecture: a preset or config.json)"
     from advisor.model.activations import formula_gap

@@ -158,8 +158,12 @@ def main(out_dir: str, V: int, h: int, f: int, L: int, stages: int, cfg_json: st
         def forward(self, x):
             return self.lm_head(x * self.norm)
 
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
     def loss_fn(logits, labels):
-        return nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+        # a causal LM's loss as transformers computes it (the fp32 logits copy, the shifted labels): what the
+        # activation formula's loss head models (advisor.model.activations)
+        return ForCausalLMLoss(logits, labels, V)
 
     torch.manual_seed(0)
     if os.environ.get("PIPE_BUILD") == "whole":

@@ -265,56 +265,56 @@ PIPE_INSTRUCTION_ROWS = ("train_batch:1/ForwardPass:1", "train_batch:1/ForwardPa
                          "train_batch:2/ForwardPass:2", "train_batch:2/BackwardPass:2", "train_batch:2/ReduceGrads:1",
                          "train_batch:2/OptimizerStep:1")
 #: Instruction phases off by more than 1% (issue 15): cell -> {(rank, phase): engine - ledger bytes}, measured
-#: 2026-12-06 (2 runs, the same bytes). The reduce and the optimizer step match on both stages (within 0.12%), as
-#: do the whole steps; the forward and backward passes do not, for three causes read from the tracker's sites:
-#: (a) the activations of the micro-batches in flight: pipeline_peak_parity's timeline is without activations (the
-#: proxy's blocks, norm x MLP without attention, have no formula in advisor.model.activations), while the engine
-#: holds the layers' outputs and saved tensors (site runtime/pipe/module.py exec_func l.368: 5,888 B on stage 0
-#: after micro-batch 1's forward, 11,008 B after micro-batch 2's; 6,656 / 8,192 / 9,728 B on stage 1), the forward's
-#: clone of its inputs (engine.py _exec_forward_pass l.705, 64 B a micro-batch on stage 0), the loss (l.757) and in
-#: backward the activations' gradients (engine.py _exec_backward_pass l.855, runtime/engine.py backward l.3428,
-#: beside the parameters' gradients the ledger counts);
-#: (b) was stage 0's 1F1B warm-up, now modeled (timeline.pipe_warmup_forwards): it runs micro-batch 2's forward
-#: before micro-batch 1's backward (schedule.py l.197-245, num_pipe_buffers = min(stages - stage, micro-batches) = 2
-#: in flight), while the timeline's forward:2 and steady:forward came after micro-step 1's backward: the ledger
-#: counted there micro-step 1's bf16 gradients (26,752 B) and, at ZeRO-1, the ipg bucket setup_buckets makes in the
-#: first backward hook (stage_1_and_2.py l.3266, 100,000 B), which the engine does not hold yet: -116,112 B (-55.9%)
-#: and -115,592 B (-36.7%) at ZeRO-1, -16,112 B (-12.0%) and -15,592 B (-6.5%) at ZeRO-0; now what is left there is
-#: (a) and (c): 11,008 + 128 + 16 - 512 = +10,640 B (in the steady call +11,160 B: the gradient buffer the ledger
-#: counts exists by then, +512 B, and 8 B more of scalars);
-#: (c) the pipe buffers the ledger counts from the first train_batch on (timeline.PIPE_TRAIN_BATCH_ITEMS) are made
-#: during it: stage 0's gradient buffer at the first RecvGrad (engine.py _allocate_zeros l.1274, 512 B) and its
-#: second micro-batch's input ids (l.898, 64 B), so after micro-batch 1's forward 5,888 + 64 + 16 - 576 = +5,392 B;
-#: stage 1's kept outputs and input gradients (pipe_outputs_kept, pipe_inputs_grads_kept) likewise micro-batch by
-#: micro-batch.
+#: 2026-12-06 (2 runs, the same bytes), the compared timeline WITH each stage's activations
+#: (measure.pipeline_peak_parity: advisor.views.estimate.activations_for, the formulas of advisor.model.activations on
+#: the proxy's meta, tests/pipe_proxy.py; the per-layer figure checked by hand and by torch's saved-tensor hooks in
+#: tests/test_activations.py test_pipe_proxy_block_activations_by_hand). Before, the timeline had none, and every
+#: forward and backward row was off (2026-12-06: stage 0 +5,392 B after micro-batch 1's forward, +10,640 B after
+#: micro-batch 2's; stage 1 +4,180 / +6,804 B; backward +6,288 to +13,594 B) for three causes read from the tracker:
+#: (a) the activations of the micro-batches in flight (site runtime/pipe/module.py exec_func l.368), now the estimate's,
+#: counted per instant (timeline.pipe_in_flight: forwards run minus backwards done in DeepSpeed's TrainSchedule order,
+#: timeline.pipe_schedule; the estimate's in_flight, min(stages - stage, GA), only where that many are in flight), with
+#: what the PipelineEngine keeps of each (activations.py pipe_kept: a non-last stage's output, engine.py l.751-866;
+#: the first stage's clone of the input ids, l.705); (b) stage 0's 1F1B warm-up, timeline.pipe_warmup_forwards;
+#: (c) the pipe buffers counted from the first train_batch on (timeline.PIPE_TRAIN_BATCH_ITEMS), made during it micro-
+#: batch by micro-batch: now timeline.pipe_first_batch_share (stage 0's gradient buffer at the first RecvGrad,
+#: engine.py _allocate_zeros l.1274, 512 B, absent at its forwards 1 and 2; its second input ids at LoadMicroBatch
+#: l.898; stage 1's kept logits, received inputs and their gradients). With them every forward row is within 1%:
+#: stage 0 +784 B (+0.40% to +0.92%: the last block's ReLU input, D sbf = 1,280 B, live beside what its forward has
+#: made before its output, 512 B, exists; no formula counts a forward's in-layer transient), stage 1 +32 / +36 B and
+#: in the steady call -2,004 B (-0.60% to -0.86%: at the loss, the forward's peak, l.751 has already dropped the
+#: reused buffer's old logits, 1,536 B, and their graph's input and gradient, which the ledger keeps through the
+#: forward); so is stage 1's backward of micro-batch 2 at ZeRO-0 (-32 B) and stage 0's at ZeRO-1 (+272 / +280 B).
+#: What stays off is the timeline's backward instant itself, with or without pipeline parallelism: it holds every
+#: saved tensor of the micro-batch run back (and on the last stage the loss's backward spike, 8 sbV) beside every
+#: gradient that backward makes, an upper bound of a backward that frees the one as it makes the other:
+#: (d) backward 1, -4,080 B on stage 0 (its peak is the backward's end: the stage's 26,752 B of bf16 gradients made,
+#: micro-batch 1's saved tensors freed, micro-batch 2's 5,184 B and micro-batch 1's kept output, 512 B until l.866,
+#: held) and -11,616 / -11,620 B on stage 1 (its end: 27,840 B of gradients, the saved tensors and the loss spike gone);
+#: (e) ZeRO-1's stage 1 backward of micro-batch 2, -6,172 B (steady -6,676 B): accumulate_grad_new and the loss spike
+#: at one instant, at two in the engine;
+#: (f) under BF16_Optimizer / FP16_Optimizer stage 0's backward of micro-batch 2, +6,416 B (steady +6,420 / +6,424 B):
+#: the 16-bit .grad exists there (BF16_Optimizer's clear_lp_grads zeroes it in place before each backward of a stage
+#: before the last, engine.py l.838-840, bf16_optimizer.py l.612-623; FP16_Optimizer accumulates micro-step 1's), so
+#: autograd's AccumulateGrad makes each new gradient beside it before adding it in place (the largest, up_proj /
+#: down_proj, 5,120 B), with the activation gradient (1,280 B): no such transient is in the ledger for these wrappers
+#: (ZeRO-1's is, accumulate_grad_new, and that cell's row matches).
 UNMATCHED_PIPE_ISSUE15 = {
     "pp2_z0_bf16_ga2_w2": {
-        (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
-        (0, "train_batch:1/BackwardPass:1"): 6288, (0, "train_batch:1/BackwardPass:2"): 11600,
-        (0, "train_batch:2/ForwardPass:2"): 11160, (0, "train_batch:2/BackwardPass:2"): 11608,
-        (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/ForwardPass:2"): 6804,
-        (1, "train_batch:1/BackwardPass:2"): 13462,
-        (1, "train_batch:2/ForwardPass:2"): 7892, (1, "train_batch:2/BackwardPass:2"): 13594},
-    # FP16_Optimizer (stage 0 fp16), 2026-12-06, 2 runs, the same bytes: (a)-(c) only, the bf16 cell's bytes. Two
-    # ledger causes were found and are modeled: (d) its all-reduce bucket's flat copy (state allreduce_bucket_flat,
+        (0, "train_batch:1/BackwardPass:1"): -4080, (0, "train_batch:1/BackwardPass:2"): 6416,
+        (0, "train_batch:2/BackwardPass:2"): 6424, (1, "train_batch:1/BackwardPass:1"): -11620},
+    # FP16_Optimizer (stage 0 fp16), 2026-12-06, 2 runs, the same bytes: the bf16 cell's causes. Two ledger causes
+    # were found on this cell before and are modeled: its all-reduce bucket's flat copy (state allreduce_bucket_flat,
     # life in_backward) was counted at the backward instants, but the PipelineEngine all-reduces in ReduceGrads
     # (timeline.PIPE_REDUCE_ONLY_ITEMS): backward:1 was -20,464 B (stage 0), -26,540 B (stage 1), backward:2
-    # -15,152 B; (e) micro-step 1's fp16 param.grad lives into micro-step 2's forward (no zero_grad before the
+    # -15,152 B; micro-step 1's fp16 param.grad lives into micro-step 2's forward (no zero_grad before the
     # boundary; state._stage0 lp_grads_accumulated): stage 1's forward:2 was +33,620 B, steady:forward +34,704 B
     "pp2_z0_fp16_ga2_w2": {
-        (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
-        (0, "train_batch:1/BackwardPass:1"): 6288, (0, "train_batch:1/BackwardPass:2"): 11600,
-        (0, "train_batch:2/ForwardPass:2"): 11156, (0, "train_batch:2/BackwardPass:2"): 11604,
-        (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/ForwardPass:2"): 6804,
-        (1, "train_batch:1/BackwardPass:2"): 13462,
-        (1, "train_batch:2/ForwardPass:2"): 7888, (1, "train_batch:2/BackwardPass:2"): 13590},
+        (0, "train_batch:1/BackwardPass:1"): -4080, (0, "train_batch:1/BackwardPass:2"): 6416,
+        (0, "train_batch:2/BackwardPass:2"): 6420, (1, "train_batch:1/BackwardPass:1"): -11620},
     "pp2_z1_bf16_ga2_w2": {
-        (0, "train_batch:1/ForwardPass:1"): 5392, (0, "train_batch:1/ForwardPass:2"): 10640,
-        (0, "train_batch:1/BackwardPass:1"): 6288, (0, "train_batch:1/BackwardPass:2"): 5456,
-        (0, "train_batch:2/ForwardPass:2"): 11160, (0, "train_batch:2/BackwardPass:2"): 5464,
-        (1, "train_batch:1/ForwardPass:1"): 4180, (1, "train_batch:1/ForwardPass:2"): 6804,
-        (1, "train_batch:1/BackwardPass:2"): 7320,
-        (1, "train_batch:2/ForwardPass:2"): 7892, (1, "train_batch:2/BackwardPass:2"): 7452},
+        (0, "train_batch:1/BackwardPass:1"): -4080, (1, "train_batch:1/BackwardPass:1"): -11616,
+        (1, "train_batch:1/BackwardPass:2"): -6172, (1, "train_batch:2/BackwardPass:2"): -6676},
 }
 #: The instruction phase where each stage's step peaks on the engine (the whole train_batch's high-water mark):
 #: ZeRO-1 at the boundary's reduce (ReduceGrads: reduce_gradients' second ipg buffer beside setup_buckets', l.962-968),
@@ -375,8 +375,9 @@ def _assert_initialize_peak(rows: list, got: dict, zeros_made: bool) -> None:
 #: only bf16 accumulating in bf16 switches to BF16_Optimizer there). Measured 2026-12-06 (2 runs): load, initialize
 #: (its high-water mark, the end + the stage's zeroed fp32 flat gradient of the warm-up step, fused_optimizer.py
 #: l.127), both train_batch calls and the save within 0.15% on both stages. Per instruction (2 runs, the same bytes):
-#: the reduce and the step within 0.12%, the forward and backward passes off by the bf16 cell's activation residuals
-#: (UNMATCHED_PIPE_ISSUE15, where the two ledger causes found on this cell, now modeled, are described).
+#: the reduce and the step within 0.12%, the forward passes within 1% with the activations, the backward passes off by
+#: the bf16 cell's residuals (UNMATCHED_PIPE_ISSUE15, where the two ledger causes found on this cell, now modeled, are
+#: described).
 FP16_Z0_CELL = ("pp2_z0_fp16_ga2_w2", {**{k: v for k, v in BF16_Z0.items() if k != "bf16"}, "fp16": {"enabled": True}})
 
 
@@ -433,14 +434,16 @@ def test_pipeline_step_peak_matches_the_ledger(tmp_path, cell):
     that peak: the worker splits each train_batch by the pipe schedule's instructions, the engine's peak is in
     the instruction PIPE_PEAK_INSTRUCTION names and the ledger's largest instant is one that instruction spans.
     Per instruction (the timeline's instants of each forward, backward, the boundary's reduce and the optimizer
-    step: measure.pipe_instruction_instants) the reduce and the step match within 1%; the forward and backward
-    passes are listed in UNMATCHED_PIPE_ISSUE15 with their measured residuals and causes (the activations of the
-    micro-batches in flight, which the compared timeline lacks), and the test fails when one of them moves by more
-    than a quarter of the 1% band or comes within 1%. Stage 0's 1F1B warm-up (micro-batch 2's forward before
+    step: measure.pipe_instruction_instants, the timeline with each stage's activations of the micro-batches in
+    flight at the instant) the reduce, the step and the forward passes match within 1%; the backward passes listed
+    in UNMATCHED_PIPE_ISSUE15 with their measured residuals and causes (the timeline's backward instant holds the
+    run-back micro-batch's saved tensors beside all the gradients it makes), and the test fails when one of them
+    moves by more than a quarter of the 1% band or comes within 1%. Stage 0's 1F1B warm-up (micro-batch 2's forward before
     micro-batch 1's backward, timeline.pipe_warmup_forwards) is modeled: by hand its forward:2 and steady:forward
     hold what its forward:1 and the save's rest hold, no gradient of micro-step 1. On this tiny model the step's peak is the boundary's reduce
-    (ZeRO-1) or the optimizer step (ZeRO-0), so it proves the ZeRO entries under a PipelineModule and the pipe
-    buffers kept through the step, not the activations of the micro-batches in flight."""
+    (ZeRO-1) or the optimizer step (ZeRO-0), so the step's row proves the ZeRO entries under a PipelineModule and
+    the pipe buffers kept through the step; the activations of the micro-batches in flight are proven by the
+    forward rows."""
     from advisor.engine.measure import pipeline_peak_parity
     from advisor.ledger.state import pipeline_stage_entries
 
@@ -666,6 +669,47 @@ def test_pipe_warmup_forwards_follow_deepspeeds_train_schedule():
         tl = role_timeline(led, led.rank(r), resolve_load(ec, zero_init=False), ga=2, rank=r)
         ser = dict(zip((x.key for x in tl.instants), tl.series(("accelerator", "host_pinned", "host_pageable"))))
         # stage 1 (the last) runs F1 B1 F2 B2: its forward:2 holds micro-step 1's gradients (N_stage x 2 B bf16)
-        # and ZeRO-1's ipg bucket (reduce_bucket_size x 2 B); stage 0 (F1 F2 B1 B2) none of them
+        # and ZeRO-1's ipg bucket (reduce_bucket_size x 2 B); stage 0 (F1 F2 B1 B2) none of them. The pipe buffers
+        # the first train_batch fills one micro-batch at a time (timeline.pipe_first_batch_share): stage 0's second
+        # input ids (b x s x 8); stage 1's kept logits of micro-batch 1 (s x V x 2), micro-batch 2's received
+        # input and micro-batch 1's input gradient (2 x S, S = s x h x 2)
         n1 = (2 * (H + 2 * F * H) + H + V * H) * 2 + 50000 * 2
-        assert ser["forward:2"] - ser["forward:1"] == (0 if warm else n1), (r, ser)
+        pipe = 8 * SEQ if warm else SEQ * V * 2 + 2 * SEQ * H * 2
+        assert ser["forward:2"] - ser["forward:1"] == (0 if warm else n1) + pipe, (r, ser)
+
+
+def test_pipe_schedule_and_in_flight_follow_deepspeeds_train_schedule():
+    """timeline.pipe_schedule against DeepSpeed's own TrainSchedule (runtime/pipe/schedule.py) for 2-4 stages, every
+    stage and GA 1-5: the same forwards and backwards in the same order; pipe_in_flight at each micro-batch's forward
+    (it done) and backward (begun) is the forwards run minus the backwards done in that order, never above the 1F1B
+    bound min(stages - stage, GA) the activation estimate counts (advisor.model.activations in_flight), and reaching
+    it at the first backward."""
+    from deepspeed.runtime.pipe.schedule import BackwardPass, ForwardPass, TrainSchedule
+
+    from advisor.ledger.timeline import pipe_in_flight, pipe_schedule
+
+    for pp in (2, 3, 4):
+        for stage in range(pp):
+            for ga in range(1, 6):
+                ts = TrainSchedule(micro_batches=ga, stages=pp, stage_id=stage)
+                order = [("F" if type(c) is ForwardPass else "B", c.buffer_id)
+                         for step in ts.steps() for c in step if type(c) in (ForwardPass, BackwardPass)]
+                got = pipe_schedule(pp, stage, ga)
+                assert [c for c, _ in got] == [c for c, _ in order], (pp, stage, ga)
+                # the buffer of each pass is its micro-batch's (micro-batch id mod num_pipe_buffers, _buffer_idx l.111-120)
+                assert [b for _, b in order] == [(mb - 1) % ts.num_pipe_buffers() for _, mb in got], (pp, stage, ga)
+                # micro-batches run in order, forward and backward alike
+                for kind in ("F", "B"):
+                    assert [mb for c, mb in got if c == kind] == list(range(1, ga + 1))
+                bound = min(pp - stage, ga)
+                seen = []
+                for k in range(1, ga + 1):
+                    at_f = got.index(("F", k))
+                    at_b = got.index(("B", k))
+                    f = pipe_in_flight(pp, stage, ga, f"forward:{k}")
+                    bk = pipe_in_flight(pp, stage, ga, f"backward:{k}")
+                    assert f == sum(c == "F" for c, _ in got[:at_f + 1]) - sum(c == "B" for c, _ in got[:at_f])
+                    assert bk == sum(c == "F" for c, _ in got[:at_b]) - (k - 1)
+                    seen += [f, bk]
+                assert max(seen) == bound == pipe_in_flight(pp, stage, ga, "backward:1"), (pp, stage, ga, seen)
+                assert pipe_in_flight(pp, stage, ga, "steady:backward") == pipe_in_flight(pp, stage, ga, f"backward:{ga}")
