@@ -17,10 +17,9 @@ import random
 
 import pytest
 
-from advisor.config.effective import effective_config
 from advisor.ledger import state
-from advisor.ledger.state import Cluster, Plan, compute_ledger
 from advisor.model.inventory import Inventory, TensorSpec
+from test_shared_walks_identity17b import _ledger  # one ledger-to-text for the identity tests
 
 
 def _tensors(rng: random.Random) -> list:
@@ -45,14 +44,6 @@ def _config(W: int, stage: int, rbs: int, ga: int, overlap: bool, accum32: bool)
     return cfg
 
 
-def _ledger(cfg: dict, inv: Inventory, W: int) -> str:
-    try:
-        return repr([(rl.rank, list(rl.ranks.ranges), rl.entries)
-                     for rl in compute_ledger(Plan(effective_config(cfg), inv, Cluster(world_size=W))).ranks])
-    except ValueError as e:
-        return f"ValueError: {e}"
-
-
 def _recording(monkeypatch) -> list:
     made = []
     orig = state._Flushes.__init__
@@ -67,7 +58,7 @@ def _recording(monkeypatch) -> list:
 def _fresh(cfg: dict, tensors: list, W: int, monkeypatch) -> str:
     with monkeypatch.context() as m:
         m.setattr(state, "ZERO12_OFFLOAD_U_MEMO", False)
-        return _ledger(cfg, Inventory("u", list(tensors), "test", {}), W)
+        return _ledger(Inventory("u", list(tensors), "test", {}), cfg, W)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -83,7 +74,7 @@ def test_kept_u_equals_per_plan(monkeypatch, seed):
         shared = Inventory("u", list(tensors), "test", {})
         for ga, accum32 in ((1, False), (2, False), (1, True), (3, True), (2, False), (1, False)):
             cfg = _config(W, stage, rbs, ga, overlap, accum32)
-            assert _ledger(cfg, shared, W) == _fresh(cfg, tensors, W, monkeypatch), (seed, cfg)
+            assert _ledger(shared, cfg, W) == _fresh(cfg, tensors, W, monkeypatch), (seed, cfg)
     assert any(k[0] == "offload_u" for f in made for k in f.memo if isinstance(k, tuple))
 
 
@@ -114,7 +105,7 @@ def test_u_memo_keys_plans_apart(monkeypatch, a, b, key_at):
     made = _recording(monkeypatch)
     inv = Inventory("u", list(_TENSORS), "test", {})
     ca, cb = (_config(W, 1, rbs, ga, ov, acc) for ga, ov, acc in (a, b))
-    la, lb = _ledger(ca, inv, W), _ledger(cb, inv, W)
+    la, lb = _ledger(inv, ca, W), _ledger(inv, cb, W)
     assert la == _fresh(ca, _TENSORS, W, monkeypatch)
     assert lb == _fresh(cb, _TENSORS, W, monkeypatch)
     shared = [e for e in _u_entries(made).values() if len([k for k in e if k[0] == "offload_u"]) == 2]
@@ -142,7 +133,7 @@ def _fresh_all(cfg: dict, tensors: list, W: int, monkeypatch) -> str:
     with monkeypatch.context() as m:
         m.setattr(state, "ZERO12_OFFLOAD_U_MEMO", False)
         m.setattr(state, "ZERO12_OFFLOAD_CONTENT_MEMO", False)
-        return _ledger(cfg, Inventory("u", list(tensors), "test", {}), W)
+        return _ledger(Inventory("u", list(tensors), "test", {}), cfg, W)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -159,9 +150,9 @@ def test_runs_kept_by_content_equal_fresh_ones(monkeypatch, seed):
     first, second = Inventory("u", list(tensors), "test", {}), Inventory("u", list(renamed), "test", {})
     for ga, overlap, accum32 in ((1, False, False), (2, True, False), (1, True, True), (2, False, True)):
         cfg = _config(W, 1, rbs, ga, overlap, accum32)
-        _ledger(cfg, first, W)
+        _ledger(first, cfg, W)
         before = calls[0]
-        got = _ledger(cfg, second, W)
+        got = _ledger(second, cfg, W)
         assert calls[0] == before, cfg  # no walk: the first inventory's runs
         assert got == _fresh_all(cfg, renamed, W, monkeypatch), (seed, cfg)
 
