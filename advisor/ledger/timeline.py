@@ -853,24 +853,35 @@ def pipe_first_batch_share(item: str, pp: int, stage: int, ga: int, key: str) ->
     being made counted by the activations (its logits), and the received inputs (l.1128) and their gradients
     (made in each backward) its graph holds. Measured on a 2-stage PipelineModule at GA 2
     (tests/engine/test_pipeline_engine.py): stage 0's gradient buffer (512 B) and second input ids (64 B) absent
-    at its first forward, stage 1's kept logits one more per micro-batch. None where all are made (the receive
-    buffer, at the first RecvActivation before any forward; the steady iteration; the reduce and the step)."""
+    at its first forward, stage 1's kept logits one more per micro-batch.
+
+    A forward instant of the last stage is its loss (l.757, the fp32 logits copy: the forward's peak), after l.751
+    has put the new output in its buffer: the buffer's old output is gone by then, and so are its received input
+    (replaced at RecvActivation, l.1128-1129) and that input's gradient; the kept ones are the other buffers',
+    min(micro-batches before, buffers - 1), in the steady iteration too (measured: the steady forward was -2,004 B
+    under the ledger with the reused buffer's logits, 1,536 B, and input gradient, 512 B, counted). None where all
+    are made (the receive buffer, at the first RecvActivation before any forward; the rest of the steady
+    iteration; the reduce and the step)."""
     from advisor.ledger.state import pipe_buffers_used
-    if key.startswith("steady") or item not in PIPE_TRAIN_BATCH_ITEMS or item == "pipe_recv_buf":
+    if item not in PIPE_TRAIN_BATCH_ITEMS or item == "pipe_recv_buf":
+        return None
+    last_fwd = key == "steady:forward" and item in ("pipe_outputs_kept", "pipe_inputs_grads_kept")
+    if key.startswith("steady") and not last_fwd:
         return None
     got = pipe_instant_passes(pp, stage, ga, key)
     if got is None:
         return None
     fwd, bwd = got
     nb = pipe_buffers_used(pp, stage, ga)
-    backward = not key.startswith("forward")
+    backward = not key.startswith(("forward", "steady:forward"))
     if item == "pipe_grad_buf":
         return (1 if backward or bwd else 0), 1
     if item == "pipe_inputs_kept":
         return min(fwd, nb), nb
-    if item == "pipe_outputs_kept":  # a forward's own output is the activations' until the forward ends
-        return min(fwd - (not backward), nb), nb
-    return min(fwd, nb) + min(bwd, nb), 2 * nb  # pipe_inputs_grads_kept: the inputs and their gradients
+    if item == "pipe_outputs_kept":  # at a forward's loss its own output is the activations', the other buffers' kept
+        return (min(fwd, nb) if backward else min(fwd - 1, nb - 1)), nb
+    # pipe_inputs_grads_kept: the inputs (the forward's own among them) and the gradients of those run back
+    return min(fwd, nb) + (min(bwd, nb) if backward else min(bwd, nb - 1)), 2 * nb
 
 
 def _whole_inventory(ledger: Ledger) -> Any:

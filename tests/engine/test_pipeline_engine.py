@@ -282,9 +282,10 @@ PIPE_INSTRUCTION_ROWS = ("train_batch:1/ForwardPass:1", "train_batch:1/ForwardPa
 #: l.898; stage 1's kept logits, received inputs and their gradients). With them every forward row is within 1%:
 #: stage 0 +784 B (+0.40% to +0.92%: the last block's ReLU input, D sbf = 1,280 B, live beside what its forward has
 #: made before its output, 512 B, exists; no formula counts a forward's in-layer transient), stage 1 +32 / +36 B and
-#: in the steady call -2,004 B (-0.60% to -0.86%: at the loss, the forward's peak, l.751 has already dropped the
-#: reused buffer's old logits, 1,536 B, and their graph's input and gradient, which the ledger keeps through the
-#: forward); so is stage 1's backward of micro-batch 2 at ZeRO-0 (-32 B) and stage 0's at ZeRO-1 (+272 / +280 B).
+#: in the steady call +44 B (it was -2,004 B, -0.60% to -0.86%, until pipe_first_batch_share took the forward
+#: instant of the last stage as its loss, where l.751 has already dropped the reused buffer's old logits, 1,536 B,
+#: and its old input's gradient, 512 B); so is stage 1's backward of micro-batch 2 at ZeRO-0 (-32 B) and stage 0's
+#: at ZeRO-1 (+272 / +280 B).
 #: What stays off is the timeline's backward instant itself, with or without pipeline parallelism: it holds every
 #: saved tensor of the micro-batch run back (and on the last stage the loss's backward spike, 8 sbV) beside every
 #: gradient that backward makes, an upper bound of a backward that frees the one as it makes the other:
