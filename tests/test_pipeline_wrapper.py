@@ -275,6 +275,18 @@ def test_fp16_optimizer_zero0_texts_unchanged(cfg, world, pp):
     assert FULL_RESTART in notes and not any("BF16_Optimizer" in n for n in notes)
 
 
+def _bf16_zero0_pp2_ga2():
+    """(ledger, load assumption) of the 2-stage bf16 stage-0 plan at GA 2, b = 1, s = 8 the instant tests take."""
+    from advisor.ledger.timeline import resolve_load
+    from advisor.plan import Workload
+
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
+    ec = effective_config(cfg)
+    led = compute_ledger(Plan(ec, _inventory(), Cluster(world_size=2, pipeline_parallel=2), Workload(seq_len=8)))
+    return led, resolve_load(ec, zero_init=False)
+
+
 def test_last_stage_kept_outputs_counted_once_in_backward():
     """The last stage keeps each used pipe buffer's output (runtime/pipe/engine.py _exec_backward_pass l.796-799
     returns before l.865-866 frees it); in a backward one of them is the micro-batch being run back, whose 16-bit
@@ -284,15 +296,9 @@ def test_last_stage_kept_outputs_counted_once_in_backward():
     b = 1, s = 8, V = 96, bf16: one buffer's logits 1 x 8 x 96 x 2 = 1,536 B."""
     from types import SimpleNamespace
 
-    from advisor.ledger.timeline import resolve_load, role_timeline
-    from advisor.plan import Workload
+    from advisor.ledger.timeline import role_timeline
 
-    inv = _inventory()
-    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
-    ec = effective_config(cfg)
-    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2, pipeline_parallel=2), Workload(seq_len=8)))
-    load = resolve_load(ec, zero_init=False)
+    led, load = _bf16_zero0_pp2_ga2()
     acts = SimpleNamespace(saved_accelerator=10_000, loss_spike=0, loss_backward_spike=0, recompute_layer=0,
                            saved_host=0)
     tiers = ("accelerator",)
@@ -315,9 +321,8 @@ def test_activations_per_instant_follow_the_micro_batches_in_flight():
     iteration alike; stage 1 one throughout. The pipe buffers the first train_batch makes lazily
     (timeline.pipe_first_batch_share): stage 0's gradient buffer from the first backward on, its second input ids
     from F2 on."""
-    from advisor.ledger.timeline import pipe_first_batch_share, pipe_in_flight, pipe_schedule, resolve_load, role_timeline
+    from advisor.ledger.timeline import pipe_first_batch_share, pipe_in_flight, pipe_schedule, role_timeline
     from advisor.model.activations import ActivationEstimate
-    from advisor.plan import Workload
 
     assert pipe_schedule(2, 0, 2) == [("F", 1), ("F", 2), ("B", 1), ("B", 2)]
     assert pipe_schedule(2, 1, 2) == [("F", 1), ("B", 1), ("F", 2), ("B", 2)]
@@ -327,12 +332,7 @@ def test_activations_per_instant_follow_the_micro_batches_in_flight():
     assert [pipe_first_batch_share("pipe_grad_buf", 2, 0, 2, k) for k in keys] == [(0, 1), (0, 1), (1, 1), (1, 1),
                                                                                   None, None]
     assert [pipe_first_batch_share("pipe_inputs_kept", 2, 0, 2, k) for k in keys[:4]] == [(1, 2)] + [(2, 2)] * 3
-    inv = _inventory()
-    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}
-    ec = effective_config(cfg)
-    led = compute_ledger(Plan(ec, inv, Cluster(world_size=2, pipeline_parallel=2), Workload(seq_len=8)))
-    load = resolve_load(ec, zero_init=False)
+    led, load = _bf16_zero0_pp2_ga2()
     # 2 micro-batches of 3,000 B each (stage 0 has no loss head)
     acts = {0: ActivationEstimate(per_layer=1_500, layers_on_rank=2, saved_accelerator=6_000, saved_host=0,
                                   recompute_layer=0, loss_head=0, loss_spike=0, in_flight=2)}
