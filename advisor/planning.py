@@ -48,7 +48,8 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
         from advisor.config.hf import trainer_effective_config, trainer_param_groups
         config = trainer_effective_config(resolved, t)
         # and, with it, its two param groups (decay / no-decay): ZeRO flattens, pads and steps each apart
-        groups = trainer_param_groups(resolved, inventory.tensors)
+        from advisor.model.parallel import layer_repeat
+        groups = trainer_param_groups(resolved, inventory.tensors, repeat=lambda: layer_repeat(inventory))
         if groups is not None:
             inventory = inventory.regrouped(groups)
         elif config.optimizer.client_note:  # the inventory's own groups, kept (trainer_param_groups)

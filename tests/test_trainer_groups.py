@@ -65,6 +65,35 @@ def test_no_decay_set_is_transformers(model_type, tmp_path):
 
 
 @pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers not installed (test extra)")
+@pytest.mark.parametrize("model_type", sorted(SMALL))
+def test_no_decay_set_is_transformers_over_repeated_layers(model_type, tmp_path):
+    """The shortcut over identical layers (issue 21: trainer_no_decay with the inventory's LayerRepeat answers
+    every middle layer as layer 1), as build_plan takes it, against transformers' own split of the real module
+    at 5 layers: the first, three middle ones and the last, so layer boundaries on both sides are crossed."""
+    from advisor.model.parallel import layer_repeat
+    cfg = dict(SMALL[model_type])
+    keys = [k for k in ("num_hidden_layers", "n_layer") if k in cfg] or ["num_hidden_layers"]
+    cfg.update({k: 5 for k in keys})
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    inv = resolve_model(str(p))
+    rep = layer_repeat(inv)
+    assert rep is not None and rep.count >= 3, (model_type, rep)  # the shortcut is taken
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+            model_type, **{k: v for k, v in cfg.items() if k != "model_type"}))
+    want = _transformers_no_decay(model)
+    hf_names = {n for n, _ in model.named_parameters()}
+    groups = trainer_param_groups({}, inv.tensors, repeat=lambda: rep)
+    assert {t.name for t, g in zip(inv.tensors, groups) if g == 1 and t.name in hf_names} == want
+    # and the planned inventory keeps its layer repeat only with groups that repeat with the layers
+    planned = inv.regrouped(groups)
+    assert {t.name for t in planned.tensors if t.group == 1 and t.name in hf_names} == want
+
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers not installed (test extra)")
 def test_layernorm_by_class_only():
     """GPT-2's LayerNorm weights (ln_1, ln_2, ln_f) match no name pattern: transformers leaves them out of the
     decay group by their class, ds-advisor by their (1-D weight, 1-D bias) signature; a module with a 1-D
