@@ -44,6 +44,8 @@ mean something on a loaded machine too:
 * issue 21, cand21: the M100 fixes at 1e5 layers, each candidate re-estimated: ``estimate --hardware
   workstation-4090`` and ``check`` of ZeRO-1 on one 24 GB GPU (no single change fits: the pairs are
   tried), ``check`` of ZeRO-3 on 8 ranks of 6 GB;
+* hfperf19: ``estimate --hf`` of the 1e5-layer model (ZeRO-3, "auto" values, no optimizer block: the plan
+  regroups the inventory into the HF Trainer's decay / no-decay param groups) vs 32 layers;
 * refusals beyond the limits (a 1e6-layer config.json, ``--hardware dgx-h100:999999999``, a
   455-byte YAML alias bomb), which must answer at once.
 
@@ -105,6 +107,10 @@ def main() -> None:
     z2.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
                               "zero_optimization": {"stage": 2}}))
     z3 = ROOT / "sample_configs" / "zero3_cpu_offload.json"
+    z3hf = tmp / "z3hf.json"  # "auto" as the HF Trainer fills it in, no optimizer block: the Trainer's two groups
+    z3hf.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                                "train_batch_size": "auto", "bf16": {"enabled": "auto"},
+                                "zero_optimization": {"stage": 3}}))
     wide = tmp / "wide.json"
     wide.write_text(json.dumps({"train_batch_size": 8, **{f"key_{i}": i for i in range(100_000)}}, indent=1))
     narrow = tmp / "narrow.json"
@@ -254,6 +260,10 @@ def main() -> None:
         ("lint, 100k keys", ["lint", str(wide)], ["lint", str(narrow)]),
         ("estimate, 1e5 layers", ["estimate", str(z3), "--model", str(deep)],
          ["estimate", str(z3), "--model", str(shallow)]),
+        # hfperf19: --hf with no optimizer block regroups the inventory into the HF Trainer's two param groups
+        ("estimate --hf, 1e5 layers", ["estimate", str(z3hf), "--model", str(deep), "--hf", "--world-size", "8",
+                                       "--seq-len", "128"],
+         ["estimate", str(z3hf), "--model", str(shallow), "--hf", "--world-size", "8", "--seq-len", "128"]),
         ("estimate ZeRO-1, 1e5 layers", ["estimate", str(z1), "--model", str(deep), "--seq-len", "128"],
          ["estimate", str(z1), "--model", str(shallow), "--seq-len", "128"]),
         ("refuse ZeRO-2, 1e5 layers, 2^20", ["estimate", str(z2), "--model", str(deep), "--seq-len", "128",
