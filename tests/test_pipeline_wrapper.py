@@ -318,7 +318,7 @@ def test_activations_per_instant_follow_the_micro_batches_in_flight():
     min(stages - stage, GA) micro-batches); a timeline instant holds those in flight there (timeline.pipe_in_flight),
     by hand from the 1F1B order (runtime/pipe/schedule.py TrainSchedule: 2 stages, GA 2, stage 0 runs F1 F2 B1 B2,
     stage 1 F1 B1 F2 B2): stage 0 one after F1, two after F2 and at B1's start, one at B2's (B1 done), the steady
-    iteration alike; stage 1 one throughout. The pipe buffers the first train_batch makes lazily
+    iteration alike (its B1 an instant of its own, timeline.STEADY_FIRST_BACKWARD); stage 1 one throughout. The pipe buffers the first train_batch makes lazily
     (timeline.pipe_first_batch_share): stage 0's gradient buffer from the first backward on, its second input ids
     from F2 on."""
     from advisor.ledger.timeline import pipe_first_batch_share, pipe_in_flight, pipe_schedule, role_timeline
@@ -341,4 +341,36 @@ def test_activations_per_instant_follow_the_micro_batches_in_flight():
     extra = {x.key: with_acts.series(("accelerator",))[i] - bare.series(("accelerator",))[i]
              for i, x in enumerate(bare.instants) if x.phase in ("forward", "backward")}
     assert extra == {"forward:1": 3000, "forward:2": 6000, "backward:1": 6000, "backward:2": 3000,
-                     "steady:forward": 6000, "steady:backward": 3000}, extra
+                     "steady:backward:1": 6000, "steady:forward": 6000, "steady:backward": 3000}, extra
+
+
+def test_steady_iteration_peak_not_under_its_first_backward(tmp_path):
+    """Under pipeline parallelism the steady iteration's backward of micro-step 1 (the most micro-batches in flight,
+    1F1B, timeline.STEADY_FIRST_BACKWARD) holds at least what the first iteration's backward 1 holds, and the peak
+    is at least that: every byte live at the first iteration's backward 1 is live again at the same schedule point
+    of the steady iteration, beside what the first step made. Regression (review 2026-12-06): stage 0 of
+    Llama-2-13B, ZeRO-1 bf16, 4 stages x 2, GA 4, micro-batch 2, seq 4,096 read its peak at the steady forward of
+    micro-step 4, 96.55 GiB, under the first iteration's backward 1 (91.26 GiB) plus the step's state; the steady
+    iteration had no instant at its first backward."""
+    import json
+
+    from tests.conftest import run_cli
+
+    cfg = tmp_path / "p.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}))
+    p = run_cli(["estimate", str(cfg), "--model", "llama-2-13b", "--world-size", "8", "--pipeline-parallel", "4",
+                 "--seq-len", "4096", "--gpu-memory", "80GB", "--format", "json"])
+    assert p.returncode in (0, 1), p.stderr
+    roles = json.loads(p.stdout)["ranks"]
+    assert len({tuple(r["stages"]) for r in roles}) == 4
+    for role in roles:
+        acc = {x["instant"]: x["accelerator"] for x in role["timeline"]}
+        stage = role["stages"][0]
+        if stage < 3:  # a stage before the last: more than one micro-batch in flight at its first backward
+            assert acc["steady:backward:1"] > acc["steady:backward"], (stage, acc)
+        assert acc["steady:backward:1"] >= acc["backward:1"], (stage, acc)
+        assert role["peak"]["accelerator"]["bytes"] >= acc["steady:backward:1"], stage
+    stage0 = next(r for r in roles if r["stages"][0] == 0)
+    assert stage0["peak"]["accelerator"]["instant"] == "steady:backward:1"
