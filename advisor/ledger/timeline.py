@@ -28,7 +28,9 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    ZeRO-1/2 plans with several param groups (:func:`stepped_groups`) have a ``prep`` and an
    ``update`` instant per group g, ``first_step:g<g>:prep`` ... (see "Per-group step" below);
 6. ``steady:forward``, ``steady:backward``, ``steady:reduce``, ``steady_step:prep`` /
-   ``steady_step:update``: the boundary micro-step and step of every later iteration;
+   ``steady_step:update``: the boundary micro-step and step of every later iteration; under pipeline
+   parallelism at GA > 1 first ``steady:backward:1`` (:data:`STEADY_FIRST_BACKWARD`), the backward of
+   micro-step 1, where a stage holds the most micro-batches in flight;
 7. phase ``save``, after the steady iteration: ``save:16bit`` (``save_16bit_model``, what the HF
    Trainer's save_model runs; at ZeRO-3 with the 16-bit gather also ``save:16bit:end``), then
    ``engine.save_checkpoint``: ``save:model`` (the model-states file), ``save:optim`` (the
