@@ -256,3 +256,24 @@ def test_a_timed_out_measure_removes_the_lock_its_ranks_left(tmp_path, monkeypat
         measure.run_measure_many(_cells(), 1, workdir=str(tmp_path), timeout_s=600)
     assert made and not os.path.exists(made[0])
     assert "timed out" in str(e.value) and f"removed the build lock(s) this run left: {made[0]}" in str(e.value)
+
+
+def test_a_launch_ended_on_timeout_removes_the_build_lock_it_left(tmp_path):
+    """A launch ended by run_process_group (timeout) while it held an op build's lock leaves the lock behind, and
+    every later build of that op in the same TORCH_EXTENSIONS_DIR would wait on it (torch/utils/file_baton.py
+    FileBaton.wait): on a loaded machine the async_io probe's build outlived its 600 s and each NVMe engine test
+    after it hung for its own timeout (2026-12-06). The ended launch's new lock goes, one that was there before it
+    stays (it is not this launch's), and with clean_locks=False (measure.run, which names what it removes) none."""
+    from advisor.engine.measure import run_process_group
+
+    old = _lock(tmp_path, "cpu_adam")
+    # a stand-in for a rank whose op build takes the baton (os.open O_CREAT | O_EXCL, file_baton.py) and is killed
+    take = ("import os, sys, time; os.makedirs(sys.argv[1], exist_ok=True); "
+            "os.close(os.open(os.path.join(sys.argv[1], 'lock'), os.O_CREAT | os.O_EXCL)); time.sleep(60)")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path))
+    mine = tmp_path / "async_io" / "lock"
+    assert run_process_group([sys.executable, "-c", take, str(mine.parent)], 3, grace_s=1, env=env) is None
+    assert not mine.exists() and os.path.exists(old)
+    assert run_process_group([sys.executable, "-c", take, str(mine.parent)], 3, grace_s=1, env=env,
+                             clean_locks=False) is None
+    assert mine.exists() and os.path.exists(old)

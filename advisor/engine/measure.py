@@ -182,7 +182,8 @@ def _running(pid: int) -> bool:
     return st[0] != "Z"
 
 
-def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, **kw) -> int | None:
+def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, clean_locks: bool = True,
+                      **kw) -> int | None:
     """Run ``cmd`` in a new session (its own process group) and wait up to ``timeout_s`` seconds.
     On timeout return None; on timeout, Ctrl-C (KeyboardInterrupt, re-raised) or SIGTERM/SIGHUP
     (:class:`Terminated`, raised; handlers installed for the wait when called from the main
@@ -195,8 +196,19 @@ def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, **
     launcher's group and, once the launcher is SIGKILLed, nobody else would end them. The
     descendants (:func:`descendants`) are collected before the SIGTERM, collected again (below the
     launcher and below every one already known) before the SIGKILL, and each one's group is
-    signalled as well as the pid itself."""
+    signalled as well as the pid itself.
+
+    An op build the launch was running when it was ended leaves its ``lock`` behind, and every later
+    build of that op in the same ``TORCH_EXTENSIONS_DIR`` would wait on it until its own timeout
+    (``torch/utils/file_baton.py`` FileBaton.wait): a loaded machine's async_io build outlived the probe's
+    600 s and each NVMe test after it then hung for its whole timeout. So with ``clean_locks`` (the default)
+    the locks under the launch's ``TORCH_EXTENSIONS_DIR`` (``env``, else this process's) that appeared during
+    the launch and have no build running in their folder are removed once the group is ended
+    (:func:`advisor.engine.extcache.remove_new_locks`); :func:`run` does it itself, to name them."""
     import signal
+    env = kw.get("env")
+    root = ((os.environ if env is None else env).get("TORCH_EXTENSIONS_DIR") or "") if clean_locks else ""
+    before = {p for p, _ in extcache.build_locks(root)} if root else set()
     proc = subprocess.Popen(cmd, start_new_session=True, **kw)
     own_group = os.getpgrp()
 
@@ -227,6 +239,8 @@ def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, **
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
+        if root:  # its killed builds' batons, which nobody would release
+            extcache.remove_new_locks(root, before)
 
     got: list[int] = []
 
@@ -436,7 +450,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                 watcher.start()
             rc = done = None
             try:
-                rc = run_process_group(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
+                rc = run_process_group(cmd, timeout_s, clean_locks=False, stdout=log, stderr=subprocess.STDOUT,
+                                       env=env)
                 done = True
             finally:
                 stop.set()
