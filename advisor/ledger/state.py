@@ -25,8 +25,8 @@ first optimizer step), and three timeline-only ZeRO-1/2 transients (:func:`zero1
 (the step's fp64 norm copy); ``first_forward`` / ``first_backward`` (ZeRO-3: only in the first iteration's forward, :func:`zero3_first_fetch_bytes`, or its backward);
 ``refetch_forward`` (ZeRO-3 at GA > 1: only the first iteration's forward of micro-step 2,
 :func:`zero3_refetch_prefetch_bytes`); ``accumulated_forward`` / ``accumulated_backward``
-(ZeRO-1 at GA > 1: the forward / backward of the micro-steps after an iteration's first: what the
-previous micro-step left, a new gradient being added to it); ``first_microstep_backward`` (ZeRO-1 under
+(ZeRO-1 and stage 0's wrappers at GA > 1: the forward / backward of the micro-steps after an iteration's first: what
+the previous micro-step left, a new gradient being added to it); ``first_microstep_backward`` (ZeRO-1 under
 offload at GA > 1: micro-step 1's backward, every param.grad before any reduce); ``first_microstep_reduce`` /
 ``boundary_reduce`` (ZeRO-2 under offload at GA > 1: the reduce of micro-step 1 only / of the boundary only,
 :func:`zero12_offload_microstep_terms`); ``from_first_reduce`` (kept from micro-step 1's reduce on: the
@@ -4216,6 +4216,31 @@ def _moment_items(ec: EffectiveConfig) -> tuple[str, ...]:
     return optimizer_states(ec).items
 
 
+def accumulate_grad_new_elements(inv: Inventory) -> int:
+    """Elements of the largest new gradient a later micro-step's backward makes beside the param.grad kept from
+    the earlier ones: max over trainable tensors p of n_p + s_p (s_p: the gradient its autograd node made with it,
+    still whole, :func:`autograd_siblings`). Multiply by the gradient's bytes per element.
+
+    Source: torch ``torch/csrc/autograd/functions/accumulate_grad.h`` accumulateGrad: when ``variable.grad`` is
+    defined and cannot be stolen, ``variable_grad += new_grad`` in place, ``new_grad`` made first by the node; the
+    kept gradient's existence is the wrapper's (ZeRO-1: ``engine.py`` allreduce_gradients l.3088-3092; stage 0:
+    zero_grad only at the boundary, ``engine.py`` _take_model_step l.3522-3532; BF16_Optimizer: clear_lp_grads
+    zeroes in place, ``bf16_optimizer.py`` l.612-623). Memoised per tensor list (issue 21)."""
+    return inv.memo(("zero1_new_grad_max",), lambda: max(
+        (t.numel + s for t, s in zip(inv.tensors, autograd_siblings(inv)) if t.trainable), default=0))
+
+
+def _add_accumulate_grad_new(b: _Builder, inv: Inventory, D: int, kept_src: str) -> None:
+    """The ``accumulate_grad_new`` entry (:func:`accumulate_grad_new_elements` x ``D`` bytes, each backward of a
+    micro-step after an iteration's first); ``kept_src`` cites why param.grad still exists there."""
+    new_max = accumulate_grad_new_elements(inv)
+    b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",
+          f"max_p (n_p + s_p) x D = {new_max} x {D}: a micro-step's new gradient (and the one its "
+          "autograd node made with it, state.autograd_siblings) whole while torch adds it into the "
+          "param.grad kept from the earlier micro-steps",
+          "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); " + kept_src)
+
+
 def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basic: str, ga: int = 1) -> None:
     D = DTYPE_BYTES[ec.model_dtype]
 
@@ -4279,6 +4304,10 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
               f"N x D = {N} x {gD} (every param.grad of the earlier micro-steps, kept to the boundary)",
               "runtime/engine.py:DeepSpeedEngine._take_model_step (optimizer.zero_grad only at the boundary, "
               "l.3529-3530)")
+        # the kept param.grad is the target of torch's in-place add: each new gradient is made whole beside it first
+        # (engine, PipelineModule 2 stages fp16 GA 2, stage 0's BackwardPass:2: +6,416 B without this)
+        _add_accumulate_grad_new(b, inv, gD, "runtime/engine.py:DeepSpeedEngine._take_model_step "
+                                 "(optimizer.zero_grad only at the boundary, l.3529-3530)")
     # big: the largest all-reduce bucket of more than one tensor (see sums above)
     b.add("accelerator", "workspace", "allreduce_bucket_flat", big * gD, "in_backward",
           f"largest all-reduce bucket x D = {big} x {gD} (tensors until numel > {MEMORY_OPT_ALLREDUCE_SIZE:,}; "
@@ -7728,6 +7757,11 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
                   "backward_prologue)",
                   f"{S}.clear_lp_grads (torch._foreach_zero_, l.612-623); freed by zero_grad(set_to_none) after "
                   "the step (engine.py _take_model_step l.3522-3527)")
+            if ec.zero.stage == 0:
+                # the zeroed param.grad is the target of torch's in-place add (engine, PipelineModule 2 stages bf16
+                # GA 2, stage 0's BackwardPass:2: +6,416 B without this; the pipe engine's stage before the last
+                # clears in place, pipe/engine.py l.838-840)
+                _add_accumulate_grad_new(b, inv, D, f"{S}.clear_lp_grads (torch._foreach_zero_, l.612-623)")
         return
     if off:
         b.add(_host(pin), "gradients", "fp32_grad", p_t * 4, "persistent",
@@ -8022,15 +8056,7 @@ def _zero12(b: _Builder, ec: EffectiveConfig, inv: Inventory, W: int, wrapper: s
               "new 16-bit gradient, its fp32 copy being added and its autograd sibling (zero12_offload_fp32_accum_hooks)",
               f"{S}._fill_param_grad_accum_attribute (param.grad_accum.add_(param.grad.to(fp32)), l.1239)")
     elif z.stage == 1 and ga > 1 and (off or len(terms) > 5) and not held_overlap:
-        # once per tensor list (a pass over every tensor per plan: 46 plans at the 1e5-tensor limit, issue 21)
-        new_max = inv.memo(("zero1_new_grad_max",), lambda: max(
-            (t.numel + s for t, s in zip(inv.tensors, autograd_siblings(inv)) if t.trainable), default=0))
-        b.add("accelerator", "gradients", "accumulate_grad_new", new_max * D, "accumulated_backward",
-              f"max_p (n_p + s_p) x D = {new_max} x {D}: a micro-step's new gradient (and the one its "
-              "autograd node made with it, state.autograd_siblings) whole while torch adds it into the "
-              "param.grad kept from the earlier micro-steps",
-              "torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad (variable_grad += new_grad); "
-              "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092)")
+        _add_accumulate_grad_new(b, inv, D, "runtime/engine.py:DeepSpeedEngine.allreduce_gradients (l.3088-3092)")
     if len(terms) > 5:  # zero12_transients_modeled: the backward and step-norm transients
         auto, red, norm = terms[5:8]
         if auto and not held_overlap:
