@@ -1069,6 +1069,13 @@ RACY = {
     # the same first-backward re-fetch as their W = 2 cells' (not seen at W = 4 in their 1 run each)
     "z3_bf16_oo_cpu_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
     "z3_bf16_zinit_w4": {"backward:1": ((5795 + 20) * 4 * 2, "l2's flat all-gather buffer held by gloo")},
+    # ZeRO-1 at GA 3: seen once, in a clean-clone CI run (2026-12-07, beside a one-cell engine run of mine): rank 0
+    # backward:6 (the steady boundary) engine 617,634 B, ledger 578,622 (+39,012 B), the unclaimed storage
+    # allreduce_bucket's flat copy (stage_1_and_2.py l.2367, 86,418 B) live beside a buffer of the reduce before it;
+    # alone the cell matched every phase within 1% in 2 runs (00:11, and after), the ledger the same as at d468af9.
+    # Bounded by that flat copy (N x 2 B), one-sided, at both boundaries
+    "z1_bf16_tbsga3_w2": {"backward:3": (43209 * 2, "allreduce_bucket's flat copy held by gloo"),
+                          "backward:6": (43209 * 2, "allreduce_bucket's flat copy held by gloo")},
 }
 #: The first forward fetches module by module too, and the same buffer can outlive its module's
 #: release while the next module is gathered. Seen in runs beside other work (2026-12-05): CI,
