@@ -173,3 +173,15 @@ def test_micro_batch_check_reads_the_fixed_layouts_when_the_world_does_not_divid
                  "--global-batch", "12", "--seq-len", "1024", "--pipeline-parallel", "2", "--micro-batch", "5"])
     line = _one_line_refusal(p, "--micro-batch 5", "3, 6, 12 per rank")
     assert line.endswith("use 1, 2, 3, 4, 6 or 12"), line
+
+
+@pytest.mark.parametrize("flag", [["--tensor-parallel", "2"], ["--pipeline-parallel", "2"]])
+def test_hf_layout_refusal_names_hf(flag):
+    """Review 2026-12-06: under --hf generate searches data parallelism only (views/generate.py
+    model_parallel_layouts and ulysses_degrees return nothing else for req.hf), so a TP or PP flag is refused --
+    with the reason: --hf, not the divisibility rules the generic refusal lists (llama-2-13b's 40 heads and 40
+    layers divide by 2)."""
+    p = run_cli(["generate", "--model", "llama-2-13b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node",
+                 "8", "--global-batch", "32", "--seq-len", "2048", "--hf", *flag])
+    line = _one_line_refusal(p, f"{' '.join(flag)}: not a layout generate writes under --hf")
+    assert f"drop {flag[0]} or --hf" in line and "divides" not in line, line

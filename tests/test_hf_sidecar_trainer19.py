@@ -115,3 +115,21 @@ def test_bad_trainer_record_is_one_line_naming_file_and_key(tmp_path):
         assert len(lines) == 1 and "c.workload.json" in lines[0] and "/trainer/per_device_train_batch_size" in lines[0], \
             lines
         assert "Traceback" not in p.stderr
+
+
+def test_a_flag_that_fills_the_auto_micro_batch_is_not_listed_as_assumed(tmp_path):
+    """Review 2026-12-06: check --hf with --per-device-train-batch-size listed "micro_batch = auto (the config's
+    train_micro_batch_size_per_gpu)" among the workload assumed, though the flag fills that "auto" (the Trainer's
+    fill_match, transformers integrations/deepspeed.py); estimate did not. Without the flag the Trainer's default
+    fills it, which is an assumption and stays listed."""
+    cfg = tmp_path / "so.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                               "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}))
+    base = ["check", str(cfg), "--model", "llama-3.2-1b", "--world-size", "1", "--gpu-memory", "80GB", "--hf",
+            "--seq-len", "2048", "--format", "json"]
+    rc, with_flag = run_json(base + ["--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
+                                     "--bf16"])
+    rc, without = run_json(base)
+    said = json.dumps(with_flag)
+    assert "micro_batch = auto" not in said, [w for w in with_flag.get("warnings", []) if "micro_batch" in w]
+    assert "micro_batch = auto" in json.dumps(without)

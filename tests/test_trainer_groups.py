@@ -171,3 +171,24 @@ def test_given_groups_are_kept():
     frozen = from_dict({"name": "frozen", "tensors": [{"name": "a.weight", "shape": [8, 4]},
                                                       {"name": "a.bias", "shape": [8], "trainable": False}]}, "t")
     assert trainer_param_groups({}, frozen.tensors) == [0, 0]
+
+
+def test_lint_sizes_zero3_sub_groups_by_the_trainers_groups():
+    """Lint's rules that size ZeRO-3 sub-groups (M002, O008, O009) read the plan's model: under --hf without an
+    optimizer block the Trainer's two param groups, and ZeRO-3 makes sub-groups per param group (stage3.py
+    _create_fp16_sub_groups, per ``self.fp16_groups`` entry). gpt2 at W 1 with the default sub_group_size 1e9:
+    two sub-groups (each group is under 1e9 elements), not one, and M002's largest sub-group is the decay group,
+    all parameters less the no-decay ones counted by hand as in test_hf_plan_has_the_trainers_groups."""
+    from advisor.views.lint import lint_config
+
+    inv = expand(get_preset("gpt2"))
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}
+    loaded = parse_text(json.dumps(cfg), "ds.json")
+    plan = build_plan(loaded, inv, Cluster(world_size=1), hf=True)
+    (m002,) = [f for f in lint_config(loaded, world_size=1, dp_world_size=1, inventory=inv, hf=True, plan=plan)
+               if f.code == "M002"]
+    L, h = 12, 768
+    no_decay = L * (4 * h + 3 * h + h + 4 * h + h) + 2 * h
+    assert m002.data["sub_groups"] == 2
+    assert f"x {inv.numel - no_decay} elements" in m002.message, m002.message

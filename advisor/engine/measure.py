@@ -713,8 +713,8 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     its warm-up step, timeline.fp16_optimizer_init_transients; stage 0's FP16_UnfusedOptimizer: its warm-up step's
     16-bit and fp32 zero gradients and the basic optimizer's step temporaries (on a CPU run the single-tensor loop's,
     as at the step), timeline.unfused_optimizer_init_transients; ZeRO-3, with and without zero.Init, offload and hpZ:
-    each
-    parameter gathered whole for its gradient hook, timeline.zero3_init_transients; ZeRO-1's BF16_Optimizer and stage 0
+    each parameter gathered whole for its gradient hook, timeline.zero3_init_transients; ZeRO-1's BF16_Optimizer and
+    stage 0
     fp32 with FusedAdam, whose initialize makes nothing above its end, timeline.init_end_is_peak, against the instant
     ``initialize``; its unclaimed storages are the peak's); elsewhere it
     compares the bytes live at its end (the tracker's ``end``, its unclaimed storages ``end_unattributed``),

@@ -242,8 +242,8 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
         pk = ac.get("pipe_kept") or 0  # what the PipelineEngine keeps of each micro-batch (activations.pipe_kept)
         if pk and (n * ac["per_layer"] + pk) * f == kept:
             return (f"no checkpointing: ({n} layers x {size(ac['per_layer'], units)} each + {size(pk, units)} the "
-                    f"PipelineEngine keeps: the stage's output, the input ids){flight} = {size(kept, units)} kept "
-                    "for backward")
+                    "PipelineEngine keeps: a stage's output before the last, the first stage's input-ids clone)"
+                    f"{flight} = {size(kept, units)} kept for backward")
         if n * ac["per_layer"] * f == kept:
             return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each{flight} = "
                     f"{size(kept, units)} kept for backward")

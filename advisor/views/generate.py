@@ -733,6 +733,11 @@ def layout_problem(inv: Inventory, req: Request) -> str | None:
             + [(1, 1, u) for u in ulysses_degrees(inv, req, batch=False)])
     lays = [lay for lay in lays if req.layout_allowed(*lay)]
     names = ", ".join(f"{f} {v}" for f, v in given)
+    if not lays and req.hf and any(v not in (None, 1) for _, v in given):
+        # the HF Trainer path has no tensor, pipeline or Ulysses layout (model_parallel_layouts, ulysses_degrees)
+        return (f"{names}: not a layout generate writes under --hf (for the HF Trainer it searches ZeRO over data "
+                "parallelism only: no tensor, pipeline or sequence-parallel layout); drop "
+                f"{' and '.join(f for f, v in given if v not in (None, 1))} or --hf")
     if not lays:
         return (f"{names}: not a layout generate can write for {inv.name} on {req.world_size} ranks (TP "
                 "divides the GPUs per node, the heads, KV heads and MLP width; PP divides the layers; "

@@ -136,8 +136,9 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     release defines are dropped, its verdicts on sections that release does not validate become
     V005 warnings, and the V rules say what that release refuses instead.
     ``plan``: the command's :class:`advisor.plan.Plan` when it has one (estimate, check,
-    report): its effective config (as written), HF resolution and derived facts (movements) are
-    used instead of being computed again.
+    report): its effective config (as written), HF resolution, model (``plan.inventory`` in place of
+    ``inventory``: the HF Trainer's param groups) and derived facts (movements) are used instead of
+    being computed again.
     The config's top-level ``"ds_advisor": {"ignore": [...]}`` drops the findings of the rules it
     names (:mod:`advisor.config.suppress`; a malformed entry is an S007 finding).
     ``workload``: the command's :class:`advisor.views.workload.ResolvedWorkload` (estimate, check,
@@ -153,6 +154,10 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
     release = release if release is not None else current_release()
     if plan is not None:
         effective = plan.as_written  # planning applied the release's readings already
+        if inventory is not None:
+            # the plan's model: under --hf without an optimizer block the Trainer's two param groups
+            # (planning.build_plan), by which ZeRO-3 makes its sub-groups (M002, O008, O009 size them)
+            inventory = plan.inventory
     else:
         effective = effective_config(loaded.data)
         if release is not None:

@@ -160,6 +160,9 @@ class ResolvedWorkload:
     #: The HF Trainer arguments taken from the sidecar by :func:`trainer_args_for` (name -> value), for the
     #: assumptions.
     trainer_assumed: dict[str, Any] = field(default_factory=dict)
+    #: The HF Trainer arguments of :data:`TRAINER_AUTO` a flag gave (name -> value), set by :func:`trainer_args_for`:
+    #: a config "auto" they fill is not assumed.
+    trainer_flags: dict[str, Any] = field(default_factory=dict)
 
     def assumed(self) -> list[str]:
         """One line per value not given on the command line (for the check/estimate notes)."""
@@ -170,8 +173,9 @@ class ResolvedWorkload:
                 continue
             if o == "config":
                 cv = self.config_values.get(k)
-                if k == "micro_batch" and cv == "auto" and "per_device_train_batch_size" in self.trainer_assumed:
-                    continue  # the Trainer fills it: its per_device_train_batch_size line below says from where
+                if k == "micro_batch" and cv == "auto" and ("per_device_train_batch_size" in self.trainer_assumed
+                                                             or "per_device_train_batch_size" in self.trainer_flags):
+                    continue  # the Trainer fills it: from a flag, or its per_device_train_batch_size line below
                 out.append(f"{k} = {cv if cv is not None else CONFIG_HELD[k]} (the config's {CONFIG_HELD[k]})")
                 continue
             shown = "the model's maximum context" if (k == "seq_len" and v is None) else (
@@ -337,6 +341,7 @@ def trainer_args_for(wl: ResolvedWorkload, given: dict | None, config_data: Any)
     A precision flag (``--bf16`` / ``--fp16``) replaces the sidecar's precision. The arguments taken
     from the sidecar are set on ``wl.trainer_assumed`` (listed with the assumptions)."""
     out = dict(given or {})
+    wl.trainer_flags = {k: out[k] for k in TRAINER_AUTO if k in out}
     rec = dict((wl.recorded or {}).get("trainer") or {})
     if "per_device_train_batch_size" not in rec and _int((wl.recorded or {}).get("micro_batch")):
         rec["per_device_train_batch_size"] = wl.recorded["micro_batch"]
