@@ -1,4 +1,4 @@
-"""O010 super-offload-with-nvme: SuperOffload with an NVMe offload stops at the first step.
+"""O010 super-offload-with-nvme: SuperOffload with an NVMe offload completes no step.
 
 What DeepSpeed does: ``offload_optimizer.super_offload`` at ZeRO-3 makes ``engine.py`` (l.2748-2750)
 build ``SuperOffloadOptimizer_Stage3`` whatever ``offload_optimizer.device`` / ``offload_param.device``
@@ -18,11 +18,19 @@ its overrides assume every sub-group is held in host memory:
   stage3's ``_reassign_or_swap_out_partitioned_parameters`` swaps such a sub-group out (l.2854-2864);
   SuperOffload's override copies into it for every host sub-group without that check
   (``superoffload_stage3.py`` l.116-121): ``AttributeError: 'NoneType' object has no attribute 'data'``
-  in the first step.
+  in the first step. Where the stop comes depends on the accelerator: a model not built under
+  ``zero.Init`` is converted by ``Init(dtype=<its parameters' dtype>)`` (``parameter_offload.py`` l.167,
+  l.270-272), and ``_set_dtype`` (``partition_parameters.py`` l.409-410) keeps that dtype only where
+  ``get_accelerator().is_fp16_supported()`` (a CUDA GPU of compute capability >= 7,
+  ``cuda_accelerator.py`` l.209-217), else takes bf16 -- DeepSpeed's CPU accelerator where torch's mkldnn
+  has no fp16 (``cpu_accelerator.py`` l.228-233; this project's AMD EPYC). There the NVMe parameter
+  swapper is built for bf16 (l.1174) and a model not in bf16 stops earlier, in the first forward
+  (``zero/linear.py`` l.90: Float and BFloat16 operands). Either way no step completes, which is what
+  the rule says; it names the step's line as the stop where the accelerator has fp16.
 
 Measured on DeepSpeed 0.19.8's CPU engine with SuperOffload's CUDA assert (l.20-24) and the CPU
 accelerator's missing stream patched out (``tests/engine/test_superoffload_nvme_engine.py``): the two
-crashes at those lines, and the same model trains with both offloads on the CPU. With the model and
+crashes at those lines (the second on a CPU with mkldnn fp16; without it, the forward's stop above), and the same model trains with both offloads on the CPU. With the model and
 the world size the rule checks the sub-groups (``advisor.ledger.state.zero3_sub_groups``, the
 ledger's swap size and ``max_in_cpu`` placement) and is silent where none is swapped / all fit the
 buffer; without them it flags an NVMe optimizer (any sub-group of 262,144 fp32 elements is swapped) and
@@ -53,6 +61,9 @@ SOURCE_OPT = ("superoffload_stage3.py l.158-160 partition_grads writes fp32_part
               "swapped sub-group (stage3.py l.1117-1118, l.2781)")
 SOURCE_PARAM = ("superoffload_stage3.py l.116-121 copies into fp16_partitioned_groups_flat[i], None past max_in_cpu "
                 "(stage3.py l.984-998), where stage3.py l.2854-2864 swaps it out instead")
+SOURCE_PARAM_DTYPE = ("partition_parameters.py l.409-410 gives the NVMe parameter swapper bf16 where "
+                      "is_fp16_supported() is False, e.g. DeepSpeed's CPU accelerator without mkldnn fp16: a model not "
+                      "in bf16 stops in the first forward, zero/linear.py l.90")
 
 
 @register
@@ -139,9 +150,10 @@ class SuperOffloadWithNvme(Rule):
             return  # which sub-groups fit max_in_cpu is unknown without the model and the world size
         yield self.finding(
             zptr("offload_optimizer", "super_offload"),
-            f"SuperOffload with offload_param device nvme stops in the first step: {which}, its 16-bit flat partition "
+            f"SuperOffload with offload_param device nvme completes no step: {which}, its 16-bit flat partition "
             f"None, and SuperOffload copies the updated parameters into it ({SOURCE_PARAM}): AttributeError: "
-            "'NoneType' object has no attribute 'data'",
+            f"'NoneType' object has no attribute 'data' in the first step where the accelerator has fp16; where it "
+            f"has none the run stops earlier ({SOURCE_PARAM_DTYPE})",
             f"set zero_optimization.offload_param.max_in_cpu to at least {need} (every host sub-group in the host "
             "buffer, stage3.py l.888-900, l.984-987), or offload_param.device to cpu removing its NVMe-only keys "
             "(nvme_path...), or drop offload_optimizer.super_offload",

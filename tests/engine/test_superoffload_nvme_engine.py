@@ -15,7 +15,9 @@ of 4 MiB fp32, swapped; three cells:
 * ``opt_nvme``: ``offload_optimizer: nvme`` -- raises AttributeError at superoffload_stage3.py:159 in
   the first backward;
 * ``param_nvme``: the optimizer on the CPU, ``offload_param: nvme`` with ``max_in_cpu`` 0 -- raises
-  AttributeError at superoffload_stage3.py:118 in the first step.
+  AttributeError at superoffload_stage3.py:118 in the first step where the CPU has mkldnn fp16; without it
+  DeepSpeed gives the NVMe parameter swapper bf16 (partition_parameters.py _set_dtype l.409-410) and this fp32
+  model stops earlier, in the first forward (zero/linear.py l.90).
 
 O010 must flag exactly the two that stop (error, refusing) and name the same attribute.
 """
@@ -126,6 +128,8 @@ def test_superoffload_with_nvme_parameters_stops_in_the_first_step_as_o010_says(
     (f,) = _o010(_config("param_nvme", "/nvme"))
     assert f.severity == "error" and "3 of each rank's 3 sub-group(s) lie past the max_in_cpu buffer" in f.message
     assert "'data'" in f.message
+    # the message is true on both machines: the step's stop where the accelerator has fp16, the forward's where not
+    assert "partition_parameters.py l.409-410" in f.message and "zero/linear.py l.90" in f.message
 
 
 def test_o010_refuses():
