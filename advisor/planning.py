@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from advisor.config.effective import effective_config
-from advisor.model.inventory import Inventory
+from advisor.model.inventory import Inventory, layernorm_names
 from advisor.plan import Cluster, HFResolution, Plan, Workload
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
         config = trainer_effective_config(resolved, t)
         # and, with it, its two param groups (decay / no-decay): ZeRO flattens, pads and steps each apart
         from advisor.model.parallel import layer_repeat
-        groups = trainer_param_groups(resolved, inventory.tensors, repeat=lambda: layer_repeat(inventory))
+        groups = trainer_param_groups(resolved, inventory.tensors, repeat=lambda: layer_repeat(inventory),
+                                      layernorm=layernorm_names(inventory))
         if groups is not None:
             inventory = inventory.regrouped(groups)
         elif config.optimizer.client_note:  # the inventory's own groups, kept (trainer_param_groups)

@@ -116,6 +116,61 @@ def test_layernorm_by_class_only():
     assert {t.name for t, nd in zip(real, trainer_no_decay(real)) if nd} == want
 
 
+def _biasless_layernorm_model():
+    """A module the guess cannot read: nn.LayerNorm(bias=False) (MPT, OLMo, some Llama-likes) under names no
+    pattern matches (``ln_attn``, ``final``), beside an RMSNorm-like 1-D weight (``scale``: decay for the Trainer)
+    and a subclass of nn.LayerNorm with its bias (``sub``: no-decay by isinstance)."""
+    import torch
+    from torch import nn
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(8))
+
+    class MyLN(nn.LayerNorm):
+        pass
+
+    block = nn.ModuleDict({"ln_attn": nn.LayerNorm(8, bias=False), "proj": nn.Linear(8, 8, bias=False),
+                           "scale": Scale(), "sub": MyLN(8)})
+    return nn.ModuleDict({"h": nn.ModuleList([block]), "final": nn.LayerNorm(8, bias=False),
+                          "head": nn.Linear(8, 4, bias=False)})
+
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers not installed (test extra)")
+def test_biasless_layernorm_by_class_from_real_modules():
+    """Where the inventory comes from the real modules (from_module records which parameters sit inside an
+    nn.LayerNorm), the no-decay set is transformers' own, get_decay_parameter_names on the same module
+    (``isinstance(child, nn.LayerNorm)``, trainer_pt_utils.py l.1361): the bias-less LayerNorms' weights are
+    no-decay though no name pattern matches them. From names and shapes alone (a config.json spec, a hand-written
+    inventory) the guess misses them: the case trainer_no_decay's docstring names."""
+    from advisor.model.inventory import from_module, layernorm_names
+    m = _biasless_layernorm_model()
+    want = _transformers_no_decay(m)
+    assert {"h.0.ln_attn.weight", "final.weight"} <= want and "h.0.scale.weight" not in want
+    inv = from_module(m)
+    assert {t.name for t, nd in zip(inv.tensors, trainer_no_decay(inv.tensors, layernorm=layernorm_names(inv)))
+            if nd} == want
+    groups = trainer_param_groups({}, inv.tensors, layernorm=layernorm_names(inv))
+    assert {t.name for t, g in zip(inv.tensors, groups) if g == 1} == want
+    # as build_plan applies it under --hf, and through the inventory file from_module's inventory is saved as
+    plan = _plan(NO_BLOCK, inv)
+    assert {t.name for t in plan.inventory.tensors if t.group == 1} == want
+    back = from_dict(json.loads(json.dumps(inv.to_dict())), "inv.json")
+    assert {t.name for t in _plan(NO_BLOCK, back).inventory.tensors if t.group == 1} == want
+    # without the record (names and shapes only) the guess puts the bias-less weights in the decay group
+    guessed = {t.name for t, nd in zip(inv.tensors, trainer_no_decay(inv.tensors)) if nd}
+    assert want - guessed == {"h.0.ln_attn.weight", "final.weight"}
+
+
+def test_layernorm_record_is_checked():
+    """A hand-written inventory's layernorm_params of the wrong type is a one-line error naming the key."""
+    from advisor.errors import ModelSpecError
+    from advisor.model.specs import checked_meta
+    with pytest.raises(ModelSpecError, match=r"inv.json: /meta/layernorm_params: expected an array"):
+        checked_meta({"layernorm_params": "ln.weight"}, "inv.json")
+
+
 def _plan(cfg: dict, inv, world: int = 2, hf: bool = True):
     return build_plan(parse_text(json.dumps(cfg), "ds.json"), inv, Cluster(world_size=world), hf=hf)
 

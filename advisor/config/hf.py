@@ -1162,7 +1162,8 @@ TRAINER_NO_DECAY_PATTERNS = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?
 _NO_DECAY_SEARCH = re.compile("|".join(TRAINER_NO_DECAY_PATTERNS)).search
 
 
-def trainer_no_decay(tensors: "list[Any]", repeat: Any = None) -> "list[bool] | bytes":
+def trainer_no_decay(tensors: "list[Any]", repeat: Any = None,
+                     layernorm: "frozenset[str] | None" = None) -> "list[bool] | bytes":
     """For each tensor of ``tensors`` (objects with ``name`` and ``shape``, in ``model.parameters()`` order): True
     where the HF Trainer puts it in its no-decay param group (transformers 5.25.0 ``trainer.py`` create_optimizer
     l.1285-1300: group 0 the names Trainer.get_decay_parameter_names l.1423-1433 gives, at ``args.weight_decay``;
@@ -1170,12 +1171,20 @@ def trainer_no_decay(tensors: "list[Any]", repeat: Any = None) -> "list[bool] | 
 
     get_decay_parameter_names leaves out (a) every parameter whose lower-cased name matches
     :data:`TRAINER_NO_DECAY_PATTERNS` -- applied here exactly -- and (b) every parameter inside an ``nn.LayerNorm``
-    (``get_parameter_names(model, [nn.LayerNorm], ...)``: by the module's class). A tensor list has no classes, so
-    for (b) ds-advisor assumes: a module whose parameters are exactly a 1-D ``weight`` followed by a 1-D ``bias`` of
-    the same length (``nn.LayerNorm``'s ``elementwise_affine`` pair, registered in that order) is an nn.LayerNorm.
-    That is exact for every model type ds-advisor builds (GPT-2's ``ln_1`` / ``ln_2`` / ``ln_f`` and BLOOM's ``ln_f``
-    are the only LayerNorm weights no pattern names; tests/test_trainer_groups.py checks every family against
-    transformers' own function on the real module). Where it cannot know: an ``nn.LayerNorm(bias=False)`` whose
+    (``get_parameter_names(model, [nn.LayerNorm], ...)``, l.1432: by the module's class, ``isinstance``,
+    ``trainer_pt_utils.py`` l.1361).
+
+    ``layernorm``: for (b), the names of the parameters inside an ``nn.LayerNorm``, where the inventory was exported
+    from the real modules (:func:`advisor.model.inventory.from_module` records them by class:
+    :func:`advisor.model.inventory.layernorm_names`; the ``--hf`` path of a model type transformers builds,
+    :func:`advisor.engine.trace.inventory_from_hf_config`, and ``advisor.preflight``): then (b) is exact, and
+    ``repeat`` is not used. Without it (a preset, a ``config.json`` spec of a built-in architecture, an inventory file
+    without that record) a tensor list has no classes, so for (b) ds-advisor guesses: a module whose parameters are
+    exactly a 1-D ``weight`` followed by a 1-D ``bias`` of the same length (``nn.LayerNorm``'s
+    ``elementwise_affine`` pair, registered in that order) is an nn.LayerNorm. That is exact for every model type
+    ds-advisor builds (GPT-2's ``ln_1`` / ``ln_2`` / ``ln_f`` and BLOOM's ``ln_f`` are the only LayerNorm weights
+    no pattern names; tests/test_trainer_groups.py checks every family against transformers' own function on the
+    real module). Where the guess cannot know: an ``nn.LayerNorm(bias=False)`` (MPT, OLMo, some Llama-likes) whose
     name matches no pattern is taken as decay (the Trainer: no-decay), and another module of exactly a 1-D weight
     and bias (``nn.BatchNorm1d``, ``nn.GroupNorm``) whose name matches no pattern as no-decay (the Trainer: decay).
     Names are searched as a :class:`advisor.model.inventory.LayerTensorSpec` holds them (its layer prefix and
@@ -1192,6 +1201,9 @@ def trainer_no_decay(tensors: "list[Any]", repeat: Any = None) -> "list[bool] | 
     each middle layer. The first and last layer (beside the tensors outside) are searched as any tensor.
     Returns bytes (1 = no-decay) with ``repeat``, else a list of bools; the same truth values either way."""
     n = len(tensors)
+    if layernorm is not None:
+        search = _NO_DECAY_SEARCH
+        return [t.name in layernorm or search(t.name.lower()) is not None for t in tensors]
     if repeat is None or repeat.count < 3 or repeat.end > n:
         return _no_decay_span(tensors, 0, n)
     h, u, e = repeat.head, repeat.unit, repeat.end
@@ -1232,7 +1244,8 @@ def _no_decay_span(tensors: "list[Any]", lo: int, hi: int) -> list[bool]:
     return out
 
 
-def trainer_param_groups(raw: Mapping[str, Any], tensors: "list[Any]", repeat: Any = None) -> list[int] | None:
+def trainer_param_groups(raw: Mapping[str, Any], tensors: "list[Any]", repeat: Any = None,
+                         layernorm: "frozenset[str] | None" = None) -> list[int] | None:
     """The param group index of each tensor of ``tensors`` (an inventory's, in model order) as the HF Trainer
     hands the model to ``deepspeed.initialize`` for the resolved config ``raw``: 0 the decay group, 1 the no-decay
     group (:func:`trainer_no_decay`); a frozen tensor keeps its own (the Trainer puts it in neither,
@@ -1255,7 +1268,8 @@ def trainer_param_groups(raw: Mapping[str, Any], tensors: "list[Any]", repeat: A
     groups that hold a tensor.
 
     ``repeat``: the tensors' :class:`advisor.model.parallel.LayerRepeat` or a function giving it (called only where
-    the groups are made), for :func:`trainer_no_decay`; the columns are read at C level (issue 21: 9e5 tensors)."""
+    the groups are made), for :func:`trainer_no_decay`; the columns are read at C level (issue 21: 9e5 tensors).
+    ``layernorm``: the parameters inside an ``nn.LayerNorm`` where known (:func:`trainer_no_decay`)."""
     if isinstance(raw.get("optimizer"), dict):
         return None
     from itertools import compress
@@ -1264,7 +1278,8 @@ def trainer_param_groups(raw: Mapping[str, Any], tensors: "list[Any]", repeat: A
     trainable = bytes(map(bool, map(attrgetter("trainable"), tensors)))
     if any(compress(old, trainable)):
         return None
-    nd = trainer_no_decay(tensors, repeat() if callable(repeat) else repeat)
+    nd = trainer_no_decay(tensors, None if layernorm is not None else repeat() if callable(repeat) else repeat,
+                          layernorm)
     if trainable.count(0) == 0:
         return list(nd) if isinstance(nd, bytes) else list(map(int, nd))
     return [int(x) if tr else g for g, tr, x in zip(old, trainable, nd)]

@@ -579,9 +579,9 @@ def inventory_from_hf_config(hf_config: dict[str, Any], source: str = "config.js
     inv.source = source
     tc = cfg.get_text_config()
     h = int(tc.hidden_size)
-    inv.meta = {"hidden_size": h, "num_layers": int(tc.num_hidden_layers), "num_heads": int(tc.num_attention_heads),
+    inv.meta.update({"hidden_size": h, "num_layers": int(tc.num_hidden_layers), "num_heads": int(tc.num_attention_heads),
                 "intermediate_size": int(getattr(tc, "intermediate_size", None) or 4 * h),
-                "vocab_size": int(tc.vocab_size), "family": str(cfg.model_type), "built_by": "transformers"}
+                "vocab_size": int(tc.vocab_size), "family": str(cfg.model_type), "built_by": "transformers"})
     mpe = getattr(tc, "max_position_embeddings", None)
     if mpe:
         inv.meta["max_seq_len"] = int(mpe)

@@ -774,4 +774,32 @@ def from_module(module: Any, name: str | None = None, param_groups: Iterable[Ite
     for pname, p in module.named_parameters():
         tensors.append(TensorSpec(pname, tuple(int(x) for x in p.shape), bool(p.requires_grad),
                                   group_of.get(id(p), 0), str(p.dtype).replace("torch.", "")))
-    return Inventory(name=name or type(module).__name__, tensors=tensors, source="from_module")
+    return Inventory(name=name or type(module).__name__, tensors=tensors, source="from_module",
+                     meta={LAYERNORM_META: layernorm_parameter_names(module)})
+
+
+#: ``Inventory.meta`` key: the names of the parameters inside an ``nn.LayerNorm`` (a list of strings), recorded by
+#: :func:`from_module` from the modules' classes; the HF Trainer's no-decay split reads it
+#: (:func:`advisor.config.hf.trainer_no_decay`). Absent (a preset, a config.json spec, a hand-written inventory):
+#: unknown, and the split guesses from the names and shapes.
+LAYERNORM_META = "layernorm_params"
+
+
+def layernorm_parameter_names(module: Any) -> list[str]:
+    """The names (as ``module.named_parameters()`` gives them) of the parameters the HF Trainer leaves out of its
+    decay group by their module's class: transformers 5.25.0 ``trainer.py`` get_decay_parameter_names l.1432 calls
+    ``get_parameter_names(model, [nn.LayerNorm], ...)``, which drops every parameter of a child module that
+    ``isinstance(child, nn.LayerNorm)`` (``trainer_pt_utils.py`` l.1348-1369, the test at l.1361: subclasses too,
+    whatever its parameters -- ``nn.LayerNorm(bias=False)`` has a weight alone; the root module's own parameters
+    are never dropped by class, l.1364-1367)."""
+    from torch import nn
+    names = {n for n, _ in module.named_parameters()}
+    return [f"{mn}.{pn}" for mn, m in module.named_modules() if mn and isinstance(m, nn.LayerNorm)
+            for pn, _ in m.named_parameters() if f"{mn}.{pn}" in names]
+
+
+def layernorm_names(inventory: "Inventory") -> "frozenset[str] | None":
+    """The :data:`LAYERNORM_META` names of ``inventory`` as a set, or None where the inventory does not record its
+    modules' classes."""
+    v = inventory.meta.get(LAYERNORM_META)
+    return frozenset(v) if isinstance(v, list) else None

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from advisor.config.validation import MAX_DIM, MAX_LAYERS, MAX_SEQ_LEN, json_shown, shown
 from advisor.errors import ModelSpecError, cut
-from advisor.model.inventory import Inventory, LayerTensorSpec, TensorSpec, from_dict
+from advisor.model.inventory import LAYERNORM_META, Inventory, LayerTensorSpec, TensorSpec, from_dict
 
 #: Families :func:`expand` knows, keyed by Hugging Face ``model_type``.
 FAMILIES: tuple[str, ...] = (
@@ -201,17 +201,23 @@ def checked_meta(meta: dict[str, Any], source: str) -> dict[str, Any]:
     ``meta`` (``schemas/inventory.schema.json``) holds a field of :class:`ModelSpec` (or
     ``params`` / ``active_params``) of the wrong type or out of range: each count an integer
     from 1 (0 for :data:`_NONNEG`) to its bound (:func:`_count_limits`), each flag a boolean,
-    each dropout a probability in [0, 1), each name a string. Other keys are free
+    each dropout a probability in [0, 1), each name a string, ``layernorm_params``
+    (:data:`advisor.model.inventory.LAYERNORM_META`) an array of strings. Other keys are free
     (``additionalProperties``). The activation formulas read ``meta`` as :func:`expand` writes
     it; a hand-written ``"vocab_size": "x"`` ended in int()'s ValueError (issue 21, fuzz round c)."""
     kinds = {f.name: str(f.type) for f in fields(ModelSpec)}
     kinds.update(params="int", active_params="int")
+    kinds[LAYERNORM_META] = "names"
     limits = _count_limits()
     for k, v in meta.items():
         t = kinds.get(k)
         if t is None or v is None:
             continue
         where = f"{source}: /meta/{cut(k)}"
+        if t == "names":
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ModelSpecError(f"{where}: expected an array of parameter names (strings), got {json_shown(v)}")
+            continue
         if t.startswith("int"):
             lo, hi = (0 if k in _NONNEG else 1), limits.get(k, MAX_DIM)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
