@@ -188,6 +188,28 @@ class ResolvedWorkload:
         return out
 
 
+def _refuse_unknown_keys(path: str, where: str, d: dict, known: Any, what: str) -> None:
+    """Raise ConfigLoadError naming the keys of ``d`` (the sidecar record at JSON pointer ``where``) not in
+    ``known`` (the :data:`TRAINER_AUTO` names), each with a did-you-mean (difflib, as the other unknown-key
+    messages: ``config.hf`` H010, ``config.settings``) where one is close; at most 3 are named, each cut
+    (:func:`advisor.errors.cut`): a hand-edited record is never taken with a misspelt argument silently
+    dropped (``per_device_batch_size`` read as absent fell back to the Trainer's default 8)."""
+    import difflib
+
+    from advisor.errors import cut
+    unknown = [str(k) for k in d if k not in known]
+    if not unknown:
+        return
+    hinted = []
+    for k in unknown:
+        near = difflib.get_close_matches(k, sorted(known), n=1, cutoff=0.6) if len(k) < 200 else []
+        hinted.append((not near, f"'{cut(k)}'" + (f" (did you mean {near[0]}?)" if near else "")))
+    names = [n for _, n in sorted(hinted, key=lambda h: h[0])[:3]]  # a misspelling first (stable otherwise)
+    more = f" and {len(unknown) - 3:,} more" if len(unknown) > 3 else ""
+    raise ConfigLoadError(path, f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(names)}{more} "
+                                f"({what}: {', '.join(known)})")
+
+
 def read_sidecar(path: str) -> dict[str, Any]:
     """The sidecar's fields (only the known ones). Raises ConfigLoadError naming the file and key
     for unreadable JSON or a wrongly typed value."""
@@ -237,11 +259,18 @@ def read_sidecar(path: str) -> dict[str, Any]:
     if trainer is not None:
         if not isinstance(trainer, dict):
             raise ConfigLoadError(path, f"/trainer: invalid value {shown(trainer)} (an object of HF Trainer arguments)")
+        _refuse_unknown_keys(path, "/trainer", trainer, TRAINER_AUTO, "HF Trainer arguments a sidecar records")
         rec: dict[str, Any] = {}
         for k in TRAINER_AUTO:
-            if trainer.get(k) is None:
+            if k not in trainer:
                 continue
             v = trainer[k]
+            if v is None:
+                # generate never writes null here; a hand-edited null is not "false" nor "not recorded" on
+                # its face, so it is refused, saying what each reading is written as (audit of issue 21)
+                raise ConfigLoadError(path, f"/trainer/{k}: null is not a value here ("
+                                      + ("true or false; " if k in ("bf16", "fp16") else "a positive integer; ")
+                                      + "remove the key to leave it to the flag or the HF Trainer's default)")
             if k in ("bf16", "fp16"):
                 if not isinstance(v, bool):
                     raise ConfigLoadError(path, f"/trainer/{k}: invalid value {shown(v)} (true or false)")

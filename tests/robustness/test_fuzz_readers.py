@@ -54,7 +54,8 @@ HW = {"base": "dgx-h100", "nodes": 2, "accelerators_per_node": 8, "host_memory_b
                    "write_bytes_per_s": 3.0e10, "endurance": {"dwpd": 1, "warranty_years": 5}, "access": "read-write"}]}
 SIDE = {"written_by": "ds-advisor generate", "seq_len": 64, "micro_batch": 1, "checkpointing": "full",
         "attention": "flash", "tensor_parallel": 1, "pipeline_parallel": 1, "sequence_parallel": 1,
-        "expert_parallel": 1, "megatron_sp": False}
+        "expert_parallel": 1, "megatron_sp": False,
+        "trainer": {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 1, "bf16": True}}
 SETTINGS = {"select": ["B001"], "ignore": ["S001"], "world-size": 8, "fail-on": "warning"}
 
 # --- the mutation kinds ---------------------------------------------------------------------------
