@@ -259,6 +259,7 @@ def json_shown(value: Any, limit: int = MAX_ECHO) -> str:
 
 
 _INT_RE = re.compile(r"^[+-]?\d{1,30}$")
+_LONG_INT_RE = re.compile(r"^[+-]?\d{31,}$")
 
 
 def as_int(value: Any, source: str, *, lo: int | None = None, hi: int | None = None) -> int:
@@ -274,6 +275,15 @@ def as_int(value: Any, source: str, *, lo: int | None = None, hi: int | None = N
         n = int(value) if math.isfinite(value) and value.is_integer() else None
     elif isinstance(value, str) and _INT_RE.match(value.strip()):
         n = int(value.strip())
+    elif isinstance(value, str) and _LONG_INT_RE.match(value.strip()):
+        # an integer, only past the 30 digits parsed (a 33-digit LOCAL_WORLD_SIZE read "expected an integer,
+        # got a string" -- issue 21 audit): its sign says which bound it breaks, never int() of 5,000 digits
+        from advisor.errors import cut
+        digits, neg = value.strip(), value.strip().startswith("-")
+        if neg and lo is not None:
+            raise InputValueError(source, f"{cut(digits)} is below the minimum {lo}")
+        if not neg and hi is not None:
+            raise InputValueError(source, f"{cut(digits)} is over the limit {hi}")
     if n is None:
         raise InputValueError(source, f"expected an integer, got {json_shown(value)}")
     if lo is not None and n < lo:

@@ -41,6 +41,8 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "expert_parallel": (int, 1), "megatron_sp": (bool, False), "moe_capacity_factor": (float, None),
 }
 _CHOICES = {"checkpointing": ("none", "full", "selective"), "attention": ("flash", "eager")}
+#: What a field of each type takes, for the one-line refusal of a wrong value (as the trainer record's say).
+_EXPECTED = {int: "a positive integer", bool: "true or false", float: "a positive finite number", str: "a string"}
 #: Largest workload sidecar read (bytes): generate writes a few hundred.
 MAX_SIDECAR_BYTES = 1 << 20
 #: Upper bounds of the numeric fields, with the flag that has the same bound (``cli.OPTIONS``):
@@ -243,7 +245,7 @@ def read_sidecar(path: str) -> dict[str, Any]:
             raise ConfigLoadError(path, f"/{k}: invalid value {shown(v)}"
                                   + (f" (one of {', '.join(_CHOICES[k])}"
                                      + (" or a number of layers" if k == "checkpointing" else "") + ")"
-                                     if k in _CHOICES else ""))
+                                     if k in _CHOICES else f" ({_EXPECTED[typ]})"))
         if k in LIMITS and v > LIMITS[k][0]:
             hi, flag = LIMITS[k]
             raise ConfigLoadError(path, f"/{k}: {shown(d[k])} is over the limit {hi:,g} (the bound {flag} has)" if typ is float

@@ -224,3 +224,39 @@ def test_hf_replay_survives_wrong_types_at_every_key_it_reads():
             node[path[-1]] = v
             for targs in (None, {"bf16": True, "max_steps": 10}):
                 resolve_for_estimate(c, targs, None, 8, hidden_size=4096)  # raises -> the test fails
+
+
+@pytest.mark.parametrize("text, words", [
+    ("9" * 33, "999999999999999999999999999999999 is over the limit 1024"),
+    ("-" + "9" * 40, "is below the minimum 1"),
+    ("9" * 5000, "(5000 characters) is over the limit 1024"),
+    (" 8 ", None),
+])
+def test_a_long_digit_string_is_over_the_limit_not_a_string(text, words):
+    """Issue 21 audit: the shared ``as_int`` parsed at most 30 digits, so LOCAL_WORLD_SIZE of 33 nines was
+    'expected an integer, got a string': an integer past the bound is named as such (its digits cut)."""
+    from advisor.config.validation import InputValueError, env_int
+    if words is None:
+        assert env_int({"LOCAL_WORLD_SIZE": text}, "LOCAL_WORLD_SIZE", hi=1024) == 8
+        return
+    with pytest.raises(InputValueError) as e:
+        env_int({"LOCAL_WORLD_SIZE": text}, "LOCAL_WORLD_SIZE", hi=1024)
+    msg = str(e.value)
+    assert "LOCAL_WORLD_SIZE" in msg and words in msg and "string" not in msg.split(":", 1)[1] and len(msg) < 400, msg
+
+
+@pytest.mark.parametrize("side, words", [
+    ('{"seq_len": "4096"}', "/seq_len: invalid value '4096' (a positive integer)"),
+    ('{"megatron_sp": 1}', "/megatron_sp: invalid value 1 (true or false)"),
+    ('{"moe_capacity_factor": "1.5"}', "/moe_capacity_factor: invalid value '1.5' (a positive finite number)"),
+])
+def test_a_wrong_sidecar_value_says_what_the_field_takes(tmp_path, side, words):
+    """Issue 21 audit: a wrongly typed workload-sidecar field said 'invalid value' without what is valid
+    (its trainer record and its choice fields did)."""
+    from advisor.errors import ConfigLoadError
+    from advisor.views.workload import read_sidecar
+    p = tmp_path / "c.workload.json"
+    p.write_text(side)
+    with pytest.raises(ConfigLoadError) as e:
+        read_sidecar(str(p))
+    assert words in str(e.value), str(e.value)
