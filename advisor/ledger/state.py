@@ -4293,10 +4293,14 @@ def _stage0(b: _Builder, ec: EffectiveConfig, inv: Inventory, wrapper: str, basi
     gD = 4 if ec.model_dtype == "fp32" else D
     b.add("accelerator", "gradients", "lp_grads", N * gD, "backward", f"N x D = {N} x {gD} (param.grad)",
           "engine.py:DeepSpeedEngine.backward (param.grad from autograd)")
-    if wrapper in ("FP16_Optimizer", "FP16_UnfusedOptimizer") and ga > 1:
+    if ga > 1:
         # no zero_grad before the accumulation boundary: the engine zeroes only in _take_model_step (engine.py
         # l.3529-3530, optimizer.zero_grad -> fused_optimizer.py zero_grad l.137 / unfused_optimizer.py zero_grad
-        # l.110, set_to_none), so micro-step 1's param.grad lives into the later micro-steps' forwards (measured on a
+        # l.110, set_to_none; without a wrapper, plain fp32 with the basic optimizer itself (engine.py
+        # _do_optimizer_sanity_check l.2313-2315 returns no wrapper, _configure_optimizer l.2366), its own zero_grad,
+        # l.3531-3532 -> l.3495-3500, param.grad = None: engine z0_fp32_tbsga2_w2, forward:2 / forward:4 +172,836 B =
+        # N x 4 at engine.py backward:3428 without this, 2026-12-07), so micro-step 1's param.grad lives into the
+        # later micro-steps' forwards (measured on a
         # 2-stage PipelineModule, fp16 GA 2: the last stage's forward of micro-batch 2 held them, engine.py backward
         # l.3428, +26,816 B without this; FP16_UnfusedOptimizer: cell z0_fp16_torchadam_groups_tbsga2_w1, forward:2 /
         # forward:4 +39,910 B = N_t x 2 at engine.py backward:3428 without it)

@@ -373,6 +373,9 @@ CELLS = [
     # (state lp_grads_accumulated) and the engine all-reduces only at the boundary (timeline.PIPE_REDUCE_ONLY_ITEMS:
     # backward:1 was -86,384 B, -11.1%, with the all-reduce's flat copy counted there)
     ("z0_fp16_tbsga2_w2", {**_cfg(0, "fp16"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
+    # the same GA 2 in plain fp32 (stage 0, no 16-bit wrapper: the basic optimizer itself): micro-step 1's param.grad
+    # is kept to the boundary and micro-step 2's new gradient added into it (state accumulate_grad_new, lp_grads_accumulated)
+    ("z0_fp32_tbsga2_w2", {**_cfg(0, "fp32"), "train_batch_size": 4}, 2, False, parity.TINY, {"steps": 4}),
     ("z3_fp32_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
      parity.TINY, {"submodules": True, "steps": 4}),
     ("z3_fp32_onetensor_tbsga2_w1", {**_cfg(3, "fp32", reduce_bucket_size=50000), "train_batch_size": 2}, 1, False,
