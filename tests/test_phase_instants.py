@@ -46,13 +46,15 @@ def test_ga2_boundaries_at_micro_steps_2_and_4():
     assert phase_instants("step:6", ga) == ((), None)
 
 
-def test_ga3_middle_micro_step_has_no_instant():
+def test_ga3_middle_micro_step_maps_to_the_middle_instants():
     ga = 3
-    # micro-step 2's forward maps to a forward:2 instant, which only a ZeRO-3 timeline has (the
-    # parameters the first backward released are fetched again there); its backward has none
+    # micro-step 2 (1 < m < ga) maps to the timeline's middle pair forward:2 / backward:2 (DeepSpeed steps only at
+    # the boundary, engine.py l.3463: (micro_steps + 1) % 3 == 0 at k = 3, 6)
     assert phase_instants("forward:2", ga) == (("forward:2",), None)
+    assert phase_instants("forward:2", ga, refetch=True) == (("forward:2",), None)  # ZeRO-3's re-fetch: m = 2 itself
     assert phase_instants("forward:5", ga) == ((), None)  # the steady iteration's micro-step 2
-    assert phase_instants("backward:2", ga) == ((), None)
+    assert phase_instants("backward:2", ga) == (("backward:2",), None)
+    assert phase_instants("backward:5", ga) == ((), None)
     assert phase_instants("step:2", ga) == ((), None)
     assert phase_instants("backward:3", ga) == (("backward:3", "reduce"), None)
     assert phase_instants("step:3", ga) == (FIRST, "first_step")
@@ -98,3 +100,19 @@ def test_save_phases_span_the_save_instants_at_any_ga():
     for ga in (1, 2, 3):
         assert phase_instants("save:16bit", ga) == (("save:16bit", "save:16bit:end"), None)
         assert phase_instants("save", ga) == (("save:model", "save:optim", "save"), None)
+
+
+def test_ga4_every_middle_micro_step_maps_to_one_pair():
+    """At GA 4 micro-steps 2 and 3 are both middle ones (k = 4, 8 are the boundaries, engine.py l.3463): both map to
+    forward:2 / backward:2; with ZeRO-3's re-fetch (only micro-step 2's forward fetches again what the first backward
+    released) micro-step 3's forward maps to forward:4, the boundary's, which holds the same."""
+    ga = 4
+    for m in (2, 3):
+        assert phase_instants(f"forward:{m}", ga) == (("forward:2",), None)
+        assert phase_instants(f"backward:{m}", ga) == (("backward:2",), None)
+        assert phase_instants(f"step:{m}", ga) == ((), None)
+    assert phase_instants("forward:2", ga, refetch=True) == (("forward:2",), None)
+    assert phase_instants("forward:3", ga, refetch=True) == (("forward:4",), None)
+    assert phase_instants("backward:3", ga, refetch=True) == (("backward:2",), None)
+    assert phase_instants("backward:4", ga) == (("backward:4", "reduce"), None)
+    assert phase_instants("forward:6", ga) == ((), None)  # the steady iteration's micro-step 2

@@ -621,7 +621,7 @@ INIT_PEAK_INSTANTS = ("initialize:flatten", "initialize:optimizer_states", "init
 STEP_PHASES = {"step:1": "first_step", "step:2": "steady_step"}
 
 
-def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None]:
+def phase_instants(phase: str, ga: int = 1, refetch: bool = False) -> tuple[tuple[str, ...], str | None]:
     """(timeline instant keys, timeline step event or None) that the worker's tracker phase
     ``phase`` spans when DeepSpeed runs ``ga`` micro-steps per optimizer step; ``((), None)`` when
     the ledger's timeline has no instant for it.
@@ -633,12 +633,17 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     + 1) % gradient_accumulation_steps == 0``), i.e. at k = ga and k = 2 ga. The timeline
     (advisor.ledger.timeline._instants) has the first iteration's micro-steps 1 and ga, its reduce
     at the boundary and the first optimizer step, then the steady iteration's last micro-step,
-    reduce and step. So k = 1 -> ``forward:1``/``backward:1``, k = ga ->
-    ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` -> first_step, k = 2 ga -> steady;
-    a non-boundary ``step:k``, a middle micro-step (1 < k < ga) and the steady iteration's earlier
-    micro-steps have no instant (not compared), except ``forward:2``, which maps to the timeline's
-    ``forward:2`` where it has one (ZeRO-3 at ga > 2: micro-step 2 fetches again what the first
-    backward released). At ga = 1 this is :data:`PHASE_INSTANTS`."""
+    reduce and step; at ga > 2 also a middle micro-step's ``forward:2`` / ``backward:2``, one pair for
+    every 1 < m < ga (timeline.middle_microstep: the same state at each m). So k = 1 ->
+    ``forward:1``/``backward:1``, 1 < k < ga -> ``forward:2``/``backward:2`` (each middle micro-step's row is
+    compared with the same pair), k = ga -> ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` ->
+    first_step, k = 2 ga -> steady. ``refetch`` (timeline.middle_microstep's third value): ``forward:2`` is
+    micro-step 2's alone (ZeRO-3 fetches again there what the first backward released), so a middle forward
+    from m = 3 on is compared with ``forward:ga``, which holds the same (the parameters stay gathered, nothing
+    is reduced in a forward). A non-boundary ``step:k`` and the steady iteration's earlier micro-steps have no
+    instant (not compared), nor has a middle backward where the timeline has no ``backward:2`` (ZeRO-2,
+    BF16_Optimizer, pipeline parallelism: the caller finds no instant). At ga = 1 this is
+    :data:`PHASE_INSTANTS`."""
     if ga <= 1 or phase in ("load", "initialize") or phase.startswith(("initialize:", "save")):
         return PHASE_INSTANTS.get(phase, ()), STEP_PHASES.get(phase)
     kind, _, num = phase.partition(":")
@@ -649,10 +654,11 @@ def phase_instants(phase: str, ga: int = 1) -> tuple[tuple[str, ...], str | None
     if it == 0 and m == 1:
         return {"forward": (("forward:1",), None), "backward": (("backward:1", "reduce:1"), None),
                 "step": ((), None)}[kind]
-    if it == 0 and m == 2 and kind == "forward":
-        # a timeline with a micro-step-2 instant of its own (ZeRO-3 at GA > 2:
-        # timeline._instants); where it has none, the caller finds no instant and compares nothing
-        return ("forward:2",), None
+    if it == 0 and 1 < m < ga:
+        # the middle micro-step's instants (timeline.middle_microstep); where the timeline has none, the caller
+        # finds no instant and compares nothing
+        return {"forward": ((f"forward:{ga}",) if refetch and m > 2 else ("forward:2",), None),
+                "backward": (("backward:2",), None), "step": ((), None)}[kind]
     if m != ga or it > 1:
         return (), None
     if it == 0:
@@ -738,7 +744,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.state import TORCH_STEP_GPU_ONLY
     from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, init_entries, load_entries,
-                                         rank_only_entries, resolve_load, role_timeline, save_entries)
+                                         middle_microstep, rank_only_entries, resolve_load, role_timeline, save_entries)
 
     ec = plan.config if plan is not None else effective_config(config)
     led = compute_ledger(plan if plan is not None else Plan(ec, inventory, Cluster(world_size=world_size)))
@@ -758,8 +764,9 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
         model = {e.item for e in every if e.cls == "parameters" and e.life in MODEL_BUILD_LIVES}
         keys = [x.key for x in tl.instants]
         ser = tl.series(tiers)
+        refetch = middle_microstep(ec, led, ga)[2]
         for ph in rec["tracker"]:
-            want, event = phase_instants(ph["phase"], ga)
+            want, event = phase_instants(ph["phase"], ga, refetch)
             if not want:
                 continue
             # the :norm instants are ZeRO-1/2 only; a step updating one param group at a time has

@@ -17,8 +17,9 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    ``initialize:grad_hooks`` (each parameter gathered whole in turn as its gradient hook is registered:
    :func:`zero3_init_transients`, with zero.Init too); then ``initialize``, after ``deepspeed.initialize``;
 3. ``forward:k`` / ``backward:k`` of micro-step k (k = 1, and k = GA, the accumulation
-   boundary, when GA > 1) of the first iteration; at ZeRO-3 with GA > 2 also ``forward:2``
-   (micro-step 2 fetches again what the first backward released);
+   boundary, when GA > 1) of the first iteration; at GA > 2 without pipeline parallelism also
+   ``forward:2`` / ``backward:2``, a middle micro-step (1 < m < GA: :func:`middle_microstep`; ZeRO-3's
+   ``forward:2`` is micro-step 2's alone, which fetches again what the first backward released);
 4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
    at ZeRO-2 with GA > 1 also ``reduce:1``, the reduce inside micro-step 1's backward (ZeRO-2
    reduces in every backward);
@@ -224,6 +225,9 @@ class Instant:
     label: str
     #: The param group a per-group step instant updates (:func:`stepped_groups`), else -1.
     group: int = -1
+    #: A middle micro-step's instant (``forward:2`` / ``backward:2`` at GA > 2: :func:`middle_microstep`), one
+    #: of GA - 2 alike: the report's timeline lists it only where it is a tier's peak (``Role.timeline_dict``).
+    middle: bool = False
 
 
 @dataclass(frozen=True)
@@ -778,6 +782,33 @@ _MICROSTEP_LIVES = frozenset(("accumulated", "accumulated_backward", "first_micr
 #: GA > 1 they are not live in an earlier micro-step's backward either (measured, stage 0 fp16 and bf16 at GA 2,
 #: W 2: backward:1 was -86,384 B, -11.1%, on both ranks with them; cell z0_fp16_tbsga2_w2).
 PIPE_REDUCE_ONLY_ITEMS = ("allreduce_bucket_flat",)
+
+
+#: The items of ZeRO-3's re-fetch in micro-step 2's forward (lifetime ``refetch_forward``).
+REFETCH_ITEMS = ("zero3_refetch_prefetch", "zero3_nvme_refetch")
+
+
+def middle_microstep(ec: EffectiveConfig, ledger: Ledger, ga: int) -> tuple[bool, bool, bool]:
+    """(forward, backward, refetch): whether the timeline has a middle micro-step's ``forward:2`` / ``backward:2``
+    instant at ``ga`` micro-steps per optimizer step, and whether its ``forward:2`` is micro-step 2's alone.
+
+    A micro-step m with 1 < m < ga holds the same state at every such m: what micro-step 1 left (the kept
+    param.grad, ZeRO-2's grads_in_partition, ZeRO-3's gradient partitions: lifetimes ``accumulated*``) and, in
+    its backward, the new gradient being added into it (``accumulate_grad_new``); nothing is reduced before the
+    boundary below ZeRO-2 (engine.py ``allreduce_gradients`` l.3088-3095) and the optimizer steps only at the
+    boundary (l.3611-3615, l.3463). So one pair stands for all (engine cells at GA 4: the rows of m = 2 and m = 3
+    are compared with the same instants). Only ZeRO-3's forward differs between them: micro-step 2 fetches again
+    what the first backward released (:data:`REFETCH_ITEMS`), micro-step 3 on finds them gathered, as forward:ga
+    does (``refetch`` true: :func:`advisor.engine.measure.phase_instants` then compares m >= 3 with ``forward:ga``).
+
+    None under pipeline parallelism (its 1F1B schedule puts a middle micro-batch's passes at other moments: the
+    pipe instants, :func:`pipe_schedule`). No ``backward:2`` where a non-boundary backward reduces or accumulates
+    inside it (ZeRO-2: every backward reduces, ``reduce:1``; BF16_Optimizer's backward_epilogue): its middle
+    reduce has no instant of its own yet."""
+    refetch = ga > 2 and any(e.item in REFETCH_ITEMS for rl in ledger.ranks for e in rl.entries)
+    if ga <= 2 or ledger.plan.cluster.pipeline_parallel > 1:
+        return refetch, False, refetch
+    return True, ec.zero.stage != 2 and ledger.wrapper != "BF16_Optimizer", refetch
 
 
 def _before_boundary(key: str, ga: int) -> bool:
@@ -2027,17 +2058,21 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
                                "initialize: initialize_optimizer_states' fp32 zeros"))
     out.append(Instant("initialize", "initialize", "after deepspeed.initialize"))
     micro = [1] if ga <= 1 else [1, ga]
-    if ga > 2 and any(e.item in ("zero3_refetch_prefetch", "zero3_nvme_refetch") for rl in ledger.ranks
-                      for e in rl.entries):
-        # ZeRO-3: micro-step 2's forward fetches again what the first backward released
-        # (state.zero3_refetch_prefetch_bytes, state.zero3_nvme_refetch_bytes); from micro-step 3 on they stay gathered
+    mid_fwd, mid_bwd, refetch = middle_microstep(ec, ledger, ga)
+    if mid_fwd:
+        # a middle micro-step (1 < m < ga), one pair for all (middle_microstep); at ZeRO-3 micro-step 2's forward
+        # fetches again what the first backward released (state.zero3_refetch_prefetch_bytes,
+        # state.zero3_nvme_refetch_bytes); from micro-step 3 on they stay gathered
         micro = [1, 2, ga]
     for k in micro:
-        tag = f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")
-        out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {tag}"))
-        if k == 2 and ga > 2:  # forward only: micro-step 2's backward is micro-step ga's
+        mid = k == 2 and ga > 2
+        tag = (f"micro-step {k}" + (" (accumulation boundary)" if k == ga and ga > 1 else "")) if not mid else (
+            "micro-step 2" if ga == 3 else f"micro-steps 2-{ga - 1}")
+        ftag = "micro-step 2" if mid and refetch else tag
+        out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {ftag}", middle=mid))
+        if mid and not mid_bwd:  # forward only: its backward reduces inside (middle_microstep)
             continue
-        out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}"))
+        out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}", middle=mid))
         if k == 1 and ga > 1 and st == 2:
             # ZeRO-2 reduces in every micro-step's backward (stage_1_and_2.py: the hooks and
             # independent_gradient_partition_epilogue run per backward), not only at the boundary
@@ -2359,12 +2394,13 @@ class Timeline:
 
     def peak(self, tiers: tuple[str, ...], exclude_phases: tuple[str, ...] = ()) -> tuple[int, int]:
         """(bytes, index of the first instant reaching them) over the instants (minus those whose
-        phase or key is in ``exclude_phases``) for the union of ``tiers``."""
+        phase or key is in ``exclude_phases``) for the union of ``tiers``; on a tie a middle micro-step's instant
+        (``Instant.middle``) yields to the other: it names the peak only where it is above every other instant."""
         s = self.series(tiers)
         idx = [i for i, x in enumerate(self.instants) if x.phase not in exclude_phases and x.key not in exclude_phases]
         if not idx:
             return 0, 0
-        best = max(idx, key=lambda i: (s[i], -i))
+        best = max(idx, key=lambda i: (s[i], not self.instants[i].middle, -i))
         return s[best], best
 
     def put(self, i: int, item: str, tier: str, cls: str, nbytes: int, label: str | None = None) -> None:
@@ -2383,7 +2419,7 @@ class Timeline:
             rows.append((item, tier, cls, nbytes))
         if label is not None:
             x = self.instants[i]
-            self.instants[i] = Instant(x.key, x.phase, label, x.group)
+            self.instants[i] = replace(x, label=label)
 
     def contributors(self, i: int, tiers: tuple[str, ...], top: int = 5) -> list[dict[str, Any]]:
         """The ``top`` largest live entries at instant ``i`` in ``tiers`` (bytes descending)."""

@@ -160,13 +160,17 @@ class Role:
         return res
 
     def timeline_dict(self) -> list[dict[str, Any]]:
-        """The timeline as JSON rows: instant key, phase, label and live bytes per report tier."""
+        """The timeline as JSON rows: instant key, phase, label and live bytes per report tier. A middle
+        micro-step's instant (``Instant.middle``: one row standing for micro-steps 2 .. GA - 1,
+        :func:`advisor.ledger.timeline.middle_microstep`) is listed only where it is a tier's peak (the text's
+        table and the HTML chart read these rows: they do not grow with GA)."""
         tl = self.timeline
         if tl is None:
             return []
         ser = {t: tl.series(TIER_SET[t]) for t in REPORT_TIERS}
+        peaks = {pk["instant"] for pk in self.peak().values() if pk["bytes"]}
         return [{"instant": x.key, "phase": x.phase, "label": x.label, **{t: ser[t][i] for t in REPORT_TIERS}}
-                for i, x in enumerate(tl.instants)]
+                for i, x in enumerate(tl.instants) if not x.middle or x.key in peaks]
 
 
 def _flag_lower_bound(peak: dict[str, dict[str, Any]], lower_bound: bool) -> dict[str, dict[str, Any]]:
@@ -646,9 +650,10 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
             sums, ranks = shared_tier_sums(roles, ts, tl_of, cl.world_size), cl.world_size
             nodes = -(-cl.world_size // per_node)
             scope = f"all {nodes} node{'s' if nodes != 1 else ''} together ({cl.world_size} ranks, shared tier)"
-        j = max(range(len(inst)), key=lambda k: (sums[k], -k))
+        # on a tie a middle micro-step's instant yields (Timeline.peak)
+        j = max(range(len(inst)), key=lambda k: (sums[k], not inst[k].middle, -k))
         js = [k for k in range(len(inst)) if inst[k].phase != "load" and inst[k].key not in ONE_OFF]
-        jst = max(js, key=lambda k: (sums[k], -k))
+        jst = max(js, key=lambda k: (sums[k], not inst[k].middle, -k))
         if tier == "nvme" and not (sums[j] or capacity.nvme):
             continue
         label = inst[j].label

@@ -407,10 +407,17 @@ CELLS = [
      parity.TINY, {"submodules": True, "steps": 4}),
     # GA 3 (train_batch_size 6): at ZeRO-3 only micro-step 2's forward fetches again (the
     # timeline's forward:2, an instant of its own here), micro-step 3's finds them gathered;
-    # at ZeRO-1 micro-step 3 holds what micro-steps 1 and 2 left, as micro-step 2 did at GA 2
+    # at ZeRO-1 micro-step 3 holds what micro-steps 1 and 2 left, as micro-step 2 did at GA 2.
+    # Micro-step 2 is a middle one (timeline.middle_microstep): its forward and backward rows are compared with the
+    # timeline's forward:2 / backward:2 (MIDDLE_CELLS checks that they are)
     ("z3_bf16_tbsga3_w2", {**_cfg(3, "bf16", reduce_bucket_size=50000), "train_batch_size": 6}, 2, False,
      parity.TINY, {"submodules": True, "steps": 6}),
     ("z1_bf16_tbsga3_w2", {**_cfg(1, "bf16"), "train_batch_size": 6}, 2, False, parity.TINY, {"steps": 6}),
+    # GA 4 at stage 0 (FP16_Optimizer): micro-steps 2 and 3 are both middle ones, each with micro-step 1's param.grad
+    # kept and its own new gradient added into it (state lp_grads_accumulated, accumulate_grad_new), nothing reduced
+    # before the boundary (engine.py allreduce_gradients l.3088-3095): one forward:2 / backward:2 pair stands for both,
+    # so the rows of m = 2 and m = 3 are compared with the same instants and must both be within 1%
+    ("z0_fp16_tbsga4_w2", {**_cfg(0, "fp16"), "train_batch_size": 8}, 2, False, parity.TINY, {"steps": 8}),
     # the load under deepspeed.zero.Init, the proxy's parameters on one child module per owning
     # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
     ("z3_bf16_zinit_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, True, parity.TINY),
@@ -1125,6 +1132,12 @@ for _c in CELLS:
             RACY[_c[0]].setdefault(_ph, (_b, "a non-persistent module's all-gather buffer held by gloo"))
 
 
+#: Cells at GA >= 3 whose every middle micro-step (1 < m < GA, first iteration) must have a forward and a backward row
+#: (compared with the timeline's forward:2 / backward:2, measure.phase_instants): without them a buffer that lives only
+#: there would pass unseen. cell id -> GA.
+MIDDLE_CELLS = {"z3_bf16_tbsga3_w2": 3, "z1_bf16_tbsga3_w2": 3, "z0_fp16_tbsga4_w2": 4}
+
+
 def race_bound(race: dict, phase: str) -> int:
     """Bytes a RACY entry ``race`` (one cell's) allows over the ledger in ``phase``: the phase's own entry,
     else its kind's ``forward:*`` / ``backward:*`` entry, else 0."""
@@ -1168,6 +1181,13 @@ def test_peak_parity(cell, runs):
     for r, rec in cr.ranks.items():
         got = rec.get("module_after_to")
         assert got == ({k: 0 for k in want} if zi else {k: v * inventory.numel for k, v in want.items()}), (r, got)
+    if cid in MIDDLE_CELLS:
+        ga = MIDDLE_CELLS[cid]
+        assert cfg["train_batch_size"] == ga * W * cfg["train_micro_batch_size_per_gpu"], (cid, ga)
+        for r in range(W):
+            have = {x["phase"] for x in rows if x.get("rank") == r and "phase" in x}
+            want_mid = {f"{kind}:{m}" for m in range(2, ga) for kind in ("forward", "backward")}
+            assert want_mid <= have, (r, sorted(want_mid - have))
     off = UNMATCHED.get(cid, {})
     fixed = [ph for ph in off if all(abs(r["rel_diff"]) <= 0.01 for r in rows if r.get("phase") == ph)]
     assert not fixed, f"now within 1%, take off UNMATCHED[{cid!r}]: {fixed}"
