@@ -1842,7 +1842,10 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
             import json as _json
             from advisor.views.workload import config_record, write_sidecar
             # with the config it was written for (its digest and batch keys: rule W002)
-            side = write_sidecar(output, {**workload, **config_record(_json.loads(text)),
+            # and the world shape it was planned for (rule W003 when check / estimate run with another)
+            world = {"world_size": nodes * gpus_per_node, "nodes": nodes, "gpus_per_node": gpus_per_node,
+                     "tensor_parallel": b.tp, "pipeline_parallel": b.pp}
+            side = write_sidecar(output, {**workload, **config_record(_json.loads(text)), "world": world,
                                           **({"trainer": trainer} if trainer else {})}, force=force)
         except FileExistsError as e:
             raise _fail(str(e))

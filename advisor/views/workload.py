@@ -10,7 +10,8 @@ flagged by lint as unknown and DeepSpeed ignores it), so they go to ``<config>.w
      "checkpointing": "full", "attention": "flash", "tensor_parallel": 1,
      "pipeline_parallel": 1, "sequence_parallel": 1, "expert_parallel": 1, "megatron_sp": false,
      "config_sha256": "...", "batch": {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
-     "gradient_accumulation_steps": 8}}
+     "gradient_accumulation_steps": 8}, "world": {"world_size": 8, "nodes": 1, "gpus_per_node": 8,
+     "tensor_parallel": 1, "pipeline_parallel": 1}}
 
 Precedence everywhere: a command-line flag, then the sidecar, then the default (and every value
 taken from a default is listed in the assumptions, so a check never silently differs from the
@@ -19,7 +20,8 @@ sidecar (:data:`CONFIG_HELD`): the micro-batch is the config's ``train_micro_bat
 the Ulysses degree its ``sequence_parallel_size`` when written (issue #17: an edited config with
 micro-batch 4 was judged at the sidecar's 2). The sidecar records the config it was written for
 (``config_sha256`` of :func:`config_digest`, and the ``batch`` keys); a sidecar that disagrees
-with the config is rule W002 (:attr:`ResolvedWorkload.conflicts`, :attr:`ResolvedWorkload.stale`).
+with the config is rule W002 (:attr:`ResolvedWorkload.conflicts`, :attr:`ResolvedWorkload.stale`). It records
+the world shape too (``world``: :data:`WORLD_KEYS`); a check or estimate run with another is rule W003.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ TRAINER_AUTO: dict[str, tuple[str, ...]] = {
     "gradient_accumulation_steps": ("gradient_accumulation_steps",),
     "bf16": ("bf16.enabled", "bfloat16.enabled"), "fp16": ("fp16.enabled",),
 }
+#: The world shape a sidecar records (``world``, written by ``generate``: its ``--nodes`` x ``--gpus-per-node`` and the
+#: plan's tensor- / pipeline-parallel sizes), each a positive integer up to ``MAX_WORLD_SIZE``. ``check`` /
+#: ``estimate`` run with another shape (rule W003) are judging the sidecar's workload for a job it was not chosen
+#: for. A sidecar without it (written before it was recorded, or by hand) says nothing about the shape.
+WORLD_KEYS = ("world_size", "nodes", "gpus_per_node", "tensor_parallel", "pipeline_parallel")
 #: Top-level keys left out of :func:`config_digest`: our own suppression section (editing it
 #: changes nothing DeepSpeed does).
 _DIGEST_SKIP = ("ds_advisor",)
@@ -257,6 +264,23 @@ def read_sidecar(path: str) -> dict[str, Any]:
     batch = d.get("batch")
     if isinstance(batch, dict):
         out["batch"] = {k: batch[k] for k in BATCH_KEYS if _int(batch.get(k))}
+    world = d.get("world")
+    if world is not None:
+        if not isinstance(world, dict):
+            raise ConfigLoadError(path, f"/world: invalid value {shown(world)} (an object of the world shape: "
+                                        f"{', '.join(WORLD_KEYS)})")
+        shape: dict[str, int] = {}
+        for k in WORLD_KEYS:
+            v = world.get(k)
+            if v is None:
+                continue
+            if not _int(v) or v < 1:
+                raise ConfigLoadError(path, f"/world/{k}: invalid value {shown(v)} (a positive integer)")
+            if v > MAX_WORLD_SIZE:
+                raise ConfigLoadError(path, f"/world/{k}: {v} is over the limit {MAX_WORLD_SIZE:,} (the bound "
+                                            "--world-size has)")
+            shape[k] = v
+        out["world"] = shape
     trainer = d.get("trainer")
     if trainer is not None:
         if not isinstance(trainer, dict):
@@ -290,15 +314,15 @@ def read_sidecar(path: str) -> dict[str, Any]:
 
 def write_sidecar(config_path: str, values: dict[str, Any], written_by: str = "ds-advisor generate",
                   force: bool = False) -> str:
-    """Write ``values`` (FIELDS keys, plus :func:`config_record`'s ``config_sha256`` and ``batch``, and
-    under ``generate --hf`` ``trainer``: the :data:`TRAINER_AUTO` arguments the plan assumed) next to
-    ``config_path``; returns the sidecar's path.
+    """Write ``values`` (FIELDS keys, plus :func:`config_record`'s ``config_sha256`` and ``batch``, ``world``: the
+    :data:`WORLD_KEYS` shape generate planned for, and under ``generate --hf`` ``trainer``: the :data:`TRAINER_AUTO`
+    arguments the plan assumed) next to ``config_path``; returns the sidecar's path.
     Written by :func:`advisor.files.write_atomic` (never partial, never over an existing file
     without ``force``). Raises FileExistsError, or OSError when it cannot be written."""
     from advisor.files import write_atomic
     path = sidecar_path(config_path)
     d = {"written_by": written_by, **{k: values[k] for k in FIELDS if k in values},
-         **{k: values[k] for k in ("config_sha256", "batch", "trainer") if k in values}}
+         **{k: values[k] for k in ("config_sha256", "batch", "world", "trainer") if k in values}}
     write_atomic(path, json.dumps(d, indent=2) + "\n", force=force)
     return path
 

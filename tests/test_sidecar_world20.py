@@ -1,0 +1,56 @@
+"""The workload sidecar records the world shape generate planned for (``world``: advisor.views.workload.WORLD_KEYS),
+and check / estimate run with another shape say so (rule W003, naming both); a sidecar from before the record still
+reads, and a bad ``world`` is one line naming the file and key."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+GEN = ["generate", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+       "--global-batch", "64", "--seq-len", "4096"]
+EST = ["--model", "llama-3.1-8b", "--format", "json"]
+
+
+def _w003(d: dict) -> list[dict]:
+    return [f for f in d["findings"] if f["code"] == "W003"]
+
+
+def test_the_sidecar_records_the_world_and_another_world_is_W003(tmp_path):
+    cfg = tmp_path / "ds.json"
+    g = run_cli(GEN + ["-o", str(cfg)])
+    assert g.returncode == 0, g.stderr[-2000:]
+    side = json.loads((tmp_path / "ds.workload.json").read_text())
+    # the shape of the flags above (1 node x 8 GPUs), with the plan's own TP / PP sizes (its top-level fields)
+    assert side["world"] == {"world_size": 8, "nodes": 1, "gpus_per_node": 8,
+                             "tensor_parallel": side["tensor_parallel"], "pipeline_parallel": side["pipeline_parallel"]}
+    same = json.loads(run_cli(["estimate", str(cfg), "--world-size", "8", "--gpus-per-node", "8"] + EST).stdout)
+    assert _w003(same) == []
+    other = run_cli(["estimate", str(cfg), "--world-size", "16", "--gpus-per-node", "8"] + EST)
+    (w,) = _w003(json.loads(other.stdout))
+    assert w["severity"] == "warning"
+    assert "generated for 8 ranks (1 node x 8 GPUs)" in w["message"]
+    assert "this run has 16 ranks (2 nodes x 8 GPUs; --world-size)" in w["message"]
+    assert "--world-size 8 --gpus-per-node 8" in w["fix"]
+    # check reads the same sidecar and says the same
+    c = run_cli(["check", str(cfg), "--model", "llama-3.1-8b", "--world-size", "16", "--gpus-per-node", "8",
+                 "--gpu-memory", "80GB", "--host-memory", "2000GB", "--format", "json"])
+    (wc,) = _w003(json.loads(c.stdout))
+    assert "this run has 16 ranks (2 nodes x 8 GPUs" in wc["message"]
+    # a sidecar written before the shape was recorded: read as before, nothing said about the shape
+    del side["world"]
+    (tmp_path / "ds.workload.json").write_text(json.dumps(side))
+    old = json.loads(run_cli(["estimate", str(cfg), "--world-size", "16", "--gpus-per-node", "8"] + EST).stdout)
+    assert _w003(old) == [] and old["assumptions"]["workload"]["seq_len"] == 4096
+
+
+def test_a_bad_world_record_is_one_line(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))
+    for world, key in (({"world_size": 0}, "/world/world_size"), (8, "/world"),
+                       ({"nodes": 1 << 30}, "/world/nodes")):
+        (tmp_path / "ds.workload.json").write_text(json.dumps({"seq_len": 1024, "world": world}))
+        p = run_cli(["estimate", str(cfg), "--world-size", "8"] + EST)
+        assert p.returncode == 2 and "ds.workload.json" in p.stderr and key in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
