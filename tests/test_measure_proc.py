@@ -54,6 +54,35 @@ def test_timeout_ends_the_whole_process_group(tmp_path):
     assert not _alive(child), "the launcher's child survived the timeout"
 
 
+def test_stop_from_another_thread_ends_the_whole_process_group(tmp_path):
+    """A launch waited on in a worker thread (no signal reaches it) is ended whole when its pool sets ``stop``:
+    the launcher and the child in the launcher's group are gone within the grace period, long before the 120 s
+    timeout, and the wait returns None as on a timeout."""
+    import threading
+    pidfile = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time\n"
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+              "time.sleep(120)\n")
+    stop = threading.Event()
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(run_process_group([sys.executable, "-c", script], 120.0,
+                                                                     stop=stop)))
+    t.start()
+    deadline = time.time() + 30
+    while not pidfile.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pidfile.read_text())
+    t0 = time.time()
+    stop.set()
+    t.join(30)
+    assert not t.is_alive() and got == [None] and time.time() - t0 < 30
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the launcher's child survived stop"
+
+
 def test_normal_exit_returns_the_status():
     assert run_process_group([sys.executable, "-c", "raise SystemExit(3)"], 30) == 3
 

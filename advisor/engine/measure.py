@@ -183,7 +183,7 @@ def _running(pid: int) -> bool:
 
 
 def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, clean_locks: bool = True,
-                      **kw) -> int | None:
+                      stop: "threading.Event | None" = None, **kw) -> int | None:
     """Run ``cmd`` in a new session (its own process group) and wait up to ``timeout_s`` seconds.
     On timeout return None; on timeout, Ctrl-C (KeyboardInterrupt, re-raised) or SIGTERM/SIGHUP
     (:class:`Terminated`, raised; handlers installed for the wait when called from the main
@@ -204,7 +204,12 @@ def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, cl
     600 s and each NVMe test after it then hung for its whole timeout. So with ``clean_locks`` (the default)
     the locks under the launch's ``TORCH_EXTENSIONS_DIR`` (``env``, else this process's) that appeared during
     the launch and have no build running in their folder are removed once the group is ended
-    (:func:`advisor.engine.extcache.remove_new_locks`); :func:`run` does it itself, to name them."""
+    (:func:`advisor.engine.extcache.remove_new_locks`); :func:`run` does it itself, to name them.
+
+    ``stop``: an event another thread sets to end the launch whole, as on timeout (None is returned). A signal
+    reaches only the main thread, so a launch waited on in a worker thread (launches side by side in a thread
+    pool) is ended by its pool setting ``stop`` when the main thread is interrupted or another launch fails;
+    the wait then polls ``stop`` every 0.2 s."""
     import signal
     env = kw.get("env")
     root = ((os.environ if env is None else env).get("TORCH_EXTENSIONS_DIR") or "") if clean_locks else ""
@@ -256,7 +261,15 @@ def run_process_group(cmd: list[str], timeout_s: float, grace_s: float = 5.0, cl
             if sig is not None:
                 previous[sig] = signal.signal(sig, on_signal)
     try:
-        return proc.wait(timeout=timeout_s)
+        if stop is None:
+            return proc.wait(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return proc.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if stop.is_set() or time.monotonic() >= deadline:
+                    raise
     except subprocess.TimeoutExpired:
         end_group()
         return None

@@ -76,9 +76,10 @@ def _m001(cfg: dict) -> list:
                        select={"M001"})
 
 
-def _launch(cell: dict, base: Path) -> dict:
+def _launch(cell: dict, base: Path, stop=None) -> dict:
     """One cell in its own single-rank torch.distributed.run launch (a refused initialize leaves
-    nothing behind for the other cell); the worker's record for rank 0."""
+    nothing behind for the other cell), ended whole when ``stop`` is set (:func:`_both`); the worker's record
+    for rank 0."""
     job = base / f"{cell['id']}.job.json"
     job.write_text(json.dumps({"cells": [cell]}))
     out = base / f"out_{cell['id']}"
@@ -94,7 +95,7 @@ def _launch(cell: dict, base: Path) -> dict:
     from advisor.engine.measure import run_process_group
     log_path = out / "launch.log"
     with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
-        rc = run_process_group(cmd, 900, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        rc = run_process_group(cmd, 900, stop=stop, stdout=fh, stderr=subprocess.STDOUT, env=env)
     f = out / f"{cell['id']}.rank0.json"
     log = log_path.read_text(errors="replace")[-6000:] if rc is not None else "timed out after 900 s"
     assert f.exists(), f"no result for {cell['id']} (rc={rc}):\n{log}"
@@ -116,23 +117,45 @@ def engine_runs(tmp_path_factory, fix_value):
         pytest.skip("DeepSpeed async_io op unavailable (libaio-dev missing?)")
     base = tmp_path_factory.mktemp("nvme_param_buffer")
 
-    def run(cid_size):  # one rank each: both at once on two cores (as chain_runs)
+    def run(cid_size, stop):  # one rank each: both at once on two cores (as chain_runs)
         cid, size = cid_size
         nv = base / f"nvme_{cid}"
         nv.mkdir()
         return cid, _launch({"id": cid, "nvme_path": str(nv), "steps": 1, "widths": WIDTHS,
-                             "config": _config(str(nv), size)}, base)
+                             "config": _config(str(nv), size)}, base, stop)
 
     return _both(run, (("too_small", TOO_SMALL), ("fixed", fix_value)))
 
 
 def _both(fn, args) -> dict:
-    """``dict(fn(a) for a in args)``, two at a time: each run is one single-rank process, so two
-    side by side use both cores of a 2-core runner. An assertion inside either is re-raised."""
-    import concurrent.futures as cf
+    """``dict(fn(a, stop) for a in args)``, two at a time: each run is one single-rank process, so two
+    side by side use both cores of a 2-core runner. An assertion inside either is re-raised.
 
-    with cf.ThreadPoolExecutor(2) as ex:
-        return dict(ex.map(fn, args))
+    Ctrl-C reaches only the main thread (waiting here), and each launch is in its own session
+    (``run_process_group``), out of the terminal's reach: without more, the pool's exit waited for both launches
+    to run to their 900-1500 s timeouts. So on any exception here -- KeyboardInterrupt, or the first run that
+    fails -- ``stop`` is set, which every run passes to ``run_process_group``: each ends its launch's process
+    groups (SIGTERM, SIGKILL after 5 s) and returns, and the pool is shut down with nothing left running."""
+    import concurrent.futures as cf
+    import threading
+
+    stop = threading.Event()
+    ex = cf.ThreadPoolExecutor(2)
+    futures = []
+    try:
+        futures = [ex.submit(fn, a, stop) for a in args]
+        done, _ = cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
+        for f in done:
+            if f.exception() is not None:
+                raise f.exception()
+        return dict(f.result() for f in futures)
+    except BaseException:
+        stop.set()
+        for f in futures:
+            f.cancel()
+        raise
+    finally:
+        ex.shutdown(wait=True)
 
 
 def test_engine_refuses_what_m001_flags(engine_runs):
@@ -175,10 +198,10 @@ def _m004(cfg: dict, inventory: Inventory | None = None) -> list:
                        inventory=inventory or _m004_inventory(), select={"M004"})
 
 
-def _run_m004_worker(base, cid: str, buffer_count: int, timeout: int, **job) -> dict:
+def _run_m004_worker(base, cid: str, buffer_count: int, timeout: int, stop=None, **job) -> dict:
     """One m004_worker.py run of :func:`_m004_config` with ``buffer_count`` (its NVMe folder made
-    under ``base``) and the worker's ``job`` keys, in its own process group (ended on timeout);
-    the worker's record."""
+    under ``base``) and the worker's ``job`` keys, in its own process group (ended on timeout, or when
+    ``stop`` is set: :func:`_both`); the worker's record."""
     from advisor.engine.measure import run_process_group
     nv = base / f"nvme_{cid}"
     nv.mkdir()
@@ -187,7 +210,7 @@ def _run_m004_worker(base, cid: str, buffer_count: int, timeout: int, **job) -> 
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     with open(base / f"{cid}.log", "w") as fh:
         rc = run_process_group([sys.executable, str(HERE / "m004_worker.py"), str(jpath), str(out)], timeout,
-                               stdout=fh, stderr=subprocess.STDOUT, env=env)
+                               stop=stop, stdout=fh, stderr=subprocess.STDOUT, env=env)
     assert out.exists(), f"{cid}: no result (rc={rc}): {(base / f'{cid}.log').read_text()[-3000:]}"
     return json.loads(out.read_text())
 
@@ -200,7 +223,8 @@ def m004_runs(tmp_path_factory):
     bad = _m004(_m004_config("/nvme", 1))
     assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
-    return {"fix": fix, **_both(lambda a: (a[0], _run_m004_worker(base, a[0], a[1], 900, steps=1, frozen=True)),
+    return {"fix": fix, **_both(lambda a, stop: (a[0], _run_m004_worker(base, a[0], a[1], 900, stop, steps=1,
+                                                                        frozen=True)),
                                 (("one_buffer", 1), ("fixed", fix)))}
 
 
@@ -242,7 +266,8 @@ def chain_runs(tmp_path_factory):
         [("error", "layers.2", 2, CHAIN)], [f.to_dict() for f in bad]
     assert "'Not enough buffers 0 for swapping 1'" in bad[0].message
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
-    return {"fix": fix, **_both(lambda a: (a[0], _run_m004_worker(base, a[0], a[1], 1500, steps=3, chain=CHAIN)),
+    return {"fix": fix, **_both(lambda a, stop: (a[0], _run_m004_worker(base, a[0], a[1], 1500, stop, steps=3,
+                                                                        chain=CHAIN)),
                                 (("two_buffers", 2), ("fixed", fix)))}
 
 
@@ -285,8 +310,8 @@ def mixed_runs(tmp_path_factory):
     assert [(f.severity, f.data["partitions"]) for f in bad] == [("error", 2)], [f.to_dict() for f in bad]
     fix = int(bad[0].data["set"][0].rsplit("=", 1)[1])
     # own_only, 2: the module's own partitions, the old fix
-    return {"fix": fix, **_both(lambda a: (a[0], _run_m004_worker(base, a[0], a[1], 1500, steps=3, mixed=True,
-                                                                  frozen=True)),
+    return {"fix": fix, **_both(lambda a, stop: (a[0], _run_m004_worker(base, a[0], a[1], 1500, stop, steps=3,
+                                                                        mixed=True, frozen=True)),
                                 (("own_only", 2), ("fixed", fix)))}
 
 
