@@ -48,8 +48,14 @@ def test_columns_equal_walk(seed):
         inv = _inventory(rng)
         W, C = rng.randint(1, 8), rng.choice([2, 4])
         ns = [t.numel for t in inv.tensors if t.trainable] or [1]
-        rbs = rng.choice([max(ns), max(ns) + rng.randint(0, 50), sum(ns) // 2 + 1, sum(ns), 10**9])
+        # below the largest gradient too: those larger than the bucket stay their own tensor in it (walked
+        # where an empty gradient comes before one of them)
+        rbs = rng.choice([max(ns), max(ns) + rng.randint(0, 50), sum(ns) // 2 + 1, sum(ns), 10**9,
+                          rng.randint(1, max(max(ns) - 1, 1)), max(max(ns) // 3, 1)])
         rs, norm, linear = rng.random() < 0.4, rng.random() < 0.4, rng.random() < 0.7
+        # the model's and gradient partitions' dtypes (the casts of _zero3_flush_copies), the predivide factor
+        D, G = rng.choice([0, 0, 2, 4]), rng.choice([0, 0, 2, 4])
+        pf = rng.choice([1.0, 1.0, None, 2.0, float(W)])
         gathered = None
         if rng.random() < 0.6:
             mod_of = state._zero3_replay_inputs(inv, type("Z", (), {"param_persistence_threshold": 0,
@@ -62,8 +68,10 @@ def test_columns_equal_walk(seed):
         # NVMe optimizer swap: per tensor, fp32 gradient bytes a flush keeps (state.zero3_flush_grad_tails)
         tails = (tuple(rng.choice([0, rng.randint(0, 900)]) for _ in inv.tensors)
                  if rng.random() < 0.4 else None)
-        fast = state._zero3_reduce_flush_bytes(inv, W, C, rbs, True, rs, norm, gathered, linear, tails)
-        walk = state._zero3_reduce_flush_walk(inv, W, C, rbs, True, rs, norm, gathered, linear, tails)
+        fast = state._zero3_reduce_flush_bytes(inv, W, C, rbs, True, rs, norm, gathered, linear, tails,
+                                               D=D, G=G, predivide=pf)
+        walk = state._zero3_reduce_flush_walk(inv, W, C, rbs, True, rs, norm, gathered, linear, tails,
+                                              D=D, G=G, predivide=pf)
         assert fast == walk, (seed, [(t.name, t.shape, t.trainable) for t in inv.tensors], W, C, rbs, rs, norm)
         checked += fast is not None
     assert checked > 20  # not every case empty

@@ -1619,7 +1619,14 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     prescale_gradients), for the flush's predivide copies (:func:`_zero3_flush_copies`)."""
     order, ns, inl, P = _zero3_grad_columns(inv, linear)
     L = len(ns)
-    if not L or not contiguous or rbs < 1 or max(ns) > rbs:
+    # a gradient larger than the bucket stays its own tensor in it (__add_grad_to_ipg_bucket, l. 1626): it
+    # always starts a bucket (a bucket holding anything flushes as it arrives, l. 1583) and is flushed alone as
+    # the next gradient arrives, whole beside that gradient and the next module's fetch (own_of) -- but after
+    # empty gradients (held 0: no flush) it joins their bucket: walked then. Without fp32 gradient tails the
+    # walk skips identical layers (_flush_period) and is the faster; with them it walked every gradient
+    # (Kimi-K2 per-expert, whose embeddings exceed the bucket: 12 walks, ~1.5 s of its generate, issue 21)
+    big = bool(L) and max(ns) > rbs
+    if not L or not contiguous or rbs < 1 or (big and (min(ns) == 0 or not tails)):
         return _zero3_reduce_flush_walk(inv, W, C, rbs, contiguous, reduce_scatter, norm, gathered, linear, tails,
                                         D=D, G=G, predivide=predivide)
     D = D or C
@@ -1635,7 +1642,9 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         los, ps = array.array("q"), array.array("q")
         a = 0
         while True:
-            j = bisect.bisect_right(P, P[a] + rbs, a + 1)
+            # from a + 2: the bucket's first gradient never triggers its flush (a + 1 gives the same where it
+            # fits the bucket, P[a + 1] <= P[a] + rbs; one larger than the bucket is flushed by the next arrival)
+            j = bisect.bisect_right(P, P[a] + rbs, a + 2)
             if j > L:
                 break
             los.append(a)
@@ -1644,9 +1653,14 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         return _FlushPairs(los, ps), a
     flushes, a = inv.memo(("zero3_grad_flushes", bool(linear), rbs), find_flushes)
 
+    def own_of(lo: int) -> int:
+        # elements held whole in the bucket starting at position lo: its first gradient where larger than the
+        # bucket (then alone in it, the walk's ``own``), else none (each gradient copied into the bucket)
+        return ns[lo] if big and ns[lo] > rbs else 0
+
     def flat_of(lo: int, hi: int) -> tuple[int, int]:
         # (flat-buffer bytes with the flush's casts, fp64 norm-copy elements) of the bucket holding positions
-        # lo .. hi - 1; flat + norm elements x 8 is the flush's largest moment (_zero3_flush_copies)
+        # lo .. hi - 1; flat + norm elements x 8 (+ own_of x D) is the flush's largest moment (_zero3_flush_copies)
         held = P[hi] - P[lo]
         count = hi - lo
         q = (F[hi] - F[lo]) // W  # the rank's reduce-scatter outputs, sum ceil(n_i/W) (rank 0's)
@@ -1659,7 +1673,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             fb = (F[hi] - F[lo]) * C
         # max over the bucket of min(ceil(n/W), split): non-decreasing in n, so that of its largest n (C-level max)
         pm = min(-(-max(ns[lo:hi]) // W), NORM_SPLIT_ELEMENTS) if norm else 0
-        return (_zero3_flush_copies(fb, 0, q, pm, C, D, G, held, *_zero3_predivide_copies(predivide, W, ar))
+        return (_zero3_flush_copies(fb, own_of(lo), q, pm, C, D, G, held, *_zero3_predivide_copies(predivide, W, ar))
                 - pm * 8, pm)
 
     def bucket(lo: int, hi: int) -> str:
@@ -1681,7 +1695,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             if pa in extra:
                 lo, fb, pm = extra[pa]
                 where = (f"flush of {bucket(lo, pa)} ({P[pa] - P[lo]:,} elements) as {tensors[i].name}'s "
-                         f"gradient arrives whole: flat {fb:,} + whole in bucket 0 + "
+                         f"gradient arrives whole: flat {fb:,} + whole in bucket {own_of(lo) * D:,} + "
                          f"arriving {n * D:,} B" + (f" + its autograd sibling's whole gradient {sb:,} B" if sb else "")
                          + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
                          + (f" + gathered {gp:,} B" if gp else "")
@@ -1694,7 +1708,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         elif held_end:
             fb, pm = flat_of(a, L)
             where = (f"end-of-backward flush of {bucket(a, L)} ({held_end:,} elements): "
-                     f"flat {fb:,} + whole in bucket 0 B"
+                     f"flat {fb:,} + whole in bucket {own_of(a) * D:,} B"
                      + (f" + fp64 norm copy {pm * 8:,} B" if pm else "")
                      + (f" + gathered {at_end:,} B" if at_end else "")
                      + (f" + earlier flushes' kept fp32 gradient tails {kept_end:,} B" if kept_end else ""))
@@ -1728,7 +1742,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             fb, pm = flat_of(lo, p)
             fbs.append(fb)
             pms.append(pm)
-            add[p] = fb + pm * 8
+            add[p] = fb + pm * 8 + own_of(lo) * D
         return _FlushExtra(flushes, _packed(fbs), _packed(pms)), _packed(add)
     extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, D, G, predivide, bool(reduce_scatter),
                            bool(norm)),
@@ -1765,6 +1779,11 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         arrive = _packed(map(operator.add, arrive, kept_at))
         if fetch is not None:
             fetch = _packed(map(operator.mul, map(operator.add, fetch, kept_at), is_fetch))  # (v + k) x flag
+    if big and fetch is not None:
+        # a module's fetch right after a gradient larger than the bucket: that gradient still whole in it (own_of)
+        for p in range(1, L):
+            if ns[p - 1] > rbs and is_fetch[p]:
+                fetch[p] += ns[p - 1] * D
     # regions: before the first layer gradient 0, then a layer's 1, another module's 2
     f = inl.find(1)
     if f < 0:
@@ -1781,7 +1800,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     epi = None
     if held_end:
         fb, pm = flat_of(a, L)
-        epi = fb + pm * 8 + at_end + kept_end
+        epi = fb + pm * 8 + own_of(a) * D + at_end + kept_end
         reg[2] = max(reg[2], epi)
     elif gathered is not None and at_end:
         reg[2] = max(reg[2], at_end)
