@@ -83,10 +83,11 @@ def run_json(args: list[str], **kw) -> tuple[int, dict]:
 
 @pytest.fixture(autouse=True)
 def _content_memos_empty():
-    """The process-wide memo keyed by content (``state._OFFLOAD_RUNS_BY_CONTENT``) starts empty in every test: a
-    test's reference path never reads what an earlier test kept."""
-    from advisor.ledger import state
+    """The process-wide memos keyed by content (``state._OFFLOAD_RUNS_BY_CONTENT``, ``timeline._LIVE_MASKS``) start
+    empty in every test: a test's reference path never reads what an earlier test kept."""
+    from advisor.ledger import state, timeline
     state._OFFLOAD_RUNS_BY_CONTENT.clear()
+    timeline._LIVE_MASKS.clear()
     yield
 
 

@@ -2217,6 +2217,37 @@ def hpz_secondary_live(life: str, k: str, ph: str, save_gather: bool = False) ->
     return not k.startswith("steady")
 
 
+#: :func:`_live`'s answers for a whole list of entries at one instant, keyed by everything it reads: per
+#: ((life, item, cls) of each entry, the flags) a dict of (instant key, phase) -> a 0/1 flag per entry.
+#: role_timeline asks ~12 entries x ~40 instants per rank role, ~3 roles a plan, of the same few entry kinds
+#: in every plan generate tries (Kimi-K2 per-expert: 846k calls, ~0.6 s; issue 21). Bounded by
+#: _LIVE_MASKS_MAX entry lists; tests/conftest.py clears it per test.
+_LIVE_MASKS: dict = {}
+_LIVE_MASKS_MAX = 4096
+
+
+def _live_masks(ents: "list[Entry]", flags: tuple) -> dict:
+    """The (instant key, phase) -> live flags dict of :data:`_LIVE_MASKS` for ``ents`` under ``flags`` (the
+    arguments of :func:`_live` after the instant): filled by :func:`_live_mask`."""
+    key = (tuple([(e.life, e.item, e.cls) for e in ents]), flags)
+    got = _LIVE_MASKS.get(key)
+    if got is None:
+        if len(_LIVE_MASKS) >= _LIVE_MASKS_MAX:
+            _LIVE_MASKS.clear()
+        got = _LIVE_MASKS[key] = {}
+    return got
+
+
+def _live_mask(masks: dict, ents: "list[Entry]", inst: Instant, flags: tuple) -> bytes:
+    """A 0/1 flag per entry of ``ents``: :func:`_live` at ``inst`` (which reads only its key and phase, and
+    each entry's life, item and class), kept in ``masks`` (:func:`_live_masks`)."""
+    k = (inst.key, inst.phase)
+    m = masks.get(k)
+    if m is None:
+        m = masks[k] = bytes([bool(_live(e, inst, *flags)) for e in ents])
+    return m
+
+
 def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients: bool = False,
           first_fetch: bool = False, first_bwd: tuple[str, ...] = (), save_gather: bool = False) -> bool:
     k, ph = inst.key, inst.phase
@@ -2537,6 +2568,8 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                     if unfused_optimizer_init_transient_applies(ec, ledger, load) else {})
     live: list[dict[str, int]] = []
     rows: list[list[tuple[str, str, str, int]]] = []
+    flags = (lazy, consumed, transients, first_fetch, first_bwd, save_gather)
+    masks = _live_masks(ents, flags)
     for inst in ins:
         if inst.group >= 0:
             generic = Instant(inst.key.replace(f":g{inst.group}:", ":"), inst.phase, inst.label)
@@ -2549,8 +2582,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 elif nb:
                     sized.append((e, nb))
         else:
-            sized = [(e, e.bytes) for e in ents
-                     if _live(e, inst, lazy, consumed, transients, first_fetch, first_bwd, save_gather)]
+            sized = [(e, e.bytes) for e in itertools.compress(ents, _live_mask(masks, ents, inst, flags))]
         if inst.key == "initialize:optimizer_states" and unfused_made:
             # FP16_UnfusedOptimizer's warm-up at its param group g: the later groups' state not made yet
             sized = [(e, unfused_made.get(id(e), nb)) for e, nb in sized]
