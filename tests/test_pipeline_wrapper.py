@@ -293,15 +293,22 @@ def test_last_stage_kept_outputs_counted_once_in_backward():
     logits the activation estimate's saved tensors hold, so a backward instant counts the kept outputs of the other
     buffers only; a forward instant all of them (l.751 replaces a buffer's output after the forward). By hand on a
     2-stage plan, GA 2 (2 pipe buffers: max(2, min(stages - stage, micro-batches)), schedule.py l.255-256),
-    b = 1, s = 8, V = 96, bf16: one buffer's logits 1 x 8 x 96 x 2 = 1,536 B."""
+    b = 1, s = 8, V = 96, bf16: one buffer's logits 1 x 8 x 96 x 2 = 1,536 B. The loss gradients (1,000,000 B here)
+    make backward's start its worst moment (timeline._backward_activations), where no parameter gradient is made yet:
+    the 16-bit gradients where this backward makes them (micro-step 1's: stage 0 V H + 2 (H + 2 F H) = 13,376, stage 1
+    2 (H + 2 F H) + H + V H = 13,408 elements x 2 B) or, beside the kept ones, the new gradient torch adds into them
+    (accumulate_grad_new, the largest n_p + s_p: V H = 3,072 x 2 B on both stages) are not live there."""
     from types import SimpleNamespace
 
     from advisor.ledger.timeline import role_timeline
 
     led, load = _bf16_zero0_pp2_ga2()
-    acts = SimpleNamespace(saved_accelerator=10_000, loss_spike=0, loss_backward_spike=0, recompute_layer=0,
+    acts = SimpleNamespace(saved_accelerator=10_000, loss_spike=0, loss_backward_spike=1_000_000, recompute_layer=0,
                            saved_host=0)
     tiers = ("accelerator",)
+    block = H + 2 * F * H
+    made = {0: (V * H + 2 * block) * 2, 1: (2 * block + H + V * H) * 2}
+    assert made == {0: 26752, 1: 26816}
     for r, logits in ((0, 0), (1, 1536)):
         bare = role_timeline(led, led.rank(r), load, ga=2, rank=r)
         with_acts = role_timeline(led, led.rank(r), load, activations=acts, ga=2, rank=r)
@@ -310,7 +317,8 @@ def test_last_stage_kept_outputs_counted_once_in_backward():
             if x.phase == "forward":
                 assert extra == 10_000, (r, x.key, extra)
             elif x.phase == "backward":
-                assert extra == 10_000 - logits, (r, x.key, extra)
+                grads = made[r] if x.key in ("backward:1", "steady:backward:1") else V * H * 2
+                assert extra == 1_010_000 - logits - grads, (r, x.key, extra)
 
 
 def test_activations_per_instant_follow_the_micro_batches_in_flight():
@@ -340,8 +348,13 @@ def test_activations_per_instant_follow_the_micro_batches_in_flight():
     with_acts = role_timeline(led, led.rank(0), load, activations=acts[0], ga=2, rank=0)
     extra = {x.key: with_acts.series(("accelerator",))[i] - bare.series(("accelerator",))[i]
              for i, x in enumerate(bare.instants) if x.phase in ("forward", "backward")}
-    assert extra == {"forward:1": 3000, "forward:2": 6000, "backward:1": 6000, "backward:2": 3000,
-                     "steady:backward:1": 6000, "steady:forward": 6000, "steady:backward": 3000}, extra
+    # a backward instant is its worst moment (timeline._backward_activations; s = 3,000 / 2 layers = 1,500 B):
+    # B1 makes the stage's 26,752 B of 16-bit gradients (embedding 3,072 + 2 x 5,152 elements x 2 B): start 6,000;
+    # layer 1 6,000 + 10,304; layer 0 4,500 + 20,608; end 3,000 (micro-batch 2's) + 26,752 = the worst -> 3,000 over
+    # the bare instant's gradients. B2 adds into the kept ones (accumulate_grad_new, bare 3,072 x 2 = 6,144 B): start
+    # 3,000; layer 1 3,000 + up_proj's 2,560 x 2 = 8,120, the worst; layer 0 1,500 + 5,120; end 0 + 6,144 -> 1,976
+    assert extra == {"forward:1": 3000, "forward:2": 6000, "backward:1": 3000, "backward:2": 1976,
+                     "steady:backward:1": 3000, "steady:forward": 6000, "steady:backward": 1976}, extra
 
 
 def test_steady_iteration_peak_not_under_its_first_backward(tmp_path):

@@ -924,6 +924,70 @@ def test_zero3_backward_places_each_flush_with_the_activations_live_then():
     assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 16800 - 2400
 
 
+def test_zero0_backward_gradients_made_where_their_layer_runs_back():
+    # Issue 15 at stage 0: the 16-bit param.grad (lp_grads, N x 2) is made by autograd node by node as backward
+    # runs (accumulate_grad.h), and each node's saved tensors go once it has run (engine.cpp evaluate_function ->
+    # release_variables), so a backward instant is the worst of start / each layer / end, not all saved + all
+    # gradients. fp16 stage 0 (FP16_Optimizer), W = 1, GA 1; tensors (forward order) embed 1,000, layers.0 100,
+    # layers.1 100, head 800 (x 2 B). Activations: saved 10,000 of which loss head 1,000, so a layer's saved
+    # tensors s = (10,000 - 1,000) / 2 = 4,500; loss gradients 3,000, one recomputed layer 500.
+    #   start   10,000 + 3,000, no gradient made yet                          = 13,000
+    #   layer 1 10,000 + 500 + (head 800 + layers.1 100) x 2 = 10,500 + 1,800 = 12,300
+    #   layer 0 10,000 - 4,500 + 500 + (800 + 200) x 2 = 6,000 + 2,000        =  8,000
+    #   end     layers' and head's saved freed (0) + 2,000 x 2                  =  4,000
+    # -> 13,000 where the sum said 10,000 + 3,000 + 4,000 = 17,000 (bare: the 4,000 B of gradients)
+    from types import SimpleNamespace
+    inv = Inventory(name="ends", tensors=[TensorSpec(n, (k,)) for n, k in [
+        ("embed.weight", 1000), ("layers.0.w.weight", 100), ("layers.1.w.weight", 100),
+        ("head.weight", 800)]], source="test")
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
+                           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=1)))
+    assert next(e.bytes for e in led.rank(0).entries if e.item == "lp_grads") == 4000
+    load = resolve_load(ec)
+    bare = role_timeline(led, led.rank(0), load, ga=1)
+    acts = SimpleNamespace(saved_accelerator=10000, saved_host=0, loss_spike=0, loss_head=1000,
+                           loss_backward_spike=3000, recompute_layer=500)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    for key in ("backward:1", "steady:backward"):
+        assert _at(full, key) - _at(bare, key) == 13000 - 4000, key
+    # no loss spike, no recompute, saved 4,000 (no loss head: s = 2,000): start 4,000; layer 1 4,000 + 1,800 =
+    # 5,800; layer 0 2,000 + 2,000 = 4,000; end 4,000 -> layer 1's moment, 5,800
+    acts = SimpleNamespace(saved_accelerator=4000, saved_host=0, loss_spike=0, loss_head=0,
+                           loss_backward_spike=0, recompute_layer=0)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 5800 - 4000
+    # saved 2,000 (s = 1,000): start 2,000; layer 1 3,800; layer 0 1,000 + 2,000; end 4,000 -> the end: the
+    # gradients alone, no activation beside them
+    acts.saved_accelerator = 2000
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") == _at(bare, "steady:backward")
+
+
+def test_zero0_backward_identical_layers_worst_moment_at_layer_zero():
+    # The same rule over 5 identical layers (layers.i 200 elements each), embed 10, head 800, fp16 stage 0, W = 1:
+    # lp_grads = 1,810 x 2 = 3,620 B. Activations saved 1,000 (no loss head: s = 200 per layer), no loss gradients,
+    # no recompute. Layer moments j = layers run back before it (timeline._layer_moments evaluates j = 0, 1, 4):
+    #   start 1,000; layer 4 1,000 + (800 + 200) x 2 = 3,000; layer 3 800 + 1,200 x 2 = 3,200; ...
+    #   layer 0 200 + (800 + 1,000) x 2 = 3,800 (the worst); end 0 + 3,620
+    from types import SimpleNamespace
+    from advisor.ledger.timeline import _layer_moments, backward_grad_layout
+    inv = Inventory(name="five", tensors=[TensorSpec("embed.weight", (10,))]
+                    + [TensorSpec(f"layers.{i}.w.weight", (200,)) for i in range(5)]
+                    + [TensorSpec("head.weight", (800,))], source="test")
+    assert backward_grad_layout(inv)[:3] == (10, 800, (200,) * 5)
+    assert _layer_moments(backward_grad_layout(inv)) == [0, 1, 4]
+    ec = effective_config({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
+                           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}})
+    led = compute_ledger(Plan(ec, inv, Cluster(world_size=1)))
+    load = resolve_load(ec)
+    bare = role_timeline(led, led.rank(0), load, ga=1)
+    acts = SimpleNamespace(saved_accelerator=1000, saved_host=0, loss_spike=0, loss_head=0,
+                           loss_backward_spike=0, recompute_layer=0)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 3800 - 3620
+
+
 def test_zero3_offload_norm_sits_in_its_flush_not_at_backward_start():
     # The inventory above with offload_optimizer cpu: each flush also holds the fp64 norm copy of
     # its largest gradient partition (ceil(n/2) x 8: head 400, layers 50, embed 500), only then.

@@ -105,9 +105,10 @@ group 0's update (15% over the one-instant step on the engine's tracker).
 
 Activations (when estimated) are live in forward (saved + loss spike) and backward (saved +
 the larger of one recomputed layer and the loss gradients); host-offloaded checkpoints in both.
-Where a backward transient is split by region (``Entry.regions``: ZeRO-3's ``zero3_reduce_flush``),
-a backward instant is the worst of backward's start, its layers and its end, each with the
-activations live then (:func:`_backward_activations`), not the sum of the maxima.
+Where a backward transient is split by region (``Entry.regions``: ZeRO-3's ``zero3_reduce_flush``)
+or is a gradient backward makes whole (:data:`MADE_GRAD_ITEMS`, ZeRO 0-2), a backward instant is the
+worst of backward's start, each layer's backward and its end, each with the activations live then
+(:func:`_backward_activations`), not the sum of the maxima.
 
 Load phase (:class:`LoadAssumption`, per rank, host pageable memory): without
 ``deepspeed.zero.Init`` every rank builds the whole model in host memory before
@@ -2475,37 +2476,168 @@ def _load_and_init(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, r:
     return list(got[1])
 
 
-def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list) -> int:
-    """Accelerator activation bytes at a backward instant, placed with the backward transients
-    that are split by region (``Entry.regions``, ZeRO-3's ``zero3_reduce_flush``): the instant is
-    the worst of three moments of backward, not the sum of each one's maximum.
+#: Gradients backward makes whole (ZeRO 0-2), split by the moment of backward that made them
+#: (:func:`backward_grad_layout`): ``sum`` = every param.grad made so far (stage 0's and ZeRO-1's ``lp_grads``,
+#: made by autograd's AccumulateGrad as each node runs, ``torch/csrc/autograd/functions/accumulate_grad.h``;
+#: stage 0 keeps them to the boundary, ``engine.py`` _take_model_step l.3522-3532; ZeRO-1 reduces them only at
+#: the boundary, ``engine.py`` allreduce_gradients l.3088-3092 -> ``stage_1_and_2.py`` reduce_gradients
+#: l.962-968), ``max`` = the largest new gradient beside the kept param.grad
+#: (``state.accumulate_grad_new_elements``: the node running now).
+MADE_GRAD_ITEMS = {"lp_grads": "sum", "accumulate_grad_new": "max"}
 
-    * start (the loss's backward): every saved activation + ``loss_backward_spike``, beside the
-      flushes of the gradients of the modules after the last layer (lm_head, final norm);
-    * the layers: layer i's backward with the saved activations of layers 0..i still live and one
-      recomputed layer; bounded here by all saved activations + ``recompute_layer`` (layer L-1,
-      the first run in backward), beside the largest flush among the layers' gradients;
-    * end (the embedding's gradient, the epilogue's flush): the layers' saved activations freed.
+
+def backward_grad_layout(inv: Any) -> tuple[int, int, tuple[int, ...], int, int, tuple[int, ...], int]:
+    """Where backward makes each trainable gradient of ``inv`` (elements), in forward order:
+    ``(pre, post, layers, pre_max, post_max, layer_maxes, N)``: ``pre`` = the tensors before the first
+    decoder-layer tensor (the embedding: its backward runs last), ``post`` = the other tensors outside
+    any layer (final norm, lm_head: run first, right after the loss), ``layers[i]`` = layer i's elements
+    (layers by :data:`advisor.model.parallel._LAYER_RE`'s index, in tensor order); ``*_max`` = the
+    largest n_p + s_p of each (s_p: ``state.autograd_siblings``, the gradient its node makes with it);
+    ``N`` = all trainable elements. No layer tensor: everything is ``post`` (one moment, an upper bound).
+    A tied embedding (one tensor, listed first) is ``pre``: its AccumulateGrad runs once, after the
+    embedding's backward adds its part (``torch/csrc/autograd/engine.cpp``: a node runs when all its
+    inputs are ready). Memoised per tensor list."""
+    from advisor.ledger.state import autograd_siblings
+    from advisor.model.parallel import _LAYER_RE
+
+    def compute() -> tuple:
+        sib = autograd_siblings(inv)
+        pre = post = pre_max = post_max = n_all = 0
+        layers: dict[str, list[int]] = {}
+        seen_layer = False
+        for t, s in zip(inv.tensors, sib):
+            if not t.trainable:
+                continue
+            n_all += t.numel
+            m = _LAYER_RE.search(t.name)
+            if m:
+                seen_layer = True
+                got = layers.setdefault(t.name[:m.end()], [0, 0])
+                got[0] += t.numel
+                got[1] = max(got[1], t.numel + s)
+            elif seen_layer:
+                post += t.numel
+                post_max = max(post_max, t.numel + s)
+            else:
+                pre += t.numel
+                pre_max = max(pre_max, t.numel + s)
+        if not layers:
+            return 0, pre, (), 0, pre_max, (), n_all
+        return (pre, post, tuple(v[0] for v in layers.values()), pre_max, post_max,
+                tuple(v[1] for v in layers.values()), n_all)
+    return inv.memo(("backward_grad_layout",), compute)
+
+
+def _layer_moments(lay: tuple) -> list[int]:
+    """The layer moments of backward worth evaluating, as j = layers run back before it (0 = layer L-1): all
+    of them, or with identical layers (every layer's elements and largest n_p + s_p the same) j = 0, 1 and
+    L-1 only: from j = 1 on a moment's gradients grow and its activations shrink by the same per layer, so
+    the worst is at an end of that range (O(1) per instant for a 10^5-layer model, issue 21)."""
+    layers, maxes = lay[2], lay[5]
+    L = len(layers)
+    if L > 3 and min(layers) == max(layers) and min(maxes) == max(maxes):
+        return [0, 1, L - 1]
+    return list(range(L))
+
+
+def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int]) -> list[int] | None:
+    """Bytes of the made-gradient entry ``e`` (``nb`` at this instant) at each moment of backward:
+    [start, the layer moments ``js`` (j layers run back before it: layer L-1-j's backward), end]
+    (:func:`_backward_activations`); None where it is not split (its bytes are not a whole number of
+    bytes per element of :func:`backward_grad_layout`)."""
+    pre, post, layers, pre_max, post_max, layer_maxes, n_all = lay
+    kind = MADE_GRAD_ITEMS[e.item]
+    L = len(layers)
+    if kind == "sum":
+        if not n_all or nb % n_all:
+            return None
+        b = nb // n_all
+        run = list(itertools.accumulate(reversed(layers), initial=post))  # run[j + 1]: head + layers L-1-j..L-1
+        mid = [run[j + 1] * b for j in js] if L else [post * b]  # no layer: one moment, every gradient
+        return [0, *mid, n_all * b]
+    big = max(pre_max, post_max, *layer_maxes)
+    if not big or nb % big:
+        return None
+    b = nb // big
+    # the head's nodes run just before layer L-1's: counted with it
+    mid = [(max(layer_maxes[L - 1], post_max) if j == 0 else layer_maxes[L - 1 - j]) * b for j in js] if L \
+        else [post_max * b]
+    return [0, *mid, pre_max * b]
+
+
+def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, lay: tuple | None = None,
+                          made: bool = True, n_flight: int = 1, kept_dup: int = 0) -> int:
+    """Accelerator activation bytes at a backward instant, placed with the backward transients that
+    are split by the moment of backward they belong to: the instant is the worst moment of backward,
+    not the sum of each one's maximum. Split are ZeRO-3's region entries (``Entry.regions``:
+    ``zero3_reduce_flush`` and the gathered parameters, (start, layers, end)) and the gradients backward
+    makes whole at ZeRO 0-2 (:data:`MADE_GRAD_ITEMS`, per :func:`backward_grad_layout` of the rank's
+    stage ``lay``; ``lp_grads`` only where ``made``: no param.grad kept from an earlier micro-step).
+
+    The moments, with the activations live at each (``s`` = one layer's saved bytes of the micro-batch
+    run back: its ``(saved - loss_head) / n_flight - pipe_kept`` over the inventory's layers):
+
+    * start (the loss's backward): every saved activation + ``loss_backward_spike``; no parameter
+      gradient made yet (the loss's nodes run first), beside ZeRO-3's flushes of the head's gradients;
+    * layer i's backward, i = L-1 down to 0: the saved activations but those of layers i+1..L-1 of the
+      run-back micro-batch, + ``recompute_layer``, beside the gradients of the head (lm_head, final norm:
+      made right before layer L-1, counted with it) and of layers i..L-1 (the whole layer's, made as its
+      nodes run: an upper bound inside the layer, whose own saved tensors are counted too), ZeRO-3's
+      largest flush among the layers. The loss head's saved tensors (``loss_head``) are counted at layer
+      L-1's moment (the head's nodes run just before it: an upper bound) and freed below it (engine, 2-stage
+      PipelineModule, the last stage's micro-batch 1 backward: its peak is there, layer 0's);
+    * end (the embedding's gradient, the epilogue's flush): the run-back micro-batch's saved tensors
+      freed but what the PipelineEngine keeps of it (``pipe_kept``, until ``pipe/engine.py`` l.866)
+      and the loss head's; every gradient made. The other in-flight micro-batches' saved tensors stay.
 
     Rules: torch's autograd releases a node's saved tensors after it runs
     (``torch/csrc/autograd/engine.cpp`` evaluate_function -> ``fn.release_variables()`` when
-    ``keep_graph`` is false); ``torch.utils.checkpoint`` recomputes a layer inside its own
-    backward and its recomputed tensors go with that node. So at the end of backward only what
-    the modules before the first layer saved is live (the embedding's index input: counted as 0).
-    The entry's full bytes (already in ``d``) are replaced by its region share; returns the
-    activation bytes of the worst moment and rewrites the entry's row bytes to the same moment."""
-    split = [(e, nb) for e, nb in sized if getattr(e, "regions", ()) and e.tier == "accelerator"]
+    ``keep_graph`` is false) and makes a parameter's gradient when its AccumulateGrad node runs;
+    ``torch.utils.checkpoint`` recomputes a layer inside its own backward and its recomputed tensors go
+    with that node. At the end of backward only what the modules before the first layer saved is live
+    of the run-back micro-batch (the embedding's index input: counted as 0). ``kept_dup`` (the last
+    pipeline stage's kept logits counted twice, :func:`_kept_output_in_activations`) is taken off the
+    moments that still hold the loss head. Each split entry's full bytes (already in ``d``) are replaced
+    by its moment's share; returns the activation bytes of the worst moment and rewrites the entries'
+    row bytes to the same moment."""
     saved = a.saved_accelerator
     loss = getattr(a, "loss_backward_spike", 0)
-    if not split:
-        return saved + max(a.recompute_layer, loss)
-    # region totals of the split entries, at the start / in the layers / at the end
-    reg = [sum(e.regions[k] for e, _ in split) for k in range(3)]
-    acts = [saved + loss, saved + a.recompute_layer, 0]
-    k = max(range(3), key=lambda j: (acts[j] + reg[j], -j))
-    full = sum(nb for _, nb in split)
-    d["accelerator"] -= full - reg[k]
-    names = {e.item: e.regions[k] for e, _ in split}
+    split = [(e, nb) for e, nb in sized if getattr(e, "regions", ()) and e.tier == "accelerator"]
+    grads = []
+    js = _layer_moments(lay) if lay is not None else []
+    if lay is not None:
+        for e, nb in sized:
+            if e.tier == "accelerator" and e.item in MADE_GRAD_ITEMS and not e.regions and (
+                    made or MADE_GRAD_ITEMS[e.item] == "max"):
+                m = _made_grad_moments(e, nb, lay, js)
+                if m is not None:
+                    grads.append((e, nb, m))
+    if not split and not grads:
+        return saved + max(a.recompute_layer, loss) - kept_dup
+    layers = len(lay[2]) if lay is not None else 0
+    head = getattr(a, "loss_head", 0)
+    own = max(0, (saved - head) // max(1, n_flight) - getattr(a, "pipe_kept", 0))
+    s = own // layers if layers else 0
+    acts = [saved + loss - kept_dup]
+    if layers and grads:
+        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it they are freed
+        acts += [saved - j * s + a.recompute_layer - (kept_dup if j == 0 else head) for j in js]
+    else:
+        acts.append(saved + a.recompute_layer - kept_dup)
+    acts.append(saved - head - own)
+    nm = len(acts)
+    # each moment's bytes of every split entry (a ZeRO-3 entry's layers region at every layer moment)
+    per = []
+    for e, _ in split:
+        r = e.regions
+        per.append((e, [r[0]] + [r[1]] * (nm - 2) + [r[2]]))
+    for e, _, m in grads:
+        per.append((e, m))
+    tot = [acts[k] + sum(m[k] for _, m in per) for k in range(nm)]
+    k = max(range(nm), key=lambda j: (tot[j], -j))
+    full = sum(nb for _, nb in split) + sum(nb for _, nb, _ in grads)
+    d["accelerator"] -= full - sum(m[k] for _, m in per)
+    names = {e.item: m[k] for e, m in per}
     for j, row in enumerate(here):
         if row[0] in names and row[1] == "accelerator":
             here[j] = (row[0], row[1], row[2], names[row[0]])
@@ -2617,18 +2749,24 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
             d[e.tier] += nb
             here.append((e.item, e.tier, e.cls, nb))
         a = activations
+        flight = getattr(a, "in_flight", 1)
         if a is not None and pipe and inst.phase in ("forward", "backward") and getattr(a, "in_flight", 1) > 1:
             # the micro-batches in flight at this instant, not the most the stage ever holds
             n = pipe_in_flight(cl.pipeline_parallel, cl.coords(r)[0], ga, inst.key)
             if n is not None and n < a.in_flight:
                 per_mb = (a.saved_accelerator - a.loss_head) // a.in_flight
                 a = replace(a, saved_accelerator=a.saved_accelerator - (a.in_flight - n) * per_mb)
+                flight = n
         if a is not None and inst.phase in ("forward", "backward"):
             if inst.phase == "forward":
                 acc = a.saved_accelerator + a.loss_spike
             else:
-                acc = _backward_activations(a, sized, d, here)
-                acc -= _kept_output_in_activations(ledger, rl, ga, sized)
+                inv_r = _stage_inventory(ledger, r) if cl.model_parallel else ledger.plan.inventory
+                # lp_grads is made by this backward unless an earlier micro-step's param.grad is kept into it
+                # (accumulate_grad_new is live exactly there: state._add_accumulate_grad_new)
+                made = not any(e.item == "accumulate_grad_new" for e, _ in sized)
+                acc = _backward_activations(a, sized, d, here, backward_grad_layout(inv_r), made, flight,
+                                            _kept_output_in_activations(ledger, rl, ga, sized))
             d["accelerator"] += acc
             here.append(("activations", "accelerator", "activations", acc))
             if a.saved_host:
