@@ -83,6 +83,41 @@ def test_stop_from_another_thread_ends_the_whole_process_group(tmp_path):
     assert not _alive(child), "the launcher's child survived stop"
 
 
+def test_side_by_side_ends_the_other_launch_when_one_fails(tmp_path):
+    """The engine tests' pool (tests/engine/parity.py side_by_side): when one call fails (as on Ctrl-C, any
+    exception in the waiting thread), the launch still running beside it is ended whole through ``stop`` -- its
+    child gone long before its 120 s timeout -- and the failure is re-raised."""
+    import pytest
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
+    try:
+        from parity import side_by_side
+    finally:
+        sys.path.pop(0)
+    pidfile = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time\n"
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+              "time.sleep(120)\n")
+
+    def call(a, stop):
+        if a == "long":
+            return run_process_group([sys.executable, "-c", script], 120.0, stop=stop)
+        deadline = time.time() + 30
+        while not pidfile.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        raise RuntimeError("the other launch failed")
+
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="the other launch failed"):
+        side_by_side(call, ["long", "fails"])
+    assert time.time() - t0 < 45, "the pool waited for the long launch"
+    child = int(pidfile.read_text())
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the long launch's child survived"
+
+
 def test_normal_exit_returns_the_status():
     assert run_process_group([sys.executable, "-c", "raise SystemExit(3)"], 30) == 3
 

@@ -363,7 +363,8 @@ def build_note(env: dict[str, str] | None = None) -> str:
 
 def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str | None = None,
                      timeout_s: float = 600.0, keep: bool = False, partial_ok: bool = False,
-                     progress: Callable[[str], None] | None = None) -> list[CellResult]:
+                     progress: Callable[[str], None] | None = None,
+                     abort: threading.Event | None = None) -> list[CellResult]:
     """Measure several cells in one launch of ``world_size`` ranks (one DeepSpeed import per
     rank; engines are built one after another in the same process group).
 
@@ -382,7 +383,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
     with ``partial_ok`` it returns what the ranks reported instead, each missing rank record
     being ``{"error": "launch failed: ..."}``. ``progress`` (one line of words) is told where the
     ops are built (:func:`build_note`) and that the launch starts, before it does; then when
-    DeepSpeed builds or loads an op, and every 30 s while it runs.
+    DeepSpeed builds or loads an op, and every 30 s while it runs. ``abort``: an event another thread sets to end
+    the launch whole, as on timeout (:func:`run_process_group`'s ``stop``; a test's pool sets it on Ctrl-C).
     """
     base = tempfile.mkdtemp(prefix="ds-advisor-measure-", dir=workdir)
     try:
@@ -463,8 +465,8 @@ def run_measure_many(cells: list[dict[str, Any]], world_size: int, workdir: str 
                 watcher.start()
             rc = done = None
             try:
-                rc = run_process_group(cmd, timeout_s, clean_locks=False, stdout=log, stderr=subprocess.STDOUT,
-                                       env=env)
+                rc = run_process_group(cmd, timeout_s, clean_locks=False, stop=abort, stdout=log,
+                                       stderr=subprocess.STDOUT, env=env)
                 done = True
             finally:
                 stop.set()

@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from advisor.config.effective import effective_config
@@ -210,6 +209,39 @@ def compare(cell: dict[str, Any], measured: dict[int, dict[str, Any]]) -> list[s
     return out
 
 
+def side_by_side(fn, args, workers: int = 2) -> list:
+    """``[fn(a, stop) for a in args]``, ``workers`` at a time in threads (each call one launch in its own
+    process group, ``advisor.engine.measure.run_process_group``), in ``args``' order; an exception inside any is
+    re-raised.
+
+    Ctrl-C reaches only the main thread (waiting here), and each launch is in its own session, out of the
+    terminal's reach: a plain pool's exit waited for every launch to run to its timeout (900-1500 s). So on any
+    exception here -- KeyboardInterrupt, or the first call that fails -- ``stop`` (a ``threading.Event``) is set,
+    which every call passes to ``run_process_group(stop=...)`` (or ``run_measure_many(abort=...)``): each ends
+    its launch's process groups (SIGTERM, SIGKILL after 5 s) and returns, and the pool shuts down with nothing
+    left running."""
+    import concurrent.futures as cf
+    import threading
+
+    stop = threading.Event()
+    ex = cf.ThreadPoolExecutor(max(1, workers))
+    futures = []
+    try:
+        futures = [ex.submit(fn, a, stop) for a in args]
+        done, _ = cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
+        for f in done:
+            if f.exception() is not None:
+                raise f.exception()
+        return [f.result() for f in futures]
+    except BaseException:
+        stop.set()
+        for f in futures:
+            f.cancel()
+        raise
+    finally:
+        ex.shutdown(wait=True)
+
+
 def run_matrix(cells: list[dict[str, Any]] | None = None, workdir: str | None = None, parallel: int = 2,
                timeout_s: float = 1500.0) -> dict[str, Any]:
     """Run every cell through the real engine, one torch.distributed.run launch per batch of
@@ -228,20 +260,19 @@ def run_matrix(cells: list[dict[str, Any]] | None = None, workdir: str | None = 
     results: dict[str, Any] = {}
     errors: list[str] = []
 
-    def go(batch):
+    def go(batch, stop):
         W, cs = batch
         try:
-            return run_measure_many(cs, W, workdir=workdir, timeout_s=timeout_s, partial_ok=True), None
+            return run_measure_many(cs, W, workdir=workdir, timeout_s=timeout_s, partial_ok=True, abort=stop), None
         except MeasureError as e:
             return [], f"W={W} ({len(cs)} cells): {e}"
 
-    for phase in phases:
-        with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-            for res, err in ex.map(go, phase):
-                if err:
-                    errors.append(err)
-                for cr in res:
-                    results[cr.id] = cr.ranks
+    for phase in phases:  # side_by_side: Ctrl-C ends every launch of the phase, not only the main thread
+        for res, err in side_by_side(go, phase, parallel):
+            if err:
+                errors.append(err)
+            for cr in res:
+                results[cr.id] = cr.ranks
     return {"results": results, "launch_errors": errors, "seconds": time.time() - t0}
 #: TINY with each layer inside a parameterless container (``stack.i``, as HF Llama's ``model.layers.i``, a
 #: LlamaDecoderLayer owning no parameter), the containers in an nn.ModuleList (``stack``): the worker's

@@ -83,7 +83,9 @@ def _port() -> int:
     return p
 
 
-def _launch(world_size: int, cells: list[dict], base: str) -> dict:
+def _launch(world_size: int, cells: list[dict], base: str, stop=None) -> dict:
+    """One launch of ``world_size`` ranks for ``cells`` in ``base``, ended whole when ``stop`` is set
+    (``parity.side_by_side``); {cell id: {"cell": job cell, "error": None | text}}."""
     job = []
     for c in cells:
         c = json.loads(json.dumps(c))
@@ -105,7 +107,7 @@ def _launch(world_size: int, cells: list[dict], base: str) -> dict:
            "--master_addr", "127.0.0.1", "--master_port", str(_port()), WORKER, job_path, base]
     log_path = os.path.join(base, "launch.log")
     with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
-        rc = run_process_group(cmd, TIMEOUT_S, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        rc = run_process_group(cmd, TIMEOUT_S, stop=stop, stdout=fh, stderr=subprocess.STDOUT, env=env)
     log = open(log_path, errors="replace").read()[-8000:] if rc is not None else f"timed out after {TIMEOUT_S} s"
     out = {}
     for c in job:
@@ -123,12 +125,11 @@ def ckpt_runs(tmp_path_factory, aio_available):
     """{world_size: {cell id: {"cell": job cell, "error": None | text}}}; one launch per world size,
     the two side by side (1 + 2 ranks, as the parity matrix runs world sizes 1 and 2): each has its
     own folder, job and process group, and every file compared is the engine's own output."""
-    import concurrent.futures as cf
+    from parity import side_by_side  # Ctrl-C or a failed launch ends both launches
 
     cells = ([NVME_CELL] if aio_available[0] else []) + CELLS
     bases = {w: str(tmp_path_factory.mktemp(f"ckpt_w{w}")) for w in (1, 2)}
-    with cf.ThreadPoolExecutor(2) as ex:
-        return dict(zip(bases, ex.map(lambda w: _launch(w, cells, bases[w]), bases)))
+    return dict(zip(bases, side_by_side(lambda w, stop: _launch(w, cells, bases[w], stop), list(bases))))
 
 
 def _tensor_bytes(obj):

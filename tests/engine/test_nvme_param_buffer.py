@@ -128,34 +128,12 @@ def engine_runs(tmp_path_factory, fix_value):
 
 
 def _both(fn, args) -> dict:
-    """``dict(fn(a, stop) for a in args)``, two at a time: each run is one single-rank process, so two
-    side by side use both cores of a 2-core runner. An assertion inside either is re-raised.
+    """``dict(fn(a, stop) for a in args)``, two at a time (each run is one single-rank process, so two side by
+    side use both cores of a 2-core runner), every launch ended on Ctrl-C or the first failure:
+    ``parity.side_by_side``."""
+    from parity import side_by_side
 
-    Ctrl-C reaches only the main thread (waiting here), and each launch is in its own session
-    (``run_process_group``), out of the terminal's reach: without more, the pool's exit waited for both launches
-    to run to their 900-1500 s timeouts. So on any exception here -- KeyboardInterrupt, or the first run that
-    fails -- ``stop`` is set, which every run passes to ``run_process_group``: each ends its launch's process
-    groups (SIGTERM, SIGKILL after 5 s) and returns, and the pool is shut down with nothing left running."""
-    import concurrent.futures as cf
-    import threading
-
-    stop = threading.Event()
-    ex = cf.ThreadPoolExecutor(2)
-    futures = []
-    try:
-        futures = [ex.submit(fn, a, stop) for a in args]
-        done, _ = cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
-        for f in done:
-            if f.exception() is not None:
-                raise f.exception()
-        return dict(f.result() for f in futures)
-    except BaseException:
-        stop.set()
-        for f in futures:
-            f.cancel()
-        raise
-    finally:
-        ex.shutdown(wait=True)
+    return dict(side_by_side(fn, args, 2))
 
 
 def test_engine_refuses_what_m001_flags(engine_runs):

@@ -78,7 +78,9 @@ CELLS = {
 }
 
 
-def _launch(world: int, cells: list[dict], base: Path) -> dict:
+def _launch(world: int, cells: list[dict], base: Path, stop=None) -> dict:
+    """One launch of ``world`` ranks for ``cells``, ended whole when ``stop`` is set (``parity.side_by_side``);
+    {cell id: ({rank: worker record}, cell)}."""
     job = base / f"job_w{world}.json"
     job.write_text(json.dumps({"cells": cells}))
     out = base / f"out_w{world}"
@@ -95,7 +97,7 @@ def _launch(world: int, cells: list[dict], base: Path) -> dict:
            str(out)]
     log_path = out / "launch.log"
     with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
-        rc = run_process_group(cmd, 900, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        rc = run_process_group(cmd, 900, stop=stop, stdout=fh, stderr=subprocess.STDOUT, env=env)
     log = log_path.read_text(errors="replace")[-6000:] if rc is not None else "timed out after 900 s"
     res = {}
     for c in cells:
@@ -124,12 +126,11 @@ def measured(tmp_path_factory):
              "config": _config(nv, c["param"], c.get("ga", 1))})
     # one launch per world size, side by side (1 + 2 ranks, as the parity matrix runs them): bytes
     # are counted per process (aio handles, /proc/self/io), so a neighbour adds nothing to them
-    import concurrent.futures as cf
+    from parity import side_by_side  # Ctrl-C or a failed launch ends both launches
 
     res = {}
-    with cf.ThreadPoolExecutor(2) as ex:
-        for part in ex.map(lambda wc: _launch(wc[0], wc[1], base), sorted(by_world.items())):
-            res.update(part)
+    for part in side_by_side(lambda wc, stop: _launch(wc[0], wc[1], base, stop), sorted(by_world.items())):
+        res.update(part)
     return res
 
 
