@@ -298,7 +298,8 @@ PIPE_INSTRUCTION_ROWS = ("train_batch:1/ForwardPass:1", "train_batch:1/ForwardPa
 #: head's gradients and the loss head's saved tensors; below it those freed, the run-back micro-batch's layers above
 #: freed, the gradients of the head and the layers run back made) and its end (every gradient, the run-back
 #: micro-batch's saved tensors freed but its kept output); accumulate_grad_new the largest new gradient of the
-#: moment's nodes. Measured 2026-12-07 (1 run; engine - ledger, backward 1 / micro-batch 2 / steady micro-batch 2):
+#: moment's nodes. Measured 2026-12-07 (2 runs, the same bytes; engine - ledger, backward 1 / micro-batch 2 /
+#: steady micro-batch 2):
 #: fp16 stage 0 +528 / +1,296 / +1,300 B, stage 1 +988 / -32 / -540 B; bf16 stage 0 +528 / +1,296 / +1,304 B
 #: (+0.38% / +0.90% / +0.52%), stage 1 +988 / -32 / -536 B; ZeRO-1 stage 0 +528 / +1,296 / +1,304 B, stage 1 +992 /
 #: -28 / -532 B. Stage 1's backward 1 peaks at layer 0's backward (the head's saved tensors freed); what the engine
