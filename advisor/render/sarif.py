@@ -82,7 +82,10 @@ def artifact_uri(path: str, cwd: str | None = None) -> tuple[str, str | None] | 
     except ValueError:  # another drive (Windows)
         rel = None
     if rel is not None and not rel.startswith(os.pardir):
-        return quote(PurePosixPath(*Path(rel).parts).as_posix()), SRCROOT
+        # the name's own bytes percent-encoded (os.fsencode undoes the surrogateescape a non-UTF-8 file name was
+        # read with: bad\xff.json -> bad%FF.json, as Path.as_uri below does), never str -> UTF-8, which raised
+        # UnicodeEncodeError on such a name, an internal error (issue 21 audit)
+        return quote(os.fsencode(PurePosixPath(*Path(rel).parts).as_posix())), SRCROOT
     return Path(absolute).as_uri(), None
 
 
@@ -142,7 +145,8 @@ def to_sarif(results: "Iterable[FileResult]", cwd: str | None = None) -> dict[st
             continue
         for f in r.findings:
             out_results.append(sarif_result(f, index, r.file, cwd))
-    base = Path(os.path.abspath(cwd or os.getcwd())).as_uri().rstrip("/") + "/"
+    base = Path(os.path.abspath(cwd or os.getcwd())).as_uri()
+    base = base if base.endswith("/") else base + "/"  # the root's file:/// stays whole (rstrip made it file:/)
     from advisor.config.versions import current_release, release_dict
     invocation: dict[str, Any] = {"executionSuccessful": not notes,
                                   # the DeepSpeed release these findings were checked against
