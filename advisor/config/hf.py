@@ -916,6 +916,10 @@ def accelerate_base_config(launch: AccelerateLaunch) -> tuple[dict, bool]:
         if not isinstance(d, dict):
             raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file}: top level is "
                                f"{type_name(d)}, expected a JSON object")
+        from advisor.config.readers import wide_array_problem
+        wide = wide_array_problem(d)
+        if wide is not None:
+            raise AdvisorError(f"{launch.source}: deepspeed_config_file {launch.deepspeed_config_file}: {wide[1]}")
         return d, True
     cfg: dict[str, Any] = {
         "train_batch_size": AUTO,

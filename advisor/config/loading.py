@@ -34,7 +34,7 @@ from advisor.errors import ConfigLoadError, NotAnObjectError, int_limit_problem
 from advisor.findings import escape_token
 
 from advisor.config.validation import type_name
-from advisor.config.readers import (MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok,
+from advisor.config.readers import (MAX_CONFIG_BYTES, MAX_DEPTH, LineIndex, decode_text, depth_ok, wide_array_problem,
                                     duplicate_key_problem, gc_paused, non_finite_path, read_bytes, repeated_member)
 
 from advisor.errors import MAX_ECHO_CHARS, cut  # noqa: F401  (the one echo-cutting helper)
@@ -163,6 +163,10 @@ def parse_text(text: str, source: str) -> LoadedConfig:
             at = at.rsplit("/", 1)[0]
         line, col = positions.get(at, (None, None))
         raise ConfigLoadError(source, f"{bad}: non-finite number (NaN or Infinity); give a finite value", line, col)
+    wide = wide_array_problem(data)
+    if wide is not None:  # bounded validation work (issue 21 audit): one line, as a too-deep file
+        line, col = positions.get(wide[0], (None, None))
+        raise ConfigLoadError(source, wide[1], line, col)
     return LoadedConfig(source=source, data=data, positions=positions, text=text)
 
 

@@ -187,6 +187,69 @@ def read_text(path: str, *, limit: int, what: str = "file", error: ErrorFactory 
     return decode_text(raw, "<stdin>" if path == "-" and stdin_ok else path, what=what, error=error)
 
 
+#: Elements of a config array the schema sees one by one (``config.schema.reduce_arrays``); past them, each
+#: distinct later element once.
+ARRAY_HEAD = 64
+#: Most distinct elements a config array may have past its first :data:`ARRAY_HEAD`: each is validated on its own
+#: (a schema error and a finding apiece before they are folded), ~50 us and ~5 KB each -- 100,000 distinct
+#: ``{"x": i}`` took 5.2 s CPU / 480 MB in lint, 300,000 16 s / 1.4 GB, and the 8 MiB config limit holds ~660,000
+#: (issue 21 audit: "time and memory must not grow with config width"). No DeepSpeed 0.19.8 key takes an array of
+#: more than a few elements (betas, the curriculum / compression lists name a few modules or steps), so 10,000 is
+#: far past any real config: ~0.5 s there. Equal elements are one (a 2M-element ``[{}, ...]`` is 1 distinct).
+MAX_ARRAY_DISTINCT = 10_000
+#: ``json.dumps(v, sort_keys=True, default=str)``, with the encoder built once, not per element:
+#: building it per call was most of the ~6 s reduce_arrays spent on a 2M-element array (issue 21).
+_canonical = json.JSONEncoder(sort_keys=True, default=str).encode
+_EMPTY_KEY = {dict: ("json", "{}"), list: ("json", "[]")}
+
+
+def element_key(v: Any) -> tuple:
+    """The key two equal array elements share (equal JSON: ``1`` and ``1.0`` differ, as their types do): the
+    one grouping of ``config.schema.reduce_arrays`` and :func:`wide_array`."""
+    t = type(v)
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return (t.__name__, v)
+    if not v and (t is dict or t is list):
+        return _EMPTY_KEY[t]  # what the encoder would write, without calling it
+    return ("json", _canonical(v))
+
+
+def wide_array(data: Any, cap: int = MAX_ARRAY_DISTINCT) -> tuple[str, int] | None:
+    """(JSON pointer, length) of the first array in ``data`` with more than ``cap`` distinct elements past its
+    first :data:`ARRAY_HEAD`, else None. Walks what the schema would see (the head and one element of each
+    distinct value, nested arrays likewise) and stops at the first such array, so it costs one key per element
+    of the arrays it reads and no more than the validation it guards."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, ptr = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{ptr}/{str(k).replace('~', '~0').replace('/', '~1')}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node[:ARRAY_HEAD]))
+            seen: set[tuple] = set()
+            for i in range(ARRAY_HEAD, len(node)):
+                key = element_key(node[i])
+                if key not in seen:
+                    seen.add(key)
+                    if len(seen) > cap:
+                        return ptr or "/", len(node)
+                    stack.append((node[i], f"{ptr}/{i}"))
+    return None
+
+
+def wide_array_problem(data: Any) -> tuple[str, str] | None:
+    """(JSON pointer, one-line problem) for :func:`wide_array`'s array in a config ``data``, else None: the
+    refusal every config reader raises (``loading.parse_text``, an accelerate ``deepspeed_config_file``)."""
+    hit = wide_array(data)
+    if hit is None:
+        return None
+    from advisor.errors import cut
+    ptr, n = hit
+    return ptr, (f"{cut(ptr)}: an array of {n:,} elements with more than {MAX_ARRAY_DISTINCT:,} distinct values "
+                 f"past its first {ARRAY_HEAD}: over the limit (each distinct value is validated on its own; no "
+                 "DeepSpeed key takes such an array)")
+
+
 def depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
     """True when ``text`` never opens more than ``max_depth`` brackets (``{`` / ``[``) at once
     (brackets inside strings count too: a cheap, conservative pre-parse bound).

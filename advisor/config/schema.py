@@ -36,6 +36,9 @@ from typing import TYPE_CHECKING, Any
 from advisor.rules import emit
 from advisor.findings import Finding, pointer
 from advisor.config.suppress import SUPPRESS_KEY
+# ARRAY_HEAD: elements of an array the schema sees one by one; past them, each distinct later element once (the
+# loaders refuse an array of more than readers.MAX_ARRAY_DISTINCT distinct later elements)
+from advisor.config.readers import ARRAY_HEAD, element_key
 
 if TYPE_CHECKING:
     from advisor.config.keys import KeyTable
@@ -136,8 +139,6 @@ def _as_written(f: Finding, loaded: "LoadedConfig") -> Finding:
         f"not true or false", 1))
 
 
-#: Elements of an array the schema sees one by one; past them, each distinct later element once.
-ARRAY_HEAD = 64
 
 
 def reduce_arrays(data: Any) -> tuple[Any, dict[tuple, list[list[int]]]]:
@@ -168,15 +169,7 @@ def reduce_arrays(data: Any) -> tuple[Any, dict[tuple, list[list[int]]]]:
                 return [walk(v, rpath + (i,)) for i, v in enumerate(node)]
             reps: dict[tuple, list[int]] = {}
             for i in range(ARRAY_HEAD, len(node)):
-                v = node[i]
-                t = type(v)
-                if v is None or isinstance(v, (str, int, float, bool)):
-                    key = (t.__name__, v)
-                elif not v and (t is dict or t is list):
-                    key = _EMPTY_KEY[t]  # what the encoder would write, without calling it
-                else:
-                    key = ("json", _canonical(v))
-                reps.setdefault(key, []).append(i)
+                reps.setdefault(element_key(node[i]), []).append(i)
             idx = [[i] for i in range(ARRAY_HEAD)] + list(reps.values())
             amap[rpath] = idx
             return [walk(node[ix[0]], rpath + (k,)) for k, ix in enumerate(idx)]
@@ -186,10 +179,6 @@ def reduce_arrays(data: Any) -> tuple[Any, dict[tuple, list[list[int]]]]:
     return red, amap
 
 
-#: ``json.dumps(v, sort_keys=True, default=str)``, with the encoder built once, not per element:
-#: building it per call was most of the ~6 s reduce_arrays spent on a 2M-element array (issue 21).
-_canonical = json.JSONEncoder(sort_keys=True, default=str).encode
-_EMPTY_KEY = {dict: ("json", "{}"), list: ("json", "[]")}
 
 
 def _original_path(rpath: "list[Any] | tuple", amap: dict[tuple, list[list[int]]]) -> tuple[list[Any], int]:
