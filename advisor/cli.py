@@ -240,13 +240,19 @@ def _omp_threads(flag: int | None):
         raise _fail(str(e))
 
 
-def _job_shape(world_size, gpus_per_node, nodes, launch, hardware, hardware_label=None, default_gpus_per_node=None):
+def _job_shape(world_size, gpus_per_node, nodes, launch, hardware, hardware_label=None, default_gpus_per_node=None,
+               wl=None):
     """:func:`advisor.cluster.launch.job_shape` (the world size, ranks per node and nodes every
-    command models), or exit 2 with its one line."""
+    command models), or exit 2 with its one line. ``wl``: the resolved workload
+    (:func:`advisor.views.workload.resolve`), whose sidecar's recorded world shape stands in for a world
+    size nothing else gives."""
     from advisor.cluster.launch import job_shape
+    world = (getattr(wl, "recorded", None) or {}).get("world") if wl is not None else None
+    recorded = (world, os.path.basename(wl.sidecar)) if world and getattr(wl, "sidecar", None) else None
     try:
         return job_shape(world_size=world_size, gpus_per_node=gpus_per_node, nodes=nodes, launch=launch,
-                         hardware=hardware, hardware_label=hardware_label, default_gpus_per_node=default_gpus_per_node)
+                         hardware=hardware, hardware_label=hardware_label, default_gpus_per_node=default_gpus_per_node,
+                         recorded=recorded)
     except AdvisorError as e:
         raise _fail(str(e))
 
@@ -764,7 +770,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     wl = _workload(config, a, loaded.data)
     _check_checkpointing(wl, inv)
     v = wl.values
-    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}")
+    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}", wl=wl)
     warn = _seq_len_warning(wl, inv)  # after the shape: a refused shape is one line
     if warn and warnings is not None:
         warnings.append(warn)
@@ -2007,7 +2013,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel
     if str(v["checkpointing"]).startswith("sac"):
         raise click.UsageError("--checkpointing sac needs --activations trace, which checkpoint does not run: "
                                "use estimate --activations trace")
-    shape = _job_shape(world_size, gpus_per_node, nodes, inp.launch, hw, default_gpus_per_node=8)
+    shape = _job_shape(world_size, gpus_per_node, nodes, inp.launch, hw, default_gpus_per_node=8, wl=wl)
     cl, _ = _workload_cluster(shape.world_size.value, shape.gpus_per_node.value, v, loaded.data, omp_threads)
     workload = Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
                         moe_capacity_factor=v["moe_capacity_factor"])

@@ -45,6 +45,27 @@ def test_the_sidecar_records_the_world_and_another_world_is_W003(tmp_path):
     assert _w003(old) == [] and old["assumptions"]["workload"]["seq_len"] == 4096
 
 
+def test_estimate_without_a_world_takes_the_recorded_one(tmp_path, monkeypatch):
+    """generate for 1 node x 8 GPUs, then estimate with no world flag, launcher variable or --hardware: the
+    world is the sidecar's (8 ranks, 8 per node), not the default 1 rank -- at which the config's
+    train_batch_size 64 (= micro-batch x accumulation x 8 ranks, DeepSpeed's _batch_assertion) was refused as
+    B001 beside W003; WORLD_SIZE still wins (and is W003)."""
+    for v in ("WORLD_SIZE", "SLURM_NTASKS", "LOCAL_WORLD_SIZE", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        monkeypatch.delenv(v, raising=False)
+    cfg = tmp_path / "ds.json"
+    assert run_cli(GEN + ["-o", str(cfg)]).returncode == 0
+    batch = json.loads(cfg.read_text())["train_batch_size"]
+    d = json.loads(run_cli(["estimate", str(cfg)] + EST).stdout)
+    assert d["cluster"]["world_size"] == 8 and _w003(d) == []
+    assert not [f for f in d["findings"] if f["code"] == "B001"], batch
+    ck = run_cli(["checkpoint", str(cfg), "--model", "llama-3.1-8b"])
+    assert ck.returncode == 0 and "world size 8 (data-parallel 8)" in ck.stdout, ck.stdout[:400]
+    e = json.loads(run_cli(["estimate", str(cfg)] + EST, env={"WORLD_SIZE": "16"}).stdout)
+    assert e["cluster"]["world_size"] == 16
+    (w,) = _w003(e)
+    assert "this run has 16 ranks" in w["message"] and "WORLD_SIZE" in w["message"]
+
+
 def test_a_bad_world_record_is_one_line(tmp_path):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))

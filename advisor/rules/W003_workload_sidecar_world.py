@@ -4,11 +4,12 @@
 shape it planned for: ``--nodes`` x ``--gpus-per-node`` ranks and the plan's tensor- and pipeline-parallel sizes.
 The config's batch keys (``train_batch_size`` = micro-batch x accumulation x data-parallel ranks, which DeepSpeed
 asserts: ``runtime/config.py`` ``DeepSpeedConfig._batch_assertion``) and the sidecar's workload (the checkpointing
-chosen so that the micro-batch fits, the TP / PP sizes) were chosen for that shape. ``check`` and ``estimate`` read
-the sidecar back but run with their own world (``--world-size`` / ``--gpus-per-node``, the launcher's environment,
-``--hardware``; ``--tensor-parallel`` / ``--pipeline-parallel`` over the sidecar's): when that is another shape
-than the recorded one, the verdict is about a job generate did not plan (a warning naming both shapes). The ZeRO
-partitions, the per-node host memory and the NVMe share per node all change with the shape.
+chosen so that the micro-batch fits, the TP / PP sizes) were chosen for that shape. ``estimate`` and ``checkpoint``
+take the recorded shape where nothing else gives one (``advisor.cluster.launch.job_shape``: a flag, accelerate's
+launch or WORLD_SIZE / SLURM_NTASKS win over it, and it wins over ``--hardware``'s node and the default of 1);
+``check`` runs with the launch it is in (its environment, probes, flags). When the world it runs with is another
+shape than the recorded one, the verdict is about a job generate did not plan (a warning naming both shapes). The
+ZeRO partitions, the per-node host memory and the NVMe share per node all change with the shape.
 
 Only what both sides know is compared: a run whose ranks per node are not given is compared by its world size and
 parallel sizes; a sidecar written before the shape was recorded (no ``world``) is never flagged.
