@@ -53,7 +53,9 @@ def test_ga3_middle_micro_step_maps_to_the_middle_instants():
     assert phase_instants("forward:2", ga) == (("forward:2",), None)
     assert phase_instants("forward:2", ga, refetch=True) == (("forward:2",), None)  # ZeRO-3's re-fetch: m = 2 itself
     assert phase_instants("forward:5", ga) == ((), None)  # the steady iteration's micro-step 2
-    assert phase_instants("backward:2", ga) == (("backward:2",), None)
+    # with the middle backward's own reduce where the timeline has one (ZeRO-2, BF16_Optimizer: as micro-step 1's
+    # reduce:1); a timeline without reduce:2 compares backward:2 alone
+    assert phase_instants("backward:2", ga) == (("backward:2", "reduce:2"), None)
     assert phase_instants("backward:5", ga) == ((), None)
     assert phase_instants("step:2", ga) == ((), None)
     assert phase_instants("backward:3", ga) == (("backward:3", "reduce"), None)
@@ -109,10 +111,10 @@ def test_ga4_every_middle_micro_step_maps_to_one_pair():
     ga = 4
     for m in (2, 3):
         assert phase_instants(f"forward:{m}", ga) == (("forward:2",), None)
-        assert phase_instants(f"backward:{m}", ga) == (("backward:2",), None)
+        assert phase_instants(f"backward:{m}", ga) == (("backward:2", "reduce:2"), None)
         assert phase_instants(f"step:{m}", ga) == ((), None)
     assert phase_instants("forward:2", ga, refetch=True) == (("forward:2",), None)
     assert phase_instants("forward:3", ga, refetch=True) == (("forward:4",), None)
-    assert phase_instants("backward:3", ga, refetch=True) == (("backward:2",), None)
+    assert phase_instants("backward:3", ga, refetch=True) == (("backward:2", "reduce:2"), None)
     assert phase_instants("backward:4", ga) == (("backward:4", "reduce"), None)
     assert phase_instants("forward:6", ga) == ((), None)  # the steady iteration's micro-step 2

@@ -649,15 +649,16 @@ def phase_instants(phase: str, ga: int = 1, refetch: bool = False) -> tuple[tupl
     (advisor.ledger.timeline._instants) has the first iteration's micro-steps 1 and ga, its reduce
     at the boundary and the first optimizer step, then the steady iteration's last micro-step,
     reduce and step; at ga > 2 also a middle micro-step's ``forward:2`` / ``backward:2``, one pair for
-    every 1 < m < ga (timeline.middle_microstep: the same state at each m). So k = 1 ->
-    ``forward:1``/``backward:1``, 1 < k < ga -> ``forward:2``/``backward:2`` (each middle micro-step's row is
-    compared with the same pair), k = ga -> ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` ->
+    every 1 < m < ga (timeline.middle_microstep: the same state at each m), with ``reduce:2`` where that backward
+    reduces inside it (timeline.reduces_in_backward: ZeRO-2, BF16_Optimizer; as ``reduce:1`` in micro-step 1's). So
+    k = 1 -> ``forward:1``/``backward:1`` (+ ``reduce:1``), 1 < k < ga -> ``forward:2``/``backward:2`` (+
+    ``reduce:2``; each middle micro-step's row is compared with the same instants), k = ga -> ``forward:ga``/``backward:ga`` + ``reduce`` and ``step:ga`` ->
     first_step, k = 2 ga -> steady. ``refetch`` (timeline.middle_microstep's third value): ``forward:2`` is
     micro-step 2's alone (ZeRO-3 fetches again there what the first backward released), so a middle forward
     from m = 3 on is compared with ``forward:ga``, which holds the same (the parameters stay gathered, nothing
     is reduced in a forward). A non-boundary ``step:k`` and the steady iteration's earlier micro-steps have no
-    instant (not compared), nor has a middle backward where the timeline has no ``backward:2`` (ZeRO-2,
-    BF16_Optimizer, pipeline parallelism: the caller finds no instant). At ga = 1 this is
+    instant (not compared), nor has a middle backward where the timeline has no ``backward:2`` (ZeRO-2 under
+    optimizer offload, pipeline parallelism: the caller finds no instant). At ga = 1 this is
     :data:`PHASE_INSTANTS`."""
     if ga <= 1 or phase in ("load", "initialize") or phase.startswith(("initialize:", "save")):
         return PHASE_INSTANTS.get(phase, ()), STEP_PHASES.get(phase)
@@ -673,7 +674,7 @@ def phase_instants(phase: str, ga: int = 1, refetch: bool = False) -> tuple[tupl
         # the middle micro-step's instants (timeline.middle_microstep); where the timeline has none, the caller
         # finds no instant and compares nothing
         return {"forward": ((f"forward:{ga}",) if refetch and m > 2 else ("forward:2",), None),
-                "backward": (("backward:2",), None), "step": ((), None)}[kind]
+                "backward": (("backward:2", "reduce:2"), None), "step": ((), None)}[kind]
     if m != ga or it > 1:
         return (), None
     if it == 0:

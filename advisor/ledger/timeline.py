@@ -21,8 +21,9 @@ Instants (in order; ``phase`` is the event, ``label`` names the instant for a re
    ``forward:2`` / ``backward:2``, a middle micro-step (1 < m < GA: :func:`middle_microstep`; ZeRO-3's
    ``forward:2`` is micro-step 2's alone, which fetches again what the first backward released);
 4. ``reduce``        the reduction at the accumulation boundary (end of the boundary backward);
-   at ZeRO-2 with GA > 1 also ``reduce:1``, the reduce inside micro-step 1's backward (ZeRO-2
-   reduces in every backward);
+   at ZeRO-2 and BF16_Optimizer with GA > 1 also ``reduce:1``, the reduce inside micro-step 1's backward
+   (ZeRO-2 reduces in every backward, BF16_Optimizer adds each into its fp32 buffer: :func:`reduces_in_backward`),
+   and with a middle ``backward:2`` its own ``reduce:2`` (:data:`MICROSTEP_REDUCES`);
 5. ``first_step:prep`` / ``first_step:update``  the first optimizer step: gradients flattened and
    cast, then the update of the largest (sub-)group (named); ZeRO-1/2 plans with modeled
    transients have ``first_step:norm`` (the gradient norm) before ``prep``, likewise ``steady_step:norm``;
@@ -63,7 +64,7 @@ Which lifetime is live where (``Entry.life``; DeepSpeed source in brackets):
   forward only (``forward:GA``, ``steady:forward``; ZeRO-1's accumulated 16-bit gradients and ipg
   bucket); ``first_microstep_backward``: micro-step 1's backward only (ZeRO-1 under offload at GA > 1:
   every param.grad, before any reduce); ``first_microstep_reduce`` / ``boundary_reduce``: micro-step 1's
-  ``reduce:1`` only / the boundary's reduces only (ZeRO-2 under offload at GA > 1: no fp64 norm copy before the
+  ``reduce:1`` only / the boundary's reduces only, not ``reduce:2`` (ZeRO-2 under offload at GA > 1: no fp64 norm copy before the
   boundary, ``state.zero12_offload_microstep_terms``); ``from_first_reduce``: as ``persistent`` from after
   ``reduce:1`` on (the host buffers it makes); ``accumulated_backward``: their backward only (ZeRO-1's and stage 0's new gradient being
   accumulated); ``accumulated_reduce``: their reduce only (ZeRO-2's compact fp32 gradient buffer kept from micro-step 1,
@@ -803,13 +804,33 @@ def middle_microstep(ec: EffectiveConfig, ledger: Ledger, ga: int) -> tuple[bool
     does (``refetch`` true: :func:`advisor.engine.measure.phase_instants` then compares m >= 3 with ``forward:ga``).
 
     None under pipeline parallelism (its 1F1B schedule puts a middle micro-batch's passes at other moments: the
-    pipe instants, :func:`pipe_schedule`). No ``backward:2`` where a non-boundary backward reduces or accumulates
-    inside it (ZeRO-2: every backward reduces, ``reduce:1``; BF16_Optimizer's backward_epilogue): its middle
-    reduce has no instant of its own yet."""
+    pipe instants, :func:`pipe_schedule`). Where every backward reduces or accumulates inside it
+    (:func:`reduces_in_backward`: ZeRO-2, BF16_Optimizer) the middle backward is followed by its own reduce instant
+    ``reduce:2`` (:data:`MICROSTEP_REDUCES`): the state of the boundary's reduce less what only the boundary makes
+    (lifetimes ``boundary_reduce``, ``reduce_step``). No ``backward:2`` for ZeRO-2 under optimizer offload
+    (lifetime ``first_microstep_reduce``: micro-step 1's reduce makes the host buffers a middle one finds made, a
+    state no entry models yet, and no engine cell)."""
     refetch = ga > 2 and any(e.item in REFETCH_ITEMS for rl in ledger.ranks for e in rl.entries)
     if ga <= 2 or ledger.plan.cluster.pipeline_parallel > 1:
         return refetch, False, refetch
-    return True, ec.zero.stage != 2 and ledger.wrapper != "BF16_Optimizer", refetch
+    return True, not any(e.life == "first_microstep_reduce" for rl in ledger.ranks for e in rl.entries), refetch
+
+
+#: The reduce instants inside a backward before the accumulation boundary (:func:`reduces_in_backward`):
+#: micro-step 1's and a middle micro-step's (:func:`middle_microstep`). The lifetimes ``boundary_reduce`` and
+#: ``reduce_step`` are not live there, ``first_microstep_reduce`` only at ``reduce:1``.
+MICROSTEP_REDUCES = ("reduce:1", "reduce:2")
+
+
+def reduces_in_backward(ec: EffectiveConfig, ledger: Ledger, ga: int) -> bool:
+    """Whether a backward before the accumulation boundary reduces (or accumulates into an optimizer buffer) inside
+    it, at ``ga`` micro-steps per optimizer step: the timeline's ``reduce:1`` (and ``reduce:2`` for a middle
+    micro-step, :func:`middle_microstep`). ZeRO-2: the gradient hooks and independent_gradient_partition_epilogue
+    run in every backward (``runtime/zero/stage_1_and_2.py`` l.1016-1054: reduce_ipg_grads each time, only
+    averaged_gradients at the boundary); BF16_Optimizer (bf16 with grad_accum_dtype fp32 at ZeRO-1 without offload,
+    ``runtime/engine.py`` l.2305-2310): backward_epilogue adds every micro-step's gradients into its
+    grad_accum_dtype buffer (``runtime/bf16_optimizer.py`` l.503-538), all-reducing only at the boundary."""
+    return ga > 1 and (ec.zero.stage == 2 or ledger.wrapper == "BF16_Optimizer")
 
 
 def _before_boundary(key: str, ga: int) -> bool:
@@ -2071,9 +2092,13 @@ def _instants(ec: EffectiveConfig, ledger: Ledger, ga: int, load: LoadAssumption
             "micro-step 2" if ga == 3 else f"micro-steps 2-{ga - 1}")
         ftag = "micro-step 2" if mid and refetch else tag
         out.append(Instant(f"forward:{k}", "forward", f"first iteration, forward of {ftag}", middle=mid))
-        if mid and not mid_bwd:  # forward only: its backward reduces inside (middle_microstep)
+        if mid and not mid_bwd:  # forward only (middle_microstep)
             continue
         out.append(Instant(f"backward:{k}", "backward", f"first iteration, backward of {tag}", middle=mid))
+        if mid and reduces_in_backward(ec, ledger, ga):
+            # the middle backward's own reduce (ZeRO-2's ipg flushes, BF16_Optimizer's epilogue), as reduce:1 below
+            what = "gradient reduce" if st == 2 else f"gradients added into the {ec.grad_dtype} accumulation buffer"
+            out.append(Instant("reduce:2", "reduce", f"first iteration, {what} in the backward of {tag}", middle=True))
         if k == 1 and ga > 1 and st == 2:
             # ZeRO-2 reduces in every micro-step's backward (stage_1_and_2.py: the hooks and
             # independent_gradient_partition_epilogue run per backward), not only at the boundary
@@ -2314,12 +2339,14 @@ def _live(e: Entry, inst: Instant, lazy_state: bool, consumed: bool, transients:
         # ZeRO-2 under offload, GA > 1: the reduce inside micro-step 1's backward (state.zero12_offload_microstep_terms)
         return k == "reduce:1"
     if life == "boundary_reduce":
-        # ZeRO-2 under offload, GA > 1: the accumulation boundary's reduce only (its fp64 norm copies)
-        return ph == "reduce" and k != "reduce:1"
+        # ZeRO-2 under offload, GA > 1: the accumulation boundary's reduce only (its fp64 norm copies); the
+        # boundary's all-reduce flat copy (BF16_Optimizer, ZeRO-1's pipeline ipg bucket): not a micro-step's
+        return ph == "reduce" and k not in MICROSTEP_REDUCES
     if life == "reduce_step":
         # ZeRO-1 under offload with fp32 gradient accumulation (state.zero12_offload_fp32_accum): the compact fp32
         # partition, from the boundary's reduce through the step's update
-        return (ph == "reduce" and k != "reduce:1") or (ph in ("first_step", "steady_step") and not k.endswith(":post"))
+        return ((ph == "reduce" and k not in MICROSTEP_REDUCES)
+                or (ph in ("first_step", "steady_step") and not k.endswith(":post")))
     if life == "compact_accumulated":
         # ZeRO-2 under offload with fp32 accumulation at GA > 1 (state.zero12_offload_compact): the compact fp32
         # partition from micro-step 1's reduce (whose moments count it themselves) through the step's update

@@ -418,6 +418,16 @@ CELLS = [
     # before the boundary (engine.py allreduce_gradients l.3088-3095): one forward:2 / backward:2 pair stands for both,
     # so the rows of m = 2 and m = 3 are compared with the same instants and must both be within 1%
     ("z0_fp16_tbsga4_w2", {**_cfg(0, "fp16"), "train_batch_size": 8}, 2, False, parity.TINY, {"steps": 8}),
+    # GA 3 where every backward reduces inside it (timeline.reduces_in_backward): micro-step 2's backward row is compared
+    # with the timeline's backward:2 and its own reduce:2 (the boundary's reduce less lifetimes boundary_reduce /
+    # reduce_step). ZeRO-2 with several ipg buckets (reduce_bucket_size 10,000: flushes inside the middle backward,
+    # grads_in_partition kept from micro-step 1); BF16_Optimizer (bf16 with grad_accum_dtype fp32 at ZeRO-1 without
+    # offload, engine.py _do_optimizer_sanity_check l.2305-2310), whose backward_epilogue adds micro-step 2's
+    # gradients into its fp32 buffer (bf16_optimizer.py l.503-538) with micro-step 1's zeroed param.grad kept
+    ("z2_bf16_tbsga3_w2", {**_cfg(2, "bf16", reduce_bucket_size=10000), "train_batch_size": 6}, 2, False, parity.TINY,
+     {"steps": 6, "linear": True}),
+    ("z1_bf16_gaccfp32_tbsga3_w2", {**_cfg(1, "bf16"), "data_types": {"grad_accum_dtype": "fp32"},
+                                    "train_batch_size": 6}, 2, False, parity.TINY, {"steps": 6}),
     # the load under deepspeed.zero.Init, the proxy's parameters on one child module per owning
     # module (l1, l2, l3), as a real model's: bf16 (each tensor created in fp32 and cast) and fp32
     ("z3_bf16_zinit_w2", _cfg(3, "bf16", reduce_bucket_size=50000), 2, True, parity.TINY),
@@ -1135,7 +1145,8 @@ for _c in CELLS:
 #: Cells at GA >= 3 whose every middle micro-step (1 < m < GA, first iteration) must have a forward and a backward row
 #: (compared with the timeline's forward:2 / backward:2, measure.phase_instants): without them a buffer that lives only
 #: there would pass unseen. cell id -> GA.
-MIDDLE_CELLS = {"z3_bf16_tbsga3_w2": 3, "z1_bf16_tbsga3_w2": 3, "z0_fp16_tbsga4_w2": 4}
+MIDDLE_CELLS = {"z3_bf16_tbsga3_w2": 3, "z1_bf16_tbsga3_w2": 3, "z0_fp16_tbsga4_w2": 4, "z2_bf16_tbsga3_w2": 3,
+                "z1_bf16_gaccfp32_tbsga3_w2": 3}
 
 
 def race_bound(race: dict, phase: str) -> int:
