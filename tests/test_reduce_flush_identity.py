@@ -75,3 +75,23 @@ def test_columns_equal_walk(seed):
         assert fast == walk, (seed, [(t.name, t.shape, t.trainable) for t in inv.tensors], W, C, rbs, rs, norm)
         checked += fast is not None
     assert checked > 20  # not every case empty
+
+
+def test_gathered_columns_kept_per_table():
+    # the columns made from a gathered table are kept on the tensor list (zero3_flush_gathered_cols): two tables
+    # differing only in the bytes gathered during a module, or only at its fetch, passed in turn and again, each
+    # get the walk's answer, which differs between them
+    inv = Inventory("kept", [TensorSpec(f"layers.{i}.m.weight", (8, 4)) for i in range(6)])
+    mod_of = state._zero3_replay_inputs(inv, type("Z", (), {"param_persistence_threshold": 0,
+                                                            "model_persistence_threshold": 10**18})(), 2)[4]
+    M = max(mod_of) + 1
+    fetch0, during0 = tuple([100] * M), tuple([50] * M)
+    tables = [(mod_of, fetch0, during0, 0), (mod_of, fetch0, tuple([50] * (M - 1) + [900]), 0),
+              (mod_of, tuple([100] * (M - 1) + [2000]), during0, 0)]
+    for tails in (None, tuple([16] * 6)):
+        answers = []
+        for g in tables + tables:
+            fast = state._zero3_reduce_flush_bytes(inv, 2, 2, 64, True, True, False, g, True, tails)
+            assert fast == state._zero3_reduce_flush_walk(inv, 2, 2, 64, True, True, False, g, True, tails)
+            answers.append(fast)
+        assert len({a[0] for a in answers[:3]}) == 3

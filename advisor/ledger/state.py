@@ -1757,10 +1757,23 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             return mod_of, mods, bytes(map(operator.ne, mods, itertools.chain((-1,), mods)))
         got = inv.memo(("zero3_flush_module_cols", bool(linear)), module_cols)
         _, mods, is_fetch = got if got[0] is mod_of else module_cols()
-        # whole gradients + what is gathered during the position's module + the flush's buffers, one C-level pass
-        arrive = _packed(map(operator.add, map(operator.add, nC, map(during.__getitem__, mods)), add))
-        # at_fetch[m] where the position starts a module's run, else 0: times the 0/1 flag, C-level (issue 21)
-        fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))
+        # whole gradients + what is gathered during the position's module; at_fetch[m] where the position starts a
+        # module's run, else 0 (times the 0/1 flag): C-level, from nC (per tensor list, linear, D), the module
+        # columns and the gathered bytes alone, so kept for the last two gathered tables (a first-iteration and a
+        # steady one; compared by identity, the objects held) -- the norm and fp32-tail passes of a plan share
+        # them (issue 21: three passes per gathered table at the 1e5-tensor limit). Read only.
+        recent = inv.memo(("zero3_flush_gathered_cols", bool(linear), D), list)
+        for g in recent:
+            if g[0] is mods and g[1] is at_fetch and g[2] is during and g[3] is nC:
+                base, fetch = g[4], g[5]
+                break
+        else:
+            base = _packed(map(operator.add, nC, map(during.__getitem__, mods)))
+            fetch = _packed(map(operator.mul, map(at_fetch.__getitem__, mods), is_fetch))
+            recent.insert(0, (mods, at_fetch, during, nC, base, fetch))
+            del recent[2:]
+        # + the flush's buffers
+        arrive = _packed(map(operator.add, base, add))
     else:
         at_end = 0
         mods = None
@@ -1781,6 +1794,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             fetch = _packed(map(operator.mul, map(operator.add, fetch, kept_at), is_fetch))  # (v + k) x flag
     if big and fetch is not None:
         # a module's fetch right after a gradient larger than the bucket: that gradient still whole in it (own_of)
+        fetch = fetch[:]  # (a copy: the kept one is read only)
         for p in range(1, L):
             if ns[p - 1] > rbs and is_fetch[p]:
                 fetch[p] += ns[p - 1] * D
