@@ -95,3 +95,18 @@ def test_gathered_columns_kept_per_table():
             assert fast == state._zero3_reduce_flush_walk(inv, 2, 2, 64, True, True, False, g, True, tails)
             answers.append(fast)
         assert len({a[0] for a in answers[:3]}) == 3
+
+
+def test_kept_tails_per_table():
+    # the fp32 tails kept before each position are kept on the tensor list (zero3_flush_kept_at) per tails table
+    # and flushes: two tables differing in one tensor's tail, and two bucket sizes (other flushes), in turn and
+    # again, each get the walk's answer
+    inv = Inventory("tails", [TensorSpec(f"t{i}", (8 + i,)) for i in range(7)])
+    ta, tb = tuple([10] * 7), tuple([10] * 6 + [5000])
+    answers = []
+    for rbs in (20, 40, 20):
+        for tails in (ta, tb, ta):
+            fast = state._zero3_reduce_flush_bytes(inv, 2, 2, rbs, True, True, False, None, True, tails)
+            assert fast == state._zero3_reduce_flush_walk(inv, 2, 2, rbs, True, True, False, None, True, tails)
+            answers.append(fast)
+    assert answers[0] != answers[1] and answers[0] != answers[3]

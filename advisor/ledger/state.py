@@ -1782,13 +1782,24 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
     kept_at = None  # the tails kept by the flushes before each position (events at a flush see the earlier ones)
     kept_end = 0
     if tails:
-        TP = _packed(itertools.accumulate(map(tails.__getitem__, order), initial=0))
-        fl = [p for _, p in flushes]
-        vals = [0, *(TP[f] for f in fl)]  # kept after 0, 1, ... flushes
-        bnds = [-1, *fl, L - 1]           # positions (bnds[j], bnds[j + 1]] see vals[j]
-        kept_at = _packed(itertools.chain.from_iterable(
-            itertools.repeat(v, bnds[j + 1] - bnds[j]) for j, v in enumerate(vals)))
-        kept_end = vals[-1]
+        # from the tails, the order and the flushes alone: kept for the last two (tails, flushes) objects, compared by
+        # identity (held), read only -- the plain and the two gathered passes of a plan share them; C-level (issue
+        # 21: at the 1e5-tensor limit every gradient fills the bucket, 1e5 flushes, a Python pass over them per call)
+        recent = inv.memo(("zero3_flush_kept_at", bool(linear)), list)
+        for k in recent:
+            if k[0] is tails and k[1] is flushes:
+                kept_at, kept_end = k[2], k[3]
+                break
+        else:
+            TP = _packed(itertools.accumulate(map(tails.__getitem__, order), initial=0))
+            fl = [p for _, p in flushes]
+            vals = [0, *map(TP.__getitem__, fl)]  # kept after 0, 1, ... flushes
+            bnds = [-1, *fl, L - 1]               # positions (bnds[j], bnds[j + 1]] see vals[j]
+            kept_at = _packed(itertools.chain.from_iterable(
+                map(itertools.repeat, vals, map(operator.sub, itertools.islice(bnds, 1, None), bnds))))
+            kept_end = vals[-1]
+            recent.insert(0, (tails, flushes, kept_at, kept_end))
+            del recent[2:]
         arrive = _packed(map(operator.add, arrive, kept_at))
         if fetch is not None:
             fetch = _packed(map(operator.mul, map(operator.add, fetch, kept_at), is_fetch))  # (v + k) x flag
