@@ -75,3 +75,19 @@ def test_a_bad_world_record_is_one_line(tmp_path):
         p = run_cli(["estimate", str(cfg), "--world-size", "8"] + EST)
         assert p.returncode == 2 and "ds.workload.json" in p.stderr and key in p.stderr, p.stderr
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_misspelt_sidecar_key_is_refused_not_dropped(tmp_path):
+    """A hand-edited sidecar key that no sidecar holds -- at the top level, in ``world`` or in ``batch`` -- is one
+    line naming the file, the record and the key with the near one (a dropped ``seqlen`` was read as no
+    sequence length at all, a dropped ``world_sz`` as no recorded world)."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))
+    for side, where, key, near in (({"seq_len": 1024, "seqlen": 5}, "/:", "'seqlen'", "seq_len"),
+                                   ({"seq_len": 1024, "world": {"world_sz": 8}}, "/world:", "'world_sz'", "world_size"),
+                                   ({"seq_len": 1024, "batch": {"train_batch_sise": 8}}, "/batch:", "'train_batch_sise'",
+                                    "train_batch_size")):
+        (tmp_path / "ds.workload.json").write_text(json.dumps(side))
+        p = run_cli(["estimate", str(cfg), "--world-size", "8"] + EST)
+        assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert f"ds.workload.json: {where} unknown key {key} (did you mean {near}?)" in p.stderr, p.stderr

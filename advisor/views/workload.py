@@ -198,8 +198,8 @@ class ResolvedWorkload:
 
 
 def _refuse_unknown_keys(path: str, where: str, d: dict, known: Any, what: str) -> None:
-    """Raise ConfigLoadError naming the keys of ``d`` (the sidecar record at JSON pointer ``where``) not in
-    ``known`` (the :data:`TRAINER_AUTO` names), each with a did-you-mean (difflib, as the other unknown-key
+    """Raise ConfigLoadError naming the keys of ``d`` (the sidecar record at JSON pointer ``where``, "" for its
+    top level) not in ``known`` (e.g. the :data:`TRAINER_AUTO` names), each with a did-you-mean (difflib, as the other unknown-key
     messages: ``config.hf`` H010, ``config.settings``) where one is close; at most 3 are named, each cut
     (:func:`advisor.errors.cut`): a hand-edited record is never taken with a misspelt argument silently
     dropped (``per_device_batch_size`` read as absent fell back to the Trainer's default 8)."""
@@ -215,19 +215,26 @@ def _refuse_unknown_keys(path: str, where: str, d: dict, known: Any, what: str) 
         hinted.append((not near, f"'{cut(k)}'" + (f" (did you mean {near[0]}?)" if near else "")))
     names = [n for _, n in sorted(hinted, key=lambda h: h[0])[:3]]  # a misspelling first (stable otherwise)
     more = f" and {len(unknown) - 3:,} more" if len(unknown) > 3 else ""
-    raise ConfigLoadError(path, f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(names)}{more} "
+    raise ConfigLoadError(path, f"{where or '/'}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(names)}{more} "
                                 f"({what}: {', '.join(known)})")
 
 
+#: The sidecar's records beside its :data:`FIELDS` (:func:`write_sidecar`).
+SIDECAR_RECORDS = ("written_by", "config_sha256", "batch", "world", "trainer")
+
+
 def read_sidecar(path: str) -> dict[str, Any]:
-    """The sidecar's fields (only the known ones). Raises ConfigLoadError naming the file and key
-    for unreadable JSON or a wrongly typed value."""
+    """The sidecar's fields. Raises ConfigLoadError naming the file and key for unreadable JSON, a
+    wrongly typed value, or a key no sidecar holds (at its top level and in its ``batch``, ``world`` and
+    ``trainer`` records: a hand-edited misspelling is refused with a did-you-mean, not dropped)."""
     from advisor.config.readers import read_json_file
     # the guarded reader: regular file, size refused past the limit (it read the first MiB and
     # failed on the cut JSON before), depth bounded, finite numbers; one line with line:column
     d = read_json_file(path, limit=MAX_SIDECAR_BYTES, what="workload sidecar")
     if not isinstance(d, dict):
         raise ConfigLoadError(path, "the workload sidecar must be a JSON object")
+    # every key a sidecar was ever written with (FIELDS only grew): a misspelt one is refused, never dropped
+    _refuse_unknown_keys(path, "", d, tuple(FIELDS) + SIDECAR_RECORDS, "the keys a workload sidecar holds")
     out: dict[str, Any] = {}
     for k, (typ, _) in FIELDS.items():
         if k not in d or d[k] is None:
@@ -263,12 +270,14 @@ def read_sidecar(path: str) -> dict[str, Any]:
         out["config_sha256"] = digest
     batch = d.get("batch")
     if isinstance(batch, dict):
+        _refuse_unknown_keys(path, "/batch", batch, BATCH_KEYS, "the config's batch keys a sidecar records")
         out["batch"] = {k: batch[k] for k in BATCH_KEYS if _int(batch.get(k))}
     world = d.get("world")
     if world is not None:
         if not isinstance(world, dict):
             raise ConfigLoadError(path, f"/world: invalid value {shown(world)} (an object of the world shape: "
                                         f"{', '.join(WORLD_KEYS)})")
+        _refuse_unknown_keys(path, "/world", world, WORLD_KEYS, "the world shape a sidecar records")
         shape: dict[str, int] = {}
         for k in WORLD_KEYS:
             v = world.get(k)
@@ -322,7 +331,7 @@ def write_sidecar(config_path: str, values: dict[str, Any], written_by: str = "d
     from advisor.files import write_atomic
     path = sidecar_path(config_path)
     d = {"written_by": written_by, **{k: values[k] for k in FIELDS if k in values},
-         **{k: values[k] for k in ("config_sha256", "batch", "world", "trainer") if k in values}}
+         **{k: values[k] for k in SIDECAR_RECORDS[1:] if k in values}}
     write_atomic(path, json.dumps(d, indent=2) + "\n", force=force)
     return path
 
