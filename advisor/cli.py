@@ -796,8 +796,10 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         load = load_assumption(aplan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, config_input=inp,
                                pipeline_build=a.pipeline_build)
         _warn_load_ignored(load)
-        return run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
-                            step_time_s=a.step_time_s, load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
+        res = run_estimate(aplan, cap, findings, overhead=ovh, hardware=hw,
+                           step_time_s=a.step_time_s, load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
+        res.world_size_source = ws_src
+        return res
     if hf_targs is not None:  # the sidecar's Trainer arguments where the config says "auto" and no flag does
         from advisor.views.workload import trainer_args_for
         hf_targs = trainer_args_for(wl, hf_targs, loaded.data)
@@ -818,8 +820,10 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                            save_dir=a.save_dir, save_interval_s=a.save_interval)
     load = load_assumption(plan, a.zero_init, a.load_dtype, a.low_cpu_mem_usage, pipeline_build=a.pipeline_build)
     _warn_load_ignored(load)
-    return run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
-                        load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
+    res = run_estimate(plan, cap, findings, overhead=ovh, hardware=hw, step_time_s=a.step_time_s,
+                       load=load, save_dir=a.save_dir, save_interval_s=a.save_interval)
+    res.world_size_source = ws_src  # the report says a world nothing of this run gave (the sidecar's, the default)
+    return res
 
 
 

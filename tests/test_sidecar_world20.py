@@ -57,9 +57,16 @@ def test_estimate_without_a_world_takes_the_recorded_one(tmp_path, monkeypatch):
     batch = json.loads(cfg.read_text())["train_batch_size"]
     d = json.loads(run_cli(["estimate", str(cfg)] + EST).stdout)
     assert d["cluster"]["world_size"] == 8 and _w003(d) == []
+    assert d["cluster"]["world_size_source"] == "ds.workload.json, the world generate planned"
+    t = run_cli(["estimate", str(cfg), "--model", "llama-3.1-8b"]).stdout
+    assert "world size 8 (from ds.workload.json, the world generate planned)" in " ".join(t.split()), t[:300]
+    # an input of this run wins over the sidecar, as in check: --hardware's 2 nodes (16 ranks), and W003 says so
+    h = json.loads(run_cli(["estimate", str(cfg), "--hardware", "dgx-h100:2"] + EST).stdout)
+    assert h["cluster"]["world_size"] == 16 and "this run has 16 ranks" in _w003(h)[0]["message"]
     assert not [f for f in d["findings"] if f["code"] == "B001"], batch
     ck = run_cli(["checkpoint", str(cfg), "--model", "llama-3.1-8b"])
-    assert ck.returncode == 0 and "world size 8 (data-parallel 8)" in ck.stdout, ck.stdout[:400]
+    assert ck.returncode == 0 and "world size 8 (from ds.workload.json, the world generate planned) (data-parallel 8)" \
+        in " ".join(ck.stdout.split()), ck.stdout[:400]
     e = json.loads(run_cli(["estimate", str(cfg)] + EST, env={"WORLD_SIZE": "16"}).stdout)
     assert e["cluster"]["world_size"] == 16
     (w,) = _w003(e)

@@ -287,11 +287,13 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
 
     World size: ``--world-size``; else an accelerate config's launch (``launch``, an
     :class:`advisor.config.hf.AccelerateLaunch`: num_processes // num_machines x num_machines,
-    what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS; else the world shape the
-    config's workload sidecar records (``recorded``: its ``world`` record and the sidecar's file name;
-    ``generate`` planned the config's batch for it, :data:`advisor.views.workload.WORLD_KEYS`), with its
-    ranks per node unless a flag or the launch gives them; else the hardware spec's nodes x accelerators
-    per node; else 1. Ranks per node: ``--gpus-per-node``; else the launch's
+    what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS; else the hardware spec's
+    nodes x accelerators per node; else the world shape the config's workload sidecar records
+    (``recorded``: its ``world`` record and the sidecar's file name; ``generate`` planned the config's
+    batch for it, :data:`advisor.views.workload.WORLD_KEYS`), with its ranks per node unless a flag or
+    the launch gives them; else 1. Every input of this run wins over the sidecar, as in ``check``
+    (which never reads its world: it runs in the launch it checks), so a run given another shape is
+    rule W003 in both. Ranks per node: ``--gpus-per-node``; else the launch's
     num_processes // num_machines; else the spec's accelerators per node; else LOCAL_WORLD_SIZE /
     SLURM_GPUS_* / visible devices; else ``default_gpus_per_node``; capped at the world size.
     Nodes: ``--nodes``; else the launch's num_machines; else ceil(world size / ranks per node).
@@ -312,12 +314,12 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         ws = Found(launch.world_size, launch.world_size_source)
     else:
         ws = world_size_from_env(env)
-        side_ws = recorded[0].get("world_size") if recorded is not None else None
-        if ws is None and side_ws:
-            ws = Found(bounded_world_size(side_ws, recorded[1]), f"{recorded[1]} (generate's world)")
         if ws is None and hardware is not None:
             src = f"{hw_label} ({hardware.nodes} node(s) x {hardware.accelerators_per_node})"
             ws = Found(bounded_world_size(hardware.nodes * hardware.accelerators_per_node, src), src)
+        side_ws = recorded[0].get("world_size") if recorded is not None else None
+        if ws is None and side_ws:
+            ws = Found(bounded_world_size(side_ws, recorded[1]), f"{recorded[1]}, the world generate planned")
         ws = ws or Found(1, "default 1")
     if gpus_per_node is not None:
         g = Found(gpus_per_node, "--gpus-per-node")
@@ -326,7 +328,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     elif from_launch and (launch.num_machines > 1 or world_size is None):
         g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
     elif recorded is not None and ws.source.startswith(recorded[1]) and recorded[0].get("gpus_per_node"):
-        g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]} (generate's world)")
+        g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
     elif hardware is not None and hardware.accelerators_per_node:
         g = Found(hardware.accelerators_per_node, f"{hw_label} (accelerators per node)")
     else:

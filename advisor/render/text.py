@@ -335,8 +335,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
     with console.capture() as captured:
         m = d["model"]
         cl = d["cluster"]
-        console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({param_words(m)}), world size {cl['world_size']} "
-                      f"(data-parallel {cl['dp_world_size']}"
+        console.print(f"[bold]{d['config']}[/bold]: {m['name']} ({param_words(m)}), world size {cl['world_size']}"
+                      f"{world_default_words(cl.get('world_size_source'))} (data-parallel {cl['dp_world_size']}"
                       + "".join(f", {w} {cl[k]}" for k, w in (("tensor_parallel", "tensor-parallel"),
                                                             ("pipeline_parallel", "pipeline stages"),
                                                             ("sequence_parallel", "Ulysses sequence-parallel"),
@@ -737,7 +737,11 @@ def _fmt_s(s: float | None) -> str:
 def world_default_words(source: str | None) -> str:
     """" (the default: ...)" after a world size nothing gave (``advisor.cluster.launch.job_shape``'s
     source "default 1": no --world-size, launcher environment, accelerate launch or --hardware), so
-    a report never models one rank silently; "" for a world size some input gave."""
+    a report never models one rank silently; " (from NAME.workload.json, ...)" for the world shape a
+    workload sidecar recorded (job_shape's source "NAME.workload.json, the world generate planned"); "" for a
+    world size some input of this run gave."""
+    if source and source.endswith(", the world generate planned"):
+        return f" (from {source})"
     if not source or not source.startswith("default"):
         return ""
     return (" (the default: no --world-size, WORLD_SIZE / SLURM_NTASKS, accelerate launch or --hardware gave "

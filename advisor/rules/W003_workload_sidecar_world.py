@@ -6,7 +6,7 @@ The config's batch keys (``train_batch_size`` = micro-batch x accumulation x dat
 asserts: ``runtime/config.py`` ``DeepSpeedConfig._batch_assertion``) and the sidecar's workload (the checkpointing
 chosen so that the micro-batch fits, the TP / PP sizes) were chosen for that shape. ``estimate`` and ``checkpoint``
 take the recorded shape where nothing else gives one (``advisor.cluster.launch.job_shape``: a flag, accelerate's
-launch or WORLD_SIZE / SLURM_NTASKS win over it, and it wins over ``--hardware``'s node and the default of 1);
+launch, WORLD_SIZE / SLURM_NTASKS and ``--hardware`` win over it; it wins over the default of 1);
 ``check`` runs with the launch it is in (its environment, probes, flags). When the world it runs with is another
 shape than the recorded one, the verdict is about a job generate did not plan (a warning naming both shapes). The
 ZeRO partitions, the per-node host memory and the NVMe share per node all change with the shape.

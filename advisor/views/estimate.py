@@ -269,6 +269,9 @@ class EstimateResult:
     sections: dict[str, Any] = field(default_factory=dict)
     #: How the model is materialised before deepspeed.initialize (the timeline's load phase).
     load: LoadAssumption | None = None
+    #: Where the world size came from (``advisor.cluster.launch.job_shape``'s source: a flag, a launcher
+    #: variable, --hardware, the workload sidecar's recorded world, "default 1"); None where not known.
+    world_size_source: str | None = None
 
     def assumptions(self) -> dict[str, Any]:
         ec = self.plan.config
@@ -339,7 +342,8 @@ class EstimateResult:
                         "pipeline_parallel": cl.pipeline_parallel, "sequence_parallel": cl.sequence_parallel,
                         "expert_parallel": cl.expert_parallel,
                         "megatron_sequence_parallel": cl.megatron_sequence_parallel,
-                        "zero_world_size": cl.zero_world_size},
+                        "zero_world_size": cl.zero_world_size,
+                        **({"world_size_source": self.world_size_source} if self.world_size_source else {})},
             "assumptions": self.assumptions(),
             "ranks": [
                 {
