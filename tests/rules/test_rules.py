@@ -1,6 +1,6 @@
 """Generic fixture-driven runner for the lint rules (tests/rules/fixtures/<CODE>.json).
 
-Each fixture file: {"code": "B001", "cases": [{"name", "config", "world_size"?, "hf"?,
+Each fixture file: {"code": "B001", "cases": [{"name", "config" (or "text": the file's own text), "world_size"?, "hf"?,
 "params"?, "inventory"?, "release"?, "via"?, "sidecar_for"?, ..., "expect": [{"pointer", "severity"?, "mentions"?}]}]}.
 ``expect: []`` is a pass case: the rule reports nothing. Every registered rule has a file, with
 a pass and a fail case. ``via`` names the code's producer (lint by default; estimate, check with
@@ -132,7 +132,8 @@ def _produce(code: str, case: dict, tmp_path: Path) -> list:
         f = tmp_path / rel
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(text)
-    loaded = parse_text(json.dumps(case["config"]), "fixture.json")
+    # "text": the config's own text (HJSON a dict cannot carry: H011), else the "config" dict as JSON
+    loaded = parse_text(case["text"] if "text" in case else json.dumps(case["config"]), "fixture.json")
     inv = _inventory(case)
     if via == "lint":
         cluster = Cluster(**case["cluster"]) if "cluster" in case else None  # the launch shape: the G rules
