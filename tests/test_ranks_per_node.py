@@ -89,3 +89,43 @@ def test_every_source_of_ranks_per_node_passes_the_limit():
                              ranks_per_node=1 << 20, ranks_per_node_source="num_processes in a.yaml")
     with pytest.raises(AdvisorError, match="num_processes in a.yaml.*over the limit"):
         job_shape(launch=launch, env={})
+
+
+def test_accelerator_preset_alone_does_not_make_one_rank_per_node(tmp_path):
+    """An accelerator preset alone (``--hardware h100-sxm-80gb``) says nothing about the node (README):
+    its "1 accelerator per node" placeholder made the host need per node 1 rank's, 8x too small at
+    world size 8. With nothing else giving ranks per node, a world of 8 is 8 ranks on a node (the
+    default min(world size, 8)). By hand, ZeRO-3 with both offloads on 8,000,000 parameters at
+    data-parallel 8, bf16 + AdamW: per rank on the host 1,000,000 parameters x (2 bf16 partition + 2
+    bf16 gradient + 4 fp32 gradient + 4 fp32 master + 8 two fp32 moments) = 20,000,000 bytes, so per
+    node 8 x 20,000,000 = 160,000,000 bytes."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                               "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
+                               "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                                     "offload_param": {"device": "cpu"}}}))
+    env = None  # run_cli's environment: no launcher variables give ranks per node
+    p = run_cli(["estimate", str(cfg), "--params", "8000000", "--world-size", "8", "--hardware", "h100-sxm-80gb",
+                 "--seq-len", "16", "--format", "json"], cwd=tmp_path, env=env)
+    assert p.returncode in (0, 1), p.stderr
+    d = json.loads(p.stdout)
+    assert d["ranks"][0]["peak"]["host"]["bytes"] == 20_000_000
+    host, = (f for f in d["fit"] if f["tier"] == "host")
+    assert host["need"] == 8 * 20_000_000 and host["scope"] == "per node (8 ranks)"
+    assert d["load"]["ranks_per_node"] == 8
+    assert d["step_time"]["assumptions"]["ranks_per_node"] == 8
+    p = run_cli(["estimate", str(cfg), "--params", "8000000", "--world-size", "8", "--hardware", "h100-sxm-80gb",
+                 "--seq-len", "16"], cwd=tmp_path, env=env)
+    assert "per node (8 ranks)" in p.stdout and "(1 rank)" not in p.stdout, p.stdout
+    assert job_shape(world_size=8, hardware=resolve_hardware("h100-sxm-80gb"), env={}).gpus_per_node is None
+
+
+def test_accelerator_preset_alone_gives_no_world_size():
+    """Nor does the accelerator preset alone give a world size (its "1 node x 1" is the placeholder):
+    a sidecar's recorded world of 4 x 4 ranks stands, where a node spec (dgx-h100: 1 node x 8) wins."""
+    acc, node = resolve_hardware("h100-sxm-80gb"), resolve_hardware("dgx-h100")
+    rec = ({"world_size": 16, "gpus_per_node": 4}, "ds.workload.json")
+    s = job_shape(hardware=acc, env={}, recorded=rec)
+    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (16, 4, 4)
+    assert job_shape(hardware=node, env={}, recorded=rec).world_size.value == 8
+    assert job_shape(hardware=acc, env={}).world_size.value == 1

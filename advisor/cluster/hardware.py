@@ -220,6 +220,13 @@ class Hardware:
     node_known: bool = field(default=True, compare=False)
 
     @property
+    def node_accelerators(self) -> int | None:
+        """Accelerators on one node, as far as the spec says: ``accelerators_per_node``, or None
+        for an accelerator preset alone (:attr:`node_known` False: its one per node is a
+        placeholder, so the ranks per node come from the flags, the environment or the world size)."""
+        return self.accelerators_per_node if self.node_known and self.accelerators_per_node else None
+
+    @property
     def total_accelerators(self) -> int:
         return self.nodes * self.accelerators_per_node
 

@@ -294,7 +294,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     the launch gives them; else 1. Every input of this run wins over the sidecar, as in ``check``
     (which never reads its world: it runs in the launch it checks), so a run given another shape is
     rule W003 in both. Ranks per node: ``--gpus-per-node``; else the launch's
-    num_processes // num_machines; else the spec's accelerators per node; else LOCAL_WORLD_SIZE /
+    num_processes // num_machines; else the spec's accelerators per node (not an accelerator preset
+    alone, :attr:`advisor.cluster.hardware.Hardware.node_known` False: it says nothing about the
+    node); else LOCAL_WORLD_SIZE /
     SLURM_GPUS_* / visible devices; else ``default_gpus_per_node``; capped at the world size.
     Nodes: ``--nodes``; else the launch's num_machines; else ceil(world size / ranks per node).
     A hardware spec's own node count only sizes the default world size: the job's nodes are the
@@ -314,7 +316,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         ws = Found(launch.world_size, launch.world_size_source)
     else:
         ws = world_size_from_env(env)
-        if ws is None and hardware is not None:
+        if ws is None and hardware is not None and hardware.node_accelerators:  # not an accelerator alone
             src = f"{hw_label} ({hardware.nodes} node(s) x {hardware.accelerators_per_node})"
             ws = Found(bounded_world_size(hardware.nodes * hardware.accelerators_per_node, src), src)
         side_ws = recorded[0].get("world_size") if recorded is not None else None
@@ -329,7 +331,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
     elif recorded is not None and ws.source.startswith(recorded[1]) and recorded[0].get("gpus_per_node"):
         g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
-    elif hardware is not None and hardware.accelerators_per_node:
+    elif hardware is not None and hardware.node_accelerators:
+        # an accelerator preset alone (node_known False) says nothing about the node: its one
+        # accelerator per node is a placeholder, so the ranks per node come from what follows
         g = Found(hardware.accelerators_per_node, f"{hw_label} (accelerators per node)")
     else:
         g = gpus_per_node_from_env(env)

@@ -1077,8 +1077,7 @@ def checkpoint_plan(plan: Plan, *, keep: int = 1,
         raise ValueError("save interval must be positive")
     ec, cluster = plan.config, plan.cluster
     files = checkpoint_files(plan, tag=tag)
-    per_node = cluster.gpus_per_node or (hardware.accelerators_per_node if hardware is not None
-                                         and hardware.accelerators_per_node else None) or 8
+    per_node = cluster.gpus_per_node or (hardware.node_accelerators if hardware is not None else None) or 8
     per_node = max(1, min(per_node, cluster.world_size))
     if nodes is None:
         nodes = hardware.nodes if hardware is not None else ceil_div(cluster.world_size, per_node)

@@ -1341,7 +1341,7 @@ def endurance_report(movements: list[Movement], hardware: "Hardware | None" = No
     (:func:`tier_node_rate`: min(aggregate / nodes, per-client limit)), and its per-day writes and
     drive life count every node's writes (``writing_nodes``), not one node's."""
     ranks = sorted({m.rank for m in movements})
-    rpn = ranks_per_node or (hardware.accelerators_per_node if hardware and hardware.accelerators_per_node else 1)
+    rpn = ranks_per_node or (hardware.node_accelerators if hardware else None) or 1
     rpn = max(1, min(rpn, len(ranks) or 1))
     node = set(ranks[:rpn])
     nv = [m for m in movements if m.link == NVME and m.rank in node]

@@ -1427,12 +1427,14 @@ def zero3_predivide_factor(ec: EffectiveConfig) -> "float | None":
 
 def ranks_per_node(plan: Plan, hardware: Any = None) -> int:
     """Ranks on one node (DeepSpeed's ``get_accelerator().device_count()``): ``--gpus-per-node``, else the
-    hardware's accelerators per node, else min(world size, 8); never more than the world size."""
+    hardware's accelerators per node (not an accelerator preset alone, which says nothing about the node:
+    :attr:`advisor.cluster.hardware.Hardware.node_accelerators`), else min(world size, 8); never more than
+    the world size."""
     cl = plan.cluster
     if cl.gpus_per_node:
         return max(1, min(cl.gpus_per_node, cl.world_size))
-    if hardware is not None and getattr(hardware, "accelerators_per_node", None):
-        return max(1, min(hardware.accelerators_per_node, cl.world_size))
+    if hardware is not None and getattr(hardware, "node_accelerators", None):
+        return max(1, min(hardware.node_accelerators, cl.world_size))
     return max(1, min(cl.world_size, 8))
 
 

@@ -712,8 +712,10 @@ def _count(n: int | None, noun: str) -> str:
 
 
 def _ranks_per_node(plan: "Plan", hardware: "Hardware") -> int:
-    g = plan.cluster.gpus_per_node or hardware.accelerators_per_node or 1
-    return max(1, min(g, plan.cluster.world_size))
+    """Ranks on one node: the ledger's one rule (:func:`advisor.ledger.state.ranks_per_node`), which an
+    accelerator preset alone does not set (it says nothing about the node)."""
+    from advisor.ledger.state import ranks_per_node
+    return ranks_per_node(plan, hardware)
 
 
 def _super_offload_split(plan: "Plan", hardware: "Hardware", cpu: Term, terms: list[Term], n_host: int,

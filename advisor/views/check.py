@@ -791,7 +791,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     hw_name = f"--hardware {hardware.name}" if hardware is not None else None
     if launch.gpus_per_node is None and acc.ok:
         launch.gpus_per_node = Found(len(acc.devices), f"{acc.source.split(' ')[0]} (visible devices)")
-    if launch.gpus_per_node is None and hardware is not None:
+    if launch.gpus_per_node is None and hardware is not None and hardware.node_accelerators:
         launch.gpus_per_node = Found(hardware.accelerators_per_node, hw_name)
     if launch.world_size is None:
         g = launch.gpus_per_node
