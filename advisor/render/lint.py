@@ -84,6 +84,24 @@ def hf_trainer_hint(findings: list[Finding]) -> tuple[str, list[Finding]] | None
             "folded here; --format json lists each)", autos)
 
 
+def hf_hint_fix(command: str, file: str) -> str:
+    """The fix of :func:`hf_trainer_hint`'s line: run ``command`` (lint, estimate, check) on ``file``
+    again with ``--hf``, as the Trainer runs it, or replace each "auto" for DeepSpeed alone."""
+    more = "" if command == "lint" else "this run's other options and "
+    return (f"{command} it as the Trainer runs it: ds-advisor {command} {file} --hf (with {more}the Trainer's arguments "
+            "for the values it derives), or replace each \"auto\" to launch it with DeepSpeed alone")
+
+
+def hf_hint_lines(findings: list[Finding], command: str, file: str) -> tuple[list[tuple[str, str]], set[int]]:
+    """For estimate's and check's text reports: ([(message, fix)] of the one A001 line that stands
+    for an HF Trainer config's "auto" findings (:func:`hf_trainer_hint`, with :func:`hf_hint_fix`
+    for ``command``), the ids of the findings it folds); ([], set()) when there is no hint."""
+    hint = hf_trainer_hint(findings)
+    if hint is None:
+        return [], set()
+    return [(hint[0], hf_hint_fix(command, file))], {id(f) for f in hint[1]}
+
+
 def finding_lines(f: Finding, file: str, color: bool = False, units: str | None = None) -> list[str]:
     """One finding as lint prints it: ``file:line:col: severity CODE /pointer: message`` (the
     location from the finding, else ``file`` alone), then an indented ``fix:`` line when it has
@@ -131,9 +149,7 @@ def lint_text(results: list[FileResult], stream: IO[str] | None = None, release:
             sev = paint("error", color) if color else "error"
             n["error"] += 1  # the tally counts the lines shown: the hint is one (it names how many it folds)
             lines.append(safe_text(f"{hint[1][0].file or r.file}: ") + sev + safe_text(f" A001 /: {hint[0]}"))
-            lines.append(safe_text(f"    fix: lint it as the Trainer runs it: ds-advisor lint {r.file} --hf (with the Trainer's arguments "
-                                   "for the values it derives), or replace each \"auto\" to launch it with DeepSpeed "
-                                   "alone"))
+            lines.append(safe_text(f"    fix: {hf_hint_fix('lint', r.file)}"))
         for f in r.findings:
             if id(f) in folded:
                 continue

@@ -550,7 +550,17 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(safe_text(f"  excluded: {excluded_words(x, m104)}"), markup=False)
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
+            from advisor.render.lint import hf_hint_lines
+            hint, folded = hf_hint_lines(result.findings, "estimate", d["config"])  # "auto" as lint folds it
+            for msg, fix in hint:
+                line = Text("  ")
+                line.append("error", style=STYLE.get("error", ""))
+                line.append(f" A001 /: {msg}")
+                console.print(line)
+                console.print(f"      fix: {fix}", markup=False)
             for f in result.findings:  # the Findings behind d["findings"], sizes in ``units``
+                if id(f) in folded:
+                    continue
                 msg, fix = f.text(units)
                 line = Text("  ")
                 line.append(f.severity, style=STYLE.get(f.severity, ""))
@@ -971,7 +981,14 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         L.append(f"  not counted: {excluded_words(x, m104)}")
     if r.findings:
         L.append("findings")
+        from advisor.render.lint import hf_hint_lines
+        hint, folded = hf_hint_lines(r.findings, "check", r.source)  # "auto" as lint folds it
+        for msg, fix in hint:
+            L.append(f"  {paint('error', color)} A001 /: {msg}")
+            L.append(f"      fix: {fix}")
         for f in r.findings:
+            if id(f) in folded:
+                continue
             loc = f"{f.file}:{f.line}: " if f.line else ""
             msg, fix = f.text(units)
             L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.shown_pointer}: {msg}")
