@@ -292,6 +292,13 @@ class StepTime:
             out[t.resource] = out.get(t.resource, 0.0) + (v or 0.0)
         return out
 
+    def unknown_resources(self) -> list[str]:
+        """Resources with a term whose seconds are unknown (``Term.seconds`` None: the hardware spec lacks
+        its rate) or only a lower bound (``Term.lower_bound``): their :meth:`by_resource` sums count such a
+        term as 0 (or its bound), so a renderer shows them as "?" (nothing known) or ">=" (a bound), never
+        as a figure: an unknown part is never ranked as free (README)."""
+        return sorted({t.resource for t in self.terms if t.seconds is None or t.lower_bound})
+
     def bound(self) -> str:
         """The resource with the most exposed seconds."""
         r = self.by_resource()
@@ -300,6 +307,8 @@ class StepTime:
     def to_dict(self) -> dict[str, Any]:
         return {"step_time_s": self.total, "windows_seconds": self.windows,
                 "exposed_seconds_by_resource": self.by_resource(), "busy_seconds_by_resource": self.by_resource(False),
+                "unknown_resources": {k: ("?" if all(t.seconds is None for t in self.terms if t.resource == k) else ">=")
+                                      for k in self.unknown_resources()},
                 "terms": [t.to_dict() for t in self.terms], "unknown": self.unknown, "assumptions": self.assumptions}
 
 
@@ -1356,9 +1365,11 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
     names = RESOURCE_NAMES
     out = [f"step time (model): {'>= ' if st.unknown else ''}{st.total:,.2f} s per optimizer step (critical path; MFU {st.assumptions.get('mfu')}, "
            f"{st.assumptions.get('mfu_source')})"]
+    marks = st.to_dict()["unknown_resources"]
     for k in ("compute", NETWORK, PCIE, NVME, "host_memory", ACCEL_MEMORY):
         if k in busy:
-            out.append(f"  {names[k]:<20} busy {busy[k]:>9,.3f} s   exposed {exp.get(k, 0.0):>9,.3f} s")
+            out.append(f"  {names[k]:<20} busy {seconds_cell(busy[k], marks.get(k))} s   exposed "
+                       f"{seconds_cell(exp.get(k, 0.0), marks.get(k))} s")
             nf = st.assumptions.get("nvme_files") if k == NVME else None
             if nf:
                 out.append(f"    ({nf['files']:,} aio files per step (one per swapped partition or state), at "
@@ -1411,6 +1422,15 @@ def breakdown_lines(st: StepTime, units: str = "GiB") -> list[str]:
                            f"its {rate_text(r['tier_bytes_per_s'], units, digits=2)}: the aio settings keep "
                            f"{size(r['in_flight_bytes_per_node'], units, prefix='M', digits=1)} in flight per node against "
                            f"{r['latency_s'] * 1e6:,.0f} us per request (raise queue_depth or intra_op_parallelism)")
-    for u in st.unknown[:3]:
+    for u in st.unknown:  # every one: a part left off this list would read as known
         out.append(f"  unknown: {u}")
     return out
+
+
+def seconds_cell(seconds: float, mark: str | None, width: int = 9) -> str:
+    """A busy / exposed seconds figure right-aligned in ``width``: "?" when the resource's time is unknown
+    (``mark`` "?": no rate in the hardware spec, :meth:`StepTime.unknown_resources`), ">= x" when it is only a
+    lower bound (``mark`` ">="), else the figure (``x,xxx.xxx``)."""
+    if mark == "?":
+        return f"{'?':>{width}}"
+    return f"{('>= ' if mark else '') + f'{seconds:,.3f}':>{width}}"

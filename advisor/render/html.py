@@ -650,8 +650,11 @@ def step_time_html(stt: dict[str, Any], given_step_time_s: float | None = None,
                f"{total:,.2f} s</b> (MFU {_e(a.get('mfu'))}, {_e(a.get('mfu_source'))}; sequence "
                f"{seq:,} tokens). Busy: the seconds each resource works; exposed: the part the step waits for.</p>")
     busy, exp = stt.get("busy_seconds_by_resource") or {}, stt.get("exposed_seconds_by_resource") or {}
-    rows = "".join(f"<tr id=step-time-{k}><td>{_e(name)}</td><td class=num>{busy[k]:,.3f}</td>"
-                   f"<td class=num>{exp.get(k, 0.0):,.3f}</td></tr>" for k, name in _STEP_RESOURCES if k in busy)
+    from advisor.ledger.steptime import seconds_cell  # "?" / ">=" for a resource whose time is unknown
+    marks = stt.get("unknown_resources") or {}
+    rows = "".join(f"<tr id=step-time-{k}><td>{_e(name)}</td><td class=num>{_e(seconds_cell(busy[k], marks.get(k), 0))}</td>"
+                   f"<td class=num>{_e(seconds_cell(exp.get(k, 0.0), marks.get(k), 0))}</td></tr>"
+                   for k, name in _STEP_RESOURCES if k in busy)
     out.append("<table id=step-time-table><tr><th>resource</th><th>busy (s)</th><th>exposed (s)</th></tr>"
                f"{rows}</table>")
     lines = step_time_lines(stt, given_step_time_s, units)
