@@ -962,6 +962,18 @@ def test_zero0_backward_gradients_made_where_their_layer_runs_back():
     acts.saved_accelerator = 2000
     full = role_timeline(led, led.rank(0), load, acts, ga=1)
     assert _at(full, "steady:backward") == _at(bare, "steady:backward")
+    # the logits the model returns are held by the caller's output, not autograd (ActivationEstimate.loss_head_kept;
+    # `outputs = model(batch); engine.backward(outputs.loss)`): saved 2,000 of which loss head 1,000, all of it
+    # logits (s = 500): start 2,000; layer 1 2,000 + 1,800 = 3,800; layer 0 2,000 - 500 + 2,000 = 3,500; end the
+    # layers' 1,000 freed, the logits kept: 1,000 + 4,000 = 5,000 -> 1,000 over the gradients alone. Freed with
+    # the head's other saved tensors (loss_head_kept 0) the end is the gradients alone, 4,000.
+    acts = SimpleNamespace(saved_accelerator=2000, saved_host=0, loss_spike=0, loss_head=1000, loss_head_kept=1000,
+                           loss_backward_spike=0, recompute_layer=0)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 5000 - 4000
+    acts.loss_head_kept = 0
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") == _at(bare, "steady:backward")
 
 
 def test_zero0_backward_identical_layers_worst_moment_at_layer_zero():

@@ -2593,7 +2593,7 @@ def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int]) -> list[int] 
 
 
 def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, lay: tuple | None = None,
-                          made: bool = True, n_flight: int = 1, kept_dup: int = 0) -> int:
+                          made: bool = True, n_flight: int = 1, kept_dup: int = 0, held: int = 0) -> int:
     """Accelerator activation bytes at a backward instant, placed with the backward transients that
     are split by the moment of backward they belong to: the instant is the worst moment of backward,
     not the sum of each one's maximum. Split are ZeRO-3's region entries (``Entry.regions``:
@@ -2624,7 +2624,11 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
     with that node. At the end of backward only what the modules before the first layer saved is live
     of the run-back micro-batch (the embedding's index input: counted as 0). ``kept_dup`` (the last
     pipeline stage's kept logits counted twice, :func:`_kept_output_in_activations`) is taken off the
-    moments that still hold the loss head. Each split entry's full bytes (already in ``d``) are replaced
+    moments that still hold the loss head. ``held``: of the loss head, what the caller's output keeps past
+    its nodes (the logits the model returns, ``ActivationEstimate.loss_head_kept``: a training loop's
+    ``outputs = model(batch); engine.backward(outputs.loss)`` holds them through backward), never freed
+    by the moments; 0 under pipeline parallelism, where the PipelineEngine's kept outputs
+    (``pipe_outputs_kept``) are that reference and the engine measured the rest freed. Each split entry's full bytes (already in ``d``) are replaced
     by its moment's share; returns the activation bytes of the worst moment and rewrites the entries'
     row bytes to the same moment."""
     saved = a.saved_accelerator
@@ -2644,14 +2648,15 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
     layers = len(lay[2]) if lay is not None else 0
     head = getattr(a, "loss_head", 0)
     own = max(0, (saved - head) // max(1, n_flight) - getattr(a, "pipe_kept", 0))
+    gone = max(0, head - held)  # what of the head backward frees once its nodes have run
     s = own // layers if layers else 0
     acts = [saved + loss - kept_dup]
     if layers and grads:
         # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it they are freed
-        acts += [saved - j * s + a.recompute_layer - (kept_dup if j == 0 else head) for j in js]
+        acts += [saved - j * s + a.recompute_layer - (kept_dup if j == 0 else gone) for j in js]
     else:
         acts.append(saved + a.recompute_layer - kept_dup)
-    acts.append(saved - head - own)
+    acts.append(saved - gone - own)
     nm = len(acts)
     # each moment's bytes of every split entry (a ZeRO-3 entry's layers region at every layer moment)
     per = []
@@ -2793,7 +2798,8 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 # (accumulate_grad_new is live exactly there: state._add_accumulate_grad_new)
                 made = not any(e.item == "accumulate_grad_new" for e, _ in sized)
                 acc = _backward_activations(a, sized, d, here, backward_grad_layout(inv_r), made, flight,
-                                            _kept_output_in_activations(ledger, rl, ga, sized))
+                                            _kept_output_in_activations(ledger, rl, ga, sized),
+                                            held=0 if pipe else getattr(a, "loss_head_kept", 0))
             d["accelerator"] += acc
             here.append(("activations", "accelerator", "activations", acc))
             if a.saved_host:

@@ -362,6 +362,12 @@ class ActivationEstimate:
     #: ``advisor.ledger.timeline.pipe_in_flight``): what the PipelineEngine itself keeps of it (the stage's output on a
     #: stage before the last, the clone of the input ids on the first), 0 without pipeline parallelism.
     pipe_kept: int = 0
+    #: Of ``loss_head``, the logits the model returns (bytes): held by the caller's output, not by autograd,
+    #: so backward's freeing of the head's saved tensors leaves them (``head_freed`` below; the timeline's
+    #: backward moments, ``advisor.ledger.timeline._backward_activations``). A training loop that drops the
+    #: output before ``backward`` (the HF Trainer's compute_loss returns the loss alone) frees them too:
+    #: counted as kept, the safe side. 0 where not computed (a traced estimate) or not the last stage.
+    loss_head_kept: int = 0
 
     @property
     def peak_accelerator(self) -> int:
@@ -755,6 +761,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     # what the head's backward frees before the layers' backward: all of it but the logits the
     # model returns (held by its output, not by autograd)
     head_freed = loss_saved - D * s * b * V // t
+    logits_kept = D * s * b * V // t
     if float(_m(meta, "embedding_dropout", default=0.0) or 0.0) > 0:  # the embedding dropout's mask
         loss_saved += x.dropout_mask_bytes * s * b * h // rs
     if meta.get("family") == "bloom":
@@ -764,7 +771,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     loss_spike = 4 * s * b * V // t
     loss_backward_spike = 8 * s * b * V // t
     if not last:  # only the last pipeline stage runs the head and the loss
-        loss_saved = loss_spike = loss_backward_spike = head_freed = 0
+        loss_saved = loss_spike = loss_backward_spike = head_freed = logits_kept = 0
     mode, k = parse_checkpointing(x.checkpointing, layers_on_rank)
     notes: list[str] = []
     if moe and x.moe_capacity_factor is not None and t > 1:
@@ -885,6 +892,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     breakdown["loss_head"] = loss_saved
     return ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
                               saved_host=saved_host, recompute_layer=recompute, loss_head=loss_saved,
+                              loss_head_kept=logits_kept,
                               loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
                               recompute_flops_fraction=frac_flops, breakdown=breakdown, recompute=mode,
                               checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes,
