@@ -161,6 +161,16 @@ class PluginSettings:
     zero3_init_flag: bool | None = None
     #: ``ACCELERATE_CONFIG_DS_FIELDS``: the deepspeed_config keys the YAML set (+ mixed_precision).
     ds_fields: tuple[str, ...] = ()
+    #: The top-level YAML key ``mixed_precision`` in ``ds_fields`` was read from: itself, or the
+    #: legacy ``fp16`` (``BaseConfig.process_config`` converts it), so a finding points at that key.
+    mixed_precision_key: str = "mixed_precision"
+
+    def yaml_pointer(self, field_name: str) -> str:
+        """The JSON pointer of the accelerate file's key that set ``field_name`` of ``ds_fields``:
+        the top-level mixed-precision key, else ``/deepspeed_config/<field>``."""
+        if field_name == "mixed_precision":
+            return pointer(self.mixed_precision_key)
+        return pointer("deepspeed_config", field_name)
 
     def mapping(self) -> dict[str, Any]:
         """``plugin_to_config_mapping`` as config key -> plugin value."""
@@ -411,14 +421,15 @@ class _Resolver:
                        "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
                        "zero3_save_16bit_model", "mixed_precision"]
             clash = [n for n in plugin.ds_fields if n in ignored]
-            if clash:
+            if clash:  # at the first of those keys in the accelerate file (its line:column)
                 self.findings.append(emit(
-                    "H004", "error", "",
+                    "H004", "error", plugin.yaml_pointer(clash[0]),
                     f"the accelerate config sets {', '.join(clash)} next to deepspeed_config_file: accelerate's "
                     "DeepSpeedPlugin raises 'When using `deepspeed_config_file`, the following accelerate config "
                     "variables will be ignored'",
                     "remove those keys from the accelerate YAML and set them in the DeepSpeed config file",
-                    data={"kind": "config-file-with-fields", "fields": clash}))
+                    data={"kind": "config-file-with-fields", "fields": clash,
+                          "pointers": [plugin.yaml_pointer(n) for n in clash]}))
         for key, val in plugin.mapping().items():
             if val is not None:
                 self.fill_only(key, val, who="accelerate DeepSpeedPlugin")
@@ -827,6 +838,8 @@ def read_accelerate_config(source: str, text: str | None = None) -> AccelerateLa
         else:
             mp = mp_raw.lower()
     p.ds_fields = tuple(ds_eff.keys()) + (("mixed_precision",) if mp_raw is not None else ())
+    if data.get("mixed_precision") is None and mp_raw is not None:
+        p.mixed_precision_key = "fp16"
     cfg_file = ds_eff.get("deepspeed_config_file")
     if cfg_file is not None:
         # kept as written: accelerate launch exports it (ACCELERATE_DEEPSPEED_CONFIG_FILE) and

@@ -989,7 +989,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         for f in r.findings:
             if id(f) in folded:
                 continue
-            loc = f"{f.file}:{f.line}: " if f.line else ""
+            loc = f"{f.file}:{f.line}:{f.column or 1}: " if f.line else ""  # file:line:column, as lint prints it
             msg, fix = f.text(units)
             L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.shown_pointer}: {msg}")
             if fix:
