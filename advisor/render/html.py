@@ -47,7 +47,7 @@ from advisor.files import write_atomic  # noqa: F401  (re-exported: callers and 
 from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
 from advisor.ledger.ranks import RankSet
 from advisor.ledger.steptime import RESOURCE_NAMES
-from advisor.render.text import key_words, world_default_words
+from advisor.render.text import capacity_wanted, key_words, world_default_words
 
 if TYPE_CHECKING:
     from advisor.views.estimate import EstimateResult
@@ -708,7 +708,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     for f in d["fit"]:
         tier = _e(f["tier"])
         ge = "&ge; " if f.get("lower_bound") else ""  # the peak is a floor (rule M104): so is the need
-        verdict = ("<span class=meta>give a capacity</span>" if f["fits"] is None else
+        verdict = (f"<span class=meta>{_e(capacity_wanted(f['tier']))}</span>" if f["fits"] is None else
                    "<span class=bad>TIGHT (peak is a lower bound: M104"
                    + ("; within the runtime overhead's band: M102" if 0 <= (f["headroom"] or 0) < f.get("uncertainty", 0)
                       else "") + ")</span>" if f.get("verdict") == "tight" and ge else

@@ -134,7 +134,7 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
     for f in fit:
         cap = f["capacity"]
         peak = f.get("peak", f["need"])
-        verdict = "give a capacity" if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
+        verdict = capacity_wanted(f["tier"], short=True) if f["fits"] is None else ("fits" if f["fits"] else "DOES NOT FIT")
         lb = ">= " if f.get("lower_bound") else ""  # the peak is a floor (rule M104): so is every need from it
         if f.get("verdict") == "tight":  # a lower-bound peak (M104) and/or inside the overhead's band (M102): each named
             band = 0 <= (f["headroom"] or 0) < f["uncertainty"]
@@ -157,7 +157,8 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         blocks.append((rows, verdict, f))
 
     def _style(v: str) -> str:
-        return STYLE["TIGHT"] if v.startswith("TIGHT") else STYLE.get(v, "")
+        return STYLE["TIGHT"] if v.startswith("TIGHT") else STYLE["give a capacity"] if v.startswith("give ") \
+            else STYLE.get(v, "")
 
     if table_fits([head, *(r for rows, _, _ in blocks for r in rows)], cols, wrap=1):
         ft = Table(title=title, title_justify="left")
@@ -188,6 +189,8 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
         text = (f"= need {f['scope']} {lb}{size(f['need'], units).replace(' ', nb)}; capacity "
                 + ("unknown" if cap is None else size(cap, units).replace(" ", nb))
                 + ("" if cap is None else f"; headroom {size(f['headroom'], units).replace(' ', nb)}") + ": ")
+        if f["fits"] is None:  # the lines have room for every source of the capacity, not only the flag
+            verdict = capacity_wanted(f["tier"])
         lines = _lines(text + verdict.replace(" ", nb) if len(verdict) < 20 else text + verdict, "  ")
         # the verdict is styled from its first word on, on whichever wrapped line that word lands
         # (a long TIGHT verdict wraps after it), through the verdict's continuation lines
@@ -206,6 +209,21 @@ def fit_table(fit: list[dict[str, Any]], units: str = DEFAULT_UNITS, cols: int |
                 out.append(x[:len(x) - len(body)])
                 out.append(body, style=_style(verdict))
     return out
+
+
+#: What gives each fit tier its capacity, named in the verdict when none was given (a reader told only
+#: "give a capacity" had to find the flag): the estimate flag (advisor/cli.py OPTIONS), or a --hardware spec.
+CAPACITY_SOURCES = {"accelerator": ("--gpu-memory", "a --hardware preset"),
+                    "host": ("--host-memory", "a --hardware preset with host memory"),
+                    "nvme": ("--nvme-capacity", "a --hardware spec with a storage tier")}
+
+
+def capacity_wanted(tier: str, short: bool = False) -> str:
+    """The fit verdict of a tier whose capacity is unknown: "give" and what gives it (:data:`CAPACITY_SOURCES`):
+    "give --host-memory or a --hardware preset with host memory"; ``short`` (the fit table's verdict column):
+    the flag alone, "give --host-memory"."""
+    flag, spec = CAPACITY_SOURCES.get(tier, ("a capacity", ""))
+    return f"give {flag}" + ("" if short or not spec else f" or {spec}")
 
 
 def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS, pipeline: bool = False) -> str:
@@ -625,6 +643,12 @@ def _ranks_title(ranks: Any) -> str:
     return f"ranks {', '.join(spans[:8])}{', ...' if len(spans) > 8 else ''} ({len(rs):,} ranks)"
 
 
+#: The hardware spec's figure that times each movement link (schemas/hardware.schema.json), named in the
+#: movement table's note on its "?" times.
+LINK_BANDWIDTH_WORDS = {"pcie": "pcie (the host link, host_link)", "network": "network (network_bytes_per_s)",
+                        "nvme": "nvme (the storage tier's read_bytes_per_s / write_bytes_per_s)"}
+
+
 def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: int | None = None) -> list[str]:
     """Text lines for :func:`movement_section`: a table of rank 0's movements per step (bytes in
     ``units``; aligned columns, or ``label: value`` records when they do not fit ``cols``:
@@ -649,6 +673,13 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
                                       None if cols is None else cols - 2)]
     if not role["movements"]:
         out.append("  (nothing crosses PCIe, NVMe or the network)")
+    untimed = sorted({m["link"] for m in role["movements"] if m["seconds"] is None})
+    if untimed:  # said once, not per row: a "?" with no reason reads as a fault
+        out.append("  (time ?: " + (
+            "no --hardware, so no link bandwidths; give --hardware (a preset such as dgx-h100, or a spec file) to time "
+            "the copies" if not section.get("hardware") else
+            f"the --hardware spec gives no bandwidth for {', '.join(LINK_BANDWIDTH_WORDS.get(k, k) for k in untimed)}")
+            + ")")
     for ln in section["endurance"]:
         if not ln["write_bytes_per_step"] and not ln["paths"]:
             continue  # a tier nothing is offloaded to: no line

@@ -1824,8 +1824,9 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
     if rows:
         from advisor.render.style import columns
         lines += columns([head_row, *rows], cols=cols)
-        lines.append(f"accel: {U} per rank; host, nvme: {U} per node; exposed s: the seconds of each resource the "
-                     "step waits for")
+        lines.append(f"accel: {U} per rank, the need: the peak live bytes + the runtime overhead (estimate's \"need per "
+                     f"rank\", above its \"peak live\"); host, nvme: {U} per node, the need; exposed s: the seconds of "
+                     "each resource the step waits for")
     by_tier: dict[str, int] = {}
     for c in res.rejected:
         k = c.rejection.tier + (" (tight)" if c.rejection.verdict == "tight" else "")
