@@ -58,3 +58,13 @@ def test_generate_legend_says_accel_is_the_need(tmp_path):
     assert p.returncode == 0, p.stderr
     legend = next(x for x in p.stderr.splitlines() if x.startswith("accel: "))
     assert "the peak live bytes + the runtime overhead" in legend and "need per rank" in legend, legend
+    # and so it is: plan #1's accel figure is estimate's need per rank of the config generate wrote (stdout), above
+    # its peak live (the runtime overhead rows are > 0: the CUDA context alone is 0.39 GiB)
+    row1 = next(x for x in p.stderr.splitlines() if x.startswith("1 "))
+    accel = float(row1.split()[6])
+    cfg = tmp_path / "g.json"
+    cfg.write_text(p.stdout)
+    e = run_cli(["estimate", str(cfg), "--model", "llama-3.2-1b", "--hardware", "dgx-h100", "--world-size", "8",
+                 "--seq-len", "2048", "--format", "json"], cwd=tmp_path)
+    fit, = (f for f in json.loads(e.stdout)["fit"] if f["tier"] == "accelerator")
+    assert accel == round(fit["need"] / 2**30, 1) and fit["need"] > fit["peak"] + 0.39 * 2**30
