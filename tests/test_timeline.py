@@ -974,6 +974,30 @@ def test_zero0_backward_gradients_made_where_their_layer_runs_back():
     acts.loss_head_kept = 0
     full = role_timeline(led, led.rank(0), load, acts, ga=1)
     assert _at(full, "steady:backward") == _at(bare, "steady:backward")
+    # a recomputed layer below L-1 is its whole peak: recompute_layer is net of what activations.py frees before it
+    # (recompute_freed: the loss head's 1,000 with eager attention, un-checkpointed layers), which the moment frees
+    # itself (review 2026-12-07: subtracted twice, the peak 4 GiB low for llama-3-8b ZeRO-1 eager full recompute).
+    # saved 3,000 of which head 1,000 (all freed once its nodes ran), s = 1,000; recompute 500 net, freed 3,000:
+    #   start 3,000; layer 1 3,000 + 500 + 1,800 = 5,300; layer 0 3,000 - 1,000 + (500 + 3,000) - 1,000 + 2,000 =
+    #   6,500; end 3,000 - 1,000 - 2,000 + 4,000 = 4,000 -> 6,500 (twice subtracted: 3,500, layer 1's 5,300 won)
+    acts = SimpleNamespace(saved_accelerator=3000, saved_host=0, loss_spike=0, loss_head=1000, loss_head_freed=1000,
+                           loss_backward_spike=0, recompute_layer=500, recompute_freed=3000)
+    full = role_timeline(led, led.rank(0), load, acts, ga=1)
+    assert _at(full, "steady:backward") - _at(bare, "steady:backward") == 6500 - 4000
+
+
+def test_a_composite_accumulate_grad_new_is_not_split_as_one_gradient():
+    # state.py's ZeRO-1 offload GA > 1 accumulate_grad_new is the fp32 accumulation of every gradient plus the largest
+    # new one (not one gradient): its bytes / the largest tensor's elements is then more than 4 bytes per element, and
+    # the moments leave it whole (review 2026-12-07: 30,000 B over 1,000-element tensors was split as a 30-byte
+    # gradient and read 0 at the start moment). One 2-byte gradient (2,000 B) is split.
+    from types import SimpleNamespace
+    from advisor.ledger.timeline import _made_grad_moments
+    lay = (1000, 1000, (1000, 1000, 1000, 1000), 1000, 1000, (1000, 1000, 1000, 1000), 6000)
+    e = SimpleNamespace(item="accumulate_grad_new")
+    assert _made_grad_moments(e, 30000, lay, [0, 1, 3]) is None
+    assert _made_grad_moments(e, 2000, lay, [0, 1, 3]) == [0, 2000, 2000, 2000, 2000]
+    assert _made_grad_moments(SimpleNamespace(item="lp_grads"), 6000 * 6, lay, [0]) is None
 
 
 def test_zero0_backward_identical_layers_worst_moment_at_layer_zero():

@@ -2576,20 +2576,35 @@ def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int]) -> list[int] 
     kind = MADE_GRAD_ITEMS[e.item]
     L = len(layers)
     if kind == "sum":
-        if not n_all or nb % n_all:
+        if not n_all or nb % n_all or nb // n_all > 4:
             return None
         b = nb // n_all
         run = list(itertools.accumulate(reversed(layers), initial=post))  # run[j + 1]: head + layers L-1-j..L-1
         mid = [run[j + 1] * b for j in js] if L else [post * b]  # no layer: one moment, every gradient
         return [0, *mid, n_all * b]
     big = max(pre_max, post_max, *layer_maxes)
-    if not big or nb % big:
+    # one gradient of 2 or 4 bytes per element; an entry that holds more (state.py's ZeRO-1 offload GA > 1
+    # accumulate_grad_new = the fp32 accumulation of every gradient + the largest new one) stays whole
+    if not big or nb % big or nb // big > 4:
         return None
     b = nb // big
     # the head's nodes run just before layer L-1's: counted with it
     mid = [(max(layer_maxes[L - 1], post_max) if j == 0 else layer_maxes[L - 1 - j]) * b for j in js] if L \
         else [post_max * b]
     return [0, *mid, pre_max * b]
+
+
+def _head_held(a: Any) -> int:
+    """Of the loss head's saved bytes (``a.loss_head``), what backward does not free once the head's nodes have
+    run, outside pipeline parallelism: all but ``loss_head_freed`` (the log-softmax output and the final
+    norm's tensors; the logits stay, held by the caller's output, and so do the tensors saved before the
+    first layer -- the embedding-dropout mask, BLOOM's embedding LayerNorm -- until the embedding's backward);
+    an estimate without that figure (a traced one) frees none of it."""
+    head = getattr(a, "loss_head", 0)
+    freed = getattr(a, "loss_head_freed", None)
+    if freed is None:
+        return getattr(a, "loss_head_kept", head)
+    return max(0, head - freed)
 
 
 def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, lay: tuple | None = None,
@@ -2653,7 +2668,11 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
     acts = [saved + loss - kept_dup]
     if layers and grads:
         # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it they are freed
-        acts += [saved - j * s + a.recompute_layer - (kept_dup if j == 0 else gone) for j in js]
+        # below layer L-1 the moment frees what has run back (j layers, the head) itself, so the recomputed
+        # layer is its whole peak (recompute_layer_peak = recompute_layer + recompute_freed): recompute_layer is
+        # already net of the head's and the un-checkpointed layers' frees (activations.py), counted twice else
+        gross = a.recompute_layer + getattr(a, "recompute_freed", 0)
+        acts += [saved - j * s + (a.recompute_layer - kept_dup if j == 0 else gross - gone) for j in js]
     else:
         acts.append(saved + a.recompute_layer - kept_dup)
     acts.append(saved - gone - own)
@@ -2799,7 +2818,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 made = not any(e.item == "accumulate_grad_new" for e, _ in sized)
                 acc = _backward_activations(a, sized, d, here, backward_grad_layout(inv_r), made, flight,
                                             _kept_output_in_activations(ledger, rl, ga, sized),
-                                            held=0 if pipe else getattr(a, "loss_head_kept", 0))
+                                            held=0 if pipe else _head_held(a))
             d["accelerator"] += acc
             here.append(("activations", "accelerator", "activations", acc))
             if a.saved_host:

@@ -368,6 +368,11 @@ class ActivationEstimate:
     #: output before ``backward`` (the HF Trainer's compute_loss returns the loss alone) frees them too:
     #: counted as kept, the safe side. 0 where not computed (a traced estimate) or not the last stage.
     loss_head_kept: int = 0
+    #: Of ``loss_head``, what backward frees once the head's nodes have run (bytes): the log-softmax output and
+    #: the final norm's saved tensors (``head_freed`` below) -- not the logits (``loss_head_kept``) nor the
+    #: tensors saved before the first layer (the embedding-dropout mask, BLOOM's embedding LayerNorm), live
+    #: until the embedding's backward. None where not computed (a traced estimate): nothing of the head freed.
+    loss_head_freed: int | None = None
 
     @property
     def peak_accelerator(self) -> int:
@@ -892,7 +897,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
     breakdown["loss_head"] = loss_saved
     return ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
                               saved_host=saved_host, recompute_layer=recompute, loss_head=loss_saved,
-                              loss_head_kept=logits_kept,
+                              loss_head_kept=logits_kept, loss_head_freed=head_freed,
                               loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
                               recompute_flops_fraction=frac_flops, breakdown=breakdown, recompute=mode,
                               checkpointed_layers=k if mode in ("full", "layers") else 0, notes=notes,
