@@ -215,11 +215,14 @@ def element_key(v: Any) -> tuple:
 
 
 def wide_array(data: Any, cap: int = MAX_ARRAY_DISTINCT) -> tuple[str, int] | None:
-    """(JSON pointer, length) of the first array in ``data`` with more than ``cap`` distinct elements past its
-    first :data:`ARRAY_HEAD`, else None. Walks what the schema would see (the head and one element of each
-    distinct value, nested arrays likewise) and stops at the first such array, so it costs one key per element
-    of the arrays it reads and no more than the validation it guards."""
+    """(JSON pointer, length) of the array in ``data`` where the distinct elements past each array's first
+    :data:`ARRAY_HEAD` pass ``cap`` in all (one array of them, or many: 62 nested arrays of 10,000 each were
+    validated in 7.5 s / 559 MB when the count was per array, review of 7ac57cc), else None. Walks what the
+    schema would see (the head and one element of each distinct value, nested arrays likewise) and stops where
+    the count passes ``cap``, so it costs one key per element of the arrays it reads and no more than the
+    validation it guards."""
     stack: list[tuple[Any, str]] = [(data, "")]
+    total = 0
     while stack:
         node, ptr = stack.pop()
         if isinstance(node, dict):
@@ -231,7 +234,8 @@ def wide_array(data: Any, cap: int = MAX_ARRAY_DISTINCT) -> tuple[str, int] | No
                 key = element_key(node[i])
                 if key not in seen:
                     seen.add(key)
-                    if len(seen) > cap:
+                    total += 1
+                    if total > cap:
                         return ptr or "/", len(node)
                     stack.append((node[i], f"{ptr}/{i}"))
     return None
@@ -245,9 +249,9 @@ def wide_array_problem(data: Any) -> tuple[str, str] | None:
         return None
     from advisor.errors import cut
     ptr, n = hit
-    return ptr, (f"{cut(ptr)}: an array of {n:,} elements with more than {MAX_ARRAY_DISTINCT:,} distinct values "
-                 f"past its first {ARRAY_HEAD}: over the limit (each distinct value is validated on its own; no "
-                 "DeepSpeed key takes such an array)")
+    return ptr, (f"{cut(ptr)}: an array of {n:,} elements where the config's arrays pass {MAX_ARRAY_DISTINCT:,} "
+                 f"distinct values in all (past each one's first {ARRAY_HEAD}): over the limit (each distinct value "
+                 "is validated on its own; no DeepSpeed key takes such arrays)")
 
 
 def depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
