@@ -1146,8 +1146,11 @@ def main() -> None:
 
 
 def _sidecar_dp(path: str, data: object, world_size: int | None,
-                source: str | None) -> tuple[int | None, str | None]:
-    """(data-parallel world size, its source) for lint's batch check (rule B001) when the workload
+                source: str | None) -> tuple[int | None, int | None, str | None]:
+    """(world size, data-parallel world size, its source) for lint's batch check (rule B001). The world
+    size is ``world_size``, else the one the workload sidecar records (``world``, the world generate
+    planned: as estimate and checkpoint take it, ``advisor.cluster.launch.job_shape``), else None. The
+    data-parallel world size is given when the workload
     sidecar generate wrote next to ``path`` records tensor/pipeline parallelism: with Megatron's mpu,
     DeepSpeed checks train_batch_size over mpu.get_data_parallel_world_size() ranks
     (runtime/config.py DeepSpeedConfig.__init__), :attr:`advisor.plan.Cluster.dp_world_size`.
@@ -1163,17 +1166,23 @@ def _sidecar_dp(path: str, data: object, world_size: int | None,
     from advisor.plan import Cluster
     from advisor.views.workload import find_sidecar, resolve, sidecar_path
     if find_sidecar(path) is None:
-        return None, source
-    v = resolve(path, {}, data).values  # a bad sidecar: AdvisorError, the caller's error for this file
+        return world_size, None, source
+    wl = resolve(path, {}, data)  # a bad sidecar: AdvisorError, the caller's error for this file
+    v = wl.values
+    recorded = (wl.recorded or {}).get("world") or {}
+    if world_size is None and recorded.get("world_size"):
+        world_size = recorded["world_size"]
+        source = f"{os.path.basename(sidecar_path(path))}, the world generate planned"
     if world_size is None:
-        return None, source
+        return None, None, source
     tp, pp = v["tensor_parallel"], v["pipeline_parallel"]
     sp = v["sequence_parallel"] or config_sequence_parallel(data)
     if tp * pp == 1 or world_size % (tp * pp * sp):
-        return None, source
+        return world_size, None, source
     dp = Cluster(world_size=world_size, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sp).dp_world_size
-    return dp, (f"{source or 'world size'}; tensor parallel {tp} x pipeline parallel {pp}"
-                + (f" x sequence parallel {sp}" if sp > 1 else "") + f" from {os.path.basename(sidecar_path(path))}")
+    return world_size, dp, (f"{source or 'world size'}; tensor parallel {tp} x pipeline parallel {pp}"
+                            + (f" x sequence parallel {sp}" if sp > 1 else "")
+                            + f" from {os.path.basename(sidecar_path(path))}")
 
 
 @main.command()
@@ -1315,7 +1324,7 @@ def lint(paths, world_size, model, params, hf, fail_on, select, ignore, quiet, f
                                                       "not a DeepSpeed config"))
         else:
             try:
-                dp, ws_src = _sidecar_dp(p, inp.loaded.data, ws, ws_src)
+                ws, dp, ws_src = _sidecar_dp(p, inp.loaded.data, ws, ws_src)
             except AdvisorError as e:  # a malformed sidecar, or a FIFO / device / folder by its name: the file's error
                 results.append(FileResult(file=p, error=str(e)))
                 thresholds.append((results[-1], o.fail_on))

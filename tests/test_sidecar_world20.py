@@ -77,8 +77,14 @@ def test_a_bad_world_record_is_one_line(tmp_path):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))
     for world, key in (({"world_size": 0}, "/world/world_size"), (8, "/world"),
-                       ({"nodes": 1 << 30}, "/world/nodes")):
-        (tmp_path / "ds.workload.json").write_text(json.dumps({"seq_len": 1024, "world": world}))
+                       ({"nodes": 1 << 30}, "/world/nodes"),
+                       # not one job's shape (review 2026-12-07: each was taken, and W003 warned about it)
+                       ({"world_size": 16, "gpus_per_node": 32}, "/world/gpus_per_node: 32 ranks per node > "),
+                       ({"world_size": 8, "nodes": 3, "gpus_per_node": 8}, "/world/nodes: 3 node(s) x 8"),
+                       ({"world_size": 8, "tensor_parallel": 4}, "/world/tensor_parallel: 4 != the sidecar's"),
+                       ({"world_size": 6, "pipeline_parallel": 4}, "/world/world_size: 6 is not a multiple")):
+        tp = {"tensor_parallel": 1} if isinstance(world, dict) and "tensor_parallel" in world else {}
+        (tmp_path / "ds.workload.json").write_text(json.dumps({"seq_len": 1024, **tp, "world": world}))
         p = run_cli(["estimate", str(cfg), "--world-size", "8"] + EST)
         assert p.returncode == 2 and "ds.workload.json" in p.stderr and key in p.stderr, p.stderr
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
@@ -98,3 +104,19 @@ def test_a_misspelt_sidecar_key_is_refused_not_dropped(tmp_path):
         p = run_cli(["estimate", str(cfg), "--world-size", "8"] + EST)
         assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert f"ds.workload.json: {where} unknown key {key} (did you mean {near}?)" in p.stderr, p.stderr
+
+
+def test_lint_checks_the_batch_at_the_recorded_world(tmp_path):
+    """lint without --world-size takes the world the sidecar records, as estimate and checkpoint do (it said
+    'batch triple not checked: world size unknown'): a train_batch_size edited away from micro x GA x 8 is B001
+    at 8 ranks, naming the sidecar as the world's source (DeepSpeed's _batch_assertion, runtime/config.py)."""
+    cfg = tmp_path / "ds.json"
+    assert run_cli(GEN + ["-o", str(cfg)]).returncode == 0
+    ok = json.loads(run_cli(["lint", str(cfg), "--format", "json"]).stdout)["files"][0]["findings"]
+    assert not [f for f in ok if f["code"] == "B001"], ok
+    d = json.loads(cfg.read_text())
+    d["train_batch_size"] = d["train_batch_size"] * 2
+    cfg.write_text(json.dumps(d))
+    bad = json.loads(run_cli(["lint", str(cfg), "--format", "json"]).stdout)["files"][0]["findings"]
+    (b,) = [f for f in bad if f["code"] == "B001"]
+    assert b["severity"] == "error" and "ds.workload.json, the world generate planned" in b["message"], b

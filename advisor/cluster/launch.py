@@ -282,8 +282,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
               launch: Any = None, hardware: Any = None, hardware_label: str | None = None,
               env: Mapping[str, str] | None = None, default_gpus_per_node: int | None = None,
               recorded: tuple[Mapping[str, int], str] | None = None) -> JobShape:
-    """The one place estimate, checkpoint and lint take the job's shape from (check adds its
-    probes on top, :func:`discover_launch`).
+    """The one place estimate and checkpoint take the job's shape from (check adds its probes on top,
+    :func:`discover_launch`; lint takes a world size from its flag, the accelerate file or the sidecar's
+    recorded world, ``cli._sidecar_dp``).
 
     World size: ``--world-size``; else an accelerate config's launch (``launch``, an
     :class:`advisor.config.hf.AccelerateLaunch`: num_processes // num_machines x num_machines,

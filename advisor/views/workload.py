@@ -223,6 +223,28 @@ def _refuse_unknown_keys(path: str, where: str, d: dict, known: Any, what: str) 
 SIDECAR_RECORDS = ("written_by", "config_sha256", "batch", "world", "trainer")
 
 
+def _check_world(path: str, w: dict[str, int], fields: dict[str, Any]) -> None:
+    """Raise ConfigLoadError when the sidecar's ``world`` record ``w`` cannot be one job's shape (what
+    ``generate`` writes always is: its ``--nodes`` x ``--gpus-per-node`` ranks, the plan's TP / PP sizes, the
+    same as the sidecar's own ``tensor_parallel`` / ``pipeline_parallel`` in ``fields``): more ranks per node
+    than ranks, nodes that do not hold the ranks (each node runs one at least, ``advisor.cluster.launch``), a
+    world size TP x PP does not divide, or TP / PP other than the sidecar's own. A hand edit that breaks
+    it is one line naming the keys (estimate and checkpoint would otherwise take the shape, and W003 warn
+    about the world they had just read, review 2026-12-07)."""
+    ws, g, n = w.get("world_size"), w.get("gpus_per_node"), w.get("nodes")
+    if ws and g and g > ws:
+        raise ConfigLoadError(path, f"/world/gpus_per_node: {g} ranks per node > world_size {ws}")
+    if ws and g and n and not (n * g >= ws > (n - 1) * g):
+        raise ConfigLoadError(path, f"/world/nodes: {n} node(s) x {g} ranks per node do not hold world_size {ws} "
+                                    "(each node runs at least one rank)")
+    for k in ("tensor_parallel", "pipeline_parallel"):
+        if k in w and k in fields and w[k] != fields[k]:
+            raise ConfigLoadError(path, f"/world/{k}: {w[k]} != the sidecar's {k} {fields[k]}")
+    mp = w.get("tensor_parallel", 1) * w.get("pipeline_parallel", 1)
+    if ws and ws % mp:
+        raise ConfigLoadError(path, f"/world/world_size: {ws} is not a multiple of tensor x pipeline parallel {mp}")
+
+
 def read_sidecar(path: str) -> dict[str, Any]:
     """The sidecar's fields. Raises ConfigLoadError naming the file and key for unreadable JSON, a
     wrongly typed value, or a key no sidecar holds (at its top level and in its ``batch``, ``world`` and
@@ -289,6 +311,7 @@ def read_sidecar(path: str) -> dict[str, Any]:
                 raise ConfigLoadError(path, f"/world/{k}: {v} is over the limit {MAX_WORLD_SIZE:,} (the bound "
                                             "--world-size has)")
             shape[k] = v
+        _check_world(path, shape, out)
         out["world"] = shape
     trainer = d.get("trainer")
     if trainer is not None:
