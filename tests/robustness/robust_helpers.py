@@ -24,6 +24,15 @@ def corpus_configs() -> list[Path]:
     return files
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test sends SIGINT: SIGINT back to its default, whatever the test runner
+    inherited. A runner started as a shell's background job has SIGINT ignored (POSIX: asynchronous lists in a
+    non-interactive shell), its children inherit that, and Python then installs no KeyboardInterrupt handler:
+    the Ctrl-C tests saw the signal vanish (a clean-clone .ci/run started with `&`, 2026-12-07: 3 failures)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """os.environ without launcher variables or test hooks that would change what the CLI sees."""
     env = {k: v for k, v in os.environ.items()

@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.errors import AdvisorError
-from robust_helpers import clean_env, run_cli
+from robust_helpers import clean_env, default_sigint, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_configs" / "zero3_cpu_offload.json"
@@ -486,7 +486,8 @@ WRITER = textwrap.dedent('''
 def test_temp_file_cleaned_on_signals_and_found_after_sigkill(tmp_path, sig):
     out = tmp_path / "out.json"
     env = clean_env(PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], stdout=subprocess.PIPE, env=env)
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], stdout=subprocess.PIPE, env=env,
+                         preexec_fn=default_sigint)
     assert p.stdout.readline().strip() == b"writing"
     p.send_signal(sig)
     p.wait(timeout=30)

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.errors import AdvisorError
-from robust_helpers import clean_env, run_cli
+from robust_helpers import clean_env, default_sigint, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_configs" / "zero3_cpu_offload.json"
@@ -217,7 +217,8 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_no_file(tmp_path, cmd):
     exit 130 (errors.EXIT_INTERRUPTED), one line naming the interrupt, not click's "Aborted!"
     (exit 1); no output or temporary file is left in the folder it writes to."""
     p = subprocess.Popen([sys.executable, "-m", "advisor", *cmd], cwd=tmp_path, env=clean_env(),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=default_sigint)
     try:
         _wait_blocked_on_read(p.pid)
         p.send_signal(signal.SIGINT)
