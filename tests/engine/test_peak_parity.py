@@ -1096,6 +1096,12 @@ RACY = {
     # Bounded by that flat copy (N x 2 B), one-sided, at both boundaries
     "z1_bf16_tbsga3_w2": {"backward:3": (43209 * 2, "allreduce_bucket's flat copy held by gloo"),
                           "backward:6": (43209 * 2, "allreduce_bucket's flat copy held by gloo")},
+    # the same flat copy at ZeRO-2 + CPU optimizer offload, W 4: seen once in a clean-clone CI run (2026-12-07,
+    # 03:19-04:03, beside a `duplicates` scan of the tree) at rank 0's steady backward (backward:2, GA 1):
+    # engine 646,502 B, ledger 560,044 (+86,418 B = N x 2, unattributed site stage_1_and_2.py allreduce_bucket
+    # l.2367); alone right after, 2 runs, every phase within 1%. Bounded by it, one-sided, at both boundaries
+    "z2_bf16_oo_cpu_w4": {"backward:1": (43209 * 2, "allreduce_bucket's flat copy held by gloo"),
+                          "backward:2": (43209 * 2, "allreduce_bucket's flat copy held by gloo")},
 }
 #: The first forward fetches module by module too, and the same buffer can outlive its module's
 #: release while the next module is gathered. Seen in runs beside other work (2026-12-05): CI,
