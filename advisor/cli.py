@@ -1724,9 +1724,13 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
 @options("model", "hardware",
          model=dict(help=MODEL_HELP + " Required unless the settings file ([tool.ds-advisor] in pyproject.toml "
                     "or .ds-advisor.toml, found walking up from --output, else the current folder) names one."),
-         hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape."))
-@_opt("--nodes", type=Count(min=1, max=MAX_NODES), required=True, help="Number of nodes.")
-@options("gpus_per_node", gpus_per_node=dict(required=True, help="Ranks per node."))
+         hardware=dict(required=True, help=HARDWARE_HELP + " --nodes and --gpus-per-node set the shape; without "
+                       "them it is the spec's (dgx-h100:4: 4 nodes x 8)."))
+@_opt("--nodes", type=Count(min=1, max=MAX_NODES),
+      help="Number of nodes (default: the --hardware spec's: NAME:N, a spec file's nodes, else 1).")
+@options("gpus_per_node", gpus_per_node=dict(
+    help="Ranks per node (default: the --hardware spec's accelerators per node; required with an accelerator "
+         "preset alone, which says nothing about the node)."))
 @_opt("--global-batch", type=Count(min=1, max=MAX_GLOBAL_BATCH), required=True,
               help="Sequences per optimizer step (= micro-batch x accumulation x data-parallel ranks).")
 @options(*WORKLOAD_OPTIONS, "tensor_parallel", "pipeline_parallel", "sequence_parallel", "output", "force", "hf",
@@ -1787,7 +1791,26 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
     # estimate/check/checkpoint apply it to a --hardware spec's nodes x accelerators (cluster/launch.job_shape)
     from advisor.config.validation import world_size as bounded_world_size
     try:
-        bounded_world_size(nodes * gpus_per_node, f"--nodes {nodes} x --gpus-per-node {gpus_per_node}")
+        hw = resolve_hardware(hardware)
+    except AdvisorError as e:
+        raise _fail(str(e))
+    # the shape: the flags, else the spec's (advisor.cluster.hardware: NAME:N nodes, the preset's or spec
+    # file's accelerators per node); an accelerator preset alone states no node (Hardware.node_accelerators)
+    nodes_from = "--nodes" if nodes is not None else f"--hardware {hardware}"
+    gpus_from = "--gpus-per-node" if gpus_per_node is not None else f"--hardware {hardware}"
+    if gpus_per_node is None:
+        from advisor.config.validation import shown as _shown
+        gpus_per_node = hw.node_accelerators
+        if not gpus_per_node:
+            raise click.UsageError(f"give --gpus-per-node: --hardware {_shown(hardware)} is an accelerator alone "
+                                   "and says nothing about the node")
+    if nodes is None:
+        nodes = hw.nodes or 1
+    try:
+        bounded_world_size(nodes * gpus_per_node,
+                           (f"--nodes {nodes}" if nodes_from == "--nodes" else f"{nodes} node(s) of {nodes_from}")
+                           + " x " + (f"--gpus-per-node {gpus_per_node}" if gpus_from == "--gpus-per-node"
+                                      else f"{gpus_per_node} accelerators per node of {gpus_from}"))
     except AdvisorError as e:
         raise _fail(str(e))
     ovh = _overhead(runtime_overhead, fragmentation)
@@ -1806,10 +1829,9 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
                                "a .ds-advisor.toml above --output or the current folder)")
     try:
         inv = _inventory(model, params, architecture=True)
-        hw = resolve_hardware(hardware)
     except AdvisorError as e:
         raise _fail(str(e))
-    problem = hw.ranks_per_node_problem(gpus_per_node, "--gpus-per-node", f"--hardware {hardware}")
+    problem = hw.ranks_per_node_problem(gpus_per_node, gpus_from, f"--hardware {hardware}")
     if problem:
         raise _fail(problem)
     hw = replace(hw, nodes=nodes, accelerators_per_node=gpus_per_node)
