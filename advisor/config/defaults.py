@@ -224,6 +224,28 @@ TOP = SectionDefaults((), "runtime/constants.py:*_DEFAULT", (
     Default("prescale_gradients", False),  # PRESCALE_GRADIENTS_DEFAULT
 ))
 
+#: What DeepSpeed 0.19.8 runs with when a top-level key is absent (the words S002 prints for a misspelt top-level
+#: key that leaves it absent), by key -> (words, source). A key not listed: its default applies, unnamed.
+ABSENT_TOP_LEVEL: dict[str, tuple[str, str]] = {
+    "zero_optimization": (f"ZeRO is off (stage {ZERO.value('stage')}: every rank holds the whole model, "
+                          "its gradients and optimizer state)",
+                          "runtime/zero/config.py l.71-78 get_zero_config ({} when absent), l.95 stage = 0"),
+    "bf16": ("bf16 is off (enabled false)",
+             "runtime/precision_config.py l.34-38 get_bfloat16_config ({} when absent), l.46 enabled = False"),
+    "bfloat16": ("bf16 is off (enabled false)",
+                 "runtime/precision_config.py l.34-38 get_bfloat16_config ({} when absent), l.46 enabled = False"),
+    "fp16": ("fp16 is off (enabled false)",
+             "runtime/precision_config.py l.95-97 get_float16_config ({} when absent), l.105 enabled = False"),
+    "optimizer": ("no optimizer comes from the config (only one the script passes to deepspeed.initialize)",
+                  "runtime/config.py l.288-292 get_optimizer_name: OPTIMIZER_TYPE_DEFAULT = None "
+                  "(runtime/constants.py l.26)"),
+    "scheduler": ("no learning-rate scheduler comes from the config (only one the script passes to "
+                  "deepspeed.initialize)",
+                  "runtime/config.py l.325-329 get_scheduler_name: SCHEDULER_TYPE_DEFAULT = None "
+                  "(runtime/constants.py l.32)"),
+}
+
+
 #: The legacy top-level section name -> the section it stands for (read only when the new name
 #: is absent: ``runtime/precision_config.py:get_bfloat16_config``, ``BFLOAT16_OLD``).
 LEGACY_SECTIONS: dict[str, str] = {"bfloat16": "bf16"}

@@ -9,7 +9,9 @@ S001   error     unknown key in a section DeepSpeed validates strictly (pydantic
                  or a field given under both its name and its stage3_* alias
 S002   warning   ignored key: a key DeepSpeed does not know where it reads a plain dict and
                  silently ignores the rest (the top level, aio, activation_checkpointing, ...);
-                 info for comment-style keys ("_comment")
+                 info for comment-style keys ("_comment"); error for a misspelt top-level key
+                 whose did-you-mean is a top-level key the config lacks (DeepSpeed runs on that
+                 key's default: defaults.ABSENT_TOP_LEVEL)
 S003   error     wrong type (warning where DeepSpeed's pydantic parsing coerces it, e.g. "True")
 S004   error     out of range, or not one of the allowed values
 S005   error     a key DeepSpeed 0.19.8 refuses outright (amp, mics_shard_size, ...)
@@ -368,12 +370,15 @@ def _map_error(err, hf: bool) -> list[Finding]:
         unknown = [k for k in inst if k not in props and (sec or k != SUPPRESS_KEY)]
         if not unknown:
             return []
-        out = [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict")) for k in unknown[:MAX_UNKNOWN_KEYS]]
+        out = [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict"), inst) for k in unknown[:MAX_UNKNOWN_KEYS]]
         if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: did-you-mean costs one search per key
             rest = len(unknown) - MAX_UNKNOWN_KEYS
             first = out[0]
             word = "ignored" if first.code == "S002" else "unknown"  # each rule's own word (S002 ignored-key)
-            out.append(dataclasses.replace(first, pointer=ptr, message=f"{rest} more {word} key(s) at "
+            # the folded keys get no did-you-mean (bounded work), so none is known to lose a section: S002's
+            # error (a misspelt top-level key) stays with the keys listed, the fold is a warning
+            severity = "warning" if first.code == "S002" and first.severity == "error" else first.severity
+            out.append(dataclasses.replace(first, pointer=ptr, severity=severity, message=f"{rest} more {word} key(s) at "
                                            f"{_where(path)} (the first {MAX_UNKNOWN_KEYS} are listed)",
                                            fix="remove the keys DeepSpeed does not read", data={"folded": rest}))
         return out
@@ -504,7 +509,9 @@ def _value_schema(sch: dict[str, Any], validator: str) -> dict[str, Any]:
     return sch
 
 
-def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Finding:
+def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str, siblings: dict | None = None) -> Finding:
+    """The finding of ``key``, unknown in section ``sec`` (read by DeepSpeed as ``read``: "pydantic" or "dict"),
+    beside ``siblings`` (the keys of that section as written): S006 misplaced, S001 unknown, S002 ignored."""
     from advisor.config.keys import note_for, section_name
 
     table = key_table()
@@ -542,9 +549,22 @@ def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str) -> Findi
                        f"(pydantic: extra inputs are not permitted){dym}", fix, data=data)
     if key.startswith(("_", "#", "//")) or key.lower().startswith("comment"):
         return emit("S002", "info", ptr, f"'{key}' looks like a comment key; DeepSpeed ignores it", "", data=data)
-    msg = f"ignored key '{key}' in {here}: DeepSpeed does not know it and silently ignores it{dym}"
+    msg = f"ignored key '{key}' in {here}: DeepSpeed does not know it and silently ignores it"
+    severity = "warning"
+    if not sec and suggestion and suggestion not in (siblings or {}):
+        # a misspelt top-level key DeepSpeed reads, that key itself absent: DeepSpeed runs on its default for it
+        # (it reads the key with dict.get / `in`, e.g. runtime/zero/config.py l.71-78), so what the user meant
+        # does not happen, silently -- an error (not `refuses`: DeepSpeed starts, and estimate judges the default)
+        from advisor.config.defaults import ABSENT_TOP_LEVEL
+
+        effect = ABSENT_TOP_LEVEL.get(suggestion)
+        msg += (f", and '{suggestion}' is absent, so DeepSpeed runs with its default: "
+                + (effect[0] if effect else f"as if '{suggestion}' were not written"))
+        severity = "error"
+        data = {**data, "absent": suggestion}
+    msg += dym
     inner = table.known_top_level_inside(value) if not sec else []
     if inner:
         msg += f" (it contains {', '.join(inner)}, which DeepSpeed reads only at the top level)"
         fix = f"move {', '.join(inner)} to the top level and remove '{key}'"
-    return emit("S002", "warning", ptr, msg, fix, data=data)
+    return emit("S002", severity, ptr, msg, fix, data=data)

@@ -13,6 +13,15 @@ The message suggests the closest known key when there is one, and says when an u
 contains keys DeepSpeed reads only at the top level. Keys that look like comments
 (``_comment``, ``comment...``) are reported at info level.
 
+A misspelt top-level key whose suggestion is a top-level key DeepSpeed reads, with that key
+absent from the config, is an **error**: ``"zero_optimisation": {"stage": 3}`` leaves
+``zero_optimization`` absent, ``get_zero_config`` builds ``DeepSpeedZeroConfig()`` from ``{}``
+(``runtime/zero/config.py`` l.71-78) and its ``stage`` default is 0 (l.95): ZeRO is off, every
+rank holds the whole model. DeepSpeed starts without a word (so this is not a refusal: estimate
+and check go on, judging the default). The message names what DeepSpeed runs with instead
+(``config/defaults.py`` ``ABSENT_TOP_LEVEL``). Where the intended key is written too, the typo is
+a stray beside it and stays a warning.
+
 Anti-pattern::
 
     "cuda_visible_devices": "0,1,2,3",
