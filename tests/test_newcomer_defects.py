@@ -193,3 +193,18 @@ def test_models_has_a_header_row():
     assert first[:2] == ["preset", "parameters"], first
 
 
+
+
+def test_b001_first_fix_keeps_the_written_global_batch():
+    """ncb21: the sample zero2 triple (64 = 4 x 2 x 8) checked at WORLD_SIZE=16 was told to set
+    train_batch_size to 128 (or remove it): both double the global batch. DeepSpeed asserts
+    train_batch == micro x accumulation x data-parallel size (runtime/config.py _batch_assertion):
+    64 / (4 x 16) = 1, so accumulation 1 keeps 64, and it is the first fix and the --set offered;
+    applied, DeepSpeed's equality holds (4 x 1 x 16 = 64: no B001)."""
+    p = run_cli(["check", ZERO2, "--model", "llama-3-8b", "--format", "json"], env={"WORLD_SIZE": "16"})
+    (b,) = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "B001"]
+    assert b["fix"].startswith("set gradient_accumulation_steps to 1 to keep train_batch_size 64"), b
+    assert b["data"]["set"] == ["gradient_accumulation_steps=1"], b
+    lint = ["lint", ZERO2, "--world-size", "16", "--format", "json"]
+    again = json.loads(run_cli(lint + ["--set", b["data"]["set"][0]]).stdout)["files"][0]["findings"]
+    assert not [f for f in again if f["code"] == "B001"], again

@@ -553,6 +553,48 @@ def derive_batch(ec: EffectiveConfig, dp_world_size: int) -> tuple[int | None, i
     return tb, mb, ga, None
 
 
+def largest_divisor_at_most(n: int, top: int) -> int | None:
+    """The largest divisor of ``n`` (a positive integer) that is at most ``top`` (1 when ``top``
+    < 2); None when ``n`` is over 10^12, too large to factor here (a trial division to sqrt(n)).
+    Plain arithmetic, no DeepSpeed fact: the micro-batch a rank's sequences per step split into
+    whole micro-steps (``keep_train_batch``; views/fixes' smaller micro-batch)."""
+    import math
+
+    if n > 10 ** 12:
+        return None
+    best = 1
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            for m in (d, n // d):
+                if best < m <= top:
+                    best = m
+    return best
+
+
+def keep_train_batch(tb: int, dp_world_size: int, micro: int | None = None,
+                     grad_accum: int | None = None) -> tuple[int, int] | None:
+    """(micro-batch, gradient accumulation) that keep ``train_batch_size`` ``tb`` (sequences per
+    optimizer step) at ``dp_world_size`` data-parallel ranks: DeepSpeed 0.19.8 asserts
+    ``train_batch == micro_batch * grad_acc * self.world_size`` (``runtime/config.py``
+    ``_batch_assertion``, l.590-605; ``self.world_size`` is the data-parallel size). In order of
+    preference: the micro-batch kept and the accumulation tb / (micro x W), when integral; else
+    the accumulation kept and the micro-batch tb / (accumulation x W); else the largest
+    micro-batch at most the given one (or tb / (accumulation x W) rounded down, or tb / W) that
+    divides tb / W, with the accumulation that makes up the rest. None when tb is not a multiple
+    of W (no micro x accumulation keeps it), or tb / W is too large to factor (over 10^12)."""
+    w = dp_world_size
+    if tb <= 0 or w <= 0 or tb % w:
+        return None
+    per_rank = tb // w
+    if micro and per_rank % micro == 0:
+        return micro, per_rank // micro
+    if grad_accum and per_rank % grad_accum == 0:
+        return per_rank // grad_accum, grad_accum
+    top = micro if micro else (max(1, per_rank // grad_accum) if grad_accum else per_rank)
+    m = largest_divisor_at_most(per_rank, top)
+    return None if m is None else (m, per_rank // m)
+
+
 def config_sequence_parallel(raw: Any) -> int:
     """The config's DeepSpeed-Ulysses ``sequence_parallel_size`` as a rank count (DeepSpeed
     0.19.8 ``runtime/config.py`` ``DeepSpeedConfig._initialize_params``:

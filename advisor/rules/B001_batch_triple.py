@@ -26,8 +26,13 @@ Anti-pattern (8 ranks)::
 
     {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}
 
-4 x 4 x 8 = 128, not 64. Fix: give only two of the three, usually the micro-batch and the
-accumulation steps, and let DeepSpeed derive train_batch_size::
+4 x 4 x 8 = 128, not 64. The fix offered first keeps the global batch written: the accumulation
+64 / (4 x 8) = 2 (else the micro-batch, when the accumulation does not divide)::
+
+    {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}
+
+Or give only two of the three, usually the micro-batch and the accumulation steps, and let
+DeepSpeed derive train_batch_size::
 
     {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}
 
@@ -37,12 +42,31 @@ checks only values that are not "auto".
 
 from __future__ import annotations
 
-from advisor.config.effective import derive_batch
+from advisor.config.effective import derive_batch, keep_train_batch
 from advisor.config.validation import batch_limit_problem
 from advisor.rules import LintContext, Rule, register
 from advisor.rules._util import is_auto
 
 TB, MB, GA = "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"
+
+
+def _keeping(tb: int, w: int, mb: int | None, ga: int | None, given: list[str]) -> tuple[str, list[str]] | None:
+    """(fix words, --set strings) of the change that keeps the written train_batch_size ``tb`` at
+    ``w`` data-parallel ranks (``config.effective.keep_train_batch``: the accumulation
+    tb / (micro x W) first, else the micro-batch), only the keys that change; None when no micro x
+    accumulation gives tb (tb not a multiple of W). An unwritten key stays unwritten: DeepSpeed
+    derives it from tb and the other, exactly once tb / W is their product
+    (``_set_batch_related_parameters``, runtime/config.py l.607-648)."""
+    kept = keep_train_batch(tb, w, mb, ga)
+    if kept is None:
+        return None
+    m2, g2 = kept
+    # the written keys that change; an unwritten one DeepSpeed then derives exactly (tb // m2 // W = g2)
+    changes = [(k, v) for k, v, old in ((MB, m2, mb), (GA, g2, ga)) if old is not None and v != old]
+    if not changes:  # the written ones already give tb: the triple held
+        return None
+    said = " and ".join(f"{k} to {v}" for k, v in changes)
+    return (f"set {said} to keep {TB} {tb} ({m2} x {g2} x {w} ranks)", [f"{k}={v}" for k, v in changes])
 
 
 @register
@@ -108,8 +132,12 @@ class BatchTriple(Rule):
                    f"{tb} // {w} = {dmb} with 1 accumulation step and then fails")
             new_tb = max(1, round(tb / w)) * w
             fix = f"set {TB} to a multiple of {w} (e.g. {new_tb}), or give {MB} instead"
-        yield self.finding(f"/{TB}", msg, fix, tb=dtb, micro=dmb, grad_accum=dga, dp_world_size=w,
-                           set=[f"{TB}={new_tb}"])
+        sets = [f"{TB}={new_tb}"]
+        keep = _keeping(tb, w, mb, ga, given)
+        if keep is not None:  # the user's train_batch_size kept comes first (issue ncb21)
+            words, sets = keep
+            fix = f"{words}; or {fix}"
+        yield self.finding(f"/{TB}", msg, fix, tb=dtb, micro=dmb, grad_accum=dga, dp_world_size=w, set=sets)
 
     def _without_world(self, tb, mb, ga):
         how = ("pass --world-size N (total ranks; data-parallel = ranks / (tensor x pipeline x sequence "

@@ -178,17 +178,12 @@ def _smaller_micro_batch(mb: int, ga: int) -> tuple[int, int]:
     ranks, DeepSpeed runtime/config.py _batch_assertion, is kept: micro 3 x 1 becomes 1 x 3, not
     1 x 1). Micro-batch 1 always divides; a product too large to factor here (over 10^12) gets
     half the micro-batch and the same accumulation, and the words say how the batch changes."""
-    import math
+    from advisor.config.effective import largest_divisor_at_most
 
     per_rank, top = mb * ga, mb // 2
-    if per_rank > 10 ** 12:
+    best = largest_divisor_at_most(per_rank, top)
+    if best is None:
         return top, ga
-    best = 1
-    for d in range(1, math.isqrt(per_rank) + 1):
-        if per_rank % d == 0:
-            for m in (d, per_rank // d):
-                if best < m <= top:
-                    best = m
     return best, per_rank // best
 
 
@@ -261,14 +256,15 @@ def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str]
     gradient accumulation when it divides; else the words say how it grows (the HF Trainer fills
     train_batch_size again at the new world size, trainer_config_process; a fixed one DeepSpeed
     then refuses, and the candidate is dropped)."""
-    from advisor.config.effective import derive_batch
+    from advisor.config.effective import derive_batch, keep_train_batch
 
     dp = plan.cluster.dp_world_size
     tb, mb, ga, _ = derive_batch(plan.config, dp)
     if not (tb and mb and ga):
         return words, [], [], []
-    if (ga * dp) % dp2 == 0:
-        ga2 = ga * dp // dp2
+    kept = keep_train_batch(mb * ga * dp, dp2, micro=mb)
+    if kept is not None and kept[0] == mb:  # the micro-batch kept: (ga x dp) / dp2 integral
+        ga2 = kept[1]
         sets = [f"gradient_accumulation_steps={ga2}"]
         shown, flags = _trainer_flags(plan, sets)
         return (f"{words}, gradient accumulation {ga} -> {ga2} (the same global batch, {tb} sequences)",
