@@ -37,6 +37,29 @@ def split_pointer(ptr: str) -> list[str]:
     return [t.replace("~1", "/").replace("~0", "~") for t in ptr[1:].split("/")]
 
 
+#: What a text report prints after the pointer of an :attr:`Finding.absent` key.
+ABSENT_WORDS = "(absent: DeepSpeed's default)"
+
+_NO_DATA = object()
+
+
+def resolves(data: Any, ptr: str) -> bool:
+    """True when the JSON pointer ``ptr`` names a value in ``data`` ("" always: the document)."""
+    try:
+        tokens = split_pointer(ptr)
+    except ValueError:
+        return False
+    cur = data
+    for t in tokens:
+        if isinstance(cur, dict) and t in cur:
+            cur = cur[t]
+        elif isinstance(cur, list) and t.isdigit() and int(t) < len(cur):
+            cur = cur[int(t)]
+        else:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Finding:
     """One problem (or note) about one place in a config."""
@@ -56,6 +79,9 @@ class Finding:
     sizes: dict[str, int | float] = field(default_factory=dict, compare=False)
     #: (message, fix) templates with ``{name}`` placeholders for ``sizes``; None for plain text.
     template: tuple[str, str] | None = field(default=None, compare=False)
+    #: True when :attr:`pointer` names a key the config does not contain (DeepSpeed's default applies there):
+    #: set by :meth:`located` given the config's data; line/column are then the nearest enclosing written key's.
+    absent: bool = field(default=False, compare=False)
 
     def text(self, units: str | None = None) -> tuple[str, str]:
         """(message, fix) with every size in ``units`` ("GiB" / "GB"; None: as stored, the default
@@ -81,7 +107,7 @@ class Finding:
         """The JSON pointer as a text report prints it: "/" for the document, control characters as
         ``\\xNN`` (:func:`advisor.render.escape.safe_text`), as in :meth:`text`."""
         from advisor.render.escape import safe_text
-        return safe_text(self.pointer or "/")
+        return safe_text(self.pointer or "/") + (f" {ABSENT_WORDS}" if self.absent else "")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a finding (stable field names)."""
@@ -96,14 +122,19 @@ class Finding:
         }
         if self.file is not None:
             d["file"] = self.file
+        if self.absent:
+            d["absent"] = True
         data = {**self.sizes, **self.data} if self.sizes else self.data  # the sizes' bytes, by name
         if data:
             d["data"] = data
         return d
 
-    def located(self, positions: dict[str, tuple[int, int]], file: str | None) -> "Finding":
+    def located(self, positions: dict[str, tuple[int, int]], file: str | None, data: Any = _NO_DATA) -> "Finding":
         """Return a copy with line/column filled from ``positions`` (pointer -> (line, col)),
-        using the nearest enclosing pointer that has a position."""
+        using the nearest enclosing pointer that has a position. Given the config's ``data`` (the dict
+        DeepSpeed gets), a pointer that names no key of it is marked :attr:`absent` (its line/column are
+        then the nearest enclosing written key's: the top level, 1:1, for a missing section)."""
+        absent = self.absent or (data is not _NO_DATA and self.file in (None, file) and not resolves(data, self.pointer))
         line, col = self.line, self.column
         if line is None:
             ptr = self.pointer
@@ -114,7 +145,7 @@ class Finding:
                 if ptr == "":
                     break
                 ptr = ptr.rsplit("/", 1)[0]
-        return replace(self, line=line, column=col, file=file if self.file is None else self.file)
+        return replace(self, line=line, column=col, file=file if self.file is None else self.file, absent=absent)
 
 
 def worst(findings: Iterable[Finding]) -> int:

@@ -81,3 +81,47 @@ def test_nested_typo_keeps_its_own_rule(tmp_path):
     proc = _lint(tmp_path, {"train_micro_batch_size_per_gpu": 2, "aio": {"block_sise": 1048576}})
     (f,) = _s002(proc)
     assert f["severity"] == "warning"
+
+
+# --- item 2: a finding about a key the config does not contain says so ---------------------------------------
+
+#: 7e9 parameters at ZeRO stage 0 (zero_optimization absent) on 40 GB cards: bf16 weights alone are 14e9 B
+#: = 13.04 GiB, with fp32 master weights and Adam's two moments (12 B / param, stage 0 keeps all on every rank)
+#: 84e9 B = 78.23 GiB more: far over 37.25 GiB (40e9 B), so M100 (accelerator) is certain
+FIT_ARGS = ["--params", "7e9", "--world-size", "8", "--gpu-memory", "40GB"]
+
+
+@pytest.mark.parametrize("command", ["estimate", "check"])
+def test_m100_on_an_absent_section_is_marked_absent_at_the_top_level(tmp_path, command):
+    (tmp_path / "c.json").write_text(json.dumps(TYPO_ZERO))
+    p = run_cli([command, "c.json", *FIT_ARGS, "--format", "json"], cwd=tmp_path)
+    m100 = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "M100" and f["data"]["tier"] == "accelerator"]
+    assert m100, p.stdout[:2000]
+    f = m100[0]
+    # zero_optimization is not in the file: the nearest written enclosing key is the document (line 1, column 1)
+    assert (f["pointer"], f["line"], f["column"], f.get("absent")) == ("/zero_optimization", 1, 1, True)
+    text = run_cli([command, "c.json", *FIT_ARGS], cwd=tmp_path, env={"COLUMNS": "400"}).stdout
+    assert "error M100 /zero_optimization (absent: DeepSpeed's default): accelerator" in text
+
+
+def test_m100_on_a_written_section_points_at_it(tmp_path):
+    # the same job with ZeRO stage 0 written: the key is on line 3, its name from column 4 (after '  "')
+    (tmp_path / "c.json").write_text('{\n  "train_micro_batch_size_per_gpu": 2,\n  "zero_optimization": {"stage": 0},\n'
+                                     '  "bf16": {"enabled": true}\n}\n')
+    p = run_cli(["check", "c.json", *FIT_ARGS, "--format", "json"], cwd=tmp_path)
+    f = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "M100"][0]
+    assert (f["pointer"], f["line"], f["column"], f.get("absent")) == ("/zero_optimization", 3, 4, None)
+    assert "(absent" not in run_cli(["check", "c.json", *FIT_ARGS], cwd=tmp_path).stdout
+
+
+def test_estimate_json_with_an_absent_finding_validates(tmp_path):
+    # estimate's findings are lint-output.schema.json's findings (additionalProperties false): "absent" is declared
+    jsonschema = pytest.importorskip("jsonschema")
+    from tests.test_estimate_required_fields import _validator
+    (tmp_path / "c.json").write_text(json.dumps(TYPO_ZERO))
+    doc = json.loads(run_cli(["estimate", "c.json", *FIT_ARGS, "--format", "json"], cwd=tmp_path).stdout)
+    assert any(f.get("absent") for f in doc["findings"])
+    _validator().validate(doc)
+    doc["findings"][-1]["absent"] = False  # only ever written as true
+    with pytest.raises(jsonschema.ValidationError):
+        _validator().validate(doc)

@@ -780,7 +780,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         parts.append("<table id=findings-table><tr><th>code</th><th>severity</th><th>where</th><th>message</th>"
                      "<th>fix</th></tr>")
         for fo, f in zip(result.findings, d["findings"]):
-            where = f["pointer"] or "/"
+            where = fo.shown_pointer  # "/" for the document; "(absent: DeepSpeed's default)" for a key not written
             if f.get("line"):
                 where += f" (line {f['line']})"
             msg, fix = fo.text(units)  # sizes in the report's units

@@ -111,7 +111,7 @@ def finding_lines(f: Finding, file: str, color: bool = False, units: str | None 
         loc += f":{f.line}:{f.column or 1}"
     sev = paint(f.severity, color) if color else f.severity
     msg, fix = f.text(units)
-    out = [safe_text(f"{loc}: ") + sev + safe_text(f" {f.code} {f.pointer or '/'}: {msg}")]
+    out = [safe_text(f"{loc}: ") + sev + f" {f.code} {f.shown_pointer}: {msg}"]
     if fix:
         out.append(safe_text(f"    fix: {fix}"))
     return out
