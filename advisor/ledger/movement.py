@@ -8,7 +8,9 @@ the stated bandwidths and whether DeepSpeed can overlap it with compute.
 Links: ``pcie`` (host <-> accelerator; directions ``to_host`` and ``to_accelerator``), ``nvme``
 (directions ``write`` and ``read``, with the config's ``nvme_path`` and, with a hardware spec,
 its storage tier) and ``network`` (collectives between data-parallel ranks; direction ``send``,
-which equals what a rank receives in a ring collective).
+which equals what a rank receives in a ring collective); a network movement's ``crosses`` names
+the link it takes, ``within_node`` (the peer link) or ``across_nodes`` (the NIC), and the text
+table and HTML chart label it so (:data:`CROSSING_LABELS`: "peer link" / "network").
 
 Sources, DeepSpeed 0.19.8 (paths relative to the installed package; reference = the project's
 ``deepspeed-0.19.8-state-accounting.md``):
@@ -161,6 +163,10 @@ class Movement:
     #: NVMe movements only: the files (one aio op each) the bytes are in, per optimizer step; each
     #: adds :data:`AIO_PER_FILE_S` to the seconds (:func:`timed`).
     files: int = 0
+    #: Network movements only: the link the bytes cross, ``within_node`` (the peer link:
+    #: NVLink/xGMI) or ``across_nodes`` (the NIC), as :func:`link_bandwidth` times them
+    #: (:func:`crossing`; set by :func:`movement_roles`); None for PCIe / NVMe.
+    crosses: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -394,9 +400,11 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     out = []
     L = int((plan.inventory.meta or {}).get("num_layers") or 0)
     moe = moe_movements(plan, 0, (0, L), last=True) + ulysses_movements(plan, L)
+    multi = plan.cluster.world_size > rpn
     for k, ranks in by.items():
         ms = _rank_movements(plan, ranks[0], k, akey)
         ms += [replace(m, rank=ranks[0]) for m in moe]
+        ms = [replace(m, crosses=crossing(m, multi)) if m.link == NETWORK else m for m in ms]
         if hardware is not None:
             ms = timed(ms, hardware, ranks_per_node=rpn, world_size=plan.cluster.world_size, aio=plan.config.aio)
         out.append((ranks, ms))
@@ -428,6 +436,7 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
             granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
             ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
             ms += [replace(m, rank=granks[0]) for m in extra]
+            ms = [replace(m, crosses=crossing(m, cl.world_size > rpn)) if m.link == NETWORK else m for m in ms]
             if hardware is not None:
                 ms = timed(ms, hardware, ranks_per_node=rpn, world_size=cl.world_size, aio=plan.config.aio)
             out.append((granks, ms))
@@ -1117,6 +1126,33 @@ def nvme_rate(tier: Any, direction: str, aio: Any | None, streams: int = 1, node
     return aio_bandwidth(rate, lat, aio, streams)
 
 
+#: What each crossing of a ``network`` movement is called in the text table and the HTML chart:
+#: the step-time model's two links (steptime.COLLECTIVE_MODEL ``within_node`` / ``across_nodes``).
+CROSSING_LABELS = {"within_node": "peer link", "across_nodes": "network"}
+#: The words for each crossing in a legend or note.
+CROSSING_WORDS = {"within_node": "within a node, over the peer link (NVLink/xGMI; the host link where the spec gives "
+                                 "no peer_bytes_per_s)",
+                  "across_nodes": "across nodes, over the network (the node's NIC bandwidth shared by its ranks)"}
+
+
+def crossing(m: Movement, multi_node: bool) -> str | None:
+    """``within_node`` or ``across_nodes``: the link a ``network`` movement's bytes cross, the rule
+    :func:`link_bandwidth` times it by: the movement's own ``intra_node`` when set (tensor- and
+    pipeline-parallel groups), else the job's shape (data-parallel collectives cross nodes when
+    the job spans more than one, ``multi_node``); None for a PCIe or NVMe movement."""
+    if m.link != NETWORK:
+        return None
+    intra = m.intra_node if m.intra_node is not None else not multi_node
+    return "within_node" if intra else "across_nodes"
+
+
+def link_label(m: "Movement | dict") -> str:
+    """The link column of a movement (a :class:`Movement` or its dict): ``pcie``, ``nvme``, or for
+    a network movement the link it crosses (:data:`CROSSING_LABELS`; ``network`` when unknown)."""
+    link, crosses = (m.get("link"), m.get("crosses")) if isinstance(m, dict) else (m.link, m.crosses)
+    return CROSSING_LABELS.get(crosses or "", link)
+
+
 def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi_node: bool,
                    aio: Any | None = None, nodes: int = 1) -> float | None:
     """The bandwidth one rank gets for movement ``m``, bytes/s: PCIe = the accelerator's host
@@ -1135,9 +1171,7 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
             return None
         rpn = max(1, ranks_per_node)
         return nvme_rate(t, "write" if m.direction == "write" else "read", aio, rpn, nodes) / rpn
-    if m.intra_node is not None:
-        multi_node = not m.intra_node
-    if multi_node:
+    if crossing(m, multi_node) == "across_nodes":
         return (hardware.network_bytes_per_s / max(1, ranks_per_node)) if hardware.network_bytes_per_s else None
     return hardware.peer_bytes_per_s or hardware.host_link_bytes_per_s
 

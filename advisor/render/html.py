@@ -200,12 +200,13 @@ def tier_chart_svg(bars: list[TierBar], units: str = DEFAULT_UNITS) -> str:
 def movement_chart_svg(movements: list, rank: int = 0, units: str = DEFAULT_UNITS) -> str | None:
     """Inline SVG: bytes ``rank`` moves per optimizer step, one horizontal stacked bar per
     link/direction, segments per state class (in ``units``). None when nothing moves."""
+    from advisor.ledger.movement import link_label  # a network row by the link it crosses
     GIB = UNITS[units]
     agg: dict[str, dict[str, int]] = {}
     for m in movements:
         if m.rank != rank or m.bytes <= 0:
             continue
-        d = agg.setdefault(f"{m.link}/{m.direction}", {})
+        d = agg.setdefault(f"{link_label(m)}/{m.direction}", {})
         d[m.cls] = d.get(m.cls, 0) + m.bytes
     if not agg:
         return None
@@ -769,8 +770,11 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
     elif svg is None:
         parts.append("<p class=note id=movement-note>Nothing moves between tiers or ranks per step for rank 0.</p>")
     else:
-        parts.append("<p>Bytes rank 0 moves per optimizer step by link and direction (network: what a rank sends "
-                     "in the data-parallel collectives).</p>")
+        from advisor.ledger.movement import CROSSING_WORDS, link_label
+        crossed = sorted({m.crosses for m in movements} - {None}, reverse=True)
+        parts.append("<p>Bytes rank 0 moves per optimizer step by link and direction" + "".join(
+            f"; {link_label({'link': 'network', 'crosses': c})}: what a rank sends in its collectives {CROSSING_WORDS[c]}"
+            for c in crossed) + ".</p>")
         parts.append(f"<div class=chart id=movement-chart>{svg}</div>")
     if not bars:  # refused (M090): "No estimate" above, so no fit table or figures either
         del parts[figures_from:]

@@ -662,7 +662,8 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
     count: dict[tuple, int] = {}
     for m in role["movements"]:
         count[(m["link"], m["direction"], m["item"])] = count.get((m["link"], m["direction"], m["item"]), 0) + 1
-    rows = [(m["link"], m["direction"], m["cls"],
+    from advisor.ledger.movement import CROSSING_WORDS, link_label
+    rows = [(link_label(m), m["direction"], m["cls"],
              m["item"] + (f" ({m['phase']})" if count[(m["link"], m["direction"], m["item"])] > 1 else ""),
              size(m["bytes"], units, suffix=False),
              f"{m['seconds']:.3f} s" if m["seconds"] is not None else "?", "yes" if m["overlap"] else "no")
@@ -673,6 +674,11 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
                                       None if cols is None else cols - 2)]
     if not role["movements"]:
         out.append("  (nothing crosses PCIe, NVMe or the network)")
+    crossed = {m.get("crosses") for m in role["movements"]} - {None}
+    if crossed:  # the collectives' link named once: "network" alone read as InfiniBand on one node
+        rpn = section.get("ranks_per_node")
+        out.append("  (collectives" + (f", {rpn} ranks per node" if rpn else "") + ": " + "; ".join(f"{link_label({'link': 'network', 'crosses': c})} = "
+                                                  f"{CROSSING_WORDS[c]}" for c in sorted(crossed, reverse=True)) + ")")
     untimed = sorted({m["link"] for m in role["movements"] if m["seconds"] is None})
     if untimed:  # said once, not per row: a "?" with no reason reads as a fault
         out.append("  (time ?: " + (
