@@ -125,3 +125,19 @@ def test_estimate_json_with_an_absent_finding_validates(tmp_path):
     doc["findings"][-1]["absent"] = False  # only ever written as true
     with pytest.raises(jsonschema.ValidationError):
         _validator().validate(doc)
+
+
+# --- item 3: estimate's text findings carry check's / lint's file:line:column --------------------------------
+
+def test_estimate_text_findings_carry_the_location(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps(TYPO_ZERO))
+    env = {"COLUMNS": "400"}
+    lint = run_cli(["lint", "c.json"], cwd=tmp_path, env=env).stdout
+    est = run_cli(["estimate", "c.json", *FIT_ARGS], cwd=tmp_path, env=env).stdout
+    chk = run_cli(["check", "c.json", *FIT_ARGS], cwd=tmp_path, env=env).stdout
+    # the key "zero_optimisation" starts at column 40 of line 1: '{"train_micro_batch_size_per_gpu": 2, "' is 39
+    assert len('{"train_micro_batch_size_per_gpu": 2, "') == 39
+    line = "c.json:1:40: error S002 /zero_optimisation: ignored key 'zero_optimisation'"
+    assert line in lint and f"  {line}" in est and f"  {line}" in chk
+    # a finding about the absent section: the document's place, said absent (item 2)
+    assert "  c.json:1:1: error M100 /zero_optimization (absent: DeepSpeed's default): accelerator" in est

@@ -102,16 +102,30 @@ def hf_hint_lines(findings: list[Finding], command: str, file: str) -> tuple[lis
     return [(hint[0], hf_hint_fix(command, file))], {id(f) for f in hint[1]}
 
 
-def finding_lines(f: Finding, file: str, color: bool = False, units: str | None = None) -> list[str]:
-    """One finding as lint prints it: ``file:line:col: severity CODE /pointer: message`` (the
-    location from the finding, else ``file`` alone), then an indented ``fix:`` line when it has
-    one. Sizes in ``units`` (None: GiB). ``resolve`` prints its findings with this too."""
+def finding_location(f: Finding, file: str = "") -> str:
+    """Where a finding is, as every text report prints it: ``file:line:column`` (the finding's own file, else
+    ``file``; column 1 when only the line is known), ``file`` alone when it has no line. Escaped
+    (:func:`safe_text`): a path's control characters are shown, not sent."""
     loc = f.file or file
     if f.line is not None:
         loc += f":{f.line}:{f.column or 1}"
+    return safe_text(loc)
+
+
+def location_prefix(f: Finding) -> str:
+    """``file:line:column: `` before a finding in estimate's and check's text reports (:func:`finding_location`,
+    as lint prints it), empty for a finding with no line (one about no place in a file)."""
+    return f"{finding_location(f)}: " if f.line is not None and f.file else ""
+
+
+def finding_lines(f: Finding, file: str, color: bool = False, units: str | None = None) -> list[str]:
+    """One finding as lint prints it: ``file:line:col: severity CODE /pointer: message`` (the
+    location from the finding, else ``file`` alone: :func:`finding_location`), then an indented ``fix:`` line
+    when it has one. Sizes in ``units`` (None: GiB). ``resolve`` prints its findings with this too."""
+    loc = finding_location(f, file)
     sev = paint(f.severity, color) if color else f.severity
     msg, fix = f.text(units)
-    out = [safe_text(f"{loc}: ") + sev + f" {f.code} {f.shown_pointer}: {msg}"]
+    out = [f"{loc}: " + sev + f" {f.code} {f.shown_pointer}: {msg}"]
     if fix:
         out.append(safe_text(f"    fix: {fix}"))
     return out

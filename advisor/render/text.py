@@ -568,7 +568,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 console.print(safe_text(f"  excluded: {excluded_words(x, m104)}"), markup=False)
         if d["findings"]:
             console.print("[bold]Findings[/bold]")
-            from advisor.render.lint import hf_hint_lines
+            from advisor.render.lint import hf_hint_lines, location_prefix
             hint, folded = hf_hint_lines(result.findings, "estimate", d["config"])  # "auto" as lint folds it
             for msg, fix in hint:
                 line = Text("  ")
@@ -580,7 +580,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 if id(f) in folded:
                     continue
                 msg, fix = f.text(units)
-                line = Text("  ")
+                line = Text("  " + location_prefix(f))  # file:line:column, as check and lint print it
                 line.append(f.severity, style=STYLE.get(f.severity, ""))
                 line.append(f" {f.code} {f.shown_pointer}: {msg}")
                 console.print(line)
@@ -1018,7 +1018,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         L.append(f"  not counted: {excluded_words(x, m104)}")
     if r.findings:
         L.append("findings")
-        from advisor.render.lint import hf_hint_lines
+        from advisor.render.lint import hf_hint_lines, location_prefix
         hint, folded = hf_hint_lines(r.findings, "check", r.source)  # "auto" as lint folds it
         for msg, fix in hint:
             L.append(f"  {paint('error', color)} A001 /: {msg}")
@@ -1026,7 +1026,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
         for f in r.findings:
             if id(f) in folded:
                 continue
-            loc = f"{f.file}:{f.line}:{f.column or 1}: " if f.line else ""  # file:line:column, as lint prints it
+            loc = location_prefix(f)  # file:line:column, as lint prints it
             msg, fix = f.text(units)
             L.append(f"  {loc}{paint(f.severity, color)} {f.code} {f.shown_pointer}: {msg}")
             if fix:
