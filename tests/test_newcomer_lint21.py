@@ -141,3 +141,29 @@ def test_estimate_text_findings_carry_the_location(tmp_path):
     assert line in lint and f"  {line}" in est and f"  {line}" in chk
     # a finding about the absent section: the document's place, said absent (item 2)
     assert "  c.json:1:1: error M100 /zero_optimization (absent: DeepSpeed's default): accelerator" in est
+
+
+# --- item 4: T002's node is the ranks of one node, not the hardware's accelerators per node -------------------
+
+def test_t002_counts_the_ranks_one_node_runs(tmp_path):
+    """dgx-h100 (8 accelerators per node) with a local NVMe drive, run as 2 nodes x 4 ranks (--gpus-per-node 4).
+    By hand: the ZeRO-3 optimizer swap of 1e9 parameters over 8 ranks writes the fp32 master, exp_avg, exp_avg_sq
+    and fp32 gradient, 16 B x 1e9 / 8 = 2e9 B per rank per step (as test_storage_tiers' T002 case); one node's
+    4 ranks write 8e9 B per step, x 8,640 steps/day at 10 s = 6.912e13 B/day on its drive; 1e16 B (10,000 TBW)
+    lasts 144.7 days -- T002 counted the preset's 8 accelerators: 1.3824e14 B/day, 72.3 days."""
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/scratch/swap"}}}))
+    (tmp_path / "hw.json").write_text(json.dumps({"base": "dgx-h100", "storage": [{
+        "name": "nvme0", "mounts": ["/scratch"], "capacity_bytes": 1e14, "read_bytes_per_s": 7e9,
+        "write_bytes_per_s": 7e9, "access": "read-write", "endurance": {"tbw": 10_000}}]}))
+    base = ["estimate", "ds.json", "--params", "1e9", "--hardware", "hw.json", "--world-size", "8", "--seq-len",
+            "1024", "--step-time", "10", "--format", "json"]
+    for extra, rpn in (([], 8), (["--gpus-per-node", "4"], 4)):
+        d = json.loads(run_cli([*base, *extra], cwd=tmp_path).stdout)
+        (f,) = [f for f in d["findings"] if f["code"] == "T002"]
+        per_day = 16 * 1e9 / 8 * rpn * 8640
+        assert f["data"]["bytes_written_per_day"] == pytest.approx(per_day, rel=1e-4)
+        assert f["data"]["days_of_life"] == pytest.approx(1e16 / per_day, rel=1e-4)
+        (ln,) = [x for x in d["movement"]["endurance"] if x["tier"] == "nvme0"]
+        assert ln["ranks_per_node"] == rpn  # estimate's own line: the same node

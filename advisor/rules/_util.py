@@ -142,12 +142,14 @@ def movements_and_endurance(ctx: Any) -> tuple[list, list]:
             ws = ctx.dp_world_size or ctx.world_size or 1
             plan = Plan(config=ctx.effective, inventory=ctx.inventory, cluster=Cluster(world_size=ws))
         # Only the first node's ranks: endurance_report counts one node's drives, T001 reads rank
-        # 0, so listing every rank (O(W x rows)) would buy nothing at 2^20 ranks.
-        node = hw.accelerators_per_node if hw is not None and hw.accelerators_per_node else 1
-        moves = movement_for(plan, hw, ranks=range(node))
+        # 0, so listing every rank (O(W x rows)) would buy nothing at 2^20 ranks. The ranks of one node are the
+        # ledger's one rule (state.ranks_per_node, as estimate's endurance line: movement_summary), not the
+        # hardware's accelerators per node -- a launch shape or sidecar can run fewer ranks on a node
         from advisor.ledger.movement import _ranks_per_node, nodes_of
-        lines = endurance_report(moves, hw, ctx.step_time_s,
-                                 nodes=nodes_of(plan.cluster.world_size, _ranks_per_node(plan, hw)))
+        rpn = _ranks_per_node(plan, hw)
+        moves = movement_for(plan, hw, ranks=range(rpn))
+        lines = endurance_report(moves, hw, ctx.step_time_s, ranks_per_node=rpn,
+                                 nodes=nodes_of(plan.cluster.world_size, rpn))
         if ctx.save_dir and ctx.step_time_s and hw is not None and ctx.plan is not None:
             _add_checkpoint_saves(ctx, lines)
         cached = (key, moves, lines)
