@@ -365,11 +365,37 @@ def shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> list[StageSh
     return list(inv.memo(("shard", tp, pp, ep), lambda: tuple(_shard(inv, tp, pp, ep))))
 
 
-def forget_shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1) -> None:
+def forget_shard(inv: Inventory, tp: int = 1, pp: int = 1, ep: int = 1, split: bool = False) -> None:
     """Drop :func:`shard`'s memoised split of ``inv`` for (tp, pp, ep): its stage inventories and
     every table memoised on them (ZeRO-1/2 layouts and their flush replays, module columns) are freed
-    once nothing else holds them. generate calls it when it has searched a layout."""
+    once nothing else holds them. generate calls it when it has searched a layout. ``split``: also
+    :func:`_tp_split`'s per-tensor shards for (tp, ep), which every pipeline degree's split shares
+    (generate: when no layout left to search has this tp)."""
     inv.forget(("shard", tp, pp, ep))
+    if split:
+        for key in [k for k in inv._memo if isinstance(k, tuple) and k[:1] == ("tp_split",) and k[1:3] == (tp, ep)]:
+            inv.forget(key)
+
+
+def _tp_split(inv: Inventory, tp: int, ep: int, structured: bool, n_exp: "int | None") -> tuple:
+    """(per tensor of ``inv``: the shard one tensor- and expert-parallel rank holds, None where it holds none;
+    per tensor: whether that shard counts as replicated) for :func:`_shard` with ``tp`` > 1 or ``ep`` > 1.
+    Neither depends on the pipeline degree, which only deals the shards to stages: computed once per
+    (tensor list, tp, ep) (:meth:`Inventory.memo`) and shared by every pipeline degree's split, whose stages
+    then hold the same TensorSpec objects (frozen). generate at the 1e5-tensor limit split each tensor for
+    each (tp > 1, pp) layout: 5 splits of 1e5 tensors where 2 tp degrees need 2 (issue 21)."""
+    def compute() -> tuple:
+        if not structured:
+            # no layer structure: every tensor sharded along dim 0 (the module docstring), none replicated
+            return (tuple(TensorSpec(t.name, (-(-t.shape[0] // tp), *t.shape[1:]), t.trainable, t.group, t.dtype)
+                          for t in inv.tensors), None)
+        rules = _tp_rules(inv)
+        sts = tuple(map(shard_tensor, inv.tensors, itertools.repeat(tp), itertools.repeat(ep),
+                        itertools.repeat(n_exp), rules))
+        reps = tuple(tp > 1 and st is t and rule[0] in ("replicated", "row")
+                     for st, t, rule in zip(sts, inv.tensors, rules))
+        return sts, reps
+    return inv.memo(("tp_split", tp, ep, structured, n_exp), compute)
 
 
 def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
@@ -402,6 +428,7 @@ def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
                 stage_of_layer[i] = s
         last = pp - 1
         rules = _tp_rules(inv)
+        sts, rps = _tp_split(inv, tp, ep, True, n_exp) if tp > 1 or ep > 1 else (None, None)
         for k, t in enumerate(inv.tensors):
             i = idx[k]
             if i is None:
@@ -415,24 +442,22 @@ def _shard(inv: Inventory, tp: int, pp: int, ep: int) -> list[StageShard]:
                 s, also_last = last, False
             else:
                 s, also_last = stage_of_layer[i], False
-            if tp <= 1 and ep <= 1:  # shard_tensor keeps every tensor whole then, and nothing counts as replicated
+            if sts is None:  # tp <= 1 and ep <= 1: shard_tensor keeps every tensor whole, nothing counts as replicated
                 st, rep = t, False
             else:
-                rule = rules[k]
-                st = shard_tensor(t, tp, ep, n_exp, rule)
+                st = sts[k]
                 if st is None:
                     continue
-                rep = tp > 1 and st is t and rule[0] in ("replicated", "row")
+                rep = rps[k]
             per_stage[s].append(st)
             reps[s] += rep
             if also_last:
                 per_stage[last].append(st)
                 reps[last] += rep
     else:
+        split = _tp_split(inv, tp, 1, False, None)[0] if tp > 1 else inv.tensors
         for s in range(pp):
-            for t in inv.tensors[bounds[s]:bounds[s + 1]]:
-                per_stage[s].append(TensorSpec(t.name, (-(-t.shape[0] // tp), *t.shape[1:]), t.trainable, t.group,
-                                               t.dtype) if tp > 1 else t)
+            per_stage[s].extend(split[bounds[s]:bounds[s + 1]])
     for s in range(pp):
         lo, hi = bounds[s], bounds[s + 1]
         m = dict(meta)

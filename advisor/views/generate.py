@@ -1039,7 +1039,9 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
             if qi == len(queue):
                 break
         if qi and queue[qi - 1][0] * queue[qi - 1][1] > 1:
-            forget_shard(inv, queue[qi - 1][0], queue[qi - 1][1])  # memory: the layout searched (issue 21)
+            # memory: the layout searched, and its tensor-parallel shards once no layout left to search shares them
+            forget_shard(inv, queue[qi - 1][0], queue[qi - 1][1],
+                         split=all(lay[0] != queue[qi - 1][0] for lay in queue[qi:]))  # (issue 21)
         tp, pp, sp = queue[qi]
         qi += 1
         mdp = req.world_size // (tp * pp * sp)
@@ -1226,7 +1228,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 ranked.append(cand)
             fitted.clear()  # the combo's plans (ledgers, timelines) are not read again: memory (issue 21)
     if queue and queue[-1][0] * queue[-1][1] > 1:
-        forget_shard(inv, queue[-1][0], queue[-1][1])
+        forget_shard(inv, queue[-1][0], queue[-1][1], split=True)
     # "not needed" only where data parallelism was searched: a global batch it cannot hold (not a
     # multiple of the world) leaves only model-parallel layouts, and the best plan is one of them
     if skipped and (1, 1) in layouts and len(skipped) == len(layouts) - 1:
