@@ -377,7 +377,12 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 if k not in best or r["peak"]["accelerator"]["bytes"] > best[k]["peak"]["accelerator"]["bytes"]:
                     best[k] = r
             worst_all = max(best.values(), key=lambda r: r["peak"]["accelerator"]["bytes"])
-            n_other = sum(len(r["ranks"]) for r in shown if r not in best.values())
+            # which ranks each shown row stands for (issue ncb21: TP4 x PP2 x DP2 said "stage 0: ranks 0-3"
+            # for a stage of ranks 0-7): every rank of its stages with the same bytes per tier and class
+            # (the table), the same timeline (the timeline), in DeepSpeed's rank order (_stage_titles)
+            titles = _stage_titles(d["ranks"], best)
+            n_other = sum(len(r["ranks"]) for r in shown
+                          if r["tiers"] != best[tuple(r["stages"])]["tiers"])
             spread = max((abs(r["tiers"][t]["total"] - best[tuple(r["stages"])]["tiers"][t]["total"]) for r in shown
                           for t in ("accelerator", "host", "nvme")), default=0)
             shown = sorted(best.values(), key=lambda r: r["stages"][0])
@@ -390,11 +395,17 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             n_other = sum(len(r["ranks"]) for r in shown if r is not worst)
             shown = [worst]
         for role in shown:
-            title = _ranks_title(role["ranks"])
+            title = line_title = _ranks_title(role["ranks"])
+            peak_of = None  # the ranks the peak line is of, where fewer than the table's
             if "stages" in role:
-                st = role["stages"]
-                title = (f"pipeline stage{'s' if len(st) > 1 else ''} {', '.join(map(str, st))}: {title}"
-                         + (" (the worst)" if staged and role is worst_all and len(shown) > 1 else ""))
+                worst_words = " (the worst)" if staged and role is worst_all and len(shown) > 1 else ""
+                if staged:
+                    title, line_title, peak_of = titles[tuple(role["stages"])]
+                    title, line_title = title + worst_words, line_title + worst_words
+                else:
+                    st = role["stages"]
+                    title = line_title = (f"pipeline stage{'s' if len(st) > 1 else ''} {', '.join(map(str, st))}: "
+                                          f"{title}{worst_words}")
             head = ("state class", *(tier + (" (pinned+pageable)" if tier == "host" else "") + f"\n{U}"
                                       for tier in ("accelerator", "host", "nvme")))
             rows = []
@@ -412,7 +423,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             a_w = d["assumptions"]["workload"]
             pk = role["peak"]
             lb = d["assumptions"].get("peak_lower_bound")
-            console.print("  peak live at once: " + "; ".join(
+            console.print("  peak live at once" + (f" ({peak_of}; the timeline below)" if peak_of else "") + ": " + "; ".join(
                 f"{tier} {'>= ' if lb and tier == 'accelerator' else ''}{size(pk[tier]['bytes'], units)} at "
                 f"{pk[tier]['label']}" for tier in ("accelerator", "host", "nvme")
                 if pk[tier]["bytes"]), markup=False)
@@ -436,7 +447,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                     rows.append((row["label"], *(f"{'>=' if lb and x == 'accelerator' and m else ''}{_fmt(row[x])}{m}"
                                                  for x, m in zip(("accelerator", "host", "nvme"), marks))))
                 # the unit in the header, as the fit table
-                console.print(box_or_records(f"Step timeline, {title}: live bytes at each instant ({U})",
+                console.print(box_or_records(f"Step timeline, {line_title}: live bytes at each instant ({U})",
                                              ("instant", *(f"{tier}\n{U}" for tier in ("accelerator", "host", "nvme"))),
                                              rows, (False, True, True, True), cols))
                 console.print("  (* = the tier's peak instant" + ("; >= the accelerator's is a lower bound, M104)"
@@ -647,6 +658,35 @@ def _ranks_title(ranks: Any) -> str:
 #: movement table's note on its "?" times.
 LINK_BANDWIDTH_WORDS = {"pcie": "pcie (the host link, host_link)", "network": "network (network_bytes_per_s)",
                         "nvme": "nvme (the storage tier's read_bytes_per_s / write_bytes_per_s)"}
+
+
+def _stage_titles(roles: list[dict], best: dict) -> dict[tuple, tuple[str, str, str | None]]:
+    """(table title, timeline title, the timeline's ranks where fewer than the table's) of each stage set's shown role ``best[stages]`` among ``roles``
+    (estimate's JSON roles with ``stages`` and ``ranks`` as RankSets): "pipeline stage S: ranks ..."
+    naming every rank of those stages whose bytes per tier and class are the shown row's (the table)
+    or whose timeline and peaks are too (the timeline), with the stage's whole rank set in brackets
+    where they are fewer. A stage's ranks are those of the roles of its stages: global rank =
+    (stage x data-parallel size + data-parallel rank) x tensor size + tensor rank
+    (``plan.Cluster.coords``), DeepSpeed 0.19.8's ``PipeModelDataParallelTopology`` axes
+    ['pipe', 'data', 'model'] (``runtime/pipe/topology.py`` l.244-248) numbered by
+    ``ProcessTopology.__init__``'s cartesian product, the last axis fastest (l.26-47)."""
+    from functools import reduce
+
+    out = {}
+    for k, role in best.items():
+        mine = [r for r in roles if tuple(r["stages"]) == k]
+        stage = reduce(lambda a, b: a | b, (r["ranks"] for r in mine))
+        same = reduce(lambda a, b: a | b, (r["ranks"] for r in mine if r["tiers"] == role["tiers"]))
+        line = reduce(lambda a, b: a | b, (r["ranks"] for r in mine if r["tiers"] == role["tiers"]
+                                           and r.get("timeline") == role.get("timeline")
+                                           and r["peak"] == role["peak"]))
+        head = f"pipeline stage{'s' if len(k) > 1 else ''} {', '.join(map(str, k))}"
+
+        def titled(rs) -> str:
+            return f"{head}: {_ranks_title(rs)}" if rs == stage else \
+                f"{head} ({_ranks_title(stage)}): {_ranks_title(rs)}"
+        out[k] = (titled(same), titled(line), None if line == same else _ranks_title(line))
+    return out
 
 
 def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: int | None = None) -> list[str]:
