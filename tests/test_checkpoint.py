@@ -505,3 +505,18 @@ def test_checkpoint_interval_steps_use_the_step_time_model_with_a_hardware_spec(
     bare = checkpoint_view(Plan(ec, from_param_count(1_000_000), Cluster(world_size=8, gpus_per_node=8)),
                            hardware=hw, save_dir="/raid/ck", node_mtbf_hours=1000)
     assert bare.step_time_s is None and bare.step_time_source is None
+
+
+def test_readme_row_says_the_interval_needs_node_mtbf_hours():
+    """ncb21: README's checkpoint row promised a Young/Daly save interval (with --hardware also in steps),
+    but checkpoint gives none without --node-mtbf-hours: the interval is sqrt(2 x save time x MTBF),
+    and the MTBF is that flag's. The row names the flag; the command gives the interval with it only."""
+    from pathlib import Path
+    row = next(ln for ln in (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+               if ln.startswith("| `ds-advisor checkpoint "))
+    assert "Young/Daly" in row and row.index("--node-mtbf-hours") < row.index("Young/Daly"), row
+    cfg = os.path.join(C09, "config.json")
+    base = ["checkpoint", cfg, "--params", "1000000", "--write-bandwidth", "2GB/s", "--world-size", "8"]
+    without = CliRunner().invoke(main, base)
+    assert without.exit_code == 0 and "Young/Daly" not in without.output, without.output
+    assert "Young/Daly" in CliRunner().invoke(main, base + ["--node-mtbf-hours", "20000"]).output
