@@ -167,3 +167,35 @@ def test_t002_counts_the_ranks_one_node_runs(tmp_path):
         assert f["data"]["days_of_life"] == pytest.approx(1e16 / per_day, rel=1e-4)
         (ln,) = [x for x in d["movement"]["endurance"] if x["tier"] == "nvme0"]
         assert ln["ranks_per_node"] == rpn  # estimate's own line: the same node
+
+
+# --- item 5: the HTML report says why movement times are unknown, as the text table does ----------------------
+
+@pytest.mark.parametrize("hardware, why", [
+    ([], "no --hardware, so no link bandwidths"),
+    # the accelerator preset has no storage tier: the NVMe swap's copies have no bandwidth
+    (["--hardware", "h100-sxm-80gb"], "the --hardware spec gives no bandwidth for nvme"),
+])
+def test_report_html_says_why_movement_times_are_unknown(tmp_path, hardware, why):
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/scratch/swap"}}}))
+    args = ["ds.json", "--params", "1e9", "--world-size", "8", "--seq-len", "1024", *hardware]
+    text = run_cli(["estimate", *args], cwd=tmp_path, env={"COLUMNS": "400"}).stdout
+    assert f"(time ?: {why}" in text
+    p = run_cli(["report", *args, "-o", "r.html"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "id=movement-time-note" in html and why in html
+
+
+def test_report_html_has_no_time_note_when_every_movement_is_timed(tmp_path):
+    # dgx-h100 gives PCIe and network bandwidths; ZeRO-3 with the optimizer on the CPU moves over PCIe only
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+    args = ["ds.json", "--params", "1e9", "--world-size", "8", "--seq-len", "1024", "--hardware", "dgx-h100"]
+    assert "time ?" not in run_cli(["estimate", *args], cwd=tmp_path, env={"COLUMNS": "400"}).stdout
+    assert run_cli(["report", *args, "-o", "r.html"], cwd=tmp_path).returncode == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "id=movement-chart" in html and "movement-time-note" not in html

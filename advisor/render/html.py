@@ -776,6 +776,12 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
             f"; {link_label({'link': 'network', 'crosses': c})}: what a rank sends in its collectives {CROSSING_WORDS[c]}"
             for c in crossed) + ".</p>")
         parts.append(f"<div class=chart id=movement-chart>{svg}</div>")
+        # why a movement's time is unknown (no --hardware, or a link the spec gives no bandwidth): the text table's note
+        from advisor.render.text import movement_time_note
+        why = movement_time_note(d["movement"]) if d.get("movement") else None
+        if why:
+            parts.append(f"<p class=note id=movement-time-note>Some movement times are unknown (the text report's "
+                         f"\"?\"): {_e(why)}.</p>")
     if not bars:  # refused (M090): "No estimate" above, so no fit table or figures either
         del parts[figures_from:]
 

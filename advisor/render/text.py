@@ -689,6 +689,19 @@ def _stage_titles(roles: list[dict], best: dict) -> dict[tuple, tuple[str, str, 
     return out
 
 
+def movement_time_note(section: dict[str, Any]) -> str | None:
+    """Why the movement table's time column reads "?" for some of rank 0's movements (:func:`movement_lines`' first
+    role), said once: no --hardware, or which links' bandwidths the --hardware spec lacks; None when every movement
+    is timed. The text table and the HTML report's movement section print it."""
+    role = section["ranks"][0] if section.get("ranks") else {"movements": []}
+    untimed = sorted({m["link"] for m in role["movements"] if m["seconds"] is None})
+    if not untimed:
+        return None
+    return ("no --hardware, so no link bandwidths; give --hardware (a preset such as dgx-h100, or a spec file) to "
+            "time the copies" if not section.get("hardware") else
+            f"the --hardware spec gives no bandwidth for {', '.join(LINK_BANDWIDTH_WORDS.get(k, k) for k in untimed)}")
+
+
 def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: int | None = None) -> list[str]:
     """Text lines for :func:`movement_section`: a table of rank 0's movements per step (bytes in
     ``units``; aligned columns, or ``label: value`` records when they do not fit ``cols``:
@@ -719,13 +732,9 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
         rpn = section.get("ranks_per_node")
         out.append("  (collectives" + (f", {rpn} ranks per node" if rpn else "") + ": " + "; ".join(f"{link_label({'link': 'network', 'crosses': c})} = "
                                                   f"{CROSSING_WORDS[c]}" for c in sorted(crossed, reverse=True)) + ")")
-    untimed = sorted({m["link"] for m in role["movements"] if m["seconds"] is None})
-    if untimed:  # said once, not per row: a "?" with no reason reads as a fault
-        out.append("  (time ?: " + (
-            "no --hardware, so no link bandwidths; give --hardware (a preset such as dgx-h100, or a spec file) to time "
-            "the copies" if not section.get("hardware") else
-            f"the --hardware spec gives no bandwidth for {', '.join(LINK_BANDWIDTH_WORDS.get(k, k) for k in untimed)}")
-            + ")")
+    note = movement_time_note(section)
+    if note:  # said once, not per row: a "?" with no reason reads as a fault
+        out.append(f"  (time ?: {note})")
     for ln in section["endurance"]:
         if not ln["write_bytes_per_step"] and not ln["paths"]:
             continue  # a tier nothing is offloaded to: no line
