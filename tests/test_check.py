@@ -23,6 +23,11 @@ import pytest
 
 from advisor.views.check import parse_nvidia_smi_csv, parse_rocm_smi_json, probe_host, probe_nvme_path, NvmePath
 from advisor.cluster.launch import discover_launch
+from advisor.errors import EXIT_TIGHT
+
+#: A small model with its architecture (GPT-2 small, 124M), so its activations are estimated: with
+#: --params the accelerator need leaves them out and is a lower bound (M104), never GO, at best TIGHT.
+TINY = ["--model", "gpt2", "--seq-len", "128"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_configs"
@@ -128,7 +133,7 @@ def test_nvidia_smi_line_with_more_fields_than_asked_is_not_probed(tmp_path):
     args = [str(SAMPLES / "zero2.json"), "--params", "1000000", "--gpu-memory", "80GB"]
     rc, d, _ = check(args, TORCHRUN_8, bin_)
     assert d["probe_failed"] is True and any("accelerators could not be probed" in w for w in d["warnings"])
-    assert tier(d, "accelerator")["capacity"] == 80 * 10**9 and rc == 0
+    assert tier(d, "accelerator")["capacity"] == 80 * 10**9 and rc == EXIT_TIGHT  # --params: a floor (M104)
     rc, d, _ = check(args + ["--strict"], TORCHRUN_8, bin_)
     assert rc == 3
 
@@ -263,7 +268,7 @@ def test_bad_usage_is_exit_2(tmp_path):
 
 def test_tiny_model_on_8_h100_is_go(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
-    rc, d, err = check([str(SAMPLES / "zero2.json"), "--params", "1000000"], TORCHRUN_8, bin_)
+    rc, d, err = check([str(SAMPLES / "zero2.json"), *TINY], TORCHRUN_8, bin_)
     assert rc == 0, (d, err)
     assert d["verdict"] == "go" and d["exit_code"] == 0
     assert d["launch"]["world_size"] == {"value": 8, "source": "WORLD_SIZE"}
@@ -273,13 +278,15 @@ def test_tiny_model_on_8_h100_is_go(tmp_path):
     assert acc["source"].startswith("nvidia-smi (" + str(bin_))
     t = tier(d, "accelerator")
     assert t["capacity"] == 81559 * MIB and t["verdict"] == "go"
-    assert 0 < t["need"] < 2e9 and t["headroom"] == t["capacity"] - t["need"]
+    # GPT-2 small: 4 B x 124M bf16 parameters and gradients, its fp32 states' 1/8, ZeRO-2's buckets, the
+    # overhead rows: a few GB of 80
+    assert 0 < t["need"] < 4e9 and t["headroom"] == t["capacity"] - t["need"]
     assert tier(d, "host")["capacity_source"] == "/proc/meminfo MemAvailable"
 
 
 def test_quiet_success_prints_nothing_and_no_go_prints_the_verdict(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
-    assert check([str(SAMPLES / "zero2.json"), "--params", "1000000", "-q"], TORCHRUN_8, bin_,
+    assert check([str(SAMPLES / "zero2.json"), *TINY, "-q"], TORCHRUN_8, bin_,
                  fmt_json=False) == (0, "", "")
     rc, out, _ = check([str(C06), "--params", str(P32B), "-q"], TORCHRUN_8, bin_, fmt_json=False)
     assert rc == 1 and out.rstrip().endswith("NO-GO (exit 1)") and "M100" in out
@@ -312,7 +319,8 @@ def test_32b_zero2_on_141gb_is_within_a_few_gb_and_zero3_fits(tmp_path):
     rc, d, _ = check([str(z3), "--params", str(P32B), "--host-memory", "2TB"], TORCHRUN_8, bin_)
     t = tier(d, "accelerator")
     assert t["capacity"] == 143771 * MIB
-    assert rc == 0 and d["verdict"] == "go" and t["verdict"] == "go"
+    # --params: no activations, so the need is a lower bound (M104): TIGHT however large the headroom
+    assert rc == EXIT_TIGHT and d["verdict"] == "tight" and t["verdict"] == "tight" and t["lower_bound"]
     assert 73.7e9 <= t["need"] < 100e9
 
 
@@ -321,7 +329,7 @@ def test_busy_gpu_sets_the_capacity_and_too_few_visible_gpus_is_no_go(tmp_path):
     rc, d, _ = check([str(SAMPLES / "zero2.json"), "--params", "1000000"], TORCHRUN_8, bin_)
     t = tier(d, "accelerator")
     assert t["capacity"] == (81559 - 40000) * MIB and "GPU 7" in t["capacity_source"]
-    assert rc == 0
+    assert rc == EXIT_TIGHT and t["lower_bound"]  # --params: a floor (M104)
     env = {**TORCHRUN_8, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     rc, d, _ = check([str(SAMPLES / "zero2.json"), "--params", "1000000"], env, bin_)
     assert rc == 1 and d["verdict"] == "no-go" and "K110" in codes(d)
@@ -331,7 +339,7 @@ def test_busy_gpu_sets_the_capacity_and_too_few_visible_gpus_is_no_go(tmp_path):
 def test_no_nvidia_smi_warns_and_uses_flags_but_strict_exits_3(tmp_path):
     args = [str(SAMPLES / "zero2.json"), "--params", "1000000", "--gpu-memory", "80GB"]
     rc, d, _ = check(args, TORCHRUN_8)
-    assert rc == 0 and d["probe_failed"] is True
+    assert rc == EXIT_TIGHT and d["probe_failed"] is True  # --params: a floor (M104)
     assert any("accelerators could not be probed" in w for w in d["warnings"])
     assert tier(d, "accelerator")["capacity"] == 80 * 10**9
     rc, d, _ = check(args + ["--strict"], TORCHRUN_8)
@@ -354,13 +362,13 @@ def test_slurm_environment_is_reported_with_sources(tmp_path):
     cfg["train_batch_size"] = 64  # 4 x 2 x 8
     p = tmp_path / "z2.json"
     p.write_text(json.dumps(cfg))
-    rc, d, _ = check([str(p), "--params", "1000000"], env, bin_)
+    rc, d, _ = check([str(p), *TINY], env, bin_)
     assert rc == 0, d["findings"]
     ls = d["launch"]
     assert ls["world_size"]["value"] == 8 and ls["world_size"]["source"].startswith("SLURM_JOB_NUM_NODES x")
     assert ls["node_rank"] == {"value": 1, "source": "SLURM_NODEID"} and ls["node_ranks"] == {"rank_count": 4, "rank_ranges": [[4, 7]]}
     assert ls["visible_devices"] == {"value": ["0", "1", "2", "3"], "source": "CUDA_VISIBLE_DEVICES"}
-    rc, out, _ = check([str(p), "--params", "1000000"], env, bin_, fmt_json=False)
+    rc, out, _ = check([str(p), *TINY], env, bin_, fmt_json=False)
     assert "from SLURM_NODEID" in out and "visible devices  0,1,2,3 from CUDA_VISIBLE_DEVICES" in out
 
 
@@ -375,7 +383,8 @@ def test_nvme_path_that_fits_is_go(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     env = {**TORCHRUN_8, "DS_ADVISOR_TEST_DISK_FREE": json.dumps({str(nv): "3.84TB"}), "DS_ADVISOR_TEST_LIBAIO": "1"}
     rc, d, err = check([str(nvme_config(tmp_path, str(nv)))] + NVME_ARGS, env, bin_)
-    assert rc == 0, (d["findings"], d["tiers"])
+    # the NVMe tier is GO; --params leaves the activations out, so the accelerator is TIGHT (M104), exit 4
+    assert rc == EXIT_TIGHT and tier(d, "accelerator")["lower_bound"], (d["findings"], d["tiers"])
     [p] = d["resources"]["nvme"]
     assert (p["exists"], p["writable"], p["free"]) == (True, True, 3_840_000_000_000)
     assert sorted(p["roles"]) == ["offload_optimizer", "offload_param"]
@@ -543,7 +552,7 @@ def test_nvme_at_stage_2_is_cpu_offload_and_no_path_is_probed(tmp_path):
     p = tmp_path / "z2nvme.json"
     p.write_text(json.dumps(cfg))
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
-    rc, d, _ = check([str(p), "--params", "1000000", "--host-memory", "2TB"], TORCHRUN_8, bin_)
+    rc, d, _ = check([str(p), *TINY, "--host-memory", "2TB"], TORCHRUN_8, bin_)
     assert d["resources"]["nvme"] == [] and not {"K102", "K104"} & codes(d)
     assert rc == 0
 
@@ -551,7 +560,7 @@ def test_nvme_at_stage_2_is_cpu_offload_and_no_path_is_probed(tmp_path):
 def test_check_never_imports_torch_or_deepspeed(tmp_path):
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     code = ("import sys\nfrom advisor.cli import main\n"
-            f"try:\n    main(['check', {str(SAMPLES / 'zero2.json')!r}, '--params', '1000000', '-q'])\n"
+            f"try:\n    main(['check', {str(SAMPLES / 'zero2.json')!r}, *{TINY!r}, '-q'])\n"
             "except SystemExit as e:\n    rc = e.code\n"
             "print(rc, sorted(m for m in ('torch', 'deepspeed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
@@ -570,7 +579,8 @@ def test_hardware_preset_fills_in_what_the_node_cannot_tell(tmp_path):
     assert d["launch"]["world_size"]["value"] == 8 and d["launch"]["world_size"]["source"].startswith("--hardware")
     t = tier(d, "accelerator")
     assert (t["capacity"], t["capacity_source"]) == (143771 * MIB, "--hardware dgx-h200")
-    assert rc == 0 and t["verdict"] == "go" and d["probe_failed"] is True
+    # --params: no activations, the need a lower bound (M104): TIGHT, not GO
+    assert rc == EXIT_TIGHT and t["verdict"] == "tight" and d["probe_failed"] is True
     rc, d, _ = check([str(z3), "--params", str(P32B), "--hardware", "dgx-h200", "--strict"], {})
     assert rc == 3
     # The probe beats the preset, with a warning when they disagree.
@@ -729,7 +739,7 @@ def test_check_set_equals_the_edited_file(tmp_path):
     z3 = tmp_path / "c06_zero3.json"
     z3.write_text(json.dumps(cfg))
     rc3, edited, _ = check([str(z3), "--params", str(P32B), "--host-memory", "2TB"], TORCHRUN_8, bin_)
-    assert (rc, via_set["verdict"]) == (rc3, edited["verdict"]) == (0, "go")
+    assert (rc, via_set["verdict"]) == (rc3, edited["verdict"]) == (EXIT_TIGHT, "tight")  # --params: M104's floor
     assert tier(via_set, "accelerator")["need"] == tier(edited, "accelerator")["need"]
     assert C06.read_text() == before
     rc, _, err = check([str(C06), "--params", str(P32B), "--set", "zero_optimization"], TORCHRUN_8, bin_)
@@ -818,7 +828,7 @@ def test_check_takes_estimates_load_options_c11_20b_zero2_on_256gb(tmp_path):
     # M101's fix: ZeRO-3 under zero.Init (the default there): nothing whole at load, go
     z3 = args + ["--set", "zero_optimization.stage=3"]
     rc, d3, err = check(z3, env, bin_)
-    assert (rc, d3["verdict"]) == (0, "go"), (err, d3["findings"])
+    assert (rc, d3["verdict"]) == (EXIT_TIGHT, "tight"), (err, d3["findings"])  # fits; --params: a floor (M104)
     assert d3["load"]["zero_init"] and d3["load"]["host_per_node"] == 0
     # ... and the same ZeRO-3 config built without zero.Init is no-go at load again
     rc, dn, _ = check(z3 + ["--no-zero-init"], env, bin_)

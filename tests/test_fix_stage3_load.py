@@ -19,7 +19,7 @@ BASE = ["sample_configs/zero2.json", "--params", "20000000000", "--world-size", 
 
 def _json(cli, args):
     p = cli(["check", *args, "--format", "json"])
-    assert p.returncode in (0, 1), p.stderr
+    assert p.returncode in (0, 1, 4), p.stderr  # 4: TIGHT, --params leaves the activations out (M104)
     return json.loads(p.stdout)
 
 

@@ -77,8 +77,9 @@ GOLDENS = {
     "checkpoint_c09": (["checkpoint", "config.json", "--params", "8030261248", "--world-size", "8",
                         "--write-bandwidth", "2GB/s", "--node-mtbf-hours", "20000", *V],
                        _case("C09-checkpoint-size-8b"), None),
-    # check_text: a go (1M parameters) and a no-go (C06's 32B on 80 GB H100s), 8 stand-in GPUs
-    "check_go_small_model": (["check", "sample_configs/zero2.json", "--params", "1000000",
+    # check_text: a go (GPT-2 small, its activations at 128 tokens counted: with --params the need leaves them
+    # out and is a lower bound, M104, never GO) and a no-go (C06's 32B on 80 GB H100s), 8 stand-in GPUs
+    "check_go_small_model": (["check", "sample_configs/zero2.json", "--model", "gpt2", "--seq-len", "128",
                               "--host-memory", "512GB", *V], ROOT, 8),
     "check_nogo_c06_on_h100": (["check", "config.json", "--params", "32763876352", "--host-memory", "512GB", *V],
                                _case("C06-zero2-32b-8gpu"), 8),

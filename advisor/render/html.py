@@ -751,7 +751,7 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                          "<p>What is live together at each instant of the step timeline (load, initialize, "
                          "forward/backward, reduce, first and steady optimizer step, save); a star marks each "
                          f"tier's peak"
-                         + (" (the accelerator's a lower bound: its ZeRO-1/2 transients are not modelled, M104)"
+                         + (" (the accelerator's a lower bound, M104: " + _e(d["assumptions"]["peak_lower_bound"]) + ")"
                             if d["assumptions"].get("peak_lower_bound") else "")
                          + f". Largest contributors at the peak: {tops}.</p>"
                          f"<div class=chart id=timeline-chart>{svg}</div>")

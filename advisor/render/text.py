@@ -76,7 +76,9 @@ def excluded_words(x: str, m104_messages: "list[str]") -> str:
     """An exclusion as printed: the lower-bound reason that a shown M104 finding states in full (its message quotes
     ``assumptions.peak_lower_bound``) is named by its first clause and pointed to, so the text says it once."""
     if any(x in m for m in m104_messages):
-        return x.split(":", 1)[0] + ": not modelled, so the accelerator peak is a lower bound (finding M104 says what)"
+        head, _, rest = x.partition(":")
+        what = "not estimated" if rest.strip().startswith("not estimated") else "not modelled"
+        return f"{head}: {what}, so the accelerator peak is a lower bound (finding M104 says what)"
     return x
 
 
@@ -431,7 +433,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                 # the reason is printed once, as finding M104 (and among the assumptions' exclusions); here
                 # only when M104 is not among the findings (suppressed in the config)
                 if any(f.get("code") == "M104" for f in d.get("findings") or ()):
-                    console.print("  warning: the accelerator peak is a lower bound: what is not modelled is "
+                    console.print("  warning: the accelerator peak is a lower bound: what it leaves out is "
                                   "finding M104 below", markup=False)
                 else:
                     console.print(safe_text(f"  warning: the accelerator peak is a lower bound: {lb}"), markup=False)
@@ -1058,7 +1060,7 @@ def check_text(r: CheckResult, units: str = DEFAULT_UNITS, color: bool = False) 
                 band = "" if o.low == o.high else f" (band {gb(o.low)}-{gb(o.high)})"
                 L.append(f"          + {o.name} {gb(o.bytes)}{band}: {o.formula} [{o.source}]")
             if t.verdict == "tight" and t.lower_bound:
-                L.append("          tight: the tracked peak is a lower bound, its transients not modelled (M104)")
+                L.append("          tight: the tracked peak is a lower bound (M104 says what it leaves out)")
             if t.verdict == "tight" and fr.overhead_tight:
                 L.append(f"          tight: headroom {gb(t.headroom or 0)} < {gb(fr.uncertainty)} the overhead may "
                          f"exceed its defaults by ({', '.join(fr.uncertain)})")

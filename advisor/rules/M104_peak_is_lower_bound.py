@@ -1,6 +1,16 @@
-"""M104 peak-is-lower-bound: The accelerator peak is a lower bound: this plan's ZeRO-1/2 transients are not modelled.
+"""M104 peak-is-lower-bound: The accelerator peak is a lower bound: its activations are not estimated, or this plan's ZeRO-1/2 transients are not modelled.
 
-For a few ZeRO-1/2 regimes the ledger does not replay DeepSpeed 0.19.8's backward and step-norm
+Activations not estimated. The activations (what the forward pass keeps for backward) are usually the largest
+term of the accelerator's need: 31.49 GiB per rank for Llama-3-8B at 4096 tokens, micro-batch 1, no recompute, beside
+2.10 GiB of ZeRO-3 CPU-offload model states at 8 ranks. They are estimated only from an architecture and a sequence
+length (``advisor.views.estimate.activations_for``); where one is missing the need leaves them out and is a floor:
+``--params N`` or an inventory JSON without the architecture (no hidden size, layers, heads, ...), a family the
+formulas do not cover (DeepSeek-V3's latent attention: ``--activations trace`` measures it), or no ``--seq-len``
+and no context length in the model. Fix: give ``--model`` with an architecture (a preset, ``ds-advisor models``, or
+a Hugging Face ``config.json``), ``--activations trace`` where the formulas do not cover the family, ``--seq-len``
+where the length is unknown. ``generate`` always has an architecture (it refuses ``--params``) and is not affected.
+
+ZeRO-1/2 transients not modelled. For a few ZeRO-1/2 regimes the ledger does not replay DeepSpeed 0.19.8's backward and step-norm
 transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucket flush's flat copy
 (``runtime/zero/stage_1_and_2.py`` allreduce_bucket l.2367), its cast to ``communication_data_type``
 (l.2376-2377), the fp32 ``param.grad_accum`` copies (l.1237), the compact fp32 gradient partition
@@ -13,15 +23,16 @@ any ``communication_data_type``; so is ZeRO-2 with ``contiguous_gradients`` off 
 ``communication_data_type``. There the accelerator peak estimate prints (and every
 need derived from it) is a floor: the engine measured +12-124% on the affected phases of its small model
 before the regimes it now models were modelled. The finding is raised whenever estimate's JSON has
-``assumptions.peak_lower_bound``; ``check`` never says GO for such a plan (its accelerator verdict is
-TIGHT, exit 4, or NO-GO).
+``assumptions.peak_lower_bound`` (either reason, or both); ``check`` never says GO for such a plan (its
+accelerator verdict is TIGHT, exit 4 -- 0 with ``--allow-tight`` -- or NO-GO) and estimate never says "fits".
 
-Anti-pattern: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu, a model whose
+Anti-pattern: ``check`` of a ZeRO-3 CPU-offload config with ``--params 8e9 --seq-len 4096`` on 80 GB ranks said
+GO with a 2.95 GiB need, the activations' 31.49 GiB (``--model llama-3-8b``) left out. Anti-pattern: ZeRO-1, bf16, ``grad_accum_dtype`` fp32, ``offload_optimizer`` cpu, a model whose
 norms sit in a second (no-weight-decay) param group: ``check`` said GO with 0.04 GiB of headroom (that regime
 is modelled since, and so are its fp16 and ZeRO-2 fp32-communication twins; the same plan on an fp16 model
 without optimizer offload is modelled too; with bf16 accumulation it is a floor).
 
-Fix: a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` equal to the model
+Fix (transients): a setting under which the transients are modelled: ``data_types.grad_accum_dtype`` equal to the model
 dtype, or CPU optimizer offload (every ``grad_accum_dtype`` modelled there); or measure the real peak on
 one accelerator (``ds-advisor measure``) before relying on the fit.
 """
@@ -59,16 +70,32 @@ def lower_bound_fix(ec, groups: int) -> str:
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 
 
-def lower_bound_finding(reason: str, ec, groups: int, row=None):
+def activations_fix(note: str) -> str:
+    """How to give the activations that ``note`` (:func:`advisor.views.estimate.activations_for`'s
+    "activations: not estimated (...)") says are missing, as a fix sentence."""
+    if "--seq-len" in note:
+        how = "give --seq-len (the model states no context length)"
+    elif "--activations trace" in note:
+        how = "use --activations trace (transformers' own model on fake tensors) for this family"
+    else:
+        how = ("give --model with an architecture (a preset, see `ds-advisor models`, or a Hugging Face config.json; "
+               "--params and an inventory without layers have none)")
+    return "for the activations, usually the largest term, " + how
+
+
+def lower_bound_finding(reason: str, ec, groups: int, row=None, activations: str = ""):
     """M104's warning for a plan whose ledger says ``peak_lower_bound`` = ``reason`` (the ledger's
-    words: what is not modelled, with its DeepSpeed lines). ``row``: the accelerator's
+    words: what is not modelled, with its DeepSpeed lines; "" when it is modelled) and/or whose
+    activations are not estimated (``activations``: the estimate's note, "activations: not estimated
+    (...)"; "" when they are). ``row``: the accelerator's
     :class:`advisor.views.estimate.FitRow` (bytes per rank), whose tracked peak, need (peak plus the
     runtime overhead rows) and capacity the message and data name, so every format (GitHub and SARIF
     show no fit table) carries the floor's figures."""
     from advisor.findings import literal
 
     sizes: dict = {}
-    data: dict = {"tier": "accelerator", "peak_lower_bound": True}
+    data: dict = {"tier": "accelerator", "peak_lower_bound": True, "activations_missing": bool(activations),
+                  "transients_unmodeled": bool(reason)}
     figures = ""
     if row is not None:
         peak = row.need if row.tracked is None else row.tracked
@@ -79,6 +106,9 @@ def lower_bound_finding(reason: str, ec, groups: int, row=None):
             sizes["capacity"] = row.capacity
             figures += " of {capacity}"
         figures += literal(f" {row.scope}") + ")"
-    return emit(code="M104", severity="warning", pointer="/zero_optimization",
-                message="accelerator peak is a lower bound" + figures + ": " + (literal(reason) if sizes else reason),
-                sizes=sizes or None, fix=lower_bound_fix(ec, groups), data=data)
+    why = "; ".join(x for x in (activations, reason) if x)
+    fix = "; ".join(([activations_fix(activations)] if activations else [])
+                    + ([lower_bound_fix(ec, groups)] if reason else []))
+    return emit(code="M104", severity="warning", pointer="" if activations and not reason else "/zero_optimization",
+                message="accelerator peak is a lower bound" + figures + ": " + (literal(why) if sizes else why),
+                sizes=sizes or None, fix=fix, data=data)

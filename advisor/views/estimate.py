@@ -305,9 +305,17 @@ class EstimateResult:
             "load": self.load.to_dict() if self.load else None,
             "deepspeed_release": self._release_assumption(),
             "excluded": excluded,
-            "peak_lower_bound": self.ledger.peak_lower_bound or None,
+            "peak_lower_bound": self.peak_lower_bound or None,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
         }
+
+    @property
+    def peak_lower_bound(self) -> str:
+        """Why the accelerator peak is a floor (rule M104), "" when it is not: the accelerator fit row's
+        :attr:`FitRow.lower_bound` (the ledger's unmodelled ZeRO-1/2 transients, activations not
+        estimated: :func:`plan_fit`), else the ledger's ``peak_lower_bound``."""
+        row = next((r for r in self.fit if r.tier == "accelerator"), None)
+        return (row.lower_bound if row is not None else "") or self.ledger.peak_lower_bound
 
     def _release_assumption(self) -> dict[str, Any]:
         """Which release the figures are for, what is verified for it (``accounting``), and the
@@ -327,7 +335,7 @@ class EstimateResult:
         text and HTML renderers (not JSON-serialisable)."""
         inv = self.plan.inventory
         cl = self.plan.cluster
-        lower_bound = bool(self.ledger.peak_lower_bound)  # every role's accelerator bytes are a floor (M104)
+        lower_bound = bool(self.peak_lower_bound)  # every role's accelerator bytes are a floor (M104)
         d: dict[str, Any] = {
             "schema_version": ESTIMATE_SCHEMA_VERSION,
             "tool": f"ds-advisor {__version__}",
@@ -1089,13 +1097,20 @@ class PlanFit:
 
 
 def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSettings = DEFAULT_OVERHEAD,
-             load: LoadAssumption | None = None, hf: bool = False) -> PlanFit:
+             load: LoadAssumption | None = None, hf: bool = False, activations_floor: bool = True) -> PlanFit:
     """The fit of ``plan`` against ``capacity`` (bytes): the ledger (advisor.ledger.state),
     activations, the step timeline per role, :func:`fit_rows` with the runtime overhead terms,
-    and :func:`fit_findings` (M100, M101, M102, M103; not yet located in the config file). The one fit
+    and :func:`fit_findings` (M100, M101, M102, M103, M104; not yet located in the config file). The one fit
     of estimate, check and generate. ``plan`` must be one DeepSpeed accepts (estimate checks
     :func:`advisor.ledger.state.unsupported_reason` first). Raises
-    :class:`advisor.cluster.overhead.OverheadError` for an unreadable overhead variable."""
+    :class:`advisor.cluster.overhead.OverheadError` for an unreadable overhead variable.
+
+    A plan whose activations are not estimated (:func:`activations_for` gives None: no architecture,
+    ``--params``; a family the formulas do not cover; no sequence length) has an accelerator need that
+    leaves out what is usually its largest term: with ``activations_floor`` (estimate, check) that row is
+    a lower bound (:attr:`FitRow.lower_bound`, at best "tight") and M104 says what is missing and how to
+    give it. generate passes False (it needs an architecture; its candidates' needs stay as computed), and
+    so does preflight for now (a module without a known model.config: its notes say so)."""
     ec, inventory, cluster, workload = plan.config, plan.inventory, plan.cluster, plan.workload
     ledger = ledger_of(plan)
     via_hf = hf or plan.hf is not None
@@ -1115,12 +1130,18 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
             role.load = load
             role.timeline = role_timeline(ledger, role.ledger, load, role.activations, rank=role.ranks[0])
     rows = fit_rows(ledger, roles, capacity or Capacity(), overhead)
+    # activations not estimated: the accelerator need is a floor (M104), never "fits"
+    missing = note if activations_floor and acts is None and roles else ""
+    if missing:
+        for r in rows:
+            if r.tier == "accelerator":
+                r.lower_bound = "; ".join(x for x in (r.lower_bound, missing) if x)
     found = fit_findings(rows, load, hf=via_hf, pipeline=cluster.pipeline_parallel > 1)
-    if ledger.peak_lower_bound and roles:  # M104: every output says the accelerator peak is a floor
+    if (ledger.peak_lower_bound or missing) and roles:  # M104: every output says the accelerator peak is a floor
         from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
         groups = len({t.group for t in inventory.tensors if t.trainable})
         acc = next((r for r in rows if r.tier == "accelerator" and r.lower_bound), None)
-        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups, acc))
+        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups, acc, activations=missing))
     return PlanFit(ledger, acts, note, load, roles, rows, found)
 
 

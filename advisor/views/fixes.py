@@ -408,7 +408,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         cand.verdict = pf.verdict
         cand.need = {r.tier: r.need for r in pf.rows}
         cand.verdicts = {r.tier: r.verdict for r in pf.rows}
-        cand.lower_bound = bool(pf.ledger.peak_lower_bound)
+        cand.lower_bound = any(r.lower_bound for r in pf.rows if r.tier == "accelerator")  # M104: a floor
         if not (pair and REUSE) or cand.verdict == "fits":  # a pair is offered only when it fits
             cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
         return cand

@@ -1107,7 +1107,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 load = resolve_load(plan.config, req.zero_init, req.load_dtype, req.low_cpu_mem_usage, hf=req.hf,
                                     checkpoint_dtype=ckpt_dtype, pipeline_build=req.pipeline_build,
                                     pipeline_parallel=plan.cluster.pipeline_parallel)
-                pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf)
+                pf = plan_fit(plan, cap, overhead, load=load, hf=req.hf, activations_floor=False)
                 evaluated += 1  # counted once fitted (a WorkLimitError drops the whole combo)
                 led_cache.setdefault(led_key(b, ga), pf.ledger)
                 if shared_key is not None or dp_key is not None:
