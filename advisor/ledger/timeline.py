@@ -2607,8 +2607,46 @@ def _head_held(a: Any) -> int:
     return max(0, head - freed)
 
 
+def backward_moments(a: Any, layers: int, js: list[int], n_flight: int = 1, kept_dup: int = 0,
+                     held: int = 0, own_backward: bool = True) -> list[int]:
+    """Accelerator activation bytes of the ActivationEstimate ``a`` at each moment of backward (see
+    :func:`_backward_activations`): [start, the layer moments ``js`` (j = layers run back before it: layer
+    ``layers``-1-j's backward), end]; with no layer or no ``js``, [start, one layer moment (layer L-1's), end].
+
+    ``s`` = one layer's saved bytes of the micro-batch run back, ``((saved - loss_head) / n_flight - pipe_kept
+    - layers_shared) / layers``; ``layers_shared`` (the eager mask and BLOOM's ALiBi bias every checkpointed
+    layer holds) is freed with the first layer, at the end. Each layer moment adds ``layer_backward`` (the
+    layer's output gradient and its first nodes' gradients, a tied embedding's waiting gradient), measured with
+    MemTracker over transformers' real CPU backward (tests/test_backward_moments.py: Llama sdpa/eager, GPT-2,
+    Qwen3-MoE, bf16 and fp32, no and full checkpointing, every layer moment within 2%). ``own_backward`` False
+    (pipeline parallelism) leaves ``layer_backward`` out: there the gradient of the stage's output is the
+    PipelineEngine's own buffer (``pipe_grad_buf``) and the engine cells (tests/engine/test_pipeline_engine.py,
+    a ReLU MLP proxy) measured the layer's transient as one D sbF gradient, not the formula's gated-MLP pair."""
+    saved = a.saved_accelerator
+    loss = getattr(a, "loss_backward_spike", 0)
+    bwd = getattr(a, "layer_backward", 0) if own_backward else 0
+    head = getattr(a, "loss_head", 0)
+    own = max(0, (saved - head) // max(1, n_flight) - getattr(a, "pipe_kept", 0))
+    shared = min(own, getattr(a, "layers_shared", 0))
+    gone = max(0, head - held)  # what of the head backward frees once its nodes have run
+    s = (own - shared) // layers if layers else 0
+    acts = [saved + loss - kept_dup]
+    if layers and js:
+        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it they are freed
+        # below layer L-1 the moment frees what has run back (j layers, the head) itself, so the recomputed
+        # layer is its whole peak (recompute_layer_peak = recompute_layer + recompute_freed): recompute_layer is
+        # already net of the head's and the un-checkpointed layers' frees (activations.py), counted twice else
+        gross = a.recompute_layer + getattr(a, "recompute_freed", 0)
+        acts += [saved - j * s + bwd + (a.recompute_layer - kept_dup if j == 0 else gross - gone) for j in js]
+    else:
+        acts.append(saved + a.recompute_layer + bwd - kept_dup)
+    acts.append(saved - gone - own)
+    return acts
+
+
 def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, lay: tuple | None = None,
-                          made: bool = True, n_flight: int = 1, kept_dup: int = 0, held: int = 0) -> int:
+                          made: bool = True, n_flight: int = 1, kept_dup: int = 0, held: int = 0,
+                          own_backward: bool = True) -> int:
     """Accelerator activation bytes at a backward instant, placed with the backward transients that
     are split by the moment of backward they belong to: the instant is the worst moment of backward,
     not the sum of each one's maximum. Split are ZeRO-3's region entries (``Entry.regions``:
@@ -2622,7 +2660,7 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
     * start (the loss's backward): every saved activation + ``loss_backward_spike``; no parameter
       gradient made yet (the loss's nodes run first), beside ZeRO-3's flushes of the head's gradients;
     * layer i's backward, i = L-1 down to 0: the saved activations but those of layers i+1..L-1 of the
-      run-back micro-batch, + ``recompute_layer``, beside the gradients of the head (lm_head, final norm:
+      run-back micro-batch (``layers_shared`` kept to the end), + ``recompute_layer`` + ``layer_backward``, beside the gradients of the head (lm_head, final norm:
       made right before layer L-1, counted with it) and of layers i..L-1 (the whole layer's, made as its
       nodes run: an upper bound inside the layer, whose own saved tensors are counted too), ZeRO-3's
       largest flush among the layers. The loss head's saved tensors (``loss_head``) are counted at layer
@@ -2658,24 +2696,11 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
                 m = _made_grad_moments(e, nb, lay, js)
                 if m is not None:
                     grads.append((e, nb, m))
+    bwd = getattr(a, "layer_backward", 0) if own_backward else 0
     if not split and not grads:
-        return saved + max(a.recompute_layer, loss) - kept_dup
+        return saved + max(a.recompute_layer + bwd, loss) - kept_dup
     layers = len(lay[2]) if lay is not None else 0
-    head = getattr(a, "loss_head", 0)
-    own = max(0, (saved - head) // max(1, n_flight) - getattr(a, "pipe_kept", 0))
-    gone = max(0, head - held)  # what of the head backward frees once its nodes have run
-    s = own // layers if layers else 0
-    acts = [saved + loss - kept_dup]
-    if layers and grads:
-        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it they are freed
-        # below layer L-1 the moment frees what has run back (j layers, the head) itself, so the recomputed
-        # layer is its whole peak (recompute_layer_peak = recompute_layer + recompute_freed): recompute_layer is
-        # already net of the head's and the un-checkpointed layers' frees (activations.py), counted twice else
-        gross = a.recompute_layer + getattr(a, "recompute_freed", 0)
-        acts += [saved - j * s + (a.recompute_layer - kept_dup if j == 0 else gross - gone) for j in js]
-    else:
-        acts.append(saved + a.recompute_layer - kept_dup)
-    acts.append(saved - gone - own)
+    acts = backward_moments(a, layers, js if grads else [], n_flight, kept_dup, held, own_backward)
     nm = len(acts)
     # each moment's bytes of every split entry (a ZeRO-3 entry's layers region at every layer moment)
     per = []
@@ -2818,7 +2843,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
                 made = not any(e.item == "accumulate_grad_new" for e, _ in sized)
                 acc = _backward_activations(a, sized, d, here, backward_grad_layout(inv_r), made, flight,
                                             _kept_output_in_activations(ledger, rl, ga, sized),
-                                            held=0 if pipe else _head_held(a))
+                                            held=0 if pipe else _head_held(a), own_backward=not pipe)
             d["accelerator"] += acc
             here.append(("activations", "accelerator", "activations", acc))
             if a.saved_host:

@@ -31,7 +31,7 @@ blocks it departs where transformers' code does (below).
   output (D each at their head counts) and the fp32 log-sum-exp (4 b a s); no s^2 term, and
   attention dropout is regenerated from the RNG state inside the kernel. Eager
   (``eager_attention_forward``): q, k and v repeated to all heads (``repeat_kv``), the fp32
-  softmax output (4 b a s^2) and its 16-bit copy (D b a s^2); GPT-2's softmax stays in the
+  softmax output (4 b a s^2) and its 16-bit copy (D b a s^2; none in an fp32 model); GPT-2's softmax stays in the
   model dtype (D b a s^2 only); Gemma 2's logit soft-capping keeps its tanh (D b a s^2).
 * MLP: a gated MLP (SwiGLU/GeGLU) saves gate, up, product and the activation's tensors; a plain
   MLP (GPT-2, BLOOM) the activation's tensors and the second linear's input. SiLU/GELU save one
@@ -67,6 +67,11 @@ blocks it departs where transformers' code does (below).
   loss the fp32 copy of the logits (4 sbV) exists as well: the forward spike. In backward the
   fp32 gradients of the log-probabilities and of the logits (8 sbV) are live together with
   the saved log-probabilities: the backward spike, usually the step's activation peak.
+* A layer's backward (``layer_backward``): beside the saved tensors, the gradient of the layer's output
+  (D sbh) and its first nodes' gradients (a gated MLP's two, D sbf each; the other cases as
+  :func:`eager_recompute_peak`'s start; eager: or the softmax backward's s^2 gradients), and a tied
+  embedding's waiting gradient; the timeline adds it at each layer moment of backward. Measured with
+  MemTracker over transformers' real CPU backward (tests/test_backward_moments.py).
 
 Activation checkpointing (recomputation), ``checkpointing`` (:func:`parse_checkpointing`):
 
@@ -373,6 +378,18 @@ class ActivationEstimate:
     #: tensors saved before the first layer (the embedding-dropout mask, BLOOM's embedding LayerNorm), live
     #: until the embedding's backward. None where not computed (a traced estimate): nothing of the head freed.
     loss_head_freed: int | None = None
+    #: What a layer's backward holds beyond the saved tensors its moment counts (bytes): the gradient of the
+    #: layer's output and its first nodes' gradients (the MLP's; eager: the larger of that and the softmax
+    #: backward's s^2 gradients, :func:`eager_recompute_peak`), a tied embedding's waiting gradient. Without
+    #: recompute it is ``eager_recompute_peak(whole=per_layer) - per_layer``; with flash recompute the same start
+    #: on top of the rebuilt layer; 0 with eager recompute, whose ``recompute_layer_peak`` holds it already.
+    #: Added at each layer moment of backward (``advisor.ledger.timeline.backward_moments``); measured with
+    #: MemTracker over transformers' real CPU backward (tests/test_backward_moments.py).
+    layer_backward: int = 0
+    #: Of one micro-batch's layers' saved bytes, what all checkpointed layers share and the first layer's backward frees (bytes):
+    #: the eager 4-D attention mask transformers hands every checkpointed layer, BLOOM's ALiBi bias. Not freed
+    #: layer by layer as backward runs back (``backward_moments``); 0 without checkpointing.
+    layers_shared: int = 0
 
     @property
     def peak_accelerator(self) -> int:
@@ -536,8 +553,11 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
                + D * s * b * a_t * v_d + 4 * b * a_t * s)
     else:
         # eager: k and v repeated to all heads (repeat_kv), the softmax output in fp32 and its
-        # 16-bit copy (GPT-2: one softmax output in the model dtype)
-        sm = D if fam in _SOFTMAX_MODEL_DTYPE else 4 + D
+        # 16-bit copy (GPT-2: one softmax output in the model dtype); an fp32 model has no copy
+        # (``eager_attention_forward``'s ``.to(query.dtype)`` returns its input when the dtype is the
+        # same: torch ``Tensor.to`` docs; a real CPU Llama in fp32, tests/test_backward_moments.py)
+        one = fam in _SOFTMAX_MODEL_DTYPE or D >= 4
+        sm = D if one else 4 + D
         att = (D * s * b * a_t * d + D * s * b * a_t * d + D * s * b * a_t * v_d
                + D * s * b * a_t * v_d + sm * b * a_t * s * s)
         if fam == "gemma2":  # attn_logit_softcapping: tanh(scores / cap) saves its output
@@ -545,7 +565,7 @@ def layer_terms(meta: dict[str, Any], s: int, b: int, D: int, attention: Attenti
         if p_attn > 0:
             # the dropout's mask; the matmul then saves the dropped probabilities instead of the
             # 16-bit copy, so that costs more only where softmax saves its own 16-bit output (GPT-2)
-            att += (mask_bytes + (D if fam in _SOFTMAX_MODEL_DTYPE else 0)) * b * a_t * s * s
+            att += (mask_bytes + (D if one else 0)) * b * a_t * s * s
     if fam in _FUSED_QKV_ROPE and (attention == "flash" or kv_t == a_t or selective):
         # v is a view of the fused q/k/v output and is saved as such (eager with GQA saves the
         # repeat_kv copy instead): all of the q/k/v output stays alive
@@ -622,7 +642,7 @@ def cpu_checkpoint_traffic(inputs: int, piece: int, async_engine: bool) -> tuple
 
 def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: int, t: int = 1, sp: bool = False,
                          stat_bytes: int = 4, moe_layer: bool = False, capacity_factor: float | None = None,
-                         mask_bytes: int = 1) -> int:
+                         mask_bytes: int = 1, attention: str = "eager") -> int:
     """Bytes live at the backward peak of one recomputed layer with eager attention, beyond the
     other layers' kept inputs: the larger of two instants of its backward (``whole`` = the
     layer's saved activations, what the recompute rebuilds; t / sp as :func:`layer_terms`).
@@ -665,7 +685,11 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
     backward: the attention's and the attention-output dropout's masks live, the MLP's gone).
 
     A tied embedding's gradient (V h D) waits in autograd's input buffer from lm_head's backward
-    to the embedding's, so it is live at both (``tie_word_embeddings``)."""
+    to the embedding's, so it is live at both (``tie_word_embeddings``).
+
+    ``attention="flash"``: the start instant only (a fused kernel's backward holds no s^2 tensor):
+    the peak of a layer's backward with SDPA, measured with MemTracker over transformers' real CPU
+    backward of Llama, GPT-2 and Qwen3-MoE (tests/test_backward_moments.py: whole + this within 1%)."""
     h, a, kv, d, v_d, f, fam = _dims(meta)
     a_t, kv_t = max(1, a // t), max(1, kv // t)
     rs = t if sp else 1
@@ -687,6 +711,8 @@ def eager_recompute_peak(meta: dict[str, Any], s: int, b: int, D: int, whole: in
     start = whole + grad_h + first
     if float(_m(meta, "residual_dropout", default=0.0) or 0.0) > 0:
         start -= mask_bytes * n_sh // rs  # the MLP-side residual dropout's mask, freed first
+    if attention != "eager":
+        return start + tied
     sm = D if fam in _SOFTMAX_MODEL_DTYPE else 4
     s2 = b * a_t * s * s
     att = norm_bytes(meta, n_sh, s * b, D, stat_bytes) // rs + D * n_sh // rs + 2 * D * s * b * a_t * d + sm * s2
@@ -859,14 +885,16 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                 saved_host, kept = kept, 0
             else:  # the async offload engine: see cpu_checkpoint_traffic
                 saved_host, kept = max(0, kept - inp), min(kept, ASYNC_OFFLOAD_ON_ACCELERATOR * inp)
+        shared = 0
         if x.attention == "eager":
             # transformers hands the checkpointed layers its 4-D attention mask (model dtype, b x
             # 1 x s x s, one tensor shared by all layers): the checkpoint keeps it alive; Gemma 2
             # alternates sliding-window and full layers, two masks
-            kept += D * b * s * s * (2 if meta.get("family") == "gemma2" and k >= 2 else 1)
+            shared += D * b * s * s * (2 if meta.get("family") == "gemma2" and k >= 2 else 1)
         if meta.get("family") == "bloom":
             # and BLOOM its ALiBi bias (b x heads, 1, s), model dtype (modeling_bloom.py build_alibi_tensor)
-            kept += D * b * int(meta["num_heads"]) * s // t
+            shared += D * b * int(meta["num_heads"]) * s // t
+        kept += shared
         saved_acc = (all_layers - replaced + kept) * in_flight + loss_saved
         # backward runs from the last layer: the un-checkpointed ones are freed before the first
         # checkpointed layer is recomputed, so only what exceeds them adds to the peak
@@ -878,6 +906,12 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                                               capacity_factor=x.moe_capacity_factor,
                                               mask_bytes=x.dropout_mask_bytes)
             freed_head = head_freed
+        # the recomputed first norm saves the layer's input itself where it does not copy it (LayerNorm and a scale
+        # norm in any dtype; an RMSNorm's fp32 upcast, ``hidden_states.to(torch.float32)``, in an fp32 model returns
+        # its input): that storage is the checkpoint's input (or the gathered buffer), counted already (a real CPU
+        # fp32 Llama under full recompute: tests/test_backward_moments.py)
+        if layers_on_rank and k and (_m(meta, "norm", default="rmsnorm") in ("layernorm", "scale") or D >= 4):
+            layer_peak = max(0, layer_peak - inp)
         recompute_gross, recompute_freed = layer_peak + gathered, freed_head + (all_layers - replaced)
         recompute = max(0, recompute_gross - recompute_freed)
         frac_flops = flops_fraction("full", k / layers_on_rank if layers_on_rank else 0.0)
@@ -886,6 +920,19 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         recompute = recompute_gross = recompute_freed = 0
         frac_flops = 0.0
     saved_acc += pipe_kept * in_flight
+    # a layer's backward beyond its saved tensors (eager_recompute_peak's instants without the layer itself):
+    # without recompute, on top of the layer's saved tensors; with flash recompute, on top of the rebuilt layer;
+    # eager recompute's recompute_gross already holds it
+    bwd_kw = dict(t=t, sp=x.sequence_parallel, stat_bytes=x.norm_stat_bytes, moe_layer=moe and n_moe > 0,
+                  capacity_factor=x.moe_capacity_factor, mask_bytes=x.dropout_mask_bytes)
+    if not layers_on_rank or (mode != "none" and x.attention == "eager"):
+        layer_bwd = 0
+    elif mode == "none":
+        layer_bwd = eager_recompute_peak(meta, s, b, D, largest_layer, attention=x.attention, **bwd_kw) - largest_layer
+    else:
+        layer_bwd = eager_recompute_peak(meta, s, b, D, 0, attention="flash", **bwd_kw)
+    if mode not in ("full", "layers"):
+        shared = 0
     if mode != "none":
         from dataclasses import replace as _replace
 
@@ -904,4 +951,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               peak_without_recompute=peak_none, host_offload_bytes=host_out,
                               host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0,
                               recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed,
-                              in_flight=in_flight, pipe_kept=pipe_kept)
+                              in_flight=in_flight, pipe_kept=pipe_kept, layer_backward=max(0, layer_bwd),
+                              layers_shared=shared)

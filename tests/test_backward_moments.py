@@ -1,0 +1,179 @@
+"""Backward's moments (``advisor.ledger.timeline.backward_moments`` over an ``ActivationEstimate``: start, each
+decoder layer's backward, end) against transformers' own backward: a real CPU forward + backward of a small model
+(tests/hf_small.py, 4 layers, s 128, b 2) under torch's ``MemTracker``, the same tracker as
+``advisor.engine.trace``. Activations at an instant = every storage the tracker sees live, less the parameters,
+buffers and input ids (live before forward) and less the parameter gradients made so far, counted by hand as
+numel x element size when each parameter's AccumulateGrad runs (``register_post_accumulate_grad_hook``). Each moment
+is the largest such instant of its window: start = from ``loss.backward()`` to layer L-1's pre-backward (the loss
+and the head's nodes), layer i = from its pre-backward to layer i-1's, end = after backward."""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from advisor.ledger.timeline import _head_held, backward_moments
+from advisor.model.activations import ActivationInputs, estimate_activations
+from hf_small import SMALL, with_layers
+
+L, S, B = 4, 128, 2
+NO_DROPOUT = {"gpt2": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}}
+
+
+def _measure(family: str, dtype: str, attention: str, checkpointing: str, hold: bool = True) -> list[int]:
+    """[start, layer L-1, ..., layer 0, end] activation bytes of transformers' real CPU backward (module doc)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from transformers import AutoModelForCausalLM
+
+    from advisor.engine.trace import _checkpointing_enable, _decoder_layers, build_config
+
+    def total(snap) -> int:
+        return sum(dev.get("Total", 0) for dev in snap.values())
+
+    class Moments(MemTracker):
+        """MemTracker whose every op also updates the largest activation bytes of the current window; a decoder
+        layer's pre-backward closes the window (torch's own ``_pre_bw_hook``, ModTracker's multi-grad hook)."""
+
+        def __init__(self, layers):
+            super().__init__()
+            self.index = {id(m): i for i, m in enumerate(layers)}
+            self.base = self.grads = 0
+            self.win: int | None = None
+            self.moments: list[int] = []
+            self.grads_at: dict[int, int] = {}
+
+        def act(self) -> int:
+            return total(self._curr_mem_snap) - self.base - self.grads
+
+        def _update_peak_stats(self, peak_state) -> None:
+            super()._update_peak_stats(peak_state)
+            if self.win is not None:
+                self.win = max(self.win, self.act())
+
+        def _pre_bw_hook(self, module, args) -> None:
+            if module is not None and id(module) in self.index and self.win is not None:
+                self.moments.append(self.win)
+                self.grads_at[self.index[id(module)]] = self.grads
+                self.win = self.act()
+            super()._pre_bw_hook(module, args)
+
+    cfg_d = with_layers(dict(SMALL[family], **NO_DROPOUT.get(family, {})), L)
+    cfg = build_config(cfg_d, dropout=0.0)
+    kw = {"experts_implementation": "grouped_mm"} if "moe" in family else {}
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[dtype],
+                                             attn_implementation=attention, **kw)
+    model.train()
+    if checkpointing == "full":
+        _checkpointing_enable(model)
+    layers = _decoder_layers(model)
+    assert len(layers) == L
+    mt = Moments(layers)
+
+    def made(p):
+        mt.grads += p.numel() * p.element_size()
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(made)
+    ids = torch.randint(0, cfg.vocab_size, (B, S))
+    mt.track_external(model, ids)
+    with mt, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # MemTracker warns on every None gradient slot
+        mt.base = total(mt.get_tracker_snapshot())
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        mt.win = mt.act()
+        if hold:  # outputs = model(batch); engine.backward(outputs.loss)
+            out.loss.backward()
+        else:  # the HF Trainer: compute_loss returns the loss alone (trainer.py l.2254), the outputs go
+            loss = out.loss
+            del out
+            loss.backward()
+        mt.moments.append(mt.win)
+        end = mt.act()
+
+    # the gradients subtracted are those of the modules whose backward ran: at layer i's pre-backward the head's
+    # (every parameter outside the layers and the embeddings: lm_head, final norm) and layers i+1..L-1's
+    def nbytes(ps) -> int:
+        return sum(p.numel() * p.element_size() for p in ps)
+    emb = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    in_layers = {id(p) for m in layers for p in m.parameters()}
+    head = nbytes(p for p in model.parameters() if id(p) not in emb and id(p) not in in_layers)
+    for i in range(L):
+        assert mt.grads_at[i] == head + nbytes(p for m in layers[i + 1:] for p in m.parameters()), i
+    assert mt.grads == nbytes(model.parameters())
+    return mt.moments + [end]
+
+
+def _model(family: str, dtype: str, attention: str, checkpointing: str):
+    from advisor.model.specs import expand, spec_from_hf_config
+
+    meta = expand(spec_from_hf_config(with_layers(dict(SMALL[family], **NO_DROPOUT.get(family, {})), L),
+                                      source=family)).meta
+    D = 2 if dtype == "bf16" else 4
+    # CPU kernels keep LayerNorm's mean/rstd in the model dtype (advisor.engine.trace's docstring)
+    a = estimate_activations(meta, ActivationInputs(S, B, D, checkpointing, "flash" if attention == "sdpa" else "eager",
+                                                    dropout_mask_bytes=D, norm_stat_bytes=D))
+    return a, backward_moments(a, L, list(range(L)), held=_head_held(a))
+
+
+def _close(a: int, b: int, rel: float = 0.02) -> bool:
+    return abs(a - b) <= rel * b
+
+
+CELLS = [("llama", d, att, ck) for d in ("bf16", "fp32") for att in ("sdpa", "eager") for ck in ("none", "full")] + [
+    ("gpt2", "bf16", "sdpa", "none"), ("gpt2", "bf16", "eager", "full"),
+    ("qwen3_moe", "bf16", "sdpa", "none"), ("qwen3_moe", "bf16", "sdpa", "full"), ("qwen3_moe", "bf16", "eager", "none")]
+
+
+@pytest.mark.parametrize("family,dtype,attention,checkpointing", CELLS, ids=["-".join(c) for c in CELLS])
+def test_backward_moments_match_transformers_backward(family, dtype, attention, checkpointing):
+    """Start (every saved tensor + the loss backward's fp32 gradients) and end (the logits the caller's output
+    holds) within 2%; each layer below L-1 within 2% (its saved tensors gone layer by layer, the layer's own backward
+    on top: ``layer_backward``); layer L-1's moment counts the loss head's saved tensors too (the head's nodes run
+    just before it), an upper bound: the measure is not above it by more than 2%."""
+    meas = _measure(family, dtype, attention, checkpointing)
+    _, want = _model(family, dtype, attention, checkpointing)
+    assert len(meas) == len(want) == L + 2
+    assert _close(want[0], meas[0]), ("start", want[0], meas[0])
+    assert meas[1] <= want[1] * 1.02, ("layer L-1", want[1], meas[1])
+    for j in range(1, L):
+        assert _close(want[1 + j], meas[1 + j]), (f"layer {L - 1 - j}", want, meas)
+    assert _close(want[-1], meas[-1]), ("end", want[-1], meas[-1])
+
+
+def test_logits_freed_before_backward_when_the_loop_drops_the_outputs():
+    """``loss_head_kept`` is the safe side: where the loop keeps only the loss (the HF Trainer's compute_loss,
+    trainer.py l.2254), the 16-bit logits the model returns are freed before backward starts (autograd does not
+    save them: ``ForCausalLMLoss`` upcasts with ``logits.float()``, whose backward saves nothing, and log_softmax
+    saves its output), so every moment is lower by exactly them; with the outputs held, the end holds them."""
+    a, want = _model("llama", "bf16", "sdpa", "none")
+    kept = a.loss_head_kept
+    assert kept == 2 * S * B * 512  # D s b V, the bf16 logits
+    meas = _measure("llama", "bf16", "sdpa", "none", hold=False)
+    assert meas[-1] < 0.01 * kept  # the loss scalar alone
+    assert _close(want[0] - kept, meas[0]), (want[0] - kept, meas[0])
+    for j in range(1, L):
+        assert _close(want[1 + j] - kept, meas[1 + j]), (want, meas)
+
+
+def test_layer_backward_by_hand():
+    """Llama with SDPA, no recompute (hidden 64, intermediate 128, s 128, b 2, bf16): a layer's backward holds, beside
+    its saved tensors, the gradient of its output (D s b h) and the gated MLP's first two gradients, of down_proj's
+    input and of the product (D s b f each): 32,768 + 2 x 65,536; with an fp32 model 2 x that."""
+    a, _ = _model("llama", "bf16", "sdpa", "none")
+    assert a.layer_backward == 2 * S * B * 64 + 2 * 2 * S * B * 128 == 163_840
+    assert _model("llama", "fp32", "sdpa", "none")[0].layer_backward == 2 * 163_840
+    # with eager recompute the recomputed layer's peak holds it already
+    assert _model("llama", "bf16", "eager", "full")[0].layer_backward == 0
+
+
+def test_backward_moments_by_hand():
+    """saved 2,000 (head 400 of it, 100 held by the caller), 4 layers of 400 of which 200 shared (the eager mask,
+    freed with layer 0), layer_backward 50, recompute 30 (gross 60): start 2,000 + spike 500; layer 3: 2,000 + 50
+    + 30; layer 2: 2,000 - (1,600 - 200) / 4 + 50 + 60 - 300 = 1,460; layer 1 1,110; layer 0 760; end: the held 100."""
+    a = SimpleNamespace(saved_accelerator=2000, loss_head=400, loss_backward_spike=500, recompute_layer=30,
+                        recompute_freed=30, layer_backward=50, layers_shared=200, pipe_kept=0)
+    assert backward_moments(a, 4, [0, 1, 2, 3], held=100) == [2500, 2080, 1460, 1110, 760, 100]
