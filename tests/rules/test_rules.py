@@ -46,8 +46,10 @@ def _inventory(c):
     if "params" in c:
         return from_param_count(c["params"])
     if "inventory" in c:
+        # "meta": the architecture (activations estimated); without it the need leaves them out (M104)
         return Inventory(name="fixture", tensors=[TensorSpec(t["name"], tuple(t["shape"]), t.get("trainable", True),
-                                                             t.get("group", 0)) for t in c["inventory"]])
+                                                             t.get("group", 0)) for t in c["inventory"]],
+                         meta=c.get("meta") or {})
     return None
 
 
