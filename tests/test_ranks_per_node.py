@@ -129,3 +129,26 @@ def test_accelerator_preset_alone_gives_no_world_size():
     assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (16, 4, 4)
     assert job_shape(hardware=node, env={}, recorded=rec).world_size.value == 8
     assert job_shape(hardware=acc, env={}).world_size.value == 1
+
+
+def test_the_launchers_ranks_per_node_win_over_the_spec():
+    """torchrun / the deepspeed launcher set LOCAL_WORLD_SIZE to the ranks they start on a node (torch
+    distributed/run.py --nproc-per-node), Slurm SLURM_GPUS_ON_NODE: the job's shape, where a hardware spec
+    only states the node's capacity. WORLD_SIZE already beat the spec for the world size; the ranks per
+    node now follow it (a lint21 helper saw LOCAL_WORLD_SIZE=4 WORLD_SIZE=8 estimate --hardware dgx-h100
+    size 8 ranks per node while check said 4). By hand: 8 ranks at 4 per node = 2 nodes."""
+    hw = resolve_hardware("dgx-h100")
+    s = job_shape(hardware=hw, env={"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"})
+    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (8, 4, 2)
+    assert s.gpus_per_node.source == "LOCAL_WORLD_SIZE"
+    s = job_shape(hardware=hw, env={"WORLD_SIZE": "8", "SLURM_GPUS_ON_NODE": "2"})
+    assert (s.gpus_per_node.value, s.nodes.value) == (2, 4)
+    # the visible devices of the machine the tool runs on are not the job's: the spec stays
+    s = job_shape(hardware=hw, env={"WORLD_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0"})
+    assert s.gpus_per_node.value == 8
+    # a world that is the spec's own nodes x accelerators keeps the spec's shape (1 node x 8)
+    s = job_shape(hardware=hw, env={"LOCAL_WORLD_SIZE": "4"})
+    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (8, 8, 1)
+    # the spec's capacity still bounds it
+    with pytest.raises(AdvisorError):
+        job_shape(hardware=hw, env={"WORLD_SIZE": "32", "LOCAL_WORLD_SIZE": "16"})

@@ -90,11 +90,13 @@ def visible_devices_from_env(env: Mapping[str, str] | None = None) -> tuple[list
     return None
 
 
-def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Found | None:
-    """Ranks per node: LOCAL_WORLD_SIZE, else SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
-    (Slurm may write "gpu:8" or "8(x2)"), else the count in CUDA_VISIBLE_DEVICES /
-    ROCR_VISIBLE_DEVICES (at most MAX_GPUS_PER_NODE). A malformed variable raises
-    InputValueError, or with ``problems`` is recorded there and skipped."""
+def launcher_ranks_per_node(env: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Found | None:
+    """Ranks per node as the job's launcher states them: LOCAL_WORLD_SIZE (torchrun and the deepspeed
+    launcher set it to the ranks started on this node, torch/distributed/run.py --nproc-per-node), else
+    SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE (Slurm may write "gpu:8" or "8(x2)"); None when none is set.
+    Not the visible devices: CUDA_VISIBLE_DEVICES on the machine that runs the tool says what it sees,
+    not what the job runs. A malformed variable raises InputValueError, or with ``problems`` is
+    recorded there and skipped."""
     env = os.environ if env is None else env
     f = _int(env, "LOCAL_WORLD_SIZE", problems)
     if f:
@@ -103,6 +105,18 @@ def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[
         n = _slurm_gpus(env, name, problems)
         if n:
             return Found(n, name)
+    return None
+
+
+def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Found | None:
+    """Ranks per node: LOCAL_WORLD_SIZE, else SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
+    (Slurm may write "gpu:8" or "8(x2)"), else the count in CUDA_VISIBLE_DEVICES /
+    ROCR_VISIBLE_DEVICES (at most MAX_GPUS_PER_NODE). A malformed variable raises
+    InputValueError, or with ``problems`` is recorded there and skipped."""
+    env = os.environ if env is None else env
+    f = launcher_ranks_per_node(env, problems)
+    if f:
+        return f
     vis = visible_devices_from_env(env)
     if vis:
         if len(vis[0]) > MAX_GPUS_PER_NODE:
@@ -295,10 +309,11 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     the launch gives them; else 1. Every input of this run wins over the sidecar, as in ``check``
     (which never reads its world: it runs in the launch it checks), so a run given another shape is
     rule W003 in both. Ranks per node: ``--gpus-per-node``; else the launch's
-    num_processes // num_machines; else the spec's accelerators per node (not an accelerator preset
-    alone, :attr:`advisor.cluster.hardware.Hardware.node_known` False: it says nothing about the
-    node); else LOCAL_WORLD_SIZE /
-    SLURM_GPUS_* / visible devices; else ``default_gpus_per_node``; capped at the world size.
+    num_processes // num_machines; else LOCAL_WORLD_SIZE / SLURM_GPUS_* (the launcher's, as
+    WORLD_SIZE beats the spec for the world size: :func:`launcher_ranks_per_node`); else the spec's
+    accelerators per node (not an accelerator preset alone,
+    :attr:`advisor.cluster.hardware.Hardware.node_known` False: it says nothing about the node); else
+    the visible devices; else ``default_gpus_per_node``; capped at the world size.
     Nodes: ``--nodes``; else the launch's num_machines; else ceil(world size / ranks per node).
     A hardware spec's own node count only sizes the default world size: the job's nodes are the
     ones its ranks occupy (a 1-rank job on an 8-node spec is on 1 node).
@@ -332,6 +347,12 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
     elif recorded is not None and ws.source.startswith(recorded[1]) and recorded[0].get("gpus_per_node"):
         g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
+    elif (not (hw_label and ws.source.startswith(hw_label))
+          and (lg := launcher_ranks_per_node(env)) is not None):
+        # the launcher's variable is the job's shape, the spec only its capacity: it wins over the spec
+        # as WORLD_SIZE does above (a preset of 8 per node run with LOCAL_WORLD_SIZE=4 is 4 ranks per node);
+        # not when the world size is the spec's own nodes x accelerators (then the spec is the shape)
+        g = lg
     elif hardware is not None and hardware.node_accelerators:
         # an accelerator preset alone (node_known False) says nothing about the node: its one
         # accelerator per node is a placeholder, so the ranks per node come from what follows
