@@ -50,3 +50,18 @@ def test_nested_field_and_legacy_fp16_point_at_their_keys(tmp_path):
     assert (h["line"], h["column"]) == _at(text, "zero_stage") == (5, 3)
     assert "zero_stage, mixed_precision" in h["message"]
     assert h["data"]["pointers"] == ["/deepspeed_config/zero_stage", "/fp16"]  # legacy fp16 -> mixed_precision
+
+
+def test_a_key_the_yaml_lacks_is_at_the_documents_start(tmp_path):
+    """H006 about a missing num_processes had no line:column (the README: every finding has one); a JSON
+    config's finding about an absent key sits at the document's start, 1:1 (advisor.config.loading), and
+    so does the YAML's now (newcomer check, session 21)."""
+    (tmp_path / "acc.yaml").write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                       "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_machines: 1\n")
+    (tmp_path / "ds.json").write_text(DS)
+    rc, out = run_json(["lint", "acc.yaml", "--format", "json"], cwd=tmp_path)
+    acc = next(f for f in out["files"] if f["file"].endswith("acc.yaml"))
+    h = [f for f in acc["findings"] if f["code"] == "H006"]
+    assert h and (h[0]["line"], h[0]["column"]) == (1, 1), h
+    p = run_cli(["lint", "acc.yaml"], cwd=tmp_path)
+    assert "acc.yaml:1:1: info H006 /num_processes" in p.stdout, p.stdout

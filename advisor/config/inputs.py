@@ -115,7 +115,10 @@ def _read_input(source, trainer_args, world_size, hidden_size, inventory, overri
             data, yaml_error = None, e  # not YAML accelerate reads; DeepSpeed's own reading decides below
         if _is_accelerate(data):
             inp = _accelerate(source, text, trainer_args, world_size, hidden_size, inventory, overrides)
-            inp.file_positions, inp.file_text = positions, text  # findings at the YAML key's line:column
+            # findings at the YAML key's line:column; one about a key the file lacks at the document's
+            # start, 1:1, as a JSON config's (advisor.config.loading: positions[""])
+            positions.setdefault("", (1, 1))
+            inp.file_positions, inp.file_text = positions, text
             return inp
         if yaml_error is not None:
             try:
