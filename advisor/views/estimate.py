@@ -928,12 +928,18 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
                   + "; ".join(cost(c) for c in tight[:2])))
     else:
         tight = [c for c in mine if c.verdicts[tier] == "tight" and c not in elsewhere]
-        tried = literal(", ".join(c.change for c in mine if c not in tight) or "no other single change applies")
+        others = [c.change for c in mine if c not in tight]
+        tried = literal(", ".join(others))
+        # an empty search says so, never "no other single change applies": another finding (M002's
+        # sub_group_size) may propose one this search does not know
         lbw = " or with a lower-bound peak (M104)" if any(c.lower_bound for c in tight) else ""
         fix = why + (f"re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
-                     f"with --runtime-overhead){lbw}: " + "; ".join(cost(c) for c in tight[:4]) + ". No other single change "
-                     f"fits (tried: {tried})" if tight else
-                     f"no single change fits when re-estimated (tried: {tried})")
+                     f"with --runtime-overhead){lbw}: " + "; ".join(cost(c) for c in tight[:4])
+                     + (f". No other single change fits (tried: {tried})" if others else
+                        ". The fix search has no other single change for this tier")
+                     if tight else
+                     f"no single change fits when re-estimated (tried: {tried})" if others else
+                     "the fix search has no single change for this tier's shortfall")
         fix += ("; `ds-advisor generate` searches combinations of stage, offload, micro-batch and checkpointing"
                 + ("" if tier != "host" else ", or add host memory"))
     if elsewhere:

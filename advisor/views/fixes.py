@@ -17,8 +17,10 @@ Candidates, one change each (``ds-advisor generate`` searches combinations):
   another node's worth of data-parallel ranks (``--world-size``; not at ZeRO-0, where sharding
   nothing changes nothing), with the gradient accumulation divided to keep the global batch
   where it divides, else saying how the global batch grows;
-* host short (per node): the optimizer from host to NVMe (as above), the parameters back on the
-  accelerator or to NVMe, half the ranks per node (``--gpus-per-node``, the same world size on
+* host short (per node): the optimizer from host to NVMe (as above), under NVMe optimizer offload
+  M002's smaller ``sub_group_size`` where the pinned swap pool is at least what it swaps
+  (:func:`advisor.rules.M002_optimizer_swap_pool.swap_pool_shrink`, the rule's own computation), the
+  parameters back on the accelerator or to NVMe, half the ranks per node (``--gpus-per-node``, the same world size on
   more nodes). Pinned-memory settings (``pin_memory``) are never offered: pinned or pageable,
   the bytes are host memory;
 * NVMe short: none (more NVMe space per node);
@@ -159,6 +161,14 @@ def _config_changes(plan: "Plan", tiers: set[str], hardware: Any = None) -> list
                 sets.append(f"train_batch_size={new_tb}")
             out.append((words, sets))
     if "host" in tiers:
+        if st == 3 and oo == "nvme":
+            # M002's change (one computation: rules.M002_optimizer_swap_pool.swap_pool_shrink): a pinned swap
+            # pool of a few sub-groups, not the whole partition (swap_tensor/optimizer_utils.py:184-189)
+            from advisor.rules.M002_optimizer_swap_pool import swap_pool_shrink
+            sp = swap_pool_shrink(ec, plan.inventory, plan.cluster.dp_world_size)
+            if sp is not None and sp["suggest"] < z.sub_group_size:
+                out.append((f"sub_group_size {sp['suggest']} (a smaller pinned optimizer swap pool, M002)",
+                            [f"zero_optimization.sub_group_size={sp['suggest']}"]))
         if st == 3 and oo == "cpu" and nvme_path:
             out.append(("the optimizer to NVMe", ["zero_optimization.offload_optimizer.device=nvme",
                                                             f"zero_optimization.offload_optimizer.nvme_path={nvme_path}"]))
@@ -267,7 +277,8 @@ def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str]
         ga2 = kept[1]
         sets = [f"gradient_accumulation_steps={ga2}"]
         shown, flags = _trainer_flags(plan, sets)
-        return (f"{words}, gradient accumulation {ga} -> {ga2} (the same global batch, {tb} sequences)",
+        # one change in two parts: "with", never a comma (a fix's "tried:" list is comma-separated)
+        return (f"{words} with gradient accumulation {ga} -> {ga2} (the same global batch, {tb} sequences)",
                 sets, shown, flags)
     tb2 = mb * ga * dp2
     written = _trainer_written(plan)
