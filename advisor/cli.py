@@ -1771,7 +1771,11 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
     pipeline parallelism where it could be faster, or where ZeRO alone does not fit) for the plans
     that fit, rank them by estimated step time and write the best as a DeepSpeed config. A plan fits
     when `estimate` says "fits" for it (the timeline peak plus the runtime overhead rows; "tight"
-    plans are rejected), so the config written is one estimate and check accept.
+    plans are rejected), so the config written is one estimate and check accept -- except for a
+    model whose activations have no formula (`models --types`): its needs leave them out and print
+    as ">=" (a lower bound), the plan is micro-batch 1 with every layer checkpointed unless
+    --micro-batch / --checkpointing fix them, a warning names `estimate CONFIG --activations trace`
+    to measure them, and check says TIGHT (M104) until then.
 
     \b
     Exit codes: 0 a config was chosen (and written); 1 nothing fits (the smallest change that
@@ -1858,6 +1862,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
         res = gen.run(inv, hw, req, top=top)
     except gen.NothingFits as e:
         res = e.result
+        res.model_arg = model  # the activations warning's command (gen.activations_warning): no config written
         if fmt == "text":
             _echo(_render("generate", fmt, res, top=top, stream=sys.stderr), err=True)
             _say(f"ds-advisor: {e}")
@@ -1868,6 +1873,7 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
         raise _fail(str(e))
     text = gen.config_text(res.best.config)
     b = res.best
+    res.output, res.model_arg = output, model  # the activations warning names the config written (its command)
     # what the plan assumed, for check / estimate to read back (advisor.views.workload)
     workload = {"seq_len": seq_len, "micro_batch": b.micro, "checkpointing": b.checkpointing,
                 "attention": attention, "tensor_parallel": b.tp, "pipeline_parallel": b.pp,

@@ -959,6 +959,24 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
                 message=f.template[0] if f.template else literal(f.message), fix=fix, data=data, sizes=sizes)
 
 
+def activations_gap(meta: dict[str, Any], activations: str = "formula") -> str:
+    """Why no plan of this model has its activations estimated, whatever its config and workload
+    ("" when they can be): an architecture without the fields the formulas read (``--params``, an
+    inventory without meta), or a family the formulas do not cover
+    (:func:`advisor.model.activations.formula_gap`) with ``activations`` "formula" (``--activations
+    trace`` measures it). The note :func:`activations_for` returns for them, and what generate keys its
+    lower-bound plans on (:func:`advisor.views.generate.search`, rule M104)."""
+    needed = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
+    if meta.get("attention_free"):  # a block without attention has no heads (activations.layer_terms)
+        needed = tuple(k for k in needed if k != "num_heads")
+    if not all(k in meta for k in needed):
+        return "activations: not estimated (give --model with an architecture: a preset or config.json)"
+    from advisor.model.activations import formula_gap
+
+    gap = formula_gap(meta) if activations == "formula" else None
+    return f"activations: not estimated ({gap})" if gap else ""
+
+
 def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
                     workload: Workload, stage: int | None = None,
                     hf: bool = False) -> tuple[ActivationEstimate | None, str]:
@@ -967,17 +985,11 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
     section counts unless ``hf`` (the HF Trainer checkpoints with torch.utils.checkpoint, which
     never reads it; see advisor.model.activations)."""
     meta = inventory.meta or {}
-    needed = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
-    if meta.get("attention_free"):  # a block without attention has no heads (activations.layer_terms)
-        needed = tuple(k for k in needed if k != "num_heads")
-    if not all(k in meta for k in needed):
-        return None, "activations: not estimated (give --model with an architecture: a preset or config.json)"
-    from advisor.model.activations import formula_gap
+    missing = activations_gap(meta, workload.activations)
+    if missing:
+        return None, missing
     from advisor.model.flops import active_params, outside_layer_params
 
-    gap = formula_gap(meta) if workload.activations == "formula" else None
-    if gap:
-        return None, f"activations: not estimated ({gap})"
     seq = workload.seq_len or meta.get("max_seq_len")
     mb = workload.micro_batch or ec.train_micro_batch_size_per_gpu or 1
     if not seq:
@@ -1115,8 +1127,10 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     ``--params``; a family the formulas do not cover; no sequence length) has an accelerator need that
     leaves out what is usually its largest term: with ``activations_floor`` (estimate, check) that row is
     a lower bound (:attr:`FitRow.lower_bound`, at best "tight") and M104 says what is missing and how to
-    give it. generate passes False (it needs an architecture; its candidates' needs stay as computed), and
-    so does preflight for now (a module without a known model.config: its notes say so)."""
+    give it. generate passes False so that such plans stay rankable, and marks them itself
+    (:func:`advisor.views.generate.search`: ``Candidate.accelerator_lower_bound``, ">=", micro-batch 1 and
+    full recompute where not fixed, one warning); preflight passes False for now (a module without a known
+    model.config: its notes say so)."""
     ec, inventory, cluster, workload = plan.config, plan.inventory, plan.cluster, plan.workload
     ledger = ledger_of(plan)
     via_hf = hf or plan.hf is not None

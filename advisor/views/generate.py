@@ -33,7 +33,15 @@ CUDA context, NCCL buffers, allocator reserve, DeepSpeed extras, advisor/cluster
 host and NVMe: one node's ranks summed, the load phase included). Only plans whose verdict is
 "fits" are ranked ("tight" ones, those whose accelerator peak is a lower bound (rule M104) among them,
 are rejected and say so), so a plan generate writes is one
-``estimate`` says fits for the same model, hardware and workload sidecar.
+``estimate`` says fits for the same model, hardware and workload sidecar -- except for a model whose
+activations have no formula (:func:`advisor.views.estimate.activations_gap`: DeepSeek-V3's multi-head
+latent attention, ``models --types``). Its plans leave out the activations, so each accelerator need is a
+lower bound (rule M104: estimate and check say at best "tight"); the search then fixes what it can to the
+least exposure to that unknown -- micro-batch 1 and every layer checkpointed (activations grow with
+micro-batch x sequence, and full recompute keeps only each layer's input) -- unless ``--micro-batch`` /
+``--checkpointing`` fix them, prints every such need as ">=" (JSON: ``accelerator_lower_bound``,
+``assumptions.peak_lower_bound``) and warns once with the command that measures them
+(:func:`activations_warning`).
 
 Step time (seconds per optimizer step), the ranking key (:func:`step_time`): the one step-time
 model, :mod:`advisor.ledger.steptime` (compute at (6 x N_active + the attention scores' 12 L H Q s)
@@ -348,6 +356,9 @@ class Rejection:
     #: The row's need without the load phase and deepspeed.initialize before partitioning (FitRow.steady_need,
     #: estimate's ONE_OFF); None where the row has none. Below ``need``: the row's peak is in the load phase.
     steady_need: int | None = None
+    #: The accelerator need leaves out the activations (no formula for the family, rule M104): a floor, so
+    #: "needs >= X" and "over by at least"; set by :func:`search` on accelerator rejections only.
+    activations_unknown: bool = False
 
     @property
     def load_binds(self) -> bool:
@@ -372,10 +383,15 @@ class Rejection:
             ge = ">= " if self.lower_bound else ""  # the peak is a floor (FitRow.lower_bound, rule M104)
             head = f"{self.tier} {self.scope}: needs {ge}{size(self.need, units, digits=dn)} of {size(self.usable, units, digits=dn)}"
             if self.lower_bound and not 0 <= -self.over < self.uncertainty:
-                return head + ": tight (the peak is a lower bound, its ZeRO-1/2 transients not modelled: M104)"
+                return head + (": tight (the peak is a lower bound, its activations not counted: M104)"
+                               if self.activations_unknown else
+                               ": tight (the peak is a lower bound, its ZeRO-1/2 transients not modelled: M104)")
             dh = digits_to_compare(-self.over, self.uncertainty, units)
             return (head + f": tight (headroom {size(-self.over, units, digits=dh)} < "
                     f"{size(self.uncertainty, units, digits=dh)}: {', '.join(self.terms)})")
+        if self.activations_unknown:  # a floor over the capacity: over by at least that (M104)
+            return (f"{self.tier} {self.scope}: needs >= {size(self.need, units, digits=1)}, "
+                    f"{size(self.usable, units, digits=1)} available, over by at least {size(self.over, units, digits=1)}")
         return (f"{self.tier} {self.scope}: needs {size(self.need, units, digits=1)}, "
                 f"{size(self.usable, units, digits=1)} available, over by {size(self.over, units, digits=1)}")
 
@@ -419,6 +435,10 @@ class Candidate:
     #: ``recompute_flops_fraction``, :mod:`advisor.model.flops`): how much the plan recomputes, a
     #: tie-break of :func:`simplicity` finer than the setting's kind (K = 1 and K = 79 are both "k of L").
     recompute: float = 0.0
+    #: Why the accelerator need is a lower bound ("" when it is not): the plan's activations are not
+    #: estimated (:func:`advisor.views.estimate.activations_for`'s note; rule M104), so ``accelerator``
+    #: leaves them out; printed ">=" and, in JSON, ``accelerator_lower_bound`` true.
+    accelerator_lower_bound: str = ""
 
     def layout(self) -> str:
         """"-" for data parallelism only, else e.g. "TP8 PP2" (+SP: Megatron sequence parallelism)."""
@@ -439,7 +459,10 @@ class Candidate:
                 "cpu_optimizer": self.cpu_optimizer or None,
                 "unknown_parts": list(self.unknown), "step_time_is_lower_bound": bool(self.unknown),
                 "incomplete": self.incomplete,
-                "states_source": self.states_source}
+                "states_source": self.states_source,
+                # present (true) only when the need leaves out the activations (M104), as estimate's timeline
+                # entries' accelerator_lower_bound: a plan whose need is modelled keeps its keys unchanged
+                **({"accelerator_lower_bound": True} if self.accelerator_lower_bound else {})}
 
 
 @dataclass
@@ -468,6 +491,16 @@ class SearchResult:
     #: step-time lower bound (:func:`layout_lower_bound`, seconds) was slower than the best plan.
     layouts: int = 1
     pruned_layouts: list[tuple[int, int, float]] = field(default_factory=list)
+    #: Why no plan's activations are estimated ("" when they are): :func:`advisor.views.estimate.activations_gap`
+    #: (a family without an activation formula). Every plan's accelerator need is then a lower bound (M104).
+    activations_unknown: str = ""
+    #: The micro-batch / checkpointing the search fixed because of :attr:`activations_unknown` (None: searched
+    #: or fixed by the user's flag).
+    least_exposed: dict[str, Any] = field(default_factory=dict)
+    #: Set by the CLI for :func:`activations_warning`'s command: the config written (None: standard output)
+    #: and the ``--model`` given.
+    output: str | None = None
+    model_arg: str | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -495,6 +528,9 @@ class SearchResult:
             "excluded": "step time leaves out collective latency, first-iteration fetches, kernel launch and hook "
                         "overheads",
             "tie_tolerance": self.request.tie_tolerance,
+            # only when the activations are not counted (rule M104, as estimate's assumptions.peak_lower_bound):
+            # absent otherwise, so a modelled model's JSON keeps its keys
+            **({"peak_lower_bound": self.activations_unknown} if self.activations_unknown else {}),
         }
 
 
@@ -982,6 +1018,18 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     ckpt_dtype = checkpoint_load_dtype(inv.hf_config)
     overhead = req.overhead if req.overhead is not None else OverheadSettings()
     notes: list[str] = []
+    # a family without an activation formula (generate never traces: no torch): every plan's need leaves the
+    # activations out and is a floor (M104). The plan least exposed to them is searched: micro-batch 1 (they
+    # grow with micro-batch x sequence, advisor.model.activations.layer_terms) and every layer recomputed (full
+    # recompute keeps each layer's input only), unless the user fixed either
+    from advisor.views.estimate import activations_gap
+    unknown_acts = activations_gap(meta)
+    least_exposed: dict[str, Any] = {}
+    if unknown_acts:
+        if req.micro_batch is None:
+            least_exposed["micro_batch"] = 1
+        if req.checkpointing is None:
+            least_exposed["checkpointing"] = "full"
     threads_notes: set[str] = set()  # the CPU-threads notes of the plans' step times (step_time)
     if tier is None:
         ro = [t.name for t in getattr(hardware, "storage", ()) if t.read_oriented]
@@ -1058,10 +1106,11 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                           pipeline_parallel=pp, sequence_parallel=sp, megatron_sequence_parallel=tp > 1,
                           omp_threads=req.omp_threads, omp_threads_source=req.omp_threads_source)
         size_inv = inv if tp * pp == 1 else _shard_inventory(inv, tp, pp)
-        micros = [m for m in divisors_cached(per_rank) if req.micro_batch is None or m == req.micro_batch]
+        want_micro = req.micro_batch or least_exposed.get("micro_batch")
+        micros = [m for m in divisors_cached(per_rank) if want_micro is None or m == want_micro]
         if not micros:  # --micro-batch does not divide this layout's sequences per rank
             continue
-        fixed_ck = req.checkpointing
+        fixed_ck = req.checkpointing or least_exposed.get("checkpointing")
         Ls = -(-L // pp)  # layers of the largest stage (runtime/utils.py:partition_uniform)
         if fixed_ck is not None and fixed_ck.isdigit() and int(fixed_ck) > Ls:
             continue  # K checkpointed layers of a stage that holds fewer (advisor.model.activations)
@@ -1125,6 +1174,11 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                                  activations=a.peak_accelerator if a is not None else 0,
                                  states_source="estimate's fit (advisor.views.estimate.plan_fit)")
                 cand.rejection = _rejection(pf)
+                # activations_floor=False above keeps such a plan rankable (its verdict would be at best
+                # tight); its need is a floor all the same, and says so
+                cand.accelerator_lower_bound = pf.activations_note if a is None else ""
+                if cand.accelerator_lower_bound and cand.rejection is not None and cand.rejection.tier == "accelerator":
+                    cand.rejection.activations_unknown = cand.rejection.lower_bound = True
                 cand.config = cfg
                 fitted[id(cand)] = (plan, a)
                 done[(b, ck)] = cand
@@ -1245,10 +1299,11 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     notes.extend(unknown_notes(ranked))
     if any(c.cpu_optimizer.get("cpu_optimizer_threads_limited") for c in ranked[:top]):
         notes.extend("CPU optimizer step: " + n for n in sorted(threads_notes))
-    if ranked and ranked[0].checkpointing != "none" and not req.hf:
-        notes.append(sac_note(ranked[0].checkpointing))
+    if ranked and ranked[0].checkpointing != "none" and not req.hf and "checkpointing" not in least_exposed:
+        notes.append(sac_note(ranked[0].checkpointing))  # not where full recompute was fixed, not searched
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
-                          superseded=superseded, layouts=len(layouts), pruned_layouts=skipped)
+                          superseded=superseded, layouts=len(layouts), pruned_layouts=skipped,
+                          activations_unknown=unknown_acts, least_exposed=least_exposed)
     _explain_ranks(result)
     if req.hf and ranked:
         for c in ranked[:top]:
@@ -1817,7 +1872,7 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
     rows = []
     for i, c in enumerate(res.ranked[:top], 1):
         rows.append((str(i), str(c.combo.stage), c.combo.label(), str(c.micro), str(c.ga), c.checkpointing,
-                     _gb(c.accelerator), _gb(c.host), _gb(c.nvme),
+                     (">= " if c.accelerator_lower_bound else "") + _gb(c.accelerator), _gb(c.host), _gb(c.nvme),
                      (">=" if c.unknown else "") + seconds_text(c.step_time_s), spent_text(c, units),
                      render_sized(*c.why_sized, units) if c.why_sized else c.why))
     if any(c.tp * c.pp * c.sp > 1 for c in res.ranked[:top]):  # a model-parallel column only when a plan uses it
@@ -1828,7 +1883,9 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
         lines += columns([head_row, *rows], cols=cols)
         lines.append(f"accel: {U} per rank, the need: the peak live bytes + the runtime overhead (estimate's \"need per "
                      f"rank\", above its \"peak live\"); host, nvme: {U} per node, the need; exposed s: the seconds of "
-                     "each resource the step waits for")
+                     "each resource the step waits for"
+                     + ("; >=: a lower bound, the activations not counted (warning below)"
+                        if any(c.accelerator_lower_bound for c in res.ranked[:top]) else ""))
     by_tier: dict[str, int] = {}
     for c in res.rejected:
         k = c.rejection.tier + (" (tight)" if c.rejection.verdict == "tight" else "")
@@ -1844,6 +1901,8 @@ def table_text(res: SearchResult, top: int = 5, units: str = "GiB", cols: int | 
                  f"{a['overlap']}; {a['activations']}; {a['excluded']}")
     for n in res.notes:
         lines.append(f"note: {n}")
+    if res.activations_unknown:
+        lines.append("warning: " + activations_warning(res))
     b = res.best
     if b is not None:
         if b.sp > 1:
@@ -1899,14 +1958,44 @@ def result_json(res: SearchResult, top: int = 5) -> dict[str, Any]:
                       "sequence_parallel": c.sp, "gradient_accumulation": c.ga, "stage": c.combo.stage, "offload_optimizer": c.combo.offload_optimizer,
                       "offload_param": c.combo.offload_param, "micro_batch": c.micro, "checkpointing": c.checkpointing,
                       "tier": c.rejection.tier, "need": c.rejection.need, "usable": c.rejection.usable,
-                      "over": c.rejection.over, "verdict": c.rejection.verdict} for c in res.rejected],
+                      "over": c.rejection.over, "verdict": c.rejection.verdict,
+                      # present (true) only where the need leaves out the activations (M104): need/over are floors
+                      **({"accelerator_lower_bound": True} if c.rejection.activations_unknown else {})}
+                     for c in res.rejected],
         "notes": res.notes,
         "layouts_considered": res.layouts,
         "pruned_layouts": [{"tensor_parallel": t, "pipeline_parallel": p, "lower_bound_step_time_s": lb}
                            for t, p, lb in res.pruned_layouts],
         "suggestions": res.suggestions,
         "best": res.best.config if res.best else None,
+        # only when the activations are not counted: absent otherwise (a modelled model's JSON keeps its keys)
+        **({"warnings": [activations_warning(res)]} if res.activations_unknown else {}),
     }
+
+
+def activations_warning(res: SearchResult) -> str:
+    """generate's one warning for a model whose activations have no formula (``res.activations_unknown``,
+    :func:`advisor.views.estimate.activations_gap`): the family, that no plan counts its activations (each
+    accelerator need is a lower bound, rule M104, so check says TIGHT), what the search fixed to be least
+    exposed to them (micro-batch 1, full recompute: ``res.least_exposed``) and the command that measures them
+    on the written config (estimate --activations trace, which imports torch). The layer inputs full recompute
+    keeps, 2 x s x b x h bytes per layer in bf16 (``CheckpointFunction.forward`` saves its args, the layer's
+    input, for backward: ``runtime/activation_checkpointing/checkpointing.py`` l.643 in 0.19.8), are among what
+    is not counted."""
+    import shlex
+    why = res.activations_unknown.removeprefix("activations: not estimated (").removesuffix(")")
+    why = why.split("; use --activations trace")[0]  # the command is named in full below
+    fixed = res.least_exposed
+    chose = ", ".join(x for x in (f"micro-batch {fixed['micro_batch']}" if "micro_batch" in fixed else "",
+                                  "every layer checkpointed" if "checkpointing" in fixed else "") if x)
+    cfg = shlex.quote(res.output) if res.output else "CONFIG"
+    model = shlex.quote(res.model_arg or res.inventory.name)
+    return (f"{res.inventory.name}: {why}: its activations are not counted in any plan, so each accelerator need is a lower bound (>=), not a fit"
+            + (f"; the search fixed {chose}, the least exposure to them (they grow with micro-batch x sequence; "
+               "full recompute keeps only each layer's input, by hand 2 x s x b x h bytes per layer in bf16, "
+               "not counted either)" if chose else "")
+            + f"; measure them: ds-advisor estimate {cfg} --model {model} --activations trace (imports torch); "
+              "until then check reports the config TIGHT (M104)")
 
 
 def config_text(cfg: dict[str, Any]) -> str:
