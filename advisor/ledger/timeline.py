@@ -2567,11 +2567,12 @@ def _layer_moments(lay: tuple) -> list[int]:
     return list(range(L))
 
 
-def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int]) -> list[int] | None:
+def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int], head: bool = False) -> list[int] | None:
     """Bytes of the made-gradient entry ``e`` (``nb`` at this instant) at each moment of backward:
-    [start, the layer moments ``js`` (j layers run back before it: layer L-1-j's backward), end]
-    (:func:`_backward_activations`); None where it is not split (its bytes are not a whole number of
-    bytes per element of :func:`backward_grad_layout`)."""
+    [start, the head's moment where ``head``, the layer moments ``js`` (j layers run back before it: layer
+    L-1-j's backward), end] (:func:`_backward_activations`); None where it is not split (its bytes are not a
+    whole number of bytes per element of :func:`backward_grad_layout`). Without ``head`` (pipeline
+    parallelism) the head's gradients are counted with layer L-1's moment."""
     pre, post, layers, pre_max, post_max, layer_maxes, n_all = lay
     kind = MADE_GRAD_ITEMS[e.item]
     L = len(layers)
@@ -2581,17 +2582,17 @@ def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int]) -> list[int] 
         b = nb // n_all
         run = list(itertools.accumulate(reversed(layers), initial=post))  # run[j + 1]: head + layers L-1-j..L-1
         mid = [run[j + 1] * b for j in js] if L else [post * b]  # no layer: one moment, every gradient
-        return [0, *mid, n_all * b]
+        return [0, *([post * b] if head else []), *mid, n_all * b]
     big = max(pre_max, post_max, *layer_maxes)
     # one gradient of 2 or 4 bytes per element; an entry that holds more (state.py's ZeRO-1 offload GA > 1
     # accumulate_grad_new = the fp32 accumulation of every gradient + the largest new one) stays whole
     if not big or nb % big or nb // big > 4:
         return None
     b = nb // big
-    # the head's nodes run just before layer L-1's: counted with it
-    mid = [(max(layer_maxes[L - 1], post_max) if j == 0 else layer_maxes[L - 1 - j]) * b for j in js] if L \
-        else [post_max * b]
-    return [0, *mid, pre_max * b]
+    # the head's nodes run just before layer L-1's: their own moment, or (no head moment) counted with it
+    last = layer_maxes[L - 1] if head else max(layer_maxes[L - 1], post_max) if L else 0
+    mid = [(last if j == 0 else layer_maxes[L - 1 - j]) * b for j in js] if L else [post_max * b]
+    return [0, *([post_max * b] if head else []), *mid, pre_max * b]
 
 
 def _head_held(a: Any) -> int:
@@ -2610,15 +2611,25 @@ def _head_held(a: Any) -> int:
 def backward_moments(a: Any, layers: int, js: list[int], n_flight: int = 1, kept_dup: int = 0,
                      held: int = 0, own_backward: bool = True) -> list[int]:
     """Accelerator activation bytes of the ActivationEstimate ``a`` at each moment of backward (see
-    :func:`_backward_activations`): [start, the layer moments ``js`` (j = layers run back before it: layer
-    ``layers``-1-j's backward), end]; with no layer or no ``js``, [start, one layer moment (layer L-1's), end].
+    :func:`_backward_activations`): [start, the head's moment (``own_backward`` only), the layer moments ``js``
+    (j = layers run back before it: layer ``layers``-1-j's backward), end]; with no layer or no ``js``, [start, one
+    layer moment (layer L-1's), end].
+
+    The head's moment is lm_head's backward: the loss's nodes have run and released their saved tensors
+    (``loss_freed``: the log-probabilities, the labels), the head's gradients are live (``head_backward``: the
+    logits' in the model dtype, the hidden state's, a tied embedding's). Layer L-1's moment then holds none of the
+    head's freed tensors (``gone`` = ``loss_head`` - ``held``): torch releases a node's saved tensors once it has
+    run (``torch/csrc/autograd/engine.cpp`` evaluate_function: ``fn.release_variables()`` after
+    ``call_function`` when ``keep_graph`` is false), and the final norm's backward, the head's last node, runs
+    before layer L-1's. Under pipeline parallelism (``own_backward`` False) the head stays counted at layer
+    L-1's moment, as the engine cells measured it.
 
     ``s`` = one layer's saved bytes of the micro-batch run back, ``((saved - loss_head) / n_flight - pipe_kept
-    - layers_shared) / layers``; ``layers_shared`` (the eager mask and BLOOM's ALiBi bias every checkpointed
-    layer holds) is freed with the first layer, at the end. Each layer moment adds ``layer_backward`` (the
+    - layers_shared) / layers``; ``layers_shared`` (RoPE's cos and sin every layer saves, the eager mask and
+    BLOOM's ALiBi bias every checkpointed layer holds) is freed with the first layer, at the end. Each layer moment adds ``layer_backward`` (the
     layer's output gradient and its first nodes' gradients, a tied embedding's waiting gradient), measured with
     MemTracker over transformers' real CPU backward (tests/test_backward_moments.py: Llama sdpa/eager, GPT-2,
-    Qwen3-MoE, bf16 and fp32, no and full checkpointing, every layer moment within 2%). ``own_backward`` False
+    Qwen3-MoE, bf16 and fp32, no and full checkpointing, every moment within 1%). ``own_backward`` False
     (pipeline parallelism) leaves ``layer_backward`` out: there the gradient of the stage's output is the
     PipelineEngine's own buffer (``pipe_grad_buf``) and the engine cells (tests/engine/test_pipeline_engine.py,
     a ReLU MLP proxy) measured the layer's transient as one D sbF gradient, not the formula's gated-MLP pair."""
@@ -2631,12 +2642,24 @@ def backward_moments(a: Any, layers: int, js: list[int], n_flight: int = 1, kept
     gone = max(0, head - held)  # what of the head backward frees once its nodes have run
     s = (own - shared) // layers if layers else 0
     acts = [saved + loss - kept_dup]
-    if layers and js:
-        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it they are freed
-        # below layer L-1 the moment frees what has run back (j layers, the head) itself, so the recomputed
-        # layer is its whole peak (recompute_layer_peak = recompute_layer + recompute_freed): recompute_layer is
-        # already net of the head's and the un-checkpointed layers' frees (activations.py), counted twice else
-        gross = a.recompute_layer + getattr(a, "recompute_freed", 0)
+    # below layer L-1 the moment frees what has run back (j layers, the head) itself, so the recomputed
+    # layer is its whole peak (recompute_layer_peak = recompute_layer + recompute_freed): recompute_layer is
+    # already net of the head's and the un-checkpointed layers' frees (activations.py), counted twice else
+    freed = getattr(a, "recompute_freed", 0)
+    gross = a.recompute_layer + freed
+    if own_backward:
+        # the head's own moment (lm_head's backward: the loss's nodes' saved tensors freed, the logits' and the
+        # hidden state's gradients live), then layer L-1 with the head's saved tensors freed (torch releases a
+        # node's saved tensors right after it runs: engine.cpp evaluate_function -> release_variables); at layer
+        # L-1 the recompute is net of the un-checkpointed layers' frees only (the head's: ``gone``)
+        acts.append(saved - getattr(a, "loss_freed", 0) + getattr(a, "head_backward", 0) - kept_dup)
+        rec0 = max(0, gross - (freed - getattr(a, "recompute_freed_head", 0)))
+        if layers and js:
+            acts += [saved - j * s + bwd + (rec0 if j == 0 else gross) - gone for j in js]
+        else:
+            acts.append(saved + bwd + rec0 - gone)
+    elif layers and js:
+        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it freed
         acts += [saved - j * s + bwd + (a.recompute_layer - kept_dup if j == 0 else gross - gone) for j in js]
     else:
         acts.append(saved + a.recompute_layer + bwd - kept_dup)
@@ -2659,13 +2682,15 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
 
     * start (the loss's backward): every saved activation + ``loss_backward_spike``; no parameter
       gradient made yet (the loss's nodes run first), beside ZeRO-3's flushes of the head's gradients;
+    * the head's (lm_head's backward, ``backward_moments``; not under pipeline parallelism): the loss's nodes'
+      saved tensors freed, the head's gradients made, ZeRO-3's start region;
     * layer i's backward, i = L-1 down to 0: the saved activations but those of layers i+1..L-1 of the
       run-back micro-batch (``layers_shared`` kept to the end), + ``recompute_layer`` + ``layer_backward``, beside the gradients of the head (lm_head, final norm:
-      made right before layer L-1, counted with it) and of layers i..L-1 (the whole layer's, made as its
+      made at the head's moment, under pipeline parallelism counted with layer L-1's) and of layers i..L-1 (the whole layer's, made as its
       nodes run: an upper bound inside the layer, whose own saved tensors are counted too), ZeRO-3's
-      largest flush among the layers. The loss head's saved tensors (``loss_head``) are counted at layer
-      L-1's moment (the head's nodes run just before it: an upper bound) and freed below it (engine, 2-stage
-      PipelineModule, the last stage's micro-batch 1 backward: its peak is there, layer 0's);
+      largest flush among the layers. The loss head's saved tensors (``loss_head``) are freed from layer
+      L-1's moment on (under pipeline parallelism counted at layer L-1's, an upper bound, and freed below it:
+      engine, 2-stage PipelineModule, the last stage's micro-batch 1 backward: its peak is there, layer 0's);
     * end (the embedding's gradient, the epilogue's flush): the run-back micro-batch's saved tensors
       freed but what the PipelineEngine keeps of it (``pipe_kept``, until ``pipe/engine.py`` l.866)
       and the loss head's; every gradient made. The other in-flight micro-batches' saved tensors stay.
@@ -2693,20 +2718,20 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
         for e, nb in sized:
             if e.tier == "accelerator" and e.item in MADE_GRAD_ITEMS and not e.regions and (
                     made or MADE_GRAD_ITEMS[e.item] == "max"):
-                m = _made_grad_moments(e, nb, lay, js)
+                m = _made_grad_moments(e, nb, lay, js, head=own_backward)
                 if m is not None:
                     grads.append((e, nb, m))
-    bwd = getattr(a, "layer_backward", 0) if own_backward else 0
-    if not split and not grads:
-        return saved + max(a.recompute_layer + bwd, loss) - kept_dup
     layers = len(lay[2]) if lay is not None else 0
+    if not split and not grads:
+        return max(backward_moments(a, layers, [], n_flight, kept_dup, held, own_backward))
     acts = backward_moments(a, layers, js if grads else [], n_flight, kept_dup, held, own_backward)
     nm = len(acts)
+    hm = 1 if own_backward else 0  # the head's moment, in the start region
     # each moment's bytes of every split entry (a ZeRO-3 entry's layers region at every layer moment)
     per = []
     for e, _ in split:
         r = e.regions
-        per.append((e, [r[0]] + [r[1]] * (nm - 2) + [r[2]]))
+        per.append((e, [r[0]] * (1 + hm) + [r[1]] * (nm - 2 - hm) + [r[2]]))
     for e, _, m in grads:
         per.append((e, m))
     tot = [acts[k] + sum(m[k] for _, m in per) for k in range(nm)]

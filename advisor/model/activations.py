@@ -67,6 +67,11 @@ blocks it departs where transformers' code does (below).
   loss the fp32 copy of the logits (4 sbV) exists as well: the forward spike. In backward the
   fp32 gradients of the log-probabilities and of the logits (8 sbV) are live together with
   the saved log-probabilities: the backward spike, usually the step's activation peak.
+* RoPE's cos and sin (1 x s x rotary dim each, model dtype): computed once per forward and saved by every
+  layer's ``apply_rotary_pos_emb``, one storage each (``layers_shared``; not under pipeline parallelism).
+* The head's backward (``head_backward``): once the loss's nodes have freed the log-probabilities and the
+  labels (``loss_freed``), lm_head's backward holds the logits' gradient in the model dtype (D sbV), the
+  hidden state's (D sbh) and a tied embedding's gradient (V h D): the head's moment of backward.
 * A layer's backward (``layer_backward``): beside the saved tensors, the gradient of the layer's output
   (D sbh) and its first nodes' gradients (a gated MLP's two, D sbf each; the other cases as
   :func:`eager_recompute_peak`'s start; eager: or the softmax backward's s^2 gradients), and a tied
@@ -386,10 +391,23 @@ class ActivationEstimate:
     #: Added at each layer moment of backward (``advisor.ledger.timeline.backward_moments``); measured with
     #: MemTracker over transformers' real CPU backward (tests/test_backward_moments.py).
     layer_backward: int = 0
-    #: Of one micro-batch's layers' saved bytes, what all checkpointed layers share and the first layer's backward frees (bytes):
-    #: the eager 4-D attention mask transformers hands every checkpointed layer, BLOOM's ALiBi bias. Not freed
-    #: layer by layer as backward runs back (``backward_moments``); 0 without checkpointing.
+    #: Of one micro-batch's layers' saved bytes, what all layers share and the first layer's backward frees (bytes):
+    #: RoPE's cos and sin; with checkpointing, the eager 4-D attention mask transformers hands every checkpointed
+    #: layer, BLOOM's ALiBi bias. Not freed layer by layer as backward runs back (``backward_moments``).
     layers_shared: int = 0
+    #: Of ``loss_head``, what the loss's own nodes (nll_loss, log_softmax, the fp32 upcast, Gemma 2's soft-capping)
+    #: free once they have run, before lm_head's backward (bytes): the log-probabilities (4 sbV), the labels (8 sb),
+    #: Gemma 2's tanh output (D sbV). 0 where the rank has no loss head.
+    loss_freed: int = 0
+    #: What lm_head's backward holds beyond the saved tensors less ``loss_freed`` (bytes): the logits' gradient in
+    #: the model dtype (D sbV: the fp32 upcast's backward casts it back), the hidden state's (D sbh), a tied
+    #: embedding's waiting gradient (V h D). lm_head's own weight gradient is the ledger's (a made gradient). The
+    #: head's moment of backward (``advisor.ledger.timeline.backward_moments``), measured with MemTracker over
+    #: transformers' real CPU backward (tests/test_backward_moments.py). 0 where the rank has no loss head.
+    head_backward: int = 0
+    #: Of ``recompute_freed``, the loss head's share (bytes): the head's saved tensors eager recompute counts as
+    #: freed before the first recomputed layer (``recompute_layer`` is net of them); 0 otherwise.
+    recompute_freed_head: int = 0
 
     @property
     def peak_accelerator(self) -> int:
@@ -801,8 +819,14 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         loss_saved += D * s * b * h // rs + 2 * x.norm_stat_bytes * s * b // rs
     loss_spike = 4 * s * b * V // t
     loss_backward_spike = 8 * s * b * V // t
+    # lm_head's backward: the loss's nodes have released the log-probabilities, the labels (and Gemma 2's tanh
+    # output); live are the logits' gradient (model dtype), the hidden state's and a tied embedding's
+    loss_freed = 4 * s * b * V // t + 8 * s * b + (D * s * b * V // t if meta.get("family") == "gemma2" else 0)
+    head_bwd = D * s * b * V // t + D * s * b * h // rs
+    if _m(meta, "tie_word_embeddings", default=False):
+        head_bwd += D * V * h // t
     if not last:  # only the last pipeline stage runs the head and the loss
-        loss_saved = loss_spike = loss_backward_spike = head_freed = logits_kept = 0
+        loss_saved = loss_spike = loss_backward_spike = head_freed = logits_kept = loss_freed = head_bwd = 0
     mode, k = parse_checkpointing(x.checkpointing, layers_on_rank)
     notes: list[str] = []
     if moe and x.moe_capacity_factor is not None and t > 1:
@@ -824,6 +848,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         return recompute_fraction(meta, x.seq_len, kind, share, n_act, n_out)
     saved_host = host_out = host_in = 0
     async_engine = False
+    recompute_freed_head = 0
     if mode == "selective":
         sel = layer_terms(meta, s, b, D, x.attention, t, x.sequence_parallel, moe=False, selective=True, **kern)
         cut = dense["attention"] - sel["attention"]  # what the core no longer keeps, per layer
@@ -847,6 +872,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             _, _, kv_h, d_h, vd_h, _, _ = _dims(meta)
             recompute_gross += D * s * b * max(1, kv_h // t) * (d_h + vd_h)
             recompute_freed = head_freed + largest_layer
+            recompute_freed_head = head_freed
             recompute = max(0, recompute_gross - recompute_freed)
     elif mode in ("full", "layers"):
         inp = D * s * b * h // rs  # one layer's kept input
@@ -913,6 +939,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         if layers_on_rank and k and (_m(meta, "norm", default="rmsnorm") in ("layernorm", "scale") or D >= 4):
             layer_peak = max(0, layer_peak - inp)
         recompute_gross, recompute_freed = layer_peak + gathered, freed_head + (all_layers - replaced)
+        recompute_freed_head = freed_head
         recompute = max(0, recompute_gross - recompute_freed)
         frac_flops = flops_fraction("full", k / layers_on_rank if layers_on_rank else 0.0)
     else:
@@ -933,6 +960,21 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         layer_bwd = eager_recompute_peak(meta, s, b, D, 0, attention="flash", **bwd_kw)
     if mode not in ("full", "layers"):
         shared = 0
+    # RoPE's cos and sin (1 x s x rotary dim, model dtype): transformers' rotary embedding computes them once per
+    # forward and every layer's apply_rotary_pos_emb saves the same two tensors (q * cos, rotate_half(q) * sin),
+    # live until the first layer's backward, with or without checkpointing (the checkpoint keeps them as its input);
+    # measured with MemTracker over Llama's and Qwen3-MoE's real CPU backward (tests/test_backward_moments.py).
+    # Not under pipeline parallelism (a PipelineModule's layers are the user's own), nor where DeepSpeed's
+    # checkpoint partitions or moves to host every floating input of each checkpoint (partition_activations,
+    # cpu_checkpointing: runtime/activation_checkpointing/checkpointing.py is_activation_to_checkpoint l.377-384):
+    # not measured there
+    moved = mode in ("full", "layers") and x.deepspeed_checkpointing and (x.partition_activations
+                                                                          or x.cpu_checkpointing)
+    if layers_on_rank and p == 1 and not moved and _m(meta, "position_embedding", default="rope") == "rope" \
+            and not _m(meta, "attention_free", default=False):
+        rope = 2 * D * s * int(_m(meta, "qk_rope_head_dim", default=0) or _dims(meta)[3])
+        saved_acc += rope
+        shared += rope
     if mode != "none":
         from dataclasses import replace as _replace
 
@@ -952,4 +994,5 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               host_restore_bytes=host_in, host_offload_overlapped=async_engine and host_out > 0,
                               recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed,
                               in_flight=in_flight, pipe_kept=pipe_kept, layer_backward=max(0, layer_bwd),
-                              layers_shared=shared)
+                              layers_shared=shared, loss_freed=loss_freed, head_backward=head_bwd,
+                              recompute_freed_head=recompute_freed_head)
