@@ -9,6 +9,12 @@ allocator's 10% of that (2.4 B per parameter, rounded up), the ZeRO-0 all-reduce
 min(N, 5e8) x 2 B (deepspeed/runtime/engine.py buffered_allreduce_fallback), no NCCL buffers (one
 rank) and no CUDA context (the free memory is read after it exists): need = 28.4 B x N; the band
 above the defaults is the allocator's 25% - 10% = 3.6 B x N.
+
+A plain ``nn.Sequential`` has no architecture (no Hugging Face ``model.config``), so its activations are not
+estimated and that need is a floor (rule M104, as estimate's and check's with ``--params``): its verdict is at
+best "tight". A "fits" needs a module whose activations are estimated: :func:`_llama` (a transformers Llama
+built from its config) with ``seq_len`` given, its need bounded by hand in
+:func:`test_a_module_with_an_architecture_fits_by_hand`.
 """
 
 from __future__ import annotations
@@ -37,16 +43,29 @@ NEED = 24 * N + ALLOC + 2 * N     # tracked + allocator + the all-reduce bucket 
 BAND = 6 * N - ALLOC              # the allocator's 25% of 24 B x N less its 10%
 
 
-def test_fits_tight_and_does_not_fit_by_hand():
+def _m104(r):
+    return next((f for f in r.findings if f.code == "M104"), None)
+
+
+def test_tight_and_does_not_fit_by_hand():
     m = _mlp()
     assert sum(p.numel() for p in m.parameters()) == N
     r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=33 * N, free_host_bytes=10**12)
     acc = r.rows[0]
-    assert (acc.tier, acc.need, acc.capacity, acc.verdict) == ("accelerator", NEED, 33 * N, "fits")
-    assert acc.uncertainty == BAND
+    # 33 B x N leaves 4.6 B x N, more than the 3.6 B x N band: "fits" were the activations counted; a module
+    # without an architecture has a floor for a need (M104), so "tight", and raise_on="tight" raises on it
+    assert (acc.tier, acc.need, acc.capacity, acc.verdict) == ("accelerator", NEED, 33 * N, "tight")
+    assert acc.uncertainty == BAND and acc.headroom > acc.uncertainty and acc.lower_bound
     by_key = {o["key"]: o["bytes"] for o in acc.overhead}
     assert by_key == {"cuda_context": 0, "nccl": 0, "allocator": ALLOC, "deepspeed": 2 * N}
-    assert r.verdict == "fits" and r.fits
+    assert r.verdict == "tight" and r.fits and "the peak is a lower bound: M104" in acc.line()
+    f = _m104(r)
+    assert f is not None and f.data["activations_missing"] and not f.data["transients_unmodeled"]
+    assert "model.config" in f.message and "model.config" in f.fix and "--" not in f.message + f.fix
+    with pytest.raises(PreflightError, match="lower bound") as ei:
+        advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=33 * N, free_host_bytes=10**12,
+                          raise_on="tight")
+    assert ei.value.result.verdict == "tight"
 
     r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=29 * N, free_host_bytes=10**12)
     assert r.verdict == "tight" and r.rows[0].headroom == 29 * N - NEED and "allocator" in r.rows[0].uncertain_terms[0]
@@ -67,7 +86,7 @@ def test_meta_device_model_gives_the_same_need():
         m = _mlp()
     assert all(p.device.type == "meta" for p in m.parameters())
     r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=33 * N, free_host_bytes=10**12)
-    assert r.rows[0].need == NEED and r.verdict == "fits"
+    assert r.rows[0].need == NEED and r.verdict == "tight" and r.rows[0].lower_bound  # no architecture: M104
 
 
 def test_eight_ranks_add_nccl_and_the_context_stays_out():
@@ -147,7 +166,7 @@ def test_hf_auto_config_is_resolved_with_the_trainer_arguments():
 
     r = advisor.preflight(_mlp(), auto, hf=True, trainer_args=Args(), world_size=1, free_accelerator_bytes=33 * N,
                           free_host_bytes=10**12)
-    assert r.rows[0].need == NEED and r.verdict == "fits"  # bf16 resolved: the same need as above
+    assert r.rows[0].need == NEED and r.verdict == "tight"  # bf16 resolved: the same need (a floor) as above
 
 
 @pytest.mark.parametrize("units,base", [("GiB", 2**30), ("GB", 1e9)])
@@ -158,7 +177,7 @@ def test_summary_names_every_size_in_one_unit_system(units, base):
     r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=29 * N, free_host_bytes=10**12)
     s = r.summary(units) if units != "GiB" else r.summary()
     acc = next(x for x in s.splitlines() if "accelerator" in x)
-    assert f"need {NEED / base:,.2f} {units} of {29 * N / base:,.2f} {units} free" in acc, acc
+    assert f"need >= {NEED / base:,.2f} {units} of {29 * N / base:,.2f} {units} free" in acc, acc  # a floor: M104
     assert f"headroom {(29 * N - NEED) / base:,.2f} {units}" in acc and f"within {BAND / base:,.2f} {units}" in acc, acc
     other = "GB" if units == "GiB" else "GiB"
     assert f" {other}" not in s, s
@@ -187,13 +206,14 @@ def test_a_model_built_without_zero_init_is_whole_on_the_accelerator_at_initiali
     with pytest.raises(PreflightError) as ei:
         advisor.preflight(m, z3, world_size=8, free_accelerator_bytes=2 ** 30, free_host_bytes=10**13)
     r = ei.value.result
-    assert [f.code for f in r.findings if f.code.startswith("M10")] == ["M103"]
+    # M103 (the whole model at initialize) and M104 (no architecture: the need leaves out the activations)
+    assert [f.code for f in r.findings if f.code.startswith("M10")] == ["M103", "M104"]
     assert r.rows[0].need > n * 2 > 2 ** 30 - 1
     for i, p in enumerate(m.parameters()):
         p.ds_id, p.ds_shape = i, p.shape
         p.ds_tensor = torch.empty(p.numel() // 8, dtype=torch.bfloat16, device="meta")
     r = advisor.preflight(m, z3, world_size=8, free_accelerator_bytes=2 ** 30, free_host_bytes=10**13)
-    assert r.verdict in ("fits", "tight") and not any(f.code == "M103" for f in r.findings)
+    assert r.verdict == "tight" and r.rows[0].lower_bound and not any(f.code == "M103" for f in r.findings)
 
 
 def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
@@ -218,22 +238,108 @@ def test_summary_prints_the_overhead_rows_inside_the_accelerator_need():
     assert r.rows[0].need == 96 * 2**30 + -(-96 * 2**30 // 10) + 10**9  # 24 B + its 10 % per parameter, the bucket
 
 
+def _llama():
+    """A transformers Llama (hidden 256, MLP 512, 2 layers, 4 heads of 64, vocab 8000, untied, 1024 positions) on
+    the meta device: its model.config gives the architecture, so with seq_len its activations are estimated."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers for a Llama config")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, vocab_size=8000,
+                                   max_position_embeddings=1024, tie_word_embeddings=False)
+    with torch.device("meta"):
+        return transformers.LlamaForCausalLM(cfg)
+
+
+def test_a_module_with_an_architecture_fits_by_hand():
+    """_llama at seq_len 1024, micro-batch 1, ZeRO-0 bf16, one rank, flash attention, no recompute: the need,
+    bounded by hand both ways, fits 400 MB and does not fit 200 MB; no M104 (its activations are estimated).
+
+    N = 2 x V h (embedding, lm_head) + L (4 h^2 + 3 h i + 2 h) + h = 5,408,000. Model states: 24 B x N in the step
+    (module docstring), at most that anywhere; in backward at least the persistent 14 B x N (16-bit parameters 2,
+    fp32 master 4, Adam moments 8). Activations, D = 2 bytes, s = 1024 tokens, from advisor/model/activations.py's
+    terms (the module docstring's list, op by op from transformers' modeling_llama.py):
+    - at least, at the loss's backward: the saved fp32 log-probabilities 4 sV with the fp32 gradients of the
+      log-probabilities and logits 8 sV, and every linear's saved input still waiting for its layer's backward
+      (torch saves a matmul's input for the weight gradient): per layer q/k/v's 2 sh, o_proj's 2 sh, gate/up's
+      2 sh, down_proj's 2 si; the lm_head's 2 sh;
+    - at most, everything at once: per layer two RMSNorms (4 + 2) sh + 4 s each, the linear inputs 2 sh x 3 +
+      2 si, attention q, k, v, output 4 x 2 sh + the fp32 log-sum-exp 4 a s, gate/up/product/SiLU 4 x 2 si, the
+      layer backward's output gradient 2 sh and two MLP gradients 2 x 2 si; outside the layers the final norm, the
+      lm_head input, the 16-bit logits 2 sV, the fp32 copy 4 sV, the log-probabilities 4 sV, their gradients
+      8 sV, the input ids 8 s.
+    need = tracked x 1.1 (allocator) + the ZeRO-0 all-reduce bucket 2 B x N; "fits" when the headroom also
+    covers the allocator's band to 25 %: capacity >= tracked x 1.25 + 2 B x N."""
+    m = _llama()
+    s, h, i, V, a, L = 1024, 256, 512, 8000, 4, 2
+    n = 2 * V * h + L * (4 * h * h + 3 * h * i + 2 * h) + h
+    low_acts = 12 * s * V + L * (6 * s * h + 2 * s * i) + 2 * s * h
+    high_acts = (L * ((2 * (6 * s * h + 4 * s)) + 6 * s * h + 2 * s * i + 8 * s * h + 4 * a * s + 8 * s * i + 2 * s * h
+                      + 4 * s * i) + (6 * s * h + 4 * s) + 2 * s * h + 18 * s * V + 8 * s)
+    need_low = 1.1 * (14 * n + low_acts) + 2 * n              # 208.6e6
+    need_high = 1.1 * (24 * n + high_acts) + 2 * n            # 349.3e6
+    fits_from = 1.25 * (24 * n + high_acts) + 2 * n           # 395.5e6
+    assert need_low > 28.4 * n  # the activations move it: without them the need is 28.4 B x N = 153.6e6
+    fit_cap, short_cap = 400_000_000, 200_000_000
+    assert fit_cap > fits_from and short_cap < need_low
+
+    r = advisor.preflight(m, Z0, seq_len=s, world_size=1, free_accelerator_bytes=fit_cap, free_host_bytes=10**12,
+                          raise_on="tight")  # a fit, so raise_on="tight" does not raise
+    acc = r.rows[0]
+    assert r.parameters == n and need_low <= acc.need <= need_high
+    assert r.verdict == "fits" and acc.verdict == "fits" and not acc.lower_bound and ">=" not in acc.line()
+    assert _m104(r) is None and not any("activations: not estimated" in x for x in r.notes)
+    r = advisor.preflight(m, Z0, seq_len=s, world_size=1, free_accelerator_bytes=short_cap, free_host_bytes=10**12,
+                          raise_on=None)
+    assert r.verdict == "does not fit" and _m104(r) is None
+
+
+def test_m104_names_what_a_preflight_caller_gives_not_flags(monkeypatch):
+    """Each reason the activations are not estimated, in preflight's words (advisor/rules/M104: activations_fix,
+    api_activations_note): a plain module -> a module with a Hugging Face model.config; a family without a
+    formula (deepseek_v3's latent attention) -> the command line's trace, which preflight has not; no context
+    length -> seq_len=. Each makes the verdict "tight" (a floor) and raise_on="tight" raise."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers for a DeepSeek-V3 config")
+    from hf_small import SMALL
+    d = {k: v for k, v in SMALL["deepseek_v3"].items() if k != "model_type"}
+    with torch.device("meta"):
+        dsv3 = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**d))
+    from advisor.engine import preflight as pre
+    arch = pre._architecture
+    cases = [(_mlp(), {}, "model.config"), (dsv3, {"seq_len": 128}, "trace"),
+             (_llama(), {}, "seq_len=")]
+    for k, (m, kw, says) in enumerate(cases):
+        if k == 2:  # an architecture that states no context length (an HF config always has one: simulated)
+            monkeypatch.setattr(pre, "_architecture",
+                                lambda mod: {x: v for x, v in arch(mod).items() if x != "max_seq_len"})
+        r = advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=10**12, free_host_bytes=10**12, **kw)
+        f = _m104(r)
+        assert r.verdict == "tight" and r.rows[0].lower_bound and f is not None and f.data["activations_missing"]
+        texts = [f.message, f.fix] + r.notes + list(f.template or ())
+        assert says in f.fix and not [t for t in texts if "--" in t], texts
+        assert "activations: not estimated" in f.message and any("activations: not estimated" in x for x in r.notes)
+        with pytest.raises(PreflightError, match="M104"):
+            advisor.preflight(m, Z0, world_size=1, free_accelerator_bytes=10**12, free_host_bytes=10**12,
+                              raise_on="tight", **kw)
+
+
 def test_a_lower_bound_peak_is_never_fits():
     """ZeRO-1, fp16, grad_accum_dtype bf16, no optimizer offload: the regime advisor/ledger/state.py
     zero12_transients_unmodeled leaves coarse (DeepSpeedZeroOptimizer's param.grad_accum copies, stage_1_and_2.py
     l.397-404, l.1237, are modelled under CPU optimizer offload, and without it only for fp32 accumulation,
     state.zero1_compact_grad_accum; engine probe 2026-12-06: forward:2 +50%), so the need is a
     floor: with 1 TB free (headroom far beyond the overhead's band) the verdict is tight, not fits, and the line and
-    M104 say why (issue #15)."""
-    m = _mlp()
+    M104 say why (issue #15). On _llama with seq_len, so its activations are estimated and only the transients
+    decide."""
+    m = _llama()
     cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
            "data_types": {"grad_accum_dtype": "bf16"}, "zero_optimization": {"stage": 1},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
-    r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
+    kw = dict(seq_len=1024, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
+    r = advisor.preflight(m, cfg, **kw)
     acc = r.rows[0]
     assert acc.headroom > acc.uncertainty and acc.lower_bound and acc.verdict == "tight" == r.verdict
     assert "need >= " in acc.line() and "lower bound" in acc.line() and r.to_dict()["rows"][0]["lower_bound"] is True
-    assert "M104" in [f.code for f in r.findings]
+    f = _m104(r)
+    assert f is not None and f.data["transients_unmodeled"] and not f.data["activations_missing"]
     cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}  # modelled (zero12_offload_fp32_accum): a fit
-    r = advisor.preflight(m, cfg, world_size=2, free_accelerator_bytes=10**12, free_host_bytes=10**12, raise_on=None)
-    assert not r.rows[0].lower_bound and r.verdict == "fits" and "M104" not in [f.code for f in r.findings]
+    r = advisor.preflight(m, cfg, **kw)
+    assert not r.rows[0].lower_bound and r.verdict == "fits" and _m104(r) is None

@@ -21,7 +21,11 @@ Both can be given instead (``free_accelerator_bytes``, ``free_host_bytes``: byte
 without ``free_accelerator_bytes`` the accelerator is "unknown" (on a CPU run accelerator and
 pageable host memory are one device; preflight claims no split).
 
-Verdicts are estimate's: fits / tight / does not fit (/ unknown). "does not fit" raises
+Verdicts are estimate's: fits / tight / does not fit (/ unknown). A module whose activations are not
+estimated -- no Hugging Face ``model.config`` of a model_type the advisor knows (a plain ``nn.Module``), a
+family without an activation formula, no sequence length -- has a need that leaves them out: a lower bound,
+so its verdict is at best "tight" (rule M104, whose text names the parameters, not the CLI's flags), as
+estimate's and check's with ``--params``. "does not fit" raises
 :class:`advisor.errors.PreflightError` (``raise_on="tight"`` raises on tight too,
 ``raise_on=None`` never raises) before ``deepspeed.initialize`` allocates anything; otherwise the
 :class:`PreflightResult` is returned.
@@ -62,8 +66,11 @@ def api_words(text: str) -> str:
 
 
 def _api_finding(f: Any) -> Any:
+    """``f`` with :func:`api_words` applied to its message and fix, and to its sized template
+    (:meth:`advisor.findings.Finding.text` renders that again in another unit)."""
     from dataclasses import replace
-    return replace(f, message=api_words(f.message), fix=api_words(f.fix))
+    t = f.template and (api_words(f.template[0]), api_words(f.template[1]))
+    return replace(f, message=api_words(f.message), fix=api_words(f.fix), template=t or None)
 
 
 @dataclass
@@ -287,6 +294,13 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     ``--runtime-overhead`` (text, or term -> bytes). ``env``: where NCCL_BUFFSIZE and the other
     overhead variables are read (default os.environ).
 
+    The activations are estimated only for a module with a Hugging Face ``model.config`` of a
+    model_type the advisor knows (a transformers model, real or on the meta device), a family the
+    formulas cover, and a sequence length (``seq_len``, else the model's context length). Otherwise
+    the accelerator need leaves them out and is a lower bound: that row's ``lower_bound`` is True,
+    its verdict at best "tight" (never "fits"), and warning M104 says what is missing; so
+    ``raise_on="tight"`` raises for, e.g., a plain ``nn.Sequential`` however much memory is free.
+
     Units: ``free_accelerator_bytes``, ``free_host_bytes`` and the byte figures of the result are
     bytes (the result's text prints GB = 1e9 bytes); ``seq_len`` is tokens, ``micro_batch``
     sequences per rank; ``runtime_overhead`` text takes sizes such as ``600MiB`` (2^20 bytes) or
@@ -376,19 +390,15 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     # the free memory is read with the CUDA context already in "used": that term is 0 here
     settings = OverheadSettings(env=env, overrides=overrides, exclude=("cuda_context",))
     try:
-        # activations_floor=False: preflight keeps its by-hand model-states verdicts for a module without a known
-        # model.config (its notes say the activations are not estimated); making that need a floor (M104), as
-        # estimate and check do, is not done here yet
+        # activations not estimated (a module without a known model.config, ...): the accelerator need is a
+        # floor, at best "tight", and M104 says what the module lacks, in this function's words (api)
         pf = plan_fit(plan, Capacity(accelerator=acc, host=host, nvme=None), settings, load=_load_of(model, plan.config),
-                      activations_floor=False)
+                      activations_floor=True, api=True)
     except OverheadError as e:
         raise PreflightError(str(e)) from None
-    if pf.activations_note:
-        note = pf.activations_note
-        if "--model" in note:  # the CLI's way to an architecture; here it is the module's model.config
-            note = ("activations: not estimated (the model has no Hugging Face model.config of a model_type the "
-                    "advisor knows, so its architecture is unknown)")
-        notes.append(api_words(note))
+    if pf.activations_note:  # the CLI's ways to the activations, in this function's words (M104's)
+        from advisor.rules.M104_peak_is_lower_bound import api_activations_note
+        notes.append(api_words(api_activations_note(pf.activations_note)))
     rows: list[PreflightRow] = []
     for r in pf.rows:
         if r.tier == "nvme":
@@ -410,5 +420,5 @@ def preflight(model: Any, ds_config: Any, *, world_size: int | None = None, gpus
     if raise_on is not None and (verdict == "does not fit" or (raise_on == "tight" and verdict == "tight")):
         bad = [r for r in rows if r.verdict in ("does not fit", "tight")]
         raise PreflightError("ds-advisor preflight: " + "; ".join(r.line() for r in bad) + " -- see "
-                             "`ds-advisor explain M100` / `M102` / `M103` for the ways out", result)
+                             "`ds-advisor explain M100` / `M102` / `M103` / `M104` for the ways out", result)
     return result

@@ -8,7 +8,12 @@ length (``advisor.views.estimate.activations_for``); where one is missing the ne
 formulas do not cover (DeepSeek-V3's latent attention: ``--activations trace`` measures it), or no ``--seq-len``
 and no context length in the model. Fix: give ``--model`` with an architecture (a preset, ``ds-advisor models``, or
 a Hugging Face ``config.json``), ``--activations trace`` where the formulas do not cover the family, ``--seq-len``
-where the length is unknown. ``generate`` always has an architecture (it refuses ``--params``) and is not affected.
+where the length is unknown. ``generate`` always has an architecture (it refuses ``--params``); where a family has
+no formula it marks its plans' needs ">=" itself. ``advisor.preflight`` (inside a training script) judges the same
+way: a module without a Hugging Face ``model.config`` of a known model_type (a plain ``nn.Module``) has no
+architecture, so its need is a floor and its verdict at best "tight" (``raise_on="tight"`` raises); its finding names
+what the caller gives instead of the flags -- a module with such a ``model.config``, ``seq_len=`` -- and that the
+trace is the command line's.
 
 ZeRO-1/2 transients not modelled. For a few ZeRO-1/2 regimes the ledger does not replay DeepSpeed 0.19.8's backward and step-norm
 transients (``advisor/ledger/state.py`` zero12_transients_unmodeled): each bucket flush's flat copy
@@ -44,7 +49,7 @@ from advisor.rules import Rule, emit, register
 
 @register
 class PeakIsLowerBound(Rule):
-    """Explanation and registry entry for M104; the findings come from estimate / check
+    """Explanation and registry entry for M104; the findings come from estimate / check / preflight
     (:func:`lower_bound_finding`)."""
 
     code = "M104"
@@ -70,27 +75,50 @@ def lower_bound_fix(ec, groups: int) -> str:
     return head + "measure the real peak on one accelerator (ds-advisor measure) before trusting the fit"
 
 
-def activations_fix(note: str) -> str:
+def activations_fix(note: str, api: bool = False) -> str:
     """How to give the activations that ``note`` (:func:`advisor.views.estimate.activations_for`'s
-    "activations: not estimated (...)") says are missing, as a fix sentence."""
+    "activations: not estimated (...)") says are missing, as a fix sentence. ``api``: in the words of
+    :func:`advisor.preflight` (a Python caller, no command-line flags): its module's Hugging Face
+    ``model.config`` for ``--model``, ``seq_len=`` for ``--seq-len``; the trace is the command line's only."""
     if "--seq-len" in note:
-        how = "give --seq-len (the model states no context length)"
+        how = ("pass seq_len= (tokens per sequence; the model states no context length)" if api else
+               "give --seq-len (the model states no context length)")
     elif "--activations trace" in note:
-        how = "use --activations trace (transformers' own model on fake tensors) for this family"
+        how = ("measure them with the command line's trace (ds-advisor estimate on the model's config.json, "
+               "activations trace; transformers' own model on fake tensors): preflight has no trace" if api else
+               "use --activations trace (transformers' own model on fake tensors) for this family")
     else:
-        how = ("give --model with an architecture (a preset, see `ds-advisor models`, or a Hugging Face config.json; "
+        how = ("pass a module whose model.config is a Hugging Face config of a model_type the advisor knows (a "
+               "transformers model, e.g. from_pretrained or from_config, on the meta device if need be); a plain "
+               "nn.Module has no architecture" if api else
+               "give --model with an architecture (a preset, see `ds-advisor models`, or a Hugging Face config.json; "
                "--params and an inventory without layers have none)")
     return "for the activations, usually the largest term, " + how
 
 
-def lower_bound_finding(reason: str, ec, groups: int, row=None, activations: str = ""):
+def api_activations_note(note: str) -> str:
+    """``note`` (:func:`advisor.views.estimate.activations_for`'s "activations: not estimated (...)")
+    in :func:`advisor.preflight`'s words, as :func:`activations_fix` with ``api``: what the module
+    lacks, not the flag that would give it."""
+    if "--seq-len" in note:
+        return "activations: not estimated (no sequence length: seq_len= not given and the model states no context length)"
+    if "--activations trace" in note:
+        return note.replace("use --activations trace", "the command line's trace measures it, preflight has none")
+    if "--model" in note:
+        return ("activations: not estimated (the model has no Hugging Face model.config of a model_type the advisor "
+                "knows, so its architecture is unknown)")
+    return note
+
+
+def lower_bound_finding(reason: str, ec, groups: int, row=None, activations: str = "", api: bool = False):
     """M104's warning for a plan whose ledger says ``peak_lower_bound`` = ``reason`` (the ledger's
     words: what is not modelled, with its DeepSpeed lines; "" when it is modelled) and/or whose
     activations are not estimated (``activations``: the estimate's note, "activations: not estimated
     (...)"; "" when they are). ``row``: the accelerator's
     :class:`advisor.views.estimate.FitRow` (bytes per rank), whose tracked peak, need (peak plus the
     runtime overhead rows) and capacity the message and data name, so every format (GitHub and SARIF
-    show no fit table) carries the floor's figures."""
+    show no fit table) carries the floor's figures. ``api``: the activations' reason and fix in
+    :func:`advisor.preflight`'s words (:func:`api_activations_note`, :func:`activations_fix`), no flags."""
     from advisor.findings import literal
 
     sizes: dict = {}
@@ -106,8 +134,8 @@ def lower_bound_finding(reason: str, ec, groups: int, row=None, activations: str
             sizes["capacity"] = row.capacity
             figures += " of {capacity}"
         figures += literal(f" {row.scope}") + ")"
-    why = "; ".join(x for x in (activations, reason) if x)
-    fix = "; ".join(([activations_fix(activations)] if activations else [])
+    why = "; ".join(x for x in ((api_activations_note(activations) if api else activations), reason) if x)
+    fix = "; ".join(([activations_fix(activations, api)] if activations else [])
                     + ([lower_bound_fix(ec, groups)] if reason else []))
     return emit(code="M104", severity="warning", pointer="" if activations and not reason else "/zero_optimization",
                 message="accelerator peak is a lower bound" + figures + ": " + (literal(why) if sizes else why),

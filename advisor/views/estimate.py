@@ -1115,7 +1115,8 @@ class PlanFit:
 
 
 def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSettings = DEFAULT_OVERHEAD,
-             load: LoadAssumption | None = None, hf: bool = False, activations_floor: bool = True) -> PlanFit:
+             load: LoadAssumption | None = None, hf: bool = False, activations_floor: bool = True,
+             api: bool = False) -> PlanFit:
     """The fit of ``plan`` against ``capacity`` (bytes): the ledger (advisor.ledger.state),
     activations, the step timeline per role, :func:`fit_rows` with the runtime overhead terms,
     and :func:`fit_findings` (M100, M101, M102, M103, M104; not yet located in the config file). The one fit
@@ -1129,8 +1130,9 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
     a lower bound (:attr:`FitRow.lower_bound`, at best "tight") and M104 says what is missing and how to
     give it. generate passes False so that such plans stay rankable, and marks them itself
     (:func:`advisor.views.generate.search`: ``Candidate.accelerator_lower_bound``, ">=", micro-batch 1 and
-    full recompute where not fixed, one warning); preflight passes False for now (a module without a known
-    model.config: its notes say so)."""
+    full recompute where not fixed, one warning). preflight passes True, and ``api``: M104's activations
+    reason and fix in its words, not flags (a module with a Hugging Face model.config, ``seq_len=``;
+    :func:`advisor.rules.M104_peak_is_lower_bound.activations_fix`)."""
     ec, inventory, cluster, workload = plan.config, plan.inventory, plan.cluster, plan.workload
     ledger = ledger_of(plan)
     via_hf = hf or plan.hf is not None
@@ -1161,7 +1163,7 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
         from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
         groups = len({t.group for t in inventory.tensors if t.trainable})
         acc = next((r for r in rows if r.tier == "accelerator" and r.lower_bound), None)
-        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups, acc, activations=missing))
+        found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups, acc, activations=missing, api=api))
     return PlanFit(ledger, acts, note, load, roles, rows, found)
 
 
