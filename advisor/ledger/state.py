@@ -4645,7 +4645,7 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
         # and GA repeat them (issue 21: the 1e5-tensor inventory without layers asked 88 times for 14 distinct
         # walks, ~45 ms each). Not keyed by u's bytes: ~2 MB a key, +150 MB at that limit
         key = ("offload_reduce_runs", W, rbs, D, ec.zero.stage == 1, not held, ZERO12_COLUMNS, ZERO12_KEPT_COLS,
-               Dm_, st_, seq is None, upos is None)
+               Dm_, st_, seq is None, upos is None, ZERO12_KEPT_NO_XL)
         got = layouts[0]._memo.get(key)
         if (got is not None and got[1] is flushes_ and len(got[0]) == len(layouts)
                 and all(a is b for a, b in zip(got[0], layouts))):
@@ -4691,7 +4691,8 @@ def _offload_runs_content_key(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     (no ``unmoved`` dict: u as ``upos`` or none): W, RBS, D, ``zero1``, ``hook_clone``, and a BLAKE2b digest (20
     bytes) of every column the walk reads: each layout's (P, n, n_pad, flat starts, numels), the hook order ``seq``
     (param groups, flat starts, numels) and u per position ``upos``, each with its length; and the switches that pick
-    the walk's forms (:data:`ZERO12_COLUMNS`, :data:`ZERO12_KEPT_COLS`: a reference walk never reads the fast one's
+    the walk's forms (:data:`ZERO12_COLUMNS`, :data:`ZERO12_KEPT_COLS`, :data:`ZERO12_KEPT_NO_XL`: a reference walk
+    never reads the fast one's
     runs). None (not kept) when
     :data:`ZERO12_OFFLOAD_CONTENT_MEMO` is off or a value does not fit int64."""
     if not ZERO12_OFFLOAD_CONTENT_MEMO:
@@ -4717,7 +4718,7 @@ def _offload_runs_content_key(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     except OverflowError:
         return None
     return ("offload_reduce_runs", len(layouts), W, rbs, D, bool(zero1), bool(hook_clone), seq is None,
-            upos is None, ZERO12_COLUMNS, ZERO12_KEPT_COLS, h.digest())
+            upos is None, ZERO12_COLUMNS, ZERO12_KEPT_COLS, ZERO12_KEPT_NO_XL, h.digest())
 
 
 def _replay_in_flat_order(dm: dict, order: "_FlushOrder", lay: Zero12Layout) -> bool:
@@ -4924,6 +4925,45 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     return Runs.from_updates(W, ups, 0, "max").map(lambda x: (x % M, (x // M) % M, h, (x // M // M) % M))
 
 
+#: True: :func:`_zero12_offload_kept_runs` of one group without an extra-large gradient takes
+#: :func:`_zero12_offload_kept_no_xl`'s shortcut; False: the walk (tests/test_offload_no_xl21.py compares the two)
+ZERO12_KEPT_NO_XL = True
+
+
+def _zero12_offload_kept_no_xl(lay: Zero12Layout, W: int, hook_order: bool,
+                               upos: "Sequence[int] | None") -> Runs:
+    """:func:`_zero12_offload_kept_runs` of one group (P > 0) whose tensors all have elements and none is over the
+    bucket (n_p <= RBS: no clone, so c_p = K = O_r = 0, no non-owner moment, h = 0), u per flush position ``upos``
+    (None: u = 0). Then a rank's moment is the largest over the tensors p meeting its slice of (s_{p,r} x 8 + u_p,
+    u_p, 0, s_{p,r}), lexicographic (the walk's packed value), taken field by field over the ties: the slice
+    elements s are the numels but for the first and last tensor, u the flush position's (flat order: position j,
+    hook order: T - 1 - j). Two C-level passes over a rank's tensors, not the walk's ~20 over every column
+    (issue 21: generate at its 1e5-tensor limit, 64 x 64 tensors under a 4096-element bucket, 11 walks, ~0.9 s)."""
+    P, T = lay.P, len(lay.numels)
+    starts = sorted({0, *(x for x in _change_points(lay, W) if 0 <= x < W)})
+    vals = []
+    for r in starts:
+        jl, jh = lay.meeting(r)
+        if jh <= jl:
+            vals.append((0, 0, 0, 0))
+            continue
+        lo, hi = r * P, (r + 1) * P
+        sz = list(lay.numels[jl:jh])
+        sz[0] = min(lay.starts[jl] + sz[0], hi) - max(lay.starts[jl], lo)
+        if jh - 1 > jl:
+            sz[-1] = min(lay.starts[jh - 1] + sz[-1], hi) - max(lay.starts[jh - 1], lo)
+        if upos is None:
+            s = max(sz)
+            vals.append((s, 0, 0, 0))
+            continue
+        uz = upos[T - jh:T - jl][::-1] if hook_order else upos[jl:jh]
+        k1 = list(map(operator.add, map((8).__mul__, sz), uz))
+        b1 = max(k1)
+        u = max(itertools.compress(uz, map(b1.__eq__, k1)))
+        vals.append(((b1 - u) // 8, 0, 0, u))
+    return Runs(starts + [W], vals)
+
+
 def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: int, um: dict,
                               items: "Iterable[tuple[int, int, int, int]]", hook_order: bool,
                               hook_clone: bool = True, seq: "_FlushOrder | None" = None,
@@ -4953,6 +4993,9 @@ def _zero12_offload_kept_runs(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     G = len(layouts)
     # (``seq``: the hook order ``items`` walks, when ``hook_order``)
     cols = ZERO12_COLUMNS and G == 1 and layouts[0].P > 0 and (seq is not None or not hook_order)
+    if (cols and ZERO12_KEPT_NO_XL and layouts[0].largest <= rbs and (upos is not None or not um)
+            and min(layouts[0].numels, default=0) > 0):
+        return _zero12_offload_kept_no_xl(layouts[0], W, hook_order, upos)
     if cols:
         # one param group: the loop below by C-level maps over the group's columns in flush order (hook
         # order: the replay's ``seq``, whose j-th tensor is the layout's len - 1 - j), tensors of no elements dropped
