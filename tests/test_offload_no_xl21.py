@@ -6,7 +6,8 @@ and none over the bucket (no clone at all), ``state.ZERO12_KEPT_NO_XL`` (default
 (8 s + u, u, s) over the tensors meeting its slice directly (``_zero12_offload_kept_no_xl``). Compared with the
 walk (the switch off) on seeded random layered models and configs (ZeRO-1, CPU optimizer offload, buckets from
 the largest tensor to more than the model, overlap_comm on/off, GA 1-3, W 1-9): the reduce terms per rank and the
-whole ledger, equal both ways; and on the walk itself with u per position chosen to tie (the ties in 8 s + u must
+whole ledger, equal both ways (ZeRO-2 too: ``state.ZERO12_OFFLOAD_NO_XL2`` gives the shortcut u per hook position
+in place of the dict keyed by flat start, where hook order is the flat order reversed); and on the walk itself with u per position chosen to tie (the ties in 8 s + u must
 be broken by the larger u, as the walk's packed maximum breaks them). The periodic shortcut is off so the walk runs.
 """
 
@@ -41,24 +42,24 @@ def _model(rng: random.Random) -> Inventory:
     return Inventory("rand", tensors, "test", {})
 
 
-def _config(rng: random.Random, inv: Inventory, W: int) -> dict:
+def _config(rng: random.Random, inv: Inventory, W: int, stage: int = 1) -> dict:
     n = sum(t.numel for t in inv.tensors)
     largest = max(t.numel for t in inv.tensors)
     rbs = rng.choice([largest, largest, largest + 1, max(largest, n // 7), n + 5, max(1, largest - 1),
                       max(1, largest // 2)])
     ga = rng.choice([1, 1, 2, 3])
-    z = {"stage": 1, "reduce_bucket_size": rbs, "overlap_comm": rng.random() < 0.5,
+    z = {"stage": stage, "reduce_bucket_size": rbs, "overlap_comm": rng.random() < 0.5,
          "contiguous_gradients": True, "offload_optimizer": {"device": "cpu"}}
     return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": ga, "train_batch_size": ga * W,
             "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
             "zero_optimization": z}
 
 
-def _terms(monkeypatch, seed: int, fast: bool, taken: list):
+def _terms(monkeypatch, seed: int, fast: bool, taken: list, stage: int = 1):
     rng = random.Random(seed)
     inv = _model(rng)
     W = rng.choice([1, 2, 3, 4, 8, 9])
-    cfg = _config(rng, inv, W)
+    cfg = _config(rng, inv, W, stage)
     real = state._zero12_offload_kept_no_xl
 
     def spy(*a, **k):
@@ -66,7 +67,7 @@ def _terms(monkeypatch, seed: int, fast: bool, taken: list):
         return real(*a, **k)
 
     with monkeypatch.context() as m:
-        m.setattr(state, "ZERO12_KEPT_NO_XL", fast)
+        m.setattr(state, "ZERO12_KEPT_NO_XL" if stage == 1 else "ZERO12_OFFLOAD_NO_XL2", fast)
         m.setattr(state, "ZERO12_OFFLOAD_PERIOD", False)
         m.setattr(state, "_zero12_offload_kept_no_xl", spy)
         ec = effective_config(cfg)
@@ -85,6 +86,18 @@ def test_no_xl_shortcut_equals_the_walk(monkeypatch, block):
         seed = 21_500 + block * 1000 + i
         fast = _terms(monkeypatch, seed, True, taken)
         plain = _terms(monkeypatch, seed, False, [])  # fresh inventory and layouts: no memo shared
+        assert fast == plain, f"seed {seed}"
+    assert len(taken) >= 20, f"the shortcut ran {len(taken)} times"
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_zero2_no_xl_shortcut_equals_the_walk(monkeypatch, block):
+    """ZeRO-2 (``ZERO12_OFFLOAD_NO_XL2``): u per hook position and the shortcut, against the dict and the walk."""
+    taken: list = []
+    for i in range(50):
+        seed = 22_500 + block * 1000 + i
+        fast = _terms(monkeypatch, seed, True, taken, stage=2)
+        plain = _terms(monkeypatch, seed, False, [], stage=2)
         assert fast == plain, f"seed {seed}"
     assert len(taken) >= 20, f"the shortcut ran {len(taken)} times"
 

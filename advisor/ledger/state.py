@@ -4619,6 +4619,18 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
                 if upos is None:
                     upos = dm[("offload_upos",) + ukey[1:]] = _packed(
                         itertools.chain(us, itertools.repeat(0, len(order.numels) - end)))
+            elif (ZERO12_OFFLOAD_NO_XL2 and ec.zero.stage == 2 and st == 2 and order.groups is None
+                  and len(layouts) == 1 and lay0.P > 0 and len(order.numels) and min(order.numels) > 0
+                  and lay0.largest <= (rbs if zero12_offload_xl_clone_modeled(ec, wrapper, ga) else lay0.largest)
+                  and _replay_in_hook_order(dm, order, lay0)):
+                # ZeRO-2, one group, no clone counted, hook order the flat order reversed (every tensor has elements:
+                # distinct starts, position k is tensor T - 1 - k): u per flush position as ZeRO-1's column, not the
+                # dict, for _zero12_offload_kept_no_xl (the walk's per-rank maximum of (8 s + u, u, s) with c = 0,
+                # h = 0; issue 21: 3 walks over 1e5 tensors at generate's limit, ~0.15 s each with the dict)
+                upos = dm.get(("offload_upos",) + ukey[1:])
+                if upos is None:
+                    upos = dm[("offload_upos",) + ukey[1:]] = _packed(
+                        itertools.chain(us, itertools.repeat(0, len(order.numels) - end)))
             else:
                 gs = itertools.repeat(0) if order.groups is None else itertools.islice(order.groups, end)
                 unmoved = dict(zip(zip(gs, itertools.islice(order.starts, end)), us))
@@ -4645,7 +4657,7 @@ def zero12_offload_reduce_terms(ec: EffectiveConfig, layouts: list[Zero12Layout]
         # and GA repeat them (issue 21: the 1e5-tensor inventory without layers asked 88 times for 14 distinct
         # walks, ~45 ms each). Not keyed by u's bytes: ~2 MB a key, +150 MB at that limit
         key = ("offload_reduce_runs", W, rbs, D, ec.zero.stage == 1, not held, ZERO12_COLUMNS, ZERO12_KEPT_COLS,
-               Dm_, st_, seq is None, upos is None, ZERO12_KEPT_NO_XL)
+               Dm_, st_, seq is None, upos is None, ZERO12_KEPT_NO_XL, ZERO12_OFFLOAD_NO_XL2)
         got = layouts[0]._memo.get(key)
         if (got is not None and got[1] is flushes_ and len(got[0]) == len(layouts)
                 and all(a is b for a, b in zip(got[0], layouts))):
@@ -4718,7 +4730,16 @@ def _offload_runs_content_key(layouts: list[Zero12Layout], W: int, rbs: int, D: 
     except OverflowError:
         return None
     return ("offload_reduce_runs", len(layouts), W, rbs, D, bool(zero1), bool(hook_clone), seq is None,
-            upos is None, ZERO12_COLUMNS, ZERO12_KEPT_COLS, ZERO12_KEPT_NO_XL, h.digest())
+            upos is None, ZERO12_COLUMNS, ZERO12_KEPT_COLS, ZERO12_KEPT_NO_XL, ZERO12_OFFLOAD_NO_XL2, h.digest())
+
+
+def _replay_in_hook_order(dm: dict, order: "_FlushOrder", lay: Zero12Layout) -> bool:
+    """Whether a one-group flush replay's hook order is the layout's flat order reversed (the flat starts backwards),
+    kept on the replay's ``_Flushes.memo`` ``dm`` as :func:`_replay_in_flat_order`'s answer is."""
+    got = dm.get("hook_order")
+    if got is None:
+        got = dm["hook_order"] = list(order.starts) == list(reversed(lay.starts))
+    return got
 
 
 def _replay_in_flat_order(dm: dict, order: "_FlushOrder", lay: Zero12Layout) -> bool:
@@ -4872,6 +4893,10 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
     clone beside every unmoved gradient (:func:`zero12_boundary_holds_all`), a moment under the flush's norm
     copies with the same gradients (u), so h = 0 as in the epilogue, and micro-step 1 clones nothing. Engine: z1_bf16_oo_cpu_xgroups_w2 (two groups, a kept clone
     of the other group's gradient), z1_bf16_overlap_oo_cpu_bigtensor_w2."""
+    if not zero1 and upos is not None:
+        # ZeRO-2 with u per position in hook order, the flat order reversed, and no clone counted: set only then
+        # (zero12_offload_reduce_terms, ZERO12_OFFLOAD_NO_XL2), one group with P > 0, every tensor with elements
+        return _zero12_offload_kept_no_xl(layouts[0], W, True, upos)
     M = _XL_M
     um = unmoved or {}
     hook_order = zero1 and seq is not None
@@ -4928,6 +4953,10 @@ def _zero12_offload_reduce_runs(layouts: list[Zero12Layout], W: int, rbs: int, D
 #: True: :func:`_zero12_offload_kept_runs` of one group without an extra-large gradient takes
 #: :func:`_zero12_offload_kept_no_xl`'s shortcut; False: the walk (tests/test_offload_no_xl21.py compares the two)
 ZERO12_KEPT_NO_XL = True
+#: True: :func:`zero12_offload_reduce_terms` at ZeRO-2 (one group, no clone counted, hook order the flat order
+#: reversed) gives u per position and takes :func:`_zero12_offload_kept_no_xl`; False: the dict and the walk
+#: (tests/test_offload_no_xl21.py compares the two)
+ZERO12_OFFLOAD_NO_XL2 = True
 
 
 def _zero12_offload_kept_no_xl(lay: Zero12Layout, W: int, hook_order: bool,
