@@ -6679,6 +6679,44 @@ def zero12_boundary_holds_all(ec: EffectiveConfig, ga: int) -> bool:
     return z.stage == 1 and (not z.overlap_comm or ga > 1)
 
 
+#: True: :func:`zero12_backward_transients` keeps the prefix and suffix maxima of its flush moments at the flushes it
+#: reads (:class:`_RangeMaxAt`); False: as whole columns (tests/test_range_max_at21.py compares the two)
+ZERO12_RANGE_MAX_AT = True
+
+
+class _RangeMaxAt(dict):
+    """max(A[:i + 1]) (``suffix`` False) or max(A[i:]) (True) at the indices i read, as a dict: ``points`` filled at
+    once by one C-level pass over A (slices between consecutive points, a running maximum), any other index on its
+    first read (:meth:`__missing__`). For :func:`zero12_backward_transients`, which reads them at a rank range's first
+    flush and the one after it: a few of ~1e5 flushes at generate's 1e5-tensor limit, where the two whole columns
+    (``itertools.accumulate``) cost ~35 ms a replay (issue 21). Values are A's ints, as the columns'."""
+
+    def __init__(self, A: "Sequence[int]", suffix: bool, points: "Iterable[int]") -> None:
+        super().__init__()
+        self._A, self._suffix = A, suffix
+        best = None
+        if suffix:
+            prev = len(A)
+            for i in sorted(points, reverse=True):
+                if i < prev:
+                    m = max(A[i:prev])
+                    best = m if best is None or m > best else best
+                    prev = i
+                self[i] = best
+        else:
+            prev = 0
+            for i in sorted(points):
+                if i + 1 > prev:
+                    m = max(A[prev:i + 1])
+                    best = m if best is None or m > best else best
+                    prev = i + 1
+                self[i] = best
+
+    def __missing__(self, i: int) -> int:
+        v = self[i] = max(self._A[i:]) if self._suffix else max(self._A[:i + 1])
+        return v
+
+
 def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: list[Zero12Layout],
                                W: int, ga: int = 1) -> Runs:
     """Runs of (A_r, R_r, G_r) per rank, in bytes: the transients of a ZeRO-1/2 backward and step on top of
@@ -6818,7 +6856,7 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # every gradient from the trigger on; in hook order (overlap_comm) also the sibling's new one
         return suffix_at(trig) * D + ((hooked[trig] - sizes[trig]) * Ds if st == 2 else 0)
 
-    got = dm.get(("columns", held, Ds)) if ZERO12_COLUMNS and F else None
+    got = dm.get(("columns", held, Ds, ZERO12_RANGE_MAX_AT)) if ZERO12_COLUMNS and F else None
     if got is not None:
         B, A, pre_max, suf_max = got
     elif ZERO12_COLUMNS and F:
@@ -6836,9 +6874,14 @@ def zero12_backward_transients(ec: EffectiveConfig, inv: Inventory, layouts: lis
         # without the list's closing None, never read (suf_max[f + 1] for f + 1 < F only)
         B = _packed(itertools.chain(map(operator.add, un, xl[:-1]), (xl[F - 1],)))
         A = _packed(map(operator.add, copies, B))
-        pre_max = _packed(itertools.accumulate(A, max))
-        suf_max = _packed(itertools.accumulate(reversed(A), max))[::-1]
-        dm[("columns", held, Ds)] = B, A, pre_max, suf_max
+        if ZERO12_RANGE_MAX_AT:
+            # read at min(f, F - 1) and f + 1 only, f a rank range's first flush: those, not two whole columns
+            pre_max = _RangeMaxAt(A, False, {min(f, F - 1) for f in first.values})
+            suf_max = _RangeMaxAt(A, True, {f + 1 for f in first.values if f + 1 < F})
+        else:
+            pre_max = _packed(itertools.accumulate(A, max))
+            suf_max = _packed(itertools.accumulate(reversed(A), max))[::-1]
+        dm[("columns", held, Ds, ZERO12_RANGE_MAX_AT)] = B, A, pre_max, suf_max
     else:
         B = [(0 if trig is None else unmoved_bytes(trig)) + xl[j]
              for j, (_, trig) in enumerate(flushes)]  # unmoved + extra-large gradient of flush j
