@@ -267,6 +267,11 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
         if n * ac["per_layer"] * f == kept:
             return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each{flight} = "
                     f"{size(kept, units)} kept for backward")
+        ls = ac.get("layers_shared") or 0  # RoPE's cos and sin, saved once for every layer (activations.py)
+        if ls and n * ac["per_layer"] * f + ls == kept:
+            return (f"no checkpointing: {n} layers x {size(ac['per_layer'], units)} each{flight} + "
+                    f"{size(ls, units)} RoPE's cos and sin (one pair for every layer) = {size(kept, units)} kept "
+                    "for backward")
         # layers of different sizes (MoE after dense layers): the largest is not each layer's
         return (f"no checkpointing: {n} layers (the largest {size(ac['per_layer'], units)}){flight}: "
                 f"{size(kept, units)} kept for backward")

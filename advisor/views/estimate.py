@@ -383,6 +383,8 @@ class EstimateResult:
                         "in_flight": r.activations.in_flight,
                         # of each in-flight micro-batch: what the PipelineEngine keeps (a stage's output, input ids)
                         "pipe_kept": r.activations.pipe_kept,
+                        # of the saved bytes, what every layer shares (RoPE's cos and sin; the eager mask), bytes
+                        "layers_shared": r.activations.layers_shared,
                         # the ledger's own activation entries the accelerator row adds to these figures
                         "row_items": [{"item": e.item, "bytes": e.bytes}
                                       for e in r.step_entries("accelerator", "activations")],
