@@ -65,7 +65,10 @@ def test_every_estimate_table_keeps_labels_with_values_when_narrow(name, cols):
     for m in (mv["ranks"][0]["movements"] if mv["ranks"] else []):
         assert any(m["item"] in x for x in lines), m
         size = _g(m["bytes"])
-        assert any(m["link"] in x and m["direction"] in x for x in lines), m
+        # the text names the link the bytes cross (9f9b92a): collectives within a node over the peer link,
+        # across nodes over the network; other links by their JSON name
+        label = {"within_node": "peer link", "across_nodes": "network"}.get(m.get("crosses"), m["link"])
+        assert any(label in x and m["direction"] in x for x in lines), m
         assert any(size in x and ("GiB: " in x or m["item"] in x) for x in lines), (m, size)
     # the state table: each total on the line of its tier's label (a row or a record)
     r = max(d["ranks"], key=lambda r: r["peak"]["accelerator"]["bytes"])
