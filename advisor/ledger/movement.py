@@ -429,6 +429,9 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
         # the stage's shard is still a PipelineModule's: its wrapper is the whole plan's (state.plan_optimizer;
         # BF16_Optimizer at ZeRO-0 under pipeline parallelism), given through the cache placement_of reads
         sub.derived["placement"] = placement(plan.config, sh.inventory, wz, plan_optimizer(plan)[0])
+        # the stage's ZeRO group is DP x SP ranks at stride t (group_spans_nodes): within one node
+        # when the stage's t x W_z ranks are, however many nodes the job spans
+        dp_multi = group_spans_nodes("data", tp, pp, wz, rpn, sh.stage)
         extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
         extra += moe_movements(plan, sh.stage, sh.layers, last=sh.stage == pp - 1)
         extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0])
@@ -436,9 +439,10 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
             granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
             ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
             ms += [replace(m, rank=granks[0]) for m in extra]
-            ms = [replace(m, crosses=crossing(m, cl.world_size > rpn)) if m.link == NETWORK else m for m in ms]
+            ms = [replace(m, crosses=crossing(m, dp_multi)) if m.link == NETWORK else m for m in ms]
             if hardware is not None:
-                ms = timed(ms, hardware, ranks_per_node=rpn, world_size=cl.world_size, aio=plan.config.aio)
+                ms = timed(ms, hardware, ranks_per_node=rpn, world_size=cl.world_size, aio=plan.config.aio,
+                           multi_node=dp_multi)
             out.append((granks, ms))
     out.sort(key=lambda x: x[0][0])
     return out
@@ -471,7 +475,8 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
     ga = _grad_accum(ec, cl.dp_world_size)
     rows: list[Movement] = []
     msp = cl.megatron_sequence_parallel
-    tp_intra = t <= _ranks_per_node(plan)
+    rpn = _ranks_per_node(plan)
+    tp_intra = not group_spans_nodes("model", t, p, cl.zero_world_size, rpn, stage)
     if t > 1 and layers:
         mode, k = parse_checkpointing(wl.checkpointing, layers)
         ck = k if mode in ("full", "layers") else 0
@@ -492,8 +497,10 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
     if t > 1:
         rows += _vocab_parallel_movements(stage == 0, stage == p - 1, t, ga, S, b * s_loc, msp, tp_intra)
     if p > 1:
-        # adjacent stages are W_z x t ranks apart: another node when that reaches a node's ranks
-        pp_intra = cl.zero_world_size * t < _ranks_per_node(plan)
+        # adjacent stages are W_z x t ranks apart (group_spans_nodes "pipe"): the send to stage + 1
+        # and the one to stage - 1 each cross nodes or not
+        fwd_intra = not group_spans_nodes("pipe", t, p, cl.zero_world_size, rpn, stage) if stage < p - 1 else True
+        bwd_intra = not group_spans_nodes("pipe", t, p, cl.zero_world_size, rpn, stage - 1) if stage > 0 else True
         psrc = ("runtime/pipe/engine.py _exec_send_activations / _exec_send_grads (p2p.send)"
                 + ("; pipe_partitioned / grad_partitioned (runtime/config.py :279-280): PartitionedTensor, 1/t sent"
                    if t > 1 else ""))
@@ -501,11 +508,11 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
         if stage < p - 1:
             rows.append(Movement(0, NETWORK, "send", "activations", "pp_send_activations", ga * part, "forward", False,
                                  f"GA {ga} x b s h D{' / t' if t > 1 else ''} to stage {stage + 1}", psrc,
-                                 group="pipeline_parallel", intra_node=pp_intra))
+                                 group="pipeline_parallel", intra_node=fwd_intra))
         if stage > 0:
             rows.append(Movement(0, NETWORK, "send", "gradients", "pp_send_grads", ga * part, "backward", False,
                                  f"GA {ga} x b s h D{' / t' if t > 1 else ''} to stage {stage - 1}", psrc,
-                                 group="pipeline_parallel", intra_node=pp_intra))
+                                 group="pipeline_parallel", intra_node=bwd_intra))
         if t > 1:
             n_recv = (stage > 0) + (stage < p - 1)
             rows.append(Movement(0, NETWORK, "send", "activations", "pp_partition_allgather",
@@ -1135,6 +1142,47 @@ CROSSING_WORDS = {"within_node": "within a node, over the peer link (NVLink/xGMI
                   "across_nodes": "across nodes, over the network (the node's NIC bandwidth shared by its ranks)"}
 
 
+def group_spans_nodes(axis: str, tensor_parallel: int, pipeline_parallel: int, data_parallel: int,
+                      ranks_per_node: int, stage: int | None = None) -> bool:
+    """Whether a process group of ``axis`` holds ranks on more than one node, nodes holding
+    consecutive ranks (node = rank // ranks_per_node) and ranks in DeepSpeed's order:
+    ``PipeModelDataParallelTopology`` axes ['pipe', 'data', 'model'], the last varying fastest
+    (``runtime/pipe/topology.py`` l.244-248; ``ProcessTopology.get_rank`` l.57-72), so
+    rank = (pipe x DP + data) x TP + model. ``data_parallel`` is the data axis's width (DP; with
+    DeepSpeed-Ulysses DP x SP, its ranks sit inside the data axis, :class:`advisor.plan.Cluster`).
+
+    - ``data``: the groups {p DP TP + d TP + m : d < DP} of stage ``stage`` (any stage when None):
+      True iff one of them spans nodes (DP x TP > ranks_per_node when ranks_per_node divides the
+      stage width DP x TP or the reverse);
+    - ``model``: the tensor-parallel groups {(p DP + d) TP + m : m < TP} (TP > ranks_per_node when
+      ranks_per_node is a multiple of TP);
+    - ``pipe``: the sends from stage ``stage`` to stage + 1 (rank r to r + DP x TP; every boundary
+      when None): True iff one such pair is on two nodes.
+    Exact for any shape (checks each group of the stage; O(DP x TP) per stage)."""
+    tp, pp, dp = max(1, tensor_parallel), max(1, pipeline_parallel), max(1, data_parallel)
+    rpn = max(1, ranks_per_node)
+    width = dp * tp  # ranks of one pipeline stage
+    stages = range(pp) if stage is None else [stage]
+    for p in stages:
+        base = p * width
+        if axis == "data":
+            for m in range(tp):
+                if (base + m) // rpn != (base + (dp - 1) * tp + m) // rpn:
+                    return True
+        elif axis == "model":
+            for d in range(dp):
+                if (base + d * tp) // rpn != (base + d * tp + tp - 1) // rpn:
+                    return True
+        elif axis == "pipe":
+            if p >= pp - 1:
+                continue
+            if any((base + i) // rpn != (base + i + width) // rpn for i in range(width)):
+                return True
+        else:
+            raise ValueError(f"group_spans_nodes: unknown axis {axis!r} (data, model, pipe)")
+    return False
+
+
 def crossing(m: Movement, multi_node: bool) -> str | None:
     """``within_node`` or ``across_nodes``: the link a ``network`` movement's bytes cross, the rule
     :func:`link_bandwidth` times it by: the movement's own ``intra_node`` when set (tensor- and
@@ -1177,15 +1225,17 @@ def link_bandwidth(m: Movement, hardware: "Hardware", ranks_per_node: int, multi
 
 
 def timed(movements: list[Movement], hardware: "Hardware", ranks_per_node: int = 1,
-          world_size: int | None = None, aio: Any | None = None) -> list[Movement]:
+          world_size: int | None = None, aio: Any | None = None, multi_node: bool | None = None
+          ) -> list[Movement]:
     """Copies of ``movements`` with ``seconds`` (bytes / :func:`link_bandwidth`, NVMe at the
     config's ``aio`` settings when given, on a shared tier at the node's share while the job's
     ceil(world_size / ranks_per_node) nodes swap at once, plus ``files`` x :data:`AIO_PER_FILE_S`
     for the direction: each rank's handle runs its ops one after another, ``deepspeed_aio_thread.cpp``)
-    and NVMe ``tier`` names filled from ``hardware``."""
+    and NVMe ``tier`` names filled from ``hardware``. ``multi_node``: whether the data-parallel
+    collectives cross nodes (:func:`group_spans_nodes` ``data``); None: the job spans nodes."""
     ranks = {m.rank for m in movements}
     ws = world_size or (max(ranks) + 1 if ranks else 1)
-    multi = ws > ranks_per_node
+    multi = ws > ranks_per_node if multi_node is None else multi_node
     nodes = nodes_of(ws, ranks_per_node)
     out = []
     for m in movements:
