@@ -578,17 +578,19 @@ def keep_train_batch(tb: int, dp_world_size: int, micro: int | None = None,
     ``train_batch == micro_batch * grad_acc * self.world_size`` (``runtime/config.py``
     ``_batch_assertion``, l.590-605; ``self.world_size`` is the data-parallel size). In order of
     preference: the micro-batch kept and the accumulation tb / (micro x W), when integral; else
-    the accumulation kept and the micro-batch tb / (accumulation x W); else the largest
-    micro-batch at most the given one (or tb / (accumulation x W) rounded down, or tb / W) that
-    divides tb / W, with the accumulation that makes up the rest. None when tb is not a multiple
-    of W (no micro x accumulation keeps it), or tb / W is too large to factor (over 10^12)."""
+    the accumulation kept and the micro-batch tb / (accumulation x W) when that is no larger than
+    the given micro-batch (a larger one multiplies the activations: never offered as the keeping
+    fix); else the largest micro-batch at most the given one (or tb / (accumulation x W) rounded
+    down, or tb / W) that divides tb / W, with the accumulation that makes up the rest. None when
+    tb is not a multiple of W (no micro x accumulation keeps it), or tb / W is too large to factor
+    (over 10^12)."""
     w = dp_world_size
     if tb <= 0 or w <= 0 or tb % w:
         return None
     per_rank = tb // w
     if micro and per_rank % micro == 0:
         return micro, per_rank // micro
-    if grad_accum and per_rank % grad_accum == 0:
+    if grad_accum and per_rank % grad_accum == 0 and (not micro or per_rank // grad_accum <= micro):
         return per_rank // grad_accum, grad_accum
     top = micro if micro else (max(1, per_rank // grad_accum) if grad_accum else per_rank)
     m = largest_divisor_at_most(per_rank, top)
