@@ -1379,7 +1379,8 @@ def explain(code):
     from advisor.render.style import use_color, width
 
     color = use_color(sys.stdout, _display().get("color", "auto"))
-    _echo(f"[{r.code} | {r.name} | severity: {r.severity}]\n"
+    also = f"; {r.severity_also}" if r.severity_also else ""
+    _echo(f"[{r.code} | {r.name} | severity: {r.severity}{also}]\n"
           + rst_text(r.explanation(), color, cols=width(sys.stdout)))  # prose folded like every text report
     _release_independent("text", "this explanation does not depend on it" if not r.code.startswith("V") else
                          "this explanation does not depend on it; the rule's findings are about the release "

@@ -82,5 +82,6 @@ def test_explain_works_for_every_registered_code(code):
     assert r.exit_code == 0, r.output
     head, _, body = r.output.partition("\n")
     rule = all_rules()[code]
-    assert head == f"[{code} | {rule.name} | severity: {rule.severity}]"
+    also = f"; {rule.severity_also}" if rule.severity_also else ""  # where some findings take another severity
+    assert head == f"[{code} | {rule.name} | severity: {rule.severity}{also}]"
     assert body.startswith(f"{code} ") and len(body) > 80

@@ -199,3 +199,70 @@ def test_report_html_has_no_time_note_when_every_movement_is_timed(tmp_path):
     assert run_cli(["report", *args, "-o", "r.html"], cwd=tmp_path).returncode == 0
     html = (tmp_path / "r.html").read_text()
     assert "id=movement-chart" in html and "movement-time-note" not in html
+
+
+# --- s002b: the error is for a lost setting only ------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg, typo", [
+    # get_bfloat16_config reads "bf16", else the legacy "bfloat16" (runtime/precision_config.py l.34-38): with
+    # "bfloat16" written, bf16 is on as the user wrote it, whichever of the two names the typo misses
+    ({"train_micro_batch_size_per_gpu": 1, "bfloat16": {"enabled": True}, "bf_16": {"enabled": True}}, "bf_16"),
+    ({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "bfloat_16": {}}, "bfloat_16"),
+])
+def test_typo_of_a_section_written_under_its_legacy_name_is_a_warning(tmp_path, cfg, typo):
+    proc = _lint(tmp_path, cfg)
+    (f,) = _s002(proc)
+    assert (f["severity"], f["pointer"]) == ("warning", f"/{typo}")
+    assert "absent" not in f["message"] and "bf16 is off" not in f["message"]
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_misspelt_section_is_an_error_wherever_it_stands(tmp_path, first):
+    # 60 application keys DeepSpeed ignores, and the ZeRO typo before or after them: ZeRO is off either way
+    # (runtime/zero/config.py l.71-78, l.95), so lint fails either way and names the typo
+    apps = {f"app_{i}": i for i in range(60)}
+    typo = {"zero_optimisation": {"stage": 3}}
+    cfg = {"train_micro_batch_size_per_gpu": 1, **(typo if first else apps), **(apps if first else typo)}
+    proc = _lint(tmp_path, cfg)
+    found = _s002(proc)
+    errors = [f for f in found if f["severity"] == "error"]
+    assert [f["pointer"] for f in errors] == ["/zero_optimisation"]
+    assert proc.returncode == 1
+    # 61 ignored keys: 50 listed one by one, the error, and one fold of the remaining warnings
+    folded = [f for f in found if f.get("data", {}).get("folded")]
+    assert len(folded) == 1 and folded[0]["severity"] == "warning"
+    assert folded[0]["data"]["folded"] + len(found) - 1 == 61
+
+
+@pytest.mark.parametrize("cfg", [
+    # WALL_CLOCK_BREAKDOWN_DEFAULT False (runtime/config.py l.351-352, runtime/constants.py)
+    {"wall_clock_breakdowns": False},
+    # get_float16_config: {} when fp16 absent, DeepSpeedFP16Config.enabled False (precision_config.py l.95-97, l.105)
+    {"fp_16": {"enabled": False}},
+    # DeepSpeedZeroConfig() from {}: stage 0 (runtime/zero/config.py l.71-78, l.95)
+    {"zero_optimisation": {"stage": 0}},
+])
+def test_typo_that_sets_the_default_is_a_warning(tmp_path, cfg):
+    proc = _lint(tmp_path, {"train_micro_batch_size_per_gpu": 1, **cfg})
+    (f,) = _s002(proc)
+    assert f["severity"] == "warning", f
+    assert "(it sets what DeepSpeed's default already is)" in f["message"]
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("cfg", [
+    {"wall_clock_breakdowns": True},  # the default is False (runtime/config.py l.351-352)
+    {"fp_16": {"enabled": True}},  # the default is off (precision_config.py l.105)
+    {"zero_optimisation": {"stage": 1}},  # the default is stage 0 (runtime/zero/config.py l.95)
+])
+def test_typo_that_differs_from_the_default_is_an_error(tmp_path, cfg):
+    proc = _lint(tmp_path, {"train_micro_batch_size_per_gpu": 1, **cfg})
+    (f,) = _s002(proc)
+    assert f["severity"] == "error" and "already is" not in f["message"], f
+    assert proc.returncode == 1
+
+
+def test_explain_s002_says_when_it_is_an_error():
+    head = run_cli(["explain", "S002"]).stdout.splitlines()[0]
+    assert "severity: warning" in head and "error for a misspelt top-level key" in head

@@ -214,7 +214,7 @@ def test_s002_name_and_message_agree_and_explain_finds_it_both_ways(tmp_path):
         assert x["message"].startswith("ignored key '") and "silently ignores it" in x["message"], x
         assert "unknown key" not in x["message"]
     for arg in ("S002", "ignored-key"):
-        assert run_cli(["explain", arg]).stdout.startswith("[S002 | ignored-key | severity: warning]")
+        assert run_cli(["explain", arg]).stdout.startswith("[S002 | ignored-key | severity: warning; error for a misspelt top-level key")
 
 
 def test_sarif_rule_help_is_plain_text_and_markdown():

@@ -389,6 +389,15 @@ _AIO_READ = (("block_size", _as_int), ("queue_depth", _as_int), ("intra_op_paral
              ("single_submit", _as_bool), ("overlap_events", _as_bool), ("use_gds", _as_bool))
 
 
+#: The top-level keys :func:`effective_config` reads (every part of EffectiveConfig comes from one of them; the
+#: ``checkpoint`` and ``data_types`` sections, read for one setting each, are left out: equal effective configs do
+#: not show their other settings unchanged). schema._typo_changes compares effective configs only for these.
+TOP_LEVEL_READ: frozenset[str] = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "gradient_predivide_factor", "prescale_gradients", "fp16", "bf16", *LEGACY_SECTIONS, "communication_data_type",
+    "zero_optimization", "optimizer", "aio", "activation_checkpointing"})
+
+
 def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     """Build the EffectiveConfig DeepSpeed 0.19.8 would use for the raw config dict.
 

@@ -10,8 +10,9 @@ S001   error     unknown key in a section DeepSpeed validates strictly (pydantic
 S002   warning   ignored key: a key DeepSpeed does not know where it reads a plain dict and
                  silently ignores the rest (the top level, aio, activation_checkpointing, ...);
                  info for comment-style keys ("_comment"); error for a misspelt top-level key
-                 whose did-you-mean is a top-level key the config lacks (DeepSpeed runs on that
-                 key's default: defaults.ABSENT_TOP_LEVEL)
+                 whose did-you-mean is a top-level key the config lacks, under any of its names
+                 (DeepSpeed runs on that key's default: defaults.ABSENT_TOP_LEVEL), when its value
+                 would change what DeepSpeed runs (_typo_changes); never folded past 50 keys
 S003   error     wrong type (warning where DeepSpeed's pydantic parsing coerces it, e.g. "True")
 S004   error     out of range, or not one of the allowed values
 S005   error     a key DeepSpeed 0.19.8 refuses outright (amp, mics_shard_size, ...)
@@ -370,17 +371,24 @@ def _map_error(err, hf: bool) -> list[Finding]:
         unknown = [k for k in inst if k not in props and (sec or k != SUPPRESS_KEY)]
         if not unknown:
             return []
-        out = [_unknown_key(sec, k, inst[k], sch.get("x-ds-read", "dict"), inst) for k in unknown[:MAX_UNKNOWN_KEYS]]
-        if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: did-you-mean costs one search per key
-            rest = len(unknown) - MAX_UNKNOWN_KEYS
+        read = sch.get("x-ds-read", "dict")
+        out = [_unknown_key(sec, k, inst[k], read, inst) for k in unknown[:MAX_UNKNOWN_KEYS]]
+        if len(unknown) > MAX_UNKNOWN_KEYS:  # bounded work: the folded keys get no finding of their own
             first = out[0]
             word = "ignored" if first.code == "S002" else "unknown"  # each rule's own word (S002 ignored-key)
-            # the folded keys get no did-you-mean (bounded work), so none is known to lose a section: S002's
-            # error (a misspelt top-level key) stays with the keys listed, the fold is a warning
+            # ... except S002's errors: a misspelt top-level key that changes what DeepSpeed runs is named wherever
+            # it stands (the order of the keys must not decide the exit code); only the top level has them, and a
+            # folded key costs one did-you-mean search (keys.KeyTable.suggest), the effect test only a typo's
+            extra = [f for f in (_unknown_key(sec, k, inst[k], read, inst) for k in unknown[MAX_UNKNOWN_KEYS:])
+                     if f.severity == "error"] if not sec and read == "dict" else []
+            rest = len(unknown) - MAX_UNKNOWN_KEYS - len(extra)
+            listed = f"the first {MAX_UNKNOWN_KEYS}" + (" and each misspelt key that changes a setting" if extra else "")
             severity = "warning" if first.code == "S002" and first.severity == "error" else first.severity
-            out.append(dataclasses.replace(first, pointer=ptr, severity=severity, message=f"{rest} more {word} key(s) at "
-                                           f"{_where(path)} (the first {MAX_UNKNOWN_KEYS} are listed)",
-                                           fix="remove the keys DeepSpeed does not read", data={"folded": rest}))
+            out += extra
+            if rest:
+                out.append(dataclasses.replace(first, pointer=ptr, severity=severity, message=f"{rest} more {word} "
+                                               f"key(s) at {_where(path)} ({listed} are listed)",
+                                               fix="remove the keys DeepSpeed does not read", data={"folded": rest}))
         return out
 
     if v == "not":
@@ -551,20 +559,56 @@ def _unknown_key(sec: tuple[str, ...], key: str, value: Any, read: str, siblings
         return emit("S002", "info", ptr, f"'{key}' looks like a comment key; DeepSpeed ignores it", "", data=data)
     msg = f"ignored key '{key}' in {here}: DeepSpeed does not know it and silently ignores it"
     severity = "warning"
-    if not sec and suggestion and suggestion not in (siblings or {}):
+    if not sec and suggestion and not _top_level_present(suggestion, siblings or {}):
         # a misspelt top-level key DeepSpeed reads, that key itself absent: DeepSpeed runs on its default for it
         # (it reads the key with dict.get / `in`, e.g. runtime/zero/config.py l.71-78), so what the user meant
-        # does not happen, silently -- an error (not `refuses`: DeepSpeed starts, and estimate judges the default)
+        # does not happen, silently -- an error (not `refuses`: DeepSpeed starts, and estimate judges the default),
+        # unless the value, read under the intended name, is what DeepSpeed runs with anyway
         from advisor.config.defaults import ABSENT_TOP_LEVEL
 
         effect = ABSENT_TOP_LEVEL.get(suggestion)
         msg += (f", and '{suggestion}' is absent, so DeepSpeed runs with its default: "
                 + (effect[0] if effect else f"as if '{suggestion}' were not written"))
-        severity = "error"
         data = {**data, "absent": suggestion}
+        if _typo_changes(key, suggestion, value, siblings or {}):
+            severity = "error"
+        else:
+            msg += " (it sets what DeepSpeed's default already is)"
     msg += dym
     inner = table.known_top_level_inside(value) if not sec else []
     if inner:
         msg += f" (it contains {', '.join(inner)}, which DeepSpeed reads only at the top level)"
         fix = f"move {', '.join(inner)} to the top level and remove '{key}'"
     return emit("S002", severity, ptr, msg, fix, data=data)
+
+
+def _top_level_present(name: str, raw: dict) -> bool:
+    """Whether DeepSpeed finds top-level section ``name`` in ``raw``: under its own name or a legacy name of the
+    same section (defaults.LEGACY_SECTIONS: ``bfloat16`` is read when ``bf16`` is absent,
+    ``runtime/precision_config.py`` l.34-38), so a misspelling of either leaves the section written."""
+    from advisor.config.defaults import LEGACY_SECTIONS
+
+    canon = LEGACY_SECTIONS.get(name, name)
+    return any(k in raw for k in {canon, *(old for old, new in LEGACY_SECTIONS.items() if new == canon)})
+
+
+def _typo_changes(key: str, suggestion: str, value: Any, raw: dict) -> bool:
+    """Whether misspelt top-level ``key`` (DeepSpeed ignores it) loses a setting: its ``value``, read under the
+    intended name ``suggestion``, gives DeepSpeed 0.19.8 something other than what it runs with without it.
+
+    A key :func:`advisor.config.effective.effective_config` reads (effective.TOP_LEVEL_READ): the two effective
+    configs, ``raw`` without ``key`` and with ``key`` renamed to ``suggestion``, compared (their notes aside).
+    Another key: its value against the schema's ``default`` (DeepSpeed's ``*_DEFAULT``, e.g. ``runtime/config.py``
+    l.351-352 get_wall_clock_breakdown, WALL_CLOCK_BREAKDOWN_DEFAULT False); no default known: True."""
+    from advisor.config.effective import TOP_LEVEL_READ, effective_config
+
+    if suggestion in TOP_LEVEL_READ:
+        without = {k: v for k, v in raw.items() if k != key}
+        a = dataclasses.replace(effective_config(without), notes=[])
+        b = dataclasses.replace(effective_config({**without, suggestion: value}), notes=[])
+        return a != b
+    prop = (load_schema().get("properties") or {}).get(suggestion)
+    if not isinstance(prop, dict) or "default" not in prop:
+        return True
+    default = prop["default"]
+    return not (value == default and type(value) is type(default))  # False is not 0 here: DeepSpeed may type-check

@@ -19,8 +19,15 @@ absent from the config, is an **error**: ``"zero_optimisation": {"stage": 3}`` l
 (``runtime/zero/config.py`` l.71-78) and its ``stage`` default is 0 (l.95): ZeRO is off, every
 rank holds the whole model. DeepSpeed starts without a word (so this is not a refusal: estimate
 and check go on, judging the default). The message names what DeepSpeed runs with instead
-(``config/defaults.py`` ``ABSENT_TOP_LEVEL``). Where the intended key is written too, the typo is
-a stray beside it and stays a warning.
+(``config/defaults.py`` ``ABSENT_TOP_LEVEL``). Where the intended key is written too -- under
+its own name or a legacy name of the same section (``bfloat16`` stands for ``bf16``:
+``runtime/precision_config.py`` l.34-38) -- the typo is a stray beside it and stays a warning.
+It stays a warning, too, when its value read under the intended name changes nothing:
+``"fp_16": {"enabled": false}`` or ``"zero_optimisation": {"stage": 0}`` give the effective config
+DeepSpeed builds without them (``config/effective.py``), ``"wall_clock_breakdowns": false`` is
+DeepSpeed's default (``runtime/config.py`` l.351-352); the message then says "(it sets what
+DeepSpeed's default already is)". These errors are named wherever the key stands: past the first
+50 unknown keys, only the warnings are folded into one.
 
 Anti-pattern::
 
@@ -47,6 +54,8 @@ class IgnoredKey(Rule):
     code = "S002"
     name = "ignored-key"
     severity = "warning"
+    severity_also = ("error for a misspelt top-level key whose intended key (or its legacy name) is absent, "
+                     "when its value would change what DeepSpeed runs; info for a comment key")
 
     def check(self, ctx: LintContext):
         """Yield nothing: schema validation (``advisor.config.schema.validate_config``) reports S002."""

@@ -93,6 +93,8 @@ class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     severity: ClassVar[Severity] = "warning"
+    #: Where some findings of the rule take another severity: when (``explain`` prints it beside ``severity``).
+    severity_also: ClassVar[str | None] = None
     #: True when the rule needs a model inventory (run only with --model/--params).
     needs_model: ClassVar[bool] = False
     #: True when the rule judges by the ZeRO stage: not run when the stage itself is invalid
