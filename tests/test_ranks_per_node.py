@@ -146,9 +146,15 @@ def test_the_launchers_ranks_per_node_win_over_the_spec():
     # the visible devices of the machine the tool runs on are not the job's: the spec stays
     s = job_shape(hardware=hw, env={"WORLD_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0"})
     assert s.gpus_per_node.value == 8
-    # a world that is the spec's own nodes x accelerators keeps the spec's shape (1 node x 8)
+    # no WORLD_SIZE (an sbatch script before torchrun): the spec's nodes x the launcher's ranks per node, as
+    # check's discover_launch counts them (review 2026-12-07: SLURM_GPUS_ON_NODE=4 on dgx-h100:2 was 16 ranks in
+    # estimate, 8 in check): 1 node x 4, 2 nodes x 4
     s = job_shape(hardware=hw, env={"LOCAL_WORLD_SIZE": "4"})
-    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (8, 8, 1)
+    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (4, 4, 1)
+    s = job_shape(hardware=resolve_hardware("dgx-h100:2"), env={"SLURM_GPUS_ON_NODE": "4"})
+    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (8, 4, 2)
+    s = job_shape(hardware=resolve_hardware("dgx-h100:2"), env={})
+    assert (s.world_size.value, s.gpus_per_node.value, s.nodes.value) == (16, 8, 2)
     # the spec's capacity still bounds it
     with pytest.raises(AdvisorError):
         job_shape(hardware=hw, env={"WORLD_SIZE": "32", "LOCAL_WORLD_SIZE": "16"})

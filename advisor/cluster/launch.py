@@ -333,8 +333,14 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     else:
         ws = world_size_from_env(env)
         if ws is None and hardware is not None and hardware.node_accelerators:  # not an accelerator alone
-            src = f"{hw_label} ({hardware.nodes} node(s) x {hardware.accelerators_per_node})"
-            ws = Found(bounded_world_size(hardware.nodes * hardware.accelerators_per_node, src), src)
+            # the spec's nodes x its accelerators per node -- or x the launcher's ranks per node where it
+            # states them (an sbatch script before torchrun: SLURM_GPUS_ON_NODE=4 on 2 nodes is 8 ranks,
+            # as check's discover_launch counts them)
+            lg = launcher_ranks_per_node(env)
+            per = lg.value if lg is not None else hardware.accelerators_per_node
+            src = (f"{hw_label} ({hardware.nodes} node(s)) x {lg.source}" if lg is not None
+                   else f"{hw_label} ({hardware.nodes} node(s) x {hardware.accelerators_per_node})")
+            ws = Found(bounded_world_size(hardware.nodes * per, src), src)
         side_ws = recorded[0].get("world_size") if recorded is not None else None
         if ws is None and side_ws:
             ws = Found(bounded_world_size(side_ws, recorded[1]), f"{recorded[1]}, the world generate planned")
@@ -347,7 +353,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
     elif recorded is not None and ws.source.startswith(recorded[1]) and recorded[0].get("gpus_per_node"):
         g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
-    elif (not (hw_label and ws.source.startswith(hw_label))
+    elif (not (hw_label and ws.source.startswith(hw_label) and not ws.source.endswith(("LOCAL_WORLD_SIZE",
+                                                                                        "SLURM_GPUS_ON_NODE",
+                                                                                        "SLURM_GPUS_PER_NODE")))
           and (lg := launcher_ranks_per_node(env)) is not None):
         # the launcher's variable is the job's shape, the spec only its capacity: it wins over the spec
         # as WORLD_SIZE does above (a preset of 8 per node run with LOCAL_WORLD_SIZE=4 is 4 ranks per node);
