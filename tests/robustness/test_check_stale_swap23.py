@@ -27,7 +27,7 @@ def _check(tmp_path, nvme, free):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps(_config(nvme)))
     env = clean_env(DS_ADVISOR_TEST_LIBAIO="1", DS_ADVISOR_TEST_DISK_FREE=json.dumps({str(nvme): free}))
-    r = run_cli(["check", "--params", "1000000", "--world-size", "1", "--gpu-memory", "80GB", "--host-memory", "1TB",
+    r = run_cli(["check", "--params", "1000000", "--world-size", "1", "--allow-tight", "--gpu-memory", "80GB", "--host-memory", "1TB",
                  "--format", "json", str(cfg)], env=env)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode, json.loads(r.stdout)

@@ -484,7 +484,7 @@ def test_estimate_every_mutant_in_process(mutants, tmp_path):
 
 def test_check_every_mutant_in_process(mutants, tmp_path):
     _run_bulk([(m, ["check", str(m.path), "--params", "1000000", "--world-size", "2", "--gpus-per-node", "2",
-                    "--gpu-memory", "80GB", "--host-memory", "512GB", "--format", fmt])
+                    "--allow-tight", "--gpu-memory", "80GB", "--host-memory", "512GB", "--format", fmt])
                for m in _subset(mutants) for fmt in ("json", "text")], _env_no_probes(tmp_path))
 
 
@@ -520,7 +520,7 @@ def test_estimate_and_check_refuse_unreadable_mutants_in_process(mutants, tmp_pa
     env = _env_no_probes(tmp_path)
     for m in [m for m in mutants if m.expect == UNREADABLE][:: max(1, 3 // FUZZ_ROUNDS)]:
         for cmd in (["estimate", str(m.path), "--params", "1000000", "--world-size", "2"],
-                    ["check", str(m.path), "--params", "1000000", "--world-size", "2", "--gpu-memory", "80GB",
+                    ["check", str(m.path), "--params", "1000000", "--world-size", "2", "--allow-tight", "--gpu-memory", "80GB",
                      "--host-memory", "512GB"]):
             res = _invoke(cmd, env)
             _assert_contract(res, f"{cmd[0]} {m.path.name} ({m.op})")
@@ -536,7 +536,7 @@ def test_real_processes_on_a_few_mutants(mutants, tmp_path):
     env = clean_env(PATH=str(tmp_path), NO_COLOR="1")
     for m in picks:
         for args in (["estimate", str(m.path), "--params", "1000000", "--world-size", "2"],
-                     ["check", str(m.path), "--params", "1000000", "--world-size", "2", "--gpu-memory", "80GB",
+                     ["check", str(m.path), "--params", "1000000", "--world-size", "2", "--allow-tight", "--gpu-memory", "80GB",
                       "--host-memory", "512GB"]):
             p = run_cli(args, env=env)
             _no_traceback(p.stdout, p.stderr)
