@@ -12,7 +12,7 @@ S002   warning   ignored key: a key DeepSpeed does not know where it reads a pla
                  info for comment-style keys ("_comment"); error for a misspelt top-level key
                  whose did-you-mean is a top-level key the config lacks, under any of its names
                  (DeepSpeed runs on that key's default: defaults.ABSENT_TOP_LEVEL), when its value
-                 would change what DeepSpeed runs (_typo_changes); never folded past 50 keys
+                 would change what DeepSpeed runs (_typo_changes); not folded among the first 1,050 keys
 S003   error     wrong type (warning where DeepSpeed's pydantic parsing coerces it, e.g. "True")
 S004   error     out of range, or not one of the allowed values
 S005   error     a key DeepSpeed 0.19.8 refuses outright (amp, mics_shard_size, ...)

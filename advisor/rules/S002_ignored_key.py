@@ -26,8 +26,9 @@ It stays a warning, too, when its value read under the intended name changes not
 ``"fp_16": {"enabled": false}`` or ``"zero_optimisation": {"stage": 0}`` give the effective config
 DeepSpeed builds without them (``config/effective.py``), ``"wall_clock_breakdowns": false`` is
 DeepSpeed's default (``runtime/config.py`` l.351-352); the message then says "(it sets what
-DeepSpeed's default already is)". These errors are named wherever the key stands: past the first
-50 unknown keys, only the warnings are folded into one.
+DeepSpeed's default already is)". These errors are named wherever the key stands among the first 1,050 unknown top-level keys:
+past the first 50, only the warnings are folded into one; keys past 1,050 are not searched for a
+misspelt section (bounded work), and the folded line says so.
 
 Anti-pattern::
 
