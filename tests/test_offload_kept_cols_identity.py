@@ -19,10 +19,9 @@ import random
 
 import pytest
 
-from advisor.config.effective import effective_config
 from advisor.ledger import state
-from advisor.ledger.state import Cluster, Plan, compute_ledger
 from advisor.model.inventory import Inventory, TensorSpec
+from tests.offload_identity import terms_and_ledger
 
 
 def _model(rng: random.Random) -> Inventory:
@@ -70,17 +69,8 @@ def _terms(monkeypatch, seed: int, cols: bool, taken: list):
         taken.append(len(a) > 9 and a[9] is not None)
         return real(*a, **k)
 
-    with monkeypatch.context() as m:
-        m.setattr(state, "ZERO12_KEPT_COLS", cols)
-        m.setattr(state, "ZERO12_OFFLOAD_PERIOD", False)
-        m.setattr(state, "_zero12_offload_kept_runs", spy)
-        ec = effective_config(cfg)
-        led = compute_ledger(Plan(ec, inv, Cluster(world_size=W)))
-        wrapper = state.select_optimizer(ec)[0]
-        ga = cfg["gradient_accumulation_steps"]
-        terms = state.zero12_offload_reduce_terms(ec, state.zero12_layouts(ec, inv, W, wrapper), W, wrapper, inv, ga)
-    return ((terms.bounds, terms.values),
-            repr([(rl.rank, list(rl.ranks.ranges), rl.entries) for rl in led.ranks]))
+    return terms_and_ledger(monkeypatch, inv, W, cfg, ZERO12_KEPT_COLS=cols, ZERO12_OFFLOAD_PERIOD=False,
+                            _zero12_offload_kept_runs=spy)
 
 
 @pytest.mark.parametrize("block", range(6))

@@ -19,8 +19,8 @@ import pytest
 
 from advisor.config.effective import effective_config
 from advisor.ledger import state
-from advisor.ledger.state import Cluster, Plan, compute_ledger
 from advisor.model.inventory import Inventory, TensorSpec
+from tests.offload_identity import terms_and_ledger
 
 
 def _model(rng: random.Random) -> Inventory:
@@ -66,17 +66,9 @@ def _terms(monkeypatch, seed: int, fast: bool, taken: list, stage: int = 1):
         taken.append(1)
         return real(*a, **k)
 
-    with monkeypatch.context() as m:
-        m.setattr(state, "ZERO12_KEPT_NO_XL" if stage == 1 else "ZERO12_OFFLOAD_NO_XL2", fast)
-        m.setattr(state, "ZERO12_OFFLOAD_PERIOD", False)
-        m.setattr(state, "_zero12_offload_kept_no_xl", spy)
-        ec = effective_config(cfg)
-        led = compute_ledger(Plan(ec, inv, Cluster(world_size=W)))
-        wrapper = state.select_optimizer(ec)[0]
-        ga = cfg["gradient_accumulation_steps"]
-        terms = state.zero12_offload_reduce_terms(ec, state.zero12_layouts(ec, inv, W, wrapper), W, wrapper, inv, ga)
-    return ((terms.bounds, terms.values),
-            repr([(rl.rank, list(rl.ranks.ranges), rl.entries) for rl in led.ranks]))
+    switch = "ZERO12_KEPT_NO_XL" if stage == 1 else "ZERO12_OFFLOAD_NO_XL2"
+    return terms_and_ledger(monkeypatch, inv, W, cfg, **{switch: fast}, ZERO12_OFFLOAD_PERIOD=False,
+                            _zero12_offload_kept_no_xl=spy)
 
 
 @pytest.mark.parametrize("block", range(4))

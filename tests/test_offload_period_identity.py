@@ -21,8 +21,8 @@ import pytest
 
 from advisor.config.effective import effective_config
 from advisor.ledger import state
-from advisor.ledger.state import Cluster, Plan, compute_ledger
 from advisor.model.inventory import Inventory, TensorSpec
+from tests.offload_identity import terms_and_ledger
 
 
 def _model(rng: random.Random) -> Inventory:
@@ -61,15 +61,7 @@ def _terms(monkeypatch, seed: int, period: bool):
     inv = _model(rng)
     W = rng.choice([1, 1, 2, 3, 4, 8, 9])
     cfg = _config(rng, inv, W)
-    with monkeypatch.context() as m:
-        m.setattr(state, "ZERO12_OFFLOAD_PERIOD", period)
-        ec = effective_config(cfg)
-        led = compute_ledger(Plan(ec, inv, Cluster(world_size=W)))
-        wrapper = state.select_optimizer(ec)[0]
-        ga = cfg["gradient_accumulation_steps"]
-        terms = state.zero12_offload_reduce_terms(ec, state.zero12_layouts(ec, inv, W, wrapper), W, wrapper, inv, ga)
-    return ((terms.bounds, terms.values),
-            repr([(rl.rank, list(rl.ranks.ranges), rl.entries) for rl in led.ranks]))
+    return terms_and_ledger(monkeypatch, inv, W, cfg, ZERO12_OFFLOAD_PERIOD=period)
 
 
 @pytest.mark.parametrize("block", range(6))
