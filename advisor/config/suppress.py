@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from advisor.findings import Finding, pointer
+from advisor.findings import Finding, pointer, resolves
 from advisor.rules import all_rules, emit, find_rule
 
 #: The top-level key of the suppression section (DeepSpeed ignores unknown top-level keys).
@@ -91,20 +91,6 @@ def _key_pointer(key: str) -> str | None:
     return pointer(*parts) if key and all(parts) else None
 
 
-def _has_pointer(raw: Any, ptr: str) -> bool:
-    """Whether JSON pointer ``ptr`` (RFC 6901: ``~1`` is ``/``, ``~0`` is ``~``) names a value in ``raw``."""
-    node = raw
-    for part in ptr.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False
-    return True
-
-
 def config_suppressions(raw: Any) -> tuple[Suppressions, list[Finding]]:
     """(what the config's ``ds_advisor.ignore`` suppresses, S007 findings about the section
     itself) for a loaded config's top-level object ``raw``; nothing without a section."""
@@ -159,7 +145,7 @@ def config_suppressions(raw: Any) -> tuple[Suppressions, list[Finding]]:
                             "use a rule code or name from `ds-advisor explain`"))
         elif key is not None:
             keys.add((r.code, key))
-            if not _has_pointer(raw, key):
+            if not resolves(raw, key):
                 out.append(emit("S007", "warning", ptr,
                                 f"{SUPPRESS_KEY}.ignore entry '{e}:{key_text}': this config has no key "
                                 f"{key_text.strip()} (a typo?), so it suppresses nothing about a key written here",
