@@ -1535,3 +1535,30 @@ def test_zero1_initialize_transients_under_pipeline_parallelism_are_the_stages()
             off = n[1 - r] * 4 if build == "whole" else 0  # the other stage's modules, fp32
             assert at["initialize:optimizer_states"] - at["initialize"] == n[r] * 4, (build, r, at)
             assert at["initialize:flatten"] == off + n[r] * 2 + n[r] * 2, (build, r, at)
+
+
+def test_made_gradient_moments_of_a_model_without_layers():
+    # 2a3587a's head moment read layer_maxes[L - 1] with L = 0 (`A if head else B if L else 0` binds as
+    # `A if head else (B if L else 0)`): generate of 10,000 nameless [64, 64] tensors (no layer) exited 2 with an
+    # internal IndexError, and so did bounds.py's "1e5 no-rep" case. By hand: with no layer backward_grad_layout puts
+    # every tensor with the head (`post`: 6,000 elements, the largest 1,000), so the largest new gradient (1,000
+    # elements x 2 B) is made at the head's moment and at the one layer moment (layer L-1's, where the head's
+    # gradients count without a head moment); none at the start or the end.
+    from types import SimpleNamespace
+    from advisor.ledger.timeline import _made_grad_moments
+    lay = (0, 6000, (), 0, 1000, (), 6000)
+    e = SimpleNamespace(item="accumulate_grad_new")
+    assert _made_grad_moments(e, 2000, lay, [], head=True) == [0, 2000, 2000, 0]
+    assert _made_grad_moments(e, 2000, lay, [], head=False) == [0, 2000, 0]
+
+
+def test_generate_of_nameless_tensors_without_layers_runs(tmp_path):
+    arch = {"family": "llama", "hidden_size": 64, "num_layers": 32, "num_heads": 4, "num_kv_heads": 4,
+            "intermediate_size": 128, "vocab_size": 1000, "max_seq_len": 128}
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"meta": arch, "tensors": [{"shape": [64, 64]}] * 10_000}))
+    r = run_cli(["generate", "--model", str(inv), "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+                 "--global-batch", "8", "--seq-len", "128", "--format", "json"])
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr
+    assert json.loads(r.stdout)

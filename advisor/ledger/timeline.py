@@ -2590,7 +2590,7 @@ def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int], head: bool = 
         return None
     b = nb // big
     # the head's nodes run just before layer L-1's: their own moment, or (no head moment) counted with it
-    last = layer_maxes[L - 1] if head else max(layer_maxes[L - 1], post_max) if L else 0
+    last = (layer_maxes[L - 1] if head else max(layer_maxes[L - 1], post_max)) if L else 0
     mid = [(last if j == 0 else layer_maxes[L - 1 - j]) * b for j in js] if L else [post_max * b]
     return [0, *([post_max * b] if head else []), *mid, pre_max * b]
 
