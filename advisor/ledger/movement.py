@@ -247,15 +247,15 @@ def qwz_scale_groups(inventory: Inventory, W: int, h: int = 1, which: str = "all
     return inventory.memo(("qwz_scale_groups", W, h, which), compute)
 
 
-def hpz_allgather_rank_bytes(p3_all: int, p3_t: int, W: int, h: int, L: int, ga: int, PD: int,
+def hpz_allgather_rank_bytes(p3_all: int, p3_t: int, W: int, h: int, intra: bool, ga: int, PD: int,
                              gathered: bool) -> list[tuple[str, float, bool, str]]:
     """ZeRO++ hpZ: the parameter all-gathers one rank sends per optimizer step, as (item, bytes,
     intra_node, formula) rows (bytes; ``PD`` in the formula stands for the gathered dtype's bytes).
 
     ``p3_all`` / ``p3_t`` = sum of the rank's primary partitions p_i = A_W(n_i) / W over all /
     trainable parameters (elements), ``W`` the ZeRO group, ``h`` = zero_hpz_partition_size
-    (capped at W), ``L`` the ranks per node, ``ga`` the micro-steps per step, ``PD`` bytes per
-    gathered element (D, or 1 under qwZ).
+    (capped at W), ``intra``: whether every hpZ group lies within a node (:func:`hpz_within_node`),
+    ``ga`` the micro-steps per step, ``PD`` bytes per gathered element (D, or 1 under qwZ).
 
     DeepSpeed 0.19.8 (:data:`HPZ_SOURCE`): a parameter with a secondary tensor is gathered over
     the hpZ group of h ranks from its secondary partition A_W(n_i) / h (the same p_i x W
@@ -265,10 +265,8 @@ def hpz_allgather_rank_bytes(p3_all: int, p3_t: int, W: int, h: int, L: int, ga:
     a local copy, so per step: the first micro-step's forward all-gather of the trainable
     parameters crosses the ZeRO group, (W-1)/W x sum_t(p_i) x W x PD; the other GA-1 forwards,
     the frozen parameters' forwards (their secondary tensor is never dropped; first-step fetches
-    aside) and every backward all-gather run within the hpZ group. intra_node: the hpZ group
-    lies within a node when h divides L (G003 warns otherwise)."""
+    aside) and every backward all-gather run within the hpZ group, whose rows carry ``intra``."""
     f, fh = (W - 1) / W, (h - 1) / h
-    intra = L % h == 0
     p3_f = p3_all - p3_t
     rows = [("param_allgather_fwd", f * p3_t * W * PD, None,
              "forward all-gather of the trainable parameters over the ZeRO group, first micro-step only (hpZ "
@@ -281,6 +279,21 @@ def hpz_allgather_rank_bytes(p3_all: int, p3_t: int, W: int, h: int, L: int, ga:
                      f"backward all-gather from the hpZ secondary partition within the hpZ group (h = {h}): GA x "
                      "(h-1)/h x sum(p_i) x W x PD (parameters released after forward)"))
     return rows
+
+
+def hpz_within_node(plan: "Plan", ranks_per_node: int, stage: int = 0) -> bool | None:
+    """Whether the ZeRO++ hpZ groups holding pipeline stage ``stage``'s ranks each lie within one node
+    (None without hpZ: ZeRO-3 with ``zero_hpz_partition_size`` > 1): DeepSpeed builds them of
+    min(h, world size) consecutive global ranks whatever the tensor-, pipeline- or data-parallel
+    groups (:func:`group_spans_nodes` ``hpz``; G003 warns where they straddle nodes). Under tensor
+    parallelism such a group holds tensor-parallel ranks, not members of one ZeRO group."""
+    z = plan.config.zero
+    h = z.zero_hpz_partition_size or 1
+    if z.stage != 3 or h <= 1:
+        return None
+    cl = plan.cluster
+    return not group_spans_nodes("hpz", cl.tensor_parallel, cl.pipeline_parallel, cl.zero_world_size,
+                                 ranks_per_node, stage, min(h, max(1, cl.world_size)))
 
 
 def qgz_rank_bytes(inventory: Inventory, W: int, L: int, nodes: int, C: int) -> list[tuple[str, float, bool, str]]:
@@ -399,10 +412,11 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     rpn = _ranks_per_node(plan, hardware)
     out = []
     L = int((plan.inventory.meta or {}).get("num_layers") or 0)
-    moe = moe_movements(plan, 0, (0, L), last=True) + ulysses_movements(plan, L)
+    moe = moe_movements(plan, 0, (0, L), last=True, ranks_per_node=rpn) + ulysses_movements(plan, L, ranks_per_node=rpn)
     multi = plan.cluster.world_size > rpn
+    hpz = hpz_within_node(plan, rpn)
     for k, ranks in by.items():
-        ms = _rank_movements(plan, ranks[0], k, akey)
+        ms = _rank_movements(plan, ranks[0], k, akey, hpz)
         ms += [replace(m, rank=ranks[0]) for m in moe]
         ms = [replace(m, crosses=crossing(m, multi)) if m.link == NETWORK else m for m in ms]
         if hardware is not None:
@@ -432,12 +446,14 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
         # the stage's ZeRO group is DP x SP ranks at stride t (group_spans_nodes): within one node
         # when the stage's t x W_z ranks are, however many nodes the job spans
         dp_multi = group_spans_nodes("data", tp, pp, wz, rpn, sh.stage)
-        extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0])
-        extra += moe_movements(plan, sh.stage, sh.layers, last=sh.stage == pp - 1)
-        extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0])
+        extra = model_parallel_movements(plan, sh.stage, sh.layers[1] - sh.layers[0], ranks_per_node=rpn)
+        extra += moe_movements(plan, sh.stage, sh.layers, last=sh.stage == pp - 1, ranks_per_node=rpn)
+        extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0], stage=sh.stage, ranks_per_node=rpn)
+        # hpZ's groups are consecutive global ranks (group_spans_nodes "hpz"), not the sub-plan's
+        hpz = hpz_within_node(plan, rpn, sh.stage)
         for k, zs in _rank_terms(sub).groups().items():
             granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
-            ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey)]
+            ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey, hpz)]
             ms += [replace(m, rank=granks[0]) for m in extra]
             ms = [replace(m, crosses=crossing(m, dp_multi)) if m.link == NETWORK else m for m in ms]
             if hardware is not None:
@@ -448,7 +464,8 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
     return out
 
 
-def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Movement]:
+def model_parallel_movements(plan: "Plan", stage: int, layers: int, ranks_per_node: int | None = None
+                             ) -> list[Movement]:
     """Bytes one rank of pipeline ``stage`` (holding ``layers`` transformer layers) moves per
     optimizer step for tensor and pipeline parallelism (module docstring): with S = b x s x h x D
     (micro-batch b, sequence s / Ulysses degree, hidden size h, D the model dtype's bytes) and
@@ -459,7 +476,9 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
     * pipeline p > 1: activations sent to the next stage GA x S / t, gradients to the previous
       one GA x S / t; with t > 1 each received partition all-gathered, (t-1)/t x S per receive.
 
-    Empty without a sequence length (the workload's) or the model's hidden size."""
+    Empty without a sequence length (the workload's) or the model's hidden size. ``ranks_per_node``:
+    the node's ranks the groups are placed on (None: :func:`advisor.ledger.state.ranks_per_node` of
+    the plan alone; :func:`movement_roles` passes the hardware's)."""
     from advisor.model.activations import parse_checkpointing
     ec = plan.config
     cl = plan.cluster
@@ -475,7 +494,7 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int) -> list[Move
     ga = _grad_accum(ec, cl.dp_world_size)
     rows: list[Movement] = []
     msp = cl.megatron_sequence_parallel
-    rpn = _ranks_per_node(plan)
+    rpn = ranks_per_node or _ranks_per_node(plan)
     tp_intra = not group_spans_nodes("model", t, p, cl.zero_world_size, rpn, stage)
     if t > 1 and layers:
         mode, k = parse_checkpointing(wl.checkpointing, layers)
@@ -593,7 +612,8 @@ def moe_layers_in(meta: dict, layers: tuple[int, int], last: bool) -> int:
     return n + (int(meta.get("mtp_layers") or 0) if last else 0)
 
 
-def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool) -> list[Movement]:
+def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool,
+                  ranks_per_node: int | None = None) -> list[Movement]:
     """The expert-parallel all-to-alls of one rank per optimizer step (DeepSpeed MoE, ep > 1).
 
     ``deepspeed/moe/sharded_moe.py`` ``MOELayer.forward`` (0.19.8 :649-745): the dispatched
@@ -608,7 +628,11 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool)
     micro-batch: 2 forward + 2 backward, and 2 more for a layer recomputed by checkpointing.
     Without a capacity factor (``drop_tokens=False``: C is the busiest expert's count,
     all-reduced MAX over the group, padded to a multiple of t and capped at the tokens, top-1
-    :247-259, top-2 :368-380) C = ceil(tokens x k / E) so padded, balanced routing: a lower bound. Empty for ep = 1, a dense model, or no sequence length."""
+    :247-259, top-2 :368-380) C = ceil(tokens x k / E) so padded, balanced routing: a lower bound. Empty for ep = 1, a dense model, or no sequence length.
+
+    The link: the expert-parallel group of ep consecutive global ranks DeepSpeed builds
+    (:func:`group_spans_nodes` ``expert``) within a node or not, on ``ranks_per_node`` (None: the
+    plan's, :func:`advisor.ledger.state.ranks_per_node`)."""
     from advisor.model.activations import moe_capacity, parse_checkpointing
     cl, wl, ec = plan.cluster, plan.workload, plan.config
     meta = plan.inventory.meta or {}
@@ -632,7 +656,9 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool)
     mode, kk = parse_checkpointing(wl.checkpointing, hi - lo)
     ck = kk if mode in ("full", "layers") else 0
     ck_moe = max(0, min(hi, lo + ck) - max(lo, int(meta.get("first_dense_layers") or 0)))  # the first ck layers
-    intra = ep * t <= _ranks_per_node(plan)
+    # moe/layer.py l.93-97 -> groups.py _create_expert_and_data_parallel l.462-463: ep consecutive ranks
+    intra = not group_spans_nodes("expert", t, cl.pipeline_parallel, cl.zero_world_size,
+                                  ranks_per_node or _ranks_per_node(plan), stage, ep)
     cap = (f"C = {C} slots ({'capacity factor ' + format(cf, 'g') if cf is not None else 'dropless: tokens x k / E'}"
            f", {tokens} tokens, top-{k}, {E} experts)")
     src = ("deepspeed/moe/sharded_moe.py MOELayer.forward _AllToAll (dispatch :701, combine :730; backward :108-109), "
@@ -645,7 +671,8 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool)
                      False, f"GA {ga} x ({n} MoE layers + {ck_moe} recomputed) x 2 all-to-alls x {frm}", src, **kw)]
 
 
-def ulysses_movements(plan: "Plan", layers: int) -> list[Movement]:
+def ulysses_movements(plan: "Plan", layers: int, stage: int = 0, ranks_per_node: int | None = None
+                      ) -> list[Movement]:
     """DeepSpeed-Ulysses' all-to-alls of one rank per optimizer step (``sequence_parallel_size``
     u > 1, ``layers`` transformer layers on the rank's stage).
 
@@ -657,7 +684,9 @@ def ulysses_movements(plan: "Plan", layers: int) -> list[Movement]:
     micro-batch, forward and backward each: (u-1)/u x b x s/u x (2 a d_head + 2 kv d_head) x D / t
     (q and the output at the a attention heads, k and v at the kv heads; heads split by tensor
     parallelism t first); a recomputed layer repeats the forward's four. Empty for u = 1 or
-    without a sequence length."""
+    without a sequence length. The link: the sequence-parallel group of pipeline ``stage``
+    (:func:`group_spans_nodes` ``sequence``) within a node or not, on ``ranks_per_node`` (None: the
+    plan's, :func:`advisor.ledger.state.ranks_per_node`)."""
     from advisor.model.activations import parse_checkpointing
     cl, wl, ec = plan.cluster, plan.workload, plan.config
     u = cl.sequence_parallel
@@ -678,7 +707,9 @@ def ulysses_movements(plan: "Plan", layers: int) -> list[Movement]:
     src = "deepspeed/sequence/layer.py DistributedAttention.forward, _SeqAllToAll, single_all_to_all"
     frm = (f"(u-1)/u x b x s/u x (2 a d + 2 kv d) x D{' / t' if t > 1 else ''} = {one_layer:,} B "
            f"(u {u}, a {a}, kv {kv}, d {d})")
-    kw = dict(group="sequence_parallel", intra_node=u * t <= _ranks_per_node(plan))
+    intra = not group_spans_nodes("sequence", t, cl.pipeline_parallel, cl.zero_world_size,
+                                  ranks_per_node or _ranks_per_node(plan), stage, u)
+    kw = dict(group="sequence_parallel", intra_node=intra)
     return [Movement(0, NETWORK, "send", "activations", "ulysses_alltoall_fwd", ga * layers * one_layer, "forward",
                      False, f"GA {ga} x {layers} layers x 4 all-to-alls (q, k, v, output): {frm}", src, **kw),
             Movement(0, NETWORK, "send", "gradients", "ulysses_alltoall_bwd", ga * (layers + ck) * one_layer,
@@ -720,9 +751,11 @@ def _ranks_per_node(plan: "Plan", hardware: "Hardware | None" = None) -> int:
     return ranks_per_node(plan, hardware)
 
 
-def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None) -> list[Movement]:
+def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None,
+                    hpz_intra: bool | None = None) -> list[Movement]:
     """Rank ``r``'s movements; ``terms`` = its entry of :func:`_rank_terms` (computed when None);
-    ``akey`` = :func:`_activation_key` of the activation estimate (None: not counted)."""
+    ``akey`` = :func:`_activation_key` of the activation estimate (None: not counted); ``hpz_intra``:
+    :func:`hpz_within_node` of the whole job's plan (None: of ``plan``, at its own ranks per node)."""
     ec: EffectiveConfig = plan.config
     inv: Inventory = plan.inventory
     W = plan.cluster.zero_world_size
@@ -785,8 +818,11 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                         "_all_gather_sequential (int8 param_buffer); fp32 scales in the qwz_scales_* rows")
             L = _ranks_per_node(plan)
             h = min(z.zero_hpz_partition_size or 1, W)
+            if h > 1 and hpz_intra is None:
+                hpz_intra = hpz_within_node(plan, L)
             if h > 1:
-                for item, nbytes, intra, formula in hpz_allgather_rank_bytes(p3_all, p3_t, W, h, L, ga, PD, gathered):
+                for item, nbytes, intra, formula in hpz_allgather_rank_bytes(p3_all, p3_t, W, h, bool(hpz_intra), ga,
+                                                                             PD, gathered):
                     add(NETWORK, "send", "parameters", item, nbytes, "backward" if "bwd" in item else "forward",
                         prefetch, formula.replace("PD", pd), HPZ_SOURCE + qsrc + nsrc, intra_node=intra)
             if z.zero_quantized_weights:
@@ -801,10 +837,10 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None)
                     sc = [("qwz_scales_fwd", (W - 1) * g_t * QUANT_SCALE_BYTES, None, "forward",
                            "fp32 scales of the first forward over the ZeRO group: (W-1) x G_trainable x 4"),
                           ("qwz_scales_fwd_hpz", (h - 1) * ((ga - 1) * gh_t + ga * gh_f) * QUANT_SCALE_BYTES,
-                           L % h == 0, "forward", "fp32 scales within the hpZ group: (h-1) x ((GA-1) x G_t + GA x "
+                           hpz_intra, "forward", "fp32 scales within the hpZ group: (h-1) x ((GA-1) x G_t + GA x "
                            "G_frozen) x 4 (groups of the secondary partitions)")]
                     if not gathered:
-                        sc.append(("qwz_scales_bwd_hpz", ga * (h - 1) * gh * QUANT_SCALE_BYTES, L % h == 0,
+                        sc.append(("qwz_scales_bwd_hpz", ga * (h - 1) * gh * QUANT_SCALE_BYTES, hpz_intra,
                                    "backward", "fp32 scales within the hpZ group: GA x (h-1) x G x 4"))
                 else:
                     g_all = qwz_scale_groups(inv, W)[0]
@@ -1143,13 +1179,14 @@ CROSSING_WORDS = {"within_node": "within a node, over the peer link (NVLink/xGMI
 
 
 def group_spans_nodes(axis: str, tensor_parallel: int, pipeline_parallel: int, data_parallel: int,
-                      ranks_per_node: int, stage: int | None = None) -> bool:
+                      ranks_per_node: int, stage: int | None = None, group_size: int = 1) -> bool:
     """Whether a process group of ``axis`` holds ranks on more than one node, nodes holding
     consecutive ranks (node = rank // ranks_per_node) and ranks in DeepSpeed's order:
     ``PipeModelDataParallelTopology`` axes ['pipe', 'data', 'model'], the last varying fastest
     (``runtime/pipe/topology.py`` l.244-248; ``ProcessTopology.get_rank`` l.57-72), so
     rank = (pipe x DP + data) x TP + model. ``data_parallel`` is the data axis's width (DP; with
-    DeepSpeed-Ulysses DP x SP, its ranks sit inside the data axis, :class:`advisor.plan.Cluster`).
+    DeepSpeed-Ulysses DP x SP, its ranks sit inside the data axis, data = d x SP + q,
+    :class:`advisor.plan.Cluster`).
 
     - ``data``: the groups {p DP TP + d TP + m : d < DP} of stage ``stage`` (any stage when None):
       True iff one of them spans nodes (DP x TP > ranks_per_node when ranks_per_node divides the
@@ -1157,12 +1194,42 @@ def group_spans_nodes(axis: str, tensor_parallel: int, pipeline_parallel: int, d
     - ``model``: the tensor-parallel groups {(p DP + d) TP + m : m < TP} (TP > ranks_per_node when
       ranks_per_node is a multiple of TP);
     - ``pipe``: the sends from stage ``stage`` to stage + 1 (rank r to r + DP x TP; every boundary
-      when None): True iff one such pair is on two nodes.
-    Exact for any shape (checks each group of the stage; O(DP x TP) per stage)."""
+      when None): True iff one such pair is on two nodes;
+    - ``sequence`` (``group_size`` = SP = u, DeepSpeed-Ulysses): {(p DP + d u + q) TP + m : q < u}, the
+      u ranks of one sequence at stride TP inside the data axis. DeepSpeed's own builders make
+      them u consecutive ranks (``runtime/sequence_parallel/parallel_state_sp.py``
+      initialize_sequence_parallel l.51-52: ``range(i * sp, (i + 1) * sp)``; the ("data_parallel",
+      "sequence_parallel") device mesh of ``deepspeed/__init__.py`` l.538-546, row-major, the last
+      dimension fastest): the same groups at TP 1, which is all they know of (neither takes a TP
+      size; Megatron-DeepSpeed's parallel_state asserts TP = PP = 1 with DeepSpeed's sequence
+      parallelism);
+    - ``expert`` (``group_size`` = ep): DeepSpeed MoE's expert-parallel groups, ep consecutive
+      global ranks (``utils/groups.py`` _create_expert_and_data_parallel l.462-463: ``range(i * ep,
+      (i + 1) * ep)`` over the world, inside one stage as ep divides its width, l.416-417), the
+      path ``moe/layer.py`` l.93-97 takes without an mpu or with ``enable_expert_tensor_parallelism``
+      False (the default, the experts whole on every tensor-parallel rank, as
+      :mod:`advisor.model.parallel` shards them): under TP a group holds tensor-parallel ranks,
+      not ranks at stride TP (that is _get_expert_parallel_ranks l.538-604, expert tensor
+      parallelism only); ``use_data_before_expert_parallelism`` (l.450-453) is not modelled;
+    - ``hpz`` (``group_size`` = h, ZeRO++ ``zero_hpz_partition_size``): min(h, world) consecutive
+      global ranks (``utils/groups.py`` _create_zero_param_parallel_group l.944-949: ``range(i * h,
+      (i + 1) * h)`` over ``dist.get_world_size()``, whatever the TP, PP or data-parallel groups;
+      ``partition_parameters.py`` l.1118-1120 and ``stage3.py`` l.752-753 call it): the groups holding
+      stage ``stage``'s ranks.
+
+    Exact for any shape: a group of ranks lo..hi spans nodes iff lo mod L + (hi - lo) >= L (L =
+    ranks_per_node, nodes being blocks of consecutive ranks), and the residues lo mod L repeat
+    with a period of at most L groups, so each new axis checks at most L (L^2 for ``sequence``)
+    groups per stage."""
     tp, pp, dp = max(1, tensor_parallel), max(1, pipeline_parallel), max(1, data_parallel)
     rpn = max(1, ranks_per_node)
+    g = max(1, group_size)
     width = dp * tp  # ranks of one pipeline stage
     stages = range(pp) if stage is None else [stage]
+
+    def spans(lo: int, span: int) -> bool:
+        return lo % rpn + span >= rpn
+
     for p in stages:
         base = p * width
         if axis == "data":
@@ -1178,8 +1245,19 @@ def group_spans_nodes(axis: str, tensor_parallel: int, pipeline_parallel: int, d
                 continue
             if any((base + i) // rpn != (base + i + width) // rpn for i in range(width)):
                 return True
+        elif axis == "sequence":
+            if any(spans(base + d * g * tp + m, (g - 1) * tp)
+                   for d in range(min(max(1, dp // g), rpn)) for m in range(min(tp, rpn))):
+                return True
+        elif axis == "expert":
+            if any(spans(base + i * g, g - 1) for i in range(min(max(1, width // g), rpn))):
+                return True
+        elif axis == "hpz":
+            first, last = base // g, (base + width - 1) // g
+            if any(spans(i * g, g - 1) for i in range(first, min(last + 1, first + rpn))):
+                return True
         else:
-            raise ValueError(f"group_spans_nodes: unknown axis {axis!r} (data, model, pipe)")
+            raise ValueError(f"group_spans_nodes: unknown axis {axis!r} (data, model, pipe, sequence, expert, hpz)")
     return False
 
 
