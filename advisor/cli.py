@@ -1601,10 +1601,6 @@ def check(config, model, params, world_size, gpus_per_node, tensor_parallel, pip
     inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides,
                                       trainer_args=targs)
     ovh = ovh.for_hardware(hw)
-    if hw is not None and gpus_per_node is not None:  # as estimate's job_shape refuses it
-        problem = hw.ranks_per_node_problem(gpus_per_node, "--gpus-per-node", f"--hardware {hardware}")
-        if problem:
-            raise _fail(problem)
     loaded = inp.loaded
     from types import SimpleNamespace
     wl = _workload(config, SimpleNamespace(**locals()), loaded.data)

@@ -836,13 +836,14 @@ def test_check_takes_estimates_load_options_c11_20b_zero2_on_256gb(tmp_path):
     assert dn["load"]["host_per_node"] == 4 * 4 * N
 
 
-def test_more_ranks_per_node_than_world_size_is_k111_naming_both(tmp_path):
-    # newcomer D10: torchrun sets LOCAL_WORLD_SIZE to the ranks on this node, all counted in
-    # WORLD_SIZE; LOCAL_WORLD_SIZE=8 with WORLD_SIZE=4 was accepted silently.
+def test_more_ranks_per_node_than_world_size_is_refused_naming_both(tmp_path):
+    # newcomer D10, then fixa22: torchrun sets LOCAL_WORLD_SIZE to the ranks on this node, all counted
+    # in WORLD_SIZE; LOCAL_WORLD_SIZE=8 with WORLD_SIZE=4 was a K111 warning beside "ranks per node 8 /
+    # this node ranks 0-3". A malformed launch is refused (exit 2, one line naming both), as estimate does.
     bin_ = fake_smi(tmp_path, gpus(H100, 8))
     args = [str(SAMPLES / "zero2.json"), "--params", "1000000"]
-    _, d, _ = check(args, {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_WORLD_SIZE": "8", "LOCAL_RANK": "0"}, bin_)
-    msgs = [f["message"] for f in d["findings"] if f["code"] == "K111"]
-    assert len(msgs) == 1 and "LOCAL_WORLD_SIZE=8" in msgs[0] and "WORLD_SIZE=4" in msgs[0], d["findings"]
+    rc, _, err = check(args, {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_WORLD_SIZE": "8", "LOCAL_RANK": "0"}, bin_)
+    line, = err.strip().splitlines()
+    assert rc == 2 and "LOCAL_WORLD_SIZE=8" in line and "WORLD_SIZE=4" in line, err
     _, d, _ = check(args, {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "0"}, bin_)
     assert "K111" not in codes(d)

@@ -158,3 +158,48 @@ def test_the_launchers_ranks_per_node_win_over_the_spec():
     # the spec's capacity still bounds it
     with pytest.raises(AdvisorError):
         job_shape(hardware=hw, env={"WORLD_SIZE": "32", "LOCAL_WORLD_SIZE": "16"})
+
+
+Z3 = ["--model", "llama-3-8b", "--seq-len", "2048", "--set", "train_batch_size=256"]
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "check"])
+def test_launcher_ranks_over_the_node_are_refused_by_estimate_and_check(cmd, tmp_path):
+    """fixa22 (newcomer 22, finding 1): under torchrun's WORLD_SIZE=32 LOCAL_WORLD_SIZE=16 on --hardware
+    dgx-h100 (8 GPUs per node, data/hardware_presets.json) estimate refused, check said GO (exit 0). Both
+    now go through launch.checked_ranks_per_node: exit 2, one line naming LOCAL_WORLD_SIZE 16 and the 8."""
+    from tests.conftest import ROOT
+    env = {"WORLD_SIZE": "32", "LOCAL_WORLD_SIZE": "16", "RANK": "0", "LOCAL_RANK": "0"}
+    p = run_cli([cmd, str(ROOT / "sample_configs" / "zero3.json"), "--hardware", "dgx-h100", *Z3],
+                cwd=tmp_path, env=env)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    line, = p.stderr.strip().splitlines()
+    assert "LOCAL_WORLD_SIZE 16" in line and "8 accelerators per node" in line and not p.stdout
+    # 8 per node on 4 nodes of the same preset is the node's count: accepted by both
+    env.update(LOCAL_WORLD_SIZE="8")
+    p = run_cli([cmd, str(ROOT / "sample_configs" / "zero3.json"), "--hardware", "dgx-h100", *Z3],
+                cwd=tmp_path, env=env)
+    assert p.returncode != 2, p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "check"])
+def test_a_node_larger_than_the_launchers_world_is_a_malformed_launch(cmd, tmp_path):
+    """WORLD_SIZE=8 with LOCAL_WORLD_SIZE=16 cannot come from torchrun (the world size is the sum of
+    the nodes' local world sizes: torch/distributed/elastic/agent/server/api.py l.620 / l.647): check
+    printed "ranks per node 16 / this node ranks 0-7" and estimate capped it silently. Both refuse it,
+    naming both variables; given as --world-size 8 (a job the user asks about), the 16 is capped at 8."""
+    from tests.conftest import ROOT
+    cfg = str(ROOT / "sample_configs" / "zero3.json")
+    p = run_cli([cmd, cfg, *Z3], cwd=tmp_path, env={"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "16"})
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    line, = p.stderr.strip().splitlines()
+    assert "LOCAL_WORLD_SIZE=16" in line and "WORLD_SIZE=8" in line and "malformed" in line
+    p = run_cli([cmd, cfg, *Z3[:4], "--world-size", "8", "--format", "json"], cwd=tmp_path,
+                env={"LOCAL_WORLD_SIZE": "16"})
+    assert p.returncode != 2, p.stderr
+    d = json.loads(p.stdout)
+    if cmd == "check":
+        assert d["launch"]["gpus_per_node"]["value"] == 8 and d["launch"]["num_nodes"]["value"] == 1
+        assert "capped at the world size 8" in d["launch"]["gpus_per_node"]["source"]
+    else:
+        assert d["cluster"]["gpus_per_node"] == 8

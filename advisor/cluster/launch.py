@@ -211,7 +211,8 @@ class LaunchShape:
 
 def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | None = None,
                     gpus_per_node: int | None = None, world_size_source: str = "--world-size",
-                    gpus_per_node_source: str = "--gpus-per-node", nodes: Found | None = None) -> LaunchShape:
+                    gpus_per_node_source: str = "--gpus-per-node", nodes: Found | None = None,
+                    hardware: Any = None, hardware_label: str | None = None) -> LaunchShape:
     """The launch shape from flags (``world_size``, ``gpus_per_node``: they win) and the
     environment ``env`` (default ``os.environ``). ``world_size_source`` labels a given
     ``world_size`` (default the flag; e.g. an accelerate config's ``num_processes``).
@@ -224,6 +225,9 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     config's num_machines), SLURM_JOB_NUM_NODES
     (SLURM_NNODES), else world size / ranks per node. This node's index = GROUP_RANK
     (torchrun), SLURM_NODEID, else RANK // ranks per node, else 0.
+    The ranks per node pass :func:`checked_ranks_per_node` (with ``hardware``, the ``--hardware``
+    spec, labelled ``hardware_label``), as in :func:`job_shape`: a launch estimate refuses, check
+    refuses (AdvisorError, exit 2); a count above a flag's world size is capped at it.
     """
     env = os.environ if env is None else env
     shape = LaunchShape()
@@ -252,6 +256,10 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
             else:
                 ws = nt
         shape.world_size = ws
+    # the one validation estimate's job_shape applies too (fixa22: check said GO for LOCAL_WORLD_SIZE=16
+    # on an 8-GPU preset that estimate refuses): more ranks than the spec's node, or than the launcher's world
+    shape.gpus_per_node = checked_ranks_per_node(shape.world_size, shape.gpus_per_node, hardware, hardware_label)
+    g = shape.gpus_per_node.value if shape.gpus_per_node else None
 
     if nodes:
         shape.num_nodes = nodes
@@ -269,17 +277,50 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     ws_v = shape.world_size.value if shape.world_size else None
     if ws_v and g and ws_v % g and ws_v > g:
         shape.notes.append(f"world size {ws_v} is not a multiple of {g} ranks per node")
-    if ws_v and g and g > ws_v and shape.gpus_per_node.source == "LOCAL_WORLD_SIZE":
-        # torchrun's LOCAL_WORLD_SIZE is the ranks started on this node, all of them in WORLD_SIZE
-        # (torch/distributed/elastic/agent/server/api.py): more on one node than in the job is a
-        # launch the two variables disagree on (newcomer D10: 8 ranks per node on a 4-rank job)
-        shape.notes.append(f"{g} ranks per node ({shape.gpus_per_node.source}={g}) > world size {ws_v} "
-                           f"({shape.world_size.source}={ws_v}): one node cannot run more ranks than the job has; "
-                           "the launch environment is inconsistent")
     if ws_v and g and shape.num_nodes and shape.num_nodes.value * g < ws_v:
         shape.notes.append(f"{shape.num_nodes.value} node(s) x {g} ranks per node = {shape.num_nodes.value * g} "
                            f"< world size {ws_v}")
     return shape
+
+
+#: The launcher variables that state the job's world size (:func:`world_size_from_env`).
+LAUNCHER_WORLD_SOURCES = ("WORLD_SIZE", "SLURM_NTASKS")
+
+
+def checked_ranks_per_node(ws: Found | None, g: Found | None, hardware: Any = None,
+                           hw_label: str | None = None) -> Found | None:
+    """The one validation of a job's ranks per node ``g`` against its world size ``ws`` and the
+    hardware spec, shared by :func:`job_shape` (estimate, checkpoint, report) and check
+    (:func:`advisor.views.check.run_check`, on the shape :func:`discover_launch` read), so a launch
+    one command refuses no other accepts. Returns ``g`` (capped at the world size, said in its
+    source, and bounded by :func:`bounded_ranks_per_node`); raises AdvisorError (exit 2, one line):
+
+    - more ranks per node than the spec's accelerators per node, unless the count is the spec's own
+      (:meth:`advisor.cluster.hardware.Hardware.ranks_per_node_problem`);
+    - LOCAL_WORLD_SIZE above a world size the launcher also states (WORLD_SIZE / SLURM_NTASKS):
+      torchrun sets LOCAL_WORLD_SIZE to the ranks it starts on this node, every one of them counted in
+      WORLD_SIZE (torch 2.13.0: torch/distributed/elastic/agent/server/api.py ``_assign_worker_ranks``
+      l.585, the world size is the sum of every node's local_world_size, l.620 / l.647; both variables
+      set from it in local_elastic_agent.py l.420-421), so a node with more ranks than the job is a
+      malformed launch, not a shape to model. A world size given as a flag (``--world-size``) is the
+      job the user asks about: there the launcher's count is capped at it.
+    ``ws`` None (check before its probes give a world size): only the spec's count is checked."""
+    from advisor.errors import AdvisorError
+    if g is None:
+        return None
+    if hardware is not None and not g.source.startswith(hw_label or "\0"):
+        problem = hardware.ranks_per_node_problem(g.value, g.source, hw_label)
+        if problem:
+            raise AdvisorError(problem)
+    if ws is not None and g.value > ws.value:
+        if g.source == "LOCAL_WORLD_SIZE" and ws.source in LAUNCHER_WORLD_SOURCES:
+            raise AdvisorError(
+                f"LOCAL_WORLD_SIZE={g.value} is more ranks on this node than the whole job's {ws.source}={ws.value}: "
+                "the launcher starts LOCAL_WORLD_SIZE ranks per node, all of them counted in the world size, so the "
+                "launch environment is malformed; run under the launcher that sets both, or give --world-size and "
+                "--gpus-per-node")
+        g = Found(ws.value, f"{g.source}, capped at the world size {ws.value}")
+    return bounded_ranks_per_node(g)
 
 
 @dataclass
@@ -369,13 +410,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = gpus_per_node_from_env(env)
         if g is None and default_gpus_per_node:
             g = Found(default_gpus_per_node, f"default {default_gpus_per_node}")
-    if g is not None and hardware is not None and not g.source.startswith(hw_label or "\0"):
-        problem = hardware.ranks_per_node_problem(g.value, g.source, hw_label)
-        if problem:
-            raise AdvisorError(problem)
-    if g is not None and g.value > ws.value:
-        g = Found(ws.value, f"{g.source}, capped at the world size {ws.value}")
-    g = bounded_ranks_per_node(g)
+    g = checked_ranks_per_node(ws, g, hardware, hw_label)
     if nodes is not None:
         n = Found(nodes, "--nodes")
         if nodes > ws.value:  # every node of the job runs at least one rank (one process per GPU)

@@ -780,8 +780,11 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         if gpus_per_node is None:
             gpn_given, gpn_label = al.ranks_per_node, al.ranks_per_node_source
             nodes_given = Found(al.num_machines, f"num_machines in {al.source}")
+    # the ranks per node pass the validation estimate's job_shape applies (launch.checked_ranks_per_node):
+    # more than the --hardware spec's node, or LOCAL_WORLD_SIZE above WORLD_SIZE, is exit 2 in both
     launch = discover_launch(env, world_size=ws_given, gpus_per_node=gpn_given, world_size_source=ws_label,
-                             gpus_per_node_source=gpn_label, nodes=nodes_given)
+                             gpus_per_node_source=gpn_label, nodes=nodes_given, hardware=hardware,
+                             hardware_label=f"--hardware {hardware.name}" if hardware is not None else None)
 
     acc = probe_accelerators(env, launch.visible_devices, launch.visible_source, timeout)
     if not acc.ok:
