@@ -645,8 +645,14 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     with ``offload_param`` (pinned when its ``pin_memory``; an NVMe partition is swapped out and
     its buffer released at once, _partition_param -> swap_out_and_release, so it counts on nvme)."""
     inv = ledger.plan.inventory
+    cl = ledger.plan.cluster
     if load.zero_init:
-        W = max(1, ledger.plan.cluster.zero_world_size)
+        W = max(1, cl.zero_world_size)
+        if cl.tensor_parallel > 1 and cl.expert_parallel <= 1:
+            # TENSOR_PARALLEL_LOAD: zero.Init partitions the tensor-parallel shard each rank builds over the
+            # ZeRO group (the shard the ledger's resting state partitions, advisor.model.parallel.shard); under
+            # expert parallelism the whole model over W is already right (E/ep experts over W/ep ranks)
+            inv = _whole_inventory(ledger)
         D = DTYPE_BYTES[ec.model_dtype]
         Dl = DTYPE_BYTES[load.dtype]
         cast = load.dtype != ec.model_dtype
@@ -691,7 +697,6 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
             else:
                 out += bufs[:1]
         return out + _state_dict_instant_entries(ec, ledger, load, rank, swap_min)
-    cl = ledger.plan.cluster
     whole = "whole model"
     pp_whole = cl.pipeline_parallel > 1 and load.pipeline_build == "whole"
     if pp_whole:
@@ -703,6 +708,12 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         # PIPELINE_STAGE_LOAD: a PipelineModule built from LayerSpecs builds only its stage's layers
         inv = _stage_inventory(ledger, rank)
         whole = f"stage {cl.coords(rank)[0]}'s layers ({PIPELINE_STAGE_LOAD})"
+    elif cl.tensor_parallel > 1 or cl.expert_parallel > 1:
+        # TENSOR_PARALLEL_LOAD: each rank builds only its tensor-parallel shard (and its experts)
+        inv = _whole_inventory(ledger)
+        whole = (f"this rank's shard of the model (tensor parallel {cl.tensor_parallel}"
+                 + (f", expert parallel {cl.expert_parallel}" if cl.expert_parallel > 1 else "")
+                 + f"; {TENSOR_PARALLEL_LOAD})")
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2
@@ -725,6 +736,19 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
                              "runtime/pipe/module.py:PipelineModule.__init__ l.188 (self._layer_specs = "
                              "list(layers)), _build l.235-276 (registers specs[_local_start:_local_stop] only)"))
     return out
+
+
+#: The load assumption under tensor (and expert) parallelism: the words the load entry carries. Which tier: host
+#: memory, as the entry has always been counted (an upper bound of the host's share: Megatron's default puts it on
+#: the accelerator instead).
+TENSOR_PARALLEL_LOAD = ("each rank builds only its tensor-parallel shard: Megatron's ColumnParallelLinear allocates "
+                        "output_size / tp x input_size, RowParallelLinear output_size x input_size / tp, "
+                        "VocabParallelEmbedding vocab / tp x hidden (Megatron-DeepSpeed "
+                        "megatron/core/tensor_parallel/layers.py __init__ of each: torch.empty(..._per_partition ...)); "
+                        "norms are replicated; deepspeed/moe/layer.py MoE l.63-72 builds num_experts / ep_size "
+                        "experts. Counted in host memory, as with --use-cpu-initialization; Megatron's default "
+                        "(no --use-cpu-initialization) builds the shard on the accelerator in params_dtype, so "
+                        "the host figure is then an upper bound")
 
 
 #: The load assumption under pipeline parallelism (words the load entry and the estimate's assumptions carry).

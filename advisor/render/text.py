@@ -572,7 +572,8 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               f"{'yes' if ld['low_cpu_mem_usage'] else 'no'}: {host}"
                               + ((f"; per pipeline stage: {ld['per_stage']}" if ld.get("pipeline_build") != "whole"
                                   else f"; pipeline build whole ({ld['pipeline_build_source']}): {ld['per_stage']}")
-                                 if ld.get("per_stage") else ""),
+                                 if ld.get("per_stage") else "")
+                              + (f"; per tensor-parallel shard: {ld['per_shard']}" if ld.get("per_shard") else ""),
                               markup=False)
             w = a["workload"]
             if w["seq_len"]:

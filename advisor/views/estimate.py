@@ -421,14 +421,17 @@ class EstimateResult:
         cl = self.plan.cluster
         per_node = cl.gpus_per_node or min(cl.world_size, 8)
         node = host.load_need if host is not None and host.load_need is not None else per_rank * per_node
-        from advisor.ledger.timeline import PIPELINE_STAGE_LOAD, PIPELINE_WHOLE_LOAD
+        from advisor.ledger.timeline import PIPELINE_STAGE_LOAD, PIPELINE_WHOLE_LOAD, TENSOR_PARALLEL_LOAD
         staged = cl.pipeline_parallel > 1 and not (self.load and self.load.zero_init)
+        sharded = (cl.tensor_parallel > 1 or cl.expert_parallel > 1) and not (self.load and self.load.zero_init)
         whole = staged and self.load is not None and self.load.pipeline_build == "whole"
         return {**(self.load.to_dict() if self.load else {}), "host_per_rank": per_rank,
                 "ranks_per_node": per_node, "host_per_node": node,
                 # under pipeline parallelism each rank builds its stage only, or the whole model with
                 # --pipeline-build whole (ledger.timeline.load_entries)
                 "per_stage": (PIPELINE_WHOLE_LOAD if whole else PIPELINE_STAGE_LOAD) if staged else None,
+                # under tensor / expert parallelism each rank builds its shard (ledger.timeline.load_entries)
+                "per_shard": TENSOR_PARALLEL_LOAD if sharded else None,
                 "capacity": host.capacity if host else None,
                 "fits": None if host is None or host.capacity is None else node <= host.capacity}
 
@@ -717,14 +720,16 @@ def _after_load(r: FitRow, label: bool = True) -> str:
 
 
 def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: bool = False,
-                 pipeline: bool = False) -> list[Finding]:
+                 pipeline: bool = False, tensor_parallel: int = 1) -> list[Finding]:
     """One error per tier that does not fit: M101 when it is the load phase that does not fit
     (the whole model on every rank before deepspeed.initialize, and its cast to the 16-bit dtype in
     host memory), M103 when it is deepspeed.initialize with the whole model on the accelerator
     before ZeRO partitions it (no zero.Init; ``hf``: say that the HF Trainer itself uses zero.Init
     at ZeRO-3), M100 when the training step does (too); one warning (M102) per tier whose verdict
     is "tight", naming the uncertain overhead terms. ``pipeline``: the plan has pipeline stages (M101 then
-    names LayerSpecs under ``--pipeline-build whole``)."""
+    names LayerSpecs under ``--pipeline-build whole``). ``tensor_parallel`` > 1: a Megatron(-DeepSpeed) plan
+    whose ranks build their shard (:data:`advisor.ledger.timeline.TENSOR_PARALLEL_LOAD`): M101 then names
+    Megatron's own per-shard build and its zero.Init at ZeRO-3, not the HF Trainer's."""
     out = []
     for r in rows:
         # a lower-bound peak (rule M104: FitRow.lower_bound, the accelerator row) makes its need a floor and
@@ -817,6 +822,11 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
             elif pipeline:
                 builds = (f"{r.ranks} ranks x {{per_rank}}: every rank builds the whole model in {literal(ld.dtype)} "
                           f"in host memory and PipelineModule keeps the other stages' layers it was given{cast}")
+            elif tensor_parallel > 1:
+                builds = (f"{r.ranks} ranks x {{per_rank}}: every rank builds its tensor-parallel shard (1/"
+                          f"{tensor_parallel} of each split matrix) in {literal(ld.dtype)} in host memory before "
+                          f"deepspeed.initialize, as Megatron's --use-cpu-initialization does, without "
+                          f"deepspeed.zero.Init{cast}")
             else:
                 builds = (f"{r.ranks} ranks x {{per_rank}}: every rank builds the whole model in "
                           f"{literal(ld.dtype)} in host memory before deepspeed.initialize, without "
@@ -835,6 +845,14 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
                        "steady_need": steady},
                 # under pipeline parallelism ZeRO-3 (and so zero.Init) is refused (runtime/pipe/engine.py l.75-77)
                 fix=(("Ways out: " if pipeline else
+                      # the plan is Megatron(-DeepSpeed)'s (TENSOR_PARALLEL_LOAD), not the HF Trainer's
+                      "let Megatron build each rank's shard on the accelerator (its default: no "
+                      "--use-cpu-initialization; ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding "
+                      "allocate their shard on the current device in params_dtype, so the host holds none of it), "
+                      "or at ZeRO-3 (--zero-stage 3) Megatron-DeepSpeed's model_provider builds the model under "
+                      "deepspeed.zero.Init (pretrain_gpt.py: zero.Init(..., enabled=args.zero_stage == 3)), each "
+                      "rank then materialising only its partition of its shard. Other ways out: "
+                      if tensor_parallel > 1 else
                       "build the model under deepspeed.zero.Init so each rank only materialises its partition: "
                       "ZeRO-3 (zero_optimization.stage 3) and `with deepspeed.zero.Init(config_dict_or_path="
                       "ds_config): model = ...`; the HF Trainer does this by itself at ZeRO-3 when "
@@ -1160,7 +1178,8 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
         for r in rows:
             if r.tier == "accelerator":
                 r.lower_bound = "; ".join(x for x in (r.lower_bound, missing) if x)
-    found = fit_findings(rows, load, hf=via_hf, pipeline=cluster.pipeline_parallel > 1)
+    found = fit_findings(rows, load, hf=via_hf, pipeline=cluster.pipeline_parallel > 1,
+                         tensor_parallel=cluster.tensor_parallel)
     if (ledger.peak_lower_bound or missing) and roles:  # M104: every output says the accelerator peak is a floor
         from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
         groups = len({t.group for t in inventory.tensors if t.trainable})
