@@ -782,6 +782,13 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         if why:
             parts.append(f"<p class=note id=movement-time-note>Some movement times are unknown (the text report's "
                          f"\"?\"): {_e(why)}.</p>")
+    # the drive's wear (bytes written per step and per day, endurance used, projected life): estimate's own
+    # movement section, the lines the text report prints (render.text.endurance_lines), nothing recomputed
+    from advisor.render.text import endurance_lines
+    wear = endurance_lines(d["movement"], units) if d.get("movement") else []
+    if wear:
+        parts.append("<h3 id=storage-wear>Storage writes and drive wear</h3><ul id=storage-wear-lines>"
+                     + "".join(f"<li>{_e(x)}</li>" for x in wear) + "</ul>")
     if not bars:  # refused (M090): "No estimate" above, so no fit table or figures either
         del parts[figures_from:]
 

@@ -743,7 +743,17 @@ def movement_lines(section: dict[str, Any], units: str = DEFAULT_UNITS, cols: in
     note = movement_time_note(section)
     if note:  # said once, not per row: a "?" with no reason reads as a fault
         out.append(f"  (time ?: {note})")
-    for ln in section["endurance"]:
+    return out + endurance_lines(section, units)
+
+
+def endurance_lines(section: dict[str, Any], units: str = DEFAULT_UNITS) -> list[str]:
+    """One line per storage tier of estimate's movement section (``section["endurance"]``,
+    :func:`advisor.views.estimate.movement_section`): bytes written per step per node, per day at the
+    step time, the share of the drive's rated write endurance used per day and its projected life.
+    Sizes in ``units``. The text report (:func:`movement_lines`) and the HTML report both print these
+    lines, from the same section: no figure is computed here."""
+    out: list[str] = []
+    for ln in section.get("endurance") or []:
         if not ln["write_bytes_per_step"] and not ln["paths"]:
             continue  # a tier nothing is offloaded to: no line
         name = ln["tier"] or ", ".join(ln["paths"]) or "?"
