@@ -306,7 +306,7 @@ from advisor.config.validation import MAX_PARAMS, MAX_SECONDS, MIN_SECONDS  # no
 
 MODEL_HELP = "Model preset (see `ds-advisor models`), HF config.json or inventory JSON."
 HARDWARE_HELP = ("Hardware preset (see `ds-advisor hardware`, e.g. dgx-h100:4) or JSON spec "
-                 "(schemas/hardware.schema.json).")
+                 "(schemas/hardware.schema.json; FILE:N for N nodes, e.g. hw.json:2).")
 
 
 def _check_sets(ctx, param, value):

@@ -320,6 +320,49 @@ class Hardware:
 HW_NUMBER_MIN, HW_NUMBER_MAX = 1e-9, 1e21
 
 
+#: The keys of each object of a hardware spec (``schemas/hardware.schema.json``): the one list each reader
+#: below checks, and what an unknown key's "did you mean" searches, nested paths included (:data:`_NESTED`).
+LINK_KEYS = frozenset({"name", "bytes_per_s"})
+OVERHEAD_KEYS = frozenset({"cuda_context_mib", "allocator_fraction", "source"})
+ACCELERATOR_KEYS = frozenset({"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops",
+                              "memory_bandwidth_bytes_per_s", "host_link", "peer_bytes_per_s", "assumed_mfu",
+                              "runtime_overhead", "source"})
+ENDURANCE_KEYS = frozenset({"tbw", "dwpd", "warranty_years"})
+TIER_KEYS = frozenset({"name", "mounts", "capacity_bytes", "read_bytes_per_s", "write_bytes_per_s", "endurance",
+                       "access", "scope", "per_client_write_bytes_per_s", "per_client_read_bytes_per_s", "aio",
+                       "read_latency_s", "write_latency_s", "source"})
+HARDWARE_KEYS = frozenset({"name", "description", "base", "nodes", "accelerators_per_node", "accelerator",
+                           "host_memory_bytes", "host_memory_bandwidth_bytes_per_s", "host_cores_per_node",
+                           "host_core_bandwidth_bytes_per_s", "host_link", "peer_bytes_per_s", "network_bytes_per_s",
+                           "storage", "source"})
+#: Object-valued keys of each object: key -> the keys inside it (a list of storage tiers is not an object path).
+_NESTED = {HARDWARE_KEYS: {"accelerator": ACCELERATOR_KEYS, "host_link": LINK_KEYS},
+           ACCELERATOR_KEYS: {"host_link": LINK_KEYS, "runtime_overhead": OVERHEAD_KEYS},
+           TIER_KEYS: {"endurance": ENDURANCE_KEYS}}
+
+
+def key_paths(allowed: frozenset) -> list[str]:
+    """The keys of an object with key set ``allowed`` and, for each object-valued one (:data:`_NESTED`), the
+    dotted paths of the keys inside it (``accelerator.memory_bytes``, ``accelerator.host_link.bytes_per_s``)."""
+    out = sorted(allowed)
+    for k, sub in sorted(_NESTED.get(allowed, {}).items()):
+        out += [f"{k}.{p}" for p in key_paths(sub)]
+    return out
+
+
+def near_key(key: str, allowed: frozenset) -> str | None:
+    """The allowed key or nested key path (:func:`key_paths`) closest to unknown ``key``, compared with the
+    path's dots read as underscores (``accelerator_memory_bytes`` is ``accelerator.memory_bytes``, not
+    ``host_memory_bytes``); None when none is close (difflib's ratio >= 0.6)."""
+    import difflib
+    paths = key_paths(allowed)
+    flat = {p.replace(".", "_"): p for p in paths}
+    if key in flat:
+        return flat[key]
+    near = difflib.get_close_matches(key, list(flat), n=1)
+    return flat[near[0]] if near else None
+
+
 class _P:
     def __init__(self, source: str):
         self.source = source
@@ -364,14 +407,15 @@ class _P:
             raise self.err(ptr, f"expected an object, got {json_shown(d)}")
         extra = sorted(set(d) - allowed)
         if extra:
-            import difflib
-            near = difflib.get_close_matches(extra[0], sorted(allowed), n=1)
-            raise self.err(f"{ptr}/{extra[0]}", "unknown key" + (f"; did you mean '{near[0]}'?" if near else
-                                                                 f" (allowed: {', '.join(sorted(allowed))})"))
+            near = near_key(extra[0], frozenset(allowed)) if len(extra[0]) < 200 else None
+            raise self.err(f"{ptr}/{extra[0]}", "unknown key" + (
+                f"; did you mean '{near}'" + (f" (key {near.rsplit('.', 1)[1]!r} inside the "
+                                              f"{near.rsplit('.', 1)[0]!r} object)" if "." in near else "") + "?"
+                if near else f" (allowed: {', '.join(sorted(allowed))})"))
         return d
 
     def link(self, d: Any, ptr: str) -> tuple[float, str | None]:
-        self.keys(d, {"name", "bytes_per_s"}, ptr)
+        self.keys(d, LINK_KEYS, ptr)
         return self.num(d, "bytes_per_s", ptr, required=True), self.str_(d, "name", ptr)
 
     def accelerator(self, d: Any, ptr: str) -> Accelerator:
@@ -380,8 +424,7 @@ class _P:
             if acc is None:
                 raise self.err(ptr, f"unknown accelerator preset {json_quoted(d)} (known: {', '.join(sorted(_presets()['accelerators']))})")
             return _P(f"preset {d}").accelerator(acc, "")
-        self.keys(d, {"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops", "memory_bandwidth_bytes_per_s",
-                      "host_link", "peer_bytes_per_s", "assumed_mfu", "runtime_overhead", "source"}, ptr)
+        self.keys(d, ACCELERATOR_KEYS, ptr)
         hl, hn = self.link(d["host_link"], f"{ptr}/host_link") if "host_link" in d else (None, None)
         return Accelerator(
             name=self.str_(d, "name", ptr, required=True),
@@ -400,7 +443,7 @@ class _P:
     def overhead_defaults(self, d: Any, ptr: str) -> OverheadDefaults:
         """``runtime_overhead``: ``cuda_context_mib`` [default, low, high] (MiB, as nvidia-smi
         counts), ``allocator_fraction`` [default, low, high] of the tracked peak, ``source``."""
-        self.keys(d, {"cuda_context_mib", "allocator_fraction", "source"}, ptr)
+        self.keys(d, OVERHEAD_KEYS, ptr)
         vals = {}
         for k in ("cuda_context_mib", "allocator_fraction"):
             v = d.get(k)
@@ -426,7 +469,7 @@ class _P:
         return v
 
     def endurance(self, d: Any, ptr: str) -> Endurance:
-        self.keys(d, {"tbw", "dwpd", "warranty_years"}, ptr)
+        self.keys(d, ENDURANCE_KEYS, ptr)
         tbw, dwpd, yrs = self.num(d, "tbw", ptr), self.num(d, "dwpd", ptr), self.num(d, "warranty_years", ptr)
         if tbw is not None and dwpd is not None:
             raise self.err(ptr, "give either 'tbw' or 'dwpd' with 'warranty_years', not both")
@@ -437,9 +480,7 @@ class _P:
         return Endurance(tbw=tbw, dwpd=dwpd, warranty_years=yrs)
 
     def tier(self, d: Any, ptr: str) -> StorageTier:
-        self.keys(d, {"name", "mounts", "capacity_bytes", "read_bytes_per_s", "write_bytes_per_s", "endurance",
-                      "access", "scope", "per_client_write_bytes_per_s", "per_client_read_bytes_per_s", "aio",
-                      "read_latency_s", "write_latency_s", "source"}, ptr)
+        self.keys(d, TIER_KEYS, ptr)
         scope = d.get("scope", "node-local")
         if scope not in ("node-local", "shared"):
             raise self.err(f"{ptr}/scope", f"expected node-local or shared, got {json_shown(scope)}")
@@ -489,10 +530,7 @@ class _P:
         return tuple(out)
 
     def hardware(self, d: Any, origin: str, default_name: str) -> Hardware:
-        allowed = {"name", "description", "base", "nodes", "accelerators_per_node", "accelerator", "host_memory_bytes",
-                   "host_memory_bandwidth_bytes_per_s", "host_cores_per_node", "host_core_bandwidth_bytes_per_s", "host_link",
-                   "peer_bytes_per_s", "network_bytes_per_s", "storage", "source"}
-        self.keys(d, allowed, "")
+        self.keys(d, HARDWARE_KEYS, "")
         if "base" in d:
             base_name = self.str_(d, "base", "")
             base = _presets()["systems"].get(base_name)
@@ -617,22 +655,33 @@ def _accelerator_only(key: str) -> Hardware:
                     description=f"one {acc.name} (host, network and storage unknown)", node_known=False)
 
 
+def _node_count(spec: str, count: str) -> int:
+    """The N of ``--hardware NAME:N`` / ``FILE:N``: an integer from 1 to MAX_NODES, else HardwareSpecError."""
+    if not count.isdigit() or len(count) > 7 or not 1 <= int(count) <= MAX_NODES:
+        raise HardwareSpecError(f"--hardware {shown(spec)}: the node count after ':' must be an integer from 1 "
+                                f"to {MAX_NODES}")
+    return int(count)
+
+
 def resolve_hardware(spec: str) -> Hardware:
     """``--hardware`` value -> Hardware: an existing file path (JSON spec), else a preset name
-    (case-insensitive) optionally followed by ``:N`` for N nodes (``dgx-h100:4``). An
-    accelerator preset alone (``h100-sxm-80gb``) is one accelerator with unknown host, network
-    and storage. Raises HardwareSpecError with close matches for an unknown name."""
+    (case-insensitive) or a spec file's path, either followed by ``:N`` for N nodes (``dgx-h100:4``,
+    ``hw.json:2``; the count after the last ':', so a path may itself hold ':' -- and a path that exists
+    as given wins over reading its tail as a count). An accelerator preset alone (``h100-sxm-80gb``) is
+    one accelerator with unknown host, network and storage. Raises HardwareSpecError with close
+    matches for an unknown name."""
     if not isinstance(spec, str) or not spec.strip():
         raise HardwareSpecError("--hardware: expected a preset name or a spec file")
     if os.path.exists(spec) or spec.endswith(".json"):
         return load_hardware(spec)
+    path, colon, tail = spec.rpartition(":")
+    if colon and path and os.path.isfile(path):
+        # FILE:N, the spec file's node count replaced as NAME:N replaces the preset's
+        nodes = _node_count(spec, tail)
+        hw = load_hardware(path)
+        return replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}")
     name, _, count = spec.strip().lower().partition(":")
-    nodes = None
-    if count:
-        if not count.isdigit() or len(count) > 7 or not 1 <= int(count) <= MAX_NODES:
-            raise HardwareSpecError(f"--hardware {shown(spec)}: the node count after ':' must be an integer from 1 "
-                                    f"to {MAX_NODES}")
-        nodes = int(count)
+    nodes = _node_count(spec, count) if count else None
     p = _presets()
     if name in p["systems"]:
         hw = _P(f"preset {name}").hardware(copy.deepcopy(p["systems"][name]), origin="preset", default_name=name)

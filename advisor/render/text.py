@@ -1219,7 +1219,7 @@ def hardware_text(hws: list[Any], one: bool = False, units: str = "GiB") -> str:
         from advisor.render.style import columns
         L += columns([head, *rows], (False, True, False, True, True, False), width(sys.stdout))
         L.append(f"\nMemory per accelerator and host memory per node, in {unit_note(units)}. Give a name (or a JSON "
-                 "spec file, schemas/hardware.schema.json) for details; NAME:N for N nodes.")
+                 "spec file, schemas/hardware.schema.json) for details; NAME:N or FILE:N for N nodes.")
         return "\n".join(L)
     h = hws[0]
     a = h.accelerator
