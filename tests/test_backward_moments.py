@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from advisor.ledger.timeline import _head_held, backward_moments
+from advisor.model.activations import backward_moments
+from advisor.model.activations import head_held as _head_held
 from advisor.model.activations import ActivationInputs, estimate_activations
 from hf_small import SMALL, with_layers
 
@@ -145,6 +146,12 @@ def _close(a: int, b: int, rel: float = 0.01) -> bool:
 CELLS = [("llama", d, att, ck) for d in ("bf16", "fp32") for att in ("sdpa", "eager") for ck in ("none", "full")] + [
     ("gpt2", "bf16", "sdpa", "none"), ("gpt2", "bf16", "eager", "full"),
     ("qwen3_moe", "bf16", "sdpa", "none"), ("qwen3_moe", "bf16", "sdpa", "full"), ("qwen3_moe", "bf16", "eager", "none")]
+# k of L (the first 2 of 4 layers checkpointed: layers 3 and 2 run back with no recompute, then 1 and 0 recomputed)
+# and selective (every layer's attention core recomputed in its backward)
+CELLS += [("llama", "bf16", "sdpa", "2"), ("llama", "bf16", "eager", "2"), ("llama", "fp32", "sdpa", "2"),
+          ("gpt2", "bf16", "eager", "2"), ("qwen3_moe", "bf16", "sdpa", "2"),
+          ("llama", "bf16", "sdpa", "selective"), ("llama", "bf16", "eager", "selective"),
+          ("llama", "fp32", "eager", "selective"), ("qwen3_moe", "bf16", "eager", "selective")]
 
 
 @pytest.mark.parametrize("family,dtype,attention,checkpointing", CELLS, ids=["-".join(c) for c in CELLS])
@@ -206,14 +213,29 @@ def test_backward_moments_by_hand():
     mask, freed with layer 0), layer_backward 50, recompute 30 (gross 60, 30 freed before it of which 20 the head's),
     the loss's nodes free 120 and lm_head's backward holds 90: start 2,000 + spike 500; head 2,000 - 120 + 90 =
     1,970; layer 3: 2,000 + 50 + (60 - 10) - 300 = 1,800; layer 2: 2,000 - (1,600 - 200) / 4 + 50 + 60 - 300 =
-    1,460; layer 1 1,110; layer 0 760; end: the held 100. Under pipeline parallelism (``own_backward`` False) no
-    head moment, layer 3 holds the head: 2,000 + 30; no layer_backward and none of the head held (0): layer 2
-    2,000 - 350 + 60 - 400 = 1,310."""
+    1,460; layer 1 1,110; layer 0 760; end: the held 100. Selective recompute: the 10 not the head's are the layer's
+    own kept tensors, which eager selective's peak holds: net of them at every layer, layer 2 1,450, 1 1,100, 0 750.
+    Under pipeline parallelism (``own_backward`` False) no head moment, layer 3 holds the head: 2,000 + 30; no
+    layer_backward and none of the head held (0): layer 2 2,000 - 350 + 60 - 400 = 1,310.
+
+    k of L, 2 of 4 (``recompute`` "layers"): the same saved bytes, each checkpointed layer keeping 50
+    (``checkpoint_kept``), so each un-checkpointed one (1,600 - 200 - 2 x 50) / 2 = 650; an un-checkpointed layer's
+    backward holds 40 more (``uncheckpointed_backward``), a checkpointed one its recompute peak 300 + 20
+    (``layer_backward``): layer 3 2,000 - 300 + 40 = 1,740; layer 2 1,740 - 650 = 1,090; layer 1 (recomputed) 2,000 -
+    300 - 2 x 650 + 300 + 20 = 720; layer 0 720 - 50 = 670; without layer moments asked, layer 3's and layer 1's."""
     a = SimpleNamespace(saved_accelerator=2000, loss_head=400, loss_backward_spike=500, recompute_layer=30,
                         recompute_freed=30, recompute_freed_head=20, layer_backward=50, layers_shared=200,
                         pipe_kept=0, loss_freed=120, head_backward=90)
     assert backward_moments(a, 4, [0, 1, 2, 3], held=100) == [2500, 1970, 1800, 1460, 1110, 760, 100]
+    sel = SimpleNamespace(**vars(a), recompute="selective")
+    assert backward_moments(sel, 4, [0, 1, 2, 3], held=100) == [2500, 1970, 1800, 1450, 1100, 750, 100]
     assert backward_moments(a, 4, [0, 1, 2, 3], held=0, own_backward=False) == [2500, 2030, 1310, 960, 610, 0]
+    k = SimpleNamespace(saved_accelerator=2000, loss_head=400, loss_backward_spike=500, recompute_layer=0,
+                        recompute_layer_peak=300, recompute_freed=1300, recompute_freed_head=0, layer_backward=20,
+                        layers_shared=200, pipe_kept=0, loss_freed=120, head_backward=90, recompute="layers",
+                        checkpointed_layers=2, checkpoint_kept=50, uncheckpointed_backward=40)
+    assert backward_moments(k, 4, [0, 1, 2, 3], held=100) == [2500, 1970, 1740, 1090, 720, 670, 100]
+    assert backward_moments(k, 4, [], held=100) == [2500, 1970, 1740, 720, 100]
 
 
 

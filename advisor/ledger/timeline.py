@@ -180,6 +180,8 @@ from typing import Any
 
 from advisor.config.dtypes import TORCH_TO_TRAINING, TRAINING_DTYPE_BYTES, torch_dtype_name
 from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.model.activations import backward_moments, layer_moment_breaks
+from advisor.model.activations import head_held as _head_held
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (TIERS, TORCH_STEP_GPU_ONLY, TWIN_FLOW_GPU_ONLY, Entry, Ledger, RankLedger, module_names, placement_of,
                                   swap_threshold_bytes,
@@ -2619,78 +2621,6 @@ def _made_grad_moments(e: Any, nb: int, lay: tuple, js: list[int], head: bool = 
     return [0, *([post_max * b] if head else []), *mid, pre_max * b]
 
 
-def _head_held(a: Any) -> int:
-    """Of the loss head's saved bytes (``a.loss_head``), what backward does not free once the head's nodes have
-    run, outside pipeline parallelism: all but ``loss_head_freed`` (the log-softmax output and the final
-    norm's tensors; the logits stay, held by the caller's output, and so do the tensors saved before the
-    first layer -- the embedding-dropout mask, BLOOM's embedding LayerNorm -- until the embedding's backward);
-    an estimate without that figure (a traced one) frees none of it."""
-    head = getattr(a, "loss_head", 0)
-    freed = getattr(a, "loss_head_freed", None)
-    if freed is None:
-        return getattr(a, "loss_head_kept", head)
-    return max(0, head - freed)
-
-
-def backward_moments(a: Any, layers: int, js: list[int], n_flight: int = 1, kept_dup: int = 0,
-                     held: int = 0, own_backward: bool = True) -> list[int]:
-    """Accelerator activation bytes of the ActivationEstimate ``a`` at each moment of backward (see
-    :func:`_backward_activations`): [start, the head's moment (``own_backward`` only), the layer moments ``js``
-    (j = layers run back before it: layer ``layers``-1-j's backward), end]; with no layer or no ``js``, [start, one
-    layer moment (layer L-1's), end].
-
-    The head's moment is lm_head's backward: the loss's nodes have run and released their saved tensors
-    (``loss_freed``: the log-probabilities, the labels), the head's gradients are live (``head_backward``: the
-    logits' in the model dtype, the hidden state's, a tied embedding's). Layer L-1's moment then holds none of the
-    head's freed tensors (``gone`` = ``loss_head`` - ``held``): torch releases a node's saved tensors once it has
-    run (``torch/csrc/autograd/engine.cpp`` evaluate_function: ``fn.release_variables()`` after
-    ``call_function`` when ``keep_graph`` is false), and the final norm's backward, the head's last node, runs
-    before layer L-1's. Under pipeline parallelism (``own_backward`` False) the head stays counted at layer
-    L-1's moment, as the engine cells measured it.
-
-    ``s`` = one layer's saved bytes of the micro-batch run back, ``((saved - loss_head) / n_flight - pipe_kept
-    - layers_shared) / layers``; ``layers_shared`` (RoPE's cos and sin every layer saves, the eager mask and
-    BLOOM's ALiBi bias every checkpointed layer holds) is freed with the first layer, at the end. Each layer moment adds ``layer_backward`` (the
-    layer's output gradient and its first nodes' gradients, a tied embedding's waiting gradient), measured with
-    MemTracker over transformers' real CPU backward (tests/test_backward_moments.py: Llama sdpa/eager, GPT-2,
-    Qwen3-MoE, bf16 and fp32, no and full checkpointing, every moment within 1%). ``own_backward`` False
-    (pipeline parallelism) leaves ``layer_backward`` out: there the gradient of the stage's output is the
-    PipelineEngine's own buffer (``pipe_grad_buf``) and the engine cells (tests/engine/test_pipeline_engine.py,
-    a ReLU MLP proxy) measured the layer's transient as one D sbF gradient, not the formula's gated-MLP pair."""
-    saved = a.saved_accelerator
-    loss = getattr(a, "loss_backward_spike", 0)
-    bwd = getattr(a, "layer_backward", 0) if own_backward else 0
-    head = getattr(a, "loss_head", 0)
-    own = max(0, (saved - head) // max(1, n_flight) - getattr(a, "pipe_kept", 0))
-    shared = min(own, getattr(a, "layers_shared", 0))
-    gone = max(0, head - held)  # what of the head backward frees once its nodes have run
-    s = (own - shared) // layers if layers else 0
-    acts = [saved + loss - kept_dup]
-    # below layer L-1 the moment frees what has run back (j layers, the head) itself, so the recomputed
-    # layer is its whole peak (recompute_layer_peak = recompute_layer + recompute_freed): recompute_layer is
-    # already net of the head's and the un-checkpointed layers' frees (activations.py), counted twice else
-    freed = getattr(a, "recompute_freed", 0)
-    gross = a.recompute_layer + freed
-    if own_backward:
-        # the head's own moment (lm_head's backward: the loss's nodes' saved tensors freed, the logits' and the
-        # hidden state's gradients live), then layer L-1 with the head's saved tensors freed (torch releases a
-        # node's saved tensors right after it runs: engine.cpp evaluate_function -> release_variables); at layer
-        # L-1 the recompute is net of the un-checkpointed layers' frees only (the head's: ``gone``)
-        acts.append(saved - getattr(a, "loss_freed", 0) + getattr(a, "head_backward", 0) - kept_dup)
-        rec0 = max(0, gross - (freed - getattr(a, "recompute_freed_head", 0)))
-        if layers and js:
-            acts += [saved - j * s + bwd + (rec0 if j == 0 else gross) - gone for j in js]
-        else:
-            acts.append(saved + bwd + rec0 - gone)
-    elif layers and js:
-        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it freed
-        acts += [saved - j * s + bwd + (a.recompute_layer - kept_dup if j == 0 else gross - gone) for j in js]
-    else:
-        acts.append(saved + a.recompute_layer + bwd - kept_dup)
-    acts.append(saved - gone - own)
-    return acts
-
-
 def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, lay: tuple | None = None,
                           made: bool = True, n_flight: int = 1, kept_dup: int = 0, held: int = 0,
                           own_backward: bool = True) -> int:
@@ -2738,6 +2668,9 @@ def _backward_activations(a: Any, sized: list, d: dict[str, int], here: list, la
     split = [(e, nb) for e, nb in sized if getattr(e, "regions", ()) and e.tier == "accelerator"]
     grads = []
     js = _layer_moments(lay) if lay is not None else []
+    if js:  # k of L: the moments either side of the first checkpointed layer's (its recompute; layer_moment_breaks)
+        js = sorted({*js, *(j + d for j in layer_moment_breaks(a, len(lay[2])) for d in (-1, 0)
+                            if 0 <= j + d < len(lay[2]))})
     if lay is not None:
         for e, nb in sized:
             if e.tier == "accelerator" and e.item in MADE_GRAD_ITEMS and not e.regions and (

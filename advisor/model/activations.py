@@ -408,6 +408,15 @@ class ActivationEstimate:
     #: Of ``recompute_freed``, the loss head's share (bytes): the head's saved tensors eager recompute counts as
     #: freed before the first recomputed layer (``recompute_layer`` is net of them); 0 otherwise.
     recompute_freed_head: int = 0
+    #: k of L (``recompute`` "layers"): what one checkpointed layer keeps on the accelerator for backward (bytes per
+    #: micro-batch: its input, partitioned or offloaded as DeepSpeed's settings say; ``layers_shared`` apart), and
+    #: what one un-checkpointed layer's backward holds beyond its saved tensors (``layer_backward`` without recompute:
+    #: ``eager_recompute_peak(whole=per_layer) - per_layer``). Backward runs the L - k un-checkpointed layers first
+    #: (Megatron's block method checkpoints the first k), each with no recompute, then the k checkpointed ones, each
+    #: recomputed (:func:`backward_moments`); measured with MemTracker over transformers' real CPU backward of Llama,
+    #: 2 of 4 layers checkpointed (tests/test_backward_moments.py). 0 and 0 otherwise.
+    checkpoint_kept: int = 0
+    uncheckpointed_backward: int = 0
 
     @property
     def peak_accelerator(self) -> int:
@@ -869,8 +878,13 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
             # beside it, the core's own inputs k and v at their own heads, which its checkpoint
             # holds until the core's backward ends (live at that instant in a storage tracker's
             # list over Llama: the v_proj output and k after RoPE)
-            _, _, kv_h, d_h, vd_h, _, _ = _dims(meta)
+            _, a_h, kv_h, d_h, vd_h, _, _ = _dims(meta)
             recompute_gross += D * s * b * max(1, kv_h // t) * (d_h + vd_h)
+            # and one tensor of the core's output's shape (b, s, heads, v head dim; model dtype): measured with
+            # MemTracker over transformers' real CPU backward with the core in torch.utils.checkpoint (Llama bf16 /
+            # fp32, Qwen3-MoE: every layer moment D sbh above the formula without it, tests/test_backward_moments.py);
+            # the core's output gradient, held by the checkpoint's backward while the core is rebuilt and run back
+            recompute_gross += D * s * b * max(1, a_h // t) * vd_h
             recompute_freed = head_freed + largest_layer
             recompute_freed_head = head_freed
             recompute = max(0, recompute_gross - recompute_freed)
@@ -920,6 +934,7 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         if meta.get("family") == "bloom":
             # and BLOOM its ALiBi bias (b x heads, 1, s), model dtype (modeling_bloom.py build_alibi_tensor)
             shared += D * b * int(meta["num_heads"]) * s // t
+        ckpt_kept = kept // max(k, 1)
         kept += shared
         saved_acc = (all_layers - replaced + kept) * in_flight + loss_saved
         # backward runs from the last layer: the un-checkpointed ones are freed before the first
@@ -946,6 +961,8 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         saved_acc = all_layers * in_flight + loss_saved
         recompute = recompute_gross = recompute_freed = 0
         frac_flops = 0.0
+    if mode not in ("full", "layers"):
+        ckpt_kept = 0
     saved_acc += pipe_kept * in_flight
     # a layer's backward beyond its saved tensors (eager_recompute_peak's instants without the layer itself):
     # without recompute, on top of the layer's saved tensors; with flash recompute, on top of the rebuilt layer;
@@ -958,6 +975,9 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         layer_bwd = eager_recompute_peak(meta, s, b, D, largest_layer, attention=x.attention, **bwd_kw) - largest_layer
     else:
         layer_bwd = eager_recompute_peak(meta, s, b, D, 0, attention="flash", **bwd_kw)
+    # k of L: the un-checkpointed layers' backward, as without recompute
+    unckpt_bwd = (eager_recompute_peak(meta, s, b, D, largest_layer, attention=x.attention, **bwd_kw) - largest_layer
+                  if mode == "layers" and 0 < k < layers_on_rank else 0)
     if mode not in ("full", "layers"):
         shared = 0
     # RoPE's cos and sin (1 x s x rotary dim, model dtype): transformers' rotary embedding computes them once per
@@ -995,4 +1015,114 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               recompute_layer_peak=recompute_gross, recompute_freed=recompute_freed,
                               in_flight=in_flight, pipe_kept=pipe_kept, layer_backward=max(0, layer_bwd),
                               layers_shared=shared, loss_freed=loss_freed, head_backward=head_bwd,
-                              recompute_freed_head=recompute_freed_head)
+                              recompute_freed_head=recompute_freed_head, checkpoint_kept=ckpt_kept,
+                              uncheckpointed_backward=max(0, unckpt_bwd))
+
+
+def head_held(a: Any) -> int:
+    """Of the loss head's saved bytes (``a.loss_head``), what backward does not free once the head's nodes have
+    run, outside pipeline parallelism: all but ``loss_head_freed`` (the log-softmax output and the final
+    norm's tensors; the logits stay, held by the caller's output, and so do the tensors saved before the
+    first layer -- the embedding-dropout mask, BLOOM's embedding LayerNorm -- until the embedding's backward);
+    an estimate without that figure (a traced one) frees none of it."""
+    head = getattr(a, "loss_head", 0)
+    freed = getattr(a, "loss_head_freed", None)
+    if freed is None:
+        return getattr(a, "loss_head_kept", head)
+    return max(0, head - freed)
+
+
+def layer_moment_breaks(a: Any, layers: int) -> list[int]:
+    """The layer moments (j = layers run back before it) where backward's activations can be largest: j = 0 (layer
+    L-1's) and, under k of L, j = L - k, the first checkpointed layer's (its recompute; the un-checkpointed layers
+    above run first, :func:`backward_moments`); within each run of layers a moment holds one layer's saved bytes less
+    than the one before. Bytes-free: the indexes only."""
+    k = _k_of_l(a, layers)
+    return [0] + ([layers - k] if k else [])
+
+
+def _k_of_l(a: Any, layers: int) -> int:
+    """k where the estimate ``a`` checkpoints k of its ``layers`` layers (0 < k < layers) and says what a checkpointed
+    and an un-checkpointed layer keep (a formula estimate: ``recompute_layer_peak`` set); else 0 -- a traced estimate
+    (``advisor.engine.traced``) measures one backward peak, ``recompute_layer``, and keeps the uniform moments."""
+    k = getattr(a, "checkpointed_layers", 0) if getattr(a, "recompute", "none") == "layers" else 0
+    return k if 0 < k < layers and getattr(a, "recompute_layer_peak", 0) else 0
+
+
+def backward_moments(a: Any, layers: int, js: list[int], n_flight: int = 1, kept_dup: int = 0,
+                     held: int = 0, own_backward: bool = True) -> list[int]:
+    """Accelerator activation bytes of the ActivationEstimate ``a`` at each moment of backward (see
+    ``advisor.ledger.timeline._backward_activations``): [start, the head's moment (``own_backward`` only), the layer
+    moments ``js`` (j = layers run back before it: layer ``layers``-1-j's backward), end]; with no ``js``, the layer
+    moments :func:`layer_moment_breaks` (layer L-1's; under k of L also the first checkpointed layer's).
+
+    The head's moment is lm_head's backward: the loss's nodes have run and released their saved tensors
+    (``loss_freed``: the log-probabilities, the labels), the head's gradients are live (``head_backward``: the
+    logits' in the model dtype, the hidden state's, a tied embedding's). Layer L-1's moment then holds none of the
+    head's freed tensors (``gone`` = ``loss_head`` - ``held``): torch releases a node's saved tensors once it has
+    run (``torch/csrc/autograd/engine.cpp`` evaluate_function: ``fn.release_variables()`` after
+    ``call_function`` when ``keep_graph`` is false), and the final norm's backward, the head's last node, runs
+    before layer L-1's. Under pipeline parallelism (``own_backward`` False) the head stays counted at layer
+    L-1's moment, as the engine cells measured it.
+
+    Per layer, of the micro-batch run back: ``layers_shared`` (RoPE's cos and sin every layer saves, the eager mask
+    and BLOOM's ALiBi bias every checkpointed layer holds) is freed with the first layer, at the end; the rest,
+    ``own - layers_shared`` with ``own = (saved - loss_head) / n_flight - pipe_kept``, layer by layer as backward
+    runs back. Without recompute, selective or full, every layer keeps the same ``s = (own - layers_shared) /
+    layers`` and its moment adds ``layer_backward`` (the layer's output gradient and its first nodes' gradients, a
+    tied embedding's waiting gradient) and its recompute: whole below layer L-1, at layer L-1 net of
+    ``recompute_freed`` less the head's share; under selective recompute net of it at every layer
+    (``recompute_layer_peak - (recompute_freed - recompute_freed_head)``: eager selective recompute's peak holds the
+    layer's own kept tensors, which the moment counts as saved). Under k of L (``recompute`` "layers", k = ``checkpointed_layers``) the L - k
+    un-checkpointed layers run back first: each keeps ``u = (own - layers_shared - k checkpoint_kept) / (L - k)``
+    and its moment adds ``uncheckpointed_backward``, no recompute; then the k checkpointed layers, each keeping
+    ``checkpoint_kept`` (its input, live through its own recompute) and adding the recompute
+    (``recompute_layer_peak``) and ``layer_backward``. Measured with MemTracker over transformers' real CPU backward
+    (tests/test_backward_moments.py: Llama sdpa/eager, GPT-2, Qwen3-MoE, bf16 and fp32, no, full, 2-of-4 and
+    selective checkpointing, every moment within 1%). ``own_backward`` False (pipeline parallelism) keeps the
+    engine-proved moments: no head moment, ``layer_backward`` left out (there the gradient of the stage's output
+    is the PipelineEngine's own buffer, ``pipe_grad_buf``, and the engine cells, tests/engine/test_pipeline_engine.py,
+    a ReLU MLP proxy, measured the layer's transient as one D sbF gradient, not the formula's gated-MLP pair), the
+    recompute net of the un-checkpointed layers at layer L-1 and whole below it."""
+    saved = a.saved_accelerator
+    loss = getattr(a, "loss_backward_spike", 0)
+    bwd = getattr(a, "layer_backward", 0) if own_backward else 0
+    head = getattr(a, "loss_head", 0)
+    own = max(0, (saved - head) // max(1, n_flight) - getattr(a, "pipe_kept", 0))
+    shared = min(own, getattr(a, "layers_shared", 0))
+    gone = max(0, head - held)  # what of the head backward frees once its nodes have run
+    s = (own - shared) // layers if layers else 0
+    acts = [saved + loss - kept_dup]
+    freed = getattr(a, "recompute_freed", 0)
+    gross = a.recompute_layer + freed
+    if own_backward:
+        # the head's own moment (lm_head's backward: the loss's nodes' saved tensors freed, the logits' and the
+        # hidden state's gradients live), then the layers with the head's saved tensors freed (torch releases a
+        # node's saved tensors right after it runs: engine.cpp evaluate_function -> release_variables)
+        acts.append(saved - getattr(a, "loss_freed", 0) + getattr(a, "head_backward", 0) - kept_dup)
+        js = js if layers and js else layer_moment_breaks(a, layers) if layers else [0]
+        k = _k_of_l(a, layers)
+        n_u = layers - k if k else 0  # the un-checkpointed layers, run back first
+        if n_u:
+            c = getattr(a, "checkpoint_kept", 0)
+            u = max(0, own - shared - k * c) // n_u
+            ub = getattr(a, "uncheckpointed_backward", 0)
+            # the recomputed layer's whole peak (recompute_layer is net of the un-checkpointed layers, clamped at 0)
+            peak = getattr(a, "recompute_layer_peak", 0) or gross
+            acts += [saved - gone + (ub - j * u if j < n_u else peak + bwd - n_u * u - (j - n_u) * c)
+                     for j in js]
+        else:
+            # layer L-1's recompute is net of what of recompute_freed the moment does not free itself (the head's share
+            # is ``gone``); below it the moment frees what has run back itself, so the recomputed layer is its whole
+            # peak -- but selective recompute's peak (eager: eager_recompute_peak) holds the layer's own kept
+            # tensors, which its moment counts as saved already: net of them at every layer
+            rec0 = max(0, gross - (freed - getattr(a, "recompute_freed_head", 0)))
+            sel = getattr(a, "recompute", "none") == "selective"
+            acts += [saved - gone - j * s + bwd + (rec0 if j == 0 or sel else gross) for j in js]
+    elif layers and js:
+        # layer L-1 with the loss head's saved tensors (the head's nodes run just before it); below it freed
+        acts += [saved - j * s + bwd + (a.recompute_layer - kept_dup if j == 0 else gross - gone) for j in js]
+    else:
+        acts.append(saved + a.recompute_layer + bwd - kept_dup)
+    acts.append(saved - gone - own)
+    return acts
