@@ -9,7 +9,7 @@ pointer into the config (RFC 6901), the line and column where the file has one, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 Severity = Literal["error", "warning", "info"]
 
@@ -82,6 +82,12 @@ class Finding:
     #: True when :attr:`pointer` names a key the config does not contain (DeepSpeed's default applies there):
     #: set by :meth:`located` given the config's data; line/column are then the nearest enclosing written key's.
     absent: bool = field(default=False, compare=False)
+    #: The ``--set`` argument the finding's key came from (``--set 'zero_optimzation.stage=2'``), set by
+    #: :meth:`located` for a pointer at or under a key a ``--set`` wrote (``LoadedConfig.overrides``): the file's
+    #: line:column would name what the argument replaced, or a key the file does not have. Every output
+    #: locates the finding there (text: :func:`advisor.render.lint.finding_location`; JSON ``"set"``;
+    #: SARIF and GitHub: no line, the argument in the message).
+    set_arg: str | None = field(default=None, compare=False)
 
     def text(self, units: str | None = None) -> tuple[str, str]:
         """(message, fix) with every size in ``units`` ("GiB" / "GB"; None: as stored, the default
@@ -124,16 +130,25 @@ class Finding:
             d["file"] = self.file
         if self.absent:
             d["absent"] = True
+        if self.set_arg is not None:
+            d["set"] = self.set_arg
         data = {**self.sizes, **self.data} if self.sizes else self.data  # the sizes' bytes, by name
         if data:
             d["data"] = data
         return d
 
-    def located(self, positions: dict[str, tuple[int, int]], file: str | None, data: Any = _NO_DATA) -> "Finding":
+    def located(self, positions: dict[str, tuple[int, int]], file: str | None, data: Any = _NO_DATA,
+                overrides: "Mapping[str, str] | None" = None) -> "Finding":
         """Return a copy with line/column filled from ``positions`` (pointer -> (line, col)),
         using the nearest enclosing pointer that has a position. Given the config's ``data`` (the dict
         DeepSpeed gets), a pointer that names no key of it is marked :attr:`absent` (its line/column are
-        then the nearest enclosing written key's: the top level, 1:1, for a missing section)."""
+        then the nearest enclosing written key's: the top level, 1:1, for a missing section).
+        ``overrides`` (``LoadedConfig.overrides``: pointer of a key a ``--set`` wrote -> the argument): a
+        finding at or under one is the argument's (:attr:`set_arg`), with no line of the file."""
+        if overrides and self.line is None and self.file in (None, file):
+            arg = set_argument(self.pointer, overrides)
+            if arg is not None:
+                return replace(self, file=file if self.file is None else self.file, set_arg=arg, absent=False)
         absent = self.absent or (data is not _NO_DATA and self.file in (None, file) and not resolves(data, self.pointer))
         line, col = self.line, self.column
         if line is None:
@@ -146,6 +161,16 @@ class Finding:
                     break
                 ptr = ptr.rsplit("/", 1)[0]
         return replace(self, line=line, column=col, file=file if self.file is None else self.file, absent=absent)
+
+
+def set_argument(ptr: str, overrides: "Mapping[str, str]") -> str | None:
+    """The ``--set`` argument that wrote the key at JSON pointer ``ptr`` or an object above it
+    (``overrides``: pointer -> argument, ``LoadedConfig.overrides``; the longest such pointer wins), else None."""
+    best = None
+    for p, arg in overrides.items():
+        if (ptr == p or ptr.startswith(p + "/")) and (best is None or len(p) > len(best[0])):
+            best = (p, arg)
+    return best[1] if best else None
 
 
 def worst(findings: Iterable[Finding]) -> int:

@@ -85,7 +85,9 @@ def read_input(source: str, *, trainer_args: Any = None, world_size: int | None 
     if overrides and inp.launch is None:
         from advisor.config.overrides import apply_overrides, check_overrides
         check_overrides(inp.loaded, overrides)  # a value a file would be reported for: exit 2 naming the --set
-        inp.loaded = dataclasses.replace(inp.loaded, data=apply_overrides(inp.loaded.data, overrides))
+        from advisor.config.overrides import written_pointers
+        inp.loaded = dataclasses.replace(inp.loaded, data=apply_overrides(inp.loaded.data, overrides),
+                                         overrides=written_pointers(inp.loaded.data, overrides))
     return inp
 
 

@@ -51,6 +51,9 @@ class LoadedConfig:
     #: JSON pointer -> (line, column), 1-based, for every object member in the text.
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     text: str = ""
+    #: JSON pointer of each key a ``--set`` wrote -> the argument (``--set 'a.b=2'``):
+    #: :func:`advisor.config.overrides.written_pointers`; a finding there is located at the argument.
+    overrides: dict[str, str] = field(default_factory=dict)
 
 
 class _DuplicateKey(ValueError):

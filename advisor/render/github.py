@@ -49,9 +49,10 @@ def annotation(f: Finding, default_file: str | None = None, rule_names: dict[str
         file = None
     title = f.code + (f" {rule_names[f.code]}" if rule_names and f.code in rule_names else "")
     message, fix = f.text(units)
-    msg = f"{f.pointer or '/'}: {message}" + (f"\nfix: {fix}" if fix else "")
-    return command(COMMANDS[f.severity], msg, file=file, line=f.line if file else None,
-                   col=f.column if file and f.line else None, title=title)
+    msg = (f"{f.set_arg}: " if f.set_arg is not None else "") + f"{f.pointer or '/'}: {message}" \
+        + (f"\nfix: {fix}" if fix else "")
+    line = f.line if file and f.set_arg is None else None  # a key a --set wrote: no line of the file
+    return command(COMMANDS[f.severity], msg, file=file, line=line, col=f.column if line else None, title=title)
 
 
 def github_annotations(results: "Iterable[FileResult]", units: str | None = None) -> str:

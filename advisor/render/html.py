@@ -798,7 +798,9 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
                      "<th>fix</th></tr>")
         for fo, f in zip(result.findings, d["findings"]):
             where = fo.shown_pointer  # "/" for the document; "(absent: DeepSpeed's default)" for a key not written
-            if f.get("line"):
+            if fo.set_arg is not None:  # a key a --set wrote: the argument, not a line of the file
+                where += f" ({fo.set_arg})"
+            elif f.get("line"):
                 where += f" (line {f['line']})"
             msg, fix = fo.text(units)  # sizes in the report's units
             parts.append(f"<tr><td><code>{_e(f['code'])}</code></td><td class='sev-{_e(f['severity'])}'>"

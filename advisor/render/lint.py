@@ -104,8 +104,11 @@ def hf_hint_lines(findings: list[Finding], command: str, file: str) -> tuple[lis
 
 def finding_location(f: Finding, file: str = "") -> str:
     """Where a finding is, as every text report prints it: ``file:line:column`` (the finding's own file, else
-    ``file``; column 1 when only the line is known), ``file`` alone when it has no line. Escaped
-    (:func:`safe_text`): a path's control characters are shown, not sent."""
+    ``file``; column 1 when only the line is known), ``file`` alone when it has no line; for a key a
+    ``--set`` wrote (:attr:`Finding.set_arg`), the argument (``--set 'a.b=2' (on FILE)``), not a line of the file.
+    Escaped (:func:`safe_text`): a path's control characters are shown, not sent."""
+    if f.set_arg is not None:
+        return safe_text(f.set_arg + (f" (on {f.file or file})" if f.file or file else ""))
     loc = f.file or file
     if f.line is not None:
         loc += f":{f.line}:{f.column or 1}"
@@ -115,7 +118,7 @@ def finding_location(f: Finding, file: str = "") -> str:
 def location_prefix(f: Finding) -> str:
     """``file:line:column: `` before a finding in estimate's and check's text reports (:func:`finding_location`,
     as lint prints it), empty for a finding with no line (one about no place in a file)."""
-    return f"{finding_location(f)}: " if f.line is not None and f.file else ""
+    return f"{finding_location(f)}: " if (f.line is not None and f.file) or f.set_arg is not None else ""
 
 
 def finding_lines(f: Finding, file: str, color: bool = False, units: str | None = None) -> list[str]:

@@ -97,7 +97,8 @@ def _fingerprint(f: Finding, uri: str | None) -> str:
 def sarif_result(f: Finding, rule_index: dict[str, int], default_file: str | None = None,
                  cwd: str | None = None) -> dict[str, Any]:
     """One SARIF ``result`` for a finding."""
-    text = f.message + (f" Fix: {f.fix}" if f.fix else "")
+    # a key a --set wrote: the argument, not a line of the file (Finding.set_arg)
+    text = (f"{f.set_arg}: " if f.set_arg is not None else "") + f.message + (f" Fix: {f.fix}" if f.fix else "")
     res: dict[str, Any] = {"ruleId": f.code, "level": LEVELS[f.severity], "message": {"text": text}}
     if f.code in rule_index:
         res["ruleIndex"] = rule_index[f.code]
@@ -108,7 +109,7 @@ def sarif_result(f: Finding, rule_index: dict[str, int], default_file: str | Non
         if art[1]:
             al["uriBaseId"] = art[1]
         phys: dict[str, Any] = {"artifactLocation": al}
-        if f.line is not None and f.line >= 1:
+        if f.line is not None and f.line >= 1 and f.set_arg is None:
             region: dict[str, Any] = {"startLine": f.line}
             if f.column is not None and f.column >= 1:
                 region["startColumn"] = f.column
@@ -118,6 +119,8 @@ def sarif_result(f: Finding, rule_index: dict[str, int], default_file: str | Non
     res["locations"] = [loc]
     res["partialFingerprints"] = {"dsAdvisorFinding/v1": _fingerprint(f, art[0] if art else f.file)}
     props: dict[str, Any] = {"pointer": f.pointer, "severity": f.severity}
+    if f.set_arg is not None:
+        props["set"] = f.set_arg
     if f.fix:
         props["fix"] = f.fix
     if f.data:

@@ -957,7 +957,8 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
 
     # a lower-bound accelerator peak (ledger.peak_lower_bound) is rule M104's finding among result.findings,
     # and the accelerator row's verdict is at best "tight" (FitRow.verdict)
-    extra = [f.located(loaded.positions, loaded.source, loaded.data) for f in findings_extra + nv_findings]
+    extra = [f.located(loaded.positions, loaded.source, loaded.data, loaded.overrides)
+             for f in findings_extra + nv_findings]
     all_findings = sort_findings(list(result.findings) + extra)
     return CheckResult(source=loaded.source, model=inventory.name, parameters=inventory.numel, launch=launch,
                        accelerators=acc, host=host, nvme=paths, libaio=libaio, tiers=tiers, findings=all_findings,

@@ -1219,6 +1219,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
     workload = plan.workload
     positions = plan.loaded.positions if plan.loaded is not None else {}
     data = plan.loaded.data if plan.loaded is not None else {}  # the config as written: absent keys are marked
+    set_by = plan.loaded.overrides if plan.loaded is not None else {}  # keys a --set wrote: located at it
     source = plan.source
     why = unsupported_reason(ec, cluster.dp_world_size)
     if why is not None:
@@ -1228,7 +1229,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         refused = [] if said else [emit(code="M090", severity="error", pointer="",
                                         message=f"DeepSpeed 0.19.8 will refuse this config at initialize(): {why}",
                                         fix="fix the configuration first; no memory estimate is possible for it"
-                                        ).located(positions, source, data)]
+                                        ).located(positions, source, data, set_by)]
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []) + refused,
                               workload=workload, activations_note="", overhead=overhead,
@@ -1254,7 +1255,7 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                        if f.code == "M100" and f.data.get("tier") in short
                        else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
-    fit_found = [f.located(positions, source, data) for f in pf.findings]
+    fit_found = [f.located(positions, source, data, set_by) for f in pf.findings]
     from advisor.rules.W001_seq_len_beyond_positions import positions_finding
     pos = positions_finding(inventory.meta, workload.seq_len)  # W001: past the model's positions
     if pos is not None:

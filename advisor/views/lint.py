@@ -209,7 +209,8 @@ def lint_config(loaded: LoadedConfig, *, world_size: int | None = None, world_si
             continue
         seen.add(k)
         out.append(f)
-    return sort_findings(f.located(loaded.positions, loaded.source, loaded.data) for f in fold_array_findings(out))
+    return sort_findings(f.located(loaded.positions, loaded.source, loaded.data, loaded.overrides)
+                         for f in fold_array_findings(out))
 
 
 def _suppressed_refusals(findings: list[Finding], raw) -> list[Finding]:

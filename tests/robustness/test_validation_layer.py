@@ -75,12 +75,16 @@ def test_set_deeper_than_a_file_may_be_is_one_line_refusal(tmp_path, cmd, arg):
 
 
 def test_set_at_the_file_depth_limit_is_accepted(tmp_path):
-    # The same nesting in a file is accepted (64 levels): a file written with it, and --set.
-    f = _z2(tmp_path)
+    # The same nesting in a file is accepted (64 levels): a file written with it, and --set. Under
+    # optimizer.params (handed to the optimizer as written): a key DeepSpeed ignores ("a" at the top level)
+    # is S002 and, through --set, exit 2 since fixa22, whatever its depth.
+    f = tmp_path / "z2.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
+                             "optimizer": {"type": "AdamW", "params": {}}}))
     deep = tmp_path / "deep.json"
-    deep.write_text(json.dumps({"a": json.loads("[" * 63 + "]" * 63)}))
+    deep.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"a": json.loads("[" * 61 + "]" * 61)}}}))
     assert run_cli(["lint", str(deep)]).returncode != 2
-    for arg in ("a=" + "[" * 63 + "]" * 63, ".".join(["a"] * 63) + ".b=1"):
+    for arg in ("optimizer.params.a=" + "[" * 61 + "]" * 61, "optimizer.params." + ".".join(["a"] * 61) + ".b=1"):
         p = run_cli(["lint", str(f), "--set", arg])
         _no_internal(p)
         assert p.returncode != 2, p.stderr
