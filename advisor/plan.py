@@ -42,8 +42,8 @@ class Cluster:
     DeepSpeed-Ulysses ``sequence_parallel_size`` (its own ranks; ZeRO partitions over DP x SP,
     ``engine.py`` seq_data_parallel_group); ``megatron_sequence_parallel``: Megatron sequence
     parallelism, which reuses the tensor-parallel group (activations only); ``expert_parallel``:
-    DeepSpeed MoE ``ep_size`` (experts split over it; their ZeRO over the expert-data-parallel
-    group of zero_world_size / ep ranks).
+    DeepSpeed MoE ``ep_size`` (experts split over it, whole on every tensor-parallel rank; their
+    ZeRO over the expert-data-parallel group, :attr:`expert_data_parallel_size`).
 
     Global rank order (DeepSpeed ``runtime/pipe/topology.py:PipeModelDataParallelTopology``,
     axes pipe, data, model; the Ulysses axis inside data): rank = ((stage x DP + d) x SP + q) x TP + m."""
@@ -76,6 +76,27 @@ class Cluster:
     def zero_world_size(self) -> int:
         """Ranks ZeRO partitions dense parameters over: DP x SP (Ulysses ranks join the ZeRO group)."""
         return self.dp_world_size * max(1, self.sequence_parallel)
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        """Ranks ZeRO partitions a routed expert's parameters, gradients and optimizer state over
+        (DeepSpeed MoE, ``expert_parallel`` = ep > 1): zero_world_size x tensor_parallel / ep, the
+        pipeline stage's DP x SP x TP ranks split into ep expert-data-parallel groups, tensor-parallel
+        ranks included. DeepSpeed 0.19.8: ``moe/layer.py`` l.93-97 builds the groups with
+        ``utils/groups.py`` _create_expert_and_data_parallel unless expert tensor parallelism is on
+        (off by default, and without an mpu); its legacy path (l.426-445, mp_size None) makes, per
+        stage of pp_stride = world / pp ranks (l.416), the ep groups ``range(stage_start + i,
+        stage_start + pp_stride, ep)`` of pp_stride / ep ranks each -- local rank l = z x TP + m of the
+        stage (ZeRO rank z, tensor-parallel rank m) is member l // ep of group l mod ep, and holds
+        expert-parallel shard l mod ep (the expert-parallel groups are ep consecutive ranks, l.462-463).
+        ZeRO-1/2 takes that group's size as the partition count of a ``moe`` param group
+        (``runtime/zero/stage_1_and_2.py`` _configure_moe_settings l.880-881), BF16_Optimizer likewise
+        (``runtime/bf16_optimizer.py`` _configure_moe_settings l.142-146, _setup_for_real_optimizer
+        l.153). DeepSpeed requires only that ep divide pp_stride (``_ensure_divisibility``, l.417), not
+        the data-parallel size. 0 when ep does not divide it (DeepSpeed refuses: rule G004)."""
+        ep = max(1, self.expert_parallel)
+        width = self.zero_world_size * max(1, self.tensor_parallel)
+        return 0 if width % ep else width // ep
 
     @property
     def model_parallel(self) -> bool:

@@ -9342,20 +9342,23 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
     structure), accounted by :func:`_roles` over the ZeRO group (DP x SP ranks: ZeRO never
     partitions over the tensor- or pipeline-parallel ranks; ``runtime/pipe/engine.py`` and
     ``stage_1_and_2.py`` take ``dp_process_group`` = the data-parallel group of the grid).
-    With ``expert_parallel`` e > 1 the routed-expert tensors (num_experts / e per rank) form their
-    own param groups partitioned over the expert-data-parallel group of W / e ranks
-    (``moe/utils.py:split_params_into_different_moe_groups_for_optimizer``, ``utils/groups.py:
-    _create_expert_and_data_parallel``: ZeRO rank z is expert-data-parallel rank z // e); their
+    With ``expert_parallel`` e > 1 the routed-expert tensors (num_experts / e per rank, whole on every
+    tensor-parallel rank) form their own param groups
+    (``moe/utils.py:split_params_into_different_moe_groups_for_optimizer``) partitioned over the
+    expert-data-parallel group of :attr:`Cluster.expert_data_parallel_size` = W x t / e ranks, the
+    tensor-parallel ranks among them: the stage's local rank l = z x t + m is its member l // e; their
     entries are added to the dense ones with the same item names.
 
-    Every tensor-parallel rank of a stage holds the same shapes, so it shares its ZeRO rank's
-    role; stages whose entries coincide (equal layer counts in the middle) share a role too.
-    Ranks are global (:meth:`Cluster.coords`)."""
+    Every tensor-parallel rank of a stage holds the same shapes; without expert parallelism it shares
+    its ZeRO rank's role, with it its role is its ZeRO rank's dense role and its expert-data-parallel
+    rank's expert role. Stages whose entries coincide (equal layer counts in the middle) share a role
+    too. Ranks are global (:meth:`Cluster.coords`)."""
     from advisor.model.parallel import layer_period, shard, split_experts
     tp, pp, ep = cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel
     Wz = cl.zero_world_size
-    if ep > 1 and Wz % ep:
-        raise ValueError(f"ep_size {ep} does not divide the data-parallel size {Wz}")
+    We = cl.expert_data_parallel_size
+    if ep > 1 and not We:
+        raise ValueError(f"ep_size {ep} does not divide the {Wz * tp} ranks of a pipeline stage (DP x SP {Wz} x TP {tp})")
     roles: dict[tuple, RankLedger] = {}
     # The stages between the first and the last hold only layers; when the model's layers are the same
     # up to their index (layer_period), two such stages of as many layers hold the same tensors up to the
@@ -9380,23 +9383,26 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                 middle[n_layers] = d_roles
         e_roles: list[RankLedger] = []
         if experts is not None and experts.tensors:
-            e_roles = _roles(ec, experts, Wz // ep, wrapper, basic, ga)
-        # ZeRO rank z has dense role d and expert role e when z is in d's ranks and z // ep in e's
+            e_roles = _roles(ec, experts, We, wrapper, basic, ga)
+        # the stage's local rank l = z tp + m has dense role d when its ZeRO rank l // tp is in d's ranks and
+        # expert role e when its expert-data-parallel rank l // ep is in e's (Cluster.expert_data_parallel_size)
         combos: dict[tuple[int, int], RankSet] = {}
         for di, d in enumerate(d_roles):
+            dl = d.ranks.scaled(tp)
             if not e_roles:
-                combos[(di, -1)] = d.ranks
+                combos[(di, -1)] = dl
             for ei, e in enumerate(e_roles):
-                zs = d.ranks & e.ranks.scaled(ep)
-                if len(zs):
-                    combos[(di, ei)] = zs
-        for (di, ei), zs in combos.items():
+                ls = dl & e.ranks.scaled(ep)
+                if len(ls):
+                    combos[(di, ei)] = ls
+        for (di, ei), ls in combos.items():
             entries = list(d_roles[di].entries)
             if pp > 1:
                 entries += pipeline_stage_entries(ec, inv.meta, workload, s, pp, ga, wrapper, cl.dp_world_size)
             if ei >= 0:
-                entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts) "
-                                    f"over the expert-data-parallel group of {Wz // ep}: {e.formula}",
+                entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts, "
+                                    f"whole on each tensor-parallel rank) over the expert-data-parallel group of "
+                                    f"{We} (DP x SP x TP / ep): {e.formula}",
                                     source=e.source + "; moe/utils.py:split_params_into_different_moe_groups_for_optimizer")
                             for e in e_roles[ei].entries]
             if pp > 1 or tp > 1:
@@ -9404,7 +9410,7 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                     (" of " if tp > 1 else "") + f"a pipeline stage of {sh.layers[1] - sh.layers[0]} layers" if pp > 1 else "")
                 entries = [replace(e, formula=e.formula + f" [{what}: {sh.inventory.numel:,} parameters]")
                            for e in entries]
-            granks = zs.scaled(tp, s * Wz * tp)  # global ranks (s Wz + z) tp + m, m < tp
+            granks = ls.scaled(1, s * Wz * tp)  # global ranks s Wz tp + l
             key = tuple((e.tier, e.cls, e.item, e.bytes, e.life) for e in entries)
             if key in roles:
                 roles[key].ranks = roles[key].ranks | granks
@@ -9422,7 +9428,8 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
 def _zero_walks(inv: Inventory, cl: Cluster) -> list[tuple[Inventory, int]]:
     """The (tensor list, ZeRO partition group size) each rank role of the plan accounts: the model over the
     zero world size, or under tensor / pipeline / expert parallelism each stage's shard (its routed experts over
-    the expert-data-parallel group of W / ep), as :func:`_model_parallel_roles` takes them."""
+    the expert-data-parallel group, :attr:`Cluster.expert_data_parallel_size`), as :func:`_model_parallel_roles`
+    takes them."""
     Wz = cl.zero_world_size
     if not cl.model_parallel:
         return [(inv, Wz)]
@@ -9431,7 +9438,7 @@ def _zero_walks(inv: Inventory, cl: Cluster) -> list[tuple[Inventory, int]]:
     for sh in shard(inv, cl.tensor_parallel, cl.pipeline_parallel, cl.expert_parallel):
         if cl.expert_parallel > 1:
             dense, experts = split_experts(sh.inventory)
-            out += [(dense, Wz), (experts, max(1, Wz // cl.expert_parallel))]
+            out += [(dense, Wz), (experts, max(1, cl.expert_data_parallel_size))]
         else:
             out.append((sh.inventory, Wz))
     return out

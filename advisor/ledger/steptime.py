@@ -457,16 +457,16 @@ def offload_sub_groups(plan: "Plan") -> list[tuple[int, bool]]:
 
 def _rank_parts(plan: "Plan") -> list[tuple[Any, int]]:
     """(inventory, partition world) of each part one rank's optimizer holds: the rank's tensors over
-    the W ZeRO ranks, or under expert parallelism e the dense tensors over W and the rank's routed
-    experts over the expert-data-parallel group of W / e (``moe/utils.py``, as the ledger:
-    state.py _model_parallel_roles)."""
+    the W ZeRO ranks, or under expert parallelism the dense tensors over W and the rank's routed
+    experts over the expert-data-parallel group (:attr:`advisor.plan.Cluster.expert_data_parallel_size`,
+    ``moe/utils.py``, as the ledger: state.py _model_parallel_roles)."""
     from advisor.model.parallel import split_experts
     W = plan.cluster.zero_world_size
     ep = plan.cluster.expert_parallel
     inv = _rank_inventory(plan)
     if ep > 1:
         dense, experts = split_experts(inv)
-        return [(dense, W), (experts, W // ep)]
+        return [(dense, W), (experts, max(1, plan.cluster.expert_data_parallel_size))]
     return [(inv, W)]
 
 

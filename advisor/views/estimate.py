@@ -449,8 +449,9 @@ def _sharding_words(cl: Cluster, stage: int, wrapper: str = "") -> str:
         parts.append(f"{cl.pipeline_parallel} pipeline stages (layers by partition_uniform; embeddings on the "
                      "first, the head on the last)")
     if cl.expert_parallel > 1:
-        parts.append(f"expert parallelism {cl.expert_parallel} (experts over the EP group, their ZeRO over "
-                     f"{cl.zero_world_size // cl.expert_parallel} expert-data-parallel ranks)")
+        parts.append(f"expert parallelism {cl.expert_parallel} (experts over the EP group, whole on each "
+                     f"tensor-parallel rank; their ZeRO over {cl.expert_data_parallel_size} expert-data-parallel "
+                     "ranks)")
     zero = (f"ZeRO-{stage} over a data-parallel group of {cl.zero_world_size} rank{'' if cl.zero_world_size == 1 else 's'}"
             + (f" (DP {cl.dp_world_size} x Ulysses SP {cl.sequence_parallel})" if cl.sequence_parallel > 1 else "")
             if stage else
