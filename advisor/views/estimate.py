@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from advisor.config.versions import accounting_note, current_release, release_dict
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as _replace
 from typing import Any
 
 from advisor import DEEPSPEED_VERSION, __version__
@@ -885,8 +885,36 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
     return out
 
 
+def assumed_seq_len(given: int | None, plan: Plan, acts: ActivationEstimate | None) -> int | None:
+    """The sequence length (tokens) the activations were estimated at when none was given (``given``,
+    ``Workload.seq_len`` before :func:`activations_for` fills it in: None without ``--seq-len`` or a
+    workload sidecar): the model's ``max_seq_len`` (max_position_embeddings), as :func:`activations_for`
+    takes it. None when one was given, or the activations are not estimated."""
+    if given is not None or acts is None:
+        return None
+    return (plan.inventory.meta or {}).get("max_seq_len") or None
+
+
+def with_assumed_seq_len(f: Finding, seq: int) -> Finding:
+    """M100 / M104 finding ``f`` saying its figures hold at the assumed sequence length ``seq``
+    (:func:`assumed_seq_len`) and giving ``--seq-len`` first in its fix, before the re-estimated changes
+    ("no single change fits" is said of that length too): llama-3.1-8b's 131,072-token default made
+    activations of ~2 TiB and an M100 "over by 2,157.77 GiB" that never named the length (newcomer 22)."""
+    words = f" (at {seq:,} tokens per sequence: the model's maximum context, assumed because no --seq-len was given)"
+    first = (f"give --seq-len for the sequence you train on: this estimate assumed {seq:,} tokens, the model's "
+             f"maximum context, and activations grow with it. Then: ")
+    from advisor.findings import render_sized
+    from advisor.units import DEFAULT_UNITS
+    data = dict(f.data, assumed_seq_len=seq)
+    if f.template is not None:  # a sized template: both texts again in the default units, as emit renders them
+        msg, fix = f.template[0] + literal(words), literal(first) + f.template[1]
+        return _replace(f, message=render_sized(msg, f.sizes, DEFAULT_UNITS), fix=render_sized(fix, f.sizes, DEFAULT_UNITS),
+                        template=(msg, fix), data=data)
+    return _replace(f, message=f.message + words, fix=first + f.fix, data=data)
+
+
 def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None = None,
-                 before: dict[str, str] | None = None) -> Finding:
+                 before: dict[str, str] | None = None, seq_assumed: int | None = None) -> Finding:
     """M100 finding ``f`` with its fix computed (:func:`advisor.views.fixes.fit_candidates`): the
     single changes that make ``f``'s tier fit without overflowing another tier that fit before
     (``before``: tier -> the plan's verdict; a tier already short has its own finding), judged on
@@ -896,8 +924,10 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
     first config change's ``--set`` strings in ``data["set"]``, every candidate in
     ``data["candidates"]``. Says when activations are most of an accelerator peak. Two changes
     together (``combined`` candidates, tried only when no single change fits every tier) follow,
-    cheapest first, in ``data["pairs"]``."""
+    cheapest first, in ``data["pairs"]``. ``seq_assumed``: the sequence length the plan assumed
+    (:func:`assumed_seq_len`), named where the changes are said to be re-estimated (at that length)."""
     tier, need = f.data.get("tier"), f.data.get("need") or 0
+    re_est = "re-estimated" + (f" at the assumed {seq_assumed:,} tokens per sequence" if seq_assumed else "")
     pairs = [c for c in candidates if c.combined and tier in c.verdicts]
     mine = [c for c in candidates if not c.combined and tier in c.verdicts]
     # "fits on its own" is the whole plan's verdict: a change that fits this tier by overflowing
@@ -942,7 +972,7 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
         tight = [c for c in mine if c.verdicts[tier] == "tight" and c not in elsewhere]
         whole = "fits on its own" if not any(still_short(c) for c in fits) else \
             f"fits the {literal(tier)} on its own (another tier's shortfall has its own finding)"
-        fix = (why + f"re-estimated, each of these {whole} ({order}): "
+        fix = (why + f"{re_est}, each of these {whole} ({order}): "
                + "; ".join(cost(c) for c in fits[:4]) + ("" if len(fits) <= 4 else f"; {len(fits) - 4} more in data")
                + ("" if not tight else ". Only inside the runtime overhead's uncertainty (M102)"
                   + (" or with a lower-bound peak (M104)" if any(c.lower_bound for c in tight) else "") + ": "
@@ -954,12 +984,12 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
         # an empty search says so, never "no other single change applies": another finding (M002's
         # sub_group_size) may propose one this search does not know
         lbw = " or with a lower-bound peak (M104)" if any(c.lower_bound for c in tight) else ""
-        fix = why + (f"re-estimated, these fit only inside the runtime overhead's uncertainty (M102; measure it "
+        fix = why + (f"{re_est}, these fit only inside the runtime overhead's uncertainty (M102; measure it "
                      f"with --runtime-overhead){lbw}: " + "; ".join(cost(c) for c in tight[:4])
                      + (f". No other single change fits (tried: {tried})" if others else
                         ". The fix search has no other single change for this tier")
                      if tight else
-                     f"no single change fits when re-estimated (tried: {tried})" if others else
+                     f"no single change fits when {re_est} (tried: {tried})" if others else
                      "the fix search has no single change for this tier's shortfall")
         fix += ("; `ds-advisor generate` searches combinations of stage, offload, micro-batch and checkpointing"
                 + ("" if tier != "host" else ", or add host memory"))
@@ -968,7 +998,7 @@ def computed_fix(f: Finding, candidates: list, acts: ActivationEstimate | None =
             literal(f"{c.change} (" + ", ".join(t for t, v in c.verdicts.items() if v == "does not fit") + " then short)")
             for c in elsewhere[:3])
     if pairs:
-        fix += (". Every tier fits with two changes together (re-estimated, fastest modelled step first): "
+        fix += (f". Every tier fits with two changes together ({re_est}, fastest modelled step first): "
                 + "; ".join(cost(c) for c in pairs[:2]))
     data = dict(f.data, candidates=[c.to_dict() for c in mine])
     if pairs:
@@ -1244,7 +1274,9 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
                               overhead=overhead, sections={"unsupported": f"{refused[0].code}: {refused[0].message}"})
+    seq_given = workload.seq_len  # activations_for fills the model's maximum in: the assumption is read before
     pf = plan_fit(plan, capacity, overhead, load=load, hf=hf)
+    seq = assumed_seq_len(seq_given, plan, pf.activations)
     short = {f.data.get("tier") for f in pf.findings if f.code == "M100"} & {"accelerator", "host"}
     if short:  # the M100 fix: candidate changes re-estimated (advisor.views.fixes)
         from advisor.views.fixes import fit_candidates
@@ -1252,10 +1284,17 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
                                has_activations=pf.activations is not None, hardware=hardware, hf=hf,
                                activations=activations_for)
         before = {r.tier: r.verdict for r in pf.rows}
-        pf.findings = [computed_fix(f, cands, peak_role_activations(pf), before)
+        pf.findings = [computed_fix(f, cands, peak_role_activations(pf), before,
+                                    seq_assumed=seq if f.data.get("tier") == "accelerator" else None)
                        if f.code == "M100" and f.data.get("tier") in short
                        else f for f in pf.findings]
     ledger, acts, note, load, roles, rows = pf.ledger, pf.activations, pf.activations_note, pf.load, pf.roles, pf.rows
+    if seq:  # the shortfall (and M104's floor) at a sequence length nobody gave: say so where it is read; a tier
+        # the activations do not reach (the host without cpu_checkpointing, NVMe) does not depend on it
+        tiers = {"accelerator"} | ({"host"} if acts is not None and acts.saved_host else set())
+        pf.findings = [with_assumed_seq_len(f, seq) if f.code == "M104" or (f.code == "M100" and f.data.get("tier")
+                                                                              in tiers) else f
+                       for f in pf.findings]
     fit_found = [f.located(positions, source, data, set_by) for f in pf.findings]
     from advisor.rules.W001_seq_len_beyond_positions import positions_finding
     pos = positions_finding(inventory.meta, workload.seq_len)  # W001: past the model's positions
