@@ -464,6 +464,10 @@ def _map_error(err, hf: bool) -> list[Finding]:
                                 f"config parser coerces it to {json.dumps(coerced)}",
                                 f"write {json.dumps(coerced)}")]
             consequence = "DeepSpeed 0.19.8 rejects it at deepspeed.initialize (pydantic ValidationError)"
+        elif tuple(path) in SECTION_UNPACKED:
+            # a section DeepSpeed unpacks into its pydantic model: anything but a mapping (or the documented
+            # bool form) raises TypeError where the config is built (fixa22: it said a string "counts as true")
+            consequence = SECTION_UNPACKED[tuple(path)].format(kind=type(inst).__name__ if inst is not None else "NoneType")
         elif ctx in ("dict", ""):
             consequence = "DeepSpeed uses the value as is and fails or misbehaves later"
             if isinstance(inst, str) and "boolean" in (expected if isinstance(expected, list) else [expected]):
@@ -512,6 +516,17 @@ def _map_error(err, hf: bool) -> list[Finding]:
                         f"set {key} to {_describe(sch)}")]
 
     return [emit("S003", "error", ptr, f"{where}: {err.message}", "")]
+
+
+#: Sections DeepSpeed 0.19.8 unpacks with ``Model(**value)``: a value that is not a mapping (nor the bool a
+#: section takes in its deprecated form) raises TypeError while DeepSpeedConfig is built in deepspeed.initialize.
+#: zero_optimization: runtime/zero/config.py ``get_zero_config`` l.71-78 (a bool is the deprecated form, l.74-75;
+#: else ``DeepSpeedZeroConfig(**zero_config_dict)``, l.78), called from runtime/config.py l.499.
+SECTION_UNPACKED: dict[tuple[str, ...], str] = {
+    ("zero_optimization",): ("DeepSpeed 0.19.8 raises TypeError when deepspeed.initialize builds the config "
+                             "(runtime/zero/config.py l.78 get_zero_config: DeepSpeedZeroConfig(**value): \"argument "
+                             "after ** must be a mapping, not {kind}\")"),
+}
 
 
 def _value_schema(sch: dict[str, Any], validator: str) -> dict[str, Any]:
