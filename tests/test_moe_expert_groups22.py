@@ -196,3 +196,16 @@ def test_ds_refuses_what_g004_refuses(monkeypatch):
     assert len(msgs) == 1 and "12 ranks (DP x SP 6 x TP 2)" in msgs[0]
     with pytest.raises(ValueError, match="does not divide the 12 ranks"):
         compute_ledger(Plan(effective_config(_cfg(1)), inv, Cluster(world_size=12, tensor_parallel=2, expert_parallel=8)))
+
+
+@pytest.mark.parametrize("stage, overlap", [(1, False), (2, True)])
+def test_one_ipg_bucket_for_dense_and_expert_groups(stage, overlap):
+    """DeepSpeedZeroOptimizer keeps one ipg bucket per communication dtype (stage_1_and_2.py l.616), shared by
+    the dense and the moe param groups (l.1421, l.1476-1477): reduce_bucket_size x 2 B (bf16) x (1 +
+    overlap_comm, l.3269-3278) once per rank. The ledger had added the experts' own copy (1 GB more at the
+    default 5e8 elements)."""
+    cfg = _cfg(stage)
+    cfg["zero_optimization"].update(reduce_bucket_size=1_000_000, overlap_comm=overlap)
+    led = compute_ledger(Plan(effective_config(cfg), _toy(), Cluster(world_size=16, tensor_parallel=2, expert_parallel=2)))
+    for rl in led.ranks:
+        assert sum(e.bytes for e in rl.by_item("ipg_bucket")) == 1_000_000 * 2 * (2 if overlap else 1)

@@ -9335,6 +9335,13 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
     return out
 
 
+#: Entries a rank's optimizer wrapper holds once whatever its param groups: under expert parallelism the routed
+#: experts' param groups are accounted apart (:func:`_model_parallel_roles`) and must not add them a second time.
+#: ``ipg_bucket``: DeepSpeedZeroOptimizer's ``ipg_buckets``, one per communication dtype (``stage_1_and_2.py``
+#: l.616), which a moe param's gradient joins like any other (l.1421, l.1476-1477 ``bucket.has_moe_params``).
+SHARED_ACROSS_PARAM_GROUPS = frozenset({"ipg_bucket"})
+
+
 def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
                           ga: int, workload: Any = None) -> list[RankLedger]:
     """Roles under tensor / pipeline / expert parallelism: for each pipeline stage, the tensors
@@ -9400,11 +9407,15 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
             if pp > 1:
                 entries += pipeline_stage_entries(ec, inv.meta, workload, s, pp, ga, wrapper, cl.dp_world_size)
             if ei >= 0:
+                # one ipg bucket per communication dtype, shared by every param group, the moe ones included
+                # (stage_1_and_2.py l.616 ipg_buckets; l.1476-1477 a moe param's gradient joins the same bucket):
+                # the expert groups' own accounting of it is the dense role's buffer again
+                shared = {x.item for x in d_roles[di].entries if x.item in SHARED_ACROSS_PARAM_GROUPS}
                 entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts, "
                                     f"whole on each tensor-parallel rank) over the expert-data-parallel group of "
                                     f"{We} (DP x SP x TP / ep): {e.formula}",
                                     source=e.source + "; moe/utils.py:split_params_into_different_moe_groups_for_optimizer")
-                            for e in e_roles[ei].entries]
+                            for e in e_roles[ei].entries if e.item not in shared]
             if pp > 1 or tp > 1:
                 what = (f"1/{tp} tensor-parallel shard" if tp > 1 else "") + (
                     (" of " if tp > 1 else "") + f"a pipeline stage of {sh.layers[1] - sh.layers[0]} layers" if pp > 1 else "")

@@ -1,7 +1,8 @@
 """Worker for test_moe_groups_engine.py: real DeepSpeed ZeRO-1/2 with a native MoE layer (deepspeed.moe.layer.MoE,
 no expert tensor parallelism) under a tensor-parallel grid (PipelineParallelGrid as the mpu), CPU / gloo. Prints
 per rank, after one "MOEG " marker, each optimizer param group's 16-bit numel, DeepSpeed's partition count and
-the fp32 partition's numel, and the expert-data / expert-parallel group ranks DeepSpeed built.
+the fp32 partition's numel, the expert-data / expert-parallel group ranks DeepSpeed built and how many
+ipg buckets the optimizer keeps (one per communication dtype, for every param group).
 
 argv: TP, EP, the DeepSpeed config (JSON), H, F, E."""
 
@@ -42,7 +43,8 @@ def main() -> None:
                groups=[dict(moe=bool(g.get("moe")), numel=sum(p.numel() for p in o.bit16_groups[i]),
                             partition_count=o.partition_count[i], fp32_part=o.single_partition_of_fp32_groups[i].numel())
                        for i, g in enumerate(o.optimizer.param_groups)],
-               edp=list(G._EXPERT_DATA_PARALLEL_GROUP_RANKS[name]), ep=list(G._EXPERT_PARALLEL_GROUP_RANKS[name]))
+               edp=list(G._EXPERT_DATA_PARALLEL_GROUP_RANKS[name]), ep=list(G._EXPERT_PARALLEL_GROUP_RANKS[name]),
+               ipg_buckets=len(o.ipg_buckets))
     print("MOEG " + json.dumps(rec), flush=True)
 
 

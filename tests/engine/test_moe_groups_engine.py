@@ -61,6 +61,7 @@ def test_expert_partition_matches_deepspeed(tp, ep):
         assert d["edp"] == list(range(r % ep, WORLD, ep)) and d["ep"] == list(range(r // ep * ep, r // ep * ep + ep))
         (moe,) = [g for g in d["groups"] if g["moe"]]
         assert moe["partition_count"] == we and moe["numel"] == E // ep * 2 * H * F  # whole experts, not / TP
+        assert d["ipg_buckets"] == 1  # dense and moe groups share it
 
     from advisor.config.effective import effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
@@ -76,3 +77,4 @@ def test_expert_partition_matches_deepspeed(tp, ep):
             assert [e.bytes for e in plain] == [4 * dense["fp32_part"]], (r, plain, dense)
             lp = [e.bytes for e in rl.by_item("lp_params_flat") if e.formula.startswith("routed experts")]
             assert lp == [2 * moe["numel"]]
+            assert len(rl.by_item("ipg_bucket")) == got[r]["ipg_buckets"]
