@@ -1601,6 +1601,11 @@ def _zero3_grad_columns(inv: Inventory, linear: bool) -> tuple:
     return inv.memo(("zero3_grad_columns", bool(linear)), compute)
 
 
+#: issue 21: the column pass's flush_extra computes a bucket's flat buffer once per distinct value of what it reads
+#: (False: once per flush, the reference; tests/test_flush_by_values22.py compares them)
+ZERO3_FLUSH_BY_VALUES = True
+
+
 def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguous: bool,
                               reduce_scatter: bool, norm: bool = False,
                               gathered: "tuple | None" = None,
@@ -1740,6 +1745,28 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
         # the flush adds there as a column (0 elsewhere): once per (flushes, W, C, reduce_scatter, norm), read only
         fbs, pms = [], []
         add = [0] * L
+        if ZERO3_FLUSH_BY_VALUES:
+            # flat_of(lo, p) reads held = P[p] - P[lo], the count p - lo, F[p] - F[lo], max(ns[lo:p]) (with norm
+            # only) and own_of(lo) (of ns[lo]) -- the rest is fixed in this call -- so it is computed once per
+            # distinct 5-tuple of them, the tuples made and looked up through C-level maps, no Python step a flush
+            # (issue 21: at the 1e5-tensor limit every bucket holds one or two 4096-element gradients, ~58k
+            # flat_of calls a pass, 6 passes)
+            los, ps = flushes.los, flushes.ps
+
+            def keys() -> "Iterator[tuple]":
+                return zip(map(operator.sub, map(P.__getitem__, ps), map(P.__getitem__, los)),
+                           map(operator.sub, ps, los),
+                           map(operator.sub, map(F.__getitem__, ps), map(F.__getitem__, los)),
+                           map(max, map(ns.__getitem__, map(slice, los, ps))) if norm else itertools.repeat(0),
+                           map(ns.__getitem__, los))
+            one: dict = {}
+            for key, (lo, p) in dict(zip(keys(), zip(los, ps))).items():
+                fb, pm = flat_of(lo, p)
+                one[key] = (fb, pm, fb + pm * 8 + own_of(lo) * D)
+            got = list(map(one.__getitem__, keys()))  # references to the few shared tuples, 8 B a flush
+            collections.deque(map(add.__setitem__, ps, map(operator.itemgetter(2), got)), maxlen=0)
+            return (_FlushExtra(flushes, _packed(map(operator.itemgetter(0), got)),
+                                _packed(map(operator.itemgetter(1), got))), _packed(add))
         for lo, p in flushes:
             fb, pm = flat_of(lo, p)
             fbs.append(fb)
@@ -1747,7 +1774,7 @@ def _zero3_reduce_flush_bytes(inv: Inventory, W: int, C: int, rbs: int, contiguo
             add[p] = fb + pm * 8 + own_of(lo) * D
         return _FlushExtra(flushes, _packed(fbs), _packed(pms)), _packed(add)
     extra, add = inv.memo(("zero3_grad_flush_extra", bool(linear), rbs, W, C, D, G, predivide, bool(reduce_scatter),
-                           bool(norm)),
+                           bool(norm), ZERO3_FLUSH_BY_VALUES),
                           flush_extra)
     if gathered is not None:
         mod_of, at_fetch, during, at_end = gathered
