@@ -381,13 +381,20 @@ def pipeline_layer_indices(inv: "Inventory") -> dict[str, int]:
     i is i + 1, everything after the last (final norm, head) is num_layers + 1 -- the layer list
     ``[embedding] + blocks + [head]`` (tests/engine/pipe_worker.py; the stage split of
     :func:`advisor.model.parallel.shard`). Megatron-DeepSpeed's GPTModelPipe puts function layers
-    (no state_dict, no file) between them, which shifts the indices."""
+    (no state_dict, no file) between them, which shifts the indices. Memoised per tensor list and
+    ``meta["num_layers"]``, all it reads (issue 21: generate asked it once per (tp, pp) layout, 6 x 1e5
+    tensors at its limit); callers must not change the dict."""
     from advisor.model.parallel import layer_of
-    idx = [layer_of(t) for t in inv.tensors]
-    L = int((inv.meta or {}).get("num_layers") or (max((i for i in idx if i is not None), default=-1) + 1))
-    first = next((k for k, i in enumerate(idx) if i is not None), len(idx))
-    return {t.name: (i + 1 if i is not None and i < L else (0 if i is None and k < first else L + 1))
-            for k, (t, i) in enumerate(zip(inv.tensors, idx))}
+    L_meta = (inv.meta or {}).get("num_layers")
+
+    def compute() -> dict[str, int]:
+        idx = [layer_of(t) for t in inv.tensors]
+        L = int(L_meta or (max((i for i in idx if i is not None), default=-1) + 1))
+        first = next((k for k, i in enumerate(idx) if i is not None), len(idx))
+        return {t.name: (i + 1 if i is not None and i < L else (0 if i is None and k < first else L + 1))
+                for k, (t, i) in enumerate(zip(inv.tensors, idx))}
+    # repr: a hashable key whatever the meta holds (1 and 1.0 kept apart: the safe side)
+    return inv.memo(("pipeline_layer_indices", repr(L_meta)), compute)
 
 
 def _zero12_optim_files(files: list, d: str, ec, cluster: Cluster, W: int, Ps: list[tuple[int, int]], k: int,
