@@ -276,18 +276,26 @@ def test_expert_parallel_8_offloaded_step_time_by_hand(tmp_path):
     16 / 8 = 2 (moe/utils.py split_params_into_different_moe_groups_for_optimizer), 42 B each
     (28 B Adam kernel + 8 B unscale + 6 B 16-bit copy, as test_steptime)."""
     cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({
-        "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
-        "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"},
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
-                              "offload_param": {"device": "cpu"}}}))
+    base = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
+            "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"}}
+    cfg.write_text(json.dumps({**base, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                                             "offload_param": {"device": "cpu"}}}))
+    args = [str(cfg), "--model", "mixtral-8x7b", "--world-size", "16", "--expert-parallel", "8",
+            "--hardware", "dgx-h100:2", "--seq-len", "4096"]
+    # ZeRO-3 with DeepSpeed's MoE layer (ep 8): deepspeed.initialize raises "Native DeepSpeed MoE is not
+    # supported with ZeRO Stage 3" (runtime/engine.py l.2197-2216): G008, no estimate
+    p = run_cli(["estimate", *args, "--format", "json"])
+    assert p.returncode == 1, p.stderr
+    assert "not divisible" not in p.stderr
+    assert [f for f in json.loads(p.stdout)["findings"] if f["code"] == "G008"]
+    # ZeRO-2 (what DeepSpeed runs native MoE at) with the optimizer on the CPU: the same partitions, dense over
+    # the 16 ZeRO ranks, the rank's expert per layer over the expert-data-parallel group of 2
+    cfg.write_text(json.dumps({**base, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
     inv = resolve_model("mixtral-8x7b")
     h, m, L = 4096, 14336, 32
     dense = inv.numel - L * 8 * 3 * h * m
     rank_experts = L * 1 * 3 * h * m
     want = (dense // 16 + rank_experts // 2) * 42  # every tensor here divides by 16 and 2: no padding
-    args = [str(cfg), "--model", "mixtral-8x7b", "--world-size", "16", "--expert-parallel", "8",
-            "--hardware", "dgx-h100:2", "--seq-len", "4096"]
     p = run_cli(["estimate", *args, "--format", "json"])
     assert p.returncode in (0, 1), p.stderr
     assert "not divisible" not in p.stderr

@@ -1,0 +1,80 @@
+"""G008 native-moe-zero3: DeepSpeed's own MoE layer (``deepspeed.moe.layer.MoE``) at ZeRO stage 3.
+
+What DeepSpeed 0.19.8 does: ``deepspeed.initialize`` marks the engine ``has_moe_layers`` when the model
+holds a ``deepspeed.moe.layer.MoE`` (or an AutoEP ``AutoEPMoELayer``) module (``runtime/engine.py``
+l.2101-2107), whatever its ``ep_size`` -- ep 1 included. At ZeRO-3 ``_configure_zero_optimizer``
+calls ``_validate_zero3_moe_compatibility`` (l.2709-2710), which raises ``AssertionError("Native
+DeepSpeed MoE is not supported with ZeRO Stage 3. Use AutoEP or choose ZeRO stage 1/2.")`` for any
+native ``MoE`` module (l.2197-2216): the job stops inside ``deepspeed.initialize``.
+
+When the advisor models DeepSpeed's MoE layer: ``--expert-parallel`` > 1 (DeepSpeed's ``ep_size``
+exists only on ``deepspeed.moe.layer.MoE``) or ``--moe-capacity-factor`` (its fixed-capacity
+dispatch, even at ep 1). transformers' own MoE blocks (e.g. ``MixtralSparseMoeBlock``, the advisor's
+default: dropless routing, ep 1) are not ``MoE`` instances, so ``has_moe_layers`` stays False and ZeRO-3
+runs them as dense modules: no finding.
+
+AutoEP (``"expert_parallel": {"enabled": true, "autoep_size": N}``, ``module_inject/auto_ep_config.py``
+parse_autoep_config l.48-49) replaces transformers' MoE blocks by ``AutoEPMoELayer`` in
+``_configure_expert_parallel`` (engine.py l.816-821, presets for Mixtral, DeepSeek-V2/V3, Qwen3-MoE,
+...); ZeRO-3 accepts those (l.2217-2232: without sequence parallelism, qgZ, hpZ or expert tensor
+parallelism). With AutoEP enabled in the config this rule says nothing (the advisor models the experts'
+ZeRO layout of native MoE, not of AutoEP's ZeRO-3 placement).
+
+Anti-pattern: ``--expert-parallel 8`` (or ``--moe-capacity-factor 1.25``) on Mixtral with
+``"zero_optimization": {"stage": 3}``.
+
+Fix: ZeRO stage 1 or 2 with expert parallelism (the experts' ZeRO state partitions over the
+expert-data-parallel group), or keep ZeRO-3 with AutoEP: transformers' MoE blocks and
+``"expert_parallel": {"enabled": true, "autoep_size": N}`` instead of ``deepspeed.moe.layer.MoE``.
+"""
+
+from __future__ import annotations
+
+from advisor.rules import LintContext, Rule, register
+
+
+def _capacity_factor(ctx: LintContext):
+    """DeepSpeed MoE's capacity factor the command models (plan's workload, else the resolved one), or None."""
+    if ctx.plan is not None:
+        return ctx.plan.workload.moe_capacity_factor
+    values = getattr(ctx.workload, "values", None) or {}
+    return values.get("moe_capacity_factor")
+
+
+def autoep_enabled(raw) -> bool:
+    """True when the config turns AutoEP on: ``expert_parallel.enabled`` true (``runtime/config.py``
+    get_expert_parallel_config l.171-174 -> ``auto_ep_config.py`` parse_autoep_config l.48)."""
+    ep = raw.get("expert_parallel") if isinstance(raw, dict) else None
+    return isinstance(ep, dict) and ep.get("enabled") is True
+
+
+@register
+class NativeMoeZero3(Rule):
+    code = "G008"
+    name = "native-moe-zero3"
+    severity = "error"
+    reads_stage = True
+    needs_model = True
+    refuses = True
+
+    def check(self, ctx: LintContext):
+        if ctx.effective.zero.stage != 3 or ctx.inventory is None:
+            return
+        experts = (ctx.inventory.meta or {}).get("num_experts") or 0
+        if not experts or autoep_enabled(ctx.raw):
+            return
+        ep = getattr(ctx.cluster, "expert_parallel", 1) or 1
+        cf = _capacity_factor(ctx)
+        if ep <= 1 and cf is None:
+            return  # transformers' own MoE blocks: not deepspeed.moe.layer.MoE, ZeRO-3 runs them
+        why = f"--expert-parallel {ep}" if ep > 1 else f"--moe-capacity-factor {cf:g}"
+        yield self.finding("/zero_optimization/stage",
+                           f"ZeRO stage 3 with DeepSpeed's MoE layer ({why}, {experts} experts): deepspeed.initialize "
+                           "raises \"Native DeepSpeed MoE is not supported with ZeRO Stage 3\" for any "
+                           "deepspeed.moe.layer.MoE module, at every ep_size (runtime/engine.py "
+                           "_validate_zero3_moe_compatibility l.2197-2216, called at l.2710)",
+                           "set zero_optimization.stage to 1 or 2 (expert parallelism partitions the experts' ZeRO "
+                           "state over the expert-data-parallel group), or keep stage 3 with AutoEP: transformers' "
+                           "MoE blocks and \"expert_parallel\": {\"enabled\": true, \"autoep_size\": "
+                           f"{ep if ep > 1 else 'N'}}} instead of deepspeed.moe.layer.MoE",
+                           expert_parallel=ep, moe_capacity_factor=cf, num_experts=experts)
