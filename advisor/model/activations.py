@@ -418,12 +418,28 @@ class ActivationEstimate:
     checkpoint_kept: int = 0
     uncheckpointed_backward: int = 0
 
+    #: False under pipeline parallelism: backward's moments are the PipelineEngine-measured ones there (no head
+    #: moment, no ``layer_backward``; :func:`backward_moments`), as the timeline takes them.
+    own_backward: bool = True
+
+    def backward_moments(self) -> list[int]:
+        """Accelerator activation bytes at backward's moments (:func:`backward_moments` over this estimate: start,
+        the head's where ``own_backward``, layer L-1's and, under k of L, the first checkpointed layer's -- within a
+        run of layers each moment holds one layer's saved bytes less than the one before --, end), the run-back
+        micro-batch among ``in_flight``, with what the caller's output holds of the head kept (:func:`head_held`;
+        none under pipeline parallelism), as ``advisor.ledger.timeline.role_timeline`` takes them."""
+        own = self.own_backward
+        return backward_moments(self, self.layers_on_rank, [], max(1, self.in_flight),
+                                held=head_held(self) if own else 0, own_backward=own)
+
     @property
     def peak_accelerator(self) -> int:
-        """Largest activation footprint on the accelerator during the step (bytes): what the end
-        of forward keeps plus the largest transient -- the loss spike in forward, the loss
-        gradients in backward, or (checkpointing) one recomputed layer."""
-        return self.saved_accelerator + max(self.loss_spike, self.loss_backward_spike, self.recompute_layer)
+        """Largest activation footprint on the accelerator during the step (bytes): the larger of forward's peak
+        (the saved tensors + the loss's fp32 logits copy) and backward's worst moment (:meth:`backward_moments`: the
+        loss gradients at its start, lm_head's backward, a layer's own backward with its recompute) -- the moments
+        the timeline places its backward instants at, so the row is the largest of what the timeline counts.
+        Measured: tests/test_backward_moments.py."""
+        return max(self.saved_accelerator + self.loss_spike, *self.backward_moments())
 
 
 def _m(meta: dict[str, Any], *names: str, default: Any = None) -> Any:
@@ -1001,10 +1017,10 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
         base = estimate_activations(meta, _replace(x, checkpointing="none", cpu_checkpointing=False))
         peak_none = base.peak_accelerator
     else:
-        peak_none = saved_acc + max(loss_spike, loss_backward_spike)
+        peak_none = 0  # the row itself (below)
     breakdown = {f"layer.{k}": v for k, v in dense.items()}
     breakdown["loss_head"] = loss_saved
-    return ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
+    est = ActivationEstimate(per_layer=largest_layer, layers_on_rank=layers_on_rank, saved_accelerator=saved_acc,
                               saved_host=saved_host, recompute_layer=recompute, loss_head=loss_saved,
                               loss_head_kept=logits_kept, loss_head_freed=head_freed,
                               loss_spike=loss_spike, loss_backward_spike=loss_backward_spike,
@@ -1016,7 +1032,10 @@ def estimate_activations(meta: dict[str, Any], x: ActivationInputs) -> Activatio
                               in_flight=in_flight, pipe_kept=pipe_kept, layer_backward=max(0, layer_bwd),
                               layers_shared=shared, loss_freed=loss_freed, head_backward=head_bwd,
                               recompute_freed_head=recompute_freed_head, checkpoint_kept=ckpt_kept,
-                              uncheckpointed_backward=max(0, unckpt_bwd))
+                              uncheckpointed_backward=max(0, unckpt_bwd), own_backward=p <= 1)
+    if mode == "none":
+        est.peak_without_recompute = est.peak_accelerator
+    return est
 
 
 def head_held(a: Any) -> int:

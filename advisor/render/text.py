@@ -289,11 +289,32 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
 
 
 #: The step's activation transients on top of what is saved for backward (advisor.model.activations.
-#: ActivationEstimate: ``loss_spike``, ``loss_backward_spike``, ``recompute_layer``): the row and the
-#: timeline add the largest of them only (``peak_accelerator``), as none is live with another.
+#: ActivationEstimate: ``loss_spike``, ``loss_backward_spike``, ``recompute_layer``), for figures without
+#: ``backward_moments`` (:func:`_row_transients`): the row adds the largest only, as none is live with another.
 _TRANSIENTS = (("loss_backward_spike", "the loss backward's fp32 gradients"),
                ("loss_spike", "the loss's fp32 logits copy in forward"),
                ("recompute_layer", "one layer recomputed in backward"))
+
+
+def _row_transients(ac: dict[str, Any]) -> list[tuple[int, str]]:
+    """(bytes above ``saved_accelerator``, words) of each candidate for the row's transient: forward's loss spike
+    and each of backward's moments (``backward_moments``: start, lm_head's where ``own_backward``, the layers', the
+    end; the largest of a kind), whose largest the row adds (``ActivationEstimate.peak_accelerator``);
+    :data:`_TRANSIENTS` where the figures carry no moments. A moment below the saved bytes (backward has freed more
+    than it holds) is a negative candidate, never the largest: forward's spike is at least 0."""
+    moms = ac.get("backward_moments")
+    if not moms:
+        return [(ac.get(k) or 0, words) for k, words in _TRANSIENTS]
+    saved, own = ac["saved_accelerator"], ac.get("own_backward", True)
+    rec = " with one layer recomputed" if ac.get("recompute") not in (None, "none") else ""
+    layer = f"a layer's own backward{rec}" if own else f"layer L-1's backward{rec}"
+    names = (["the loss backward's fp32 gradients"] + (["lm_head's backward with its gradients"] if own else [])
+             + [layer] * (len(moms) - 3 - (1 if own else 0)) + [f"layer L-1's backward{rec}" if not own else layer]
+             + ["the end of backward"])
+    best: dict[str, int] = {}
+    for m, w in zip(moms, names):
+        best[w] = max(best.get(w, m - saved), m - saved)
+    return [(ac.get("loss_spike") or 0, "the loss's fp32 logits copy in forward")] + [(b, w) for w, b in best.items()]
 
 
 def activation_row_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS) -> str:
@@ -309,10 +330,10 @@ def activation_row_words(ac: dict[str, Any], mode: str | bool, units: str = DEFA
     parts = [] if none else [f"; the row: saved {size(ac['saved_accelerator'], units)}"]
     if none and ac.get("loss_head"):
         parts.append(f"+ loss head {size(ac['loss_head'], units)}")
-    trans = [(ac.get(k) or 0, words) for k, words in _TRANSIENTS]
+    trans = _row_transients(ac)
     top = max(trans, key=lambda x: x[0])
     if top[0]:
-        others = [f"{w} {size(b, units)}" for b, w in trans if b and (b, w) != top]
+        others = [f"{w} {size(b, units)}" for b, w in trans if b > 0 and (b, w) != top]
         parts.append(f"+ {top[1]} {size(top[0], units)} (the largest transient"
                      + (f"; not live with it, so not added: {', '.join(others)}" if others else "") + ")")
     items = [x for x in ac.get("row_items") or [] if x["bytes"]]
@@ -462,8 +483,9 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
             if role.get("activations"):
                 ac = role["activations"]
                 mode = ac.get("recompute") or ("full" if a_w["checkpointing"] == "full" else "none")
-                saves = (ac.get("peak_without_recompute") or 0) - (ac["saved_accelerator"] + max(
-                    ac["loss_spike"], ac.get("loss_backward_spike") or 0, ac["recompute_layer"]))
+                saves = (ac.get("peak_without_recompute") or 0) - (ac.get("peak_accelerator") or (
+                    ac["saved_accelerator"] + max(ac["loss_spike"], ac.get("loss_backward_spike") or 0,
+                                                  ac["recompute_layer"])))
                 console.print("  activations: " + activation_words(ac, mode, units, pipeline=staged)
                               + activation_row_words(ac, mode, units)
                               + (f"; recomputation saves {size(saves, units)} at the peak and adds "

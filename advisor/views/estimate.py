@@ -385,6 +385,12 @@ class EstimateResult:
                         "pipe_kept": r.activations.pipe_kept,
                         # of the saved bytes, what every layer shares (RoPE's cos and sin; the eager mask), bytes
                         "layers_shared": r.activations.layers_shared,
+                        # backward's moments (start, the head's where own_backward, layer L-1's and under k of L the
+                        # first checkpointed layer's, end), bytes: the accelerator row's activations are the largest
+                        # of these and forward's saved + loss_spike (peak_accelerator)
+                        "backward_moments": r.activations.backward_moments(),
+                        "own_backward": r.activations.own_backward,
+                        "peak_accelerator": r.activations.peak_accelerator,
                         # the ledger's own activation entries the accelerator row adds to these figures
                         "row_items": [{"item": e.item, "bytes": e.bytes}
                                       for e in r.step_entries("accelerator", "activations")],
