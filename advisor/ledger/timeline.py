@@ -2539,6 +2539,12 @@ def _load_and_init(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, r:
 MADE_GRAD_ITEMS = {"lp_grads": "sum", "accumulate_grad_new": "max"}
 
 
+#: issue 21: backward_grad_layout of a tensor list with no layer name by C-level sums (False: the walk, the reference;
+#: tests/test_grad_layout_no_layer22.py compares them)
+GRAD_LAYOUT_NO_LAYER = True
+_NAME, _NUMEL, _TRAINABLE = (operator.attrgetter(a) for a in ("name", "numel", "trainable"))
+
+
 def backward_grad_layout(inv: Any) -> tuple[int, int, tuple[int, ...], int, int, tuple[int, ...], int]:
     """Where backward makes each trainable gradient of ``inv`` (elements), in forward order:
     ``(pre, post, layers, pre_max, post_max, layer_maxes, N)``: ``pre`` = the tensors before the first
@@ -2555,6 +2561,17 @@ def backward_grad_layout(inv: Any) -> tuple[int, int, tuple[int, ...], int, int,
 
     def compute() -> tuple:
         sib = autograd_siblings(inv)
+        tensors = inv.tensors
+        if GRAD_LAYOUT_NO_LAYER and _LAYER_RE.search(".".join(map(_NAME, tensors))) is None:
+            # no name holds a layer (the names joined by ".": a name's match is found in the join, where "^" is
+            # the "." before it; a match across two names is only a false alarm, walked): every trainable tensor
+            # goes to ``pre`` in the loop below, returned as ``post`` -- its sums at C level (issue 21: 25 PP stage
+            # lists of the 1e5 nameless tensors at generate's limit, a regex search and a Python step each)
+            flags = list(map(_TRAINABLE, tensors))
+            ns = list(itertools.compress(map(_NUMEL, tensors), flags))
+            pre = sum(ns)
+            return 0, pre, (), 0, max(itertools.chain((0,), map(operator.add, ns, itertools.compress(sib, flags)))), \
+                (), pre
         pre = post = pre_max = post_max = n_all = 0
         layers: dict[str, list[int]] = {}
         seen_layer = False
@@ -2578,7 +2595,7 @@ def backward_grad_layout(inv: Any) -> tuple[int, int, tuple[int, ...], int, int,
             return 0, pre, (), 0, pre_max, (), n_all
         return (pre, post, tuple(v[0] for v in layers.values()), pre_max, post_max,
                 tuple(v[1] for v in layers.values()), n_all)
-    return inv.memo(("backward_grad_layout",), compute)
+    return inv.memo(("backward_grad_layout", GRAD_LAYOUT_NO_LAYER), compute)
 
 
 def _layer_moments(lay: tuple) -> list[int]:
