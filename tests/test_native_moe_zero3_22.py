@@ -82,3 +82,16 @@ def test_capacity_factor_is_native_moe_at_ep1(tmp_path):
     p = _run(tmp_path, "estimate", 3, "--moe-capacity-factor", "1.25")
     assert p.returncode == 1, p.stderr
     assert [f for f in json.loads(p.stdout)["findings"] if f["code"] == "G008"]
+
+
+def test_generate_offers_no_zero3_for_deepspeeds_moe_layer(tmp_path):
+    """generate's MoE is DeepSpeed's layer exactly when --moe-capacity-factor is given (it plans ep 1): then
+    no plan, fitting or rejected, is ZeRO-3 (G008); dropless (transformers' blocks) keeps ZeRO-3 plans."""
+    args = ["generate", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--nodes", "1", "--gpus-per-node", "8",
+            "--global-batch", "64", "--seq-len", "4096", "--format", "json"]
+    moe = json.loads(run_cli(args + ["--moe-capacity-factor", "1.0"]).stdout)
+    plans = moe["plans"] + moe.get("rejected", [])
+    assert plans and all(p["stage"] != 3 for p in plans), [p["stage"] for p in plans]
+    assert any("G008" in n for n in moe["notes"])
+    dropless = json.loads(run_cli(args).stdout)
+    assert any(p["stage"] == 3 for p in dropless["plans"] + dropless.get("rejected", []))

@@ -175,9 +175,16 @@ def test_generate_fixed_parallel_sizes_and_capacity_factor(tmp_path):
     # MoE capacity factor: generate's activations are estimate's for the written config + sidecar
     cfg, d, side = _gen(tmp_path, "--moe-capacity-factor", "1.0", model="mixtral-8x7b", name="m.json")
     assert side["moe_capacity_factor"] == 1.0 and "MoE capacity factor 1" in d["assumptions"]["activations"]
+    # ZeRO-3 is out for DeepSpeed's MoE layer (G008: deepspeed.initialize refuses it), so the plan is a
+    # pipeline one: its activations are its largest stage's, each estimate role's peak_accelerator
+    # (saved + the largest transient, advisor.model.activations.ActivationEstimate.peak_accelerator)
+    assert d["plans"][0]["stage"] != 3 and side["pipeline_parallel"] > 1
     e = json.loads(run_cli(["estimate", str(cfg), "--model", "mixtral-8x7b", "--world-size", "8",
                             "--format", "json"]).stdout)
-    assert e["ranks"][0]["tiers"]["accelerator"]["activations"] == d["plans"][0]["activation_bytes_per_rank"]
+    peaks = [r["activations"]["saved_accelerator"] + max(r["activations"]["loss_spike"],
+                                                          r["activations"]["loss_backward_spike"],
+                                                          r["activations"]["recompute_layer"]) for r in e["ranks"]]
+    assert max(peaks) == d["plans"][0]["activation_bytes_per_rank"]
 
 
 def test_the_configs_sequence_parallel_size_beats_the_sidecar(tmp_path):

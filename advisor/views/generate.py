@@ -656,6 +656,17 @@ def _capacity(hw: Any, tier: Any):
                     nvme=int(tier.capacity_bytes) if tier else None, nvme_shared=bool(tier and tier.shared))
 
 
+def _peak_activations(pf) -> int:
+    """The plan's largest per-rank activation footprint on the accelerator (bytes), as estimate shows it
+    per rank: under pipeline parallelism each stage's own (:func:`advisor.views.estimate.plan_fit`
+    splits the roles by stage, 1F1B keeping min(p - stage, GA) micro-batches in flight), not the
+    stage-less ``pf.activations``, which no rank holds (llama-3.1-8b PP 2: 33.8 GB where estimate's
+    ranks hold 26.4 and 22.9); 0 when the activations are not estimated."""
+    staged = [r.activations.peak_accelerator for r in pf.roles if r.activations is not None]
+    if staged and pf.ledger.plan.cluster.pipeline_parallel > 1:
+        return max(staged)
+    return pf.activations.peak_accelerator if pf.activations is not None else 0
+
 def _rejection(pf: Any) -> Rejection | None:
     """None when estimate's verdict for the plan is "fits"; else the first row that does not fit
     (or the load phase, M101), else the first tight row."""
@@ -1041,6 +1052,12 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
         notes.append(f"warning W001: {pos[1]}")
     combos = [c for c in enumerate_combos(nvme_ok=tier is not None)
               if cap.host is not None or (c.offload_optimizer == "none" and c.offload_param == "none")]
+    if req.moe_capacity_factor is not None and (meta.get("num_experts") or 0):
+        # --moe-capacity-factor is DeepSpeed's MoE layer (deepspeed.moe.layer.MoE), which deepspeed.initialize
+        # refuses at ZeRO-3 (rule G008, runtime/engine.py _validate_zero3_moe_compatibility l.2197-2216)
+        combos = [c for c in combos if c.stage != 3]
+        notes.append("DeepSpeed's MoE layer (--moe-capacity-factor): ZeRO-3 plans not considered, deepspeed.initialize "
+                     "refuses them (G008)")
 
     ranked: list[Candidate] = []
     rejected: list[Candidate] = []
@@ -1171,7 +1188,7 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
                 cand = Candidate(combo, b, ga, ck, tp=tp, pp=pp, sp=sp, accelerator=rows["accelerator"].need,
                                  host=rows["host"].need if "host" in rows else 0,
                                  nvme=rows["nvme"].need if "nvme" in rows else 0,
-                                 activations=a.peak_accelerator if a is not None else 0,
+                                 activations=_peak_activations(pf),
                                  states_source="estimate's fit (advisor.views.estimate.plan_fit)")
                 cand.rejection = _rejection(pf)
                 # activations_floor=False above keeps such a plan rankable (its verdict would be at best
