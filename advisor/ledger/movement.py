@@ -355,8 +355,9 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
     if cl.expert_parallel > 1:
         if not plan.workload.seq_len:
             out.append("expert parallelism: the MoE all-to-alls need the sequence length (--seq-len)")
-        out.append("expert parallelism: the expert parameters' ZeRO collectives over the expert-data-parallel group "
-                   "(counted over the whole ZeRO group)")
+        if ec.zero.stage == 3:
+            out.append("expert parallelism at ZeRO-3 (refused by DeepSpeed, G008): the expert parameters' ZeRO "
+                       "collectives counted over the whole ZeRO group")
     if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, plan.cluster.dp_world_size) > 1:
         out.append("ZeRO-1/2 offload with gradient accumulation: per-micro-step host accumulation copies are "
                    "approximated (source reading only)")
@@ -415,8 +416,11 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     moe = moe_movements(plan, 0, (0, L), last=True, ranks_per_node=rpn) + ulysses_movements(plan, L, ranks_per_node=rpn)
     multi = plan.cluster.world_size > rpn
     hpz = hpz_within_node(plan, rpn)
+    ecoll = _expert_zero_collectives(plan, plan.inventory, not multi)
     for k, ranks in by.items():
         ms = _rank_movements(plan, ranks[0], k, akey, hpz)
+        if ecoll is not None:
+            ms = [m for m in ms if not _is_zero_collective(m)] + [replace(m, rank=ranks[0]) for m in ecoll]
         ms += [replace(m, rank=ranks[0]) for m in moe]
         ms = [replace(m, crosses=crossing(m, multi)) if m.link == NETWORK else m for m in ms]
         if hardware is not None:
@@ -451,9 +455,13 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
         extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0], stage=sh.stage, ranks_per_node=rpn)
         # hpZ's groups are consecutive global ranks (group_spans_nodes "hpz"), not the sub-plan's
         hpz = hpz_within_node(plan, rpn, sh.stage)
+        ecoll = _expert_zero_collectives(plan, sh.inventory, not dp_multi)
         for k, zs in _rank_terms(sub).groups().items():
             granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
-            ms = [replace(m, rank=granks[0]) for m in _rank_movements(sub, zs[0], k, akey, hpz)]
+            ms = _rank_movements(sub, zs[0], k, akey, hpz)
+            if ecoll is not None:
+                ms = [m for m in ms if not _is_zero_collective(m)] + ecoll
+            ms = [replace(m, rank=granks[0]) for m in ms]
             ms += [replace(m, rank=granks[0]) for m in extra]
             ms = [replace(m, crosses=crossing(m, dp_multi)) if m.link == NETWORK else m for m in ms]
             if hardware is not None:
@@ -463,6 +471,51 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
     out.sort(key=lambda x: x[0][0])
     return out
 
+
+def _is_zero_collective(m: Movement) -> bool:
+    """A ZeRO collective of :func:`_rank_movements` (a network row over the data-parallel group)."""
+    return m.link == NETWORK and m.group == "data_parallel"
+
+
+def _expert_zero_collectives(plan: "Plan", inv: Inventory, intra: bool) -> list[Movement] | None:
+    """Under expert parallelism (ep > 1) at ZeRO-0/1/2, the ZeRO collectives of one rank holding ``inv``
+    (its tensor-parallel shard of a stage, the rank's num_experts / ep routed experts in it): the dense
+    tensors' over the ZeRO group (DP x SP, :attr:`advisor.plan.Cluster.zero_world_size`) and the routed
+    experts' over DeepSpeed's expert-data-parallel group, :attr:`advisor.plan.Cluster.expert_data_parallel_size`
+    ranks (the group fact, cited there: ``utils/groups.py`` _create_expert_and_data_parallel l.426-445;
+    ZeRO-1/2 reduce and all-gather a moe param group over it, ``stage_1_and_2.py`` l.880-881 and
+    average_tensor's ``process_group = self.expert_dp_process_group[...]``; ZeRO-0 all-reduces the expert
+    gradients over it, ``engine.py`` _reduce_expert_gradients), each as :func:`_rank_movements` counts a
+    plan of those tensors on that many ranks. The expert rows are group ``expert_data_parallel``;
+    ``intra``: whether the stage's ranks (and so that group, strided by ep across them) lie in one node.
+    At TP 1, ep 8 on 8 ranks that group is one rank: no expert collective at all. None when ep is 1, at
+    ZeRO-3 (DeepSpeed refuses native MoE there, rule G008) or without routed experts in ``inv``."""
+    from advisor.model.parallel import split_experts
+    from advisor.plan import Cluster, Plan
+    cl = plan.cluster
+    if cl.expert_parallel <= 1 or plan.config.zero.stage == 3:
+        return None
+    dense, experts = split_experts(inv)
+    if not experts.tensors:
+        return None
+    wrapper = plan_optimizer(plan)[0]
+    out: list[Movement] = []
+    for part, w, group in ((dense, cl.zero_world_size, "data_parallel"),
+                           (experts, max(1, cl.expert_data_parallel_size), "expert_data_parallel")):
+        if not part.tensors:
+            continue
+        sub = Plan(plan.config, part, Cluster(world_size=w, gpus_per_node=cl.gpus_per_node), plan.workload)
+        sub.derived["placement"] = placement(plan.config, part, w, wrapper)
+        rows = [m for m in _rank_movements(sub, 0) if _is_zero_collective(m)]
+        if group != "data_parallel":
+            rows = [replace(m, item=f"experts_{m.item}", group=group, intra_node=intra,
+                            formula=f"routed experts ({len(part.tensors)} tensors, 1/{cl.expert_parallel} of them) "
+                                    f"over the expert-data-parallel group of {w} (DP x SP x TP / ep): {m.formula}",
+                            source=m.source + "; utils/groups.py _create_expert_and_data_parallel l.426-445, "
+                                              "stage_1_and_2.py l.880-881 (Cluster.expert_data_parallel_size)")
+                    for m in rows]
+        out += rows
+    return out
 
 def model_parallel_movements(plan: "Plan", stage: int, layers: int, ranks_per_node: int | None = None
                              ) -> list[Movement]:
