@@ -73,6 +73,16 @@ def run_group(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProce
     return subprocess.CompletedProcess(cmd, rc, stdout, stderr)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed), for torchrun's
+    --master_port in the engine tests."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_json(args: list[str], **kw) -> tuple[int, dict]:
     p = run_cli(args, **kw)
     try:

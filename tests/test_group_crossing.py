@@ -35,6 +35,7 @@ from advisor.ledger.movement import group_spans_nodes, movement_roles
 from advisor.ledger.state import Cluster, Plan
 from advisor.model.specs import resolve_model
 from advisor.plan import Workload
+from tests.deepspeed_groups import RecordingComm, expert_groups, hpz_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = json.loads((ROOT / "advisor" / "data" / "hardware_presets.json").read_text())
@@ -42,53 +43,17 @@ PEER = PRESETS["accelerators"]["h100-sxm-80gb"]["peer_bytes_per_s"]
 NET = PRESETS["systems"]["dgx-h100"]["network_bytes_per_s"]
 
 
-class _RecordingComm:
-    """Stands in for ``deepspeed.comm`` inside a group builder: a world of ``world`` ranks, this rank 0,
-    every ``new_group`` call's ranks recorded in order."""
-
-    def __init__(self, world: int):
-        self.world, self.made = world, []
-
-    def is_initialized(self):
-        return True
-
-    def get_world_size(self, group=None):
-        return self.world
-
-    def get_rank(self, group=None):
-        return 0
-
-    def new_group(self, ranks):
-        self.made.append(list(ranks))
-        return object()
-
-
 def _ds_hpz_groups(monkeypatch, world, h):
-    groups = pytest.importorskip("deepspeed.utils.groups")
-    comm = _RecordingComm(world)
-    monkeypatch.setattr(groups, "dist", comm)
-    monkeypatch.setattr(groups, "_ZERO_PARAM_INTRA_PARALLEL_GROUP", None)
-    groups._create_zero_param_parallel_group(h)
-    return comm.made
+    return hpz_groups(monkeypatch, world, h)
 
 
 def _ds_expert_groups(monkeypatch, world, pp, ep):
-    groups = pytest.importorskip("deepspeed.utils.groups")
-    comm = _RecordingComm(world)
-    monkeypatch.setattr(groups, "dist", comm)
-    monkeypatch.setattr(groups, "_EXPERT_PARALLEL_GROUP", {})
-    monkeypatch.setattr(groups, "_EXPERT_PARALLEL_GROUP_RANKS", {})
-    monkeypatch.setattr(groups, "_EXPERT_DATA_PARALLEL_GROUP", {})
-    monkeypatch.setattr(groups, "_EXPERT_DATA_PARALLEL_GROUP_RANKS", {})
-    monkeypatch.setattr(groups, "mpu", types.SimpleNamespace(get_pipe_parallel_world_size=lambda: pp))
-    groups._create_expert_and_data_parallel(ep)  # as moe/layer.py l.96-97 calls it
-    assert len(comm.made) == pp * ep + world // ep  # l.433-434 (expert-data), then l.462 (expert)
-    return comm.made[pp * ep:]
+    return expert_groups(monkeypatch, world, pp, ep)[1]
 
 
 def _ds_sequence_groups(monkeypatch, world, sp):
     sps = pytest.importorskip("deepspeed.runtime.sequence_parallel.parallel_state_sp")
-    comm = _RecordingComm(world)
+    comm = RecordingComm(world)
     monkeypatch.setattr(sps, "dist", comm)
     monkeypatch.setattr(sps, "_SEQUENCE_PARALLEL_GROUP", None)
     monkeypatch.setattr(sps, "_SEQUENCE_DATA_PARALLEL_GROUP", None)

@@ -3,7 +3,7 @@
 DeepSpeed 0.19.8 builds the hpZ groups with ``utils/groups.py`` _create_zero_param_parallel_group (l.944-949):
 consecutive global ranks. The ranks' tensor-parallel coordinates come from DeepSpeed's own
 ``PipeModelDataParallelTopology`` (``runtime/pipe/topology.py`` l.244-248, the model axis fastest). Both are
-called here (the builder with a recording stand-in for ``deepspeed.comm``, as tests/test_group_crossing.py
+called here (the builder with a recording stand-in for ``deepspeed.comm``, tests/deepspeed_groups.py, as tests/test_group_crossing.py
 does): every hpZ group of h > 1 ranks holds more than one tensor-parallel shard whenever TP > 1, which is
 what G007 says; at TP 1 none does, and G007 is silent."""
 
@@ -15,44 +15,23 @@ import json
 import pytest
 
 from tests.conftest import run_cli
+from tests.deepspeed_groups import hpz_groups
 
 Z3 = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
       "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3}}
 
 
-class _Comm:
-    def __init__(self, world):
-        self.world, self.made = world, []
-
-    def is_initialized(self):
-        return True
-
-    def get_world_size(self, group=None):
-        return self.world
-
-    def get_rank(self, group=None):
-        return 0
-
-    def new_group(self, ranks):
-        self.made.append(list(ranks))
-        return object()
-
-
 @pytest.mark.parametrize("tp, pp", list(itertools.product((1, 2, 4), (1, 2))))
 def test_hpz_groups_mix_tensor_parallel_shards_exactly_when_tp_above_1(monkeypatch, tp, pp):
-    groups = pytest.importorskip("deepspeed.utils.groups")
     topology = pytest.importorskip("deepspeed.runtime.pipe.topology")
     for dp, h in itertools.product((2, 4, 8), (2, 4, 8)):
         world = pp * dp * tp
         if world % min(h, world):
             continue
-        comm = _Comm(world)
-        monkeypatch.setattr(groups, "dist", comm)
-        monkeypatch.setattr(groups, "_ZERO_PARAM_INTRA_PARALLEL_GROUP", None)
-        groups._create_zero_param_parallel_group(h)
+        made = hpz_groups(monkeypatch, world, h)
         topo = topology.PipeModelDataParallelTopology(num_pp=pp, num_mp=tp, num_dp=dp)
-        shards = [{topo.get_coord(r).model for r in g} for g in comm.made]
-        assert all(len(s) == min(tp, min(h, world)) for s in shards), (tp, pp, dp, h, comm.made)
+        shards = [{topo.get_coord(r).model for r in g} for g in made]
+        assert all(len(s) == min(tp, min(h, world)) for s in shards), (tp, pp, dp, h, made)
         assert all(len(s) > 1 for s in shards) == (tp > 1)
 
 

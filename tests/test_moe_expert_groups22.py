@@ -28,6 +28,7 @@ import pytest
 from advisor.config.effective import effective_config
 from advisor.ledger.state import Cluster, Plan, compute_ledger
 from advisor.model.inventory import Inventory, TensorSpec
+from tests.deepspeed_groups import expert_groups
 
 # a Mixtral-like toy: fused experts (E, 2m, h) and (E, h, m), GQA attention, untied head
 H, M, E, L, V, HEADS, KV = 256, 512, 8, 2, 1024, 8, 4
@@ -130,35 +131,7 @@ def test_tp2_ep2_world16_experts_over_eight_ranks_by_hand():
 
 
 def _ds_expert_data_groups(monkeypatch, world, pp, ep):
-    groups = pytest.importorskip("deepspeed.utils.groups")
-
-    class _Comm:
-        made: list
-
-        def __init__(self):
-            self.made = []
-
-        def is_initialized(self):
-            return True
-
-        def get_world_size(self, group=None):
-            return world
-
-        def get_rank(self, group=None):
-            return 0
-
-        def new_group(self, ranks):
-            self.made.append(list(ranks))
-            return object()
-
-    comm = _Comm()
-    monkeypatch.setattr(groups, "dist", comm)
-    for g in ("_EXPERT_PARALLEL_GROUP", "_EXPERT_PARALLEL_GROUP_RANKS", "_EXPERT_DATA_PARALLEL_GROUP",
-              "_EXPERT_DATA_PARALLEL_GROUP_RANKS"):
-        monkeypatch.setattr(groups, g, {})
-    monkeypatch.setattr(groups, "mpu", types.SimpleNamespace(get_pipe_parallel_world_size=lambda: pp))
-    groups._create_expert_and_data_parallel(ep)  # as moe/layer.py l.96-97 calls it
-    return comm.made[:pp * ep]  # l.433-439: the expert-data-parallel groups come first
+    return expert_groups(monkeypatch, world, pp, ep)[0]  # l.433-439: the expert-data-parallel groups come first
 
 
 @pytest.mark.parametrize("tp, ep, world, pp", sorted({(tp, ep, w, pp) for _, tp, ep, w, pp in CASES}))

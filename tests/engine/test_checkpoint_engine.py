@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import free_port
 from advisor.ledger.checkpoint import checkpoint_files, save_16bit_model_plan
 from advisor.config.effective import effective_config
 from advisor.model.inventory import Inventory, TensorSpec
@@ -75,14 +75,6 @@ def mlp(widths) -> Inventory:
     return Inventory("mlp", ts)
 
 
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def _launch(world_size: int, cells: list[dict], base: str, stop=None) -> dict:
     """One launch of ``world_size`` ranks for ``cells`` in ``base``, ended whole when ``stop`` is set
     (``parity.side_by_side``); {cell id: {"cell": job cell, "error": None | text}}."""
@@ -104,7 +96,7 @@ def _launch(world_size: int, cells: list[dict], base: str, stop=None) -> dict:
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
                PYTHONPATH=package_path())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world_size),
-           "--master_addr", "127.0.0.1", "--master_port", str(_port()), WORKER, job_path, base]
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), WORKER, job_path, base]
     log_path = os.path.join(base, "launch.log")
     with open(log_path, "w") as fh:  # its own process group, ended on timeout or Ctrl-C
         rc = run_process_group(cmd, TIMEOUT_S, stop=stop, stdout=fh, stderr=subprocess.STDOUT, env=env)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 import pytest
 
-from tests.conftest import run_group
+from tests.conftest import free_port, run_group
 
 pytestmark = pytest.mark.engine
 
@@ -29,14 +28,6 @@ m.save_pretrained(sys.argv[1])
 """
 
 
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_rank_0_holds_the_whole_checkpoint_under_hf_zero3(tmp_path):
     ckpt = tmp_path / "ckpt"
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
@@ -44,7 +35,7 @@ def test_rank_0_holds_the_whole_checkpoint_under_hf_zero3(tmp_path):
     assert made.returncode == 0, made.stderr[-3000:]
     ds = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}
     p = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                        "--master_port", str(_port()), os.path.join(HERE, "hf_zero3_load_worker.py"), str(ckpt),
+                        "--master_port", str(free_port()), os.path.join(HERE, "hf_zero3_load_worker.py"), str(ckpt),
                         json.dumps(ds)], 600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     # each rank's record follows its "HFZ3 " marker, wherever another rank's output broke the line

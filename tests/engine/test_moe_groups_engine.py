@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 import pytest
 
-from tests.conftest import run_group
+from tests.conftest import free_port, run_group
 
 pytestmark = pytest.mark.engine
 
@@ -24,14 +23,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 H, F, E, WORLD = 64, 128, 4, 4
 CFG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
        "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 1}}
-
-
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _inventory():
@@ -50,7 +41,7 @@ def test_expert_partition_matches_deepspeed(tp, ep):
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     ds = {k: v for k, v in CFG.items() if k != "optimizer"}  # the worker passes its own AdamW (moe param groups)
     p = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD), "--master_port",
-                   str(_port()), os.path.join(HERE, "moe_groups_worker.py"), str(tp), str(ep), json.dumps(ds),
+                   str(free_port()), os.path.join(HERE, "moe_groups_worker.py"), str(tp), str(ep), json.dumps(ds),
                    str(H), str(F), str(E)], 600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     dec = json.JSONDecoder()
