@@ -49,7 +49,7 @@ def test_G007_flags_hpz_under_tensor_parallelism(tmp_path):
     (f,) = [f for f in d["findings"] if f["code"] == "G007"]
     assert f["severity"] == "error" and f["pointer"] == "/zero_optimization/zero_hpz_partition_size"
     assert "{0, 1, 2, 3, ..}" in f["message"] and "wrong weights" in f["message"]
-    assert "zero_hpz_partition_size to 1" in f["fix"]
+    assert "zero_hpz_partition_size to 1" in f["fix"] and "does not help" in f["fix"]
     assert d["ranks"], "DeepSpeed runs it (no refusal): the estimate stands"
     # no tensor parallelism, or no hpZ: nothing to say
     p, d = _est(tmp_path, cfg, "--world-size", "16", "--gpus-per-node", "8")
@@ -61,3 +61,30 @@ def test_G007_flags_hpz_under_tensor_parallelism(tmp_path):
 def test_G007_explain(tmp_path):
     p = run_cli(["explain", "G007"])
     assert p.returncode == 0 and "_create_zero_param_parallel_group" in p.stdout, p.stderr
+
+
+def test_a_group_given_to_zero_init_does_not_set_hpz_size_or_rank(monkeypatch):
+    """Why G007's fix is only h = 1: ``partition_parameters.py`` l.1126-1129 (Init.__init__) read the hpZ group's
+    size and this rank's place from ``groups._get_zero_param_intra_parallel_group_world_size`` /
+    ``_rank_in_mygroup``, which ask ``dist`` about groups' module global -- None unless
+    _create_zero_param_parallel_group ran -- not about the ``zero_param_parallel_group`` the script passed. With
+    the global unset they answer for the whole world (group=None)."""
+    import inspect
+
+    groups = pytest.importorskip("deepspeed.utils.groups")
+    pp = pytest.importorskip("deepspeed.runtime.zero.partition_parameters")
+    src = inspect.getsource(pp.Init.__init__)
+    assert "self.num_ranks_in_param_group = groups._get_zero_param_intra_parallel_group_world_size()" in src
+    assert "self.rank_in_group = groups._get_zero_param_intra_parallel_rank_in_mygroup()" in src
+
+    class _Dist:
+        def get_world_size(self, group=None):
+            return 16 if group is None else 2  # 2: the script's own group of one TP index
+
+        def get_rank(self, group=None):
+            return 9 if group is None else 1
+
+    monkeypatch.setattr(groups, "dist", _Dist())
+    monkeypatch.setattr(groups, "_ZERO_PARAM_INTRA_PARALLEL_GROUP", None)
+    assert groups._get_zero_param_intra_parallel_group_world_size() == 16
+    assert groups._get_zero_param_intra_parallel_rank_in_mygroup() == 9

@@ -43,3 +43,18 @@ def test_yaml_is_said_once_per_file(tmp_path):
     p.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
     d = json.loads(run_cli(["lint", str(p), "--format", "json"], cwd=tmp_path).stdout)
     assert not [f for f in d["files"][0]["findings"] if f["code"] in ("S008", "S003")]
+
+
+def test_a_yaml_boolean_word_is_not_called_a_mapping(tmp_path):
+    """A reviewer's case: ``wall_clock_breakdown: on`` is True to YAML 1.1 (pyyaml's safe_load) and the string
+    'on' to hjson (quoteless); nothing is a mapping there, so S008 must not say so."""
+    import hjson
+    import yaml
+    text = "train_batch_size: 8\nwall_clock_breakdown: on\n"
+    assert yaml.safe_load(text)["wall_clock_breakdown"] is True and hjson.loads(text)["wall_clock_breakdown"] == "on"
+    p = tmp_path / "ds.yaml"
+    p.write_text(text)
+    d = json.loads(run_cli(["lint", str(p), "--format", "json"], cwd=tmp_path).stdout)
+    s008, = [f for f in d["files"][0]["findings"] if f["code"] == "S008"]
+    assert s008["data"]["keys"] == ["wall_clock_breakdown"]
+    assert "mapping" not in s008["message"] and "booleans" in s008["message"], s008["message"]

@@ -1,8 +1,8 @@
 """G007 hpz-under-tensor-parallel: ZeRO++ hpZ (``zero_hpz_partition_size`` > 1) with tensor parallelism.
 
 What DeepSpeed does: ZeRO-3 with ``zero_hpz_partition_size`` h > 1 and no hpZ group of the script's own
-(``deepspeed.zero.Init(zero_param_parallel_group=...)``; ``runtime/zero/partition_parameters.py`` l.1117-1120,
-``runtime/engine.py`` l.2717-2720) builds its hpZ groups with ``utils/groups.py``
+(``deepspeed.zero.Init(zero_param_parallel_group=...)``; ``runtime/zero/partition_parameters.py`` l.1117-1120;
+``runtime/zero/stage3.py`` l.267-273) builds its hpZ groups with ``utils/groups.py``
 _create_zero_param_parallel_group, l.944-949: min(h, world) *consecutive global ranks*,
 ``range(i * h, (i + 1) * h)`` over ``dist.get_world_size()``, whatever the tensor-parallel group. In
 DeepSpeed's (and Megatron's) rank order the tensor-parallel axis varies fastest
@@ -20,9 +20,12 @@ asserts nothing about it: training runs, on wrong weights, with no error.
 
 Anti-pattern: ``--tensor-parallel 2`` with ``"zero_hpz_partition_size": 8`` at ZeRO-3.
 
-Fix: drop ``zero_hpz_partition_size`` (1) under tensor parallelism, or pass ``deepspeed.zero.Init`` a
-``zero_param_parallel_group`` made of ranks of one tensor-parallel index (members of one data-parallel
-group within a node).
+Fix: drop ``zero_hpz_partition_size`` (1) under tensor parallelism. DeepSpeed 0.19.8 has no working way to
+give hpZ a group of one tensor-parallel index: ``deepspeed.zero.Init(zero_param_parallel_group=...)`` is used
+for the all-gather, but the group's size and this rank's place in it are read from ``utils/groups.py``'s
+module global (``partition_parameters.py`` l.1126-1129, ``_get_zero_param_intra_parallel_group_world_size``
+/ ``_rank_in_mygroup``), which only _create_zero_param_parallel_group sets (to the consecutive groups above),
+and ``stage3.py`` l.267-273 builds those groups itself when that global is unset.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class HpzUnderTensorParallel(Rule):
                            "shard (partition_parameters.py _partition_param_sec l.1930-1936) and the hpZ all-gather "
                            "(l.1572-1575) pieces a weight together from different shards: every forward after the first "
                            "micro-step and every backward computes with wrong weights, silently",
-                           "set zero_hpz_partition_size to 1 under tensor parallelism, or give deepspeed.zero.Init a "
-                           "zero_param_parallel_group of one tensor-parallel index",
+                           "set zero_hpz_partition_size to 1 under tensor parallelism (a zero_param_parallel_group given to "
+                           "deepspeed.zero.Init does not help in DeepSpeed 0.19.8: the group's size and rank are read "
+                           "from utils/groups.py's own hpZ group, partition_parameters.py l.1126-1129)",
                            hpz=h, tensor_parallel=tp)

@@ -54,13 +54,27 @@ class YamlReadAsHjson(Rule):
         from advisor.config.validation import shown
         keys = [k for k in data if k not in as_yaml or as_yaml[k] != data[k]]
         keys += [k for k in as_yaml if k not in data]
-        said = "; ".join(f"{k} is {shown(data[k])} to DeepSpeed" if k in data else f"{k} is absent to DeepSpeed"
-                         for k in keys[:NAMED_KEYS])
+        said = "; ".join(_differs(k, data, as_yaml, shown) for k in keys[:NAMED_KEYS])
         more = f" (and {len(keys) - NAMED_KEYS} more)" if len(keys) > NAMED_KEYS else ""
         yield emit("S008", "warning", "",
                    "this file is YAML, but DeepSpeed 0.19.8 reads a config file as JSON/HJSON, not YAML "
-                   "(deepspeed/runtime/config.py l.443-444: hjson.load), and it reads differently: an indented "
-                   f"mapping under a key is one string to HJSON: {said}{more}; the findings here are about "
+                   f"(deepspeed/runtime/config.py l.443-444: hjson.load), and it reads differently: {said}{more}; "
+                   "the findings here are about "
                    "what DeepSpeed gets",
                    "write the config as JSON, or pass deepspeed.initialize the dict: config=yaml.safe_load(f)",
                    data={"keys": keys})
+
+
+def _differs(key, data: dict, as_yaml: dict, shown) -> str:
+    """How one top-level key reads to DeepSpeed (HJSON) and as YAML, with the reason where it is one of the two
+    known ones: an indented mapping under a key (HJSON: the rest of the line as a string) or YAML 1.1's words for
+    booleans (on/off/yes/no: strings to HJSON)."""
+    if key not in data:
+        return f"{key} is absent to DeepSpeed"
+    if key not in as_yaml:
+        return f"{key} is {shown(data[key])} to DeepSpeed and absent as YAML"
+    y = as_yaml[key]
+    why = (" (an indented mapping under a key is one string to HJSON)" if isinstance(y, dict) and isinstance(data[key], str)
+           else " (YAML reads on/off/yes/no as booleans; HJSON as strings)" if isinstance(y, bool) and isinstance(data[key], str)
+           else "")
+    return f"{key} is {shown(data[key])} to DeepSpeed, {shown(y)} as YAML{why}"
