@@ -203,3 +203,60 @@ def test_a_node_larger_than_the_launchers_world_is_a_malformed_launch(cmd, tmp_p
         assert "capped at the world size 8" in d["launch"]["gpus_per_node"]["source"]
     else:
         assert d["cluster"]["gpus_per_node"] == 8
+
+
+SLURM_PER_NODE = [
+    # (environment, world size by hand): srun --ntasks-per-node=1 torchrun --nproc-per-node=8 on 2 nodes
+    # starts 8 ranks on each of the 2 nodes (torch/distributed/elastic/agent/server/api.py: the world size
+    # is the sum of the nodes' local_world_size, l.620 / l.647): 2 x 8 = 16, whether the 8 comes from
+    # torchrun's LOCAL_WORLD_SIZE or Slurm's SLURM_GPUS_ON_NODE (before torchrun starts)
+    ({"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2"}, 16, 8, 2),
+    ({"SLURM_GPUS_ON_NODE": "8", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2"}, 16, 8, 2),
+    # one rank per Slurm task (srun --ntasks=16 on 2 nodes, no per-node launcher): the tasks are the ranks
+    ({"SLURM_GPUS_ON_NODE": "8", "SLURM_NTASKS": "16", "SLURM_JOB_NUM_NODES": "2"}, 16, 8, 2),
+]
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "check"])
+@pytest.mark.parametrize("env,world,per_node,nodes", SLURM_PER_NODE)
+def test_one_launcher_per_node_under_slurm_is_one_world_in_estimate_and_check(cmd, env, world, per_node, nodes,
+                                                                              tmp_path):
+    """fixd22 (review of 45b1d22): LOCAL_WORLD_SIZE=8 SLURM_NTASKS=2 SLURM_JOB_NUM_NODES=2 on dgx-h100 was
+    world 16 in check (SLURM_JOB_NUM_NODES x LOCAL_WORLD_SIZE) and exit 2 in estimate ("LOCAL_WORLD_SIZE=8
+    is more ranks on this node than the whole job's SLURM_NTASKS=2"), world 2 before 45b1d22; with
+    SLURM_GPUS_ON_NODE=8 instead, world 2 in estimate and 16 in check. Both now read the world through
+    launch.launcher_world_size: the world size, ranks per node and nodes computed by hand above."""
+    from tests.conftest import ROOT
+    p = run_cli([cmd, str(ROOT / "sample_configs" / "zero3.json"), "--hardware", "dgx-h100", *Z3,
+                 "--format", "json"], cwd=tmp_path, env=env)
+    assert p.returncode != 2, p.stderr
+    d = json.loads(p.stdout)
+    if cmd == "check":
+        got = (d["launch"]["world_size"]["value"], d["launch"]["gpus_per_node"]["value"],
+               d["launch"]["num_nodes"]["value"])
+        assert got == (world, per_node, nodes)
+    else:
+        assert (d["cluster"]["world_size"], d["cluster"]["gpus_per_node"]) == (world, per_node)
+
+
+@pytest.mark.parametrize("bad", [{"LOCAL_WORLD_SIZE": "0"}, {"WORLD_SIZE": "abc"}])
+def test_a_malformed_launcher_variable_is_exit_2_in_estimate_and_a_named_warning_in_check(bad, tmp_path):
+    """A malformed launcher variable next to a one-launcher-per-node Slurm job: estimate exits 2 with one
+    line naming it; check (which runs inside the launch) warns naming it (K112) and models the world the
+    remaining variables give, by the same derivation: WORLD_SIZE=abc is skipped and the world is 2 nodes x
+    LOCAL_WORLD_SIZE 8 = 16; LOCAL_WORLD_SIZE=0 is skipped, no other per-node count is set, so SLURM_NTASKS=2
+    stays the world (one rank per task)."""
+    from tests.conftest import ROOT
+    env = {"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2", **bad}
+    name, = bad
+    cfg = str(ROOT / "sample_configs" / "zero3.json")
+    p = run_cli(["estimate", cfg, "--hardware", "dgx-h100", *Z3], cwd=tmp_path, env=env)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    line, = p.stderr.strip().splitlines()
+    assert f"{name}=" in line
+    p = run_cli(["check", cfg, "--hardware", "dgx-h100", *Z3, "--format", "json"], cwd=tmp_path, env=env)
+    assert p.returncode != 2, p.stderr
+    d = json.loads(p.stdout)
+    assert any(name in n for n in d["launch"]["invalid"])
+    assert d["launch"]["world_size"]["value"] == (16 if name == "WORLD_SIZE" else 2)
+    # without the malformed variable, estimate agrees with check's world (the test above)

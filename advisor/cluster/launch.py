@@ -67,12 +67,46 @@ def _slurm_gpus(env: Mapping[str, str], name: str, problems: list[str] | None = 
         return None
 
 
-def world_size_from_env(env: Mapping[str, str] | None = None) -> Found | None:
-    """Total ranks: WORLD_SIZE (torchrun, deepspeed launcher), else SLURM_NTASKS. Raises
-    InputValueError naming the variable when it is set but not an integer from 1 to
-    MAX_WORLD_SIZE (never a silent fallback to the other variable or to 1)."""
+def world_size_from_env(env: Mapping[str, str] | None = None, *, gpus_per_node: Found | None = None,
+                        nodes: Found | None = None) -> Found | None:
+    """Total ranks: WORLD_SIZE (torchrun, deepspeed launcher), else SLURM_NTASKS, read by
+    :func:`launcher_world_size` (one launcher task per node under Slurm: nodes x ranks per node) with
+    ``gpus_per_node`` (default :func:`gpus_per_node_from_env`) and ``nodes`` (default
+    SLURM_JOB_NUM_NODES / SLURM_NNODES). Raises InputValueError naming the variable when it is set
+    but not an integer from 1 to MAX_WORLD_SIZE (never a silent fallback to the other variable or to 1)."""
     env = os.environ if env is None else env
-    return _int(env, "WORLD_SIZE") or _int(env, "SLURM_NTASKS")
+    if "WORLD_SIZE" in env or "SLURM_NTASKS" not in env:
+        return _int(env, "WORLD_SIZE") or _int(env, "SLURM_NTASKS")
+    g = gpus_per_node if gpus_per_node is not None else gpus_per_node_from_env(env)
+    n = nodes if nodes is not None else _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES")
+    return launcher_world_size(env, g, n)
+
+
+def launcher_world_size(env: Mapping[str, str], g: Found | None, nodes: Found | None,
+                        problems: list[str] | None = None) -> Found | None:
+    """The job's world size (ranks) as the launch environment states it -- the one derivation
+    :func:`job_shape` (estimate, checkpoint, report) and :func:`discover_launch` (check) share, so
+    one environment is one world in every command (fixd22: one torchrun per node under Slurm was
+    world 2 in estimate and 16 in check). ``g``: the ranks per node the caller found (a flag, else
+    LOCAL_WORLD_SIZE / SLURM_GPUS_* / visible devices: :func:`gpus_per_node_from_env`); ``nodes``:
+    the job's nodes (a flag or num_machines, else SLURM_JOB_NUM_NODES / SLURM_NNODES).
+
+    WORLD_SIZE (torchrun and the deepspeed launcher set it to every rank of the job); else
+    SLURM_NTASKS -- except when SLURM_NTASKS equals the node count and a node runs more than one
+    rank: then each Slurm task is one per-node launcher (``srun --ntasks-per-node=1 torchrun
+    --nproc-per-node=G``), which starts G ranks, and the world size is nodes x G (torch 2.13.0:
+    torch/distributed/elastic/agent/server/api.py, the world size is the sum of every node's
+    local_world_size, l.620 / l.647). None when neither is set. A malformed variable raises
+    InputValueError naming it, or with ``problems`` is recorded there and skipped (check warns)."""
+    ws = _int(env, "WORLD_SIZE", problems)
+    if ws is not None:
+        return ws
+    nt = _int(env, "SLURM_NTASKS", problems)
+    if (nt and nodes and g and nt.value == nodes.value and g.value > 1
+            and nodes.value * g.value <= MAX_WORLD_SIZE):
+        return Found(nodes.value * g.value, f"{nodes.source} x {g.source}"
+                                            f" (SLURM_NTASKS={nt.value}: one launcher task per node)")
+    return nt
 
 
 def visible_devices_from_env(env: Mapping[str, str] | None = None) -> tuple[list[str], str] | None:
@@ -247,15 +281,7 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     if world_size is not None:
         shape.world_size = Found(world_size, world_size_source)
     else:
-        ws = _int(env, "WORLD_SIZE", bad)
-        if ws is None:
-            nt = _int(env, "SLURM_NTASKS", bad)
-            if nt and nodes and nt.value == nodes.value and g and g > 1 and nodes.value * g <= MAX_WORLD_SIZE:
-                ws = Found(nodes.value * g, f"{nodes.source} x {shape.gpus_per_node.source}"
-                                            f" (SLURM_NTASKS={nt.value}: one launcher task per node)")
-            else:
-                ws = nt
-        shape.world_size = ws
+        shape.world_size = launcher_world_size(env, shape.gpus_per_node, nodes, bad)
     # the one validation estimate's job_shape applies too (fixa22: check said GO for LOCAL_WORLD_SIZE=16
     # on an 8-GPU preset that estimate refuses): more ranks than the spec's node, or than the launcher's world
     shape.gpus_per_node = checked_ranks_per_node(shape.world_size, shape.gpus_per_node, hardware, hardware_label)
@@ -343,7 +369,8 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
 
     World size: ``--world-size``; else an accelerate config's launch (``launch``, an
     :class:`advisor.config.hf.AccelerateLaunch`: num_processes // num_machines x num_machines,
-    what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS; else the hardware spec's
+    what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS (:func:`launcher_world_size`,
+    as check reads it: one launcher task per node under Slurm is nodes x ranks per node); else the hardware spec's
     nodes x accelerators per node; else the world shape the config's workload sidecar records
     (``recorded``: its ``world`` record and the sidecar's file name; ``generate`` planned the config's
     batch for it, :data:`advisor.views.workload.WORLD_KEYS`), with its ranks per node unless a flag or
@@ -372,7 +399,10 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     elif from_launch:
         ws = Found(launch.world_size, launch.world_size_source)
     else:
-        ws = world_size_from_env(env)
+        # the derivation check's discover_launch shares (launcher_world_size)
+        ws = world_size_from_env(env, gpus_per_node=(Found(gpus_per_node, "--gpus-per-node")
+                                                     if gpus_per_node is not None else None),
+                                 nodes=Found(nodes, "--nodes") if nodes is not None else None)
         if ws is None and hardware is not None and hardware.node_accelerators:  # not an accelerator alone
             # the spec's nodes x its accelerators per node -- or x the launcher's ranks per node where it
             # states them (an sbatch script before torchrun: SLURM_GPUS_ON_NODE=4 on 2 nodes is 8 ranks,
