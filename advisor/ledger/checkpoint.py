@@ -279,6 +279,8 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                        f"= {N + n_frozen} x {D} + {N} x 4 + {k} x {N} x 4 + {s} x {nsteps} ({wrapper})")
         files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
                               readers=cluster.world_size, formula=formula))
+    elif z.stage in (1, 2) and cluster.expert_parallel > 1 and cluster.tensor_parallel == 1:
+        _moe_zero12_files(plan, files, d, wrapper, k, s)
     elif z.stage in (1, 2):
         npad_total = 0
         Ps = []
@@ -411,6 +413,73 @@ def _zero12_optim_files(files: list, d: str, ec, cluster: Cluster, W: int, Ps: l
             formula=(f"fp32 partition P x 4 + {k} x P x 4 moments + step; P = N_pad / W = {P_sum} "
                      f"(written padded: the un-padded fp32 view keeps its whole storage)"),
             count=W if grouped else 1, stride=_mp(cluster)))
+
+
+def _moe_zero12_files(plan: Plan, files: list, d: str, wrapper: str, k: int, s: int) -> None:
+    """ZeRO-1/2 files of a native-MoE engine (``expert_parallel`` ep > 1, no tensor parallelism; ``plan.inventory``
+    one expert-parallel rank's shard, num_experts / ep experts per MoE layer). DeepSpeed 0.19.8 ``runtime/engine.py``:
+    ``save_checkpoint`` calls ``_save_moe_checkpoint`` instead of ``_save_checkpoint`` (l.4914-4919), then every
+    data-parallel rank ``_save_zero_checkpoint`` (l.4930-4932). ``_save_moe_checkpoint``: for each MoE layer
+    (``moe_layer_id`` in module order) the ranks of expert-data-parallel rank 0 (``is_data_parallel_writer``:
+    ``dp_rank == 0``, checkpoint_engine.py l.47-48; engine.py l.5084-5090) write one
+    ``layer_{id}_expert_{gid}_mp_rank_00_model_states.pt`` per local expert (``_get_expert_ckpt_name`` l.4368-4381;
+    gid = expp_rank x num_local_experts + local id, l.5097-5098), its parameters cloned (l.5102: exact numel x D);
+    data-parallel rank 0 writes ``mp_rank_00_model_states.pt`` with the non-expert module only
+    (``_get_non_moe_state_dict`` l.4984, l.5291-5297: the dense groups' padded flat buffer N_pad x D). The
+    optimizer-states file holds every param group of the ZeRO optimizer, dense and ``moe`` alike: the dense fp32
+    partition over the W ZeRO ranks and the routed experts' over the expert-data-parallel group
+    (:attr:`Cluster.expert_data_parallel_size`), both (1 + k) x P x 4 (+ step per group). The partitions are the
+    ledger's: the (tensors, group size) walks of ``advisor.ledger.state._zero_walks`` (split_experts over W and
+    the expert-data-parallel group) that estimate's rank roles
+    account, laid out by ``placement`` (the same layouts, padding included)."""
+    from advisor.model.parallel import is_expert, is_shard, layer_of, shard, split_experts
+    ec, inv, cl = plan.config, plan.inventory, plan.cluster
+    D = DTYPE_BYTES[ec.model_dtype]
+    ep, W = cl.expert_parallel, cl.zero_world_size
+    if not is_shard(inv):  # the whole model: the rank's shard (E / ep experts per layer), as the ledger takes it
+        inv = shard(inv, 1, 1, ep)[0].inventory
+    n_frozen = sum(t.numel for t in inv.tensors if not t.trainable and not is_expert(t))
+    # the shard's walks as _zero_walks makes them (inv is already the shard: not split again)
+    (dense, Wd), (experts, We) = (lambda de: ((de[0], W), (de[1], max(1, cl.expert_data_parallel_size))))(
+        split_experts(inv))
+    lay_d = placement(ec, dense, Wd, wrapper).zero12
+    lay_e = placement(ec, experts, We, wrapper).zero12
+    npad_d = sum(lay.n_pad for lay in lay_d)
+    parts = {"module": npad_d * D + n_frozen * D}
+    formula = (f"non-expert module (_get_non_moe_state_dict) = the dense groups' flat 16-bit buffer N_pad x D = "
+               f"{npad_d} x {D}" + (f" + frozen {n_frozen} x {D}" if n_frozen else ""))
+    if n_frozen and ec.zero.stage == 2:
+        parts["frozen_param_fragments"] = n_frozen * D
+    files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
+                          readers=cl.world_size, formula=formula))
+    # expert files: per MoE layer, each local expert's tensors (a fused (E_local, ...) tensor holds E_local of them)
+    n_local = max(1, int((inv.meta or {}).get("num_experts") or ep) // ep)
+    by_layer: dict[int, int] = {}
+    for t in experts.tensors:
+        i = layer_of(t)
+        by_layer[i if i is not None else -1] = by_layer.get(i if i is not None else -1, 0) + t.numel
+    for moe_id, lyr in enumerate(sorted(by_layer)):
+        per_expert = by_layer[lyr] // n_local
+        for e in range(ep):  # expert-parallel rank e: its expert-data-parallel rank 0 is global rank e (TP 1, PP 1)
+            for j in range(n_local):
+                gid = e * n_local + j
+                files.append(CkptFile(f"{d}/layer_{moe_id}_expert_{gid}_mp_rank_00_model_states.pt", e,
+                                      per_expert * D, "model_states", {"expert": per_expert * D}, readers=We,
+                                      formula=f"expert {gid} of MoE layer {moe_id}, cloned: {per_expert:,} x {D} "
+                                      "(written by its expert-data-parallel rank 0)"))
+    Pd = sum(lay.P for lay in lay_d)
+    Pe = sum(lay.P for lay in lay_e)
+    ngroups = len(lay_d) + len(lay_e)
+    grouped = W > LIST_RANKS_UP_TO
+    for r in range(1 if grouped else W):
+        oparts = {"fp32_partition": Pd * 4, "expert_fp32_partition": Pe * 4, "optimizer_state": k * (Pd + Pe) * 4,
+                  "step": s * ngroups}
+        files.append(CkptFile(
+            f"{d}/{optim_states_name('{r}' if grouped else r, ec.bf16_enabled)}", r, sum(oparts.values()),
+            "optim_states", oparts,
+            formula=(f"dense fp32 partition P x 4 + routed experts' P_e x 4 + {k} x (P + P_e) x 4 moments + step; "
+                     f"P = N_pad / {Wd} = {Pd} (ZeRO ranks), P_e = N_e,pad / {We} = {Pe} (expert-data-parallel group)"),
+            count=W if grouped else 1))
 
 
 def pipeline_layer_files(inv: "Inventory", tp: int, pp: int, ep: int, wz: int, D: int,

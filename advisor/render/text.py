@@ -963,6 +963,8 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
     for x in f.files:
         pat = re.sub(r"zero_pp_rank_\d+", "zero_pp_rank_{r}", x.path)
         pat = re.sub(r"/rank\d+/", "/rank{r:02d}/", pat)
+        # MoE: one layer_{l}_expert_{e} file per MoE layer and expert (checkpoint._moe_zero12_files)
+        pat = re.sub(r"/layer_\d+_expert_\d+_", "/layer_{l}_expert_{e}_", pat)
         key = (pat if pat != x.path else x.path, x.bytes)
         rows.setdefault(key, []).append(x)
     # one unit for the column, named in its header, as the state table's: GiB (GB) at two decimals;
@@ -976,8 +978,10 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
     table = [("file (under save_dir)", "written by", head)]
     for (pat, nbytes), xs in rows.items():
         n = sum(x.count for x in xs)
-        table.append((xs[0].path if len(xs) == 1 else pat, f"rank {xs[0].rank}" if n == 1 else f"{n} ranks, each",
-                      _cell(nbytes)))
+        ranks = sorted({x.rank for x in xs})
+        who = (f"rank {xs[0].rank}" if n == 1 else f"{n} ranks, each" if len(ranks) == n
+               else f"{len(ranks)} ranks, {n / len(ranks):g} each")
+        table.append((xs[0].path if len(xs) == 1 else pat, who, _cell(nbytes)))
     from advisor.render.style import columns
     lines += ["  " + x for x in columns(table, (False, False, True), width(sys.stdout) - 2)]
     lines.append(f"  per save: {_size(plan.per_save_bytes)}; kept x{plan.keep}: {_size(plan.kept_bytes)}")
