@@ -650,10 +650,14 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     cl = ledger.plan.cluster
     if load.zero_init:
         W = max(1, cl.zero_world_size)
-        if cl.tensor_parallel > 1 and cl.expert_parallel <= 1:
+        if cl.tensor_parallel > 1 and cl.expert_parallel <= 1 and not load.options.hf:
             # TENSOR_PARALLEL_LOAD: zero.Init partitions the tensor-parallel shard each rank builds over the
-            # ZeRO group (the shard the ledger's resting state partitions, advisor.model.parallel.shard); under
-            # expert parallelism the whole model over W is already right (E/ep experts over W/ep ranks)
+            # ZeRO group (the shard the ledger's resting state partitions, advisor.model.parallel.shard).
+            # With --hf (HF_WHOLE_LOAD) from_pretrained builds the whole model under zero.Init, partitioned over W.
+            # Under expert parallelism the whole model over W too: at ZeRO-3 deepspeed.initialize refuses
+            # DeepSpeed's own MoE layer (rule G008: runtime/engine.py l.2709-2710), so no rank builds only its
+            # num_experts / ep_size experts; every rank builds all of them (AutoEP swaps the blocks only later,
+            # inside deepspeed.initialize, engine.py l.816-821)
             inv = _whole_inventory(ledger)
         D = DTYPE_BYTES[ec.model_dtype]
         Dl = DTYPE_BYTES[load.dtype]
@@ -710,12 +714,15 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         # PIPELINE_STAGE_LOAD: a PipelineModule built from LayerSpecs builds only its stage's layers
         inv = _stage_inventory(ledger, rank)
         whole = f"stage {cl.coords(rank)[0]}'s layers ({PIPELINE_STAGE_LOAD})"
-    elif cl.tensor_parallel > 1 or cl.expert_parallel > 1:
+    elif builds_shard(cl, load):
         # TENSOR_PARALLEL_LOAD: each rank builds only its tensor-parallel shard (and its experts)
         inv = _whole_inventory(ledger)
         whole = (f"this rank's shard of the model (tensor parallel {cl.tensor_parallel}"
                  + (f", expert parallel {cl.expert_parallel}" if cl.expert_parallel > 1 else "")
                  + f"; {TENSOR_PARALLEL_LOAD})")
+    elif cl.tensor_parallel > 1 or cl.expert_parallel > 1:
+        # HF_WHOLE_LOAD: the HF Trainer's from_pretrained builds the whole model, all experts, on every rank
+        whole = f"whole model, all of it on every rank ({HF_WHOLE_LOAD})"
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2
@@ -751,6 +758,20 @@ TENSOR_PARALLEL_LOAD = ("each rank builds only its tensor-parallel shard: Megatr
                         "experts. Counted in host memory, as with --use-cpu-initialization; Megatron's default "
                         "(no --use-cpu-initialization) builds the shard on the accelerator in params_dtype, so "
                         "the host figure is then an upper bound")
+
+
+#: The load assumption under tensor / expert parallelism with the HF Trainer (--hf): the words the load entry carries.
+HF_WHOLE_LOAD = ("--hf: from_pretrained builds the whole model on every rank; the HF Trainer applies tensor "
+                 "parallelism only afterwards (deepspeed.tp_model_init in transformers/integrations/deepspeed.py "
+                 "deepspeed_init l.661-668), and an HF model has no DeepSpeed MoE layer, so every rank holds all "
+                 "experts")
+
+
+def builds_shard(cl: Any, load: LoadAssumption) -> bool:
+    """Whether each rank builds only its tensor-parallel / expert shard at the load
+    (:data:`TENSOR_PARALLEL_LOAD`: a Megatron(-DeepSpeed) model under TP or EP), not the whole model:
+    never with the HF Trainer (``load.options.hf``, :data:`HF_WHOLE_LOAD`)."""
+    return (cl.tensor_parallel > 1 or cl.expert_parallel > 1) and not load.options.hf
 
 
 #: The load assumption under pipeline parallelism (words the load entry and the estimate's assumptions carry).
@@ -2523,9 +2544,10 @@ def _load_and_init(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, r:
     if cl.model_parallel or (ec.zero.stage == 3 and ec.offload_param_effective == "nvme"):
         return load_entries(ec, ledger, load, r) + init_entries(ec, ledger, load, r)
     memo = ledger.__dict__.setdefault("_load_init_entries", {})
-    got = memo.get((id(ec), load))
+    key = (id(ec), load, load.options.hf)  # options (--hf: HF_WHOLE_LOAD) are not part of load's equality
+    got = memo.get(key)
     if got is None or got[0] is not ec:
-        got = memo[(id(ec), load)] = (ec, tuple(load_entries(ec, ledger, load, r) + init_entries(ec, ledger, load, r)))
+        got = memo[key] = (ec, tuple(load_entries(ec, ledger, load, r) + init_entries(ec, ledger, load, r)))
     return list(got[1])
 
 

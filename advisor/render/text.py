@@ -595,7 +595,7 @@ def estimate_text(result: Any, explain: bool = False, stream: IO[str] | None = N
                               + ((f"; per pipeline stage: {ld['per_stage']}" if ld.get("pipeline_build") != "whole"
                                   else f"; pipeline build whole ({ld['pipeline_build_source']}): {ld['per_stage']}")
                                  if ld.get("per_stage") else "")
-                              + (f"; per tensor-parallel shard: {ld['per_shard']}" if ld.get("per_shard") else ""),
+                              + (f"; under tensor / expert parallelism: {ld['per_shard']}" if ld.get("per_shard") else ""),
                               markup=False)
             w = a["workload"]
             if w["seq_len"]:
