@@ -31,6 +31,21 @@ def test_did_you_mean_searches_nested_key_paths(cli, tmp_path):
     assert "did you mean 'accelerator.memory_bytes'" in msg and "host_memory_bytes" not in msg, msg
 
 
+def test_a_storage_tier_key_misspelt_gets_its_nested_path(cli, tmp_path):
+    """A reviewer's case: a tier's ``dwpdd`` (list item /storage/0) was answered with the allowed keys only; the
+    schema puts dwpd inside the tier's endurance object."""
+    tier = SCHEMA["$defs"].get("storage_tier") or next(d for d in SCHEMA["$defs"].values()
+                                                       if "endurance" in d.get("properties", {}))
+    assert "endurance" in tier["properties"]
+    spec = json.loads(_spec(cli, tmp_path).read_text())
+    spec["storage"][0]["dwpdd"] = 1
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(spec))
+    p = cli(["hardware", str(f)])
+    assert p.returncode == 2 and "/storage/0/dwpdd" in p.stderr, p.stderr
+    assert "did you mean 'endurance.dwpd'" in p.stderr, p.stderr
+
+
 def test_a_top_level_typo_still_gets_the_top_level_key(cli, tmp_path):
     assert "host_memory_bytes" in SCHEMA["properties"]
     f = tmp_path / "bad.json"

@@ -353,14 +353,20 @@ def key_paths(allowed: frozenset) -> list[str]:
 def near_key(key: str, allowed: frozenset) -> str | None:
     """The allowed key or nested key path (:func:`key_paths`) closest to unknown ``key``, compared with the
     path's dots read as underscores (``accelerator_memory_bytes`` is ``accelerator.memory_bytes``, not
-    ``host_memory_bytes``); None when none is close (difflib's ratio >= 0.6)."""
+    ``host_memory_bytes``), else a nested path whose last key is close to ``key`` (ratio >= 0.8: a tier's
+    ``dwpdd`` is ``endurance.dwpd``); None when none is close (difflib's ratio >= 0.6)."""
     import difflib
     paths = key_paths(allowed)
     flat = {p.replace(".", "_"): p for p in paths}
     if key in flat:
         return flat[key]
     near = difflib.get_close_matches(key, list(flat), n=1)
-    return flat[near[0]] if near else None
+    if near:
+        return flat[near[0]]
+    # a nested key's own name misspelt at the outer level (a tier's ``dwpdd`` is ``endurance.dwpd``)
+    leaves = {p.rsplit(".", 1)[1]: p for p in paths if "." in p}
+    near = difflib.get_close_matches(key, list(leaves), n=1, cutoff=0.8)
+    return leaves[near[0]] if near else None
 
 
 class _P:
