@@ -13,8 +13,8 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
    ``gid``) are stable: ``tier-bar-<tier>`` (the bar's outline), ``seg-<tier>-<class>``,
    ``need-<tier>``, ``capacity-<tier>``.
 2. **Movement per step** — bytes rank 0 moves per optimizer step by link and direction
-   (:func:`advisor.ledger.movement.movement_for`), one stacked bar per link/direction with segments per
-   state class (ids ``move-<link>-<direction>``); skipped with a note when the module is absent.
+   (rank 0's rows of estimate's own movement section, :func:`advisor.ledger.movement.movement_section`), one
+   stacked bar per link/direction with segments per state class (ids ``move-<link>-<direction>``).
 3. **Findings**, 4. **Fit** (the need cell of each tier has ``id=fit-need-<tier>`` and its exact
    bytes in ``data-bytes``; the worst rank's accelerator peak before the runtime overhead is
    ``id=peak-accelerator``, the same number as ``estimate --format json``'s largest
@@ -292,17 +292,21 @@ def tick_label_lines(label: str, width: int = TICK_CHARS, lines: int = TICK_LINE
 # --- optional sections from other modules --------------------------------------------------------
 
 def movement_section(result: "EstimateResult") -> tuple[list | None, str | None]:
-    """(movements, note): movements from :mod:`advisor.ledger.movement` when present, else a note why not."""
-    if importlib.util.find_spec("advisor.ledger.movement") is None:
-        return None, "The movement ledger (advisor.ledger.movement) is not part of this build: chart skipped."
-    traffic = importlib.import_module("advisor.ledger.movement")
-    fn = getattr(traffic, "movement_for", None)
-    if fn is None:
-        return None, "advisor.ledger.movement has no movement_for(): chart skipped."
-    try:
-        return list(fn(result.ledger, ranks=[0])), None  # the chart is rank 0's: never every rank
-    except NotImplementedError:
-        return None, "The movement ledger is not implemented yet: chart skipped."
+    """(movements, note): rank 0's movements per optimizer step from estimate's own movement section
+    (``result.sections["movement"]``, :func:`advisor.ledger.movement.movement_section` on the plan and
+    activations the estimate used -- the rows the text and JSON outputs print), as objects with the
+    attributes :func:`movement_chart_svg` reads; else None and a note why not. Nothing is recomputed here:
+    the chart called movement_for on the ledger itself before, without the estimate's activations."""
+    from types import SimpleNamespace
+    mv = result.sections.get("movement") if result.sections else None
+    if not mv or not mv.get("ranks"):
+        return None, "No movement section in this estimate: chart skipped."
+    # a role's "ranks": a RankSet (estimate keeps rank_sets) or, once listed, the ranks; JSON's rank_ranges
+    role = next((r for r in mv["ranks"] if ("ranks" in r and 0 in r["ranks"])
+                 or any(lo <= 0 <= hi for lo, hi in r.get("rank_ranges") or [])), None)
+    if role is None:
+        return [], None
+    return [SimpleNamespace(**{"crosses": None, **m, "rank": 0}) for m in role.get("movements") or []], None
 
 
 _CHECKPOINT_FUNCS = ("checkpoint_for", "checkpoint_report", "estimate_checkpoint", "checkpoint_sizes")
