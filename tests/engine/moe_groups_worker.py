@@ -10,13 +10,12 @@ import json
 import sys
 
 import torch
-import torch.nn as nn
 
 import deepspeed
-from deepspeed.moe.layer import MoE
-from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
 from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology, PipelineParallelGrid
 from deepspeed.utils import groups as G
+
+from moe_toy import net_and_param_groups
 
 
 def main() -> None:
@@ -25,18 +24,7 @@ def main() -> None:
     world = torch.distributed.get_world_size()
     grid = PipelineParallelGrid(topology=PipeModelDataParallelTopology(num_pp=1, num_mp=tp, num_dp=world // tp))
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.dense = nn.Linear(h, h, bias=False)
-            self.moe = MoE(hidden_size=h, expert=nn.Sequential(nn.Linear(h, f, bias=False), nn.Linear(f, h, bias=False)),
-                           num_experts=e, ep_size=ep, k=1)
-
-        def forward(self, x):
-            return self.moe(self.dense(x))[0]
-
-    m = Net()
-    pg = split_params_into_different_moe_groups_for_optimizer({"params": list(m.parameters()), "name": "p"})
+    m, pg = net_and_param_groups(h, f, e, ep)
     _, o, _, _ = deepspeed.initialize(model=m, optimizer=torch.optim.AdamW(pg, lr=1e-3), config=cfg, mpu=grid)
     name = f"ep_size_{ep}"
     rec = dict(rank=torch.distributed.get_rank(),
