@@ -416,11 +416,15 @@ def movement_roles(plan_or_ledger: "Plan | Ledger", hardware: "Hardware | None" 
     moe = moe_movements(plan, 0, (0, L), last=True, ranks_per_node=rpn) + ulysses_movements(plan, L, ranks_per_node=rpn)
     multi = plan.cluster.world_size > rpn
     hpz = hpz_within_node(plan, rpn)
-    ecoll = _expert_zero_collectives(plan, plan.inventory, not multi)
-    for k, ranks in by.items():
+    # under expert parallelism the rows the ZeRO partitions size are the dense and the expert groups' own, and the
+    # ranks moving the same bytes are those with the same partition of each (_expert_zero_split)
+    split = _expert_zero_split(plan, plan.inventory, not multi, akey)
+    st = plan.config.zero.stage
+    for ranks, k, part_rows in ([(ls, None, rows) for ls, rows in split] if split is not None
+                                else [(ranks, k, None) for k, ranks in by.items()]):
         ms = _rank_movements(plan, ranks[0], k, akey, hpz)
-        if ecoll is not None:
-            ms = [m for m in ms if not _is_zero_collective(m)] + [replace(m, rank=ranks[0]) for m in ecoll]
+        if part_rows is not None:
+            ms = [m for m in ms if not _is_zero_partition_row(m, st)] + [replace(m, rank=ranks[0]) for m in part_rows]
         ms += [replace(m, rank=ranks[0]) for m in moe]
         ms = [replace(m, crosses=crossing(m, multi)) if m.link == NETWORK else m for m in ms]
         if hardware is not None:
@@ -455,12 +459,16 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
         extra += ulysses_movements(plan, sh.layers[1] - sh.layers[0], stage=sh.stage, ranks_per_node=rpn)
         # hpZ's groups are consecutive global ranks (group_spans_nodes "hpz"), not the sub-plan's
         hpz = hpz_within_node(plan, rpn, sh.stage)
-        ecoll = _expert_zero_collectives(plan, sh.inventory, not dp_multi)
-        for k, zs in _rank_terms(sub).groups().items():
-            granks = zs.scaled(tp, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
-            ms = _rank_movements(sub, zs[0], k, akey, hpz)
-            if ecoll is not None:
-                ms = [m for m in ms if not _is_zero_collective(m)] + ecoll
+        split = _expert_zero_split(plan, sh.inventory, not dp_multi, akey)
+        st = plan.config.zero.stage
+        # local ranks l = z tp + m of the stage moving the same bytes: by ZeRO rank z, or under expert parallelism by
+        # the dense and the expert partitions they hold (_expert_zero_split)
+        for ls, k, part_rows in ([(ls, None, rows) for ls, rows in split] if split is not None
+                                 else [(zs.scaled(tp), k, None) for k, zs in _rank_terms(sub).groups().items()]):
+            granks = ls.scaled(1, sh.stage * wz * tp)  # global ranks (stage wz + z) tp + m, m < tp
+            ms = _rank_movements(sub, ls[0] // tp, k, akey, hpz)
+            if part_rows is not None:
+                ms = [m for m in ms if not _is_zero_partition_row(m, st)] + part_rows
             ms = [replace(m, rank=granks[0]) for m in ms]
             ms += [replace(m, rank=granks[0]) for m in extra]
             ms = [replace(m, crosses=crossing(m, dp_multi)) if m.link == NETWORK else m for m in ms]
@@ -472,49 +480,85 @@ def _model_parallel_roles(plan: "Plan", hardware: "Hardware | None", akey: tuple
     return out
 
 
+#: The ZeRO-1/2 CPU-offload PCIe rows of :func:`_rank_movements`, sized by the rank's partition of each param group
+#: (Cov_r, I_r, P): under expert parallelism a moe group's partition is over the expert-data-parallel group.
+ZERO12_OFFLOAD_ITEMS = frozenset({"fp32_grad", "offload_accumulated_grads_cpu", "offload_bit16_param_buffer"})
+
+
 def _is_zero_collective(m: Movement) -> bool:
     """A ZeRO collective of :func:`_rank_movements` (a network row over the data-parallel group)."""
     return m.link == NETWORK and m.group == "data_parallel"
 
 
-def _expert_zero_collectives(plan: "Plan", inv: Inventory, intra: bool) -> list[Movement] | None:
-    """Under expert parallelism (ep > 1) at ZeRO-0/1/2, the ZeRO collectives of one rank holding ``inv``
-    (its tensor-parallel shard of a stage, the rank's num_experts / ep routed experts in it): the dense
-    tensors' over the ZeRO group (DP x SP, :attr:`advisor.plan.Cluster.zero_world_size`) and the routed
-    experts' over DeepSpeed's expert-data-parallel group, :attr:`advisor.plan.Cluster.expert_data_parallel_size`
-    ranks (the group fact, cited there: ``utils/groups.py`` _create_expert_and_data_parallel l.426-445;
-    ZeRO-1/2 reduce and all-gather a moe param group over it, ``stage_1_and_2.py`` l.880-881 and
-    average_tensor's ``process_group = self.expert_dp_process_group[...]``; ZeRO-0 all-reduces the expert
-    gradients over it, ``engine.py`` _reduce_expert_gradients), each as :func:`_rank_movements` counts a
-    plan of those tensors on that many ranks. The expert rows are group ``expert_data_parallel``;
-    ``intra``: whether the stage's ranks (and so that group, strided by ep across them) lie in one node.
-    At TP 1, ep 8 on 8 ranks that group is one rank: no expert collective at all. None when ep is 1, at
-    ZeRO-3 (DeepSpeed refuses native MoE there, rule G008) or without routed experts in ``inv``."""
+def _is_zero_partition_row(m: Movement, stage: int) -> bool:
+    """A row of :func:`_rank_movements` sized by the rank's ZeRO partition: a ZeRO collective, or at ZeRO-1/2
+    a CPU-offload PCIe copy (:data:`ZERO12_OFFLOAD_ITEMS`)."""
+    return _is_zero_collective(m) or (stage in (1, 2) and m.link == PCIE and m.item in ZERO12_OFFLOAD_ITEMS)
+
+
+def _expert_zero_split(plan: "Plan", inv: Inventory, intra: bool, akey: tuple | None = None
+                       ) -> list[tuple[RankSet, list[Movement]]] | None:
+    """Under expert parallelism (ep > 1) at ZeRO-0/1/2, the rows of a rank holding ``inv`` (its tensor-parallel
+    shard of a stage, the rank's num_experts / ep routed experts in it) that its ZeRO partitions size
+    (:func:`_is_zero_partition_row`), by the stage's local ranks l = z x TP + m that move the same bytes: the
+    dense tensors' over the ZeRO group (DP x SP, :attr:`advisor.plan.Cluster.zero_world_size`) at ZeRO rank
+    l // TP, and the routed experts' over DeepSpeed's expert-data-parallel group,
+    :attr:`advisor.plan.Cluster.expert_data_parallel_size` ranks, at its rank l // ep (as
+    ``ledger/state._model_parallel_roles`` places the entries), each as :func:`_rank_movements` counts a plan of
+    those tensors on that many ranks. The group fact is cited there: ``utils/groups.py``
+    _create_expert_and_data_parallel l.426-445; ZeRO-1/2 partition, reduce and all-gather a moe param group over it
+    (``stage_1_and_2.py`` l.880-881 partition_count and real_dp_process_group, average_tensor's
+    ``process_group = self.expert_dp_process_group[...]``), and with CPU offload each group's own fp32 partition
+    receives its gradients (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``, l.1888-1909: the rank's slice of
+    each parameter, converted to fp32, into ``single_partition_of_fp32_groups[i].grad``) and sends its updated
+    16-bit partition back (``step`` l.3092-3096: ``bit16_partitions[partition_id].data.copy_(bit16_partition_buffer)``);
+    ZeRO-0 all-reduces the expert gradients over it (``engine.py`` _reduce_expert_gradients). The expert rows are
+    group ``expert_data_parallel``, the collectives ``experts_``-prefixed; ``intra``: whether the stage's ranks (and
+    so that group, strided by ep across them) lie in one node. At TP 1, ep 8 on 8 ranks that group is one rank: no
+    expert collective at all. Returns [(local ranks, rows)], or None when ep is 1, at ZeRO-3 (DeepSpeed refuses
+    native MoE there, rule G008) or without routed experts in ``inv``. Proven by
+    ``tests/engine/test_moe_offload_engine.py`` (ZeRO-2 CPU offload, ep 2 on 4 ranks: the engine's copies)."""
     from advisor.model.parallel import split_experts
     from advisor.plan import Cluster, Plan
     cl = plan.cluster
-    if cl.expert_parallel <= 1 or plan.config.zero.stage == 3:
+    st = plan.config.zero.stage
+    if cl.expert_parallel <= 1 or st == 3:
         return None
     dense, experts = split_experts(inv)
     if not experts.tensors:
         return None
     wrapper = plan_optimizer(plan)[0]
-    out: list[Movement] = []
-    for part, w, group in ((dense, cl.zero_world_size, "data_parallel"),
-                           (experts, max(1, cl.expert_data_parallel_size), "expert_data_parallel")):
+    tp, ep = cl.tensor_parallel, cl.expert_parallel
+    parts = []  # (sub-plan, ranks that hold each value of its rank terms, stride of the local rank, group)
+    for part, w, group, k in ((dense, cl.zero_world_size, "data_parallel", tp),
+                              (experts, max(1, cl.expert_data_parallel_size), "expert_data_parallel", ep)):
         if not part.tensors:
             continue
         sub = Plan(plan.config, part, Cluster(world_size=w, gpus_per_node=cl.gpus_per_node), plan.workload)
         sub.derived["placement"] = placement(plan.config, part, w, wrapper)
-        rows = [m for m in _rank_movements(sub, 0) if _is_zero_collective(m)]
-        if group != "data_parallel":
-            rows = [replace(m, item=f"experts_{m.item}", group=group, intra_node=intra,
-                            formula=f"routed experts ({len(part.tensors)} tensors, 1/{cl.expert_parallel} of them) "
-                                    f"over the expert-data-parallel group of {w} (DP x SP x TP / ep): {m.formula}",
-                            source=m.source + "; utils/groups.py _create_expert_and_data_parallel l.426-445, "
-                                              "stage_1_and_2.py l.880-881 (Cluster.expert_data_parallel_size)")
-                    for m in rows]
-        out += rows
+        parts.append((sub, _rank_terms(sub).groups(), k, group, len(part.tensors)))
+
+    def rows(sub, zr, key, group, n):
+        ms = [m for m in _rank_movements(sub, zr, key, akey) if _is_zero_partition_row(m, st)]
+        if group == "data_parallel":
+            return ms
+        w = sub.cluster.world_size
+        what = (f"routed experts ({n} tensors, 1/{ep} of them) over the expert-data-parallel group of {w} "
+                f"(DP x SP x TP / ep)")
+        src = ("; utils/groups.py _create_expert_and_data_parallel l.426-445, stage_1_and_2.py l.880-881 "
+               "(Cluster.expert_data_parallel_size)")
+        return [replace(m, item=f"experts_{m.item}" if m.link == NETWORK else m.item, group=group,
+                        intra_node=intra if m.link == NETWORK else m.intra_node,
+                        formula=f"{what}: {m.formula}", source=m.source + src) for m in ms]
+
+    combos: list[tuple[RankSet, list[tuple]]] = [(RankSet([(0, cl.zero_world_size * tp)]), [])]
+    for sub, groups, k, group, n in parts:
+        combos = [(ls & zs.scaled(k), picked + [(sub, key, k, group, n)])
+                  for ls, picked in combos for key, zs in groups.items() if len(ls & zs.scaled(k))]
+    out = []
+    for ls, picked in sorted(combos, key=lambda c: c[0][0]):
+        l0 = ls[0]
+        out.append((ls, [m for sub, key, k, group, n in picked for m in rows(sub, l0 // k, key, group, n)]))
     return out
 
 def model_parallel_movements(plan: "Plan", stage: int, layers: int, ranks_per_node: int | None = None

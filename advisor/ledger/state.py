@@ -9368,6 +9368,14 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
 #: l.616), which a moe param's gradient joins like any other (l.1421, l.1476-1477 ``bucket.has_moe_params``).
 SHARED_ACROSS_PARAM_GROUPS = frozenset({"ipg_bucket"})
 
+#: Entries a rank's optimizer wrapper holds once, sized by its largest parameter over every param group: ZeRO-1/2
+#: CPU offload's ``temp_grad_buffer_for_cpu_offload`` / ``temp_grad_buffer_for_gpu_offload`` of
+#: ``largest_param_numel`` elements, the largest ``param.numel()`` over all of ``bit16_groups`` (``stage_1_and_2.py``
+#: l.626-635, l.653-661): under expert parallelism one pair of the larger of the dense and the expert groups' sizes,
+#: not one per group (engine: ``tests/engine/test_moe_offload_engine.py``, 16,384 B each where the two groups' sum
+#: was 24,576 B).
+LARGEST_OVER_PARAM_GROUPS = frozenset({"offload_temp_grad_cpu", "offload_temp_grad_accel"})
+
 
 def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
                           ga: int, workload: Any = None) -> list[RankLedger]:
@@ -9438,6 +9446,14 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                 # (stage_1_and_2.py l.616 ipg_buckets; l.1476-1477 a moe param's gradient joins the same bucket):
                 # the expert groups' own accounting of it is the dense role's buffer again
                 shared = {x.item for x in d_roles[di].entries if x.item in SHARED_ACROSS_PARAM_GROUPS}
+                # the offload temp gradient buffers: one pair, of the largest parameter over both groups
+                larger = {x.item: x for x in e_roles[ei].entries if x.item in LARGEST_OVER_PARAM_GROUPS}
+                in_dense = {x.item for x in entries if x.item in larger}
+                entries = [replace(x, bytes=larger[x.item].bytes,
+                                   formula=f"routed experts' largest parameter (one buffer for every param group, "
+                                           f"stage_1_and_2.py l.626-635): {larger[x.item].formula}")
+                           if x.item in larger and larger[x.item].bytes > x.bytes else x for x in entries]
+                shared |= in_dense
                 entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts, "
                                     f"whole on each tensor-parallel rank) over the expert-data-parallel group of "
                                     f"{We} (DP x SP x TP / ep): {e.formula}",

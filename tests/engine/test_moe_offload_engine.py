@@ -1,0 +1,133 @@
+"""moe23: ZeRO-2 with CPU optimizer offload under expert parallelism, against the real engine.
+
+DeepSpeed 0.19.8 on 4 CPU ranks (gloo), a native MoE layer with ep 2 (moe_offload_worker.py, moe_toy.py): the dense
+param group partitioned over the 4 ranks, the moe one over the expert-data-parallel group of 2
+(``stage_1_and_2.py`` l.880-881). Per rank, against the ledger of the same tensors (an inventory of the worker's
+model by hand, as test_moe_groups_engine.py):
+
+* every host-tier entry (pinned and pageable) after ``initialize`` and after the first step, item by item, equals
+  the engine's tensors of that item (the Census walk, pinned as DeepSpeed's own ``pin_memory`` calls made them);
+* open world: every storage allocated since before the model was built and alive at those instants (the
+  ``StorageTracker``) equals the ledger's total at that instant, every tier, plus only the MoE gate's kept
+  scalars and the step's grad-norm scalar (named below, bounded); a buffer neither side names fails;
+* the movement section's PCIe bytes per rank equal what the engine copies: the gradient slices
+  ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` writes into the host fp32 gradients (to host) and the
+  16-bit partitions the step copies back from the host buffer (to the accelerator), and those equal the engine's
+  partitions x dtype bytes (fp32 gradient partition x 4, 16-bit partition x 2).
+
+Before moe23 the ledger counted the offload temp gradient buffers once per param group (24,576 B each, the engine
+holds one pair of the largest parameter, 16,384 B) and the movement section sized the experts' PCIe copies over
+the 4 ranks (37,120 B / 18,560 B per step; the engine 69,888 / 34,944)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from tests.conftest import free_port, run_group
+
+pytestmark = pytest.mark.engine
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+H, F, E, WORLD, EP = 64, 128, 4, 4, 2
+CFG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+       "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+#: storages the engine keeps that no ledger entry names, each a scalar or E-long tensor: the MoE gate's last
+#: forward (``moe/sharded_moe.py`` top1gating: exp_counts l.245, me / l_aux l.263-264, the random-token-selection
+#: uniform's low / high l.270-271, kept as MOELayer.l_aux / exp_counts and the module-level
+#: exp_selection_uniform_map) and the step's ``_global_grad_norm`` (``stage_1_and_2.py`` step l.3071)
+KEPT_SCALAR_SITES = ("deepspeed/moe/sharded_moe.py:top1gating:", "deepspeed/runtime/zero/stage_1_and_2.py:step:")
+KEPT_SCALAR_BOUND = 16 * (E + 4) * 8  # bytes: a few E-long or scalar tensors of at most 8 B an element
+#: DeepSpeedCPUAdam makes the moments at its first step (``ops/adam/cpu_adam.py`` l.153-164), not at initialize
+LAZY_AT_INIT = ("exp_avg", "exp_avg_sq")
+
+
+def _inventory():
+    from advisor.model.inventory import Inventory, TensorSpec
+    # moe_toy.Net: the dense Linear(H, H), the gate's wg (E, H), E experts of Linear(H, F) -> Linear(F, H)
+    p = "model.layers.0"
+    ts = [TensorSpec(f"{p}.mixer.weight", (H, H)), TensorSpec(f"{p}.mlp.gate.weight", (E, H))]
+    for i in range(E):
+        ts += [TensorSpec(f"{p}.mlp.experts.{i}.w1.weight", (F, H)), TensorSpec(f"{p}.mlp.experts.{i}.w2.weight", (H, F))]
+    return Inventory("moe-worker", ts, meta={"hidden_size": H, "num_experts": E, "num_layers": 1})
+
+
+@pytest.fixture(scope="module")
+def engine_run():
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([ROOT] + [x for x in [os.environ.get("PYTHONPATH")] if x]))
+    p = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD), "--master_port",
+                   str(free_port()), os.path.join(HERE, "moe_offload_worker.py"), str(EP), json.dumps(CFG),
+                   str(H), str(F), str(E)], 600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    dec = json.JSONDecoder()
+    got = {d["rank"]: d for d in (dec.raw_decode(chunk)[0] for chunk in p.stdout.split("MOEO ")[1:])}
+    assert sorted(got) == list(range(WORLD))
+    return got
+
+
+def _plan():
+    from advisor.config.effective import effective_config
+    from advisor.ledger.state import Cluster, Plan
+    return Plan(effective_config(CFG), _inventory(), Cluster(world_size=WORLD, expert_parallel=EP))
+
+
+def _by_item(entries, tiers, skip=()):
+    out: dict[str, int] = {}
+    for e in entries:
+        if e.life == "persistent" and e.tier in tiers and e.item not in skip and e.bytes:
+            out[e.item] = out.get(e.item, 0) + e.bytes
+    return out
+
+
+def test_partitions_are_the_expert_data_groups(engine_run):
+    for r, d in engine_run.items():
+        assert d["wrapper"] == "DeepSpeedZeroOptimizer" and d["basic"] == "DeepSpeedCPUAdam", d
+        dense, moe = (next(g for g in d["groups"] if g["moe"] is x) for x in (False, True))
+        assert dense["partition_count"] == WORLD and moe["partition_count"] == WORLD // EP
+
+
+@pytest.mark.parametrize("at", ["init", "step"])
+def test_host_entries_and_totals_match_the_engine(engine_run, at):
+    from advisor.ledger.state import compute_ledger
+    led = compute_ledger(_plan())
+    skip = LAZY_AT_INIT if at == "init" else ()
+    for r, d in sorted(engine_run.items()):
+        rl = led.rank(r)
+        snap = d[at]
+        census = {k: v for k, v in snap["census"].items() if any(v.values())}
+        # host tiers, item by item: pinned exactly; pageable host on a CPU accelerator is "unpinned" RAM
+        want_pinned = _by_item(rl.entries, ("host_pinned",), skip)
+        got_pinned = {k: v["host_pinned"] for k, v in census.items() if v.get("host_pinned")}
+        assert got_pinned == want_pinned, (r, at, got_pinned, want_pinned)
+        for item, nb in _by_item(rl.entries, ("host_pageable",), skip).items():
+            assert census.get(item, {}).get("unpinned") == nb, (r, at, item, census.get(item), nb)
+        # every census item, any tier, is one the ledger has with those bytes (accelerator + pageable host folded)
+        want_all = _by_item(rl.entries, ("accelerator", "host_pinned", "host_pageable"), skip)
+        got_all = {k: sum(v.values()) for k, v in census.items()}
+        assert got_all == want_all, (r, at, got_all, want_all)
+        # open world: every live storage, less only the named kept scalars, is the ledger's total
+        kept = sum(nb for site, nb in snap["unclaimed"] if site.startswith(KEPT_SCALAR_SITES))
+        other = [(site, nb) for site, nb in snap["unclaimed"] if not site.startswith(KEPT_SCALAR_SITES)]
+        assert not other, (r, at, other)
+        assert kept <= KEPT_SCALAR_BOUND, (r, at, snap["unclaimed"])
+        assert snap["live"] - kept == sum(want_all.values()), (r, at, snap["live"], kept, want_all)
+
+
+def test_offload_movement_matches_the_engine_copies(engine_run):
+    from advisor.ledger.movement import movement_plan, movement_section
+    sec = movement_section(movement_plan(_plan()))
+    pcie = {r: role["pcie"] for role in sec["ranks"] for r in role["ranks"]}
+    assert sorted(pcie) == list(range(WORLD))
+    for r, d in sorted(engine_run.items()):
+        # the engine's own partitions: each group's fp32 gradient partition (no padding in this model: the copied
+        # slices cover it) and its 16-bit partition
+        assert d["d2h"] == sum(g["fp32_grad"] for g in d["groups"]), d
+        assert d["h2d"] == sum(g["bit16_partition"] for g in d["groups"]), d
+        assert pcie[r]["to_host_bytes"] == d["d2h"], (r, pcie[r], d["d2h"])
+        assert pcie[r]["to_accelerator_bytes"] == d["h2d"], (r, pcie[r], d["h2d"])
