@@ -896,7 +896,7 @@ def fit_findings(rows: list[FitRow], load: LoadAssumption | None = None, hf: boo
 
 def assumed_seq_len(given: int | None, plan: Plan, acts: ActivationEstimate | None) -> int | None:
     """The sequence length (tokens) the activations were estimated at when none was given (``given``,
-    ``Workload.seq_len`` before :func:`activations_for` fills it in: None without ``--seq-len`` or a
+    the plan's ``Workload.seq_len`` as given, not :func:`resolved_plan`'s: None without ``--seq-len`` or a
     workload sidecar): the model's ``max_seq_len`` (max_position_embeddings), as :func:`activations_for`
     takes it. None when one was given, or the activations are not estimated."""
     if given is not None or acts is None:
@@ -1037,6 +1037,37 @@ def activations_gap(meta: dict[str, Any], activations: str = "formula") -> str:
     return f"activations: not estimated ({gap})" if gap else ""
 
 
+def sequence_and_micro_batch(ec: EffectiveConfig, inventory: Inventory,
+                             workload: Workload) -> tuple[int | None, int, str]:
+    """(sequence length in tokens, micro-batch in sequences per rank, source of the length) that
+    :func:`activations_for` estimates ``workload`` at; ``workload`` is not changed. The length is
+    ``Workload.seq_len`` (source "given": --seq-len or the workload sidecar), else the model's
+    ``max_seq_len`` (max_position_embeddings; source "model maximum"), else None (source "none"). The
+    micro-batch is ``Workload.micro_batch``, else the config's ``train_micro_batch_size_per_gpu``, else 1."""
+    meta = inventory.meta or {}
+    seq = workload.seq_len or meta.get("max_seq_len")
+    mb = workload.micro_batch or ec.train_micro_batch_size_per_gpu or 1
+    source = "given" if workload.seq_len else "model maximum" if seq else "none"
+    return (int(seq) if seq else None), int(mb), source
+
+
+def resolved_plan(plan: Plan) -> Plan:
+    """``plan`` with its workload's sequence length and micro-batch as :func:`activations_for` estimated
+    them (:func:`sequence_and_micro_batch`), when the activations are estimated (the model has an
+    architecture the formulas cover, and a length is known); ``plan`` itself otherwise. A new Plan and a new
+    Workload (``plan`` and its Workload are not changed), sharing ``plan.derived`` (the ledger and movements
+    computed once per command). What estimate's movement, step time, checkpoint and M100-fix sections and its
+    reported workload read once the fit is made: the activations' length and micro-batch, so those sections
+    count the same sequence. "Was --seq-len given?" stays ``plan.workload.seq_len is not None`` on ``plan``."""
+    wl = plan.workload
+    if activations_gap(plan.inventory.meta or {}, wl.activations):
+        return plan
+    seq, mb, _ = sequence_and_micro_batch(plan.config, plan.inventory, wl)
+    if not seq or (wl.seq_len, wl.micro_batch) == (seq, mb):
+        return plan
+    return _replace(plan, workload=_replace(wl, seq_len=seq, micro_batch=mb))
+
+
 def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
                     workload: Workload, stage: int | None = None,
                     hf: bool = False) -> tuple[ActivationEstimate | None, str]:
@@ -1050,11 +1081,9 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         return None, missing
     from advisor.model.flops import active_params, outside_layer_params
 
-    seq = workload.seq_len or meta.get("max_seq_len")
-    mb = workload.micro_batch or ec.train_micro_batch_size_per_gpu or 1
+    seq, mb, _ = sequence_and_micro_batch(ec, inventory, workload)
     if not seq:
         return None, "activations: not estimated (give --seq-len)"
-    workload.seq_len, workload.micro_batch = int(seq), int(mb)
     ac = ec.activation_checkpointing
     x = ActivationInputs(
         seq_len=int(seq), micro_batch=int(mb), dtype_bytes=DTYPE_BYTES[ec.model_dtype],
@@ -1161,6 +1190,9 @@ class PlanFit:
     roles: list[Role]
     rows: list[FitRow]
     findings: list[Finding]
+    #: the plan fitted, with the sequence length and micro-batch its activations were estimated at
+    #: (:func:`resolved_plan`): what the sections read after the fit (movement, step time, checkpoint files)
+    plan: Plan | None = None
 
     @property
     def verdict(self) -> str:
@@ -1226,7 +1258,7 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
         groups = len({t.group for t in inventory.tensors if t.trainable})
         acc = next((r for r in rows if r.tier == "accelerator" and r.lower_bound), None)
         found.append(lower_bound_finding(ledger.peak_lower_bound, ec, groups, acc, activations=missing, api=api))
-    return PlanFit(ledger, acts, note, load, roles, rows, found)
+    return PlanFit(ledger, acts, note, load, roles, rows, found, resolved_plan(plan))
 
 
 def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Finding] | None = None,
@@ -1284,9 +1316,12 @@ def estimate(plan: Plan, capacity: Capacity | None = None, findings: list[Findin
         return EstimateResult(source=source, plan=plan, ledger=Ledger(plan=plan, ranks=[]), roles=[],
                               fit=[], findings=list(findings or []), workload=workload, activations_note="",
                               overhead=overhead, sections={"unsupported": f"{refused[0].code}: {refused[0].message}"})
-    seq_given = workload.seq_len  # activations_for fills the model's maximum in: the assumption is read before
     pf = plan_fit(plan, capacity, overhead, load=load, hf=hf)
-    seq = assumed_seq_len(seq_given, plan, pf.activations)
+    seq = assumed_seq_len(workload.seq_len, plan, pf.activations)
+    # from here on the sections (M100's fixes, movement, step time, checkpoint files) and the reported workload
+    # read the length and micro-batch the activations were estimated at; ``plan`` as given is unchanged
+    plan = pf.plan or plan
+    workload = plan.workload
     short = {f.data.get("tier") for f in pf.findings if f.code == "M100"} & {"accelerator", "host"}
     if short:  # the M100 fix: candidate changes re-estimated (advisor.views.fixes)
         from advisor.views.fixes import fit_candidates
@@ -1381,6 +1416,7 @@ def model_step_time(plan: Plan, hardware: Any) -> float | None:
     the accelerator's FLOP rate."""
     try:
         acts, _ = activations_for(plan.config, plan.inventory, plan.cluster, plan.workload)
+        plan = resolved_plan(plan)  # the movements at the activations' sequence length, as estimate's
         st = step_time_section(movement_plan(plan), hardware, plan.workload, acts)  # estimate's plan for it
     except (ValueError, KeyError):
         return None
@@ -1433,6 +1469,7 @@ def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
     hardware = options.get("hardware")
     if cp.step_time_s is None and hardware is not None and not cp.files.unsupported:
         st = model_step_time(plan, hardware)
+        plan = resolved_plan(plan)  # the swap's movements below at the step time's sequence length
         if st:
             cp.step_time_s, cp.step_time_source = st, "model"
             cp.step_time_workload = step_time_workload(plan, resolved)

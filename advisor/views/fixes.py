@@ -374,7 +374,8 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             ec = effective_config(raw)
             if refused(ec, plan.cluster, raw):
                 continue
-            # a fresh workload: activations_for fills in its micro-batch (from the config when not given)
+            # the candidate's own workload: the micro-batch the plan was estimated at (estimate passes its
+            # resolved_plan), or the new config's when the change sets it
             mb = ec.train_micro_batch_size_per_gpu if any(x.startswith("train_micro_batch_size_per_gpu=")
                                                           for x in sets) else plan.workload.micro_batch
             shown, flags = _trainer_flags(plan, sets)
@@ -421,7 +422,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
         cand.verdicts = {r.tier: r.verdict for r in pf.rows}
         cand.lower_bound = any(r.lower_bound for r in pf.rows if r.tier == "accelerator")  # M104: a floor
         if not (pair and REUSE) or cand.verdict == "fits":  # a pair is offered only when it fits
-            cand.moved_bytes, cand.step_time_s = _costs(p, hardware, pf.activations)
+            cand.moved_bytes, cand.step_time_s = _costs(pf.plan or p, hardware, pf.activations)
         return cand
 
     def order(c: FitCandidate) -> tuple:
