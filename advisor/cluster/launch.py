@@ -109,6 +109,33 @@ def launcher_world_size(env: Mapping[str, str], g: Found | None, nodes: Found | 
     return nt
 
 
+def unlaunched_world_size(hardware: Any, g: Found | None, hw_label: str | None) -> Found | None:
+    """The job's world size (ranks) when no flag, accelerate file or launcher variable (WORLD_SIZE /
+    SLURM_NTASKS: :func:`launcher_world_size`) states it -- the one fallback :func:`job_shape` (estimate,
+    checkpoint, report) and check (:func:`advisor.views.check.run_check`) share, so the same flags and
+    variables are one world in both (fixa23: ``--hardware dgx-h100:2 --gpus-per-node 4`` was 16 ranks in
+    estimate, 8 in check; ``--gpus-per-node 4`` alone 1 and 4). ``g``: the job's ranks per node as the caller
+    found them (a flag, the launcher's LOCAL_WORLD_SIZE / SLURM_GPUS_*; check adds its probe of this node's
+    visible devices), None when nothing states them; ``hardware``: the ``--hardware`` spec, labelled ``hw_label``.
+
+    With a spec: its nodes x ``g`` ranks per node, else x its accelerators per node -- not an accelerator
+    preset alone (:attr:`advisor.cluster.hardware.Hardware.node_accelerators` None: its one per node is a
+    placeholder, so without ``g`` it gives no world size, and a workload sidecar's recorded world stands in
+    estimate); without a spec: ``g`` ranks on one node; None when neither is known (the caller's next source)."""
+    if g is None and hardware is not None and hardware.node_accelerators:
+        g = Found(hardware.accelerators_per_node, hw_label or "")
+    if hardware is not None and g is not None:
+        # name the ranks per node's source only when it is not the spec itself (issue #17: the flag was printed
+        # twice, "from --hardware dgx-h100:2: 2 nodes x --hardware dgx-h100:2")
+        per = f"{g.value} ranks per node" + (f" ({g.source})" if g.source != hw_label else "")
+        src = f"{hw_label}: {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} x {per}"
+        from advisor.config.validation import world_size as bounded_world_size
+        return Found(bounded_world_size(hardware.nodes * g.value, src), src)
+    if g is not None:
+        return Found(g.value, f"{g.source} (one node assumed)")
+    return None
+
+
 def visible_devices_from_env(env: Mapping[str, str] | None = None) -> tuple[list[str], str] | None:
     """The device list a process on this node may use: CUDA_VISIBLE_DEVICES, else
     ROCR_VISIBLE_DEVICES, else HIP_VISIBLE_DEVICES, as (ids, variable). An empty or unset
@@ -392,6 +419,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     from advisor.errors import AdvisorError
 
     env = os.environ if env is None else env
+    spec_shape = False
     from_launch = launch is not None and launch.world_size
     hw_label = hardware_label or (f"--hardware {hardware.name}" if hardware is not None else None)
     if world_size is not None:
@@ -403,15 +431,16 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         ws = world_size_from_env(env, gpus_per_node=(Found(gpus_per_node, "--gpus-per-node")
                                                      if gpus_per_node is not None else None),
                                  nodes=Found(nodes, "--nodes") if nodes is not None else None)
-        if ws is None and hardware is not None and hardware.node_accelerators:  # not an accelerator alone
-            # the spec's nodes x its accelerators per node -- or x the launcher's ranks per node where it
-            # states them (an sbatch script before torchrun: SLURM_GPUS_ON_NODE=4 on 2 nodes is 8 ranks,
-            # as check's discover_launch counts them)
-            lg = launcher_ranks_per_node(env)
-            per = lg.value if lg is not None else hardware.accelerators_per_node
-            src = (f"{hw_label} ({hardware.nodes} node(s)) x {lg.source}" if lg is not None
-                   else f"{hw_label} ({hardware.nodes} node(s) x {hardware.accelerators_per_node})")
-            ws = Found(bounded_world_size(hardware.nodes * per, src), src)
+        if ws is None:
+            # the fallback check shares (unlaunched_world_size): the spec's nodes x the job's ranks per node
+            # (--gpus-per-node, else the launcher's: an sbatch script before torchrun, SLURM_GPUS_ON_NODE=4 on
+            # 2 nodes is 8 ranks), else x its accelerators per node; no spec: those ranks on one node. Not this
+            # machine's visible devices: they are not the job's (check, run on the job's node, probes them)
+            wg = Found(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else launcher_ranks_per_node(env)
+            if nodes is not None and hardware is None:
+                wg = None  # checkpoint's --nodes: not "one node assumed" (check has no --nodes); as before
+            ws = unlaunched_world_size(hardware, wg, hw_label)
+            spec_shape = ws is not None and wg is None  # the spec's own nodes x accelerators: the spec is the shape
         side_ws = recorded[0].get("world_size") if recorded is not None else None
         if ws is None and side_ws:
             ws = Found(bounded_world_size(side_ws, recorded[1]), f"{recorded[1]}, the world generate planned")
@@ -424,10 +453,7 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
     elif recorded is not None and ws.source.startswith(recorded[1]) and recorded[0].get("gpus_per_node"):
         g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
-    elif (not (hw_label and ws.source.startswith(hw_label) and not ws.source.endswith(("LOCAL_WORLD_SIZE",
-                                                                                        "SLURM_GPUS_ON_NODE",
-                                                                                        "SLURM_GPUS_PER_NODE")))
-          and (lg := launcher_ranks_per_node(env)) is not None):
+    elif not spec_shape and (lg := launcher_ranks_per_node(env)) is not None:
         # the launcher's variable is the job's shape, the spec only its capacity: it wins over the spec
         # as WORLD_SIZE does above (a preset of 8 per node run with LOCAL_WORLD_SIZE=4 is 4 ranks per node);
         # not when the world size is the spec's own nodes x accelerators (then the spec is the shape)

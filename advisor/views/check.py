@@ -45,10 +45,9 @@ from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
 from advisor.findings import Finding, literal, render_sized, sort_findings
 from advisor.errors import cut
-from advisor.cluster.launch import Found, LaunchShape, discover_launch
+from advisor.cluster.launch import Found, LaunchShape, discover_launch, unlaunched_world_size
 from advisor.ledger.ranks import RankSet
 from advisor.config.validation import MAX_GPUS_PER_NODE, as_float, as_int
-from advisor.config.validation import world_size as world_size_bound
 from advisor.units import DEFAULT_UNITS
 
 if TYPE_CHECKING:
@@ -797,19 +796,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if launch.gpus_per_node is None and hardware is not None and hardware.node_accelerators:
         launch.gpus_per_node = Found(hardware.accelerators_per_node, hw_name)
     if launch.world_size is None:
-        g = launch.gpus_per_node
-        if hardware is not None:
-            # name the ranks per node's source only when it is not the spec itself (issue #17: the
-            # flag was printed twice, "from --hardware dgx-h100:2: 2 nodes x --hardware dgx-h100:2")
-            per = (f"{g.value} ranks per node" + (f" ({g.source})" if g.source != hw_name else "")) if g \
-                else f"{hardware.accelerators_per_node} GPUs per node"
-            src = f"{hw_name}: {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} x {per}"
-            launch.world_size = Found(world_size_bound(hardware.nodes * (g.value if g else hardware.accelerators_per_node),
-                                                       src), src)
-        elif g:
-            launch.world_size = Found(g.value, f"{g.source} (one node assumed)")
-        else:
-            launch.world_size = Found(1, "default 1")
+        # the fallback estimate's job_shape takes too (launch.unlaunched_world_size); the ranks per node here
+        # add this node's probed devices, which estimate (run anywhere) does not read
+        launch.world_size = unlaunched_world_size(hardware, launch.gpus_per_node, hw_name) or Found(1, "default 1")
         launch.notes.append(f"no launcher variables: world size {launch.world_size.value} ({launch.world_size.source})")
     if launch.num_nodes is None and launch.gpus_per_node:
         launch.num_nodes = Found(max(1, -(-launch.world_size.value // launch.gpus_per_node.value)),
