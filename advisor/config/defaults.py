@@ -222,6 +222,7 @@ TOP = SectionDefaults((), "runtime/constants.py:*_DEFAULT", (
     Default("gradient_clipping", 1.0),  # GRADIENT_CLIPPING_DEFAULT (older releases: 0.0)
     Default("gradient_predivide_factor", 1.0),  # GRADIENT_PREDIVIDE_FACTOR_DEFAULT
     Default("prescale_gradients", False),  # PRESCALE_GRADIENTS_DEFAULT
+    Default("zero_force_ds_cpu_optimizer", True),  # ZERO_FORCE_DS_CPU_OPTIMIZER_DEFAULT (l.41-42)
 ))
 
 #: What DeepSpeed 0.19.8 runs with when a top-level key is absent (the words S002 prints for a misspelt top-level

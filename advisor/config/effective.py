@@ -125,6 +125,11 @@ class Zero:
     offload_optimizer: OffloadOptimizer = field(default_factory=OffloadOptimizer)
 
 
+#: The client optimizers ``deepspeed.initialize`` accepts under ZeRO-Offload while ``zero_force_ds_cpu_optimizer``
+#: is true (``engine.py`` l.2342-2343 isinstance checks; :attr:`EffectiveConfig.client_optimizer_must_be_ds_cpu`).
+DS_CPU_OPTIMIZERS = ("DeepSpeedCPUAdam", "DeepSpeedCPULion")
+
+
 @dataclass
 class Optimizer:
     """``optimizer`` section (plain dict in DeepSpeed; params go to the constructor)."""
@@ -162,6 +167,9 @@ class EffectiveConfig:
     #: and ``postscale_gradients`` = not prescale_gradients, engine.py l. 1736-1737)
     gradient_predivide_factor: float = TOP.value("gradient_predivide_factor")
     prescale_gradients: bool = TOP.value("prescale_gradients")
+    #: zero_force_ds_cpu_optimizer as DeepSpeed tests it: the written value's truthiness (``runtime/config.py``
+    #: l.321-322 get_scalar_param, no conversion; ``engine.py`` l.2344 ``if self.zero_force_ds_cpu_optimizer()``).
+    zero_force_ds_cpu_optimizer: bool = TOP.value("zero_force_ds_cpu_optimizer")
     fp16_enabled: bool = FP16.value("enabled")
     #: fp16.loss_scale: 0 = dynamic loss scaling, else the static scale (``engine.py``
     #: ``dynamic_loss_scale`` / ``loss_scale``; the ZeRO optimizers' ``CreateLossScaler``).
@@ -202,6 +210,18 @@ class EffectiveConfig:
     @property
     def comm_dtype(self) -> Dtype:
         return self.communication_data_type or self.model_dtype
+
+    @property
+    def client_optimizer_must_be_ds_cpu(self) -> bool:
+        """True when ``deepspeed.initialize`` refuses a client optimizer (no ``optimizer`` section) that is not
+        one of :data:`DS_CPU_OPTIMIZERS`: ``engine.py`` _configure_optimizer l.2342-2346 raises ZeRORuntimeException
+        where ``zero_use_cpu_optimizer()`` -- ``offload_optimizer.device`` cpu or nvme as written, at any stage
+        (l.1562-1565) -- and ``zero_force_ds_cpu_optimizer`` (default true, ``runtime/constants.py`` l.41-42).
+        Turning the flag off lets any client optimizer through; it then steps the offloaded fp32 partitions on the
+        CPU with its own (non-DeepSpeed) kernels, which the engine's message warns "in most cases will yield poor
+        performance". The one place this fact lives (rule O011, the estimate's optimizer line, and the HF path's
+        accelerate swap, :func:`advisor.config.hf.trainer_optimizer`, read it)."""
+        return self.zero.offload_optimizer.device in ("cpu", "nvme") and bool(self.zero_force_ds_cpu_optimizer)
 
     @property
     def offload_optimizer_effective(self) -> Device:
@@ -395,7 +415,7 @@ _AIO_READ = (("block_size", _as_int), ("queue_depth", _as_int), ("intra_op_paral
 TOP_LEVEL_READ: frozenset[str] = frozenset({
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
     "gradient_predivide_factor", "prescale_gradients", "fp16", "bf16", *LEGACY_SECTIONS, "communication_data_type",
-    "zero_optimization", "optimizer", "aio", "activation_checkpointing"})
+    "zero_optimization", "optimizer", "aio", "activation_checkpointing", "zero_force_ds_cpu_optimizer"})
 
 
 def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
@@ -425,6 +445,9 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
     ps = _as_bool(raw.get("prescale_gradients"))
     if ps is not None:
         ec.prescale_gradients = ps
+
+    if "zero_force_ds_cpu_optimizer" in raw:  # truthiness, as DeepSpeed tests it (the field's comment)
+        ec.zero_force_ds_cpu_optimizer = bool(raw["zero_force_ds_cpu_optimizer"])
 
     # precision -------------------------------------------------------------------------
     fp16 = _section(raw, "fp16")

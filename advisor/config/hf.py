@@ -1136,21 +1136,24 @@ def trainer_optimizer(raw: Mapping[str, Any], trainer_args: "TrainerArgs | Mappi
     (``trainer_optimizer.py`` _get_adamw_torch l.201-208; without it torch 2.13 takes foreach on a GPU). Another
     ``optim`` is not modelled: (None, {}, words) and the caller keeps its Adam assumption.
 
-    Under optimizer offload (``zero_optimization.offload_optimizer.device`` not "none", written) with
-    ``zero_force_ds_cpu_optimizer`` true (its default, DeepSpeed ``runtime/constants.py`` l.41-42) accelerate
+    Where DeepSpeed would refuse a client optimizer other than DeepSpeedCPUAdam / DeepSpeedCPULion (optimizer
+    offload to cpu or nvme with ``zero_force_ds_cpu_optimizer`` true:
+    :attr:`advisor.config.effective.EffectiveConfig.client_optimizer_must_be_ds_cpu`, with its sources) accelerate
     1.16.0 swaps the Trainer's optimizer for DeepSpeedCPUAdam before ``deepspeed.initialize`` (``accelerator.py``
     l.2336-2345, ``utils/deepspeed.py`` map_pytorch_optim_to_deepspeed l.29: AdamW -> ``adamw_mode`` true), so
-    (None, {}, words): the caller's DeepSpeedCPUAdam for a written CPU offload is that optimizer (without the
-    swap DeepSpeed would refuse the client optimizer, ``engine.py`` l.2342-2346)."""
+    (None, {}, words): the caller's DeepSpeedCPUAdam for a written offload is that optimizer (without the
+    swap DeepSpeed would refuse the client optimizer; plain DeepSpeed gets rule O011 instead)."""
     if isinstance(raw.get("optimizer"), dict):
         return None, {}, ""
     args = trainer_args if isinstance(trainer_args, TrainerArgs) else TrainerArgs.from_mapping(trainer_args or {})
     how = "write an optimizer block in the DeepSpeed config, or set the Trainer's optim, to change it"
     optim = args.optim if isinstance(args.optim, str) else str(args.optim)
+    from advisor.config.effective import effective_config
     z = raw.get("zero_optimization")
     oo = z.get("offload_optimizer") if isinstance(z, dict) else None
-    dev = oo.get("device", "none") if isinstance(oo, dict) else "none"
-    if dev not in ("none", None) and raw.get("zero_force_ds_cpu_optimizer", True) is not False:
+    # accelerate reads the offload_optimizer block itself (not the deprecated cpu_offload alias DeepSpeed maps)
+    swaps = isinstance(oo, dict) and oo.get("device", "none") != "none"
+    if swaps and effective_config(dict(raw)).client_optimizer_must_be_ds_cpu:
         return None, {}, (f"none given (the HF Trainer builds its optim {optim!r} over {TRAINER_GROUPS_WORDS}; under "
                           "offload_optimizer accelerate swaps it for DeepSpeedCPUAdam over the same groups before "
                           "deepspeed.initialize; write an optimizer block in the DeepSpeed config to change it)")

@@ -254,6 +254,18 @@ class FitRow:
                 "lower_bound": bool(self.lower_bound)}
 
 
+def _client_optimizer_words(ec: EffectiveConfig) -> str:
+    """The estimate's optimizer line where the config has no optimizer section and the plan does not know the
+    client's: under optimizer offload DeepSpeed accepts only DeepSpeedCPUAdam / DeepSpeedCPULion from the client
+    (:attr:`EffectiveConfig.client_optimizer_must_be_ds_cpu`, rule O011), so the ledger's DeepSpeedCPUAdam is what
+    the script must pass; else a client Adam is assumed."""
+    if ec.client_optimizer_must_be_ds_cpu:
+        from advisor.config.effective import DS_CPU_OPTIMIZERS
+        return (f"none given (under offload_optimizer the client optimizer must be {' or '.join(DS_CPU_OPTIMIZERS)}, "
+                "rule O011: DeepSpeedCPUAdam assumed)")
+    return "none given (client optimizer; Adam assumed)"
+
+
 @dataclass
 class EstimateResult:
     source: str
@@ -289,8 +301,7 @@ class EstimateResult:
             "zero_stage": z.stage,
             "precision": {"model": ec.model_dtype, "grad_accum": ec.grad_dtype, "communication": ec.comm_dtype,
                           "master_weights": "fp32"},
-            "optimizer": {"type": ec.optimizer.type or ec.optimizer.client_note
-                                  or "none given (client optimizer; Adam assumed)",
+            "optimizer": {"type": ec.optimizer.type or ec.optimizer.client_note or _client_optimizer_words(ec),
                           "basic": self.ledger.basic_optimizer, "wrapper": self.ledger.wrapper},
             "offload_optimizer": {"written": z.offload_optimizer.device, "effective": ec.offload_optimizer_effective,
                                   **_partial_offload_split(self.plan)},
