@@ -9376,6 +9376,20 @@ SHARED_ACROSS_PARAM_GROUPS = frozenset({"ipg_bucket"})
 #: was 24,576 B).
 LARGEST_OVER_PARAM_GROUPS = frozenset({"offload_temp_grad_cpu", "offload_temp_grad_accel"})
 
+#: The entries that together make one param group's largest moment of the ZeRO-1/2 CPU-offload reduce (the flush's
+#: flat copy, or a slice's fp64 norm copy with what is live beside it: ``offload_grad_norm_fp64`` s_r x 8,
+#: ``offload_reduce_flush`` max(0, F - ...), ``offload_norm_unmoved_grads``, ``offload_xl_grad_clone``; see
+#: ``zero12_offload_flush_bytes``). The engine makes these moments one after another whatever the param group:
+#: average_tensor flattens one (destination, process group) bucket at a time (``stage_1_and_2.py`` l.1706-1723,
+#: allreduce_bucket's ``self.flatten(bucket)`` l.2367), and reduce_ipg_grads then runs copy_grads_in_partition one
+#: parameter after another (l.2253-2274), whose set_norm_for_param_grad_in_gpu makes the fp64 copy as a temporary of
+#: ``accumulated_grad.data.to(get_norm_dtype()).norm(2)`` (l.1886, from l.2171-2176), freed before the next
+#: parameter's. Under expert parallelism a rank therefore holds the larger of its dense and its expert groups'
+#: moments, not their sum (engine: ``tests/engine/test_moe_offload_engine.py``, ep 2 on 4 ranks: the reduce's
+#: high-water mark 447,864 B on every rank, the two groups' copies summed 455,968 B; one 65,536 B copy live at it).
+REDUCE_MOMENT_ITEMS = frozenset({"offload_grad_norm_fp64", "offload_reduce_flush", "offload_norm_unmoved_grads",
+                                 "offload_xl_grad_clone"})
+
 
 def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
                           ga: int, workload: Any = None) -> list[RankLedger]:
@@ -9454,6 +9468,13 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                                            f"stage_1_and_2.py l.626-635): {larger[x.item].formula}")
                            if x.item in larger and larger[x.item].bytes > x.bytes else x for x in entries]
                 shared |= in_dense
+                # the offload reduce's moments: one group's at a time (REDUCE_MOMENT_ITEMS), the larger kept
+                moment_d = sum(x.bytes for x in entries if x.item in REDUCE_MOMENT_ITEMS)
+                moment_e = sum(x.bytes for x in e_roles[ei].entries if x.item in REDUCE_MOMENT_ITEMS)
+                if moment_e > moment_d:
+                    entries = [x for x in entries if x.item not in REDUCE_MOMENT_ITEMS]
+                else:
+                    shared |= REDUCE_MOMENT_ITEMS
                 entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts, "
                                     f"whole on each tensor-parallel rank) over the expert-data-parallel group of "
                                     f"{We} (DP x SP x TP / ep): {e.formula}",

@@ -12,7 +12,9 @@ native MoE layer (moe_toy.py) under expert parallelism, CPU / gloo. Prints per r
   gradient, the 16-bit host buffer and the 16-bit partition the step copies back into;
 * ``d2h``: the bytes the backward's ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` calls copied into the
   host fp32 gradients (each call's destination slice, counted from the engine's ``grad_position``), and
-  ``h2d``: the 16-bit partitions the step wrote from the host buffer (counted on the tensors it copied).
+  ``h2d``: the 16-bit partitions the step wrote from the host buffer (counted on the tensors it copied);
+* ``backward``: the tracker's phase ``backward:1`` (``engine.backward`` with its boundary reduce): its high-water
+  mark with and without gloo's buffers and the storages live there by allocation site (``StorageTracker.report``).
 
 argv: EP, the DeepSpeed config (JSON), H, F, E."""
 
@@ -85,7 +87,12 @@ def main() -> None:
 
         x = torch.ones(4, h, dtype=torch.bfloat16)
         loss = engine(x).float().pow(2).mean()
+        # the backward with its boundary reduce (GA 1: the epilogue's flush, then copy_grads_in_partition's fp64
+        # norm copies and host copies, stage_1_and_2.py l.2253-2274, l.2171-2176): its high-water mark, as the
+        # peak-parity worker's phases (advisor.engine.worker._phase), ended by the step's phase
+        W._phase(tracker, "backward:1")
         engine.backward(loss)
+        W._phase(tracker, "step:1")
         torch.Tensor.copy_ = tcopy
         try:
             engine.step()
@@ -96,7 +103,8 @@ def main() -> None:
     restore()
     pid = [torch.distributed.get_rank(group=g) for g in o.real_dp_process_group]
     rec = dict(rank=torch.distributed.get_rank(), wrapper=type(o).__name__, basic=type(o.optimizer).__name__,
-               init=at_init, step=after_step, d2h=moved["d2h"], h2d=moved["h2d"],
+               init=at_init, step=after_step, backward=next(p for p in tracker.report({}) if p["phase"] == "backward:1"),
+               d2h=moved["d2h"], h2d=moved["h2d"],
                groups=[dict(moe=bool(g.get("moe")), partition_count=o.partition_count[i],
                             fp32=o.single_partition_of_fp32_groups[i].numel() * 4,
                             fp32_grad=o.single_partition_of_fp32_groups[i].grad.numel() * 4,

@@ -13,11 +13,18 @@ model by hand, as test_moe_groups_engine.py):
 * the movement section's PCIe bytes per rank equal what the engine copies: the gradient slices
   ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` writes into the host fp32 gradients (to host) and the
   16-bit partitions the step copies back from the host buffer (to the accelerator), and those equal the engine's
-  partitions x dtype bytes (fp32 gradient partition x 4, 16-bit partition x 2).
+  partitions x dtype bytes (fp32 gradient partition x 4, 16-bit partition x 2);
+* the backward's high-water mark (its boundary reduce) equals the timeline's ``reduce`` instant within 1%, with one
+  gradient slice's fp64 norm copy live there, not one per param group (moe23b).
+
+``reduce_bucket_size`` 50,000 elements (one flush of the whole model's 37,120 gradient elements of a rank, the bucket
+100,000 B), as test_peak_parity's cells: at DeepSpeed's default of 5e8 the ipg bucket is 1e9 B on both sides and no
+peak could differ by 1%.
 
 Before moe23 the ledger counted the offload temp gradient buffers once per param group (24,576 B each, the engine
 holds one pair of the largest parameter, 16,384 B) and the movement section sized the experts' PCIe copies over
-the 4 ranks (37,120 B / 18,560 B per step; the engine 69,888 / 34,944)."""
+the 4 ranks (37,120 B / 18,560 B per step; the engine 69,888 / 34,944). Before moe23b it summed the dense and
+the expert groups' offload reduce moments (state.REDUCE_MOMENT_ITEMS), 1.81% over the engine's reduce peak."""
 
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 H, F, E, WORLD, EP = 64, 128, 4, 4, 2
 CFG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-       "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+       "zero_optimization": {"stage": 2, "reduce_bucket_size": 50000, "offload_optimizer": {"device": "cpu"}}}
 #: storages the engine keeps that no ledger entry names, each a scalar or E-long tensor: the MoE gate's last
 #: forward (``moe/sharded_moe.py`` top1gating: exp_counts l.245, me / l_aux l.263-264, the random-token-selection
 #: uniform's low / high l.270-271, kept as MOELayer.l_aux / exp_counts and the module-level
@@ -131,3 +138,36 @@ def test_offload_movement_matches_the_engine_copies(engine_run):
         assert d["h2d"] == sum(g["bit16_partition"] for g in d["groups"]), d
         assert pcie[r]["to_host_bytes"] == d["d2h"], (r, pcie[r], d["d2h"])
         assert pcie[r]["to_accelerator_bytes"] == d["h2d"], (r, pcie[r], d["h2d"])
+
+
+#: where the offload fp64 norm copy of a gradient slice is made (``stage_1_and_2.py`` set_norm_for_param_grad_in_gpu
+#: l.1886: ``accumulated_grad.data.to(get_norm_dtype()).norm(2)``, the copy freed when the 0-dim norm is returned)
+NORM_COPY_SITE = "deepspeed/runtime/zero/stage_1_and_2.py:set_norm_for_param_grad_in_gpu:"
+
+
+def test_reduce_peak_matches_the_timeline(engine_run):
+    """The backward's high-water mark (the tracker's phase ``backward:1``: GA 1, so the boundary reduce, one flush
+    of the 50,000-element bucket, then copy_grads_in_partition per parameter, stage_1_and_2.py l.2253-2274) equals
+    the timeline's ``reduce`` instant within 1% per rank, gloo's own buffers aside (peak_excl_cpu_only, as
+    measure.peak_parity compares). At that peak the engine holds one parameter slice's fp64 norm copy, not one
+    per param group: set_norm_for_param_grad_in_gpu is called for one parameter after another (l.2171-2176) and
+    its copy is a temporary of ``.to(fp64).norm(2)`` (l.1886), so the dense and the expert groups' copies (8,704
+    and 65,536 B on ranks 0-2) are never live together; what else that site holds is the kept 0-dim fp64 norms
+    (8 B each, at most one per parameter). Before moe23b the ledger summed the two groups' copies (and on rank 3
+    the dense flush's flat copy over its norm, 2,048 B): 455,968 B at every rank's reduce, the engine 447,864 B
+    (+1.81%); the site held 65,552 B against the ledger's 74,240."""
+    from advisor.ledger.state import compute_ledger
+    from advisor.ledger.timeline import resolve_load, role_timeline
+    led = compute_ledger(_plan())
+    tiers = ("accelerator", "host_pinned", "host_pageable")
+    n_params = 2 + 2 * E // EP  # the dense Linear and the gate, the rank's E / EP experts of two weights each
+    for r, d in sorted(engine_run.items()):
+        bwd = d["backward"]
+        assert bwd["phase"] == "backward:1", bwd
+        tl = role_timeline(led, led.rank(r), resolve_load(led.plan.config), ga=1, rank=r)
+        i = [x.key for x in tl.instants].index("reduce")
+        want, got = tl.series(tiers)[i], bwd["peak_excl_cpu_only"]
+        assert abs(want - got) <= 0.01 * got, (r, want, got, bwd["unattributed"])
+        copies = sum(e[3] for e in tl.entries[i] if e[0] == "offload_grad_norm_fp64" and e[1] in tiers)
+        at_site = sum(u["bytes"] for u in bwd["unattributed"] if u["site"].startswith(NORM_COPY_SITE))
+        assert copies <= at_site <= copies + 8 * n_params, (r, copies, at_site, bwd["unattributed"])
