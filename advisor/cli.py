@@ -411,7 +411,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
              "CUDA_MODULE_LOADING and PYTORCH_CUDA_ALLOC_CONF are read when set.")),
     "fragmentation": (("--fragmentation",), dict(
         type=FiniteFloat(0, 1), default=None,
-        help="Deprecated: the allocator reserve is now its own overhead row (10% of the peak, band 3-25%). A "
+        help="Deprecated: the allocator reserve is now its own overhead row (a fraction of the peak, with its band). A "
              "fraction given here replaces that row (with a warning); prefer --runtime-overhead allocator=SIZE.")),
     "output": (("-o", "--output"), dict(help="The file to write.")),
     "force": (("--force",), dict(is_flag=True, help="Overwrite an existing --output file.")),

@@ -323,7 +323,8 @@ HW_NUMBER_MIN, HW_NUMBER_MAX = 1e-9, 1e21
 #: The keys of each object of a hardware spec (``schemas/hardware.schema.json``): the one list each reader
 #: below checks, and what an unknown key's "did you mean" searches, nested paths included (:data:`_NESTED`).
 LINK_KEYS = frozenset({"name", "bytes_per_s"})
-OVERHEAD_KEYS = frozenset({"cuda_context_mib", "allocator_fraction", "source"})
+OVERHEAD_KEYS = frozenset({"cuda_context_mib", "allocator_fraction", "source", "cuda_context_source",
+                           "allocator_source"})
 ACCELERATOR_KEYS = frozenset({"name", "memory_bytes", "peak_bf16_flops", "peak_fp16_flops",
                               "memory_bandwidth_bytes_per_s", "host_link", "peer_bytes_per_s", "assumed_mfu",
                               "runtime_overhead", "source"})
@@ -448,7 +449,8 @@ class _P:
 
     def overhead_defaults(self, d: Any, ptr: str) -> OverheadDefaults:
         """``runtime_overhead``: ``cuda_context_mib`` [default, low, high] (MiB, as nvidia-smi
-        counts), ``allocator_fraction`` [default, low, high] of the tracked peak, ``source``."""
+        counts), ``allocator_fraction`` [default, low, high] of the tracked peak, ``source``, and optionally
+        ``cuda_context_source`` / ``allocator_source`` (each term's own source; default ``source``)."""
         self.keys(d, OVERHEAD_KEYS, ptr)
         vals = {}
         for k in ("cuda_context_mib", "allocator_fraction"):
@@ -462,9 +464,15 @@ class _P:
         src = d.get("source")
         if not isinstance(src, str) or not src:
             raise self.err(f"{ptr}/source", "expected a non-empty string: where the figures come from")
+        own = {}
+        for k in ("cuda_context_source", "allocator_source"):
+            v = d.get(k, "")
+            if not isinstance(v, str):
+                raise self.err(f"{ptr}/{k}", f"expected a string: where that term's figure comes from, got {json_shown(v)}")
+            own[k] = v
         try:
             return OverheadDefaults(tuple(int(x * MIB) for x in vals["cuda_context_mib"]),
-                                    tuple(float(x) for x in vals["allocator_fraction"]), src)
+                                    tuple(float(x) for x in vals["allocator_fraction"]), src, **own)
         except ValueError as e:
             raise self.err(ptr, str(e).split(": ", 1)[-1]) from None
 
@@ -615,7 +623,10 @@ def to_spec(h: Hardware) -> dict[str, Any]:
         "assumed_mfu": a.assumed_mfu, "runtime_overhead": None if a.runtime_overhead is None else {
             "cuda_context_mib": [x / MIB for x in a.runtime_overhead.cuda_context],
             "allocator_fraction": list(a.runtime_overhead.allocator_fraction),
-            "source": a.runtime_overhead.source}, "source": a.source})
+            "source": a.runtime_overhead.source,
+            **{k: v for k, v in (("cuda_context_source", a.runtime_overhead.cuda_context_source),
+                                 ("allocator_source", a.runtime_overhead.allocator_source)) if v}},
+        "source": a.source})
     tiers = [_present({
         "name": t.name, "mounts": list(t.mounts), "capacity_bytes": t.capacity_bytes,
         "read_bytes_per_s": t.read_bytes_per_s, "write_bytes_per_s": t.write_bytes_per_s, "access": t.access,

@@ -104,7 +104,23 @@ class OverheadDefaults:
 
     cuda_context: tuple[int, int, int]
     allocator_fraction: tuple[float, float, float]
+    #: where the block's figures come from (a measurement names both terms' figures at once)
     source: str
+    #: the source of each term's figure where the block gives one of its own (a preset's generic figures cite
+    #: different things for the two); "" = ``source``. The fractions themselves are in ``allocator_fraction``
+    #: only: a source text does not restate them (the rows print the band from the numbers).
+    cuda_context_source: str = ""
+    allocator_source: str = ""
+
+    @property
+    def context_source(self) -> str:
+        """The CUDA-context term's source: its own, else the block's."""
+        return self.cuda_context_source or self.source
+
+    @property
+    def allocator_term_source(self) -> str:
+        """The allocator term's source: its own, else the block's."""
+        return self.allocator_source or self.source
 
     def __post_init__(self) -> None:
         b, lo, hi = self.cuda_context
@@ -200,7 +216,7 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
     ctx = (1200 * MIB, 1000 * MIB, 2 * GIB) if eager else (400 * MIB, 256 * MIB, 1 * GIB)
     ctx_src = "pytorch/pytorch issues #107667 and #109888 (the maintainers' figures for lazy and eager loading)"
     if defaults is not None and not eager:
-        ctx, ctx_src = defaults.cuda_context, defaults.source
+        ctx, ctx_src = defaults.cuda_context, defaults.context_source
     terms.append(OverheadTerm(
         "cuda_context", "CUDA context and loaded kernels", *ctx,
         formula=("CUDA_MODULE_LOADING=EAGER: every kernel loaded at start" if eager else
@@ -227,11 +243,10 @@ def runtime_overhead(peak_bytes: int, *, world_size: int = 1, tensor_parallel: i
     a_src = ("PyTorch docs, CUDA semantics - memory management (caching allocator, expandable_segments); "
              "fractions assumed, not yet calibrated on a GPU")
     if defaults is not None and not expandable:
-        (f, f_lo, f_hi), a_src = defaults.allocator_fraction, defaults.source
+        (f, f_lo, f_hi), a_src = defaults.allocator_fraction, defaults.allocator_term_source
     zero3 = zero_stage == 3 and not expandable and f_hi < ZERO3_ALLOCATOR_HIGH
     if zero3:
-        # the preset's source text states its own band (e.g. "band 3-25%"): say that ZeRO-3 widens
-        # it, so the row's band and its citation agree (newcomer D10)
+        # the band is printed from the numbers (the formula); the source says why ZeRO-3 widens it (newcomer D10)
         a_src = (f"{a_src}; {ZERO3_ALLOCATOR_SOURCE} (at ZeRO-3 the band's top is raised from {f_hi:.0%} "
                  f"to {ZERO3_ALLOCATOR_HIGH:.0%})")
         f_hi = ZERO3_ALLOCATOR_HIGH
