@@ -129,8 +129,9 @@ def test_readme_activation_line_names_every_term_of_the_row():
     assert ac["loss_backward_spike"] > ac["loss_spike"]  # the transient the old line left out
     _check_line_adds_up(line, ac, r["tiers"]["accelerator"]["activations"])
     assert round(r["tiers"]["accelerator"]["activations"] / GIB, 2) == row
-    # the smaller transient is named as not added
-    assert f"not added: the loss's fp32 logits copy in forward {ac['loss_spike'] / GIB:.2f} GiB" in line
+    # the smaller transient is named, with its size, as left out and why (forward's, freed before the loss backward)
+    assert (f"(the largest transient; the forward's fp32 logits copy, {ac['loss_spike'] / GIB:.2f} GiB, is freed "
+            "before this and is not added)") in line, line
 
 
 def _save16(args: list[str]) -> tuple[str, dict]:

@@ -291,8 +291,9 @@ def activation_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_
 #: The step's activation transients on top of what is saved for backward (advisor.model.activations.
 #: ActivationEstimate: ``loss_spike``, ``loss_backward_spike``, ``recompute_layer``), for figures without
 #: ``backward_moments`` (:func:`_row_transients`): the row adds the largest only, as none is live with another.
-_TRANSIENTS = (("loss_backward_spike", "the loss backward's fp32 gradients"),
-               ("loss_spike", "the loss's fp32 logits copy in forward"),
+#: In the step's time order (the row's words say which of them is freed before the largest, which comes after it).
+_TRANSIENTS = (("loss_spike", "the forward's fp32 logits copy"),
+               ("loss_backward_spike", "the loss backward's fp32 gradients"),
                ("recompute_layer", "one layer recomputed in backward"))
 
 
@@ -314,7 +315,7 @@ def _row_transients(ac: dict[str, Any]) -> list[tuple[int, str]]:
     best: dict[str, int] = {}
     for m, w in zip(moms, names):
         best[w] = max(best.get(w, m - saved), m - saved)
-    return [(ac.get("loss_spike") or 0, "the loss's fp32 logits copy in forward")] + [(b, w) for w, b in best.items()]
+    return [(ac.get("loss_spike") or 0, _TRANSIENTS[0][1])] + [(b, w) for w, b in best.items()]
 
 
 def activation_row_words(ac: dict[str, Any], mode: str | bool, units: str = DEFAULT_UNITS) -> str:
@@ -333,9 +334,18 @@ def activation_row_words(ac: dict[str, Any], mode: str | bool, units: str = DEFA
     trans = _row_transients(ac)
     top = max(trans, key=lambda x: x[0])
     if top[0]:
-        others = [f"{w} {size(b, units)}" for b, w in trans if b > 0 and (b, w) != top]
-        parts.append(f"+ {top[1]} {size(top[0], units)} (the largest transient"
-                     + (f"; not live with it, so not added: {', '.join(others)}" if others else "") + ")")
+        # the candidates are in time order: each smaller one is freed before the largest or comes after it is freed
+        i_top = trans.index(top)
+        others = [(f"{w}, {size(b, units)}", "is freed before this" if i < i_top else "comes after this is freed")
+                  for i, (b, w) in enumerate(trans) if b > 0 and i != i_top]
+        if len(others) == 1:
+            left = f"; {others[0][0]}, {others[0][1]} and is not added"
+        elif others:
+            left = "; not added, as none is live with it: " + "; ".join(
+                f"{x}, {'freed before this' if when.startswith('is freed') else 'after this'}" for x, when in others)
+        else:
+            left = ""
+        parts.append(f"+ {top[1]} {size(top[0], units)} (the largest transient{left})")
     items = [x for x in ac.get("row_items") or [] if x["bytes"]]
     parts += [f"+ {x['item']} {size(x['bytes'], units)}" for x in items]
     total = ac["saved_accelerator"] + top[0] + sum(x["bytes"] for x in items)
