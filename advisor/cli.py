@@ -1800,11 +1800,11 @@ def generate(model, hardware, nodes, gpus_per_node, global_batch, seq_len, micro
     nodes_from = "--nodes" if nodes is not None else f"--hardware {hardware}"
     gpus_from = "--gpus-per-node" if gpus_per_node is not None else f"--hardware {hardware}"
     if gpus_per_node is None:
+        from advisor.cluster.launch import accelerator_alone_problem
         from advisor.config.validation import shown as _shown
         gpus_per_node = hw.node_accelerators
-        if not gpus_per_node:
-            raise click.UsageError(f"give --gpus-per-node: --hardware {_shown(hardware)} is an accelerator alone "
-                                   "and says nothing about the node")
+        if not gpus_per_node:  # the words estimate, check and checkpoint refuse it with (cluster/launch.py)
+            raise click.UsageError(accelerator_alone_problem(hw, f"--hardware {_shown(hardware)}", "--gpus-per-node"))
     if nodes is None:
         nodes = hw.nodes or 1
     try:
@@ -2003,13 +2003,15 @@ def report(config, est, output, force):
 @option("save_dir", help="Absolute path checkpoints are saved to (save_checkpoint's save_dir): with --hardware, when "
         "it lies on the config's NVMe swap tier, the wear counts the swap's writes too (at the step time).")
 @option("save_interval", help="Seconds between saves, for writes per day (default: the Young/Daly interval).")
+@option("set")
 @format_option("checkpoint")
 @_release_option
 @display_options("units", "color")
 def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel, pipeline_parallel,
                sequence_parallel, megatron_sp, expert_parallel, seq_len, micro_batch, checkpointing, attention,
                moe_capacity_factor, omp_threads, nodes, write_bandwidth, read_bandwidth,
-               node_mtbf_hours, restart_seconds, step_time_s, keep, hardware, save_dir, save_interval, fmt):
+               node_mtbf_hours, restart_seconds, step_time_s, keep, hardware, save_dir, save_interval, overrides,
+               fmt):
     """Durable checkpoints of CONFIG: files save_checkpoint writes, bytes, save/load time, save interval.
 
     With --hardware and --save-dir the save dir's storage tier supplies the bandwidths (flags win)
@@ -2041,7 +2043,7 @@ def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel
         return n
 
     wbw, rbw = _bw(write_bandwidth, "--write-bandwidth"), _bw(read_bandwidth, "--read-bandwidth")
-    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size)
+    inp, inv, hw = _load_config_input(config, model, params, hardware, world_size=world_size, overrides=overrides)
     loaded = inp.loaded
     # the workload as estimate reads it (flag > sidecar > default): the step time behind the save
     # interval's steps is estimate's on the same inputs

@@ -239,8 +239,9 @@ def test_broken_accelerate_yaml_is_a_yaml_parse_error_with_file_line_and_column(
 def test_every_command_takes_the_job_shape_from_one_place(tmp_path):
     """One accelerate file, num_processes 8 on num_machines 2: estimate, check and checkpoint all model
     world size 8 on 2 nodes of 4 ranks (accelerate's nproc_per_node = 8 // 2), and checkpoint's
-    cluster MTBF is the node MTBF / those 2 nodes -- with or without a larger --hardware spec
-    (a spec's node count sizes only the default world size)."""
+    cluster MTBF is the node MTBF / those 2 nodes -- with or without a --hardware spec that names no node
+    count or names those 2 nodes. A spec that names other nodes (dgx-h100:8: 8 nodes) contradicts
+    num_machines: exit 2 in every command (fixb23; it had been read as 2 of the spec's 8 nodes)."""
     (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nnum_machines: 2\n"
                                        "mixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 3\n")
     nproc, nmach, _, _ = _accelerate_reads(tmp_path / "acc.yaml")
@@ -251,20 +252,30 @@ def test_every_command_takes_the_job_shape_from_one_place(tmp_path):
     _, chk = run_json(["check", "acc.yaml", *base, "--host-memory", "1TB", "--gpu-memory", "80GB"], cwd=tmp_path)
     assert (chk["launch"]["world_size"]["value"], chk["launch"]["gpus_per_node"]["value"],
             chk["launch"]["num_nodes"]["value"]) == (per * nodes, per, nodes), chk["launch"]
-    for hw in ([], ["--hardware", "dgx-h100:8"]):
+    for hw in ([], ["--hardware", "dgx-h100"], ["--hardware", f"dgx-h100:{nodes}"]):
         _, cp = run_json(["checkpoint", "acc.yaml", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
                           *hw], cwd=tmp_path)
         assert cp["world_size"] == per * nodes and cp["nodes"] == nodes, cp
         assert abs(cp["resilience"]["cluster_mtbf_s"] - 1000 * 3600 / nodes) < 1e-6, cp
+    for cmd in ("estimate", "check", "checkpoint"):
+        p = run_cli([cmd, "acc.yaml", *base, "--hardware", "dgx-h100:8"], cwd=tmp_path)
+        line, = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and "dgx-h100:8" in line and "num_machines" in line and not p.stdout, (cmd, p.stderr)
     # a DeepSpeed file with the spec alone: the spec's 8 nodes x 8 GPUs are the job, MTBF / 8
     (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}')
     _, cp = run_json(["checkpoint", "ds.json", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
                       "--hardware", "dgx-h100:8"], cwd=tmp_path)
     assert (cp["world_size"], cp["nodes"]) == (64, 8), cp
-    # ... and with --world-size 16 on it, the job's ranks occupy 2 of its nodes
+    # ... with --world-size 16 on a spec that names no node count, the job's ranks occupy 2 of its nodes;
+    # on its 8 named nodes that is 2 ranks per node (--gpus-per-node 2), and without it a contradiction
     _, cp = run_json(["checkpoint", "ds.json", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
-                      "--hardware", "dgx-h100:8", "--world-size", "16"], cwd=tmp_path)
+                      "--hardware", "dgx-h100", "--world-size", "16"], cwd=tmp_path)
     assert (cp["world_size"], cp["nodes"]) == (16, 2), cp
+    _, cp = run_json(["checkpoint", "ds.json", *base, "--node-mtbf-hours", "1000", "--write-bandwidth", "1GB/s",
+                      "--hardware", "dgx-h100:8", "--world-size", "16", "--gpus-per-node", "2"], cwd=tmp_path)
+    assert (cp["world_size"], cp["nodes"]) == (16, 8), cp
+    p = run_cli(["checkpoint", "ds.json", *base, "--hardware", "dgx-h100:8", "--world-size", "16"], cwd=tmp_path)
+    assert p.returncode == 2 and "--gpus-per-node 2" in p.stderr, p.stderr
 
 
 def test_set_on_an_accelerate_file_sets_keys_of_the_deepspeed_config_it_builds(tmp_path):

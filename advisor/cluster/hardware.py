@@ -218,6 +218,10 @@ class Hardware:
     #: per node is a placeholder, not the node's GPU count. Provenance, not hardware: left out of
     #: equality (a spec file written from it states 1 per node, and is read as a node).
     node_known: bool = field(default=True, compare=False)
+    #: True when the user named the node count (``--hardware NAME:N`` / ``FILE:N``): the job runs on
+    #: those N nodes, so a world size other than N x ranks per node contradicts it
+    #: (:func:`advisor.cluster.launch.checked_node_count`). Provenance, left out of equality.
+    nodes_given: bool = field(default=False, compare=False)
 
     @property
     def node_accelerators(self) -> int | None:
@@ -696,9 +700,10 @@ def resolve_hardware(spec: str) -> Hardware:
         # FILE:N, the spec file's node count replaced as NAME:N replaces the preset's
         nodes = _node_count(spec, tail)
         hw = load_hardware(path)
-        return replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}")
-    name, _, count = spec.strip().lower().partition(":")
-    nodes = _node_count(spec, count) if count else None
+        return replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}", nodes_given=True)
+    name, colon, count = spec.strip().lower().partition(":")
+    # "dgx-h100:" (a ':' with no count) is refused as "dgx-h100:0" is, not read as the preset's 1 node
+    nodes = _node_count(spec, count) if colon else None
     p = _presets()
     if name in p["systems"]:
         hw = _P(f"preset {name}").hardware(copy.deepcopy(p["systems"][name]), origin="preset", default_name=name)
@@ -712,7 +717,7 @@ def resolve_hardware(spec: str) -> Hardware:
         raise HardwareSpecError(f"--hardware: unknown hardware {shown(spec)}" + (f"; did you mean {', '.join(near)}?" if near else "")
                                 + " (see `ds-advisor hardware`, or give a JSON spec file)")
     if nodes is not None:
-        hw = replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}")
+        hw = replace(hw, nodes=nodes, name=f"{hw.name}:{nodes}", nodes_given=True)
     return hw
 
 

@@ -340,6 +340,64 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
 LAUNCHER_WORLD_SOURCES = ("WORLD_SIZE", "SLURM_NTASKS")
 
 
+def accelerator_alone_problem(hardware: Any, hw_label: str, flags: str = "--gpus-per-node or --world-size") -> str:
+    """The one-line refusal when an accelerator preset alone (:attr:`advisor.cluster.hardware.Hardware.node_known`
+    False: ``--hardware h100-sxm-80gb:4``) must give a world size: it says how many nodes (``:N``) but not how
+    many accelerators each holds, so nodes x ranks per node has no second factor (its 1 per node is a
+    placeholder). Shared by estimate, check, checkpoint, report (:func:`job_shape`, check's run_check where
+    :func:`unlaunched_world_size` finds none) and generate; ``flags``: what the command takes instead."""
+    what = hardware.accelerator.name if hardware.accelerator else hardware.name
+    if hardware.nodes_given:
+        return (f"{hw_label} names {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} but not how many "
+                f"accelerators each holds ({what} is an accelerator preset alone), so it gives no world size: "
+                f"give {flags}, or a node preset (see `ds-advisor hardware`)")
+    return (f"{hw_label} names no node ({what} is an accelerator preset alone, which says nothing about the "
+            f"node): give {flags}, or a node preset (see `ds-advisor hardware`)")
+
+
+def checked_node_count(ws: Found | None, g: Found | None, hardware: Any = None,
+                       hw_label: str | None = None) -> Found | None:
+    """Ranks per node ``g`` against a node count the user named (``--hardware NAME:N`` / ``FILE:N``,
+    :attr:`advisor.cluster.hardware.Hardware.nodes_given`): the job runs on those N nodes, so its world
+    size ``ws`` must be N x ranks per node (the launchers start the same count on every node: torchrun's one
+    ``--nproc-per-node``, torch 2.13.0 torch/distributed/run.py l.35-40; DeepSpeed 0.19.8's launcher gives every
+    host ``--num_gpus`` slots, launcher/runner.py ``apply_num_nodes_and_gpus`` l.385-403). Returns ``g``; where nothing states ``g``: the spec's accelerators per node, or
+    for an accelerator preset alone (which says nothing about the node) ws / N, said in its source.
+    Raises AdvisorError (exit 2, one line naming both sources) when ws is not N x ranks per node -- e.g.
+    ``--hardware dgx-h100:2 --world-size 32``: 2 nodes of 8 are 16 ranks, not 32. Unchanged (``g``) when
+    no node count was named or ``ws`` is None. Shared by :func:`checked_ranks_per_node` (estimate,
+    checkpoint, report, check's launch) and check after its probes (:func:`advisor.views.check.run_check`)."""
+    from advisor.errors import AdvisorError
+    if hardware is None or not getattr(hardware, "nodes_given", False) or ws is None:
+        return g
+    n, w = hardware.nodes, ws.value
+    label = hw_label or f"--hardware {hardware.name}"
+    base = label.rpartition(":")[0] or label
+    per = hardware.node_accelerators
+    if g is None:
+        if per:
+            g = Found(per, f"{label} (accelerators per node)")
+        elif w % n == 0:
+            return Found(w // n, f"world size {w} ({ws.source}) / the {n} nodes of {label}")
+        else:
+            raise AdvisorError(f"world size {w} ({ws.source}) does not split over the {n} nodes of {label} "
+                               f"(each node runs the same number of ranks): give a world size that is a multiple "
+                               f"of {n}, or --gpus-per-node and the node count the job runs on")
+    if w == n * g.value:
+        return g
+    spec_g = g.source.startswith(label)
+    fixes = []  # the node count these ranks per node need; for the spec's own count, fewer ranks per node too
+    if w % g.value == 0:
+        fixes.append(f"{base}:{w // g.value} ({w // g.value} node{'s' if w // g.value != 1 else ''} of {g.value})")
+    if spec_g and w % n == 0 and (not per or w // n <= per):
+        fixes.append(f"--gpus-per-node {w // n} ({w // n} rank{'s' if w // n != 1 else ''} on each of the {n} nodes)")
+    fixes.append(f"a world size of {n * g.value}")
+    what = (f"the {n} nodes x {g.value} accelerators per node of {label} = {n * g.value} ranks" if spec_g
+            else f"the {n} nodes of {label} x {g.value} ranks per node ({g.source}) = {n * g.value}")
+    raise AdvisorError(f"world size {w} ({ws.source}) is not {what}: the job runs on the nodes --hardware names; "
+                       f"give {', or '.join(fixes)}")
+
+
 def checked_ranks_per_node(ws: Found | None, g: Found | None, hardware: Any = None,
                            hw_label: str | None = None) -> Found | None:
     """The one validation of a job's ranks per node ``g`` against its world size ``ws`` and the
@@ -357,10 +415,12 @@ def checked_ranks_per_node(ws: Found | None, g: Found | None, hardware: Any = No
       set from it in local_elastic_agent.py l.420-421), so a node with more ranks than the job is a
       malformed launch, not a shape to model. A world size given as a flag (``--world-size``) is the
       job the user asks about: there the launcher's count is capped at it.
+    - a world size that is not the nodes ``--hardware NAME:N`` names x ``g`` (:func:`checked_node_count`).
     ``ws`` None (check before its probes give a world size): only the spec's count is checked."""
     from advisor.errors import AdvisorError
     if g is None:
         return None
+    g = checked_node_count(ws, g, hardware, hw_label)  # a world size other than the named nodes x g: refused
     if hardware is not None and not g.source.startswith(hw_label or "\0"):
         problem = hardware.ranks_per_node_problem(g.value, g.source, hw_label)
         if problem:
@@ -398,7 +458,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     :class:`advisor.config.hf.AccelerateLaunch`: num_processes // num_machines x num_machines,
     what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS (:func:`launcher_world_size`,
     as check reads it: one launcher task per node under Slurm is nodes x ranks per node); else the hardware spec's
-    nodes x accelerators per node; else the world shape the config's workload sidecar records
+    nodes x ranks per node (--gpus-per-node or the launcher's where given, else its accelerators per node:
+    :func:`unlaunched_world_size`, as check counts it; an accelerator preset alone with ``:N`` and nothing that
+    states its ranks per node is refused after the sidecar, :func:`accelerator_alone_problem`); else the world shape the config's workload sidecar records
     (``recorded``: its ``world`` record and the sidecar's file name; ``generate`` planned the config's
     batch for it, :data:`advisor.views.workload.WORLD_KEYS`), with its ranks per node unless a flag or
     the launch gives them; else 1. Every input of this run wins over the sidecar, as in ``check``
@@ -410,10 +472,12 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     :attr:`advisor.cluster.hardware.Hardware.node_known` False: it says nothing about the node); else
     the visible devices; else ``default_gpus_per_node``; capped at the world size.
     Nodes: ``--nodes``; else the launch's num_machines; else ceil(world size / ranks per node).
-    A hardware spec's own node count only sizes the default world size: the job's nodes are the
-    ones its ranks occupy (a 1-rank job on an 8-node spec is on 1 node).
+    A node count the user names (``--hardware NAME:N``) is the job's: a world size other than N x ranks
+    per node is refused (:func:`checked_node_count`); a preset or spec file without ``:N`` only sizes the
+    default world size (a 16-rank job on ``--hardware dgx-h100`` is on 2 nodes).
     Raises AdvisorError (exit 2) for a malformed launcher variable, a spec too large for
-    MAX_WORLD_SIZE, more nodes than ranks, nodes x ranks per node below the world size, or more ranks per node than
+    MAX_WORLD_SIZE, more nodes than ranks, nodes x ranks per node below the world size, a world size that is
+    not the named nodes x ranks per node, or more ranks per node than
     the hardware spec's accelerators per node (:meth:`advisor.cluster.hardware.Hardware.ranks_per_node_problem`)."""
     from advisor.config.validation import world_size as bounded_world_size
     from advisor.errors import AdvisorError
@@ -444,6 +508,9 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         side_ws = recorded[0].get("world_size") if recorded is not None else None
         if ws is None and side_ws:
             ws = Found(bounded_world_size(side_ws, recorded[1]), f"{recorded[1]}, the world generate planned")
+        if ws is None and hardware is not None and hardware.nodes_given:
+            # --hardware h100-sxm-80gb:4 alone: 4 nodes of an unknown size are no world size (not 1 rank)
+            raise AdvisorError(accelerator_alone_problem(hardware, hw_label))
         ws = ws or Found(1, "default 1")
     if gpus_per_node is not None:
         g = Found(gpus_per_node, "--gpus-per-node")
@@ -455,13 +522,16 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
     elif not spec_shape and (lg := launcher_ranks_per_node(env)) is not None:
         # the launcher's variable is the job's shape, the spec only its capacity: it wins over the spec
-        # as WORLD_SIZE does above (a preset of 8 per node run with LOCAL_WORLD_SIZE=4 is 4 ranks per node);
-        # not when the world size is the spec's own nodes x accelerators (then the spec is the shape)
+        # as WORLD_SIZE does above (a preset of 8 per node run with LOCAL_WORLD_SIZE=4 is 4 ranks per node)
         g = lg
     elif hardware is not None and hardware.node_accelerators:
         # an accelerator preset alone (node_known False) says nothing about the node: its one
         # accelerator per node is a placeholder, so the ranks per node come from what follows
         g = Found(hardware.accelerators_per_node, f"{hw_label} (accelerators per node)")
+    elif hardware is not None and hardware.nodes_given:
+        # an accelerator preset alone on N named nodes: world size / N (checked_node_count), not the
+        # visible devices of the machine the tool runs on
+        g = checked_node_count(ws, None, hardware, hw_label)
     else:
         g = gpus_per_node_from_env(env)
         if g is None and default_gpus_per_node:

@@ -953,6 +953,8 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
     into one row."""
     import re
 
+    from advisor.render.lint import location_prefix
+
     def _size(n: int) -> str:
         return f"{n:,} B" if n < 10**6 else size(n, units)
 
@@ -965,7 +967,8 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
                      "below first" if plan.findings else f"  not saved: {f.unsupported}")
         for x in plan.findings:  # the refusing findings (advisor.views.checkpoint)
             msg, fix = x.text(units)
-            lines.append(f"  {paint(x.severity, color)} {x.code}: {msg}")
+            # file:line:column, or the --set that wrote the key, as estimate, check and lint print it
+            lines.append(f"  {location_prefix(x)}{paint(x.severity, color)} {x.code}: {msg}")
             if fix:
                 lines.append(f"    fix: {fix}")
         return "\n".join(lines)
@@ -1034,7 +1037,7 @@ def checkpoint_text(plan: CheckpointPlan, units: str = DEFAULT_UNITS, color: boo
     lines += save_dir_lines(plan.storage(), units)
     for x in plan.findings:
         msg, fix = x.text(units)
-        lines.append(f"  {paint(x.severity, color)} {x.code}: {msg}")
+        lines.append(f"  {location_prefix(x)}{paint(x.severity, color)} {x.code}: {msg}")
         if fix:
             lines.append(f"    fix: {fix}")
     for n in f.notes[1:]:

@@ -45,7 +45,8 @@ from advisor.errors import EXIT_FINDINGS, EXIT_OK, EXIT_PROBE, EXIT_TIGHT
 from advisor.rules import emit
 from advisor.findings import Finding, literal, render_sized, sort_findings
 from advisor.errors import cut
-from advisor.cluster.launch import Found, LaunchShape, discover_launch, unlaunched_world_size
+from advisor.cluster.launch import (Found, LaunchShape, accelerator_alone_problem, checked_node_count, discover_launch,
+                                    unlaunched_world_size)
 from advisor.ledger.ranks import RankSet
 from advisor.config.validation import MAX_GPUS_PER_NODE, as_float, as_int
 from advisor.units import DEFAULT_UNITS
@@ -798,8 +799,16 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if launch.world_size is None:
         # the fallback estimate's job_shape takes too (launch.unlaunched_world_size); the ranks per node here
         # add this node's probed devices, which estimate (run anywhere) does not read
-        launch.world_size = unlaunched_world_size(hardware, launch.gpus_per_node, hw_name) or Found(1, "default 1")
+        launch.world_size = unlaunched_world_size(hardware, launch.gpus_per_node, hw_name)
+        if launch.world_size is None and hardware is not None and hardware.nodes_given:
+            # --hardware h100-sxm-80gb:4 and no ranks per node anywhere: refused as estimate refuses it
+            from advisor.errors import AdvisorError
+            raise AdvisorError(accelerator_alone_problem(hardware, hw_name))
+        launch.world_size = launch.world_size or Found(1, "default 1")
         launch.notes.append(f"no launcher variables: world size {launch.world_size.value} ({launch.world_size.source})")
+    # a node count --hardware names (NAME:N) holds the world size: N x ranks per node, else exit 2, as in
+    # estimate and checkpoint (launch.checked_node_count; the probe's count is this node's ranks per node)
+    launch.gpus_per_node = checked_node_count(launch.world_size, launch.gpus_per_node, hardware, hw_name)
     if launch.num_nodes is None and launch.gpus_per_node:
         launch.num_nodes = Found(max(1, -(-launch.world_size.value // launch.gpus_per_node.value)),
                                  f"{launch.world_size.source} / {launch.gpus_per_node.source}")
