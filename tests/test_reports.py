@@ -358,10 +358,19 @@ def test_tier_bars_match_the_estimate():
     acc, host, nvme = bars
     (role,) = r.roles  # ZeRO-3 with 8 equal ranks: one role
     assert role.ranks == list(range(8))
-    assert acc.classes == {c: v for c, v in role.tiers()["accelerator"].items() if c != "total"}
+    # each bar is what is live at its tier's peak instant: the worst rank's timeline there, by class
+    fit = {f.tier: f for f in r.fit}
+    tl = role.timeline
+    i = [x.key for x in tl.instants].index(fit["accelerator"].instant)
+    for c in acc.classes:
+        assert acc.classes[c] == sum(n for _, t, k, n in tl.entries[i] if t == "accelerator" and k == c), c
+    assert acc.total == fit["accelerator"].tracked
     # host and NVMe are one node's 8 ranks, as the fit rows count them
-    assert host.classes["gradients"] == 8 * role.tiers()["host"]["gradients"]
-    assert nvme.total == 8 * role.tiers()["nvme"]["total"] == next(f.need for f in r.fit if f.tier == "nvme")
+    j = [x.key for x in tl.instants].index(fit["host"].instant)
+    assert host.classes["gradients"] == 8 * sum(n for _, t, k, n in tl.entries[j]
+                                                 if t in ("host_pinned", "host_pageable") and k == "gradients")
+    assert host.total == fit["host"].need
+    assert nvme.total == 8 * role.tiers()["nvme"]["total"] == fit["nvme"].need
     # offload_param nvme writes a swap file at init for every partition >= 1 MiB even when the
     # default max_in_cpu keeps them all in RAM (measured: tests/engine parity cell
     # big-z3-fp16-op_nvme-default-maxincpu-w1), so the NVMe bar has a parameters segment too.

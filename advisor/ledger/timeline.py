@@ -2527,6 +2527,16 @@ class Timeline:
             x = self.instants[i]
             self.instants[i] = replace(x, label=label)
 
+    def by_class(self, i: int, tiers: tuple[str, ...]) -> dict[str, int]:
+        """Bytes live at instant ``i`` in ``tiers``, by state class (every class of ``state.CLASSES``, 0 where
+        none is live): the composition of :meth:`series`'s figure there, whose sum it is."""
+        from advisor.ledger.state import CLASSES
+        out = {c: 0 for c in CLASSES}
+        for _item, tier, cls, n in self.entries[i]:
+            if tier in tiers:
+                out[cls] = out.get(cls, 0) + n
+        return out
+
     def contributors(self, i: int, tiers: tuple[str, ...], top: int = 5) -> list[dict[str, Any]]:
         """The ``top`` largest live entries at instant ``i`` in ``tiers`` (bytes descending)."""
         rows = [e for e in self.entries[i] if e[1] in tiers and e[3] > 0]

@@ -6,12 +6,13 @@ backend, text kept as text, no embedded fonts), and there are no scripts. Sectio
 1. **State per tier** — one stacked bar per tier (accelerator, host, nvme), one segment per
    state class, in GiB. The accelerator bar is the worst rank (the role with the highest
    accelerator peak), per rank; the host and NVMe bars are summed over the ranks of one node
-   (``gpus_per_node``, default min(world size, 8)), as the estimate's fit rows are. Segments
-   count every lifetime (persistent, backward and step transients), so a bar can exceed the
-   peak; a dotted line marks the fit row's need (the peak, plus the runtime overhead on the
-   accelerator) and a dashed red line the tier's capacity when one is known. SVG ids (matplotlib
-   ``gid``) are stable: ``tier-bar-<tier>`` (the bar's outline), ``seg-<tier>-<class>``,
-   ``need-<tier>``, ``capacity-<tier>``.
+   (``gpus_per_node``, default min(world size, 8)), as the estimate's fit rows are. Segments are
+   what is live at the tier's peak instant, by class (the fit row's ``classes``, JSON
+   ``fit[].classes``, from the timeline), so a bar is the tracked peak (JSON ``fit[].peak``) and never
+   stands above its need line; a dotted line marks the fit row's need (the peak, plus the runtime
+   overhead on the accelerator) and a dashed red line the tier's capacity when one is known. SVG ids
+   (matplotlib ``gid``) are stable: ``tier-bar-<tier>`` (the bar's outline), ``seg-<tier>-<class>``,
+   ``tier-total-<tier>`` (the bar's figure), ``need-<tier>``, ``capacity-<tier>``.
 2. **Movement per step** — bytes rank 0 moves per optimizer step by link and direction
    (rank 0's rows of estimate's own movement section, :func:`advisor.ledger.movement.movement_section`), one
    stacked bar per link/direction with segments per state class (ids ``move-<link>-<direction>``).
@@ -48,6 +49,8 @@ from advisor.units import DEFAULT_UNITS, UNITS, rate, size, unit_name, unit_note
 from advisor.ledger.ranks import RankSet
 from advisor.ledger.steptime import RESOURCE_NAMES
 from advisor.render.text import capacity_wanted, key_words, world_default_words
+
+from advisor.views.estimate import FLATTEN_ONLY
 
 if TYPE_CHECKING:
     from advisor.views.estimate import EstimateResult
@@ -94,6 +97,8 @@ class TierBar:
     classes: dict[str, int]
     need: int | None
     capacity: int | None
+    #: The peak instant the segments are taken at (the fit row's words), "" when the tier holds nothing.
+    at: str = ""
 
     @property
     def total(self) -> int:
@@ -102,32 +107,25 @@ class TierBar:
 
 
 def tier_bars(result: "EstimateResult") -> list[TierBar]:
-    """The three bars of the tier chart: accelerator for the worst rank; host and NVMe summed
-    over one node's ranks (the same node :func:`advisor.views.estimate.fit_rows` uses)."""
-    cl = result.plan.cluster
-    per_node = cl.gpus_per_node or min(cl.world_size, 8)
-    # the node's ranks: the per_node lowest ranks, each with its role (O(roles x per_node))
-    first = sorted((r, i) for i, role in enumerate(result.roles) for r in role.ranks[:per_node])[:per_node]
-    node = [result.roles[i] for _, i in first]
-    scale = max(1, per_node // max(1, len(node)))
-    worst = max(result.roles, key=lambda r: r.peak()["accelerator"]["bytes"])
+    """The three bars of the tier chart: what is live at each tier's peak instant, by class, as the estimate's
+    fit rows give it (:attr:`advisor.views.estimate.FitRow.classes`: the worst rank on the accelerator, one node's
+    ranks on host and NVMe, every rank on a shared NVMe tier); a tier without a fit row is an empty bar."""
+    from advisor.ledger.state import CLASSES
     fit = {f.tier: f for f in result.fit}
     bars = []
     for tier in TIERS:
-        if tier == "accelerator":
-            t = worst.tiers()[tier]
-            classes = {c: v for c, v in t.items() if c != "total"}
-            r = worst.ranks
-            scope = f"per rank (rank {r[0]})" if len(r) == 1 else f"per rank (ranks {r[0]}..{r[-1]}, {len(r)} ranks)"
-        else:
-            classes = {}
-            for role in node:
-                for c, v in role.tiers()[tier].items():
-                    if c != "total":
-                        classes[c] = classes.get(c, 0) + v * scale
-            scope = f"per node ({per_node} rank{'s' if per_node != 1 else ''})"
         f = fit.get(tier)
-        bars.append(TierBar(tier, scope, classes, f.need if f else None, f.capacity if f else None))
+        classes = {c: 0 for c in CLASSES} | (dict(f.classes) if f else {})
+        if tier == "accelerator":
+            worst = next((r for r in result.roles if f is not None and f.tracked
+                          and r.peak(FLATTEN_ONLY)["accelerator"]["bytes"] == f.tracked), None)
+            r = worst.ranks if worst is not None else []
+            scope = ("per rank" if not r else f"per rank (rank {r[0]})" if len(r) == 1
+                     else f"per rank (ranks {r[0]}..{r[-1]}, {len(r)} ranks)")
+        else:
+            scope = f.scope if f is not None else "per node"
+        at = f.label if f is not None and sum(classes.values()) else ""
+        bars.append(TierBar(tier, scope, classes, f.need if f else None, f.capacity if f else None, at))
     return bars
 
 
@@ -187,7 +185,8 @@ def tier_chart_svg(bars: list[TierBar], units: str = DEFAULT_UNITS) -> str:
         ax.set_xticklabels([b.tier])
         ax.set_title(f"{b.tier}\n{b.scope}", fontsize=9)
         ax.set_ylabel(unit_name(units))  # every pane: its own scale, so its own unit
-        ax.text(0, _gib(b.total), f"{_gib(b.total):,.2f}", ha="center", va="bottom", fontsize=8)
+        tx = ax.text(0, _gib(b.total), f"{_gib(b.total):,.2f}", ha="center", va="bottom", fontsize=8)
+        tx.set_gid(f"tier-total-{b.tier}")
     handles: dict[str, Any] = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -694,11 +693,13 @@ def render_html(result: "EstimateResult", units: str = DEFAULT_UNITS) -> str:
         why = d.get("unsupported") or "no rank holds any state"
         parts.append(f"<p class=note id=unsupported>No estimate: {_prose(why)}. See the findings below.</p>")
     else:
-        parts.append("<p>One bar per tier, one segment per state class (every lifetime counted). Dotted line: the "
-                     "peak the fit check compares; dashed red line: the tier's capacity, when known.</p>")
+        parts.append("<p>One bar per tier, one segment per state class: what is live at the tier's peak instant "
+                     "(named in the table), so the bar is the tracked peak. Dotted line: the need the fit check "
+                     "compares (the peak, plus the runtime overhead on the accelerator); dashed red line: the "
+                     "tier's capacity, when known.</p>")
         parts.append(f"<div class=chart id=tier-chart>{tier_chart_svg(bars, units)}</div>")
         rows = "".join(
-            f"<tr><td>{_e(b.tier)}</td><td>{_e(b.scope)}</td>"
+            f"<tr><td>{_e(b.tier)}</td><td>{_e(b.scope)}{(', at ' + _e(b.at)) if b.at else ''}</td>"
             + "".join(f"<td class=num>{_gib(b.classes.get(c, 0)):,.2f}</td>" for c in CLASS_COLORS)
             + f"<td class=num><b>{_gib(b.total):,.2f}</b></td></tr>" for b in bars)
         parts.append("<table id=tier-table><tr><th>tier</th><th>scope</th>"

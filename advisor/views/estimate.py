@@ -207,6 +207,10 @@ class FitRow:
     #: Accelerator row: the ledger's ``peak_lower_bound`` (why the tracked peak is a floor, rule M104),
     #: "" when the peak is modelled. A lower-bound row is never "fits": at best "tight".
     lower_bound: str = ""
+    #: What is live at the row's peak instant, by state class (bytes, over the row's scope: the worst rank on the
+    #: accelerator, the node's -- or a shared tier's -- ranks on host and NVMe); they sum to the tracked peak
+    #: (``tracked``, else ``need``). The HTML report's tier bars draw these (JSON ``fit[].classes``).
+    classes: dict[str, int] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool | None:
@@ -251,7 +255,7 @@ class FitRow:
                 "peak": self.need if self.tracked is None else self.tracked,
                 "parts": [{"label": t.name, "bytes": t.bytes} for t in self.overhead],
                 "uncertainty": self.uncertainty, "uncertain_terms": self.uncertain,
-                "lower_bound": bool(self.lower_bound)}
+                "lower_bound": bool(self.lower_bound), "classes": dict(self.classes)}
 
 
 def _client_optimizer_words(ec: EffectiveConfig) -> str:
@@ -672,17 +676,24 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
     st = worst.peak(ONE_OFF)["accelerator"]
     terms = overhead.terms(pk["bytes"], **shape)
     st_terms = overhead.terms(st["bytes"], **shape)
+    wtl = tl_of(worst)
+    i_pk = next((k for k, x in enumerate(wtl.instants) if x.key == pk["instant"]), None) if pk["bytes"] else None
+    acc_classes = wtl.by_class(i_pk, TIER_SET["accelerator"]) if i_pk is not None else {}
     rows.append(FitRow("accelerator", pk["bytes"] + sum(t.bytes for t in terms), capacity.accelerator, "per rank",
                        pk["phase"], pk["instant"], pk["label"], st["bytes"] + sum(t.bytes for t in st_terms),
                        st["label"], tracked=pk["bytes"], overhead=terms, steady_instant=st["instant"],
-                       lower_bound=ledger.peak_lower_bound))
+                       lower_bound=ledger.peak_lower_bound, classes=acc_classes))
     for tier, ts in (("host", TIER_SET["host"]), ("nvme", TIER_SET["nvme"])):
         sums = [0] * len(inst)
         for tl in tls:
             for j, v in enumerate(tl.series(ts)):
                 sums[j] += v * scale
         scope, ranks = f"per node ({per_node} rank{'s' if per_node != 1 else ''})", per_node
+        # (timeline, ranks it stands for) behind each instant's sum: the node's ranks, or every rank on a shared tier
+        weights = [(tl, scale) for tl in tls]
         if tier == "nvme" and capacity.nvme_shared and any(sums):
+            counted = sum(len(r.ranks) for r in roles)
+            weights = [(tl_of(r), len(r.ranks) * max(1, cl.world_size // max(1, counted))) for r in roles]
             # one shared filesystem for the cluster: every node's ranks swap to it, so its space
             # holds the sum over all ranks (each role's series x its ranks) at each instant
             sums, ranks = shared_tier_sums(roles, ts, tl_of, cl.world_size), cl.world_size
@@ -696,11 +707,15 @@ def fit_rows(ledger: Ledger, roles: list[Role], capacity: Capacity,
             continue
         label = inst[j].label
         jl = [k for k in range(len(inst)) if inst[k].phase == "load"]
+        classes: dict[str, int] = {}
+        for tl, n in weights if sums[j] else ():
+            for c, b in tl.by_class(j, ts).items():
+                classes[c] = classes.get(c, 0) + b * n
         rows.append(FitRow(tier, sums[j], capacity.host if tier == "host" else capacity.nvme, scope,
                            inst[j].phase if tier == "host" else "files", inst[j].key, label, sums[jst],
                            inst[jst].label, ranks,
                            load_need=max((sums[k] for k in jl), default=0) if tier == "host" else None,
-                           steady_instant=inst[jst].key))
+                           steady_instant=inst[jst].key, classes=classes))
     return rows
 
 
