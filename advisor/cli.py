@@ -365,7 +365,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
              "Default: dropless routing, as transformers' MoE blocks do it (the config's workload sidecar, else none).")),
     "seq_len": (("--seq-len",), dict(type=Count(min=1, max=MAX_SEQ_LEN), help="Sequence length (default: the model's maximum).")),
     "micro_batch": (("--micro-batch",), dict(type=Count(min=1, max=MAX_GLOBAL_BATCH),
-                                             help="Micro-batch per rank (default: train_micro_batch_size_per_gpu, else 1).")),
+                                             help="Micro-batch per rank, a what-if (default: the one DeepSpeed runs: train_micro_batch_size_per_gpu, "
+                                                  "else derived from train_batch_size and gradient_accumulation_steps; 1 if it refuses them).")),
     "checkpointing": (("--checkpointing",), dict(
         type=CheckpointingType(), default="none", show_default=True,
         help="Activation checkpointing (recompute; not a durable checkpoint): none; full (every layer, HF "

@@ -113,8 +113,9 @@ class Cluster:
 class Workload:
     """What one step processes on a rank: sequence length (tokens), micro-batch (sequences),
     activation checkpointing (``none``/``full``/``selective``/k layers), attention kernel (``flash``/``eager``).
-    None = not given: the activations are estimated at the model's maximum length and the config's
-    micro-batch (advisor.views.estimate.sequence_and_micro_batch), and estimate's sections after the fit
+    None = not given: the activations are estimated at the model's maximum length and the micro-batch
+    DeepSpeed runs for the config's batch keys (advisor.config.effective.micro_batch_for, the one resolution
+    every reader calls; advisor.views.estimate.sequence_and_micro_batch), and estimate's sections after the fit
     read a resolved copy (advisor.views.estimate.resolved_plan); no view changes a Workload it is given."""
 
     seq_len: int | None = None

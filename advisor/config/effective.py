@@ -585,6 +585,43 @@ def derive_batch(ec: EffectiveConfig, dp_world_size: int) -> tuple[int | None, i
     return tb, mb, ga, None
 
 
+#: Where :func:`micro_batch_for`'s micro-batch came from.
+MICRO_BATCH_ORIGINS = ("given", "config", "derived", "default")
+
+
+def micro_batch_for(ec: EffectiveConfig, dp_world_size: int, given: int | None = None) -> tuple[int, str]:
+    """The micro-batch (sequences per rank per micro-step) a plan is estimated at, and its origin: the
+    one resolution every reader (activations, pipe buffers, movements, step time, reported workload)
+    calls.
+
+    * ``given`` (``--micro-batch``: ``Workload.micro_batch``), origin "given": a what-if the user asked
+      for, even where the config's batch keys make DeepSpeed run another (:func:`implied_micro_batch`
+      says which, for the note);
+    * else the micro-batch DeepSpeed runs: ``train_micro_batch_size_per_gpu`` when written (origin
+      "config"), else the one ``runtime/config.py`` ``DeepSpeedConfig._set_batch_related_parameters``
+      (l.607-649) derives over the data-parallel world size -- train_batch_size // world_size //
+      gradient_accumulation_steps (l.625-629), train_batch_size // world_size with GA 1 (l.637-640) --
+      (:func:`derive_batch`; origin "derived"). ``dp_world_size`` is the ``world_size`` of
+      ``DeepSpeedConfig.__init__`` (l.456-474): ``mpu.get_data_parallel_world_size()`` with an mpu (the
+      PipelineModule's grid, ``__init__.py`` l.583-584; Megatron's), dist world / Ulysses degree
+      without one (l.461, l.468-469): :attr:`advisor.plan.Cluster.dp_world_size`;
+    * else 1 (origin "default"), only when DeepSpeed refuses the batch keys (``_batch_assertion``
+      l.590-605: rule B001) or has none to derive from."""
+    if given:
+        return int(given), "given"
+    _, mb, _, err = derive_batch(ec, max(1, int(dp_world_size)))
+    if err is None and mb:
+        return int(mb), ("config" if ec.train_micro_batch_size_per_gpu else "derived")
+    return 1, "default"
+
+
+def implied_micro_batch(ec: EffectiveConfig, dp_world_size: int) -> int | None:
+    """The micro-batch DeepSpeed runs for ``ec``'s batch keys at ``dp_world_size`` data-parallel ranks
+    (:func:`micro_batch_for` without a given one), None when DeepSpeed refuses them (rule B001)."""
+    mb, origin = micro_batch_for(ec, dp_world_size)
+    return None if origin == "default" else mb
+
+
 def largest_divisor_at_most(n: int, top: int) -> int | None:
     """The largest divisor of ``n`` (a positive integer) that is at most ``top`` (1 when ``top``
     < 2); None when ``n`` is over 10^12, too large to factor here (a trial division to sqrt(n)).

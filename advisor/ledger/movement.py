@@ -112,7 +112,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch, micro_batch_for
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement,
@@ -585,7 +585,7 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int, ranks_per_no
         return []
     t, p = cl.tensor_parallel, cl.pipeline_parallel
     s_loc = -(-int(wl.seq_len) // max(1, cl.sequence_parallel))
-    b = int(wl.micro_batch or ec.train_micro_batch_size_per_gpu or 1)
+    b = micro_batch_for(ec, cl.dp_world_size, wl.micro_batch)[0]
     D = DTYPE_BYTES[ec.model_dtype]
     S = b * s_loc * int(h) * D
     ga = _grad_accum(ec, cl.dp_world_size)
@@ -739,7 +739,7 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool,
         return []
     E, k, h = int(meta["num_experts"]), int(meta.get("experts_per_token") or 1), int(meta["hidden_size"])
     t = cl.tensor_parallel
-    b = int(wl.micro_batch or ec.train_micro_batch_size_per_gpu or 1)
+    b = micro_batch_for(ec, cl.dp_world_size, wl.micro_batch)[0]
     tokens = b * -(-int(wl.seq_len) // max(1, cl.sequence_parallel))
     cf = wl.moe_capacity_factor
     if cf is not None:
@@ -794,7 +794,7 @@ def ulysses_movements(plan: "Plan", layers: int, stage: int = 0, ranks_per_node:
     kv = int(meta.get("num_kv_heads") or a)
     d = int(meta.get("head_dim") or h // a)
     t = cl.tensor_parallel
-    b = int(wl.micro_batch or ec.train_micro_batch_size_per_gpu or 1)
+    b = micro_batch_for(ec, cl.dp_world_size, wl.micro_batch)[0]
     s_loc = -(-int(wl.seq_len) // u)
     D = DTYPE_BYTES[ec.model_dtype]
     one_layer = b * s_loc * (2 * a * d + 2 * kv * d) * D // t * (u - 1) // u  # q, k, v and the output

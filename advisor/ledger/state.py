@@ -9329,8 +9329,8 @@ def pipeline_stage_entries(ec: EffectiveConfig, meta: dict[str, Any], workload: 
     h = (meta or {}).get("hidden_size")
     if not s_len or not h:
         return out
-    from advisor.config.effective import derive_batch
-    b = getattr(workload, "micro_batch", None) or derive_batch(ec, max(1, dp))[1] or 1
+    from advisor.config.effective import micro_batch_for
+    b = micro_batch_for(ec, dp, getattr(workload, "micro_batch", None))[0]
     D = DTYPE_BYTES[ec.model_dtype]
     S = b * s_len * h * D
     nb = pipe_buffers_used(pp, stage, ga)

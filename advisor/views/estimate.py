@@ -297,6 +297,7 @@ class EstimateResult:
         excluded = [x for x in self.ledger.excluded if not (have_acts and x.startswith("activations"))]
         if self.activations_note:
             excluded = [x for x in excluded if not x.startswith("activations")] + [self.activations_note]
+        from advisor.config.effective import micro_batch_for
         from advisor.ledger.timeline import init_transients_excluded
         init_excl = init_transients_excluded(ec, self.ledger, self.load)
         if init_excl:
@@ -311,7 +312,8 @@ class EstimateResult:
                                   **_partial_offload_split(self.plan)},
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
             "sharding": _sharding_words(self.plan.cluster, z.stage, plan_optimizer(self.plan)[0]),
-            "workload": {"seq_len": w.seq_len, "micro_batch": w.micro_batch or ec.train_micro_batch_size_per_gpu or 1,
+            "workload": {"seq_len": w.seq_len, "micro_batch": micro_batch_for(ec, self.plan.cluster.dp_world_size,
+                                                                         w.micro_batch)[0],
                          "checkpointing": w.checkpointing,
                          "attention": w.attention},
             "runtime_overhead": ("the accelerator fit row adds per-rank runtime overhead terms (fit[].overhead: "
@@ -321,7 +323,8 @@ class EstimateResult:
             "deepspeed_release": self._release_assumption(),
             "excluded": excluded,
             "peak_lower_bound": self.peak_lower_bound or None,
-            "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes],
+            "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes]
+                     + micro_batch_what_if(ec, self.plan.cluster.dp_world_size, w.micro_batch),
         }
 
     @property
@@ -1063,16 +1066,41 @@ def activations_gap(meta: dict[str, Any], activations: str = "formula") -> str:
     return f"activations: not estimated ({gap})" if gap else ""
 
 
-def sequence_and_micro_batch(ec: EffectiveConfig, inventory: Inventory,
+def micro_batch_what_if(ec: EffectiveConfig, dp_world_size: int, given: int | None) -> list[dict[str, str]]:
+    """The assumptions' note (one {pointer, message}, or none) when ``given`` (--micro-batch, sequences per
+    rank) is not the micro-batch DeepSpeed runs for ``ec``'s batch keys at ``dp_world_size`` data-parallel
+    ranks (:func:`advisor.config.effective.implied_micro_batch`): the estimate counts the flag's (a what-if the
+    user asked for), DeepSpeed would run the config's. None to say when the config's keys are refused (B001
+    says it) or agree."""
+    from advisor.config.effective import derive_batch, implied_micro_batch
+    runs = implied_micro_batch(ec, dp_world_size)
+    if not given or runs is None or runs == given:
+        return []
+    if ec.train_micro_batch_size_per_gpu:
+        pointer, how = "/train_micro_batch_size_per_gpu", f"its train_micro_batch_size_per_gpu {runs}"
+    else:
+        tb, _, ga, _ = derive_batch(ec, dp_world_size)
+        pointer = "/train_batch_size"
+        how = (f"micro-batch {runs}, derived from train_batch_size {tb} / (gradient_accumulation_steps {ga} x "
+               f"{dp_world_size} data-parallel ranks) (runtime/config.py _set_batch_related_parameters)")
+    return [{"pointer": pointer,
+             "message": f"--micro-batch {given} is a what-if: DeepSpeed runs this config at {how}; the estimate "
+                        f"counts micro-batch {given} (drop --micro-batch to estimate the job the config runs)"}]
+
+
+def sequence_and_micro_batch(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
                              workload: Workload) -> tuple[int | None, int, str]:
     """(sequence length in tokens, micro-batch in sequences per rank, source of the length) that
     :func:`activations_for` estimates ``workload`` at; ``workload`` is not changed. The length is
     ``Workload.seq_len`` (source "given": --seq-len or the workload sidecar), else the model's
     ``max_seq_len`` (max_position_embeddings; source "model maximum"), else None (source "none"). The
-    micro-batch is ``Workload.micro_batch``, else the config's ``train_micro_batch_size_per_gpu``, else 1."""
+    micro-batch is :func:`advisor.config.effective.micro_batch_for`'s: ``Workload.micro_batch``
+    (--micro-batch), else the one DeepSpeed runs for the config's batch keys over ``cluster``'s
+    data-parallel ranks (written or derived), else 1."""
+    from advisor.config.effective import micro_batch_for
     meta = inventory.meta or {}
     seq = workload.seq_len or meta.get("max_seq_len")
-    mb = workload.micro_batch or ec.train_micro_batch_size_per_gpu or 1
+    mb = micro_batch_for(ec, cluster.dp_world_size, workload.micro_batch)[0]
     source = "given" if workload.seq_len else "model maximum" if seq else "none"
     return (int(seq) if seq else None), int(mb), source
 
@@ -1088,7 +1116,7 @@ def resolved_plan(plan: Plan) -> Plan:
     wl = plan.workload
     if activations_gap(plan.inventory.meta or {}, wl.activations):
         return plan
-    seq, mb, _ = sequence_and_micro_batch(plan.config, plan.inventory, wl)
+    seq, mb, _ = sequence_and_micro_batch(plan.config, plan.inventory, plan.cluster, wl)
     if not seq or (wl.seq_len, wl.micro_batch) == (seq, mb):
         return plan
     return _replace(plan, workload=_replace(wl, seq_len=seq, micro_batch=mb))
@@ -1107,7 +1135,7 @@ def activations_for(ec: EffectiveConfig, inventory: Inventory, cluster: Cluster,
         return None, missing
     from advisor.model.flops import active_params, outside_layer_params
 
-    seq, mb, _ = sequence_and_micro_batch(ec, inventory, workload)
+    seq, mb, _ = sequence_and_micro_batch(ec, inventory, cluster, workload)
     if not seq:
         return None, "activations: not estimated (give --seq-len)"
     ac = ec.activation_checkpointing
@@ -1507,13 +1535,21 @@ def checkpoint_with_step_time(plan: Plan, **options: Any) -> Any:
     return cp
 
 
+#: The origin :func:`step_time_workload` states for a micro-batch nobody gave
+#: (:func:`advisor.config.effective.micro_batch_for`'s origin).
+MICRO_BATCH_WORDS = {"config": "train_micro_batch_size_per_gpu",
+                     "derived": "DeepSpeed's derived train_batch_size / (gradient_accumulation_steps x data-parallel ranks)",
+                     "default": "1 (the config's batch keys are refused: B001)"}
+
+
 def step_time_workload(plan: Plan, resolved: Any = None) -> dict[str, dict[str, Any]]:
     """The workload a model step time of ``plan`` was computed on, as the checkpoint report states
     it: {field: {"value", "origin"}} for seq_len (tokens), micro_batch (sequences per rank),
     checkpointing, attention and each parallel size above 1; ``origin`` is where
     :func:`advisor.views.workload.resolve` took it (``flag``, ``sidecar PATH``, ``default``,
     ``config``) from ``resolved`` (a ResolvedWorkload), "the model's maximum context" for a
-    sequence length nobody gave, "train_micro_batch_size_per_gpu" for the config's micro-batch."""
+    sequence length nobody gave, :data:`MICRO_BATCH_WORDS` for a micro-batch nobody gave (the config's
+    written one, DeepSpeed's derived one, or 1: :func:`advisor.config.effective.micro_batch_for`)."""
     wl, cl = plan.workload, plan.cluster
     origin = dict(getattr(resolved, "origin", {}) or {})
     given = dict(getattr(resolved, "values", {}) or {})
@@ -1521,9 +1557,11 @@ def step_time_workload(plan: Plan, resolved: Any = None) -> dict[str, dict[str, 
     seq = wl.seq_len or (plan.inventory.meta or {}).get("max_seq_len")
     out["seq_len"] = {"value": seq, "origin": origin.get("seq_len", "default") if given.get("seq_len") is not None
                       else "the model's maximum context"}
-    mb = wl.micro_batch or plan.config.train_micro_batch_size_per_gpu or 1
+    from advisor.config.effective import micro_batch_for
+    mb = micro_batch_for(plan.config, cl.dp_world_size, wl.micro_batch)[0]  # wl: resolved_plan's, or the given one
+    how = micro_batch_for(plan.config, cl.dp_world_size, given.get("micro_batch"))[1]
     out["micro_batch"] = {"value": mb, "origin": origin.get("micro_batch", "default")
-                          if given.get("micro_batch") is not None else "train_micro_batch_size_per_gpu"}
+                          if given.get("micro_batch") is not None else MICRO_BATCH_WORDS.get(how, how)}
     out["checkpointing"] = {"value": wl.checkpointing, "origin": origin.get("checkpointing", "default")}
     out["attention"] = {"value": wl.attention, "origin": origin.get("attention", "default")}
     for k, v in (("tensor_parallel", cl.tensor_parallel), ("pipeline_parallel", cl.pipeline_parallel),

@@ -136,12 +136,11 @@ def _config_changes(plan: "Plan", tiers: set[str], hardware: Any = None) -> list
             out.append((f"ZeRO stage {s}", [f"zero_optimization.stage={s}"]))
         if st == 3 and op == "none":
             out.append(("offload the parameters to host", ["zero_optimization.offload_param.device=cpu"]))
-        # the micro-batch the estimate runs: --micro-batch when given, else the config's
-        cfg_mb = ec.train_micro_batch_size_per_gpu
+        # the micro-batch the estimate runs: --micro-batch when given, else the one DeepSpeed runs (written or derived)
+        from advisor.config.effective import derive_batch, micro_batch_for
         wl_mb = plan.workload.micro_batch
-        mb = wl_mb if isinstance(wl_mb, int) and wl_mb > 0 else cfg_mb
-        if isinstance(mb, int) and mb > 1:
-            from advisor.config.effective import derive_batch
+        mb = micro_batch_for(ec, plan.cluster.dp_world_size, wl_mb if isinstance(wl_mb, int) and wl_mb > 0 else None)[0]
+        if mb > 1:
             ga = derive_batch(ec, plan.cluster.dp_world_size)[2] or 1
             dp = plan.cluster.dp_world_size
             half, ga2 = _smaller_micro_batch(mb, ga)
@@ -347,7 +346,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     finding from lint's schema and rules that the plan's own config lacks (:func:`_lint_errors`: G001
     for ZeRO-2/3 under pipeline parallelism, single or paired). Never raises for a plan that
     :func:`advisor.views.estimate.plan_fit` accepted."""
-    from advisor.config.effective import derive_batch, effective_config
+    from advisor.config.effective import derive_batch, effective_config, implied_micro_batch
     from advisor.config.overrides import apply_overrides
     from advisor.ledger.state import unsupported_reason
 
@@ -381,7 +380,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             shown, flags = _trainer_flags(plan, sets)
             wl_mb = plan.workload.micro_batch
             if any(x.startswith("train_micro_batch_size_per_gpu=") for x in sets) and isinstance(wl_mb, int) \
-                    and wl_mb != plan.config.train_micro_batch_size_per_gpu:
+                    and wl_mb != implied_micro_batch(plan.config, plan.cluster.dp_world_size):
                 flags = flags + [f"--micro-batch {mb}"]  # --micro-batch was given: it would override the config's
             singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)), list(sets),
                             plan.cluster, replace(plan.workload, micro_batch=mb)))

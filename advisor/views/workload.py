@@ -188,7 +188,9 @@ class ResolvedWorkload:
                 out.append(f"{k} = {cv if cv is not None else CONFIG_HELD[k]} (the config's {CONFIG_HELD[k]})")
                 continue
             shown = "the model's maximum context" if (k == "seq_len" and v is None) else (
-                "train_micro_batch_size_per_gpu" if (k == "micro_batch" and v is None) else (
+                "DeepSpeed's, from the config's batch keys (train_batch_size / (gradient_accumulation_steps x "
+                "data-parallel ranks) when train_micro_batch_size_per_gpu is not written)"
+                if (k == "micro_batch" and v is None) else (
                     "the config's sequence_parallel_size, else 1" if (k == "sequence_parallel" and v is None) else v))
             out.append(f"{k} = {shown} ({o})")
         side = os.path.basename(self.sidecar or "")
