@@ -126,3 +126,7 @@ def test_a_micro_batch_flag_is_a_what_if_and_says_what_deepspeed_runs(tmp_path, 
     assert len(notes) == 1 and f"micro-batch {want}" in notes[0]["message"], d["assumptions"]["notes"]
     rc, d = run_json(["estimate", cfg, *_shape(world, 1, 1), "--micro-batch", str(want), "--format", "json"])
     assert not [n for n in d["assumptions"]["notes"] if "--micro-batch" in n["message"]]
+    # check says it too (a warning), and judges the flag's micro-batch
+    rc, c = run_json(["check", cfg, *_shape(world, 1, 1), "--micro-batch", "1", "--gpu-memory", "80GB",
+                      "--host-memory", "1TB", "--format", "json"])
+    assert [w for w in c["warnings"] if "--micro-batch 1 is a what-if" in w and f"micro-batch {want}" in w], c["warnings"]
