@@ -9390,6 +9390,21 @@ LARGEST_OVER_PARAM_GROUPS = frozenset({"offload_temp_grad_cpu", "offload_temp_gr
 REDUCE_MOMENT_ITEMS = frozenset({"offload_grad_norm_fp64", "offload_reduce_flush", "offload_norm_unmoved_grads",
                                  "offload_xl_grad_clone"})
 
+#: The same for the reduce inside the first micro-step of a ZeRO-2 CPU-offload iteration at GA > 1
+#: (:func:`zero12_offload_microstep_terms`: ``offload_microstep_reduce`` a_r, the accelerator bytes of the moment
+#: holding the most, and ``offload_microstep_accumulated`` h_r, the host buffers made by then). That reduce runs the
+#: same average_tensor, one (destination, process group) bucket's flat copy at a time (``stage_1_and_2.py``
+#: l.1706-1723, allreduce_and_copy_with_multiple_ranks l.1525 / allreduce_and_copy l.2420 return before the next
+#: key's flatten, l.2367), then the copy loop (l.2253-2274), whose copy_grads_in_partition calls
+#: async_accumulate_grad_in_cpu_via_gpu (l.2166-2167; its ``torch.zeros(param.numel())`` host buffer l.1822-1824)
+#: and makes no fp64 norm copy (set_norm_for_param_grad_in_gpu only at the boundary, l.2171-2172). Under expert
+#: parallelism a rank holds the larger of its dense and expert groups' (a_r, h_r), not their sum (engine:
+#: ``tests/engine/test_moe_offload_engine.py`` at GA 2 and 3, ep 2 on 4 ranks: micro-step 1's backward peaks at
+#: 447,848 B on every rank with the expert flush's 65,536 B flat copy alone at allreduce_bucket; the two groups'
+#: a_r summed, 8,704 + 65,536 B, gave 455,968, +1.81%). Not modelled: with several flushes, the other group's host
+#: buffers made by an earlier flush and its gradients held by autograd at the larger group's moment.
+MICROSTEP_REDUCE_MOMENT_ITEMS = frozenset({"offload_microstep_reduce", "offload_microstep_accumulated"})
+
 
 def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrapper: str, basic: str,
                           ga: int, workload: Any = None) -> list[RankLedger]:
@@ -9468,13 +9483,15 @@ def _model_parallel_roles(ec: EffectiveConfig, inv: Inventory, cl: Cluster, wrap
                                            f"stage_1_and_2.py l.626-635): {larger[x.item].formula}")
                            if x.item in larger and larger[x.item].bytes > x.bytes else x for x in entries]
                 shared |= in_dense
-                # the offload reduce's moments: one group's at a time (REDUCE_MOMENT_ITEMS), the larger kept
-                moment_d = sum(x.bytes for x in entries if x.item in REDUCE_MOMENT_ITEMS)
-                moment_e = sum(x.bytes for x in e_roles[ei].entries if x.item in REDUCE_MOMENT_ITEMS)
-                if moment_e > moment_d:
-                    entries = [x for x in entries if x.item not in REDUCE_MOMENT_ITEMS]
-                else:
-                    shared |= REDUCE_MOMENT_ITEMS
+                # the offload reduces' moments (the boundary's, micro-step 1's at GA > 1): one group's at a time
+                # (REDUCE_MOMENT_ITEMS, MICROSTEP_REDUCE_MOMENT_ITEMS), the larger group's kept
+                for items in (REDUCE_MOMENT_ITEMS, MICROSTEP_REDUCE_MOMENT_ITEMS):
+                    moment_d = sum(x.bytes for x in entries if x.item in items)
+                    moment_e = sum(x.bytes for x in e_roles[ei].entries if x.item in items)
+                    if moment_e > moment_d:
+                        entries = [x for x in entries if x.item not in items]
+                    else:
+                        shared |= items
                 entries += [replace(e, formula=f"routed experts ({len(experts.tensors)} tensors, 1/{ep} of the experts, "
                                     f"whole on each tensor-parallel rank) over the expert-data-parallel group of "
                                     f"{We} (DP x SP x TP / ep): {e.formula}",

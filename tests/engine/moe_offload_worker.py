@@ -16,7 +16,11 @@ native MoE layer (moe_toy.py) under expert parallelism, CPU / gloo. Prints per r
 * ``backward``: the tracker's phase ``backward:1`` (``engine.backward`` with its boundary reduce): its high-water
   mark with and without gloo's buffers and the storages live there by allocation site (``StorageTracker.report``).
 
-argv: EP, the DeepSpeed config (JSON), H, F, E."""
+* ``phases``: every ``backward:k`` phase of the run, k = 1 .. 2 x GA (two optimizer steps of
+  ``gradient_accumulation_steps`` micro-steps: the first iteration's micro-steps and the steady one's), the same
+  record as ``backward``; ``init`` / ``step`` / ``d2h`` / ``h2d`` are taken at the first optimizer step.
+
+argv: EP, the DeepSpeed config (JSON, its gradient_accumulation_steps the micro-steps per step), H, F, E."""
 
 import gc
 import json
@@ -53,12 +57,16 @@ def _instant(engine, tracker, cpu_accel: bool) -> dict:
 
 def main() -> None:
     ep, cfg, h, f, e = int(sys.argv[1]), json.loads(sys.argv[2]), *map(int, sys.argv[3:6])
+    ga = int(cfg.get("gradient_accumulation_steps", 1))
     deepspeed.init_distributed(dist_backend="gloo")
     W._install_patches()
     cpu_accel = get_accelerator().device_name() == "cpu"
     tracker = W.StorageTracker()
     W._TRACKER[:] = [tracker]
-    restore = W._settle_collectives()
+    # gloo's worker thread may hold a finished all_reduce's flat copy past the settle's default 0.2 s on a loaded
+    # machine: one GA 2 run's rank 3 held the expert flush's 65,536 B flat copy into the dense one's (74,240 B at
+    # allreduce_bucket, backward:1 +1.9%), its rerun 65,536 B as every other rank. Waiting longer only waits.
+    restore = W._settle_collectives(timeout_s=5.0)
     moved = {"d2h": 0, "h2d": 0}
     with tracker.mode:
         m, pg = net_and_param_groups(h, f, e, ep)
@@ -85,25 +93,35 @@ def main() -> None:
                 moved["h2d"] += self.numel() * self.element_size()
             return orig_tensor_copy(self, src, *a, **k)
 
-        x = torch.ones(4, h, dtype=torch.bfloat16)
-        loss = engine(x).float().pow(2).mean()
-        # the backward with its boundary reduce (GA 1: the epilogue's flush, then copy_grads_in_partition's fp64
-        # norm copies and host copies, stage_1_and_2.py l.2253-2274, l.2171-2176): its high-water mark, as the
-        # peak-parity worker's phases (advisor.engine.worker._phase), ended by the step's phase
-        W._phase(tracker, "backward:1")
-        engine.backward(loss)
-        W._phase(tracker, "step:1")
-        torch.Tensor.copy_ = tcopy
-        try:
-            engine.step()
-        finally:
-            torch.Tensor.copy_ = orig_tensor_copy
-        del loss, x
-        after_step = _instant(engine, tracker, cpu_accel)
+        # 2 optimizer steps of ga micro-steps each (the steady iteration's backward too), the tracker's phases named
+        # by micro-step k as the peak-parity worker's (advisor.engine.worker._phase; measure.phase_instants maps
+        # them onto the timeline's instants at any GA): forward:k, backward:k (engine.backward with the reduce
+        # inside it: at a non-boundary micro-step copy_grads_in_partition's async_accumulate_grad_in_cpu_via_gpu,
+        # at the boundary the fp64 norm copies and host copies, stage_1_and_2.py l.2161-2176, l.2253-2274), step:k
+        at_step, moved_1 = None, None
+        for k in range(1, 2 * ga + 1):
+            x = torch.ones(4, h, dtype=torch.bfloat16)
+            W._phase(tracker, f"forward:{k}")
+            loss = engine(x).float().pow(2).mean()
+            W._phase(tracker, f"backward:{k}")
+            engine.backward(loss)
+            W._phase(tracker, f"step:{k}")
+            torch.Tensor.copy_ = tcopy
+            try:
+                engine.step()
+            finally:
+                torch.Tensor.copy_ = orig_tensor_copy
+            del loss, x
+            W._phase(tracker, None)
+            if k == ga:  # the first optimizer step (the accumulation boundary)
+                at_step, moved_1 = _instant(engine, tracker, cpu_accel), dict(moved)
+        after_step = at_step
+        moved = moved_1
     restore()
     pid = [torch.distributed.get_rank(group=g) for g in o.real_dp_process_group]
     rec = dict(rank=torch.distributed.get_rank(), wrapper=type(o).__name__, basic=type(o.optimizer).__name__,
                init=at_init, step=after_step, backward=next(p for p in tracker.report({}) if p["phase"] == "backward:1"),
+               phases={p["phase"]: p for p in tracker.report({}) if p["phase"].startswith("backward:")},
                d2h=moved["d2h"], h2d=moved["h2d"],
                groups=[dict(moe=bool(g.get("moe")), partition_count=o.partition_count[i],
                             fp32=o.single_partition_of_fp32_groups[i].numel() * 4,
