@@ -6,8 +6,12 @@ quite ignored though: any ``offload_optimizer.device`` other than none switches 
 Adam/AdamW to ``DeepSpeedCPUAdam`` (``engine.py`` ``_configure_basic_optimizer``), which then
 runs on parameters that live on the GPU. Its ``step`` asserts ``CPUAdam param is on cuda:0 and
 must be 'cpu'`` (``ops/adam/cpu_adam.py``) at the first step, or inside initialize for fp16/bf16,
-whose stage-0 wrappers run one step at construction. With ``torch_adam: true``, a client
-optimizer or no optimizer section the block is simply ignored.
+whose stage-0 wrappers run one step at construction. With no optimizer section (a client
+optimizer) it is not ignored either: ``engine.py`` l.2342-2346 refuses any client optimizer but
+DeepSpeedCPUAdam / DeepSpeedCPULion while ``zero_force_ds_cpu_optimizer`` is true (rule O011), and
+those two assert the same way on GPU-resident parameters (``ops/adam/cpu_adam.py`` l.148,
+``ops/lion/cpu_lion.py`` l.108). With ``torch_adam: true``, another config-built optimizer, or a
+client optimizer under ``zero_force_ds_cpu_optimizer: false``, the block is ignored.
 
 Anti-pattern::
 
@@ -43,6 +47,12 @@ class OffloadOptimizerStage0(Rule):
             yield self.finding(zptr(key), f"offload_optimizer at ZeRO stage 0 turns {ec.optimizer.type} into "
                                           "DeepSpeedCPUAdam on GPU-resident parameters: it asserts 'CPUAdam param is "
                                           "on cuda and must be cpu' at the first optimizer step",
+                               fix, severity="error")
+        elif ec.optimizer.type is None and ec.client_optimizer_must_be_ds_cpu:
+            yield self.finding(zptr(key), "offload_optimizer at ZeRO stage 0 with a client optimizer: DeepSpeed "
+                                          "accepts only DeepSpeedCPUAdam / DeepSpeedCPULion (O011), which assert "
+                                          "'param is on cuda and must be cpu' at the first step on the GPU-resident "
+                                          "parameters of stage 0",
                                fix, severity="error")
         else:
             yield self.finding(zptr(key), "offload_optimizer is ignored at ZeRO stage 0: optimizer state stays on "

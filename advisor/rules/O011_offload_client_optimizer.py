@@ -27,6 +27,9 @@ and pass no optimizer::
 or, to keep a torch optimizer, ``"zero_force_ds_cpu_optimizer": false``: it then steps the offloaded
 fp32 partitions on the CPU with its own kernels, which DeepSpeed's message warns "in most cases will
 yield poor performance" (DeepSpeedCPUAdam is the SIMD-vectorised one).
+
+At ZeRO stage 0 this rule is silent and O002 reports the block: there DeepSpeedCPUAdam, this rule's
+fix, asserts on the GPU-resident parameters (``ops/adam/cpu_adam.py`` l.148).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ SOURCE = ("engine.py l.2342-2346; zero_use_cpu_optimizer, l.1562-1565, counts de
 @register
 class OffloadClientOptimizer(Rule):
     code = "O011"
+    reads_stage = True
     name = "offload-client-optimizer"
     severity = "warning"
 
@@ -49,7 +53,8 @@ class OffloadClientOptimizer(Rule):
         ec = ctx.effective
         if ctx.hf or ec.optimizer.type is not None or isinstance(ctx.raw.get("optimizer"), dict):
             return
-        if not ec.client_optimizer_must_be_ds_cpu:
+        if not ec.client_optimizer_must_be_ds_cpu or ec.zero.stage == 0:
+            # stage 0: O002 reports it -- DeepSpeedCPUAdam, this rule's fix, asserts there on GPU-resident params
             return
         block = zero_raw(ctx.raw).get("offload_optimizer")
         ptr = zptr("offload_optimizer", "device") if isinstance(block, dict) else zptr("cpu_offload")
