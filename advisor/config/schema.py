@@ -282,6 +282,14 @@ def _describe(s: dict[str, Any]) -> str:
         words["string"] = "one of " + ", ".join(json.dumps(v) for v in values) + " (any case)"
     if isinstance(t, list):
         desc = " or ".join(words.get(x, x) for x in t)
+    elif t == "array" and ("minItems" in s or "maxItems" in s):
+        # the length is what a too-short list breaks ("betas is [0.9], expected a list" named the wrong problem)
+        lo, hi = s.get("minItems"), s.get("maxItems")
+        n = (f"{lo}" if lo == hi else f"{lo} to {hi}" if lo is not None and hi is not None
+             else f"at least {lo}" if lo is not None else f"at most {hi}")
+        it = (s.get("items") or {}).get("type") if isinstance(s.get("items"), dict) else None
+        desc = f"a list of {n} " + ({"number": "numbers", "integer": "integers", "string": "strings"}.get(it, "items")
+                                   if isinstance(it, str) else "items")
     elif t:
         desc = words.get(t, t)
     elif "$ref" in s:
