@@ -100,17 +100,20 @@ def test_expert_groups_are_deepspeeds_consecutive_ranks(monkeypatch, tp, pp, rpn
             assert group_spans_nodes("expert", tp, pp, dp, rpn, s, ep) == want, (dp, ep, s, gs)
 
 
-@pytest.mark.parametrize("tp, pp, rpn", list(itertools.product(TPS, PPS, RPNS)))
-def test_sequence_groups_match_deepspeeds_builders(monkeypatch, tp, pp, rpn):
-    """Ulysses' sequence-parallel groups: the advisor's order (sequence axis inside the data axis, TP
-    fastest) as DeepSpeed's ProcessTopology builds it; at TP 1 exactly parallel_state_sp's consecutive groups."""
+@pytest.mark.parametrize("pp, rpn", list(itertools.product(PPS, RPNS)))
+def test_sequence_groups_match_deepspeeds_builders(monkeypatch, pp, rpn):
+    """Ulysses' sequence-parallel groups against parallel_state_sp's own consecutive groups, at TP 1: the only
+    tensor-parallel size DeepSpeed's builders know (neither takes a TP size; Megatron-DeepSpeed asserts TP = PP = 1
+    with DeepSpeed's sequence parallelism). The advisor's order under TP > 1 is its own assumption (movement.py
+    group_spans_nodes' docstring), which no DeepSpeed builder can confirm, so it is not asserted here (review23: a
+    ProcessTopology in the advisor's own axis order compared the code with itself)."""
     topo_mod = pytest.importorskip("deepspeed.runtime.pipe.topology")
+    tp = 1
     for dp, sp in itertools.product((1, 2, 4), (2, 4)):
         topo = topo_mod.ProcessTopology(axes=["pipe", "data", "seq", "model"], dims=[pp, dp, sp, tp])
         gs = topo.get_axis_comm_lists("seq")
         world = pp * dp * sp * tp
-        if tp == 1:
-            assert sorted(gs) == sorted(_ds_sequence_groups(monkeypatch, world, sp)), (dp, sp)
+        assert sorted(gs) == sorted(_ds_sequence_groups(monkeypatch, world, sp)), (dp, sp)
         for s in range(pp):
             want = _stage_spans(gs, s, dp * sp * tp, rpn)
             assert group_spans_nodes("sequence", tp, pp, dp * sp, rpn, s, sp) == want, (dp, sp, s, gs)
