@@ -191,7 +191,32 @@ class EffectiveConfig:
     optimizer: Optimizer = field(default_factory=Optimizer)
     aio: Aio = field(default_factory=Aio)
     activation_checkpointing: dict[str, Any] = field(default_factory=dict)
+    #: tensor_parallel.autotp_size (``runtime/tensor_parallel/config.py`` TPTrainingConfig.autotp_size l.45,
+    #: default 0 = off): DeepSpeed's own AutoTP. ``deepspeed.initialize`` shards the model only inside the engine
+    #: (``runtime/engine.py`` l.595-596 ``if self.autotp_size() > 1: _configure_tensor_parallel`` ->
+    #: ``_apply_autotp_partitioning`` l.1009), so the model it is given was built whole on every rank.
+    autotp_size: int = 0
+    #: expert_parallel.enabled / autoep_size / expert_tensor_parallel_size (``module_inject/auto_ep_config.py``
+    #: parse_autoep_config l.48-50, defaults False / 1 / 1; read by ``runtime/config.py``
+    #: get_expert_parallel_config l.171-174): DeepSpeed's AutoEP, which swaps transformers' MoE blocks for
+    #: ``AutoEPMoELayer`` inside the engine (``engine.py`` l.587-588 -> ``_configure_expert_parallel``
+    #: l.816-821), so every rank built all the experts before ``deepspeed.initialize``.
+    autoep_enabled: bool = False
+    autoep_size: int = 1
+    expert_tensor_parallel_size: int = 1
     notes: list[Note] = field(default_factory=list)
+
+    @property
+    def autotp(self) -> bool:
+        """The config turns on DeepSpeed's AutoTP (``engine.py`` l.595: ``autotp_size() > 1``)."""
+        return self.autotp_size > 1
+
+    @property
+    def builds_whole_model(self) -> bool:
+        """Every rank builds the whole model (all experts, unsharded) before ``deepspeed.initialize``
+        because DeepSpeed itself shards it there: AutoTP (:attr:`autotp`) or AutoEP
+        (:attr:`autoep_enabled`), the fields' sources. The one place this fact lives."""
+        return self.autotp or self.autoep_enabled
 
     @property
     def model_dtype(self) -> Dtype:
@@ -448,6 +473,14 @@ def effective_config(raw: dict[str, Any]) -> EffectiveConfig:
 
     if "zero_force_ds_cpu_optimizer" in raw:  # truthiness, as DeepSpeed tests it (the field's comment)
         ec.zero_force_ds_cpu_optimizer = bool(raw["zero_force_ds_cpu_optimizer"])
+
+    # AutoTP / AutoEP (the fields' sources); read silently: the schema reports a bad value
+    tp = _section(raw, "tensor_parallel")
+    ec.autotp_size = _as_int(tp.get("autotp_size")) or 0
+    ep = _section(raw, "expert_parallel")
+    ec.autoep_enabled = bool(ep.get("enabled"))  # truthiness: engine.py l.821 `not autoep_config.enabled`
+    ec.autoep_size = _as_int(ep.get("autoep_size")) or 1
+    ec.expert_tensor_parallel_size = _as_int(ep.get("expert_tensor_parallel_size")) or 1
 
     # precision -------------------------------------------------------------------------
     fp16 = _section(raw, "fp16")

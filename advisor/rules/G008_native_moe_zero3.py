@@ -14,11 +14,13 @@ default: dropless routing, ep 1) are not ``MoE`` instances, so ``has_moe_layers`
 runs them as dense modules: no finding.
 
 AutoEP (``"expert_parallel": {"enabled": true, "autoep_size": N}``, ``module_inject/auto_ep_config.py``
-parse_autoep_config l.48-49) replaces transformers' MoE blocks by ``AutoEPMoELayer`` in
-``_configure_expert_parallel`` (engine.py l.816-821, presets for Mixtral, DeepSeek-V2/V3, Qwen3-MoE,
-...); ZeRO-3 accepts those (l.2217-2232: without sequence parallelism, qgZ, hpZ or expert tensor
-parallelism). With AutoEP enabled in the config this rule says nothing (the advisor models the experts'
-ZeRO layout of native MoE, not of AutoEP's ZeRO-3 placement).
+parse_autoep_config l.48-49; :attr:`advisor.config.effective.EffectiveConfig.autoep_enabled`) replaces
+transformers' MoE blocks by ``AutoEPMoELayer`` in ``_configure_expert_parallel`` (engine.py l.816-821,
+presets for Mixtral, DeepSeek-V2/V3, Qwen3-MoE, ...); ZeRO-3 accepts those, except that the same
+``_validate_zero3_moe_compatibility`` raises (l.2219-2232) with sequence parallelism
+(``sequence_parallel_size != 1``, l.2219-2221), qgZ (``zero_quantized_gradients``, l.2222-2223), hpZ
+(``zero_hpz_partition_size > 1``, l.2224-2227) or expert tensor parallelism
+(``expert_parallel.expert_tensor_parallel_size != 1``, l.2229-2232): one finding per condition.
 
 Anti-pattern: ``--expert-parallel 8`` (or ``--moe-capacity-factor 1.25``) on Mixtral with
 ``"zero_optimization": {"stage": 3}``.
@@ -41,13 +43,6 @@ def _capacity_factor(ctx: LintContext):
     return values.get("moe_capacity_factor")
 
 
-def autoep_enabled(raw) -> bool:
-    """True when the config turns AutoEP on: ``expert_parallel.enabled`` true (``runtime/config.py``
-    get_expert_parallel_config l.171-174 -> ``auto_ep_config.py`` parse_autoep_config l.48)."""
-    ep = raw.get("expert_parallel") if isinstance(raw, dict) else None
-    return isinstance(ep, dict) and ep.get("enabled") is True
-
-
 @register
 class NativeMoeZero3(Rule):
     code = "G008"
@@ -61,7 +56,10 @@ class NativeMoeZero3(Rule):
         if ctx.effective.zero.stage != 3 or ctx.inventory is None:
             return
         experts = (ctx.inventory.meta or {}).get("num_experts") or 0
-        if not experts or autoep_enabled(ctx.raw):
+        if not experts:
+            return
+        if ctx.effective.autoep_enabled:
+            yield from self._autoep(ctx, experts)
             return
         ep = getattr(ctx.cluster, "expert_parallel", 1) or 1
         cf = _capacity_factor(ctx)
@@ -78,3 +76,32 @@ class NativeMoeZero3(Rule):
                            "MoE blocks and \"expert_parallel\": {\"enabled\": true, \"autoep_size\": "
                            f"{ep if ep > 1 else 'N'}}} instead of deepspeed.moe.layer.MoE",
                            expert_parallel=ep, moe_capacity_factor=cf, num_experts=experts)
+
+    def _autoep(self, ctx: LintContext, experts: int):
+        """AutoEP at ZeRO-3: what ``_validate_zero3_moe_compatibility`` still refuses (engine.py l.2219-2232)."""
+        ec = ctx.effective
+        sp = getattr(ctx.cluster, "sequence_parallel", 1) or 1
+        hpz = ec.zero.zero_hpz_partition_size or 1
+        etp = ec.expert_tensor_parallel_size
+        cases = (
+            (sp != 1, "/zero_optimization/stage", f"sequence parallelism (sequence_parallel_size {sp})",
+             "AutoEP with ZeRO Stage 3 does not support sequence parallelism yet", "l.2219-2221",
+             "drop sequence parallelism (sequence_parallel_size 1) or use ZeRO stage 1/2"),
+            (bool(ec.zero.zero_quantized_gradients), "/zero_optimization/zero_quantized_gradients",
+             "qgZ (zero_quantized_gradients true)",
+             "AutoEP with ZeRO Stage 3 does not support zero_quantized_gradients yet", "l.2222-2223",
+             "set zero_optimization.zero_quantized_gradients to false"),
+            (hpz > 1, "/zero_optimization/zero_hpz_partition_size", f"hpZ (zero_hpz_partition_size {hpz})",
+             "AutoEP with ZeRO Stage 3 does not support hpZeRO secondary tensor groups yet", "l.2224-2227",
+             "set zero_optimization.zero_hpz_partition_size to 1"),
+            (etp != 1, "/expert_parallel/expert_tensor_parallel_size",
+             f"expert tensor parallelism (expert_tensor_parallel_size {etp})",
+             "AutoEP with ZeRO Stage 3 only supports expert_parallel.expert_tensor_parallel_size=1", "l.2229-2232",
+             "set expert_parallel.expert_tensor_parallel_size to 1 or use ZeRO stage 1/2"),
+        )
+        for hit, pointer, what, msg, lines, fix in cases:
+            if hit:
+                yield self.finding(pointer,
+                                   f"ZeRO stage 3 with AutoEP ({experts} experts) and {what}: deepspeed.initialize "
+                                   f"raises \"{msg}\" (runtime/engine.py _validate_zero3_moe_compatibility {lines}, "
+                                   "called at l.2710)", fix, autoep=True, num_experts=experts)
