@@ -650,10 +650,11 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
     cl = ledger.plan.cluster
     if load.zero_init:
         W = max(1, cl.zero_world_size)
-        if cl.tensor_parallel > 1 and cl.expert_parallel <= 1 and not load.options.hf:
+        if cl.tensor_parallel > 1 and cl.expert_parallel <= 1 and not load.options.hf and not ec.builds_whole_model:
             # TENSOR_PARALLEL_LOAD: zero.Init partitions the tensor-parallel shard each rank builds over the
             # ZeRO group (the shard the ledger's resting state partitions, advisor.model.parallel.shard).
-            # With --hf (HF_WHOLE_LOAD) from_pretrained builds the whole model under zero.Init, partitioned over W.
+            # With --hf (HF_WHOLE_LOAD) from_pretrained builds the whole model under zero.Init, partitioned over W;
+            # so does a model the config's AutoTP shards only inside deepspeed.initialize (AUTO_SHARD_WHOLE_LOAD).
             # Under expert parallelism the whole model over W too: at ZeRO-3 deepspeed.initialize refuses
             # DeepSpeed's own MoE layer (rule G008: runtime/engine.py l.2709-2710), so no rank builds only its
             # num_experts / ep_size experts; every rank builds all of them (AutoEP swaps the blocks only later,
@@ -714,7 +715,7 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
         # PIPELINE_STAGE_LOAD: a PipelineModule built from LayerSpecs builds only its stage's layers
         inv = _stage_inventory(ledger, rank)
         whole = f"stage {cl.coords(rank)[0]}'s layers ({PIPELINE_STAGE_LOAD})"
-    elif builds_shard(cl, load):
+    elif builds_shard(cl, load, ec):
         # TENSOR_PARALLEL_LOAD: each rank builds only its tensor-parallel shard (and its experts)
         inv = _whole_inventory(ledger)
         whole = (f"this rank's shard of the model (tensor parallel {cl.tensor_parallel}"
@@ -722,7 +723,8 @@ def load_entries(ec: EffectiveConfig, ledger: Ledger, load: LoadAssumption, rank
                  + f"; {TENSOR_PARALLEL_LOAD})")
     elif cl.tensor_parallel > 1 or cl.expert_parallel > 1:
         # HF_WHOLE_LOAD: the HF Trainer's from_pretrained builds the whole model, all experts, on every rank
-        whole = f"whole model, all of it on every rank ({HF_WHOLE_LOAD})"
+        # or AUTO_SHARD_WHOLE_LOAD: DeepSpeed's AutoTP / AutoEP shards it only inside deepspeed.initialize
+        whole = f"whole model, all of it on every rank ({whole_load_words(ec, load)})"
     N = inv.numel
     Dl = DTYPE_BYTES[load.dtype]
     copies = 1 if load.low_cpu_mem_usage else 2
@@ -767,11 +769,28 @@ HF_WHOLE_LOAD = ("--hf: from_pretrained builds the whole model on every rank; th
                  "experts")
 
 
-def builds_shard(cl: Any, load: LoadAssumption) -> bool:
+#: The load assumption when the config turns on DeepSpeed's AutoTP / AutoEP (the words the load entry carries).
+AUTO_SHARD_WHOLE_LOAD = ("the config turns on DeepSpeed's AutoTP (tensor_parallel.autotp_size > 1) or AutoEP "
+                         "(expert_parallel.enabled): deepspeed.initialize shards the model only inside the engine "
+                         "(runtime/engine.py l.587-588 _configure_expert_parallel, l.595-596 "
+                         "_configure_tensor_parallel -> _apply_autotp_partitioning l.1009), so every rank builds "
+                         "the whole model, all experts, before it")
+
+
+def builds_shard(cl: Any, load: LoadAssumption, ec: Any = None) -> bool:
     """Whether each rank builds only its tensor-parallel / expert shard at the load
     (:data:`TENSOR_PARALLEL_LOAD`: a Megatron(-DeepSpeed) model under TP or EP), not the whole model:
-    never with the HF Trainer (``load.options.hf``, :data:`HF_WHOLE_LOAD`)."""
-    return (cl.tensor_parallel > 1 or cl.expert_parallel > 1) and not load.options.hf
+    never with the HF Trainer (``load.options.hf``, :data:`HF_WHOLE_LOAD`), nor when the config ``ec``
+    (an :class:`advisor.config.effective.EffectiveConfig`) turns on AutoTP / AutoEP
+    (``ec.builds_whole_model``, :data:`AUTO_SHARD_WHOLE_LOAD`)."""
+    return ((cl.tensor_parallel > 1 or cl.expert_parallel > 1) and not load.options.hf
+            and not (ec is not None and ec.builds_whole_model))
+
+
+def whole_load_words(ec: Any, load: LoadAssumption) -> str:
+    """Why every rank builds the whole model under TP / EP when :func:`builds_shard` is false: AutoTP / AutoEP
+    in the config (:data:`AUTO_SHARD_WHOLE_LOAD`), else the HF Trainer (:data:`HF_WHOLE_LOAD`)."""
+    return AUTO_SHARD_WHOLE_LOAD if ec is not None and ec.builds_whole_model else HF_WHOLE_LOAD
 
 
 #: The load assumption under pipeline parallelism (words the load entry and the estimate's assumptions carry).

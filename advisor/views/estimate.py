@@ -446,10 +446,10 @@ class EstimateResult:
         per_node = cl.gpus_per_node or min(cl.world_size, 8)
         node = host.load_need if host is not None and host.load_need is not None else per_rank * per_node
         from advisor.ledger.timeline import (PIPELINE_STAGE_LOAD, PIPELINE_WHOLE_LOAD, TENSOR_PARALLEL_LOAD,
-                                             HF_WHOLE_LOAD, builds_shard)
+                                             builds_shard, whole_load_words)
         staged = cl.pipeline_parallel > 1 and not (self.load and self.load.zero_init)
         tp_ep = (cl.tensor_parallel > 1 or cl.expert_parallel > 1) and not (self.load and self.load.zero_init)
-        sharded = tp_ep and self.load is not None and builds_shard(cl, self.load)
+        sharded = tp_ep and self.load is not None and builds_shard(cl, self.load, self.plan.config)
         whole = staged and self.load is not None and self.load.pipeline_build == "whole"
         return {**(self.load.to_dict() if self.load else {}), "host_per_rank": per_rank,
                 "ranks_per_node": per_node, "host_per_node": node,
@@ -458,7 +458,8 @@ class EstimateResult:
                 "per_stage": (PIPELINE_WHOLE_LOAD if whole else PIPELINE_STAGE_LOAD) if staged else None,
                 # under tensor / expert parallelism each rank builds its shard, or with --hf the whole model
                 # (ledger.timeline.load_entries)
-                "per_shard": TENSOR_PARALLEL_LOAD if sharded else HF_WHOLE_LOAD if tp_ep else None,
+                "per_shard": (TENSOR_PARALLEL_LOAD if sharded else whole_load_words(self.plan.config, self.load)
+                              if tp_ep else None),
                 "capacity": host.capacity if host else None,
                 "fits": None if host is None or host.capacity is None else node <= host.capacity}
 
@@ -1305,8 +1306,9 @@ def plan_fit(plan: Plan, capacity: Capacity | None = None, overhead: OverheadSet
             if r.tier == "accelerator":
                 r.lower_bound = "; ".join(x for x in (r.lower_bound, missing) if x)
     found = fit_findings(rows, load, hf=via_hf, pipeline=cluster.pipeline_parallel > 1,
-                         # with --hf every rank builds the whole model (timeline.HF_WHOLE_LOAD): M101's HF words
-                         tensor_parallel=1 if load.options.hf else cluster.tensor_parallel)
+                         # with --hf every rank builds the whole model (timeline.HF_WHOLE_LOAD), and so with the
+                         # config's AutoTP / AutoEP (timeline.AUTO_SHARD_WHOLE_LOAD): not M101's Megatron words
+                         tensor_parallel=1 if load.options.hf or ec.builds_whole_model else cluster.tensor_parallel)
     if (ledger.peak_lower_bound or missing) and roles:  # M104: every output says the accelerator peak is a floor
         from advisor.rules.M104_peak_is_lower_bound import lower_bound_finding
         groups = len({t.group for t in inventory.tensors if t.trainable})
