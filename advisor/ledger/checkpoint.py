@@ -25,7 +25,8 @@ Three parts, each a pure function of its inputs (no torch, no deepspeed):
    ``save_state_dict`` :607-642: data-parallel rank 0 of the stage writes them, or with
    ``checkpoint.parallel_write.pipeline_stage`` the stage's data-parallel ranks a share each, each tensor
    cloned, so exact numel x D) and leaves the module out of ``mp_rank_XX_model_states.pt``
-   (``PipelineEngine.module_state_dict`` :1308-1325 returns None).
+   (``PipelineEngine.module_state_dict`` :1308-1325 returns None). A native-MoE engine at ZeRO-1/2 is the
+   exception at any TP / PP degree (:func:`_moe_zero12_files`): ``_save_moe_checkpoint`` writes no layer files.
 2. :func:`save_16bit_model_plan` — ``engine.save_16bit_model`` (:5707): the consolidated 16-bit
    ``pytorch_model.bin`` and the memory spike while ZeRO-3 gathers it (:5631). Under the
    PipelineEngine it writes no model (:data:`PIPELINE_SAVE16_NOTE`, :func:`pipeline_saves_16bit`).
@@ -240,7 +241,11 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
         res.unsupported = why
         notes.append(f"DeepSpeed refuses this config at initialize(), so nothing is saved: {why}")
         return res
-    if (cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1) and "stage" not in (inv.meta or {}):
+    # native MoE at ZeRO-1/2 under TP / PP: _save_moe_checkpoint's own layout (_moe_zero12_files), not the
+    # PipelineEngine's layer files nor ZeRO over the data-parallel group for the experts
+    moe12 = z.stage in (1, 2) and cluster.expert_parallel > 1
+    if (cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1) and "stage" not in (inv.meta or {}) \
+            and not moe12:
         return _model_parallel_files(plan, tag, save_latest, res)
     if not opt.known:
         notes.append(f"optimizer {ec.optimizer.type!r}: its state is assumed to be 2 fp32 tensors per element, "
@@ -279,8 +284,10 @@ def checkpoint_files(plan: Plan, tag: str = DEFAULT_TAG, save_latest: bool = Tru
                        f"= {N + n_frozen} x {D} + {N} x 4 + {k} x {N} x 4 + {s} x {nsteps} ({wrapper})")
         files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
                               readers=cluster.world_size, formula=formula))
-    elif z.stage in (1, 2) and cluster.expert_parallel > 1 and cluster.tensor_parallel == 1:
+    elif moe12:
         _moe_zero12_files(plan, files, d, wrapper, k, s)
+        if cluster.tensor_parallel > 1 or cluster.pipeline_parallel > 1:
+            notes.append(MOE_MODEL_PARALLEL_NOTE.format(tp=cluster.tensor_parallel, pp=cluster.pipeline_parallel))
     elif z.stage in (1, 2):
         npad_total = 0
         Ps = []
@@ -416,70 +423,104 @@ def _zero12_optim_files(files: list, d: str, ec, cluster: Cluster, W: int, Ps: l
 
 
 def _moe_zero12_files(plan: Plan, files: list, d: str, wrapper: str, k: int, s: int) -> None:
-    """ZeRO-1/2 files of a native-MoE engine (``expert_parallel`` ep > 1, no tensor parallelism; ``plan.inventory``
-    one expert-parallel rank's shard, num_experts / ep experts per MoE layer). DeepSpeed 0.19.8 ``runtime/engine.py``:
-    ``save_checkpoint`` calls ``_save_moe_checkpoint`` instead of ``_save_checkpoint`` (l.4914-4919), then every
-    data-parallel rank ``_save_zero_checkpoint`` (l.4930-4932). ``_save_moe_checkpoint``: for each MoE layer
-    (``moe_layer_id`` in module order) the ranks of expert-data-parallel rank 0 (``is_data_parallel_writer``:
-    ``dp_rank == 0``, checkpoint_engine.py l.47-48; engine.py l.5084-5090) write one
-    ``layer_{id}_expert_{gid}_mp_rank_00_model_states.pt`` per local expert (``_get_expert_ckpt_name`` l.4368-4381;
-    gid = expp_rank x num_local_experts + local id, l.5097-5098), its parameters cloned (l.5102: exact numel x D);
-    data-parallel rank 0 writes ``mp_rank_00_model_states.pt`` with the non-expert module only
-    (``_get_non_moe_state_dict`` l.4984, l.5291-5297: the dense groups' padded flat buffer N_pad x D). The
-    optimizer-states file holds every param group of the ZeRO optimizer, dense and ``moe`` alike: the dense fp32
-    partition over the W ZeRO ranks and the routed experts' over the expert-data-parallel group
-    (:attr:`Cluster.expert_data_parallel_size`), both (1 + k) x P x 4 (+ step per group). The partitions are the
-    ledger's: the (tensors, group size) walks of ``advisor.ledger.state._zero_walks`` (split_experts over W and
-    the expert-data-parallel group) that estimate's rank roles
-    account, laid out by ``placement`` (the same layouts, padding included)."""
+    """ZeRO-1/2 files of a native-MoE engine (``expert_parallel`` ep > 1), at any tensor- (t) and pipeline-parallel
+    (p) degree; ``plan.inventory`` the whole model, or one expert-parallel rank's shard (one stage, t = p = 1).
+    DeepSpeed 0.19.8 ``runtime/engine.py``: ``save_checkpoint`` calls ``_save_moe_checkpoint`` instead of
+    ``_save_checkpoint`` (l.4914-4919; so under the PipelineEngine no ``layer_XX`` files: its
+    ``module_state_dict`` override is bypassed, l.5295-5298 call ``DeepSpeedEngine.module_state_dict``), then every
+    data-parallel rank ``_save_zero_checkpoint`` (l.4930-4932). Per pipeline stage st (its PipelineModule holds the
+    stage's layers only) and tensor-parallel rank m, the file's model-parallel rank is ``checkpoint_mp_rank``
+    (l.2167-2169: ``mpu.get_model_parallel_rank()``, the TP rank m with a Megatron mpu, the PipelineEngine's
+    ``ds_model_rank`` = st x t + m, ``runtime/pipe/topology.py`` l.303-313, l.446-447):
+
+    * ``_save_moe_checkpoint``: for each MoE layer of the stage's module (``moe_layer_id`` from 0 in module order,
+      l.5080-5083, so per stage) the ranks of expert-data-parallel rank 0 (``is_data_parallel_writer``:
+      ``dp_rank == 0``, checkpoint_engine.py l.47-48; engine.py l.5093-5095) write one
+      ``layer_{id}_expert_{gid}_mp_rank_{mp:02d}_model_states.pt`` per local expert (``_get_expert_ckpt_name``
+      l.4368-4381 with ``checkpoint_mp_rank`` = the writer's, l.5128-5132; gid = expp_rank x num_local_experts +
+      local id, l.5117-5118), its parameters cloned (l.5122: exact numel x D). The expert groups are the legacy
+      ones (``moe/layer.py`` l.93-97: no expert tensor parallelism by default; ``utils/groups.py`` l.426-445):
+      the stage's local rank l = z x t + m is expert-parallel rank l mod ep and expert-data-parallel rank
+      l // ep, so expert-parallel rank e is written by local rank e (global st x W_z x t + e), whose TP rank is
+      e mod t: its files carry mp rank e mod t (+ st x t), one set per stage, not one per TP rank.
+    * data-parallel rank 0 of each (st, m) (l.5292 ``groups._get_data_parallel_rank() == 0``; global rank
+      st x W_z x t + m) writes ``mp_rank_{mp:02d}_model_states.pt`` with the non-expert module only
+      (``_get_non_moe_state_dict`` l.5297-5298: the stage's dense TP shard's padded flat buffer N_pad x D).
+    * every rank ``{bf16_}zero_pp_rank_{z}_mp_rank_{mp:02d}_optim_states.pt`` (``_get_zero_ckpt_name`` l.4331-4334:
+      z = its rank in the optimizer's data-parallel group): every param group of the ZeRO optimizer, dense and
+      ``moe`` alike: the dense fp32 partition over the W_z ZeRO ranks and the routed experts' over the
+      expert-data-parallel group (:attr:`Cluster.expert_data_parallel_size` = W_z x t / ep), both (1 + k) x P x 4
+      (+ step per group).
+
+    The partitions are the ledger's: the (tensors, group size) walks ``advisor.ledger.state._model_parallel_roles``
+    accounts (each stage's shard, split_experts over W_z and the expert-data-parallel group), laid out by
+    ``placement`` (the same layouts, padding included)."""
     from advisor.model.parallel import is_expert, is_shard, layer_of, shard, split_experts
     ec, inv, cl = plan.config, plan.inventory, plan.cluster
     D = DTYPE_BYTES[ec.model_dtype]
     ep, W = cl.expert_parallel, cl.zero_world_size
-    if not is_shard(inv):  # the whole model: the rank's shard (E / ep experts per layer), as the ledger takes it
-        inv = shard(inv, 1, 1, ep)[0].inventory
-    n_frozen = sum(t.numel for t in inv.tensors if not t.trainable and not is_expert(t))
-    # the shard's walks as _zero_walks makes them (inv is already the shard: not split again)
-    (dense, Wd), (experts, We) = (lambda de: ((de[0], W), (de[1], max(1, cl.expert_data_parallel_size))))(
-        split_experts(inv))
-    lay_d = placement(ec, dense, Wd, wrapper).zero12
-    lay_e = placement(ec, experts, We, wrapper).zero12
-    npad_d = sum(lay.n_pad for lay in lay_d)
-    parts = {"module": npad_d * D + n_frozen * D}
-    formula = (f"non-expert module (_get_non_moe_state_dict) = the dense groups' flat 16-bit buffer N_pad x D = "
-               f"{npad_d} x {D}" + (f" + frozen {n_frozen} x {D}" if n_frozen else ""))
-    if n_frozen and ec.zero.stage == 2:
-        parts["frozen_param_fragments"] = n_frozen * D
-    files.append(CkptFile(f"{d}/{MODEL_STATES_NAME}", 0, sum(parts.values()), "model_states", parts,
-                          readers=cl.world_size, formula=formula))
-    # expert files: per MoE layer, each local expert's tensors (a fused (E_local, ...) tensor holds E_local of them)
-    n_local = max(1, int((inv.meta or {}).get("num_experts") or ep) // ep)
-    by_layer: dict[int, int] = {}
-    for t in experts.tensors:
-        i = layer_of(t)
-        by_layer[i if i is not None else -1] = by_layer.get(i if i is not None else -1, 0) + t.numel
-    for moe_id, lyr in enumerate(sorted(by_layer)):
-        per_expert = by_layer[lyr] // n_local
-        for e in range(ep):  # expert-parallel rank e: its expert-data-parallel rank 0 is global rank e (TP 1, PP 1)
-            for j in range(n_local):
-                gid = e * n_local + j
-                files.append(CkptFile(f"{d}/layer_{moe_id}_expert_{gid}_mp_rank_00_model_states.pt", e,
-                                      per_expert * D, "model_states", {"expert": per_expert * D}, readers=We,
-                                      formula=f"expert {gid} of MoE layer {moe_id}, cloned: {per_expert:,} x {D} "
-                                      "(written by its expert-data-parallel rank 0)"))
-    Pd = sum(lay.P for lay in lay_d)
-    Pe = sum(lay.P for lay in lay_e)
-    ngroups = len(lay_d) + len(lay_e)
+    tp, pp = (1, 1) if is_shard(inv) else (max(1, cl.tensor_parallel), max(1, cl.pipeline_parallel))
+    # the rank's shard per stage (E / ep experts per layer), as the ledger takes it; a shard is not split again
+    stages = [(0, inv)] if is_shard(inv) else [(sh.stage, sh.inventory) for sh in shard(inv, tp, pp, ep)]
+    We = max(1, cl.expert_data_parallel_size)
     grouped = W > LIST_RANKS_UP_TO
-    for r in range(1 if grouped else W):
+    n_local = max(1, int((inv.meta or {}).get("num_experts") or ep) // ep)
+    for st, sinv in stages:
+        n_frozen = sum(t.numel for t in sinv.tensors if not t.trainable and not is_expert(t))
+        dense, experts = split_experts(sinv)
+        lay_d = placement(ec, dense, W, wrapper).zero12
+        lay_e = placement(ec, experts, We, wrapper).zero12
+        npad_d = sum(lay.n_pad for lay in lay_d)
+        base = st * W * tp  # global rank of the stage's local rank 0
+
+        def mp_of(m: int) -> int:
+            return st * tp + m if pp > 1 else m
+        parts = {"module": npad_d * D + n_frozen * D}
+        formula = (f"non-expert module (_get_non_moe_state_dict) = the dense groups' flat 16-bit buffer N_pad x D = "
+                   f"{npad_d} x {D}" + (f" + frozen {n_frozen} x {D}" if n_frozen else ""))
+        if n_frozen and ec.zero.stage == 2:
+            parts["frozen_param_fragments"] = n_frozen * D
+        for m in range(tp):
+            files.append(CkptFile(f"{d}/{MODEL_STATES_NAME.replace('mp_rank_00', f'mp_rank_{mp_of(m):02d}')}",
+                                  base + m, sum(parts.values()), "model_states", dict(parts),
+                                  readers=W, formula=formula))
+        # expert files: per MoE layer, each local expert's tensors (a fused (E_local, ...) tensor holds E_local of them)
+        by_layer: dict[int, int] = {}
+        for t in experts.tensors:
+            i = layer_of(t)
+            by_layer[i if i is not None else -1] = by_layer.get(i if i is not None else -1, 0) + t.numel
+        for moe_id, lyr in enumerate(sorted(by_layer)):
+            per_expert = by_layer[lyr] // n_local
+            for e in range(ep):  # expert-parallel rank e: written by its expert-data-parallel rank 0, local rank e
+                for j in range(n_local):
+                    gid = e * n_local + j
+                    files.append(CkptFile(
+                        f"{d}/layer_{moe_id}_expert_{gid}_mp_rank_{mp_of(e % tp):02d}_model_states.pt", base + e,
+                        per_expert * D, "model_states", {"expert": per_expert * D}, readers=We,
+                        formula=f"expert {gid} of MoE layer {moe_id}, cloned: {per_expert:,} x {D} "
+                        "(written by its expert-data-parallel rank 0)"))
+        Pd = sum(lay.P for lay in lay_d)
+        Pe = sum(lay.P for lay in lay_e)
+        ngroups = len(lay_d) + len(lay_e)
         oparts = {"fp32_partition": Pd * 4, "expert_fp32_partition": Pe * 4, "optimizer_state": k * (Pd + Pe) * 4,
                   "step": s * ngroups}
-        files.append(CkptFile(
-            f"{d}/{optim_states_name('{r}' if grouped else r, ec.bf16_enabled)}", r, sum(oparts.values()),
-            "optim_states", oparts,
-            formula=(f"dense fp32 partition P x 4 + routed experts' P_e x 4 + {k} x (P + P_e) x 4 moments + step; "
-                     f"P = N_pad / {Wd} = {Pd} (ZeRO ranks), P_e = N_e,pad / {We} = {Pe} (expert-data-parallel group)"),
-            count=W if grouped else 1))
+        for m in range(tp):
+            for r in range(1 if grouped else W):
+                name = optim_states_name('{r}' if grouped else r, ec.bf16_enabled)
+                files.append(CkptFile(
+                    f"{d}/{name.replace('mp_rank_00', f'mp_rank_{mp_of(m):02d}')}", base + r * tp + m,
+                    sum(oparts.values()), "optim_states", dict(oparts),
+                    formula=(f"dense fp32 partition P x 4 + routed experts' P_e x 4 + {k} x (P + P_e) x 4 moments + "
+                             f"step; P = N_pad / {W} = {Pd} (ZeRO ranks), P_e = N_e,pad / {We} = {Pe} "
+                             "(expert-data-parallel group)"),
+                    count=W if grouped else 1, stride=tp))
+
+
+#: The note of a native-MoE ZeRO-1/2 save under tensor / pipeline parallelism (:func:`_moe_zero12_files`).
+MOE_MODEL_PARALLEL_NOTE = (
+    "MoE under model parallelism (t {tp} x p {pp}): _save_moe_checkpoint writes each stage's non-expert module into "
+    "mp_rank_XX_model_states.pt (no layer_XX files: DeepSpeedEngine.module_state_dict, engine.py l.5295-5298) and "
+    "each expert once per stage, from its expert-data-parallel rank 0, named by that rank's model-parallel rank")
 
 
 def pipeline_layer_files(inv: "Inventory", tp: int, pp: int, ep: int, wz: int, D: int,
