@@ -17,6 +17,20 @@ if TYPE_CHECKING:
     from advisor.config.loading import LoadedConfig
 
 
+def refuse_hf_expert_parallel(source: str, ep: int) -> None:
+    """Raise (exit 2, one line) for ``--expert-parallel ep`` > 1 with the HF Trainer (``--hf`` / Trainer
+    arguments) when the config does not turn on DeepSpeed's AutoEP: ``ep_size`` exists only on DeepSpeed's own
+    ``deepspeed.moe.layer.MoE`` (``moe/layer.py`` MoE l.63-72), which no transformers model holds, so the Trainer's
+    model runs every expert on every rank (every rank holds N x D, not the experts / ep the expert-parallel plan
+    counts); AutoEP (``expert_parallel.enabled``, :attr:`advisor.config.effective.EffectiveConfig.autoep_enabled`)
+    is what splits a transformers model's experts (``runtime/engine.py`` _configure_expert_parallel l.816-821)."""
+    from advisor.errors import AdvisorError
+    raise AdvisorError(
+        f"{source}: --expert-parallel {ep} with --hf: a transformers model has no DeepSpeed MoE layer (the only one "
+        "with an ep_size, deepspeed/moe/layer.py), so every rank would hold all experts; turn on DeepSpeed's AutoEP "
+        f"in the config (\"expert_parallel\": {{\"enabled\": true, \"autoep_size\": {ep}}}) or drop --expert-parallel")
+
+
 def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | None = None, *,
                workload: Workload | None = None, hf: bool = False, trainer_args: dict | None = None,
                hidden_size: int | None = None) -> Plan:
@@ -34,6 +48,8 @@ def build_plan(loaded: "LoadedConfig", inventory: Inventory, cluster: Cluster | 
     :func:`advisor.config.effective.effective_config`)."""
     cluster = cluster or Cluster()
     written = effective_config(loaded.data)
+    if (hf or trainer_args) and cluster.expert_parallel > 1 and not written.autoep_enabled:
+        refuse_hf_expert_parallel(loaded.source, cluster.expert_parallel)
     resolution = None
     config = written
     if hf or trainer_args:
