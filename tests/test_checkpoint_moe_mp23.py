@@ -121,3 +121,18 @@ def test_module_and_expert_bytes_by_hand(stage, world, tp, pp, ep):
         elif f.kind == "model_states":
             assert f.parts == {"module": 2 * _dense_stage(tp, pp, f.rank // (dp * tp))}, f.name
     assert sum(1 for f in res.files if "_expert_" in f.name) == L * E
+
+
+def test_pipeline_save16_note_names_files_the_save_writes():
+    """Under PP + MoE the save_16bit_model note pointed at layer_XX-model_states.pt files, which
+    _save_moe_checkpoint never writes; every file name pattern it gives now is one checkpoint_files lists."""
+    import re
+
+    from advisor.ledger.checkpoint import save_16bit_model_plan
+    plan, res = _files(1, 16, 1, 2, 4)
+    note = save_16bit_model_plan(plan).note
+    named = re.findall(r"[\w-]+model_states\.pt", note)
+    assert named
+    for pat in named:
+        rx = re.compile(re.sub(r"(?<=_)[A-Z](?=_|$)|XX", r"\\d+", pat.replace(".", r"\.")) + "$")
+        assert any(rx.match(f.name) for f in res.files), pat

@@ -787,6 +787,14 @@ PIPELINE_SAVE16_NOTE = (
     "a pytorch_model.bin holding None); the model weights are the layer_XX-model_states.pt files save_checkpoint "
     "writes (runtime/pipe/module.py save_state_dict l.607-642), one per PipelineModule layer, in the model dtype")
 
+#: :data:`PIPELINE_SAVE16_NOTE`'s last clause for a native-MoE ZeRO-1/2 engine: ``save_checkpoint`` calls
+#: ``_save_moe_checkpoint`` only (engine.py l.4914-4919), which writes no layer files (l.5295-5298,
+#: :func:`_moe_zero12_files`).
+PIPELINE_MOE_SAVE16_NOTE = PIPELINE_SAVE16_NOTE.split("; the model weights are")[0] + (
+    "; with MoE layers save_checkpoint writes no layer_XX files (_save_moe_checkpoint, runtime/engine.py "
+    "l.4914-4919, l.5295-5298): the model weights are each stage's mp_rank_XX_model_states.pt (the non-expert "
+    "module) and the layer_X_expert_Y_mp_rank_XX_model_states.pt files, in the model dtype")
+
 
 #: Why ``engine.save_16bit_model`` writes nothing at ZeRO-3 without ``stage3_gather_16bit_weights_on_model_save``:
 #: ``zero_optimization_partition_weights()`` and not ``zero_gather_16bit_weights_on_model_save()`` -> it logs "Did not
@@ -828,7 +836,8 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
       taken from tensor names (``a.b.weight`` -> module ``a.b``).
     * Pipeline parallelism (``cluster.pipeline_parallel`` > 1): writes nothing usable
       (:data:`PIPELINE_SAVE16_NOTE`): ``writes`` False, 0 bytes; the layer files of
-      :func:`checkpoint_files` hold the weights.
+      :func:`checkpoint_files` hold the weights (with MoE at ZeRO-1/2, :data:`PIPELINE_MOE_SAVE16_NOTE`, the
+      mp_rank_XX and expert files).
     * Stages 0-2: rank 0 writes the module state_dict (stage 1/2: the padded flat buffer N_pad x D,
       as in the model-states file); host staging on rank 0 up to the largest storage (torch.save
       copies one storage at a time to host).
@@ -838,7 +847,8 @@ def save_16bit_model_plan(plan: Plan) -> Save16:
     W = plan.cluster.zero_world_size
     n_all = inv.numel
     if not pipeline_saves_16bit(plan.cluster):
-        return Save16(False, 0, 0, 0, PIPELINE_SAVE16_NOTE)
+        moe12 = plan.cluster.expert_parallel > 1 and ec.zero.stage in (1, 2)
+        return Save16(False, 0, 0, 0, PIPELINE_MOE_SAVE16_NOTE if moe12 else PIPELINE_SAVE16_NOTE)
     if ec.zero.stage == 3:
         if not saves_16bit_weights(ec):
             return Save16(False, 0, 0, 0, ZERO3_SAVE16_WHY + "; use zero_to_fp32.py on the checkpoint")
